@@ -1,0 +1,81 @@
+//! What a rule does to a packet: the OpenFlow-style action list.
+//!
+//! These are the slow path's actions. The slow path walks the tables, runs
+//! these actions against the packet's key, and the result is a flat list of
+//! datapath actions (see the `nicflow` crate's `datapath::DpAction`) that the
+//! fast path replays on every later packet of the flow. `goto_table` and
+//! `resubmit` therefore exist only here, never in the datapath.
+
+use crate::field::Field;
+
+/// Reserved OpenFlow port numbers (OpenFlow 1.0 values widened to 32 bits,
+/// as OVS does internally).
+pub mod ofp {
+    /// Largest number a real port can have.
+    pub const MAX: u32 = 0xffff_ff00;
+    pub const IN_PORT: u32 = 0xffff_fff8;
+    pub const TABLE: u32 = 0xffff_fff9;
+    pub const NORMAL: u32 = 0xffff_fffa;
+    pub const FLOOD: u32 = 0xffff_fffb;
+    pub const ALL: u32 = 0xffff_fffc;
+    pub const CONTROLLER: u32 = 0xffff_fffd;
+    pub const LOCAL: u32 = 0xffff_fffe;
+    pub const NONE: u32 = 0xffff_ffff;
+}
+
+/// A port as written in a rule: the parser resolves names to numbers through
+/// a port map, so the tables only ever hold numbers.
+pub type PortRef = u32;
+
+/// One action of a rule's action list. An empty list means drop
+/// (`actions=drop`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Send to a port number. Sending to the input port is silently skipped,
+    /// as in OpenFlow; use [`Action::InPort`] for that.
+    Output(u32),
+    /// Send back out of the input port.
+    InPort,
+    /// The learning switch: learn the source MAC, forward to the known port
+    /// of the destination MAC or flood.
+    Normal,
+    /// Every port except the input port.
+    Flood,
+    /// Every port except the input port (OVS treats ALL and FLOOD alike when
+    /// no port has flooding disabled).
+    All,
+    /// The host's own port of the bridge.
+    Local,
+    /// Queue a copy for the controller (counted, bounded), `max_len` bytes.
+    Controller { max_len: u16 },
+    /// Write `value` into the bits of `field` selected by `mask` (both
+    /// right-aligned). `mod_dl_src`, `mod_nw_dst`, `mod_tp_src`, `mod_nw_tos`
+    /// and `set_field` all become this.
+    SetField { field: Field, value: u128, mask: u128 },
+    /// Push a new outermost 802.1Q tag with this TPID (VID 0, PCP 0; follow
+    /// with `mod_vlan_vid` to set it).
+    PushVlan(u16),
+    /// Remove the outermost tag (`pop_vlan`, `strip_vlan`).
+    PopVlan,
+    /// Set the VID of the outermost tag, pushing a tag first if untagged
+    /// (OpenFlow 1.0 semantics, as in `ovs-ofctl`).
+    ModVlanVid(u16),
+    /// Set the PCP of the outermost tag, pushing a tag first if untagged.
+    ModVlanPcp(u8),
+    /// Decrement the IP TTL / hop limit; a packet whose TTL would reach zero
+    /// is dropped (and counted) instead of forwarded.
+    DecTtl,
+    /// Continue in a later table.
+    GotoTable(u8),
+    /// Look the packet up again (optionally as if from another port, in
+    /// another table) and run that rule's actions here, then continue.
+    Resubmit { port: Option<u32>, table: Option<u8> },
+}
+
+impl Action {
+    /// Does this action end processing of the current table's action set in
+    /// the sense of OpenFlow instructions? (`goto_table` must be last.)
+    pub fn is_goto(&self) -> bool {
+        matches!(self, Action::GotoTable(_))
+    }
+}

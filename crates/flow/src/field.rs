@@ -1,0 +1,478 @@
+//! Named fields of a [`FlowKey`], as the rule language and `set_field` see them.
+//!
+//! One table drives matching, printing and rewriting, so the rule parser, the
+//! slow path's `set_field` and the datapath's rewrite all agree on widths and
+//! prerequisites. Several names may share storage (OVS does the same): the ARP
+//! opcode lives in `nw_proto`, ARP sender/target IPs in `nw_src`/`nw_dst`,
+//! ICMP type/code in `tp_src`/`tp_dst`; each name carries its own
+//! prerequisite so `arp_spa` cannot be used on an IPv4 rule.
+
+use crate::key::FlowKey;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Protocol prerequisites a match must establish before a field may be used,
+/// mirroring Open vSwitch's `mf_prereqs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prereq {
+    None,
+    /// dl_type=0x0800 or 0x86dd
+    Ip,
+    /// dl_type=0x0800
+    Ipv4,
+    /// dl_type=0x86dd
+    Ipv6,
+    /// dl_type=0x0806
+    Arp,
+    /// dl_type=0x0800 or 0x0806 (`nw_src`/`nw_dst`)
+    Ipv4OrArp,
+    /// IP and nw_proto in {6, 17, 132}
+    TcpUdpSctp,
+    /// IP and nw_proto=6
+    Tcp,
+    /// IPv4 and nw_proto=1
+    Icmp,
+    /// IPv6 and nw_proto=58
+    Icmpv6,
+    /// IPv4 or IPv6 and nw_proto in {1, 58}: generic ICMP type/code storage
+    AnyIcmp,
+}
+
+impl Prereq {
+    /// Does `key` under `mask` (a rule's match) establish this prerequisite?
+    /// Only exactly matched `dl_type` / `nw_proto` count, as in OVS.
+    pub fn satisfied(self, key: &FlowKey, mask: &FlowKey) -> bool {
+        let dl = |t: u16| mask.dl_type == 0xffff && key.dl_type == t;
+        let ip = || dl(0x0800) || dl(0x86dd);
+        let proto = |p: u8| mask.nw_proto == 0xff && key.nw_proto == p;
+        match self {
+            Prereq::None => true,
+            Prereq::Ip => ip(),
+            Prereq::Ipv4 => dl(0x0800),
+            Prereq::Ipv6 => dl(0x86dd),
+            Prereq::Arp => dl(0x0806),
+            Prereq::Ipv4OrArp => dl(0x0800) || dl(0x0806),
+            Prereq::TcpUdpSctp => ip() && (proto(6) || proto(17) || proto(132)),
+            Prereq::Tcp => ip() && proto(6),
+            Prereq::Icmp => dl(0x0800) && proto(1),
+            Prereq::Icmpv6 => dl(0x86dd) && proto(58),
+            Prereq::AnyIcmp => (dl(0x0800) && proto(1)) || (dl(0x86dd) && proto(58)),
+        }
+    }
+
+    /// Human words for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Prereq::None => "nothing",
+            Prereq::Ip => "ip or ipv6",
+            Prereq::Ipv4 => "ip",
+            Prereq::Ipv6 => "ipv6",
+            Prereq::Arp => "arp",
+            Prereq::Ipv4OrArp => "ip or arp",
+            Prereq::TcpUdpSctp => "tcp, udp or sctp",
+            Prereq::Tcp => "tcp",
+            Prereq::Icmp => "icmp",
+            Prereq::Icmpv6 => "icmp6",
+            Prereq::AnyIcmp => "icmp or icmp6",
+        }
+    }
+}
+
+/// How a field's value is written in rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// Decimal or 0x-hex integer.
+    Int,
+    /// Printed in hex (metadata, registers, tun_id, tcp_flags...).
+    Hex,
+    Mac,
+    Ipv4,
+    Ipv6,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FieldError {
+    #[error("unknown field `{0}`")]
+    Unknown(String),
+}
+
+/// A matchable (and, where [`Field::settable`], writable) field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    InPort,
+    Metadata,
+    Reg(u8),
+    TunId,
+    TunSrc,
+    TunDst,
+    DlSrc,
+    DlDst,
+    DlType,
+    VlanTci,
+    NwSrc,
+    NwDst,
+    NwProto,
+    NwTos,
+    NwTtl,
+    NwFrag,
+    Ipv6Src,
+    Ipv6Dst,
+    Ipv6Label,
+    TpSrc,
+    TpDst,
+    TcpFlags,
+    ArpOp,
+    ArpSpa,
+    ArpTpa,
+    ArpSha,
+    ArpTha,
+    IcmpType,
+    IcmpCode,
+    Icmpv6Type,
+    Icmpv6Code,
+}
+
+impl Field {
+    /// Every field, in canonical printing order (OVS prints L2 before L3 before L4).
+    pub const ALL: &'static [Field] = &[
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
+        Field::Metadata,
+        Field::Reg(0),
+        Field::Reg(1),
+        Field::Reg(2),
+        Field::Reg(3),
+        Field::Reg(4),
+        Field::Reg(5),
+        Field::Reg(6),
+        Field::Reg(7),
+        Field::InPort,
+        Field::VlanTci,
+        Field::DlSrc,
+        Field::DlDst,
+        Field::DlType,
+        Field::NwSrc,
+        Field::NwDst,
+        Field::ArpSpa,
+        Field::ArpTpa,
+        Field::Ipv6Src,
+        Field::Ipv6Dst,
+        Field::Ipv6Label,
+        Field::NwProto,
+        Field::ArpOp,
+        Field::NwTos,
+        Field::NwTtl,
+        Field::NwFrag,
+        Field::ArpSha,
+        Field::ArpTha,
+        Field::TpSrc,
+        Field::TpDst,
+        Field::IcmpType,
+        Field::IcmpCode,
+        Field::Icmpv6Type,
+        Field::Icmpv6Code,
+        Field::TcpFlags,
+    ];
+
+    /// The `ovs-ofctl` name.
+    pub fn name(self) -> &'static str {
+        const REGS: [&str; 8] = [
+            "reg0", "reg1", "reg2", "reg3", "reg4", "reg5", "reg6", "reg7",
+        ];
+        match self {
+            Field::InPort => "in_port",
+            Field::Metadata => "metadata",
+            Field::Reg(i) => REGS[(i & 7) as usize],
+            Field::TunId => "tun_id",
+            Field::TunSrc => "tun_src",
+            Field::TunDst => "tun_dst",
+            Field::DlSrc => "dl_src",
+            Field::DlDst => "dl_dst",
+            Field::DlType => "dl_type",
+            Field::VlanTci => "vlan_tci",
+            Field::NwSrc => "nw_src",
+            Field::NwDst => "nw_dst",
+            Field::NwProto => "nw_proto",
+            Field::NwTos => "nw_tos",
+            Field::NwTtl => "nw_ttl",
+            Field::NwFrag => "nw_frag",
+            Field::Ipv6Src => "ipv6_src",
+            Field::Ipv6Dst => "ipv6_dst",
+            Field::Ipv6Label => "ipv6_label",
+            Field::TpSrc => "tp_src",
+            Field::TpDst => "tp_dst",
+            Field::TcpFlags => "tcp_flags",
+            Field::ArpOp => "arp_op",
+            Field::ArpSpa => "arp_spa",
+            Field::ArpTpa => "arp_tpa",
+            Field::ArpSha => "arp_sha",
+            Field::ArpTha => "arp_tha",
+            Field::IcmpType => "icmp_type",
+            Field::IcmpCode => "icmp_code",
+            Field::Icmpv6Type => "icmpv6_type",
+            Field::Icmpv6Code => "icmpv6_code",
+        }
+    }
+
+    /// Look a field up by any of its names (ovs-ofctl and OXM-style aliases).
+    pub fn from_name(name: &str) -> Result<Field, FieldError> {
+        let f = match name {
+            "in_port" => Field::InPort,
+            "metadata" => Field::Metadata,
+            "tun_id" | "tunnel_id" => Field::TunId,
+            "tun_src" => Field::TunSrc,
+            "tun_dst" => Field::TunDst,
+            "dl_src" | "eth_src" => Field::DlSrc,
+            "dl_dst" | "eth_dst" => Field::DlDst,
+            "dl_type" | "eth_type" => Field::DlType,
+            "vlan_tci" => Field::VlanTci,
+            "nw_src" | "ip_src" => Field::NwSrc,
+            "nw_dst" | "ip_dst" => Field::NwDst,
+            "nw_proto" | "ip_proto" => Field::NwProto,
+            "nw_tos" => Field::NwTos,
+            "nw_ttl" => Field::NwTtl,
+            "nw_frag" => Field::NwFrag,
+            "ipv6_src" => Field::Ipv6Src,
+            "ipv6_dst" => Field::Ipv6Dst,
+            "ipv6_label" => Field::Ipv6Label,
+            "tp_src" => Field::TpSrc,
+            "tp_dst" => Field::TpDst,
+            "tcp_flags" => Field::TcpFlags,
+            "arp_op" => Field::ArpOp,
+            "arp_spa" => Field::ArpSpa,
+            "arp_tpa" => Field::ArpTpa,
+            "arp_sha" => Field::ArpSha,
+            "arp_tha" => Field::ArpTha,
+            "icmp_type" => Field::IcmpType,
+            "icmp_code" => Field::IcmpCode,
+            "icmpv6_type" => Field::Icmpv6Type,
+            "icmpv6_code" => Field::Icmpv6Code,
+            _ => {
+                if let Some(n) = name.strip_prefix("reg") {
+                    if let Ok(i) = n.parse::<u8>() {
+                        if i < 8 {
+                            return Ok(Field::Reg(i));
+                        }
+                    }
+                }
+                return Err(FieldError::Unknown(name.to_string()));
+            }
+        };
+        Ok(f)
+    }
+
+    /// Width in bits; values and masks wider than this are out of range.
+    pub fn bits(self) -> u32 {
+        match self {
+            Field::InPort => 32,
+            Field::Metadata | Field::TunId => 64,
+            Field::Reg(_) | Field::TunSrc | Field::TunDst => 32,
+            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => 48,
+            Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst => 16,
+            Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa => 32,
+            Field::NwProto | Field::NwTos | Field::NwTtl => 8,
+            Field::ArpOp => 8,
+            Field::NwFrag => 2,
+            Field::Ipv6Src | Field::Ipv6Dst => 128,
+            Field::Ipv6Label => 20,
+            Field::TcpFlags => 12,
+            Field::IcmpType | Field::IcmpCode | Field::Icmpv6Type | Field::Icmpv6Code => 8,
+        }
+    }
+
+    /// All-ones mask of this field's width.
+    pub fn full_mask(self) -> u128 {
+        let b = self.bits();
+        if b == 128 {
+            u128::MAX
+        } else {
+            (1u128 << b) - 1
+        }
+    }
+
+    pub fn prereq(self) -> Prereq {
+        match self {
+            Field::NwSrc | Field::NwDst => Prereq::Ipv4OrArp,
+            Field::NwProto | Field::NwTos | Field::NwTtl | Field::NwFrag => Prereq::Ip,
+            Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => Prereq::Ipv6,
+            Field::TpSrc | Field::TpDst => Prereq::TcpUdpSctp,
+            Field::TcpFlags => Prereq::Tcp,
+            Field::ArpOp | Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha => {
+                Prereq::Arp
+            }
+            Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
+            Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
+            _ => Prereq::None,
+        }
+    }
+
+    /// May `set_field` write it? (Fields derived from parsing — frag bits,
+    /// TCP flags, dl_type — may not, as in OVS.)
+    pub fn settable(self) -> bool {
+        !matches!(
+            self,
+            Field::DlType | Field::NwFrag | Field::TcpFlags | Field::NwProto | Field::ArpOp
+        )
+    }
+
+    pub fn kind(self) -> ValueKind {
+        match self {
+            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueKind::Mac,
+            Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa | Field::TunSrc
+            | Field::TunDst => ValueKind::Ipv4,
+            Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
+            Field::Metadata
+            | Field::Reg(_)
+            | Field::TunId
+            | Field::VlanTci
+            | Field::DlType
+            | Field::TcpFlags
+            | Field::Ipv6Label => ValueKind::Hex,
+            _ => ValueKind::Int,
+        }
+    }
+
+    /// Read the field from a key, right-aligned.
+    #[inline]
+    pub fn read(self, k: &FlowKey) -> u128 {
+        let mac = |m: &[u8; 6]| {
+            let mut b = [0u8; 8];
+            b[2..].copy_from_slice(m);
+            u64::from_be_bytes(b) as u128
+        };
+        match self {
+            Field::InPort => k.in_port as u128,
+            Field::Metadata => k.metadata as u128,
+            Field::Reg(i) => k.regs[(i & 7) as usize] as u128,
+            Field::TunId => k.tun_id as u128,
+            Field::TunSrc => k.tun_src as u128,
+            Field::TunDst => k.tun_dst as u128,
+            Field::DlSrc => mac(&k.dl_src),
+            Field::DlDst => mac(&k.dl_dst),
+            Field::ArpSha => mac(&k.arp_sha),
+            Field::ArpTha => mac(&k.arp_tha),
+            Field::DlType => k.dl_type as u128,
+            Field::VlanTci => k.vlan_tci as u128,
+            Field::NwSrc | Field::ArpSpa => k.nw_src as u128,
+            Field::NwDst | Field::ArpTpa => k.nw_dst as u128,
+            Field::NwProto | Field::ArpOp => k.nw_proto as u128,
+            Field::NwTos => k.nw_tos as u128,
+            Field::NwTtl => k.nw_ttl as u128,
+            Field::NwFrag => k.nw_frag as u128,
+            Field::Ipv6Src => u128::from_be_bytes(k.ipv6_src),
+            Field::Ipv6Dst => u128::from_be_bytes(k.ipv6_dst),
+            Field::Ipv6Label => k.ipv6_label as u128,
+            Field::TpSrc | Field::IcmpType | Field::Icmpv6Type => k.tp_src as u128,
+            Field::TpDst | Field::IcmpCode | Field::Icmpv6Code => k.tp_dst as u128,
+            Field::TcpFlags => k.tcp_flags as u128,
+        }
+    }
+
+    /// Write the field into a key; bits beyond the field's width are ignored.
+    #[inline]
+    pub fn write(self, k: &mut FlowKey, v: u128) {
+        let v = v & self.full_mask();
+        let mac = |v: u128| {
+            let b = (v as u64).to_be_bytes();
+            let mut m = [0u8; 6];
+            m.copy_from_slice(&b[2..]);
+            m
+        };
+        match self {
+            Field::InPort => k.in_port = v as u32,
+            Field::Metadata => k.metadata = v as u64,
+            Field::Reg(i) => k.regs[(i & 7) as usize] = v as u32,
+            Field::TunId => k.tun_id = v as u64,
+            Field::TunSrc => k.tun_src = v as u32,
+            Field::TunDst => k.tun_dst = v as u32,
+            Field::DlSrc => k.dl_src = mac(v),
+            Field::DlDst => k.dl_dst = mac(v),
+            Field::ArpSha => k.arp_sha = mac(v),
+            Field::ArpTha => k.arp_tha = mac(v),
+            Field::DlType => k.dl_type = v as u16,
+            Field::VlanTci => k.vlan_tci = v as u16,
+            Field::NwSrc | Field::ArpSpa => k.nw_src = v as u32,
+            Field::NwDst | Field::ArpTpa => k.nw_dst = v as u32,
+            Field::NwProto | Field::ArpOp => k.nw_proto = v as u8,
+            Field::NwTos => k.nw_tos = v as u8,
+            Field::NwTtl => k.nw_ttl = v as u8,
+            Field::NwFrag => k.nw_frag = v as u8,
+            Field::Ipv6Src => k.ipv6_src = v.to_be_bytes(),
+            Field::Ipv6Dst => k.ipv6_dst = v.to_be_bytes(),
+            Field::Ipv6Label => k.ipv6_label = v as u32,
+            Field::TpSrc | Field::IcmpType | Field::Icmpv6Type => k.tp_src = v as u16,
+            Field::TpDst | Field::IcmpCode | Field::Icmpv6Code => k.tp_dst = v as u16,
+            Field::TcpFlags => k.tcp_flags = v as u16,
+        }
+    }
+
+    /// Print a value the way `ovs-ofctl` does for this field.
+    pub fn fmt_value(self, v: u128, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind() {
+            ValueKind::Int => write!(f, "{v}"),
+            ValueKind::Hex => write!(f, "{v:#x}"),
+            ValueKind::Ipv4 => write!(f, "{}", Ipv4Addr::from(v as u32)),
+            ValueKind::Ipv6 => write!(f, "{}", Ipv6Addr::from(v)),
+            ValueKind::Mac => {
+                let b = (v as u64).to_be_bytes();
+                write!(
+                    f,
+                    "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                    b[2], b[3], b[4], b[5], b[6], b[7]
+                )
+            }
+        }
+    }
+
+    /// [`Field::fmt_value`] into a `String`.
+    pub fn value_to_string(self, v: u128) -> String {
+        struct D(Field, u128);
+        impl fmt::Display for D {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt_value(self.1, f)
+            }
+        }
+        D(self, v).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_write_every_field() {
+        for &f in Field::ALL {
+            let mut k = FlowKey::default();
+            let v = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128 & f.full_mask();
+            f.write(&mut k, v);
+            assert_eq!(f.read(&k), v, "{}", f.name());
+            assert_eq!(Field::from_name(f.name()).unwrap(), f);
+        }
+    }
+
+    #[test]
+    fn mac_printing() {
+        let mut k = FlowKey::default();
+        k.dl_src = [0, 0x11, 0x22, 0x33, 0x44, 0xff];
+        assert_eq!(
+            Field::DlSrc.value_to_string(Field::DlSrc.read(&k)),
+            "00:11:22:33:44:ff"
+        );
+    }
+
+    #[test]
+    fn prereqs() {
+        let mut k = FlowKey::default();
+        let mut m = FlowKey::default();
+        assert!(!Prereq::TcpUdpSctp.satisfied(&k, &m));
+        k.dl_type = 0x0800;
+        m.dl_type = 0xffff;
+        k.nw_proto = 17;
+        m.nw_proto = 0xff;
+        assert!(Prereq::TcpUdpSctp.satisfied(&k, &m));
+        assert!(!Prereq::Tcp.satisfied(&k, &m));
+        assert!(Prereq::Ipv4OrArp.satisfied(&k, &m));
+    }
+}

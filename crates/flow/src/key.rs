@@ -1,0 +1,331 @@
+//! The fixed-layout flow key, its mask, and matches.
+//!
+//! Layout rules: every field sits at a fixed offset, the struct has no padding
+//! (zerocopy's derive refuses to compile otherwise) and its size is a whole
+//! number of `u64` words, so a key can be viewed as `[u64; FLOW_WORDS]` for the
+//! classifier's masked hashing. Multi-byte integers are stored in host order;
+//! addresses (MACs, IPv6) as network-order byte arrays. Fields that often
+//! change together share a word, so a typical mask touches few words.
+//!
+//! Following Open vSwitch, some fields are reused by protocol: for ARP,
+//! `nw_proto` holds the low byte of the opcode and `nw_src`/`nw_dst` hold the
+//! sender/target protocol addresses; for ICMP/ICMPv6, `tp_src`/`tp_dst` hold
+//! type and code. `vlan_tci` carries the 802.1Q TCI with bit 0x1000 (CFI/DEI
+//! position) forced on to mean "a tag is present", so `vlan_tci == 0` means
+//! untagged, exactly as in OVS.
+
+use std::fmt;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Number of 64-bit words in a [`FlowKey`].
+pub const FLOW_WORDS: usize = 20;
+
+/// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
+pub const VLAN_CFI: u16 = 0x1000;
+/// VLAN ID bits of a TCI.
+pub const VLAN_VID_MASK: u16 = 0x0fff;
+/// Priority code point bits of a TCI.
+pub const VLAN_PCP_MASK: u16 = 0xe000;
+pub const VLAN_PCP_SHIFT: u16 = 13;
+
+/// `nw_frag` bit: the packet is an IP fragment (first or later).
+pub const FRAG_ANY: u8 = 1;
+/// `nw_frag` bit: the packet is a non-first fragment (no L4 header).
+pub const FRAG_LATER: u8 = 2;
+
+/// Every field a rule can match, at fixed offsets. See the module docs for
+/// the encoding conventions.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C, align(8))]
+pub struct FlowKey {
+    // word 0
+    pub tun_id: u64,
+    // word 1
+    pub metadata: u64,
+    // words 2-5
+    pub regs: [u32; 8],
+    // word 6
+    pub tun_src: u32,
+    pub tun_dst: u32,
+    // word 7
+    pub in_port: u32,
+    pub ct_mark: u32,
+    // word 8
+    pub ct_state: u32,
+    pub ct_zone: u16,
+    pub tun_flags: u16,
+    // word 9
+    pub dl_dst: [u8; 6],
+    pub dl_type: u16,
+    // word 10
+    pub dl_src: [u8; 6],
+    pub vlan_tci: u16,
+    // word 11: ARP sender hardware address; inner (second) VLAN TCI
+    pub arp_sha: [u8; 6],
+    pub vlan_tci2: u16,
+    // word 12
+    pub arp_tha: [u8; 6],
+    pub tp_src: u16,
+    // word 13
+    pub nw_src: u32,
+    pub nw_dst: u32,
+    // words 14-15
+    pub ipv6_src: [u8; 16],
+    // words 16-17
+    pub ipv6_dst: [u8; 16],
+    // word 18
+    pub ipv6_label: u32,
+    pub tp_dst: u16,
+    pub tcp_flags: u16,
+    // word 19
+    pub nw_proto: u8,
+    pub nw_tos: u8,
+    pub nw_ttl: u8,
+    pub nw_frag: u8,
+    pub _pad: [u8; 4],
+}
+
+const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
+
+impl FlowKey {
+    /// The key as words, for masked hashing and comparison.
+    #[inline]
+    pub fn words(&self) -> &[u64; FLOW_WORDS] {
+        zerocopy::transmute_ref!(self)
+    }
+
+    #[inline]
+    pub fn words_mut(&mut self) -> &mut [u64; FLOW_WORDS] {
+        zerocopy::transmute_mut!(self)
+    }
+
+    #[inline]
+    pub fn from_words(w: &[u64; FLOW_WORDS]) -> Self {
+        zerocopy::transmute!(*w)
+    }
+
+    /// `self & mask`, field by field.
+    #[inline]
+    pub fn masked(&self, mask: &FlowMask) -> FlowKey {
+        let mut out = *self;
+        for (o, m) in out.words_mut().iter_mut().zip(mask.0.words()) {
+            *o &= *m;
+        }
+        out
+    }
+
+    /// The VLAN ID of the outer tag, if any.
+    pub fn vlan_vid(&self) -> Option<u16> {
+        (self.vlan_tci & VLAN_CFI != 0).then_some(self.vlan_tci & VLAN_VID_MASK)
+    }
+}
+
+impl fmt::Debug for FlowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Only the non-zero fields: a full dump of 160 bytes is unreadable.
+        let mut first = true;
+        f.write_str("FlowKey{")?;
+        for field in crate::Field::ALL {
+            let v = field.read(self);
+            if v != 0 {
+                if !first {
+                    f.write_str(",")?;
+                }
+                first = false;
+                write!(f, "{}=", field.name())?;
+                field.fmt_value(v, f)?;
+            }
+        }
+        f.write_str("}")
+    }
+}
+
+/// Which bits of a [`FlowKey`] matter: a 1 bit means "must match".
+///
+/// Same layout as the key, so `FlowMask.0.nw_src = 0xffffff00` reads naturally.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlowMask(pub FlowKey);
+
+impl FlowMask {
+    /// Matches nothing specifically: every packet.
+    pub const fn catchall() -> Self {
+        FlowMask(FlowKey {
+            tun_id: 0,
+            metadata: 0,
+            regs: [0; 8],
+            tun_src: 0,
+            tun_dst: 0,
+            in_port: 0,
+            ct_mark: 0,
+            ct_state: 0,
+            ct_zone: 0,
+            tun_flags: 0,
+            dl_dst: [0; 6],
+            dl_type: 0,
+            dl_src: [0; 6],
+            vlan_tci: 0,
+            arp_sha: [0; 6],
+            vlan_tci2: 0,
+            arp_tha: [0; 6],
+            tp_src: 0,
+            nw_src: 0,
+            nw_dst: 0,
+            ipv6_src: [0; 16],
+            ipv6_dst: [0; 16],
+            ipv6_label: 0,
+            tp_dst: 0,
+            tcp_flags: 0,
+            nw_proto: 0,
+            nw_tos: 0,
+            nw_ttl: 0,
+            nw_frag: 0,
+            _pad: [0; 4],
+        })
+    }
+
+    /// Every bit matters (an exact match).
+    pub fn exact() -> Self {
+        let mut m = FlowMask::catchall();
+        for w in m.0.words_mut() {
+            *w = u64::MAX;
+        }
+        m.0._pad = [0; 4];
+        m
+    }
+
+    #[inline]
+    pub fn words(&self) -> &[u64; FLOW_WORDS] {
+        self.0.words()
+    }
+
+    #[inline]
+    pub fn words_mut(&mut self) -> &mut [u64; FLOW_WORDS] {
+        self.0.words_mut()
+    }
+
+    /// Add the bits of `other` (used to accumulate wildcard tracking).
+    pub fn union_with(&mut self, other: &FlowMask) {
+        for (a, b) in self.words_mut().iter_mut().zip(other.words()) {
+            *a |= *b;
+        }
+    }
+
+    /// True if every bit set in `self` is also set in `other`.
+    pub fn is_subset_of(&self, other: &FlowMask) -> bool {
+        self.words()
+            .iter()
+            .zip(other.words())
+            .all(|(a, b)| a & !b == 0)
+    }
+
+    pub fn is_catchall(&self) -> bool {
+        self.words().iter().all(|w| *w == 0)
+    }
+}
+
+impl fmt::Debug for FlowMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FlowMask({:?})", self.0)
+    }
+}
+
+/// A key plus mask; the key is always stored masked, so two equal matches
+/// compare equal bytewise.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Match {
+    key: FlowKey,
+    mask: FlowMask,
+}
+
+impl Match {
+    pub fn new(key: FlowKey, mask: FlowMask) -> Self {
+        Match {
+            key: key.masked(&mask),
+            mask,
+        }
+    }
+
+    /// Matches every packet.
+    pub fn catchall() -> Self {
+        Match::default()
+    }
+
+    pub fn key(&self) -> &FlowKey {
+        &self.key
+    }
+
+    pub fn mask(&self) -> &FlowMask {
+        &self.mask
+    }
+
+    /// Set a field's value under a field mask (both right-aligned in a u128).
+    pub fn set(&mut self, field: crate::Field, value: u128, mask: u128) {
+        let old_m = field.read(&self.mask.0);
+        let old_v = field.read(&self.key);
+        field.write(&mut self.mask.0, old_m | mask);
+        field.write(&mut self.key, (old_v & !mask) | (value & mask));
+    }
+
+    /// The (value, mask) of a field in this match.
+    pub fn get(&self, field: crate::Field) -> (u128, u128) {
+        (field.read(&self.key), field.read(&self.mask.0))
+    }
+
+    /// Does a packet's key fall under this match?
+    #[inline]
+    pub fn matches(&self, key: &FlowKey) -> bool {
+        key.words()
+            .iter()
+            .zip(self.mask.words())
+            .zip(self.key.words())
+            .all(|((k, m), v)| k & m == *v)
+    }
+}
+
+impl fmt::Debug for Match {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Match{{key:{:?}, mask:{:?}}}", self.key, self.mask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_roundtrip_and_layout() {
+        let mut k = FlowKey::default();
+        k.tun_id = 0x1122334455667788;
+        k.nw_frag = 3;
+        let w = *k.words();
+        assert_eq!(w[0], 0x1122334455667788);
+        assert_eq!(FlowKey::from_words(&w), k);
+        assert_eq!(std::mem::offset_of!(FlowKey, nw_proto), 19 * 8);
+        assert_eq!(std::mem::offset_of!(FlowKey, nw_src), 13 * 8);
+    }
+
+    #[test]
+    fn match_masks_key() {
+        let mut k = FlowKey::default();
+        k.nw_src = 0xc6120001;
+        let mut m = FlowMask::catchall();
+        m.0.nw_src = 0xffffff00;
+        let mt = Match::new(k, m);
+        assert_eq!(mt.key().nw_src, 0xc6120000);
+        let mut p = FlowKey::default();
+        p.nw_src = 0xc61200fe;
+        assert!(mt.matches(&p));
+        p.nw_src = 0xc6120100;
+        assert!(!mt.matches(&p));
+    }
+
+    #[test]
+    fn subset() {
+        let mut a = FlowMask::catchall();
+        a.0.nw_src = 0xff000000;
+        let mut b = a;
+        b.0.tp_dst = 0xffff;
+        assert!(a.is_subset_of(&b));
+        assert!(!b.is_subset_of(&a));
+    }
+}
