@@ -1,1 +1,22 @@
-//! placeholder
+//! nicflow: a software SmartNIC — an offloadable virtual switch.
+//!
+//! A frame's path through this crate: a [`port`] receives it in a batch; the
+//! [`datapath`] (exact-match cache, then megaflow cache) finds its cached
+//! decision or, on a miss, asks the slow path, [`ofproto`], which walks the
+//! OpenFlow tables and returns a datapath flow to cache; the datapath's
+//! executor applies the actions and hands the frame to the output ports. A
+//! [`bridge`] wires ports, datapath and slow path together; [`bench`] measures
+//! them.
+//!
+//! Lower layers live in their own crates: `nicflow-packet` (header views,
+//! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
+//! search), `nicflow-ofctl` (the rule language).
+
+pub mod bench;
+pub mod bridge;
+pub mod datapath;
+pub mod ofproto;
+pub mod port;
+
+pub use bridge::{Bridge, BridgeError};
+pub use datapath::{Datapath, DatapathConfig};

@@ -1,0 +1,48 @@
+//! Benchmarks that print reports: `nicflow bench classifier`.
+//!
+//! Every figure is a median over repeated runs measured in this process, and
+//! every report carries its own baseline from the same run (10 rules, and a
+//! linear scan of the same rules), so ratios stay meaningful across machines.
+
+pub mod classifier;
+pub mod workload;
+
+use std::time::Duration;
+
+/// Median of a set of samples (sorted in place).
+pub fn median(samples: &mut [f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let n = samples.len();
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+    }
+}
+
+/// One line describing the machine, for reports.
+pub fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+pub fn ns(d: Duration, n: u64) -> f64 {
+    d.as_nanos() as f64 / n.max(1) as f64
+}

@@ -1,0 +1,326 @@
+//! A bridge: ports, the slow path and the fast path wired together.
+//!
+//! One poll round ([`Bridge::run_once`]) takes a batch from each port's
+//! receive side, runs it through the [`Datapath`] (caches, upcalls into the
+//! [`Ofproto`] on a miss), and hands each output port its frames in one
+//! `send_batch`. Every control operation that can change a forwarding
+//! decision — adding or deleting rules, MAC learning, timeouts — is followed
+//! by a datapath revalidation before the call returns, so when `add_flows`
+//! or `del_flows` returns, no cached flow follows the old decision.
+
+use crate::datapath::{format_actions, Datapath, DatapathConfig, DpFlow, DpStats, TxBatch};
+use crate::ofproto::{Ofproto, OfprotoError, OfprotoStats, RuleDump};
+use crate::port::{Port, PortStats};
+use nicflow_ofctl::{FlowSpec, MatchSpec, PortMap, RuleError};
+use nicflow_packet::buf::PacketBuf;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Frames taken from one port per poll round.
+pub const BATCH_SIZE: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    #[error("line {line}: {error}")]
+    RuleLine { line: usize, error: RuleError },
+    #[error(transparent)]
+    Ofproto(#[from] OfprotoError),
+    #[error("port `{0}` already exists")]
+    PortExists(String),
+    #[error("no port `{0}`")]
+    NoSuchPort(String),
+}
+
+struct PortSlot {
+    no: u32,
+    port: Box<dyn Port>,
+    out: Vec<PacketBuf>,
+}
+
+/// Port names and numbers of a bridge, for parsing and printing rules.
+#[derive(Clone, Debug, Default)]
+pub struct BridgePorts(BTreeMap<String, u32>);
+
+impl PortMap for BridgePorts {
+    fn port_no(&self, name: &str) -> Option<u32> {
+        self.0.get(name).copied()
+    }
+
+    fn port_name(&self, no: u32) -> Option<String> {
+        self.0.iter().find(|(_, n)| **n == no).map(|(s, _)| s.clone())
+    }
+}
+
+/// One datapath flow as `dump-dp-flows` shows it.
+#[derive(Clone, Debug)]
+pub struct DpFlowDump {
+    pub matching: String,
+    pub actions: String,
+    pub packets: u64,
+    pub bytes: u64,
+    pub used: Option<Duration>,
+}
+
+pub struct Bridge {
+    pub name: String,
+    ofproto: Ofproto,
+    dp: Datapath,
+    ports: Vec<PortSlot>,
+    names: BridgePorts,
+    next_port_no: u32,
+    rx: Vec<PacketBuf>,
+    tx: TxBatch,
+    done: Vec<PacketBuf>,
+    mac_generation: u64,
+}
+
+impl Bridge {
+    /// An empty bridge: no ports, no rules (every packet is dropped by the
+    /// table miss until rules are added).
+    pub fn new(name: &str, cfg: DatapathConfig) -> Self {
+        Bridge {
+            name: name.to_string(),
+            ofproto: Ofproto::new(),
+            dp: Datapath::new(cfg),
+            ports: Vec::new(),
+            names: BridgePorts::default(),
+            next_port_no: 1,
+            rx: Vec::with_capacity(BATCH_SIZE),
+            tx: TxBatch::default(),
+            done: Vec::new(),
+            mac_generation: 0,
+        }
+    }
+
+    /// Attach a port; returns its OpenFlow port number (1, 2, ...).
+    pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u32, BridgeError> {
+        let name = port.name().to_string();
+        if self.names.0.contains_key(&name) {
+            return Err(BridgeError::PortExists(name));
+        }
+        let no = self.next_port_no;
+        self.next_port_no += 1;
+        self.names.0.insert(name, no);
+        self.ports.push(PortSlot {
+            no,
+            port,
+            out: Vec::new(),
+        });
+        self.sync_ports();
+        Ok(no)
+    }
+
+    pub fn del_port(&mut self, name: &str) -> Result<(), BridgeError> {
+        let no = self
+            .names
+            .0
+            .remove(name)
+            .ok_or_else(|| BridgeError::NoSuchPort(name.to_string()))?;
+        self.ports.retain(|p| p.no != no);
+        self.sync_ports();
+        Ok(())
+    }
+
+    fn sync_ports(&mut self) {
+        self.ofproto
+            .set_ports(self.ports.iter().map(|p| p.no).collect());
+        self.dp.revalidate(&mut self.ofproto);
+        self.mac_generation = self.ofproto.mac.generation();
+    }
+
+    pub fn port_map(&self) -> &BridgePorts {
+        &self.names
+    }
+
+    pub fn port_stats(&self) -> Vec<(String, u32, PortStats)> {
+        self.ports
+            .iter()
+            .map(|p| (p.port.name().to_string(), p.no, p.port.stats()))
+            .collect()
+    }
+
+    /// Parse and add one rule.
+    pub fn add_flow_str(&mut self, text: &str, now: Instant) -> Result<(), BridgeError> {
+        let spec = nicflow_ofctl::parse_flow(text, &self.names)?;
+        self.add_flows(&[spec], now)
+    }
+
+    /// Parse a file's worth of rules and add them all, or none.
+    pub fn add_flows_str(&mut self, text: &str, now: Instant) -> Result<usize, BridgeError> {
+        let specs = nicflow_ofctl::parse_flows(text, &self.names).map_err(|e| {
+            BridgeError::RuleLine {
+                line: e.line,
+                error: e.error,
+            }
+        })?;
+        self.add_flows(&specs, now)?;
+        Ok(specs.len())
+    }
+
+    /// Add rules atomically, then revalidate the datapath.
+    pub fn add_flows(&mut self, specs: &[FlowSpec], now: Instant) -> Result<(), BridgeError> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.add_flows(specs, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(())
+    }
+
+    /// Delete rules (non-strict match, like `ovs-ofctl del-flows`), then
+    /// revalidate. Returns how many were deleted.
+    pub fn del_flows(&mut self, filter: &MatchSpec) -> usize {
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_flows(filter);
+        self.dp.revalidate(&mut self.ofproto);
+        n
+    }
+
+    /// Parse a match and delete what it selects.
+    pub fn del_flows_str(&mut self, text: &str) -> Result<usize, BridgeError> {
+        let filter = nicflow_ofctl::parse_match(text, &self.names)?;
+        Ok(self.del_flows(&filter))
+    }
+
+    /// One poll round over every port. Returns the number of frames
+    /// received.
+    pub fn run_once(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for i in 0..self.ports.len() {
+            let in_port = self.ports[i].no;
+            self.rx.clear();
+            let n = match self.ports[i]
+                .port
+                .recv_batch(&mut self.rx, BATCH_SIZE, &mut self.dp.pool)
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(port = %self.ports[i].port.name(), "receive failed: {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.dp
+                .process_batch(in_port, &mut self.rx, &mut self.ofproto, now, &mut self.tx);
+            self.transmit();
+            let spare = std::mem::take(&mut self.done);
+            self.done = self.dp.recycle(spare);
+            if self.ofproto.mac.generation() != self.mac_generation {
+                self.dp.revalidate(&mut self.ofproto);
+                self.mac_generation = self.ofproto.mac.generation();
+            }
+        }
+        total
+    }
+
+    fn transmit(&mut self) {
+        for (port, buf) in self.tx.pkts.drain(..) {
+            match self.ports.iter_mut().find(|p| p.no == port) {
+                Some(slot) => slot.out.push(buf),
+                None => self.done.push(buf),
+            }
+        }
+        for slot in &mut self.ports {
+            if slot.out.is_empty() {
+                continue;
+            }
+            if let Err(e) = slot.port.send_batch(&mut slot.out, &mut self.done) {
+                tracing::warn!(port = %slot.port.name(), "transmit failed: {e}");
+                self.done.append(&mut slot.out);
+            }
+        }
+    }
+
+    /// Run poll rounds until every port's receive side is exhausted and a
+    /// round moves nothing (offline captures, tests).
+    pub fn run_until_idle(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        loop {
+            let n = self.run_once(now);
+            total += n;
+            if n == 0 && self.ports.iter().all(|p| p.port.rx_exhausted()) {
+                return total;
+            }
+            if n == 0 && self.ports.is_empty() {
+                return total;
+            }
+        }
+    }
+
+    /// Housekeeping: datapath idle aging, rule timeouts, MAC aging; any
+    /// change is revalidated before returning.
+    pub fn tick(&mut self, now: Instant) {
+        self.dp.expire(now, &mut self.ofproto);
+        let expired = self.ofproto.expire(now);
+        self.ofproto.mac.expire(now);
+        if expired > 0 || self.ofproto.mac.generation() != self.mac_generation {
+            self.dp.revalidate(&mut self.ofproto);
+            self.mac_generation = self.ofproto.mac.generation();
+        }
+    }
+
+    /// Rules with up-to-date counters.
+    pub fn dump_flows(&mut self, now: Instant) -> Vec<RuleDump> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.dump_flows(now)
+    }
+
+    /// `dump-flows` text, one rule per line with counters, OVS style.
+    pub fn dump_flows_text(&mut self, now: Instant) -> Vec<String> {
+        let names = self.names.clone();
+        self.dump_flows(now)
+            .into_iter()
+            .map(|d| {
+                let text = nicflow_ofctl::format_flow(&d.spec, &names);
+                format!(
+                    "duration={:.3}s, n_packets={}, n_bytes={}, idle_age={}, {}",
+                    d.duration.as_secs_f64(),
+                    d.n_packets,
+                    d.n_bytes,
+                    d.idle_age.as_secs(),
+                    text
+                )
+            })
+            .collect()
+    }
+
+    pub fn dp_flows(&self) -> impl Iterator<Item = &DpFlow> {
+        self.dp.flows().map(|(_, f)| f)
+    }
+
+    pub fn dump_dp_flows(&self, now: Instant) -> Vec<DpFlowDump> {
+        self.dp
+            .flows()
+            .map(|(_, f)| DpFlowDump {
+                matching: nicflow_ofctl::format_match(&f.matching, &self.names),
+                actions: format_actions(&f.actions),
+                packets: f.stats.packets,
+                bytes: f.stats.bytes,
+                used: f.stats.used.map(|u| now.saturating_duration_since(u)),
+            })
+            .collect()
+    }
+
+    pub fn dp_stats(&self) -> &DpStats {
+        self.dp.stats()
+    }
+
+    pub fn ofproto_stats(&self) -> &OfprotoStats {
+        self.ofproto.stats()
+    }
+
+    pub fn ofproto(&self) -> &Ofproto {
+        &self.ofproto
+    }
+
+    pub fn datapath_mut(&mut self) -> &mut Datapath {
+        &mut self.dp
+    }
+
+    pub fn n_dp_flows(&self) -> usize {
+        self.dp.n_flows()
+    }
+}

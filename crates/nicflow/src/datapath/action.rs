@@ -1,0 +1,134 @@
+//! Datapath actions: the flat, decision-free list the fast path replays.
+//!
+//! The slow path's translation (`ofproto::xlate`) turns a walk through the
+//! OpenFlow tables into one of these lists. Nothing here looks anything up or
+//! branches on packet contents beyond "is this header present": that is what
+//! makes a datapath flow cacheable and, later, offloadable to XDP.
+
+use std::fmt;
+
+/// Why the datapath dropped a packet on purpose (parse errors are counted
+/// separately, per parse error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// `dec_ttl` on a packet whose TTL / hop limit was 0 or 1.
+    TtlExceeded,
+    /// The translation hit the resubmit depth limit.
+    RecursionLimit,
+}
+
+impl DropReason {
+    pub const ALL: &'static [DropReason] = &[DropReason::TtlExceeded, DropReason::RecursionLimit];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::TtlExceeded => "ttl_exceeded",
+            DropReason::RecursionLimit => "recursion_limit",
+        }
+    }
+}
+
+/// One datapath action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DpAction {
+    /// Transmit a copy on this port (by number).
+    Output(u32),
+    SetEthSrc([u8; 6]),
+    SetEthDst([u8; 6]),
+    SetIpv4Src(u32),
+    SetIpv4Dst(u32),
+    SetIpv6Src([u8; 16]),
+    SetIpv6Dst([u8; 16]),
+    SetArpSpa(u32),
+    SetArpTpa(u32),
+    SetArpSha([u8; 6]),
+    SetArpTha([u8; 6]),
+    /// The whole TOS / traffic-class byte.
+    SetTos(u8),
+    SetTtl(u8),
+    SetTpSrc(u16),
+    SetTpDst(u16),
+    /// Push a new outermost tag.
+    PushVlan { tpid: u16, tci: u16 },
+    /// Remove the outermost tag.
+    PopVlan,
+    /// Rewrite VID and PCP of the outermost tag (the tag must be there; the
+    /// translation only emits this when the flow's mask guarantees it).
+    SetVlanTci(u16),
+    /// Queue a copy for the controller.
+    Controller { max_len: u16 },
+    /// Count a deliberate drop. Actions before it still happened.
+    Drop(DropReason),
+}
+
+fn mac(f: &mut fmt::Formatter<'_>, m: &[u8; 6]) -> fmt::Result {
+    write!(
+        f,
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+impl fmt::Display for DpAction {
+    /// The `ovs-dpctl dump-flows` style, so operators read familiar text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use std::net::{Ipv4Addr, Ipv6Addr};
+        match self {
+            DpAction::Output(p) => write!(f, "{p}"),
+            DpAction::SetEthSrc(m) => {
+                f.write_str("set(eth(src=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
+            DpAction::SetEthDst(m) => {
+                f.write_str("set(eth(dst=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
+            DpAction::SetIpv4Src(a) => write!(f, "set(ipv4(src={}))", Ipv4Addr::from(*a)),
+            DpAction::SetIpv4Dst(a) => write!(f, "set(ipv4(dst={}))", Ipv4Addr::from(*a)),
+            DpAction::SetIpv6Src(a) => write!(f, "set(ipv6(src={}))", Ipv6Addr::from(*a)),
+            DpAction::SetIpv6Dst(a) => write!(f, "set(ipv6(dst={}))", Ipv6Addr::from(*a)),
+            DpAction::SetArpSpa(a) => write!(f, "set(arp(sip={}))", Ipv4Addr::from(*a)),
+            DpAction::SetArpTpa(a) => write!(f, "set(arp(tip={}))", Ipv4Addr::from(*a)),
+            DpAction::SetArpSha(m) => {
+                f.write_str("set(arp(sha=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
+            DpAction::SetArpTha(m) => {
+                f.write_str("set(arp(tha=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
+            DpAction::SetTos(t) => write!(f, "set(ip(tos={t:#x}))"),
+            DpAction::SetTtl(t) => write!(f, "set(ip(ttl={t}))"),
+            DpAction::SetTpSrc(p) => write!(f, "set(l4(src={p}))"),
+            DpAction::SetTpDst(p) => write!(f, "set(l4(dst={p}))"),
+            DpAction::PushVlan { tpid, tci } => write!(
+                f,
+                "push_vlan(tpid={tpid:#x},vid={},pcp={})",
+                tci & 0xfff,
+                tci >> 13
+            ),
+            DpAction::PopVlan => f.write_str("pop_vlan"),
+            DpAction::SetVlanTci(tci) => {
+                write!(f, "set(vlan(vid={},pcp={}))", tci & 0xfff, tci >> 13)
+            }
+            DpAction::Controller { max_len } => write!(f, "userspace(controller,max_len={max_len})"),
+            DpAction::Drop(r) => write!(f, "drop({})", r.name()),
+        }
+    }
+}
+
+/// Print an action list; an empty one is `drop`.
+pub fn format_actions(actions: &[DpAction]) -> String {
+    if actions.is_empty() {
+        return "drop".to_string();
+    }
+    actions
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}

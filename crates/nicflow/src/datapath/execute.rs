@@ -1,0 +1,156 @@
+//! The action executor: replays a datapath flow's actions on one frame.
+//!
+//! Header rewrites happen in place with incremental checksum updates
+//! (`nicflow_packet::rewrite`); VLAN push/pop use the buffer's headroom and
+//! re-parse the layout. An `Output` that is the last action hands the buffer
+//! itself to the transmit batch; earlier outputs copy into pooled buffers, so
+//! a unicast flow never copies and nothing allocates once the pool is warm.
+
+use super::action::{DpAction, DropReason};
+use super::ControllerPacket;
+use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::parse::{self, Layout};
+use nicflow_packet::rewrite;
+use std::collections::VecDeque;
+
+/// Capacity of pooled buffers: a jumbo frame plus room for tags.
+pub const BUF_CAPACITY: usize = 9216 + 64;
+
+/// Frames to transmit, in order, tagged with their output port number.
+#[derive(Default)]
+pub struct TxBatch {
+    pub pkts: Vec<(u32, PacketBuf)>,
+}
+
+impl TxBatch {
+    pub fn clear(&mut self) {
+        self.pkts.clear();
+    }
+}
+
+#[derive(Default)]
+pub struct ExecResult {
+    pub policy_drop: bool,
+    pub drop: Option<DropReason>,
+    pub controller: bool,
+    pub controller_dropped: bool,
+    /// The frame's own buffer when no output took it.
+    pub leftover: Option<PacketBuf>,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn execute(
+    actions: &[DpAction],
+    _in_port: u32,
+    mut pkt: PacketBuf,
+    layout: &mut Layout,
+    tx: &mut TxBatch,
+    pool: &mut Vec<PacketBuf>,
+    controller: &mut VecDeque<ControllerPacket>,
+    controller_cap: usize,
+) -> ExecResult {
+    let mut r = ExecResult::default();
+    if actions.is_empty() {
+        r.policy_drop = true;
+        r.leftover = Some(pkt);
+        return r;
+    }
+    let last = actions.len() - 1;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            DpAction::Output(port) => {
+                if i == last {
+                    tx.pkts.push((*port, pkt));
+                    return r;
+                }
+                let mut copy = pool
+                    .pop()
+                    .unwrap_or_else(|| PacketBuf::with_capacity(BUF_CAPACITY));
+                if !copy.set_data(pkt.data()) {
+                    copy = PacketBuf::from_slice(pkt.data());
+                }
+                tx.pkts.push((*port, copy));
+            }
+            DpAction::SetEthSrc(m) => {
+                rewrite::set_eth_src(pkt.data_mut(), *m);
+            }
+            DpAction::SetEthDst(m) => {
+                rewrite::set_eth_dst(pkt.data_mut(), *m);
+            }
+            DpAction::SetIpv4Src(a) => {
+                rewrite::set_ipv4_src(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetIpv4Dst(a) => {
+                rewrite::set_ipv4_dst(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetIpv6Src(a) => {
+                rewrite::set_ipv6_src(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetIpv6Dst(a) => {
+                rewrite::set_ipv6_dst(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetArpSpa(a) => {
+                rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetArpTpa(a) => {
+                rewrite::set_arp_tpa(pkt.data_mut(), layout, *a);
+            }
+            DpAction::SetArpSha(m) => {
+                rewrite::set_arp_sha(pkt.data_mut(), layout, *m);
+            }
+            DpAction::SetArpTha(m) => {
+                rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
+            }
+            DpAction::SetTos(t) => {
+                rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
+            }
+            DpAction::SetTtl(t) => {
+                rewrite::set_ttl(pkt.data_mut(), layout, *t);
+            }
+            DpAction::SetTpSrc(p) => {
+                rewrite::set_tp_src(pkt.data_mut(), layout, *p);
+            }
+            DpAction::SetTpDst(p) => {
+                rewrite::set_tp_dst(pkt.data_mut(), layout, *p);
+            }
+            DpAction::PushVlan { tpid, tci } => {
+                rewrite::push_vlan(&mut pkt, *tpid, *tci);
+                reparse(&pkt, layout);
+            }
+            DpAction::PopVlan => {
+                rewrite::pop_vlan(&mut pkt);
+                reparse(&pkt, layout);
+            }
+            DpAction::SetVlanTci(tci) => {
+                // Keep the DEI bit of the frame; VID and PCP come from the flow.
+                rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
+                rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
+            }
+            DpAction::Controller { max_len } => {
+                if controller.len() >= controller_cap {
+                    r.controller_dropped = true;
+                } else {
+                    let n = (*max_len as usize).min(pkt.len());
+                    let n = if *max_len == 0 { pkt.len() } else { n };
+                    controller.push_back(ControllerPacket {
+                        in_port: _in_port,
+                        data: pkt.data()[..n].to_vec(),
+                    });
+                    r.controller = true;
+                }
+            }
+            DpAction::Drop(reason) => {
+                r.drop = Some(*reason);
+                break;
+            }
+        }
+    }
+    r.leftover = Some(pkt);
+    r
+}
+
+fn reparse(pkt: &PacketBuf, layout: &mut Layout) {
+    if let Ok(l) = parse::parse(pkt.data()) {
+        *layout = l;
+    }
+}

@@ -1,0 +1,568 @@
+//! The userspace fast path: exact-match cache, megaflow cache, action executor.
+//!
+//! A batch of frames from one port's receive ring comes in; each frame is
+//! parsed once into a [`FlowKey`], looked up in the [`emc`] and then in the
+//! megaflow cache (a classifier of masked datapath flows, all one priority),
+//! and the matching flow's [`DpAction`] list is executed on it. Frames that
+//! miss both tiers become *upcalls*: the [`UpcallHandler`] (the slow path,
+//! `ofproto`) decides, the frame is executed with that decision, and the
+//! decision is installed as a new datapath flow so the rest of the flow stays
+//! in the fast path. Outputs are appended to a [`TxBatch`] that the caller
+//! hands to the ports' transmit rings.
+//!
+//! Revalidation keeps the cache honest: when rules or MAC-learning state
+//! change, [`Datapath::revalidate`] re-translates every datapath flow from the
+//! key that created it and fixes or removes the ones whose decision changed,
+//! before the change is acknowledged to whoever made it.
+//!
+//! Nothing on the per-packet path allocates once the scratch vectors and the
+//! buffer pool have warmed up.
+
+pub mod action;
+pub mod emc;
+mod execute;
+
+pub use action::{format_actions, DpAction, DropReason};
+pub use execute::TxBatch;
+
+use nicflow_classifier::{Classifier, RuleId};
+use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
+use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::parse::{Layout, ParseError};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Most spare buffers the datapath keeps for reuse.
+pub const POOL_MAX: usize = 4096;
+
+/// Reference from a datapath flow to an OpenFlow rule it was built from, so
+/// the flow's counters can be credited to the rules (`dump-flows`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RuleRef {
+    pub table: u8,
+    pub rule: RuleId,
+}
+
+/// The slow path's answer for one packet.
+#[derive(Clone, Debug, Default)]
+pub struct XlateOut {
+    /// Bits of the key the decision depended on: the megaflow mask.
+    pub mask: FlowMask,
+    pub actions: Vec<DpAction>,
+    /// Rules the walk through the tables used, for statistics.
+    pub rules: Vec<RuleRef>,
+    /// False when the decision must not be cached (e.g. it had side effects
+    /// that must happen for every packet).
+    pub install: bool,
+    /// The (VLAN, MAC, port) the `normal` action learned from this flow's
+    /// source, refreshed while the flow carries traffic.
+    pub learned: Option<(u16, [u8; 6], u32)>,
+}
+
+/// The slow path as the datapath sees it.
+pub trait UpcallHandler {
+    /// Decide for a packet that missed the caches. May have side effects
+    /// (MAC learning).
+    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut;
+    /// Decide again for an installed flow's key, without side effects.
+    fn revalidate(&mut self, key: &FlowKey) -> XlateOut;
+    /// Credit traffic seen by a datapath flow to the rules it came from (and
+    /// keep the MAC it learned from alive).
+    fn credit(
+        &mut self,
+        rules: &[RuleRef],
+        learned: Option<(u16, [u8; 6], u32)>,
+        packets: u64,
+        bytes: u64,
+        used: Instant,
+    );
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlowStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub used: Option<Instant>,
+    /// OR of the TCP flags seen, as `ovs-dpctl` shows them.
+    pub tcp_flags: u16,
+}
+
+/// One cached decision.
+#[derive(Clone, Debug)]
+pub struct DpFlow {
+    pub matching: Match,
+    pub actions: Vec<DpAction>,
+    pub stats: FlowStats,
+    pub created: Instant,
+    /// The key of the packet that created the flow, re-translated during
+    /// revalidation.
+    pub xlate_key: FlowKey,
+    pub rules: Vec<RuleRef>,
+    pub learned: Option<(u16, [u8; 6], u32)>,
+    /// Counters already credited to `rules`.
+    credited: (u64, u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct DatapathConfig {
+    /// Exact-match cache slots (power of two; 0 disables the EMC).
+    pub emc_entries: usize,
+    /// Most datapath flows held at once; beyond it packets are still
+    /// forwarded, via the slow path, but nothing new is cached.
+    pub flow_limit: usize,
+    /// A datapath flow unused for this long is removed.
+    pub idle_timeout: Duration,
+    /// Upcalls allowed per processed batch; misses beyond it are dropped and
+    /// counted, so a flood of new flows cannot starve established ones.
+    pub upcall_budget: usize,
+    /// When false every packet goes to the slow path (the reference side of
+    /// the differential test).
+    pub caches_enabled: bool,
+    /// Bound of the controller queue.
+    pub controller_queue_len: usize,
+}
+
+impl Default for DatapathConfig {
+    fn default() -> Self {
+        DatapathConfig {
+            emc_entries: 8192,
+            flow_limit: 200_000,
+            idle_timeout: Duration::from_secs(10),
+            upcall_budget: 1024,
+            caches_enabled: true,
+            controller_queue_len: 1024,
+        }
+    }
+}
+
+/// Counters for every cache tier and every drop reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DpStats {
+    pub packets: u64,
+    pub emc_hits: u64,
+    pub megaflow_hits: u64,
+    pub upcalls: u64,
+    /// Flows installed / removed (by aging, revalidation or flush).
+    pub flows_installed: u64,
+    pub flows_removed: u64,
+    /// Upcalls whose flow could not be cached because of `flow_limit`.
+    pub flow_limit_hits: u64,
+    /// Misses dropped because the batch's upcall budget was spent.
+    pub upcall_budget_drops: u64,
+    /// Malformed frames, per `ParseError::index()`.
+    pub parse_drops: Vec<u64>,
+    /// Deliberate drops per `DropReason` (same order as `DropReason::ALL`).
+    pub action_drops: Vec<u64>,
+    /// Packets whose action list was empty (`actions=drop`, table miss).
+    pub policy_drops: u64,
+    pub controller_packets: u64,
+    pub controller_queue_drops: u64,
+    pub revalidations: u64,
+    pub flows_fixed: u64,
+}
+
+impl DpStats {
+    fn new() -> Self {
+        DpStats {
+            parse_drops: vec![0; ParseError::ALL.len()],
+            action_drops: vec![0; DropReason::ALL.len()],
+            ..Default::default()
+        }
+    }
+
+    /// (reason, count) for every non-zero drop counter.
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        let mut v = Vec::new();
+        for e in ParseError::ALL {
+            let n = self.parse_drops[e.index()];
+            if n > 0 {
+                v.push((e.reason(), n));
+            }
+        }
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            if self.action_drops[i] > 0 {
+                v.push((r.name(), self.action_drops[i]));
+            }
+        }
+        if self.upcall_budget_drops > 0 {
+            v.push(("upcall_budget", self.upcall_budget_drops));
+        }
+        if self.controller_queue_drops > 0 {
+            v.push(("controller_queue_full", self.controller_queue_drops));
+        }
+        if self.policy_drops > 0 {
+            v.push(("policy", self.policy_drops));
+        }
+        v
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// A packet queued for the controller.
+#[derive(Clone, Debug)]
+pub struct ControllerPacket {
+    pub in_port: u32,
+    pub data: Vec<u8>,
+}
+
+/// Where a packet of the current batch goes after lookup.
+#[derive(Clone, Copy)]
+enum Verdict {
+    Dropped,
+    Flow(RuleId),
+    Miss,
+}
+
+struct PktMeta {
+    key: FlowKey,
+    layout: Layout,
+    hash: u64,
+    verdict: Verdict,
+}
+
+pub struct Datapath {
+    cfg: DatapathConfig,
+    flows: Classifier<FLOW_WORDS, DpFlow>,
+    emc: emc::Emc,
+    seed: u64,
+    stats: DpStats,
+    scratch: Vec<PktMeta>,
+    /// Decisions made for missed packets this batch that were not installed
+    /// (caches off, flow limit): executed once, then dropped.
+    uncached: Vec<(usize, Vec<DpAction>)>,
+    pub(crate) pool: Vec<PacketBuf>,
+    controller: VecDeque<ControllerPacket>,
+}
+
+impl Datapath {
+    pub fn new(cfg: DatapathConfig) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x5eed)
+            ^ (std::process::id() as u64).rotate_left(32);
+        Datapath {
+            emc: emc::Emc::new(if cfg.caches_enabled {
+                cfg.emc_entries
+            } else {
+                0
+            }),
+            cfg,
+            flows: Classifier::new(),
+            seed,
+            stats: DpStats::new(),
+            scratch: Vec::new(),
+            uncached: Vec::new(),
+            pool: Vec::new(),
+            controller: VecDeque::new(),
+        }
+    }
+
+    pub fn config(&self) -> &DatapathConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &DpStats {
+        &self.stats
+    }
+
+    pub fn n_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Installed flows with their handles.
+    pub fn flows(&self) -> impl Iterator<Item = (RuleId, &DpFlow)> {
+        self.flows.iter().map(|r| (r.id, r.value))
+    }
+
+    /// Packets queued by `controller` actions, oldest first.
+    pub fn take_controller_packets(&mut self) -> Vec<ControllerPacket> {
+        self.controller.drain(..).collect()
+    }
+
+    pub fn controller_queue_len(&self) -> usize {
+        self.controller.len()
+    }
+
+    /// Process one received batch from `in_port`. Frames are taken out of
+    /// `pkts` (left empty); copies to transmit land in `tx`.
+    pub fn process_batch(
+        &mut self,
+        in_port: u32,
+        pkts: &mut Vec<PacketBuf>,
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+        tx: &mut TxBatch,
+    ) {
+        let n = pkts.len();
+        self.stats.packets += n as u64;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+
+        // Stage 1: parse and look up in the caches.
+        for pkt in pkts.iter() {
+            let mut key = FlowKey::default();
+            let (layout, verdict) = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
+                Ok(l) => (l, Verdict::Miss),
+                Err(e) => {
+                    self.stats.parse_drops[e.index()] += 1;
+                    (Layout::default(), Verdict::Dropped)
+                }
+            };
+            let mut m = PktMeta {
+                key,
+                layout,
+                hash: 0,
+                verdict,
+            };
+            if matches!(m.verdict, Verdict::Miss) && self.cfg.caches_enabled {
+                m.hash = emc::hash_key(m.key.words(), self.seed);
+                if let Some(id) = self.emc.lookup(m.hash, &m.key) {
+                    if self.flows.get(id).is_some() {
+                        self.stats.emc_hits += 1;
+                        m.verdict = Verdict::Flow(id);
+                    }
+                }
+                if matches!(m.verdict, Verdict::Miss) {
+                    if let Some((id, _)) = self.flows.lookup(m.key.words()) {
+                        self.stats.megaflow_hits += 1;
+                        self.emc.insert(m.hash, &m.key, id);
+                        m.verdict = Verdict::Flow(id);
+                    }
+                }
+            }
+            scratch.push(m);
+        }
+
+        // Stage 2: upcalls for the misses, in arrival order. A flow installed
+        // by an earlier miss of this batch catches the later ones.
+        let mut budget = self.cfg.upcall_budget;
+        self.uncached.clear();
+        for (i, m) in scratch.iter_mut().enumerate() {
+            if !matches!(m.verdict, Verdict::Miss) {
+                continue;
+            }
+            if self.cfg.caches_enabled {
+                if let Some((id, _)) = self.flows.lookup(m.key.words()) {
+                    self.stats.megaflow_hits += 1;
+                    m.verdict = Verdict::Flow(id);
+                    continue;
+                }
+            }
+            if budget == 0 {
+                self.stats.upcall_budget_drops += 1;
+                m.verdict = Verdict::Dropped;
+                continue;
+            }
+            budget -= 1;
+            self.stats.upcalls += 1;
+            let out = handler.upcall(&m.key, pkts[i].data(), now);
+            if self.cfg.caches_enabled && out.install {
+                if self.flows.len() >= self.cfg.flow_limit {
+                    self.stats.flow_limit_hits += 1;
+                } else {
+                    let id = self.install(&m.key, out, now);
+                    m.verdict = Verdict::Flow(id);
+                    continue;
+                }
+            }
+            self.uncached.push((i, out.actions));
+        }
+
+        // Stage 3: execute in arrival order.
+        let mut uncached = std::mem::take(&mut self.uncached);
+        let mut next_uncached = 0;
+        for (i, (pkt, m)) in pkts.drain(..).zip(scratch.iter()).enumerate() {
+            let actions: &[DpAction] = match m.verdict {
+                Verdict::Dropped => {
+                    give_back(&mut self.pool, pkt);
+                    continue;
+                }
+                Verdict::Flow(id) => {
+                    let Some(flow) = self.flows.get_mut(id) else {
+                        give_back(&mut self.pool, pkt);
+                        continue;
+                    };
+                    flow.stats.packets += 1;
+                    flow.stats.bytes += pkt.len() as u64;
+                    flow.stats.used = Some(now);
+                    flow.stats.tcp_flags |= m.key.tcp_flags;
+                    // Re-borrow immutably for execution.
+                    &self.flows.get(id).expect("present").actions
+                }
+                Verdict::Miss => {
+                    while next_uncached < uncached.len() && uncached[next_uncached].0 < i {
+                        next_uncached += 1;
+                    }
+                    match uncached.get(next_uncached) {
+                        Some((j, a)) if *j == i => a,
+                        _ => {
+                            give_back(&mut self.pool, pkt);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let mut layout = m.layout;
+            let r = execute::execute(
+                actions,
+                in_port,
+                pkt,
+                &mut layout,
+                tx,
+                &mut self.pool,
+                &mut self.controller,
+                self.cfg.controller_queue_len,
+            );
+            self.stats.policy_drops += r.policy_drop as u64;
+            if let Some(reason) = r.drop {
+                let idx = DropReason::ALL.iter().position(|d| *d == reason).unwrap_or(0);
+                self.stats.action_drops[idx] += 1;
+            }
+            self.stats.controller_packets += r.controller as u64;
+            self.stats.controller_queue_drops += r.controller_dropped as u64;
+            if let Some(p) = r.leftover {
+                give_back(&mut self.pool, p);
+            }
+        }
+        uncached.clear();
+        self.uncached = uncached;
+        self.scratch = scratch;
+    }
+
+    fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {
+        let matching = Match::new(*key, out.mask);
+        let flow = DpFlow {
+            matching,
+            actions: out.actions,
+            stats: FlowStats::default(),
+            created: now,
+            xlate_key: *key,
+            rules: out.rules,
+            learned: out.learned,
+            credited: (0, 0),
+        };
+        self.stats.flows_installed += 1;
+        let (id, old) = self.flows.insert(
+            matching.key().words(),
+            matching.mask().words(),
+            0,
+            flow,
+        );
+        if old.is_some() {
+            self.stats.flows_removed += 1;
+        }
+        id
+    }
+
+    /// Credit every flow's not-yet-credited traffic to its rules.
+    pub fn push_stats(&mut self, handler: &mut dyn UpcallHandler) {
+        for id in self.flows.ids() {
+            if let Some(f) = self.flows.get_mut(id) {
+                credit(f, handler);
+            }
+        }
+    }
+
+    /// Re-translate every flow; fix those whose actions changed and whose
+    /// mask still covers what the new decision depends on, remove the rest.
+    /// Returns (fixed, removed).
+    pub fn revalidate(&mut self, handler: &mut dyn UpcallHandler) -> (usize, usize) {
+        self.stats.revalidations += 1;
+        let mut fixed = 0;
+        let mut removed = 0;
+        for id in self.flows.ids() {
+            let Some(f) = self.flows.get_mut(id) else {
+                continue;
+            };
+            credit(f, handler);
+            let out = handler.revalidate(&f.xlate_key);
+            let keep = out.install && out.mask.is_subset_of(f.matching.mask());
+            if keep {
+                if out.actions != f.actions || out.rules != f.rules {
+                    f.actions = out.actions;
+                    f.rules = out.rules;
+                    f.learned = out.learned;
+                    f.credited = (f.stats.packets, f.stats.bytes);
+                    fixed += 1;
+                }
+            } else {
+                self.flows.remove(id);
+                removed += 1;
+            }
+        }
+        self.stats.flows_fixed += fixed as u64;
+        self.stats.flows_removed += removed as u64;
+        (fixed, removed)
+    }
+
+    /// Remove flows idle for longer than the configured timeout. Returns how
+    /// many were removed.
+    pub fn expire(&mut self, now: Instant, handler: &mut dyn UpcallHandler) -> usize {
+        let timeout = self.cfg.idle_timeout;
+        let mut n = 0;
+        for id in self.flows.ids() {
+            let Some(f) = self.flows.get_mut(id) else {
+                continue;
+            };
+            let last = f.stats.used.unwrap_or(f.created);
+            if now.saturating_duration_since(last) >= timeout {
+                credit(f, handler);
+                self.flows.remove(id);
+                n += 1;
+            }
+        }
+        self.stats.flows_removed += n as u64;
+        n
+    }
+
+    /// Remove every flow (after crediting their stats).
+    pub fn flush(&mut self, handler: &mut dyn UpcallHandler) {
+        self.push_stats(handler);
+        self.stats.flows_removed += self.flows.len() as u64;
+        self.flows.clear();
+        self.emc.clear();
+    }
+
+    /// Take a buffer from the pool (or allocate one when the pool is dry).
+    pub fn alloc_buf(&mut self) -> PacketBuf {
+        self.pool
+            .pop()
+            .unwrap_or_else(|| PacketBuf::with_capacity(execute::BUF_CAPACITY))
+    }
+
+    /// Give transmitted buffers back (the pool keeps at most
+    /// [`POOL_MAX`] of them).
+    pub fn recycle(&mut self, mut bufs: Vec<PacketBuf>) -> Vec<PacketBuf> {
+        let room = POOL_MAX.saturating_sub(self.pool.len());
+        let n = bufs.len().min(room);
+        self.pool.extend(bufs.drain(..n));
+        bufs.clear();
+        bufs
+    }
+}
+
+#[inline]
+fn give_back(pool: &mut Vec<PacketBuf>, buf: PacketBuf) {
+    if pool.len() < POOL_MAX {
+        pool.push(buf);
+    }
+}
+
+fn credit(f: &mut DpFlow, handler: &mut dyn UpcallHandler) {
+    let dp = f.stats.packets - f.credited.0;
+    let db = f.stats.bytes - f.credited.1;
+    if dp > 0 {
+        handler.credit(
+            &f.rules,
+            f.learned,
+            dp,
+            db,
+            f.stats.used.unwrap_or(f.created),
+        );
+        f.credited = (f.stats.packets, f.stats.bytes);
+    }
+}

@@ -1,0 +1,207 @@
+//! The `nicflow` command: rule checking, offline pipelines, benchmarks.
+//!
+//! Library errors are typed; this is the edge where they gain context
+//! (`anyhow`) and become exit codes.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use nicflow::bench;
+use nicflow::bridge::Bridge;
+use nicflow::datapath::DatapathConfig;
+use nicflow::port::pcap::PcapPort;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "nicflow", version, about = "A software SmartNIC: an offloadable virtual switch")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Parse a file of flows (one per line, `#` comments) and print each in
+    /// canonical form; stop at the first bad line with its number and the
+    /// offending token.
+    CheckFlows {
+        file: PathBuf,
+    },
+    /// Run capture files through a bridge: each `--port NAME=IN.pcap[:OUT.pcap]`
+    /// (IN may be empty: `NAME=:OUT.pcap`) becomes a port, in order, numbered
+    /// from 1; the flows file programs the tables. Prints the datapath flows
+    /// and counters.
+    Pcap {
+        /// Flows file (ovs-ofctl syntax; port names refer to --port names).
+        #[arg(long)]
+        flows: PathBuf,
+        #[arg(long = "port", required = true)]
+        ports: Vec<String>,
+        /// Send every packet through the slow path (no caches).
+        #[arg(long)]
+        no_cache: bool,
+    },
+    /// Benchmarks that print reports.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Classifier ns/lookup and datapath packets/s against rule count.
+    Classifier {
+        /// Comma-separated rule counts.
+        #[arg(long, default_value = "10,1000,20000,100000")]
+        rules: String,
+        /// Repetitions (the report shows medians).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Write the Markdown report here as well.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Smaller, faster run (for CI smoke tests).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NICFLOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nicflow: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::CheckFlows { file } => check_flows(&file),
+        Cmd::Pcap {
+            flows,
+            ports,
+            no_cache,
+        } => pcap(&flows, &ports, no_cache),
+        Cmd::Bench { which } => match which {
+            BenchCmd::Classifier {
+                rules,
+                reps,
+                out,
+                quick,
+            } => {
+                let mut opts = bench::classifier::Options {
+                    sizes: parse_sizes(&rules)?,
+                    reps,
+                    ..Default::default()
+                };
+                if quick {
+                    opts.lookups = 20_000;
+                    opts.dp_time = std::time::Duration::from_millis(50);
+                    opts.reps = opts.reps.min(3);
+                }
+                let rows = bench::classifier::run(&opts, |m| eprintln!("  {m}"));
+                let report = bench::classifier::report(&rows, &opts);
+                print!("{report}");
+                if let Some(p) = out {
+                    std::fs::write(&p, &report)
+                        .with_context(|| format!("writing {}", p.display()))?;
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+        },
+    }
+}
+
+fn parse_sizes(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .map(|t| {
+            t.trim()
+                .replace('_', "")
+                .parse::<usize>()
+                .with_context(|| format!("bad rule count `{t}`"))
+        })
+        .collect()
+}
+
+fn check_flows(file: &std::path::Path) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let ports = nicflow_ofctl::AutoPorts::default();
+    match nicflow_ofctl::parse_flows(&text, &ports) {
+        Ok(specs) => {
+            for s in &specs {
+                println!("{}", nicflow_ofctl::format_flow(s, &ports));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{}:{}", file.display(), e);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn pcap(flows: &std::path::Path, ports: &[String], no_cache: bool) -> Result<ExitCode> {
+    let cfg = DatapathConfig {
+        caches_enabled: !no_cache,
+        ..Default::default()
+    };
+    let mut br = Bridge::new("pcap", cfg);
+    for spec in ports {
+        let (name, files) = spec
+            .split_once('=')
+            .with_context(|| format!("--port `{spec}`: expected NAME=IN.pcap[:OUT.pcap]"))?;
+        let (input, output) = match files.split_once(':') {
+            Some((i, o)) => (i, Some(o)),
+            None => (files, None),
+        };
+        let input = (!input.is_empty()).then(|| PathBuf::from(input));
+        let output = output.filter(|o| !o.is_empty()).map(PathBuf::from);
+        let port = PcapPort::open(name, input.as_deref(), output.as_deref())
+            .with_context(|| format!("opening port {name}"))?;
+        br.add_port(Box::new(port))?;
+    }
+    let text =
+        std::fs::read_to_string(flows).with_context(|| format!("reading {}", flows.display()))?;
+    let now = Instant::now();
+    if let Err(e) = br.add_flows_str(&text, now) {
+        bail!("{}: {e}", flows.display());
+    }
+    let n = br.run_until_idle(now);
+    println!("processed {n} frames");
+    for d in br.dump_dp_flows(Instant::now()) {
+        println!(
+            "{}, packets:{}, bytes:{}, actions:{}",
+            d.matching, d.packets, d.bytes, d.actions
+        );
+    }
+    let s = br.dp_stats();
+    println!(
+        "emc_hits:{} megaflow_hits:{} upcalls:{} flows:{}",
+        s.emc_hits,
+        s.megaflow_hits,
+        s.upcalls,
+        br.n_dp_flows()
+    );
+    for (reason, n) in s.drops() {
+        println!("drop {reason}: {n}");
+    }
+    for (name, no, st) in br.port_stats() {
+        println!(
+            "port {no} {name}: rx {} pkts {} bytes, tx {} pkts {} bytes",
+            st.rx_packets, st.rx_bytes, st.tx_packets, st.tx_bytes
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,325 @@
+//! The slow path: OpenFlow-style tables that decide what happens to a flow.
+//!
+//! A packet reaches this module only when it missed every datapath cache.
+//! [`xlate`] walks it through the numbered tables (0-254; `goto_table`,
+//! `resubmit`), runs each matched rule's actions against the packet's key,
+//! and records which key bits every lookup examined. The result is one
+//! datapath flow — a match with the widest mask that still gives the same
+//! decision, plus a flat action list — which the datapath caches so the rest
+//! of the flow never comes back here.
+//!
+//! Rule changes ([`Ofproto::add_flows`], [`Ofproto::del_flows`], timeouts)
+//! are atomic: a batch is validated as a whole before any table changes. The
+//! caller (the bridge) revalidates the datapath after each change.
+
+pub mod mac_learning;
+pub mod xlate;
+
+use crate::datapath::{RuleRef, UpcallHandler, XlateOut};
+use mac_learning::MacTable;
+use nicflow_classifier::{Classifier, RuleId};
+use nicflow_flow::{Action, FlowKey, Match, FLOW_WORDS};
+use nicflow_ofctl::{FlowSpec, MatchSpec};
+use std::time::{Duration, Instant};
+
+/// Number of usable tables (0..=254).
+pub const N_TABLES: usize = 255;
+/// `resubmit`/`goto_table` nesting limit, as in OVS.
+pub const MAX_DEPTH: u32 = 64;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OfprotoError {
+    #[error("table {0} does not exist (tables are 0-254)")]
+    BadTable(u8),
+    #[error("goto_table:{target} in table {table}: must go to a later table")]
+    BadGoto { table: u8, target: u8 },
+}
+
+/// An OpenFlow rule with its counters.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub priority: u16,
+    pub cookie: u64,
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    pub matching: Match,
+    pub actions: Vec<Action>,
+    pub created: Instant,
+    pub last_used: Instant,
+    pub n_packets: u64,
+    pub n_bytes: u64,
+}
+
+impl Rule {
+    pub fn spec(&self, table: u8) -> FlowSpec {
+        FlowSpec {
+            table,
+            priority: self.priority,
+            cookie: self.cookie,
+            idle_timeout: self.idle_timeout,
+            hard_timeout: self.hard_timeout,
+            r#match: self.matching,
+            actions: self.actions.clone(),
+        }
+    }
+}
+
+/// One rule as `dump-flows` shows it.
+#[derive(Clone, Debug)]
+pub struct RuleDump {
+    pub spec: FlowSpec,
+    pub n_packets: u64,
+    pub n_bytes: u64,
+    pub duration: Duration,
+    pub idle_age: Duration,
+}
+
+pub(crate) type Table = Classifier<FLOW_WORDS, Rule>;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OfprotoStats {
+    pub xlates: u64,
+    pub table_misses: u64,
+    pub rules_added: u64,
+    pub rules_removed: u64,
+    pub rules_expired: u64,
+}
+
+pub struct Ofproto {
+    tables: Vec<Option<Box<Table>>>,
+    pub mac: MacTable,
+    /// Port numbers of the bridge, ascending: the flood order.
+    ports: Vec<u32>,
+    stats: OfprotoStats,
+}
+
+impl Default for Ofproto {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Ofproto {
+    pub fn new() -> Self {
+        Ofproto {
+            tables: (0..N_TABLES).map(|_| None).collect(),
+            mac: MacTable::default(),
+            ports: Vec::new(),
+            stats: OfprotoStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &OfprotoStats {
+        &self.stats
+    }
+
+    /// Tell the slow path which ports exist (for flood/all and to skip
+    /// outputs to missing ports).
+    pub fn set_ports(&mut self, mut ports: Vec<u32>) {
+        ports.sort_unstable();
+        ports.dedup();
+        for old in self.ports.clone() {
+            if ports.binary_search(&old).is_err() {
+                self.mac.flush_port(old);
+            }
+        }
+        self.ports = ports;
+    }
+
+    pub fn ports(&self) -> &[u32] {
+        &self.ports
+    }
+
+    pub fn n_rules(&self) -> usize {
+        self.tables.iter().flatten().map(|t| t.len()).sum()
+    }
+
+    fn validate(spec: &FlowSpec) -> Result<(), OfprotoError> {
+        if spec.table as usize >= N_TABLES {
+            return Err(OfprotoError::BadTable(spec.table));
+        }
+        for a in &spec.actions {
+            if let Action::GotoTable(t) = a {
+                if *t <= spec.table || *t as usize >= N_TABLES {
+                    return Err(OfprotoError::BadGoto {
+                        table: spec.table,
+                        target: *t,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add rules, all or nothing. A rule with the same match and priority as
+    /// an existing one in its table replaces it (counters reset), as
+    /// `ovs-ofctl add-flow` does. Returns the number added.
+    pub fn add_flows(&mut self, specs: &[FlowSpec], now: Instant) -> Result<usize, OfprotoError> {
+        for s in specs {
+            Self::validate(s)?;
+        }
+        for s in specs {
+            let rule = Rule {
+                priority: s.priority,
+                cookie: s.cookie,
+                idle_timeout: s.idle_timeout,
+                hard_timeout: s.hard_timeout,
+                matching: s.r#match,
+                actions: s.actions.clone(),
+                created: now,
+                last_used: now,
+                n_packets: 0,
+                n_bytes: 0,
+            };
+            let t = self.tables[s.table as usize].get_or_insert_with(|| Box::new(Table::new()));
+            let (_, old) = t.insert(
+                s.r#match.key().words(),
+                s.r#match.mask().words(),
+                s.priority as u32,
+                rule,
+            );
+            if old.is_some() {
+                self.stats.rules_removed += 1;
+            }
+            self.stats.rules_added += 1;
+        }
+        Ok(specs.len())
+    }
+
+    pub fn add_flow(&mut self, spec: &FlowSpec, now: Instant) -> Result<(), OfprotoError> {
+        self.add_flows(std::slice::from_ref(spec), now).map(|_| ())
+    }
+
+    /// Delete rules, `ovs-ofctl del-flows` style (non-strict): every rule in
+    /// the selected table(s) whose match is at least as specific as the
+    /// filter and agrees with it on the filter's bits, with the cookie
+    /// filter applied. Returns how many were removed.
+    pub fn del_flows(&mut self, filter: &MatchSpec) -> usize {
+        let mut n = 0;
+        for (tid, t) in self.tables.iter_mut().enumerate() {
+            if filter.table.is_some_and(|ft| ft as usize != tid) {
+                continue;
+            }
+            let Some(t) = t else { continue };
+            t.retain(|_, key, mask, prio, rule| {
+                let covered = covers(&filter.r#match, key, mask)
+                    && filter.priority.is_none_or(|p| p as u32 == prio)
+                    && filter
+                        .cookie
+                        .is_none_or(|(c, m)| rule.cookie & m == c & m);
+                if covered {
+                    n += 1;
+                }
+                !covered
+            });
+        }
+        self.stats.rules_removed += n as u64;
+        n
+    }
+
+    /// Remove rules whose idle or hard timeout has passed.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        for t in self.tables.iter_mut().flatten() {
+            t.retain(|_, _, _, _, r| {
+                let hard = r.hard_timeout > 0
+                    && now.saturating_duration_since(r.created)
+                        >= Duration::from_secs(r.hard_timeout as u64);
+                let idle = r.idle_timeout > 0
+                    && now.saturating_duration_since(r.last_used)
+                        >= Duration::from_secs(r.idle_timeout as u64);
+                if hard || idle {
+                    n += 1;
+                }
+                !(hard || idle)
+            });
+        }
+        self.stats.rules_expired += n as u64;
+        n
+    }
+
+    /// All rules, table by table, highest priority first.
+    pub fn dump_flows(&self, now: Instant) -> Vec<RuleDump> {
+        let mut out = Vec::new();
+        for (tid, t) in self.tables.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let mut rules: Vec<&Rule> = t.iter().map(|r| r.value).collect();
+            rules.sort_by(|a, b| b.priority.cmp(&a.priority));
+            for r in rules {
+                out.push(RuleDump {
+                    spec: r.spec(tid as u8),
+                    n_packets: r.n_packets,
+                    n_bytes: r.n_bytes,
+                    duration: now.saturating_duration_since(r.created),
+                    idle_age: now.saturating_duration_since(r.last_used),
+                });
+            }
+        }
+        out
+    }
+
+    pub(crate) fn table(&self, id: u8) -> Option<&Table> {
+        self.tables.get(id as usize)?.as_deref()
+    }
+
+    pub fn rule(&self, r: RuleRef) -> Option<&Rule> {
+        self.table(r.table)?.get(r.rule)
+    }
+
+    fn rule_mut(&mut self, table: u8, id: RuleId) -> Option<&mut Rule> {
+        self.tables.get_mut(table as usize)?.as_deref_mut()?.get_mut(id)
+    }
+
+    /// Translate a packet's key into a datapath flow. `learn` enables side
+    /// effects (MAC learning); revalidation runs without them.
+    pub fn translate(&mut self, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
+        self.stats.xlates += 1;
+        let out = xlate::translate(self, key, learn);
+        if out.rules.is_empty() {
+            self.stats.table_misses += 1;
+        }
+        out
+    }
+}
+
+/// Does `filter` select a rule with (key, mask)? True when every filter bit
+/// is also matched by the rule, with the same value.
+fn covers(filter: &Match, key: &[u64; FLOW_WORDS], mask: &[u64; FLOW_WORDS]) -> bool {
+    let fk = filter.key().words();
+    let fm = filter.mask().words();
+    (0..FLOW_WORDS).all(|i| fm[i] & !mask[i] == 0 && key[i] & fm[i] == fk[i])
+}
+
+impl UpcallHandler for Ofproto {
+    fn upcall(&mut self, key: &FlowKey, _packet: &[u8], now: Instant) -> XlateOut {
+        self.translate(key, Some(now))
+    }
+
+    fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
+        self.translate(key, None)
+    }
+
+    fn credit(
+        &mut self,
+        rules: &[RuleRef],
+        learned: Option<(u16, [u8; 6], u32)>,
+        packets: u64,
+        bytes: u64,
+        used: Instant,
+    ) {
+        for r in rules {
+            if let Some(rule) = self.rule_mut(r.table, r.rule) {
+                rule.n_packets += packets;
+                rule.n_bytes += bytes;
+                if used > rule.last_used {
+                    rule.last_used = used;
+                }
+            }
+        }
+        // Traffic through a learned flow keeps its source MAC alive, as
+        // OVS's revalidators do from datapath flow stats.
+        if let Some((vlan, mac, port)) = learned {
+            self.mac.refresh(vlan, mac, port, used);
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Translation: one packet's walk through the tables becomes one datapath flow.
+//!
+//! Three things are tracked during the walk:
+//! - `key`, the packet's flow key as the actions have modified it so far
+//!   (later lookups see `set_field` results, as in OpenFlow);
+//! - `committed`, what the packet's bytes look like after the datapath
+//!   actions emitted so far. Field changes are emitted lazily, just before an
+//!   output, by diffing `key` against `committed` (OVS's "commit"), so
+//!   `mod_nw_src` then `mod_nw_src` again costs one datapath action;
+//! - `wc`, every key bit any decision depended on: classifier lookups (their
+//!   wildcard tracking), protocol checks made by actions (is this IPv4? is it
+//!   tagged?), the TTL for `dec_ttl`, MAC addresses for `normal`. `wc`
+//!   becomes the megaflow's mask: any packet agreeing with this one on `wc`
+//!   gets the same actions, so the datapath may apply them without asking.
+
+use super::{Ofproto, MAX_DEPTH};
+use crate::datapath::{DpAction, DropReason, RuleRef, XlateOut};
+use nicflow_flow::key::VLAN_CFI;
+use nicflow_flow::{ofp, Action, Field, FlowKey, FlowMask, FLOW_WORDS};
+use std::time::Instant;
+
+const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV6: u16 = 0x86dd;
+const ETH_ARP: u16 = 0x0806;
+
+struct Ctx<'a> {
+    of: &'a mut Ofproto,
+    learn: Option<Instant>,
+    key: FlowKey,
+    committed: FlowKey,
+    wc: FlowMask,
+    actions: Vec<DpAction>,
+    rules: Vec<RuleRef>,
+    learned: Option<(u16, [u8; 6], u32)>,
+    depth: u32,
+    stop: bool,
+}
+
+pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
+    let mut ctx = Ctx {
+        of,
+        learn,
+        key: *key,
+        committed: *key,
+        wc: FlowMask::catchall(),
+        actions: Vec::new(),
+        rules: Vec::new(),
+        learned: None,
+        depth: 0,
+        stop: false,
+    };
+    // The datapath always matches the input port: outputs are relative to it.
+    ctx.wc.0.in_port = u32::MAX;
+    ctx.table(0);
+    XlateOut {
+        mask: ctx.wc,
+        actions: ctx.actions,
+        rules: ctx.rules,
+        install: true,
+        learned: ctx.learned,
+    }
+}
+
+impl Ctx<'_> {
+    fn table(&mut self, table_id: u8) {
+        if self.stop {
+            return;
+        }
+        if self.depth >= MAX_DEPTH {
+            self.commit();
+            self.actions.push(DpAction::Drop(DropReason::RecursionLimit));
+            self.stop = true;
+            return;
+        }
+        let Some(table) = self.of.table(table_id) else {
+            return;
+        };
+        let mut wc = [0u64; FLOW_WORDS];
+        let hit = table.lookup_wc(self.key.words(), &mut wc);
+        for (a, b) in self.wc.words_mut().iter_mut().zip(wc.iter()) {
+            *a |= *b;
+        }
+        let Some((id, rule)) = hit else {
+            return;
+        };
+        // Actions are cloned so the walk may mutate the MAC table while it
+        // executes them; this is the slow path, so the copy is cheap enough.
+        let actions = rule.actions.clone();
+        self.rules.push(RuleRef {
+            table: table_id,
+            rule: id,
+        });
+        self.depth += 1;
+        for a in &actions {
+            if self.stop {
+                break;
+            }
+            self.action(a, table_id);
+        }
+        self.depth -= 1;
+    }
+
+    fn action(&mut self, a: &Action, table_id: u8) {
+        match a {
+            Action::Output(p) => self.output_port(*p),
+            Action::InPort => {
+                let p = self.key.in_port;
+                self.emit_output(p);
+            }
+            Action::Normal => self.normal(),
+            Action::Flood | Action::All => self.flood(),
+            Action::Local => self.output_port(ofp::LOCAL),
+            Action::Controller { max_len } => {
+                self.commit();
+                self.actions.push(DpAction::Controller { max_len: *max_len });
+            }
+            Action::SetField { field, value, mask } => self.set_field(*field, *value, *mask),
+            Action::PushVlan(tpid) => self.push_vlan(*tpid),
+            Action::PopVlan => self.pop_vlan(),
+            Action::ModVlanVid(vid) => self.mod_vlan(0x0fff, *vid & 0x0fff),
+            Action::ModVlanPcp(pcp) => self.mod_vlan(0xe000, ((*pcp as u16) & 7) << 13),
+            Action::DecTtl => self.dec_ttl(),
+            Action::GotoTable(t) => self.table(*t),
+            Action::Resubmit { port, table } => {
+                let saved = self.key.in_port;
+                if let Some(p) = port {
+                    if *p != ofp::IN_PORT {
+                        self.key.in_port = *p;
+                    }
+                }
+                self.table(table.unwrap_or(table_id));
+                self.key.in_port = saved;
+            }
+        }
+    }
+
+    /// Output to a port number, resolving reserved numbers.
+    fn output_port(&mut self, p: u32) {
+        match p {
+            ofp::IN_PORT => {
+                let ip = self.key.in_port;
+                self.emit_output(ip)
+            }
+            ofp::NORMAL => self.normal(),
+            ofp::FLOOD | ofp::ALL => self.flood(),
+            ofp::CONTROLLER => {
+                self.commit();
+                self.actions.push(DpAction::Controller { max_len: 0 });
+            }
+            _ => {
+                // OpenFlow: output to the input port is skipped unless asked
+                // for with `in_port`.
+                if p != self.key.in_port {
+                    self.emit_output(p);
+                }
+            }
+        }
+    }
+
+    fn emit_output(&mut self, p: u32) {
+        if self.of.ports().binary_search(&p).is_err() {
+            return;
+        }
+        self.commit();
+        self.actions.push(DpAction::Output(p));
+    }
+
+    fn flood(&mut self) {
+        let in_port = self.key.in_port;
+        let ports: Vec<u32> = self.of.ports().to_vec();
+        for p in ports {
+            if p != in_port {
+                self.emit_output(p);
+            }
+        }
+    }
+
+    fn normal(&mut self) {
+        self.wc.0.dl_src = [0xff; 6];
+        self.wc.0.dl_dst = [0xff; 6];
+        self.wc.0.vlan_tci |= VLAN_CFI | 0x0fff;
+        let vlan = if self.key.vlan_tci & VLAN_CFI != 0 {
+            self.key.vlan_tci & 0x0fff
+        } else {
+            0
+        };
+        let src = self.key.dl_src;
+        let in_port = self.key.in_port;
+        if src[0] & 1 == 0 {
+            self.learned = Some((vlan, src, in_port));
+            if let Some(now) = self.learn {
+                self.of.mac.learn(vlan, src, in_port, now);
+            }
+        }
+        let dst = self.key.dl_dst;
+        if dst[0] & 1 != 0 {
+            self.flood();
+            return;
+        }
+        match self.of.mac.lookup(vlan, &dst) {
+            Some(p) if p == in_port => {}
+            Some(p) => self.emit_output(p),
+            None => self.flood(),
+        }
+    }
+
+    /// Is the packet of this ethertype? Records that the decision looked.
+    fn is_dl(&mut self, t: u16) -> bool {
+        self.wc.0.dl_type = 0xffff;
+        self.key.dl_type == t
+    }
+
+    fn is_ip(&mut self) -> bool {
+        self.wc.0.dl_type = 0xffff;
+        self.key.dl_type == ETH_IPV4 || self.key.dl_type == ETH_IPV6
+    }
+
+    /// Does the packet have a TCP/UDP/SCTP header with ports?
+    fn has_ports(&mut self) -> bool {
+        if !self.is_ip() {
+            return false;
+        }
+        self.wc.0.nw_proto = 0xff;
+        self.wc.0.nw_frag |= nicflow_flow::key::FRAG_LATER;
+        matches!(self.key.nw_proto, 6 | 17 | 132)
+            && self.key.nw_frag & nicflow_flow::key::FRAG_LATER == 0
+    }
+
+    fn set_field(&mut self, field: Field, value: u128, mask: u128) {
+        let applies = match field {
+            Field::NwSrc | Field::NwDst => self.is_dl(ETH_IPV4) || self.is_dl(ETH_ARP),
+            Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha => self.is_dl(ETH_ARP),
+            Field::NwTos | Field::NwTtl => self.is_ip(),
+            Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => self.is_dl(ETH_IPV6),
+            Field::TpSrc | Field::TpDst => self.has_ports(),
+            Field::VlanTci => {
+                // Through the VLAN helpers so push/pop are emitted in order.
+                let cur = self.key.vlan_tci as u128;
+                let new = ((cur & !mask) | (value & mask)) as u16;
+                self.wc.0.vlan_tci |= VLAN_CFI;
+                if new & VLAN_CFI == 0 {
+                    if self.key.vlan_tci & VLAN_CFI != 0 {
+                        self.pop_vlan();
+                    }
+                } else {
+                    self.mod_vlan(0xefff, new & 0xefff);
+                }
+                return;
+            }
+            // Fields with no packet bytes (registers, metadata, tunnel
+            // metadata, in_port) just change the key later lookups see.
+            _ => true,
+        };
+        if !applies {
+            return;
+        }
+        let cur = field.read(&self.key);
+        field.write(&mut self.key, (cur & !mask) | (value & mask));
+    }
+
+    fn dec_ttl(&mut self) {
+        if !self.is_ip() {
+            return;
+        }
+        self.wc.0.nw_ttl = 0xff;
+        if self.key.nw_ttl <= 1 {
+            self.commit();
+            self.actions.push(DpAction::Drop(DropReason::TtlExceeded));
+            self.stop = true;
+        } else {
+            self.key.nw_ttl -= 1;
+        }
+    }
+
+    fn push_vlan(&mut self, tpid: u16) {
+        self.wc.0.vlan_tci = 0xffff;
+        self.commit();
+        // OpenFlow 1.1+: the new tag copies VID/PCP from the current outer
+        // tag, or is zero on an untagged packet.
+        let tci = if self.key.vlan_tci & VLAN_CFI != 0 {
+            self.key.vlan_tci
+        } else {
+            VLAN_CFI
+        };
+        self.actions.push(DpAction::PushVlan {
+            tpid,
+            tci: tci & !VLAN_CFI,
+        });
+        self.key.vlan_tci2 = self.key.vlan_tci;
+        self.key.vlan_tci = tci;
+        self.committed.vlan_tci2 = self.key.vlan_tci2;
+        self.committed.vlan_tci = tci;
+    }
+
+    fn pop_vlan(&mut self) {
+        self.wc.0.vlan_tci |= VLAN_CFI;
+        if self.key.vlan_tci & VLAN_CFI == 0 {
+            return;
+        }
+        self.commit();
+        self.actions.push(DpAction::PopVlan);
+        self.key.vlan_tci = self.key.vlan_tci2;
+        self.key.vlan_tci2 = 0;
+        self.committed.vlan_tci = self.key.vlan_tci;
+        self.committed.vlan_tci2 = 0;
+    }
+
+    /// Change VID and/or PCP bits of the outer tag (pushing one if untagged,
+    /// as OpenFlow 1.0's `mod_vlan_vid`/`mod_vlan_pcp` do).
+    fn mod_vlan(&mut self, bits: u16, value: u16) {
+        self.wc.0.vlan_tci |= VLAN_CFI;
+        if self.key.vlan_tci & VLAN_CFI == 0 {
+            self.commit();
+            let tci = value & bits;
+            self.actions.push(DpAction::PushVlan { tpid: 0x8100, tci });
+            self.key.vlan_tci2 = 0;
+            self.key.vlan_tci = tci | VLAN_CFI;
+            self.committed.vlan_tci = self.key.vlan_tci;
+            self.committed.vlan_tci2 = 0;
+        } else {
+            self.key.vlan_tci = (self.key.vlan_tci & !bits) | (value & bits) | VLAN_CFI;
+        }
+    }
+
+    /// Emit set actions for every field changed since the last commit.
+    fn commit(&mut self) {
+        let k = self.key;
+        let c = &mut self.committed;
+        let a = &mut self.actions;
+        if k.dl_src != c.dl_src {
+            a.push(DpAction::SetEthSrc(k.dl_src));
+        }
+        if k.dl_dst != c.dl_dst {
+            a.push(DpAction::SetEthDst(k.dl_dst));
+        }
+        if k.vlan_tci != c.vlan_tci && k.vlan_tci & VLAN_CFI != 0 && c.vlan_tci & VLAN_CFI != 0 {
+            a.push(DpAction::SetVlanTci(k.vlan_tci & !VLAN_CFI));
+        }
+        match k.dl_type {
+            ETH_IPV4 => {
+                if k.nw_src != c.nw_src {
+                    a.push(DpAction::SetIpv4Src(k.nw_src));
+                }
+                if k.nw_dst != c.nw_dst {
+                    a.push(DpAction::SetIpv4Dst(k.nw_dst));
+                }
+            }
+            ETH_ARP => {
+                if k.nw_src != c.nw_src {
+                    a.push(DpAction::SetArpSpa(k.nw_src));
+                }
+                if k.nw_dst != c.nw_dst {
+                    a.push(DpAction::SetArpTpa(k.nw_dst));
+                }
+                if k.arp_sha != c.arp_sha {
+                    a.push(DpAction::SetArpSha(k.arp_sha));
+                }
+                if k.arp_tha != c.arp_tha {
+                    a.push(DpAction::SetArpTha(k.arp_tha));
+                }
+            }
+            ETH_IPV6 => {
+                if k.ipv6_src != c.ipv6_src {
+                    a.push(DpAction::SetIpv6Src(k.ipv6_src));
+                }
+                if k.ipv6_dst != c.ipv6_dst {
+                    a.push(DpAction::SetIpv6Dst(k.ipv6_dst));
+                }
+            }
+            _ => {}
+        }
+        if k.dl_type == ETH_IPV4 || k.dl_type == ETH_IPV6 {
+            if k.nw_tos != c.nw_tos {
+                a.push(DpAction::SetTos(k.nw_tos));
+            }
+            if k.nw_ttl != c.nw_ttl {
+                a.push(DpAction::SetTtl(k.nw_ttl));
+            }
+            if k.tp_src != c.tp_src {
+                a.push(DpAction::SetTpSrc(k.tp_src));
+            }
+            if k.tp_dst != c.tp_dst {
+                a.push(DpAction::SetTpDst(k.tp_dst));
+            }
+        }
+        *c = k;
+    }
+}

@@ -1,0 +1,160 @@
+//! In-memory ports: queues instead of rings, for tests and benchmarks.
+//!
+//! A [`MemPort`] is attached to a bridge like any port; the test keeps the
+//! matching [`MemHandle`] to inject frames into the port's receive side and
+//! collect what the bridge transmitted. In *replay* mode the port cycles over
+//! a fixed set of frames forever and only counts transmissions, which is what
+//! the datapath benchmark drives.
+
+use super::{Port, PortStats};
+use nicflow_packet::buf::PacketBuf;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct State {
+    rx: VecDeque<Vec<u8>>,
+    tx: Vec<Vec<u8>>,
+    /// Keep transmitted frames (false: only count them).
+    capture: bool,
+    replay: Vec<Vec<u8>>,
+    replay_pos: usize,
+    stats: PortStats,
+}
+
+/// The test's side of a [`MemPort`].
+#[derive(Clone)]
+pub struct MemHandle(Arc<Mutex<State>>);
+
+impl MemHandle {
+    /// Queue a frame for the bridge to receive.
+    pub fn inject(&self, frame: &[u8]) {
+        self.0.lock().expect("mem port").rx.push_back(frame.to_vec());
+    }
+
+    /// Take every frame transmitted so far.
+    pub fn take_tx(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.0.lock().expect("mem port").tx)
+    }
+
+    pub fn rx_pending(&self) -> usize {
+        self.0.lock().expect("mem port").rx.len()
+    }
+
+    pub fn stats(&self) -> PortStats {
+        self.0.lock().expect("mem port").stats.clone()
+    }
+}
+
+pub struct MemPort {
+    name: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl MemPort {
+    /// A port that captures what it transmits.
+    pub fn new(name: &str) -> (MemPort, MemHandle) {
+        let state = Arc::new(Mutex::new(State {
+            capture: true,
+            ..Default::default()
+        }));
+        (
+            MemPort {
+                name: name.to_string(),
+                state: state.clone(),
+            },
+            MemHandle(state),
+        )
+    }
+
+    /// A port that receives `frames` round-robin forever and only counts
+    /// what it transmits.
+    pub fn replay(name: &str, frames: Vec<Vec<u8>>) -> (MemPort, MemHandle) {
+        let (p, h) = MemPort::new(name);
+        {
+            let mut s = p.state.lock().expect("mem port");
+            s.capture = false;
+            s.replay = frames;
+        }
+        (p, h)
+    }
+}
+
+impl Port for MemPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        let mut s = self.state.lock().expect("mem port");
+        let mut n = 0;
+        while n < max {
+            let frame: &[u8];
+            let owned;
+            if !s.replay.is_empty() {
+                let i = s.replay_pos;
+                s.replay_pos = (i + 1) % s.replay.len();
+                owned = None;
+                frame = &s.replay[i];
+            } else {
+                match s.rx.pop_front() {
+                    Some(f) => {
+                        owned = Some(f);
+                        frame = owned.as_deref().unwrap_or(&[]);
+                    }
+                    None => break,
+                }
+            }
+            let len = frame.len();
+            let buf = match pool.pop() {
+                Some(mut b) => {
+                    if b.set_data(frame) {
+                        b
+                    } else {
+                        PacketBuf::from_slice(frame)
+                    }
+                }
+                None => PacketBuf::from_slice(frame),
+            };
+            out.push(buf);
+            n += 1;
+            drop(owned);
+            s.stats.rx_packets += 1;
+            s.stats.rx_bytes += len as u64;
+        }
+        Ok(n)
+    }
+
+    fn send_batch(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        let mut s = self.state.lock().expect("mem port");
+        let n = pkts.len();
+        for p in pkts.drain(..) {
+            s.stats.tx_packets += 1;
+            s.stats.tx_bytes += p.len() as u64;
+            if s.capture {
+                s.tx.push(p.data().to_vec());
+            }
+            done.push(p);
+        }
+        Ok(n)
+    }
+
+    fn stats(&self) -> PortStats {
+        self.state.lock().expect("mem port").stats.clone()
+    }
+
+    fn rx_exhausted(&self) -> bool {
+        let s = self.state.lock().expect("mem port");
+        s.replay.is_empty() && s.rx.is_empty()
+    }
+}

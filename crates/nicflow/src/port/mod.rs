@@ -1,0 +1,54 @@
+//! Ports: where frames enter and leave a bridge.
+//!
+//! A port owns its receive and transmit rings and moves frames in batches:
+//! `recv_batch` fills a vector of [`PacketBuf`]s for the fast path, and
+//! `send_batch` drains the frames the fast path decided to transmit on it.
+//! Implementations here: [`mem`] (in-memory queues for tests and benches) and
+//! [`pcap`] (read a capture as the receive side, write the transmit side to a
+//! capture tshark can read).
+
+pub mod mem;
+pub mod pcap;
+
+use nicflow_packet::buf::PacketBuf;
+use std::io;
+
+/// Counters every port keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Frames the port could not transmit (queue full, write error).
+    pub tx_dropped: u64,
+    /// Frames the port could not receive (too big for a buffer...).
+    pub rx_dropped: u64,
+}
+
+pub trait Port {
+    /// The port's name as rules and the CLI refer to it.
+    fn name(&self) -> &str;
+    /// Append up to `max` received frames to `out`, filling buffers taken
+    /// from `pool` when it has any. Returns how many.
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize>;
+    /// Transmit every frame in `pkts`, draining it; buffers no longer needed
+    /// go to `done` for reuse. Frames that could not be sent are counted in
+    /// `tx_dropped`. Returns how many were sent.
+    fn send_batch(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize>;
+    fn stats(&self) -> PortStats;
+    /// True when the receive side will never produce more frames (end of a
+    /// capture file); lets offline runs terminate.
+    fn rx_exhausted(&self) -> bool {
+        false
+    }
+}

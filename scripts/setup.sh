@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything nicflow's build, demo and tests need on Debian 12.
+# Idempotent: installs only what is missing.
+set -euo pipefail
+
+need_apt=()
+command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: not root, cannot install ${need_apt[*]}; tests needing them will be skipped" >&2
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing Rust (rustup)" >&2
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+      apt-get install -y -qq rustup >/dev/null 2>&1 || apt-get install -y -qq cargo rustc >/dev/null
+    fi
+    command -v rustup >/dev/null 2>&1 && rustup default stable
+  fi
+fi
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt 2>/dev/null || true
