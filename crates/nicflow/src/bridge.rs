@@ -49,7 +49,10 @@ impl PortMap for BridgePorts {
     }
 
     fn port_name(&self, no: u32) -> Option<String> {
-        self.0.iter().find(|(_, n)| **n == no).map(|(s, _)| s.clone())
+        self.0
+            .iter()
+            .find(|(_, n)| **n == no)
+            .map(|(s, _)| s.clone())
     }
 }
 
@@ -149,12 +152,11 @@ impl Bridge {
 
     /// Parse a file's worth of rules and add them all, or none.
     pub fn add_flows_str(&mut self, text: &str, now: Instant) -> Result<usize, BridgeError> {
-        let specs = nicflow_ofctl::parse_flows(text, &self.names).map_err(|e| {
-            BridgeError::RuleLine {
+        let specs =
+            nicflow_ofctl::parse_flows(text, &self.names).map_err(|e| BridgeError::RuleLine {
                 line: e.line,
                 error: e.error,
-            }
-        })?;
+            })?;
         self.add_flows(&specs, now)?;
         Ok(specs.len())
     }

@@ -14,7 +14,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "nicflow", version, about = "A software SmartNIC: an offloadable virtual switch")]
+#[command(
+    name = "nicflow",
+    version,
+    about = "A software SmartNIC: an offloadable virtual switch"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -25,9 +29,7 @@ enum Cmd {
     /// Parse a file of flows (one per line, `#` comments) and print each in
     /// canonical form; stop at the first bad line with its number and the
     /// offending token.
-    CheckFlows {
-        file: PathBuf,
-    },
+    CheckFlows { file: PathBuf },
     /// Run capture files through a bridge: each `--port NAME=IN.pcap[:OUT.pcap]`
     /// (IN may be empty: `NAME=:OUT.pcap`) becomes a port, in order, numbered
     /// from 1; the flows file programs the tables. Prints the datapath flows

@@ -49,14 +49,19 @@ pub enum DpAction {
     SetTpSrc(u16),
     SetTpDst(u16),
     /// Push a new outermost tag.
-    PushVlan { tpid: u16, tci: u16 },
+    PushVlan {
+        tpid: u16,
+        tci: u16,
+    },
     /// Remove the outermost tag.
     PopVlan,
     /// Rewrite VID and PCP of the outermost tag (the tag must be there; the
     /// translation only emits this when the flow's mask guarantees it).
     SetVlanTci(u16),
     /// Queue a copy for the controller.
-    Controller { max_len: u16 },
+    Controller {
+        max_len: u16,
+    },
     /// Count a deliberate drop. Actions before it still happened.
     Drop(DropReason),
 }
@@ -115,7 +120,9 @@ impl fmt::Display for DpAction {
             DpAction::SetVlanTci(tci) => {
                 write!(f, "set(vlan(vid={},pcp={}))", tci & 0xfff, tci >> 13)
             }
-            DpAction::Controller { max_len } => write!(f, "userspace(controller,max_len={max_len})"),
+            DpAction::Controller { max_len } => {
+                write!(f, "userspace(controller,max_len={max_len})")
+            }
             DpAction::Drop(r) => write!(f, "drop({})", r.name()),
         }
     }

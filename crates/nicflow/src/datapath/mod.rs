@@ -419,7 +419,10 @@ impl Datapath {
             );
             self.stats.policy_drops += r.policy_drop as u64;
             if let Some(reason) = r.drop {
-                let idx = DropReason::ALL.iter().position(|d| *d == reason).unwrap_or(0);
+                let idx = DropReason::ALL
+                    .iter()
+                    .position(|d| *d == reason)
+                    .unwrap_or(0);
                 self.stats.action_drops[idx] += 1;
             }
             self.stats.controller_packets += r.controller as u64;
@@ -446,12 +449,9 @@ impl Datapath {
             credited: (0, 0),
         };
         self.stats.flows_installed += 1;
-        let (id, old) = self.flows.insert(
-            matching.key().words(),
-            matching.mask().words(),
-            0,
-            flow,
-        );
+        let (id, old) = self
+            .flows
+            .insert(matching.key().words(), matching.mask().words(), 0, flow);
         if old.is_some() {
             self.stats.flows_removed += 1;
         }

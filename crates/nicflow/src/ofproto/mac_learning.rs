@@ -138,7 +138,11 @@ mod tests {
         let g = t.generation();
         assert_eq!(t.lookup(0, &m), Some(1));
         t.learn(0, m, 1, t0);
-        assert_eq!(t.generation(), g, "relearning the same port changes nothing");
+        assert_eq!(
+            t.generation(),
+            g,
+            "relearning the same port changes nothing"
+        );
         t.learn(0, m, 2, t0);
         assert_eq!(t.lookup(0, &m), Some(2));
         assert!(t.generation() > g);

@@ -204,9 +204,7 @@ impl Ofproto {
             t.retain(|_, key, mask, prio, rule| {
                 let covered = covers(&filter.r#match, key, mask)
                     && filter.priority.is_none_or(|p| p as u32 == prio)
-                    && filter
-                        .cookie
-                        .is_none_or(|(c, m)| rule.cookie & m == c & m);
+                    && filter.cookie.is_none_or(|(c, m)| rule.cookie & m == c & m);
                 if covered {
                     n += 1;
                 }
@@ -267,7 +265,10 @@ impl Ofproto {
     }
 
     fn rule_mut(&mut self, table: u8, id: RuleId) -> Option<&mut Rule> {
-        self.tables.get_mut(table as usize)?.as_deref_mut()?.get_mut(id)
+        self.tables
+            .get_mut(table as usize)?
+            .as_deref_mut()?
+            .get_mut(id)
     }
 
     /// Translate a packet's key into a datapath flow. `learn` enables side

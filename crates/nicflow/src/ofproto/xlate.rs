@@ -68,7 +68,8 @@ impl Ctx<'_> {
         }
         if self.depth >= MAX_DEPTH {
             self.commit();
-            self.actions.push(DpAction::Drop(DropReason::RecursionLimit));
+            self.actions
+                .push(DpAction::Drop(DropReason::RecursionLimit));
             self.stop = true;
             return;
         }
@@ -112,7 +113,8 @@ impl Ctx<'_> {
             Action::Local => self.output_port(ofp::LOCAL),
             Action::Controller { max_len } => {
                 self.commit();
-                self.actions.push(DpAction::Controller { max_len: *max_len });
+                self.actions
+                    .push(DpAction::Controller { max_len: *max_len });
             }
             Action::SetField { field, value, mask } => self.set_field(*field, *value, *mask),
             Action::PushVlan(tpid) => self.push_vlan(*tpid),

@@ -30,7 +30,11 @@ pub struct MemHandle(Arc<Mutex<State>>);
 impl MemHandle {
     /// Queue a frame for the bridge to receive.
     pub fn inject(&self, frame: &[u8]) {
-        self.0.lock().expect("mem port").rx.push_back(frame.to_vec());
+        self.0
+            .lock()
+            .expect("mem port")
+            .rx
+            .push_back(frame.to_vec());
     }
 
     /// Take every frame transmitted so far.
