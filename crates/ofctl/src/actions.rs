@@ -1,0 +1,460 @@
+//! The action part of a rule: what happens to a packet the rule matched.
+//!
+//! The slow path runs these [`Action`]s against the packet's key when it
+//! misses the fast path cache; the resulting datapath actions are then cached
+//! and replayed for the rest of the flow. So anything accepted here will run
+//! on real traffic, and the checks that OVS makes at `add-flow` time are made
+//! here too: `set_field` (and the `mod_*` actions) may only touch a field the
+//! match guarantees exists (`mod_tp_dst` needs `tcp`, `udp` or `sctp`),
+//! `drop` must stand alone, and `goto_table` must be last and go forward, so
+//! a table walk always terminates.
+//!
+//! Action names are matched without regard to case (`NORMAL`, `normal`).
+//! A bare number or a known port name is `output` to that port.
+
+use nicflow_flow::{ofp, Action, Field, Match, Prereq};
+
+use crate::error::{err, RuleError};
+use crate::lexer::{split_actions, split_args, split_key};
+use crate::matchp::Need;
+use crate::ports::{classify_port, resolve_name, PortMap, PortText};
+use crate::values::{full, parse_mac, parse_masked, parse_max, parse_uint};
+use std::net::Ipv4Addr;
+
+/// Default `max_len` of `controller`: the whole packet.
+pub const CONTROLLER_MAX_LEN: u16 = u16::MAX;
+
+/// What a rule's own match must establish before an action may write `f`.
+/// Stricter than matching for IPv4 addresses: `nw_src` under `arp` would be
+/// the ARP sender address, which has its own name (`arp_spa`).
+pub(crate) fn set_need(f: Field) -> Need {
+    match f {
+        Field::NwSrc | Field::NwDst => Need::P(Prereq::Ipv4),
+        _ => Need::P(f.prereq()),
+    }
+}
+
+/// Validate and build a `SetField`; every way of writing one ends here.
+fn set_field(
+    piece: &str,
+    f: Field,
+    v: u128,
+    m: u128,
+    matching: &Match,
+) -> Result<Action, RuleError> {
+    if !f.settable() {
+        return err(piece, format!("field {} cannot be set", f.name()));
+    }
+    if f == Field::NwTos && m != 0xfc && m != 0x03 {
+        return err(
+            piece,
+            "nw_tos can only be set as DSCP (mod_nw_tos, ip_dscp) or ECN (nw_ecn)",
+        );
+    }
+    if f == Field::InPort {
+        if m != full(32) {
+            return err(piece, "in_port cannot be set partially");
+        }
+        if !(1..=u128::from(ofp::MAX)).contains(&v) && v != u128::from(ofp::LOCAL) {
+            return err(piece, "in_port must be set to a real port or LOCAL");
+        }
+    }
+    set_need(f).check(matching, piece, f.name())?;
+    Ok(Action::SetField {
+        field: f,
+        value: v & m,
+        mask: m,
+    })
+}
+
+/// A port written after `output:`; reserved names become their actions.
+fn output(piece: &str, arg: &str, ports: &dyn PortMap) -> Result<Action, RuleError> {
+    match classify_port(arg) {
+        Ok(PortText::Number(n)) => Ok(Action::Output(n)),
+        Ok(PortText::Reserved(r)) => reserved_action(piece, r),
+        Ok(PortText::Name) => resolve_name(arg, ports, true)
+            .map(Action::Output)
+            .map_err(|r| RuleError::new(piece, r)),
+        Err(r) => err(piece, r),
+    }
+}
+
+fn reserved_action(piece: &str, port: u32) -> Result<Action, RuleError> {
+    Ok(match port {
+        ofp::IN_PORT => Action::InPort,
+        ofp::NORMAL => Action::Normal,
+        ofp::FLOOD => Action::Flood,
+        ofp::ALL => Action::All,
+        ofp::LOCAL => Action::Local,
+        ofp::CONTROLLER => Action::Controller {
+            max_len: CONTROLLER_MAX_LEN,
+        },
+        _ => return err(piece, "cannot output to this reserved port"),
+    })
+}
+
+/// The port of a `resubmit`: `None` for the packet's own input port.
+fn resubmit_port(piece: &str, s: &str, ports: &dyn PortMap) -> Result<Option<u32>, RuleError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    match classify_port(s) {
+        Ok(PortText::Number(n)) => Ok(Some(n)),
+        Ok(PortText::Reserved(ofp::IN_PORT)) => Ok(None),
+        Ok(PortText::Reserved(_)) => err(piece, "resubmit port must be a real port or in_port"),
+        Ok(PortText::Name) => resolve_name(s, ports, true)
+            .map(Some)
+            .map_err(|r| RuleError::new(piece, r)),
+        Err(r) => err(piece, r),
+    }
+}
+
+fn table_no(piece: &str, s: &str) -> Result<u8, RuleError> {
+    let t = parse_max(s, 255).map_err(|r| RuleError::new(piece, r))?;
+    if t == 255 {
+        return err(piece, "table 255 is reserved");
+    }
+    Ok(t as u8)
+}
+
+/// `set_field:VALUE[/MASK]->FIELD`.
+fn parse_set_field(
+    piece: &str,
+    arg: &str,
+    ports: &dyn PortMap,
+    matching: &Match,
+) -> Result<Action, RuleError> {
+    let Some((val, name)) = arg.rsplit_once("->") else {
+        return err(piece, "set_field wants VALUE->FIELD");
+    };
+    let bad = |r: String| RuleError::new(piece, r);
+    let ip_need = Need::P(Prereq::Ip);
+    let exact = |max: u128| -> Result<u128, RuleError> {
+        if val.contains('/') {
+            return err(piece, format!("{name} cannot be set under a mask"));
+        }
+        parse_max(val, max).map_err(bad)
+    };
+    match name {
+        "vlan_vid" => {
+            // OXM's vlan_vid carries the "tag present" bit 0x1000; accept both.
+            Ok(Action::ModVlanVid((exact(0x1fff)? & 0xfff) as u16))
+        }
+        "vlan_pcp" => Ok(Action::ModVlanPcp(exact(7)? as u8)),
+        "ip_dscp" => {
+            ip_need.check(matching, piece, name)?;
+            set_field(piece, Field::NwTos, exact(63)? << 2, 0xfc, matching)
+        }
+        "nw_ecn" | "ip_ecn" => {
+            ip_need.check(matching, piece, name)?;
+            set_field(piece, Field::NwTos, exact(3)?, 0x03, matching)
+        }
+        "nw_tos" => {
+            let v = exact(255)?;
+            if v & 3 != 0 {
+                return err(piece, "nw_tos must have its two low (ECN) bits clear");
+            }
+            set_field(piece, Field::NwTos, v, 0xfc, matching)
+        }
+        "in_port" => {
+            let no = match classify_port(val) {
+                Ok(PortText::Number(n)) => n,
+                Ok(PortText::Reserved(ofp::LOCAL)) => ofp::LOCAL,
+                Ok(PortText::Reserved(_)) => {
+                    return err(piece, "in_port must be set to a real port or LOCAL")
+                }
+                Ok(PortText::Name) => {
+                    resolve_name(val, ports, true).map_err(|r| RuleError::new(piece, r))?
+                }
+                Err(r) => return err(piece, r),
+            };
+            set_field(piece, Field::InPort, no.into(), full(32), matching)
+        }
+        _ => {
+            let (f, extra) = match name {
+                "tcp_src" | "tcp_dst" | "udp_src" | "udp_dst" | "sctp_src" | "sctp_dst" => {
+                    let need = match &name[..3] {
+                        "tcp" => Need::IpProto(6, "tcp"),
+                        "udp" => Need::IpProto(17, "udp"),
+                        _ => Need::IpProto(132, "sctp"),
+                    };
+                    let f = if name.ends_with("_src") {
+                        Field::TpSrc
+                    } else {
+                        Field::TpDst
+                    };
+                    (f, Some(need))
+                }
+                _ => (
+                    Field::from_name(name)
+                        .map_err(|_| RuleError::new(piece, format!("unknown field {name}")))?,
+                    None,
+                ),
+            };
+            if let Some(need) = extra {
+                need.check(matching, piece, name)?;
+            }
+            if !f.settable() {
+                return err(piece, format!("field {name} cannot be set"));
+            }
+            let (v, m) = parse_masked(f.kind(), f.bits(), val, true).map_err(bad)?;
+            set_field(piece, f, v, m, matching)
+        }
+    }
+}
+
+/// NXM/OXM register names accepted by `load`, besides plain field names.
+fn nxm_field(name: &str) -> Option<Field> {
+    if let Some(n) = name.strip_prefix("NXM_NX_REG") {
+        return match n.parse::<u8>() {
+            Ok(i) if i < 8 && n.len() == 1 => Some(Field::Reg(i)),
+            _ => None,
+        };
+    }
+    Some(match name {
+        "NXM_OF_IN_PORT" => Field::InPort,
+        "NXM_OF_ETH_SRC" => Field::DlSrc,
+        "NXM_OF_ETH_DST" => Field::DlDst,
+        "NXM_OF_VLAN_TCI" => Field::VlanTci,
+        "NXM_OF_IP_TOS" => Field::NwTos,
+        "NXM_OF_IP_SRC" => Field::NwSrc,
+        "NXM_OF_IP_DST" => Field::NwDst,
+        "NXM_OF_TCP_SRC" | "NXM_OF_UDP_SRC" => Field::TpSrc,
+        "NXM_OF_TCP_DST" | "NXM_OF_UDP_DST" => Field::TpDst,
+        "NXM_OF_ICMP_TYPE" => Field::IcmpType,
+        "NXM_OF_ICMP_CODE" => Field::IcmpCode,
+        "NXM_OF_ARP_SPA" => Field::ArpSpa,
+        "NXM_OF_ARP_TPA" => Field::ArpTpa,
+        "NXM_NX_ARP_SHA" => Field::ArpSha,
+        "NXM_NX_ARP_THA" => Field::ArpTha,
+        "NXM_NX_IP_TTL" => Field::NwTtl,
+        "NXM_NX_IPV6_SRC" => Field::Ipv6Src,
+        "NXM_NX_IPV6_DST" => Field::Ipv6Dst,
+        "NXM_NX_IPV6_LABEL" => Field::Ipv6Label,
+        "NXM_NX_ICMPV6_TYPE" => Field::Icmpv6Type,
+        "NXM_NX_ICMPV6_CODE" => Field::Icmpv6Code,
+        "NXM_NX_TUN_ID" => Field::TunId,
+        "NXM_NX_TUN_IPV4_SRC" => Field::TunSrc,
+        "NXM_NX_TUN_IPV4_DST" => Field::TunDst,
+        "OXM_OF_METADATA" => Field::Metadata,
+        _ => return Field::from_name(name).ok(),
+    })
+}
+
+/// `load:VALUE->DST[]`, `DST[start..end]` or `DST[bit]`.
+fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
+    let Some((val, dst)) = arg.rsplit_once("->") else {
+        return err(piece, "load wants VALUE->FIELD[bits]");
+    };
+    let Some((name, range)) = dst.strip_suffix(']').and_then(|d| d.split_once('[')) else {
+        return err(piece, "load wants VALUE->FIELD[] or FIELD[start..end]");
+    };
+    let f =
+        nxm_field(name).ok_or_else(|| RuleError::new(piece, format!("unknown field {name}")))?;
+    let bits = f.bits();
+    let (lo, hi) = if range.is_empty() {
+        (0, bits - 1)
+    } else {
+        let (a, b) = range.split_once("..").unwrap_or((range, range));
+        let bit = |s: &str| {
+            s.parse::<u32>()
+                .ok()
+                .filter(|b| *b < bits && s.chars().all(|c| c.is_ascii_digit()))
+        };
+        match (bit(a), bit(b)) {
+            (Some(a), Some(b)) if a <= b => (a, b),
+            _ => return err(piece, format!("bit range must lie within 0..{bits}")),
+        }
+    };
+    let width = hi - lo + 1;
+    let v = parse_uint(val)
+        .filter(|v| *v <= full(width))
+        .ok_or_else(|| {
+            RuleError::new(
+                piece,
+                format!("value must be a number that fits in {width} bits"),
+            )
+        })?;
+    set_field(piece, f, v << lo, full(width) << lo, matching)
+}
+
+/// One action piece.
+fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<Action>, RuleError> {
+    let (name, delim, arg) = split_key(piece);
+    let lname = name.to_ascii_lowercase();
+    let bad = |r: String| RuleError::new(piece, r);
+    // `name(args)`: the argument list must close the piece.
+    let inner = if delim == Some('(') {
+        match arg.strip_suffix(')') {
+            Some(i) => Some(i),
+            None => return err(piece, "malformed action: text after `)`"),
+        }
+    } else {
+        None
+    };
+    let colon = matches!(delim, Some(':') | Some('='));
+    let a = match (lname.as_str(), delim) {
+        ("drop", None) => return Ok(None),
+        ("normal", None) => Action::Normal,
+        ("flood", None) => Action::Flood,
+        ("all", None) => Action::All,
+        ("local", None) => Action::Local,
+        ("in_port", None) => Action::InPort,
+        ("controller", None) => Action::Controller {
+            max_len: CONTROLLER_MAX_LEN,
+        },
+        ("controller", _) if colon => Action::Controller {
+            max_len: parse_max(arg, 0xffff).map_err(bad)? as u16,
+        },
+        ("controller", Some('(')) => {
+            let mut max_len = CONTROLLER_MAX_LEN;
+            for a in split_args(inner.unwrap_or_default()) {
+                match a.split_once('=') {
+                    _ if a.is_empty() => {}
+                    Some(("max_len", v)) => max_len = parse_max(v, 0xffff).map_err(bad)? as u16,
+                    _ => return err(piece, "unsupported controller option (only max_len=N)"),
+                }
+            }
+            Action::Controller { max_len }
+        }
+        ("output", _) if colon => output(piece, arg, ports)?,
+        ("mod_dl_src" | "mod_dl_dst", _) if colon => {
+            let v = parse_mac(arg).ok_or_else(|| bad("invalid MAC address".into()))?;
+            let f = if lname == "mod_dl_src" {
+                Field::DlSrc
+            } else {
+                Field::DlDst
+            };
+            set_field(piece, f, v, full(48), matching)?
+        }
+        ("mod_nw_src" | "mod_nw_dst", _) if colon => {
+            let v = arg
+                .parse::<Ipv4Addr>()
+                .map_err(|_| bad("invalid IPv4 address".into()))?;
+            let f = if lname == "mod_nw_src" {
+                Field::NwSrc
+            } else {
+                Field::NwDst
+            };
+            set_field(piece, f, u32::from(v).into(), full(32), matching)?
+        }
+        ("mod_nw_tos", _) if colon => {
+            let v = parse_max(arg, 255).map_err(bad)?;
+            if v & 3 != 0 {
+                return err(piece, "TOS must have its two low (ECN) bits clear");
+            }
+            set_field(piece, Field::NwTos, v, 0xfc, matching)?
+        }
+        ("mod_nw_ttl", _) if colon => {
+            let v = parse_max(arg, 255).map_err(bad)?;
+            set_field(piece, Field::NwTtl, v, 0xff, matching)?
+        }
+        ("mod_tp_src" | "mod_tp_dst", _) if colon => {
+            let v = parse_max(arg, 0xffff).map_err(bad)?;
+            let f = if lname == "mod_tp_src" {
+                Field::TpSrc
+            } else {
+                Field::TpDst
+            };
+            set_field(piece, f, v, 0xffff, matching)?
+        }
+        ("set_field", _) if colon => parse_set_field(piece, arg, ports, matching)?,
+        ("load", _) if colon => parse_load(piece, arg, matching)?,
+        ("push_vlan", _) if colon => match parse_max(arg, 0xffff).map_err(bad)? {
+            t @ (0x8100 | 0x88a8) => Action::PushVlan(t as u16),
+            _ => return err(piece, "push_vlan TPID must be 0x8100 or 0x88a8"),
+        },
+        ("pop_vlan" | "strip_vlan", None) => Action::PopVlan,
+        ("mod_vlan_vid", _) if colon => {
+            Action::ModVlanVid(parse_max(arg, 4095).map_err(bad)? as u16)
+        }
+        ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
+        ("dec_ttl", None) => Action::DecTtl,
+        ("goto_table", _) if colon => Action::GotoTable(table_no(piece, arg)?),
+        ("resubmit", _) if colon => match resubmit_port(piece, arg, ports)? {
+            Some(p) => Action::Resubmit {
+                port: Some(p),
+                table: None,
+            },
+            None => return err(piece, "resubmit needs a port or a table"),
+        },
+        ("resubmit", Some('(')) => {
+            let args = split_args(inner.unwrap_or_default());
+            let (p, t) = match args.as_slice() {
+                [p] => (*p, ""),
+                [p, t] => (*p, *t),
+                _ => return err(piece, "resubmit wants (PORT,TABLE)"),
+            };
+            let port = resubmit_port(piece, p, ports)?;
+            let table = if t.is_empty() {
+                None
+            } else {
+                Some(table_no(piece, t)?)
+            };
+            if port.is_none() && table.is_none() {
+                return err(piece, "resubmit needs a port or a table");
+            }
+            Action::Resubmit { port, table }
+        }
+        (
+            "output" | "controller" | "mod_dl_src" | "mod_dl_dst" | "mod_nw_src" | "mod_nw_dst"
+            | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
+            | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
+            | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port",
+            _,
+        ) => return err(piece, format!("malformed {lname} action")),
+        (_, None) => match classify_port(piece) {
+            Ok(PortText::Number(n)) => Action::Output(n),
+            Ok(PortText::Reserved(r)) => reserved_action(piece, r)?,
+            Ok(PortText::Name) => match resolve_name(piece, ports, false) {
+                Ok(n) => Action::Output(n),
+                Err(_) => return err(piece, "unknown action"),
+            },
+            Err(r) if piece.starts_with(|c: char| c.is_ascii_digit()) => return err(piece, r),
+            Err(_) => return err(piece, "unknown action"),
+        },
+        _ => return err(piece, "unknown action"),
+    };
+    Ok(Some(a))
+}
+
+/// Parse the text after `actions=`. `matching` and `table` are the rule's own
+/// match and table, for prerequisite and `goto_table` checks.
+pub(crate) fn parse_actions(
+    text: &str,
+    ports: &dyn PortMap,
+    matching: &Match,
+    table: u8,
+) -> Result<Vec<Action>, RuleError> {
+    let pieces = split_actions(text)?;
+    let mut out: Vec<(&str, Action)> = Vec::with_capacity(pieces.len());
+    let mut drop: Option<&str> = None;
+    for piece in &pieces {
+        match action(piece, ports, matching)? {
+            Some(a) => out.push((piece, a)),
+            None => drop = Some(piece),
+        }
+    }
+    if let Some(d) = drop {
+        if pieces.len() > 1 {
+            return err(d, "drop must be the only action");
+        }
+    }
+    let n = out.len();
+    for (i, (piece, a)) in out.iter().enumerate() {
+        if let Action::GotoTable(t) = a {
+            if i + 1 != n {
+                return err(piece, "goto_table must be the last action");
+            }
+            if *t <= table {
+                return err(
+                    piece,
+                    format!(
+                        "goto_table must go to a later table than the rule's own table {table}"
+                    ),
+                );
+            }
+        }
+    }
+    Ok(out.into_iter().map(|(_, a)| a).collect())
+}
