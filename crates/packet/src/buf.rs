@@ -1,0 +1,314 @@
+//! Owned frame buffers with headroom.
+//!
+//! A [`PacketBuf`] carries a frame from the port rx ring through parse, flow
+//! lookup and actions to port tx. Its storage reserves space in front of the
+//! frame so that actions which grow the frame at the front — VLAN push, MPLS,
+//! tunnel encapsulation — move only the few bytes before the insertion point
+//! instead of reallocating and copying the whole packet. Rx paths reuse one
+//! buffer per ring slot through [`PacketBuf::set_data`], so the steady state
+//! allocates nothing.
+
+use core::fmt;
+
+/// An owned frame with headroom in front and tailroom behind.
+///
+/// Invariant: `start + len <= storage.len()`.
+#[derive(Clone)]
+pub struct PacketBuf {
+    storage: Box<[u8]>,
+    start: usize,
+    len: usize,
+    /// Headroom restored by [`set_data`](Self::set_data) / [`clear`](Self::clear).
+    reserve: usize,
+}
+
+impl PacketBuf {
+    /// Headroom reserved by the constructors: room for a double VLAN push
+    /// plus a Geneve/VXLAN-over-IPv6 encapsulation, rounded up to a cache
+    /// line multiple.
+    pub const DEFAULT_HEADROOM: usize = 128;
+
+    /// An empty buffer able to hold `cap` bytes of frame after
+    /// [`DEFAULT_HEADROOM`](Self::DEFAULT_HEADROOM) bytes of headroom.
+    pub fn with_capacity(cap: usize) -> Self {
+        Self::with_headroom(Self::DEFAULT_HEADROOM, cap)
+    }
+
+    /// An empty buffer with a custom headroom, for paths that know they need
+    /// more (or less) than the default.
+    pub fn with_headroom(headroom: usize, cap: usize) -> Self {
+        PacketBuf {
+            storage: vec![0u8; headroom.saturating_add(cap)].into_boxed_slice(),
+            start: headroom,
+            len: 0,
+            reserve: headroom,
+        }
+    }
+
+    /// A buffer holding a copy of `data` behind the default headroom.
+    pub fn from_slice(data: &[u8]) -> Self {
+        let mut b = Self::with_capacity(data.len());
+        b.storage[b.start..b.start + data.len()].copy_from_slice(data);
+        b.len = data.len();
+        b
+    }
+
+    /// The frame.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    /// The frame, mutable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+
+    /// Frame length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Is the frame empty?
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Total storage size (headroom + frame + tailroom).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Bytes available in front of the frame.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    /// Bytes available behind the frame.
+    #[inline]
+    pub fn tailroom(&self) -> usize {
+        self.storage.len() - self.start - self.len
+    }
+
+    /// Replaces the frame with a copy of `data`, reusing the storage and
+    /// restoring the reserved headroom. Returns `false`, leaving the buffer
+    /// unchanged, if `data` does not fit behind that headroom.
+    pub fn set_data(&mut self, data: &[u8]) -> bool {
+        let start = self.reserve;
+        match self.storage.len().checked_sub(start) {
+            Some(room) if room >= data.len() => {
+                self.storage[start..start + data.len()].copy_from_slice(data);
+                self.start = start;
+                self.len = data.len();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Empties the frame and restores the reserved headroom.
+    pub fn clear(&mut self) {
+        self.start = self.reserve.min(self.storage.len());
+        self.len = 0;
+    }
+
+    /// Grows the frame by `n` bytes at the front, taken from the headroom,
+    /// and returns those `n` new bytes (zeroed) for the caller to fill.
+    /// `None`, leaving the buffer unchanged, if the headroom is too small.
+    pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.start {
+            return None;
+        }
+        self.start -= n;
+        self.len += n;
+        let new = &mut self.storage[self.start..self.start + n];
+        new.fill(0);
+        Some(new)
+    }
+
+    /// Removes `n` bytes from the front (they become headroom). `false`,
+    /// leaving the buffer unchanged, if the frame is shorter than `n`.
+    pub fn pull_front(&mut self, n: usize) -> bool {
+        if n > self.len {
+            return false;
+        }
+        self.start += n;
+        self.len -= n;
+        true
+    }
+
+    /// Shortens the frame to `len` bytes; no-op if it is not longer.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.len = len;
+        }
+    }
+
+    /// Grows the frame by `n` bytes at the back, taken from the tailroom,
+    /// and returns those `n` new bytes (zeroed). `None`, leaving the buffer
+    /// unchanged, if the tailroom is too small.
+    pub fn extend_back(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.tailroom() {
+            return None;
+        }
+        let end = self.start + self.len;
+        self.len += n;
+        let new = &mut self.storage[end..end + n];
+        new.fill(0);
+        Some(new)
+    }
+
+    /// Makes sure at least `n` bytes of headroom are available, reallocating
+    /// (the slow path; the frame is copied) only if they are not. Use before
+    /// an unusually deep encapsulation; ordinary pushes fit the default.
+    pub fn reserve_headroom(&mut self, n: usize) {
+        if self.start >= n {
+            return;
+        }
+        let tail = self.tailroom();
+        let size = n.saturating_add(self.len).saturating_add(tail);
+        let mut storage = vec![0u8; size].into_boxed_slice();
+        storage[n..n + self.len].copy_from_slice(self.data());
+        self.storage = storage;
+        self.start = n;
+        self.reserve = self.reserve.max(n);
+    }
+}
+
+impl Default for PacketBuf {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
+}
+
+impl AsRef<[u8]> for PacketBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
+impl AsMut<[u8]> for PacketBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
+    }
+}
+
+/// Two buffers are equal when their frames are; headroom is not content.
+impl PartialEq for PacketBuf {
+    fn eq(&self, other: &Self) -> bool {
+        self.data() == other.data()
+    }
+}
+
+impl Eq for PacketBuf {}
+
+impl fmt::Debug for PacketBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Hex<'a>(&'a [u8], usize);
+        impl fmt::Debug for Hex<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                for b in self.0 {
+                    write!(f, "{b:02x}")?;
+                }
+                if self.1 > self.0.len() {
+                    write!(f, "…(+{})", self.1 - self.0.len())?;
+                }
+                Ok(())
+            }
+        }
+        let d = self.data();
+        f.debug_struct("PacketBuf")
+            .field("len", &self.len)
+            .field("headroom", &self.headroom())
+            .field("tailroom", &self.tailroom())
+            .field("data", &Hex(&d[..d.len().min(64)], d.len()))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_slice_and_rooms() {
+        let b = PacketBuf::from_slice(&[1, 2, 3]);
+        assert_eq!(b.data(), &[1, 2, 3]);
+        assert_eq!(b.len(), 3);
+        assert!(!b.is_empty());
+        assert_eq!(b.headroom(), PacketBuf::DEFAULT_HEADROOM);
+        assert_eq!(b.tailroom(), 0);
+        let e = PacketBuf::with_capacity(100);
+        assert!(e.is_empty());
+        assert_eq!((e.headroom(), e.tailroom()), (128, 100));
+    }
+
+    #[test]
+    fn push_pull_front() {
+        let mut b = PacketBuf::from_slice(&[9; 10]);
+        b.push_front(4).unwrap().copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(&b.data()[..5], &[1, 2, 3, 4, 9]);
+        assert_eq!(b.headroom(), 124);
+        assert!(b.push_front(125).is_none());
+        assert_eq!(b.len(), 14);
+        assert!(b.pull_front(4));
+        assert_eq!(b.data(), &[9; 10]);
+        assert!(!b.pull_front(11));
+        assert!(b.pull_front(10));
+        assert!(b.is_empty());
+        assert!(b.push_front(b.headroom()).is_some());
+        assert_eq!(b.headroom(), 0);
+    }
+
+    #[test]
+    fn set_data_reuses_storage() {
+        let mut b = PacketBuf::with_capacity(8);
+        assert!(b.set_data(&[1; 8]));
+        b.push_front(100).unwrap();
+        assert!(b.set_data(&[2; 4]));
+        assert_eq!(b.headroom(), 128);
+        assert_eq!(b.data(), &[2; 4]);
+        assert!(!b.set_data(&[3; 9]));
+        assert_eq!(b.data(), &[2; 4]);
+    }
+
+    #[test]
+    fn tail_operations() {
+        let mut b = PacketBuf::with_capacity(6);
+        b.set_data(&[1, 2]);
+        b.extend_back(3).unwrap().copy_from_slice(&[3, 4, 5]);
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert!(b.extend_back(2).is_none());
+        b.truncate(10);
+        assert_eq!(b.len(), 5);
+        b.truncate(1);
+        assert_eq!(b.data(), &[1]);
+        assert_eq!(b.tailroom(), 5);
+    }
+
+    #[test]
+    fn reserve_headroom_reallocates_once() {
+        let mut b = PacketBuf::with_headroom(0, 4);
+        b.set_data(&[1, 2, 3]);
+        assert!(b.push_front(1).is_none());
+        b.reserve_headroom(16);
+        assert_eq!((b.headroom(), b.data()), (16, &[1u8, 2, 3][..]));
+        assert_eq!(b.tailroom(), 1);
+        b.clear();
+        assert_eq!(b.headroom(), 16);
+    }
+
+    #[test]
+    fn clone_eq_debug() {
+        let b = PacketBuf::from_slice(&[0xab; 70]);
+        let c = b.clone();
+        assert_eq!(b, c);
+        let s = format!("{b:?}");
+        assert!(s.contains("len: 70") && s.contains("abab") && s.contains("+6"));
+    }
+}

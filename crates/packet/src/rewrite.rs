@@ -1,0 +1,676 @@
+//! In-place header rewrites with incremental checksum maintenance.
+//!
+//! This is the "actions rewrite headers" step of port rx ring -> parse ->
+//! flow key -> classifier/caches -> **actions** -> port tx. Set-field actions
+//! run once per packet on the fast path, so each function here touches only
+//! the bytes of its field and the checksums that cover them, patched with
+//! RFC 1624 ([`crate::checksum::update16`] and friends) — never a pass over
+//! the payload. The one exception is an SCTP port rewrite, whose CRC32c has
+//! no cheap incremental form.
+//!
+//! Conventions shared by every function:
+//! * Field rewrites take the frame and the [`Layout`] that [`crate::parse()`]
+//!   produced for it; they do not re-parse. Ethernet-address and outer-VLAN
+//!   rewrites take no layout: their fields sit at fixed offsets.
+//! * Addresses are accepted as anything convertible to `Ipv4Addr` /
+//!   `Ipv6Addr` (`u32`, `[u8; 4]`, `[u8; 16]`, `u128`, ...), so flow keys
+//!   that store raw words need no conversion at the call site.
+//! * They return `true` if the field exists in this frame and was written
+//!   (even when the new value equals the old one). They return `false` and
+//!   leave the frame untouched when the field does not apply — e.g. setting
+//!   an IPv4 source on an ARP or IPv6 frame, a transport port on a later
+//!   fragment or on ICMP, a VLAN field on an untagged frame — or when the
+//!   frame is shorter than the layout claims. They never panic and never
+//!   allocate.
+//! * Checksums: the IPv4 header checksum is patched for IPv4 fields; TCP,
+//!   UDP and ICMPv6 checksums are patched when a pseudo-header field
+//!   (address) or a covered field (port) changes. A UDP checksum of 0 means
+//!   "none" and stays 0; a patched UDP checksum that comes out 0 is stored as
+//!   0xffff. On later fragments there is no L4 header to patch; on first
+//!   fragments the L4 checksum covers the whole datagram and the incremental
+//!   patch is still exact. An IPv6 destination change does not patch the L4
+//!   checksum when a routing header with segments left is present (the
+//!   pseudo header uses the final destination, as Open vSwitch also assumes).
+//! * [`push_vlan`] / [`pop_vlan`] change the frame length and work on a
+//!   [`PacketBuf`]; every offset in the old layout is stale afterwards and
+//!   the caller must parse again before any further layout-based rewrite.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::buf::PacketBuf;
+use crate::checksum::{update16, update32, update_bytes};
+use crate::parse::{L3Kind, L4Kind, Layout};
+use crate::{bytes, ipv4, ipv6, sctp, vlan, MacAddr};
+
+/// Where the transport checksum that covers the IP pseudo header is, and
+/// whether it follows UDP's zero rule. `None` if there is none to patch.
+fn pseudo_l4_csum(frame: &[u8], layout: &Layout) -> Option<(usize, bool)> {
+    if layout.is_later_fragment() {
+        return None;
+    }
+    let l4 = usize::from(layout.l4_offset);
+    let (off, udp) = match (layout.l3, layout.l4) {
+        (L3Kind::Ipv4 | L3Kind::Ipv6, L4Kind::Tcp) => (l4 + 16, false),
+        (L3Kind::Ipv4 | L3Kind::Ipv6, L4Kind::Udp) => (l4 + 6, true),
+        (L3Kind::Ipv6, L4Kind::Icmpv6) => (l4 + 2, false),
+        _ => return None,
+    };
+    (off + 2 <= frame.len()).then_some((off, udp))
+}
+
+/// Rewrites the 16-bit checksum at `off` with `patch`, honouring UDP's
+/// "0 = no checksum" rule when `udp`.
+fn patch_csum(frame: &mut [u8], off: usize, udp: bool, patch: impl FnOnce(u16) -> u16) {
+    let old = bytes::u16_at(frame, off);
+    if udp && old == 0 {
+        return;
+    }
+    let mut new = patch(old);
+    if udp && new == 0 {
+        new = 0xffff;
+    }
+    bytes::set_u16(frame, off, new);
+}
+
+/// Does the frame hold everything the layout describes? Checked up front so
+/// that a rewrite either applies completely or not at all.
+fn fits(frame: &[u8], layout: &Layout) -> bool {
+    frame.len() >= layout.l4_end()
+}
+
+/// Offset of the IPv4 header if the frame is IPv4 and matches the layout.
+fn ipv4_l3(frame: &[u8], layout: &Layout) -> Option<usize> {
+    let l3 = usize::from(layout.l3_offset);
+    (layout.l3 == L3Kind::Ipv4 && frame.len() >= l3 + ipv4::HEADER_LEN && fits(frame, layout))
+        .then_some(l3)
+}
+
+/// Offset of the IPv6 header if the frame is IPv6 and matches the layout.
+fn ipv6_l3(frame: &[u8], layout: &Layout) -> Option<usize> {
+    let l3 = usize::from(layout.l3_offset);
+    (layout.l3 == L3Kind::Ipv6 && frame.len() >= l3 + ipv6::HEADER_LEN && fits(frame, layout))
+        .then_some(l3)
+}
+
+/// Offset of the ARP body if the frame is Ethernet/IPv4 ARP.
+fn arp_l3(frame: &[u8], layout: &Layout) -> Option<usize> {
+    let l3 = usize::from(layout.l3_offset);
+    (layout.l3 == L3Kind::Arp && frame.len() >= l3 + crate::arp::HEADER_LEN).then_some(l3)
+}
+
+/// Rewrites a 16-bit word of the IPv4 header, patching the header checksum.
+fn ipv4_set_word(frame: &mut [u8], l3: usize, word_off: usize, new: u16) {
+    let at = l3 + word_off;
+    let old = bytes::u16_at(frame, at);
+    bytes::set_u16(frame, at, new);
+    let c = l3 + ipv4::CHECKSUM_OFFSET;
+    let csum = bytes::u16_at(frame, c);
+    bytes::set_u16(frame, c, update16(csum, old, new));
+}
+
+/// Sets the Ethernet source address. Needs no layout: the address is at a
+/// fixed offset and no checksum covers it. `false` only for frames shorter
+/// than 12 bytes.
+pub fn set_eth_src(frame: &mut [u8], mac: MacAddr) -> bool {
+    match frame.get_mut(6..12) {
+        Some(s) => {
+            s.copy_from_slice(&mac);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets the Ethernet destination address; see [`set_eth_src`].
+pub fn set_eth_dst(frame: &mut [u8], mac: MacAddr) -> bool {
+    match frame.get_mut(0..6) {
+        Some(s) => {
+            s.copy_from_slice(&mac);
+            true
+        }
+        None => false,
+    }
+}
+
+fn set_ipv4_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv4Addr) -> bool {
+    let Some(l3) = ipv4_l3(frame, layout) else {
+        return false;
+    };
+    let l4 = pseudo_l4_csum(frame, layout);
+    let at = l3 + field;
+    let old = bytes::u32_at(frame, at);
+    let new = u32::from(ip);
+    bytes::set_u32(frame, at, new);
+    let c = l3 + ipv4::CHECKSUM_OFFSET;
+    let csum = bytes::u16_at(frame, c);
+    bytes::set_u16(frame, c, update32(csum, old, new));
+    if let Some((off, udp)) = l4 {
+        patch_csum(frame, off, udp, |c| update32(c, old, new));
+    }
+    true
+}
+
+/// Sets the IPv4 source address, patching the IPv4 header checksum and the
+/// TCP/UDP checksum (pseudo header). `false` if not IPv4.
+pub fn set_ipv4_src(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
+    set_ipv4_addr(frame, layout, ipv4::SRC_OFFSET, ip.into())
+}
+
+/// Sets the IPv4 destination address; see [`set_ipv4_src`].
+pub fn set_ipv4_dst(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
+    set_ipv4_addr(frame, layout, ipv4::DST_OFFSET, ip.into())
+}
+
+fn set_ipv6_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv6Addr) -> bool {
+    let Some(l3) = ipv6_l3(frame, layout) else {
+        return false;
+    };
+    let mut l4 = pseudo_l4_csum(frame, layout);
+    if field == ipv6::DST_OFFSET && ipv6::routing_segments_left(frame, layout) != Some(0) {
+        l4 = None;
+    }
+    let at = l3 + field;
+    let Some(old) = bytes::get_array::<16>(frame, at) else {
+        return false;
+    };
+    let new = ip.octets();
+    frame[at..at + 16].copy_from_slice(&new);
+    if let Some((off, udp)) = l4 {
+        patch_csum(frame, off, udp, |c| update_bytes(c, &old, &new));
+    }
+    true
+}
+
+/// Sets the IPv6 source address, patching the TCP/UDP/ICMPv6 checksum.
+/// `false` if not IPv6.
+pub fn set_ipv6_src(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv6Addr>) -> bool {
+    set_ipv6_addr(frame, layout, ipv6::SRC_OFFSET, ip.into())
+}
+
+/// Sets the IPv6 destination address, patching the TCP/UDP/ICMPv6 checksum
+/// unless a routing header with segments left is present. `false` if not
+/// IPv6.
+pub fn set_ipv6_dst(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv6Addr>) -> bool {
+    set_ipv6_addr(frame, layout, ipv6::DST_OFFSET, ip.into())
+}
+
+/// Current TOS byte (IPv4) or traffic class (IPv6); `None` if not IP.
+pub fn ip_tos(frame: &[u8], layout: &Layout) -> Option<u8> {
+    if let Some(l3) = ipv4_l3(frame, layout) {
+        Some(frame[l3 + 1])
+    } else {
+        ipv6_l3(frame, layout).map(|l3| (frame[l3] << 4) | (frame[l3 + 1] >> 4))
+    }
+}
+
+/// Sets the whole IPv4 TOS byte (patching the header checksum) or the IPv6
+/// traffic class. `false` if not IP.
+pub fn set_ip_tos(frame: &mut [u8], layout: &Layout, tos: u8) -> bool {
+    if let Some(l3) = ipv4_l3(frame, layout) {
+        let w = u16::from_be_bytes([frame[l3], tos]);
+        ipv4_set_word(frame, l3, 0, w);
+        true
+    } else if let Some(l3) = ipv6_l3(frame, layout) {
+        frame[l3] = (frame[l3] & 0xf0) | (tos >> 4);
+        frame[l3 + 1] = (frame[l3 + 1] & 0x0f) | (tos << 4);
+        true
+    } else {
+        false
+    }
+}
+
+/// Sets the DSCP (upper six bits of TOS / traffic class), keeping ECN.
+/// Bits of `dscp` above the sixth are ignored. `false` if not IP.
+pub fn set_ip_dscp(frame: &mut [u8], layout: &Layout, dscp: u8) -> bool {
+    match ip_tos(frame, layout) {
+        Some(tos) => set_ip_tos(frame, layout, (dscp << 2) | (tos & 0x03)),
+        None => false,
+    }
+}
+
+/// Sets the ECN bits (lower two bits of TOS / traffic class), keeping DSCP.
+/// `false` if not IP.
+pub fn set_ip_ecn(frame: &mut [u8], layout: &Layout, ecn: u8) -> bool {
+    match ip_tos(frame, layout) {
+        Some(tos) => set_ip_tos(frame, layout, (tos & !0x03) | (ecn & 0x03)),
+        None => false,
+    }
+}
+
+/// Current IPv4 TTL or IPv6 hop limit; `None` if not IP.
+pub fn ttl(frame: &[u8], layout: &Layout) -> Option<u8> {
+    if let Some(l3) = ipv4_l3(frame, layout) {
+        Some(frame[l3 + 8])
+    } else {
+        ipv6_l3(frame, layout).map(|l3| frame[l3 + 7])
+    }
+}
+
+/// Sets the IPv4 TTL (patching the header checksum) or the IPv6 hop limit.
+/// `false` if not IP.
+pub fn set_ttl(frame: &mut [u8], layout: &Layout, ttl: u8) -> bool {
+    if let Some(l3) = ipv4_l3(frame, layout) {
+        let w = u16::from_be_bytes([ttl, frame[l3 + 9]]);
+        ipv4_set_word(frame, l3, 8, w);
+        true
+    } else if let Some(l3) = ipv6_l3(frame, layout) {
+        frame[l3 + 7] = ttl;
+        true
+    } else {
+        false
+    }
+}
+
+/// Decrements the IPv4 TTL / IPv6 hop limit, as a router's `dec_ttl` does.
+/// Returns the new value, or `None` without touching the frame if the frame
+/// is not IP or the TTL is already 0 or 1 (the packet must then be dropped
+/// or punted, which is the caller's policy).
+pub fn dec_ttl(frame: &mut [u8], layout: &Layout) -> Option<u8> {
+    let t = ttl(frame, layout)?;
+    if t <= 1 {
+        return None;
+    }
+    set_ttl(frame, layout, t - 1).then_some(t - 1)
+}
+
+fn set_tp_port(frame: &mut [u8], layout: &Layout, field: usize, port: u16) -> bool {
+    let l4 = usize::from(layout.l4_offset);
+    if !layout.is_ip() || !fits(frame, layout) {
+        return false;
+    }
+    match layout.l4 {
+        L4Kind::Tcp | L4Kind::Udp => {
+            let udp = layout.l4 == L4Kind::Udp;
+            let (hdr_len, csum_off) = if udp { (8, 6) } else { (20, 16) };
+            if frame.len() < l4 + hdr_len {
+                return false;
+            }
+            let old = bytes::u16_at(frame, l4 + field);
+            bytes::set_u16(frame, l4 + field, port);
+            patch_csum(frame, l4 + csum_off, udp, |c| update16(c, old, port));
+            true
+        }
+        L4Kind::Sctp => {
+            let end = l4 + usize::from(layout.l4_len);
+            let Some(seg) = frame.get_mut(l4..end) else {
+                return false;
+            };
+            if seg.len() < sctp::HEADER_LEN {
+                return false;
+            }
+            let mut p = sctp::Packet::new_unchecked(seg);
+            // The CRC covers the whole SCTP packet, which a fragment does not
+            // hold; and a packet whose CRC was already wrong must stay wrong.
+            let fix = !layout.is_fragment() && p.verify_checksum();
+            if field == 0 {
+                p.set_src_port(port);
+            } else {
+                p.set_dst_port(port);
+            }
+            if fix {
+                p.fill_checksum();
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Sets the TCP/UDP/SCTP source port, patching the TCP/UDP checksum or
+/// recomputing the SCTP CRC32c (only for unfragmented packets whose CRC was
+/// correct). `false` for other protocols and for later fragments.
+pub fn set_tp_src(frame: &mut [u8], layout: &Layout, port: u16) -> bool {
+    set_tp_port(frame, layout, 0, port)
+}
+
+/// Sets the TCP/UDP/SCTP destination port; see [`set_tp_src`].
+pub fn set_tp_dst(frame: &mut [u8], layout: &Layout, port: u16) -> bool {
+    set_tp_port(frame, layout, 2, port)
+}
+
+/// Sets the ARP operation. `false` unless the frame is Ethernet/IPv4 ARP.
+pub fn set_arp_op(frame: &mut [u8], layout: &Layout, op: u16) -> bool {
+    match arp_l3(frame, layout) {
+        Some(l3) => {
+            bytes::set_u16(frame, l3 + 6, op);
+            true
+        }
+        None => false,
+    }
+}
+
+fn set_arp_bytes(frame: &mut [u8], layout: &Layout, off: usize, val: &[u8]) -> bool {
+    match arp_l3(frame, layout) {
+        Some(l3) => {
+            frame[l3 + off..l3 + off + val.len()].copy_from_slice(val);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets the ARP sender hardware address.
+pub fn set_arp_sha(frame: &mut [u8], layout: &Layout, mac: MacAddr) -> bool {
+    set_arp_bytes(frame, layout, 8, &mac)
+}
+
+/// Sets the ARP sender protocol address.
+pub fn set_arp_spa(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
+    set_arp_bytes(frame, layout, 14, &ip.into().octets())
+}
+
+/// Sets the ARP target hardware address.
+pub fn set_arp_tha(frame: &mut [u8], layout: &Layout, mac: MacAddr) -> bool {
+    set_arp_bytes(frame, layout, 18, &mac)
+}
+
+/// Sets the ARP target protocol address.
+pub fn set_arp_tpa(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
+    set_arp_bytes(frame, layout, 24, &ip.into().octets())
+}
+
+/// Offset of the outermost TCI, if the frame is tagged. The outer tag is
+/// always right after the MAC addresses, so no layout is needed (which also
+/// keeps these usable right after a push without re-parsing).
+fn outer_tci(frame: &[u8]) -> Option<usize> {
+    let tpid = bytes::get_u16(frame, 12)?;
+    (vlan::is_vlan_tpid(tpid) && frame.len() >= 16).then_some(14)
+}
+
+/// Sets the whole TCI of the outermost VLAN tag. `false` if untagged.
+pub fn set_vlan_tci(frame: &mut [u8], tci: u16) -> bool {
+    match outer_tci(frame) {
+        Some(at) => {
+            bytes::set_u16(frame, at, tci);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets the VID of the outermost VLAN tag, keeping PCP and DEI. Bits of
+/// `vid` above the twelfth are ignored. `false` if untagged.
+pub fn set_vlan_vid(frame: &mut [u8], vid: u16) -> bool {
+    match outer_tci(frame) {
+        Some(at) => {
+            let t = bytes::u16_at(frame, at);
+            bytes::set_u16(frame, at, (t & !vlan::VID_MASK) | (vid & vlan::VID_MASK));
+            true
+        }
+        None => false,
+    }
+}
+
+/// Sets the PCP of the outermost VLAN tag, keeping DEI and VID. Bits of
+/// `pcp` above the third are ignored. `false` if untagged.
+pub fn set_vlan_pcp(frame: &mut [u8], pcp: u8) -> bool {
+    match outer_tci(frame) {
+        Some(at) => {
+            let t = bytes::u16_at(frame, at);
+            let mask = 7 << vlan::PCP_SHIFT;
+            bytes::set_u16(
+                frame,
+                at,
+                (t & !mask) | (u16::from(pcp & 7) << vlan::PCP_SHIFT),
+            );
+            true
+        }
+        None => false,
+    }
+}
+
+/// Inserts a VLAN tag (`tpid`, `tci`) as the new outermost tag, right after
+/// the MAC addresses, growing the frame into the buffer's headroom: only the
+/// 12 address bytes move. `false`, leaving the buffer unchanged, if the frame
+/// is shorter than an Ethernet header or the headroom is under 4 bytes (see
+/// [`PacketBuf::reserve_headroom`]).
+///
+/// Any number of tags can be pushed, but [`crate::parse()`] rejects frames with
+/// more than two. The caller must parse again afterwards.
+pub fn push_vlan(buf: &mut PacketBuf, tpid: u16, tci: u16) -> bool {
+    if buf.len() < crate::ethernet::HEADER_LEN || buf.push_front(vlan::HEADER_LEN).is_none() {
+        return false;
+    }
+    let d = buf.data_mut();
+    d.copy_within(4..16, 0);
+    bytes::set_u16(d, 12, tpid);
+    bytes::set_u16(d, 14, tci);
+    true
+}
+
+/// Removes the outermost VLAN tag, moving the MAC addresses 4 bytes forward
+/// (the freed bytes become headroom). `false`, leaving the buffer unchanged,
+/// if the frame has no complete outer tag. The caller must parse again
+/// afterwards.
+pub fn pop_vlan(buf: &mut PacketBuf) -> bool {
+    let d = buf.data_mut();
+    if d.len() < crate::ethernet::HEADER_LEN + vlan::HEADER_LEN
+        || !vlan::is_vlan_tpid(bytes::u16_at(d, 12))
+    {
+        return false;
+    }
+    d.copy_within(0..12, 4);
+    buf.pull_front(vlan::HEADER_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::FrameBuilder;
+    use crate::checksum::{verify_ipv4_header, verify_l4};
+    use crate::parse::parse;
+
+    const A: MacAddr = [2, 0, 0, 0, 0, 1];
+    const B: MacAddr = [2, 0, 0, 0, 0, 2];
+
+    fn v4(a: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, 0, a)
+    }
+
+    fn assert_valid(frame: &[u8]) {
+        let l = parse(frame).unwrap();
+        if l.l3 == L3Kind::Ipv4 {
+            assert_eq!(verify_ipv4_header(frame, &l), Some(true));
+        }
+        assert_ne!(verify_l4(frame, &l), Some(false));
+    }
+
+    #[test]
+    fn ipv4_tcp_rewrites_keep_checksums_valid() {
+        let mut f = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .tcp(1234, 80, crate::tcp::FLAG_SYN)
+            .payload(b"hello")
+            .build();
+        let l = parse(&f).unwrap();
+        assert!(set_ipv4_src(&mut f, &l, Ipv4Addr::new(192, 168, 1, 1)));
+        assert!(set_ipv4_dst(&mut f, &l, Ipv4Addr::new(172, 16, 0, 9)));
+        assert!(set_tp_src(&mut f, &l, 40000));
+        assert!(set_tp_dst(&mut f, &l, 8080));
+        assert!(set_ip_dscp(&mut f, &l, 46));
+        assert!(set_ip_ecn(&mut f, &l, 3));
+        assert!(set_ttl(&mut f, &l, 7));
+        assert_eq!(dec_ttl(&mut f, &l), Some(6));
+        assert!(set_eth_src(&mut f, B));
+        assert!(set_eth_dst(&mut f, A));
+        assert_valid(&f);
+        {
+            let e = etherparse::SlicedPacket::from_ethernet(&f).unwrap();
+            match e.net {
+                Some(etherparse::NetSlice::Ipv4(ip)) => {
+                    let h = ip.header();
+                    assert_eq!(h.source_addr(), Ipv4Addr::new(192, 168, 1, 1));
+                    assert_eq!(h.destination_addr(), Ipv4Addr::new(172, 16, 0, 9));
+                    assert_eq!((h.dcp().value(), h.ecn().value(), h.ttl()), (46, 3, 6));
+                    assert_eq!(h.header_checksum(), h.to_header().calc_header_checksum());
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(ttl(&f, &l), Some(6));
+        assert!(!set_arp_op(&mut f, &l, 2));
+        assert!(!set_ipv6_src(&mut f, &l, Ipv6Addr::LOCALHOST));
+        assert!(!set_vlan_vid(&mut f, 5));
+        assert!(!set_vlan_tci(&mut f, 5));
+    }
+
+    #[test]
+    fn udp_zero_checksum_stays_zero() {
+        let mut f = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .udp(1, 2)
+            .no_udp_checksum()
+            .payload(b"x")
+            .build();
+        let l = parse(&f).unwrap();
+        assert!(set_ipv4_src(&mut f, &l, v4(99)));
+        assert!(set_tp_dst(&mut f, &l, 53));
+        assert_eq!(bytes::u16_at(&f, usize::from(l.l4_offset) + 6), 0);
+        assert_valid(&f);
+    }
+
+    #[test]
+    fn udp_patched_zero_becomes_ffff() {
+        // Build a UDP datagram, then choose the new port that makes the
+        // checksum come out as 0 and check it is stored as 0xffff.
+        let mut f = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .udp(1000, 2000)
+            .build();
+        let l = parse(&f).unwrap();
+        let l4 = usize::from(l.l4_offset);
+        let csum = bytes::u16_at(&f, l4 + 6);
+        // update16(csum, 1000, p) == 0  <=>  ~csum + ~1000 + p ≡ 0xffff
+        let s = u32::from(!csum) + u32::from(!1000u16);
+        let s = crate::checksum::fold(s);
+        let port = 0xffff - s;
+        assert!(set_tp_src(&mut f, &l, port));
+        assert_eq!(bytes::u16_at(&f, l4 + 6), 0xffff);
+        assert_valid(&f);
+    }
+
+    #[test]
+    fn ipv6_rewrites() {
+        let s: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let d: Ipv6Addr = "2001:db8::2".parse().unwrap();
+        for kind in 0..3 {
+            let b = FrameBuilder::new(A, B).vlan(100).ipv6(s, d);
+            let b = match kind {
+                0 => b.udp(5353, 5353),
+                1 => b.tcp(1, 2, 0x18),
+                _ => b.icmpv6(128, 0),
+            };
+            let mut f = b.payload(b"payload!").build();
+            let l = parse(&f).unwrap();
+            assert!(set_ipv6_src(
+                &mut f,
+                &l,
+                "fe80::abcd".parse::<Ipv6Addr>().unwrap()
+            ));
+            assert!(set_ipv6_dst(
+                &mut f,
+                &l,
+                "ff02::1".parse::<Ipv6Addr>().unwrap()
+            ));
+            assert!(set_ip_tos(&mut f, &l, 0xb9));
+            assert!(set_ttl(&mut f, &l, 1));
+            assert_eq!(dec_ttl(&mut f, &l), None);
+            assert_eq!(kind != 2, set_tp_src(&mut f, &l, 7));
+            assert!(set_vlan_vid(&mut f, 4095));
+            assert!(set_vlan_pcp(&mut f, 6));
+            assert_valid(&f);
+            let l2 = parse(&f).unwrap();
+            assert_eq!(l2.vlan_tags[0], vlan::tci(6, false, 4095));
+            assert_eq!(ip_tos(&f, &l2), Some(0xb9));
+            assert!(!set_ipv4_src(&mut f, &l, v4(1)));
+        }
+    }
+
+    #[test]
+    fn later_fragment_l4_untouched() {
+        let mut f = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .ipv4_fragment(64, false)
+            .raw_l4(6)
+            .payload(&[0xaa; 24])
+            .build();
+        let l = parse(&f).unwrap();
+        assert!(l.is_later_fragment());
+        let before = f[usize::from(l.l4_offset)..].to_vec();
+        assert!(set_ipv4_src(&mut f, &l, v4(3)));
+        assert!(!set_tp_src(&mut f, &l, 9));
+        assert_eq!(&f[usize::from(l.l4_offset)..], &before[..]);
+        assert_eq!(verify_ipv4_header(&f, &l), Some(true));
+    }
+
+    #[test]
+    fn arp_rewrites() {
+        let mut f = FrameBuilder::new(A, ethernet_bcast())
+            .arp(1, A, v4(1), [0; 6], v4(2))
+            .build();
+        let l = parse(&f).unwrap();
+        assert!(set_arp_op(&mut f, &l, 2));
+        assert!(set_arp_sha(&mut f, &l, B));
+        assert!(set_arp_spa(&mut f, &l, v4(2)));
+        assert!(set_arp_tha(&mut f, &l, A));
+        assert!(set_arp_tpa(&mut f, &l, v4(1)));
+        let p = crate::arp::Packet::new_checked(&f[14..]).unwrap();
+        assert_eq!(
+            (p.operation(), p.sha(), p.spa(), p.tha(), p.tpa()),
+            (2, B, v4(2), A, v4(1))
+        );
+        assert!(!set_ttl(&mut f, &l, 1));
+        assert!(!set_tp_dst(&mut f, &l, 1));
+    }
+
+    fn ethernet_bcast() -> MacAddr {
+        crate::ethernet::BROADCAST
+    }
+
+    #[test]
+    fn push_and_pop_vlan() {
+        let orig = FrameBuilder::new(A, B).ipv4(v4(1), v4(2)).udp(1, 2).build();
+        let mut buf = PacketBuf::from_slice(&orig);
+        assert!(!pop_vlan(&mut buf));
+        assert!(push_vlan(&mut buf, 0x8100, 10));
+        assert!(push_vlan(&mut buf, 0x88a8, 20));
+        let l = parse(buf.data()).unwrap();
+        assert_eq!(l.n_vlan, 2);
+        assert_eq!(l.vlan_tpids, [0x88a8, 0x8100]);
+        assert_eq!(l.vlan_tags, [20, 10]);
+        assert_eq!(&buf.data()[..12], &orig[..12]);
+        assert_valid(buf.data());
+        assert_eq!(buf.headroom(), PacketBuf::DEFAULT_HEADROOM - 8);
+        assert!(pop_vlan(&mut buf));
+        let l = parse(buf.data()).unwrap();
+        assert_eq!((l.n_vlan, l.vlan_tags[0]), (1, 10));
+        assert!(pop_vlan(&mut buf));
+        assert_eq!(buf.data(), &orig[..]);
+        assert!(!pop_vlan(&mut buf));
+
+        let mut tiny = PacketBuf::with_headroom(2, 20);
+        tiny.set_data(&orig[..20]);
+        assert!(!push_vlan(&mut tiny, 0x8100, 1));
+        assert_eq!(tiny.data(), &orig[..20]);
+        let mut runt = PacketBuf::from_slice(&orig[..13]);
+        assert!(!push_vlan(&mut runt, 0x8100, 1));
+    }
+
+    #[test]
+    fn short_frames_are_refused_not_panicking() {
+        let f = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .tcp(1, 2, 0)
+            .build();
+        let l = parse(&f).unwrap();
+        for cut in 0..f.len() {
+            let mut g = f[..cut].to_vec();
+            let _ = set_ipv4_src(&mut g, &l, v4(9));
+            let _ = set_tp_dst(&mut g, &l, 9);
+            let _ = set_ip_tos(&mut g, &l, 9);
+            let _ = set_eth_src(&mut g, A);
+            let _ = set_vlan_vid(&mut g, 1);
+            let _ = set_ipv6_dst(&mut g, &l, Ipv6Addr::LOCALHOST);
+        }
+    }
+}
