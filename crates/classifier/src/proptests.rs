@@ -1,0 +1,280 @@
+//! Property tests: [`Classifier`] against the [`LinearClassifier`] oracle,
+//! and the wildcard-tracking guarantee. Lives inside the crate so it can also
+//! check internal invariants after every mutation.
+
+use proptest::prelude::*;
+use proptest::sample::{select, Index};
+
+use crate::{masked_eq, Classifier, LinearClassifier, RuleId};
+
+const W: usize = 4;
+type Key = [u64; W];
+
+/// Masks shared by many rules, so subtables hold several rules, chains form
+/// and early exits happen.
+const COMMON_MASKS: [Key; 8] = [
+    [!0, 0, 0, 0],
+    [!0, !0, 0, 0],
+    [0xff00, 0, 0, 0],
+    [0, 0, !0, 0],
+    [!0, 0, 0xffff_0000_0000_0000, 0],
+    [0, 0, 0, 0],
+    [!0; 4],
+    [0xf, 0xf0, 0, 1],
+];
+
+/// Word values from a small alphabet most of the time, so that random keys
+/// collide with rules under many masks.
+fn word() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..4,
+        1 => (0u64..4).prop_map(|x| x * 0x0101_0101_0101_0101),
+        1 => Just(!0u64),
+        1 => any::<u64>(),
+    ]
+}
+
+fn key() -> impl Strategy<Value = Key> {
+    prop::array::uniform4(word())
+}
+
+fn mask() -> impl Strategy<Value = Key> {
+    prop_oneof![
+        3 => select(&COMMON_MASKS[..]),
+        1 => prop::array::uniform4(any::<u64>()),
+        1 => prop::array::uniform4(prop_oneof![Just(0u64), Just(!0u64), any::<u64>()]),
+    ]
+}
+
+/// A lookup key: either arbitrary, or derived from a rule (that rule's bits
+/// under its mask, anything elsewhere) so that lookups hit.
+#[derive(Clone, Debug)]
+enum Probe {
+    Random(Key),
+    Derived(Index, Key),
+}
+
+fn probe() -> impl Strategy<Value = Probe> {
+    prop_oneof![
+        key().prop_map(Probe::Random),
+        (any::<Index>(), prop::array::uniform4(word())).prop_map(|(i, k)| Probe::Derived(i, k)),
+    ]
+}
+
+fn resolve(p: &Probe, rules: &[(Key, Key, u32)]) -> Key {
+    match p {
+        Probe::Random(k) => *k,
+        Probe::Derived(_, k) if rules.is_empty() => *k,
+        Probe::Derived(i, noise) => {
+            let (k, m, _) = &rules[i.index(rules.len())];
+            std::array::from_fn(|w| (k[w] & m[w]) | (noise[w] & !m[w]))
+        }
+    }
+}
+
+/// Rules with pairwise distinct priorities (random order).
+fn distinct_rules() -> impl Strategy<Value = Vec<(Key, Key, u32)>> {
+    prop::collection::vec((key(), mask(), any::<u16>()), 0..48).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (k, m, p))| (k, m, (u32::from(p) << 6) | i as u32))
+            .collect()
+    })
+}
+
+/// Rules with priorities in 0..4: ties, replacements and same-key chains.
+fn tied_rules() -> impl Strategy<Value = Vec<(Key, Key, u32)>> {
+    prop::collection::vec((key(), mask(), 0u32..4), 0..48)
+}
+
+struct Pair {
+    cls: Classifier<W, u32>,
+    lin: LinearClassifier<W, u32>,
+    ids: Vec<(RuleId, RuleId)>,
+}
+
+impl Pair {
+    fn build(rules: &[(Key, Key, u32)]) -> Pair {
+        let mut p = Pair {
+            cls: Classifier::new(),
+            lin: LinearClassifier::new(),
+            ids: Vec::new(),
+        };
+        for (i, (k, m, prio)) in rules.iter().enumerate() {
+            let (a, ra) = p.cls.insert(k, m, *prio, i as u32);
+            let (b, rb) = p.lin.insert(k, m, *prio, i as u32);
+            assert_eq!(ra, rb, "insert replaced differently");
+            p.ids.push((a, b));
+        }
+        p.check();
+        p
+    }
+
+    fn check(&self) {
+        self.cls.check_invariants();
+        assert_eq!(self.cls.len(), self.lin.len());
+        let mut masks: Vec<Key> = self.lin.iter().map(|r| *r.mask).collect();
+        masks.sort();
+        masks.dedup();
+        assert_eq!(self.cls.n_subtables(), masks.len());
+        for r in self.cls.iter() {
+            assert_eq!(self.cls.find_exact(r.key, r.mask, r.priority), Some(r.id));
+        }
+    }
+
+    fn same(&self, k: &Key) -> Option<u32> {
+        let a = self.cls.lookup(k).map(|r| *r.1);
+        let b = self.lin.lookup(k).map(|r| *r.1);
+        assert_eq!(a, b, "lookup mismatch for {k:x?}");
+        a
+    }
+
+    fn remove_some(&mut self, which: &[bool]) {
+        for (&(a, b), &rm) in self.ids.iter().zip(which) {
+            if rm {
+                assert_eq!(self.cls.remove(a), self.lin.remove(b));
+                assert_eq!(self.cls.remove(a), None);
+            }
+        }
+        self.check();
+    }
+}
+
+/// The wildcard-tracking guarantee for one key, using the oracle.
+fn check_wc(p: &Pair, k: &Key, noises: &[Key]) {
+    let mut wc = [0u64; W];
+    let r = p.cls.lookup_wc(k, &mut wc).map(|r| *r.1);
+    assert_eq!(r, p.lin.lookup(k).map(|r| *r.1));
+    assert_eq!(p.cls.lookup(k).map(|r| *r.1), r);
+    for noise in noises {
+        let k2: Key = std::array::from_fn(|w| (k[w] & wc[w]) | (noise[w] & !wc[w]));
+        assert!(masked_eq(k, &k2, &wc));
+        assert_eq!(
+            p.lin.lookup(&k2).map(|r| *r.1),
+            r,
+            "key {k2:x?} agrees with {k:x?} on wc {wc:x?} but matches differently"
+        );
+    }
+    // Starting from a non-zero wc only adds bits.
+    let mut wc2 = [0x8000_0000_0000_0001u64; W];
+    p.cls.lookup_wc(k, &mut wc2);
+    for w in 0..W {
+        assert_eq!(wc2[w], wc[w] | 0x8000_0000_0000_0001);
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Key, Key, u32),
+    Remove(Index),
+    Lookup(Probe),
+    RetainOdd,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (key(), mask(), 0u32..6).prop_map(|(k, m, p)| Op::Insert(k, m, p)),
+        3 => any::<Index>().prop_map(Op::Remove),
+        4 => probe().prop_map(Op::Lookup),
+        1 => Just(Op::RetainOdd),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_linear_distinct_priorities(
+        rules in distinct_rules(),
+        probes in prop::collection::vec(probe(), 1..32),
+        removals in prop::collection::vec(any::<bool>(), 48),
+    ) {
+        let mut p = Pair::build(&rules);
+        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+        for k in &keys {
+            p.same(k);
+        }
+        p.remove_some(&removals);
+        for k in &keys {
+            p.same(k);
+        }
+    }
+
+    #[test]
+    fn matches_linear_with_ties(
+        rules in tied_rules(),
+        probes in prop::collection::vec(probe(), 1..32),
+        removals in prop::collection::vec(any::<bool>(), 48),
+    ) {
+        let mut p = Pair::build(&rules);
+        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+        for k in &keys {
+            p.same(k);
+        }
+        p.remove_some(&removals);
+        for k in &keys {
+            p.same(k);
+        }
+    }
+
+    #[test]
+    fn wildcards_are_sound(
+        rules in prop_oneof![distinct_rules(), tied_rules()],
+        probes in prop::collection::vec(probe(), 1..16),
+        noises in prop::collection::vec(prop_oneof![
+            prop::array::uniform4(any::<u64>()),
+            key(),
+        ], 1..12),
+        removals in prop::collection::vec(any::<bool>(), 48),
+    ) {
+        let mut p = Pair::build(&rules);
+        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+        for k in &keys {
+            check_wc(&p, k, &noises);
+        }
+        p.remove_some(&removals);
+        for k in &keys {
+            check_wc(&p, k, &noises);
+        }
+    }
+
+    #[test]
+    fn random_operation_sequences(ops in prop::collection::vec(op(), 1..80)) {
+        let mut p = Pair::build(&[]);
+        let mut inserted: Vec<(Key, Key, u32)> = Vec::new();
+        let mut next_val = 0u32;
+        for op in &ops {
+            match op {
+                Op::Insert(k, m, prio) => {
+                    let (a, ra) = p.cls.insert(k, m, *prio, next_val);
+                    let (b, rb) = p.lin.insert(k, m, *prio, next_val);
+                    prop_assert_eq!(ra, rb);
+                    prop_assert_eq!(p.cls.get(a), Some(&next_val));
+                    prop_assert_eq!(p.cls.rule(a).map(|r| (*r.key, *r.mask, r.priority)),
+                        Some((crate::apply_mask(k, m), *m, *prio)));
+                    p.ids.push((a, b));
+                    inserted.push((*k, *m, *prio));
+                    next_val += 1;
+                }
+                Op::Remove(i) if !p.ids.is_empty() => {
+                    let (a, b) = p.ids[i.index(p.ids.len())];
+                    prop_assert_eq!(p.cls.remove(a), p.lin.remove(b));
+                }
+                Op::Remove(_) => {}
+                Op::Lookup(pr) => {
+                    p.same(&resolve(pr, &inserted));
+                }
+                Op::RetainOdd => {
+                    p.cls.retain(|_, _, _, _, v| *v % 2 == 1);
+                    p.lin.retain(|_, _, _, _, v| *v % 2 == 1);
+                }
+            }
+            p.check();
+        }
+        let mut a: Vec<u32> = p.cls.iter().map(|r| *r.value).collect();
+        let mut b: Vec<u32> = p.lin.iter().map(|r| *r.value).collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        prop_assert_eq!(a, b);
+    }
+}
