@@ -51,7 +51,11 @@ pub enum Action {
     /// Write `value` into the bits of `field` selected by `mask` (both
     /// right-aligned). `mod_dl_src`, `mod_nw_dst`, `mod_tp_src`, `mod_nw_tos`
     /// and `set_field` all become this.
-    SetField { field: Field, value: u128, mask: u128 },
+    SetField {
+        field: Field,
+        value: u128,
+        mask: u128,
+    },
     /// Push a new outermost 802.1Q tag with this TPID (VID 0, PCP 0; follow
     /// with `mod_vlan_vid` to set it).
     PushVlan(u16),
@@ -69,7 +73,10 @@ pub enum Action {
     GotoTable(u8),
     /// Look the packet up again (optionally as if from another port, in
     /// another table) and run that rule's actions here, then continue.
-    Resubmit { port: Option<u32>, table: Option<u8> },
+    Resubmit {
+        port: Option<u32>,
+        table: Option<u8>,
+    },
 }
 
 impl Action {

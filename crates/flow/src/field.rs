@@ -319,7 +319,11 @@ impl Field {
     pub fn kind(self) -> ValueKind {
         match self {
             Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueKind::Mac,
-            Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa | Field::TunSrc
+            Field::NwSrc
+            | Field::NwDst
+            | Field::ArpSpa
+            | Field::ArpTpa
+            | Field::TunSrc
             | Field::TunDst => ValueKind::Ipv4,
             Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
             Field::Metadata
@@ -438,6 +442,7 @@ impl Field {
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
 

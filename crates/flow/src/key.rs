@@ -35,7 +35,9 @@ pub const FRAG_LATER: u8 = 2;
 
 /// Every field a rule can match, at fixed offsets. See the module docs for
 /// the encoding conventions.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, Default, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 #[repr(C, align(8))]
 pub struct FlowKey {
     // word 0
@@ -289,6 +291,7 @@ impl fmt::Debug for Match {
 }
 
 #[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
 

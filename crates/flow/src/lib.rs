@@ -19,6 +19,6 @@ pub mod key;
 
 pub use action::{ofp, Action, PortRef};
 pub use extract::extract;
-pub use nicflow_packet::parse::{Layout, ParseError};
 pub use field::{Field, FieldError, Prereq};
 pub use key::{FlowKey, FlowMask, Match, FLOW_WORDS};
+pub use nicflow_packet::parse::{Layout, ParseError};

@@ -15,6 +15,7 @@
 pub mod bench;
 pub mod bridge;
 pub mod datapath;
+pub mod demo;
 pub mod ofproto;
 pub mod port;
 

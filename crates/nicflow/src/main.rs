@@ -44,6 +44,13 @@ enum Cmd {
         #[arg(long)]
         no_cache: bool,
     },
+    /// Run demo traffic through a three-port bridge fed from capture files
+    /// and print where every packet went.
+    Demo {
+        /// Directory for the rules, input and output captures.
+        #[arg(long, default_value = "/tmp/nicflow-demo")]
+        dir: PathBuf,
+    },
     /// Benchmarks that print reports.
     Bench {
         #[command(subcommand)]
@@ -95,6 +102,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ports,
             no_cache,
         } => pcap(&flows, &ports, no_cache),
+        Cmd::Demo { dir } => {
+            print!("{}", nicflow::demo::run(&dir)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Bench { which } => match which {
             BenchCmd::Classifier {
                 rules,

@@ -77,9 +77,11 @@ pub fn gen_5tuple_rules(n: usize, seed: u64, out_port: u32) -> Vec<FlowSpec> {
 
 /// A packet key that falls under `m`: the rule's bits, random elsewhere.
 pub fn key_in(m: &Match, rng: &mut StdRng) -> FlowKey {
-    let mut k = FlowKey::default();
-    k.dl_type = 0x0800;
-    k.nw_proto = m.key().nw_proto;
+    let mut k = FlowKey {
+        dl_type: 0x0800,
+        nw_proto: m.key().nw_proto,
+        ..Default::default()
+    };
     for f in [Field::NwSrc, Field::NwDst, Field::TpSrc, Field::TpDst] {
         let (v, mask) = m.get(f);
         let r: u128 = rng.gen::<u32>() as u128 & f.full_mask();

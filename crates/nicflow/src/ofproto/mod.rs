@@ -242,7 +242,7 @@ impl Ofproto {
         for (tid, t) in self.tables.iter().enumerate() {
             let Some(t) = t else { continue };
             let mut rules: Vec<&Rule> = t.iter().map(|r| r.value).collect();
-            rules.sort_by(|a, b| b.priority.cmp(&a.priority));
+            rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
             for r in rules {
                 out.push(RuleDump {
                     spec: r.spec(tid as u8),
