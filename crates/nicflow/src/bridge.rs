@@ -41,7 +41,7 @@ struct PortSlot {
 
 /// Port names and numbers of a bridge, for parsing and printing rules.
 #[derive(Clone, Debug, Default)]
-pub struct BridgePorts(BTreeMap<String, u32>);
+pub struct BridgePorts(pub BTreeMap<String, u32>);
 
 impl PortMap for BridgePorts {
     fn port_no(&self, name: &str) -> Option<u32> {
@@ -135,6 +135,11 @@ impl Bridge {
 
     pub fn port_map(&self) -> &BridgePorts {
         &self.names
+    }
+
+    /// Receive descriptors of the ports that have one, for the daemon's poll.
+    pub fn rx_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.ports.iter().filter_map(|p| p.port.rx_fd())
     }
 
     pub fn port_stats(&self) -> Vec<(String, u32, PortStats)> {

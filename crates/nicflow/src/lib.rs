@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod bridge;
+pub mod control;
 pub mod datapath;
 pub mod demo;
 pub mod ofproto;

@@ -20,6 +20,12 @@ use std::time::Instant;
     about = "A software SmartNIC: an offloadable virtual switch"
 )]
 struct Cli {
+    /// Control socket (default /run/nicflow/nicflow.sock; env NICFLOW_SOCK).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    /// Print the daemon's structured answer as JSON (read verbs).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -51,6 +57,44 @@ enum Cmd {
         #[arg(long, default_value = "/tmp/nicflow-demo")]
         dir: PathBuf,
     },
+    /// Run the switch in the foreground: own the configured ports, forward
+    /// traffic, serve the CLI on the control socket.
+    Daemon {
+        /// Configuration file (TOML); created and kept up to date by CLI changes.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Create a bridge (it starts with `priority=0,actions=normal`).
+    AddBr { bridge: String },
+    /// Delete a bridge and its ports.
+    DelBr { bridge: String },
+    /// Attach a Linux interface to a bridge. Options as trailing KEY=VALUE.
+    AddPort {
+        bridge: String,
+        iface: String,
+        #[arg(long = "type", default_value = "afpacket")]
+        kind: String,
+        /// Port name on the bridge (default: the interface name).
+        #[arg(long)]
+        name: Option<String>,
+        options: Vec<String>,
+    },
+    /// Detach a port.
+    DelPort { bridge: String, name: String },
+    /// Bridges and ports.
+    Show,
+    /// Add one rule (ovs-ofctl syntax).
+    AddFlow { bridge: String, flow: String },
+    /// Add every rule of a file, all or nothing.
+    AddFlows { bridge: String, file: PathBuf },
+    /// Delete rules matching (non-strict, like ovs-ofctl); all without a match.
+    DelFlows { bridge: String, filter: Option<String> },
+    /// Rules with counters.
+    DumpFlows { bridge: String },
+    /// Datapath flows: match, actions, packets, bytes, used.
+    DumpDpFlows { bridge: String },
+    /// Port counters, cache hits per tier, upcalls, drops by reason.
+    Stats,
     /// Benchmarks that print reports.
     Bench {
         #[command(subcommand)]
@@ -78,14 +122,25 @@ enum BenchCmd {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The daemon logs what it does; one-shot commands only warnings.
+    let default_level = if matches!(cli.cmd, Cmd::Daemon { .. }) {
+        "info"
+    } else {
+        // Die quietly on a closed pipe (`nicflow stats | head`), like other
+        // command-line tools; the daemon ignores SIGPIPE instead.
+        // SAFETY: restoring the default disposition of a signal.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("NICFLOW_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("nicflow: {e:#}");
@@ -95,7 +150,72 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    use nicflow::control::proto::Request;
+    let sock = nicflow::control::daemon::socket_path(cli.socket.clone());
+    let json = cli.json;
+    let ctl = |req: Request| -> Result<ExitCode> {
+        let resp = nicflow::control::daemon::request(&sock, &req)?;
+        if !resp.ok {
+            eprintln!(
+                "nicflow: {}",
+                resp.error.unwrap_or_else(|| "request failed".into())
+            );
+            return Ok(ExitCode::from(1));
+        }
+        if json {
+            println!("{}", serde_json::to_string_pretty(&resp.data)?);
+        } else {
+            print!("{}", resp.text);
+        }
+        Ok(ExitCode::SUCCESS)
+    };
     match cli.cmd {
+        Cmd::Daemon { config } => {
+            let cfg = match &config {
+                Some(p) => nicflow::control::config::Config::load(p)?,
+                None => Default::default(),
+            };
+            let sw = nicflow::control::switch::Switch::new(cfg, config.clone())
+                .map_err(anyhow::Error::msg)?;
+            nicflow::control::daemon::run(sw, &sock)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::AddBr { bridge } => ctl(Request::AddBr { bridge }),
+        Cmd::DelBr { bridge } => ctl(Request::DelBr { bridge }),
+        Cmd::AddPort {
+            bridge,
+            iface,
+            kind,
+            name,
+            options,
+        } => {
+            let mut opts = std::collections::BTreeMap::new();
+            for o in options {
+                let (k, v) = o
+                    .split_once('=')
+                    .with_context(|| format!("option `{o}`: expected KEY=VALUE"))?;
+                opts.insert(k.to_string(), v.to_string());
+            }
+            ctl(Request::AddPort {
+                bridge,
+                iface,
+                kind,
+                name,
+                options: opts,
+            })
+        }
+        Cmd::DelPort { bridge, name } => ctl(Request::DelPort { bridge, name }),
+        Cmd::Show => ctl(Request::Show),
+        Cmd::AddFlow { bridge, flow } => ctl(Request::AddFlow { bridge, flow }),
+        Cmd::AddFlows { bridge, file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            ctl(Request::AddFlows { bridge, text })
+        }
+        Cmd::DelFlows { bridge, filter } => ctl(Request::DelFlows { bridge, filter }),
+        Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
+        Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
+        Cmd::Stats => ctl(Request::Stats),
         Cmd::CheckFlows { file } => check_flows(&file),
         Cmd::Pcap {
             flows,

@@ -9,6 +9,7 @@
 
 pub mod mem;
 pub mod pcap;
+pub mod tap;
 
 use nicflow_packet::buf::PacketBuf;
 use std::io;
@@ -50,5 +51,11 @@ pub trait Port {
     /// capture file); lets offline runs terminate.
     fn rx_exhausted(&self) -> bool {
         false
+    }
+    /// A file descriptor that becomes readable when frames are waiting, for
+    /// the daemon's poll loop (None: the port must be polled by calling
+    /// `recv_batch`).
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
     }
 }

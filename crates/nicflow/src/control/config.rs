@@ -1,0 +1,191 @@
+//! The daemon's configuration file (TOML): bridges, their ports, their rules.
+//!
+//! The file is both the startup configuration and the daemon's persistent
+//! state: every change made through the CLI is written back with
+//! [`Config::save`] (write a temporary file, fsync, rename), so a restart
+//! brings back the same switch and a crash mid-write never leaves a torn
+//! file.
+//!
+//! ```toml
+//! [[bridge]]
+//! name = "br0"
+//! flows = ["priority=0 actions=NORMAL"]
+//!
+//! [[bridge.port]]
+//! name = "p1"
+//! iface = "veth1"
+//! type = "afpacket"
+//! options = { promisc = "true" }
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default, rename = "bridge")]
+    pub bridges: Vec<BridgeConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    pub name: String,
+    /// Rules in canonical `ovs-ofctl` text, port names by name.
+    #[serde(default)]
+    pub flows: Vec<String>,
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortConfig>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortType {
+    Afxdp,
+    Afpacket,
+    Tap,
+    Internal,
+}
+
+impl PortType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PortType::Afxdp => "afxdp",
+            PortType::Afpacket => "afpacket",
+            PortType::Tap => "tap",
+            PortType::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PortType> {
+        Some(match s {
+            "afxdp" => PortType::Afxdp,
+            "afpacket" => PortType::Afpacket,
+            "tap" => PortType::Tap,
+            "internal" => PortType::Internal,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// The port's name on the bridge (rules use it).
+    pub name: String,
+    /// The Linux interface it attaches to.
+    pub iface: String,
+    #[serde(rename = "type")]
+    pub kind: PortType,
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl Config {
+    /// Load a config file; a missing file is an empty configuration.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => {
+                return Err(ConfigError::Read {
+                    path: path.display().to_string(),
+                    source: e,
+                })
+            }
+        };
+        Config::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.display().to_string(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Write atomically: a temporary file next to the target, fsync, rename.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let err = |source| ConfigError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(err)?;
+            }
+        }
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        f.write_all(self.to_toml().as_bytes()).map_err(err)?;
+        f.sync_all().map_err(err)?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(err)?;
+        Ok(())
+    }
+
+    pub fn bridge(&self, name: &str) -> Option<&BridgeConfig> {
+        self.bridges.iter().find(|b| b.name == name)
+    }
+
+    pub fn bridge_mut(&mut self, name: &str) -> Option<&mut BridgeConfig> {
+        self.bridges.iter_mut().find(|b| b.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_atomic_save() {
+        let mut c = Config::default();
+        c.bridges.push(BridgeConfig {
+            name: "br0".into(),
+            flows: vec!["priority=0 actions=NORMAL".into()],
+            ports: vec![PortConfig {
+                name: "p1".into(),
+                iface: "veth1".into(),
+                kind: PortType::Afpacket,
+                options: [("promisc".to_string(), "true".to_string())].into(),
+            }],
+        });
+        let text = c.to_toml();
+        assert_eq!(Config::parse(&text).unwrap(), c);
+        let dir = std::env::temp_dir().join(format!("nicflow-cfg-{}", std::process::id()));
+        let path = dir.join("nicflow.toml");
+        c.save(&path).unwrap();
+        assert_eq!(Config::load(&path).unwrap(), c);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_config_is_an_error() {
+        assert!(Config::parse("[[bridge]]\nnom = 1\n").is_err());
+        assert!(Config::parse("[[bridge]]\nname='a'\n[[bridge.port]]\nname='p'\niface='x'\ntype='bogus'\n").is_err());
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+}

@@ -1,0 +1,101 @@
+//! The control protocol: one JSON request per line on the unix socket, one
+//! JSON response per line back.
+//!
+//! Every CLI verb is one [`Request`]. Responses carry both a human text
+//! rendering (what the CLI prints) and structured data (what `--json`
+//! prints), so scripts never have to parse text.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    AddBr {
+        bridge: String,
+    },
+    DelBr {
+        bridge: String,
+    },
+    AddPort {
+        bridge: String,
+        iface: String,
+        #[serde(rename = "type")]
+        kind: String,
+        name: Option<String>,
+        #[serde(default)]
+        options: BTreeMap<String, String>,
+    },
+    DelPort {
+        bridge: String,
+        name: String,
+    },
+    Show,
+    AddFlow {
+        bridge: String,
+        flow: String,
+    },
+    /// The text of a flows file (read by the CLI), applied all or nothing.
+    AddFlows {
+        bridge: String,
+        text: String,
+    },
+    DelFlows {
+        bridge: String,
+        filter: Option<String>,
+    },
+    DumpFlows {
+        bridge: String,
+    },
+    DumpDpFlows {
+        bridge: String,
+    },
+    Stats,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    pub fn ok(text: impl Into<String>, data: serde_json::Value) -> Self {
+        Response {
+            ok: true,
+            text: text.into(),
+            data,
+            error: None,
+        }
+    }
+
+    pub fn err(e: impl std::fmt::Display) -> Self {
+        Response {
+            ok: false,
+            error: Some(e.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format() {
+        let r = Request::AddFlow {
+            bridge: "br0".into(),
+            flow: "actions=drop".into(),
+        };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"cmd":"add-flow","bridge":"br0","flow":"actions=drop"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"nope"}"#).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! The daemon's state: bridges with their real ports, and the config file
+//! that mirrors them.
+//!
+//! Every [`Request`] is applied here in one piece on the daemon's single
+//! thread, so a request is atomic with respect to traffic: the poll loop
+//! cannot forward a packet halfway through a change. A request that fails
+//! changes nothing; one that succeeds is persisted before it is
+//! acknowledged.
+
+use super::config::{BridgeConfig, Config, PortConfig, PortType};
+use super::proto::{Request, Response};
+use crate::bridge::Bridge;
+use crate::datapath::DatapathConfig;
+use crate::port::{Port, PortStats};
+use nicflow_packet::buf::PacketBuf;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The rule every new bridge starts with, as in Open vSwitch.
+pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
+
+/// A port under a bridge-chosen name (the `--name` of `add-port`).
+struct Renamed {
+    name: String,
+    inner: Box<dyn Port>,
+}
+
+impl Port for Renamed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        self.inner.recv_batch(out, max, pool)
+    }
+    fn send_batch(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        self.inner.send_batch(pkts, done)
+    }
+    fn stats(&self) -> PortStats {
+        self.inner.stats()
+    }
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.rx_fd()
+    }
+}
+
+fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
+    let _ = pc;
+    Err("afpacket ports: pending".into())
+}
+
+/// Open the Linux side of a port.
+pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
+    let inner: Box<dyn Port> = match pc.kind {
+        PortType::Tap | PortType::Internal => Box::new(
+            crate::port::tap::TapPort::open(&pc.name, &pc.iface)
+                .map_err(|e| format!("tap {}: {e}", pc.iface))?,
+        ),
+        PortType::Afpacket => open_afpacket(pc)?,
+        PortType::Afxdp => {
+            return Err(format!(
+                "port {}: type afxdp is not implemented yet; use --type afpacket",
+                pc.name
+            ))
+        }
+    };
+    Ok(Box::new(Renamed {
+        name: pc.name.clone(),
+        inner,
+    }))
+}
+
+pub struct Switch {
+    config: Config,
+    config_path: Option<PathBuf>,
+    bridges: BTreeMap<String, Bridge>,
+}
+
+fn now() -> Instant {
+    Instant::now()
+}
+
+impl Switch {
+    /// Build every bridge, port and rule of `config`. A port that cannot be
+    /// opened is logged and left out of this run (kept in the config).
+    pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<Switch, String> {
+        let mut sw = Switch {
+            config: Config::default(),
+            config_path,
+            bridges: BTreeMap::new(),
+        };
+        for bc in &config.bridges {
+            let mut br = Bridge::new(&bc.name, DatapathConfig::default());
+            for pc in &bc.ports {
+                match open_port(pc) {
+                    Ok(p) => {
+                        br.add_port(p).map_err(|e| e.to_string())?;
+                    }
+                    Err(e) => tracing::error!(bridge = %bc.name, "port {}: {e}", pc.name),
+                }
+            }
+            let text = bc.flows.join("\n");
+            br.add_flows_str(&text, now())
+                .map_err(|e| format!("bridge {} flows: {e}", bc.name))?;
+            sw.bridges.insert(bc.name.clone(), br);
+        }
+        sw.config = config;
+        Ok(sw)
+    }
+
+    pub fn bridges_mut(&mut self) -> impl Iterator<Item = &mut Bridge> {
+        self.bridges.values_mut()
+    }
+
+    pub fn bridges(&self) -> impl Iterator<Item = &Bridge> {
+        self.bridges.values()
+    }
+
+    fn bridge(&mut self, name: &str) -> Result<&mut Bridge, String> {
+        self.bridges
+            .get_mut(name)
+            .ok_or_else(|| format!("no bridge `{name}`"))
+    }
+
+    /// Write the current state to the config file (when there is one).
+    fn persist(&mut self) -> Result<(), String> {
+        for bc in self.config.bridges.iter_mut() {
+            if let Some(br) = self.bridges.get_mut(&bc.name) {
+                let names = br.port_map().clone();
+                bc.flows = br
+                    .dump_flows(now())
+                    .iter()
+                    .map(|d| nicflow_ofctl::format_flow(&d.spec, &names))
+                    .collect();
+            }
+        }
+        if let Some(p) = &self.config_path {
+            self.config.save(p).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    pub fn handle(&mut self, req: Request) -> Response {
+        match self.apply(req) {
+            Ok(r) => r,
+            Err(e) => Response::err(e),
+        }
+    }
+
+    fn apply(&mut self, req: Request) -> Result<Response, String> {
+        match req {
+            Request::AddBr { bridge } => {
+                if self.bridges.contains_key(&bridge) {
+                    return Err(format!("bridge `{bridge}` already exists"));
+                }
+                if bridge.is_empty() || bridge.len() > 64 {
+                    return Err(format!("bad bridge name `{bridge}`"));
+                }
+                let mut br = Bridge::new(&bridge, DatapathConfig::default());
+                br.add_flow_str(DEFAULT_FLOW, now())
+                    .map_err(|e| e.to_string())?;
+                self.bridges.insert(bridge.clone(), br);
+                self.config.bridges.push(BridgeConfig {
+                    name: bridge,
+                    flows: Vec::new(),
+                    ports: Vec::new(),
+                });
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::DelBr { bridge } => {
+                if self.bridges.remove(&bridge).is_none() {
+                    return Err(format!("no bridge `{bridge}`"));
+                }
+                self.config.bridges.retain(|b| b.name != bridge);
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::AddPort {
+                bridge,
+                iface,
+                kind,
+                name,
+                options,
+            } => {
+                let kind = PortType::parse(&kind).ok_or_else(|| {
+                    format!("unknown port type `{kind}` (afxdp, afpacket, tap, internal)")
+                })?;
+                let name = name.unwrap_or_else(|| iface.clone());
+                let br = self.bridge(&bridge)?;
+                if br.port_map().0.contains_key(&name) {
+                    return Err(format!("bridge {bridge} already has a port `{name}`"));
+                }
+                let pc = PortConfig {
+                    name,
+                    iface,
+                    kind,
+                    options,
+                };
+                let port = open_port(&pc)?;
+                let no = br.add_port(port).map_err(|e| e.to_string())?;
+                if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    bc.ports.push(pc);
+                }
+                self.persist()?;
+                Ok(Response::ok("", json!({ "ofport": no })))
+            }
+            Request::DelPort { bridge, name } => {
+                let br = self.bridge(&bridge)?;
+                br.del_port(&name).map_err(|e| e.to_string())?;
+                if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    bc.ports.retain(|p| p.name != name);
+                }
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::Show => Ok(self.show()),
+            Request::AddFlow { bridge, flow } => {
+                self.bridge(&bridge)?
+                    .add_flow_str(&flow, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::AddFlows { bridge, text } => {
+                let n = self
+                    .bridge(&bridge)?
+                    .add_flows_str(&text, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!({ "added": n })))
+            }
+            Request::DelFlows { bridge, filter } => {
+                let n = self
+                    .bridge(&bridge)?
+                    .del_flows_str(filter.as_deref().unwrap_or(""))
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!({ "deleted": n })))
+            }
+            Request::DumpFlows { bridge } => {
+                let br = self.bridge(&bridge)?;
+                let names = br.port_map().clone();
+                let dumps = br.dump_flows(now());
+                let mut text = String::new();
+                let mut data = Vec::new();
+                for d in &dumps {
+                    let flow = nicflow_ofctl::format_flow(&d.spec, &names);
+                    let _ = writeln!(
+                        text,
+                        " duration={:.3}s, table={}, n_packets={}, n_bytes={}, idle_age={}, {}",
+                        d.duration.as_secs_f64(),
+                        d.spec.table,
+                        d.n_packets,
+                        d.n_bytes,
+                        d.idle_age.as_secs(),
+                        flow
+                    );
+                    data.push(json!({
+                        "table": d.spec.table,
+                        "priority": d.spec.priority,
+                        "cookie": d.spec.cookie,
+                        "flow": flow,
+                        "n_packets": d.n_packets,
+                        "n_bytes": d.n_bytes,
+                        "duration_s": d.duration.as_secs_f64(),
+                        "idle_age_s": d.idle_age.as_secs(),
+                    }));
+                }
+                Ok(Response::ok(text, json!(data)))
+            }
+            Request::DumpDpFlows { bridge } => {
+                let br = self.bridge(&bridge)?;
+                let mut text = String::new();
+                let mut data = Vec::new();
+                for f in br.dump_dp_flows(now()) {
+                    let used = f
+                        .used
+                        .map(|u| format!("{:.3}s", u.as_secs_f64()))
+                        .unwrap_or_else(|| "never".into());
+                    let _ = writeln!(
+                        text,
+                        "{}, packets:{}, bytes:{}, used:{}, actions:{}",
+                        f.matching, f.packets, f.bytes, used, f.actions
+                    );
+                    data.push(json!({
+                        "match": f.matching,
+                        "actions": f.actions,
+                        "packets": f.packets,
+                        "bytes": f.bytes,
+                        "used_s": f.used.map(|u| u.as_secs_f64()),
+                    }));
+                }
+                Ok(Response::ok(text, json!(data)))
+            }
+            Request::Stats => Ok(self.stats()),
+        }
+    }
+
+    fn show(&self) -> Response {
+        let mut text = String::new();
+        let mut data = Vec::new();
+        for bc in &self.config.bridges {
+            let _ = writeln!(text, "Bridge {}", bc.name);
+            let br = self.bridges.get(&bc.name);
+            let mut ports = Vec::new();
+            for pc in &bc.ports {
+                let no = br.and_then(|b| b.port_map().0.get(&pc.name).copied());
+                let state = match no {
+                    Some(n) => format!("ofport {n}"),
+                    None => "not attached".to_string(),
+                };
+                let _ = writeln!(
+                    text,
+                    "    Port {} ({}: {}) {}",
+                    pc.name,
+                    pc.kind.as_str(),
+                    pc.iface,
+                    state
+                );
+                for (k, v) in &pc.options {
+                    let _ = writeln!(text, "        {k}={v}");
+                }
+                ports.push(json!({
+                    "name": pc.name, "iface": pc.iface, "type": pc.kind.as_str(),
+                    "ofport": no, "options": pc.options,
+                }));
+            }
+            data.push(json!({ "name": bc.name, "ports": ports }));
+        }
+        Response::ok(text, json!(data))
+    }
+
+    fn stats(&self) -> Response {
+        let mut text = String::new();
+        let mut data = Vec::new();
+        for (name, br) in &self.bridges {
+            let s = br.dp_stats();
+            let _ = writeln!(text, "bridge {name}:");
+            let _ = writeln!(
+                text,
+                "  datapath: packets:{} emc_hits:{} megaflow_hits:{} upcalls:{} flows:{} installed:{} removed:{} revalidations:{}",
+                s.packets,
+                s.emc_hits,
+                s.megaflow_hits,
+                s.upcalls,
+                br.n_dp_flows(),
+                s.flows_installed,
+                s.flows_removed,
+                s.revalidations
+            );
+            let drops: BTreeMap<&str, u64> = s.drops().into_iter().collect();
+            let _ = writeln!(
+                text,
+                "  drops: {}",
+                if drops.is_empty() {
+                    "none".to_string()
+                } else {
+                    drops
+                        .iter()
+                        .map(|(k, v)| format!("{k}:{v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                }
+            );
+            let mut ports = Vec::new();
+            for (pname, no, ps) in br.port_stats() {
+                let _ = writeln!(
+                    text,
+                    "  port {no} {pname}: rx pkts:{} bytes:{} drop:{}  tx pkts:{} bytes:{} drop:{}",
+                    ps.rx_packets, ps.rx_bytes, ps.rx_dropped, ps.tx_packets, ps.tx_bytes, ps.tx_dropped
+                );
+                ports.push(json!({
+                    "name": pname, "ofport": no,
+                    "rx_packets": ps.rx_packets, "rx_bytes": ps.rx_bytes, "rx_dropped": ps.rx_dropped,
+                    "tx_packets": ps.tx_packets, "tx_bytes": ps.tx_bytes, "tx_dropped": ps.tx_dropped,
+                }));
+            }
+            data.push(json!({
+                "bridge": name,
+                "datapath": {
+                    "packets": s.packets, "emc_hits": s.emc_hits,
+                    "megaflow_hits": s.megaflow_hits, "upcalls": s.upcalls,
+                    "flows": br.n_dp_flows(), "flows_installed": s.flows_installed,
+                    "flows_removed": s.flows_removed, "revalidations": s.revalidations,
+                    "drops": drops,
+                },
+                "ports": ports,
+            }));
+        }
+        Response::ok(text, json!(data))
+    }
+}
