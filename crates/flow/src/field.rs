@@ -337,9 +337,15 @@ impl Field {
         }
     }
 
-    /// Read the field from a key, right-aligned.
+    /// Read the field from a key, right-aligned and limited to the field's
+    /// width (ICMP type/code live in 16-bit storage but are 8 bits wide).
     #[inline]
     pub fn read(self, k: &FlowKey) -> u128 {
+        self.read_storage(k) & self.full_mask()
+    }
+
+    #[inline]
+    fn read_storage(self, k: &FlowKey) -> u128 {
         let mac = |m: &[u8; 6]| {
             let mut b = [0u8; 8];
             b[2..].copy_from_slice(m);

@@ -215,10 +215,8 @@ impl Bridge {
             self.transmit();
             let spare = std::mem::take(&mut self.done);
             self.done = self.dp.recycle(spare);
-            if self.ofproto.mac.generation() != self.mac_generation {
-                self.dp.revalidate(&mut self.ofproto);
-                self.mac_generation = self.ofproto.mac.generation();
-            }
+            // Learning during the batch was revalidated by the datapath.
+            self.mac_generation = self.ofproto.mac.generation();
         }
         total
     }

@@ -257,6 +257,15 @@ parse_errors! {
 ///   the whole datagram; a length below the IP payload is accepted, the rest
 ///   is trailer), 4 bytes of ICMP/ICMPv6, 12 bytes of SCTP.
 pub fn parse(frame: &[u8]) -> Result<Layout, ParseError> {
+    parse_with_tag_limit(frame, MAX_VLAN_TAGS)
+}
+
+/// [`parse`] accepting up to `max_tags` VLAN tags. The switch's own
+/// `push_vlan` can make a double-tagged frame triple-tagged; the executor
+/// re-parses such a frame with a higher limit so that later rewrites find
+/// their headers. Only the two outermost tags are recorded in the layout
+/// (`n_vlan` counts them all, and `l3_offset` is right whatever the depth).
+pub fn parse_with_tag_limit(frame: &[u8], max_tags: usize) -> Result<Layout, ParseError> {
     if frame.len() < MIN_FRAME_LEN {
         return Err(ParseError::Runt);
     }
@@ -265,19 +274,21 @@ pub fn parse(frame: &[u8]) -> Result<Layout, ParseError> {
     let mut off = MIN_FRAME_LEN;
     while vlan::is_vlan_tpid(ethertype) {
         let n = usize::from(l.n_vlan);
-        if n >= MAX_VLAN_TAGS {
+        if n >= max_tags.min(64) {
             return Err(ParseError::TooManyVlanTags);
         }
         let tci = bytes::get_u16(frame, off).ok_or(ParseError::TruncatedVlan)?;
         let next = bytes::get_u16(frame, off + 2).ok_or(ParseError::TruncatedVlan)?;
-        l.vlan_tpids[n] = ethertype;
-        l.vlan_tags[n] = tci;
+        if n < MAX_VLAN_TAGS {
+            l.vlan_tpids[n] = ethertype;
+            l.vlan_tags[n] = tci;
+        }
         l.n_vlan += 1;
         ethertype = next;
         off += vlan::HEADER_LEN;
     }
     l.ethertype = ethertype;
-    // off <= 22 here.
+    // off <= 14 + 4 * 64 here.
     l.l3_offset = off as u16;
     // Cannot fail: every byte up to `off` was read above.
     let l3 = frame.get(off..).unwrap_or(&[]);

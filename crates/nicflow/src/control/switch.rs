@@ -56,9 +56,37 @@ impl Port for Renamed {
     }
 }
 
+/// An AF_PACKET port; options are the `AfPacketOptions` fields as
+/// `key=value` (block_size, block_count, frame_size, block_timeout_ms,
+/// promisc, disable_offloads).
 fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
-    let _ = pc;
-    Err("afpacket ports: pending".into())
+    use crate::port::afpacket::{AfPacketOptions, AfPacketPort};
+    let mut o = AfPacketOptions::default();
+    for (k, v) in &pc.options {
+        let num = || {
+            v.parse::<u32>()
+                .map_err(|_| format!("port {}: option {k}={v}: not a number", pc.name))
+        };
+        let flag = || match v.as_str() {
+            "true" | "yes" | "1" => Ok(true),
+            "false" | "no" | "0" => Ok(false),
+            _ => Err(format!(
+                "port {}: option {k}={v}: expected true or false",
+                pc.name
+            )),
+        };
+        match k.as_str() {
+            "block_size" => o.block_size = num()?,
+            "block_count" => o.block_count = num()?,
+            "frame_size" => o.frame_size = num()?,
+            "block_timeout_ms" => o.block_timeout_ms = num()?,
+            "promisc" => o.promisc = flag()?,
+            "disable_offloads" => o.disable_offloads = flag()?,
+            _ => return Err(format!("port {}: unknown afpacket option `{k}`", pc.name)),
+        }
+    }
+    let p = AfPacketPort::open(&pc.iface, o).map_err(|e| e.to_string())?;
+    Ok(Box::new(p))
 }
 
 /// Open the Linux side of a port.
@@ -380,7 +408,12 @@ impl Switch {
                 let _ = writeln!(
                     text,
                     "  port {no} {pname}: rx pkts:{} bytes:{} drop:{}  tx pkts:{} bytes:{} drop:{}",
-                    ps.rx_packets, ps.rx_bytes, ps.rx_dropped, ps.tx_packets, ps.tx_bytes, ps.tx_dropped
+                    ps.rx_packets,
+                    ps.rx_bytes,
+                    ps.rx_dropped,
+                    ps.tx_packets,
+                    ps.tx_bytes,
+                    ps.tx_dropped
                 );
                 ports.push(json!({
                     "name": pname, "ofport": no,

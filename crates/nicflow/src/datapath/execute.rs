@@ -149,8 +149,10 @@ pub fn execute(
     r
 }
 
+/// Re-read the headers after a push or pop. Our own pushes may stack more
+/// tags than a received frame may carry, hence the higher limit; a frame
+/// that still cannot be parsed gets an empty layout, so later L3/L4
+/// rewrites are skipped rather than written at stale offsets.
 fn reparse(pkt: &PacketBuf, layout: &mut Layout) {
-    if let Ok(l) = parse::parse(pkt.data()) {
-        *layout = l;
-    }
+    *layout = parse::parse_with_tag_limit(pkt.data(), 8).unwrap_or_default();
 }

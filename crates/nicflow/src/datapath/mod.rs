@@ -28,7 +28,7 @@ pub use execute::TxBatch;
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use nicflow_packet::buf::PacketBuf;
-use nicflow_packet::parse::{Layout, ParseError};
+use nicflow_packet::parse::ParseError;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -57,6 +57,10 @@ pub struct XlateOut {
     /// The (VLAN, MAC, port) the `normal` action learned from this flow's
     /// source, refreshed while the flow carries traffic.
     pub learned: Option<(u16, [u8; 6], u32)>,
+    /// The translation changed slow-path state other flows may depend on
+    /// (MAC learning): every cached flow must be revalidated before the next
+    /// packet is processed.
+    pub state_changed: bool,
 }
 
 /// The slow path as the datapath sees it.
@@ -208,31 +212,12 @@ pub struct ControllerPacket {
     pub data: Vec<u8>,
 }
 
-/// Where a packet of the current batch goes after lookup.
-#[derive(Clone, Copy)]
-enum Verdict {
-    Dropped,
-    Flow(RuleId),
-    Miss,
-}
-
-struct PktMeta {
-    key: FlowKey,
-    layout: Layout,
-    hash: u64,
-    verdict: Verdict,
-}
-
 pub struct Datapath {
     cfg: DatapathConfig,
     flows: Classifier<FLOW_WORDS, DpFlow>,
     emc: emc::Emc,
     seed: u64,
     stats: DpStats,
-    scratch: Vec<PktMeta>,
-    /// Decisions made for missed packets this batch that were not installed
-    /// (caches off, flow limit): executed once, then dropped.
-    uncached: Vec<(usize, Vec<DpAction>)>,
     pub(crate) pool: Vec<PacketBuf>,
     controller: VecDeque<ControllerPacket>,
 }
@@ -254,8 +239,6 @@ impl Datapath {
             flows: Classifier::new(),
             seed,
             stats: DpStats::new(),
-            scratch: Vec::new(),
-            uncached: Vec::new(),
             pool: Vec::new(),
             controller: VecDeque::new(),
         }
@@ -289,6 +272,14 @@ impl Datapath {
 
     /// Process one received batch from `in_port`. Frames are taken out of
     /// `pkts` (left empty); copies to transmit land in `tx`.
+    ///
+    /// Packets are handled strictly in arrival order: lookup, upcall on a
+    /// miss, execute, and — when an upcall changed slow-path state such as
+    /// the MAC table — revalidation before the next packet is looked up. So
+    /// a packet never follows a decision older than the packets before it,
+    /// which is what makes the cached path indistinguishable from the slow
+    /// path (the differential test). A batch still amortises the port's
+    /// receive and transmit calls.
     pub fn process_batch(
         &mut self,
         in_port: u32,
@@ -297,116 +288,77 @@ impl Datapath {
         now: Instant,
         tx: &mut TxBatch,
     ) {
-        let n = pkts.len();
-        self.stats.packets += n as u64;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-
-        // Stage 1: parse and look up in the caches.
-        for pkt in pkts.iter() {
+        self.stats.packets += pkts.len() as u64;
+        let mut budget = self.cfg.upcall_budget;
+        for pkt in pkts.drain(..) {
             let mut key = FlowKey::default();
-            let (layout, verdict) = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
-                Ok(l) => (l, Verdict::Miss),
+            let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
+                Ok(l) => l,
                 Err(e) => {
                     self.stats.parse_drops[e.index()] += 1;
-                    (Layout::default(), Verdict::Dropped)
-                }
-            };
-            let mut m = PktMeta {
-                key,
-                layout,
-                hash: 0,
-                verdict,
-            };
-            if matches!(m.verdict, Verdict::Miss) && self.cfg.caches_enabled {
-                m.hash = emc::hash_key(m.key.words(), self.seed);
-                if let Some(id) = self.emc.lookup(m.hash, &m.key) {
-                    if self.flows.get(id).is_some() {
-                        self.stats.emc_hits += 1;
-                        m.verdict = Verdict::Flow(id);
-                    }
-                }
-                if matches!(m.verdict, Verdict::Miss) {
-                    if let Some((id, _)) = self.flows.lookup(m.key.words()) {
-                        self.stats.megaflow_hits += 1;
-                        self.emc.insert(m.hash, &m.key, id);
-                        m.verdict = Verdict::Flow(id);
-                    }
-                }
-            }
-            scratch.push(m);
-        }
-
-        // Stage 2: upcalls for the misses, in arrival order. A flow installed
-        // by an earlier miss of this batch catches the later ones.
-        let mut budget = self.cfg.upcall_budget;
-        self.uncached.clear();
-        for (i, m) in scratch.iter_mut().enumerate() {
-            if !matches!(m.verdict, Verdict::Miss) {
-                continue;
-            }
-            if self.cfg.caches_enabled {
-                if let Some((id, _)) = self.flows.lookup(m.key.words()) {
-                    self.stats.megaflow_hits += 1;
-                    m.verdict = Verdict::Flow(id);
-                    continue;
-                }
-            }
-            if budget == 0 {
-                self.stats.upcall_budget_drops += 1;
-                m.verdict = Verdict::Dropped;
-                continue;
-            }
-            budget -= 1;
-            self.stats.upcalls += 1;
-            let out = handler.upcall(&m.key, pkts[i].data(), now);
-            if self.cfg.caches_enabled && out.install {
-                if self.flows.len() >= self.cfg.flow_limit {
-                    self.stats.flow_limit_hits += 1;
-                } else {
-                    let id = self.install(&m.key, out, now);
-                    m.verdict = Verdict::Flow(id);
-                    continue;
-                }
-            }
-            self.uncached.push((i, out.actions));
-        }
-
-        // Stage 3: execute in arrival order.
-        let mut uncached = std::mem::take(&mut self.uncached);
-        let mut next_uncached = 0;
-        for (i, (pkt, m)) in pkts.drain(..).zip(scratch.iter()).enumerate() {
-            let actions: &[DpAction] = match m.verdict {
-                Verdict::Dropped => {
                     give_back(&mut self.pool, pkt);
                     continue;
                 }
-                Verdict::Flow(id) => {
-                    let Some(flow) = self.flows.get_mut(id) else {
+            };
+            let mut hit = None;
+            if self.cfg.caches_enabled {
+                let hash = emc::hash_key(key.words(), self.seed);
+                if let Some(id) = self.emc.lookup(hash, &key) {
+                    if self.flows.get(id).is_some() {
+                        self.stats.emc_hits += 1;
+                        hit = Some(id);
+                    }
+                }
+                if hit.is_none() {
+                    if let Some((id, _)) = self.flows.lookup(key.words()) {
+                        self.stats.megaflow_hits += 1;
+                        self.emc.insert(hash, &key, id);
+                        hit = Some(id);
+                    }
+                }
+            }
+            let mut uncached = None;
+            let mut revalidate = false;
+            if hit.is_none() {
+                if budget == 0 {
+                    self.stats.upcall_budget_drops += 1;
+                    give_back(&mut self.pool, pkt);
+                    continue;
+                }
+                budget -= 1;
+                self.stats.upcalls += 1;
+                let out = handler.upcall(&key, pkt.data(), now);
+                revalidate = out.state_changed;
+                if self.cfg.caches_enabled && out.install && self.flows.len() < self.cfg.flow_limit
+                {
+                    hit = Some(self.install(&key, out, now));
+                } else {
+                    if self.cfg.caches_enabled && out.install {
+                        self.stats.flow_limit_hits += 1;
+                    }
+                    uncached = Some(out.actions);
+                }
+            }
+            let actions: &[DpAction] = match (hit, &uncached) {
+                (Some(id), _) => match self.flows.get_mut(id) {
+                    Some(flow) => {
+                        flow.stats.packets += 1;
+                        flow.stats.bytes += pkt.len() as u64;
+                        flow.stats.used = Some(now);
+                        flow.stats.tcp_flags |= key.tcp_flags;
+                        &flow.actions
+                    }
+                    None => {
                         give_back(&mut self.pool, pkt);
                         continue;
-                    };
-                    flow.stats.packets += 1;
-                    flow.stats.bytes += pkt.len() as u64;
-                    flow.stats.used = Some(now);
-                    flow.stats.tcp_flags |= m.key.tcp_flags;
-                    // Re-borrow immutably for execution.
-                    &self.flows.get(id).expect("present").actions
-                }
-                Verdict::Miss => {
-                    while next_uncached < uncached.len() && uncached[next_uncached].0 < i {
-                        next_uncached += 1;
                     }
-                    match uncached.get(next_uncached) {
-                        Some((j, a)) if *j == i => a,
-                        _ => {
-                            give_back(&mut self.pool, pkt);
-                            continue;
-                        }
-                    }
+                },
+                (None, Some(a)) => a,
+                (None, None) => {
+                    give_back(&mut self.pool, pkt);
+                    continue;
                 }
             };
-            let mut layout = m.layout;
             let r = execute::execute(
                 actions,
                 in_port,
@@ -430,10 +382,10 @@ impl Datapath {
             if let Some(p) = r.leftover {
                 give_back(&mut self.pool, p);
             }
+            if revalidate {
+                self.revalidate(handler);
+            }
         }
-        uncached.clear();
-        self.uncached = uncached;
-        self.scratch = scratch;
     }
 
     fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {

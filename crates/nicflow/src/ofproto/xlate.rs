@@ -34,6 +34,10 @@ struct Ctx<'a> {
     learned: Option<(u16, [u8; 6], u32)>,
     depth: u32,
     stop: bool,
+    /// The MAC table changed during this translation.
+    mac_changed: bool,
+    /// The decision must not stay cached (see `normal`).
+    uncacheable: bool,
 }
 
 pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
@@ -48,6 +52,8 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         learned: None,
         depth: 0,
         stop: false,
+        mac_changed: false,
+        uncacheable: false,
     };
     // The datapath always matches the input port: outputs are relative to it.
     ctx.wc.0.in_port = u32::MAX;
@@ -56,8 +62,9 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         mask: ctx.wc,
         actions: ctx.actions,
         rules: ctx.rules,
-        install: true,
+        install: !ctx.uncacheable,
         learned: ctx.learned,
+        state_changed: ctx.mac_changed,
     }
 }
 
@@ -190,8 +197,24 @@ impl Ctx<'_> {
         let in_port = self.key.in_port;
         if src[0] & 1 == 0 {
             self.learned = Some((vlan, src, in_port));
-            if let Some(now) = self.learn {
-                self.of.mac.learn(vlan, src, in_port, now);
+            match self.learn {
+                Some(now) => {
+                    let before = self.of.mac.generation();
+                    self.of.mac.learn(vlan, src, in_port, now);
+                    self.mac_changed |= self.of.mac.generation() != before;
+                }
+                // Revalidating: the slow path would learn the source here,
+                // the fast path never does. If the table does not already
+                // say (vlan, src) is on this port, the cached flow would
+                // skip a learning step the slow path takes, so it must go
+                // and let the next packet come up to learn.
+                None => {
+                    if self.of.mac.lookup(vlan, &src) != Some(in_port)
+                        && self.of.mac.len() < self.of.mac.max_entries
+                    {
+                        self.uncacheable = true;
+                    }
+                }
             }
         }
         let dst = self.key.dl_dst;
@@ -256,6 +279,10 @@ impl Ctx<'_> {
         if !applies {
             return;
         }
+        // The datapath action that commits this change writes the whole
+        // field, and is skipped when the value is already right; both depend
+        // on the packet's current value, so all of the field joins the mask.
+        field.write(&mut self.wc.0, field.full_mask());
         let cur = field.read(&self.key);
         field.write(&mut self.key, (cur & !mask) | (value & mask));
     }
@@ -310,7 +337,9 @@ impl Ctx<'_> {
     /// Change VID and/or PCP bits of the outer tag (pushing one if untagged,
     /// as OpenFlow 1.0's `mod_vlan_vid`/`mod_vlan_pcp` do).
     fn mod_vlan(&mut self, bits: u16, value: u16) {
-        self.wc.0.vlan_tci |= VLAN_CFI;
+        // The datapath's SetVlanTci writes VID and PCP together, from this
+        // packet's values for the bits not modified here.
+        self.wc.0.vlan_tci = 0xffff;
         if self.key.vlan_tci & VLAN_CFI == 0 {
             self.commit();
             let tci = value & bits;

@@ -7,6 +7,7 @@
 //! [`pcap`] (read a capture as the receive side, write the transmit side to a
 //! capture tshark can read).
 
+pub mod afpacket;
 pub mod mem;
 pub mod pcap;
 pub mod tap;
