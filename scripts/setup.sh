@@ -5,6 +5,14 @@ set -euo pipefail
 
 need_apt=()
 command -v tshark >/dev/null 2>&1 || need_apt+=(tshark)
+command -v clang >/dev/null 2>&1 || need_apt+=(clang llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
+[ -d /usr/include/x86_64-linux-gnu/asm ] || need_apt+=(linux-libc-dev)
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
+command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
+python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -17,6 +17,7 @@ pub mod bridge;
 pub mod control;
 pub mod datapath;
 pub mod demo;
+pub mod lab;
 pub mod ofproto;
 pub mod port;
 

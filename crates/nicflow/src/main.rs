@@ -88,17 +88,41 @@ enum Cmd {
     /// Add every rule of a file, all or nothing.
     AddFlows { bridge: String, file: PathBuf },
     /// Delete rules matching (non-strict, like ovs-ofctl); all without a match.
-    DelFlows { bridge: String, filter: Option<String> },
+    DelFlows {
+        bridge: String,
+        filter: Option<String>,
+    },
     /// Rules with counters.
     DumpFlows { bridge: String },
     /// Datapath flows: match, actions, packets, bytes, used.
     DumpDpFlows { bridge: String },
     /// Port counters, cache hits per tier, upcalls, drops by reason.
     Stats,
+    /// Namespace labs: hosts and nicflow switches from a topology file.
+    Lab {
+        #[command(subcommand)]
+        verb: LabCmd,
+    },
     /// Benchmarks that print reports.
     Bench {
         #[command(subcommand)]
         which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Create the lab's namespaces, links and switch daemons.
+    Up { file: PathBuf },
+    /// Remove everything `up` made (also after a crash).
+    Down { file: PathBuf },
+    /// Run a command inside a host's namespace.
+    Exec {
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        host: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<String>,
     },
 }
 
@@ -216,6 +240,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
         Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
         Cmd::Stats => ctl(Request::Stats),
+        Cmd::Lab { verb } => {
+            use nicflow::lab::{self, LabOptions, Topology};
+            let opts = LabOptions::from_env()?;
+            match verb {
+                LabCmd::Up { file } => {
+                    print!("{}", lab::up(&Topology::load(&file)?, &opts)?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                LabCmd::Down { file } => {
+                    print!("{}", lab::down(&Topology::load(&file)?.name, &opts)?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                LabCmd::Exec {
+                    topology,
+                    host,
+                    cmd,
+                } => {
+                    let topo = topology.as_deref().map(Topology::load).transpose()?;
+                    let code = lab::exec(topo.as_ref(), &host, &cmd, &opts)?;
+                    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+                }
+            }
+        }
         Cmd::CheckFlows { file } => check_flows(&file),
         Cmd::Pcap {
             flows,
