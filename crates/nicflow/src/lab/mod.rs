@@ -37,7 +37,7 @@
 //! b = "sw1:p1"
 //! addresses = ["198.18.0.1/24", "2001:db8::1/64"]  # of the host end
 //! mtu = 1500                  # optional, both ends
-//! offload = false             # default: host end's tx offloads off
+//! offload = true              # default: host end keeps its tx offloads
 //!
 //! [[link]]
 //! a = "h2:eth0"

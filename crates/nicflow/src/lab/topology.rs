@@ -93,9 +93,10 @@ pub struct Link {
     pub a: Endpoint,
     pub b: Endpoint,
     pub mtu: Option<u32>,
-    /// Keep the host ends' transmit offloads (checksum, TSO). Off by default:
-    /// a software switch reading frames with AF_PACKET would otherwise see
-    /// unfinished checksums and 64 KiB TSO frames.
+    /// Keep the host ends' transmit offloads (checksum, TSO) at the kernel's
+    /// defaults. On by default: nicflow's ports complete partial checksums
+    /// and segment TSO frames themselves, and hosts in the real world do not
+    /// reconfigure their NICs for a switch. `false` turns them off.
     pub offload: bool,
 }
 
@@ -343,8 +344,12 @@ struct RawLink {
     b_addresses: Option<Vec<String>>,
     #[serde(default)]
     mtu: Option<u32>,
-    #[serde(default)]
+    #[serde(default = "default_offload")]
     offload: bool,
+}
+
+fn default_offload() -> bool {
+    true
 }
 
 // ---- validation ----------------------------------------------------------
