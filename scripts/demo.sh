@@ -25,5 +25,6 @@ if command -v tshark >/dev/null 2>&1; then
 fi
 
 echo
+echo
 echo "== classifier benchmark (quick run; full: nicflow bench classifier) =="
 "$bin" bench classifier --rules 10,1000,20000 --reps 3 --quick 2>/dev/null

@@ -270,6 +270,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             no_cache,
         } => pcap(&flows, &ports, no_cache),
         Cmd::Demo { dir } => {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                print!("{}", nicflow::demo::run_lab()?);
+            } else {
+                println!("(not root: skipping the namespace lab part of the demo)");
+            }
+            println!("== nicflow demo, part 2: capture files through a three-port bridge ==");
             print!("{}", nicflow::demo::run(&dir)?);
             Ok(ExitCode::SUCCESS)
         }
