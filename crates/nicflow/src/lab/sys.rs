@@ -140,14 +140,56 @@ fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Whether argv is a `nicflow daemon` serving a socket inside `dir`.
+/// Whether argv is a `nicflow daemon` whose socket or config file lies
+/// inside `dir`. `env_sock` is its `NICFLOW_SOCK` (which overrides the
+/// socket everywhere) and `cwd` its working directory (for relative paths).
+pub fn is_lab_daemon_with(
+    argv: &[String],
+    env_sock: Option<&str>,
+    cwd: Option<&Path>,
+    dir: &Path,
+) -> bool {
+    let in_dir = |p: &str| {
+        let p = Path::new(p);
+        let abs = match (p.is_relative(), cwd) {
+            (true, Some(c)) => c.join(p),
+            _ => p.to_path_buf(),
+        };
+        abs.parent() == Some(dir)
+    };
+    let flag = |name: &str| {
+        let eq = format!("{name}=");
+        argv.iter().enumerate().any(|(i, a)| {
+            (a == name && argv.get(i + 1).is_some_and(|p| in_dir(p)))
+                || a.strip_prefix(eq.as_str()).is_some_and(in_dir)
+        })
+    };
+    let serves = flag("--socket") || flag("--config") || env_sock.is_some_and(in_dir);
+    serves && argv.iter().any(|a| a == "daemon")
+}
+
+/// [`is_lab_daemon_with`] from the command line alone.
 pub fn is_lab_daemon(argv: &[String], dir: &Path) -> bool {
-    let in_dir = |p: &str| Path::new(p).parent() == Some(dir);
-    let has_socket = argv.iter().enumerate().any(|(i, a)| {
-        (a == "--socket" && argv.get(i + 1).is_some_and(|p| in_dir(p)))
-            || a.strip_prefix("--socket=").is_some_and(in_dir)
-    });
-    has_socket && argv.iter().any(|a| a == "daemon")
+    is_lab_daemon_with(argv, None, None, dir)
+}
+
+/// `NICFLOW_SOCK` from a process's environment.
+fn env_sock(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&c| c == 0).find_map(|kv| {
+        kv.strip_prefix(b"NICFLOW_SOCK=")
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+/// Whether process `pid` is a nicflow daemon of the lab in `dir`.
+fn pid_is_lab_daemon(pid: u32, dir: &Path) -> bool {
+    let argv = cmdline(pid);
+    if !argv.iter().any(|a| a == "daemon") {
+        return false;
+    }
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    is_lab_daemon_with(&argv, env_sock(pid).as_deref(), cwd.as_deref(), dir)
 }
 
 /// Pids of running daemons whose control socket lives in `dir`.
@@ -158,7 +200,7 @@ pub fn find_daemons(dir: &Path) -> Vec<u32> {
     };
     let mut pids: Vec<u32> = rd
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&pid| pid != me && is_lab_daemon(&cmdline(pid), dir))
+        .filter(|&pid| pid != me && pid_is_lab_daemon(pid, dir))
         .collect();
     pids.sort_unstable();
     pids
@@ -206,7 +248,7 @@ pub fn netns_pids(ns: &str) -> Result<Vec<u32>, LabError> {
 pub fn stop_daemons(pids: &[u32], dir: &Path, grace: Duration) -> StopResult {
     // Re-check each pid right before signalling it: a recorded pid may
     // have been reused by an unrelated process since.
-    stop(pids, |p| is_lab_daemon(&cmdline(p), dir), grace)
+    stop(pids, |p| pid_is_lab_daemon(p, dir), grace)
 }
 
 /// SIGTERM each of `pids` that is alive and for which `ours` holds, wait up
