@@ -1,5 +1,7 @@
-//! Lookup cost of the tuple-space-search classifier on IPv4 5-tuple ACLs
-//! over 160-byte keys, against the linear reference.
+//! Lookup cost of the classifier on IPv4 5-tuple ACLs over 160-byte keys:
+//! tuple space search (group `classifier`), TupleMerge with the FlowKey
+//! relaxation and the default collision limit (group `tuplemerge`), and the
+//! linear reference (group `linear`).
 //!
 //! Each iteration is one lookup (keys are cycled from a pre-generated set),
 //! so criterion's time per iteration is ns per lookup.
@@ -9,10 +11,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use nicflow_classifier::bench_support::{
-    build_classifier, build_linear, gen_5tuple_rules, gen_keys_hitting, gen_keys_missing,
-    BenchRule, WORDS,
+    build_classifier, build_classifier_merge, build_linear, gen_5tuple_rules, gen_keys_hitting,
+    gen_keys_missing, BenchRule, WORDS,
 };
-use nicflow_classifier::Classifier;
+use nicflow_classifier::{Classifier, DEFAULT_COLLISION_LIMIT};
 
 const SIZES: [usize; 4] = [10, 1_000, 20_000, 100_000];
 const LINEAR_SIZES: [usize; 2] = [10, 1_000];
@@ -73,6 +75,37 @@ fn bench_tss(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_tuplemerge(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tuplemerge");
+    for n in SIZES {
+        let rules = rules(n);
+        let cls = build_classifier_merge(&rules, DEFAULT_COLLISION_LIMIT);
+        let hits = gen_keys_hitting(&rules, N_KEYS, 1);
+        let misses = gen_keys_missing(N_KEYS, 2);
+        assert!(hits.iter().all(|k| cls.lookup(k).is_some()));
+        assert!(misses.iter().all(|k| cls.lookup(k).is_none()));
+        eprintln!("tuplemerge n={n}: {} tables", cls.n_subtables());
+
+        let mut next = cycle(&hits);
+        g.bench_with_input(BenchmarkId::new("hit", n), &n, |b, _| {
+            b.iter(|| black_box(cls.lookup(black_box(next()))))
+        });
+        let mut next = cycle(&misses);
+        g.bench_with_input(BenchmarkId::new("miss", n), &n, |b, _| {
+            b.iter(|| black_box(cls.lookup(black_box(next()))))
+        });
+        let mut next = cycle(&hits);
+        g.bench_with_input(BenchmarkId::new("hit_wc", n), &n, |b, _| {
+            b.iter(|| {
+                let mut wc = [0u64; WORDS];
+                black_box(cls.lookup_wc(black_box(next()), &mut wc).map(|r| r.0));
+                black_box(wc)
+            })
+        });
+    }
+    g.finish();
+}
+
 fn bench_linear(c: &mut Criterion) {
     let mut g = c.benchmark_group("linear");
     for n in LINEAR_SIZES {
@@ -93,7 +126,7 @@ fn bench_linear(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    // The build machine is shared: keep the whole run around a minute.
+    // The build machine is shared: keep the whole run around two minutes.
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
@@ -103,6 +136,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_tss, bench_linear
+    targets = bench_tss, bench_tuplemerge, bench_linear
 }
 criterion_main!(benches);

@@ -133,11 +133,88 @@ pub fn gen_keys_missing(n: usize, seed: u64) -> Vec<[u64; WORDS]> {
 
 /// A classifier holding `rules`; rule `i` has value `i`.
 pub fn build_classifier(rules: &[BenchRule]) -> Classifier<WORDS, usize> {
-    let mut c = Classifier::new();
+    fill(Classifier::new(), rules)
+}
+
+/// A TupleMerge classifier (relaxation [`relax_flowkey_5tuple`], collision
+/// limit `limit`) holding `rules`; rule `i` has value `i`.
+pub fn build_classifier_merge(rules: &[BenchRule], limit: usize) -> Classifier<WORDS, usize> {
+    fill(
+        Classifier::with_relax(relax_flowkey_5tuple).with_collision_limit(limit),
+        rules,
+    )
+}
+
+fn fill(mut c: Classifier<WORDS, usize>, rules: &[BenchRule]) -> Classifier<WORDS, usize> {
     for (i, (k, m, p)) in rules.iter().enumerate() {
         c.insert(k, m, *p, i);
     }
     c
+}
+
+// Byte offsets of the relaxed fields in `nicflow-flow`'s `FlowKey`
+// (`#[repr(C)]`, 20 words; checked against the real struct by a test).
+const TP_SRC_OFFSET: usize = 102; // word 12, bytes 6..8
+const NW_SRC_OFFSET: usize = 104; // word 13, bytes 0..4
+const NW_DST_OFFSET: usize = 108; // word 13, bytes 4..8
+const IPV6_SRC_OFFSET: usize = 112; // words 14-15
+const IPV6_DST_OFFSET: usize = 128; // words 16-17
+const TP_DST_OFFSET: usize = 148; // word 18, bytes 4..6
+
+/// IPv4 prefix lengths a table mask keeps, longest first: a rule's prefix
+/// is cut to the longest of these it contains. Measured against {16, 8}:
+/// equal on the uniform benchmark rules, 25-40% faster lookups at 20k-100k
+/// rules when all addresses share a /8 or /16 (as real ACLs do).
+const IPV4_TABLE_PREFIXES: [u32; 3] = [24, 16, 8];
+/// Same for IPv6, in bytes (/64, /32).
+const IPV6_TABLE_PREFIX_BYTES: [usize; 2] = [8, 4];
+
+/// TupleMerge relaxation for `FlowKey` masks (`Classifier::with_relax`).
+///
+/// Returns a subset of `mask` (it only ever removes bits, so it is valid for
+/// any mask, prefix or not) in which:
+///
+/// * `nw_src` and `nw_dst` (IPv4, also ARP SPA/TPA) are cut to the longest
+///   of /24, /16, /8, /0 that the field's mask contains;
+/// * `ipv6_src` and `ipv6_dst` are cut to the longest of /64, /32, /0;
+/// * `tp_src` and `tp_dst` (also ICMP type/code) are wildcarded;
+/// * every other bit is kept: rules differing there never share a table.
+///
+/// So the relaxed masks of an IPv4 5-tuple ACL take at most 16 shapes
+/// however many masks the ACL has, and TupleMerge shares tables further
+/// (3 tables for 100,000 benchmark rules); the bits left out are compared
+/// in the bucket chains, whose length the collision limit bounds. The cuts
+/// were chosen by measurement (see `IPV4_TABLE_PREFIXES`).
+///
+/// Fields are addressed by their byte offset in `FlowKey`, with
+/// native-endian words, so it is correct on any host.
+pub fn relax_flowkey_5tuple(mask: &[u64; WORDS]) -> [u64; WORDS] {
+    let mut b = [0u8; WORDS * 8];
+    for (chunk, w) in b.chunks_exact_mut(8).zip(mask) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    for off in [NW_SRC_OFFSET, NW_DST_OFFSET] {
+        let field: &mut [u8; 4] = (&mut b[off..off + 4]).try_into().expect("4 bytes");
+        let m = u32::from_ne_bytes(*field);
+        let cut = IPV4_TABLE_PREFIXES
+            .iter()
+            .map(|&len| prefix_mask(len) as u32)
+            .find(|&p| m & p == p)
+            .unwrap_or(0);
+        *field = cut.to_ne_bytes();
+    }
+    for off in [IPV6_SRC_OFFSET, IPV6_DST_OFFSET] {
+        let field = &mut b[off..off + 16];
+        let keep = IPV6_TABLE_PREFIX_BYTES
+            .iter()
+            .copied()
+            .find(|&n| field[..n].iter().all(|&x| x == 0xff))
+            .unwrap_or(0);
+        field[keep..].fill(0);
+    }
+    b[TP_SRC_OFFSET..TP_SRC_OFFSET + 2].fill(0);
+    b[TP_DST_OFFSET..TP_DST_OFFSET + 2].fill(0);
+    std::array::from_fn(|i| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes")))
 }
 
 /// The linear reference holding `rules`; rule `i` has value `i`.
@@ -152,6 +229,119 @@ pub fn build_linear(rules: &[BenchRule]) -> LinearClassifier<WORDS, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_mode_on_benchmark_rules() {
+        let rules = gen_5tuple_rules(3000, 7);
+        let tss = build_classifier(&rules);
+        let merge = build_classifier_merge(&rules, 4);
+        assert_eq!(merge.len(), 3000);
+        assert!(
+            merge.n_subtables() < 12,
+            "{} tables for 3000 rules",
+            merge.n_subtables()
+        );
+        merge.check_invariants();
+        assert!(merge.max_chain_len() <= 4);
+        let prio =
+            |c: &Classifier<WORDS, usize>, k: &[u64; WORDS]| c.lookup(k).map(|r| rules[*r.1].2);
+        for k in gen_keys_hitting(&rules, 500, 8) {
+            assert!(merge.lookup(&k).is_some());
+            // Priorities may tie in these rules: compare priorities.
+            assert_eq!(prio(&tss, &k), prio(&merge, &k));
+            let mut wc = [0; WORDS];
+            let r = merge.lookup_wc(&k, &mut wc).map(|r| r.0);
+            // Flip every bit outside wc: same answer.
+            let k2: [u64; WORDS] = std::array::from_fn(|i| k[i] ^ !wc[i]);
+            assert_eq!(merge.lookup(&k2).map(|r| r.0), r);
+        }
+        for k in gen_keys_missing(300, 9) {
+            assert_eq!(merge.lookup(&k), None);
+        }
+    }
+
+    #[test]
+    fn relaxation_only_removes_bits() {
+        let mut rng = SplitMix64(5);
+        for _ in 0..2000 {
+            let mask: [u64; WORDS] = std::array::from_fn(|_| match rng.below(4) {
+                0 => 0,
+                1 => !0,
+                _ => rng.next(),
+            });
+            let r = relax_flowkey_5tuple(&mask);
+            assert!(crate::mask_is_subset(&r, &mask));
+            assert_eq!(relax_flowkey_5tuple(&r), r, "not idempotent");
+        }
+    }
+
+    /// The field positions documented above and used by the relaxation are
+    /// those of the real `FlowKey`.
+    #[test]
+    fn flowkey_layout() {
+        use nicflow_flow::{FlowKey, FlowMask, FLOW_WORDS};
+        assert_eq!(FLOW_WORDS, WORDS);
+        let k = FlowKey {
+            dl_type: 0x0800,
+            tp_src: 0x1234,
+            nw_src: 0x0a01_0203,
+            nw_dst: 0xc0a8_0001,
+            tp_dst: 0x0050,
+            nw_proto: 6,
+            ..FlowKey::default()
+        };
+        let w = k.words();
+        assert_eq!(w[DL_TYPE_WORD], 0x0800 << DL_TYPE_SHIFT);
+        assert_eq!(w[TP_SRC_WORD], 0x1234 << TP_SRC_SHIFT);
+        assert_eq!(w[NW_ADDR_WORD], 0xc0a8_0001_0a01_0203);
+        assert_eq!(w[TP_DST_WORD], 0x0050 << TP_DST_SHIFT);
+        assert_eq!(w[NW_PROTO_WORD], 6);
+
+        // A mask touching every relaxed field and some kept ones.
+        let mut m = FlowMask::catchall();
+        m.0.in_port = u32::MAX;
+        m.0.dl_type = 0xffff;
+        m.0.dl_dst = [0xff; 6];
+        m.0.nw_proto = 0xff;
+        m.0.nw_src = 0xffff_ff00; // /24
+        m.0.nw_dst = 0xfff0_0000; // /12
+        m.0.tp_src = 0xffff;
+        m.0.tp_dst = 0xff00;
+        m.0.tcp_flags = 0x0fff;
+        m.0.ipv6_label = 0xf_ffff;
+        m.0.arp_tha = [0xff; 6];
+        m.0.ipv6_src = [0xff; 16]; // /128
+        m.0.ipv6_dst[..6].fill(0xff); // /48
+        let r = FlowKey::from_words(&relax_flowkey_5tuple(m.words()));
+        assert_eq!(r.nw_src, 0xffff_ff00);
+        assert_eq!(r.nw_dst, 0xff00_0000);
+        assert_eq!((r.tp_src, r.tp_dst), (0, 0));
+        let mut v6_64 = [0u8; 16];
+        v6_64[..8].fill(0xff);
+        let mut v6_32 = [0u8; 16];
+        v6_32[..4].fill(0xff);
+        assert_eq!(r.ipv6_src, v6_64);
+        assert_eq!(r.ipv6_dst, v6_32);
+        // Everything else untouched.
+        let mut expect = m.0;
+        expect.nw_dst = 0xff00_0000;
+        expect.tp_src = 0;
+        expect.tp_dst = 0;
+        expect.ipv6_src = v6_64;
+        expect.ipv6_dst = v6_32;
+        assert_eq!(r, expect);
+        // The benchmark masks: prefixes cut, ports dropped.
+        for (_, mask, _) in gen_5tuple_rules(200, 3) {
+            let r = relax_flowkey_5tuple(&mask);
+            assert_eq!((r[TP_SRC_WORD], r[TP_DST_WORD]), (0, 0));
+            assert_eq!(r[DL_TYPE_WORD], mask[DL_TYPE_WORD]);
+            assert_eq!(r[NW_PROTO_WORD], mask[NW_PROTO_WORD]);
+            for half in [r[NW_ADDR_WORD] as u32, (r[NW_ADDR_WORD] >> 32) as u32] {
+                assert!([8, 16, 24].contains(&half.count_ones()));
+                assert_eq!(half.leading_ones(), half.count_ones());
+            }
+        }
+    }
 
     #[test]
     fn generators() {

@@ -1,5 +1,7 @@
-//! The tuple-space-search classifier. See the crate docs for the design.
+//! The classifier: tuple space search, with TupleMerge as an opt-in mode.
+//! See the crate docs for the design.
 
+use std::cmp::Reverse;
 use std::collections::btree_map::{BTreeMap, Entry as BTreeEntry};
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -7,24 +9,39 @@ use std::hash::{BuildHasher, Hasher};
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
-use crate::{apply_mask, RuleId, RuleRef};
+use crate::{apply_mask, mask_is_subset, masked_eq, RuleId, RuleRef};
 
-/// "No rule" in the intrusive index links. Slot indices never reach it.
+/// "No rule" / "no table" in the intrusive index links. Slot indices never
+/// reach it.
 const NIL: u32 = u32::MAX;
+
+/// Collision limit of a TupleMerge classifier unless
+/// [`Classifier::with_collision_limit`] says otherwise: the most distinct
+/// matches one hash bucket may hold, i.e. the most rules a lookup compares
+/// per table.
+pub const DEFAULT_COLLISION_LIMIT: usize = 8;
 
 /// One rule, stored in the slab.
 #[derive(Clone)]
 struct Rule<const W: usize, T> {
-    /// Already masked, so comparing against a masked packet key needs no mask
-    /// on this side and the zero words of the mask need not be compared.
+    /// Masked with the rule's own mask, so comparing against a packet key
+    /// needs the mask on the packet side only.
     key: [u64; W],
     priority: u32,
-    /// Slab index of the subtable holding the rule (gives the mask back).
-    subtable: u32,
-    /// Next rule with the same masked key in the same subtable, lower
-    /// priority. An intrusive chain rather than a vector in the hash entry:
-    /// it keeps hash entries at 8 bytes and needs no allocation per key.
+    /// Slab index of the table holding the rule.
+    table: u32,
+    /// Index of the rule's mask in the mask registry.
+    mask: u32,
+    /// Next *match group* in the same hash bucket (see [`Classifier`]'s
+    /// bucket layout); `NIL` at the end of the chain and in non-heads.
     next: u32,
+    /// Next rule with the same key and mask, lower priority. An intrusive
+    /// chain rather than a vector: it keeps hash entries at 8 bytes and needs
+    /// no allocation per key.
+    dup: u32,
+    /// Insertion sequence number: orders equal-priority groups in a chain.
+    /// A replacing rule inherits the sequence number of the rule it replaces.
+    seq: u64,
     value: T,
 }
 
@@ -133,15 +150,152 @@ impl<const W: usize, T> RuleSlab<W, T> {
     }
 }
 
-/// One non-zero word of a subtable's mask.
+/// One non-zero word of a mask.
 #[derive(Clone, Copy, Debug)]
 struct MaskWord {
     mask: u64,
     index: u32,
 }
 
-/// A hash-table entry: the head of a same-key chain. The 32-bit hash is kept
-/// so that growing the table never rehashes keys and so that most probes that
+fn mask_words<const W: usize>(mask: &[u64; W]) -> Box<[MaskWord]> {
+    mask.iter()
+        .enumerate()
+        .filter(|(_, &m)| m != 0)
+        .map(|(i, &mask)| MaskWord {
+            mask,
+            index: i as u32,
+        })
+        .collect()
+}
+
+fn popcount<const W: usize>(mask: &[u64; W]) -> u32 {
+    mask.iter().map(|m| m.count_ones()).sum()
+}
+
+/// `a | b`, word by word.
+fn or_masks<const W: usize>(a: &[u64; W], b: &[u64; W]) -> [u64; W] {
+    std::array::from_fn(|i| a[i] | b[i])
+}
+
+/// Is every bit of the sparse mask `inner` also set in `outer`?
+#[inline]
+fn words_subset<const W: usize>(inner: &[MaskWord], outer: &[u64; W]) -> bool {
+    inner.iter().all(|w| w.mask & !outer[w.index as usize] == 0)
+}
+
+/// One distinct mask, shared by the rules that have it and by the table
+/// that uses it as its table mask, if any.
+#[derive(Clone)]
+struct MaskInfo<const W: usize> {
+    mask: [u64; W],
+    /// Non-zero words of `mask`: what hashing and matching iterate over.
+    words: Box<[MaskWord]>,
+    bits: u32,
+    /// Rules whose mask this is.
+    n_rules: u32,
+    /// The table whose table mask this is, or `NIL`.
+    table: u32,
+}
+
+/// Interned masks: a rule stores a 4-byte mask index instead of the mask,
+/// and "is there a table with table mask M?" is one hash probe.
+#[derive(Clone)]
+struct MaskSet<const W: usize> {
+    slots: Vec<Option<MaskInfo<W>>>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+}
+
+impl<const W: usize> MaskSet<W> {
+    const fn new() -> Self {
+        MaskSet {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, i: u32) -> &MaskInfo<W> {
+        match &self.slots[i as usize] {
+            Some(m) => m,
+            None => unreachable!("classifier index points at a released mask"),
+        }
+    }
+
+    #[inline]
+    fn at_mut(&mut self, i: u32) -> &mut MaskInfo<W> {
+        match &mut self.slots[i as usize] {
+            Some(m) => m,
+            None => unreachable!("classifier index points at a released mask"),
+        }
+    }
+
+    fn find(&self, seed: &RandomState, mask: &[u64; W]) -> Option<u32> {
+        self.index
+            .find(hash_mask(seed, mask), |&i| self.at(i).mask == *mask)
+            .copied()
+    }
+
+    fn intern(&mut self, seed: &RandomState, mask: &[u64; W]) -> u32 {
+        if let Some(i) = self.find(seed, mask) {
+            return i;
+        }
+        let info = MaskInfo {
+            mask: *mask,
+            words: mask_words(mask),
+            bits: popcount(mask),
+            n_rules: 0,
+            table: NIL,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(info);
+                i
+            }
+            None => {
+                self.slots.push(Some(info));
+                u32::try_from(self.slots.len() - 1)
+                    .ok()
+                    .filter(|&i| i != NIL)
+                    .expect("too many masks")
+            }
+        };
+        let MaskSet { slots, index, .. } = self;
+        let hasher = |&i: &u32| match &slots[i as usize] {
+            Some(m) => hash_mask(seed, &m.mask),
+            None => unreachable!(),
+        };
+        index.insert_unique(hasher(&idx), idx, hasher);
+        idx
+    }
+
+    /// Forgets mask `i` if no rule and no table uses it any more.
+    fn release_if_unused(&mut self, seed: &RandomState, i: u32) {
+        let m = self.at(i);
+        if m.n_rules != 0 || m.table != NIL {
+            return;
+        }
+        let h = hash_mask(seed, &m.mask);
+        match self.index.find_entry(h, |&j| j == i) {
+            Ok(e) => {
+                e.remove();
+            }
+            Err(_) => unreachable!("mask missing from the mask index"),
+        }
+        self.slots[i as usize] = None;
+        self.free.push(i);
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+        self.index.clear();
+    }
+}
+
+/// A hash-table entry: the head of a bucket chain. The 32-bit hash is kept so
+/// that growing the table never rehashes keys and so that most probes that
 /// land on the wrong key are rejected without touching the rule slab.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -149,33 +303,53 @@ struct Entry {
     head: u32,
 }
 
-/// All rules sharing one mask.
-// repr(C) keeps the fields a lookup reads (table, words) together at the
-// front, and the bookkeeping after them.
+/// One hash table: the rules whose mask contains its table mask `M_T`,
+/// hashed by `key & M_T`.
+// repr(C) keeps the fields a lookup reads (table, words, mask) together at
+// the front, and the bookkeeping after them.
 #[repr(C)]
 #[derive(Clone)]
-struct Subtable<const W: usize> {
+struct Subtable {
     table: HashTable<Entry>,
-    /// Non-zero words of `mask`, in index order: all hashing and comparing
+    /// Non-zero words of `M_T`, in index order: all hashing and comparing
     /// on the hot path goes through this short list.
     words: Box<[MaskWord]>,
+    /// Registry index of `M_T`. A rule with this very mask index is matched
+    /// by the bucket probe alone.
+    mask: u32,
     max_priority: u32,
+    /// Rules, counting same-match duplicates.
     n_rules: u32,
+    /// Bits set in `M_T`: TupleMerge places a rule in the most specific
+    /// table that can hold it.
+    bits: u32,
     /// Creation sequence number: tie-break for equal `max_priority`.
     seq: u64,
     /// Rule count per priority, so `max_priority` can be recomputed in
     /// `O(log P)` when the top rule goes away (OVS rescans the subtable,
     /// which is quadratic when a big table is emptied top-down).
     priorities: BTreeMap<u32, u32>,
-    mask: [u64; W],
 }
 
 /// An element of the lookup order: enough to decide on the early exit
-/// without touching the subtable itself.
+/// without touching the table itself.
 #[derive(Clone, Copy, Debug)]
 struct Rank {
     max_priority: u32,
     subtable: u32,
+}
+
+/// How rules are assigned to tables.
+#[derive(Clone, Copy)]
+enum Mode<const W: usize> {
+    /// Tuple space search: one table per distinct rule mask, `M_T` = mask.
+    Tss,
+    /// TupleMerge: `M_T` may be coarser than the masks of the rules in it.
+    Merge {
+        relax: fn(&[u64; W]) -> [u64; W],
+        /// Most match groups per bucket.
+        limit: u32,
+    },
 }
 
 /// Widens a 32-bit hash for hashbrown, which takes the bucket index from the
@@ -207,12 +381,14 @@ fn hash_masked<const W: usize>(seed: &RandomState, words: &[MaskWord], key: &[u6
     (x ^ (x >> 32)) as u32
 }
 
-/// Does `key` (unmasked) match `stored` (masked) under the subtable's mask?
+/// Do `a` and `b` agree on the bits of the sparse mask `words`? With `b` a
+/// stored rule key and `words` its mask, this is "does `a` match the rule";
+/// with `words` a table mask, "are `a` and `b` in the same bucket".
 #[inline(always)]
-fn matches<const W: usize>(words: &[MaskWord], key: &[u64; W], stored: &[u64; W]) -> bool {
+fn agree<const W: usize>(words: &[MaskWord], a: &[u64; W], b: &[u64; W]) -> bool {
     words
         .iter()
-        .all(|w| key[w.index as usize] & w.mask == stored[w.index as usize])
+        .all(|w| (a[w.index as usize] ^ b[w.index as usize]) & w.mask == 0)
 }
 
 fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
@@ -223,21 +399,120 @@ fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
     h.finish()
 }
 
-/// A packet classifier using tuple space search. See the crate docs.
+/// Head of the bucket chain for `key` in `st`.
+#[inline(always)]
+fn bucket_head<const W: usize, T>(
+    seed: &RandomState,
+    st: &Subtable,
+    rules: &RuleSlab<W, T>,
+    key: &[u64; W],
+) -> Option<u32> {
+    let h = hash_masked(seed, &st.words, key);
+    st.table
+        .find(widen(h), |e| {
+            e.hash == h && agree(&st.words, key, &rules.at(e.head).key)
+        })
+        .map(|e| e.head)
+}
+
+/// Does group head `a` come before group head `b` in a bucket chain?
+#[inline]
+fn chain_before<const W: usize, T>(a: &Rule<W, T>, b: &Rule<W, T>) -> bool {
+    (a.priority, Reverse(a.seq)) > (b.priority, Reverse(b.seq))
+}
+
+/// Links match group `idx` (a group head; its `next` is overwritten) into
+/// its bucket of `st`, at its place in chain order. Returns the number of
+/// groups in the bucket afterwards.
+fn link_head<const W: usize, T>(
+    seed: &RandomState,
+    st: &mut Subtable,
+    rules: &mut RuleSlab<W, T>,
+    idx: u32,
+) -> usize {
+    let Subtable { table, words, .. } = st;
+    let h = hash_masked(seed, words, &rules.at(idx).key);
+    let found = table.find_mut(widen(h), |e| {
+        e.hash == h && agree(words, &rules.at(idx).key, &rules.at(e.head).key)
+    });
+    let Some(entry) = found else {
+        rules.at_mut(idx).next = NIL;
+        table.insert_unique(widen(h), Entry { hash: h, head: idx }, |e| widen(e.hash));
+        return 1;
+    };
+    let mut prev = NIL;
+    let mut cur = entry.head;
+    let mut n = 1;
+    while cur != NIL && !chain_before(rules.at(idx), rules.at(cur)) {
+        prev = cur;
+        cur = rules.at(cur).next;
+        n += 1;
+    }
+    rules.at_mut(idx).next = cur;
+    if prev == NIL {
+        entry.head = idx;
+    } else {
+        rules.at_mut(prev).next = idx;
+    }
+    while cur != NIL {
+        n += 1;
+        cur = rules.at(cur).next;
+    }
+    n
+}
+
+/// Unlinks match group `idx` (a group head) from its bucket chain in `st`,
+/// dropping the bucket if it empties. The group's duplicates stay attached.
+fn unlink_head<const W: usize, T>(
+    seed: &RandomState,
+    st: &mut Subtable,
+    rules: &mut RuleSlab<W, T>,
+    idx: u32,
+) {
+    let Subtable { table, words, .. } = st;
+    let h = hash_masked(seed, words, &rules.at(idx).key);
+    let entry = table.find_entry(widen(h), |e| {
+        e.hash == h && (e.head == idx || agree(words, &rules.at(idx).key, &rules.at(e.head).key))
+    });
+    let Ok(mut entry) = entry else {
+        unreachable!("rule missing from its table")
+    };
+    let next = rules.at(idx).next;
+    let head = entry.get().head;
+    if head == idx {
+        if next == NIL {
+            entry.remove();
+        } else {
+            entry.get_mut().head = next;
+        }
+    } else {
+        let mut prev = head;
+        while rules.at(prev).next != idx {
+            prev = rules.at(prev).next;
+            debug_assert_ne!(prev, NIL, "rule missing from its chain");
+        }
+        rules.at_mut(prev).next = next;
+    }
+    rules.at_mut(idx).next = NIL;
+}
+
+/// A packet classifier using tuple space search, or TupleMerge when built
+/// with [`with_relax`](Self::with_relax). See the crate docs.
 #[derive(Clone)]
 pub struct Classifier<const W: usize, T> {
-    /// Live subtables sorted by `max_priority` descending, then creation
+    /// Live tables sorted by `max_priority` descending, then creation
     /// order: the lookup walks this contiguous 8-byte-per-entry vector.
     order: Vec<Rank>,
-    /// Subtable slab; rules refer to their subtable by index.
-    subtables: Vec<Option<Subtable<W>>>,
+    /// Table slab; rules refer to their table by index.
+    subtables: Vec<Option<Subtable>>,
     rules: RuleSlab<W, T>,
+    masks: MaskSet<W>,
     /// Per-classifier random hash seed.
     seed: RandomState,
     free_subtables: Vec<u32>,
-    /// Mask -> subtable index, for insert and `find_exact`.
-    by_mask: HashTable<u32>,
     next_seq: u64,
+    next_rule_seq: u64,
+    mode: Mode<W>,
 }
 
 impl<const W: usize, T> Default for Classifier<W, T> {
@@ -248,23 +523,84 @@ impl<const W: usize, T> Default for Classifier<W, T> {
 
 impl<const W: usize, T: fmt::Debug> fmt::Debug for Classifier<W, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Classifier")
-            .field("n_subtables", &self.n_subtables())
+        let mut d = f.debug_struct("Classifier");
+        if let Some(limit) = self.collision_limit() {
+            d.field("collision_limit", &limit);
+        }
+        d.field("n_subtables", &self.n_subtables())
             .field("rules", &self.iter().collect::<Vec<_>>())
             .finish()
     }
 }
 
 impl<const W: usize, T> Classifier<W, T> {
+    /// A tuple-space-search classifier: one hash table per distinct mask.
     pub fn new() -> Self {
+        Self::with_mode(Mode::Tss)
+    }
+
+    /// A TupleMerge classifier (see the crate docs).
+    ///
+    /// When a rule fits no existing table, a table is created for it with
+    /// table mask `relax(mask) & mask`: `relax` should return a coarser mask
+    /// (a subset of its argument; bits outside it are ignored) that many
+    /// rules share, such as the mask with prefixes shortened and ports
+    /// wildcarded. The identity gives TupleMerge without relaxation, and
+    /// `|_| [0; W]` a single catch-all table split only by collisions.
+    ///
+    /// The collision limit is [`DEFAULT_COLLISION_LIMIT`]; see
+    /// [`with_collision_limit`](Self::with_collision_limit).
+    pub fn with_relax(relax: fn(&[u64; W]) -> [u64; W]) -> Self {
+        Self::with_mode(Mode::Merge {
+            relax,
+            limit: DEFAULT_COLLISION_LIMIT as u32,
+        })
+    }
+
+    /// Sets the collision limit of a TupleMerge classifier: the most
+    /// distinct matches (`key & mask`, `mask`) a hash bucket may hold, i.e.
+    /// the most rules one lookup compares per table. An insert that would
+    /// exceed it splits the bucket into a more specific table.
+    ///
+    /// # Panics
+    ///
+    /// If `limit` is 0, if `self` is not a TupleMerge classifier, or if it
+    /// already holds rules.
+    pub fn with_collision_limit(mut self, limit: usize) -> Self {
+        assert!(limit >= 1, "the collision limit must be at least 1");
+        assert!(
+            self.is_empty(),
+            "set the collision limit before inserting rules"
+        );
+        match &mut self.mode {
+            Mode::Merge { limit: l, .. } => *l = u32::try_from(limit).unwrap_or(u32::MAX),
+            Mode::Tss => {
+                panic!("with_collision_limit applies to TupleMerge classifiers (with_relax)")
+            }
+        }
+        self
+    }
+
+    /// The collision limit in TupleMerge mode; `None` for tuple space
+    /// search.
+    pub fn collision_limit(&self) -> Option<usize> {
+        match self.mode {
+            Mode::Tss => None,
+            Mode::Merge { limit, .. } => Some(limit as usize),
+        }
+    }
+
+    fn with_mode(mode: Mode<W>) -> Self {
         Classifier {
             order: Vec::new(),
             subtables: Vec::new(),
             rules: RuleSlab::new(),
+            masks: MaskSet::new(),
             seed: RandomState::default(),
             free_subtables: Vec::new(),
-            by_mask: HashTable::new(),
             next_seq: 0,
+            next_rule_seq: 0,
+            mode,
         }
     }
 
@@ -279,51 +615,46 @@ impl<const W: usize, T> Classifier<W, T> {
         self.rules.len == 0
     }
 
-    /// Number of distinct masks, i.e. the worst-case number of hash probes
-    /// per lookup.
+    /// Number of hash tables, i.e. the worst-case number of hash probes per
+    /// lookup. With tuple space search, the number of distinct masks.
     #[inline]
     pub fn n_subtables(&self) -> usize {
         self.order.len()
     }
 
     #[inline(always)]
-    fn subtable(&self, idx: u32) -> &Subtable<W> {
+    fn subtable(&self, idx: u32) -> &Subtable {
         match &self.subtables[idx as usize] {
             Some(st) => st,
             None => unreachable!("classifier index points at a dropped subtable"),
         }
     }
 
-    fn find_subtable(&self, mask: &[u64; W]) -> Option<u32> {
-        let h = hash_mask(&self.seed, mask);
-        self.by_mask
-            .find(h, |&i| self.subtable(i).mask == *mask)
-            .copied()
+    #[inline]
+    fn subtable_mut(&mut self, idx: u32) -> &mut Subtable {
+        match &mut self.subtables[idx as usize] {
+            Some(st) => st,
+            None => unreachable!("classifier index points at a dropped subtable"),
+        }
     }
 
-    /// Finds the subtable for `mask`, creating an empty one (not yet in
+    /// The table whose table mask is `mask`, created empty (not yet in
     /// `order`, since it has no priority yet) if needed.
     fn subtable_for(&mut self, mask: &[u64; W]) -> u32 {
-        if let Some(i) = self.find_subtable(mask) {
-            return i;
+        let mi = self.masks.intern(&self.seed, mask);
+        let info = self.masks.at(mi);
+        if info.table != NIL {
+            return info.table;
         }
-        let words: Box<[MaskWord]> = mask
-            .iter()
-            .enumerate()
-            .filter(|(_, &m)| m != 0)
-            .map(|(i, &mask)| MaskWord {
-                mask,
-                index: i as u32,
-            })
-            .collect();
         let st = Subtable {
             table: HashTable::new(),
-            words,
+            words: info.words.clone(),
+            mask: mi,
             max_priority: 0,
             n_rules: 0,
+            bits: info.bits,
             seq: self.next_seq,
             priorities: BTreeMap::new(),
-            mask: *mask,
         };
         self.next_seq += 1;
         let idx = match self.free_subtables.pop() {
@@ -333,24 +664,17 @@ impl<const W: usize, T> Classifier<W, T> {
             }
             None => {
                 self.subtables.push(Some(st));
-                u32::try_from(self.subtables.len() - 1).expect("too many subtables")
+                u32::try_from(self.subtables.len() - 1)
+                    .ok()
+                    .filter(|&i| i != NIL)
+                    .expect("too many subtables")
             }
         };
-        let Classifier {
-            by_mask,
-            subtables,
-            seed,
-            ..
-        } = self;
-        let hasher = |&i: &u32| match &subtables[i as usize] {
-            Some(st) => hash_mask(seed, &st.mask),
-            None => unreachable!(),
-        };
-        by_mask.insert_unique(hasher(&idx), idx, hasher);
+        self.masks.at_mut(mi).table = idx;
         idx
     }
 
-    /// Puts subtable `idx` at its place in `order` after its `max_priority`
+    /// Puts table `idx` at its place in `order` after its `max_priority`
     /// changed (or it was just created, `present == false`).
     fn reposition(&mut self, idx: u32, present: bool) {
         if present {
@@ -377,14 +701,93 @@ impl<const W: usize, T> Classifier<W, T> {
         let st = self.subtables[idx as usize]
             .take()
             .expect("dropping a dropped subtable");
-        let h = hash_mask(&self.seed, &st.mask);
-        match self.by_mask.find_entry(h, |&i| i == idx) {
-            Ok(e) => {
-                e.remove();
-            }
-            Err(_) => unreachable!("subtable missing from mask index"),
-        }
+        self.masks.at_mut(st.mask).table = NIL;
+        self.masks.release_if_unused(&self.seed, st.mask);
         self.free_subtables.push(idx);
+    }
+
+    /// Accounts for one more rule of `priority` in table `t`.
+    fn count_in(&mut self, t: u32, priority: u32) {
+        let st = self.subtable_mut(t);
+        *st.priorities.entry(priority).or_insert(0) += 1;
+        st.n_rules += 1;
+        if st.n_rules == 1 {
+            st.max_priority = priority;
+            self.reposition(t, false);
+        } else if priority > st.max_priority {
+            st.max_priority = priority;
+            self.reposition(t, true);
+        }
+    }
+
+    /// Accounts for one rule of `priority` fewer in table `t`, dropping the
+    /// table when it empties.
+    fn count_out(&mut self, t: u32, priority: u32) {
+        let st = self.subtable_mut(t);
+        match st.priorities.entry(priority) {
+            BTreeEntry::Occupied(mut o) => {
+                *o.get_mut() -= 1;
+                if *o.get() == 0 {
+                    o.remove();
+                }
+            }
+            BTreeEntry::Vacant(_) => unreachable!("priority histogram out of sync"),
+        }
+        st.n_rules -= 1;
+        if st.n_rules == 0 {
+            self.drop_subtable(t);
+        } else if priority == st.max_priority {
+            let new_max = *st.priorities.last_key_value().expect("non-empty").0;
+            if new_max != priority {
+                st.max_priority = new_max;
+                self.reposition(t, true);
+            }
+        }
+    }
+
+    /// The match group `(masked, mask_index)` in bucket chain of `st`.
+    fn group_in(&self, st: &Subtable, masked: &[u64; W], mask: u32) -> Option<u32> {
+        let mut cur = bucket_head(&self.seed, st, &self.rules, masked)?;
+        while cur != NIL {
+            let r = self.rules.at(cur);
+            if r.mask == mask && r.key == *masked {
+                return Some(cur);
+            }
+            cur = r.next;
+        }
+        None
+    }
+
+    /// Head of the match group of the rules with exactly this (masked) key
+    /// and mask. All such rules are in one group, in one table.
+    fn find_group(&self, masked: &[u64; W], mask: &[u64; W]) -> Option<u32> {
+        let mi = self.masks.find(&self.seed, mask)?;
+        let info = self.masks.at(mi);
+        if info.n_rules == 0 {
+            return None;
+        }
+        match self.mode {
+            // Rules with mask M live in the table with M_T = M.
+            Mode::Tss => self.group_in(self.subtable(info.table), masked, mi),
+            // Rules with mask M live in some table with M_T ⊆ M.
+            Mode::Merge { .. } => self.order.iter().find_map(|rank| {
+                let st = self.subtable(rank.subtable);
+                if words_subset(&st.words, mask) {
+                    self.group_in(st, masked, mi)
+                } else {
+                    None
+                }
+            }),
+        }
+    }
+
+    /// Head of the match group that rule `idx` belongs to.
+    fn group_head_of(&self, idx: u32) -> u32 {
+        let r = self.rules.at(idx);
+        match self.group_in(self.subtable(r.table), &r.key, r.mask) {
+            Some(h) => h,
+            None => unreachable!("rule missing from its table"),
+        }
     }
 
     /// Adds a rule matching `key & mask` at `priority`.
@@ -400,87 +803,291 @@ impl<const W: usize, T> Classifier<W, T> {
         value: T,
     ) -> (RuleId, Option<T>) {
         let masked = apply_mask(key, mask);
-        let st_idx = self.subtable_for(mask);
+        if let Some(head) = self.find_group(&masked, mask) {
+            return self.insert_into_group(head, priority, value);
+        }
+        let mi = self.masks.intern(&self.seed, mask);
+        self.masks.at_mut(mi).n_rules += 1;
+        let t = match self.mode {
+            Mode::Tss => self.subtable_for(mask),
+            Mode::Merge { relax, .. } => self.place(mask, relax),
+        };
+        let seq = self.next_rule_seq;
+        self.next_rule_seq += 1;
+        let idx = self.rules.alloc(Rule {
+            key: masked,
+            priority,
+            table: t,
+            mask: mi,
+            next: NIL,
+            dup: NIL,
+            seq,
+            value,
+        });
         let Classifier {
             subtables,
             rules,
             seed,
             ..
         } = self;
-        let st = match &mut subtables[st_idx as usize] {
+        let st = match &mut subtables[t as usize] {
             Some(st) => st,
             None => unreachable!(),
         };
-        let h = hash_masked(seed, &st.words, &masked);
-        let words = &st.words;
-        let found = st.table.find_mut(widen(h), |e| {
-            e.hash == h && matches(words, &masked, &rules.at(e.head).key)
-        });
-        let new_rule = |next| Rule {
-            key: masked,
-            priority,
-            subtable: st_idx,
-            next,
-            value,
-        };
-        let new_idx = match found {
-            Some(entry) => {
-                // Walk the chain (priority descending) to the insertion point.
-                let mut prev = NIL;
-                let mut cur = entry.head;
-                while cur != NIL {
-                    let r = rules.at(cur);
-                    if r.priority <= priority {
-                        break;
-                    }
-                    prev = cur;
-                    cur = r.next;
-                }
-                let replacing = cur != NIL && rules.at(cur).priority == priority;
-                let next = if replacing { rules.at(cur).next } else { cur };
-                let new_idx = rules.alloc(new_rule(next));
-                if prev == NIL {
-                    entry.head = new_idx;
-                } else {
-                    rules.at_mut(prev).next = new_idx;
-                }
-                if replacing {
-                    let old = rules.release(cur);
-                    return (rules.id(new_idx), Some(old.value));
-                }
-                new_idx
+        let n = link_head(seed, st, rules, idx);
+        self.count_in(t, priority);
+        let id = self.rules.id(idx);
+        if let Mode::Merge { relax, limit } = self.mode {
+            if n > limit as usize {
+                self.split(t, masked, relax, limit as usize);
             }
-            None => {
-                let new_idx = rules.alloc(new_rule(NIL));
-                st.table.insert_unique(
-                    widen(h),
-                    Entry {
-                        hash: h,
-                        head: new_idx,
-                    },
-                    |e| widen(e.hash),
-                );
-                new_idx
-            }
-        };
-        let id = rules.id(new_idx);
-        *st.priorities.entry(priority).or_insert(0) += 1;
-        st.n_rules += 1;
-        if st.n_rules == 1 {
-            st.max_priority = priority;
-            self.reposition(st_idx, false);
-        } else if priority > st.max_priority {
-            st.max_priority = priority;
-            self.reposition(st_idx, true);
         }
         (id, None)
     }
 
+    /// Adds a rule to the existing match group `head` (same key and mask).
+    fn insert_into_group(&mut self, head: u32, priority: u32, value: T) -> (RuleId, Option<T>) {
+        let mut prev = NIL;
+        let mut cur = head;
+        while cur != NIL && self.rules.at(cur).priority > priority {
+            prev = cur;
+            cur = self.rules.at(cur).dup;
+        }
+        let h = self.rules.at(head);
+        let (key, t, mi) = (h.key, h.table, h.mask);
+        let Classifier {
+            subtables,
+            rules,
+            seed,
+            masks,
+            next_rule_seq,
+            ..
+        } = self;
+        let st = match &mut subtables[t as usize] {
+            Some(st) => st,
+            None => unreachable!(),
+        };
+        if cur != NIL && rules.at(cur).priority == priority {
+            // Replacement: the new rule takes the old one's place (and
+            // sequence number), under a fresh id.
+            let old = rules.at(cur);
+            let (seq, dup) = (old.seq, old.dup);
+            if prev == NIL {
+                unlink_head(seed, st, rules, cur);
+            }
+            let new_idx = rules.alloc(Rule {
+                key,
+                priority,
+                table: t,
+                mask: mi,
+                next: NIL,
+                dup,
+                seq,
+                value,
+            });
+            if prev == NIL {
+                link_head(seed, st, rules, new_idx);
+            } else {
+                rules.at_mut(prev).dup = new_idx;
+            }
+            let old = rules.release(cur);
+            return (rules.id(new_idx), Some(old.value));
+        }
+        let seq = *next_rule_seq;
+        *next_rule_seq += 1;
+        let new_idx = rules.alloc(Rule {
+            key,
+            priority,
+            table: t,
+            mask: mi,
+            next: NIL,
+            dup: cur,
+            seq,
+            value,
+        });
+        if prev == NIL {
+            // The new rule heads the group: its priority moves the group
+            // within the chain.
+            unlink_head(seed, st, rules, head);
+            link_head(seed, st, rules, new_idx);
+        } else {
+            rules.at_mut(prev).dup = new_idx;
+        }
+        masks.at_mut(mi).n_rules += 1;
+        self.count_in(t, priority);
+        (self.rules.id(new_idx), None)
+    }
+
+    /// TupleMerge placement of a new match group with this mask: the most
+    /// specific existing table that can hold it (oldest on a tie), else a
+    /// new table with the relaxed mask.
+    fn place(&mut self, mask: &[u64; W], relax: fn(&[u64; W]) -> [u64; W]) -> u32 {
+        let mut best: Option<(u32, Reverse<u64>, u32)> = None;
+        for rank in &self.order {
+            let st = self.subtable(rank.subtable);
+            if words_subset(&st.words, mask) {
+                let cand = (st.bits, Reverse(st.seq), rank.subtable);
+                if best.is_none_or(|b| cand > b) {
+                    best = Some(cand);
+                }
+            }
+        }
+        match best {
+            Some((_, _, t)) => t,
+            None => self.subtable_for(&apply_mask(&relax(mask), mask)),
+        }
+    }
+
+    /// Restores the collision limit after an insert made the bucket of `key`
+    /// in table `t` overflow: moves match groups of an overflowing bucket to
+    /// a more specific table until it fits, and repeats on any bucket that
+    /// overflows in turn. Terminates because each move goes to a table with
+    /// a strictly larger table mask.
+    fn split(&mut self, t: u32, key: [u64; W], relax: fn(&[u64; W]) -> [u64; W], limit: usize) {
+        let mut work = vec![(t, key)];
+        let mut heads = Vec::new();
+        while let Some((t, key)) = work.pop() {
+            while self.overflowing_chain(t, &key, limit, &mut heads) {
+                let target_mask = self.split_mask(t, &heads, relax, limit);
+                let target = self.subtable_for(&target_mask);
+                for &h in &heads {
+                    let m = &self.masks.at(self.rules.at(h).mask).mask;
+                    if mask_is_subset(&target_mask, m) && self.move_group(h, t, target) > limit {
+                        work.push((target, self.rules.at(h).key));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Collects into `heads` the chain of `key`'s bucket in table `t`, and
+    /// tells whether it has more than `limit` groups. `t` may have been
+    /// dropped (and its slot reused) since it was queued for a split: then
+    /// there is nothing to do, or a legitimate overflow to fix anyway.
+    fn overflowing_chain(
+        &self,
+        t: u32,
+        key: &[u64; W],
+        limit: usize,
+        heads: &mut Vec<u32>,
+    ) -> bool {
+        heads.clear();
+        let Some(Some(st)) = self.subtables.get(t as usize) else {
+            return false;
+        };
+        let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, key) else {
+            return false;
+        };
+        while cur != NIL {
+            heads.push(cur);
+            cur = self.rules.at(cur).next;
+        }
+        heads.len() > limit
+    }
+
+    /// Chooses the table mask `M'` to split an overflowing bucket of table
+    /// `t` (chain `heads`) with: a strict superset of `M_T` contained in at
+    /// least one group's mask, so at least one group moves.
+    ///
+    /// Candidates: the intersection of all the groups' masks, and for each
+    /// group's mask `m`, `m` itself, its relaxation (plus `M_T`) and its
+    /// intersection with the newest group's mask. Preferred: a `M'` under
+    /// which the moved groups fit the limit, then the one moving the most
+    /// groups, then the most general.
+    fn split_mask(
+        &self,
+        t: u32,
+        heads: &[u32],
+        relax: fn(&[u64; W]) -> [u64; W],
+        limit: usize,
+    ) -> [u64; W] {
+        let mt = self.masks.at(self.subtable(t).mask).mask;
+        let masks: Vec<&[u64; W]> = heads
+            .iter()
+            .map(|&h| &self.masks.at(self.rules.at(h).mask).mask)
+            .collect();
+        let newest = heads
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, &h)| self.rules.at(h).seq)
+            .map_or(0, |(i, _)| i);
+        let mut cands: Vec<[u64; W]> = Vec::with_capacity(3 * masks.len() + 1);
+        cands.push(std::array::from_fn(|w| {
+            masks.iter().fold(!0u64, |acc, m| acc & m[w])
+        }));
+        for m in &masks {
+            cands.push(**m);
+            cands.push(or_masks(&apply_mask(&relax(m), m), &mt));
+            cands.push(apply_mask(m, masks[newest]));
+        }
+        cands.retain(|c| *c != mt);
+        cands.sort_unstable();
+        cands.dedup();
+        // (moved groups fit the limit, groups moved, generality)
+        type Score = (bool, usize, Reverse<u32>);
+        let mut best: Option<(Score, [u64; W])> = None;
+        let mut movers = Vec::with_capacity(heads.len());
+        for c in cands {
+            movers.clear();
+            movers.extend(
+                heads
+                    .iter()
+                    .zip(&masks)
+                    .filter(|(_, m)| mask_is_subset(&c, m))
+                    .map(|(&h, _)| &self.rules.at(h).key),
+            );
+            let fullest = movers
+                .iter()
+                .map(|a| movers.iter().filter(|b| masked_eq(a, b, &c)).count())
+                .max()
+                .unwrap_or(0);
+            let score = (fullest <= limit, movers.len(), Reverse(popcount(&c)));
+            if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                best = Some((score, c));
+            }
+        }
+        match best {
+            Some((_, c)) => c,
+            None => {
+                unreachable!("an overflowing bucket holds a group more specific than its table")
+            }
+        }
+    }
+
+    /// Moves match group `head` (with its duplicates) from table `from` to
+    /// table `to`; returns the number of groups in its new bucket.
+    fn move_group(&mut self, head: u32, from: u32, to: u32) -> usize {
+        let n = {
+            let Classifier {
+                subtables,
+                rules,
+                seed,
+                ..
+            } = self;
+            let Ok([Some(src), Some(dst)]) =
+                subtables.get_disjoint_mut([from as usize, to as usize])
+            else {
+                unreachable!("split source and target are distinct live tables")
+            };
+            unlink_head(seed, src, rules, head);
+            link_head(seed, dst, rules, head)
+        };
+        let mut cur = head;
+        while cur != NIL {
+            let r = self.rules.at_mut(cur);
+            r.table = to;
+            let (p, next) = (r.priority, r.dup);
+            self.count_in(to, p);
+            self.count_out(from, p);
+            cur = next;
+        }
+        n
+    }
+
     /// The rule with exactly this match (`key & mask`, `mask`) and priority.
     pub fn find_exact(&self, key: &[u64; W], mask: &[u64; W], priority: u32) -> Option<RuleId> {
-        let st = self.subtable(self.find_subtable(mask)?);
         let masked = apply_mask(key, mask);
-        let mut cur = self.find_head(st, &masked)?;
+        let mut cur = self.find_group(&masked, mask)?;
         while cur != NIL {
             let r = self.rules.at(cur);
             if r.priority == priority {
@@ -489,7 +1096,7 @@ impl<const W: usize, T> Classifier<W, T> {
             if r.priority < priority {
                 break;
             }
-            cur = r.next;
+            cur = r.dup;
         }
         None
     }
@@ -501,63 +1108,38 @@ impl<const W: usize, T> Classifier<W, T> {
     }
 
     fn remove_at(&mut self, idx: u32) -> T {
+        let head = self.group_head_of(idx);
+        let r = self.rules.at(idx);
+        let (t, priority, mi, dup) = (r.table, r.priority, r.mask, r.dup);
         let Classifier {
             subtables,
             rules,
             seed,
+            masks,
             ..
         } = self;
-        let r = rules.at(idx);
-        let (st_idx, priority, next) = (r.subtable, r.priority, r.next);
-        let st = match &mut subtables[st_idx as usize] {
-            Some(st) => st,
-            None => unreachable!(),
-        };
-        let h = hash_masked(seed, &st.words, &r.key);
-        let words = &st.words;
-        let entry = st.table.find_entry(widen(h), |e| {
-            e.hash == h
-                && (e.head == idx || matches(words, &rules.at(idx).key, &rules.at(e.head).key))
-        });
-        let Ok(mut entry) = entry else {
-            unreachable!("rule missing from its subtable")
-        };
-        let head = entry.get().head;
         if head == idx {
-            if next == NIL {
-                entry.remove();
-            } else {
-                entry.get_mut().head = next;
+            let st = match &mut subtables[t as usize] {
+                Some(st) => st,
+                None => unreachable!(),
+            };
+            unlink_head(seed, st, rules, idx);
+            if dup != NIL {
+                // The next duplicate heads the group now, at its own place.
+                link_head(seed, st, rules, dup);
             }
         } else {
             let mut prev = head;
-            while rules.at(prev).next != idx {
-                prev = rules.at(prev).next;
-                debug_assert_ne!(prev, NIL, "rule missing from its chain");
+            while rules.at(prev).dup != idx {
+                prev = rules.at(prev).dup;
+                debug_assert_ne!(prev, NIL, "rule missing from its group");
             }
-            rules.at_mut(prev).next = next;
+            rules.at_mut(prev).dup = dup;
         }
         let rule = rules.release(idx);
-
-        match st.priorities.entry(priority) {
-            BTreeEntry::Occupied(mut o) => {
-                *o.get_mut() -= 1;
-                if *o.get() == 0 {
-                    o.remove();
-                }
-            }
-            BTreeEntry::Vacant(_) => unreachable!("priority histogram out of sync"),
-        }
-        st.n_rules -= 1;
-        if st.n_rules == 0 {
-            self.drop_subtable(st_idx);
-        } else if priority == st.max_priority {
-            let new_max = *st.priorities.last_key_value().expect("non-empty").0;
-            if new_max != priority {
-                st.max_priority = new_max;
-                self.reposition(st_idx, true);
-            }
-        }
+        masks.at_mut(mi).n_rules -= 1;
+        masks.release_if_unused(seed, mi);
+        self.count_out(t, priority);
         rule.value
     }
 
@@ -588,21 +1170,10 @@ impl<const W: usize, T> Classifier<W, T> {
         RuleRef {
             id: self.rules.id(idx),
             key: &r.key,
-            mask: &self.subtable(r.subtable).mask,
+            mask: &self.masks.at(r.mask).mask,
             priority: r.priority,
             value: &r.value,
         }
-    }
-
-    /// Head of the same-key chain for `key` in `st`: the subtable's candidate.
-    #[inline(always)]
-    fn find_head(&self, st: &Subtable<W>, key: &[u64; W]) -> Option<u32> {
-        let h = hash_masked(&self.seed, &st.words, key);
-        st.table
-            .find(widen(h), |e| {
-                e.hash == h && matches(&st.words, key, &self.rules.at(e.head).key)
-            })
-            .map(|e| e.head)
     }
 
     /// The highest-priority rule matching `key`.
@@ -611,10 +1182,12 @@ impl<const W: usize, T> Classifier<W, T> {
         self.lookup_impl(key, None)
     }
 
-    /// Like [`lookup`](Self::lookup), and ORs into `wc` the mask of every
-    /// subtable examined. The caller normally starts from an all-zero `wc`
-    /// (or the bits it already depends on); afterwards every key equal to
-    /// `key` on the bits of `wc` gets the same answer.
+    /// Like [`lookup`](Self::lookup), and ORs into `wc` the bits the answer
+    /// depends on: the table mask of every table examined and, in TupleMerge
+    /// mode, the mask of every rule compared in a bucket chain. The caller
+    /// normally starts from an all-zero `wc` (or the bits it already depends
+    /// on); afterwards every key equal to `key` on the bits of `wc` gets the
+    /// same answer.
     #[inline]
     pub fn lookup_wc(&self, key: &[u64; W], wc: &mut [u64; W]) -> Option<(RuleId, &T)> {
         self.lookup_impl(key, Some(wc))
@@ -623,12 +1196,12 @@ impl<const W: usize, T> Classifier<W, T> {
     #[inline(always)]
     fn lookup_impl(&self, key: &[u64; W], mut wc: Option<&mut [u64; W]>) -> Option<(RuleId, &T)> {
         // Best priority found so far plus one; 0 = nothing yet. The offset
-        // makes both tests below a single comparison.
+        // makes every test below a single comparison.
         let mut best: u64 = 0;
         let mut best_idx = NIL;
         for rank in &self.order {
             if u64::from(rank.max_priority) < best {
-                // No later subtable can beat (or, on a tie, precede) the best.
+                // No later table can beat (or, on a tie, precede) the best.
                 break;
             }
             let st = self.subtable(rank.subtable);
@@ -637,11 +1210,35 @@ impl<const W: usize, T> Classifier<W, T> {
                     wc[w.index as usize] |= w.mask;
                 }
             }
-            if let Some(head) = self.find_head(st, key) {
-                let p = u64::from(self.rules.at(head).priority);
-                if p >= best {
+            let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, key) else {
+                continue;
+            };
+            // The chain is in priority order: the first rule that matches is
+            // this table's best, and a rule that cannot beat `best` ends it.
+            loop {
+                let r = self.rules.at(cur);
+                let p = u64::from(r.priority);
+                if p < best {
+                    break;
+                }
+                let hit = r.mask == st.mask || {
+                    // A merged rule: compare the bits beyond M_T too.
+                    let m = &self.masks.at(r.mask).words;
+                    if let Some(wc) = wc.as_deref_mut() {
+                        for w in m.iter() {
+                            wc[w.index as usize] |= w.mask;
+                        }
+                    }
+                    agree(m, key, &r.key)
+                };
+                if hit {
                     best = p + 1;
-                    best_idx = head;
+                    best_idx = cur;
+                    break;
+                }
+                cur = r.next;
+                if cur == NIL {
+                    break;
                 }
             }
         }
@@ -666,12 +1263,16 @@ impl<const W: usize, T> Classifier<W, T> {
         self.iter().map(|r| r.id).collect()
     }
 
-    /// Subtables in lookup order: `(mask, max_priority, number of rules)`.
-    /// For statistics and debugging.
+    /// Tables in lookup order: `(table mask, max_priority, number of
+    /// rules)`. For statistics and debugging.
     pub fn subtables(&self) -> impl Iterator<Item = (&[u64; W], u32, usize)> {
         self.order.iter().map(|r| {
             let st = self.subtable(r.subtable);
-            (&st.mask, st.max_priority, st.n_rules as usize)
+            (
+                &self.masks.at(st.mask).mask,
+                st.max_priority,
+                st.n_rules as usize,
+            )
         })
     }
 
@@ -685,14 +1286,10 @@ impl<const W: usize, T> Classifier<W, T> {
             let Some(r) = slot.rule.as_mut() else {
                 continue;
             };
-            let mask = match &self.subtables[r.subtable as usize] {
-                Some(st) => &st.mask,
-                None => unreachable!(),
-            };
             let keep = f(
                 RuleId::new(idx, generation),
                 &r.key,
-                mask,
+                &self.masks.at(r.mask).mask,
                 r.priority,
                 &mut r.value,
             );
@@ -703,6 +1300,7 @@ impl<const W: usize, T> Classifier<W, T> {
     }
 
     /// Removes every rule. Outstanding ids go stale (they are not reused).
+    /// The mode (and collision limit) stays.
     pub fn clear(&mut self) {
         for i in 0..self.rules.slots.len() {
             if self.rules.slots[i].rule.is_some() {
@@ -712,19 +1310,62 @@ impl<const W: usize, T> Classifier<W, T> {
         self.order.clear();
         self.subtables.clear();
         self.free_subtables.clear();
-        self.by_mask.clear();
+        self.masks.clear();
+    }
+}
+
+#[cfg(test)]
+impl<const W: usize, T> Classifier<W, T> {
+    /// The tie-break position of a rule: `(position of its table in lookup
+    /// order, insertion sequence number)`. Among matching rules of equal
+    /// highest priority, the lookup returns the one with the smallest rank.
+    pub(crate) fn tie_rank(&self, id: RuleId) -> Option<(usize, u64)> {
+        let r = self.rules.get(id)?;
+        let pos = self.order.iter().position(|x| x.subtable == r.table)?;
+        Some((pos, r.seq))
     }
 
-    /// Checks every internal invariant; for tests.
-    #[cfg(test)]
+    /// Longest bucket chain (distinct matches in one bucket) of any table.
+    pub(crate) fn max_chain_len(&self) -> usize {
+        let mut max = 0;
+        for rank in &self.order {
+            for e in self.subtable(rank.subtable).table.iter() {
+                let mut n = 0;
+                let mut cur = e.head;
+                while cur != NIL {
+                    n += 1;
+                    cur = self.rules.at(cur).next;
+                }
+                max = max.max(n);
+            }
+        }
+        max
+    }
+
+    /// Checks every internal invariant.
     pub(crate) fn check_invariants(&self) {
+        use std::collections::{HashMap, HashSet};
+
+        // Rules: masked keys, placement, reachability, match groups.
         let mut n = 0;
+        let mut per_mask: HashMap<u32, u32> = HashMap::new();
         for (i, s) in self.rules.slots.iter().enumerate() {
             let Some(r) = &s.rule else { continue };
             n += 1;
-            let st = self.subtable(r.subtable);
-            assert_eq!(apply_mask(&r.key, &st.mask), r.key);
-            let head = self.find_head(st, &r.key).expect("rule not reachable");
+            *per_mask.entry(r.mask).or_insert(0) += 1;
+            let m = &self.masks.at(r.mask).mask;
+            assert_eq!(apply_mask(&r.key, m), r.key, "stored key not masked");
+            let st = self.subtable(r.table);
+            assert!(
+                mask_is_subset(&self.masks.at(st.mask).mask, m),
+                "rule mask does not contain its table mask"
+            );
+            if let Mode::Tss = self.mode {
+                assert_eq!(r.mask, st.mask, "TSS rule in a foreign table");
+            }
+            let head = self
+                .group_in(st, &r.key, r.mask)
+                .expect("rule not reachable");
             let mut cur = head;
             let mut found = false;
             let mut last = u64::MAX;
@@ -732,16 +1373,53 @@ impl<const W: usize, T> Classifier<W, T> {
                 let c = self.rules.at(cur);
                 assert!(
                     u64::from(c.priority) < last,
-                    "chain not strictly descending"
+                    "group not strictly descending"
                 );
+                assert_eq!((c.key, c.mask, c.table), (r.key, r.mask, r.table));
+                if cur != head {
+                    assert_eq!(c.next, NIL, "duplicate linked into a chain");
+                }
                 last = u64::from(c.priority);
                 found |= cur as usize == i;
-                cur = c.next;
+                cur = c.dup;
             }
-            assert!(found, "rule not in its chain");
+            assert!(found, "rule not in its group");
         }
         assert_eq!(n, self.rules.len);
+
+        // Buckets: chain order, one group per match, collision limit.
+        let mut groups = HashSet::new();
         let mut total = 0;
+        for rank in &self.order {
+            let st = self.subtable(rank.subtable);
+            for e in st.table.iter() {
+                let key0 = self.rules.at(e.head).key;
+                assert_eq!(e.hash, hash_masked(&self.seed, &st.words, &key0));
+                let mut len = 0;
+                let mut prev = NIL;
+                let mut cur = e.head;
+                while cur != NIL {
+                    let r = self.rules.at(cur);
+                    assert_eq!(r.table, rank.subtable);
+                    assert!(agree(&st.words, &key0, &r.key), "foreign key in bucket");
+                    if prev != NIL {
+                        assert!(chain_before(self.rules.at(prev), r), "chain out of order");
+                    }
+                    assert!(groups.insert((r.key, r.mask)), "one match, two groups");
+                    len += 1;
+                    prev = cur;
+                    cur = r.next;
+                }
+                match self.mode {
+                    Mode::Tss => assert_eq!(len, 1),
+                    Mode::Merge { limit, .. } => {
+                        assert!(len <= limit as usize, "chain of {len} over the limit")
+                    }
+                }
+            }
+        }
+
+        // Tables: order, priorities, mask registry back links.
         for w in self.order.windows(2) {
             let (a, b) = (self.subtable(w[0].subtable), self.subtable(w[1].subtable));
             assert!(
@@ -755,7 +1433,27 @@ impl<const W: usize, T> Classifier<W, T> {
             assert!(st.n_rules > 0);
             assert_eq!(st.priorities.values().sum::<u32>(), st.n_rules);
             assert_eq!(*st.priorities.last_key_value().unwrap().0, st.max_priority);
-            assert_eq!(self.find_subtable(&st.mask), Some(rank.subtable));
+            let info = self.masks.at(st.mask);
+            assert_eq!(info.table, rank.subtable);
+            assert_eq!(st.bits, info.bits);
+            assert_eq!(
+                st.words
+                    .iter()
+                    .map(|w| (w.index, w.mask))
+                    .collect::<Vec<_>>(),
+                info.words
+                    .iter()
+                    .map(|w| (w.index, w.mask))
+                    .collect::<Vec<_>>()
+            );
+            let in_table = self
+                .rules
+                .slots
+                .iter()
+                .filter_map(|s| s.rule.as_ref())
+                .filter(|r| r.table == rank.subtable)
+                .count();
+            assert_eq!(in_table, st.n_rules as usize);
             total += st.n_rules as usize;
         }
         assert_eq!(total, self.rules.len);
@@ -763,7 +1461,22 @@ impl<const W: usize, T> Classifier<W, T> {
             self.subtables.iter().filter(|s| s.is_some()).count(),
             self.order.len()
         );
-        assert_eq!(self.by_mask.len(), self.order.len());
+
+        // Mask registry: reference counts, no garbage, index agrees.
+        let mut live = 0;
+        for (i, slot) in self.masks.slots.iter().enumerate() {
+            let Some(m) = slot else { continue };
+            live += 1;
+            let i = i as u32;
+            assert_eq!(m.n_rules, per_mask.get(&i).copied().unwrap_or(0));
+            assert!(m.n_rules > 0 || m.table != NIL, "unused mask kept");
+            if m.table != NIL {
+                assert_eq!(self.subtable(m.table).mask, i);
+            }
+            assert_eq!(self.masks.find(&self.seed, &m.mask), Some(i));
+            assert_eq!(m.bits, popcount(&m.mask));
+        }
+        assert_eq!(self.masks.index.len(), live);
     }
 }
 
@@ -1074,5 +1787,279 @@ mod tests {
         assert_eq!(val(c.lookup(&[])), Some(2));
         assert_eq!(c.len(), 2);
         assert_eq!(c.n_subtables(), 1);
+    }
+
+    // ---- TupleMerge mode ----
+
+    fn relax_all(_: &[u64; 2]) -> [u64; 2] {
+        [0, 0]
+    }
+
+    fn relax_second(m: &[u64; 2]) -> [u64; 2] {
+        [0, m[1]]
+    }
+
+    fn relax_none(m: &[u64; 2]) -> [u64; 2] {
+        *m
+    }
+
+    /// The rules of the bucket chain `key` falls into in the table with mask
+    /// `mt`, as `(value, priority)`, in chain order (group heads only).
+    fn chain<T: Copy>(c: &Classifier<2, T>, mt: &[u64; 2], key: &[u64; 2]) -> Vec<(T, u32)> {
+        let t = c.masks.at(c.masks.find(&c.seed, mt).unwrap()).table;
+        let mut out = Vec::new();
+        let Some(mut cur) = bucket_head(&c.seed, c.subtable(t), &c.rules, key) else {
+            return out;
+        };
+        while cur != NIL {
+            let r = c.rules.at(cur);
+            out.push((r.value, r.priority));
+            cur = r.next;
+        }
+        out
+    }
+
+    #[test]
+    fn merge_mixed_masks_in_one_chain() {
+        let mut c = Classifier::<2, &str>::with_relax(relax_all);
+        assert_eq!(c.collision_limit(), Some(DEFAULT_COLLISION_LIMIT));
+        c.insert(&[1, 0], &FIRST, 5, "first=1");
+        c.insert(&[1, 2], &EXACT, 9, "1,2");
+        c.insert(&[1, 3], &EXACT, 3, "1,3");
+        c.insert(&[0, 7], &[0, !0], 5, "second=7");
+        c.check_invariants();
+        // One catch-all table: every rule in one bucket, by priority, equal
+        // priorities in insertion order.
+        assert_eq!(c.n_subtables(), 1);
+        assert_eq!(
+            chain(&c, &ANY, &[0, 0]),
+            vec![("1,2", 9), ("first=1", 5), ("second=7", 5), ("1,3", 3)]
+        );
+        assert_eq!(val(c.lookup(&[1, 2])), Some("1,2"));
+        assert_eq!(val(c.lookup(&[1, 3])), Some("first=1"));
+        assert_eq!(val(c.lookup(&[1, 7])), Some("first=1"), "tie: older rule");
+        assert_eq!(val(c.lookup(&[2, 7])), Some("second=7"));
+        assert_eq!(val(c.lookup(&[2, 3])), None);
+        // The reported mask is the rule's own, not the table's.
+        let id = c.find_exact(&[1, 99], &FIRST, 5).unwrap();
+        assert_eq!(c.rule(id).unwrap().mask, &FIRST);
+        assert_eq!(c.subtables().next().unwrap(), (&ANY, 9, 4));
+
+        // Wildcards: the table mask, plus the mask of each rule compared.
+        let mut wc = [0; 2];
+        assert_eq!(val(c.lookup_wc(&[1, 2], &mut wc)), Some("1,2"));
+        assert_eq!(wc, EXACT);
+        let mut wc = [0; 2];
+        assert_eq!(val(c.lookup_wc(&[2, 7], &mut wc)), Some("second=7"));
+        assert_eq!(wc, EXACT);
+        // A rule that cannot beat the best so far is not compared.
+        fn relax_low_byte(m: &[u64; 2]) -> [u64; 2] {
+            [m[0], m[1] & 0xff]
+        }
+        let mut c = Classifier::<2, &str>::with_relax(relax_low_byte);
+        c.insert(&[1, 0], &FIRST, 5, "a5");
+        c.insert(&[1, 0x90], &[!0, 0xf0], 10, "a10");
+        c.insert(&[0, 0x305], &[0, 0xfff], 7, "b7");
+        c.insert(&[0, 0x105], &[0, 0xffff], 3, "b3");
+        c.check_invariants();
+        assert_eq!(c.n_subtables(), 2);
+        assert_eq!(chain(&c, &FIRST, &[1, 0]), vec![("a10", 10), ("a5", 5)]);
+        assert_eq!(chain(&c, &[0, 0xff], &[0, 5]), vec![("b7", 7), ("b3", 3)]);
+        let mut wc = [0; 2];
+        assert_eq!(val(c.lookup_wc(&[1, 0x205], &mut wc)), Some("a5"));
+        assert_eq!(wc, [!0, 0xfff]);
+        let mut wc = [0; 2];
+        assert_eq!(val(c.lookup_wc(&[2, 0x105], &mut wc)), Some("b3"));
+        assert_eq!(wc, [!0, 0xffff]);
+    }
+
+    #[test]
+    fn merge_same_match_groups() {
+        let mut c = Classifier::<2, &str>::with_relax(relax_all).with_collision_limit(2);
+        let (a, _) = c.insert(&[1, 1], &EXACT, 5, "a");
+        c.insert(&[2, 2], &EXACT, 4, "b");
+        // Same match, other priorities: one group, not new chain entries,
+        // so no split although the limit is 2.
+        let (lo, _) = c.insert(&[1, 1], &EXACT, 1, "a-lo");
+        let (hi, _) = c.insert(&[1, 1], &EXACT, 3, "a-mid");
+        c.check_invariants();
+        assert_eq!(c.n_subtables(), 1);
+        assert_eq!(chain(&c, &ANY, &[0, 0]), vec![("a", 5), ("b", 4)]);
+        // A new top rule moves its group down the chain... up, here.
+        let (top, _) = c.insert(&[2, 2], &EXACT, 9, "b-top");
+        assert_eq!(chain(&c, &ANY, &[0, 0]), vec![("b-top", 9), ("a", 5)]);
+        // Removing a group head promotes the next rule, at its own place.
+        assert_eq!(c.remove(top), Some("b-top"));
+        assert_eq!(chain(&c, &ANY, &[0, 0]), vec![("a", 5), ("b", 4)]);
+        assert_eq!(c.remove(a), Some("a"));
+        c.check_invariants();
+        assert_eq!(chain(&c, &ANY, &[0, 0]), vec![("b", 4), ("a-mid", 3)]);
+        assert_eq!(val(c.lookup(&[1, 1])), Some("a-mid"));
+        // Replacement keeps the chain position and retires the old id.
+        let (hi2, old) = c.insert(&[1, 1], &EXACT, 3, "a-mid2");
+        assert_eq!(old, Some("a-mid"));
+        assert_eq!(c.get(hi), None);
+        assert_eq!(c.find_exact(&[1, 1], &EXACT, 3), Some(hi2));
+        assert_eq!(c.find_exact(&[1, 1], &EXACT, 1), Some(lo));
+        assert_eq!(chain(&c, &ANY, &[0, 0]), vec![("b", 4), ("a-mid2", 3)]);
+        assert_eq!(c.len(), 3);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn merge_split_on_overflow() {
+        // A catch-all table mask: everything collides until a split.
+        let mut c = Classifier::<2, u32>::with_relax(relax_all).with_collision_limit(2);
+        c.insert(&[1, 1], &EXACT, 1, 1);
+        c.insert(&[2, 2], &EXACT, 2, 2);
+        assert_eq!(c.n_subtables(), 1);
+        assert_eq!(c.max_chain_len(), 2);
+        // Third distinct match: the bucket splits into a table with the
+        // rules' common mask, where they no longer collide; the emptied
+        // catch-all table is dropped.
+        c.insert(&[3, 3], &EXACT, 3, 3);
+        c.check_invariants();
+        assert_eq!(c.max_chain_len(), 1);
+        let tables: Vec<_> = c.subtables().map(|(m, p, n)| (*m, p, n)).collect();
+        assert_eq!(tables, vec![(EXACT, 3, 3)]);
+        // Later rules with that mask go to the most specific table.
+        c.insert(&[4, 4], &EXACT, 4, 4);
+        assert_eq!(c.n_subtables(), 1);
+        // A rule that fits no table gets a new relaxed one.
+        c.insert(&[1, 0], &FIRST, 0, 10);
+        c.insert(&[0, 0], &ANY, 0, 11);
+        let tables: Vec<_> = c.subtables().map(|(m, p, n)| (*m, p, n)).collect();
+        assert_eq!(tables, vec![(EXACT, 4, 4), (ANY, 0, 2)]);
+        for i in 1..=4 {
+            assert_eq!(val(c.lookup(&[i, i])), Some(i as u32));
+        }
+        assert_eq!(val(c.lookup(&[1, 2])), Some(10));
+        assert_eq!(val(c.lookup(&[2, 1])), Some(11));
+        c.check_invariants();
+
+        // Nested masks that cannot share a table bucket: the split moves the
+        // most specific ones out, the rest stays.
+        let mut c = Classifier::<2, u32>::with_relax(relax_all).with_collision_limit(2);
+        c.insert(&[1, 0], &FIRST, 1, 1);
+        c.insert(&[1, 0], &[!0, 0xff], 2, 2);
+        c.insert(&[1, 0], &EXACT, 3, 3);
+        c.check_invariants();
+        assert_eq!(c.n_subtables(), 2);
+        assert_eq!(c.max_chain_len(), 2);
+        assert_eq!(val(c.lookup(&[1, 0])), Some(3));
+        assert_eq!(val(c.lookup(&[1, 0x100])), Some(2));
+        assert_eq!(val(c.lookup(&[1, 1])), Some(1));
+        assert_eq!(val(c.lookup(&[2, 0])), None);
+    }
+
+    #[test]
+    fn merge_removal_keeps_invariants() {
+        let mut c = Classifier::<2, u32>::with_relax(relax_all).with_collision_limit(3);
+        let mut ids = Vec::new();
+        for i in 0..40u64 {
+            let mask = [FIRST, EXACT, [0, !0], ANY][(i % 4) as usize];
+            ids.push(
+                c.insert(&[i % 5, i % 7], &mask, (i * 7 % 13) as u32, i as u32)
+                    .0,
+            );
+            c.check_invariants();
+        }
+        assert!(c.n_subtables() > 1);
+        // Remove from the middle and the heads of chains, in an order
+        // unrelated to insertion.
+        for (n, &i) in [17usize, 3, 39, 0, 22, 8, 31, 12].iter().enumerate() {
+            assert_eq!(c.remove(ids[i]), Some(i as u32));
+            assert_eq!(c.remove(ids[i]), None);
+            assert_eq!(c.len(), 40 - n - 1);
+            c.check_invariants();
+        }
+        let before = c.n_subtables();
+        for id in c.ids() {
+            c.remove(id);
+            c.check_invariants();
+        }
+        assert!(before > 0);
+        assert!(c.is_empty());
+        assert_eq!(c.n_subtables(), 0);
+        assert!(c.masks.slots.iter().all(Option::is_none), "masks leaked");
+        // clear() keeps the mode.
+        c.insert(&[1, 1], &EXACT, 1, 1);
+        c.clear();
+        assert_eq!(c.collision_limit(), Some(3));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn merge_chains_never_exceed_limit() {
+        // A deterministic stream of overlapping rules from a small alphabet:
+        // many collisions, nested masks, same-match groups.
+        const MASKS: [[u64; 2]; 7] = [
+            FIRST,
+            EXACT,
+            [0, !0],
+            ANY,
+            [0xff, 0],
+            [0xff, 0xff00],
+            [!0, 0xffff],
+        ];
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        type Relax = fn(&[u64; 2]) -> [u64; 2];
+        let relaxes: [Relax; 3] = [relax_all, relax_second, relax_none];
+        for limit in 1..=4 {
+            for relax in relaxes {
+                let mut c = Classifier::<2, u64>::with_relax(relax).with_collision_limit(limit);
+                let mut ids = Vec::new();
+                for i in 0..600u64 {
+                    let key = [next() % 64 * 0x0101, next() % 16 * 0x0101_0101];
+                    let mask = MASKS[(next() % 7) as usize];
+                    ids.push(c.insert(&key, &mask, (next() % 8) as u32, i).0);
+                    assert!(c.max_chain_len() <= limit);
+                    if i % 97 == 0 {
+                        c.check_invariants();
+                    }
+                }
+                c.check_invariants();
+                for id in ids.iter().step_by(2) {
+                    c.remove(*id);
+                }
+                c.check_invariants();
+                assert!(c.max_chain_len() <= limit);
+            }
+        }
+    }
+
+    #[test]
+    fn merge_retain_iter_get_mut() {
+        let mut c = Classifier::<2, u32>::with_relax(relax_second).with_collision_limit(2);
+        let mut ids = Vec::new();
+        for i in 0..30u64 {
+            let mask = if i % 3 == 0 { EXACT } else { [0, !0] };
+            ids.push(c.insert(&[i, i % 4], &mask, i as u32, i as u32).0);
+        }
+        c.check_invariants();
+        assert_eq!(c.iter().count(), 30);
+        *c.get_mut(ids[4]).unwrap() += 1000;
+        assert_eq!(c.get(ids[4]), Some(&1004));
+        c.retain(|_, _, mask, prio, v| {
+            assert_eq!(*mask, if prio % 3 == 0 { EXACT } else { [0, !0] });
+            *v += 1;
+            prio % 2 == 0
+        });
+        c.check_invariants();
+        assert_eq!(c.len(), 15);
+        assert_eq!(c.get(ids[4]), Some(&1005));
+        assert_eq!(c.get(ids[5]), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "TupleMerge")]
+    fn collision_limit_needs_merge_mode() {
+        let _ = Classifier::<2, u32>::new().with_collision_limit(4);
     }
 }

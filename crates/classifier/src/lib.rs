@@ -1,4 +1,4 @@
-//! # nicflow-classifier: tuple space search over fixed-width keys
+//! # nicflow-classifier: tuple space search and TupleMerge over fixed-width keys
 //!
 //! A *classifier* holds rules, each made of a key, a mask and a priority, and
 //! answers "which rule is the best match for this packet key?". A key is a
@@ -57,42 +57,133 @@
 //!   from untrusted traffic and a predictable hash would let an attacker turn
 //!   every probe into a long collision chain.
 //!
-//! Inside a subtable, rules with the same masked key but different priorities
-//! (legal: same match, different priority) share one hash entry and are kept
-//! in a short chain sorted by priority, highest first; only the head is a
-//! lookup candidate. A rule with the same masked key, mask *and* priority as
-//! an existing one replaces it.
+//! Rules with the same masked key and mask but different priorities (legal:
+//! same match, different priority) form one *match group*, kept sorted by
+//! priority, highest first; only its head can ever be the answer, since the
+//! others match exactly the same keys. A rule with the same masked key, mask
+//! *and* priority as an existing one replaces it.
+//!
+//! The weakness of tuple space search is that a lookup costs one probe per
+//! distinct mask: with random priorities the early exit rarely fires, and on
+//! the benchmark below a hit costs about 41 ns at 10 rules (9 masks) but
+//! 1,100 ns at 100,000 rules (64 masks).
+//!
+//! ## TupleMerge mode
+//!
+//! [`Classifier::with_relax`] builds a classifier that uses TupleMerge
+//! (Daly & Torng, "TupleMerge: Fast Software Packet Processing for Online
+//! Packet Classification", IEEE/ACM ToN 2019) to decouple the number of hash
+//! tables from the number of masks. [`Classifier::new`] keeps pure tuple
+//! space search, unchanged.
+//!
+//! * **Table masks.** Each table has a mask `M_T` and may hold any rule whose
+//!   mask contains it (`rule.mask & M_T == M_T`); rules are hashed by
+//!   `key & M_T`. So rules with masks 10.1.2.0/24 and 10.1.2.3/32 can share a
+//!   table with `M_T` = /16: both hash by their first 16 bits.
+//! * **Buckets.** A hash bucket holds a chain of match groups, possibly of
+//!   different masks, sorted by the priority of their heads (highest first;
+//!   equal priorities in insertion order). A table lookup finds the bucket of
+//!   `key & M_T` and walks the chain: the first head with
+//!   `key & rule.mask == rule.key` is the table's best match. A head whose
+//!   mask *is* `M_T` needs no comparison (the bucket probe checked it), which
+//!   is how tuple space search is the special case with one group per
+//!   bucket. The walk also stops at the first head that cannot beat the
+//!   best match of earlier tables.
+//! * **Placement.** A new rule joins its match group if it has one;
+//!   otherwise it goes to the existing table with the most specific `M_T`
+//!   that can hold it (the oldest on a tie), and if there is none, to a new
+//!   table with `M_T = relax(rule.mask) & rule.mask`. `relax` is the caller's
+//!   knowledge of the key layout: shorten address prefixes, drop ports
+//!   (see `bench_support::relax_flowkey_5tuple` for `FlowKey`). All 64 masks
+//!   of the benchmark then fit in 3 tables.
+//! * **Collision limit.** Merging trades probes for comparisons, and a
+//!   bucket of a coarse table could collect every rule of a busy prefix. So
+//!   a bucket may hold at most `c` match groups
+//!   ([`Classifier::with_collision_limit`], default
+//!   [`DEFAULT_COLLISION_LIMIT`]); the insert that exceeds it *splits* the
+//!   bucket: it picks a strictly more specific mask `M'` that at least one
+//!   group of the chain contains, and moves every group of the chain whose
+//!   mask contains `M'` to the table with mask `M'` (created if needed), where
+//!   they hash on more bits. Candidates for `M'` are the intersection of the
+//!   chain's masks and, for each mask `m` in the chain, `m`, its relaxation
+//!   (plus `M_T`) and its intersection with the newest group's mask; the
+//!   choice prefers an `M'` under which the moved groups fit the limit, then
+//!   the one moving the most groups, then the most general. Each move
+//!   shrinks the bucket and goes to a strictly larger mask, so repeating
+//!   while the bucket (or a target bucket) overflows terminates. Hence a
+//!   table lookup compares at most `c` rules however many rules share a
+//!   (relaxed) mask; only identical matches can pile up, in match groups,
+//!   which are never walked.
+//! * **Removal** unlinks the rule (promoting the next rule of its match
+//!   group, which moves down the chain to its own priority), maintains
+//!   `max_priority`, and drops emptied tables. Tables are not merged back.
+//!
+//! A table keeps `max_priority` and the table order and early exit are the
+//! same as in tuple space search. What the mode costs: inserts probe every
+//! table that could hold the rule's match group (a few, by design), and a
+//! rule stores its insertion number and mask index (masks are interned).
 //!
 //! ## Tie-breaking
 //!
 //! OpenFlow leaves overlapping rules of equal priority undefined; we define
-//! it so that results are deterministic and testable. Subtables with equal
-//! `max_priority` are ordered by creation, older first, and among matching
-//! rules of equal highest priority the one in the subtable visited first
-//! wins. (Two rules of one subtable can never tie on the same key: equal
-//! masked key and priority means replacement.) [`LinearClassifier`] computes
-//! the same answer naively and serves as the test oracle.
+//! it so that results are deterministic and testable. Tables with equal
+//! `max_priority` are ordered by creation, older first; among matching
+//! rules of equal highest priority, the one whose table comes first in that
+//! order wins, and within a table the one inserted first (a replacing rule
+//! counts as inserted when the rule it replaced was).
+//!
+//! * **Tuple space search**: two rules of one subtable can never tie on the
+//!   same key (equal masked key and priority means replacement), so the
+//!   winner is a function of the rule set and the creation order of the
+//!   masks. [`LinearClassifier::lookup`] computes it naively and is the test
+//!   oracle.
+//! * **TupleMerge**: which table a rule lives in depends on the history of
+//!   inserts and splits, so the winner among ties is deterministic for a
+//!   given sequence of operations but not a function of the rule set. The
+//!   tests brute-force it with [`LinearClassifier::lookup_ranked`], ranking
+//!   each rule by (position of its table, insertion number); without ties the
+//!   answer is the same as [`LinearClassifier::lookup`]'s.
 //!
 //! ## Wildcard tracking
 //!
-//! [`Classifier::lookup_wc`] ORs into a caller-supplied mask the mask of
-//! every subtable it actually probed; subtables skipped thanks to the early
-//! exit contribute nothing. The guarantee: if `r = lookup_wc(k, wc)` then for
-//! every key `k2` with `k2 & wc == k & wc`, `lookup(k2) == r`. That is
-//! exactly the condition for the megaflow `(k & wc, wc) -> r` to be safe.
+//! [`Classifier::lookup_wc`] ORs into a caller-supplied mask the bits the
+//! answer depends on: the table mask `M_T` of every table it examined
+//! (tables skipped thanks to the early exit contribute nothing), and the
+//! mask of every rule it compared in a bucket chain. The guarantee: if
+//! `r = lookup_wc(k, wc)` then for every key `k2` with `k2 & wc == k & wc`,
+//! `lookup(k2) == r`. That is exactly the condition for the megaflow
+//! `(k & wc, wc) -> r` to be safe.
+//!
+//! Why it holds, by induction over the tables in lookup order: the lookups
+//! of `k` and `k2` start with the same best match (none). Given the same
+//! best match before a table, both make the same early-exit decision (it
+//! depends only on `max_priority` and the best match). If the table is
+//! examined, `M_T ⊆ wc`, so `k2 & M_T == k & M_T`: both probe the same
+//! bucket, or both find none. Walking the chain, both stop at the same head
+//! for "cannot beat the best" (priority only); a head whose mask is `M_T`
+//! matches both; any other head compared has its mask in `wc`, so it matches
+//! `k2` iff it matches `k`. Heads after the one that matched are not looked
+//! at by either lookup. So both leave the table with the same best match,
+//! and end with the same answer. Rules never compared (other groups'
+//! members, later heads, skipped tables) cannot matter: the lookup of `k2`
+//! does not look at them either. In tuple space search every compared head
+//! has mask `M_T`, so `wc` is exactly the OR of the subtable masks, as
+//! before.
 //!
 //! ## Complexity
 //!
-//! With `S` subtables, `P` distinct priorities in a subtable and `w` non-zero
-//! mask words:
+//! With `S` tables, `P` distinct priorities in a table, `w` non-zero mask
+//! words and collision limit `c` (`c = 1` for tuple space search):
 //!
-//! * `lookup`: `O(S * w)` worst case, independent of the number of rules;
-//!   usually fewer subtables thanks to the early exit. No allocation.
-//! * `insert` / `remove`: `O(w + chain + log P + S)`; the `S` term is moving
-//!   one subtable within the sorted subtable vector when its `max_priority`
-//!   changes, or creating/dropping a subtable.
+//! * `lookup`: `O(S * c * w)` worst case, independent of the number of
+//!   rules; usually fewer tables thanks to the early exit. No allocation.
+//! * `insert` / `remove`: `O(w + c + log P + S)`, plus in TupleMerge mode
+//!   one probe per table that could hold the rule's match group (`O(S * (w +
+//!   c))`) and, rarely, a split (`O(c^3)` to choose `M'`, then one move per
+//!   group). The `S` term is moving a table within the sorted table vector
+//!   when its `max_priority` changes, or creating/dropping a table.
 //! * Memory: one slab slot per rule (key, priority, value, a few indices)
-//!   plus an 8-byte hash entry per distinct masked key.
+//!   plus an 8-byte hash entry per bucket.
 //!
 //! ## Thread safety
 //!
@@ -117,7 +208,12 @@ mod proptests;
 #[doc(hidden)]
 pub mod bench_support;
 
-pub use classifier::Classifier;
+/// The relaxation nicflow's OpenFlow tables use in merge mode: IPv4 prefixes
+/// cut to /24, /16 or /8, IPv6 to /64 or /32, transport ports wildcarded,
+/// everything else kept (see [`bench_support::relax_flowkey_5tuple`]).
+pub use bench_support::relax_flowkey_5tuple as relax_flowkey;
+
+pub use classifier::{Classifier, DEFAULT_COLLISION_LIMIT};
 pub use linear::LinearClassifier;
 
 /// Stable handle to a rule.

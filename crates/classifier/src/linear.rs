@@ -156,6 +156,40 @@ impl<const W: usize, T> LinearClassifier<W, T> {
         best.map(|r| (r.id, &r.value))
     }
 
+    /// Best match for `key` under a caller-defined tie-break: among the
+    /// matching rules of highest priority, the one with the smallest
+    /// `rank(id)` (the first one in insertion order on equal ranks).
+    ///
+    /// [`lookup`](Self::lookup) reproduces the tie-break of a
+    /// tuple-space-search [`Classifier`](crate::Classifier), which depends on
+    /// the rule set only. A TupleMerge classifier breaks ties by where rules
+    /// happen to be stored (table order, then insertion order; see the crate
+    /// docs), which depends on the history of the classifier: pass that
+    /// position as `rank` to get its exact answer by brute force.
+    pub fn lookup_ranked<K: Ord>(
+        &self,
+        key: &[u64; W],
+        mut rank: impl FnMut(RuleId) -> K,
+    ) -> Option<(RuleId, &T)> {
+        let mut best: Option<(&LinearRule<W, T>, K)> = None;
+        for r in &self.rules {
+            if !masked_eq(key, &r.key, &r.mask) {
+                continue;
+            }
+            if best.as_ref().is_some_and(|(b, _)| b.priority > r.priority) {
+                continue;
+            }
+            let k = rank(r.id);
+            if match &best {
+                None => true,
+                Some((b, bk)) => r.priority > b.priority || k < *bk,
+            } {
+                best = Some((r, k));
+            }
+        }
+        best.map(|(r, _)| (r.id, &r.value))
+    }
+
     /// All rules in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = RuleRef<'_, W, T>> {
         self.rules.iter().map(|r| RuleRef {
@@ -196,6 +230,34 @@ mod tests {
         assert_eq!(c.remove(a2), Some(3));
         assert_eq!(c.lookup(&[1, 2]), Some((b, &2)));
         assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn ranked_ties() {
+        let mut c = LinearClassifier::<2, u32>::new();
+        let (a, _) = c.insert(&[1, 0], &[!0, 0], 5, 1);
+        let (b, _) = c.insert(&[0, 2], &[0, !0], 5, 2);
+        c.insert(&[0, 0], &[0, 0], 4, 3);
+        assert_eq!(
+            c.lookup_ranked(&[1, 2], |id| id != a).map(|r| *r.1),
+            Some(1)
+        );
+        assert_eq!(
+            c.lookup_ranked(&[1, 2], |id| id != b).map(|r| *r.1),
+            Some(2)
+        );
+        // Equal ranks: insertion order.
+        assert_eq!(c.lookup_ranked(&[1, 2], |_| 0).map(|r| *r.1), Some(1));
+        // Rank never beats priority.
+        assert_eq!(
+            c.lookup_ranked(&[1, 3], |id| id == a).map(|r| *r.1),
+            Some(1)
+        );
+        assert_eq!(c.lookup_ranked(&[7, 3], |_| 0).map(|r| *r.1), Some(3));
+        assert_eq!(
+            c.lookup_ranked(&[7, 3], |_| 0).map(|r| r.0),
+            c.lookup(&[7, 3]).map(|r| r.0)
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! and the wildcard-tracking guarantee. Lives inside the crate so it can also
 //! check internal invariants after every mutation.
 
+use std::collections::HashMap;
+
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
@@ -87,45 +89,169 @@ fn tied_rules() -> impl Strategy<Value = Vec<(Key, Key, u32)>> {
     prop::collection::vec((key(), mask(), 0u32..4), 0..48)
 }
 
+/// Relaxations for TupleMerge mode: they drop whole words of the mask
+/// (fixed sets, or a set picked by a hash of the mask, so different masks
+/// relax differently), or bits within words.
+const RELAXES: [fn(&Key) -> Key; 9] = [
+    relax_identity,
+    relax_everything,
+    relax_drop::<0b0001>,
+    relax_drop::<0b0110>,
+    relax_drop::<0b1010>,
+    relax_drop::<0b1101>,
+    relax_hashed,
+    relax_hashed_inverse,
+    relax_low_halves,
+];
+
+fn relax_identity(m: &Key) -> Key {
+    *m
+}
+
+fn relax_everything(_: &Key) -> Key {
+    [0; W]
+}
+
+fn relax_drop<const DROP: u8>(m: &Key) -> Key {
+    std::array::from_fn(|w| if DROP >> w & 1 == 1 { 0 } else { m[w] })
+}
+
+fn mask_hash(m: &Key) -> u64 {
+    m.iter().fold(0x9e37_79b9_7f4a_7c15u64, |h, &x| {
+        (h ^ x).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+    })
+}
+
+fn relax_hashed(m: &Key) -> Key {
+    let h = mask_hash(m);
+    std::array::from_fn(|w| if h >> (w + 7) & 1 == 1 { 0 } else { m[w] })
+}
+
+/// Returns bits outside the mask too: the classifier must ignore them.
+fn relax_hashed_inverse(m: &Key) -> Key {
+    let h = mask_hash(m);
+    std::array::from_fn(|w| if h >> (w + 7) & 1 == 1 { !0 } else { 0 })
+}
+
+fn relax_low_halves(m: &Key) -> Key {
+    std::array::from_fn(|w| m[w] & 0xffff_ffff_0000_0000)
+}
+
+/// Which classifier a test case runs against.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Tss,
+    /// TupleMerge: index into [`RELAXES`], collision limit.
+    Merge(usize, usize),
+}
+
+fn merge_mode() -> impl Strategy<Value = Mode> {
+    (
+        0..RELAXES.len(),
+        prop_oneof![4 => 1usize..=4, 1 => Just(crate::DEFAULT_COLLISION_LIMIT)],
+    )
+        .prop_map(|(r, c)| Mode::Merge(r, c))
+}
+
+/// Every property runs against both modes.
+fn modes(merge: Mode) -> [Mode; 2] {
+    [Mode::Tss, merge]
+}
+
 struct Pair {
+    mode: Mode,
     cls: Classifier<W, u32>,
     lin: LinearClassifier<W, u32>,
     ids: Vec<(RuleId, RuleId)>,
+    /// Oracle id -> classifier id.
+    to_cls: HashMap<RuleId, RuleId>,
 }
 
 impl Pair {
-    fn build(rules: &[(Key, Key, u32)]) -> Pair {
-        let mut p = Pair {
-            cls: Classifier::new(),
+    fn new(mode: Mode) -> Pair {
+        let cls = match mode {
+            Mode::Tss => Classifier::new(),
+            Mode::Merge(relax, limit) => {
+                Classifier::with_relax(RELAXES[relax]).with_collision_limit(limit)
+            }
+        };
+        Pair {
+            mode,
+            cls,
             lin: LinearClassifier::new(),
             ids: Vec::new(),
-        };
+            to_cls: HashMap::new(),
+        }
+    }
+
+    fn build(mode: Mode, rules: &[(Key, Key, u32)]) -> Pair {
+        let mut p = Pair::new(mode);
         for (i, (k, m, prio)) in rules.iter().enumerate() {
-            let (a, ra) = p.cls.insert(k, m, *prio, i as u32);
-            let (b, rb) = p.lin.insert(k, m, *prio, i as u32);
-            assert_eq!(ra, rb, "insert replaced differently");
-            p.ids.push((a, b));
+            p.insert(k, m, *prio, i as u32);
         }
         p.check();
         p
     }
 
+    fn insert(&mut self, k: &Key, m: &Key, prio: u32, v: u32) -> (RuleId, RuleId) {
+        let (a, ra) = self.cls.insert(k, m, prio, v);
+        let (b, rb) = self.lin.insert(k, m, prio, v);
+        assert_eq!(ra, rb, "insert replaced differently");
+        self.ids.push((a, b));
+        self.to_cls.insert(b, a);
+        (a, b)
+    }
+
     fn check(&self) {
         self.cls.check_invariants();
         assert_eq!(self.cls.len(), self.lin.len());
-        let mut masks: Vec<Key> = self.lin.iter().map(|r| *r.mask).collect();
-        masks.sort();
-        masks.dedup();
-        assert_eq!(self.cls.n_subtables(), masks.len());
+        match self.mode {
+            Mode::Tss => {
+                let mut masks: Vec<Key> = self.lin.iter().map(|r| *r.mask).collect();
+                masks.sort();
+                masks.dedup();
+                assert_eq!(self.cls.n_subtables(), masks.len());
+                assert_eq!(self.cls.collision_limit(), None);
+            }
+            Mode::Merge(_, limit) => {
+                assert_eq!(self.cls.collision_limit(), Some(limit));
+                assert!(self.cls.max_chain_len() <= limit);
+            }
+        }
         for r in self.cls.iter() {
             assert_eq!(self.cls.find_exact(r.key, r.mask, r.priority), Some(r.id));
         }
+        for r in self.lin.iter() {
+            let c = self.cls.rule(self.to_cls[&r.id]).expect("rule lost");
+            assert_eq!(
+                (c.key, c.mask, c.priority, c.value),
+                (r.key, r.mask, r.priority, r.value)
+            );
+        }
+    }
+
+    /// The oracle's answer. Priorities are brute-forced independently of
+    /// the classifier; among equal-priority matches, a TSS classifier must
+    /// agree with [`LinearClassifier::lookup`] and a TupleMerge classifier
+    /// with its own documented tie rank.
+    fn expected(&self, k: &Key) -> Option<u32> {
+        let rank = |id| self.cls.tie_rank(self.to_cls[&id]).expect("rule lost");
+        let ranked = self.lin.lookup_ranked(k, rank).map(|r| (r.0, *r.1));
+        let plain = self.lin.lookup(k).map(|r| (r.0, *r.1));
+        let prio = |r: Option<(RuleId, u32)>| {
+            r.map(|(id, _)| self.lin.iter().find(|x| x.id == id).unwrap().priority)
+        };
+        assert_eq!(prio(ranked), prio(plain));
+        if let Mode::Tss = self.mode {
+            assert_eq!(ranked, plain, "tie rank does not model TSS");
+        }
+        ranked.map(|r| r.1)
     }
 
     fn same(&self, k: &Key) -> Option<u32> {
         let a = self.cls.lookup(k).map(|r| *r.1);
-        let b = self.lin.lookup(k).map(|r| *r.1);
-        assert_eq!(a, b, "lookup mismatch for {k:x?}");
+        let b = self.expected(k);
+        assert_eq!(a, b, "lookup mismatch for {k:x?} ({:?})", self.mode);
         a
     }
 
@@ -144,16 +270,18 @@ impl Pair {
 fn check_wc(p: &Pair, k: &Key, noises: &[Key]) {
     let mut wc = [0u64; W];
     let r = p.cls.lookup_wc(k, &mut wc).map(|r| *r.1);
-    assert_eq!(r, p.lin.lookup(k).map(|r| *r.1));
+    assert_eq!(r, p.expected(k));
     assert_eq!(p.cls.lookup(k).map(|r| *r.1), r);
     for noise in noises {
         let k2: Key = std::array::from_fn(|w| (k[w] & wc[w]) | (noise[w] & !wc[w]));
         assert!(masked_eq(k, &k2, &wc));
         assert_eq!(
-            p.lin.lookup(&k2).map(|r| *r.1),
+            p.expected(&k2),
             r,
-            "key {k2:x?} agrees with {k:x?} on wc {wc:x?} but matches differently"
+            "key {k2:x?} agrees with {k:x?} on wc {wc:x?} but matches differently ({:?})",
+            p.mode
         );
+        assert_eq!(p.cls.lookup(&k2).map(|r| *r.1), r);
     }
     // Starting from a non-zero wc only adds bits.
     let mut wc2 = [0x8000_0000_0000_0001u64; W];
@@ -188,15 +316,19 @@ proptest! {
         rules in distinct_rules(),
         probes in prop::collection::vec(probe(), 1..32),
         removals in prop::collection::vec(any::<bool>(), 48),
+        merge in merge_mode(),
     ) {
-        let mut p = Pair::build(&rules);
-        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
-        for k in &keys {
-            p.same(k);
-        }
-        p.remove_some(&removals);
-        for k in &keys {
-            p.same(k);
+        for mode in modes(merge) {
+            let mut p = Pair::build(mode, &rules);
+            let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+            for k in &keys {
+                // No ties: the answer is fully determined by the rule set.
+                prop_assert_eq!(p.same(k), p.lin.lookup(k).map(|r| *r.1));
+            }
+            p.remove_some(&removals);
+            for k in &keys {
+                prop_assert_eq!(p.same(k), p.lin.lookup(k).map(|r| *r.1));
+            }
         }
     }
 
@@ -205,15 +337,18 @@ proptest! {
         rules in tied_rules(),
         probes in prop::collection::vec(probe(), 1..32),
         removals in prop::collection::vec(any::<bool>(), 48),
+        merge in merge_mode(),
     ) {
-        let mut p = Pair::build(&rules);
-        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
-        for k in &keys {
-            p.same(k);
-        }
-        p.remove_some(&removals);
-        for k in &keys {
-            p.same(k);
+        for mode in modes(merge) {
+            let mut p = Pair::build(mode, &rules);
+            let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+            for k in &keys {
+                p.same(k);
+            }
+            p.remove_some(&removals);
+            for k in &keys {
+                p.same(k);
+            }
         }
     }
 
@@ -226,55 +361,60 @@ proptest! {
             key(),
         ], 1..12),
         removals in prop::collection::vec(any::<bool>(), 48),
+        merge in merge_mode(),
     ) {
-        let mut p = Pair::build(&rules);
-        let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
-        for k in &keys {
-            check_wc(&p, k, &noises);
-        }
-        p.remove_some(&removals);
-        for k in &keys {
-            check_wc(&p, k, &noises);
+        for mode in modes(merge) {
+            let mut p = Pair::build(mode, &rules);
+            let keys: Vec<Key> = probes.iter().map(|pr| resolve(pr, &rules)).collect();
+            for k in &keys {
+                check_wc(&p, k, &noises);
+            }
+            p.remove_some(&removals);
+            for k in &keys {
+                check_wc(&p, k, &noises);
+            }
         }
     }
 
     #[test]
-    fn random_operation_sequences(ops in prop::collection::vec(op(), 1..80)) {
-        let mut p = Pair::build(&[]);
-        let mut inserted: Vec<(Key, Key, u32)> = Vec::new();
-        let mut next_val = 0u32;
-        for op in &ops {
-            match op {
-                Op::Insert(k, m, prio) => {
-                    let (a, ra) = p.cls.insert(k, m, *prio, next_val);
-                    let (b, rb) = p.lin.insert(k, m, *prio, next_val);
-                    prop_assert_eq!(ra, rb);
-                    prop_assert_eq!(p.cls.get(a), Some(&next_val));
-                    prop_assert_eq!(p.cls.rule(a).map(|r| (*r.key, *r.mask, r.priority)),
-                        Some((crate::apply_mask(k, m), *m, *prio)));
-                    p.ids.push((a, b));
-                    inserted.push((*k, *m, *prio));
-                    next_val += 1;
+    fn random_operation_sequences(
+        ops in prop::collection::vec(op(), 1..80),
+        merge in merge_mode(),
+    ) {
+        for mode in modes(merge) {
+            let mut p = Pair::new(mode);
+            let mut inserted: Vec<(Key, Key, u32)> = Vec::new();
+            let mut next_val = 0u32;
+            for op in &ops {
+                match op {
+                    Op::Insert(k, m, prio) => {
+                        let (a, _) = p.insert(k, m, *prio, next_val);
+                        prop_assert_eq!(p.cls.get(a), Some(&next_val));
+                        prop_assert_eq!(p.cls.rule(a).map(|r| (*r.key, *r.mask, r.priority)),
+                            Some((crate::apply_mask(k, m), *m, *prio)));
+                        inserted.push((*k, *m, *prio));
+                        next_val += 1;
+                    }
+                    Op::Remove(i) if !p.ids.is_empty() => {
+                        let (a, b) = p.ids[i.index(p.ids.len())];
+                        prop_assert_eq!(p.cls.remove(a), p.lin.remove(b));
+                    }
+                    Op::Remove(_) => {}
+                    Op::Lookup(pr) => {
+                        p.same(&resolve(pr, &inserted));
+                    }
+                    Op::RetainOdd => {
+                        p.cls.retain(|_, _, _, _, v| *v % 2 == 1);
+                        p.lin.retain(|_, _, _, _, v| *v % 2 == 1);
+                    }
                 }
-                Op::Remove(i) if !p.ids.is_empty() => {
-                    let (a, b) = p.ids[i.index(p.ids.len())];
-                    prop_assert_eq!(p.cls.remove(a), p.lin.remove(b));
-                }
-                Op::Remove(_) => {}
-                Op::Lookup(pr) => {
-                    p.same(&resolve(pr, &inserted));
-                }
-                Op::RetainOdd => {
-                    p.cls.retain(|_, _, _, _, v| *v % 2 == 1);
-                    p.lin.retain(|_, _, _, _, v| *v % 2 == 1);
-                }
+                p.check();
             }
-            p.check();
+            let mut a: Vec<u32> = p.cls.iter().map(|r| *r.value).collect();
+            let mut b: Vec<u32> = p.lin.iter().map(|r| *r.value).collect();
+            a.sort_unstable();
+            b.sort_unstable();
+            prop_assert_eq!(a, b);
         }
-        let mut a: Vec<u32> = p.cls.iter().map(|r| *r.value).collect();
-        let mut b: Vec<u32> = p.lin.iter().map(|r| *r.value).collect();
-        a.sort_unstable();
-        b.sort_unstable();
-        prop_assert_eq!(a, b);
     }
 }
