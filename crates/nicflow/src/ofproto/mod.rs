@@ -76,6 +76,13 @@ pub struct RuleDump {
 
 pub(crate) type Table = Classifier<FLOW_WORDS, Rule>;
 
+/// OpenFlow tables use the classifier's TupleMerge mode: rules whose masks
+/// differ only in IP prefix lengths and port wildcards share one hash table,
+/// so a lookup probes a handful of tables however varied the ACL is.
+fn new_table() -> Table {
+    Classifier::with_relax(nicflow_classifier::relax_flowkey)
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OfprotoStats {
     pub xlates: u64,
@@ -171,7 +178,7 @@ impl Ofproto {
                 n_packets: 0,
                 n_bytes: 0,
             };
-            let t = self.tables[s.table as usize].get_or_insert_with(|| Box::new(Table::new()));
+            let t = self.tables[s.table as usize].get_or_insert_with(|| Box::new(new_table()));
             let (_, old) = t.insert(
                 s.r#match.key().words(),
                 s.r#match.mask().words(),
