@@ -142,6 +142,22 @@ impl Bridge {
         self.ports.iter().filter_map(|p| p.port.rx_fd())
     }
 
+    /// Like [`Bridge::port_stats`], with each port's extra counters.
+    #[allow(clippy::type_complexity)]
+    pub fn port_stats_detailed(&self) -> Vec<(String, u32, PortStats, Vec<(&'static str, u64)>)> {
+        self.ports
+            .iter()
+            .map(|p| {
+                (
+                    p.port.name().to_string(),
+                    p.no,
+                    p.port.stats(),
+                    p.port.extra_counters(),
+                )
+            })
+            .collect()
+    }
+
     pub fn port_stats(&self) -> Vec<(String, u32, PortStats)> {
         self.ports
             .iter()

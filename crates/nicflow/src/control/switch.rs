@@ -51,6 +51,9 @@ impl Port for Renamed {
     fn stats(&self) -> PortStats {
         self.inner.stats()
     }
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.extra_counters()
+    }
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
         self.inner.rx_fd()
     }
@@ -404,7 +407,7 @@ impl Switch {
                 }
             );
             let mut ports = Vec::new();
-            for (pname, no, ps) in br.port_stats() {
+            for (pname, no, ps, extra) in br.port_stats_detailed() {
                 let _ = writeln!(
                     text,
                     "  port {no} {pname}: rx pkts:{} bytes:{} drop:{}  tx pkts:{} bytes:{} drop:{}",
@@ -415,7 +418,17 @@ impl Switch {
                     ps.tx_bytes,
                     ps.tx_dropped
                 );
+                let extra: BTreeMap<&str, u64> = extra.into_iter().collect();
+                let nonzero: Vec<String> = extra
+                    .iter()
+                    .filter(|(_, v)| **v > 0)
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect();
+                if !nonzero.is_empty() {
+                    let _ = writeln!(text, "    {}", nonzero.join(" "));
+                }
                 ports.push(json!({
+                    "counters": extra,
                     "name": pname, "ofport": no,
                     "rx_packets": ps.rx_packets, "rx_bytes": ps.rx_bytes, "rx_dropped": ps.rx_dropped,
                     "tx_packets": ps.tx_packets, "tx_bytes": ps.tx_bytes, "tx_dropped": ps.tx_dropped,

@@ -744,6 +744,20 @@ impl Port for AfPacketPort {
         s
     }
 
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        self.refresh_kernel_drops();
+        let c = self.counters();
+        vec![
+            ("rx_drop_ring_full", c.kernel_drops),
+            ("rx_drop_truncated", c.truncated),
+            ("rx_drop_oversize", c.oversize_dropped),
+            ("rx_csum_completed", c.csum_completed),
+            ("rx_gso_frames", c.gso_frames),
+            ("rx_gso_segments", c.gso_segments),
+            ("rx_vlan_restored", c.vlan_restored),
+        ]
+    }
+
     /// The packet socket: readable when a ring block has been retired to
     /// us (full, or `block_timeout_ms` after its first frame).
     fn rx_fd(&self) -> Option<RawFd> {

@@ -53,6 +53,12 @@ pub trait Port {
     fn rx_exhausted(&self) -> bool {
         false
     }
+    /// Port-specific counters, by name: drops by reason (`rx_drop_*`,
+    /// `tx_drop_*`) and work the port did (checksums completed, segments
+    /// cut...). Shown by `nicflow stats`.
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// A file descriptor that becomes readable when frames are waiting, for
     /// the daemon's poll loop (None: the port must be polled by calling
     /// `recv_batch`).
