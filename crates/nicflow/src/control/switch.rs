@@ -101,10 +101,11 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
         ),
         PortType::Afpacket => open_afpacket(pc)?,
         PortType::Afxdp => {
-            return Err(format!(
-                "port {}: type afxdp is not implemented yet; use --type afpacket",
-                pc.name
-            ))
+            use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
+            let o =
+                AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                    .map_err(|e| format!("port {}: {e}", pc.name))?;
+            Box::new(AfXdpPort::open(&pc.iface, o).map_err(|e| e.to_string())?)
         }
     };
     Ok(Box::new(Renamed {

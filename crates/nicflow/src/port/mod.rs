@@ -8,6 +8,7 @@
 //! capture tshark can read).
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod mem;
 pub mod pcap;
 pub mod tap;
