@@ -72,7 +72,7 @@ enum Cmd {
     AddPort {
         bridge: String,
         iface: String,
-        #[arg(long = "type", default_value = "afpacket")]
+        #[arg(long = "type", default_value = "afxdp")]
         kind: String,
         /// Port name on the bridge (default: the interface name).
         #[arg(long)]
@@ -163,6 +163,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(code) => code,

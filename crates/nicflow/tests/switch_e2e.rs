@@ -187,6 +187,9 @@ struct LabSpec<'a> {
     tag: &'a str,
     /// "own" or "root".
     switch_ns: &'a str,
+    /// The switch's port type: "afxdp" or "afpacket" (the suite covers
+    /// both).
+    port_type: &'a str,
     /// IPv6 on the hosts: addresses 2001:db8::1/2 when true; when false
     /// IPv6 is disabled on the hosts altogether, so they send nothing but
     /// what a test makes them send (no ND, MLD, router solicitations).
@@ -223,6 +226,7 @@ impl Lab {
             [[switch]]
             name = "sw1"
             namespace = "{ns}"
+            port_type = "{pt}"
             [[link]]
             a = "h1:eth0"
             b = "sw1:p1"
@@ -233,6 +237,7 @@ impl Lab {
             addresses = {a2}
             "#,
             ns = spec.switch_ns,
+            pt = spec.port_type,
         ))
         .expect("test topology is valid");
         let guard = Guard {
@@ -486,6 +491,7 @@ fn two_hosts_ping_iperf_arp_nd() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afxdp",
         tag: "ping",
         switch_ns: "own",
         ipv6: true,
@@ -575,6 +581,7 @@ fn rules_steer_drop_and_count() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afpacket",
         tag: "rules",
         switch_ns: "root",
         ipv6: false,
@@ -734,6 +741,7 @@ fn deleting_allow_rule_stops_traffic_within_one_second() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afxdp",
         tag: "del",
         switch_ns: "own",
         ipv6: false,
@@ -872,6 +880,7 @@ fn malformed_frames_counted_dropped_daemon_alive() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afpacket",
         tag: "bad",
         switch_ns: "root",
         ipv6: true,
@@ -1041,6 +1050,7 @@ fn restart_from_config() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afxdp",
         tag: "restart",
         switch_ns: "own",
         ipv6: false,
@@ -1153,6 +1163,7 @@ fn down_stops_a_daemon_serving_the_lab_socket_via_env() {
         return;
     }
     let lab = Lab::up(LabSpec {
+        port_type: "afpacket",
         tag: "envsock",
         switch_ns: "root",
         ipv6: false,

@@ -105,7 +105,24 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             let o =
                 AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                     .map_err(|e| format!("port {}: {e}", pc.name))?;
-            Box::new(AfXdpPort::open(&pc.iface, o).map_err(|e| e.to_string())?)
+            match AfXdpPort::open(&pc.iface, o) {
+                Ok(p) => Box::new(p),
+                // AF_PACKET is the fallback when AF_XDP cannot be used at
+                // all (no AF_XDP in the kernel, XDP refused in both modes).
+                Err(e) => {
+                    tracing::warn!(
+                        port = %pc.name,
+                        iface = %pc.iface,
+                        "AF_XDP unavailable ({e}); falling back to an AF_PACKET port"
+                    );
+                    let fallback = PortConfig {
+                        kind: PortType::Afpacket,
+                        options: Default::default(),
+                        ..pc.clone()
+                    };
+                    open_afpacket(&fallback)?
+                }
+            }
         }
     };
     Ok(Box::new(Renamed {

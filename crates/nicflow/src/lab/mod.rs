@@ -26,7 +26,7 @@
 //! [[switch]]
 //! name = "sw1"
 //! namespace = "own"           # "own" (default: nf-two_hosts-sw1) or "root"
-//! port_type = "afpacket"      # default; or "afxdp"
+//! port_type = "afxdp"         # default; or "afpacket"
 //! port_options = {}           # given to every port of this switch
 //! [[switch.bridge]]           # optional: default one bridge "br0"
 //! name = "br0"

@@ -606,7 +606,7 @@ fn build_host(h: RawHost, node_names: &mut HashSet<String>, v: &mut Validator) -
 fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validator) -> SwitchSpec {
     check_node_name("switch", &s.name, node_names, v);
     let port_type = match s.port_type.as_deref() {
-        None => PortType::Afpacket,
+        None => PortType::Afxdp,
         Some(t) => match PortType::parse(t) {
             Some(pt @ (PortType::Afpacket | PortType::Afxdp)) => pt,
             _ => {
@@ -938,7 +938,7 @@ mod tests {
         assert_eq!(t.name, "t1");
         let sw = t.switch("sw1").unwrap();
         assert_eq!(sw.namespace, SwitchNamespace::Own);
-        assert_eq!(sw.port_type, PortType::Afpacket);
+        assert_eq!(sw.port_type, PortType::Afxdp);
         assert_eq!(sw.bridges.len(), 1);
         assert_eq!(sw.bridges[0].name, "br0");
         assert_eq!(sw.bridges[0].flows, vec!["priority=0,actions=normal"]);

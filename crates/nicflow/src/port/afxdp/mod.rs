@@ -1054,6 +1054,28 @@ impl Port for AfXdpPort {
         s
     }
 
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.counters();
+        vec![
+            ("rx_drop_kernel", c.kernel_rx_dropped),
+            ("rx_drop_ring_full", c.kernel_rx_ring_full),
+            ("rx_fill_ring_empty", c.kernel_fill_ring_empty),
+            (
+                "rx_drop_invalid_desc",
+                c.kernel_rx_invalid_descs + c.rx_invalid_descs,
+            ),
+            ("rx_drop_oversize", c.oversize_dropped),
+            ("rx_csum_completed", c.csum_completed),
+            ("rx_multi_buffer_frames", c.multi_buffer_frames),
+            ("rx_gso_frames", c.gso_frames),
+            ("rx_gso_segments", c.gso_segments),
+            ("tx_drop_invalid_desc", c.kernel_tx_invalid_descs),
+            ("tx_drop_ring_full", c.tx_ring_full),
+            ("tx_drop_no_frame", c.tx_no_frame),
+            ("tx_drop_oversize", c.tx_oversize),
+        ]
+    }
+
     /// The AF_XDP socket: readable (`POLLIN`) when the rx ring holds frames.
     fn rx_fd(&self) -> Option<RawFd> {
         Some(self.xsk.fd.as_raw_fd())
