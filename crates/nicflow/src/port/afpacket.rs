@@ -53,6 +53,10 @@
 //!   *receiving* interface; an output port with a smaller MTU refuses them
 //!   (`tx_dropped`), as it would any frame.
 //!
+//! The checksum completion and the segmentation are shared with the AF_XDP
+//! port ([`super::fixup`]); this port's part is knowing, from the ring
+//! header, which frames need them.
+//!
 //! [`disable_offloads`] (called by [`AfPacketPort::open`] unless told not
 //! to) turns off GRO, hardware GRO, LRO, TSO, USO, GSO and checksum
 //! offloads on the attached interface: on a physical NIC that stops the
@@ -61,22 +65,20 @@
 //! local peer are shaped by the *peer's* offloads, hence the software
 //! fix-ups above.
 
+use super::fixup::{complete_l4_checksum, fill, max_frame_len, segment_tcp};
+use super::sys::{self, cvt, setsockopt, Mapping};
 use super::{Port, PortStats};
 use nicflow_packet::buf::PacketBuf;
-use nicflow_packet::checksum::{checksum, l4_checksum_ipv4, l4_checksum_ipv6, udp_fixup};
-use nicflow_packet::parse::{self, L3Kind, L4Kind, Layout};
+use nicflow_packet::parse::{self, Layout};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------------------
-// Kernel ABI: include/uapi/linux/if_packet.h, if_ether.h, ethtool.h. Mirrored
+// Kernel ABI: include/uapi/linux/if_packet.h, if_ether.h. Mirrored
 // here (rather than taken from `libc`) so the layout this module relies on is
 // visible and checked by the unit tests against the kernel's sizes.
 // ---------------------------------------------------------------------------
@@ -105,28 +107,8 @@ const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const TPACKET3_HDRLEN: u32 = 48 + 20;
 const TPACKET_ALIGNMENT: u32 = 16;
 
-const ETHTOOL_SRXCSUM: u32 = 0x15;
-const ETHTOOL_STXCSUM: u32 = 0x17;
-const ETHTOOL_STSO: u32 = 0x1f;
-const ETHTOOL_SGSO: u32 = 0x24;
-const ETHTOOL_GFLAGS: u32 = 0x25;
-const ETHTOOL_SFLAGS: u32 = 0x26;
-const ETHTOOL_SGRO: u32 = 0x2c;
-const ETHTOOL_GSTRINGS: u32 = 0x1b;
-const ETHTOOL_GSSET_INFO: u32 = 0x37;
-const ETHTOOL_SFEATURES: u32 = 0x3b;
-const ETH_SS_FEATURES: u32 = 4;
-const ETH_GSTRING_LEN: usize = 32;
-const ETH_FLAG_LRO: u32 = 1 << 15;
-
-const ETH_HLEN: usize = 14;
-const VLAN_HLEN: usize = 4;
 const ETH_ALEN2: usize = 12;
 const ETHERTYPE_VLAN: u16 = 0x8100;
-
-/// Capacity of buffers this port allocates when the pool is dry or its
-/// buffer is too small: a jumbo frame plus tags, like the datapath's pool.
-const RX_BUF_CAPACITY: usize = 9216 + 64;
 
 /// `struct tpacket_req3`.
 #[repr(C)]
@@ -209,14 +191,6 @@ struct PacketMreq {
     mr_type: u16,
     mr_alen: u16,
     mr_address: [u8; 8],
-}
-
-/// `struct ethtool_value`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
 }
 
 // ---------------------------------------------------------------------------
@@ -309,7 +283,7 @@ impl AfPacketOptions {
     /// fails with a message instead of a bare `EINVAL` from `setsockopt`.
     pub fn validate(&self) -> Result<(), AfPacketError> {
         let bad = |m: String| Err(AfPacketError::InvalidOptions(m));
-        let page = page_size();
+        let page = sys::page_size();
         if self.block_size == 0 || !self.block_size.is_power_of_two() {
             return bad(format!(
                 "block_size {} is not a power of two",
@@ -460,18 +434,18 @@ impl AfPacketPort {
                 tracing::warn!(port = %ifname, "could not disable offloads: {e}");
             }
         }
-        let sys = |op| move |e| AfPacketError::sys(op, ifname, e);
+        let err = |op| move |e| AfPacketError::sys(op, ifname, e);
 
         // Protocol 0: no frame is queued before `bind` names the interface.
-        let fd = packet_socket().map_err(sys("socket(AF_PACKET, SOCK_RAW)"))?;
+        let fd = packet_socket().map_err(err("socket(AF_PACKET, SOCK_RAW)"))?;
         let raw = fd.as_raw_fd();
         setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
-            .map_err(sys("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+            .map_err(err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
         let req = opts.ring_request();
         setsockopt(raw, SOL_PACKET, PACKET_RX_RING, &req)
-            .map_err(sys("setsockopt(PACKET_RX_RING)"))?;
+            .map_err(err("setsockopt(PACKET_RX_RING)"))?;
         let ring = Ring::map(raw, opts.block_size as usize, opts.block_count as usize)
-            .map_err(sys("mmap(rx ring)"))?;
+            .map_err(err("mmap(rx ring)"))?;
         match setsockopt(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => tracing::warn!(
@@ -479,11 +453,11 @@ impl AfPacketPort {
                 "PACKET_IGNORE_OUTGOING unsupported (kernel < 4.20): the port \
                  will also receive frames the host sends on it"
             ),
-            Err(e) => return Err(sys("setsockopt(PACKET_IGNORE_OUTGOING)")(e)),
+            Err(e) => return Err(err("setsockopt(PACKET_IGNORE_OUTGOING)")(e)),
         }
         setsockopt(raw, SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int)
-            .map_err(sys("setsockopt(PACKET_QDISC_BYPASS)"))?;
-        bind_packet(raw, ifindex).map_err(sys("bind(AF_PACKET, ETH_P_ALL)"))?;
+            .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
+        bind_packet(raw, ifindex).map_err(err("bind(AF_PACKET, ETH_P_ALL)"))?;
         if opts.promisc {
             let mreq = PacketMreq {
                 mr_ifindex: ifindex,
@@ -491,19 +465,11 @@ impl AfPacketPort {
                 ..Default::default()
             };
             setsockopt(raw, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
-                .map_err(sys("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)"))?;
+                .map_err(err("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)"))?;
         }
-        let mut ifr = ifreq(ifname);
-        if_ioctl(raw, libc::SIOCGIFMTU, &mut ifr).map_err(sys("ioctl(SIOCGIFMTU)"))?;
-        // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote `ifru_mtu`.
-        let mtu = unsafe { ifr.ifr_ifru.ifru_mtu }.max(68) as usize;
-        let mut ifr = ifreq(ifname);
-        if if_ioctl(raw, libc::SIOCGIFFLAGS, &mut ifr).is_ok() {
-            // SAFETY: SIOCGIFFLAGS succeeded, so the kernel wrote `ifru_flags`.
-            let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-            if flags & libc::IFF_UP as libc::c_short == 0 {
-                tracing::warn!(port = %ifname, "interface is down: no frames until it is up");
-            }
+        let mtu = sys::interface_mtu(raw, ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
+        if sys::interface_is_up(raw, ifname).ok() == Some(false) {
+            tracing::warn!(port = %ifname, "interface is down: no frames until it is up");
         }
         tracing::debug!(port = %ifname, ifindex, mtu, ?opts, "AF_PACKET port open");
         Ok(AfPacketPort {
@@ -549,19 +515,7 @@ impl AfPacketPort {
     /// Add the kernel's drop count (reset by each read) to ours.
     fn refresh_kernel_drops(&self) {
         let mut st = TpacketStatsV3::default();
-        let mut len = size_of::<TpacketStatsV3>() as libc::socklen_t;
-        // SAFETY: `st` is a live, writable tpacket_stats_v3 and `len` says
-        // how many bytes of it the kernel may write.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                SOL_PACKET,
-                PACKET_STATISTICS,
-                (&mut st as *mut TpacketStatsV3).cast(),
-                &mut len,
-            )
-        };
-        if r == 0 {
+        if sys::getsockopt(self.fd.as_raw_fd(), SOL_PACKET, PACKET_STATISTICS, &mut st).is_ok() {
             self.kernel_drops
                 .set(self.kernel_drops.get() + u64::from(st.tp_drops));
         }
@@ -792,8 +746,7 @@ impl RxState {
         if partial {
             self.counters.csum_not_ready += 1;
         }
-        let base_max = self.mtu + ETH_HLEN;
-        if wire_len > base_max {
+        if wire_len > max_frame_len(self.mtu, None) {
             // Possibly a super-frame: assembled in a scratch vector, not a
             // pool buffer, so that 64 KiB buffers never enter the pool.
             let mut big = std::mem::take(&mut self.big);
@@ -807,8 +760,7 @@ impl RxState {
                 None => big.extend_from_slice(data),
             }
             let layout = parse::parse(&big).ok();
-            let max_len = base_max + VLAN_HLEN * layout.map_or(0, |l| usize::from(l.n_vlan));
-            let n = (big.len() > max_len)
+            let n = (big.len() > max_frame_len(self.mtu, layout.as_ref()))
                 .then(|| self.deliver_oversize(&big, layout.as_ref(), out, room, pool));
             if big.capacity() > 1 << 17 {
                 big = Vec::new(); // not a jumbo-GRO monster's worth forever
@@ -893,7 +845,8 @@ impl Drop for AfPacketPort {
 }
 
 // ---------------------------------------------------------------------------
-// Frame fix-ups (pure functions, unit tested without root)
+// VLAN tag restoration (pure, unit tested without root); the other fix-ups
+// are in `super::fixup`
 // ---------------------------------------------------------------------------
 
 /// The tag the kernel took out of the frame, as the 4 bytes to insert
@@ -913,213 +866,6 @@ fn vlan_tag(hdr: &Tpacket3Hdr) -> Option<[u8; 4]> {
     Some([a, b, c, d])
 }
 
-/// A buffer holding the concatenation of `parts`, taken from `pool` when
-/// its buffer is big enough (a too-small one is dropped), else allocated.
-fn fill(pool: &mut Vec<PacketBuf>, parts: &[&[u8]]) -> PacketBuf {
-    if let Some(mut b) = pool.pop() {
-        if fill_into(&mut b, parts) {
-            return b;
-        }
-    }
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let mut b = PacketBuf::with_capacity(total.max(RX_BUF_CAPACITY));
-    let ok = fill_into(&mut b, parts);
-    debug_assert!(ok, "a buffer sized for the frame must hold it");
-    b
-}
-
-fn fill_into(b: &mut PacketBuf, parts: &[&[u8]]) -> bool {
-    let Some((first, rest)) = parts.split_first() else {
-        return b.set_data(&[]);
-    };
-    let rest_len: usize = rest.iter().map(|p| p.len()).sum();
-    if !b.set_data(first) || b.tailroom() < rest_len {
-        return false;
-    }
-    let Some(mut tail) = b.extend_back(rest_len) else {
-        return false;
-    };
-    for p in rest {
-        let (head, t) = tail.split_at_mut(p.len());
-        head.copy_from_slice(p);
-        tail = t;
-    }
-    true
-}
-
-fn be16(d: &[u8], off: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(d.get(off..off + 2)?.try_into().ok()?))
-}
-
-fn be32(d: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(d.get(off..off + 4)?.try_into().ok()?))
-}
-
-fn put16(d: &mut [u8], off: usize, v: u16) {
-    d[off..off + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// TCP/UDP checksum over `frame[l4..end]` with the pseudo header of the IP
-/// header described by `layout`; `None` when the pseudo header cannot be
-/// built from this frame (not IP, IPv6 routing header with segments left).
-fn l4_sum(frame: &[u8], layout: &Layout, proto: u8, l4: usize, end: usize) -> Option<u16> {
-    let l3 = usize::from(layout.l3_offset);
-    let seg = frame.get(l4..end)?;
-    match layout.l3 {
-        L3Kind::Ipv4 => {
-            let src: [u8; 4] = frame.get(l3 + 12..l3 + 16)?.try_into().ok()?;
-            let dst: [u8; 4] = frame.get(l3 + 16..l3 + 20)?.try_into().ok()?;
-            Some(l4_checksum_ipv4(
-                Ipv4Addr::from(src),
-                Ipv4Addr::from(dst),
-                proto,
-                seg,
-            ))
-        }
-        L3Kind::Ipv6 => {
-            if nicflow_packet::ipv6::routing_segments_left(frame, layout)? != 0 {
-                return None;
-            }
-            let src: [u8; 16] = frame.get(l3 + 8..l3 + 24)?.try_into().ok()?;
-            let dst: [u8; 16] = frame.get(l3 + 24..l3 + 40)?.try_into().ok()?;
-            Some(l4_checksum_ipv6(
-                Ipv6Addr::from(src),
-                Ipv6Addr::from(dst),
-                proto,
-                seg,
-            ))
-        }
-        _ => None,
-    }
-}
-
-/// Replace a partial (pseudo-header-only) TCP/UDP checksum by the full one.
-/// Returns false, leaving the frame alone, when the frame is not TCP/UDP
-/// over IPv4/IPv6, is a fragment, or does not match `layout`.
-fn complete_l4_checksum(frame: &mut [u8], layout: &Layout) -> bool {
-    if layout.is_fragment() {
-        return false;
-    }
-    let l4 = usize::from(layout.l4_offset);
-    let end = layout.l4_end();
-    if end > frame.len() {
-        return false;
-    }
-    let (proto, field, end) = match layout.l4 {
-        L4Kind::Tcp => (nicflow_packet::IPPROTO_TCP, 16, end),
-        L4Kind::Udp => {
-            let ulen = be16(frame, l4 + 4).map_or(0, usize::from);
-            if ulen < 8 || l4 + ulen > end {
-                return false;
-            }
-            (nicflow_packet::IPPROTO_UDP, 6, l4 + ulen)
-        }
-        _ => return false,
-    };
-    if l4 + field + 2 > end {
-        return false;
-    }
-    let old = be16(frame, l4 + field).unwrap_or(0);
-    put16(frame, l4 + field, 0);
-    match l4_sum(frame, layout, proto, l4, end) {
-        Some(c) => {
-            let c = if proto == nicflow_packet::IPPROTO_UDP {
-                udp_fixup(c)
-            } else {
-                c
-            };
-            put16(frame, l4 + field, c);
-            true
-        }
-        None => {
-            put16(frame, l4 + field, old);
-            false
-        }
-    }
-}
-
-const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_CWR: u8 = 0x80;
-
-/// Split a TCP super-frame into frames of at most `mtu` bytes of IP
-/// datagram, appended to `segs` with every header and checksum fixed.
-/// Returns false (and appends nothing) when the frame is not an unfragmented
-/// TCP segment over IPv4/IPv6 that `layout` describes.
-fn segment_tcp(
-    frame: &[u8],
-    layout: &Layout,
-    mtu: usize,
-    pool: &mut Vec<PacketBuf>,
-    segs: &mut Vec<PacketBuf>,
-) -> bool {
-    if layout.l4 != L4Kind::Tcp || layout.is_fragment() || !layout.is_ip() {
-        return false;
-    }
-    let l3 = usize::from(layout.l3_offset);
-    let l4 = usize::from(layout.l4_offset);
-    let end = layout.l4_end();
-    let Some(doff) = frame.get(l4 + 12).map(|b| usize::from(b >> 4) * 4) else {
-        return false;
-    };
-    let hdr_end = l4 + doff;
-    if doff < 20 || hdr_end > end || end > frame.len() {
-        return false;
-    }
-    let ip_hdrs = l4 - l3;
-    let mss = match mtu.checked_sub(ip_hdrs + doff) {
-        Some(m) if m >= 8 => m,
-        _ => return false,
-    };
-    let (Some(seq0), Some(id0)) = (be32(frame, l4 + 4), be16(frame, l3 + 4)) else {
-        return false;
-    };
-    if layout.l3 == L3Kind::Ipv6
-        && nicflow_packet::ipv6::routing_segments_left(frame, layout) != Some(0)
-    {
-        return false;
-    }
-    let flags0 = frame[l4 + 13];
-    let payload = &frame[hdr_end..end];
-    let n = payload.len().div_ceil(mss).max(1);
-    let first = segs.len();
-    for i in 0..n {
-        let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
-        let mut b = fill(pool, &[&frame[..hdr_end], chunk]);
-        let d = b.data_mut();
-        let ip_len = ip_hdrs + doff + chunk.len();
-        if layout.l3 == L3Kind::Ipv4 {
-            put16(d, l3 + 2, ip_len as u16);
-            put16(d, l3 + 4, id0.wrapping_add(i as u16));
-            put16(d, l3 + 10, 0);
-            let c = checksum(&d[l3..l4]);
-            put16(d, l3 + 10, c);
-        } else {
-            put16(d, l3 + 4, (ip_len - 40) as u16);
-        }
-        d[l4 + 4..l4 + 8].copy_from_slice(&seq0.wrapping_add((i * mss) as u32).to_be_bytes());
-        let mut flags = flags0;
-        if i > 0 {
-            flags &= !TCP_CWR;
-        }
-        if i + 1 < n {
-            flags &= !(TCP_FIN | TCP_PSH);
-        }
-        d[l4 + 13] = flags;
-        put16(d, l4 + 16, 0);
-        let total = d.len();
-        match l4_sum(d, layout, nicflow_packet::IPPROTO_TCP, l4, total) {
-            Some(c) => put16(d, l4 + 16, c),
-            None => {
-                segs.truncate(first);
-                return false;
-            }
-        }
-        segs.push(b);
-    }
-    true
-}
-
 // ---------------------------------------------------------------------------
 // Offloads
 // ---------------------------------------------------------------------------
@@ -1130,247 +876,53 @@ fn segment_tcp(
 /// rx off`, so that frames received there are wire-sized with complete
 /// checksums. Needs `CAP_NET_ADMIN` in the interface's network namespace.
 ///
-/// Uses `ETHTOOL_SFEATURES` on the features named by the kernel
-/// (`ETH_SS_FEATURES` strings), because the legacy per-feature commands
-/// miss newer bits: on Linux 6.18 `ETHTOOL_STSO` leaves
-/// `tx-tcp-accecn-segmentation` on. Falls back to the legacy `ETHTOOL_S*`
-/// commands (`ethtool_value`) on kernels without it; there every setting is
-/// attempted and the first failure returned. Features the device cannot
-/// change ("fixed") are not an error.
+/// Uses `ETHTOOL_SFEATURES` on the features the kernel names, falling back
+/// to the legacy per-feature commands on kernels without it; features the
+/// device cannot change are not an error. The AF_XDP port applies the same
+/// settings (the code is shared, in `port::sys`).
 ///
 /// On a veth this only shapes what the switch end itself aggregates and
 /// sends from the host stack: frames from the peer keep the peer's
 /// offloads (see the module docs for how those are handled).
 pub fn disable_offloads(ifname: &str) -> Result<(), AfPacketError> {
     validate_ifname(ifname)?;
-    let sock = control_socket()
-        .map_err(|e| AfPacketError::sys("socket(AF_INET, SOCK_DGRAM)", ifname, e))?;
-    let fd = sock.as_raw_fd();
-    match disable_offload_features(fd, ifname) {
-        Ok(()) => Ok(()),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
-            ) =>
-        {
-            disable_offloads_legacy(fd, ifname)
-        }
-        Err(e) => Err(AfPacketError::sys(
-            "ioctl(SIOCETHTOOL, ETHTOOL_SFEATURES)",
-            ifname,
-            e,
-        )),
-    }
-}
-
-/// Is the kernel feature called `name` one [`disable_offloads`] turns off?
-fn is_offload_feature(name: &str) -> bool {
-    (name.starts_with("rx-") && name.contains("gro"))
-        || name == "rx-lro"
-        || name == "rx-checksum"
-        || name.starts_with("tx-checksum-")
-        || name == "tx-generic-segmentation"
-        || (name.starts_with("tx-tcp") && name.ends_with("segmentation"))
-        || name == "tx-udp-segmentation"
-}
-
-fn disable_offload_features(fd: RawFd, ifname: &str) -> io::Result<()> {
-    let names = feature_names(fd, ifname)?;
-    let blocks = names.len().div_ceil(32);
-    // struct ethtool_sfeatures { u32 cmd; u32 size; struct
-    // ethtool_set_features_block { u32 valid; u32 requested; } features[]; }
-    let mut buf = vec![0u8; 8 + 8 * blocks];
-    buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
-    buf[4..8].copy_from_slice(&(blocks as u32).to_ne_bytes());
-    for (i, _) in names
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| is_offload_feature(n))
-    {
-        let at = 8 + 8 * (i / 32);
-        let mut valid = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default());
-        valid |= 1 << (i % 32);
-        buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
-        // `requested` stays 0: off.
-    }
-    // A positive result only flags features the device cannot change.
-    ethtool_raw(fd, ifname, &mut buf).map(drop)
-}
-
-/// The kernel's feature names, in bit order (`ETH_SS_FEATURES`).
-fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> {
-    // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask;
-    // u32 data[]; }
-    let mut info = vec![0u8; 20];
-    info[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
-    info[8..16].copy_from_slice(&(1u64 << ETH_SS_FEATURES).to_ne_bytes());
-    ethtool_raw(fd, ifname, &mut info)?;
-    let mask = u64::from_ne_bytes(info[8..16].try_into().unwrap_or_default());
-    if mask & (1 << ETH_SS_FEATURES) == 0 {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
-    }
-    let count = u32::from_ne_bytes(info[16..20].try_into().unwrap_or_default()) as usize;
-    if count == 0 || count > 4096 {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
-    }
-    // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
-    // The kernel writes as many strings as *it* counts, so leave slack.
-    let room = count + 64;
-    let mut strings = vec![0u8; 12 + room * ETH_GSTRING_LEN];
-    strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
-    strings[4..8].copy_from_slice(&ETH_SS_FEATURES.to_ne_bytes());
-    strings[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
-    ethtool_raw(fd, ifname, &mut strings)?;
-    let len = u32::from_ne_bytes(strings[8..12].try_into().unwrap_or_default()) as usize;
-    Ok(strings[12..]
-        .chunks_exact(ETH_GSTRING_LEN)
-        .take(len.min(room))
-        .map(|s| {
-            let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        })
-        .collect())
-}
-
-fn disable_offloads_legacy(fd: RawFd, ifname: &str) -> Result<(), AfPacketError> {
-    let mut first_err = None;
-    let mut note = |op: &'static str, r: io::Result<()>| {
-        if let Err(e) = r {
-            if first_err.is_none() {
-                first_err = Some(AfPacketError::sys(op, ifname, e));
-            }
-        }
-    };
-    // Turning rx checksumming off also drops hardware GRO.
-    for (cmd, op) in [
-        (ETHTOOL_SGRO, "ioctl(SIOCETHTOOL, ETHTOOL_SGRO=0)"),
-        (ETHTOOL_STSO, "ioctl(SIOCETHTOOL, ETHTOOL_STSO=0)"),
-        (ETHTOOL_SGSO, "ioctl(SIOCETHTOOL, ETHTOOL_SGSO=0)"),
-        (ETHTOOL_STXCSUM, "ioctl(SIOCETHTOOL, ETHTOOL_STXCSUM=0)"),
-        (ETHTOOL_SRXCSUM, "ioctl(SIOCETHTOOL, ETHTOOL_SRXCSUM=0)"),
-    ] {
-        note(op, ethtool_value(fd, ifname, cmd, 0).map(drop));
-    }
-    // LRO lives in the legacy flags word; only write it when it is on.
-    match ethtool_value(fd, ifname, ETHTOOL_GFLAGS, 0) {
-        Ok(flags) if flags & ETH_FLAG_LRO != 0 => note(
-            "ioctl(SIOCETHTOOL, ETHTOOL_SFLAGS ~LRO)",
-            ethtool_value(fd, ifname, ETHTOOL_SFLAGS, flags & !ETH_FLAG_LRO).map(drop),
-        ),
-        Ok(_) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
-        Err(e) => note("ioctl(SIOCETHTOOL, ETHTOOL_GFLAGS)", Err(e)),
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    sys::disable_offloads(ifname).map_err(|(op, e)| AfPacketError::sys(op, ifname, e))
 }
 
 // ---------------------------------------------------------------------------
 // System calls: each unsafe block is small and documented.
 // ---------------------------------------------------------------------------
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 && (p as usize).is_power_of_two() {
-        p as usize
-    } else {
-        4096
-    }
-}
-
 fn validate_ifname(name: &str) -> Result<(), AfPacketError> {
-    let bad = |reason| {
-        Err(AfPacketError::InvalidName {
-            name: name.to_string(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.len() >= libc::IFNAMSIZ {
-        return bad("longer than 15 bytes");
-    }
-    if name == "." || name == ".." {
-        return bad("reserved");
-    }
-    if name
-        .bytes()
-        .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
-    {
-        return bad("contains '/', ':', NUL or whitespace");
-    }
-    Ok(())
+    sys::validate_ifname(name).map_err(|reason| AfPacketError::InvalidName {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 fn if_index(ifname: &str) -> Result<i32, AfPacketError> {
-    let c = CString::new(ifname).map_err(|_| AfPacketError::InvalidName {
-        name: ifname.to_string(),
-        reason: "contains NUL",
-    })?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if idx == 0 {
-        return Err(AfPacketError::NoSuchInterface {
+    let idx = sys::if_index(ifname).map_err(|source| match source.kind() {
+        io::ErrorKind::InvalidInput => AfPacketError::InvalidName {
+            name: ifname.to_string(),
+            reason: "contains NUL",
+        },
+        _ => AfPacketError::NoSuchInterface {
             ifname: ifname.to_string(),
-            source: io::Error::last_os_error(),
-        });
-    }
+            source,
+        },
+    })?;
     Ok(idx as i32)
-}
-
-fn owned_fd(r: libc::c_int) -> io::Result<OwnedFd> {
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `r` is a descriptor the kernel just returned to us; nothing
-    // else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
 fn packet_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call, no pointers.
-    owned_fd(unsafe {
+    sys::owned_fd(unsafe {
         libc::socket(
             libc::AF_PACKET,
             libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
             0,
         )
     })
-}
-
-fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2) call, no pointers.
-    owned_fd(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
-}
-
-/// `setsockopt` with a plain-data value.
-fn setsockopt<T: Copy>(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    val: &T,
-) -> io::Result<()> {
-    // SAFETY: `val` points to an initialized `T` of exactly the length passed;
-    // the kernel only reads it during the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (val as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 fn bind_packet(fd: RawFd, ifindex: i32) -> io::Result<()> {
@@ -1380,87 +932,28 @@ fn bind_packet(fd: RawFd, ifindex: i32) -> io::Result<()> {
     sll.sll_protocol = ETH_P_ALL.to_be();
     sll.sll_ifindex = ifindex;
     // SAFETY: `sll` is an initialized sockaddr_ll and the length matches it.
-    let r = unsafe {
+    cvt(unsafe {
         libc::bind(
             fd,
             (&sll as *const libc::sockaddr_ll).cast(),
             size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// An `ifreq` naming `ifname` (which `validate_ifname` has checked fits
-/// with its NUL).
-fn ifreq(ifname: &str) -> libc::ifreq {
-    // SAFETY: ifreq is plain data (a name array and a union of integers and
-    // pointers); all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *d = s as libc::c_char;
-    }
-    ifr
-}
-
-fn if_ioctl(fd: RawFd, req: libc::c_ulong, ifr: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: `ifr` is a valid, writable ifreq for the duration of the call;
-    // the requests used here (SIOCGIFMTU, SIOCGIFFLAGS, SIOCETHTOOL) read and
-    // write nothing beyond it, except SIOCETHTOOL's `ifru_data`, which the
-    // caller points at a live ethtool_value.
-    let r = unsafe { libc::ioctl(fd, req as _, ifr as *mut libc::ifreq) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// One legacy ethtool command carrying an `ethtool_value`; returns the value
-/// the kernel left in it.
-fn ethtool_value(fd: RawFd, ifname: &str, cmd: u32, data: u32) -> io::Result<u32> {
-    let mut v = EthtoolValue { cmd, data };
-    let mut ifr = ifreq(ifname);
-    ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
-    if_ioctl(fd, libc::SIOCETHTOOL, &mut ifr)?;
-    Ok(v.data)
-}
-
-/// An ethtool command whose variable-length argument struct the caller laid
-/// out in `buf` (native endian, command first).
-fn ethtool_raw(fd: RawFd, ifname: &str, buf: &mut [u8]) -> io::Result<libc::c_int> {
-    let mut ifr = ifreq(ifname);
-    ifr.ifr_ifru.ifru_data = buf.as_mut_ptr().cast();
-    // SAFETY: `ifr` is a valid ifreq whose `ifru_data` points at `buf`,
-    // which the callers size for everything the command reads and writes
-    // (the lengths inside it say so; see `feature_names` for the slack).
-    let r = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL as _, &mut ifr as *mut libc::ifreq) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
+    })
+    .map(drop)
 }
 
 fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
     // SAFETY: every header points at one iovec describing a live frame
     // buffer (see `send_batch`), and `msgs.len()` headers are valid.
-    let r = unsafe {
+    let r = cvt(unsafe {
         libc::sendmmsg(
             fd,
             msgs.as_mut_ptr(),
             msgs.len() as libc::c_uint,
             libc::MSG_DONTWAIT,
         )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    })?;
+    Ok(r as usize)
 }
 
 /// The memory-mapped TPACKET_V3 receive ring: `blocks` blocks of
@@ -1473,40 +966,24 @@ fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
 /// block meanwhile), and hand it back by storing `TP_STATUS_KERNEL` with
 /// release ordering after we are done reading.
 struct Ring {
-    base: NonNull<u8>,
-    len: usize,
+    /// Unmapped on drop.
+    map: Mapping,
     block_size: usize,
     blocks: usize,
 }
 
-// SAFETY: the mapping is owned exclusively by this value (no other handle
-// to it exists in the process), so moving it to another thread is sound.
-unsafe impl Send for Ring {}
-
 impl Ring {
     fn map(fd: RawFd, block_size: usize, blocks: usize) -> io::Result<Ring> {
-        let len = block_size * blocks;
-        // SAFETY: a new shared mapping of the socket's ring at an address of
-        // the kernel's choosing; it overlaps no existing Rust object, and its
-        // length is exactly what PACKET_RX_RING configured.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base =
-            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        // The length is exactly what PACKET_RX_RING configured.
+        let map = Mapping::new(
+            block_size * blocks,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd,
+            0,
+        )?;
         Ok(Ring {
-            base,
-            len,
+            map,
             block_size,
             blocks,
         })
@@ -1515,7 +992,7 @@ impl Ring {
     fn block(&self, i: usize) -> *mut u8 {
         assert!(i < self.blocks);
         // SAFETY: i < blocks, so the offset is inside the mapping.
-        unsafe { self.base.as_ptr().add(i * self.block_size) }
+        unsafe { self.map.as_ptr().add(i * self.block_size) }
     }
 
     /// The block's `block_status`, shared with the kernel.
@@ -1565,30 +1042,18 @@ impl Ring {
     }
 }
 
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` describe the mapping created in `map`, and no
-        // reference into it outlives `self`.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::port::fixup::put16;
+    use crate::port::fixup::tests::check_segments;
     use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
-    use nicflow_packet::checksum::verify_l4;
+    use std::net::Ipv4Addr;
 
     const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
     const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
     const V4A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
     const V4B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-
-    fn v6(s: &str) -> Ipv6Addr {
-        s.parse().unwrap()
-    }
 
     #[test]
     fn abi_sizes_match_the_kernel() {
@@ -1601,7 +1066,6 @@ mod tests {
         assert_eq!(size_of::<TpacketBlockDesc>(), 48);
         assert_eq!(size_of::<TpacketStatsV3>(), 12);
         assert_eq!(size_of::<PacketMreq>(), 16);
-        assert_eq!(size_of::<EthtoolValue>(), 8);
         assert_eq!(size_of::<libc::sockaddr_ll>(), 20);
         assert_eq!(
             TPACKET3_HDRLEN as usize,
@@ -1850,155 +1314,6 @@ mod tests {
     }
 
     #[test]
-    fn complete_checksum_tcp_udp_v4_v6() {
-        let frames = [
-            FrameBuilder::new(MAC_A, MAC_B)
-                .ipv4(V4A, V4B)
-                .tcp(1, 2, 0x18)
-                .payload(&[7; 101])
-                .build(),
-            FrameBuilder::new(MAC_A, MAC_B)
-                .ipv6(v6("2001:db8::1"), v6("2001:db8::2"))
-                .udp(1, 2)
-                .payload(&[9; 33])
-                .build(),
-            FrameBuilder::new(MAC_A, MAC_B)
-                .ipv6(v6("2001:db8::1"), v6("2001:db8::2"))
-                .ipv6_hop_by_hop(0)
-                .tcp(1, 2, 0x10)
-                .payload(&[3; 7])
-                .build(),
-        ];
-        for good in frames {
-            let l = parse::parse(&good).unwrap();
-            let field = usize::from(l.l4_offset) + if l.l4 == L4Kind::Tcp { 16 } else { 6 };
-            let mut f = good.clone();
-            put16(&mut f, field, 0xbeef);
-            assert_eq!(verify_l4(&f, &l), Some(false));
-            assert!(complete_l4_checksum(&mut f, &l));
-            assert_eq!(f, good);
-        }
-        // ICMP and fragments are left alone.
-        let icmp = FrameBuilder::new(MAC_A, MAC_B)
-            .ipv4(V4A, V4B)
-            .icmp(8, 0)
-            .echo(1, 1)
-            .build();
-        let mut f = icmp.clone();
-        assert!(!complete_l4_checksum(&mut f, &parse::parse(&icmp).unwrap()));
-        assert_eq!(f, icmp);
-        let frag = FrameBuilder::new(MAC_A, MAC_B)
-            .ipv4(V4A, V4B)
-            .ipv4_fragment(0, true)
-            .udp(1, 2)
-            .payload(&[1; 16])
-            .build();
-        let mut f = frag.clone();
-        assert!(!complete_l4_checksum(&mut f, &parse::parse(&frag).unwrap()));
-        assert_eq!(f, frag);
-    }
-
-    fn check_segments(big: &[u8], mtu: usize, segs: &[PacketBuf]) {
-        let l = parse::parse(big).unwrap();
-        let l3 = usize::from(l.l3_offset);
-        let l4 = usize::from(l.l4_offset);
-        let doff = usize::from(big[l4 + 12] >> 4) * 4;
-        let payload = &big[l4 + doff..l.l4_end()];
-        let mut joined = Vec::new();
-        let seq0 = be32(big, l4 + 4).unwrap();
-        for (i, s) in segs.iter().enumerate() {
-            let d = s.data();
-            let sl = parse::parse(d).unwrap();
-            assert_eq!(
-                sl,
-                Layout {
-                    l4_len: sl.l4_len,
-                    ..l
-                },
-                "segment {i} layout"
-            );
-            assert!(
-                d.len() - l3 <= mtu,
-                "segment {i}: {} > mtu {mtu}",
-                d.len() - l3
-            );
-            assert!(all_checksums_valid(d), "segment {i} checksums");
-            assert_eq!(verify_l4(d, &sl), Some(true));
-            assert_eq!(
-                &d[..l4 + 4],
-                &{
-                    // Headers equal the original's but for lengths/ids/checksums.
-                    let mut h = big[..l4 + 4].to_vec();
-                    h[..l3].copy_from_slice(&d[..l3]);
-                    if l.l3 == L3Kind::Ipv4 {
-                        h[l3 + 2..l3 + 6].copy_from_slice(&d[l3 + 2..l3 + 6]);
-                        h[l3 + 10..l3 + 12].copy_from_slice(&d[l3 + 10..l3 + 12]);
-                        let id0 = be16(big, l3 + 4).unwrap();
-                        assert_eq!(be16(d, l3 + 4).unwrap(), id0.wrapping_add(i as u16));
-                    } else {
-                        h[l3 + 4..l3 + 6].copy_from_slice(&d[l3 + 4..l3 + 6]);
-                    }
-                    h
-                }[..]
-            );
-            let seq = be32(d, l4 + 4).unwrap();
-            assert_eq!(seq, seq0.wrapping_add(joined.len() as u32));
-            let flags = d[l4 + 13];
-            let last = i + 1 == segs.len();
-            assert_eq!(
-                flags & (TCP_FIN | TCP_PSH) != 0,
-                last && big[l4 + 13] & (TCP_FIN | TCP_PSH) != 0
-            );
-            assert_eq!(flags & TCP_CWR != 0, i == 0 && big[l4 + 13] & TCP_CWR != 0);
-            joined.extend_from_slice(&d[l4 + doff..sl.l4_end()]);
-        }
-        assert_eq!(joined, payload);
-    }
-
-    #[test]
-    fn segment_tcp_ipv4_and_ipv6() {
-        let payload: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + 3) as u8).collect();
-        let ts_opt = [1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2];
-        let v4 = FrameBuilder::new(MAC_A, MAC_B)
-            .ipv4(V4A, V4B)
-            .ident(0xfffe)
-            .dont_fragment()
-            .tcp(40000, 5201, 0x80 | 0x18 | 0x01)
-            .tcp_seq(0xffff_f000)
-            .tcp_options(&ts_opt)
-            .payload(&payload)
-            .build();
-        let v6f = FrameBuilder::new(MAC_A, MAC_B)
-            .vlan(7)
-            .ipv6(v6("2001:db8::1"), v6("2001:db8::2"))
-            .tcp(40000, 5201, 0x10)
-            .payload(&payload[..4000])
-            .build();
-        for (big, mtu, expect) in [(&v4, 1500, 20_000usize.div_ceil(1448)), (&v6f, 1280, 4)] {
-            let l = parse::parse(big).unwrap();
-            let (mut pool, mut segs) = (Vec::new(), Vec::new());
-            assert!(segment_tcp(big, &l, mtu, &mut pool, &mut segs));
-            assert_eq!(segs.len(), expect);
-            check_segments(big, mtu, &segs);
-        }
-        // Not TCP: refused, nothing produced.
-        let udp = FrameBuilder::new(MAC_A, MAC_B)
-            .ipv4(V4A, V4B)
-            .udp(1, 2)
-            .payload(&payload[..3000])
-            .build();
-        let mut segs = Vec::new();
-        assert!(!segment_tcp(
-            &udp,
-            &parse::parse(&udp).unwrap(),
-            1500,
-            &mut Vec::new(),
-            &mut segs
-        ));
-        assert!(segs.is_empty());
-    }
-
-    #[test]
     fn deliver_splits_super_frames_across_calls() {
         let payload = vec![0x5a; 30_000];
         let big = FrameBuilder::new(MAC_A, MAC_B)
@@ -2033,55 +1348,8 @@ mod tests {
     }
 
     #[test]
-    fn offload_feature_names() {
-        for on in [
-            "rx-gro",
-            "rx-gro-hw",
-            "rx-gro-list",
-            "rx-udp-gro-forwarding",
-            "rx-lro",
-            "rx-checksum",
-            "tx-checksum-ip-generic",
-            "tx-checksum-sctp",
-            "tx-generic-segmentation",
-            "tx-tcp-segmentation",
-            "tx-tcp6-segmentation",
-            "tx-tcp-accecn-segmentation",
-            "tx-tcp-mangleid-segmentation",
-            "tx-udp-segmentation",
-        ] {
-            assert!(is_offload_feature(on), "{on}");
-        }
-        for off in [
-            "tx-scatter-gather",
-            "rx-vlan-hw-parse",
-            "tx-vlan-hw-insert",
-            "highdma",
-            "rx-fcs",
-            "tx-gre-segmentation",
-        ] {
-            assert!(!is_offload_feature(off), "{off}");
-        }
-    }
-
-    #[test]
     fn port_can_move_between_threads() {
         fn send<T: Send>() {}
         send::<AfPacketPort>();
-    }
-
-    #[test]
-    fn fill_reuses_or_allocates() {
-        let mut pool = vec![PacketBuf::with_capacity(8)];
-        let b = fill(&mut pool, &[b"abc", b"de"]);
-        assert_eq!(b.data(), b"abcde");
-        assert!(pool.is_empty());
-        // Too small: a fresh, pool-sized buffer instead.
-        let mut pool = vec![PacketBuf::with_capacity(4)];
-        let b = fill(&mut pool, &[b"abc", b"defgh"]);
-        assert_eq!(b.data(), b"abcdefgh");
-        assert!(b.capacity() >= RX_BUF_CAPACITY);
-        let b = fill(&mut Vec::new(), &[]);
-        assert!(b.is_empty());
     }
 }

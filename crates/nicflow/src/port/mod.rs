@@ -6,11 +6,19 @@
 //! Implementations here: [`mem`] (in-memory queues for tests and benches) and
 //! [`pcap`] (read a capture as the receive side, write the transmit side to a
 //! capture tshark can read).
+//!
+//! The two real-interface ports, [`afpacket`] and [`afxdp`], share `fixup`
+//! (what they do to a received frame before the switch sees it: checksum
+//! completion, TCP segmentation, copying into pooled buffers) and `sys`
+//! (the system calls they open an interface with: names, ioctls, ethtool
+//! offloads, socket options, mappings).
 
 pub mod afpacket;
 pub mod afxdp;
+mod fixup;
 pub mod mem;
 pub mod pcap;
+mod sys;
 pub mod tap;
 
 use nicflow_packet::buf::PacketBuf;

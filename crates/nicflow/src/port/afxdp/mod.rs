@@ -67,9 +67,9 @@
 //!   unchanged to another veth such frames are dropped by the receiving
 //!   stack, so `recv_batch` completes them: a TCP/UDP checksum equal to the
 //!   folded pseudo-header sum is recomputed (see
-//!   `fixup::complete_partial_checksum` for why that guess is safe). The
-//!   alternative, checksum offload off on the peer, is not ours to set and
-//!   not needed.
+//!   `port::fixup::complete_partial_checksum` for why that guess is safe).
+//!   The alternative, checksum offload off on the peer, is not ours to set
+//!   and not needed.
 //! * **Native mode**: no super-frames. Attaching XDP natively to a veth
 //!   makes the kernel clear the *peer's* software segmentation offloads
 //!   (`veth_xdp_set`: `tcp-segmentation-offload: off` in the namespace while
@@ -81,11 +81,12 @@
 //!   support (`xdp.frags`) and the socket bound with `XDP_USE_SG`, so such a
 //!   frame arrives as a chain of descriptors (`XDP_PKT_CONTD`), which
 //!   `recv_batch` reassembles and, being longer than the MTU, splits into
-//!   MTU-sized TCP segments with fixed headers and checksums (as the
-//!   AF_PACKET port does). Without `XDP_USE_SG` (kernels before 6.6,
-//!   `multi_buffer=false`) the kernel drops every frame longer than one UMEM
-//!   frame (counted in `rx_dropped`), so TCP from a TSO sender stalls in
-//!   generic mode. Oversize frames other than TCP are dropped and counted.
+//!   MTU-sized TCP segments with fixed headers and checksums (the AF_PACKET
+//!   port's code, shared in `port::fixup`). Without `XDP_USE_SG` (kernels
+//!   before 6.6, `multi_buffer=false`) the kernel drops every frame longer
+//!   than one UMEM frame (counted in `rx_dropped`), so TCP from a TSO sender
+//!   stalls in generic mode. Oversize frames other than TCP are dropped and
+//!   counted.
 //! * **Jumbo frames** (MTU above `frame_size - 256`) arrive and leave as
 //!   multi-buffer frames; MTU 9000 is tested.
 //! * **VLAN tags kept as metadata are lost (known limitation).** A tag the
@@ -101,39 +102,40 @@
 //!   (native mode only, Linux 6.8+) and a loader that supports
 //!   `BPF_F_XDP_DEV_BOUND_ONLY` (aya 0.14 does not).
 //!
-//! [`disable_offloads`](super::afpacket::disable_offloads) runs on the
-//! attached interface at `open` (unless `disable_offloads=false`): on a NIC
-//! it keeps GRO/LRO from building super-frames before generic XDP.
+//! The offload settings of
+//! [`disable_offloads`](super::afpacket::disable_offloads) (shared code, in
+//! `port::sys`) are applied to the attached interface at `open` (unless
+//! `disable_offloads=false`): on a NIC they keep GRO/LRO from building
+//! super-frames before generic XDP.
 //!
 //! # Minimum kernel version
 //!
 //! AF_XDP with `need_wakeup`: 5.4; XDP links (detach when the process
 //! dies): 5.9; multi-buffer AF_XDP: 6.6. Developed and tested on 6.18.
 
-mod fixup;
 mod prog;
 mod xsk;
 
 pub use prog::AttachMode;
 
+use super::fixup::{
+    complete_partial_checksum, fill, max_frame_len, segment_tcp, Csum, ETH_HLEN, VLAN_HLEN,
+};
+use super::sys;
 use super::{Port, PortStats};
-use fixup::{complete_partial_checksum, fill, segment_tcp, Csum};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::parse::{self, Layout};
 use prog::XdpProgram;
 use std::collections::VecDeque;
-use std::ffi::CString;
 use std::fmt;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::str::FromStr;
 use xsk::{
     Umem, XdpDesc, Xsk, XDP_COPY, XDP_PACKET_HEADROOM, XDP_PKT_CONTD, XDP_USE_NEED_WAKEUP,
     XDP_USE_SG, XDP_ZEROCOPY,
 };
 
-const ETH_HLEN: usize = 14;
-const VLAN_HLEN: usize = 4;
 /// Entries of the program's XSKMAP (`max_entries` in `xsk_redirect.c`).
 const MAX_QUEUES: u32 = 64;
 /// A multi-buffer frame longer than this is dropped (nothing legitimate
@@ -380,8 +382,9 @@ pub struct AfXdpOptions {
     /// Ask for multi-buffer frames (`XDP_USE_SG`); without it frames longer
     /// than one UMEM frame are dropped by the kernel.
     pub multi_buffer: bool,
-    /// Call [`disable_offloads`](super::afpacket::disable_offloads) on the
-    /// interface in `open` (failure is logged, not fatal).
+    /// Turn offloads off on the interface in `open`, as
+    /// [`disable_offloads`](super::afpacket::disable_offloads) does (failure
+    /// is logged, not fatal).
     pub disable_offloads: bool,
 }
 
@@ -397,16 +400,6 @@ impl Default for AfXdpOptions {
             multi_buffer: true,
             disable_offloads: true,
         }
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 && (p as usize).is_power_of_two() {
-        p as usize
-    } else {
-        4096
     }
 }
 
@@ -465,7 +458,7 @@ impl AfXdpOptions {
     /// fails with a message instead of a bare `EINVAL`.
     pub fn validate(&self) -> Result<(), AfXdpError> {
         let bad = |m: String| Err(AfXdpError::InvalidOptions(m));
-        let page = page_size() as u32;
+        let page = sys::page_size() as u32;
         if !self.frame_size.is_power_of_two() || self.frame_size < 2048 || self.frame_size > page {
             return bad(format!(
                 "frame_size {} must be a power of two from 2048 to the page size {page}",
@@ -649,7 +642,8 @@ impl AfXdpPort {
         opts.validate()?;
         let ifindex = if_index(ifname)?;
         if opts.disable_offloads {
-            if let Err(e) = super::afpacket::disable_offloads(ifname) {
+            if let Err((op, e)) = sys::disable_offloads(ifname) {
+                let e = AfXdpError::sys(op, ifname, e);
                 tracing::warn!(port = %ifname, "could not disable offloads: {e}");
             }
         }
@@ -1164,11 +1158,9 @@ impl RxState {
         pool: &mut Vec<PacketBuf>,
     ) -> usize {
         self.counters.max_frame_len = self.counters.max_frame_len.max(data.len() as u64);
-        let base_max = self.mtu + ETH_HLEN;
-        if data.len() > base_max {
+        if data.len() > max_frame_len(self.mtu, None) {
             let layout = parse::parse(data).ok();
-            let max_len = base_max + VLAN_HLEN * layout.map_or(0, |l| usize::from(l.n_vlan));
-            if data.len() > max_len {
+            if data.len() > max_frame_len(self.mtu, layout.as_ref()) {
                 return self.deliver_oversize(data, layout.as_ref(), out, room, pool);
             }
         }
@@ -1237,84 +1229,32 @@ impl RxState {
 // ---------------------------------------------------------------------------
 
 fn validate_ifname(name: &str) -> Result<(), AfXdpError> {
-    let bad = |reason| {
-        Err(AfXdpError::InvalidName {
-            name: name.to_string(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return bad("empty");
-    }
-    if name.len() >= libc::IFNAMSIZ {
-        return bad("longer than 15 bytes");
-    }
-    if name == "." || name == ".." {
-        return bad("reserved");
-    }
-    if name
-        .bytes()
-        .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
-    {
-        return bad("contains '/', ':', NUL or whitespace");
-    }
-    Ok(())
+    sys::validate_ifname(name).map_err(|reason| AfXdpError::InvalidName {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 fn if_index(ifname: &str) -> Result<u32, AfXdpError> {
-    let c = CString::new(ifname).map_err(|_| AfXdpError::InvalidName {
-        name: ifname.to_string(),
-        reason: "contains NUL",
-    })?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if idx == 0 {
-        return Err(AfXdpError::NoSuchInterface {
+    sys::if_index(ifname).map_err(|source| match source.kind() {
+        io::ErrorKind::InvalidInput => AfXdpError::InvalidName {
+            name: ifname.to_string(),
+            reason: "contains NUL",
+        },
+        _ => AfXdpError::NoSuchInterface {
             ifname: ifname.to_string(),
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(idx)
+            source,
+        },
+    })
 }
 
-/// The interface MTU (`SIOCGIFMTU`).
+/// The interface MTU (`SIOCGIFMTU`, through a socket of its own: it is
+/// read before the AF_XDP socket exists).
 fn interface_mtu(ifname: &str) -> Result<usize, AfXdpError> {
-    // SAFETY: plain socket(2) call, no pointers.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(AfXdpError::sys(
-            "socket(AF_INET, SOCK_DGRAM)",
-            ifname,
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: `raw` is a descriptor the kernel just returned; nothing else
-    // owns it.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: `ifr` is a valid, writable ifreq naming the interface (the
-    // name was validated to fit with its NUL); SIOCGIFMTU writes only
-    // `ifru_mtu` inside it.
-    let r = unsafe {
-        libc::ioctl(
-            sock.as_raw_fd(),
-            libc::SIOCGIFMTU as _,
-            &mut ifr as *mut libc::ifreq,
-        )
-    };
-    if r < 0 {
-        return Err(AfXdpError::sys(
-            "ioctl(SIOCGIFMTU)",
-            ifname,
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote `ifru_mtu`.
-    Ok(unsafe { ifr.ifr_ifru.ifru_mtu }.max(68) as usize)
+    let sock = sys::control_socket()
+        .map_err(|e| AfXdpError::sys("socket(AF_INET, SOCK_DGRAM)", ifname, e))?;
+    sys::interface_mtu(sock.as_raw_fd(), ifname)
+        .map_err(|e| AfXdpError::sys("ioctl(SIOCGIFMTU)", ifname, e))
 }
 
 #[cfg(test)]

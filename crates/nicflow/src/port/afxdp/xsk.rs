@@ -28,9 +28,10 @@
 //! Local copies of both indexes (`cached_*`) keep the shared cache lines
 //! out of the common path.
 
+use crate::port::sys::{cvt, getsockopt, owned_fd, setsockopt, Mapping, StepError};
 use std::io;
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
@@ -148,57 +149,8 @@ pub(super) struct XdpDesc {
 }
 
 // ---------------------------------------------------------------------------
-// Memory mappings
+// Memory
 // ---------------------------------------------------------------------------
-
-/// An `mmap`ed region, unmapped on drop.
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is owned exclusively by this value (no other handle to
-// it exists in the process), so moving it to another thread is sound.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn new(
-        len: usize,
-        prot: libc::c_int,
-        flags: libc::c_int,
-        fd: RawFd,
-        off: i64,
-    ) -> io::Result<Self> {
-        // SAFETY: a new mapping at an address of the kernel's choosing; it
-        // overlaps no existing Rust object.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                flags,
-                fd,
-                off as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base =
-            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        Ok(Mapping { base, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`len` describe a mapping created in `new`, and no
-        // reference into it outlives `self` (its users hold `&self`).
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
-        }
-    }
-}
 
 /// The packet memory registered with `XDP_UMEM_REG`: `frames` frames of
 /// `frame_size` bytes, private anonymous memory (no hugepages needed),
@@ -222,7 +174,7 @@ impl Umem {
     }
 
     pub fn len(&self) -> usize {
-        self.map.len
+        self.map.len()
     }
 
     pub fn frame_size(&self) -> u32 {
@@ -239,7 +191,7 @@ impl Umem {
     pub fn in_one_frame(&self, addr: u64, len: u32) -> bool {
         let fs = u64::from(self.frame_size);
         addr.checked_add(u64::from(len)).is_some_and(|end| {
-            end <= self.map.len as u64 && (addr & (fs - 1)) + u64::from(len) <= fs
+            end <= self.map.len() as u64 && (addr & (fs - 1)) + u64::from(len) <= fs
         })
     }
 
@@ -254,9 +206,7 @@ impl Umem {
         debug_assert!(self.in_one_frame(addr, len));
         // SAFETY: in bounds (caller checked `in_one_frame`); not written by
         // the kernel meanwhile (caller owns the frame).
-        unsafe {
-            std::slice::from_raw_parts(self.map.base.as_ptr().add(addr as usize), len as usize)
-        }
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(addr as usize), len as usize) }
     }
 
     /// Writable bytes `[addr, addr + len)`.
@@ -268,14 +218,14 @@ impl Umem {
         // SAFETY: as in `bytes`; `&mut self` makes the slice unique on our
         // side.
         unsafe {
-            std::slice::from_raw_parts_mut(self.map.base.as_ptr().add(addr as usize), len as usize)
+            std::slice::from_raw_parts_mut(self.map.as_ptr().add(addr as usize), len as usize)
         }
     }
 
     fn registration(&self) -> XdpUmemReg {
         XdpUmemReg {
-            addr: self.map.base.as_ptr() as u64,
-            len: self.map.len as u64,
+            addr: self.map.as_ptr() as u64,
+            len: self.map.len() as u64,
             chunk_size: self.frame_size,
             headroom: 0,
             flags: 0,
@@ -342,7 +292,7 @@ impl<T: Copy> Ring<T> {
         )?;
         let at = |o: u64| {
             // SAFETY: `o` is inside the mapping (checked above).
-            unsafe { NonNull::new_unchecked(map.base.as_ptr().add(o as usize)) }
+            unsafe { NonNull::new_unchecked(map.as_ptr().add(o as usize)) }
         };
         let producer = at(off.producer).cast::<AtomicU32>();
         let consumer = at(off.consumer).cast::<AtomicU32>();
@@ -487,22 +437,14 @@ pub(super) struct Xsk {
     pub fd: OwnedFd,
 }
 
-/// A failed step of the socket setup: the operation's name and the error.
-pub(super) type StepError = (&'static str, io::Error);
-
 impl Xsk {
     /// `socket(AF_XDP)`, `XDP_UMEM_REG` of `umem`, the four ring sizes,
     /// `XDP_MMAP_OFFSETS` and the ring mappings. All rings get `ring_size`
     /// entries (a power of two).
     pub fn create(umem: &Umem, ring_size: u32) -> Result<Xsk, StepError> {
         // SAFETY: plain socket(2) call, no pointers.
-        let raw = unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(("socket(AF_XDP, SOCK_RAW)", io::Error::last_os_error()));
-        }
-        // SAFETY: `raw` is a descriptor the kernel just returned; nothing
-        // else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = owned_fd(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+            .map_err(|e| ("socket(AF_XDP, SOCK_RAW)", e))?;
         let fd_raw = fd.as_raw_fd();
         setsockopt(fd_raw, SOL_XDP, XDP_UMEM_REG, &umem.registration())
             .map_err(|e| ("XDP_UMEM_REG", e))?;
@@ -556,18 +498,14 @@ impl Xsk {
         };
         // SAFETY: `sxdp` is an initialized sockaddr_xdp and the length
         // matches it; the kernel only reads it.
-        let r = unsafe {
+        cvt(unsafe {
             libc::bind(
                 self.fd.as_raw_fd(),
                 (&sxdp as *const SockaddrXdp).cast(),
                 size_of::<SockaddrXdp>() as libc::socklen_t,
             )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        })
+        .map(drop)
     }
 
     /// `XDP_OPTIONS`: did the bind end up in zero-copy mode?
@@ -589,7 +527,7 @@ impl Xsk {
     pub fn wake_tx(&self) -> io::Result<()> {
         // SAFETY: a zero-length send with no buffer and no address; the
         // kernel dereferences neither.
-        let r = unsafe {
+        cvt(unsafe {
             libc::sendto(
                 self.fd.as_raw_fd(),
                 std::ptr::null(),
@@ -598,18 +536,14 @@ impl Xsk {
                 std::ptr::null(),
                 0,
             )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
+        })
+        .map(drop)
     }
 
     /// Wake the kernel's receive path (fill ring `need_wakeup`).
     pub fn wake_rx(&self) -> io::Result<()> {
         // SAFETY: a zero-length receive with no buffer and no address.
-        let r = unsafe {
+        cvt(unsafe {
             libc::recvfrom(
                 self.fd.as_raw_fd(),
                 std::ptr::null_mut(),
@@ -618,56 +552,8 @@ impl Xsk {
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
             )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    }
-}
-
-/// `setsockopt` with a plain-data value.
-fn setsockopt<T: Copy>(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    val: &T,
-) -> io::Result<()> {
-    // SAFETY: `val` points to an initialized `T` of exactly the length
-    // passed; the kernel only reads it during the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (val as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// `getsockopt` into a plain-data value; returns the length the kernel
-/// wrote.
-fn getsockopt<T: Copy>(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    val: &mut T,
-) -> io::Result<usize> {
-    let mut len = size_of::<T>() as libc::socklen_t;
-    // SAFETY: `val` is a live, writable `T` and `len` says how many bytes of
-    // it the kernel may write; `T` is plain data, valid for any bytes.
-    let r = unsafe { libc::getsockopt(fd, level, name, (val as *mut T).cast(), &mut len) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(len as usize)
+        })
+        .map(drop)
     }
 }
 
@@ -717,8 +603,8 @@ mod tests {
         assert_eq!(XDP_RING_NEED_WAKEUP, libc::XDP_RING_NEED_WAKEUP);
         assert_eq!(XDP_PKT_CONTD, libc::XDP_PKT_CONTD);
         assert_eq!(XDP_OPTIONS_ZEROCOPY, libc::XDP_OPTIONS_ZEROCOPY);
-        assert_eq!(XDP_PGOFF_RX_RING, libc::XDP_PGOFF_RX_RING as i64);
-        assert_eq!(XDP_PGOFF_TX_RING, libc::XDP_PGOFF_TX_RING as i64);
+        assert_eq!(XDP_PGOFF_RX_RING as libc::off_t, libc::XDP_PGOFF_RX_RING);
+        assert_eq!(XDP_PGOFF_TX_RING as libc::off_t, libc::XDP_PGOFF_TX_RING);
         assert_eq!(
             XDP_UMEM_PGOFF_FILL_RING as u64,
             libc::XDP_UMEM_PGOFF_FILL_RING
@@ -776,7 +662,7 @@ mod tests {
         )
         .unwrap();
         // SAFETY: every offset used is inside the `len`-byte mapping.
-        let at = |o: u64| unsafe { NonNull::new_unchecked(map.base.as_ptr().add(o as usize)) };
+        let at = |o: u64| unsafe { NonNull::new_unchecked(map.as_ptr().add(o as usize)) };
         let r = Ring {
             producer: at(off.producer).cast(),
             consumer: at(off.consumer).cast(),
