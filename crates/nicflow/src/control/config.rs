@@ -185,7 +185,10 @@ mod tests {
     #[test]
     fn bad_config_is_an_error() {
         assert!(Config::parse("[[bridge]]\nnom = 1\n").is_err());
-        assert!(Config::parse("[[bridge]]\nname='a'\n[[bridge.port]]\nname='p'\niface='x'\ntype='bogus'\n").is_err());
+        assert!(Config::parse(
+            "[[bridge]]\nname='a'\n[[bridge.port]]\nname='p'\niface='x'\ntype='bogus'\n"
+        )
+        .is_err());
         assert_eq!(Config::parse("").unwrap(), Config::default());
     }
 }

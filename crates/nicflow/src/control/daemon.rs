@@ -160,8 +160,12 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
 /// Send one request to the daemon and wait for its response.
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Response> {
     use anyhow::Context;
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {} (is the daemon running?)", socket.display()))?;
+    let mut s = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "connecting to {} (is the daemon running?)",
+            socket.display()
+        )
+    })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');

@@ -94,7 +94,10 @@ mod tests {
             flow: "actions=drop".into(),
         };
         let s = serde_json::to_string(&r).unwrap();
-        assert_eq!(s, r#"{"cmd":"add-flow","bridge":"br0","flow":"actions=drop"}"#);
+        assert_eq!(
+            s,
+            r#"{"cmd":"add-flow","bridge":"br0","flow":"actions=drop"}"#
+        );
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"nope"}"#).is_err());
     }
