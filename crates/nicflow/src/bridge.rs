@@ -37,6 +37,8 @@ struct PortSlot {
     no: u32,
     port: Box<dyn Port>,
     out: Vec<PacketBuf>,
+    /// `port.accepts_offloads()`, read once.
+    offloads: bool,
 }
 
 /// Port names and numbers of a bridge, for parsing and printing rules.
@@ -106,10 +108,12 @@ impl Bridge {
         let no = self.next_port_no;
         self.next_port_no += 1;
         self.names.0.insert(name, no);
+        let offloads = port.accepts_offloads();
         self.ports.push(PortSlot {
             no,
             port,
             out: Vec::new(),
+            offloads,
         });
         self.sync_ports();
         Ok(no)
@@ -247,6 +251,10 @@ impl Bridge {
         for slot in &mut self.ports {
             if slot.out.is_empty() {
                 continue;
+            }
+            if !slot.offloads {
+                // Super-frames are segmented, partial checksums completed.
+                crate::port::finish_offloads(&mut slot.out, &mut self.dp.pool);
             }
             if let Err(e) = slot.port.send_batch(&mut slot.out, &mut self.done) {
                 tracing::warn!(port = %slot.port.name(), "transmit failed: {e}");

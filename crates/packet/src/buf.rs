@@ -10,6 +10,57 @@
 
 use core::fmt;
 
+/// Segmentation type of a GSO super-frame (the virtio-net `gso_type`
+/// values nicflow carries).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GsoType {
+    /// Not a super-frame.
+    #[default]
+    None,
+    /// TCP over IPv4, to be cut into `gso_size`-byte segments.
+    TcpV4,
+    /// TCP over IPv6.
+    TcpV6,
+}
+
+/// Offload metadata a frame carries from a port that received it with the
+/// kernel's offload state (AF_PACKET `PACKET_VNET_HDR`): what the frame
+/// still needs before it may go on a wire. Offsets are from the start of
+/// the frame and follow [`PacketBuf::push_front`] / [`PacketBuf::pull_front`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offload {
+    /// Super-frame type (`GsoType::None`: not a super-frame).
+    pub gso_type: GsoType,
+    /// Payload bytes per segment (the sender's MSS) for a super-frame.
+    pub gso_size: u16,
+    /// Bytes of headers (Ethernet .. TCP) in front of the payload, as the
+    /// sender reported them (a hint; 0 when unknown).
+    pub hdr_len: u16,
+    /// Where the checksummed L4 data starts (valid if `csum_partial`).
+    pub csum_start: u16,
+    /// Offset of the checksum field from `csum_start`.
+    pub csum_offset: u16,
+    /// The Linux `CHECKSUM_PARTIAL` contract: the L4 checksum field holds
+    /// only the (folded, uncomplemented) pseudo-header sum; whoever sends
+    /// the frame on a wire must checksum `csum_start..` and store the
+    /// complement at `csum_start + csum_offset`.
+    pub csum_partial: bool,
+}
+
+impl Offload {
+    /// Is this a GSO super-frame?
+    #[inline]
+    pub fn is_gso(&self) -> bool {
+        self.gso_type != GsoType::None
+    }
+
+    /// Does the frame need anything done before it can go on a wire?
+    #[inline]
+    pub fn needs_work(&self) -> bool {
+        self.csum_partial || self.is_gso()
+    }
+}
+
 /// An owned frame with headroom in front and tailroom behind.
 ///
 /// Invariant: `start + len <= storage.len()`.
@@ -20,6 +71,10 @@ pub struct PacketBuf {
     len: usize,
     /// Headroom restored by [`set_data`](Self::set_data) / [`clear`](Self::clear).
     reserve: usize,
+    /// Offload state (partial checksum, GSO); `None` for an ordinary frame.
+    /// Reset by [`set_data`](Self::set_data), [`clear`](Self::clear) and the
+    /// constructors, since buffers are pooled.
+    pub offload: Option<Offload>,
 }
 
 impl PacketBuf {
@@ -42,6 +97,7 @@ impl PacketBuf {
             start: headroom,
             len: 0,
             reserve: headroom,
+            offload: None,
         }
     }
 
@@ -105,6 +161,7 @@ impl PacketBuf {
                 self.storage[start..start + data.len()].copy_from_slice(data);
                 self.start = start;
                 self.len = data.len();
+                self.offload = None;
                 true
             }
             _ => false,
@@ -115,6 +172,29 @@ impl PacketBuf {
     pub fn clear(&mut self) {
         self.start = self.reserve.min(self.storage.len());
         self.len = 0;
+        self.offload = None;
+    }
+
+    /// Does the frame carry offload work (partial checksum or GSO)?
+    #[inline]
+    pub fn needs_offload_work(&self) -> bool {
+        self.offload.is_some_and(|o| o.needs_work())
+    }
+
+    /// Is the L4 checksum field partial (`CHECKSUM_PARTIAL`)?
+    #[inline]
+    pub fn csum_partial(&self) -> bool {
+        self.offload.is_some_and(|o| o.csum_partial)
+    }
+
+    fn shift_offload(&mut self, delta: isize) {
+        if let Some(o) = &mut self.offload {
+            let mv = |v: u16| (v as isize + delta).clamp(0, u16::MAX as isize) as u16;
+            o.csum_start = mv(o.csum_start);
+            if o.hdr_len != 0 {
+                o.hdr_len = mv(o.hdr_len);
+            }
+        }
     }
 
     /// Grows the frame by `n` bytes at the front, taken from the headroom,
@@ -126,6 +206,7 @@ impl PacketBuf {
         }
         self.start -= n;
         self.len += n;
+        self.shift_offload(n as isize);
         let new = &mut self.storage[self.start..self.start + n];
         new.fill(0);
         Some(new)
@@ -139,6 +220,7 @@ impl PacketBuf {
         }
         self.start += n;
         self.len -= n;
+        self.shift_offload(-(n as isize));
         true
     }
 
@@ -275,6 +357,31 @@ mod tests {
         assert_eq!(b.data(), &[2; 4]);
         assert!(!b.set_data(&[3; 9]));
         assert_eq!(b.data(), &[2; 4]);
+    }
+
+    #[test]
+    fn offload_is_reset_and_follows_pushes() {
+        let mut b = PacketBuf::from_slice(&[0; 60]);
+        assert!(b.offload.is_none() && !b.needs_offload_work());
+        b.offload = Some(Offload {
+            gso_type: GsoType::TcpV4,
+            gso_size: 1448,
+            hdr_len: 66,
+            csum_start: 34,
+            csum_offset: 16,
+            csum_partial: true,
+        });
+        assert!(b.needs_offload_work() && b.csum_partial());
+        b.push_front(4);
+        assert_eq!(b.offload.unwrap().csum_start, 38);
+        assert_eq!(b.offload.unwrap().hdr_len, 70);
+        b.pull_front(4);
+        assert_eq!(b.offload.unwrap().csum_start, 34);
+        assert!(b.set_data(&[1; 10]));
+        assert!(b.offload.is_none());
+        b.offload = Some(Offload::default());
+        b.clear();
+        assert!(b.offload.is_none());
     }
 
     #[test]

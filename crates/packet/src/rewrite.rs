@@ -72,6 +72,19 @@ fn patch_csum(frame: &mut [u8], off: usize, udp: bool, patch: impl FnOnce(u16) -
     bytes::set_u16(frame, off, new);
 }
 
+/// Patches a *partial* L4 checksum field (`CHECKSUM_PARTIAL`: it holds the
+/// folded pseudo-header sum `P`, not complemented) for a pseudo-header
+/// field changing from `old` to `new` (`old`/`new` as 16-bit words):
+/// `P' = P - old + new`, i.e. the complement of [`update16`] applied to the
+/// complemented field. This is what the kernel's
+/// `inet_proto_csum_replace4(..., pseudohdr = true)` does for a
+/// `CHECKSUM_PARTIAL` skb (`~csum_fold(csum_partial({~from, to}, P))`).
+/// UDP's zero rule does not apply: the field is not a checksum yet.
+fn patch_partial(frame: &mut [u8], off: usize, patch: impl FnOnce(u16) -> u16) {
+    let old = bytes::u16_at(frame, off);
+    bytes::set_u16(frame, off, !patch(!old));
+}
+
 /// Does the frame hold everything the layout describes? Checked up front so
 /// that a rewrite either applies completely or not at all.
 fn fits(frame: &[u8], layout: &Layout) -> bool {
@@ -132,7 +145,13 @@ pub fn set_eth_dst(frame: &mut [u8], mac: MacAddr) -> bool {
     }
 }
 
-fn set_ipv4_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv4Addr) -> bool {
+fn set_ipv4_addr(
+    frame: &mut [u8],
+    layout: &Layout,
+    field: usize,
+    ip: Ipv4Addr,
+    partial: bool,
+) -> bool {
     let Some(l3) = ipv4_l3(frame, layout) else {
         return false;
     };
@@ -144,8 +163,10 @@ fn set_ipv4_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv4Addr) 
     let c = l3 + ipv4::CHECKSUM_OFFSET;
     let csum = bytes::u16_at(frame, c);
     bytes::set_u16(frame, c, update32(csum, old, new));
-    if let Some((off, udp)) = l4 {
-        patch_csum(frame, off, udp, |c| update32(c, old, new));
+    match l4 {
+        Some((off, _)) if partial => patch_partial(frame, off, |c| update32(c, old, new)),
+        Some((off, udp)) => patch_csum(frame, off, udp, |c| update32(c, old, new)),
+        None => {}
     }
     true
 }
@@ -153,15 +174,45 @@ fn set_ipv4_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv4Addr) 
 /// Sets the IPv4 source address, patching the IPv4 header checksum and the
 /// TCP/UDP checksum (pseudo header). `false` if not IPv4.
 pub fn set_ipv4_src(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
-    set_ipv4_addr(frame, layout, ipv4::SRC_OFFSET, ip.into())
+    set_ipv4_addr(frame, layout, ipv4::SRC_OFFSET, ip.into(), false)
 }
 
 /// Sets the IPv4 destination address; see [`set_ipv4_src`].
 pub fn set_ipv4_dst(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv4Addr>) -> bool {
-    set_ipv4_addr(frame, layout, ipv4::DST_OFFSET, ip.into())
+    set_ipv4_addr(frame, layout, ipv4::DST_OFFSET, ip.into(), false)
 }
 
-fn set_ipv6_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv6Addr) -> bool {
+/// [`set_ipv4_src`] for a frame whose L4 checksum may be partial
+/// (`csum_partial`: the field holds the pseudo-header sum, see
+/// [`crate::buf::Offload`]); the partial sum is kept consistent with the new
+/// pseudo header, so finishing it later gives the right checksum.
+pub fn set_ipv4_src_ext(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<Ipv4Addr>,
+    csum_partial: bool,
+) -> bool {
+    set_ipv4_addr(frame, layout, ipv4::SRC_OFFSET, ip.into(), csum_partial)
+}
+
+/// [`set_ipv4_dst`] for a frame whose L4 checksum may be partial; see
+/// [`set_ipv4_src_ext`].
+pub fn set_ipv4_dst_ext(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<Ipv4Addr>,
+    csum_partial: bool,
+) -> bool {
+    set_ipv4_addr(frame, layout, ipv4::DST_OFFSET, ip.into(), csum_partial)
+}
+
+fn set_ipv6_addr(
+    frame: &mut [u8],
+    layout: &Layout,
+    field: usize,
+    ip: Ipv6Addr,
+    partial: bool,
+) -> bool {
     let Some(l3) = ipv6_l3(frame, layout) else {
         return false;
     };
@@ -175,8 +226,10 @@ fn set_ipv6_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv6Addr) 
     };
     let new = ip.octets();
     frame[at..at + 16].copy_from_slice(&new);
-    if let Some((off, udp)) = l4 {
-        patch_csum(frame, off, udp, |c| update_bytes(c, &old, &new));
+    match l4 {
+        Some((off, _)) if partial => patch_partial(frame, off, |c| update_bytes(c, &old, &new)),
+        Some((off, udp)) => patch_csum(frame, off, udp, |c| update_bytes(c, &old, &new)),
+        None => {}
     }
     true
 }
@@ -184,14 +237,36 @@ fn set_ipv6_addr(frame: &mut [u8], layout: &Layout, field: usize, ip: Ipv6Addr) 
 /// Sets the IPv6 source address, patching the TCP/UDP/ICMPv6 checksum.
 /// `false` if not IPv6.
 pub fn set_ipv6_src(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv6Addr>) -> bool {
-    set_ipv6_addr(frame, layout, ipv6::SRC_OFFSET, ip.into())
+    set_ipv6_addr(frame, layout, ipv6::SRC_OFFSET, ip.into(), false)
+}
+
+/// [`set_ipv6_src`] for a frame whose L4 checksum may be partial; see
+/// [`set_ipv4_src_ext`].
+pub fn set_ipv6_src_ext(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<Ipv6Addr>,
+    csum_partial: bool,
+) -> bool {
+    set_ipv6_addr(frame, layout, ipv6::SRC_OFFSET, ip.into(), csum_partial)
+}
+
+/// [`set_ipv6_dst`] for a frame whose L4 checksum may be partial; see
+/// [`set_ipv4_src_ext`].
+pub fn set_ipv6_dst_ext(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<Ipv6Addr>,
+    csum_partial: bool,
+) -> bool {
+    set_ipv6_addr(frame, layout, ipv6::DST_OFFSET, ip.into(), csum_partial)
 }
 
 /// Sets the IPv6 destination address, patching the TCP/UDP/ICMPv6 checksum
 /// unless a routing header with segments left is present. `false` if not
 /// IPv6.
 pub fn set_ipv6_dst(frame: &mut [u8], layout: &Layout, ip: impl Into<Ipv6Addr>) -> bool {
-    set_ipv6_addr(frame, layout, ipv6::DST_OFFSET, ip.into())
+    set_ipv6_addr(frame, layout, ipv6::DST_OFFSET, ip.into(), false)
 }
 
 /// Current TOS byte (IPv4) or traffic class (IPv6); `None` if not IP.
@@ -273,7 +348,7 @@ pub fn dec_ttl(frame: &mut [u8], layout: &Layout) -> Option<u8> {
     set_ttl(frame, layout, t - 1).then_some(t - 1)
 }
 
-fn set_tp_port(frame: &mut [u8], layout: &Layout, field: usize, port: u16) -> bool {
+fn set_tp_port(frame: &mut [u8], layout: &Layout, field: usize, port: u16, partial: bool) -> bool {
     let l4 = usize::from(layout.l4_offset);
     if !layout.is_ip() || !fits(frame, layout) {
         return false;
@@ -287,7 +362,11 @@ fn set_tp_port(frame: &mut [u8], layout: &Layout, field: usize, port: u16) -> bo
             }
             let old = bytes::u16_at(frame, l4 + field);
             bytes::set_u16(frame, l4 + field, port);
-            patch_csum(frame, l4 + csum_off, udp, |c| update16(c, old, port));
+            // A partial checksum covers only the pseudo header so far: the
+            // port is summed when the checksum is finished.
+            if !partial {
+                patch_csum(frame, l4 + csum_off, udp, |c| update16(c, old, port));
+            }
             true
         }
         L4Kind::Sctp => {
@@ -320,12 +399,25 @@ fn set_tp_port(frame: &mut [u8], layout: &Layout, field: usize, port: u16) -> bo
 /// recomputing the SCTP CRC32c (only for unfragmented packets whose CRC was
 /// correct). `false` for other protocols and for later fragments.
 pub fn set_tp_src(frame: &mut [u8], layout: &Layout, port: u16) -> bool {
-    set_tp_port(frame, layout, 0, port)
+    set_tp_port(frame, layout, 0, port, false)
 }
 
 /// Sets the TCP/UDP/SCTP destination port; see [`set_tp_src`].
 pub fn set_tp_dst(frame: &mut [u8], layout: &Layout, port: u16) -> bool {
-    set_tp_port(frame, layout, 2, port)
+    set_tp_port(frame, layout, 2, port, false)
+}
+
+/// [`set_tp_src`] for a frame whose L4 checksum may be partial: a partial
+/// TCP/UDP checksum field is left alone (ports are not in the pseudo
+/// header; they are summed when the checksum is finished).
+pub fn set_tp_src_ext(frame: &mut [u8], layout: &Layout, port: u16, csum_partial: bool) -> bool {
+    set_tp_port(frame, layout, 0, port, csum_partial)
+}
+
+/// [`set_tp_dst`] for a frame whose L4 checksum may be partial; see
+/// [`set_tp_src_ext`].
+pub fn set_tp_dst_ext(frame: &mut [u8], layout: &Layout, port: u16, csum_partial: bool) -> bool {
+    set_tp_port(frame, layout, 2, port, csum_partial)
 }
 
 /// Sets the ARP operation. `false` unless the frame is Ethernet/IPv4 ARP.
@@ -462,6 +554,103 @@ mod tests {
 
     const A: MacAddr = [2, 0, 0, 0, 0, 1];
     const B: MacAddr = [2, 0, 0, 0, 0, 2];
+
+    /// Turn a correct TCP/UDP checksum into what a `CHECKSUM_PARTIAL`
+    /// sender leaves: the folded pseudo-header sum.
+    fn make_partial(f: &mut [u8]) -> (usize, usize) {
+        use crate::checksum::{fold, pseudo_header_ipv4, pseudo_header_ipv6};
+        let l = parse(f).unwrap();
+        let l3 = usize::from(l.l3_offset);
+        let l4 = usize::from(l.l4_offset);
+        let (proto, field) = match l.l4 {
+            L4Kind::Tcp => (crate::IPPROTO_TCP, l4 + 16),
+            _ => (crate::IPPROTO_UDP, l4 + 6),
+        };
+        let len = l.l4_end() - l4;
+        let sum = if l.l3 == L3Kind::Ipv4 {
+            let a = |o: usize| Ipv4Addr::from(bytes::u32_at(f, l3 + o));
+            pseudo_header_ipv4(a(12), a(16), proto, len as u16)
+        } else {
+            let a = |o: usize| Ipv6Addr::from(bytes::get_array::<16>(f, l3 + o).unwrap());
+            pseudo_header_ipv6(a(8), a(24), proto, len as u32)
+        };
+        bytes::set_u16(f, field, fold(sum));
+        (l4, field)
+    }
+
+    /// What the hardware (or `skb_checksum_help`) does to a partial frame:
+    /// checksum from `csum_start` to the end, seeded by the field.
+    fn finish_partial(f: &mut [u8], l4: usize, field: usize, udp: bool) {
+        let mut c = crate::checksum::checksum(&f[l4..]);
+        if udp && c == 0 {
+            c = 0xffff;
+        }
+        bytes::set_u16(f, field, c);
+    }
+
+    #[test]
+    fn partial_checksum_rewrites_match_direct_build() {
+        use std::net::Ipv6Addr;
+        let v6 = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        for udp in [false, true] {
+            for ipv6 in [false, true] {
+                let build = |src4, dst4, src6: &str, dst6: &str, sp, dp| {
+                    let b = FrameBuilder::new(A, B);
+                    let b = if ipv6 {
+                        b.ipv6(v6(src6), v6(dst6))
+                    } else {
+                        b.ipv4(src4, dst4)
+                    };
+                    let b = if udp {
+                        b.udp(sp, dp)
+                    } else {
+                        b.tcp(sp, dp, 0x18)
+                    };
+                    b.payload(&[0x5a; 301]).build()
+                };
+                let mut f = build(v4(1), v4(2), "2001:db8::1", "2001:db8::2", 1000, 80);
+                let want = build(v4(77), v4(99), "2001:db8::77", "fe80::99", 4242, 8080);
+                let (l4, field) = make_partial(&mut f);
+                let l = parse(&f).unwrap();
+                if ipv6 {
+                    assert!(set_ipv6_src_ext(&mut f, &l, v6("2001:db8::77"), true));
+                    assert!(set_ipv6_dst_ext(&mut f, &l, v6("fe80::99"), true));
+                } else {
+                    assert!(set_ipv4_src_ext(&mut f, &l, v4(77), true));
+                    assert!(set_ipv4_dst_ext(&mut f, &l, v4(99), true));
+                    assert_eq!(verify_ipv4_header(&f, &l), Some(true));
+                }
+                let before_ports = bytes::u16_at(&f, field);
+                assert!(set_tp_src_ext(&mut f, &l, 4242, true));
+                assert!(set_tp_dst_ext(&mut f, &l, 8080, true));
+                assert_eq!(bytes::u16_at(&f, field), before_ports, "ports untouched");
+                // Still the pseudo-header sum of the final frame.
+                let mut again = f.clone();
+                make_partial(&mut again);
+                assert_eq!(again, f, "udp={udp} ipv6={ipv6}");
+                finish_partial(&mut f, l4, field, udp);
+                assert_eq!(f, want, "udp={udp} ipv6={ipv6}");
+                assert_eq!(verify_l4(&f, &parse(&f).unwrap()), Some(true));
+            }
+        }
+    }
+
+    #[test]
+    fn partial_flag_false_is_the_plain_rewrite() {
+        let f0 = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .tcp(1, 2, 0x10)
+            .payload(b"abc")
+            .build();
+        let l = parse(&f0).unwrap();
+        let (mut a, mut b) = (f0.clone(), f0.clone());
+        set_ipv4_src(&mut a, &l, v4(9));
+        set_tp_dst(&mut a, &l, 99);
+        set_ipv4_src_ext(&mut b, &l, v4(9), false);
+        set_tp_dst_ext(&mut b, &l, 99, false);
+        assert_eq!(a, b);
+        assert_eq!(verify_l4(&a, &l), Some(true));
+    }
 
     fn v4(a: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 0, 0, a)

@@ -51,6 +51,9 @@ impl Port for Renamed {
     fn stats(&self) -> PortStats {
         self.inner.stats()
     }
+    fn accepts_offloads(&self) -> bool {
+        self.inner.accepts_offloads()
+    }
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.extra_counters()
     }
@@ -61,7 +64,7 @@ impl Port for Renamed {
 
 /// An AF_PACKET port; options are the `AfPacketOptions` fields as
 /// `key=value` (block_size, block_count, frame_size, block_timeout_ms,
-/// promisc, disable_offloads).
+/// promisc, disable_offloads, vnet_hdr).
 fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     use crate::port::afpacket::{AfPacketOptions, AfPacketPort};
     let mut o = AfPacketOptions::default();
@@ -85,6 +88,7 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             "block_timeout_ms" => o.block_timeout_ms = num()?,
             "promisc" => o.promisc = flag()?,
             "disable_offloads" => o.disable_offloads = flag()?,
+            "vnet_hdr" => o.vnet_hdr = flag()?,
             _ => return Err(format!("port {}: unknown afpacket option `{k}`", pc.name)),
         }
     }

@@ -67,8 +67,12 @@ pub fn execute(
                     .pop()
                     .unwrap_or_else(|| PacketBuf::with_capacity(BUF_CAPACITY));
                 if !copy.set_data(pkt.data()) {
+                    // A GSO super-frame (up to 64 KiB) does not fit a pooled
+                    // buffer: allocated (dropped, not pooled, by recycle if
+                    // it is oversized... it is simply a bigger buffer).
                     copy = PacketBuf::from_slice(pkt.data());
                 }
+                copy.offload = pkt.offload;
                 tx.pkts.push((*port, copy));
             }
             DpAction::SetEthSrc(m) => {
@@ -78,16 +82,20 @@ pub fn execute(
                 rewrite::set_eth_dst(pkt.data_mut(), *m);
             }
             DpAction::SetIpv4Src(a) => {
-                rewrite::set_ipv4_src(pkt.data_mut(), layout, *a);
+                let partial = pkt.csum_partial();
+                rewrite::set_ipv4_src_ext(pkt.data_mut(), layout, *a, partial);
             }
             DpAction::SetIpv4Dst(a) => {
-                rewrite::set_ipv4_dst(pkt.data_mut(), layout, *a);
+                let partial = pkt.csum_partial();
+                rewrite::set_ipv4_dst_ext(pkt.data_mut(), layout, *a, partial);
             }
             DpAction::SetIpv6Src(a) => {
-                rewrite::set_ipv6_src(pkt.data_mut(), layout, *a);
+                let partial = pkt.csum_partial();
+                rewrite::set_ipv6_src_ext(pkt.data_mut(), layout, *a, partial);
             }
             DpAction::SetIpv6Dst(a) => {
-                rewrite::set_ipv6_dst(pkt.data_mut(), layout, *a);
+                let partial = pkt.csum_partial();
+                rewrite::set_ipv6_dst_ext(pkt.data_mut(), layout, *a, partial);
             }
             DpAction::SetArpSpa(a) => {
                 rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
@@ -108,10 +116,12 @@ pub fn execute(
                 rewrite::set_ttl(pkt.data_mut(), layout, *t);
             }
             DpAction::SetTpSrc(p) => {
-                rewrite::set_tp_src(pkt.data_mut(), layout, *p);
+                let partial = pkt.csum_partial();
+                rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
             }
             DpAction::SetTpDst(p) => {
-                rewrite::set_tp_dst(pkt.data_mut(), layout, *p);
+                let partial = pkt.csum_partial();
+                rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
             }
             DpAction::PushVlan { tpid, tci } => {
                 rewrite::push_vlan(&mut pkt, *tpid, *tci);
@@ -132,9 +142,17 @@ pub fn execute(
                 } else {
                     let n = (*max_len as usize).min(pkt.len());
                     let n = if *max_len == 0 { pkt.len() } else { n };
+                    let mut data = pkt.data().to_vec();
+                    if pkt.csum_partial() {
+                        // The controller gets a finished checksum. A GSO
+                        // super-frame is sent up whole (its IP length is
+                        // its real length), not segmented.
+                        crate::port::complete_checksum(&mut data, layout);
+                    }
+                    data.truncate(n);
                     controller.push_back(ControllerPacket {
                         in_port: _in_port,
-                        data: pkt.data()[..n].to_vec(),
+                        data,
                     });
                     r.controller = true;
                 }

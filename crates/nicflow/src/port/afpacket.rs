@@ -57,8 +57,27 @@
 //! port ([`super::fixup`]); this port's part is knowing, from the ring
 //! header, which frames need them.
 //!
+//! **`vnet_hdr` (the default).** With [`AfPacketOptions::vnet_hdr`] the
+//! socket exchanges every frame behind a `struct virtio_net_hdr`
+//! (`PACKET_VNET_HDR`, set before the ring: TPACKET_V3 receive fills it in
+//! front of each frame, at `tp_mac - 10`), as Open vSwitch's userspace TSO
+//! does. The two fix-ups above are then not done on receive: a partial
+//! checksum (`VIRTIO_NET_HDR_F_NEEDS_CSUM`) and a TCP super-frame
+//! (`GSO_TCPV4`/`GSO_TCPV6` with `gso_size`) are recorded in
+//! [`PacketBuf::offload`] and forwarded whole; on transmit a header built
+//! from that metadata goes in front of the frame (two iovecs per message),
+//! so the kernel receives the super-frame as `CHECKSUM_PARTIAL` + GSO and
+//! handles it like the Linux bridge would (a veth passes it on whole). UDP
+//! GSO and anything else the header describes that the switch does not
+//! carry takes the software path. Ports that cannot carry offloads
+//! ([`Port::accepts_offloads`] false: AF_XDP, tap, pcap, mem, AF_PACKET
+//! without `vnet_hdr`) get finished frames from the bridge
+//! (`port::finish_offloads`). In this mode `open` turns the interface's
+//! transmit offloads (SG, checksum, TSO, GSO) *on* instead of calling
+//! [`disable_offloads`].
+//!
 //! [`disable_offloads`] (called by [`AfPacketPort::open`] unless told not
-//! to) turns off GRO, hardware GRO, LRO, TSO, USO, GSO and checksum
+//! to, and not with `vnet_hdr`) turns off GRO, hardware GRO, LRO, TSO, USO, GSO and checksum
 //! offloads on the attached interface: on a physical NIC that stops the
 //! receive path from building super-frames out of received segments, which
 //! is what OVS requires of the interfaces it attaches too. Frames from a
@@ -68,7 +87,7 @@
 use super::fixup::{complete_l4_checksum, fill, max_frame_len, segment_tcp};
 use super::sys::{self, cvt, setsockopt, Mapping};
 use super::{Port, PortStats};
-use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::buf::{GsoType, Offload, PacketBuf};
 use nicflow_packet::parse::{self, Layout};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -89,6 +108,7 @@ const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
+const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const PACKET_MR_PROMISC: u16 = 1;
@@ -108,6 +128,16 @@ const TPACKET3_HDRLEN: u32 = 48 + 20;
 const TPACKET_ALIGNMENT: u32 = 16;
 
 const ETH_ALEN2: usize = 12;
+
+// include/uapi/linux/virtio_net.h: `struct virtio_net_hdr` (10 bytes,
+// little-endian on the hosts this runs on: packet sockets use the legacy
+// virtio byte order, which is the host's).
+const VNET_HDR_LEN: usize = 10;
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
+const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
+const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 
 /// `struct tpacket_req3`.
@@ -261,8 +291,16 @@ pub struct AfPacketOptions {
     /// A switch port needs it.
     pub promisc: bool,
     /// Call [`disable_offloads`] on the interface in `open` (failure is
-    /// logged, not fatal).
+    /// logged, not fatal). Ignored with `vnet_hdr`, which needs the
+    /// interface's transmit offloads on instead.
     pub disable_offloads: bool,
+    /// Exchange frames with the kernel behind a `struct virtio_net_hdr`
+    /// (`PACKET_VNET_HDR`), as Open vSwitch's userspace TSO does: TCP GSO
+    /// super-frames and partial checksums are received and transmitted
+    /// intact ([`PacketBuf::offload`]), and the kernel segments/checksums
+    /// them where needed. Off: the port segments super-frames and completes
+    /// checksums in software on receive.
+    pub vnet_hdr: bool,
 }
 
 impl Default for AfPacketOptions {
@@ -274,6 +312,7 @@ impl Default for AfPacketOptions {
             block_timeout_ms: 2,
             promisc: true,
             disable_offloads: true,
+            vnet_hdr: true,
         }
     }
 }
@@ -358,6 +397,15 @@ pub struct AfPacketCounters {
     pub oversize_dropped: u64,
     /// Dropped by the kernel for lack of ring space (`PACKET_STATISTICS`).
     pub kernel_drops: u64,
+    /// (`vnet_hdr`) GSO super-frames received and kept whole.
+    pub rx_gso_kept: u64,
+    /// (`vnet_hdr`) Frames received with a partial checksum left partial.
+    pub rx_csum_partial: u64,
+    /// (`vnet_hdr`) Super-frames transmitted whole, for the kernel to
+    /// segment (or to pass on whole, as a veth does).
+    pub tx_gso_frames: u64,
+    /// (`vnet_hdr`) Frames transmitted with a partial checksum.
+    pub tx_csum_partial: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -382,6 +430,8 @@ pub struct AfPacketPort {
     kernel_drops: Cell<u64>,
     tx: TxScratch,
     last_tx_errno: i32,
+    /// Frames are exchanged behind a virtio-net header.
+    vnet: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -405,6 +455,9 @@ struct RxState {
     /// Scratch for frames longer than the MTU.
     big: Vec<u8>,
     warned_oversize: bool,
+    /// Transmit counters for `vnet_hdr` (kept here with the others).
+    tx_gso_frames: u64,
+    tx_csum_partial: u64,
 }
 
 /// `sendmmsg` vectors, kept between calls to avoid allocating per batch.
@@ -413,6 +466,8 @@ struct RxState {
 struct TxScratch {
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    /// One virtio-net header per frame (`vnet_hdr` only).
+    vnet: Vec<[u8; VNET_HDR_LEN]>,
 }
 
 // SAFETY: the vectors are empty outside `send_batch`, so no pointer they
@@ -429,7 +484,13 @@ impl AfPacketPort {
         validate_ifname(ifname)?;
         opts.validate()?;
         let ifindex = if_index(ifname)?;
-        if opts.disable_offloads {
+        if opts.vnet_hdr {
+            // The kernel must take super-frames with partial checksums from
+            // us and pass them on whole: checksum offload, SG, TSO/GSO on.
+            if let Err((op, e)) = sys::enable_tx_offloads(ifname) {
+                tracing::warn!(port = %ifname, "could not enable offloads ({op}): {e}");
+            }
+        } else if opts.disable_offloads {
             if let Err(e) = disable_offloads(ifname) {
                 tracing::warn!(port = %ifname, "could not disable offloads: {e}");
             }
@@ -439,6 +500,11 @@ impl AfPacketPort {
         // Protocol 0: no frame is queued before `bind` names the interface.
         let fd = packet_socket().map_err(err("socket(AF_PACKET, SOCK_RAW)"))?;
         let raw = fd.as_raw_fd();
+        if opts.vnet_hdr {
+            // Before the ring exists (EBUSY after).
+            setsockopt(raw, SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int)
+                .map_err(err("setsockopt(PACKET_VNET_HDR)"))?;
+        }
         setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
             .map_err(err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
         let req = opts.ring_request();
@@ -488,10 +554,13 @@ impl AfPacketPort {
                 segs: Vec::new(),
                 big: Vec::new(),
                 warned_oversize: false,
+                tx_gso_frames: 0,
+                tx_csum_partial: 0,
             },
             kernel_drops: Cell::new(0),
             tx: TxScratch::default(),
             last_tx_errno: 0,
+            vnet: opts.vnet_hdr,
         })
     }
 
@@ -509,6 +578,8 @@ impl AfPacketPort {
         self.refresh_kernel_drops();
         let mut c = self.rx.counters.clone();
         c.kernel_drops = self.kernel_drops.get();
+        c.tx_gso_frames = self.rx.tx_gso_frames;
+        c.tx_csum_partial = self.rx.tx_csum_partial;
         c
     }
 
@@ -580,7 +651,12 @@ impl Port for AfPacketPort {
                         next: cur.next + hdr.tp_next_offset as usize,
                         left: cur.left - 1,
                     });
-                    n += self.rx.deliver(&hdr, data, out, max - n, pool);
+                    let vnet = if self.vnet {
+                        self.ring.vnet_hdr(self.cur_block, cur.next, &hdr)
+                    } else {
+                        None
+                    };
+                    n += self.rx.deliver_vnet(&hdr, vnet, data, out, max - n, pool);
                 }
                 None => {
                     // Offsets outside the block: nothing more in it can be
@@ -615,18 +691,40 @@ impl Port for AfPacketPort {
         let tx = &mut self.tx;
         tx.iovs.clear();
         tx.msgs.clear();
-        tx.iovs.extend(pkts.iter().map(|p| libc::iovec {
-            iov_base: p.data().as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        }));
+        tx.vnet.clear();
+        // With `vnet_hdr` every message is two iovecs: header, frame.
+        let per = if self.vnet { 2 } else { 1 };
+        if self.vnet {
+            for p in pkts.iter() {
+                let (h, gso, partial) = vnet_hdr_for(p);
+                self.rx.tx_gso_frames += u64::from(gso);
+                self.rx.tx_csum_partial += u64::from(partial);
+                tx.vnet.push(h);
+            }
+        }
+        // `tx.vnet` is complete and not touched again until the send is
+        // over, so pointers into it stay valid.
+        for (i, p) in pkts.iter().enumerate() {
+            if self.vnet {
+                tx.iovs.push(libc::iovec {
+                    iov_base: tx.vnet[i].as_ptr() as *mut libc::c_void,
+                    iov_len: VNET_HDR_LEN,
+                });
+            }
+            tx.iovs.push(libc::iovec {
+                iov_base: p.data().as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
+        }
         let iov_base = tx.iovs.as_mut_ptr();
         for i in 0..total {
             // SAFETY: msghdr is plain data; all-zero (null pointers, zero
             // lengths) is a valid "no name, no control data" header.
             let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            // SAFETY: i < total == iovs.len(), so the pointer is in bounds.
-            msg.msg_hdr.msg_iov = unsafe { iov_base.add(i) };
-            msg.msg_hdr.msg_iovlen = 1;
+            // SAFETY: i * per + per <= total * per == iovs.len(), so the
+            // pointer and the `per` iovecs behind it are in bounds.
+            msg.msg_hdr.msg_iov = unsafe { iov_base.add(i * per) };
+            msg.msg_hdr.msg_iovlen = per as _;
             tx.msgs.push(msg);
         }
         let mut idx = 0;
@@ -685,6 +783,7 @@ impl Port for AfPacketPort {
         }
         tx.msgs.clear();
         tx.iovs.clear();
+        tx.vnet.clear();
         done.append(pkts);
         Ok(sent)
     }
@@ -709,7 +808,16 @@ impl Port for AfPacketPort {
             ("rx_gso_frames", c.gso_frames),
             ("rx_gso_segments", c.gso_segments),
             ("rx_vlan_restored", c.vlan_restored),
+            ("rx_gso_kept", c.rx_gso_kept),
+            ("rx_csum_partial", c.rx_csum_partial),
+            ("tx_gso_frames", c.tx_gso_frames),
+            ("tx_csum_partial", c.tx_csum_partial),
         ]
+    }
+
+    /// With `vnet_hdr` the kernel takes partial checksums and super-frames.
+    fn accepts_offloads(&self) -> bool {
+        self.vnet
     }
 
     /// The packet socket: readable when a ring block has been retired to
@@ -720,6 +828,57 @@ impl Port for AfPacketPort {
 }
 
 impl RxState {
+    /// [`deliver`](Self::deliver) for a frame that came with a virtio-net
+    /// header (`vnet_hdr`; `None` otherwise): a TCP super-frame or a frame
+    /// with a partial checksum is kept as it is, the offload state carried
+    /// in [`PacketBuf::offload`]; anything the header describes that the
+    /// switch does not carry (UDP GSO...) takes the software path.
+    fn deliver_vnet(
+        &mut self,
+        hdr: &Tpacket3Hdr,
+        vnet: Option<[u8; VNET_HDR_LEN]>,
+        data: &[u8],
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> usize {
+        let Some(v) = vnet else {
+            return self.deliver(hdr, data, out, room, pool);
+        };
+        if hdr.tp_snaplen < hdr.tp_len {
+            self.counters.truncated += 1;
+            self.stats.rx_dropped += 1;
+            return 0;
+        }
+        let tag = vlan_tag(hdr).filter(|_| data.len() >= ETH_ALEN2);
+        let Some(offload) = offload_from_vnet(&v, tag.is_some()) else {
+            return self.deliver(hdr, data, out, room, pool);
+        };
+        let wire_len = data.len() + tag.map_or(0, |t| t.len());
+        self.counters.max_frame_len = self.counters.max_frame_len.max(wire_len as u64);
+        if offload.is_none() && wire_len > max_frame_len(self.mtu, None) {
+            return self.deliver(hdr, data, out, room, pool);
+        }
+        if tag.is_some() {
+            self.counters.vlan_restored += 1;
+        }
+        let mut buf = match tag {
+            Some(t) => fill(pool, &[&data[..ETH_ALEN2], &t, &data[ETH_ALEN2..]]),
+            None => fill(pool, &[data]),
+        };
+        if let Some(o) = offload {
+            if o.is_gso() {
+                self.counters.rx_gso_kept += 1;
+            }
+            if o.csum_partial {
+                self.counters.csum_not_ready += 1;
+                self.counters.rx_csum_partial += 1;
+            }
+        }
+        buf.offload = offload;
+        self.push(buf, out, room)
+    }
+
     /// Turn one ring frame into switch frames: appended to `out` while
     /// `room` lasts, the rest queued in `pending`. Returns how many went to
     /// `out`.
@@ -834,6 +993,75 @@ impl RxState {
             0
         }
     }
+}
+
+/// The offload state a received virtio-net header describes: `Some(None)`
+/// for none, `Some(Some(..))` for what the switch carries (partial
+/// checksums, TCP GSO with a partial checksum), `None` for what it does not
+/// (UDP GSO, GSO without a partial checksum): those take the software path.
+/// `tagged`: the port re-inserted a VLAN tag in front of the offsets.
+fn offload_from_vnet(v: &[u8; VNET_HDR_LEN], tagged: bool) -> Option<Option<Offload>> {
+    let le = |i: usize| u16::from_le_bytes([v[i], v[i + 1]]);
+    let partial = v[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0;
+    let gso_type = match v[1] & !VIRTIO_NET_HDR_GSO_ECN {
+        VIRTIO_NET_HDR_GSO_NONE => GsoType::None,
+        VIRTIO_NET_HDR_GSO_TCPV4 if partial => GsoType::TcpV4,
+        VIRTIO_NET_HDR_GSO_TCPV6 if partial => GsoType::TcpV6,
+        _ => return None,
+    };
+    if !partial && gso_type == GsoType::None {
+        return Some(None);
+    }
+    let shift = if tagged { 4 } else { 0 };
+    let (hdr_len, gso_size) = (le(2), le(4));
+    Some(Some(Offload {
+        gso_type,
+        gso_size: if gso_type == GsoType::None {
+            0
+        } else {
+            gso_size
+        },
+        hdr_len: if hdr_len == 0 { 0 } else { hdr_len + shift },
+        csum_start: le(6) + shift,
+        csum_offset: le(8),
+        csum_partial: partial,
+    }))
+}
+
+/// The virtio-net header to send `p` with, and whether it asks for GSO
+/// and for checksum completion. A super-frame whose payload fits one
+/// segment is sent as a plain frame (the kernel refuses GSO for it).
+fn vnet_hdr_for(p: &PacketBuf) -> ([u8; VNET_HDR_LEN], bool, bool) {
+    let mut h = [0u8; VNET_HDR_LEN];
+    let Some(o) = p.offload.filter(|o| o.csum_partial) else {
+        return (h, false, false);
+    };
+    let put = |h: &mut [u8; VNET_HDR_LEN], i: usize, v: u16| {
+        h[i..i + 2].copy_from_slice(&v.to_le_bytes())
+    };
+    h[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+    put(&mut h, 6, o.csum_start);
+    put(&mut h, 8, o.csum_offset);
+    let mut hdr_len = o.csum_start.saturating_add(o.csum_offset).saturating_add(2);
+    let mut gso = false;
+    if o.is_gso() && o.gso_size > 0 {
+        let d = p.data();
+        let cs = usize::from(o.csum_start);
+        if let Some(doff) = d.get(cs + 12).map(|b| usize::from(b >> 4) * 4) {
+            let hl = cs + doff;
+            if d.len() > hl + usize::from(o.gso_size) {
+                h[1] = match o.gso_type {
+                    GsoType::TcpV6 => VIRTIO_NET_HDR_GSO_TCPV6,
+                    _ => VIRTIO_NET_HDR_GSO_TCPV4,
+                };
+                put(&mut h, 4, o.gso_size);
+                hdr_len = hl as u16;
+                gso = true;
+            }
+        }
+    }
+    put(&mut h, 2, hdr_len);
+    (h, gso, true)
 }
 
 impl Drop for AfPacketPort {
@@ -1037,6 +1265,23 @@ impl Ring {
         Some((hdr, data))
     }
 
+    /// The virtio-net header the kernel put right in front of the frame at
+    /// `off` (`PACKET_VNET_HDR`), if it lies within the frame's slot.
+    fn vnet_hdr(&self, i: usize, off: usize, hdr: &Tpacket3Hdr) -> Option<[u8; VNET_HDR_LEN]> {
+        let start = off.checked_add(usize::from(hdr.tp_mac))?;
+        let at = start.checked_sub(VNET_HDR_LEN)?;
+        if at < off + size_of::<Tpacket3Hdr>() || start > self.block_size {
+            return None;
+        }
+        let mut v = [0u8; VNET_HDR_LEN];
+        // SAFETY: [at, start) lies within the block, after the frame header
+        // (checked); the block is user-owned, so the kernel is not writing.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.block(i).add(at), v.as_mut_ptr(), VNET_HDR_LEN)
+        };
+        Some(v)
+    }
+
     fn release(&self, i: usize) {
         self.status(i).store(TP_STATUS_KERNEL, Ordering::Release);
     }
@@ -1122,7 +1367,7 @@ mod tests {
     fn default_options_are_valid() {
         let o = AfPacketOptions::default();
         o.validate().unwrap();
-        assert!(o.promisc && o.disable_offloads);
+        assert!(o.promisc && o.disable_offloads && o.vnet_hdr);
         let r = o.ring_request();
         assert_eq!(r.tp_frame_nr, 64 * 64);
         assert!(
@@ -1310,6 +1555,8 @@ mod tests {
             segs: Vec::new(),
             big: Vec::new(),
             warned_oversize: false,
+            tx_gso_frames: 0,
+            tx_csum_partial: 0,
         }
     }
 
@@ -1351,5 +1598,60 @@ mod tests {
     fn port_can_move_between_threads() {
         fn send<T: Send>() {}
         send::<AfPacketPort>();
+    }
+
+    #[test]
+    fn vnet_header_mapping_round_trips() {
+        // What the kernel writes for a TCPv4 super-frame (little-endian).
+        let mut v = [0u8; VNET_HDR_LEN];
+        v[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+        v[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        v[2..4].copy_from_slice(&66u16.to_le_bytes());
+        v[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        v[6..8].copy_from_slice(&34u16.to_le_bytes());
+        v[8..10].copy_from_slice(&16u16.to_le_bytes());
+        let o = offload_from_vnet(&v, false).unwrap().unwrap();
+        assert_eq!(
+            o,
+            Offload {
+                gso_type: GsoType::TcpV4,
+                gso_size: 1448,
+                hdr_len: 66,
+                csum_start: 34,
+                csum_offset: 16,
+                csum_partial: true,
+            }
+        );
+        // A restored VLAN tag moves the offsets.
+        let t = offload_from_vnet(&v, true).unwrap().unwrap();
+        assert_eq!((t.csum_start, t.hdr_len), (38, 70));
+        // Nothing to do; UDP GSO and GSO without NEEDS_CSUM: software path.
+        assert_eq!(offload_from_vnet(&[0; VNET_HDR_LEN], false), Some(None));
+        let mut u = v;
+        u[1] = 5;
+        assert_eq!(offload_from_vnet(&u, false), None);
+        let mut n = v;
+        n[0] = 0;
+        assert_eq!(offload_from_vnet(&n, false), None);
+
+        // Transmit: the same header back for a frame longer than one segment.
+        let big = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .tcp(1, 2, 0x18)
+            .tcp_options(&[1; 12])
+            .payload(&[0; 3000])
+            .build();
+        let mut b = PacketBuf::from_slice(&big);
+        b.offload = Some(o);
+        assert_eq!(vnet_hdr_for(&b), (v, true, true));
+        // Payload within one segment: a plain frame with a partial checksum.
+        b.truncate(66 + 1000);
+        let (h, gso, partial) = vnet_hdr_for(&b);
+        assert!(!gso && partial);
+        assert_eq!((h[0], h[1]), (VIRTIO_NET_HDR_F_NEEDS_CSUM, 0));
+        assert_eq!(u16::from_le_bytes([h[2], h[3]]), 34 + 16 + 2);
+        // No metadata: an all-zero header.
+        b.offload = None;
+        assert_eq!(vnet_hdr_for(&b), ([0; VNET_HDR_LEN], false, false));
     }
 }

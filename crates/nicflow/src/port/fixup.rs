@@ -14,12 +14,12 @@
 //! the two completion functions. Pure functions over byte slices, unit
 //! tested without root.
 
-use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::buf::{Offload, PacketBuf};
 use nicflow_packet::checksum::{
     checksum, fold, l4_checksum_ipv4, l4_checksum_ipv6, pseudo_header_ipv4, pseudo_header_ipv6,
     udp_fixup,
 };
-use nicflow_packet::parse::{L3Kind, L4Kind, Layout};
+use nicflow_packet::parse::{self, L3Kind, L4Kind, Layout};
 use nicflow_packet::{IPPROTO_TCP, IPPROTO_UDP};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -32,6 +32,10 @@ pub(super) const VLAN_HLEN: usize = 4;
 /// is too small: a jumbo frame plus tags, like the datapath's pool.
 pub(super) const RX_BUF_CAPACITY: usize = 9216 + 64;
 
+/// Capacity of a buffer for a GSO super-frame: 64 KiB of IP datagram plus
+/// Ethernet header and tags.
+pub(super) const GSO_BUF_CAPACITY: usize = 65535 + 64;
+
 /// The longest frame an interface with `mtu` sends: the MTU bounds the IP
 /// datagram, the Ethernet header and every VLAN tag of `layout` come on top
 /// (no layout: untagged). Anything longer is a super-frame.
@@ -43,14 +47,25 @@ pub(super) fn max_frame_len(mtu: usize, layout: Option<&Layout>) -> usize {
 /// its buffer is big enough (a too-small one is dropped), else allocated.
 /// Taking parts lets a port put a frame back together (VLAN tag restored,
 /// segment headers and payload) in the single copy out of its ring.
+///
+/// A frame too big for the pool's top buffer (a GSO super-frame) leaves
+/// that buffer in the pool and gets a new one sized for a 64 KiB frame: an
+/// allocation per super-frame until such buffers come back to the pool
+/// from transmit.
 pub(super) fn fill(pool: &mut Vec<PacketBuf>, parts: &[&[u8]]) -> PacketBuf {
     if let Some(mut b) = pool.pop() {
         if fill_into(&mut b, parts) {
             return b;
         }
+        pool.push(b);
     }
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    let mut b = PacketBuf::with_capacity(total.max(RX_BUF_CAPACITY));
+    let cap = if total > RX_BUF_CAPACITY {
+        total.max(GSO_BUF_CAPACITY)
+    } else {
+        RX_BUF_CAPACITY
+    };
+    let mut b = PacketBuf::with_capacity(cap);
     let ok = fill_into(&mut b, parts);
     debug_assert!(ok, "a buffer sized for the frame must hold it");
     b
@@ -346,6 +361,88 @@ pub(super) fn segment_tcp(
     true
 }
 
+/// What [`finish_offloads`] did to a batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Finished {
+    /// GSO super-frames cut into segments.
+    pub gso_frames: u64,
+    /// Segments produced from them.
+    pub gso_segments: u64,
+    /// Partial checksums completed (outside super-frames).
+    pub csum_completed: u64,
+}
+
+/// The payload bytes per segment a super-frame's `gso_size` means, as the
+/// `mtu` argument of [`segment_tcp`] (which cuts at `mtu - IP headers -
+/// TCP header`).
+fn gso_mtu(frame: &[u8], layout: &Layout, o: &Offload) -> Option<usize> {
+    let l3 = usize::from(layout.l3_offset);
+    let l4 = usize::from(layout.l4_offset);
+    let doff = usize::from(*frame.get(l4 + 12)? >> 4) * 4;
+    (o.gso_size > 0).then(|| (l4 - l3) + doff + usize::from(o.gso_size))
+}
+
+/// Turn a frame that carries offload work (see [`Offload`]) into wire
+/// frames appended to `out`: a TCP super-frame is segmented at its
+/// `gso_size` as the kernel's `tcp_gso_segment` would ([`segment_tcp`],
+/// every segment's checksums complete), a partial checksum is completed.
+/// The frame's metadata is cleared. A frame that cannot be finished
+/// (unparsable, not TCP/UDP) is passed on as it is; a super-frame that
+/// cannot be segmented is passed on whole with its checksum completed
+/// (the port will refuse it if it is too long). Spare buffers go to `pool`.
+pub(crate) fn finish_frame(
+    mut b: PacketBuf,
+    pool: &mut Vec<PacketBuf>,
+    out: &mut Vec<PacketBuf>,
+    done: &mut Finished,
+) {
+    let Some(o) = b.offload.take() else {
+        out.push(b);
+        return;
+    };
+    let Ok(layout) = parse::parse(b.data()) else {
+        out.push(b);
+        return;
+    };
+    if o.is_gso() {
+        if let Some(mtu) = gso_mtu(b.data(), &layout, &o) {
+            let before = out.len();
+            if segment_tcp(b.data(), &layout, mtu, pool, out) {
+                done.gso_frames += 1;
+                done.gso_segments += (out.len() - before) as u64;
+                pool.push(b);
+                return;
+            }
+        }
+    }
+    if o.csum_partial && complete_l4_checksum(b.data_mut(), &layout) {
+        done.csum_completed += 1;
+    }
+    out.push(b);
+}
+
+/// [`finish_frame`] over a transmit batch, in place (order kept), for a
+/// port that cannot carry offloads ([`super::Port::accepts_offloads`]).
+/// Costs one scan when no frame needs work.
+pub(crate) fn finish_offloads(pkts: &mut Vec<PacketBuf>, pool: &mut Vec<PacketBuf>) -> Finished {
+    let mut done = Finished::default();
+    if !pkts.iter().any(|p| p.needs_offload_work()) {
+        return done;
+    }
+    let mut out = Vec::with_capacity(pkts.len() + 64);
+    for b in pkts.drain(..) {
+        finish_frame(b, pool, &mut out, &mut done);
+    }
+    *pkts = out;
+    done
+}
+
+/// Complete a partial TCP/UDP checksum in a copy of a frame (the
+/// controller's packet-in), whatever the field holds.
+pub(crate) fn complete_checksum(frame: &mut [u8], layout: &Layout) -> bool {
+    complete_l4_checksum(frame, layout)
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -633,7 +730,9 @@ pub(super) mod tests {
         let b = fill(&mut pool, &[b"abc", b"defgh"]);
         assert_eq!(b.data(), b"abcdefgh");
         assert!(b.capacity() >= RX_BUF_CAPACITY);
-        assert!(pool.is_empty(), "the too-small buffer is dropped");
+        // The too-small buffer stays in the pool (a super-frame must not
+        // cost the pool an ordinary buffer).
+        assert_eq!(pool.len(), 1);
         let b = fill(&mut Vec::new(), &[]);
         assert!(b.is_empty());
         assert!(b.capacity() >= RX_BUF_CAPACITY);
@@ -650,5 +749,57 @@ pub(super) mod tests {
             .build();
         let l = parse::parse(&tagged).unwrap();
         assert_eq!(max_frame_len(1500, Some(&l)), 1522);
+    }
+
+    #[test]
+    fn finish_offloads_segments_and_completes() {
+        use nicflow_packet::buf::GsoType;
+        let payload = vec![0x33; 10_000];
+        let big = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .tcp(5, 6, 0x18)
+            .payload(&payload)
+            .build();
+        let l = parse::parse(&big).unwrap();
+        let l4 = usize::from(l.l4_offset);
+        let mut gso = PacketBuf::from_slice(&make_partial(&big));
+        gso.offload = Some(Offload {
+            gso_type: GsoType::TcpV4,
+            gso_size: 1000,
+            hdr_len: (l4 + 20) as u16,
+            csum_start: l4 as u16,
+            csum_offset: 16,
+            csum_partial: true,
+        });
+        let small = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .udp(7, 8)
+            .payload(b"x")
+            .build();
+        let mut part = PacketBuf::from_slice(&make_partial(&small));
+        part.offload = Some(Offload {
+            csum_partial: true,
+            ..Default::default()
+        });
+        let plain = PacketBuf::from_slice(&small);
+        let mut batch = vec![plain.clone(), gso, part];
+        let mut pool = Vec::new();
+        let f = finish_offloads(&mut batch, &mut pool);
+        assert_eq!(
+            f,
+            Finished {
+                gso_frames: 1,
+                gso_segments: 10,
+                csum_completed: 1
+            }
+        );
+        assert_eq!(batch.len(), 12);
+        assert_eq!(batch[0], plain);
+        check_segments(&big, 20 + 20 + 1000, &batch[1..11]);
+        assert_eq!(batch[11].data(), &small[..]);
+        assert!(batch.iter().all(|b| b.offload.is_none()));
+        // Nothing to do: untouched.
+        let mut again = vec![plain.clone()];
+        assert_eq!(finish_offloads(&mut again, &mut pool), Finished::default());
     }
 }

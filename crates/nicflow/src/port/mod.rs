@@ -16,6 +16,7 @@
 pub mod afpacket;
 pub mod afxdp;
 mod fixup;
+pub(crate) use fixup::{complete_checksum, finish_offloads};
 pub mod mem;
 pub mod pcap;
 mod sys;
@@ -73,5 +74,12 @@ pub trait Port {
     /// `recv_batch`).
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
         None
+    }
+    /// Can `send_batch` take frames that still carry offload work
+    /// ([`PacketBuf::offload`]: partial checksums, GSO super-frames)? If
+    /// not (the default), the bridge finishes them first
+    /// (`finish_offloads`: segmentation, checksum completion).
+    fn accepts_offloads(&self) -> bool {
+        false
     }
 }

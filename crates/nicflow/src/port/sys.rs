@@ -175,6 +175,37 @@ fn is_offload_feature(name: &str) -> bool {
 }
 
 fn disable_offload_features(fd: RawFd, ifname: &str) -> io::Result<()> {
+    set_features(fd, ifname, is_offload_feature, false)
+}
+
+/// Is the kernel feature called `name` one [`enable_tx_offloads`] turns on?
+fn is_tx_offload_feature(name: &str) -> bool {
+    matches!(
+        name,
+        "tx-scatter-gather"
+            | "tx-checksum-ip-generic"
+            | "tx-generic-segmentation"
+            | "tx-tcp-segmentation"
+            | "tx-tcp-ecn-segmentation"
+            | "tx-tcp-mangleid-segmentation"
+            | "tx-tcp6-segmentation"
+    )
+}
+
+/// Turn on what `ifname` needs to pass GSO super-frames with partial
+/// checksums through intact (scatter-gather, checksum offload, TSO, GSO),
+/// like `ethtool -K <if> sg on tx on tso on gso on`: used by ports that
+/// transmit with the virtio-net header, where the kernel takes over
+/// segmentation and checksums. Features the device cannot change or does
+/// not have are not an error. `ETHTOOL_SFEATURES` only (no legacy path).
+pub(super) fn enable_tx_offloads(ifname: &str) -> Result<(), StepError> {
+    let sock = control_socket().map_err(|e| ("socket(AF_INET, SOCK_DGRAM)", e))?;
+    set_features(sock.as_raw_fd(), ifname, is_tx_offload_feature, true)
+        .map_err(|e| ("ioctl(SIOCETHTOOL, ETHTOOL_SFEATURES)", e))
+}
+
+/// Set every feature whose name `pick` selects to `on`.
+fn set_features(fd: RawFd, ifname: &str, pick: fn(&str) -> bool, on: bool) -> io::Result<()> {
     let names = feature_names(fd, ifname)?;
     let blocks = names.len().div_ceil(32);
     // struct ethtool_sfeatures { u32 cmd; u32 size; struct
@@ -182,16 +213,18 @@ fn disable_offload_features(fd: RawFd, ifname: &str) -> io::Result<()> {
     let mut buf = vec![0u8; 8 + 8 * blocks];
     buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
     buf[4..8].copy_from_slice(&(blocks as u32).to_ne_bytes());
-    for (i, _) in names
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| is_offload_feature(n))
-    {
+    for (i, _) in names.iter().enumerate().filter(|(_, n)| pick(n)) {
         let at = 8 + 8 * (i / 32);
         let mut valid = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default());
         valid |= 1 << (i % 32);
         buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
-        // `requested` stays 0: off.
+        if on {
+            let r = at + 4;
+            let mut req = u32::from_ne_bytes(buf[r..r + 4].try_into().unwrap_or_default());
+            req |= 1 << (i % 32);
+            buf[r..r + 4].copy_from_slice(&req.to_ne_bytes());
+        }
+        // Otherwise `requested` stays 0: off.
     }
     // A positive result only flags features the device cannot change.
     ethtool_raw(fd, ifname, &mut buf).map(drop)
