@@ -143,6 +143,9 @@ enum BenchCmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Forwarding between two lab hosts: nicflow vs the Linux bridge vs Open
+    /// vSwitch's userspace datapath (iperf3 TCP/UDP, CPU cost).
+    Forward(bench::forward::Args),
 }
 
 fn main() -> ExitCode {
@@ -305,6 +308,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     std::fs::write(&p, &report)
                         .with_context(|| format!("writing {}", p.display()))?;
                 }
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::Forward(args) => {
+                bench::forward::cli(&args)?;
                 Ok(ExitCode::SUCCESS)
             }
         },
