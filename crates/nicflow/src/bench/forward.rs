@@ -1333,13 +1333,25 @@ pub fn report(r: &Results) -> String {
         s,
         "Offloads during the runs (`ethtool -k`, first repetition):\n"
     );
+    // The features the runs recorded (older samples may have others).
+    let shown: Vec<String> = r
+        .runs
+        .iter()
+        .find(|x| !x.host_offloads.is_empty())
+        .map(|x| x.host_offloads.iter().map(|(k, _)| k.clone()).collect())
+        .unwrap_or_else(|| {
+            measure::SHOWN_FEATURES
+                .iter()
+                .map(|f| f.to_string())
+                .collect()
+        });
     let _ = write!(s, "| engine | interface |");
-    for f in measure::SHOWN_FEATURES {
+    for f in &shown {
         let _ = write!(s, " {f} |");
     }
     let _ = writeln!(s);
     let _ = write!(s, "|---|---|");
-    for _ in measure::SHOWN_FEATURES {
+    for _ in &shown {
         let _ = write!(s, "---|");
     }
     let _ = writeln!(s);
@@ -1358,7 +1370,7 @@ pub fn report(r: &Results) -> String {
             ),
         ] {
             let _ = write!(s, "| {} | {label} |", e.name());
-            for f in measure::SHOWN_FEATURES {
+            for f in &shown {
                 let v = feats
                     .iter()
                     .find(|(k, _)| k == f)

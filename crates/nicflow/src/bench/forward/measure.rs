@@ -110,9 +110,12 @@ impl IfaceCounters {
 }
 
 /// The offload features the report shows, as `ethtool -k` prints them.
+/// `tx-tcp-segmentation` rather than the `tcp-segmentation-offload`
+/// summary: on Linux 6.18 the summary stays `on` after `tx off` because
+/// `tx-tcp-accecn-segmentation` does.
 pub const SHOWN_FEATURES: &[&str] = &[
     "tx-checksumming",
-    "tcp-segmentation-offload",
+    "tx-tcp-segmentation",
     "generic-segmentation-offload",
     "generic-receive-offload",
     "rx-udp-gro-forwarding",
