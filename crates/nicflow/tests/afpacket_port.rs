@@ -11,6 +11,8 @@
 //! everything on drop, panics included; bridges, ports and child processes
 //! are declared after the guard so they are gone before it runs.
 
+mod common;
+use common::{have, lab_possible, must, run};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::afpacket::{AfPacketCounters, AfPacketOptions, AfPacketPort};
@@ -35,57 +37,6 @@ fn software_fixups() -> AfPacketOptions {
         vnet_hdr: false,
         ..Default::default()
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// Skip (with the message the lab's CI greps for) unless we can build a lab.
-fn lab_possible() -> bool {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return false;
-    }
-    for tool in ["ip", "ping"] {
-        if !have(tool) {
-            eprintln!("skipping: `{tool}` not installed");
-            return false;
-        }
-    }
-    true
-}
-
-fn run(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn must(args: &[&str]) -> String {
-    run(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Namespaces and veth pairs of one test; removed on drop.

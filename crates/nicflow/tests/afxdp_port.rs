@@ -10,6 +10,8 @@
 //! ports, so their XDP programs) is declared after the guard, so it is
 //! stopped and the programs detached before the lab goes.
 
+mod common;
+use common::{have, lab_possible, must, run};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::afpacket::{AfPacketOptions, AfPacketPort};
@@ -29,57 +31,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
-/// Skip (with the message the lab's CI greps for) unless we can build a lab.
-fn lab_possible() -> bool {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return false;
-    }
-    for tool in ["ip", "ping"] {
-        if !have(tool) {
-            eprintln!("skipping: `{tool}` not installed");
-            return false;
-        }
-    }
-    true
-}
-
-fn run(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn must(args: &[&str]) -> String {
-    run(args).unwrap_or_else(|e| panic!("{e}"))
-}
 
 fn show(o: &Output) -> String {
     format!(
