@@ -146,6 +146,16 @@ impl Bridge {
         self.ports.iter().filter_map(|p| p.port.rx_fd())
     }
 
+    /// Does any port profit from a short spin after traffic stops?
+    pub fn spin_worthwhile(&self) -> bool {
+        self.ports.iter().any(|p| p.port.spin_worthwhile())
+    }
+
+    /// Does any port have work to finish without new input?
+    pub fn has_deferred_work(&self) -> bool {
+        self.ports.iter().any(|p| p.port.has_deferred_work())
+    }
+
     /// Like [`Bridge::port_stats`], with each port's extra counters.
     #[allow(clippy::type_complexity)]
     pub fn port_stats_detailed(&self) -> Vec<(String, u32, PortStats, Vec<(&'static str, u64)>)> {

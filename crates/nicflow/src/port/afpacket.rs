@@ -309,7 +309,7 @@ impl Default for AfPacketOptions {
             block_size: 128 * 1024,
             block_count: 64,
             frame_size: 2048,
-            block_timeout_ms: 2,
+            block_timeout_ms: 1,
             promisc: true,
             disable_offloads: true,
             vnet_hdr: true,

@@ -82,4 +82,15 @@ pub trait Port {
     fn accepts_offloads(&self) -> bool {
         false
     }
+    /// Does the port's `rx_fd` become readable per frame, so that spinning
+    /// briefly after traffic stops saves a wakeup (AF_XDP rings)? Ports that
+    /// hand over frames in blocks (TPACKET_V3) gain nothing from spinning.
+    fn spin_worthwhile(&self) -> bool {
+        false
+    }
+    /// Work the port still has to do without new input (a transmit ring not
+    /// yet drained into the device): the daemon must not sleep while true.
+    fn has_deferred_work(&self) -> bool {
+        false
+    }
 }

@@ -902,6 +902,14 @@ impl Port for AfXdpPort {
         &self.name
     }
 
+    fn spin_worthwhile(&self) -> bool {
+        true
+    }
+
+    fn has_deferred_work(&self) -> bool {
+        self.tx_kick_pending
+    }
+
     /// Also returns segments left over from a super-frame by the previous
     /// call first. A caller woken by [`rx_fd`](Port::rx_fd) must call again
     /// while it gets `max` frames: leftovers do not make the fd readable.
