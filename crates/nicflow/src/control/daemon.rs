@@ -142,10 +142,7 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
             // when a block retires, so spinning on them bought no latency and
             // cost the endpoints half a core on this 2-core machine.
             let since_tick = last_tick.elapsed();
-            let timeout = if moved_last_round
-                || deferred
-                || (spin && last_moved.elapsed() < SPIN)
-            {
+            let timeout = if moved_last_round || deferred || (spin && last_moved.elapsed() < SPIN) {
                 0
             } else {
                 let to_tick = TICK.saturating_sub(since_tick);
