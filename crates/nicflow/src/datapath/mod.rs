@@ -20,7 +20,7 @@
 
 pub mod action;
 pub mod emc;
-mod execute;
+pub mod execute;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;

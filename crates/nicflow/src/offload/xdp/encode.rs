@@ -1,0 +1,659 @@
+//! Datapath flow -> XDP map entries, or the reason it cannot be offloaded.
+//!
+//! Runs once per flow install (the slow path's rate), never per packet. The
+//! contract with `bpf/xdp_dp.c`: for every frame the program parses and
+//! every flow this accepts, the frame leaving the program is byte-for-byte
+//! what `datapath::execute` would produce with the flow's `DpAction`s.
+//! Whatever cannot keep that promise is refused here with a short, stable
+//! reason string, and the flow stays in the userspace datapath:
+//!
+//! | reason | why |
+//! | --- | --- |
+//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:tun_id`, ...) | the mask covers a field the program does not extract (tunnel, metadata, registers, conntrack) |
+//! | `action:controller` | a copy to the controller needs userspace |
+//! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
+//! | `action-after-output` | the output must be the last action |
+//! | `action:output-unmapped` | the output port has no devmap slot (not an XDP-capable port) |
+//! | `action:push-vlan-tpid` | a TPID other than 0x8100 / 0x88a8 (userspace would re-parse differently) |
+//! | `action:set-sctp-port` | SCTP port rewrite needs a CRC32c over the packet |
+//! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
+//!
+//! The engine adds `mask-table-full` and `flow-map-full` when the maps are
+//! full ([`super::OffloadError::NotOffloadable`] carries all of them).
+
+use super::layout::{flag, op, DpKey, FlowValue, RawAction, MAX_ACTIONS};
+use crate::datapath::{DpAction, DropReason};
+use nicflow_flow::{FlowKey, FlowMask};
+use std::collections::{BTreeMap, HashMap};
+
+/// Why a flow stays in userspace. `reason` is short and stable (it is
+/// meant for counters and logs): see the module docs for the list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[error("not offloadable to XDP: {reason}")]
+pub struct NotOffloadable {
+    pub reason: &'static str,
+}
+
+fn no(reason: &'static str) -> NotOffloadable {
+    NotOffloadable { reason }
+}
+
+/// nicflow port number -> slot of the program's `dp_tx_ports` devmap
+/// (which holds the port's ifindex). `None`: the port cannot be reached
+/// from XDP (tap, pcap, ...).
+pub trait PortSlots {
+    fn slot(&self, port: u32) -> Option<u32>;
+}
+
+impl<F: Fn(u32) -> Option<u32>> PortSlots for F {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self(port)
+    }
+}
+
+impl<S: std::hash::BuildHasher> PortSlots for HashMap<u32, u32, S> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self.get(&port).copied()
+    }
+}
+
+impl PortSlots for BTreeMap<u32, u32> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self.get(&port).copied()
+    }
+}
+
+/// A flow ready for the maps: masked key, mask, and value (counters zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncodedFlow {
+    /// `key & mask`.
+    pub key: DpKey,
+    pub mask: DpKey,
+    pub value: FlowValue,
+}
+
+/// One XDP action, before packing into a [`RawAction`]. A superset of what
+/// [`encode`] produces from `DpAction`s: `DecTtl` exists for flows built by
+/// hand (the slow path emits `SetTtl` with the value it decided, since
+/// `nw_ttl` is in the flow's mask).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpAction {
+    /// Redirect through devmap slot `slot`; must be last.
+    Output {
+        slot: u32,
+    },
+    /// XDP_DROP; `reason` is informational (a `DropReason` index).
+    Drop {
+        reason: u16,
+    },
+    SetEthSrc([u8; 6]),
+    SetEthDst([u8; 6]),
+    SetIpv4Src(u32),
+    SetIpv4Dst(u32),
+    SetIpv6Src([u8; 16]),
+    SetIpv6Dst([u8; 16]),
+    SetTos(u8),
+    SetTtl(u8),
+    /// Decrement TTL / hop limit; a frame arriving with <= 1 goes to
+    /// userspace untouched.
+    DecTtl,
+    SetTpSrc(u16),
+    SetTpDst(u16),
+    PushVlan {
+        tpid: u16,
+        tci: u16,
+    },
+    PopVlan,
+    SetVlanTci(u16),
+    SetArpSpa(u32),
+    SetArpTpa(u32),
+    SetArpSha([u8; 6]),
+    SetArpTha([u8; 6]),
+}
+
+impl XdpAction {
+    fn raw(&self) -> RawAction {
+        let mut r = RawAction::default();
+        let mac = |r: &mut RawAction, m: &[u8; 6]| r.data[..6].copy_from_slice(m);
+        match *self {
+            XdpAction::Output { slot } => {
+                r.op = op::OUTPUT;
+                r.arg32 = slot;
+            }
+            XdpAction::Drop { reason } => {
+                r.op = op::DROP;
+                r.arg16 = reason;
+            }
+            XdpAction::SetEthSrc(m) => {
+                r.op = op::SET_ETH_SRC;
+                mac(&mut r, &m);
+            }
+            XdpAction::SetEthDst(m) => {
+                r.op = op::SET_ETH_DST;
+                mac(&mut r, &m);
+            }
+            XdpAction::SetIpv4Src(a) => {
+                r.op = op::SET_IPV4_SRC;
+                r.arg32 = a;
+            }
+            XdpAction::SetIpv4Dst(a) => {
+                r.op = op::SET_IPV4_DST;
+                r.arg32 = a;
+            }
+            XdpAction::SetIpv6Src(a) => {
+                r.op = op::SET_IPV6_SRC;
+                r.data = a;
+            }
+            XdpAction::SetIpv6Dst(a) => {
+                r.op = op::SET_IPV6_DST;
+                r.data = a;
+            }
+            XdpAction::SetTos(t) => {
+                r.op = op::SET_TOS;
+                r.arg16 = t.into();
+            }
+            XdpAction::SetTtl(t) => {
+                r.op = op::SET_TTL;
+                r.arg16 = t.into();
+            }
+            XdpAction::DecTtl => r.op = op::DEC_TTL,
+            XdpAction::SetTpSrc(p) => {
+                r.op = op::SET_TP_SRC;
+                r.arg16 = p;
+            }
+            XdpAction::SetTpDst(p) => {
+                r.op = op::SET_TP_DST;
+                r.arg16 = p;
+            }
+            XdpAction::PushVlan { tpid, tci } => {
+                r.op = op::PUSH_VLAN;
+                r.arg32 = tpid.into();
+                r.arg16 = tci;
+            }
+            XdpAction::PopVlan => r.op = op::POP_VLAN,
+            XdpAction::SetVlanTci(t) => {
+                r.op = op::SET_VLAN_TCI;
+                r.arg16 = t;
+            }
+            XdpAction::SetArpSpa(a) => {
+                r.op = op::SET_ARP_SPA;
+                r.arg32 = a;
+            }
+            XdpAction::SetArpTpa(a) => {
+                r.op = op::SET_ARP_TPA;
+                r.arg32 = a;
+            }
+            XdpAction::SetArpSha(m) => {
+                r.op = op::SET_ARP_SHA;
+                mac(&mut r, &m);
+            }
+            XdpAction::SetArpTha(m) => {
+                r.op = op::SET_ARP_THA;
+                mac(&mut r, &m);
+            }
+        }
+        r
+    }
+
+    /// Decode a packed action (for dumps and tests).
+    pub fn from_raw(r: &RawAction) -> Option<XdpAction> {
+        let mut m = [0u8; 6];
+        m.copy_from_slice(&r.data[..6]);
+        Some(match r.op {
+            op::OUTPUT => XdpAction::Output { slot: r.arg32 },
+            op::DROP => XdpAction::Drop { reason: r.arg16 },
+            op::SET_ETH_SRC => XdpAction::SetEthSrc(m),
+            op::SET_ETH_DST => XdpAction::SetEthDst(m),
+            op::SET_IPV4_SRC => XdpAction::SetIpv4Src(r.arg32),
+            op::SET_IPV4_DST => XdpAction::SetIpv4Dst(r.arg32),
+            op::SET_IPV6_SRC => XdpAction::SetIpv6Src(r.data),
+            op::SET_IPV6_DST => XdpAction::SetIpv6Dst(r.data),
+            op::SET_TOS => XdpAction::SetTos(r.arg16 as u8),
+            op::SET_TTL => XdpAction::SetTtl(r.arg16 as u8),
+            op::DEC_TTL => XdpAction::DecTtl,
+            op::SET_TP_SRC => XdpAction::SetTpSrc(r.arg16),
+            op::SET_TP_DST => XdpAction::SetTpDst(r.arg16),
+            op::PUSH_VLAN => XdpAction::PushVlan {
+                tpid: r.arg32 as u16,
+                tci: r.arg16,
+            },
+            op::POP_VLAN => XdpAction::PopVlan,
+            op::SET_VLAN_TCI => XdpAction::SetVlanTci(r.arg16),
+            op::SET_ARP_SPA => XdpAction::SetArpSpa(r.arg32),
+            op::SET_ARP_TPA => XdpAction::SetArpTpa(r.arg32),
+            op::SET_ARP_SHA => XdpAction::SetArpSha(m),
+            op::SET_ARP_THA => XdpAction::SetArpTha(m),
+            _ => return None,
+        })
+    }
+}
+
+/// Pack an XDP action list into a map value (counters zero), checking the
+/// structural rules the program relies on: at most [`MAX_ACTIONS`], one
+/// output and only as the last action, no `SetTtl` before a `DecTtl` (the
+/// TTL pre-check looks at the received frame).
+pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
+    if actions.len() > MAX_ACTIONS {
+        return Err(no("too-many-actions"));
+    }
+    let mut v = FlowValue::default();
+    let mut set_ttl = false;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            XdpAction::Output { slot } => {
+                if i + 1 != actions.len() {
+                    return Err(no("action-after-output"));
+                }
+                v.flags |= flag::OUTPUT;
+                v.out_slot = *slot;
+            }
+            XdpAction::SetTtl(_) => set_ttl = true,
+            XdpAction::DecTtl => {
+                if set_ttl {
+                    return Err(no("action:dec-ttl-after-set-ttl"));
+                }
+                v.flags |= flag::DEC_TTL;
+            }
+            XdpAction::SetTpSrc(_) | XdpAction::SetTpDst(_) => v.flags |= flag::SET_TP,
+            XdpAction::PushVlan { tpid, .. } if !matches!(tpid, 0x8100 | 0x88a8) => {
+                return Err(no("action:push-vlan-tpid"));
+            }
+            _ => {}
+        }
+        v.actions[i] = a.raw();
+    }
+    v.n_actions = actions.len() as u8;
+    Ok(v)
+}
+
+/// Key fields the program does not extract, with their reason strings.
+/// A mask bit on any of them refuses the flow.
+fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
+    const REGS: [&str; 8] = [
+        "field:reg0",
+        "field:reg1",
+        "field:reg2",
+        "field:reg3",
+        "field:reg4",
+        "field:reg5",
+        "field:reg6",
+        "field:reg7",
+    ];
+    if m.tun_id != 0 {
+        return Some("field:tun_id");
+    }
+    if m.tun_src != 0 {
+        return Some("field:tun_src");
+    }
+    if m.tun_dst != 0 {
+        return Some("field:tun_dst");
+    }
+    if m.tun_flags != 0 {
+        return Some("field:tun_flags");
+    }
+    if m.metadata != 0 {
+        return Some("field:metadata");
+    }
+    if let Some(i) = m.regs.iter().position(|r| *r != 0) {
+        return Some(REGS[i]);
+    }
+    if m.ct_state != 0 {
+        return Some("field:ct_state");
+    }
+    if m.ct_zone != 0 {
+        return Some("field:ct_zone");
+    }
+    if m.ct_mark != 0 {
+        return Some("field:ct_mark");
+    }
+    None
+}
+
+/// Translate one datapath flow. `ports` maps output port numbers to devmap
+/// slots. The result's key is masked; the engine assigns the mask slot.
+pub fn encode(
+    key: &FlowKey,
+    mask: &FlowMask,
+    actions: &[DpAction],
+    ports: &dyn PortSlots,
+) -> Result<EncodedFlow, NotOffloadable> {
+    if let Some(reason) = unsupported_field(&mask.0) {
+        return Err(no(reason));
+    }
+    let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
+    let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
+    let mut outputs = 0;
+    for a in actions {
+        if outputs > 0 {
+            // Anything after the output: another output is a clone/flood,
+            // anything else would have to happen after the frame left.
+            return Err(no(if matches!(a, DpAction::Output(_)) {
+                "multiple-outputs"
+            } else {
+                "action-after-output"
+            }));
+        }
+        let x = match *a {
+            DpAction::Output(p) => {
+                outputs += 1;
+                let slot = ports.slot(p).ok_or(no("action:output-unmapped"))?;
+                XdpAction::Output { slot }
+            }
+            DpAction::Drop(reason) => {
+                let idx = DropReason::ALL
+                    .iter()
+                    .position(|d| *d == reason)
+                    .unwrap_or(0);
+                out.push(XdpAction::Drop { reason: idx as u16 });
+                // userspace stops at a Drop: later actions never run.
+                break;
+            }
+            DpAction::Controller { .. } => return Err(no("action:controller")),
+            DpAction::SetEthSrc(m) => XdpAction::SetEthSrc(m),
+            DpAction::SetEthDst(m) => XdpAction::SetEthDst(m),
+            DpAction::SetIpv4Src(v) => XdpAction::SetIpv4Src(v),
+            DpAction::SetIpv4Dst(v) => XdpAction::SetIpv4Dst(v),
+            DpAction::SetIpv6Src(v) => XdpAction::SetIpv6Src(v),
+            DpAction::SetIpv6Dst(v) => XdpAction::SetIpv6Dst(v),
+            DpAction::SetArpSpa(v) => XdpAction::SetArpSpa(v),
+            DpAction::SetArpTpa(v) => XdpAction::SetArpTpa(v),
+            DpAction::SetArpSha(m) => XdpAction::SetArpSha(m),
+            DpAction::SetArpTha(m) => XdpAction::SetArpTha(m),
+            DpAction::SetTos(t) => XdpAction::SetTos(t),
+            DpAction::SetTtl(t) => XdpAction::SetTtl(t),
+            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if sctp => {
+                return Err(no("action:set-sctp-port"));
+            }
+            DpAction::SetTpSrc(p) => XdpAction::SetTpSrc(p),
+            DpAction::SetTpDst(p) => XdpAction::SetTpDst(p),
+            DpAction::PushVlan { tpid, tci } => XdpAction::PushVlan { tpid, tci },
+            DpAction::PopVlan => XdpAction::PopVlan,
+            DpAction::SetVlanTci(t) => XdpAction::SetVlanTci(t),
+        };
+        out.push(x);
+    }
+    let value = pack(&out)?;
+    let m = DpKey::from_flow_key(&mask.0);
+    Ok(EncodedFlow {
+        key: DpKey::from_flow_key(key).masked(&m),
+        mask: m,
+        value,
+    })
+}
+
+/// Decode a value's action list (for dumps and tests).
+pub fn actions_of(v: &FlowValue) -> Vec<XdpAction> {
+    let n = usize::from(v.n_actions).min(MAX_ACTIONS);
+    v.actions[..n]
+        .iter()
+        .filter_map(XdpAction::from_raw)
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::field_reassign_with_default)]
+mod tests {
+    use super::*;
+
+    fn ports() -> HashMap<u32, u32> {
+        HashMap::from([(1, 0), (2, 1), (3, 2)])
+    }
+
+    fn tcp_flow() -> (FlowKey, FlowMask) {
+        let mut k = FlowKey::default();
+        k.in_port = 1;
+        k.dl_type = 0x0800;
+        k.nw_proto = 6;
+        k.nw_src = 0xc612_0001;
+        k.nw_dst = 0xc612_0102;
+        k.tp_dst = 80;
+        k.nw_ttl = 64;
+        let mut m = FlowMask::catchall();
+        m.0.in_port = u32::MAX;
+        m.0.dl_type = 0xffff;
+        m.0.nw_proto = 0xff;
+        m.0.nw_dst = 0xffff_ff00;
+        m.0.tp_dst = 0xffff;
+        (k, m)
+    }
+
+    #[test]
+    fn supported_flow_encodes_every_action() {
+        let (k, m) = tcp_flow();
+        let acts = vec![
+            DpAction::SetEthSrc([2, 0, 0, 0, 0, 9]),
+            DpAction::SetEthDst([2, 0, 0, 0, 0, 8]),
+            DpAction::SetIpv4Src(0xc612_0063),
+            DpAction::SetIpv4Dst(0xc612_0164),
+            DpAction::SetTos(0x20),
+            DpAction::SetTtl(63),
+            DpAction::SetTpSrc(1000),
+            DpAction::SetTpDst(8080),
+            DpAction::PushVlan {
+                tpid: 0x8100,
+                tci: 0x2064,
+            },
+            DpAction::SetVlanTci(0x0065),
+            DpAction::PopVlan,
+            DpAction::Output(3),
+        ];
+        let e = encode(&k, &m, &acts, &ports()).unwrap();
+        assert_eq!(e.value.n_actions, 12);
+        assert_eq!(e.value.flags, flag::OUTPUT | flag::SET_TP);
+        assert_eq!(e.value.out_slot, 2);
+        assert_eq!(e.mask.nw_dst, 0xffff_ff00);
+        // The key is stored masked: nw_src and ttl are wildcarded.
+        assert_eq!((e.key.nw_src, e.key.nw_ttl), (0, 0));
+        assert_eq!(e.key.nw_dst, 0xc612_0100);
+        assert_eq!((e.key.in_port, e.key.tp_dst, e.key.nw_proto), (1, 80, 6));
+        let back = actions_of(&e.value);
+        assert_eq!(
+            back,
+            vec![
+                XdpAction::SetEthSrc([2, 0, 0, 0, 0, 9]),
+                XdpAction::SetEthDst([2, 0, 0, 0, 0, 8]),
+                XdpAction::SetIpv4Src(0xc612_0063),
+                XdpAction::SetIpv4Dst(0xc612_0164),
+                XdpAction::SetTos(0x20),
+                XdpAction::SetTtl(63),
+                XdpAction::SetTpSrc(1000),
+                XdpAction::SetTpDst(8080),
+                XdpAction::PushVlan {
+                    tpid: 0x8100,
+                    tci: 0x2064
+                },
+                XdpAction::SetVlanTci(0x0065),
+                XdpAction::PopVlan,
+                XdpAction::Output { slot: 2 },
+            ]
+        );
+        // Raw encoding details the C side reads.
+        assert_eq!(e.value.actions[2].op, op::SET_IPV4_SRC);
+        assert_eq!(e.value.actions[2].arg32, 0xc612_0063);
+        assert_eq!(e.value.actions[8].arg32, 0x8100);
+        assert_eq!(e.value.actions[8].arg16, 0x2064);
+        assert_eq!(&e.value.actions[0].data[..6], &[2, 0, 0, 0, 0, 9]);
+    }
+
+    #[test]
+    fn ipv6_arp_and_drop_encode() {
+        let (k, m) = tcp_flow();
+        let a6 = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+        let e = encode(
+            &k,
+            &m,
+            &[
+                DpAction::SetIpv6Src(a6),
+                DpAction::SetIpv6Dst(a6),
+                DpAction::Output(1),
+            ],
+            &ports(),
+        )
+        .unwrap();
+        assert_eq!(e.value.actions[0].data, a6);
+        let e = encode(
+            &k,
+            &m,
+            &[
+                DpAction::SetArpSpa(1),
+                DpAction::SetArpTpa(2),
+                DpAction::SetArpSha([1; 6]),
+                DpAction::SetArpTha([2; 6]),
+                DpAction::Output(2),
+            ],
+            &ports(),
+        )
+        .unwrap();
+        assert_eq!(e.value.n_actions, 5);
+        // Policy drop (empty list) and explicit drops.
+        let e = encode(&k, &m, &[], &ports()).unwrap();
+        assert_eq!((e.value.n_actions, e.value.flags), (0, 0));
+        let e = encode(
+            &k,
+            &m,
+            &[
+                DpAction::SetTtl(1),
+                DpAction::Drop(DropReason::TtlExceeded),
+                DpAction::Output(2),
+            ],
+            &ports(),
+        )
+        .unwrap();
+        assert_eq!(
+            actions_of(&e.value),
+            vec![XdpAction::SetTtl(1), XdpAction::Drop { reason: 0 }]
+        );
+    }
+
+    #[test]
+    fn unsupported_fields_have_stable_reasons() {
+        let (k, m0) = tcp_flow();
+        type Case = (fn(&mut FlowKey), &'static str);
+        let cases: Vec<Case> = vec![
+            (|m| m.ct_state = 0xff, "field:ct_state"),
+            (|m| m.ct_zone = 1, "field:ct_zone"),
+            (|m| m.ct_mark = 1, "field:ct_mark"),
+            (|m| m.tun_id = 1, "field:tun_id"),
+            (|m| m.tun_src = 1, "field:tun_src"),
+            (|m| m.tun_dst = 1, "field:tun_dst"),
+            (|m| m.tun_flags = 1, "field:tun_flags"),
+            (|m| m.metadata = 1, "field:metadata"),
+            (|m| m.regs[0] = 1, "field:reg0"),
+            (|m| m.regs[5] = 1, "field:reg5"),
+        ];
+        for (set, reason) in cases {
+            let mut m = m0;
+            set(&mut m.0);
+            let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
+            assert_eq!(e.reason, reason);
+        }
+        // Every field the program extracts is accepted under a full mask.
+        let mut full = FlowMask::exact();
+        full.0.tun_id = 0;
+        full.0.tun_src = 0;
+        full.0.tun_dst = 0;
+        full.0.tun_flags = 0;
+        full.0.metadata = 0;
+        full.0.regs = [0; 8];
+        full.0.ct_state = 0;
+        full.0.ct_zone = 0;
+        full.0.ct_mark = 0;
+        let e = encode(&k, &full, &[DpAction::Output(2)], &ports()).unwrap();
+        assert_eq!(e.key, DpKey::from_flow_key(&k));
+        assert_eq!(e.mask.to_flow_key(), full.0);
+    }
+
+    #[test]
+    fn unsupported_actions_have_stable_reasons() {
+        let (k, m) = tcp_flow();
+        let p = ports();
+        let reason = |acts: &[DpAction]| encode(&k, &m, acts, &p).unwrap_err().reason;
+        assert_eq!(
+            reason(&[DpAction::Controller { max_len: 128 }]),
+            "action:controller"
+        );
+        assert_eq!(
+            reason(&[DpAction::Output(1), DpAction::Output(2)]),
+            "multiple-outputs"
+        );
+        assert_eq!(
+            reason(&[DpAction::Output(1), DpAction::SetTtl(3)]),
+            "action-after-output"
+        );
+        assert_eq!(reason(&[DpAction::Output(9)]), "action:output-unmapped");
+        assert_eq!(
+            reason(&[
+                DpAction::PushVlan {
+                    tpid: 0x9100,
+                    tci: 1
+                },
+                DpAction::Output(1)
+            ]),
+            "action:push-vlan-tpid"
+        );
+        let many = vec![DpAction::SetTtl(3); MAX_ACTIONS + 1];
+        assert_eq!(reason(&many), "too-many-actions");
+        // SCTP port rewrite when the mask pins SCTP.
+        let mut ks = k;
+        ks.nw_proto = nicflow_packet::IPPROTO_SCTP;
+        let e = encode(&ks, &m, &[DpAction::SetTpDst(1), DpAction::Output(1)], &p);
+        assert_eq!(e.unwrap_err().reason, "action:set-sctp-port");
+        // With nw_proto wildcarded it is accepted with the runtime check.
+        let mut mw = m;
+        mw.0.nw_proto = 0;
+        let e = encode(&ks, &mw, &[DpAction::SetTpDst(1), DpAction::Output(1)], &p).unwrap();
+        assert_ne!(e.value.flags & flag::SET_TP, 0);
+        // A closure works as the port map.
+        let f = |port: u32| (port == 5).then_some(4);
+        let e = encode(&k, &m, &[DpAction::Output(5)], &f).unwrap();
+        assert_eq!(e.value.out_slot, 4);
+    }
+
+    #[test]
+    fn pack_rules() {
+        assert_eq!(
+            pack(&[XdpAction::SetTtl(5), XdpAction::DecTtl])
+                .unwrap_err()
+                .reason,
+            "action:dec-ttl-after-set-ttl"
+        );
+        let v = pack(&[XdpAction::DecTtl, XdpAction::Output { slot: 3 }]).unwrap();
+        assert_eq!(v.flags, flag::DEC_TTL | flag::OUTPUT);
+        assert_eq!(
+            pack(&[XdpAction::Output { slot: 3 }, XdpAction::PopVlan])
+                .unwrap_err()
+                .reason,
+            "action-after-output"
+        );
+        let all = [
+            XdpAction::Drop { reason: 1 },
+            XdpAction::SetEthSrc([1; 6]),
+            XdpAction::SetEthDst([2; 6]),
+            XdpAction::SetIpv4Src(1),
+            XdpAction::SetIpv4Dst(2),
+            XdpAction::SetIpv6Src([3; 16]),
+            XdpAction::SetIpv6Dst([4; 16]),
+            XdpAction::SetTos(5),
+            XdpAction::DecTtl,
+            XdpAction::SetTpSrc(6),
+            XdpAction::SetTpDst(7),
+            XdpAction::PushVlan {
+                tpid: 0x88a8,
+                tci: 8,
+            },
+            XdpAction::PopVlan,
+            XdpAction::SetVlanTci(9),
+            XdpAction::SetArpSpa(10),
+            XdpAction::SetArpTpa(11),
+        ];
+        let v = pack(&all).unwrap();
+        assert_eq!(actions_of(&v), all.to_vec());
+        let v = pack(&[
+            XdpAction::SetArpSha([1; 6]),
+            XdpAction::SetArpTha([2; 6]),
+            XdpAction::SetTtl(9),
+        ])
+        .unwrap();
+        assert_eq!(actions_of(&v).len(), 3);
+    }
+}

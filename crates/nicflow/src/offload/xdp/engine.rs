@@ -1,0 +1,598 @@
+//! Loading `bpf/xdp_dp.c` and managing its maps: flows, masks, ports,
+//! output devmap, AF_XDP sockets, counters.
+//!
+//! Everything here runs at control-plane rate (flow install/remove,
+//! counter reads for aging); the per-packet work is in the kernel.
+//! Ordering rules that keep the program from ever seeing a half-installed
+//! flow: a new mask is written (active) before the first flow that uses
+//! it, and deactivated only after its last flow is deleted.
+
+use super::encode::EncodedFlow;
+use super::layout::{
+    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, MAX_MASKS_CAP,
+};
+use super::masks::MaskTable;
+use super::OffloadError;
+use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray, XskMap};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// The object built from `bpf/xdp_dp.c` by build.rs.
+static XDP_DP_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_dp.o"));
+const PROG_NAME: &str = "xdp_dp";
+
+const BPF_NOEXIST: u64 = 1;
+const BPF_EXIST: u64 = 2;
+
+/// Map sizes, fixed when the program is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XdpEngineConfig {
+    /// Entries of `dp_flows` (offloaded flows); a full map makes installs
+    /// fail with `flow-map-full`.
+    pub max_flows: u32,
+    /// Mask slots (1..=64): the most distinct megaflow masks offloaded at
+    /// once, and the worst-case number of hash lookups per missed frame.
+    pub max_masks: u32,
+    /// Slots of the output devmap `dp_tx_ports`.
+    pub max_tx_ports: u32,
+    /// Interfaces the program may be attached to (`dp_ports`).
+    pub max_ifaces: u32,
+    /// Entries of the XSKMAP (rx queues with an AF_XDP socket).
+    pub max_queues: u32,
+}
+
+impl Default for XdpEngineConfig {
+    fn default() -> Self {
+        XdpEngineConfig {
+            max_flows: 65536,
+            max_masks: 16,
+            max_tx_ports: 256,
+            max_ifaces: 256,
+            max_queues: 64,
+        }
+    }
+}
+
+/// Handle of an installed flow: its map key (mask slot + masked key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowHandle(FlowMapKey);
+
+impl FlowHandle {
+    pub fn mask_slot(&self) -> u32 {
+        self.0.mask_idx
+    }
+
+    pub fn key(&self) -> &DpKey {
+        &self.0.key
+    }
+}
+
+/// A flow's counters as the program left them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    /// OR of the TCP flags seen (may miss a bit under concurrent hits).
+    pub tcp_flags: u16,
+    /// Time since the last hit; `None` if never hit.
+    pub idle: Option<Duration>,
+    /// The last hit as an [`Instant`] (now - idle).
+    pub used: Option<Instant>,
+}
+
+/// Sums of the program's per-CPU counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub rx: u64,
+    pub hit: u64,
+    pub miss: u64,
+    pub unparsed: u64,
+    pub no_port: u64,
+    pub punt: u64,
+    pub output: u64,
+    pub drop: u64,
+    pub aborted: u64,
+}
+
+/// How the program is attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttachMode {
+    Native,
+    Generic,
+}
+
+/// The loaded XDP datapath with its maps. Dropping it detaches the program
+/// from every interface (BPF links) and frees the maps.
+pub struct XdpEngine {
+    // Maps first: fields drop in order, and the maps only go away for good
+    // once the program (inside `ebpf`) releases them too.
+    flows: BpfHashMap<MapData, FlowMapKey, FlowValue>,
+    masks_map: Array<MapData, MaskEntry>,
+    config_map: Array<MapData, ConfigEntry>,
+    ports_map: BpfHashMap<MapData, u32, PortEntry>,
+    tx_ports: Map,
+    xsks: XskMap<MapData>,
+    stats: PerCpuArray<MapData, u64>,
+    ebpf: Ebpf,
+    cfg: XdpEngineConfig,
+    masks: MaskTable,
+    /// Installed flows -> their mask slot's reference is held.
+    installed: HashMap<FlowMapKey, ()>,
+    links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
+}
+
+impl std::fmt::Debug for XdpEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpEngine")
+            .field("cfg", &self.cfg)
+            .field("flows", &self.installed.len())
+            .field("masks", &self.masks.len())
+            .finish()
+    }
+}
+
+fn bpf(op: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> OffloadError {
+    OffloadError::Bpf {
+        op,
+        source: Box::new(e),
+    }
+}
+
+fn errno_of(e: &aya::maps::MapError) -> Option<i32> {
+    match e {
+        aya::maps::MapError::SyscallError(s) => s.io_error.raw_os_error(),
+        aya::maps::MapError::IoError(io) => io.raw_os_error(),
+        _ => None,
+    }
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, OffloadError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| OffloadError::Config(format!("BPF object has no map `{name}`")))?;
+    T::try_from(m).map_err(|e| bpf("map type", e))
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `bpf(BPF_MAP_DELETE_ELEM)`: aya 0.14's DevMap has no delete.
+fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Attr {
+        map_fd: u32,
+        pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    let attr = Attr {
+        map_fd: fd as u32,
+        pad: 0,
+        key: &key as *const u32 as u64,
+        value: 0,
+        flags: 0,
+    };
+    const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+    // SAFETY: the attribute struct outlives the call and the key pointer
+    // points to a live u32; the kernel reads sizeof(attr) bytes.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_DELETE_ELEM,
+            &attr as *const Attr,
+            std::mem::size_of::<Attr>(),
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+impl XdpEngine {
+    /// Load the program and create its maps (the verifier runs here). Not
+    /// attached anywhere yet. A verifier rejection is
+    /// [`OffloadError::Verifier`], whose log the caller can save.
+    pub fn load(cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
+        if cfg.max_masks == 0 || cfg.max_masks > MAX_MASKS_CAP {
+            return Err(OffloadError::Config(format!(
+                "max_masks must be 1..={MAX_MASKS_CAP}, not {}",
+                cfg.max_masks
+            )));
+        }
+        for (what, n) in [
+            ("max_flows", cfg.max_flows),
+            ("max_tx_ports", cfg.max_tx_ports),
+            ("max_ifaces", cfg.max_ifaces),
+            ("max_queues", cfg.max_queues),
+        ] {
+            if n == 0 {
+                return Err(OffloadError::Config(format!("{what} must be at least 1")));
+            }
+        }
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("dp_flows", cfg.max_flows)
+            .map_max_entries("dp_masks", cfg.max_masks)
+            .map_max_entries("dp_tx_ports", cfg.max_tx_ports)
+            .map_max_entries("dp_ports", cfg.max_ifaces)
+            .map_max_entries("dp_xsks", cfg.max_queues)
+            .load(XDP_DP_OBJ)
+            .map_err(|e| bpf("loading the BPF object xdp_dp.o", e))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))?;
+        match prog.load() {
+            Ok(()) => {}
+            Err(ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            }) => {
+                return Err(OffloadError::Verifier {
+                    source: io_error,
+                    log: verifier_log.to_string(),
+                })
+            }
+            Err(e) => return Err(bpf("BPF_PROG_LOAD(xdp_dp)", e)),
+        }
+        let flows = take(&mut ebpf, "dp_flows")?;
+        let masks_map = take(&mut ebpf, "dp_masks")?;
+        let mut config_map: Array<MapData, ConfigEntry> = take(&mut ebpf, "dp_config")?;
+        let ports_map = take(&mut ebpf, "dp_ports")?;
+        let tx_ports = ebpf
+            .take_map("dp_tx_ports")
+            .ok_or_else(|| OffloadError::Config("BPF object has no map `dp_tx_ports`".into()))?;
+        let xsks = take(&mut ebpf, "dp_xsks")?;
+        let stats = take(&mut ebpf, "dp_stats")?;
+        config_map
+            .set(0, ConfigEntry::default(), 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_config)", e))?;
+        Ok(XdpEngine {
+            flows,
+            masks_map,
+            config_map,
+            ports_map,
+            tx_ports,
+            xsks,
+            stats,
+            ebpf,
+            cfg,
+            masks: MaskTable::new(cfg.max_masks),
+            installed: HashMap::new(),
+            links: HashMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &XdpEngineConfig {
+        &self.cfg
+    }
+
+    fn prog(&self) -> Result<&Xdp, OffloadError> {
+        self.ebpf
+            .program(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))
+    }
+
+    /// The loaded program (for `BPF_PROG_TEST_RUN` and introspection).
+    pub fn program(&self) -> Result<&Xdp, OffloadError> {
+        self.prog()
+    }
+
+    /// Instructions the verifier processed (`bpf_prog_info.verified_insns`,
+    /// Linux 5.16+).
+    pub fn verified_insns(&self) -> Option<u32> {
+        self.prog().ok()?.info().ok()?.verified_instruction_count()
+    }
+
+    /// Attach to `ifindex`. The interface also needs [`Self::set_port`] or
+    /// every frame goes to userspace.
+    pub fn attach(&mut self, ifindex: u32, mode: AttachMode) -> Result<(), OffloadError> {
+        let m = match mode {
+            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Generic => XdpMode::Skb,
+        };
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))?;
+        let link = prog
+            .attach_to_if_index(ifindex, m)
+            .map_err(|e| bpf("attaching xdp_dp", e))?;
+        self.links.insert(ifindex, link);
+        Ok(())
+    }
+
+    /// Detach from `ifindex` (a no-op if not attached).
+    pub fn detach(&mut self, ifindex: u32) -> Result<(), OffloadError> {
+        let Some(link) = self.links.remove(&ifindex) else {
+            return Ok(());
+        };
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))?;
+        prog.detach(link).map_err(|e| bpf("detaching xdp_dp", e))
+    }
+
+    /// Frames received on `ifindex` carry nicflow port number `in_port`
+    /// in their key.
+    pub fn set_port(&mut self, ifindex: u32, in_port: u32) -> Result<(), OffloadError> {
+        self.ports_map
+            .insert(ifindex, PortEntry { in_port, flags: 0 }, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+    }
+
+    pub fn remove_port(&mut self, ifindex: u32) -> Result<(), OffloadError> {
+        match self.ports_map.remove(&ifindex) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_ports)", e)),
+        }
+    }
+
+    /// Devmap slot `slot` transmits on `ifindex`.
+    pub fn set_tx_port(&mut self, slot: u32, ifindex: u32) -> Result<(), OffloadError> {
+        let mut dm = DevMap::try_from(&mut self.tx_ports).map_err(|e| bpf("DEVMAP", e))?;
+        dm.set(slot, ifindex, None, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tx_ports)", e))
+    }
+
+    /// Empty devmap slot `slot`: flows outputting to it go to userspace
+    /// (pre-check), they are not dropped.
+    pub fn clear_tx_port(&mut self, slot: u32) -> Result<(), OffloadError> {
+        let fd = match &self.tx_ports {
+            Map::DevMap(md) => md.fd().as_fd().as_raw_fd(),
+            _ => return Err(OffloadError::Config("dp_tx_ports is not a DEVMAP".into())),
+        };
+        match map_delete_u32(fd, slot) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_tx_ports)", e)),
+        }
+    }
+
+    /// Register an AF_XDP socket for rx queue `queue`: misses on that queue
+    /// go to it (without one they get XDP_PASS).
+    pub fn register_xsk(&mut self, queue: u32, fd: RawFd) -> Result<(), OffloadError> {
+        self.xsks
+            .set(queue, fd, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_xsks)", e))
+    }
+
+    fn write_mask(&mut self, slot: u32, entry: MaskEntry) -> Result<(), OffloadError> {
+        self.masks_map
+            .set(slot, entry, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_masks)", e))
+    }
+
+    fn write_n_masks(&mut self) -> Result<(), OffloadError> {
+        let n = self.masks.n_masks();
+        self.config_map
+            .set(0, ConfigEntry { n_masks: n, pad: 0 }, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_config)", e))
+    }
+
+    /// Drop a reference on `slot`, deactivating the slot if it was the last.
+    fn release_mask(&mut self, slot: u32) -> Result<(), OffloadError> {
+        if self.masks.release(slot) {
+            self.write_mask(slot, MaskEntry::default())?;
+            self.write_n_masks()?;
+        }
+        Ok(())
+    }
+
+    /// Install an encoded flow. A flow with the same mask and masked key
+    /// is replaced (its counters kept). Full maps are
+    /// `NotOffloadable { reason: "mask-table-full" | "flow-map-full" }`:
+    /// nothing is installed and the flow keeps being handled in userspace.
+    pub fn install(&mut self, flow: &EncodedFlow) -> Result<FlowHandle, OffloadError> {
+        let acq = self
+            .masks
+            .acquire(&flow.mask)
+            .ok_or(OffloadError::NotOffloadable {
+                reason: "mask-table-full",
+            })?;
+        if acq.new {
+            let entry = MaskEntry {
+                active: 1,
+                pad: 0,
+                mask: flow.mask,
+            };
+            if let Err(e) = self
+                .write_mask(acq.slot, entry)
+                .and_then(|()| self.write_n_masks())
+            {
+                self.masks.release(acq.slot);
+                return Err(e);
+            }
+        }
+        let key = FlowMapKey {
+            mask_idx: acq.slot,
+            pad: 0,
+            key: flow.key.masked(&flow.mask),
+        };
+        let handle = FlowHandle(key);
+        if self.installed.contains_key(&key) {
+            self.masks.release(acq.slot); // the flow already holds one
+            self.modify(&handle, flow)?;
+            return Ok(handle);
+        }
+        match self.flows.insert(key, flow.value, BPF_NOEXIST) {
+            Ok(()) => {
+                self.installed.insert(key, ());
+                Ok(handle)
+            }
+            Err(e) => {
+                self.release_mask(acq.slot)?;
+                if errno_of(&e) == Some(libc::E2BIG) {
+                    Err(OffloadError::NotOffloadable {
+                        reason: "flow-map-full",
+                    })
+                } else {
+                    Err(bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e))
+                }
+            }
+        }
+    }
+
+    /// Replace an installed flow's actions, keeping its counters (hits
+    /// between reading them and writing the new value are not counted).
+    pub fn modify(&mut self, handle: &FlowHandle, flow: &EncodedFlow) -> Result<(), OffloadError> {
+        if !self.installed.contains_key(&handle.0) {
+            return Err(OffloadError::NotFound);
+        }
+        let old = self
+            .flows
+            .get(&handle.0, 0)
+            .map_err(|e| bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e))?;
+        let mut v = flow.value;
+        v.packets = old.packets;
+        v.bytes = old.bytes;
+        v.used_ns = old.used_ns;
+        v.tcp_flags = old.tcp_flags;
+        self.flows
+            .insert(handle.0, v, BPF_EXIST)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e))
+    }
+
+    /// Remove a flow; returns its final counters.
+    pub fn remove(&mut self, handle: &FlowHandle) -> Result<FlowCounters, OffloadError> {
+        if self.installed.remove(&handle.0).is_none() {
+            return Err(OffloadError::NotFound);
+        }
+        let last = self.counters(handle).unwrap_or_default();
+        match self.flows.remove(&handle.0) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
+            Err(e) => return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e)),
+        }
+        self.release_mask(handle.0.mask_idx)?;
+        Ok(last)
+    }
+
+    /// A flow's counters, last-used time converted from the kernel's
+    /// monotonic clock.
+    pub fn counters(&self, handle: &FlowHandle) -> Result<FlowCounters, OffloadError> {
+        let v = self.flows.get(&handle.0, 0).map_err(|e| match e {
+            aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
+            e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
+        })?;
+        let (idle, used) = if v.used_ns == 0 {
+            (None, None)
+        } else {
+            let idle = Duration::from_nanos(monotonic_ns().saturating_sub(v.used_ns));
+            (Some(idle), Instant::now().checked_sub(idle))
+        };
+        Ok(FlowCounters {
+            packets: v.packets,
+            bytes: v.bytes,
+            tcp_flags: v.tcp_flags,
+            idle,
+            used,
+        })
+    }
+
+    /// The raw map value of an installed flow (actions + counters).
+    pub fn value(&self, handle: &FlowHandle) -> Result<FlowValue, OffloadError> {
+        self.flows.get(&handle.0, 0).map_err(|e| match e {
+            aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
+            e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
+        })
+    }
+
+    pub fn n_flows(&self) -> usize {
+        self.installed.len()
+    }
+
+    pub fn masks(&self) -> &MaskTable {
+        &self.masks
+    }
+
+    pub fn flows(&self) -> impl Iterator<Item = FlowHandle> + '_ {
+        self.installed.keys().map(|k| FlowHandle(*k))
+    }
+
+    /// The program's global counters, summed over CPUs.
+    pub fn stats(&self) -> Result<EngineStats, OffloadError> {
+        let get = |i: u32| -> Result<u64, OffloadError> {
+            let v = self
+                .stats
+                .get(&i, 0)
+                .map_err(|e| bpf("BPF_MAP_LOOKUP_ELEM(dp_stats)", e))?;
+            Ok(v.iter().sum())
+        };
+        Ok(EngineStats {
+            rx: get(stat::RX)?,
+            hit: get(stat::HIT)?,
+            miss: get(stat::MISS)?,
+            unparsed: get(stat::UNPARSED)?,
+            no_port: get(stat::NO_PORT)?,
+            punt: get(stat::PUNT)?,
+            output: get(stat::OUTPUT)?,
+            drop: get(stat::DROP)?,
+            aborted: get(stat::ABORTED)?,
+        })
+    }
+
+    /// Run the program once on `frame` with `BPF_PROG_TEST_RUN`, as if it
+    /// arrived on `ifindex` / rx queue `queue` (the interface must exist
+    /// in the caller's network namespace). Returns the XDP action and the
+    /// frame as the program left it. Redirects are not carried out.
+    pub fn test_run(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        queue: u32,
+    ) -> Result<(u32, Vec<u8>), OffloadError> {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
+        // rx_queue_index, egress_ifindex.
+        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, queue, 0];
+        let mut ctx = [0u8; 24];
+        for (i, w) in md.iter().enumerate() {
+            ctx[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = self
+            .prog()?
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx),
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| bpf("BPF_PROG_TEST_RUN(xdp_dp)", e))?;
+        out.truncate(r.data_size_out as usize);
+        Ok((r.return_value, out))
+    }
+}

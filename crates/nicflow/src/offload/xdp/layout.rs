@@ -1,0 +1,364 @@
+//! `#[repr(C)]` mirrors of the maps' keys and values in `bpf/xdp_dp.c`.
+//!
+//! The C file has `_Static_assert`s on the same sizes; the `const`
+//! assertions here make a drift on either side a compile error of the Rust
+//! crate (sizes) or a unit-test failure (offsets). Every struct is padding
+//! free, which [`aya::Pod`] requires: the kernel hashes and compares keys
+//! bytewise, so a padding byte with garbage in it would make equal keys
+//! differ.
+
+use nicflow_flow::FlowKey;
+
+/// Words of [`DpKey`] (the C side masks it word by word).
+pub const DP_KEY_WORDS: usize = 11;
+/// Actions per flow (`DP_MAX_ACTIONS`).
+pub const MAX_ACTIONS: usize = 16;
+/// Upper bound of the mask loop (`DP_MAX_MASKS_CAP`): the most mask slots a
+/// loader may configure.
+pub const MAX_MASKS_CAP: u32 = 64;
+
+/// The frame's key as the XDP program builds it: the subset of
+/// [`FlowKey`] the program can parse, with exactly the same value
+/// conventions (host-order integers, network-order MACs and IPv6
+/// addresses, `vlan_tci` with the 0x1000 "present" bit, ICMP type/code in
+/// `tp_src`/`tp_dst`, ARP opcode in `nw_proto`, ARP IPs in
+/// `nw_src`/`nw_dst`). Used both as a key and as a mask.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DpKey {
+    pub in_port: u32,
+    pub dl_type: u16,
+    pub vlan_tci: u16,
+    pub dl_dst: [u8; 6],
+    pub vlan_tci2: u16,
+    pub dl_src: [u8; 6],
+    pub tp_src: u16,
+    pub arp_sha: [u8; 6],
+    pub tp_dst: u16,
+    pub arp_tha: [u8; 6],
+    pub tcp_flags: u16,
+    pub nw_src: u32,
+    pub nw_dst: u32,
+    pub ipv6_src: [u8; 16],
+    pub ipv6_dst: [u8; 16],
+    pub ipv6_label: u32,
+    pub nw_proto: u8,
+    pub nw_tos: u8,
+    pub nw_ttl: u8,
+    pub nw_frag: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<DpKey>() == DP_KEY_WORDS * 8);
+
+impl DpKey {
+    /// The XDP-visible fields of `k`; fields the program does not parse
+    /// (tunnel, metadata, registers, conntrack) are dropped — the encoder
+    /// refuses masks that cover them, so nothing is lost for a flow it
+    /// accepts.
+    pub fn from_flow_key(k: &FlowKey) -> DpKey {
+        DpKey {
+            in_port: k.in_port,
+            dl_type: k.dl_type,
+            vlan_tci: k.vlan_tci,
+            dl_dst: k.dl_dst,
+            vlan_tci2: k.vlan_tci2,
+            dl_src: k.dl_src,
+            tp_src: k.tp_src,
+            arp_sha: k.arp_sha,
+            tp_dst: k.tp_dst,
+            arp_tha: k.arp_tha,
+            tcp_flags: k.tcp_flags,
+            nw_src: k.nw_src,
+            nw_dst: k.nw_dst,
+            ipv6_src: k.ipv6_src,
+            ipv6_dst: k.ipv6_dst,
+            ipv6_label: k.ipv6_label,
+            nw_proto: k.nw_proto,
+            nw_tos: k.nw_tos,
+            nw_ttl: k.nw_ttl,
+            nw_frag: k.nw_frag,
+        }
+    }
+
+    /// Back to a [`FlowKey`] (the other fields zero): for dumps and tests.
+    pub fn to_flow_key(&self) -> FlowKey {
+        FlowKey {
+            in_port: self.in_port,
+            dl_type: self.dl_type,
+            vlan_tci: self.vlan_tci,
+            dl_dst: self.dl_dst,
+            vlan_tci2: self.vlan_tci2,
+            dl_src: self.dl_src,
+            tp_src: self.tp_src,
+            arp_sha: self.arp_sha,
+            tp_dst: self.tp_dst,
+            arp_tha: self.arp_tha,
+            tcp_flags: self.tcp_flags,
+            nw_src: self.nw_src,
+            nw_dst: self.nw_dst,
+            ipv6_src: self.ipv6_src,
+            ipv6_dst: self.ipv6_dst,
+            ipv6_label: self.ipv6_label,
+            nw_proto: self.nw_proto,
+            nw_tos: self.nw_tos,
+            nw_ttl: self.nw_ttl,
+            nw_frag: self.nw_frag,
+            ..FlowKey::default()
+        }
+    }
+
+    /// The key as the C side's `__u64 w[11]`.
+    pub fn words(&self) -> [u64; DP_KEY_WORDS] {
+        // SAFETY: DpKey is repr(C), 88 bytes, align 8, without padding
+        // (asserted above and in the layout test): every bit pattern of
+        // its bytes is a valid [u64; 11].
+        unsafe { std::mem::transmute::<DpKey, [u64; DP_KEY_WORDS]>(*self) }
+    }
+
+    pub fn from_words(w: [u64; DP_KEY_WORDS]) -> DpKey {
+        // SAFETY: as in `words`; every field is an integer or byte array,
+        // so any bit pattern is a valid DpKey.
+        unsafe { std::mem::transmute::<[u64; DP_KEY_WORDS], DpKey>(w) }
+    }
+
+    /// `self & mask`, word by word, as the program computes it.
+    pub fn masked(&self, mask: &DpKey) -> DpKey {
+        let mut w = self.words();
+        for (a, b) in w.iter_mut().zip(mask.words()) {
+            *a &= b;
+        }
+        DpKey::from_words(w)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.words().iter().all(|w| *w == 0)
+    }
+}
+
+/// `dp_flows` key: a masked key tagged with the mask slot it was masked by,
+/// so equal masked keys under different masks are different flows.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowMapKey {
+    pub mask_idx: u32,
+    pub pad: u32,
+    pub key: DpKey,
+}
+const _: () = assert!(std::mem::size_of::<FlowMapKey>() == 96);
+
+/// `dp_masks` value. `active == 0` marks a free slot the program skips.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MaskEntry {
+    pub active: u32,
+    pub pad: u32,
+    pub mask: DpKey,
+}
+const _: () = assert!(std::mem::size_of::<MaskEntry>() == 96);
+
+/// Action opcodes (`DP_OP_*`).
+pub mod op {
+    pub const NONE: u8 = 0;
+    pub const OUTPUT: u8 = 1;
+    pub const DROP: u8 = 2;
+    pub const SET_ETH_SRC: u8 = 3;
+    pub const SET_ETH_DST: u8 = 4;
+    pub const SET_IPV4_SRC: u8 = 5;
+    pub const SET_IPV4_DST: u8 = 6;
+    pub const SET_IPV6_SRC: u8 = 7;
+    pub const SET_IPV6_DST: u8 = 8;
+    pub const SET_TOS: u8 = 9;
+    pub const SET_TTL: u8 = 10;
+    pub const DEC_TTL: u8 = 11;
+    pub const SET_TP_SRC: u8 = 12;
+    pub const SET_TP_DST: u8 = 13;
+    pub const PUSH_VLAN: u8 = 14;
+    pub const POP_VLAN: u8 = 15;
+    pub const SET_VLAN_TCI: u8 = 16;
+    pub const SET_ARP_SPA: u8 = 17;
+    pub const SET_ARP_TPA: u8 = 18;
+    pub const SET_ARP_SHA: u8 = 19;
+    pub const SET_ARP_THA: u8 = 20;
+}
+
+/// Flow flags (`DP_F_*`): pre-checks the program runs before touching the
+/// frame, so that a frame it cannot finish goes to userspace unchanged.
+pub mod flag {
+    /// Has `DEC_TTL`: TTL / hop limit <= 1 goes to userspace.
+    pub const DEC_TTL: u8 = 0x01;
+    /// Has `SET_TP_*`: an SCTP frame (CRC32c not recomputed in XDP) goes to
+    /// userspace.
+    pub const SET_TP: u8 = 0x02;
+    /// Has `OUTPUT`: an empty devmap slot goes to userspace.
+    pub const OUTPUT: u8 = 0x04;
+}
+
+/// One encoded action (`struct dp_action`, 24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawAction {
+    pub op: u8,
+    pub pad: u8,
+    pub arg16: u16,
+    pub arg32: u32,
+    pub data: [u8; 16],
+}
+const _: () = assert!(std::mem::size_of::<RawAction>() == 24);
+
+/// `dp_flows` value (`struct dp_flow`): counters the program updates, then
+/// the action list.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowValue {
+    pub packets: u64,
+    pub bytes: u64,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) of the last hit; 0 = never.
+    pub used_ns: u64,
+    pub tcp_flags: u16,
+    pub n_actions: u8,
+    pub flags: u8,
+    /// Devmap slot of the flow's output (valid with [`flag::OUTPUT`]).
+    pub out_slot: u32,
+    pub actions: [RawAction; MAX_ACTIONS],
+}
+const _: () = assert!(std::mem::size_of::<FlowValue>() == 32 + 24 * MAX_ACTIONS);
+
+impl Default for FlowValue {
+    fn default() -> Self {
+        FlowValue {
+            packets: 0,
+            bytes: 0,
+            used_ns: 0,
+            tcp_flags: 0,
+            n_actions: 0,
+            flags: 0,
+            out_slot: 0,
+            actions: [RawAction::default(); MAX_ACTIONS],
+        }
+    }
+}
+
+/// `dp_config[0]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// Mask slots `0..n_masks` are tried.
+    pub n_masks: u32,
+    pub pad: u32,
+}
+
+/// `dp_ports` value, keyed by ifindex.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortEntry {
+    /// nicflow's datapath port number for frames received on the interface.
+    pub in_port: u32,
+    pub flags: u32,
+}
+
+/// Indices of the per-CPU `dp_stats` array (`DP_STAT_*`).
+pub mod stat {
+    pub const RX: u32 = 0;
+    pub const HIT: u32 = 1;
+    pub const MISS: u32 = 2;
+    pub const UNPARSED: u32 = 3;
+    pub const NO_PORT: u32 = 4;
+    pub const PUNT: u32 = 5;
+    pub const OUTPUT: u32 = 6;
+    pub const DROP: u32 = 7;
+    pub const ABORTED: u32 = 8;
+    pub const N: u32 = 9;
+}
+
+// SAFETY: all of these are repr(C), padding free (sizes asserted above and
+// offsets in the tests) and made only of integers and byte arrays.
+unsafe impl aya::Pod for DpKey {}
+unsafe impl aya::Pod for FlowMapKey {}
+unsafe impl aya::Pod for MaskEntry {}
+unsafe impl aya::Pod for RawAction {}
+unsafe impl aya::Pod for FlowValue {}
+unsafe impl aya::Pod for ConfigEntry {}
+unsafe impl aya::Pod for PortEntry {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    /// Offsets written next to the fields in `bpf/xdp_dp.c`.
+    #[test]
+    fn offsets_match_the_c_side() {
+        assert_eq!(offset_of!(DpKey, in_port), 0);
+        assert_eq!(offset_of!(DpKey, dl_type), 4);
+        assert_eq!(offset_of!(DpKey, vlan_tci), 6);
+        assert_eq!(offset_of!(DpKey, dl_dst), 8);
+        assert_eq!(offset_of!(DpKey, vlan_tci2), 14);
+        assert_eq!(offset_of!(DpKey, dl_src), 16);
+        assert_eq!(offset_of!(DpKey, tp_src), 22);
+        assert_eq!(offset_of!(DpKey, arp_sha), 24);
+        assert_eq!(offset_of!(DpKey, tp_dst), 30);
+        assert_eq!(offset_of!(DpKey, arp_tha), 32);
+        assert_eq!(offset_of!(DpKey, tcp_flags), 38);
+        assert_eq!(offset_of!(DpKey, nw_src), 40);
+        assert_eq!(offset_of!(DpKey, nw_dst), 44);
+        assert_eq!(offset_of!(DpKey, ipv6_src), 48);
+        assert_eq!(offset_of!(DpKey, ipv6_dst), 64);
+        assert_eq!(offset_of!(DpKey, ipv6_label), 80);
+        assert_eq!(offset_of!(DpKey, nw_proto), 84);
+        assert_eq!(offset_of!(DpKey, nw_frag), 87);
+        assert_eq!(offset_of!(FlowMapKey, key), 8);
+        assert_eq!(offset_of!(MaskEntry, mask), 8);
+        assert_eq!(offset_of!(RawAction, arg16), 2);
+        assert_eq!(offset_of!(RawAction, arg32), 4);
+        assert_eq!(offset_of!(RawAction, data), 8);
+        assert_eq!(offset_of!(FlowValue, used_ns), 16);
+        assert_eq!(offset_of!(FlowValue, tcp_flags), 24);
+        assert_eq!(offset_of!(FlowValue, n_actions), 26);
+        assert_eq!(offset_of!(FlowValue, flags), 27);
+        assert_eq!(offset_of!(FlowValue, out_slot), 28);
+        assert_eq!(offset_of!(FlowValue, actions), 32);
+    }
+
+    #[test]
+    fn flow_key_round_trip_and_masking() {
+        let mut k = FlowKey {
+            in_port: 7,
+            dl_type: 0x0800,
+            vlan_tci: 0x1064,
+            vlan_tci2: 0x1005,
+            dl_dst: [2, 0, 0, 0, 0, 2],
+            dl_src: [2, 0, 0, 0, 0, 1],
+            arp_sha: [1, 2, 3, 4, 5, 6],
+            arp_tha: [6, 5, 4, 3, 2, 1],
+            nw_src: 0xc612_0001,
+            nw_dst: 0xc612_0002,
+            ipv6_label: 0xabcde,
+            tp_src: 1234,
+            tp_dst: 80,
+            tcp_flags: 0x012,
+            nw_proto: 6,
+            nw_tos: 0x10,
+            nw_ttl: 64,
+            nw_frag: 1,
+            ..FlowKey::default()
+        };
+        k.ipv6_src[0] = 0x20;
+        k.ipv6_dst[15] = 9;
+        let d = DpKey::from_flow_key(&k);
+        assert_eq!(d.to_flow_key(), k);
+        assert_eq!(DpKey::from_words(d.words()), d);
+        // Word 0 holds in_port in its low half (little-endian host).
+        assert_eq!(d.words()[0] & 0xffff_ffff, 7);
+        // Fields outside the XDP key are dropped.
+        k.regs[0] = 5;
+        k.ct_state = 1;
+        assert_eq!(DpKey::from_flow_key(&k), d);
+        let m = DpKey {
+            nw_src: 0xffff_ff00,
+            in_port: u32::MAX,
+            ..DpKey::default()
+        };
+        let x = d.masked(&m);
+        assert_eq!((x.nw_src, x.in_port, x.nw_dst), (0xc612_0000, 7, 0));
+    }
+}
