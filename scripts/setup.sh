@@ -12,7 +12,14 @@ command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
-python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
+/usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
+# Measurement (nicflow bench ...): plots, latency, trafgen baseline, CPU
+# counters, co-located load.
+/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || need_apt+=(python3-matplotlib)
+command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)
+command -v trafgen >/dev/null 2>&1 || need_apt+=(netsniff-ng)
+command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

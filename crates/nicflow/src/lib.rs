@@ -21,6 +21,7 @@ pub mod lab;
 pub mod offload;
 pub mod ofproto;
 pub mod port;
+pub mod traffic;
 
 pub use bridge::{Bridge, BridgeError};
 pub use datapath::{Datapath, DatapathConfig};

@@ -94,15 +94,29 @@ enum Cmd {
     },
     /// Rules with counters.
     DumpFlows { bridge: String },
-    /// Datapath flows: match, actions, packets, bytes, used.
+    /// Datapath flows: match, packets, bytes, used, engine (xdp or
+    /// userspace with the reason it is not offloaded), actions.
     DumpDpFlows { bridge: String },
-    /// Port counters, cache hits per tier, upcalls, drops by reason.
+    /// Port counters, cache hits per tier, upcalls, drops by reason,
+    /// packets per engine (XDP / userspace).
     Stats,
+    /// Change a bridge setting: `offload=xdp|none` (persisted).
+    Set {
+        bridge: String,
+        /// KEY=VALUE
+        setting: String,
+    },
     /// Namespace labs: hosts and nicflow switches from a topology file.
     Lab {
         #[command(subcommand)]
         verb: LabCmd,
     },
+    /// Packet generator: test frames with sequence numbers and timestamps
+    /// onto an interface (AF_XDP, AF_PACKET tx ring as fallback).
+    Gen(nicflow::traffic::gen::Args),
+    /// Packet sink: per-flow counts, loss, reordering and one-way latency of
+    /// the generator's frames arriving on an interface.
+    Sink(nicflow::traffic::sink::Args),
     /// Benchmarks that print reports.
     Bench {
         #[command(subcommand)]
@@ -146,6 +160,22 @@ enum BenchCmd {
     /// Forwarding between two lab hosts: nicflow vs the Linux bridge vs Open
     /// vSwitch's userspace datapath (iperf3 TCP/UDP, CPU cost).
     Forward(bench::forward::Args),
+    /// iperf3 TCP with 1-32 parallel streams per engine: throughput and CPU
+    /// (document 000, figures 5.3-5.6).
+    Streams(bench::streams::Args),
+    /// `nicflow gen` against trafgen on one veth pair, in one run: packets/s
+    /// of 64-byte frames sent and received.
+    Gen(bench::generator::Args),
+    /// 1-20 client/server container pairs through one switch: throughput,
+    /// context switches and interrupts per Gbit, CPU left to a co-located load
+    /// (document 001, figure 4).
+    Containers(bench::containers::Args),
+    /// 100-65536 OpenFlow entries with as many microflows: packets/s and host
+    /// CPU (document 004, figure 6).
+    OvsL3(bench::ovs_l3::Args),
+    /// 64K-4M exact 5-tuple entries, counters on/off, pipeline depth 1-25:
+    /// packets/s and latency (document 003, figure 3, tables II-III).
+    TableScale(bench::table_scale::Args),
 }
 
 fn main() -> ExitCode {
@@ -244,6 +274,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
         Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
         Cmd::Stats => ctl(Request::Stats),
+        Cmd::Set { bridge, setting } => {
+            let (key, value) = setting
+                .split_once('=')
+                .with_context(|| format!("`{setting}`: expected KEY=VALUE (offload=xdp|none)"))?;
+            ctl(Request::Set {
+                bridge,
+                key: key.to_string(),
+                value: value.to_string(),
+            })
+        }
         Cmd::Lab { verb } => {
             use nicflow::lab::{self, LabOptions, Topology};
             let opts = LabOptions::from_env()?;
@@ -284,6 +324,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", nicflow::demo::run(&dir)?);
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Gen(args) => {
+            nicflow::traffic::gen::cli(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Sink(args) => {
+            nicflow::traffic::sink::cli(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Bench { which } => match which {
             BenchCmd::Classifier {
                 rules,
@@ -312,6 +360,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             BenchCmd::Forward(args) => {
                 bench::forward::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::Gen(args) => {
+                bench::generator::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::Streams(args) => {
+                bench::streams::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::Containers(args) => {
+                bench::containers::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::OvsL3(args) => {
+                bench::ovs_l3::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::TableScale(args) => {
+                bench::table_scale::cli(&args)?;
                 Ok(ExitCode::SUCCESS)
             }
         },

@@ -61,7 +61,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() {
+pub fn install_signal_handlers() {
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
@@ -112,7 +112,7 @@ impl Engine {
     }
 
     /// Short tag for lab and directory names.
-    fn tag(self) -> &'static str {
+    pub fn tag(self) -> &'static str {
         match self {
             Engine::NicflowAfpacket => "nfp",
             Engine::NicflowAfxdp => "nfx",
@@ -135,7 +135,7 @@ impl Engine {
         self.nicflow_port_type().is_some()
     }
 
-    fn is_ovs(self) -> bool {
+    pub fn is_ovs(self) -> bool {
         matches!(self, Engine::Ovs | Engine::OvsAfxdp)
     }
 }
@@ -599,7 +599,7 @@ fn engine_body(
             let br = OvsBridge {
                 userspace_tso: engine == Engine::Ovs && opts.ovs_tso,
                 port_type: (engine == Engine::OvsAfxdp).then_some("afxdp"),
-                ports: ["p1".into(), "p2".into()],
+                ports: vec!["p1".into(), "p2".into()],
                 flows: opts.explicit_rules.then(|| opts.flows()),
             };
             let tag = format!("{}-r{}", engine.tag(), run.rep);
@@ -1483,10 +1483,11 @@ fn engine_description(e: Engine, r: &Results) -> String {
     match e {
         Engine::NicflowAfpacket => "`nicflow daemon` started by the lab in namespace sw, \
              afpacket ports with the port's default options (as of this writing: TPACKET_V3 \
-             receive ring with a 2 ms block timeout, `sendmmsg` with qdisc bypass, virtio-net \
+             receive ring with a 1 ms block timeout, `sendmmsg` with qdisc bypass, virtio-net \
              headers (`vnet_hdr=true`) so TSO super-frames and partial checksums pass through \
              untouched; switch-side offloads as the port sets them, see the table below), one thread \
-             polling without sleeping while traffic flows. Switch process CPU = the daemon's \
+             that goes from ring to ring while they hold frames and sleeps in poll() as soon as \
+             a round finds none. Switch process CPU = the daemon's \
              utime+stime, which includes the softirq work (h2's receive path) that its \
              transmissions trigger on its own CPU; see the port counters below for what the \
              port did with offloads."

@@ -5,7 +5,17 @@
 //! linear scan of the same rules), so ratios stay meaningful across machines.
 
 pub mod classifier;
+pub mod containers;
+pub mod cpu;
 pub mod forward;
+pub mod generator;
+pub mod latency;
+pub mod ovs_l3;
+pub mod pktrate;
+pub mod report;
+pub mod streams;
+pub mod table_scale;
+pub mod testbed;
 pub mod workload;
 
 use std::time::Duration;

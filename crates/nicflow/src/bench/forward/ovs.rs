@@ -96,14 +96,14 @@ pub struct OvsBridge {
     pub userspace_tso: bool,
     /// Interface type of the ports: None (netdev-linux) or "afxdp".
     pub port_type: Option<&'static str>,
-    /// The two switch-side interfaces, ofport 1 and 2.
-    pub ports: [String; 2],
+    /// The switch-side interfaces, ofport 1, 2, ... in this order.
+    pub ports: Vec<String>,
     /// OpenFlow rules replacing the default NORMAL rule (None: keep it).
     pub flows: Option<Vec<String>>,
 }
 
 impl Ovs {
-    fn db(&self) -> String {
+    pub fn db(&self) -> String {
         format!("--db=unix:{}/db.sock", self.dir.display())
     }
 
@@ -116,7 +116,9 @@ impl Ovs {
         c
     }
 
-    fn run(&mut self, netns: bool, argv: &[&str]) -> Result<String, String> {
+    /// Run an OVS command (inside the switch namespace when `netns`) with
+    /// the private directories in its environment; recorded in `commands`.
+    pub fn run(&mut self, netns: bool, argv: &[&str]) -> Result<String, String> {
         let ns = netns.then(|| self.netns.clone());
         let mut c = self.cmd(ns.as_deref(), argv);
         let line = sys::describe(&c);

@@ -1,0 +1,325 @@
+//! Writing an experiment's run directory: the last step of every
+//! experiment.
+//!
+//! After the measurements, an experiment hands [`write_run`] its raw
+//! samples (anything serialisable), its [`Figure`]s (one per figure of the
+//! source document it reproduces: title, axis labels with units, one
+//! [`Series`] per engine) and its Markdown report. The directory gets
+//! `samples.json` (everything measured, so `--render` can rebuild the
+//! report without measuring), one CSV per figure, `figures.json`,
+//! `report.md`, and one PNG per figure drawn by `scripts/plot.py` with
+//! `/usr/bin/python3` (the system Python, which has matplotlib on Debian
+//! with python3-matplotlib; a pyenv `python3` on PATH may not). The script
+//! is compiled into the binary and fed on stdin, so a run directory never
+//! depends on the current directory. Without matplotlib everything else is
+//! written and the report says plots were skipped.
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The plotting script (also runnable by hand:
+/// `/usr/bin/python3 scripts/plot.py DIR/figures.json DIR`).
+pub const PLOT_PY: &str = include_str!("../../../../scripts/plot.py");
+
+/// The interpreter with matplotlib.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// One line of a figure.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Series {
+    /// Legend label (the engine).
+    pub name: String,
+    /// `(x, y)`; y NaN (null in JSON) where the engine has no value.
+    pub points: Vec<(f64, Option<f64>)>,
+}
+
+/// One figure: a PNG, a CSV and a table in the report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Figure {
+    /// File stem (`throughput` -> throughput.png, throughput.csv).
+    pub id: String,
+    pub title: String,
+    /// Axis labels with units, e.g. "parallel TCP streams",
+    /// "throughput (Gbit/s)".
+    pub x_label: String,
+    pub y_label: String,
+    pub log_x: bool,
+    pub series: Vec<Series>,
+}
+
+impl Figure {
+    /// Every x of every series, sorted, deduplicated.
+    pub fn xs(&self) -> Vec<f64> {
+        let mut xs: Vec<f64> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .collect();
+        xs.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        xs.dedup();
+        xs
+    }
+
+    fn y(&self, s: &Series, x: f64) -> Option<f64> {
+        s.points
+            .iter()
+            .find(|p| p.0 == x)
+            .and_then(|p| p.1)
+            .filter(|y| y.is_finite())
+    }
+
+    /// Wide CSV: the x column, then one column per engine.
+    pub fn csv(&self) -> String {
+        let mut out = String::new();
+        let _ = write!(out, "{}", csv_field(&self.x_label));
+        for s in &self.series {
+            let _ = write!(out, ",{}", csv_field(&s.name));
+        }
+        out.push('\n');
+        for x in self.xs() {
+            let _ = write!(out, "{}", fmt_x(x));
+            for s in &self.series {
+                match self.y(s, x) {
+                    Some(y) => {
+                        let _ = write!(out, ",{y}");
+                    }
+                    None => out.push(','),
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Markdown table: x down, engines across, `decimals` digits.
+    pub fn markdown(&self, decimals: usize) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "**{}** — {}\n", self.title, self.y_label);
+        let _ = write!(out, "| {} |", self.x_label);
+        for s in &self.series {
+            let _ = write!(out, " {} |", s.name);
+        }
+        out.push('\n');
+        let _ = write!(out, "|---:|");
+        for _ in &self.series {
+            out.push_str("---:|");
+        }
+        out.push('\n');
+        for x in self.xs() {
+            let _ = write!(out, "| {} |", fmt_x(x));
+            for s in &self.series {
+                let cell = self
+                    .y(s, x)
+                    .map(|y| format!("{y:.decimals$}"))
+                    .unwrap_or_else(|| "—".into());
+                let _ = write!(out, " {cell} |");
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn fmt_x(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// What [`write_run`] wrote.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub dir: PathBuf,
+    pub pngs: Vec<PathBuf>,
+    /// Why plots are missing, if they are.
+    pub plots_skipped: Option<String>,
+}
+
+/// Whether `/usr/bin/python3` can import matplotlib.
+pub fn matplotlib_available() -> Result<(), String> {
+    match Command::new(PYTHON)
+        .args(["-c", "import matplotlib"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{PYTHON} cannot import matplotlib ({})",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        )),
+        Err(e) => Err(format!("{PYTHON}: {e}")),
+    }
+}
+
+/// Draw `figures.json` in `dir` into PNGs next to it.
+pub fn plot(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    matplotlib_available()?;
+    let mut child = Command::new(PYTHON)
+        .arg("-")
+        .arg(dir.join("figures.json"))
+        .arg(dir)
+        .env("MPLBACKEND", "Agg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{PYTHON}: {e}"))?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        stdin
+            .write_all(PLOT_PY.as_bytes())
+            .map_err(|e| format!("feeding plot.py: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("plot.py: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "plot.py failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// Write the run directory. `markdown` is the report without the plot
+/// section; the figure list (or why plots were skipped) is appended.
+pub fn write_run<T: Serialize>(
+    dir: &Path,
+    samples: &T,
+    figures: &[Figure],
+    markdown: &str,
+) -> anyhow::Result<Written> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, text: &str| -> anyhow::Result<()> {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
+    };
+    write(
+        "samples.json",
+        &serde_json::to_string_pretty(samples).context("serialising samples")?,
+    )?;
+    write(
+        "figures.json",
+        &serde_json::to_string_pretty(figures).context("serialising figures")?,
+    )?;
+    for f in figures {
+        write(&format!("{}.csv", f.id), &f.csv())?;
+    }
+    let (pngs, skipped) = match plot(dir) {
+        Ok(p) => (p, None),
+        Err(e) => {
+            tracing::warn!("plots skipped: {e}");
+            (Vec::new(), Some(e))
+        }
+    };
+    let mut md = markdown.to_string();
+    let _ = writeln!(md, "\n## Plots\n");
+    match &skipped {
+        None => {
+            for f in figures {
+                let _ = writeln!(md, "![{}]({}.png)\n", f.title, f.id);
+            }
+        }
+        Some(e) => {
+            let _ = writeln!(
+                md,
+                "Plots were skipped: {e}. The data of each figure is in its CSV and in \
+                 figures.json (`{PYTHON} scripts/plot.py figures.json .` draws them)."
+            );
+        }
+    }
+    write("report.md", &md)?;
+    Ok(Written {
+        dir: dir.to_path_buf(),
+        pngs,
+        plots_skipped: skipped,
+    })
+}
+
+/// The machine section every report opens with.
+pub fn machine_section(perf: &str) -> String {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<f64>().ok())
+        })
+        .map(|kb| format!("{:.1} GiB RAM", kb / 1024.0 / 1024.0))
+        .unwrap_or_default();
+    format!(
+        "Machine: {}, {mem}. Load average (1/5/15 min) at the end: {load}. {perf}.\n",
+        super::machine_description()
+    )
+}
+
+/// A default output directory: `bench-<name>-<unix time>` in the current
+/// directory.
+pub fn default_dir(name: &str) -> PathBuf {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from(format!("bench-{name}-{t}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig() -> Figure {
+        Figure {
+            id: "tp".into(),
+            title: "Throughput".into(),
+            x_label: "streams".into(),
+            y_label: "Gbit/s".into(),
+            log_x: true,
+            series: vec![
+                Series {
+                    name: "a".into(),
+                    points: vec![(1.0, Some(2.5)), (4.0, Some(3.0))],
+                },
+                Series {
+                    name: "b,c".into(),
+                    points: vec![(1.0, None), (4.0, Some(f64::NAN))],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn csv_and_markdown() {
+        let f = fig();
+        assert_eq!(f.csv(), "streams,a,\"b,c\"\n1,2.5,\n4,3,\n");
+        let md = f.markdown(2);
+        assert!(md.contains("| 1 | 2.50 | — |"), "{md}");
+        assert!(md.contains("| 4 | 3.00 | — |"), "{md}");
+    }
+}
