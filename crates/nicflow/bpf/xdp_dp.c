@@ -177,7 +177,12 @@ struct dp_config {
 
 struct dp_port {
 	__u32 in_port;	/* nicflow datapath port number of this interface */
-	__u32 flags;
+	/* First dp_xsks slot of this interface: a miss on rx queue q goes to
+	 * dp_xsks[xsk_base + q]. One program instance serves every port of a
+	 * bridge, and every veth has its single queue 0, so the XSKMAP cannot
+	 * be keyed by the queue alone (an AF_XDP socket only accepts frames of
+	 * the interface and queue it is bound to; any other is dropped). */
+	__u32 xsk_base;
 };
 
 /* Header offsets while the actions run; see the verifier notes above. */
@@ -887,8 +892,10 @@ int xdp_dp(struct xdp_md *ctx)
 	stat_inc(DP_STAT_RX);
 	port = bpf_map_lookup_elem(&dp_ports, &ifindex);
 	if (!port) {
+		/* Not a port of ours (yet): the host stack's, never another
+		 * interface's socket. */
 		stat_inc(DP_STAT_NO_PORT);
-		goto to_user;
+		return XDP_PASS;
 	}
 	st = bpf_map_lookup_elem(&dp_scratch, &zero);
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
@@ -1029,7 +1036,7 @@ int xdp_dp(struct xdp_md *ctx)
 punt:
 	stat_inc(DP_STAT_PUNT);
 to_user:
-	return bpf_redirect_map(&dp_xsks, ctx->rx_queue_index, XDP_PASS);
+	return bpf_redirect_map(&dp_xsks, port->xsk_base + ctx->rx_queue_index, XDP_PASS);
 }
 
 /* GPL for the GPL-only helpers (the file is Apache-2.0 OR GPL-2.0-only). */

@@ -7,8 +7,17 @@
 //! decision — adding or deleting rules, MAC learning, timeouts — is followed
 //! by a datapath revalidation before the call returns, so when `add_flows`
 //! or `del_flows` returns, no cached flow follows the old decision.
+//!
+//! With XDP offload on ([`Bridge::enable_xdp_offload`]) the bridge's
+//! [`OffloadManager`] runs one `xdp_dp` program on all its AF_XDP ports and
+//! the datapath hands it every flow it installs, changes or removes; the
+//! same revalidation then updates the kernel entries too.
 
-use crate::datapath::{format_actions, Datapath, DatapathConfig, DpFlow, DpStats, TxBatch};
+use crate::datapath::{
+    format_actions, Datapath, DatapathConfig, DpFlow, DpStats, Placement, TxBatch,
+};
+use crate::offload::xdp::{EngineStats, OffloadError, XdpEngineConfig};
+use crate::offload::{ManagerCounters, OffloadManager};
 use crate::ofproto::{Ofproto, OfprotoError, OfprotoStats, RuleDump};
 use crate::port::{Port, PortStats};
 use nicflow_ofctl::{FlowSpec, MatchSpec, PortMap, RuleError};
@@ -63,9 +72,29 @@ impl PortMap for BridgePorts {
 pub struct DpFlowDump {
     pub matching: String,
     pub actions: String,
+    /// Userspace + kernel.
     pub packets: u64,
     pub bytes: u64,
     pub used: Option<Duration>,
+    /// The kernel's part of `packets` / `bytes`.
+    pub kernel_packets: u64,
+    pub kernel_bytes: u64,
+    /// `xdp` or `userspace`.
+    pub engine: &'static str,
+    /// Why a flow stays in userspace while offload is on.
+    pub not_offloaded: Option<&'static str>,
+}
+
+/// The XDP engine's state for `stats`.
+#[derive(Clone, Debug)]
+pub struct OffloadStatus {
+    pub engine: EngineStats,
+    pub manager: ManagerCounters,
+    pub kernel_flows: usize,
+    /// (port name, native XDP, redirect target).
+    pub ports: Vec<(String, bool, bool)>,
+    /// Flows in userspace by reason.
+    pub not_offloaded: BTreeMap<&'static str, u64>,
 }
 
 pub struct Bridge {
@@ -109,6 +138,13 @@ impl Bridge {
         self.next_port_no += 1;
         self.names.0.insert(name, no);
         let offloads = port.accepts_offloads();
+        let mut port = port;
+        if let Some(m) = offload_manager(&mut self.dp) {
+            if let Err(e) = m.attach_port(no, port.as_mut()) {
+                // The port works, through userspace only.
+                tracing::warn!(bridge = %self.name, port = %port.name(), "XDP offload engine not attached: {e}");
+            }
+        }
         self.ports.push(PortSlot {
             no,
             port,
@@ -125,9 +161,89 @@ impl Bridge {
             .0
             .remove(name)
             .ok_or_else(|| BridgeError::NoSuchPort(name.to_string()))?;
+        if let Some(slot) = self.ports.iter_mut().find(|p| p.no == no) {
+            if let Some(m) = offload_manager(&mut self.dp) {
+                if let Err(e) = m.detach_port(no, slot.port.as_mut()) {
+                    tracing::warn!(bridge = %self.name, port = %name, "detaching the XDP engine: {e}");
+                }
+            }
+        }
         self.ports.retain(|p| p.no != no);
         self.sync_ports();
+        // Kernel flows into or out of the gone port must not survive (its
+        // slots are reused by the next port).
+        self.dp.replace_flows();
         Ok(())
+    }
+
+    /// Turn the XDP offload engine on: load it (the verifier runs here),
+    /// attach it to every AF_XDP port, and flush the cached flows so each
+    /// is decided afresh by its next packet. On error nothing changed.
+    pub fn enable_xdp_offload(&mut self, cfg: XdpEngineConfig) -> Result<(), OffloadError> {
+        if self.offload_enabled() {
+            return Ok(());
+        }
+        let mut m = OffloadManager::new(cfg)?;
+        let mut attached = Vec::new();
+        for slot in &mut self.ports {
+            if let Err(e) = m.attach_port(slot.no, slot.port.as_mut()) {
+                for no in attached {
+                    if let Some(s) = self.ports.iter_mut().find(|p| p.no == no) {
+                        let _ = m.detach_port(no, s.port.as_mut());
+                    }
+                }
+                return Err(e);
+            }
+            attached.push(slot.no);
+        }
+        self.dp.set_offload(Some(Box::new(m)), &mut self.ofproto);
+        Ok(())
+    }
+
+    /// Turn offload off: every kernel flow is removed (its counters
+    /// credited), every AF_XDP port gets its own XDP program back.
+    pub fn disable_offload(&mut self) {
+        let Some(mut old) = self.dp.set_offload(None, &mut self.ofproto) else {
+            return;
+        };
+        if let Some(m) = old.as_any_mut().downcast_mut::<OffloadManager>() {
+            for slot in &mut self.ports {
+                if let Err(e) = m.detach_port(slot.no, slot.port.as_mut()) {
+                    tracing::warn!(bridge = %self.name, port = %slot.port.name(), "detaching the XDP engine: {e}");
+                }
+            }
+        }
+    }
+
+    pub fn offload_enabled(&self) -> bool {
+        self.dp.offload().is_some()
+    }
+
+    /// The engine's counters and the flows' placement (counters read now).
+    pub fn offload_status(&self) -> Option<OffloadStatus> {
+        let m = self
+            .dp
+            .offload()?
+            .as_any()
+            .downcast_ref::<OffloadManager>()?;
+        let mut not_offloaded = BTreeMap::new();
+        for (_, f) in self.dp.flows() {
+            if let Some(Placement::Userspace(r)) = f.placement {
+                *not_offloaded.entry(r).or_insert(0) += 1;
+            }
+        }
+        Some(OffloadStatus {
+            engine: m.engine_stats(),
+            manager: m.counters(),
+            kernel_flows: m.n_flows(),
+            ports: m.xdp_ports(),
+            not_offloaded,
+        })
+    }
+
+    /// Read the kernel counters of every offloaded flow (before a dump).
+    pub fn sync_offload(&mut self) {
+        self.dp.sync_offload();
     }
 
     fn sync_ports(&mut self) {
@@ -292,6 +408,9 @@ impl Bridge {
     /// Housekeeping: datapath idle aging, rule timeouts, MAC aging; any
     /// change is revalidated before returning.
     pub fn tick(&mut self, now: Instant) {
+        if offload_manager(&mut self.dp).is_some_and(|m| m.tick()) {
+            self.dp.replace_flows();
+        }
         self.dp.expire(now, &mut self.ofproto);
         let expired = self.ofproto.expire(now);
         self.ofproto.mac.expire(now);
@@ -333,12 +452,26 @@ impl Bridge {
     pub fn dump_dp_flows(&self, now: Instant) -> Vec<DpFlowDump> {
         self.dp
             .flows()
-            .map(|(_, f)| DpFlowDump {
-                matching: nicflow_ofctl::format_match(&f.matching, &self.names),
-                actions: format_actions(&f.actions),
-                packets: f.stats.packets,
-                bytes: f.stats.bytes,
-                used: f.stats.used.map(|u| now.saturating_duration_since(u)),
+            .map(|(_, f)| {
+                let t = f.total();
+                let k = f.kernel.stats();
+                DpFlowDump {
+                    matching: nicflow_ofctl::format_match(&f.matching, &self.names),
+                    actions: format_actions(&f.actions),
+                    packets: t.packets,
+                    bytes: t.bytes,
+                    used: t.used.map(|u| now.saturating_duration_since(u)),
+                    kernel_packets: k.packets,
+                    kernel_bytes: k.bytes,
+                    engine: match f.placement {
+                        Some(Placement::Kernel(_)) => "xdp",
+                        _ => "userspace",
+                    },
+                    not_offloaded: match f.placement {
+                        Some(Placement::Userspace(r)) => Some(r),
+                        _ => None,
+                    },
+                }
             })
             .collect()
     }
@@ -361,5 +494,19 @@ impl Bridge {
 
     pub fn n_dp_flows(&self) -> usize {
         self.dp.n_flows()
+    }
+}
+
+/// The bridge's XDP offload manager, if offload is on.
+fn offload_manager(dp: &mut Datapath) -> Option<&mut OffloadManager> {
+    dp.offload_mut()?
+        .as_any_mut()
+        .downcast_mut::<OffloadManager>()
+}
+
+impl Drop for Bridge {
+    /// Ports get their own XDP programs back before the engine goes.
+    fn drop(&mut self) {
+        self.disable_offload();
     }
 }

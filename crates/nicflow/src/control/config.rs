@@ -10,6 +10,8 @@
 //! [[bridge]]
 //! name = "br0"
 //! flows = ["priority=0 actions=NORMAL"]
+//! offload = "xdp"                      # or "none"; absent = xdp where it loads
+//! offload_options = { max_flows = "65536", max_masks = "16" }
 //!
 //! [[bridge.port]]
 //! name = "p1"
@@ -39,6 +41,12 @@ pub struct BridgeConfig {
     pub flows: Vec<String>,
     #[serde(default, rename = "port")]
     pub ports: Vec<PortConfig>,
+    /// `xdp` (the default, where the kernel loads the program) or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<crate::offload::OffloadMode>,
+    /// XDP engine map sizes: `max_flows`, `max_masks`, `max_ports`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub offload_options: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +180,8 @@ mod tests {
                 kind: PortType::Afpacket,
                 options: [("promisc".to_string(), "true".to_string())].into(),
             }],
+            offload: Some(crate::offload::OffloadMode::None),
+            offload_options: [("max_flows".to_string(), "1024".to_string())].into(),
         });
         let text = c.to_toml();
         assert_eq!(Config::parse(&text).unwrap(), c);

@@ -51,6 +51,12 @@ pub enum Request {
         bridge: String,
     },
     Stats,
+    /// `nicflow set BR KEY=VALUE`: bridge settings (`offload=xdp|none`).
+    Set {
+        bridge: String,
+        key: String,
+        value: String,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use super::config::{BridgeConfig, Config, PortConfig, PortType};
 use super::proto::{Request, Response};
 use crate::bridge::Bridge;
 use crate::datapath::DatapathConfig;
+use crate::offload::OffloadMode;
 use crate::port::{Port, PortStats};
 use nicflow_packet::buf::PacketBuf;
 use serde_json::json;
@@ -26,6 +27,8 @@ pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
 /// A port under a bridge-chosen name (the `--name` of `add-port`).
 struct Renamed {
     name: String,
+    /// What was opened (`afpacket` when AF_XDP fell back).
+    kind: &'static str,
     inner: Box<dyn Port>,
 }
 
@@ -59,6 +62,18 @@ impl Port for Renamed {
     }
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
         self.inner.rx_fd()
+    }
+    fn spin_worthwhile(&self) -> bool {
+        self.inner.spin_worthwhile()
+    }
+    fn has_deferred_work(&self) -> bool {
+        self.inner.has_deferred_work()
+    }
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+    fn as_afxdp_mut(&mut self) -> Option<&mut crate::port::afxdp::AfXdpPort> {
+        self.inner.as_afxdp_mut()
     }
 }
 
@@ -98,6 +113,7 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
 
 /// Open the Linux side of a port.
 pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
+    let mut kind = pc.kind.as_str();
     let inner: Box<dyn Port> = match pc.kind {
         PortType::Tap | PortType::Internal => Box::new(
             crate::port::tap::TapPort::open(&pc.name, &pc.iface)
@@ -124,6 +140,7 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
                         options: Default::default(),
                         ..pc.clone()
                     };
+                    kind = PortType::Afpacket.as_str();
                     open_afpacket(&fallback)?
                 }
             }
@@ -131,8 +148,71 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     };
     Ok(Box::new(Renamed {
         name: pc.name.clone(),
+        kind,
         inner,
     }))
+}
+
+/// Where the verifier log of a refused XDP program is written: next to
+/// the config file, else in the temporary directory.
+fn verifier_log_path(config_path: Option<&std::path::Path>, bridge: &str) -> PathBuf {
+    let dir = config_path
+        .and_then(|p| p.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    dir.join(format!("nicflow-{bridge}-xdp_dp.verifier.log"))
+}
+
+/// Put `br` in offload mode `mode` (`xdp` with `options` for the map
+/// sizes). When the kernel refuses the program the bridge stays at `none`:
+/// one log line says so and where the verifier log was saved. `Err` carries
+/// that message (for `nicflow set`).
+pub fn apply_offload(
+    br: &mut Bridge,
+    mode: OffloadMode,
+    options: &BTreeMap<String, String>,
+    config_path: Option<&std::path::Path>,
+) -> Result<(), String> {
+    match mode {
+        OffloadMode::None => {
+            br.disable_offload();
+            Ok(())
+        }
+        OffloadMode::Xdp => {
+            let cfg = crate::offload::engine_config(options)
+                .map_err(|e| format!("bridge {}: {e}", br.name))?;
+            match br.enable_xdp_offload(cfg) {
+                Ok(()) => {
+                    tracing::info!(bridge = %br.name, "XDP offload on");
+                    Ok(())
+                }
+                Err(e) => {
+                    let mut msg = format!(
+                        "bridge {}: XDP offload unavailable, falling back to offload=none: {e}",
+                        br.name
+                    );
+                    if let Some(log) = e.verifier_log() {
+                        let path = verifier_log_path(config_path, &br.name);
+                        match std::fs::write(&path, log) {
+                            Ok(()) => {
+                                let _ = write!(msg, "; verifier log saved to {}", path.display());
+                            }
+                            Err(w) => {
+                                let _ = write!(
+                                    msg,
+                                    "; could not save the verifier log to {}: {w}",
+                                    path.display()
+                                );
+                            }
+                        }
+                    }
+                    tracing::error!("{msg}");
+                    Err(msg)
+                }
+            }
+        }
+    }
 }
 
 pub struct Switch {
@@ -167,6 +247,13 @@ impl Switch {
             let text = bc.flows.join("\n");
             br.add_flows_str(&text, now())
                 .map_err(|e| format!("bridge {} flows: {e}", bc.name))?;
+            // A refused program is logged and leaves the bridge at none.
+            let _ = apply_offload(
+                &mut br,
+                bc.offload.unwrap_or_default(),
+                &bc.offload_options,
+                sw.config_path.as_deref(),
+            );
             sw.bridges.insert(bc.name.clone(), br);
         }
         sw.config = config;
@@ -224,11 +311,19 @@ impl Switch {
                 let mut br = Bridge::new(&bridge, DatapathConfig::default());
                 br.add_flow_str(DEFAULT_FLOW, now())
                     .map_err(|e| e.to_string())?;
+                let _ = apply_offload(
+                    &mut br,
+                    OffloadMode::default(),
+                    &BTreeMap::new(),
+                    self.config_path.as_deref(),
+                );
                 self.bridges.insert(bridge.clone(), br);
                 self.config.bridges.push(BridgeConfig {
                     name: bridge,
                     flows: Vec::new(),
                     ports: Vec::new(),
+                    offload: None,
+                    offload_options: BTreeMap::new(),
                 });
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
@@ -336,6 +431,7 @@ impl Switch {
             }
             Request::DumpDpFlows { bridge } => {
                 let br = self.bridge(&bridge)?;
+                br.sync_offload();
                 let mut text = String::new();
                 let mut data = Vec::new();
                 for f in br.dump_dp_flows(now()) {
@@ -343,22 +439,52 @@ impl Switch {
                         .used
                         .map(|u| format!("{:.3}s", u.as_secs_f64()))
                         .unwrap_or_else(|| "never".into());
+                    let why = f
+                        .not_offloaded
+                        .map(|r| format!(", not_offloaded:{r}"))
+                        .unwrap_or_default();
                     let _ = writeln!(
                         text,
-                        "{}, packets:{}, bytes:{}, used:{}, actions:{}",
-                        f.matching, f.packets, f.bytes, used, f.actions
+                        "{}, packets:{}, bytes:{}, used:{}, engine:{}{}, actions:{}",
+                        f.matching, f.packets, f.bytes, used, f.engine, why, f.actions
                     );
                     data.push(json!({
                         "match": f.matching,
                         "actions": f.actions,
                         "packets": f.packets,
                         "bytes": f.bytes,
+                        "kernel_packets": f.kernel_packets,
+                        "kernel_bytes": f.kernel_bytes,
                         "used_s": f.used.map(|u| u.as_secs_f64()),
+                        "engine": f.engine,
+                        "not_offloaded": f.not_offloaded,
                     }));
                 }
                 Ok(Response::ok(text, json!(data)))
             }
             Request::Stats => Ok(self.stats()),
+            Request::Set { bridge, key, value } => {
+                let config_path = self.config_path.clone();
+                match key.as_str() {
+                    "offload" => {
+                        let mode = OffloadMode::parse(&value)
+                            .ok_or_else(|| format!("offload={value}: expected xdp or none"))?;
+                        let options = self
+                            .config
+                            .bridge(&bridge)
+                            .map(|b| b.offload_options.clone())
+                            .unwrap_or_default();
+                        let br = self.bridge(&bridge)?;
+                        apply_offload(br, mode, &options, config_path.as_deref())?;
+                        if let Some(bc) = self.config.bridge_mut(&bridge) {
+                            bc.offload = Some(mode);
+                        }
+                        self.persist()?;
+                        Ok(Response::ok("", json!({ "offload": mode.as_str() })))
+                    }
+                    _ => Err(format!("unknown bridge setting `{key}` (offload)")),
+                }
+            }
         }
     }
 
@@ -391,7 +517,18 @@ impl Switch {
                     "ofport": no, "options": pc.options,
                 }));
             }
-            data.push(json!({ "name": bc.name, "ports": ports }));
+            let mode = if br.is_some_and(|b| b.offload_enabled()) {
+                "xdp"
+            } else {
+                "none"
+            };
+            let _ = writeln!(
+                text,
+                "    offload: {mode} (configured: {})",
+                bc.offload.unwrap_or_default().as_str()
+            );
+            data.push(json!({ "name": bc.name, "ports": ports, "offload": mode,
+                "offload_configured": bc.offload.unwrap_or_default().as_str() }));
         }
         Response::ok(text, json!(data))
     }
@@ -414,6 +551,72 @@ impl Switch {
                 s.flows_removed,
                 s.revalidations
             );
+            // Packets per engine: the userspace datapath saw `s.packets`
+            // (misses of the XDP program included); the XDP program
+            // finished `hit` frames in the kernel.
+            let off = br.offload_status();
+            let offload_json = match &off {
+                Some(o) => {
+                    let e = &o.engine;
+                    let _ = writeln!(
+                        text,
+                        "  engines: xdp packets:{} userspace packets:{}",
+                        e.hit, s.packets
+                    );
+                    let _ = writeln!(
+                        text,
+                        "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} installed:{} removed:{} refused:{}",
+                        o.kernel_flows,
+                        e.rx,
+                        e.hit,
+                        e.miss,
+                        e.unparsed,
+                        e.punt,
+                        e.output,
+                        e.drop,
+                        e.aborted,
+                        o.manager.installed,
+                        o.manager.removed,
+                        o.manager.refused
+                    );
+                    if !o.not_offloaded.is_empty() {
+                        let _ = writeln!(
+                            text,
+                            "  not offloaded: {}",
+                            o.not_offloaded
+                                .iter()
+                                .map(|(k, v)| format!("{k}:{v}"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        );
+                    }
+                    json!({
+                        "mode": "xdp",
+                        "flows": o.kernel_flows,
+                        "rx": e.rx, "hit": e.hit, "miss": e.miss, "unparsed": e.unparsed,
+                        "no_port": e.no_port, "punt": e.punt, "output": e.output,
+                        "drop": e.drop, "aborted": e.aborted,
+                        "installed": o.manager.installed, "modified": o.manager.modified,
+                        "removed": o.manager.removed, "refused": o.manager.refused,
+                        "ports": o.ports.iter().map(|(n, native, target)| json!({
+                            "name": n, "native": native, "redirect_target": target,
+                        })).collect::<Vec<_>>(),
+                        "not_offloaded": o.not_offloaded,
+                    })
+                }
+                None => {
+                    let _ = writeln!(
+                        text,
+                        "  engines: userspace packets:{} (offload none)",
+                        s.packets
+                    );
+                    json!({ "mode": "none" })
+                }
+            };
+            let engines = json!({
+                "xdp_packets": off.as_ref().map(|o| o.engine.hit).unwrap_or(0),
+                "userspace_packets": s.packets,
+            });
             let drops: BTreeMap<&str, u64> = s.drops().into_iter().collect();
             let _ = writeln!(
                 text,
@@ -465,6 +668,8 @@ impl Switch {
                     "flows_removed": s.flows_removed, "revalidations": s.revalidations,
                     "drops": drops,
                 },
+                "engines": engines,
+                "offload": offload_json,
                 "ports": ports,
             }));
         }

@@ -21,9 +21,11 @@
 pub mod action;
 pub mod emc;
 pub mod execute;
+pub mod offload;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
+pub use offload::{FlowOffload, KernelCounters, Placement};
 
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
@@ -103,8 +105,30 @@ pub struct DpFlow {
     pub xlate_key: FlowKey,
     pub rules: Vec<RuleRef>,
     pub learned: Option<(u16, [u8; 6], u32)>,
-    /// Counters already credited to `rules`.
+    /// Counters already credited to `rules` (totals: userspace + kernel).
     credited: (u64, u64),
+    /// Where the flow runs when the datapath has an offload engine: `None`
+    /// without one.
+    pub placement: Option<Placement>,
+    /// The kernel's share of the traffic: counters of removed kernel
+    /// entries plus the live entry's as last read.
+    pub kernel: offload::KernelShare,
+}
+
+impl DpFlow {
+    /// Userspace and kernel counters together: what the flow handled.
+    pub fn total(&self) -> FlowStats {
+        let k = self.kernel.stats();
+        FlowStats {
+            packets: self.stats.packets + k.packets,
+            bytes: self.stats.bytes + k.bytes,
+            used: match (self.stats.used, k.used) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            tcp_flags: self.stats.tcp_flags | k.tcp_flags,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -220,6 +244,8 @@ pub struct Datapath {
     stats: DpStats,
     pub(crate) pool: Vec<PacketBuf>,
     controller: VecDeque<ControllerPacket>,
+    /// The engine flows are offloaded to (the bridge's XDP program), if any.
+    offload: Option<Box<dyn FlowOffload>>,
 }
 
 impl Datapath {
@@ -241,7 +267,62 @@ impl Datapath {
             stats: DpStats::new(),
             pool: Vec::new(),
             controller: VecDeque::new(),
+            offload: None,
         }
+    }
+
+    /// Replace the offload engine. Every cached flow is flushed first (its
+    /// traffic, kernel part included, credited to its rules, its kernel
+    /// entry removed), so no flow is left behind in an engine that goes
+    /// away and the new one starts empty: the next packet of each flow
+    /// takes the slow path and is offloaded (or not) afresh. Returns the
+    /// previous engine.
+    pub fn set_offload(
+        &mut self,
+        offload: Option<Box<dyn FlowOffload>>,
+        handler: &mut dyn UpcallHandler,
+    ) -> Option<Box<dyn FlowOffload>> {
+        self.flush(handler);
+        std::mem::replace(&mut self.offload, offload)
+    }
+
+    pub fn offload(&self) -> Option<&dyn FlowOffload> {
+        self.offload.as_deref()
+    }
+
+    pub fn offload_mut(&mut self) -> Option<&mut (dyn FlowOffload + 'static)> {
+        self.offload.as_deref_mut()
+    }
+
+    /// Read every offloaded flow's kernel counters (one map lookup each).
+    pub fn sync_offload(&mut self) {
+        let Some(off) = self.offload.as_deref_mut() else {
+            return;
+        };
+        for id in self.flows.ids() {
+            if let Some(f) = self.flows.get_mut(id) {
+                offload::sync(off, f);
+            }
+        }
+    }
+
+    /// Re-decide the placement of every flow: kernel flows whose decision
+    /// the engine no longer accepts (an output port that stopped taking
+    /// redirects) go back to userspace, userspace flows whose reason went
+    /// away are offloaded. Returns how many flows moved.
+    pub fn replace_flows(&mut self) -> usize {
+        let Some(off) = self.offload.as_deref_mut() else {
+            return 0;
+        };
+        let mut moved = 0;
+        for id in self.flows.ids() {
+            if let Some(f) = self.flows.get_mut(id) {
+                let before = f.placement;
+                offload::update(off, f);
+                moved += (before != f.placement) as usize;
+            }
+        }
+        moved
     }
 
     pub fn config(&self) -> &DatapathConfig {
@@ -389,7 +470,11 @@ impl Datapath {
     }
 
     fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {
-        let matching = Match::new(*key, out.mask);
+        let mut mask = out.mask;
+        if let Some(off) = self.offload.as_deref() {
+            off.refine_mask(key, &mut mask);
+        }
+        let matching = Match::new(*key, mask);
         let flow = DpFlow {
             matching,
             actions: out.actions,
@@ -399,19 +484,33 @@ impl Datapath {
             rules: out.rules,
             learned: out.learned,
             credited: (0, 0),
+            placement: None,
+            kernel: Default::default(),
         };
         self.stats.flows_installed += 1;
         let (id, old) = self
             .flows
             .insert(matching.key().words(), matching.mask().words(), 0, flow);
-        if old.is_some() {
+        if let Some(mut old) = old {
             self.stats.flows_removed += 1;
+            // Its kernel entry has the same map key as the new flow's:
+            // remove it before the new one is offloaded.
+            if let Some(off) = self.offload.as_deref_mut() {
+                offload::unplace(off, &mut old);
+            }
+        }
+        if let Some(off) = self.offload.as_deref_mut() {
+            if let Some(f) = self.flows.get_mut(id) {
+                offload::update(off, f);
+            }
         }
         id
     }
 
-    /// Credit every flow's not-yet-credited traffic to its rules.
+    /// Credit every flow's not-yet-credited traffic (kernel part
+    /// included) to its rules.
     pub fn push_stats(&mut self, handler: &mut dyn UpcallHandler) {
+        self.sync_offload();
         for id in self.flows.ids() {
             if let Some(f) = self.flows.get_mut(id) {
                 credit(f, handler);
@@ -430,19 +529,36 @@ impl Datapath {
             let Some(f) = self.flows.get_mut(id) else {
                 continue;
             };
+            if let Some(off) = self.offload.as_deref_mut() {
+                offload::sync(off, f);
+            }
             credit(f, handler);
             let out = handler.revalidate(&f.xlate_key);
             let keep = out.install && out.mask.is_subset_of(f.matching.mask());
             if keep {
-                if out.actions != f.actions || out.rules != f.rules {
+                let changed = out.actions != f.actions;
+                if changed || out.rules != f.rules {
                     f.actions = out.actions;
                     f.rules = out.rules;
                     f.learned = out.learned;
-                    f.credited = (f.stats.packets, f.stats.bytes);
+                    let t = f.total();
+                    f.credited = (t.packets, t.bytes);
                     fixed += 1;
                 }
+                // In the same round as userspace: the kernel entry gets the
+                // new actions (or goes), a userspace flow whose reason went
+                // away is offloaded.
+                if let Some(off) = self.offload.as_deref_mut() {
+                    if changed || !matches!(f.placement, Some(Placement::Kernel(_))) {
+                        offload::update(off, f);
+                    }
+                }
             } else {
-                self.flows.remove(id);
+                if let Some(mut f) = self.flows.remove(id) {
+                    if let Some(off) = self.offload.as_deref_mut() {
+                        offload::unplace(off, &mut f);
+                    }
+                }
                 removed += 1;
             }
         }
@@ -460,8 +576,18 @@ impl Datapath {
             let Some(f) = self.flows.get_mut(id) else {
                 continue;
             };
-            let last = f.stats.used.unwrap_or(f.created);
+            // A flow busy in the kernel is not idle: its last use is the
+            // later of the two engines'.
+            if let Some(off) = self.offload.as_deref_mut() {
+                offload::sync(off, f);
+            }
+            let last = f.total().used.unwrap_or(f.created);
             if now.saturating_duration_since(last) >= timeout {
+                if let Some(off) = self.offload.as_deref_mut() {
+                    // Hits between the read above and the removal are
+                    // folded in before crediting.
+                    offload::unplace(off, f);
+                }
                 credit(f, handler);
                 self.flows.remove(id);
                 n += 1;
@@ -473,6 +599,13 @@ impl Datapath {
 
     /// Remove every flow (after crediting their stats).
     pub fn flush(&mut self, handler: &mut dyn UpcallHandler) {
+        if let Some(off) = self.offload.as_deref_mut() {
+            for id in self.flows.ids() {
+                if let Some(f) = self.flows.get_mut(id) {
+                    offload::unplace(off, f);
+                }
+            }
+        }
         self.push_stats(handler);
         self.stats.flows_removed += self.flows.len() as u64;
         self.flows.clear();
@@ -505,16 +638,11 @@ fn give_back(pool: &mut Vec<PacketBuf>, buf: PacketBuf) {
 }
 
 fn credit(f: &mut DpFlow, handler: &mut dyn UpcallHandler) {
-    let dp = f.stats.packets - f.credited.0;
-    let db = f.stats.bytes - f.credited.1;
+    let t = f.total();
+    let dp = t.packets.saturating_sub(f.credited.0);
+    let db = t.bytes.saturating_sub(f.credited.1);
     if dp > 0 {
-        handler.credit(
-            &f.rules,
-            f.learned,
-            dp,
-            db,
-            f.stats.used.unwrap_or(f.created),
-        );
-        f.credited = (f.stats.packets, f.stats.bytes);
+        handler.credit(&f.rules, f.learned, dp, db, t.used.unwrap_or(f.created));
+        f.credited = (t.packets, t.bytes);
     }
 }

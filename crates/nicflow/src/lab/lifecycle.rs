@@ -373,6 +373,25 @@ fn configure_end(
                     Err(e) => return Err(e),
                 }
             }
+            let other = if std::ptr::eq(end, &l.a) { &l.b } else { &l.a };
+            let to_xdp_switch = match other {
+                Endpoint::Switch { switch, .. } => {
+                    topo.switch(switch).is_some_and(|s| s.xdp_offload())
+                }
+                Endpoint::Host { .. } => false,
+            };
+            if l.gro.unwrap_or(to_xdp_switch) {
+                // NAPI on the host end, so frames the switch's XDP program
+                // redirects into this veth are delivered (veth_xdp_xmit
+                // drops them otherwise; the switch would keep such flows
+                // in userspace).
+                if let Err(e) = sys::run(&mut sys::in_ns(ns, &["ethtool", "-K", dev, "gro", "on"]))
+                {
+                    tracing::warn!(
+                        "{dev}: could not turn GRO on ({e}); flows into it stay in userspace"
+                    );
+                }
+            }
             for a in addresses {
                 let a = a.to_string();
                 let mut args = vec!["addr", "add", a.as_str(), "dev", dev];
@@ -420,6 +439,8 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                         options: sw.port_options.clone(),
                     })
                     .collect(),
+                offload: sw.offload,
+                offload_options: sw.offload_options.clone(),
             })
             .collect(),
     }

@@ -28,6 +28,8 @@
 //! namespace = "own"           # "own" (default: nf-two_hosts-sw1) or "root"
 //! port_type = "afxdp"         # default; or "afpacket"
 //! port_options = {}           # given to every port of this switch
+//! offload = "xdp"             # default (where it loads); or "none"
+//! offload_options = { max_flows = 65536 }   # XDP map sizes (max_masks, max_ports)
 //! [[switch.bridge]]           # optional: default one bridge "br0"
 //! name = "br0"
 //! flows = ["priority=0,actions=normal"]   # the default when omitted
@@ -38,6 +40,8 @@
 //! addresses = ["198.18.0.1/24", "2001:db8::1/64"]  # of the host end
 //! mtu = 1500                  # optional, both ends
 //! offload = true              # default: host end keeps its tx offloads
+//! gro = true                  # default: on when the switch runs XDP offload
+//!                             # (NAPI on the host end: XDP redirects arrive)
 //!
 //! [[link]]
 //! a = "h2:eth0"

@@ -78,6 +78,21 @@ pub struct SwitchSpec {
     pub port_options: BTreeMap<String, String>,
     /// At least one; `br0` with the default rule when the file names none.
     pub bridges: Vec<BridgeSpec>,
+    /// `offload` of every bridge (`xdp` / `none`); `None`: the daemon's
+    /// default (xdp where it loads).
+    pub offload: Option<crate::offload::OffloadMode>,
+    /// XDP engine map sizes for every bridge (`max_flows`, `max_masks`,
+    /// `max_ports`).
+    pub offload_options: BTreeMap<String, String>,
+}
+
+impl SwitchSpec {
+    /// Will the switch's bridges run the XDP offload engine (and so
+    /// redirect frames into the veths of its ports)?
+    pub fn xdp_offload(&self) -> bool {
+        self.port_type == PortType::Afxdp
+            && self.offload.unwrap_or_default() == crate::offload::OffloadMode::Xdp
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +113,12 @@ pub struct Link {
     /// and segment TSO frames themselves, and hosts in the real world do not
     /// reconfigure their NICs for a switch. `false` turns them off.
     pub offload: bool,
+    /// GRO on the host end: `None` = on when the other end is a port of a
+    /// switch running XDP offload. A frame the switch's XDP program
+    /// redirects into the veth is only delivered if the host end runs NAPI
+    /// (`veth_xdp_xmit`), which GRO turns on; without it the switch keeps
+    /// the flows to that port in userspace (`port:no-xdp-xmit`).
+    pub gro: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,6 +342,10 @@ struct RawSwitch {
     port_options: toml::Table,
     #[serde(default, rename = "bridge")]
     bridges: Vec<RawBridge>,
+    #[serde(default)]
+    offload: Option<crate::offload::OffloadMode>,
+    #[serde(default)]
+    offload_options: BTreeMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -346,6 +371,8 @@ struct RawLink {
     mtu: Option<u32>,
     #[serde(default = "default_offload")]
     offload: bool,
+    #[serde(default)]
+    gro: Option<bool>,
 }
 
 fn default_offload() -> bool {
@@ -656,6 +683,12 @@ fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validato
         port_type,
         port_options,
         bridges,
+        offload: s.offload,
+        offload_options: s
+            .offload_options
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect(),
     }
 }
 
@@ -716,6 +749,7 @@ fn build_link(
         b: b?,
         mtu: l.mtu,
         offload: l.offload,
+        gro: l.gro,
     })
 }
 

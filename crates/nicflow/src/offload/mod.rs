@@ -15,9 +15,45 @@
 //!                  new flow back into the engine
 //! ```
 //!
-//! Only [`xdp`] exists: the in-kernel XDP/eBPF engine of issue 5 (program,
-//! map layout, flow encoding, loader, counters). Deciding *which* flows to
-//! offload, wiring the engine into the ports and aging flows from its
-//! counters (the offload manager) is a later step; see `docs/offload.md`.
+//! * [`xdp`]: the in-kernel XDP/eBPF engine (program, map layout, flow
+//!   encoding, loader, counters).
+//! * [`manager`]: one engine per bridge attached to its AF_XDP ports, and
+//!   the per-flow decision (offload, or stay in userspace with a reason);
+//!   the datapath reaches it through `datapath::FlowOffload`.
+//! * [`netdev`]: which devices accept redirected frames.
+//!
+//! See `docs/offload.md`.
 
+pub mod manager;
+pub mod netdev;
 pub mod xdp;
+
+pub use manager::{engine_config, ManagerCounters, OffloadManager};
+
+/// A bridge's offload setting (`offload = "xdp" | "none"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OffloadMode {
+    /// The XDP engine where it loads (the default), userspace otherwise.
+    #[default]
+    Xdp,
+    /// Userspace only.
+    None,
+}
+
+impl OffloadMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffloadMode::Xdp => "xdp",
+            OffloadMode::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OffloadMode> {
+        match s {
+            "xdp" => Some(OffloadMode::Xdp),
+            "none" => Some(OffloadMode::None),
+            _ => None,
+        }
+    }
+}

@@ -93,4 +93,15 @@ pub trait Port {
     fn has_deferred_work(&self) -> bool {
         false
     }
+    /// What kind of port this is (`afxdp`, `afpacket`, `tap`, ...): the
+    /// offload manager names it when a flow stays in userspace because of
+    /// it (`port:afpacket`).
+    fn kind(&self) -> &'static str {
+        "userspace"
+    }
+    /// The AF_XDP port behind this one, if it is one: the bridge's XDP
+    /// offload engine takes over its XDP attachment and socket.
+    fn as_afxdp_mut(&mut self) -> Option<&mut afxdp::AfXdpPort> {
+        None
+    }
 }

@@ -345,11 +345,79 @@ impl XdpEngine {
         prog.detach(link).map_err(|e| bpf("detaching xdp_dp", e))
     }
 
+    /// Take over an XDP attachment made by someone else (an AF_XDP port's
+    /// `xsk_redirect`): the link is switched to `xdp_dp` atomically
+    /// (`BPF_LINK_UPDATE`), so no frame on the interface is ever without a
+    /// program. Give it back with [`Self::release_link`] before this engine
+    /// is dropped, or the interface loses its program.
+    pub fn adopt_link(
+        &mut self,
+        ifindex: u32,
+        link: aya::programs::xdp::XdpLink,
+    ) -> Result<(), OffloadError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))?;
+        let id = prog
+            .attach_to_link(link)
+            .map_err(|e| bpf("BPF_LINK_UPDATE(xdp_dp)", e))?;
+        self.links.insert(ifindex, id);
+        Ok(())
+    }
+
+    /// Hand the link of `ifindex` back (still running `xdp_dp` until the
+    /// new owner replaces the program). `None` if not attached here.
+    pub fn release_link(
+        &mut self,
+        ifindex: u32,
+    ) -> Result<Option<aya::programs::xdp::XdpLink>, OffloadError> {
+        let Some(id) = self.links.remove(&ifindex) else {
+            return Ok(None);
+        };
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))?;
+        prog.take_link(id)
+            .map(Some)
+            .map_err(|e| bpf("taking the xdp_dp link", e))
+    }
+
+    /// Remove the XSKMAP entry `slot` (a closed socket removes itself).
+    pub fn unregister_xsk(&mut self, slot: u32) -> Result<(), OffloadError> {
+        match self.xsks.unset(slot) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_xsks)", e)),
+        }
+    }
+
     /// Frames received on `ifindex` carry nicflow port number `in_port`
-    /// in their key.
+    /// in their key; misses go to the socket at `dp_xsks[rx queue]`.
     pub fn set_port(&mut self, ifindex: u32, in_port: u32) -> Result<(), OffloadError> {
+        self.set_port_xsk(ifindex, in_port, 0)
+    }
+
+    /// As [`Self::set_port`], misses on rx queue `q` going to the socket
+    /// at `dp_xsks[xsk_base + q]`: how several interfaces, each receiving
+    /// on queue 0, share one program instance.
+    pub fn set_port_xsk(
+        &mut self,
+        ifindex: u32,
+        in_port: u32,
+        xsk_base: u32,
+    ) -> Result<(), OffloadError> {
         self.ports_map
-            .insert(ifindex, PortEntry { in_port, flags: 0 }, 0)
+            .insert(ifindex, PortEntry { in_port, xsk_base }, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
     }
 

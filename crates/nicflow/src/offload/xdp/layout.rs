@@ -253,7 +253,10 @@ pub struct ConfigEntry {
 pub struct PortEntry {
     /// nicflow's datapath port number for frames received on the interface.
     pub in_port: u32,
-    pub flags: u32,
+    /// First `dp_xsks` slot of the interface: misses on rx queue `q` go to
+    /// the AF_XDP socket at `xsk_base + q` (one program serves every port
+    /// of a bridge, and veths all receive on queue 0).
+    pub xsk_base: u32,
 }
 
 /// Indices of the per-CPU `dp_stats` array (`DP_STAT_*`).

@@ -386,6 +386,12 @@ pub struct AfXdpOptions {
     /// [`disable_offloads`](super::afpacket::disable_offloads) does (failure
     /// is logged, not fatal).
     pub disable_offloads: bool,
+    /// The peer sends complete TCP/UDP checksums (a NIC, or a veth peer
+    /// with `tx-checksumming off`): the bridge's XDP offload engine may
+    /// then handle TCP/UDP flows from this port in the kernel. Off by
+    /// default: a local sender behind a veth leaves partial checksums that
+    /// only userspace completes (see `docs/offload.md`).
+    pub csum_complete: bool,
 }
 
 impl Default for AfXdpOptions {
@@ -399,6 +405,7 @@ impl Default for AfXdpOptions {
             ring_size: 2048,
             multi_buffer: true,
             disable_offloads: true,
+            csum_complete: false,
         }
     }
 }
@@ -430,10 +437,11 @@ impl AfXdpOptions {
             "ring_size" => self.ring_size = num()?,
             "multi_buffer" => self.multi_buffer = flag()?,
             "disable_offloads" => self.disable_offloads = flag()?,
+            "csum_complete" => self.csum_complete = flag()?,
             _ => {
                 return Err(AfXdpError::InvalidOptions(format!(
                     "unknown option `{key}` (mode, bind, queue, frame_size, frame_count, \
-                     ring_size, multi_buffer, disable_offloads)"
+                     ring_size, multi_buffer, disable_offloads, csum_complete)"
                 )))
             }
         }
@@ -588,6 +596,7 @@ pub struct AfXdpPort {
     queue: u32,
     attach: AttachMode,
     zerocopy: bool,
+    csum_complete: bool,
     bind_flags: u16,
     // Field order is drop order: the XDP program is detached first (no
     // more frames redirected), then the rings are unmapped and the socket
@@ -752,6 +761,7 @@ impl AfXdpPort {
             queue: opts.queue,
             attach,
             zerocopy,
+            csum_complete: opts.csum_complete,
             bind_flags,
             prog,
             xsk,
@@ -794,6 +804,39 @@ impl AfXdpPort {
     pub fn attach_mode(&self) -> AttachMode {
         debug_assert_eq!(self.prog.attached(), Some(self.attach));
         self.attach
+    }
+
+    /// Was the port opened with `csum_complete=true`?
+    pub fn csum_complete(&self) -> bool {
+        self.csum_complete
+    }
+
+    /// The AF_XDP socket, for another program's XSKMAP (the offload
+    /// engine's `dp_xsks`).
+    pub fn xsk_fd(&self) -> RawFd {
+        self.xsk.fd.as_raw_fd()
+    }
+
+    /// Lend the interface's XDP attachment to the bridge's offload engine,
+    /// which swaps its own program in on the same link (atomically: frames
+    /// never meet the interface without a program). The socket must be in
+    /// the engine's XSKMAP first, or misses find no socket.
+    pub fn take_xdp_link(&mut self) -> Result<aya::programs::xdp::XdpLink, AfXdpError> {
+        self.prog.take_link(&self.name)
+    }
+
+    /// Take the attachment back: `xsk_redirect` replaces the engine's
+    /// program on the link and every frame comes to this socket again.
+    pub fn restore_xdp_link(
+        &mut self,
+        link: aya::programs::xdp::XdpLink,
+    ) -> Result<(), AfXdpError> {
+        self.prog.restore_link(&self.name, link)
+    }
+
+    /// Is the attachment lent out (the offload engine runs on it)?
+    pub fn xdp_link_lent(&self) -> bool {
+        !self.prog.owns_link()
     }
 
     /// Did the socket bind in zero-copy mode (`XDP_OPTIONS`)?
@@ -900,6 +943,14 @@ impl AfXdpPort {
 impl Port for AfXdpPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "afxdp"
+    }
+
+    fn as_afxdp_mut(&mut self) -> Option<&mut AfXdpPort> {
+        Some(self)
     }
 
     fn spin_worthwhile(&self) -> bool {
@@ -1316,6 +1367,7 @@ mod tests {
                 ring_size: 512,
                 multi_buffer: false,
                 disable_offloads: false,
+                csum_complete: false,
             }
         );
         assert_eq!(o.rx_frames(), 512);

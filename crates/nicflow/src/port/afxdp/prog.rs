@@ -10,6 +10,7 @@
 
 use super::{AfXdpError, XdpMode};
 use aya::maps::XskMap;
+use aya::programs::xdp::{XdpLink, XdpLinkId};
 use aya::programs::{Xdp, XdpMode as AyaXdpMode};
 use aya::Ebpf;
 use std::os::fd::RawFd;
@@ -46,6 +47,9 @@ pub(super) struct XdpProgram {
     // interface), then the program and the map.
     ebpf: Ebpf,
     attached: Option<AttachMode>,
+    /// The attachment while this program owns it; `None` while lent to the
+    /// bridge's XDP offload engine ([`XdpProgram::take_link`]).
+    link: Option<XdpLinkId>,
 }
 
 impl std::fmt::Debug for XdpProgram {
@@ -85,6 +89,7 @@ impl XdpProgram {
         Ok(XdpProgram {
             ebpf,
             attached: None,
+            link: None,
         })
     }
 
@@ -121,33 +126,73 @@ impl XdpProgram {
                 AttachMode::Generic => AyaXdpMode::Skb,
             };
             prog.attach_to_if_index(ifindex, aya_mode)
-                .map(drop)
                 .map_err(|e| AfXdpError::Attach {
                     mode: m,
                     ifname: ifname.to_string(),
                     source: Box::new(e),
                 })
         };
-        let got = match mode {
-            XdpMode::Native => try_mode(prog, AttachMode::Native).map(|()| AttachMode::Native)?,
-            XdpMode::Generic => {
-                try_mode(prog, AttachMode::Generic).map(|()| AttachMode::Generic)?
-            }
+        let (got, link) = match mode {
+            XdpMode::Native => (AttachMode::Native, try_mode(prog, AttachMode::Native)?),
+            XdpMode::Generic => (AttachMode::Generic, try_mode(prog, AttachMode::Generic)?),
             XdpMode::Auto => match try_mode(prog, AttachMode::Native) {
-                Ok(()) => AttachMode::Native,
+                Ok(l) => (AttachMode::Native, l),
                 Err(e) => {
                     tracing::warn!(
                         port = %ifname,
                         "native XDP attach failed ({e}); falling back to generic (SKB) mode, \
                          which is slower"
                     );
-                    try_mode(prog, AttachMode::Generic)?;
-                    AttachMode::Generic
+                    (AttachMode::Generic, try_mode(prog, AttachMode::Generic)?)
                 }
             },
         };
         self.attached = Some(got);
+        self.link = Some(link);
         Ok(got)
+    }
+
+    /// Lend the attachment to another program (the offload engine's
+    /// `xdp_dp`, which replaces this one on the same link atomically).
+    /// The interface keeps running whatever program the link points to;
+    /// give it back with [`XdpProgram::restore_link`].
+    pub fn take_link(&mut self, ifname: &str) -> Result<XdpLink, AfXdpError> {
+        let id = self.link.take().ok_or_else(|| {
+            AfXdpError::InvalidOptions(format!("{ifname}: XDP link already lent"))
+        })?;
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                AfXdpError::InvalidOptions(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf_err("BPF program type", ifname, e))?;
+        prog.take_link(id)
+            .map_err(|e| bpf_err("taking the XDP link", ifname, e))
+    }
+
+    /// Take the attachment back: `xsk_redirect` replaces whatever program
+    /// the link runs (`BPF_LINK_UPDATE`), atomically.
+    pub fn restore_link(&mut self, ifname: &str, link: XdpLink) -> Result<(), AfXdpError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROG_NAME)
+            .ok_or_else(|| {
+                AfXdpError::InvalidOptions(format!("BPF object has no program `{PROG_NAME}`"))
+            })?
+            .try_into()
+            .map_err(|e| bpf_err("BPF program type", ifname, e))?;
+        let id = prog
+            .attach_to_link(link)
+            .map_err(|e| bpf_err("BPF_LINK_UPDATE(xsk_redirect)", ifname, e))?;
+        self.link = Some(id);
+        Ok(())
+    }
+
+    /// Does this program own the attachment (not lent out)?
+    pub fn owns_link(&self) -> bool {
+        self.link.is_some()
     }
 
     pub fn attached(&self) -> Option<AttachMode> {

@@ -1,0 +1,149 @@
+//! The datapath's side of flow offload: where each datapath flow runs, and
+//! its kernel-side counters.
+//!
+//! The datapath stays the one owner of every datapath flow. An offload
+//! engine (the bridge's XDP program, `crate::offload::OffloadManager`)
+//! holds *copies* of some of them, one kernel entry per userspace flow,
+//! same match and actions, so frames that hit it never reach userspace.
+//! Every place that changes a flow tells the engine in the same call:
+//! install after an upcall, new actions or removal during revalidation,
+//! removal by aging and flush. So when a revalidation returns, no kernel
+//! entry follows an old decision either.
+//!
+//! Counters: a flow's traffic is its userspace counters plus the kernel's
+//! ([`KernelShare`]: counters of kernel entries already removed plus the
+//! live entry's, read back at every sync). Aging looks at the later of the
+//! two last-used times, so a flow busy in the kernel is never aged out.
+
+use super::{DpAction, DpFlow, FlowStats};
+use nicflow_flow::{FlowKey, FlowMask, Match};
+use std::any::Any;
+use std::time::Instant;
+
+/// Where a datapath flow runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// In the offload engine (and in userspace for frames the engine
+    /// hands up); the engine's id for it.
+    Kernel(u64),
+    /// Only in userspace, for this stable reason (`port:afpacket`,
+    /// `action:controller`, `flow-map-full`, ...).
+    Userspace(&'static str),
+}
+
+/// Counters of one kernel entry as the engine last reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub used: Option<Instant>,
+    pub tcp_flags: u16,
+}
+
+/// The kernel's part of a flow's traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelShare {
+    /// Sums of kernel entries this flow had before (removed when the flow
+    /// went back to userspace).
+    pub retired_packets: u64,
+    pub retired_bytes: u64,
+    pub retired_used: Option<Instant>,
+    pub retired_tcp_flags: u16,
+    /// The live entry's counters at the last read.
+    pub live: KernelCounters,
+}
+
+impl KernelShare {
+    pub fn stats(&self) -> FlowStats {
+        FlowStats {
+            packets: self.retired_packets + self.live.packets,
+            bytes: self.retired_bytes + self.live.bytes,
+            used: match (self.retired_used, self.live.used) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+            tcp_flags: self.retired_tcp_flags | self.live.tcp_flags,
+        }
+    }
+
+    /// The live entry is gone; `last` are its final counters (or the last
+    /// read, if the engine could not say).
+    fn retire(&mut self, last: Option<KernelCounters>) {
+        let last = last.unwrap_or(self.live);
+        self.retired_packets += last.packets;
+        self.retired_bytes += last.bytes;
+        self.retired_used = match (self.retired_used, last.used) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.retired_tcp_flags |= last.tcp_flags;
+        self.live = KernelCounters::default();
+    }
+}
+
+/// An engine datapath flows can be offloaded to. Called at control-plane
+/// rate only (flow installs, revalidation, housekeeping), never per packet.
+pub trait FlowOffload: Send {
+    /// Add bits to a new flow's mask before it is installed anywhere, so
+    /// that its offload decision holds for every packet it covers (a
+    /// narrower mask is always correct: the slow path decided the same for
+    /// every packet of the wider one).
+    fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask);
+    /// Offload a new flow: the engine's id for it, or why it stays in
+    /// userspace.
+    fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str>;
+    /// New actions for offloaded flow `id` (same match). On `Err` the
+    /// caller removes the entry: the flow stays in userspace for the reason.
+    fn modify(
+        &mut self,
+        id: u64,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str>;
+    /// Remove `id`; its final counters if the engine could read them.
+    fn remove(&mut self, id: u64) -> Option<KernelCounters>;
+    /// The live counters of `id`.
+    fn counters(&mut self, id: u64) -> Option<KernelCounters>;
+    /// For the bridge to reach the concrete engine (ports, statistics).
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Refresh `f`'s kernel counters.
+pub(crate) fn sync(off: &mut dyn FlowOffload, f: &mut DpFlow) {
+    if let Some(Placement::Kernel(id)) = f.placement {
+        if let Some(c) = off.counters(id) {
+            f.kernel.live = c;
+        }
+    }
+}
+
+/// Take `f` out of the engine (it is going away or back to userspace),
+/// folding its final kernel counters into the flow.
+pub(crate) fn unplace(off: &mut dyn FlowOffload, f: &mut DpFlow) {
+    if let Some(Placement::Kernel(id)) = f.placement {
+        let last = off.remove(id);
+        f.kernel.retire(last);
+        f.placement = Some(Placement::Userspace("removed"));
+    }
+}
+
+/// Bring the engine in line with `f`'s current match and actions: modify
+/// its kernel entry, or offload it, or record why it stays in userspace.
+pub(crate) fn update(off: &mut dyn FlowOffload, f: &mut DpFlow) {
+    match f.placement {
+        Some(Placement::Kernel(id)) => {
+            if let Err(reason) = off.modify(id, &f.matching, &f.actions) {
+                let last = off.remove(id);
+                f.kernel.retire(last);
+                f.placement = Some(Placement::Userspace(reason));
+            }
+        }
+        _ => {
+            f.placement = Some(match off.offload(&f.matching, &f.actions) {
+                Ok(id) => Placement::Kernel(id),
+                Err(reason) => Placement::Userspace(reason),
+            });
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The offload manager: one XDP engine per bridge, attached to every AF_XDP
+//! port, and the per-flow decision of what runs in it.
+//!
+//! Place in a frame's path: the bridge's AF_XDP ports each lend their XDP
+//! attachment to the bridge's single `xdp_dp` instance (the link is
+//! switched from `xsk_redirect` to `xdp_dp` atomically), and each port's
+//! AF_XDP socket goes into the shared XSKMAP at the port's own slot, so a
+//! miss on any port still reaches that port's socket and the userspace
+//! datapath. The datapath ([`crate::datapath`]) calls this manager through
+//! [`FlowOffload`] whenever it installs, changes or removes a datapath flow.
+//!
+//! # Decisions
+//!
+//! One program instance with shared maps, rather than one per port: a flow
+//! is looked up once whatever port it came from, the flow and mask maps
+//! exist once, and the devmap holds every output port. The XSKMAP is
+//! therefore keyed per interface (`dp_ports[ifindex].xsk_base + rx
+//! queue`), since every veth receives on queue 0 and an AF_XDP socket
+//! refuses (drops) frames of any other interface.
+//!
+//! A flow goes to the kernel only when every one of these holds (otherwise
+//! it stays in userspace with the first reason that failed):
+//!
+//! * its ingress port is an AF_XDP port of this bridge (`port:afpacket`,
+//!   `port:tap`, `port:internal`, `port:userspace` otherwise);
+//! * **checksums**: XDP cannot see or complete the `CHECKSUM_PARTIAL` sums
+//!   a local sender behind a veth leaves in TCP/UDP headers (the AF_XDP
+//!   port completes them in userspace). So a flow is offloaded only if its
+//!   match pins the protocol ([`OffloadManager::refine_mask`] adds
+//!   `in_port`, `dl_type` and, for IP, `nw_proto` to every mask) and it is
+//!   not TCP, UDP or SCTP — unless the ingress port is declared to receive
+//!   complete checksums (port option `csum_complete=true`) and runs native
+//!   XDP (no GSO super-frames): `csum:partial-possible`, `port:generic-xdp`;
+//! * every output port is an AF_XDP port whose device accepts redirected
+//!   frames (`NETDEV_XDP_ACT_NDO_XMIT`: for a veth, its peer runs NAPI,
+//!   i.e. has an XDP program or GRO on): `port:no-xdp-xmit`; re-read every
+//!   tick, and the devmap slot emptied at once when it goes away, so
+//!   offloaded flows to that port are punted to userspace (the program's
+//!   pre-check) instead of dropped by `veth_xdp_xmit`;
+//! * the encoder accepts the match and actions and the maps have room
+//!   ([`super::xdp::encode`] reasons, `mask-table-full`, `flow-map-full`).
+
+use super::netdev::NetdevQuery;
+use super::xdp::OffloadError;
+use super::xdp::{encode, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig};
+use crate::datapath::{DpAction, FlowOffload, KernelCounters};
+use crate::port::Port;
+use nicflow_flow::{FlowKey, FlowMask, Match};
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+
+/// An AF_XDP port the engine runs on.
+#[derive(Clone, Debug)]
+struct XdpPort {
+    name: String,
+    ifindex: u32,
+    /// Devmap slot and XSKMAP slot (the same number).
+    slot: u32,
+    native: bool,
+    csum_complete: bool,
+    /// The device accepts redirected frames; its devmap slot is filled.
+    redirect_ok: bool,
+}
+
+/// What the manager did, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManagerCounters {
+    pub installed: u64,
+    pub modified: u64,
+    pub removed: u64,
+    /// Offload attempts that left the flow in userspace.
+    pub refused: u64,
+}
+
+/// Options of a bridge's XDP offload (the `offload_options` table of the
+/// bridge's config): map sizes.
+pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConfig, OffloadError> {
+    let mut c = XdpEngineConfig::default();
+    for (k, v) in options {
+        let n: u32 = v
+            .parse()
+            .map_err(|_| OffloadError::Config(format!("offload option {k}={v}: not a number")))?;
+        match k.as_str() {
+            "max_flows" => c.max_flows = n,
+            "max_masks" => c.max_masks = n,
+            "max_ports" => {
+                c.max_tx_ports = n;
+                c.max_ifaces = n;
+                c.max_queues = n;
+            }
+            _ => {
+                return Err(OffloadError::Config(format!(
+                    "unknown offload option `{k}` (max_flows, max_masks, max_ports)"
+                )))
+            }
+        }
+    }
+    Ok(c)
+}
+
+pub struct OffloadManager {
+    engine: XdpEngine,
+    netdev: Option<NetdevQuery>,
+    ports: BTreeMap<u32, XdpPort>,
+    /// Ports that are not AF_XDP: their kind, for reasons.
+    others: BTreeMap<u32, &'static str>,
+    flows: HashMap<u64, FlowHandle>,
+    next_id: u64,
+    counters: ManagerCounters,
+}
+
+impl std::fmt::Debug for OffloadManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffloadManager")
+            .field("engine", &self.engine)
+            .field("ports", &self.ports)
+            .finish()
+    }
+}
+
+fn kind_reason(kind: &str) -> &'static str {
+    match kind {
+        "afpacket" => "port:afpacket",
+        "tap" => "port:tap",
+        "internal" => "port:internal",
+        "afxdp" => "port:afxdp-not-attached",
+        _ => "port:userspace",
+    }
+}
+
+fn is_ip(dl_type: u16) -> bool {
+    dl_type == 0x0800 || dl_type == 0x86dd
+}
+
+impl OffloadManager {
+    /// Load the engine (the verifier runs here; a rejection is
+    /// [`OffloadError::Verifier`] with the log).
+    pub fn new(cfg: XdpEngineConfig) -> Result<OffloadManager, OffloadError> {
+        let engine = XdpEngine::load(cfg)?;
+        let netdev = match NetdevQuery::open() {
+            Ok(q) => Some(q),
+            Err(e) => {
+                tracing::warn!(
+                    "netdev genetlink family unavailable ({e}): no port can be an XDP \
+                     redirect target, flows stay in userspace"
+                );
+                None
+            }
+        };
+        Ok(OffloadManager {
+            engine,
+            netdev,
+            ports: BTreeMap::new(),
+            others: BTreeMap::new(),
+            flows: HashMap::new(),
+            next_id: 1,
+            counters: ManagerCounters::default(),
+        })
+    }
+
+    pub fn engine(&self) -> &XdpEngine {
+        &self.engine
+    }
+
+    pub fn counters(&self) -> ManagerCounters {
+        self.counters
+    }
+
+    /// The program's per-CPU counters, summed.
+    pub fn engine_stats(&self) -> EngineStats {
+        self.engine.stats().unwrap_or_default()
+    }
+
+    pub fn n_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// (port name, native, redirect target) of every port the engine runs on.
+    pub fn xdp_ports(&self) -> Vec<(String, bool, bool)> {
+        self.ports
+            .values()
+            .map(|p| (p.name.clone(), p.native, p.redirect_ok))
+            .collect()
+    }
+
+    fn free_slot(&self) -> Option<u32> {
+        let cfg = self.engine.config();
+        let max = cfg.max_tx_ports.min(cfg.max_queues).min(cfg.max_ifaces);
+        (0..max).find(|s| self.ports.values().all(|p| p.slot != *s))
+    }
+
+    fn accepts_redirects(&mut self, ifindex: u32) -> bool {
+        match self.netdev.as_mut().map(|q| q.accepts_redirects(ifindex)) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                tracing::debug!(ifindex, "reading xdp-features: {e}");
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Run the engine on port `no`: its socket into the XSKMAP, its
+    /// interface into `dp_ports`, then its XDP link switched over to
+    /// `xdp_dp`. Ports that are not AF_XDP are only remembered (flows
+    /// through them stay in userspace). The port's `csum_complete` option
+    /// says whether its peer sends complete TCP/UDP checksums (see the
+    /// module docs).
+    pub fn attach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
+        let kind = port.kind();
+        let name = port.name().to_string();
+        let Some(x) = port.as_afxdp_mut() else {
+            self.others.insert(no, kind);
+            return Ok(());
+        };
+        let slot = self
+            .free_slot()
+            .ok_or_else(|| OffloadError::Config("no free port slot in the XDP engine".into()))?;
+        let ifindex = x.ifindex();
+        let csum_complete = x.csum_complete();
+        let base = slot.wrapping_sub(x.queue());
+        self.engine.register_xsk(slot, x.xsk_fd())?;
+        self.engine.set_port_xsk(ifindex, no, base)?;
+        let link = x.take_xdp_link().map_err(|e| OffloadError::Bpf {
+            op: "taking the port's XDP link",
+            source: Box::new(e),
+        })?;
+        if let Err(e) = self.engine.adopt_link(ifindex, link) {
+            // The link went with the failed update: the interface has no
+            // program now. Say so loudly; the port keeps its socket.
+            tracing::error!(port = %name, "switching the XDP link to xdp_dp failed: {e}");
+            let _ = self.engine.remove_port(ifindex);
+            let _ = self.engine.unregister_xsk(slot);
+            return Err(e);
+        }
+        let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
+        let mut p = XdpPort {
+            name: name.clone(),
+            ifindex,
+            slot,
+            native,
+            csum_complete,
+            redirect_ok: false,
+        };
+        p.redirect_ok = self.accepts_redirects(ifindex);
+        if p.redirect_ok {
+            self.engine.set_tx_port(slot, ifindex)?;
+        } else {
+            tracing::info!(
+                port = %name,
+                "not an XDP redirect target (the device does not accept redirected frames; \
+                 for a veth: no XDP program or GRO on its peer): flows out of it stay in \
+                 userspace (port:no-xdp-xmit)"
+            );
+        }
+        tracing::info!(
+            port = %name, ifindex, slot,
+            xdp = if native { "native" } else { "generic" },
+            redirect_target = p.redirect_ok,
+            "XDP offload engine attached"
+        );
+        self.ports.insert(no, p);
+        Ok(())
+    }
+
+    /// Give port `no` its own XDP program back (`xsk_redirect`, every frame
+    /// to its socket) and forget it. Flows through it must be revalidated
+    /// by the caller (its devmap slot is empty from here on, so offloaded
+    /// flows to it are punted to userspace meanwhile).
+    pub fn detach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
+        self.others.remove(&no);
+        let Some(p) = self.ports.remove(&no) else {
+            return Ok(());
+        };
+        self.engine.clear_tx_port(p.slot)?;
+        let link = self.engine.release_link(p.ifindex)?;
+        if let (Some(link), Some(x)) = (link, port.as_afxdp_mut()) {
+            x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
+                op: "restoring the port's XDP program",
+                source: Box::new(e),
+            })?;
+        }
+        self.engine.remove_port(p.ifindex)?;
+        self.engine.unregister_xsk(p.slot)?;
+        Ok(())
+    }
+
+    /// Is port `no` served by the engine?
+    pub fn has_port(&self, no: u32) -> bool {
+        self.ports.contains_key(&no)
+    }
+
+    /// Housekeeping: re-read which devices accept redirects. A port that
+    /// stopped has its devmap slot emptied at once (offloaded flows to it
+    /// are punted to userspace by the program's pre-check); one that
+    /// started gets it filled. Returns true when flows must be re-placed.
+    pub fn tick(&mut self) -> bool {
+        let mut changed = false;
+        let nos: Vec<u32> = self.ports.keys().copied().collect();
+        for no in nos {
+            let (ifindex, slot, was) = {
+                let p = &self.ports[&no];
+                (p.ifindex, p.slot, p.redirect_ok)
+            };
+            let now = self.accepts_redirects(ifindex);
+            if now == was {
+                continue;
+            }
+            let r = if now {
+                self.engine.set_tx_port(slot, ifindex)
+            } else {
+                self.engine.clear_tx_port(slot)
+            };
+            if let Err(e) = r {
+                tracing::warn!(ifindex, "updating the devmap: {e}");
+                continue;
+            }
+            if let Some(p) = self.ports.get_mut(&no) {
+                tracing::info!(
+                    port = %p.name,
+                    "XDP redirect target: {was} -> {now}; re-placing flows"
+                );
+                p.redirect_ok = now;
+            }
+            changed = true;
+        }
+        changed
+    }
+
+    fn port_reason(&self, no: u32) -> &'static str {
+        match self.others.get(&no) {
+            Some(k) => kind_reason(k),
+            None => "port:unknown",
+        }
+    }
+
+    /// Every check of the module docs; the encoded flow or the reason.
+    fn decide(
+        &self,
+        m: &Match,
+        actions: &[DpAction],
+    ) -> Result<super::xdp::EncodedFlow, &'static str> {
+        let key = m.key();
+        let mask = m.mask().0;
+        if mask.in_port != u32::MAX {
+            return Err("match:in_port-wildcarded");
+        }
+        let Some(inp) = self.ports.get(&key.in_port) else {
+            return Err(self.port_reason(key.in_port));
+        };
+        if mask.dl_type != 0xffff {
+            return Err("csum:protocol-wildcarded");
+        }
+        if is_ip(key.dl_type) {
+            if mask.nw_proto != 0xff {
+                return Err("csum:protocol-wildcarded");
+            }
+            if matches!(key.nw_proto, 6 | 17 | 132) {
+                if !inp.csum_complete {
+                    return Err("csum:partial-possible");
+                }
+                if !inp.native {
+                    return Err("port:generic-xdp");
+                }
+            }
+        }
+        for a in actions {
+            if let DpAction::Output(p) = a {
+                match self.ports.get(p) {
+                    Some(x) if x.redirect_ok => {}
+                    Some(_) => return Err("port:no-xdp-xmit"),
+                    None => {
+                        // Floods are refused as such by the encoder.
+                        let n_out = actions
+                            .iter()
+                            .filter(|a| matches!(a, DpAction::Output(_)))
+                            .count();
+                        if n_out == 1 {
+                            return Err(self.port_reason(*p));
+                        }
+                    }
+                }
+            }
+        }
+        let slots = |p: u32| self.ports.get(&p).filter(|x| x.redirect_ok).map(|x| x.slot);
+        encode(key, m.mask(), actions, &slots).map_err(|e| e.reason)
+    }
+}
+
+impl Drop for OffloadManager {
+    fn drop(&mut self) {
+        if !self.ports.is_empty() {
+            // The bridge detaches every port first; a link still held here
+            // goes with the engine and leaves its interface without XDP.
+            tracing::warn!(
+                ports = self.ports.len(),
+                "XDP offload engine dropped with ports attached"
+            );
+        }
+    }
+}
+
+impl FlowOffload for OffloadManager {
+    fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
+        mask.0.in_port = u32::MAX;
+        mask.0.dl_type = 0xffff;
+        if is_ip(key.dl_type) {
+            mask.0.nw_proto = 0xff;
+        }
+    }
+
+    fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
+        let enc = match self.decide(matching, actions) {
+            Ok(e) => e,
+            Err(r) => {
+                self.counters.refused += 1;
+                return Err(r);
+            }
+        };
+        match self.engine.install(&enc) {
+            Ok(h) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.flows.insert(id, h);
+                self.counters.installed += 1;
+                Ok(id)
+            }
+            Err(e) => {
+                self.counters.refused += 1;
+                match e.reason() {
+                    Some(r) => Err(r),
+                    None => {
+                        tracing::warn!("XDP flow install failed: {e}");
+                        Err("engine-error")
+                    }
+                }
+            }
+        }
+    }
+
+    fn modify(
+        &mut self,
+        id: u64,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str> {
+        let Some(h) = self.flows.get(&id).copied() else {
+            return Err("engine-error");
+        };
+        let enc = self.decide(matching, actions)?;
+        match self.engine.modify(&h, &enc) {
+            Ok(()) => {
+                self.counters.modified += 1;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("XDP flow modify failed: {e}");
+                Err("engine-error")
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<KernelCounters> {
+        let h = self.flows.remove(&id)?;
+        self.counters.removed += 1;
+        match self.engine.remove(&h) {
+            Ok(c) => Some(KernelCounters {
+                packets: c.packets,
+                bytes: c.bytes,
+                used: c.used,
+                tcp_flags: c.tcp_flags,
+            }),
+            Err(e) => {
+                tracing::warn!("XDP flow remove failed: {e}");
+                None
+            }
+        }
+    }
+
+    fn counters(&mut self, id: u64) -> Option<KernelCounters> {
+        let h = self.flows.get(&id)?;
+        let c = self.engine.counters(h).ok()?;
+        Some(KernelCounters {
+            packets: c.packets,
+            bytes: c.bytes,
+            used: c.used,
+            tcp_flags: c.tcp_flags,
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
