@@ -306,8 +306,10 @@ fn down_without_a_state_file_goes_by_names() {
         return;
     }
     let opts = opts();
+    // Host names no other lab uses (benchmarks name theirs c1/s1...), so
+    // `exec` below can only find this lab's hosts.
     let name = lab_name("s");
-    let topo = two_hosts(&name, "s", "root");
+    let topo = two_hosts(&name, "dnx", "root");
     let _guard = Guard {
         lab: name.clone(),
         opts: opts.clone(),
@@ -316,7 +318,7 @@ fn down_without_a_state_file_goes_by_names() {
     let pids = daemon_pids(&report.state);
     std::fs::remove_file(lab::LabState::path(&report.state.dir)).unwrap();
     // Without the record, `exec HOST` cannot find the lab, but `down` can.
-    assert!(lab::exec(None, "s1", &["true"], &opts).is_err());
+    assert!(lab::exec(None, "dnx1", &["true"], &opts).is_err());
     let down = lab::down(&name, &opts).expect("down");
     assert!(!down.had_state);
     assert_eq!(down.daemons, pids, "daemon found by its command line");

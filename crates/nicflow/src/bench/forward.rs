@@ -82,8 +82,11 @@ pub fn install_signal_handlers() {
 pub enum Engine {
     /// nicflow with AF_PACKET ports.
     NicflowAfpacket,
-    /// nicflow with AF_XDP ports.
+    /// nicflow with AF_XDP ports, userspace datapath only (`offload = "none"`).
     NicflowAfxdp,
+    /// nicflow with AF_XDP ports and the XDP offload engine
+    /// (`offload = "xdp"`): established flows forwarded in the kernel.
+    NicflowXdp,
     LinuxBridge,
     Ovs,
     OvsAfxdp,
@@ -94,6 +97,7 @@ impl Engine {
         match self {
             Engine::NicflowAfpacket => "nicflow-afpacket",
             Engine::NicflowAfxdp => "nicflow-afxdp",
+            Engine::NicflowXdp => "nicflow-xdp",
             Engine::LinuxBridge => "linux-bridge",
             Engine::Ovs => "ovs",
             Engine::OvsAfxdp => "ovs-afxdp",
@@ -104,6 +108,7 @@ impl Engine {
         Some(match s.trim() {
             "nicflow-afpacket" => Engine::NicflowAfpacket,
             "nicflow-afxdp" => Engine::NicflowAfxdp,
+            "nicflow-xdp" | "xdp" => Engine::NicflowXdp,
             "linux-bridge" | "bridge" => Engine::LinuxBridge,
             "ovs" | "ovs-userspace" => Engine::Ovs,
             "ovs-afxdp" => Engine::OvsAfxdp,
@@ -116,6 +121,7 @@ impl Engine {
         match self {
             Engine::NicflowAfpacket => "nfp",
             Engine::NicflowAfxdp => "nfx",
+            Engine::NicflowXdp => "nfo",
             Engine::LinuxBridge => "br",
             Engine::Ovs => "ovs",
             Engine::OvsAfxdp => "oxdp",
@@ -126,8 +132,21 @@ impl Engine {
     pub fn nicflow_port_type(self) -> Option<PortType> {
         match self {
             Engine::NicflowAfpacket => Some(PortType::Afpacket),
-            Engine::NicflowAfxdp => Some(PortType::Afxdp),
+            Engine::NicflowAfxdp | Engine::NicflowXdp => Some(PortType::Afxdp),
             _ => None,
+        }
+    }
+
+    /// The `[[switch]]` lines that pin a nicflow engine's offload mode (and,
+    /// for the XDP engine, whether its ports may trust senders' checksums:
+    /// only when the hosts complete them, i.e. host checksum offload off).
+    pub fn nicflow_switch_toml(self, host_checksums_complete: bool) -> String {
+        match self {
+            Engine::NicflowAfpacket | Engine::NicflowAfxdp => "offload = \"none\"\n".into(),
+            Engine::NicflowXdp => format!(
+                "offload = \"xdp\"\nport_options = {{ csum_complete = {host_checksums_complete} }}\n"
+            ),
+            _ => String::new(),
         }
     }
 
@@ -322,8 +341,9 @@ pub fn topology_text(engine: Engine, lab: &str, opts: &Options) -> String {
         let flows: Vec<String> = opts.flows().iter().map(|f| format!("\"{f}\"")).collect();
         let _ = writeln!(
             t,
-            "[[switch]]\nname = \"sw\"\nport_type = \"{}\"\n[[switch.bridge]]\nname = \"br0\"\nflows = [{}]",
+            "[[switch]]\nname = \"sw\"\nport_type = \"{}\"\n{}[[switch.bridge]]\nname = \"br0\"\nflows = [{}]",
             port_type.as_str(),
+            engine.nicflow_switch_toml(opts.host_offload == HostOffload::Off),
             flows.join(", ")
         );
         for (h, p, a) in [("h1", "p1", H1_ADDRS), ("h2", "p2", H2_ADDRS)] {
@@ -577,7 +597,7 @@ fn engine_body(
     };
     let mut ovs: Option<Ovs> = None;
     match engine {
-        Engine::NicflowAfpacket | Engine::NicflowAfxdp => {
+        Engine::NicflowAfpacket | Engine::NicflowAfxdp | Engine::NicflowXdp => {
             if let Some((_, port, why)) = up.unattached.first() {
                 return Err(format!("nicflow port {port} not attached: {why}"));
             }
@@ -1468,6 +1488,7 @@ fn engine_label(e: Engine) -> String {
     match e {
         Engine::NicflowAfpacket => "nicflow (afpacket)".into(),
         Engine::NicflowAfxdp => "nicflow (afxdp)".into(),
+        Engine::NicflowXdp => "nicflow (xdp offload)".into(),
         Engine::Ovs => "ovs (userspace, netdev-linux)".into(),
         Engine::OvsAfxdp => "ovs-afxdp (userspace, afxdp)".into(),
         Engine::LinuxBridge => "linux-bridge".into(),
@@ -1495,7 +1516,16 @@ fn engine_description(e: Engine, r: &Results) -> String {
         Engine::NicflowAfxdp => "`nicflow daemon` as above with afxdp ports (default options: \
              XDP attached natively to the switch-side veth ends when possible, copy-mode \
              AF_XDP; native XDP on a veth clears TSO/GSO on its peer, so the hosts send \
-             MTU-sized frames; partial checksums completed in software)."
+             MTU-sized frames; partial checksums completed in software), `offload = \"none\"`: \
+             every frame through the userspace datapath."
+            .into(),
+        Engine::NicflowXdp => "`nicflow daemon` with afxdp ports and `offload = \"xdp\"`: \
+             the bridge's XDP program forwards established flows in the kernel (devmap \
+             redirect), misses go to the AF_XDP sockets and the userspace slow path. TCP and \
+             UDP flows are offloaded only when the ports are told the hosts' checksums are \
+             complete (`csum_complete`, set when host offloads are off); otherwise they stay \
+             in userspace (`not_offloaded:csum:partial-possible`). The lab turns GRO on at the \
+             host ends so XDP redirects into them are delivered."
             .into(),
         Engine::LinuxBridge => {
             "kernel bridge `br0` in namespace sw, defaults (learning, STP off), \
@@ -1612,6 +1642,7 @@ mod tests {
         for e in [
             Engine::NicflowAfpacket,
             Engine::NicflowAfxdp,
+            Engine::NicflowXdp,
             Engine::LinuxBridge,
             Engine::Ovs,
             Engine::OvsAfxdp,
@@ -1629,6 +1660,7 @@ mod tests {
         for e in [
             Engine::NicflowAfpacket,
             Engine::NicflowAfxdp,
+            Engine::NicflowXdp,
             Engine::LinuxBridge,
             Engine::Ovs,
             Engine::OvsAfxdp,

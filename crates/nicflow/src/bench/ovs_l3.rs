@@ -32,7 +32,7 @@ pub struct Args {
     /// linux-bridge, ovs, ...).
     #[arg(
         long,
-        default_value = "nicflow-afpacket,nicflow-afxdp,linux-bridge,ovs"
+        default_value = "nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
     )]
     pub engines: String,
     /// OpenFlow entries (= concurrent microflows), comma-separated.
@@ -147,6 +147,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         eprintln!("[ovs-l3] {}: building the testbed", engine.name());
         let spec = TestbedSpec {
             rules: Rules::Custom(Vec::new()),
+            checksums_complete: true,
             ..TestbedSpec::new(engine, 1, "ovsl")
         };
         let tb = match Testbed::up(&spec) {

@@ -42,7 +42,7 @@ pub struct Args {
     /// Engines, comma-separated.
     #[arg(
         long,
-        default_value = "nicflow-afpacket,nicflow-afxdp,linux-bridge,ovs"
+        default_value = "nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
     )]
     pub engines: String,
     /// Exact 5-tuple entries, comma-separated; every entry up to the
@@ -258,6 +258,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
 fn spec(engine: Engine) -> TestbedSpec {
     TestbedSpec {
         rules: Rules::Custom(Vec::new()),
+        checksums_complete: true,
         ..TestbedSpec::new(engine, 1, "tscale")
     }
 }
