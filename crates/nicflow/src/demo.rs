@@ -238,6 +238,9 @@ name = "h2"
 sysctl = { "net.ipv6.conf.all.accept_ra" = 0 }
 [[switch]]
 name = "sw1"
+# The hosts below send finished checksums (link offload = false), so the
+# ports may tell the XDP engine so, and TCP and UDP flows are offloaded too.
+port_options = { csum_complete = true }
 [[switch.bridge]]
 name = "br0"
 flows = [
@@ -248,10 +251,12 @@ flows = [
 a = "h1:eth0"
 b = "sw1:p1"
 addresses = ["198.18.0.1/24", "2001:db8::1/64"]
+offload = false
 [[link]]
 a = "h2:eth0"
 b = "sw1:p2"
 addresses = ["198.18.0.2/24", "2001:db8::2/64"]
+offload = false
 "#;
 
 /// Removes the demo lab however the demo ends.
@@ -433,10 +438,24 @@ pub fn run_lab() -> Result<String> {
     for l in lines.iter().take(8) {
         writeln!(r, "  {l}")?;
     }
+    let in_xdp = lines.iter().filter(|l| l.contains("engine:xdp")).count();
+    let mut reasons: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split("not_offloaded:").nth(1))
+        .map(|t| t.split([',', ' ']).next().unwrap_or(""))
+        .collect();
+    reasons.sort_unstable();
+    reasons.dedup();
     writeln!(
         r,
-        "  ({} flows; all live in the userspace engine: the XDP offload engine is not built yet)",
-        lines.len()
+        "  ({} flows: {in_xdp} offloaded to the XDP engine (later packets forwarded in the kernel), {} in the userspace engine{})",
+        lines.len(),
+        lines.len() - in_xdp,
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(", not offloaded because: {}", reasons.join(", "))
+        }
     )?;
     drop(guard);
     writeln!(r, "lab removed\n")?;
