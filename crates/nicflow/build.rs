@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// BPF sources, compiled one object each (`bpf/<name>.c` -> `<name>.o`).
-const PROGRAMS: &[&str] = &["xsk_redirect", "xdp_dp"];
+const PROGRAMS: &[&str] = &["xsk_redirect", "xdp_dp", "xdp_redirect_min"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

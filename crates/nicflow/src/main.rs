@@ -176,6 +176,10 @@ enum BenchCmd {
     /// 64K-4M exact 5-tuple entries, counters on/off, pipeline depth 1-25:
     /// packets/s and latency (document 003, figure 3, tables II-III).
     TableScale(bench::table_scale::Args),
+    /// The `xdp-redirect` engine's process: a minimal XDP program pairing
+    /// ports, held until SIGTERM (started by the experiments' testbed).
+    #[command(hide = true)]
+    XdpRedirect(bench::xdp_baseline::Args),
 }
 
 fn main() -> ExitCode {
@@ -380,6 +384,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             BenchCmd::TableScale(args) => {
                 bench::table_scale::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::XdpRedirect(args) => {
+                bench::xdp_baseline::cli(&args)?;
                 Ok(ExitCode::SUCCESS)
             }
         },

@@ -90,6 +90,11 @@ pub enum Engine {
     LinuxBridge,
     Ovs,
     OvsAfxdp,
+    /// No switch: a minimal XDP program on the switch-side ends redirects
+    /// every frame to the paired port (`bench::xdp_baseline`), the limit
+    /// the XDP engine is compared with. Forwards by port pair only: it
+    /// ignores rules.
+    XdpRedirect,
 }
 
 impl Engine {
@@ -101,6 +106,7 @@ impl Engine {
             Engine::LinuxBridge => "linux-bridge",
             Engine::Ovs => "ovs",
             Engine::OvsAfxdp => "ovs-afxdp",
+            Engine::XdpRedirect => "xdp-redirect",
         }
     }
 
@@ -112,6 +118,7 @@ impl Engine {
             "linux-bridge" | "bridge" => Engine::LinuxBridge,
             "ovs" | "ovs-userspace" => Engine::Ovs,
             "ovs-afxdp" => Engine::OvsAfxdp,
+            "xdp-redirect" => Engine::XdpRedirect,
             _ => return None,
         })
     }
@@ -125,6 +132,7 @@ impl Engine {
             Engine::LinuxBridge => "br",
             Engine::Ovs => "ovs",
             Engine::OvsAfxdp => "oxdp",
+            Engine::XdpRedirect => "xrd",
         }
     }
 
@@ -152,6 +160,12 @@ impl Engine {
 
     pub fn is_nicflow(self) -> bool {
         self.nicflow_port_type().is_some()
+    }
+
+    /// Does the engine run OpenFlow rules (nicflow, OVS)? The Linux bridge
+    /// and the xdp-redirect limit forward without a table.
+    pub fn has_rules(self) -> bool {
+        self.is_nicflow() || self.is_ovs()
     }
 
     pub fn is_ovs(self) -> bool {
@@ -614,6 +628,13 @@ fn engine_body(
                 sys::ip(Some(&swns), c).map_err(|e| e.to_string())?;
                 run.commands.push(format!("ip -n {swns} {}", c.join(" ")));
             }
+        }
+        Engine::XdpRedirect => {
+            return Err(
+                "xdp-redirect forwards by port pair only; it is an engine of the packet-rate \
+                 experiments (ovs-l3, table-scale), not of bench forward"
+                    .into(),
+            );
         }
         Engine::Ovs | Engine::OvsAfxdp => {
             let br = OvsBridge {
@@ -1492,6 +1513,7 @@ fn engine_label(e: Engine) -> String {
         Engine::Ovs => "ovs (userspace, netdev-linux)".into(),
         Engine::OvsAfxdp => "ovs-afxdp (userspace, afxdp)".into(),
         Engine::LinuxBridge => "linux-bridge".into(),
+        Engine::XdpRedirect => "xdp-redirect (minimal XDP program)".into(),
     }
 }
 
@@ -1526,6 +1548,10 @@ fn engine_description(e: Engine, r: &Results) -> String {
              complete (`csum_complete`, set when host offloads are off); otherwise they stay \
              in userspace (`not_offloaded:csum:partial-possible`). The lab turns GRO on at the \
              host ends so XDP redirects into them are delivered."
+            .into(),
+        Engine::XdpRedirect => "no switch process: a minimal XDP program \
+             (`bpf/xdp_redirect_min.c`) on the switch-side ends redirects every frame to the \
+             paired port, no parsing or lookup."
             .into(),
         Engine::LinuxBridge => {
             "kernel bridge `br0` in namespace sw, defaults (learning, STP off), \

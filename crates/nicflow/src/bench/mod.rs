@@ -17,6 +17,7 @@ pub mod streams;
 pub mod table_scale;
 pub mod testbed;
 pub mod workload;
+pub mod xdp_baseline;
 
 use std::time::Duration;
 

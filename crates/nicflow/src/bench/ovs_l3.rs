@@ -165,7 +165,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             }
             let t0 = Instant::now();
             let mut err = None;
-            if engine != Engine::LinuxBridge && n > installed {
+            if engine.has_rules() && n > installed {
                 if let Err(e) = tb.add_flows(&entry_rules(installed, n)) {
                     err = Some(format!("installing entries: {e:#}"));
                 }

@@ -278,7 +278,7 @@ fn log_point(engine: Engine, what: &str, b: &Option<Burst>, e: &Option<String>) 
 }
 
 fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
-    let has_rules = engine != Engine::LinuxBridge;
+    let has_rules = engine.has_rules();
     // Part 1: entries.
     eprintln!("[table-scale] {}: entries", engine.name());
     let tb = Testbed::up(&spec(engine))?;

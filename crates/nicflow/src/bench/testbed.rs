@@ -181,6 +181,8 @@ pub struct Testbed {
     switch_netns: String,
     switch_pid: Option<u32>,
     ovs: Option<Ovs>,
+    /// The xdp-redirect engine's process.
+    xdp_child: Option<std::process::Child>,
     /// Setup commands worth showing in a report.
     commands: Vec<String>,
     torn_down: bool,
@@ -313,9 +315,16 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
                     "[[link]]\na = \"{name}:eth0\"\nb = \"sw:{port}\"\naddresses = {addrs}\noffload = true"
                 );
             } else {
+                // XDP redirects into a veth arrive only if the peer runs
+                // NAPI: GRO on the host ends for the xdp-redirect engine.
+                let gro = if spec.engine == Engine::XdpRedirect {
+                    "\ngro = true"
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     t,
-                    "[[link]]\na = \"{name}:eth0\"\nb = \"sw:{port}\"\na_addresses = {addrs}\nb_addresses = []\noffload = true"
+                    "[[link]]\na = \"{name}:eth0\"\nb = \"sw:{port}\"\na_addresses = {addrs}\nb_addresses = []\noffload = true{gro}"
                 );
             }
         }
@@ -430,6 +439,7 @@ impl Testbed {
             switch_netns,
             switch_pid: None,
             ovs: None,
+            xdp_child: None,
             commands: Vec::new(),
             torn_down: false,
         };
@@ -563,6 +573,22 @@ impl Testbed {
                 sys::ip(Some(&ns), &refs)?;
                 self.commands.push(format!("ip -n {ns} {}", c.join(" ")));
             }
+        } else if engine == Engine::XdpRedirect {
+            let pairs: Vec<(String, String)> = (1..=self.spec.pairs)
+                .map(|i| (host_port(Role::Client, i).0, host_port(Role::Server, i).0))
+                .collect();
+            let child = super::xdp_baseline::start(&self.switch_netns, &pairs)?;
+            self.switch_pid = Some(child.id());
+            self.commands.push(format!(
+                "nicflow bench xdp-redirect {} (in {}; bpf/xdp_redirect_min.c attached natively)",
+                pairs
+                    .iter()
+                    .map(|(a, b)| format!("{a}={b}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                self.switch_netns
+            ));
+            self.xdp_child = Some(child);
         } else {
             // A new engine must say here how its switch is built, rather
             // than silently being measured as something else.
@@ -792,6 +818,12 @@ impl Testbed {
             if let Err(e) = o.stop() {
                 errs.push(e);
             }
+        }
+        if let Some(mut c) = self.xdp_child.take() {
+            // SIGTERM: it detaches its program and exits.
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = c.wait();
         }
         if let Err(e) = lab::down(&self.lab, &self.lab_opts) {
             errs.push(e.to_string());
