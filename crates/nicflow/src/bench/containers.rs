@@ -28,7 +28,6 @@ use super::forward::{self, interrupted, Engine, HostOffload};
 use super::median;
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -178,14 +177,7 @@ fn options(a: &Args) -> anyhow::Result<Options> {
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
     if let Some(p) = &args.render {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let r: Results = serde_json::from_str(&text).context("parsing samples.json")?;
-        let dir = args
-            .out
-            .clone()
-            .or_else(|| p.parent().map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
         return write(&dir, &r);
     }
     let opts = options(args)?;
@@ -200,14 +192,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
 
 fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
     let figs = figures(r);
-    let md = markdown(r, &figs);
-    let w = report::write_run(dir, r, &figs, &md)?;
-    println!("{md}");
-    println!("run directory: {}", w.dir.display());
-    if let Some(e) = w.plots_skipped {
-        println!("plots skipped: {e}");
-    }
-    Ok(())
+    report::publish(dir, r, &figs, &markdown(r, &figs))
 }
 
 fn progress(s: &str) {

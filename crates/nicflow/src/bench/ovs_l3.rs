@@ -20,7 +20,6 @@ use super::forward::{self, Engine};
 use super::pktrate::{self, Burst, Traffic};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -103,14 +102,7 @@ pub fn entry_rules(from: usize, to: usize) -> Vec<String> {
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
     if let Some(p) = &args.render {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let r: Results = serde_json::from_str(&text).context("parsing samples.json")?;
-        let dir = args
-            .out
-            .clone()
-            .or_else(|| p.parent().map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
         return write(&dir, &r);
     }
     let engines = testbed::parse_engines(&args.engines)?;
@@ -233,11 +225,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
 
 fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
     let figs = figures(r);
-    let md = markdown(r, &figs);
-    let w = report::write_run(dir, r, &figs, &md)?;
-    println!("{md}");
-    println!("run directory: {}", w.dir.display());
-    Ok(())
+    report::publish(dir, r, &figs, &markdown(r, &figs))
 }
 
 /// Median of `f` over the bursts of one engine and entry count.

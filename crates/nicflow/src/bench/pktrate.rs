@@ -37,9 +37,11 @@ pub struct Traffic {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Burst {
     /// Frames the generator sent per second.
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub sent_pps: f64,
     /// Frames the sink received per second of the generator's burst: what
     /// the switch forwarded.
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub rx_pps: f64,
     pub sent: u64,
     pub received: u64,
@@ -53,10 +55,13 @@ pub struct Burst {
     /// Generator engine (`afxdp-...`, `afpacket-txring`).
     pub gen_engine: String,
     /// Busy cores of the whole machine during the burst.
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub machine_cores: f64,
     /// Cores used by the switch process (NaN for the kernel bridge).
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub switch_cores: f64,
     /// Switch process CPU per forwarded packet (µs; NaN for the bridge).
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub switch_us_per_pkt: f64,
     pub usage: Usage,
     /// Raw JSON of the tools.

@@ -259,6 +259,41 @@ pub fn write_run<T: Serialize>(
     })
 }
 
+/// `--render SAMPLES_JSON`: an earlier run's samples, and where to write
+/// its rebuilt report (`out`, else the samples' own directory).
+pub fn load_render<T: serde::de::DeserializeOwned>(
+    samples: &Path,
+    out: Option<&Path>,
+) -> anyhow::Result<(T, PathBuf)> {
+    let text = std::fs::read_to_string(samples)
+        .with_context(|| format!("reading {}", samples.display()))?;
+    let r: T = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not this experiment's samples.json", samples.display()))?;
+    let dir = out
+        .map(Path::to_path_buf)
+        .or_else(|| samples.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    Ok((r, dir))
+}
+
+/// Write the run directory ([`write_run`]) and print the report, the
+/// directory and why plots are missing, if they are: the last step of every
+/// experiment's command.
+pub fn publish<T: Serialize>(
+    dir: &Path,
+    samples: &T,
+    figures: &[Figure],
+    markdown: &str,
+) -> anyhow::Result<()> {
+    let w = write_run(dir, samples, figures, markdown)?;
+    println!("{markdown}");
+    println!("run directory: {}", w.dir.display());
+    if let Some(e) = w.plots_skipped {
+        println!("plots skipped: {e}");
+    }
+    Ok(())
+}
+
 /// The machine section every report opens with.
 pub fn machine_section(perf: &str) -> String {
     let load = std::fs::read_to_string("/proc/loadavg")

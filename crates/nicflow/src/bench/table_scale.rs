@@ -31,7 +31,6 @@ use super::latency::{self, Latency};
 use super::pktrate::{self, Burst, Traffic};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -191,14 +190,7 @@ fn install(tb: &Testbed, lines: Vec<String>) -> anyhow::Result<()> {
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
     if let Some(p) = &args.render {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let r: Results = serde_json::from_str(&text).context("parsing samples.json")?;
-        let dir = args
-            .out
-            .clone()
-            .or_else(|| p.parent().map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
         return write(&dir, &r);
     }
     let engines = testbed::parse_engines(&args.engines)?;
@@ -398,11 +390,7 @@ fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
 
 fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
     let figs = figures(r);
-    let md = markdown(r, &figs);
-    let w = report::write_run(dir, r, &figs, &md)?;
-    println!("{md}");
-    println!("run directory: {}", w.dir.display());
-    Ok(())
+    report::publish(dir, r, &figs, &markdown(r, &figs))
 }
 
 fn med_of(
