@@ -24,17 +24,12 @@
  * when it is bound with XDP_USE_SG, instead of being dropped by the kernel.
  * On veth in native mode it also keeps the peer's maximum MTU large.
  *
- * Growing it into the XDP fast path: a later stage is meant to look the
- * frame's flow up in BPF maps *before* the redirect below (parse with
- * bounds checks against ctx->data_end, hash the key, look up a
- * BPF_MAP_TYPE_HASH/LRU_HASH of actions that userspace installs from its
- * datapath flow cache) and, on a hit, execute the actions in the kernel
- * (rewrite, then bpf_redirect_map into a DEVMAP of output ports, or XDP_DROP),
- * falling through to the redirect to userspace on a miss, exactly like the
- * kernel/userspace split of Open vSwitch. Keep the redirect as the final,
- * default step so that a miss always reaches nicflow. A frags-aware engine
- * must only read headers with bpf_xdp_load_bytes (or within the linear part)
- * since the payload may be spread over fragments.
+ * The XDP fast path lives next to it: with `offload = "xdp"` (the default)
+ * the bridge swaps this program's link for xdp_dp.c, which looks the frame's
+ * flow up in BPF maps first and ends with the same redirect to the AF_XDP
+ * socket on a miss (crates/nicflow/src/offload/, docs/offload.md). This
+ * program remains what a port runs with offload off or before the bridge's
+ * engine takes over.
  *
  * Build: crates/nicflow/build.rs runs
  *   clang -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -c
