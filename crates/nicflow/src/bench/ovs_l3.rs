@@ -16,7 +16,7 @@
 //! stands for "the kernel" (there is no kernel OVS module here).
 
 use super::cpu::PerfSupport;
-use super::forward::{self, Engine};
+use super::forward::{self, Engine, HostOffload};
 use super::pktrate::{self, Burst, Traffic};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
@@ -139,7 +139,10 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         eprintln!("[ovs-l3] {}: building the testbed", engine.name());
         let spec = TestbedSpec {
             rules: Rules::Custom(Vec::new()),
-            checksums_complete: true,
+            // The hosts' own traffic (ARP, sockperf) must carry finished
+            // checksums too, or the XDP engine (told they are complete) would
+            // forward partial ones: host checksum offload off, for every engine.
+            host_offload: HostOffload::Off,
             ..TestbedSpec::new(engine, 1, "ovsl")
         };
         let tb = match Testbed::up(&spec) {

@@ -120,10 +120,6 @@ pub struct TestbedSpec {
     /// The `nicflow` binary for the daemon. None: `NICFLOW_BIN`, else the
     /// running executable.
     pub nicflow_bin: Option<PathBuf>,
-    /// Every frame the experiment sends carries complete checksums (raw
-    /// frames from `nicflow gen`), so the XDP engine may offload TCP/UDP
-    /// flows even with host offloads at their defaults.
-    pub checksums_complete: bool,
 }
 
 impl TestbedSpec {
@@ -138,7 +134,6 @@ impl TestbedSpec {
             prefix: prefix.to_string(),
             ovs_tso: None,
             nicflow_bin: None,
-            checksums_complete: false,
         }
     }
 }
@@ -288,7 +283,7 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
             "[[switch]]\nname = \"sw\"\nport_type = \"{}\"\n{}[[switch.bridge]]\nname = \"{BRIDGE}\"\nflows = [{}]",
             port_type.as_str(),
             spec.engine
-                .nicflow_switch_toml(spec.host_offload == HostOffload::Off || spec.checksums_complete),
+                .nicflow_switch_toml(spec.host_offload == HostOffload::Off),
             flows.join(", ")
         );
     } else {
