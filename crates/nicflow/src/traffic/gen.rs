@@ -40,13 +40,6 @@ fn parse_flows(s: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_nonneg(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("`{s}`: expected a non-negative number")),
-    }
-}
-
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Interface to send on.
@@ -96,10 +89,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Packets per second in total; 0 or absent: as fast as possible.
-    #[arg(long, default_value = "0", value_parser = parse_nonneg)]
+    #[arg(long, default_value = "0", value_parser = super::parse_nonneg)]
     pub rate: f64,
     /// Seconds to send (default 10 unless --count is given).
-    #[arg(long, conflicts_with = "count", value_parser = parse_nonneg)]
+    #[arg(long, conflicts_with = "count", value_parser = super::parse_nonneg)]
     pub duration: Option<f64>,
     /// Packets to send in total.
     #[arg(long)]

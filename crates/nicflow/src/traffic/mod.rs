@@ -237,6 +237,15 @@ pub(crate) fn sum16(data: &[u8]) -> u32 {
     s as u32
 }
 
+/// clap parser for durations and rates given as plain numbers: finite and
+/// not negative, or an error naming the token.
+pub(crate) fn parse_nonneg(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}`: expected a non-negative number")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

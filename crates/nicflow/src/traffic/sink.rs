@@ -27,13 +27,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-fn parse_nonneg(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("`{s}`: expected a non-negative number")),
-    }
-}
-
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Interface to receive on.
@@ -44,7 +37,7 @@ pub struct Args {
     pub port_type: PortType,
     /// Stop after this many seconds (default: run until another condition
     /// or Ctrl-C).
-    #[arg(long, value_parser = parse_nonneg)]
+    #[arg(long, value_parser = super::parse_nonneg)]
     pub duration: Option<f64>,
     /// Stop after this many milliseconds without frames, once one arrived.
     #[arg(long)]
