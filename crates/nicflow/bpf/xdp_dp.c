@@ -170,9 +170,14 @@ struct dp_flow {
 };
 _Static_assert(sizeof(struct dp_flow) == 32 + 24 * DP_MAX_ACTIONS, "dp_flow layout");
 
+/* dp_config.flags: per-flow packet/byte counters off (the table-scale
+ * experiment's "counters off"; the last-used time is still stored, aging
+ * needs it, and it is a plain store rather than two atomic adds). */
+#define DP_CFG_NO_COUNTERS 1
+
 struct dp_config {
 	__u32 n_masks;	/* slots 0..n_masks-1 are tried */
-	__u32 pad;
+	__u32 flags;	/* DP_CFG_* */
 };
 
 struct dp_port {
@@ -955,8 +960,10 @@ int xdp_dp(struct xdp_md *ctx)
 	}
 
 	stat_inc(DP_STAT_HIT);
-	__sync_fetch_and_add(&flow->packets, 1);
-	__sync_fetch_and_add(&flow->bytes, bpf_xdp_get_buff_len(ctx));
+	if (!(cfg->flags & DP_CFG_NO_COUNTERS)) {
+		__sync_fetch_and_add(&flow->packets, 1);
+		__sync_fetch_and_add(&flow->bytes, bpf_xdp_get_buff_len(ctx));
+	}
 	flow->used_ns = bpf_ktime_get_ns();
 	if (key->f.tcp_flags & ~flow->tcp_flags)
 		flow->tcp_flags |= key->f.tcp_flags;

@@ -499,6 +499,7 @@ fn verifier_accepts_xdp_dp() {
         max_tx_ports: 4,
         max_ifaces: 2,
         max_queues: 1,
+        counters: true,
     });
     assert_eq!(small.config().max_masks, 64);
     assert!(XdpEngine::load(XdpEngineConfig {
@@ -1001,5 +1002,44 @@ fn veth_end_to_end_redirect_rewrites() {
         assert_eq!(e.stats().unwrap().miss, misses + 1);
         e.detach(sa).unwrap();
         e.detach(hb).unwrap();
+    });
+}
+
+/// `counters = false` (table-scale's "counters off"): the same frames come
+/// out, per-flow packets/bytes stay at zero, the last-used time still moves
+/// (aging depends on it).
+#[test]
+fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
+    if skip() {
+        return;
+    }
+    in_netns(|| {
+        veth("nfxc-in", "nfxc-inp");
+        veth("nfxc-o2", "nfxc-o2p");
+        veth("nfxc-o3", "nfxc-o3p");
+        let in_if = ifindex("nfxc-in");
+        let mut e = load(XdpEngineConfig {
+            counters: false,
+            ..XdpEngineConfig::default()
+        });
+        e.set_port(in_if, IN_PORT).unwrap();
+        e.set_tx_port(0, ifindex("nfxc-o2")).unwrap();
+        e.set_tx_port(1, ifindex("nfxc-o3")).unwrap();
+        for c in cases() {
+            let mut k = FlowKey::default();
+            extract(&c.frame, IN_PORT, &mut k).unwrap();
+            let enc = encode(&k, &c.mask, &c.actions, &ports()).unwrap();
+            let h = e.install(&enc).unwrap();
+            for _ in 0..3 {
+                let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
+                assert_eq!((verdict, out), userspace(&c.frame, &c.actions), "{}", c.name);
+            }
+            let n = e.counters(&h).unwrap();
+            assert_eq!((n.packets, n.bytes), (0, 0), "{}: counters off", c.name);
+            assert!(n.idle.unwrap() < Duration::from_secs(5), "{}: used", c.name);
+            e.remove(&h).unwrap();
+        }
+        let s = e.stats().unwrap();
+        assert_eq!(s.hit, cases().len() as u64 * 3, "engine stats still count");
     });
 }

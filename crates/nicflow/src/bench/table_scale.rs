@@ -17,6 +17,12 @@
 //!   entry sending c1's traffic on), the last one outputting to s1; a
 //!   fixed number of flows; packets/s and the sockperf UDP round trip.
 //!
+//! **Counters on/off** (table II's two columns): engines whose per-entry
+//! counters can be switched off run the entries part a second time with
+//! them off. Only `nicflow-xdp` can (`offload_options = { counters = "off" }`
+//! skips the per-flow atomic adds in the kernel); nicflow's userspace
+//! engine and OVS always count, and the bridge has no entries.
+//!
 //! Both software switches cache the outcome of the whole table walk in one
 //! datapath flow per microflow, so established flows should not see the
 //! table size or the depth; what they do see is the number of *flows*
@@ -56,6 +62,14 @@ pub struct Args {
     /// Pipeline depths (tables chained by goto_table), comma-separated.
     #[arg(long, default_value = "1,3,5,10,25")]
     pub depths: String,
+    /// Measure the entries part with per-entry counters off too, for the
+    /// engines that can turn them off (nicflow-xdp).
+    #[arg(long, default_value = "on,off")]
+    pub counters: String,
+    /// The XDP engine's flow map size (offload_options max_flows): room
+    /// for every datapath flow the slow path keeps (flow_limit 200,000).
+    #[arg(long, default_value_t = 262_144)]
+    pub xdp_max_flows: u32,
     /// Flows sent in the depth runs.
     #[arg(long, default_value_t = 1000)]
     pub depth_flows: u32,
@@ -100,6 +114,9 @@ pub struct Point {
     /// Unloaded UDP round trip (depth part, first repetition).
     pub latency: Option<Latency>,
     pub error: Option<String>,
+    /// Measured with per-entry counters off (entries part only).
+    #[serde(default)]
+    pub counters_off: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -117,6 +134,16 @@ pub struct Results {
     pub command: String,
     pub points: Vec<Point>,
     pub setup_errors: Vec<(Engine, String)>,
+    /// Engines also measured with per-entry counters off.
+    #[serde(default)]
+    pub counters_off: Vec<Engine>,
+    #[serde(default)]
+    pub xdp_max_flows: u32,
+}
+
+/// Can the engine's per-entry counters be switched off?
+pub fn counters_switchable(e: Engine) -> bool {
+    e == Engine::NicflowXdp
 }
 
 /// Source address of entry / flow `i`.
@@ -214,6 +241,14 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
     if let Some(&n) = entries.iter().find(|&&n| n > 16_777_216) {
         anyhow::bail!("--entries {n}: at most 16M");
     }
+    let mut with_off = false;
+    for c in args.counters.split(',').map(str::trim) {
+        match c {
+            "on" => {}
+            "off" => with_off = true,
+            _ => anyhow::bail!("--counters: `{c}` is not on or off"),
+        }
+    }
     forward::install_signal_handlers();
     let perf = PerfSupport::detect();
     let mut r = Results {
@@ -230,6 +265,16 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         points: Vec::new(),
         setup_errors: Vec::new(),
+        counters_off: if with_off {
+            engines
+                .iter()
+                .copied()
+                .filter(|&e| counters_switchable(e))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        xdp_max_flows: args.xdp_max_flows,
     };
     for &engine in &engines {
         if forward::interrupted() {
@@ -239,6 +284,13 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             eprintln!("[table-scale] {}: {e:#}", engine.name());
             r.setup_errors.push((engine, format!("{e:#}")));
         }
+        if r.counters_off.contains(&engine) && !forward::interrupted() {
+            if let Err(e) = run_entries(engine, true, &mut r) {
+                eprintln!("[table-scale] {} counters off: {e:#}", engine.name());
+                r.setup_errors
+                    .push((engine, format!("counters off: {e:#}")));
+            }
+        }
     }
     let dir = args
         .out
@@ -247,8 +299,13 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
     write(&dir, &r)
 }
 
-fn spec(engine: Engine) -> TestbedSpec {
+fn spec(engine: Engine, counters_off: bool, xdp_max_flows: u32) -> TestbedSpec {
+    let mut offload_options = vec![("max_flows".to_string(), xdp_max_flows.to_string())];
+    if counters_off {
+        offload_options.push(("counters".into(), "off".into()));
+    }
     TestbedSpec {
+        offload_options,
         rules: Rules::Custom(Vec::new()),
         // The hosts' own traffic (ARP, sockperf) must carry finished
         // checksums too, or the XDP engine (told they are complete) would
@@ -273,10 +330,16 @@ fn log_point(engine: Engine, what: &str, b: &Option<Burst>, e: &Option<String>) 
 }
 
 fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
+    run_entries(engine, false, r)?;
+    run_depth(engine, r)
+}
+
+/// Part 1: entries, installed cumulatively on one testbed.
+fn run_entries(engine: Engine, counters_off: bool, r: &mut Results) -> anyhow::Result<()> {
     let has_rules = engine.has_rules();
-    // Part 1: entries.
-    eprintln!("[table-scale] {}: entries", engine.name());
-    let tb = Testbed::up(&spec(engine))?;
+    let label = if counters_off { " (counters off)" } else { "" };
+    eprintln!("[table-scale] {}{label}: entries", engine.name());
+    let tb = Testbed::up(&spec(engine, counters_off, r.xdp_max_flows))?;
     let mut installed = 0;
     for &n in &r.entries.clone() {
         if forward::interrupted() {
@@ -314,7 +377,7 @@ fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
                     Err(e) => (None, Some(format!("{e:#}"))),
                 },
             };
-            log_point(engine, &format!("entries={n}"), &burst, &error);
+            log_point(engine, &format!("entries={n}{label}"), &burst, &error);
             r.points.push(Point {
                 engine,
                 part: Part::Entries,
@@ -324,20 +387,25 @@ fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
                 burst,
                 latency: None,
                 error,
+                counters_off,
             });
         }
         if err.as_deref().is_some_and(|e| !e.starts_with("skipped")) {
             break;
         }
     }
-    tb.down()?;
-    // Part 2: depth, on a fresh testbed per depth (tables start empty).
+    tb.down()
+}
+
+/// Part 2: depth, on a fresh testbed per depth (tables start empty).
+fn run_depth(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
+    let has_rules = engine.has_rules();
     eprintln!("[table-scale] {}: pipeline depth", engine.name());
     for &d in &r.depths.clone() {
         if forward::interrupted() {
             break;
         }
-        let tb = Testbed::up(&spec(engine))?;
+        let tb = Testbed::up(&spec(engine, false, r.xdp_max_flows))?;
         let t0 = Instant::now();
         let mut err = None;
         if has_rules {
@@ -384,6 +452,7 @@ fn run_engine(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
                 burst,
                 latency: if rep == 0 { lat.clone() } else { None },
                 error,
+                counters_off: false,
             });
         }
         tb.down()?;
@@ -396,9 +465,49 @@ fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
     report::publish(dir, r, &figs, &markdown(r, &figs))
 }
 
+/// An engine, or an engine with its per-entry counters off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Variant {
+    engine: Engine,
+    counters_off: bool,
+}
+
+impl Variant {
+    fn name(self) -> String {
+        if self.counters_off {
+            format!("{} (counters off)", self.engine.name())
+        } else {
+            self.engine.name().to_string()
+        }
+    }
+
+    fn has(self, p: &Point) -> bool {
+        p.engine == self.engine && p.counters_off == self.counters_off
+    }
+}
+
+/// The series of a part: every engine, plus the counters-off variants in
+/// the entries part.
+fn variants(r: &Results, part: Part) -> Vec<Variant> {
+    let mut v = Vec::new();
+    for &engine in &r.engines {
+        v.push(Variant {
+            engine,
+            counters_off: false,
+        });
+        if part == Part::Entries && r.counters_off.contains(&engine) {
+            v.push(Variant {
+                engine,
+                counters_off: true,
+            });
+        }
+    }
+    v
+}
+
 fn med_of(
     r: &Results,
-    e: Engine,
+    e: Variant,
     part: Part,
     x: usize,
     f: &dyn Fn(&Point) -> Option<f64>,
@@ -406,7 +515,7 @@ fn med_of(
     let mut v: Vec<f64> = r
         .points
         .iter()
-        .filter(|p| p.engine == e && p.part == part && p.x == x)
+        .filter(|p| e.has(p) && p.part == part && p.x == x)
         .filter_map(f)
         .filter(|x| x.is_finite())
         .collect();
@@ -432,11 +541,10 @@ fn figures(r: &Results) -> Vec<Figure> {
             x_label: xl.into(),
             y_label: y.into(),
             log_x: part == Part::Entries,
-            series: r
-                .engines
-                .iter()
-                .map(|&e| Series {
-                    name: e.name().into(),
+            series: variants(r, part)
+                .into_iter()
+                .map(|e| Series {
+                    name: e.name(),
                     points: xs
                         .iter()
                         .map(|&x| (x as f64, med_of(r, e, part, x, &*f)))
@@ -490,10 +598,10 @@ fn fmt(x: Option<f64>, d: usize) -> String {
     }
 }
 
-fn first_error(r: &Results, e: Engine, part: Part, x: usize) -> Option<String> {
+fn first_error(r: &Results, e: Variant, part: Part, x: usize) -> Option<String> {
     r.points
         .iter()
-        .find(|p| p.engine == e && p.part == part && p.x == x && p.error.is_some())
+        .find(|p| e.has(p) && p.part == part && p.x == x && p.error.is_some())
         .and_then(|p| p.error.clone())
 }
 
@@ -515,6 +623,22 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
          default `flow_limit`); past that, packets of uncached flows take the slow path.\n",
         r.size, r.seconds, r.ovs_max_entries, r.depth_flows, r.reps
     );
+    if !r.counters_off.is_empty() {
+        let _ = writeln!(
+            m,
+            "*Counters off* (table II's second column): the entries part again with per-entry \
+             packet/byte counters off, for the engines that can switch them off ({}: \
+             `offload_options = {{ counters = \"off\" }}`, the kernel skips two atomic adds per \
+             hit); nicflow's userspace engine and OVS always count. The XDP engine's flow map \
+             holds {} flows.\n",
+            r.counters_off
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.xdp_max_flows
+        );
+    }
     let _ = writeln!(m, "Command: `{}`\n", r.command);
     let _ = writeln!(m, "## Entries\n");
     let _ = writeln!(
@@ -524,7 +648,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
     let _ = writeln!(m, "|---:|---|---:|---:|---:|---:|---:|---:|");
     let p = |f: fn(&Burst) -> f64| burst_f(f);
     for &n in &r.entries {
-        for &e in &r.engines {
+        for e in variants(r, Part::Entries) {
             let bf = |f: fn(&Burst) -> f64| med_of(r, e, Part::Entries, n, &*p(f));
             if bf(|b| b.rx_pps).is_none() {
                 let why =
@@ -558,12 +682,12 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
     );
     let _ = writeln!(m, "|---:|---|---:|---:|---:|");
     for &d in &r.depths {
-        for &e in &r.engines {
+        for e in variants(r, Part::Depth) {
             let bf = |f: fn(&Burst) -> f64| med_of(r, e, Part::Depth, d, &*p(f));
             let lat = r
                 .points
                 .iter()
-                .find(|pt| pt.engine == e && pt.part == Part::Depth && pt.x == d)
+                .find(|pt| e.has(pt) && pt.part == Part::Depth && pt.x == d)
                 .and_then(|pt| pt.latency.clone());
             if bf(|b| b.rx_pps).is_none() {
                 let why =

@@ -120,6 +120,9 @@ pub struct TestbedSpec {
     /// The `nicflow` binary for the daemon. None: `NICFLOW_BIN`, else the
     /// running executable.
     pub nicflow_bin: Option<PathBuf>,
+    /// The XDP engine's `offload_options` (map sizes, `counters`); only
+    /// the `nicflow-xdp` engine reads them.
+    pub offload_options: Vec<(String, String)>,
 }
 
 impl TestbedSpec {
@@ -134,6 +137,7 @@ impl TestbedSpec {
             prefix: prefix.to_string(),
             ovs_tso: None,
             nicflow_bin: None,
+            offload_options: Vec::new(),
         }
     }
 }
@@ -278,12 +282,22 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
             Rules::Custom(_) => Vec::new(),
         };
         let flows: Vec<String> = flows.iter().map(|f| toml_str(f)).collect();
+        let mut switch_opts = spec
+            .engine
+            .nicflow_switch_toml(spec.host_offload == HostOffload::Off);
+        if spec.engine == Engine::NicflowXdp && !spec.offload_options.is_empty() {
+            let kv: Vec<String> = spec
+                .offload_options
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+                .collect();
+            let _ = writeln!(switch_opts, "offload_options = {{ {} }}", kv.join(", "));
+        }
         let _ = writeln!(
             t,
             "[[switch]]\nname = \"sw\"\nport_type = \"{}\"\n{}[[switch.bridge]]\nname = \"{BRIDGE}\"\nflows = [{}]",
             port_type.as_str(),
-            spec.engine
-                .nicflow_switch_toml(spec.host_offload == HostOffload::Off),
+            switch_opts,
             flows.join(", ")
         );
     } else {

@@ -29,7 +29,7 @@
 //! port_type = "afxdp"         # default; or "afpacket"
 //! port_options = {}           # given to every port of this switch
 //! offload = "xdp"             # default (where it loads); or "none"
-//! offload_options = { max_flows = 65536 }   # XDP map sizes (max_masks, max_ports)
+//! offload_options = { max_flows = 65536 }   # XDP map sizes (max_masks, max_ports), counters = "off"
 //! [[switch.bridge]]           # optional: default one bridge "br0"
 //! name = "br0"
 //! flows = ["priority=0,actions=normal"]   # the default when omitted

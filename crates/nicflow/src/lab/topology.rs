@@ -344,8 +344,9 @@ struct RawSwitch {
     bridges: Vec<RawBridge>,
     #[serde(default)]
     offload: Option<crate::offload::OffloadMode>,
+    /// Numbers (`max_flows = 65536`) or words (`counters = "off"`).
     #[serde(default)]
-    offload_options: BTreeMap<String, u32>,
+    offload_options: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -687,7 +688,13 @@ fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validato
         offload_options: s
             .offload_options
             .into_iter()
-            .map(|(k, v)| (k, v.to_string()))
+            .map(|(k, v)| {
+                let v = match v {
+                    toml::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, v)
+            })
             .collect(),
     }
 }

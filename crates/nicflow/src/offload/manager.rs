@@ -77,6 +77,18 @@ pub struct ManagerCounters {
 pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConfig, OffloadError> {
     let mut c = XdpEngineConfig::default();
     for (k, v) in options {
+        if k == "counters" {
+            c.counters = match v.as_str() {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => {
+                    return Err(OffloadError::Config(format!(
+                        "offload option counters={v}: not on/off"
+                    )))
+                }
+            };
+            continue;
+        }
         let n: u32 = v
             .parse()
             .map_err(|_| OffloadError::Config(format!("offload option {k}={v}: not a number")))?;
@@ -90,7 +102,7 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
             }
             _ => {
                 return Err(OffloadError::Config(format!(
-                    "unknown offload option `{k}` (max_flows, max_masks, max_ports)"
+                    "unknown offload option `{k}` (max_flows, max_masks, max_ports, counters)"
                 )))
             }
         }
@@ -494,5 +506,27 @@ impl FlowOffload for OffloadManager {
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn engine_config_reads_sizes_and_counters() {
+        let c = engine_config(&opts(&[("max_flows", "1048576"), ("counters", "off")])).unwrap();
+        assert_eq!((c.max_flows, c.counters), (1 << 20, false));
+        assert!(engine_config(&opts(&[])).unwrap().counters);
+        let e = engine_config(&opts(&[("counters", "maybe")])).unwrap_err();
+        assert!(e.to_string().contains("counters=maybe"), "{e}");
+        let e = engine_config(&opts(&[("colour", "1")])).unwrap_err();
+        assert!(e.to_string().contains("`colour`"), "{e}");
     }
 }

@@ -9,7 +9,7 @@
 
 use super::encode::EncodedFlow;
 use super::layout::{
-    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, MAX_MASKS_CAP,
+    stat, ConfigEntry, CFG_NO_COUNTERS, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, MAX_MASKS_CAP,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
@@ -42,6 +42,12 @@ pub struct XdpEngineConfig {
     pub max_ifaces: u32,
     /// Entries of the XSKMAP (rx queues with an AF_XDP socket).
     pub max_queues: u32,
+    /// Per-flow packet/byte counters updated on every hit. Off saves two
+    /// atomic adds on a shared cache line per packet (the "counters off"
+    /// column of document 003's table-scale experiment); flows then show
+    /// only the packets userspace saw, and aging still works because the
+    /// last-used time is stored either way.
+    pub counters: bool,
 }
 
 impl Default for XdpEngineConfig {
@@ -52,6 +58,7 @@ impl Default for XdpEngineConfig {
             max_tx_ports: 256,
             max_ifaces: 256,
             max_queues: 64,
+            counters: true,
         }
     }
 }
@@ -205,6 +212,14 @@ fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
     }
 }
 
+fn config_flags(cfg: &XdpEngineConfig) -> u32 {
+    if cfg.counters {
+        0
+    } else {
+        CFG_NO_COUNTERS
+    }
+}
+
 impl XdpEngine {
     /// Load the program and create its maps (the verifier runs here). Not
     /// attached anywhere yet. A verifier rejection is
@@ -264,7 +279,14 @@ impl XdpEngine {
         let xsks = take(&mut ebpf, "dp_xsks")?;
         let stats = take(&mut ebpf, "dp_stats")?;
         config_map
-            .set(0, ConfigEntry::default(), 0)
+            .set(
+                0,
+                ConfigEntry {
+                    n_masks: 0,
+                    flags: config_flags(&cfg),
+                },
+                0,
+            )
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_config)", e))?;
         Ok(XdpEngine {
             flows,
@@ -467,7 +489,14 @@ impl XdpEngine {
     fn write_n_masks(&mut self) -> Result<(), OffloadError> {
         let n = self.masks.n_masks();
         self.config_map
-            .set(0, ConfigEntry { n_masks: n, pad: 0 }, 0)
+            .set(
+                0,
+                ConfigEntry {
+                    n_masks: n,
+                    flags: config_flags(&self.cfg),
+                },
+                0,
+            )
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_config)", e))
     }
 

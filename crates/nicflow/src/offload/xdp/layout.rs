@@ -244,8 +244,13 @@ impl Default for FlowValue {
 pub struct ConfigEntry {
     /// Mask slots `0..n_masks` are tried.
     pub n_masks: u32,
-    pub pad: u32,
+    /// `CFG_*` bits.
+    pub flags: u32,
 }
+
+/// `ConfigEntry::flags`: the program leaves per-flow packet/byte counters
+/// alone (`DP_CFG_NO_COUNTERS` in the C source).
+pub const CFG_NO_COUNTERS: u32 = 1;
 
 /// `dp_ports` value, keyed by ifindex.
 #[repr(C)]
