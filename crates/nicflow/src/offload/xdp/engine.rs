@@ -9,7 +9,8 @@
 
 use super::encode::EncodedFlow;
 use super::layout::{
-    stat, ConfigEntry, CFG_NO_COUNTERS, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, MAX_MASKS_CAP,
+    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, CFG_NO_COUNTERS,
+    MAX_MASKS_CAP,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
