@@ -105,6 +105,9 @@ pub enum Field {
     TunId,
     TunSrc,
     TunDst,
+    /// Tunnel flags (`TUN_F_*` of the packet crate: oam 1, df 2, csum 4,
+    /// key 8). Matchable, not settable.
+    TunFlags,
     DlSrc,
     DlDst,
     DlType,
@@ -138,6 +141,7 @@ impl Field {
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::TunFlags,
         Field::Metadata,
         Field::Reg(0),
         Field::Reg(1),
@@ -187,6 +191,7 @@ impl Field {
             Field::TunId => "tun_id",
             Field::TunSrc => "tun_src",
             Field::TunDst => "tun_dst",
+            Field::TunFlags => "tun_flags",
             Field::DlSrc => "dl_src",
             Field::DlDst => "dl_dst",
             Field::DlType => "dl_type",
@@ -223,6 +228,7 @@ impl Field {
             "tun_id" | "tunnel_id" => Field::TunId,
             "tun_src" => Field::TunSrc,
             "tun_dst" => Field::TunDst,
+            "tun_flags" => Field::TunFlags,
             "dl_src" | "eth_src" => Field::DlSrc,
             "dl_dst" | "eth_dst" => Field::DlDst,
             "dl_type" | "eth_type" => Field::DlType,
@@ -269,7 +275,7 @@ impl Field {
             Field::Metadata | Field::TunId => 64,
             Field::Reg(_) | Field::TunSrc | Field::TunDst => 32,
             Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => 48,
-            Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst => 16,
+            Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst | Field::TunFlags => 16,
             Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa => 32,
             Field::NwProto | Field::NwTos | Field::NwTtl => 8,
             Field::ArpOp => 8,
@@ -312,7 +318,12 @@ impl Field {
     pub fn settable(self) -> bool {
         !matches!(
             self,
-            Field::DlType | Field::NwFrag | Field::TcpFlags | Field::NwProto | Field::ArpOp
+            Field::DlType
+                | Field::NwFrag
+                | Field::TcpFlags
+                | Field::NwProto
+                | Field::ArpOp
+                | Field::TunFlags
         )
     }
 
@@ -332,6 +343,7 @@ impl Field {
             | Field::VlanTci
             | Field::DlType
             | Field::TcpFlags
+            | Field::TunFlags
             | Field::Ipv6Label => ValueKind::Hex,
             _ => ValueKind::Int,
         }
@@ -358,6 +370,7 @@ impl Field {
             Field::TunId => k.tun_id as u128,
             Field::TunSrc => k.tun_src as u128,
             Field::TunDst => k.tun_dst as u128,
+            Field::TunFlags => k.tun_flags as u128,
             Field::DlSrc => mac(&k.dl_src),
             Field::DlDst => mac(&k.dl_dst),
             Field::ArpSha => mac(&k.arp_sha),
@@ -396,6 +409,7 @@ impl Field {
             Field::TunId => k.tun_id = v as u64,
             Field::TunSrc => k.tun_src = v as u32,
             Field::TunDst => k.tun_dst = v as u32,
+            Field::TunFlags => k.tun_flags = v as u16,
             Field::DlSrc => k.dl_src = mac(v),
             Field::DlDst => k.dl_dst = mac(v),
             Field::ArpSha => k.arp_sha = mac(v),

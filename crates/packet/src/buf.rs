@@ -61,6 +61,32 @@ impl Offload {
     }
 }
 
+/// Tunnel metadata of a frame: where it came from when a tunnel port
+/// decapsulated it (the flow key's `tun_*` fields are filled from this), and
+/// the tunnel ID a `set_field:...->tun_id` gave it for a tunnel port whose
+/// key comes from the flow (`key=flow`). IPv4 endpoints in host order, as in
+/// the flow key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunnelMeta {
+    /// VNI (VXLAN, Geneve).
+    pub id: u64,
+    /// Outer source address (the remote endpoint on receive).
+    pub src: u32,
+    /// Outer destination address (the local endpoint on receive).
+    pub dst: u32,
+    /// `TUN_F_*` bits, Open vSwitch's values.
+    pub flags: u16,
+}
+
+/// [`TunnelMeta::flags`]: Geneve O (OAM) bit.
+pub const TUN_F_OAM: u16 = 1;
+/// [`TunnelMeta::flags`]: outer IPv4 DF bit.
+pub const TUN_F_DONT_FRAGMENT: u16 = 2;
+/// [`TunnelMeta::flags`]: outer UDP checksum present.
+pub const TUN_F_CSUM: u16 = 4;
+/// [`TunnelMeta::flags`]: the tunnel carries a key (VNI).
+pub const TUN_F_KEY: u16 = 8;
+
 /// An owned frame with headroom in front and tailroom behind.
 ///
 /// Invariant: `start + len <= storage.len()`.
@@ -75,6 +101,9 @@ pub struct PacketBuf {
     /// Reset by [`set_data`](Self::set_data), [`clear`](Self::clear) and the
     /// constructors, since buffers are pooled.
     pub offload: Option<Offload>,
+    /// Tunnel metadata (decapsulated frames, `set_field` of `tun_id`);
+    /// reset with `offload`.
+    pub tun: Option<TunnelMeta>,
 }
 
 impl PacketBuf {
@@ -98,6 +127,7 @@ impl PacketBuf {
             len: 0,
             reserve: headroom,
             offload: None,
+            tun: None,
         }
     }
 
@@ -162,6 +192,7 @@ impl PacketBuf {
                 self.start = start;
                 self.len = data.len();
                 self.offload = None;
+                self.tun = None;
                 true
             }
             _ => false,
@@ -173,6 +204,7 @@ impl PacketBuf {
         self.start = self.reserve.min(self.storage.len());
         self.len = 0;
         self.offload = None;
+        self.tun = None;
     }
 
     /// Does the frame carry offload work (partial checksum or GSO)?

@@ -3,8 +3,9 @@
 //! Every frame on the path port rx ring -> parse -> flow key ->
 //! classifier/caches -> actions -> port tx comes from an untrusted wire, so
 //! the byte-touching code must survive any input. [`fuzz_parse`] drives all of
-//! it — parser, every view a layout leads to, every rewrite, VLAN push/pop —
-//! and asserts the invariants that the rest of the data plane relies on.
+//! it — parser, every view a layout leads to, every rewrite, VLAN push/pop,
+//! tunnel decapsulation — and asserts the invariants that the rest of the
+//! data plane relies on.
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -12,6 +13,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::buf::PacketBuf;
 use crate::checksum::{verify_ipv4_header, verify_l4};
 use crate::parse::{parse, L3Kind, L4Kind, Layout};
+use crate::tunnel::{self, Encap, TunnelKind};
 use crate::{arp, ethernet, icmp, icmpv6, ipv4, ipv6, rewrite, sctp, tcp, udp, vlan};
 
 /// Runs `parse`, opens every header view the layout points at and reads all
@@ -23,8 +25,11 @@ use crate::{arp, ethernet, icmp, icmpv6, ipv4, ipv6, rewrite, sctp, tcp, udp, vl
 /// checksums that verified before a rewrite must verify after it, and a VLAN
 /// push followed by a pop must restore the frame. For any input on which
 /// those hold (all of them, as far as the test suite can tell) it returns
-/// normally.
+/// normally. The frame is also offered to the tunnel parser, which must
+/// either reject it or describe a packet that re-encapsulates to the same
+/// tunnel metadata and inner frame.
 pub fn fuzz_parse(data: &[u8]) {
+    tunnel_pass(data);
     let layout = match parse(data) {
         Ok(l) => l,
         Err(e) => {
@@ -284,6 +289,86 @@ fn rewrite_pass(data: &[u8], l: &Layout) {
     assert_eq!(buf.data(), &f[..], "push+pop did not restore the frame");
 }
 
+/// Every UDP port is claimed by some tunnel kind, so random input reaches
+/// the VXLAN and Geneve header checks instead of stopping at the port.
+fn any_port_kind(port: u16) -> Option<TunnelKind> {
+    Some(if port & 1 == 0 {
+        TunnelKind::Vxlan
+    } else {
+        TunnelKind::Geneve
+    })
+}
+
+fn tunnel_pass(data: &[u8]) {
+    let d = match tunnel::parse(data, any_port_kind) {
+        Ok(Some(d)) => d,
+        Ok(None) => return,
+        Err(e) => {
+            black_box(e.name());
+            assert!(e.index() < tunnel::TunnelError::COUNT);
+            return;
+        }
+    };
+    assert!(d.inner_off + ethernet::HEADER_LEN <= data.len());
+    assert!(d.vni <= tunnel::MAX_VNI);
+    let opts = d.options(data);
+    assert_eq!(opts.len(), d.options_len);
+    if d.kind == TunnelKind::Vxlan {
+        assert_eq!((d.options_off, d.options_len), (0, 0));
+    } else {
+        assert_eq!(d.options_off + d.options_len, d.inner_off);
+        let total: usize = tunnel::geneve_options(opts).map(|o| 4 + o.data.len()).sum();
+        assert_eq!(
+            total,
+            opts.len(),
+            "parse accepted options the iterator rejects"
+        );
+    }
+    black_box(tunnel::entropy_port(d.inner(data)));
+
+    // Whatever parse accepts, encap must be able to rebuild.
+    let e = Encap {
+        kind: d.kind,
+        eth_src: d.eth_src,
+        eth_dst: d.eth_dst,
+        ip_src: d.ip_src,
+        ip_dst: d.ip_dst,
+        tos: d.tos,
+        ttl: d.ttl,
+        df: true,
+        udp_src: d.udp_src,
+        udp_dst: d.udp_dst,
+        csum: d.udp_csum_present,
+        vni: d.vni,
+        geneve_options: opts,
+        geneve_oam: d.geneve_oam,
+    };
+    let mut buf = PacketBuf::from_slice(d.inner(data));
+    buf.reserve_headroom(tunnel::overhead(d.kind, d.ip_src.is_ipv6(), opts.len()));
+    tunnel::encap(&mut buf, &e).expect("cannot re-encapsulate a parsed tunnel packet");
+    let again = tunnel::parse(buf.data(), any_port_kind)
+        .expect("re-encapsulated packet rejected")
+        .expect("re-encapsulated packet not recognised");
+    let strip = |d: tunnel::Decap| {
+        (
+            d.kind,
+            d.eth_src,
+            d.eth_dst,
+            d.ip_src,
+            d.ip_dst,
+            d.tos,
+            d.ttl,
+            d.udp_src,
+            d.udp_dst,
+            d.vni,
+            d.geneve_oam,
+        )
+    };
+    assert_eq!(strip(again), strip(d));
+    assert_eq!(again.options(buf.data()), opts);
+    assert_eq!(again.inner(buf.data()), d.inner(data));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +388,59 @@ mod tests {
         fuzz_parse(&f);
         for cut in 0..f.len() {
             fuzz_parse(&f[..cut]);
+        }
+    }
+
+    #[test]
+    fn smoke_tunnels() {
+        let inner = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4(Ipv4Addr::new(1, 2, 3, 4), Ipv4Addr::new(5, 6, 7, 8))
+            .udp(1, 2)
+            .payload(b"abc")
+            .build();
+        let mut opts = Vec::new();
+        tunnel::push_geneve_option(&mut opts, 7, 0x81, &[1, 2, 3, 4]).unwrap();
+        for (kind, o) in [
+            (TunnelKind::Vxlan, &[][..]),
+            (TunnelKind::Geneve, &opts[..]),
+        ] {
+            for ip_dst in [
+                std::net::IpAddr::from([10, 0, 0, 2]),
+                std::net::IpAddr::from(Ipv6Addr::LOCALHOST),
+            ] {
+                let ip_src = match ip_dst {
+                    std::net::IpAddr::V4(_) => std::net::IpAddr::from([10, 0, 0, 1]),
+                    std::net::IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+                };
+                let e = Encap {
+                    kind,
+                    eth_src: [2, 0, 0, 0, 0, 3],
+                    eth_dst: [2, 0, 0, 0, 0, 4],
+                    ip_src,
+                    ip_dst,
+                    tos: 0,
+                    ttl: 64,
+                    df: true,
+                    udp_src: 50000,
+                    // Odd ports are Geneve for `any_port_kind`.
+                    udp_dst: if kind == TunnelKind::Vxlan {
+                        4790
+                    } else {
+                        6081
+                    },
+                    csum: true,
+                    vni: 77,
+                    geneve_options: o,
+                    geneve_oam: false,
+                };
+                let mut buf = PacketBuf::from_slice(&inner);
+                tunnel::encap(&mut buf, &e).unwrap();
+                let f = buf.data();
+                assert!(tunnel::parse(f, any_port_kind).unwrap().is_some());
+                for cut in 0..=f.len() {
+                    fuzz_parse(&f[..cut]);
+                }
+            }
         }
     }
 }

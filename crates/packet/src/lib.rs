@@ -39,6 +39,7 @@ pub mod parse;
 pub mod rewrite;
 pub mod sctp;
 pub mod tcp;
+pub mod tunnel;
 pub mod udp;
 pub mod vlan;
 

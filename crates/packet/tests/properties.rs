@@ -12,6 +12,7 @@ use etherparse::{LinkExtSlice, NetSlice, SlicedPacket, TransportSlice};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::checksum::{self, checksum, update16, update32, update_bytes};
 use nicflow_packet::parse::{IS_FRAGMENT, LATER_FRAGMENT};
+use nicflow_packet::tunnel::{self, Encap, TunnelKind};
 use nicflow_packet::{fuzz_parse, parse, rewrite, L3Kind, L4Kind, Layout, PacketBuf};
 use proptest::prelude::*;
 
@@ -898,4 +899,149 @@ fn parse_error_reasons_cover_every_variant() {
     let mut counters = [0u64; ParseError::COUNT];
     counters[parse(&[0; 3]).unwrap_err().index()] += 1;
     assert_eq!(counters[ParseError::Runt.index()], 1);
+}
+
+// ---------------------------------------------------------------------------
+// Tunnels (VXLAN / Geneve).
+
+/// Claims every UDP port, alternating kinds, so arbitrary bytes reach the
+/// tunnel header checks.
+fn any_port_kind(port: u16) -> Option<TunnelKind> {
+    Some(if port & 1 == 0 {
+        TunnelKind::Vxlan
+    } else {
+        TunnelKind::Geneve
+    })
+}
+
+fn geneve_options_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec((any::<u16>(), any::<u8>(), 0usize..=8, any::<u8>()), 0..4).prop_map(
+        |opts| {
+            let mut out = Vec::new();
+            for (class, typ, words, fill) in opts {
+                tunnel::push_geneve_option(&mut out, class, typ, &vec![fill; words * 4]).unwrap();
+            }
+            out
+        },
+    )
+}
+
+proptest! {
+    /// Tunnel parse never panics on arbitrary bytes, whatever ports it is
+    /// told are tunnels.
+    #[test]
+    fn tunnel_parse_never_panics(data in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = tunnel::parse(&data, tunnel::default_kind);
+        let _ = tunnel::parse(&data, any_port_kind);
+        let _ = tunnel::entropy_port(&data);
+        for opt in tunnel::geneve_options(&data) {
+            prop_assert!(opt.data.len() <= tunnel::GENEVE_MAX_OPT_DATA_LEN);
+        }
+    }
+
+    /// Random bytes behind plausible outer Ethernet/IP/UDP headers, so the
+    /// VXLAN and Geneve checks see mostly-valid lengths.
+    #[test]
+    fn tunnel_parse_never_panics_typed(
+        v6 in any::<bool>(),
+        vlan in any::<bool>(),
+        dport in prop_oneof![Just(tunnel::VXLAN_PORT), Just(tunnel::GENEVE_PORT), any::<u16>()],
+        rest in prop::collection::vec(any::<u8>(), 0..200),
+        fix_lengths in any::<bool>(),
+    ) {
+        let mut f = vec![0u8; 12];
+        if vlan {
+            f.extend_from_slice(&[0x81, 0, 0, 5]);
+        }
+        let l3 = f.len() + 2;
+        let (ethertype, hl) = if v6 { (0x86ddu16, 40) } else { (0x0800, 20) };
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.resize(l3 + hl, 0);
+        f[l3] = if v6 { 0x60 } else { 0x45 };
+        f[l3 + if v6 { 6 } else { 9 }] = 17;
+        f.extend_from_slice(&[0xc0, 0x00]);
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        f.extend_from_slice(&rest);
+        if fix_lengths {
+            let udp_len = (f.len() - l3 - hl) as u16;
+            f[l3 + hl + 4..l3 + hl + 6].copy_from_slice(&udp_len.to_be_bytes());
+            if v6 {
+                f[l3 + 4..l3 + 6].copy_from_slice(&udp_len.to_be_bytes());
+            } else {
+                f[l3 + 2..l3 + 4].copy_from_slice(&(udp_len + 20).to_be_bytes());
+                let c = checksum(&f[l3..l3 + 20]);
+                f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+        let _ = tunnel::parse(&f, tunnel::default_kind);
+        let _ = tunnel::parse(&f, any_port_kind);
+        fuzz_parse(&f);
+    }
+
+    /// encap -> parse gives back every field, for random VNIs, ports,
+    /// addresses, options and inner frames; every truncation is rejected.
+    #[test]
+    fn tunnel_round_trip(
+        geneve in any::<bool>(),
+        v6 in any::<bool>(),
+        src in any::<u128>(),
+        dst in any::<u128>(),
+        eth_src in mac(),
+        eth_dst in mac(),
+        tos in any::<u8>(),
+        ttl in any::<u8>(),
+        udp_src in any::<u16>(),
+        csum in any::<bool>(),
+        vni in 0u32..=tunnel::MAX_VNI,
+        oam in any::<bool>(),
+        opts in geneve_options_strategy(),
+        spec in spec_strategy(),
+    ) {
+        let kind = if geneve { TunnelKind::Geneve } else { TunnelKind::Vxlan };
+        let opts = if geneve { opts } else { Vec::new() };
+        let (ip_src, ip_dst) = if v6 {
+            (Ipv6Addr::from(src).into(), Ipv6Addr::from(dst).into())
+        } else {
+            (Ipv4Addr::from(src as u32).into(), Ipv4Addr::from(dst as u32).into())
+        };
+        let inner = spec.build();
+        prop_assume!(inner.len() >= 14);
+        let udp_dst = kind.default_port();
+        let e = Encap {
+            kind, eth_src, eth_dst, ip_src, ip_dst, tos, ttl, df: true,
+            udp_src, udp_dst, csum, vni,
+            geneve_options: &opts, geneve_oam: geneve && oam,
+        };
+        let mut buf = PacketBuf::from_slice(&inner);
+        buf.reserve_headroom(tunnel::overhead(kind, v6, opts.len()));
+        tunnel::encap(&mut buf, &e).unwrap();
+        let f = buf.data();
+        prop_assert!(all_checksums_valid(f));
+        let d = tunnel::parse(f, tunnel::default_kind).unwrap().expect("not recognised");
+        prop_assert_eq!(d.kind, kind);
+        prop_assert_eq!((d.eth_src, d.eth_dst), (eth_src, eth_dst));
+        prop_assert_eq!((d.ip_src, d.ip_dst), (ip_src, ip_dst));
+        prop_assert_eq!((d.tos, d.ttl), (tos, ttl));
+        prop_assert_eq!((d.udp_src, d.udp_dst), (udp_src, udp_dst));
+        prop_assert_eq!(d.udp_csum_present, csum || v6);
+        prop_assert_eq!(d.vni, vni);
+        prop_assert_eq!(d.geneve_oam, geneve && oam);
+        prop_assert_eq!(
+            d.geneve_critical,
+            tunnel::geneve_options(&opts).any(|o| o.critical())
+        );
+        prop_assert_eq!(d.options(f), &opts[..]);
+        prop_assert_eq!(d.inner(f), &inner[..]);
+        prop_assert_eq!(d.inner_off, tunnel::overhead(kind, v6, opts.len()));
+        fuzz_parse(f);
+        for cut in 0..f.len() {
+            let r = tunnel::parse(&f[..cut], tunnel::default_kind);
+            prop_assert!(!matches!(r, Ok(Some(_))), "cut {} parsed", cut);
+        }
+        // The entropy port depends on the inner frame only.
+        let p = tunnel::entropy_port(&inner);
+        prop_assert!(p >= tunnel::ENTROPY_PORT_MIN);
+        prop_assert_eq!(p, tunnel::entropy_port(d.inner(f)));
+    }
 }

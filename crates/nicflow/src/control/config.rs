@@ -56,6 +56,10 @@ pub enum PortType {
     Afpacket,
     Tap,
     Internal,
+    /// A VXLAN tunnel port (no interface of its own: `underlay=IFACE`).
+    Vxlan,
+    /// A Geneve tunnel port.
+    Geneve,
 }
 
 impl PortType {
@@ -65,6 +69,8 @@ impl PortType {
             PortType::Afpacket => "afpacket",
             PortType::Tap => "tap",
             PortType::Internal => "internal",
+            PortType::Vxlan => "vxlan",
+            PortType::Geneve => "geneve",
         }
     }
 
@@ -74,6 +80,8 @@ impl PortType {
             "afpacket" => PortType::Afpacket,
             "tap" => PortType::Tap,
             "internal" => PortType::Internal,
+            "vxlan" => PortType::Vxlan,
+            "geneve" => PortType::Geneve,
             _ => return None,
         })
     }

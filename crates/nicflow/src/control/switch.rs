@@ -120,6 +120,18 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
                 .map_err(|e| format!("tap {}: {e}", pc.iface))?,
         ),
         PortType::Afpacket => open_afpacket(pc)?,
+        PortType::Vxlan | PortType::Geneve => {
+            use crate::port::tunnel::{TunnelConfig, TunnelPort};
+            use nicflow_packet::tunnel::TunnelKind;
+            let tk = if pc.kind == PortType::Vxlan {
+                TunnelKind::Vxlan
+            } else {
+                TunnelKind::Geneve
+            };
+            let cfg = TunnelConfig::from_options(tk, &pc.options)
+                .map_err(|e| format!("port {}: {e}", pc.name))?;
+            Box::new(TunnelPort::open(&pc.name, cfg).map_err(|e| format!("port {}: {e}", pc.name))?)
+        }
         PortType::Afxdp => {
             use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
             let o =
@@ -344,7 +356,9 @@ impl Switch {
                 options,
             } => {
                 let kind = PortType::parse(&kind).ok_or_else(|| {
-                    format!("unknown port type `{kind}` (afxdp, afpacket, tap, internal)")
+                    format!(
+                        "unknown port type `{kind}` (afxdp, afpacket, tap, internal, vxlan, geneve)"
+                    )
                 })?;
                 let name = name.unwrap_or_else(|| iface.clone());
                 let br = self.bridge(&bridge)?;

@@ -64,6 +64,10 @@ pub enum DpAction {
     },
     /// Count a deliberate drop. Actions before it still happened.
     Drop(DropReason),
+    /// Give the frame this tunnel ID (VNI) for a later output to a tunnel
+    /// port whose key comes from the flow (`key=flow`); ports with a fixed
+    /// key and non-tunnel ports ignore it.
+    SetTunnelId(u64),
 }
 
 fn mac(f: &mut fmt::Formatter<'_>, m: &[u8; 6]) -> fmt::Result {
@@ -124,6 +128,7 @@ impl fmt::Display for DpAction {
                 write!(f, "userspace(controller,max_len={max_len})")
             }
             DpAction::Drop(r) => write!(f, "drop({})", r.name()),
+            DpAction::SetTunnelId(id) => write!(f, "set(tunnel(tun_id={id:#x}))"),
         }
     }
 }

@@ -73,6 +73,7 @@ pub fn execute(
                     copy = PacketBuf::from_slice(pkt.data());
                 }
                 copy.offload = pkt.offload;
+                copy.tun = pkt.tun;
                 tx.pkts.push((*port, copy));
             }
             DpAction::SetEthSrc(m) => {
@@ -160,6 +161,12 @@ pub fn execute(
             DpAction::Drop(reason) => {
                 r.drop = Some(*reason);
                 break;
+            }
+            DpAction::SetTunnelId(id) => {
+                let mut t = pkt.tun.unwrap_or_default();
+                t.id = *id;
+                t.flags |= nicflow_packet::buf::TUN_F_KEY;
+                pkt.tun = Some(t);
             }
         }
     }

@@ -381,6 +381,14 @@ impl Datapath {
                     continue;
                 }
             };
+            if let Some(t) = &pkt.tun {
+                // Decapsulated by a tunnel port: the outer headers are part
+                // of the key, as in OVS (`tun_id`, `tun_src`, ...).
+                key.tun_id = t.id;
+                key.tun_src = t.src;
+                key.tun_dst = t.dst;
+                key.tun_flags = t.flags;
+            }
             let mut hit = None;
             if self.cfg.caches_enabled {
                 let hash = emc::hash_key(key.words(), self.seed);

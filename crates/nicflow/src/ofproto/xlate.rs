@@ -358,6 +358,9 @@ impl Ctx<'_> {
         let k = self.key;
         let c = &mut self.committed;
         let a = &mut self.actions;
+        if k.tun_id != c.tun_id {
+            a.push(DpAction::SetTunnelId(k.tun_id));
+        }
         if k.dl_src != c.dl_src {
             a.push(DpAction::SetEthSrc(k.dl_src));
         }

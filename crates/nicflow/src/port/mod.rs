@@ -7,6 +7,9 @@
 //! [`pcap`] (read a capture as the receive side, write the transmit side to a
 //! capture tshark can read).
 //!
+//! [`tunnel`] ports (VXLAN, Geneve) encapsulate onto an underlay interface
+//! they share and decapsulate what arrives on it.
+//!
 //! The two real-interface ports, [`afpacket`] and [`afxdp`], share `fixup`
 //! (what they do to a received frame before the switch sees it: checksum
 //! completion, TCP segmentation, copying into pooled buffers) and `sys`
@@ -21,6 +24,7 @@ pub mod mem;
 pub mod pcap;
 mod sys;
 pub mod tap;
+pub mod tunnel;
 
 use nicflow_packet::buf::PacketBuf;
 use std::io;

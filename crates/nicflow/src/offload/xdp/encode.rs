@@ -349,6 +349,7 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
+            DpAction::SetTunnelId(_) => return Err(no("action:set-tunnel")),
             DpAction::SetEthSrc(m) => XdpAction::SetEthSrc(m),
             DpAction::SetEthDst(m) => XdpAction::SetEthDst(m),
             DpAction::SetIpv4Src(v) => XdpAction::SetIpv4Src(v),

@@ -1,0 +1,438 @@
+//! VXLAN interop with the Linux kernel's VXLAN stack (the Docker overlay
+//! model): one side is a kernel `vxlan` device in a Linux bridge, the other
+//! a nicflow bridge with a VXLAN tunnel port on an underlay nicflow attaches
+//! itself. Containers (namespaces) on both sides ping and run iperf3 both
+//! ways; tshark decodes the wire traffic as VXLAN with the right VNI; two
+//! tenants with the same addresses on different VNIs never see each other.
+//!
+//! Topology (every namespace `nfov<pid><tag>-*`, deleted by a guard even
+//! when an assertion fails; addresses from 198.18.0.0/15):
+//!
+//! ```text
+//!  a1 (198.18.30.1) --pa1--+                       +-- kernel br1 -- kb1 -- b1 (198.18.30.2)
+//!                          | nicflow br0  u0 === u1 (198.18.20.1)
+//!  a2 (198.18.30.1) --pa2--+ vx1 key 4242 |        +-- vxlan 4242 / vxlan 4343
+//!                            vx2 key 4343 |        +-- kernel br2 -- kb2 -- b2 (198.18.30.2)
+//!                    (local_ip 198.18.20.2 owned by nicflow, not the kernel)
+//! ```
+//!
+//! Needs root, `ip`, `ping`, `iperf3`, `tshark`; skips with a message
+//! otherwise.
+
+mod common;
+
+use common::{have, is_root, must, run};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn nicflow_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nicflow"))
+}
+
+fn skip() -> bool {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return true;
+    }
+    for t in ["ip", "ping", "iperf3", "tshark"] {
+        let ok = if t == "tshark" {
+            Command::new(t)
+                .arg("-v")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok()
+        } else {
+            have(t)
+        };
+        if !ok {
+            eprintln!("skipping: `{t}` not installed");
+            return true;
+        }
+    }
+    false
+}
+
+struct Lab {
+    prefix: String,
+    dir: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl Lab {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.prefix)
+    }
+
+    fn exec(&self, n: &str, argv: &[&str]) -> Result<String, String> {
+        let ns = self.ns(n);
+        let mut a = vec!["ip", "netns", "exec", &ns];
+        a.extend_from_slice(argv);
+        run(&a)
+    }
+
+    fn must(&self, n: &str, argv: &[&str]) -> String {
+        self.exec(n, argv).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn sock(&self) -> PathBuf {
+        self.dir.join("sw.sock")
+    }
+
+    fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let sock = self.sock();
+        let bin = nicflow_bin();
+        let mut a = vec![bin.to_str().unwrap(), "--socket", sock.to_str().unwrap()];
+        a.extend_from_slice(args);
+        run(&a)
+    }
+
+    fn ping(&self, from: &str, to: &str) -> Result<(), String> {
+        let mut last = String::new();
+        for _ in 0..10 {
+            match self.exec(from, &["ping", "-c", "1", "-W", "1", to]) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        for n in ["a1", "a2", "sw", "k", "b1", "b2"] {
+            let _ = run(&["ip", "netns", "pids", &self.ns(n)]).map(|pids| {
+                for p in pids.split_whitespace() {
+                    let _ = run(&["kill", "-9", p]);
+                }
+            });
+            let _ = run(&["ip", "netns", "del", &self.ns(n)]);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Build the topology and start nicflow with `port_type` container ports.
+fn up(tag: &str, port_type: &str) -> Lab {
+    let prefix = format!("nfov{}{tag}", std::process::id());
+    let dir = std::env::temp_dir().join(&prefix);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lab = Lab {
+        prefix,
+        dir,
+        daemon: None,
+    };
+    for n in ["a1", "a2", "sw", "k", "b1", "b2"] {
+        must(&["ip", "netns", "add", &lab.ns(n)]);
+        lab.must(n, &["ip", "link", "set", "lo", "up"]);
+        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    let veth = |a: &str, an: &str, b: &str, bn: &str| {
+        must(&[
+            "ip",
+            "link",
+            "add",
+            a,
+            "netns",
+            &lab.ns(an),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b,
+            "netns",
+            &lab.ns(bn),
+        ]);
+        lab.must(an, &["ip", "link", "set", a, "up"]);
+        lab.must(bn, &["ip", "link", "set", b, "up"]);
+    };
+    veth("eth0", "a1", "pa1", "sw");
+    veth("eth0", "a2", "pa2", "sw");
+    veth("u0", "sw", "u1", "k");
+    veth("kb1", "k", "eth0", "b1");
+    veth("kb2", "k", "eth0", "b2");
+    for (n, mac) in [
+        ("a1", "02:00:00:00:a1:01"),
+        ("a2", "02:00:00:00:a2:01"),
+        ("b1", "02:00:00:00:b1:01"),
+        ("b2", "02:00:00:00:b2:01"),
+    ] {
+        lab.must(n, &["ip", "link", "set", "eth0", "address", mac]);
+        lab.must(n, &["ip", "link", "set", "eth0", "mtu", "1450"]);
+        let addr = if n.starts_with('a') {
+            "198.18.30.1/24"
+        } else {
+            "198.18.30.2/24"
+        };
+        lab.must(n, &["ip", "addr", "add", addr, "dev", "eth0"]);
+    }
+    // Kernel side: the Docker overlay stack (vxlan device in a bridge).
+    lab.must("k", &["ip", "addr", "add", "198.18.20.1/24", "dev", "u1"]);
+    for (i, vni) in [(1, "4242"), (2, "4343")] {
+        let (vx, br, kb) = (format!("vx{i}"), format!("br{i}"), format!("kb{i}"));
+        lab.must(
+            "k",
+            &[
+                "ip",
+                "link",
+                "add",
+                &vx,
+                "type",
+                "vxlan",
+                "id",
+                vni,
+                "local",
+                "198.18.20.1",
+                "remote",
+                "198.18.20.2",
+                "dstport",
+                "4789",
+                "dev",
+                "u1",
+            ],
+        );
+        lab.must("k", &["ip", "link", "add", &br, "type", "bridge"]);
+        lab.must("k", &["ip", "link", "set", &vx, "master", &br]);
+        lab.must("k", &["ip", "link", "set", &kb, "master", &br]);
+        lab.must("k", &["ip", "link", "set", &vx, "up"]);
+        lab.must("k", &["ip", "link", "set", &br, "up"]);
+    }
+    // nicflow side: the underlay has no kernel address (nicflow owns
+    // 198.18.20.2 on it).
+    let cfg = format!(
+        r#"
+[[bridge]]
+name = "br0"
+offload = "none"
+flows = [
+  "in_port=pa1,actions=output:vx1",
+  "in_port=vx1,actions=output:pa1",
+  "in_port=pa2,actions=output:vx2",
+  "in_port=vx2,actions=output:pa2",
+]
+[[bridge.port]]
+name = "pa1"
+iface = "pa1"
+type = "{port_type}"
+[[bridge.port]]
+name = "pa2"
+iface = "pa2"
+type = "{port_type}"
+[[bridge.port]]
+name = "vx1"
+iface = "vx1"
+type = "vxlan"
+options = {{ underlay = "u0", local_ip = "198.18.20.2", remote_ip = "198.18.20.1", key = "4242", underlay_type = "{port_type}" }}
+[[bridge.port]]
+name = "vx2"
+iface = "vx2"
+type = "vxlan"
+options = {{ underlay = "u0", local_ip = "198.18.20.2", remote_ip = "198.18.20.1", key = "4343", underlay_type = "{port_type}" }}
+"#
+    );
+    let cfg_path = lab.dir.join("sw.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let log = std::fs::File::create(lab.dir.join("sw.log")).unwrap();
+    let sw_ns = lab.ns("sw");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &sw_ns])
+        .arg(nicflow_bin())
+        .arg("--socket")
+        .arg(lab.sock())
+        .arg("daemon")
+        .arg("--config")
+        .arg(&cfg_path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting nicflow daemon");
+    lab.daemon = Some(child);
+    let t0 = Instant::now();
+    while lab.cli(&["show"]).is_err() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            let log = std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default();
+            panic!("daemon did not come up:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab
+}
+
+fn counter(stats: &serde_json::Value, port: &str, key: &str) -> u64 {
+    let ports = stats[0]["ports"].as_array().cloned().unwrap_or_default();
+    let p = ports
+        .iter()
+        .find(|p| p["name"] == port)
+        .unwrap_or_else(|| panic!("no port {port} in {stats}"));
+    p[key]
+        .as_u64()
+        .or_else(|| p["counters"][key].as_u64())
+        .unwrap_or_else(|| panic!("no {key} on {port}: {p}"))
+}
+
+fn iperf(lab: &Lab, server: &str, client: &str, reverse: bool) -> f64 {
+    let srv_ns = lab.ns(server);
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &srv_ns, "iperf3", "-s", "-1", "-p", "5201"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut args = vec![
+        "timeout",
+        "30",
+        "iperf3",
+        "-c",
+        "198.18.30.2",
+        "-p",
+        "5201",
+        "-t",
+        "2",
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ];
+    if server.starts_with('a') {
+        args[4] = "198.18.30.1";
+    }
+    if reverse {
+        args.push("-R");
+    }
+    let out = lab.exec(client, &args);
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let out = out.unwrap_or_else(|e| panic!("iperf3 {client} -> {server}: {e}"));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 json");
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0)
+}
+
+fn vxlan_interop(tag: &str, port_type: &str) {
+    if skip() {
+        return;
+    }
+    let lab = up(tag, port_type);
+    // Capture on the kernel side of the underlay while tenant 1 pings.
+    let cap = lab.dir.join("u1.pcap");
+    let k_ns = lab.ns("k");
+    let mut tshark = Command::new("ip")
+        .args(["netns", "exec", &k_ns, "tshark", "-q", "-i", "u1", "-w"])
+        .arg(&cap)
+        .args(["-a", "duration:6", "udp port 4789"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tshark");
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.ping("a1", "198.18.30.2")
+        .unwrap_or_else(|e| panic!("tenant 1 ping a1 -> b1: {e}\n{}", log(&lab)));
+    lab.ping("b2", "198.18.30.1")
+        .unwrap_or_else(|e| panic!("tenant 2 ping b2 -> a2: {e}\n{}", log(&lab)));
+    let _ = tshark.wait();
+    let decoded = must(&[
+        "tshark",
+        "-r",
+        cap.to_str().unwrap(),
+        "-Y",
+        "vxlan && icmp",
+        "-T",
+        "fields",
+        "-e",
+        "vxlan.vni",
+        "-e",
+        "ip.src",
+        "-e",
+        "ip.dst",
+    ]);
+    let lines: Vec<&str> = decoded.lines().collect();
+    assert!(!lines.is_empty(), "tshark saw no VXLAN ICMP:\n{decoded}");
+    // Both directions of both tenants, each on its VNI.
+    for want in [
+        "4242\t198.18.20.2,198.18.30.1",
+        "4242\t198.18.20.1,198.18.30.2",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(want)),
+            "no `{want}` in\n{decoded}"
+        );
+    }
+    for want in [
+        "4343\t198.18.20.2,198.18.30.1",
+        "4343\t198.18.20.1,198.18.30.2",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(want)),
+            "no `{want}` in\n{decoded}"
+        );
+    }
+    // iperf3 both ways through the overlay (tenant 1).
+    let fwd = iperf(&lab, "b1", "a1", false);
+    let rev = iperf(&lab, "b1", "a1", true);
+    assert!(
+        fwd > 1e6 && rev > 1e6,
+        "iperf3 a1<->b1: {fwd} / {rev} bit/s\n{}\n{}",
+        lab.cli(&["stats"]).unwrap_or_default(),
+        log(&lab)
+    );
+    eprintln!(
+        "vxlan {port_type}: iperf3 a1->b1 {:.2} Gbit/s, b1->a1 {:.2} Gbit/s",
+        fwd / 1e9,
+        rev / 1e9
+    );
+
+    // VNI isolation: tenant 2's b2 sees nothing of tenant 1's traffic.
+    let rx = |n: &str| -> u64 {
+        let s = lab.must(n, &["cat", "/sys/class/net/eth0/statistics/rx_packets"]);
+        s.trim().parse().unwrap()
+    };
+    let b2_before = rx("b2");
+    let b1_before = rx("b1");
+    lab.must(
+        "a1",
+        &["ping", "-c", "20", "-i", "0.01", "-W", "1", "198.18.30.2"],
+    );
+    assert!(rx("b1") >= b1_before + 20);
+    assert_eq!(rx("b2"), b2_before, "tenant 2 received tenant 1's packets");
+
+    // The underlay answers ARP for the local address the kernel does not have.
+    let neigh = lab.must("k", &["ip", "neigh", "show", "198.18.20.2", "dev", "u1"]);
+    let u0_mac = lab.must("sw", &["cat", "/sys/class/net/u0/address"]);
+    assert!(
+        neigh.contains(u0_mac.trim()),
+        "kernel's ARP entry for 198.18.20.2: {neigh} (u0 is {u0_mac})"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
+    assert!(counter(&stats, "vx1", "rx_packets") >= 20);
+    assert!(counter(&stats, "vx1", "tx_packets") >= 20);
+}
+
+fn log(lab: &Lab) -> String {
+    let stats = lab.cli(&["stats"]).unwrap_or_default();
+    let flows = lab.cli(&["dump-dp-flows", "br0"]).unwrap_or_default();
+    let neigh = lab.exec("k", &["ip", "neigh"]).unwrap_or_default();
+    format!(
+        "{stats}\n{flows}\nkernel neighbours: {neigh}\n{}",
+        std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default()
+    )
+}
+
+#[test]
+fn vxlan_interop_with_kernel_vxlan_afpacket() {
+    vxlan_interop("p", "afpacket");
+}
+
+#[test]
+fn vxlan_interop_with_kernel_vxlan_afxdp() {
+    vxlan_interop("x", "afxdp");
+}
