@@ -118,8 +118,10 @@ impl Drop for Lab {
     }
 }
 
-/// Build the topology and start nicflow with `port_type` container ports.
-fn up(tag: &str, port_type: &str) -> Lab {
+/// Build the topology and start nicflow with `port_type` container ports:
+/// two fixed-key tunnel ports (vx1: 4242, vx2: 4343), or with `flow_keyed`
+/// one `key=flow` port `vxf` whose rules set and match `tun_id`.
+fn up(tag: &str, port_type: &str, flow_keyed: bool) -> Lab {
     let prefix = format!("nfov{}{tag}", std::process::id());
     let dir = std::env::temp_dir().join(&prefix);
     let _ = std::fs::remove_dir_all(&dir);
@@ -165,7 +167,11 @@ fn up(tag: &str, port_type: &str) -> Lab {
         ("b2", "02:00:00:00:b2:01"),
     ] {
         lab.must(n, &["ip", "link", "set", "eth0", "address", mac]);
-        lab.must(n, &["ip", "link", "set", "eth0", "mtu", "1450"]);
+        // a1 keeps MTU 1500: its big packets must come back as ICMP
+        // "fragmentation needed" (the overlay carries 1450).
+        if n != "a1" {
+            lab.must(n, &["ip", "link", "set", "eth0", "mtu", "1450"]);
+        }
         let addr = if n.starts_with('a') {
             "198.18.30.1/24"
         } else {
@@ -206,8 +212,47 @@ fn up(tag: &str, port_type: &str) -> Lab {
     }
     // nicflow side: the underlay has no kernel address (nicflow owns
     // 198.18.20.2 on it).
-    let cfg = format!(
+    let access = format!(
         r#"
+[[bridge.port]]
+name = "pa1"
+iface = "pa1"
+type = "{port_type}"
+[[bridge.port]]
+name = "pa2"
+iface = "pa2"
+type = "{port_type}"
+"#
+    );
+    let tunnel = |name: &str, key: &str| {
+        format!(
+            r#"
+[[bridge.port]]
+name = "{name}"
+iface = "{name}"
+type = "vxlan"
+options = {{ underlay = "u0", local_ip = "198.18.20.2", remote_ip = "198.18.20.1", key = "{key}", underlay_type = "{port_type}" }}
+"#
+        )
+    };
+    let cfg = if flow_keyed {
+        format!(
+            r#"
+[[bridge]]
+name = "br0"
+offload = "none"
+flows = [
+  "in_port=pa1,actions=set_field:4242->tun_id,output:vxf",
+  "in_port=pa2,actions=set_field:4343->tun_id,output:vxf",
+  "in_port=vxf,tun_id=4242,actions=output:pa1",
+  "in_port=vxf,tun_id=4343,actions=output:pa2",
+]
+{access}{}"#,
+            tunnel("vxf", "flow")
+        )
+    } else {
+        format!(
+            r#"
 [[bridge]]
 name = "br0"
 offload = "none"
@@ -217,26 +262,11 @@ flows = [
   "in_port=pa2,actions=output:vx2",
   "in_port=vx2,actions=output:pa2",
 ]
-[[bridge.port]]
-name = "pa1"
-iface = "pa1"
-type = "{port_type}"
-[[bridge.port]]
-name = "pa2"
-iface = "pa2"
-type = "{port_type}"
-[[bridge.port]]
-name = "vx1"
-iface = "vx1"
-type = "vxlan"
-options = {{ underlay = "u0", local_ip = "198.18.20.2", remote_ip = "198.18.20.1", key = "4242", underlay_type = "{port_type}" }}
-[[bridge.port]]
-name = "vx2"
-iface = "vx2"
-type = "vxlan"
-options = {{ underlay = "u0", local_ip = "198.18.20.2", remote_ip = "198.18.20.1", key = "4343", underlay_type = "{port_type}" }}
-"#
-    );
+{access}{}{}"#,
+            tunnel("vx1", "4242"),
+            tunnel("vx2", "4343")
+        )
+    };
     let cfg_path = lab.dir.join("sw.toml");
     std::fs::write(&cfg_path, cfg).unwrap();
     let log = std::fs::File::create(lab.dir.join("sw.log")).unwrap();
@@ -317,11 +347,12 @@ fn iperf(lab: &Lab, server: &str, client: &str, reverse: bool) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn vxlan_interop(tag: &str, port_type: &str) {
+fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool) {
     if skip() {
         return;
     }
-    let lab = up(tag, port_type);
+    let lab = up(tag, port_type, flow_keyed);
+    let vx1 = if flow_keyed { "vxf" } else { "vx1" };
     // Capture on the kernel side of the underlay while tenant 1 pings.
     let cap = lab.dir.join("u1.pcap");
     let k_ns = lab.ns("k");
@@ -413,8 +444,37 @@ fn vxlan_interop(tag: &str, port_type: &str) {
     );
     let stats: serde_json::Value =
         serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
-    assert!(counter(&stats, "vx1", "rx_packets") >= 20);
-    assert!(counter(&stats, "vx1", "tx_packets") >= 20);
+    assert!(counter(&stats, vx1, "rx_packets") >= 20);
+    assert!(counter(&stats, vx1, "tx_packets") >= 20);
+
+    // Too big for the overlay: a1 (MTU 1500) gets ICMP "fragmentation
+    // needed" with the overlay's MTU, as from a router, not silence.
+    let o = lab.exec(
+        "a1",
+        &[
+            "ping",
+            "-M",
+            "do",
+            "-s",
+            "1472",
+            "-c",
+            "2",
+            "-W",
+            "1",
+            "198.18.30.2",
+        ],
+    );
+    let text = match o {
+        Ok(t) | Err(t) => t,
+    };
+    assert!(
+        text.contains("mtu = 1450") || text.contains("mtu=1450"),
+        "DF ping of 1500 bytes: {text}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
+    assert!(counter(&stats, vx1, "icmp_too_big_sent") >= 1);
+    assert!(counter(&stats, vx1, "tx_drop_mtu") >= 1);
 }
 
 fn log(lab: &Lab) -> String {
@@ -429,10 +489,276 @@ fn log(lab: &Lab) -> String {
 
 #[test]
 fn vxlan_interop_with_kernel_vxlan_afpacket() {
-    vxlan_interop("p", "afpacket");
+    vxlan_interop("p", "afpacket", false);
 }
 
 #[test]
 fn vxlan_interop_with_kernel_vxlan_afxdp() {
-    vxlan_interop("x", "afxdp");
+    vxlan_interop("x", "afxdp", false);
+}
+
+/// One `key=flow` port: rules set `tun_id` on output and match it on input.
+#[test]
+fn vxlan_key_flow_set_field_and_tun_id_match() {
+    vxlan_interop("f", "afpacket", true);
+}
+
+/// Geneve against scapy (no kernel Geneve device here): a1 -- nicflow
+/// (gv1: key 5000, underlay u0, local 198.18.21.2) === u1 in `k`
+/// (198.18.21.1), where scapy plays the remote endpoint.
+fn up_geneve(tag: &str) -> Lab {
+    let prefix = format!("nfov{}{tag}", std::process::id());
+    let dir = std::env::temp_dir().join(&prefix);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lab = Lab {
+        prefix,
+        dir,
+        daemon: None,
+    };
+    for n in ["a1", "sw", "k"] {
+        must(&["ip", "netns", "add", &lab.ns(n)]);
+        lab.must(n, &["ip", "link", "set", "lo", "up"]);
+        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    for (a, an, b, bn) in [("eth0", "a1", "pa1", "sw"), ("u0", "sw", "u1", "k")] {
+        must(&[
+            "ip",
+            "link",
+            "add",
+            a,
+            "netns",
+            &lab.ns(an),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b,
+            "netns",
+            &lab.ns(bn),
+        ]);
+        lab.must(an, &["ip", "link", "set", a, "up"]);
+        lab.must(bn, &["ip", "link", "set", b, "up"]);
+    }
+    lab.must(
+        "a1",
+        &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
+    );
+    lab.must("a1", &["ip", "link", "set", "eth0", "mtu", "1400"]);
+    lab.must(
+        "a1",
+        &["ip", "addr", "add", "198.18.31.1/24", "dev", "eth0"],
+    );
+    lab.must(
+        "a1",
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.31.2",
+            "lladdr",
+            "02:00:00:00:b1:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    );
+    lab.must("k", &["ip", "addr", "add", "198.18.21.1/24", "dev", "u1"]);
+    let cfg = r#"
+[[bridge]]
+name = "br0"
+offload = "none"
+flows = ["in_port=pa1,actions=output:gv1", "in_port=gv1,actions=output:pa1"]
+[[bridge.port]]
+name = "pa1"
+iface = "pa1"
+type = "afpacket"
+[[bridge.port]]
+name = "gv1"
+iface = "gv1"
+type = "geneve"
+options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1", key = "5000", csum = "true", underlay_type = "afpacket" }
+"#;
+    let cfg_path = lab.dir.join("sw.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let log = std::fs::File::create(lab.dir.join("sw.log")).unwrap();
+    let sw_ns = lab.ns("sw");
+    lab.daemon = Some(
+        Command::new("ip")
+            .args(["netns", "exec", &sw_ns])
+            .arg(nicflow_bin())
+            .arg("--socket")
+            .arg(lab.sock())
+            .arg("daemon")
+            .arg("--config")
+            .arg(&cfg_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting nicflow daemon"),
+    );
+    let t0 = Instant::now();
+    while lab.cli(&["show"]).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "daemon did not come up:\n{}",
+            log_of(&lab)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab
+}
+
+fn log_of(lab: &Lab) -> String {
+    std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default()
+}
+
+fn scapy_script() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy/geneve.py").to_string()
+}
+
+fn have_scapy() -> bool {
+    Command::new("/usr/bin/python3")
+        .args(["-c", "import scapy.contrib.geneve"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
+    if skip() {
+        return;
+    }
+    if !have_scapy() {
+        eprintln!("skipping: scapy not installed for /usr/bin/python3");
+        return;
+    }
+    let lab = up_geneve("g");
+    let script = scapy_script();
+    let send = |payload: &str, critical: bool| {
+        let mut a = vec![
+            "/usr/bin/python3",
+            &script,
+            "send",
+            "--iface",
+            "u1",
+            "--src",
+            "198.18.21.1",
+            "--dst",
+            "198.18.21.2",
+            "--vni",
+            "5000",
+            "--inner-src-mac",
+            "02:00:00:00:b1:01",
+            "--inner-dst-mac",
+            "02:00:00:00:a1:01",
+            "--inner-src",
+            "198.18.31.2",
+            "--inner-dst",
+            "198.18.31.1",
+            "--dport",
+            "9999",
+            "--payload",
+            payload,
+        ];
+        if critical {
+            a.push("--critical");
+        }
+        lab.must("k", &a)
+    };
+    // a1 listens; scapy's Geneve packets with (non-critical) options are
+    // decapsulated and delivered.
+    let a1_ns = lab.ns("a1");
+    let recv = Command::new("ip")
+        .args(["netns", "exec", &a1_ns, "/usr/bin/python3", "-c"])
+        .arg(
+            "import socket\ns=socket.socket(2,2)\ns.bind(('198.18.31.1',9999))\ns.settimeout(8)\n\
+             try:\n  while True:\n    print(s.recv(200).decode(), flush=True)\nexcept Exception:\n  pass",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    send("hello-geneve", false);
+    send("critical-must-drop", true);
+    let out = recv.wait_with_output().unwrap();
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        got.lines().any(|l| l == "hello-geneve"),
+        "a1 did not get the Geneve payload: {got:?}\n{}",
+        log_of(&lab)
+    );
+    assert!(
+        !got.contains("critical-must-drop"),
+        "an unknown critical option was delivered"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
+    assert_eq!(
+        counter(&stats, "gv1", "underlay_rx_drop_geneve_critical"),
+        1
+    );
+    assert!(counter(&stats, "gv1", "rx_packets") >= 1);
+
+    // nicflow's own Geneve output: tshark and scapy decode VNI and inner.
+    let cap = lab.dir.join("u1.pcap");
+    let k_ns = lab.ns("k");
+    let mut tshark = Command::new("ip")
+        .args(["netns", "exec", &k_ns, "tshark", "-q", "-i", "u1", "-w"])
+        .arg(&cap)
+        .args(["-a", "duration:5", "udp port 6081"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tshark");
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.must(
+        "a1",
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import socket\ns=socket.socket(2,2)\nfor i in range(5): s.sendto(b'from-a1', ('198.18.31.2', 7777))",
+        ],
+    );
+    let _ = tshark.wait();
+    let t = must(&[
+        "tshark",
+        "-r",
+        cap.to_str().unwrap(),
+        "-Y",
+        "geneve && udp.dstport == 7777",
+        "-T",
+        "fields",
+        "-e",
+        "geneve.vni",
+        "-e",
+        "ip.dst",
+    ]);
+    assert!(
+        // tshark prints the Geneve VNI in hex: 0x001388 = 5000.
+        t.lines()
+            .any(|l| l.starts_with("0x001388\t198.18.21.1,198.18.31.2")
+                || l.starts_with("5000\t198.18.21.1,198.18.31.2")),
+        "tshark did not decode nicflow's Geneve output: {t:?}"
+    );
+    let decoded = must(&["/usr/bin/python3", &script, "decode", cap.to_str().unwrap()]);
+    let pkts: Vec<serde_json::Value> = decoded
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["inner_dport"] == 7777)
+        .collect();
+    assert!(pkts.len() >= 5, "scapy decoded {decoded}");
+    for p in &pkts {
+        assert_eq!(p["vni"], 5000);
+        assert_eq!(p["outer_src"], "198.18.21.2");
+        assert_eq!(p["inner_src"], "198.18.31.1");
+        assert_eq!(p["payload"], "from-a1");
+        assert!(p["sport"].as_u64().unwrap() >= 49152, "entropy port {p}");
+    }
+    // One flow, one entropy port.
+    let ports: std::collections::BTreeSet<u64> =
+        pkts.iter().map(|p| p["sport"].as_u64().unwrap()).collect();
+    assert_eq!(ports.len(), 1, "{ports:?}");
 }

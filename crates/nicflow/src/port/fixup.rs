@@ -408,6 +408,13 @@ pub(crate) fn finish_frame(
         if let Some(mtu) = gso_mtu(b.data(), &layout, &o) {
             let before = out.len();
             if segment_tcp(b.data(), &layout, mtu, pool, out) {
+                // Segments keep the frame's tunnel metadata (the VNI a
+                // `key=flow` tunnel port encapsulates them with).
+                if b.tun.is_some() {
+                    for s in &mut out[before..] {
+                        s.tun = b.tun;
+                    }
+                }
                 done.gso_frames += 1;
                 done.gso_segments += (out.len() - before) as u64;
                 pool.push(b);

@@ -766,10 +766,13 @@ impl TunnelPort {
 
     /// The largest inner IP packet the tunnel carries.
     pub fn inner_mtu(&self) -> usize {
+        // The outer IP packet (outer IP + UDP + tunnel header + inner
+        // Ethernet + inner IP) must fit the underlay MTU; the outer Ethernet
+        // header counted in `overhead` and the inner one cancel out.
         self.underlay
             .borrow()
             .mtu
-            .saturating_sub(self.cfg.overhead() - 14)
+            .saturating_sub(self.cfg.overhead())
     }
 }
 
@@ -835,7 +838,20 @@ impl Port for TunnelPort {
                 self.stats.tx_dropped += 1;
                 if let Some(reply) = too_big_reply(pkt.data(), inner_mtu as u32) {
                     self.icmp_too_big_sent += 1;
-                    self.icmp.push_back(PacketBuf::from_slice(&reply));
+                    let mut r = PacketBuf::from_slice(&reply);
+                    // As if it came back through the tunnel, so rules that
+                    // match tun_id see it like the flow's other packets.
+                    let vni = match self.cfg.key {
+                        TunnelKey::Fixed(v) => v as u64,
+                        TunnelKey::Flow => pkt.tun.map(|t| t.id).unwrap_or(0),
+                    };
+                    r.tun = Some(TunnelMeta {
+                        id: vni,
+                        src: u32::from(self.cfg.remote_ip),
+                        dst: u32::from(self.cfg.local_ip),
+                        flags: TUN_F_KEY,
+                    });
+                    self.icmp.push_back(r);
                 }
                 done.push(pkt);
                 continue;

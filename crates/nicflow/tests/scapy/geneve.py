@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Geneve peer for the overlay tests (the kernel here has no Geneve device).
+
+    geneve.py send --iface u1 --src 198.18.21.1 --dst 198.18.21.2 --vni 5000 \
+        --inner-src-mac M --inner-dst-mac M --inner-src 198.18.31.2 \
+        --inner-dst 198.18.31.1 --dport 9999 --payload TEXT [--critical] [--count N]
+    geneve.py decode PCAP
+
+`send` builds Ether/IP/UDP(6081)/GENEVE(vni, two option TLVs)/Ether/IP/UDP
+with scapy's Geneve layer and sends it on IFACE to the MAC the kernel has
+for DST (resolved with ARP first). Without --critical both options are
+non-critical (the receiver may ignore them); with it the second option has
+the critical bit set in its type (0x80), which a receiver that does not
+understand it must drop (RFC 8926 section 3.5).
+
+`decode` reads a capture and prints one JSON object per Geneve packet:
+{"vni", "options": [[class, type, data_hex]...], "outer_src", "outer_dst",
+"sport", "inner_src", "inner_dst", "inner_dport", "payload"}.
+"""
+import argparse
+import json
+import sys
+
+from scapy.all import ARP, Ether, IP, UDP, Raw, conf, rdpcap, sendp, srp
+from scapy.contrib.geneve import GENEVE, GeneveOptions
+from scapy.packet import bind_layers
+
+conf.verb = 0
+bind_layers(UDP, GENEVE, dport=6081)
+
+
+def resolve(iface, src, dst):
+    ans, _ = srp(
+        Ether(dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, psrc=src, pdst=dst),
+        iface=iface,
+        timeout=2,
+        retry=2,
+    )
+    for _, r in ans:
+        return r[ARP].hwsrc
+    sys.exit(f"no ARP reply for {dst} on {iface}")
+
+
+def send(a):
+    mac = resolve(a.iface, a.src, a.dst)
+    opts = [
+        GeneveOptions(classid=0x0102, type=0x01, data=b"\x00\x00\x00\x2a"),
+        GeneveOptions(
+            classid=0x0102,
+            type=(0x82 if a.critical else 0x02),
+            data=b"\x11\x22\x33\x44\x55\x66\x77\x88",
+        ),
+    ]
+    inner = (
+        Ether(src=a.inner_src_mac, dst=a.inner_dst_mac)
+        / IP(src=a.inner_src, dst=a.inner_dst)
+        / UDP(sport=40000, dport=a.dport)
+        / Raw(a.payload.encode())
+    )
+    g = GENEVE(vni=a.vni, proto=0x6558, options=opts, critical=1 if a.critical else 0)
+    pkt = (
+        Ether(dst=mac)
+        / IP(src=a.src, dst=a.dst)
+        / UDP(sport=50000, dport=6081)
+        / g
+        / inner
+    )
+    sendp(pkt, iface=a.iface, count=a.count)
+    print(json.dumps({"sent": a.count, "len": len(pkt)}))
+
+
+def decode(a):
+    for p in rdpcap(a.pcap):
+        if GENEVE not in p:
+            continue
+        g = p[GENEVE]
+        opts = [
+            [o.classid, o.type, bytes(o.data).hex()] for o in (g.options or [])
+        ]
+        inner = g.payload
+        out = {
+            "vni": g.vni,
+            "options": opts,
+            "outer_src": p[IP].src,
+            "outer_dst": p[IP].dst,
+            "sport": p[UDP].sport,
+        }
+        if IP in inner:
+            out["inner_src"] = inner[IP].src
+            out["inner_dst"] = inner[IP].dst
+            if UDP in inner:
+                out["inner_dport"] = inner[UDP].dport
+                out["payload"] = bytes(inner[UDP].payload).decode(errors="replace")
+        print(json.dumps(out))
+
+
+ap = argparse.ArgumentParser()
+sub = ap.add_subparsers(dest="cmd", required=True)
+s = sub.add_parser("send")
+for k in ["iface", "src", "dst", "inner_src_mac", "inner_dst_mac", "inner_src", "inner_dst", "payload"]:
+    s.add_argument("--" + k.replace("_", "-"), dest=k, required=True)
+s.add_argument("--vni", type=int, required=True)
+s.add_argument("--dport", type=int, required=True)
+s.add_argument("--count", type=int, default=1)
+s.add_argument("--critical", action="store_true")
+d = sub.add_parser("decode")
+d.add_argument("pcap")
+a = ap.parse_args()
+send(a) if a.cmd == "send" else decode(a)
