@@ -81,7 +81,30 @@ enum Cmd {
     },
     /// Detach a port.
     DelPort { bridge: String, name: String },
-    /// Bridges and ports.
+    /// Create a VF in network namespace NAMESPACE (an `ip netns` name): a
+    /// veth pair whose VF end moves into the namespace and whose
+    /// representor end (`<bridge>pf0vf<N>`) becomes a port of BRIDGE.
+    AddVf {
+        bridge: String,
+        namespace: String,
+        /// The VF's interface name in the namespace (default `vf<N>`, N the
+        /// lowest free VF index of the bridge).
+        #[arg(long)]
+        name: Option<String>,
+        /// The VF's MAC (default: 02:xx:xx:xx derived from the bridge name,
+        /// then the index).
+        #[arg(long)]
+        mac: Option<String>,
+        /// ADDRESS/PREFIX for the VF, IPv4 or IPv6 (repeatable).
+        #[arg(long = "ip")]
+        ips: Vec<String>,
+        /// Port type of the representor: afxdp (default) or afpacket.
+        #[arg(long = "rep-type")]
+        rep_type: Option<String>,
+    },
+    /// Remove a VF (by VF or representor name): its port and veth pair.
+    DelVf { bridge: String, name: String },
+    /// Bridges, ports and VFs.
     Show,
     /// Add one rule (ovs-ofctl syntax).
     AddFlow { bridge: String, flow: String },
@@ -267,6 +290,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Cmd::DelPort { bridge, name } => ctl(Request::DelPort { bridge, name }),
+        Cmd::AddVf {
+            bridge,
+            namespace,
+            name,
+            mac,
+            ips,
+            rep_type,
+        } => ctl(Request::AddVf {
+            bridge,
+            namespace,
+            name,
+            mac,
+            ips,
+            rep_type,
+        }),
+        Cmd::DelVf { bridge, name } => ctl(Request::DelVf { bridge, name }),
         Cmd::Show => ctl(Request::Show),
         Cmd::AddFlow { bridge, flow } => ctl(Request::AddFlow { bridge, flow }),
         Cmd::AddFlows { bridge, file } => {

@@ -100,6 +100,116 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Fresh namespaces `nfov<pid><tag>-<n>` (loopback up, IPv6 off) and a
+    /// scratch directory; the guard removes them.
+    fn new(tag: &str, nodes: &[&str]) -> Lab {
+        let prefix = format!("nfov{}{tag}", std::process::id());
+        let dir = std::env::temp_dir().join(&prefix);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let lab = Lab {
+            prefix,
+            dir,
+            daemon: None,
+        };
+        for n in nodes {
+            must(&["ip", "netns", "add", &lab.ns(n)]);
+            lab.must(n, &["ip", "link", "set", "lo", "up"]);
+            lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+        }
+        lab
+    }
+
+    /// A veth pair `a` (in node `an`) -- `b` (in `bn`), both up.
+    fn veth(&self, a: &str, an: &str, b: &str, bn: &str) {
+        let (nsa, nsb) = (self.ns(an), self.ns(bn));
+        must(&[
+            "ip", "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns", &nsb,
+        ]);
+        self.must(an, &["ip", "link", "set", a, "up"]);
+        self.must(bn, &["ip", "link", "set", b, "up"]);
+    }
+
+    /// tshark writing `<dir>/<iface>.pcap` in `node` for `secs` seconds;
+    /// returns once it is capturing (it says so on stderr).
+    fn capture(&self, node: &str, iface: &str, filter: &str, secs: u32) -> (Child, PathBuf) {
+        use std::io::{BufRead, BufReader};
+        let cap = self.dir.join(format!("{iface}.pcap"));
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(node),
+                "tshark",
+                "-q",
+                "-i",
+                iface,
+                "-w",
+            ])
+            .arg(&cap)
+            .args(["-a", &format!("duration:{secs}"), filter])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tshark");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("Capturing on") {
+                    let _ = tx.send(false);
+                } else if line.contains("Capture started") {
+                    let _ = tx.send(true);
+                }
+            }
+        });
+        // "Capturing on" comes when the interface is opened, "Capture
+        // started" when packets are being recorded (not every tshark says
+        // the latter: then a second's grace).
+        let started = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("tshark did not start capturing");
+        if !started && rx.recv_timeout(Duration::from_secs(2)).is_err() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        (child, cap)
+    }
+
+    /// Start nicflow in node `sw` with this configuration and wait for its
+    /// socket.
+    fn start_daemon(&mut self, cfg: &str) {
+        let cfg_path = self.dir.join("sw.toml");
+        std::fs::write(&cfg_path, cfg).unwrap();
+        let log = std::fs::File::create(self.dir.join("sw.log")).unwrap();
+        let sw_ns = self.ns("sw");
+        self.daemon = Some(
+            Command::new("ip")
+                .args(["netns", "exec", &sw_ns])
+                .arg(nicflow_bin())
+                .arg("--socket")
+                .arg(self.sock())
+                .arg("daemon")
+                .arg("--config")
+                .arg(&cfg_path)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("starting nicflow daemon"),
+        );
+        let t0 = Instant::now();
+        while self.cli(&["show"]).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "daemon did not come up:\n{}",
+                log_of(self)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         if let Some(mut d) = self.daemon.take() {
@@ -122,39 +232,8 @@ impl Drop for Lab {
 /// two fixed-key tunnel ports (vx1: 4242, vx2: 4343), or with `flow_keyed`
 /// one `key=flow` port `vxf` whose rules set and match `tun_id`.
 fn up(tag: &str, port_type: &str, flow_keyed: bool) -> Lab {
-    let prefix = format!("nfov{}{tag}", std::process::id());
-    let dir = std::env::temp_dir().join(&prefix);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix,
-        dir,
-        daemon: None,
-    };
-    for n in ["a1", "a2", "sw", "k", "b1", "b2"] {
-        must(&["ip", "netns", "add", &lab.ns(n)]);
-        lab.must(n, &["ip", "link", "set", "lo", "up"]);
-        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-    }
-    let veth = |a: &str, an: &str, b: &str, bn: &str| {
-        must(&[
-            "ip",
-            "link",
-            "add",
-            a,
-            "netns",
-            &lab.ns(an),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            b,
-            "netns",
-            &lab.ns(bn),
-        ]);
-        lab.must(an, &["ip", "link", "set", a, "up"]);
-        lab.must(bn, &["ip", "link", "set", b, "up"]);
-    };
+    let mut lab = Lab::new(tag, &["a1", "a2", "sw", "k", "b1", "b2"]);
+    let veth = |a: &str, an: &str, b: &str, bn: &str| lab.veth(a, an, b, bn);
     veth("eth0", "a1", "pa1", "sw");
     veth("eth0", "a2", "pa2", "sw");
     veth("u0", "sw", "u1", "k");
@@ -267,32 +346,7 @@ flows = [
             tunnel("vx2", "4343")
         )
     };
-    let cfg_path = lab.dir.join("sw.toml");
-    std::fs::write(&cfg_path, cfg).unwrap();
-    let log = std::fs::File::create(lab.dir.join("sw.log")).unwrap();
-    let sw_ns = lab.ns("sw");
-    let child = Command::new("ip")
-        .args(["netns", "exec", &sw_ns])
-        .arg(nicflow_bin())
-        .arg("--socket")
-        .arg(lab.sock())
-        .arg("daemon")
-        .arg("--config")
-        .arg(&cfg_path)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("starting nicflow daemon");
-    lab.daemon = Some(child);
-    let t0 = Instant::now();
-    while lab.cli(&["show"]).is_err() {
-        if t0.elapsed() > Duration::from_secs(10) {
-            let log = std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default();
-            panic!("daemon did not come up:\n{log}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    lab.start_daemon(&cfg);
     lab
 }
 
@@ -354,17 +408,7 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool) {
     let lab = up(tag, port_type, flow_keyed);
     let vx1 = if flow_keyed { "vxf" } else { "vx1" };
     // Capture on the kernel side of the underlay while tenant 1 pings.
-    let cap = lab.dir.join("u1.pcap");
-    let k_ns = lab.ns("k");
-    let mut tshark = Command::new("ip")
-        .args(["netns", "exec", &k_ns, "tshark", "-q", "-i", "u1", "-w"])
-        .arg(&cap)
-        .args(["-a", "duration:6", "udp port 4789"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tshark");
-    std::thread::sleep(Duration::from_millis(1500));
+    let (mut tshark, cap) = lab.capture("k", "u1", "udp port 4789", 8);
     lab.ping("a1", "198.18.30.2")
         .unwrap_or_else(|e| panic!("tenant 1 ping a1 -> b1: {e}\n{}", log(&lab)));
     lab.ping("b2", "198.18.30.1")
@@ -507,39 +551,9 @@ fn vxlan_key_flow_set_field_and_tun_id_match() {
 /// (gv1: key 5000, underlay u0, local 198.18.21.2) === u1 in `k`
 /// (198.18.21.1), where scapy plays the remote endpoint.
 fn up_geneve(tag: &str) -> Lab {
-    let prefix = format!("nfov{}{tag}", std::process::id());
-    let dir = std::env::temp_dir().join(&prefix);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix,
-        dir,
-        daemon: None,
-    };
-    for n in ["a1", "sw", "k"] {
-        must(&["ip", "netns", "add", &lab.ns(n)]);
-        lab.must(n, &["ip", "link", "set", "lo", "up"]);
-        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-    }
-    for (a, an, b, bn) in [("eth0", "a1", "pa1", "sw"), ("u0", "sw", "u1", "k")] {
-        must(&[
-            "ip",
-            "link",
-            "add",
-            a,
-            "netns",
-            &lab.ns(an),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            b,
-            "netns",
-            &lab.ns(bn),
-        ]);
-        lab.must(an, &["ip", "link", "set", a, "up"]);
-        lab.must(bn, &["ip", "link", "set", b, "up"]);
-    }
+    let mut lab = Lab::new(tag, &["a1", "sw", "k"]);
+    lab.veth("eth0", "a1", "pa1", "sw");
+    lab.veth("u0", "sw", "u1", "k");
     lab.must(
         "a1",
         &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
@@ -580,34 +594,7 @@ iface = "gv1"
 type = "geneve"
 options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1", key = "5000", csum = "true", underlay_type = "afpacket" }
 "#;
-    let cfg_path = lab.dir.join("sw.toml");
-    std::fs::write(&cfg_path, cfg).unwrap();
-    let log = std::fs::File::create(lab.dir.join("sw.log")).unwrap();
-    let sw_ns = lab.ns("sw");
-    lab.daemon = Some(
-        Command::new("ip")
-            .args(["netns", "exec", &sw_ns])
-            .arg(nicflow_bin())
-            .arg("--socket")
-            .arg(lab.sock())
-            .arg("daemon")
-            .arg("--config")
-            .arg(&cfg_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting nicflow daemon"),
-    );
-    let t0 = Instant::now();
-    while lab.cli(&["show"]).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "daemon did not come up:\n{}",
-            log_of(&lab)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    lab.start_daemon(cfg);
     lab
 }
 
@@ -703,17 +690,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     assert!(counter(&stats, "gv1", "rx_packets") >= 1);
 
     // nicflow's own Geneve output: tshark and scapy decode VNI and inner.
-    let cap = lab.dir.join("u1.pcap");
-    let k_ns = lab.ns("k");
-    let mut tshark = Command::new("ip")
-        .args(["netns", "exec", &k_ns, "tshark", "-q", "-i", "u1", "-w"])
-        .arg(&cap)
-        .args(["-a", "duration:5", "udp port 6081"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("tshark");
-    std::thread::sleep(Duration::from_millis(1500));
+    let (mut tshark, cap) = lab.capture("k", "u1", "udp port 6081", 8);
     lab.must(
         "a1",
         &[

@@ -18,7 +18,19 @@
 //! iface = "veth1"
 //! type = "afpacket"
 //! options = { promisc = "true" }
+//!
+//! [[bridge.vf]]                        # `nicflow add-vf`: see control::vf
+//! name = "vf0"                         # the interface in the namespace
+//! index = 0
+//! namespace = "c1"                     # an `ip netns` name
+//! mac = "02:8c:23:1e:00:00"
+//! ips = ["198.18.40.1/24"]
+//! representor = "br0pf0vf0"            # the daemon-side end, a bridge port
+//! rep_type = "afxdp"                   # or "afpacket"
 //! ```
+//!
+//! A bridge's VFs are [`BridgeConfig::vfs`]; a file without `[[bridge.vf]]`
+//! entries loads with none, and a bridge without VFs is written without them.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,6 +59,9 @@ pub struct BridgeConfig {
     /// XDP engine map sizes: `max_flows`, `max_masks`, `max_ports`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub offload_options: BTreeMap<String, String>,
+    /// The bridge's VFs (`[[bridge.vf]]`, `nicflow add-vf`), in index order.
+    #[serde(default, rename = "vf", skip_serializing_if = "Vec::is_empty")]
+    pub vfs: Vec<VfConfig>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +113,39 @@ pub struct PortConfig {
     pub kind: PortType,
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+}
+
+/// A VF and its representor (`[[bridge.vf]]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VfConfig {
+    /// The VF's interface name inside `namespace` (unique per bridge).
+    pub name: String,
+    pub index: u32,
+    pub namespace: String,
+    pub mac: String,
+    #[serde(default)]
+    pub ips: Vec<String>,
+    /// The daemon-side veth end; also the bridge port's name.
+    pub representor: String,
+    #[serde(default = "afxdp")]
+    pub rep_type: PortType,
+}
+
+fn afxdp() -> PortType {
+    PortType::Afxdp
+}
+
+impl VfConfig {
+    /// The bridge port backed by the representor.
+    pub fn port_config(&self) -> PortConfig {
+        PortConfig {
+            name: self.representor.clone(),
+            iface: self.representor.clone(),
+            kind: self.rep_type,
+            options: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,6 +238,7 @@ mod tests {
             }],
             offload: Some(crate::offload::OffloadMode::None),
             offload_options: [("max_flows".to_string(), "1024".to_string())].into(),
+            vfs: Vec::new(),
         });
         let text = c.to_toml();
         assert_eq!(Config::parse(&text).unwrap(), c);
@@ -198,6 +247,35 @@ mod tests {
         c.save(&path).unwrap();
         assert_eq!(Config::load(&path).unwrap(), c);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn vfs_round_trip_and_old_files_load() {
+        let old = "[[bridge]]\nname = 'br0'\nflows = ['priority=0 actions=NORMAL']\n";
+        let mut c = Config::parse(old).unwrap();
+        assert_eq!(c.bridges.len(), 1);
+        assert!(c.bridges[0].vfs.is_empty());
+        assert!(!c.to_toml().contains("vf"));
+        let vf = VfConfig {
+            name: "vf0".into(),
+            index: 0,
+            namespace: "c1".into(),
+            mac: "02:00:00:00:00:01".into(),
+            ips: vec!["198.18.40.1/24".into(), "2001:db8::1/64".into()],
+            representor: "br0pf0vf0".into(),
+            rep_type: PortType::Afpacket,
+        };
+        c.bridges[0].vfs.push(vf);
+        let text = c.to_toml();
+        assert!(text.contains("[[bridge.vf]]"), "{text}");
+        assert_eq!(Config::parse(&text).unwrap(), c);
+        // rep_type defaults to afxdp; unknown keys are refused.
+        let v = Config::parse(
+            "[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nindex=1\nnamespace='n'\nmac='02:00:00:00:00:02'\nrepresentor='bpf0vf1'\n",
+        )
+        .unwrap();
+        assert_eq!(v.bridges[0].vfs[0].rep_type, PortType::Afxdp);
+        assert!(Config::parse("[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nbogus=1\n").is_err());
     }
 
     #[test]

@@ -10,3 +10,4 @@ pub mod config;
 pub mod daemon;
 pub mod proto;
 pub mod switch;
+pub mod vf;

@@ -51,6 +51,25 @@ pub enum Request {
         bridge: String,
     },
     Stats,
+    /// A VF in `namespace` with its representor on `bridge` (see
+    /// `control::vf`).
+    AddVf {
+        bridge: String,
+        namespace: String,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        mac: Option<String>,
+        #[serde(default)]
+        ips: Vec<String>,
+        #[serde(default)]
+        rep_type: Option<String>,
+    },
+    /// Remove a VF (by VF name or representor name) and its veth pair.
+    DelVf {
+        bridge: String,
+        name: String,
+    },
     /// `nicflow set BR KEY=VALUE`: bridge settings (`offload=xdp|none`).
     Set {
         bridge: String,
@@ -106,5 +125,18 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"nope"}"#).is_err());
+        let v: Request =
+            serde_json::from_str(r#"{"cmd":"add-vf","bridge":"br0","namespace":"c1"}"#).unwrap();
+        assert_eq!(
+            v,
+            Request::AddVf {
+                bridge: "br0".into(),
+                namespace: "c1".into(),
+                name: None,
+                mac: None,
+                ips: vec![],
+                rep_type: None,
+            }
+        );
     }
 }

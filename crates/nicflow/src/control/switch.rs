@@ -7,8 +7,9 @@
 //! changes nothing; one that succeeds is persisted before it is
 //! acknowledged.
 
-use super::config::{BridgeConfig, Config, PortConfig, PortType};
+use super::config::{BridgeConfig, Config, PortConfig, PortType, VfConfig};
 use super::proto::{Request, Response};
+use super::vf::{self, VfError, VfSpec};
 use crate::bridge::Bridge;
 use crate::datapath::DatapathConfig;
 use crate::offload::OffloadMode;
@@ -231,6 +232,35 @@ pub struct Switch {
     config: Config,
     config_path: Option<PathBuf>,
     bridges: BTreeMap<String, Bridge>,
+    /// Representor name to the kind of port opened on it (`afpacket` when
+    /// AF_XDP fell back); absent while a VF is not attached.
+    rep_kinds: BTreeMap<String, &'static str>,
+}
+
+/// Bring back a configured VF at startup: reuse its representor when it
+/// still exists, else recreate the pair; then attach the representor.
+fn restore_vf(
+    bridge: &str,
+    br: &mut Bridge,
+    vfc: &VfConfig,
+) -> Result<(u32, &'static str), String> {
+    if !vf::namespace_exists(&vfc.namespace) {
+        return Err(format!(
+            "namespace `{}` is gone; VF not attached (kept in the config; `nicflow del-vf {bridge} {}` removes it)",
+            vfc.namespace, vfc.name
+        ));
+    }
+    if vf::link_exists(None, &vfc.representor) {
+        tracing::info!(bridge, vf = %vfc.name, "reusing representor {}", vfc.representor);
+        vf::prepare_representor(bridge, vfc).map_err(|e| e.to_string())?;
+    } else {
+        tracing::info!(bridge, vf = %vfc.name, "recreating the veth pair of {}", vfc.representor);
+        vf::create_pair(bridge, vfc).map_err(|e| e.to_string())?;
+    }
+    let port = open_port(&vfc.port_config())?;
+    let kind = port.kind();
+    let no = br.add_port(port).map_err(|e| e.to_string())?;
+    Ok((no, kind))
 }
 
 fn now() -> Instant {
@@ -238,13 +268,15 @@ fn now() -> Instant {
 }
 
 impl Switch {
-    /// Build every bridge, port and rule of `config`. A port that cannot be
-    /// opened is logged and left out of this run (kept in the config).
+    /// Build every bridge, port, VF and rule of `config`. A port that cannot
+    /// be opened, or a VF whose namespace is gone or whose pair cannot be
+    /// recreated, is logged and left out of this run (kept in the config).
     pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<Switch, String> {
         let mut sw = Switch {
             config: Config::default(),
             config_path,
             bridges: BTreeMap::new(),
+            rep_kinds: BTreeMap::new(),
         };
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
@@ -254,6 +286,15 @@ impl Switch {
                         br.add_port(p).map_err(|e| e.to_string())?;
                     }
                     Err(e) => tracing::error!(bridge = %bc.name, "port {}: {e}", pc.name),
+                }
+            }
+            for vfc in &bc.vfs {
+                match restore_vf(&bc.name, &mut br, vfc) {
+                    Ok((no, kind)) => {
+                        tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
+                        sw.rep_kinds.insert(vfc.representor.clone(), kind);
+                    }
+                    Err(e) => tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name),
                 }
             }
             let text = bc.flows.join("\n");
@@ -336,6 +377,7 @@ impl Switch {
                     ports: Vec::new(),
                     offload: None,
                     offload_options: BTreeMap::new(),
+                    vfs: Vec::new(),
                 });
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
@@ -343,6 +385,13 @@ impl Switch {
             Request::DelBr { bridge } => {
                 if self.bridges.remove(&bridge).is_none() {
                     return Err(format!("no bridge `{bridge}`"));
+                }
+                // The ports are closed (dropped); now their veth pairs go.
+                for bc in self.config.bridges.iter().filter(|b| b.name == bridge) {
+                    for vfc in &bc.vfs {
+                        vf::delete_pair(&vfc.representor);
+                        self.rep_kinds.remove(&vfc.representor);
+                    }
                 }
                 self.config.bridges.retain(|b| b.name != bridge);
                 self.persist()?;
@@ -380,6 +429,12 @@ impl Switch {
                 Ok(Response::ok("", json!({ "ofport": no })))
             }
             Request::DelPort { bridge, name } => {
+                if let Some(v) = self.vf_by_representor(&bridge, &name) {
+                    return Err(format!(
+                        "port {name} is the representor of VF {}; use `nicflow del-vf {bridge} {}`",
+                        v.name, v.name
+                    ));
+                }
                 let br = self.bridge(&bridge)?;
                 br.del_port(&name).map_err(|e| e.to_string())?;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
@@ -389,6 +444,25 @@ impl Switch {
                 Ok(Response::ok("", json!(null)))
             }
             Request::Show => Ok(self.show()),
+            Request::AddVf {
+                bridge,
+                namespace,
+                name,
+                mac,
+                ips,
+                rep_type,
+            } => self.add_vf(
+                &bridge,
+                VfSpec::parse(
+                    &namespace,
+                    name.as_deref(),
+                    mac.as_deref(),
+                    &ips,
+                    rep_type.as_deref(),
+                )
+                .map_err(|e| e.to_string())?,
+            ),
+            Request::DelVf { bridge, name } => self.del_vf(&bridge, &name),
             Request::AddFlow { bridge, flow } => {
                 self.bridge(&bridge)?
                     .add_flow_str(&flow, now())
@@ -502,6 +576,148 @@ impl Switch {
         }
     }
 
+    fn vf_by_representor(&self, bridge: &str, rep: &str) -> Option<&VfConfig> {
+        self.config
+            .bridge(bridge)?
+            .vfs
+            .iter()
+            .find(|v| v.representor == rep)
+    }
+
+    fn vf_json(&self, bridge: &str, v: &VfConfig) -> serde_json::Value {
+        let no = self
+            .bridges
+            .get(bridge)
+            .and_then(|b| b.port_map().0.get(&v.representor).copied());
+        json!({
+            "index": v.index, "name": v.name, "namespace": v.namespace,
+            "mac": v.mac, "ips": v.ips, "representor": v.representor,
+            "rep_type": v.rep_type.as_str(),
+            "port_kind": self.rep_kinds.get(&v.representor),
+            "ofport": no, "flavour": "pcivf", "pfnum": 0, "vfnum": v.index,
+        })
+    }
+
+    /// `add-vf`: every check first, then the pair, the port, the config; a
+    /// failure at any step undoes the earlier ones.
+    fn add_vf(&mut self, bridge: &str, spec: VfSpec) -> Result<Response, String> {
+        let dup = |m: String| Err(VfError::Duplicate(m).to_string());
+        if !self.bridges.contains_key(bridge) {
+            return Err(format!("no bridge `{bridge}`"));
+        }
+        if !vf::namespace_exists(&spec.namespace) {
+            return Err(VfError::UnknownNamespace(spec.namespace).to_string());
+        }
+        let existing = self
+            .config
+            .bridge(bridge)
+            .map(|b| b.vfs.as_slice())
+            .unwrap_or(&[]);
+        let index = (0..=vf::MAX_VF_INDEX)
+            .find(|i| !existing.iter().any(|v| v.index == *i))
+            .ok_or_else(|| VfError::NoFreeIndex(bridge.to_string()).to_string())?;
+        let name = spec.name.unwrap_or_else(|| vf::default_vf_name(index));
+        if existing.iter().any(|v| v.name == name) {
+            return dup(format!("bridge {bridge} already has a VF `{name}`"));
+        }
+        let representor = vf::representor_name(bridge, index);
+        for bc in &self.config.bridges {
+            if let Some(v) = bc.vfs.iter().find(|v| v.representor == representor) {
+                return dup(format!(
+                    "representor name `{representor}` is taken by VF {} of bridge {} (the bridge names' hashes collide; rename a bridge)",
+                    v.name, bc.name
+                ));
+            }
+        }
+        if self.bridges[bridge].port_map().0.contains_key(&representor) {
+            return dup(format!(
+                "bridge {bridge} already has a port `{representor}`"
+            ));
+        }
+        if vf::link_exists(None, &representor) {
+            return dup(format!(
+                "interface `{representor}` already exists in the daemon's namespace"
+            ));
+        }
+        if vf::link_exists(Some(&spec.namespace), &name) {
+            return dup(format!(
+                "namespace {} already has an interface `{name}`",
+                spec.namespace
+            ));
+        }
+        let mac = spec.mac.unwrap_or_else(|| vf::default_mac(bridge, index));
+        let vfc = VfConfig {
+            name,
+            index,
+            namespace: spec.namespace,
+            mac: vf::format_mac(&mac),
+            ips: spec.ips,
+            representor,
+            rep_type: spec.rep_type,
+        };
+        vf::create_pair(bridge, &vfc).map_err(|e| format!("VF {}: {e}", vfc.name))?;
+        let undo = |e: String| {
+            vf::delete_pair(&vfc.representor);
+            e
+        };
+        let port = open_port(&vfc.port_config())
+            .map_err(|e| undo(format!("representor {}: {e}", vfc.representor)))?;
+        let kind = port.kind();
+        let no = self
+            .bridge(bridge)?
+            .add_port(port)
+            .map_err(|e| undo(e.to_string()))?;
+        if let Some(bc) = self.config.bridge_mut(bridge) {
+            bc.vfs.push(vfc.clone());
+            bc.vfs.sort_by_key(|v| v.index);
+        }
+        self.rep_kinds.insert(vfc.representor.clone(), kind);
+        if let Err(e) = self.persist() {
+            if let Some(br) = self.bridges.get_mut(bridge) {
+                let _ = br.del_port(&vfc.representor);
+            }
+            self.forget_vf(bridge, &vfc.representor);
+            return Err(undo(e));
+        }
+        let text = format!(
+            "VF {} (index {}) in namespace {}: mac {}, representor {} ({kind}) ofport {no}\n",
+            vfc.name, vfc.index, vfc.namespace, vfc.mac, vfc.representor
+        );
+        Ok(Response::ok(text, self.vf_json(bridge, &vfc)))
+    }
+
+    fn forget_vf(&mut self, bridge: &str, representor: &str) {
+        if let Some(bc) = self.config.bridge_mut(bridge) {
+            bc.vfs.retain(|v| v.representor != representor);
+        }
+        self.rep_kinds.remove(representor);
+    }
+
+    /// `del-vf`: detach the representor, delete the pair, forget the VF.
+    fn del_vf(&mut self, bridge: &str, name: &str) -> Result<Response, String> {
+        if !self.bridges.contains_key(bridge) {
+            return Err(format!("no bridge `{bridge}`"));
+        }
+        let vfc = self
+            .config
+            .bridge(bridge)
+            .and_then(|b| {
+                b.vfs
+                    .iter()
+                    .find(|v| v.name == name || v.representor == name)
+            })
+            .cloned()
+            .ok_or_else(|| format!("bridge {bridge} has no VF `{name}`"))?;
+        let br = self.bridge(bridge)?;
+        if br.port_map().0.contains_key(&vfc.representor) {
+            br.del_port(&vfc.representor).map_err(|e| e.to_string())?;
+        }
+        vf::delete_pair(&vfc.representor);
+        self.forget_vf(bridge, &vfc.representor);
+        self.persist()?;
+        Ok(Response::ok("", json!(null)))
+    }
+
     fn show(&self) -> Response {
         let mut text = String::new();
         let mut data = Vec::new();
@@ -541,8 +757,37 @@ impl Switch {
                 "    offload: {mode} (configured: {})",
                 bc.offload.unwrap_or_default().as_str()
             );
+            let mut vfs = Vec::new();
+            for v in &bc.vfs {
+                let j = self.vf_json(&bc.name, v);
+                let state = match j["ofport"].as_u64() {
+                    Some(n) => format!("ofport {n}"),
+                    None => "not attached".to_string(),
+                };
+                let kind = self
+                    .rep_kinds
+                    .get(&v.representor)
+                    .copied()
+                    .unwrap_or(v.rep_type.as_str());
+                let _ = writeln!(
+                    text,
+                    "    vf {}: netdev {} ({kind}) flavour pcivf pfnum 0 vfnum {} {state}",
+                    v.index, v.representor, v.index
+                );
+                let ips = if v.ips.is_empty() {
+                    "-".to_string()
+                } else {
+                    v.ips.join(",")
+                };
+                let _ = writeln!(
+                    text,
+                    "        function: name {} netns {} hw_addr {} ips {ips}",
+                    v.name, v.namespace, v.mac
+                );
+                vfs.push(j);
+            }
             data.push(json!({ "name": bc.name, "ports": ports, "offload": mode,
-                "offload_configured": bc.offload.unwrap_or_default().as_str() }));
+                "offload_configured": bc.offload.unwrap_or_default().as_str(), "vfs": vfs }));
         }
         Response::ok(text, json!(data))
     }

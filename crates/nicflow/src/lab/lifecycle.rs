@@ -441,6 +441,7 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                     .collect(),
                 offload: sw.offload,
                 offload_options: sw.offload_options.clone(),
+                vfs: Vec::new(),
             })
             .collect(),
     }
