@@ -21,218 +21,76 @@
 
 mod common;
 
-use common::{have, is_root, must, run};
+use common::{lab_possible_with, must, NsLab};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-fn nicflow_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_nicflow"))
-}
+use std::time::Duration;
 
 fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return true;
-    }
-    for t in ["ip", "ping", "iperf3", "tshark"] {
-        let ok = if t == "tshark" {
-            Command::new(t)
-                .arg("-v")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok()
-        } else {
-            have(t)
-        };
-        if !ok {
-            eprintln!("skipping: `{t}` not installed");
-            return true;
-        }
-    }
-    false
+    // tshark's `-V` would start a capture: probe it with `-v`.
+    !lab_possible_with(&[("iperf3", "-V"), ("tshark", "-v")])
 }
 
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    daemon: Option<Child>,
+/// Fresh namespaces `nfov<pid><tag>-<n>` (loopback up, IPv6 off) and a
+/// scratch directory; the guard removes them.
+fn new_lab(tag: &str, nodes: &[&str]) -> NsLab {
+    let lab = NsLab::new("nfov", tag, nodes);
+    for n in nodes {
+        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    lab
 }
 
-impl Lab {
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.prefix)
-    }
-
-    fn exec(&self, n: &str, argv: &[&str]) -> Result<String, String> {
-        let ns = self.ns(n);
-        let mut a = vec!["ip", "netns", "exec", &ns];
-        a.extend_from_slice(argv);
-        run(&a)
-    }
-
-    fn must(&self, n: &str, argv: &[&str]) -> String {
-        self.exec(n, argv).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn sock(&self) -> PathBuf {
-        self.dir.join("sw.sock")
-    }
-
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let sock = self.sock();
-        let bin = nicflow_bin();
-        let mut a = vec![bin.to_str().unwrap(), "--socket", sock.to_str().unwrap()];
-        a.extend_from_slice(args);
-        run(&a)
-    }
-
-    fn ping(&self, from: &str, to: &str) -> Result<(), String> {
-        let mut last = String::new();
-        for _ in 0..10 {
-            match self.exec(from, &["ping", "-c", "1", "-W", "1", to]) {
-                Ok(_) => return Ok(()),
-                Err(e) => last = e,
+/// tshark writing `<dir>/<iface>.pcap` in `node` for `secs` seconds;
+/// returns once it is capturing (it says so on stderr).
+fn capture(lab: &NsLab, node: &str, iface: &str, filter: &str, secs: u32) -> (Child, PathBuf) {
+    use std::io::{BufRead, BufReader};
+    let cap = lab.dir().join(format!("{iface}.pcap"));
+    let mut child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns(node),
+            "tshark",
+            "-q",
+            "-i",
+            iface,
+            "-w",
+        ])
+        .arg(&cap)
+        .args(["-a", &format!("duration:{secs}"), filter])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tshark");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("Capturing on") {
+                let _ = tx.send(false);
+            } else if line.contains("Capture started") {
+                let _ = tx.send(true);
             }
         }
-        Err(last)
+    });
+    // "Capturing on" comes when the interface is opened, "Capture
+    // started" when packets are being recorded (not every tshark says
+    // the latter: then a second's grace).
+    let started = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("tshark did not start capturing");
+    if !started && rx.recv_timeout(Duration::from_secs(2)).is_err() {
+        std::thread::sleep(Duration::from_secs(1));
     }
-}
-
-impl Lab {
-    /// Fresh namespaces `nfov<pid><tag>-<n>` (loopback up, IPv6 off) and a
-    /// scratch directory; the guard removes them.
-    fn new(tag: &str, nodes: &[&str]) -> Lab {
-        let prefix = format!("nfov{}{tag}", std::process::id());
-        let dir = std::env::temp_dir().join(&prefix);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let lab = Lab {
-            prefix,
-            dir,
-            daemon: None,
-        };
-        for n in nodes {
-            must(&["ip", "netns", "add", &lab.ns(n)]);
-            lab.must(n, &["ip", "link", "set", "lo", "up"]);
-            lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-        }
-        lab
-    }
-
-    /// A veth pair `a` (in node `an`) -- `b` (in `bn`), both up.
-    fn veth(&self, a: &str, an: &str, b: &str, bn: &str) {
-        let (nsa, nsb) = (self.ns(an), self.ns(bn));
-        must(&[
-            "ip", "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns", &nsb,
-        ]);
-        self.must(an, &["ip", "link", "set", a, "up"]);
-        self.must(bn, &["ip", "link", "set", b, "up"]);
-    }
-
-    /// tshark writing `<dir>/<iface>.pcap` in `node` for `secs` seconds;
-    /// returns once it is capturing (it says so on stderr).
-    fn capture(&self, node: &str, iface: &str, filter: &str, secs: u32) -> (Child, PathBuf) {
-        use std::io::{BufRead, BufReader};
-        let cap = self.dir.join(format!("{iface}.pcap"));
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns(node),
-                "tshark",
-                "-q",
-                "-i",
-                iface,
-                "-w",
-            ])
-            .arg(&cap)
-            .args(["-a", &format!("duration:{secs}"), filter])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tshark");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("Capturing on") {
-                    let _ = tx.send(false);
-                } else if line.contains("Capture started") {
-                    let _ = tx.send(true);
-                }
-            }
-        });
-        // "Capturing on" comes when the interface is opened, "Capture
-        // started" when packets are being recorded (not every tshark says
-        // the latter: then a second's grace).
-        let started = rx
-            .recv_timeout(Duration::from_secs(15))
-            .expect("tshark did not start capturing");
-        if !started && rx.recv_timeout(Duration::from_secs(2)).is_err() {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        (child, cap)
-    }
-
-    /// Start nicflow in node `sw` with this configuration and wait for its
-    /// socket.
-    fn start_daemon(&mut self, cfg: &str) {
-        let cfg_path = self.dir.join("sw.toml");
-        std::fs::write(&cfg_path, cfg).unwrap();
-        let log = std::fs::File::create(self.dir.join("sw.log")).unwrap();
-        let sw_ns = self.ns("sw");
-        self.daemon = Some(
-            Command::new("ip")
-                .args(["netns", "exec", &sw_ns])
-                .arg(nicflow_bin())
-                .arg("--socket")
-                .arg(self.sock())
-                .arg("daemon")
-                .arg("--config")
-                .arg(&cfg_path)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .expect("starting nicflow daemon"),
-        );
-        let t0 = Instant::now();
-        while self.cli(&["show"]).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "daemon did not come up:\n{}",
-                log_of(self)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        for n in ["a1", "a2", "sw", "k", "b1", "b2"] {
-            let _ = run(&["ip", "netns", "pids", &self.ns(n)]).map(|pids| {
-                for p in pids.split_whitespace() {
-                    let _ = run(&["kill", "-9", p]);
-                }
-            });
-            let _ = run(&["ip", "netns", "del", &self.ns(n)]);
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    (child, cap)
 }
 
 /// Build the topology and start nicflow with `port_type` container ports:
 /// two fixed-key tunnel ports (vx1: 4242, vx2: 4343), or with `flow_keyed`
 /// one `key=flow` port `vxf` whose rules set and match `tun_id`.
-fn up(tag: &str, port_type: &str, flow_keyed: bool) -> Lab {
-    let mut lab = Lab::new(tag, &["a1", "a2", "sw", "k", "b1", "b2"]);
+fn up(tag: &str, port_type: &str, flow_keyed: bool) -> NsLab {
+    let mut lab = new_lab(tag, &["a1", "a2", "sw", "k", "b1", "b2"]);
     let veth = |a: &str, an: &str, b: &str, bn: &str| lab.veth(a, an, b, bn);
     veth("eth0", "a1", "pa1", "sw");
     veth("eth0", "a2", "pa2", "sw");
@@ -362,7 +220,7 @@ fn counter(stats: &serde_json::Value, port: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} on {port}: {p}"))
 }
 
-fn iperf(lab: &Lab, server: &str, client: &str, reverse: bool) -> f64 {
+fn iperf(lab: &NsLab, server: &str, client: &str, reverse: bool) -> f64 {
     let srv_ns = lab.ns(server);
     let mut srv = Command::new("ip")
         .args(["netns", "exec", &srv_ns, "iperf3", "-s", "-1", "-p", "5201"])
@@ -408,7 +266,7 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool) {
     let lab = up(tag, port_type, flow_keyed);
     let vx1 = if flow_keyed { "vxf" } else { "vx1" };
     // Capture on the kernel side of the underlay while tenant 1 pings.
-    let (mut tshark, cap) = lab.capture("k", "u1", "udp port 4789", 8);
+    let (mut tshark, cap) = capture(&lab, "k", "u1", "udp port 4789", 8);
     lab.ping("a1", "198.18.30.2")
         .unwrap_or_else(|e| panic!("tenant 1 ping a1 -> b1: {e}\n{}", log(&lab)));
     lab.ping("b2", "198.18.30.1")
@@ -521,13 +379,13 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool) {
     assert!(counter(&stats, vx1, "tx_drop_mtu") >= 1);
 }
 
-fn log(lab: &Lab) -> String {
+fn log(lab: &NsLab) -> String {
     let stats = lab.cli(&["stats"]).unwrap_or_default();
     let flows = lab.cli(&["dump-dp-flows", "br0"]).unwrap_or_default();
     let neigh = lab.exec("k", &["ip", "neigh"]).unwrap_or_default();
     format!(
         "{stats}\n{flows}\nkernel neighbours: {neigh}\n{}",
-        std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default()
+        lab.daemon_log()
     )
 }
 
@@ -550,8 +408,8 @@ fn vxlan_key_flow_set_field_and_tun_id_match() {
 /// Geneve against scapy (no kernel Geneve device here): a1 -- nicflow
 /// (gv1: key 5000, underlay u0, local 198.18.21.2) === u1 in `k`
 /// (198.18.21.1), where scapy plays the remote endpoint.
-fn up_geneve(tag: &str) -> Lab {
-    let mut lab = Lab::new(tag, &["a1", "sw", "k"]);
+fn up_geneve(tag: &str) -> NsLab {
+    let mut lab = new_lab(tag, &["a1", "sw", "k"]);
     lab.veth("eth0", "a1", "pa1", "sw");
     lab.veth("u0", "sw", "u1", "k");
     lab.must(
@@ -596,10 +454,6 @@ options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1"
 "#;
     lab.start_daemon(cfg);
     lab
-}
-
-fn log_of(lab: &Lab) -> String {
-    std::fs::read_to_string(lab.dir.join("sw.log")).unwrap_or_default()
 }
 
 fn scapy_script() -> String {
@@ -675,7 +529,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     assert!(
         got.lines().any(|l| l == "hello-geneve"),
         "a1 did not get the Geneve payload: {got:?}\n{}",
-        log_of(&lab)
+        lab.daemon_log()
     );
     assert!(
         !got.contains("critical-must-drop"),
@@ -690,7 +544,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     assert!(counter(&stats, "gv1", "rx_packets") >= 1);
 
     // nicflow's own Geneve output: tshark and scapy decode VNI and inner.
-    let (mut tshark, cap) = lab.capture("k", "u1", "udp port 6081", 8);
+    let (mut tshark, cap) = capture(&lab, "k", "u1", "udp port 6081", 8);
     lab.must(
         "a1",
         &[

@@ -13,151 +13,32 @@
 
 mod common;
 
-use common::{lab_possible, must, run};
+use common::{lab_possible, must, NsLab};
 use nicflow::control::vf;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const NAMESPACES: [&str; 5] = ["sw", "c1", "c2", "c3", "c4"];
 
-struct Lab {
-    prefix: String,
-    dir: PathBuf,
-    daemon: Option<Child>,
+fn show(lab: &NsLab) -> Value {
+    serde_json::from_str(&lab.cli(&["--json", "show"]).unwrap()).unwrap()
 }
 
-impl Lab {
-    fn ns(&self, n: &str) -> String {
-        format!("{}-{n}", self.prefix)
-    }
-
-    fn exec(&self, n: &str, argv: &[&str]) -> Result<String, String> {
-        let ns = self.ns(n);
-        let mut a = vec!["ip", "netns", "exec", &ns];
-        a.extend_from_slice(argv);
-        run(&a)
-    }
-
-    fn sock(&self) -> PathBuf {
-        self.dir.join("sw.sock")
-    }
-
-    fn config(&self) -> PathBuf {
-        self.dir.join("sw.toml")
-    }
-
-    fn cli(&self, args: &[&str]) -> Result<String, String> {
-        let sock = self.sock();
-        let bin = env!("CARGO_BIN_EXE_nicflow");
-        let mut a = vec![bin, "--socket", sock.to_str().unwrap()];
-        a.extend_from_slice(args);
-        run(&a)
-    }
-
-    fn show(&self) -> Value {
-        serde_json::from_str(&self.cli(&["--json", "show"]).unwrap()).unwrap()
-    }
-
-    fn vfs(&self) -> Vec<Value> {
-        self.show()[0]["vfs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sw.log")).unwrap_or_default()
-    }
-
-    fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("sw.log"))
-            .unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns("sw")])
-            .arg(env!("CARGO_BIN_EXE_nicflow"))
-            .arg("--socket")
-            .arg(self.sock())
-            .arg("daemon")
-            .arg("--config")
-            .arg(self.config())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting nicflow daemon");
-        self.daemon = Some(child);
-        let t0 = Instant::now();
-        while self.cli(&["show"]).is_err() {
-            if t0.elapsed() > Duration::from_secs(10) {
-                panic!("daemon did not come up:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGTERM and wait: the daemon closes its ports and exits.
-    fn stop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            // `ip netns exec` execs the daemon: the child is the daemon.
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(d.id() as libc::pid_t, libc::SIGTERM) };
-            let t0 = Instant::now();
-            while d.try_wait().unwrap().is_none() {
-                if t0.elapsed() > Duration::from_secs(10) {
-                    let _ = d.kill();
-                    let _ = d.wait();
-                    panic!("daemon ignored SIGTERM:\n{}", self.log());
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-
-    fn ping(&self, from: &str, to: &str) -> Result<(), String> {
-        let mut last = String::new();
-        for _ in 0..10 {
-            match self.exec(from, &["ping", "-c", "1", "-W", "1", to]) {
-                Ok(_) => return Ok(()),
-                Err(e) => last = e,
-            }
-        }
-        Err(format!("{last}\n{}", self.log()))
-    }
-
-    fn link_exists(&self, n: &str, dev: &str) -> bool {
-        run(&["ip", "-n", &self.ns(n), "link", "show", "dev", dev]).is_ok()
-    }
-
-    fn links(&self, n: &str) -> String {
-        must(&["ip", "-n", &self.ns(n), "-o", "link", "show"])
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+fn list_vfs(lab: &NsLab) -> Vec<Value> {
+    show(lab)[0]["vfs"].as_array().cloned().unwrap_or_default()
 }
 
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        for n in NAMESPACES {
-            if let Ok(pids) = run(&["ip", "netns", "pids", &self.ns(n)]) {
-                for p in pids.split_whitespace() {
-                    let _ = run(&["kill", "-9", p]);
-                }
-            }
-            let _ = run(&["ip", "netns", "del", &self.ns(n)]);
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// [`NsLab::ping`], the daemon's log in the error.
+fn ping(lab: &NsLab, from: &str, to: &str) -> Result<(), String> {
+    lab.ping(from, to)
+        .map_err(|e| format!("{e}\n{}", lab.daemon_log()))
+}
+
+fn links(lab: &NsLab, n: &str) -> String {
+    must(&["ip", "-n", &lab.ns(n), "-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn find<'a>(vfs: &'a [Value], name: &str) -> &'a Value {
@@ -171,20 +52,8 @@ fn vfs_and_representors() {
     if !lab_possible() {
         return;
     }
-    let prefix = format!("nfvf{}", std::process::id());
-    let dir = std::env::temp_dir().join(&prefix);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lab = Lab {
-        prefix,
-        dir,
-        daemon: None,
-    };
-    for n in NAMESPACES {
-        must(&["ip", "netns", "add", &lab.ns(n)]);
-        lab.exec(n, &["ip", "link", "set", "lo", "up"]).unwrap();
-    }
-    lab.start();
+    let mut lab = NsLab::new("nfvf", "", &NAMESPACES);
+    lab.restart_daemon();
     lab.cli(&["add-br", "br0"]).unwrap();
 
     let (c1, c2, c3, c4) = (lab.ns("c1"), lab.ns("c2"), lab.ns("c3"), lab.ns("c4"));
@@ -200,7 +69,7 @@ fn vfs_and_representors() {
             "--ip",
             "2001:db8:40::1/64",
         ])
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log()));
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["name"], "vf0");
     assert_eq!(v["representor"], "br0pf0vf0");
@@ -222,10 +91,10 @@ fn vfs_and_representors() {
             "--rep-type",
             "afpacket",
         ])
-        .unwrap_or_else(|e| panic!("{e}\n{}", lab.log()));
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
     assert!(out.contains("br0pf0vf1") && out.contains("ofport"), "{out}");
 
-    let vfs = lab.vfs();
+    let vfs = list_vfs(&lab);
     assert_eq!(vfs.len(), 2, "{vfs:?}");
     let mac0 = vf::format_mac(&vf::default_mac("br0", 0));
     let v0 = find(&vfs, "vf0");
@@ -259,15 +128,15 @@ fn vfs_and_representors() {
     );
 
     // Traffic between the containers through the bridge (normal), v4 and v6.
-    lab.ping("c1", "198.18.40.2").unwrap();
-    lab.ping("c2", "198.18.40.1").unwrap();
-    lab.ping("c1", "2001:db8:40::2").unwrap();
+    ping(&lab, "c1", "198.18.40.2").unwrap();
+    ping(&lab, "c2", "198.18.40.1").unwrap();
+    ping(&lab, "c1", "2001:db8:40::2").unwrap();
 
     // Bad input: a clear error naming the token, nothing changes.
-    let before = lab.show();
-    let sw_links = lab.links("sw");
-    let c3_links = lab.links("c3");
-    let bad_ns = format!("{}-nope", lab.prefix);
+    let before = show(&lab);
+    let sw_links = links(&lab, "sw");
+    let c3_links = links(&lab, "c3");
+    let bad_ns = format!("{}-nope", lab.prefix());
     for (args, token) in [
         (
             vec!["add-vf", "br0", bad_ns.as_str()],
@@ -308,15 +177,15 @@ fn vfs_and_representors() {
         .unwrap_err();
     assert!(e.contains("already has an interface `vf2`"), "{e}");
     must(&["ip", "-n", &c3, "link", "del", "vf2"]);
-    assert_eq!(lab.show(), before);
-    assert_eq!(lab.links("sw"), sw_links);
-    assert_eq!(lab.links("c3"), c3_links);
+    assert_eq!(show(&lab), before);
+    assert_eq!(links(&lab, "sw"), sw_links);
+    assert_eq!(links(&lab, "c3"), c3_links);
 
     // del-vf: the pair is gone on both sides, show forgets it.
     lab.cli(&["del-vf", "br0", "eth1"]).unwrap();
     assert!(!lab.link_exists("c2", "eth1"));
     assert!(!lab.link_exists("sw", "br0pf0vf1"));
-    let vfs = lab.vfs();
+    let vfs = list_vfs(&lab);
     assert_eq!(vfs.len(), 1, "{vfs:?}");
     assert_eq!(vfs[0]["name"], "vf0");
 
@@ -326,24 +195,24 @@ fn vfs_and_representors() {
         .unwrap();
     lab.cli(&["add-vf", "br0", &c4, "--ip", "198.18.40.4/24"])
         .unwrap();
-    let vfs = lab.vfs();
+    let vfs = list_vfs(&lab);
     assert_eq!(find(&vfs, "vf1")["representor"], "br0pf0vf1");
     assert_eq!(find(&vfs, "vf1")["namespace"], c3.as_str());
     assert_eq!(find(&vfs, "vf2")["representor"], "br0pf0vf2");
-    lab.ping("c1", "198.18.40.3").unwrap();
-    let cfg = std::fs::read_to_string(lab.config()).unwrap();
+    ping(&lab, "c1", "198.18.40.3").unwrap();
+    let cfg = std::fs::read_to_string(lab.config_path()).unwrap();
     assert_eq!(cfg.matches("[[bridge.vf]]").count(), 3, "{cfg}");
 
     // Restart from the config: vf0's representor survived (reused); vf1's
     // pair is deleted behind the daemon's back (recreated); c4 is gone
     // (logged, skipped, the daemon still starts).
-    lab.stop();
+    lab.stop_daemon();
     assert!(lab.link_exists("sw", "br0pf0vf0"));
     must(&["ip", "-n", &lab.ns("sw"), "link", "del", "br0pf0vf1"]);
     assert!(!lab.link_exists("c3", "vf1"));
-    must(&["ip", "netns", "del", &c4]);
-    lab.start();
-    let vfs = lab.vfs();
+    lab.del_ns("c4");
+    lab.restart_daemon();
+    let vfs = list_vfs(&lab);
     assert_eq!(vfs.len(), 3, "{vfs:?}");
     assert!(find(&vfs, "vf0")["ofport"].as_u64().is_some(), "{vfs:?}");
     assert!(find(&vfs, "vf1")["ofport"].as_u64().is_some(), "{vfs:?}");
@@ -351,19 +220,20 @@ fn vfs_and_representors() {
     let a = must(&["ip", "-n", &c3, "addr", "show", "dev", "vf1"]);
     assert!(a.contains("198.18.40.3/24"), "{a}");
     assert!(
-        lab.log().contains(&format!("namespace `{c4}` is gone")),
+        lab.daemon_log()
+            .contains(&format!("namespace `{c4}` is gone")),
         "{}",
-        lab.log()
+        lab.daemon_log()
     );
-    lab.ping("c1", "198.18.40.3").unwrap();
-    lab.ping("c3", "198.18.40.1").unwrap();
+    ping(&lab, "c1", "198.18.40.3").unwrap();
+    ping(&lab, "c3", "198.18.40.1").unwrap();
     // The skipped VF can still be removed.
     lab.cli(&["del-vf", "br0", "vf2"]).unwrap();
-    assert_eq!(lab.vfs().len(), 2);
+    assert_eq!(list_vfs(&lab).len(), 2);
     // del-br takes the remaining pairs with it.
     lab.cli(&["del-br", "br0"]).unwrap();
     assert!(!lab.link_exists("sw", "br0pf0vf0"));
     assert!(!lab.link_exists("c1", "vf0"));
     assert!(!lab.link_exists("c3", "vf1"));
-    lab.stop();
+    lab.stop_daemon();
 }
