@@ -193,6 +193,10 @@ enum BenchCmd {
     /// context switches and interrupts per Gbit, CPU left to a co-located load
     /// (document 001, figure 4).
     Containers(bench::containers::Args),
+    /// Container overlay across two hosts (VXLAN, 1-20 pairs): kernel
+    /// vxlan + bridge vs nicflow vs nicflow with XDP offload (document 001,
+    /// figure 4).
+    Overlay(bench::overlay::Args),
     /// 100-65536 OpenFlow entries with as many microflows: packets/s and host
     /// CPU (document 004, figure 6).
     OvsL3(bench::ovs_l3::Args),
@@ -415,6 +419,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             BenchCmd::Containers(args) => {
                 bench::containers::cli(&args)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            BenchCmd::Overlay(args) => {
+                bench::overlay::cli(&args)?;
                 Ok(ExitCode::SUCCESS)
             }
             BenchCmd::OvsL3(args) => {

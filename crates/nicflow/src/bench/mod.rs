@@ -11,6 +11,7 @@ pub mod forward;
 pub mod generator;
 pub mod latency;
 pub mod ovs_l3;
+pub mod overlay;
 pub mod pktrate;
 pub mod report;
 pub mod streams;

@@ -136,6 +136,9 @@ fn kind_reason(kind: &str) -> &'static str {
         "tap" => "port:tap",
         "internal" => "port:internal",
         "afxdp" => "port:afxdp-not-attached",
+        // Encapsulation and decapsulation run in userspace only so far.
+        "vxlan" => "port:vxlan",
+        "geneve" => "port:geneve",
         _ => "port:userspace",
     }
 }

@@ -1,0 +1,1493 @@
+//! `nicflow bench overlay`: a container overlay across two hosts (issue 6;
+//! document 001, figure 4): 1 to 20 client/server container pairs, clients
+//! on host H1, servers on host H2, one VXLAN L2 segment (VNI 100) over one
+//! veth underlay.
+//!
+//! ```text
+//!  c1 (eth0 198.18.60.1) ── vc1 ┐                     ┌ vs1 ── (eth0 198.18.60.101) s1
+//!  ...                          │ H1  u1 ═══════ u2 H2 │ ...
+//!  cN (eth0 198.18.60.N) ── vcN ┘ 198.18.50.1   .50.2 └ vsN ── (eth0 198.18.60.100+N) sN
+//! ```
+//!
+//! Engines, the same topology for each:
+//!
+//! * `kernel-vxlan`: on each host a Linux bridge with a kernel `vxlan`
+//!   device (id 100, local/remote the underlay addresses, dstport 4789, dev
+//!   the underlay) and the container veths: the Docker overlay stack. The
+//!   underlay ends carry the kernel addresses 198.18.50.1/24, .2/24.
+//! * `nicflow`: on each host a `nicflow daemon` (in the host's namespace)
+//!   with bridge br0 (`offload = "none"`, `priority=0,actions=normal`), the
+//!   host-side container veth ends as AF_XDP ports and a VXLAN tunnel port
+//!   `vx0` on the underlay (AF_XDP); the underlay has no kernel address:
+//!   nicflow owns `local_ip` on it and answers ARP for it.
+//! * `nicflow-xdp`: the same with `offload = "xdp"`. Tunnel flows are not
+//!   offloadable yet: they stay in userspace with reason `port:vxlan`; the
+//!   report counts the datapath flows per engine (`dump-dp-flows`).
+//!
+//! Per repetition, pair count N and engine: a fresh lab, one `iperf3 -s`
+//! per server, then the phases of `bench containers`
+//! ([`super::containers`]): load calibration with the lab idle, traffic
+//! (one iperf3 TCP stream per pair, all at once), traffic beside the
+//! `stress -c`-style [`Load`], calibration again. Container MTU 1450 (the
+//! overlay's 50 bytes of headers fit in the underlay's 1500).
+//!
+//! Names: namespaces `nfbo<pid>x<seq><tag>-h1`, `-h2`, `-c1`.., `-s1`..;
+//! the daemons' sockets, configs and logs in `$TMPDIR/nfbo<pid>x<seq><tag>`.
+//! Dropping the lab (also on error and Ctrl-C, which unwinds through
+//! [`interrupted`]) stops the daemons, kills every process left in the
+//! namespaces and deletes them; `up` first removes labs of dead runs.
+
+use super::containers::Load;
+use super::cpu::{self, PerfSupport, Snapshot, Usage};
+use super::forward::{self, interrupted};
+use super::median;
+use super::report::{self, Figure, Series};
+use super::testbed;
+use crate::control::proto::Request;
+use crate::lab::sys;
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Namespace / state directory prefix of this experiment.
+pub const PREFIX: &str = "nfbo";
+/// The overlay's VNI.
+pub const VNI: u32 = 100;
+/// Container MTU: 1500 underlay minus 50 bytes of VXLAN encapsulation.
+pub const CONTAINER_MTU: u32 = 1450;
+/// Most pairs (clients .1-.99, servers .101-.199 in one /24).
+pub const MAX_PAIRS: usize = 99;
+const PORT: u16 = 5201;
+const BRIDGE: &str = "br0";
+const TUNNEL: &str = "vx0";
+
+/// An overlay engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OvEngine {
+    /// Linux bridge + kernel vxlan device on each host (Docker overlay).
+    KernelVxlan,
+    /// nicflow daemons, AF_XDP ports, userspace datapath.
+    Nicflow,
+    /// nicflow daemons with the XDP offload engine.
+    NicflowXdp,
+}
+
+impl OvEngine {
+    pub fn name(self) -> &'static str {
+        match self {
+            OvEngine::KernelVxlan => "kernel-vxlan",
+            OvEngine::Nicflow => "nicflow",
+            OvEngine::NicflowXdp => "nicflow-xdp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OvEngine> {
+        Some(match s.trim() {
+            "kernel-vxlan" | "kernel" | "vxlan" => OvEngine::KernelVxlan,
+            "nicflow" | "nicflow-afxdp" => OvEngine::Nicflow,
+            "nicflow-xdp" | "xdp" => OvEngine::NicflowXdp,
+            _ => return None,
+        })
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            OvEngine::KernelVxlan => "k",
+            OvEngine::Nicflow => "n",
+            OvEngine::NicflowXdp => "x",
+        }
+    }
+
+    pub fn is_nicflow(self) -> bool {
+        self != OvEngine::KernelVxlan
+    }
+}
+
+fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
+    let mut v = Vec::new();
+    for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let e = OvEngine::parse(e).with_context(|| {
+            format!("unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp)")
+        })?;
+        if !v.contains(&e) {
+            v.push(e);
+        }
+    }
+    if v.is_empty() {
+        bail!("no engines");
+    }
+    Ok(v)
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Engines, comma-separated: kernel-vxlan, nicflow, nicflow-xdp.
+    #[arg(long, default_value = "kernel-vxlan,nicflow,nicflow-xdp")]
+    pub engines: String,
+    /// Repetitions (the report shows medians).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Seconds per traffic phase.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Container pair counts.
+    #[arg(long, default_value = "1,2,5,10,20")]
+    pub pairs: String,
+    /// Threads of the CPU load (default: one per core).
+    #[arg(long)]
+    pub load_threads: Option<usize>,
+    /// Directory for the run (default: bench-overlay-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Smoke test: pairs 1,2, 1 repetition, 2-second phases.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rewrite the report of an earlier run from its samples.json.
+    #[arg(long, value_name = "SAMPLES_JSON")]
+    pub render: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    pub engines: Vec<OvEngine>,
+    pub reps: usize,
+    pub seconds: u64,
+    pub pairs: Vec<usize>,
+    pub load_threads: usize,
+    pub quick: bool,
+}
+
+/// One traffic phase: all pairs at once.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Phase {
+    pub errors: Vec<String>,
+    pub bytes: u64,
+    /// Sum over pairs of each receiver's rate.
+    pub gbps: f64,
+    pub retransmits: u64,
+    pub usage: Usage,
+    /// Load work rate (iterations/s) during the phase, if the load ran.
+    pub load_rate: Option<f64>,
+    /// The load threads' CPU time as a share of all cores' time.
+    pub load_cpu_share: Option<f64>,
+}
+
+/// `nicflow dump-dp-flows br0` on one host after the traffic.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DpFlows {
+    pub host: String,
+    pub xdp: usize,
+    pub userspace: usize,
+    /// Distinct `not_offloaded` reasons.
+    pub reasons: Vec<String>,
+    /// The first lines of the dump, as printed.
+    #[serde(default)]
+    pub lines: Vec<String>,
+}
+
+/// One engine, one pair count, one repetition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub engine: OvEngine,
+    pub pairs: usize,
+    pub rep: usize,
+    pub lab: String,
+    pub error: Option<String>,
+    /// Load work rate with the lab idle, before and after the traffic.
+    pub idle_load_rate: Option<f64>,
+    pub idle_load_rate_after: Option<f64>,
+    pub traffic: Option<Phase>,
+    pub traffic_with_load: Option<Phase>,
+    /// nicflow engines: datapath flows per engine on each host.
+    #[serde(default)]
+    pub dp_flows: Vec<DpFlows>,
+}
+
+impl Run {
+    fn idle_rate(&self) -> f64 {
+        let v: Vec<f64> = [self.idle_load_rate, self.idle_load_rate_after]
+            .into_iter()
+            .flatten()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    pub machine: String,
+    pub perf: String,
+    pub options: Options,
+    pub started_unix: u64,
+    pub runs: Vec<Run>,
+}
+
+fn options(a: &Args) -> anyhow::Result<Options> {
+    let (reps, seconds, pairs) = if a.quick {
+        (1, 2, "1,2".to_string())
+    } else {
+        (a.reps.max(1), a.seconds.max(1), a.pairs.clone())
+    };
+    let pairs = testbed::parse_counts(&pairs)?;
+    if let Some(p) = pairs.iter().find(|&&p| p > MAX_PAIRS) {
+        bail!("--pairs {p}: at most {MAX_PAIRS}");
+    }
+    Ok(Options {
+        engines: parse_engines(&a.engines)?,
+        reps,
+        seconds,
+        pairs,
+        load_threads: a.load_threads.unwrap_or_else(|| cores() as usize).max(1),
+        quick: a.quick,
+    })
+}
+
+pub fn cli(args: &Args) -> anyhow::Result<()> {
+    if let Some(p) = &args.render {
+        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
+        return write(&dir, &r);
+    }
+    let opts = options(args)?;
+    forward::install_signal_handlers();
+    let r = run(&opts)?;
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| report::default_dir("overlay"));
+    write(&dir, &r)
+}
+
+fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
+    let figs = figures(r);
+    report::publish(dir, r, &figs, &markdown(r, &figs))
+}
+
+fn progress(s: &str) {
+    eprintln!("[overlay] {s}");
+}
+
+fn cores() -> f64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64
+}
+
+// ---------------------------------------------------------------------------
+// Address plan and configuration text (pure)
+// ---------------------------------------------------------------------------
+
+/// Underlay address of host 1 or 2: 198.18.50.h.
+pub fn underlay_ip(host: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 50, host as u8)
+}
+
+/// Client i (1-based) 198.18.60.i, server i 198.18.60.(100+i).
+pub fn container_ip(server: bool, i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 60, (i + if server { 100 } else { 0 }) as u8)
+}
+
+/// The underlay interface of host 1 or 2.
+pub fn underlay_iface(host: usize) -> String {
+    format!("u{host}")
+}
+
+/// The host-side veth end of container i on host 1 (client) or 2 (server).
+pub fn host_end(host: usize, i: usize) -> String {
+    if host == 1 {
+        format!("vc{i}")
+    } else {
+        format!("vs{i}")
+    }
+}
+
+/// The nicflow daemon's config on host 1 or 2.
+pub fn nicflow_config(host: usize, pairs: usize, xdp: bool) -> String {
+    let peer = 3 - host;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "[[bridge]]\nname = \"{BRIDGE}\"\noffload = \"{}\"\nflows = [\"priority=0,actions=normal\"]",
+        if xdp { "xdp" } else { "none" }
+    );
+    for i in 1..=pairs {
+        let p = host_end(host, i);
+        let _ = writeln!(
+            t,
+            "[[bridge.port]]\nname = \"{p}\"\niface = \"{p}\"\ntype = \"afxdp\""
+        );
+    }
+    let _ = writeln!(
+        t,
+        "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"vxlan\"\n\
+         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", underlay_type = \"afxdp\" }}",
+        underlay_iface(host),
+        underlay_ip(host),
+        underlay_ip(peer)
+    );
+    t
+}
+
+/// The `ip` commands (arguments after `ip -n NS`) that build the kernel
+/// overlay on host 1 or 2.
+pub fn kernel_vxlan_commands(host: usize, pairs: usize) -> Vec<Vec<String>> {
+    let peer = 3 - host;
+    let u = underlay_iface(host);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut c = vec![
+        s(&[
+            "addr",
+            "add",
+            &format!("{}/24", underlay_ip(host)),
+            "dev",
+            &u,
+        ]),
+        s(&[
+            "link",
+            "add",
+            TUNNEL,
+            "type",
+            "vxlan",
+            "id",
+            &VNI.to_string(),
+            "local",
+            &underlay_ip(host).to_string(),
+            "remote",
+            &underlay_ip(peer).to_string(),
+            "dstport",
+            "4789",
+            "dev",
+            &u,
+        ]),
+        s(&["link", "add", BRIDGE, "type", "bridge"]),
+        s(&["link", "set", TUNNEL, "master", BRIDGE]),
+    ];
+    for i in 1..=pairs {
+        c.push(s(&["link", "set", &host_end(host, i), "master", BRIDGE]));
+    }
+    c.push(s(&["link", "set", TUNNEL, "up"]));
+    c.push(s(&["link", "set", BRIDGE, "up"]));
+    c
+}
+
+// ---------------------------------------------------------------------------
+// The lab
+// ---------------------------------------------------------------------------
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+struct Daemon {
+    child: Child,
+    sock: PathBuf,
+    host: usize,
+}
+
+/// Two hosts and 2N containers; Drop removes everything.
+pub struct Lab {
+    name: String,
+    dir: PathBuf,
+    engine: OvEngine,
+    pairs: usize,
+    namespaces: Vec<String>,
+    daemons: Vec<Daemon>,
+    pub commands: Vec<String>,
+    torn_down: bool,
+}
+
+fn ns_of(lab: &str, node: &str) -> String {
+    format!("{lab}-{node}")
+}
+
+fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
+    sys::ip(Some(ns), args)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
+    let o = sys::run(&mut sys::in_ns(Some(ns), argv)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn kill_netns_procs(ns: &str) {
+    if let Ok(pids) = sys::netns_pids(ns) {
+        let _ = sys::stop(&pids, |_| true, Duration::from_secs(2));
+    }
+}
+
+/// Remove labs of this experiment left by dead processes.
+pub fn reap_stale() -> Vec<String> {
+    let mut done = Vec::new();
+    let owner_dead = |name: &str| -> bool {
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            return false;
+        };
+        let Some((digits, _)) = rest.split_once('x') else {
+            return false;
+        };
+        match digits.parse::<u32>() {
+            Ok(pid) => pid != std::process::id() && !sys::alive(pid),
+            Err(_) => false,
+        }
+    };
+    for ns in sys::list_namespaces().unwrap_or_default() {
+        if owner_dead(&ns) {
+            kill_netns_procs(&ns);
+            if sys::ip(None, &["netns", "del", &ns]).is_ok() {
+                done.push(format!("namespace {ns}"));
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if owner_dead(&n) && std::fs::remove_dir_all(e.path()).is_ok() {
+                done.push(format!("directory {}", e.path().display()));
+            }
+        }
+    }
+    done
+}
+
+fn nicflow_bin() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("NICFLOW_BIN") {
+        Some(b) => Ok(PathBuf::from(b)),
+        None => std::env::current_exe().context("locating the nicflow binary"),
+    }
+}
+
+impl Lab {
+    fn ns(&self, node: &str) -> String {
+        ns_of(&self.name, node)
+    }
+
+    pub fn client_ns(&self, i: usize) -> String {
+        self.ns(&format!("c{i}"))
+    }
+
+    pub fn server_ns(&self, i: usize) -> String {
+        self.ns(&format!("s{i}"))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The nicflow daemons' pids, labelled `switch-h1`, `switch-h2`.
+    pub fn daemon_pids(&self) -> Vec<(String, u32)> {
+        self.daemons
+            .iter()
+            .map(|d| (format!("switch-h{}", d.host), d.child.id()))
+            .collect()
+    }
+
+    pub fn up(engine: OvEngine, pairs: usize) -> anyhow::Result<Lab> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("the overlay lab creates namespaces and veths: run as root");
+        }
+        if pairs == 0 || pairs > MAX_PAIRS {
+            bail!("pairs {pairs}: 1..={MAX_PAIRS}");
+        }
+        for r in reap_stale() {
+            tracing::info!("removed leftovers of a dead run: {r}");
+        }
+        let name = format!(
+            "{PREFIX}{}x{}{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            engine.tag()
+        );
+        let dir = std::env::temp_dir().join(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut lab = Lab {
+            name,
+            dir,
+            engine,
+            pairs,
+            namespaces: Vec::new(),
+            daemons: Vec::new(),
+            commands: Vec::new(),
+            torn_down: false,
+        };
+        // From here on, Drop cleans up.
+        lab.build()?;
+        Ok(lab)
+    }
+
+    fn build(&mut self) -> anyhow::Result<()> {
+        let mut nodes: Vec<String> = vec!["h1".into(), "h2".into()];
+        for i in 1..=self.pairs {
+            nodes.push(format!("c{i}"));
+            nodes.push(format!("s{i}"));
+        }
+        for n in &nodes {
+            let ns = self.ns(n);
+            sys::ip(None, &["netns", "add", &ns]).map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.namespaces.push(ns.clone());
+            ip_ns(&ns, &["link", "set", "lo", "up"])?;
+            sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if interrupted() {
+                bail!("interrupted");
+            }
+        }
+        let lab = self.name.clone();
+        let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
+            let (nsa, nsb) = (ns_of(&lab, an), ns_of(&lab, bn));
+            sys::ip(
+                None,
+                &[
+                    "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns",
+                    &nsb,
+                ],
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            ip_ns(&nsa, &["link", "set", a, "up"])?;
+            ip_ns(&nsb, &["link", "set", b, "up"])
+        };
+        veth("u1", "h1", "u2", "h2")?;
+        self.commands.push(format!(
+            "underlay: veth u1 ({}) -- u2 ({})",
+            self.ns("h1"),
+            self.ns("h2")
+        ));
+        let xdp = self.engine == OvEngine::NicflowXdp;
+        for i in 1..=self.pairs {
+            for (host, node, server) in [(1, format!("c{i}"), false), (2, format!("s{i}"), true)] {
+                veth("eth0", &node, &host_end(host, i), &format!("h{host}"))?;
+                let ns = self.ns(&node);
+                ip_ns(
+                    &ns,
+                    &["link", "set", "eth0", "mtu", &CONTAINER_MTU.to_string()],
+                )?;
+                ip_ns(
+                    &ns,
+                    &[
+                        "addr",
+                        "add",
+                        &format!("{}/24", container_ip(server, i)),
+                        "dev",
+                        "eth0",
+                    ],
+                )?;
+                if xdp {
+                    // NAPI on the container end so frames the XDP program
+                    // redirects into it are delivered (as the testbed does).
+                    let _ = run_in(&ns, &["ethtool", "-K", "eth0", "gro", "on"]);
+                }
+            }
+        }
+        self.commands.push(format!(
+            "containers: ci eth0 198.18.60.i/24, si eth0 198.18.60.(100+i)/24, MTU {CONTAINER_MTU}, veth to vci (H1) / vsi (H2)"
+        ));
+        match self.engine {
+            OvEngine::KernelVxlan => {
+                for host in [1, 2] {
+                    let ns = self.ns(&format!("h{host}"));
+                    for c in kernel_vxlan_commands(host, self.pairs) {
+                        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
+                        ip_ns(&ns, &refs)?;
+                        self.commands
+                            .push(format!("ip -n <H{host}> {}", c.join(" ")));
+                    }
+                }
+            }
+            OvEngine::Nicflow | OvEngine::NicflowXdp => {
+                let bin = nicflow_bin()?;
+                for host in [1, 2] {
+                    self.start_daemon(&bin, host, xdp)?;
+                }
+                for host in [1, 2] {
+                    self.wait_daemon(host)?;
+                }
+                self.commands.push(format!(
+                    "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, AF_XDP container ports, vxlan port vx0 (key {VNI}, AF_XDP underlay)",
+                    if xdp { "xdp" } else { "none" }
+                ));
+            }
+        }
+        // The overlay works: every pair pings (the first ping resolves ARP
+        // across the tunnel).
+        for i in 1..=self.pairs {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            let dst = container_ip(true, i).to_string();
+            let ns = self.client_ns(i);
+            let mut ok = false;
+            let mut last = String::new();
+            for _ in 0..10 {
+                match run_in(&ns, &["ping", "-n", "-q", "-c", "1", "-W", "1", &dst]) {
+                    Ok(_) => {
+                        ok = true;
+                        break;
+                    }
+                    Err(e) => last = format!("{e:#}"),
+                }
+            }
+            if !ok {
+                bail!(
+                    "c{i} cannot ping s{i} ({dst}) through {}: {last}\n{}",
+                    self.engine.name(),
+                    self.logs()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn start_daemon(&mut self, bin: &Path, host: usize, xdp: bool) -> anyhow::Result<()> {
+        let cfg = self.dir.join(format!("h{host}.toml"));
+        std::fs::write(&cfg, nicflow_config(host, self.pairs, xdp))
+            .with_context(|| format!("writing {}", cfg.display()))?;
+        let sock = self.dir.join(format!("h{host}.sock"));
+        let log_path = self.dir.join(format!("h{host}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let ns = self.ns(&format!("h{host}"));
+        // `ip netns exec` execs the daemon: the child's pid is nicflow's.
+        let child = sys::in_ns(Some(&ns), &[bin.as_os_str()])
+            .arg("--socket")
+            .arg(&sock)
+            .arg("daemon")
+            .arg("--config")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting nicflow daemon")?;
+        self.daemons.push(Daemon { child, sock, host });
+        Ok(())
+    }
+
+    fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let d = self
+                .daemons
+                .iter_mut()
+                .find(|d| d.host == host)
+                .context("daemon")?;
+            if let Ok(Some(st)) = d.child.try_wait() {
+                bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
+            }
+            let sock = d.sock.clone();
+            if crate::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(15) || interrupted() {
+                bail!(
+                    "nicflow daemon on H{host} did not come up:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for d in &self.daemons {
+            let _ = writeln!(
+                s,
+                "--- H{} daemon log (last lines) ---\n{}",
+                d.host,
+                sys::tail(&self.dir.join(format!("h{}.log", d.host)), 20)
+            );
+        }
+        s
+    }
+
+    /// `dump-dp-flows br0` on each host, counted by engine.
+    pub fn dp_flows(&self) -> Vec<DpFlows> {
+        self.daemons
+            .iter()
+            .map(|d| {
+                let mut f = DpFlows {
+                    host: format!("H{}", d.host),
+                    ..Default::default()
+                };
+                if let Ok(r) = crate::control::daemon::request(
+                    &d.sock,
+                    &Request::DumpDpFlows {
+                        bridge: BRIDGE.into(),
+                    },
+                ) {
+                    f.lines = r.text.lines().take(40).map(str::to_string).collect();
+                    for l in r.text.lines() {
+                        if l.contains("engine:xdp") {
+                            f.xdp += 1;
+                        } else if l.contains("engine:userspace") {
+                            f.userspace += 1;
+                        }
+                        if let Some(why) = l.split("not_offloaded:").nth(1) {
+                            let why = why.split([',', ' ']).next().unwrap_or("").to_string();
+                            if !why.is_empty() && !f.reasons.contains(&why) {
+                                f.reasons.push(why);
+                            }
+                        }
+                    }
+                }
+                f.reasons.sort();
+                f
+            })
+            .collect()
+    }
+
+    fn teardown(&mut self) -> anyhow::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let mut errs = Vec::new();
+        // SIGTERM: the daemons detach their XDP programs and exit.
+        for d in &mut self.daemons {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for d in &mut self.daemons {
+            loop {
+                match d.child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        let _ = d.child.kill();
+                        let _ = d.child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        self.daemons.clear();
+        for ns in &self.namespaces {
+            kill_netns_procs(ns);
+        }
+        for ns in self.namespaces.drain(..) {
+            if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
+                errs.push(format!("{e}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            bail!("tearing down {}: {}", self.name, errs.join("; "))
+        }
+    }
+
+    pub fn down(mut self) -> anyhow::Result<()> {
+        self.teardown()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            tracing::warn!("{e:#}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// iperf3
+// ---------------------------------------------------------------------------
+
+struct Server {
+    child: Child,
+    pid: u32,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(ns: &str) -> anyhow::Result<Server> {
+    let p = PORT.to_string();
+    let mut child = sys::in_ns(Some(ns), &["iperf3", "-s", "-p", &p])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s")?;
+    let filter = format!("sport = :{PORT}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if run_in(ns, &["ss", "-Hltn", &filter]).is_ok_and(|o| !o.trim().is_empty()) {
+            break;
+        }
+        if Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("iperf3 server in {ns} did not start listening");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Server {
+        pid: child.id(),
+        child,
+    })
+}
+
+struct Client {
+    child: Child,
+    pid: u32,
+    out: PathBuf,
+}
+
+fn spawn_client(ns: &str, dst: Ipv4Addr, seconds: u64, out: PathBuf) -> anyhow::Result<Client> {
+    let f = std::fs::File::create(&out).with_context(|| format!("{}", out.display()))?;
+    let dst = dst.to_string();
+    let (p, t) = (PORT.to_string(), seconds.to_string());
+    let child = sys::in_ns(
+        Some(ns),
+        &[
+            "iperf3",
+            "-c",
+            &dst,
+            "-p",
+            &p,
+            "-t",
+            &t,
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(f)
+    .stderr(Stdio::null())
+    .spawn()
+    .context("starting iperf3 -c")?;
+    Ok(Client {
+        pid: child.id(),
+        child,
+        out,
+    })
+}
+
+/// `(bytes, Gbit/s, retransmits, user_s, system_s)` or an error.
+type ClientResult = (Result<(u64, f64, u64), String>, f64, f64);
+
+fn finish_client(c: Client, deadline: Instant) -> ClientResult {
+    let (by_itself, _ok, user_s, system_s) = cpu::wait_rusage(c.child, deadline);
+    let json: serde_json::Value = std::fs::read_to_string(&c.out)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let _ = std::fs::remove_file(&c.out);
+    let r = if !by_itself {
+        Err(if interrupted() {
+            "interrupted".into()
+        } else {
+            "iperf3 client did not finish in time".into()
+        })
+    } else if let Some(e) = json["error"].as_str() {
+        Err(format!("iperf3: {e}"))
+    } else {
+        let recv = &json["end"]["sum_received"];
+        let bytes = recv["bytes"].as_u64().unwrap_or(0);
+        if bytes == 0 {
+            Err("nothing arrived".into())
+        } else {
+            Ok((
+                bytes,
+                recv["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9,
+                json["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+            ))
+        }
+    };
+    (r, user_s, system_s)
+}
+
+// ---------------------------------------------------------------------------
+// Measurement
+// ---------------------------------------------------------------------------
+
+/// The load's rate (iterations/s) over `dur` with nothing else started.
+fn idle_rate(threads: usize, dur: Duration) -> f64 {
+    let load = Load::start(threads);
+    std::thread::sleep(Duration::from_millis(200));
+    let (c0, t0) = (load.count(), Instant::now());
+    std::thread::sleep(dur);
+    let rate = (load.count() - c0) as f64 / t0.elapsed().as_secs_f64();
+    load.stop();
+    rate
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<Results> {
+    let perf = PerfSupport::detect();
+    let mut results = Results {
+        machine: super::machine_description(),
+        perf: perf.describe(),
+        options: opts.clone(),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        runs: Vec::new(),
+    };
+    'all: for rep in 0..opts.reps {
+        for &n in &opts.pairs {
+            for &engine in &opts.engines {
+                if interrupted() {
+                    break 'all;
+                }
+                progress(&format!(
+                    "rep {}/{}: {} pair(s), {}",
+                    rep + 1,
+                    opts.reps,
+                    n,
+                    engine.name()
+                ));
+                let mut run = Run {
+                    engine,
+                    pairs: n,
+                    rep,
+                    lab: String::new(),
+                    error: None,
+                    idle_load_rate: None,
+                    idle_load_rate_after: None,
+                    traffic: None,
+                    traffic_with_load: None,
+                    dp_flows: Vec::new(),
+                };
+                if let Err(e) = body(opts, &perf, &mut run) {
+                    progress(&format!(
+                        "{} {n} pairs rep {}: {e:#}",
+                        engine.name(),
+                        rep + 1
+                    ));
+                    run.error = Some(format!("{e:#}"));
+                }
+                results.runs.push(run);
+            }
+        }
+    }
+    if interrupted() {
+        bail!("interrupted; everything the bench created has been removed");
+    }
+    Ok(results)
+}
+
+fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
+    let lab = Lab::up(run.engine, run.pairs)?;
+    run.lab = lab.name().to_string();
+    let servers: Vec<Server> = (1..=run.pairs)
+        .map(|i| start_server(&lab.server_ns(i)))
+        .collect::<anyhow::Result<_>>()?;
+    let dir = lab.dir.join("scratch");
+    std::fs::create_dir_all(&dir)?;
+    let calib = Duration::from_secs(opts.seconds.clamp(2, 3));
+    run.idle_load_rate = Some(idle_rate(opts.load_threads, calib));
+    for with_load in [false, true] {
+        if interrupted() {
+            bail!("interrupted");
+        }
+        let ph = phase(&lab, &servers, opts, perf, &dir, with_load)?;
+        let left = ph
+            .load_rate
+            .zip(run.idle_load_rate)
+            .map(|(r, i)| format!(", CPU left {:.0}% of the idle-lab rate", 100.0 * r / i))
+            .unwrap_or_default();
+        progress(&format!(
+            "{} {} pairs{}: {:.2} Gbit/s, {:.0} ctxt/Gbit, {:.0} intr/Gbit, switch {:.2} cores{left}{}",
+            run.engine.name(),
+            run.pairs,
+            if with_load { " + load" } else { "" },
+            ph.gbps,
+            cpu::per_gbit(ph.usage.ctxt, ph.bytes),
+            cpu::per_gbit(ph.usage.intr, ph.bytes),
+            ph.usage
+                .procs_cpu("switch")
+                .map(|c| c / ph.usage.wall_s)
+                .unwrap_or(0.0),
+            if ph.errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} failed: {})", ph.errors.len(), ph.errors[0])
+            }
+        ));
+        if with_load {
+            run.traffic_with_load = Some(ph);
+        } else {
+            run.dp_flows = lab.dp_flows();
+            for f in &run.dp_flows {
+                progress(&format!(
+                    "{} dump-dp-flows br0: {} engine:xdp, {} engine:userspace ({})",
+                    f.host,
+                    f.xdp,
+                    f.userspace,
+                    f.reasons.join(", ")
+                ));
+            }
+            run.traffic = Some(ph);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    run.idle_load_rate_after = Some(idle_rate(opts.load_threads, calib));
+    drop(servers);
+    lab.down()
+}
+
+fn phase(
+    lab: &Lab,
+    servers: &[Server],
+    opts: &Options,
+    perf: &PerfSupport,
+    dir: &Path,
+    with_load: bool,
+) -> anyhow::Result<Phase> {
+    let mut pids: Vec<(String, u32)> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("iperf3-server-{}", i + 1), s.pid))
+        .collect();
+    pids.extend(lab.daemon_pids());
+    let load = with_load.then(|| Load::start(opts.load_threads));
+    if load.is_some() {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let p = cpu::Perf::start(perf, dir, if with_load { "load" } else { "traffic" });
+    let l0 = load.as_ref().map(Load::count);
+    let lc0 = load.as_ref().map(Load::cpu_s);
+    let a = Snapshot::take(&pids);
+    let clients = (1..=lab.pairs)
+        .map(|i| {
+            spawn_client(
+                &lab.client_ns(i),
+                container_ip(true, i),
+                opts.seconds,
+                dir.join(format!("iperf-{i}.json")),
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let pids_c: Vec<u32> = clients.iter().map(|c| c.pid).collect();
+    let deadline = Instant::now() + Duration::from_secs(opts.seconds + 20);
+    let results: Vec<ClientResult> = clients
+        .into_iter()
+        .map(|c| finish_client(c, deadline))
+        .collect();
+    let b = Snapshot::take(&pids);
+    let l1 = load.as_ref().map(Load::count);
+    let lc1 = load.as_ref().map(Load::cpu_s);
+    let mut usage = Usage::between(&a, &b);
+    usage.perf = cpu::perf_or_note(p, perf);
+    if let Some(l) = load {
+        l.stop();
+    }
+    let mut ph = Phase {
+        load_rate: match (l0, l1) {
+            (Some(x), Some(y)) => Some((y - x) as f64 / usage.wall_s),
+            _ => None,
+        },
+        load_cpu_share: match (lc0, lc1) {
+            (Some(x), Some(y)) => Some(cpu::ratio(y - x, usage.wall_s * cores())),
+            _ => None,
+        },
+        ..Default::default()
+    };
+    for (i, ((r, user_s, system_s), pid)) in results.into_iter().zip(pids_c).enumerate() {
+        usage.add_process(&format!("iperf3-client-{}", i + 1), pid, user_s, system_s);
+        match r {
+            Err(e) => ph.errors.push(format!("pair {}: {e}", i + 1)),
+            Ok((bytes, gbps, retr)) => {
+                ph.bytes += bytes;
+                ph.gbps += gbps;
+                ph.retransmits += retr;
+            }
+        }
+    }
+    ph.usage = usage;
+    Ok(ph)
+}
+
+// ---------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------
+
+type Get = fn(&Run) -> Option<f64>;
+
+fn ok_phase(p: &Option<Phase>) -> Option<&Phase> {
+    p.as_ref().filter(|p| p.errors.is_empty() && p.bytes > 0)
+}
+
+fn g_gbps(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| p.gbps)
+}
+fn g_ctxt(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.ctxt, p.bytes))
+}
+fn g_intr(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.intr, p.bytes))
+}
+fn g_left(r: &Run) -> Option<f64> {
+    let p = r.traffic_with_load.as_ref()?;
+    p.load_rate.map(|x| 100.0 * cpu::ratio(x, r.idle_rate()))
+}
+fn g_gbps_load(r: &Run) -> Option<f64> {
+    r.traffic_with_load
+        .as_ref()
+        .filter(|p| p.errors.is_empty())
+        .map(|p| p.gbps)
+}
+fn g_busy(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| 100.0 * p.usage.busy_cores() / cores())
+}
+fn g_system(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| 100.0 * cpu::ratio(p.usage.system_s, p.usage.wall_s) / cores())
+}
+fn g_softirq(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| 100.0 * cpu::ratio(p.usage.softirq_s, p.usage.wall_s) / cores())
+}
+fn g_switch(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).and_then(|p| p.usage.procs_cpu("switch").map(|c| c / p.usage.wall_s))
+}
+fn g_switch_load(r: &Run) -> Option<f64> {
+    r.traffic_with_load
+        .as_ref()
+        .and_then(|p| p.usage.procs_cpu("switch").map(|c| c / p.usage.wall_s))
+}
+fn g_load_share(r: &Run) -> Option<f64> {
+    r.traffic_with_load
+        .as_ref()
+        .and_then(|p| p.load_cpu_share)
+        .map(|x| 100.0 * x)
+}
+fn g_retr(r: &Run) -> Option<f64> {
+    ok_phase(&r.traffic).map(|p| p.retransmits as f64)
+}
+
+fn med(r: &Results, e: OvEngine, n: usize, f: Get) -> Option<f64> {
+    let mut v: Vec<f64> = r
+        .runs
+        .iter()
+        .filter(|x| x.engine == e && x.pairs == n && x.error.is_none())
+        .filter_map(f)
+        .filter(|x| x.is_finite())
+        .collect();
+    (!v.is_empty()).then(|| median(&mut v))
+}
+
+fn engines_in(r: &Results) -> Vec<OvEngine> {
+    let mut v = Vec::new();
+    for x in &r.runs {
+        if !v.contains(&x.engine) {
+            v.push(x.engine);
+        }
+    }
+    v
+}
+
+fn figure(r: &Results, id: &str, title: &str, y: &str, f: Get) -> Figure {
+    Figure {
+        id: id.into(),
+        title: title.into(),
+        x_label: "container pairs across the two hosts".into(),
+        y_label: y.into(),
+        log_x: true,
+        series: engines_in(r)
+            .into_iter()
+            .map(|e| Series {
+                name: e.name().into(),
+                points: r
+                    .options
+                    .pairs
+                    .iter()
+                    .map(|&n| (n as f64, med(r, e, n, f)))
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn figures(r: &Results) -> Vec<Figure> {
+    vec![
+        figure(
+            r,
+            "cpu-left",
+            "Overlay: CPU left to a co-located load (cf. doc 001 fig. 4a)",
+            "load work rate vs idle lab (% of available CPU)",
+            g_left,
+        ),
+        figure(
+            r,
+            "interrupts-per-gbit",
+            "Overlay: interrupts per Gbit (cf. doc 001 fig. 4b)",
+            "interrupts per Gbit (/proc/stat intr)",
+            g_intr,
+        ),
+        figure(
+            r,
+            "throughput",
+            "Overlay: total throughput (cf. doc 001 fig. 4c)",
+            "sum of iperf3 TCP throughput (Gbit/s)",
+            g_gbps,
+        ),
+        figure(
+            r,
+            "ctxt-per-gbit",
+            "Overlay: context switches per Gbit (cf. doc 001 fig. 4d)",
+            "context switches per Gbit (/proc/stat ctxt)",
+            g_ctxt,
+        ),
+        figure(
+            r,
+            "switch-cpu",
+            "Overlay: nicflow daemons' CPU (both hosts)",
+            "cores used by the nicflow daemons (utime+stime)",
+            g_switch,
+        ),
+    ]
+}
+
+fn fmt(v: Option<f64>, d: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.d$}"),
+        _ => "—".into(),
+    }
+}
+
+fn join<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Datapath flow counts of the first successful repetition of a point.
+fn dp_cell(r: &Results, e: OvEngine, n: usize) -> String {
+    if !e.is_nicflow() {
+        return "—".into();
+    }
+    r.runs
+        .iter()
+        .find(|x| x.engine == e && x.pairs == n && x.error.is_none() && !x.dp_flows.is_empty())
+        .map(|x| {
+            x.dp_flows
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{}: {} xdp / {} userspace{}",
+                        f.host,
+                        f.xdp,
+                        f.userspace,
+                        if f.reasons.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", f.reasons.join(", "))
+                        }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|| "—".into())
+}
+
+pub fn markdown(r: &Results, figs: &[Figure]) -> String {
+    let o = &r.options;
+    let mut s = String::new();
+    let _ = writeln!(s, "# nicflow bench overlay\n");
+    let _ = writeln!(s, "{}", report::machine_section(&r.perf));
+    let _ = writeln!(
+        s,
+        "{} repetition(s); per engine and pair count ({}): a fresh lab of two hosts H1, H2 \
+         (namespaces) joined by one veth underlay (198.18.50.1/24, .2/24), N client \
+         containers on H1 and N server containers on H2 (namespaces, veth to their host), \
+         all in one VXLAN segment (VNI {VNI}, container MTU {CONTAINER_MTU}, 198.18.60.0/24). \
+         Engines: `kernel-vxlan` = Linux bridge + kernel vxlan device on each host (the Docker \
+         overlay stack); `nicflow` = a nicflow daemon on each host, bridge br0 `offload=none`, \
+         `actions=normal`, AF_XDP container ports, VXLAN tunnel port on an AF_XDP underlay \
+         that nicflow owns (no kernel address); `nicflow-xdp` = the same with `offload=xdp` \
+         (tunnel flows stay in userspace: see the datapath flows column). One iperf3 TCP \
+         stream per pair, all pairs at once, {} s. CPU left: {} load thread(s) (busy loops, \
+         unpinned, like `stress -c`, shared with `bench containers`) counted with the lab idle \
+         for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
+         is its rate in that phase over the mean idle-lab rate. Medians over repetitions.{}\n",
+        o.reps,
+        join(&o.pairs).replace(',', ", "),
+        o.seconds,
+        o.load_threads,
+        o.seconds.clamp(2, 3),
+        if o.quick {
+            " **Quick run** (`--quick`)."
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(s, "## Figures\n");
+    for (f, d) in figs.iter().zip([0usize, 0, 2, 0, 2]) {
+        let _ = writeln!(s, "{}", f.markdown(d));
+    }
+    let _ = writeln!(s, "## Details (medians, traffic phase without load)\n");
+    let _ = writeln!(
+        s,
+        "busy, system and softirq: machine-wide shares of all {} cores (/proc/stat); \
+         nicflow cores: utime+stime of both daemons over wall time (also with the load); \
+         retransmits: sum over pairs; load CPU %: the load threads' own CPU time as a share \
+         of all cores; dp flows: `nicflow dump-dp-flows br0` on each host after the traffic \
+         (first successful repetition), by engine, with the reasons flows are not offloaded.\n",
+        cores()
+    );
+    let _ = writeln!(
+        s,
+        "| engine | pairs | Gbit/s | retransmits | busy % | system % | softirq % | nicflow cores | ctxt/Gbit | intr/Gbit | Gbit/s with load | nicflow cores with load | load CPU % | CPU left % | dp flows |"
+    );
+    let _ = writeln!(
+        s,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    for e in engines_in(r) {
+        for &n in &o.pairs {
+            let m = |f: Get| med(r, e, n, f);
+            let _ = writeln!(
+                s,
+                "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                e.name(),
+                fmt(m(g_gbps), 2),
+                fmt(m(g_retr), 0),
+                fmt(m(g_busy), 0),
+                fmt(m(g_system), 0),
+                fmt(m(g_softirq), 0),
+                fmt(m(g_switch), 2),
+                fmt(m(g_ctxt), 0),
+                fmt(m(g_intr), 0),
+                fmt(m(g_gbps_load), 2),
+                fmt(m(g_switch_load), 2),
+                fmt(m(g_load_share), 0),
+                fmt(m(g_left), 0),
+                dp_cell(r, e, n),
+            );
+        }
+    }
+    let fails: Vec<String> = r
+        .runs
+        .iter()
+        .flat_map(|x| {
+            let mut v = Vec::new();
+            let tag = format!("{} {} pairs rep {}", x.engine.name(), x.pairs, x.rep + 1);
+            if let Some(e) = &x.error {
+                v.push(format!("{tag}: {}", e.lines().next().unwrap_or("")));
+            }
+            for (p, name) in [(&x.traffic, "traffic"), (&x.traffic_with_load, "with load")] {
+                if let Some(p) = p {
+                    if !p.errors.is_empty() {
+                        v.push(format!(
+                            "{tag} {name}: {} of {} pairs failed ({})",
+                            p.errors.len(),
+                            x.pairs,
+                            p.errors[0]
+                        ));
+                    }
+                }
+            }
+            v
+        })
+        .collect();
+    if !fails.is_empty() {
+        let _ = writeln!(s, "\n## Failures\n");
+        for f in fails {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+    let _ = writeln!(s, "\n## Commands\n");
+    let _ = writeln!(
+        s,
+        "```sh\nnicflow bench overlay --engines {} --reps {} --seconds {} --pairs {}\n\
+         # kernel-vxlan, on host h (1, 2; peer p = 3-h), in its namespace:\n{}\n\
+         # nicflow / nicflow-xdp: on host h, `ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml` with (H1, offload none):\n{}\
+         # per pair i (all at once):\n\
+         ip netns exec <si> iperf3 -s -p {PORT}\n\
+         ip netns exec <ci> iperf3 -c 198.18.60.(100+i) -p {PORT} -t {} -J --connect-timeout 3000\n```",
+        o.engines
+            .iter()
+            .map(|e| e.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        o.reps,
+        o.seconds,
+        join(&o.pairs),
+        kernel_vxlan_commands(1, 1)
+            .iter()
+            .map(|c| format!("ip -n <H1> {}", c.join(" ")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        nicflow_config(1, 1, false),
+        o.seconds
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_plan() {
+        assert_eq!(underlay_ip(1).to_string(), "198.18.50.1");
+        assert_eq!(underlay_ip(2).to_string(), "198.18.50.2");
+        assert_eq!(container_ip(false, 1).to_string(), "198.18.60.1");
+        assert_eq!(container_ip(true, 20).to_string(), "198.18.60.120");
+        assert_eq!(container_ip(true, MAX_PAIRS).to_string(), "198.18.60.199");
+        assert_eq!(host_end(1, 3), "vc3");
+        assert_eq!(host_end(2, 3), "vs3");
+        // Namespace names stay short enough for `ip netns` and stale-run
+        // reaping parses the pid back.
+        let lab = format!("{PREFIX}{}x{}{}", u32::MAX, 999, "x");
+        assert!(ns_of(&lab, "c99").len() < 64);
+        assert!(
+            parse_engines("kernel-vxlan,nicflow,nicflow-xdp,nicflow").is_ok_and(|v| v
+                == vec![
+                    OvEngine::KernelVxlan,
+                    OvEngine::Nicflow,
+                    OvEngine::NicflowXdp
+                ])
+        );
+        assert!(parse_engines("ovs").is_err());
+    }
+
+    #[test]
+    fn nicflow_config_parses_and_mirrors() {
+        for xdp in [false, true] {
+            for host in [1, 2] {
+                let t = nicflow_config(host, 3, xdp);
+                let cfg: crate::control::config::Config =
+                    toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+                let br = &cfg.bridges[0];
+                assert_eq!(br.name, "br0");
+                assert_eq!(br.flows, vec!["priority=0,actions=normal"]);
+                assert_eq!(br.ports.len(), 4, "{t}");
+                let want = if xdp { "\"xdp\"" } else { "\"none\"" };
+                assert!(t.contains(&format!("offload = {want}")), "{t}");
+            }
+        }
+        let h2 = nicflow_config(2, 1, false);
+        assert!(h2.contains("name = \"vs1\""), "{h2}");
+        assert!(
+            h2.contains(
+                "underlay = \"u2\", local_ip = \"198.18.50.2\", remote_ip = \"198.18.50.1\", key = \"100\", underlay_type = \"afxdp\""
+            ),
+            "{h2}"
+        );
+        let k = kernel_vxlan_commands(1, 2);
+        assert_eq!(k[0].join(" "), "addr add 198.18.50.1/24 dev u1");
+        assert_eq!(
+            k[1].join(" "),
+            "link add vx0 type vxlan id 100 local 198.18.50.1 remote 198.18.50.2 dstport 4789 dev u1"
+        );
+        assert!(k.iter().any(|c| c.join(" ") == "link set vc2 master br0"));
+    }
+}
