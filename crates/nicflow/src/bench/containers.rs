@@ -5,11 +5,12 @@
 //! container pairs, Docker overlay vs DPU offload).
 //!
 //! Per repetition, pair count N and engine: a fresh N-pair [`Testbed`]
-//! with pairwise rules and one `iperf3 -s` per server, then three phases:
+//! with pairwise rules and one `iperf3 -s` per server, then the phases of
+//! [`super::colocated`]:
 //!
-//! 1. *calibration*: the built-in load ([`Load`]: one busy thread per core
-//!    counting loop iterations, like `stress -c`) runs alone with the lab
-//!    up and idle; its work rate is the 100% of "CPU left";
+//! 1. *calibration*: the built-in load ([`co::Load`]: one busy thread per
+//!    core counting loop iterations, like `stress -c`) runs alone with the
+//!    lab up and idle; its work rate is the 100% of "CPU left";
 //! 2. *traffic*: every client runs one iperf3 TCP stream to its server at
 //!    once; throughput is the sum, CPU accounting ([`super::cpu`]) gives
 //!    context switches, interrupts, softirq and the processes' CPU;
@@ -23,17 +24,14 @@
 //! Engines are interleaved inside each (repetition, N); the report shows
 //! medians over repetitions.
 
-use super::cpu::{self, PerfSupport, Snapshot, Usage};
-use super::forward::{self, interrupted, Engine, HostOffload};
-use super::median;
-use super::report::{self, Figure, Series};
+use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
+use super::cpu::{self, PerfSupport};
+use super::forward::{self, Engine, HostOffload};
+use super::report::{self, Figure};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -80,76 +78,12 @@ pub struct Options {
     pub quick: bool,
 }
 
-/// One traffic phase: all pairs at once.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Phase {
-    pub errors: Vec<String>,
-    pub bytes: u64,
-    /// Sum over pairs of each receiver's rate.
-    pub gbps: f64,
-    pub usage: Usage,
-    /// Load work rate (iterations/s) during the phase, if the load ran.
-    pub load_rate: Option<f64>,
-    /// The load threads' own CPU time (utime+stime) over the phase, as a
-    /// share of all cores' time: the absolute "user CPU left".
-    #[serde(default)]
-    pub load_cpu_share: Option<f64>,
-}
-
 /// One engine, one pair count, one repetition.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Run {
-    pub engine: Engine,
-    pub pairs: usize,
-    pub rep: usize,
-    pub lab: String,
-    pub error: Option<String>,
-    /// Load work rate with the lab idle (iterations/s).
-    pub idle_load_rate: f64,
-    /// The same measured again after the traffic phases; "CPU left" is
-    /// relative to the mean of both, so other load on a shared machine
-    /// that starts or stops during the run biases it less.
-    #[serde(default = "nan", deserialize_with = "nan_if_null")]
-    pub idle_load_rate_after: f64,
-    pub traffic: Option<Phase>,
-    pub traffic_with_load: Option<Phase>,
-}
+pub type Run = co::Run<Engine, ()>;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Results {
-    pub machine: String,
-    pub perf: String,
-    pub options: Options,
-    pub started_unix: u64,
-    pub runs: Vec<Run>,
-}
+pub type Results = co::Results<Options, Run>;
 
 const PORT: u16 = 5201;
-
-fn nan() -> f64 {
-    f64::NAN
-}
-
-/// JSON has no NaN: serde_json writes null; read it back as NaN.
-fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
-}
-
-impl Run {
-    /// The idle-lab load rate: mean of the calibrations before and after
-    /// the traffic (whichever exist).
-    pub fn idle_rate(&self) -> f64 {
-        let v: Vec<f64> = [self.idle_load_rate, self.idle_load_rate_after]
-            .into_iter()
-            .filter(|x| x.is_finite() && *x > 0.0)
-            .collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    }
-}
 
 fn options(a: &Args) -> anyhow::Result<Options> {
     let (reps, seconds) = if a.quick {
@@ -157,9 +91,6 @@ fn options(a: &Args) -> anyhow::Result<Options> {
     } else {
         (a.reps.max(1), a.seconds.max(1))
     };
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
     let pairs = testbed::parse_counts(&a.pairs)?;
     if let Some(p) = pairs.iter().find(|&&p| p > testbed::MAX_PAIRS) {
         anyhow::bail!("--pairs {p}: at most {}", testbed::MAX_PAIRS);
@@ -169,30 +100,16 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         reps,
         seconds,
         pairs,
-        load_threads: a.load_threads.unwrap_or(cores).max(1),
+        load_threads: co::load_threads(a.load_threads),
         host_offload: testbed::parse_host_offload(&a.host_offload)?,
         quick: a.quick,
     })
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
-    let opts = options(args)?;
-    forward::install_signal_handlers();
-    let r = run(&opts)?;
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("containers"));
-    write(&dir, &r)
-}
-
-fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    let paths = (args.render.as_deref(), args.out.as_deref());
+    let measure = || run(&options(args)?);
+    report::cli(paths, "containers", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -200,126 +117,10 @@ fn progress(s: &str) {
 }
 
 // ---------------------------------------------------------------------------
-// The load
-// ---------------------------------------------------------------------------
-
-/// A `stress -c`-style load: `n` threads spinning on arithmetic, each
-/// counting its iterations; the count per second is the work the load got
-/// done, i.e. the CPU the rest of the machine left it. Threads are not
-/// pinned, so the scheduler shares the cores between the load and the
-/// traffic as it would for a co-located container.
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    counts: Vec<Arc<AtomicU64>>,
-    /// Kernel thread ids, for their CPU time in /proc/self/task.
-    tids: Arc<std::sync::Mutex<Vec<i32>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-/// Iterations between updates of the shared counter.
-const LOAD_CHUNK: u64 = 1 << 14;
-
-impl Load {
-    pub fn start(n: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut counts = Vec::new();
-        let mut threads = Vec::new();
-        let tids = Arc::new(std::sync::Mutex::new(Vec::new()));
-        for _ in 0..n {
-            let tids = tids.clone();
-            let c = Arc::new(AtomicU64::new(0));
-            counts.push(c.clone());
-            let stop = stop.clone();
-            threads.push(std::thread::spawn(move || {
-                // SAFETY: gettid has no preconditions.
-                let tid = unsafe { libc::gettid() };
-                if let Ok(mut t) = tids.lock() {
-                    t.push(tid);
-                }
-                let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..LOAD_CHUNK {
-                        // xorshift: cheap, not optimisable away.
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                    }
-                    std::hint::black_box(x);
-                    c.fetch_add(LOAD_CHUNK, Ordering::Relaxed);
-                }
-            }));
-        }
-        Load {
-            stop,
-            counts,
-            tids,
-            threads,
-        }
-    }
-
-    /// Iterations done so far by all threads.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-
-    /// CPU seconds (utime + stime) the load threads have used so far.
-    pub fn cpu_s(&self) -> f64 {
-        let tids = self.tids.lock().map(|t| t.clone()).unwrap_or_default();
-        tids.iter()
-            .filter_map(|tid| {
-                let t = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-                cpu::parse_pid_stat(&t, forward::measure::clk_tck())
-            })
-            .map(|c| c.user + c.system)
-            .sum()
-    }
-
-    pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-/// The load's rate (iterations/s) over `dur` with nothing else started.
-fn idle_rate(threads: usize, dur: Duration) -> f64 {
-    let load = Load::start(threads);
-    // Let the threads get scheduled before counting.
-    std::thread::sleep(Duration::from_millis(200));
-    let (c0, t0) = (load.count(), Instant::now());
-    std::thread::sleep(dur);
-    let rate = (load.count() - c0) as f64 / t0.elapsed().as_secs_f64();
-    load.stop();
-    rate
-}
-
-// ---------------------------------------------------------------------------
 // Measurement
 // ---------------------------------------------------------------------------
 
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
-    let perf = PerfSupport::detect();
-    let mut results = Results {
-        machine: super::machine_description(),
-        perf: perf.describe(),
-        options: opts.clone(),
-        started_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        runs: Vec::new(),
-    };
     let mut engines = opts.engines.clone();
     if engines.iter().any(|e| e.is_ovs()) {
         if let Err(e) = forward::ovs::ensure_installed(&mut |s| progress(s)) {
@@ -327,46 +128,12 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
             engines.retain(|e| !e.is_ovs());
         }
     }
-    'all: for rep in 0..opts.reps {
-        for &n in &opts.pairs {
-            for &engine in &engines {
-                if interrupted() {
-                    break 'all;
-                }
-                progress(&format!(
-                    "rep {}/{}: {} pair(s), {}",
-                    rep + 1,
-                    opts.reps,
-                    n,
-                    engine.name()
-                ));
-                let mut run = Run {
-                    engine,
-                    pairs: n,
-                    rep,
-                    lab: String::new(),
-                    error: None,
-                    idle_load_rate: f64::NAN,
-                    idle_load_rate_after: f64::NAN,
-                    traffic: None,
-                    traffic_with_load: None,
-                };
-                if let Err(e) = body(opts, &perf, &mut run) {
-                    progress(&format!(
-                        "{} {n} pairs rep {}: {e:#}",
-                        engine.name(),
-                        rep + 1
-                    ));
-                    run.error = Some(format!("{e:#}"));
-                }
-                results.runs.push(run);
-            }
-        }
-    }
-    if interrupted() {
-        anyhow::bail!("interrupted; everything the bench created has been removed");
-    }
-    Ok(results)
+    co::sweep(
+        opts,
+        (opts.reps, &opts.pairs, &engines),
+        progress,
+        |perf, run| body(opts, perf, run),
+    )
 }
 
 fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
@@ -381,266 +148,73 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
         .map(|i| tb.start_iperf_server(i, PORT))
         .collect::<anyhow::Result<_>>()?;
     let dir = tb.scratch_dir()?;
-    let calib = Duration::from_secs(opts.seconds.clamp(2, 3));
-    run.idle_load_rate = idle_rate(opts.load_threads, calib);
-    for with_load in [false, true] {
-        if interrupted() {
-            anyhow::bail!("interrupted");
-        }
-        let ph = phase(&tb, &servers, opts, perf, &dir, with_load)?;
-        let left = ph
-            .load_rate
-            .map(|r| {
-                format!(
-                    ", CPU left {:.0}% of the idle-lab rate",
-                    100.0 * r / run.idle_load_rate
-                )
+    let setup = PhaseSetup {
+        perf,
+        dir: &dir,
+        load_threads: opts.load_threads,
+        seconds: opts.seconds,
+        servers: servers.iter().map(|s| s.pid).collect(),
+        switches: tb
+            .switch_pid()
+            .map(|p| ("switch".into(), p))
+            .into_iter()
+            .collect(),
+        retransmits: false,
+    };
+    let (name, pairs) = (run.engine.name(), run.pairs);
+    co::measure_point(
+        &mut run.point,
+        opts.load_threads,
+        opts.seconds,
+        |with_load| {
+            co::measure_phase(&setup, with_load, || {
+                (0..tb.pairs())
+                    .map(|i| tb.spawn_iperf_client(i, PORT, opts.seconds, 1, &dir))
+                    .collect()
             })
-            .unwrap_or_default();
-        progress(&format!(
-            "{} {} pairs{}: {:.2} Gbit/s, {:.0} ctxt/Gbit, {:.0} intr/Gbit{left}{}",
-            run.engine.name(),
-            run.pairs,
-            if with_load { " + load" } else { "" },
-            ph.gbps,
-            cpu::per_gbit(ph.usage.ctxt, ph.bytes),
-            cpu::per_gbit(ph.usage.intr, ph.bytes),
-            if ph.errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} failed: {})", ph.errors.len(), ph.errors[0])
-            }
-        ));
-        if with_load {
-            run.traffic_with_load = Some(ph);
-        } else {
-            run.traffic = Some(ph);
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    run.idle_load_rate_after = idle_rate(opts.load_threads, calib);
+        },
+        |with_load, ph, idle| progress(&co::phase_line(name, pairs, with_load, ph, idle, false)),
+    )?;
     drop(servers);
     tb.down()
-}
-
-fn phase(
-    tb: &Testbed,
-    servers: &[testbed::IperfServer],
-    opts: &Options,
-    perf: &PerfSupport,
-    dir: &std::path::Path,
-    with_load: bool,
-) -> anyhow::Result<Phase> {
-    let mut pids: Vec<(String, u32)> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("iperf3-server-{}", i + 1), s.pid))
-        .collect();
-    if let Some(p) = tb.switch_pid() {
-        pids.push(("switch".into(), p));
-    }
-    let load = with_load.then(|| Load::start(opts.load_threads));
-    if load.is_some() {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let p = cpu::Perf::start(perf, dir, if with_load { "load" } else { "traffic" });
-    let l0 = load.as_ref().map(Load::count);
-    let lc0 = load.as_ref().map(Load::cpu_s);
-    let a = Snapshot::take(&pids);
-    let clients = (0..tb.pairs())
-        .map(|i| tb.spawn_iperf_client(i, PORT, opts.seconds, 1, dir))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let pids_c: Vec<u32> = clients.iter().map(|c| c.pid).collect();
-    let deadline = Instant::now() + Duration::from_secs(opts.seconds + 20);
-    let results: Vec<testbed::IperfResult> =
-        clients.into_iter().map(|c| c.finish(deadline)).collect();
-    let b = Snapshot::take(&pids);
-    let l1 = load.as_ref().map(Load::count);
-    let lc1 = load.as_ref().map(Load::cpu_s);
-    let mut usage = Usage::between(&a, &b);
-    usage.perf = cpu::perf_or_note(p, perf);
-    if let Some(l) = load {
-        l.stop();
-    }
-    let mut ph = Phase {
-        load_rate: match (l0, l1) {
-            (Some(x), Some(y)) => Some((y - x) as f64 / usage.wall_s),
-            _ => None,
-        },
-        load_cpu_share: match (lc0, lc1) {
-            (Some(x), Some(y)) => Some(cpu::ratio(y - x, usage.wall_s * cores())),
-            _ => None,
-        },
-        ..Default::default()
-    };
-    for (i, (r, pid)) in results.iter().zip(pids_c).enumerate() {
-        usage.add_process(
-            &format!("iperf3-client-{}", i + 1),
-            pid,
-            r.user_s,
-            r.system_s,
-        );
-        match &r.error {
-            Some(e) => ph.errors.push(format!("pair {}: {e}", i + 1)),
-            None => {
-                ph.bytes += r.bytes;
-                ph.gbps += r.gbps;
-            }
-        }
-    }
-    ph.usage = usage;
-    Ok(ph)
 }
 
 // ---------------------------------------------------------------------------
 // Report
 // ---------------------------------------------------------------------------
 
-type Get = fn(&Run) -> Option<f64>;
-
-fn ok_phase(p: &Option<Phase>) -> Option<&Phase> {
-    p.as_ref().filter(|p| p.errors.is_empty() && p.bytes > 0)
-}
-
-fn g_gbps(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| p.gbps)
-}
-fn g_ctxt(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.ctxt, p.bytes))
-}
-fn g_intr(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.intr, p.bytes))
-}
-fn g_irqs(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.interrupts, p.bytes))
-}
-fn g_left(r: &Run) -> Option<f64> {
-    let p = r.traffic_with_load.as_ref()?;
-    p.load_rate.map(|x| 100.0 * cpu::ratio(x, r.idle_rate()))
-}
-fn g_gbps_load(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .filter(|p| p.errors.is_empty())
-        .map(|p| p.gbps)
-}
-fn cores() -> f64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1) as f64
-}
-fn g_busy(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| 100.0 * p.usage.busy_cores() / cores())
-}
-fn g_softirq(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| 100.0 * cpu::ratio(p.usage.softirq_s, p.usage.wall_s) / cores())
-}
-fn g_switch(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).and_then(|p| p.usage.procs_cpu("switch").map(|c| c / p.usage.wall_s))
-}
-fn g_s_gbit(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::cpu_s_per_gbit(p.usage.busy_s, p.bytes))
-}
-/// Switch + iperf3 process CPU per Gbit (not inflated by other load).
-fn g_proc_s_gbit(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).and_then(|p| {
-        let c = p.usage.procs_cpu("iperf3")? + p.usage.procs_cpu("switch").unwrap_or(0.0);
-        Some(cpu::cpu_s_per_gbit(c, p.bytes))
-    })
-}
-fn g_load_share(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .and_then(|p| p.load_cpu_share)
-        .map(|x| 100.0 * x)
-}
-fn g_user_load(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .map(|p| 100.0 * cpu::ratio(p.usage.user_s, p.usage.wall_s) / cores())
-}
-
-fn med(r: &Results, e: Engine, n: usize, f: Get) -> Option<f64> {
-    let mut v: Vec<f64> = r
-        .runs
-        .iter()
-        .filter(|x| x.engine == e && x.pairs == n && x.error.is_none())
-        .filter_map(f)
-        .filter(|x| x.is_finite())
-        .collect();
-    (!v.is_empty()).then(|| median(&mut v))
-}
-
-fn engines_in(r: &Results) -> Vec<Engine> {
-    let mut v = Vec::new();
-    for x in &r.runs {
-        if !v.contains(&x.engine) {
-            v.push(x.engine);
-        }
-    }
-    v
-}
-
-fn figure(r: &Results, id: &str, title: &str, y: &str, f: Get) -> Figure {
-    Figure {
-        id: id.into(),
-        title: title.into(),
-        x_label: "client/server container pairs".into(),
-        y_label: y.into(),
-        log_x: true,
-        series: engines_in(r)
-            .into_iter()
-            .map(|e| Series {
-                name: e.name().into(),
-                points: r
-                    .options
-                    .pairs
-                    .iter()
-                    .map(|&n| (n as f64, med(r, e, n, f)))
-                    .collect(),
-            })
-            .collect(),
-    }
-}
-
 pub fn figures(r: &Results) -> Vec<Figure> {
-    vec![
-        figure(
-            r,
-            "cpu-left",
-            "CPU left to a co-located load (cf. doc 001 fig. 4a)",
-            "load work rate vs idle lab (% of available CPU)",
-            g_left,
-        ),
-        figure(
-            r,
-            "interrupts-per-gbit",
-            "Interrupts per Gbit (cf. doc 001 fig. 4b)",
-            "interrupts per Gbit (/proc/stat intr)",
-            g_intr,
-        ),
-        figure(
-            r,
-            "throughput",
-            "Total throughput (cf. doc 001 fig. 4c)",
-            "sum of iperf3 TCP throughput (Gbit/s)",
-            g_gbps,
-        ),
-        figure(
-            r,
-            "ctxt-per-gbit",
-            "Context switches per Gbit (cf. doc 001 fig. 4d)",
-            "context switches per Gbit (/proc/stat ctxt)",
-            g_ctxt,
-        ),
-    ]
-}
-
-fn fmt(v: Option<f64>, d: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.d$}"),
-        _ => "—".into(),
-    }
+    co::figures(
+        &r.runs,
+        &r.options.pairs,
+        "client/server container pairs",
+        &[
+            FigureSpec {
+                id: "cpu-left",
+                title: "CPU left to a co-located load (cf. doc 001 fig. 4a)",
+                y_label: "load work rate vs idle lab (% of available CPU)",
+                get: co::left,
+            },
+            FigureSpec {
+                id: "interrupts-per-gbit",
+                title: "Interrupts per Gbit (cf. doc 001 fig. 4b)",
+                y_label: "interrupts per Gbit (/proc/stat intr)",
+                get: co::intr,
+            },
+            FigureSpec {
+                id: "throughput",
+                title: "Total throughput (cf. doc 001 fig. 4c)",
+                y_label: "sum of iperf3 TCP throughput (Gbit/s)",
+                get: co::gbps,
+            },
+            FigureSpec {
+                id: "ctxt-per-gbit",
+                title: "Context switches per Gbit (cf. doc 001 fig. 4d)",
+                y_label: "context switches per Gbit (/proc/stat ctxt)",
+                get: co::ctxt,
+            },
+        ],
+    )
 }
 
 pub fn markdown(r: &Results, figs: &[Figure]) -> String {
@@ -659,14 +233,10 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          rate, \"load CPU %\" the load threads' own CPU time as a share of all cores (the \
          absolute figure). Host offloads {:?}. Medians over repetitions.{}\n",
         o.reps,
-        o.pairs
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
+        report::join(&o.pairs, ", "),
         o.seconds,
         o.load_threads,
-        o.seconds.clamp(2, 3),
+        co::calibration_s(o.seconds),
         o.host_offload,
         if o.quick {
             " **Quick run** (`--quick`)."
@@ -674,10 +244,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             ""
         }
     );
-    let _ = writeln!(s, "## Figures\n");
-    for (f, d) in figs.iter().zip([0usize, 0, 2, 0]) {
-        let _ = writeln!(s, "{}", f.markdown(d));
-    }
+    co::write_figures(&mut s, figs, &[0, 0, 2, 0]);
     let _ = writeln!(s, "## Details (medians, traffic phase without load)\n");
     let _ = writeln!(
         s,
@@ -687,69 +254,27 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          /proc/interrupts per Gbit: the sum of the per-CPU interrupt table (device and \
          architecture interrupts, incl. timer and IPIs) — /proc/stat intr counts more sources; \
          with load: throughput and the machine's user share in the phase with the load.\n",
-        cores()
+        cpu::cores()
     );
-    let _ = writeln!(
-        s,
-        "| engine | pairs | Gbit/s | busy % | softirq % | switch cores | CPU s/Gbit | process CPU s/Gbit | ctxt/Gbit | intr/Gbit | /proc/interrupts per Gbit | Gbit/s with load | user % with load | load CPU % | CPU left % |"
-    );
-    let _ = writeln!(
-        s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    for e in engines_in(r) {
-        for &n in &o.pairs {
-            let m = |f: Get| med(r, e, n, f);
-            let _ = writeln!(
-                s,
-                "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                e.name(),
-                fmt(m(g_gbps), 2),
-                fmt(m(g_busy), 0),
-                fmt(m(g_softirq), 0),
-                fmt(m(g_switch), 2),
-                fmt(m(g_s_gbit), 3),
-                fmt(m(g_proc_s_gbit), 3),
-                fmt(m(g_ctxt), 0),
-                fmt(m(g_intr), 0),
-                fmt(m(g_irqs), 0),
-                fmt(m(g_gbps_load), 2),
-                fmt(m(g_user_load), 0),
-                fmt(m(g_load_share), 0),
-                fmt(m(g_left), 0),
-            );
-        }
-    }
-    let fails: Vec<String> = r
-        .runs
-        .iter()
-        .flat_map(|x| {
-            let mut v = Vec::new();
-            let tag = format!("{} {} pairs rep {}", x.engine.name(), x.pairs, x.rep + 1);
-            if let Some(e) = &x.error {
-                v.push(format!("{tag}: {e}"));
-            }
-            for (p, name) in [(&x.traffic, "traffic"), (&x.traffic_with_load, "with load")] {
-                if let Some(p) = p {
-                    if !p.errors.is_empty() {
-                        v.push(format!(
-                            "{tag} {name}: {} of {} pairs failed ({})",
-                            p.errors.len(),
-                            x.pairs,
-                            p.errors[0]
-                        ));
-                    }
-                }
-            }
-            v
-        })
-        .collect();
-    if !fails.is_empty() {
-        let _ = writeln!(s, "\n## Failures\n");
-        for f in fails {
-            let _ = writeln!(s, "- {f}");
-        }
-    }
+    let cols: &[(&str, Get<Run>, usize)] = &[
+        ("Gbit/s", co::gbps, 2),
+        ("busy %", co::busy, 0),
+        ("softirq %", co::softirq, 0),
+        ("switch cores", co::switch, 2),
+        ("CPU s/Gbit", co::s_gbit, 3),
+        ("process CPU s/Gbit", co::proc_s_gbit, 3),
+        ("ctxt/Gbit", co::ctxt, 0),
+        ("intr/Gbit", co::intr, 0),
+        ("/proc/interrupts per Gbit", co::irqs, 0),
+        ("Gbit/s with load", co::gbps_load, 2),
+        ("user % with load", co::user_load, 0),
+        ("load CPU %", co::load_share, 0),
+        ("CPU left %", co::left, 0),
+    ];
+    s.push_str(&co::details_table(&r.runs, &o.pairs, cols, &[], |_, _| {
+        Vec::new()
+    }));
+    co::write_failures(&mut s, &r.runs, false);
     let _ = writeln!(s, "\n## Commands\n");
     let _ = writeln!(
         s,
@@ -757,18 +282,10 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          # per engine, repetition and pair count N, for i in 1..N (ci, si: the testbed's namespaces):\n\
          ip netns exec <si> iperf3 -s -p {PORT}\n\
          ip netns exec <ci> iperf3 -c 198.18.2.i -p {PORT} -t {} -P 1 -J --connect-timeout 3000   # all i at once\n```",
-        o.engines
-            .iter()
-            .map(|e| e.name())
-            .collect::<Vec<_>>()
-            .join(","),
+        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
         o.reps,
         o.seconds,
-        o.pairs
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
+        report::join(&o.pairs, ","),
         match o.host_offload {
             HostOffload::Default => "default",
             HostOffload::Off => "off",

@@ -255,6 +255,13 @@ impl Usage {
     }
 }
 
+/// Cores of the machine (the denominator of every "% of all cores").
+pub fn cores() -> f64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64
+}
+
 /// `a / b`, NaN when `b` is not positive (a figure that does not exist).
 pub fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 && a.is_finite() {

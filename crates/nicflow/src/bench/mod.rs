@@ -5,6 +5,7 @@
 //! linear scan of the same rules), so ratios stay meaningful across machines.
 
 pub mod classifier;
+pub mod colocated;
 pub mod containers;
 pub mod cpu;
 pub mod forward;

@@ -28,7 +28,7 @@
 //! per server, then the phases of `bench containers`
 //! ([`super::containers`]): load calibration with the lab idle, traffic
 //! (one iperf3 TCP stream per pair, all at once), traffic beside the
-//! `stress -c`-style [`Load`], calibration again. Container MTU 1450 (the
+//! `stress -c`-style [`co::Load`], calibration again ([`super::colocated`]). Container MTU 1450 (the
 //! overlay's 50 bytes of headers fit in the underlay's 1500).
 //!
 //! Names: namespaces `nfbo<pid>x<seq><tag>-h1`, `-h2`, `-c1`.., `-s1`..;
@@ -37,12 +37,11 @@
 //! [`interrupted`]) stops the daemons, kills every process left in the
 //! namespaces and deletes them; `up` first removes labs of dead runs.
 
-use super::containers::Load;
-use super::cpu::{self, PerfSupport, Snapshot, Usage};
-use super::forward::{self, interrupted};
-use super::median;
-use super::report::{self, Figure, Series};
-use super::testbed;
+use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
+use super::cpu::{self, PerfSupport};
+use super::forward::interrupted;
+use super::report::{self, Figure};
+use super::testbed::{self, IperfResult};
 use crate::control::proto::Request;
 use crate::lab::sys;
 use anyhow::{bail, Context};
@@ -163,21 +162,6 @@ pub struct Options {
     pub quick: bool,
 }
 
-/// One traffic phase: all pairs at once.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Phase {
-    pub errors: Vec<String>,
-    pub bytes: u64,
-    /// Sum over pairs of each receiver's rate.
-    pub gbps: f64,
-    pub retransmits: u64,
-    pub usage: Usage,
-    /// Load work rate (iterations/s) during the phase, if the load ran.
-    pub load_rate: Option<f64>,
-    /// The load threads' CPU time as a share of all cores' time.
-    pub load_cpu_share: Option<f64>,
-}
-
 /// `nicflow dump-dp-flows br0` on one host after the traffic.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct DpFlows {
@@ -191,47 +175,24 @@ pub struct DpFlows {
     pub lines: Vec<String>,
 }
 
-/// One engine, one pair count, one repetition.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Run {
-    pub engine: OvEngine,
-    pub pairs: usize,
-    pub rep: usize,
-    pub lab: String,
-    pub error: Option<String>,
-    /// Load work rate with the lab idle, before and after the traffic.
-    pub idle_load_rate: Option<f64>,
-    pub idle_load_rate_after: Option<f64>,
-    pub traffic: Option<Phase>,
-    pub traffic_with_load: Option<Phase>,
+/// What an overlay run records besides the phases.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Extra {
     /// nicflow engines: datapath flows per engine on each host.
     #[serde(default)]
     pub dp_flows: Vec<DpFlows>,
 }
 
-impl Run {
-    fn idle_rate(&self) -> f64 {
-        let v: Vec<f64> = [self.idle_load_rate, self.idle_load_rate_after]
-            .into_iter()
-            .flatten()
-            .filter(|x| x.is_finite() && *x > 0.0)
-            .collect();
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
+/// One engine, one pair count, one repetition.
+pub type Run = co::Run<OvEngine, Extra>;
+
+impl co::Named for OvEngine {
+    fn name(self) -> &'static str {
+        OvEngine::name(self)
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Results {
-    pub machine: String,
-    pub perf: String,
-    pub options: Options,
-    pub started_unix: u64,
-    pub runs: Vec<Run>,
-}
+pub type Results = co::Results<Options, Run>;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
     let (reps, seconds, pairs) = if a.quick {
@@ -248,39 +209,19 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         reps,
         seconds,
         pairs,
-        load_threads: a.load_threads.unwrap_or_else(|| cores() as usize).max(1),
+        load_threads: co::load_threads(a.load_threads),
         quick: a.quick,
     })
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
-    let opts = options(args)?;
-    forward::install_signal_handlers();
-    let r = run(&opts)?;
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("overlay"));
-    write(&dir, &r)
-}
-
-fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    let paths = (args.render.as_deref(), args.out.as_deref());
+    let measure = || run(&options(args)?);
+    report::cli(paths, "overlay", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
     eprintln!("[overlay] {s}");
-}
-
-fn cores() -> f64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1) as f64
 }
 
 // ---------------------------------------------------------------------------
@@ -881,108 +822,56 @@ fn spawn_client(ns: &str, dst: Ipv4Addr, seconds: u64, out: PathBuf) -> anyhow::
     })
 }
 
-/// `(bytes, Gbit/s, retransmits, user_s, system_s)` or an error.
-type ClientResult = (Result<(u64, f64, u64), String>, f64, f64);
+impl co::Client for Client {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
 
-fn finish_client(c: Client, deadline: Instant) -> ClientResult {
-    let (by_itself, _ok, user_s, system_s) = cpu::wait_rusage(c.child, deadline);
-    let json: serde_json::Value = std::fs::read_to_string(&c.out)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
-    let _ = std::fs::remove_file(&c.out);
-    let r = if !by_itself {
-        Err(if interrupted() {
-            "interrupted".into()
-        } else {
-            "iperf3 client did not finish in time".into()
-        })
-    } else if let Some(e) = json["error"].as_str() {
-        Err(format!("iperf3: {e}"))
-    } else {
+    /// The receiver's bytes and rate, the sender's retransmits and the
+    /// client's own CPU (as [`testbed::IperfClient::finish`] reads them).
+    fn finish(self, deadline: Instant) -> IperfResult {
+        let (by_itself, _ok, user_s, system_s) = cpu::wait_rusage(self.child, deadline);
+        let mut r = IperfResult {
+            user_s,
+            system_s,
+            ..Default::default()
+        };
+        let json: serde_json::Value = std::fs::read_to_string(&self.out)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let _ = std::fs::remove_file(&self.out);
         let recv = &json["end"]["sum_received"];
-        let bytes = recv["bytes"].as_u64().unwrap_or(0);
-        if bytes == 0 {
-            Err("nothing arrived".into())
+        r.error = if !by_itself {
+            Some(if interrupted() {
+                "interrupted".into()
+            } else {
+                "iperf3 client did not finish in time".into()
+            })
+        } else if let Some(e) = json["error"].as_str() {
+            Some(format!("iperf3: {e}"))
         } else {
-            Ok((
-                bytes,
-                recv["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9,
-                json["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
-            ))
-        }
-    };
-    (r, user_s, system_s)
+            r.bytes = recv["bytes"].as_u64().unwrap_or(0);
+            r.gbps = recv["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9;
+            r.receiver_s = recv["seconds"].as_f64().unwrap_or(0.0);
+            r.retransmits = json["end"]["sum_sent"]["retransmits"].as_u64();
+            (r.bytes == 0).then(|| "nothing arrived".into())
+        };
+        r
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Measurement
 // ---------------------------------------------------------------------------
 
-/// The load's rate (iterations/s) over `dur` with nothing else started.
-fn idle_rate(threads: usize, dur: Duration) -> f64 {
-    let load = Load::start(threads);
-    std::thread::sleep(Duration::from_millis(200));
-    let (c0, t0) = (load.count(), Instant::now());
-    std::thread::sleep(dur);
-    let rate = (load.count() - c0) as f64 / t0.elapsed().as_secs_f64();
-    load.stop();
-    rate
-}
-
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
-    let perf = PerfSupport::detect();
-    let mut results = Results {
-        machine: super::machine_description(),
-        perf: perf.describe(),
-        options: opts.clone(),
-        started_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        runs: Vec::new(),
-    };
-    'all: for rep in 0..opts.reps {
-        for &n in &opts.pairs {
-            for &engine in &opts.engines {
-                if interrupted() {
-                    break 'all;
-                }
-                progress(&format!(
-                    "rep {}/{}: {} pair(s), {}",
-                    rep + 1,
-                    opts.reps,
-                    n,
-                    engine.name()
-                ));
-                let mut run = Run {
-                    engine,
-                    pairs: n,
-                    rep,
-                    lab: String::new(),
-                    error: None,
-                    idle_load_rate: None,
-                    idle_load_rate_after: None,
-                    traffic: None,
-                    traffic_with_load: None,
-                    dp_flows: Vec::new(),
-                };
-                if let Err(e) = body(opts, &perf, &mut run) {
-                    progress(&format!(
-                        "{} {n} pairs rep {}: {e:#}",
-                        engine.name(),
-                        rep + 1
-                    ));
-                    run.error = Some(format!("{e:#}"));
-                }
-                results.runs.push(run);
-            }
-        }
-    }
-    if interrupted() {
-        bail!("interrupted; everything the bench created has been removed");
-    }
-    Ok(results)
+    co::sweep(
+        opts,
+        (opts.reps, &opts.pairs, &opts.engines),
+        progress,
+        |perf, run| body(opts, perf, run),
+    )
 }
 
 fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
@@ -993,278 +882,97 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
         .collect::<anyhow::Result<_>>()?;
     let dir = lab.dir.join("scratch");
     std::fs::create_dir_all(&dir)?;
-    let calib = Duration::from_secs(opts.seconds.clamp(2, 3));
-    run.idle_load_rate = Some(idle_rate(opts.load_threads, calib));
-    for with_load in [false, true] {
-        if interrupted() {
-            bail!("interrupted");
-        }
-        let ph = phase(&lab, &servers, opts, perf, &dir, with_load)?;
-        let left = ph
-            .load_rate
-            .zip(run.idle_load_rate)
-            .map(|(r, i)| format!(", CPU left {:.0}% of the idle-lab rate", 100.0 * r / i))
-            .unwrap_or_default();
-        progress(&format!(
-            "{} {} pairs{}: {:.2} Gbit/s, {:.0} ctxt/Gbit, {:.0} intr/Gbit, switch {:.2} cores{left}{}",
-            run.engine.name(),
-            run.pairs,
-            if with_load { " + load" } else { "" },
-            ph.gbps,
-            cpu::per_gbit(ph.usage.ctxt, ph.bytes),
-            cpu::per_gbit(ph.usage.intr, ph.bytes),
-            ph.usage
-                .procs_cpu("switch")
-                .map(|c| c / ph.usage.wall_s)
-                .unwrap_or(0.0),
-            if ph.errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} failed: {})", ph.errors.len(), ph.errors[0])
+    let setup = PhaseSetup {
+        perf,
+        dir: &dir,
+        load_threads: opts.load_threads,
+        seconds: opts.seconds,
+        servers: servers.iter().map(|s| s.pid).collect(),
+        switches: lab.daemon_pids(),
+        retransmits: true,
+    };
+    let (name, pairs) = (run.engine.name(), run.pairs);
+    let dp_flows = &mut run.extra.dp_flows;
+    co::measure_point(
+        &mut run.point,
+        opts.load_threads,
+        opts.seconds,
+        |with_load| {
+            co::measure_phase(&setup, with_load, || {
+                (1..=lab.pairs)
+                    .map(|i| {
+                        spawn_client(
+                            &lab.client_ns(i),
+                            container_ip(true, i),
+                            opts.seconds,
+                            dir.join(format!("iperf-{i}.json")),
+                        )
+                    })
+                    .collect()
+            })
+        },
+        |with_load, ph, idle| {
+            progress(&co::phase_line(name, pairs, with_load, ph, idle, true));
+            if !with_load {
+                *dp_flows = lab.dp_flows();
+                for f in dp_flows.iter() {
+                    progress(&format!(
+                        "{} dump-dp-flows br0: {} engine:xdp, {} engine:userspace ({})",
+                        f.host,
+                        f.xdp,
+                        f.userspace,
+                        f.reasons.join(", ")
+                    ));
+                }
             }
-        ));
-        if with_load {
-            run.traffic_with_load = Some(ph);
-        } else {
-            run.dp_flows = lab.dp_flows();
-            for f in &run.dp_flows {
-                progress(&format!(
-                    "{} dump-dp-flows br0: {} engine:xdp, {} engine:userspace ({})",
-                    f.host,
-                    f.xdp,
-                    f.userspace,
-                    f.reasons.join(", ")
-                ));
-            }
-            run.traffic = Some(ph);
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    run.idle_load_rate_after = Some(idle_rate(opts.load_threads, calib));
+        },
+    )?;
     drop(servers);
     lab.down()
-}
-
-fn phase(
-    lab: &Lab,
-    servers: &[Server],
-    opts: &Options,
-    perf: &PerfSupport,
-    dir: &Path,
-    with_load: bool,
-) -> anyhow::Result<Phase> {
-    let mut pids: Vec<(String, u32)> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("iperf3-server-{}", i + 1), s.pid))
-        .collect();
-    pids.extend(lab.daemon_pids());
-    let load = with_load.then(|| Load::start(opts.load_threads));
-    if load.is_some() {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let p = cpu::Perf::start(perf, dir, if with_load { "load" } else { "traffic" });
-    let l0 = load.as_ref().map(Load::count);
-    let lc0 = load.as_ref().map(Load::cpu_s);
-    let a = Snapshot::take(&pids);
-    let clients = (1..=lab.pairs)
-        .map(|i| {
-            spawn_client(
-                &lab.client_ns(i),
-                container_ip(true, i),
-                opts.seconds,
-                dir.join(format!("iperf-{i}.json")),
-            )
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let pids_c: Vec<u32> = clients.iter().map(|c| c.pid).collect();
-    let deadline = Instant::now() + Duration::from_secs(opts.seconds + 20);
-    let results: Vec<ClientResult> = clients
-        .into_iter()
-        .map(|c| finish_client(c, deadline))
-        .collect();
-    let b = Snapshot::take(&pids);
-    let l1 = load.as_ref().map(Load::count);
-    let lc1 = load.as_ref().map(Load::cpu_s);
-    let mut usage = Usage::between(&a, &b);
-    usage.perf = cpu::perf_or_note(p, perf);
-    if let Some(l) = load {
-        l.stop();
-    }
-    let mut ph = Phase {
-        load_rate: match (l0, l1) {
-            (Some(x), Some(y)) => Some((y - x) as f64 / usage.wall_s),
-            _ => None,
-        },
-        load_cpu_share: match (lc0, lc1) {
-            (Some(x), Some(y)) => Some(cpu::ratio(y - x, usage.wall_s * cores())),
-            _ => None,
-        },
-        ..Default::default()
-    };
-    for (i, ((r, user_s, system_s), pid)) in results.into_iter().zip(pids_c).enumerate() {
-        usage.add_process(&format!("iperf3-client-{}", i + 1), pid, user_s, system_s);
-        match r {
-            Err(e) => ph.errors.push(format!("pair {}: {e}", i + 1)),
-            Ok((bytes, gbps, retr)) => {
-                ph.bytes += bytes;
-                ph.gbps += gbps;
-                ph.retransmits += retr;
-            }
-        }
-    }
-    ph.usage = usage;
-    Ok(ph)
 }
 
 // ---------------------------------------------------------------------------
 // Report
 // ---------------------------------------------------------------------------
 
-type Get = fn(&Run) -> Option<f64>;
-
-fn ok_phase(p: &Option<Phase>) -> Option<&Phase> {
-    p.as_ref().filter(|p| p.errors.is_empty() && p.bytes > 0)
-}
-
-fn g_gbps(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| p.gbps)
-}
-fn g_ctxt(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.ctxt, p.bytes))
-}
-fn g_intr(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| cpu::per_gbit(p.usage.intr, p.bytes))
-}
-fn g_left(r: &Run) -> Option<f64> {
-    let p = r.traffic_with_load.as_ref()?;
-    p.load_rate.map(|x| 100.0 * cpu::ratio(x, r.idle_rate()))
-}
-fn g_gbps_load(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .filter(|p| p.errors.is_empty())
-        .map(|p| p.gbps)
-}
-fn g_busy(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| 100.0 * p.usage.busy_cores() / cores())
-}
-fn g_system(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| 100.0 * cpu::ratio(p.usage.system_s, p.usage.wall_s) / cores())
-}
-fn g_softirq(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| 100.0 * cpu::ratio(p.usage.softirq_s, p.usage.wall_s) / cores())
-}
-fn g_switch(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).and_then(|p| p.usage.procs_cpu("switch").map(|c| c / p.usage.wall_s))
-}
-fn g_switch_load(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .and_then(|p| p.usage.procs_cpu("switch").map(|c| c / p.usage.wall_s))
-}
-fn g_load_share(r: &Run) -> Option<f64> {
-    r.traffic_with_load
-        .as_ref()
-        .and_then(|p| p.load_cpu_share)
-        .map(|x| 100.0 * x)
-}
-fn g_retr(r: &Run) -> Option<f64> {
-    ok_phase(&r.traffic).map(|p| p.retransmits as f64)
-}
-
-fn med(r: &Results, e: OvEngine, n: usize, f: Get) -> Option<f64> {
-    let mut v: Vec<f64> = r
-        .runs
-        .iter()
-        .filter(|x| x.engine == e && x.pairs == n && x.error.is_none())
-        .filter_map(f)
-        .filter(|x| x.is_finite())
-        .collect();
-    (!v.is_empty()).then(|| median(&mut v))
-}
-
-fn engines_in(r: &Results) -> Vec<OvEngine> {
-    let mut v = Vec::new();
-    for x in &r.runs {
-        if !v.contains(&x.engine) {
-            v.push(x.engine);
-        }
-    }
-    v
-}
-
-fn figure(r: &Results, id: &str, title: &str, y: &str, f: Get) -> Figure {
-    Figure {
-        id: id.into(),
-        title: title.into(),
-        x_label: "container pairs across the two hosts".into(),
-        y_label: y.into(),
-        log_x: true,
-        series: engines_in(r)
-            .into_iter()
-            .map(|e| Series {
-                name: e.name().into(),
-                points: r
-                    .options
-                    .pairs
-                    .iter()
-                    .map(|&n| (n as f64, med(r, e, n, f)))
-                    .collect(),
-            })
-            .collect(),
-    }
-}
-
 pub fn figures(r: &Results) -> Vec<Figure> {
-    vec![
-        figure(
-            r,
-            "cpu-left",
-            "Overlay: CPU left to a co-located load (cf. doc 001 fig. 4a)",
-            "load work rate vs idle lab (% of available CPU)",
-            g_left,
-        ),
-        figure(
-            r,
-            "interrupts-per-gbit",
-            "Overlay: interrupts per Gbit (cf. doc 001 fig. 4b)",
-            "interrupts per Gbit (/proc/stat intr)",
-            g_intr,
-        ),
-        figure(
-            r,
-            "throughput",
-            "Overlay: total throughput (cf. doc 001 fig. 4c)",
-            "sum of iperf3 TCP throughput (Gbit/s)",
-            g_gbps,
-        ),
-        figure(
-            r,
-            "ctxt-per-gbit",
-            "Overlay: context switches per Gbit (cf. doc 001 fig. 4d)",
-            "context switches per Gbit (/proc/stat ctxt)",
-            g_ctxt,
-        ),
-        figure(
-            r,
-            "switch-cpu",
-            "Overlay: nicflow daemons' CPU (both hosts)",
-            "cores used by the nicflow daemons (utime+stime)",
-            g_switch,
-        ),
-    ]
-}
-
-fn fmt(v: Option<f64>, d: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.d$}"),
-        _ => "—".into(),
-    }
-}
-
-fn join<T: ToString>(v: &[T]) -> String {
-    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+    co::figures(
+        &r.runs,
+        &r.options.pairs,
+        "container pairs across the two hosts",
+        &[
+            FigureSpec {
+                id: "cpu-left",
+                title: "Overlay: CPU left to a co-located load (cf. doc 001 fig. 4a)",
+                y_label: "load work rate vs idle lab (% of available CPU)",
+                get: co::left,
+            },
+            FigureSpec {
+                id: "interrupts-per-gbit",
+                title: "Overlay: interrupts per Gbit (cf. doc 001 fig. 4b)",
+                y_label: "interrupts per Gbit (/proc/stat intr)",
+                get: co::intr,
+            },
+            FigureSpec {
+                id: "throughput",
+                title: "Overlay: total throughput (cf. doc 001 fig. 4c)",
+                y_label: "sum of iperf3 TCP throughput (Gbit/s)",
+                get: co::gbps,
+            },
+            FigureSpec {
+                id: "ctxt-per-gbit",
+                title: "Overlay: context switches per Gbit (cf. doc 001 fig. 4d)",
+                y_label: "context switches per Gbit (/proc/stat ctxt)",
+                get: co::ctxt,
+            },
+            FigureSpec {
+                id: "switch-cpu",
+                title: "Overlay: nicflow daemons' CPU (both hosts)",
+                y_label: "cores used by the nicflow daemons (utime+stime)",
+                get: co::switch,
+            },
+        ],
+    )
 }
 
 /// Datapath flow counts of the first successful repetition of a point.
@@ -1274,9 +982,12 @@ fn dp_cell(r: &Results, e: OvEngine, n: usize) -> String {
     }
     r.runs
         .iter()
-        .find(|x| x.engine == e && x.pairs == n && x.error.is_none() && !x.dp_flows.is_empty())
+        .find(|x| {
+            x.engine == e && x.pairs == n && x.error.is_none() && !x.extra.dp_flows.is_empty()
+        })
         .map(|x| {
-            x.dp_flows
+            x.extra
+                .dp_flows
                 .iter()
                 .map(|f| {
                     format!(
@@ -1318,20 +1029,17 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
          is its rate in that phase over the mean idle-lab rate. Medians over repetitions.{}\n",
         o.reps,
-        join(&o.pairs).replace(',', ", "),
+        report::join(&o.pairs, ", "),
         o.seconds,
         o.load_threads,
-        o.seconds.clamp(2, 3),
+        co::calibration_s(o.seconds),
         if o.quick {
             " **Quick run** (`--quick`)."
         } else {
             ""
         }
     );
-    let _ = writeln!(s, "## Figures\n");
-    for (f, d) in figs.iter().zip([0usize, 0, 2, 0, 2]) {
-        let _ = writeln!(s, "{}", f.markdown(d));
-    }
+    co::write_figures(&mut s, figs, &[0, 0, 2, 0, 2]);
     let _ = writeln!(s, "## Details (medians, traffic phase without load)\n");
     let _ = writeln!(
         s,
@@ -1340,69 +1048,30 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          retransmits: sum over pairs; load CPU %: the load threads' own CPU time as a share \
          of all cores; dp flows: `nicflow dump-dp-flows br0` on each host after the traffic \
          (first successful repetition), by engine, with the reasons flows are not offloaded.\n",
-        cores()
+        cpu::cores()
     );
-    let _ = writeln!(
-        s,
-        "| engine | pairs | Gbit/s | retransmits | busy % | system % | softirq % | nicflow cores | ctxt/Gbit | intr/Gbit | Gbit/s with load | nicflow cores with load | load CPU % | CPU left % | dp flows |"
-    );
-    let _ = writeln!(
-        s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-    );
-    for e in engines_in(r) {
-        for &n in &o.pairs {
-            let m = |f: Get| med(r, e, n, f);
-            let _ = writeln!(
-                s,
-                "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                e.name(),
-                fmt(m(g_gbps), 2),
-                fmt(m(g_retr), 0),
-                fmt(m(g_busy), 0),
-                fmt(m(g_system), 0),
-                fmt(m(g_softirq), 0),
-                fmt(m(g_switch), 2),
-                fmt(m(g_ctxt), 0),
-                fmt(m(g_intr), 0),
-                fmt(m(g_gbps_load), 2),
-                fmt(m(g_switch_load), 2),
-                fmt(m(g_load_share), 0),
-                fmt(m(g_left), 0),
-                dp_cell(r, e, n),
-            );
-        }
-    }
-    let fails: Vec<String> = r
-        .runs
-        .iter()
-        .flat_map(|x| {
-            let mut v = Vec::new();
-            let tag = format!("{} {} pairs rep {}", x.engine.name(), x.pairs, x.rep + 1);
-            if let Some(e) = &x.error {
-                v.push(format!("{tag}: {}", e.lines().next().unwrap_or("")));
-            }
-            for (p, name) in [(&x.traffic, "traffic"), (&x.traffic_with_load, "with load")] {
-                if let Some(p) = p {
-                    if !p.errors.is_empty() {
-                        v.push(format!(
-                            "{tag} {name}: {} of {} pairs failed ({})",
-                            p.errors.len(),
-                            x.pairs,
-                            p.errors[0]
-                        ));
-                    }
-                }
-            }
-            v
-        })
-        .collect();
-    if !fails.is_empty() {
-        let _ = writeln!(s, "\n## Failures\n");
-        for f in fails {
-            let _ = writeln!(s, "- {f}");
-        }
-    }
+    let cols: &[(&str, Get<Run>, usize)] = &[
+        ("Gbit/s", co::gbps, 2),
+        ("retransmits", co::retransmits, 0),
+        ("busy %", co::busy, 0),
+        ("system %", co::system, 0),
+        ("softirq %", co::softirq, 0),
+        ("nicflow cores", co::switch, 2),
+        ("ctxt/Gbit", co::ctxt, 0),
+        ("intr/Gbit", co::intr, 0),
+        ("Gbit/s with load", co::gbps_load, 2),
+        ("nicflow cores with load", co::switch_load, 2),
+        ("load CPU %", co::load_share, 0),
+        ("CPU left %", co::left, 0),
+    ];
+    s.push_str(&co::details_table(
+        &r.runs,
+        &o.pairs,
+        cols,
+        &["dp flows"],
+        |e, n| vec![dp_cell(r, e, n)],
+    ));
+    co::write_failures(&mut s, &r.runs, true);
     let _ = writeln!(s, "\n## Commands\n");
     let _ = writeln!(
         s,
@@ -1412,14 +1081,10 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          # per pair i (all at once):\n\
          ip netns exec <si> iperf3 -s -p {PORT}\n\
          ip netns exec <ci> iperf3 -c 198.18.60.(100+i) -p {PORT} -t {} -J --connect-timeout 3000\n```",
-        o.engines
-            .iter()
-            .map(|e| e.name())
-            .collect::<Vec<_>>()
-            .join(","),
+        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
         o.reps,
         o.seconds,
-        join(&o.pairs),
+        report::join(&o.pairs, ","),
         kernel_vxlan_commands(1, 1)
             .iter()
             .map(|c| format!("ip -n <H1> {}", c.join(" ")))

@@ -294,6 +294,31 @@ pub fn publish<T: Serialize>(
     Ok(())
 }
 
+/// An experiment's command. With a `render` path (`--render`), rebuild
+/// the report of an earlier run from its samples.json (into `out`, else
+/// next to it); else install the Ctrl-C handlers, `measure`, and write the
+/// run directory (`out`, else `bench-<name>-<time>`). Either way the
+/// figures and the Markdown report come from `figures` and `markdown`, and
+/// [`publish`] writes them.
+pub fn cli<T: Serialize + serde::de::DeserializeOwned>(
+    (render, out): (Option<&Path>, Option<&Path>),
+    name: &str,
+    measure: impl FnOnce() -> anyhow::Result<T>,
+    figures: fn(&T) -> Vec<Figure>,
+    markdown: fn(&T, &[Figure]) -> String,
+) -> anyhow::Result<()> {
+    let (r, dir) = match render {
+        Some(p) => load_render::<T>(p, out)?,
+        None => {
+            super::forward::install_signal_handlers();
+            let dir = out.map(Path::to_path_buf);
+            (measure()?, dir.unwrap_or_else(|| default_dir(name)))
+        }
+    };
+    let figs = figures(&r);
+    publish(&dir, &r, &figs, &markdown(&r, &figs))
+}
+
 /// The machine section every report opens with.
 pub fn machine_section(perf: &str) -> String {
     let load = std::fs::read_to_string("/proc/loadavg")
@@ -315,14 +340,65 @@ pub fn machine_section(perf: &str) -> String {
     )
 }
 
+/// Seconds since the epoch (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 /// A default output directory: `bench-<name>-<unix time>` in the current
 /// directory.
 pub fn default_dir(name: &str) -> PathBuf {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    PathBuf::from(format!("bench-{name}-{t}"))
+    PathBuf::from(format!("bench-{name}-{}", unix_now()))
+}
+
+/// A table cell: `v` with `decimals` digits, `—` where there is none.
+pub fn cell(v: Option<f64>, decimals: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.decimals$}"),
+        _ => "—".into(),
+    }
+}
+
+/// Counts (or names) joined by `sep`: `1, 2, 5`.
+pub fn join<T: ToString>(v: &[T], sep: &str) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(sep)
+}
+
+/// A Markdown table: `head` is each column's title and whether it is
+/// right-aligned (numbers); every line ends in a newline.
+pub fn table(head: &[(&str, bool)], rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        out.push('|');
+        for c in cells {
+            let _ = write!(out, " {c} |");
+        }
+        out.push('\n');
+    };
+    line(&mut out, &mut head.iter().map(|h| h.0));
+    out.push('|');
+    for (_, right) in head {
+        out.push_str(if *right { "---:|" } else { "---|" });
+    }
+    out.push('\n');
+    for r in rows {
+        line(&mut out, &mut r.iter().map(String::as_str));
+    }
+    out
+}
+
+/// `\n## <title>\n` and one `- item` line per item; nothing if no items.
+pub fn write_list(s: &mut String, title: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## {title}\n");
+    for f in items {
+        let _ = writeln!(s, "- {f}");
+    }
 }
 
 #[cfg(test)]
@@ -356,5 +432,26 @@ mod tests {
         let md = f.markdown(2);
         assert!(md.contains("| 1 | 2.50 | — |"), "{md}");
         assert!(md.contains("| 4 | 3.00 | — |"), "{md}");
+    }
+
+    #[test]
+    fn table_cells_lists() {
+        let t = table(
+            &[("engine", false), ("Gbit/s", true)],
+            &[
+                vec!["a".into(), cell(Some(1.234), 2)],
+                vec!["b".into(), cell(None, 0)],
+            ],
+        );
+        assert_eq!(
+            t,
+            "| engine | Gbit/s |\n|---|---:|\n| a | 1.23 |\n| b | — |\n"
+        );
+        assert_eq!(join(&[1, 2, 5], ", "), "1, 2, 5");
+        let mut s = String::new();
+        write_list(&mut s, "Failures", &[]);
+        assert!(s.is_empty());
+        write_list(&mut s, "Failures", &["x".into()]);
+        assert_eq!(s, "\n## Failures\n\n- x\n");
     }
 }

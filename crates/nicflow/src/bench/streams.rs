@@ -128,23 +128,9 @@ fn options(a: &Args) -> anyhow::Result<Options> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
-    let opts = options(args)?;
-    forward::install_signal_handlers();
-    let r = run(&opts)?;
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("streams"));
-    write(&dir, &r)
-}
-
-fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    let paths = (args.render.as_deref(), args.out.as_deref());
+    let measure = || run(&options(args)?);
+    report::cli(paths, "streams", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -157,10 +143,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
         machine: super::machine_description(),
         perf: perf.describe(),
         options: opts.clone(),
-        started_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        started_unix: report::unix_now(),
         runs: Vec::new(),
     };
     let mut engines = opts.engines.clone();
@@ -299,17 +282,11 @@ fn engines_in(r: &Results) -> Vec<Engine> {
     v
 }
 
-fn cores() -> f64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1) as f64
-}
-
 fn g_gbps(s: &Sample) -> Option<f64> {
     Some(s.iperf.gbps)
 }
 fn g_busy_pct(s: &Sample) -> Option<f64> {
-    Some(100.0 * s.usage.busy_cores() / cores())
+    Some(100.0 * s.usage.busy_cores() / cpu::cores())
 }
 fn g_s_per_gbit(s: &Sample) -> Option<f64> {
     Some(cpu::cpu_s_per_gbit(s.usage.busy_s, s.iperf.bytes))
@@ -330,13 +307,13 @@ fn g_iperf_cpu_s(s: &Sample) -> Option<f64> {
     s.usage.procs_cpu("iperf3")
 }
 fn g_softirq_pct(s: &Sample) -> Option<f64> {
-    Some(100.0 * cpu::ratio(s.usage.softirq_s, s.usage.wall_s) / cores())
+    Some(100.0 * cpu::ratio(s.usage.softirq_s, s.usage.wall_s) / cpu::cores())
 }
 fn g_user_pct(s: &Sample) -> Option<f64> {
-    Some(100.0 * cpu::ratio(s.usage.user_s, s.usage.wall_s) / cores())
+    Some(100.0 * cpu::ratio(s.usage.user_s, s.usage.wall_s) / cpu::cores())
 }
 fn g_sys_pct(s: &Sample) -> Option<f64> {
-    Some(100.0 * cpu::ratio(s.usage.system_s, s.usage.wall_s) / cores())
+    Some(100.0 * cpu::ratio(s.usage.system_s, s.usage.wall_s) / cpu::cores())
 }
 fn g_ctxt_gbit(s: &Sample) -> Option<f64> {
     Some(cpu::per_gbit(s.usage.ctxt, s.iperf.bytes))
@@ -405,13 +382,6 @@ pub fn figures(r: &Results) -> Vec<Figure> {
             g_proc_s_per_gbit,
         ),
     ]
-}
-
-fn fmt(v: Option<f64>, d: usize) -> String {
-    match v {
-        Some(x) if x.is_finite() => format!("{x:.d$}"),
-        _ => "—".into(),
-    }
 }
 
 pub fn markdown(r: &Results, figs: &[Figure]) -> String {
@@ -483,7 +453,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          utime+stime (nicflow daemon, ovs-vswitchd; none for the kernel bridge); iperf3 = client \
          (rusage) + server (`/proc`) CPU seconds. ctxt and intr per Gbit from `/proc/stat`. \
          cycles/packet needs hardware counters: {}.\n",
-        cores(),
+        cpu::cores(),
         r.perf
     );
     let _ = writeln!(
@@ -501,17 +471,17 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 s,
                 "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 e.name(),
-                fmt(m(g_gbps), 2),
-                fmt(m(g_busy_pct), 0),
-                fmt(m(g_user_pct), 0),
-                fmt(m(g_sys_pct), 0),
-                fmt(m(g_softirq_pct), 0),
-                fmt(m(g_switch_cores), 2),
-                fmt(m(g_iperf_cpu_s), 2),
-                fmt(m(g_s_per_gbit), 3),
-                fmt(m(g_ctxt_gbit), 0),
-                fmt(m(g_intr_gbit), 0),
-                fmt(m(g_retr), 0),
+                report::cell(m(g_gbps), 2),
+                report::cell(m(g_busy_pct), 0),
+                report::cell(m(g_user_pct), 0),
+                report::cell(m(g_sys_pct), 0),
+                report::cell(m(g_softirq_pct), 0),
+                report::cell(m(g_switch_cores), 2),
+                report::cell(m(g_iperf_cpu_s), 2),
+                report::cell(m(g_s_per_gbit), 3),
+                report::cell(m(g_ctxt_gbit), 0),
+                report::cell(m(g_intr_gbit), 0),
+                report::cell(m(g_retr), 0),
                 match m(g_cyc_pkt) {
                     Some(v) => format!("{v:.0}"),
                     None => "n/a".into(),
@@ -541,9 +511,9 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 s,
                 "| {} | {} | {} | {} |",
                 e.name(),
-                fmt(m(|l| l.p50_us), 0),
-                fmt(m(|l| l.p99_us), 0),
-                fmt(m(|l| l.p999_us), 0)
+                report::cell(m(|l| l.p50_us), 0),
+                report::cell(m(|l| l.p99_us), 0),
+                report::cell(m(|l| l.p999_us), 0)
             );
         }
     }
