@@ -1032,7 +1032,12 @@ fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
             let h = e.install(&enc).unwrap();
             for _ in 0..3 {
                 let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
-                assert_eq!((verdict, out), userspace(&c.frame, &c.actions), "{}", c.name);
+                assert_eq!(
+                    (verdict, out),
+                    userspace(&c.frame, &c.actions),
+                    "{}",
+                    c.name
+                );
             }
             let n = e.counters(&h).unwrap();
             assert_eq!((n.packets, n.bytes), (0, 0), "{}: counters off", c.name);
