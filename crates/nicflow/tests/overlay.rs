@@ -478,11 +478,12 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     }
     let lab = up_geneve("g");
     let script = scapy_script();
-    let send = |payload: &str, critical: bool| {
+    // `send` (one packet, options) or `malformed` (four broken ones).
+    let scapy = |cmd: &str, payload: &str, critical: bool| {
         let mut a = vec![
             "/usr/bin/python3",
             &script,
-            "send",
+            cmd,
             "--iface",
             "u1",
             "--src",
@@ -509,6 +510,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         }
         lab.must("k", &a)
     };
+    let send = |payload: &str, critical: bool| scapy("send", payload, critical);
     // a1 listens; scapy's Geneve packets with (non-critical) options are
     // decapsulated and delivered.
     let a1_ns = lab.ns("a1");
@@ -524,6 +526,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     std::thread::sleep(Duration::from_millis(500));
     send("hello-geneve", false);
     send("critical-must-drop", true);
+    scapy("malformed", "malformed-must-drop", false);
     let out = recv.wait_with_output().unwrap();
     let got = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -535,6 +538,10 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         !got.contains("critical-must-drop"),
         "an unknown critical option was delivered"
     );
+    assert!(
+        !got.contains("malformed-must-drop"),
+        "a malformed tunnel packet was delivered"
+    );
     let stats: serde_json::Value =
         serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
     assert_eq!(
@@ -542,6 +549,10 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         1
     );
     assert!(counter(&stats, "gv1", "rx_packets") >= 1);
+    // Bad UDP checksum, Geneve version 1, options past the end: malformed;
+    // VXLAN to a port no endpoint listens on: not a tunnel packet here.
+    assert_eq!(counter(&stats, "gv1", "underlay_rx_drop_bad_tunnel"), 3);
+    assert!(counter(&stats, "gv1", "underlay_rx_drop_not_tunnel") >= 1);
 
     // nicflow's own Geneve output: tshark and scapy decode VNI and inner.
     let (mut tshark, cap) = capture(&lab, "k", "u1", "udp port 6081", 8);

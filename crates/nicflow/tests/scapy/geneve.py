@@ -5,6 +5,8 @@
         --inner-src-mac M --inner-dst-mac M --inner-src 198.18.31.2 \
         --inner-dst 198.18.31.1 --dport 9999 --payload TEXT [--critical] [--count N]
     geneve.py decode PCAP
+    geneve.py malformed --iface u1 --src 198.18.21.1 --dst 198.18.21.2 --vni 5000 \
+        --inner-src-mac M --inner-dst-mac M --inner-src A --inner-dst A --dport P --payload T
 
 `send` builds Ether/IP/UDP(6081)/GENEVE(vni, two option TLVs)/Ether/IP/UDP
 with scapy's Geneve layer and sends it on IFACE to the MAC the kernel has
@@ -12,6 +14,11 @@ for DST (resolved with ARP first). Without --critical both options are
 non-critical (the receiver may ignore them); with it the second option has
 the critical bit set in its type (0x80), which a receiver that does not
 understand it must drop (RFC 8926 section 3.5).
+
+`malformed` sends four broken tunnel packets that would otherwise be
+delivered (a receiver must count and drop each): Geneve with a wrong outer
+UDP checksum, Geneve version 1, Geneve whose option length runs past the
+packet, and VXLAN without the I flag (to port 4789). Prints {"sent": 4}.
 
 `decode` reads a capture and prints one JSON object per Geneve packet:
 {"vni", "options": [[class, type, data_hex]...], "outer_src", "outer_dst",
@@ -69,6 +76,30 @@ def send(a):
     print(json.dumps({"sent": a.count, "len": len(pkt)}))
 
 
+def malformed(a):
+    mac = resolve(a.iface, a.src, a.dst)
+    inner = (
+        Ether(src=a.inner_src_mac, dst=a.inner_dst_mac)
+        / IP(src=a.inner_src, dst=a.inner_dst)
+        / UDP(sport=40000, dport=a.dport)
+        / Raw(a.payload.encode())
+    )
+    outer = Ether(dst=mac) / IP(src=a.src, dst=a.dst)
+    bad = []
+    # Wrong UDP checksum (non-zero, so it must be verified).
+    bad.append(outer / UDP(sport=50000, dport=6081, chksum=0x1234) / GENEVE(vni=a.vni, proto=0x6558) / inner)
+    # Geneve version 1.
+    bad.append(outer / UDP(sport=50000, dport=6081) / GENEVE(version=1, vni=a.vni, proto=0x6558) / inner)
+    # Options length (in 4-byte words) beyond the packet: raw header bytes.
+    hdr = bytes([0x3F, 0x00, 0x65, 0x58]) + a.vni.to_bytes(3, "big") + b"\x00"
+    bad.append(outer / UDP(sport=50000, dport=6081) / Raw(hdr + b"\x00" * 8))
+    # VXLAN without the I flag.
+    vx = bytes([0x00, 0, 0, 0]) + a.vni.to_bytes(3, "big") + b"\x00"
+    bad.append(outer / UDP(sport=50000, dport=4789) / Raw(vx + bytes(inner)))
+    sendp(bad, iface=a.iface)
+    print(json.dumps({"sent": len(bad)}))
+
+
 def decode(a):
     for p in rdpcap(a.pcap):
         if GENEVE not in p:
@@ -97,13 +128,15 @@ def decode(a):
 ap = argparse.ArgumentParser()
 sub = ap.add_subparsers(dest="cmd", required=True)
 s = sub.add_parser("send")
-for k in ["iface", "src", "dst", "inner_src_mac", "inner_dst_mac", "inner_src", "inner_dst", "payload"]:
-    s.add_argument("--" + k.replace("_", "-"), dest=k, required=True)
-s.add_argument("--vni", type=int, required=True)
-s.add_argument("--dport", type=int, required=True)
+m = sub.add_parser("malformed")
+for p in (s, m):
+    for k in ["iface", "src", "dst", "inner_src_mac", "inner_dst_mac", "inner_src", "inner_dst", "payload"]:
+        p.add_argument("--" + k.replace("_", "-"), dest=k, required=True)
+    p.add_argument("--vni", type=int, required=True)
+    p.add_argument("--dport", type=int, required=True)
 s.add_argument("--count", type=int, default=1)
 s.add_argument("--critical", action="store_true")
 d = sub.add_parser("decode")
 d.add_argument("pcap")
 a = ap.parse_args()
-send(a) if a.cmd == "send" else decode(a)
+{"send": send, "malformed": malformed, "decode": decode}[a.cmd](a)
