@@ -141,6 +141,10 @@ pub struct Args {
     /// Threads of the CPU load (default: one per core).
     #[arg(long)]
     pub load_threads: Option<usize>,
+    /// Tunnel of the nicflow engines: vxlan or geneve (the Geneve variant;
+    /// the kernel here has no Geneve device, so kernel-vxlan is refused).
+    #[arg(long, default_value = "vxlan")]
+    pub tunnel: String,
     /// Directory for the run (default: bench-overlay-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -160,6 +164,13 @@ pub struct Options {
     pub pairs: Vec<usize>,
     pub load_threads: usize,
     pub quick: bool,
+    /// `vxlan` or `geneve`.
+    #[serde(default = "vxlan")]
+    pub tunnel: String,
+}
+
+fn vxlan() -> String {
+    "vxlan".into()
 }
 
 /// `nicflow dump-dp-flows br0` on one host after the traffic.
@@ -204,8 +215,20 @@ fn options(a: &Args) -> anyhow::Result<Options> {
     if let Some(p) = pairs.iter().find(|&&p| p > MAX_PAIRS) {
         bail!("--pairs {p}: at most {MAX_PAIRS}");
     }
+    let tunnel = match a.tunnel.as_str() {
+        "vxlan" | "geneve" => a.tunnel.clone(),
+        t => bail!("--tunnel {t}: vxlan or geneve"),
+    };
+    let engines = parse_engines(&a.engines)?;
+    if tunnel == "geneve" && engines.contains(&OvEngine::KernelVxlan) {
+        bail!(
+            "--tunnel geneve: the kernel here has no Geneve device; run the nicflow engines \
+             (--engines nicflow,nicflow-xdp) and compare with a vxlan run"
+        );
+    }
     Ok(Options {
-        engines: parse_engines(&a.engines)?,
+        tunnel,
+        engines,
         reps,
         seconds,
         pairs,
@@ -253,7 +276,7 @@ pub fn host_end(host: usize, i: usize) -> String {
 }
 
 /// The nicflow daemon's config on host 1 or 2.
-pub fn nicflow_config(host: usize, pairs: usize, xdp: bool) -> String {
+pub fn nicflow_config(host: usize, pairs: usize, xdp: bool, tunnel: &str) -> String {
     let peer = 3 - host;
     let mut t = String::new();
     let _ = writeln!(
@@ -270,7 +293,7 @@ pub fn nicflow_config(host: usize, pairs: usize, xdp: bool) -> String {
     }
     let _ = writeln!(
         t,
-        "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"vxlan\"\n\
+        "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"{tunnel}\"\n\
          options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", underlay_type = \"afxdp\" }}",
         underlay_iface(host),
         underlay_ip(host),
@@ -339,6 +362,7 @@ pub struct Lab {
     dir: PathBuf,
     engine: OvEngine,
     pairs: usize,
+    tunnel: String,
     namespaces: Vec<String>,
     daemons: Vec<Daemon>,
     pub commands: Vec<String>,
@@ -432,7 +456,7 @@ impl Lab {
             .collect()
     }
 
-    pub fn up(engine: OvEngine, pairs: usize) -> anyhow::Result<Lab> {
+    pub fn up(engine: OvEngine, pairs: usize, tunnel: &str) -> anyhow::Result<Lab> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             bail!("the overlay lab creates namespaces and veths: run as root");
@@ -457,6 +481,7 @@ impl Lab {
             dir,
             engine,
             pairs,
+            tunnel: tunnel.to_string(),
             namespaces: Vec::new(),
             daemons: Vec::new(),
             commands: Vec::new(),
@@ -554,8 +579,9 @@ impl Lab {
                     self.wait_daemon(host)?;
                 }
                 self.commands.push(format!(
-                    "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, AF_XDP container ports, vxlan port vx0 (key {VNI}, AF_XDP underlay)",
-                    if xdp { "xdp" } else { "none" }
+                    "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, AF_XDP container ports, {} port vx0 (key {VNI}, AF_XDP underlay)",
+                    if xdp { "xdp" } else { "none" },
+                    self.tunnel
                 ));
             }
         }
@@ -591,7 +617,7 @@ impl Lab {
 
     fn start_daemon(&mut self, bin: &Path, host: usize, xdp: bool) -> anyhow::Result<()> {
         let cfg = self.dir.join(format!("h{host}.toml"));
-        std::fs::write(&cfg, nicflow_config(host, self.pairs, xdp))
+        std::fs::write(&cfg, nicflow_config(host, self.pairs, xdp, &self.tunnel))
             .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("h{host}.sock"));
         let log_path = self.dir.join(format!("h{host}.log"));
@@ -875,7 +901,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Results> {
 }
 
 fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
-    let lab = Lab::up(run.engine, run.pairs)?;
+    let lab = Lab::up(run.engine, run.pairs, &opts.tunnel)?;
     run.lab = lab.name().to_string();
     let servers: Vec<Server> = (1..=run.pairs)
         .map(|i| start_server(&lab.server_ns(i)))
@@ -1027,12 +1053,14 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          stream per pair, all pairs at once, {} s. CPU left: {} load thread(s) (busy loops, \
          unpinned, like `stress -c`, shared with `bench containers`) counted with the lab idle \
          for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
-         is its rate in that phase over the mean idle-lab rate. Medians over repetitions.{}\n",
+         is its rate in that phase over the mean idle-lab rate. Medians over repetitions. \
+         Tunnel of the nicflow engines: {}.{}\n",
         o.reps,
         report::join(&o.pairs, ", "),
         o.seconds,
         o.load_threads,
         co::calibration_s(o.seconds),
+        o.tunnel,
         if o.quick {
             " **Quick run** (`--quick`)."
         } else {
@@ -1090,7 +1118,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             .map(|c| format!("ip -n <H1> {}", c.join(" ")))
             .collect::<Vec<_>>()
             .join("\n"),
-        nicflow_config(1, 1, false),
+        nicflow_config(1, 1, false, "vxlan"),
         o.seconds
     );
     s
@@ -1128,7 +1156,7 @@ mod tests {
     fn nicflow_config_parses_and_mirrors() {
         for xdp in [false, true] {
             for host in [1, 2] {
-                let t = nicflow_config(host, 3, xdp);
+                let t = nicflow_config(host, 3, xdp, "vxlan");
                 let cfg: crate::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 let br = &cfg.bridges[0];
@@ -1139,7 +1167,7 @@ mod tests {
                 assert!(t.contains(&format!("offload = {want}")), "{t}");
             }
         }
-        let h2 = nicflow_config(2, 1, false);
+        let h2 = nicflow_config(2, 1, false, "vxlan");
         assert!(h2.contains("name = \"vs1\""), "{h2}");
         assert!(
             h2.contains(
