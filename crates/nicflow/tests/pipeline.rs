@@ -324,8 +324,11 @@ fn bad_rule_changes_nothing() {
 /// datapath gave them (what an encapsulating port would use).
 struct TunPort {
     rx: std::collections::VecDeque<(Vec<u8>, TunnelMeta)>,
-    tx: std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, Option<TunnelMeta>)>>>,
+    tx: Sent,
 }
+
+/// What the stand-in tunnel port transmitted: frame and metadata.
+type Sent = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, Option<TunnelMeta>)>>>;
 
 impl nicflow::port::Port for TunPort {
     fn name(&self) -> &str {
