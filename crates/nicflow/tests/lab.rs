@@ -394,3 +394,67 @@ fn down_of_a_lab_that_never_existed_is_fine() {
         );
     }
 }
+
+/// DPU mode: the switch's daemon listens on an abstract socket of its own
+/// namespace. The host namespace cannot reach it (it cannot configure the
+/// switch); a process inside the switch's namespace can; traffic flows.
+#[test]
+fn dpu_mode_switch_is_configurable_only_from_its_namespace() {
+    if !privileged() {
+        return;
+    }
+    let opts = opts();
+    let name = lab_name("d");
+    let text = format!(
+        r#"
+        name = "{name}"
+        [[host]]
+        name = "d1"
+        [[host]]
+        name = "d2"
+        [[switch]]
+        name = "sw1"
+        dpu = true
+        [[link]]
+        a = "d1:eth0"
+        b = "sw1:p1"
+        addresses = ["198.18.0.1/24"]
+        [[link]]
+        a = "d2:eth0"
+        b = "sw1:p2"
+        addresses = ["198.18.0.2/24"]
+        "#
+    );
+    let topo = Topology::parse(&text).expect("dpu topology is valid");
+    let _guard = Guard {
+        lab: name.clone(),
+        opts: opts.clone(),
+    };
+    lab::up(&topo, &opts).expect("up");
+    let sock = lab::dpu_socket(&name, "sw1");
+    // From the host: no such socket.
+    assert!(
+        request(&sock, &Request::Show).is_err(),
+        "the host namespace reached a DPU-mode switch"
+    );
+    assert!(!lab::switch_socket(&name, "sw1", &opts).exists());
+    // From inside the switch's namespace: the CLI works.
+    let bin = env!("CARGO_BIN_EXE_nicflow");
+    let out = lab::exec_output(
+        Some(&topo),
+        "sw1",
+        &[bin, "--socket", sock.to_str().unwrap(), "show"],
+        &opts,
+    )
+    .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("br0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ping(&topo, "d1", "198.18.0.2", &opts).unwrap();
+    // `dpu = true` with the switch in the root namespace is refused.
+    let bad = text.replace("dpu = true", "dpu = true\n        namespace = \"root\"");
+    let e = Topology::parse(&bad).unwrap_err().to_string();
+    assert!(e.contains("dpu = true needs"), "{e}");
+}

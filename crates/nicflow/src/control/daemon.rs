@@ -52,7 +52,33 @@ fn install_signal_handlers() {
     }
 }
 
+/// A control socket written `@NAME` is an abstract unix socket: it belongs
+/// to the network namespace the daemon runs in and has no file, so only
+/// processes in that namespace can reach it (the lab's DPU mode: the host
+/// cannot configure a switch it cannot connect to).
+fn abstract_name(path: &Path) -> Option<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str().as_bytes().strip_prefix(b"@")
+}
+
+fn connect(path: &Path) -> std::io::Result<UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    match abstract_name(path) {
+        Some(name) => {
+            UnixStream::connect_addr(&std::os::unix::net::SocketAddr::from_abstract_name(name)?)
+        }
+        None => UnixStream::connect(path),
+    }
+}
+
 fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(name) = abstract_name(path) {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        let l = UnixListener::bind_addr(&addr)?;
+        l.set_nonblocking(true)?;
+        return Ok(l);
+    }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -187,14 +213,16 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     }
     tracing::info!("stopping: closing ports");
     drop(sw);
-    let _ = std::fs::remove_file(socket);
+    if abstract_name(socket).is_none() {
+        let _ = std::fs::remove_file(socket);
+    }
     Ok(())
 }
 
 /// Send one request to the daemon and wait for its response.
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Response> {
     use anyhow::Context;
-    let mut s = UnixStream::connect(socket).with_context(|| {
+    let mut s = connect(socket).with_context(|| {
         format!(
             "connecting to {} (is the daemon running?)",
             socket.display()

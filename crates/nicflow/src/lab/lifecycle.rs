@@ -15,7 +15,6 @@ use super::sys;
 use super::topology::{Endpoint, Link, SwitchSpec, Topology};
 use super::{LabError, LabOptions};
 use crate::control::config::{BridgeConfig, Config, PortConfig};
-use crate::control::daemon::request;
 use crate::control::proto::Request;
 use std::ffi::OsStr;
 use std::fmt;
@@ -458,7 +457,11 @@ fn start_daemon(
         switch: sw.name.clone(),
         netns: topo.namespace_of(&sw.name),
         config: dir.join(format!("{}.toml", sw.name)),
-        socket: dir.join(format!("{}.sock", sw.name)),
+        socket: if sw.dpu {
+            dpu_socket(&topo.name, &sw.name)
+        } else {
+            dir.join(format!("{}.sock", sw.name))
+        },
         log: dir.join(format!("{}.log", sw.name)),
         pid: None,
     };
@@ -529,8 +532,8 @@ fn start_daemon(
                 tail: sys::tail(&rec.log, 20),
             });
         }
-        if rec.socket.exists() {
-            match request(&rec.socket, &Request::Show) {
+        if sw.dpu || rec.socket.exists() {
+            match sys::request_in(rec.netns.as_deref(), &rec.socket, &Request::Show) {
                 Ok(r) if r.ok => break,
                 Ok(r) => last = r.error.unwrap_or_else(|| "request failed".into()),
                 Err(e) => last = format!("{e:#}"),
@@ -559,7 +562,7 @@ fn start_daemon(
 /// Ports the daemon lists without an OpenFlow port number, with the
 /// reason from its log when there is one.
 fn unattached_ports(rec: &DaemonRecord) -> Vec<(String, String)> {
-    let Ok(resp) = request(&rec.socket, &Request::Show) else {
+    let Ok(resp) = sys::request_in(rec.netns.as_deref(), &rec.socket, &Request::Show) else {
         return Vec::new();
     };
     let log = std::fs::read_to_string(&rec.log).unwrap_or_default();
@@ -850,6 +853,11 @@ pub fn exec_output<S: AsRef<OsStr>>(
             cmd: sys::describe(&cmd),
             source,
         })
+}
+
+/// The control socket of a DPU-mode switch: abstract, in its namespace.
+pub fn dpu_socket(lab: &str, switch: &str) -> PathBuf {
+    PathBuf::from(format!("@nicflow-{lab}-{switch}"))
 }
 
 /// The control socket of switch `switch` of lab `lab`.

@@ -29,6 +29,8 @@
 //! port_type = "afxdp"         # default; or "afpacket"
 //! port_options = {}           # given to every port of this switch
 //! offload = "xdp"             # default (where it loads); or "none"
+//! dpu = false                 # true: DPU mode, control socket @nicflow-<lab>-<switch>
+//!                             #   abstract in the switch's namespace (host cannot reach it)
 //! offload_options = { max_flows = 65536 }   # XDP map sizes (max_masks, max_ports), counters = "off"
 //! [[switch.bridge]]           # optional: default one bridge "br0"
 //! name = "br0"
@@ -94,8 +96,8 @@ pub mod sys;
 pub mod topology;
 
 pub use lifecycle::{
-    daemon_config, down, exec, exec_output, labs, node_namespace, switch_socket, up, DownReport,
-    UpReport,
+    daemon_config, down, dpu_socket, exec, exec_output, labs, node_namespace, switch_socket, up,
+    DownReport, UpReport,
 };
 pub use state::LabState;
 pub use topology::{Endpoint, Host, IfAddr, Link, SwitchNamespace, SwitchSpec, Topology};

@@ -84,6 +84,11 @@ pub struct SwitchSpec {
     /// XDP engine map sizes for every bridge (`max_flows`, `max_masks`,
     /// `max_ports`).
     pub offload_options: BTreeMap<String, String>,
+    /// DPU mode (document 001's embedded mode): the daemon's control socket
+    /// is an abstract socket of the switch's own namespace, so nothing in
+    /// the host namespace can configure the switch; `nicflow lab exec LAB
+    /// SWITCH -- nicflow --socket @nicflow-LAB-SWITCH ...` can.
+    pub dpu: bool,
 }
 
 impl SwitchSpec {
@@ -347,6 +352,8 @@ struct RawSwitch {
     /// Numbers (`max_flows = 65536`) or words (`counters = "off"`).
     #[serde(default)]
     offload_options: BTreeMap<String, toml::Value>,
+    #[serde(default)]
+    dpu: bool,
 }
 
 #[derive(Deserialize)]
@@ -678,9 +685,17 @@ fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validato
             flows: default_flows(),
         });
     }
+    let namespace = s.namespace.unwrap_or(SwitchNamespace::Own);
+    if s.dpu && namespace != SwitchNamespace::Own {
+        v.err(format!(
+            "switch {}: dpu = true needs the switch in its own namespace (namespace = \"own\")",
+            s.name
+        ));
+    }
     SwitchSpec {
         name: s.name,
-        namespace: s.namespace.unwrap_or(SwitchNamespace::Own),
+        namespace,
+        dpu: s.dpu,
         port_type,
         port_options,
         bridges,
