@@ -303,6 +303,36 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// A control request to a lab daemon. A DPU-mode switch's socket
+/// (`@NAME`, abstract) exists only in the switch's namespace, so the
+/// request is made from a thread that joined that namespace first
+/// (`setns` changes only the calling thread).
+pub fn request_in(
+    netns: Option<&str>,
+    socket: &Path,
+    req: &crate::control::proto::Request,
+) -> anyhow::Result<crate::control::proto::Response> {
+    use crate::control::daemon::request;
+    let abstract_socket = socket.as_os_str().to_string_lossy().starts_with('@');
+    let (Some(ns), true) = (netns, abstract_socket) else {
+        return request(socket, req);
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd;
+            let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
+            // SAFETY: setns on a valid namespace fd; affects only this
+            // short-lived thread.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            request(socket, req)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("request thread panicked"))?
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,34 +390,4 @@ mod tests {
         assert!(alive(std::process::id()));
         assert!(!alive(u32::MAX));
     }
-}
-
-/// A control request to a lab daemon. A DPU-mode switch's socket
-/// (`@NAME`, abstract) exists only in the switch's namespace, so the
-/// request is made from a thread that joined that namespace first
-/// (`setns` changes only the calling thread).
-pub fn request_in(
-    netns: Option<&str>,
-    socket: &Path,
-    req: &crate::control::proto::Request,
-) -> anyhow::Result<crate::control::proto::Response> {
-    use crate::control::daemon::request;
-    let abstract_socket = socket.as_os_str().to_string_lossy().starts_with('@');
-    let (Some(ns), true) = (netns, abstract_socket) else {
-        return request(socket, req);
-    };
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            use std::os::fd::AsRawFd;
-            let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
-            // SAFETY: setns on a valid namespace fd; affects only this
-            // short-lived thread.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error().into());
-            }
-            request(socket, req)
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("request thread panicked"))?
-    })
 }
