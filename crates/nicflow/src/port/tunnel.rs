@@ -48,6 +48,13 @@ const ARP_RETRY: Duration = Duration::from_millis(500);
 const ARP_PENDING_MAX: usize = 64;
 /// Frames read from the underlay per poll.
 const POLL_BATCH: usize = 64;
+/// Decapsulated frames waiting per endpoint; beyond it they are dropped
+/// and counted (a tunnel port polled less often than its peers cannot make
+/// the queue grow without bound).
+const QUEUE_MAX: usize = 1024;
+/// Frames held for a remote whose MAC does not come are dropped this long
+/// after the first was held.
+const ARP_PENDING_MAX_AGE: Duration = Duration::from_secs(3);
 
 /// Where the VNI of transmitted frames comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,7 +202,9 @@ struct UnderlayCounters {
     rx_bad_tunnel: u64,
     rx_no_endpoint: u64,
     rx_geneve_critical: u64,
+    rx_queue_full: u64,
     tx_arp_pending_drops: u64,
+    tx_dropped: u64,
 }
 
 struct ArpEntry {
@@ -203,6 +212,20 @@ struct ArpEntry {
     confirmed: Option<Instant>,
     last_request: Option<Instant>,
     pending: VecDeque<PacketBuf>,
+    /// When the oldest held frame was held.
+    pending_since: Option<Instant>,
+}
+
+impl ArpEntry {
+    fn new() -> ArpEntry {
+        ArpEntry {
+            mac: None,
+            confirmed: None,
+            last_request: None,
+            pending: VecDeque::new(),
+            pending_since: None,
+        }
+    }
 }
 
 struct Endpoint {
@@ -323,6 +346,19 @@ impl Underlay {
                 && e.dst_port == cfg.dst_port
                 && (e.key == cfg.key || e.key == TunnelKey::Flow || cfg.key == TunnelKey::Flow)
         });
+        if let Some(e) = self
+            .endpoints
+            .iter()
+            .find(|e| e.dst_port == cfg.dst_port && e.kind != cfg.kind)
+        {
+            return Err(format!(
+                "underlay {}: UDP port {} already carries {}, not {}",
+                self.iface,
+                cfg.dst_port,
+                kind_name(e.kind),
+                kind_name(cfg.kind)
+            ));
+        }
         if clash {
             return Err(format!(
                 "underlay {}: another tunnel port already receives {} from {} to {} with key {:?}",
@@ -350,6 +386,9 @@ impl Underlay {
     fn remove_endpoint(&mut self, id: u64) {
         self.endpoints.retain(|e| e.id != id);
         self.queues.remove(&id);
+        // ARP state (and held frames) of remotes no endpoint uses any more.
+        let eps = &self.endpoints;
+        self.arp.retain(|ip, _| eps.iter().any(|e| e.remote == *ip));
     }
 
     fn is_local(&self, ip: Ipv4Addr) -> bool {
@@ -525,8 +564,12 @@ impl Underlay {
             dst: u32::from(dst),
             flags,
         });
-        if let Some(q) = self.queues.get_mut(&id) {
-            q.push_back(pkt);
+        match self.queues.get_mut(&id) {
+            Some(q) if q.len() < QUEUE_MAX => q.push_back(pkt),
+            _ => {
+                self.counters.rx_queue_full += 1;
+                pool.push(pkt);
+            }
         }
     }
 
@@ -547,17 +590,13 @@ impl Underlay {
         }
         // Learn (or refresh) the sender when it is one of our remotes.
         if self.endpoints.iter().any(|e| e.remote == spa) {
-            let e = self.arp.entry(spa).or_insert_with(|| ArpEntry {
-                mac: None,
-                confirmed: None,
-                last_request: None,
-                pending: VecDeque::new(),
-            });
+            let e = self.arp.entry(spa).or_insert_with(ArpEntry::new);
             e.mac = Some(sha);
             e.confirmed = Some(now);
             if op == 2 {
                 self.counters.arp_replies_learned += 1;
             }
+            e.pending_since = None;
             let pending: Vec<PacketBuf> = e.pending.drain(..).collect();
             for mut p in pending {
                 if let Some(d) = p.data_mut().get_mut(0..6) {
@@ -580,15 +619,18 @@ impl Underlay {
     /// The remote's MAC, or None after queueing `pkt` (an encapsulated frame
     /// whose destination MAC is filled in when the reply comes) and asking.
     fn resolve(&mut self, remote: Ipv4Addr, local: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
-        let e = self.arp.entry(remote).or_insert_with(|| ArpEntry {
-            mac: None,
-            confirmed: None,
-            last_request: None,
-            pending: VecDeque::new(),
-        });
+        let e = self.arp.entry(remote).or_insert_with(ArpEntry::new);
         let age = e.confirmed.map(|c| now.saturating_duration_since(c));
         if age.is_some_and(|a| a >= ARP_EXPIRE) {
             e.mac = None;
+        }
+        if e.pending_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= ARP_PENDING_MAX_AGE)
+        {
+            // No answer in time: the held frames are stale.
+            self.counters.tx_arp_pending_drops += e.pending.len() as u64;
+            self.done.extend(e.pending.drain(..));
+            e.pending_since = None;
         }
         let need_request = e.mac.is_none() || age.is_some_and(|a| a >= ARP_REFRESH);
         if need_request
@@ -608,12 +650,13 @@ impl Underlay {
         self.arp.get(&remote).and_then(|e| e.mac)
     }
 
-    fn hold(&mut self, remote: Ipv4Addr, pkt: PacketBuf) -> Option<PacketBuf> {
+    fn hold(&mut self, remote: Ipv4Addr, pkt: PacketBuf, now: Instant) -> Option<PacketBuf> {
         let e = self.arp.get_mut(&remote)?;
         if e.pending.len() >= ARP_PENDING_MAX {
             self.counters.tx_arp_pending_drops += 1;
             return Some(pkt);
         }
+        e.pending_since.get_or_insert(now);
         e.pending.push_back(pkt);
         None
     }
@@ -623,7 +666,10 @@ impl Underlay {
             return Ok(());
         }
         let r = self.port.send_batch(&mut self.tx, &mut self.done);
-        self.tx.clear();
+        // A port drains the batch; after an error, whatever it left is
+        // dropped here, counted, and its buffers reused.
+        self.counters.tx_dropped += self.tx.len() as u64;
+        self.done.append(&mut self.tx);
         if self.done.len() > 256 {
             self.done.truncate(256);
         }
@@ -804,7 +850,14 @@ impl Port for TunnelPort {
             n += 1;
         }
         let mut u = self.underlay.borrow_mut();
-        let r = u.poll(pool, Instant::now());
+        // Read the underlay only when this port's queue cannot fill the
+        // batch by itself (others' frames wait in their own queues).
+        let queued = u.queues.get(&self.id).map_or(0, VecDeque::len);
+        let r = if n + queued < max {
+            u.poll(pool, Instant::now())
+        } else {
+            Ok(())
+        };
         if let Some(q) = u.queues.get_mut(&self.id) {
             while n < max {
                 let Some(p) = q.pop_front() else {
@@ -832,6 +885,8 @@ impl Port for TunnelPort {
         let mut u = self.underlay.borrow_mut();
         let mac = u.mac;
         let mut sent = 0;
+        // One ARP lookup per batch: every frame goes to the same remote.
+        let mut resolved: Option<Option<[u8; 6]>> = None;
         for mut pkt in pkts.drain(..) {
             if pkt.len().saturating_sub(14) > inner_mtu {
                 self.tx_drop_mtu += 1;
@@ -860,7 +915,8 @@ impl Port for TunnelPort {
                 TunnelKey::Fixed(v) => v,
                 TunnelKey::Flow => pkt.tun.map(|t| t.id as u32 & 0xff_ffff).unwrap_or(0),
             };
-            let remote_mac = u.resolve(self.cfg.remote_ip, self.cfg.local_ip, now);
+            let remote_mac = *resolved
+                .get_or_insert_with(|| u.resolve(self.cfg.remote_ip, self.cfg.local_ip, now));
             let e = Encap {
                 kind: self.cfg.kind,
                 eth_src: mac,
@@ -890,7 +946,7 @@ impl Port for TunnelPort {
             sent += 1;
             if remote_mac.is_some() {
                 u.tx.push(pkt);
-            } else if let Some(p) = u.hold(self.cfg.remote_ip, pkt) {
+            } else if let Some(p) = u.hold(self.cfg.remote_ip, pkt, now) {
                 self.tx_drop_no_arp += 1;
                 self.stats.tx_packets -= 1;
                 self.stats.tx_bytes -= len as u64;
@@ -919,6 +975,9 @@ impl Port for TunnelPort {
             ("underlay_rx_drop_bad_tunnel", c.rx_bad_tunnel),
             ("underlay_rx_drop_no_endpoint", c.rx_no_endpoint),
             ("underlay_rx_drop_geneve_critical", c.rx_geneve_critical),
+            ("underlay_rx_drop_queue_full", c.rx_queue_full),
+            ("underlay_tx_drop_arp_pending", c.tx_arp_pending_drops),
+            ("underlay_tx_dropped", c.tx_dropped),
             ("underlay_arp_requests_answered", c.arp_requests_answered),
             ("underlay_arp_requests_sent", c.arp_requests_sent),
             ("underlay_arp_replies_learned", c.arp_replies_learned),
