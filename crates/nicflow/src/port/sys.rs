@@ -99,7 +99,8 @@ fn ifreq(ifname: &str) -> libc::ifreq {
 
 fn if_ioctl(fd: RawFd, req: libc::c_ulong, ifr: &mut libc::ifreq) -> io::Result<libc::c_int> {
     // SAFETY: `ifr` is a valid, writable ifreq for the duration of the call;
-    // the requests used here (SIOCGIFMTU, SIOCGIFFLAGS, SIOCETHTOOL) read and
+    // the requests used here (SIOCGIFMTU, SIOCGIFHWADDR, SIOCGIFFLAGS,
+    // SIOCETHTOOL) read and
     // write nothing beyond it, except SIOCETHTOOL's `ifru_data`, which the
     // callers point at a live argument struct sized for the command.
     cvt(unsafe { libc::ioctl(fd, req as _, ifr as *mut libc::ifreq) })
@@ -112,6 +113,20 @@ pub(super) fn interface_mtu(fd: RawFd, ifname: &str) -> io::Result<usize> {
     if_ioctl(fd, libc::SIOCGIFMTU, &mut ifr)?;
     // SAFETY: SIOCGIFMTU succeeded, so the kernel wrote `ifru_mtu`.
     Ok(unsafe { ifr.ifr_ifru.ifru_mtu }.max(68) as usize)
+}
+
+/// The interface's MAC address (`SIOCGIFHWADDR`, through any socket `fd`).
+pub(super) fn interface_mac(fd: RawFd, ifname: &str) -> io::Result<[u8; 6]> {
+    validate_ifname(ifname).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mut ifr = ifreq(ifname);
+    if_ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr)?;
+    // SAFETY: SIOCGIFHWADDR succeeded, so the kernel wrote `ifru_hwaddr`.
+    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = *b as u8;
+    }
+    Ok(mac)
 }
 
 /// Is the interface administratively up (`SIOCGIFFLAGS`, `IFF_UP`)?

@@ -259,39 +259,14 @@ thread_local! {
     static UNDERLAYS: RefCell<HashMap<String, Weak<RefCell<Underlay>>>> = RefCell::new(HashMap::new());
 }
 
-fn iface_mac(iface: &str) -> io::Result<[u8; 6]> {
-    // SAFETY: plain socket/ioctl calls on a zeroed ifreq with a
-    // NUL-terminated name that fits IFNAMSIZ (checked).
-    unsafe {
-        if iface.len() >= libc::IFNAMSIZ {
-            return Err(io::Error::from(io::ErrorKind::InvalidInput));
-        }
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (i, b) in iface.bytes().enumerate() {
-            ifr.ifr_name[i] = b as libc::c_char;
-        }
-        let r = libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr);
-        let err = io::Error::last_os_error();
-        libc::close(fd);
-        if r < 0 {
-            return Err(err);
-        }
-        let mut mac = [0u8; 6];
-        for (i, m) in mac.iter_mut().enumerate() {
-            *m = ifr.ifr_ifru.ifru_hwaddr.sa_data[i] as u8;
-        }
-        Ok(mac)
-    }
-}
-
-fn iface_mtu(iface: &str) -> io::Result<usize> {
-    let fd = super::sys::control_socket()?;
+/// The underlay's MAC and MTU.
+fn iface_mac_mtu(iface: &str) -> io::Result<([u8; 6], usize)> {
     use std::os::fd::AsRawFd;
-    super::sys::interface_mtu(fd.as_raw_fd(), iface)
+    let fd = super::sys::control_socket()?;
+    Ok((
+        super::sys::interface_mac(fd.as_raw_fd(), iface)?,
+        super::sys::interface_mtu(fd.as_raw_fd(), iface)?,
+    ))
 }
 
 impl Underlay {
@@ -304,10 +279,8 @@ impl Underlay {
         };
         let port = crate::control::switch::open_port(&pc)
             .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
-        let mac = iface_mac(&cfg.underlay)
-            .map_err(|e| format!("underlay {}: reading its MAC: {e}", cfg.underlay))?;
-        let mtu = iface_mtu(&cfg.underlay)
-            .map_err(|e| format!("underlay {}: reading its MTU: {e}", cfg.underlay))?;
+        let (mac, mtu) = iface_mac_mtu(&cfg.underlay)
+            .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
         tracing::info!(iface = %cfg.underlay, kind = port.kind(), mtu, "tunnel underlay attached");
         Ok(Underlay {
             iface: cfg.underlay.clone(),
