@@ -29,7 +29,7 @@ use super::{Port, PortStats};
 use crate::control::config::{PortConfig, PortType};
 use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
 use nicflow_packet::checksum;
-use nicflow_packet::tunnel::{self, Encap, TunnelKind};
+use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -428,33 +428,34 @@ impl Underlay {
                 pkt.offload = None;
             }
         }
+        let parsed = self.parse_tunnel(pkt.data());
         // Without checksum metadata (AF_XDP: bytes only) a local sender's
         // inner checksum may still be partial while the outer UDP checksum
-        // already counts it as done (local checksum offload). So the outer
-        // checksum is set aside, the inner one completed (the AF_XDP port's
-        // guess, `complete_partial_checksum`), and only then the outer one
-        // checked.
+        // already counts it as done (local checksum offload), so the outer
+        // check fails. Only then: set the outer checksum aside, parse again,
+        // complete the inner one (the AF_XDP port's guess,
+        // `complete_partial_checksum`) and check the outer one after that.
+        // Frames whose checksums are right take one parse.
         let mut outer_csum = None;
-        if pkt.offload.is_none() {
-            if let Ok(l) = nicflow_packet::parse(pkt.data()) {
-                let at = l.l4_offset as usize + 6;
-                if l.l3 == nicflow_packet::L3Kind::Ipv4
-                    && l.l4 == nicflow_packet::L4Kind::Udp
-                    && at + 2 <= pkt.len()
-                {
-                    let v = u16::from_be_bytes([pkt.data()[at], pkt.data()[at + 1]]);
-                    if v != 0 {
+        let parsed = match parsed {
+            Err(TunnelError::BadUdpChecksum) if pkt.offload.is_none() => {
+                match nicflow_packet::parse(pkt.data()) {
+                    Ok(l)
+                        if l.l3 == nicflow_packet::L3Kind::Ipv4
+                            && l.l4 == nicflow_packet::L4Kind::Udp
+                            && l.l4_offset as usize + 8 <= pkt.len() =>
+                    {
+                        let at = l.l4_offset as usize + 6;
+                        let v = u16::from_be_bytes([pkt.data()[at], pkt.data()[at + 1]]);
                         pkt.data_mut()[at..at + 2].fill(0);
                         outer_csum = Some((l.l4_offset as usize, v));
+                        self.parse_tunnel(pkt.data())
                     }
+                    _ => Err(TunnelError::BadUdpChecksum),
                 }
             }
-        }
-        let data = pkt.data();
-        let eps = &self.endpoints;
-        let parsed = tunnel::parse(data, |port| {
-            eps.iter().find(|e| e.dst_port == port).map(|e| e.kind)
-        });
+            other => other,
+        };
         let d = match parsed {
             Ok(Some(d)) => d,
             Ok(None) => {
@@ -544,6 +545,14 @@ impl Underlay {
                 pool.push(pkt);
             }
         }
+    }
+
+    /// `tunnel::parse` with this underlay's endpoints' UDP ports.
+    fn parse_tunnel(&self, frame: &[u8]) -> Result<Option<tunnel::Decap>, TunnelError> {
+        let eps = &self.endpoints;
+        tunnel::parse(frame, |port| {
+            eps.iter().find(|e| e.dst_port == port).map(|e| e.kind)
+        })
     }
 
     fn arp_input(&mut self, pkt: &PacketBuf, now: Instant) {
