@@ -405,37 +405,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            BenchCmd::Forward(args) => {
-                bench::forward::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::Gen(args) => {
-                bench::generator::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::Streams(args) => {
-                bench::streams::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::Containers(args) => {
-                bench::containers::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::Overlay(args) => {
-                bench::overlay::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::OvsL3(args) => {
-                bench::ovs_l3::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
-            }
+            BenchCmd::Forward(args) => bench::forward::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Gen(args) => bench::generator::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Streams(args) => bench::streams::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Containers(args) => bench::containers::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Overlay(args) => bench::overlay::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::OvsL3(args) => bench::ovs_l3::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::TableScale(args) => {
-                bench::table_scale::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
+                bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
             }
             BenchCmd::XdpRedirect(args) => {
-                bench::xdp_baseline::cli(&args)?;
-                Ok(ExitCode::SUCCESS)
+                bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
             }
         },
     }
