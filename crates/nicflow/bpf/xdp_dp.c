@@ -68,7 +68,7 @@
 /* ---- the key: same semantics as nicflow_flow::FlowKey (key.rs) -------- */
 /* Integers in host order, MACs and IPv6 addresses as network-order bytes,
  * vlan_tci with 0x1000 = "tag present", ICMP type/code in tp_src/tp_dst,
- * ARP opcode (<= 0xff) in nw_proto and ARP IPs in nw_src/nw_dst. 88 bytes,
+ * ARP opcode (<= 0xff) in nw_proto and ARP IPs in nw_src/nw_dst. 112 bytes,
  * no padding: the layout is mirrored by offload::xdp::layout::DpKey. */
 struct dp_key_fields {
 	__u32 in_port;		/* 0 */
@@ -91,15 +91,22 @@ struct dp_key_fields {
 	__u8 nw_tos;		/* 85 */
 	__u8 nw_ttl;		/* 86 */
 	__u8 nw_frag;		/* 87 */
+	/* Tunnel metadata of a frame decapsulated here (0 otherwise):
+	 * FlowKey's tun_* (TUN_F_* flags, OVS values). */
+	__u64 tun_id;		/* 88 */
+	__u32 tun_src;		/* 96, host order */
+	__u32 tun_dst;		/* 100 */
+	__u16 tun_flags;	/* 104 */
+	__u8 tun_pad[6];	/* 106, always 0 */
 };
 
-#define DP_KEY_WORDS 11
+#define DP_KEY_WORDS 14
 union dp_key {
 	struct dp_key_fields f;
 	__u64 w[DP_KEY_WORDS];
 };
-_Static_assert(sizeof(struct dp_key_fields) == 88, "dp_key layout");
-_Static_assert(sizeof(union dp_key) == 88, "dp_key layout");
+_Static_assert(sizeof(struct dp_key_fields) == 112, "dp_key layout");
+_Static_assert(sizeof(union dp_key) == 112, "dp_key layout");
 
 /* dp_flows key: the key masked by the mask in slot mask_idx. */
 struct dp_flow_key {
@@ -107,7 +114,7 @@ struct dp_flow_key {
 	__u32 pad;	/* always 0 */
 	union dp_key key;
 };
-_Static_assert(sizeof(struct dp_flow_key) == 96, "dp_flow_key layout");
+_Static_assert(sizeof(struct dp_flow_key) == 120, "dp_flow_key layout");
 
 /* dp_masks value. active = 0: free slot, skipped. */
 struct dp_mask {
@@ -115,7 +122,7 @@ struct dp_mask {
 	__u32 pad;
 	union dp_key mask;
 };
-_Static_assert(sizeof(struct dp_mask) == 96, "dp_mask layout");
+_Static_assert(sizeof(struct dp_mask) == 120, "dp_mask layout");
 
 /* ---- actions ----------------------------------------------------------- */
 enum {
@@ -140,7 +147,15 @@ enum {
 	DP_OP_SET_ARP_TPA = 18,
 	DP_OP_SET_ARP_SHA = 19,	/* data[0..6] */
 	DP_OP_SET_ARP_THA = 20,
+	/* Encapsulate with dp_tun_tx[arg32]'s header and redirect to its
+	 * underlay; last action. VNI: arg16 = DP_TUN_VNI_*. */
+	DP_OP_TUNNEL_OUTPUT = 21,
 };
+
+/* Where DP_OP_TUNNEL_OUTPUT takes the VNI from. */
+#define DP_TUN_VNI_TEMPLATE	0	/* the port's fixed key (in the template) */
+#define DP_TUN_VNI_ACTION	1	/* data[0..4], host order: set_tunnel */
+#define DP_TUN_VNI_KEY		2	/* the frame's tun_id (0 if not from a tunnel) */
 
 struct dp_action {
 	__u8 op;
@@ -155,6 +170,9 @@ _Static_assert(sizeof(struct dp_action) == 24, "dp_action layout");
 #define DP_F_DEC_TTL	0x01	/* has DEC_TTL: TTL/hop limit <= 1 -> userspace */
 #define DP_F_SET_TP	0x02	/* has SET_TP_*: SCTP frame -> userspace */
 #define DP_F_OUTPUT	0x04	/* has OUTPUT to out_slot: empty slot -> userspace */
+#define DP_F_TUNNEL	0x08	/* has TUNNEL_OUTPUT via dp_tun_tx[out_slot]: no
+				 * resolved header, no underlay slot or an
+				 * inner frame over the tunnel's MTU -> userspace */
 
 /* dp_flows value: counters (updated here with atomic adds, read by
  * userspace) then the action list. */
@@ -180,6 +198,11 @@ struct dp_config {
 	__u32 flags;	/* DP_CFG_* */
 };
 
+/* dp_port.flags: the interface is a tunnel underlay; frames for one of
+ * the dp_tun_rx endpoints are decapsulated here and looked up as received
+ * on that endpoint's tunnel port. */
+#define DP_PORT_UNDERLAY 1
+
 struct dp_port {
 	__u32 in_port;	/* nicflow datapath port number of this interface */
 	/* First dp_xsks slot of this interface: a miss on rx queue q goes to
@@ -188,7 +211,47 @@ struct dp_port {
 	 * be keyed by the queue alone (an AF_XDP socket only accepts frames of
 	 * the interface and queue it is bound to; any other is dropped). */
 	__u32 xsk_base;
+	__u32 flags;	/* DP_PORT_* */
+	__u8 mac[6];	/* underlay: the interface's MAC (outer destination) */
+	__u16 pad;
 };
+_Static_assert(sizeof(struct dp_port) == 20, "dp_port layout");
+
+/* ---- tunnels -------------------------------------------------------------
+ * Decap (underlay rx): IPv4/UDP/VXLAN or Geneve without options, every
+ * check of nicflow_packet::tunnel::parse that can fail done here too (and a
+ * frame it cannot decide goes to userspace whole, which decides and counts).
+ * Encap: the 50-byte outer header built by userspace with
+ * nicflow_packet::tunnel::encap (resolved MACs, addresses, TTL, TOS, DF,
+ * UDP port, tunnel header), patched per frame with the lengths, the IPv4
+ * header checksum, the entropy source port and the VNI. */
+#define DP_TUN_HDR_LEN 50	/* Ethernet 14 + IPv4 20 + UDP 8 + VXLAN/Geneve 8 */
+#define DP_VNI_ANY 0xffffffff	/* dp_tun_rx.vni of a key=flow port */
+enum { DP_TUN_VXLAN = 1, DP_TUN_GENEVE = 2 };
+
+struct dp_tun_rx_key {
+	__u32 ifindex;	/* the underlay */
+	__u32 local;	/* outer destination, host order */
+	__u32 remote;	/* outer source */
+	__u32 vni;	/* or DP_VNI_ANY */
+	__u16 dst_port;
+	__u16 pad;	/* always 0 */
+};
+_Static_assert(sizeof(struct dp_tun_rx_key) == 20, "dp_tun_rx_key layout");
+
+struct dp_tun_rx {
+	__u32 in_port;	/* the tunnel port */
+	__u32 kind;	/* DP_TUN_* */
+};
+
+struct dp_tun_tx {
+	__u32 valid;	/* 0 while the remote's MAC is unresolved */
+	__u32 tx_slot;	/* dp_tx_ports slot of the underlay */
+	__u32 inner_mtu;	/* largest inner frame minus its Ethernet header */
+	__u8 hdr[DP_TUN_HDR_LEN];	/* lengths, IP checksum, UDP source and VNI 0 */
+	__u16 pad;
+};
+_Static_assert(sizeof(struct dp_tun_tx) == 64, "dp_tun_tx layout");
 
 /* Header offsets while the actions run; see the verifier notes above. */
 struct dp_scratch {
@@ -218,6 +281,8 @@ enum {
 	DP_STAT_OUTPUT,		/* redirected through dp_tx_ports */
 	DP_STAT_DROP,		/* dropped by a flow */
 	DP_STAT_ABORTED,	/* internal error after a rewrite started (should stay 0) */
+	DP_STAT_DECAP,		/* tunnel frames decapsulated (hit or not) */
+	DP_STAT_ENCAP,		/* frames encapsulated and sent to an underlay */
 	DP_STAT_N,
 };
 
@@ -263,6 +328,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } dp_xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct dp_tun_rx_key);
+	__type(value, struct dp_tun_rx);
+} dp_tun_rx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);	/* tunnel slot */
+	__type(value, struct dp_tun_tx);
+} dp_tun_tx SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -881,11 +960,230 @@ static __always_inline int act_set_eth(struct xdp_md *ctx, __u32 at, const __u8 
 	return 0;
 }
 
+/* ---- tunnels: decap, entropy, encap ------------------------------------- */
+
+/* An IPv4 header's checksum field value for the 20 bytes at ip (field
+ * itself counted as zero when `skip` is set), as checksum::checksum. */
+static __always_inline __u16 ipv4_hdr_csum(const __u8 *ip, int skip)
+{
+	__u64 s = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 20; i += 2) {
+		if (skip && i == 10)
+			continue;
+		s += rd16(ip + i);
+	}
+	return ~csum_fold(s);
+}
+
+/* A frame on an underlay: if it is a well-formed tunnel packet for one of
+ * dp_tun_rx's endpoints that userspace would accept exactly as here, fill
+ * the key's tunnel fields, return the tunnel port and *kind; otherwise -1
+ * (userspace decides and counts). Nothing is written to the frame. */
+static __always_inline int tun_rx_lookup(struct xdp_md *ctx, struct dp_port *port,
+					 union dp_key *key)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *end = (void *)(long)ctx->data_end;
+	__u64 flen = bpf_xdp_get_buff_len(ctx);
+	struct dp_tun_rx_key k = {};
+	struct dp_tun_rx *ep;
+	__u8 *ip, *udp, *t;
+	__u16 flags = 8;	/* TUN_F_KEY */
+	__u32 vni;
+	int i;
+
+	if (data + DP_TUN_HDR_LEN + 14 > end)
+		return -1;
+	/* Outer destination is the underlay (broadcasts and anything else:
+	 * userspace), not from the underlay itself. */
+	{
+		int same_src = 1;
+
+#pragma unroll
+		for (i = 0; i < 6; i++) {
+			if (data[i] != port->mac[i])
+				return -1;
+			if (data[6 + i] != port->mac[i])
+				same_src = 0;
+		}
+		if (same_src)
+			return -1;
+	}
+	if (rd16(data + 12) != 0x0800)
+		return -1;
+	ip = data + 14;
+	/* No options, UDP, not a fragment, header checksum right. */
+	if (ip[0] != 0x45 || ip[9] != 17 || (rd16(ip + 6) & 0x3fff))
+		return -1;
+	if (ipv4_hdr_csum(ip, 0) != 0)
+		return -1;
+	if (rd16(ip + 2) != flen - 14)
+		return -1;	/* trailing bytes or truncated: userspace */
+	udp = ip + 20;
+	if (rd16(udp + 4) != flen - 34)
+		return -1;
+	/* A UDP checksum would have to be verified over the whole frame. */
+	if (rd16(udp + 6) != 0)
+		return -1;
+	t = udp + 8;
+	vni = ((__u32)t[4] << 16) | ((__u32)t[5] << 8) | t[6];
+	k.ifindex = ctx->ingress_ifindex;
+	k.local = rd32(ip + 16);
+	k.remote = rd32(ip + 12);
+	k.dst_port = rd16(udp + 2);
+	k.vni = vni;
+	ep = bpf_map_lookup_elem(&dp_tun_rx, &k);
+	if (!ep) {
+		k.vni = DP_VNI_ANY;
+		ep = bpf_map_lookup_elem(&dp_tun_rx, &k);
+		if (!ep)
+			return -1;
+	}
+	if (ep->kind == DP_TUN_VXLAN) {
+		if (!(t[0] & 0x08))
+			return -1;	/* no I flag: userspace counts it */
+	} else {
+		/* Version 0, no options (userspace walks them), Ethernet
+		 * payload, no critical bit. */
+		if (t[0] != 0 || (t[1] & 0x40) || rd16(t + 2) != 0x6558)
+			return -1;
+		if (t[1] & 0x80)
+			flags |= 1;	/* TUN_F_OAM */
+	}
+	key->f.tun_id = vni;
+	key->f.tun_src = k.remote;
+	key->f.tun_dst = k.local;
+	key->f.tun_flags = flags;
+	return ep->in_port;
+}
+
+/* FNV-1a over n bytes at p (n a constant), as tunnel::Fnv1a. */
+#define FNV_PRIME 0x00000100000001b3ULL
+static __always_inline __u64 fnv(__u64 h, const __u8 *p, int n)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < n; i++)
+		h = (h ^ p[i]) * FNV_PRIME;
+	return h;
+}
+
+/* nicflow_packet::tunnel::entropy_port of the frame as it is now (after
+ * the flow's rewrites): Ethernet addresses, EtherType, IP addresses,
+ * protocol, and the L4 ports of unfragmented TCP/UDP/SCTP. 0 on an
+ * internal error. */
+static __always_inline __u16 entropy_port(struct xdp_md *ctx, struct dp_scratch *st,
+					  union dp_key *key)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *end = (void *)(long)ctx->data_end;
+	__u32 l3 = RD32(st->l3_off), l4 = RD32(st->l4_off), kind = RD32(st->l3);
+	__u32 l4k = RD32(st->l4), et_off;
+	__u64 h = 0xcbf29ce484222325ULL;
+	__u8 *p;
+
+	if (l3 < 14 || l3 > DP_MAX_L3_OFF || l4 > DP_MAX_L4_OFF)
+		return 0;
+	if (data + 14 > end)
+		return 0;
+	h = fnv(h, data, 12);
+	/* The EtherType before L3 (the innermost tag's); an opaque offset
+	 * so the compiler cannot turn it into a negative packet offset. */
+	et_off = l3 - 2;
+	asm volatile("" : "+r"(et_off));
+	if (et_off > DP_MAX_L3_OFF)
+		return 0;
+	p = data + et_off;
+	if (p + 2 > end)
+		return 0;
+	h = fnv(h, p, 2);
+	if (kind == DP_L3_IPV4) {
+		p = data + l3 + 12;
+		if (p + 8 > end)
+			return 0;
+		h = fnv(h, p, 8);
+	} else if (kind == DP_L3_IPV6) {
+		p = data + l3 + 8;
+		if (p + 32 > end)
+			return 0;
+		h = fnv(h, p, 32);
+	}
+	if (kind == DP_L3_IPV4 || kind == DP_L3_IPV6) {
+		h = (h ^ key->f.nw_proto) * FNV_PRIME;
+		if ((l4k == DP_L4_TCP || l4k == DP_L4_UDP || l4k == DP_L4_SCTP) &&
+		    !(key->f.nw_frag & 1)) {
+			p = data + l4;
+			if (p + 4 > end)
+				return 0;
+			h = fnv(h, p, 4);
+		}
+	}
+	/* MurmurHash3 fmix64, then the top 14 bits into 49152..65535. */
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return 49152 + (__u16)(h >> 50);
+}
+
+/* Push the tunnel's outer header and redirect to its underlay. The flow's
+ * pre-check made sure the header is resolved, the underlay slot is there
+ * and the frame fits. */
+static __always_inline int act_tunnel_output(struct xdp_md *ctx, struct dp_scratch *st,
+					     union dp_key *key, struct dp_action *a)
+{
+	__u32 slot = a->arg32, vni, ip_len;
+	struct dp_tun_tx *tpl;
+	__u8 *data, *end, *ip, *udp;
+	__u16 sport;
+
+	tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
+	if (!tpl || !tpl->valid)
+		return -1;
+	sport = entropy_port(ctx, st, key);
+	if (!sport)
+		return -1;
+	if (a->arg16 == DP_TUN_VNI_ACTION)
+		vni = *(__u32 *)a->data;
+	else if (a->arg16 == DP_TUN_VNI_KEY)
+		vni = (__u32)key->f.tun_id;
+	else
+		vni = ((__u32)tpl->hdr[46] << 16) | ((__u32)tpl->hdr[47] << 8) | tpl->hdr[48];
+	vni &= 0xffffff;
+	if (bpf_xdp_adjust_head(ctx, -DP_TUN_HDR_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if (data + DP_TUN_HDR_LEN > end)
+		return -1;
+	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);
+	ip_len = bpf_xdp_get_buff_len(ctx) - 14;
+	ip = data + 14;
+	udp = ip + 20;
+	wr16(ip + 2, ip_len);
+	wr16(ip + 10, 0);
+	wr16(ip + 10, ipv4_hdr_csum(ip, 1));
+	wr16(udp, sport);
+	wr16(udp + 4, ip_len - 20);
+	udp[12] = vni >> 16;
+	udp[13] = vni >> 8;
+	udp[14] = vni;
+	stat_inc(DP_STAT_ENCAP);
+	stat_inc(DP_STAT_OUTPUT);
+	return bpf_redirect_map(&dp_tx_ports, tpl->tx_slot, 0);
+}
+
 /* ---- the program ---------------------------------------------------------- */
 SEC("xdp.frags")
 int xdp_dp(struct xdp_md *ctx)
 {
-	__u32 zero = 0, ifindex = ctx->ingress_ifindex, i, n;
+	__u32 zero = 0, ifindex = ctx->ingress_ifindex, i, n, in_port;
+	int decapped = 0;
 	union dp_key *key;
 	struct dp_flow_key *hk;
 	struct dp_flow *flow = 0;
@@ -910,7 +1208,25 @@ int xdp_dp(struct xdp_md *ctx)
 	hk = &st->hk;
 	__builtin_memset(key, 0, sizeof(*key));
 	hk->pad = 0;
-	if (parse(ctx, key, st, port->in_port) < 0) {
+	in_port = port->in_port;
+	if (port->flags & DP_PORT_UNDERLAY) {
+		int tp = tun_rx_lookup(ctx, port, key);
+
+		if (tp < 0) {
+			/* ARP, other hosts' traffic, malformed or unknown
+			 * tunnel packets: the underlay's userspace side. */
+			stat_inc(DP_STAT_UNPARSED);
+			goto to_user;
+		}
+		/* Strip the outer headers; on a miss they go back on
+		 * (adjust_head only moves the start, the bytes stay). */
+		if (bpf_xdp_adjust_head(ctx, DP_TUN_HDR_LEN))
+			goto to_user;
+		decapped = 1;
+		stat_inc(DP_STAT_DECAP);
+		in_port = tp;
+	}
+	if (parse(ctx, key, st, in_port) < 0) {
 		stat_inc(DP_STAT_UNPARSED);
 		goto to_user;
 	}
@@ -958,6 +1274,21 @@ int xdp_dp(struct xdp_md *ctx)
 		if (!bpf_map_lookup_elem(&dp_tx_ports, &slot))
 			goto punt;
 	}
+	if (flags & DP_F_TUNNEL) {
+		__u32 slot = flow->out_slot;
+		struct dp_tun_tx *tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
+
+		if (!tpl || !tpl->valid)
+			goto punt;	/* remote MAC not resolved (yet) */
+		slot = tpl->tx_slot;
+		if (!bpf_map_lookup_elem(&dp_tx_ports, &slot))
+			goto punt;
+		/* Too big for the tunnel: userspace answers with ICMP or
+		 * drops and counts (VLAN pushes are refused by the encoder,
+		 * so the frame cannot grow). */
+		if (bpf_xdp_get_buff_len(ctx) - 14 > tpl->inner_mtu)
+			goto punt;
+	}
 
 	stat_inc(DP_STAT_HIT);
 	if (!(cfg->flags & DP_CFG_NO_COUNTERS)) {
@@ -983,6 +1314,11 @@ int xdp_dp(struct xdp_md *ctx)
 		case DP_OP_DROP:
 			stat_inc(DP_STAT_DROP);
 			return XDP_DROP;
+		case DP_OP_TUNNEL_OUTPUT:
+			r = act_tunnel_output(ctx, st, key, a);
+			if (r >= 0)
+				return r;
+			break;
 		case DP_OP_SET_ETH_SRC:
 			r = act_set_eth(ctx, 6, a->data);
 			break;
@@ -1043,6 +1379,8 @@ int xdp_dp(struct xdp_md *ctx)
 punt:
 	stat_inc(DP_STAT_PUNT);
 to_user:
+	if (decapped && bpf_xdp_adjust_head(ctx, -DP_TUN_HDR_LEN))
+		return XDP_ABORTED;
 	return bpf_redirect_map(&dp_xsks, port->xsk_base + ctx->rx_queue_index, XDP_PASS);
 }
 

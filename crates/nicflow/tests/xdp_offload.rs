@@ -1048,3 +1048,378 @@ fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
         assert_eq!(s.hit, cases().len() as u64 * 3, "engine stats still count");
     });
 }
+
+// ---- tunnels ---------------------------------------------------------------
+
+const UL_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 1];
+const REMOTE_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 2];
+/// The fixed-key VXLAN port and the key=flow Geneve port.
+const VX_PORT: u32 = 7;
+const GN_PORT: u32 = 8;
+const VX_VNI: u32 = 4242;
+
+fn tunnel_cfg(kind: &str, remote: u32, key: &str) -> nicflow::port::tunnel::TunnelConfig {
+    let opts: std::collections::BTreeMap<String, String> = [
+        ("underlay", "nfxo-ul".to_string()),
+        ("local_ip", v4(0x1401).to_string()),
+        ("remote_ip", v4(remote).to_string()),
+        ("key", key.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let kind = match kind {
+        "vxlan" => nicflow_packet::tunnel::TunnelKind::Vxlan,
+        _ => nicflow_packet::tunnel::TunnelKind::Geneve,
+    };
+    nicflow::port::tunnel::TunnelConfig::from_options(kind, &opts).unwrap()
+}
+
+/// What a tunnel port's `send_batch` puts on the underlay for `inner`
+/// (after the flow's actions), `tun_id` being the frame's tunnel metadata.
+fn userspace_encap(
+    cfg: &nicflow::port::tunnel::TunnelConfig,
+    inner: &[u8],
+    tun_id: Option<u64>,
+) -> Vec<u8> {
+    use nicflow::port::tunnel::TunnelKey;
+    let vni = match cfg.key {
+        TunnelKey::Fixed(v) => v,
+        TunnelKey::Flow => tun_id.map_or(0, |t| t as u32 & 0xff_ffff),
+    };
+    let mut b = PacketBuf::from_slice(inner);
+    let e = nicflow_packet::tunnel::Encap {
+        kind: cfg.kind,
+        eth_src: UL_MAC,
+        eth_dst: REMOTE_MAC,
+        ip_src: cfg.local_ip.into(),
+        ip_dst: cfg.remote_ip.into(),
+        tos: cfg.tos,
+        ttl: cfg.ttl,
+        df: cfg.df,
+        udp_src: nicflow_packet::tunnel::entropy_port(inner),
+        udp_dst: cfg.dst_port,
+        csum: false,
+        vni,
+        geneve_options: &[],
+        geneve_oam: false,
+    };
+    nicflow_packet::tunnel::encap(&mut b, &e).unwrap();
+    b.data().to_vec()
+}
+
+/// The userspace datapath on `frame` received on `in_port` with tunnel
+/// metadata `tun`: (verdict, output port, frame, tun_id after the actions).
+fn userspace_on(
+    frame: &[u8],
+    in_port: u32,
+    tun: Option<nicflow_packet::buf::TunnelMeta>,
+    actions: &[DpAction],
+) -> (u32, u32, Vec<u8>, Option<u64>) {
+    let mut key = FlowKey::default();
+    let mut layout = extract(frame, in_port, &mut key).expect("test frame parses");
+    let mut pkt = PacketBuf::from_slice(frame);
+    pkt.tun = tun;
+    let mut tx = TxBatch::default();
+    let (mut pool, mut ctl) = (Vec::new(), VecDeque::new());
+    let r = execute(
+        actions,
+        in_port,
+        pkt,
+        &mut layout,
+        &mut tx,
+        &mut pool,
+        &mut ctl,
+        16,
+    );
+    match tx.pkts.pop() {
+        Some((port, p)) => (XDP_REDIRECT, port, p.data().to_vec(), p.tun.map(|t| t.id)),
+        None => (XDP_DROP, 0, r.leftover.unwrap().data().to_vec(), None),
+    }
+}
+
+/// Decapsulation on an underlay and encapsulation towards one, through
+/// `BPF_PROG_TEST_RUN`, against what the userspace tunnel port and
+/// executor produce from the same frames: the same frames out, byte for
+/// byte (outer header, entropy port, VNI, lengths, checksums), and every
+/// frame the program must not finish (wrong VNI, UDP checksum present,
+/// Geneve critical bit, oversize, unresolved remote) left to userspace
+/// untouched.
+#[test]
+fn tunnel_decap_and_encap_match_userspace() {
+    use nicflow::offload::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
+    use nicflow::offload::xdp::{PortSlots, TunnelSlot};
+    use nicflow_packet::buf::{TunnelMeta, TUN_F_KEY};
+    if skip() {
+        return;
+    }
+    struct Slots;
+    impl PortSlots for Slots {
+        fn slot(&self, port: u32) -> Option<u32> {
+            (port == 2).then_some(0)
+        }
+        fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+            match port {
+                VX_PORT => Some(TunnelSlot {
+                    slot: 3,
+                    flow_key: false,
+                }),
+                GN_PORT => Some(TunnelSlot {
+                    slot: 4,
+                    flow_key: true,
+                }),
+                _ => None,
+            }
+        }
+    }
+    in_netns(|| {
+        veth("nfxo-in", "nfxo-inp");
+        veth("nfxo-o2", "nfxo-o2p");
+        veth("nfxo-ul", "nfxo-ulp");
+        let (in_if, ul_if) = (ifindex("nfxo-in"), ifindex("nfxo-ul"));
+        let mut e = load(XdpEngineConfig::default());
+        e.set_port(in_if, IN_PORT).unwrap();
+        e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
+        e.set_tx_port(5, ul_if).unwrap();
+        e.set_underlay(ul_if, 0, UL_MAC).unwrap();
+        let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
+        let gn = tunnel_cfg("geneve", 0x1403, "flow");
+        for (cfg, port, kind, vni) in [
+            (&vx, VX_PORT, TUN_VXLAN, VX_VNI),
+            (&gn, GN_PORT, TUN_GENEVE, VNI_ANY),
+        ] {
+            let key = TunRxKey {
+                ifindex: ul_if,
+                local: u32::from(cfg.local_ip),
+                remote: u32::from(cfg.remote_ip),
+                vni,
+                dst_port: cfg.dst_port,
+                pad: 0,
+            };
+            e.set_tunnel_rx(
+                key,
+                TunRx {
+                    in_port: port,
+                    kind,
+                },
+            )
+            .unwrap();
+        }
+        let tpl = |cfg| nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap();
+        let tx = |cfg, mtu| TunTx {
+            valid: 1,
+            tx_slot: 5,
+            inner_mtu: mtu,
+            hdr: tpl(cfg),
+            pad: 0,
+        };
+        e.set_tunnel_tx(3, tx(&vx, 1450)).unwrap();
+        e.set_tunnel_tx(4, tx(&gn, 1450)).unwrap();
+
+        let pay = b"nicflow xdp tunnel differential payload";
+        let tcp4 = FrameBuilder::new(A, B)
+            .ipv4(v4(0x3c01), v4(0x3c65))
+            .tcp(40000, 5201, FLAG_ACK | FLAG_PSH)
+            .payload(pay)
+            .build();
+        let udp6_tagged = FrameBuilder::new(B, A)
+            .vlan(0x0064)
+            .ipv6(v6(1), v6(2))
+            .udp(5000, 53)
+            .payload(pay)
+            .build();
+        let icmp4 = FrameBuilder::new(B, A)
+            .ipv4(v4(0x3c65), v4(0x3c01))
+            .icmp(0, 0)
+            .echo(7, 1)
+            .payload(pay)
+            .build();
+        let meta = |cfg: &nicflow::port::tunnel::TunnelConfig, vni: u32| TunnelMeta {
+            id: vni as u64,
+            src: u32::from(cfg.remote_ip),
+            dst: u32::from(cfg.local_ip),
+            flags: TUN_F_KEY,
+        };
+        // A tunnel packet as the remote would send it.
+        let wire = |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32| {
+            let mut b = PacketBuf::from_slice(inner);
+            let en = nicflow_packet::tunnel::Encap {
+                kind: cfg.kind,
+                eth_src: REMOTE_MAC,
+                eth_dst: UL_MAC,
+                ip_src: cfg.remote_ip.into(),
+                ip_dst: cfg.local_ip.into(),
+                tos: 0,
+                ttl: 64,
+                df: true,
+                udp_src: 50000,
+                udp_dst: cfg.dst_port,
+                csum: false,
+                vni,
+                geneve_options: &[],
+                geneve_oam: false,
+            };
+            nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
+            b.data().to_vec()
+        };
+
+        struct TCase {
+            name: &'static str,
+            /// Frame as received, on `in_if` (None) or the underlay.
+            frame: Vec<u8>,
+            /// For underlay frames: the inner frame, port and metadata the
+            /// flow is installed for.
+            inner: Option<(Vec<u8>, u32, TunnelMeta)>,
+            mask: FlowMask,
+            actions: Vec<DpAction>,
+        }
+        let tun_mask = mask(|m| {
+            m.nw_proto = 0xff;
+            m.tun_id = u64::MAX;
+            m.tun_src = u32::MAX;
+        });
+        let cases =
+            vec![
+            TCase {
+                name: "vxlan decap, tcp, tun_id matched, to a port",
+                frame: wire(&vx, &tcp4, VX_VNI),
+                inner: Some((tcp4.clone(), VX_PORT, meta(&vx, VX_VNI))),
+                mask: tun_mask,
+                actions: vec![DpAction::Output(2)],
+            },
+            TCase {
+                name: "geneve key=flow decap, icmp, rewrite, to a port",
+                frame: wire(&gn, &icmp4, 77),
+                inner: Some((icmp4.clone(), GN_PORT, meta(&gn, 77))),
+                mask: tun_mask,
+                actions: vec![DpAction::SetEthDst([2, 0, 0, 0, 0, 0x33]), DpAction::Output(2)],
+            },
+            TCase {
+                name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)",
+                frame: wire(&vx, &udp6_tagged, VX_VNI),
+                inner: Some((udp6_tagged.clone(), VX_PORT, meta(&vx, VX_VNI))),
+                mask: mask(|m| {
+                    m.nw_proto = 0xff;
+                    m.vlan_tci = 0xffff;
+                }),
+                actions: vec![DpAction::Output(GN_PORT)],
+            },
+            TCase {
+                name: "encap, fixed vxlan key, tcp with rewrites",
+                frame: tcp4.clone(),
+                inner: None,
+                mask: mask(|m| m.nw_proto = 0xff),
+                actions: vec![
+                    DpAction::SetIpv4Dst(v4(0x3c66).into()),
+                    DpAction::SetTpSrc(41000),
+                    DpAction::Output(VX_PORT),
+                ],
+            },
+            TCase {
+                name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped",
+                frame: udp6_tagged.clone(),
+                inner: None,
+                mask: mask(|m| {
+                    m.nw_proto = 0xff;
+                    m.vlan_tci = 0xffff;
+                }),
+                actions: vec![
+                    DpAction::SetTunnelId(0x99_0001),
+                    DpAction::PopVlan,
+                    DpAction::Output(GN_PORT),
+                ],
+            },
+            TCase {
+                name: "encap, key=flow geneve without set_tunnel: VNI 0",
+                frame: icmp4.clone(),
+                inner: None,
+                mask: mask(|m| m.nw_proto = 0xff),
+                actions: vec![DpAction::Output(GN_PORT)],
+            },
+        ];
+        let mut handles = Vec::new();
+        for c in &cases {
+            let mut k = FlowKey::default();
+            match &c.inner {
+                Some((inner, port, m)) => {
+                    extract(inner, *port, &mut k).unwrap();
+                    k.tun_id = m.id;
+                    k.tun_src = m.src;
+                    k.tun_dst = m.dst;
+                    k.tun_flags = m.flags;
+                }
+                None => {
+                    extract(&c.frame, IN_PORT, &mut k).unwrap();
+                }
+            }
+            let enc = encode(&k, &c.mask, &c.actions, &Slots)
+                .unwrap_or_else(|err| panic!("{}: {err}", c.name));
+            handles.push(e.install(&enc).unwrap());
+        }
+        for (i, c) in cases.iter().enumerate() {
+            let (on_if, (uv, uport, uframe, utun)) = match &c.inner {
+                Some((inner, port, m)) => (ul_if, userspace_on(inner, *port, Some(*m), &c.actions)),
+                None => (in_if, userspace_on(&c.frame, IN_PORT, None, &c.actions)),
+            };
+            let want = match uport {
+                VX_PORT => userspace_encap(&vx, &uframe, utun),
+                GN_PORT => userspace_encap(&gn, &uframe, utun),
+                _ => uframe,
+            };
+            let (verdict, out) = e.test_run(&c.frame, on_if, 0).unwrap();
+            assert_eq!(verdict, uv, "{}: verdict", c.name);
+            assert_eq!(out, want, "{}: output differs from userspace", c.name);
+            assert!(all_checksums_valid(&out), "{}: checksums", c.name);
+            if matches!(uport, VX_PORT | GN_PORT) {
+                // What the remote's parser makes of it.
+                let d = nicflow_packet::tunnel::parse(&out, |p| match p {
+                    4789 => Some(nicflow_packet::tunnel::TunnelKind::Vxlan),
+                    6081 => Some(nicflow_packet::tunnel::TunnelKind::Geneve),
+                    _ => None,
+                })
+                .unwrap()
+                .unwrap();
+                assert!(d.udp_src >= 49152, "{}: entropy port", c.name);
+            }
+            assert_eq!(e.counters(&handles[i]).unwrap().packets, 1, "{}", c.name);
+        }
+        let s = e.stats().unwrap();
+        assert_eq!((s.decap, s.encap, s.aborted), (3, 4, 0));
+
+        // Frames the program must leave whole to userspace (no socket
+        // registered: XDP_PASS), each with a reason of its own.
+        let mut csum = wire(&vx, &tcp4, VX_VNI);
+        let l4 = 14 + 20;
+        csum[l4 + 6] = 0x12; // a UDP checksum to verify: userspace's job
+        let mut critical = wire(&gn, &icmp4, 77);
+        critical[l4 + 8 + 1] |= 0x40;
+        let mut bad_ip = wire(&vx, &tcp4, VX_VNI);
+        bad_ip[14 + 8] = 1; // TTL changed, header checksum not
+        let mut not_ours = wire(&vx, &tcp4, VX_VNI);
+        not_ours[0..6].copy_from_slice(&[2, 0, 0, 0, 0x0a, 9]);
+        let big = FrameBuilder::new(A, B)
+            .ipv4(v4(0x3c01), v4(0x3c65))
+            .tcp(40000, 5201, FLAG_ACK)
+            .payload(&[0u8; 1500])
+            .build();
+        let untouched: Vec<(&str, Vec<u8>, u32)> = vec![
+            ("unknown VNI", wire(&vx, &tcp4, 4243), ul_if),
+            ("outer UDP checksum present", csum, ul_if),
+            ("geneve critical bit", critical, ul_if),
+            ("bad outer IPv4 checksum", bad_ip, ul_if),
+            ("outer destination MAC not the underlay's", not_ours, ul_if),
+            ("over the tunnel MTU", big, in_if),
+        ];
+        // The oversize frame falls under the first encap flow's mask.
+        for (name, f, on) in &untouched {
+            let (verdict, out) = e.test_run(f, *on, 0).unwrap();
+            assert_eq!((verdict, &out), (XDP_PASS, f), "{name}: not left whole");
+        }
+        // An unresolved remote (invalid header): punted, untouched.
+        e.set_tunnel_tx(3, TunTx::default()).unwrap();
+        let (verdict, out) = e.test_run(&cases[3].frame, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (XDP_PASS, &cases[3].frame));
+        let s = e.stats().unwrap();
+        assert_eq!((s.punt, s.aborted), (2, 0));
+    });
+}

@@ -83,7 +83,7 @@ impl KernelShare {
 
 /// An engine datapath flows can be offloaded to. Called at control-plane
 /// rate only (flow installs, revalidation, housekeeping), never per packet.
-pub trait FlowOffload: Send {
+pub trait FlowOffload {
     /// Add bits to a new flow's mask before it is installed anywhere, so
     /// that its offload decision holds for every packet it covers (a
     /// narrower mask is always correct: the slow path decided the same for

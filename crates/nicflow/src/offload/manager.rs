@@ -39,15 +39,43 @@
 //!   pre-check) instead of dropped by `veth_xdp_xmit`;
 //! * the encoder accepts the match and actions and the maps have room
 //!   ([`super::xdp::encode`] reasons, `mask-table-full`, `flow-map-full`).
+//!
+//! # Tunnels
+//!
+//! A VXLAN or Geneve port is offloaded through its underlay: the manager
+//! takes over the underlay's AF_XDP attachment as it does a bridge port's
+//! (one underlay, shared by several tunnel ports, is attached once), marks
+//! it `PORT_UNDERLAY` with its MAC, and enters each tunnel port's endpoint
+//! (underlay, local and remote address, UDP port, VNI or any for
+//! `key=flow`) in `dp_tun_rx`: the program decapsulates those packets and
+//! looks the inner frame up as received on the tunnel port, with the outer
+//! headers in the key's `tun_*` fields, and puts the outer headers back on
+//! a miss so the underlay's userspace side sees the packet whole. For
+//! output, each tunnel port has a slot in `dp_tun_tx` with its outer
+//! header ([`crate::port::tunnel::header_template`]), written when the
+//! remote's MAC is resolved and re-checked every tick (which also keeps the
+//! ARP entry fresh while every packet is offloaded); until then the
+//! program sends the flow's frames to userspace. A tunnel port stays in
+//! userspace with `tunnel:udp-csum` (an outer UDP checksum would have to
+//! be computed over the whole frame), `tunnel:underlay-afpacket` (no XDP
+//! attachment to take over) or `tunnel:underlay-not-attached`; its TCP/UDP
+//! flows need `csum_complete=true` on the tunnel port (the remote sends
+//! finished inner checksums), as an AF_XDP port's do.
 
 use super::netdev::NetdevQuery;
+use super::xdp::encode::{PortSlots, TunnelSlot};
+use super::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
 use super::xdp::OffloadError;
 use super::xdp::{encode, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig};
 use crate::datapath::{DpAction, FlowOffload, KernelCounters};
+use crate::port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
 use crate::port::Port;
 use nicflow_flow::{FlowKey, FlowMask, Match};
+use nicflow_packet::tunnel::TunnelKind;
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 /// An AF_XDP port the engine runs on.
 #[derive(Clone, Debug)]
@@ -60,6 +88,31 @@ struct XdpPort {
     csum_complete: bool,
     /// The device accepts redirected frames; its devmap slot is filled.
     redirect_ok: bool,
+}
+
+/// A tunnel underlay the engine runs on (shared by its tunnel ports).
+struct XdpUnderlay {
+    name: String,
+    /// Devmap slot and XSKMAP slot, from the same pool as ports' slots.
+    slot: u32,
+    native: bool,
+    redirect_ok: bool,
+    /// Tunnel ports using it.
+    users: usize,
+    handle: Rc<RefCell<Underlay>>,
+}
+
+/// A tunnel port the engine encapsulates and decapsulates for.
+struct XdpTunnel {
+    name: String,
+    cfg: TunnelConfig,
+    underlay_ifindex: u32,
+    /// Its `dp_tun_tx` slot.
+    slot: u32,
+    rx_key: TunRxKey,
+    inner_mtu: u32,
+    /// What the `dp_tun_tx` entry holds now (`None`: invalid).
+    written: Option<([u8; 6], bool)>,
 }
 
 /// What the manager did, for `stats`.
@@ -114,7 +167,10 @@ pub struct OffloadManager {
     engine: XdpEngine,
     netdev: Option<NetdevQuery>,
     ports: BTreeMap<u32, XdpPort>,
-    /// Ports that are not AF_XDP: their kind, for reasons.
+    /// Tunnel ports by port number, their underlays by ifindex.
+    tunnels: BTreeMap<u32, XdpTunnel>,
+    underlays: BTreeMap<u32, XdpUnderlay>,
+    /// Ports flows cannot be offloaded through: the reason.
     others: BTreeMap<u32, &'static str>,
     flows: HashMap<u64, FlowHandle>,
     next_id: u64,
@@ -136,9 +192,6 @@ fn kind_reason(kind: &str) -> &'static str {
         "tap" => "port:tap",
         "internal" => "port:internal",
         "afxdp" => "port:afxdp-not-attached",
-        // Encapsulation and decapsulation run in userspace only so far.
-        "vxlan" => "port:vxlan",
-        "geneve" => "port:geneve",
         _ => "port:userspace",
     }
 }
@@ -166,6 +219,8 @@ impl OffloadManager {
             engine,
             netdev,
             ports: BTreeMap::new(),
+            tunnels: BTreeMap::new(),
+            underlays: BTreeMap::new(),
             others: BTreeMap::new(),
             flows: HashMap::new(),
             next_id: 1,
@@ -190,18 +245,33 @@ impl OffloadManager {
         self.flows.len()
     }
 
-    /// (port name, native, redirect target) of every port the engine runs on.
+    /// (port name, native, redirect target) of every port the engine runs
+    /// on, tunnel ports by their underlay.
     pub fn xdp_ports(&self) -> Vec<(String, bool, bool)> {
-        self.ports
+        let mut v: Vec<_> = self
+            .ports
             .values()
             .map(|p| (p.name.clone(), p.native, p.redirect_ok))
-            .collect()
+            .collect();
+        for t in self.tunnels.values() {
+            if let Some(u) = self.underlays.get(&t.underlay_ifindex) {
+                v.push((
+                    format!("{} (underlay {})", t.name, u.name),
+                    u.native,
+                    u.redirect_ok,
+                ));
+            }
+        }
+        v
     }
 
     fn free_slot(&self) -> Option<u32> {
         let cfg = self.engine.config();
         let max = cfg.max_tx_ports.min(cfg.max_queues).min(cfg.max_ifaces);
-        (0..max).find(|s| self.ports.values().all(|p| p.slot != *s))
+        (0..max).find(|s| {
+            self.ports.values().all(|p| p.slot != *s)
+                && self.underlays.values().all(|u| u.slot != *s)
+        })
     }
 
     fn accepts_redirects(&mut self, ifindex: u32) -> bool {
@@ -224,8 +294,18 @@ impl OffloadManager {
     pub fn attach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
         let kind = port.kind();
         let name = port.name().to_string();
+        if let Some(t) = port.as_tunnel() {
+            return match self.attach_tunnel(no, t) {
+                Ok(()) => Ok(()),
+                Err(reason) => {
+                    tracing::info!(port = %name, "tunnel flows stay in userspace ({reason})");
+                    self.others.insert(no, reason);
+                    Ok(())
+                }
+            };
+        }
         let Some(x) = port.as_afxdp_mut() else {
-            self.others.insert(no, kind);
+            self.others.insert(no, kind_reason(kind));
             return Ok(());
         };
         let slot = self
@@ -284,6 +364,9 @@ impl OffloadManager {
     /// flows to it are punted to userspace meanwhile).
     pub fn detach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
         self.others.remove(&no);
+        if self.tunnels.contains_key(&no) {
+            return self.detach_tunnel(no);
+        }
         let Some(p) = self.ports.remove(&no) else {
             return Ok(());
         };
@@ -302,7 +385,215 @@ impl OffloadManager {
 
     /// Is port `no` served by the engine?
     pub fn has_port(&self, no: u32) -> bool {
-        self.ports.contains_key(&no)
+        self.ports.contains_key(&no) || self.tunnels.contains_key(&no)
+    }
+
+    /// Take over the tunnel's underlay (once per underlay), enter its
+    /// endpoint for decapsulation and give it a header slot. On failure the
+    /// reason its flows stay in userspace; nothing is left behind.
+    fn attach_tunnel(&mut self, no: u32, t: &TunnelPort) -> Result<(), &'static str> {
+        let cfg = t.config().clone();
+        if cfg.csum {
+            return Err("tunnel:udp-csum");
+        }
+        let handle = t.underlay();
+        let ifindex = {
+            let mut u = handle.borrow_mut();
+            match u.afxdp_mut() {
+                Some(x) => x.ifindex(),
+                None => return Err("tunnel:underlay-afpacket"),
+            }
+        };
+        let slot = (0..self.engine.tunnel_slots())
+            .find(|s| self.tunnels.values().all(|t| t.slot != *s))
+            .ok_or("tunnel:no-slot")?;
+        if !self.underlays.contains_key(&ifindex) {
+            self.attach_underlay(ifindex, &handle).map_err(|e| {
+                tracing::warn!(underlay = %handle.borrow().iface(), "XDP engine not attached to the underlay: {e}");
+                "tunnel:underlay-not-attached"
+            })?;
+        }
+        let rx_key = TunRxKey {
+            ifindex,
+            local: u32::from(cfg.local_ip),
+            remote: u32::from(cfg.remote_ip),
+            vni: match cfg.key {
+                TunnelKey::Fixed(v) => v,
+                TunnelKey::Flow => VNI_ANY,
+            },
+            dst_port: cfg.dst_port,
+            pad: 0,
+        };
+        let rx = TunRx {
+            in_port: no,
+            kind: match cfg.kind {
+                TunnelKind::Vxlan => TUN_VXLAN,
+                TunnelKind::Geneve => TUN_GENEVE,
+            },
+        };
+        let tun = XdpTunnel {
+            name: t.name().to_string(),
+            cfg,
+            underlay_ifindex: ifindex,
+            slot,
+            rx_key,
+            inner_mtu: t.inner_mtu() as u32,
+            written: None,
+        };
+        if let Some(u) = self.underlays.get_mut(&ifindex) {
+            u.users += 1;
+        }
+        self.tunnels.insert(no, tun);
+        let r = self
+            .engine
+            .set_tunnel_tx(slot, TunTx::default())
+            .and_then(|()| self.engine.set_tunnel_rx(rx_key, rx));
+        if let Err(e) = r {
+            tracing::warn!(port = %t.name(), "XDP tunnel maps: {e}");
+            let _ = self.detach_tunnel(no);
+            return Err("tunnel:underlay-not-attached");
+        }
+        self.sync_tunnel(no);
+        tracing::info!(
+            port = %t.name(), underlay_ifindex = ifindex, slot,
+            "XDP offload engine encapsulates and decapsulates for the tunnel"
+        );
+        Ok(())
+    }
+
+    fn attach_underlay(
+        &mut self,
+        ifindex: u32,
+        handle: &Rc<RefCell<Underlay>>,
+    ) -> Result<(), OffloadError> {
+        let slot = self
+            .free_slot()
+            .ok_or_else(|| OffloadError::Config("no free port slot in the XDP engine".into()))?;
+        let mut u = handle.borrow_mut();
+        let name = u.iface().to_string();
+        let mac = u.mac();
+        let Some(x) = u.afxdp_mut() else {
+            return Err(OffloadError::Config("the underlay is not AF_XDP".into()));
+        };
+        let base = slot.wrapping_sub(x.queue());
+        let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
+        self.engine.register_xsk(slot, x.xsk_fd())?;
+        self.engine.set_underlay(ifindex, base, mac)?;
+        let link = match x.take_xdp_link() {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = self.engine.remove_port(ifindex);
+                let _ = self.engine.unregister_xsk(slot);
+                return Err(OffloadError::Bpf {
+                    op: "taking the underlay's XDP link",
+                    source: Box::new(e),
+                });
+            }
+        };
+        if let Err(e) = self.engine.adopt_link(ifindex, link) {
+            tracing::error!(underlay = %name, "switching the XDP link to xdp_dp failed: {e}");
+            let _ = self.engine.remove_port(ifindex);
+            let _ = self.engine.unregister_xsk(slot);
+            return Err(e);
+        }
+        drop(u);
+        let redirect_ok = self.accepts_redirects(ifindex);
+        if redirect_ok {
+            self.engine.set_tx_port(slot, ifindex)?;
+        } else {
+            tracing::info!(
+                underlay = %name,
+                "the underlay does not accept redirected frames (a veth: no XDP program or GRO \
+                 on its peer): encapsulated flows stay in userspace (port:no-xdp-xmit)"
+            );
+        }
+        tracing::info!(underlay = %name, ifindex, slot, native, redirect_ok, "XDP offload engine attached to the tunnel underlay");
+        self.underlays.insert(
+            ifindex,
+            XdpUnderlay {
+                name,
+                slot,
+                native,
+                redirect_ok,
+                users: 0,
+                handle: handle.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn detach_tunnel(&mut self, no: u32) -> Result<(), OffloadError> {
+        let Some(t) = self.tunnels.remove(&no) else {
+            return Ok(());
+        };
+        self.engine.remove_tunnel_rx(&t.rx_key)?;
+        self.engine.set_tunnel_tx(t.slot, TunTx::default())?;
+        let last = match self.underlays.get_mut(&t.underlay_ifindex) {
+            Some(u) => {
+                u.users = u.users.saturating_sub(1);
+                u.users == 0
+            }
+            None => false,
+        };
+        if !last {
+            return Ok(());
+        }
+        let Some(u) = self.underlays.remove(&t.underlay_ifindex) else {
+            return Ok(());
+        };
+        self.engine.clear_tx_port(u.slot)?;
+        let link = self.engine.release_link(t.underlay_ifindex)?;
+        if let Some(link) = link {
+            let mut h = u.handle.borrow_mut();
+            if let Some(x) = h.afxdp_mut() {
+                x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
+                    op: "restoring the underlay's XDP program",
+                    source: Box::new(e),
+                })?;
+            }
+        }
+        self.engine.remove_port(t.underlay_ifindex)?;
+        self.engine.unregister_xsk(u.slot)?;
+        Ok(())
+    }
+
+    /// Bring tunnel `no`'s header slot up to date with its remote's MAC
+    /// (refreshing the ARP entry) and its underlay's redirect state.
+    fn sync_tunnel(&mut self, no: u32) {
+        let Some(t) = self.tunnels.get(&no) else {
+            return;
+        };
+        let Some(u) = self.underlays.get(&t.underlay_ifindex) else {
+            return;
+        };
+        let (src, dst) = {
+            let mut h = u.handle.borrow_mut();
+            (h.mac(), h.offload_resolve(t.cfg.remote_ip, t.cfg.local_ip))
+        };
+        let want = dst.map(|m| (m, u.redirect_ok));
+        if want == t.written {
+            return;
+        }
+        let entry = match dst.and_then(|d| tunnel::header_template(&t.cfg, src, d)) {
+            Some(hdr) if u.redirect_ok => TunTx {
+                valid: 1,
+                tx_slot: u.slot,
+                inner_mtu: t.inner_mtu,
+                hdr,
+                pad: 0,
+            },
+            _ => TunTx::default(),
+        };
+        let slot = t.slot;
+        match self.engine.set_tunnel_tx(slot, entry) {
+            Ok(()) => {
+                if let Some(t) = self.tunnels.get_mut(&no) {
+                    tracing::debug!(port = %t.name, valid = entry.valid, "XDP tunnel header");
+                    t.written = want;
+                }
+            }
+            Err(e) => tracing::warn!("updating the XDP tunnel header: {e}"),
+        }
     }
 
     /// Housekeeping: re-read which devices accept redirects. A port that
@@ -339,14 +630,38 @@ impl OffloadManager {
             }
             changed = true;
         }
+        let ifs: Vec<u32> = self.underlays.keys().copied().collect();
+        for ifindex in ifs {
+            let now = self.accepts_redirects(ifindex);
+            let Some(u) = self.underlays.get_mut(&ifindex) else {
+                continue;
+            };
+            if now == u.redirect_ok {
+                continue;
+            }
+            let slot = u.slot;
+            u.redirect_ok = now;
+            tracing::info!(underlay = %u.name, "XDP redirect target: {}", now);
+            let r = if now {
+                self.engine.set_tx_port(slot, ifindex)
+            } else {
+                self.engine.clear_tx_port(slot)
+            };
+            if let Err(e) = r {
+                tracing::warn!(ifindex, "updating the devmap: {e}");
+            }
+        }
+        // Encapsulating flows need no re-placing: an invalid header makes
+        // the program punt their frames.
+        let tuns: Vec<u32> = self.tunnels.keys().copied().collect();
+        for no in tuns {
+            self.sync_tunnel(no);
+        }
         changed
     }
 
     fn port_reason(&self, no: u32) -> &'static str {
-        match self.others.get(&no) {
-            Some(k) => kind_reason(k),
-            None => "port:unknown",
-        }
+        self.others.get(&no).copied().unwrap_or("port:unknown")
     }
 
     /// Every check of the module docs; the encoded flow or the reason.
@@ -360,7 +675,16 @@ impl OffloadManager {
         if mask.in_port != u32::MAX {
             return Err("match:in_port-wildcarded");
         }
-        let Some(inp) = self.ports.get(&key.in_port) else {
+        // (checksums complete, native XDP) of the ingress.
+        let (csum_complete, native) = if let Some(p) = self.ports.get(&key.in_port) {
+            (p.csum_complete, p.native)
+        } else if let Some(t) = self.tunnels.get(&key.in_port) {
+            let native = self
+                .underlays
+                .get(&t.underlay_ifindex)
+                .is_some_and(|u| u.native);
+            (t.cfg.csum_complete, native)
+        } else {
             return Err(self.port_reason(key.in_port));
         };
         if mask.dl_type != 0xffff {
@@ -371,16 +695,26 @@ impl OffloadManager {
                 return Err("csum:protocol-wildcarded");
             }
             if matches!(key.nw_proto, 6 | 17 | 132) {
-                if !inp.csum_complete {
+                if !csum_complete {
                     return Err("csum:partial-possible");
                 }
-                if !inp.native {
+                if !native {
                     return Err("port:generic-xdp");
                 }
             }
         }
         for a in actions {
             if let DpAction::Output(p) = a {
+                if let Some(t) = self.tunnels.get(p) {
+                    if !self
+                        .underlays
+                        .get(&t.underlay_ifindex)
+                        .is_some_and(|u| u.redirect_ok)
+                    {
+                        return Err("port:no-xdp-xmit");
+                    }
+                    continue;
+                }
                 match self.ports.get(p) {
                     Some(x) if x.redirect_ok => {}
                     Some(_) => return Err("port:no-xdp-xmit"),
@@ -397,14 +731,33 @@ impl OffloadManager {
                 }
             }
         }
-        let slots = |p: u32| self.ports.get(&p).filter(|x| x.redirect_ok).map(|x| x.slot);
-        encode(key, m.mask(), actions, &slots).map_err(|e| e.reason)
+        encode(key, m.mask(), actions, &Slots(self)).map_err(|e| e.reason)
+    }
+}
+
+/// The manager's ports as the encoder sees them.
+struct Slots<'a>(&'a OffloadManager);
+
+impl PortSlots for Slots<'_> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self.0
+            .ports
+            .get(&port)
+            .filter(|x| x.redirect_ok)
+            .map(|x| x.slot)
+    }
+
+    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+        self.0.tunnels.get(&port).map(|t| TunnelSlot {
+            slot: t.slot,
+            flow_key: t.cfg.key == TunnelKey::Flow,
+        })
     }
 }
 
 impl Drop for OffloadManager {
     fn drop(&mut self) {
-        if !self.ports.is_empty() {
+        if !self.ports.is_empty() || !self.tunnels.is_empty() {
             // The bridge detaches every port first; a link still held here
             // goes with the engine and leaves its interface without XDP.
             tracing::warn!(
@@ -425,6 +778,15 @@ impl FlowOffload for OffloadManager {
     }
 
     fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
+        // A tunnel's header may have become valid since the last tick (the
+        // first packet's ARP exchange): write it before the flow needs it.
+        for a in actions {
+            if let DpAction::Output(p) = a {
+                if self.tunnels.contains_key(p) {
+                    self.sync_tunnel(*p);
+                }
+            }
+        }
         let enc = match self.decide(matching, actions) {
             Ok(e) => e,
             Err(r) => {

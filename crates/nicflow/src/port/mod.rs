@@ -108,4 +108,9 @@ pub trait Port {
     fn as_afxdp_mut(&mut self) -> Option<&mut afxdp::AfXdpPort> {
         None
     }
+    /// The tunnel port behind this one, if it is one: the XDP engine
+    /// encapsulates for it and decapsulates on its underlay.
+    fn as_tunnel(&self) -> Option<&tunnel::TunnelPort> {
+        None
+    }
 }

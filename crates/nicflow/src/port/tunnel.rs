@@ -56,6 +56,55 @@ const QUEUE_MAX: usize = 1024;
 /// after the first was held.
 const ARP_PENDING_MAX_AGE: Duration = Duration::from_secs(3);
 
+/// Bytes of [`TunnelPort::header_template`]: Ethernet, IPv4 without
+/// options, UDP, VXLAN or option-less Geneve.
+pub const HEADER_TEMPLATE_LEN: usize = 50;
+
+/// The outer header a tunnel port with `cfg` puts in front of a frame, as
+/// an XDP engine's template: what [`TunnelPort`]'s `send_batch` writes,
+/// with the IPv4 total length and checksum, the UDP source port and length
+/// and, for `key=flow`, the VNI zero (patched per frame). `None` when the
+/// header cannot be a template: an outer UDP checksum covers the inner
+/// frame.
+pub fn header_template(
+    cfg: &TunnelConfig,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+) -> Option<[u8; HEADER_TEMPLATE_LEN]> {
+    if cfg.csum {
+        return None;
+    }
+    let mut b = PacketBuf::with_capacity(128);
+    b.set_data(&[0u8; 14]);
+    let e = Encap {
+        kind: cfg.kind,
+        eth_src: src_mac,
+        eth_dst: dst_mac,
+        ip_src: IpAddr::V4(cfg.local_ip),
+        ip_dst: IpAddr::V4(cfg.remote_ip),
+        tos: cfg.tos,
+        ttl: cfg.ttl,
+        df: cfg.df,
+        udp_src: 0,
+        udp_dst: cfg.dst_port,
+        csum: false,
+        vni: match cfg.key {
+            TunnelKey::Fixed(v) => v,
+            TunnelKey::Flow => 0,
+        },
+        geneve_options: &[],
+        geneve_oam: false,
+    };
+    tunnel::encap(&mut b, &e).ok()?;
+    let mut h = [0u8; HEADER_TEMPLATE_LEN];
+    h.copy_from_slice(b.data().get(..HEADER_TEMPLATE_LEN)?);
+    // IPv4 total length and checksum, UDP length.
+    h[16..18].fill(0);
+    h[24..26].fill(0);
+    h[38..40].fill(0);
+    Some(h)
+}
+
 /// Where the VNI of transmitted frames comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TunnelKey {
@@ -84,6 +133,11 @@ pub struct TunnelConfig {
     pub tos: u8,
     /// Outer IPv4 DF bit (default on, as OVS's `df_default`).
     pub df: bool,
+    /// The remote endpoint sends finished inner TCP/UDP checksums (true
+    /// for nicflow peers and for kernel senders with tx checksum offload
+    /// off): TCP/UDP flows from this port may then be decapsulated in XDP
+    /// (`port::afxdp`'s `csum_complete`, for the tunnel's inner frames).
+    pub csum_complete: bool,
 }
 
 impl TunnelConfig {
@@ -143,10 +197,11 @@ impl TunnelConfig {
                     | "ttl"
                     | "tos"
                     | "df"
+                    | "csum_complete"
             ) {
                 return Err(format!(
                     "unknown tunnel option `{k}` (remote_ip, local_ip, key, dst_port, csum, \
-                     underlay, underlay_type, ttl, tos, df)"
+                     underlay, underlay_type, ttl, tos, df, csum_complete)"
                 ));
             }
         }
@@ -182,6 +237,7 @@ impl TunnelConfig {
             ttl: num("ttl", 64, 255)? as u8,
             tos: num("tos", 0, 255)? as u8,
             df: flag("df", true)?,
+            csum_complete: flag("csum_complete", false)?,
         })
     }
 
@@ -547,6 +603,35 @@ impl Underlay {
         }
     }
 
+    /// The AF_XDP socket behind the underlay, if it is one: the bridge's
+    /// XDP engine takes over its XDP attachment to decapsulate there.
+    pub fn afxdp_mut(&mut self) -> Option<&mut super::afxdp::AfXdpPort> {
+        self.port.as_afxdp_mut()
+    }
+
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The remote's MAC for an engine that encapsulates without
+    /// userspace: keeps the ARP entry fresh (requests sent as for
+    /// userspace traffic) once userspace traffic created it; `None` until
+    /// then and while unresolved.
+    pub fn offload_resolve(&mut self, remote: Ipv4Addr, local: Ipv4Addr) -> Option<[u8; 6]> {
+        if !self.arp.contains_key(&remote) {
+            return None;
+        }
+        let mac = self.resolve(remote, local, Instant::now());
+        if let Err(e) = self.flush() {
+            tracing::debug!(iface = %self.iface, "underlay send: {e}");
+        }
+        mac
+    }
+
     /// `tunnel::parse` with this underlay's endpoints' UDP ports.
     fn parse_tunnel(&self, frame: &[u8]) -> Result<Option<tunnel::Decap>, TunnelError> {
         let eps = &self.endpoints;
@@ -792,6 +877,11 @@ impl TunnelPort {
         &self.cfg
     }
 
+    /// The shared underlay (for the XDP engine).
+    pub fn underlay(&self) -> Rc<RefCell<Underlay>> {
+        self.underlay.clone()
+    }
+
     /// The largest inner IP packet the tunnel carries.
     pub fn inner_mtu(&self) -> usize {
         // The outer IP packet (outer IP + UDP + tunnel header + inner
@@ -983,6 +1073,10 @@ impl Port for TunnelPort {
 
     fn kind(&self) -> &'static str {
         kind_name(self.cfg.kind)
+    }
+
+    fn as_tunnel(&self) -> Option<&TunnelPort> {
+        Some(self)
     }
 }
 

@@ -9,19 +9,20 @@
 //!
 //! | reason | why |
 //! | --- | --- |
-//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:tun_id`, ...) | the mask covers a field the program does not extract (tunnel, metadata, registers, conntrack) |
+//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack) |
 //! | `action:controller` | a copy to the controller needs userspace |
 //! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
 //! | `action-after-output` | the output must be the last action |
 //! | `action:output-unmapped` | the output port has no devmap slot (not an XDP-capable port) |
 //! | `action:push-vlan-tpid` | a TPID other than 0x8100 / 0x88a8 (userspace would re-parse differently) |
 //! | `action:set-sctp-port` | SCTP port rewrite needs a CRC32c over the packet |
+//! | `action:push-vlan-before-tunnel` | a frame that grows before encapsulation could outgrow the MTU pre-check |
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
 //! full ([`super::OffloadError::NotOffloadable`] carries all of them).
 
-use super::layout::{flag, op, DpKey, FlowValue, RawAction, MAX_ACTIONS};
+use super::layout::{flag, op, tun_vni, DpKey, FlowValue, RawAction, MAX_ACTIONS};
 use crate::datapath::{DpAction, DropReason};
 use nicflow_flow::{FlowKey, FlowMask};
 use std::collections::{BTreeMap, HashMap};
@@ -43,6 +44,32 @@ fn no(reason: &'static str) -> NotOffloadable {
 /// from XDP (tap, pcap, ...).
 pub trait PortSlots {
     fn slot(&self, port: u32) -> Option<u32>;
+    /// If `port` is a tunnel port the program can encapsulate for: its
+    /// slot in `dp_tun_tx`.
+    fn tunnel(&self, _port: u32) -> Option<TunnelSlot> {
+        None
+    }
+}
+
+/// An offloadable tunnel port as the encoder sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelSlot {
+    /// Index of its header template in `dp_tun_tx`.
+    pub slot: u32,
+    /// `key=flow`: the VNI comes from the flow, not the template.
+    pub flow_key: bool,
+}
+
+/// Where an encapsulating output takes the VNI from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunnelVni {
+    /// The port's fixed key.
+    Template,
+    /// The flow's `set_tunnel` value.
+    Set(u32),
+    /// The frame's `tun_id` (a `key=flow` port without `set_tunnel`: the
+    /// VNI it arrived with, or 0).
+    FromKey,
 }
 
 impl<F: Fn(u32) -> Option<u32>> PortSlots for F {
@@ -109,6 +136,12 @@ pub enum XdpAction {
     SetArpTpa(u32),
     SetArpSha([u8; 6]),
     SetArpTha([u8; 6]),
+    /// Push the outer header of tunnel slot `slot` and redirect to its
+    /// underlay; must be last.
+    TunnelOutput {
+        slot: u32,
+        vni: TunnelVni,
+    },
 }
 
 impl XdpAction {
@@ -191,6 +224,19 @@ impl XdpAction {
                 r.op = op::SET_ARP_THA;
                 mac(&mut r, &m);
             }
+            XdpAction::TunnelOutput { slot, vni } => {
+                r.op = op::TUNNEL_OUTPUT;
+                r.arg32 = slot;
+                r.arg16 = match vni {
+                    TunnelVni::Template => tun_vni::TEMPLATE,
+                    TunnelVni::Set(v) => {
+                        // The program reads it as a native u32.
+                        r.data[..4].copy_from_slice(&v.to_ne_bytes());
+                        tun_vni::ACTION
+                    }
+                    TunnelVni::FromKey => tun_vni::KEY,
+                };
+            }
         }
         r
     }
@@ -223,6 +269,17 @@ impl XdpAction {
             op::SET_ARP_TPA => XdpAction::SetArpTpa(r.arg32),
             op::SET_ARP_SHA => XdpAction::SetArpSha(m),
             op::SET_ARP_THA => XdpAction::SetArpTha(m),
+            op::TUNNEL_OUTPUT => XdpAction::TunnelOutput {
+                slot: r.arg32,
+                vni: match r.arg16 {
+                    tun_vni::TEMPLATE => TunnelVni::Template,
+                    tun_vni::ACTION => TunnelVni::Set(u32::from_ne_bytes([
+                        r.data[0], r.data[1], r.data[2], r.data[3],
+                    ])),
+                    tun_vni::KEY => TunnelVni::FromKey,
+                    _ => return None,
+                },
+            },
             _ => return None,
         })
     }
@@ -245,6 +302,19 @@ pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
                     return Err(no("action-after-output"));
                 }
                 v.flags |= flag::OUTPUT;
+                v.out_slot = *slot;
+            }
+            XdpAction::TunnelOutput { slot, .. } => {
+                if i + 1 != actions.len() {
+                    return Err(no("action-after-output"));
+                }
+                if actions[..i]
+                    .iter()
+                    .any(|a| matches!(a, XdpAction::PushVlan { .. }))
+                {
+                    return Err(no("action:push-vlan-before-tunnel"));
+                }
+                v.flags |= flag::TUNNEL;
                 v.out_slot = *slot;
             }
             XdpAction::SetTtl(_) => set_ttl = true,
@@ -279,18 +349,6 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
         "field:reg6",
         "field:reg7",
     ];
-    if m.tun_id != 0 {
-        return Some("field:tun_id");
-    }
-    if m.tun_src != 0 {
-        return Some("field:tun_src");
-    }
-    if m.tun_dst != 0 {
-        return Some("field:tun_dst");
-    }
-    if m.tun_flags != 0 {
-        return Some("field:tun_flags");
-    }
     if m.metadata != 0 {
         return Some("field:metadata");
     }
@@ -323,6 +381,8 @@ pub fn encode(
     let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
     let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
     let mut outputs = 0;
+    // The last `set_tunnel` so far: the VNI a `key=flow` port sends with.
+    let mut set_tun: Option<u64> = None;
     for a in actions {
         if outputs > 0 {
             // Anything after the output: another output is a clone/flood,
@@ -336,8 +396,17 @@ pub fn encode(
         let x = match *a {
             DpAction::Output(p) => {
                 outputs += 1;
-                let slot = ports.slot(p).ok_or(no("action:output-unmapped"))?;
-                XdpAction::Output { slot }
+                if let Some(t) = ports.tunnel(p) {
+                    let vni = match (t.flow_key, set_tun) {
+                        (false, _) => TunnelVni::Template,
+                        (true, Some(v)) => TunnelVni::Set(v as u32 & 0xff_ffff),
+                        (true, None) => TunnelVni::FromKey,
+                    };
+                    XdpAction::TunnelOutput { slot: t.slot, vni }
+                } else {
+                    let slot = ports.slot(p).ok_or(no("action:output-unmapped"))?;
+                    XdpAction::Output { slot }
+                }
             }
             DpAction::Drop(reason) => {
                 let idx = DropReason::ALL
@@ -349,7 +418,12 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
-            DpAction::SetTunnelId(_) => return Err(no("action:set-tunnel")),
+            DpAction::SetTunnelId(v) => {
+                // Metadata only: it reaches the wire through a tunnel
+                // output's VNI (above), nowhere else.
+                set_tun = Some(v);
+                continue;
+            }
             DpAction::SetEthSrc(m) => XdpAction::SetEthSrc(m),
             DpAction::SetEthDst(m) => XdpAction::SetEthDst(m),
             DpAction::SetIpv4Src(v) => XdpAction::SetIpv4Src(v),
@@ -534,10 +608,6 @@ mod tests {
             (|m| m.ct_state = 0xff, "field:ct_state"),
             (|m| m.ct_zone = 1, "field:ct_zone"),
             (|m| m.ct_mark = 1, "field:ct_mark"),
-            (|m| m.tun_id = 1, "field:tun_id"),
-            (|m| m.tun_src = 1, "field:tun_src"),
-            (|m| m.tun_dst = 1, "field:tun_dst"),
-            (|m| m.tun_flags = 1, "field:tun_flags"),
             (|m| m.metadata = 1, "field:metadata"),
             (|m| m.regs[0] = 1, "field:reg0"),
             (|m| m.regs[5] = 1, "field:reg5"),
@@ -550,10 +620,6 @@ mod tests {
         }
         // Every field the program extracts is accepted under a full mask.
         let mut full = FlowMask::exact();
-        full.0.tun_id = 0;
-        full.0.tun_src = 0;
-        full.0.tun_dst = 0;
-        full.0.tun_flags = 0;
         full.0.metadata = 0;
         full.0.regs = [0; 8];
         full.0.ct_state = 0;
@@ -562,6 +628,88 @@ mod tests {
         let e = encode(&k, &full, &[DpAction::Output(2)], &ports()).unwrap();
         assert_eq!(e.key, DpKey::from_flow_key(&k));
         assert_eq!(e.mask.to_flow_key(), full.0);
+    }
+
+    /// Port 5 is a fixed-key tunnel (slot 3), port 6 a `key=flow` one
+    /// (slot 4); 1-3 plain ports.
+    struct WithTunnels(HashMap<u32, u32>);
+
+    impl PortSlots for WithTunnels {
+        fn slot(&self, port: u32) -> Option<u32> {
+            self.0.slot(port)
+        }
+
+        fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+            match port {
+                5 => Some(TunnelSlot {
+                    slot: 3,
+                    flow_key: false,
+                }),
+                6 => Some(TunnelSlot {
+                    slot: 4,
+                    flow_key: true,
+                }),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn tunnel_outputs_take_the_vni_from_where_userspace_would() {
+        let (mut k, mut m) = tcp_flow();
+        let p = WithTunnels(ports());
+        let acts = |a: &[DpAction]| actions_of(&encode(&k, &m, a, &p).unwrap().value);
+        let out = |slot, vni| XdpAction::TunnelOutput { slot, vni };
+        assert_eq!(
+            acts(&[DpAction::Output(5)]),
+            vec![out(3, TunnelVni::Template)]
+        );
+        // set_tunnel is metadata: it shows only in a key=flow port's VNI,
+        // the last one wins, 24 bits.
+        assert_eq!(
+            acts(&[DpAction::SetTunnelId(0x1_0000_0007), DpAction::Output(6)]),
+            vec![out(4, TunnelVni::Set(7))]
+        );
+        assert_eq!(
+            acts(&[DpAction::SetTunnelId(1), DpAction::Output(5)]),
+            vec![out(3, TunnelVni::Template)]
+        );
+        assert_eq!(
+            acts(&[DpAction::SetTunnelId(9), DpAction::Output(2)]),
+            vec![XdpAction::Output { slot: 1 }]
+        );
+        assert_eq!(
+            acts(&[DpAction::Output(6)]),
+            vec![out(4, TunnelVni::FromKey)]
+        );
+        let v = encode(&k, &m, &[DpAction::PopVlan, DpAction::Output(5)], &p)
+            .unwrap()
+            .value;
+        assert_eq!((v.flags & flag::TUNNEL, v.out_slot), (flag::TUNNEL, 3));
+        let push = [
+            DpAction::PushVlan {
+                tpid: 0x8100,
+                tci: 5,
+            },
+            DpAction::Output(5),
+        ];
+        assert_eq!(
+            encode(&k, &m, &push, &p).unwrap_err().reason,
+            "action:push-vlan-before-tunnel"
+        );
+        // Tunnel metadata is matched like any other field.
+        k.tun_id = 4242;
+        m.0.tun_id = u64::MAX;
+        let e = encode(&k, &m, &[DpAction::Output(1)], &p).unwrap();
+        assert_eq!((e.key.tun_id, e.mask.tun_id), (4242, u64::MAX));
+        // Round trip through the packed form.
+        for a in [
+            out(4, TunnelVni::Set(0xabcdef)),
+            out(1, TunnelVni::FromKey),
+            out(0, TunnelVni::Template),
+        ] {
+            assert_eq!(XdpAction::from_raw(&a.raw()), Some(a));
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@
 
 use super::encode::EncodedFlow;
 use super::layout::{
-    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, CFG_NO_COUNTERS,
-    MAX_MASKS_CAP,
+    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, TunRx, TunRxKey, TunTx,
+    CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_UNDERLAY,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
@@ -103,6 +103,10 @@ pub struct EngineStats {
     pub output: u64,
     pub drop: u64,
     pub aborted: u64,
+    /// Tunnel frames decapsulated on an underlay (hit or not).
+    pub decap: u64,
+    /// Frames encapsulated and sent to an underlay.
+    pub encap: u64,
 }
 
 /// How the program is attached to an interface.
@@ -121,6 +125,8 @@ pub struct XdpEngine {
     masks_map: Array<MapData, MaskEntry>,
     config_map: Array<MapData, ConfigEntry>,
     ports_map: BpfHashMap<MapData, u32, PortEntry>,
+    tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
+    tun_tx: Array<MapData, TunTx>,
     tx_ports: Map,
     xsks: XskMap<MapData>,
     stats: PerCpuArray<MapData, u64>,
@@ -279,6 +285,8 @@ impl XdpEngine {
             .ok_or_else(|| OffloadError::Config("BPF object has no map `dp_tx_ports`".into()))?;
         let xsks = take(&mut ebpf, "dp_xsks")?;
         let stats = take(&mut ebpf, "dp_stats")?;
+        let tun_rx = take(&mut ebpf, "dp_tun_rx")?;
+        let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
         config_map
             .set(
                 0,
@@ -294,6 +302,8 @@ impl XdpEngine {
             masks_map,
             config_map,
             ports_map,
+            tun_rx,
+            tun_tx,
             tx_ports,
             xsks,
             stats,
@@ -439,9 +449,64 @@ impl XdpEngine {
         in_port: u32,
         xsk_base: u32,
     ) -> Result<(), OffloadError> {
+        let e = PortEntry {
+            in_port,
+            xsk_base,
+            ..PortEntry::default()
+        };
         self.ports_map
-            .insert(ifindex, PortEntry { in_port, xsk_base }, 0)
+            .insert(ifindex, e, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+    }
+
+    /// `ifindex` is a tunnel underlay with MAC `mac`: frames for a
+    /// [`Self::set_tunnel_rx`] endpoint are decapsulated and looked up as
+    /// received on its tunnel port; everything else goes to the socket at
+    /// `dp_xsks[xsk_base + q]` (the underlay's userspace side).
+    pub fn set_underlay(
+        &mut self,
+        ifindex: u32,
+        xsk_base: u32,
+        mac: [u8; 6],
+    ) -> Result<(), OffloadError> {
+        let e = PortEntry {
+            in_port: 0,
+            xsk_base,
+            flags: PORT_UNDERLAY,
+            mac,
+            pad: 0,
+        };
+        self.ports_map
+            .insert(ifindex, e, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+    }
+
+    /// Tunnel packets matching `key` enter on tunnel port `rx.in_port`.
+    pub fn set_tunnel_rx(&mut self, key: TunRxKey, rx: TunRx) -> Result<(), OffloadError> {
+        self.tun_rx
+            .insert(key, rx, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tun_rx)", e))
+    }
+
+    pub fn remove_tunnel_rx(&mut self, key: &TunRxKey) -> Result<(), OffloadError> {
+        match self.tun_rx.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_tun_rx)", e)),
+        }
+    }
+
+    /// The outer header of tunnel slot `slot` (`valid == 0`: frames of
+    /// flows through it go to userspace).
+    pub fn set_tunnel_tx(&mut self, slot: u32, tx: TunTx) -> Result<(), OffloadError> {
+        self.tun_tx
+            .set(slot, tx, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tun_tx)", e))
+    }
+
+    /// Slots of `dp_tun_tx`.
+    pub fn tunnel_slots(&self) -> u32 {
+        self.tun_tx.len()
     }
 
     pub fn remove_port(&mut self, ifindex: u32) -> Result<(), OffloadError> {
@@ -660,6 +725,8 @@ impl XdpEngine {
             output: get(stat::OUTPUT)?,
             drop: get(stat::DROP)?,
             aborted: get(stat::ABORTED)?,
+            decap: get(stat::DECAP)?,
+            encap: get(stat::ENCAP)?,
         })
     }
 

@@ -10,7 +10,7 @@
 use nicflow_flow::FlowKey;
 
 /// Words of [`DpKey`] (the C side masks it word by word).
-pub const DP_KEY_WORDS: usize = 11;
+pub const DP_KEY_WORDS: usize = 14;
 /// Actions per flow (`DP_MAX_ACTIONS`).
 pub const MAX_ACTIONS: usize = 16;
 /// Upper bound of the mask loop (`DP_MAX_MASKS_CAP`): the most mask slots a
@@ -46,13 +46,21 @@ pub struct DpKey {
     pub nw_tos: u8,
     pub nw_ttl: u8,
     pub nw_frag: u8,
+    /// Tunnel metadata of a frame the program decapsulated (zero for any
+    /// other frame), as `FlowKey`'s.
+    pub tun_id: u64,
+    pub tun_src: u32,
+    pub tun_dst: u32,
+    pub tun_flags: u16,
+    /// Always zero (the kernel hashes keys bytewise).
+    pub tun_pad: [u8; 6],
 }
 
 const _: () = assert!(std::mem::size_of::<DpKey>() == DP_KEY_WORDS * 8);
 
 impl DpKey {
     /// The XDP-visible fields of `k`; fields the program does not parse
-    /// (tunnel, metadata, registers, conntrack) are dropped — the encoder
+    /// (metadata, registers, conntrack) are dropped — the encoder
     /// refuses masks that cover them, so nothing is lost for a flow it
     /// accepts.
     pub fn from_flow_key(k: &FlowKey) -> DpKey {
@@ -77,6 +85,11 @@ impl DpKey {
             nw_tos: k.nw_tos,
             nw_ttl: k.nw_ttl,
             nw_frag: k.nw_frag,
+            tun_id: k.tun_id,
+            tun_src: k.tun_src,
+            tun_dst: k.tun_dst,
+            tun_flags: k.tun_flags,
+            tun_pad: [0; 6],
         }
     }
 
@@ -103,15 +116,19 @@ impl DpKey {
             nw_tos: self.nw_tos,
             nw_ttl: self.nw_ttl,
             nw_frag: self.nw_frag,
+            tun_id: self.tun_id,
+            tun_src: self.tun_src,
+            tun_dst: self.tun_dst,
+            tun_flags: self.tun_flags,
             ..FlowKey::default()
         }
     }
 
-    /// The key as the C side's `__u64 w[11]`.
+    /// The key as the C side's `__u64 w[14]`.
     pub fn words(&self) -> [u64; DP_KEY_WORDS] {
-        // SAFETY: DpKey is repr(C), 88 bytes, align 8, without padding
+        // SAFETY: DpKey is repr(C), 112 bytes, align 8, without padding
         // (asserted above and in the layout test): every bit pattern of
-        // its bytes is a valid [u64; 11].
+        // its bytes is a valid [u64; 14].
         unsafe { std::mem::transmute::<DpKey, [u64; DP_KEY_WORDS]>(*self) }
     }
 
@@ -144,7 +161,7 @@ pub struct FlowMapKey {
     pub pad: u32,
     pub key: DpKey,
 }
-const _: () = assert!(std::mem::size_of::<FlowMapKey>() == 96);
+const _: () = assert!(std::mem::size_of::<FlowMapKey>() == 120);
 
 /// `dp_masks` value. `active == 0` marks a free slot the program skips.
 #[repr(C, align(8))]
@@ -154,7 +171,7 @@ pub struct MaskEntry {
     pub pad: u32,
     pub mask: DpKey,
 }
-const _: () = assert!(std::mem::size_of::<MaskEntry>() == 96);
+const _: () = assert!(std::mem::size_of::<MaskEntry>() == 120);
 
 /// Action opcodes (`DP_OP_*`).
 pub mod op {
@@ -179,6 +196,19 @@ pub mod op {
     pub const SET_ARP_TPA: u8 = 18;
     pub const SET_ARP_SHA: u8 = 19;
     pub const SET_ARP_THA: u8 = 20;
+    /// Encapsulate with `dp_tun_tx[arg32]` and redirect to its underlay;
+    /// `arg16` is one of [`super::tun_vni`].
+    pub const TUNNEL_OUTPUT: u8 = 21;
+}
+
+/// Where `TUNNEL_OUTPUT` takes the VNI from (`DP_TUN_VNI_*`).
+pub mod tun_vni {
+    /// The port's fixed key, already in the header template.
+    pub const TEMPLATE: u16 = 0;
+    /// `data[0..4]` (host order): the flow's `set_tunnel`.
+    pub const ACTION: u16 = 1;
+    /// The frame's `tun_id` (0 unless it came out of a tunnel).
+    pub const KEY: u16 = 2;
 }
 
 /// Flow flags (`DP_F_*`): pre-checks the program runs before touching the
@@ -191,6 +221,10 @@ pub mod flag {
     pub const SET_TP: u8 = 0x02;
     /// Has `OUTPUT`: an empty devmap slot goes to userspace.
     pub const OUTPUT: u8 = 0x04;
+    /// Has `TUNNEL_OUTPUT` through tunnel slot `out_slot`: an unresolved
+    /// header, a missing underlay slot or a frame over the tunnel's MTU
+    /// goes to userspace.
+    pub const TUNNEL: u8 = 0x08;
 }
 
 /// One encoded action (`struct dp_action`, 24 bytes).
@@ -262,6 +296,80 @@ pub struct PortEntry {
     /// the AF_XDP socket at `xsk_base + q` (one program serves every port
     /// of a bridge, and veths all receive on queue 0).
     pub xsk_base: u32,
+    /// `PORT_*` bits.
+    pub flags: u32,
+    /// An underlay's MAC: decapsulated frames must be addressed to it.
+    pub mac: [u8; 6],
+    pub pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<PortEntry>() == 20);
+
+/// `PortEntry::flags`: the interface is a tunnel underlay (`DP_PORT_UNDERLAY`).
+pub const PORT_UNDERLAY: u32 = 1;
+
+/// Outer header bytes the program pushes and strips (`DP_TUN_HDR_LEN`):
+/// Ethernet, IPv4 without options, UDP, VXLAN or option-less Geneve.
+pub const TUN_HDR_LEN: usize = 50;
+/// `TunRxKey::vni` of a `key=flow` port: any VNI (`DP_VNI_ANY`).
+pub const VNI_ANY: u32 = u32::MAX;
+/// `TunRx::kind` (`DP_TUN_*`).
+pub const TUN_VXLAN: u32 = 1;
+pub const TUN_GENEVE: u32 = 2;
+
+/// `dp_tun_rx` key: a tunnel endpoint as the outer headers name it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TunRxKey {
+    /// The underlay's ifindex.
+    pub ifindex: u32,
+    /// Outer destination (our `local_ip`), host order.
+    pub local: u32,
+    /// Outer source (the port's `remote_ip`).
+    pub remote: u32,
+    /// The port's fixed VNI, or [`VNI_ANY`].
+    pub vni: u32,
+    pub dst_port: u16,
+    pub pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<TunRxKey>() == 20);
+
+/// `dp_tun_rx` value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunRx {
+    /// The tunnel port's datapath number.
+    pub in_port: u32,
+    /// [`TUN_VXLAN`] or [`TUN_GENEVE`].
+    pub kind: u32,
+}
+
+/// `dp_tun_tx` value, indexed by tunnel slot: the outer header to push.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunTx {
+    /// 0 while the remote's MAC is not resolved: frames go to userspace.
+    pub valid: u32,
+    /// The underlay's `dp_tx_ports` slot.
+    pub tx_slot: u32,
+    /// Largest inner frame, Ethernet header excluded.
+    pub inner_mtu: u32,
+    /// `nicflow_packet::tunnel::encap`'s header with the lengths, the IPv4
+    /// checksum, the UDP source port and (for `key=flow`) the VNI zero.
+    pub hdr: [u8; TUN_HDR_LEN],
+    pub pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<TunTx>() == 64);
+
+impl Default for TunTx {
+    fn default() -> Self {
+        TunTx {
+            valid: 0,
+            tx_slot: 0,
+            inner_mtu: 0,
+            hdr: [0; TUN_HDR_LEN],
+            pad: 0,
+        }
+    }
 }
 
 /// Indices of the per-CPU `dp_stats` array (`DP_STAT_*`).
@@ -275,7 +383,9 @@ pub mod stat {
     pub const OUTPUT: u32 = 6;
     pub const DROP: u32 = 7;
     pub const ABORTED: u32 = 8;
-    pub const N: u32 = 9;
+    pub const DECAP: u32 = 9;
+    pub const ENCAP: u32 = 10;
+    pub const N: u32 = 11;
 }
 
 // SAFETY: all of these are repr(C), padding free (sizes asserted above and
@@ -287,6 +397,9 @@ unsafe impl aya::Pod for RawAction {}
 unsafe impl aya::Pod for FlowValue {}
 unsafe impl aya::Pod for ConfigEntry {}
 unsafe impl aya::Pod for PortEntry {}
+unsafe impl aya::Pod for TunRxKey {}
+unsafe impl aya::Pod for TunRx {}
+unsafe impl aya::Pod for TunTx {}
 
 #[cfg(test)]
 mod tests {
@@ -314,6 +427,14 @@ mod tests {
         assert_eq!(offset_of!(DpKey, ipv6_label), 80);
         assert_eq!(offset_of!(DpKey, nw_proto), 84);
         assert_eq!(offset_of!(DpKey, nw_frag), 87);
+        assert_eq!(offset_of!(DpKey, tun_id), 88);
+        assert_eq!(offset_of!(DpKey, tun_src), 96);
+        assert_eq!(offset_of!(DpKey, tun_dst), 100);
+        assert_eq!(offset_of!(DpKey, tun_flags), 104);
+        assert_eq!(offset_of!(PortEntry, flags), 8);
+        assert_eq!(offset_of!(PortEntry, mac), 12);
+        assert_eq!(offset_of!(TunRxKey, dst_port), 16);
+        assert_eq!(offset_of!(TunTx, hdr), 12);
         assert_eq!(offset_of!(FlowMapKey, key), 8);
         assert_eq!(offset_of!(MaskEntry, mask), 8);
         assert_eq!(offset_of!(RawAction, arg16), 2);
@@ -348,6 +469,10 @@ mod tests {
             nw_tos: 0x10,
             nw_ttl: 64,
             nw_frag: 1,
+            tun_id: 4242,
+            tun_src: 0xc612_1401,
+            tun_dst: 0xc612_1402,
+            tun_flags: 8,
             ..FlowKey::default()
         };
         k.ipv6_src[0] = 0x20;

@@ -29,7 +29,9 @@ pub mod engine;
 pub mod layout;
 pub mod masks;
 
-pub use encode::{encode, pack, EncodedFlow, NotOffloadable, PortSlots, XdpAction};
+pub use encode::{
+    encode, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelVni, XdpAction,
+};
 pub use engine::{AttachMode, EngineStats, FlowCounters, FlowHandle, XdpEngine, XdpEngineConfig};
 pub use layout::{DpKey, FlowValue, MAX_ACTIONS};
 pub use masks::MaskTable;
