@@ -978,6 +978,77 @@ static __always_inline __u16 ipv4_hdr_csum(const __u8 *ip, int skip)
 	return ~csum_fold(s);
 }
 
+/* Sum `n` bytes (a constant multiple of 4) at data + *off into *sum and
+ * advance, if at least n are left. 0, or -1 when the packet is shorter
+ * than the lengths said (to userspace). */
+static __always_inline int csum_step(struct xdp_md *ctx, __u32 *off, __u32 *left, __s64 *sum,
+				     __u32 n)
+{
+	__u8 *data = (void *)(long)ctx->data;
+	__u8 *end = (void *)(long)ctx->data_end;
+	__u32 o = *off;
+	__u8 *p;
+
+	if (*left < n)
+		return 0;
+	asm volatile("" : "+r"(o));
+	if (o > 2048)
+		return -1;
+	p = data + o;
+	if (p + n > end)
+		return -1;
+	*sum = bpf_csum_diff(0, 0, (__be32 *)p, n, (__u32)*sum);
+	if (*sum < 0)
+		return -1;
+	*off = o + n;
+	*left -= n;
+	return 0;
+}
+
+/* The outer UDP checksum of a linear IPv4 tunnel packet (UDP at offset
+ * 34, `ulen` bytes to the end of the frame) is right: the one's-complement
+ * sum of the pseudo header and the datagram is 0xffff, the test
+ * checksum::l4_checksum_ipv4 makes in userspace. The datagram is summed
+ * with bpf_csum_diff in constant-size chunks (512 bytes at most per call),
+ * the last 0-3 bytes zero-padded on the stack. */
+static __always_inline int udp4_csum_ok(struct xdp_md *ctx, __u32 src, __u32 dst, __u32 ulen)
+{
+	__u8 pseudo[12], tail[4] = {};
+	__u32 off = 34, left = ulen, i;
+	__s64 sum;
+
+	/* Jumbo: userspace. A multi-buffer frame fails a chunk's bounds
+	 * check (the sum covers exactly ulen bytes of the linear part). */
+	if (ulen > 1536 + 508)
+		return 0;
+	wr32(pseudo, src);
+	wr32(pseudo + 4, dst);
+	pseudo[8] = 0;
+	pseudo[9] = 17;
+	wr16(pseudo + 10, ulen);
+	sum = bpf_csum_diff(0, 0, (__be32 *)pseudo, 12, 0);
+	if (sum < 0)
+		return 0;
+#pragma unroll
+	for (i = 0; i < 3; i++) {
+		if (csum_step(ctx, &off, &left, &sum, 512))
+			return 0;
+	}
+	if (csum_step(ctx, &off, &left, &sum, 256) || csum_step(ctx, &off, &left, &sum, 128) ||
+	    csum_step(ctx, &off, &left, &sum, 64) || csum_step(ctx, &off, &left, &sum, 32) ||
+	    csum_step(ctx, &off, &left, &sum, 16) || csum_step(ctx, &off, &left, &sum, 8) ||
+	    csum_step(ctx, &off, &left, &sum, 4))
+		return 0;
+	if (left >= 4)
+		return 0;
+	if (left && bpf_xdp_load_bytes(ctx, off, tail, left))
+		return 0;
+	sum = bpf_csum_diff(0, 0, (__be32 *)tail, 4, (__u32)sum);
+	if (sum < 0)
+		return 0;
+	return csum_fold((__u64)sum) == 0xffff;
+}
+
 /* A frame on an underlay: if it is a well-formed tunnel packet for one of
  * dp_tun_rx's endpoints that userspace would accept exactly as here, fill
  * the key's tunnel fields, return the tunnel port and *kind; otherwise -1
@@ -1025,9 +1096,6 @@ static __always_inline int tun_rx_lookup(struct xdp_md *ctx, struct dp_port *por
 	udp = ip + 20;
 	if (rd16(udp + 4) != flen - 34)
 		return -1;
-	/* A UDP checksum would have to be verified over the whole frame. */
-	if (rd16(udp + 6) != 0)
-		return -1;
 	t = udp + 8;
 	vni = ((__u32)t[4] << 16) | ((__u32)t[5] << 8) | t[6];
 	k.ifindex = ctx->ingress_ifindex;
@@ -1052,6 +1120,13 @@ static __always_inline int tun_rx_lookup(struct xdp_md *ctx, struct dp_port *por
 			return -1;
 		if (t[1] & 0x80)
 			flags |= 1;	/* TUN_F_OAM */
+	}
+	/* Checked after the endpoint lookup so that no other host's
+	 * traffic costs a pass over the frame. */
+	if (rd16(udp + 6) != 0) {
+		if (!udp4_csum_ok(ctx, k.remote, k.local, flen - 34))
+			return -1;	/* bad or not checkable here: userspace */
+		flags |= 4;	/* TUN_F_CSUM */
 	}
 	key->f.tun_id = vni;
 	key->f.tun_src = k.remote;

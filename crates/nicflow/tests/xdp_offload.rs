@@ -1241,26 +1241,30 @@ fn tunnel_decap_and_encap_match_userspace() {
             flags: TUN_F_KEY,
         };
         // A tunnel packet as the remote would send it.
-        let wire = |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32| {
-            let mut b = PacketBuf::from_slice(inner);
-            let en = nicflow_packet::tunnel::Encap {
-                kind: cfg.kind,
-                eth_src: REMOTE_MAC,
-                eth_dst: UL_MAC,
-                ip_src: cfg.remote_ip.into(),
-                ip_dst: cfg.local_ip.into(),
-                tos: 0,
-                ttl: 64,
-                df: true,
-                udp_src: 50000,
-                udp_dst: cfg.dst_port,
-                csum: false,
-                vni,
-                geneve_options: &[],
-                geneve_oam: false,
+        let wire_csum =
+            |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32, csum: bool| {
+                let mut b = PacketBuf::from_slice(inner);
+                let en = nicflow_packet::tunnel::Encap {
+                    kind: cfg.kind,
+                    eth_src: REMOTE_MAC,
+                    eth_dst: UL_MAC,
+                    ip_src: cfg.remote_ip.into(),
+                    ip_dst: cfg.local_ip.into(),
+                    tos: 0,
+                    ttl: 64,
+                    df: true,
+                    udp_src: 50000,
+                    udp_dst: cfg.dst_port,
+                    csum,
+                    vni,
+                    geneve_options: &[],
+                    geneve_oam: false,
+                };
+                nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
+                b.data().to_vec()
             };
-            nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
-            b.data().to_vec()
+        let wire = |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32| {
+            wire_csum(cfg, inner, vni, false)
         };
 
         struct TCase {
@@ -1278,8 +1282,33 @@ fn tunnel_decap_and_encap_match_userspace() {
             m.tun_id = u64::MAX;
             m.tun_src = u32::MAX;
         });
-        let cases =
-            vec![
+        // With a UDP checksum (the kernel's vxlan default): verified over
+        // the datagram in 512-byte chunks down to a 0-3 byte tail, and
+        // TUN_F_CSUM in the key. Inner sizes give every tail length.
+        let mut cases: Vec<TCase> = (0..4u16)
+            .map(|n| {
+                let inner = FrameBuilder::new(A, B)
+                    .ipv4(v4(0x3c01), v4(0x3c65))
+                    .udp(30000 + n, 4789)
+                    .payload(&vec![0x5a; 1000 + usize::from(n)])
+                    .build();
+                let mut m = meta(&vx, VX_VNI);
+                m.flags |= nicflow_packet::buf::TUN_F_CSUM;
+                TCase {
+                    name: ["csum tail 0", "csum tail 1", "csum tail 2", "csum tail 3"]
+                        [usize::from(n)],
+                    frame: wire_csum(&vx, &inner, VX_VNI, true),
+                    inner: Some((inner, VX_PORT, m)),
+                    mask: mask(|m| {
+                        m.nw_proto = 0xff;
+                        m.tp_src = 0xffff;
+                        m.tun_flags = 0xffff;
+                    }),
+                    actions: vec![DpAction::Output(2)],
+                }
+            })
+            .collect();
+        cases.extend(vec![
             TCase {
                 name: "vxlan decap, tcp, tun_id matched, to a port",
                 frame: wire(&vx, &tcp4, VX_VNI),
@@ -1292,7 +1321,10 @@ fn tunnel_decap_and_encap_match_userspace() {
                 frame: wire(&gn, &icmp4, 77),
                 inner: Some((icmp4.clone(), GN_PORT, meta(&gn, 77))),
                 mask: tun_mask,
-                actions: vec![DpAction::SetEthDst([2, 0, 0, 0, 0, 0x33]), DpAction::Output(2)],
+                actions: vec![
+                    DpAction::SetEthDst([2, 0, 0, 0, 0, 0x33]),
+                    DpAction::Output(2),
+                ],
             },
             TCase {
                 name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)",
@@ -1336,7 +1368,7 @@ fn tunnel_decap_and_encap_match_userspace() {
                 mask: mask(|m| m.nw_proto = 0xff),
                 actions: vec![DpAction::Output(GN_PORT)],
             },
-        ];
+        ]);
         let mut handles = Vec::new();
         for c in &cases {
             let mut k = FlowKey::default();
@@ -1384,13 +1416,13 @@ fn tunnel_decap_and_encap_match_userspace() {
             assert_eq!(e.counters(&handles[i]).unwrap().packets, 1, "{}", c.name);
         }
         let s = e.stats().unwrap();
-        assert_eq!((s.decap, s.encap, s.aborted), (3, 4, 0));
+        assert_eq!((s.decap, s.encap, s.aborted), (7, 4, 0));
 
         // Frames the program must leave whole to userspace (no socket
         // registered: XDP_PASS), each with a reason of its own.
-        let mut csum = wire(&vx, &tcp4, VX_VNI);
+        let mut csum = wire_csum(&vx, &tcp4, VX_VNI, true);
         let l4 = 14 + 20;
-        csum[l4 + 6] = 0x12; // a UDP checksum to verify: userspace's job
+        csum[l4 + 6] ^= 0x12; // a wrong UDP checksum: userspace counts it
         let mut critical = wire(&gn, &icmp4, 77);
         critical[l4 + 8 + 1] |= 0x40;
         let mut bad_ip = wire(&vx, &tcp4, VX_VNI);
@@ -1404,7 +1436,7 @@ fn tunnel_decap_and_encap_match_userspace() {
             .build();
         let untouched: Vec<(&str, Vec<u8>, u32)> = vec![
             ("unknown VNI", wire(&vx, &tcp4, 4243), ul_if),
-            ("outer UDP checksum present", csum, ul_if),
+            ("wrong outer UDP checksum", csum, ul_if),
             ("geneve critical bit", critical, ul_if),
             ("bad outer IPv4 checksum", bad_ip, ul_if),
             ("outer destination MAC not the underlay's", not_ours, ul_if),
@@ -1417,8 +1449,8 @@ fn tunnel_decap_and_encap_match_userspace() {
         }
         // An unresolved remote (invalid header): punted, untouched.
         e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let (verdict, out) = e.test_run(&cases[3].frame, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, &cases[3].frame));
+        let (verdict, out) = e.test_run(&cases[7].frame, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (XDP_PASS, &cases[7].frame));
         let s = e.stats().unwrap();
         assert_eq!((s.punt, s.aborted), (2, 0));
     });

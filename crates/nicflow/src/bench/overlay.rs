@@ -284,17 +284,28 @@ pub fn nicflow_config(host: usize, pairs: usize, xdp: bool, tunnel: &str) -> Str
         "[[bridge]]\nname = \"{BRIDGE}\"\noffload = \"{}\"\nflows = [\"priority=0,actions=normal\"]",
         if xdp { "xdp" } else { "none" }
     );
+    // With offload the containers send finished checksums (`tx off`, see
+    // `Lab::build`) and so does the peer nicflow: TCP flows may then run in
+    // XDP both ways (the offload manager's `csum:partial-possible`).
+    let csum = if xdp {
+        "csum_complete = \"true\", "
+    } else {
+        ""
+    };
     for i in 1..=pairs {
         let p = host_end(host, i);
         let _ = writeln!(
             t,
             "[[bridge.port]]\nname = \"{p}\"\niface = \"{p}\"\ntype = \"afxdp\""
         );
+        if xdp {
+            let _ = writeln!(t, "options = {{ csum_complete = \"true\" }}");
+        }
     }
     let _ = writeln!(
         t,
         "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"{tunnel}\"\n\
-         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", underlay_type = \"afxdp\" }}",
+         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", {csum}underlay_type = \"afxdp\" }}",
         underlay_iface(host),
         underlay_ip(host),
         underlay_ip(peer)
@@ -550,8 +561,11 @@ impl Lab {
                 )?;
                 if xdp {
                     // NAPI on the container end so frames the XDP program
-                    // redirects into it are delivered (as the testbed does).
+                    // redirects into it are delivered (as the testbed
+                    // does), and finished checksums out of it (no
+                    // CHECKSUM_PARTIAL, which XDP cannot complete; no TSO).
                     let _ = run_in(&ns, &["ethtool", "-K", "eth0", "gro", "on"]);
+                    run_in(&ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
                 }
             }
         }
@@ -1175,6 +1189,10 @@ mod tests {
             ),
             "{h2}"
         );
+        // Offload: finished checksums declared on every port and the tunnel.
+        let x = nicflow_config(1, 1, true, "vxlan");
+        assert!(x.contains("options = { csum_complete = \"true\" }"), "{x}");
+        assert!(x.contains("csum_complete = \"true\", underlay_type"), "{x}");
         let k = kernel_vxlan_commands(1, 2);
         assert_eq!(k[0].join(" "), "addr add 198.18.50.1/24 dev u1");
         assert_eq!(

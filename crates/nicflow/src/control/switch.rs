@@ -76,6 +76,9 @@ impl Port for Renamed {
     fn as_afxdp_mut(&mut self) -> Option<&mut crate::port::afxdp::AfXdpPort> {
         self.inner.as_afxdp_mut()
     }
+    fn as_tunnel(&self) -> Option<&crate::port::tunnel::TunnelPort> {
+        self.inner.as_tunnel()
+    }
 }
 
 /// An AF_PACKET port; options are the `AfPacketOptions` fields as
@@ -824,7 +827,7 @@ impl Switch {
                     );
                     let _ = writeln!(
                         text,
-                        "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} installed:{} removed:{} refused:{}",
+                        "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} decap:{} encap:{} installed:{} removed:{} refused:{}",
                         o.kernel_flows,
                         e.rx,
                         e.hit,
@@ -834,6 +837,8 @@ impl Switch {
                         e.output,
                         e.drop,
                         e.aborted,
+                        e.decap,
+                        e.encap,
                         o.manager.installed,
                         o.manager.removed,
                         o.manager.refused
@@ -855,6 +860,7 @@ impl Switch {
                         "rx": e.rx, "hit": e.hit, "miss": e.miss, "unparsed": e.unparsed,
                         "no_port": e.no_port, "punt": e.punt, "output": e.output,
                         "drop": e.drop, "aborted": e.aborted,
+                        "decap": e.decap, "encap": e.encap,
                         "installed": o.manager.installed, "modified": o.manager.modified,
                         "removed": o.manager.removed, "refused": o.manager.refused,
                         "ports": o.ports.iter().map(|(n, native, target)| json!({
