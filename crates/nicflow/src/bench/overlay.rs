@@ -20,9 +20,13 @@
 //!   host-side container veth ends as AF_XDP ports and a VXLAN tunnel port
 //!   `vx0` on the underlay (AF_XDP); the underlay has no kernel address:
 //!   nicflow owns `local_ip` on it and answers ARP for it.
-//! * `nicflow-xdp`: the same with `offload = "xdp"`. Tunnel flows are not
-//!   offloadable yet: they stay in userspace with reason `port:vxlan`; the
-//!   report counts the datapath flows per engine (`dump-dp-flows`).
+//! * `nicflow-xdp`: the same with `offload = "xdp"`: the XDP engine
+//!   encapsulates and decapsulates, so established container flows never
+//!   reach userspace. XDP cannot finish a `CHECKSUM_PARTIAL` sum, so here
+//!   the containers send finished checksums (`ethtool -K eth0 tx off`, which
+//!   also means no TSO) and the ports and the tunnel say so
+//!   (`csum_complete`); the report counts the datapath flows per engine
+//!   (`dump-dp-flows`).
 //!
 //! Per repetition, pair count N and engine: a fresh lab, one `iperf3 -s`
 //! per server, then the phases of `bench containers`
@@ -1063,7 +1067,9 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          overlay stack); `nicflow` = a nicflow daemon on each host, bridge br0 `offload=none`, \
          `actions=normal`, AF_XDP container ports, VXLAN tunnel port on an AF_XDP underlay \
          that nicflow owns (no kernel address); `nicflow-xdp` = the same with `offload=xdp` \
-         (tunnel flows stay in userspace: see the datapath flows column). One iperf3 TCP \
+         (encapsulation and decapsulation in the XDP program; the containers send finished \
+         checksums, `tx off`, so no TSO, and the ports say `csum_complete`; see the datapath \
+         flows column). One iperf3 TCP \
          stream per pair, all pairs at once, {} s. CPU left: {} load thread(s) (busy loops, \
          unpinned, like `stress -c`, shared with `bench containers`) counted with the lab idle \
          for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
