@@ -72,6 +72,8 @@ enum Cmd {
     AddPort {
         bridge: String,
         iface: String,
+        /// afxdp, afpacket, tap, internal, vxlan, geneve, or uplink (the
+        /// bridge's PF/physical port: opened like afxdp, at most one).
         #[arg(long = "type", default_value = "afxdp")]
         kind: String,
         /// Port name on the bridge (default: the interface name).

@@ -7,8 +7,17 @@
 //!   c3 (vf1 198.18.40.3) --br0pf0vf1--+   (added after eth1 is deleted: index 1 again)
 //! ```
 //!
-//! Every namespace is `nfvf<pid>-*`; a guard kills the daemon, deletes the
-//! namespaces and the temporary directory even when an assertion fails.
+//! `uplink_port` adds the bridge's uplink (PF/physical port) on a veth whose
+//! peer is in a `wire` namespace, next to a VF:
+//!
+//! ```text
+//!   wire (wire0 198.18.50.100) --p0 (uplink)--+ nicflow br0 (namespace sw)
+//!   c1 (vf0 198.18.50.1) ------br0pf0vf0------+
+//! ```
+//!
+//! Every namespace is `nfvf<pid>-*` (`nfup<pid>-*` for the uplink test); a
+//! guard kills the daemon, deletes the namespaces and the temporary
+//! directory even when an assertion fails.
 //! Needs root, `ip` and `ping`; skips with a message otherwise.
 
 mod common;
@@ -235,5 +244,134 @@ fn vfs_and_representors() {
     assert!(!lab.link_exists("sw", "br0pf0vf0"));
     assert!(!lab.link_exists("c1", "vf0"));
     assert!(!lab.link_exists("c3", "vf1"));
+    lab.stop_daemon();
+}
+
+fn uplink(lab: &NsLab) -> Value {
+    show(lab)[0]["uplink"].clone()
+}
+
+#[test]
+fn uplink_port() {
+    if !lab_possible() {
+        return;
+    }
+    let mut lab = NsLab::new("nfup", "", &["sw", "wire", "c1"]);
+    // p0 (switch side) -- wire0 (the "wire"); p1 -- wire1 for the refusal.
+    lab.veth("p0", "sw", "wire0", "wire");
+    lab.veth("p1", "sw", "wire1", "wire");
+    lab.must(
+        "wire",
+        &["ip", "addr", "add", "198.18.50.100/24", "dev", "wire0"],
+    );
+    // NAPI on the wire end, so frames the XDP engine redirects into p0 are
+    // delivered (as add-vf does for VF ends); best effort.
+    let _ = lab.exec("wire", &["ethtool", "-K", "wire0", "gro", "on"]);
+    lab.restart_daemon();
+    lab.cli(&["add-br", "br0"]).unwrap();
+    assert!(uplink(&lab).is_null());
+
+    let out = lab
+        .cli(&["--json", "add-port", "br0", "p0", "--type", "uplink"])
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["flavour"], "physical", "{v}");
+    let up_no = v["ofport"].as_u64().unwrap();
+    let c1 = lab.ns("c1");
+    lab.cli(&["add-vf", "br0", &c1, "--ip", "198.18.50.1/24"])
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+
+    // show --json: the uplink with flavour physical, the VF with pcivf.
+    let s = show(&lab);
+    let u = &s[0]["uplink"];
+    assert_eq!(u["name"], "p0", "{s}");
+    assert_eq!(u["netdev"], "p0");
+    assert_eq!(u["flavour"], "physical");
+    assert_eq!(u["port"], 0);
+    assert_eq!(u["pfnum"], 0);
+    assert_eq!(u["ofport"].as_u64(), Some(up_no));
+    assert!(
+        u["port_kind"] == "afxdp" || u["port_kind"] == "afpacket",
+        "{u}"
+    );
+    let vfs = list_vfs(&lab);
+    assert_eq!(vfs.len(), 1, "{vfs:?}");
+    assert_eq!(vfs[0]["flavour"], "pcivf");
+    assert_eq!(vfs[0]["pfnum"], 0);
+    assert_eq!(vfs[0]["vfnum"], 0);
+    let port = s[0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "p0")
+        .cloned()
+        .unwrap();
+    assert_eq!(port["type"], "uplink", "{port}");
+    let text = lab.cli(&["show"]).unwrap();
+    assert!(
+        text.contains(&format!(
+            "uplink p0: netdev p0 ({}) flavour physical port 0 pfnum 0 ofport {up_no}",
+            u["port_kind"].as_str().unwrap()
+        )) && text.contains("vf 0: netdev br0pf0vf0"),
+        "{text}"
+    );
+
+    // VF <-> wire through the bridge (priority=0,actions=normal).
+    ping(&lab, "c1", "198.18.50.100").unwrap();
+    ping(&lab, "wire", "198.18.50.1").unwrap();
+
+    // A second uplink is refused, naming the first; nothing changes.
+    let before = show(&lab);
+    let cfg_before = std::fs::read_to_string(lab.config_path()).unwrap();
+    assert_eq!(
+        cfg_before.matches("type = \"uplink\"").count(),
+        1,
+        "{cfg_before}"
+    );
+    for args in [
+        vec!["add-port", "br0", "p1", "--type", "uplink"],
+        vec!["add-port", "br0", "p1", "--type", "uplink", "--name", "up1"],
+    ] {
+        let e = lab.cli(&args).expect_err(&format!("{args:?} succeeded"));
+        assert!(
+            e.contains("already has an uplink `p0`") && e.contains("at most one"),
+            "{args:?}: {e}"
+        );
+    }
+    // The uplink's interface again, on a second bridge: refused too.
+    lab.cli(&["add-br", "br1"]).unwrap();
+    let e = lab
+        .cli(&["add-port", "br1", "p0", "--type", "uplink"])
+        .unwrap_err();
+    assert!(
+        e.contains("already attached as port p0 of bridge br0"),
+        "{e}"
+    );
+    lab.cli(&["del-br", "br1"]).unwrap();
+    assert_eq!(show(&lab), before);
+    assert_eq!(
+        std::fs::read_to_string(lab.config_path()).unwrap(),
+        cfg_before
+    );
+    ping(&lab, "c1", "198.18.50.100").unwrap();
+
+    // Restart from the config: the uplink comes back, traffic flows.
+    lab.stop_daemon();
+    lab.restart_daemon();
+    let u = uplink(&lab);
+    assert_eq!(u["flavour"], "physical", "{u}");
+    assert_eq!(u["netdev"], "p0");
+    assert!(u["ofport"].as_u64().is_some(), "{u}\n{}", lab.daemon_log());
+    assert_eq!(list_vfs(&lab)[0]["flavour"], "pcivf");
+    ping(&lab, "c1", "198.18.50.100").unwrap();
+    ping(&lab, "wire", "198.18.50.1").unwrap();
+
+    // del-port frees the uplink slot; another interface can take it.
+    lab.cli(&["del-port", "br0", "p0"]).unwrap();
+    assert!(uplink(&lab).is_null());
+    lab.cli(&["add-port", "br0", "p1", "--type", "uplink"])
+        .unwrap();
+    assert_eq!(uplink(&lab)["netdev"], "p1");
+    lab.cli(&["del-br", "br0"]).unwrap();
     lab.stop_daemon();
 }

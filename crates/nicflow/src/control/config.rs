@@ -19,6 +19,11 @@
 //! type = "afpacket"
 //! options = { promisc = "true" }
 //!
+//! [[bridge.port]]                      # the bridge's uplink (PF/physical port):
+//! name = "p0"                          # opened like `afxdp`, at most one per bridge
+//! iface = "eth1"
+//! type = "uplink"
+//!
 //! [[bridge.vf]]                        # `nicflow add-vf`: see control::vf
 //! name = "vf0"                         # the interface in the namespace
 //! index = 0
@@ -31,6 +36,8 @@
 //!
 //! A bridge's VFs are [`BridgeConfig::vfs`]; a file without `[[bridge.vf]]`
 //! entries loads with none, and a bridge without VFs is written without them.
+//! A bridge has at most one port of type `uplink` ([`BridgeConfig::uplink`]);
+//! a file with two is refused by [`Config::parse`], naming both.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -75,6 +82,10 @@ pub enum PortType {
     Vxlan,
     /// A Geneve tunnel port.
     Geneve,
+    /// The bridge's uplink (PF/physical port, flavour `physical` in `show`):
+    /// opened like [`PortType::Afxdp`] (with its AF_PACKET fallback), at
+    /// most one per bridge.
+    Uplink,
 }
 
 impl PortType {
@@ -86,6 +97,7 @@ impl PortType {
             PortType::Internal => "internal",
             PortType::Vxlan => "vxlan",
             PortType::Geneve => "geneve",
+            PortType::Uplink => "uplink",
         }
     }
 
@@ -97,6 +109,7 @@ impl PortType {
             "internal" => PortType::Internal,
             "vxlan" => PortType::Vxlan,
             "geneve" => PortType::Geneve,
+            "uplink" => PortType::Uplink,
             _ => return None,
         })
     }
@@ -130,6 +143,31 @@ pub struct VfConfig {
     pub representor: String,
     #[serde(default = "afxdp")]
     pub rep_type: PortType,
+}
+
+impl BridgeConfig {
+    /// The bridge's uplink port (`type = "uplink"`), if it has one.
+    pub fn uplink(&self) -> Option<&PortConfig> {
+        self.ports.iter().find(|p| p.kind == PortType::Uplink)
+    }
+
+    /// More than one uplink is an error naming them.
+    pub fn check_uplinks(&self) -> Result<(), String> {
+        let ups: Vec<&str> = self
+            .ports
+            .iter()
+            .filter(|p| p.kind == PortType::Uplink)
+            .map(|p| p.name.as_str())
+            .collect();
+        if ups.len() > 1 {
+            return Err(format!(
+                "bridge {}: more than one uplink port ({}); a bridge has at most one",
+                self.name,
+                ups.join(", ")
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn afxdp() -> PortType {
@@ -184,7 +222,11 @@ impl Config {
     }
 
     pub fn parse(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        for b in &c.bridges {
+            b.check_uplinks()?;
+        }
+        Ok(c)
     }
 
     pub fn to_toml(&self) -> String {
@@ -276,6 +318,37 @@ mod tests {
         .unwrap();
         assert_eq!(v.bridges[0].vfs[0].rep_type, PortType::Afxdp);
         assert!(Config::parse("[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nbogus=1\n").is_err());
+    }
+
+    #[test]
+    fn uplink_ports_parse_round_trip_and_at_most_one() {
+        let text = "[[bridge]]\nname='br0'\n[[bridge.port]]\nname='p0'\niface='eth1'\ntype='uplink'\noptions={mode='generic'}\n[[bridge.port]]\nname='p1'\niface='veth1'\ntype='afxdp'\n";
+        let c = Config::parse(text).unwrap();
+        let b = &c.bridges[0];
+        let up = b.uplink().unwrap();
+        assert_eq!((up.name.as_str(), up.iface.as_str()), ("p0", "eth1"));
+        assert_eq!(up.kind, PortType::Uplink);
+        assert_eq!(up.options["mode"], "generic");
+        assert_eq!(b.ports[1].kind, PortType::Afxdp);
+        let out = c.to_toml();
+        assert!(out.contains("type = \"uplink\""), "{out}");
+        assert_eq!(Config::parse(&out).unwrap(), c);
+        assert_eq!(PortType::parse("uplink"), Some(PortType::Uplink));
+        assert_eq!(PortType::Uplink.as_str(), "uplink");
+        // No uplink: none; two: refused, naming both.
+        assert!(Config::parse("[[bridge]]\nname='b'\n").unwrap().bridges[0]
+            .uplink()
+            .is_none());
+        let two = format!("{text}[[bridge.port]]\nname='p2'\niface='eth2'\ntype='uplink'\n");
+        let e = Config::parse(&two).unwrap_err();
+        assert!(
+            e.contains("bridge br0") && e.contains("p0, p2") && e.contains("at most one"),
+            "{e}"
+        );
+        // One uplink on each of two bridges is fine.
+        let per_bridge = "[[bridge]]\nname='a'\n[[bridge.port]]\nname='p0'\niface='x'\ntype='uplink'\n[[bridge]]\nname='b'\n[[bridge.port]]\nname='p0'\niface='y'\ntype='uplink'\n";
+        let c = Config::parse(per_bridge).unwrap();
+        assert_eq!(c.bridges[1].uplink().unwrap().iface, "y");
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
 /// A port under a bridge-chosen name (the `--name` of `add-port`).
 struct Renamed {
     name: String,
-    /// What was opened (`afpacket` when AF_XDP fell back).
+    /// What was opened (`afpacket` when AF_XDP fell back; `afxdp` for an
+    /// uplink, so the offload manager treats it as the AF_XDP port it is).
     kind: &'static str,
     inner: Box<dyn Port>,
 }
@@ -115,7 +116,9 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     Ok(Box::new(p))
 }
 
-/// Open the Linux side of a port.
+/// Open the Linux side of a port. An uplink is opened exactly as an
+/// `afxdp` port (same options, same AF_PACKET fallback); only the
+/// configuration and `show` know it as the uplink.
 pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     let mut kind = pc.kind.as_str();
     let inner: Box<dyn Port> = match pc.kind {
@@ -136,8 +139,9 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
                 .map_err(|e| format!("port {}: {e}", pc.name))?;
             Box::new(TunnelPort::open(&pc.name, cfg).map_err(|e| format!("port {}: {e}", pc.name))?)
         }
-        PortType::Afxdp => {
+        PortType::Afxdp | PortType::Uplink => {
             use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
+            kind = PortType::Afxdp.as_str();
             let o =
                 AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                     .map_err(|e| format!("port {}: {e}", pc.name))?;
@@ -238,6 +242,9 @@ pub struct Switch {
     /// Representor name to the kind of port opened on it (`afpacket` when
     /// AF_XDP fell back); absent while a VF is not attached.
     rep_kinds: BTreeMap<String, &'static str>,
+    /// Bridge name to the kind of port opened on its uplink (`afxdp`, or
+    /// `afpacket` after the fallback); absent while it is not attached.
+    uplink_kinds: BTreeMap<String, &'static str>,
 }
 
 /// Bring back a configured VF at startup: reuse its representor when it
@@ -280,13 +287,19 @@ impl Switch {
             config_path,
             bridges: BTreeMap::new(),
             rep_kinds: BTreeMap::new(),
+            uplink_kinds: BTreeMap::new(),
         };
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
             for pc in &bc.ports {
                 match open_port(pc) {
                     Ok(p) => {
-                        br.add_port(p).map_err(|e| e.to_string())?;
+                        let kind = p.kind();
+                        let no = br.add_port(p).map_err(|e| e.to_string())?;
+                        if pc.kind == PortType::Uplink {
+                            tracing::info!(bridge = %bc.name, "uplink {} ({}, {kind}) attached as ofport {no}", pc.name, pc.iface);
+                            sw.uplink_kinds.insert(bc.name.clone(), kind);
+                        }
                     }
                     Err(e) => tracing::error!(bridge = %bc.name, "port {}: {e}", pc.name),
                 }
@@ -396,6 +409,7 @@ impl Switch {
                         self.rep_kinds.remove(&vfc.representor);
                     }
                 }
+                self.uplink_kinds.remove(&bridge);
                 self.config.bridges.retain(|b| b.name != bridge);
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
@@ -409,10 +423,13 @@ impl Switch {
             } => {
                 let kind = PortType::parse(&kind).ok_or_else(|| {
                     format!(
-                        "unknown port type `{kind}` (afxdp, afpacket, tap, internal, vxlan, geneve)"
+                        "unknown port type `{kind}` (afxdp, afpacket, tap, internal, vxlan, geneve, uplink)"
                     )
                 })?;
                 let name = name.unwrap_or_else(|| iface.clone());
+                if kind == PortType::Uplink {
+                    self.check_new_uplink(&bridge, &iface)?;
+                }
                 let br = self.bridge(&bridge)?;
                 if br.port_map().0.contains_key(&name) {
                     return Err(format!("bridge {bridge} already has a port `{name}`"));
@@ -424,11 +441,37 @@ impl Switch {
                     options,
                 };
                 let port = open_port(&pc)?;
+                let opened = port.kind();
                 let no = br.add_port(port).map_err(|e| e.to_string())?;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
-                    bc.ports.push(pc);
+                    bc.ports.push(pc.clone());
                 }
-                self.persist()?;
+                if kind == PortType::Uplink {
+                    self.uplink_kinds.insert(bridge.clone(), opened);
+                }
+                if let Err(e) = self.persist() {
+                    // Not saved: take the port back out, as if never added.
+                    if let Some(br) = self.bridges.get_mut(&bridge) {
+                        let _ = br.del_port(&pc.name);
+                    }
+                    if let Some(bc) = self.config.bridge_mut(&bridge) {
+                        bc.ports.retain(|p| p.name != pc.name);
+                    }
+                    if kind == PortType::Uplink {
+                        self.uplink_kinds.remove(&bridge);
+                    }
+                    return Err(e);
+                }
+                if kind == PortType::Uplink {
+                    let text = format!(
+                        "uplink {} (netdev {}, {opened}) flavour physical port 0 pfnum 0 ofport {no}\n",
+                        pc.name, pc.iface
+                    );
+                    return Ok(Response::ok(
+                        text,
+                        json!({ "ofport": no, "flavour": "physical", "port_kind": opened }),
+                    ));
+                }
                 Ok(Response::ok("", json!({ "ofport": no })))
             }
             Request::DelPort { bridge, name } => {
@@ -441,6 +484,9 @@ impl Switch {
                 let br = self.bridge(&bridge)?;
                 br.del_port(&name).map_err(|e| e.to_string())?;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    if bc.uplink().is_some_and(|u| u.name == name) {
+                        self.uplink_kinds.remove(&bridge);
+                    }
                     bc.ports.retain(|p| p.name != name);
                 }
                 self.persist()?;
@@ -577,6 +623,62 @@ impl Switch {
                 }
             }
         }
+    }
+
+    /// `add-port --type uplink`: refused (before anything is opened) when
+    /// the bridge already has an uplink, or when the interface is already
+    /// in use by a port, a VF representor or a tunnel underlay of any
+    /// bridge.
+    fn check_new_uplink(&self, bridge: &str, iface: &str) -> Result<(), String> {
+        let bc = self
+            .config
+            .bridge(bridge)
+            .ok_or_else(|| format!("no bridge `{bridge}`"))?;
+        if let Some(u) = bc.uplink() {
+            return Err(format!(
+                "bridge {bridge} already has an uplink `{}` (netdev {}); a bridge has at most one (`nicflow del-port {bridge} {}` first)",
+                u.name, u.iface, u.name
+            ));
+        }
+        vf::check_ifname(iface, "uplink interface").map_err(|e| e.to_string())?;
+        for b in &self.config.bridges {
+            for p in &b.ports {
+                let underlay = matches!(p.kind, PortType::Vxlan | PortType::Geneve)
+                    && p.options.get("underlay").map(String::as_str) == Some(iface);
+                if underlay {
+                    return Err(format!(
+                        "interface `{iface}` is the underlay of tunnel port {} of bridge {}; it cannot also be an uplink",
+                        p.name, b.name
+                    ));
+                }
+                if p.iface == iface && !matches!(p.kind, PortType::Vxlan | PortType::Geneve) {
+                    return Err(format!(
+                        "interface `{iface}` is already attached as port {} of bridge {}",
+                        p.name, b.name
+                    ));
+                }
+            }
+            if let Some(v) = b.vfs.iter().find(|v| v.representor == iface) {
+                return Err(format!(
+                    "interface `{iface}` is the representor of VF {} of bridge {}; it cannot be an uplink",
+                    v.name, b.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The devlink-style entry of a bridge's uplink (flavour `physical`).
+    fn uplink_json(&self, bridge: &str, u: &PortConfig) -> serde_json::Value {
+        let no = self
+            .bridges
+            .get(bridge)
+            .and_then(|b| b.port_map().0.get(&u.name).copied());
+        json!({
+            "name": u.name, "netdev": u.iface, "type": u.kind.as_str(),
+            "port_kind": self.uplink_kinds.get(bridge),
+            "ofport": no, "flavour": "physical", "port": 0, "pfnum": 0,
+        })
     }
 
     fn vf_by_representor(&self, bridge: &str, rep: &str) -> Option<&VfConfig> {
@@ -760,6 +862,20 @@ impl Switch {
                 "    offload: {mode} (configured: {})",
                 bc.offload.unwrap_or_default().as_str()
             );
+            let uplink = bc.uplink().map(|u| {
+                let j = self.uplink_json(&bc.name, u);
+                let state = match j["ofport"].as_u64() {
+                    Some(n) => format!("ofport {n}"),
+                    None => "not attached".to_string(),
+                };
+                let kind = self.uplink_kinds.get(&bc.name).copied().unwrap_or("afxdp");
+                let _ = writeln!(
+                    text,
+                    "    uplink {}: netdev {} ({kind}) flavour physical port 0 pfnum 0 {state}",
+                    u.name, u.iface
+                );
+                j
+            });
             let mut vfs = Vec::new();
             for v in &bc.vfs {
                 let j = self.vf_json(&bc.name, v);
@@ -790,7 +906,8 @@ impl Switch {
                 vfs.push(j);
             }
             data.push(json!({ "name": bc.name, "ports": ports, "offload": mode,
-                "offload_configured": bc.offload.unwrap_or_default().as_str(), "vfs": vfs }));
+                "offload_configured": bc.offload.unwrap_or_default().as_str(),
+                "uplink": uplink, "vfs": vfs }));
         }
         Response::ok(text, json!(data))
     }
@@ -939,5 +1056,86 @@ impl Switch {
             }));
         }
         Response::ok(text, json!(data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A switch whose bridge br0 has an uplink on an interface that does
+    /// not exist: the port is left out of the run (logged), the config and
+    /// `show` still know it.
+    fn switch_with_absent_uplink() -> Switch {
+        let cfg = Config::parse(
+            "[[bridge]]\nname='br0'\noffload='none'\n[[bridge.port]]\nname='p0'\niface='nfup-absent0'\ntype='uplink'\n[[bridge]]\nname='br1'\noffload='none'\n",
+        )
+        .unwrap();
+        Switch::new(cfg, None).unwrap()
+    }
+
+    fn add_port(sw: &mut Switch, bridge: &str, iface: &str, kind: &str) -> Response {
+        sw.handle(Request::AddPort {
+            bridge: bridge.into(),
+            iface: iface.into(),
+            kind: kind.into(),
+            name: None,
+            options: BTreeMap::new(),
+        })
+    }
+
+    fn show_json(sw: &Switch) -> serde_json::Value {
+        serde_json::to_value(sw.show()).unwrap()
+    }
+
+    #[test]
+    fn show_lists_the_uplink_as_physical() {
+        let sw = switch_with_absent_uplink();
+        let r = sw.show();
+        let j = serde_json::to_value(&r).unwrap();
+        let text = j.to_string();
+        assert!(
+            text.contains("uplink p0: netdev nfup-absent0 (afxdp) flavour physical port 0 pfnum 0 not attached"),
+            "{text}"
+        );
+        let br0 = &j["data"][0];
+        assert_eq!(br0["uplink"]["flavour"], "physical", "{j}");
+        assert_eq!(br0["uplink"]["netdev"], "nfup-absent0");
+        assert_eq!(br0["uplink"]["port"], 0);
+        assert_eq!(br0["uplink"]["pfnum"], 0);
+        assert!(br0["uplink"]["ofport"].is_null());
+        assert_eq!(br0["ports"][0]["type"], "uplink");
+        assert!(j["data"][1]["uplink"].is_null(), "{j}");
+    }
+
+    #[test]
+    fn a_second_uplink_is_refused_before_anything_is_opened() {
+        let mut sw = switch_with_absent_uplink();
+        let before = show_json(&sw);
+        let cfg = sw.config.clone();
+        let r = serde_json::to_value(add_port(&mut sw, "br0", "nfup-absent1", "uplink")).unwrap();
+        let e = r.to_string();
+        assert!(
+            e.contains("already has an uplink `p0` (netdev nfup-absent0)")
+                && e.contains("at most one"),
+            "{e}"
+        );
+        // The same interface as another bridge's uplink.
+        let e = serde_json::to_value(add_port(&mut sw, "br1", "nfup-absent0", "uplink"))
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("already attached as port p0 of bridge br0"),
+            "{e}"
+        );
+        let e = serde_json::to_value(add_port(&mut sw, "br1", "nfup-absent0", "bogus"))
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("unknown port type `bogus`") && e.contains("uplink"),
+            "{e}"
+        );
+        assert_eq!(show_json(&sw), before);
+        assert_eq!(sw.config, cfg);
     }
 }
