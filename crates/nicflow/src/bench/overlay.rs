@@ -35,6 +35,13 @@
 //! `stress -c`-style [`co::Load`], calibration again ([`super::colocated`]). Container MTU 1450 (the
 //! overlay's 50 bytes of headers fit in the underlay's 1500).
 //!
+//! `--streams LIST` sweeps the other axis (the overlay counterpart of
+//! `bench streams`, document 000 figures 5.3-5.6; with `--tunnel geneve`
+//! its Geneve variant, figures 5.9-5.12): one container pair, one iperf3
+//! client with `-P N` parallel TCP streams from c1 to s1; the receiver's
+//! sum over the streams and the senders' summed retransmits
+//! ([`Axis::Streams`]).
+//!
 //! Names: namespaces `nfbo<pid>x<seq><tag>-h1`, `-h2`, `-c1`.., `-s1`..;
 //! the daemons' sockets, configs and logs in `$TMPDIR/nfbo<pid>x<seq><tag>`.
 //! Dropping the lab (also on error and Ctrl-C, which unwinds through
@@ -65,6 +72,9 @@ pub const VNI: u32 = 100;
 pub const CONTAINER_MTU: u32 = 1450;
 /// Most pairs (clients .1-.99, servers .101-.199 in one /24).
 pub const MAX_PAIRS: usize = 99;
+/// Most parallel streams of one iperf3 client (its own limit).
+pub const MAX_STREAMS: usize = 128;
+const DEFAULT_PAIRS: &str = "1,2,5,10,20";
 const PORT: u16 = 5201;
 const BRIDGE: &str = "br0";
 const TUNNEL: &str = "vx0";
@@ -139,9 +149,13 @@ pub struct Args {
     /// Seconds per traffic phase.
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
-    /// Container pair counts.
-    #[arg(long, default_value = "1,2,5,10,20")]
-    pub pairs: String,
+    /// Container pair counts [default: 1,2,5,10,20].
+    #[arg(long)]
+    pub pairs: Option<String>,
+    /// Parallel TCP stream counts of one container pair (iperf3 -P): the
+    /// x axis becomes streams instead of pairs (--pairs absent or 1).
+    #[arg(long, value_name = "LIST")]
+    pub streams: Option<String>,
     /// Threads of the CPU load (default: one per core).
     #[arg(long)]
     pub load_threads: Option<usize>,
@@ -152,7 +166,8 @@ pub struct Args {
     /// Directory for the run (default: bench-overlay-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Smoke test: pairs 1,2, 1 repetition, 2-second phases.
+    /// Smoke test: pairs 1,2 (or the --streams given), 1 repetition,
+    /// 2-second phases.
     #[arg(long)]
     pub quick: bool,
     /// Rewrite the report of an earlier run from its samples.json.
@@ -160,21 +175,83 @@ pub struct Args {
     pub render: Option<PathBuf>,
 }
 
+/// What the x axis of a run counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Axis {
+    /// Container pairs, one TCP stream each, all at once (doc 001 fig. 4).
+    #[default]
+    Pairs,
+    /// Parallel TCP streams (`iperf3 -P`) of one container pair.
+    Streams,
+}
+
+impl Axis {
+    /// The figures' x label (and the CSV files' first column).
+    pub fn label(self) -> &'static str {
+        match self {
+            Axis::Pairs => "container pairs across the two hosts",
+            Axis::Streams => "parallel TCP streams of one container pair (iperf3 -P)",
+        }
+    }
+
+    /// The details table's column and the progress lines' word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Axis::Pairs => "pairs",
+            Axis::Streams => "streams",
+        }
+    }
+
+    /// Figure title prefix.
+    fn title(self) -> &'static str {
+        match self {
+            Axis::Pairs => "Overlay",
+            Axis::Streams => "Overlay, one pair, parallel streams",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Options {
     pub engines: Vec<OvEngine>,
     pub reps: usize,
     pub seconds: u64,
+    /// Pair counts (`[1]` on the streams axis).
     pub pairs: Vec<usize>,
     pub load_threads: usize,
     pub quick: bool,
     /// `vxlan` or `geneve`.
     #[serde(default = "vxlan")]
     pub tunnel: String,
+    /// Which count is swept (runs before `--streams`: pairs).
+    #[serde(default)]
+    pub axis: Axis,
+    /// Parallel streams per pair (`[1]` on the pairs axis).
+    #[serde(default = "one")]
+    pub streams: Vec<usize>,
+}
+
+impl Options {
+    /// The swept counts: the x axis of every figure.
+    pub fn xs(&self) -> &[usize] {
+        match self.axis {
+            Axis::Pairs => &self.pairs,
+            Axis::Streams => &self.streams,
+        }
+    }
 }
 
 fn vxlan() -> String {
     "vxlan".into()
+}
+
+fn one() -> Vec<usize> {
+    vec![1]
+}
+
+fn one_stream() -> usize {
+    1
 }
 
 /// `nicflow dump-dp-flows br0` on one host after the traffic.
@@ -191,14 +268,26 @@ pub struct DpFlows {
 }
 
 /// What an overlay run records besides the phases.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Extra {
     /// nicflow engines: datapath flows per engine on each host.
     #[serde(default)]
     pub dp_flows: Vec<DpFlows>,
+    /// Parallel TCP streams of each pair's iperf3 client (`-P`).
+    #[serde(default = "one_stream")]
+    pub streams: usize,
 }
 
-/// One engine, one pair count, one repetition.
+impl Default for Extra {
+    fn default() -> Extra {
+        Extra {
+            dp_flows: Vec::new(),
+            streams: 1,
+        }
+    }
+}
+
+/// One engine, one pair count (and streams per pair), one repetition.
 pub type Run = co::Run<OvEngine, Extra>;
 
 impl co::Named for OvEngine {
@@ -210,12 +299,35 @@ impl co::Named for OvEngine {
 pub type Results = co::Results<Options, Run>;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
-    let (reps, seconds, pairs) = if a.quick {
-        (1, 2, "1,2".to_string())
+    let (reps, seconds) = if a.quick {
+        (1, 2)
     } else {
-        (a.reps.max(1), a.seconds.max(1), a.pairs.clone())
+        (a.reps.max(1), a.seconds.max(1))
     };
-    let pairs = testbed::parse_counts(&pairs)?;
+    let (axis, pairs, streams) = match a.streams.as_deref() {
+        None => {
+            let p = match (a.quick, a.pairs.as_deref()) {
+                (true, _) => "1,2",
+                (false, p) => p.unwrap_or(DEFAULT_PAIRS),
+            };
+            (Axis::Pairs, testbed::parse_counts(p)?, one())
+        }
+        Some(s) => {
+            if let Some(p) = a.pairs.as_deref() {
+                if testbed::parse_counts(p)? != [1] {
+                    bail!(
+                        "--streams sweeps the parallel TCP streams of one container pair: \
+                         leave out --pairs {p} (or give --pairs 1)"
+                    );
+                }
+            }
+            let streams = testbed::parse_counts(s).context("--streams")?;
+            if let Some(n) = streams.iter().find(|&&n| n > MAX_STREAMS) {
+                bail!("--streams {n}: iperf3 runs at most {MAX_STREAMS} parallel streams");
+            }
+            (Axis::Streams, one(), streams)
+        }
+    };
     if let Some(p) = pairs.iter().find(|&&p| p > MAX_PAIRS) {
         bail!("--pairs {p}: at most {MAX_PAIRS}");
     }
@@ -238,6 +350,8 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         pairs,
         load_threads: co::load_threads(a.load_threads),
         quick: a.quick,
+        axis,
+        streams,
     })
 }
 
@@ -249,6 +363,19 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
 
 fn progress(s: &str) {
     eprintln!("[overlay] {s}");
+}
+
+/// A line of the shared sweep code (`N pair(s)`, `N pairs rep`, `N pairs:`)
+/// in the words of the streams axis.
+fn streams_words(s: &str) -> String {
+    s.replacen(" pair(s),", " stream(s),", 1)
+        .replacen(" pairs rep ", " streams rep ", 1)
+        .replacen(" pairs:", " streams:", 1)
+        .replacen(" pairs + load:", " streams + load:", 1)
+}
+
+fn progress_streams(s: &str) {
+    progress(&streams_words(s));
 }
 
 // ---------------------------------------------------------------------------
@@ -835,30 +962,34 @@ struct Client {
     out: PathBuf,
 }
 
-fn spawn_client(ns: &str, dst: Ipv4Addr, seconds: u64, out: PathBuf) -> anyhow::Result<Client> {
+/// The iperf3 client's arguments; `-P` only for more than one stream.
+fn client_argv(dst: Ipv4Addr, seconds: u64, streams: usize) -> Vec<String> {
+    let p = if streams > 1 {
+        format!(" -P {streams}")
+    } else {
+        String::new()
+    };
+    format!("iperf3 -c {dst} -p {PORT} -t {seconds}{p} -J --connect-timeout 3000")
+        .split(' ')
+        .map(str::to_string)
+        .collect()
+}
+
+fn spawn_client(
+    ns: &str,
+    dst: Ipv4Addr,
+    (seconds, streams): (u64, usize),
+    out: PathBuf,
+) -> anyhow::Result<Client> {
     let f = std::fs::File::create(&out).with_context(|| format!("{}", out.display()))?;
-    let dst = dst.to_string();
-    let (p, t) = (PORT.to_string(), seconds.to_string());
-    let child = sys::in_ns(
-        Some(ns),
-        &[
-            "iperf3",
-            "-c",
-            &dst,
-            "-p",
-            &p,
-            "-t",
-            &t,
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ],
-    )
-    .stdin(Stdio::null())
-    .stdout(f)
-    .stderr(Stdio::null())
-    .spawn()
-    .context("starting iperf3 -c")?;
+    let argv = client_argv(dst, seconds, streams);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let child = sys::in_ns(Some(ns), &argv)
+        .stdin(Stdio::null())
+        .stdout(f)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -c")?;
     Ok(Client {
         pid: child.id(),
         child,
@@ -872,7 +1003,8 @@ impl co::Client for Client {
     }
 
     /// The receiver's bytes and rate, the sender's retransmits and the
-    /// client's own CPU (as [`testbed::IperfClient::finish`] reads them).
+    /// client's own CPU (as [`testbed::IperfClient::finish`] reads them);
+    /// with `-P` the `sum_*` objects are the sums over the streams.
     fn finish(self, deadline: Instant) -> IperfResult {
         let (by_itself, _ok, user_s, system_s) = cpu::wait_rusage(self.child, deadline);
         let mut r = IperfResult {
@@ -912,13 +1044,24 @@ impl co::Client for Client {
 pub fn run(opts: &Options) -> anyhow::Result<Results> {
     co::sweep(
         opts,
-        (opts.reps, &opts.pairs, &opts.engines),
-        progress,
+        (opts.reps, opts.xs(), &opts.engines),
+        match opts.axis {
+            Axis::Pairs => progress,
+            Axis::Streams => progress_streams,
+        },
         |perf, run| body(opts, perf, run),
     )
 }
 
 fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
+    // The sweep puts its count in `pairs`; on the streams axis it is the
+    // streams of the one pair, and the run records it so.
+    let x = run.pairs;
+    if opts.axis == Axis::Streams {
+        run.pairs = 1;
+        run.extra.streams = x;
+    }
+    let streams = run.extra.streams;
     let lab = Lab::up(run.engine, run.pairs, &opts.tunnel)?;
     run.lab = lab.name().to_string();
     let servers: Vec<Server> = (1..=run.pairs)
@@ -935,7 +1078,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
         switches: lab.daemon_pids(),
         retransmits: true,
     };
-    let (name, pairs) = (run.engine.name(), run.pairs);
+    let name = run.engine.name();
     let dp_flows = &mut run.extra.dp_flows;
     co::measure_point(
         &mut run.point,
@@ -948,7 +1091,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                         spawn_client(
                             &lab.client_ns(i),
                             container_ip(true, i),
-                            opts.seconds,
+                            (opts.seconds, streams),
                             dir.join(format!("iperf-{i}.json")),
                         )
                     })
@@ -956,7 +1099,11 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
             })
         },
         |with_load, ph, idle| {
-            progress(&co::phase_line(name, pairs, with_load, ph, idle, true));
+            let line = co::phase_line(name, x, with_load, ph, idle, true);
+            match opts.axis {
+                Axis::Pairs => progress(&line),
+                Axis::Streams => progress_streams(&line),
+            }
             if !with_load {
                 *dp_flows = lab.dp_flows();
                 for f in dp_flows.iter() {
@@ -979,53 +1126,87 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
 // Report
 // ---------------------------------------------------------------------------
 
-pub fn figures(r: &Results) -> Vec<Figure> {
-    co::figures(
-        &r.runs,
-        &r.options.pairs,
-        "container pairs across the two hosts",
-        &[
-            FigureSpec {
-                id: "cpu-left",
-                title: "Overlay: CPU left to a co-located load (cf. doc 001 fig. 4a)",
-                y_label: "load work rate vs idle lab (% of available CPU)",
-                get: co::left,
-            },
-            FigureSpec {
-                id: "interrupts-per-gbit",
-                title: "Overlay: interrupts per Gbit (cf. doc 001 fig. 4b)",
-                y_label: "interrupts per Gbit (/proc/stat intr)",
-                get: co::intr,
-            },
-            FigureSpec {
-                id: "throughput",
-                title: "Overlay: total throughput (cf. doc 001 fig. 4c)",
-                y_label: "sum of iperf3 TCP throughput (Gbit/s)",
-                get: co::gbps,
-            },
-            FigureSpec {
-                id: "ctxt-per-gbit",
-                title: "Overlay: context switches per Gbit (cf. doc 001 fig. 4d)",
-                y_label: "context switches per Gbit (/proc/stat ctxt)",
-                get: co::ctxt,
-            },
-            FigureSpec {
-                id: "switch-cpu",
-                title: "Overlay: nicflow daemons' CPU (both hosts)",
-                y_label: "cores used by the nicflow daemons (utime+stime)",
-                get: co::switch,
-            },
-        ],
-    )
+/// The runs with the swept count in `pairs`, where the shared report code
+/// reads its x value: on the streams axis each run's streams.
+fn by_axis(r: &Results) -> Vec<Run> {
+    let mut runs = r.runs.clone();
+    if r.options.axis == Axis::Streams {
+        for x in &mut runs {
+            x.pairs = x.extra.streams;
+        }
+    }
+    runs
 }
 
-/// Datapath flow counts of the first successful repetition of a point.
-fn dp_cell(r: &Results, e: OvEngine, n: usize) -> String {
+/// Figure id, title (after the axis prefix), y label, getter.
+type Spec = (&'static str, &'static str, &'static str, Get<Run>);
+
+const SPECS: [Spec; 5] = [
+    (
+        "cpu-left",
+        "CPU left to a co-located load (cf. doc 001 fig. 4a)",
+        "load work rate vs idle lab (% of available CPU)",
+        co::left,
+    ),
+    (
+        "interrupts-per-gbit",
+        "interrupts per Gbit (cf. doc 001 fig. 4b)",
+        "interrupts per Gbit (/proc/stat intr)",
+        co::intr,
+    ),
+    (
+        "throughput",
+        "total throughput (cf. doc 001 fig. 4c)",
+        "sum of iperf3 TCP throughput (Gbit/s)",
+        co::gbps,
+    ),
+    (
+        "ctxt-per-gbit",
+        "context switches per Gbit (cf. doc 001 fig. 4d)",
+        "context switches per Gbit (/proc/stat ctxt)",
+        co::ctxt,
+    ),
+    (
+        "switch-cpu",
+        "nicflow daemons' CPU (both hosts)",
+        "cores used by the nicflow daemons (utime+stime)",
+        co::switch,
+    ),
+];
+
+/// A figure's title on an axis: the doc 001 references belong to the
+/// pairs axis.
+fn figure_title(axis: Axis, title: &str) -> String {
+    let title = match axis {
+        Axis::Pairs => title,
+        Axis::Streams => title.split(" (cf. doc 001").next().unwrap_or(title),
+    };
+    format!("{}: {title}", axis.title())
+}
+
+pub fn figures(r: &Results) -> Vec<Figure> {
+    let axis = r.options.axis;
+    let titles: Vec<String> = SPECS.iter().map(|s| figure_title(axis, s.1)).collect();
+    let specs: Vec<FigureSpec<Run>> = SPECS
+        .iter()
+        .zip(&titles)
+        .map(|(s, title)| FigureSpec {
+            id: s.0,
+            title,
+            y_label: s.2,
+            get: s.3,
+        })
+        .collect();
+    co::figures(&by_axis(r), r.options.xs(), axis.label(), &specs)
+}
+
+/// Datapath flow counts of the first successful repetition of a point
+/// (`runs` from [`by_axis`]).
+fn dp_cell(runs: &[Run], e: OvEngine, n: usize) -> String {
     if !e.is_nicflow() {
         return "—".into();
     }
-    r.runs
-        .iter()
+    runs.iter()
         .find(|x| {
             x.engine == e && x.pairs == n && x.error.is_none() && !x.extra.dp_flows.is_empty()
         })
@@ -1052,31 +1233,76 @@ fn dp_cell(r: &Results, e: OvEngine, n: usize) -> String {
         .unwrap_or_else(|| "—".into())
 }
 
+/// The `nicflow bench overlay` command line of a run.
+fn command_line(o: &Options) -> String {
+    let mut c = format!(
+        "nicflow bench overlay --engines {} --reps {} --seconds {}",
+        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
+        o.reps,
+        o.seconds
+    );
+    let _ = match o.axis {
+        Axis::Pairs => write!(c, " --pairs {}", report::join(&o.pairs, ",")),
+        Axis::Streams => write!(c, " --streams {}", report::join(&o.streams, ",")),
+    };
+    if o.tunnel != "vxlan" {
+        let _ = write!(c, " --tunnel {}", o.tunnel);
+    }
+    c
+}
+
 pub fn markdown(r: &Results, figs: &[Figure]) -> String {
     let o = &r.options;
+    let runs = by_axis(r);
+    let streams = o.axis == Axis::Streams;
     let mut s = String::new();
-    let _ = writeln!(s, "# nicflow bench overlay\n");
-    let _ = writeln!(s, "{}", report::machine_section(&r.perf));
     let _ = writeln!(
         s,
-        "{} repetition(s); per engine and pair count ({}): a fresh lab of two hosts H1, H2 \
-         (namespaces) joined by one veth underlay (198.18.50.1/24, .2/24), N client \
-         containers on H1 and N server containers on H2 (namespaces, veth to their host), \
-         all in one VXLAN segment (VNI {VNI}, container MTU {CONTAINER_MTU}, 198.18.60.0/24). \
+        "# nicflow bench overlay{}\n",
+        if streams {
+            ": parallel TCP streams of one container pair"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(s, "{}", report::machine_section(&r.perf));
+    let (per, containers, traffic) = if streams {
+        (
+            "number of parallel TCP streams",
+            "one client container c1 on H1 and one server container s1 on H2",
+            "One iperf3 client in c1 with N parallel TCP streams to s1 (`-P N`; the x axis \
+             of every figure; throughput is the receiver's sum over the streams, \
+             retransmits the senders' sum: iperf3's `end.sum_received`, `end.sum_sent`; \
+             the overlay counterpart of `bench streams`, doc 000 fig. 5.3-5.6, and with \
+             `--tunnel geneve` its Geneve variant, fig. 5.9-5.12)",
+        )
+    } else {
+        (
+            "pair count",
+            "N client containers on H1 and N server containers on H2",
+            "One iperf3 TCP stream per pair, all pairs at once",
+        )
+    };
+    let _ = writeln!(
+        s,
+        "{} repetition(s); per engine and {per} ({}): a fresh lab of two hosts H1, H2 \
+         (namespaces) joined by one veth underlay (198.18.50.1/24, .2/24), {containers} \
+         (namespaces, veth to their host), \
+         all in one overlay segment (VNI {VNI}, container MTU {CONTAINER_MTU}, 198.18.60.0/24). \
          Engines: `kernel-vxlan` = Linux bridge + kernel vxlan device on each host (the Docker \
          overlay stack); `nicflow` = a nicflow daemon on each host, bridge br0 `offload=none`, \
-         `actions=normal`, AF_XDP container ports, VXLAN tunnel port on an AF_XDP underlay \
+         `actions=normal`, AF_XDP container ports, a {} tunnel port on an AF_XDP underlay \
          that nicflow owns (no kernel address); `nicflow-xdp` = the same with `offload=xdp` \
          (encapsulation and decapsulation in the XDP program; the containers send finished \
          checksums, `tx off`, so no TSO, and the ports say `csum_complete`; see the datapath \
-         flows column). One iperf3 TCP \
-         stream per pair, all pairs at once, {} s. CPU left: {} load thread(s) (busy loops, \
+         flows column). {traffic}, {} s. CPU left: {} load thread(s) (busy loops, \
          unpinned, like `stress -c`, shared with `bench containers`) counted with the lab idle \
          for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
          is its rate in that phase over the mean idle-lab rate. Medians over repetitions. \
          Tunnel of the nicflow engines: {}.{}\n",
         o.reps,
-        report::join(&o.pairs, ", "),
+        report::join(o.xs(), ", "),
+        o.tunnel,
         o.seconds,
         o.load_threads,
         co::calibration_s(o.seconds),
@@ -1093,10 +1319,11 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         s,
         "busy, system and softirq: machine-wide shares of all {} cores (/proc/stat); \
          nicflow cores: utime+stime of both daemons over wall time (also with the load); \
-         retransmits: sum over pairs; load CPU %: the load threads' own CPU time as a share \
+         retransmits: sum over {}; load CPU %: the load threads' own CPU time as a share \
          of all cores; dp flows: `nicflow dump-dp-flows br0` on each host after the traffic \
          (first successful repetition), by engine, with the reasons flows are not offloaded.\n",
-        cpu::cores()
+        cpu::cores(),
+        o.axis.word()
     );
     let cols: &[(&str, Get<Run>, usize)] = &[
         ("Gbit/s", co::gbps, 2),
@@ -1112,34 +1339,55 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         ("load CPU %", co::load_share, 0),
         ("CPU left %", co::left, 0),
     ];
-    s.push_str(&co::details_table(
-        &r.runs,
-        &o.pairs,
-        cols,
-        &["dp flows"],
-        |e, n| vec![dp_cell(r, e, n)],
+    let table = co::details_table(&runs, o.xs(), cols, &["dp flows"], |e, n| {
+        vec![dp_cell(&runs, e, n)]
+    });
+    s.push_str(&table.replacen(
+        "| engine | pairs |",
+        &format!("| engine | {} |", o.axis.word()),
+        1,
     ));
-    co::write_failures(&mut s, &r.runs, true);
+    let mut fails = String::new();
+    co::write_failures(&mut fails, &runs, true);
+    if streams {
+        // One client per run: "k of N pairs failed" is that client.
+        fails = fails.replace(" pairs rep ", " streams rep ");
+        for n in &o.streams {
+            fails = fails.replace(&format!(" of {n} pairs failed"), " of 1 client failed");
+        }
+    }
+    s.push_str(&fails);
     let _ = writeln!(s, "\n## Commands\n");
+    let (per_pair, client) = if streams {
+        (
+            "# the one pair, N parallel streams (N = the x axis):",
+            "ip netns exec <c1> iperf3 -c 198.18.60.101 -p {PORT} -t {T} -P N -J --connect-timeout 3000",
+        )
+    } else {
+        (
+            "# per pair i (all at once):",
+            "ip netns exec <ci> iperf3 -c 198.18.60.(100+i) -p {PORT} -t {T} -J --connect-timeout 3000",
+        )
+    };
     let _ = writeln!(
         s,
-        "```sh\nnicflow bench overlay --engines {} --reps {} --seconds {} --pairs {}\n\
+        "```sh\n{}\n\
          # kernel-vxlan, on host h (1, 2; peer p = 3-h), in its namespace:\n{}\n\
          # nicflow / nicflow-xdp: on host h, `ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml` with (H1, offload none):\n{}\
-         # per pair i (all at once):\n\
-         ip netns exec <si> iperf3 -s -p {PORT}\n\
-         ip netns exec <ci> iperf3 -c 198.18.60.(100+i) -p {PORT} -t {} -J --connect-timeout 3000\n```",
-        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
-        o.reps,
-        o.seconds,
-        report::join(&o.pairs, ","),
+         {per_pair}\n\
+         ip netns exec <s{}> iperf3 -s -p {PORT}\n\
+         {}\n```",
+        command_line(o),
         kernel_vxlan_commands(1, 1)
             .iter()
             .map(|c| format!("ip -n <H1> {}", c.join(" ")))
             .collect::<Vec<_>>()
             .join("\n"),
-        nicflow_config(1, 1, false, "vxlan"),
-        o.seconds
+        nicflow_config(1, 1, false, &o.tunnel),
+        if streams { "1" } else { "i" },
+        client
+            .replace("{PORT}", &PORT.to_string())
+            .replace("{T}", &o.seconds.to_string())
     );
     s
 }
@@ -1206,5 +1454,190 @@ mod tests {
             "link add vx0 type vxlan id 100 local 198.18.50.1 remote 198.18.50.2 dstport 4789 dev u1"
         );
         assert!(k.iter().any(|c| c.join(" ") == "link set vc2 master br0"));
+    }
+
+    fn args(pairs: Option<&str>, streams: Option<&str>) -> Args {
+        Args {
+            engines: "nicflow,nicflow-xdp".into(),
+            reps: 2,
+            seconds: 4,
+            pairs: pairs.map(str::to_string),
+            streams: streams.map(str::to_string),
+            load_threads: Some(1),
+            tunnel: "geneve".into(),
+            out: None,
+            quick: false,
+            render: None,
+        }
+    }
+
+    #[test]
+    fn streams_axis_options() {
+        // Without --streams: the pair sweep as before.
+        let o = options(&args(None, None)).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(o.axis, Axis::Pairs);
+        assert_eq!(o.pairs, vec![1, 2, 5, 10, 20]);
+        assert_eq!(o.streams, vec![1]);
+        assert_eq!(o.xs(), &[1, 2, 5, 10, 20]);
+        let o = options(&args(Some("3,4"), None)).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(o.xs(), &[3, 4]);
+        // --streams: one pair, the streams across.
+        for pairs in [None, Some("1")] {
+            let o = options(&args(pairs, Some("1,2,4,8"))).unwrap_or_else(|e| panic!("{e:#}"));
+            assert_eq!(o.axis, Axis::Streams);
+            assert_eq!(o.pairs, vec![1]);
+            assert_eq!(o.xs(), &[1, 2, 4, 8]);
+        }
+        let mut q = args(None, Some("1,4"));
+        q.quick = true;
+        let o = options(&q).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((o.reps, o.seconds, o.xs()), (1, 2, &[1, 4][..]));
+        // Refused: other pair counts beside --streams, bad stream counts.
+        for (pairs, streams, want) in [
+            (Some("2"), "1,2", "leave out --pairs 2"),
+            (Some("1,2"), "4", "leave out --pairs 1,2"),
+            (None, "0,2", "positive counts"),
+            (None, "1,x", "not a count"),
+            (None, "1,129", "at most 128"),
+        ] {
+            match options(&args(pairs, Some(streams))) {
+                Ok(o) => panic!("{pairs:?} {streams}: accepted {o:?}"),
+                Err(e) => assert!(format!("{e:#}").contains(want), "{e:#}"),
+            }
+        }
+        assert!(streams_words("rep 1/3: 4 pair(s), nicflow") == "rep 1/3: 4 stream(s), nicflow");
+        assert_eq!(
+            streams_words("nicflow 4 pairs + load: 1.00 Gbit/s"),
+            "nicflow 4 streams + load: 1.00 Gbit/s"
+        );
+        // -P only for more than one stream: the pair sweep's command is
+        // unchanged.
+        let dst = container_ip(true, 1);
+        assert_eq!(
+            client_argv(dst, 5, 1).join(" "),
+            "iperf3 -c 198.18.60.101 -p 5201 -t 5 -J --connect-timeout 3000"
+        );
+        assert_eq!(
+            client_argv(dst, 5, 8).join(" "),
+            "iperf3 -c 198.18.60.101 -p 5201 -t 5 -P 8 -J --connect-timeout 3000"
+        );
+    }
+
+    fn results(o: Options) -> Results {
+        let mut runs = Vec::new();
+        for (i, &n) in o.xs().iter().enumerate() {
+            for engine in [OvEngine::Nicflow, OvEngine::NicflowXdp] {
+                let (pairs, streams) = match o.axis {
+                    Axis::Pairs => (n, 1),
+                    Axis::Streams => (1, n),
+                };
+                runs.push(Run {
+                    engine,
+                    pairs,
+                    rep: 0,
+                    lab: String::new(),
+                    error: None,
+                    point: co::Point {
+                        traffic: Some(co::Phase {
+                            bytes: 1 << 30,
+                            gbps: 1.0 + i as f64,
+                            retransmits: Some(7),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    extra: Extra {
+                        streams,
+                        ..Default::default()
+                    },
+                });
+            }
+        }
+        Results {
+            machine: String::new(),
+            perf: String::new(),
+            options: o,
+            started_unix: 0,
+            runs,
+        }
+    }
+
+    #[test]
+    fn axis_labels_in_figures_and_report() {
+        let o = options(&args(None, Some("1,2,4"))).unwrap_or_else(|e| panic!("{e:#}"));
+        let r = results(o);
+        let figs = figures(&r);
+        assert_eq!(figs.len(), 5);
+        for f in &figs {
+            assert_eq!(f.x_label, Axis::Streams.label());
+            assert!(f.title.starts_with("Overlay, one pair, parallel streams: "));
+            assert!(!f.title.contains("doc 001"), "{}", f.title);
+        }
+        let t = figs.iter().find(|f| f.id == "throughput").map(Figure::csv);
+        assert_eq!(
+            t.as_deref(),
+            Some(
+                "parallel TCP streams of one container pair (iperf3 -P),nicflow,nicflow-xdp\n\
+                 1,1,1\n2,2,2\n4,3,3\n"
+            )
+        );
+        let md = markdown(&r, &figs);
+        for want in [
+            "# nicflow bench overlay: parallel TCP streams of one container pair",
+            "per engine and number of parallel TCP streams (1, 2, 4)",
+            "one client container c1 on H1",
+            "retransmits: sum over streams",
+            "| engine | streams |",
+            "| nicflow-xdp | 4 | 3.00 | 7 |",
+            "--seconds 4 --streams 1,2,4 --tunnel geneve\n",
+            "-t 4 -P N -J",
+            "type = \"geneve\"",
+        ] {
+            assert!(md.contains(want), "{want}\n{md}");
+        }
+        // The pair sweep keeps its words.
+        let o = options(&args(Some("1,2"), None)).unwrap_or_else(|e| panic!("{e:#}"));
+        let r = results(o);
+        let figs = figures(&r);
+        assert_eq!(figs[2].x_label, "container pairs across the two hosts");
+        assert_eq!(
+            figs[2].title,
+            "Overlay: total throughput (cf. doc 001 fig. 4c)"
+        );
+        let md = markdown(&r, &figs);
+        for want in [
+            "| engine | pairs |",
+            "--pairs 1,2 --tunnel geneve\n",
+            "# per pair i",
+        ] {
+            assert!(md.contains(want), "{want}\n{md}");
+        }
+        assert!(!md.contains("-P N"), "{md}");
+    }
+
+    #[test]
+    fn old_samples_load_as_the_pair_sweep() {
+        let o: Options = serde_json::from_str(
+            r#"{"engines":["nicflow"],"reps":1,"seconds":2,"pairs":[1,2],"load_threads":1,"quick":true}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (o.axis, o.tunnel.as_str(), o.xs()),
+            (Axis::Pairs, "vxlan", &[1, 2][..])
+        );
+        assert_eq!(o.streams, vec![1]);
+        let x: Run = serde_json::from_str(
+            r#"{"engine":"nicflow","pairs":2,"rep":0,"lab":"l","error":null,"traffic":null,"traffic_with_load":null}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((x.pairs, x.extra.streams), (2, 1));
+        // New files record the axis and each run's streams.
+        let mut o = o;
+        o.axis = Axis::Streams;
+        o.streams = vec![2];
+        let j = serde_json::to_string(&results(o)).unwrap_or_default();
+        assert!(j.contains(r#""axis":"streams""#), "{j}");
+        assert!(j.contains(r#""pairs":1,"rep":0"#), "{j}");
+        assert!(j.contains(r#""streams":2"#), "{j}");
     }
 }
