@@ -96,6 +96,18 @@ pub enum FieldError {
     Unknown(String),
 }
 
+/// `tun_metadata0..7`.
+const TUN_METADATA: [&str; 8] = [
+    "tun_metadata0",
+    "tun_metadata1",
+    "tun_metadata2",
+    "tun_metadata3",
+    "tun_metadata4",
+    "tun_metadata5",
+    "tun_metadata6",
+    "tun_metadata7",
+];
+
 /// A matchable (and, where [`Field::settable`], writable) field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Field {
@@ -108,6 +120,9 @@ pub enum Field {
     /// Tunnel flags (`TUN_F_*` of the packet crate: oam 1, df 2, csum 4,
     /// key 8). Matchable, not settable.
     TunFlags,
+    /// `tun_metadata0..7`: a 4-byte Geneve option mapped to slot N by the
+    /// tunnel port's TLV map (0 when the option is absent).
+    TunMetadata(u8),
     DlSrc,
     DlDst,
     DlType,
@@ -142,6 +157,14 @@ impl Field {
         Field::TunSrc,
         Field::TunDst,
         Field::TunFlags,
+        Field::TunMetadata(0),
+        Field::TunMetadata(1),
+        Field::TunMetadata(2),
+        Field::TunMetadata(3),
+        Field::TunMetadata(4),
+        Field::TunMetadata(5),
+        Field::TunMetadata(6),
+        Field::TunMetadata(7),
         Field::Metadata,
         Field::Reg(0),
         Field::Reg(1),
@@ -192,6 +215,7 @@ impl Field {
             Field::TunSrc => "tun_src",
             Field::TunDst => "tun_dst",
             Field::TunFlags => "tun_flags",
+            Field::TunMetadata(i) => TUN_METADATA[(i & 7) as usize],
             Field::DlSrc => "dl_src",
             Field::DlDst => "dl_dst",
             Field::DlType => "dl_type",
@@ -262,6 +286,9 @@ impl Field {
                         }
                     }
                 }
+                if let Some(i) = TUN_METADATA.iter().position(|n| *n == name) {
+                    return Ok(Field::TunMetadata(i as u8));
+                }
                 return Err(FieldError::Unknown(name.to_string()));
             }
         };
@@ -273,7 +300,7 @@ impl Field {
         match self {
             Field::InPort => 32,
             Field::Metadata | Field::TunId => 64,
-            Field::Reg(_) | Field::TunSrc | Field::TunDst => 32,
+            Field::Reg(_) | Field::TunSrc | Field::TunDst | Field::TunMetadata(_) => 32,
             Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => 48,
             Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst | Field::TunFlags => 16,
             Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa => 32,
@@ -339,6 +366,7 @@ impl Field {
             Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
             Field::Metadata
             | Field::Reg(_)
+            | Field::TunMetadata(_)
             | Field::TunId
             | Field::VlanTci
             | Field::DlType
@@ -371,6 +399,7 @@ impl Field {
             Field::TunSrc => k.tun_src as u128,
             Field::TunDst => k.tun_dst as u128,
             Field::TunFlags => k.tun_flags as u128,
+            Field::TunMetadata(i) => k.tun_metadata[(i & 7) as usize] as u128,
             Field::DlSrc => mac(&k.dl_src),
             Field::DlDst => mac(&k.dl_dst),
             Field::ArpSha => mac(&k.arp_sha),
@@ -410,6 +439,7 @@ impl Field {
             Field::TunSrc => k.tun_src = v as u32,
             Field::TunDst => k.tun_dst = v as u32,
             Field::TunFlags => k.tun_flags = v as u16,
+            Field::TunMetadata(i) => k.tun_metadata[(i & 7) as usize] = v as u32,
             Field::DlSrc => k.dl_src = mac(v),
             Field::DlDst => k.dl_dst = mac(v),
             Field::ArpSha => k.arp_sha = mac(v),

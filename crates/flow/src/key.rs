@@ -18,7 +18,7 @@ use std::fmt;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const FLOW_WORDS: usize = 20;
+pub const FLOW_WORDS: usize = 24;
 
 /// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
 pub const VLAN_CFI: u16 = 0x1000;
@@ -85,6 +85,9 @@ pub struct FlowKey {
     pub nw_ttl: u8,
     pub nw_frag: u8,
     pub _pad: [u8; 4],
+    // words 20-23: Geneve option values mapped by a tunnel port's TLV map
+    // (`tun_metadata0..7`, 4-byte options; 0 = absent).
+    pub tun_metadata: [u32; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
@@ -182,6 +185,7 @@ impl FlowMask {
             nw_ttl: 0,
             nw_frag: 0,
             _pad: [0; 4],
+            tun_metadata: [0; 8],
         })
     }
 

@@ -213,7 +213,7 @@ struct dp_port {
 	__u32 xsk_base;
 	__u32 flags;	/* DP_PORT_* */
 	__u8 mac[6];	/* underlay: the interface's MAC (outer destination) */
-	__u16 pad;
+	__u16 mtu;	/* underlay: its MTU (longer frames: userspace) */
 };
 _Static_assert(sizeof(struct dp_port) == 20, "dp_port layout");
 
@@ -336,9 +336,15 @@ struct {
 	__type(value, struct dp_tun_rx);
 } dp_tun_rx SEC(".maps");
 
+/* A hash map without preallocation: userspace replaces an entry (a new
+ * MAC, valid <-> invalid) with a new element and the old one is freed after
+ * an RCU grace period, so the one pointer the program looks up in the
+ * pre-check stays whole and unchanged until it has pushed the header (an
+ * ARRAY entry would be rewritten in place under a running program). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);	/* tunnel slot */
 	__type(value, struct dp_tun_tx);
 } dp_tun_tx SEC(".maps");
@@ -1093,6 +1099,8 @@ static __always_inline int tun_rx_lookup(struct xdp_md *ctx, struct dp_port *por
 		return -1;
 	if (rd16(ip + 2) != flen - 14)
 		return -1;	/* trailing bytes or truncated: userspace */
+	if (flen - 14 > port->mtu)
+		return -1;	/* the AF_XDP port's length rule, in userspace */
 	udp = ip + 20;
 	if (rd16(udp + 4) != flen - 34)
 		return -1;
@@ -1210,15 +1218,16 @@ static __always_inline __u16 entropy_port(struct xdp_md *ctx, struct dp_scratch 
  * pre-check made sure the header is resolved, the underlay slot is there
  * and the frame fits. */
 static __always_inline int act_tunnel_output(struct xdp_md *ctx, struct dp_scratch *st,
-					     union dp_key *key, struct dp_action *a)
+					     union dp_key *key, struct dp_action *a,
+					     struct dp_tun_tx *tpl)
 {
-	__u32 slot = a->arg32, vni, ip_len;
-	struct dp_tun_tx *tpl;
+	__u32 vni, ip_len;
 	__u8 *data, *end, *ip, *udp;
 	__u16 sport;
 
-	tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
-	if (!tpl || !tpl->valid)
+	/* The entry the pre-check looked up (the same slot: the encoder
+	 * writes it to both places); never NULL here. */
+	if (!tpl)
 		return -1;
 	sport = entropy_port(ctx, st, key);
 	if (!sport)
@@ -1262,6 +1271,7 @@ int xdp_dp(struct xdp_md *ctx)
 	union dp_key *key;
 	struct dp_flow_key *hk;
 	struct dp_flow *flow = 0;
+	struct dp_tun_tx *tpl = 0;
 	struct dp_scratch *st;
 	struct dp_config *cfg;
 	struct dp_port *port;
@@ -1351,8 +1361,8 @@ int xdp_dp(struct xdp_md *ctx)
 	}
 	if (flags & DP_F_TUNNEL) {
 		__u32 slot = flow->out_slot;
-		struct dp_tun_tx *tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
 
+		tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
 		if (!tpl || !tpl->valid)
 			goto punt;	/* remote MAC not resolved (yet) */
 		slot = tpl->tx_slot;
@@ -1390,7 +1400,7 @@ int xdp_dp(struct xdp_md *ctx)
 			stat_inc(DP_STAT_DROP);
 			return XDP_DROP;
 		case DP_OP_TUNNEL_OUTPUT:
-			r = act_tunnel_output(ctx, st, key, a);
+			r = act_tunnel_output(ctx, st, key, a, tpl);
 			if (r >= 0)
 				return r;
 			break;

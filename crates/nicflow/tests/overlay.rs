@@ -504,7 +504,11 @@ fn up_geneve(tag: &str) -> NsLab {
 [[bridge]]
 name = "br0"
 offload = "none"
-flows = ["in_port=pa1,actions=output:gv1", "in_port=gv1,actions=output:pa1"]
+flows = [
+  "in_port=pa1,actions=set_field:0x77->tun_metadata1,output:gv1",
+  "priority=20,in_port=gv1,tun_metadata0=0x2a,actions=output:pa1",
+  "priority=10,in_port=gv1,actions=drop",
+]
 [[bridge.port]]
 name = "pa1"
 iface = "pa1"
@@ -513,7 +517,7 @@ type = "afpacket"
 name = "gv1"
 iface = "gv1"
 type = "geneve"
-options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1", key = "5000", csum = "true", underlay_type = "afpacket" }
+options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1", key = "5000", csum = "true", underlay_type = "afpacket", tlv_map = "{class=0x0102,type=0x01,len=4}->tun_metadata0,{class=0x0102,type=0x83,len=4}->tun_metadata1" }
 "#;
     lab.start_daemon(cfg);
     lab
@@ -541,8 +545,9 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     }
     let lab = up_geneve("g");
     let script = scapy_script();
-    // `send` (one packet, options) or `malformed` (four broken ones).
-    let scapy = |cmd: &str, payload: &str, critical: bool| {
+    // `send` (one packet, options) or `malformed` (four broken ones);
+    // `extra`: more `send` flags.
+    let scapy = |cmd: &str, payload: &str, critical: bool, extra: &[&str]| {
         let mut a = vec![
             "/usr/bin/python3",
             &script,
@@ -571,9 +576,10 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         if critical {
             a.push("--critical");
         }
+        a.extend_from_slice(extra);
         lab.must("k", &a)
     };
-    let send = |payload: &str, critical: bool| scapy("send", payload, critical);
+    let send = |payload: &str, critical: bool| scapy("send", payload, critical, &[]);
     // a1 listens; scapy's Geneve packets with (non-critical) options are
     // decapsulated and delivered.
     let a1_ns = lab.ns("a1");
@@ -589,7 +595,17 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     std::thread::sleep(Duration::from_millis(500));
     send("hello-geneve", false);
     send("critical-must-drop", true);
-    scapy("malformed", "malformed-must-drop", false);
+    scapy("malformed", "malformed-must-drop", false, &[]);
+    // The TLV map: option (0x0102, 0x01) is tun_metadata0, matched by the
+    // rules (another value is dropped by the priority-10 rule); a critical
+    // option the map names is understood, so delivered.
+    scapy(
+        "send",
+        "wrong-metadata-must-drop",
+        false,
+        &["--opt0", "0x2b"],
+    );
+    scapy("send", "critical-mapped", false, &["--critical-mapped"]);
     let out = recv.wait_with_output().unwrap();
     let got = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -600,6 +616,14 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     assert!(
         !got.contains("critical-must-drop"),
         "an unknown critical option was delivered"
+    );
+    assert!(
+        !got.contains("wrong-metadata-must-drop"),
+        "tun_metadata0=0x2b matched the rule for 0x2a"
+    );
+    assert!(
+        got.lines().any(|l| l == "critical-mapped"),
+        "a critical option named by the TLV map was not accepted: {got:?}"
     );
     assert!(
         !got.contains("malformed-must-drop"),
@@ -657,6 +681,12 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     assert!(pkts.len() >= 5, "scapy decoded {decoded}");
     for p in &pkts {
         assert_eq!(p["vni"], 5000);
+        // set_field:0x77->tun_metadata1 went out as the mapped option.
+        assert_eq!(
+            p["options"],
+            serde_json::json!([[0x0102, 0x83, "00000077"]]),
+            "{p}"
+        );
         assert_eq!(p["outer_src"], "198.18.21.2");
         assert_eq!(p["inner_src"], "198.18.31.1");
         assert_eq!(p["payload"], "from-a1");

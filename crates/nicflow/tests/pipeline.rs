@@ -382,6 +382,7 @@ fn tunnel_metadata_is_matched_and_set() {
         src: u32::from(Ipv4Addr::new(198, 18, 20, 1)),
         dst: u32::from(Ipv4Addr::new(198, 18, 20, 2)),
         flags: TUN_F_KEY,
+        ..TunnelMeta::default()
     };
     let mut rx = std::collections::VecDeque::new();
     for _ in 0..5 {
@@ -421,4 +422,51 @@ fn tunnel_metadata_is_matched_and_set() {
         assert_eq!(t.map(|t| t.id), Some(5000));
     }
     assert_eq!(br.dp_stats().upcalls, 3, "the second packet hit the cache");
+}
+
+/// Geneve options mapped to `tun_metadata0..7` are matched like any field,
+/// and `set_field:...->tun_metadataN` marks the slot present for the
+/// tunnel port (which sends it as an option: tests/overlay.rs, scapy).
+#[test]
+fn tun_metadata_is_matched_and_set() {
+    let meta = |md0: Option<u32>| {
+        let mut t = TunnelMeta {
+            id: 4343,
+            flags: TUN_F_KEY,
+            ..TunnelMeta::default()
+        };
+        if let Some(v) = md0 {
+            t.metadata[0] = v;
+            t.md_present = 1;
+        }
+        t
+    };
+    let mut rx = std::collections::VecDeque::new();
+    for _ in 0..3 {
+        rx.push_back((udp(MAC_A, MAC_B, 1000, 80), meta(Some(0xabcd))));
+        rx.push_back((udp(MAC_A, MAC_B, 1000, 80), meta(None)));
+    }
+    let tx = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut br = Bridge::new("br0", DatapathConfig::default());
+    br.add_port(Box::new(TunPort { rx, tx: tx.clone() }))
+        .unwrap();
+    let (p2, h2) = MemPort::new("p2");
+    br.add_port(Box::new(p2)).unwrap();
+    let now = Instant::now();
+    br.add_flows_str(
+        "priority=20,in_port=t,tun_metadata0=0xabcd,actions=output:p2\n\
+         priority=10,in_port=t,actions=drop\n\
+         priority=10,in_port=p2,actions=set_field:0x5a5a->tun_metadata2,output:t\n",
+        now,
+    )
+    .unwrap();
+    br.run_until_idle(now);
+    assert_eq!(h2.take_tx().len(), 3, "only the frames with the option");
+    assert_eq!(br.dp_stats().upcalls, 2);
+    h2.inject(&udp(MAC_B, MAC_A, 80, 1000));
+    br.run_until_idle(now);
+    let out = tx.lock().unwrap().clone();
+    assert_eq!(out.len(), 1);
+    let t = out[0].1.expect("tunnel metadata");
+    assert_eq!((t.metadata[2], t.md_present), (0x5a5a, 1 << 2));
 }

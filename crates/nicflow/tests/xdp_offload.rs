@@ -1181,7 +1181,7 @@ fn tunnel_decap_and_encap_match_userspace() {
         e.set_port(in_if, IN_PORT).unwrap();
         e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
         e.set_tx_port(5, ul_if).unwrap();
-        e.set_underlay(ul_if, 0, UL_MAC).unwrap();
+        e.set_underlay(ul_if, 0, UL_MAC, 1500).unwrap();
         let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
         let gn = tunnel_cfg("geneve", 0x1403, "flow");
         for (cfg, port, kind, vni) in [
@@ -1239,6 +1239,7 @@ fn tunnel_decap_and_encap_match_userspace() {
             src: u32::from(cfg.remote_ip),
             dst: u32::from(cfg.local_ip),
             flags: TUN_F_KEY,
+            ..TunnelMeta::default()
         };
         // A tunnel packet as the remote would send it.
         let wire_csum =
@@ -1440,6 +1441,11 @@ fn tunnel_decap_and_encap_match_userspace() {
             ("geneve critical bit", critical, ul_if),
             ("bad outer IPv4 checksum", bad_ip, ul_if),
             ("outer destination MAC not the underlay's", not_ours, ul_if),
+            (
+                "outer frame over the underlay MTU",
+                wire(&vx, &big, VX_VNI),
+                ul_if,
+            ),
             ("over the tunnel MTU", big, in_if),
         ];
         // The oversize frame falls under the first encap flow's mask.
@@ -1447,11 +1453,14 @@ fn tunnel_decap_and_encap_match_userspace() {
             let (verdict, out) = e.test_run(f, *on, 0).unwrap();
             assert_eq!((verdict, &out), (XDP_PASS, f), "{name}: not left whole");
         }
-        // An unresolved remote (invalid header): punted, untouched.
+        // An unresolved remote (invalid or no header): punted, untouched.
         e.set_tunnel_tx(3, TunTx::default()).unwrap();
         let (verdict, out) = e.test_run(&cases[7].frame, in_if, 0).unwrap();
         assert_eq!((verdict, &out), (XDP_PASS, &cases[7].frame));
+        e.clear_tunnel_tx(3).unwrap();
+        let (verdict, out) = e.test_run(&cases[7].frame, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (XDP_PASS, &cases[7].frame));
         let s = e.stats().unwrap();
-        assert_eq!((s.punt, s.aborted), (2, 0));
+        assert_eq!((s.punt, s.aborted), (3, 0));
     });
 }

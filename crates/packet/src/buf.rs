@@ -76,6 +76,12 @@ pub struct TunnelMeta {
     pub dst: u32,
     /// `TUN_F_*` bits, Open vSwitch's values.
     pub flags: u16,
+    /// Bit N: `metadata[N]` is present (a received Geneve option the port's
+    /// TLV map names, or a `set_field:...->tun_metadataN`): sent as an
+    /// option by a Geneve port that maps slot N.
+    pub md_present: u8,
+    /// `tun_metadata0..7`: 4-byte Geneve option values by TLV-map slot.
+    pub metadata: [u32; 8],
 }
 
 /// [`TunnelMeta::flags`]: Geneve O (OAM) bit.

@@ -68,6 +68,13 @@ pub enum DpAction {
     /// port whose key comes from the flow (`key=flow`); ports with a fixed
     /// key and non-tunnel ports ignore it.
     SetTunnelId(u64),
+    /// Give the frame `tun_metadata<slot>` = `value` (and mark it present),
+    /// for a later output to a Geneve port whose TLV map sends that slot as
+    /// an option.
+    SetTunnelMetadata {
+        slot: u8,
+        value: u32,
+    },
 }
 
 fn mac(f: &mut fmt::Formatter<'_>, m: &[u8; 6]) -> fmt::Result {
@@ -129,6 +136,9 @@ impl fmt::Display for DpAction {
             }
             DpAction::Drop(r) => write!(f, "drop({})", r.name()),
             DpAction::SetTunnelId(id) => write!(f, "set(tunnel(tun_id={id:#x}))"),
+            DpAction::SetTunnelMetadata { slot, value } => {
+                write!(f, "set(tunnel(tun_metadata{slot}={value:#x}))")
+            }
         }
     }
 }

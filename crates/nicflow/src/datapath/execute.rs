@@ -168,6 +168,13 @@ pub fn execute(
                 t.flags |= nicflow_packet::buf::TUN_F_KEY;
                 pkt.tun = Some(t);
             }
+            DpAction::SetTunnelMetadata { slot, value } => {
+                let mut t = pkt.tun.unwrap_or_default();
+                let i = usize::from(*slot & 7);
+                t.metadata[i] = *value;
+                t.md_present |= 1 << i;
+                pkt.tun = Some(t);
+            }
         }
     }
     r.leftover = Some(pkt);

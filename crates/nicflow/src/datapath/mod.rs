@@ -388,6 +388,7 @@ impl Datapath {
                 key.tun_src = t.src;
                 key.tun_dst = t.dst;
                 key.tun_flags = t.flags;
+                key.tun_metadata = t.metadata;
             }
             let mut hit = None;
             if self.cfg.caches_enabled {

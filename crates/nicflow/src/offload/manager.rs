@@ -446,7 +446,7 @@ impl OffloadManager {
         self.tunnels.insert(no, tun);
         let r = self
             .engine
-            .set_tunnel_tx(slot, TunTx::default())
+            .clear_tunnel_tx(slot)
             .and_then(|()| self.engine.set_tunnel_rx(rx_key, rx));
         if let Err(e) = r {
             tracing::warn!(port = %t.name(), "XDP tunnel maps: {e}");
@@ -472,13 +472,14 @@ impl OffloadManager {
         let mut u = handle.borrow_mut();
         let name = u.iface().to_string();
         let mac = u.mac();
+        let mtu = u16::try_from(u.mtu()).unwrap_or(u16::MAX);
         let Some(x) = u.afxdp_mut() else {
             return Err(OffloadError::Config("the underlay is not AF_XDP".into()));
         };
         let base = slot.wrapping_sub(x.queue());
         let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
         self.engine.register_xsk(slot, x.xsk_fd())?;
-        self.engine.set_underlay(ifindex, base, mac)?;
+        self.engine.set_underlay(ifindex, base, mac, mtu)?;
         let link = match x.take_xdp_link() {
             Ok(l) => l,
             Err(e) => {
@@ -526,8 +527,8 @@ impl OffloadManager {
         let Some(t) = self.tunnels.remove(&no) else {
             return Ok(());
         };
-        self.engine.remove_tunnel_rx(&t.rx_key)?;
-        self.engine.set_tunnel_tx(t.slot, TunTx::default())?;
+        // Every step is tried (bookkeeping first); the first error is
+        // returned at the end.
         let last = match self.underlays.get_mut(&t.underlay_ifindex) {
             Some(u) => {
                 u.users = u.users.saturating_sub(1);
@@ -535,26 +536,38 @@ impl OffloadManager {
             }
             None => false,
         };
-        if !last {
-            return Ok(());
-        }
-        let Some(u) = self.underlays.remove(&t.underlay_ifindex) else {
-            return Ok(());
+        let mut first: Option<OffloadError> = None;
+        let mut keep = |r: Result<(), OffloadError>| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
         };
-        self.engine.clear_tx_port(u.slot)?;
-        let link = self.engine.release_link(t.underlay_ifindex)?;
-        if let Some(link) = link {
-            let mut h = u.handle.borrow_mut();
-            if let Some(x) = h.afxdp_mut() {
-                x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
-                    op: "restoring the underlay's XDP program",
-                    source: Box::new(e),
-                })?;
+        keep(self.engine.remove_tunnel_rx(&t.rx_key));
+        keep(self.engine.clear_tunnel_tx(t.slot));
+        if last {
+            if let Some(u) = self.underlays.remove(&t.underlay_ifindex) {
+                keep(self.engine.clear_tx_port(u.slot));
+                match self.engine.release_link(t.underlay_ifindex) {
+                    Ok(Some(link)) => {
+                        let mut h = u.handle.borrow_mut();
+                        if let Some(x) = h.afxdp_mut() {
+                            keep(x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
+                                op: "restoring the underlay's XDP program",
+                                source: Box::new(e),
+                            }));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => keep(Err(e)),
+                }
+                keep(self.engine.remove_port(t.underlay_ifindex));
+                keep(self.engine.unregister_xsk(u.slot));
             }
         }
-        self.engine.remove_port(t.underlay_ifindex)?;
-        self.engine.unregister_xsk(u.slot)?;
-        Ok(())
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Bring tunnel `no`'s header slot up to date with its remote's MAC
@@ -575,20 +588,25 @@ impl OffloadManager {
             return;
         }
         let entry = match dst.and_then(|d| tunnel::header_template(&t.cfg, src, d)) {
-            Some(hdr) if u.redirect_ok => TunTx {
+            Some(hdr) if u.redirect_ok => Some(TunTx {
                 valid: 1,
                 tx_slot: u.slot,
                 inner_mtu: t.inner_mtu,
                 hdr,
                 pad: 0,
-            },
-            _ => TunTx::default(),
+            }),
+            _ => None,
         };
         let slot = t.slot;
-        match self.engine.set_tunnel_tx(slot, entry) {
+        // A new map element (or none): see `XdpEngine::set_tunnel_tx`.
+        let r = match entry {
+            Some(e) => self.engine.set_tunnel_tx(slot, e),
+            None => self.engine.clear_tunnel_tx(slot),
+        };
+        match r {
             Ok(()) => {
                 if let Some(t) = self.tunnels.get_mut(&no) {
-                    tracing::debug!(port = %t.name, valid = entry.valid, "XDP tunnel header");
+                    tracing::debug!(port = %t.name, valid = entry.is_some(), "XDP tunnel header");
                     t.written = want;
                 }
             }
@@ -642,6 +660,8 @@ impl OffloadManager {
             let slot = u.slot;
             u.redirect_ok = now;
             tracing::info!(underlay = %u.name, "XDP redirect target: {}", now);
+            // Flows refused with port:no-xdp-xmit may go to the kernel now.
+            changed |= now;
             let r = if now {
                 self.engine.set_tx_port(slot, ifindex)
             } else {

@@ -361,6 +361,14 @@ impl Ctx<'_> {
         if k.tun_id != c.tun_id {
             a.push(DpAction::SetTunnelId(k.tun_id));
         }
+        for (i, (v, was)) in k.tun_metadata.iter().zip(c.tun_metadata).enumerate() {
+            if *v != was {
+                a.push(DpAction::SetTunnelMetadata {
+                    slot: i as u8,
+                    value: *v,
+                });
+            }
+        }
         if k.dl_src != c.dl_src {
             a.push(DpAction::SetEthSrc(k.dl_src));
         }

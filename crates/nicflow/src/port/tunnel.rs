@@ -138,6 +138,89 @@ pub struct TunnelConfig {
     /// off): TCP/UDP flows from this port may then be decapsulated in XDP
     /// (`port::afxdp`'s `csum_complete`, for the tunnel's inner frames).
     pub csum_complete: bool,
+    /// Geneve only: which 4-byte options are `tun_metadata0..7`
+    /// (`tlv_map`, Open vSwitch's `add-tlv-map` syntax).
+    pub tlv_map: Vec<TlvMapping>,
+}
+
+/// One entry of a Geneve port's TLV map: option (class, type) <-> slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlvMapping {
+    pub class: u16,
+    /// The option type byte, critical bit (0x80) included, as OVS maps it.
+    pub typ: u8,
+    /// `tun_metadata<slot>`.
+    pub slot: u8,
+}
+
+/// Parse `{class=0x0102,type=0x80,len=4}->tun_metadata0,{...}->tun_metadata1`
+/// (OVS's `add-tlv-map` form). Only 4-byte options (`len=4`) fit a slot;
+/// a class/type or a slot used twice is refused. Errors name the entry.
+pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
+    let mut out: Vec<TlvMapping> = Vec::new();
+    let mut rest = s.trim();
+    while !rest.is_empty() {
+        let body_end = rest
+            .find('}')
+            .filter(|_| rest.starts_with('{'))
+            .ok_or_else(|| {
+                format!("tlv_map: `{rest}`: expected {{class=..,type=..,len=4}}->tun_metadataN")
+            })?;
+        let body = &rest[1..body_end];
+        let after = rest[body_end + 1..].trim_start();
+        let after = after
+            .strip_prefix("->")
+            .ok_or_else(|| format!("tlv_map: `{{{body}}}` is not followed by ->tun_metadataN"))?
+            .trim_start();
+        let end = after.find(',').unwrap_or(after.len());
+        let target = after[..end].trim();
+        rest = after[end..].trim_start_matches(',').trim_start();
+        let (mut class, mut typ, mut len) = (None, None, None);
+        for kv in body.split(',') {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("tlv_map: `{kv}` in {{{body}}}: expected key=value"))?;
+            let v = v.trim();
+            let n = match v.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16),
+                None => v.parse::<u32>(),
+            }
+            .map_err(|_| format!("tlv_map: `{kv}`: not a number"))?;
+            match k.trim() {
+                "class" if n <= 0xffff => class = Some(n as u16),
+                "type" if n <= 0xff => typ = Some(n as u8),
+                "len" => len = Some(n),
+                _ => {
+                    return Err(format!(
+                        "tlv_map: `{kv}` in {{{body}}}: unknown key or value out of range"
+                    ))
+                }
+            }
+        }
+        let (Some(class), Some(typ)) = (class, typ) else {
+            return Err(format!("tlv_map: {{{body}}} needs class and type"));
+        };
+        if len != Some(4) {
+            return Err(format!(
+                "tlv_map: {{{body}}}: only len=4 options map to tun_metadata (4-byte slots)"
+            ));
+        }
+        let slot = target
+            .strip_prefix("tun_metadata")
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| *n < 8)
+            .ok_or_else(|| format!("tlv_map: `{target}`: expected tun_metadata0..tun_metadata7"))?;
+        if out
+            .iter()
+            .any(|m| m.slot == slot || (m.class, m.typ) == (class, typ))
+        {
+            return Err(format!(
+                "tlv_map: {{{body}}}->{target}: slot or class/type mapped twice"
+            ));
+        }
+        out.push(TlvMapping { class, typ, slot });
+    }
+    Ok(out)
 }
 
 impl TunnelConfig {
@@ -198,10 +281,11 @@ impl TunnelConfig {
                     | "tos"
                     | "df"
                     | "csum_complete"
+                    | "tlv_map"
             ) {
                 return Err(format!(
                     "unknown tunnel option `{k}` (remote_ip, local_ip, key, dst_port, csum, \
-                     underlay, underlay_type, ttl, tos, df, csum_complete)"
+                     underlay, underlay_type, ttl, tos, df, csum_complete, tlv_map)"
                 ));
             }
         }
@@ -238,13 +322,22 @@ impl TunnelConfig {
             tos: num("tos", 0, 255)? as u8,
             df: flag("df", true)?,
             csum_complete: flag("csum_complete", false)?,
+            tlv_map: match options.get("tlv_map") {
+                None => Vec::new(),
+                Some(_) if kind != TunnelKind::Geneve => {
+                    return Err("option tlv_map: only Geneve carries options".into())
+                }
+                Some(v) => parse_tlv_map(v)?,
+            },
         })
     }
 
     /// Encapsulation overhead: what the inner frame's IP packet loses of
     /// the underlay MTU.
     pub fn overhead(&self) -> usize {
-        tunnel::overhead(self.kind, false, 0)
+        // Counting every mapped option: the MTU does not depend on which
+        // metadata a frame carries.
+        tunnel::overhead(self.kind, false, 8 * self.tlv_map.len())
     }
 }
 
@@ -286,6 +379,7 @@ impl ArpEntry {
 
 struct Endpoint {
     id: u64,
+    tlv: Vec<TlvMapping>,
     kind: TunnelKind,
     local: Ipv4Addr,
     remote: Ipv4Addr,
@@ -402,6 +496,7 @@ impl Underlay {
         self.next_id += 1;
         self.endpoints.push(Endpoint {
             id,
+            tlv: cfg.tlv_map.clone(),
             kind: cfg.kind,
             local: cfg.local_ip,
             remote: cfg.remote_ip,
@@ -550,9 +645,35 @@ impl Underlay {
             pool.push(pkt);
             return;
         };
-        if d.geneve_critical {
-            // RFC 8926 §3.5: a critical option the receiver does not
-            // process means drop. nicflow processes no Geneve option yet.
+        // Options: the port's TLV map turns 4-byte ones into
+        // tun_metadata0..7; RFC 8926 §3.5: a critical option the receiver
+        // does not process means drop.
+        let mut metadata = [0u32; 8];
+        let mut md_present = 0u8;
+        let mut unknown_critical = false;
+        if d.options_len > 0 {
+            let opts = &pkt.data()[d.options_off..d.options_off + d.options_len];
+            for o in tunnel::geneve_options(opts) {
+                let mapped = ep
+                    .tlv
+                    .iter()
+                    .find(|m| (m.class, m.typ) == (o.class, o.typ))
+                    .filter(|_| o.data.len() == 4);
+                match mapped {
+                    Some(m) => {
+                        let i = usize::from(m.slot);
+                        metadata[i] =
+                            u32::from_be_bytes([o.data[0], o.data[1], o.data[2], o.data[3]]);
+                        md_present |= 1 << i;
+                    }
+                    None => unknown_critical |= o.typ & tunnel::GENEVE_OPT_CRITICAL != 0,
+                }
+            }
+        } else {
+            // The C bit with no options at all: nothing to process.
+            unknown_critical = d.geneve_critical;
+        }
+        if unknown_critical {
             self.counters.rx_geneve_critical += 1;
             pool.push(pkt);
             return;
@@ -593,6 +714,8 @@ impl Underlay {
             src: u32::from(src),
             dst: u32::from(dst),
             flags,
+            md_present,
+            metadata,
         });
         match self.queues.get_mut(&id) {
             Some(q) if q.len() < QUEUE_MAX => q.push_back(pkt),
@@ -617,14 +740,18 @@ impl Underlay {
         self.mac
     }
 
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
     /// The remote's MAC for an engine that encapsulates without
-    /// userspace: keeps the ARP entry fresh (requests sent as for
-    /// userspace traffic) once userspace traffic created it; `None` until
-    /// then and while unresolved.
+    /// userspace. While the entry has a MAC it is kept fresh (refreshed
+    /// at 30 s, forgotten at 120 s without an answer, as for userspace
+    /// traffic); without one, nothing is sent from here: frames the engine
+    /// then hands to userspace start the resolution, so a dead remote is
+    /// not asked forever.
     pub fn offload_resolve(&mut self, remote: Ipv4Addr, local: Ipv4Addr) -> Option<[u8; 6]> {
-        if !self.arp.contains_key(&remote) {
-            return None;
-        }
+        self.arp.get(&remote).and_then(|e| e.mac)?;
         let mac = self.resolve(remote, local, Instant::now());
         if let Err(e) = self.flush() {
             tracing::debug!(iface = %self.iface, "underlay send: {e}");
@@ -977,6 +1104,7 @@ impl Port for TunnelPort {
                         src: u32::from(self.cfg.remote_ip),
                         dst: u32::from(self.cfg.local_ip),
                         flags: TUN_F_KEY,
+                        ..TunnelMeta::default()
                     });
                     self.icmp.push_back(r);
                 }
@@ -989,6 +1117,23 @@ impl Port for TunnelPort {
             };
             let remote_mac = *resolved
                 .get_or_insert_with(|| u.resolve(self.cfg.remote_ip, self.cfg.local_ip, now));
+            // Present tun_metadata slots the TLV map names go out as
+            // options (8 bytes each: at most 64).
+            let mut opts = [0u8; 64];
+            let mut n_opts = 0;
+            if let Some(t) = pkt.tun.filter(|t| t.md_present != 0) {
+                for m in &self.cfg.tlv_map {
+                    let i = usize::from(m.slot);
+                    if t.md_present & (1 << i) != 0 {
+                        let o = &mut opts[n_opts..n_opts + 8];
+                        o[..2].copy_from_slice(&m.class.to_be_bytes());
+                        o[2] = m.typ;
+                        o[3] = 1;
+                        o[4..].copy_from_slice(&t.metadata[i].to_be_bytes());
+                        n_opts += 8;
+                    }
+                }
+            }
             let e = Encap {
                 kind: self.cfg.kind,
                 eth_src: mac,
@@ -1002,7 +1147,7 @@ impl Port for TunnelPort {
                 udp_dst: self.cfg.dst_port,
                 csum: self.cfg.csum,
                 vni,
-                geneve_options: &[],
+                geneve_options: &opts[..n_opts],
                 geneve_oam: false,
             };
             let len = pkt.len();
@@ -1088,6 +1233,68 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn tlv_maps_parse_in_ovs_syntax_and_errors_name_the_entry() {
+        let m = parse_tlv_map(
+            "{class=0x0102,type=0x80,len=4}->tun_metadata0, {class=258,type=1,len=4}->tun_metadata7",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            vec![
+                TlvMapping {
+                    class: 0x0102,
+                    typ: 0x80,
+                    slot: 0
+                },
+                TlvMapping {
+                    class: 258,
+                    typ: 1,
+                    slot: 7
+                }
+            ]
+        );
+        assert_eq!(parse_tlv_map("").unwrap(), vec![]);
+        for (bad, says) in [
+            ("{class=1,type=2,len=8}->tun_metadata0", "len=4"),
+            ("{class=1,type=2,len=4}->tun_metadata8", "tun_metadata8"),
+            ("{class=1,type=2,len=4}", "->tun_metadataN"),
+            ("{class=1,len=4}->tun_metadata0", "needs class and type"),
+            (
+                "{class=0x10000,type=2,len=4}->tun_metadata0",
+                "class=0x10000",
+            ),
+            (
+                "{class=1,type=2,len=4}->tun_metadata0,{class=1,type=2,len=4}->tun_metadata1",
+                "twice",
+            ),
+            (
+                "{class=1,type=2,len=4}->tun_metadata0,{class=1,type=3,len=4}->tun_metadata0",
+                "twice",
+            ),
+            ("class=1", "expected {"),
+        ] {
+            let e = parse_tlv_map(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // Geneve only; the overhead counts every mapped option.
+        let mut o = opts(&[
+            ("underlay", "eth1"),
+            ("local_ip", "198.18.20.2"),
+            ("remote_ip", "198.18.20.1"),
+            ("tlv_map", "{class=1,type=2,len=4}->tun_metadata0"),
+        ]);
+        let e = TunnelConfig::from_options(TunnelKind::Vxlan, &o).unwrap_err();
+        assert!(e.contains("tlv_map"), "{e}");
+        let c = TunnelConfig::from_options(TunnelKind::Geneve, &o).unwrap();
+        assert_eq!(c.overhead(), 58);
+        o.insert(
+            "tlv_map".into(),
+            "{class=1,type=2,len=5}->tun_metadata0".into(),
+        );
+        assert!(TunnelConfig::from_options(TunnelKind::Geneve, &o).is_err());
     }
 
     #[test]

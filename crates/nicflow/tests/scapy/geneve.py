@@ -3,7 +3,8 @@
 
     geneve.py send --iface u1 --src 198.18.21.1 --dst 198.18.21.2 --vni 5000 \
         --inner-src-mac M --inner-dst-mac M --inner-src 198.18.31.2 \
-        --inner-dst 198.18.31.1 --dport 9999 --payload TEXT [--critical] [--count N]
+        --inner-dst 198.18.31.1 --dport 9999 --payload TEXT [--critical] [--count N] \
+        [--opt0 N] [--critical-mapped]
     geneve.py decode PCAP
     geneve.py malformed --iface u1 --src 198.18.21.1 --dst 198.18.21.2 --vni 5000 \
         --inner-src-mac M --inner-dst-mac M --inner-src A --inner-dst A --dport P --payload T
@@ -13,7 +14,10 @@ with scapy's Geneve layer and sends it on IFACE to the MAC the kernel has
 for DST (resolved with ARP first). Without --critical both options are
 non-critical (the receiver may ignore them); with it the second option has
 the critical bit set in its type (0x80), which a receiver that does not
-understand it must drop (RFC 8926 section 3.5).
+understand it must drop (RFC 8926 section 3.5). --opt0 sets the 4-byte
+value of the first option (class 0x0102, type 0x01; default 42);
+--critical-mapped adds a third, critical option (type 0x83, 4 bytes, value
+0x00c0ffee) that a receiver mapping it understands.
 
 `malformed` sends four broken tunnel packets that would otherwise be
 delivered (a receiver must count and drop each): Geneve with a wrong outer
@@ -51,20 +55,23 @@ def resolve(iface, src, dst):
 def send(a):
     mac = resolve(a.iface, a.src, a.dst)
     opts = [
-        GeneveOptions(classid=0x0102, type=0x01, data=b"\x00\x00\x00\x2a"),
+        GeneveOptions(classid=0x0102, type=0x01, data=a.opt0.to_bytes(4, "big")),
         GeneveOptions(
             classid=0x0102,
             type=(0x82 if a.critical else 0x02),
             data=b"\x11\x22\x33\x44\x55\x66\x77\x88",
         ),
     ]
+    if a.critical_mapped:
+        opts.append(GeneveOptions(classid=0x0102, type=0x83, data=b"\x00\xc0\xff\xee"))
     inner = (
         Ether(src=a.inner_src_mac, dst=a.inner_dst_mac)
         / IP(src=a.inner_src, dst=a.inner_dst)
         / UDP(sport=40000, dport=a.dport)
         / Raw(a.payload.encode())
     )
-    g = GENEVE(vni=a.vni, proto=0x6558, options=opts, critical=1 if a.critical else 0)
+    crit = a.critical or a.critical_mapped
+    g = GENEVE(vni=a.vni, proto=0x6558, options=opts, critical=1 if crit else 0)
     pkt = (
         Ether(dst=mac)
         / IP(src=a.src, dst=a.dst)
@@ -136,6 +143,8 @@ for p in (s, m):
     p.add_argument("--dport", type=int, required=True)
 s.add_argument("--count", type=int, default=1)
 s.add_argument("--critical", action="store_true")
+s.add_argument("--critical-mapped", dest="critical_mapped", action="store_true")
+s.add_argument("--opt0", type=lambda v: int(v, 0), default=42)
 d = sub.add_parser("decode")
 d.add_argument("pcap")
 a = ap.parse_args()

@@ -9,7 +9,8 @@
 //!
 //! | reason | why |
 //! | --- | --- |
-//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack) |
+//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
+//! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
 //! | `action:controller` | a copy to the controller needs userspace |
 //! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
 //! | `action-after-output` | the output must be the last action |
@@ -352,6 +353,19 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     if m.metadata != 0 {
         return Some("field:metadata");
     }
+    const MD: [&str; 8] = [
+        "field:tun_metadata0",
+        "field:tun_metadata1",
+        "field:tun_metadata2",
+        "field:tun_metadata3",
+        "field:tun_metadata4",
+        "field:tun_metadata5",
+        "field:tun_metadata6",
+        "field:tun_metadata7",
+    ];
+    if let Some(i) = m.tun_metadata.iter().position(|r| *r != 0) {
+        return Some(MD[i]);
+    }
     if let Some(i) = m.regs.iter().position(|r| *r != 0) {
         return Some(REGS[i]);
     }
@@ -418,6 +432,7 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
+            DpAction::SetTunnelMetadata { .. } => return Err(no("action:set-tun-metadata")),
             DpAction::SetTunnelId(v) => {
                 // Metadata only: it reaches the wire through a tunnel
                 // output's VNI (above), nowhere else.
@@ -609,6 +624,7 @@ mod tests {
             (|m| m.ct_zone = 1, "field:ct_zone"),
             (|m| m.ct_mark = 1, "field:ct_mark"),
             (|m| m.metadata = 1, "field:metadata"),
+            (|m| m.tun_metadata[3] = 1, "field:tun_metadata3"),
             (|m| m.regs[0] = 1, "field:reg0"),
             (|m| m.regs[5] = 1, "field:reg5"),
         ];
@@ -621,6 +637,7 @@ mod tests {
         // Every field the program extracts is accepted under a full mask.
         let mut full = FlowMask::exact();
         full.0.metadata = 0;
+        full.0.tun_metadata = [0; 8];
         full.0.regs = [0; 8];
         full.0.ct_state = 0;
         full.0.ct_zone = 0;

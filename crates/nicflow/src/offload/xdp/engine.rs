@@ -10,7 +10,7 @@
 use super::encode::EncodedFlow;
 use super::layout::{
     stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, TunRx, TunRxKey, TunTx,
-    CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_UNDERLAY,
+    CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_UNDERLAY, TUN_SLOTS,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
@@ -126,7 +126,7 @@ pub struct XdpEngine {
     config_map: Array<MapData, ConfigEntry>,
     ports_map: BpfHashMap<MapData, u32, PortEntry>,
     tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
-    tun_tx: Array<MapData, TunTx>,
+    tun_tx: BpfHashMap<MapData, u32, TunTx>,
     tx_ports: Map,
     xsks: XskMap<MapData>,
     stats: PerCpuArray<MapData, u64>,
@@ -468,13 +468,14 @@ impl XdpEngine {
         ifindex: u32,
         xsk_base: u32,
         mac: [u8; 6],
+        mtu: u16,
     ) -> Result<(), OffloadError> {
         let e = PortEntry {
             in_port: 0,
             xsk_base,
             flags: PORT_UNDERLAY,
             mac,
-            pad: 0,
+            mtu,
         };
         self.ports_map
             .insert(ifindex, e, 0)
@@ -497,16 +498,27 @@ impl XdpEngine {
     }
 
     /// The outer header of tunnel slot `slot` (`valid == 0`: frames of
-    /// flows through it go to userspace).
+    /// flows through it go to userspace). A replaced entry is a new map
+    /// element: a program running on the old one finishes with it whole.
     pub fn set_tunnel_tx(&mut self, slot: u32, tx: TunTx) -> Result<(), OffloadError> {
         self.tun_tx
-            .set(slot, tx, 0)
+            .insert(slot, tx, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tun_tx)", e))
+    }
+
+    /// No header for tunnel slot `slot`: frames of flows through it go to
+    /// userspace.
+    pub fn clear_tunnel_tx(&mut self, slot: u32) -> Result<(), OffloadError> {
+        match self.tun_tx.remove(&slot) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_tun_tx)", e)),
+        }
     }
 
     /// Slots of `dp_tun_tx`.
     pub fn tunnel_slots(&self) -> u32 {
-        self.tun_tx.len()
+        TUN_SLOTS
     }
 
     pub fn remove_port(&mut self, ifindex: u32) -> Result<(), OffloadError> {

@@ -300,7 +300,9 @@ pub struct PortEntry {
     pub flags: u32,
     /// An underlay's MAC: decapsulated frames must be addressed to it.
     pub mac: [u8; 6],
-    pub pad: u16,
+    /// An underlay's MTU: longer frames go to userspace (which drops
+    /// them as the AF_XDP port does any frame over its MTU).
+    pub mtu: u16,
 }
 const _: () = assert!(std::mem::size_of::<PortEntry>() == 20);
 
@@ -343,7 +345,10 @@ pub struct TunRx {
     pub kind: u32,
 }
 
-/// `dp_tun_tx` value, indexed by tunnel slot: the outer header to push.
+/// Entries of `dp_tun_tx` (tunnel slots).
+pub const TUN_SLOTS: u32 = 256;
+
+/// `dp_tun_tx` value, keyed by tunnel slot: the outer header to push.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunTx {
