@@ -100,6 +100,10 @@ struct XdpUnderlay {
     /// Tunnel ports using it.
     users: usize,
     handle: Rc<RefCell<Underlay>>,
+    /// What its `dp_ports` entry holds (the MTU is followed every tick).
+    xsk_base: u32,
+    mac: [u8; 6],
+    mtu: u16,
 }
 
 /// A tunnel port the engine encapsulates and decapsulates for.
@@ -110,9 +114,9 @@ struct XdpTunnel {
     /// Its `dp_tun_tx` slot.
     slot: u32,
     rx_key: TunRxKey,
-    inner_mtu: u32,
-    /// What the `dp_tun_tx` entry holds now (`None`: invalid).
-    written: Option<([u8; 6], bool)>,
+    /// What the `dp_tun_tx` entry was written from: remote MAC, underlay
+    /// redirect state, inner MTU (`None`: no entry).
+    written: Option<([u8; 6], bool, u32)>,
 }
 
 /// What the manager did, for `stats`.
@@ -437,7 +441,6 @@ impl OffloadManager {
             underlay_ifindex: ifindex,
             slot,
             rx_key,
-            inner_mtu: t.inner_mtu() as u32,
             written: None,
         };
         if let Some(u) = self.underlays.get_mut(&ifindex) {
@@ -518,6 +521,9 @@ impl OffloadManager {
                 redirect_ok,
                 users: 0,
                 handle: handle.clone(),
+                xsk_base: base,
+                mac,
+                mtu,
             },
         );
         Ok(())
@@ -579,11 +585,17 @@ impl OffloadManager {
         let Some(u) = self.underlays.get(&t.underlay_ifindex) else {
             return;
         };
-        let (src, dst) = {
+        let (src, dst, mtu) = {
             let mut h = u.handle.borrow_mut();
-            (h.mac(), h.offload_resolve(t.cfg.remote_ip, t.cfg.local_ip))
+            (
+                h.mac(),
+                h.offload_resolve(t.cfg.remote_ip, t.cfg.local_ip),
+                h.mtu(),
+            )
         };
-        let want = dst.map(|m| (m, u.redirect_ok));
+        // The underlay's MTU may have changed (`ip link set mtu`).
+        let inner_mtu = mtu.saturating_sub(t.cfg.overhead()) as u32;
+        let want = dst.map(|m| (m, u.redirect_ok, inner_mtu));
         if want == t.written {
             return;
         }
@@ -591,7 +603,7 @@ impl OffloadManager {
             Some(hdr) if u.redirect_ok => Some(TunTx {
                 valid: 1,
                 tx_slot: u.slot,
-                inner_mtu: t.inner_mtu,
+                inner_mtu,
                 hdr,
                 pad: 0,
             }),
@@ -669,6 +681,22 @@ impl OffloadManager {
             };
             if let Err(e) = r {
                 tracing::warn!(ifindex, "updating the devmap: {e}");
+            }
+        }
+        // Underlay MTUs: decapsulation hands longer frames to userspace.
+        let ifs: Vec<u32> = self.underlays.keys().copied().collect();
+        for ifindex in ifs {
+            let Some(u) = self.underlays.get_mut(&ifindex) else {
+                continue;
+            };
+            let mtu = u16::try_from(u.handle.borrow().mtu()).unwrap_or(u16::MAX);
+            if mtu == u.mtu {
+                continue;
+            }
+            u.mtu = mtu;
+            let (base, mac) = (u.xsk_base, u.mac);
+            if let Err(e) = self.engine.set_underlay(ifindex, base, mac, mtu) {
+                tracing::warn!(ifindex, "updating the underlay's MTU: {e}");
             }
         }
         // Encapsulating flows need no re-placing: an invalid header makes

@@ -22,8 +22,10 @@
 //! DF, or any larger IPv6 packet, gets an ICMP "fragmentation needed" /
 //! ICMPv6 "packet too big" back into the bridge on the tunnel port, sent as
 //! from the inner destination (as Linux's tunnel PMTU discovery does), so the
-//! sender lowers its path MTU instead of losing packets silently. Larger
-//! IPv4 packets without DF are dropped and counted (no outer fragmentation).
+//! sender lowers its path MTU instead of losing packets silently (at most
+//! a burst of 50 and 1000/s per port). Larger IPv4 packets without DF are
+//! dropped and counted (no outer fragmentation). The underlay MTU is read
+//! again once a second, so an `ip link set mtu` on it takes effect.
 
 use super::{Port, PortStats};
 use crate::control::config::{PortConfig, PortType};
@@ -34,6 +36,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,20 @@ const QUEUE_MAX: usize = 1024;
 /// Frames held for a remote whose MAC does not come are dropped this long
 /// after the first was held.
 const ARP_PENDING_MAX_AGE: Duration = Duration::from_secs(3);
+/// ICMP "too big" replies a tunnel port may send back to back...
+const ICMP_TOO_BIG_BURST: u32 = 50;
+/// ...and one more per this interval (1000/s): the values of Linux's
+/// global ICMP limit (`icmp_msgs_burst`, `icmp_msgs_per_sec`), which Linux
+/// itself does not apply to PMTU errors. Here each reply is a buffer and a
+/// pass through the bridge, so a sender flooding oversize DF frames would
+/// cost that per frame; a sender needs one reply per path to lower its MTU
+/// (and asks again by retransmitting if one is lost), so this is plenty
+/// for many senders at once.
+const ICMP_TOO_BIG_INTERVAL: Duration = Duration::from_millis(1);
+/// The underlay's MTU is read again at most this often, from the receive
+/// and transmit paths: an `ip link set mtu` on the underlay is seen within
+/// a second, at the cost of one ioctl per second rather than per batch.
+const MTU_RECHECK: Duration = Duration::from_secs(1);
 
 /// Bytes of [`TunnelPort::header_template`]: Ethernet, IPv4 without
 /// options, UDP, VXLAN or option-less Geneve.
@@ -387,13 +404,94 @@ struct Endpoint {
     dst_port: u16,
 }
 
+/// What selects the endpoint of a received frame: its outer headers and,
+/// for a fixed-key endpoint, the VNI (`None`: a `key=flow` endpoint, any
+/// VNI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct EndpointKey {
+    kind: TunnelKind,
+    dst_port: u16,
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+    vni: Option<u32>,
+}
+
+impl Endpoint {
+    fn lookup_key(&self) -> EndpointKey {
+        EndpointKey {
+            kind: self.kind,
+            dst_port: self.dst_port,
+            local: self.local,
+            remote: self.remote,
+            vni: match self.key {
+                TunnelKey::Fixed(v) => Some(v),
+                TunnelKey::Flow => None,
+            },
+        }
+    }
+}
+
+/// A token bucket: `ICMP_TOO_BIG_BURST` tokens, one more every
+/// `ICMP_TOO_BIG_INTERVAL` (what Linux's `icmp_global_allow` does).
+struct TokenBucket {
+    tokens: u32,
+    /// When the last token was added (or the bucket was last full).
+    stamp: Instant,
+}
+
+impl TokenBucket {
+    fn new(now: Instant) -> TokenBucket {
+        TokenBucket {
+            tokens: ICMP_TOO_BIG_BURST,
+            stamp: now,
+        }
+    }
+
+    /// Take a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let per = ICMP_TOO_BIG_INTERVAL.as_nanos();
+        let new = now.saturating_duration_since(self.stamp).as_nanos() / per;
+        if new > 0 {
+            let room = u128::from(ICMP_TOO_BIG_BURST - self.tokens);
+            if new >= room {
+                // Full: the time beyond that buys nothing.
+                self.tokens = ICMP_TOO_BIG_BURST;
+                self.stamp = now;
+            } else {
+                // Keep the fraction of a token already earned.
+                self.tokens += new as u32;
+                self.stamp += ICMP_TOO_BIG_INTERVAL * new as u32;
+            }
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
 /// One underlay interface and the tunnel endpoints on it.
 pub struct Underlay {
     iface: String,
     port: Box<dyn Port>,
     mac: [u8; 6],
     mtu: usize,
+    /// The control socket `mtu` is re-read through (`refresh_mtu`); None
+    /// for an underlay built around a test's in-memory port.
+    ctl: Option<OwnedFd>,
+    /// When `mtu` was last read.
+    mtu_checked: Instant,
     endpoints: Vec<Endpoint>,
+    /// `endpoints` by what a received frame carries: one or two hash
+    /// lookups per frame instead of scanning every endpoint (one per remote
+    /// and VNI). Rebuilt with `udp_ports` whenever `endpoints` changes.
+    by_key: HashMap<EndpointKey, usize>,
+    /// The encapsulation of each UDP port the endpoints listen on (one per
+    /// port: `add_endpoint` refuses a second), for `parse_tunnel`, which
+    /// asks for every UDP frame. An underlay has a port or two, so a short
+    /// vector beats hashing.
+    udp_ports: Vec<(u16, TunnelKind)>,
     queues: HashMap<u64, VecDeque<PacketBuf>>,
     arp: HashMap<Ipv4Addr, ArpEntry>,
     tx: Vec<PacketBuf>,
@@ -409,14 +507,13 @@ thread_local! {
     static UNDERLAYS: RefCell<HashMap<String, Weak<RefCell<Underlay>>>> = RefCell::new(HashMap::new());
 }
 
-/// The underlay's MAC and MTU.
-fn iface_mac_mtu(iface: &str) -> io::Result<([u8; 6], usize)> {
-    use std::os::fd::AsRawFd;
+/// The underlay's MAC and MTU, and the control socket they were read
+/// through (kept to read the MTU again).
+fn iface_mac_mtu(iface: &str) -> io::Result<(OwnedFd, [u8; 6], usize)> {
     let fd = super::sys::control_socket()?;
-    Ok((
-        super::sys::interface_mac(fd.as_raw_fd(), iface)?,
-        super::sys::interface_mtu(fd.as_raw_fd(), iface)?,
-    ))
+    let mac = super::sys::interface_mac(fd.as_raw_fd(), iface)?;
+    let mtu = super::sys::interface_mtu(fd.as_raw_fd(), iface)?;
+    Ok((fd, mac, mtu))
 }
 
 impl Underlay {
@@ -429,15 +526,39 @@ impl Underlay {
         };
         let port = crate::control::switch::open_port(&pc)
             .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
-        let (mac, mtu) = iface_mac_mtu(&cfg.underlay)
+        let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
             .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
         tracing::info!(iface = %cfg.underlay, kind = port.kind(), mtu, "tunnel underlay attached");
-        Ok(Underlay {
-            iface: cfg.underlay.clone(),
+        Ok(Underlay::new(
+            cfg.underlay.clone(),
             port,
             mac,
             mtu,
+            Some(ctl),
+            Instant::now(),
+        ))
+    }
+
+    /// An underlay on `port`, without endpoints; `ctl` is the socket the
+    /// MTU of `iface` is re-read through (None: never re-read).
+    fn new(
+        iface: String,
+        port: Box<dyn Port>,
+        mac: [u8; 6],
+        mtu: usize,
+        ctl: Option<OwnedFd>,
+        now: Instant,
+    ) -> Underlay {
+        Underlay {
+            iface,
+            port,
+            mac,
+            mtu,
+            ctl,
+            mtu_checked: now,
             endpoints: Vec::new(),
+            by_key: HashMap::new(),
+            udp_ports: Vec::new(),
             queues: HashMap::new(),
             arp: HashMap::new(),
             tx: Vec::new(),
@@ -445,7 +566,34 @@ impl Underlay {
             done: Vec::new(),
             counters: UnderlayCounters::default(),
             next_id: 1,
-        })
+        }
+    }
+
+    /// Read the underlay's MTU again if it was last read `MTU_RECHECK` ago
+    /// (the interface's MTU can change under a running tunnel).
+    fn refresh_mtu(&mut self, now: Instant) {
+        let Some(fd) = self.ctl.as_ref().map(AsRawFd::as_raw_fd) else {
+            return;
+        };
+        self.refresh_mtu_with(now, |iface| super::sys::interface_mtu(fd, iface));
+    }
+
+    /// `refresh_mtu` with the MTU read by `read` (tests).
+    fn refresh_mtu_with(&mut self, now: Instant, read: impl FnOnce(&str) -> io::Result<usize>) {
+        if now.saturating_duration_since(self.mtu_checked) < MTU_RECHECK {
+            return;
+        }
+        self.mtu_checked = now;
+        match read(&self.iface) {
+            Ok(mtu) if mtu != self.mtu => {
+                tracing::info!(iface = %self.iface, old = self.mtu, mtu, "tunnel underlay MTU changed");
+                self.mtu = mtu;
+            }
+            Ok(_) => {}
+            // Interface gone or renamed: keep the last MTU; the port's
+            // sends fail and are counted on their own.
+            Err(e) => tracing::debug!(iface = %self.iface, "reading the underlay MTU: {e}"),
+        }
     }
 
     /// The shared underlay of `cfg.underlay`, opened on first use.
@@ -504,15 +652,35 @@ impl Underlay {
             dst_port: cfg.dst_port,
         });
         self.queues.insert(id, VecDeque::new());
+        self.reindex();
         Ok(id)
     }
 
     fn remove_endpoint(&mut self, id: u64) {
         self.endpoints.retain(|e| e.id != id);
+        self.reindex();
         self.queues.remove(&id);
         // ARP state (and held frames) of remotes no endpoint uses any more.
         let eps = &self.endpoints;
         self.arp.retain(|ip, _| eps.iter().any(|e| e.remote == *ip));
+    }
+
+    /// Rebuild `by_key` and `udp_ports` from `endpoints`. The clash rules
+    /// of `add_endpoint` make every key unique (a `key=flow` endpoint shares
+    /// its outer headers with no other) and give each UDP port one kind.
+    fn reindex(&mut self) {
+        self.by_key = self
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.lookup_key(), i))
+            .collect();
+        self.udp_ports.clear();
+        for e in &self.endpoints {
+            if !self.udp_ports.iter().any(|(p, _)| *p == e.dst_port) {
+                self.udp_ports.push((e.dst_port, e.kind));
+            }
+        }
     }
 
     fn is_local(&self, ip: Ipv4Addr) -> bool {
@@ -522,6 +690,7 @@ impl Underlay {
     /// Read what the underlay has, answer ARP, sort tunnel packets into the
     /// endpoints' queues.
     fn poll(&mut self, pool: &mut Vec<PacketBuf>, now: Instant) -> io::Result<()> {
+        self.refresh_mtu(now);
         let mut rx = std::mem::take(&mut self.rx);
         let n = self.port.recv_batch(&mut rx, POLL_BATCH, pool);
         for pkt in rx.drain(..) {
@@ -626,20 +795,20 @@ impl Underlay {
             pool.push(pkt);
             return;
         };
-        let matches = |e: &&Endpoint| {
-            e.kind == d.kind && e.dst_port == d.udp_dst && e.local == dst && e.remote == src
+        // The endpoint with the frame's VNI, else the key=flow one.
+        let fixed = EndpointKey {
+            kind: d.kind,
+            dst_port: d.udp_dst,
+            local: dst,
+            remote: src,
+            vni: Some(d.vni),
         };
+        let flow = EndpointKey { vni: None, ..fixed };
         let ep = self
-            .endpoints
-            .iter()
-            .filter(matches)
-            .find(|e| e.key == TunnelKey::Fixed(d.vni))
-            .or_else(|| {
-                self.endpoints
-                    .iter()
-                    .filter(matches)
-                    .find(|e| e.key == TunnelKey::Flow)
-            });
+            .by_key
+            .get(&fixed)
+            .or_else(|| self.by_key.get(&flow))
+            .and_then(|&i| self.endpoints.get(i));
         let Some(ep) = ep else {
             self.counters.rx_no_endpoint += 1;
             pool.push(pkt);
@@ -761,9 +930,9 @@ impl Underlay {
 
     /// `tunnel::parse` with this underlay's endpoints' UDP ports.
     fn parse_tunnel(&self, frame: &[u8]) -> Result<Option<tunnel::Decap>, TunnelError> {
-        let eps = &self.endpoints;
+        let ports = &self.udp_ports;
         tunnel::parse(frame, |port| {
-            eps.iter().find(|e| e.dst_port == port).map(|e| e.kind)
+            ports.iter().find(|(p, _)| *p == port).map(|(_, k)| *k)
         })
     }
 
@@ -977,8 +1146,13 @@ pub struct TunnelPort {
     /// ICMP replies for oversize frames, received on this port next.
     icmp: VecDeque<PacketBuf>,
     stats: PortStats,
+    /// Paces the ICMP replies to oversize frames (`ICMP_TOO_BIG_BURST`).
+    icmp_bucket: TokenBucket,
     tx_drop_mtu: u64,
     icmp_too_big_sent: u64,
+    /// Oversize frames that would have got an ICMP reply but found the
+    /// bucket empty (still dropped and counted in `tx_drop_mtu`).
+    icmp_too_big_ratelimited: u64,
     tx_drop_no_arp: u64,
 }
 
@@ -986,6 +1160,16 @@ impl TunnelPort {
     /// Attach (or share) the underlay and register this port's endpoint.
     pub fn open(name: &str, cfg: TunnelConfig) -> Result<TunnelPort, String> {
         let underlay = Underlay::get(&cfg)?;
+        TunnelPort::attach(name, cfg, underlay, Instant::now())
+    }
+
+    /// Register this port's endpoint on `underlay`.
+    fn attach(
+        name: &str,
+        cfg: TunnelConfig,
+        underlay: Rc<RefCell<Underlay>>,
+        now: Instant,
+    ) -> Result<TunnelPort, String> {
         let id = underlay.borrow_mut().add_endpoint(&cfg)?;
         Ok(TunnelPort {
             name: name.to_string(),
@@ -994,8 +1178,10 @@ impl TunnelPort {
             id,
             icmp: VecDeque::new(),
             stats: PortStats::default(),
+            icmp_bucket: TokenBucket::new(now),
             tx_drop_mtu: 0,
             icmp_too_big_sent: 0,
+            icmp_too_big_ratelimited: 0,
             tx_drop_no_arp: 0,
         })
     }
@@ -1019,67 +1205,15 @@ impl TunnelPort {
             .mtu
             .saturating_sub(self.cfg.overhead())
     }
-}
 
-impl Drop for TunnelPort {
-    fn drop(&mut self) {
-        self.underlay.borrow_mut().remove_endpoint(self.id);
-    }
-}
-
-impl Port for TunnelPort {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn recv_batch(
-        &mut self,
-        out: &mut Vec<PacketBuf>,
-        max: usize,
-        pool: &mut Vec<PacketBuf>,
-    ) -> io::Result<usize> {
-        let mut n = 0;
-        while n < max {
-            let Some(p) = self.icmp.pop_front() else {
-                break;
-            };
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += p.len() as u64;
-            out.push(p);
-            n += 1;
-        }
-        let mut u = self.underlay.borrow_mut();
-        // Read the underlay only when this port's queue cannot fill the
-        // batch by itself (others' frames wait in their own queues).
-        let queued = u.queues.get(&self.id).map_or(0, VecDeque::len);
-        let r = if n + queued < max {
-            u.poll(pool, Instant::now())
-        } else {
-            Ok(())
-        };
-        if let Some(q) = u.queues.get_mut(&self.id) {
-            while n < max {
-                let Some(p) = q.pop_front() else {
-                    break;
-                };
-                self.stats.rx_packets += 1;
-                self.stats.rx_bytes += p.len() as u64;
-                out.push(p);
-                n += 1;
-            }
-        }
-        if n > 0 {
-            return Ok(n);
-        }
-        r.map(|_| 0)
-    }
-
-    fn send_batch(
+    /// `send_batch` at `now` (tests pass their own clock).
+    fn send_batch_at(
         &mut self,
         pkts: &mut Vec<PacketBuf>,
         done: &mut Vec<PacketBuf>,
+        now: Instant,
     ) -> io::Result<usize> {
-        let now = Instant::now();
+        self.underlay.borrow_mut().refresh_mtu(now);
         let inner_mtu = self.inner_mtu();
         let mut u = self.underlay.borrow_mut();
         let mac = u.mac;
@@ -1090,7 +1224,12 @@ impl Port for TunnelPort {
             if pkt.len().saturating_sub(14) > inner_mtu {
                 self.tx_drop_mtu += 1;
                 self.stats.tx_dropped += 1;
-                if let Some(reply) = too_big_reply(pkt.data(), inner_mtu as u32) {
+                let reply = too_big_reply(pkt.data(), inner_mtu as u32);
+                // Replies are paced (`ICMP_TOO_BIG_BURST`); the frame is
+                // dropped and counted either way.
+                if reply.is_some() && !self.icmp_bucket.take(now) {
+                    self.icmp_too_big_ratelimited += 1;
+                } else if let Some(reply) = reply {
                     self.icmp_too_big_sent += 1;
                     let mut r = PacketBuf::from_slice(&reply);
                     // As if it came back through the tunnel, so rules that
@@ -1176,7 +1315,68 @@ impl Port for TunnelPort {
         done.append(&mut u.done);
         r.map(|_| sent)
     }
+}
 
+impl Drop for TunnelPort {
+    fn drop(&mut self) {
+        self.underlay.borrow_mut().remove_endpoint(self.id);
+    }
+}
+
+impl Port for TunnelPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = self.icmp.pop_front() else {
+                break;
+            };
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += p.len() as u64;
+            out.push(p);
+            n += 1;
+        }
+        let mut u = self.underlay.borrow_mut();
+        // Read the underlay only when this port's queue cannot fill the
+        // batch by itself (others' frames wait in their own queues).
+        let queued = u.queues.get(&self.id).map_or(0, VecDeque::len);
+        let r = if n + queued < max {
+            u.poll(pool, Instant::now())
+        } else {
+            Ok(())
+        };
+        if let Some(q) = u.queues.get_mut(&self.id) {
+            while n < max {
+                let Some(p) = q.pop_front() else {
+                    break;
+                };
+                self.stats.rx_packets += 1;
+                self.stats.rx_bytes += p.len() as u64;
+                out.push(p);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            return Ok(n);
+        }
+        r.map(|_| 0)
+    }
+
+    fn send_batch(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        self.send_batch_at(pkts, done, Instant::now())
+    }
     fn stats(&self) -> PortStats {
         self.stats.clone()
     }
@@ -1187,6 +1387,7 @@ impl Port for TunnelPort {
         vec![
             ("tx_drop_mtu", self.tx_drop_mtu),
             ("icmp_too_big_sent", self.icmp_too_big_sent),
+            ("icmp_too_big_ratelimited", self.icmp_too_big_ratelimited),
             ("tx_drop_arp_pending", self.tx_drop_no_arp),
             ("underlay_rx_drop_not_tunnel", c.rx_not_tunnel),
             ("underlay_rx_drop_bad_tunnel", c.rx_bad_tunnel),
@@ -1404,5 +1605,334 @@ mod tests {
         let mut nodf = f.clone();
         nodf[14 + 6] = 0;
         assert!(too_big_reply(&nodf, 1450).is_none());
+    }
+
+    /// An underlay on an in-memory port (no interface, MTU never re-read).
+    fn mem_underlay(mtu: usize, now: Instant) -> Rc<RefCell<Underlay>> {
+        let (port, _h) = crate::port::mem::MemPort::new("underlay:mem0");
+        Rc::new(RefCell::new(Underlay::new(
+            "mem0".into(),
+            Box::new(port),
+            [2, 0, 0, 0, 0, 0xaa],
+            mtu,
+            None,
+            now,
+        )))
+    }
+
+    fn tun_cfg(kind: TunnelKind, remote: [u8; 4], key: &str) -> TunnelConfig {
+        TunnelConfig::from_options(
+            kind,
+            &opts(&[
+                ("underlay", "mem0"),
+                ("local_ip", "198.18.0.1"),
+                ("remote_ip", &Ipv4Addr::from(remote).to_string()),
+                ("key", key),
+            ]),
+        )
+        .unwrap()
+    }
+
+    /// A tunnel frame to the underlay from `remote`.
+    fn encapsulated(kind: TunnelKind, remote: [u8; 4], udp_dst: u16, vni: u32) -> PacketBuf {
+        let mut inner = vec![0u8; 60];
+        inner[0..6].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
+        inner[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 1]);
+        inner[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        let mut b = PacketBuf::from_slice(&inner);
+        let e = Encap {
+            kind,
+            eth_src: [2, 0, 0, 0, 0, 0xbb],
+            eth_dst: [2, 0, 0, 0, 0, 0xaa],
+            ip_src: IpAddr::V4(remote.into()),
+            ip_dst: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            tos: 0,
+            ttl: 64,
+            df: true,
+            udp_src: 50000,
+            udp_dst,
+            csum: false,
+            vni,
+            geneve_options: &[],
+            geneve_oam: false,
+        };
+        tunnel::encap(&mut b, &e).unwrap();
+        b
+    }
+
+    #[test]
+    fn receive_lookup_takes_the_exact_vni_then_key_flow_and_follows_removals() {
+        let now = Instant::now();
+        let h = mem_underlay(1500, now);
+        let mut u = h.borrow_mut();
+        let (r1, r2) = ([198, 18, 0, 2], [198, 18, 0, 3]);
+        let a = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "10"))
+            .unwrap();
+        let b = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "20"))
+            .unwrap();
+        let c = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r2, "flow"))
+            .unwrap();
+        let g = u
+            .add_endpoint(&tun_cfg(TunnelKind::Geneve, r1, "10"))
+            .unwrap();
+        // The clash rules and their messages are unchanged.
+        let e = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "flow"))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "underlay mem0: another tunnel port already receives vxlan from 198.18.0.2 \
+             to 198.18.0.1 with key Flow"
+        );
+        let e = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r2, "7"))
+            .unwrap_err();
+        assert!(e.contains("already receives vxlan from 198.18.0.3"), "{e}");
+        let mut bad_port = tun_cfg(TunnelKind::Geneve, r2, "1");
+        bad_port.dst_port = tunnel::VXLAN_PORT;
+        let e = u.add_endpoint(&bad_port).unwrap_err();
+        assert_eq!(
+            e,
+            "underlay mem0: UDP port 4789 already carries vxlan, not geneve"
+        );
+        assert_eq!(
+            u.udp_ports,
+            vec![
+                (tunnel::VXLAN_PORT, TunnelKind::Vxlan),
+                (tunnel::GENEVE_PORT, TunnelKind::Geneve)
+            ]
+        );
+
+        let mut pool = Vec::new();
+        let mut deliver = |u: &mut Underlay, pkt: PacketBuf| -> Option<(u64, u64)> {
+            u.dispatch(pkt, &mut pool, now);
+            let got = u.queues.iter_mut().find_map(|(id, q)| {
+                q.pop_front()
+                    .map(|p| (*id, p.tun.expect("tunnel metadata").id))
+            });
+            assert!(u.queues.values().all(VecDeque::is_empty));
+            got
+        };
+        let vx = tunnel::VXLAN_PORT;
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            Some((a, 10))
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 20)),
+            Some((b, 20))
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r2, vx, 99)),
+            Some((c, 99))
+        );
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Geneve, r1, tunnel::GENEVE_PORT, 10)
+            ),
+            Some((g, 10))
+        );
+        // No endpoint for the VNI, the remote or the UDP port.
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 30)),
+            None
+        );
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Vxlan, [198, 18, 0, 9], vx, 10)
+            ),
+            None
+        );
+        assert_eq!(u.counters.rx_no_endpoint, 2);
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, 4790, 10)),
+            None
+        );
+        assert_eq!(u.counters.rx_not_tunnel, 1);
+
+        // Removals re-index: the remaining endpoints still get their
+        // frames; once r1's fixed endpoints are gone a key=flow one takes
+        // every VNI.
+        u.remove_endpoint(a);
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            None
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r2, vx, 5)),
+            Some((c, 5))
+        );
+        u.remove_endpoint(b);
+        let f = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "flow"))
+            .unwrap();
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            Some((f, 10))
+        );
+        // The Geneve port gone, its UDP port is no longer a tunnel.
+        u.remove_endpoint(g);
+        assert_eq!(u.udp_ports, vec![(tunnel::VXLAN_PORT, TunnelKind::Vxlan)]);
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Geneve, r1, tunnel::GENEVE_PORT, 10)
+            ),
+            None
+        );
+        assert_eq!(u.counters.rx_not_tunnel, 2);
+    }
+
+    /// An inner IPv4/UDP frame of `len` bytes with DF.
+    fn df_frame(len: usize) -> PacketBuf {
+        let mut f = vec![0u8; len];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[198, 19, 1, 1]);
+        ip[16..20].copy_from_slice(&[198, 19, 2, 1]);
+        let c = checksum::checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        ip[24..26].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+        PacketBuf::from_slice(&f)
+    }
+
+    fn counter(p: &TunnelPort, name: &str) -> u64 {
+        p.extra_counters()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .1
+    }
+
+    #[test]
+    fn too_big_replies_are_rate_limited_per_port_and_every_drop_counted() {
+        let t0 = Instant::now();
+        let u = mem_underlay(1500, t0);
+        let mut p = TunnelPort::attach(
+            "vx0",
+            tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10"),
+            u,
+            t0,
+        )
+        .unwrap();
+        assert_eq!(p.inner_mtu(), 1450);
+        let mut done = Vec::new();
+        let mut send = |p: &mut TunnelPort, n: usize, at: Instant| {
+            let mut pkts: Vec<PacketBuf> = (0..n).map(|_| df_frame(14 + 1500)).collect();
+            assert_eq!(p.send_batch_at(&mut pkts, &mut done, at).unwrap(), 0);
+            let mut replies = Vec::new();
+            let mut pool = Vec::new();
+            p.recv_batch(&mut replies, usize::MAX, &mut pool).unwrap();
+            replies.len()
+        };
+        // A flood: the burst, then nothing until tokens come back.
+        assert_eq!(send(&mut p, 200, t0), ICMP_TOO_BIG_BURST as usize);
+        assert_eq!(send(&mut p, 10, t0 + Duration::from_micros(900)), 0);
+        // One token per millisecond, fractions kept.
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_millis(10)), 10);
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_micros(15500)), 5);
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_micros(16100)), 1);
+        // Idle long enough: a full burst, no more.
+        assert_eq!(
+            send(&mut p, 200, t0 + Duration::from_secs(5)),
+            ICMP_TOO_BIG_BURST as usize
+        );
+        let sent = 50 + 10 + 5 + 1 + 50;
+        let frames = 200 + 10 + 20 + 20 + 20 + 200;
+        assert_eq!(counter(&p, "icmp_too_big_sent"), sent);
+        assert_eq!(counter(&p, "icmp_too_big_ratelimited"), frames - sent);
+        assert_eq!(counter(&p, "tx_drop_mtu"), frames);
+        assert_eq!(p.stats().tx_dropped, frames);
+        assert_eq!(p.stats().rx_packets, sent);
+        // Frames that get no reply (no DF) are not counted as limited.
+        let mut nodf = df_frame(14 + 1500);
+        nodf.data_mut()[14 + 6] = 0;
+        let mut pkts = vec![nodf];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(counter(&p, "icmp_too_big_ratelimited"), frames - sent);
+        assert_eq!(counter(&p, "tx_drop_mtu"), frames + 1);
+    }
+
+    #[test]
+    fn underlay_mtu_is_reread_at_most_once_a_second() {
+        let t0 = Instant::now();
+        let u = mem_underlay(1500, t0);
+        let p = TunnelPort::attach(
+            "vx0",
+            tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10"),
+            u.clone(),
+            t0,
+        )
+        .unwrap();
+        let reads = std::cell::Cell::new(0);
+        let refresh = |at: Duration, mtu: io::Result<usize>| {
+            u.borrow_mut().refresh_mtu_with(t0 + at, |iface| {
+                assert_eq!(iface, "mem0");
+                reads.set(reads.get() + 1);
+                mtu
+            });
+        };
+        refresh(Duration::from_millis(999), Ok(9000));
+        assert_eq!((reads.get(), p.inner_mtu()), (0, 1450));
+        refresh(Duration::from_secs(1), Ok(9000));
+        assert_eq!((reads.get(), p.inner_mtu()), (1, 8950));
+        refresh(Duration::from_millis(1500), Ok(1400));
+        assert_eq!((reads.get(), p.inner_mtu()), (1, 8950));
+        // A failed read keeps the last MTU.
+        refresh(
+            Duration::from_secs(2),
+            Err(io::Error::from(io::ErrorKind::NotFound)),
+        );
+        assert_eq!((reads.get(), p.inner_mtu()), (2, 8950));
+        refresh(Duration::from_secs(3), Ok(1400));
+        assert_eq!((reads.get(), p.inner_mtu()), (3, 1350));
+    }
+
+    #[test]
+    fn transmit_path_rereads_the_interface_mtu_through_the_control_socket() {
+        // The loopback interface: SIOCGIFMTU needs no privilege.
+        let ctl = crate::port::sys::control_socket().unwrap();
+        let lo_mtu = crate::port::sys::interface_mtu(ctl.as_raw_fd(), "lo").unwrap();
+        assert!(lo_mtu > 1500, "lo MTU {lo_mtu}");
+        let t0 = Instant::now();
+        let (port, _h) = crate::port::mem::MemPort::new("underlay:lo");
+        let u = Rc::new(RefCell::new(Underlay::new(
+            "lo".into(),
+            Box::new(port),
+            [2, 0, 0, 0, 0, 0xaa],
+            1500,
+            Some(ctl),
+            t0,
+        )));
+        let mut cfg = tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10");
+        cfg.underlay = "lo".into();
+        let mut p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
+        let mut done = Vec::new();
+        // Within the second: the open-time MTU; the frame is too big.
+        let mut pkts = vec![df_frame(14 + 1500)];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_millis(10))
+            .unwrap();
+        assert_eq!(counter(&p, "tx_drop_mtu"), 1);
+        // A second later the send re-reads it and the frame fits (it waits
+        // for ARP, the remote being nowhere).
+        let mut pkts = vec![df_frame(14 + 1500)];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(u.borrow().mtu(), lo_mtu);
+        assert_eq!(counter(&p, "tx_drop_mtu"), 1);
+        assert_eq!(p.inner_mtu(), lo_mtu - 50);
     }
 }
