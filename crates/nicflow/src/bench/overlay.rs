@@ -89,6 +89,10 @@ pub enum OvEngine {
     Nicflow,
     /// nicflow daemons with the XDP offload engine.
     NicflowXdp,
+    /// The kernel stack with the containers' transmit offloads off (`tx
+    /// off`: no TSO, finished checksums), the condition `nicflow-xdp` runs
+    /// under: what the kernel overlay does without super-frames.
+    KernelVxlanTxOff,
 }
 
 impl OvEngine {
@@ -97,6 +101,7 @@ impl OvEngine {
             OvEngine::KernelVxlan => "kernel-vxlan",
             OvEngine::Nicflow => "nicflow",
             OvEngine::NicflowXdp => "nicflow-xdp",
+            OvEngine::KernelVxlanTxOff => "kernel-vxlan-tx-off",
         }
     }
 
@@ -105,6 +110,7 @@ impl OvEngine {
             "kernel-vxlan" | "kernel" | "vxlan" => OvEngine::KernelVxlan,
             "nicflow" | "nicflow-afxdp" => OvEngine::Nicflow,
             "nicflow-xdp" | "xdp" => OvEngine::NicflowXdp,
+            "kernel-vxlan-tx-off" => OvEngine::KernelVxlanTxOff,
             _ => return None,
         })
     }
@@ -114,11 +120,17 @@ impl OvEngine {
             OvEngine::KernelVxlan => "k",
             OvEngine::Nicflow => "n",
             OvEngine::NicflowXdp => "x",
+            OvEngine::KernelVxlanTxOff => "t",
         }
     }
 
     pub fn is_nicflow(self) -> bool {
-        self != OvEngine::KernelVxlan
+        matches!(self, OvEngine::Nicflow | OvEngine::NicflowXdp)
+    }
+
+    /// Containers send finished checksums and no TSO super-frames.
+    fn containers_tx_off(self) -> bool {
+        matches!(self, OvEngine::NicflowXdp | OvEngine::KernelVxlanTxOff)
     }
 }
 
@@ -126,7 +138,7 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
     let mut v = Vec::new();
     for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let e = OvEngine::parse(e).with_context(|| {
-            format!("unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp)")
+            format!("unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp, kernel-vxlan-tx-off)")
         })?;
         if !v.contains(&e) {
             v.push(e);
@@ -336,7 +348,7 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         t => bail!("--tunnel {t}: vxlan or geneve"),
     };
     let engines = parse_engines(&a.engines)?;
-    if tunnel == "geneve" && engines.contains(&OvEngine::KernelVxlan) {
+    if tunnel == "geneve" && engines.iter().any(|e| !e.is_nicflow()) {
         bail!(
             "--tunnel geneve: the kernel here has no Geneve device; run the nicflow engines \
              (--engines nicflow,nicflow-xdp) and compare with a vxlan run"
@@ -693,9 +705,13 @@ impl Lab {
                 if xdp {
                     // NAPI on the container end so frames the XDP program
                     // redirects into it are delivered (as the testbed
-                    // does), and finished checksums out of it (no
-                    // CHECKSUM_PARTIAL, which XDP cannot complete; no TSO).
+                    // does).
                     let _ = run_in(&ns, &["ethtool", "-K", "eth0", "gro", "on"]);
+                }
+                if self.engine.containers_tx_off() {
+                    // Finished checksums out of the container (no
+                    // CHECKSUM_PARTIAL, which XDP cannot complete), so no
+                    // TSO either.
                     run_in(&ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
                 }
             }
@@ -704,7 +720,7 @@ impl Lab {
             "containers: ci eth0 198.18.60.i/24, si eth0 198.18.60.(100+i)/24, MTU {CONTAINER_MTU}, veth to vci (H1) / vsi (H2)"
         ));
         match self.engine {
-            OvEngine::KernelVxlan => {
+            OvEngine::KernelVxlan | OvEngine::KernelVxlanTxOff => {
                 for host in [1, 2] {
                     let ns = self.ns(&format!("h{host}"));
                     for c in kernel_vxlan_commands(host, self.pairs) {
@@ -1295,7 +1311,9 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          that nicflow owns (no kernel address); `nicflow-xdp` = the same with `offload=xdp` \
          (encapsulation and decapsulation in the XDP program; the containers send finished \
          checksums, `tx off`, so no TSO, and the ports say `csum_complete`; see the datapath \
-         flows column). {traffic}, {} s. CPU left: {} load thread(s) (busy loops, \
+         flows column); `kernel-vxlan-tx-off` (when run) = `kernel-vxlan` with the containers' \
+         `tx off` too, i.e. the kernel overlay on the same MTU-sized frames nicflow-xdp gets. \
+         {traffic}, {} s. CPU left: {} load thread(s) (busy loops, \
          unpinned, like `stress -c`, shared with `bench containers`) counted with the lab idle \
          for {} s before and after the traffic and during a second traffic phase; \"CPU left\" \
          is its rate in that phase over the mean idle-lab rate. Medians over repetitions. \
@@ -1395,6 +1413,16 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_tx_off_engine_is_a_kernel_engine_with_containers_tx_off() {
+        let e = parse_engines("kernel-vxlan-tx-off").unwrap();
+        assert_eq!(e, vec![OvEngine::KernelVxlanTxOff]);
+        assert!(!OvEngine::KernelVxlanTxOff.is_nicflow());
+        assert!(OvEngine::KernelVxlanTxOff.containers_tx_off());
+        assert!(OvEngine::NicflowXdp.containers_tx_off());
+        assert!(!OvEngine::KernelVxlan.containers_tx_off() && !OvEngine::Nicflow.containers_tx_off());
+    }
 
     #[test]
     fn address_plan() {
