@@ -138,7 +138,9 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
     let mut v = Vec::new();
     for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let e = OvEngine::parse(e).with_context(|| {
-            format!("unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp, kernel-vxlan-tx-off)")
+            format!(
+                "unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp, kernel-vxlan-tx-off)"
+            )
         })?;
         if !v.contains(&e) {
             v.push(e);
@@ -1421,7 +1423,9 @@ mod tests {
         assert!(!OvEngine::KernelVxlanTxOff.is_nicflow());
         assert!(OvEngine::KernelVxlanTxOff.containers_tx_off());
         assert!(OvEngine::NicflowXdp.containers_tx_off());
-        assert!(!OvEngine::KernelVxlan.containers_tx_off() && !OvEngine::Nicflow.containers_tx_off());
+        assert!(
+            !OvEngine::KernelVxlan.containers_tx_off() && !OvEngine::Nicflow.containers_tx_off()
+        );
     }
 
     #[test]
