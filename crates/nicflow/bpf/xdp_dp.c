@@ -244,14 +244,29 @@ struct dp_tun_rx {
 	__u32 kind;	/* DP_TUN_* */
 };
 
+/* Userspace rewrites an entry in place (BPF_F_LOCK: under the entry's
+ * lock) when the remote's MAC or the underlay changes; the program copies
+ * what it needs into its per-CPU scratch under the same lock, so a frame
+ * is encapsulated with one whole header, never half an old and half a new
+ * one. */
 struct dp_tun_tx {
+	struct bpf_spin_lock lock;
 	__u32 valid;	/* 0 while the remote's MAC is unresolved */
 	__u32 tx_slot;	/* dp_tx_ports slot of the underlay */
 	__u32 inner_mtu;	/* largest inner frame minus its Ethernet header */
 	__u8 hdr[DP_TUN_HDR_LEN];	/* lengths, IP checksum, UDP source and VNI 0 */
 	__u16 pad;
 };
-_Static_assert(sizeof(struct dp_tun_tx) == 64, "dp_tun_tx layout");
+_Static_assert(sizeof(struct dp_tun_tx) == 68, "dp_tun_tx layout");
+
+/* The scratch copy of a dp_tun_tx entry. */
+struct dp_tun_copy {
+	__u32 valid;
+	__u32 tx_slot;
+	__u32 inner_mtu;
+	__u8 hdr[DP_TUN_HDR_LEN];
+	__u16 pad;
+};
 
 /* Header offsets while the actions run; see the verifier notes above. */
 struct dp_scratch {
@@ -265,6 +280,7 @@ struct dp_scratch {
 	 * not fit the 512-byte BPF stack next to the parser's locals. */
 	union dp_key key;
 	struct dp_flow_key hk;
+	struct dp_tun_copy tun;	/* the flow's tunnel header, when it has one */
 };
 
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };
@@ -336,15 +352,9 @@ struct {
 	__type(value, struct dp_tun_rx);
 } dp_tun_rx SEC(".maps");
 
-/* A hash map without preallocation: userspace replaces an entry (a new
- * MAC, valid <-> invalid) with a new element and the old one is freed after
- * an RCU grace period, so the one pointer the program looks up in the
- * pre-check stays whole and unchanged until it has pushed the header (an
- * ARRAY entry would be rewritten in place under a running program). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 256);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);	/* tunnel slot */
 	__type(value, struct dp_tun_tx);
 } dp_tun_tx SEC(".maps");
@@ -1218,16 +1228,16 @@ static __always_inline __u16 entropy_port(struct xdp_md *ctx, struct dp_scratch 
  * pre-check made sure the header is resolved, the underlay slot is there
  * and the frame fits. */
 static __always_inline int act_tunnel_output(struct xdp_md *ctx, struct dp_scratch *st,
-					     union dp_key *key, struct dp_action *a,
-					     struct dp_tun_tx *tpl)
+					     union dp_key *key, struct dp_action *a)
 {
+	/* The header the pre-check copied (the same slot: the encoder writes
+	 * it to both places). */
+	struct dp_tun_copy *tpl = &st->tun;
 	__u32 vni, ip_len;
 	__u8 *data, *end, *ip, *udp;
 	__u16 sport;
 
-	/* The entry the pre-check looked up (the same slot: the encoder
-	 * writes it to both places); never NULL here. */
-	if (!tpl)
+	if (!tpl->valid)
 		return -1;
 	sport = entropy_port(ctx, st, key);
 	if (!sport)
@@ -1271,7 +1281,7 @@ int xdp_dp(struct xdp_md *ctx)
 	union dp_key *key;
 	struct dp_flow_key *hk;
 	struct dp_flow *flow = 0;
-	struct dp_tun_tx *tpl = 0;
+	struct dp_tun_tx *tpl;
 	struct dp_scratch *st;
 	struct dp_config *cfg;
 	struct dp_port *port;
@@ -1363,15 +1373,23 @@ int xdp_dp(struct xdp_md *ctx)
 		__u32 slot = flow->out_slot;
 
 		tpl = bpf_map_lookup_elem(&dp_tun_tx, &slot);
-		if (!tpl || !tpl->valid)
+		if (!tpl)
+			goto punt;
+		bpf_spin_lock(&tpl->lock);
+		st->tun.valid = tpl->valid;
+		st->tun.tx_slot = tpl->tx_slot;
+		st->tun.inner_mtu = tpl->inner_mtu;
+		__builtin_memcpy(st->tun.hdr, tpl->hdr, DP_TUN_HDR_LEN);
+		bpf_spin_unlock(&tpl->lock);
+		if (!st->tun.valid)
 			goto punt;	/* remote MAC not resolved (yet) */
-		slot = tpl->tx_slot;
+		slot = st->tun.tx_slot;
 		if (!bpf_map_lookup_elem(&dp_tx_ports, &slot))
 			goto punt;
 		/* Too big for the tunnel: userspace answers with ICMP or
 		 * drops and counts (VLAN pushes are refused by the encoder,
 		 * so the frame cannot grow). */
-		if (bpf_xdp_get_buff_len(ctx) - 14 > tpl->inner_mtu)
+		if (bpf_xdp_get_buff_len(ctx) - 14 > st->tun.inner_mtu)
 			goto punt;
 	}
 
@@ -1400,7 +1418,7 @@ int xdp_dp(struct xdp_md *ctx)
 			stat_inc(DP_STAT_DROP);
 			return XDP_DROP;
 		case DP_OP_TUNNEL_OUTPUT:
-			r = act_tunnel_output(ctx, st, key, a, tpl);
+			r = act_tunnel_output(ctx, st, key, a);
 			if (r >= 0)
 				return r;
 			break;

@@ -1207,6 +1207,7 @@ fn tunnel_decap_and_encap_match_userspace() {
         }
         let tpl = |cfg| nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap();
         let tx = |cfg, mtu| TunTx {
+            lock: 0,
             valid: 1,
             tx_slot: 5,
             inner_mtu: mtu,

@@ -1,7 +1,7 @@
 //! Exact-match cache: the first tier of the userspace fast path.
 //!
 //! A direct-mapped array indexed by a hash of the whole flow key. A hit costs
-//! one hash, one 160-byte compare and a generation check on the megaflow it
+//! one hash, one 192-byte compare and a generation check on the megaflow it
 //! points to, and skips the megaflow subtables entirely; this is Open
 //! vSwitch's EMC. Entries are never invalidated explicitly: an entry whose
 //! megaflow was removed fails the generation check in

@@ -601,6 +601,7 @@ impl OffloadManager {
         }
         let entry = match dst.and_then(|d| tunnel::header_template(&t.cfg, src, d)) {
             Some(hdr) if u.redirect_ok => Some(TunTx {
+                lock: 0,
                 valid: 1,
                 tx_slot: u.slot,
                 inner_mtu,
@@ -610,7 +611,7 @@ impl OffloadManager {
             _ => None,
         };
         let slot = t.slot;
-        // A new map element (or none): see `XdpEngine::set_tunnel_tx`.
+        // Under the entry's lock: see `XdpEngine::set_tunnel_tx`.
         let r = match entry {
             Some(e) => self.engine.set_tunnel_tx(slot, e),
             None => self.engine.clear_tunnel_tx(slot),

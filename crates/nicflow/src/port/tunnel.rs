@@ -197,23 +197,30 @@ pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| format!("tlv_map: `{kv}` in {{{body}}}: expected key=value"))?;
-            let v = v.trim();
-            let n = match v.strip_prefix("0x") {
+            let (k, v) = (k.trim(), v.trim());
+            let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
                 Some(h) => u32::from_str_radix(h, 16),
                 None => v.parse::<u32>(),
             }
             .map_err(|_| format!("tlv_map: `{kv}`: not a number"))?;
-            match k.trim() {
-                "class" if n <= 0xffff => class = Some(n as u16),
-                "type" if n <= 0xff => typ = Some(n as u8),
-                "len" => len = Some(n),
+            let (field, max) = match k {
+                "class" => (&mut class, 0xffff),
+                "type" => (&mut typ, 0xff),
+                "len" => (&mut len, u32::MAX),
                 _ => {
                     return Err(format!(
-                        "tlv_map: `{kv}` in {{{body}}}: unknown key or value out of range"
+                        "tlv_map: `{kv}` in {{{body}}}: unknown key (class, type, len)"
                     ))
                 }
+            };
+            if n > max {
+                return Err(format!("tlv_map: `{kv}`: above {max:#x}"));
+            }
+            if field.replace(n).is_some() {
+                return Err(format!("tlv_map: `{k}` twice in {{{body}}}"));
             }
         }
+        let (class, typ) = (class.map(|c| c as u16), typ.map(|t| t as u8));
         let (Some(class), Some(typ)) = (class, typ) else {
             return Err(format!("tlv_map: {{{body}}} needs class and type"));
         };
@@ -226,7 +233,9 @@ pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
             .strip_prefix("tun_metadata")
             .and_then(|n| n.parse::<u8>().ok())
             .filter(|n| *n < 8)
-            .ok_or_else(|| format!("tlv_map: `{target}`: expected tun_metadata0..tun_metadata7"))?;
+            .ok_or_else(|| {
+                format!("tlv_map: {{{body}}}->`{target}`: expected tun_metadata0..tun_metadata7")
+            })?;
         if out
             .iter()
             .any(|m| m.slot == slot || (m.class, m.typ) == (class, typ))
@@ -821,7 +830,7 @@ impl Underlay {
         let mut md_present = 0u8;
         let mut unknown_critical = false;
         if d.options_len > 0 {
-            let opts = &pkt.data()[d.options_off..d.options_off + d.options_len];
+            let opts = d.options(pkt.data());
             for o in tunnel::geneve_options(opts) {
                 let mapped = ep
                     .tlv
@@ -1465,8 +1474,18 @@ mod tests {
             ("{class=1,len=4}->tun_metadata0", "needs class and type"),
             (
                 "{class=0x10000,type=2,len=4}->tun_metadata0",
-                "class=0x10000",
+                "class=0x10000`: above 0xffff",
             ),
+            (
+                "{class=1,type=0x100,len=4}->tun_metadata0",
+                "type=0x100`: above 0xff",
+            ),
+            (
+                "{class=1,class=2,type=1,len=4}->tun_metadata0",
+                "`class` twice",
+            ),
+            ("{class=1,colour=2,len=4}->tun_metadata0", "unknown key"),
+            ("{class=1,type=2,len=4}->", "expected tun_metadata0"),
             (
                 "{class=1,type=2,len=4}->tun_metadata0,{class=1,type=2,len=4}->tun_metadata1",
                 "twice",

@@ -126,7 +126,7 @@ pub struct XdpEngine {
     config_map: Array<MapData, ConfigEntry>,
     ports_map: BpfHashMap<MapData, u32, PortEntry>,
     tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
-    tun_tx: BpfHashMap<MapData, u32, TunTx>,
+    tun_tx: Array<MapData, TunTx>,
     tx_ports: Map,
     xsks: XskMap<MapData>,
     stats: PerCpuArray<MapData, u64>,
@@ -498,22 +498,20 @@ impl XdpEngine {
     }
 
     /// The outer header of tunnel slot `slot` (`valid == 0`: frames of
-    /// flows through it go to userspace). A replaced entry is a new map
-    /// element: a program running on the old one finishes with it whole.
+    /// flows through it go to userspace). Written under the entry's lock
+    /// (`BPF_F_LOCK`), which the program takes to copy it: a frame gets
+    /// the old header or the new one, whole.
     pub fn set_tunnel_tx(&mut self, slot: u32, tx: TunTx) -> Result<(), OffloadError> {
+        const BPF_F_LOCK: u64 = 4;
         self.tun_tx
-            .insert(slot, tx, 0)
+            .set(slot, tx, BPF_F_LOCK)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tun_tx)", e))
     }
 
     /// No header for tunnel slot `slot`: frames of flows through it go to
     /// userspace.
     pub fn clear_tunnel_tx(&mut self, slot: u32) -> Result<(), OffloadError> {
-        match self.tun_tx.remove(&slot) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
-            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_tun_tx)", e)),
-        }
+        self.set_tunnel_tx(slot, TunTx::default())
     }
 
     /// Slots of `dp_tun_tx`.

@@ -348,10 +348,14 @@ pub struct TunRx {
 /// Entries of `dp_tun_tx` (tunnel slots).
 pub const TUN_SLOTS: u32 = 256;
 
-/// `dp_tun_tx` value, keyed by tunnel slot: the outer header to push.
+/// `dp_tun_tx` value, indexed by tunnel slot: the outer header to push.
+/// Written with `BPF_F_LOCK` (the kernel copies everything but `lock`
+/// under the entry's spin lock, which the program also takes to read it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TunTx {
+    /// `struct bpf_spin_lock`: never written from here.
+    pub lock: u32,
     /// 0 while the remote's MAC is not resolved: frames go to userspace.
     pub valid: u32,
     /// The underlay's `dp_tx_ports` slot.
@@ -363,11 +367,12 @@ pub struct TunTx {
     pub hdr: [u8; TUN_HDR_LEN],
     pub pad: u16,
 }
-const _: () = assert!(std::mem::size_of::<TunTx>() == 64);
+const _: () = assert!(std::mem::size_of::<TunTx>() == 68);
 
 impl Default for TunTx {
     fn default() -> Self {
         TunTx {
+            lock: 0,
             valid: 0,
             tx_slot: 0,
             inner_mtu: 0,
@@ -439,7 +444,7 @@ mod tests {
         assert_eq!(offset_of!(PortEntry, flags), 8);
         assert_eq!(offset_of!(PortEntry, mac), 12);
         assert_eq!(offset_of!(TunRxKey, dst_port), 16);
-        assert_eq!(offset_of!(TunTx, hdr), 12);
+        assert_eq!(offset_of!(TunTx, hdr), 16);
         assert_eq!(offset_of!(FlowMapKey, key), 8);
         assert_eq!(offset_of!(MaskEntry, mask), 8);
         assert_eq!(offset_of!(RawAction, arg16), 2);
