@@ -818,14 +818,37 @@ pub fn push_geneve_option(
     typ: u8,
     data: &[u8],
 ) -> Result<(), TunnelError> {
+    let at = out.len();
+    out.resize(at + 4 + data.len(), 0);
+    match write_geneve_option(&mut out[at..], class, typ, data) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            out.truncate(at);
+            Err(e)
+        }
+    }
+}
+
+/// [`push_geneve_option`] into a buffer, without allocating (per packet):
+/// returns the bytes written, or [`TunnelError::GeneveOptData`] for bad
+/// data and [`TunnelError::GeneveOptionsTooLong`] when `out` is too short,
+/// writing nothing.
+pub fn write_geneve_option(
+    out: &mut [u8],
+    class: u16,
+    typ: u8,
+    data: &[u8],
+) -> Result<usize, TunnelError> {
     if data.len() % 4 != 0 || data.len() > GENEVE_MAX_OPT_DATA_LEN {
         return Err(TunnelError::GeneveOptData);
     }
-    out.extend_from_slice(&class.to_be_bytes());
-    out.push(typ);
-    out.push((data.len() / 4) as u8);
-    out.extend_from_slice(data);
-    Ok(())
+    let n = 4 + data.len();
+    let o = out.get_mut(..n).ok_or(TunnelError::GeneveOptionsTooLong)?;
+    o[..2].copy_from_slice(&class.to_be_bytes());
+    o[2] = typ;
+    o[3] = (data.len() / 4) as u8;
+    o[4..].copy_from_slice(data);
+    Ok(n)
 }
 
 #[cfg(test)]

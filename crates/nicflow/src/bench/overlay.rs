@@ -52,7 +52,7 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::report::{self, Figure};
-use super::testbed::{self, IperfResult};
+use super::testbed;
 use crate::control::proto::Request;
 use crate::lab::sys;
 use anyhow::{bail, Context};
@@ -974,12 +974,6 @@ fn start_server(ns: &str) -> anyhow::Result<Server> {
     })
 }
 
-struct Client {
-    child: Child,
-    pid: u32,
-    out: PathBuf,
-}
-
 /// The iperf3 client's arguments; `-P` only for more than one stream.
 fn client_argv(dst: Ipv4Addr, seconds: u64, streams: usize) -> Vec<String> {
     let p = if streams > 1 {
@@ -998,61 +992,8 @@ fn spawn_client(
     dst: Ipv4Addr,
     (seconds, streams): (u64, usize),
     out: PathBuf,
-) -> anyhow::Result<Client> {
-    let f = std::fs::File::create(&out).with_context(|| format!("{}", out.display()))?;
-    let argv = client_argv(dst, seconds, streams);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let child = sys::in_ns(Some(ns), &argv)
-        .stdin(Stdio::null())
-        .stdout(f)
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting iperf3 -c")?;
-    Ok(Client {
-        pid: child.id(),
-        child,
-        out,
-    })
-}
-
-impl co::Client for Client {
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// The receiver's bytes and rate, the sender's retransmits and the
-    /// client's own CPU (as [`testbed::IperfClient::finish`] reads them);
-    /// with `-P` the `sum_*` objects are the sums over the streams.
-    fn finish(self, deadline: Instant) -> IperfResult {
-        let (by_itself, _ok, user_s, system_s) = cpu::wait_rusage(self.child, deadline);
-        let mut r = IperfResult {
-            user_s,
-            system_s,
-            ..Default::default()
-        };
-        let json: serde_json::Value = std::fs::read_to_string(&self.out)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(serde_json::Value::Null);
-        let _ = std::fs::remove_file(&self.out);
-        let recv = &json["end"]["sum_received"];
-        r.error = if !by_itself {
-            Some(if interrupted() {
-                "interrupted".into()
-            } else {
-                "iperf3 client did not finish in time".into()
-            })
-        } else if let Some(e) = json["error"].as_str() {
-            Some(format!("iperf3: {e}"))
-        } else {
-            r.bytes = recv["bytes"].as_u64().unwrap_or(0);
-            r.gbps = recv["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9;
-            r.receiver_s = recv["seconds"].as_f64().unwrap_or(0.0);
-            r.retransmits = json["end"]["sum_sent"]["retransmits"].as_u64();
-            (r.bytes == 0).then(|| "nothing arrived".into())
-        };
-        r
-    }
+) -> anyhow::Result<testbed::IperfClient> {
+    testbed::IperfClient::spawn(ns, &client_argv(dst, seconds, streams), out)
 }
 
 // ---------------------------------------------------------------------------

@@ -1004,14 +1004,17 @@ impl Testbed {
             "3000".into(),
         ];
         let out = dir.join(format!("iperf-{pair}-{port}-{streams}.json"));
+        IperfClient::spawn(&self.clients[pair].netns, &argv, out)
+    }
+}
+
+impl IperfClient {
+    /// Start `argv` (an iperf3 client with `-J`) in namespace `netns`, its
+    /// JSON report into `out` (read and removed by [`Self::finish`]).
+    pub fn spawn(netns: &str, argv: &[String], out: PathBuf) -> anyhow::Result<IperfClient> {
         let f = std::fs::File::create(&out).with_context(|| format!("{}", out.display()))?;
-        let command = format!(
-            "ip netns exec {} {}",
-            self.clients[pair].netns,
-            argv.join(" ")
-        );
-        let child = self
-            .client_cmd(pair, &argv)
+        let command = format!("ip netns exec {netns} {}", argv.join(" "));
+        let child = sys::in_ns(Some(netns), argv)
             .stdin(std::process::Stdio::null())
             .stdout(f)
             .stderr(std::process::Stdio::null())
@@ -1024,9 +1027,7 @@ impl Testbed {
             out,
         })
     }
-}
 
-impl IperfClient {
     /// Wait (at most until `deadline`) and read the result.
     pub fn finish(self, deadline: std::time::Instant) -> IperfResult {
         let (by_itself, _ok, user_s, system_s) = super::cpu::wait_rusage(self.child, deadline);

@@ -670,10 +670,7 @@ impl Switch {
 
     /// The devlink-style entry of a bridge's uplink (flavour `physical`).
     fn uplink_json(&self, bridge: &str, u: &PortConfig) -> serde_json::Value {
-        let no = self
-            .bridges
-            .get(bridge)
-            .and_then(|b| b.port_map().0.get(&u.name).copied());
+        let no = self.ofport(bridge, &u.name);
         json!({
             "name": u.name, "netdev": u.iface, "type": u.kind.as_str(),
             "port_kind": self.uplink_kinds.get(bridge),
@@ -689,11 +686,15 @@ impl Switch {
             .find(|v| v.representor == rep)
     }
 
-    fn vf_json(&self, bridge: &str, v: &VfConfig) -> serde_json::Value {
-        let no = self
-            .bridges
+    /// The OpenFlow port number of `port` on `bridge`, if attached.
+    fn ofport(&self, bridge: &str, port: &str) -> Option<u32> {
+        self.bridges
             .get(bridge)
-            .and_then(|b| b.port_map().0.get(&v.representor).copied());
+            .and_then(|b| b.port_map().0.get(port).copied())
+    }
+
+    fn vf_json(&self, bridge: &str, v: &VfConfig) -> serde_json::Value {
+        let no = self.ofport(bridge, &v.representor);
         json!({
             "index": v.index, "name": v.name, "namespace": v.namespace,
             "mac": v.mac, "ips": v.ips, "representor": v.representor,

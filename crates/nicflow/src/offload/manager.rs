@@ -640,16 +640,7 @@ impl OffloadManager {
                 (p.ifindex, p.slot, p.redirect_ok)
             };
             let now = self.accepts_redirects(ifindex);
-            if now == was {
-                continue;
-            }
-            let r = if now {
-                self.engine.set_tx_port(slot, ifindex)
-            } else {
-                self.engine.clear_tx_port(slot)
-            };
-            if let Err(e) = r {
-                tracing::warn!(ifindex, "updating the devmap: {e}");
+            if now == was || !self.set_redirect(slot, ifindex, now) {
                 continue;
             }
             if let Some(p) = self.ports.get_mut(&no) {
@@ -675,14 +666,7 @@ impl OffloadManager {
             tracing::info!(underlay = %u.name, "XDP redirect target: {}", now);
             // Flows refused with port:no-xdp-xmit may go to the kernel now.
             changed |= now;
-            let r = if now {
-                self.engine.set_tx_port(slot, ifindex)
-            } else {
-                self.engine.clear_tx_port(slot)
-            };
-            if let Err(e) = r {
-                tracing::warn!(ifindex, "updating the devmap: {e}");
-            }
+            self.set_redirect(slot, ifindex, now);
         }
         // Underlay MTUs: decapsulation hands longer frames to userspace.
         let ifs: Vec<u32> = self.underlays.keys().copied().collect();
@@ -707,6 +691,20 @@ impl OffloadManager {
             self.sync_tunnel(no);
         }
         changed
+    }
+
+    /// Fill (or empty) devmap slot `slot` for `ifindex`; false (logged)
+    /// when the map update failed.
+    fn set_redirect(&mut self, slot: u32, ifindex: u32, on: bool) -> bool {
+        let r = if on {
+            self.engine.set_tx_port(slot, ifindex)
+        } else {
+            self.engine.clear_tx_port(slot)
+        };
+        if let Err(e) = &r {
+            tracing::warn!(ifindex, "updating the devmap: {e}");
+        }
+        r.is_ok()
     }
 
     fn port_reason(&self, no: u32) -> &'static str {

@@ -1273,12 +1273,11 @@ impl TunnelPort {
                 for m in &self.cfg.tlv_map {
                     let i = usize::from(m.slot);
                     if t.md_present & (1 << i) != 0 {
-                        let o = &mut opts[n_opts..n_opts + 8];
-                        o[..2].copy_from_slice(&m.class.to_be_bytes());
-                        o[2] = m.typ;
-                        o[3] = 1;
-                        o[4..].copy_from_slice(&t.metadata[i].to_be_bytes());
-                        n_opts += 8;
+                        // 8 bytes each, at most 8 slots: always fits.
+                        let d = t.metadata[i].to_be_bytes();
+                        n_opts +=
+                            tunnel::write_geneve_option(&mut opts[n_opts..], m.class, m.typ, &d)
+                                .unwrap_or(0);
                     }
                 }
             }
