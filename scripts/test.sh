@@ -4,6 +4,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+# Random tests are reproducible: by default every property test and the
+# differential test run fixed seeds (the same cases on every machine).
+# NICFLOW_TEST_RANDOM=N draws fresh seeds instead: N per differential test,
+# one for the proptest suites; both are printed with the command to replay.
+if [ -n "${NICFLOW_TEST_RANDOM:-}" ]; then
+  export DIFF_RANDOM="$NICFLOW_TEST_RANDOM"
+  export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+else
+  export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261125}"
+fi
+echo "test.sh: proptest seed PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED (replay a failure with it set)"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

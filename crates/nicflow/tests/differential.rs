@@ -54,7 +54,8 @@ const TTLS: [u8; 4] = [0, 1, 2, 64];
 const TOS: [u8; 4] = [0x00, 0x20, 0x21, 0xb8];
 /// TOS values a rule may write (`mod_nw_tos` needs the ECN bits clear).
 const SET_TOS: [u8; 3] = [0x00, 0x20, 0xb8];
-/// Rewrite values outside the packet pools (see [`Gen::avoid_known_bugs`]).
+/// Rewrite values outside the packet pools: a rule may write a value some
+/// packets already carry (the pools) or one none does (these).
 const SET_MACS_OTHER: [[u8; 6]; 2] = [[0x02, 0, 0, 0, 0, 0xa1], [0x02, 0, 0, 0, 0, 0xa2]];
 const SET_IP4_OTHER: [Ipv4Addr; 2] = [Ipv4Addr::new(198, 18, 9, 1), Ipv4Addr::new(198, 18, 9, 2)];
 const SET_L4_OTHER: [u16; 2] = [8080, 9999];
@@ -326,9 +327,14 @@ impl Ap {
 
     /// Rendered text; `None` when the action cannot appear in this table
     /// (a resubmit from the last table).
-    fn render(&self, table: u8, sloppy: bool, g: Gen) -> Option<String> {
+    fn render(&self, table: u8, sloppy: bool) -> Option<String> {
         let i = |i: &u8| *i as usize;
-        let other = g.avoid_known_bugs;
+        // Indices past a pool pick from its `*_OTHER` list.
+        fn pick<T: Copy>(pool: &[T], other: &[T], i: usize) -> T {
+            pool.get(i)
+                .copied()
+                .unwrap_or_else(|| other[(i - pool.len()) % other.len()])
+        }
         Some(match self {
             Ap::Output(p) => format!("output:p{}", p + 1),
             Ap::Normal => "normal".into(),
@@ -340,11 +346,7 @@ impl Ap {
                 } else {
                     "mod_dl_dst"
                 };
-                let mac = if other {
-                    SET_MACS_OTHER[i(m) % 2]
-                } else {
-                    MACS[i(m)]
-                };
+                let mac = pick(&MACS, &SET_MACS_OTHER, i(m));
                 format!("{name}:{}", mac_text(&mac))
             }
             Ap::ModNwSrc(a) | Ap::ModNwDst(a) => {
@@ -353,11 +355,7 @@ impl Ap {
                 } else {
                     "mod_nw_dst"
                 };
-                let ip = if other {
-                    SET_IP4_OTHER[i(a) % 2]
-                } else {
-                    IP4[i(a)]
-                };
+                let ip = pick(&IP4, &SET_IP4_OTHER, i(a));
                 format!("{name}:{ip}")
             }
             Ap::ModTpSrc(p) | Ap::ModTpDst(p) => {
@@ -366,33 +364,15 @@ impl Ap {
                 } else {
                     "mod_tp_dst"
                 };
-                let port = if other {
-                    SET_L4_OTHER[i(p) % 2]
-                } else {
-                    L4_PORTS[i(p)]
-                };
+                let port = pick(&L4_PORTS, &SET_L4_OTHER, i(p));
                 format!("{name}:{port}")
             }
             Ap::ModNwTos(t) => {
-                let tos = if other {
-                    SET_TOS_OTHER[i(t) % 2]
-                } else {
-                    SET_TOS[i(t)]
-                };
+                let tos = pick(&SET_TOS, &SET_TOS_OTHER, i(t));
                 format!("mod_nw_tos:{tos}")
             }
             Ap::DecTtl => "dec_ttl".into(),
-            Ap::ModVlanVid(v) if other => {
-                format!(
-                    "mod_vlan_vid:{},mod_vlan_pcp:{}",
-                    SET_VIDS_OTHER[i(v)],
-                    5 + v
-                )
-            }
-            Ap::ModVlanVid(v) => format!("mod_vlan_vid:{}", VIDS[i(v)]),
-            Ap::ModVlanPcp(p) if other => {
-                format!("mod_vlan_vid:{},mod_vlan_pcp:{p}", SET_VIDS_OTHER[i(p) % 2])
-            }
+            Ap::ModVlanVid(v) => format!("mod_vlan_vid:{}", pick(&VIDS, &SET_VIDS_OTHER, i(v))),
             Ap::ModVlanPcp(p) => format!("mod_vlan_pcp:{p}"),
             Ap::PushVlan => "push_vlan:0x8100".into(),
             Ap::StripVlan => "strip_vlan".into(),
@@ -420,44 +400,41 @@ fn action() -> impl Strategy<Value = Ap> {
         2 => Just(Ap::Normal),
         1 => Just(Ap::Flood),
         1 => Just(Ap::InPort),
-        1 => (0u8..4).prop_map(Ap::ModDlSrc),
-        1 => (0u8..4).prop_map(Ap::ModDlDst),
-        2 => (0u8..4).prop_map(Ap::ModNwSrc),
-        2 => (0u8..4).prop_map(Ap::ModNwDst),
-        2 => (0u8..4).prop_map(Ap::ModTpSrc),
-        2 => (0u8..4).prop_map(Ap::ModTpDst),
-        2 => (0u8..3).prop_map(Ap::ModNwTos),
+        1 => (0u8..6).prop_map(Ap::ModDlSrc),
+        1 => (0u8..6).prop_map(Ap::ModDlDst),
+        2 => (0u8..6).prop_map(Ap::ModNwSrc),
+        2 => (0u8..6).prop_map(Ap::ModNwDst),
+        2 => (0u8..6).prop_map(Ap::ModTpSrc),
+        2 => (0u8..6).prop_map(Ap::ModTpDst),
+        2 => (0u8..5).prop_map(Ap::ModNwTos),
         2 => Just(Ap::DecTtl),
-        1 => (0u8..2).prop_map(Ap::ModVlanVid),
+        1 => (0u8..4).prop_map(Ap::ModVlanVid),
         1 => prop_oneof![Just(0u8), Just(3u8), Just(5u8)].prop_map(Ap::ModVlanPcp),
         1 => Just(Ap::PushVlan),
-        1 => Just(Ap::StripVlan),
+        2 => Just(Ap::StripVlan),
         1 => (1u8..3).prop_map(Ap::SetReg0),
         2 => (0u8..3).prop_map(Ap::Resubmit),
         1 => any::<bool>().prop_map(Ap::Controller),
     ]
 }
 
-/// What a generated rule set may contain. The default is everything the
-/// brief asks for; the knobs exist to steer around known, reported bugs.
+/// The shape of a generated scenario. Neither knob steers around a bug:
+/// they shape traffic so that each run spends its cases where it means to.
 #[derive(Clone, Copy, Debug)]
 struct Gen {
     /// Rules may use `normal`.
     normal: bool,
     /// Every unicast source MAC always enters on its own port (MAC i on
     /// port i+1), no frame has the broadcast source, and rules never
-    /// rewrite `dl_src`: `normal` learns but never sees a MAC move.
+    /// rewrite `dl_src`: `normal` learns stable locations, so most frames
+    /// go unicast and the unicast decisions get cached. Unpinned runs
+    /// cover MACs moving between ports instead.
     pinned: bool,
-    /// Steer around the cache bugs reported in the `bug_rewrite_*` tests
-    /// below: rewrites only write values no generated packet carries,
-    /// packets do not vary their ECN bits, and VID and PCP are always
-    /// rewritten together (`mod_vlan_vid:V,mod_vlan_pcp:P`).
-    avoid_known_bugs: bool,
-    /// (With `pinned`.) Before the rules go in, teach `normal` every
-    /// (VLAN, MAC) a packet or rewrite can produce, on the MAC's own port,
-    /// so that learning never changes a decision later: rule changes then
-    /// cannot trip `bug_normal_flow_fixed_by_revalidation_never_learns`.
-    prelearn: bool,
+    /// Most frames carry one or two tags and most rules push, pop or
+    /// rewrite a tag and then decide on one (a `dl_vlan` match in a later
+    /// table, `normal`): VLAN actions move tags between the key's slots, so
+    /// the megaflow mask must follow them.
+    vlan_stacks: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -475,7 +452,7 @@ struct RuleGen {
 }
 
 impl RuleGen {
-    fn render(&self, g: Gen) -> String {
+    fn render(&self) -> String {
         let mut m: Vec<String> = Vec::new();
         if self.table > 0 {
             m.push(format!("table={}", self.table));
@@ -493,7 +470,7 @@ impl RuleGen {
         if !self.drop {
             for x in &self.actions {
                 if self.sloppy || x.fits(self.proto) {
-                    a.extend(x.render(self.table, self.sloppy, g));
+                    a.extend(x.render(self.table, self.sloppy));
                 }
             }
             if let Some(g) = self.goto {
@@ -531,9 +508,31 @@ fn rule(g: Gen) -> impl Strategy<Value = RuleGen> {
         prop::option::weighted(0.2, 0u8..3),
         prop::bool::weighted(0.08),
         prop::bool::weighted(0.08),
+        (
+            prop_oneof![
+                3 => Just(Ap::StripVlan),
+                2 => Just(Ap::PushVlan),
+                1 => (0u8..4).prop_map(Ap::ModVlanVid),
+                1 => prop_oneof![Just(0u8), Just(5u8)].prop_map(Ap::ModVlanPcp),
+            ],
+            prop::option::weighted(0.3, (0u8..3).prop_map(Mp::Vlan)),
+            prop_oneof![
+                2 => Just(Ap::Normal),
+                1 => (0u8..3).prop_map(Ap::Resubmit),
+            ],
+            any::<Index>(),
+        ),
     )
         .prop_map(
-            move |(table, priority, proto, matches, mut actions, goto, drop, sloppy)| {
+            move |(table, priority, proto, mut matches, mut actions, goto, drop, sloppy, vlan)| {
+                if g.vlan_stacks {
+                    // A tag operation, then a decision that reads tags.
+                    let (op, m, decide, at) = vlan;
+                    let at = at.index(actions.len() + 1);
+                    actions.insert(at, decide);
+                    actions.insert(at, op);
+                    matches.extend(m);
+                }
                 if !g.normal {
                     actions.retain(|a| !matches!(a, Ap::Normal));
                 }
@@ -740,30 +739,26 @@ fn packet(g: Gen) -> impl Strategy<Value = Pkt> {
         if g.pinned { 0u8..3 } else { 0u8..4 },
         0u8..4,
         prop_oneof![
-            6 => Just(vec![]),
+            if g.vlan_stacks { 1 } else { 5 } => Just(vec![]),
             3 => prop::collection::vec((0u8..2, any::<bool>()), 1..=1),
-            1 => prop::collection::vec((0u8..2, any::<bool>()), 2..=2),
+            if g.vlan_stacks { 5 } else { 2 } => {
+                prop::collection::vec((0u8..2, any::<bool>()), 2..=2)
+            }
         ],
         l3(),
         0u8..4,
         0u8..4,
         prop::option::weighted(0.05, 0u8..4),
     )
-        .prop_map(move |(port, src, dst, vlans, l3, mut tos, ttl, trunc)| {
-            if g.avoid_known_bugs && tos == 2 {
-                // No ECN bits (TOS[2] is the only one with them).
-                tos = 1;
-            }
-            Pkt {
-                port: if g.pinned { src } else { port },
-                src,
-                dst,
-                vlans,
-                l3,
-                tos,
-                ttl,
-                trunc,
-            }
+        .prop_map(move |(port, src, dst, vlans, l3, tos, ttl, trunc)| Pkt {
+            port: if g.pinned { src } else { port },
+            src,
+            dst,
+            vlans,
+            l3,
+            tos,
+            ttl,
+            trunc,
         })
 }
 
@@ -1042,48 +1037,10 @@ impl Pair {
     }
 }
 
-/// Teach both bridges' MAC tables every (VLAN, unicast MAC) of the pools,
-/// MAC i on port i+1, then remove every rule again.
-fn prelearn(pair: &mut Pair) -> Result<(), TestCaseError> {
-    pair.add("priority=65535,actions=normal")?
-        .map_err(TestCaseError::fail)?;
-    let vids = [
-        None,
-        Some(VIDS[0]),
-        Some(VIDS[1]),
-        Some(SET_VIDS_OTHER[0]),
-        Some(SET_VIDS_OTHER[1]),
-    ];
-    for (i, mac) in MACS[..3].iter().enumerate() {
-        let batch: Vec<Input> = vids
-            .iter()
-            .map(|vid| {
-                let mut b = FrameBuilder::new(*mac, MACS[3]);
-                if let Some(v) = vid {
-                    b = b.vlan(*v);
-                }
-                Input {
-                    port: i,
-                    desc: format!("prelearn {vid:?}"),
-                    frame: b.ipv4(IP4[0], IP4[1]).udp(1, 2).build(),
-                }
-            })
-            .collect();
-        pair.batch(usize::MAX, &batch)?;
-    }
-    pair.del("")?;
-    prop_assert_eq!(pair.cached.br.ofproto().mac.len(), 15);
-    prop_assert_eq!(pair.reference.br.ofproto().mac.len(), 15);
-    Ok(())
-}
-
 fn run_scenario(sc: &Scenario, totals: &mut Totals) -> Result<(), TestCaseError> {
     let mut pair = Pair::new();
-    if sc.gen.prelearn {
-        prelearn(&mut pair)?;
-    }
     for r in &sc.rules {
-        let text = r.render(sc.gen);
+        let text = r.render();
         totals.rules += 1;
         match pair.add(&text)? {
             Ok(()) => totals.parsed += 1,
@@ -1111,7 +1068,7 @@ fn run_scenario(sc: &Scenario, totals: &mut Totals) -> Result<(), TestCaseError>
             totals.changes += 1;
             match c {
                 Change::Add(r) => {
-                    let text = r.render(sc.gen);
+                    let text = r.render();
                     if let Err(e) = pair.add(&text)? {
                         prop_assert!(r.sloppy, "generated rule `{}` does not parse: {}", text, e);
                     }
@@ -1138,21 +1095,76 @@ fn run_scenario(sc: &Scenario, totals: &mut Totals) -> Result<(), TestCaseError>
     Ok(())
 }
 
-fn run(name: &str, cases: u32, strategy: impl Strategy<Value = Scenario>) -> Totals {
+/// The seeds CI runs, the same every run: a failure on main is a failure
+/// on every machine. Each seed drives `cases` generated scenarios.
+const FIXED_SEEDS: [u64; 4] = [
+    0x6e69_6366_6c6f_7701,
+    0x0000_0000_0000_002a,
+    0xdead_beef_cafe_f00d,
+    0x1f2e_3d4c_5b6a_7988,
+];
+
+/// Which seeds to run: `DIFF_SEED=S` replays one (decimal or `0x` hex),
+/// `DIFF_RANDOM=N` draws N fresh ones (a longer random run), otherwise
+/// [`FIXED_SEEDS`].
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("DIFF_SEED") {
+        let s = s.trim();
+        let seed = match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(&h.replace('_', ""), 16),
+            None => s.parse(),
+        };
+        return vec![seed.unwrap_or_else(|_| panic!("DIFF_SEED=`{s}` is not a number"))];
+    }
+    if let Ok(n) = std::env::var("DIFF_RANDOM") {
+        let n: usize = n
+            .parse()
+            .unwrap_or_else(|_| panic!("DIFF_RANDOM=`{n}` is not a count"));
+        return (0..n).map(|_| rand::random()).collect();
+    }
+    FIXED_SEEDS.to_vec()
+}
+
+/// A proptest runner whose whole run (generation and shrinking) follows
+/// from `seed`.
+fn runner(cases: u32, seed: u64) -> TestRunner {
+    use proptest::test_runner::{RngAlgorithm, TestRng};
     let config = Config {
         cases,
         failure_persistence: None,
         max_shrink_iters: 2048,
         ..Config::default()
     };
-    let mut runner = TestRunner::new(config);
+    let mut bytes = [0u8; 32];
+    // SplitMix64 spreads the seed over the ChaCha key.
+    let mut x = seed;
+    for chunk in bytes.chunks_mut(8) {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
+/// Run `cases` scenarios per seed (see [`seeds`]); `test` is the test
+/// function's name, for the replay command a failure prints.
+fn run(test: &str, cases: u32, strategy: impl Strategy<Value = Scenario>) -> Totals {
     let totals = std::cell::RefCell::new(Totals::default());
-    let result = runner.run(&strategy, |sc| run_scenario(&sc, &mut totals.borrow_mut()));
-    if let Err(e) = result {
-        panic!("{name}: {e}");
+    for seed in seeds() {
+        eprintln!("{test}: seed {seed:#018x}, {cases} cases");
+        let mut runner = runner(cases, seed);
+        let result = runner.run(&strategy, |sc| run_scenario(&sc, &mut totals.borrow_mut()));
+        if let Err(e) = result {
+            panic!(
+                "{test}: seed {seed:#018x}: {e}\n\
+                 replay: DIFF_SEED={seed:#018x} cargo test -p nicflow --test differential -- --exact {test}"
+            );
+        }
     }
     let totals = totals.into_inner();
-    eprintln!("{name}: {totals:?}");
+    eprintln!("{test}: {totals:?}");
     // The run must have been meaningful: rules parsed, caches used, traffic
     // forwarded.
     assert!(
@@ -1179,17 +1191,28 @@ fn run(name: &str, cases: u32, strategy: impl Strategy<Value = Scenario>) -> Tot
 const FREE: Gen = Gen {
     normal: false,
     pinned: false,
-    avoid_known_bugs: true,
-    prelearn: false,
+    vlan_stacks: false,
 };
 /// `normal` included; sources pinned to ports.
 const LEARNING: Gen = Gen {
     normal: true,
     pinned: true,
-    avoid_known_bugs: true,
-    prelearn: false,
+    vlan_stacks: false,
+};
+/// `normal` with sources on any port: MACs move back and forth.
+const ROAMING: Gen = Gen {
+    normal: true,
+    pinned: false,
+    vlan_stacks: false,
+};
+/// Tag stacks everywhere, `normal` included, rule changes.
+const VLAN_STACKS: Gen = Gen {
+    normal: true,
+    pinned: true,
+    vlan_stacks: true,
 };
 
+/// Cases per seed: `DIFF_CASES` overrides the test's default.
 fn cases(default: u32) -> u32 {
     std::env::var("DIFF_CASES")
         .ok()
@@ -1200,65 +1223,67 @@ fn cases(default: u32) -> u32 {
 /// Static rule set, random traffic on random ports in random batches.
 #[test]
 fn cached_and_uncached_paths_agree() {
-    run("static rules", cases(128), scenario(FREE, 30, 300, 0));
+    run(
+        "cached_and_uncached_paths_agree",
+        cases(64),
+        scenario(FREE, 30, 300, 0),
+    );
 }
 
 /// The same with `normal` in the rules: MAC learning, flooding, unicast.
 #[test]
 fn cached_and_uncached_paths_agree_with_normal() {
-    run("normal", cases(96), scenario(LEARNING, 30, 300, 0));
+    run(
+        "cached_and_uncached_paths_agree_with_normal",
+        cases(48),
+        scenario(LEARNING, 30, 300, 0),
+    );
 }
 
 /// Rules added and deleted between batches: revalidation must leave no
 /// cached flow that disagrees with a fresh translation.
 #[test]
 fn cached_and_uncached_paths_agree_across_rule_changes() {
-    let t = run("rule changes", cases(64), scenario(FREE, 30, 300, 10));
-    assert!(t.changes > 0);
-    let g = Gen {
-        prelearn: true,
-        ..LEARNING
-    };
-    let t = run("rule changes, normal", cases(48), scenario(g, 30, 300, 10));
-    assert!(t.changes > 0);
-}
-
-/// The generator without the workarounds for the rewrite bugs below.
-#[test]
-fn regression_random_rewrites_unrestricted() {
-    let g = Gen {
-        avoid_known_bugs: false,
-        ..FREE
-    };
-    run(
-        "unrestricted rewrites",
-        cases(500),
-        scenario(g, 30, 300, 10),
+    let t = run(
+        "cached_and_uncached_paths_agree_across_rule_changes",
+        cases(128),
+        scenario(FREE, 30, 300, 10),
     );
+    assert!(t.changes > 0);
 }
 
-/// `normal` with sources on any port: MACs move back and forth.
+/// Rule changes with `normal` and live learning: a change can move cached
+/// `normal` flows to another VLAN or another decision.
 #[test]
-fn regression_random_normal_with_mac_moves() {
-    let g = Gen {
-        pinned: false,
-        ..LEARNING
-    };
-    run("normal, MAC moves", cases(64), scenario(g, 30, 300, 10));
-}
-
-/// Rule changes with `normal` and live learning. This trips over the bug
-/// only now and then (it needs a rule change that moves cached `normal`
-/// flows to another VLAN); the reliable reproduction is
-/// `bug_normal_flow_fixed_by_revalidation_never_learns`. Un-ignore both
-/// once the bug is fixed: this one is then the broader regression net.
-#[test]
-fn regression_random_normal_with_rule_changes() {
-    run(
-        "normal, rule changes",
-        cases(200),
+fn cached_and_uncached_paths_agree_with_normal_across_rule_changes() {
+    let t = run(
+        "cached_and_uncached_paths_agree_with_normal_across_rule_changes",
+        cases(64),
         scenario(LEARNING, 30, 300, 10),
     );
+    assert!(t.changes > 0);
+}
+
+/// Frames with one and two tags through rules that push, pop and rewrite
+/// tags before deciding on them.
+#[test]
+fn cached_and_uncached_paths_agree_on_vlan_stacks() {
+    run(
+        "cached_and_uncached_paths_agree_on_vlan_stacks",
+        cases(64),
+        scenario(VLAN_STACKS, 30, 300, 10),
+    );
+}
+
+/// `normal`, rule changes and MACs moving between ports.
+#[test]
+fn cached_and_uncached_paths_agree_with_normal_and_mac_moves() {
+    let t = run(
+        "cached_and_uncached_paths_agree_with_normal_and_mac_moves",
+        cases(48),
+        scenario(ROAMING, 30, 300, 10),
+    );
+    assert!(t.changes > 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1644,4 +1669,87 @@ fn regression_push_vlan_on_a_double_tagged_frame_misplaces_later_rewrites() {
     // The new outer tag copies the old outer one (VID 10).
     let want = frame(&[10, 10, 20], Ipv4Addr::new(198, 18, 0, 9));
     assert_eq!(hex(&out[1][0]), hex(&want));
+}
+
+fn tagged_udp(src: [u8; 6], dst: [u8; 6], tags: &[u16]) -> Vec<u8> {
+    let mut b = FrameBuilder::new(src, dst);
+    for t in tags {
+        b = b.vlan(*t);
+    }
+    b.ipv4(IP4[0], IP4[1]).udp(1000, 2000).build()
+}
+
+/// Issue 18's minimal case: after `strip_vlan`, `normal` learns and looks
+/// up in the *inner* tag's VLAN, but the cached flow matched only the outer
+/// tag, so a single-tagged frame (VLAN 0 after the strip) reused the
+/// double-tagged frame's unicast decision instead of flooding.
+#[test]
+fn regression_strip_vlan_then_normal_uses_the_inner_tag() {
+    let r = lockstep(
+        &["priority=0,actions=strip_vlan,normal"],
+        vec![
+            // C on p3 in (inner) VLAN 20.
+            vec![input(2, tagged_udp(C, BCAST, &[3 << 13 | 10, 20]))],
+            // B -> C, double tagged: unicast to p3, cached.
+            vec![input(1, tagged_udp(B, C, &[3 << 13 | 10, 20]))],
+            vec![input(1, tagged_udp(B, C, &[3 << 13 | 10, 20]))],
+            // B -> C with the outer tag only: C is unknown in VLAN 0, flood.
+            vec![input(1, tagged_udp(B, C, &[3 << 13 | 10]))],
+            // And another inner VLAN: unknown there too.
+            vec![input(1, tagged_udp(B, C, &[10, 30]))],
+        ],
+    );
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+/// The same shift seen by a table lookup: after `strip_vlan` the next
+/// table's `dl_vlan` match reads what arrived as the inner tag, so that is
+/// the tag the cached flow must match.
+#[test]
+fn regression_lookup_after_strip_vlan_matches_the_inner_tag() {
+    let r = lockstep(
+        &[
+            "table=0,actions=strip_vlan,resubmit(,1)",
+            "table=1,priority=10,dl_vlan=20,actions=output:p3",
+            "table=1,priority=0,actions=output:p4",
+        ],
+        vec![
+            vec![input(0, tagged_udp(A, B, &[10, 20]))],
+            vec![input(0, tagged_udp(A, B, &[10, 20]))],
+            vec![input(0, tagged_udp(A, B, &[10, 30]))],
+            vec![input(0, tagged_udp(A, B, &[10]))],
+            vec![input(0, tagged_udp(A, B, &[11, 20]))],
+        ],
+    );
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+/// After `push_vlan` the old outer tag is the inner one: a lookup on the
+/// inner tag reads the received outer tag.
+#[test]
+fn regression_push_vlan_then_lookup_and_normal() {
+    let r = lockstep(
+        &[
+            "table=0,actions=push_vlan:0x8100,mod_vlan_vid:99,resubmit(,1)",
+            "table=1,priority=10,dl_vlan=99,actions=pop_vlan,resubmit(,2)",
+            "table=2,priority=10,dl_vlan=20,actions=output:p3",
+            "table=2,priority=0,actions=normal",
+        ],
+        vec![
+            vec![input(0, tagged_udp(A, B, &[20]))],
+            vec![input(0, tagged_udp(A, B, &[20]))],
+            vec![input(0, tagged_udp(A, B, &[30]))],
+            vec![input(1, tagged_udp(B, A, &[30]))],
+            vec![input(0, tagged_udp(A, B, &[30]))],
+            vec![input(0, tagged_udp(A, B, &[]))],
+            vec![input(0, tagged_udp(A, B, &[20, 30]))],
+        ],
+    );
+    if let Err(e) = r {
+        panic!("{e}");
+    }
 }

@@ -12,6 +12,16 @@
 //!   tagged?), the TTL for `dec_ttl`, MAC addresses for `normal`. `wc`
 //!   becomes the megaflow's mask: any packet agreeing with this one on `wc`
 //!   gets the same actions, so the datapath may apply them without asking.
+//!
+//! `wc` is always in terms of the packet *as received*, but VLAN actions
+//! move tags between the key's two tag slots: after `pop_vlan` the outer
+//! slot holds what arrived as the inner tag, after `push_vlan` the inner
+//! slot holds what arrived as the outer one. Every decision that reads a
+//! tag therefore goes through [`Ctx::unwc_vlan`], which follows
+//! `vlan_origin` back to the received slot (or to nothing, for a tag the
+//! actions built from values already in `wc`). Without this a flow cached
+//! for `strip_vlan,normal` matched the outer tag only, while `normal`'s
+//! VLAN came from the inner one.
 
 use super::{Ofproto, MAX_DEPTH};
 use crate::datapath::{DpAction, DropReason, RuleRef, XlateOut};
@@ -38,6 +48,10 @@ struct Ctx<'a> {
     mac_changed: bool,
     /// The decision must not stay cached (see `normal`).
     uncacheable: bool,
+    /// For the key's outer (0) and inner (1) tag slot: which slot of the
+    /// received packet its value came from, or `None` when the actions
+    /// wrote it from constants or from bits already in `wc`.
+    vlan_origin: [Option<u8>; 2],
 }
 
 pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
@@ -54,6 +68,7 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         stop: false,
         mac_changed: false,
         uncacheable: false,
+        vlan_origin: [Some(0), Some(1)],
     };
     // The datapath always matches the input port: outputs are relative to it.
     ctx.wc.0.in_port = u32::MAX;
@@ -65,6 +80,15 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         install: !ctx.uncacheable,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+    }
+}
+
+/// See [`Ctx::unwc_vlan`]; free so it can run while the table is borrowed.
+fn unwc_vlan(wc: &mut FlowMask, origin: [Option<u8>; 2], slot: usize, bits: u16) {
+    match origin[slot] {
+        Some(0) => wc.0.vlan_tci |= bits,
+        Some(_) => wc.0.vlan_tci2 |= bits,
+        None => {}
     }
 }
 
@@ -85,9 +109,15 @@ impl Ctx<'_> {
         };
         let mut wc = [0u64; FLOW_WORDS];
         let hit = table.lookup_wc(self.key.words(), &mut wc);
-        for (a, b) in self.wc.words_mut().iter_mut().zip(wc.iter()) {
-            *a |= *b;
-        }
+        // The lookup saw the current tag slots; move their bits to the
+        // slots the tags arrived in.
+        let mut wc = FlowMask(FlowKey::from_words(&wc));
+        let tags = [wc.0.vlan_tci, wc.0.vlan_tci2];
+        wc.0.vlan_tci = 0;
+        wc.0.vlan_tci2 = 0;
+        self.wc.union_with(&wc);
+        unwc_vlan(&mut self.wc, self.vlan_origin, 0, tags[0]);
+        unwc_vlan(&mut self.wc, self.vlan_origin, 1, tags[1]);
         let Some((id, rule)) = hit else {
             return;
         };
@@ -184,10 +214,16 @@ impl Ctx<'_> {
         }
     }
 
+    /// Record that a decision depended on `bits` of the current tag in
+    /// `slot` (0 outer, 1 inner), in the received packet's terms.
+    fn unwc_vlan(&mut self, slot: usize, bits: u16) {
+        unwc_vlan(&mut self.wc, self.vlan_origin, slot, bits);
+    }
+
     fn normal(&mut self) {
         self.wc.0.dl_src = [0xff; 6];
         self.wc.0.dl_dst = [0xff; 6];
-        self.wc.0.vlan_tci |= VLAN_CFI | 0x0fff;
+        self.unwc_vlan(0, VLAN_CFI | 0x0fff);
         let vlan = if self.key.vlan_tci & VLAN_CFI != 0 {
             self.key.vlan_tci & 0x0fff
         } else {
@@ -262,7 +298,7 @@ impl Ctx<'_> {
                 // Through the VLAN helpers so push/pop are emitted in order.
                 let cur = self.key.vlan_tci as u128;
                 let new = ((cur & !mask) | (value & mask)) as u16;
-                self.wc.0.vlan_tci |= VLAN_CFI;
+                self.unwc_vlan(0, VLAN_CFI);
                 if new & VLAN_CFI == 0 {
                     if self.key.vlan_tci & VLAN_CFI != 0 {
                         self.pop_vlan();
@@ -302,7 +338,7 @@ impl Ctx<'_> {
     }
 
     fn push_vlan(&mut self, tpid: u16) {
-        self.wc.0.vlan_tci = 0xffff;
+        self.unwc_vlan(0, 0xffff);
         self.commit();
         // OpenFlow 1.1+: the new tag copies VID/PCP from the current outer
         // tag, or is zero on an untagged packet.
@@ -319,10 +355,14 @@ impl Ctx<'_> {
         self.key.vlan_tci = tci;
         self.committed.vlan_tci2 = self.key.vlan_tci2;
         self.committed.vlan_tci = tci;
+        // The new outer tag is a copy of bits now in `wc`; the old outer
+        // tag moves inwards, and an old inner tag leaves the key (the key
+        // holds two tags).
+        self.vlan_origin = [None, self.vlan_origin[0]];
     }
 
     fn pop_vlan(&mut self) {
-        self.wc.0.vlan_tci |= VLAN_CFI;
+        self.unwc_vlan(0, VLAN_CFI);
         if self.key.vlan_tci & VLAN_CFI == 0 {
             return;
         }
@@ -332,6 +372,7 @@ impl Ctx<'_> {
         self.key.vlan_tci2 = 0;
         self.committed.vlan_tci = self.key.vlan_tci;
         self.committed.vlan_tci2 = 0;
+        self.vlan_origin = [self.vlan_origin[1], None];
     }
 
     /// Change VID and/or PCP bits of the outer tag (pushing one if untagged,
@@ -339,7 +380,7 @@ impl Ctx<'_> {
     fn mod_vlan(&mut self, bits: u16, value: u16) {
         // The datapath's SetVlanTci writes VID and PCP together, from this
         // packet's values for the bits not modified here.
-        self.wc.0.vlan_tci = 0xffff;
+        self.unwc_vlan(0, 0xffff);
         if self.key.vlan_tci & VLAN_CFI == 0 {
             self.commit();
             let tci = value & bits;
@@ -348,6 +389,7 @@ impl Ctx<'_> {
             self.key.vlan_tci = tci | VLAN_CFI;
             self.committed.vlan_tci = self.key.vlan_tci;
             self.committed.vlan_tci2 = 0;
+            self.vlan_origin = [None, None];
         } else {
             self.key.vlan_tci = (self.key.vlan_tci & !bits) | (value & bits) | VLAN_CFI;
         }
