@@ -432,6 +432,8 @@ pub struct AfPacketPort {
     last_tx_errno: i32,
     /// Frames are exchanged behind a virtio-net header.
     vnet: bool,
+    /// The interface's offload settings before `open`, restored on drop.
+    _saved_features: Option<sys::SavedFeatures>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -484,15 +486,20 @@ impl AfPacketPort {
         validate_ifname(ifname)?;
         opts.validate()?;
         let ifindex = if_index(ifname)?;
+        let mut saved_features = None;
         if opts.vnet_hdr {
             // The kernel must take super-frames with partial checksums from
             // us and pass them on whole: checksum offload, SG, TSO/GSO on.
-            if let Err((op, e)) = sys::enable_tx_offloads(ifname) {
-                tracing::warn!(port = %ifname, "could not enable offloads ({op}): {e}");
+            match sys::enable_tx_offloads(ifname) {
+                Ok(saved) => saved_features = Some(saved),
+                Err((op, e)) => {
+                    tracing::warn!(port = %ifname, "could not enable offloads ({op}): {e}")
+                }
             }
         } else if opts.disable_offloads {
-            if let Err(e) = disable_offloads(ifname) {
-                tracing::warn!(port = %ifname, "could not disable offloads: {e}");
+            match disable_offloads(ifname) {
+                Ok(saved) => saved_features = saved,
+                Err(e) => tracing::warn!(port = %ifname, "could not disable offloads: {e}"),
             }
         }
         let err = |op| move |e| AfPacketError::sys(op, ifname, e);
@@ -561,6 +568,7 @@ impl AfPacketPort {
             tx: TxScratch::default(),
             last_tx_errno: 0,
             vnet: opts.vnet_hdr,
+            _saved_features: saved_features,
         })
     }
 
@@ -1112,7 +1120,10 @@ fn vlan_tag(hdr: &Tpacket3Hdr) -> Option<[u8; 4]> {
 /// On a veth this only shapes what the switch end itself aggregates and
 /// sends from the host stack: frames from the peer keep the peer's
 /// offloads (see the module docs for how those are handled).
-pub fn disable_offloads(ifname: &str) -> Result<(), AfPacketError> {
+///
+/// Returns the previous settings (see [`sys::SavedFeatures`]): dropping
+/// them puts the interface back as it was.
+pub fn disable_offloads(ifname: &str) -> Result<Option<sys::SavedFeatures>, AfPacketError> {
     validate_ifname(ifname)?;
     sys::disable_offloads(ifname).map_err(|(op, e)| AfPacketError::sys(op, ifname, e))
 }

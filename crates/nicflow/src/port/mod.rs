@@ -23,6 +23,7 @@ pub(crate) use fixup::{complete_checksum, finish_offloads};
 pub mod mem;
 pub mod pcap;
 mod sys;
+pub use sys::SavedFeatures;
 pub mod tap;
 pub mod tunnel;
 

@@ -613,6 +613,10 @@ pub struct AfXdpPort {
     tx_kick_pending: bool,
     last_tx_errno: i32,
     rx: RxState,
+    /// The interface's offload settings before `open`, restored after the
+    /// program is detached (XDP on a veth also changes the peer's TSO; the
+    /// kernel gives that back itself on detach).
+    _saved_features: Option<sys::SavedFeatures>,
 }
 
 /// Receive-side state, separate from the rings and the UMEM so that a frame
@@ -650,10 +654,14 @@ impl AfXdpPort {
         validate_ifname(ifname)?;
         opts.validate()?;
         let ifindex = if_index(ifname)?;
+        let mut saved_features = None;
         if opts.disable_offloads {
-            if let Err((op, e)) = sys::disable_offloads(ifname) {
-                let e = AfXdpError::sys(op, ifname, e);
-                tracing::warn!(port = %ifname, "could not disable offloads: {e}");
+            match sys::disable_offloads(ifname) {
+                Ok(saved) => saved_features = saved,
+                Err((op, e)) => {
+                    let e = AfXdpError::sys(op, ifname, e);
+                    tracing::warn!(port = %ifname, "could not disable offloads: {e}");
+                }
             }
         }
         let mtu = interface_mtu(ifname)?;
@@ -782,6 +790,7 @@ impl AfXdpPort {
                 broken: false,
                 warned_oversize: false,
             },
+            _saved_features: saved_features,
         })
     }
 
