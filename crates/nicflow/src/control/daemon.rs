@@ -3,12 +3,14 @@
 //! One thread does everything: it sleeps in `poll(2)` on every port's
 //! receive descriptor and the control socket, forwards whatever arrived in
 //! batches through each bridge, and applies control requests between
-//! batches. While traffic flows it goes from ring to ring without system
+//! batches; control connections are non-blocking and served between
+//! rounds ([`super::clients`]). While traffic flows it goes from ring to ring without system
 //! calls; once a round finds nothing it sleeps in `poll` (after a 50 µs spin
 //! for AF_XDP ports), so an idle switch uses no CPU. Housekeeping
 //! (flow aging, rule timeouts, MAC aging) runs once a second. SIGINT and
 //! SIGTERM stop the loop; dropping the switch closes every port.
 
+use super::clients::Clients;
 use super::proto::{Request, Response};
 use super::switch::Switch;
 use std::io::{BufRead, BufReader, Write};
@@ -99,7 +101,7 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
 /// May this peer configure the switch? Root or the daemon's own user. A
 /// socket file is guarded by its mode as well; an abstract socket (DPU
 /// mode) has no file, so this is its only guard.
-fn peer_allowed(stream: &UnixStream) -> bool {
+pub(super) fn peer_allowed(stream: &UnixStream) -> bool {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred {
         pid: 0,
@@ -121,36 +123,6 @@ fn peer_allowed(stream: &UnixStream) -> bool {
     r == 0 && (cred.uid == 0 || cred.uid == unsafe { libc::geteuid() })
 }
 
-fn serve(sw: &mut Switch, stream: UnixStream) {
-    if !peer_allowed(&stream) {
-        let mut s = stream;
-        let _ = s.write_all(b"{\"ok\":false,\"error\":\"permission denied\"}\n");
-        return;
-    }
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
-        Err(_) => return,
-    });
-    let mut line = String::new();
-    let resp = match reader.read_line(&mut line) {
-        Ok(0) => return,
-        Ok(_) => match serde_json::from_str::<Request>(line.trim()) {
-            Ok(req) => {
-                tracing::info!(?req, "control request");
-                sw.handle(req)
-            }
-            Err(e) => Response::err(format!("bad request: {e}")),
-        },
-        Err(e) => Response::err(format!("reading request: {e}")),
-    };
-    let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| "{\"ok\":false}".into());
-    out.push('\n');
-    let mut s = stream;
-    let _ = s.write_all(out.as_bytes());
-}
-
 /// Run until SIGINT/SIGTERM.
 pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     install_signal_handlers();
@@ -161,6 +133,7 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     let mut moved_last_round = false;
     let mut rounds_without_poll = 0u32;
     let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut clients = Clients::default();
     while !STOP.load(Ordering::SeqCst) {
         // While the previous round moved packets, go straight back to the
         // rings: a `poll()` that finds them non-empty is a wasted system
@@ -179,6 +152,7 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
                 events: libc::POLLIN,
                 revents: 0,
             });
+            clients.poll_fds(&mut fds);
             let mut spin = false;
             let mut deferred = false;
             for br in sw.bridges() {
@@ -229,9 +203,14 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
         if moved_last_round {
             last_moved = now;
         }
-        if polled && fds[0].revents & libc::POLLIN != 0 {
-            while let Ok((stream, _)) = listener.accept() {
-                serve(&mut sw, stream);
+        if polled {
+            // Control I/O never waits (see `clients`): a silent or flooding
+            // client cannot hold up the next round of forwarding.
+            if fds[0].revents & libc::POLLIN != 0 {
+                clients.accept(&listener, now);
+            }
+            if !clients.is_empty() {
+                clients.service(&mut sw, now);
             }
         }
         if now.duration_since(last_tick) >= TICK {

@@ -6,6 +6,7 @@
 //! that CLI verbs send over a unix socket. The [`config`] file is the
 //! persistent form of the same state.
 
+pub mod clients;
 pub mod config;
 pub mod daemon;
 pub mod proto;

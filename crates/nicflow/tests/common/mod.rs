@@ -176,6 +176,11 @@ impl NsLab {
         run(&["ip", "-n", &self.ns(n), "link", "show", "dev", dev]).is_ok()
     }
 
+    /// The running daemon's pid (`ip netns exec` execs it: same process).
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(|d| d.id())
+    }
+
     pub fn sock(&self) -> PathBuf {
         self.dir.join("sw.sock")
     }
