@@ -286,6 +286,9 @@ struct dp_scratch {
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };
 enum { DP_L4_NONE = 0, DP_L4_TCP, DP_L4_UDP, DP_L4_ICMP, DP_L4_ICMPV6, DP_L4_SCTP, DP_L4_OTHER };
 
+/* Slots for DP_OP_DROP reasons (userspace DropReason::ALL must fit). */
+#define DP_DROP_REASONS 4
+
 /* Global counters (per CPU, summed by userspace). */
 enum {
 	DP_STAT_RX = 0,		/* frames seen */
@@ -299,7 +302,11 @@ enum {
 	DP_STAT_ABORTED,	/* internal error after a rewrite started (should stay 0) */
 	DP_STAT_DECAP,		/* tunnel frames decapsulated (hit or not) */
 	DP_STAT_ENCAP,		/* frames encapsulated and sent to an underlay */
-	DP_STAT_N,
+	/* Drops by reason, as the userspace datapath counts them (`nicflow
+	 * stats` adds these to its own): */
+	DP_STAT_DROP_POLICY,	/* empty action list (userspace: "policy") */
+	DP_STAT_DROP_REASON,	/* DP_OP_DROP, + arg16 (a DropReason index) */
+	DP_STAT_N = DP_STAT_DROP_REASON + DP_DROP_REASONS,
 };
 
 /* ---- maps (sizes overridable by the loader) ----------------------------- */
@@ -1416,6 +1423,8 @@ int xdp_dp(struct xdp_md *ctx)
 			return bpf_redirect_map(&dp_tx_ports, a->arg32, 0);
 		case DP_OP_DROP:
 			stat_inc(DP_STAT_DROP);
+			stat_inc(DP_STAT_DROP_REASON +
+				 (a->arg16 < DP_DROP_REASONS ? a->arg16 : DP_DROP_REASONS - 1));
 			return XDP_DROP;
 		case DP_OP_TUNNEL_OUTPUT:
 			r = act_tunnel_output(ctx, st, key, a);
@@ -1475,8 +1484,11 @@ int xdp_dp(struct xdp_md *ctx)
 			return XDP_ABORTED;
 		}
 	}
-	/* No output: the frame ends here, as the userspace leftover buffer. */
+	/* No output: the frame ends here, as the userspace leftover buffer.
+	 * Only an empty action list is a drop by policy there. */
 	stat_inc(DP_STAT_DROP);
+	if (flow->n_actions == 0)
+		stat_inc(DP_STAT_DROP_POLICY);
 	return XDP_DROP;
 
 punt:

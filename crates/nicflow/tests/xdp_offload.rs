@@ -605,6 +605,80 @@ fn differential_test_run_matches_userspace_executor() {
     });
 }
 
+/// Drops in the kernel are counted by the reason the userspace datapath
+/// gives the same frame, so `nicflow stats` does not undercount once flows
+/// are offloaded: an empty action list is `policy`, a `Drop` action its
+/// [`DropReason`]. A flow with actions but no output ends the frame without
+/// a reason, as userspace's leftover buffer does.
+#[test]
+fn drops_are_counted_by_reason_in_the_kernel() {
+    if skip() {
+        return;
+    }
+    in_netns(|| {
+        veth("nfxo-dr", "nfxo-drp");
+        let in_if = ifindex("nfxo-dr");
+        let mut e = load(XdpEngineConfig::default());
+        e.set_port(in_if, IN_PORT).unwrap();
+        let m = mask(|m| {
+            m.nw_proto = 0xff;
+            m.tp_dst = 0xffff;
+        });
+        let frame = |dport: u16| {
+            FrameBuilder::new(A, B)
+                .ipv4(v4(1), v4(2))
+                .udp(1000, dport)
+                .build()
+        };
+        let flows: [(u16, Vec<DpAction>, u64); 4] = [
+            (1, vec![], 3),
+            (2, vec![DpAction::Drop(DropReason::TtlExceeded)], 2),
+            (3, vec![DpAction::Drop(DropReason::RecursionLimit)], 1),
+            (4, vec![DpAction::SetTpSrc(7)], 2),
+        ];
+        let mut want_userspace: HashMap<&str, u64> = HashMap::new();
+        for (dport, actions, n) in &flows {
+            let f = frame(*dport);
+            let mut k = FlowKey::default();
+            extract(&f, IN_PORT, &mut k).unwrap();
+            e.install(&encode(&k, &m, actions, &ports()).unwrap())
+                .unwrap();
+            // What the userspace executor says about the same frame.
+            let mut tx = TxBatch::default();
+            let mut layout = extract(&f, IN_PORT, &mut k).unwrap();
+            let r = execute(
+                actions,
+                IN_PORT,
+                PacketBuf::from_slice(&f),
+                &mut layout,
+                &mut tx,
+                &mut Vec::new(),
+                &mut VecDeque::new(),
+                16,
+            );
+            let reason = match (r.policy_drop, r.drop) {
+                (true, _) => Some("policy"),
+                (_, Some(d)) => Some(d.name()),
+                _ => None,
+            };
+            for _ in 0..*n {
+                assert_eq!(e.test_run(&f, in_if, 0).unwrap().0, XDP_DROP);
+                if let Some(r) = reason {
+                    *want_userspace.entry(r).or_insert(0) += 1;
+                }
+            }
+        }
+        let s = e.stats().unwrap();
+        let got: HashMap<&str, u64> = s.drops().into_iter().collect();
+        assert_eq!(got, want_userspace, "kernel drops by reason vs userspace");
+        assert_eq!(
+            got,
+            HashMap::from([("policy", 3), ("ttl_exceeded", 2), ("recursion_limit", 1)])
+        );
+        assert_eq!(s.drop, 8, "every frame ended in the kernel");
+    });
+}
+
 /// An AF_XDP socket (unbound is enough for the XSKMAP and test runs).
 fn xdp_socket() -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;

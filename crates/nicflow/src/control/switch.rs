@@ -1000,7 +1000,12 @@ impl Switch {
                 "xdp_packets": off.as_ref().map(|o| o.engine.hit).unwrap_or(0),
                 "userspace_packets": s.packets,
             });
-            let drops: BTreeMap<&str, u64> = s.drops().into_iter().collect();
+            // Drops of offloaded flows happen in the kernel: count both.
+            let mut drops: BTreeMap<&str, u64> = BTreeMap::new();
+            let kernel = off.as_ref().map(|o| o.engine.drops()).unwrap_or_default();
+            for (reason, n) in s.drops().into_iter().chain(kernel) {
+                *drops.entry(reason).or_insert(0) += n;
+            }
             let _ = writeln!(
                 text,
                 "  drops: {}",

@@ -8,6 +8,7 @@
 //! it, and deactivated only after its last flow is deleted.
 
 use super::encode::EncodedFlow;
+use super::layout;
 use super::layout::{
     stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, TunRx, TunRxKey, TunTx,
     CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_UNDERLAY, TUN_SLOTS,
@@ -107,6 +108,30 @@ pub struct EngineStats {
     pub decap: u64,
     /// Frames encapsulated and sent to an underlay.
     pub encap: u64,
+    /// Drops of flows with an empty action list (userspace: `policy`).
+    pub drop_policy: u64,
+    /// `DP_OP_DROP` drops per [`DropReason`](crate::datapath::DropReason) index.
+    pub drop_reasons: [u64; layout::DROP_REASONS],
+}
+
+impl EngineStats {
+    /// Drops by reason, named as the userspace datapath names them, so
+    /// `nicflow stats` can add the two.
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        let mut v = Vec::new();
+        for (r, n) in crate::datapath::DropReason::ALL
+            .iter()
+            .zip(self.drop_reasons)
+        {
+            if n > 0 {
+                v.push((r.name(), n));
+            }
+        }
+        if self.drop_policy > 0 {
+            v.push(("policy", self.drop_policy));
+        }
+        v
+    }
 }
 
 /// How the program is attached to an interface.
@@ -737,6 +762,14 @@ impl XdpEngine {
             aborted: get(stat::ABORTED)?,
             decap: get(stat::DECAP)?,
             encap: get(stat::ENCAP)?,
+            drop_policy: get(stat::DROP_POLICY)?,
+            drop_reasons: {
+                let mut r = [0; layout::DROP_REASONS];
+                for (i, n) in r.iter_mut().enumerate() {
+                    *n = get(stat::DROP_REASON + i as u32)?;
+                }
+                r
+            },
         })
     }
 

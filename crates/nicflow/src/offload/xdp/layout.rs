@@ -395,8 +395,15 @@ pub mod stat {
     pub const ABORTED: u32 = 8;
     pub const DECAP: u32 = 9;
     pub const ENCAP: u32 = 10;
-    pub const N: u32 = 11;
+    pub const DROP_POLICY: u32 = 11;
+    pub const DROP_REASON: u32 = 12;
+    pub const N: u32 = DROP_REASON + super::DROP_REASONS as u32;
 }
+
+/// Slots for `DP_OP_DROP` reasons (`DP_DROP_REASONS`): every
+/// [`DropReason`](crate::datapath::DropReason) has one.
+pub const DROP_REASONS: usize = 4;
+const _: () = assert!(crate::datapath::DropReason::ALL.len() <= DROP_REASONS);
 
 // SAFETY: all of these are repr(C), padding free (sizes asserted above and
 // offsets in the tests) and made only of integers and byte arrays.
@@ -411,8 +418,99 @@ unsafe impl aya::Pod for TunRxKey {}
 unsafe impl aya::Pod for TunRx {}
 unsafe impl aya::Pod for TunTx {}
 
+/// The C program's constants, read from `bpf/xdp_dp.c` by `build.rs`.
+pub mod c_abi {
+    include!(concat!(env!("OUT_DIR"), "/xdp_dp_abi.rs"));
+}
+
+/// Every Rust mirror equals its C constant, checked when the crate
+/// compiles; `MIRRORED` lists the C names checked, so a test can tell a C
+/// constant that gained no Rust twin.
+macro_rules! same_as_c {
+    ($($rust:expr => $c:ident),* $(,)?) => {
+        $(const _: () = assert!(
+            $rust as i64 == c_abi::$c,
+            concat!(stringify!($rust), " differs from ", stringify!($c), " in bpf/xdp_dp.c")
+        );)*
+        /// C constants with a checked Rust mirror.
+        pub const MIRRORED: &[&str] = &[$(stringify!($c)),*];
+    };
+}
+
+same_as_c! {
+    DP_KEY_WORDS => DP_KEY_WORDS,
+    MAX_ACTIONS => DP_MAX_ACTIONS,
+    MAX_MASKS_CAP => DP_MAX_MASKS_CAP,
+    op::NONE => DP_OP_NONE,
+    op::OUTPUT => DP_OP_OUTPUT,
+    op::DROP => DP_OP_DROP,
+    op::SET_ETH_SRC => DP_OP_SET_ETH_SRC,
+    op::SET_ETH_DST => DP_OP_SET_ETH_DST,
+    op::SET_IPV4_SRC => DP_OP_SET_IPV4_SRC,
+    op::SET_IPV4_DST => DP_OP_SET_IPV4_DST,
+    op::SET_IPV6_SRC => DP_OP_SET_IPV6_SRC,
+    op::SET_IPV6_DST => DP_OP_SET_IPV6_DST,
+    op::SET_TOS => DP_OP_SET_TOS,
+    op::SET_TTL => DP_OP_SET_TTL,
+    op::DEC_TTL => DP_OP_DEC_TTL,
+    op::SET_TP_SRC => DP_OP_SET_TP_SRC,
+    op::SET_TP_DST => DP_OP_SET_TP_DST,
+    op::PUSH_VLAN => DP_OP_PUSH_VLAN,
+    op::POP_VLAN => DP_OP_POP_VLAN,
+    op::SET_VLAN_TCI => DP_OP_SET_VLAN_TCI,
+    op::SET_ARP_SPA => DP_OP_SET_ARP_SPA,
+    op::SET_ARP_TPA => DP_OP_SET_ARP_TPA,
+    op::SET_ARP_SHA => DP_OP_SET_ARP_SHA,
+    op::SET_ARP_THA => DP_OP_SET_ARP_THA,
+    op::TUNNEL_OUTPUT => DP_OP_TUNNEL_OUTPUT,
+    tun_vni::TEMPLATE => DP_TUN_VNI_TEMPLATE,
+    tun_vni::ACTION => DP_TUN_VNI_ACTION,
+    tun_vni::KEY => DP_TUN_VNI_KEY,
+    flag::DEC_TTL => DP_F_DEC_TTL,
+    flag::SET_TP => DP_F_SET_TP,
+    flag::OUTPUT => DP_F_OUTPUT,
+    flag::TUNNEL => DP_F_TUNNEL,
+    CFG_NO_COUNTERS => DP_CFG_NO_COUNTERS,
+    PORT_UNDERLAY => DP_PORT_UNDERLAY,
+    TUN_HDR_LEN => DP_TUN_HDR_LEN,
+    VNI_ANY => DP_VNI_ANY,
+    TUN_VXLAN => DP_TUN_VXLAN,
+    TUN_GENEVE => DP_TUN_GENEVE,
+    DROP_REASONS => DP_DROP_REASONS,
+    stat::RX => DP_STAT_RX,
+    stat::HIT => DP_STAT_HIT,
+    stat::MISS => DP_STAT_MISS,
+    stat::UNPARSED => DP_STAT_UNPARSED,
+    stat::NO_PORT => DP_STAT_NO_PORT,
+    stat::PUNT => DP_STAT_PUNT,
+    stat::OUTPUT => DP_STAT_OUTPUT,
+    stat::DROP => DP_STAT_DROP,
+    stat::ABORTED => DP_STAT_ABORTED,
+    stat::DECAP => DP_STAT_DECAP,
+    stat::ENCAP => DP_STAT_ENCAP,
+    stat::DROP_POLICY => DP_STAT_DROP_POLICY,
+    stat::DROP_REASON => DP_STAT_DROP_REASON,
+    stat::N => DP_STAT_N,
+}
+
 #[cfg(test)]
 mod tests {
+    /// Every C constant that userspace depends on has a checked twin;
+    /// only the parser's internal enums (`DP_L3_*`, `DP_L4_*`) and the
+    /// parse bounds live in C alone.
+    #[test]
+    fn every_c_constant_has_a_checked_rust_twin() {
+        let c_only = ["DP_L3_", "DP_L4_", "DP_MAX_L3_OFF", "DP_MAX_L4_OFF"];
+        let missing: Vec<&str> = super::c_abi::ALL
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| !c_only.iter().any(|p| n.starts_with(p)))
+            .filter(|n| !super::MIRRORED.contains(n))
+            .collect();
+        assert!(missing.is_empty(), "no Rust mirror checked for {missing:?}");
+        assert!(super::c_abi::ALL.len() > 50, "build.rs read too little");
+    }
+
     use super::*;
     use std::mem::offset_of;
 
