@@ -5,7 +5,8 @@
 //! Needs clang with the BPF target and the libbpf headers (Debian:
 //! `apt-get install clang libbpf-dev`). The compiler can be overridden with
 //! `NICFLOW_BPF_CLANG=/path/to/clang`. The extra include path
-//! is where Debian keeps `asm/types.h` for x86_64; without it clang's BPF
+//! is where Debian keeps `asm/types.h` for the target architecture (its
+//! multiarch directory, or `NICFLOW_BPF_INCLUDE`); without it clang's BPF
 //! target cannot find it.
 
 use std::path::PathBuf;
@@ -101,14 +102,42 @@ fn write_abi(src: &str, out: &std::path::Path) {
     std::fs::write(out, rs).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
 }
 
+/// Where the target's `asm/types.h` lives: `NICFLOW_BPF_INCLUDE` if set,
+/// else Debian's multiarch directory for the target architecture (clang's
+/// BPF target has no multiarch paths of its own).
+fn multiarch_include() -> String {
+    println!("cargo:rerun-if-env-changed=NICFLOW_BPF_INCLUDE");
+    if let Ok(dir) = std::env::var("NICFLOW_BPF_INCLUDE") {
+        return dir;
+    }
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let endian = std::env::var("CARGO_CFG_TARGET_ENDIAN").unwrap_or_default();
+    let tuple = match (arch.as_str(), endian.as_str()) {
+        ("x86", _) => "i386-linux-gnu".to_string(),
+        ("arm", _) => "arm-linux-gnueabihf".to_string(),
+        ("powerpc64", "little") => "powerpc64le-linux-gnu".to_string(),
+        ("mips64", "little") => "mips64el-linux-gnuabi64".to_string(),
+        (a, _) => format!("{a}-linux-gnu"),
+    };
+    let dir = format!("/usr/include/{tuple}");
+    if !std::path::Path::new(&dir).join("asm/types.h").exists()
+        && !std::path::Path::new("/usr/include/asm/types.h").exists()
+    {
+        panic!(
+            "\n\nnicflow's BPF programs need the kernel headers for {arch} \
+             (`asm/types.h`), looked for in {dir}. Install them (Debian: \
+             `apt-get install linux-libc-dev`) or set NICFLOW_BPF_INCLUDE to the \
+             directory that holds `asm/`.\n"
+        );
+    }
+    dir
+}
+
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let clang = std::env::var("NICFLOW_BPF_CLANG").unwrap_or_else(|_| "clang".to_string());
     println!("cargo:rerun-if-env-changed=NICFLOW_BPF_CLANG");
-    let multiarch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("aarch64") => "/usr/include/aarch64-linux-gnu",
-        _ => "/usr/include/x86_64-linux-gnu",
-    };
+    let multiarch = multiarch_include();
     write_abi("bpf/xdp_dp.c", &out.join("xdp_dp_abi.rs"));
     for name in PROGRAMS {
         let src = format!("bpf/{name}.c");

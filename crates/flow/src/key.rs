@@ -84,13 +84,33 @@ pub struct FlowKey {
     pub nw_tos: u8,
     pub nw_ttl: u8,
     pub nw_frag: u8,
-    pub _pad: [u8; 4],
+    pub _pad: Pad,
     // words 20-23: Geneve option values mapped by a tunnel port's TLV map
     // (`tun_metadata0..7`, 4-byte options; 0 = absent).
     pub tun_metadata: [u32; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
+
+/// The 4 bytes that round word 19 up. Keys are hashed (EMC, megaflow
+/// buckets) and compared as whole words, so these bytes must be zero in
+/// every key; their type makes that hold by construction: the field is
+/// public (so `FlowKey { .., ..Default::default() }` works anywhere), but
+/// only this module can make a `Pad` that is not zero.
+///
+/// ```compile_fail
+/// let mut k = nicflow_flow::FlowKey::default();
+/// k._pad = nicflow_flow::key::Pad([1, 0, 0, 0]);
+/// ```
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, Default, Debug, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+#[repr(transparent)]
+pub struct Pad([u8; 4]);
+
+impl Pad {
+    pub const ZERO: Pad = Pad([0; 4]);
+}
 
 impl FlowKey {
     /// The key as words, for masked hashing and comparison.
@@ -184,7 +204,7 @@ impl FlowMask {
             nw_tos: 0,
             nw_ttl: 0,
             nw_frag: 0,
-            _pad: [0; 4],
+            _pad: Pad::ZERO,
             tun_metadata: [0; 8],
         })
     }
@@ -195,7 +215,7 @@ impl FlowMask {
         for w in m.0.words_mut() {
             *w = u64::MAX;
         }
-        m.0._pad = [0; 4];
+        m.0._pad = Pad::ZERO;
         m
     }
 

@@ -534,7 +534,7 @@ fn bridge_between_namespaces_ping_vlan_tcp() {
         );
         assert!(bps4 > 0.0 && bps6 > 0.0);
     } else {
-        eprintln!("skipping TCP transfer: iperf3 not installed");
+        common::skipped("TCP transfer: iperf3 not installed");
     }
 
     let mut all = Vec::new();

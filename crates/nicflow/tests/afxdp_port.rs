@@ -194,7 +194,7 @@ fn open_or_skip(ifname: &str, opts: AfXdpOptions) -> Option<AfXdpPort> {
     match AfXdpPort::open(ifname, opts) {
         Ok(p) => Some(p),
         Err(e) if e.is_unsupported() => {
-            eprintln!("skipping: the kernel refuses AF_XDP/XDP here: {e}");
+            common::skipped(&format!("the kernel refuses AF_XDP/XDP here: {e}"));
             None
         }
         Err(e) => panic!("open {ifname}: {e}"),
@@ -498,7 +498,7 @@ fn bridge_test(tag: &str, net: u8, mode: XdpMode, expect: AttachMode) {
         );
         assert!(bps4 > 0.0 && bps6 > 0.0);
     } else {
-        eprintln!("skipping TCP transfer: iperf3 not installed");
+        common::skipped("TCP transfer: iperf3 not installed");
     }
 
     let reports = switch.stop();
@@ -577,7 +577,7 @@ fn auto_mode_falls_back_to_generic() {
     }
     let name = format!("nfx{}f", std::process::id());
     if let Err(e) = run(&["ip", "link", "add", &name, "type", "bridge"]) {
-        eprintln!("skipping: cannot create a bridge device: {e}");
+        common::skipped(&format!("cannot create a bridge device: {e}"));
         return;
     }
     let link = Link(name);
@@ -591,7 +591,7 @@ fn auto_mode_falls_back_to_generic() {
         },
     ) {
         Err(e) if e.is_unsupported() => {
-            eprintln!("skipping: the kernel refuses AF_XDP/XDP here: {e}");
+            common::skipped(&format!("the kernel refuses AF_XDP/XDP here: {e}"));
             return;
         }
         Err(e) => e,
@@ -657,7 +657,7 @@ fn port_reads_burst_in_order_and_transmits() {
     ) {
         Ok(p) => eprintln!("note: veth accepted zero-copy: {p:?}"),
         Err(e) if e.is_unsupported() => {
-            eprintln!("skipping: the kernel refuses AF_XDP/XDP here: {e}");
+            common::skipped(&format!("the kernel refuses AF_XDP/XDP here: {e}"));
             return;
         }
         Err(e) => {
@@ -846,7 +846,7 @@ fn jumbo_frames_cross_as_multi_buffer() {
         };
         assert_eq!(p.mtu(), 9000);
         if !p.multi_buffer() {
-            eprintln!("skipping: the kernel refuses multi-buffer AF_XDP (XDP_USE_SG)");
+            common::skipped("the kernel refuses multi-buffer AF_XDP (XDP_USE_SG)");
             return;
         }
         ports.push(p);

@@ -31,7 +31,7 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
         return;
     }
     if !have_with("ethtool", "--version") {
-        eprintln!("skipping: `ethtool` not installed");
+        common::skipped("`ethtool` not installed");
         return;
     }
     let mut lab = NsLab::new("nfir", "", &["sw", "h1", "h2"]);

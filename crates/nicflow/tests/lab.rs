@@ -8,6 +8,8 @@
 //! even when an assertion fails. Notices that must be seen even without
 //! `--nocapture` (skips) are written straight to stderr.
 
+mod common;
+
 use nicflow::control::daemon::request;
 use nicflow::control::proto::Request;
 use nicflow::lab::{self, names, sys, LabError, LabOptions, Topology};
@@ -17,7 +19,12 @@ use std::time::Duration;
 
 /// A notice that bypasses the test harness's output capture.
 fn notice(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+    match msg.strip_prefix("skipping: ") {
+        Some(reason) => common::skipped(reason),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        }
+    }
 }
 
 fn privileged() -> bool {

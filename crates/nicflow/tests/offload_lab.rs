@@ -12,6 +12,8 @@
 //! frames are exactly the ones built here (complete checksums) and exactly
 //! the ones the receiving veth delivered.
 
+mod common;
+
 use nicflow::control::daemon::request;
 use nicflow::control::proto::Request;
 use nicflow::lab::{self, names, LabOptions, Topology};
@@ -24,7 +26,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn notice(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+    match msg.strip_prefix("skipping: ") {
+        Some(reason) => common::skipped(reason),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        }
+    }
 }
 
 fn privileged() -> bool {

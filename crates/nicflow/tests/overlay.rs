@@ -540,7 +540,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         return;
     }
     if !have_scapy() {
-        eprintln!("skipping: scapy not installed for /usr/bin/python3");
+        common::skipped("scapy not installed for /usr/bin/python3");
         return;
     }
     let lab = up_geneve("g");

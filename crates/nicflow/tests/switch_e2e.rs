@@ -16,6 +16,8 @@
 //! test — scapy for `/usr/bin/python3`; as any other user each test prints
 //! "skipping: needs root" and passes. Helper scripts live in `tests/scapy/`.
 
+mod common;
+
 use nicflow::control::config::Config;
 use nicflow::control::daemon::request;
 use nicflow::control::proto::{Request, Response};
@@ -34,7 +36,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A notice that bypasses the test harness's output capture.
 fn notice(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+    match msg.strip_prefix("skipping: ") {
+        Some(reason) => common::skipped(reason),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        }
+    }
 }
 
 fn privileged() -> bool {

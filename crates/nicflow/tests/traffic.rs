@@ -8,6 +8,8 @@
 //! and 2001:db8::/32. As any other user than root the root tests print
 //! "skipping: needs root" and pass.
 
+mod common;
+
 use nicflow::lab::{self, LabOptions, Topology};
 use serde_json::Value;
 use std::io::Write;
@@ -16,7 +18,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn notice(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+    match msg.strip_prefix("skipping: ") {
+        Some(reason) => common::skipped(reason),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{msg}");
+        }
+    }
 }
 
 fn privileged() -> bool {

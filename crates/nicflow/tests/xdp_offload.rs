@@ -48,11 +48,11 @@ const IN_PORT: u32 = 1;
 
 fn skip() -> bool {
     if !is_root() {
-        eprintln!("skipping: the XDP offload tests need root (BPF, namespaces)");
+        common::skipped("the XDP offload tests need root (BPF, namespaces)");
         return true;
     }
     if !have("ip") {
-        eprintln!("skipping: `ip` not installed");
+        common::skipped("`ip` not installed");
         return true;
     }
     false

@@ -56,6 +56,9 @@ impl Port for Renamed {
     fn stats(&self) -> PortStats {
         self.inner.stats()
     }
+    fn rx_exhausted(&self) -> bool {
+        self.inner.rx_exhausted()
+    }
     fn accepts_offloads(&self) -> bool {
         self.inner.accepts_offloads()
     }
@@ -79,6 +82,86 @@ impl Port for Renamed {
     }
     fn as_tunnel(&self) -> Option<&crate::port::tunnel::TunnelPort> {
         self.inner.as_tunnel()
+    }
+}
+
+#[cfg(test)]
+mod renamed_tests {
+    use super::Renamed;
+    use crate::port::{Port, PortStats};
+    use nicflow_packet::buf::PacketBuf;
+    use std::io;
+
+    /// A port whose every method answers something no default does.
+    struct Odd;
+    impl Port for Odd {
+        fn name(&self) -> &str {
+            "inner"
+        }
+        fn recv_batch(
+            &mut self,
+            _: &mut Vec<PacketBuf>,
+            _: usize,
+            _: &mut Vec<PacketBuf>,
+        ) -> io::Result<usize> {
+            Ok(7)
+        }
+        fn send_batch(
+            &mut self,
+            _: &mut Vec<PacketBuf>,
+            _: &mut Vec<PacketBuf>,
+        ) -> io::Result<usize> {
+            Ok(9)
+        }
+        fn stats(&self) -> PortStats {
+            PortStats {
+                rx_packets: 3,
+                ..Default::default()
+            }
+        }
+        fn rx_exhausted(&self) -> bool {
+            true
+        }
+        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+            vec![("odd", 1)]
+        }
+        fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+            Some(42)
+        }
+        fn accepts_offloads(&self) -> bool {
+            true
+        }
+        fn spin_worthwhile(&self) -> bool {
+            true
+        }
+        fn has_deferred_work(&self) -> bool {
+            true
+        }
+        fn kind(&self) -> &'static str {
+            "odd"
+        }
+    }
+
+    /// The wrapper changes the name (and reported kind) and nothing else:
+    /// it once dropped `rx_exhausted`, so a renamed pcap port never ended.
+    /// A new `Port` method must be forwarded and added here.
+    #[test]
+    fn renamed_forwards_every_method() {
+        let mut r = Renamed {
+            name: "p1".into(),
+            kind: "afxdp",
+            inner: Box::new(Odd),
+        };
+        assert_eq!((r.name(), r.kind()), ("p1", "afxdp"));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        assert_eq!(r.recv_batch(&mut a, 1, &mut b).unwrap(), 7);
+        assert_eq!(r.send_batch(&mut a, &mut b).unwrap(), 9);
+        assert_eq!(r.stats().rx_packets, 3);
+        assert!(r.rx_exhausted());
+        assert_eq!(r.extra_counters(), vec![("odd", 1)]);
+        assert_eq!(r.rx_fd(), Some(42));
+        assert!(r.accepts_offloads() && r.spin_worthwhile() && r.has_deferred_work());
+        assert!(r.as_afxdp_mut().is_none() && r.as_tunnel().is_none());
     }
 }
 

@@ -947,11 +947,17 @@ impl Underlay {
 
     fn arp_input(&mut self, pkt: &PacketBuf, now: Instant) {
         use nicflow_packet::arp;
-        let Ok(a) = arp::Packet::new_checked(&pkt.data()[14..]) else {
+        // Checked here, not left to the caller: a runt frame is counted,
+        // never a slice panic.
+        let Some(body) = pkt.data().get(14..) else {
             self.counters.rx_not_tunnel += 1;
             return;
         };
-        if !arp::is_eth_ipv4(&pkt.data()[14..]) {
+        let Ok(a) = arp::Packet::new_checked(body) else {
+            self.counters.rx_not_tunnel += 1;
+            return;
+        };
+        if !arp::is_eth_ipv4(body) {
             self.counters.rx_not_tunnel += 1;
             return;
         }
