@@ -25,6 +25,12 @@ fn feature<'a>(f: &'a [String], name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no `{name}` in {f:?}"))
 }
 
+/// Does `iface` (in node sw) have an XDP program attached?
+fn xdp_attached(lab: &NsLab, iface: &str) -> bool {
+    lab.must("sw", &["ip", "link", "show", "dev", iface])
+        .contains("xdp")
+}
+
 #[test]
 fn port_offload_settings_are_restored_on_del_port_and_exit() {
     if !lab_possible() {
@@ -65,6 +71,7 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
     lab.cli(&["del-port", "br0", "p1"]).unwrap();
     assert_eq!(features(&lab, "sw", "p1"), before[0], "p1 after del-port");
     assert_eq!(features(&lab, "h1", "eth0"), before[1], "p1's peer");
+    assert!(!xdp_attached(&lab, "p1"), "XDP left on p1 after del-port");
 
     // Daemon exit puts p2 back; add p1 again so exit covers afxdp too.
     lab.cli(&["add-port", "br0", "p1"]).unwrap();
@@ -90,4 +97,5 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
         before[3],
         "p2's peer after exit"
     );
+    assert!(!xdp_attached(&lab, "p1"), "XDP left on p1 after exit");
 }
