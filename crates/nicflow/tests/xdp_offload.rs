@@ -27,7 +27,7 @@
 mod common;
 
 use common::{have, is_root, must};
-use nicflow::datapath::execute::{execute, TxBatch};
+use nicflow::datapath::execute::{execute, ExecResult, TxBatch};
 use nicflow::datapath::{DpAction, DropReason};
 use nicflow::offload::xdp::{
     encode, pack, AttachMode, EncodedFlow, XdpAction, XdpEngine, XdpEngineConfig,
@@ -118,21 +118,7 @@ fn v6(n: u16) -> Ipv6Addr {
 /// Userspace reference: what `datapath::execute` does with `actions` on
 /// `frame`: (XDP verdict it corresponds to, resulting frame).
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
-    let mut key = FlowKey::default();
-    let mut layout = extract(frame, IN_PORT, &mut key).expect("test frame parses");
-    let mut tx = TxBatch::default();
-    let mut pool = Vec::new();
-    let mut ctl = VecDeque::new();
-    let r = execute(
-        actions,
-        IN_PORT,
-        PacketBuf::from_slice(frame),
-        &mut layout,
-        &mut tx,
-        &mut pool,
-        &mut ctl,
-        16,
-    );
+    let (r, mut tx) = userspace_exec(frame, actions);
     assert!(tx.pkts.len() <= 1, "offloadable flows output once");
     match tx.pkts.pop() {
         Some((_, p)) => (XDP_REDIRECT, p.data().to_vec()),
@@ -144,6 +130,25 @@ fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
                 .to_vec(),
         ),
     }
+}
+
+/// The userspace executor's result for `frame` under `actions`, and what
+/// it transmitted.
+fn userspace_exec(frame: &[u8], actions: &[DpAction]) -> (ExecResult, TxBatch) {
+    let mut key = FlowKey::default();
+    let mut layout = extract(frame, IN_PORT, &mut key).expect("test frame parses");
+    let mut tx = TxBatch::default();
+    let r = execute(
+        actions,
+        IN_PORT,
+        PacketBuf::from_slice(frame),
+        &mut layout,
+        &mut tx,
+        &mut Vec::new(),
+        &mut VecDeque::new(),
+        16,
+    );
+    (r, tx)
 }
 
 struct Case {
@@ -644,18 +649,7 @@ fn drops_are_counted_by_reason_in_the_kernel() {
             e.install(&encode(&k, &m, actions, &ports()).unwrap())
                 .unwrap();
             // What the userspace executor says about the same frame.
-            let mut tx = TxBatch::default();
-            let mut layout = extract(&f, IN_PORT, &mut k).unwrap();
-            let r = execute(
-                actions,
-                IN_PORT,
-                PacketBuf::from_slice(&f),
-                &mut layout,
-                &mut tx,
-                &mut Vec::new(),
-                &mut VecDeque::new(),
-                16,
-            );
+            let (r, _) = userspace_exec(&f, actions);
             let reason = match (r.policy_drop, r.drop) {
                 (true, _) => Some("policy"),
                 (_, Some(d)) => Some(d.name()),

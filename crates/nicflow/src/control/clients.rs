@@ -70,20 +70,16 @@ impl Conn {
                 Ok(n) => {
                     self.last_progress = now;
                     budget = budget.saturating_sub(n);
-                    let data = &chunk[..n];
-                    if let Some(nl) = data.iter().position(|&b| b == b'\n') {
-                        if self.inbuf.len() + nl > MAX_REQUEST {
-                            self.too_large();
-                            return None;
-                        }
-                        self.inbuf.extend_from_slice(&data[..nl]);
-                        return Some(std::mem::take(&mut self.inbuf));
-                    }
-                    if self.inbuf.len() + n > MAX_REQUEST {
+                    let nl = chunk[..n].iter().position(|&b| b == b'\n');
+                    let line = &chunk[..nl.unwrap_or(n)];
+                    if self.inbuf.len() + line.len() > MAX_REQUEST {
                         self.too_large();
                         return None;
                     }
-                    self.inbuf.extend_from_slice(data);
+                    self.inbuf.extend_from_slice(line);
+                    if nl.is_some() {
+                        return Some(std::mem::take(&mut self.inbuf));
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}

@@ -200,28 +200,13 @@ pub struct SavedFeatures {
 }
 
 impl SavedFeatures {
-    /// Put the features back now; dropping does the same.
-    pub fn restore(mut self) -> io::Result<()> {
-        self.restore_now()
-    }
-
     fn restore_now(&mut self) -> io::Result<()> {
-        // Every block goes back, changed or not: the kernel wants them all
-        // (`size` below its feature word count is EINVAL), in place.
-        if self.blocks.iter().all(|(valid, _)| *valid == 0) {
+        let blocks = std::mem::take(&mut self.blocks);
+        if blocks.iter().all(|(valid, _)| *valid == 0) {
             return Ok(());
         }
-        let blocks = std::mem::take(&mut self.blocks);
         let sock = control_socket()?;
-        let mut buf = vec![0u8; 8 + 8 * blocks.len()];
-        buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
-        buf[4..8].copy_from_slice(&(blocks.len() as u32).to_ne_bytes());
-        for (i, (valid, requested)) in blocks.iter().enumerate() {
-            let at = 8 + 8 * i;
-            buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
-            buf[at + 4..at + 8].copy_from_slice(&requested.to_ne_bytes());
-        }
-        ethtool_raw(sock.as_raw_fd(), &self.ifname, &mut buf).map(drop)
+        write_features(sock.as_raw_fd(), &self.ifname, &blocks)
     }
 }
 
@@ -291,37 +276,42 @@ fn set_features(
     let names = feature_names(fd, ifname)?;
     let blocks = names.len().div_ceil(32);
     let before = wanted_features(fd, ifname, blocks)?;
-    // struct ethtool_sfeatures { u32 cmd; u32 size; struct
-    // ethtool_set_features_block { u32 valid; u32 requested; } features[]; }
-    let mut buf = vec![0u8; 8 + 8 * blocks];
-    buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
-    buf[4..8].copy_from_slice(&(blocks as u32).to_ne_bytes());
+    // (valid, requested) per block: the picked bits, all on or all off.
+    let mut set = vec![(0u32, 0u32); blocks];
     for (i, _) in names.iter().enumerate().filter(|(_, n)| pick(n)) {
-        let at = 8 + 8 * (i / 32);
-        let mut valid = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default());
-        valid |= 1 << (i % 32);
-        buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
-        if on {
-            let r = at + 4;
-            let mut req = u32::from_ne_bytes(buf[r..r + 4].try_into().unwrap_or_default());
-            req |= 1 << (i % 32);
-            buf[r..r + 4].copy_from_slice(&req.to_ne_bytes());
-        }
-        // Otherwise `requested` stays 0: off.
+        set[i / 32].0 |= 1 << (i % 32);
+    }
+    for b in &mut set {
+        b.1 = if on { b.0 } else { 0 };
     }
     let saved = SavedFeatures {
         ifname: ifname.to_string(),
-        blocks: (0..blocks)
-            .map(|b| {
-                let at = 8 + 8 * b;
-                let valid = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default());
-                (valid, before[b] & valid)
-            })
+        blocks: set
+            .iter()
+            .zip(&before)
+            .map(|(&(valid, _), wanted)| (valid, wanted & valid))
             .collect(),
     };
-    // A positive result only flags features the device cannot change.
-    ethtool_raw(fd, ifname, &mut buf)?;
+    write_features(fd, ifname, &set)?;
     Ok(saved)
+}
+
+/// `ETHTOOL_SFEATURES` with one `(valid, requested)` pair per feature
+/// block, every block in order (a `size` below the kernel's feature word
+/// count is `EINVAL`). A positive result only flags features the device
+/// cannot change.
+fn write_features(fd: RawFd, ifname: &str, blocks: &[(u32, u32)]) -> io::Result<()> {
+    // struct ethtool_sfeatures { u32 cmd; u32 size; struct
+    // ethtool_set_features_block { u32 valid; u32 requested; } features[]; }
+    let mut buf = vec![0u8; 8 + 8 * blocks.len()];
+    buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
+    buf[4..8].copy_from_slice(&(blocks.len() as u32).to_ne_bytes());
+    for (i, (valid, requested)) in blocks.iter().enumerate() {
+        let at = 8 + 8 * i;
+        buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
+        buf[at + 4..at + 8].copy_from_slice(&requested.to_ne_bytes());
+    }
+    ethtool_raw(fd, ifname, &mut buf).map(drop)
 }
 
 /// The `requested` (user-wanted) bits of every feature block
