@@ -883,3 +883,36 @@ fn vnet_hdr_in_tap_out_is_segmented() {
     drop(s);
     drop(lp);
 }
+
+/// `open_port` opens every kind of port under the bridge's name for it and
+/// the port reports its own kind (it used to wrap each port in a renaming
+/// forwarder, which once forgot to forward `rx_exhausted`).
+#[test]
+fn open_port_names_the_port_and_it_reports_its_kind() {
+    use nicflow::control::config::{PortConfig, PortType};
+    use nicflow::control::switch::open_port;
+    if !lab_possible() {
+        return;
+    }
+    let lab = Lab::new("n", 1, 21);
+    for (kind, want) in [
+        (PortType::Afpacket, "afpacket"),
+        (PortType::Afxdp, "afxdp"),
+        (PortType::Uplink, "afxdp"),
+    ] {
+        let pc = PortConfig {
+            name: "p9".into(),
+            iface: lab.sw[0].clone(),
+            kind,
+            options: Default::default(),
+        };
+        let port = open_port(&pc).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        assert_eq!(port.name(), "p9", "{kind:?}");
+        // AF_XDP may fall back to AF_PACKET on a kernel without it.
+        assert!(
+            port.kind() == want || (want == "afxdp" && port.kind() == "afpacket"),
+            "{kind:?}: kind {}",
+            port.kind()
+        );
+    }
+}

@@ -13,157 +13,15 @@ use super::vf::{self, VfError, VfSpec};
 use crate::bridge::Bridge;
 use crate::datapath::DatapathConfig;
 use crate::offload::OffloadMode;
-use crate::port::{Port, PortStats};
-use nicflow_packet::buf::PacketBuf;
+use crate::port::Port;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io;
 use std::path::PathBuf;
 use std::time::Instant;
 
 /// The rule every new bridge starts with, as in Open vSwitch.
 pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
-
-/// A port under a bridge-chosen name (the `--name` of `add-port`).
-struct Renamed {
-    name: String,
-    /// What was opened (`afpacket` when AF_XDP fell back; `afxdp` for an
-    /// uplink, so the offload manager treats it as the AF_XDP port it is).
-    kind: &'static str,
-    inner: Box<dyn Port>,
-}
-
-impl Port for Renamed {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn recv_batch(
-        &mut self,
-        out: &mut Vec<PacketBuf>,
-        max: usize,
-        pool: &mut Vec<PacketBuf>,
-    ) -> io::Result<usize> {
-        self.inner.recv_batch(out, max, pool)
-    }
-    fn send_batch(
-        &mut self,
-        pkts: &mut Vec<PacketBuf>,
-        done: &mut Vec<PacketBuf>,
-    ) -> io::Result<usize> {
-        self.inner.send_batch(pkts, done)
-    }
-    fn stats(&self) -> PortStats {
-        self.inner.stats()
-    }
-    fn rx_exhausted(&self) -> bool {
-        self.inner.rx_exhausted()
-    }
-    fn accepts_offloads(&self) -> bool {
-        self.inner.accepts_offloads()
-    }
-    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
-        self.inner.extra_counters()
-    }
-    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.inner.rx_fd()
-    }
-    fn spin_worthwhile(&self) -> bool {
-        self.inner.spin_worthwhile()
-    }
-    fn has_deferred_work(&self) -> bool {
-        self.inner.has_deferred_work()
-    }
-    fn kind(&self) -> &'static str {
-        self.kind
-    }
-    fn as_afxdp_mut(&mut self) -> Option<&mut crate::port::afxdp::AfXdpPort> {
-        self.inner.as_afxdp_mut()
-    }
-    fn as_tunnel(&self) -> Option<&crate::port::tunnel::TunnelPort> {
-        self.inner.as_tunnel()
-    }
-}
-
-#[cfg(test)]
-mod renamed_tests {
-    use super::Renamed;
-    use crate::port::{Port, PortStats};
-    use nicflow_packet::buf::PacketBuf;
-    use std::io;
-
-    /// A port whose every method answers something no default does.
-    struct Odd;
-    impl Port for Odd {
-        fn name(&self) -> &str {
-            "inner"
-        }
-        fn recv_batch(
-            &mut self,
-            _: &mut Vec<PacketBuf>,
-            _: usize,
-            _: &mut Vec<PacketBuf>,
-        ) -> io::Result<usize> {
-            Ok(7)
-        }
-        fn send_batch(
-            &mut self,
-            _: &mut Vec<PacketBuf>,
-            _: &mut Vec<PacketBuf>,
-        ) -> io::Result<usize> {
-            Ok(9)
-        }
-        fn stats(&self) -> PortStats {
-            PortStats {
-                rx_packets: 3,
-                ..Default::default()
-            }
-        }
-        fn rx_exhausted(&self) -> bool {
-            true
-        }
-        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
-            vec![("odd", 1)]
-        }
-        fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
-            Some(42)
-        }
-        fn accepts_offloads(&self) -> bool {
-            true
-        }
-        fn spin_worthwhile(&self) -> bool {
-            true
-        }
-        fn has_deferred_work(&self) -> bool {
-            true
-        }
-        fn kind(&self) -> &'static str {
-            "odd"
-        }
-    }
-
-    /// The wrapper changes the name (and reported kind) and nothing else:
-    /// it once dropped `rx_exhausted`, so a renamed pcap port never ended.
-    /// A new `Port` method must be forwarded and added here.
-    #[test]
-    fn renamed_forwards_every_method() {
-        let mut r = Renamed {
-            name: "p1".into(),
-            kind: "afxdp",
-            inner: Box::new(Odd),
-        };
-        assert_eq!((r.name(), r.kind()), ("p1", "afxdp"));
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        assert_eq!(r.recv_batch(&mut a, 1, &mut b).unwrap(), 7);
-        assert_eq!(r.send_batch(&mut a, &mut b).unwrap(), 9);
-        assert_eq!(r.stats().rx_packets, 3);
-        assert!(r.rx_exhausted());
-        assert_eq!(r.extra_counters(), vec![("odd", 1)]);
-        assert_eq!(r.rx_fd(), Some(42));
-        assert!(r.accepts_offloads() && r.spin_worthwhile() && r.has_deferred_work());
-        assert!(r.as_afxdp_mut().is_none() && r.as_tunnel().is_none());
-    }
-}
 
 /// An AF_PACKET port; options are the `AfPacketOptions` fields as
 /// `key=value` (block_size, block_count, frame_size, block_timeout_ms,
@@ -195,20 +53,26 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             _ => return Err(format!("port {}: unknown afpacket option `{k}`", pc.name)),
         }
     }
-    let p = AfPacketPort::open(&pc.iface, o).map_err(|e| e.to_string())?;
+    let mut p = AfPacketPort::open(&pc.iface, o).map_err(|e| e.to_string())?;
+    p.set_name(&pc.name);
     Ok(Box::new(p))
 }
 
 /// Open the Linux side of a port. An uplink is opened exactly as an
 /// `afxdp` port (same options, same AF_PACKET fallback); only the
-/// configuration and `show` know it as the uplink.
+/// configuration and `show` know it as the uplink. Every port is opened
+/// under the bridge's name for it (`pc.name`) and reports its own kind
+/// (`afpacket` after an AF_XDP fallback), with no wrapper in between.
 pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
-    let mut kind = pc.kind.as_str();
-    let inner: Box<dyn Port> = match pc.kind {
-        PortType::Tap | PortType::Internal => Box::new(
-            crate::port::tap::TapPort::open(&pc.name, &pc.iface)
-                .map_err(|e| format!("tap {}: {e}", pc.iface))?,
-        ),
+    Ok(match pc.kind {
+        PortType::Tap | PortType::Internal => {
+            let mut t = crate::port::tap::TapPort::open(&pc.name, &pc.iface)
+                .map_err(|e| format!("tap {}: {e}", pc.iface))?;
+            if pc.kind == PortType::Internal {
+                t.set_internal();
+            }
+            Box::new(t)
+        }
         PortType::Afpacket => open_afpacket(pc)?,
         PortType::Vxlan | PortType::Geneve => {
             use crate::port::tunnel::{TunnelConfig, TunnelPort};
@@ -224,12 +88,14 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
         }
         PortType::Afxdp | PortType::Uplink => {
             use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
-            kind = PortType::Afxdp.as_str();
             let o =
                 AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                     .map_err(|e| format!("port {}: {e}", pc.name))?;
             match AfXdpPort::open(&pc.iface, o) {
-                Ok(p) => Box::new(p),
+                Ok(mut p) => {
+                    p.set_name(&pc.name);
+                    Box::new(p)
+                }
                 // AF_PACKET is the fallback when AF_XDP cannot be used at
                 // all (no AF_XDP in the kernel, XDP refused in both modes).
                 Err(e) => {
@@ -243,17 +109,11 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
                         options: Default::default(),
                         ..pc.clone()
                     };
-                    kind = PortType::Afpacket.as_str();
                     open_afpacket(&fallback)?
                 }
             }
         }
-    };
-    Ok(Box::new(Renamed {
-        name: pc.name.clone(),
-        kind,
-        inner,
-    }))
+    })
 }
 
 /// Where the verifier log of a refused XDP program is written: next to

@@ -572,6 +572,13 @@ impl AfPacketPort {
         })
     }
 
+    /// Call the port `name` on the bridge (`add-port --name`); it is named
+    /// after its interface otherwise.
+    pub fn set_name(&mut self, name: &str) {
+        self.name = name.to_string();
+        self.rx.name = name.to_string();
+    }
+
     pub fn ifindex(&self) -> i32 {
         self.ifindex
     }
@@ -610,6 +617,10 @@ impl AfPacketPort {
 impl Port for AfPacketPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "afpacket"
     }
 
     /// Also returns segments left over from a super-frame by the previous

@@ -72,6 +72,8 @@ pub fn set_link_up(name: &str) -> io::Result<()> {
 
 pub struct TapPort {
     name: String,
+    /// `tap`, or `internal` for the bridge's own interface.
+    kind: &'static str,
     dev: File,
     stats: PortStats,
     scratch: Box<[u8]>,
@@ -96,6 +98,7 @@ impl TapPort {
         set_link_up(ifname).map_err(|e| io::Error::new(e.kind(), format!("{ifname} up: {e}")))?;
         Ok(TapPort {
             name: name.to_string(),
+            kind: "tap",
             dev,
             stats: PortStats::default(),
             scratch: vec![0u8; 65536].into_boxed_slice(),
@@ -103,9 +106,21 @@ impl TapPort {
     }
 }
 
+impl TapPort {
+    /// Report the port as an `internal` port (the offload manager names
+    /// the kind when flows through it stay in userspace).
+    pub fn set_internal(&mut self) {
+        self.kind = "internal";
+    }
+}
+
 impl Port for TapPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
     }
 
     fn recv_batch(

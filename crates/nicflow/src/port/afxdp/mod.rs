@@ -794,6 +794,13 @@ impl AfXdpPort {
         })
     }
 
+    /// Call the port `name` on the bridge (`add-port --name`); it is named
+    /// after its interface otherwise.
+    pub fn set_name(&mut self, name: &str) {
+        self.name = name.to_string();
+        self.rx.name = name.to_string();
+    }
+
     pub fn ifindex(&self) -> u32 {
         self.ifindex
     }
