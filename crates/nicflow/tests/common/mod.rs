@@ -5,6 +5,8 @@
 //! a guard.
 #![allow(dead_code)]
 
+pub mod dp;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

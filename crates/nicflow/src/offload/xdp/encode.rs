@@ -471,6 +471,37 @@ pub fn encode(
     })
 }
 
+/// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding; the TC
+/// program leaves out what would need its own byte-moving or checksum
+/// code: VLAN push/pop/set (at TC ingress the outer tag is out of the frame,
+/// in skb metadata), ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
+/// follow them) and tunnel output. Those flows stay in userspace with
+/// `tc:vlan-action`, `tc:arp-rewrite` or `tc:tunnel`.
+pub fn encode_tc(
+    key: &FlowKey,
+    mask: &FlowMask,
+    actions: &[DpAction],
+    ports: &dyn PortSlots,
+) -> Result<EncodedFlow, NotOffloadable> {
+    for a in actions {
+        match a {
+            DpAction::PushVlan { .. } | DpAction::PopVlan | DpAction::SetVlanTci(_) => {
+                return Err(no("tc:vlan-action"))
+            }
+            DpAction::SetArpSpa(_)
+            | DpAction::SetArpTpa(_)
+            | DpAction::SetArpSha(_)
+            | DpAction::SetArpTha(_) => return Err(no("tc:arp-rewrite")),
+            DpAction::Output(p) if ports.tunnel(*p).is_some() => return Err(no("tc:tunnel")),
+            _ => {}
+        }
+    }
+    if mask.0.tun_id != 0 || mask.0.tun_src != 0 || mask.0.tun_dst != 0 || mask.0.tun_flags != 0 {
+        return Err(no("tc:tunnel"));
+    }
+    encode(key, mask, actions, ports)
+}
+
 /// Decode a value's action list (for dumps and tests).
 pub fn actions_of(v: &FlowValue) -> Vec<XdpAction> {
     let n = usize::from(v.n_actions).min(MAX_ACTIONS);
@@ -612,6 +643,39 @@ mod tests {
         assert_eq!(
             actions_of(&e.value),
             vec![XdpAction::SetTtl(1), XdpAction::Drop { reason: 0 }]
+        );
+    }
+
+    #[test]
+    fn tc_refuses_what_its_program_leaves_out() {
+        let (k, m) = tcp_flow();
+        for (a, reason) in [
+            (DpAction::PopVlan, "tc:vlan-action"),
+            (
+                DpAction::PushVlan {
+                    tpid: 0x8100,
+                    tci: 5,
+                },
+                "tc:vlan-action",
+            ),
+            (DpAction::SetVlanTci(7), "tc:vlan-action"),
+            (DpAction::SetArpSpa(1), "tc:arp-rewrite"),
+        ] {
+            let e = encode_tc(&k, &m, &[a, DpAction::Output(2)], &ports()).unwrap_err();
+            assert_eq!(e.reason, reason);
+        }
+        let mut mt = m;
+        mt.0.tun_id = u64::MAX;
+        assert_eq!(
+            encode_tc(&k, &mt, &[DpAction::Output(2)], &ports())
+                .unwrap_err()
+                .reason,
+            "tc:tunnel"
+        );
+        let acts = [DpAction::SetIpv4Dst(0xc612_0009), DpAction::Output(2)];
+        assert_eq!(
+            encode_tc(&k, &m, &acts, &ports()).unwrap(),
+            encode(&k, &m, &acts, &ports()).unwrap()
         );
     }
 

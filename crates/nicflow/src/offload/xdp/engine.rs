@@ -16,15 +16,49 @@ use super::layout::{
 use super::masks::MaskTable;
 use super::OffloadError;
 use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray, XskMap};
-use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::programs::tc::SchedClassifierLinkId;
+use aya::programs::{
+    ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
+};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-/// The object built from `bpf/xdp_dp.c` by build.rs.
+/// The objects built from `bpf/xdp_dp.c` and `bpf/tc_dp.c` by build.rs
+/// (one datapath, `bpf/dp_core.h` + `bpf/dp_exec.h`, two attach points).
 static XDP_DP_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_dp.o"));
-const PROG_NAME: &str = "xdp_dp";
+static TC_DP_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_dp.o"));
+const TC_SINK_NAME: &str = "tc_upcall_sink";
+
+/// Where the engine's program runs. Same maps, keys, flows and action
+/// encoding; what differs is I/O (see `bpf/tc_dp.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// XDP (`xdp_dp`) on AF_XDP ports: misses to the port's AF_XDP socket,
+    /// output through a devmap. No GSO super-frames, no partial checksums.
+    Xdp,
+    /// TC ingress (`tc_dp`, a tcx link) on plain interfaces: misses to the
+    /// port's upcall veth, output with `bpf_redirect_peer` /
+    /// `bpf_redirect`; skbs keep GSO and checksum state.
+    Tc,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Xdp => "xdp",
+            EngineKind::Tc => "tc",
+        }
+    }
+
+    fn prog_name(self) -> &'static str {
+        match self {
+            EngineKind::Xdp => "xdp_dp",
+            EngineKind::Tc => "tc_dp",
+        }
+    }
+}
 
 const BPF_NOEXIST: u64 = 1;
 const BPF_EXIST: u64 = 2;
@@ -153,19 +187,26 @@ pub struct XdpEngine {
     tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
     tun_tx: Array<MapData, TunTx>,
     tx_ports: Map,
-    xsks: XskMap<MapData>,
+    /// XDP only: the AF_XDP sockets misses go to.
+    xsks: Option<XskMap<MapData>>,
     stats: PerCpuArray<MapData, u64>,
     ebpf: Ebpf,
+    kind: EngineKind,
     cfg: XdpEngineConfig,
     masks: MaskTable,
     /// Installed flows -> their mask slot's reference is held.
     installed: HashMap<FlowMapKey, ()>,
     links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
+    /// TC only: `tc_dp` on ports' interfaces, `tc_upcall_sink` on upcall
+    /// devices' far ends (tcx links: gone when dropped).
+    tc_links: HashMap<u32, SchedClassifierLinkId>,
+    sink_links: HashMap<u32, SchedClassifierLinkId>,
 }
 
 impl std::fmt::Debug for XdpEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XdpEngine")
+            .field("kind", &self.kind)
             .field("cfg", &self.cfg)
             .field("flows", &self.installed.len())
             .field("masks", &self.masks.len())
@@ -244,6 +285,23 @@ fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
     }
 }
 
+/// Attach a TC program at ingress: tcx on kernels that have it (aya picks),
+/// else a clsact qdisc (added if missing) and a cls_bpf filter.
+fn tc_attach(
+    prog: &mut SchedClassifier,
+    ifname: &str,
+) -> Result<SchedClassifierLinkId, OffloadError> {
+    match prog.attach(ifname, TcAttachType::Ingress) {
+        Ok(id) => Ok(id),
+        Err(first) => {
+            // Before tcx: the netlink path needs the clsact qdisc.
+            let _ = aya::programs::tc::qdisc_add_clsact(ifname);
+            prog.attach(ifname, TcAttachType::Ingress)
+                .map_err(|_| bpf("attaching the TC program", first))
+        }
+    }
+}
+
 fn config_flags(cfg: &XdpEngineConfig) -> u32 {
     if cfg.counters {
         0
@@ -257,6 +315,17 @@ impl XdpEngine {
     /// attached anywhere yet. A verifier rejection is
     /// [`OffloadError::Verifier`], whose log the caller can save.
     pub fn load(cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
+        Self::load_kind(EngineKind::Xdp, cfg)
+    }
+
+    /// Load the TC datapath (`tc_dp`), with the same maps as the XDP one
+    /// except the XSKMAP (misses go to upcall devices) and `dp_tx_ports`,
+    /// an array of [`TxIf`](super::layout::TxIf).
+    pub fn load_tc(cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
+        Self::load_kind(EngineKind::Tc, cfg)
+    }
+
+    pub fn load_kind(kind: EngineKind, cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
         if cfg.max_masks == 0 || cfg.max_masks > MAX_MASKS_CAP {
             return Err(OffloadError::Config(format!(
                 "max_masks must be 1..={MAX_MASKS_CAP}, not {}",
@@ -273,33 +342,53 @@ impl XdpEngine {
                 return Err(OffloadError::Config(format!("{what} must be at least 1")));
             }
         }
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries("dp_flows", cfg.max_flows)
             .map_max_entries("dp_masks", cfg.max_masks)
             .map_max_entries("dp_tx_ports", cfg.max_tx_ports)
-            .map_max_entries("dp_ports", cfg.max_ifaces)
-            .map_max_entries("dp_xsks", cfg.max_queues)
-            .load(XDP_DP_OBJ)
-            .map_err(|e| bpf("loading the BPF object xdp_dp.o", e))?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf("BPF program type", e))?;
-        match prog.load() {
-            Ok(()) => {}
+            .map_max_entries("dp_ports", cfg.max_ifaces);
+        let mut ebpf = match kind {
+            EngineKind::Xdp => loader
+                .map_max_entries("dp_xsks", cfg.max_queues)
+                .load(XDP_DP_OBJ)
+                .map_err(|e| bpf("loading the BPF object xdp_dp.o", e))?,
+            EngineKind::Tc => loader
+                .load(TC_DP_OBJ)
+                .map_err(|e| bpf("loading the BPF object tc_dp.o", e))?,
+        };
+        let verifier = |r: Result<(), ProgramError>| match r {
+            Ok(()) => Ok(()),
             Err(ProgramError::LoadError {
                 io_error,
                 verifier_log,
-            }) => {
-                return Err(OffloadError::Verifier {
-                    source: io_error,
-                    log: verifier_log.to_string(),
-                })
+            }) => Err(OffloadError::Verifier {
+                source: io_error,
+                log: verifier_log.to_string(),
+            }),
+            Err(e) => Err(bpf("BPF_PROG_LOAD", e)),
+        };
+        let name = kind.prog_name();
+        let missing = |n: &str| OffloadError::Config(format!("BPF object has no program `{n}`"));
+        match kind {
+            EngineKind::Xdp => {
+                let prog: &mut Xdp = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| missing(name))?
+                    .try_into()
+                    .map_err(|e| bpf("BPF program type", e))?;
+                verifier(prog.load())?;
             }
-            Err(e) => return Err(bpf("BPF_PROG_LOAD(xdp_dp)", e)),
+            EngineKind::Tc => {
+                for n in [name, TC_SINK_NAME] {
+                    let prog: &mut SchedClassifier = ebpf
+                        .program_mut(n)
+                        .ok_or_else(|| missing(n))?
+                        .try_into()
+                        .map_err(|e| bpf("BPF program type", e))?;
+                    verifier(prog.load())?;
+                }
+            }
         }
         let flows = take(&mut ebpf, "dp_flows")?;
         let masks_map = take(&mut ebpf, "dp_masks")?;
@@ -308,7 +397,10 @@ impl XdpEngine {
         let tx_ports = ebpf
             .take_map("dp_tx_ports")
             .ok_or_else(|| OffloadError::Config("BPF object has no map `dp_tx_ports`".into()))?;
-        let xsks = take(&mut ebpf, "dp_xsks")?;
+        let xsks = match kind {
+            EngineKind::Xdp => Some(take(&mut ebpf, "dp_xsks")?),
+            EngineKind::Tc => None,
+        };
         let stats = take(&mut ebpf, "dp_stats")?;
         let tun_rx = take(&mut ebpf, "dp_tun_rx")?;
         let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
@@ -333,10 +425,13 @@ impl XdpEngine {
             xsks,
             stats,
             ebpf,
+            kind,
             cfg,
             masks: MaskTable::new(cfg.max_masks),
             installed: HashMap::new(),
             links: HashMap::new(),
+            tc_links: HashMap::new(),
+            sink_links: HashMap::new(),
         })
     }
 
@@ -344,25 +439,49 @@ impl XdpEngine {
         &self.cfg
     }
 
-    fn prog(&self) -> Result<&Xdp, OffloadError> {
+    /// Which attach point this engine's program is for.
+    pub fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    fn program_data(&self) -> Result<&aya::programs::Program, OffloadError> {
+        let name = self.kind.prog_name();
         self.ebpf
-            .program(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
+            .program(name)
+            .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))
+    }
+
+    fn xdp_prog_mut(&mut self) -> Result<&mut Xdp, OffloadError> {
+        if self.kind != EngineKind::Xdp {
+            return Err(OffloadError::Config("not an XDP engine".into()));
+        }
+        self.ebpf
+            .program_mut("xdp_dp")
+            .ok_or_else(|| OffloadError::Config("BPF object has no program `xdp_dp`".into()))?
             .try_into()
             .map_err(|e| bpf("BPF program type", e))
     }
 
-    /// The loaded program (for `BPF_PROG_TEST_RUN` and introspection).
-    pub fn program(&self) -> Result<&Xdp, OffloadError> {
-        self.prog()
+    fn tc_prog_mut(&mut self, name: &'static str) -> Result<&mut SchedClassifier, OffloadError> {
+        if self.kind != EngineKind::Tc {
+            return Err(OffloadError::Config("not a TC engine".into()));
+        }
+        self.ebpf
+            .program_mut(name)
+            .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))?
+            .try_into()
+            .map_err(|e| bpf("BPF program type", e))
     }
 
     /// Instructions the verifier processed (`bpf_prog_info.verified_insns`,
     /// Linux 5.16+).
     pub fn verified_insns(&self) -> Option<u32> {
-        self.prog().ok()?.info().ok()?.verified_instruction_count()
+        let info = match self.program_data().ok()? {
+            aya::programs::Program::Xdp(p) => p.info().ok()?,
+            aya::programs::Program::SchedClassifier(p) => p.info().ok()?,
+            _ => return None,
+        };
+        info.verified_instruction_count()
     }
 
     /// Attach to `ifindex`. The interface also needs [`Self::set_port`] or
@@ -372,14 +491,7 @@ impl XdpEngine {
             AttachMode::Native => XdpMode::Driver,
             AttachMode::Generic => XdpMode::Skb,
         };
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf("BPF program type", e))?;
+        let prog = self.xdp_prog_mut()?;
         let link = prog
             .attach_to_if_index(ifindex, m)
             .map_err(|e| bpf("attaching xdp_dp", e))?;
@@ -392,14 +504,7 @@ impl XdpEngine {
         let Some(link) = self.links.remove(&ifindex) else {
             return Ok(());
         };
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf("BPF program type", e))?;
+        let prog = self.xdp_prog_mut()?;
         prog.detach(link).map_err(|e| bpf("detaching xdp_dp", e))
     }
 
@@ -413,14 +518,7 @@ impl XdpEngine {
         ifindex: u32,
         link: aya::programs::xdp::XdpLink,
     ) -> Result<(), OffloadError> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf("BPF program type", e))?;
+        let prog = self.xdp_prog_mut()?;
         let id = prog
             .attach_to_link(link)
             .map_err(|e| bpf("BPF_LINK_UPDATE(xdp_dp)", e))?;
@@ -437,22 +535,74 @@ impl XdpEngine {
         let Some(id) = self.links.remove(&ifindex) else {
             return Ok(None);
         };
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                OffloadError::Config(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf("BPF program type", e))?;
+        let prog = self.xdp_prog_mut()?;
         prog.take_link(id)
             .map(Some)
             .map_err(|e| bpf("taking the xdp_dp link", e))
     }
 
+    /// TC: attach `tc_dp` at ingress of `ifname` (a tcx link on Linux >=
+    /// 6.6, which goes away with this engine; clsact + cls_bpf before).
+    pub fn attach_tc(&mut self, ifindex: u32, ifname: &str) -> Result<(), OffloadError> {
+        let prog = self.tc_prog_mut("tc_dp")?;
+        let id = tc_attach(prog, ifname)?;
+        self.tc_links.insert(ifindex, id);
+        Ok(())
+    }
+
+    /// TC: detach `tc_dp` from `ifindex` (a no-op if not attached).
+    pub fn detach_tc(&mut self, ifindex: u32) -> Result<(), OffloadError> {
+        let Some(id) = self.tc_links.remove(&ifindex) else {
+            return Ok(());
+        };
+        self.tc_prog_mut("tc_dp")?
+            .detach(id)
+            .map_err(|e| bpf("detaching tc_dp", e))
+    }
+
+    /// TC: the far end `ifname` of an upcall veth drops every frame at
+    /// ingress (after the daemon's AF_PACKET socket got it), so the host
+    /// stack never sees upcalled traffic.
+    pub fn attach_upcall_sink(&mut self, ifindex: u32, ifname: &str) -> Result<(), OffloadError> {
+        let prog = self.tc_prog_mut(TC_SINK_NAME)?;
+        let id = tc_attach(prog, ifname)?;
+        self.sink_links.insert(ifindex, id);
+        Ok(())
+    }
+
+    pub fn detach_upcall_sink(&mut self, ifindex: u32) -> Result<(), OffloadError> {
+        let Some(id) = self.sink_links.remove(&ifindex) else {
+            return Ok(());
+        };
+        self.tc_prog_mut(TC_SINK_NAME)?
+            .detach(id)
+            .map_err(|e| bpf("detaching tc_upcall_sink", e))
+    }
+
+    /// TC: frames received on `ifindex` carry port number `in_port`; misses
+    /// are redirected to `upcall_ifindex` (0: left to the host stack).
+    pub fn set_port_upcall(
+        &mut self,
+        ifindex: u32,
+        in_port: u32,
+        upcall_ifindex: u32,
+    ) -> Result<(), OffloadError> {
+        let e = PortEntry {
+            in_port,
+            upcall_ifindex,
+            ..PortEntry::default()
+        };
+        self.ports_map
+            .insert(ifindex, e, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+    }
+
     /// Remove the XSKMAP entry `slot` (a closed socket removes itself).
     pub fn unregister_xsk(&mut self, slot: u32) -> Result<(), OffloadError> {
-        match self.xsks.unset(slot) {
+        let Some(xsks) = self.xsks.as_mut() else {
+            return Ok(());
+        };
+        match xsks.unset(slot) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_xsks)", e)),
@@ -501,6 +651,7 @@ impl XdpEngine {
             flags: PORT_UNDERLAY,
             mac,
             mtu,
+            upcall_ifindex: 0,
         };
         self.ports_map
             .insert(ifindex, e, 0)
@@ -552,16 +703,38 @@ impl XdpEngine {
         }
     }
 
-    /// Devmap slot `slot` transmits on `ifindex`.
+    /// Output slot `slot` transmits on `ifindex` (XDP: devmap entry; TC:
+    /// `bpf_redirect` to its egress).
     pub fn set_tx_port(&mut self, slot: u32, ifindex: u32) -> Result<(), OffloadError> {
+        self.set_tx_port_flags(slot, ifindex, 0)
+    }
+
+    /// As [`Self::set_tx_port`]; TC only: `flags` [`TX_PEER`](super::layout::TX_PEER)
+    /// for a veth whose peer is in another namespace (`bpf_redirect_peer`).
+    pub fn set_tx_port_flags(
+        &mut self,
+        slot: u32,
+        ifindex: u32,
+        flags: u32,
+    ) -> Result<(), OffloadError> {
+        if self.kind == EngineKind::Tc {
+            let mut a: Array<&mut MapData, super::layout::TxIf> =
+                Array::try_from(&mut self.tx_ports).map_err(|e| bpf("dp_tx_ports", e))?;
+            return a
+                .set(slot, super::layout::TxIf { ifindex, flags }, 0)
+                .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tx_ports)", e));
+        }
         let mut dm = DevMap::try_from(&mut self.tx_ports).map_err(|e| bpf("DEVMAP", e))?;
         dm.set(slot, ifindex, None, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tx_ports)", e))
     }
 
-    /// Empty devmap slot `slot`: flows outputting to it go to userspace
+    /// Empty output slot `slot`: flows outputting to it go to userspace
     /// (pre-check), they are not dropped.
     pub fn clear_tx_port(&mut self, slot: u32) -> Result<(), OffloadError> {
+        if self.kind == EngineKind::Tc {
+            return self.set_tx_port_flags(slot, 0, 0);
+        }
         let fd = match &self.tx_ports {
             Map::DevMap(md) => md.fd().as_fd().as_raw_fd(),
             _ => return Err(OffloadError::Config("dp_tx_ports is not a DEVMAP".into())),
@@ -577,6 +750,8 @@ impl XdpEngine {
     /// go to it (without one they get XDP_PASS).
     pub fn register_xsk(&mut self, queue: u32, fd: RawFd) -> Result<(), OffloadError> {
         self.xsks
+            .as_mut()
+            .ok_or_else(|| OffloadError::Config("a TC engine has no AF_XDP sockets".into()))?
             .set(queue, fd, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_xsks)", e))
     }
@@ -775,31 +950,66 @@ impl XdpEngine {
 
     /// Run the program once on `frame` with `BPF_PROG_TEST_RUN`, as if it
     /// arrived on `ifindex` / rx queue `queue` (the interface must exist
-    /// in the caller's network namespace). Returns the XDP action and the
-    /// frame as the program left it. Redirects are not carried out.
+    /// in the caller's network namespace). Returns the program's verdict
+    /// (XDP action, or TC action for a TC engine) and the frame as the
+    /// program left it. Redirects are not carried out.
     pub fn test_run(
         &self,
         frame: &[u8],
         ifindex: u32,
         queue: u32,
     ) -> Result<(u32, Vec<u8>), OffloadError> {
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
-        // rx_queue_index, egress_ifindex.
-        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, queue, 0];
-        let mut ctx = [0u8; 24];
-        for (i, w) in md.iter().enumerate() {
-            ctx[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        self.test_run_gso(frame, ifindex, queue, None)
+    }
+
+    /// As [`Self::test_run`]; for a TC engine `gso` = (segments, segment
+    /// size) marks the skb as a GSO super-frame.
+    pub fn test_run_gso(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        queue: u32,
+        gso: Option<(u32, u32)>,
+    ) -> Result<(u32, Vec<u8>), OffloadError> {
+        let mut ctx = vec![];
+        let put = |ctx: &mut Vec<u8>, at: usize, w: u32| {
+            ctx[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+        };
+        match self.kind {
+            EngineKind::Xdp => {
+                // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
+                // rx_queue_index, egress_ifindex.
+                ctx.resize(24, 0);
+                put(&mut ctx, 4, frame.len() as u32);
+                put(&mut ctx, 12, ifindex);
+                put(&mut ctx, 16, queue);
+            }
+            EngineKind::Tc => {
+                // struct __sk_buff (192 bytes): the fields BPF_PROG_TEST_RUN
+                // accepts: ingress_ifindex (36), ifindex (40), gso_segs
+                // (164), gso_size (176).
+                ctx.resize(192, 0);
+                put(&mut ctx, 36, ifindex);
+                put(&mut ctx, 40, ifindex);
+                if let Some((segs, size)) = gso {
+                    put(&mut ctx, 164, segs);
+                    put(&mut ctx, 176, size);
+                }
+            }
         }
         let mut out = vec![0u8; frame.len() + 256];
-        let r = self
-            .prog()?
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ctx_in: Some(&ctx),
-                ..TestRunOptions::default()
-            })
-            .map_err(|e| bpf("BPF_PROG_TEST_RUN(xdp_dp)", e))?;
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(&ctx),
+            ..TestRunOptions::default()
+        };
+        let r = match self.program_data()? {
+            aya::programs::Program::Xdp(p) => p.test_run(opts),
+            aya::programs::Program::SchedClassifier(p) => p.test_run(opts),
+            _ => return Err(OffloadError::Config("unexpected program type".into())),
+        }
+        .map_err(|e| bpf("BPF_PROG_TEST_RUN", e))?;
         out.truncate(r.data_size_out as usize);
         Ok((r.return_value, out))
     }

@@ -303,8 +303,29 @@ pub struct PortEntry {
     /// An underlay's MTU: longer frames go to userspace (which drops
     /// them as the AF_XDP port does any frame over its MTU).
     pub mtu: u16,
+    /// TC engine: misses are redirected to this interface (the port's
+    /// upcall veth, whose far end the daemon reads); 0: passed to the host
+    /// stack. Unused by XDP.
+    pub upcall_ifindex: u32,
 }
-const _: () = assert!(std::mem::size_of::<PortEntry>() == 20);
+const _: () = assert!(std::mem::size_of::<PortEntry>() == 24);
+
+/// TC engine `dp_tx_ports` value (`struct dp_tx_if`): an output slot's
+/// interface and how to reach it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxIf {
+    /// 0: empty slot (flows to it are punted to userspace).
+    pub ifindex: u32,
+    /// `TX_*` bits.
+    pub flags: u32,
+}
+const _: () = assert!(std::mem::size_of::<TxIf>() == 8);
+
+/// `TxIf::flags`: a veth whose peer is in another namespace, reached with
+/// `bpf_redirect_peer` (straight into the peer's receive path) instead of
+/// the device's transmit path (`DP_TX_PEER`).
+pub const TX_PEER: u32 = 1;
 
 /// `PortEntry::flags`: the interface is a tunnel underlay (`DP_PORT_UNDERLAY`).
 pub const PORT_UNDERLAY: u32 = 1;
@@ -414,6 +435,7 @@ unsafe impl aya::Pod for RawAction {}
 unsafe impl aya::Pod for FlowValue {}
 unsafe impl aya::Pod for ConfigEntry {}
 unsafe impl aya::Pod for PortEntry {}
+unsafe impl aya::Pod for TxIf {}
 unsafe impl aya::Pod for TunRxKey {}
 unsafe impl aya::Pod for TunRx {}
 unsafe impl aya::Pod for TunTx {}
@@ -430,7 +452,7 @@ macro_rules! same_as_c {
     ($($rust:expr => $c:ident),* $(,)?) => {
         $(const _: () = assert!(
             $rust as i64 == c_abi::$c,
-            concat!(stringify!($rust), " differs from ", stringify!($c), " in bpf/xdp_dp.c")
+            concat!(stringify!($rust), " differs from ", stringify!($c), " in bpf/")
         );)*
         /// C constants with a checked Rust mirror.
         pub const MIRRORED: &[&str] = &[$(stringify!($c)),*];
@@ -472,6 +494,7 @@ same_as_c! {
     flag::TUNNEL => DP_F_TUNNEL,
     CFG_NO_COUNTERS => DP_CFG_NO_COUNTERS,
     PORT_UNDERLAY => DP_PORT_UNDERLAY,
+    TX_PEER => DP_TX_PEER,
     TUN_HDR_LEN => DP_TUN_HDR_LEN,
     VNI_ANY => DP_VNI_ANY,
     TUN_VXLAN => DP_TUN_VXLAN,
@@ -500,7 +523,17 @@ mod tests {
     /// parse bounds live in C alone.
     #[test]
     fn every_c_constant_has_a_checked_rust_twin() {
-        let c_only = ["DP_L3_", "DP_L4_", "DP_MAX_L3_OFF", "DP_MAX_L4_OFF"];
+        // Also C-only: the action loop's result codes, the TC program's
+        // switch and pull length.
+        let c_only = [
+            "DP_L3_",
+            "DP_L4_",
+            "DP_MAX_L3_OFF",
+            "DP_MAX_L4_OFF",
+            "DP_RES_",
+            "DP_TC",
+            "DP_PULL_LEN",
+        ];
         let missing: Vec<&str> = super::c_abi::ALL
             .iter()
             .map(|(n, _)| *n)
@@ -541,6 +574,7 @@ mod tests {
         assert_eq!(offset_of!(DpKey, tun_flags), 104);
         assert_eq!(offset_of!(PortEntry, flags), 8);
         assert_eq!(offset_of!(PortEntry, mac), 12);
+        assert_eq!(offset_of!(PortEntry, upcall_ifindex), 20);
         assert_eq!(offset_of!(TunRxKey, dst_port), 16);
         assert_eq!(offset_of!(TunTx, hdr), 16);
         assert_eq!(offset_of!(FlowMapKey, key), 8);

@@ -30,10 +30,13 @@ pub mod layout;
 pub mod masks;
 
 pub use encode::{
-    encode, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelVni, XdpAction,
+    encode, encode_tc, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelVni,
+    XdpAction,
 };
-pub use engine::{AttachMode, EngineStats, FlowCounters, FlowHandle, XdpEngine, XdpEngineConfig};
-pub use layout::{DpKey, FlowValue, MAX_ACTIONS};
+pub use engine::{
+    AttachMode, EngineKind, EngineStats, FlowCounters, FlowHandle, XdpEngine, XdpEngineConfig,
+};
+pub use layout::{DpKey, FlowValue, TxIf, MAX_ACTIONS, TX_PEER};
 pub use masks::MaskTable;
 
 /// What can go wrong offloading a flow or running the engine.

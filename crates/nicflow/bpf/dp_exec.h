@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
+/*
+ * dp_exec.h: the masked flow lookup, the pre-checks and the action loop
+ * shared by xdp_dp.c and tc_dp.c (see dp_core.h). Included after the
+ * program defined its VLAN actions (act_push_vlan, act_pop_vlan,
+ * act_set_vlan_tci), the only header rewrites that move bytes and so
+ * depend on the attach point. The loop returns what the program must do
+ * with the frame; redirects are the program's.
+ */
+
+/* What the action list asked for. */
+enum {
+	DP_RES_OUTPUT = 0,	/* *arg = output slot */
+	DP_RES_DROP,		/* counted as a drop already */
+	DP_RES_ABORT,		/* an action failed after writes began */
+	DP_RES_TUNNEL,		/* *arg = index of the TUNNEL_OUTPUT action */
+};
+
+/* Masked lookup, mask slots in order; the first hit wins (the slow path's
+ * megaflows do not overlap for a given packet). */
+static __always_inline struct dp_flow *dp_lookup(union dp_key *key, struct dp_flow_key *hk,
+						 struct dp_config *cfg)
+{
+	struct dp_flow *flow = 0;
+	__u32 i, n = cfg->n_masks;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < DP_MAX_MASKS_CAP; i++) {
+		struct dp_mask *m;
+		__u32 idx = i;
+		int w;
+
+		if (i >= n)
+			break;
+		m = bpf_map_lookup_elem(&dp_masks, &idx);
+		if (!m)
+			break;
+		if (!m->active)
+			continue;
+		hk->mask_idx = i;
+#pragma unroll
+		for (w = 0; w < DP_KEY_WORDS; w++)
+			hk->key.w[w] = key->w[w] & m->mask.w[w];
+		flow = bpf_map_lookup_elem(&dp_flows, hk);
+		if (flow)
+			break;
+	}
+	return flow;
+}
+
+/* The pre-checks that do not depend on the attach point: anything that
+ * would keep the kernel from finishing the actions exactly as userspace
+ * would sends the untouched frame up. 0, or -1 to punt. */
+static __always_inline int dp_precheck(struct dp_scratch *st, union dp_key *key,
+				       struct dp_flow *flow)
+{
+	__u8 flags = flow->flags;
+
+	if ((flags & DP_F_DEC_TTL) && (RD32(st->l3) == DP_L3_IPV4 || RD32(st->l3) == DP_L3_IPV6) &&
+	    key->f.nw_ttl <= 1)
+		return -1;
+	if ((flags & DP_F_SET_TP) && RD32(st->l4) == DP_L4_SCTP)
+		return -1;
+	return 0;
+}
+
+/* A hit: the flow's counters (`packets` frames of `bytes` bytes). */
+static __always_inline void dp_count(struct dp_config *cfg, struct dp_flow *flow,
+				     union dp_key *key, __u64 packets, __u64 bytes)
+{
+	stat_inc(DP_STAT_HIT);
+	if (!(cfg->flags & DP_CFG_NO_COUNTERS)) {
+		__sync_fetch_and_add(&flow->packets, packets);
+		__sync_fetch_and_add(&flow->bytes, bytes);
+	}
+	flow->used_ns = bpf_ktime_get_ns();
+	if (key->f.tcp_flags & ~flow->tcp_flags)
+		flow->tcp_flags |= key->f.tcp_flags;
+}
+
+/* Run the flow's actions up to the first that ends the frame. */
+static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp_flow *flow,
+				   __u32 *arg)
+{
+	__u32 i;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < DP_MAX_ACTIONS; i++) {
+		struct dp_action *a;
+		int r = 0;
+
+		if (i >= flow->n_actions)
+			break;
+		a = &flow->actions[i];
+		switch (a->op) {
+		case DP_OP_OUTPUT:
+			stat_inc(DP_STAT_OUTPUT);
+			*arg = a->arg32;
+			return DP_RES_OUTPUT;
+		case DP_OP_DROP:
+			stat_inc(DP_STAT_DROP);
+			stat_inc(DP_STAT_DROP_REASON +
+				 (a->arg16 < DP_DROP_REASONS ? a->arg16 : DP_DROP_REASONS - 1));
+			return DP_RES_DROP;
+		case DP_OP_TUNNEL_OUTPUT:
+			*arg = i;
+			return DP_RES_TUNNEL;
+		case DP_OP_SET_ETH_SRC:
+			r = act_set_eth(ctx, 6, a->data);
+			break;
+		case DP_OP_SET_ETH_DST:
+			r = act_set_eth(ctx, 0, a->data);
+			break;
+		case DP_OP_SET_IPV4_SRC:
+			r = act_set_ipv4(ctx, st, 12, a->arg32);
+			break;
+		case DP_OP_SET_IPV4_DST:
+			r = act_set_ipv4(ctx, st, 16, a->arg32);
+			break;
+		case DP_OP_SET_IPV6_SRC:
+			r = act_set_ipv6(ctx, st, 8, a->data);
+			break;
+		case DP_OP_SET_IPV6_DST:
+			r = act_set_ipv6(ctx, st, 24, a->data);
+			break;
+		case DP_OP_SET_TOS:
+		case DP_OP_SET_TTL:
+		case DP_OP_DEC_TTL:
+			r = act_ip_byte(ctx, st, a->op, (__u8)a->arg16);
+			break;
+		case DP_OP_SET_TP_SRC:
+			r = act_set_tp(ctx, st, 0, a->arg16);
+			break;
+		case DP_OP_SET_TP_DST:
+			r = act_set_tp(ctx, st, 2, a->arg16);
+			break;
+		case DP_OP_PUSH_VLAN:
+			r = act_push_vlan(ctx, st, (__u16)a->arg32, a->arg16);
+			break;
+		case DP_OP_POP_VLAN:
+			r = act_pop_vlan(ctx, st);
+			break;
+		case DP_OP_SET_VLAN_TCI:
+			r = act_set_vlan_tci(ctx, a->arg16);
+			break;
+		case DP_OP_SET_ARP_SPA:
+		case DP_OP_SET_ARP_TPA:
+		case DP_OP_SET_ARP_SHA:
+		case DP_OP_SET_ARP_THA:
+			r = act_set_arp(ctx, st, a);
+			break;
+		default:
+			r = -1;
+			break;
+		}
+		if (r < 0) {
+			stat_inc(DP_STAT_ABORTED);
+			return DP_RES_ABORT;
+		}
+	}
+	/* No output: the frame ends here, as the userspace leftover buffer.
+	 * Only an empty action list is a drop by policy there. */
+	stat_inc(DP_STAT_DROP);
+	if (flow->n_actions == 0)
+		stat_inc(DP_STAT_DROP_POLICY);
+	return DP_RES_DROP;
+}
