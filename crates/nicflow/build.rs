@@ -13,7 +13,13 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// BPF sources, compiled one object each (`bpf/<name>.c` -> `<name>.o`).
-const PROGRAMS: &[&str] = &["xsk_redirect", "xdp_dp", "tc_dp", "xdp_redirect_min"];
+const PROGRAMS: &[&str] = &[
+    "xsk_redirect",
+    "xdp_dp",
+    "tc_dp",
+    "tc_upcall",
+    "xdp_redirect_min",
+];
 
 /// The kernel datapath's shared sources (every program above may include
 /// them) and the files its ABI constants are read from, in order.

@@ -22,6 +22,9 @@
  *             ifindex): the kernel segments and checksums there (its
  *             offloads are off), the daemon reads the peer with AF_PACKET,
  *             executes the first packets itself and installs the flow.
+ *     not a port / no upcall device -> TC_ACT_UNSPEC: the next program
+ *             on the hook, the port's own tc_upcall (tc_upcall.c), which
+ *             sends every frame up while no engine serves the port.
  *
  * Differences from xdp_dp.c, all I/O: the outer VLAN tag of a received
  * frame is already out of the frame (skb->vlan_tci), so it is passed to
@@ -34,7 +37,8 @@
 #define dp_len(ctx) ((ctx)->len)
 #include "dp_core.h"
 
-#define TC_ACT_OK 0
+/* Verdicts (tcx: TCX_NEXT, TCX_DROP; cls_bpf direct-action the same). */
+#define TC_ACT_UNSPEC (-1)	/* the next program on the hook decides */
 #define TC_ACT_SHOT 2
 
 /* dp_tx_ports value: where an output slot sends. */
@@ -93,8 +97,10 @@ int tc_dp(struct __sk_buff *ctx)
 	stat_inc(DP_STAT_RX);
 	port = bpf_map_lookup_elem(&dp_ports, &ifindex);
 	if (!port) {
+		/* Not (yet) a port of ours: the next program decides (the
+		 * port's own tc_upcall, or the host stack). */
 		stat_inc(DP_STAT_NO_PORT);
-		return TC_ACT_OK;
+		return TC_ACT_UNSPEC;
 	}
 	up = port->upcall_ifindex;
 	st = bpf_map_lookup_elem(&dp_scratch, &zero);
@@ -159,16 +165,7 @@ punt:
 to_user:
 	if (up)
 		return bpf_redirect(up, 0);
-	return TC_ACT_OK;
-}
-
-/* The upcall veth's far end: the daemon's AF_PACKET socket has the frame
- * (taps run before TC), the host stack must not (the interface has no
- * address and must not answer or route anything). */
-SEC("classifier")
-int tc_upcall_sink(struct __sk_buff *ctx)
-{
-	return TC_ACT_SHOT;
+	return TC_ACT_UNSPEC;
 }
 
 char _license[] SEC("license") = "GPL";

@@ -180,10 +180,20 @@ impl Bridge {
     /// attach it to every AF_XDP port, and flush the cached flows so each
     /// is decided afresh by its next packet. On error nothing changed.
     pub fn enable_xdp_offload(&mut self, cfg: XdpEngineConfig) -> Result<(), OffloadError> {
+        self.enable_offload(cfg, crate::offload::OffloadMode::Xdp)
+    }
+
+    /// Turn the engines of `mode` on (`auto`: TC on TC ports, XDP on AF_XDP
+    /// ports; `tc`; `xdp`), as [`Self::enable_xdp_offload`] does.
+    pub fn enable_offload(
+        &mut self,
+        cfg: XdpEngineConfig,
+        mode: crate::offload::OffloadMode,
+    ) -> Result<(), OffloadError> {
         if self.offload_enabled() {
             return Ok(());
         }
-        let mut m = OffloadManager::new(cfg)?;
+        let mut m = OffloadManager::with_mode(cfg, mode)?;
         let mut attached = Vec::new();
         for slot in &mut self.ports {
             if let Err(e) = m.attach_port(slot.no, slot.port.as_mut()) {
@@ -463,8 +473,9 @@ impl Bridge {
                     used: t.used.map(|u| now.saturating_duration_since(u)),
                     kernel_packets: k.packets,
                     kernel_bytes: k.bytes,
-                    engine: match f.placement {
-                        Some(Placement::Kernel(_)) => "xdp",
+                    engine: match (f.placement, self.dp.offload()) {
+                        (Some(Placement::Kernel(id)), Some(off)) => off.engine_name(id),
+                        (Some(Placement::Kernel(_)), None) => "kernel",
                         _ => "userspace",
                     },
                     not_offloaded: match f.placement {

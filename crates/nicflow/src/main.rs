@@ -72,9 +72,11 @@ enum Cmd {
     AddPort {
         bridge: String,
         iface: String,
-        /// afxdp, afpacket, tap, internal, vxlan, geneve, or uplink (the
-        /// bridge's PF/physical port: opened like afxdp, at most one).
-        #[arg(long = "type", default_value = "afxdp")]
+        /// auto (a TC port under the default offload=auto, an AF_XDP port
+        /// under offload=xdp|none), tc, afxdp, afpacket, tap, internal,
+        /// vxlan, geneve, or uplink (the bridge's PF/physical port: opened
+        /// like afxdp, at most one).
+        #[arg(long = "type", default_value = "auto")]
         kind: String,
         /// Port name on the bridge (default: the interface name).
         #[arg(long)]
@@ -100,7 +102,8 @@ enum Cmd {
         /// ADDRESS/PREFIX for the VF, IPv4 or IPv6 (repeatable).
         #[arg(long = "ip")]
         ips: Vec<String>,
-        /// Port type of the representor: afxdp (default) or afpacket.
+        /// Port type of the representor: auto (default: TC port under
+        /// offload auto/tc, else AF_XDP), tc, afxdp or afpacket.
         #[arg(long = "rep-type")]
         rep_type: Option<String>,
     },

@@ -13,8 +13,8 @@
 //!   forwarded whole and counted as `gso_segs` packets.
 //! * `misses_go_to_the_upcall_device`: no flow, unparsed frames and failed
 //!   pre-checks are redirected to the port's upcall interface untouched
-//!   (`TC_ACT_OK` without one), frames of interfaces that are not ports
-//!   pass.
+//!   (the next program on the hook without one, as for frames of
+//!   interfaces that are not ports).
 //!
 //! Every test runs in a thread with its own network namespace (names
 //! carry the `nftc` prefix).
@@ -30,7 +30,8 @@ use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH};
 use std::time::Duration;
 
-const TC_ACT_OK: u32 = 0;
+/// TC_ACT_UNSPEC (tcx: TCX_NEXT): the next program on the hook decides.
+const TC_ACT_NEXT: u32 = u32::MAX;
 const TC_ACT_SHOT: u32 = 2;
 const TC_ACT_REDIRECT: u32 = 7;
 
@@ -219,15 +220,15 @@ fn misses_go_to_the_upcall_device() {
             .ttl(1)
             .tcp(1, 2, FLAG_ACK)
             .build();
-        // Not a port: the host stack's.
+        // Not a port: the next program's (the port's own tc_upcall).
         assert_eq!(
             e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_OK, tcp.clone())
+            (TC_ACT_NEXT, tcp.clone())
         );
         e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
         assert_eq!(
             e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_OK, tcp.clone()),
+            (TC_ACT_NEXT, tcp.clone()),
             "miss without an upcall device"
         );
         e.set_port_upcall(in_if, IN_PORT, up).unwrap();

@@ -74,6 +74,12 @@ pub struct BridgeConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PortType {
+    /// The default of `add-port`: a TC port when the bridge's offload is
+    /// `auto` or `tc`, else an AF_XDP port (with its AF_PACKET fallback).
+    Auto,
+    /// A TC port (`port::tc`): the interface keeps its offloads, the TC
+    /// engine runs on it, misses arrive through an upcall veth.
+    Tc,
     Afxdp,
     Afpacket,
     Tap,
@@ -91,6 +97,8 @@ pub enum PortType {
 impl PortType {
     pub fn as_str(self) -> &'static str {
         match self {
+            PortType::Auto => "auto",
+            PortType::Tc => "tc",
             PortType::Afxdp => "afxdp",
             PortType::Afpacket => "afpacket",
             PortType::Tap => "tap",
@@ -103,6 +111,8 @@ impl PortType {
 
     pub fn parse(s: &str) -> Option<PortType> {
         Some(match s {
+            "auto" => PortType::Auto,
+            "tc" => PortType::Tc,
             "afxdp" => PortType::Afxdp,
             "afpacket" => PortType::Afpacket,
             "tap" => PortType::Tap,
@@ -141,7 +151,7 @@ pub struct VfConfig {
     pub ips: Vec<String>,
     /// The daemon-side veth end; also the bridge port's name.
     pub representor: String,
-    #[serde(default = "afxdp")]
+    #[serde(default = "auto")]
     pub rep_type: PortType,
 }
 
@@ -170,8 +180,8 @@ impl BridgeConfig {
     }
 }
 
-fn afxdp() -> PortType {
-    PortType::Afxdp
+fn auto() -> PortType {
+    PortType::Auto
 }
 
 impl VfConfig {

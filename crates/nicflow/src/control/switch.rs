@@ -63,8 +63,25 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
 /// configuration and `show` know it as the uplink. Every port is opened
 /// under the bridge's name for it (`pc.name`) and reports its own kind
 /// (`afpacket` after an AF_XDP fallback), with no wrapper in between.
-pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
-    Ok(match pc.kind {
+/// Open the port `pc` describes on a bridge whose offload is `mode` (which
+/// decides what type `auto` means: a TC port under `auto`/`tc`, else an
+/// AF_XDP port).
+pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, String> {
+    let kind = match pc.kind {
+        PortType::Auto if mode.auto_ports_are_tc() => PortType::Tc,
+        PortType::Auto => PortType::Afxdp,
+        k => k,
+    };
+    Ok(match kind {
+        PortType::Tc => {
+            if let Some((k, _)) = pc.options.iter().next() {
+                return Err(format!("port {}: a TC port has no option `{k}`", pc.name));
+            }
+            let mut p = crate::port::tc::TcPort::open(&pc.iface).map_err(|e| e.to_string())?;
+            p.set_name(&pc.name);
+            Box::new(p)
+        }
+        PortType::Auto => unreachable!("resolved above"),
         PortType::Tap | PortType::Internal => {
             let mut t = crate::port::tap::TapPort::open(&pc.name, &pc.iface)
                 .map_err(|e| format!("tap {}: {e}", pc.iface))?;
@@ -87,6 +104,8 @@ pub fn open_port(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             Box::new(TunnelPort::open(&pc.name, cfg).map_err(|e| format!("port {}: {e}", pc.name))?)
         }
         PortType::Afxdp | PortType::Uplink => {
+            // `auto` under offload xdp|none lands here: it takes the AF_XDP
+            // options too.
             use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
             let o =
                 AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -142,18 +161,19 @@ pub fn apply_offload(
             br.disable_offload();
             Ok(())
         }
-        OffloadMode::Xdp => {
+        mode => {
             let cfg = crate::offload::engine_config(options)
                 .map_err(|e| format!("bridge {}: {e}", br.name))?;
-            match br.enable_xdp_offload(cfg) {
+            match br.enable_offload(cfg, mode) {
                 Ok(()) => {
-                    tracing::info!(bridge = %br.name, "XDP offload on");
+                    tracing::info!(bridge = %br.name, "offload {} on", mode.as_str());
                     Ok(())
                 }
                 Err(e) => {
                     let mut msg = format!(
-                        "bridge {}: XDP offload unavailable, falling back to offload=none: {e}",
-                        br.name
+                        "bridge {}: offload {} unavailable, falling back to offload=none: {e}",
+                        br.name,
+                        mode.as_str()
                     );
                     if let Some(log) = e.verifier_log() {
                         let path = verifier_log_path(config_path, &br.name);
@@ -196,6 +216,7 @@ fn restore_vf(
     bridge: &str,
     br: &mut Bridge,
     vfc: &VfConfig,
+    mode: OffloadMode,
 ) -> Result<(u32, &'static str), String> {
     if !vf::namespace_exists(&vfc.namespace) {
         return Err(format!(
@@ -210,7 +231,7 @@ fn restore_vf(
         tracing::info!(bridge, vf = %vfc.name, "recreating the veth pair of {}", vfc.representor);
         vf::create_pair(bridge, vfc).map_err(|e| e.to_string())?;
     }
-    let port = open_port(&vfc.port_config())?;
+    let port = open_port(&vfc.port_config(), mode)?;
     let kind = port.kind();
     let no = br.add_port(port).map_err(|e| e.to_string())?;
     Ok((no, kind))
@@ -235,7 +256,7 @@ impl Switch {
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
             for pc in &bc.ports {
-                match open_port(pc) {
+                match open_port(pc, bc.offload.unwrap_or_default()) {
                     Ok(p) => {
                         let kind = p.kind();
                         let no = br.add_port(p).map_err(|e| e.to_string())?;
@@ -248,7 +269,7 @@ impl Switch {
                 }
             }
             for vfc in &bc.vfs {
-                match restore_vf(&bc.name, &mut br, vfc) {
+                match restore_vf(&bc.name, &mut br, vfc, bc.offload.unwrap_or_default()) {
                     Ok((no, kind)) => {
                         tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
                         sw.rep_kinds.insert(vfc.representor.clone(), kind);
@@ -278,6 +299,16 @@ impl Switch {
 
     pub fn bridges(&self) -> impl Iterator<Item = &Bridge> {
         self.bridges.values()
+    }
+
+    /// The offload mode configured for bridge `name` (the default if none).
+    fn mode_of(&self, name: &str) -> OffloadMode {
+        self.config
+            .bridges
+            .iter()
+            .find(|b| b.name == name)
+            .and_then(|b| b.offload)
+            .unwrap_or_default()
     }
 
     fn bridge(&mut self, name: &str) -> Result<&mut Bridge, String> {
@@ -366,13 +397,14 @@ impl Switch {
             } => {
                 let kind = PortType::parse(&kind).ok_or_else(|| {
                     format!(
-                        "unknown port type `{kind}` (afxdp, afpacket, tap, internal, vxlan, geneve, uplink)"
+                        "unknown port type `{kind}` (auto, tc, afxdp, afpacket, tap, internal, vxlan, geneve, uplink)"
                     )
                 })?;
                 let name = name.unwrap_or_else(|| iface.clone());
                 if kind == PortType::Uplink {
                     self.check_new_uplink(&bridge, &iface)?;
                 }
+                let mode = self.mode_of(&bridge);
                 let br = self.bridge(&bridge)?;
                 if br.port_map().0.contains_key(&name) {
                     return Err(format!("bridge {bridge} already has a port `{name}`"));
@@ -383,7 +415,7 @@ impl Switch {
                     kind,
                     options,
                 };
-                let port = open_port(&pc)?;
+                let port = open_port(&pc, mode)?;
                 let opened = port.kind();
                 let no = br.add_port(port).map_err(|e| e.to_string())?;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
@@ -709,7 +741,7 @@ impl Switch {
             vf::delete_pair(&vfc.representor);
             e
         };
-        let port = open_port(&vfc.port_config())
+        let port = open_port(&vfc.port_config(), self.mode_of(bridge))
             .map_err(|e| undo(format!("representor {}: {e}", vfc.representor)))?;
         let kind = port.kind();
         let no = self

@@ -94,7 +94,9 @@ impl VfSpec {
             .iter()
             .map(|s| parse_prefix(s).map(|(a, p)| format!("{a}/{p}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let rep_type = match rep_type.unwrap_or("afxdp") {
+        let rep_type = match rep_type.unwrap_or("auto") {
+            "auto" => PortType::Auto,
+            "tc" => PortType::Tc,
             "afxdp" => PortType::Afxdp,
             "afpacket" => PortType::Afpacket,
             other => return Err(VfError::BadRepType(other.to_string())),

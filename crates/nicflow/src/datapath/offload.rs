@@ -104,6 +104,11 @@ pub trait FlowOffload {
     fn remove(&mut self, id: u64) -> Option<KernelCounters>;
     /// The live counters of `id`.
     fn counters(&mut self, id: u64) -> Option<KernelCounters>;
+    /// Which kernel engine holds offloaded flow `id` (`xdp`, `tc`), for
+    /// `dump-dp-flows`.
+    fn engine_name(&self, _id: u64) -> &'static str {
+        "xdp"
+    }
     /// For the bridge to reach the concrete engine (ports, statistics).
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;

@@ -95,8 +95,13 @@ impl SwitchSpec {
     /// Will the switch's bridges run the XDP offload engine (and so
     /// redirect frames into the veths of its ports)?
     pub fn xdp_offload(&self) -> bool {
+        let mode = self.offload.unwrap_or_default();
         self.port_type == PortType::Afxdp
-            && self.offload.unwrap_or_default() == crate::offload::OffloadMode::Xdp
+            && matches!(
+                mode,
+                crate::offload::OffloadMode::Xdp | crate::offload::OffloadMode::Auto
+            )
+            || self.port_type == PortType::Auto && mode == crate::offload::OffloadMode::Xdp
     }
 }
 
@@ -641,12 +646,12 @@ fn build_host(h: RawHost, node_names: &mut HashSet<String>, v: &mut Validator) -
 fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validator) -> SwitchSpec {
     check_node_name("switch", &s.name, node_names, v);
     let port_type = match s.port_type.as_deref() {
-        None => PortType::Afxdp,
+        None => PortType::Auto,
         Some(t) => match PortType::parse(t) {
-            Some(pt @ (PortType::Afpacket | PortType::Afxdp)) => pt,
+            Some(pt @ (PortType::Afpacket | PortType::Afxdp | PortType::Auto | PortType::Tc)) => pt,
             _ => {
                 v.err(format!(
-                    "switch {}: port_type `{t}`: a lab port is a veth end, so afpacket or afxdp",
+                    "switch {}: port_type `{t}`: a lab port is a veth end, so auto, tc, afpacket or afxdp",
                     s.name
                 ));
                 PortType::Afpacket

@@ -66,7 +66,10 @@ use super::netdev::NetdevQuery;
 use super::xdp::encode::{PortSlots, TunnelSlot};
 use super::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
 use super::xdp::OffloadError;
-use super::xdp::{encode, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig};
+use super::xdp::{
+    encode, encode_tc, EngineKind, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig, TX_PEER,
+};
+use super::OffloadMode;
 use crate::datapath::{DpAction, FlowOffload, KernelCounters};
 use crate::port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
 use crate::port::Port;
@@ -88,6 +91,17 @@ struct XdpPort {
     csum_complete: bool,
     /// The device accepts redirected frames; its devmap slot is filled.
     redirect_ok: bool,
+}
+
+/// A TC port the TC engine runs on.
+#[derive(Clone, Debug)]
+struct TcPortEntry {
+    name: String,
+    ifindex: u32,
+    /// Its output slot in the TC engine's `dp_tx_ports`.
+    slot: u32,
+    /// `bpf_redirect_peer` reaches it.
+    peer: bool,
 }
 
 /// A tunnel underlay the engine runs on (shared by its tunnel ports).
@@ -169,6 +183,11 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
 
 pub struct OffloadManager {
     engine: XdpEngine,
+    /// The TC engine (`offload = auto | tc`) and the TC ports it runs on.
+    tc: Option<XdpEngine>,
+    tc_ports: BTreeMap<u32, TcPortEntry>,
+    /// `offload = tc`: AF_XDP ports are not given to the XDP engine.
+    xdp_off: bool,
     netdev: Option<NetdevQuery>,
     ports: BTreeMap<u32, XdpPort>,
     /// Tunnel ports by port number, their underlays by ifindex.
@@ -176,7 +195,7 @@ pub struct OffloadManager {
     underlays: BTreeMap<u32, XdpUnderlay>,
     /// Ports flows cannot be offloaded through: the reason.
     others: BTreeMap<u32, &'static str>,
-    flows: HashMap<u64, FlowHandle>,
+    flows: HashMap<u64, (EngineKind, FlowHandle)>,
     next_id: u64,
     counters: ManagerCounters,
 }
@@ -196,6 +215,7 @@ fn kind_reason(kind: &str) -> &'static str {
         "tap" => "port:tap",
         "internal" => "port:internal",
         "afxdp" => "port:afxdp-not-attached",
+        "tc" => "port:tc-engine-off",
         _ => "port:userspace",
     }
 }
@@ -208,7 +228,22 @@ impl OffloadManager {
     /// Load the engine (the verifier runs here; a rejection is
     /// [`OffloadError::Verifier`] with the log).
     pub fn new(cfg: XdpEngineConfig) -> Result<OffloadManager, OffloadError> {
+        Self::with_mode(cfg, OffloadMode::Xdp)
+    }
+
+    /// The engines `mode` asks for: XDP for AF_XDP ports (`xdp`, `auto`),
+    /// TC for TC ports (`tc`, `auto`). The XDP engine is always loaded (it
+    /// holds the shared bookkeeping of tunnels); under `tc` no port is
+    /// given to it.
+    pub fn with_mode(
+        cfg: XdpEngineConfig,
+        mode: OffloadMode,
+    ) -> Result<OffloadManager, OffloadError> {
         let engine = XdpEngine::load(cfg)?;
+        let tc = match mode {
+            OffloadMode::Auto | OffloadMode::Tc => Some(XdpEngine::load_tc(cfg)?),
+            _ => None,
+        };
         let netdev = match NetdevQuery::open() {
             Ok(q) => Some(q),
             Err(e) => {
@@ -221,6 +256,9 @@ impl OffloadManager {
         };
         Ok(OffloadManager {
             engine,
+            tc,
+            tc_ports: BTreeMap::new(),
+            xdp_off: mode == OffloadMode::Tc,
             netdev,
             ports: BTreeMap::new(),
             tunnels: BTreeMap::new(),
@@ -240,9 +278,37 @@ impl OffloadManager {
         self.counters
     }
 
-    /// The program's per-CPU counters, summed.
+    /// The XDP program's per-CPU counters, summed.
     pub fn engine_stats(&self) -> EngineStats {
         self.engine.stats().unwrap_or_default()
+    }
+
+    /// The TC program's, when the TC engine is loaded.
+    pub fn tc_stats(&self) -> Option<EngineStats> {
+        self.tc.as_ref().map(|e| e.stats().unwrap_or_default())
+    }
+
+    /// The TC engine, when loaded.
+    pub fn tc_engine(&self) -> Option<&XdpEngine> {
+        self.tc.as_ref()
+    }
+
+    /// (port name, redirect_peer) of every port the TC engine runs on.
+    pub fn tc_ports(&self) -> Vec<(String, bool)> {
+        self.tc_ports
+            .values()
+            .map(|p| (p.name.clone(), p.peer))
+            .collect()
+    }
+
+    /// Kernel flows per engine: (xdp, tc).
+    pub fn flows_per_engine(&self) -> (usize, usize) {
+        let tc = self
+            .flows
+            .values()
+            .filter(|(k, _)| *k == EngineKind::Tc)
+            .count();
+        (self.flows.len() - tc, tc)
     }
 
     pub fn n_flows(&self) -> usize {
@@ -308,6 +374,20 @@ impl OffloadManager {
                 }
             };
         }
+        if let Some(t) = port.as_tc() {
+            return self.attach_tc_port(
+                no,
+                &name,
+                t.ifindex(),
+                t.iface(),
+                t.upcall_ifindex(),
+                t.peer_elsewhere(),
+            );
+        }
+        if self.xdp_off && port.as_afxdp_mut().is_some() {
+            self.others.insert(no, "port:afxdp-offload-tc");
+            return Ok(());
+        }
         let Some(x) = port.as_afxdp_mut() else {
             self.others.insert(no, kind_reason(kind));
             return Ok(());
@@ -362,6 +442,46 @@ impl OffloadManager {
         Ok(())
     }
 
+    /// Run the TC engine on a TC port: its interface into `dp_ports` with
+    /// its upcall device, an output slot, then `tc_dp` first on the
+    /// interface's ingress hook (in front of the port's own `tc_upcall`).
+    fn attach_tc_port(
+        &mut self,
+        no: u32,
+        name: &str,
+        ifindex: u32,
+        iface: &str,
+        upcall: u32,
+        peer: bool,
+    ) -> Result<(), OffloadError> {
+        let Some(tc) = self.tc.as_mut() else {
+            self.others.insert(no, "port:tc-engine-off");
+            return Ok(());
+        };
+        let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
+        let slot = (0..max)
+            .find(|s| self.tc_ports.values().all(|p| p.slot != *s))
+            .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
+        tc.set_port_upcall(ifindex, no, upcall)?;
+        tc.set_tx_port_flags(slot, ifindex, if peer { TX_PEER } else { 0 })?;
+        if let Err(e) = tc.attach_tc(ifindex, iface) {
+            let _ = tc.remove_port(ifindex);
+            let _ = tc.clear_tx_port(slot);
+            return Err(e);
+        }
+        tracing::info!(port = %name, ifindex, slot, redirect_peer = peer, "TC offload engine attached");
+        self.tc_ports.insert(
+            no,
+            TcPortEntry {
+                name: name.to_string(),
+                ifindex,
+                slot,
+                peer,
+            },
+        );
+        Ok(())
+    }
+
     /// Give port `no` its own XDP program back (`xsk_redirect`, every frame
     /// to its socket) and forget it. Flows through it must be revalidated
     /// by the caller (its devmap slot is empty from here on, so offloaded
@@ -370,6 +490,14 @@ impl OffloadManager {
         self.others.remove(&no);
         if self.tunnels.contains_key(&no) {
             return self.detach_tunnel(no);
+        }
+        if let Some(p) = self.tc_ports.remove(&no) {
+            if let Some(tc) = self.tc.as_mut() {
+                tc.detach_tc(p.ifindex)?;
+                tc.clear_tx_port(p.slot)?;
+                tc.remove_port(p.ifindex)?;
+            }
+            return Ok(());
         }
         let Some(p) = self.ports.remove(&no) else {
             return Ok(());
@@ -389,7 +517,9 @@ impl OffloadManager {
 
     /// Is port `no` served by the engine?
     pub fn has_port(&self, no: u32) -> bool {
-        self.ports.contains_key(&no) || self.tunnels.contains_key(&no)
+        self.ports.contains_key(&no)
+            || self.tunnels.contains_key(&no)
+            || self.tc_ports.contains_key(&no)
     }
 
     /// Take over the tunnel's underlay (once per underlay), enter its
@@ -716,11 +846,34 @@ impl OffloadManager {
         &self,
         m: &Match,
         actions: &[DpAction],
-    ) -> Result<super::xdp::EncodedFlow, &'static str> {
+    ) -> Result<(EngineKind, super::xdp::EncodedFlow), &'static str> {
         let key = m.key();
         let mask = m.mask().0;
         if mask.in_port != u32::MAX {
             return Err("match:in_port-wildcarded");
+        }
+        if self.tc_ports.contains_key(&key.in_port) {
+            // The TC engine: skbs keep their checksum state and GSO, so
+            // no protocol restriction; every output must be a TC port.
+            for a in actions {
+                if let DpAction::Output(p) = a {
+                    if !self.tc_ports.contains_key(p) && !self.tunnels.contains_key(p) {
+                        let n_out = actions
+                            .iter()
+                            .filter(|a| matches!(a, DpAction::Output(_)))
+                            .count();
+                        if n_out == 1 {
+                            return Err(match self.ports.contains_key(p) {
+                                true => "port:afxdp-from-tc",
+                                false => self.port_reason(*p),
+                            });
+                        }
+                    }
+                }
+            }
+            return encode_tc(key, m.mask(), actions, &TcSlots(self))
+                .map(|e| (EngineKind::Tc, e))
+                .map_err(|e| e.reason);
         }
         // (checksums complete, native XDP) of the ingress.
         let (csum_complete, native) = if let Some(p) = self.ports.get(&key.in_port) {
@@ -765,6 +918,7 @@ impl OffloadManager {
                 match self.ports.get(p) {
                     Some(x) if x.redirect_ok => {}
                     Some(_) => return Err("port:no-xdp-xmit"),
+                    None if self.tc_ports.contains_key(p) => return Err("port:tc-from-xdp"),
                     None => {
                         // Floods are refused as such by the encoder.
                         let n_out = actions
@@ -778,7 +932,30 @@ impl OffloadManager {
                 }
             }
         }
-        encode(key, m.mask(), actions, &Slots(self)).map_err(|e| e.reason)
+        encode(key, m.mask(), actions, &Slots(self))
+            .map(|e| (EngineKind::Xdp, e))
+            .map_err(|e| e.reason)
+    }
+
+    fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
+        match kind {
+            EngineKind::Xdp => Some(&mut self.engine),
+            EngineKind::Tc => self.tc.as_mut(),
+        }
+    }
+}
+
+/// The TC ports' output slots as the encoder sees them (tunnel ports are
+/// refused by `encode_tc`).
+struct TcSlots<'a>(&'a OffloadManager);
+
+impl PortSlots for TcSlots<'_> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self.0.tc_ports.get(&port).map(|p| p.slot)
+    }
+
+    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+        Slots(self.0).tunnel(port)
     }
 }
 
@@ -804,7 +981,7 @@ impl PortSlots for Slots<'_> {
 
 impl Drop for OffloadManager {
     fn drop(&mut self) {
-        if !self.ports.is_empty() || !self.tunnels.is_empty() {
+        if !self.ports.is_empty() || !self.tunnels.is_empty() || !self.tc_ports.is_empty() {
             // The bridge detaches every port first; a link still held here
             // goes with the engine and leaves its interface without XDP.
             tracing::warn!(
@@ -818,6 +995,10 @@ impl Drop for OffloadManager {
 impl FlowOffload for OffloadManager {
     fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
         mask.0.in_port = u32::MAX;
+        if self.tc_ports.contains_key(&key.in_port) {
+            // The TC engine decides nothing by protocol.
+            return;
+        }
         mask.0.dl_type = 0xffff;
         if is_ip(key.dl_type) {
             mask.0.nw_proto = 0xff;
@@ -834,18 +1015,21 @@ impl FlowOffload for OffloadManager {
                 }
             }
         }
-        let enc = match self.decide(matching, actions) {
+        let (kind, enc) = match self.decide(matching, actions) {
             Ok(e) => e,
             Err(r) => {
                 self.counters.refused += 1;
                 return Err(r);
             }
         };
-        match self.engine.install(&enc) {
+        let Some(engine) = self.engine_mut(kind) else {
+            return Err("engine-error");
+        };
+        match engine.install(&enc) {
             Ok(h) => {
                 let id = self.next_id;
                 self.next_id += 1;
-                self.flows.insert(id, h);
+                self.flows.insert(id, (kind, h));
                 self.counters.installed += 1;
                 Ok(id)
             }
@@ -868,11 +1052,17 @@ impl FlowOffload for OffloadManager {
         matching: &Match,
         actions: &[DpAction],
     ) -> Result<(), &'static str> {
-        let Some(h) = self.flows.get(&id).copied() else {
+        let Some((kind, h)) = self.flows.get(&id).copied() else {
             return Err("engine-error");
         };
-        let enc = self.decide(matching, actions)?;
-        match self.engine.modify(&h, &enc) {
+        let (new_kind, enc) = self.decide(matching, actions)?;
+        if new_kind != kind {
+            return Err("engine-error");
+        }
+        let Some(engine) = self.engine_mut(kind) else {
+            return Err("engine-error");
+        };
+        match engine.modify(&h, &enc) {
             Ok(()) => {
                 self.counters.modified += 1;
                 Ok(())
@@ -885,9 +1075,9 @@ impl FlowOffload for OffloadManager {
     }
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
-        let h = self.flows.remove(&id)?;
+        let (kind, h) = self.flows.remove(&id)?;
         self.counters.removed += 1;
-        match self.engine.remove(&h) {
+        match self.engine_mut(kind)?.remove(&h) {
             Ok(c) => Some(KernelCounters {
                 packets: c.packets,
                 bytes: c.bytes,
@@ -902,14 +1092,18 @@ impl FlowOffload for OffloadManager {
     }
 
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
-        let h = self.flows.get(&id)?;
-        let c = self.engine.counters(h).ok()?;
+        let (kind, h) = *self.flows.get(&id)?;
+        let c = self.engine_mut(kind)?.counters(&h).ok()?;
         Some(KernelCounters {
             packets: c.packets,
             bytes: c.bytes,
             used: c.used,
             tcp_flags: c.tcp_flags,
         })
+    }
+
+    fn engine_name(&self, id: u64) -> &'static str {
+        self.flows.get(&id).map_or("userspace", |(k, _)| k.as_str())
     }
 
     fn as_any(&self) -> &dyn Any {

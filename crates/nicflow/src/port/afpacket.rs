@@ -434,6 +434,9 @@ pub struct AfPacketPort {
     vnet: bool,
     /// The interface's offload settings before `open`, restored on drop.
     _saved_features: Option<sys::SavedFeatures>,
+    /// Transmit on another interface than the one received on (a TC
+    /// port: receive on its upcall device, send on its interface).
+    tx_fd: Option<OwnedFd>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -569,7 +572,43 @@ impl AfPacketPort {
             last_tx_errno: 0,
             vnet: opts.vnet_hdr,
             _saved_features: saved_features,
+            tx_fd: None,
         })
+    }
+
+    /// Send on `ifname` instead of the interface received on: a packet
+    /// socket bound with protocol 0, so it receives nothing and no tap
+    /// copies that interface's traffic to us; qdisc bypassed; promiscuous
+    /// (a membership the kernel undoes when the socket closes) when
+    /// `promisc`, so a NIC passes frames for any MAC up to TC. The MTU
+    /// becomes that interface's.
+    pub fn transmit_on(mut self, ifname: &str, promisc: bool) -> Result<Self, AfPacketError> {
+        validate_ifname(ifname)?;
+        let ifindex = if_index(ifname)?;
+        let err = |op| move |e| AfPacketError::sys(op, ifname, e);
+        let fd = packet_socket().map_err(err("socket(AF_PACKET, SOCK_RAW)"))?;
+        let raw = fd.as_raw_fd();
+        if self.vnet {
+            // Frames go out behind the same virtio-net header they came in
+            // with (GSO and partial checksums passed to the kernel).
+            setsockopt(raw, SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int)
+                .map_err(err("setsockopt(PACKET_VNET_HDR)"))?;
+        }
+        setsockopt(raw, SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int)
+            .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
+        bind_packet_proto(raw, ifindex, 0).map_err(err("bind(AF_PACKET, 0)"))?;
+        if promisc {
+            let mreq = PacketMreq {
+                mr_ifindex: ifindex,
+                mr_type: PACKET_MR_PROMISC,
+                ..Default::default()
+            };
+            setsockopt(raw, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
+                .map_err(err("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)"))?;
+        }
+        self.rx.mtu = sys::interface_mtu(raw, ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
+        self.tx_fd = Some(fd);
+        Ok(self)
     }
 
     /// Call the port `name` on the bridge (`add-port --name`); it is named
@@ -751,7 +790,8 @@ impl Port for AfPacketPort {
         let mut drop_rest = false;
         while idx < total {
             let chunk = (total - idx).min(libc::UIO_MAXIOV as usize);
-            match sendmmsg(self.fd.as_raw_fd(), &mut tx.msgs[idx..idx + chunk]) {
+            let fd = self.tx_fd.as_ref().unwrap_or(&self.fd).as_raw_fd();
+            match sendmmsg(fd, &mut tx.msgs[idx..idx + chunk]) {
                 Ok(k) if k > 0 => {
                     for p in &pkts[idx..idx + k] {
                         self.rx.stats.tx_packets += 1;
@@ -1176,10 +1216,14 @@ fn packet_socket() -> io::Result<OwnedFd> {
 }
 
 fn bind_packet(fd: RawFd, ifindex: i32) -> io::Result<()> {
+    bind_packet_proto(fd, ifindex, ETH_P_ALL)
+}
+
+fn bind_packet_proto(fd: RawFd, ifindex: i32, proto: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = ETH_P_ALL.to_be();
+    sll.sll_protocol = proto.to_be();
     sll.sll_ifindex = ifindex;
     // SAFETY: `sll` is an initialized sockaddr_ll and the length matches it.
     cvt(unsafe {

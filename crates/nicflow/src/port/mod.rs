@@ -7,6 +7,9 @@
 //! [`pcap`] (read a capture as the receive side, write the transmit side to a
 //! capture tshark can read).
 //!
+//! [`tc`] ports leave the interface's offloads alone: the bridge's TC
+//! engine runs on it, and misses reach the port through an upcall veth.
+//!
 //! [`tunnel`] ports (VXLAN, Geneve) encapsulate onto an underlay interface
 //! they share and decapsulate what arrives on it.
 //!
@@ -25,6 +28,7 @@ pub mod pcap;
 mod sys;
 pub use sys::SavedFeatures;
 pub mod tap;
+pub mod tc;
 pub mod tunnel;
 
 use nicflow_packet::buf::PacketBuf;
@@ -112,6 +116,11 @@ pub trait Port {
     /// The tunnel port behind this one, if it is one: the XDP engine
     /// encapsulates for it and decapsulates on its underlay.
     fn as_tunnel(&self) -> Option<&tunnel::TunnelPort> {
+        None
+    }
+    /// The TC port behind this one, if it is one: the bridge's TC engine
+    /// runs on its interface and sends its misses to its upcall device.
+    fn as_tc(&self) -> Option<&tc::TcPort> {
         None
     }
 }

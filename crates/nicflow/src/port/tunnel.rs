@@ -533,7 +533,8 @@ impl Underlay {
             kind: cfg.underlay_type,
             options: BTreeMap::new(),
         };
-        let port = crate::control::switch::open_port(&pc)
+        // The tunnel engine is XDP's: an `auto` underlay is an AF_XDP port.
+        let port = crate::control::switch::open_port(&pc, crate::offload::OffloadMode::Xdp)
             .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
         let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
             .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 /// (one datapath, `bpf/dp_core.h` + `bpf/dp_exec.h`, two attach points).
 static XDP_DP_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_dp.o"));
 static TC_DP_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_dp.o"));
-const TC_SINK_NAME: &str = "tc_upcall_sink";
 
 /// Where the engine's program runs. Same maps, keys, flows and action
 /// encoding; what differs is I/O (see `bpf/tc_dp.c`).
@@ -197,10 +196,9 @@ pub struct XdpEngine {
     /// Installed flows -> their mask slot's reference is held.
     installed: HashMap<FlowMapKey, ()>,
     links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
-    /// TC only: `tc_dp` on ports' interfaces, `tc_upcall_sink` on upcall
-    /// devices' far ends (tcx links: gone when dropped).
+    /// TC only: `tc_dp` on ports' interfaces (tcx links: gone when
+    /// dropped).
     tc_links: HashMap<u32, SchedClassifierLinkId>,
-    sink_links: HashMap<u32, SchedClassifierLinkId>,
 }
 
 impl std::fmt::Debug for XdpEngine {
@@ -285,19 +283,36 @@ fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
     }
 }
 
-/// Attach a TC program at ingress: tcx on kernels that have it (aya picks),
-/// else a clsact qdisc (added if missing) and a cls_bpf filter.
-fn tc_attach(
+/// Attach a TC program at ingress: a tcx link (first or last on the hook)
+/// on kernels that have it, else a clsact qdisc (added if missing) and a
+/// cls_bpf filter (priority 1 first, else after).
+pub fn tc_attach(
     prog: &mut SchedClassifier,
     ifname: &str,
+    first: bool,
 ) -> Result<SchedClassifierLinkId, OffloadError> {
-    match prog.attach(ifname, TcAttachType::Ingress) {
+    use aya::programs::tc::{NlOptions, TcAttachOptions};
+    use aya::programs::LinkOrder;
+    let order = if first {
+        LinkOrder::first()
+    } else {
+        LinkOrder::last()
+    };
+    match prog.attach_with_options(
+        ifname,
+        TcAttachType::Ingress,
+        TcAttachOptions::TcxOrder(order),
+    ) {
         Ok(id) => Ok(id),
-        Err(first) => {
-            // Before tcx: the netlink path needs the clsact qdisc.
+        Err(tcx) => {
+            // Before tcx (Linux < 6.6): clsact + cls_bpf.
             let _ = aya::programs::tc::qdisc_add_clsact(ifname);
-            prog.attach(ifname, TcAttachType::Ingress)
-                .map_err(|_| bpf("attaching the TC program", first))
+            let nl = NlOptions {
+                priority: if first { 1 } else { 0 },
+                ..NlOptions::default()
+            };
+            prog.attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::Netlink(nl))
+                .map_err(|_| bpf("attaching the TC program", tcx))
         }
     }
 }
@@ -380,14 +395,12 @@ impl XdpEngine {
                 verifier(prog.load())?;
             }
             EngineKind::Tc => {
-                for n in [name, TC_SINK_NAME] {
-                    let prog: &mut SchedClassifier = ebpf
-                        .program_mut(n)
-                        .ok_or_else(|| missing(n))?
-                        .try_into()
-                        .map_err(|e| bpf("BPF program type", e))?;
-                    verifier(prog.load())?;
-                }
+                let prog: &mut SchedClassifier = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| missing(name))?
+                    .try_into()
+                    .map_err(|e| bpf("BPF program type", e))?;
+                verifier(prog.load())?;
             }
         }
         let flows = take(&mut ebpf, "dp_flows")?;
@@ -431,7 +444,6 @@ impl XdpEngine {
             installed: HashMap::new(),
             links: HashMap::new(),
             tc_links: HashMap::new(),
-            sink_links: HashMap::new(),
         })
     }
 
@@ -541,11 +553,13 @@ impl XdpEngine {
             .map_err(|e| bpf("taking the xdp_dp link", e))
     }
 
-    /// TC: attach `tc_dp` at ingress of `ifname` (a tcx link on Linux >=
-    /// 6.6, which goes away with this engine; clsact + cls_bpf before).
+    /// TC: attach `tc_dp` at ingress of `ifname`, first on the hook (a tcx
+    /// link on Linux >= 6.6, which goes away with this engine; clsact +
+    /// cls_bpf before). Frames it does not handle go on to the next
+    /// program (the port's own `tc_upcall`).
     pub fn attach_tc(&mut self, ifindex: u32, ifname: &str) -> Result<(), OffloadError> {
         let prog = self.tc_prog_mut("tc_dp")?;
-        let id = tc_attach(prog, ifname)?;
+        let id = tc_attach(prog, ifname, true)?;
         self.tc_links.insert(ifindex, id);
         Ok(())
     }
@@ -558,25 +572,6 @@ impl XdpEngine {
         self.tc_prog_mut("tc_dp")?
             .detach(id)
             .map_err(|e| bpf("detaching tc_dp", e))
-    }
-
-    /// TC: the far end `ifname` of an upcall veth drops every frame at
-    /// ingress (after the daemon's AF_PACKET socket got it), so the host
-    /// stack never sees upcalled traffic.
-    pub fn attach_upcall_sink(&mut self, ifindex: u32, ifname: &str) -> Result<(), OffloadError> {
-        let prog = self.tc_prog_mut(TC_SINK_NAME)?;
-        let id = tc_attach(prog, ifname)?;
-        self.sink_links.insert(ifindex, id);
-        Ok(())
-    }
-
-    pub fn detach_upcall_sink(&mut self, ifindex: u32) -> Result<(), OffloadError> {
-        let Some(id) = self.sink_links.remove(&ifindex) else {
-            return Ok(());
-        };
-        self.tc_prog_mut(TC_SINK_NAME)?
-            .detach(id)
-            .map_err(|e| bpf("detaching tc_upcall_sink", e))
     }
 
     /// TC: frames received on `ifindex` carry port number `in_port`; misses
