@@ -89,6 +89,13 @@ pub struct DpFlowDump {
 #[derive(Clone, Debug)]
 pub struct OffloadStatus {
     pub engine: EngineStats,
+    /// The TC engine's counters, when it is loaded (`offload = auto | tc`).
+    pub tc: Option<EngineStats>,
+    /// Kernel flows in the XDP and the TC engine.
+    pub xdp_flows: usize,
+    pub tc_flows: usize,
+    /// (port name, reached with bpf_redirect_peer) of the TC engine's ports.
+    pub tc_ports: Vec<(String, bool)>,
     pub manager: ManagerCounters,
     pub kernel_flows: usize,
     /// (port name, native XDP, redirect target).
@@ -108,6 +115,8 @@ pub struct Bridge {
     tx: TxBatch,
     done: Vec<PacketBuf>,
     mac_generation: u64,
+    /// The engines' mode while offload is on.
+    offload_mode: Option<crate::offload::OffloadMode>,
 }
 
 impl Bridge {
@@ -125,6 +134,7 @@ impl Bridge {
             tx: TxBatch::default(),
             done: Vec::new(),
             mac_generation: 0,
+            offload_mode: None,
         }
     }
 
@@ -207,12 +217,14 @@ impl Bridge {
             attached.push(slot.no);
         }
         self.dp.set_offload(Some(Box::new(m)), &mut self.ofproto);
+        self.offload_mode = Some(mode);
         Ok(())
     }
 
     /// Turn offload off: every kernel flow is removed (its counters
     /// credited), every AF_XDP port gets its own XDP program back.
     pub fn disable_offload(&mut self) {
+        self.offload_mode = None;
         let Some(mut old) = self.dp.set_offload(None, &mut self.ofproto) else {
             return;
         };
@@ -223,6 +235,11 @@ impl Bridge {
                 }
             }
         }
+    }
+
+    /// `auto`, `tc`, `xdp` while offload is on, else `none`.
+    pub fn offload_mode_name(&self) -> &'static str {
+        self.offload_mode.map_or("none", |m| m.as_str())
     }
 
     pub fn offload_enabled(&self) -> bool {
@@ -242,8 +259,13 @@ impl Bridge {
                 *not_offloaded.entry(r).or_insert(0) += 1;
             }
         }
+        let (xdp_flows, tc_flows) = m.flows_per_engine();
         Some(OffloadStatus {
             engine: m.engine_stats(),
+            tc: m.tc_stats(),
+            xdp_flows,
+            tc_flows,
+            tc_ports: m.tc_ports(),
             manager: m.counters(),
             kernel_flows: m.n_flows(),
             ports: m.xdp_ports(),

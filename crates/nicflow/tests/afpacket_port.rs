@@ -891,14 +891,21 @@ fn vnet_hdr_in_tap_out_is_segmented() {
 fn open_port_names_the_port_and_it_reports_its_kind() {
     use nicflow::control::config::{PortConfig, PortType};
     use nicflow::control::switch::open_port;
+    use nicflow::offload::OffloadMode;
     if !lab_possible() {
         return;
     }
     let lab = Lab::new("n", 1, 21);
-    for (kind, want) in [
-        (PortType::Afpacket, "afpacket"),
-        (PortType::Afxdp, "afxdp"),
-        (PortType::Uplink, "afxdp"),
+    for (kind, mode, want) in [
+        (PortType::Afpacket, OffloadMode::Auto, "afpacket"),
+        (PortType::Afxdp, OffloadMode::Auto, "afxdp"),
+        (PortType::Uplink, OffloadMode::Auto, "afxdp"),
+        (PortType::Tc, OffloadMode::None, "tc"),
+        // `auto` is a TC port under offload auto/tc, AF_XDP otherwise.
+        (PortType::Auto, OffloadMode::Auto, "tc"),
+        (PortType::Auto, OffloadMode::Tc, "tc"),
+        (PortType::Auto, OffloadMode::Xdp, "afxdp"),
+        (PortType::Auto, OffloadMode::None, "afxdp"),
     ] {
         let pc = PortConfig {
             name: "p9".into(),
@@ -906,7 +913,7 @@ fn open_port_names_the_port_and_it_reports_its_kind() {
             kind,
             options: Default::default(),
         };
-        let port = open_port(&pc).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        let port = open_port(&pc, mode).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         assert_eq!(port.name(), "p9", "{kind:?}");
         // AF_XDP may fall back to AF_PACKET on a kernel without it.
         assert!(

@@ -913,15 +913,32 @@ impl Switch {
             let offload_json = match &off {
                 Some(o) => {
                     let e = &o.engine;
+                    let tc_hit = o.tc.map_or(0, |t| t.hit);
                     let _ = writeln!(
                         text,
-                        "  engines: xdp packets:{} userspace packets:{}",
-                        e.hit, s.packets
+                        "  engines: tc packets:{} xdp packets:{} userspace packets:{}",
+                        tc_hit, e.hit, s.packets
                     );
+                    if let Some(t) = &o.tc {
+                        let _ = writeln!(
+                            text,
+                            "  offload: tc flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} ports:{}",
+                            o.tc_flows,
+                            t.rx,
+                            t.hit,
+                            t.miss,
+                            t.unparsed,
+                            t.punt,
+                            t.output,
+                            t.drop,
+                            t.aborted,
+                            o.tc_ports.len()
+                        );
+                    }
                     let _ = writeln!(
                         text,
                         "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} decap:{} encap:{} installed:{} removed:{} refused:{}",
-                        o.kernel_flows,
+                        o.xdp_flows,
                         e.rx,
                         e.hit,
                         e.miss,
@@ -947,8 +964,21 @@ impl Switch {
                                 .join(" ")
                         );
                     }
+                    let tc_json = o.tc.map(|t| {
+                        json!({
+                            "flows": o.tc_flows,
+                            "rx": t.rx, "hit": t.hit, "miss": t.miss, "unparsed": t.unparsed,
+                            "no_port": t.no_port, "punt": t.punt, "output": t.output,
+                            "drop": t.drop, "aborted": t.aborted,
+                            "ports": o.tc_ports.iter().map(|(n, peer)| json!({
+                                "name": n, "redirect_peer": peer,
+                            })).collect::<Vec<_>>(),
+                        })
+                    });
                     json!({
-                        "mode": "xdp",
+                        "mode": br.offload_mode_name(),
+                        "tc": tc_json,
+                        "xdp_flows": o.xdp_flows,
                         "flows": o.kernel_flows,
                         "rx": e.rx, "hit": e.hit, "miss": e.miss, "unparsed": e.unparsed,
                         "no_port": e.no_port, "punt": e.punt, "output": e.output,
@@ -973,11 +1003,15 @@ impl Switch {
             };
             let engines = json!({
                 "xdp_packets": off.as_ref().map(|o| o.engine.hit).unwrap_or(0),
+                "tc_packets": off.as_ref().and_then(|o| o.tc).map_or(0, |t| t.hit),
                 "userspace_packets": s.packets,
             });
             // Drops of offloaded flows happen in the kernel: count both.
             let mut drops: BTreeMap<&str, u64> = BTreeMap::new();
-            let kernel = off.as_ref().map(|o| o.engine.drops()).unwrap_or_default();
+            let mut kernel = off.as_ref().map(|o| o.engine.drops()).unwrap_or_default();
+            if let Some(t) = off.as_ref().and_then(|o| o.tc) {
+                kernel.extend(t.drops());
+            }
             for (reason, n) in s.drops().into_iter().chain(kernel) {
                 *drops.entry(reason).or_insert(0) += n;
             }

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod dp;
+pub mod oflab;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,230 @@
+//! The TC engine wired into the switch with every default: two plain hosts
+//! (veths at the kernel's default offloads, no port options, no offload
+//! setting) on a lab switch. TCP and UDP flows live in `engine:tc` and the
+//! daemon sees only their first packets; offload on and off give identical
+//! frames at the receiving host; the switch's interfaces keep their
+//! offloads, and deleting a port leaves no program or upcall device behind.
+//!
+//! Root only. Each test has its own lab (`o<pid><tag>`), torn down by a
+//! guard even when an assertion fails.
+
+mod common;
+
+use common::oflab::*;
+use nicflow::control::proto::Request;
+use serde_json::Value;
+
+/// `ethtool -k` of the switch's end of link `n` (p<n>), feature -> on.
+fn features(lab: &Lab, n: usize) -> std::collections::BTreeMap<String, bool> {
+    let iface = lab.switch_iface(n);
+    let ns = lab.switch_ns();
+    let out = common::must(&["ip", "netns", "exec", &ns, "ethtool", "-k", &iface]);
+    out.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            Some((k.trim().to_string(), v.starts_with("on")))
+        })
+        .collect()
+}
+
+/// Names of the programs on `iface`'s tcx ingress hook, in order, read in
+/// namespace `ns`.
+fn tcx_ingress(ns: &str, iface: &str) -> Vec<String> {
+    let (ns, iface) = (ns.to_string(), iface.to_string());
+    std::thread::spawn(move || {
+        let path = format!("/run/netns/{ns}");
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: setns on this thread only, with a namespace fd we own.
+        let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0);
+        let (_, progs) =
+            aya::programs::SchedClassifier::query_tcx(&iface, aya::programs::TcAttachType::Ingress)
+                .expect("query tcx");
+        progs
+            .iter()
+            .map(|p| p.name_as_str().unwrap_or("?").to_string())
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
+fn tc_flows(flows: &[Value], proto: &str) -> Vec<Value> {
+    flows
+        .iter()
+        .filter(|f| f["match"].as_str().unwrap_or("").starts_with(proto))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn plain_hosts_get_tcp_and_udp_in_the_tc_engine() {
+    if !privileged() || !common::have("iperf3") || !common::have_with("ethtool", "--version") {
+        common::skipped("needs root, iperf3 and ethtool");
+        return;
+    }
+    // Per-5-tuple flows, so TCP and UDP each get flows of their own.
+    let lab = Lab::up(
+        "t",
+        "",
+        &[
+            "priority=10,tcp,actions=normal",
+            "priority=10,udp,actions=normal",
+            "priority=0,actions=normal",
+        ],
+    );
+    let before = features(&lab, 1);
+    let progs = tcx_ingress(&lab.switch_ns(), &lab.switch_iface(1));
+    assert_eq!(
+        progs,
+        ["tc_dp", "tc_upcall"],
+        "the engine's program runs first"
+    );
+    let out = lab.exec("t1", &["ping", "-c", "3", "-i", "0.2", "198.18.0.2"]);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    lab.exec("t2", &["iperf3", "-s", "-D", "-1"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let rx_before = lab.port_rx("p1") + lab.port_rx("p2");
+    let out = lab.exec("t1", &["iperf3", "-c", "198.18.0.2", "-t", "2", "-J"]);
+    let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let gbps = j["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap()
+        / 1e9;
+    let userspace = lab.port_rx("p1") + lab.port_rx("p2") - rx_before;
+    let st = lab.stats();
+    let tc_packets = st["engines"]["tc_packets"].as_u64().unwrap();
+    eprintln!(
+        "tc_lab: iperf3 TCP {gbps:.1} Gbit/s through the default switch; \
+         {tc_packets} packets in the TC engine, {userspace} frames seen by the daemon"
+    );
+    assert!(gbps > 1.0, "{gbps} Gbit/s");
+    // The daemon saw the handshake and little else (a TCP flow's first
+    // packet each way, ARP refreshes); the kernel the rest.
+    assert!(userspace < 50, "userspace received {userspace} frames");
+    assert!(tc_packets > 10_000, "{st}");
+    let flows = lab.dp_flows();
+    let tcp = tc_flows(&flows, "tcp,");
+    assert!(tcp.len() >= 2, "{flows:#?}");
+    for f in &tcp {
+        assert_eq!(f["engine"], "tc", "{f}");
+        assert!(f["not_offloaded"].is_null(), "{f}");
+    }
+    // UDP too (the XDP engine refuses UDP from such hosts: partial sums).
+    lab.exec("t2", &["iperf3", "-s", "-D", "-1"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = lab.exec(
+        "t1",
+        &["iperf3", "-c", "198.18.0.2", "-u", "-b", "200M", "-t", "1"],
+    );
+    assert!(out.contains("receiver"), "{out}");
+    let flows = lab.dp_flows();
+    let udp = tc_flows(&flows, "udp,");
+    assert!(!udp.is_empty(), "{flows:#?}");
+    assert!(
+        udp.iter()
+            .any(|f| f["engine"] == "tc" && f["kernel_packets"].as_u64().unwrap_or(0) > 1000),
+        "{udp:#?}"
+    );
+    // The interface's offloads are as the kernel made them.
+    assert_eq!(features(&lab, 1), before, "switch port features changed");
+    for k in [
+        "tcp-segmentation-offload",
+        "tx-checksumming",
+        "scatter-gather",
+    ] {
+        assert_eq!(before.get(k), Some(&true), "{k} on a default veth");
+    }
+
+    // del-port: the engine's and the port's programs leave the interface,
+    // the upcall pair goes away, the features stay.
+    let iface = lab.switch_iface(1);
+    let ns = lab.switch_ns();
+    let ifindex = common::must(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns,
+        "cat",
+        &format!("/sys/class/net/{iface}/ifindex"),
+    ]);
+    let upcall = format!("nfu{}a", ifindex.trim());
+    let links = common::must(&["ip", "netns", "exec", &ns, "ip", "-o", "link"]);
+    assert!(links.contains(&upcall), "{links}");
+    lab.req(Request::DelPort {
+        bridge: "br0".into(),
+        name: "p1".into(),
+    });
+    let links = common::must(&["ip", "netns", "exec", &ns, "ip", "-o", "link"]);
+    assert!(!links.contains(&upcall), "upcall pair left behind: {links}");
+    let progs = tcx_ingress(&ns, &iface);
+    assert!(progs.is_empty(), "programs left on {iface}: {progs:?}");
+    assert_eq!(features(&lab, 1), before);
+}
+
+#[test]
+fn offload_tc_and_none_give_identical_frames() {
+    if !privileged() {
+        return;
+    }
+    // Raw frames with rewrites the TC engine runs (VLAN moves stay in
+    // userspace: tc:vlan-action).
+    let lab = Lab::up(
+        "e",
+        "",
+        &[
+            "priority=10,udp,in_port=p1,tp_dst=7000,actions=mod_nw_dst:198.18.0.77,mod_tp_dst:9999,output:p2",
+            "priority=10,udp,in_port=p1,tp_dst=7001,actions=mod_dl_src:02:00:00:00:00:aa,mod_nw_tos:32,dec_ttl,output:p2",
+            "priority=10,udp,in_port=p1,tp_dst=7002,actions=mod_vlan_vid:42,output:p2",
+            "priority=10,tcp,in_port=p1,actions=mod_tp_src:5555,mod_nw_src:198.18.0.99,output:p2",
+            "priority=10,icmp,in_port=p1,actions=mod_nw_ttl:7,output:p2",
+            "priority=0,actions=drop",
+        ],
+    );
+    let (m1, m2) = (lab.mac("e1"), lab.mac("e2"));
+    let tx = raw_socket(&lab.ns("e1"));
+    let rx = raw_socket(&lab.ns("e2"));
+    let frames = test_frames(m1, m2, 6);
+    let mut runs = Vec::new();
+    for mode in ["auto", "none", "tc"] {
+        lab.req(Request::Set {
+            bridge: "br0".into(),
+            key: "offload".into(),
+            value: mode.into(),
+        });
+        let before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
+        let mut got = run_traffic(&lab, &tx, &rx, &frames);
+        let after = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
+        if mode != "none" {
+            // Later frames of every flow but the VLAN one in the kernel.
+            let vlan = frames.len() / 5;
+            assert!(
+                after - before >= (frames.len() - vlan - 5) as u64,
+                "{mode}: tc handled {} of {}: {:#?}",
+                after - before,
+                frames.len(),
+                lab.dp_flows()
+            );
+            for f in lab.dp_flows() {
+                let m = f["match"].as_str().unwrap();
+                if m.contains("tp_dst=7002") {
+                    assert_eq!(f["not_offloaded"], "tc:vlan-action", "{f}");
+                } else if m.contains("in_port=p1") {
+                    assert_eq!(f["engine"], "tc", "{f}");
+                }
+            }
+        }
+        assert_eq!(got.len(), frames.len(), "{mode}: frames received");
+        got.sort();
+        runs.push((mode, got));
+    }
+    assert!(
+        runs[0].1 == runs[1].1,
+        "offload auto vs none: frames differ"
+    );
+    assert!(runs[2].1 == runs[1].1, "offload tc vs none: frames differ");
+    assert!(runs[1]
+        .1
+        .iter()
+        .any(|f| f.windows(2).any(|w| w == 9999u16.to_be_bytes())));
+}
