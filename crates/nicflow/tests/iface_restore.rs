@@ -56,7 +56,7 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
 
     lab.restart_daemon();
     lab.cli(&["add-br", "br0"]).unwrap();
-    lab.cli(&["add-port", "br0", "p1"])
+    lab.cli(&["add-port", "br0", "p1", "--type", "afxdp"])
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
     lab.cli(&["add-port", "br0", "p2", "--type", "afpacket"])
         .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
@@ -74,7 +74,8 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
     assert!(!xdp_attached(&lab, "p1"), "XDP left on p1 after del-port");
 
     // Daemon exit puts p2 back; add p1 again so exit covers afxdp too.
-    lab.cli(&["add-port", "br0", "p1"]).unwrap();
+    lab.cli(&["add-port", "br0", "p1", "--type", "afxdp"])
+        .unwrap();
     assert_eq!(
         feature(&features(&lab, "sw", "p1"), "tcp-segmentation-offload"),
         "off"
@@ -98,4 +99,26 @@ fn port_offload_settings_are_restored_on_del_port_and_exit() {
         "p2's peer after exit"
     );
     assert!(!xdp_attached(&lab, "p1"), "XDP left on p1 after exit");
+
+    // The default port (a TC port under offload auto) changes nothing on
+    // its interface, and its upcall pair goes with the daemon.
+    lab.restart_daemon();
+    // (The daemon brought br0 back from its config: start afresh.)
+    lab.cli(&["del-br", "br0"]).unwrap();
+    assert_eq!(features(&lab, "sw", "p1"), before[0]);
+    lab.cli(&["add-br", "br0"]).unwrap();
+    let out = lab
+        .cli(&["add-port", "br0", "p1"])
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    assert!(out.contains("tc"), "default port type: {out}");
+    assert_eq!(features(&lab, "sw", "p1"), before[0], "p1 as a TC port");
+    assert_eq!(features(&lab, "h1", "eth0"), before[1], "its peer");
+    assert!(lab.must("sw", &["ip", "-o", "link"]).contains("nfu"));
+    lab.stop_daemon();
+    assert_eq!(features(&lab, "sw", "p1"), before[0], "p1 after exit");
+    let links = lab.must("sw", &["ip", "-o", "link"]);
+    assert!(
+        !links.contains("nfu"),
+        "upcall pair left after exit: {links}"
+    );
 }

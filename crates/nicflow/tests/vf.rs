@@ -111,7 +111,7 @@ fn vfs_and_representors() {
     assert_eq!(v0["namespace"], c1.as_str());
     assert_eq!(v0["mac"], mac0.as_str());
     assert_eq!(v0["representor"], "br0pf0vf0");
-    assert_eq!(v0["rep_type"], "afxdp");
+    assert_eq!(v0["rep_type"], "auto");
     assert_eq!(v0["ips"][0], "198.18.40.1/24");
     let v1 = find(&vfs, "eth1");
     assert_eq!(v1["index"], 1);

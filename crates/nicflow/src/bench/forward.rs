@@ -80,6 +80,9 @@ pub fn install_signal_handlers() {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Engine {
+    /// nicflow with every default: ports of type `auto` (TC ports) and
+    /// `offload = "auto"` (the TC engine). What `add-port br0 IFACE` gives.
+    NicflowTc,
     /// nicflow with AF_PACKET ports.
     NicflowAfpacket,
     /// nicflow with AF_XDP ports, userspace datapath only (`offload = "none"`).
@@ -100,6 +103,7 @@ pub enum Engine {
 impl Engine {
     pub fn name(self) -> &'static str {
         match self {
+            Engine::NicflowTc => "nicflow-tc",
             Engine::NicflowAfpacket => "nicflow-afpacket",
             Engine::NicflowAfxdp => "nicflow-afxdp",
             Engine::NicflowXdp => "nicflow-xdp",
@@ -112,6 +116,7 @@ impl Engine {
 
     pub fn parse(s: &str) -> Option<Engine> {
         Some(match s.trim() {
+            "nicflow-tc" | "tc" => Engine::NicflowTc,
             "nicflow-afpacket" => Engine::NicflowAfpacket,
             "nicflow-afxdp" => Engine::NicflowAfxdp,
             "nicflow-xdp" | "xdp" => Engine::NicflowXdp,
@@ -126,6 +131,7 @@ impl Engine {
     /// Short tag for lab and directory names.
     pub fn tag(self) -> &'static str {
         match self {
+            Engine::NicflowTc => "nfc",
             Engine::NicflowAfpacket => "nfp",
             Engine::NicflowAfxdp => "nfx",
             Engine::NicflowXdp => "nfo",
@@ -139,6 +145,7 @@ impl Engine {
     /// The port type of a nicflow engine.
     pub fn nicflow_port_type(self) -> Option<PortType> {
         match self {
+            Engine::NicflowTc => Some(PortType::Auto),
             Engine::NicflowAfpacket => Some(PortType::Afpacket),
             Engine::NicflowAfxdp | Engine::NicflowXdp => Some(PortType::Afxdp),
             _ => None,
@@ -150,6 +157,7 @@ impl Engine {
     /// only when the hosts complete them, i.e. host checksum offload off).
     pub fn nicflow_switch_toml(self, host_checksums_complete: bool) -> String {
         match self {
+            Engine::NicflowTc => String::new(),
             Engine::NicflowAfpacket | Engine::NicflowAfxdp => "offload = \"none\"\n".into(),
             Engine::NicflowXdp => format!(
                 "offload = \"xdp\"\nport_options = {{ csum_complete = {host_checksums_complete} }}\n"
@@ -185,8 +193,10 @@ pub enum HostOffload {
 /// The `bench forward` command line.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
-    /// Engines, comma-separated: nicflow, linux-bridge, ovs, ovs-afxdp.
-    #[arg(long, default_value = "nicflow,linux-bridge,ovs,ovs-afxdp")]
+    /// Engines, comma-separated: nicflow (= nicflow-tc, every default),
+    /// nicflow-afpacket, nicflow-afxdp (offload none), nicflow-xdp,
+    /// linux-bridge, ovs, ovs-afxdp, xdp-redirect.
+    #[arg(long, default_value = "nicflow,nicflow-afxdp,linux-bridge,ovs")]
     pub engines: String,
     /// Repetitions per engine and test (the report shows medians).
     #[arg(long, default_value_t = 3)]
@@ -252,15 +262,12 @@ impl Options {
         let mut engines = Vec::new();
         for e in a.engines.split(',').filter(|s| !s.trim().is_empty()) {
             let e = if e.trim() == "nicflow" {
-                match nicflow_port_type {
-                    PortType::Afxdp => Engine::NicflowAfxdp,
-                    _ => Engine::NicflowAfpacket,
-                }
+                Engine::NicflowTc
             } else {
                 Engine::parse(e).with_context(|| {
                     format!(
-                        "unknown engine `{e}` (nicflow, nicflow-afpacket, nicflow-afxdp, \
-                         linux-bridge, ovs, ovs-afxdp)"
+                        "unknown engine `{e}` (nicflow, nicflow-tc, nicflow-afpacket, \
+                         nicflow-afxdp, nicflow-xdp, linux-bridge, ovs, ovs-afxdp, xdp-redirect)"
                     )
                 })?
             };
@@ -611,7 +618,7 @@ fn engine_body(
     };
     let mut ovs: Option<Ovs> = None;
     match engine {
-        Engine::NicflowAfpacket | Engine::NicflowAfxdp | Engine::NicflowXdp => {
+        Engine::NicflowTc | Engine::NicflowAfpacket | Engine::NicflowAfxdp | Engine::NicflowXdp => {
             if let Some((_, port, why)) = up.unattached.first() {
                 return Err(format!("nicflow port {port} not attached: {why}"));
             }
@@ -1089,6 +1096,34 @@ pub fn report(r: &Results) -> String {
         }
         let _ = writeln!(s);
     }
+    // The default product against the kernel's bridge and against its own
+    // userspace datapath (offload none): issue 12's targets (TCP 1 stream
+    // >= 1.0x the bridge, 4 streams >= 0.9x; switch CPU per Gbit >= 100x
+    // lower than offload none).
+    for (a, b) in [
+        (Engine::NicflowTc, Engine::LinuxBridge),
+        (Engine::NicflowTc, Engine::NicflowAfxdp),
+    ] {
+        if !engines.contains(&a) || !engines.contains(&b) {
+            continue;
+        }
+        let _ = write!(s, "| **{} / {}** |", a.name(), b.name());
+        for f in &figs {
+            let x = stat(r, a, f.test, f.get);
+            let y = stat(r, b, f.test, f.get);
+            let cell = if x.valid() && y.valid() && y.median > 0.0 {
+                if x.median > 0.0 {
+                    format!("**{:.2}x**", x.median / y.median)
+                } else {
+                    "**0** (none measurable)".into()
+                }
+            } else {
+                "—".into()
+            };
+            let _ = write!(s, " {cell} |");
+        }
+        let _ = writeln!(s);
+    }
     let base = Engine::Ovs;
     let mut targets = Vec::new();
     for &nf in engines.iter().filter(|e| e.is_nicflow()) {
@@ -1507,6 +1542,7 @@ pub fn report(r: &Results) -> String {
 
 fn engine_label(e: Engine) -> String {
     match e {
+        Engine::NicflowTc => "nicflow (defaults: tc offload)".into(),
         Engine::NicflowAfpacket => "nicflow (afpacket)".into(),
         Engine::NicflowAfxdp => "nicflow (afxdp)".into(),
         Engine::NicflowXdp => "nicflow (xdp offload)".into(),
@@ -1524,6 +1560,13 @@ fn engine_description(e: Engine, r: &Results) -> String {
         .clone()
         .unwrap_or_else(|| "Open vSwitch".into());
     match e {
+        Engine::NicflowTc => "`nicflow daemon` with every default: ports of type `auto` \
+             (TC ports: the switch-side veths keep their offloads, no socket on them) and \
+             `offload = \"auto\"`: the bridge's TC program (`bpf/tc_dp.c`) forwards \
+             established flows at TC ingress with `bpf_redirect_peer` into the other host's \
+             namespace, super-frames and partial checksums untouched; misses reach the \
+             daemon through each port's upcall veth."
+            .into(),
         Engine::NicflowAfpacket => "`nicflow daemon` started by the lab in namespace sw, \
              afpacket ports with the port's default options (as of this writing: TPACKET_V3 \
              receive ring with a 1 ms block timeout, `sendmmsg` with qdisc bypass, virtio-net \
@@ -1666,6 +1709,7 @@ mod tests {
     #[test]
     fn topologies_parse_and_differ_only_in_the_switch() {
         for e in [
+            Engine::NicflowTc,
             Engine::NicflowAfpacket,
             Engine::NicflowAfxdp,
             Engine::NicflowXdp,
@@ -1684,6 +1728,7 @@ mod tests {
     #[test]
     fn engine_names_round_trip() {
         for e in [
+            Engine::NicflowTc,
             Engine::NicflowAfpacket,
             Engine::NicflowAfxdp,
             Engine::NicflowXdp,

@@ -321,12 +321,12 @@ mod tests {
         let text = c.to_toml();
         assert!(text.contains("[[bridge.vf]]"), "{text}");
         assert_eq!(Config::parse(&text).unwrap(), c);
-        // rep_type defaults to afxdp; unknown keys are refused.
+        // rep_type defaults to auto; unknown keys are refused.
         let v = Config::parse(
             "[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nindex=1\nnamespace='n'\nmac='02:00:00:00:00:02'\nrepresentor='bpf0vf1'\n",
         )
         .unwrap();
-        assert_eq!(v.bridges[0].vfs[0].rep_type, PortType::Afxdp);
+        assert_eq!(v.bridges[0].vfs[0].rep_type, PortType::Auto);
         assert!(Config::parse("[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nbogus=1\n").is_err());
     }
 

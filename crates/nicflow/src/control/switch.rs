@@ -447,7 +447,11 @@ impl Switch {
                         json!({ "ofport": no, "flavour": "physical", "port_kind": opened }),
                     ));
                 }
-                Ok(Response::ok("", json!({ "ofport": no })))
+                // Say what `auto` became.
+                Ok(Response::ok(
+                    format!("port {} ({}, {opened}) ofport {no}\n", pc.name, pc.iface),
+                    json!({ "ofport": no, "port_kind": opened }),
+                ))
             }
             Request::DelPort { bridge, name } => {
                 if let Some(v) = self.vf_by_representor(&bridge, &name) {

@@ -418,7 +418,7 @@ mod tests {
         assert_eq!(s.ips, ["198.18.40.1/24", "2001:db8:40::1/64"]);
         assert_eq!(s.rep_type, PortType::Afpacket);
         let d = VfSpec::parse("c1", None, None, &[], None).unwrap();
-        assert_eq!(d.rep_type, PortType::Afxdp);
+        assert_eq!(d.rep_type, PortType::Auto);
         assert!(d.name.is_none() && d.mac.is_none() && d.ips.is_empty());
 
         let err = |r: Result<VfSpec, VfError>| r.unwrap_err().to_string();

@@ -999,7 +999,7 @@ mod tests {
         assert_eq!(t.name, "t1");
         let sw = t.switch("sw1").unwrap();
         assert_eq!(sw.namespace, SwitchNamespace::Own);
-        assert_eq!(sw.port_type, PortType::Afxdp);
+        assert_eq!(sw.port_type, PortType::Auto);
         assert_eq!(sw.bridges.len(), 1);
         assert_eq!(sw.bridges[0].name, "br0");
         assert_eq!(sw.bridges[0].flows, vec!["priority=0,actions=normal"]);
