@@ -107,21 +107,29 @@ int tc_dp(struct __sk_buff *ctx)
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!st || !cfg)
 		goto to_user;
-	{
-		__u32 want = ctx->len < DP_PULL_LEN ? ctx->len : DP_PULL_LEN;
-
-		if ((long)ctx->data + want > (long)ctx->data_end)
-			bpf_skb_pull_data(ctx, want);
-	}
 	key = &st->key;
 	hk = &st->hk;
-	__builtin_memset(key, 0, sizeof(*key));
 	hk->pad = 0;
 	if (ctx->vlan_present)
 		hw_tci = (__u16)ctx->vlan_tci | 0x1000;
+	__builtin_memset(key, 0, sizeof(*key));
 	if (parse(ctx, key, st, port->in_port, hw_tci) < 0) {
-		stat_inc(DP_STAT_UNPARSED);
-		goto to_user;
+		/* Headers beyond the linear part (a super-frame's head may hold
+		 * only part of them): pull them in and parse once more. Only
+		 * then: a pull on every frame would copy payload out of the
+		 * fragments of every TSO frame. */
+		__u32 want = ctx->len < DP_PULL_LEN ? ctx->len : DP_PULL_LEN;
+
+		if ((long)ctx->data + want <= (long)ctx->data_end ||
+		    bpf_skb_pull_data(ctx, want)) {
+			stat_inc(DP_STAT_UNPARSED);
+			goto to_user;
+		}
+		__builtin_memset(key, 0, sizeof(*key));
+		if (parse(ctx, key, st, port->in_port, hw_tci) < 0) {
+			stat_inc(DP_STAT_UNPARSED);
+			goto to_user;
+		}
 	}
 	flow = dp_lookup(key, hk, cfg);
 	if (!flow) {

@@ -238,9 +238,8 @@ name = "h2"
 sysctl = { "net.ipv6.conf.all.accept_ra" = 0 }
 [[switch]]
 name = "sw1"
-# The hosts below send finished checksums (link offload = false), so the
-# ports may tell the XDP engine so, and TCP and UDP flows are offloaded too.
-port_options = { csum_complete = true }
+# Every default: ports of type auto (TC ports), offload auto (the TC
+# engine), hosts at the kernel's default offloads (TSO, checksum offload).
 [[switch.bridge]]
 name = "br0"
 flows = [
@@ -251,12 +250,10 @@ flows = [
 a = "h1:eth0"
 b = "sw1:p1"
 addresses = ["198.18.0.1/24", "2001:db8::1/64"]
-offload = false
 [[link]]
 a = "h2:eth0"
 b = "sw1:p2"
 addresses = ["198.18.0.2/24", "2001:db8::2/64"]
-offload = false
 "#;
 
 /// Removes the demo lab however the demo ends.
@@ -438,7 +435,8 @@ pub fn run_lab() -> Result<String> {
     for l in lines.iter().take(8) {
         writeln!(r, "  {l}")?;
     }
-    let in_xdp = lines.iter().filter(|l| l.contains("engine:xdp")).count();
+    let in_kernel = |e: &str| lines.iter().filter(|l| l.contains(e)).count();
+    let (in_tc, in_xdp) = (in_kernel("engine:tc"), in_kernel("engine:xdp"));
     let mut reasons: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.split("not_offloaded:").nth(1))
@@ -448,9 +446,9 @@ pub fn run_lab() -> Result<String> {
     reasons.dedup();
     writeln!(
         r,
-        "  ({} flows: {in_xdp} offloaded to the XDP engine (later packets forwarded in the kernel), {} in the userspace engine{})",
+        "  ({} flows: {in_tc} offloaded to the TC engine and {in_xdp} to the XDP engine (later packets forwarded in the kernel), {} in the userspace engine{})",
         lines.len(),
-        lines.len() - in_xdp,
+        lines.len() - in_tc - in_xdp,
         if reasons.is_empty() {
             String::new()
         } else {

@@ -419,6 +419,11 @@ pub struct EngineRun {
     /// h1 -> h2 ping round trips (ms), idle switch.
     pub ping_rtt_ms: Vec<f64>,
     pub samples: Vec<TestSample>,
+    /// The engine's BPF programs, ns per run, read from the kernel
+    /// (`bpf_stats_enabled`) over an extra UDP run after the tests (not one
+    /// of the samples: the accounting itself costs time per run).
+    #[serde(default)]
+    pub prog_cost: Vec<super::progcost::ProgCost>,
     /// Engine-specific counters after the tests (nicflow `stats`, OVS
     /// port/PMD stats).
     pub diagnostics: serde_json::Value,
@@ -443,6 +448,10 @@ pub struct Results {
     pub loadavg_end: String,
     pub started_unix: u64,
     pub runs: Vec<EngineRun>,
+    /// `BPF_PROG_TEST_RUN` cost of the datapath programs and of bare
+    /// redirect programs, ns per run (`bench::progcost`).
+    #[serde(default)]
+    pub test_run_costs: Vec<(String, f64)>,
 }
 
 fn loadavg() -> String {
@@ -571,6 +580,7 @@ fn run_engine(
         idle_switch_cores: f64::NAN,
         ping_rtt_ms: Vec::new(),
         samples: Vec::new(),
+        prog_cost: Vec::new(),
         diagnostics: serde_json::Value::Null,
         commands: Vec::new(),
     };
@@ -699,6 +709,28 @@ fn engine_body(
         progress(&format!("{}", SampleLine(engine, run.rep, &s)));
         run.samples.push(s);
     }
+    if let (true, Some(pid)) = (engine.is_nicflow(), run.switch_pid) {
+        use super::progcost;
+        let _stats = progcost::StatsEnabled::on();
+        let before = progcost::live(pid);
+        let _ = measure::run_blast(&setup);
+        run.prog_cost = progcost::delta(&before, &progcost::live(pid));
+        let costs: Vec<String> = run
+            .prog_cost
+            .iter()
+            .map(|c| format!("{} {:.0} ns/run ({} runs)", c.name, c.ns_per_run, c.runs))
+            .collect();
+        progress(&format!(
+            "{} rep {} BPF programs: {}",
+            engine.name(),
+            run.rep + 1,
+            if costs.is_empty() {
+                "none ran".into()
+            } else {
+                costs.join(", ")
+            }
+        ));
+    }
     run.diagnostics = match engine {
         e if e.is_nicflow() => nicflow_diagnostics(lab_name, lab_opts),
         Engine::LinuxBridge => serde_json::json!({
@@ -797,7 +829,19 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Res
             .map(|d| d.as_secs())
             .unwrap_or(0),
         runs: Vec::new(),
+        test_run_costs: Vec::new(),
     };
+    if opts.engines.iter().any(|e| e.is_nicflow()) {
+        match super::progcost::test_run_costs() {
+            Ok(c) => {
+                for (name, ns) in &c {
+                    progress(&format!("BPF_PROG_TEST_RUN {name}: {ns:.0} ns/run"));
+                }
+                results.test_run_costs = c;
+            }
+            Err(e) => progress(&format!("BPF_PROG_TEST_RUN costs not measured: {e}")),
+        }
+    }
     let mut engines = opts.engines.clone();
     if engines.iter().any(|e| e.is_ovs()) {
         let got = if opts.install_ovs {
@@ -1166,6 +1210,59 @@ pub fn report(r: &Results) -> String {
     }
 
     // UDP sender rate and CPU per packet: is the generator the bottleneck?
+    // What the programs themselves cost per packet.
+    let live: Vec<String> = engines
+        .iter()
+        .filter(|e| e.is_nicflow())
+        .flat_map(|&e| {
+            let mut names: Vec<String> = r
+                .runs
+                .iter()
+                .filter(|x| x.engine == e)
+                .flat_map(|x| x.prog_cost.iter().map(|c| c.name.clone()))
+                .collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(move |n| {
+                let mut v: Vec<f64> = r
+                    .runs
+                    .iter()
+                    .filter(|x| x.engine == e)
+                    .filter_map(|x| x.prog_cost.iter().find(|c| c.name == n))
+                    .map(|c| c.ns_per_run)
+                    .collect();
+                format!("| {} | `{n}` | {:.0} |", e.name(), median(&mut v))
+            })
+        })
+        .collect();
+    if !live.is_empty() || !r.test_run_costs.is_empty() {
+        let _ = writeln!(s, "## BPF program cost per packet\n");
+        if !r.test_run_costs.is_empty() {
+            let _ = writeln!(
+                s,
+                "`BPF_PROG_TEST_RUN`, 64-byte UDP frame, median of 5 x 100,000 runs (the datapath \
+                 programs with one installed flow; the bare programs redirect and nothing else):\n\n\
+                 | program | ns/run |\n|---|---:|"
+            );
+            for (n, ns) in &r.test_run_costs {
+                let _ = writeln!(s, "| {n} | {ns:.0} |");
+            }
+            let _ = writeln!(s);
+        }
+        if !live.is_empty() {
+            let _ = writeln!(
+                s,
+                "Live, during an extra UDP 64B sendmmsg run after each engine's tests, \
+                 `kernel.bpf_stats_enabled` on (run_time_ns / run_cnt; medians over \
+                 repetitions; a TSO super-frame is one run):\n\n| engine | program | ns/run |\n|---|---|---:|"
+            );
+            for l in &live {
+                let _ = writeln!(s, "{l}");
+            }
+            let _ = writeln!(s);
+        }
+    }
+
     let _ = writeln!(s, "## Details\n");
     let _ = writeln!(
         s,
@@ -1763,6 +1860,7 @@ mod tests {
             idle_switch_cores: 0.0,
             ping_rtt_ms: vec![0.1],
             samples: vec![s],
+            prog_cost: vec![],
             diagnostics: serde_json::Value::Null,
             commands: vec![],
         };
@@ -1781,6 +1879,7 @@ mod tests {
             loadavg_end: String::new(),
             started_unix: 0,
             runs: vec![a, b, c],
+            test_run_costs: vec![("tc_dp (hit)".into(), 30.0)],
         };
         let text = report(&r);
         assert!(text.contains("**2.00x**"), "{text}");

@@ -14,6 +14,7 @@ pub mod latency;
 pub mod overlay;
 pub mod ovs_l3;
 pub mod pktrate;
+pub mod progcost;
 pub mod report;
 pub mod streams;
 pub mod table_scale;

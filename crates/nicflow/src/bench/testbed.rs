@@ -853,14 +853,14 @@ impl Drop for Testbed {
     }
 }
 
-/// Parse an `--engines` list (`nicflow` means nicflow-afpacket). Any
+/// Parse an `--engines` list (`nicflow` means nicflow-tc, the defaults). Any
 /// engine [`Engine::parse`] knows is accepted, so engines added there show
 /// up in every experiment without changing it.
 pub fn parse_engines(list: &str) -> anyhow::Result<Vec<Engine>> {
     let mut v = Vec::new();
     for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let e = if e == "nicflow" {
-            Engine::NicflowAfpacket
+            Engine::NicflowTc
         } else {
             Engine::parse(e).with_context(|| format!("unknown engine `{e}`"))?
         };

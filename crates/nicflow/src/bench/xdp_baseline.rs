@@ -19,6 +19,12 @@ use std::time::Duration;
 
 static OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xdp_redirect_min.o"));
 
+/// The program's object (also the bare-redirect baseline of
+/// `bench::progcost`).
+pub fn object() -> &'static [u8] {
+    OBJ
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {

@@ -74,8 +74,13 @@ pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, St
     };
     Ok(match kind {
         PortType::Tc => {
-            if let Some((k, _)) = pc.options.iter().next() {
-                return Err(format!("port {}: a TC port has no option `{k}`", pc.name));
+            // `csum_complete` tells the XDP engine about senders'
+            // checksums; a TC port needs no such hint (the skb says).
+            if let Some((k, _)) = pc.options.iter().find(|(k, _)| *k != "csum_complete") {
+                return Err(format!(
+                    "port {}: a TC port has no option `{k}` (type=afxdp or afpacket take options)",
+                    pc.name
+                ));
             }
             let mut p = crate::port::tc::TcPort::open(&pc.iface).map_err(|e| e.to_string())?;
             p.set_name(&pc.name);

@@ -104,6 +104,25 @@ pub fn veth_peer_elsewhere(iface: &str) -> bool {
     l["linkinfo"]["info_kind"] == "veth" && l.get("link_netnsid").is_some()
 }
 
+/// `tc_upcall.o` loaded (verified) for upcall device `upcall_ifindex`, not
+/// attached: `tc_upcall` (redirect every frame there) and `tc_upcall_sink`.
+/// `tc_upcall` is also the bare-redirect baseline of `bench::progcost`.
+pub fn load_upcall_programs(upcall_ifindex: u32) -> Result<Ebpf, String> {
+    let mut ebpf = EbpfLoader::new()
+        .override_global("UPCALL_IFINDEX", &upcall_ifindex, true)
+        .load(TC_UPCALL_OBJ)
+        .map_err(|e| format!("loading: {e}"))?;
+    for prog in ["tc_upcall", "tc_upcall_sink"] {
+        let p: &mut SchedClassifier = ebpf
+            .program_mut(prog)
+            .ok_or_else(|| format!("no program {prog}"))?
+            .try_into()
+            .map_err(|e| format!("{prog}: {e}"))?;
+        p.load().map_err(|e| format!("{prog}: {e}"))?;
+    }
+    Ok(ebpf)
+}
+
 impl TcPort {
     /// Open `iface` as a TC port: create its upcall pair, attach the port's
     /// own `tc_upcall` (last on the interface's ingress hook) and the sink,
@@ -150,10 +169,8 @@ impl TcPort {
         let bpf_err = |what: &str, e: &dyn std::fmt::Display| {
             TcPortError::Bpf(iface.to_string(), format!("{what}: {e}"))
         };
-        let mut ebpf = EbpfLoader::new()
-            .override_global("UPCALL_IFINDEX", &upcall_ifindex, true)
-            .load(TC_UPCALL_OBJ)
-            .map_err(|e| bpf_err("loading tc_upcall.o", &e))?;
+        let mut ebpf =
+            load_upcall_programs(upcall_ifindex).map_err(|e| bpf_err("tc_upcall.o", &e))?;
         let mut links = Vec::new();
         for (prog, dev) in [("tc_upcall", iface), ("tc_upcall_sink", far.as_str())] {
             let p: &mut SchedClassifier = ebpf
@@ -161,7 +178,6 @@ impl TcPort {
                 .ok_or_else(|| bpf_err(prog, &"missing from tc_upcall.o"))?
                 .try_into()
                 .map_err(|e| bpf_err(prog, &e))?;
-            p.load().map_err(|e| bpf_err(prog, &e))?;
             let id = crate::offload::xdp::engine::tc_attach(p, dev, false)
                 .map_err(|e| bpf_err(prog, &e))?;
             links.push((prog, id));

@@ -317,6 +317,46 @@ pub fn tc_attach(
     }
 }
 
+/// `BPF_PROG_TEST_RUN` of an XDP or TC program on `frame` as received on
+/// `ifindex`, `repeat` times: (verdict, mean ns per run as the kernel
+/// timed it).
+pub fn time_test_run(
+    prog: &aya::programs::Program,
+    frame: &[u8],
+    ifindex: u32,
+    repeat: u32,
+) -> Result<(u32, f64), OffloadError> {
+    let mut ctx = vec![];
+    let put = |ctx: &mut Vec<u8>, at: usize, w: u32| {
+        ctx[at..at + 4].copy_from_slice(&w.to_ne_bytes());
+    };
+    let tc = matches!(prog, aya::programs::Program::SchedClassifier(_));
+    if tc {
+        ctx.resize(192, 0);
+        put(&mut ctx, 36, ifindex);
+        put(&mut ctx, 40, ifindex);
+    } else {
+        ctx.resize(24, 0);
+        put(&mut ctx, 4, frame.len() as u32);
+        put(&mut ctx, 12, ifindex);
+    }
+    let mut out = vec![0u8; frame.len() + 256];
+    let opts = TestRunOptions {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        ctx_in: Some(&ctx),
+        repeat: repeat.max(1),
+        ..TestRunOptions::default()
+    };
+    let r = match prog {
+        aya::programs::Program::Xdp(p) => p.test_run(opts),
+        aya::programs::Program::SchedClassifier(p) => p.test_run(opts),
+        _ => return Err(OffloadError::Config("not an XDP or TC program".into())),
+    }
+    .map_err(|e| bpf("BPF_PROG_TEST_RUN", e))?;
+    Ok((r.return_value, r.duration.as_nanos() as f64))
+}
+
 fn config_flags(cfg: &XdpEngineConfig) -> u32 {
     if cfg.counters {
         0
@@ -955,6 +995,19 @@ impl XdpEngine {
         queue: u32,
     ) -> Result<(u32, Vec<u8>), OffloadError> {
         self.test_run_gso(frame, ifindex, queue, None)
+    }
+
+    /// `BPF_PROG_TEST_RUN` of `frame` `repeat` times: the verdict and the
+    /// kernel's mean time per run in ns (what one frame costs the program,
+    /// without the redirect the verdict asks for).
+    pub fn test_run_repeat(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        repeat: u32,
+    ) -> Result<(u32, f64), OffloadError> {
+        let prog = self.program_data()?;
+        time_test_run(prog, frame, ifindex, repeat)
     }
 
     /// As [`Self::test_run`]; for a TC engine `gso` = (segments, segment
