@@ -15,6 +15,7 @@
  *
  * The including file defines first:
  *   DP_CTX        struct xdp_md or struct __sk_buff
+ *   CTX_DATA_OFF, CTX_DATA_END_OFF   offsets of its data/data_end fields
  *   dp_len(ctx)   the frame's full length (multi-buffer / nonlinear)
  *   DP_TC         (TC only) checksum-state-aware rewrites
  *
@@ -23,6 +24,24 @@
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_endian.h>
+
+/* Packet pointers, each loaded with one instruction from the unmodified
+ * context register. Written as C (`ctx->data_end`), clang may keep the
+ * field's address (ctx + 80) in a register or a stack slot across a helper
+ * call and load through it later, which the verifier refuses ("dereference
+ * of modified ctx ptr"). */
+#define DP_STR2(x) #x
+#define DP_STR(x) DP_STR2(x)
+#define dp_ctx_u32(ctx, off)                                                   \
+	({                                                                     \
+		unsigned long __v; /* 64-bit: no zero-extension after it */     \
+		asm volatile("%0 = *(u32 *)(%1 + " DP_STR(off) ")"             \
+			     : "=r"(__v)                                       \
+			     : "r"(ctx));                                      \
+		__v;                                                           \
+	})
+#define DP_DATA(ctx) ((__u8 *)dp_ctx_u32(ctx, CTX_DATA_OFF))
+#define DP_DATA_END(ctx) ((__u8 *)dp_ctx_u32(ctx, CTX_DATA_END_OFF))
 #include <bpf/bpf_helpers.h>
 
 #ifndef __always_inline
@@ -430,8 +449,8 @@ static __always_inline int is_vlan_tpid(__u16 t)
 static __always_inline int parse_l4(DP_CTX *ctx, union dp_key *key, struct dp_scratch *st,
 				    __u8 proto, __u32 off, __u32 seglen, int v6, int is_frag)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u8 *l4;
 	__u32 n;
 
@@ -494,8 +513,8 @@ static __always_inline int parse_l4(DP_CTX *ctx, union dp_key *key, struct dp_sc
 static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scratch *st,
 				 __u32 in_port, __u16 hw_tci)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u64 flen = dp_len(ctx);
 	__u32 off = 14;
 	__u16 et, t1 = 0, t2 = 0;
@@ -693,7 +712,7 @@ static __always_inline void tc_patch_l4(DP_CTX *ctx, __u32 off, int udp, __u32 o
 }
 /* Offsets are taken before the helper runs: it invalidates every packet
  * pointer. */
-#define DP_PKT_OFF(ctx, p) ((__u32)((p) - (__u8 *)(long)(ctx)->data))
+#define DP_PKT_OFF(ctx, p) ((__u32)((p) - DP_DATA(ctx)))
 #define DP_PATCH_PSEUDO(ctx, c, udp, old, new) tc_patch_l4(ctx, DP_PKT_OFF(ctx, c), udp, old, new, 1)
 #define DP_PATCH_PORT(ctx, c, udp, old, new) tc_patch_l4(ctx, DP_PKT_OFF(ctx, c), udp, old, new, 0)
 #else
@@ -707,8 +726,8 @@ static __always_inline void tc_patch_l4(DP_CTX *ctx, __u32 off, int udp, __u32 o
 static __always_inline __u8 *pseudo_csum(DP_CTX *ctx, struct dp_scratch *st, int *udp,
 					 int *err)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l4 = RD32(st->l4_off), kind = RD32(st->l4), l3 = RD32(st->l3);
 	__u8 *p;
 
@@ -748,8 +767,8 @@ static __always_inline __u8 *pseudo_csum(DP_CTX *ctx, struct dp_scratch *st, int
 static __always_inline int act_set_ipv4(DP_CTX *ctx, struct dp_scratch *st, __u32 field,
 					__u32 new)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l3 = RD32(st->l3_off), old;
 	int udp, err = 0;
 	__u8 *ip, *c;
@@ -775,8 +794,8 @@ static __always_inline int act_set_ipv4(DP_CTX *ctx, struct dp_scratch *st, __u3
 static __always_inline int act_set_ipv6(DP_CTX *ctx, struct dp_scratch *st, __u32 field,
 					const __u8 *addr)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l3 = RD32(st->l3_off), old[4], new[4];
 	int udp, err = 0, i;
 	__u8 *ip, *c;
@@ -824,8 +843,8 @@ static __always_inline void ipv4_set_word(__u8 *ip, __u32 w, __u16 new)
 static __always_inline int act_ip_byte(DP_CTX *ctx, struct dp_scratch *st, __u32 op,
 				       __u8 v)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l3 = RD32(st->l3_off), kind = RD32(st->l3);
 	__u8 *ip;
 
@@ -880,8 +899,8 @@ static __always_inline int act_ip_byte(DP_CTX *ctx, struct dp_scratch *st, __u32
 static __always_inline int act_set_tp(DP_CTX *ctx, struct dp_scratch *st, __u32 field,
 				      __u16 port)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l4 = RD32(st->l4_off), kind = RD32(st->l4), l3 = RD32(st->l3);
 	__u16 old;
 	__u8 *p;
@@ -912,8 +931,8 @@ static __always_inline int act_set_tp(DP_CTX *ctx, struct dp_scratch *st, __u32 
 static __always_inline int act_set_arp(DP_CTX *ctx, struct dp_scratch *st,
 				       struct dp_action *a)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l3 = RD32(st->l3_off);
 	__u8 *arp;
 
@@ -943,8 +962,8 @@ static __always_inline int act_set_arp(DP_CTX *ctx, struct dp_scratch *st,
 
 static __always_inline int act_set_eth(DP_CTX *ctx, __u32 at, const __u8 *mac)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 
 	if (data + 12 > end)
 		return -1;

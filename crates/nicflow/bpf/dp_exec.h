@@ -141,7 +141,7 @@ static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp
 			r = act_pop_vlan(ctx, st);
 			break;
 		case DP_OP_SET_VLAN_TCI:
-			r = act_set_vlan_tci(ctx, a->arg16);
+			r = act_set_vlan_tci(ctx, st, a->arg16);
 			break;
 		case DP_OP_SET_ARP_SPA:
 		case DP_OP_SET_ARP_TPA:

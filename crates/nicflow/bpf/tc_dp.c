@@ -28,14 +28,18 @@
  *
  * Differences from xdp_dp.c, all I/O: the outer VLAN tag of a received
  * frame is already out of the frame (skb->vlan_tci), so it is passed to
- * the parser; the encoder refuses VLAN push/pop/set, ARP rewrites and
- * tunnels for this engine (reasons `tc:vlan-action`, `tc:arp-rewrite`,
- * `tc:tunnel`), which therefore never reach the stubs below.
+ * the parser, and VLAN push/pop/set go through the kernel's helpers; the
+ * encoder refuses ARP rewrites and tunnels for this engine (reasons
+ * `tc:arp-rewrite`, `tc:tunnel`).
  */
 #define DP_TC 1
 #define DP_CTX struct __sk_buff
+#define CTX_DATA_OFF 76		/* offsetof(struct __sk_buff, data) */
+#define CTX_DATA_END_OFF 80
 #define dp_len(ctx) ((ctx)->len)
 #include "dp_core.h"
+_Static_assert(__builtin_offsetof(struct __sk_buff, data) == CTX_DATA_OFF, "data");
+_Static_assert(__builtin_offsetof(struct __sk_buff, data_end) == CTX_DATA_END_OFF, "data_end");
 
 /* Verdicts (tcx: TCX_NEXT, TCX_DROP; cls_bpf direct-action the same). */
 #define TC_ACT_UNSPEC (-1)	/* the next program on the hook decides */
@@ -57,21 +61,75 @@ struct {
 	__type(value, struct dp_tx_if);
 } dp_tx_ports SEC(".maps");
 
-/* Refused by the encoder for this engine (see above): never executed. */
+/* ---- VLAN actions: the kernel's helpers --------------------------------
+ * At TC the outer tag usually lives in skb metadata (skb->vlan_tci), not in
+ * the bytes, and the helpers move tags between the two (a pop takes the
+ * metadata tag, then lifts the next in-band tag into the metadata; a push
+ * first writes an existing metadata tag into the frame). So after each one
+ * the L3/L4 offsets are re-derived from the frame rather than adjusted. */
+static __always_inline int tc_reoffset(DP_CTX *ctx, struct dp_scratch *st)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u32 old = RD32(st->l3_off), l4 = RD32(st->l4_off), off = 12;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 3; i++) {
+		if (data + off + 2 > end)
+			return -1;
+		if (!is_vlan_tpid(rd16(data + off)))
+			break;
+		off += 4;
+	}
+	off += 2;
+	if (old > DP_MAX_L3_OFF || l4 < old || l4 - old > 60)
+		return -1;
+	RD32(st->l3_off) = off;
+	RD32(st->l4_off) = off + (l4 - old);
+	return 0;
+}
+
 static __always_inline int act_push_vlan(DP_CTX *ctx, struct dp_scratch *st, __u16 tpid,
 					 __u16 tci)
 {
-	return -1;
+	if (bpf_skb_vlan_push(ctx, bpf_htons(tpid), tci))
+		return -1;
+	return tc_reoffset(ctx, st);
 }
 
+/* Untagged: a no-op, as rewrite::pop_vlan (the helper agrees). */
 static __always_inline int act_pop_vlan(DP_CTX *ctx, struct dp_scratch *st)
 {
-	return -1;
+	if (bpf_skb_vlan_pop(ctx))
+		return -1;
+	return tc_reoffset(ctx, st);
 }
 
-static __always_inline int act_set_vlan_tci(DP_CTX *ctx, __u16 tci)
+/* VID and PCP from the flow, DEI kept (execute.rs SetVlanTci); untagged:
+ * a no-op. */
+static __always_inline int act_set_vlan_tci(DP_CTX *ctx, struct dp_scratch *st, __u16 tci)
 {
-	return -1;
+	__u8 *data, *end;
+
+	if (ctx->vlan_present) {
+		__u16 proto = (__u16)ctx->vlan_proto;
+		__u16 new = ((__u16)ctx->vlan_tci & 0x1000) | (tci & 0xefff);
+
+		/* Pop lifts an in-band inner tag into the metadata, push puts
+		 * it back: the tag order is kept. */
+		if (bpf_skb_vlan_pop(ctx) || bpf_skb_vlan_push(ctx, proto, new))
+			return -1;
+		return tc_reoffset(ctx, st);
+	}
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + 16 > end)
+		return -1;
+	if (!is_vlan_tpid(rd16(data + 12)))
+		return 0;
+	wr16(data + 14, (rd16(data + 14) & 0x1000) | (tci & 0xefff));
+	return 0;
 }
 
 #include "dp_exec.h"
@@ -120,7 +178,7 @@ int tc_dp(struct __sk_buff *ctx)
 		 * fragments of every TSO frame. */
 		__u32 want = ctx->len < DP_PULL_LEN ? ctx->len : DP_PULL_LEN;
 
-		if ((long)ctx->data + want <= (long)ctx->data_end ||
+		if (DP_DATA(ctx) + want <= DP_DATA_END(ctx) ||
 		    bpf_skb_pull_data(ctx, want)) {
 			stat_inc(DP_STAT_UNPARSED);
 			goto to_user;

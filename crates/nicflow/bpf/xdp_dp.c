@@ -50,8 +50,12 @@
  */
 #include <linux/bpf.h>
 #define DP_CTX struct xdp_md
+#define CTX_DATA_OFF 0		/* offsetof(struct xdp_md, data) */
+#define CTX_DATA_END_OFF 4
 #define dp_len(ctx) bpf_xdp_get_buff_len(ctx)
 #include "dp_core.h"
+_Static_assert(__builtin_offsetof(struct xdp_md, data) == CTX_DATA_OFF, "data");
+_Static_assert(__builtin_offsetof(struct xdp_md, data_end) == CTX_DATA_END_OFF, "data_end");
 
 /* ---- I/O maps ------------------------------------------------------------ */
 struct {
@@ -77,8 +81,8 @@ static __always_inline int act_push_vlan(struct xdp_md *ctx, struct dp_scratch *
 
 	if (bpf_xdp_adjust_head(ctx, -4))
 		return -1;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
 	if (data + 18 > end)
 		return -1;
 	__builtin_memcpy(mac, data + 4, 12);
@@ -92,8 +96,8 @@ static __always_inline int act_push_vlan(struct xdp_md *ctx, struct dp_scratch *
 
 static __always_inline int act_pop_vlan(struct xdp_md *ctx, struct dp_scratch *st)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u8 mac[12];
 
 	if (data + 14 > end)
@@ -111,10 +115,11 @@ static __always_inline int act_pop_vlan(struct xdp_md *ctx, struct dp_scratch *s
 	return 0;
 }
 
-static __always_inline int act_set_vlan_tci(struct xdp_md *ctx, __u16 tci)
+static __always_inline int act_set_vlan_tci(struct xdp_md *ctx, struct dp_scratch *st,
+					    __u16 tci)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 
 	if (data + 16 > end)
 		return -1;
@@ -152,8 +157,8 @@ static __always_inline __u16 ipv4_hdr_csum(const __u8 *ip, int skip)
 static __always_inline int csum_step(struct xdp_md *ctx, __u32 *off, __u32 *left, __s64 *sum,
 				     __u32 n)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 o = *off;
 	__u8 *p;
 
@@ -224,8 +229,8 @@ static __always_inline int udp4_csum_ok(struct xdp_md *ctx, __u32 src, __u32 dst
 static __always_inline int tun_rx_lookup(struct xdp_md *ctx, struct dp_port *port,
 					 union dp_key *key)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u64 flen = bpf_xdp_get_buff_len(ctx);
 	struct dp_tun_rx_key k = {};
 	struct dp_tun_rx *ep;
@@ -324,8 +329,8 @@ static __always_inline __u64 fnv(__u64 h, const __u8 *p, int n)
 static __always_inline __u16 entropy_port(struct xdp_md *ctx, struct dp_scratch *st,
 					  union dp_key *key)
 {
-	__u8 *data = (void *)(long)ctx->data;
-	__u8 *end = (void *)(long)ctx->data_end;
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
 	__u32 l3 = RD32(st->l3_off), l4 = RD32(st->l4_off), kind = RD32(st->l3);
 	__u32 l4k = RD32(st->l4), et_off;
 	__u64 h = 0xcbf29ce484222325ULL;
@@ -403,8 +408,8 @@ static __always_inline int act_tunnel_output(struct xdp_md *ctx, struct dp_scrat
 	vni &= 0xffffff;
 	if (bpf_xdp_adjust_head(ctx, -DP_TUN_HDR_LEN))
 		return -1;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
 	if (data + DP_TUN_HDR_LEN > end)
 		return -1;
 	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);

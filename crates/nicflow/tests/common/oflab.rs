@@ -217,6 +217,20 @@ pub fn capture(
     let deadline = Instant::now() + wait;
     let mut got = Vec::new();
     let mut buf = vec![0u8; 4096];
+    // The receive path keeps a frame's outer VLAN tag out of its bytes:
+    // PACKET_AUXDATA reports it, and it is put back below, so captures
+    // show the tag a switch pushed or kept.
+    let on: libc::c_int = 1;
+    // SAFETY: an int option on our own socket.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            (&on as *const libc::c_int).cast(),
+            4,
+        )
+    };
     while Instant::now() < deadline {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -226,29 +240,55 @@ pub fn capture(
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut pfd, 1, 20) };
         loop {
-            // SAFETY: zeroed sockaddr_ll is valid.
+            // SAFETY: zeroed sockaddr_ll / msghdr are valid.
             let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            // SAFETY: buffers valid for the sizes passed.
-            let n = unsafe {
-                libc::recvfrom(
-                    fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                    &mut sa as *mut _ as *mut libc::sockaddr,
-                    &mut len,
-                )
+            let mut cmsg = [0u64; 16];
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
             };
+            // SAFETY: see above.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_name = (&mut sa as *mut libc::sockaddr_ll).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&cmsg);
+            // SAFETY: every pointer in msg is valid for its length.
+            let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
             if n <= 0 {
                 break;
             }
             if sa.sll_pkttype as u8 == libc::PACKET_OUTGOING {
                 continue;
             }
-            let f = &buf[..n as usize];
-            if want(f) {
-                got.push((Instant::now(), f.to_vec()));
+            let mut f = buf[..n as usize].to_vec();
+            // SAFETY: walking the control buffer the kernel filled.
+            let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+            while !c.is_null() {
+                // SAFETY: c points into cmsg, within msg_controllen.
+                let h = unsafe { &*c };
+                if h.cmsg_level == libc::SOL_PACKET && h.cmsg_type == libc::PACKET_AUXDATA {
+                    // SAFETY: the kernel wrote a tpacket_auxdata here.
+                    let aux: libc::tpacket_auxdata =
+                        unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+                    if aux.tp_status & libc::TP_STATUS_VLAN_VALID != 0 && f.len() >= 12 {
+                        let tpid = if aux.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                            aux.tp_vlan_tpid
+                        } else {
+                            0x8100
+                        };
+                        let mut tag = tpid.to_be_bytes().to_vec();
+                        tag.extend_from_slice(&aux.tp_vlan_tci.to_be_bytes());
+                        f.splice(12..12, tag);
+                    }
+                }
+                // SAFETY: as above.
+                c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+            }
+            if want(&f) {
+                got.push((Instant::now(), f));
             }
         }
     }

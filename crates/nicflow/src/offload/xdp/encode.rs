@@ -472,11 +472,9 @@ pub fn encode(
 }
 
 /// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding; the TC
-/// program leaves out what would need its own byte-moving or checksum
-/// code: VLAN push/pop/set (at TC ingress the outer tag is out of the frame,
-/// in skb metadata), ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
-/// follow them) and tunnel output. Those flows stay in userspace with
-/// `tc:vlan-action`, `tc:arp-rewrite` or `tc:tunnel`.
+/// program leaves out ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
+/// follow them) and tunnel output (VXLAN/Geneve are the XDP engine's).
+/// Those flows stay in userspace with `tc:arp-rewrite` or `tc:tunnel`.
 pub fn encode_tc(
     key: &FlowKey,
     mask: &FlowMask,
@@ -485,9 +483,6 @@ pub fn encode_tc(
 ) -> Result<EncodedFlow, NotOffloadable> {
     for a in actions {
         match a {
-            DpAction::PushVlan { .. } | DpAction::PopVlan | DpAction::SetVlanTci(_) => {
-                return Err(no("tc:vlan-action"))
-            }
             DpAction::SetArpSpa(_)
             | DpAction::SetArpTpa(_)
             | DpAction::SetArpSha(_)
@@ -650,16 +645,8 @@ mod tests {
     fn tc_refuses_what_its_program_leaves_out() {
         let (k, m) = tcp_flow();
         for (a, reason) in [
-            (DpAction::PopVlan, "tc:vlan-action"),
-            (
-                DpAction::PushVlan {
-                    tpid: 0x8100,
-                    tci: 5,
-                },
-                "tc:vlan-action",
-            ),
-            (DpAction::SetVlanTci(7), "tc:vlan-action"),
             (DpAction::SetArpSpa(1), "tc:arp-rewrite"),
+            (DpAction::SetArpTha([2, 0, 0, 0, 0, 1]), "tc:arp-rewrite"),
         ] {
             let e = encode_tc(&k, &m, &[a, DpAction::Output(2)], &ports()).unwrap_err();
             assert_eq!(e.reason, reason);

@@ -47,8 +47,8 @@ pub enum OffloadError {
     /// `mask-table-full`, `flow-map-full`, ...; see [`encode`]).
     #[error("not offloadable to XDP: {reason}")]
     NotOffloadable { reason: &'static str },
-    /// The kernel's verifier rejected `xdp_dp`; `log` is its output.
-    #[error("the BPF verifier rejected xdp_dp ({source}); {} lines of verifier log", log.lines().count())]
+    /// The kernel's verifier rejected `xdp_dp` or `tc_dp`; `log` is its output.
+    #[error("the BPF verifier rejected the datapath program ({source}); {} lines of verifier log", log.lines().count())]
     Verifier {
         #[source]
         source: std::io::Error,
