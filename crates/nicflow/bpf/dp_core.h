@@ -172,7 +172,7 @@ _Static_assert(sizeof(struct dp_action) == 24, "dp_action layout");
 struct dp_flow {
 	__u64 packets;
 	__u64 bytes;
-	__u64 used_ns;		/* bpf_ktime_get_ns() of the last hit, 0 = never */
+	__u64 used_ns;		/* bpf_ktime_get_coarse_ns() of the last hit, 0 = never */
 	__u16 tcp_flags;	/* OR of the TCP flags seen (racy OR, see docs) */
 	__u8 n_actions;
 	__u8 flags;		/* DP_F_* */

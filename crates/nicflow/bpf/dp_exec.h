@@ -73,7 +73,16 @@ static __always_inline void dp_count(struct dp_config *cfg, struct dp_flow *flow
 		__sync_fetch_and_add(&flow->packets, packets);
 		__sync_fetch_and_add(&flow->bytes, bytes);
 	}
-	flow->used_ns = bpf_ktime_get_ns();
+	{
+		/* The coarse clock (CLOCK_MONOTONIC_COARSE: one tick behind at
+		 * most, plenty for idle timeouts in seconds) costs no clock
+		 * source read, and the store is skipped while the tick has not
+		 * moved, so most packets leave the flow's line clean. */
+		__u64 now = bpf_ktime_get_coarse_ns();
+
+		if (flow->used_ns != now)
+			flow->used_ns = now;
+	}
 	if (key->f.tcp_flags & ~flow->tcp_flags)
 		flow->tcp_flags |= key->f.tcp_flags;
 }

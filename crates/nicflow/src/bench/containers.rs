@@ -38,7 +38,7 @@ pub struct Args {
     /// Engines, comma-separated (any engine `bench forward` knows).
     #[arg(
         long,
-        default_value = "nicflow-afpacket,nicflow-afxdp,linux-bridge,ovs"
+        default_value = "nicflow-tc,nicflow-afpacket,nicflow-afxdp,linux-bridge,ovs"
     )]
     pub engines: String,
     /// Repetitions (the report shows medians).

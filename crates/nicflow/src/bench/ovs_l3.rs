@@ -31,7 +31,7 @@ pub struct Args {
     /// linux-bridge, ovs, ...).
     #[arg(
         long,
-        default_value = "nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
+        default_value = "nicflow-tc,nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
     )]
     pub engines: String,
     /// OpenFlow entries (= concurrent microflows), comma-separated.

@@ -47,7 +47,7 @@ pub struct Args {
     /// Engines, comma-separated.
     #[arg(
         long,
-        default_value = "nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
+        default_value = "nicflow-tc,nicflow-afpacket,nicflow-afxdp,nicflow-xdp,linux-bridge,ovs"
     )]
     pub engines: String,
     /// Exact 5-tuple entries, comma-separated; every entry up to the
@@ -143,7 +143,7 @@ pub struct Results {
 
 /// Can the engine's per-entry counters be switched off?
 pub fn counters_switchable(e: Engine) -> bool {
-    e == Engine::NicflowXdp
+    matches!(e, Engine::NicflowXdp | Engine::NicflowTc)
 }
 
 /// Source address of entry / flow `i`.

@@ -285,7 +285,9 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
         let mut switch_opts = spec
             .engine
             .nicflow_switch_toml(spec.host_offload == HostOffload::Off);
-        if spec.engine == Engine::NicflowXdp && !spec.offload_options.is_empty() {
+        if matches!(spec.engine, Engine::NicflowXdp | Engine::NicflowTc)
+            && !spec.offload_options.is_empty()
+        {
             let kv: Vec<String> = spec
                 .offload_options
                 .iter()

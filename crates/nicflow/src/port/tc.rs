@@ -10,20 +10,19 @@
 //!     miss -> bpf_redirect ─┐
 //!   tc_upcall (this port's own program, after tc_dp: every frame tc_dp
 //!     leaves, all of them while no engine runs) ─┘
-//!        -> upcall veth near end `nfu<ifindex>a` (offloads off: the
-//!           kernel segments super-frames and finishes checksums here)
-//!        -> far end `nfu<ifindex>b` -> this port's AF_PACKET socket
-//!           (then tc_upcall_sink drops it before the host stack)
+//!        -> upcall veth near end `nfu<ifindex>a` -> far end
+//!           `nfu<ifindex>b` -> this port's AF_PACKET socket (virtio-net
+//!           header: super-frames and partial checksums stay whole), then
+//!           tc_upcall_sink drops it before the host stack
 //!        -> datapath (EMC, megaflows, upcall to ofproto)
 //! datapath output -> AF_PACKET socket bound to the interface with protocol
 //!     0 (transmit only: no tap, so no copy of the interface's traffic)
 //! ```
 //!
 //! Why a veth pair rather than a ring buffer upcall: the redirect costs the
-//! kernel nothing per byte (the skb moves), the kernel's own GSO and
-//! checksum code turns super-frames into frames the userspace datapath
-//! handles, and the daemon's existing AF_PACKET receive path applies
-//! (batches, TPACKET_V3 ring, VLAN tag restore). Only misses and punts pay
+//! kernel nothing per byte (the skb moves, super-frames stay whole), and the
+//! daemon's existing AF_PACKET receive path applies (batches, TPACKET_V3
+//! ring, virtio-net headers, VLAN tag restore). Only misses and punts pay
 //! for it; offloaded packets never reach the daemon. The pair is created
 //! with the port and deleted with it.
 
@@ -148,12 +147,10 @@ impl TcPort {
             // No addresses, no IPv6 autoconfiguration traffic.
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
         }
-        // The near end segments and checksums what it is given. Its saved
-        // settings are not restored: the device dies with the port.
-        match super::sys::disable_offloads(&near) {
-            Ok(saved) => std::mem::forget(saved),
-            Err(e) => tracing::warn!(dev = %near, "upcall device offloads: {e:?}"),
-        }
+        // The pair keeps veth's default offloads: a super-frame crosses it
+        // whole and reaches the port's socket behind a virtio-net header
+        // (the AF_PACKET side runs with `vnet_hdr`), as it would an
+        // `afpacket` port, so the userspace path keeps GSO too.
         ip(&["link", "set", &near, "up"]).map_err(up_err)?;
         ip(&["link", "set", &far, "up"]).map_err(up_err)?;
         let upcall_ifindex =
