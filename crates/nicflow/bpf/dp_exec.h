@@ -48,6 +48,28 @@ static __always_inline struct dp_flow *dp_lookup(union dp_key *key, struct dp_fl
 	return flow;
 }
 
+static __always_inline int dp_precheck(struct dp_scratch *st, union dp_key *key,
+				       struct dp_flow *flow);
+
+/* The parsed frame's flow, pre-checked: NULL on a miss (counted) or, with
+ * *punt set, when a pre-check failed (the caller counts the punt). */
+static __always_inline struct dp_flow *dp_find(struct dp_scratch *st, struct dp_config *cfg,
+					       int *punt)
+{
+	struct dp_flow *flow = dp_lookup(&st->key, &st->hk, cfg);
+
+	*punt = 0;
+	if (!flow) {
+		stat_inc(DP_STAT_MISS);
+		return 0;
+	}
+	if (dp_precheck(st, &st->key, flow)) {
+		*punt = 1;
+		return 0;
+	}
+	return flow;
+}
+
 /* The pre-checks that do not depend on the attach point: anything that
  * would keep the kernel from finishing the actions exactly as userspace
  * would sends the untouched frame up. 0, or -1 to punt. */

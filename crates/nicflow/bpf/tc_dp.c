@@ -150,7 +150,7 @@ int tc_dp(struct __sk_buff *ctx)
 	struct dp_port *port;
 	struct dp_tx_if *tx;
 	__u64 segs;
-	int res;
+	int res, punted;
 
 	stat_inc(DP_STAT_RX);
 	port = bpf_map_lookup_elem(&dp_ports, &ifindex);
@@ -189,13 +189,12 @@ int tc_dp(struct __sk_buff *ctx)
 			goto to_user;
 		}
 	}
-	flow = dp_lookup(key, hk, cfg);
+	flow = dp_find(st, cfg, &punted);
 	if (!flow) {
-		stat_inc(DP_STAT_MISS);
+		if (punted)
+			goto punt;
 		goto to_user;
 	}
-	if (dp_precheck(st, key, flow))
-		goto punt;
 	if (flow->flags & DP_F_TUNNEL)
 		goto punt;	/* refused by the encoder */
 	if (flow->flags & DP_F_OUTPUT) {

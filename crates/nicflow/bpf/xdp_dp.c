@@ -434,7 +434,7 @@ SEC("xdp.frags")
 int xdp_dp(struct xdp_md *ctx)
 {
 	__u32 zero = 0, ifindex = ctx->ingress_ifindex, in_port, arg = 0;
-	int decapped = 0, res;
+	int decapped = 0, res, punted;
 	union dp_key *key;
 	struct dp_flow_key *hk;
 	struct dp_flow *flow;
@@ -481,14 +481,13 @@ int xdp_dp(struct xdp_md *ctx)
 		stat_inc(DP_STAT_UNPARSED);
 		goto to_user;
 	}
-	flow = dp_lookup(key, hk, cfg);
+	flow = dp_find(st, cfg, &punted);
 	if (!flow) {
-		stat_inc(DP_STAT_MISS);
+		if (punted)
+			goto punt;
 		goto to_user;
 	}
 
-	if (dp_precheck(st, key, flow))
-		goto punt;
 	if (flow->flags & DP_F_OUTPUT) {
 		__u32 slot = flow->out_slot;
 

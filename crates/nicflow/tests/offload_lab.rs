@@ -88,59 +88,9 @@ fn offload_on_and_off_give_identical_frames() {
     let lab = Lab::up(
         "d",
         &format!("{XDP}\nport_options = {{ csum_complete = \"true\" }}"),
-        &[
-            "priority=10,udp,in_port=p1,tp_dst=7000,actions=mod_nw_dst:198.18.0.77,mod_tp_dst:9999,output:p2",
-            "priority=10,udp,in_port=p1,tp_dst=7001,actions=mod_dl_src:02:00:00:00:00:aa,mod_nw_tos:32,dec_ttl,output:p2",
-            "priority=10,udp,in_port=p1,tp_dst=7002,actions=mod_vlan_vid:42,output:p2",
-            "priority=10,tcp,in_port=p1,actions=mod_tp_src:5555,mod_nw_src:198.18.0.99,output:p2",
-            "priority=10,icmp,in_port=p1,actions=mod_nw_ttl:7,output:p2",
-            "priority=0,actions=drop",
-        ],
+        REWRITE_FLOWS,
     );
-    let (m1, m2) = (lab.mac("d1"), lab.mac("d2"));
-    let tx = raw_socket(&lab.ns("d1"));
-    let rx = raw_socket(&lab.ns("d2"));
-    let frames = test_frames(m1, m2, 6);
-
-    let mut runs = Vec::new();
-    for mode in ["xdp", "none", "xdp"] {
-        lab.req(Request::Set {
-            bridge: "br0".into(),
-            key: "offload".into(),
-            value: mode.into(),
-        });
-        let before = lab.stats()["engines"]["xdp_packets"].as_u64().unwrap_or(0);
-        let mut got = run_traffic(&lab, &tx, &rx, &frames);
-        let after = lab.stats()["engines"]["xdp_packets"].as_u64().unwrap_or(0);
-        if mode == "xdp" {
-            // Every flow's later frames were handled in the kernel.
-            assert!(
-                after - before >= (frames.len() - 5) as u64,
-                "xdp handled {} of {}: {:#?}",
-                after - before,
-                frames.len(),
-                lab.dp_flows()
-            );
-            for f in lab.dp_flows() {
-                if f["match"].as_str().unwrap().contains("in_port=p1") {
-                    assert_eq!(f["engine"], "xdp", "{f}");
-                }
-            }
-        }
-        assert_eq!(got.len(), frames.len(), "{mode}: frames received");
-        got.sort();
-        runs.push((mode, got));
-    }
-    assert!(runs[0].1 == runs[1].1, "offload xdp vs none: frames differ");
-    assert!(
-        runs[2].1 == runs[1].1,
-        "offload xdp (again) vs none: frames differ"
-    );
-    // The rewrites did happen (not a pass-through on both sides).
-    assert!(runs[1]
-        .1
-        .iter()
-        .any(|f| f.windows(2).any(|w| w == 9999u16.to_be_bytes())));
+    identical_frames_across_modes(&lab, "d", &["xdp", "none", "xdp"], "xdp");
 }
 
 #[test]

@@ -169,67 +169,6 @@ fn offload_tc_and_none_give_identical_frames() {
     }
     // Raw frames with rewrites the TC engine runs, a VLAN push among them
     // (the kernel's helper; BPF_PROG_TEST_RUN cannot show its result).
-    let lab = Lab::up(
-        "e",
-        "",
-        &[
-            "priority=10,udp,in_port=p1,tp_dst=7000,actions=mod_nw_dst:198.18.0.77,mod_tp_dst:9999,output:p2",
-            "priority=10,udp,in_port=p1,tp_dst=7001,actions=mod_dl_src:02:00:00:00:00:aa,mod_nw_tos:32,dec_ttl,output:p2",
-            "priority=10,udp,in_port=p1,tp_dst=7002,actions=mod_vlan_vid:42,output:p2",
-            "priority=10,tcp,in_port=p1,actions=mod_tp_src:5555,mod_nw_src:198.18.0.99,output:p2",
-            "priority=10,icmp,in_port=p1,actions=mod_nw_ttl:7,output:p2",
-            "priority=0,actions=drop",
-        ],
-    );
-    let (m1, m2) = (lab.mac("e1"), lab.mac("e2"));
-    let tx = raw_socket(&lab.ns("e1"));
-    let rx = raw_socket(&lab.ns("e2"));
-    let frames = test_frames(m1, m2, 6);
-    let mut runs = Vec::new();
-    for mode in ["auto", "none", "tc"] {
-        lab.req(Request::Set {
-            bridge: "br0".into(),
-            key: "offload".into(),
-            value: mode.into(),
-        });
-        let before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
-        let mut got = run_traffic(&lab, &tx, &rx, &frames);
-        let after = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
-        if mode != "none" {
-            // Later frames of every flow in the kernel.
-            assert!(
-                after - before >= (frames.len() - 5) as u64,
-                "{mode}: tc handled {} of {}: {:#?}",
-                after - before,
-                frames.len(),
-                lab.dp_flows()
-            );
-            for f in lab.dp_flows() {
-                let m = f["match"].as_str().unwrap();
-                if m.contains("in_port=p1") {
-                    assert_eq!(f["engine"], "tc", "{f}");
-                }
-            }
-        }
-        assert_eq!(got.len(), frames.len(), "{mode}: frames received");
-        got.sort();
-        runs.push((mode, got));
-    }
-    assert!(
-        runs[0].1 == runs[1].1,
-        "offload auto vs none: frames differ"
-    );
-    assert!(runs[2].1 == runs[1].1, "offload tc vs none: frames differ");
-    assert!(runs[1]
-        .1
-        .iter()
-        .any(|f| f.windows(2).any(|w| w == 9999u16.to_be_bytes())));
-    // The pushed tag arrived (VID 42), in both runs alike (checked above).
-    assert!(
-        runs[1]
-            .1
-            .iter()
-            .any(|f| f[12..14] == [0x81, 0x00] && f[14..16] == [0, 42]),
-        "no frame tagged with VID 42"
-    );
+    let lab = Lab::up("e", "", REWRITE_FLOWS);
+    identical_frames_across_modes(&lab, "e", &["auto", "none", "tc"], "tc");
 }

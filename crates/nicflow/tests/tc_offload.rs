@@ -22,9 +22,9 @@
 mod common;
 
 use common::dp::*;
-use common::{is_root, must};
+use common::must;
 use nicflow::datapath::DpAction;
-use nicflow::offload::xdp::{encode_tc, pack, XdpAction, XdpEngine, XdpEngineConfig};
+use nicflow::offload::xdp::{encode_tc, pack, EngineKind, XdpAction, XdpEngine, XdpEngineConfig};
 use nicflow_flow::{extract, FlowKey, Match};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH};
@@ -36,45 +36,15 @@ const TC_ACT_SHOT: u32 = 2;
 const TC_ACT_REDIRECT: u32 = 7;
 
 fn skip() -> bool {
-    if !is_root() {
-        common::skipped("the TC offload tests need root (BPF, namespaces)");
-        return true;
-    }
-    if !common::have("ip") {
-        common::skipped("`ip` not installed");
-        return true;
-    }
-    false
+    common::dp::skip("TC")
 }
 
 fn load(cfg: XdpEngineConfig) -> XdpEngine {
-    match XdpEngine::load_tc(cfg) {
-        Ok(e) => e,
-        Err(err) => {
-            if let Some(log) = err.verifier_log() {
-                let path = std::env::temp_dir().join("nftc-tc_dp.verifier.log");
-                std::fs::write(&path, log).unwrap();
-                panic!("{err}; verifier log saved to {}", path.display());
-            }
-            panic!("{err}");
-        }
-    }
+    common::dp::load(EngineKind::Tc, cfg)
 }
 
-/// What the userspace executor does with `frame`: (TC verdict, frame).
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
-    let (r, mut tx) = userspace_exec(frame, actions);
-    assert!(tx.pkts.len() <= 1, "offloadable flows output once");
-    match tx.pkts.pop() {
-        Some((_, p)) => (TC_ACT_REDIRECT, p.data().to_vec()),
-        None => (
-            TC_ACT_SHOT,
-            r.leftover
-                .expect("a dropped frame is left over")
-                .data()
-                .to_vec(),
-        ),
-    }
+    userspace_verdict(frame, actions, TC_ACT_REDIRECT, TC_ACT_SHOT)
 }
 
 #[test]
@@ -89,7 +59,7 @@ fn verifier_accepts_tc_dp() {
             .map_or("?".to_string(), |n| n.to_string()),
         must(&["uname", "-r"]).trim()
     );
-    assert_eq!(e.kind(), nicflow::offload::xdp::EngineKind::Tc);
+    assert_eq!(e.kind(), EngineKind::Tc);
 }
 
 #[test]

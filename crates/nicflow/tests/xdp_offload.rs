@@ -27,11 +27,11 @@
 mod common;
 
 use common::dp::*;
-use common::{have, is_root, must};
+use common::must;
 use nicflow::datapath::execute::{execute, TxBatch};
 use nicflow::datapath::{DpAction, DropReason};
 use nicflow::offload::xdp::{
-    encode, pack, AttachMode, EncodedFlow, XdpAction, XdpEngine, XdpEngineConfig,
+    encode, pack, AttachMode, EncodedFlow, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
 };
 use nicflow_flow::{extract, FlowKey, FlowMask, Match};
 use nicflow_packet::buf::PacketBuf;
@@ -45,46 +45,15 @@ const XDP_PASS: u32 = 2;
 const XDP_REDIRECT: u32 = 4;
 
 fn skip() -> bool {
-    if !is_root() {
-        common::skipped("the XDP offload tests need root (BPF, namespaces)");
-        return true;
-    }
-    if !have("ip") {
-        common::skipped("`ip` not installed");
-        return true;
-    }
-    false
+    common::dp::skip("XDP")
 }
 
 fn load(cfg: XdpEngineConfig) -> XdpEngine {
-    match XdpEngine::load(cfg) {
-        Ok(e) => e,
-        Err(err) => {
-            if let Some(log) = err.verifier_log() {
-                let path = std::env::temp_dir().join("nfxo-xdp_dp.verifier.log");
-                std::fs::write(&path, log).unwrap();
-                panic!("{err}; verifier log saved to {}", path.display());
-            }
-            panic!("{err}");
-        }
-    }
+    common::dp::load(EngineKind::Xdp, cfg)
 }
 
-/// Userspace reference: what `datapath::execute` does with `actions` on
-/// `frame`: (XDP verdict it corresponds to, resulting frame).
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
-    let (r, mut tx) = userspace_exec(frame, actions);
-    assert!(tx.pkts.len() <= 1, "offloadable flows output once");
-    match tx.pkts.pop() {
-        Some((_, p)) => (XDP_REDIRECT, p.data().to_vec()),
-        None => (
-            XDP_DROP,
-            r.leftover
-                .expect("a dropped frame is left over")
-                .data()
-                .to_vec(),
-        ),
-    }
+    userspace_verdict(frame, actions, XDP_REDIRECT, XDP_DROP)
 }
 
 #[test]

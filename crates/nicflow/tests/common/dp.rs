@@ -15,6 +15,64 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const IN_PORT: u32 = 1;
 
+/// The engine tests need root (BPF, namespaces) and `ip`; says why not.
+pub fn skip(what: &str) -> bool {
+    if !super::is_root() {
+        super::skipped(&format!(
+            "the {what} offload tests need root (BPF, namespaces)"
+        ));
+        return true;
+    }
+    if !super::have("ip") {
+        super::skipped("`ip` not installed");
+        return true;
+    }
+    false
+}
+
+/// Load an engine of `kind`; a verifier rejection panics with the path of
+/// the saved log.
+pub fn load(
+    kind: nicflow::offload::xdp::EngineKind,
+    cfg: nicflow::offload::xdp::XdpEngineConfig,
+) -> nicflow::offload::xdp::XdpEngine {
+    match nicflow::offload::xdp::XdpEngine::load_kind(kind, cfg) {
+        Ok(e) => e,
+        Err(err) => {
+            if let Some(log) = err.verifier_log() {
+                let path =
+                    std::env::temp_dir().join(format!("nf-{}_dp.verifier.log", kind.as_str()));
+                std::fs::write(&path, log).unwrap();
+                panic!("{err}; verifier log saved to {}", path.display());
+            }
+            panic!("{err}");
+        }
+    }
+}
+
+/// Userspace reference: what `datapath::execute` does with `actions` on
+/// `frame`, as the program's verdict would say it (`redirect` for one
+/// output, `drop` otherwise) and the resulting frame.
+pub fn userspace_verdict(
+    frame: &[u8],
+    actions: &[DpAction],
+    redirect: u32,
+    drop: u32,
+) -> (u32, Vec<u8>) {
+    let (r, mut tx) = userspace_exec(frame, actions);
+    assert!(tx.pkts.len() <= 1, "offloadable flows output once");
+    match tx.pkts.pop() {
+        Some((_, p)) => (redirect, p.data().to_vec()),
+        None => (
+            drop,
+            r.leftover
+                .expect("a dropped frame is left over")
+                .data()
+                .to_vec(),
+        ),
+    }
+}
+
 /// Run `f` in a thread with a network namespace of its own.
 pub fn in_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {

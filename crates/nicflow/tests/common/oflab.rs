@@ -355,3 +355,72 @@ pub fn run_traffic(lab: &Lab, tx: &OwnedFd, rx: &OwnedFd, frames: &[Vec<u8>]) ->
     let _ = lab;
     got.into_iter().map(|(_, f)| f).collect()
 }
+
+/// Rules with rewrites every kernel engine runs (and a drop for the rest),
+/// from p1 to p2, for [`identical_frames_across_modes`].
+pub const REWRITE_FLOWS: &[&str] = &[
+    "priority=10,udp,in_port=p1,tp_dst=7000,actions=mod_nw_dst:198.18.0.77,mod_tp_dst:9999,output:p2",
+    "priority=10,udp,in_port=p1,tp_dst=7001,actions=mod_dl_src:02:00:00:00:00:aa,mod_nw_tos:32,dec_ttl,output:p2",
+    "priority=10,udp,in_port=p1,tp_dst=7002,actions=mod_vlan_vid:42,output:p2",
+    "priority=10,tcp,in_port=p1,actions=mod_tp_src:5555,mod_nw_src:198.18.0.99,output:p2",
+    "priority=10,icmp,in_port=p1,actions=mod_nw_ttl:7,output:p2",
+    "priority=0,actions=drop",
+];
+
+/// Send [`test_frames`] from host `<tag>1` to `<tag>2` of a lab built with
+/// [`REWRITE_FLOWS`] once per offload mode in `modes`, and check that every
+/// mode delivers the same frames (sorted) as the first `"none"` run, that
+/// the rewrites happened (a pushed VID 42 and a rewritten port 9999), and,
+/// for every mode but `none`, that all but the first frame of each flow
+/// were finished by `engine` in the kernel.
+pub fn identical_frames_across_modes(lab: &Lab, tag: &str, modes: &[&str], engine: &str) {
+    let (m1, m2) = (lab.mac(&format!("{tag}1")), lab.mac(&format!("{tag}2")));
+    let tx = raw_socket(&lab.ns(&format!("{tag}1")));
+    let rx = raw_socket(&lab.ns(&format!("{tag}2")));
+    let frames = test_frames(m1, m2, 6);
+    let counter = format!("{engine}_packets");
+    let mut runs = Vec::new();
+    for mode in modes {
+        lab.req(Request::Set {
+            bridge: "br0".into(),
+            key: "offload".into(),
+            value: mode.to_string(),
+        });
+        let before = lab.stats()["engines"][&counter].as_u64().unwrap_or(0);
+        let mut got = run_traffic(lab, &tx, &rx, &frames);
+        let after = lab.stats()["engines"][&counter].as_u64().unwrap_or(0);
+        if *mode != "none" {
+            assert!(
+                after - before >= (frames.len() - 5) as u64,
+                "{mode}: {engine} handled {} of {}: {:#?}",
+                after - before,
+                frames.len(),
+                lab.dp_flows()
+            );
+            for f in lab.dp_flows() {
+                if f["match"].as_str().unwrap().contains("in_port=p1") {
+                    assert_eq!(f["engine"], engine, "{mode}: {f}");
+                }
+            }
+        }
+        assert_eq!(got.len(), frames.len(), "{mode}: frames received");
+        got.sort();
+        runs.push((*mode, got));
+    }
+    let none = &runs
+        .iter()
+        .find(|(m, _)| *m == "none")
+        .expect("a none run")
+        .1;
+    for (mode, got) in &runs {
+        assert!(got == none, "offload {mode} vs none: frames differ");
+    }
+    assert!(none
+        .iter()
+        .any(|f| f.windows(2).any(|w| w == 9999u16.to_be_bytes())));
+    assert!(
+        none.iter()
+            .any(|f| f[12..14] == [0x81, 0x00] && f[14..16] == [0, 42]),
+        "no frame tagged with VID 42"
+    );
+}
