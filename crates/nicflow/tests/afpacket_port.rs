@@ -899,7 +899,8 @@ fn open_port_names_the_port_and_it_reports_its_kind() {
     for (kind, mode, want) in [
         (PortType::Afpacket, OffloadMode::Auto, "afpacket"),
         (PortType::Afxdp, OffloadMode::Auto, "afxdp"),
-        (PortType::Uplink, OffloadMode::Auto, "afxdp"),
+        (PortType::Uplink, OffloadMode::Auto, "tc"),
+        (PortType::Uplink, OffloadMode::Xdp, "afxdp"),
         (PortType::Tc, OffloadMode::None, "tc"),
         // `auto` is a TC port under offload auto/tc, AF_XDP otherwise.
         (PortType::Auto, OffloadMode::Auto, "tc"),

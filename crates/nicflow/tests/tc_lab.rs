@@ -172,3 +172,59 @@ fn offload_tc_and_none_give_identical_frames() {
     let lab = Lab::up("e", "", REWRITE_FLOWS);
     identical_frames_across_modes(&lab, "e", &["auto", "none", "tc"], "tc");
 }
+
+/// A bridge mixing a TC port with an AF_XDP port (`offload = "auto"` runs
+/// both engines): flows from the TC port to the AF_XDP port are finished by
+/// the TC engine (a redirect to the interface's egress); the reverse stays
+/// in userspace with its reason (an XDP redirect into a veth whose peer
+/// runs no NAPI is not delivered), and traffic flows both ways.
+#[test]
+fn mixed_bridge_tc_to_afxdp_stays_in_the_kernel() {
+    if !common::lab_possible() {
+        return;
+    }
+    let mut lab = common::NsLab::new("nftm", "", &["sw", "h1", "h2"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.must("h1", &["ip", "addr", "add", "198.18.7.1/24", "dev", "eth0"]);
+    lab.must("h2", &["ip", "addr", "add", "198.18.7.2/24", "dev", "eth0"]);
+    lab.restart_daemon();
+    lab.cli(&["add-br", "br0"]).unwrap();
+    let out = lab.cli(&["add-port", "br0", "p1"]).unwrap();
+    assert!(out.contains("tc"), "{out}");
+    let out = lab
+        .cli(&["add-port", "br0", "p2", "--type", "afxdp"])
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    assert!(out.contains("afxdp") || out.contains("afpacket"), "{out}");
+    lab.ping("h1", "198.18.7.2")
+        .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    lab.must("h1", &["ping", "-c", "20", "-i", "0.02", "198.18.7.2"]);
+    let flows = lab.cli(&["--json", "dump-dp-flows", "br0"]).unwrap();
+    let flows: Vec<Value> = serde_json::from_str(&flows).unwrap();
+    let from = |p: &str| -> Vec<&Value> {
+        flows
+            .iter()
+            .filter(|f| {
+                let m = f["match"].as_str().unwrap_or("");
+                m.contains(&format!("in_port={p}"))
+                    && m.contains("dl_dst=")
+                    && !m.contains("dl_dst=ff:ff")
+                    && !m.contains("dl_dst=33:33")
+            })
+            .collect()
+    };
+    let p1 = from("p1");
+    assert!(!p1.is_empty(), "{flows:#?}");
+    for f in &p1 {
+        assert_eq!(f["engine"], "tc", "{f}");
+    }
+    assert!(
+        p1.iter()
+            .any(|f| f["kernel_packets"].as_u64().unwrap_or(0) >= 15),
+        "{p1:#?}"
+    );
+    for f in from("p2") {
+        assert_eq!(f["engine"], "userspace", "{f}");
+        assert!(f["not_offloaded"].as_str().is_some(), "{f}");
+    }
+}

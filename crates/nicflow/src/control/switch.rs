@@ -67,8 +67,13 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
 /// decides what type `auto` means: a TC port under `auto`/`tc`, else an
 /// AF_XDP port).
 pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, String> {
+    // `auto` (and the uplink, a NIC port like any other) is a TC port under
+    // offload auto/tc unless AF_XDP port options ask for an AF_XDP port.
+    let afxdp_options = pc.options.keys().any(|k| k != "csum_complete");
     let kind = match pc.kind {
-        PortType::Auto if mode.auto_ports_are_tc() => PortType::Tc,
+        PortType::Auto | PortType::Uplink if mode.auto_ports_are_tc() && !afxdp_options => {
+            PortType::Tc
+        }
         PortType::Auto => PortType::Afxdp,
         k => k,
     };

@@ -91,6 +91,10 @@ struct XdpPort {
     csum_complete: bool,
     /// The device accepts redirected frames; its devmap slot is filled.
     redirect_ok: bool,
+    /// Its output slot in the TC engine, when that is loaded: flows from TC
+    /// ports reach an AF_XDP port with `bpf_redirect` to its interface's
+    /// egress (XDP only runs on receive).
+    tc_slot: Option<u32>,
 }
 
 /// A TC port the TC engine runs on.
@@ -420,6 +424,7 @@ impl OffloadManager {
             native,
             csum_complete,
             redirect_ok: false,
+            tc_slot: None,
         };
         p.redirect_ok = self.accepts_redirects(ifindex);
         if p.redirect_ok {
@@ -438,6 +443,7 @@ impl OffloadManager {
             redirect_target = p.redirect_ok,
             "XDP offload engine attached"
         );
+        p.tc_slot = self.tc_output_slot(ifindex);
         self.ports.insert(no, p);
         Ok(())
     }
@@ -454,14 +460,15 @@ impl OffloadManager {
         upcall: u32,
         peer: bool,
     ) -> Result<(), OffloadError> {
-        let Some(tc) = self.tc.as_mut() else {
+        let Some(tc) = self.tc.as_ref() else {
             self.others.insert(no, "port:tc-engine-off");
             return Ok(());
         };
         let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
         let slot = (0..max)
-            .find(|s| self.tc_ports.values().all(|p| p.slot != *s))
+            .find(|s| self.tc_slot_free(*s))
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
+        let tc = self.tc.as_mut().expect("checked above");
         tc.set_port_upcall(ifindex, no, upcall)?;
         tc.set_tx_port_flags(slot, ifindex, if peer { TX_PEER } else { 0 })?;
         if let Err(e) = tc.attach_tc(ifindex, iface) {
@@ -480,6 +487,26 @@ impl OffloadManager {
             },
         );
         Ok(())
+    }
+
+    fn tc_slot_free(&self, s: u32) -> bool {
+        self.tc_ports.values().all(|p| p.slot != s)
+            && self.ports.values().all(|p| p.tc_slot != Some(s))
+    }
+
+    /// A TC output slot for an AF_XDP port's interface (egress redirect),
+    /// when the TC engine is loaded and has room; logged otherwise.
+    fn tc_output_slot(&mut self, ifindex: u32) -> Option<u32> {
+        let tc = self.tc.as_ref()?;
+        let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
+        let slot = (0..max).find(|s| self.tc_slot_free(*s))?;
+        match self.tc.as_mut()?.set_tx_port_flags(slot, ifindex, 0) {
+            Ok(()) => Some(slot),
+            Err(e) => {
+                tracing::warn!(ifindex, "TC output slot for an AF_XDP port: {e}");
+                None
+            }
+        }
     }
 
     /// Give port `no` its own XDP program back (`xsk_redirect`, every frame
@@ -502,6 +529,9 @@ impl OffloadManager {
         let Some(p) = self.ports.remove(&no) else {
             return Ok(());
         };
+        if let (Some(slot), Some(tc)) = (p.tc_slot, self.tc.as_mut()) {
+            tc.clear_tx_port(slot)?;
+        }
         self.engine.clear_tx_port(p.slot)?;
         let link = self.engine.release_link(p.ifindex)?;
         if let (Some(link), Some(x)) = (link, port.as_afxdp_mut()) {
@@ -857,7 +887,11 @@ impl OffloadManager {
             // no protocol restriction; every output must be a TC port.
             for a in actions {
                 if let DpAction::Output(p) = a {
-                    if !self.tc_ports.contains_key(p) && !self.tunnels.contains_key(p) {
+                    let xdp_reachable = self.ports.get(p).is_some_and(|x| x.tc_slot.is_some());
+                    if !self.tc_ports.contains_key(p)
+                        && !self.tunnels.contains_key(p)
+                        && !xdp_reachable
+                    {
                         let n_out = actions
                             .iter()
                             .filter(|a| matches!(a, DpAction::Output(_)))
@@ -951,7 +985,10 @@ struct TcSlots<'a>(&'a OffloadManager);
 
 impl PortSlots for TcSlots<'_> {
     fn slot(&self, port: u32) -> Option<u32> {
-        self.0.tc_ports.get(&port).map(|p| p.slot)
+        match self.0.tc_ports.get(&port) {
+            Some(p) => Some(p.slot),
+            None => self.0.ports.get(&port).and_then(|x| x.tc_slot),
+        }
     }
 
     fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
