@@ -156,6 +156,25 @@ pub struct VfConfig {
 }
 
 impl BridgeConfig {
+    /// The mode a port of type `auto` (and the uplink) is opened for: the
+    /// bridge's offload mode, except that under `auto` a bridge with VXLAN
+    /// or Geneve ports opens AF_XDP ports. Tunnels are offloaded by the XDP
+    /// engine only; TC ports next to them would keep every overlay flow in
+    /// userspace (`tc:tunnel`, `port:tc-from-xdp`).
+    pub fn port_mode(&self) -> crate::offload::OffloadMode {
+        use crate::offload::OffloadMode;
+        let mode = self.offload.unwrap_or_default();
+        let tunnels = self
+            .ports
+            .iter()
+            .any(|p| matches!(p.kind, PortType::Vxlan | PortType::Geneve));
+        if mode == OffloadMode::Auto && tunnels {
+            OffloadMode::Xdp
+        } else {
+            mode
+        }
+    }
+
     /// The bridge's uplink port (`type = "uplink"`), if it has one.
     pub fn uplink(&self) -> Option<&PortConfig> {
         self.ports.iter().find(|p| p.kind == PortType::Uplink)
@@ -322,6 +341,24 @@ mod tests {
         assert!(text.contains("[[bridge.vf]]"), "{text}");
         assert_eq!(Config::parse(&text).unwrap(), c);
         // rep_type defaults to auto; unknown keys are refused.
+        // Ports of type auto open as TC ports, AF_XDP next to tunnels.
+        use crate::offload::OffloadMode;
+        let mut b = Config::parse(
+            "[[bridge]]\nname='b'\n[[bridge.port]]\nname='p'\niface='p'\ntype='auto'\n",
+        )
+        .unwrap()
+        .bridges
+        .remove(0);
+        assert_eq!(b.port_mode(), OffloadMode::Auto);
+        b.ports.push(PortConfig {
+            name: "vx".into(),
+            iface: String::new(),
+            kind: PortType::Vxlan,
+            options: Default::default(),
+        });
+        assert_eq!(b.port_mode(), OffloadMode::Xdp);
+        b.offload = Some(OffloadMode::Tc);
+        assert_eq!(b.port_mode(), OffloadMode::Tc);
         let v = Config::parse(
             "[[bridge]]\nname='b'\n[[bridge.vf]]\nname='v'\nindex=1\nnamespace='n'\nmac='02:00:00:00:00:02'\nrepresentor='bpf0vf1'\n",
         )

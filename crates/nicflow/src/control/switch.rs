@@ -266,7 +266,7 @@ impl Switch {
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
             for pc in &bc.ports {
-                match open_port(pc, bc.offload.unwrap_or_default()) {
+                match open_port(pc, bc.port_mode()) {
                     Ok(p) => {
                         let kind = p.kind();
                         let no = br.add_port(p).map_err(|e| e.to_string())?;
@@ -279,7 +279,7 @@ impl Switch {
                 }
             }
             for vfc in &bc.vfs {
-                match restore_vf(&bc.name, &mut br, vfc, bc.offload.unwrap_or_default()) {
+                match restore_vf(&bc.name, &mut br, vfc, bc.port_mode()) {
                     Ok((no, kind)) => {
                         tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
                         sw.rep_kinds.insert(vfc.representor.clone(), kind);
@@ -311,13 +311,14 @@ impl Switch {
         self.bridges.values()
     }
 
-    /// The offload mode configured for bridge `name` (the default if none).
+    /// What ports of type `auto` open as on bridge `name`
+    /// ([`BridgeConfig::port_mode`]).
     fn mode_of(&self, name: &str) -> OffloadMode {
         self.config
             .bridges
             .iter()
             .find(|b| b.name == name)
-            .and_then(|b| b.offload)
+            .map(|b| b.port_mode())
             .unwrap_or_default()
     }
 
