@@ -190,6 +190,28 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
         "tc_dp (hit, 1 mask, output)".to_string(),
         median(&|| Ok(tc.test_run_repeat(&frame, in_if, N).map_err(|x| e(&x))?.1))?,
     ));
+    // Per-flow packet/byte counters off (`offload_options counters=off`):
+    // what the two atomic adds per hit cost.
+    let mut tc_nc = XdpEngine::load_tc(XdpEngineConfig {
+        counters: false,
+        ..XdpEngineConfig::default()
+    })
+    .map_err(|x| e(&x))?;
+    tc_nc.set_port_upcall(in_if, 1, 0).map_err(|x| e(&x))?;
+    tc_nc.set_tx_port_flags(0, out_if, 0).map_err(|x| e(&x))?;
+    tc_nc
+        .install(&encode_tc(&key, &mask, &acts, &ports).map_err(|x| e(&x))?)
+        .map_err(|x| e(&x))?;
+    out.push((
+        "tc_dp (hit, counters off)".to_string(),
+        median(&|| {
+            Ok(tc_nc
+                .test_run_repeat(&frame, in_if, N)
+                .map_err(|x| e(&x))?
+                .1)
+        })?,
+    ));
+    drop(tc_nc);
     let bare = crate::port::tc::load_upcall_programs(out_if)?;
     let p = bare.program("tc_upcall").ok_or("no tc_upcall")?;
     out.push((

@@ -952,7 +952,7 @@ impl Switch {
                     }
                     let _ = writeln!(
                         text,
-                        "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} decap:{} encap:{} installed:{} removed:{} refused:{}",
+                        "  offload: xdp flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} decap:{} encap:{}",
                         o.xdp_flows,
                         e.rx,
                         e.hit,
@@ -964,7 +964,14 @@ impl Switch {
                         e.aborted,
                         e.decap,
                         e.encap,
+                    );
+                    // The manager's decisions cover both engines.
+                    let _ = writeln!(
+                        text,
+                        "  offload manager ({}): installed:{} modified:{} removed:{} refused:{}",
+                        br.offload_mode_name(),
                         o.manager.installed,
+                        o.manager.modified,
                         o.manager.removed,
                         o.manager.refused
                     );
