@@ -245,7 +245,17 @@ impl OffloadManager {
     ) -> Result<OffloadManager, OffloadError> {
         let engine = XdpEngine::load(cfg)?;
         let tc = match mode {
-            OffloadMode::Auto | OffloadMode::Tc => Some(XdpEngine::load_tc(cfg)?),
+            OffloadMode::Tc => Some(XdpEngine::load_tc(cfg)?),
+            // Under auto a TC engine the kernel refuses leaves the XDP one
+            // running: TC ports then work through their own upcall
+            // program, in userspace (`port:tc-engine-off`).
+            OffloadMode::Auto => match XdpEngine::load_tc(cfg) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    tracing::error!("TC offload engine unavailable, TC ports stay in userspace: {e}");
+                    None
+                }
+            },
             _ => None,
         };
         let netdev = match NetdevQuery::open() {
