@@ -228,3 +228,47 @@ fn mixed_bridge_tc_to_afxdp_stays_in_the_kernel() {
         assert!(f["not_offloaded"].as_str().is_some(), "{f}");
     }
 }
+
+/// `bpf_redirect_peer` enters the receiving namespace after the point a
+/// veth runs native XDP, so a host whose eth0 runs NAPI (an XDP program, an
+/// AF_XDP application, or GRO) is reached through the veth's transmit path
+/// instead, as the Linux bridge would reach it; the engine follows the
+/// change within a manager tick, and traffic flows either way.
+#[test]
+fn peer_with_napi_is_reached_through_the_transmit_path() {
+    if !privileged() || !common::have_with("ethtool", "--version") {
+        common::skipped("needs root and ethtool");
+        return;
+    }
+    let lab = Lab::up("n", "", &["priority=0,actions=normal"]);
+    let peer_of = |lab: &Lab| -> std::collections::BTreeMap<String, bool> {
+        lab.stats()["offload"]["tc"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["redirect_peer"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(peer_of(&lab).get("p2"), Some(&true), "{}", lab.stats());
+    lab.exec("n2", &["ethtool", "-K", "eth0", "gro", "on"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while peer_of(&lab).get("p2") != Some(&false) {
+        assert!(std::time::Instant::now() < deadline, "{}", lab.stats());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(peer_of(&lab).get("p1"), Some(&true));
+    let out = lab.exec("n1", &["ping", "-c", "5", "-i", "0.1", "198.18.0.2"]);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let flows = lab.dp_flows();
+    assert!(
+        flows.iter().any(|f| f["engine"] == "tc"
+            && f["match"].as_str().unwrap_or("").contains("in_port=p1")
+            && f["kernel_packets"].as_u64().unwrap_or(0) >= 3),
+        "{flows:#?}"
+    );
+}

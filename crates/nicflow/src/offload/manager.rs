@@ -104,7 +104,13 @@ struct TcPortEntry {
     ifindex: u32,
     /// Its output slot in the TC engine's `dp_tx_ports`.
     slot: u32,
-    /// `bpf_redirect_peer` reaches it.
+    /// A veth whose peer is in another namespace.
+    peer_elsewhere: bool,
+    /// Output with `bpf_redirect_peer`: a veth whose peer is elsewhere and
+    /// runs no NAPI. A peer with an XDP program (or GRO) is reached through
+    /// the veth's transmit path instead, so its XDP program sees the frame
+    /// as it would from the Linux bridge (`bpf_redirect_peer` enters the
+    /// peer's receive path after the point native XDP runs).
     peer: bool,
 }
 
@@ -252,7 +258,9 @@ impl OffloadManager {
             OffloadMode::Auto => match XdpEngine::load_tc(cfg) {
                 Ok(e) => Some(e),
                 Err(e) => {
-                    tracing::error!("TC offload engine unavailable, TC ports stay in userspace: {e}");
+                    tracing::error!(
+                        "TC offload engine unavailable, TC ports stay in userspace: {e}"
+                    );
                     None
                 }
             },
@@ -468,12 +476,14 @@ impl OffloadManager {
         ifindex: u32,
         iface: &str,
         upcall: u32,
-        peer: bool,
+        peer_elsewhere: bool,
     ) -> Result<(), OffloadError> {
-        let Some(tc) = self.tc.as_ref() else {
+        if self.tc.is_none() {
             self.others.insert(no, "port:tc-engine-off");
             return Ok(());
-        };
+        }
+        let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
+        let tc = self.tc.as_ref().expect("checked above");
         let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
         let slot = (0..max)
             .find(|s| self.tc_slot_free(*s))
@@ -493,6 +503,7 @@ impl OffloadManager {
                 name: name.to_string(),
                 ifindex,
                 slot,
+                peer_elsewhere,
                 peer,
             },
         );
@@ -803,6 +814,31 @@ impl OffloadManager {
     /// started gets it filled. Returns true when flows must be re-placed.
     pub fn tick(&mut self) -> bool {
         let mut changed = false;
+        // TC ports: a peer that started or stopped running XDP (or GRO)
+        // switches between the transmit path and bpf_redirect_peer. No
+        // flow changes: the output slot stays, only how it is reached.
+        let tcs: Vec<(u32, u32, u32, bool, bool)> = self
+            .tc_ports
+            .iter()
+            .map(|(no, p)| (*no, p.ifindex, p.slot, p.peer_elsewhere, p.peer))
+            .collect();
+        for (no, ifindex, slot, elsewhere, was) in tcs {
+            let now = elsewhere && !self.accepts_redirects(ifindex);
+            if now == was {
+                continue;
+            }
+            let flags = if now { TX_PEER } else { 0 };
+            let Some(tc) = self.tc.as_mut() else { break };
+            match tc.set_tx_port_flags(slot, ifindex, flags) {
+                Ok(()) => {
+                    if let Some(p) = self.tc_ports.get_mut(&no) {
+                        tracing::info!(port = %p.name, "TC output by redirect_peer: {was} -> {now}");
+                        p.peer = now;
+                    }
+                }
+                Err(e) => tracing::warn!(ifindex, "updating a TC output slot: {e}"),
+            }
+        }
         let nos: Vec<u32> = self.ports.keys().copied().collect();
         for no in nos {
             let (ifindex, slot, was) = {
