@@ -696,19 +696,19 @@ static __always_inline void patch_l4_128(__u8 *c, int udp, const __u32 *old, con
  * bpf_l4_csum_replace does exactly what its own NAT does. Same RFC 1624
  * arithmetic otherwise, and the same "old == new leaves it alone" and UDP
  * zero rules as userspace, so frames without partial sums come out
- * bit-identical. `c` is a packet pointer, turned into an offset. */
-static __always_inline void tc_patch_l4(DP_CTX *ctx, __u32 off, int udp, __u32 old, __u32 new,
-					int pseudo)
+ * bit-identical. `c` is a packet pointer, turned into an offset. A helper
+ * failure is -1: the frame is aborted rather than sent with a stale sum. */
+static __always_inline int tc_patch_l4(DP_CTX *ctx, __u32 off, int udp, __u32 old, __u32 new,
+				       int pseudo)
 {
 	__u64 flags = (pseudo ? BPF_F_PSEUDO_HDR : 0) | (udp ? BPF_F_MARK_MANGLED_0 : 0);
 
 	if (old == new)
-		return;
+		return 0;
 	if (pseudo)
-		bpf_l4_csum_replace(ctx, off, bpf_htonl(old), bpf_htonl(new), flags | 4);
-	else
-		bpf_l4_csum_replace(ctx, off, bpf_htons((__u16)old), bpf_htons((__u16)new),
-				    flags | 2);
+		return bpf_l4_csum_replace(ctx, off, bpf_htonl(old), bpf_htonl(new), flags | 4) ? -1 : 0;
+	return bpf_l4_csum_replace(ctx, off, bpf_htons((__u16)old), bpf_htons((__u16)new),
+				   flags | 2) ? -1 : 0;
 }
 /* Offsets are taken before the helper runs: it invalidates every packet
  * pointer. */
@@ -716,8 +716,8 @@ static __always_inline void tc_patch_l4(DP_CTX *ctx, __u32 off, int udp, __u32 o
 #define DP_PATCH_PSEUDO(ctx, c, udp, old, new) tc_patch_l4(ctx, DP_PKT_OFF(ctx, c), udp, old, new, 1)
 #define DP_PATCH_PORT(ctx, c, udp, old, new) tc_patch_l4(ctx, DP_PKT_OFF(ctx, c), udp, old, new, 0)
 #else
-#define DP_PATCH_PSEUDO(ctx, c, udp, old, new) patch_l4_32(c, udp, old, new)
-#define DP_PATCH_PORT(ctx, c, udp, old, new) patch_l4_16(c, udp, old, new)
+#define DP_PATCH_PSEUDO(ctx, c, udp, old, new) (patch_l4_32(c, udp, old, new), 0)
+#define DP_PATCH_PORT(ctx, c, udp, old, new) (patch_l4_16(c, udp, old, new), 0)
 #endif
 
 /* Pointer to the L4 checksum covering the pseudo header, or NULL if there
@@ -787,7 +787,7 @@ static __always_inline int act_set_ipv4(DP_CTX *ctx, struct dp_scratch *st, __u3
 	if (err)
 		return -1;
 	if (c)
-		DP_PATCH_PSEUDO(ctx, c, udp, old, new);
+		return DP_PATCH_PSEUDO(ctx, c, udp, old, new);
 	return 0;
 }
 
@@ -818,10 +818,26 @@ static __always_inline int act_set_ipv6(DP_CTX *ctx, struct dp_scratch *st, __u3
 		return -1;
 	if (c) {
 #ifdef DP_TC
+		/* One diff for the whole address. bpf_l4_csum_replace also moves
+		 * a CHECKSUM_COMPLETE skb->csum by it, as if an IPv4 header
+		 * checksum had absorbed the change; IPv6 has none (the address
+		 * and L4 checksum changes cancel in the sum), so it is moved
+		 * back (a no-op for other checksum states). */
 		__u32 coff = DP_PKT_OFF(ctx, c);
+		__be32 ob[4], nb[4];
+		__s64 d;
 
-		for (i = 0; i < 4; i++)
-			tc_patch_l4(ctx, coff, udp, old[i], new[i], 1);
+		if (old[0] == new[0] && old[1] == new[1] && old[2] == new[2] && old[3] == new[3])
+			return 0;
+		for (i = 0; i < 4; i++) {
+			ob[i] = bpf_htonl(old[i]);
+			nb[i] = bpf_htonl(new[i]);
+		}
+		d = bpf_csum_diff(ob, 16, nb, 16, 0);
+		if (d < 0 || bpf_l4_csum_replace(ctx, coff, 0, (__u32)d,
+						 BPF_F_PSEUDO_HDR | (udp ? BPF_F_MARK_MANGLED_0 : 0)))
+			return -1;
+		bpf_csum_update(ctx, (__u32)d);
 #else
 		patch_l4_128(c, udp, old, new);
 #endif
@@ -917,14 +933,14 @@ static __always_inline int act_set_tp(DP_CTX *ctx, struct dp_scratch *st, __u32 
 			return -1;
 		old = rd16(p + field);
 		wr16(p + field, port);
-		DP_PATCH_PORT(ctx, p + 16, 0, old, port);
+		return DP_PATCH_PORT(ctx, p + 16, 0, old, port);
 		return 0;
 	}
 	if (p + 8 > end)
 		return -1;
 	old = rd16(p + field);
 	wr16(p + field, port);
-	DP_PATCH_PORT(ctx, p + 6, 1, old, port);
+	return DP_PATCH_PORT(ctx, p + 6, 1, old, port);
 	return 0;
 }
 
@@ -957,6 +973,21 @@ static __always_inline int act_set_arp(DP_CTX *ctx, struct dp_scratch *st,
 		__builtin_memcpy(arp + 18, a->data, 6);
 		break;
 	}
+	return 0;
+}
+
+/* The outer in-band tag's VID and PCP from the flow, DEI kept (execute.rs
+ * SetVlanTci); untagged: a no-op. */
+static __always_inline int set_vlan_tci_inband(DP_CTX *ctx, __u16 tci)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+
+	if (data + 16 > end)
+		return -1;
+	if (!is_vlan_tpid(rd16(data + 12)))
+		return 0;
+	wr16(data + 14, (rd16(data + 14) & 0x1000) | (tci & 0xefff));
 	return 0;
 }
 

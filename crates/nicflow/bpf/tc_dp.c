@@ -110,8 +110,6 @@ static __always_inline int act_pop_vlan(DP_CTX *ctx, struct dp_scratch *st)
  * a no-op. */
 static __always_inline int act_set_vlan_tci(DP_CTX *ctx, struct dp_scratch *st, __u16 tci)
 {
-	__u8 *data, *end;
-
 	if (ctx->vlan_present) {
 		__u16 proto = (__u16)ctx->vlan_proto;
 		__u16 new = ((__u16)ctx->vlan_tci & 0x1000) | (tci & 0xefff);
@@ -122,14 +120,7 @@ static __always_inline int act_set_vlan_tci(DP_CTX *ctx, struct dp_scratch *st, 
 			return -1;
 		return tc_reoffset(ctx, st);
 	}
-	data = DP_DATA(ctx);
-	end = DP_DATA_END(ctx);
-	if (data + 16 > end)
-		return -1;
-	if (!is_vlan_tpid(rd16(data + 12)))
-		return 0;
-	wr16(data + 14, (rd16(data + 14) & 0x1000) | (tci & 0xefff));
-	return 0;
+	return set_vlan_tci_inband(ctx, tci);
 }
 
 #include "dp_exec.h"
@@ -141,7 +132,10 @@ SEC("classifier")
 int tc_dp(struct __sk_buff *ctx)
 {
 	__u32 zero = 0, ifindex = ctx->ingress_ifindex, arg = 0, up;
-	__u16 hw_tci = 0;
+	/* Context fields read once, before any helper runs. */
+	__u32 len = ctx->len, gso_segs = ctx->gso_segs, vlan = ctx->vlan_present;
+	__u32 out_slot = 0, out_if = 0, out_flags = 0;
+	__u16 hw_tci = vlan ? (__u16)ctx->vlan_tci | 0x1000 : 0;
 	union dp_key *key;
 	struct dp_flow_key *hk;
 	struct dp_flow *flow;
@@ -149,7 +143,6 @@ int tc_dp(struct __sk_buff *ctx)
 	struct dp_config *cfg;
 	struct dp_port *port;
 	struct dp_tx_if *tx;
-	__u64 segs;
 	int res, punted;
 
 	stat_inc(DP_STAT_RX);
@@ -168,15 +161,13 @@ int tc_dp(struct __sk_buff *ctx)
 	key = &st->key;
 	hk = &st->hk;
 	hk->pad = 0;
-	if (ctx->vlan_present)
-		hw_tci = (__u16)ctx->vlan_tci | 0x1000;
 	__builtin_memset(key, 0, sizeof(*key));
 	if (parse(ctx, key, st, port->in_port, hw_tci) < 0) {
 		/* Headers beyond the linear part (a super-frame's head may hold
 		 * only part of them): pull them in and parse once more. Only
 		 * then: a pull on every frame would copy payload out of the
 		 * fragments of every TSO frame. */
-		__u32 want = ctx->len < DP_PULL_LEN ? ctx->len : DP_PULL_LEN;
+		__u32 want = len < DP_PULL_LEN ? len : DP_PULL_LEN;
 
 		if (DP_DATA(ctx) + want <= DP_DATA_END(ctx) ||
 		    bpf_skb_pull_data(ctx, want)) {
@@ -198,30 +189,32 @@ int tc_dp(struct __sk_buff *ctx)
 	if (flow->flags & DP_F_TUNNEL)
 		goto punt;	/* refused by the encoder */
 	if (flow->flags & DP_F_OUTPUT) {
-		__u32 slot = flow->out_slot;
-
-		tx = bpf_map_lookup_elem(&dp_tx_ports, &slot);
+		/* The output slot is read once, here: the redirect below uses
+		 * what the pre-check saw. */
+		out_slot = flow->out_slot;
+		tx = bpf_map_lookup_elem(&dp_tx_ports, &out_slot);
 		if (!tx || !tx->ifindex)
 			goto punt;
+		out_if = tx->ifindex;
+		out_flags = tx->flags;
 	}
 
-	/* A GSO super-frame is as many packets as it will be segments. */
-	segs = ctx->gso_segs > 1 ? ctx->gso_segs : 1;
-	dp_count(cfg, flow, key, segs, ctx->len);
+	/* A GSO super-frame is as many packets as it will be segments; its
+	 * bytes are the super-frame's. A tag in skb metadata is counted as
+	 * the 4 bytes it is on the wire. */
+	dp_count(cfg, flow, key, gso_segs > 1 ? gso_segs : 1, len + (vlan ? 4 : 0));
 	res = dp_exec(ctx, st, flow, &arg);
 	if (res == DP_RES_OUTPUT) {
-		tx = bpf_map_lookup_elem(&dp_tx_ports, &arg);
-		if (!tx || !tx->ifindex) {
+		/* The encoder makes OUTPUT the flow's out_slot, always. */
+		if (arg != out_slot || !out_if) {
 			stat_inc(DP_STAT_ABORTED);
 			return TC_ACT_SHOT;
 		}
-		if (tx->flags & DP_TX_PEER)
-			return bpf_redirect_peer(tx->ifindex, 0);
-		return bpf_redirect(tx->ifindex, 0);
+		if (out_flags & DP_TX_PEER)
+			return bpf_redirect_peer(out_if, 0);
+		return bpf_redirect(out_if, 0);
 	}
-	if (res == DP_RES_DROP)
-		return TC_ACT_SHOT;
-	if (res != DP_RES_ABORT)
+	if (res == DP_RES_TUNNEL)	/* refused by the encoder */
 		stat_inc(DP_STAT_ABORTED);
 	return TC_ACT_SHOT;
 

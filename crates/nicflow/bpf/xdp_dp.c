@@ -118,16 +118,7 @@ static __always_inline int act_pop_vlan(struct xdp_md *ctx, struct dp_scratch *s
 static __always_inline int act_set_vlan_tci(struct xdp_md *ctx, struct dp_scratch *st,
 					    __u16 tci)
 {
-	__u8 *data = DP_DATA(ctx);
-	__u8 *end = DP_DATA_END(ctx);
-
-	if (data + 16 > end)
-		return -1;
-	if (!is_vlan_tpid(rd16(data + 12)))
-		return 0;
-	/* VID and PCP from the flow, DEI kept (execute.rs SetVlanTci). */
-	wr16(data + 14, (rd16(data + 14) & 0x1000) | (tci & 0xefff));
-	return 0;
+	return set_vlan_tci_inband(ctx, tci);
 }
 
 

@@ -28,9 +28,8 @@ pub struct ProgCost {
     pub ns_per_run: f64,
 }
 
-/// `kernel.bpf_stats_enabled` on while this lives (the kernel keeps it on
-/// as long as the returned fd is open: `BPF_ENABLE_STATS`, falling back to
-/// the sysctl, which is then put back).
+/// `kernel.bpf_stats_enabled` on while this lives (the sysctl, put back
+/// to what it was when dropped, if it could be read).
 pub struct StatsEnabled {
     old: Option<String>,
 }
@@ -131,7 +130,7 @@ pub fn test_run_costs() -> Result<Vec<(String, f64)>, String> {
 
 fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
     use crate::datapath::DpAction;
-    use crate::offload::xdp::engine::time_test_run;
+    use crate::offload::xdp::engine::prog_test_run;
     use crate::offload::xdp::{encode, encode_tc, XdpEngine, XdpEngineConfig};
     use nicflow_flow::{extract, FlowKey, FlowMask};
     use nicflow_packet::builder::FrameBuilder;
@@ -216,7 +215,11 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
     let p = bare.program("tc_upcall").ok_or("no tc_upcall")?;
     out.push((
         "tc_upcall (bare bpf_redirect)".to_string(),
-        median(&|| Ok(time_test_run(p, &frame, in_if, N).map_err(|x| e(&x))?.1))?,
+        median(&|| {
+            Ok(prog_test_run(p, &frame, in_if, 0, None, N)
+                .map_err(|x| e(&x))?
+                .ns_per_run)
+        })?,
     ));
 
     let mut xdp = XdpEngine::load(XdpEngineConfig::default()).map_err(|x| e(&x))?;
@@ -247,7 +250,11 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
     let p = bare.program("xdp_redirect_min").ok_or("no program")?;
     out.push((
         "xdp_redirect_min (bare devmap redirect)".to_string(),
-        median(&|| Ok(time_test_run(p, &frame, in_if, N).map_err(|x| e(&x))?.1))?,
+        median(&|| {
+            Ok(prog_test_run(p, &frame, in_if, 0, None, N)
+                .map_err(|x| e(&x))?
+                .ns_per_run)
+        })?,
     ));
     Ok(out)
 }

@@ -58,14 +58,14 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     Ok(Box::new(p))
 }
 
-/// Open the Linux side of a port. An uplink is opened exactly as an
-/// `afxdp` port (same options, same AF_PACKET fallback); only the
-/// configuration and `show` know it as the uplink. Every port is opened
+/// Open the Linux side of the port `pc` describes on a bridge whose ports
+/// open for `mode` ([`BridgeConfig::port_mode`]): types `auto` and
+/// `uplink` become a TC port under `auto`/`tc` (unless given AF_XDP
+/// options), else an AF_XDP port with its AF_PACKET fallback; only the
+/// configuration and `show` know an uplink as such. Every port is opened
 /// under the bridge's name for it (`pc.name`) and reports its own kind
-/// (`afpacket` after an AF_XDP fallback), with no wrapper in between.
-/// Open the port `pc` describes on a bridge whose offload is `mode` (which
-/// decides what type `auto` means: a TC port under `auto`/`tc`, else an
-/// AF_XDP port).
+/// (`tc`, or `afpacket` after an AF_XDP fallback), with no wrapper in
+/// between.
 pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, String> {
     // `auto` (and the uplink, a NIC port like any other) is a TC port under
     // offload auto/tc unless AF_XDP port options ask for an AF_XDP port.

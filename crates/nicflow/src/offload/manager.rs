@@ -386,6 +386,11 @@ impl OffloadManager {
     pub fn attach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
         let kind = port.kind();
         let name = port.name().to_string();
+        if self.xdp_off && port.as_tunnel().is_some() {
+            // Tunnels are the XDP engine's, which `offload = tc` leaves off.
+            self.others.insert(no, "tunnel:offload-tc");
+            return Ok(());
+        }
         if let Some(t) = port.as_tunnel() {
             return match self.attach_tunnel(no, t) {
                 Ok(()) => Ok(()),
@@ -397,7 +402,10 @@ impl OffloadManager {
             };
         }
         if let Some(t) = port.as_tc() {
-            return self.attach_tc_port(
+            // One port the TC engine cannot take (no slot, attach refused)
+            // stays in userspace through its own upcall program; the
+            // engines go on for the others.
+            let r = self.attach_tc_port(
                 no,
                 &name,
                 t.ifindex(),
@@ -405,6 +413,11 @@ impl OffloadManager {
                 t.upcall_ifindex(),
                 t.peer_elsewhere(),
             );
+            if let Err(e) = r {
+                tracing::warn!(port = %name, "TC offload engine not attached: {e}");
+                self.others.insert(no, "port:tc-attach-failed");
+            }
+            return Ok(());
         }
         if self.xdp_off && port.as_afxdp_mut().is_some() {
             self.others.insert(no, "port:afxdp-offload-tc");
@@ -483,15 +496,15 @@ impl OffloadManager {
             return Ok(());
         }
         let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
-        let tc = self.tc.as_ref().expect("checked above");
-        let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
-        let slot = (0..max)
-            .find(|s| self.tc_slot_free(*s))
+        let slot = self
+            .free_tc_slot()
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
         let tc = self.tc.as_mut().expect("checked above");
-        tc.set_port_upcall(ifindex, no, upcall)?;
-        tc.set_tx_port_flags(slot, ifindex, if peer { TX_PEER } else { 0 })?;
-        if let Err(e) = tc.attach_tc(ifindex, iface) {
+        let r = tc
+            .set_port_upcall(ifindex, no, upcall)
+            .and_then(|()| tc.set_tx_port_flags(slot, ifindex, if peer { TX_PEER } else { 0 }))
+            .and_then(|()| tc.attach_tc(ifindex, iface));
+        if let Err(e) = r {
             let _ = tc.remove_port(ifindex);
             let _ = tc.clear_tx_port(slot);
             return Err(e);
@@ -510,17 +523,20 @@ impl OffloadManager {
         Ok(())
     }
 
-    fn tc_slot_free(&self, s: u32) -> bool {
-        self.tc_ports.values().all(|p| p.slot != s)
-            && self.ports.values().all(|p| p.tc_slot != Some(s))
+    /// A TC output slot no TC port or AF_XDP port holds (None without a
+    /// TC engine or room in it).
+    fn free_tc_slot(&self) -> Option<u32> {
+        let cfg = self.tc.as_ref()?.config();
+        (0..cfg.max_tx_ports.min(cfg.max_ifaces)).find(|s| {
+            self.tc_ports.values().all(|p| p.slot != *s)
+                && self.ports.values().all(|p| p.tc_slot != Some(*s))
+        })
     }
 
     /// A TC output slot for an AF_XDP port's interface (egress redirect),
     /// when the TC engine is loaded and has room; logged otherwise.
     fn tc_output_slot(&mut self, ifindex: u32) -> Option<u32> {
-        let tc = self.tc.as_ref()?;
-        let max = tc.config().max_tx_ports.min(tc.config().max_ifaces);
-        let slot = (0..max).find(|s| self.tc_slot_free(*s))?;
+        let slot = self.free_tc_slot()?;
         match self.tc.as_mut()?.set_tx_port_flags(slot, ifindex, 0) {
             Ok(()) => Some(slot),
             Err(e) => {
@@ -539,31 +555,44 @@ impl OffloadManager {
         if self.tunnels.contains_key(&no) {
             return self.detach_tunnel(no);
         }
+        // Every step is tried even when one fails (the bookkeeping has
+        // already let go of the port); the first error is returned.
+        let mut first: Option<OffloadError> = None;
+        let mut keep = |r: Result<(), OffloadError>| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        };
         if let Some(p) = self.tc_ports.remove(&no) {
             if let Some(tc) = self.tc.as_mut() {
-                tc.detach_tc(p.ifindex)?;
-                tc.clear_tx_port(p.slot)?;
-                tc.remove_port(p.ifindex)?;
+                keep(tc.detach_tc(p.ifindex));
+                keep(tc.clear_tx_port(p.slot));
+                keep(tc.remove_port(p.ifindex));
             }
-            return Ok(());
+            return first.map_or(Ok(()), Err);
         }
         let Some(p) = self.ports.remove(&no) else {
             return Ok(());
         };
+        keep(self.engine.clear_tx_port(p.slot));
+        match self.engine.release_link(p.ifindex) {
+            Ok(Some(link)) => {
+                if let Some(x) = port.as_afxdp_mut() {
+                    keep(x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
+                        op: "restoring the port's XDP program",
+                        source: Box::new(e),
+                    }));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => keep(Err(e)),
+        }
+        keep(self.engine.remove_port(p.ifindex));
+        keep(self.engine.unregister_xsk(p.slot));
         if let (Some(slot), Some(tc)) = (p.tc_slot, self.tc.as_mut()) {
-            tc.clear_tx_port(slot)?;
+            keep(tc.clear_tx_port(slot));
         }
-        self.engine.clear_tx_port(p.slot)?;
-        let link = self.engine.release_link(p.ifindex)?;
-        if let (Some(link), Some(x)) = (link, port.as_afxdp_mut()) {
-            x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
-                op: "restoring the port's XDP program",
-                source: Box::new(e),
-            })?;
-        }
-        self.engine.remove_port(p.ifindex)?;
-        self.engine.unregister_xsk(p.slot)?;
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// Is port `no` served by the engine?

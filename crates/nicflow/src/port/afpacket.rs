@@ -535,12 +535,7 @@ impl AfPacketPort {
             .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
         bind_packet(raw, ifindex).map_err(err("bind(AF_PACKET, ETH_P_ALL)"))?;
         if opts.promisc {
-            let mreq = PacketMreq {
-                mr_ifindex: ifindex,
-                mr_type: PACKET_MR_PROMISC,
-                ..Default::default()
-            };
-            setsockopt(raw, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
+            add_promisc(raw, ifindex)
                 .map_err(err("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)"))?;
         }
         let mtu = sys::interface_mtu(raw, ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
@@ -598,12 +593,7 @@ impl AfPacketPort {
             .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
         bind_packet_proto(raw, ifindex, 0).map_err(err("bind(AF_PACKET, 0)"))?;
         if promisc {
-            let mreq = PacketMreq {
-                mr_ifindex: ifindex,
-                mr_type: PACKET_MR_PROMISC,
-                ..Default::default()
-            };
-            setsockopt(raw, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
+            add_promisc(raw, ifindex)
                 .map_err(err("setsockopt(PACKET_ADD_MEMBERSHIP, PACKET_MR_PROMISC)"))?;
         }
         self.rx.mtu = sys::interface_mtu(raw, ifname).map_err(err("ioctl(SIOCGIFMTU)"))?;
@@ -1213,6 +1203,17 @@ fn packet_socket() -> io::Result<OwnedFd> {
             0,
         )
     })
+}
+
+/// Promiscuous mode for as long as the socket is open (the kernel drops
+/// the membership, and the promiscuity count, when it closes).
+fn add_promisc(fd: RawFd, ifindex: i32) -> io::Result<()> {
+    let mreq = PacketMreq {
+        mr_ifindex: ifindex,
+        mr_type: PACKET_MR_PROMISC,
+        ..Default::default()
+    };
+    setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mreq)
 }
 
 fn bind_packet(fd: RawFd, ifindex: i32) -> io::Result<()> {

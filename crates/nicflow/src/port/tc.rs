@@ -53,7 +53,8 @@ pub enum TcPortError {
 
 /// See the module docs.
 pub struct TcPort {
-    // Drop order: programs off, sockets closed, then the pair deleted.
+    // Drop: the programs are detached first (`drop`), then the pair is
+    // deleted, then the fields go (the sockets close with `io`).
     ebpf: Ebpf,
     links: Vec<(&'static str, SchedClassifierLinkId)>,
     io: AfPacketPort,
@@ -81,12 +82,10 @@ fn ip(args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn sys_u32(iface: &str, file: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/{file}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The interface's index in this network namespace (ioctl, not /sys:
+/// sysfs shows the namespace it was mounted in).
+fn ifindex_of(iface: &str) -> Option<u32> {
+    super::sys::if_index(iface).ok()
 }
 
 /// A veth whose peer lives in another network namespace: the TC engine
@@ -128,13 +127,16 @@ impl TcPort {
     /// receive on the pair, transmit on the interface. Nothing of the
     /// interface's own settings changes.
     pub fn open(iface: &str) -> Result<TcPort, TcPortError> {
-        let ifindex = sys_u32(iface, "ifindex")
+        let ifindex = ifindex_of(iface)
             .ok_or_else(|| TcPortError::Iface(iface.into(), "no such interface".into()))?;
-        let mtu = sys_u32(iface, "mtu").unwrap_or(1500).to_string();
+        let mtu = super::sys::control_socket()
+            .and_then(|s| super::sys::interface_mtu(std::os::fd::AsRawFd::as_raw_fd(&s), iface))
+            .map_err(|e| TcPortError::Iface(iface.into(), format!("reading its MTU: {e}")))?
+            .to_string();
         let near = format!("nfu{ifindex}a");
         let far = format!("nfu{ifindex}b");
         // A pair left by a daemon that died goes first.
-        if sys_u32(&near, "ifindex").is_some() {
+        if ifindex_of(&near).is_some() {
             let _ = ip(&["link", "del", &near]);
         }
         let up_err = |e: String| TcPortError::Upcall(near.clone(), e);
@@ -154,7 +156,7 @@ impl TcPort {
         ip(&["link", "set", &near, "up"]).map_err(up_err)?;
         ip(&["link", "set", &far, "up"]).map_err(up_err)?;
         let upcall_ifindex =
-            sys_u32(&near, "ifindex").ok_or_else(|| up_err("vanished after creation".into()))?;
+            ifindex_of(&near).ok_or_else(|| up_err("vanished after creation".into()))?;
 
         let opts = AfPacketOptions {
             promisc: false,

@@ -491,7 +491,14 @@ pub fn encode_tc(
             _ => {}
         }
     }
-    if mask.0.tun_id != 0 || mask.0.tun_src != 0 || mask.0.tun_dst != 0 || mask.0.tun_flags != 0 {
+    // Frames from TC ports carry no tunnel metadata (the key's tun_* are
+    // 0 in tc_dp): only a flow that needs a non-zero one is refused.
+    let (k, m) = (key, &mask.0);
+    if k.tun_id & m.tun_id != 0
+        || k.tun_src & m.tun_src != 0
+        || k.tun_dst & m.tun_dst != 0
+        || k.tun_flags & m.tun_flags != 0
+    {
         return Err(no("tc:tunnel"));
     }
     encode(key, mask, actions, ports)
@@ -653,12 +660,16 @@ mod tests {
         }
         let mut mt = m;
         mt.0.tun_id = u64::MAX;
+        let mut kt = k;
+        kt.tun_id = 5;
         assert_eq!(
-            encode_tc(&k, &mt, &[DpAction::Output(2)], &ports())
+            encode_tc(&kt, &mt, &[DpAction::Output(2)], &ports())
                 .unwrap_err()
                 .reason,
             "tc:tunnel"
         );
+        // Matching "no tunnel" (tun_id=0 exactly) is what TC frames are.
+        assert!(encode_tc(&k, &mt, &[DpAction::Output(2)], &ports()).is_ok());
         let acts = [DpAction::SetIpv4Dst(0xc612_0009), DpAction::Output(2)];
         assert_eq!(
             encode_tc(&k, &m, &acts, &ports()).unwrap(),

@@ -317,29 +317,55 @@ pub fn tc_attach(
     }
 }
 
+/// One `BPF_PROG_TEST_RUN` of an XDP or TC program.
+#[derive(Clone, Debug)]
+pub struct TestRunOutcome {
+    pub verdict: u32,
+    /// The frame as the program left it.
+    pub frame: Vec<u8>,
+    /// Mean time per run as the kernel timed it, ns.
+    pub ns_per_run: f64,
+}
+
 /// `BPF_PROG_TEST_RUN` of an XDP or TC program on `frame` as received on
-/// `ifindex`, `repeat` times: (verdict, mean ns per run as the kernel
-/// timed it).
-pub fn time_test_run(
+/// `ifindex` / rx queue `queue`, `repeat` times; for TC, `gso` = (segments,
+/// segment size) marks the skb as a GSO super-frame. The context is the
+/// program type's (`struct xdp_md` or the fields of `struct __sk_buff` the
+/// kernel accepts there).
+pub fn prog_test_run(
     prog: &aya::programs::Program,
     frame: &[u8],
     ifindex: u32,
+    queue: u32,
+    gso: Option<(u32, u32)>,
     repeat: u32,
-) -> Result<(u32, f64), OffloadError> {
-    let mut ctx = vec![];
-    let put = |ctx: &mut Vec<u8>, at: usize, w: u32| {
+) -> Result<TestRunOutcome, OffloadError> {
+    let put = |ctx: &mut [u8], at: usize, w: u32| {
         ctx[at..at + 4].copy_from_slice(&w.to_ne_bytes());
     };
-    let tc = matches!(prog, aya::programs::Program::SchedClassifier(_));
-    if tc {
-        ctx.resize(192, 0);
-        put(&mut ctx, 36, ifindex);
-        put(&mut ctx, 40, ifindex);
-    } else {
-        ctx.resize(24, 0);
-        put(&mut ctx, 4, frame.len() as u32);
-        put(&mut ctx, 12, ifindex);
-    }
+    let ctx = match prog {
+        aya::programs::Program::SchedClassifier(_) => {
+            // struct __sk_buff (192 bytes): ingress_ifindex (36), ifindex
+            // (40), gso_segs (164), gso_size (176).
+            let mut c = vec![0u8; 192];
+            put(&mut c, 36, ifindex);
+            put(&mut c, 40, ifindex);
+            if let Some((segs, size)) = gso {
+                put(&mut c, 164, segs);
+                put(&mut c, 176, size);
+            }
+            c
+        }
+        _ => {
+            // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
+            // rx_queue_index, egress_ifindex.
+            let mut c = vec![0u8; 24];
+            put(&mut c, 4, frame.len() as u32);
+            put(&mut c, 12, ifindex);
+            put(&mut c, 16, queue);
+            c
+        }
+    };
     let mut out = vec![0u8; frame.len() + 256];
     let opts = TestRunOptions {
         data_in: Some(frame),
@@ -354,7 +380,12 @@ pub fn time_test_run(
         _ => return Err(OffloadError::Config("not an XDP or TC program".into())),
     }
     .map_err(|e| bpf("BPF_PROG_TEST_RUN", e))?;
-    Ok((r.return_value, r.duration.as_nanos() as f64))
+    out.truncate(r.data_size_out as usize);
+    Ok(TestRunOutcome {
+        verdict: r.return_value,
+        frame: out,
+        ns_per_run: r.duration.as_nanos() as f64,
+    })
 }
 
 fn config_flags(cfg: &XdpEngineConfig) -> u32 {
@@ -1006,8 +1037,8 @@ impl XdpEngine {
         ifindex: u32,
         repeat: u32,
     ) -> Result<(u32, f64), OffloadError> {
-        let prog = self.program_data()?;
-        time_test_run(prog, frame, ifindex, repeat)
+        let o = prog_test_run(self.program_data()?, frame, ifindex, 0, None, repeat)?;
+        Ok((o.verdict, o.ns_per_run))
     }
 
     /// As [`Self::test_run`]; for a TC engine `gso` = (segments, segment
@@ -1019,46 +1050,7 @@ impl XdpEngine {
         queue: u32,
         gso: Option<(u32, u32)>,
     ) -> Result<(u32, Vec<u8>), OffloadError> {
-        let mut ctx = vec![];
-        let put = |ctx: &mut Vec<u8>, at: usize, w: u32| {
-            ctx[at..at + 4].copy_from_slice(&w.to_ne_bytes());
-        };
-        match self.kind {
-            EngineKind::Xdp => {
-                // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
-                // rx_queue_index, egress_ifindex.
-                ctx.resize(24, 0);
-                put(&mut ctx, 4, frame.len() as u32);
-                put(&mut ctx, 12, ifindex);
-                put(&mut ctx, 16, queue);
-            }
-            EngineKind::Tc => {
-                // struct __sk_buff (192 bytes): the fields BPF_PROG_TEST_RUN
-                // accepts: ingress_ifindex (36), ifindex (40), gso_segs
-                // (164), gso_size (176).
-                ctx.resize(192, 0);
-                put(&mut ctx, 36, ifindex);
-                put(&mut ctx, 40, ifindex);
-                if let Some((segs, size)) = gso {
-                    put(&mut ctx, 164, segs);
-                    put(&mut ctx, 176, size);
-                }
-            }
-        }
-        let mut out = vec![0u8; frame.len() + 256];
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ctx_in: Some(&ctx),
-            ..TestRunOptions::default()
-        };
-        let r = match self.program_data()? {
-            aya::programs::Program::Xdp(p) => p.test_run(opts),
-            aya::programs::Program::SchedClassifier(p) => p.test_run(opts),
-            _ => return Err(OffloadError::Config("unexpected program type".into())),
-        }
-        .map_err(|e| bpf("BPF_PROG_TEST_RUN", e))?;
-        out.truncate(r.data_size_out as usize);
-        Ok((r.return_value, out))
+        let o = prog_test_run(self.program_data()?, frame, ifindex, queue, gso, 1)?;
+        Ok((o.verdict, o.frame))
     }
 }
