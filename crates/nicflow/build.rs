@@ -26,6 +26,7 @@ const PROGRAMS: &[&str] = &[
 const DATAPATH_SOURCES: &[&str] = &[
     "bpf/dp_core.h",
     "bpf/dp_exec.h",
+    "bpf/dp_tunnel.h",
     "bpf/xdp_dp.c",
     "bpf/tc_dp.c",
 ];

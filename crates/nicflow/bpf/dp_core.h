@@ -447,9 +447,10 @@ static __always_inline int is_vlan_tpid(__u16 t)
 /* The transport header at `off` (seglen bytes of IP payload), validated as
  * nicflow_packet::parse::parse_l4 does. */
 static __always_inline int parse_l4(DP_CTX *ctx, union dp_key *key, struct dp_scratch *st,
-				    __u8 proto, __u32 off, __u32 seglen, int v6, int is_frag)
+				    __u32 base, __u8 proto, __u32 off, __u32 seglen, int v6,
+				    int is_frag)
 {
-	__u8 *data = DP_DATA(ctx);
+	__u8 *data = DP_DATA(ctx) + base;
 	__u8 *end = DP_DATA_END(ctx);
 	__u8 *l4;
 	__u32 n;
@@ -509,15 +510,22 @@ static __always_inline int parse_l4(DP_CTX *ctx, union dp_key *key, struct dp_sc
 /* `hw_tci`: the outer tag the kernel already took out of the frame
  * (TC: skb->vlan_tci | 0x1000 when skb->vlan_present; the receive path
  * untags before the TC hook), 0 for none (XDP always sees tags in-band).
- * It is the key's outer tag, an in-band one then the inner. */
+ * It is the key's outer tag, an in-band one then the inner.
+ * `base`: where the frame starts in the packet (0, or DP_TUN_HDR_LEN for
+ * the inner frame of a tunnel packet the TC program decapsulates only on
+ * a hit); the offsets left in `st` count from there. */
 static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scratch *st,
-				 __u32 in_port, __u16 hw_tci)
+				 __u32 in_port, __u16 hw_tci, __u32 base)
 {
-	__u8 *data = DP_DATA(ctx);
-	__u8 *end = DP_DATA_END(ctx);
+	__u8 *data, *end = DP_DATA_END(ctx);
 	__u64 flen = dp_len(ctx);
 	__u32 off = 14;
 	__u16 et, t1 = 0, t2 = 0;
+
+	if (base > DP_TUN_HDR_LEN || flen < base)
+		return -1;
+	data = DP_DATA(ctx) + base;
+	flen -= base;
 
 	if (data + 14 > end)
 		return -1;
@@ -589,7 +597,7 @@ static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scrat
 		st->l4_off = off + ihl;
 		if (st->later_frag)
 			return 0;
-		return parse_l4(ctx, key, st, key->f.nw_proto, off + ihl, total - ihl, 0,
+		return parse_l4(ctx, key, st, base, key->f.nw_proto, off + ihl, total - ihl, 0,
 				key->f.nw_frag & 1);
 	}
 	if (et == 0x86dd) {
@@ -620,7 +628,7 @@ static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scrat
 		st->l4_off = off + 40;
 		if (nh == 59)	/* no next header */
 			return 0;
-		return parse_l4(ctx, key, st, nh, off + 40, plen, 1, 0);
+		return parse_l4(ctx, key, st, base, nh, off + 40, plen, 1, 0);
 	}
 	if (et == 0x0806 || et == 0x8035) {
 		__u8 *arp = data + off;

@@ -29,14 +29,35 @@
  * Differences from xdp_dp.c, all I/O: the outer VLAN tag of a received
  * frame is already out of the frame (skb->vlan_tci), so it is passed to
  * the parser, and VLAN push/pop/set go through the kernel's helpers; the
- * encoder refuses ARP rewrites and tunnels for this engine (reasons
- * `tc:arp-rewrite`, `tc:tunnel`).
+ * encoder refuses ARP rewrites for this engine (`tc:arp-rewrite`).
+ *
+ * Tunnels (VXLAN, Geneve without options), keeping GSO:
+ *   underlay rx -> tun_rx_lookup (dp_tunnel.h: the checks userspace makes)
+ *     -> the inner frame is parsed and looked up *in place* (parse() at
+ *        base DP_TUN_HDR_LEN), so a miss goes up whole and untouched;
+ *     hit -> bpf_skb_adjust_room(-50, MAC) after the inner Ethernet header
+ *        was copied over the outer one. BPF_F_ADJ_ROOM_FIXED_GSO keeps a
+ *        super-frame's gso_size (the inner MSS); DECAP_L3_IPV6 makes
+ *        skb->protocol the inner one, which bpf_redirect_peer needs (no
+ *        eth_type_trans on that path). Frames whose inner protocol the
+ *        helper cannot express (ARP, an inner VLAN tag) leave through the
+ *        transmit path, where eth_type_trans sets it.
+ *   tunnel output -> bpf_skb_adjust_room(+50, MAC, ENCAP_L3_IPV4 |
+ *        ENCAP_L4_UDP | ENCAP_L2_ETH | ENCAP_L2(14) | FIXED_GSO): a TCP
+ *        super-frame becomes SKB_GSO_UDP_TUNNEL with its inner headers
+ *        marked, so whoever segments it (a NIC, the kernel's GSO) cuts
+ *        VXLAN segments, and a receiver's stack takes it whole.
+ * Both leave the frame with SKB_GSO_DODGY set (the helper's doing): a
+ * device without NETIF_F_GSO_ROBUST (a veth) segments such a super-frame
+ * on transmit, so outputs prefer bpf_redirect_peer, which does not
+ * transmit.
  */
 #define DP_TC 1
 #define DP_CTX struct __sk_buff
 #define CTX_DATA_OFF 76		/* offsetof(struct __sk_buff, data) */
 #define CTX_DATA_END_OFF 80
 #define dp_len(ctx) ((ctx)->len)
+#define dp_load_bytes(ctx, off, buf, n) bpf_skb_load_bytes(ctx, off, buf, n)
 #include "dp_core.h"
 _Static_assert(__builtin_offsetof(struct __sk_buff, data) == CTX_DATA_OFF, "data");
 _Static_assert(__builtin_offsetof(struct __sk_buff, data_end) == CTX_DATA_END_OFF, "data_end");
@@ -125,19 +146,223 @@ static __always_inline int act_set_vlan_tci(DP_CTX *ctx, struct dp_scratch *st, 
 
 #include "dp_exec.h"
 
-/* Headers the parser may read, made linear when they are not. */
+/* ---- the outer UDP checksum of a received tunnel packet -----------------
+ * The kernel does not verify a checksum the skb vouches for: a GSO
+ * super-frame (built by a local stack, or by GRO from segments that were
+ * verified), CHECKSUM_UNNECESSARY (the device checked it), and
+ * CHECKSUM_PARTIAL (a local sender's checksums still pending: the outer
+ * one, written with local checksum offload, is right once the inner one
+ * is finished). The kernel's VXLAN sends exactly that by default (outer
+ * UDP checksum on, inner TCP/UDP checksum partial), so verifying the bytes
+ * as XDP must would send every such frame to userspace. TC cannot read
+ * ip_summed, but bpf_l4_csum_replace without BPF_F_PSEUDO_HDR leaves the
+ * field of a CHECKSUM_PARTIAL skb alone (inet_proto_csum_replace4) and
+ * changes it otherwise: the probe runs on the outer IPv4 ID, whose value
+ * is written back when it changed. Anything else is verified over the
+ * bytes (udp4_csum_ok), and what fails goes to userspace, which decides. */
+static __always_inline int dp_outer_csum_trusted(struct __sk_buff *ctx, int gso)
+{
+	__u8 *data, *end;
+	__u16 id;
+
+	if (gso)
+		return 1;
+	if (bpf_csum_level(ctx, BPF_CSUM_LEVEL_QUERY) >= 0)
+		return 1;	/* CHECKSUM_UNNECESSARY: level 0 is the outer UDP */
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + 20 > end)
+		return 0;
+	id = rd16(data + 18);
+	if (bpf_l4_csum_replace(ctx, 18, 0, 1, 2))
+		return 0;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + 20 > end)
+		return 0;
+	if (rd16(data + 18) == id)
+		return 1;	/* CHECKSUM_PARTIAL */
+	wr16(data + 18, id);
+	return 0;
+}
+
+#include "dp_tunnel.h"
+
+/* Headers the parser may read, made linear when they are not (the inner
+ * frame of a tunnel packet starts DP_TUN_HDR_LEN further in). */
 #define DP_PULL_LEN (DP_MAX_L4_OFF + 20)
+
+#ifndef EALREADY
+#define EALREADY 114
+#endif
+/* Linux >= 6.3 (uapi headers of older distributions lack it); an older
+ * kernel refuses it with -EINVAL, and tc_decap does without. */
+#define DP_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+
+/* The key of the frame on `port`: the tunnel fields and the inner frame's
+ * for a tunnel packet on an underlay (*base = DP_TUN_HDR_LEN, the tunnel
+ * port returned), the frame's otherwise. -1: userspace decides. */
+static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
+				  struct dp_scratch *st, __u16 hw_tci, int gso, __u32 *base)
+{
+	union dp_key *key = &st->key;
+	int in_port = port->in_port;
+
+	__builtin_memset(key, 0, sizeof(*key));
+	*base = 0;
+	if (port->flags & DP_PORT_UNDERLAY) {
+		/* A tag in skb metadata is not in the bytes tun_rx_lookup
+		 * reads: userspace takes tagged outer frames. */
+		if (hw_tci)
+			return -1;
+		in_port = tun_rx_lookup(ctx, port, key, gso);
+		if (in_port < 0)
+			return -1;
+		*base = DP_TUN_HDR_LEN;
+	}
+	if (parse(ctx, key, st, in_port, hw_tci, *base) < 0)
+		return -1;
+	return in_port;
+}
+
+/* Strip the outer headers of a tunnel packet whose inner frame hit a flow.
+ * *plain_ip: the inner frame is untagged IPv4/IPv6, so skb->protocol is
+ * right afterwards and bpf_redirect_peer may take it. */
+static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st,
+				    int *plain_ip)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
+	__u32 l3 = RD32(st->l3);
+	__u8 eth[14];
+
+	if (data + DP_TUN_HDR_LEN + 14 > end)
+		return -1;
+	/* The helper removes the 50 bytes after the outer Ethernet header:
+	 * the inner one takes the outer one's place first. */
+	__builtin_memcpy(eth, data + DP_TUN_HDR_LEN, 14);
+	__builtin_memcpy(data, eth, 14);
+	*plain_ip = st->key.f.vlan_tci == 0 && (l3 == DP_L3_IPV4 || l3 == DP_L3_IPV6);
+	if (*plain_ip && l3 == DP_L3_IPV6) {
+		if (!bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC,
+					 flags | DP_ADJ_ROOM_DECAP_L3_IPV6))
+			goto done;
+		/* Before 6.3: skb->protocol stays IPv4, eth_type_trans on the
+		 * transmit path puts it right. */
+		*plain_ip = 0;
+	}
+	if (bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags))
+		return -1;
+done:
+	stat_inc(DP_STAT_DECAP);
+	return 0;
+}
+
+/* The tunnel output of a flow: push the outer header the pre-check copied
+ * (st->tun), patched for this frame. Returns 0 or -1 (frame aborted). */
+static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st,
+				    union dp_key *key, struct dp_action *a, int gso)
+{
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
+		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+		      BPF_F_ADJ_ROOM_ENCAP_L2(14);
+	struct dp_tun_copy *tpl = &st->tun;
+	__u8 *data, *end;
+	__u8 eth[14];
+	__u32 vni;
+	__u16 sport;
+	long r;
+
+	sport = entropy_port(ctx, st, key);
+	if (!sport)
+		return -1;
+	vni = tun_vni(tpl, key, a);
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + 14 > end)
+		return -1;
+	__builtin_memcpy(eth, data, 14);
+	r = bpf_skb_adjust_room(ctx, DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags);
+	/* Already marked encapsulated (a frame a tunnel device of the sender
+	 * built): one level of GSO tunnel is all the kernel keeps, but a
+	 * single frame needs no GSO state. */
+	if (r == -EALREADY && !gso)
+		r = bpf_skb_adjust_room(ctx, DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC,
+					BPF_F_ADJ_ROOM_FIXED_GSO);
+	if (r)
+		return -1;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + DP_TUN_HDR_LEN + 14 > end)
+		return -1;
+	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);
+	__builtin_memcpy(data + DP_TUN_HDR_LEN, eth, 14);
+	tun_hdr_patch(data, ctx->len - 14, sport, vni);
+	stat_inc(DP_STAT_ENCAP);
+	stat_inc(DP_STAT_OUTPUT);
+	return 0;
+}
+
+/* Pre-check of a tunnel output (before anything is written or counted):
+ * 0 with *out_if / *out_flags of the underlay, or -1 to punt. The inner
+ * frame must be one the helper can encapsulate (untagged IPv4/IPv6) and
+ * fit the tunnel: each segment of a super-frame, or the frame. */
+static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_scratch *st,
+					      struct dp_flow *flow, __u32 len, __u32 gso_size,
+					      __u32 *out_if, __u32 *out_flags)
+{
+	__u32 l3 = RD32(st->l3), l4 = RD32(st->l4), l4_off = RD32(st->l4_off), seg, slot;
+	struct dp_tx_if *tx;
+
+	if (st->key.f.vlan_tci || (l3 != DP_L3_IPV4 && l3 != DP_L3_IPV6))
+		return -1;
+	if (tun_tx_load(st, flow->out_slot))
+		return -1;	/* remote MAC not resolved (yet) */
+	slot = st->tun.tx_slot;
+	tx = bpf_map_lookup_elem(&dp_tx_ports, &slot);
+	if (!tx || !tx->ifindex)
+		return -1;
+	*out_if = tx->ifindex;
+	*out_flags = tx->flags;
+	if (len + DP_TUN_HDR_LEN - 14 > 0xffff)
+		return -1;	/* the outer IP length would not fit */
+	if (gso_size) {
+		__u8 *data = DP_DATA(ctx);
+		__u8 *end = DP_DATA_END(ctx);
+		__u32 hl;
+
+		if (l4_off > DP_MAX_L4_OFF || l4_off < 14)
+			return -1;
+		if (l4 == DP_L4_TCP) {
+			__u8 *th = data + l4_off;
+
+			if (th + 20 > end)
+				return -1;
+			hl = (th[12] >> 4) * 4;
+		} else if (l4 == DP_L4_UDP) {
+			hl = 8;
+		} else {
+			return -1;
+		}
+		seg = l4_off - 14 + hl + gso_size;
+	} else {
+		seg = len - 14;
+	}
+	/* Too big: userspace answers with ICMP or drops and counts. */
+	return seg > st->tun.inner_mtu ? -1 : 0;
+}
 
 SEC("classifier")
 int tc_dp(struct __sk_buff *ctx)
 {
-	__u32 zero = 0, ifindex = ctx->ingress_ifindex, arg = 0, up;
+	__u32 zero = 0, ifindex = ctx->ingress_ifindex, arg = 0, up, base = 0;
 	/* Context fields read once, before any helper runs. */
 	__u32 len = ctx->len, gso_segs = ctx->gso_segs, vlan = ctx->vlan_present;
+	__u32 gso_size = ctx->gso_size;
 	__u32 out_slot = 0, out_if = 0, out_flags = 0;
 	__u16 hw_tci = vlan ? (__u16)ctx->vlan_tci | 0x1000 : 0;
-	union dp_key *key;
-	struct dp_flow_key *hk;
+	int in_port, plain_ip = 1;
 	struct dp_flow *flow;
 	struct dp_scratch *st;
 	struct dp_config *cfg;
@@ -158,24 +383,23 @@ int tc_dp(struct __sk_buff *ctx)
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!st || !cfg)
 		goto to_user;
-	key = &st->key;
-	hk = &st->hk;
-	hk->pad = 0;
-	__builtin_memset(key, 0, sizeof(*key));
-	if (parse(ctx, key, st, port->in_port, hw_tci) < 0) {
+	st->hk.pad = 0;
+	in_port = tc_key(ctx, port, st, hw_tci, gso_size != 0, &base);
+	if (in_port < 0) {
 		/* Headers beyond the linear part (a super-frame's head may hold
-		 * only part of them): pull them in and parse once more. Only
+		 * only part of them): pull them in and try once more. Only
 		 * then: a pull on every frame would copy payload out of the
 		 * fragments of every TSO frame. */
-		__u32 want = len < DP_PULL_LEN ? len : DP_PULL_LEN;
+		__u32 want = DP_PULL_LEN + ((port->flags & DP_PORT_UNDERLAY) ? DP_TUN_HDR_LEN : 0);
 
-		if (DP_DATA(ctx) + want <= DP_DATA_END(ctx) ||
-		    bpf_skb_pull_data(ctx, want)) {
+		if (want > len)
+			want = len;
+		if (DP_DATA(ctx) + want <= DP_DATA_END(ctx) || bpf_skb_pull_data(ctx, want)) {
 			stat_inc(DP_STAT_UNPARSED);
 			goto to_user;
 		}
-		__builtin_memset(key, 0, sizeof(*key));
-		if (parse(ctx, key, st, port->in_port, hw_tci) < 0) {
+		in_port = tc_key(ctx, port, st, hw_tci, gso_size != 0, &base);
+		if (in_port < 0) {
 			stat_inc(DP_STAT_UNPARSED);
 			goto to_user;
 		}
@@ -186,9 +410,14 @@ int tc_dp(struct __sk_buff *ctx)
 			goto punt;
 		goto to_user;
 	}
-	if (flow->flags & DP_F_TUNNEL)
-		goto punt;	/* refused by the encoder */
-	if (flow->flags & DP_F_OUTPUT) {
+	if (flow->flags & DP_F_TUNNEL) {
+		/* Tunnel to tunnel and tags in skb metadata: userspace (the
+		 * encoder refuses the first). */
+		if (base || vlan)
+			goto punt;
+		if (tc_tunnel_precheck(ctx, st, flow, len, gso_size, &out_if, &out_flags))
+			goto punt;
+	} else if (flow->flags & DP_F_OUTPUT) {
 		/* The output slot is read once, here: the redirect below uses
 		 * what the pre-check saw. */
 		out_slot = flow->out_slot;
@@ -200,9 +429,14 @@ int tc_dp(struct __sk_buff *ctx)
 	}
 
 	/* A GSO super-frame is as many packets as it will be segments; its
-	 * bytes are the super-frame's. A tag in skb metadata is counted as
-	 * the 4 bytes it is on the wire. */
-	dp_count(cfg, flow, key, gso_segs > 1 ? gso_segs : 1, len + (vlan ? 4 : 0));
+	 * bytes are the super-frame's (the inner frame's, for a tunnel
+	 * packet). A tag in skb metadata is counted as the 4 bytes it is on
+	 * the wire. */
+	dp_count(cfg, flow, &st->key, gso_segs > 1 ? gso_segs : 1, len - base + (vlan ? 4 : 0));
+	if (base && tc_decap(ctx, st, &plain_ip)) {
+		stat_inc(DP_STAT_ABORTED);
+		return TC_ACT_SHOT;
+	}
 	res = dp_exec(ctx, st, flow, &arg);
 	if (res == DP_RES_OUTPUT) {
 		/* The encoder makes OUTPUT the flow's out_slot, always. */
@@ -210,12 +444,18 @@ int tc_dp(struct __sk_buff *ctx)
 			stat_inc(DP_STAT_ABORTED);
 			return TC_ACT_SHOT;
 		}
-		if (out_flags & DP_TX_PEER)
+		if ((out_flags & DP_TX_PEER) && plain_ip)
 			return bpf_redirect_peer(out_if, 0);
 		return bpf_redirect(out_if, 0);
 	}
-	if (res == DP_RES_TUNNEL)	/* refused by the encoder */
+	if (res == DP_RES_TUNNEL && arg < DP_MAX_ACTIONS && out_if) {
+		if (tc_encap(ctx, st, &st->key, &flow->actions[arg], gso_size != 0) == 0) {
+			if (out_flags & DP_TX_PEER)
+				return bpf_redirect_peer(out_if, 0);
+			return bpf_redirect(out_if, 0);
+		}
 		stat_inc(DP_STAT_ABORTED);
+	}
 	return TC_ACT_SHOT;
 
 punt:

@@ -86,13 +86,24 @@ fn capture(lab: &NsLab, node: &str, iface: &str, filter: &str, secs: u32) -> (Ch
     (child, cap)
 }
 
+/// Which engine runs the overlay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Offload {
+    /// `offload = "none"`: everything in userspace.
+    None,
+    /// `offload = "xdp"`: containers on both sides send finished checksums
+    /// (`tx off`) and say so (`csum_complete`), and the veth ends frames
+    /// are redirected into have GRO (NAPI) on.
+    Xdp,
+    /// The defaults: `offload = "auto"`, ports and underlay of type
+    /// `auto` (TC), every interface at its default offloads.
+    Auto,
+}
+
 /// Build the topology and start nicflow with `port_type` container ports:
 /// two fixed-key tunnel ports (vx1: 4242, vx2: 4343), or with `flow_keyed`
-/// one `key=flow` port `vxf` whose rules set and match `tun_id`. With
-/// `offload` the bridge runs the XDP engine: containers on both sides send
-/// finished checksums (`tx off`) and say so (`csum_complete`), and the
-/// veth ends frames are redirected into have GRO (NAPI) on.
-fn up(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) -> NsLab {
+/// one `key=flow` port `vxf` whose rules set and match `tun_id`.
+fn up(tag: &str, port_type: &str, flow_keyed: bool, offload: Offload) -> NsLab {
     let mut lab = new_lab(tag, &["a1", "a2", "sw", "k", "b1", "b2"]);
     let veth = |a: &str, an: &str, b: &str, bn: &str| lab.veth(a, an, b, bn);
     veth("eth0", "a1", "pa1", "sw");
@@ -118,11 +129,11 @@ fn up(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) -> NsLab {
             "198.18.30.2/24"
         };
         lab.must(n, &["ip", "addr", "add", addr, "dev", "eth0"]);
-        if offload {
+        if offload == Offload::Xdp {
             lab.must(n, &["ethtool", "-K", "eth0", "tx", "off", "gro", "on"]);
         }
     }
-    if offload {
+    if offload == Offload::Xdp {
         // GRO: frames redirected into u0 are delivered; tx off: the
         // kernel's outer UDP checksum is computed, not left partial for a
         // NIC (a veth never finishes it).
@@ -161,14 +172,14 @@ fn up(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) -> NsLab {
     }
     // nicflow side: the underlay has no kernel address (nicflow owns
     // 198.18.20.2 on it).
-    let (mode, csum, port_opts) = if offload {
-        (
+    let (mode, csum, port_opts) = match offload {
+        Offload::Xdp => (
             "xdp",
             r#"csum_complete = "true", "#,
             r#"options = { csum_complete = "true" }"#,
-        )
-    } else {
-        ("none", "", "")
+        ),
+        Offload::Auto => ("auto", "", ""),
+        Offload::None => ("none", "", ""),
     };
     let access = format!(
         r#"
@@ -282,7 +293,7 @@ fn iperf(lab: &NsLab, server: &str, client: &str, reverse: bool) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) {
+fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool, offload: Offload) {
     if skip() {
         return;
     }
@@ -341,12 +352,35 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) {
         log(&lab)
     );
     eprintln!(
-        "vxlan {port_type}{}: iperf3 a1->b1 {:.2} Gbit/s, b1->a1 {:.2} Gbit/s",
-        if offload { " + XDP offload" } else { "" },
+        "vxlan {port_type} (offload {offload:?}): iperf3 a1->b1 {:.2} Gbit/s, b1->a1 {:.2} Gbit/s",
         fwd / 1e9,
         rev / 1e9
     );
-    if offload {
+    if offload == Offload::Auto {
+        // The TCP flows ran in the TC engine both ways: tc_dp
+        // decapsulated on the underlay and encapsulated towards it, and
+        // the datapath flows into and out of the tunnel port are TC's.
+        let stats: serde_json::Value =
+            serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
+        let o = &stats[0]["offload"]["tc"];
+        let n = |k: &str| o[k].as_u64().unwrap_or(0);
+        assert!(
+            n("decap") > 1_000 && n("encap") > 1_000 && o["aborted"].as_u64() == Some(0),
+            "TC tunnel counters: {o}\n{}",
+            log(&lab)
+        );
+        let flows = lab.cli(&["dump-dp-flows", "br0"]).unwrap();
+        for port in [vx1, "pa1"] {
+            assert!(
+                flows
+                    .lines()
+                    .any(|l| l.contains(&format!("in_port={port},")) && l.contains("engine:tc")),
+                "no flow from {port} in engine:tc:\n{flows}\n{}",
+                log(&lab)
+            );
+        }
+    }
+    if offload == Offload::Xdp {
         // The TCP flows ran in the kernel both ways: the program
         // decapsulated and encapsulated, and the datapath flows into and
         // out of the tunnel port are XDP's.
@@ -389,8 +423,8 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool, offload: bool) {
     );
     let stats: serde_json::Value =
         serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
-    if !offload {
-        // (Frames the XDP engine forwards never reach the port's
+    if offload == Offload::None {
+        // (Frames the kernel engines forward never reach the port's
         // userspace counters.)
         assert!(counter(&stats, vx1, "rx_packets") >= 20);
         assert!(counter(&stats, vx1, "tx_packets") >= 20);
@@ -438,12 +472,12 @@ fn log(lab: &NsLab) -> String {
 
 #[test]
 fn vxlan_interop_with_kernel_vxlan_afpacket() {
-    vxlan_interop("p", "afpacket", false, false);
+    vxlan_interop("p", "afpacket", false, Offload::None);
 }
 
 #[test]
 fn vxlan_interop_with_kernel_vxlan_afxdp() {
-    vxlan_interop("x", "afxdp", false, false);
+    vxlan_interop("x", "afxdp", false, Offload::None);
 }
 
 /// The same with the XDP engine: decapsulation and encapsulation in the
@@ -451,7 +485,24 @@ fn vxlan_interop_with_kernel_vxlan_afxdp() {
 /// checks still holds (the ICMP too-big path is a punt to userspace).
 #[test]
 fn vxlan_interop_with_kernel_vxlan_xdp_offload() {
-    vxlan_interop("o", "afxdp", false, true);
+    vxlan_interop("o", "afxdp", false, Offload::Xdp);
+}
+
+/// The defaults (`offload = "auto"`, ports and underlay of type auto,
+/// containers and kernel side at their default offloads): the TC engine
+/// decapsulates and encapsulates against the kernel's VXLAN, TCP
+/// super-frames and partial checksums included; everything the userspace
+/// variant checks still holds (the ICMP too-big path is a punt).
+#[test]
+fn vxlan_interop_with_kernel_vxlan_tc_defaults() {
+    vxlan_interop("t", "auto", false, Offload::Auto);
+}
+
+/// `key=flow` in the TC engine: `set_field:...->tun_id` becomes the VNI of
+/// the encapsulated frame and `tun_id` is matched on decapsulated ones.
+#[test]
+fn vxlan_key_flow_tc_defaults() {
+    vxlan_interop("k", "auto", true, Offload::Auto);
 }
 
 /// `key=flow` with the XDP engine: `set_field:...->tun_id` becomes the
@@ -459,13 +510,13 @@ fn vxlan_interop_with_kernel_vxlan_xdp_offload() {
 /// kernel.
 #[test]
 fn vxlan_key_flow_xdp_offload() {
-    vxlan_interop("g", "afxdp", true, true);
+    vxlan_interop("g", "afxdp", true, Offload::Xdp);
 }
 
 /// One `key=flow` port: rules set `tun_id` on output and match it on input.
 #[test]
 fn vxlan_key_flow_set_field_and_tun_id_match() {
-    vxlan_interop("f", "afpacket", true, false);
+    vxlan_interop("f", "afpacket", true, Offload::None);
 }
 
 /// Geneve against scapy (no kernel Geneve device here): a1 -- nicflow

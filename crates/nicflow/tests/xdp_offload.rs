@@ -821,7 +821,7 @@ fn tunnel_decap_and_encap_match_userspace() {
         e.set_port(in_if, IN_PORT).unwrap();
         e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
         e.set_tx_port(5, ul_if).unwrap();
-        e.set_underlay(ul_if, 0, UL_MAC, 1500).unwrap();
+        e.set_underlay(ul_if, 0, UL_MAC, 1500, 0).unwrap();
         let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
         let gn = tunnel_cfg("geneve", 0x1403, "flow");
         for (cfg, port, kind, vni) in [

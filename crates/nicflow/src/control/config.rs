@@ -156,23 +156,13 @@ pub struct VfConfig {
 }
 
 impl BridgeConfig {
-    /// The mode a port of type `auto` (and the uplink) is opened for: the
-    /// bridge's offload mode, except that under `auto` a bridge with VXLAN
-    /// or Geneve ports opens AF_XDP ports. Tunnels are offloaded by the XDP
-    /// engine only; TC ports next to them would keep every overlay flow in
-    /// userspace (`tc:tunnel`, `port:tc-from-xdp`).
+    /// The mode a port of type `auto` (and the uplink, and a tunnel's
+    /// `auto` underlay) is opened for: the bridge's offload mode. Under
+    /// `auto` that is a TC port, tunnels included (the TC engine
+    /// encapsulates and decapsulates), so one engine serves the whole
+    /// overlay path.
     pub fn port_mode(&self) -> crate::offload::OffloadMode {
-        use crate::offload::OffloadMode;
-        let mode = self.offload.unwrap_or_default();
-        let tunnels = self
-            .ports
-            .iter()
-            .any(|p| matches!(p.kind, PortType::Vxlan | PortType::Geneve));
-        if mode == OffloadMode::Auto && tunnels {
-            OffloadMode::Xdp
-        } else {
-            mode
-        }
+        self.offload.unwrap_or_default()
     }
 
     /// The bridge's uplink port (`type = "uplink"`), if it has one.
@@ -341,7 +331,7 @@ mod tests {
         assert!(text.contains("[[bridge.vf]]"), "{text}");
         assert_eq!(Config::parse(&text).unwrap(), c);
         // rep_type defaults to auto; unknown keys are refused.
-        // Ports of type auto open as TC ports, AF_XDP next to tunnels.
+        // Ports of type auto open as TC ports, next to tunnels too.
         use crate::offload::OffloadMode;
         let mut b = Config::parse(
             "[[bridge]]\nname='b'\n[[bridge.port]]\nname='p'\niface='p'\ntype='auto'\n",
@@ -356,6 +346,8 @@ mod tests {
             kind: PortType::Vxlan,
             options: Default::default(),
         });
+        assert_eq!(b.port_mode(), OffloadMode::Auto);
+        b.offload = Some(OffloadMode::Xdp);
         assert_eq!(b.port_mode(), OffloadMode::Xdp);
         b.offload = Some(OffloadMode::Tc);
         assert_eq!(b.port_mode(), OffloadMode::Tc);

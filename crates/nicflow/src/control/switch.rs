@@ -111,7 +111,9 @@ pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, St
             };
             let cfg = TunnelConfig::from_options(tk, &pc.options)
                 .map_err(|e| format!("port {}: {e}", pc.name))?;
-            Box::new(TunnelPort::open(&pc.name, cfg).map_err(|e| format!("port {}: {e}", pc.name))?)
+            Box::new(
+                TunnelPort::open(&pc.name, cfg, mode).map_err(|e| format!("port {}: {e}", pc.name))?,
+            )
         }
         PortType::Afxdp | PortType::Uplink => {
             // `auto` under offload xdp|none lands here: it takes the AF_XDP
@@ -937,7 +939,7 @@ impl Switch {
                     if let Some(t) = &o.tc {
                         let _ = writeln!(
                             text,
-                            "  offload: tc flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} ports:{}",
+                            "  offload: tc flows:{} rx:{} hit:{} miss:{} unparsed:{} punt:{} output:{} drop:{} aborted:{} decap:{} encap:{} ports:{}",
                             o.tc_flows,
                             t.rx,
                             t.hit,
@@ -947,6 +949,8 @@ impl Switch {
                             t.output,
                             t.drop,
                             t.aborted,
+                            t.decap,
+                            t.encap,
                             o.tc_ports.len()
                         );
                     }
@@ -992,6 +996,7 @@ impl Switch {
                             "rx": t.rx, "hit": t.hit, "miss": t.miss, "unparsed": t.unparsed,
                             "no_port": t.no_port, "punt": t.punt, "output": t.output,
                             "drop": t.drop, "aborted": t.aborted,
+                            "decap": t.decap, "encap": t.encap,
                             "ports": o.tc_ports.iter().map(|(n, peer)| json!({
                                 "name": n, "redirect_peer": peer,
                             })).collect::<Vec<_>>(),

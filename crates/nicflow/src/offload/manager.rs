@@ -114,13 +114,23 @@ struct TcPortEntry {
     peer: bool,
 }
 
-/// A tunnel underlay the engine runs on (shared by its tunnel ports).
+/// A tunnel underlay an engine runs on (shared by its tunnel ports).
 struct XdpUnderlay {
     name: String,
-    /// Devmap slot and XSKMAP slot, from the same pool as ports' slots.
+    /// The engine: XDP for an AF_XDP underlay, TC for a TC port.
+    engine: EngineKind,
+    /// XDP: devmap slot and XSKMAP slot, from the same pool as ports'
+    /// slots. TC: its `dp_tx_ports` slot.
     slot: u32,
     native: bool,
+    /// XDP: the device accepts redirected frames. TC: always (a redirect
+    /// to a device's egress).
     redirect_ok: bool,
+    /// TC: its upcall device, whether its peer is in another namespace,
+    /// and whether output uses `bpf_redirect_peer` (as for TC ports).
+    upcall: u32,
+    peer_elsewhere: bool,
+    peer: bool,
     /// Tunnel ports using it.
     users: usize,
     handle: Rc<RefCell<Underlay>>,
@@ -133,6 +143,8 @@ struct XdpUnderlay {
 /// A tunnel port the engine encapsulates and decapsulates for.
 struct XdpTunnel {
     name: String,
+    /// Its underlay's engine.
+    engine: EngineKind,
     cfg: TunnelConfig,
     underlay_ifindex: u32,
     /// Its `dp_tun_tx` slot.
@@ -315,12 +327,22 @@ impl OffloadManager {
         self.tc.as_ref()
     }
 
-    /// (port name, redirect_peer) of every port the TC engine runs on.
+    /// (port name, redirect_peer) of every port the TC engine runs on,
+    /// tunnel ports by their underlay.
     pub fn tc_ports(&self) -> Vec<(String, bool)> {
-        self.tc_ports
+        let mut v: Vec<_> = self
+            .tc_ports
             .values()
             .map(|p| (p.name.clone(), p.peer))
-            .collect()
+            .collect();
+        for t in self.tunnels.values() {
+            if let Some(u) = self.underlays.get(&t.underlay_ifindex) {
+                if u.engine == EngineKind::Tc {
+                    v.push((format!("{} (underlay {})", t.name, u.name), u.peer));
+                }
+            }
+        }
+        v
     }
 
     /// Kernel flows per engine: (xdp, tc).
@@ -346,7 +368,11 @@ impl OffloadManager {
             .map(|p| (p.name.clone(), p.native, p.redirect_ok))
             .collect();
         for t in self.tunnels.values() {
-            if let Some(u) = self.underlays.get(&t.underlay_ifindex) {
+            if let Some(u) = self
+                .underlays
+                .get(&t.underlay_ifindex)
+                .filter(|u| u.engine == EngineKind::Xdp)
+            {
                 v.push((
                     format!("{} (underlay {})", t.name, u.name),
                     u.native,
@@ -362,7 +388,10 @@ impl OffloadManager {
         let max = cfg.max_tx_ports.min(cfg.max_queues).min(cfg.max_ifaces);
         (0..max).find(|s| {
             self.ports.values().all(|p| p.slot != *s)
-                && self.underlays.values().all(|u| u.slot != *s)
+                && self
+                    .underlays
+                    .values()
+                    .all(|u| u.engine != EngineKind::Xdp || u.slot != *s)
         })
     }
 
@@ -386,11 +415,6 @@ impl OffloadManager {
     pub fn attach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
         let kind = port.kind();
         let name = port.name().to_string();
-        if self.xdp_off && port.as_tunnel().is_some() {
-            // Tunnels are the XDP engine's, which `offload = tc` leaves off.
-            self.others.insert(no, "tunnel:offload-tc");
-            return Ok(());
-        }
         if let Some(t) = port.as_tunnel() {
             return match self.attach_tunnel(no, t) {
                 Ok(()) => Ok(()),
@@ -530,6 +554,10 @@ impl OffloadManager {
         (0..cfg.max_tx_ports.min(cfg.max_ifaces)).find(|s| {
             self.tc_ports.values().all(|p| p.slot != *s)
                 && self.ports.values().all(|p| p.tc_slot != Some(*s))
+                && self
+                    .underlays
+                    .values()
+                    .all(|u| u.engine != EngineKind::Tc || u.slot != *s)
         })
     }
 
@@ -611,19 +639,37 @@ impl OffloadManager {
             return Err("tunnel:udp-csum");
         }
         let handle = t.underlay();
-        let ifindex = {
+        let (ifindex, engine) = {
             let mut u = handle.borrow_mut();
-            match u.afxdp_mut() {
-                Some(x) => x.ifindex(),
-                None => return Err("tunnel:underlay-afpacket"),
+            if let Some(x) = u.afxdp_mut() {
+                (x.ifindex(), EngineKind::Xdp)
+            } else if let Some(p) = u.tc() {
+                (p.ifindex(), EngineKind::Tc)
+            } else {
+                return Err("tunnel:underlay-afpacket");
             }
         };
-        let slot = (0..self.engine.tunnel_slots())
-            .find(|s| self.tunnels.values().all(|t| t.slot != *s))
+        match engine {
+            // `offload = tc` leaves the XDP engine without ports.
+            EngineKind::Xdp if self.xdp_off => return Err("tunnel:offload-tc"),
+            EngineKind::Tc if self.tc.is_none() => return Err("port:tc-engine-off"),
+            _ => {}
+        }
+        let n_slots = self.engine.tunnel_slots();
+        let slot = (0..n_slots)
+            .find(|s| {
+                self.tunnels
+                    .values()
+                    .all(|t| t.engine != engine || t.slot != *s)
+            })
             .ok_or("tunnel:no-slot")?;
         if !self.underlays.contains_key(&ifindex) {
-            self.attach_underlay(ifindex, &handle).map_err(|e| {
-                tracing::warn!(underlay = %handle.borrow().iface(), "XDP engine not attached to the underlay: {e}");
+            let r = match engine {
+                EngineKind::Xdp => self.attach_underlay(ifindex, &handle),
+                EngineKind::Tc => self.attach_tc_underlay(ifindex, &handle),
+            };
+            r.map_err(|e| {
+                tracing::warn!(underlay = %handle.borrow().iface(), engine = engine.as_str(), "offload engine not attached to the underlay: {e}");
                 "tunnel:underlay-not-attached"
             })?;
         }
@@ -647,6 +693,7 @@ impl OffloadManager {
         };
         let tun = XdpTunnel {
             name: t.name().to_string(),
+            engine,
             cfg,
             underlay_ifindex: ifindex,
             slot,
@@ -657,19 +704,21 @@ impl OffloadManager {
             u.users += 1;
         }
         self.tunnels.insert(no, tun);
-        let r = self
-            .engine
-            .clear_tunnel_tx(slot)
-            .and_then(|()| self.engine.set_tunnel_rx(rx_key, rx));
+        let r = match self.engine_mut(engine) {
+            Some(e) => e
+                .clear_tunnel_tx(slot)
+                .and_then(|()| e.set_tunnel_rx(rx_key, rx)),
+            None => Err(OffloadError::Config("no engine".into())),
+        };
         if let Err(e) = r {
-            tracing::warn!(port = %t.name(), "XDP tunnel maps: {e}");
+            tracing::warn!(port = %t.name(), "tunnel maps: {e}");
             let _ = self.detach_tunnel(no);
             return Err("tunnel:underlay-not-attached");
         }
         self.sync_tunnel(no);
         tracing::info!(
-            port = %t.name(), underlay_ifindex = ifindex, slot,
-            "XDP offload engine encapsulates and decapsulates for the tunnel"
+            port = %t.name(), underlay_ifindex = ifindex, slot, engine = engine.as_str(),
+            "offload engine encapsulates and decapsulates for the tunnel"
         );
         Ok(())
     }
@@ -692,7 +741,7 @@ impl OffloadManager {
         let base = slot.wrapping_sub(x.queue());
         let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
         self.engine.register_xsk(slot, x.xsk_fd())?;
-        self.engine.set_underlay(ifindex, base, mac, mtu)?;
+        self.engine.set_underlay(ifindex, base, mac, mtu, 0)?;
         let link = match x.take_xdp_link() {
             Ok(l) => l,
             Err(e) => {
@@ -726,12 +775,77 @@ impl OffloadManager {
             ifindex,
             XdpUnderlay {
                 name,
+                engine: EngineKind::Xdp,
                 slot,
                 native,
                 redirect_ok,
+                upcall: 0,
+                peer_elsewhere: false,
+                peer: false,
                 users: 0,
                 handle: handle.clone(),
                 xsk_base: base,
+                mac,
+                mtu,
+            },
+        );
+        Ok(())
+    }
+
+    /// Run the TC engine on a TC-port underlay: `dp_ports` marks it an
+    /// underlay (misses to its upcall device), an output slot for the
+    /// encapsulated frames, `tc_dp` first on its ingress hook.
+    fn attach_tc_underlay(
+        &mut self,
+        ifindex: u32,
+        handle: &Rc<RefCell<Underlay>>,
+    ) -> Result<(), OffloadError> {
+        let (name, iface, upcall, peer_elsewhere, mac, mtu) = {
+            let u = handle.borrow();
+            let p = u
+                .tc()
+                .ok_or_else(|| OffloadError::Config("the underlay is not a TC port".into()))?;
+            (
+                u.iface().to_string(),
+                p.iface().to_string(),
+                p.upcall_ifindex(),
+                p.peer_elsewhere(),
+                u.mac(),
+                u16::try_from(u.mtu()).unwrap_or(u16::MAX),
+            )
+        };
+        let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
+        let slot = self
+            .free_tc_slot()
+            .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
+        let tc = self
+            .tc
+            .as_mut()
+            .ok_or_else(|| OffloadError::Config("no TC engine".into()))?;
+        let r = tc
+            .set_underlay(ifindex, 0, mac, mtu, upcall)
+            .and_then(|()| tc.set_tx_port_flags(slot, ifindex, if peer { TX_PEER } else { 0 }))
+            .and_then(|()| tc.attach_tc(ifindex, &iface));
+        if let Err(e) = r {
+            let _ = tc.remove_port(ifindex);
+            let _ = tc.clear_tx_port(slot);
+            return Err(e);
+        }
+        tracing::info!(underlay = %name, ifindex, slot, redirect_peer = peer, "TC offload engine attached to the tunnel underlay");
+        self.underlays.insert(
+            ifindex,
+            XdpUnderlay {
+                name,
+                engine: EngineKind::Tc,
+                slot,
+                native: false,
+                redirect_ok: true,
+                upcall,
+                peer_elsewhere,
+                peer,
+                users: 0,
+                handle: handle.clone(),
+                xsk_base: 0,
                 mac,
                 mtu,
             },
@@ -758,9 +872,22 @@ impl OffloadManager {
                 first.get_or_insert(e);
             }
         };
-        keep(self.engine.remove_tunnel_rx(&t.rx_key));
-        keep(self.engine.clear_tunnel_tx(t.slot));
-        if last {
+        if let Some(e) = match t.engine {
+            EngineKind::Xdp => Some(&mut self.engine),
+            EngineKind::Tc => self.tc.as_mut(),
+        } {
+            keep(e.remove_tunnel_rx(&t.rx_key));
+            keep(e.clear_tunnel_tx(t.slot));
+        }
+        if last && t.engine == EngineKind::Tc {
+            if let (Some(u), Some(tc)) =
+                (self.underlays.remove(&t.underlay_ifindex), self.tc.as_mut())
+            {
+                keep(tc.detach_tc(t.underlay_ifindex));
+                keep(tc.clear_tx_port(u.slot));
+                keep(tc.remove_port(t.underlay_ifindex));
+            }
+        } else if last {
             if let Some(u) = self.underlays.remove(&t.underlay_ifindex) {
                 keep(self.engine.clear_tx_port(u.slot));
                 match self.engine.release_link(t.underlay_ifindex) {
@@ -821,10 +948,14 @@ impl OffloadManager {
             _ => None,
         };
         let slot = t.slot;
+        let kind = t.engine;
         // Under the entry's lock: see `XdpEngine::set_tunnel_tx`.
+        let Some(engine) = self.engine_mut(kind) else {
+            return;
+        };
         let r = match entry {
-            Some(e) => self.engine.set_tunnel_tx(slot, e),
-            None => self.engine.clear_tunnel_tx(slot),
+            Some(e) => engine.set_tunnel_tx(slot, e),
+            None => engine.clear_tunnel_tx(slot),
         };
         match r {
             Ok(()) => {
@@ -888,7 +1019,30 @@ impl OffloadManager {
             changed = true;
         }
         let ifs: Vec<u32> = self.underlays.keys().copied().collect();
-        for ifindex in ifs {
+        for ifindex in ifs.iter().copied() {
+            let Some(u) = self.underlays.get(&ifindex) else {
+                continue;
+            };
+            if u.engine == EngineKind::Tc {
+                // As for TC ports: only how the slot is reached changes.
+                let (elsewhere, was, slot) = (u.peer_elsewhere, u.peer, u.slot);
+                let now = elsewhere && !self.accepts_redirects(ifindex);
+                if now == was {
+                    continue;
+                }
+                let flags = if now { TX_PEER } else { 0 };
+                let Some(tc) = self.tc.as_mut() else { continue };
+                match tc.set_tx_port_flags(slot, ifindex, flags) {
+                    Ok(()) => {
+                        if let Some(u) = self.underlays.get_mut(&ifindex) {
+                            tracing::info!(underlay = %u.name, "TC output by redirect_peer: {was} -> {now}");
+                            u.peer = now;
+                        }
+                    }
+                    Err(e) => tracing::warn!(ifindex, "updating a TC output slot: {e}"),
+                }
+                continue;
+            }
             let now = self.accepts_redirects(ifindex);
             let Some(u) = self.underlays.get_mut(&ifindex) else {
                 continue;
@@ -914,8 +1068,11 @@ impl OffloadManager {
                 continue;
             }
             u.mtu = mtu;
-            let (base, mac) = (u.xsk_base, u.mac);
-            if let Err(e) = self.engine.set_underlay(ifindex, base, mac, mtu) {
+            let (base, mac, upcall, kind) = (u.xsk_base, u.mac, u.upcall, u.engine);
+            let Some(engine) = self.engine_mut(kind) else {
+                continue;
+            };
+            if let Err(e) = engine.set_underlay(ifindex, base, mac, mtu, upcall) {
                 tracing::warn!(ifindex, "updating the underlay's MTU: {e}");
             }
         }
@@ -957,26 +1114,28 @@ impl OffloadManager {
         if mask.in_port != u32::MAX {
             return Err("match:in_port-wildcarded");
         }
-        if self.tc_ports.contains_key(&key.in_port) {
+        if self.in_tc(key.in_port) {
             // The TC engine: skbs keep their checksum state and GSO, so
-            // no protocol restriction; every output must be a TC port.
+            // no protocol restriction; every output must be reachable from
+            // TC: a TC port, a TC tunnel, an AF_XDP port's egress.
+            let n_out = actions
+                .iter()
+                .filter(|a| matches!(a, DpAction::Output(_)))
+                .count();
             for a in actions {
                 if let DpAction::Output(p) = a {
-                    let xdp_reachable = self.ports.get(p).is_some_and(|x| x.tc_slot.is_some());
-                    if !self.tc_ports.contains_key(p)
-                        && !self.tunnels.contains_key(p)
-                        && !xdp_reachable
-                    {
-                        let n_out = actions
-                            .iter()
-                            .filter(|a| matches!(a, DpAction::Output(_)))
-                            .count();
-                        if n_out == 1 {
-                            return Err(match self.ports.contains_key(p) {
-                                true => "port:afxdp-from-tc",
-                                false => self.port_reason(*p),
-                            });
+                    if let Some(t) = self.tunnels.get(p) {
+                        if t.engine != EngineKind::Tc {
+                            return Err("tc:tunnel-xdp-underlay");
                         }
+                        continue;
+                    }
+                    let xdp_reachable = self.ports.get(p).is_some_and(|x| x.tc_slot.is_some());
+                    if !self.tc_ports.contains_key(p) && !xdp_reachable && n_out == 1 {
+                        return Err(match self.ports.contains_key(p) {
+                            true => "port:afxdp-from-tc",
+                            false => self.port_reason(*p),
+                        });
                     }
                 }
             }
@@ -987,7 +1146,11 @@ impl OffloadManager {
         // (checksums complete, native XDP) of the ingress.
         let (csum_complete, native) = if let Some(p) = self.ports.get(&key.in_port) {
             (p.csum_complete, p.native)
-        } else if let Some(t) = self.tunnels.get(&key.in_port) {
+        } else if let Some(t) = self
+            .tunnels
+            .get(&key.in_port)
+            .filter(|t| t.engine == EngineKind::Xdp)
+        {
             let native = self
                 .underlays
                 .get(&t.underlay_ifindex)
@@ -1015,6 +1178,9 @@ impl OffloadManager {
         for a in actions {
             if let DpAction::Output(p) = a {
                 if let Some(t) = self.tunnels.get(p) {
+                    if t.engine != EngineKind::Xdp {
+                        return Err("port:tc-from-xdp");
+                    }
                     if !self
                         .underlays
                         .get(&t.underlay_ifindex)
@@ -1046,6 +1212,16 @@ impl OffloadManager {
             .map_err(|e| e.reason)
     }
 
+    /// Frames from port `no` meet the TC engine: a TC port, or a tunnel
+    /// whose underlay is one.
+    fn in_tc(&self, no: u32) -> bool {
+        self.tc_ports.contains_key(&no)
+            || self
+                .tunnels
+                .get(&no)
+                .is_some_and(|t| t.engine == EngineKind::Tc)
+    }
+
     fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
         match kind {
             EngineKind::Xdp => Some(&mut self.engine),
@@ -1067,7 +1243,7 @@ impl PortSlots for TcSlots<'_> {
     }
 
     fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-        Slots(self.0).tunnel(port)
+        tunnel_slot(self.0, port, EngineKind::Tc)
     }
 }
 
@@ -1084,11 +1260,20 @@ impl PortSlots for Slots<'_> {
     }
 
     fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-        self.0.tunnels.get(&port).map(|t| TunnelSlot {
+        tunnel_slot(self.0, port, EngineKind::Xdp)
+    }
+}
+
+/// Tunnel port `port`'s header slot in `engine` (None: not a tunnel of
+/// that engine).
+fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<TunnelSlot> {
+    m.tunnels
+        .get(&port)
+        .filter(|t| t.engine == engine)
+        .map(|t| TunnelSlot {
             slot: t.slot,
             flow_key: t.cfg.key == TunnelKey::Flow,
         })
-    }
 }
 
 impl Drop for OffloadManager {
@@ -1107,7 +1292,7 @@ impl Drop for OffloadManager {
 impl FlowOffload for OffloadManager {
     fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
         mask.0.in_port = u32::MAX;
-        if self.tc_ports.contains_key(&key.in_port) {
+        if self.in_tc(key.in_port) {
             // The TC engine decides nothing by protocol.
             return;
         }

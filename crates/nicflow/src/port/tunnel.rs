@@ -331,9 +331,17 @@ impl TunnelConfig {
             TunnelKind::Geneve => tunnel::GENEVE_PORT,
         };
         let underlay_type = match options.get("underlay_type").map(String::as_str) {
-            None | Some("afxdp") => PortType::Afxdp,
+            // The bridge's offload mode decides: a TC port under auto/tc,
+            // AF_XDP under xdp/none (`Underlay::open`).
+            None | Some("auto") => PortType::Auto,
+            Some("tc") => PortType::Tc,
+            Some("afxdp") => PortType::Afxdp,
             Some("afpacket") => PortType::Afpacket,
-            Some(v) => return Err(format!("option underlay_type={v}: afxdp or afpacket")),
+            Some(v) => {
+                return Err(format!(
+                    "option underlay_type={v}: auto, tc, afxdp or afpacket"
+                ))
+            }
         };
         Ok(TunnelConfig {
             kind,
@@ -526,15 +534,17 @@ fn iface_mac_mtu(iface: &str) -> io::Result<(OwnedFd, [u8; 6], usize)> {
 }
 
 impl Underlay {
-    fn open(cfg: &TunnelConfig) -> Result<Underlay, String> {
+    /// `mode`: the bridge's offload mode, which an `auto` underlay follows
+    /// as any `auto` port does (TC under auto/tc, AF_XDP otherwise), so
+    /// that the tunnel and the ports around it run in one engine.
+    fn open(cfg: &TunnelConfig, mode: crate::offload::OffloadMode) -> Result<Underlay, String> {
         let pc = PortConfig {
             name: format!("underlay:{}", cfg.underlay),
             iface: cfg.underlay.clone(),
             kind: cfg.underlay_type,
             options: BTreeMap::new(),
         };
-        // The tunnel engine is XDP's: an `auto` underlay is an AF_XDP port.
-        let port = crate::control::switch::open_port(&pc, crate::offload::OffloadMode::Xdp)
+        let port = crate::control::switch::open_port(&pc, mode)
             .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
         let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
             .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
@@ -607,13 +617,16 @@ impl Underlay {
     }
 
     /// The shared underlay of `cfg.underlay`, opened on first use.
-    fn get(cfg: &TunnelConfig) -> Result<Rc<RefCell<Underlay>>, String> {
+    fn get(
+        cfg: &TunnelConfig,
+        mode: crate::offload::OffloadMode,
+    ) -> Result<Rc<RefCell<Underlay>>, String> {
         UNDERLAYS.with(|m| {
             let mut m = m.borrow_mut();
             if let Some(u) = m.get(&cfg.underlay).and_then(Weak::upgrade) {
                 return Ok(u);
             }
-            let u = Rc::new(RefCell::new(Underlay::open(cfg)?));
+            let u = Rc::new(RefCell::new(Underlay::open(cfg, mode)?));
             m.insert(cfg.underlay.clone(), Rc::downgrade(&u));
             Ok(u)
         })
@@ -911,6 +924,12 @@ impl Underlay {
         self.port.as_afxdp_mut()
     }
 
+    /// The TC port behind the underlay, if it is one: the bridge's TC
+    /// engine runs on its interface and decapsulates there.
+    pub fn tc(&self) -> Option<&super::tc::TcPort> {
+        self.port.as_tc()
+    }
+
     pub fn iface(&self) -> &str {
         &self.iface
     }
@@ -1174,8 +1193,13 @@ pub struct TunnelPort {
 
 impl TunnelPort {
     /// Attach (or share) the underlay and register this port's endpoint.
-    pub fn open(name: &str, cfg: TunnelConfig) -> Result<TunnelPort, String> {
-        let underlay = Underlay::get(&cfg)?;
+    /// `mode`: the bridge's offload mode (see `Underlay::open`).
+    pub fn open(
+        name: &str,
+        cfg: TunnelConfig,
+        mode: crate::offload::OffloadMode,
+    ) -> Result<TunnelPort, String> {
+        let underlay = Underlay::get(&cfg, mode)?;
         TunnelPort::attach(name, cfg, underlay, Instant::now())
     }
 

@@ -473,31 +473,38 @@ pub fn encode(
 
 /// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding; the TC
 /// program leaves out ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
-/// follow them) and tunnel output (VXLAN/Geneve are the XDP engine's).
-/// Those flows stay in userspace with `tc:arp-rewrite` or `tc:tunnel`.
+/// follow them): `tc:arp-rewrite`. Tunnels: `ports.tunnel` names the TC
+/// engine's tunnel ports (underlay on a TC port). Frames from other ports
+/// carry no tunnel metadata (the key's `tun_*` are 0 there), so a flow that
+/// needs a non-zero one is refused (`tc:tunnel`); a flow from a tunnel port
+/// into a tunnel port is refused too (`tc:tunnel-to-tunnel`: a frame
+/// decapsulated there is still marked encapsulated, and the kernel keeps
+/// one level of GSO tunnel).
 pub fn encode_tc(
     key: &FlowKey,
     mask: &FlowMask,
     actions: &[DpAction],
     ports: &dyn PortSlots,
 ) -> Result<EncodedFlow, NotOffloadable> {
+    let from_tunnel = ports.tunnel(key.in_port).is_some();
     for a in actions {
         match a {
             DpAction::SetArpSpa(_)
             | DpAction::SetArpTpa(_)
             | DpAction::SetArpSha(_)
             | DpAction::SetArpTha(_) => return Err(no("tc:arp-rewrite")),
-            DpAction::Output(p) if ports.tunnel(*p).is_some() => return Err(no("tc:tunnel")),
+            DpAction::Output(p) if from_tunnel && ports.tunnel(*p).is_some() => {
+                return Err(no("tc:tunnel-to-tunnel"))
+            }
             _ => {}
         }
     }
-    // Frames from TC ports carry no tunnel metadata (the key's tun_* are
-    // 0 in tc_dp): only a flow that needs a non-zero one is refused.
     let (k, m) = (key, &mask.0);
-    if k.tun_id & m.tun_id != 0
-        || k.tun_src & m.tun_src != 0
-        || k.tun_dst & m.tun_dst != 0
-        || k.tun_flags & m.tun_flags != 0
+    if !from_tunnel
+        && (k.tun_id & m.tun_id != 0
+            || k.tun_src & m.tun_src != 0
+            || k.tun_dst & m.tun_dst != 0
+            || k.tun_flags & m.tun_flags != 0)
     {
         return Err(no("tc:tunnel"));
     }

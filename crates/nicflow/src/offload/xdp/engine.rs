@@ -703,13 +703,15 @@ impl XdpEngine {
     /// `ifindex` is a tunnel underlay with MAC `mac`: frames for a
     /// [`Self::set_tunnel_rx`] endpoint are decapsulated and looked up as
     /// received on its tunnel port; everything else goes to the socket at
-    /// `dp_xsks[xsk_base + q]` (the underlay's userspace side).
+    /// `dp_xsks[xsk_base + q]` (the underlay's userspace side; XDP) or
+    /// to the upcall device `upcall_ifindex` (TC; 0 under XDP).
     pub fn set_underlay(
         &mut self,
         ifindex: u32,
         xsk_base: u32,
         mac: [u8; 6],
         mtu: u16,
+        upcall_ifindex: u32,
     ) -> Result<(), OffloadError> {
         let e = PortEntry {
             in_port: 0,
@@ -717,7 +719,7 @@ impl XdpEngine {
             flags: PORT_UNDERLAY,
             mac,
             mtu,
-            upcall_ifindex: 0,
+            upcall_ifindex,
         };
         self.ports_map
             .insert(ifindex, e, 0)
