@@ -369,6 +369,22 @@ fn vxlan_interop(tag: &str, port_type: &str, flow_keyed: bool, offload: Offload)
             "TC tunnel counters: {o}\n{}",
             log(&lab)
         );
+        // Super-frames crossed whole: a flow counts a GSO frame as its
+        // segments, the program's counters count frames.
+        let flows_json: serde_json::Value =
+            serde_json::from_str(&lab.cli(&["--json", "dump-dp-flows", "br0"]).unwrap()).unwrap();
+        let segs: u64 = flows_json
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["packets"].as_u64())
+            .sum();
+        assert!(
+            segs > 2 * (n("decap") + n("encap")),
+            "no super-frames: {segs} packets in {} frames\n{}",
+            n("decap") + n("encap"),
+            log(&lab)
+        );
         let flows = lab.cli(&["dump-dp-flows", "br0"]).unwrap();
         for port in [vx1, "pa1"] {
             assert!(

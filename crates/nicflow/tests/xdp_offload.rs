@@ -28,7 +28,6 @@ mod common;
 
 use common::dp::*;
 use common::must;
-use nicflow::datapath::execute::{execute, TxBatch};
 use nicflow::datapath::{DpAction, DropReason};
 use nicflow::offload::xdp::{
     encode, pack, AttachMode, EncodedFlow, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
@@ -37,7 +36,7 @@ use nicflow_flow::{extract, FlowKey, FlowMask, Match};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH, FLAG_SYN};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 const XDP_DROP: u32 = 1;
@@ -691,91 +690,15 @@ fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
 
 // ---- tunnels ---------------------------------------------------------------
 
-const UL_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 1];
-const REMOTE_MAC: [u8; 6] = [2, 0, 0, 0, 0x0a, 2];
-/// The fixed-key VXLAN port and the key=flow Geneve port.
-const VX_PORT: u32 = 7;
-const GN_PORT: u32 = 8;
-const VX_VNI: u32 = 4242;
+use common::tun::*;
 
-fn tunnel_cfg(kind: &str, remote: u32, key: &str) -> nicflow::port::tunnel::TunnelConfig {
-    let opts: std::collections::BTreeMap<String, String> = [
-        ("underlay", "nfxo-ul".to_string()),
-        ("local_ip", v4(0x1401).to_string()),
-        ("remote_ip", v4(remote).to_string()),
-        ("key", key.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let kind = match kind {
-        "vxlan" => nicflow_packet::tunnel::TunnelKind::Vxlan,
-        _ => nicflow_packet::tunnel::TunnelKind::Geneve,
-    };
-    nicflow::port::tunnel::TunnelConfig::from_options(kind, &opts).unwrap()
-}
-
-/// What a tunnel port's `send_batch` puts on the underlay for `inner`
-/// (after the flow's actions), `tun_id` being the frame's tunnel metadata.
-fn userspace_encap(
-    cfg: &nicflow::port::tunnel::TunnelConfig,
-    inner: &[u8],
-    tun_id: Option<u64>,
-) -> Vec<u8> {
-    use nicflow::port::tunnel::TunnelKey;
-    let vni = match cfg.key {
-        TunnelKey::Fixed(v) => v,
-        TunnelKey::Flow => tun_id.map_or(0, |t| t as u32 & 0xff_ffff),
-    };
-    let mut b = PacketBuf::from_slice(inner);
-    let e = nicflow_packet::tunnel::Encap {
-        kind: cfg.kind,
-        eth_src: UL_MAC,
-        eth_dst: REMOTE_MAC,
-        ip_src: cfg.local_ip.into(),
-        ip_dst: cfg.remote_ip.into(),
-        tos: cfg.tos,
-        ttl: cfg.ttl,
-        df: cfg.df,
-        udp_src: nicflow_packet::tunnel::entropy_port(inner),
-        udp_dst: cfg.dst_port,
-        csum: false,
-        vni,
-        geneve_options: &[],
-        geneve_oam: false,
-    };
-    nicflow_packet::tunnel::encap(&mut b, &e).unwrap();
-    b.data().to_vec()
-}
-
-/// The userspace datapath on `frame` received on `in_port` with tunnel
-/// metadata `tun`: (verdict, output port, frame, tun_id after the actions).
 fn userspace_on(
     frame: &[u8],
     in_port: u32,
     tun: Option<nicflow_packet::buf::TunnelMeta>,
     actions: &[DpAction],
 ) -> (u32, u32, Vec<u8>, Option<u64>) {
-    let mut key = FlowKey::default();
-    let mut layout = extract(frame, in_port, &mut key).expect("test frame parses");
-    let mut pkt = PacketBuf::from_slice(frame);
-    pkt.tun = tun;
-    let mut tx = TxBatch::default();
-    let (mut pool, mut ctl) = (Vec::new(), VecDeque::new());
-    let r = execute(
-        actions,
-        in_port,
-        pkt,
-        &mut layout,
-        &mut tx,
-        &mut pool,
-        &mut ctl,
-        16,
-    );
-    match tx.pkts.pop() {
-        Some((port, p)) => (XDP_REDIRECT, port, p.data().to_vec(), p.tun.map(|t| t.id)),
-        None => (XDP_DROP, 0, r.leftover.unwrap().data().to_vec(), None),
-    }
+    common::tun::userspace_on(frame, in_port, tun, actions, XDP_REDIRECT, XDP_DROP)
 }
 
 /// Decapsulation on an underlay and encapsulation towards one, through

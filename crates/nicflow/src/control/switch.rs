@@ -112,7 +112,8 @@ pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, St
             let cfg = TunnelConfig::from_options(tk, &pc.options)
                 .map_err(|e| format!("port {}: {e}", pc.name))?;
             Box::new(
-                TunnelPort::open(&pc.name, cfg, mode).map_err(|e| format!("port {}: {e}", pc.name))?,
+                TunnelPort::open(&pc.name, cfg, mode)
+                    .map_err(|e| format!("port {}: {e}", pc.name))?,
             )
         }
         PortType::Afxdp | PortType::Uplink => {
@@ -596,8 +597,9 @@ impl Switch {
                 let config_path = self.config_path.clone();
                 match key.as_str() {
                     "offload" => {
-                        let mode = OffloadMode::parse(&value)
-                            .ok_or_else(|| format!("offload={value}: expected xdp or none"))?;
+                        let mode = OffloadMode::parse(&value).ok_or_else(|| {
+                            format!("offload={value}: expected auto, tc, xdp or none")
+                        })?;
                         let options = self
                             .config
                             .bridge(&bridge)

@@ -7,6 +7,7 @@
 
 pub mod dp;
 pub mod oflab;
+pub mod tun;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

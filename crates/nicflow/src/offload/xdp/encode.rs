@@ -741,6 +741,37 @@ mod tests {
     }
 
     #[test]
+    fn tc_tunnels_carry_metadata_from_tunnel_ports_only() {
+        let (k, m) = tcp_flow();
+        let p = WithTunnels(ports());
+        // Into a TC tunnel: the same encoding as XDP's.
+        assert_eq!(
+            encode_tc(&k, &m, &[DpAction::Output(5)], &p).unwrap(),
+            encode(&k, &m, &[DpAction::Output(5)], &p).unwrap()
+        );
+        // From a tunnel port, tun_* may be matched; into another tunnel not.
+        let (mut kt, mut mt) = (k, m);
+        kt.in_port = 5;
+        kt.tun_id = 4242;
+        mt.0.tun_id = u64::MAX;
+        assert!(encode_tc(&kt, &mt, &[DpAction::Output(2)], &p).is_ok());
+        assert_eq!(
+            encode_tc(&kt, &mt, &[DpAction::Output(6)], &p)
+                .unwrap_err()
+                .reason,
+            "tc:tunnel-to-tunnel"
+        );
+        // The same match from a plain port needs metadata it never has.
+        kt.in_port = 1;
+        assert_eq!(
+            encode_tc(&kt, &mt, &[DpAction::Output(2)], &p)
+                .unwrap_err()
+                .reason,
+            "tc:tunnel"
+        );
+    }
+
+    #[test]
     fn tunnel_outputs_take_the_vni_from_where_userspace_would() {
         let (mut k, mut m) = tcp_flow();
         let p = WithTunnels(ports());
