@@ -20,6 +20,11 @@
 //!   host-side container veth ends as AF_XDP ports and a VXLAN tunnel port
 //!   `vx0` on the underlay (AF_XDP); the underlay has no kernel address:
 //!   nicflow owns `local_ip` on it and answers ARP for it.
+//! * `nicflow-tc`: nicflow with its defaults (`offload = "auto"`, ports
+//!   and the tunnel's underlay of type `auto`, every interface at its
+//!   default offloads): the TC engine encapsulates and decapsulates,
+//!   TCP super-frames and partial checksums included, and established
+//!   flows never reach userspace.
 //! * `nicflow-xdp`: the same with `offload = "xdp"`: the XDP engine
 //!   encapsulates and decapsulates, so established container flows never
 //!   reach userspace. XDP cannot finish a `CHECKSUM_PARTIAL` sum, so here
@@ -89,6 +94,8 @@ pub enum OvEngine {
     Nicflow,
     /// nicflow daemons with the XDP offload engine.
     NicflowXdp,
+    /// nicflow daemons with their defaults: the TC offload engine.
+    NicflowTc,
     /// The kernel stack with the containers' transmit offloads off (`tx
     /// off`: no TSO, finished checksums), the condition `nicflow-xdp` runs
     /// under: what the kernel overlay does without super-frames.
@@ -101,6 +108,7 @@ impl OvEngine {
             OvEngine::KernelVxlan => "kernel-vxlan",
             OvEngine::Nicflow => "nicflow",
             OvEngine::NicflowXdp => "nicflow-xdp",
+            OvEngine::NicflowTc => "nicflow-tc",
             OvEngine::KernelVxlanTxOff => "kernel-vxlan-tx-off",
         }
     }
@@ -110,6 +118,7 @@ impl OvEngine {
             "kernel-vxlan" | "kernel" | "vxlan" => OvEngine::KernelVxlan,
             "nicflow" | "nicflow-afxdp" => OvEngine::Nicflow,
             "nicflow-xdp" | "xdp" => OvEngine::NicflowXdp,
+            "nicflow-tc" | "tc" => OvEngine::NicflowTc,
             "kernel-vxlan-tx-off" => OvEngine::KernelVxlanTxOff,
             _ => return None,
         })
@@ -120,12 +129,25 @@ impl OvEngine {
             OvEngine::KernelVxlan => "k",
             OvEngine::Nicflow => "n",
             OvEngine::NicflowXdp => "x",
+            OvEngine::NicflowTc => "c",
             OvEngine::KernelVxlanTxOff => "t",
         }
     }
 
     pub fn is_nicflow(self) -> bool {
-        matches!(self, OvEngine::Nicflow | OvEngine::NicflowXdp)
+        matches!(
+            self,
+            OvEngine::Nicflow | OvEngine::NicflowXdp | OvEngine::NicflowTc
+        )
+    }
+
+    /// The bridge's `offload` setting.
+    fn offload(self) -> &'static str {
+        match self {
+            OvEngine::NicflowXdp => "xdp",
+            OvEngine::NicflowTc => "auto",
+            _ => "none",
+        }
     }
 
     /// Containers send finished checksums and no TSO super-frames.
@@ -139,7 +161,7 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
     for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let e = OvEngine::parse(e).with_context(|| {
             format!(
-                "unknown engine `{e}` (kernel-vxlan, nicflow, nicflow-xdp, kernel-vxlan-tx-off)"
+                "unknown engine `{e}` (kernel-vxlan, nicflow-tc, nicflow, nicflow-xdp, kernel-vxlan-tx-off)"
             )
         })?;
         if !v.contains(&e) {
@@ -154,8 +176,10 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Engines, comma-separated: kernel-vxlan, nicflow, nicflow-xdp.
-    #[arg(long, default_value = "kernel-vxlan,nicflow,nicflow-xdp")]
+    /// Engines, comma-separated: kernel-vxlan, nicflow-tc (the defaults:
+    /// TC engine), nicflow (AF_XDP ports, userspace), nicflow-xdp,
+    /// kernel-vxlan-tx-off.
+    #[arg(long, default_value = "kernel-vxlan,nicflow-tc,nicflow,nicflow-xdp")]
     pub engines: String,
     /// Repetitions (the report shows medians).
     #[arg(long, default_value_t = 3)]
@@ -420,18 +444,21 @@ pub fn host_end(host: usize, i: usize) -> String {
     }
 }
 
-/// The nicflow daemon's config on host 1 or 2.
-pub fn nicflow_config(host: usize, pairs: usize, xdp: bool, tunnel: &str) -> String {
+/// The nicflow daemon's config on host 1 or 2 for a nicflow `engine`.
+pub fn nicflow_config(host: usize, pairs: usize, engine: OvEngine, tunnel: &str) -> String {
     let peer = 3 - host;
+    let xdp = engine == OvEngine::NicflowXdp;
+    let tc = engine == OvEngine::NicflowTc;
     let mut t = String::new();
     let _ = writeln!(
         t,
         "[[bridge]]\nname = \"{BRIDGE}\"\noffload = \"{}\"\nflows = [\"priority=0,actions=normal\"]",
-        if xdp { "xdp" } else { "none" }
+        engine.offload()
     );
-    // With offload the containers send finished checksums (`tx off`, see
-    // `Lab::build`) and so does the peer nicflow: TCP flows may then run in
-    // XDP both ways (the offload manager's `csum:partial-possible`).
+    // With XDP offload the containers send finished checksums (`tx off`,
+    // see `Lab::build`) and so does the peer nicflow: TCP flows may then
+    // run in XDP both ways (the offload manager's `csum:partial-possible`).
+    // The TC engine needs no such declaration: what `add-port` gives.
     let csum = if xdp {
         "csum_complete = \"true\", "
     } else {
@@ -441,16 +468,22 @@ pub fn nicflow_config(host: usize, pairs: usize, xdp: bool, tunnel: &str) -> Str
         let p = host_end(host, i);
         let _ = writeln!(
             t,
-            "[[bridge.port]]\nname = \"{p}\"\niface = \"{p}\"\ntype = \"afxdp\""
+            "[[bridge.port]]\nname = \"{p}\"\niface = \"{p}\"\ntype = \"{}\"",
+            if tc { "auto" } else { "afxdp" }
         );
         if xdp {
             let _ = writeln!(t, "options = {{ csum_complete = \"true\" }}");
         }
     }
+    let underlay_type = if tc {
+        String::new()
+    } else {
+        ", underlay_type = \"afxdp\"".to_string()
+    };
     let _ = writeln!(
         t,
         "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"{tunnel}\"\n\
-         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", {csum}underlay_type = \"afxdp\" }}",
+         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", {csum}key = \"{VNI}\"{underlay_type} }}",
         underlay_iface(host),
         underlay_ip(host),
         underlay_ip(peer)
@@ -733,18 +766,20 @@ impl Lab {
                     }
                 }
             }
-            OvEngine::Nicflow | OvEngine::NicflowXdp => {
+            OvEngine::Nicflow | OvEngine::NicflowXdp | OvEngine::NicflowTc => {
                 let bin = nicflow_bin()?;
                 for host in [1, 2] {
-                    self.start_daemon(&bin, host, xdp)?;
+                    self.start_daemon(&bin, host)?;
                 }
                 for host in [1, 2] {
                     self.wait_daemon(host)?;
                 }
                 self.commands.push(format!(
-                    "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, AF_XDP container ports, {} port vx0 (key {VNI}, AF_XDP underlay)",
-                    if xdp { "xdp" } else { "none" },
-                    self.tunnel
+                    "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, {} container ports, {} port vx0 (key {VNI}, {} underlay)",
+                    self.engine.offload(),
+                    if self.engine == OvEngine::NicflowTc { "auto (TC)" } else { "AF_XDP" },
+                    self.tunnel,
+                    if self.engine == OvEngine::NicflowTc { "auto (TC)" } else { "AF_XDP" },
                 ));
             }
         }
@@ -778,9 +813,9 @@ impl Lab {
         Ok(())
     }
 
-    fn start_daemon(&mut self, bin: &Path, host: usize, xdp: bool) -> anyhow::Result<()> {
+    fn start_daemon(&mut self, bin: &Path, host: usize) -> anyhow::Result<()> {
         let cfg = self.dir.join(format!("h{host}.toml"));
-        std::fs::write(&cfg, nicflow_config(host, self.pairs, xdp, &self.tunnel))
+        std::fs::write(&cfg, nicflow_config(host, self.pairs, self.engine, &self.tunnel))
             .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("h{host}.sock"));
         let log_path = self.dir.join(format!("h{host}.log"));
@@ -1344,7 +1379,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             .map(|c| format!("ip -n <H1> {}", c.join(" ")))
             .collect::<Vec<_>>()
             .join("\n"),
-        nicflow_config(1, 1, false, &o.tunnel),
+        nicflow_config(1, 1, OvEngine::NicflowTc, &o.tunnel),
         if streams { "1" } else { "i" },
         client
             .replace("{PORT}", &PORT.to_string())
@@ -1395,20 +1430,20 @@ mod tests {
 
     #[test]
     fn nicflow_config_parses_and_mirrors() {
-        for xdp in [false, true] {
+        for engine in [OvEngine::Nicflow, OvEngine::NicflowXdp, OvEngine::NicflowTc] {
             for host in [1, 2] {
-                let t = nicflow_config(host, 3, xdp, "vxlan");
+                let t = nicflow_config(host, 3, engine, "vxlan");
                 let cfg: crate::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 let br = &cfg.bridges[0];
                 assert_eq!(br.name, "br0");
                 assert_eq!(br.flows, vec!["priority=0,actions=normal"]);
                 assert_eq!(br.ports.len(), 4, "{t}");
-                let want = if xdp { "\"xdp\"" } else { "\"none\"" };
-                assert!(t.contains(&format!("offload = {want}")), "{t}");
+                let want = engine.offload();
+                assert!(t.contains(&format!("offload = \"{want}\"")), "{t}");
             }
         }
-        let h2 = nicflow_config(2, 1, false, "vxlan");
+        let h2 = nicflow_config(2, 1, OvEngine::Nicflow, "vxlan");
         assert!(h2.contains("name = \"vs1\""), "{h2}");
         assert!(
             h2.contains(
@@ -1417,9 +1452,13 @@ mod tests {
             "{h2}"
         );
         // Offload: finished checksums declared on every port and the tunnel.
-        let x = nicflow_config(1, 1, true, "vxlan");
+        let x = nicflow_config(1, 1, OvEngine::NicflowXdp, "vxlan");
         assert!(x.contains("options = { csum_complete = \"true\" }"), "{x}");
-        assert!(x.contains("csum_complete = \"true\", underlay_type"), "{x}");
+        assert!(x.contains("csum_complete = \"true\", key"), "{x}");
+        // The defaults: no port options, no underlay type.
+        let c = nicflow_config(1, 1, OvEngine::NicflowTc, "vxlan");
+        assert!(!c.contains("csum_complete") && !c.contains("underlay_type"), "{c}");
+        assert!(c.contains("type = \"auto\""), "{c}");
         let k = kernel_vxlan_commands(1, 2);
         assert_eq!(k[0].join(" "), "addr add 198.18.50.1/24 dev u1");
         assert_eq!(
