@@ -297,6 +297,8 @@ fn one_stream() -> usize {
 pub struct DpFlows {
     pub host: String,
     pub xdp: usize,
+    #[serde(default)]
+    pub tc: usize,
     pub userspace: usize,
     /// Distinct `not_offloaded` reasons.
     pub reasons: Vec<String>,
@@ -815,8 +817,11 @@ impl Lab {
 
     fn start_daemon(&mut self, bin: &Path, host: usize) -> anyhow::Result<()> {
         let cfg = self.dir.join(format!("h{host}.toml"));
-        std::fs::write(&cfg, nicflow_config(host, self.pairs, self.engine, &self.tunnel))
-            .with_context(|| format!("writing {}", cfg.display()))?;
+        std::fs::write(
+            &cfg,
+            nicflow_config(host, self.pairs, self.engine, &self.tunnel),
+        )
+        .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("h{host}.sock"));
         let log_path = self.dir.join(format!("h{host}.log"));
         let log = std::fs::File::create(&log_path)?;
@@ -894,6 +899,8 @@ impl Lab {
                     for l in r.text.lines() {
                         if l.contains("engine:xdp") {
                             f.xdp += 1;
+                        } else if l.contains("engine:tc") {
+                            f.tc += 1;
                         } else if l.contains("engine:userspace") {
                             f.userspace += 1;
                         }
@@ -1102,8 +1109,9 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                 *dp_flows = lab.dp_flows();
                 for f in dp_flows.iter() {
                     progress(&format!(
-                        "{} dump-dp-flows br0: {} engine:xdp, {} engine:userspace ({})",
+                        "{} dump-dp-flows br0: {} engine:tc, {} engine:xdp, {} engine:userspace ({})",
                         f.host,
+                        f.tc,
                         f.xdp,
                         f.userspace,
                         f.reasons.join(", ")
@@ -1210,8 +1218,11 @@ fn dp_cell(runs: &[Run], e: OvEngine, n: usize) -> String {
                 .iter()
                 .map(|f| {
                     format!(
-                        "{}: {} xdp / {} userspace{}",
+                        "{}: {} tc / {} xdp / {} userspace{}",
                         f.host,
+                        // Samples of runs before `tc` was counted keep the
+                        // dump's first lines.
+                        f.tc.max(f.lines.iter().filter(|l| l.contains("engine:tc")).count()),
                         f.xdp,
                         f.userspace,
                         if f.reasons.is_empty() {
@@ -1284,9 +1295,12 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          (namespaces, veth to their host), \
          all in one overlay segment (VNI {VNI}, container MTU {CONTAINER_MTU}, 198.18.60.0/24). \
          Engines: `kernel-vxlan` = Linux bridge + kernel vxlan device on each host (the Docker \
-         overlay stack); `nicflow` = a nicflow daemon on each host, bridge br0 `offload=none`, \
-         `actions=normal`, AF_XDP container ports, a {} tunnel port on an AF_XDP underlay \
-         that nicflow owns (no kernel address); `nicflow-xdp` = the same with `offload=xdp` \
+         overlay stack); `nicflow-tc` = a nicflow daemon on each host with its defaults: \
+         bridge br0 `offload=auto`, `actions=normal`, container ports and a {} tunnel port \
+         whose underlay are of type auto (TC), no options, every interface at its default \
+         offloads: the TC engine encapsulates and decapsulates, super-frames whole, and nicflow \
+         owns the underlay (no kernel address); `nicflow` = the same with `offload=none` and \
+         AF_XDP ports and underlay (the userspace datapath); `nicflow-xdp` = the AF_XDP setup with `offload=xdp` \
          (encapsulation and decapsulation in the XDP program; the containers send finished \
          checksums, `tx off`, so no TSO, and the ports say `csum_complete`; see the datapath \
          flows column); `kernel-vxlan-tx-off` (when run) = `kernel-vxlan` with the containers' \
@@ -1369,7 +1383,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         s,
         "```sh\n{}\n\
          # kernel-vxlan, on host h (1, 2; peer p = 3-h), in its namespace:\n{}\n\
-         # nicflow / nicflow-xdp: on host h, `ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml` with (H1, offload none):\n{}\
+         # nicflow-tc (nicflow, nicflow-xdp: offload none / xdp, type afxdp, underlay_type afxdp): on host h, `ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml` with (H1):\n{}\
          {per_pair}\n\
          ip netns exec <s{}> iperf3 -s -p {PORT}\n\
          {}\n```",
@@ -1457,7 +1471,10 @@ mod tests {
         assert!(x.contains("csum_complete = \"true\", key"), "{x}");
         // The defaults: no port options, no underlay type.
         let c = nicflow_config(1, 1, OvEngine::NicflowTc, "vxlan");
-        assert!(!c.contains("csum_complete") && !c.contains("underlay_type"), "{c}");
+        assert!(
+            !c.contains("csum_complete") && !c.contains("underlay_type"),
+            "{c}"
+        );
         assert!(c.contains("type = \"auto\""), "{c}");
         let k = kernel_vxlan_commands(1, 2);
         assert_eq!(k[0].join(" "), "addr add 198.18.50.1/24 dev u1");

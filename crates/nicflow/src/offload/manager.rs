@@ -42,25 +42,31 @@
 //!
 //! # Tunnels
 //!
-//! A VXLAN or Geneve port is offloaded through its underlay: the manager
-//! takes over the underlay's AF_XDP attachment as it does a bridge port's
-//! (one underlay, shared by several tunnel ports, is attached once), marks
-//! it `PORT_UNDERLAY` with its MAC, and enters each tunnel port's endpoint
-//! (underlay, local and remote address, UDP port, VNI or any for
-//! `key=flow`) in `dp_tun_rx`: the program decapsulates those packets and
-//! looks the inner frame up as received on the tunnel port, with the outer
-//! headers in the key's `tun_*` fields, and puts the outer headers back on
-//! a miss so the underlay's userspace side sees the packet whole. For
-//! output, each tunnel port has a slot in `dp_tun_tx` with its outer
-//! header ([`crate::port::tunnel::header_template`]), written when the
-//! remote's MAC is resolved and re-checked every tick (which also keeps the
-//! ARP entry fresh while every packet is offloaded); until then the
-//! program sends the flow's frames to userspace. A tunnel port stays in
-//! userspace with `tunnel:udp-csum` (an outer UDP checksum would have to
-//! be computed over the whole frame), `tunnel:underlay-afpacket` (no XDP
-//! attachment to take over) or `tunnel:underlay-not-attached`; its TCP/UDP
-//! flows need `csum_complete=true` on the tunnel port (the remote sends
-//! finished inner checksums), as an AF_XDP port's do.
+//! A VXLAN or Geneve port is offloaded through its underlay, in the engine
+//! its underlay's port kind gives: a TC-port underlay (the default under
+//! `offload = auto|tc`) runs `tc_dp` like a TC port, an AF_XDP underlay
+//! lends its XDP attachment as a bridge port does. Either way the
+//! underlay is attached once however many tunnel ports share it, marked
+//! `PORT_UNDERLAY` with its MAC in `dp_ports`, and each tunnel port's
+//! endpoint (underlay, local and remote address, UDP port, VNI or any for
+//! `key=flow`) goes into that engine's `dp_tun_rx`: the program checks and
+//! decapsulates those packets and looks the inner frame up as received on
+//! the tunnel port, with the outer headers in the key's `tun_*` fields; a
+//! miss reaches the underlay's userspace side whole. For output, each
+//! tunnel port has a slot in `dp_tun_tx` with its outer header
+//! ([`crate::port::tunnel::header_template`]), written when the remote's MAC
+//! is resolved and re-checked every tick (which also keeps the ARP entry
+//! fresh while every packet is offloaded); until then the program sends the
+//! flow's frames to userspace. A tunnel port stays in userspace with
+//! `tunnel:udp-csum` (an outer UDP checksum would have to be computed over
+//! the whole frame), `tunnel:underlay-afpacket` (no kernel attachment to
+//! take over), `tunnel:offload-tc` (an AF_XDP underlay under `offload =
+//! tc`), `port:tc-engine-off` or `tunnel:underlay-not-attached`. In XDP its
+//! TCP/UDP flows need `csum_complete=true` on the tunnel port (the remote
+//! sends finished inner checksums), as an AF_XDP port's do; TC has no such
+//! condition. The engines do not mix: flows between a TC port and an XDP
+//! tunnel (or back) stay in userspace (`tc:tunnel-xdp-underlay`,
+//! `port:tc-from-xdp`).
 
 use super::netdev::NetdevQuery;
 use super::xdp::encode::{PortSlots, TunnelSlot};
