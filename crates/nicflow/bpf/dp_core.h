@@ -297,7 +297,8 @@ enum {
 	DP_STAT_OUTPUT,		/* redirected through dp_tx_ports */
 	DP_STAT_DROP,		/* dropped by a flow */
 	DP_STAT_ABORTED,	/* internal error after a rewrite started (should stay 0) */
-	DP_STAT_DECAP,		/* tunnel frames decapsulated (hit or not) */
+	DP_STAT_DECAP,		/* tunnel frames decapsulated (XDP: hit or not;
+				 * TC: hits, which alone are decapsulated) */
 	DP_STAT_ENCAP,		/* frames encapsulated and sent to an underlay */
 	/* Drops by reason, as the userspace datapath counts them (`nicflow
 	 * stats` adds these to its own): */

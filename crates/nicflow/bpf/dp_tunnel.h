@@ -104,8 +104,9 @@ static __always_inline int udp4_csum_ok(DP_CTX *ctx, __u32 src, __u32 dst, __u32
 
 /* A frame on an underlay: if it is a well-formed tunnel packet for one of
  * dp_tun_rx's endpoints that userspace would accept exactly as here, fill
- * the key's tunnel fields, return the tunnel port and *kind; otherwise -1
- * (userspace decides and counts). Nothing is written to the frame. */
+ * the key's tunnel fields and return the tunnel port; otherwise -1
+ * (userspace decides and counts). The frame leaves as it came (TC's
+ * checksum probe writes the byte it changed back). */
 /* `gso`: a TC super-frame, whose segments (not the whole) fit the MTU. */
 static __always_inline int tun_rx_lookup(DP_CTX *ctx, struct dp_port *port,
 					 union dp_key *key, int gso)

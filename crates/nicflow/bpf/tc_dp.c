@@ -222,38 +222,81 @@ static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
 	}
 	if (parse(ctx, key, st, in_port, hw_tci, *base) < 0)
 		return -1;
+	if (*base) {
+		__u32 l3 = RD32(st->l3), l3_off = RD32(st->l3_off), want, have;
+		__u8 *data = DP_DATA(ctx), *end = DP_DATA_END(ctx), *ip;
+
+		/* An inner VLAN tag: after the decap skb->protocol would still
+		 * be the outer IPv4, which bpf_skb_vlan_pop and the kernel's
+		 * GSO go by. Userspace (tc_encode refuses such flows). */
+		if (key->f.vlan_tci)
+			return -1;
+		/* A super-frame must be one tunnel packet (UDP_TUNNEL GSO):
+		 * the inner IP length covers the rest of the frame. UDP GRO or
+		 * fraglist aggregates of several tunnel packets pass the outer
+		 * checks but carry the other packets' outer headers inside. */
+		if (gso) {
+			if (l3_off > DP_MAX_L3_OFF)
+				return -1;
+			ip = data + DP_TUN_HDR_LEN + l3_off;
+			if (ip + 6 > end)
+				return -1;
+			have = ctx->len - DP_TUN_HDR_LEN - l3_off;
+			if (l3 == DP_L3_IPV4)
+				want = rd16(ip + 2);
+			else if (l3 == DP_L3_IPV6)
+				want = rd16(ip + 4) + 40;
+			else
+				return -1;
+			if (want != have)
+				return -1;
+		}
+	}
 	return in_port;
 }
 
-/* Strip the outer headers of a tunnel packet whose inner frame hit a flow.
- * *plain_ip: the inner frame is untagged IPv4/IPv6, so skb->protocol is
- * right afterwards and bpf_redirect_peer may take it. */
-static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st,
+/* Strip the outer headers of a tunnel packet whose inner frame hit a flow
+ * (untagged: tc_key). *plain_ip: the inner frame is IPv4/IPv6 and
+ * skb->protocol is the inner one afterwards, so bpf_redirect_peer may take
+ * it (inner ARP, or IPv6 before Linux 6.3, leaves through the transmit
+ * path, where eth_type_trans sets the protocol). -1 with the frame as it
+ * arrived: the helper refused, the caller punts. */
+static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st, int gso,
 				    int *plain_ip)
 {
 	__u8 *data = DP_DATA(ctx);
 	__u8 *end = DP_DATA_END(ctx);
 	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
 	__u32 l3 = RD32(st->l3);
-	__u8 eth[14];
+	__u8 eth[14], outer[14];
 
 	if (data + DP_TUN_HDR_LEN + 14 > end)
 		return -1;
 	/* The helper removes the 50 bytes after the outer Ethernet header:
 	 * the inner one takes the outer one's place first. */
+	__builtin_memcpy(outer, data, 14);
 	__builtin_memcpy(eth, data + DP_TUN_HDR_LEN, 14);
 	__builtin_memcpy(data, eth, 14);
-	*plain_ip = st->key.f.vlan_tci == 0 && (l3 == DP_L3_IPV4 || l3 == DP_L3_IPV6);
-	if (*plain_ip && l3 == DP_L3_IPV6) {
+	*plain_ip = l3 == DP_L3_IPV4 || l3 == DP_L3_IPV6;
+	if (l3 == DP_L3_IPV6) {
 		if (!bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC,
 					 flags | DP_ADJ_ROOM_DECAP_L3_IPV6))
 			goto done;
-		/* Before 6.3: skb->protocol stays IPv4, eth_type_trans on the
-		 * transmit path puts it right. */
+		/* Before 6.3. A super-frame whose protocol is wrong would be
+		 * cut as IPv4 wherever it is segmented: userspace. */
 		*plain_ip = 0;
+		if (gso)
+			goto restore;
 	}
-	if (bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags))
+	if (!bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags))
+		goto done;
+restore:
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + 14 > end)
 		return -1;
+	__builtin_memcpy(data, outer, 14);
+	return -1;
 done:
 	stat_inc(DP_STAT_DECAP);
 	return 0;
@@ -299,6 +342,27 @@ static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st
 	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);
 	__builtin_memcpy(data + DP_TUN_HDR_LEN, eth, 14);
 	tun_hdr_patch(data, ctx->len - 14, sport, vni);
+	{
+		/* A CHECKSUM_COMPLETE skb->csum covers what follows the outer
+		 * Ethernet header; the helper added the pushed bytes as zeros.
+		 * Fold in what was written there (48 bytes, then the last two
+		 * padded to a word: the region starts at an even offset).
+		 * bpf_csum_update changes nothing for other skbs. */
+		__u8 tail[4] = {};
+		__s64 sum;
+
+		if (data + 64 > end)
+			return -1;
+		tail[0] = data[62];
+		tail[1] = data[63];
+		sum = bpf_csum_diff(0, 0, (__be32 *)(data + 14), 48, 0);
+		if (sum < 0)
+			return -1;
+		sum = bpf_csum_diff(0, 0, (__be32 *)tail, 4, (__u32)sum);
+		if (sum < 0)
+			return -1;
+		bpf_csum_update(ctx, (__u32)sum);
+	}
 	stat_inc(DP_STAT_ENCAP);
 	stat_inc(DP_STAT_OUTPUT);
 	return 0;
@@ -340,9 +404,10 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 			if (th + 20 > end)
 				return -1;
 			hl = (th[12] >> 4) * 4;
-		} else if (l4 == DP_L4_UDP) {
-			hl = 8;
 		} else {
+			/* UDP super-frames: possibly already a tunnel's (the
+			 * sender's own VXLAN), which the helper cannot nest and
+			 * which cannot go up any more once the actions ran. */
 			return -1;
 		}
 		seg = l4_off - 14 + hl + gso_size;
@@ -432,11 +497,9 @@ int tc_dp(struct __sk_buff *ctx)
 	 * bytes are the super-frame's (the inner frame's, for a tunnel
 	 * packet). A tag in skb metadata is counted as the 4 bytes it is on
 	 * the wire. */
+	if (base && tc_decap(ctx, st, gso_size != 0, &plain_ip))
+		goto punt;
 	dp_count(cfg, flow, &st->key, gso_segs > 1 ? gso_segs : 1, len - base + (vlan ? 4 : 0));
-	if (base && tc_decap(ctx, st, &plain_ip)) {
-		stat_inc(DP_STAT_ABORTED);
-		return TC_ACT_SHOT;
-	}
 	res = dp_exec(ctx, st, flow, &arg);
 	if (res == DP_RES_OUTPUT) {
 		/* The encoder makes OUTPUT the flow's out_slot, always. */

@@ -440,16 +440,6 @@ fn tunnel_decap_and_encap_match_userspace() {
                 vec![DpAction::Output(2)],
             ),
             (
-                "vxlan decap, inner tag kept, transmit path".into(),
-                wire(&vx, &udp6_tagged, VX_VNI),
-                Some((udp6_tagged.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.vlan_tci = 0xffff;
-                }),
-                vec![DpAction::Output(2)],
-            ),
-            (
                 "encap, fixed vxlan key, tcp with rewrites".into(),
                 tcp4.clone(),
                 None,
@@ -531,13 +521,26 @@ fn tunnel_decap_and_encap_match_userspace() {
             assert_eq!(c.bytes, bytes as u64, "{name}: bytes");
         }
         let s = e.stats().unwrap();
-        assert_eq!((s.decap, s.encap, s.aborted), (8, 3, 0));
+        assert_eq!((s.decap, s.encap, s.aborted), (7, 3, 0));
 
         // Refused for this engine: a flow from a tunnel into a tunnel.
         let mut k = FlowKey::default();
         extract(&tcp4, VX_PORT, &mut k).unwrap();
         let r = encode_tc(&k, &tun_mask, &[DpAction::Output(GN_PORT)], &Slots).unwrap_err();
         assert_eq!(r.reason, "tc:tunnel-to-tunnel");
+        // And tagged inner frames (skb->protocol would stay the outer one).
+        let vlan_mask = mask(|m| {
+            m.nw_proto = 0xff;
+            m.vlan_tci = 0xffff;
+        });
+        let mut k = FlowKey::default();
+        extract(&udp6_tagged, VX_PORT, &mut k).unwrap();
+        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(2)], &Slots).unwrap_err();
+        assert_eq!(r.reason, "tc:tunnel-inner-vlan");
+        let mut k = FlowKey::default();
+        extract(&udp6_tagged, IN_PORT, &mut k).unwrap();
+        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(VX_PORT)], &Slots).unwrap_err();
+        assert_eq!(r.reason, "tc:tagged-into-tunnel");
 
         // Frames the program must hand up whole (no upcall device: the next
         // program on the hook), each with a reason of its own.
@@ -586,6 +589,11 @@ fn tunnel_decap_and_encap_match_userspace() {
             ),
             ("over the tunnel MTU", big, in_if),
             ("tagged frame into a tunnel", udp6_tagged.clone(), in_if),
+            (
+                "tagged frame out of a tunnel",
+                wire(&vx, &udp6_tagged, VX_VNI),
+                ul_if,
+            ),
         ];
         for (name, f, on) in &untouched {
             let (verdict, out) = e.test_run(f, *on, 0).unwrap();
@@ -593,7 +601,8 @@ fn tunnel_decap_and_encap_match_userspace() {
         }
         // An unresolved remote: punted, untouched.
         e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let f = &cases[8].1;
+        let f = &cases[7].1;
+        assert!(cases[7].0.starts_with("encap, fixed vxlan key"));
         let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
         assert_eq!((verdict, &out), (TC_ACT_NEXT, f));
         let s = e.stats().unwrap();

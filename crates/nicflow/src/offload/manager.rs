@@ -1,5 +1,6 @@
-//! The offload manager: one XDP engine per bridge, attached to every AF_XDP
-//! port, and the per-flow decision of what runs in it.
+//! The offload manager: a bridge's kernel engines (the XDP one on AF_XDP
+//! ports, the TC one on TC ports; tunnels in the engine of their
+//! underlay), and the per-flow decision of what runs where.
 //!
 //! Place in a frame's path: the bridge's AF_XDP ports each lend their XDP
 //! attachment to the bridge's single `xdp_dp` instance (the link is
@@ -966,11 +967,11 @@ impl OffloadManager {
         match r {
             Ok(()) => {
                 if let Some(t) = self.tunnels.get_mut(&no) {
-                    tracing::debug!(port = %t.name, valid = entry.is_some(), "XDP tunnel header");
+                    tracing::debug!(port = %t.name, valid = entry.is_some(), engine = kind.as_str(), "tunnel header");
                     t.written = want;
                 }
             }
-            Err(e) => tracing::warn!("updating the XDP tunnel header: {e}"),
+            Err(e) => tracing::warn!("updating the tunnel header: {e}"),
         }
     }
 
@@ -1341,7 +1342,7 @@ impl FlowOffload for OffloadManager {
                 match e.reason() {
                     Some(r) => Err(r),
                     None => {
-                        tracing::warn!("XDP flow install failed: {e}");
+                        tracing::warn!("kernel flow install failed: {e}");
                         Err("engine-error")
                     }
                 }
@@ -1371,7 +1372,7 @@ impl FlowOffload for OffloadManager {
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!("XDP flow modify failed: {e}");
+                tracing::warn!("kernel flow modify failed: {e}");
                 Err("engine-error")
             }
         }
@@ -1388,7 +1389,7 @@ impl FlowOffload for OffloadManager {
                 tcp_flags: c.tcp_flags,
             }),
             Err(e) => {
-                tracing::warn!("XDP flow remove failed: {e}");
+                tracing::warn!("kernel flow remove failed: {e}");
                 None
             }
         }

@@ -479,7 +479,8 @@ pub fn encode(
 /// needs a non-zero one is refused (`tc:tunnel`); a flow from a tunnel port
 /// into a tunnel port is refused too (`tc:tunnel-to-tunnel`: a frame
 /// decapsulated there is still marked encapsulated, and the kernel keeps
-/// one level of GSO tunnel).
+/// one level of GSO tunnel). Tagged frames from or into a tunnel are
+/// refused too (`tc:tunnel-inner-vlan`, `tc:tagged-into-tunnel`).
 pub fn encode_tc(
     key: &FlowKey,
     mask: &FlowMask,
@@ -500,6 +501,20 @@ pub fn encode_tc(
         }
     }
     let (k, m) = (key, &mask.0);
+    if k.vlan_tci & m.vlan_tci != 0 {
+        // Tagged frames out of a tunnel (skb->protocol stays the outer
+        // one after the decap) or into one (the helper encapsulates only
+        // IPv4/IPv6) go through userspace.
+        if from_tunnel {
+            return Err(no("tc:tunnel-inner-vlan"));
+        }
+        if actions
+            .iter()
+            .any(|a| matches!(a, DpAction::Output(p) if ports.tunnel(*p).is_some()))
+        {
+            return Err(no("tc:tagged-into-tunnel"));
+        }
+    }
     if !from_tunnel
         && (k.tun_id & m.tun_id != 0
             || k.tun_src & m.tun_src != 0
