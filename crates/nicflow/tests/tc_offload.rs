@@ -279,29 +279,9 @@ fn misses_go_to_the_upcall_device() {
 #[test]
 fn tunnel_decap_and_encap_match_userspace() {
     use common::tun::*;
-    use nicflow::offload::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
-    use nicflow::offload::xdp::{PortSlots, TunnelSlot};
+    use nicflow::offload::xdp::layout::TunTx;
     if skip() {
         return;
-    }
-    struct Slots;
-    impl PortSlots for Slots {
-        fn slot(&self, port: u32) -> Option<u32> {
-            (port == 2).then_some(0)
-        }
-        fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-            match port {
-                VX_PORT => Some(TunnelSlot {
-                    slot: 3,
-                    flow_key: false,
-                }),
-                GN_PORT => Some(TunnelSlot {
-                    slot: 4,
-                    flow_key: true,
-                }),
-                _ => None,
-            }
-        }
     }
     in_netns(|| {
         veth("nftc-in", "nftc-inp");
@@ -311,222 +291,58 @@ fn tunnel_decap_and_encap_match_userspace() {
         let mut e = load(XdpEngineConfig::default());
         e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
         e.set_tx_port(0, ifindex("nftc-o2")).unwrap();
-        e.set_tx_port(5, ul_if).unwrap();
-        e.set_underlay(ul_if, 0, UL_MAC, 1500, 0).unwrap();
-        let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
-        let gn = tunnel_cfg("geneve", 0x1403, "flow");
-        for (cfg, port, kind, vni) in [
-            (&vx, VX_PORT, TUN_VXLAN, VX_VNI),
-            (&gn, GN_PORT, TUN_GENEVE, VNI_ANY),
-        ] {
-            let key = TunRxKey {
-                ifindex: ul_if,
-                local: u32::from(cfg.local_ip),
-                remote: u32::from(cfg.remote_ip),
-                vni,
-                dst_port: cfg.dst_port,
-                pad: 0,
-            };
-            e.set_tunnel_rx(
-                key,
-                TunRx {
-                    in_port: port,
-                    kind,
-                },
-            )
-            .unwrap();
-        }
-        let tx = |cfg, mtu| TunTx {
-            lock: 0,
-            valid: 1,
-            tx_slot: 5,
-            inner_mtu: mtu,
-            hdr: nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap(),
-            pad: 0,
-        };
-        e.set_tunnel_tx(3, tx(&vx, 1450)).unwrap();
-        e.set_tunnel_tx(4, tx(&gn, 1450)).unwrap();
+        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
 
-        let pay = b"nicflow tc tunnel differential payload";
-        let tcp4 = FrameBuilder::new(A, B)
-            .ipv4(v4(0x3c01), v4(0x3c65))
-            .tcp(40000, 5201, FLAG_ACK | FLAG_PSH)
-            .payload(pay)
-            .build();
-        let udp6 = FrameBuilder::new(B, A)
-            .ipv6(v6(1), v6(2))
-            .udp(5000, 53)
-            .payload(pay)
-            .build();
-        let udp6_tagged = FrameBuilder::new(B, A)
-            .vlan(0x0064)
-            .ipv6(v6(1), v6(2))
-            .udp(5000, 53)
-            .payload(pay)
-            .build();
-        let icmp4 = FrameBuilder::new(B, A)
-            .ipv4(v4(0x3c65), v4(0x3c01))
-            .icmp(0, 0)
-            .echo(7, 1)
-            .payload(pay)
-            .build();
+        let frames = tun_frames();
+        let TunFrames {
+            tcp4,
+            udp6,
+            udp6_tagged,
+            ..
+        } = &frames;
         let wire = |cfg, inner: &[u8], vni| wire_csum(cfg, inner, vni, false);
-        // (name, frame, Some((inner, tunnel port, metadata)) for underlay
-        // frames, mask, actions)
-        type TCase = (
-            String,
-            Vec<u8>,
-            Option<(Vec<u8>, u32, nicflow_packet::buf::TunnelMeta)>,
-            nicflow_flow::FlowMask,
-            Vec<DpAction>,
-        );
-        let tun_mask = mask(|m| {
-            m.nw_proto = 0xff;
-            m.tun_id = u64::MAX;
-            m.tun_src = u32::MAX;
-        });
-        // With an outer UDP checksum (the kernel's vxlan default) on an skb
-        // that does not vouch for it (test runs are CHECKSUM_NONE): verified
-        // over the bytes; every tail length.
-        let mut cases: Vec<TCase> = (0..4u16)
-            .map(|n| {
-                let inner = FrameBuilder::new(A, B)
-                    .ipv4(v4(0x3c01), v4(0x3c65))
-                    .udp(30000 + n, 4789)
-                    .payload(&vec![0x5a; 1000 + usize::from(n)])
-                    .build();
-                let mut m = meta(&vx, VX_VNI);
-                m.flags |= nicflow_packet::buf::TUN_F_CSUM;
-                (
-                    format!("csum tail {n}"),
-                    wire_csum(&vx, &inner, VX_VNI, true),
-                    Some((inner, VX_PORT, m)),
-                    mask(|m| {
-                        m.nw_proto = 0xff;
-                        m.tp_src = 0xffff;
-                        m.tun_flags = 0xffff;
-                    }),
-                    vec![DpAction::Output(2)],
-                )
-            })
-            .collect();
+        let tun_mask = tun_mask();
+        // With an outer UDP checksum on an skb that does not vouch for it
+        // (test runs are CHECKSUM_NONE): verified over the bytes.
+        let mut cases = csum_tail_cases(&vx);
+        cases.extend(shared_cases(&vx, &gn, &frames));
         cases.extend(vec![
-            (
-                "vxlan decap, tcp, tun_id matched, to a port".into(),
-                wire(&vx, &tcp4, VX_VNI),
-                Some((tcp4.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                tun_mask,
-                vec![DpAction::Output(2)],
-            ),
-            (
-                "geneve key=flow decap, icmp, rewrite, to a port".into(),
-                wire(&gn, &icmp4, 77),
-                Some((icmp4.clone(), GN_PORT, meta(&gn, 77))),
-                tun_mask,
-                vec![
-                    DpAction::SetEthDst([2, 0, 0, 0, 0, 0x33]),
-                    DpAction::Output(2),
-                ],
-            ),
-            (
-                "vxlan decap, ipv6 (DECAP_L3_IPV6), to a port".into(),
-                wire(&vx, &udp6, VX_VNI),
-                Some((udp6.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask(|m| {
+            TunCase {
+                name: "vxlan decap, ipv6 (DECAP_L3_IPV6), to a port".into(),
+                frame: wire(&vx, udp6, VX_VNI),
+                inner: Some((udp6.clone(), VX_PORT, meta(&vx, VX_VNI))),
+                mask: mask(|m| {
                     m.nw_proto = 0xff;
                     m.tun_id = u64::MAX;
                     m.vlan_tci = 0xffff;
                 }),
-                vec![DpAction::Output(2)],
-            ),
-            (
-                "encap, fixed vxlan key, tcp with rewrites".into(),
-                tcp4.clone(),
-                None,
-                mask(|m| m.nw_proto = 0xff),
-                vec![
-                    DpAction::SetIpv4Dst(v4(0x3c66).into()),
-                    DpAction::SetTpSrc(41000),
-                    DpAction::Output(VX_PORT),
-                ],
-            ),
-            (
-                "encap, key=flow geneve, set_tunnel, ipv6".into(),
-                udp6.clone(),
-                None,
-                mask(|m| m.nw_proto = 0xff),
-                vec![DpAction::SetTunnelId(0x99_0001), DpAction::Output(GN_PORT)],
-            ),
-            (
-                "encap, key=flow geneve without set_tunnel: VNI 0".into(),
-                icmp4.clone(),
-                None,
-                mask(|m| m.nw_proto = 0xff),
-                vec![DpAction::Output(GN_PORT)],
-            ),
+                actions: vec![DpAction::Output(2)],
+            },
+            TunCase {
+                name: "encap, key=flow geneve, set_tunnel, ipv6".into(),
+                frame: udp6.clone(),
+                inner: None,
+                mask: mask(|m| m.nw_proto = 0xff),
+                actions: vec![DpAction::SetTunnelId(0x99_0001), DpAction::Output(GN_PORT)],
+            },
         ]);
-        let mut handles = Vec::new();
-        for (name, frame, inner, m, actions) in &cases {
-            let mut k = FlowKey::default();
-            match inner {
-                Some((f, port, t)) => {
-                    extract(f, *port, &mut k).unwrap();
-                    k.tun_id = t.id;
-                    k.tun_src = t.src;
-                    k.tun_dst = t.dst;
-                    k.tun_flags = t.flags;
-                }
-                None => {
-                    extract(frame, IN_PORT, &mut k).unwrap();
-                }
-            }
-            let enc =
-                encode_tc(&k, m, actions, &Slots).unwrap_or_else(|err| panic!("{name}: {err}"));
-            handles.push(e.install(&enc).unwrap());
-        }
-        for (i, (name, frame, inner, _, actions)) in cases.iter().enumerate() {
-            let (on_if, (uv, uport, uframe, utun)) = match inner {
-                Some((f, port, t)) => (
-                    ul_if,
-                    userspace_on(f, *port, Some(*t), actions, TC_ACT_REDIRECT, TC_ACT_SHOT),
-                ),
-                None => (
-                    in_if,
-                    userspace_on(frame, IN_PORT, None, actions, TC_ACT_REDIRECT, TC_ACT_SHOT),
-                ),
-            };
-            let want = match uport {
-                VX_PORT => userspace_encap(&vx, &uframe, utun),
-                GN_PORT => userspace_encap(&gn, &uframe, utun),
-                _ => uframe,
-            };
-            let (verdict, out) = e.test_run(frame, on_if, 0).unwrap();
-            assert_eq!(verdict, uv, "{name}: verdict");
-            assert_eq!(out, want, "{name}: output differs from userspace");
-            assert!(all_checksums_valid(&out), "{name}: checksums");
-            if matches!(uport, VX_PORT | GN_PORT) {
-                let d = nicflow_packet::tunnel::parse(&out, |p| match p {
-                    4789 => Some(nicflow_packet::tunnel::TunnelKind::Vxlan),
-                    6081 => Some(nicflow_packet::tunnel::TunnelKind::Geneve),
-                    _ => None,
-                })
-                .unwrap()
-                .unwrap();
-                assert!(d.udp_src >= 49152, "{name}: entropy port");
-            }
-            let c = e.counters(&handles[i]).unwrap();
-            assert_eq!(c.packets, 1, "{name}");
-            // The inner frame's bytes, as userspace counts on the tunnel port.
-            let bytes = inner.as_ref().map_or(frame.len(), |(f, _, _)| f.len());
-            assert_eq!(c.bytes, bytes as u64, "{name}: bytes");
-        }
+        check_against_userspace(
+            &mut e,
+            &cases,
+            |k, m, a| encode_tc(k, m, a, &TunSlots),
+            in_if,
+            ul_if,
+            (&vx, &gn),
+            TC_ACT_REDIRECT,
+            TC_ACT_SHOT,
+        );
         let s = e.stats().unwrap();
         assert_eq!((s.decap, s.encap, s.aborted), (7, 3, 0));
 
         // Refused for this engine: a flow from a tunnel into a tunnel.
         let mut k = FlowKey::default();
-        extract(&tcp4, VX_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &tun_mask, &[DpAction::Output(GN_PORT)], &Slots).unwrap_err();
+        extract(tcp4, VX_PORT, &mut k).unwrap();
+        let r = encode_tc(&k, &tun_mask, &[DpAction::Output(GN_PORT)], &TunSlots).unwrap_err();
         assert_eq!(r.reason, "tc:tunnel-to-tunnel");
         // And tagged inner frames (skb->protocol would stay the outer one).
         let vlan_mask = mask(|m| {
@@ -534,22 +350,25 @@ fn tunnel_decap_and_encap_match_userspace() {
             m.vlan_tci = 0xffff;
         });
         let mut k = FlowKey::default();
-        extract(&udp6_tagged, VX_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(2)], &Slots).unwrap_err();
+        extract(udp6_tagged, VX_PORT, &mut k).unwrap();
+        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(2)], &TunSlots).unwrap_err();
         assert_eq!(r.reason, "tc:tunnel-inner-vlan");
         let mut k = FlowKey::default();
-        extract(&udp6_tagged, IN_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(VX_PORT)], &Slots).unwrap_err();
+        extract(udp6_tagged, IN_PORT, &mut k).unwrap();
+        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(VX_PORT)], &TunSlots).unwrap_err();
         assert_eq!(r.reason, "tc:tagged-into-tunnel");
 
         // Frames the program must hand up whole (no upcall device: the next
         // program on the hook), each with a reason of its own.
-        let l4 = 14 + 20;
-        let mut csum = wire_csum(&vx, &tcp4, VX_VNI, true);
-        csum[l4 + 6] ^= 0x12; // a wrong UDP checksum: userspace counts it
-        let mut csum_id_ffff = wire_csum(&vx, &tcp4, VX_VNI, true);
-        // Outer IPv4 ID 0xffff (header checksum kept right): the probe's
-        // write-back must restore it exactly, not as 0x0000.
+        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
+            underlay_frames_left_whole(&vx, &gn, &tun_frames())
+                .into_iter()
+                .map(|(n, f)| (n, f, ul_if))
+                .collect();
+        // A wrong checksum with the outer IPv4 ID 0xffff (header checksum
+        // kept right): the probe's write-back must restore it exactly, not
+        // as the 0x0000 a one's-complement round trip gives.
+        let mut csum_id_ffff = wire_csum(&vx, tcp4, VX_VNI, true);
         {
             let ip = &mut csum_id_ffff[14..34];
             ip[4] = 0xff;
@@ -558,51 +377,33 @@ fn tunnel_decap_and_encap_match_userspace() {
             ip[11] = 0;
             let c = nicflow_packet::checksum::checksum(ip);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
-            csum_id_ffff[l4 + 6] ^= 0x01;
+            csum_id_ffff[14 + 20 + 6] ^= 0x01;
         }
-        let mut critical = wire(&gn, &icmp4, 77);
-        critical[l4 + 8 + 1] |= 0x40;
-        let mut bad_ip = wire(&vx, &tcp4, VX_VNI);
-        bad_ip[14 + 8] = 1; // TTL changed, header checksum not
-        let mut not_ours = wire(&vx, &tcp4, VX_VNI);
-        not_ours[0..6].copy_from_slice(&[2, 0, 0, 0, 0x0a, 9]);
-        let big = FrameBuilder::new(A, B)
-            .ipv4(v4(0x3c01), v4(0x3c65))
-            .tcp(40000, 5201, FLAG_ACK)
-            .payload(&[0u8; 1500])
-            .build();
-        let untouched: Vec<(&str, Vec<u8>, u32)> = vec![
-            ("unknown VNI", wire(&vx, &tcp4, 4243), ul_if),
-            ("wrong outer UDP checksum", csum, ul_if),
+        untouched.extend([
             (
                 "wrong outer UDP checksum, IPv4 ID 0xffff",
                 csum_id_ffff,
                 ul_if,
             ),
-            ("geneve critical bit", critical, ul_if),
-            ("bad outer IPv4 checksum", bad_ip, ul_if),
-            ("outer destination MAC not the underlay's", not_ours, ul_if),
-            (
-                "outer frame over the underlay MTU",
-                wire(&vx, &big, VX_VNI),
-                ul_if,
-            ),
-            ("over the tunnel MTU", big, in_if),
+            ("over the tunnel MTU", big_frame(), in_if),
             ("tagged frame into a tunnel", udp6_tagged.clone(), in_if),
             (
                 "tagged frame out of a tunnel",
-                wire(&vx, &udp6_tagged, VX_VNI),
+                wire(&vx, udp6_tagged, VX_VNI),
                 ul_if,
             ),
-        ];
+        ]);
         for (name, f, on) in &untouched {
             let (verdict, out) = e.test_run(f, *on, 0).unwrap();
             assert_eq!((verdict, &out), (TC_ACT_NEXT, f), "{name}: not left whole");
         }
         // An unresolved remote: punted, untouched.
         e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let f = &cases[7].1;
-        assert!(cases[7].0.starts_with("encap, fixed vxlan key"));
+        let f = &cases
+            .iter()
+            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
+            .unwrap()
+            .frame;
         let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
         assert_eq!((verdict, &out), (TC_ACT_NEXT, f));
         let s = e.stats().unwrap();

@@ -33,9 +33,8 @@ use nicflow::offload::xdp::{
     encode, pack, AttachMode, EncodedFlow, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
 };
 use nicflow_flow::{extract, FlowKey, FlowMask, Match};
-use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
-use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH, FLAG_SYN};
+use nicflow_packet::tcp::FLAG_SYN;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -692,15 +691,6 @@ fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
 
 use common::tun::*;
 
-fn userspace_on(
-    frame: &[u8],
-    in_port: u32,
-    tun: Option<nicflow_packet::buf::TunnelMeta>,
-    actions: &[DpAction],
-) -> (u32, u32, Vec<u8>, Option<u64>) {
-    common::tun::userspace_on(frame, in_port, tun, actions, XDP_REDIRECT, XDP_DROP)
-}
-
 /// Decapsulation on an underlay and encapsulation towards one, through
 /// `BPF_PROG_TEST_RUN`, against what the userspace tunnel port and
 /// executor produce from the same frames: the same frames out, byte for
@@ -710,30 +700,9 @@ fn userspace_on(
 /// untouched.
 #[test]
 fn tunnel_decap_and_encap_match_userspace() {
-    use nicflow::offload::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
-    use nicflow::offload::xdp::{PortSlots, TunnelSlot};
-    use nicflow_packet::buf::{TunnelMeta, TUN_F_KEY};
+    use nicflow::offload::xdp::layout::TunTx;
     if skip() {
         return;
-    }
-    struct Slots;
-    impl PortSlots for Slots {
-        fn slot(&self, port: u32) -> Option<u32> {
-            (port == 2).then_some(0)
-        }
-        fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-            match port {
-                VX_PORT => Some(TunnelSlot {
-                    slot: 3,
-                    flow_key: false,
-                }),
-                GN_PORT => Some(TunnelSlot {
-                    slot: 4,
-                    flow_key: true,
-                }),
-                _ => None,
-            }
-        }
     }
     in_netns(|| {
         veth("nfxo-in", "nfxo-inp");
@@ -743,157 +712,18 @@ fn tunnel_decap_and_encap_match_userspace() {
         let mut e = load(XdpEngineConfig::default());
         e.set_port(in_if, IN_PORT).unwrap();
         e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
-        e.set_tx_port(5, ul_if).unwrap();
-        e.set_underlay(ul_if, 0, UL_MAC, 1500, 0).unwrap();
-        let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
-        let gn = tunnel_cfg("geneve", 0x1403, "flow");
-        for (cfg, port, kind, vni) in [
-            (&vx, VX_PORT, TUN_VXLAN, VX_VNI),
-            (&gn, GN_PORT, TUN_GENEVE, VNI_ANY),
-        ] {
-            let key = TunRxKey {
-                ifindex: ul_if,
-                local: u32::from(cfg.local_ip),
-                remote: u32::from(cfg.remote_ip),
-                vni,
-                dst_port: cfg.dst_port,
-                pad: 0,
-            };
-            e.set_tunnel_rx(
-                key,
-                TunRx {
-                    in_port: port,
-                    kind,
-                },
-            )
-            .unwrap();
-        }
-        let tpl = |cfg| nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap();
-        let tx = |cfg, mtu| TunTx {
-            lock: 0,
-            valid: 1,
-            tx_slot: 5,
-            inner_mtu: mtu,
-            hdr: tpl(cfg),
-            pad: 0,
-        };
-        e.set_tunnel_tx(3, tx(&vx, 1450)).unwrap();
-        e.set_tunnel_tx(4, tx(&gn, 1450)).unwrap();
+        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
 
-        let pay = b"nicflow xdp tunnel differential payload";
-        let tcp4 = FrameBuilder::new(A, B)
-            .ipv4(v4(0x3c01), v4(0x3c65))
-            .tcp(40000, 5201, FLAG_ACK | FLAG_PSH)
-            .payload(pay)
-            .build();
-        let udp6_tagged = FrameBuilder::new(B, A)
-            .vlan(0x0064)
-            .ipv6(v6(1), v6(2))
-            .udp(5000, 53)
-            .payload(pay)
-            .build();
-        let icmp4 = FrameBuilder::new(B, A)
-            .ipv4(v4(0x3c65), v4(0x3c01))
-            .icmp(0, 0)
-            .echo(7, 1)
-            .payload(pay)
-            .build();
-        let meta = |cfg: &nicflow::port::tunnel::TunnelConfig, vni: u32| TunnelMeta {
-            id: vni as u64,
-            src: u32::from(cfg.remote_ip),
-            dst: u32::from(cfg.local_ip),
-            flags: TUN_F_KEY,
-            ..TunnelMeta::default()
-        };
-        // A tunnel packet as the remote would send it.
-        let wire_csum =
-            |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32, csum: bool| {
-                let mut b = PacketBuf::from_slice(inner);
-                let en = nicflow_packet::tunnel::Encap {
-                    kind: cfg.kind,
-                    eth_src: REMOTE_MAC,
-                    eth_dst: UL_MAC,
-                    ip_src: cfg.remote_ip.into(),
-                    ip_dst: cfg.local_ip.into(),
-                    tos: 0,
-                    ttl: 64,
-                    df: true,
-                    udp_src: 50000,
-                    udp_dst: cfg.dst_port,
-                    csum,
-                    vni,
-                    geneve_options: &[],
-                    geneve_oam: false,
-                };
-                nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
-                b.data().to_vec()
-            };
-        let wire = |cfg: &nicflow::port::tunnel::TunnelConfig, inner: &[u8], vni: u32| {
-            wire_csum(cfg, inner, vni, false)
-        };
-
-        struct TCase {
-            name: &'static str,
-            /// Frame as received, on `in_if` (None) or the underlay.
-            frame: Vec<u8>,
-            /// For underlay frames: the inner frame, port and metadata the
-            /// flow is installed for.
-            inner: Option<(Vec<u8>, u32, TunnelMeta)>,
-            mask: FlowMask,
-            actions: Vec<DpAction>,
-        }
-        let tun_mask = mask(|m| {
-            m.nw_proto = 0xff;
-            m.tun_id = u64::MAX;
-            m.tun_src = u32::MAX;
-        });
-        // With a UDP checksum (the kernel's vxlan default): verified over
-        // the datagram in 512-byte chunks down to a 0-3 byte tail, and
-        // TUN_F_CSUM in the key. Inner sizes give every tail length.
-        let mut cases: Vec<TCase> = (0..4u16)
-            .map(|n| {
-                let inner = FrameBuilder::new(A, B)
-                    .ipv4(v4(0x3c01), v4(0x3c65))
-                    .udp(30000 + n, 4789)
-                    .payload(&vec![0x5a; 1000 + usize::from(n)])
-                    .build();
-                let mut m = meta(&vx, VX_VNI);
-                m.flags |= nicflow_packet::buf::TUN_F_CSUM;
-                TCase {
-                    name: ["csum tail 0", "csum tail 1", "csum tail 2", "csum tail 3"]
-                        [usize::from(n)],
-                    frame: wire_csum(&vx, &inner, VX_VNI, true),
-                    inner: Some((inner, VX_PORT, m)),
-                    mask: mask(|m| {
-                        m.nw_proto = 0xff;
-                        m.tp_src = 0xffff;
-                        m.tun_flags = 0xffff;
-                    }),
-                    actions: vec![DpAction::Output(2)],
-                }
-            })
-            .collect();
+        let frames = tun_frames();
+        let udp6_tagged = &frames.udp6_tagged;
+        let wire = |cfg, inner: &[u8], vni| wire_csum(cfg, inner, vni, false);
+        let mut cases = csum_tail_cases(&vx);
+        cases.extend(shared_cases(&vx, &gn, &frames));
         cases.extend(vec![
-            TCase {
-                name: "vxlan decap, tcp, tun_id matched, to a port",
-                frame: wire(&vx, &tcp4, VX_VNI),
-                inner: Some((tcp4.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask: tun_mask,
-                actions: vec![DpAction::Output(2)],
-            },
-            TCase {
-                name: "geneve key=flow decap, icmp, rewrite, to a port",
-                frame: wire(&gn, &icmp4, 77),
-                inner: Some((icmp4.clone(), GN_PORT, meta(&gn, 77))),
-                mask: tun_mask,
-                actions: vec![
-                    DpAction::SetEthDst([2, 0, 0, 0, 0, 0x33]),
-                    DpAction::Output(2),
-                ],
-            },
-            TCase {
-                name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)",
-                frame: wire(&vx, &udp6_tagged, VX_VNI),
+            TunCase {
+                name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)"
+                    .into(),
+                frame: wire(&vx, udp6_tagged, VX_VNI),
                 inner: Some((udp6_tagged.clone(), VX_PORT, meta(&vx, VX_VNI))),
                 mask: mask(|m| {
                     m.nw_proto = 0xff;
@@ -901,19 +731,8 @@ fn tunnel_decap_and_encap_match_userspace() {
                 }),
                 actions: vec![DpAction::Output(GN_PORT)],
             },
-            TCase {
-                name: "encap, fixed vxlan key, tcp with rewrites",
-                frame: tcp4.clone(),
-                inner: None,
-                mask: mask(|m| m.nw_proto = 0xff),
-                actions: vec![
-                    DpAction::SetIpv4Dst(v4(0x3c66).into()),
-                    DpAction::SetTpSrc(41000),
-                    DpAction::Output(VX_PORT),
-                ],
-            },
-            TCase {
-                name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped",
+            TunCase {
+                name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped".into(),
                 frame: udp6_tagged.clone(),
                 inner: None,
                 mask: mask(|m| {
@@ -926,92 +745,28 @@ fn tunnel_decap_and_encap_match_userspace() {
                     DpAction::Output(GN_PORT),
                 ],
             },
-            TCase {
-                name: "encap, key=flow geneve without set_tunnel: VNI 0",
-                frame: icmp4.clone(),
-                inner: None,
-                mask: mask(|m| m.nw_proto = 0xff),
-                actions: vec![DpAction::Output(GN_PORT)],
-            },
         ]);
-        let mut handles = Vec::new();
-        for c in &cases {
-            let mut k = FlowKey::default();
-            match &c.inner {
-                Some((inner, port, m)) => {
-                    extract(inner, *port, &mut k).unwrap();
-                    k.tun_id = m.id;
-                    k.tun_src = m.src;
-                    k.tun_dst = m.dst;
-                    k.tun_flags = m.flags;
-                }
-                None => {
-                    extract(&c.frame, IN_PORT, &mut k).unwrap();
-                }
-            }
-            let enc = encode(&k, &c.mask, &c.actions, &Slots)
-                .unwrap_or_else(|err| panic!("{}: {err}", c.name));
-            handles.push(e.install(&enc).unwrap());
-        }
-        for (i, c) in cases.iter().enumerate() {
-            let (on_if, (uv, uport, uframe, utun)) = match &c.inner {
-                Some((inner, port, m)) => (ul_if, userspace_on(inner, *port, Some(*m), &c.actions)),
-                None => (in_if, userspace_on(&c.frame, IN_PORT, None, &c.actions)),
-            };
-            let want = match uport {
-                VX_PORT => userspace_encap(&vx, &uframe, utun),
-                GN_PORT => userspace_encap(&gn, &uframe, utun),
-                _ => uframe,
-            };
-            let (verdict, out) = e.test_run(&c.frame, on_if, 0).unwrap();
-            assert_eq!(verdict, uv, "{}: verdict", c.name);
-            assert_eq!(out, want, "{}: output differs from userspace", c.name);
-            assert!(all_checksums_valid(&out), "{}: checksums", c.name);
-            if matches!(uport, VX_PORT | GN_PORT) {
-                // What the remote's parser makes of it.
-                let d = nicflow_packet::tunnel::parse(&out, |p| match p {
-                    4789 => Some(nicflow_packet::tunnel::TunnelKind::Vxlan),
-                    6081 => Some(nicflow_packet::tunnel::TunnelKind::Geneve),
-                    _ => None,
-                })
-                .unwrap()
-                .unwrap();
-                assert!(d.udp_src >= 49152, "{}: entropy port", c.name);
-            }
-            assert_eq!(e.counters(&handles[i]).unwrap().packets, 1, "{}", c.name);
-        }
+        check_against_userspace(
+            &mut e,
+            &cases,
+            |k, m, a| encode(k, m, a, &TunSlots),
+            in_if,
+            ul_if,
+            (&vx, &gn),
+            XDP_REDIRECT,
+            XDP_DROP,
+        );
         let s = e.stats().unwrap();
         assert_eq!((s.decap, s.encap, s.aborted), (7, 4, 0));
 
         // Frames the program must leave whole to userspace (no socket
         // registered: XDP_PASS), each with a reason of its own.
-        let mut csum = wire_csum(&vx, &tcp4, VX_VNI, true);
-        let l4 = 14 + 20;
-        csum[l4 + 6] ^= 0x12; // a wrong UDP checksum: userspace counts it
-        let mut critical = wire(&gn, &icmp4, 77);
-        critical[l4 + 8 + 1] |= 0x40;
-        let mut bad_ip = wire(&vx, &tcp4, VX_VNI);
-        bad_ip[14 + 8] = 1; // TTL changed, header checksum not
-        let mut not_ours = wire(&vx, &tcp4, VX_VNI);
-        not_ours[0..6].copy_from_slice(&[2, 0, 0, 0, 0x0a, 9]);
-        let big = FrameBuilder::new(A, B)
-            .ipv4(v4(0x3c01), v4(0x3c65))
-            .tcp(40000, 5201, FLAG_ACK)
-            .payload(&[0u8; 1500])
-            .build();
-        let untouched: Vec<(&str, Vec<u8>, u32)> = vec![
-            ("unknown VNI", wire(&vx, &tcp4, 4243), ul_if),
-            ("wrong outer UDP checksum", csum, ul_if),
-            ("geneve critical bit", critical, ul_if),
-            ("bad outer IPv4 checksum", bad_ip, ul_if),
-            ("outer destination MAC not the underlay's", not_ours, ul_if),
-            (
-                "outer frame over the underlay MTU",
-                wire(&vx, &big, VX_VNI),
-                ul_if,
-            ),
-            ("over the tunnel MTU", big, in_if),
-        ];
+        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
+            underlay_frames_left_whole(&vx, &gn, &tun_frames())
+                .into_iter()
+                .map(|(n, f)| (n, f, ul_if))
+                .collect();
+        untouched.push(("over the tunnel MTU", big_frame(), in_if));
         // The oversize frame falls under the first encap flow's mask.
         for (name, f, on) in &untouched {
             let (verdict, out) = e.test_run(f, *on, 0).unwrap();
@@ -1019,11 +774,16 @@ fn tunnel_decap_and_encap_match_userspace() {
         }
         // An unresolved remote (invalid or no header): punted, untouched.
         e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let (verdict, out) = e.test_run(&cases[7].frame, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, &cases[7].frame));
+        let f = &cases
+            .iter()
+            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
+            .unwrap()
+            .frame;
+        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (XDP_PASS, f));
         e.clear_tunnel_tx(3).unwrap();
-        let (verdict, out) = e.test_run(&cases[7].frame, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, &cases[7].frame));
+        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (XDP_PASS, f));
         let s = e.stats().unwrap();
         assert_eq!((s.punt, s.aborted), (3, 0));
     });

@@ -990,20 +990,11 @@ impl OffloadManager {
             .map(|(no, p)| (*no, p.ifindex, p.slot, p.peer_elsewhere, p.peer))
             .collect();
         for (no, ifindex, slot, elsewhere, was) in tcs {
-            let now = elsewhere && !self.accepts_redirects(ifindex);
-            if now == was {
-                continue;
-            }
-            let flags = if now { TX_PEER } else { 0 };
-            let Some(tc) = self.tc.as_mut() else { break };
-            match tc.set_tx_port_flags(slot, ifindex, flags) {
-                Ok(()) => {
-                    if let Some(p) = self.tc_ports.get_mut(&no) {
-                        tracing::info!(port = %p.name, "TC output by redirect_peer: {was} -> {now}");
-                        p.peer = now;
-                    }
+            if let Some(now) = self.recheck_tc_peer(ifindex, slot, elsewhere, was) {
+                if let Some(p) = self.tc_ports.get_mut(&no) {
+                    tracing::info!(port = %p.name, "TC output by redirect_peer: {was} -> {now}");
+                    p.peer = now;
                 }
-                Err(e) => tracing::warn!(ifindex, "updating a TC output slot: {e}"),
             }
         }
         let nos: Vec<u32> = self.ports.keys().copied().collect();
@@ -1033,20 +1024,11 @@ impl OffloadManager {
             if u.engine == EngineKind::Tc {
                 // As for TC ports: only how the slot is reached changes.
                 let (elsewhere, was, slot) = (u.peer_elsewhere, u.peer, u.slot);
-                let now = elsewhere && !self.accepts_redirects(ifindex);
-                if now == was {
-                    continue;
-                }
-                let flags = if now { TX_PEER } else { 0 };
-                let Some(tc) = self.tc.as_mut() else { continue };
-                match tc.set_tx_port_flags(slot, ifindex, flags) {
-                    Ok(()) => {
-                        if let Some(u) = self.underlays.get_mut(&ifindex) {
-                            tracing::info!(underlay = %u.name, "TC output by redirect_peer: {was} -> {now}");
-                            u.peer = now;
-                        }
+                if let Some(now) = self.recheck_tc_peer(ifindex, slot, elsewhere, was) {
+                    if let Some(u) = self.underlays.get_mut(&ifindex) {
+                        tracing::info!(underlay = %u.name, "TC output by redirect_peer: {was} -> {now}");
+                        u.peer = now;
                     }
-                    Err(e) => tracing::warn!(ifindex, "updating a TC output slot: {e}"),
                 }
                 continue;
             }
@@ -1090,6 +1072,30 @@ impl OffloadManager {
             self.sync_tunnel(no);
         }
         changed
+    }
+
+    /// A TC output slot's way out, re-read: `bpf_redirect_peer` for a veth
+    /// whose peer is elsewhere and runs no NAPI. Some(new state) when it
+    /// changed and the slot was rewritten; None otherwise (failures logged).
+    fn recheck_tc_peer(
+        &mut self,
+        ifindex: u32,
+        slot: u32,
+        elsewhere: bool,
+        was: bool,
+    ) -> Option<bool> {
+        let now = elsewhere && !self.accepts_redirects(ifindex);
+        if now == was {
+            return None;
+        }
+        let flags = if now { TX_PEER } else { 0 };
+        match self.tc.as_mut()?.set_tx_port_flags(slot, ifindex, flags) {
+            Ok(()) => Some(now),
+            Err(e) => {
+                tracing::warn!(ifindex, "updating a TC output slot: {e}");
+                None
+            }
+        }
     }
 
     /// Fill (or empty) devmap slot `slot` for `ifindex`; false (logged)
