@@ -77,6 +77,41 @@ pub enum Action {
         port: Option<u32>,
         table: Option<u8>,
     },
+    /// Send the packet through the connection tracker (`ct(...)`).
+    Ct(CtAction),
+    /// Forget the packet's connection-tracking state (`ct_clear`).
+    CtClear,
+}
+
+/// Where a `ct` action's zone comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtZone {
+    /// `zone=N`.
+    Imm(u16),
+    /// `zone=FIELD[ofs..ofs+nbits-1]`: 16 bits read from a field of the
+    /// packet's key (a register, usually) when the action runs.
+    Field { field: Field, ofs: u8, nbits: u8 },
+}
+
+/// `ct(commit, force, zone=.., table=.., exec(..))`, as in Open vSwitch.
+///
+/// Without `table` the packet goes on with the next action, its
+/// connection-tracking fields cleared; with `table=N` a copy carrying the
+/// tracker's verdict (`ct_state`, `ct_zone`, `ct_mark`, `ct_label`, the
+/// connection's tuple) continues in table N while this action list goes on
+/// with the untracked packet: OVS's "fork" semantics.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CtAction {
+    pub commit: bool,
+    /// Commit in this packet's direction, replacing a connection that was
+    /// committed the other way round.
+    pub force: bool,
+    pub zone: CtZone,
+    pub table: Option<u8>,
+    /// `exec(set_field:V/M->ct_mark)` (value, mask); needs `commit`.
+    pub set_mark: Option<(u32, u32)>,
+    /// `exec(set_field:V/M->ct_label)` (value, mask); needs `commit`.
+    pub set_label: Option<(u128, u128)>,
 }
 
 impl Action {

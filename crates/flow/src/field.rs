@@ -36,6 +36,11 @@ pub enum Prereq {
     Icmpv6,
     /// IPv4 or IPv6 and nw_proto in {1, 58}: generic ICMP type/code storage
     AnyIcmp,
+    /// The match says the packet belongs to a valid tracked connection
+    /// (OVS's `MFP_CT_VALID`): one of `+new`, `+est`, `+rel`, `+rpl`,
+    /// `+snat`, `+dnat`, or `+trk` together with `-inv`. Needed by the
+    /// connection tuple fields (`ct_nw_src`, ...).
+    CtValid,
 }
 
 impl Prereq {
@@ -57,6 +62,10 @@ impl Prereq {
             Prereq::Icmp => dl(0x0800) && proto(1),
             Prereq::Icmpv6 => dl(0x86dd) && proto(58),
             Prereq::AnyIcmp => (dl(0x0800) && proto(1)) || (dl(0x86dd) && proto(58)),
+            Prereq::CtValid => {
+                let set = key.ct_state & mask.ct_state;
+                set & 0xcf != 0 || (set & 0x20 != 0 && mask.ct_state & 0x10 != 0)
+            }
         }
     }
 
@@ -74,6 +83,7 @@ impl Prereq {
             Prereq::Icmp => "icmp",
             Prereq::Icmpv6 => "icmp6",
             Prereq::AnyIcmp => "icmp or icmp6",
+            Prereq::CtValid => "ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat",
         }
     }
 }
@@ -148,7 +158,35 @@ pub enum Field {
     IcmpCode,
     Icmpv6Type,
     Icmpv6Code,
+    /// Connection-tracking state bits filled by a `ct` action (OVS values:
+    /// new 0x01, est 0x02, rel 0x04, rpl 0x08, inv 0x10, trk 0x20, snat
+    /// 0x40, dnat 0x80). Matchable only: a packet gets them from the tracker.
+    CtState,
+    CtZone,
+    CtMark,
+    /// 128 bits, stored in network order.
+    CtLabel,
+    /// The tracked connection's original-direction tuple.
+    CtNwSrc,
+    CtNwDst,
+    CtNwProto,
+    CtTpSrc,
+    CtTpDst,
+    /// Datapath-only (see `FlowKey::recirc_id`); rules cannot match it.
+    RecircId,
 }
+
+/// ct_state flag names in bit order, as `ovs-ofctl` writes them.
+pub const CT_STATE_FLAGS: &[(&str, u32)] = &[
+    ("new", 0x01),
+    ("est", 0x02),
+    ("rel", 0x04),
+    ("rpl", 0x08),
+    ("inv", 0x10),
+    ("trk", 0x20),
+    ("snat", 0x40),
+    ("dnat", 0x80),
+];
 
 impl Field {
     /// Every field, in canonical printing order (OVS prints L2 before L3 before L4).
@@ -200,6 +238,16 @@ impl Field {
         Field::Icmpv6Type,
         Field::Icmpv6Code,
         Field::TcpFlags,
+        Field::RecircId,
+        Field::CtState,
+        Field::CtZone,
+        Field::CtMark,
+        Field::CtLabel,
+        Field::CtNwSrc,
+        Field::CtNwDst,
+        Field::CtNwProto,
+        Field::CtTpSrc,
+        Field::CtTpDst,
     ];
 
     /// The `ovs-ofctl` name.
@@ -241,6 +289,16 @@ impl Field {
             Field::IcmpCode => "icmp_code",
             Field::Icmpv6Type => "icmpv6_type",
             Field::Icmpv6Code => "icmpv6_code",
+            Field::CtState => "ct_state",
+            Field::CtZone => "ct_zone",
+            Field::CtMark => "ct_mark",
+            Field::CtLabel => "ct_label",
+            Field::CtNwSrc => "ct_nw_src",
+            Field::CtNwDst => "ct_nw_dst",
+            Field::CtNwProto => "ct_nw_proto",
+            Field::CtTpSrc => "ct_tp_src",
+            Field::CtTpDst => "ct_tp_dst",
+            Field::RecircId => "recirc_id",
         }
     }
 
@@ -278,8 +336,38 @@ impl Field {
             "icmp_code" => Field::IcmpCode,
             "icmpv6_type" => Field::Icmpv6Type,
             "icmpv6_code" => Field::Icmpv6Code,
+            "ct_state" | "NXM_NX_CT_STATE" => Field::CtState,
+            "ct_zone" | "NXM_NX_CT_ZONE" => Field::CtZone,
+            "ct_mark" | "NXM_NX_CT_MARK" => Field::CtMark,
+            "ct_label" | "NXM_NX_CT_LABEL" => Field::CtLabel,
+            "ct_nw_src" | "NXM_NX_CT_NW_SRC" => Field::CtNwSrc,
+            "ct_nw_dst" | "NXM_NX_CT_NW_DST" => Field::CtNwDst,
+            "ct_nw_proto" | "NXM_NX_CT_NW_PROTO" => Field::CtNwProto,
+            "ct_tp_src" | "NXM_NX_CT_TP_SRC" => Field::CtTpSrc,
+            "ct_tp_dst" | "NXM_NX_CT_TP_DST" => Field::CtTpDst,
+            "recirc_id" => Field::RecircId,
+            "NXM_OF_IN_PORT" | "OXM_OF_IN_PORT" => Field::InPort,
+            "OXM_OF_METADATA" => Field::Metadata,
+            "NXM_OF_ETH_SRC" | "OXM_OF_ETH_SRC" => Field::DlSrc,
+            "NXM_OF_ETH_DST" | "OXM_OF_ETH_DST" => Field::DlDst,
+            "NXM_OF_ETH_TYPE" | "OXM_OF_ETH_TYPE" => Field::DlType,
+            "NXM_OF_IP_SRC" | "OXM_OF_IPV4_SRC" => Field::NwSrc,
+            "NXM_OF_IP_DST" | "OXM_OF_IPV4_DST" => Field::NwDst,
+            "NXM_OF_IP_PROTO" | "OXM_OF_IP_PROTO" => Field::NwProto,
+            "NXM_OF_TCP_SRC" | "NXM_OF_UDP_SRC" | "OXM_OF_TCP_SRC" | "OXM_OF_UDP_SRC" => {
+                Field::TpSrc
+            }
+            "NXM_OF_TCP_DST" | "NXM_OF_UDP_DST" | "OXM_OF_TCP_DST" | "OXM_OF_UDP_DST" => {
+                Field::TpDst
+            }
+            "NXM_NX_IPV6_SRC" | "OXM_OF_IPV6_SRC" => Field::Ipv6Src,
+            "NXM_NX_IPV6_DST" | "OXM_OF_IPV6_DST" => Field::Ipv6Dst,
+            "NXM_NX_TUN_ID" => Field::TunId,
             _ => {
-                if let Some(n) = name.strip_prefix("reg") {
+                if let Some(n) = name
+                    .strip_prefix("NXM_NX_REG")
+                    .or_else(|| name.strip_prefix("reg"))
+                {
                     if let Ok(i) = n.parse::<u8>() {
                         if i < 8 {
                             return Ok(Field::Reg(i));
@@ -311,6 +399,12 @@ impl Field {
             Field::Ipv6Label => 20,
             Field::TcpFlags => 12,
             Field::IcmpType | Field::IcmpCode | Field::Icmpv6Type | Field::Icmpv6Code => 8,
+            Field::CtState | Field::CtMark | Field::CtNwSrc | Field::CtNwDst | Field::RecircId => {
+                32
+            }
+            Field::CtZone | Field::CtTpSrc | Field::CtTpDst => 16,
+            Field::CtNwProto => 8,
+            Field::CtLabel => 128,
         }
     }
 
@@ -336,6 +430,11 @@ impl Field {
             }
             Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
             Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
+            Field::CtNwSrc
+            | Field::CtNwDst
+            | Field::CtNwProto
+            | Field::CtTpSrc
+            | Field::CtTpDst => Prereq::CtValid,
             _ => Prereq::None,
         }
     }
@@ -351,6 +450,16 @@ impl Field {
                 | Field::NwProto
                 | Field::ArpOp
                 | Field::TunFlags
+                | Field::CtState
+                | Field::CtZone
+                | Field::CtMark
+                | Field::CtLabel
+                | Field::CtNwSrc
+                | Field::CtNwDst
+                | Field::CtNwProto
+                | Field::CtTpSrc
+                | Field::CtTpDst
+                | Field::RecircId
         )
     }
 
@@ -362,7 +471,9 @@ impl Field {
             | Field::ArpSpa
             | Field::ArpTpa
             | Field::TunSrc
-            | Field::TunDst => ValueKind::Ipv4,
+            | Field::TunDst
+            | Field::CtNwSrc
+            | Field::CtNwDst => ValueKind::Ipv4,
             Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
             Field::Metadata
             | Field::Reg(_)
@@ -372,7 +483,11 @@ impl Field {
             | Field::DlType
             | Field::TcpFlags
             | Field::TunFlags
-            | Field::Ipv6Label => ValueKind::Hex,
+            | Field::Ipv6Label
+            | Field::CtState
+            | Field::CtMark
+            | Field::CtLabel
+            | Field::RecircId => ValueKind::Hex,
             _ => ValueKind::Int,
         }
     }
@@ -418,6 +533,16 @@ impl Field {
             Field::TpSrc | Field::IcmpType | Field::Icmpv6Type => k.tp_src as u128,
             Field::TpDst | Field::IcmpCode | Field::Icmpv6Code => k.tp_dst as u128,
             Field::TcpFlags => k.tcp_flags as u128,
+            Field::CtState => k.ct_state as u128,
+            Field::CtZone => k.ct_zone as u128,
+            Field::CtMark => k.ct_mark as u128,
+            Field::CtLabel => u128::from_be_bytes(k.ct_label),
+            Field::CtNwSrc => k.ct_nw_src as u128,
+            Field::CtNwDst => k.ct_nw_dst as u128,
+            Field::CtNwProto => k.ct_nw_proto as u128,
+            Field::CtTpSrc => k.ct_tp_src as u128,
+            Field::CtTpDst => k.ct_tp_dst as u128,
+            Field::RecircId => k.recirc_id as u128,
         }
     }
 
@@ -458,6 +583,16 @@ impl Field {
             Field::TpSrc | Field::IcmpType | Field::Icmpv6Type => k.tp_src = v as u16,
             Field::TpDst | Field::IcmpCode | Field::Icmpv6Code => k.tp_dst = v as u16,
             Field::TcpFlags => k.tcp_flags = v as u16,
+            Field::CtState => k.ct_state = v as u32,
+            Field::CtZone => k.ct_zone = v as u16,
+            Field::CtMark => k.ct_mark = v as u32,
+            Field::CtLabel => k.ct_label = v.to_be_bytes(),
+            Field::CtNwSrc => k.ct_nw_src = v as u32,
+            Field::CtNwDst => k.ct_nw_dst = v as u32,
+            Field::CtNwProto => k.ct_nw_proto = v as u8,
+            Field::CtTpSrc => k.ct_tp_src = v as u16,
+            Field::CtTpDst => k.ct_tp_dst = v as u16,
+            Field::RecircId => k.recirc_id = v as u32,
         }
     }
 

@@ -18,7 +18,7 @@ use std::fmt;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const FLOW_WORDS: usize = 24;
+pub const FLOW_WORDS: usize = 28;
 
 /// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
 pub const VLAN_CFI: u16 = 0x1000;
@@ -84,15 +84,29 @@ pub struct FlowKey {
     pub nw_tos: u8,
     pub nw_ttl: u8,
     pub nw_frag: u8,
-    pub _pad: Pad,
+    /// Which recirculation this pass of the packet is (0: as received).
+    /// A datapath field only: set by the `recirc` datapath action after
+    /// `ct(table=N)`, never matched by rules (OVS's `recirc_id`).
+    pub recirc_id: u32,
     // words 20-23: Geneve option values mapped by a tunnel port's TLV map
     // (`tun_metadata0..7`, 4-byte options; 0 = absent).
     pub tun_metadata: [u32; 8],
+    // words 24-25: the connection's 128-bit label, network byte order.
+    pub ct_label: [u8; 16],
+    // word 26: the tracked connection's original-direction tuple
+    // (`ct_nw_src`, ...), filled with the other ct fields by a `ct` action.
+    pub ct_nw_src: u32,
+    pub ct_nw_dst: u32,
+    // word 27
+    pub ct_tp_src: u16,
+    pub ct_tp_dst: u16,
+    pub ct_nw_proto: u8,
+    pub _pad: Pad,
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 
-/// The 4 bytes that round word 19 up. Keys are hashed (EMC, megaflow
+/// The 3 bytes that round the last word up. Keys are hashed (EMC, megaflow
 /// buckets) and compared as whole words, so these bytes must be zero in
 /// every key; their type makes that hold by construction: the field is
 /// public (so `FlowKey { .., ..Default::default() }` works anywhere), but
@@ -100,16 +114,16 @@ const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 ///
 /// ```compile_fail
 /// let mut k = nicflow_flow::FlowKey::default();
-/// k._pad = nicflow_flow::key::Pad([1, 0, 0, 0]);
+/// k._pad = nicflow_flow::key::Pad([1, 0, 0]);
 /// ```
 #[derive(
     Clone, Copy, PartialEq, Eq, Hash, Default, Debug, FromBytes, IntoBytes, Immutable, KnownLayout,
 )]
 #[repr(transparent)]
-pub struct Pad([u8; 4]);
+pub struct Pad([u8; 3]);
 
 impl Pad {
-    pub const ZERO: Pad = Pad([0; 4]);
+    pub const ZERO: Pad = Pad([0; 3]);
 }
 
 impl FlowKey {
@@ -204,8 +218,15 @@ impl FlowMask {
             nw_tos: 0,
             nw_ttl: 0,
             nw_frag: 0,
-            _pad: Pad::ZERO,
+            recirc_id: 0,
             tun_metadata: [0; 8],
+            ct_label: [0; 16],
+            ct_nw_src: 0,
+            ct_nw_dst: 0,
+            ct_tp_src: 0,
+            ct_tp_dst: 0,
+            ct_nw_proto: 0,
+            _pad: Pad::ZERO,
         })
     }
 

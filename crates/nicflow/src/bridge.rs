@@ -444,12 +444,24 @@ impl Bridge {
             self.dp.replace_flows();
         }
         self.dp.expire(now, &mut self.ofproto);
+        self.dp.conntrack.sweep(now);
         let expired = self.ofproto.expire(now);
         self.ofproto.mac.expire(now);
         if expired > 0 || self.ofproto.mac.generation() != self.mac_generation {
             self.dp.revalidate(&mut self.ofproto);
             self.mac_generation = self.ofproto.mac.generation();
         }
+    }
+
+    /// The bridge's connection tracker (`ct` actions of its flows).
+    pub fn conntrack(&self) -> &nicflow_conntrack::Conntrack {
+        &self.dp.conntrack
+    }
+
+    /// Remove tracked connections. Cached flows are not touched: a packet
+    /// of a flushed connection is tracked afresh by its `ct` action.
+    pub fn flush_conntrack(&mut self, filter: &nicflow_conntrack::FlushFilter) -> usize {
+        self.dp.conntrack.flush(filter)
     }
 
     /// Rules with up-to-date counters.

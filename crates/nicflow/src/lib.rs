@@ -18,6 +18,7 @@ pub mod control;
 pub mod datapath;
 pub mod demo;
 pub mod lab;
+pub mod nf;
 pub mod offload;
 pub mod ofproto;
 pub mod port;

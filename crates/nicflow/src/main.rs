@@ -125,6 +125,22 @@ enum Cmd {
     /// Datapath flows: match, packets, bytes, used, engine (xdp or
     /// userspace with the reason it is not offloaded), actions.
     DumpDpFlows { bridge: String },
+    /// Tracked connections, in `ovs-appctl dpctl/dump-conntrack`'s format.
+    DumpConntrack {
+        bridge: String,
+        /// `zone=N`: only that zone.
+        zone: Option<String>,
+        /// More detail (id, timeout), as OVS's -m.
+        #[arg(short = 'm', long = "more")]
+        more: bool,
+        /// Packet and byte counters, as OVS's -s.
+        #[arg(short = 's', long = "statistics")]
+        statistics: bool,
+    },
+    /// Remove tracked connections: `[zone=N] [ct_nw_src=..,ct_nw_dst=..,ct_nw_proto=..,ct_tp_src=..,ct_tp_dst=..]`.
+    FlushConntrack { bridge: String, args: Vec<String> },
+    /// Connection tracker counters: connections by protocol, invalid packets by reason.
+    ConntrackStats { bridge: String },
     /// Port counters, cache hits per tier, upcalls, drops by reason,
     /// packets per engine (XDP / userspace).
     Stats,
@@ -325,6 +341,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DelFlows { bridge, filter } => ctl(Request::DelFlows { bridge, filter }),
         Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
         Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
+        Cmd::DumpConntrack {
+            bridge,
+            zone,
+            more,
+            statistics,
+        } => {
+            let zone = zone.map(|z| parse_zone_arg(&z)).transpose()?;
+            ctl(Request::DumpConntrack {
+                bridge,
+                zone,
+                verbose: more,
+                stats: statistics,
+            })
+        }
+        Cmd::FlushConntrack { bridge, args } => {
+            let mut zone = None;
+            let mut filter = None;
+            for a in args {
+                if a.starts_with("zone=") {
+                    zone = Some(parse_zone_arg(&a)?);
+                } else if filter.is_none() {
+                    filter = Some(a);
+                } else {
+                    anyhow::bail!(
+                        "`{a}`: give the tuple as one argument (ct_nw_src=..,ct_tp_dst=..)"
+                    );
+                }
+            }
+            ctl(Request::FlushConntrack {
+                bridge,
+                zone,
+                filter,
+            })
+        }
+        Cmd::ConntrackStats { bridge } => ctl(Request::ConntrackStats { bridge }),
         Cmd::Stats => ctl(Request::Stats),
         Cmd::Set { bridge, setting } => {
             let (key, value) = setting
@@ -507,4 +558,11 @@ fn pcap(flows: &std::path::Path, ports: &[String], no_cache: bool) -> Result<Exi
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `zone=N` (or a bare N) of the conntrack verbs.
+fn parse_zone_arg(s: &str) -> anyhow::Result<u16> {
+    let v = s.strip_prefix("zone=").unwrap_or(s);
+    v.parse::<u16>()
+        .with_context(|| format!("`{s}`: want zone=N with N in 0..=65535"))
 }

@@ -12,7 +12,8 @@
 //! Action names are matched without regard to case (`NORMAL`, `normal`).
 //! A bare number or a known port name is `output` to that port.
 
-use nicflow_flow::{ofp, Action, Field, Match, Prereq};
+use nicflow_flow::field::ValueKind;
+use nicflow_flow::{ofp, Action, CtAction, CtZone, Field, Match, Prereq};
 
 use crate::error::{err, RuleError};
 use crate::lexer::{split_actions, split_args, split_key};
@@ -241,13 +242,10 @@ fn nxm_field(name: &str) -> Option<Field> {
     })
 }
 
-/// `load:VALUE->DST[]`, `DST[start..end]` or `DST[bit]`.
-fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
-    let Some((val, dst)) = arg.rsplit_once("->") else {
-        return err(piece, "load wants VALUE->FIELD[bits]");
-    };
-    let Some((name, range)) = dst.strip_suffix(']').and_then(|d| d.split_once('[')) else {
-        return err(piece, "load wants VALUE->FIELD[] or FIELD[start..end]");
+/// `FIELD[]`, `FIELD[start..end]` or `FIELD[bit]`: (field, low bit, width).
+fn parse_subfield(piece: &str, s: &str) -> Result<(Field, u32, u32), RuleError> {
+    let Some((name, range)) = s.strip_suffix(']').and_then(|d| d.split_once('[')) else {
+        return err(piece, "want FIELD[] or FIELD[start..end]");
     };
     let f =
         nxm_field(name).ok_or_else(|| RuleError::new(piece, format!("unknown field {name}")))?;
@@ -266,7 +264,15 @@ fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleEr
             _ => return err(piece, format!("bit range must lie within 0..{bits}")),
         }
     };
-    let width = hi - lo + 1;
+    Ok((f, lo, hi - lo + 1))
+}
+
+/// `load:VALUE->DST[]`, `DST[start..end]` or `DST[bit]`.
+fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
+    let Some((val, dst)) = arg.rsplit_once("->") else {
+        return err(piece, "load wants VALUE->FIELD[bits]");
+    };
+    let (f, lo, width) = parse_subfield(piece, dst)?;
     let v = parse_uint(val)
         .filter(|v| *v <= full(width))
         .ok_or_else(|| {
@@ -276,6 +282,134 @@ fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleEr
             )
         })?;
     set_field(piece, f, v << lo, full(width) << lo, matching)
+}
+
+/// `ct(ARG,...)`: arguments in any order, as `ovs-ofctl` takes them.
+/// Refused with the offending argument: `nat` (not built yet), `alg=`
+/// (no application-layer gateways), `exec` actions other than writes of
+/// `ct_mark`/`ct_label`, and `exec`/`force` without `commit`.
+fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleError> {
+    let mut ct = CtAction {
+        commit: false,
+        force: false,
+        zone: CtZone::Imm(0),
+        table: None,
+        set_mark: None,
+        set_label: None,
+    };
+    let mut exec_given = false;
+    for arg in split_actions(inner)? {
+        let (k, delim, v) = split_key(arg);
+        let bad = |r: String| RuleError::new(arg, r);
+        match (k, delim) {
+            ("commit", None) => ct.commit = true,
+            ("force", None) => ct.force = true,
+            ("table", Some('=')) => ct.table = Some(table_no(arg, v)?),
+            ("zone", Some('=')) => {
+                ct.zone = if v.contains('[') {
+                    let (field, lo, width) = parse_subfield(arg, v)?;
+                    if width != 16 {
+                        return err(arg, "a zone subfield must be 16 bits wide");
+                    }
+                    CtZone::Field {
+                        field,
+                        ofs: lo as u8,
+                        nbits: width as u8,
+                    }
+                } else {
+                    CtZone::Imm(parse_max(v, 0xffff).map_err(bad)? as u16)
+                }
+            }
+            ("exec", Some('(')) => {
+                let Some(body) = v.strip_suffix(')') else {
+                    return err(arg, "malformed exec(...)");
+                };
+                exec_given = true;
+                for a in split_actions(body)? {
+                    let (f, value, mask) = parse_ct_exec(a)?;
+                    if f == Field::CtMark {
+                        ct.set_mark = Some((value as u32, mask as u32));
+                    } else {
+                        ct.set_label = Some((value, mask));
+                    }
+                }
+            }
+            ("nat", _) => {
+                return err(arg, "ct nat is not supported yet by nicflow");
+            }
+            ("alg", _) => {
+                return err(
+                    arg,
+                    "ct alg= is not supported: nicflow has no application-layer gateways",
+                );
+            }
+            _ => {
+                return err(
+                    arg,
+                    "unknown ct argument (commit, force, zone=, table=, exec())",
+                )
+            }
+        }
+    }
+    if exec_given && !ct.commit {
+        return err(piece, "ct exec requires commit");
+    }
+    if ct.force && !ct.commit {
+        return err(piece, "ct force requires commit");
+    }
+    // As OVS's check_CT: conntrack needs IP, and committing packets the
+    // match says are invalid cannot work.
+    Need::P(Prereq::Ip).check(matching, piece, "ct")?;
+    let (st, stm) = matching.get(Field::CtState);
+    if ct.commit && st & stm & 0x10 != 0 {
+        return err(piece, "ct commit cannot be used on packets matched as +inv");
+    }
+    Ok(Action::Ct(ct))
+}
+
+/// One action inside `ct(exec(...))`: `set_field:V[/M]->ct_mark|ct_label`
+/// or `load:V->NXM_NX_CT_MARK[..]`; the only writes OVS allows there.
+fn parse_ct_exec(a: &str) -> Result<(Field, u128, u128), RuleError> {
+    let (name, delim, arg) = split_key(a);
+    let only = || err(a, "ct exec may only set ct_mark or ct_label");
+    if !matches!(delim, Some(':')) {
+        return only();
+    }
+    let ct_field = |f: Field| matches!(f, Field::CtMark | Field::CtLabel);
+    match name.to_ascii_lowercase().as_str() {
+        "set_field" => {
+            let Some((val, fname)) = arg.rsplit_once("->") else {
+                return err(a, "set_field wants VALUE->FIELD");
+            };
+            match Field::from_name(fname) {
+                Ok(f) if ct_field(f) => {
+                    let (v, m) = parse_masked(ValueKind::Hex, f.bits(), val, true)
+                        .map_err(|r| RuleError::new(a, r))?;
+                    Ok((f, v & m, m))
+                }
+                _ => only(),
+            }
+        }
+        "load" => {
+            let Some((val, dst)) = arg.rsplit_once("->") else {
+                return err(a, "load wants VALUE->FIELD[bits]");
+            };
+            let (f, lo, width) = parse_subfield(a, dst)?;
+            if !ct_field(f) {
+                return only();
+            }
+            let v = parse_uint(val)
+                .filter(|v| *v <= full(width))
+                .ok_or_else(|| {
+                    RuleError::new(
+                        a,
+                        format!("value must be a number that fits in {width} bits"),
+                    )
+                })?;
+            Ok((f, v << lo, full(width) << lo))
+        }
+        _ => only(),
+    }
 }
 
 /// One action piece.
@@ -370,6 +504,9 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
         ("dec_ttl", None) => Action::DecTtl,
+        ("ct", None) => parse_ct(piece, "", matching)?,
+        ("ct", Some('(')) => parse_ct(piece, inner.unwrap_or_default(), matching)?,
+        ("ct_clear", None) => Action::CtClear,
         ("goto_table", _) if colon => Action::GotoTable(table_no(piece, arg)?),
         ("resubmit", _) if colon => match resubmit_port(piece, arg, ports)? {
             Some(p) => Action::Resubmit {
@@ -400,7 +537,8 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             "output" | "controller" | "mod_dl_src" | "mod_dl_dst" | "mod_nw_src" | "mod_nw_dst"
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
-            | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port",
+            | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
+            | "ct" | "ct_clear",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {

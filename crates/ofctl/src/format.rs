@@ -45,7 +45,8 @@
 //! * An empty match with no metadata prints as just `actions=...`.
 
 use nicflow_flow::field::ValueKind;
-use nicflow_flow::{Action, Field, Match};
+use nicflow_flow::field::CT_STATE_FLAGS;
+use nicflow_flow::{Action, CtAction, CtZone, Field, Match};
 
 use crate::matchp::{FRAGS, SHORTHANDS, TCP_FLAGS, TCP_FLAGS_NAMED};
 use crate::ports::{format_port, PortMap};
@@ -65,6 +66,75 @@ fn tcp_flags(v: u128, m: u128) -> String {
         }
     }
     s
+}
+
+/// `+trk+est` flag syntax when only named bits are masked (all are), as
+/// `ovs-ofctl` prints it.
+fn ct_state(v: u128, m: u128) -> String {
+    if m & !0xff != 0 {
+        return format_masked(ValueKind::Hex, 32, v, m);
+    }
+    let mut s = String::new();
+    for &(name, bit) in CT_STATE_FLAGS {
+        let bit = u128::from(bit);
+        if m & bit != 0 {
+            s.push(if v & bit != 0 { '+' } else { '-' });
+            s.push_str(name);
+        }
+    }
+    s
+}
+
+/// `ct(...)` as OVS's `format_CT`: commit, force, table, zone, exec; zone 0
+/// and empty parts left out.
+fn format_ct(c: &CtAction) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if c.commit {
+        parts.push("commit".into());
+    }
+    if c.force {
+        parts.push("force".into());
+    }
+    if let Some(t) = c.table {
+        parts.push(format!("table={t}"));
+    }
+    match c.zone {
+        CtZone::Imm(0) => {}
+        CtZone::Imm(z) => parts.push(format!("zone={z}")),
+        CtZone::Field { field, ofs, nbits } => parts.push(format!(
+            "zone={}[{}..{}]",
+            subfield_name(field),
+            ofs,
+            u32::from(ofs) + u32::from(nbits) - 1
+        )),
+    }
+    let mut exec = Vec::new();
+    let mut put = |f: Field, v: u128, m: u128| {
+        exec.push(format!(
+            "set_field:{}->{}",
+            format_masked(ValueKind::Hex, f.bits(), v, m),
+            f.name()
+        ))
+    };
+    if let Some((v, m)) = c.set_mark {
+        put(Field::CtMark, v.into(), m.into());
+    }
+    if let Some((v, m)) = c.set_label {
+        put(Field::CtLabel, v, m);
+    }
+    if !exec.is_empty() {
+        parts.push(format!("exec({})", exec.join(",")));
+    }
+    format!("ct({})", parts.join(","))
+}
+
+/// The NXM name OVS prints for a subfield's field (`NXM_NX_REG0`).
+fn subfield_name(f: Field) -> String {
+    match f {
+        Field::Reg(i) => format!("NXM_NX_REG{i}"),
+        Field::Metadata => "OXM_OF_METADATA".into(),
+        f => f.name().into(),
+    }
 }
 
 /// The match part alone, comma-separated; empty for a catch-all match.
@@ -138,6 +208,8 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
                 },
             ),
             Field::TcpFlags => parts.push(format!("tcp_flags={}", tcp_flags(v, fm))),
+            Field::CtState => parts.push(format!("ct_state={}", ct_state(v, fm))),
+            Field::CtZone if fm == 0xffff => parts.push(format!("ct_zone={v}")),
             _ => parts.push(format!(
                 "{name}={}",
                 format_masked(f.kind(), f.bits(), v, fm)
@@ -194,6 +266,8 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
                 Some(t) => format!("resubmit({p},{t})"),
             }
         }
+        Action::Ct(c) => format_ct(c),
+        Action::CtClear => "ct_clear".into(),
     }
 }
 

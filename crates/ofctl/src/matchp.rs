@@ -14,7 +14,7 @@
 //!   different spellings that touch the same bits (`tcp` and `nw_proto=17`,
 //!   `dl_vlan=5` and `vlan_tci=...`) must agree on every bit they share.
 
-use nicflow_flow::field::ValueKind;
+use nicflow_flow::field::{ValueKind, CT_STATE_FLAGS};
 use nicflow_flow::{ofp, Field, FlowKey, Match, Prereq};
 
 use crate::error::{err, RuleError};
@@ -231,6 +231,45 @@ fn parse_tcp_flags(s: &str) -> Result<(u128, u128), String> {
     Ok((v.into(), m.into()))
 }
 
+/// `ct_state=+trk-inv` (flags, OVS names) or `ct_state=0x21/0x21`.
+fn parse_ct_state(s: &str) -> Result<(u128, u128), String> {
+    if !s.starts_with(['+', '-']) {
+        let (v, m) = parse_masked(ValueKind::Hex, 32, s, true)?;
+        if (v | m) & !0xff != 0 {
+            return Err("ct_state has only 8 bits (0xff)".into());
+        }
+        return Ok((v, m));
+    }
+    let (mut v, mut m) = (0u32, 0u32);
+    let mut rest = s;
+    while let Some(sign) = rest.chars().next() {
+        let set = match sign {
+            '+' => true,
+            '-' => false,
+            _ => return Err("ct_state flags are written +flag or -flag".into()),
+        };
+        rest = &rest[1..];
+        let end = rest.find(['+', '-']).unwrap_or(rest.len());
+        let name = &rest[..end];
+        rest = &rest[end..];
+        let bit = CT_STATE_FLAGS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| *b)
+            .ok_or_else(|| {
+                format!("unknown ct_state flag `{name}` (known: new est rel rpl inv trk snat dnat)")
+            })?;
+        if m & bit != 0 && (v & bit != 0) != set {
+            return Err(format!("ct_state flag {name} is both set and cleared"));
+        }
+        m |= bit;
+        if set {
+            v |= bit;
+        }
+    }
+    Ok((v.into(), m.into()))
+}
+
 /// One `key` or `key=value` piece of the match part.
 fn piece<'a>(
     b: &mut Builder<'a>,
@@ -343,6 +382,11 @@ fn piece<'a>(
             b.needs.push((tok, key, Need::P(Prereq::Ip)));
             b.apply(tok, key, Field::NwFrag, v.into(), m.into())
         }
+        "ct_state" => {
+            let (v, m) = parse_ct_state(val).map_err(bad)?;
+            b.apply(tok, key, Field::CtState, v, m)
+        }
+        "recirc_id" => err(tok, "recirc_id is a datapath field; rules cannot match it"),
         "tcp_flags" => {
             let (v, m) = parse_tcp_flags(val).map_err(bad)?;
             b.needs.push((tok, key, Need::P(Prereq::Tcp)));

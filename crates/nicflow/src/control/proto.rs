@@ -50,6 +50,29 @@ pub enum Request {
     DumpDpFlows {
         bridge: String,
     },
+    /// Tracked connections, as `ovs-appctl dpctl/dump-conntrack` prints
+    /// them; `verbose` is `-m`, `stats` is `-s`.
+    DumpConntrack {
+        bridge: String,
+        #[serde(default)]
+        zone: Option<u16>,
+        #[serde(default)]
+        verbose: bool,
+        #[serde(default)]
+        stats: bool,
+    },
+    /// Remove tracked connections: all, a zone's, or those whose original
+    /// tuple matches `filter` (OVS's `ct_nw_src=..,ct_tp_dst=..` syntax).
+    FlushConntrack {
+        bridge: String,
+        #[serde(default)]
+        zone: Option<u16>,
+        #[serde(default)]
+        filter: Option<String>,
+    },
+    ConntrackStats {
+        bridge: String,
+    },
     Stats,
     /// A VF in `namespace` with its representor on `bridge` (see
     /// `control::vf`).

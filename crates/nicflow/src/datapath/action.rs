@@ -15,15 +15,22 @@ pub enum DropReason {
     TtlExceeded,
     /// The translation hit the resubmit depth limit.
     RecursionLimit,
+    /// A packet recirculated more than [`super::MAX_RECIRC`] times.
+    RecircLimit,
 }
 
 impl DropReason {
-    pub const ALL: &'static [DropReason] = &[DropReason::TtlExceeded, DropReason::RecursionLimit];
+    pub const ALL: &'static [DropReason] = &[
+        DropReason::TtlExceeded,
+        DropReason::RecursionLimit,
+        DropReason::RecircLimit,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             DropReason::TtlExceeded => "ttl_exceeded",
             DropReason::RecursionLimit => "recursion_limit",
+            DropReason::RecircLimit => "recirc_limit",
         }
     }
 }
@@ -75,6 +82,23 @@ pub enum DpAction {
         slot: u8,
         value: u32,
     },
+    /// Run the packet through the bridge's connection tracker in `zone`;
+    /// its verdict (ct_state, mark, label, tuple) stays with the packet
+    /// for a later [`DpAction::Recirc`]. `commit` stores the connection,
+    /// with `mark`/`label` (value, mask) written into it.
+    Ct {
+        zone: u16,
+        commit: bool,
+        force: bool,
+        mark: Option<(u32, u32)>,
+        label: Option<(u128, u128)>,
+    },
+    /// Look a copy of the packet up again with `recirc_id` = this id and
+    /// its connection-tracking verdict in the key, then go on with the
+    /// next action (OVS's recirculation after `ct(table=N)`).
+    Recirc(u32),
+    /// Forget the packet's connection-tracking verdict.
+    CtClear,
 }
 
 fn mac(f: &mut fmt::Formatter<'_>, m: &[u8; 6]) -> fmt::Result {
@@ -139,6 +163,35 @@ impl fmt::Display for DpAction {
             DpAction::SetTunnelMetadata { slot, value } => {
                 write!(f, "set(tunnel(tun_metadata{slot}={value:#x}))")
             }
+            DpAction::Ct {
+                zone,
+                commit,
+                force,
+                mark,
+                label,
+            } => {
+                // `ovs-dpctl`'s order: commit, zone, mark, labels.
+                let mut parts = Vec::new();
+                if *commit {
+                    parts.push(if *force { "force_commit" } else { "commit" }.to_string());
+                }
+                if *zone != 0 {
+                    parts.push(format!("zone={zone}"));
+                }
+                if let Some((v, m)) = mark {
+                    parts.push(format!("mark={v:#x}/{m:#x}"));
+                }
+                if let Some((v, m)) = label {
+                    parts.push(format!("label={v:#x}/{m:#x}"));
+                }
+                if parts.is_empty() {
+                    f.write_str("ct")
+                } else {
+                    write!(f, "ct({})", parts.join(","))
+                }
+            }
+            DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
+            DpAction::CtClear => f.write_str("ct_clear"),
         }
     }
 }

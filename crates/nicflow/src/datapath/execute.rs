@@ -7,6 +7,7 @@
 //! a unicast flow never copies and nothing allocates once the pool is warm.
 
 use super::action::{DpAction, DropReason};
+use super::ct::{CtMeta, CtStage};
 use super::ControllerPacket;
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::parse::{self, Layout};
@@ -48,6 +49,7 @@ pub fn execute(
     pool: &mut Vec<PacketBuf>,
     controller: &mut VecDeque<ControllerPacket>,
     controller_cap: usize,
+    ct: &mut CtStage<'_>,
 ) -> ExecResult {
     let mut r = ExecResult::default();
     if actions.is_empty() {
@@ -174,6 +176,35 @@ pub fn execute(
                 t.metadata[i] = *value;
                 t.md_present |= 1 << i;
                 pkt.tun = Some(t);
+            }
+            DpAction::Ct {
+                zone,
+                commit,
+                force,
+                mark,
+                label,
+            } => {
+                let l3 = pkt
+                    .data()
+                    .get(usize::from(layout.l3_offset)..)
+                    .unwrap_or(&[]);
+                ct.track(layout.ethertype, l3, *zone, *commit, *force, *mark, *label);
+            }
+            DpAction::CtClear => ct.meta = CtMeta::default(),
+            DpAction::Recirc(id) => {
+                if i == last {
+                    ct.recirc.push(((pkt, ct.meta, *id), ct.depth));
+                    return r;
+                }
+                let mut copy = pool
+                    .pop()
+                    .unwrap_or_else(|| PacketBuf::with_capacity(BUF_CAPACITY));
+                if !copy.set_data(pkt.data()) {
+                    copy = PacketBuf::from_slice(pkt.data());
+                }
+                copy.offload = pkt.offload;
+                copy.tun = pkt.tun;
+                ct.recirc.push(((copy, ct.meta, *id), ct.depth));
             }
         }
     }

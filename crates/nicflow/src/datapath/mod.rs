@@ -19,6 +19,7 @@
 //! buffer pool have warmed up.
 
 pub mod action;
+pub mod ct;
 pub mod emc;
 pub mod execute;
 pub mod offload;
@@ -36,6 +37,10 @@ use std::time::{Duration, Instant};
 
 /// Most spare buffers the datapath keeps for reuse.
 pub const POOL_MAX: usize = 4096;
+
+/// Most passes one received packet may make through the datapath (the
+/// first plus recirculations), as OVS's `MAX_RECIRC_DEPTH` bounds it.
+pub const MAX_RECIRC: u32 = 6;
 
 /// Reference from a datapath flow to an OpenFlow rule it was built from, so
 /// the flow's counters can be credited to the rules (`dump-flows`).
@@ -187,6 +192,8 @@ pub struct DpStats {
     pub controller_queue_drops: u64,
     pub revalidations: u64,
     pub flows_fixed: u64,
+    /// Passes made by recirculated packets (after `ct(table=N)`).
+    pub recirculations: u64,
 }
 
 impl DpStats {
@@ -246,6 +253,11 @@ pub struct Datapath {
     controller: VecDeque<ControllerPacket>,
     /// The engine flows are offloaded to (the bridge's XDP program), if any.
     offload: Option<Box<dyn FlowOffload>>,
+    /// The bridge's connection tracker, run by `ct` datapath actions.
+    pub conntrack: nicflow_conntrack::Conntrack,
+    /// Passes still to make for the packet being processed (recirculated
+    /// copies), reused across packets.
+    recirc: Vec<(ct::Recirculated, u32)>,
 }
 
 impl Datapath {
@@ -268,6 +280,8 @@ impl Datapath {
             pool: Vec::new(),
             controller: VecDeque::new(),
             offload: None,
+            conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
+            recirc: Vec::new(),
         }
     }
 
@@ -371,110 +385,181 @@ impl Datapath {
     ) {
         self.stats.packets += pkts.len() as u64;
         let mut budget = self.cfg.upcall_budget;
+        let mut passes = std::mem::take(&mut self.recirc);
         for pkt in pkts.drain(..) {
-            let mut key = FlowKey::default();
-            let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
-                Ok(l) => l,
-                Err(e) => {
-                    self.stats.parse_drops[e.index()] += 1;
-                    give_back(&mut self.pool, pkt);
-                    continue;
-                }
-            };
-            if let Some(t) = &pkt.tun {
-                // Decapsulated by a tunnel port: the outer headers are part
-                // of the key, as in OVS (`tun_id`, `tun_src`, ...).
-                key.tun_id = t.id;
-                key.tun_src = t.src;
-                key.tun_dst = t.dst;
-                key.tun_flags = t.flags;
-                key.tun_metadata = t.metadata;
-            }
-            let mut hit = None;
-            if self.cfg.caches_enabled {
-                let hash = emc::hash_key(key.words(), self.seed);
-                if let Some(id) = self.emc.lookup(hash, &key) {
-                    if self.flows.get(id).is_some() {
-                        self.stats.emc_hits += 1;
-                        hit = Some(id);
-                    }
-                }
-                if hit.is_none() {
-                    if let Some((id, _)) = self.flows.lookup(key.words()) {
-                        self.stats.megaflow_hits += 1;
-                        self.emc.insert(hash, &key, id);
-                        hit = Some(id);
-                    }
-                }
-            }
-            let mut uncached = None;
-            let mut revalidate = false;
-            if hit.is_none() {
-                if budget == 0 {
-                    self.stats.upcall_budget_drops += 1;
-                    give_back(&mut self.pool, pkt);
-                    continue;
-                }
-                budget -= 1;
-                self.stats.upcalls += 1;
-                let out = handler.upcall(&key, pkt.data(), now);
-                revalidate = out.state_changed;
-                if self.cfg.caches_enabled && out.install && self.flows.len() < self.cfg.flow_limit
-                {
-                    hit = Some(self.install(&key, out, now));
-                } else {
-                    if self.cfg.caches_enabled && out.install {
-                        self.stats.flow_limit_hits += 1;
-                    }
-                    uncached = Some(out.actions);
-                }
-            }
-            let actions: &[DpAction] = match (hit, &uncached) {
-                (Some(id), _) => match self.flows.get_mut(id) {
-                    Some(flow) => {
-                        flow.stats.packets += 1;
-                        flow.stats.bytes += pkt.len() as u64;
-                        flow.stats.used = Some(now);
-                        flow.stats.tcp_flags |= key.tcp_flags;
-                        &flow.actions
-                    }
-                    None => {
-                        give_back(&mut self.pool, pkt);
-                        continue;
-                    }
-                },
-                (None, Some(a)) => a,
-                (None, None) => {
-                    give_back(&mut self.pool, pkt);
-                    continue;
-                }
-            };
-            let r = execute::execute(
-                actions,
+            self.pass(
                 in_port,
                 pkt,
-                &mut layout,
+                None,
+                handler,
+                now,
                 tx,
-                &mut self.pool,
-                &mut self.controller,
-                self.cfg.controller_queue_len,
+                &mut budget,
+                &mut passes,
             );
-            self.stats.policy_drops += r.policy_drop as u64;
-            if let Some(reason) = r.drop {
-                let idx = DropReason::ALL
-                    .iter()
-                    .position(|d| *d == reason)
-                    .unwrap_or(0);
-                self.stats.action_drops[idx] += 1;
+            passes.reverse();
+            // Recirculated copies go before the next received packet, in
+            // the order their actions made them.
+            while let Some(((pkt, meta, id), depth)) = passes.pop() {
+                if depth >= MAX_RECIRC {
+                    let idx = DropReason::ALL
+                        .iter()
+                        .position(|d| *d == DropReason::RecircLimit)
+                        .unwrap_or(0);
+                    self.stats.action_drops[idx] += 1;
+                    give_back(&mut self.pool, pkt);
+                    continue;
+                }
+                self.stats.recirculations += 1;
+                let at = passes.len();
+                self.pass(
+                    in_port,
+                    pkt,
+                    Some((meta, id, depth)),
+                    handler,
+                    now,
+                    tx,
+                    &mut budget,
+                    &mut passes,
+                );
+                passes[at..].reverse();
             }
-            self.stats.controller_packets += r.controller as u64;
-            self.stats.controller_queue_drops += r.controller_dropped as u64;
-            if let Some(p) = r.leftover {
-                give_back(&mut self.pool, p);
+        }
+        self.recirc = passes;
+    }
+
+    /// One pass of one packet: key, lookup (or upcall), actions. `recirc` is
+    /// the verdict, id and depth of a recirculated pass; the copies this
+    /// pass recirculates are pushed onto `passes`.
+    #[allow(clippy::too_many_arguments)]
+    fn pass(
+        &mut self,
+        in_port: u32,
+        pkt: PacketBuf,
+        recirc: Option<(ct::CtMeta, u32, u32)>,
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+        tx: &mut TxBatch,
+        budget: &mut usize,
+        passes: &mut Vec<(ct::Recirculated, u32)>,
+    ) {
+        let mut key = FlowKey::default();
+        let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
+            Ok(l) => l,
+            Err(e) => {
+                self.stats.parse_drops[e.index()] += 1;
+                give_back(&mut self.pool, pkt);
+                return;
             }
-            if revalidate {
-                self.revalidate(handler);
+        };
+        if let Some(t) = &pkt.tun {
+            // Decapsulated by a tunnel port: the outer headers are part
+            // of the key, as in OVS (`tun_id`, `tun_src`, ...).
+            key.tun_id = t.id;
+            key.tun_src = t.src;
+            key.tun_dst = t.dst;
+            key.tun_flags = t.flags;
+            key.tun_metadata = t.metadata;
+        }
+        let (meta, depth) = match recirc {
+            Some((meta, id, depth)) => {
+                key.recirc_id = id;
+                meta.write_key(&mut key);
+                (meta, depth)
             }
+            None => (ct::CtMeta::default(), 0),
+        };
+        let mut hit = None;
+        if self.cfg.caches_enabled {
+            let hash = emc::hash_key(key.words(), self.seed);
+            if let Some(id) = self.emc.lookup(hash, &key) {
+                if self.flows.get(id).is_some() {
+                    self.stats.emc_hits += 1;
+                    hit = Some(id);
+                }
+            }
+            if hit.is_none() {
+                if let Some((id, _)) = self.flows.lookup(key.words()) {
+                    self.stats.megaflow_hits += 1;
+                    self.emc.insert(hash, &key, id);
+                    hit = Some(id);
+                }
+            }
+        }
+        let mut uncached = None;
+        let mut revalidate = false;
+        if hit.is_none() {
+            if *budget == 0 {
+                self.stats.upcall_budget_drops += 1;
+                give_back(&mut self.pool, pkt);
+                return;
+            }
+            *budget -= 1;
+            self.stats.upcalls += 1;
+            let out = handler.upcall(&key, pkt.data(), now);
+            revalidate = out.state_changed;
+            if self.cfg.caches_enabled && out.install && self.flows.len() < self.cfg.flow_limit {
+                hit = Some(self.install(&key, out, now));
+            } else {
+                if self.cfg.caches_enabled && out.install {
+                    self.stats.flow_limit_hits += 1;
+                }
+                uncached = Some(out.actions);
+            }
+        }
+        let actions: &[DpAction] = match (hit, &uncached) {
+            (Some(id), _) => match self.flows.get_mut(id) {
+                Some(flow) => {
+                    flow.stats.packets += 1;
+                    flow.stats.bytes += pkt.len() as u64;
+                    flow.stats.used = Some(now);
+                    flow.stats.tcp_flags |= key.tcp_flags;
+                    &flow.actions
+                }
+                None => {
+                    give_back(&mut self.pool, pkt);
+                    return;
+                }
+            },
+            (None, Some(a)) => a,
+            (None, None) => {
+                give_back(&mut self.pool, pkt);
+                return;
+            }
+        };
+        let mut stage = ct::CtStage {
+            tracker: &mut self.conntrack,
+            meta,
+            now,
+            depth: depth + 1,
+            recirc: passes,
+        };
+        let r = execute::execute(
+            actions,
+            in_port,
+            pkt,
+            &mut layout,
+            tx,
+            &mut self.pool,
+            &mut self.controller,
+            self.cfg.controller_queue_len,
+            &mut stage,
+        );
+        self.stats.policy_drops += r.policy_drop as u64;
+        if let Some(reason) = r.drop {
+            let idx = DropReason::ALL
+                .iter()
+                .position(|d| *d == reason)
+                .unwrap_or(0);
+            self.stats.action_drops[idx] += 1;
+        }
+        self.stats.controller_packets += r.controller as u64;
+        self.stats.controller_queue_drops += r.controller_dropped as u64;
+        if let Some(p) = r.leftover {
+            give_back(&mut self.pool, p);
+        }
+        if revalidate {
+            self.revalidate(handler);
         }
     }
 

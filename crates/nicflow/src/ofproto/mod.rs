@@ -92,8 +92,27 @@ pub struct OfprotoStats {
     pub rules_expired: u64,
 }
 
+/// Where a table walk stopped at `ct(table=N)` and what it carried: the
+/// recirculated pass resumes from this (OVS's frozen state). The datapath
+/// key holds only the id, so everything the next pass needs that is not in
+/// the packet's bytes or ct fields is here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frozen {
+    pub table: u8,
+    pub regs: [u32; 8],
+    pub metadata: u64,
+    /// The walk's `in_port` (a `resubmit` may have changed it).
+    pub in_port: u32,
+    /// Resubmit depth so far: recirculation cannot escape the limit.
+    pub depth: u32,
+}
+
 pub struct Ofproto {
     tables: Vec<Option<Box<Table>>>,
+    /// Recirculation ids by frozen state and back. Ids are never reused, so
+    /// a datapath flow's id always means what it meant when it was made.
+    frozen: std::collections::HashMap<Frozen, u32>,
+    thawed: std::collections::HashMap<u32, Frozen>,
     pub mac: MacTable,
     /// Port numbers of the bridge, ascending: the flood order.
     ports: Vec<u32>,
@@ -110,10 +129,28 @@ impl Ofproto {
     pub fn new() -> Self {
         Ofproto {
             tables: (0..N_TABLES).map(|_| None).collect(),
+            frozen: Default::default(),
+            thawed: Default::default(),
             mac: MacTable::default(),
             ports: Vec::new(),
             stats: OfprotoStats::default(),
         }
+    }
+
+    /// The recirculation id of a frozen walk (allocated on first use).
+    pub fn freeze(&mut self, f: Frozen) -> u32 {
+        if let Some(id) = self.frozen.get(&f) {
+            return *id;
+        }
+        let id = self.thawed.len() as u32 + 1;
+        self.frozen.insert(f, id);
+        self.thawed.insert(id, f);
+        id
+    }
+
+    /// The walk a recirculation id resumes.
+    pub fn thawed(&self, id: u32) -> Option<Frozen> {
+        self.thawed.get(&id).copied()
     }
 
     pub fn stats(&self) -> &OfprotoStats {

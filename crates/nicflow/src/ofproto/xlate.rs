@@ -23,10 +23,10 @@
 //! for `strip_vlan,normal` matched the outer tag only, while `normal`'s
 //! VLAN came from the inner one.
 
-use super::{Ofproto, MAX_DEPTH};
+use super::{Frozen, Ofproto, MAX_DEPTH};
 use crate::datapath::{DpAction, DropReason, RuleRef, XlateOut};
 use nicflow_flow::key::VLAN_CFI;
-use nicflow_flow::{ofp, Action, Field, FlowKey, FlowMask, FLOW_WORDS};
+use nicflow_flow::{ofp, Action, CtAction, CtZone, Field, FlowKey, FlowMask, FLOW_WORDS};
 use std::time::Instant;
 
 const ETH_IPV4: u16 = 0x0800;
@@ -70,9 +70,25 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         uncacheable: false,
         vlan_origin: [Some(0), Some(1)],
     };
-    // The datapath always matches the input port: outputs are relative to it.
+    // The datapath always matches the input port (outputs are relative to
+    // it) and the recirculation pass.
     ctx.wc.0.in_port = u32::MAX;
-    ctx.table(0);
+    ctx.wc.0.recirc_id = u32::MAX;
+    if key.recirc_id == 0 {
+        ctx.table(0);
+    } else {
+        // A pass after `ct(table=N)`: the walk resumes where it was frozen,
+        // with the registers and metadata it had then. An unknown id (none
+        // can be made outside `freeze`) leaves the action list empty: drop.
+        if let Some(f) = ctx.of.thawed(key.recirc_id) {
+            ctx.key.regs = f.regs;
+            ctx.key.metadata = f.metadata;
+            ctx.key.in_port = f.in_port;
+            ctx.committed = ctx.key;
+            ctx.depth = f.depth;
+            ctx.table(f.table);
+        }
+    }
     XlateOut {
         mask: ctx.wc,
         actions: ctx.actions,
@@ -160,6 +176,12 @@ impl Ctx<'_> {
             Action::ModVlanPcp(pcp) => self.mod_vlan(0xe000, ((*pcp as u16) & 7) << 13),
             Action::DecTtl => self.dec_ttl(),
             Action::GotoTable(t) => self.table(*t),
+            Action::Ct(c) => self.ct(c),
+            Action::CtClear => {
+                self.commit();
+                self.actions.push(DpAction::CtClear);
+                self.clear_ct();
+            }
             Action::Resubmit { port, table } => {
                 let saved = self.key.in_port;
                 if let Some(p) = port {
@@ -393,6 +415,56 @@ impl Ctx<'_> {
         } else {
             self.key.vlan_tci = (self.key.vlan_tci & !bits) | (value & bits) | VLAN_CFI;
         }
+    }
+
+    /// `ct(...)`: the tracker runs in the datapath; here it becomes a `ct`
+    /// datapath action, and with `table=N` a recirculation whose next pass
+    /// resumes in table N (OVS's `compose_conntrack_action`).
+    fn ct(&mut self, c: &CtAction) {
+        let zone = match c.zone {
+            CtZone::Imm(z) => z,
+            CtZone::Field { field, ofs, nbits } => {
+                let bits = ((1u128 << nbits) - 1) << ofs;
+                let wc = field.read(&self.wc.0) | bits;
+                field.write(&mut self.wc.0, wc);
+                ((field.read(&self.key) & bits) >> ofs) as u16
+            }
+        };
+        // The tracker must see the packet as the actions so far made it.
+        self.commit();
+        self.actions.push(DpAction::Ct {
+            zone,
+            commit: c.commit,
+            force: c.force,
+            mark: c.set_mark,
+            label: c.set_label,
+        });
+        if let Some(table) = c.table {
+            let id = self.of.freeze(Frozen {
+                table,
+                regs: self.key.regs,
+                metadata: self.key.metadata,
+                in_port: self.key.in_port,
+                depth: self.depth,
+            });
+            self.actions.push(DpAction::Recirc(id));
+        }
+        // The ct fields exist only in the recirculated pass; this action
+        // list goes on with an untracked packet.
+        self.clear_ct();
+    }
+
+    fn clear_ct(&mut self) {
+        let k = &mut self.key;
+        k.ct_state = 0;
+        k.ct_zone = 0;
+        k.ct_mark = 0;
+        k.ct_label = [0; 16];
+        k.ct_nw_src = 0;
+        k.ct_nw_dst = 0;
+        k.ct_nw_proto = 0;
+        k.ct_tp_src = 0;
+        k.ct_tp_dst = 0;
     }
 
     /// Emit set actions for every field changed since the last commit.

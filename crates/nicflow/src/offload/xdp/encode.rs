@@ -378,6 +378,12 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     if m.ct_mark != 0 {
         return Some("field:ct_mark");
     }
+    if m.ct_label != [0; 16] {
+        return Some("field:ct_label");
+    }
+    if m.ct_nw_src | m.ct_nw_dst != 0 || m.ct_tp_src | m.ct_tp_dst != 0 || m.ct_nw_proto != 0 {
+        return Some("field:ct_tuple");
+    }
     None
 }
 
@@ -391,6 +397,11 @@ pub fn encode(
 ) -> Result<EncodedFlow, NotOffloadable> {
     if let Some(reason) = unsupported_field(&mask.0) {
         return Err(no(reason));
+    }
+    // The kernel programs never see a recirculated packet: its flows live
+    // where the tracker does.
+    if key.recirc_id != 0 {
+        return Err(no("ct:recirculated"));
     }
     let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
     let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
@@ -432,6 +443,11 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
+            // Connection tracking runs in userspace only (no kernel tracker
+            // yet): the flow stays with it.
+            DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
+                return Err(no("ct:userspace"))
+            }
             DpAction::SetTunnelMetadata { .. } => return Err(no("action:set-tun-metadata")),
             DpAction::SetTunnelId(v) => {
                 // Metadata only: it reaches the wire through a tunnel

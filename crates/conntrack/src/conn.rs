@@ -1,0 +1,124 @@
+//! One tracked connection and the per-protocol dispatch (`l4_protos[]` in
+//! lib/conntrack.c: TCP, ICMP, ICMPv6, and "other" for everything else,
+//! UDP and SCTP included).
+
+use std::time::Instant;
+
+use crate::icmp::{icmp4_valid_new, icmp6_valid_new, IcmpState};
+use crate::other::OtherState;
+use crate::tcp::{self, TcpConn};
+use crate::timeouts::{Timeouts, Tm};
+use crate::tuple::{ConnKey, Parsed, IPPROTO_TCP};
+
+/// `enum ct_update_res`, with the timer `conn_update_expiration` would set
+/// (None: leave the expiration alone) and the invalid reasons split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Update {
+    /// `CT_UPDATE_VALID`: +est.
+    Valid(Option<Tm>),
+    /// `CT_UPDATE_VALID_NEW`: still +new (retransmitted SYN, one-way UDP).
+    ValidNew(Option<Tm>),
+    /// `CT_UPDATE_NEW`: replace the connection with a new one.
+    New,
+    /// `CT_UPDATE_INVALID` from `tcp_invalid_flags`.
+    InvalidFlags,
+    /// `CT_UPDATE_INVALID` from the sequence check.
+    InvalidWindow,
+}
+
+/// Per-protocol state (`struct conn_tcp` / `conn_icmp` / `conn_other`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ProtoState {
+    Tcp(TcpConn),
+    Icmp(IcmpState),
+    Other(OtherState),
+}
+
+/// A connection. Both direction keys are stored (OVS `key_node[CT_DIRS]`)
+/// so that NAT can later make the reply key differ from the reversed
+/// original key without changing the table layout.
+#[derive(Clone, Debug)]
+pub(crate) struct Conn {
+    /// [original, reply] keys.
+    pub keys: [ConnKey; 2],
+    pub expiration: Instant,
+    pub label: u128,
+    pub mark: u32,
+    /// Dump identifier, assigned at creation.
+    pub id: u32,
+    pub proto: ProtoState,
+    /// Packets and bytes seen [original, reply] direction.
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// `valid_new`: may this packet create a connection?
+pub(crate) fn valid_new(p: &Parsed) -> bool {
+    let k = &p.key;
+    if k.nw_proto == IPPROTO_TCP {
+        return p.tcp.as_ref().is_some_and(tcp::valid_new);
+    }
+    if k.is_icmp() {
+        return if k.ipv6 {
+            icmp6_valid_new(k.src.icmp_type)
+        } else {
+            icmp4_valid_new(k.src.icmp_type)
+        };
+    }
+    true
+}
+
+impl Conn {
+    /// `new_conn` + `conn_init_expiration`. Caller checked [`valid_new`].
+    pub(crate) fn new(p: &Parsed, id: u32, now: Instant, timeouts: &Timeouts) -> Conn {
+        let (proto, tm) = match (p.key.nw_proto, p.tcp.as_ref()) {
+            (IPPROTO_TCP, Some(seg)) => (ProtoState::Tcp(TcpConn::new(seg)), Tm::TcpFirstPacket),
+            _ if p.key.is_icmp() => (
+                ProtoState::Icmp(IcmpState::First),
+                IcmpState::initial_timer(),
+            ),
+            _ => (
+                ProtoState::Other(OtherState::First),
+                OtherState::initial_timer(),
+            ),
+        };
+        Conn {
+            keys: [p.key, p.key.reversed()],
+            expiration: now + timeouts.get(tm),
+            label: 0,
+            mark: 0,
+            id,
+            proto,
+            packets: [1, 0],
+            bytes: [u64::from(p.l3_len), 0],
+        }
+    }
+
+    /// `conn_update`: run the protocol state machine and refresh the
+    /// expiration it asks for.
+    pub(crate) fn update(
+        &mut self,
+        p: &Parsed,
+        reply: bool,
+        now: Instant,
+        timeouts: &Timeouts,
+        tcp_seq_chk: bool,
+    ) -> Update {
+        let res = match (&mut self.proto, p.tcp.as_ref()) {
+            (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk),
+            // A TCP connection always gets TCP segments (same key, same
+            // protocol); this arm only keeps the match total.
+            (ProtoState::Tcp(_), None) => Update::InvalidFlags,
+            (ProtoState::Icmp(s), _) => s.update(reply),
+            (ProtoState::Other(s), _) => s.update(reply),
+        };
+        if let Update::Valid(Some(tm)) | Update::ValidNew(Some(tm)) = res {
+            self.expiration = now + timeouts.get(tm);
+        }
+        res
+    }
+
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        now >= self.expiration
+    }
+}

@@ -1,0 +1,473 @@
+//! The connection table and the per-packet driver (`process_one`,
+//! `conn_not_found`, `conn_update_state`, `write_ct_md`, `set_mark`,
+//! `set_label`, `conntrack_clean`, `conntrack_flush*`, `conntrack_dump*` in
+//! lib/conntrack.c).
+//!
+//! Layout: connections live in a slab (`Vec<Option<Conn>>` plus a free
+//! list) and a hashbrown map, keyed by the fixed-size [`ConnKey`], holds
+//! one entry per direction pointing at the slot. Two entries per
+//! connection, rather than one entry under a direction-normalised key, is
+//! what OVS does (`key_node[CT_DIR_FWD/REV]`) and is what NAT needs: a
+//! NATed connection's reply key is not the reversed original key, so a
+//! normalised key could not find it. Looking a packet up is one hash of a
+//! 44-byte `Copy` key and no allocation; zones are part of the key, which
+//! makes them separate tables exactly like OVS's per-zone cmaps.
+
+use std::time::{Duration, Instant};
+
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
+
+use crate::conn::{self, Conn, ProtoState, Update};
+use crate::error::InvalidReason;
+use crate::format::{Counters, EntryView, TcpInfo};
+use crate::stats::{proto_class, CtStats};
+use crate::tcp::CT_WSCALE_MASK;
+use crate::tuple::{self, ConnKey, Parsed};
+use crate::{state, Config, CtRequest, CtResult, FlushFilter};
+
+/// Map value: which slot, and whether the key is the reply direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ConnRef {
+    slot: u32,
+    reply: bool,
+}
+
+/// Why a connection left the table (for the counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    Expired,
+    /// Flushed, pushed out by `force`, or replaced by a new SYN.
+    Removed,
+}
+
+/// Minimum interval between two "table full" warnings.
+const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Fewest slots one [`Conntrack::sweep`] call examines.
+const MIN_SWEEP_BATCH: usize = 1024;
+
+/// The connection tracker. Single-threaded: the datapath owns it (or wraps
+/// it in a lock); nothing here blocks or allocates on the established path.
+pub struct Conntrack {
+    cfg: Config,
+    map: HashMap<ConnKey, ConnRef, RandomState>,
+    slots: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    next_id: u32,
+    sweep_cursor: usize,
+    stats: CtStats,
+    last_limit_log: Option<Instant>,
+}
+
+impl Conntrack {
+    /// An empty tracker. The hash seed is random per tracker, because keys
+    /// come from the network (hash flooding).
+    pub fn new(cfg: Config) -> Self {
+        Conntrack {
+            cfg,
+            map: HashMap::with_hasher(RandomState::default()),
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_id: 1,
+            sweep_cursor: 0,
+            stats: CtStats::default(),
+            last_limit_log: None,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Changes the connection limit (`dpctl/ct-set-maxconns`). Existing
+    /// connections above a lowered limit stay until they expire.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.cfg.limit = limit;
+    }
+
+    /// Enables or disables TCP sequence checking
+    /// (`dpctl/ct-enable-tcp-seq-chk` / `ct-disable-tcp-seq-chk`).
+    pub fn set_tcp_seq_chk(&mut self, enabled: bool) {
+        self.cfg.tcp_seq_chk = enabled;
+    }
+
+    /// Number of connections in the table, including expired ones not yet
+    /// swept (OVS's `n_conn`, which the limit is checked against).
+    pub fn len(&self) -> usize {
+        self.stats.connections
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters; `connections` and the per-protocol counts are live.
+    pub fn stats(&self) -> CtStats {
+        self.stats.clone()
+    }
+
+    /// Runs one packet through the tracker: the `ct(zone=.., commit,
+    /// force, exec(set_field:..->ct_mark/ct_label))` datapath action.
+    ///
+    /// `dl_type` is the Ethernet type; `l3` the packet from the IP header
+    /// on (trailing link-layer padding is trimmed using the IP length).
+    /// Any input is accepted: what cannot be parsed is `+trk+inv` and
+    /// counted under its [`InvalidReason`]. Non-IP `dl_type` is `+trk+inv`
+    /// too (OVS never installs `ct` on non-IP flows, and its
+    /// `conntrack_execute` marks such a packet invalid).
+    ///
+    /// Each call starts from an empty `ct_state` (OVS carries the previous
+    /// state only within one zone's recirculation fast path, which the
+    /// caller owns).
+    pub fn process(&mut self, dl_type: u16, l3: &[u8], req: &CtRequest, now: Instant) -> CtResult {
+        let zone = req.zone;
+        let p = match tuple::extract(dl_type, l3, zone) {
+            Ok(p) => p,
+            Err(reason) => {
+                // conntrack_execute: write_ct_md(pkt, zone, NULL, NULL, NULL).
+                self.stats.invalid[reason.index()] += 1;
+                return CtResult {
+                    state: state::INV | state::TRK,
+                    zone,
+                    ..CtResult::default()
+                };
+            }
+        };
+
+        let mut found = self.lookup(&p.key, now);
+        // "Delete found entry if in wrong direction. 'force' implies commit."
+        if req.force {
+            if let Some((slot, true)) = found {
+                self.remove(slot, Removal::Removed);
+                found = None;
+            }
+        }
+
+        let mut ct_state = 0;
+        let mut conn_slot = None;
+        let mut invalid = None;
+        let mut create = false;
+        match found {
+            Some((slot, reply)) if p.icmp_related => {
+                // conn_update_state: related ICMP errors do not run the
+                // state machine and do not refresh the timeout.
+                ct_state |= state::REL;
+                if reply {
+                    ct_state |= state::RPL;
+                }
+                conn_slot = Some(slot);
+            }
+            Some((slot, reply)) => {
+                let cfg = &self.cfg;
+                let res = match self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+                    Some(c) => c.update(&p, reply, now, &cfg.timeouts, cfg.tcp_seq_chk),
+                    None => Update::New,
+                };
+                match res {
+                    Update::Valid(_) => {
+                        ct_state |= state::EST;
+                        if reply {
+                            ct_state |= state::RPL;
+                        }
+                        self.count(slot, reply, &p);
+                        conn_slot = Some(slot);
+                    }
+                    Update::ValidNew(_) => {
+                        ct_state |= state::NEW;
+                        self.count(slot, reply, &p);
+                        conn_slot = Some(slot);
+                    }
+                    Update::InvalidFlags => {
+                        invalid = Some(InvalidReason::TcpFlags);
+                        conn_slot = Some(slot);
+                    }
+                    Update::InvalidWindow => {
+                        invalid = Some(InvalidReason::TcpWindow);
+                        conn_slot = Some(slot);
+                    }
+                    Update::New => {
+                        self.remove(slot, Removal::Removed);
+                        create = true;
+                    }
+                }
+            }
+            None if p.icmp_related => invalid = Some(InvalidReason::RelatedNoConn),
+            None => create = true,
+        }
+
+        if create {
+            // conn_not_found.
+            if !conn::valid_new(&p) {
+                invalid = Some(InvalidReason::InvalidNew);
+            } else {
+                ct_state = state::NEW;
+                if req.commit {
+                    conn_slot = self.insert(&p, now);
+                }
+            }
+        }
+
+        // write_ct_md: mark, label and orig tuple come from the connection
+        // when there is one (even for an invalid packet of a known
+        // connection), otherwise the orig tuple is the packet's own key.
+        let mut res = CtResult {
+            state: ct_state | state::TRK,
+            zone,
+            mark: 0,
+            label: 0,
+            orig: Some(p.key.to_tuple()),
+            conn: None,
+        };
+        if let Some(reason) = invalid {
+            self.stats.invalid[reason.index()] += 1;
+            res.state = state::INV | state::TRK;
+        }
+        if let Some(slot) = conn_slot {
+            let commit = req.commit;
+            if let Some(c) = self.slot_mut(slot) {
+                // set_mark / set_label: exec() requires commit in OpenFlow
+                // (ofp-actions.c), so only a committing action writes.
+                if commit {
+                    if let Some((v, m)) = req.set_mark {
+                        c.mark = v | (c.mark & !m);
+                    }
+                    if let Some((v, m)) = req.set_label {
+                        c.label = v | (c.label & !m);
+                    }
+                }
+                res.mark = c.mark;
+                res.label = c.label;
+                res.orig = Some(c.keys[0].to_tuple());
+                res.conn = Some(crate::ConnHandle { slot, id: c.id });
+            }
+        }
+        res
+    }
+
+    /// A second `ct` in the same zone on a packet whose verdict came from
+    /// connection `h` (OVS's `process_one_fast`): the state machine does
+    /// not see the packet again; a commit writes `set_mark`/`set_label`.
+    /// Returns the connection's (mark, label), or `None` if it is gone.
+    pub fn update_known(&mut self, h: crate::ConnHandle, req: &CtRequest) -> Option<(u32, u128)> {
+        let c = self.slot_mut(h.slot).filter(|c| c.id == h.id)?;
+        if req.commit {
+            if let Some((v, m)) = req.set_mark {
+                c.mark = v | (c.mark & !m);
+            }
+            if let Some((v, m)) = req.set_label {
+                c.label = v | (c.label & !m);
+            }
+        }
+        Some((c.mark, c.label))
+    }
+
+    fn slot_mut(&mut self, slot: u32) -> Option<&mut Conn> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    fn slot(&self, slot: u32) -> Option<&Conn> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+
+    /// `conn_key_lookup`: OVS skips expired connections and leaves them
+    /// for the sweeper; here the map has one entry per key, so an expired
+    /// match is removed on the spot to make room for its successor.
+    fn lookup(&mut self, key: &ConnKey, now: Instant) -> Option<(u32, bool)> {
+        let r = *self.map.get(key)?;
+        let expired = self.slot(r.slot).is_none_or(|c| c.expired(now));
+        if expired {
+            self.remove(r.slot, Removal::Expired);
+            return None;
+        }
+        Some((r.slot, r.reply))
+    }
+
+    fn count(&mut self, slot: u32, reply: bool, p: &Parsed) {
+        if let Some(c) = self.slot_mut(slot) {
+            let d = usize::from(reply);
+            c.packets[d] += 1;
+            c.bytes[d] += u64::from(p.l3_len);
+        }
+    }
+
+    /// The commit half of `conn_not_found`, including the global limit
+    /// (`n_conn_limit`): at the limit nothing is created and the packet
+    /// stays `+trk+new` without a connection, as in OVS.
+    fn insert(&mut self, p: &Parsed, now: Instant) -> Option<u32> {
+        if self.stats.connections >= self.cfg.limit {
+            self.stats.limit_drops += 1;
+            let due = self
+                .last_limit_log
+                .is_none_or(|t| now.saturating_duration_since(t) >= LIMIT_LOG_INTERVAL);
+            if due {
+                self.last_limit_log = Some(now);
+                tracing::warn!(
+                    limit = self.cfg.limit,
+                    drops = self.stats.limit_drops,
+                    "conntrack table full, not committing new connections"
+                );
+            }
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let c = Conn::new(p, id, now, &self.cfg.timeouts);
+        let keys = c.keys;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = Some(c);
+                s
+            }
+            None => {
+                let s = u32::try_from(self.slots.len()).ok()?;
+                self.slots.push(Some(c));
+                s
+            }
+        };
+        self.map.insert(keys[0], ConnRef { slot, reply: false });
+        // Without NAT the reply key differs from the original one except for
+        // degenerate tuples (same address and port on both sides); the
+        // original-direction entry wins then, as in OVS where the forward
+        // key is compared first.
+        if keys[1] != keys[0] {
+            self.map.insert(keys[1], ConnRef { slot, reply: true });
+        }
+        self.stats.connections += 1;
+        self.stats.created += 1;
+        *self.stats.per_proto_mut(proto_class(&keys[0])) += 1;
+        Some(slot)
+    }
+
+    fn remove(&mut self, slot: u32, why: Removal) {
+        let Some(c) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return;
+        };
+        for k in &c.keys {
+            if self.map.get(k).is_some_and(|r| r.slot == slot) {
+                self.map.remove(k);
+            }
+        }
+        self.free.push(slot);
+        self.stats.connections -= 1;
+        *self.stats.per_proto_mut(proto_class(&c.keys[0])) -= 1;
+        match why {
+            Removal::Expired => self.stats.expired += 1,
+            Removal::Removed => self.stats.removed += 1,
+        }
+    }
+
+    /// Removes expired connections; returns how many.
+    ///
+    /// Bounded: one call examines at most `max(limit / 64, 1024)` slots
+    /// (OVS `conntrack_clean` stops after `n_conn_limit / 64` entries),
+    /// resuming where the previous call stopped, so with the default limit
+    /// a call costs at most ~47k slot checks and a full pass over a full
+    /// table takes 64 calls. Correctness does not depend on sweeping:
+    /// lookups ignore (and drop) expired connections; sweeping only frees
+    /// their memory and their share of the limit.
+    pub fn sweep(&mut self, now: Instant) -> usize {
+        let n = self.slots.len();
+        if n == 0 {
+            return 0;
+        }
+        let budget = (self.cfg.limit / 64).max(MIN_SWEEP_BATCH).min(n);
+        let mut removed = 0;
+        for _ in 0..budget {
+            if self.sweep_cursor >= n {
+                self.sweep_cursor = 0;
+            }
+            let slot = self.sweep_cursor as u32;
+            if self.slot(slot).is_some_and(|c| c.expired(now)) {
+                self.remove(slot, Removal::Expired);
+                removed += 1;
+            }
+            self.sweep_cursor += 1;
+        }
+        removed
+    }
+
+    /// Deletes the connections matching `filter` (`dpctl/flush-conntrack`);
+    /// returns how many. Every field given in the filter must match the
+    /// connection's original-direction tuple, like `ct_dpif_flush_tuple`'s
+    /// `ct_dpif_entry_cmp`.
+    pub fn flush(&mut self, filter: &FlushFilter) -> usize {
+        let mut n = 0;
+        for slot in 0..self.slots.len() {
+            let slot = slot as u32;
+            if self.slot(slot).is_some_and(|c| filter.matches(&c.keys[0])) {
+                self.remove(slot, Removal::Removed);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Live (unexpired) connections, optionally of one zone
+    /// (`conntrack_dump_next`), sorted by zone then original tuple so the
+    /// output is deterministic.
+    pub fn dump(&self, zone: Option<u16>, now: Instant) -> Vec<EntryView> {
+        let mut v: Vec<(ConnKey, EntryView)> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|c| !c.expired(now) && zone.is_none_or(|z| z == c.keys[0].zone))
+            .map(|c| (c.keys[0], entry_view(c, now)))
+            .collect();
+        v.sort_by_key(|(k, e)| dump_order(k, e.id));
+        v.into_iter().map(|(_, e)| e).collect()
+    }
+}
+
+/// Dump order: zone, family, addresses, protocol, then ports/ICMP fields.
+fn dump_order(k: &ConnKey, id: u32) -> impl Ord {
+    (
+        k.zone,
+        k.ipv6,
+        k.src.addr,
+        k.dst.addr,
+        k.nw_proto,
+        (k.src.port, k.dst.port, k.src.icmp_type, k.src.icmp_code),
+        id,
+    )
+}
+
+/// `conn_to_ct_dpif_entry`.
+fn entry_view(c: &Conn, now: Instant) -> EntryView {
+    let k = &c.keys[0];
+    let tcp = match &c.proto {
+        ProtoState::Tcp(t) => {
+            let [o, r] = &t.peer;
+            Some(TcpInfo {
+                state_orig: o.state,
+                state_reply: r.state,
+                wscale_orig: o.wscale & CT_WSCALE_MASK,
+                wscale_reply: r.wscale & CT_WSCALE_MASK,
+                flags_orig: TcpInfo::peer_flags(o.wscale),
+                flags_reply: TcpInfo::peer_flags(r.wscale),
+            })
+        }
+        _ => None,
+    };
+    EntryView {
+        id: c.id,
+        zone: k.zone,
+        mark: c.mark,
+        label: c.label,
+        orig: k.to_tuple(),
+        reply: c.keys[1].to_tuple(),
+        icmp_id: k.is_icmp().then_some(k.src.port),
+        tcp,
+        timeout: c.expiration.saturating_duration_since(now).as_secs(),
+        counters_orig: Counters {
+            packets: c.packets[0],
+            bytes: c.bytes[0],
+        },
+        counters_reply: Counters {
+            packets: c.packets[1],
+            bytes: c.bytes[1],
+        },
+    }
+}
