@@ -12,6 +12,7 @@ command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)
 command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
 # Measurement (nicflow bench ...): plots, latency, trafgen baseline, CPU
 # counters, co-located load.

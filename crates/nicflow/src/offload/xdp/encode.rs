@@ -9,6 +9,8 @@
 //!
 //! | reason | why |
 //! | --- | --- |
+//! | `ct:userspace` | the flow runs `ct`/`recirc`/`ct_clear`: the connection tracker is in userspace only |
+//! | `ct:recirculated` | the flow is for a pass after `ct(table=N)` (its key has a `recirc_id`) |
 //! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
 //! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
 //! | `action:controller` | a copy to the controller needs userspace |
@@ -395,13 +397,22 @@ pub fn encode(
     actions: &[DpAction],
     ports: &dyn PortSlots,
 ) -> Result<EncodedFlow, NotOffloadable> {
-    if let Some(reason) = unsupported_field(&mask.0) {
-        return Err(no(reason));
-    }
-    // The kernel programs never see a recirculated packet: its flows live
-    // where the tracker does.
+    // Connection tracking runs in userspace only (no kernel tracker yet):
+    // flows that call it and the passes after it stay with it. Said before
+    // the ct fields their masks touch, which follow from this.
     if key.recirc_id != 0 {
         return Err(no("ct:recirculated"));
+    }
+    if actions.iter().any(|a| {
+        matches!(
+            a,
+            DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear
+        )
+    }) {
+        return Err(no("ct:userspace"));
+    }
+    if let Some(reason) = unsupported_field(&mask.0) {
+        return Err(no(reason));
     }
     let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
     let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
@@ -443,8 +454,6 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
-            // Connection tracking runs in userspace only (no kernel tracker
-            // yet): the flow stays with it.
             DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
                 return Err(no("ct:userspace"))
             }

@@ -1,0 +1,196 @@
+//! Connection tracking with real traffic: two namespaces behind a nicflow
+//! switch with the defaults, the stateful-firewall tables Open vSwitch
+//! documents. h1 may open TCP connections and pings to h2 and gets the
+//! replies; h2 can open nothing towards h1. `dump-conntrack` shows the
+//! connections in OVS's format, `dump-dp-flows` says why the ct flows stay
+//! in userspace, `flush-conntrack` empties the table.
+//!
+//! Root only; one lab per test (`o<pid><tag>`), torn down by a guard.
+
+mod common;
+
+use common::oflab::*;
+use nicflow::control::proto::Request;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FIREWALL: &[&str] = &[
+    "table=0,priority=1,actions=drop",
+    "table=0,priority=10,arp,actions=normal",
+    "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)",
+    "table=1,priority=1,actions=drop",
+    "table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2",
+    "table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2",
+    "table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1",
+    "table=1,priority=10,ip,ct_state=+trk+rel,actions=normal",
+];
+
+/// A process in a namespace, killed when dropped.
+struct Bg(Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_server(ns: &str, addr: &str) -> Bg {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-m", "http.server", "8080"])
+        .args(["--bind", addr, "--directory", "/"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 http.server");
+    Bg(child)
+}
+
+/// `curl` from `ns` to `url`: Ok(status) or Err(why).
+fn curl(ns: &str, url: &str, timeout_s: u32) -> Result<String, String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-s", "-o", "/dev/null"])
+        .args(["-w", "%{http_code}", "-m", &timeout_s.to_string(), url])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let code = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(code)
+    } else {
+        Err(format!("curl exit {:?}, code {code}", out.status.code()))
+    }
+}
+
+fn ping(ns: &str, to: &str) -> bool {
+    Command::new("ip")
+        .args([
+            "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", to,
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Until `f` holds or `limit` passes (servers take a moment to listen).
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+fn conntrack(lab: &Lab) -> Vec<String> {
+    lab.req(Request::DumpConntrack {
+        bridge: "br0".into(),
+        zone: None,
+        verbose: false,
+        stats: true,
+    })
+    .as_array()
+    .unwrap()
+    .iter()
+    .map(|v| v.as_str().unwrap().to_string())
+    .collect()
+}
+
+#[test]
+fn stateful_firewall_with_curl_and_ping() {
+    if !privileged() || !common::have("curl") {
+        if !common::have("curl") {
+            notice("skipping: needs curl");
+        }
+        return;
+    }
+    let lab = Lab::up("ct", "", FIREWALL);
+    let (h1, h2) = (lab.ns("ct1"), lab.ns("ct2"));
+    let _s2 = http_server(&h2, "198.18.0.2");
+    let _s1 = http_server(&h1, "198.18.0.1");
+
+    // h1 -> h2: allowed, replies come back.
+    assert!(
+        eventually(Duration::from_secs(10), || curl(
+            &h1,
+            "http://198.18.0.2:8080/",
+            2
+        )
+        .is_ok_and(|c| c == "200")),
+        "curl h1 -> h2 through the stateful firewall"
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            curl(&h1, "http://198.18.0.2:8080/", 3).as_deref(),
+            Ok("200")
+        );
+    }
+    assert!(
+        ping(&h1, "198.18.0.2"),
+        "ping h1 -> h2 (echo tracked, reply +est)"
+    );
+
+    // h2 -> h1: new connections are dropped, whatever the protocol.
+    assert!(
+        curl(&h2, "http://198.18.0.1:8080/", 2).is_err(),
+        "h2 must not open connections to h1"
+    );
+    assert!(!ping(&h2, "198.18.0.1"), "h2 must not ping h1");
+
+    let ct = conntrack(&lab);
+    let tcp: Vec<&String> = ct
+        .iter()
+        .filter(|l| {
+            l.starts_with("tcp,orig=(src=198.18.0.1,dst=198.18.0.2,") && l.contains("dport=8080")
+        })
+        .collect();
+    assert!(tcp.len() >= 6, "one connection per curl from h1: {ct:#?}");
+    assert!(
+        !ct.iter()
+            .any(|l| l.contains("orig=(src=198.18.0.2,dst=198.18.0.1")),
+        "nothing h2 opened was committed: {ct:#?}"
+    );
+    assert!(
+        ct.iter()
+            .any(|l| l.starts_with("icmp,orig=(src=198.18.0.1,dst=198.18.0.2,id=")),
+        "the pings are tracked: {ct:#?}"
+    );
+
+    // The ct flows run in userspace and say so.
+    let flows = lab.dp_flows();
+    let ct_flows: Vec<_> = flows
+        .iter()
+        .filter(|f| f["actions"].as_str().unwrap_or("").contains("ct"))
+        .collect();
+    assert!(!ct_flows.is_empty(), "{flows:#?}");
+    for f in &ct_flows {
+        assert_eq!(f["engine"], "userspace", "{f}");
+        assert!(
+            f["not_offloaded"].as_str().unwrap_or("").starts_with("ct:"),
+            "a ct flow says why it stays in userspace: {f}"
+        );
+    }
+
+    // flush-conntrack by tuple, then all.
+    lab.req(Request::FlushConntrack {
+        bridge: "br0".into(),
+        zone: None,
+        filter: Some("ct_nw_proto=1".into()),
+    });
+    let ct = conntrack(&lab);
+    assert!(!ct.iter().any(|l| l.starts_with("icmp,")), "{ct:#?}");
+    assert!(ct.iter().any(|l| l.starts_with("tcp,")), "{ct:#?}");
+    lab.req(Request::FlushConntrack {
+        bridge: "br0".into(),
+        zone: None,
+        filter: None,
+    });
+    assert!(conntrack(&lab).is_empty());
+    let stats = lab.req(Request::ConntrackStats {
+        bridge: "br0".into(),
+    });
+    assert_eq!(stats["connections"], 0, "{stats}");
+    assert!(stats["created"].as_u64().unwrap() >= 7, "{stats}");
+}
