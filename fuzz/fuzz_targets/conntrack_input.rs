@@ -37,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
             force: sel & 4 != 0,
             set_mark: Some((u32::from(sel), u32::MAX)),
             set_label: Some((u128::from(sel) << 64, u128::MAX)),
+            nat: None,
         },
         CtRequest {
             zone: u16::from(sel),

@@ -9,6 +9,7 @@ use crate::other::OtherState;
 use crate::tcp::{self, TcpConn};
 use crate::timeouts::{Timeouts, Tm};
 use crate::tuple::{ConnKey, Parsed, IPPROTO_TCP};
+use crate::NatKind;
 
 /// `enum ct_update_res`, with the timer `conn_update_expiration` would set
 /// (None: leave the expiration alone) and the invalid reasons split.
@@ -34,9 +35,9 @@ pub(crate) enum ProtoState {
     Other(OtherState),
 }
 
-/// A connection. Both direction keys are stored (OVS `key_node[CT_DIRS]`)
-/// so that NAT can later make the reply key differ from the reversed
-/// original key without changing the table layout.
+/// A connection. Both direction keys are stored (OVS `key_node[CT_DIRS]`):
+/// with NAT the reply key is the translated tuple, not the reversed
+/// original key.
 #[derive(Clone, Debug)]
 pub(crate) struct Conn {
     /// [original, reply] keys.
@@ -50,6 +51,8 @@ pub(crate) struct Conn {
     /// Packets and bytes seen [original, reply] direction.
     pub packets: [u64; 2],
     pub bytes: [u64; 2],
+    /// `conn->nat_action`: how the original direction is translated.
+    pub nat: Option<NatKind>,
 }
 
 /// `valid_new`: may this packet create a connection?
@@ -91,6 +94,7 @@ impl Conn {
             proto,
             packets: [1, 0],
             bytes: [u64::from(p.l3_len), 0],
+            nat: None,
         }
     }
 

@@ -58,8 +58,12 @@ pub struct EntryView {
     pub orig: Tuple,
     /// Reply-direction tuple.
     pub reply: Tuple,
-    /// ICMP/ICMPv6 echo identifier, `None` for other protocols.
+    /// ICMP/ICMPv6 echo identifier of the original tuple, `None` for
+    /// other protocols.
     pub icmp_id: Option<u16>,
+    /// ICMP/ICMPv6 echo identifier of the reply tuple: differs from
+    /// `icmp_id` when SNAT translated the id.
+    pub reply_icmp_id: Option<u16>,
     /// TCP state, `None` for other protocols (OVS prints no protoinfo then).
     pub tcp: Option<TcpInfo>,
     /// Whole seconds until expiry, as `conn_to_ct_dpif_entry` computes it.
@@ -149,7 +153,7 @@ impl EntryView {
         format_tuple(
             &mut s,
             &self.reply,
-            self.icmp_id,
+            self.reply_icmp_id,
             stats(&self.counters_reply),
         );
         s.push(')');

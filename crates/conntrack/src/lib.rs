@@ -46,6 +46,59 @@
 //!   otherwise the packet's own tuple; `None` only when the packet could
 //!   not be parsed.
 //!
+//! # NAT
+//!
+//! `ct(commit, nat(src=..))` / `nat(dst=..)` / plain `nat`
+//! ([`CtRequest::nat`], OVS `ofpact_nat` → `nat_action_info_t`), ported
+//! from lib/conntrack.c (`conn_not_found`, `nat_get_unique_tuple`,
+//! `handle_nat`, `nat_packet`). This crate decides; the datapath rewrites
+//! the packet with its own checksum-aware helpers, using
+//! [`CtResult::nat`] ([`NatRewrite`]: new addresses, ports, ICMP id).
+//!
+//! - A new connection committed with `nat(src=..)`/`nat(dst=..)` gets a
+//!   translated tuple that no other connection of the zone uses: the
+//!   connection is stored under its original key and the reply key of the
+//!   translated tuple, so replies to the NATed address find it. OVS picks
+//!   one address of the range by hash (of the whole tuple with a random
+//!   seed; of the source address alone with `persistent`) and searches
+//!   only ports on it: SNAT the source port (configured range from a
+//!   hash- or `random`-chosen start; without a range the original port
+//!   first, then its class 1-511 / 600-1023 / 1024-65535); DNAT the
+//!   configured destination port range, then the client's source port as
+//!   for SNAT. At most 128 + 64 + 32 + 16 ports are tried
+//!   (`nat_get_unique_l4`), so a large, nearly full range can report
+//!   exhaustion before every port was tried, as in OVS.
+//! - The packet that creates it is `+trk+new+snat` / `+dnat` with the
+//!   forward rewrite. Later packets, when the `ct` action has `nat`: the
+//!   same rewrite forward; the reverse one (un-NAT) in the reply
+//!   direction, with the opposite bit (`+dnat` for replies of an SNAT
+//!   connection, as OVS's `nat_action_reverse`). A `ct` without `nat`
+//!   never rewrites and never sets the bits. Plain `nat` sets nothing up
+//!   on a new connection. Invalid packets of a NATed connection are
+//!   NATed too and keep `+inv` (`+trk+inv+snat`), as in OVS.
+//! - No free tuple (`nat_res_exhaustion`): nothing is created, the packet
+//!   stays `+trk+new` without rewrite, [`CtStats::nat_exhausted`] counts
+//!   it, and a warning is logged at most every 5 s. An address range of
+//!   the other family is treated the same way.
+//! - ICMPv4 echo-like connections: the echo id is the "port" (kept if
+//!   free, else the next free one in its class) and is rewritten. ICMPv6
+//!   and port-less protocols are translated by address only: one address
+//!   is tried, collision means exhaustion (OVS `pat_proto`).
+//! - A second `ct` in the same zone: [`Conntrack::process_known`]
+//!   (`process_one_fast` + `handle_nat`): a packet that already got
+//!   `+snat`/`+dnat` in the zone is not translated again.
+//! - Dumps show the translated reply tuple
+//!   (`reply=(src=<server>,dst=<SNAT address>,..)`, the reply ICMP id).
+//!
+//! Not done: rewriting ICMP errors related to NATed connections (OVS
+//! also rewrites the outer header and the quoted packet,
+//! `nat_inner_packet`): they are `+trk+rel` as before, without NAT bits
+//! or rewrite. ALG (FTP/TFTP) NAT, and OVS's lookup of an already-NATed
+//! packet by its reversed key / `ct_orig_tuple` in `process_one`
+//! (`initial_conn_lookup`, `check_orig_tuple`) — [`Conntrack::process`]
+//! starts from an empty `ct_state`; the same-zone case is covered by
+//! `process_known`.
+//!
 //! # Default timeouts
 //!
 //! `ct_dpif_netdev_tp_def` (see [`Timeouts`]):
@@ -66,10 +119,7 @@
 //!
 //! # What is not done (yet)
 //!
-//! - **NAT.** Not implemented. The table already stores separate original
-//!   and reply keys per connection with one map entry each (OVS's
-//!   `key_node[2]`), so NAT can rewrite the reply key without changing the
-//!   layout; `state::SNAT`/`state::DNAT` are defined but never set.
+//! - **NAT of related ICMP errors and ALGs**: see [NAT](#nat).
 //! - **ALGs** (FTP/TFTP helpers, expectations): not implemented.
 //! - **Fragment reassembly** (OVS lib/ipf.c): not done. Every IPv4 or IPv6
 //!   fragment is `+trk+inv`, counted as [`InvalidReason::Fragment`].
@@ -83,7 +133,7 @@
 //! # Memory per connection
 //!
 //! A connection is one slab slot (`Option<Conn>`, 192 bytes: both keys,
-//! expiration, mark, label, id, TCP peers, counters) plus two hashbrown
+//! expiration, mark, label, id, TCP peers, counters, NAT kind) plus two hashbrown
 //! entries (44-byte key + 8-byte value = 52 bytes, + 1 control byte each).
 //! Nothing else is allocated per connection, and nothing per packet.
 //!
@@ -95,12 +145,16 @@
 //! grow by doubling, so the figure ranges from ~310 bytes (tables just
 //! full) to ~620 bytes (just doubled) per connection. At the default limit
 //! of 3,000,000 connections expect roughly 1.0-1.9 GB. The same test
-//! checks that the established path allocates nothing.
+//! checks that the established path allocates nothing, with and without
+//! NAT (a NATed connection has the same layout: only its reply key
+//! differs).
 //!
 //! # Invalid input
 //!
 //! [`Conntrack::process`] never panics on any byte string; malformed,
-//! truncated or hostile packets are `+trk+inv` with a per-reason counter
+//! truncated or hostile packets are `+trk+inv` (plus `+snat`/`+dnat` for
+//! an invalid packet of a NATed connection under a `ct` with `nat`) with a
+//! per-reason counter
 //! ([`CtStats::invalid`]). A proptest and the `conntrack_input` fuzz target
 //! check this.
 
@@ -108,6 +162,7 @@ mod conn;
 mod error;
 mod format;
 mod icmp;
+mod nat;
 mod other;
 mod stats;
 mod table;
@@ -178,13 +233,94 @@ pub struct CtRequest {
     /// `exec(set_field:V/M->ct_label)`: (value, mask), applied only when
     /// committing.
     pub set_label: Option<(u128, u128)>,
+    /// `nat` / `nat(src=..)` / `nat(dst=..)`: `None` when the `ct` action
+    /// has no `nat` (then nothing is ever rewritten, even for connections
+    /// that have NAT, as in OVS where only a `ct` with `nat_action_info`
+    /// calls `handle_nat`).
+    pub nat: Option<NatAction>,
+}
+
+/// Source or destination NAT (`NX_NAT_F_SRC` / `NX_NAT_F_DST`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatKind {
+    Src,
+    Dst,
+}
+
+/// The `nat` of a `ct` action (OVS `struct ofpact_nat`, as ofproto hands
+/// it to the datapath in `put_ct_nat` and dpif-netdev turns it into
+/// `nat_action_info_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct NatAction {
+    /// `None`: plain `nat`. Packets of connections that already have NAT
+    /// are translated (forward) or un-translated (reply); a new
+    /// connection committed by it gets no NAT.
+    pub kind: Option<NatKind>,
+    /// Address range, inclusive, of the packet's family. `None` (or an
+    /// all-zero address, OVS's "unspecified") keeps the address and only
+    /// ports are translated. `addr_max` `None` or below `addr_min` means
+    /// `addr_min` only. IPv6 ranges are capped at 2^32 - 1 addresses as in
+    /// OVS. A range of the other family cannot translate anything: the
+    /// commit fails like an exhausted range.
+    pub addr_min: Option<IpAddr>,
+    pub addr_max: Option<IpAddr>,
+    /// Port range, inclusive; `port_min == 0` means no range
+    /// (`NAT_ACTION_SRC_PORT`/`DST_PORT` unset). `port_max` below
+    /// `port_min` means `port_min` only. For ICMPv4 it is the echo id range.
+    pub port_min: u16,
+    pub port_max: u16,
+    /// `random` (`NX_NAT_F_PROTO_RANDOM`): the port search starts at a
+    /// random offset in the range instead of a hash of the tuple.
+    pub random: bool,
+    /// `hash` (`NX_NAT_F_PROTO_HASH`): accepted and ignored, as OVS
+    /// userspace does (dpif-netdev drops `OVS_NAT_ATTR_PROTO_HASH`); the
+    /// hash-derived start is the default anyway.
+    pub hash: bool,
+    /// `persistent` (`NX_NAT_F_PERSISTENT`): the address is chosen from a
+    /// hash of the source address only, with a fixed seed, so a client
+    /// gets the same address for all its connections (OVS `nat_range_hash`
+    /// with basis 0).
+    pub persistent: bool,
+}
+
+/// What the caller must write into this packet after `ct`, in the
+/// packet's own direction (`nat_packet` + `pat_packet`). Every field is
+/// the new value of one header field, `None` to leave it; only fields
+/// whose value changes are set, so an empty rewrite means nothing to do.
+///
+/// Ports are separate from addresses because DNAT can change the source
+/// port without changing the source address (OVS falls back to a new
+/// source port when the DNAT tuple collides), and the ICMP id is separate
+/// because it is one field, 0 included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NatRewrite {
+    /// IPv4/IPv6 source address.
+    pub src: Option<IpAddr>,
+    /// IPv4/IPv6 destination address.
+    pub dst: Option<IpAddr>,
+    /// TCP/UDP/SCTP source port.
+    pub sport: Option<u16>,
+    /// TCP/UDP/SCTP destination port.
+    pub dport: Option<u16>,
+    /// ICMPv4 echo/timestamp/info identifier (ICMPv6 ids are never
+    /// translated, as in OVS).
+    pub icmp_id: Option<u16>,
+}
+
+impl NatRewrite {
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        *self == NatRewrite::default()
+    }
 }
 
 /// What `ct()` writes into the packet metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct CtResult {
     /// `ct_state`: always includes [`state::TRK`]; exactly `INV | TRK` for
-    /// invalid packets.
+    /// invalid packets, except that a `ct` with `nat` adds
+    /// [`state::SNAT`]/[`state::DNAT`] for an invalid packet of a NATed
+    /// connection (and rewrites it), as OVS does.
     pub state: u32,
     pub zone: u16,
     pub mark: u32,
@@ -199,14 +335,23 @@ pub struct CtResult {
     /// later `ct` in the same zone uses it instead of running the state
     /// machine on the same packet twice (OVS's `pkt->md.conn`).
     pub conn: Option<ConnHandle>,
+    /// Header writes NAT asks for (empty when there is nothing to write).
+    /// `state` then has [`state::SNAT`] or [`state::DNAT`].
+    pub nat: NatRewrite,
 }
 
 /// A reference to a connection that stays safe after it is gone: the slot
-/// and the connection's id, checked on use.
+/// and the connection's id, checked on use, plus the packet's direction
+/// (for NAT in [`Conntrack::process_known`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnHandle {
     pub(crate) slot: u32,
     pub(crate) id: u32,
+    /// The packet travelled in the reply direction (`pkt->md.reply`).
+    pub(crate) reply: bool,
+    /// The packet was an ICMP error about the connection
+    /// (`pkt->md.icmp_related`).
+    pub(crate) related: bool,
 }
 
 /// Which connections [`Conntrack::flush`] deletes (`dpctl/flush-conntrack

@@ -20,6 +20,10 @@ pub struct CtStats {
     pub invalid: [u64; InvalidReason::COUNT],
     /// Commits refused because the table was at [`crate::Config::limit`].
     pub limit_drops: u64,
+    /// Commits with `nat(src=..)`/`nat(dst=..)` refused because no free
+    /// translated tuple was found (OVS `nat_res_exhaustion`), or the NAT
+    /// range was of the other address family.
+    pub nat_exhausted: u64,
     /// Connections ever created.
     pub created: u64,
     /// Connections removed because they timed out.

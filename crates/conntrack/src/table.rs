@@ -21,10 +21,11 @@ use hashbrown::HashMap;
 use crate::conn::{self, Conn, ProtoState, Update};
 use crate::error::InvalidReason;
 use crate::format::{Counters, EntryView, TcpInfo};
+use crate::nat::{self, NatFail};
 use crate::stats::{proto_class, CtStats};
 use crate::tcp::CT_WSCALE_MASK;
 use crate::tuple::{self, ConnKey, Parsed};
-use crate::{state, Config, CtRequest, CtResult, FlushFilter};
+use crate::{state, Config, ConnHandle, CtRequest, CtResult, FlushFilter, NatRewrite};
 
 /// Map value: which slot, and whether the key is the reply direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +59,11 @@ pub struct Conntrack {
     sweep_cursor: usize,
     stats: CtStats,
     last_limit_log: Option<Instant>,
+    last_nat_log: Option<Instant>,
+    /// Seed of the NAT range hash (OVS `ct->hash_basis`).
+    nat_seed: RandomState,
+    /// `random_uint32()` state for NAT port searches.
+    rng: u64,
 }
 
 impl Conntrack {
@@ -73,6 +79,12 @@ impl Conntrack {
             sweep_cursor: 0,
             stats: CtStats::default(),
             last_limit_log: None,
+            last_nat_log: None,
+            nat_seed: RandomState::default(),
+            rng: {
+                use std::hash::BuildHasher;
+                RandomState::default().hash_one(0x006e_6174_u64) | 1
+            },
         }
     }
 
@@ -198,15 +210,29 @@ impl Conntrack {
             None => create = true,
         }
 
+        let mut nat_rw = NatRewrite::default();
+        let mut nat_bit = 0;
+        let mut reply_dir = matches!(found, Some((_, true)));
         if create {
             // conn_not_found.
+            reply_dir = false;
             if !conn::valid_new(&p) {
                 invalid = Some(InvalidReason::InvalidNew);
             } else {
                 ct_state = state::NEW;
                 if req.commit {
-                    conn_slot = self.insert(&p, now);
+                    conn_slot = self.insert(&p, req, now);
                 }
+            }
+        }
+        // handle_nat (found connection) or the nat_packet call at the end
+        // of conn_not_found (new one): only when the ct action has `nat`.
+        // OVS also NATs an invalid packet of a NATed connection (the
+        // +inv state is kept and gets +snat/+dnat), so this does too.
+        if let (Some(_), Some(slot), false) = (req.nat, conn_slot, p.icmp_related) {
+            if let Some((bit, rw)) = self.nat_for(slot, reply_dir) {
+                nat_bit = bit;
+                nat_rw = rw;
             }
         }
 
@@ -220,11 +246,13 @@ impl Conntrack {
             label: 0,
             orig: Some(p.key.to_tuple()),
             conn: None,
+            nat: nat_rw,
         };
         if let Some(reason) = invalid {
             self.stats.invalid[reason.index()] += 1;
             res.state = state::INV | state::TRK;
         }
+        res.state |= nat_bit;
         if let Some(slot) = conn_slot {
             let commit = req.commit;
             if let Some(c) = self.slot_mut(slot) {
@@ -241,7 +269,12 @@ impl Conntrack {
                 res.mark = c.mark;
                 res.label = c.label;
                 res.orig = Some(c.keys[0].to_tuple());
-                res.conn = Some(crate::ConnHandle { slot, id: c.id });
+                res.conn = Some(ConnHandle {
+                    slot,
+                    id: c.id,
+                    reply: reply_dir,
+                    related: p.icmp_related,
+                });
             }
         }
         res
@@ -262,6 +295,51 @@ impl Conntrack {
             }
         }
         Some((c.mark, c.label))
+    }
+
+    /// A second `ct` in the same zone on a packet whose verdict `prev`
+    /// came from connection `prev.conn` (OVS `process_one_fast`): the state
+    /// machine does not see the packet again; a commit writes
+    /// `set_mark`/`set_label`; with `nat` in the action, `handle_nat`:
+    /// a packet that already got `+snat`/`+dnat` in this zone is left
+    /// alone, otherwise a NATed connection's packet is (un-)translated.
+    ///
+    /// Returns `prev` with the connection's mark and label, the NAT bit
+    /// added to `state` and `nat` set to what to write now (empty when
+    /// nothing); `None` if `prev` has no connection or it is gone (then
+    /// run [`Conntrack::process`]). The caller makes sure `prev.zone ==
+    /// req.zone` and `!req.force`, as OVS's fast path does.
+    ///
+    /// OVS does not cache the connection after a `ct` with `nat`
+    /// (`set_cached_conn`), so its next `ct` in the zone runs the full
+    /// `process_one` (a lookup by the reversed key, the state machine
+    /// again, then the same `handle_nat` test). Here the state machine
+    /// is not re-run; the verdict and rewrite are the same, only the
+    /// packet counters differ (OVS counts that packet twice).
+    pub fn process_known(&mut self, prev: &CtResult, req: &CtRequest) -> Option<CtResult> {
+        let h = prev.conn?;
+        let (mark, label) = self.update_known(h, req)?;
+        let mut res = CtResult {
+            mark,
+            label,
+            nat: NatRewrite::default(),
+            ..*prev
+        };
+        let natted = prev.state & (state::SNAT | state::DNAT) != 0;
+        if req.nat.is_some() && !natted && !h.related {
+            if let Some((bit, rw)) = self.nat_for(h.slot, h.reply) {
+                res.state |= bit;
+                res.nat = rw;
+            }
+        }
+        Some(res)
+    }
+
+    /// `nat_packet` for a packet of the connection in `slot`, if it has NAT.
+    fn nat_for(&self, slot: u32, reply: bool) -> Option<(u32, NatRewrite)> {
+        let c = self.slot(slot)?;
+        let kind = c.nat?;
+        Some(nat::rewrite(&c.keys, kind, reply))
     }
 
     fn slot_mut(&mut self, slot: u32) -> Option<&mut Conn> {
@@ -295,8 +373,13 @@ impl Conntrack {
 
     /// The commit half of `conn_not_found`, including the global limit
     /// (`n_conn_limit`): at the limit nothing is created and the packet
-    /// stays `+trk+new` without a connection, as in OVS.
-    fn insert(&mut self, p: &Parsed, now: Instant) -> Option<u32> {
+    /// stays `+trk+new` without a connection, as in OVS. With
+    /// `nat(src=..)`/`nat(dst=..)` the reply key is the translated one
+    /// (`nat_get_unique_tuple`); when no free tuple exists nothing is
+    /// created either (`nat_res_exhaustion`): the packet stays `+trk+new`,
+    /// unrewritten, counted in [`CtStats::nat_exhausted`] and logged at
+    /// most every 5 s.
+    fn insert(&mut self, p: &Parsed, req: &CtRequest, now: Instant) -> Option<u32> {
         if self.stats.connections >= self.cfg.limit {
             self.stats.limit_drops += 1;
             let due = self
@@ -312,10 +395,37 @@ impl Conntrack {
             }
             return None;
         }
+        // Plain `nat` (no src/dst) sets nothing up on a new connection.
+        let nat = req.nat.and_then(|na| Some((na, na.kind?)));
+        let mut nat_rev = None;
+        if let Some((na, kind)) = nat {
+            let mut rng = self.rng;
+            let seed = self.nat_seed.clone();
+            let res = nat::unique_tuple(&p.key, kind, &na, &seed, &mut rng, &mut |k| {
+                self.lookup(k, now).is_some()
+            });
+            self.rng = rng;
+            match res {
+                Ok(rev) => nat_rev = Some((kind, rev)),
+                Err(why) => {
+                    self.nat_exhausted(why, now);
+                    return None;
+                }
+            }
+        }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let c = Conn::new(p, id, now, &self.cfg.timeouts);
+        let mut c = Conn::new(p, id, now, &self.cfg.timeouts);
+        if let Some((kind, rev)) = nat_rev {
+            c.keys[1] = rev;
+            c.nat = Some(kind);
+        }
         let keys = c.keys;
+        // A reply key already used by a live connection (only possible
+        // without NAT, e.g. a plain connection whose reply tuple is some
+        // NATed connection's translated tuple) keeps its owner, as the
+        // entry found first wins in OVS; an expired owner is dropped.
+        let reply_taken = keys[1] == keys[0] || self.lookup(&keys[1], now).is_some();
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = Some(c);
@@ -332,13 +442,35 @@ impl Conntrack {
         // degenerate tuples (same address and port on both sides); the
         // original-direction entry wins then, as in OVS where the forward
         // key is compared first.
-        if keys[1] != keys[0] {
+        if !reply_taken {
             self.map.insert(keys[1], ConnRef { slot, reply: true });
         }
         self.stats.connections += 1;
         self.stats.created += 1;
         *self.stats.per_proto_mut(proto_class(&keys[0])) += 1;
         Some(slot)
+    }
+
+    /// `nat_res_exhaustion`: count and log (rate-limited).
+    fn nat_exhausted(&mut self, why: NatFail, now: Instant) {
+        self.stats.nat_exhausted += 1;
+        let due = self
+            .last_nat_log
+            .is_none_or(|t| now.saturating_duration_since(t) >= LIMIT_LOG_INTERVAL);
+        if due {
+            self.last_nat_log = Some(now);
+            match why {
+                NatFail::Exhausted => tracing::warn!(
+                    count = self.stats.nat_exhausted,
+                    "Unable to NAT due to tuple space exhaustion - if DoS attack, \
+                     use firewalling and/or zone partitioning."
+                ),
+                NatFail::Family => tracing::warn!(
+                    count = self.stats.nat_exhausted,
+                    "Unable to NAT: the NAT address range is not of the packet's family"
+                ),
+            }
+        }
     }
 
     fn remove(&mut self, slot: u32, why: Removal) {
@@ -459,6 +591,7 @@ fn entry_view(c: &Conn, now: Instant) -> EntryView {
         orig: k.to_tuple(),
         reply: c.keys[1].to_tuple(),
         icmp_id: k.is_icmp().then_some(k.src.port),
+        reply_icmp_id: k.is_icmp().then_some(c.keys[1].src.port),
         tcp,
         timeout: c.expiration.saturating_duration_since(now).as_secs(),
         counters_orig: Counters {

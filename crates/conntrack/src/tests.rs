@@ -1130,7 +1130,7 @@ mod props {
                            bytes in proptest::collection::vec(any::<u8>(), 0..200),
                            commit in any::<bool>(), force in any::<bool>()) {
             let mut ct = ct();
-            let req = CtRequest { zone: 1, commit, force, set_mark: Some((1, 1)), set_label: Some((1, 1)) };
+            let req = CtRequest { zone: 1, commit, force, set_mark: Some((1, 1)), set_label: Some((1, 1)), nat: None };
             let now = Instant::now();
             for _ in 0..2 {
                 let r = ct.process(dl, &bytes, &req, now);
@@ -1318,6 +1318,8 @@ mod props {
         (syn && (rst || fin)) || (!syn && !ack && !rst) || (!ack && needs_ack)
     }
 }
+
+mod nat;
 
 #[test]
 fn struct_sizes() {

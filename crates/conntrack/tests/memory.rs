@@ -6,7 +6,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use nicflow_conntrack::{Config, Conntrack, CtRequest};
+use std::net::{IpAddr, Ipv4Addr};
+
+use nicflow_conntrack::{Config, Conntrack, CtRequest, NatAction, NatKind};
 
 struct Counting;
 
@@ -34,6 +36,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
+/// The tests share the global counter: run them one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn udp(sport: u16, dst_last: u8) -> Vec<u8> {
     let mut v = vec![0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0];
     v.extend_from_slice(&[198, 18, 0, 1, 198, 18, 1, dst_last]);
@@ -44,6 +49,7 @@ fn udp(sport: u16, dst_last: u8) -> Vec<u8> {
 
 #[test]
 fn bytes_per_connection() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const N: usize = 100_000;
     // Build the packets first so their memory is not counted.
     let pkts: Vec<Vec<u8>> = (0..N)
@@ -73,4 +79,40 @@ fn bytes_per_connection() {
     }
     assert_eq!(LIVE.load(Ordering::Relaxed), before);
     drop(ct);
+}
+
+#[test]
+fn nat_established_path_allocates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 20_000;
+    let pkts: Vec<Vec<u8>> = (0..N).map(|i| udp(1024 + i as u16, 1)).collect();
+    let now = Instant::now();
+    let nat = NatAction {
+        kind: Some(NatKind::Src),
+        addr_min: Some(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 1))),
+        ..NatAction::default()
+    };
+    let req = CtRequest {
+        commit: true,
+        nat: Some(nat),
+        ..CtRequest::default()
+    };
+    let mut ct = Conntrack::new(Config::default());
+    let before = LIVE.load(Ordering::Relaxed);
+    for p in &pkts {
+        assert!(!ct.process(0x0800, p, &req, now).nat.is_empty());
+    }
+    let grown = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "conntrack: {N} SNAT connections use {grown} heap bytes = {} bytes/connection",
+        grown as usize / N
+    );
+    let before = LIVE.load(Ordering::Relaxed);
+    for p in &pkts {
+        let r = ct.process(0x0800, p, &req, now);
+        assert!(!r.nat.is_empty());
+        let r2 = ct.process_known(&r, &req).unwrap();
+        assert!(r2.nat.is_empty());
+    }
+    assert_eq!(LIVE.load(Ordering::Relaxed), before);
 }

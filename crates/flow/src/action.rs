@@ -77,6 +77,15 @@ pub enum Action {
         port: Option<u32>,
         table: Option<u8>,
     },
+    /// Copy `n_bits` bits of `src` starting at `src_ofs` into `dst` at
+    /// `dst_ofs` (`move:SRC[a..b]->DST[c..d]`).
+    Move {
+        src: Field,
+        src_ofs: u8,
+        dst: Field,
+        dst_ofs: u8,
+        n_bits: u8,
+    },
     /// Send the packet through the connection tracker (`ct(...)`).
     Ct(CtAction),
     /// Forget the packet's connection-tracking state (`ct_clear`).
@@ -112,6 +121,32 @@ pub struct CtAction {
     pub set_mark: Option<(u32, u32)>,
     /// `exec(set_field:V/M->ct_label)` (value, mask); needs `commit`.
     pub set_label: Option<(u128, u128)>,
+    /// `nat` / `nat(src=..)` / `nat(dst=..)`.
+    pub nat: Option<CtNat>,
+}
+
+/// Which side a `nat(...)` rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatKind {
+    Src,
+    Dst,
+}
+
+/// `nat[(src|dst=ADDR[-ADDR][:PORT[-PORT]][,persistent][,hash|random])]`,
+/// OVS's `ofpact_nat`. `kind: None` is plain `nat`: packets of connections
+/// that were set up with NAT are translated (and replies un-translated),
+/// no new translation is set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CtNat {
+    pub kind: Option<NatKind>,
+    /// Address range, inclusive; `None` keeps the address.
+    pub addr: Option<(std::net::IpAddr, std::net::IpAddr)>,
+    /// Port range, inclusive; `None` keeps the port (or picks one if the
+    /// tuple is taken).
+    pub ports: Option<(u16, u16)>,
+    pub persistent: bool,
+    pub hash: bool,
+    pub random: bool,
 }
 
 impl Action {

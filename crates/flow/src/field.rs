@@ -64,7 +64,8 @@ impl Prereq {
             Prereq::AnyIcmp => (dl(0x0800) && proto(1)) || (dl(0x86dd) && proto(58)),
             Prereq::CtValid => {
                 let set = key.ct_state & mask.ct_state;
-                set & 0xcf != 0 || (set & 0x20 != 0 && mask.ct_state & 0x10 != 0)
+                let not_inv = mask.ct_state & 0x10 != 0 && key.ct_state & 0x10 == 0;
+                set & 0xcf != 0 || (set & 0x20 != 0 && not_inv)
             }
         }
     }
@@ -123,7 +124,14 @@ const TUN_METADATA: [&str; 8] = [
 pub enum Field {
     InPort,
     Metadata,
+    /// `reg0`-`reg15`, 32 bits each.
     Reg(u8),
+    /// `xreg0`-`xreg7`: registers 2i (high half) and 2i+1 as one 64-bit
+    /// field, as OVS's `flow_get_xreg`.
+    XReg(u8),
+    /// `xxreg0`-`xxreg3`: registers 4i..4i+3 as one 128-bit field, 4i the
+    /// most significant.
+    XXReg(u8),
     TunId,
     TunSrc,
     TunDst,
@@ -188,6 +196,27 @@ pub const CT_STATE_FLAGS: &[(&str, u32)] = &[
     ("dnat", 0x80),
 ];
 
+/// Register `i` (0-15) of a key; indexes wrap rather than panic.
+#[inline]
+fn reg(k: &FlowKey, i: u8) -> u32 {
+    let i = usize::from(i & 15);
+    if i < 8 {
+        k.regs[i]
+    } else {
+        k.regs_hi[i - 8]
+    }
+}
+
+#[inline]
+fn reg_mut(k: &mut FlowKey, i: u8) -> &mut u32 {
+    let i = usize::from(i & 15);
+    if i < 8 {
+        &mut k.regs[i]
+    } else {
+        &mut k.regs_hi[i - 8]
+    }
+}
+
 impl Field {
     /// Every field, in canonical printing order (OVS prints L2 before L3 before L4).
     pub const ALL: &'static [Field] = &[
@@ -212,6 +241,14 @@ impl Field {
         Field::Reg(5),
         Field::Reg(6),
         Field::Reg(7),
+        Field::Reg(8),
+        Field::Reg(9),
+        Field::Reg(10),
+        Field::Reg(11),
+        Field::Reg(12),
+        Field::Reg(13),
+        Field::Reg(14),
+        Field::Reg(15),
         Field::InPort,
         Field::VlanTci,
         Field::DlSrc,
@@ -252,13 +289,20 @@ impl Field {
 
     /// The `ovs-ofctl` name.
     pub fn name(self) -> &'static str {
-        const REGS: [&str; 8] = [
-            "reg0", "reg1", "reg2", "reg3", "reg4", "reg5", "reg6", "reg7",
+        const REGS: [&str; 16] = [
+            "reg0", "reg1", "reg2", "reg3", "reg4", "reg5", "reg6", "reg7", "reg8", "reg9",
+            "reg10", "reg11", "reg12", "reg13", "reg14", "reg15",
         ];
+        const XREGS: [&str; 8] = [
+            "xreg0", "xreg1", "xreg2", "xreg3", "xreg4", "xreg5", "xreg6", "xreg7",
+        ];
+        const XXREGS: [&str; 4] = ["xxreg0", "xxreg1", "xxreg2", "xxreg3"];
         match self {
             Field::InPort => "in_port",
             Field::Metadata => "metadata",
-            Field::Reg(i) => REGS[(i & 7) as usize],
+            Field::Reg(i) => REGS[(i & 15) as usize],
+            Field::XReg(i) => XREGS[(i & 7) as usize],
+            Field::XXReg(i) => XXREGS[(i & 3) as usize],
             Field::TunId => "tun_id",
             Field::TunSrc => "tun_src",
             Field::TunDst => "tun_dst",
@@ -364,13 +408,22 @@ impl Field {
             "NXM_NX_IPV6_DST" | "OXM_OF_IPV6_DST" => Field::Ipv6Dst,
             "NXM_NX_TUN_ID" => Field::TunId,
             _ => {
-                if let Some(n) = name
-                    .strip_prefix("NXM_NX_REG")
-                    .or_else(|| name.strip_prefix("reg"))
-                {
-                    if let Ok(i) = n.parse::<u8>() {
-                        if i < 8 {
-                            return Ok(Field::Reg(i));
+                // Register families: (prefixes, count, constructor).
+                type Family = (&'static [&'static str], u8, fn(u8) -> Field);
+                const FAMILIES: [Family; 3] = [
+                    (&["NXM_NX_REG", "reg"], 16, Field::Reg),
+                    (&["OXM_OF_PKT_REG", "xreg"], 8, Field::XReg),
+                    (&["NXM_NX_XXREG", "xxreg"], 4, Field::XXReg),
+                ];
+                for (prefixes, count, make) in FAMILIES {
+                    for p in prefixes {
+                        if let Some(n) = name.strip_prefix(p) {
+                            let canonical = n.len() == 1 || (n.len() == 2 && !n.starts_with('0'));
+                            if let Ok(i) = n.parse::<u8>() {
+                                if i < count && canonical {
+                                    return Ok(make(i));
+                                }
+                            }
                         }
                     }
                 }
@@ -389,6 +442,8 @@ impl Field {
             Field::InPort => 32,
             Field::Metadata | Field::TunId => 64,
             Field::Reg(_) | Field::TunSrc | Field::TunDst | Field::TunMetadata(_) => 32,
+            Field::XReg(_) => 64,
+            Field::XXReg(_) => 128,
             Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => 48,
             Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst | Field::TunFlags => 16,
             Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa => 32,
@@ -477,6 +532,8 @@ impl Field {
             Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
             Field::Metadata
             | Field::Reg(_)
+            | Field::XReg(_)
+            | Field::XXReg(_)
             | Field::TunMetadata(_)
             | Field::TunId
             | Field::VlanTci
@@ -509,7 +566,9 @@ impl Field {
         match self {
             Field::InPort => k.in_port as u128,
             Field::Metadata => k.metadata as u128,
-            Field::Reg(i) => k.regs[(i & 7) as usize] as u128,
+            Field::Reg(i) => reg(k, i) as u128,
+            Field::XReg(i) => ((reg(k, 2 * i) as u128) << 32) | reg(k, 2 * i + 1) as u128,
+            Field::XXReg(i) => (0..4).fold(0u128, |v, j| (v << 32) | reg(k, 4 * i + j) as u128),
             Field::TunId => k.tun_id as u128,
             Field::TunSrc => k.tun_src as u128,
             Field::TunDst => k.tun_dst as u128,
@@ -559,7 +618,16 @@ impl Field {
         match self {
             Field::InPort => k.in_port = v as u32,
             Field::Metadata => k.metadata = v as u64,
-            Field::Reg(i) => k.regs[(i & 7) as usize] = v as u32,
+            Field::Reg(i) => *reg_mut(k, i) = v as u32,
+            Field::XReg(i) => {
+                *reg_mut(k, 2 * i) = (v >> 32) as u32;
+                *reg_mut(k, 2 * i + 1) = v as u32;
+            }
+            Field::XXReg(i) => {
+                for j in 0..4u8 {
+                    *reg_mut(k, 4 * i + j) = (v >> (32 * (3 - j))) as u32;
+                }
+            }
             Field::TunId => k.tun_id = v as u64,
             Field::TunSrc => k.tun_src = v as u32,
             Field::TunDst => k.tun_dst = v as u32,

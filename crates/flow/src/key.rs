@@ -18,7 +18,7 @@ use std::fmt;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const FLOW_WORDS: usize = 28;
+pub const FLOW_WORDS: usize = 32;
 
 /// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
 pub const VLAN_CFI: u16 = 0x1000;
@@ -102,11 +102,15 @@ pub struct FlowKey {
     pub ct_tp_dst: u16,
     pub ct_nw_proto: u8,
     pub _pad: Pad,
+    // words 28-31: registers 8-15 (0-7 are `regs`, near the front where
+    // most masks already touch; these came later and sit at the end so no
+    // other field moved).
+    pub regs_hi: [u32; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 
-/// The 3 bytes that round the last word up. Keys are hashed (EMC, megaflow
+/// The 3 bytes that round word 27 up. Keys are hashed (EMC, megaflow
 /// buckets) and compared as whole words, so these bytes must be zero in
 /// every key; their type makes that hold by construction: the field is
 /// public (so `FlowKey { .., ..Default::default() }` works anywhere), but
@@ -227,6 +231,7 @@ impl FlowMask {
             ct_tp_dst: 0,
             ct_nw_proto: 0,
             _pad: Pad::ZERO,
+            regs_hi: [0; 8],
         })
     }
 

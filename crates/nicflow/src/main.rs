@@ -224,6 +224,10 @@ enum BenchCmd {
     /// 64K-4M exact 5-tuple entries, counters on/off, pipeline depth 1-25:
     /// packets/s and latency (document 003, figure 3, tables II-III).
     TableScale(bench::table_scale::Args),
+    /// New TCP connections/s and transactions/s through a stateful firewall
+    /// table: nicflow vs Open vSwitch userspace conntrack vs nftables
+    /// (document 003, table VII; issue 13).
+    Conntrack(bench::conntrack::Args),
     /// The `xdp-redirect` engine's process: a minimal XDP program pairing
     /// ports, held until SIGTERM (started by the experiments' testbed).
     #[command(hide = true)]
@@ -470,6 +474,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             BenchCmd::TableScale(args) => {
                 bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
             }
+            BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::XdpRedirect(args) => {
                 bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
             }

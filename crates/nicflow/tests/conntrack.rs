@@ -158,6 +158,13 @@ fn stateful_firewall_lets_replies_in_and_keeps_new_connections_out() {
                 .to_string()
         ]
     );
+    // Every packet of the connection was counted, in its direction (the
+    // out-of-window one is invalid and not counted, as in OVS).
+    let with_stats = br.conntrack().dump(None, now)[0].format(false, true);
+    assert!(
+        with_stats.contains("dport=80,packets=6,") && with_stats.contains("dport=40000,packets=3,"),
+        "{with_stats}"
+    );
     let s = br.dp_stats();
     assert!(
         s.recirculations >= 10,
@@ -237,5 +244,84 @@ fn a_loop_of_recirculations_is_cut_and_counted() {
     assert!(
         drops.contains(&("recirc_limit", 1)),
         "one recirc_limit drop: {drops:?}"
+    );
+}
+
+/// OVS's L4 load balancer: DNAT of a virtual address to three backends,
+/// replies un-NATed, checksums right in both directions.
+#[test]
+fn dnat_load_balancer_spreads_connections_and_unnats_replies() {
+    use nicflow_packet::builder::all_checksums_valid;
+    let (mut br, h) = bridge(DatapathConfig::default());
+    let now = Instant::now();
+    br.add_flows_str(
+        "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)\n\
+         table=1,priority=1,actions=drop\n\
+         table=1,priority=10,in_port=p1,tcp,nw_dst=198.18.0.100,tp_dst=80,ct_state=+trk+new,\
+         actions=ct(commit,nat(dst=198.18.0.10-198.18.0.12:8080)),output:p2\n\
+         table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2\n\
+         table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1\n",
+        now,
+    )
+    .unwrap();
+    let vip = Ipv4Addr::new(198, 18, 0, 100);
+    let mut backends = std::collections::BTreeSet::new();
+    for sport in 40000..40030u16 {
+        let syn = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(IP_A, vip)
+            .tcp(sport, 80, SYN)
+            .tcp_seq(1)
+            .tcp_window(65535)
+            .build();
+        h[0].inject(&syn);
+        br.run_until_idle(now);
+        let out = h[1].take_tx();
+        assert_eq!(out.len(), 1, "SYN from port {sport} forwarded");
+        let f = &out[0];
+        assert!(all_checksums_valid(f), "DNATed SYN has valid checksums");
+        let l = nicflow_packet::parse::parse(f).unwrap();
+        let ip = usize::from(l.l3_offset);
+        let l4 = usize::from(l.l4_offset);
+        let dst = Ipv4Addr::new(f[ip + 16], f[ip + 17], f[ip + 18], f[ip + 19]);
+        let dport = u16::from_be_bytes([f[l4 + 2], f[l4 + 3]]);
+        assert!(
+            (Ipv4Addr::new(198, 18, 0, 10)..=Ipv4Addr::new(198, 18, 0, 12)).contains(&dst),
+            "{dst}"
+        );
+        assert_eq!(dport, 8080);
+        backends.insert(dst);
+        // The backend answers; the client sees the virtual address.
+        let synack = FrameBuilder::new(MAC_B, MAC_A)
+            .ipv4(dst, IP_A)
+            .tcp(8080, sport, SYN | ACK)
+            .tcp_seq(500)
+            .tcp_ack(2)
+            .tcp_window(65535)
+            .build();
+        h[1].inject(&synack);
+        br.run_until_idle(now);
+        let back = h[0].take_tx();
+        assert_eq!(back.len(), 1, "reply to port {sport} forwarded");
+        let b = &back[0];
+        assert!(all_checksums_valid(b), "un-NATed reply has valid checksums");
+        let l = nicflow_packet::parse::parse(b).unwrap();
+        let ip = usize::from(l.l3_offset);
+        let l4 = usize::from(l.l4_offset);
+        assert_eq!(
+            Ipv4Addr::new(b[ip + 12], b[ip + 13], b[ip + 14], b[ip + 15]),
+            vip
+        );
+        assert_eq!(u16::from_be_bytes([b[l4], b[l4 + 1]]), 80);
+    }
+    assert!(
+        backends.len() >= 2,
+        "30 connections use several backends: {backends:?}"
+    );
+    let dump = br.conntrack().dump(None, now);
+    assert_eq!(dump.len(), 30);
+    let line = dump[0].format(false, false);
+    assert!(
+        line.contains("orig=(src=198.18.0.1,dst=198.18.0.100,") && line.contains("sport=8080"),
+        "the reply tuple is the backend's: {line}"
     );
 }

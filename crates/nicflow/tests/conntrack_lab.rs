@@ -194,3 +194,87 @@ fn stateful_firewall_with_curl_and_ping() {
     assert_eq!(stats["connections"], 0, "{stats}");
     assert!(stats["created"].as_u64().unwrap() >= 7, "{stats}");
 }
+
+/// OVS's L4 load balancer with real connections: h1 opens
+/// http://198.18.0.100/ (a virtual address nobody owns); nicflow DNATs
+/// each connection to one of h2's three addresses, port 8080, and un-NATs
+/// the replies, so curl sees the virtual address answer.
+#[test]
+fn dnat_load_balancer_with_curl() {
+    if !privileged() || !common::have("curl") {
+        if !common::have("curl") {
+            notice("skipping: needs curl");
+        }
+        return;
+    }
+    let lab = Lab::up(
+        "lb",
+        "",
+        &[
+            "table=0,priority=10,arp,actions=normal",
+            "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)",
+            "table=1,priority=1,actions=drop",
+            "table=1,priority=10,in_port=p1,tcp,nw_dst=198.18.0.100,tp_dst=80,ct_state=+trk+new,actions=ct(commit,nat(dst=198.18.0.10-198.18.0.12:8080)),output:p2",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2",
+            "table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1",
+        ],
+    );
+    let (h1, h2) = (lab.ns("lb1"), lab.ns("lb2"));
+    for a in ["198.18.0.10", "198.18.0.11", "198.18.0.12"] {
+        common::must(&[
+            "ip",
+            "netns",
+            "exec",
+            &h2,
+            "ip",
+            "addr",
+            "add",
+            &format!("{a}/24"),
+            "dev",
+            "eth0",
+        ]);
+    }
+    // The virtual address resolves to h2's MAC on h1 (no host answers ARP
+    // for it, as with a real load balancer's VIP on the switch).
+    let mac = lab.mac("lb2");
+    let mac = mac.map(|b| format!("{b:02x}")).join(":");
+    common::must(&[
+        "ip",
+        "netns",
+        "exec",
+        &h1,
+        "ip",
+        "neigh",
+        "replace",
+        "198.18.0.100",
+        "lladdr",
+        &mac,
+        "dev",
+        "eth0",
+        "nud",
+        "permanent",
+    ]);
+    let _srv = http_server(&h2, "0.0.0.0");
+    assert!(
+        eventually(Duration::from_secs(10), || curl(
+            &h1,
+            "http://198.18.0.100/",
+            2
+        )
+        .is_ok_and(|c| c == "200")),
+        "curl to the virtual address"
+    );
+    for _ in 0..11 {
+        assert_eq!(curl(&h1, "http://198.18.0.100/", 3).as_deref(), Ok("200"));
+    }
+    let ct = conntrack(&lab);
+    let backends: std::collections::BTreeSet<&str> = ct
+        .iter()
+        .filter(|l| l.contains("dst=198.18.0.100,") && l.contains("dport=80,"))
+        .filter_map(|l| l.split("reply=(src=").nth(1)?.split(',').next())
+        .collect();
+    assert!(
+        backends.len() >= 2 && backends.iter().all(|b| b.starts_with("198.18.0.1")),
+        "12 connections over several backends: {backends:?} in {ct:#?}"
+    );
+}

@@ -13,14 +13,14 @@
 //! A bare number or a known port name is `output` to that port.
 
 use nicflow_flow::field::ValueKind;
-use nicflow_flow::{ofp, Action, CtAction, CtZone, Field, Match, Prereq};
+use nicflow_flow::{ofp, Action, CtAction, CtNat, CtZone, Field, Match, NatKind, Prereq};
 
 use crate::error::{err, RuleError};
 use crate::lexer::{split_actions, split_args, split_key};
 use crate::matchp::Need;
 use crate::ports::{classify_port, resolve_name, PortMap, PortText};
 use crate::values::{full, parse_mac, parse_masked, parse_max, parse_uint};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Default `max_len` of `controller`: the whole packet.
 pub const CONTROLLER_MAX_LEN: u16 = u16::MAX;
@@ -204,42 +204,73 @@ fn parse_set_field(
     }
 }
 
-/// NXM/OXM register names accepted by `load`, besides plain field names.
+/// NXM/OXM names of fields, as `ovs-ofctl` writes subfields
+/// (`load`, `move`, `ct(zone=..)`); the first name of a field is the one
+/// printed. Registers (`NXM_NX_REG0`..) are handled by `Field::from_name`.
+pub(crate) const NXM_NAMES: &[(&str, Field)] = &[
+    ("NXM_OF_IN_PORT", Field::InPort),
+    ("NXM_OF_ETH_SRC", Field::DlSrc),
+    ("NXM_OF_ETH_DST", Field::DlDst),
+    ("NXM_OF_ETH_TYPE", Field::DlType),
+    ("NXM_OF_VLAN_TCI", Field::VlanTci),
+    ("NXM_OF_IP_TOS", Field::NwTos),
+    ("NXM_OF_IP_PROTO", Field::NwProto),
+    ("NXM_OF_IP_SRC", Field::NwSrc),
+    ("NXM_OF_IP_DST", Field::NwDst),
+    ("NXM_OF_TCP_SRC", Field::TpSrc),
+    ("NXM_OF_TCP_DST", Field::TpDst),
+    ("NXM_OF_UDP_SRC", Field::TpSrc),
+    ("NXM_OF_UDP_DST", Field::TpDst),
+    ("NXM_OF_ICMP_TYPE", Field::IcmpType),
+    ("NXM_OF_ICMP_CODE", Field::IcmpCode),
+    ("NXM_OF_ARP_OP", Field::ArpOp),
+    ("NXM_OF_ARP_SPA", Field::ArpSpa),
+    ("NXM_OF_ARP_TPA", Field::ArpTpa),
+    ("NXM_NX_ARP_SHA", Field::ArpSha),
+    ("NXM_NX_ARP_THA", Field::ArpTha),
+    ("NXM_NX_IP_TTL", Field::NwTtl),
+    ("NXM_NX_IPV6_SRC", Field::Ipv6Src),
+    ("NXM_NX_IPV6_DST", Field::Ipv6Dst),
+    ("NXM_NX_IPV6_LABEL", Field::Ipv6Label),
+    ("NXM_NX_ICMPV6_TYPE", Field::Icmpv6Type),
+    ("NXM_NX_ICMPV6_CODE", Field::Icmpv6Code),
+    ("NXM_NX_TUN_ID", Field::TunId),
+    ("NXM_NX_TUN_IPV4_SRC", Field::TunSrc),
+    ("NXM_NX_TUN_IPV4_DST", Field::TunDst),
+    ("NXM_NX_TCP_FLAGS", Field::TcpFlags),
+    ("NXM_NX_CT_STATE", Field::CtState),
+    ("NXM_NX_CT_ZONE", Field::CtZone),
+    ("NXM_NX_CT_MARK", Field::CtMark),
+    ("NXM_NX_CT_LABEL", Field::CtLabel),
+    ("NXM_NX_CT_NW_SRC", Field::CtNwSrc),
+    ("NXM_NX_CT_NW_DST", Field::CtNwDst),
+    ("NXM_NX_CT_NW_PROTO", Field::CtNwProto),
+    ("NXM_NX_CT_TP_SRC", Field::CtTpSrc),
+    ("NXM_NX_CT_TP_DST", Field::CtTpDst),
+    ("OXM_OF_METADATA", Field::Metadata),
+];
+
+/// A field by NXM/OXM name or plain name.
 fn nxm_field(name: &str) -> Option<Field> {
-    if let Some(n) = name.strip_prefix("NXM_NX_REG") {
-        return match n.parse::<u8>() {
-            Ok(i) if i < 8 && n.len() == 1 => Some(Field::Reg(i)),
-            _ => None,
-        };
+    NXM_NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+        .or_else(|| Field::from_name(name).ok())
+}
+
+/// The name `ovs-ofctl` prints for a subfield's field.
+pub(crate) fn nxm_name(f: Field) -> String {
+    match f {
+        Field::Reg(i) => format!("NXM_NX_REG{i}"),
+        Field::XReg(i) => format!("OXM_OF_PKT_REG{i}"),
+        Field::XXReg(i) => format!("NXM_NX_XXREG{i}"),
+        f => NXM_NAMES
+            .iter()
+            .find(|(_, g)| *g == f)
+            .map(|(n, _)| n.to_string())
+            .unwrap_or_else(|| f.name().to_string()),
     }
-    Some(match name {
-        "NXM_OF_IN_PORT" => Field::InPort,
-        "NXM_OF_ETH_SRC" => Field::DlSrc,
-        "NXM_OF_ETH_DST" => Field::DlDst,
-        "NXM_OF_VLAN_TCI" => Field::VlanTci,
-        "NXM_OF_IP_TOS" => Field::NwTos,
-        "NXM_OF_IP_SRC" => Field::NwSrc,
-        "NXM_OF_IP_DST" => Field::NwDst,
-        "NXM_OF_TCP_SRC" | "NXM_OF_UDP_SRC" => Field::TpSrc,
-        "NXM_OF_TCP_DST" | "NXM_OF_UDP_DST" => Field::TpDst,
-        "NXM_OF_ICMP_TYPE" => Field::IcmpType,
-        "NXM_OF_ICMP_CODE" => Field::IcmpCode,
-        "NXM_OF_ARP_SPA" => Field::ArpSpa,
-        "NXM_OF_ARP_TPA" => Field::ArpTpa,
-        "NXM_NX_ARP_SHA" => Field::ArpSha,
-        "NXM_NX_ARP_THA" => Field::ArpTha,
-        "NXM_NX_IP_TTL" => Field::NwTtl,
-        "NXM_NX_IPV6_SRC" => Field::Ipv6Src,
-        "NXM_NX_IPV6_DST" => Field::Ipv6Dst,
-        "NXM_NX_IPV6_LABEL" => Field::Ipv6Label,
-        "NXM_NX_ICMPV6_TYPE" => Field::Icmpv6Type,
-        "NXM_NX_ICMPV6_CODE" => Field::Icmpv6Code,
-        "NXM_NX_TUN_ID" => Field::TunId,
-        "NXM_NX_TUN_IPV4_SRC" => Field::TunSrc,
-        "NXM_NX_TUN_IPV4_DST" => Field::TunDst,
-        "OXM_OF_METADATA" => Field::Metadata,
-        _ => return Field::from_name(name).ok(),
-    })
 }
 
 /// `FIELD[]`, `FIELD[start..end]` or `FIELD[bit]`: (field, low bit, width).
@@ -284,6 +315,157 @@ fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleEr
     set_field(piece, f, v << lo, full(width) << lo, matching)
 }
 
+/// `move:SRC[a..b]->DST[c..d]`: same widths; the destination must be
+/// settable and both fields' prerequisites met by the rule's match.
+fn parse_move(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
+    let Some((src, dst)) = arg.split_once("->") else {
+        return err(piece, "move wants SRC[bits]->DST[bits]");
+    };
+    let (sf, so, sw) = parse_subfield(piece, src)?;
+    let (df, d_o, dw) = parse_subfield(piece, dst)?;
+    if sw != dw {
+        return err(
+            piece,
+            format!("source is {sw} bits wide, destination {dw} bits"),
+        );
+    }
+    if !df.settable() {
+        return err(piece, format!("field {} cannot be set", df.name()));
+    }
+    Need::P(sf.prereq()).check(matching, piece, sf.name())?;
+    set_need(df).check(matching, piece, df.name())?;
+    Ok(Action::Move {
+        src: sf,
+        src_ofs: so as u8,
+        dst: df,
+        dst_ofs: d_o as u8,
+        n_bits: sw as u8,
+    })
+}
+
+/// An address range and an optional port range, both inclusive.
+type NatRange = ((IpAddr, IpAddr), Option<(u16, u16)>);
+
+/// `ADDR[-ADDR][:PORT[-PORT]]` of a `nat(src=..)`; IPv6 addresses in
+/// brackets when a port follows (`[2001:db8::1]-[2001:db8::2]:80`).
+fn parse_nat_range(piece: &str, s: &str) -> Result<NatRange, RuleError> {
+    let bad = |why: &str| RuleError::new(piece, why.to_string());
+    // Split off the port part: after the last ':' that is outside brackets,
+    // and only when the address part is IPv4 or bracketed.
+    let (addrs, ports) = if s.starts_with('[') {
+        match s.rfind("]:") {
+            Some(i) => (&s[..=i], Some(&s[i + 2..])),
+            None => (s, None),
+        }
+    } else if s.matches(':').count() == 1 {
+        let (a, p) = s.split_once(':').unwrap_or((s, ""));
+        (a, Some(p))
+    } else {
+        (s, None)
+    };
+    let addr = |t: &str| -> Result<IpAddr, RuleError> {
+        let t = t.trim_start_matches('[').trim_end_matches(']');
+        t.parse::<IpAddr>()
+            .map_err(|_| bad("nat range: bad address"))
+    };
+    if addrs.is_empty() {
+        return Err(bad("nat range: an address is needed"));
+    }
+    let range = {
+        // IPv6 ranges are bracketed ("[a]-[b]") or unbracketed without a
+        // port; an IPv6 address has no '-', so the first '-' splits.
+        let (a, b) = match addrs.split_once('-') {
+            Some((a, b)) => (addr(a)?, addr(b)?),
+            None => {
+                let a = addr(addrs)?;
+                (a, a)
+            }
+        };
+        if a.is_ipv4() != b.is_ipv4() {
+            return Err(bad("nat range: both ends must be the same address family"));
+        }
+        if a > b {
+            return Err(bad("nat range: the first address is above the last"));
+        }
+        (a, b)
+    };
+    let ports = match ports {
+        None => None,
+        Some(p) => {
+            let port = |t: &str| {
+                t.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| bad("nat range: bad port (1..=65535)"))
+            };
+            let (lo, hi) = match p.split_once('-') {
+                Some((a, b)) => (port(a)?, port(b)?),
+                None => {
+                    let a = port(p)?;
+                    (a, a)
+                }
+            };
+            if lo > hi {
+                return Err(bad("nat range: the first port is above the last"));
+            }
+            Some((lo, hi))
+        }
+    };
+    Ok((range, ports))
+}
+
+/// `nat(src|dst[=RANGE][,persistent][,hash|random])`, checked as OVS's
+/// `parse_NAT`/`check_NAT`: one of src/dst, `hash` and `random` exclusive,
+/// the range's family that of the rule.
+fn parse_nat(piece: &str, body: &str, matching: &Match) -> Result<CtNat, RuleError> {
+    let mut n = CtNat::default();
+    for a in body.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let (k, v) = match a.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (a, None),
+        };
+        match (k, v) {
+            ("src" | "dst", _) => {
+                if n.kind.is_some() {
+                    return err(piece, "nat: give one of src and dst");
+                }
+                n.kind = Some(if k == "src" {
+                    NatKind::Src
+                } else {
+                    NatKind::Dst
+                });
+                if let Some(r) = v {
+                    let (addr, ports) = parse_nat_range(piece, r)?;
+                    n.addr = Some(addr);
+                    n.ports = ports;
+                }
+            }
+            ("persistent", None) => n.persistent = true,
+            ("hash", None) => n.hash = true,
+            ("random", None) => n.random = true,
+            _ => {
+                return err(
+                    piece,
+                    format!("nat: unknown argument `{a}` (src=, dst=, persistent, hash, random)"),
+                )
+            }
+        }
+    }
+    if n.hash && n.random {
+        return err(piece, "nat: hash and random are exclusive");
+    }
+    if n.kind.is_none() && (n.persistent || n.hash || n.random) {
+        return err(piece, "nat: flags need src= or dst=");
+    }
+    if let Some((a, _)) = n.addr {
+        let (dl, dlm) = matching.get(Field::DlType);
+        if dlm == 0xffff && (dl == 0x0800) != a.is_ipv4() {
+            return err(piece, "nat: the range's address family is not the rule's");
+        }
+    }
+    Ok(n)
+}
+
 /// `ct(ARG,...)`: arguments in any order, as `ovs-ofctl` takes them.
 /// Refused with the offending argument: `nat` (not built yet), `alg=`
 /// (no application-layer gateways), `exec` actions other than writes of
@@ -296,6 +478,7 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
         table: None,
         set_mark: None,
         set_label: None,
+        nat: None,
     };
     let mut exec_given = false;
     for arg in split_actions(inner)? {
@@ -311,6 +494,7 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
                     if width != 16 {
                         return err(arg, "a zone subfield must be 16 bits wide");
                     }
+                    Need::P(field.prereq()).check(matching, arg, field.name())?;
                     CtZone::Field {
                         field,
                         ofs: lo as u8,
@@ -326,16 +510,24 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
                 };
                 exec_given = true;
                 for a in split_actions(body)? {
+                    // Later writes combine with earlier ones bit by bit.
                     let (f, value, mask) = parse_ct_exec(a)?;
                     if f == Field::CtMark {
-                        ct.set_mark = Some((value as u32, mask as u32));
+                        let (ov, om) = ct.set_mark.unwrap_or((0, 0));
+                        let (v, m) = (value as u32, mask as u32);
+                        ct.set_mark = Some(((ov & !m) | v, om | m));
                     } else {
-                        ct.set_label = Some((value, mask));
+                        let (ov, om) = ct.set_label.unwrap_or((0, 0));
+                        ct.set_label = Some(((ov & !mask) | value, om | mask));
                     }
                 }
             }
-            ("nat", _) => {
-                return err(arg, "ct nat is not supported yet by nicflow");
+            ("nat", None) => ct.nat = Some(CtNat::default()),
+            ("nat", Some('(')) => {
+                let Some(body) = v.strip_suffix(')') else {
+                    return err(arg, "malformed nat(...)");
+                };
+                ct.nat = Some(parse_nat(arg, body, matching)?);
             }
             ("alg", _) => {
                 return err(
@@ -494,6 +686,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("set_field", _) if colon => parse_set_field(piece, arg, ports, matching)?,
         ("load", _) if colon => parse_load(piece, arg, matching)?,
+        ("move", _) if colon => parse_move(piece, arg, matching)?,
         ("push_vlan", _) if colon => match parse_max(arg, 0xffff).map_err(bad)? {
             t @ (0x8100 | 0x88a8) => Action::PushVlan(t as u16),
             _ => return err(piece, "push_vlan TPID must be 0x8100 or 0x88a8"),
@@ -538,7 +731,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear",
+            | "ct" | "ct_clear" | "move",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {

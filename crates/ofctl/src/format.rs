@@ -46,7 +46,7 @@
 
 use nicflow_flow::field::ValueKind;
 use nicflow_flow::field::CT_STATE_FLAGS;
-use nicflow_flow::{Action, CtAction, CtZone, Field, Match};
+use nicflow_flow::{Action, CtAction, CtNat, CtZone, Field, Match, NatKind};
 
 use crate::matchp::{FRAGS, SHORTHANDS, TCP_FLAGS, TCP_FLAGS_NAMED};
 use crate::ports::{format_port, PortMap};
@@ -73,6 +73,19 @@ fn tcp_flags(v: u128, m: u128) -> String {
 fn ct_state(v: u128, m: u128) -> String {
     if m & !0xff != 0 {
         return format_masked(ValueKind::Hex, 32, v, m);
+    }
+    if m == 0xff {
+        // Every flag matched: OVS's `match_format` lists the set ones.
+        let set: Vec<&str> = CT_STATE_FLAGS
+            .iter()
+            .filter(|(_, b)| v & u128::from(*b) != 0)
+            .map(|(n, _)| *n)
+            .collect();
+        return if set.is_empty() {
+            "0".into()
+        } else {
+            set.join("|")
+        };
     }
     let mut s = String::new();
     for &(name, bit) in CT_STATE_FLAGS {
@@ -102,11 +115,12 @@ fn format_ct(c: &CtAction) -> String {
         CtZone::Imm(0) => {}
         CtZone::Imm(z) => parts.push(format!("zone={z}")),
         CtZone::Field { field, ofs, nbits } => parts.push(format!(
-            "zone={}[{}..{}]",
-            subfield_name(field),
-            ofs,
-            u32::from(ofs) + u32::from(nbits) - 1
+            "zone={}",
+            subfield(field, ofs.into(), nbits.into())
         )),
+    }
+    if let Some(n) = &c.nat {
+        parts.push(format_nat(n));
     }
     let mut exec = Vec::new();
     let mut put = |f: Field, v: u128, m: u128| {
@@ -128,12 +142,57 @@ fn format_ct(c: &CtAction) -> String {
     format!("ct({})", parts.join(","))
 }
 
-/// The NXM name OVS prints for a subfield's field (`NXM_NX_REG0`).
-fn subfield_name(f: Field) -> String {
-    match f {
-        Field::Reg(i) => format!("NXM_NX_REG{i}"),
-        Field::Metadata => "OXM_OF_METADATA".into(),
-        f => f.name().into(),
+/// `nat(src=A-B:P-Q,persistent,hash)` as OVS's `format_NAT`: a range end
+/// equal to its start is left out; IPv6 addresses are bracketed when a
+/// port follows.
+fn format_nat(n: &CtNat) -> String {
+    let Some(kind) = n.kind else {
+        return "nat".into();
+    };
+    let mut s = format!("nat({}", if kind == NatKind::Src { "src" } else { "dst" });
+    let bracket = n.ports.is_some();
+    let addr = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V6(v6) if bracket => format!("[{v6}]"),
+        a => a.to_string(),
+    };
+    if let Some((lo, hi)) = n.addr {
+        s.push('=');
+        s.push_str(&addr(lo));
+        if hi != lo {
+            s.push('-');
+            s.push_str(&addr(hi));
+        }
+    }
+    if let Some((lo, hi)) = n.ports {
+        s.push_str(&format!(":{lo}"));
+        if hi != lo {
+            s.push_str(&format!("-{hi}"));
+        }
+    }
+    for (on, name) in [
+        (n.persistent, "persistent"),
+        (n.hash, "hash"),
+        (n.random, "random"),
+    ] {
+        if on {
+            s.push(',');
+            s.push_str(name);
+        }
+    }
+    s.push(')');
+    s
+}
+
+/// `NAME[]` for a whole field, `NAME[a..b]` (or `NAME[a]`) otherwise, as
+/// OVS's `mf_format_subfield`.
+pub(crate) fn subfield(f: Field, ofs: u32, nbits: u32) -> String {
+    let name = crate::actions::nxm_name(f);
+    if ofs == 0 && nbits == f.bits() {
+        format!("{name}[]")
+    } else if nbits == 1 {
+        format!("{name}[{ofs}]")
+    } else {
+        format!("{name}[{ofs}..{}]", ofs + nbits - 1)
     }
 }
 
@@ -267,6 +326,17 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
             }
         }
         Action::Ct(c) => format_ct(c),
+        Action::Move {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            n_bits,
+        } => format!(
+            "move:{}->{}",
+            subfield(*src, (*src_ofs).into(), (*n_bits).into()),
+            subfield(*dst, (*dst_ofs).into(), (*n_bits).into())
+        ),
         Action::CtClear => "ct_clear".into(),
     }
 }

@@ -114,6 +114,8 @@ fn exact_only(f: Field) -> bool {
             | Field::IcmpCode
             | Field::Icmpv6Type
             | Field::Icmpv6Code
+            | Field::CtZone
+            | Field::CtNwProto
     )
 }
 
@@ -231,10 +233,36 @@ fn parse_tcp_flags(s: &str) -> Result<(u128, u128), String> {
     Ok((v.into(), m.into()))
 }
 
-/// `ct_state=+trk-inv` (flags, OVS names) or `ct_state=0x21/0x21`.
+/// `ct_state=+trk-inv` (flags, OVS names), `ct_state=new|trk` (every
+/// flag matched: these set, the rest clear, as OVS prints a full mask), or
+/// a number with an optional mask (`0x21/0x21`; no mask = all 8 bits).
 fn parse_ct_state(s: &str) -> Result<(u128, u128), String> {
+    let flag = |name: &str| {
+        CT_STATE_FLAGS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| *b)
+            .ok_or_else(|| {
+                format!("unknown ct_state flag `{name}` (known: new est rel rpl inv trk snat dnat)")
+            })
+    };
     if !s.starts_with(['+', '-']) {
-        let (v, m) = parse_masked(ValueKind::Hex, 32, s, true)?;
+        if s.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            let mut v = 0u32;
+            for name in s.split('|') {
+                let bit = flag(name)?;
+                if v & bit != 0 {
+                    return Err(format!("ct_state flag {name} given twice"));
+                }
+                v |= bit;
+            }
+            return Ok((v.into(), 0xff));
+        }
+        let (v, m) = if s.contains('/') {
+            parse_masked(ValueKind::Hex, 32, s, true)?
+        } else {
+            (parse_masked(ValueKind::Hex, 32, s, false)?.0, 0xff)
+        };
         if (v | m) & !0xff != 0 {
             return Err("ct_state has only 8 bits (0xff)".into());
         }
@@ -252,15 +280,10 @@ fn parse_ct_state(s: &str) -> Result<(u128, u128), String> {
         let end = rest.find(['+', '-']).unwrap_or(rest.len());
         let name = &rest[..end];
         rest = &rest[end..];
-        let bit = CT_STATE_FLAGS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, b)| *b)
-            .ok_or_else(|| {
-                format!("unknown ct_state flag `{name}` (known: new est rel rpl inv trk snat dnat)")
-            })?;
-        if m & bit != 0 && (v & bit != 0) != set {
-            return Err(format!("ct_state flag {name} is both set and cleared"));
+        let bit = flag(name)?;
+        if m & bit != 0 {
+            // OVS: "Each ct_state flag can be specified only once".
+            return Err(format!("ct_state flag {name} given more than once"));
         }
         m |= bit;
         if set {

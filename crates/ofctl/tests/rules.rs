@@ -577,7 +577,7 @@ fn metadata_regs_tunnels() {
     );
     let t = "tun_id=0x1234/0xffff,tun_src=192.0.2.1,tun_dst=192.0.2.0/24,metadata=0x5,reg0=0x1,reg7=0x7/0xf actions=drop";
     assert_eq!(canon(t), t);
-    bad("reg8=1 actions=drop", "reg8=1");
+    bad("reg16=1 actions=drop", "reg16=1");
     bad("reg0=0x100000000 actions=drop", "reg0=0x100000000");
     bad(
         "metadata=0x10000000000000000 actions=drop",
@@ -900,7 +900,7 @@ fn load_action() {
         "actions=load:1->NXM_NX_REG0[5..4]",
         "load:1->NXM_NX_REG0[5..4]",
     );
-    bad("actions=load:1->NXM_NX_REG8[]", "load:1->NXM_NX_REG8[]");
+    bad("actions=load:1->NXM_NX_REG16[]", "load:1->NXM_NX_REG16[]");
     bad("actions=load:1->NXM_NX_REG0", "load:1->NXM_NX_REG0");
     bad(
         "ip actions=load:1->NXM_OF_IP_TOS[]",
@@ -1091,4 +1091,49 @@ fn fuzz_entry_accepts_anything() {
     ] {
         fuzz_rule(s);
     }
+}
+
+#[test]
+fn registers_xregs_xxregs_and_move() {
+    // reg0-15; xreg i = reg 2i (high) : reg 2i+1; xxreg i = regs 4i..4i+3.
+    assert_eq!(get("reg15=0x5", Field::Reg(15)), (5, 0xffff_ffff));
+    let f = p("xreg1=0x1122334455667788 actions=drop");
+    assert_eq!(f.r#match.get(Field::Reg(2)).0, 0x1122_3344);
+    assert_eq!(f.r#match.get(Field::Reg(3)).0, 0x5566_7788);
+    let f = p("xxreg3=0x1/0x1 actions=drop");
+    assert_eq!(f.r#match.get(Field::Reg(15)), (1, 1));
+    assert_eq!(f.r#match.get(Field::Reg(12)), (0, 0));
+    // move, as ovs-ofctl prints it: NXM names, [] for whole fields.
+    for t in [
+        "actions=move:NXM_NX_REG0[0..15]->NXM_NX_REG9[16..31]",
+        "actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]",
+        "ip actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG1[]",
+        "actions=move:NXM_NX_REG3[5]->NXM_NX_REG4[0]",
+        "actions=move:NXM_NX_XXREG0[0..63]->OXM_OF_PKT_REG3[]",
+    ] {
+        assert_eq!(canon(t), t);
+    }
+    assert_eq!(
+        canon("actions=move:reg0[]->reg1[]"),
+        "actions=move:NXM_NX_REG0[]->NXM_NX_REG1[]"
+    );
+    let e = bad(
+        "actions=move:NXM_NX_REG0[0..7]->NXM_NX_REG1[0..15]",
+        "move:NXM_NX_REG0[0..7]->NXM_NX_REG1[0..15]",
+    );
+    assert!(e.reason.contains("8 bits"), "{e}");
+    // Prerequisites of both ends, settable destination.
+    bad(
+        "actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG1[]",
+        "move:NXM_OF_IP_SRC[]->NXM_NX_REG1[]",
+    );
+    bad(
+        "actions=move:NXM_NX_REG1[]->NXM_OF_IP_SRC[]",
+        "move:NXM_NX_REG1[]->NXM_OF_IP_SRC[]",
+    );
+    bad(
+        "ip actions=move:NXM_NX_REG1[0..7]->NXM_OF_IP_PROTO[]",
+        "move:NXM_NX_REG1[0..7]->NXM_OF_IP_PROTO[]",
+    );
+    bad("actions=move:NXM_NX_REG1[]", "move:NXM_NX_REG1[]");
 }

@@ -420,6 +420,24 @@ pub fn set_tp_dst_ext(frame: &mut [u8], layout: &Layout, port: u16, csum_partial
     set_tp_port(frame, layout, 2, port, csum_partial)
 }
 
+/// Sets the identifier of an ICMPv4 echo/timestamp/information message
+/// (NAT of ICMP "connections"), patching the ICMP checksum (which has no
+/// pseudo header). `false` for anything else or a short frame.
+pub fn set_icmp_id(frame: &mut [u8], layout: &Layout, id: u16) -> bool {
+    if layout.l4 != L4Kind::Icmp || layout.is_fragment() {
+        return false;
+    }
+    let l4 = usize::from(layout.l4_offset);
+    if frame.len() < l4 + 8 || !matches!(frame[l4], 0 | 8 | 13 | 14 | 15 | 16) {
+        return false;
+    }
+    let old = bytes::u16_at(frame, l4 + 4);
+    bytes::set_u16(frame, l4 + 4, id);
+    let c = bytes::u16_at(frame, l4 + 2);
+    bytes::set_u16(frame, l4 + 2, update16(c, old, id));
+    true
+}
+
 /// Sets the ARP operation. `false` unless the frame is Ethernet/IPv4 ARP.
 pub fn set_arp_op(frame: &mut [u8], layout: &Layout, op: u16) -> bool {
     match arp_l3(frame, layout) {
@@ -554,6 +572,27 @@ mod tests {
 
     const A: MacAddr = [2, 0, 0, 0, 0, 1];
     const B: MacAddr = [2, 0, 0, 0, 0, 2];
+
+    #[test]
+    fn icmp_echo_id_rewrite_keeps_the_checksum_right() {
+        let mut f = FrameBuilder::new(A, B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .icmp(8, 0)
+            .echo(0x1234, 7)
+            .payload(b"ping")
+            .build();
+        let l = parse(&f).unwrap();
+        assert!(set_icmp_id(&mut f, &l, 0xbeef));
+        assert!(crate::builder::all_checksums_valid(&f));
+        assert_eq!(bytes::u16_at(&f, usize::from(l.l4_offset) + 4), 0xbeef);
+        // Not an echo: an error message is left alone.
+        let mut e = FrameBuilder::new(A, B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .icmp(3, 1)
+            .build();
+        let l = parse(&e).unwrap();
+        assert!(!set_icmp_id(&mut e, &l, 1));
+    }
 
     /// Turn a correct TCP/UDP checksum into what a `CHECKSUM_PARTIAL`
     /// sender leaves: the folded pseudo-header sum.

@@ -6,6 +6,7 @@
 
 pub mod classifier;
 pub mod colocated;
+pub mod conntrack;
 pub mod containers;
 pub mod cpu;
 pub mod forward;

@@ -92,6 +92,9 @@ pub enum DpAction {
         force: bool,
         mark: Option<(u32, u32)>,
         label: Option<(u128, u128)>,
+        /// `nat`/`nat(src|dst=..)`: the tracker says what to rewrite and
+        /// the executor writes it.
+        nat: Option<nicflow_conntrack::NatAction>,
     },
     /// Look a copy of the packet up again with `recirc_id` = this id and
     /// its connection-tracking verdict in the key, then go on with the
@@ -169,8 +172,9 @@ impl fmt::Display for DpAction {
                 force,
                 mark,
                 label,
+                nat,
             } => {
-                // `ovs-dpctl`'s order: commit, zone, mark, labels.
+                // `ovs-dpctl`'s order: commit, zone, mark, labels, nat.
                 let mut parts = Vec::new();
                 if *commit {
                     parts.push(if *force { "force_commit" } else { "commit" }.to_string());
@@ -184,6 +188,9 @@ impl fmt::Display for DpAction {
                 if let Some((v, m)) = label {
                     parts.push(format!("label={v:#x}/{m:#x}"));
                 }
+                if let Some(n) = nat {
+                    parts.push(format_dp_nat(n));
+                }
                 if parts.is_empty() {
                     f.write_str("ct")
                 } else {
@@ -194,6 +201,31 @@ impl fmt::Display for DpAction {
             DpAction::CtClear => f.write_str("ct_clear"),
         }
     }
+}
+
+/// `nat`, `nat(src=A-B:P-Q)`: the datapath's view of a `ct` NAT.
+fn format_dp_nat(n: &nicflow_conntrack::NatAction) -> String {
+    let Some(kind) = n.kind else {
+        return "nat".into();
+    };
+    let mut s = match kind {
+        nicflow_conntrack::NatKind::Src => "nat(src".to_string(),
+        nicflow_conntrack::NatKind::Dst => "nat(dst".to_string(),
+    };
+    if let Some(a) = n.addr_min {
+        s.push_str(&format!("={a}"));
+        if let Some(b) = n.addr_max.filter(|b| *b != a) {
+            s.push_str(&format!("-{b}"));
+        }
+    }
+    if n.port_min != 0 {
+        s.push_str(&format!(":{}", n.port_min));
+        if n.port_max > n.port_min {
+            s.push_str(&format!("-{}", n.port_max));
+        }
+    }
+    s.push(')');
+    s
 }
 
 /// Print an action list; an empty one is `drop`.

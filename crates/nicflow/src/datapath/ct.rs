@@ -11,7 +11,7 @@
 //! time in that zone (OVS's `process_one_fast`): it keeps its verdict, and
 //! only a commit's mark/label writes reach its connection.
 
-use nicflow_conntrack::{state, Conntrack, CtRequest, CtResult};
+use nicflow_conntrack::{state, Conntrack, CtRequest, CtResult, NatRewrite};
 use nicflow_flow::FlowKey;
 use nicflow_packet::buf::PacketBuf;
 use std::net::IpAddr;
@@ -65,43 +65,25 @@ pub struct CtStage<'a> {
 }
 
 impl CtStage<'_> {
-    /// Run one `ct` action. `l3` starts at the IP header.
-    #[allow(clippy::too_many_arguments)]
-    pub fn track(
-        &mut self,
-        dl_type: u16,
-        l3: &[u8],
-        zone: u16,
-        commit: bool,
-        force: bool,
-        mark: Option<(u32, u32)>,
-        label: Option<(u128, u128)>,
-    ) {
-        let req = CtRequest {
-            zone,
-            commit,
-            force,
-            set_mark: mark,
-            set_label: label,
-        };
+    /// Run one `ct` action. `l3` starts at the IP header. Returns what
+    /// NAT says to write into the packet.
+    pub fn track(&mut self, dl_type: u16, l3: &[u8], req: &CtRequest) -> NatRewrite {
         if let Some(prev) = self.meta.result {
-            if prev.zone == zone && prev.state & state::TRK != 0 && !force {
+            if prev.zone == req.zone && prev.state & state::TRK != 0 && !req.force {
                 if prev.state & state::INV != 0 && prev.conn.is_none() {
-                    return;
+                    return NatRewrite::default();
                 }
-                if let Some(h) = prev.conn {
-                    if let Some((mark, label)) = self.tracker.update_known(h, &req) {
-                        self.meta.result = Some(CtResult {
-                            mark,
-                            label,
-                            ..prev
-                        });
-                        return;
-                    }
+                // OVS's process_one_fast: no second pass through the state
+                // machine; a commit's mark/label and a `nat` still apply.
+                if let Some(r) = self.tracker.process_known(&prev, req) {
+                    self.meta.result = Some(r);
+                    return r.nat;
                 }
             }
         }
-        self.meta.result = Some(self.tracker.process(dl_type, l3, &req, self.now));
+        let r = self.tracker.process(dl_type, l3, req, self.now);
+        self.meta.result = Some(r);
+        r.nat
     }
 }
 

@@ -183,12 +183,24 @@ pub fn execute(
                 force,
                 mark,
                 label,
+                nat,
             } => {
                 let l3 = pkt
                     .data()
                     .get(usize::from(layout.l3_offset)..)
                     .unwrap_or(&[]);
-                ct.track(layout.ethertype, l3, *zone, *commit, *force, *mark, *label);
+                let req = nicflow_conntrack::CtRequest {
+                    zone: *zone,
+                    commit: *commit,
+                    force: *force,
+                    set_mark: *mark,
+                    set_label: *label,
+                    nat: *nat,
+                };
+                let rw = ct.track(layout.ethertype, l3, &req);
+                if !rw.is_empty() {
+                    nat_rewrite(&mut pkt, layout, &rw);
+                }
             }
             DpAction::CtClear => ct.meta = CtMeta::default(),
             DpAction::Recirc(id) => {
@@ -210,6 +222,42 @@ pub fn execute(
     }
     r.leftover = Some(pkt);
     r
+}
+
+/// Write what NAT decided into the frame. Same-size fields, so the layout
+/// stays valid; checksums are patched incrementally (partial ones only in
+/// the pseudo-header part, as for any address rewrite).
+fn nat_rewrite(pkt: &mut PacketBuf, layout: &Layout, rw: &nicflow_conntrack::NatRewrite) {
+    use std::net::IpAddr;
+    let partial = pkt.csum_partial();
+    let f = pkt.data_mut();
+    match rw.src {
+        Some(IpAddr::V4(a)) => {
+            rewrite::set_ipv4_src_ext(f, layout, u32::from(a), partial);
+        }
+        Some(IpAddr::V6(a)) => {
+            rewrite::set_ipv6_src_ext(f, layout, a.octets(), partial);
+        }
+        None => {}
+    }
+    match rw.dst {
+        Some(IpAddr::V4(a)) => {
+            rewrite::set_ipv4_dst_ext(f, layout, u32::from(a), partial);
+        }
+        Some(IpAddr::V6(a)) => {
+            rewrite::set_ipv6_dst_ext(f, layout, a.octets(), partial);
+        }
+        None => {}
+    }
+    if let Some(p) = rw.sport {
+        rewrite::set_tp_src_ext(f, layout, p, partial);
+    }
+    if let Some(p) = rw.dport {
+        rewrite::set_tp_dst_ext(f, layout, p, partial);
+    }
+    if let Some(id) = rw.icmp_id {
+        rewrite::set_icmp_id(f, layout, id);
+    }
 }
 
 /// Re-read the headers after a push or pop. Our own pushes may stack more

@@ -100,6 +100,7 @@ pub struct OfprotoStats {
 pub struct Frozen {
     pub table: u8,
     pub regs: [u32; 8],
+    pub regs_hi: [u32; 8],
     pub metadata: u64,
     /// The walk's `in_port` (a `resubmit` may have changed it).
     pub in_port: u32,

@@ -82,6 +82,7 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         // can be made outside `freeze`) leaves the action list empty: drop.
         if let Some(f) = ctx.of.thawed(key.recirc_id) {
             ctx.key.regs = f.regs;
+            ctx.key.regs_hi = f.regs_hi;
             ctx.key.metadata = f.metadata;
             ctx.key.in_port = f.in_port;
             ctx.committed = ctx.key;
@@ -96,6 +97,25 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         install: !ctx.uncacheable,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+    }
+}
+
+/// The rule language's `nat(...)` as the tracker takes it.
+fn nat_action(n: nicflow_flow::CtNat) -> nicflow_conntrack::NatAction {
+    use nicflow_conntrack::NatKind as K;
+    let (port_min, port_max) = n.ports.unwrap_or((0, 0));
+    nicflow_conntrack::NatAction {
+        kind: n.kind.map(|k| match k {
+            nicflow_flow::NatKind::Src => K::Src,
+            nicflow_flow::NatKind::Dst => K::Dst,
+        }),
+        addr_min: n.addr.map(|a| a.0),
+        addr_max: n.addr.map(|a| a.1),
+        port_min,
+        port_max,
+        random: n.random,
+        hash: n.hash,
+        persistent: n.persistent,
     }
 }
 
@@ -177,6 +197,25 @@ impl Ctx<'_> {
             Action::DecTtl => self.dec_ttl(),
             Action::GotoTable(t) => self.table(*t),
             Action::Ct(c) => self.ct(c),
+            Action::Move {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } => {
+                let bits = if *n_bits >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << n_bits) - 1
+                };
+                // The copied bits decide what is written: they join the mask.
+                let src_bits = bits << src_ofs;
+                let wc = src.read(&self.wc.0) | src_bits;
+                src.write(&mut self.wc.0, wc);
+                let v = (src.read(&self.key) & src_bits) >> src_ofs;
+                self.set_field(*dst, v << dst_ofs, bits << dst_ofs);
+            }
             Action::CtClear => {
                 self.commit();
                 self.actions.push(DpAction::CtClear);
@@ -438,11 +477,13 @@ impl Ctx<'_> {
             force: c.force,
             mark: c.set_mark,
             label: c.set_label,
+            nat: c.nat.map(nat_action),
         });
         if let Some(table) = c.table {
             let id = self.of.freeze(Frozen {
                 table,
                 regs: self.key.regs,
+                regs_hi: self.key.regs_hi,
                 metadata: self.key.metadata,
                 in_port: self.key.in_port,
                 depth: self.depth,

@@ -371,6 +371,9 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     if let Some(i) = m.regs.iter().position(|r| *r != 0) {
         return Some(REGS[i]);
     }
+    if m.regs_hi.iter().any(|r| *r != 0) {
+        return Some("field:reg8-15");
+    }
     if m.ct_state != 0 {
         return Some("field:ct_state");
     }
@@ -736,6 +739,9 @@ mod tests {
             (|m| m.tun_metadata[3] = 1, "field:tun_metadata3"),
             (|m| m.regs[0] = 1, "field:reg0"),
             (|m| m.regs[5] = 1, "field:reg5"),
+            (|m| m.regs_hi[7] = 1, "field:reg8-15"),
+            (|m| m.ct_label[15] = 1, "field:ct_label"),
+            (|m| m.ct_tp_dst = 0xffff, "field:ct_tuple"),
         ];
         for (set, reason) in cases {
             let mut m = m0;
@@ -748,12 +754,29 @@ mod tests {
         full.0.metadata = 0;
         full.0.tun_metadata = [0; 8];
         full.0.regs = [0; 8];
+        full.0.regs_hi = [0; 8];
         full.0.ct_state = 0;
         full.0.ct_zone = 0;
         full.0.ct_mark = 0;
+        full.0.ct_label = [0; 16];
+        full.0.ct_nw_src = 0;
+        full.0.ct_nw_dst = 0;
+        full.0.ct_nw_proto = 0;
+        full.0.ct_tp_src = 0;
+        full.0.ct_tp_dst = 0;
         let e = encode(&k, &full, &[DpAction::Output(2)], &ports()).unwrap();
         assert_eq!(e.key, DpKey::from_flow_key(&k));
+        // Every flow the engines see is a first pass: recirc_id is 0 in the
+        // key and needs no kernel field.
+        full.0.recirc_id = 0;
         assert_eq!(e.mask.to_flow_key(), full.0);
+        // Recirculated passes and ct actions stay in userspace.
+        let mut rk = k;
+        rk.recirc_id = 1;
+        let e = encode(&rk, &full, &[DpAction::Output(2)], &ports()).unwrap_err();
+        assert_eq!(e.reason, "ct:recirculated");
+        let e = encode(&k, &m0, &[DpAction::Recirc(1)], &ports()).unwrap_err();
+        assert_eq!(e.reason, "ct:userspace");
     }
 
     /// Port 5 is a fixed-key tunnel (slot 3), port 6 a `key=flow` one
