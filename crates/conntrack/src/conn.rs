@@ -53,6 +53,11 @@ pub(crate) struct Conn {
     pub bytes: [u64; 2],
     /// `conn->nat_action`: how the original direction is translated.
     pub nat: Option<NatKind>,
+    /// Packets of this connection were forwarded where the tracker did not
+    /// see them (a kernel engine): its sequence windows are stale, so it is
+    /// tracked without the window check from then on, as Linux marks
+    /// offloaded connections `IP_CT_TCP_FLAG_BE_LIBERAL`.
+    pub liberal: bool,
 }
 
 /// `valid_new`: may this packet create a connection?
@@ -95,6 +100,7 @@ impl Conn {
             packets: [1, 0],
             bytes: [u64::from(p.l3_len), 0],
             nat: None,
+            liberal: false,
         }
     }
 
@@ -109,7 +115,7 @@ impl Conn {
         tcp_seq_chk: bool,
     ) -> Update {
         let res = match (&mut self.proto, p.tcp.as_ref()) {
-            (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk),
+            (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk && !self.liberal),
             // A TCP connection always gets TCP segments (same key, same
             // protocol); this arm only keeps the match total.
             (ProtoState::Tcp(_), None) => Update::InvalidFlags,
@@ -120,6 +126,29 @@ impl Conn {
             self.expiration = now + timeouts.get(tm);
         }
         res
+    }
+
+    /// Established in both directions (TCP: both peers ESTABLISHED; UDP
+    /// and other protocols: a reply was seen); ICMP never counts, its
+    /// exchanges are too short to be worth moving.
+    pub(crate) fn established(&self) -> bool {
+        match &self.proto {
+            ProtoState::Tcp(t) => t
+                .peer
+                .iter()
+                .all(|p| p.state == crate::tcp::TcpState::Established),
+            ProtoState::Other(s) => matches!(s, OtherState::Bidir),
+            ProtoState::Icmp(_) => false,
+        }
+    }
+
+    /// The timer of an established connection (what traffic refreshes).
+    pub(crate) fn established_timer(&self) -> Tm {
+        match &self.proto {
+            ProtoState::Tcp(_) => Tm::TcpEstablished,
+            ProtoState::Other(_) => Tm::OtherBidir,
+            ProtoState::Icmp(_) => Tm::IcmpReply,
+        }
     }
 
     pub(crate) fn expired(&self, now: Instant) -> bool {

@@ -340,10 +340,40 @@ pub struct CtResult {
     pub nat: NatRewrite,
 }
 
+impl ConnHandle {
+    /// The packet that got this handle travelled in the reply direction.
+    pub fn is_reply(&self) -> bool {
+        self.reply
+    }
+
+    /// The handle with the per-packet bits cleared: one value per
+    /// connection and direction, for keying caller-side state.
+    pub fn direction_key(&self) -> ConnHandle {
+        ConnHandle {
+            related: false,
+            ..*self
+        }
+    }
+}
+
+/// What moving an established connection to a kernel engine needs to know
+/// (`Conntrack::offload_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadInfo {
+    /// Established both ways (see `Conntrack::offload_info`).
+    pub established: bool,
+    /// TCP: the engine must hand SYN/FIN/RST segments up so the tracker
+    /// sees the connection end.
+    pub tcp: bool,
+    /// The NAT rewrite of the [original, reply] direction (empty without
+    /// NAT).
+    pub nat: [NatRewrite; 2],
+}
+
 /// A reference to a connection that stays safe after it is gone: the slot
 /// and the connection's id, checked on use, plus the packet's direction
 /// (for NAT in [`Conntrack::process_known`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConnHandle {
     pub(crate) slot: u32,
     pub(crate) id: u32,

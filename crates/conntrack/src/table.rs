@@ -335,6 +335,54 @@ impl Conntrack {
         Some(res)
     }
 
+    /// Whether the connection behind `h` may run in a kernel engine, and
+    /// what NAT writes per direction there. `None` when it is gone.
+    /// Established means: TCP with both peers ESTABLISHED, UDP/other with
+    /// a reply seen; ICMP never.
+    pub fn offload_info(&self, h: crate::ConnHandle) -> Option<crate::OffloadInfo> {
+        let c = self.slot(h.slot).filter(|c| c.id == h.id)?;
+        let nat = |reply| {
+            c.nat
+                .map(|k| nat::rewrite(&c.keys, k, reply).1)
+                .unwrap_or_default()
+        };
+        Some(crate::OffloadInfo {
+            established: c.established(),
+            tcp: matches!(c.proto, ProtoState::Tcp(_)),
+            nat: [nat(false), nat(true)],
+        })
+    }
+
+    /// Traffic of the connection behind `h` that a kernel engine forwarded:
+    /// counted in the direction `reply`, the established timeout refreshed
+    /// from `used`, and the connection tracked without the TCP window
+    /// check from now on (the tracker did not see those segments). `false`
+    /// when the connection is gone.
+    pub fn credit(
+        &mut self,
+        h: crate::ConnHandle,
+        reply: bool,
+        packets: u64,
+        bytes: u64,
+        used: Instant,
+    ) -> bool {
+        let timeouts = self.cfg.timeouts;
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        c.liberal = true;
+        if packets > 0 {
+            let d = usize::from(reply);
+            c.packets[d] += packets;
+            c.bytes[d] += bytes;
+            let exp = used + timeouts.get(c.established_timer());
+            if exp > c.expiration {
+                c.expiration = exp;
+            }
+        }
+        true
+    }
+
     /// `nat_packet` for a packet of the connection in `slot`, if it has NAT.
     fn nat_for(&self, slot: u32, reply: bool) -> Option<(u32, NatRewrite)> {
         let c = self.slot(slot)?;

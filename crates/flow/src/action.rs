@@ -90,6 +90,9 @@ pub enum Action {
     Ct(CtAction),
     /// Forget the packet's connection-tracking state (`ct_clear`).
     CtClear,
+    /// Run an OpenFlow group (`group:N`): its type decides which of its
+    /// buckets' action lists run, each on its own copy of the packet.
+    Group(u32),
 }
 
 /// Where a `ct` action's zone comes from.

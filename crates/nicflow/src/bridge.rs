@@ -367,6 +367,61 @@ impl Bridge {
         Ok(self.del_flows(&filter))
     }
 
+    /// `add-group` (or, with `modify`, `mod-group`) from text; all or
+    /// nothing, then revalidate.
+    pub fn add_groups_str(
+        &mut self,
+        text: &str,
+        modify: bool,
+        now: Instant,
+    ) -> Result<usize, BridgeError> {
+        let specs =
+            nicflow_ofctl::parse_groups(text, &self.names).map_err(|e| BridgeError::RuleLine {
+                line: e.line,
+                error: e.error,
+            })?;
+        self.add_groups(&specs, modify, now)?;
+        Ok(specs.len())
+    }
+
+    /// Add (or modify) groups atomically, then revalidate the datapath.
+    pub fn add_groups(
+        &mut self,
+        specs: &[nicflow_ofctl::GroupSpec],
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.add_groups(specs, modify, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(())
+    }
+
+    /// `del-groups [group_id=N]`: the groups and the rules that use them.
+    /// Returns (groups, rules) removed.
+    pub fn del_groups_str(&mut self, text: &str) -> Result<(usize, usize), BridgeError> {
+        let id = nicflow_ofctl::parse_group_filter(text)?;
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_groups(id);
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(n)
+    }
+
+    /// `dump-groups` lines, as `ovs-ofctl dump-groups` prints them.
+    pub fn dump_groups_text(&self) -> Vec<String> {
+        self.ofproto
+            .dump_groups()
+            .iter()
+            .map(|g| nicflow_ofctl::format_group(g, &self.names))
+            .collect()
+    }
+
+    /// Group counters, up to date.
+    pub fn group_stats(&mut self, now: Instant) -> Vec<crate::ofproto::group::GroupStats> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.group_stats(now)
+    }
+
     /// One poll round over every port. Returns the number of frames
     /// received.
     pub fn run_once(&mut self, now: Instant) -> usize {

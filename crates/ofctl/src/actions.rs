@@ -700,6 +700,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         ("ct", None) => parse_ct(piece, "", matching)?,
         ("ct", Some('(')) => parse_ct(piece, inner.unwrap_or_default(), matching)?,
         ("ct_clear", None) => Action::CtClear,
+        ("group", _) if colon => Action::Group(crate::group::parse_group_id(piece, arg)?),
         ("goto_table", _) if colon => Action::GotoTable(table_no(piece, arg)?),
         ("resubmit", _) if colon => match resubmit_port(piece, arg, ports)? {
             Some(p) => Action::Resubmit {
@@ -731,7 +732,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear" | "move",
+            | "ct" | "ct_clear" | "move" | "group",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {

@@ -338,6 +338,7 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
             subfield(*dst, (*dst_ofs).into(), (*n_bits).into())
         ),
         Action::CtClear => "ct_clear".into(),
+        Action::Group(g) => format!("group:{g}"),
     }
 }
 

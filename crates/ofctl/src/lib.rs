@@ -27,6 +27,7 @@
 mod actions;
 pub mod error;
 pub mod format;
+pub mod group;
 mod lexer;
 mod matchp;
 pub mod ports;
@@ -35,6 +36,10 @@ mod values;
 pub use actions::CONTROLLER_MAX_LEN;
 pub use error::{LineError, RuleError};
 pub use format::{format_actions, format_flow, format_match, format_match_spec};
+pub use group::{
+    format_group, parse_group, parse_group_filter, parse_groups, Bucket, GroupSpec, GroupType,
+    HashField, SelectionMethod,
+};
 pub use ports::{is_valid_port_name, AutoPorts, NamedPorts, NumericPorts, PortMap};
 
 use nicflow_flow::{Action, Match};

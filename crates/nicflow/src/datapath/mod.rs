@@ -20,6 +20,7 @@
 
 pub mod action;
 pub mod ct;
+pub mod ct_offload;
 pub mod emc;
 pub mod execute;
 pub mod offload;
@@ -258,6 +259,8 @@ pub struct Datapath {
     /// Passes still to make for the packet being processed (recirculated
     /// copies), reused across packets.
     recirc: Vec<(ct::Recirculated, u32)>,
+    /// Established connections running in the offload engine.
+    pub ct_offloads: ct_offload::CtOffloads,
 }
 
 impl Datapath {
@@ -282,6 +285,7 @@ impl Datapath {
             offload: None,
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
+            ct_offloads: Default::default(),
         }
     }
 
@@ -313,6 +317,8 @@ impl Datapath {
         let Some(off) = self.offload.as_deref_mut() else {
             return;
         };
+        self.ct_offloads
+            .sync(&mut self.conntrack, off, &mut self.flows, Instant::now());
         for id in self.flows.ids() {
             if let Some(f) = self.flows.get_mut(id) {
                 offload::sync(off, f);
@@ -387,7 +393,7 @@ impl Datapath {
         let mut budget = self.cfg.upcall_budget;
         let mut passes = std::mem::take(&mut self.recirc);
         for pkt in pkts.drain(..) {
-            self.pass(
+            let first = self.pass(
                 in_port,
                 pkt,
                 None,
@@ -412,7 +418,7 @@ impl Datapath {
                 }
                 self.stats.recirculations += 1;
                 let at = passes.len();
-                self.pass(
+                let second = self.pass(
                     in_port,
                     pkt,
                     Some((meta, id, depth)),
@@ -423,9 +429,44 @@ impl Datapath {
                     &mut passes,
                 );
                 passes[at..].reverse();
+                if depth == 1 {
+                    self.consider_ct_offload(first, second, &meta, now);
+                }
             }
         }
         self.recirc = passes;
+    }
+
+    /// A packet's second pass is done: if its connection is established
+    /// and the two flows it took allow it, that direction of the
+    /// connection moves to the offload engine (see `ct_offload`).
+    fn consider_ct_offload(
+        &mut self,
+        first: Option<(RuleId, FlowKey)>,
+        second: Option<(RuleId, FlowKey)>,
+        meta: &ct::CtMeta,
+        now: Instant,
+    ) {
+        let (Some((f1, key)), Some((f2, _))) = (first, second) else {
+            return;
+        };
+        let Some(off) = self.offload.as_deref_mut() else {
+            return;
+        };
+        let Some(r) = meta.result else {
+            return;
+        };
+        let Some(h) = r.conn else {
+            return;
+        };
+        if r.state & nicflow_conntrack::state::EST == 0 {
+            return;
+        }
+        let (Some(a), Some(b)) = (self.flows.get(f1), self.flows.get(f2)) else {
+            return;
+        };
+        self.ct_offloads
+            .consider(h, (f1, a, &key), (f2, b), &mut self.conntrack, off, now);
     }
 
     /// One pass of one packet: key, lookup (or upcall), actions. `recirc` is
@@ -442,14 +483,14 @@ impl Datapath {
         tx: &mut TxBatch,
         budget: &mut usize,
         passes: &mut Vec<(ct::Recirculated, u32)>,
-    ) {
+    ) -> Option<(RuleId, FlowKey)> {
         let mut key = FlowKey::default();
         let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
             Ok(l) => l,
             Err(e) => {
                 self.stats.parse_drops[e.index()] += 1;
                 give_back(&mut self.pool, pkt);
-                return;
+                return None;
             }
         };
         if let Some(t) = &pkt.tun {
@@ -492,7 +533,7 @@ impl Datapath {
             if *budget == 0 {
                 self.stats.upcall_budget_drops += 1;
                 give_back(&mut self.pool, pkt);
-                return;
+                return None;
             }
             *budget -= 1;
             self.stats.upcalls += 1;
@@ -518,13 +559,13 @@ impl Datapath {
                 }
                 None => {
                     give_back(&mut self.pool, pkt);
-                    return;
+                    return None;
                 }
             },
             (None, Some(a)) => a,
             (None, None) => {
                 give_back(&mut self.pool, pkt);
-                return;
+                return None;
             }
         };
         let mut stage = ct::CtStage {
@@ -561,6 +602,7 @@ impl Datapath {
         if revalidate {
             self.revalidate(handler);
         }
+        hit.map(|id| (id, key))
     }
 
     fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {
@@ -658,6 +700,13 @@ impl Datapath {
         }
         self.stats.flows_fixed += fixed as u64;
         self.stats.flows_removed += removed as u64;
+        // Connection entries built from flows that changed or went must
+        // go before the change is acknowledged.
+        self.ct_offloads.forget_refusals();
+        if let Some(off) = self.offload.as_deref_mut() {
+            self.ct_offloads
+                .sync(&mut self.conntrack, off, &mut self.flows, Instant::now());
+        }
         (fixed, removed)
     }
 
@@ -665,6 +714,11 @@ impl Datapath {
     /// many were removed.
     pub fn expire(&mut self, now: Instant, handler: &mut dyn UpcallHandler) -> usize {
         let timeout = self.cfg.idle_timeout;
+        // Offloaded connections' traffic first: it keeps their flows busy.
+        if let Some(off) = self.offload.as_deref_mut() {
+            self.ct_offloads
+                .sync(&mut self.conntrack, off, &mut self.flows, now);
+        }
         let mut n = 0;
         for id in self.flows.ids() {
             let Some(f) = self.flows.get_mut(id) else {
@@ -694,6 +748,8 @@ impl Datapath {
     /// Remove every flow (after crediting their stats).
     pub fn flush(&mut self, handler: &mut dyn UpcallHandler) {
         if let Some(off) = self.offload.as_deref_mut() {
+            self.ct_offloads
+                .clear(&mut self.conntrack, off, Instant::now());
             for id in self.flows.ids() {
                 if let Some(f) = self.flows.get_mut(id) {
                     offload::unplace(off, f);

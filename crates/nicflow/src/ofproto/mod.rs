@@ -12,14 +12,16 @@
 //! are atomic: a batch is validated as a whole before any table changes. The
 //! caller (the bridge) revalidates the datapath after each change.
 
+pub mod group;
 pub mod mac_learning;
 pub mod xlate;
 
 use crate::datapath::{RuleRef, UpcallHandler, XlateOut};
+use group::{GroupError, GroupStats, Groups};
 use mac_learning::MacTable;
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{Action, FlowKey, Match, FLOW_WORDS};
-use nicflow_ofctl::{FlowSpec, MatchSpec};
+use nicflow_ofctl::{FlowSpec, GroupSpec, MatchSpec};
 use std::time::{Duration, Instant};
 
 /// Number of usable tables (0..=254).
@@ -33,6 +35,11 @@ pub enum OfprotoError {
     BadTable(u8),
     #[error("goto_table:{target} in table {table}: must go to a later table")]
     BadGoto { table: u8, target: u8 },
+    /// `group:N` for a group that does not exist (OFPBAC_BAD_OUT_GROUP).
+    #[error("group:{0}: group {0} does not exist (add it with add-group first)")]
+    BadOutGroup(u32),
+    #[error(transparent)]
+    Group(#[from] GroupError),
 }
 
 /// An OpenFlow rule with its counters.
@@ -118,6 +125,8 @@ pub struct Ofproto {
     /// Port numbers of the bridge, ascending: the flood order.
     ports: Vec<u32>,
     stats: OfprotoStats,
+    /// The group table (`add-group`, `group:N`).
+    pub(crate) groups: Groups,
 }
 
 impl Default for Ofproto {
@@ -135,6 +144,7 @@ impl Ofproto {
             mac: MacTable::default(),
             ports: Vec::new(),
             stats: OfprotoStats::default(),
+            groups: Groups::new(),
         }
     }
 
@@ -202,6 +212,13 @@ impl Ofproto {
     pub fn add_flows(&mut self, specs: &[FlowSpec], now: Instant) -> Result<usize, OfprotoError> {
         for s in specs {
             Self::validate(s)?;
+            for a in &s.actions {
+                if let Action::Group(g) = a {
+                    if !self.groups.contains(*g) {
+                        return Err(OfprotoError::BadOutGroup(*g));
+                    }
+                }
+            }
         }
         for s in specs {
             let rule = Rule {
@@ -258,6 +275,81 @@ impl Ofproto {
         }
         self.stats.rules_removed += n as u64;
         n
+    }
+
+    /// The group table.
+    pub fn groups(&self) -> &Groups {
+        &self.groups
+    }
+
+    /// `add-group` (`modify == false`: none may exist yet) or `mod-group`
+    /// (all must exist), all or nothing.
+    pub fn add_groups(
+        &mut self,
+        specs: &[GroupSpec],
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), OfprotoError> {
+        self.groups.add(specs, modify, now)?;
+        Ok(())
+    }
+
+    /// `del-groups`: remove one group (or all, `None`) and, as OVS does,
+    /// every rule whose actions name a removed group. Returns (groups,
+    /// rules) removed.
+    pub fn del_groups(&mut self, id: Option<u32>) -> (usize, usize) {
+        let gone = self.groups.remove(id);
+        if gone.is_empty() {
+            return (0, 0);
+        }
+        let mut n = 0;
+        for t in self.tables.iter_mut().flatten() {
+            t.retain(|_, _, _, _, r| {
+                let refers = r
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::Group(g) if gone.contains(g)));
+                n += refers as usize;
+                !refers
+            });
+        }
+        self.stats.rules_removed += n as u64;
+        (gone.len(), n)
+    }
+
+    /// Groups in id order, as added.
+    pub fn dump_groups(&self) -> Vec<GroupSpec> {
+        self.groups.iter().map(|g| g.spec.clone()).collect()
+    }
+
+    /// Group counters (`dump-group-stats`); `ref_count` is the number of
+    /// rules naming the group.
+    pub fn group_stats(&self, now: Instant) -> Vec<GroupStats> {
+        let mut refs: std::collections::HashMap<u32, u32> = Default::default();
+        for t in self.tables.iter().flatten() {
+            for r in t.iter() {
+                let mut seen: Vec<u32> = Vec::new();
+                for a in &r.value.actions {
+                    if let Action::Group(g) = a {
+                        if !seen.contains(g) {
+                            seen.push(*g);
+                            *refs.entry(*g).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.groups
+            .iter()
+            .map(|g| GroupStats {
+                group_id: g.spec.group_id,
+                duration: now.saturating_duration_since(g.created),
+                ref_count: refs.get(&g.spec.group_id).copied().unwrap_or(0),
+                packets: g.packets,
+                bytes: g.bytes,
+                buckets: g.buckets.clone(),
+            })
+            .collect()
     }
 
     /// Remove rules whose idle or hard timeout has passed.
@@ -354,6 +446,9 @@ impl UpcallHandler for Ofproto {
         used: Instant,
     ) {
         for r in rules {
+            if self.groups.credit(r, packets, bytes) {
+                continue;
+            }
             if let Some(rule) = self.rule_mut(r.table, r.rule) {
                 rule.n_packets += packets;
                 rule.n_bytes += bytes;

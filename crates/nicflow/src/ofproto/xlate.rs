@@ -221,6 +221,7 @@ impl Ctx<'_> {
                 self.actions.push(DpAction::CtClear);
                 self.clear_ct();
             }
+            Action::Group(g) => self.group(*g, table_id),
             Action::Resubmit { port, table } => {
                 let saved = self.key.in_port;
                 if let Some(p) = port {
@@ -581,5 +582,235 @@ impl Ctx<'_> {
             }
         }
         *c = k;
+    }
+}
+
+/// A small stable mix (splitmix64) for group bucket selection: the same
+/// fields give the same bucket in every run and on every host.
+fn mix(h: u64, v: u128) -> u64 {
+    let mut x = h ^ (v as u64) ^ ((v >> 64) as u64).rotate_left(29);
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Groups (`group:N`): OVS's `xlate_group_action`.
+impl Ctx<'_> {
+    fn group(&mut self, id: u32, table_id: u8) {
+        use nicflow_ofctl::GroupType;
+        if self.depth >= MAX_DEPTH {
+            self.commit();
+            self.actions
+                .push(DpAction::Drop(DropReason::RecursionLimit));
+            self.stop = true;
+            return;
+        }
+        // A group that does not exist (deleted under a cached decision)
+        // does nothing, as in OVS.
+        let Some(g) = self.of.groups.get(id) else {
+            return;
+        };
+        let spec = g.spec.clone();
+        let refs = self
+            .of
+            .groups
+            .refs(id)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
+        let chosen: Vec<usize> = match spec.kind {
+            GroupType::All | GroupType::Indirect => (0..spec.buckets.len()).collect(),
+            GroupType::Select => self.select_bucket(&spec).into_iter().collect(),
+            GroupType::FastFailover => (0..spec.buckets.len())
+                .find(|&i| self.bucket_live(&spec.buckets[i], 0))
+                .into_iter()
+                .collect(),
+        };
+        if let Some(r) = refs.first() {
+            self.rules.push(*r);
+        }
+        for i in chosen {
+            if self.stop {
+                break;
+            }
+            if let Some(r) = refs.get(i + 1) {
+                self.rules.push(*r);
+            }
+            self.bucket(&spec.buckets[i].actions, table_id);
+        }
+    }
+
+    /// Run one bucket on a copy of the packet: what it changes in the key
+    /// is rolled back afterwards (OVS restores `xin->flow`), and the bytes
+    /// are put back by the next commit.
+    fn bucket(&mut self, actions: &[Action], table_id: u8) {
+        let saved = self.key;
+        let origin = self.vlan_origin;
+        self.depth += 1;
+        for a in actions {
+            if self.stop {
+                break;
+            }
+            self.action(a, table_id);
+        }
+        self.depth -= 1;
+        // A TTL drop ends this copy only; the recursion limit ends all.
+        if self.stop
+            && matches!(
+                self.actions.last(),
+                Some(DpAction::Drop(DropReason::TtlExceeded))
+            )
+        {
+            self.actions.pop();
+            self.stop = false;
+        }
+        self.key = saved;
+        self.vlan_origin = origin;
+        // Tags pushed or popped by the bucket were emitted at once; undo
+        // them now (field changes are undone by the next commit's diff).
+        let tagged = |t: u16| t & VLAN_CFI != 0;
+        let c = self.committed;
+        let k = self.key;
+        let ctags = [
+            tagged(c.vlan_tci),
+            tagged(c.vlan_tci) && tagged(c.vlan_tci2),
+        ];
+        let ktags = [
+            tagged(k.vlan_tci),
+            tagged(k.vlan_tci) && tagged(k.vlan_tci2),
+        ];
+        if ctags != ktags {
+            for _ in 0..ctags.iter().filter(|t| **t).count() {
+                self.actions.push(DpAction::PopVlan);
+            }
+            if ktags[1] {
+                self.actions.push(DpAction::PushVlan {
+                    tpid: 0x8100,
+                    tci: k.vlan_tci2 & !VLAN_CFI,
+                });
+            }
+            if ktags[0] {
+                self.actions.push(DpAction::PushVlan {
+                    tpid: 0x8100,
+                    tci: k.vlan_tci & !VLAN_CFI,
+                });
+            }
+            self.committed.vlan_tci = k.vlan_tci;
+            self.committed.vlan_tci2 = k.vlan_tci2;
+        }
+    }
+
+    /// Is a bucket live? Its watched port must be on the bridge and its
+    /// watched group have a live bucket; a bucket watching nothing is live.
+    fn bucket_live(&self, b: &nicflow_ofctl::Bucket, depth: u32) -> bool {
+        if let Some(p) = b.watch_port {
+            if self.of.ports().binary_search(&p).is_err() {
+                return false;
+            }
+        }
+        if let Some(g) = b.watch_group {
+            if depth >= MAX_DEPTH {
+                return false;
+            }
+            let Some(g) = self.of.groups.get(g) else {
+                return false;
+            };
+            if !g
+                .spec
+                .buckets
+                .iter()
+                .any(|b| self.bucket_live(b, depth + 1))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A select group's bucket: among live buckets of non-zero weight, by a
+    /// hash of the packet, each bucket taking a share of the hash space in
+    /// proportion to its weight. The hash covers the group's `fields` under
+    /// `selection_method=hash`, else the L3/L4 5-tuple; those fields join
+    /// the megaflow mask, so one connection always takes one bucket and
+    /// the choice is cached with the flow.
+    fn select_bucket(&mut self, g: &nicflow_ofctl::GroupSpec) -> Option<usize> {
+        let live: Vec<(usize, u64)> = g
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.weight > 0 && self.bucket_live(b, 0))
+            .map(|(i, b)| (i, u64::from(b.weight)))
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        let h = if g.selection_method == Some(nicflow_ofctl::SelectionMethod::Hash) {
+            self.hash_fields(&g.fields, g.selection_method_param)
+        } else {
+            self.hash_5tuple()
+        };
+        let total: u64 = live.iter().map(|(_, w)| w).sum();
+        let mut x = h % total;
+        for (i, w) in live {
+            if x < w {
+                return Some(i);
+            }
+            x -= w;
+        }
+        None
+    }
+
+    /// Hash `f` of the packet and make the flow match on all of it.
+    fn hash_field(&mut self, h: u64, f: Field, mask: u128) -> u64 {
+        let w = f.read(&self.wc.0) | mask;
+        f.write(&mut self.wc.0, w);
+        mix(h, f.read(&self.key) & mask)
+    }
+
+    fn hash_5tuple(&mut self) -> u64 {
+        let mut h = 0;
+        if self.is_dl(ETH_IPV4) {
+            h = self.hash_field(h, Field::NwSrc, u32::MAX.into());
+            h = self.hash_field(h, Field::NwDst, u32::MAX.into());
+        } else if self.is_dl(ETH_IPV6) {
+            h = self.hash_field(h, Field::Ipv6Src, u128::MAX);
+            h = self.hash_field(h, Field::Ipv6Dst, u128::MAX);
+        } else {
+            h = self.hash_field(h, Field::DlSrc, Field::DlSrc.full_mask());
+            return self.hash_field(h, Field::DlDst, Field::DlDst.full_mask());
+        }
+        h = mix(h, self.key.nw_proto.into());
+        if self.has_ports() {
+            h = self.hash_field(h, Field::TpSrc, 0xffff);
+            h = self.hash_field(h, Field::TpDst, 0xffff);
+        }
+        h
+    }
+
+    /// `selection_method=hash,fields(...)`: fields whose prerequisites the
+    /// packet does not meet are skipped (OVS's
+    /// `pick_hash_fields_select_group`).
+    fn hash_fields(&mut self, fields: &[nicflow_ofctl::HashField], basis: u64) -> u64 {
+        let mut h = mix(0, basis.into());
+        let exact = FlowMask::exact();
+        for hf in fields {
+            let pre = hf.field.prereq();
+            if pre != nicflow_flow::Prereq::None || hf.proto.is_some() {
+                self.wc.0.dl_type = 0xffff;
+                self.wc.0.nw_proto = 0xff;
+                if pre == nicflow_flow::Prereq::CtValid {
+                    self.wc.0.ct_state = u32::MAX as _;
+                }
+            }
+            let ok = pre.satisfied(&self.key, &exact.0)
+                && hf.proto.is_none_or(|p| {
+                    self.key.nw_proto == p
+                        && (self.key.dl_type == ETH_IPV4 || self.key.dl_type == ETH_IPV6)
+                });
+            if ok {
+                h = self.hash_field(h, hf.field, hf.mask);
+            }
+        }
+        h
     }
 }

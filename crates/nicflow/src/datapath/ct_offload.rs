@@ -1,0 +1,334 @@
+//! Established connections in the kernel engines.
+//!
+//! A tracked flow takes two passes in userspace: the first pass's flow runs
+//! `ct` and recirculates, the second pass's flow decides with the verdict
+//! (`ct_state=+est`...). Neither can live in a kernel engine: they need the
+//! tracker. But once a connection is established, every later packet of it
+//! in one direction takes the same two flows and gets the same verdict and
+//! NAT rewrite, until the connection ends. So for each direction of an
+//! established connection this module installs one kernel entry, composed
+//! from the two flows: the first pass's match narrowed to the connection's
+//! exact 5-tuple, the NAT rewrite of that direction, then the second pass's
+//! actions. TCP segments with SYN, FIN or RST do not match it (the entry
+//! masks those flags to zero), so the tracker still sees the connection
+//! end; everything else stays in the kernel.
+//!
+//! The tracker is told what it did not see: the engine's counters are
+//! credited to the connection at every sync (refreshing its timeout), and
+//! the connection is tracked without the TCP window check from the moment
+//! it is offloaded (the kernel forwarded segments the window tracker never
+//! saw; Linux's flowtable marks such connections liberal the same way). The
+//! entry goes when the connection is no longer established (a FIN or RST
+//! reached the tracker), when it is gone (flush, expiry), or when either
+//! flow it was built from changes or goes (revalidation, aging).
+
+use super::{DpAction, DpFlow, FlowOffload};
+use nicflow_classifier::{Classifier, RuleId};
+use nicflow_conntrack::{ConnHandle, Conntrack, NatRewrite};
+use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// TCP flags that must reach the tracker: SYN, FIN, RST.
+const TCP_CONTROL: u16 = 0x007;
+
+/// One direction of an established connection in the kernel.
+#[derive(Clone, Debug)]
+pub struct CtOffload {
+    pub kernel_id: u64,
+    /// The two flows it was composed from, with the actions they had.
+    pub flows: [(RuleId, Vec<DpAction>); 2],
+    pub matching: Match,
+    pub actions: Vec<DpAction>,
+    pub reply: bool,
+    /// Engine counters already credited (packets, bytes).
+    credited: (u64, u64),
+}
+
+/// The datapath's table of offloaded connection directions.
+#[derive(Default)]
+pub struct CtOffloads {
+    live: HashMap<ConnHandle, CtOffload>,
+    /// Directions the engine or the composition refused, with the reason,
+    /// so the attempt is not repeated for every packet. Forgotten when
+    /// flows change.
+    refused: HashMap<ConnHandle, &'static str>,
+    /// Totals for `stats`.
+    pub offloaded: u64,
+    pub removed: u64,
+}
+
+/// Most refusals remembered; beyond it they are forgotten wholesale (a
+/// retry costs one composition, so nothing is lost but a little CPU).
+const REFUSED_MAX: usize = 65_536;
+
+impl CtOffloads {
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &CtOffload> {
+        self.live.values()
+    }
+
+    /// After a packet's second pass: offload its connection's direction if
+    /// it is established and both passes' flows allow it. `first` is the
+    /// first pass's flow and key, `second` the recirculated pass's flow.
+    #[allow(clippy::too_many_arguments)]
+    pub fn consider(
+        &mut self,
+        h: ConnHandle,
+        first: (RuleId, &DpFlow, &FlowKey),
+        second: (RuleId, &DpFlow),
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        now: Instant,
+    ) {
+        let h = h.direction_key();
+        if self.live.contains_key(&h) || self.refused.contains_key(&h) {
+            return;
+        }
+        let Some(info) = tracker.offload_info(h) else {
+            return;
+        };
+        if !info.established {
+            // Asked again by a later packet, once it is.
+            return;
+        }
+        let reply = h.is_reply();
+        let composed = compose(
+            first.1,
+            first.2,
+            second.1,
+            info.tcp,
+            info.nat[usize::from(reply)],
+        );
+        let (mut matching, actions) = match composed {
+            Ok(c) => c,
+            Err(why) => {
+                self.refuse(h, why);
+                return;
+            }
+        };
+        let mut mask = *matching.mask();
+        off.refine_mask(matching.key(), &mut mask);
+        matching = Match::new(*matching.key(), mask);
+        match off.offload(&matching, &actions) {
+            Ok(kernel_id) => {
+                // From now on the tracker does not see every segment.
+                tracker.credit(h, reply, 0, 0, now);
+                self.offloaded += 1;
+                self.live.insert(
+                    h,
+                    CtOffload {
+                        kernel_id,
+                        flows: [
+                            (first.0, first.1.actions.clone()),
+                            (second.0, second.1.actions.clone()),
+                        ],
+                        matching,
+                        actions,
+                        reply,
+                        credited: (0, 0),
+                    },
+                );
+            }
+            Err(why) => self.refuse(h, why),
+        }
+    }
+
+    fn refuse(&mut self, h: ConnHandle, why: &'static str) {
+        if self.refused.len() >= REFUSED_MAX {
+            self.refused.clear();
+        }
+        self.refused.insert(h, why);
+    }
+
+    /// Credit engine counters to the connections (and to the flows they
+    /// were built from, so rules count them and aging sees them busy),
+    /// then remove entries whose connection ended or whose flows changed.
+    pub fn sync(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        let mut gone = Vec::new();
+        for (h, o) in self.live.iter_mut() {
+            let c = off.counters(o.kernel_id).unwrap_or_default();
+            let (dp, db) = (
+                c.packets.saturating_sub(o.credited.0),
+                c.bytes.saturating_sub(o.credited.1),
+            );
+            o.credited = (c.packets.max(o.credited.0), c.bytes.max(o.credited.1));
+            let used = c.used.unwrap_or(now);
+            let alive = tracker.credit(*h, o.reply, dp, db, used);
+            let mut flows_ok = true;
+            for (id, actions) in &o.flows {
+                match flows.get_mut(*id) {
+                    Some(f) => {
+                        flows_ok &= f.actions == *actions;
+                        if dp > 0 {
+                            f.stats.packets += dp;
+                            f.stats.bytes += db;
+                            f.stats.used = Some(f.stats.used.map_or(used, |u| u.max(used)));
+                        }
+                    }
+                    None => flows_ok = false,
+                }
+            }
+            let established = tracker.offload_info(*h).is_some_and(|i| i.established);
+            if !alive || !established || !flows_ok {
+                gone.push(*h);
+            }
+        }
+        for h in gone {
+            self.remove(h, tracker, off, now);
+        }
+    }
+
+    fn remove(
+        &mut self,
+        h: ConnHandle,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        now: Instant,
+    ) {
+        if let Some(o) = self.live.remove(&h) {
+            if let Some(c) = off.remove(o.kernel_id) {
+                let dp = c.packets.saturating_sub(o.credited.0);
+                let db = c.bytes.saturating_sub(o.credited.1);
+                tracker.credit(h, o.reply, dp, db, c.used.unwrap_or(now));
+            }
+            self.removed += 1;
+        }
+    }
+
+    /// Remove every entry (the engine goes away, or all flows are flushed).
+    pub fn clear(&mut self, tracker: &mut Conntrack, off: &mut dyn FlowOffload, now: Instant) {
+        let hs: Vec<ConnHandle> = self.live.keys().copied().collect();
+        for h in hs {
+            self.remove(h, tracker, off, now);
+        }
+        self.refused.clear();
+    }
+
+    /// Flows changed: refusals may no longer hold.
+    pub fn forget_refusals(&mut self) {
+        self.refused.clear();
+    }
+}
+
+/// The kernel entry for one direction: match and actions, or why not.
+fn compose(
+    f1: &DpFlow,
+    key: &FlowKey,
+    f2: &DpFlow,
+    tcp: bool,
+    nat: NatRewrite,
+) -> Result<(Match, Vec<DpAction>), &'static str> {
+    // The first pass must be exactly "track, then recirculate": anything
+    // else would have to run before or beside the tracker.
+    let nat_in_ct = match f1.actions.as_slice() {
+        [DpAction::Ct {
+            commit: false,
+            force: false,
+            mark: None,
+            label: None,
+            nat,
+            ..
+        }, DpAction::Recirc(_)] => nat.is_some(),
+        _ => return Err("ct:first-pass-not-plain"),
+    };
+    if f2.actions.iter().any(|a| {
+        matches!(
+            a,
+            DpAction::Ct { .. }
+                | DpAction::Recirc(_)
+                | DpAction::CtClear
+                | DpAction::Controller { .. }
+        )
+    }) {
+        return Err("ct:second-pass-not-plain");
+    }
+    if key.tcp_flags & TCP_CONTROL != 0 {
+        return Err("ct:control-segment");
+    }
+    let nat = if nat_in_ct {
+        nat
+    } else {
+        NatRewrite::default()
+    };
+    if nat.icmp_id.is_some() {
+        return Err("ct:icmp-nat");
+    }
+    // What either pass looked at, minus what only exists in userspace
+    // (the recirculation, the ct fields, registers and metadata: in the
+    // first pass they are zero for every packet, in the second they follow
+    // from the connection and the frozen walk, both fixed here).
+    let mut m = f1.matching.mask().0;
+    for (a, b) in m.words_mut().iter_mut().zip(f2.matching.mask().words()) {
+        *a |= *b;
+    }
+    m.recirc_id = 0;
+    m.ct_state = 0;
+    m.ct_zone = 0;
+    m.ct_mark = 0;
+    m.ct_label = [0; 16];
+    m.ct_nw_src = 0;
+    m.ct_nw_dst = 0;
+    m.ct_nw_proto = 0;
+    m.ct_tp_src = 0;
+    m.ct_tp_dst = 0;
+    m.regs = [0; 8];
+    m.regs_hi = [0; 8];
+    m.metadata = 0;
+    // The connection, exactly.
+    m.in_port = u32::MAX;
+    m.dl_type = 0xffff;
+    m.nw_proto = 0xff;
+    match key.dl_type {
+        0x0800 => {
+            m.nw_src = u32::MAX;
+            m.nw_dst = u32::MAX;
+        }
+        0x86dd => {
+            m.ipv6_src = [0xff; 16];
+            m.ipv6_dst = [0xff; 16];
+        }
+        _ => return Err("ct:not-ip"),
+    }
+    m.tp_src = 0xffff;
+    m.tp_dst = 0xffff;
+    m.nw_frag = 0xff;
+    if tcp {
+        m.tcp_flags |= TCP_CONTROL;
+    }
+    let mut actions = Vec::with_capacity(f2.actions.len() + 4);
+    match nat.src {
+        Some(IpAddr::V4(a)) => actions.push(DpAction::SetIpv4Src(u32::from(a))),
+        Some(IpAddr::V6(a)) => actions.push(DpAction::SetIpv6Src(a.octets())),
+        None => {}
+    }
+    match nat.dst {
+        Some(IpAddr::V4(a)) => actions.push(DpAction::SetIpv4Dst(u32::from(a))),
+        Some(IpAddr::V6(a)) => actions.push(DpAction::SetIpv6Dst(a.octets())),
+        None => {}
+    }
+    if let Some(p) = nat.sport {
+        actions.push(DpAction::SetTpSrc(p));
+    }
+    if let Some(p) = nat.dport {
+        actions.push(DpAction::SetTpDst(p));
+    }
+    actions.extend(f2.actions.iter().cloned());
+    let mut k = *key;
+    k.recirc_id = 0;
+    Ok((Match::new(k, FlowMask(m)), actions))
+}
