@@ -125,6 +125,22 @@ enum Cmd {
     /// Datapath flows: match, packets, bytes, used, engine (xdp or
     /// userspace with the reason it is not offloaded), actions.
     DumpDpFlows { bridge: String },
+    /// Add one group (ovs-ofctl add-group syntax:
+    /// group_id=N,type=all|select|indirect|fast_failover,bucket=...).
+    AddGroup { bridge: String, group: String },
+    /// Add every group of a file (one a line), all or nothing.
+    AddGroups { bridge: String, file: PathBuf },
+    /// Replace an existing group's type and buckets.
+    ModGroup { bridge: String, group: String },
+    /// Delete a group (group_id=N) or all, and the rules that use them.
+    DelGroups {
+        bridge: String,
+        filter: Option<String>,
+    },
+    /// Groups, as ovs-ofctl dump-groups prints them.
+    DumpGroups { bridge: String },
+    /// Packets and bytes per group and per bucket.
+    DumpGroupStats { bridge: String },
     /// Tracked connections, in `ovs-appctl dpctl/dump-conntrack`'s format.
     DumpConntrack {
         bridge: String,
@@ -345,6 +361,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DelFlows { bridge, filter } => ctl(Request::DelFlows { bridge, filter }),
         Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
         Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
+        Cmd::AddGroup { bridge, group } => ctl(Request::AddGroup { bridge, group }),
+        Cmd::AddGroups { bridge, file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            ctl(Request::AddGroups { bridge, text })
+        }
+        Cmd::ModGroup { bridge, group } => ctl(Request::ModGroup { bridge, group }),
+        Cmd::DelGroups { bridge, filter } => ctl(Request::DelGroups { bridge, filter }),
+        Cmd::DumpGroups { bridge } => ctl(Request::DumpGroups { bridge }),
+        Cmd::DumpGroupStats { bridge } => ctl(Request::DumpGroupStats { bridge }),
         Cmd::DumpConntrack {
             bridge,
             zone,

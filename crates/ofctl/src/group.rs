@@ -36,6 +36,7 @@ use crate::format::format_actions;
 use crate::lexer::{split_actions, split_key};
 use crate::ports::{classify_port, format_port, resolve_name, PortMap, PortText};
 use crate::values::{format_masked, full, parse_masked, parse_max};
+use nicflow_flow::field::ValueKind;
 use nicflow_flow::{ofp, Action, Field, Match};
 
 /// Largest group id (`OFPG_MAX`).
@@ -220,17 +221,27 @@ fn parse_bucket_actions(text: &str, ports: &dyn PortMap) -> Result<Vec<Action>, 
         Ok(a) => return check_bucket_actions(text, a),
         Err(e) => e,
     };
+    // A prerequisite error may hide a plain mistake later in the list:
+    // report the first error that is not about a prerequisite.
+    let prereq = |e: &RuleError| e.reason.contains(" requires ");
+    let mut other = None;
     for (dl, proto) in PROTOS {
         let mut m = Match::catchall();
         m.set(Field::DlType, u128::from(*dl), 0xffff);
         if let Some(p) = proto {
             m.set(Field::NwProto, u128::from(*p), 0xff);
         }
-        if let Ok(a) = parse_actions(text, ports, &m, 0) {
-            return check_bucket_actions(text, a);
+        match parse_actions(text, ports, &m, 0) {
+            Ok(a) => return check_bucket_actions(text, a),
+            Err(e) if other.is_none() && !prereq(&e) => other = Some(e),
+            Err(_) => {}
         }
     }
-    Err(first)
+    Err(if prereq(&first) {
+        other.unwrap_or(first)
+    } else {
+        first
+    })
 }
 
 fn check_bucket_actions(text: &str, a: Vec<Action>) -> Result<Vec<Action>, RuleError> {
@@ -519,10 +530,14 @@ pub fn format_group(g: &GroupSpec, ports: &dyn PortMap) -> String {
                 if h.mask == f.full_mask() {
                     h.name.clone()
                 } else {
+                    let kind = match f.kind() {
+                        ValueKind::Int => ValueKind::Hex,
+                        k => k,
+                    };
                     format!(
                         "{}={}",
                         h.name,
-                        format_masked(f.kind(), f.bits(), h.mask, full(f.bits()))
+                        format_masked(kind, f.bits(), h.mask, full(f.bits()))
                     )
                 }
             })

@@ -41,8 +41,9 @@
 //! Repetitions are interleaved (every engine's testbed is up for the whole
 //! run; repetition r measures each engine in turn), so a change in the
 //! machine's background load spreads over all engines instead of landing
-//! on one. Hosts send finished checksums (`ethtool -K eth0 tx off`, as
-//! table-scale) by default, so no engine's tracker sees partial checksums.
+//! on one. Hosts keep the kernel's default offloads (TSO, partial
+//! checksums) by default, as a plain host does; `--host-offload off` gives
+//! every engine finished checksums instead (`ethtool -K eth0 tx off`).
 //! The client uses ports 1024-65535 with `tcp_tw_reuse`, in its own
 //! namespace, so closing connections do not run it out of ports.
 
@@ -78,9 +79,9 @@ pub struct Args {
     /// Repetitions per point (the report shows medians).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Host-side checksum/TSO offload: off (finished checksums, the
-    /// default) or default.
-    #[arg(long, default_value = "off")]
+    /// Host-side checksum/TSO offload: default (the kernel's, as a plain
+    /// host has them) or off (finished checksums).
+    #[arg(long, default_value = "default")]
     pub host_offload: String,
     /// Run directory (default bench-conntrack-<time>).
     #[arg(long)]

@@ -9,7 +9,7 @@
 //! ```toml
 //! [[bridge]]
 //! name = "br0"
-//! flows = ["priority=0 actions=NORMAL"]
+//! flows = ["priority=0 actions=NORMAL"]  # groups too: "group_id=1,type=all,bucket=..."
 //! offload = "xdp"                      # or "none"; absent = xdp where it loads
 //! offload_options = { max_flows = "65536", max_masks = "16" }
 //!
@@ -55,7 +55,10 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct BridgeConfig {
     pub name: String,
-    /// Rules in canonical `ovs-ofctl` text, port names by name.
+    /// Rules in canonical `ovs-ofctl` text, port names by name. The
+    /// bridge's groups are kept here too, first, as `group_id=...` lines in
+    /// `ovs-ofctl dump-groups` form (no rule starts with `group_id=`), so
+    /// the rules that use them load after them ([`split_groups`]).
     #[serde(default)]
     pub flows: Vec<String>,
     #[serde(default, rename = "port")]
@@ -153,6 +156,20 @@ pub struct VfConfig {
     pub representor: String,
     #[serde(default = "auto")]
     pub rep_type: PortType,
+}
+
+/// Is this line of [`BridgeConfig::flows`] a group (`group_id=...`)?
+pub fn is_group_line(line: &str) -> bool {
+    line.trim_start().starts_with("group_id=")
+}
+
+/// [`BridgeConfig::flows`] split into (groups, rules), each one per line.
+pub fn split_groups(lines: &[String]) -> (String, String) {
+    let (groups, rules): (Vec<&str>, Vec<&str>) = lines
+        .iter()
+        .map(String::as_str)
+        .partition(|l| is_group_line(l));
+    (groups.join("\n"), rules.join("\n"))
 }
 
 impl BridgeConfig {
@@ -388,6 +405,18 @@ mod tests {
         let per_bridge = "[[bridge]]\nname='a'\n[[bridge.port]]\nname='p0'\niface='x'\ntype='uplink'\n[[bridge]]\nname='b'\n[[bridge.port]]\nname='p0'\niface='y'\ntype='uplink'\n";
         let c = Config::parse(per_bridge).unwrap();
         assert_eq!(c.bridges[1].uplink().unwrap().iface, "y");
+    }
+
+    #[test]
+    fn groups_ride_in_flows() {
+        let lines = vec![
+            "group_id=1,type=all,bucket=bucket_id:0,actions=output:p1".to_string(),
+            "priority=0 actions=group:1".to_string(),
+        ];
+        let (g, r) = split_groups(&lines);
+        assert_eq!(g, lines[0]);
+        assert_eq!(r, lines[1]);
+        assert!(!is_group_line("priority=1,actions=drop"));
     }
 
     #[test]

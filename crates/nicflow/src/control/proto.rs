@@ -50,6 +50,33 @@ pub enum Request {
     DumpDpFlows {
         bridge: String,
     },
+    /// `add-group BR GROUP` (`ovs-ofctl add-group` syntax).
+    AddGroup {
+        bridge: String,
+        group: String,
+    },
+    /// The text of a groups file, one group a line, all or nothing.
+    AddGroups {
+        bridge: String,
+        text: String,
+    },
+    /// `mod-group BR GROUP`: replace an existing group's type and buckets.
+    ModGroup {
+        bridge: String,
+        group: String,
+    },
+    /// `del-groups BR [group_id=N]`: the group(s) and the rules using them.
+    DelGroups {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+    },
+    DumpGroups {
+        bridge: String,
+    },
+    DumpGroupStats {
+        bridge: String,
+    },
     /// Tracked connections, as `ovs-appctl dpctl/dump-conntrack` prints
     /// them; `verbose` is `-m`, `stats` is `-s`.
     DumpConntrack {

@@ -290,7 +290,10 @@ impl Switch {
                     Err(e) => tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name),
                 }
             }
-            let text = bc.flows.join("\n");
+            // Groups first: the rules that name them load after them.
+            let (groups, text) = super::config::split_groups(&bc.flows);
+            br.add_groups_str(&groups, false, now())
+                .map_err(|e| format!("bridge {} groups: {e}", bc.name))?;
             br.add_flows_str(&text, now())
                 .map_err(|e| format!("bridge {} flows: {e}", bc.name))?;
             // A refused program is logged and leaves the bridge at none.
@@ -336,11 +339,12 @@ impl Switch {
         for bc in self.config.bridges.iter_mut() {
             if let Some(br) = self.bridges.get_mut(&bc.name) {
                 let names = br.port_map().clone();
-                bc.flows = br
-                    .dump_flows(now())
-                    .iter()
-                    .map(|d| nicflow_ofctl::format_flow(&d.spec, &names))
-                    .collect();
+                bc.flows = br.dump_groups_text();
+                bc.flows.extend(
+                    br.dump_flows(now())
+                        .iter()
+                        .map(|d| nicflow_ofctl::format_flow(&d.spec, &names)),
+                );
             }
         }
         if let Some(p) = &self.config_path {
@@ -588,6 +592,85 @@ impl Switch {
                         "used_s": f.used.map(|u| u.as_secs_f64()),
                         "engine": f.engine,
                         "not_offloaded": f.not_offloaded,
+                    }));
+                }
+                Ok(Response::ok(text, json!(data)))
+            }
+            Request::AddGroup { bridge, group } | Request::ModGroup { bridge, group }
+                if group.trim().contains('\n') =>
+            {
+                Err(format!(
+                    "one group per request on bridge {bridge}: `{group}`"
+                ))
+            }
+            Request::AddGroup { bridge, group } => {
+                self.bridge(&bridge)?
+                    .add_groups_str(&group, false, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::ModGroup { bridge, group } => {
+                self.bridge(&bridge)?
+                    .add_groups_str(&group, true, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::AddGroups { bridge, text } => {
+                let n = self
+                    .bridge(&bridge)?
+                    .add_groups_str(&text, false, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!({ "added": n })))
+            }
+            Request::DelGroups { bridge, filter } => {
+                let (groups, rules) = self
+                    .bridge(&bridge)?
+                    .del_groups_str(filter.as_deref().unwrap_or(""))
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok(
+                    "",
+                    json!({ "deleted": groups, "rules_deleted": rules }),
+                ))
+            }
+            Request::DumpGroups { bridge } => {
+                let lines = self.bridge(&bridge)?.dump_groups_text();
+                let mut text = String::new();
+                for l in &lines {
+                    let _ = writeln!(text, " {l}");
+                }
+                Ok(Response::ok(text, json!(lines)))
+            }
+            Request::DumpGroupStats { bridge } => {
+                let stats = self.bridge(&bridge)?.group_stats(now());
+                let mut text = String::new();
+                let mut data = Vec::new();
+                for g in &stats {
+                    let _ = write!(
+                        text,
+                        " group_id={},duration={:.3}s,ref_count={},packet_count={},byte_count={}",
+                        g.group_id,
+                        g.duration.as_secs_f64(),
+                        g.ref_count,
+                        g.packets,
+                        g.bytes
+                    );
+                    for (i, (p, b)) in g.buckets.iter().enumerate() {
+                        let _ = write!(text, ",bucket{i}:packet_count={p},byte_count={b}");
+                    }
+                    text.push('\n');
+                    data.push(json!({
+                        "group_id": g.group_id,
+                        "duration_s": g.duration.as_secs_f64(),
+                        "ref_count": g.ref_count,
+                        "packet_count": g.packets,
+                        "byte_count": g.bytes,
+                        "buckets": g.buckets.iter().map(|(p, b)| json!({
+                            "packet_count": p, "byte_count": b,
+                        })).collect::<Vec<_>>(),
                     }));
                 }
                 Ok(Response::ok(text, json!(data)))
