@@ -368,6 +368,8 @@ pub struct OffloadInfo {
     /// The NAT rewrite of the [original, reply] direction (empty without
     /// NAT).
     pub nat: [NatRewrite; 2],
+    /// Packets the tracker has seen so far, both directions.
+    pub packets: u64,
 }
 
 /// A reference to a connection that stays safe after it is gone: the slot

@@ -350,6 +350,7 @@ impl Conntrack {
             established: c.established(),
             tcp: matches!(c.proto, ProtoState::Tcp(_)),
             nat: [nat(false), nat(true)],
+            packets: c.packets[0] + c.packets[1],
         })
     }
 

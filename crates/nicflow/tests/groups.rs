@@ -547,3 +547,38 @@ fn groups_persist_in_the_config_file() {
     assert!(!c.bridges[0].flows.iter().any(|l| l.contains("group")));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Groups of `all` groups fan out exponentially (8^6 bucket runs here); a
+/// translation stops after 4096 tables and groups, as OVS's
+/// `MAX_RESUBMITS`, drops the packet and counts it.
+#[test]
+fn fan_out_of_groups_is_bounded() {
+    let (mut br, h) = bridge(2);
+    let now = Instant::now();
+    br.add_groups_str("group_id=6,type=all,bucket=actions=output:p2", false, now)
+        .unwrap();
+    for g in (1..6).rev() {
+        let buckets: Vec<String> = (0..8)
+            .map(|_| format!("bucket=actions=group:{}", g + 1))
+            .collect();
+        br.add_groups_str(
+            &format!("group_id={g},type=all,{}", buckets.join(",")),
+            false,
+            now,
+        )
+        .unwrap();
+    }
+    br.add_flow_str("in_port=p1,actions=group:1", now).unwrap();
+    let t = std::time::Instant::now();
+    h[0].inject(&udp(1000, 53));
+    br.run_until_idle(now);
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    assert!(h[1].take_tx().is_empty(), "a cut translation sends nothing");
+    let drops = br.dp_stats().drops();
+    assert!(
+        drops
+            .iter()
+            .any(|(r, n)| *r == "recursion_limit" && *n == 1),
+        "{drops:?}"
+    );
+}

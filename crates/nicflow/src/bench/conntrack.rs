@@ -1039,7 +1039,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         ]);
         rows.push(vec![
             c.to_string(),
-            "nicflow tps / nicflow-noct (established through ct, no offload yet)".into(),
+            "nicflow tps / nicflow-noct (established through ct)".into(),
             ratio_cell(
                 g(CtEngine::Nicflow, Mode::Tps),
                 g(CtEngine::NicflowNoct, Mode::Tps),

@@ -33,6 +33,14 @@ use std::time::Instant;
 /// TCP flags that must reach the tracker: SYN, FIN, RST.
 const TCP_CONTROL: u16 = 0x007;
 
+/// Packets a connection must have carried before it moves: installing and
+/// removing its two kernel entries costs four map updates and a counter
+/// read per tick, more than a short request/response exchange (an
+/// HTTP/1.0 fetch is about a dozen packets) costs in userspace. Measured
+/// with `nicflow bench conntrack`: offloading every connection at once
+/// cost new connections/s; this keeps short ones where they are.
+pub const MIN_PACKETS: u64 = 24;
+
 /// One direction of an established connection in the kernel.
 #[derive(Clone, Debug)]
 pub struct CtOffload {
@@ -96,7 +104,7 @@ impl CtOffloads {
         let Some(info) = tracker.offload_info(h) else {
             return;
         };
-        if !info.established {
+        if !info.established || info.packets < MIN_PACKETS {
             // Asked again by a later packet, once it is.
             return;
         }

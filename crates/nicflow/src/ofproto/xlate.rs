@@ -24,6 +24,9 @@
 //! VLAN came from the inner one.
 
 use super::{Frozen, Ofproto, MAX_DEPTH};
+
+/// Most tables and groups one translation may enter (OVS: 4096).
+const MAX_RESUBMITS: u32 = 4096;
 use crate::datapath::{DpAction, DropReason, RuleRef, XlateOut};
 use nicflow_flow::key::VLAN_CFI;
 use nicflow_flow::{ofp, Action, CtAction, CtZone, Field, FlowKey, FlowMask, FLOW_WORDS};
@@ -43,6 +46,10 @@ struct Ctx<'a> {
     rules: Vec<RuleRef>,
     learned: Option<(u16, [u8; 6], u32)>,
     depth: u32,
+    /// Tables and groups entered so far: bounded by [`MAX_RESUBMITS`] so a
+    /// rule set whose groups and resubmits fan out cannot make one
+    /// translation exponential (OVS's `MAX_RESUBMITS`).
+    work: u32,
     stop: bool,
     /// The MAC table changed during this translation.
     mac_changed: bool,
@@ -65,6 +72,7 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         rules: Vec::new(),
         learned: None,
         depth: 0,
+        work: 0,
         stop: false,
         mac_changed: false,
         uncacheable: false,
@@ -89,6 +97,13 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
             ctx.depth = f.depth;
             ctx.table(f.table);
         }
+    }
+    if ctx.work > MAX_RESUBMITS {
+        // Too much work is an error of the rule set, not a decision: the
+        // whole translation is dropped, as OVS drops a translation that
+        // hit `MAX_RESUBMITS`, so a half-done fan-out sends nothing.
+        ctx.actions.clear();
+        ctx.actions.push(DpAction::Drop(DropReason::RecursionLimit));
     }
     XlateOut {
         mask: ctx.wc,
@@ -133,7 +148,8 @@ impl Ctx<'_> {
         if self.stop {
             return;
         }
-        if self.depth >= MAX_DEPTH {
+        self.work += 1;
+        if self.depth >= MAX_DEPTH || self.work > MAX_RESUBMITS {
             self.commit();
             self.actions
                 .push(DpAction::Drop(DropReason::RecursionLimit));
@@ -599,7 +615,8 @@ fn mix(h: u64, v: u128) -> u64 {
 impl Ctx<'_> {
     fn group(&mut self, id: u32, table_id: u8) {
         use nicflow_ofctl::GroupType;
-        if self.depth >= MAX_DEPTH {
+        self.work += 1;
+        if self.depth >= MAX_DEPTH || self.work > MAX_RESUBMITS {
             self.commit();
             self.actions
                 .push(DpAction::Drop(DropReason::RecursionLimit));

@@ -414,6 +414,41 @@ pub fn encode(
     }) {
         return Err(no("ct:userspace"));
     }
+    // Registers, metadata and the tracker's fields are zero in every packet
+    // a kernel engine sees (set only inside the slow path, or by a `ct` and
+    // its recirculation, which stay in userspace). A flow that needs them
+    // zero holds for all its kernel packets, so those bits leave its kernel
+    // match; one that needs a non-zero value stays in userspace.
+    let mut kmask = *mask;
+    let k = key.masked(mask);
+    let zero_in_kernel = k.regs == [0; 8]
+        && k.regs_hi == [0; 8]
+        && k.metadata == 0
+        && k.ct_state == 0
+        && k.ct_zone == 0
+        && k.ct_mark == 0
+        && k.ct_label == [0; 16]
+        && k.ct_nw_src == 0
+        && k.ct_nw_dst == 0
+        && k.ct_nw_proto == 0
+        && k.ct_tp_src == 0
+        && k.ct_tp_dst == 0;
+    if zero_in_kernel {
+        let m = &mut kmask.0;
+        m.regs = [0; 8];
+        m.regs_hi = [0; 8];
+        m.metadata = 0;
+        m.ct_state = 0;
+        m.ct_zone = 0;
+        m.ct_mark = 0;
+        m.ct_label = [0; 16];
+        m.ct_nw_src = 0;
+        m.ct_nw_dst = 0;
+        m.ct_nw_proto = 0;
+        m.ct_tp_src = 0;
+        m.ct_tp_dst = 0;
+    }
+    let mask = &kmask;
     if let Some(reason) = unsupported_field(&mask.0) {
         return Err(no(reason));
     }
@@ -746,7 +781,17 @@ mod tests {
         for (set, reason) in cases {
             let mut m = m0;
             set(&mut m.0);
-            let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
+            // Needing them zero is what every kernel packet satisfies: the
+            // bits leave the kernel match (not so Geneve options, which
+            // come from packets).
+            if !reason.starts_with("field:tun_metadata") {
+                let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap();
+                assert_eq!(e.mask.to_flow_key(), m0.0, "{reason}");
+            }
+            // Needing them non-zero cannot be met in the kernel.
+            let mut nk = k;
+            set(&mut nk);
+            let e = encode(&nk, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
             assert_eq!(e.reason, reason);
         }
         // Every field the program extracts is accepted under a full mask.
