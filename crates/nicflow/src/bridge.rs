@@ -500,12 +500,21 @@ impl Bridge {
         }
         self.dp.expire(now, &mut self.ofproto);
         self.dp.conntrack.sweep(now);
+        if self.ofproto.n_frozen() > 0 {
+            let live = self.dp.recirc_ids_in_use();
+            self.ofproto.retain_frozen(&live);
+        }
         let expired = self.ofproto.expire(now);
         self.ofproto.mac.expire(now);
         if expired > 0 || self.ofproto.mac.generation() != self.mac_generation {
             self.dp.revalidate(&mut self.ofproto);
             self.mac_generation = self.ofproto.mac.generation();
         }
+    }
+
+    /// Frozen table walks (recirculation ids) the slow path holds.
+    pub fn n_frozen(&self) -> usize {
+        self.ofproto.n_frozen()
     }
 
     /// The bridge's connection tracker (`ct` actions of its flows).

@@ -325,3 +325,38 @@ fn dnat_load_balancer_spreads_connections_and_unnats_replies() {
         "the reply tuple is the backend's: {line}"
     );
 }
+
+/// A register loaded from a packet field before `ct(table=N)` makes one
+/// frozen walk (recirculation id) per value; those no cached flow uses any
+/// more are forgotten at the next tick, so the slow path does not grow
+/// with the addresses it has seen.
+#[test]
+fn frozen_walks_of_expired_flows_are_forgotten() {
+    let (mut br, h) = bridge(DatapathConfig::default());
+    let now = Instant::now();
+    br.add_flows_str(
+        "table=0,priority=100,ip,ct_state=-trk,actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG0[],ct(table=1)\n\
+         table=1,priority=10,ip,actions=output:p2\n",
+        now,
+    )
+    .unwrap();
+    for i in 1..=50u8 {
+        let f = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 1, i), IP_B)
+            .udp(1000, 53)
+            .build();
+        h[0].inject(&f);
+        br.run_until_idle(now);
+        assert_eq!(h[1].take_tx().len(), 1);
+    }
+    assert_eq!(br.n_frozen(), 50, "one walk per register value");
+    // The flows age out (idle timeout), then the walks go with them.
+    let later = now + std::time::Duration::from_secs(60);
+    br.tick(later);
+    br.tick(later);
+    assert_eq!(br.n_frozen(), 0);
+    // Traffic still works afterwards, with fresh ids.
+    h[0].inject(&tcp(true, SYN, 1, 0, b""));
+    br.run_until_idle(later);
+    assert_eq!(h[1].take_tx().len(), 1);
+}

@@ -345,6 +345,24 @@ impl Datapath {
         moved
     }
 
+    /// Every recirculation id a cached flow refers to (in its key, or in a
+    /// `recirc` action), so the slow path can forget the others.
+    pub fn recirc_ids_in_use(&self) -> std::collections::HashSet<u32> {
+        let mut ids = std::collections::HashSet::new();
+        for r in self.flows.iter() {
+            let f = r.value;
+            if f.matching.key().recirc_id != 0 {
+                ids.insert(f.matching.key().recirc_id);
+            }
+            for a in &f.actions {
+                if let DpAction::Recirc(id) = a {
+                    ids.insert(*id);
+                }
+            }
+        }
+        ids
+    }
+
     pub fn config(&self) -> &DatapathConfig {
         &self.cfg
     }

@@ -121,6 +121,8 @@ pub struct Ofproto {
     /// a datapath flow's id always means what it meant when it was made.
     frozen: std::collections::HashMap<Frozen, u32>,
     thawed: std::collections::HashMap<u32, Frozen>,
+    /// The last recirculation id handed out.
+    next_recirc: u32,
     pub mac: MacTable,
     /// Port numbers of the bridge, ascending: the flood order.
     ports: Vec<u32>,
@@ -141,6 +143,7 @@ impl Ofproto {
             tables: (0..N_TABLES).map(|_| None).collect(),
             frozen: Default::default(),
             thawed: Default::default(),
+            next_recirc: 0,
             mac: MacTable::default(),
             ports: Vec::new(),
             stats: OfprotoStats::default(),
@@ -153,10 +156,28 @@ impl Ofproto {
         if let Some(id) = self.frozen.get(&f) {
             return *id;
         }
-        let id = self.thawed.len() as u32 + 1;
+        // Ids are never reused (0 means "not recirculated"), so an id a
+        // forgotten state had can never resume a different walk.
+        self.next_recirc = self.next_recirc.checked_add(1).unwrap_or(1);
+        let id = self.next_recirc;
         self.frozen.insert(f, id);
         self.thawed.insert(id, f);
         id
+    }
+
+    /// Forget frozen walks no datapath flow refers to any more (registers
+    /// moved from packet fields would otherwise make one per value, for
+    /// ever). `live` holds every id in a cached flow's key or actions.
+    pub fn retain_frozen(&mut self, live: &std::collections::HashSet<u32>) -> usize {
+        let before = self.thawed.len();
+        self.thawed.retain(|id, _| live.contains(id));
+        self.frozen.retain(|_, id| live.contains(id));
+        before - self.thawed.len()
+    }
+
+    /// Frozen walks held.
+    pub fn n_frozen(&self) -> usize {
+        self.thawed.len()
     }
 
     /// The walk a recirculation id resumes.
