@@ -522,6 +522,11 @@ impl Bridge {
         &self.dp.conntrack
     }
 
+    /// The most connections the tracker holds (`dpctl/ct-set-maxconns`).
+    pub fn set_conntrack_limit(&mut self, limit: usize) {
+        self.dp.conntrack.set_limit(limit);
+    }
+
     /// Remove tracked connections. Cached flows are not touched: a packet
     /// of a flushed connection is tracked afresh by its `ct` action.
     pub fn flush_conntrack(&mut self, filter: &nicflow_conntrack::FlushFilter) -> usize {

@@ -360,3 +360,60 @@ fn frozen_walks_of_expired_flows_are_forgotten() {
     br.run_until_idle(later);
     assert_eq!(h[1].take_tx().len(), 1);
 }
+
+/// A storm of half-open connections (SYNs from many ports) and of invalid
+/// segments (SYN-ACKs, ACKs for nothing) against the stateful firewall:
+/// the table stops at its limit, the rest is counted, and an established
+/// connection keeps flowing through it all.
+#[test]
+fn syn_and_invalid_storms_leave_the_tracker_bounded_and_traffic_flowing() {
+    let (mut br, h) = bridge(DatapathConfig::default());
+    let now = Instant::now();
+    br.add_flows_str(FIREWALL, now).unwrap();
+    br.set_conntrack_limit(500);
+    // An established connection first.
+    let hand = [
+        step(true, SYN, 1000, 0, b"", true),
+        step(false, SYN | ACK, 5000, 1001, b"", true),
+        step(true, ACK, 1001, 5001, b"", true),
+    ];
+    play(&mut br, &h, &hand, now);
+    let mut seq = 1001u32;
+    for round in 0..10u16 {
+        // 400 SYNs from new source ports (half-open, committed until the
+        // limit), 200 stray SYN-ACKs and ACKs from p2 (invalid or new).
+        for i in 0..400u16 {
+            let syn = FrameBuilder::new(MAC_A, MAC_B)
+                .ipv4(IP_A, IP_B)
+                .tcp(2000 + round * 400 + i, 80, SYN)
+                .tcp_seq(7)
+                .build();
+            h[0].inject(&syn);
+        }
+        for i in 0..200u16 {
+            let f = FrameBuilder::new(MAC_B, MAC_A)
+                .ipv4(IP_B, IP_A)
+                .tcp(80, 30000 + i, if i % 2 == 0 { SYN | ACK } else { ACK })
+                .tcp_seq(99)
+                .tcp_ack(1234)
+                .build();
+            h[1].inject(&f);
+        }
+        br.run_until_idle(now);
+        h[1].take_tx();
+        assert!(h[0].take_tx().is_empty(), "nothing unsolicited reaches p1");
+        // The established connection still passes, both ways.
+        let data = step(true, ACK | PSH, seq, 5001, b"ping", true);
+        play(&mut br, &h, std::slice::from_ref(&data), now);
+        let back = step(false, ACK, 5001, seq + 4, b"", true);
+        play(&mut br, &h, std::slice::from_ref(&back), now);
+        seq += 4;
+    }
+    let st = br.conntrack().stats();
+    assert_eq!(st.connections, 500, "the table stops at its limit: {st:?}");
+    assert!(st.limit_drops > 3000, "{st:?}");
+    assert!(
+        st.invalid_total() >= 1000,
+        "stray SYN-ACKs counted invalid: {st:?}"
+    );
+}
