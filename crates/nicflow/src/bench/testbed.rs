@@ -611,6 +611,16 @@ impl Testbed {
         Ok(())
     }
 
+    /// `ovs-appctl ARGS` against this testbed's private ovs-vswitchd
+    /// (`dpctl/dump-conntrack`, ...); an error for other engines.
+    pub fn ovs_appctl(&mut self, args: &[&str]) -> anyhow::Result<String> {
+        let o = self.ovs.as_mut().context("no OVS in this testbed")?;
+        let target = format!("{}/vswitchd.ctl", o.dir.display());
+        let mut argv = vec!["ovs-appctl", "-t", &target];
+        argv.extend_from_slice(args);
+        o.run(false, &argv).map_err(|e| anyhow::anyhow!(e))
+    }
+
     fn ovs_mgmt(&self) -> anyhow::Result<String> {
         let o = self.ovs.as_ref().context("no OVS in this testbed")?;
         Ok(format!("unix:{}/{BRIDGE}.mgmt", o.dir.display()))
