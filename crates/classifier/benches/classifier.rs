@@ -1,4 +1,4 @@
-//! Lookup cost of the classifier on IPv4 5-tuple ACLs over 160-byte keys:
+//! Lookup cost of the classifier on IPv4 5-tuple ACLs over 256-byte keys:
 //! tuple space search (group `classifier`), TupleMerge with the FlowKey
 //! relaxation and the default collision limit (group `tuplemerge`), and the
 //! linear reference (group `linear`).

@@ -1,7 +1,7 @@
 //! Synthetic rule sets and keys for benchmarks, shared by `benches/` and the
 //! `nicflow bench classifier` report so both measure the same thing.
 //!
-//! Rules are IPv4 5-tuple ACL entries over a 24-word (192-byte) key. The
+//! Rules are IPv4 5-tuple ACL entries over a 32-word (256-byte) key. The
 //! fields sit where `nicflow-flow`'s `FlowKey` puts them on a little-endian
 //! host, so the masks touch the same words as real OpenFlow matches would:
 //!
@@ -153,7 +153,7 @@ fn fill(mut c: Classifier<WORDS, usize>, rules: &[BenchRule]) -> Classifier<WORD
 }
 
 // Byte offsets of the relaxed fields in `nicflow-flow`'s `FlowKey`
-// (`#[repr(C)]`, 24 words; checked against the real struct by a test).
+// (`#[repr(C)]`, 32 words; checked against the real struct by a test).
 const TP_SRC_OFFSET: usize = 102; // word 12, bytes 6..8
 const NW_SRC_OFFSET: usize = 104; // word 13, bytes 0..4
 const NW_DST_OFFSET: usize = 108; // word 13, bytes 4..8

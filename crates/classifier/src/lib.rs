@@ -52,7 +52,7 @@
 //!   at the first hit".
 //! * **Sparse hashing.** A subtable precomputes the list of words in which its
 //!   mask is non-zero. Hashing and comparing a masked key touch only those
-//!   words: a 5-tuple mask over a 24-word key reads 4 words, not 24. The hash
+//!   words: a 5-tuple mask over the 32-word key reads 4 words, not 32. The hash
 //!   is foldhash keyed with a random seed per classifier, because keys come
 //!   from untrusted traffic and a predictable hash would let an attacker turn
 //!   every probe into a long collision chain.

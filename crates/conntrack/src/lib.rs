@@ -346,6 +346,15 @@ impl ConnHandle {
         self.reply
     }
 
+    /// The same connection in the other direction.
+    pub fn reversed(&self) -> ConnHandle {
+        ConnHandle {
+            reply: !self.reply,
+            related: false,
+            ..*self
+        }
+    }
+
     /// The handle with the per-packet bits cleared: one value per
     /// connection and direction, for keying caller-side state.
     pub fn direction_key(&self) -> ConnHandle {
@@ -370,6 +379,10 @@ pub struct OffloadInfo {
     pub nat: [NatRewrite; 2],
     /// Packets the tracker has seen so far, both directions.
     pub packets: u64,
+    /// The connection's mark and label now: a kernel entry was decided
+    /// with them and must go when they change.
+    pub mark: u32,
+    pub label: u128,
 }
 
 /// A reference to a connection that stays safe after it is gone: the slot

@@ -339,8 +339,12 @@ impl Conntrack {
     /// what NAT writes per direction there. `None` when it is gone.
     /// Established means: TCP with both peers ESTABLISHED, UDP/other with
     /// a reply seen; ICMP never.
-    pub fn offload_info(&self, h: crate::ConnHandle) -> Option<crate::OffloadInfo> {
-        let c = self.slot(h.slot).filter(|c| c.id == h.id)?;
+    /// An expired connection counts as gone (the sweep may not have reached
+    /// it yet).
+    pub fn offload_info(&self, h: crate::ConnHandle, now: Instant) -> Option<crate::OffloadInfo> {
+        let c = self
+            .slot(h.slot)
+            .filter(|c| c.id == h.id && !c.expired(now))?;
         let nat = |reply| {
             c.nat
                 .map(|k| nat::rewrite(&c.keys, k, reply).1)
@@ -351,14 +355,19 @@ impl Conntrack {
             tcp: matches!(c.proto, ProtoState::Tcp(_)),
             nat: [nat(false), nat(true)],
             packets: c.packets[0] + c.packets[1],
+            mark: c.mark,
+            label: c.label,
         })
     }
 
     /// Traffic of the connection behind `h` that a kernel engine forwarded:
-    /// counted in the direction `reply`, the established timeout refreshed
-    /// from `used`, and the connection tracked without the TCP window
-    /// check from now on (the tracker did not see those segments). `false`
-    /// when the connection is gone.
+    /// counted in the direction `reply` and refreshing the established
+    /// timeout from `used` (the engine's last hit) — unless that was after
+    /// the connection had expired, when userspace would have called the
+    /// packet new. From the first call on, the connection is tracked
+    /// without the TCP window check (the tracker did not see those
+    /// segments). Returns whether the connection is still alive at `now`.
+    #[allow(clippy::too_many_arguments)]
     pub fn credit(
         &mut self,
         h: crate::ConnHandle,
@@ -366,13 +375,14 @@ impl Conntrack {
         packets: u64,
         bytes: u64,
         used: Instant,
+        now: Instant,
     ) -> bool {
         let timeouts = self.cfg.timeouts;
         let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
             return false;
         };
         c.liberal = true;
-        if packets > 0 {
+        if packets > 0 && used < c.expiration {
             let d = usize::from(reply);
             c.packets[d] += packets;
             c.bytes[d] += bytes;
@@ -381,7 +391,7 @@ impl Conntrack {
                 c.expiration = exp;
             }
         }
-        true
+        !c.expired(now)
     }
 
     /// `nat_packet` for a packet of the connection in `slot`, if it has NAT.

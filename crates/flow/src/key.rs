@@ -165,7 +165,7 @@ impl FlowKey {
 
 impl fmt::Debug for FlowKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Only the non-zero fields: a full dump of 192 bytes is unreadable.
+        // Only the non-zero fields: a full dump of 256 bytes is unreadable.
         let mut first = true;
         f.write_str("FlowKey{")?;
         for field in crate::Field::ALL {

@@ -527,10 +527,14 @@ impl Bridge {
         self.dp.conntrack.set_limit(limit);
     }
 
-    /// Remove tracked connections. Cached flows are not touched: a packet
-    /// of a flushed connection is tracked afresh by its `ct` action.
+    /// Remove tracked connections (and their kernel entries). Cached flows
+    /// are not touched: a packet of a flushed connection is tracked afresh
+    /// by its `ct` action.
     pub fn flush_conntrack(&mut self, filter: &nicflow_conntrack::FlushFilter) -> usize {
-        self.dp.conntrack.flush(filter)
+        let n = self.dp.conntrack.flush(filter);
+        // Kernel entries of flushed connections go before this returns.
+        self.dp.sync_ct_offloads(Instant::now());
+        n
     }
 
     /// Rules with up-to-date counters.

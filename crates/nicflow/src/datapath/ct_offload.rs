@@ -30,8 +30,12 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Instant;
 
-/// TCP flags that must reach the tracker: SYN, FIN, RST.
-const TCP_CONTROL: u16 = 0x007;
+/// TCP flags the kernel entry looks at: SYN, FIN, RST must be clear and
+/// ACK set. Segments with SYN/FIN/RST change the connection's state, and
+/// those without ACK (null scans, PSH or URG alone) are ones the tracker
+/// calls invalid (`tcp_invalid_flags`): all must reach it.
+const TCP_CHECKED: u16 = 0x017;
+const TCP_ACK: u16 = 0x010;
 
 /// Packets a connection must have carried before it moves: installing and
 /// removing its two kernel entries costs four map updates and a counter
@@ -50,6 +54,8 @@ pub struct CtOffload {
     pub matching: Match,
     pub actions: Vec<DpAction>,
     pub reply: bool,
+    /// The connection's mark and label the entry was decided with.
+    mark_label: (u32, u128),
     /// Engine counters already credited (packets, bytes).
     credited: (u64, u64),
 }
@@ -101,7 +107,7 @@ impl CtOffloads {
         if self.live.contains_key(&h) || self.refused.contains_key(&h) {
             return;
         }
-        let Some(info) = tracker.offload_info(h) else {
+        let Some(info) = tracker.offload_info(h, now) else {
             return;
         };
         if !info.established || info.packets < MIN_PACKETS {
@@ -129,7 +135,7 @@ impl CtOffloads {
         match off.offload(&matching, &actions) {
             Ok(kernel_id) => {
                 // From now on the tracker does not see every segment.
-                tracker.credit(h, reply, 0, 0, now);
+                tracker.credit(h, reply, 0, 0, now, now);
                 self.offloaded += 1;
                 self.live.insert(
                     h,
@@ -142,6 +148,7 @@ impl CtOffloads {
                         matching,
                         actions,
                         reply,
+                        mark_label: (info.mark, info.label),
                         credited: (0, 0),
                     },
                 );
@@ -176,7 +183,7 @@ impl CtOffloads {
             );
             o.credited = (c.packets.max(o.credited.0), c.bytes.max(o.credited.1));
             let used = c.used.unwrap_or(now);
-            let alive = tracker.credit(*h, o.reply, dp, db, used);
+            let alive = tracker.credit(*h, o.reply, dp, db, used, now);
             let mut flows_ok = true;
             for (id, actions) in &o.flows {
                 match flows.get_mut(*id) {
@@ -191,13 +198,43 @@ impl CtOffloads {
                     None => flows_ok = false,
                 }
             }
-            let established = tracker.offload_info(*h).is_some_and(|i| i.established);
-            if !alive || !established || !flows_ok {
+            let still = tracker
+                .offload_info(*h, now)
+                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
+            if !alive || !still || !flows_ok {
                 gone.push(*h);
             }
         }
         for h in gone {
-            self.remove(h, tracker, off, now);
+            self.remove(h, tracker, off, flows, now);
+        }
+    }
+
+    /// A packet of connection `h` just went through the tracker in
+    /// userspace (a FIN or RST, a commit writing its mark or label...): if
+    /// the connection has kernel entries that no longer hold, they go now,
+    /// not at the next sync.
+    pub fn check(
+        &mut self,
+        h: ConnHandle,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if self.live.is_empty() {
+            return;
+        }
+        for d in [h.direction_key(), h.reversed()] {
+            let Some(o) = self.live.get(&d) else {
+                continue;
+            };
+            let still = tracker
+                .offload_info(d, now)
+                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
+            if !still {
+                self.remove(d, tracker, off, flows, now);
+            }
         }
     }
 
@@ -206,23 +243,40 @@ impl CtOffloads {
         h: ConnHandle,
         tracker: &mut Conntrack,
         off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
         if let Some(o) = self.live.remove(&h) {
             if let Some(c) = off.remove(o.kernel_id) {
                 let dp = c.packets.saturating_sub(o.credited.0);
                 let db = c.bytes.saturating_sub(o.credited.1);
-                tracker.credit(h, o.reply, dp, db, c.used.unwrap_or(now));
+                let used = c.used.unwrap_or(now);
+                tracker.credit(h, o.reply, dp, db, used, now);
+                if dp > 0 {
+                    for (id, _) in &o.flows {
+                        if let Some(f) = flows.get_mut(*id) {
+                            f.stats.packets += dp;
+                            f.stats.bytes += db;
+                            f.stats.used = Some(f.stats.used.map_or(used, |u| u.max(used)));
+                        }
+                    }
+                }
             }
             self.removed += 1;
         }
     }
 
     /// Remove every entry (the engine goes away, or all flows are flushed).
-    pub fn clear(&mut self, tracker: &mut Conntrack, off: &mut dyn FlowOffload, now: Instant) {
+    pub fn clear(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
         let hs: Vec<ConnHandle> = self.live.keys().copied().collect();
         for h in hs {
-            self.remove(h, tracker, off, now);
+            self.remove(h, tracker, off, flows, now);
         }
         self.refused.clear();
     }
@@ -265,7 +319,7 @@ fn compose(
     }) {
         return Err("ct:second-pass-not-plain");
     }
-    if key.tcp_flags & TCP_CONTROL != 0 {
+    if tcp && key.tcp_flags & TCP_CHECKED != TCP_ACK {
         return Err("ct:control-segment");
     }
     let nat = if nat_in_ct {
@@ -316,7 +370,7 @@ fn compose(
     m.tp_dst = 0xffff;
     m.nw_frag = 0xff;
     if tcp {
-        m.tcp_flags |= TCP_CONTROL;
+        m.tcp_flags |= TCP_CHECKED;
     }
     let mut actions = Vec::with_capacity(f2.actions.len() + 4);
     match nat.src {

@@ -345,6 +345,15 @@ impl Datapath {
         moved
     }
 
+    /// Credit offloaded connections' kernel traffic and remove the entries
+    /// of connections that ended, changed or went (after a flush).
+    pub fn sync_ct_offloads(&mut self, now: Instant) {
+        if let Some(off) = self.offload.as_deref_mut() {
+            self.ct_offloads
+                .sync(&mut self.conntrack, off, &mut self.flows, now);
+        }
+    }
+
     /// Every recirculation id a cached flow refers to (in its key, or in a
     /// `recirc` action), so the slow path can forget the others.
     pub fn recirc_ids_in_use(&self) -> std::collections::HashSet<u32> {
@@ -604,6 +613,13 @@ impl Datapath {
             self.cfg.controller_queue_len,
             &mut stage,
         );
+        // The packet went through the tracker here: if it ended or changed
+        // an offloaded connection, its kernel entries go now.
+        let tracked = stage.meta.result.and_then(|r| r.conn);
+        if let (Some(h), Some(off)) = (tracked, self.offload.as_deref_mut()) {
+            self.ct_offloads
+                .check(h, &mut self.conntrack, off, &mut self.flows, now);
+        }
         self.stats.policy_drops += r.policy_drop as u64;
         if let Some(reason) = r.drop {
             let idx = DropReason::ALL
@@ -767,7 +783,7 @@ impl Datapath {
     pub fn flush(&mut self, handler: &mut dyn UpcallHandler) {
         if let Some(off) = self.offload.as_deref_mut() {
             self.ct_offloads
-                .clear(&mut self.conntrack, off, Instant::now());
+                .clear(&mut self.conntrack, off, &mut self.flows, Instant::now());
             for id in self.flows.ids() {
                 if let Some(f) = self.flows.get_mut(id) {
                     offload::unplace(off, f);
