@@ -407,3 +407,86 @@ fn established_connections_run_in_the_kernel() {
         "the FIN reached the tracker: {biggest}"
     );
 }
+
+/// A connection in the kernel must follow its mark: a rule change makes the
+/// server's replies commit `ct_mark=1`, and the client's direction, whose
+/// kernel entry was decided with mark 0, must stop at once (a new rule
+/// drops marked traffic) instead of flowing in the kernel until the
+/// connection ends.
+#[test]
+fn an_offloaded_connection_follows_its_mark() {
+    if !privileged() {
+        return;
+    }
+    let lab = Lab::up(
+        "cm",
+        "",
+        &[
+            "table=0,priority=10,arp,actions=normal",
+            "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)",
+            "table=1,priority=1,actions=drop",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2",
+            "table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1",
+        ],
+    );
+    let (h1, h2) = (lab.ns("cm1"), lab.ns("cm2"));
+    let server = "import socket\n\
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+s.bind(('198.18.0.2', 9000)); s.listen(1); c,_=s.accept()\n\
+while True:\n    d=c.recv(100)\n    if not d: break\n    c.sendall(d)\n";
+    // The client sends a line every 20 ms for 6 s and prints, per 0.5 s
+    // window, how many echoes came back.
+    let client = "import socket,time\n\
+c=socket.create_connection(('198.18.0.2', 9000)); c.settimeout(0.02)\n\
+t0=time.time(); w=[0]*12\n\
+while time.time()-t0 < 6:\n    c.sendall(b'x'*10)\n    try:\n        d=c.recv(100)\n        if d: w[min(int((time.time()-t0)*2),11)]+=1\n    except socket.timeout: pass\n    time.sleep(0.02)\n\
+print(' '.join(map(str,w)))\n";
+    let _srv = Bg(Command::new("ip")
+        .args(["netns", "exec", &h2, "python3", "-c", server])
+        .spawn()
+        .expect("server"));
+    std::thread::sleep(Duration::from_millis(700));
+    let cli = Command::new("ip")
+        .args(["netns", "exec", &h1, "python3", "-c", client])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    std::thread::sleep(Duration::from_millis(2500));
+    let tc_before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
+    assert!(
+        tc_before > 20,
+        "the connection runs in the TC engine: {tc_before}"
+    );
+    // Replies now mark their connection; marked client traffic is dropped.
+    for f in [
+        "table=1,priority=20,in_port=p2,tcp,ct_state=+trk+est,actions=ct(commit,exec(set_field:0x1->ct_mark)),output:p1",
+        "table=1,priority=20,in_port=p1,tcp,ct_state=+trk+est,ct_mark=0x1,actions=drop",
+    ] {
+        lab.req(Request::AddFlow {
+            bridge: "br0".into(),
+            flow: f.into(),
+        });
+    }
+    let out = cli.wait_with_output().expect("client output");
+    let windows: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(windows.len(), 12, "{windows:?}");
+    // Before the change the echoes flowed; from a second after it, none.
+    assert!(
+        windows[1..5].iter().all(|n| *n > 0),
+        "echoes before: {windows:?}"
+    );
+    assert!(
+        windows[8..].iter().all(|n| *n == 0),
+        "marked traffic must stop, in the kernel too: {windows:?}"
+    );
+    let ct = conntrack(&lab);
+    assert!(
+        ct.iter()
+            .any(|l| l.contains("dport=9000,") && l.contains("mark=1")),
+        "{ct:#?}"
+    );
+}
