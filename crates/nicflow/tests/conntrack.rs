@@ -417,3 +417,26 @@ fn syn_and_invalid_storms_leave_the_tracker_bounded_and_traffic_flowing() {
         "stray SYN-ACKs counted invalid: {st:?}"
     );
 }
+
+/// Several `ct(table=N)` in one action list fork the packet each time; a
+/// loop of them is cut after 64 copies of one received packet, counted,
+/// and the next packet is processed normally.
+#[test]
+fn forking_recirculations_are_bounded_per_packet() {
+    let (mut br, h) = bridge(DatapathConfig::default());
+    let now = Instant::now();
+    br.add_flows_str(
+        "table=0,ip,actions=ct(table=0),ct(table=0),ct(table=0),ct(table=0)\n",
+        now,
+    )
+    .unwrap();
+    h[0].inject(&tcp(true, SYN, 1, 0, b""));
+    br.run_until_idle(now);
+    let s = br.dp_stats();
+    assert!(s.recirculations <= 64, "{s:?}");
+    assert!(br
+        .dp_stats()
+        .drops()
+        .iter()
+        .any(|(r, n)| *r == "recirc_limit" && *n > 0));
+}

@@ -208,6 +208,9 @@ impl CtOffloads {
         for h in gone {
             self.remove(h, tracker, off, flows, now);
         }
+        // Refusals hold until the next tick: some are the engine's of the
+        // moment (a full map, a port not yet taking redirects).
+        self.refused.clear();
     }
 
     /// A packet of connection `h` just went through the tracker in

@@ -43,6 +43,11 @@ pub const POOL_MAX: usize = 4096;
 /// first plus recirculations), as OVS's `MAX_RECIRC_DEPTH` bounds it.
 pub const MAX_RECIRC: u32 = 6;
 
+/// Most recirculated copies of one received packet in all (a rule set
+/// with several `ct(table=N)` per action list would otherwise fan out to
+/// k^5 passes).
+pub const MAX_PASSES: u32 = 64;
+
 /// Reference from a datapath flow to an OpenFlow rule it was built from, so
 /// the flow's counters can be credited to the rules (`dump-flows`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -433,8 +438,10 @@ impl Datapath {
             passes.reverse();
             // Recirculated copies go before the next received packet, in
             // the order their actions made them.
+            let mut made = 0;
             while let Some(((pkt, meta, id), depth)) = passes.pop() {
-                if depth >= MAX_RECIRC {
+                made += 1;
+                if depth >= MAX_RECIRC || made > MAX_PASSES {
                     let idx = DropReason::ALL
                         .iter()
                         .position(|d| *d == DropReason::RecircLimit)
