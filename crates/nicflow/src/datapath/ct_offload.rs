@@ -397,3 +397,150 @@ fn compose(
     k.recirc_id = 0;
     Ok((Match::new(k, FlowMask(m)), actions))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicflow_flow::FlowMask;
+
+    fn flow(mask: FlowMask, actions: Vec<DpAction>) -> DpFlow {
+        DpFlow {
+            matching: Match::new(FlowKey::default(), mask),
+            actions,
+            stats: Default::default(),
+            created: Instant::now(),
+            xlate_key: FlowKey::default(),
+            rules: Vec::new(),
+            learned: None,
+            credited: (0, 0),
+            placement: None,
+            kernel: Default::default(),
+        }
+    }
+
+    fn ct(nat: bool) -> DpAction {
+        DpAction::Ct {
+            zone: 0,
+            commit: false,
+            force: false,
+            mark: None,
+            label: None,
+            nat: nat.then(Default::default),
+        }
+    }
+
+    /// A TCP segment's first-pass key, with `flags`.
+    fn key(flags: u16) -> FlowKey {
+        FlowKey {
+            in_port: 1,
+            dl_type: 0x0800,
+            nw_proto: 6,
+            nw_src: 0xc612_0001,
+            nw_dst: 0xc612_0002,
+            tp_src: 40000,
+            tp_dst: 80,
+            tcp_flags: flags,
+            nw_ttl: 64,
+            ..Default::default()
+        }
+    }
+
+    /// First pass: `ip,ct_state=-trk`; second: `ct_state=+trk+est,dl_dst`.
+    fn passes(f2_actions: Vec<DpAction>) -> (DpFlow, DpFlow) {
+        let mut m1 = FlowMask::catchall();
+        m1.0.in_port = u32::MAX;
+        m1.0.dl_type = 0xffff;
+        m1.0.ct_state = 0x20;
+        m1.0.recirc_id = u32::MAX;
+        let mut m2 = m1;
+        m2.0.ct_state = 0x22;
+        m2.0.dl_dst = [0xff; 6];
+        m2.0.regs[0] = u32::MAX;
+        (
+            flow(m1, vec![ct(false), DpAction::Recirc(1)]),
+            flow(m2, f2_actions),
+        )
+    }
+
+    #[test]
+    fn composes_the_exact_connection_and_the_second_pass() {
+        let (f1, f2) = passes(vec![DpAction::Output(2)]);
+        let (m, a) = compose(&f1, &key(0x018), &f2, true, NatRewrite::default()).unwrap();
+        assert_eq!(a, vec![DpAction::Output(2)]);
+        let mask = &m.mask().0;
+        // The connection exactly, what either pass looked at, and the TCP
+        // flags that must go up: ACK required, SYN/FIN/RST refused.
+        assert_eq!((mask.nw_src, mask.nw_dst), (u32::MAX, u32::MAX));
+        assert_eq!(
+            (mask.tp_src, mask.tp_dst, mask.nw_proto),
+            (0xffff, 0xffff, 0xff)
+        );
+        assert_eq!(mask.dl_dst, [0xff; 6]);
+        assert_eq!(mask.tcp_flags, TCP_CHECKED);
+        assert_eq!(m.key().tcp_flags, TCP_ACK);
+        // Nothing only userspace knows.
+        assert_eq!((mask.ct_state, mask.recirc_id, mask.regs[0]), (0, 0, 0));
+        assert_eq!(mask.nw_frag, 0xff, "fragments never match");
+    }
+
+    #[test]
+    fn nat_rewrites_come_before_the_second_pass_when_the_ct_had_nat() {
+        let (mut f1, f2) = passes(vec![DpAction::Output(2)]);
+        let rw = NatRewrite {
+            dst: Some("198.18.0.10".parse().unwrap()),
+            dport: Some(8080),
+            ..Default::default()
+        };
+        // Without `nat` in the first pass's ct, userspace writes nothing.
+        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        assert_eq!(a, vec![DpAction::Output(2)]);
+        f1.actions[0] = ct(true);
+        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        assert_eq!(
+            a,
+            vec![
+                DpAction::SetIpv4Dst(0xc612_000a),
+                DpAction::SetTpDst(8080),
+                DpAction::Output(2)
+            ]
+        );
+        let icmp = NatRewrite {
+            icmp_id: Some(7),
+            ..Default::default()
+        };
+        assert_eq!(
+            compose(&f1, &key(0x010), &f2, true, icmp).unwrap_err(),
+            "ct:icmp-nat"
+        );
+    }
+
+    #[test]
+    fn refuses_what_must_stay_with_the_tracker() {
+        let (f1, f2) = passes(vec![DpAction::Output(2)]);
+        for flags in [0x002, 0x011, 0x014, 0x000, 0x008] {
+            assert_eq!(
+                compose(&f1, &key(flags), &f2, true, NatRewrite::default()).unwrap_err(),
+                "ct:control-segment",
+                "flags {flags:#x}"
+            );
+        }
+        let (mut c1, _) = passes(vec![]);
+        c1.actions[0] = DpAction::Ct {
+            zone: 0,
+            commit: true,
+            force: false,
+            mark: None,
+            label: None,
+            nat: None,
+        };
+        assert_eq!(
+            compose(&c1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            "ct:first-pass-not-plain"
+        );
+        let (f1, f2) = passes(vec![ct(false), DpAction::Recirc(2)]);
+        assert_eq!(
+            compose(&f1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            "ct:second-pass-not-plain"
+        );
+    }
+}
