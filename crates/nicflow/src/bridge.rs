@@ -591,6 +591,28 @@ impl Bridge {
                     },
                 }
             })
+            .chain(self.dp.ct_offloads.iter().map(|o| {
+                // One direction of an established connection, composed from
+                // the ct flows above (whose counters include its traffic).
+                let (packets, bytes) = o.counted();
+                DpFlowDump {
+                    matching: format!(
+                        "established:{}",
+                        nicflow_ofctl::format_match(&o.matching, &self.names)
+                    ),
+                    actions: format_actions(&o.actions),
+                    packets,
+                    bytes,
+                    used: None,
+                    kernel_packets: packets,
+                    kernel_bytes: bytes,
+                    engine: self
+                        .dp
+                        .offload()
+                        .map_or("kernel", |off| off.engine_name(o.kernel_id)),
+                    not_offloaded: None,
+                }
+            }))
             .collect()
     }
 

@@ -244,6 +244,10 @@ enum BenchCmd {
     /// table: nicflow vs Open vSwitch userspace conntrack vs nftables
     /// (document 003, table VII; issue 13).
     Conntrack(bench::conntrack::Args),
+    /// TCP throughput against ACL rule count (1-20,000 rules plus
+    /// allow-established): nicflow vs nftables (linear chain, set) vs Open
+    /// vSwitch userspace (document 003's stateful firewall; issue 13).
+    Firewall(bench::firewall::Args),
     /// The `xdp-redirect` engine's process: a minimal XDP program pairing
     /// ports, held until SIGTERM (started by the experiments' testbed).
     #[command(hide = true)]
@@ -501,6 +505,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
             }
             BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::XdpRedirect(args) => {
                 bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
             }

@@ -60,6 +60,13 @@ pub struct CtOffload {
     credited: (u64, u64),
 }
 
+impl CtOffload {
+    /// Engine counters as of the last sync (packets, bytes).
+    pub fn counted(&self) -> (u64, u64) {
+        self.credited
+    }
+}
+
 /// The datapath's table of offloaded connection directions.
 #[derive(Default)]
 pub struct CtOffloads {
