@@ -49,6 +49,7 @@
 
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
+use super::host_tools::{self, have, tool_version};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use crate::control::proto::Request;
@@ -355,34 +356,6 @@ struct Lab {
     dir: PathBuf,
 }
 
-fn tool_version(argv: &[&str]) -> String {
-    Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .output()
-        .ok()
-        .map(|o| {
-            let t = format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            t.lines().next().unwrap_or("").trim().to_string()
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| format!("{} (version unknown)", argv[0]))
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Does this nicflow accept the load balancer's `ct(nat(...))`? Err with
 /// check-flows' message if not.
 fn nat_supported() -> Result<(), String> {
@@ -439,14 +412,6 @@ fn nft_rules(bridge_family: bool, client_port: &str, client_ip: &str) -> String 
     }
 }
 
-fn nft_load(ns: &str, text: &str, dir: &Path) -> anyhow::Result<()> {
-    let f = dir.join("firewall.nft");
-    std::fs::write(&f, text)?;
-    let f = f.display().to_string();
-    sys::run(&mut sys::in_ns(Some(ns), &["nft", "-f", &f]))?;
-    Ok(())
-}
-
 fn wait_listening(ns: &str, port: u16, child: &mut std::process::Child) -> anyhow::Result<()> {
     let filter = format!("sport = :{port}");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -476,27 +441,11 @@ fn lab_up(engine: CtEngine, offload: HostOffload, nft_mode: &mut String) -> anyh
     sys::sysctl(Some(&c.netns), "net.ipv4.ip_local_port_range", "1024 65535")?;
     sys::sysctl(Some(&c.netns), "net.ipv4.tcp_tw_reuse", "1")?;
     if engine == CtEngine::LinuxBridgeNft {
-        let ns = tb.switch_netns().to_string();
-        let bridge = nft_rules(true, &c.port, &c.ip4.to_string());
-        match nft_load(&ns, &bridge, &dir) {
-            Ok(()) => *nft_mode = "bridge family (nf_conntrack_bridge)".into(),
-            Err(e) => {
-                tracing::info!("bridge-family ct refused ({e:#}); ip family + br_netfilter");
-                sys::sysctl(Some(&ns), "net.bridge.bridge-nf-call-iptables", "1")
-                    .context("br_netfilter sysctl")?;
-                nft_load(&ns, &nft_rules(false, &c.port, &c.ip4.to_string()), &dir)
-                    .context("loading the nftables firewall")?;
-                *nft_mode = format!(
-                    "ip family forward hook behind br_netfilter (bridge-family ct refused: {})",
-                    format!("{e:#}")
-                        .lines()
-                        .find(|l| l.contains("Error:"))
-                        .and_then(|l| l.split("Error:").nth(1))
-                        .unwrap_or("nf_conntrack_bridge missing")
-                        .trim()
-                );
-            }
-        }
+        let (port, ip) = (c.port.clone(), c.ip4.to_string());
+        let (_, mode) = host_tools::nft_stateful_firewall(tb.switch_netns(), &dir, |bridge| {
+            nft_rules(bridge, &port, &ip)
+        })?;
+        *nft_mode = mode;
     }
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(&dir, &s.ip4.to_string()))?;

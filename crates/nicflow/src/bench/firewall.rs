@@ -28,9 +28,9 @@
 
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
+use super::host_tools::{self, have, loadavg, tool_version};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use crate::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -263,20 +263,6 @@ struct Lab {
     installed: Option<usize>,
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn nft_load(ns: &str, text: &str, dir: &Path) -> anyhow::Result<()> {
-    let f = dir.join("firewall.nft");
-    std::fs::write(&f, format!("flush ruleset\n{text}"))?;
-    let f = f.display().to_string();
-    sys::run(&mut sys::in_ns(Some(ns), &["nft", "-f", &f]))?;
-    Ok(())
-}
-
 fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<Lab> {
     let spec = TestbedSpec {
         rules: if engine.openflow() {
@@ -291,32 +277,13 @@ fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<Lab> {
     let dir = tb.scratch_dir()?;
     let mut bridge_family = true;
     if engine.nft() {
-        let ns = tb.switch_netns().to_string();
         let c = tb.client(0).clone();
-        let text = nft_rules(true, false, 0, &c.port, &c.ip4.to_string());
-        match nft_load(&ns, &text, &dir) {
-            Ok(()) => *nft_mode = "bridge family (nf_conntrack_bridge)".into(),
-            Err(e) => {
-                bridge_family = false;
-                sys::sysctl(Some(&ns), "net.bridge.bridge-nf-call-iptables", "1")
-                    .context("br_netfilter sysctl")?;
-                nft_load(
-                    &ns,
-                    &nft_rules(false, false, 0, &c.port, &c.ip4.to_string()),
-                    &dir,
-                )
-                .context("loading the nftables firewall")?;
-                *nft_mode = format!(
-                    "ip family forward hook behind br_netfilter (bridge-family ct refused: {})",
-                    format!("{e:#}")
-                        .lines()
-                        .find(|l| l.contains("Error:"))
-                        .and_then(|l| l.split("Error:").nth(1))
-                        .unwrap_or("nf_conntrack_bridge missing")
-                        .trim()
-                );
-            }
-        }
+        let (port, ip) = (c.port.clone(), c.ip4.to_string());
+        let (bridge, mode) = host_tools::nft_stateful_firewall(tb.switch_netns(), &dir, |b| {
+            nft_rules(b, false, 0, &port, &ip)
+        })?;
+        bridge_family = bridge;
+        *nft_mode = mode;
     }
     let server = tb.start_iperf_server(0, PORT)?;
     Ok(Lab {
@@ -344,7 +311,7 @@ fn install(l: &mut Lab, n: usize) -> anyhow::Result<f64> {
             &c.port,
             &c.ip4.to_string(),
         );
-        nft_load(l.tb.switch_netns(), &text, &l.dir)?;
+        host_tools::nft_load(l.tb.switch_netns(), &text, &l.dir)?;
     }
     l.installed = Some(n);
     Ok(t0.elapsed().as_secs_f64())
@@ -411,16 +378,16 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         bail!("`iperf3` is missing");
     }
     forward::install_signal_handlers();
-    let mut tools = vec![first_line(&["iperf3", "--version"])];
+    let mut tools = vec![tool_version(&["iperf3", "--version"])];
     if engines.iter().any(|e| e.nft()) {
-        tools.push(first_line(&["nft", "--version"]));
+        tools.push(tool_version(&["nft", "--version"]));
     }
     if engines.contains(&FwEngine::Ovs) {
-        tools.push(first_line(&["ovs-vswitchd", "--version"]));
+        tools.push(tool_version(&["ovs-vswitchd", "--version"]));
     }
     let mut r = Results {
         machine: super::machine_description(),
-        load_start: load_average(),
+        load_start: loadavg(),
         load_end: String::new(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         engines: engines.clone(),
@@ -533,40 +500,12 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             eprintln!("[firewall] teardown: {e:#}");
         }
     }
-    r.load_end = load_average();
+    r.load_end = loadavg();
     let dir = args
         .out
         .clone()
         .unwrap_or_else(|| report::default_dir("firewall"));
     write(&dir, &r)
-}
-
-fn have(tool: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-fn first_line(argv: &[&str]) -> String {
-    std::process::Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()
-        .map(|o| {
-            let t = format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            t.lines().next().unwrap_or("").trim().to_string()
-        })
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| format!("{} (version unknown)", argv[0]))
 }
 
 fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {

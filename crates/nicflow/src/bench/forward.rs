@@ -40,6 +40,7 @@ pub mod ovs;
 
 use self::measure::{IfaceCounters, IperfSetup, Test, TestSample};
 use self::ovs::{Ovs, OvsBridge};
+use super::host_tools::loadavg;
 use super::median;
 use crate::control::config::PortType;
 use crate::lab::{self, sys, LabOptions, Topology};
@@ -452,12 +453,6 @@ pub struct Results {
     /// redirect programs, ns per run (`bench::progcost`).
     #[serde(default)]
     pub test_run_costs: Vec<(String, f64)>,
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// Removes a lab when dropped (unless `down` was called).

@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod firewall;
 pub mod forward;
 pub mod generator;
+pub mod host_tools;
 pub mod latency;
 pub mod overlay;
 pub mod ovs_l3;
