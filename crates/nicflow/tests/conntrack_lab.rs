@@ -35,15 +35,32 @@ impl Drop for Bg {
     }
 }
 
-fn http_server(ns: &str, addr: &str) -> Bg {
+/// `argv` running in namespace `ns` until dropped, output discarded.
+fn bg(ns: &str, argv: &[&str]) -> Bg {
     let child = Command::new("ip")
-        .args(["netns", "exec", ns, "python3", "-m", "http.server", "8080"])
-        .args(["--bind", addr, "--directory", "/"])
+        .args(["netns", "exec", ns])
+        .args(argv)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("python3 http.server");
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
     Bg(child)
+}
+
+fn http_server(ns: &str, addr: &str) -> Bg {
+    bg(
+        ns,
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            addr,
+            "--directory",
+            "/",
+        ],
+    )
 }
 
 /// `curl` from `ns` to `url`: Ok(status) or Err(why).
@@ -282,12 +299,7 @@ fn dnat_load_balancer_with_curl() {
     // TCP only works if both are right.
     if common::have("iperf3") {
         drop(srv);
-        let _perf = Bg(Command::new("ip")
-            .args(["netns", "exec", &h2, "iperf3", "-s", "-p", "8080"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("iperf3 -s"));
+        let _perf = bg(&h2, &["iperf3", "-s", "-p", "8080"]);
         let before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
         let ok = eventually(Duration::from_secs(10), || {
             Command::new("ip")
@@ -332,12 +344,7 @@ fn established_connections_run_in_the_kernel() {
     }
     let lab = Lab::up("co", "", FIREWALL);
     let (h1, h2) = (lab.ns("co1"), lab.ns("co2"));
-    let _srv = Bg(Command::new("ip")
-        .args(["netns", "exec", &h2, "iperf3", "-s", "-B", "198.18.0.2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("iperf3 -s"));
+    let _srv = bg(&h2, &["iperf3", "-s", "-B", "198.18.0.2"]);
     let before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
     let mut ok = false;
     for _ in 0..20 {
@@ -442,10 +449,7 @@ c=socket.create_connection(('198.18.0.2', 9000)); c.settimeout(0.02)\n\
 t0=time.time(); w=[0]*12\n\
 while time.time()-t0 < 6:\n    c.sendall(b'x'*10)\n    try:\n        d=c.recv(100)\n        if d: w[min(int((time.time()-t0)*2),11)]+=1\n    except socket.timeout: pass\n    time.sleep(0.02)\n\
 print(' '.join(map(str,w)))\n";
-    let _srv = Bg(Command::new("ip")
-        .args(["netns", "exec", &h2, "python3", "-c", server])
-        .spawn()
-        .expect("server"));
+    let _srv = bg(&h2, &["python3", "-c", server]);
     std::thread::sleep(Duration::from_millis(700));
     let cli = Command::new("ip")
         .args(["netns", "exec", &h1, "python3", "-c", client])
