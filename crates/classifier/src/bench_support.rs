@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use crate::{Classifier, LinearClassifier};
 
 /// Key width of the benchmark rules, same as `FlowKey`.
-pub const WORDS: usize = 32;
+pub const WORDS: usize = 37;
 pub const DL_TYPE_WORD: usize = 9;
 pub const DL_TYPE_SHIFT: u32 = 48;
 pub const TP_SRC_WORD: usize = 12;
@@ -153,7 +153,7 @@ fn fill(mut c: Classifier<WORDS, usize>, rules: &[BenchRule]) -> Classifier<WORD
 }
 
 // Byte offsets of the relaxed fields in `nicflow-flow`'s `FlowKey`
-// (`#[repr(C)]`, 32 words; checked against the real struct by a test).
+// (`#[repr(C)]`, 37 words; checked against the real struct by a test).
 const TP_SRC_OFFSET: usize = 102; // word 12, bytes 6..8
 const NW_SRC_OFFSET: usize = 104; // word 13, bytes 0..4
 const NW_DST_OFFSET: usize = 108; // word 13, bytes 4..8

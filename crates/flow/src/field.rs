@@ -41,6 +41,10 @@ pub enum Prereq {
     /// `+snat`, `+dnat`, or `+trk` together with `-inv`. Needed by the
     /// connection tuple fields (`ct_nw_src`, ...).
     CtValid,
+    /// [`Prereq::CtValid`] on an IPv4 packet (`ct_nw_src/dst`, OVS's CTv4).
+    CtValidIpv4,
+    /// [`Prereq::CtValid`] on an IPv6 packet (`ct_ipv6_src/dst`, CTv6).
+    CtValidIpv6,
 }
 
 impl Prereq {
@@ -67,7 +71,17 @@ impl Prereq {
                 let not_inv = mask.ct_state & 0x10 != 0 && key.ct_state & 0x10 == 0;
                 set & 0xcf != 0 || (set & 0x20 != 0 && not_inv)
             }
+            Prereq::CtValidIpv4 => Prereq::CtValid.satisfied(key, mask) && dl(0x0800),
+            Prereq::CtValidIpv6 => Prereq::CtValid.satisfied(key, mask) && dl(0x86dd),
         }
+    }
+
+    /// Does it ask for a valid tracked connection (and so for `ct_state`)?
+    pub fn needs_ct(self) -> bool {
+        matches!(
+            self,
+            Prereq::CtValid | Prereq::CtValidIpv4 | Prereq::CtValidIpv6
+        )
     }
 
     /// Human words for error messages.
@@ -85,6 +99,12 @@ impl Prereq {
             Prereq::Icmpv6 => "icmp6",
             Prereq::AnyIcmp => "icmp or icmp6",
             Prereq::CtValid => "ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat",
+            Prereq::CtValidIpv4 => {
+                "ip and ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat"
+            }
+            Prereq::CtValidIpv6 => {
+                "ipv6 and ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat"
+            }
         }
     }
 }
@@ -177,9 +197,14 @@ pub enum Field {
     /// The tracked connection's original-direction tuple.
     CtNwSrc,
     CtNwDst,
+    /// The same for IPv6 connections.
+    CtIpv6Src,
+    CtIpv6Dst,
     CtNwProto,
     CtTpSrc,
     CtTpDst,
+    /// OVS's `pkt_mark`: packet metadata (see `FlowKey::pkt_mark`).
+    PktMark,
     /// Datapath-only (see `FlowKey::recirc_id`); rules cannot match it.
     RecircId,
 }
@@ -249,6 +274,7 @@ impl Field {
         Field::Reg(13),
         Field::Reg(14),
         Field::Reg(15),
+        Field::PktMark,
         Field::InPort,
         Field::VlanTci,
         Field::DlSrc,
@@ -282,6 +308,8 @@ impl Field {
         Field::CtLabel,
         Field::CtNwSrc,
         Field::CtNwDst,
+        Field::CtIpv6Src,
+        Field::CtIpv6Dst,
         Field::CtNwProto,
         Field::CtTpSrc,
         Field::CtTpDst,
@@ -339,6 +367,9 @@ impl Field {
             Field::CtLabel => "ct_label",
             Field::CtNwSrc => "ct_nw_src",
             Field::CtNwDst => "ct_nw_dst",
+            Field::CtIpv6Src => "ct_ipv6_src",
+            Field::CtIpv6Dst => "ct_ipv6_dst",
+            Field::PktMark => "pkt_mark",
             Field::CtNwProto => "ct_nw_proto",
             Field::CtTpSrc => "ct_tp_src",
             Field::CtTpDst => "ct_tp_dst",
@@ -386,6 +417,9 @@ impl Field {
             "ct_label" | "NXM_NX_CT_LABEL" => Field::CtLabel,
             "ct_nw_src" | "NXM_NX_CT_NW_SRC" => Field::CtNwSrc,
             "ct_nw_dst" | "NXM_NX_CT_NW_DST" => Field::CtNwDst,
+            "ct_ipv6_src" | "NXM_NX_CT_IPV6_SRC" => Field::CtIpv6Src,
+            "ct_ipv6_dst" | "NXM_NX_CT_IPV6_DST" => Field::CtIpv6Dst,
+            "pkt_mark" | "NXM_NX_PKT_MARK" => Field::PktMark,
             "ct_nw_proto" | "NXM_NX_CT_NW_PROTO" => Field::CtNwProto,
             "ct_tp_src" | "NXM_NX_CT_TP_SRC" => Field::CtTpSrc,
             "ct_tp_dst" | "NXM_NX_CT_TP_DST" => Field::CtTpDst,
@@ -454,9 +488,13 @@ impl Field {
             Field::Ipv6Label => 20,
             Field::TcpFlags => 12,
             Field::IcmpType | Field::IcmpCode | Field::Icmpv6Type | Field::Icmpv6Code => 8,
-            Field::CtState | Field::CtMark | Field::CtNwSrc | Field::CtNwDst | Field::RecircId => {
-                32
-            }
+            Field::CtState
+            | Field::CtMark
+            | Field::CtNwSrc
+            | Field::CtNwDst
+            | Field::RecircId
+            | Field::PktMark => 32,
+            Field::CtIpv6Src | Field::CtIpv6Dst => 128,
             Field::CtZone | Field::CtTpSrc | Field::CtTpDst => 16,
             Field::CtNwProto => 8,
             Field::CtLabel => 128,
@@ -485,11 +523,9 @@ impl Field {
             }
             Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
             Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
-            Field::CtNwSrc
-            | Field::CtNwDst
-            | Field::CtNwProto
-            | Field::CtTpSrc
-            | Field::CtTpDst => Prereq::CtValid,
+            Field::CtNwSrc | Field::CtNwDst => Prereq::CtValidIpv4,
+            Field::CtIpv6Src | Field::CtIpv6Dst => Prereq::CtValidIpv6,
+            Field::CtNwProto | Field::CtTpSrc | Field::CtTpDst => Prereq::CtValid,
             _ => Prereq::None,
         }
     }
@@ -511,6 +547,8 @@ impl Field {
                 | Field::CtLabel
                 | Field::CtNwSrc
                 | Field::CtNwDst
+                | Field::CtIpv6Src
+                | Field::CtIpv6Dst
                 | Field::CtNwProto
                 | Field::CtTpSrc
                 | Field::CtTpDst
@@ -529,7 +567,9 @@ impl Field {
             | Field::TunDst
             | Field::CtNwSrc
             | Field::CtNwDst => ValueKind::Ipv4,
-            Field::Ipv6Src | Field::Ipv6Dst => ValueKind::Ipv6,
+            Field::Ipv6Src | Field::Ipv6Dst | Field::CtIpv6Src | Field::CtIpv6Dst => {
+                ValueKind::Ipv6
+            }
             Field::Metadata
             | Field::Reg(_)
             | Field::XReg(_)
@@ -544,6 +584,7 @@ impl Field {
             | Field::CtState
             | Field::CtMark
             | Field::CtLabel
+            | Field::PktMark
             | Field::RecircId => ValueKind::Hex,
             _ => ValueKind::Int,
         }
@@ -598,6 +639,9 @@ impl Field {
             Field::CtLabel => u128::from_be_bytes(k.ct_label),
             Field::CtNwSrc => k.ct_nw_src as u128,
             Field::CtNwDst => k.ct_nw_dst as u128,
+            Field::CtIpv6Src => u128::from_be_bytes(k.ct_ipv6_src),
+            Field::CtIpv6Dst => u128::from_be_bytes(k.ct_ipv6_dst),
+            Field::PktMark => k.pkt_mark as u128,
             Field::CtNwProto => k.ct_nw_proto as u128,
             Field::CtTpSrc => k.ct_tp_src as u128,
             Field::CtTpDst => k.ct_tp_dst as u128,
@@ -657,6 +701,9 @@ impl Field {
             Field::CtLabel => k.ct_label = v.to_be_bytes(),
             Field::CtNwSrc => k.ct_nw_src = v as u32,
             Field::CtNwDst => k.ct_nw_dst = v as u32,
+            Field::CtIpv6Src => k.ct_ipv6_src = v.to_be_bytes(),
+            Field::CtIpv6Dst => k.ct_ipv6_dst = v.to_be_bytes(),
+            Field::PktMark => k.pkt_mark = v as u32,
             Field::CtNwProto => k.ct_nw_proto = v as u8,
             Field::CtTpSrc => k.ct_tp_src = v as u16,
             Field::CtTpDst => k.ct_tp_dst = v as u16,

@@ -18,7 +18,7 @@ use std::fmt;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const FLOW_WORDS: usize = 32;
+pub const FLOW_WORDS: usize = 37;
 
 /// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
 pub const VLAN_CFI: u16 = 0x1000;
@@ -101,16 +101,26 @@ pub struct FlowKey {
     pub ct_tp_src: u16,
     pub ct_tp_dst: u16,
     pub ct_nw_proto: u8,
-    pub _pad: Pad,
+    pub _pad: Pad<3>,
     // words 28-31: registers 8-15 (0-7 are `regs`, near the front where
     // most masks already touch; these came later and sit at the end so no
     // other field moved).
     pub regs_hi: [u32; 8],
+    // words 32-35: the tracked connection's IPv6 original-direction
+    // addresses (`ct_ipv6_src/dst`), network byte order; zero for IPv4
+    // connections, whose addresses are `ct_nw_src/dst`.
+    pub ct_ipv6_src: [u8; 16],
+    pub ct_ipv6_dst: [u8; 16],
+    // word 36: `pkt_mark`, packet metadata as in Open vSwitch's userspace
+    // datapath: 0 on receive, set by `set_field`/`load`/`move`, kept across
+    // recirculation, never written into the frame or the socket buffer.
+    pub pkt_mark: u32,
+    pub _pad2: Pad<4>,
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 
-/// The 3 bytes that round word 27 up. Keys are hashed (EMC, megaflow
+/// The bytes that round a word up (3 in word 27, 4 in word 36). Keys are hashed (EMC, megaflow
 /// buckets) and compared as whole words, so these bytes must be zero in
 /// every key; their type makes that hold by construction: the field is
 /// public (so `FlowKey { .., ..Default::default() }` works anywhere), but
@@ -118,16 +128,20 @@ const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 ///
 /// ```compile_fail
 /// let mut k = nicflow_flow::FlowKey::default();
-/// k._pad = nicflow_flow::key::Pad([1, 0, 0]);
+/// k._pad = nicflow_flow::key::Pad::<3>([1, 0, 0]);
 /// ```
-#[derive(
-    Clone, Copy, PartialEq, Eq, Hash, Default, Debug, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
 #[repr(transparent)]
-pub struct Pad([u8; 3]);
+pub struct Pad<const N: usize>([u8; N]);
 
-impl Pad {
-    pub const ZERO: Pad = Pad([0; 3]);
+impl<const N: usize> Default for Pad<N> {
+    fn default() -> Self {
+        Pad([0; N])
+    }
+}
+
+impl<const N: usize> Pad<N> {
+    pub const ZERO: Pad<N> = Pad([0; N]);
 }
 
 impl FlowKey {
@@ -155,6 +169,34 @@ impl FlowKey {
             *o &= *m;
         }
         out
+    }
+
+    /// Zero what a `ct` action fills (state, zone, mark, label and the
+    /// connection's tuple): the fields a packet loses at `ct_clear` and
+    /// that an action list after `ct(table=N)` goes on without.
+    pub fn clear_ct(&mut self) {
+        self.ct_state = 0;
+        self.ct_zone = 0;
+        self.ct_mark = 0;
+        self.ct_label = [0; 16];
+        self.ct_nw_src = 0;
+        self.ct_nw_dst = 0;
+        self.ct_ipv6_src = [0; 16];
+        self.ct_ipv6_dst = [0; 16];
+        self.ct_nw_proto = 0;
+        self.ct_tp_src = 0;
+        self.ct_tp_dst = 0;
+    }
+
+    /// Zero what exists only in the userspace pipeline (registers,
+    /// `metadata`, `pkt_mark` and the ct fields): a packet entering a kernel
+    /// engine has all of them zero, so a kernel key or mask leaves them out.
+    pub fn clear_userspace_only(&mut self) {
+        self.clear_ct();
+        self.regs = [0; 8];
+        self.regs_hi = [0; 8];
+        self.metadata = 0;
+        self.pkt_mark = 0;
     }
 
     /// The VLAN ID of the outer tag, if any.
@@ -232,6 +274,10 @@ impl FlowMask {
             ct_nw_proto: 0,
             _pad: Pad::ZERO,
             regs_hi: [0; 8],
+            ct_ipv6_src: [0; 16],
+            ct_ipv6_dst: [0; 16],
+            pkt_mark: 0,
+            _pad2: Pad::ZERO,
         })
     }
 
@@ -242,6 +288,7 @@ impl FlowMask {
             *w = u64::MAX;
         }
         m.0._pad = Pad::ZERO;
+        m.0._pad2 = Pad::ZERO;
         m
     }
 
@@ -316,6 +363,12 @@ impl Match {
         let old_v = field.read(&self.key);
         field.write(&mut self.mask.0, old_m | mask);
         field.write(&mut self.key, (old_v & !mask) | (value & mask));
+    }
+
+    /// Stop matching a field: value and mask to zero.
+    pub fn clear(&mut self, field: crate::Field) {
+        field.write(&mut self.mask.0, 0);
+        field.write(&mut self.key, 0);
     }
 
     /// The (value, mask) of a field in this match.

@@ -207,7 +207,7 @@ fn zones_marks_and_labels_cross_recirculation() {
          actions=ct(commit,zone=7,exec(set_field:0x2a->ct_mark,set_field:0x100/0x100->ct_label)),output:p2\n\
          table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,ct_zone=7,ct_mark=0x2a,actions=output:p2\n\
          table=1,priority=10,in_port=p2,ip,ct_state=+trk+est+rpl,ct_zone=7,ct_mark=0x2a,\
-         ct_label=0x100/0x100,ct_nw_src=198.18.0.1,ct_tp_dst=80,actions=output:p1\n\
+         ct_label=0x100/0x100,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80,actions=output:p1\n\
          table=1,priority=1,actions=drop\n",
         now,
     )
@@ -439,4 +439,59 @@ fn forking_recirculations_are_bounded_per_packet() {
         .drops()
         .iter()
         .any(|(r, n)| *r == "recirc_limit" && *n > 0));
+}
+
+/// IPv6 connections: the recirculated pass matches the connection's
+/// `ct_ipv6_src/dst`, and a `pkt_mark` loaded before `ct(table=1)` is still
+/// there after it (OVS keeps it in the packet's metadata). Replies of a
+/// second client, whose tuple the rule does not name, are dropped.
+#[test]
+fn ipv6_connection_tuple_and_pkt_mark_cross_recirculation() {
+    use std::net::Ipv6Addr;
+    let (mut br, h) = bridge(DatapathConfig::default());
+    let now = Instant::now();
+    br.add_flows_str(
+        "table=0,priority=100,ipv6,ct_state=-trk,actions=load:0x7->NXM_NX_PKT_MARK[],ct(table=1)\n\
+         table=1,priority=10,in_port=p1,tcp6,pkt_mark=0x7,ct_state=+trk+new,actions=ct(commit),output:p2\n\
+         table=1,priority=10,in_port=p1,ipv6,pkt_mark=0x7,ct_state=+trk+est,actions=output:p2\n\
+         table=1,priority=10,in_port=p2,ipv6,pkt_mark=0x7,ct_state=+trk+est+rpl,\
+         ct_ipv6_src=2001:db8::1,ct_ipv6_dst=2001:db8::2/128,actions=output:p1\n\
+         table=1,priority=1,actions=drop\n",
+        now,
+    )
+    .unwrap();
+    let server: Ipv6Addr = "2001:db8::2".parse().unwrap();
+    let seg = |client: Ipv6Addr, to_server: bool, flags: u16, seq: u32, ack: u32| {
+        let (sm, dm, s, d, sp, dp) = if to_server {
+            (MAC_A, MAC_B, client, server, 40000, 80)
+        } else {
+            (MAC_B, MAC_A, server, client, 80, 40000)
+        };
+        FrameBuilder::new(sm, dm)
+            .ipv6(s, d)
+            .tcp(sp, dp, flags)
+            .tcp_seq(seq)
+            .tcp_ack(ack)
+            .tcp_window(65535)
+            .build()
+    };
+    for (client, replies_pass) in [
+        ("2001:db8::1".parse::<Ipv6Addr>().unwrap(), true),
+        ("2001:db8::3".parse::<Ipv6Addr>().unwrap(), false),
+    ] {
+        let steps = [
+            (true, SYN, 1, 0, true),
+            (false, SYN | ACK, 100, 2, replies_pass),
+        ];
+        for (i, (to_server, flags, seq, ack, passes)) in steps.into_iter().enumerate() {
+            let f = seg(client, to_server, flags, seq, ack);
+            let (src, dst) = if to_server { (0, 1) } else { (1, 0) };
+            h[src].inject(&f);
+            br.run_until_idle(now);
+            let got = h[dst].take_tx();
+            assert_eq!(got.len(), usize::from(passes), "{client} step {i}");
+        }
+    }
+    let dump = br.conntrack().dump(None, now);
+    assert_eq!(dump.len(), 2, "both IPv6 connections committed");
 }

@@ -448,6 +448,20 @@ fn piece<'a>(
     }
 }
 
+/// Open vSwitch puts `ct_nw_proto`, `ct_tp_src` and `ct_tp_dst` into a
+/// rule only when the matched `ct_nw_proto` is non-zero (`nx_put_raw`), so
+/// `ct_tp_dst=80` alone, or with `ct_nw_proto=0`, matches any connection
+/// there. The same table must behave the same here: the pieces go, silently,
+/// as in OVS.
+fn drop_ct_ports_without_proto(m: &mut Match) {
+    let (proto, _) = m.get(Field::CtNwProto);
+    if proto == 0 {
+        for f in [Field::CtNwProto, Field::CtTpSrc, Field::CtTpDst] {
+            m.clear(f);
+        }
+    }
+}
+
 /// Read a rule up to its actions.
 pub(crate) fn parse_rule<'a>(
     text: &'a str,
@@ -475,6 +489,7 @@ pub(crate) fn parse_rule<'a>(
     for &(tok, key, need) in &b.needs {
         need.check(&b.m, tok, key)?;
     }
+    drop_ct_ports_without_proto(&mut b.m);
     p.m = b.m;
     Ok(p)
 }

@@ -109,7 +109,7 @@ fn ovs_rules_round_trip() {
         "ct_state=+est+trk,ip,actions=normal",
         "ip,actions=ct(commit,force,zone=NXM_NX_REG0[0..15],table=3)",
         "ct_mark=0x1/0x1,ct_label=0x10/0xff,ip,actions=ct_clear,normal",
-        "ct_state=+trk+est,ct_nw_src=198.18.0.1,ct_tp_dst=80,tcp,actions=drop",
+        "ct_state=+trk+est,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80,tcp,actions=drop",
         "ip,actions=ct(table=1,zone=2,commit)",
         "ip,actions=ct(zone=2,table=1)",
         "ip,actions=ct",
@@ -136,7 +136,7 @@ fn ovs_rules_round_trip() {
         "ct_label=0x1/0x1,actions=drop",
         "ct_state=+rpl+trk,ct_nw_dst=10.0.0.0/8,ct_nw_proto=6,ct_tp_src=1024/0xfc00,ip,actions=drop",
         "ct_state=+trk-inv,ct_nw_src=198.18.0.0/15,ip,actions=output:1",
-        "ct_state=+snat,ct_nw_src=1.2.3.4,actions=drop",
+        "ct_state=+snat,ct_nw_src=1.2.3.4,ip,actions=drop",
         "ct_state=+dnat+trk,ct_tp_dst=443,tcp,actions=drop",
         // IPv6.
         "ipv6,ct_state=-trk,actions=ct(table=1,zone=9)",
@@ -191,8 +191,8 @@ fn canonical_text() {
             "ip,ct_mark=0x1/0x1,ct_label=0x10/0xff actions=ct_clear,NORMAL",
         ),
         (
-            "ct_state=+trk+est,ct_nw_src=198.18.0.1,ct_tp_dst=80,tcp,actions=drop",
-            "tcp,ct_state=+est+trk,ct_nw_src=198.18.0.1,ct_tp_dst=80 actions=drop",
+            "ct_state=+trk+est,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80,tcp,actions=drop",
+            "tcp,ct_state=+est+trk,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80 actions=drop",
         ),
         (
             "ip,actions=ct(table=1,zone=2,commit)",
@@ -1055,4 +1055,86 @@ fn nat_parses_and_prints_as_ovs() {
         assert!(e.token.starts_with("nat("), "{t}: token {}", e.token);
         assert!(e.reason.contains(why), "{t}: {e}");
     }
+}
+
+// ------------------------------------------- IPv6 tuple, pkt_mark, normalization
+
+/// `ct_ipv6_src/dst` as ovs-ofctl 3.1 takes them: a valid tracked
+/// connection (`+trk-inv`, `+est`, ...) and `ipv6`; `ct_nw_src/dst` need
+/// `ip` the same way (OVS refuses both without, MATCH_INCONSISTENT).
+#[test]
+fn ct_ipv6_tuple() {
+    assert_eq!(
+        canon("ipv6,ct_state=+trk-inv,ct_ipv6_src=2001:db8::1,actions=drop"),
+        "ipv6,ct_state=-inv+trk,ct_ipv6_src=2001:db8::1 actions=drop"
+    );
+    assert_eq!(
+        canon("ct_state=+est,ct_ipv6_dst=2001:db8::/32,ipv6,actions=drop"),
+        "ipv6,ct_state=+est,ct_ipv6_dst=2001:db8::/32 actions=drop"
+    );
+    let f = p("NXM_NX_CT_IPV6_SRC=2001:db8::5,ct_state=+rpl,tcp6,actions=drop");
+    assert_eq!(
+        f.r#match.get(Field::CtIpv6Src),
+        (0x2001_0db8_0000_0000_0000_0000_0000_0005, u128::MAX)
+    );
+    for (t, tok) in [
+        (
+            "ip,ct_state=+est,ct_ipv6_src=2001:db8::1,actions=drop",
+            "ct_ipv6_src=2001:db8::1",
+        ),
+        (
+            "ct_state=+est,ct_ipv6_dst=2001:db8::1,actions=drop",
+            "ct_ipv6_dst=2001:db8::1",
+        ),
+        (
+            "ipv6,ct_ipv6_src=2001:db8::1,actions=drop",
+            "ct_ipv6_src=2001:db8::1",
+        ),
+        (
+            "ipv6,ct_state=+est,ct_nw_src=198.18.0.1,actions=drop",
+            "ct_nw_src=198.18.0.1",
+        ),
+        (
+            "ct_state=+snat,ct_nw_src=1.2.3.4,actions=drop",
+            "ct_nw_src=1.2.3.4",
+        ),
+        (
+            "ipv6,ct_state=+est,actions=set_field:2001:db8::1->ct_ipv6_src",
+            "set_field:2001:db8::1->ct_ipv6_src",
+        ),
+    ] {
+        bad(t, tok);
+    }
+}
+
+/// `pkt_mark`: matchable with a mask, written by set_field/load/move,
+/// under both names.
+#[test]
+fn pkt_mark() {
+    assert_eq!(
+        canon("pkt_mark=0x5/0xff,ip,actions=drop"),
+        "ip,pkt_mark=0x5/0xff actions=drop"
+    );
+    let f = p("NXM_NX_PKT_MARK=7,actions=load:3->NXM_NX_PKT_MARK[],set_field:4->pkt_mark,move:NXM_NX_PKT_MARK[]->NXM_NX_REG0[]");
+    assert_eq!(f.r#match.get(Field::PktMark), (7, 0xffff_ffff));
+    canon("actions=load:0x3->NXM_NX_PKT_MARK[0..7],move:NXM_NX_PKT_MARK[]->NXM_NX_REG0[]");
+}
+
+/// OVS writes `ct_nw_proto`, `ct_tp_src` and `ct_tp_dst` into a rule only
+/// when the matched `ct_nw_proto` is non-zero (`nx_put_raw`): without it
+/// the ports are dropped silently and the rule matches any connection.
+#[test]
+fn ct_ports_need_ct_nw_proto() {
+    assert_eq!(
+        canon("ct_state=+dnat+trk,ct_tp_dst=443,tcp,actions=drop"),
+        "tcp,ct_state=+trk+dnat actions=drop"
+    );
+    assert_eq!(
+        canon("ct_state=+est+trk,ct_nw_proto=0,ct_tp_src=5,actions=drop"),
+        "ct_state=+est+trk actions=drop"
+    );
+    assert_eq!(
+        canon("ct_state=+est+trk,ct_nw_proto=6,ct_tp_dst=443,actions=drop"),
+        "ct_state=+est+trk,ct_nw_proto=6,ct_tp_dst=443 actions=drop"
+    );
 }

@@ -38,9 +38,16 @@ impl CtMeta {
         key.ct_mark = r.mark;
         key.ct_label = r.label.to_be_bytes();
         if let Some(t) = r.orig {
-            if let (IpAddr::V4(s), IpAddr::V4(d)) = (t.src, t.dst) {
-                key.ct_nw_src = u32::from(s);
-                key.ct_nw_dst = u32::from(d);
+            match (t.src, t.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    key.ct_nw_src = u32::from(s);
+                    key.ct_nw_dst = u32::from(d);
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    key.ct_ipv6_src = s.octets();
+                    key.ct_ipv6_dst = d.octets();
+                }
+                _ => {}
             }
             key.ct_nw_proto = t.proto;
             key.ct_tp_src = t.sport;

@@ -349,18 +349,7 @@ fn compose(
         *a |= *b;
     }
     m.recirc_id = 0;
-    m.ct_state = 0;
-    m.ct_zone = 0;
-    m.ct_mark = 0;
-    m.ct_label = [0; 16];
-    m.ct_nw_src = 0;
-    m.ct_nw_dst = 0;
-    m.ct_nw_proto = 0;
-    m.ct_tp_src = 0;
-    m.ct_tp_dst = 0;
-    m.regs = [0; 8];
-    m.regs_hi = [0; 8];
-    m.metadata = 0;
+    m.clear_userspace_only();
     // The connection, exactly.
     m.in_port = u32::MAX;
     m.dl_type = 0xffff;

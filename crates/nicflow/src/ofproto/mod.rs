@@ -109,6 +109,7 @@ pub struct Frozen {
     pub regs: [u32; 8],
     pub regs_hi: [u32; 8],
     pub metadata: u64,
+    pub pkt_mark: u32,
     /// The walk's `in_port` (a `resubmit` may have changed it).
     pub in_port: u32,
     /// Resubmit depth so far: recirculation cannot escape the limit.

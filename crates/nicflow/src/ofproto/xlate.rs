@@ -92,6 +92,7 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
             ctx.key.regs = f.regs;
             ctx.key.regs_hi = f.regs_hi;
             ctx.key.metadata = f.metadata;
+            ctx.key.pkt_mark = f.pkt_mark;
             ctx.key.in_port = f.in_port;
             ctx.committed = ctx.key;
             ctx.depth = f.depth;
@@ -235,7 +236,7 @@ impl Ctx<'_> {
             Action::CtClear => {
                 self.commit();
                 self.actions.push(DpAction::CtClear);
-                self.clear_ct();
+                self.key.clear_ct();
             }
             Action::Group(g) => self.group(*g, table_id),
             Action::Resubmit { port, table } => {
@@ -502,6 +503,7 @@ impl Ctx<'_> {
                 regs: self.key.regs,
                 regs_hi: self.key.regs_hi,
                 metadata: self.key.metadata,
+                pkt_mark: self.key.pkt_mark,
                 in_port: self.key.in_port,
                 depth: self.depth,
             });
@@ -509,20 +511,7 @@ impl Ctx<'_> {
         }
         // The ct fields exist only in the recirculated pass; this action
         // list goes on with an untracked packet.
-        self.clear_ct();
-    }
-
-    fn clear_ct(&mut self) {
-        let k = &mut self.key;
-        k.ct_state = 0;
-        k.ct_zone = 0;
-        k.ct_mark = 0;
-        k.ct_label = [0; 16];
-        k.ct_nw_src = 0;
-        k.ct_nw_dst = 0;
-        k.ct_nw_proto = 0;
-        k.ct_tp_src = 0;
-        k.ct_tp_dst = 0;
+        self.key.clear_ct();
     }
 
     /// Emit set actions for every field changed since the last commit.
@@ -815,7 +804,7 @@ impl Ctx<'_> {
             if pre != nicflow_flow::Prereq::None || hf.proto.is_some() {
                 self.wc.0.dl_type = 0xffff;
                 self.wc.0.nw_proto = 0xff;
-                if pre == nicflow_flow::Prereq::CtValid {
+                if pre.needs_ct() {
                     self.wc.0.ct_state = u32::MAX as _;
                 }
             }

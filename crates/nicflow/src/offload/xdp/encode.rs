@@ -386,7 +386,15 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     if m.ct_label != [0; 16] {
         return Some("field:ct_label");
     }
-    if m.ct_nw_src | m.ct_nw_dst != 0 || m.ct_tp_src | m.ct_tp_dst != 0 || m.ct_nw_proto != 0 {
+    if m.pkt_mark != 0 {
+        return Some("field:pkt_mark");
+    }
+    if m.ct_nw_src | m.ct_nw_dst != 0
+        || m.ct_ipv6_src != [0; 16]
+        || m.ct_ipv6_dst != [0; 16]
+        || m.ct_tp_src | m.ct_tp_dst != 0
+        || m.ct_nw_proto != 0
+    {
         return Some("field:ct_tuple");
     }
     None
@@ -421,32 +429,10 @@ pub fn encode(
     // match; one that needs a non-zero value stays in userspace.
     let mut kmask = *mask;
     let k = key.masked(mask);
-    let zero_in_kernel = k.regs == [0; 8]
-        && k.regs_hi == [0; 8]
-        && k.metadata == 0
-        && k.ct_state == 0
-        && k.ct_zone == 0
-        && k.ct_mark == 0
-        && k.ct_label == [0; 16]
-        && k.ct_nw_src == 0
-        && k.ct_nw_dst == 0
-        && k.ct_nw_proto == 0
-        && k.ct_tp_src == 0
-        && k.ct_tp_dst == 0;
-    if zero_in_kernel {
-        let m = &mut kmask.0;
-        m.regs = [0; 8];
-        m.regs_hi = [0; 8];
-        m.metadata = 0;
-        m.ct_state = 0;
-        m.ct_zone = 0;
-        m.ct_mark = 0;
-        m.ct_label = [0; 16];
-        m.ct_nw_src = 0;
-        m.ct_nw_dst = 0;
-        m.ct_nw_proto = 0;
-        m.ct_tp_src = 0;
-        m.ct_tp_dst = 0;
+    let mut stripped = k;
+    stripped.clear_userspace_only();
+    if stripped == k {
+        kmask.0.clear_userspace_only();
     }
     let mask = &kmask;
     if let Some(reason) = unsupported_field(&mask.0) {
@@ -777,6 +763,8 @@ mod tests {
             (|m| m.regs_hi[7] = 1, "field:reg8-15"),
             (|m| m.ct_label[15] = 1, "field:ct_label"),
             (|m| m.ct_tp_dst = 0xffff, "field:ct_tuple"),
+            (|m| m.ct_ipv6_dst[0] = 0xff, "field:ct_tuple"),
+            (|m| m.pkt_mark = 1, "field:pkt_mark"),
         ];
         for (set, reason) in cases {
             let mut m = m0;
@@ -796,19 +784,8 @@ mod tests {
         }
         // Every field the program extracts is accepted under a full mask.
         let mut full = FlowMask::exact();
-        full.0.metadata = 0;
+        full.0.clear_userspace_only();
         full.0.tun_metadata = [0; 8];
-        full.0.regs = [0; 8];
-        full.0.regs_hi = [0; 8];
-        full.0.ct_state = 0;
-        full.0.ct_zone = 0;
-        full.0.ct_mark = 0;
-        full.0.ct_label = [0; 16];
-        full.0.ct_nw_src = 0;
-        full.0.ct_nw_dst = 0;
-        full.0.ct_nw_proto = 0;
-        full.0.ct_tp_src = 0;
-        full.0.ct_tp_dst = 0;
         let e = encode(&k, &full, &[DpAction::Output(2)], &ports()).unwrap();
         assert_eq!(e.key, DpKey::from_flow_key(&k));
         // Every flow the engines see is a first pass: recirc_id is 0 in the
