@@ -1,6 +1,8 @@
 //! ICMP and ICMPv6 echo-like exchanges: OVS lib/conntrack-icmp.c. ICMP
 //! errors never reach this module: they are matched to the connection they
-//! quote (see `tuple::icmp_error_inner`) and reported +rel.
+//! quote (see `tuple::icmp_error_inner`) and reported +rel; under a `ct`
+//! with `nat` an error about a NATed connection is translated, quoted
+//! packet included (`nat::rewrite_related`).
 
 use crate::conn::Update;
 use crate::timeouts::Tm;

@@ -87,13 +87,21 @@
 //! - A second `ct` in the same zone: [`Conntrack::process_known`]
 //!   (`process_one_fast` + `handle_nat`): a packet that already got
 //!   `+snat`/`+dnat` in the zone is not translated again.
+//! - ICMP/ICMPv6 errors related to a NATed connection (`+rel`), under a
+//!   `ct` with `nat`, as OVS (`nat_packet` with `related`,
+//!   `nat_inner_packet`): the error's own header gets the address write
+//!   of its direction (a port unreachable from a DNAT backend comes from
+//!   the virtual address; a TTL exceeded for an SNATed client goes to
+//!   the client), and the packet it quotes is translated back to what
+//!   its sender sent (addresses, ports, ICMPv4 echo id) in
+//!   [`NatRewrite::inner`]; the state gets the bit of that direction
+//!   (`+trk+rel+rpl+snat` for the backend's error). The caller fixes the
+//!   outer ICMP checksum, the quoted IPv4 header checksum and the quoted
+//!   L4 checksum.
 //! - Dumps show the translated reply tuple
 //!   (`reply=(src=<server>,dst=<SNAT address>,..)`, the reply ICMP id).
 //!
-//! Not done: rewriting ICMP errors related to NATed connections (OVS
-//! also rewrites the outer header and the quoted packet,
-//! `nat_inner_packet`): they are `+trk+rel` as before, without NAT bits
-//! or rewrite. ALG (FTP/TFTP) NAT, and OVS's lookup of an already-NATed
+//! Not done: ALG (FTP/TFTP) NAT, and OVS's lookup of an already-NATed
 //! packet by its reversed key / `ct_orig_tuple` in `process_one`
 //! (`initial_conn_lookup`, `check_orig_tuple`) — [`Conntrack::process`]
 //! starts from an empty `ct_state`; the same-zone case is covered by
@@ -119,7 +127,6 @@
 //!
 //! # What is not done (yet)
 //!
-//! - **NAT of related ICMP errors and ALGs**: see [NAT](#nat).
 //! - **ALGs** (FTP/TFTP helpers, expectations): not implemented.
 //! - **Fragment reassembly** (OVS lib/ipf.c): not done. Every IPv4 or IPv6
 //!   fragment is `+trk+inv`, counted as [`InvalidReason::Fragment`].
@@ -305,6 +312,44 @@ pub struct NatRewrite {
     /// ICMPv4 echo/timestamp/info identifier (ICMPv6 ids are never
     /// translated, as in OVS).
     pub icmp_id: Option<u16>,
+    /// Set for an ICMP/ICMPv6 error related (`+rel`) to a NATed connection
+    /// (OVS `nat_packet` with `related`, then `nat_inner_packet`): what to
+    /// write into the packet the error quotes, translated the other way
+    /// round from the error itself. `src`/`dst` above then apply to the
+    /// error's own IP header, the one of them NAT touches is always set
+    /// (the error may come from a router whose address the tracker does
+    /// not know; writing an equal value changes nothing), and `sport`,
+    /// `dport` and `icmp_id` above are unset. The caller fixes every
+    /// checksum the writes touch: the outer ICMP/ICMPv6 checksum (it
+    /// covers the quoted bytes), the quoted IPv4 header checksum and the
+    /// quoted TCP/UDP/ICMPv6 checksum where the error quotes it.
+    pub inner: Option<NatInner>,
+}
+
+/// The rewrite of the packet an ICMP/ICMPv6 error quotes
+/// ([`NatRewrite::inner`]): each field the new value of one header field
+/// of the quoted packet, `None` to leave it; only fields whose value
+/// changes are set. After it the quoted packet is the one its sender sent
+/// (before NAT), so the sender's stack matches the error to its socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NatInner {
+    /// Quoted IPv4/IPv6 source address.
+    pub src: Option<IpAddr>,
+    /// Quoted IPv4/IPv6 destination address.
+    pub dst: Option<IpAddr>,
+    /// Quoted TCP/UDP/SCTP source port.
+    pub sport: Option<u16>,
+    /// Quoted TCP/UDP/SCTP destination port.
+    pub dport: Option<u16>,
+    /// Quoted ICMPv4 echo-like message's identifier.
+    pub icmp_id: Option<u16>,
+}
+
+impl NatInner {
+    /// Nothing to write into the quoted packet.
+    pub fn is_empty(&self) -> bool {
+        *self == NatInner::default()
+    }
 }
 
 impl NatRewrite {

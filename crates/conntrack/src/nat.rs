@@ -2,8 +2,8 @@
 //! what a packet of a NATed connection must be rewritten to. A port of
 //! `nat_get_unique_tuple`, `nat_get_unique_l4`, `nat_range_hash`,
 //! `set_sport_range`, `set_dport_range`, `find_addr`/`get_addr_in_range`,
-//! `nat_action_reverse` and `nat_packet`/`pat_packet` in OVS
-//! lib/conntrack.c (openvswitch/ovs d6a632a9).
+//! `nat_action_reverse`, `nat_packet`/`pat_packet` and `nat_inner_packet`
+//! in OVS lib/conntrack.c (openvswitch/ovs d6a632a9).
 //!
 //! The packet itself is not touched here: [`rewrite`] says which header
 //! fields get which values and the datapath writes them with its own
@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use foldhash::fast::{FixedState, RandomState};
 
 use crate::tuple::{ConnKey, IPPROTO_ICMP, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP};
-use crate::{state, NatAction, NatKind, NatRewrite};
+use crate::{state, NatAction, NatInner, NatKind, NatRewrite};
 
 /// `MIN_NAT_EPHEMERAL_PORT` / `MAX_NAT_EPHEMERAL_PORT` (conntrack-private.h).
 const MIN_EPHEMERAL: u16 = 1024;
@@ -365,4 +365,54 @@ pub(crate) fn rewrite(keys: &[ConnKey; 2], kind: NatKind, reply: bool) -> (u32, 
         rw.icmp_id = Some(to.src.port);
     }
     (kind.state_bit(), rw)
+}
+
+/// `nat_packet` with `related` set: an ICMP/ICMPv6 error about a NATed
+/// connection, travelling in the direction `reply` (the packet it quotes
+/// travelled the other way). As OVS:
+/// - the error's own header gets the address write of a packet of that
+///   direction (`nat_packet_ipv4/6` with `keys[!reply]`): always written,
+///   since the error's outer address may be a router's;
+/// - the quoted packet is translated the other way round
+///   (`nat_inner_packet` with the reversed action and key): its one NATed
+///   address and both ports (`pat_packet`; the ICMPv4 echo id for a quoted
+///   echo) become those of `keys[!reply]`, i.e. the packet as its sender
+///   sent it. Only quoted fields that change are set.
+///
+/// The `ct_state` bit is the outer one, as for a non-related packet of
+/// that direction.
+pub(crate) fn rewrite_related(
+    keys: &[ConnKey; 2],
+    kind: NatKind,
+    reply: bool,
+) -> (u32, NatRewrite) {
+    let outer = if reply { kind.reversed() } else { kind };
+    // What the quoted packet looks like now: the tracker found the error
+    // under keys[reply], which is the quoted packet's key reversed.
+    let cur = keys[usize::from(reply)].reversed();
+    let to = keys[usize::from(!reply)];
+    let t = to.to_tuple();
+    let mut rw = NatRewrite::default();
+    // Outer: SRC writes key->dst.addr into the source, DST key->src.addr
+    // into the destination (nat_packet_ipv4/6 with keys[!reply]).
+    match outer {
+        NatKind::Src => rw.src = Some(t.dst),
+        NatKind::Dst => rw.dst = Some(t.src),
+    }
+    // Inner: the reversed action with the reversed key, so SRC writes
+    // to.src into the quoted source and DST to.dst into its destination.
+    let mut inner = NatInner::default();
+    match outer.reversed() {
+        NatKind::Src if cur.src.addr != to.src.addr => inner.src = Some(t.src),
+        NatKind::Dst if cur.dst.addr != to.dst.addr => inner.dst = Some(t.dst),
+        _ => {}
+    }
+    if matches!(cur.nw_proto, IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP) {
+        inner.sport = (cur.src.port != to.src.port).then_some(to.src.port);
+        inner.dport = (cur.dst.port != to.dst.port).then_some(to.dst.port);
+    } else if cur.is_icmp() && !cur.ipv6 && cur.src.port != to.src.port {
+        inner.icmp_id = Some(to.src.port);
+    }
+    rw.inner = Some(inner);
+    (outer.state_bit(), rw)
 }

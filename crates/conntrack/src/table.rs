@@ -228,9 +228,10 @@ impl Conntrack {
         // handle_nat (found connection) or the nat_packet call at the end
         // of conn_not_found (new one): only when the ct action has `nat`.
         // OVS also NATs an invalid packet of a NATed connection (the
-        // +inv state is kept and gets +snat/+dnat), so this does too.
-        if let (Some(_), Some(slot), false) = (req.nat, conn_slot, p.icmp_related) {
-            if let Some((bit, rw)) = self.nat_for(slot, reply_dir) {
+        // +inv state is kept and gets +snat/+dnat), so this does too, and
+        // an ICMP error related to one (outer header and quoted packet).
+        if let (Some(_), Some(slot)) = (req.nat, conn_slot) {
+            if let Some((bit, rw)) = self.nat_for(slot, reply_dir, p.icmp_related) {
                 nat_bit = bit;
                 nat_rw = rw;
             }
@@ -302,7 +303,9 @@ impl Conntrack {
     /// machine does not see the packet again; a commit writes
     /// `set_mark`/`set_label`; with `nat` in the action, `handle_nat`:
     /// a packet that already got `+snat`/`+dnat` in this zone is left
-    /// alone, otherwise a NATed connection's packet is (un-)translated.
+    /// alone, otherwise a NATed connection's packet is (un-)translated
+    /// (an ICMP error related to it: its header and the quoted packet,
+    /// see [`crate::NatRewrite::inner`]).
     ///
     /// Returns `prev` with the connection's mark and label, the NAT bit
     /// added to `state` and `nat` set to what to write now (empty when
@@ -326,8 +329,8 @@ impl Conntrack {
             ..*prev
         };
         let natted = prev.state & (state::SNAT | state::DNAT) != 0;
-        if req.nat.is_some() && !natted && !h.related {
-            if let Some((bit, rw)) = self.nat_for(h.slot, h.reply) {
+        if req.nat.is_some() && !natted {
+            if let Some((bit, rw)) = self.nat_for(h.slot, h.reply, h.related) {
                 res.state |= bit;
                 res.nat = rw;
             }
@@ -394,11 +397,17 @@ impl Conntrack {
         !c.expired(now)
     }
 
-    /// `nat_packet` for a packet of the connection in `slot`, if it has NAT.
-    fn nat_for(&self, slot: u32, reply: bool) -> Option<(u32, NatRewrite)> {
+    /// `nat_packet` for a packet of the connection in `slot`, if it has NAT;
+    /// `related`: the packet is an ICMP error about it (outer header and
+    /// quoted packet are translated).
+    fn nat_for(&self, slot: u32, reply: bool, related: bool) -> Option<(u32, NatRewrite)> {
         let c = self.slot(slot)?;
         let kind = c.nat?;
-        Some(nat::rewrite(&c.keys, kind, reply))
+        Some(if related {
+            nat::rewrite_related(&c.keys, kind, reply)
+        } else {
+            nat::rewrite(&c.keys, kind, reply)
+        })
     }
 
     fn slot_mut(&mut self, slot: u32) -> Option<&mut Conn> {

@@ -494,3 +494,83 @@ print(' '.join(map(str,w)))\n";
         "{ct:#?}"
     );
 }
+
+/// ICMP errors about DNATed connections are translated back (OVS's
+/// `nat_inner_packet`, as in its system-traffic.at "conntrack - ICMP
+/// related with NAT"): h1 sends UDP on a connected socket to the virtual
+/// address 198.18.0.100:53, DNATed to h2's port 9999 where nothing
+/// listens. h2's port unreachable quotes 198.18.0.1 -> 198.18.0.2:9999;
+/// the reverse direction's `ct(nat)` turns it into an error from the
+/// virtual address quoting 198.18.0.1 -> 198.18.0.100:53, so h1's socket
+/// gets ECONNREFUSED. Untranslated, h1 would find no socket for the quote
+/// and the receive would time out.
+#[test]
+fn icmp_error_of_dnat_connection_refuses_the_client_socket() {
+    if !privileged() {
+        return;
+    }
+    let lab = Lab::up(
+        "ie",
+        "",
+        &[
+            "table=0,priority=10,arp,actions=normal",
+            "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)",
+            "table=1,priority=1,actions=drop",
+            "table=1,priority=10,in_port=p1,udp,nw_dst=198.18.0.100,tp_dst=53,ct_state=+trk+new,actions=ct(commit,nat(dst=198.18.0.2:9999)),output:p2",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2",
+            "table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1",
+            "table=1,priority=10,in_port=p2,icmp,ct_state=+trk+rel,actions=output:p1",
+        ],
+    );
+    let h1 = lab.ns("ie1");
+    // The virtual address resolves to h2's MAC on h1 (nobody owns it).
+    let mac = lab.mac("ie2").map(|b| format!("{b:02x}")).join(":");
+    common::must(&[
+        "ip",
+        "netns",
+        "exec",
+        &h1,
+        "ip",
+        "neigh",
+        "replace",
+        "198.18.0.100",
+        "lladdr",
+        &mac,
+        "dev",
+        "eth0",
+        "nud",
+        "permanent",
+    ]);
+    // Nothing listens on h2:9999.
+    let listening = lab.exec("ie2", &["ss", "-Hlun", "sport = :9999"]);
+    assert!(listening.trim().is_empty(), "{listening}");
+    let client = "import socket\n\
+s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+s.connect(('198.18.0.100', 53)); s.settimeout(2); s.send(b'x')\n\
+try:\n    s.recv(10); print('data')\n\
+except ConnectionRefusedError: print('refused')\n\
+except socket.timeout: print('timeout')\n";
+    let mut outcomes = Vec::new();
+    let refused = eventually(Duration::from_secs(15), || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &h1, "python3", "-c", client])
+            .output()
+            .expect("python3");
+        let o = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let refused = o == "refused";
+        outcomes.push(o);
+        refused
+    });
+    let ct = conntrack(&lab);
+    assert!(
+        refused,
+        "h1's connected UDP socket must see ECONNREFUSED: {outcomes:?}, {ct:#?}"
+    );
+    assert!(
+        ct.iter().any(
+            |l| l.starts_with("udp,orig=(src=198.18.0.1,dst=198.18.0.100,")
+                && l.contains("reply=(src=198.18.0.2,dst=198.18.0.1,sport=9999,")
+        ),
+        "{ct:#?}"
+    );
+}

@@ -35,7 +35,7 @@
 //!   [`PacketBuf`]; every offset in the old layout is stale afterwards and
 //!   the caller must parse again before any further layout-based rewrite.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::buf::PacketBuf;
 use crate::checksum::{update16, update32, update_bytes};
@@ -435,6 +435,296 @@ pub fn set_icmp_id(frame: &mut [u8], layout: &Layout, id: u16) -> bool {
     bytes::set_u16(frame, l4 + 4, id);
     let c = bytes::u16_at(frame, l4 + 2);
     bytes::set_u16(frame, l4 + 2, update16(c, old, id));
+    true
+}
+
+/// Where the pieces of the packet an ICMPv4/ICMPv6 error quotes are.
+struct Quoted {
+    /// Offset of the error's own checksum, which covers the quote.
+    csum: usize,
+    /// Offset of the quoted IP header (complete: checked by [`quoted`]).
+    ip: usize,
+    v6: bool,
+    /// Offset of the quoted L4 header; `None` when the quote has none (a
+    /// later fragment, truncated IPv6 extension headers).
+    l4: Option<usize>,
+    /// The quoted packet's L4 protocol.
+    proto: u8,
+    /// End of the quote: the end of the error per its IP length (link
+    /// padding excluded).
+    end: usize,
+    /// IPv6: a routing header with segments left comes before the quoted
+    /// L4 header, whose pseudo header then holds the final destination.
+    routed: bool,
+}
+
+/// The quote of an ICMPv4 error (destination unreachable, source quench,
+/// redirect, time exceeded, parameter problem) or ICMPv6 error (types
+/// 1-4) whose quoted IP header is complete.
+fn quoted(frame: &[u8], layout: &Layout) -> Option<Quoted> {
+    if layout.is_fragment() || !fits(frame, layout) {
+        return None;
+    }
+    let icmp = usize::from(layout.l4_offset);
+    let end = layout.l4_end();
+    let ty = *frame.get(icmp)?;
+    let v6 = match (layout.l3, layout.l4) {
+        (L3Kind::Ipv4, L4Kind::Icmp) if matches!(ty, 3 | 4 | 5 | 11 | 12) => false,
+        (L3Kind::Ipv6, L4Kind::Icmpv6) if (1..=4).contains(&ty) => true,
+        _ => return None,
+    };
+    let ip = icmp + 8;
+    let hdr = frame.get(ip..end)?;
+    let mut q = Quoted {
+        csum: icmp + 2,
+        ip,
+        v6,
+        l4: None,
+        proto: 0,
+        end,
+        routed: false,
+    };
+    if !v6 {
+        if hdr.len() < ipv4::HEADER_LEN || hdr[0] >> 4 != 4 {
+            return None;
+        }
+        let ihl = usize::from(hdr[0] & 0x0f) * 4;
+        if ihl < ipv4::HEADER_LEN || ihl > hdr.len() {
+            return None;
+        }
+        q.proto = hdr[9];
+        // A first fragment still starts with the L4 header.
+        q.l4 = (bytes::u16_at(hdr, 6) & 0x1fff == 0).then_some(ip + ihl);
+        return Some(q);
+    }
+    if hdr.len() < ipv6::HEADER_LEN || hdr[0] >> 4 != 6 {
+        return None;
+    }
+    let mut nh = hdr[6];
+    let mut off = ip + ipv6::HEADER_LEN;
+    while ipv6::is_ext_header(nh) {
+        let ext = &frame[off.min(end)..end];
+        let Some(len) = ipv6::ext_header_len(nh, ext).filter(|&l| l <= ext.len()) else {
+            // Truncated inside the extension headers: no L4 header.
+            return Some(q);
+        };
+        match nh {
+            ipv6::NEXT_FRAGMENT if bytes::u16_at(ext, 2) & 0xfff8 != 0 => return Some(q),
+            ipv6::NEXT_ROUTING if ext[3] != 0 => q.routed = true,
+            _ => {}
+        }
+        nh = ext[0];
+        off += len;
+    }
+    q.proto = nh;
+    q.l4 = Some(off);
+    Some(q)
+}
+
+/// Writes `new` (at most 16 bytes) at `at` inside the quote, patching the
+/// error's checksum, unless that is partial: it is then summed over the
+/// finished bytes anyway. The caller checks that the bytes are inside the
+/// quote.
+fn quoted_write(frame: &mut [u8], q: &Quoted, at: usize, new: &[u8], partial: bool) {
+    let n = new.len();
+    let mut old = [0u8; 16];
+    old[..n].copy_from_slice(&frame[at..at + n]);
+    frame[at..at + n].copy_from_slice(new);
+    if !partial {
+        let c = bytes::u16_at(frame, q.csum);
+        bytes::set_u16(frame, q.csum, update_bytes(c, &old[..n], new));
+    }
+}
+
+/// Patches a checksum of the quoted packet at `off` with `patch` (UDP's
+/// zero rule when `udp`), if the quote holds it.
+fn quoted_csum(
+    frame: &mut [u8],
+    q: &Quoted,
+    off: usize,
+    udp: bool,
+    partial: bool,
+    patch: impl FnOnce(u16) -> u16,
+) {
+    if off + 2 > q.end {
+        return;
+    }
+    let old = bytes::u16_at(frame, off);
+    if udp && old == 0 {
+        return;
+    }
+    let mut new = patch(old);
+    if udp && new == 0 {
+        new = 0xffff;
+    }
+    quoted_write(frame, q, off, &new.to_be_bytes(), partial);
+}
+
+fn set_icmp_inner_addr(
+    frame: &mut [u8],
+    layout: &Layout,
+    dst: bool,
+    ip: IpAddr,
+    partial: bool,
+) -> bool {
+    let Some(q) = quoted(frame, layout) else {
+        return false;
+    };
+    let mut new = [0u8; 16];
+    let n = match ip {
+        IpAddr::V4(a) if !q.v6 => {
+            new[..4].copy_from_slice(&a.octets());
+            4
+        }
+        IpAddr::V6(a) if q.v6 => {
+            new = a.octets();
+            16
+        }
+        _ => return false,
+    };
+    let field = match (q.v6, dst) {
+        (false, false) => ipv4::SRC_OFFSET,
+        (false, true) => ipv4::DST_OFFSET,
+        (true, false) => ipv6::SRC_OFFSET,
+        (true, true) => ipv6::DST_OFFSET,
+    };
+    let at = q.ip + field;
+    let mut old = [0u8; 16];
+    old[..n].copy_from_slice(&frame[at..at + n]);
+    let (old, new) = (&old[..n], &new[..n]);
+    quoted_write(frame, &q, at, new, partial);
+    if !q.v6 {
+        let c = q.ip + ipv4::CHECKSUM_OFFSET;
+        quoted_csum(frame, &q, c, false, partial, |c| update_bytes(c, old, new));
+    }
+    let pseudo = match (q.l4, q.proto) {
+        (Some(l4), crate::IPPROTO_TCP) => Some((l4 + 16, false)),
+        (Some(l4), crate::IPPROTO_UDP) => Some((l4 + 6, true)),
+        (Some(l4), crate::IPPROTO_ICMPV6) if q.v6 => Some((l4 + 2, false)),
+        _ => None,
+    };
+    if let Some((off, udp)) = pseudo.filter(|_| !(dst && q.routed)) {
+        quoted_csum(frame, &q, off, udp, partial, |c| update_bytes(c, old, new));
+    }
+    true
+}
+
+/// Sets the source address of the packet an ICMPv4/ICMPv6 error quotes
+/// (NAT of a related error, OVS `nat_inner_packet`), patching the quoted
+/// IPv4 header checksum, the quoted TCP/UDP/ICMPv6 checksum when the quote
+/// holds it (pseudo header) and the error's own checksum (which covers the
+/// quote; left alone when `csum_partial`, see [`set_ipv4_src_ext`]).
+/// `false` if the frame is no such error, its quoted IP header is
+/// incomplete, or `ip` is of the other family.
+pub fn set_icmp_inner_src(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<IpAddr>,
+    csum_partial: bool,
+) -> bool {
+    set_icmp_inner_addr(frame, layout, false, ip.into(), csum_partial)
+}
+
+/// Sets the destination address of the packet an ICMP error quotes; see
+/// [`set_icmp_inner_src`]. Behind an IPv6 routing header with segments
+/// left the quoted L4 checksum is not patched (its pseudo header holds the
+/// final destination).
+pub fn set_icmp_inner_dst(
+    frame: &mut [u8],
+    layout: &Layout,
+    ip: impl Into<IpAddr>,
+    csum_partial: bool,
+) -> bool {
+    set_icmp_inner_addr(frame, layout, true, ip.into(), csum_partial)
+}
+
+fn set_icmp_inner_port(
+    frame: &mut [u8],
+    layout: &Layout,
+    field: usize,
+    port: u16,
+    partial: bool,
+) -> bool {
+    let Some(q) = quoted(frame, layout) else {
+        return false;
+    };
+    let Some(l4) = q.l4 else {
+        return false;
+    };
+    let proto = q.proto;
+    let at = l4 + field;
+    if !matches!(
+        proto,
+        crate::IPPROTO_TCP | crate::IPPROTO_UDP | crate::IPPROTO_SCTP
+    ) || at + 2 > q.end
+    {
+        return false;
+    }
+    let old = bytes::u16_at(frame, at);
+    quoted_write(frame, &q, at, &port.to_be_bytes(), partial);
+    match proto {
+        crate::IPPROTO_TCP => {
+            quoted_csum(frame, &q, l4 + 16, false, partial, |c| {
+                update16(c, old, port)
+            });
+        }
+        crate::IPPROTO_UDP => {
+            quoted_csum(frame, &q, l4 + 6, true, partial, |c| update16(c, old, port));
+        }
+        // SCTP's CRC32c covers the whole original packet, which the quote
+        // does not hold: it is left as it is.
+        _ => {}
+    }
+    true
+}
+
+/// Sets the TCP/UDP/SCTP source port of the packet an ICMPv4/ICMPv6 error
+/// quotes, patching the quoted TCP/UDP checksum when the quote holds it
+/// and the error's own checksum (see [`set_icmp_inner_src`]). `false` if
+/// there is no such error, or the quote has no such port.
+pub fn set_icmp_inner_tp_src(
+    frame: &mut [u8],
+    layout: &Layout,
+    port: u16,
+    csum_partial: bool,
+) -> bool {
+    set_icmp_inner_port(frame, layout, 0, port, csum_partial)
+}
+
+/// Sets the TCP/UDP/SCTP destination port of the packet an ICMP error
+/// quotes; see [`set_icmp_inner_tp_src`].
+pub fn set_icmp_inner_tp_dst(
+    frame: &mut [u8],
+    layout: &Layout,
+    port: u16,
+    csum_partial: bool,
+) -> bool {
+    set_icmp_inner_port(frame, layout, 2, port, csum_partial)
+}
+
+/// Sets the identifier of the ICMPv4 echo/timestamp/information message an
+/// ICMPv4 error quotes, patching the quoted ICMP checksum (when quoted) and
+/// the error's own checksum (see [`set_icmp_inner_src`]). `false` for
+/// anything else.
+pub fn set_icmp_inner_id(frame: &mut [u8], layout: &Layout, id: u16, csum_partial: bool) -> bool {
+    let Some(q) = quoted(frame, layout) else {
+        return false;
+    };
+    let Some(l4) = q.l4 else {
+        return false;
+    };
+    if q.v6
+        || q.proto != crate::IPPROTO_ICMP
+        || l4 + 8 > q.end
+        || !matches!(frame[l4], 0 | 8 | 13 | 14 | 15 | 16)
+    {
+        return false;
+    }
+    let old = bytes::u16_at(frame, l4 + 4);
+    quoted_write(frame, &q, l4 + 4, &id.to_be_bytes(), csum_partial);
+    quoted_csum(frame, &q, l4 + 2, false, csum_partial, |c| {
+        update16(c, old, id)
+    });
     true
 }
 
@@ -899,6 +1189,246 @@ mod tests {
             let _ = set_eth_src(&mut g, A);
             let _ = set_vlan_vid(&mut g, 1);
             let _ = set_ipv6_dst(&mut g, &l, Ipv6Addr::LOCALHOST);
+        }
+    }
+
+    /// NAT of ICMP errors' quoted packets (`set_icmp_inner_*`): the
+    /// rewritten error must be byte for byte the error a host would build
+    /// quoting the translated packet, and every checksum must verify
+    /// (checked with `checksum`'s functions, from scratch).
+    mod icmp_inner {
+        use super::*;
+        use crate::builder::all_checksums_valid;
+        use crate::checksum::checksum;
+
+        #[derive(Clone, Copy)]
+        enum Quoted {
+            Udp,
+            Tcp,
+            Echo,
+        }
+
+        /// The packet a host sent: (src, sport/id, dst, dport), as an IP
+        /// packet (no Ethernet header).
+        fn inner(kind: Quoted, src: IpAddr, sp: u16, dst: IpAddr, dp: u16) -> Vec<u8> {
+            let b = FrameBuilder::new(A, B);
+            let b = match (src, dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s, d).ident(0x44c1).dont_fragment(),
+                (IpAddr::V6(s), IpAddr::V6(d)) => b.ipv6(s, d),
+                _ => unreachable!(),
+            };
+            let v6 = src.is_ipv6();
+            let b = match kind {
+                Quoted::Udp => b.udp(sp, dp),
+                Quoted::Tcp => b.tcp(sp, dp, crate::tcp::FLAG_SYN).tcp_seq(0x1234_5678),
+                Quoted::Echo if v6 => b.icmpv6(128, 0).echo(sp, 9),
+                Quoted::Echo => b.icmp(8, 0).echo(sp, 9),
+            };
+            b.payload(b"test_unreach\n").build()[14..].to_vec()
+        }
+
+        /// An error from `from` to `to` quoting `quote` (ICMPv4 port
+        /// unreachable / ICMPv6 port unreachable), with Ethernet padding.
+        fn error(from: IpAddr, to: IpAddr, quote: &[u8]) -> Vec<u8> {
+            let b = FrameBuilder::new(B, A);
+            match (from, to) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s, d).icmp(3, 3),
+                (IpAddr::V6(s), IpAddr::V6(d)) => b.ipv6(s, d).icmpv6(1, 4),
+                _ => unreachable!(),
+            }
+            .payload(quote)
+            .pad_to(128)
+            .build()
+        }
+
+        /// Every checksum of the quote that it holds completely verifies.
+        fn quote_checksums_valid(frame: &[u8], quoted_len: usize) -> bool {
+            let l = parse(frame).unwrap();
+            let q = usize::from(l.l4_offset) + 8;
+            let mut f = frame[..14].to_vec();
+            f.extend_from_slice(&frame[q..q + quoted_len]);
+            all_checksums_valid(&f)
+        }
+
+        type Flow = (IpAddr, u16, IpAddr, u16);
+
+        /// Quote `from` (cut to `cut` bytes), rewrite it into `to` with the
+        /// helpers, compare with a fresh build quoting `to`.
+        fn case(kind: Quoted, from: Flow, to: Flow, cut: Option<usize>) {
+            let (orig, want) = (
+                inner(kind, from.0, from.1, from.2, from.3),
+                inner(kind, to.0, to.1, to.2, to.3),
+            );
+            let n = cut.unwrap_or(orig.len());
+            let mut f = error(from.2, from.0, &orig[..n]);
+            let expected = error(from.2, from.0, &want[..n]);
+            let l = parse(&f).unwrap();
+            assert!(all_checksums_valid(&f));
+            if from.0 != to.0 {
+                assert!(set_icmp_inner_src(&mut f, &l, to.0, false));
+            }
+            if from.2 != to.2 {
+                assert!(set_icmp_inner_dst(&mut f, &l, to.2, false));
+            }
+            match kind {
+                Quoted::Echo => {
+                    let v4 = from.0.is_ipv4();
+                    assert_eq!(set_icmp_inner_id(&mut f, &l, to.1, false), v4);
+                    assert!(!set_icmp_inner_tp_src(&mut f, &l, to.1, false));
+                }
+                _ => {
+                    assert!(set_icmp_inner_tp_src(&mut f, &l, to.1, false));
+                    assert!(set_icmp_inner_tp_dst(&mut f, &l, to.3, false));
+                    assert!(!set_icmp_inner_id(&mut f, &l, 1, false));
+                }
+            }
+            assert_eq!(f, expected, "{n} bytes quoted");
+            // From scratch: the error's own checksum (ICMPv6 pseudo header
+            // included) and, when the quote is whole, the quoted ones.
+            assert!(all_checksums_valid(&f));
+            let l4 = usize::from(l.l4_offset);
+            if from.0.is_ipv4() {
+                assert_eq!(checksum(&f[l4..l.l4_end()]), 0);
+                let ihl = usize::from(f[l4 + 8] & 0xf) * 4;
+                assert_eq!(checksum(&f[l4 + 8..l4 + 8 + ihl]), 0, "quoted IPv4 header");
+            }
+            if cut.is_none() {
+                assert!(quote_checksums_valid(&f, n));
+            }
+        }
+
+        fn a(s: &str) -> IpAddr {
+            s.parse().unwrap()
+        }
+
+        #[test]
+        fn dnat_and_snat_quotes_v4() {
+            let (c, vip, be) = (a("198.18.0.1"), a("198.18.0.100"), a("198.18.0.2"));
+            for kind in [Quoted::Udp, Quoted::Tcp] {
+                // DNAT: the backend's error quotes client -> backend:8080;
+                // the client must see client -> VIP:80.
+                case(kind, (c, 1234, be, 8080), (c, 1234, vip, 80), None);
+                // SNAT: a router's error quotes NAT address:40001 -> server;
+                // the client must see its own address and port.
+                case(kind, (vip, 40001, be, 53), (c, 40000, be, 53), None);
+                // As ICMPv4 errors may quote: IP header + 8 bytes.
+                case(kind, (c, 1234, be, 8080), (c, 1234, vip, 80), Some(28));
+            }
+            case(Quoted::Echo, (vip, 78, be, 78), (c, 77, be, 77), None);
+            case(Quoted::Echo, (vip, 78, be, 78), (c, 77, be, 77), Some(28));
+        }
+
+        #[test]
+        fn dnat_and_snat_quotes_v6() {
+            let (c, vip, be) = (a("2001:db8::1"), a("2001:db8::100"), a("2001:db8::2"));
+            for kind in [Quoted::Udp, Quoted::Tcp] {
+                case(kind, (c, 1234, be, 8080), (c, 1234, vip, 80), None);
+                case(kind, (vip, 40001, be, 53), (c, 40000, be, 53), None);
+                // A quote cut after 8 bytes of L4 header: the quoted L4
+                // checksum no longer balances the changes, the error's
+                // checksum must take them.
+                case(kind, (c, 1234, be, 8080), (c, 1234, vip, 80), Some(48));
+            }
+            // ICMPv6 echo ids are not translated: addresses only, the quoted
+            // ICMPv6 checksum (pseudo header) follows.
+            case(Quoted::Echo, (vip, 7, be, 7), (c, 7, be, 7), None);
+        }
+
+        #[test]
+        fn outer_and_inner_together_v6() {
+            // The error's own address (in its pseudo header) and the quote.
+            let (c, vip, be) = (a("2001:db8::1"), a("2001:db8::100"), a("2001:db8::2"));
+            let q = inner(Quoted::Udp, c, 1234, be, 8080);
+            let mut f = error(be, c, &q);
+            let l = parse(&f).unwrap();
+            let IpAddr::V6(v) = vip else { unreachable!() };
+            assert!(set_ipv6_src(&mut f, &l, v));
+            assert!(set_icmp_inner_dst(&mut f, &l, vip, false));
+            assert!(set_icmp_inner_tp_dst(&mut f, &l, 80, false));
+            assert_eq!(f, error(vip, c, &inner(Quoted::Udp, c, 1234, vip, 80)));
+            assert!(all_checksums_valid(&f));
+        }
+
+        #[test]
+        fn udp_without_checksum_stays_without() {
+            let q = FrameBuilder::new(A, B)
+                .ipv4(v4(1), v4(2))
+                .udp(1234, 8080)
+                .no_udp_checksum()
+                .payload(b"x")
+                .build()[14..]
+                .to_vec();
+            let mut f = error(a("198.18.0.2"), a("198.18.0.1"), &q);
+            let l = parse(&f).unwrap();
+            assert!(set_icmp_inner_dst(&mut f, &l, a("198.18.0.100"), false));
+            assert!(set_icmp_inner_tp_dst(&mut f, &l, 80, false));
+            let q = usize::from(l.l4_offset) + 8;
+            assert_eq!(bytes::u16_at(&f, q + 20 + 6), 0);
+            assert!(all_checksums_valid(&f));
+            assert!(quote_checksums_valid(&f, 29));
+        }
+
+        #[test]
+        fn partial_outer_checksum_is_left_for_the_finisher() {
+            let (c, be) = (a("198.18.0.1"), a("198.18.0.2"));
+            // A whole quoted UDP packet: its own checksum balances the
+            // port change, so the error's checksum would not move anyway;
+            // a quote without the TCP checksum does not.
+            let q = inner(Quoted::Udp, c, 1234, be, 8080);
+            let t = inner(Quoted::Tcp, c, 1234, be, 8080);
+            for partial in [true, false] {
+                let mut f = error(be, c, &t[..28]);
+                let l = parse(&f).unwrap();
+                let at = usize::from(l.l4_offset) + 2;
+                let before = bytes::u16_at(&f, at);
+                assert!(set_icmp_inner_tp_dst(&mut f, &l, 80, partial));
+                assert_eq!(bytes::u16_at(&f, at) == before, partial);
+                // (A finished checksum over a partial one's bytes fails.)
+                assert_eq!(all_checksums_valid(&f), !partial);
+            }
+            // The quoted UDP checksum is patched either way.
+            let mut f = error(be, c, &q);
+            let l = parse(&f).unwrap();
+            assert!(set_icmp_inner_tp_dst(&mut f, &l, 80, true));
+            assert!(quote_checksums_valid(&f, q.len()));
+        }
+
+        #[test]
+        fn only_errors_with_a_whole_quoted_header() {
+            let (c, be) = (a("198.18.0.1"), a("198.18.0.2"));
+            // An echo request is no error.
+            let mut echo = FrameBuilder::new(A, B)
+                .ipv4(v4(1), v4(2))
+                .icmp(8, 0)
+                .echo(1, 1)
+                .payload(&inner(Quoted::Udp, c, 1, be, 2))
+                .build();
+            let l = parse(&echo).unwrap();
+            let orig = echo.clone();
+            assert!(!set_icmp_inner_dst(&mut echo, &l, c, false));
+            assert!(!set_icmp_inner_tp_dst(&mut echo, &l, 1, false));
+            assert_eq!(echo, orig);
+            // A plain UDP packet, the wrong family, a quoted header cut short.
+            let mut udp = FrameBuilder::new(A, B).ipv4(v4(1), v4(2)).udp(1, 2).build();
+            let l = parse(&udp).unwrap();
+            assert!(!set_icmp_inner_src(&mut udp, &l, c, false));
+            let q = inner(Quoted::Udp, c, 1234, be, 8080);
+            let mut f = error(be, c, &q);
+            let l = parse(&f).unwrap();
+            assert!(!set_icmp_inner_src(&mut f, &l, a("2001:db8::1"), false));
+            let mut short = error(be, c, &q[..19]);
+            let l = parse(&short).unwrap();
+            assert!(!set_icmp_inner_src(&mut short, &l, be, false));
+            // Truncated frames never panic.
+            let l = parse(&f).unwrap();
+            for cut in 0..f.len() {
+                let mut g = f[..cut].to_vec();
+                let _ = set_icmp_inner_src(&mut g, &l, be, false);
+                let _ = set_icmp_inner_dst(&mut g, &l, be, false);
+                let _ = set_icmp_inner_tp_src(&mut g, &l, 9, false);
+                let _ = set_icmp_inner_tp_dst(&mut g, &l, 9, false);
+                let _ = set_icmp_inner_id(&mut g, &l, 9, false);
+            }
         }
     }
 }

@@ -462,14 +462,304 @@ fn second_ct_in_zone_process_known() {
     assert!(second.nat.is_empty());
 }
 
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn dnat(addr: IpAddr, port: u16) -> NatAction {
+    NatAction {
+        kind: Some(NatKind::Dst),
+        addr_min: Some(addr),
+        port_min: port,
+        ..NatAction::default()
+    }
+}
+
+fn rel(outer: NatRewrite, inner: NatInner) -> NatRewrite {
+    NatRewrite {
+        inner: Some(inner),
+        ..outer
+    }
+}
+
+/// OVS system-traffic.at "conntrack - ICMP related NAT with single port":
+/// 10.1.1.1:1234 -> 10.1.1.240:80 is DNATed to 10.1.1.2:8080; the port
+/// unreachable 10.1.1.2 sends back must leave as 10.1.1.240's, quoting
+/// 10.1.1.1:1234 -> 10.1.1.240:80 (the bytes are checked in the
+/// datapath's tests).
 #[test]
-fn related_errors_of_nated_connections_are_not_rewritten() {
+fn related_error_of_dnat_connection_ovs_case() {
+    let mut ct = ct();
+    let now = Instant::now();
+    let udp =
+        hex("4500002944c140004011df100a0101010a0101f004d2005000156b24646573745f756e72656163680a");
+    let err = hex("45c000456a3700004001f9bc0a0101020a01010103031328000000004500002944c140004011dffe0a0101010a01010204d21f9000154cd2646573745f756e72656163680a");
+    let vip = a4([10, 1, 1, 240]);
+    let r = ct.process(
+        ETH_IP,
+        &udp,
+        &nat_commit(0, dnat(a4([10, 1, 1, 2]), 8080)),
+        now,
+    );
+    assert_eq!(r.state, TRK | NEW | DNAT);
+    let r = ct.process(ETH_IP, &err, &nat_only(0), now);
+    // +snat: the error travels the reply way, un-DNATed like a reply.
+    assert_eq!(r.state, TRK | REL | RPL | SNAT);
+    assert_eq!(
+        r.nat,
+        rel(
+            NatRewrite {
+                src: Some(vip),
+                ..NatRewrite::default()
+            },
+            NatInner {
+                dst: Some(vip),
+                dport: Some(80),
+                ..NatInner::default()
+            }
+        )
+    );
+    assert_eq!(r.orig.unwrap().dst, vip);
+}
+
+/// UDP and TCP behind SNAT, IPv4 and IPv6: a router's error to the NAT
+/// address goes to the client quoting the client's own packet; the
+/// client's error about a reply goes out from the NAT address quoting
+/// the reply as the server sent it.
+#[test]
+fn related_errors_of_snat_connections() {
+    let cases = [
+        (Ip::V4(A4), Ip::V4(C4), Ip::V4(B4), Ip::V4(T4), Ip::V4(R4)),
+        (
+            Ip::V6(v6(1)),
+            Ip::V6(v6(3)),
+            Ip::V6(v6(2)),
+            Ip::V6(v6(0x99)),
+            Ip::V6(v6(0xfe)),
+        ),
+    ];
+    let addr = |a: Ip| match a {
+        Ip::V4(a) => a4(a),
+        Ip::V6(a) => a6(a),
+    };
+    for (a, c, b, t, r) in cases {
+        for proto in [17u8, 6] {
+            let mut ct = ct();
+            let now = Instant::now();
+            let req = nat_commit(0, snat(addr(t)));
+            let l4 = |sp, dp| {
+                if proto == 6 {
+                    tcp_hdr(sp, dp, 1, 0, TCP_SYN, 65535, &[], 0)
+                } else {
+                    udp_hdr(sp, dp, 4)
+                }
+            };
+            // A:4000 keeps its port, C:4000 gets T:4001.
+            ct.process(
+                ip(a, b, proto, &l4(4000, 53)).0,
+                &ip(a, b, proto, &l4(4000, 53)).1,
+                &req,
+                now,
+            );
+            let out = ip(c, b, proto, &l4(4000, 53));
+            let res = ct.process(out.0, &out.1, &req, now);
+            assert_eq!(res.nat.sport, Some(4001));
+
+            // TTL exceeded from a router, quoting T:4001 -> B:53.
+            let translated = ip(t, b, proto, &l4(4001, 53));
+            let err = icmp_error(r, t, &translated.1);
+            let res = ct.process(err.0, &err.1, &nat_only(0), now);
+            assert_eq!(res.state, TRK | REL | RPL | DNAT);
+            assert_eq!(
+                res.nat,
+                rel(
+                    NatRewrite {
+                        dst: Some(addr(c)),
+                        ..NatRewrite::default()
+                    },
+                    NatInner {
+                        src: Some(addr(c)),
+                        sport: Some(4000),
+                        ..NatInner::default()
+                    }
+                ),
+                "proto {proto}"
+            );
+            // A's connection kept its port: only the address changes.
+            let translated = ip(t, b, proto, &l4(4000, 53));
+            let err = icmp_error(b, t, &translated.1);
+            let res = ct.process(err.0, &err.1, &nat_only(0), now);
+            assert_eq!(
+                res.nat.inner,
+                Some(NatInner {
+                    src: Some(addr(a)),
+                    ..NatInner::default()
+                })
+            );
+            assert_eq!(res.nat.dst, Some(addr(a)));
+
+            // C refuses B's (un-NATed) reply B:53 -> C:4000: the error
+            // leaves from T and quotes B:53 -> T:4001.
+            let reply = ip(b, c, proto, &l4(53, 4000));
+            let err = icmp_error(c, b, &reply.1);
+            let res = ct.process(err.0, &err.1, &nat_only(0), now);
+            assert_eq!(res.state, TRK | REL | SNAT);
+            assert_eq!(
+                res.nat,
+                rel(
+                    NatRewrite {
+                        src: Some(addr(t)),
+                        ..NatRewrite::default()
+                    },
+                    NatInner {
+                        dst: Some(addr(t)),
+                        dport: Some(4001),
+                        ..NatInner::default()
+                    }
+                )
+            );
+
+            // Without nat in the ct: +rel only, nothing written.
+            let res = ct.process(err.0, &err.1, &CtRequest::default(), now);
+            assert_eq!(res.state, TRK | REL);
+            assert!(res.nat.is_empty());
+        }
+    }
+}
+
+#[test]
+fn related_errors_of_dnat_connections_v6_tcp() {
+    let mut ct = ct();
+    let now = Instant::now();
+    let (c, vip, be) = (v6(1), v6(0x64), v6(2));
+    let syn = |s, sp, d, dp| {
+        ip(
+            Ip::V6(s),
+            Ip::V6(d),
+            6,
+            &tcp_hdr(sp, dp, 1, 0, TCP_SYN, 65535, &[], 0),
+        )
+    };
+    let p = syn(c, 40000, vip, 80);
+    let r = ct.process(p.0, &p.1, &nat_commit(0, dnat(a6(be), 8080)), now);
+    assert_eq!(r.nat.dst, Some(a6(be)));
+    // The backend says port unreachable about C:40000 -> BE:8080.
+    let err = icmp_error(Ip::V6(be), Ip::V6(c), &syn(c, 40000, be, 8080).1);
+    let r = ct.process(err.0, &err.1, &nat_only(0), now);
+    assert_eq!(r.state, TRK | REL | RPL | SNAT);
+    assert_eq!(
+        r.nat,
+        rel(
+            NatRewrite {
+                src: Some(a6(vip)),
+                ..NatRewrite::default()
+            },
+            NatInner {
+                dst: Some(a6(vip)),
+                dport: Some(80),
+                ..NatInner::default()
+            }
+        )
+    );
+}
+
+/// Quoted pings: ICMPv4 echo ids are translated back, ICMPv6 ones never
+/// were (addresses only).
+#[test]
+fn related_errors_of_icmp_echo_connections() {
     let mut ct = ct();
     let now = Instant::now();
     let req = nat_commit(0, snat(a4(T4)));
-    ct.process(ETH_IP, &udp4(A4, 4000, B4, 53).1, &req, now);
-    // B says port unreachable to the translated address.
+    ct.process(
+        ETH_IP,
+        &echo(Ip::V4(A4), Ip::V4(B4), false, 77).1,
+        &req,
+        now,
+    );
+    let r = ct.process(
+        ETH_IP,
+        &echo(Ip::V4(C4), Ip::V4(B4), false, 77).1,
+        &req,
+        now,
+    );
+    assert_eq!(r.nat.icmp_id, Some(78));
+    let quoted = echo(Ip::V4(T4), Ip::V4(B4), false, 78);
+    let err = icmp_error(Ip::V4(R4), Ip::V4(T4), &quoted.1);
+    let r = ct.process(err.0, &err.1, &nat_only(0), now);
+    assert_eq!(r.state, TRK | REL | RPL | DNAT);
+    assert_eq!(
+        r.nat,
+        rel(
+            NatRewrite {
+                dst: Some(a4(C4)),
+                ..NatRewrite::default()
+            },
+            NatInner {
+                src: Some(a4(C4)),
+                icmp_id: Some(77),
+                ..NatInner::default()
+            }
+        )
+    );
+
+    let t6 = v6(0x99);
+    let req = nat_commit(0, snat(a6(t6)));
+    let p = echo(Ip::V6(v6(1)), Ip::V6(v6(2)), false, 5);
+    assert_eq!(ct.process(p.0, &p.1, &req, now).state, TRK | NEW | SNAT);
+    let quoted = echo(Ip::V6(t6), Ip::V6(v6(2)), false, 5);
+    let err = icmp_error(Ip::V6(v6(0xfe)), Ip::V6(t6), &quoted.1);
+    let r = ct.process(err.0, &err.1, &nat_only(0), now);
+    assert_eq!(r.state, TRK | REL | RPL | DNAT);
+    assert_eq!(
+        r.nat,
+        rel(
+            NatRewrite {
+                dst: Some(a6(v6(1))),
+                ..NatRewrite::default()
+            },
+            NatInner {
+                src: Some(a6(v6(1))),
+                ..NatInner::default()
+            }
+        )
+    );
+}
+
+/// `ct()` then `ct(nat)` in the same zone (OVS `process_one_fast` calls
+/// `handle_nat` with the packet's `icmp_related`): the error is translated
+/// by the second one; a second `ct(nat)` leaves it alone.
+#[test]
+fn related_error_second_ct_in_zone() {
+    let mut ct = ct();
+    let now = Instant::now();
+    ct.process(
+        ETH_IP,
+        &udp4(A4, 4000, B4, 53).1,
+        &nat_commit(0, snat(a4(T4))),
+        now,
+    );
     let err = icmp_error(Ip::V4(B4), Ip::V4(T4), &udp4(T4, 4000, B4, 53).1);
+    let first = ct.process(err.0, &err.1, &CtRequest::default(), now);
+    assert_eq!(first.state, TRK | REL | RPL);
+    assert!(first.nat.is_empty());
+    let second = ct.process_known(&first, &nat_only(0)).unwrap();
+    assert_eq!(second.state, TRK | REL | RPL | DNAT);
+    assert_eq!(second.nat.dst, Some(a4(A4)));
+    assert_eq!(
+        second.nat.inner,
+        Some(NatInner {
+            src: Some(a4(A4)),
+            ..NatInner::default()
+        })
+    );
+    let third = ct.process_known(&second, &nat_only(0)).unwrap();
+    assert!(third.nat.is_empty());
+    // A connection without NAT: +rel, nothing to write, even with nat.
+    ct.process(ETH_IP, &udp4(A4, 5000, B4, 53).1, &commit(0), now);
+    let err = icmp_error(Ip::V4(B4), Ip::V4(A4), &udp4(A4, 5000, B4, 53).1);
     let r = ct.process(err.0, &err.1, &nat_only(0), now);
     assert_eq!(r.state, TRK | REL | RPL);
     assert!(r.nat.is_empty());
