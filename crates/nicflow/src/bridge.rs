@@ -361,6 +361,41 @@ impl Bridge {
         n
     }
 
+    /// One OpenFlow `FLOW_MOD`, then revalidate. Returns the rules it
+    /// removed; those with `SEND_FLOW_REM` also wait in
+    /// [`Bridge::take_flow_removed`].
+    pub fn flow_mod(
+        &mut self,
+        fm: &crate::ofproto::flow_mod::FlowMod,
+        now: Instant,
+    ) -> Result<Vec<crate::ofproto::flow_mod::RemovedRule>, crate::ofproto::flow_mod::FlowModError>
+    {
+        self.dp.push_stats(&mut self.ofproto);
+        let r = self.ofproto.flow_mod(fm, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(r)
+    }
+
+    /// Rules a flow-statistics request selects, with up-to-date counters.
+    pub fn flow_stats(
+        &mut self,
+        sel: &crate::ofproto::flow_mod::FlowSelector,
+        now: Instant,
+    ) -> Vec<RuleDump> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.flow_stats(sel, now)
+    }
+
+    /// Rules that left with `SEND_FLOW_REM`, for `FLOW_REMOVED` messages.
+    pub fn take_flow_removed(&mut self) -> Vec<crate::ofproto::flow_mod::RemovedRule> {
+        self.ofproto.take_flow_removed()
+    }
+
+    /// Packets `controller` actions queued, for `PACKET_IN` messages.
+    pub fn take_controller_packets(&mut self) -> Vec<crate::datapath::ControllerPacket> {
+        self.dp.take_controller_packets()
+    }
+
     /// Parse a match and delete what it selects.
     pub fn del_flows_str(&mut self, text: &str) -> Result<usize, BridgeError> {
         let filter = nicflow_ofctl::parse_match(text, &self.names)?;

@@ -65,9 +65,14 @@ pub enum DpAction {
     /// Rewrite VID and PCP of the outermost tag (the tag must be there; the
     /// translation only emits this when the flow's mask guarantees it).
     SetVlanTci(u16),
-    /// Queue a copy for the controller.
+    /// Queue a copy for the controller: at most `max_len` bytes (0: all),
+    /// with what a `PACKET_IN` says about it (`OFPR_*` reason, the table
+    /// and cookie of the rule that sent it).
     Controller {
         max_len: u16,
+        reason: u8,
+        table_id: u8,
+        cookie: u64,
     },
     /// Count a deliberate drop. Actions before it still happened.
     Drop(DropReason),
@@ -158,9 +163,15 @@ impl fmt::Display for DpAction {
             DpAction::SetVlanTci(tci) => {
                 write!(f, "set(vlan(vid={},pcp={}))", tci & 0xfff, tci >> 13)
             }
-            DpAction::Controller { max_len } => {
-                write!(f, "userspace(controller,max_len={max_len})")
-            }
+            DpAction::Controller {
+                max_len,
+                reason,
+                table_id,
+                cookie,
+            } => write!(
+                f,
+                "userspace(controller,reason={reason},table={table_id},cookie={cookie:#x},max_len={max_len})"
+            ),
             DpAction::Drop(r) => write!(f, "drop({})", r.name()),
             DpAction::SetTunnelId(id) => write!(f, "set(tunnel(tun_id={id:#x}))"),
             DpAction::SetTunnelMetadata { slot, value } => {

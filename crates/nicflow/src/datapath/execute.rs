@@ -139,7 +139,12 @@ pub fn execute(
                 rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
                 rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
             }
-            DpAction::Controller { max_len } => {
+            DpAction::Controller {
+                max_len,
+                reason,
+                table_id,
+                cookie,
+            } => {
                 if controller.len() >= controller_cap {
                     r.controller_dropped = true;
                 } else {
@@ -152,10 +157,15 @@ pub fn execute(
                         // its real length), not segmented.
                         crate::port::complete_checksum(&mut data, layout);
                     }
+                    let total_len = data.len();
                     data.truncate(n);
                     controller.push_back(ControllerPacket {
                         in_port: _in_port,
                         data,
+                        total_len,
+                        reason: *reason,
+                        table_id: *table_id,
+                        cookie: *cookie,
                     });
                     r.controller = true;
                 }

@@ -246,7 +246,15 @@ impl DpStats {
 #[derive(Clone, Debug)]
 pub struct ControllerPacket {
     pub in_port: u32,
+    /// The frame, cut to the action's `max_len`.
     pub data: Vec<u8>,
+    /// The frame's length before the cut.
+    pub total_len: usize,
+    /// `OFPR_NO_MATCH` (0: a table-miss rule sent it), `OFPR_ACTION` (1).
+    pub reason: u8,
+    pub table_id: u8,
+    /// The cookie of the rule whose action sent it.
+    pub cookie: u64,
 }
 
 pub struct Datapath {

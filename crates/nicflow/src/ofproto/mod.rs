@@ -12,6 +12,7 @@
 //! are atomic: a batch is validated as a whole before any table changes. The
 //! caller (the bridge) revalidates the datapath after each change.
 
+pub mod flow_mod;
 pub mod group;
 pub mod mac_learning;
 pub mod xlate;
@@ -49,6 +50,8 @@ pub struct Rule {
     pub cookie: u64,
     pub idle_timeout: u16,
     pub hard_timeout: u16,
+    /// `OFPFF_*` flags from the `FLOW_MOD` that added it (0 from the CLI).
+    pub flags: u16,
     pub matching: Match,
     pub actions: Vec<Action>,
     pub created: Instant,
@@ -69,6 +72,18 @@ impl Rule {
             actions: self.actions.clone(),
         }
     }
+
+    /// The rule as `dump-flows` and flow statistics show it.
+    pub fn dump(&self, table: u8, now: Instant) -> RuleDump {
+        RuleDump {
+            spec: self.spec(table),
+            n_packets: self.n_packets,
+            n_bytes: self.n_bytes,
+            duration: now.saturating_duration_since(self.created),
+            idle_age: now.saturating_duration_since(self.last_used),
+            flags: self.flags,
+        }
+    }
 }
 
 /// One rule as `dump-flows` shows it.
@@ -79,6 +94,8 @@ pub struct RuleDump {
     pub n_bytes: u64,
     pub duration: Duration,
     pub idle_age: Duration,
+    /// `OFPFF_*` flags (flow statistics echo them).
+    pub flags: u16,
 }
 
 pub(crate) type Table = Classifier<FLOW_WORDS, Rule>;
@@ -130,6 +147,9 @@ pub struct Ofproto {
     stats: OfprotoStats,
     /// The group table (`add-group`, `group:N`).
     pub(crate) groups: Groups,
+    /// Rules with `SEND_FLOW_REM` that left, waiting for the controller
+    /// connections ([`Ofproto::take_flow_removed`]).
+    removed: Vec<flow_mod::RemovedRule>,
 }
 
 impl Default for Ofproto {
@@ -143,6 +163,7 @@ impl Ofproto {
         Ofproto {
             tables: (0..N_TABLES).map(|_| None).collect(),
             frozen: Default::default(),
+            removed: Vec::new(),
             thawed: Default::default(),
             next_recirc: 0,
             mac: MacTable::default(),
@@ -211,6 +232,20 @@ impl Ofproto {
         self.tables.iter().flatten().map(|t| t.len()).sum()
     }
 
+    /// May this rule go into its table? (Its table exists, `goto_table`
+    /// goes forward, every group it names exists.)
+    pub(crate) fn check_spec(&self, spec: &FlowSpec) -> Result<(), OfprotoError> {
+        Self::validate(spec)?;
+        for a in &spec.actions {
+            if let Action::Group(g) = a {
+                if !self.groups.contains(*g) {
+                    return Err(OfprotoError::BadOutGroup(*g));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate(spec: &FlowSpec) -> Result<(), OfprotoError> {
         if spec.table as usize >= N_TABLES {
             return Err(OfprotoError::BadTable(spec.table));
@@ -233,14 +268,7 @@ impl Ofproto {
     /// `ovs-ofctl add-flow` does. Returns the number added.
     pub fn add_flows(&mut self, specs: &[FlowSpec], now: Instant) -> Result<usize, OfprotoError> {
         for s in specs {
-            Self::validate(s)?;
-            for a in &s.actions {
-                if let Action::Group(g) = a {
-                    if !self.groups.contains(*g) {
-                        return Err(OfprotoError::BadOutGroup(*g));
-                    }
-                }
-            }
+            self.check_spec(s)?;
         }
         for s in specs {
             let rule = Rule {
@@ -248,6 +276,7 @@ impl Ofproto {
                 cookie: s.cookie,
                 idle_timeout: s.idle_timeout,
                 hard_timeout: s.hard_timeout,
+                flags: 0,
                 matching: s.r#match,
                 actions: s.actions.clone(),
                 created: now,
@@ -324,19 +353,25 @@ impl Ofproto {
         if gone.is_empty() {
             return (0, 0);
         }
-        let mut n = 0;
-        for t in self.tables.iter_mut().flatten() {
+        let now = Instant::now();
+        let mut removed = Vec::new();
+        for (tid, t) in self.tables.iter_mut().enumerate() {
+            let Some(t) = t else { continue };
             t.retain(|_, _, _, _, r| {
                 let refers = r
                     .actions
                     .iter()
                     .any(|a| matches!(a, Action::Group(g) if gone.contains(g)));
-                n += refers as usize;
+                if refers {
+                    let why = flow_mod::RemovedReason::GroupDelete;
+                    removed.push(flow_mod::RemovedRule::of(tid as u8, r, why, now));
+                }
                 !refers
             });
         }
-        self.stats.rules_removed += n as u64;
-        (gone.len(), n)
+        self.stats.rules_removed += removed.len() as u64;
+        self.note_removed(&removed);
+        (gone.len(), removed.len())
     }
 
     /// Groups in id order, as added.
@@ -376,8 +411,10 @@ impl Ofproto {
 
     /// Remove rules whose idle or hard timeout has passed.
     pub fn expire(&mut self, now: Instant) -> usize {
-        let mut n = 0;
-        for t in self.tables.iter_mut().flatten() {
+        use flow_mod::RemovedReason;
+        let mut removed = Vec::new();
+        for (tid, t) in self.tables.iter_mut().enumerate() {
+            let Some(t) = t else { continue };
             t.retain(|_, _, _, _, r| {
                 let hard = r.hard_timeout > 0
                     && now.saturating_duration_since(r.created)
@@ -385,14 +422,20 @@ impl Ofproto {
                 let idle = r.idle_timeout > 0
                     && now.saturating_duration_since(r.last_used)
                         >= Duration::from_secs(r.idle_timeout as u64);
-                if hard || idle {
-                    n += 1;
+                let why = match (hard, idle) {
+                    (true, _) => Some(RemovedReason::HardTimeout),
+                    (false, true) => Some(RemovedReason::IdleTimeout),
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    removed.push(flow_mod::RemovedRule::of(tid as u8, r, why, now));
                 }
-                !(hard || idle)
+                why.is_none()
             });
         }
-        self.stats.rules_expired += n as u64;
-        n
+        self.stats.rules_expired += removed.len() as u64;
+        self.note_removed(&removed);
+        removed.len()
     }
 
     /// All rules, table by table, highest priority first.
@@ -402,15 +445,7 @@ impl Ofproto {
             let Some(t) = t else { continue };
             let mut rules: Vec<&Rule> = t.iter().map(|r| r.value).collect();
             rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
-            for r in rules {
-                out.push(RuleDump {
-                    spec: r.spec(tid as u8),
-                    n_packets: r.n_packets,
-                    n_bytes: r.n_bytes,
-                    duration: now.saturating_duration_since(r.created),
-                    idle_age: now.saturating_duration_since(r.last_used),
-                });
-            }
+            out.extend(rules.into_iter().map(|r| r.dump(tid as u8, now)));
         }
         out
     }

@@ -59,6 +59,11 @@ struct Ctx<'a> {
     /// received packet its value came from, or `None` when the actions
     /// wrote it from constants or from bits already in `wc`.
     vlan_origin: [Option<u8>; 2],
+    /// The rule whose actions run now: its table, cookie, and whether it is
+    /// a table-miss rule (priority 0, matches everything), for `PACKET_IN`.
+    rule_table: u8,
+    rule_cookie: u64,
+    rule_is_miss: bool,
 }
 
 pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
@@ -77,6 +82,9 @@ pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Xla
         mac_changed: false,
         uncacheable: false,
         vlan_origin: [Some(0), Some(1)],
+        rule_table: 0,
+        rule_cookie: 0,
+        rule_is_miss: false,
     };
     // The datapath always matches the input port (outputs are relative to
     // it) and the recirculation pass.
@@ -177,6 +185,11 @@ impl Ctx<'_> {
         // Actions are cloned so the walk may mutate the MAC table while it
         // executes them; this is the slow path, so the copy is cheap enough.
         let actions = rule.actions.clone();
+        let saved = (self.rule_table, self.rule_cookie, self.rule_is_miss);
+        self.rule_table = table_id;
+        self.rule_cookie = rule.cookie;
+        self.rule_is_miss =
+            rule.priority == 0 && rule.matching.mask().words().iter().all(|w| *w == 0);
         self.rules.push(RuleRef {
             table: table_id,
             rule: id,
@@ -189,6 +202,20 @@ impl Ctx<'_> {
             self.action(a, table_id);
         }
         self.depth -= 1;
+        (self.rule_table, self.rule_cookie, self.rule_is_miss) = saved;
+    }
+
+    /// `controller`/`output:CONTROLLER`: a copy to the controller, said to
+    /// be a table miss when a table-miss rule sends it (OpenFlow 1.3
+    /// `OFPR_NO_MATCH`, as OVS reports it), an action otherwise.
+    fn controller(&mut self, max_len: u16, table_id: u8) {
+        self.commit();
+        self.actions.push(DpAction::Controller {
+            max_len,
+            reason: if self.rule_is_miss { 0 } else { 1 },
+            table_id,
+            cookie: self.rule_cookie,
+        });
     }
 
     fn action(&mut self, a: &Action, table_id: u8) {
@@ -201,11 +228,7 @@ impl Ctx<'_> {
             Action::Normal => self.normal(),
             Action::Flood | Action::All => self.flood(),
             Action::Local => self.output_port(ofp::LOCAL),
-            Action::Controller { max_len } => {
-                self.commit();
-                self.actions
-                    .push(DpAction::Controller { max_len: *max_len });
-            }
+            Action::Controller { max_len } => self.controller(*max_len, table_id),
             Action::SetField { field, value, mask } => self.set_field(*field, *value, *mask),
             Action::PushVlan(tpid) => self.push_vlan(*tpid),
             Action::PopVlan => self.pop_vlan(),
@@ -261,10 +284,7 @@ impl Ctx<'_> {
             }
             ofp::NORMAL => self.normal(),
             ofp::FLOOD | ofp::ALL => self.flood(),
-            ofp::CONTROLLER => {
-                self.commit();
-                self.actions.push(DpAction::Controller { max_len: 0 });
-            }
+            ofp::CONTROLLER => self.controller(0, self.rule_table),
             _ => {
                 // OpenFlow: output to the input port is skipped unless asked
                 // for with `in_port`.

@@ -920,7 +920,12 @@ mod tests {
         let p = ports();
         let reason = |acts: &[DpAction]| encode(&k, &m, acts, &p).unwrap_err().reason;
         assert_eq!(
-            reason(&[DpAction::Controller { max_len: 128 }]),
+            reason(&[DpAction::Controller {
+                max_len: 128,
+                reason: 1,
+                table_id: 0,
+                cookie: 0
+            }]),
             "action:controller"
         );
         assert_eq!(
