@@ -48,6 +48,10 @@ pub enum Action {
     Local,
     /// Queue a copy for the controller (counted, bounded), `max_len` bytes.
     Controller { max_len: u16 },
+    /// Run the packet through meter N (OpenFlow 1.3's meter instruction,
+    /// `meter:N`): it may be dropped or have its DSCP remarked. Always the
+    /// first action of a rule, as OpenFlow orders instructions.
+    Meter(u32),
     /// Write `value` into the bits of `field` selected by `mask` (both
     /// right-aligned). `mod_dl_src`, `mod_nw_dst`, `mod_tp_src`, `mod_nw_tos`
     /// and `set_field` all become this.

@@ -40,6 +40,42 @@ pub enum BridgeError {
     PortExists(String),
     #[error("no port `{0}`")]
     NoSuchPort(String),
+    #[error(transparent)]
+    Meter(#[from] crate::ofproto::meter::MeterError),
+}
+
+/// One meter's counters (`meter-stats`, OpenFlow `OFPMP_METER`).
+#[derive(Clone, Debug)]
+pub struct MeterStats {
+    pub meter_id: u32,
+    /// Rules that use it.
+    pub flow_count: u32,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub duration: std::time::Duration,
+    /// Per band: packets and bytes it acted on.
+    pub bands: Vec<(u64, u64)>,
+}
+
+impl MeterStats {
+    /// As `ovs-ofctl meter-stats` prints one meter (OVS
+    /// `ofputil_format_meter_stats`).
+    pub fn format(&self) -> String {
+        let d = self.duration;
+        // `ofp_print_duration` at this datapath's millisecond precision.
+        let dur = match d.subsec_millis() {
+            0 => format!("{}s", d.as_secs()),
+            ms => format!("{}.{ms:03}s", d.as_secs()),
+        };
+        let mut s = format!(
+            "meter:{} flow_count:{} packet_in_count:{} byte_in_count:{} duration:{dur} bands:\n",
+            self.meter_id, self.flow_count, self.packets_in, self.bytes_in,
+        );
+        for (i, (p, b)) in self.bands.iter().enumerate() {
+            s.push_str(&format!("{i}: packet_count:{p} byte_count:{b}\n"));
+        }
+        s
+    }
 }
 
 struct PortSlot {
@@ -400,6 +436,71 @@ impl Bridge {
     pub fn del_flows_str(&mut self, text: &str) -> Result<usize, BridgeError> {
         let filter = nicflow_ofctl::parse_match(text, &self.names)?;
         Ok(self.del_flows(&filter))
+    }
+
+    /// `add-meter` (or, with `modify`, `mod-meter`): all or nothing. A
+    /// modified meter keeps its counters; cached flows using it see the new
+    /// bands at once (the buckets are shared, nothing to revalidate).
+    pub fn add_meters(
+        &mut self,
+        specs: &[nicflow_ofctl::meter::MeterSpec],
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        self.ofproto.check_meters(specs, modify)?;
+        self.ofproto.set_meters(specs);
+        for s in specs {
+            self.dp.meters.set(s.clone(), now);
+        }
+        Ok(())
+    }
+
+    /// `add-meter`/`mod-meter` from `ovs-ofctl` text.
+    pub fn add_meter_str(
+        &mut self,
+        text: &str,
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        let spec = nicflow_ofctl::meter::parse_meter(text)?;
+        self.add_meters(&[spec], modify, now)
+    }
+
+    /// `del-meters`: one meter (or all) and the rules using them, then
+    /// revalidate. Returns (meters, rules) removed.
+    pub fn del_meters(&mut self, id: Option<u32>, now: Instant) -> (usize, usize) {
+        self.dp.push_stats(&mut self.ofproto);
+        let (gone, rules) = self.ofproto.del_meters(id, now);
+        for m in &gone {
+            self.dp.meters.remove(*m);
+        }
+        if !gone.is_empty() {
+            self.dp.revalidate(&mut self.ofproto);
+        }
+        (gone.len(), rules)
+    }
+
+    /// Meters in id order, as configured.
+    pub fn dump_meters(&self) -> Vec<nicflow_ofctl::meter::MeterSpec> {
+        self.ofproto.meters().cloned().collect()
+    }
+
+    /// Counters of one meter (or all), in id order.
+    pub fn meter_stats(&self, id: Option<u32>, now: Instant) -> Vec<MeterStats> {
+        let flows = self.ofproto.meter_flow_counts();
+        self.dp
+            .meters
+            .iter()
+            .filter(|m| id.is_none_or(|i| i == m.spec.meter_id))
+            .map(|m| MeterStats {
+                meter_id: m.spec.meter_id,
+                flow_count: flows.get(&m.spec.meter_id).copied().unwrap_or(0),
+                packets_in: m.packets_in,
+                bytes_in: m.bytes_in,
+                duration: now.saturating_duration_since(m.created),
+                bands: m.bands.iter().map(|b| (b.packets, b.bytes)).collect(),
+            })
+            .collect()
     }
 
     /// `add-group` (or, with `modify`, `mod-group`) from text; all or

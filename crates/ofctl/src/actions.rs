@@ -701,6 +701,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         ("ct", Some('(')) => parse_ct(piece, inner.unwrap_or_default(), matching)?,
         ("ct_clear", None) => Action::CtClear,
         ("group", _) if colon => Action::Group(crate::group::parse_group_id(piece, arg)?),
+        ("meter", _) if colon => Action::Meter(crate::meter::parse_meter_id(piece, arg)?),
         ("goto_table", _) if colon => Action::GotoTable(table_no(piece, arg)?),
         ("resubmit", _) if colon => match resubmit_port(piece, arg, ports)? {
             Some(p) => Action::Resubmit {
@@ -732,7 +733,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear" | "move" | "group",
+            | "ct" | "ct_clear" | "move" | "group" | "meter",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {
@@ -774,6 +775,18 @@ pub(crate) fn parse_actions(
     }
     let n = out.len();
     for (i, (piece, a)) in out.iter().enumerate() {
+        // OpenFlow 1.3 applies the meter instruction before the action
+        // list; ovs-ofctl refuses any other order, and a second meter.
+        if let Action::Meter(_) = a {
+            if i != 0 {
+                let msg = if matches!(out[0].1, Action::Meter(_)) {
+                    "duplicate meter instruction not allowed"
+                } else {
+                    "meter must appear before the other actions (OpenFlow applies it first)"
+                };
+                return err(piece, msg);
+            }
+        }
         if let Action::GotoTable(t) = a {
             if i + 1 != n {
                 return err(piece, "goto_table must be the last action");

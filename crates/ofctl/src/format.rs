@@ -287,6 +287,7 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         Action::All => "ALL".into(),
         Action::Local => "LOCAL".into(),
         Action::Controller { max_len } => format!("CONTROLLER:{max_len}"),
+        Action::Meter(id) => format!("meter:{id}"),
         Action::SetField { field, value, mask } => {
             let (f, v, m) = (*field, *value, *mask);
             let whole = m == f.full_mask();

@@ -30,6 +30,7 @@ pub mod format;
 pub mod group;
 mod lexer;
 mod matchp;
+pub mod meter;
 pub mod ports;
 mod values;
 

@@ -17,6 +17,8 @@ pub enum DropReason {
     RecursionLimit,
     /// A packet recirculated more than [`super::MAX_RECIRC`] times.
     RecircLimit,
+    /// A meter's `drop` band fired.
+    Meter,
 }
 
 impl DropReason {
@@ -24,6 +26,7 @@ impl DropReason {
         DropReason::TtlExceeded,
         DropReason::RecursionLimit,
         DropReason::RecircLimit,
+        DropReason::Meter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -31,6 +34,7 @@ impl DropReason {
             DropReason::TtlExceeded => "ttl_exceeded",
             DropReason::RecursionLimit => "recursion_limit",
             DropReason::RecircLimit => "recirc_limit",
+            DropReason::Meter => "meter",
         }
     }
 }
@@ -65,6 +69,9 @@ pub enum DpAction {
     /// Rewrite VID and PCP of the outermost tag (the tag must be there; the
     /// translation only emits this when the flow's mask guarantees it).
     SetVlanTci(u16),
+    /// Run the packet through the bridge's meter N: it may be dropped
+    /// (and the actions after this do not run) or remarked.
+    Meter(u32),
     /// Queue a copy for the controller: at most `max_len` bytes (0: all),
     /// with what a `PACKET_IN` says about it (`OFPR_*` reason, the table
     /// and cookie of the rule that sent it).
@@ -173,6 +180,7 @@ impl fmt::Display for DpAction {
                 "userspace(controller,reason={reason},table={table_id},cookie={cookie:#x},max_len={max_len})"
             ),
             DpAction::Drop(r) => write!(f, "drop({})", r.name()),
+            DpAction::Meter(id) => write!(f, "meter({id})"),
             DpAction::SetTunnelId(id) => write!(f, "set(tunnel(tun_id={id:#x}))"),
             DpAction::SetTunnelMetadata { slot, value } => {
                 write!(f, "set(tunnel(tun_metadata{slot}={value:#x}))")

@@ -325,6 +325,7 @@ fn compose(
                 | DpAction::Recirc(_)
                 | DpAction::CtClear
                 | DpAction::Controller { .. }
+                | DpAction::Meter(_)
         )
     }) {
         return Err("ct:second-pass-not-plain");

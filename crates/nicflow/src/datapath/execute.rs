@@ -49,6 +49,7 @@ pub fn execute(
     pool: &mut Vec<PacketBuf>,
     controller: &mut VecDeque<ControllerPacket>,
     controller_cap: usize,
+    meters: &mut super::meter::Meters,
     ct: &mut CtStage<'_>,
 ) -> ExecResult {
     let mut r = ExecResult::default();
@@ -173,6 +174,22 @@ pub fn execute(
             DpAction::Drop(reason) => {
                 r.drop = Some(*reason);
                 break;
+            }
+            DpAction::Meter(id) => {
+                // A meter removed since this flow was cached meters nothing
+                // (the flow goes at the next revalidation).
+                let verdict = meters
+                    .get_mut(*id)
+                    .map(|m| m.run(ct.now, pkt.len()))
+                    .unwrap_or(super::meter::Verdict::Pass);
+                match verdict {
+                    super::meter::Verdict::Pass => {}
+                    super::meter::Verdict::Drop => {
+                        r.drop = Some(DropReason::Meter);
+                        break;
+                    }
+                    super::meter::Verdict::Remark(prec) => remark(&mut pkt, layout, prec),
+                }
             }
             DpAction::SetTunnelId(id) => {
                 let mut t = pkt.tun.unwrap_or_default();
@@ -304,6 +321,17 @@ fn nat_rewrite_quoted(
     }
 }
 
+/// A `dscp_remark` band: raise the AF drop precedence in the IP header's
+/// DSCP (ECN bits kept), checksum patched as for any TOS write.
+fn remark(pkt: &mut PacketBuf, layout: &Layout, prec: u8) {
+    if let Some(tos) = rewrite::ip_tos(pkt.data(), layout) {
+        let dscp = super::meter::remark_dscp(tos >> 2, prec);
+        if dscp != tos >> 2 {
+            rewrite::set_ip_dscp(pkt.data_mut(), layout, dscp);
+        }
+    }
+}
+
 /// Re-read the headers after a push or pop. Our own pushes may stack more
 /// tags than a received frame may carry, hence the higher limit; a frame
 /// that still cannot be parsed gets an empty layout, so later L3/L4
@@ -363,6 +391,7 @@ mod tests {
             &mut Vec::new(),
             &mut controller,
             0,
+            &mut crate::datapath::meter::Meters::default(),
             &mut scratch.stage(Instant::now()),
         );
         assert!(r.drop.is_none() && !r.policy_drop);

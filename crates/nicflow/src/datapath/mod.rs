@@ -23,6 +23,7 @@ pub mod ct;
 pub mod ct_offload;
 pub mod emc;
 pub mod execute;
+pub mod meter;
 pub mod offload;
 
 pub use action::{format_actions, DpAction, DropReason};
@@ -265,6 +266,8 @@ pub struct Datapath {
     stats: DpStats,
     pub(crate) pool: Vec<PacketBuf>,
     controller: VecDeque<ControllerPacket>,
+    /// The bridge's meters (`meter:N`), shared by every flow naming them.
+    pub meters: meter::Meters,
     /// The engine flows are offloaded to (the bridge's XDP program), if any.
     offload: Option<Box<dyn FlowOffload>>,
     /// The bridge's connection tracker, run by `ct` datapath actions.
@@ -295,6 +298,7 @@ impl Datapath {
             stats: DpStats::new(),
             pool: Vec::new(),
             controller: VecDeque::new(),
+            meters: meter::Meters::default(),
             offload: None,
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
@@ -626,6 +630,7 @@ impl Datapath {
             &mut self.pool,
             &mut self.controller,
             self.cfg.controller_queue_len,
+            &mut self.meters,
             &mut stage,
         );
         // The packet went through the tracker here: if it ended or changed

@@ -15,6 +15,7 @@
 pub mod flow_mod;
 pub mod group;
 pub mod mac_learning;
+pub mod meter;
 pub mod xlate;
 
 use crate::datapath::{RuleRef, UpcallHandler, XlateOut};
@@ -39,6 +40,9 @@ pub enum OfprotoError {
     /// `group:N` for a group that does not exist (OFPBAC_BAD_OUT_GROUP).
     #[error("group:{0}: group {0} does not exist (add it with add-group first)")]
     BadOutGroup(u32),
+    /// `meter:N` for a meter that does not exist (OFPMMFC_UNKNOWN_METER).
+    #[error("meter:{0}: meter {0} does not exist (add it with add-meter first)")]
+    UnknownMeter(u32),
     #[error(transparent)]
     Group(#[from] GroupError),
 }
@@ -150,6 +154,8 @@ pub struct Ofproto {
     /// Rules with `SEND_FLOW_REM` that left, waiting for the controller
     /// connections ([`Ofproto::take_flow_removed`]).
     removed: Vec<flow_mod::RemovedRule>,
+    /// Meters by id (configuration; the buckets are the datapath's).
+    meters: std::collections::BTreeMap<u32, nicflow_ofctl::meter::MeterSpec>,
 }
 
 impl Default for Ofproto {
@@ -164,6 +170,7 @@ impl Ofproto {
             tables: (0..N_TABLES).map(|_| None).collect(),
             frozen: Default::default(),
             removed: Vec::new(),
+            meters: Default::default(),
             thawed: Default::default(),
             next_recirc: 0,
             mac: MacTable::default(),
@@ -237,10 +244,14 @@ impl Ofproto {
     pub(crate) fn check_spec(&self, spec: &FlowSpec) -> Result<(), OfprotoError> {
         Self::validate(spec)?;
         for a in &spec.actions {
-            if let Action::Group(g) = a {
-                if !self.groups.contains(*g) {
+            match a {
+                Action::Group(g) if !self.groups.contains(*g) => {
                     return Err(OfprotoError::BadOutGroup(*g));
                 }
+                Action::Meter(m) if !self.meters.contains_key(m) => {
+                    return Err(OfprotoError::UnknownMeter(*m));
+                }
+                _ => {}
             }
         }
         Ok(())

@@ -229,6 +229,10 @@ impl Ctx<'_> {
             Action::Flood | Action::All => self.flood(),
             Action::Local => self.output_port(ofp::LOCAL),
             Action::Controller { max_len } => self.controller(*max_len, table_id),
+            Action::Meter(id) => {
+                self.commit();
+                self.actions.push(DpAction::Meter(*id));
+            }
             Action::SetField { field, value, mask } => self.set_field(*field, *value, *mask),
             Action::PushVlan(tpid) => self.push_vlan(*tpid),
             Action::PopVlan => self.pop_vlan(),

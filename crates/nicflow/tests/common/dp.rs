@@ -131,6 +131,7 @@ pub fn userspace_exec(frame: &[u8], actions: &[DpAction]) -> (ExecResult, TxBatc
         &mut Vec::new(),
         &mut VecDeque::new(),
         16,
+        &mut nicflow::datapath::meter::Meters::default(),
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     (r, tx)

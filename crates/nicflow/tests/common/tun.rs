@@ -93,6 +93,7 @@ pub fn userspace_on(
         &mut pool,
         &mut ctl,
         16,
+        &mut nicflow::datapath::meter::Meters::default(),
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     match tx.pkts.pop() {

@@ -14,6 +14,7 @@
 //! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
 //! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
 //! | `action:controller` | a copy to the controller needs userspace |
+//! | `action:meter` | meters run in userspace only (no kernel token buckets yet) |
 //! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
 //! | `action-after-output` | the output must be the last action |
 //! | `action:output-unmapped` | the output port has no devmap slot (not an XDP-capable port) |
@@ -478,6 +479,7 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
+            DpAction::Meter(_) => return Err(no("action:meter")),
             DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
                 return Err(no("ct:userspace"))
             }

@@ -1,0 +1,787 @@
+//! Meaning: OpenFlow 1.3 instructions ⇄ nicflow's [`Action`] list.
+//!
+//! nicflow's slow path runs one action list per rule, `goto_table` last,
+//! with no action set. So `APPLY_ACTIONS` maps action by action,
+//! `WRITE_METADATA` becomes a `set_field` on `metadata` after them,
+//! `GOTO_TABLE` the final `goto_table`, `CLEAR_ACTIONS` is a no-op (the
+//! action set is always empty) and a non-empty `WRITE_ACTIONS` is refused
+//! with `OFPBIC_UNSUP_INST`. A `METER` instruction becomes the list's first
+//! action, `meter:N` (it runs before the others, as `ovs-ofctl` writes it).
+//!
+//! The other direction produces what `ovs-ofctl -O OpenFlow13` sends for
+//! the same rule text (checked against captured bytes in the tests):
+//! `mod_vlan_vid` pushes a tag first unless the match says there is one,
+//! partial field writes become `NXAST_REG_LOAD`s, whole-field writes
+//! `OFPAT_SET_FIELD`, `controller` an output to `OFPP_CONTROLLER`.
+
+use super::nx::{NxCt, NxNat, CT_F_COMMIT, CT_F_FORCE, CT_RECIRC_NONE};
+use super::nx::{NAT_F_DST, NAT_F_PERSISTENT, NAT_F_PROTO_HASH, NAT_F_PROTO_RANDOM, NAT_F_SRC};
+use super::{check_set_value, Instruction, OfAction};
+use crate::error::{e, BadAction, BadInstruction, OfpError};
+use crate::oxm::{OxmEntry, OxmField};
+use nicflow_flow::{ofp, Action, CtAction, CtNat, CtZone, Field, Match, NatKind};
+
+/// Largest group id (`OFPG_MAX`).
+const OFPG_MAX: u32 = 0xffff_ff00;
+/// `OFPR_ACTION`: the packet-in reason of a plain `controller` action.
+const OFPR_ACTION: u8 = 1;
+/// `OFPP_IN_PORT` as a 16-bit (Nicira) port.
+const NX_IN_PORT: u16 = 0xfff8;
+
+/// A rule's instructions as nicflow runs them.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Translated {
+    pub actions: Vec<Action>,
+}
+
+fn bad_inst(c: BadInstruction) -> OfpError {
+    OfpError::BadInstruction(c)
+}
+
+fn ones(bits: u32) -> u128 {
+    if bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    }
+}
+
+/// Translate a rule's instructions. `m` is the rule's match (set-field
+/// prerequisites are checked against it, as `ovs-ofctl` does), `table`
+/// the rule's table (`goto_table` must go forward).
+pub fn to_nicflow(insts: &[Instruction], m: &Match, table: u8) -> Result<Translated, OfpError> {
+    let mut seen = [false; 7];
+    let mut t = Translated::default();
+    let mut metadata = None;
+    let mut goto = None;
+    let mut meter = None;
+    for inst in insts {
+        let kind = match inst {
+            Instruction::GotoTable(_) => 1,
+            Instruction::WriteMetadata { .. } => 2,
+            Instruction::WriteActions(_) => 3,
+            Instruction::ApplyActions(_) => 4,
+            Instruction::ClearActions => 5,
+            Instruction::Meter(_) => 6,
+        };
+        if std::mem::replace(&mut seen[kind], true) {
+            // OpenFlow 1.3 has no "duplicate instruction" code.
+            return Err(bad_inst(BadInstruction::UNSUP_INST));
+        }
+        match inst {
+            Instruction::GotoTable(g) => {
+                if *g <= table || *g == 255 {
+                    return Err(bad_inst(BadInstruction::BAD_TABLE_ID));
+                }
+                goto = Some(*g);
+            }
+            Instruction::WriteMetadata { metadata: v, mask } => {
+                if *mask != 0 {
+                    metadata = Some((*v & *mask, *mask));
+                }
+            }
+            Instruction::WriteActions(a) => {
+                if !a.is_empty() {
+                    return Err(bad_inst(BadInstruction::UNSUP_INST));
+                }
+            }
+            Instruction::ApplyActions(a) => {
+                // Instructions run in a fixed order, whatever the wire order:
+                // apply first, so it goes to the front.
+                let mut acts = actions_to_nicflow(a, m)?;
+                acts.append(&mut t.actions);
+                t.actions = acts;
+            }
+            Instruction::ClearActions => {}
+            Instruction::Meter(id) => meter = Some(*id),
+        }
+    }
+    if let Some(id) = meter {
+        t.actions.insert(0, Action::Meter(id));
+    }
+    if let Some((v, mask)) = metadata {
+        t.actions.push(Action::SetField {
+            field: Field::Metadata,
+            value: v.into(),
+            mask: mask.into(),
+        });
+    }
+    if let Some(g) = goto {
+        t.actions.push(Action::GotoTable(g));
+    }
+    Ok(t)
+}
+
+/// Translate an action list (apply-actions, a group bucket, a packet-out).
+pub fn actions_to_nicflow(acts: &[OfAction], m: &Match) -> Result<Vec<Action>, OfpError> {
+    let mut out = Vec::with_capacity(acts.len());
+    for a in acts {
+        if let Some(x) = action_to_nicflow(a, m)? {
+            out.push(x);
+        }
+    }
+    Ok(out)
+}
+
+fn output(port: u32, max_len: u16) -> Result<Action, OfpError> {
+    Ok(match port {
+        ofp::IN_PORT => Action::InPort,
+        ofp::NORMAL => Action::Normal,
+        ofp::FLOOD => Action::Flood,
+        ofp::ALL => Action::All,
+        ofp::LOCAL => Action::Local,
+        ofp::CONTROLLER => Action::Controller { max_len },
+        1..=ofp::MAX => Action::Output(port),
+        _ => return Err(e::bac(BadAction::BAD_OUT_PORT)),
+    })
+}
+
+/// A 16-bit Nicira port widened to 32 bits.
+fn port16(p: u16) -> u32 {
+    if p >= 0xff00 {
+        u32::from(p) | 0xffff_0000
+    } else {
+        u32::from(p)
+    }
+}
+
+/// Write `value` under `mask` (wire terms) into wire field `f`.
+fn set_wire(f: OxmField, value: u128, mask: u128, m: &Match) -> Result<Option<Action>, OfpError> {
+    let d = f.def();
+    let full = ones(f.wire_bits());
+    match f {
+        OxmField::VlanVid if mask & full == full => {
+            return Ok(Some(Action::ModVlanVid((value & 0xfff) as u16)))
+        }
+        OxmField::VlanPcp if mask & full == full => {
+            return Ok(Some(Action::ModVlanPcp((value & 7) as u8)))
+        }
+        _ => {}
+    }
+    if !d.field.settable() {
+        return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+    }
+    if !d.pre.satisfied(m.key(), &m.mask().0) {
+        return Err(e::bac(BadAction::MATCH_INCONSISTENT));
+    }
+    let nf_mask = f.to_nicflow(mask) & d.bits;
+    if nf_mask == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Action::SetField {
+        field: d.field,
+        value: f.to_nicflow(value) & nf_mask,
+        mask: nf_mask,
+    }))
+}
+
+/// A wire field's bits `ofs..ofs+n` as nicflow field bits.
+fn subfield(f: OxmField, ofs: u16, n: u16) -> Result<(Field, u8), OfpError> {
+    let d = f.def();
+    let nf_ofs = u32::from(ofs) + u32::from(d.shift);
+    let bits = ones(n.into()).checked_shl(nf_ofs).unwrap_or(0);
+    if n == 0 || bits == 0 || bits & !d.bits != 0 {
+        return Err(e::bac(BadAction::BAD_SET_LEN));
+    }
+    Ok((d.field, nf_ofs as u8))
+}
+
+fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
+    if ct.alg != 0 {
+        // nicflow's tracker has no application-layer gateways.
+        return Err(e::BAC_BAD_ARG);
+    }
+    let commit = ct.flags & CT_F_COMMIT != 0;
+    let zone = match ct.zone_src {
+        None => CtZone::Imm(ct.zone),
+        Some(f) => {
+            let (ofs, n) = (ct.zone >> 6, (ct.zone & 63) + 1);
+            let (field, ofs) = subfield(f, ofs, n)?;
+            CtZone::Field {
+                field,
+                ofs,
+                nbits: n as u8,
+            }
+        }
+    };
+    let mut c = CtAction {
+        commit,
+        force: ct.flags & CT_F_FORCE != 0,
+        zone,
+        table: (ct.recirc_table != CT_RECIRC_NONE).then_some(ct.recirc_table),
+        set_mark: None,
+        set_label: None,
+        nat: None,
+    };
+    for a in &ct.actions {
+        let (f, v, mask) = match a {
+            OfAction::Nat(n) => {
+                if c.nat.is_some() {
+                    return Err(e::BAC_BAD_ARG);
+                }
+                if !commit && (n.flags != 0 || n.addr_min.is_some()) {
+                    return Err(e::BAC_BAD_ARG);
+                }
+                c.nat = Some(nat_to_nicflow(n));
+                continue;
+            }
+            OfAction::SetField(en) => (en.field, en.value, ones(en.field.wire_bits())),
+            OfAction::RegLoad2(en) => (
+                en.field,
+                en.value,
+                en.mask.unwrap_or(ones(en.field.wire_bits())),
+            ),
+            OfAction::RegLoad {
+                dst,
+                ofs,
+                n_bits,
+                value,
+            } => (
+                *dst,
+                u128::from(*value) << ofs,
+                ones((*n_bits).into()) << ofs,
+            ),
+            _ => return Err(e::BAC_BAD_ARG),
+        };
+        if !commit {
+            return Err(e::BAC_BAD_ARG);
+        }
+        match f {
+            OxmField::CtMark => {
+                let (ov, om) = c.set_mark.unwrap_or((0, 0));
+                let (v, mask) = (v as u32, mask as u32);
+                c.set_mark = Some(((ov & !mask) | (v & mask), om | mask));
+            }
+            OxmField::CtLabel => {
+                let (ov, om) = c.set_label.unwrap_or((0, 0));
+                c.set_label = Some(((ov & !mask) | (v & mask), om | mask));
+            }
+            _ => return Err(e::BAC_BAD_ARG),
+        }
+    }
+    Ok(Action::Ct(c))
+}
+
+fn nat_to_nicflow(n: &NxNat) -> CtNat {
+    CtNat {
+        kind: if n.flags & NAT_F_SRC != 0 {
+            Some(NatKind::Src)
+        } else if n.flags & NAT_F_DST != 0 {
+            Some(NatKind::Dst)
+        } else {
+            None
+        },
+        addr: n.addr_min.map(|min| (min, n.addr_max.unwrap_or(min))),
+        ports: n.proto_min.map(|min| (min, n.proto_max.unwrap_or(min))),
+        persistent: n.flags & NAT_F_PERSISTENT != 0,
+        hash: n.flags & NAT_F_PROTO_HASH != 0,
+        random: n.flags & NAT_F_PROTO_RANDOM != 0,
+    }
+}
+
+fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError> {
+    Ok(Some(match a {
+        OfAction::Output { port, max_len } => output(*port, *max_len)?,
+        OfAction::Group(g) => {
+            if *g > OFPG_MAX {
+                return Err(e::bac(BadAction::BAD_OUT_GROUP));
+            }
+            Action::Group(*g)
+        }
+        OfAction::SetField(en) => {
+            check_set_value(en)?;
+            return set_wire(en.field, en.value, ones(en.field.wire_bits()), m);
+        }
+        OfAction::RegLoad2(en) => {
+            let mask = en.mask.unwrap_or(ones(en.field.wire_bits()));
+            return set_wire(en.field, en.value, mask, m);
+        }
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            n_bits,
+            value,
+        } => {
+            let mask = ones((*n_bits).into()) << ofs;
+            return set_wire(*dst, u128::from(*value) << ofs, mask, m);
+        }
+        OfAction::PushVlan(t) => match *t {
+            0x8100 | 0x88a8 => Action::PushVlan(*t),
+            _ => return Err(e::BAC_BAD_ARG),
+        },
+        OfAction::PopVlan => Action::PopVlan,
+        OfAction::SetNwTtl(t) => {
+            if !OxmField::IpTtl.def().pre.satisfied(m.key(), &m.mask().0) {
+                return Err(e::bac(BadAction::MATCH_INCONSISTENT));
+            }
+            Action::SetField {
+                field: Field::NwTtl,
+                value: (*t).into(),
+                mask: 0xff,
+            }
+        }
+        OfAction::DecNwTtl => Action::DecTtl,
+        OfAction::Resubmit { in_port, table } => Action::Resubmit {
+            port: (*in_port != NX_IN_PORT).then(|| port16(*in_port)),
+            table: table.filter(|t| *t != 255),
+        },
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            n_bits,
+        } => {
+            let (sf, so) = subfield(*src, *src_ofs, *n_bits)?;
+            let (df, dof) = subfield(*dst, *dst_ofs, *n_bits)?;
+            if !df.settable() {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            Action::Move {
+                src: sf,
+                src_ofs: so,
+                dst: df,
+                dst_ofs: dof,
+                n_bits: *n_bits as u8,
+            }
+        }
+        OfAction::Controller {
+            max_len,
+            controller_id,
+            reason,
+        } => {
+            if *controller_id != 0 || *reason != OFPR_ACTION {
+                return Err(e::BAC_BAD_ARG);
+            }
+            Action::Controller { max_len: *max_len }
+        }
+        OfAction::Ct(ct) => ct_to_nicflow(ct)?,
+        // NAT only makes sense inside ct(...).
+        OfAction::Nat(_) => return Err(e::BAC_BAD_ARG),
+        OfAction::CtClear => Action::CtClear,
+        // nicflow has no output-to-register.
+        OfAction::OutputReg { .. } => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
+    }))
+}
+
+/// Encode a nicflow rule's actions as OpenFlow 1.3 instructions, as
+/// `ovs-ofctl -O OpenFlow13` would for the same rule (`m` is the rule's
+/// match: it decides `tcp_src` vs `udp_src` and whether `mod_vlan_vid`
+/// pushes a tag).
+pub fn from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<Instruction>, OfpError> {
+    let (body, goto) = match actions.split_last() {
+        Some((Action::GotoTable(t), rest)) => (rest, Some(*t)),
+        _ => (actions, None),
+    };
+    let mut insts = Vec::new();
+    let body = match body.split_first() {
+        Some((Action::Meter(id), rest)) => {
+            insts.push(Instruction::Meter(*id));
+            rest
+        }
+        _ => body,
+    };
+    let acts = actions_from_nicflow(body, m)?;
+    if !acts.is_empty() {
+        insts.push(Instruction::ApplyActions(acts));
+    }
+    if let Some(t) = goto {
+        insts.push(Instruction::GotoTable(t));
+    }
+    Ok(insts)
+}
+
+/// Encode an action list without `goto_table` (group buckets, packet-out).
+pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfAction>, OfpError> {
+    let (tci, tci_mask) = m.get(Field::VlanTci);
+    let mut has_vlan = tci_mask & 0x1000 != 0 && tci & 0x1000 != 0;
+    let mut out = Vec::new();
+    let port = |p: u32| OfAction::Output {
+        port: p,
+        max_len: 0,
+    };
+    for a in actions {
+        match a {
+            Action::Output(p) => out.push(port(*p)),
+            Action::InPort => out.push(port(ofp::IN_PORT)),
+            Action::Normal => out.push(port(ofp::NORMAL)),
+            Action::Flood => out.push(port(ofp::FLOOD)),
+            Action::All => out.push(port(ofp::ALL)),
+            Action::Local => out.push(port(ofp::LOCAL)),
+            Action::Controller { max_len } => out.push(OfAction::Output {
+                port: ofp::CONTROLLER,
+                max_len: *max_len,
+            }),
+            Action::SetField { field, value, mask } => {
+                write_field(*field, *value, *mask, m, &mut out)?
+            }
+            Action::PushVlan(t) => {
+                has_vlan = true;
+                out.push(OfAction::PushVlan(*t));
+            }
+            Action::PopVlan => {
+                has_vlan = false;
+                out.push(OfAction::PopVlan);
+            }
+            Action::ModVlanVid(vid) => {
+                if !has_vlan {
+                    out.push(OfAction::PushVlan(0x8100));
+                    has_vlan = true;
+                }
+                out.push(OfAction::SetField(OxmEntry {
+                    field: OxmField::VlanVid,
+                    value: u128::from(vid & 0xfff) | 0x1000,
+                    mask: None,
+                }));
+            }
+            Action::ModVlanPcp(pcp) => {
+                if !has_vlan {
+                    out.push(OfAction::PushVlan(0x8100));
+                    has_vlan = true;
+                }
+                out.push(OfAction::SetField(OxmEntry {
+                    field: OxmField::VlanPcp,
+                    value: u128::from(pcp & 7),
+                    mask: None,
+                }));
+            }
+            Action::DecTtl => out.push(OfAction::DecNwTtl),
+            Action::GotoTable(_) => return Err(e::BAC_BAD_ARG),
+            Action::Resubmit { port, table } => {
+                let in_port = match port {
+                    None => NX_IN_PORT,
+                    Some(p) if *p < 0xff00 => *p as u16,
+                    Some(p) if *p >= 0xffff_ff00 => (*p & 0xffff) as u16,
+                    Some(_) => return Err(e::BAC_BAD_ARG),
+                };
+                out.push(OfAction::Resubmit {
+                    in_port,
+                    table: Some(table.unwrap_or(255)),
+                });
+            }
+            Action::Move {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } => {
+                let s = OxmField::for_nicflow(*src).ok_or(e::BAC_BAD_ARG)?;
+                let d = OxmField::for_nicflow(*dst).ok_or(e::BAC_BAD_ARG)?;
+                out.push(OfAction::RegMove {
+                    src: s,
+                    src_ofs: (*src_ofs).into(),
+                    dst: d,
+                    dst_ofs: (*dst_ofs).into(),
+                    n_bits: (*n_bits).into(),
+                });
+            }
+            Action::Ct(c) => out.push(ct_from_nicflow(c, m)?),
+            Action::CtClear => out.push(OfAction::CtClear),
+            Action::Group(g) => out.push(OfAction::Group(*g)),
+            // Only a rule's first action: an instruction, not an action.
+            Action::Meter(_) => return Err(e::bac(BadAction::BAD_TYPE)),
+        }
+    }
+    Ok(out)
+}
+
+fn ct_from_nicflow(c: &CtAction, m: &Match) -> Result<OfAction, OfpError> {
+    let (zone_src, zone) = match c.zone {
+        CtZone::Imm(z) => (None, z),
+        CtZone::Field { field, ofs, nbits } => (
+            Some(OxmField::for_nicflow(field).ok_or(e::BAC_BAD_ARG)?),
+            super::nx::ofs_nbits(ofs.into(), nbits),
+        ),
+    };
+    let mut actions = Vec::new();
+    if let Some(n) = &c.nat {
+        let mut flags = 0;
+        match n.kind {
+            Some(NatKind::Src) => flags |= NAT_F_SRC,
+            Some(NatKind::Dst) => flags |= NAT_F_DST,
+            None => {}
+        }
+        if n.persistent {
+            flags |= NAT_F_PERSISTENT;
+        }
+        if n.hash {
+            flags |= NAT_F_PROTO_HASH;
+        }
+        if n.random {
+            flags |= NAT_F_PROTO_RANDOM;
+        }
+        let (addr_min, addr_max) = match n.addr {
+            Some((a, b)) => (Some(a), (a != b).then_some(b)),
+            None => (None, None),
+        };
+        let (proto_min, proto_max) = match n.ports {
+            Some((a, b)) => (Some(a), (a != b).then_some(b)),
+            None => (None, None),
+        };
+        actions.push(OfAction::Nat(NxNat {
+            flags,
+            addr_min,
+            addr_max,
+            proto_min,
+            proto_max,
+        }));
+    }
+    if let Some((v, mask)) = c.set_mark {
+        write_field(Field::CtMark, v.into(), mask.into(), m, &mut actions)?;
+    }
+    if let Some((v, mask)) = c.set_label {
+        write_field(Field::CtLabel, v, mask, m, &mut actions)?;
+    }
+    let mut flags = 0;
+    if c.commit {
+        flags |= CT_F_COMMIT;
+    }
+    if c.force {
+        flags |= CT_F_FORCE;
+    }
+    Ok(OfAction::Ct(NxCt {
+        flags,
+        zone_src,
+        zone,
+        recirc_table: c.table.unwrap_or(CT_RECIRC_NONE),
+        alg: 0,
+        actions,
+    }))
+}
+
+/// The wire field `set_field` on nicflow field `f` uses under match `m`.
+fn wire_field_for_set(f: Field, m: &Match) -> Result<OxmField, OfpError> {
+    let proto = (m.mask().0.nw_proto == 0xff).then_some(m.key().nw_proto);
+    Ok(match (f, proto) {
+        (Field::TpSrc, Some(17)) => OxmField::UdpSrc,
+        (Field::TpDst, Some(17)) => OxmField::UdpDst,
+        (Field::TpSrc, Some(132)) => OxmField::SctpSrc,
+        (Field::TpDst, Some(132)) => OxmField::SctpDst,
+        _ => OxmField::for_nicflow(f).ok_or(e::BAC_BAD_ARG)?,
+    })
+}
+
+/// Encode a write of `value` under `mask` (nicflow terms) into `f`:
+/// `OFPAT_SET_FIELD` for a whole field, `NXAST_REG_LOAD`s (one per run of
+/// mask bits, at most 64 bits each) otherwise, as Open vSwitch does.
+fn write_field(
+    f: Field,
+    value: u128,
+    mask: u128,
+    m: &Match,
+    out: &mut Vec<OfAction>,
+) -> Result<(), OfpError> {
+    let exact = |field: OxmField, v: u128| {
+        OfAction::SetField(OxmEntry {
+            field,
+            value: v,
+            mask: None,
+        })
+    };
+    if f == Field::NwTos {
+        let (v, mask) = (value as u8, mask as u8);
+        if mask & 0xfc == 0xfc {
+            out.push(exact(OxmField::IpDscp, u128::from(v >> 2)));
+        }
+        if mask & 0x03 == 0x03 {
+            out.push(exact(OxmField::IpEcn, u128::from(v & 3)));
+        }
+        let rest = mask
+            & !(if mask & 0xfc == 0xfc { 0xfc } else { 0 })
+            & !(if mask & 0x03 == 0x03 { 0x03 } else { 0 });
+        if rest & 0xfc != 0 {
+            reg_loads(OxmField::IpTos, v.into(), (rest & 0xfc).into(), out);
+        }
+        if rest & 0x03 != 0 {
+            reg_loads(OxmField::IpEcn, (v & 3).into(), (rest & 3).into(), out);
+        }
+        return Ok(());
+    }
+    if f == Field::NwTtl && mask & 0xff == 0xff {
+        out.push(OfAction::SetNwTtl(value as u8));
+        return Ok(());
+    }
+    let wf = wire_field_for_set(f, m)?;
+    let d = wf.def();
+    let wire_mask = wf.from_nicflow(mask & d.bits);
+    let wire_value = wf.from_nicflow(value & mask & d.bits);
+    if wire_mask == 0 {
+        return Ok(());
+    }
+    if wire_mask == wf.from_nicflow(d.bits) {
+        out.push(exact(wf, wire_value));
+    } else {
+        reg_loads(wf, wire_value, wire_mask, out);
+    }
+    Ok(())
+}
+
+/// One `NXAST_REG_LOAD` per run of consecutive mask bits (≤ 64 bits each).
+fn reg_loads(f: OxmField, value: u128, mask: u128, out: &mut Vec<OfAction>) {
+    let width = f.wire_bits();
+    let mut ofs = 0u32;
+    while ofs < width {
+        if mask >> ofs & 1 == 0 {
+            ofs += 1;
+            continue;
+        }
+        let mut n = 0u32;
+        while ofs + n < width && n < 64 && mask >> (ofs + n) & 1 == 1 {
+            n += 1;
+        }
+        out.push(OfAction::RegLoad {
+            dst: f,
+            ofs: ofs as u16,
+            n_bits: n as u8,
+            value: ((value >> ofs) & ones(n)) as u64,
+        });
+        ofs += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oxm::{apply_entry, OxmEntry};
+
+    fn tcp_match() -> Match {
+        let mut m = Match::catchall();
+        for (field, value) in [(OxmField::EthType, 0x0800), (OxmField::IpProto, 6)] {
+            let e = OxmEntry {
+                field,
+                value,
+                mask: None,
+            };
+            apply_entry(&mut m, e).unwrap();
+        }
+        m
+    }
+
+    fn set(field: OxmField, value: u128) -> OfAction {
+        OfAction::SetField(OxmEntry {
+            field,
+            value,
+            mask: None,
+        })
+    }
+
+    #[test]
+    fn refusals() {
+        let m = tcp_match();
+        let apply = |a: OfAction| to_nicflow(&[Instruction::ApplyActions(vec![a])], &m, 0);
+        let bac = |c| Err(OfpError::BadAction(c));
+        let bic = |c| Err(OfpError::BadInstruction(c));
+        // No action set in nicflow.
+        assert_eq!(
+            to_nicflow(
+                &[Instruction::WriteActions(vec![OfAction::DecNwTtl])],
+                &m,
+                0
+            ),
+            bic(BadInstruction::UNSUP_INST)
+        );
+        assert!(to_nicflow(&[Instruction::WriteActions(vec![])], &m, 0).is_ok());
+        // goto_table must go forward.
+        assert_eq!(
+            to_nicflow(&[Instruction::GotoTable(3)], &m, 3),
+            bic(BadInstruction::BAD_TABLE_ID)
+        );
+        assert_eq!(
+            to_nicflow(
+                &[Instruction::ClearActions, Instruction::ClearActions],
+                &m,
+                0
+            ),
+            bic(BadInstruction::UNSUP_INST)
+        );
+        // udp_dst on a tcp rule; eth_type is not writable.
+        assert_eq!(
+            apply(set(OxmField::UdpDst, 53)),
+            bac(BadAction::MATCH_INCONSISTENT)
+        );
+        assert_eq!(
+            apply(set(OxmField::EthType, 0x86dd)),
+            bac(BadAction::BAD_SET_ARGUMENT)
+        );
+        assert_eq!(
+            apply(OfAction::Output {
+                port: 0xffff_ffff,
+                max_len: 0
+            }),
+            bac(BadAction::BAD_OUT_PORT)
+        );
+        assert_eq!(
+            apply(OfAction::PushVlan(0x0800)),
+            bac(BadAction::BAD_ARGUMENT)
+        );
+    }
+
+    #[test]
+    fn instruction_order_is_fixed() {
+        let m = tcp_match();
+        let t = to_nicflow(
+            &[
+                Instruction::GotoTable(5),
+                Instruction::WriteMetadata {
+                    metadata: 0x13,
+                    mask: 0xf,
+                },
+                Instruction::ApplyActions(vec![set(OxmField::TcpDst, 80)]),
+                Instruction::Meter(7),
+            ],
+            &m,
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            t.actions,
+            vec![
+                Action::Meter(7),
+                Action::SetField {
+                    field: Field::TpDst,
+                    value: 80,
+                    mask: 0xffff
+                },
+                Action::SetField {
+                    field: Field::Metadata,
+                    value: 3,
+                    mask: 0xf
+                },
+                Action::GotoTable(5)
+            ]
+        );
+    }
+
+    #[test]
+    fn partial_writes_become_reg_loads() {
+        let mut out = Vec::new();
+        write_field(
+            Field::XXReg(0),
+            0xabc << 40,
+            ((1u128 << 70) - 1) << 40,
+            &Match::catchall(),
+            &mut out,
+        )
+        .unwrap();
+        // 70 bits from bit 40: one 64-bit load and one 6-bit load.
+        assert_eq!(out.len(), 2);
+        assert!(matches!(
+            out[0],
+            OfAction::RegLoad {
+                ofs: 40,
+                n_bits: 64,
+                value: 0xabc,
+                ..
+            }
+        ));
+        assert!(matches!(
+            out[1],
+            OfAction::RegLoad {
+                ofs: 104,
+                n_bits: 6,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,492 @@
+//! Nicira extension actions (`OFPAT_EXPERIMENTER`, vendor 0x00002320), the
+//! ones `ovs-ofctl` emits for nicflow's extras: `resubmit`, `move`,
+//! `load` / masked `set_field`, `ct(...)` with nested `nat` and
+//! `ct_mark`/`ct_label` writes, `ct_clear`, `output:REG`, `controller(...)`.
+//! Layouts follow Open vSwitch's `lib/ofp-actions.c`.
+
+use super::{decode_actions, encode_actions, OfAction};
+use crate::error::{e, BadAction, OfpError};
+use crate::oxm::{self, table::NX_EXPERIMENTER, Ctx, OxmField};
+use crate::wire::{self, Reader};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// `NXAST_*` subtypes.
+pub mod nxast {
+    pub const RESUBMIT: u16 = 1;
+    pub const REG_MOVE: u16 = 6;
+    pub const REG_LOAD: u16 = 7;
+    pub const RESUBMIT_TABLE: u16 = 14;
+    pub const OUTPUT_REG: u16 = 15;
+    pub const CONTROLLER: u16 = 20;
+    pub const REG_LOAD2: u16 = 33;
+    pub const CT: u16 = 35;
+    pub const NAT: u16 = 36;
+    pub const CT_CLEAR: u16 = 43;
+}
+
+/// `NX_CT_F_*`.
+pub const CT_F_COMMIT: u16 = 1;
+pub const CT_F_FORCE: u16 = 2;
+/// `NX_CT_RECIRC_NONE`.
+pub const CT_RECIRC_NONE: u8 = 0xff;
+
+/// `NX_NAT_F_*`.
+pub const NAT_F_SRC: u16 = 1;
+pub const NAT_F_DST: u16 = 2;
+pub const NAT_F_PERSISTENT: u16 = 4;
+pub const NAT_F_PROTO_HASH: u16 = 8;
+pub const NAT_F_PROTO_RANDOM: u16 = 16;
+const NAT_F_MASK: u16 = 31;
+
+const RANGE_IPV4_MIN: u16 = 1;
+const RANGE_IPV4_MAX: u16 = 2;
+const RANGE_IPV6_MIN: u16 = 4;
+const RANGE_IPV6_MAX: u16 = 8;
+const RANGE_PROTO_MIN: u16 = 16;
+const RANGE_PROTO_MAX: u16 = 32;
+
+/// `NXAST_CT` as on the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NxCt {
+    /// `NX_CT_F_*`.
+    pub flags: u16,
+    /// The zone comes from bits of this field (`zone` is then
+    /// `ofs << 6 | (n_bits - 1)`), or is the immediate `zone`.
+    pub zone_src: Option<OxmField>,
+    pub zone: u16,
+    /// [`CT_RECIRC_NONE`] or a table to continue in.
+    pub recirc_table: u8,
+    /// Application-layer gateway port (0 = none).
+    pub alg: u16,
+    /// Nested actions: `NAT`, writes to `ct_mark` / `ct_label`.
+    pub actions: Vec<OfAction>,
+}
+
+/// `NXAST_NAT` as on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct NxNat {
+    /// `NX_NAT_F_*`.
+    pub flags: u16,
+    /// Both of one family.
+    pub addr_min: Option<IpAddr>,
+    pub addr_max: Option<IpAddr>,
+    pub proto_min: Option<u16>,
+    pub proto_max: Option<u16>,
+}
+
+/// `(ofs << 6) | (n_bits - 1)`.
+pub fn ofs_nbits(ofs: u16, n_bits: u8) -> u16 {
+    (ofs << 6) | u16::from(n_bits.saturating_sub(1) & 63)
+}
+
+fn split_ofs_nbits(v: u16) -> (u16, u8) {
+    (v >> 6, (v & 63) as u8 + 1)
+}
+
+/// Bits `ofs..ofs+n_bits` must lie inside `field`.
+fn check_range(field: OxmField, ofs: u16, n_bits: u32) -> Result<(), OfpError> {
+    if n_bits == 0 || u32::from(ofs) + n_bits > field.wire_bits() {
+        return Err(e::bac(BadAction::BAD_SET_LEN));
+    }
+    Ok(())
+}
+
+/// Decode the experimenter action in `a` (positioned after type and len).
+pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpError> {
+    let vendor = a.u32()?;
+    if vendor != NX_EXPERIMENTER {
+        return Err(e::bac(BadAction::BAD_EXPERIMENTER));
+    }
+    let subtype = a.u16()?;
+    let fixed = |want: usize| {
+        if len == want {
+            Ok(())
+        } else {
+            Err(e::BAC_BAD_LEN)
+        }
+    };
+    Ok(match subtype {
+        nxast::RESUBMIT | nxast::RESUBMIT_TABLE => {
+            fixed(16)?;
+            let in_port = a.u16()?;
+            let table = a.u8()?;
+            if subtype == nxast::RESUBMIT {
+                OfAction::Resubmit {
+                    in_port,
+                    table: None,
+                }
+            } else {
+                if a.rest().iter().any(|&b| b != 0) {
+                    return Err(e::BAC_BAD_ARG);
+                }
+                OfAction::Resubmit {
+                    in_port,
+                    table: Some(table),
+                }
+            }
+        }
+        nxast::REG_MOVE => {
+            if len < 24 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let n_bits = a.u16()?;
+            let src_ofs = a.u16()?;
+            let dst_ofs = a.u16()?;
+            let (src, _) = oxm::read_field_header(a, Ctx::Action)?;
+            let (dst, _) = oxm::read_field_header(a, Ctx::Action)?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(src, src_ofs, n_bits.into())?;
+            check_range(dst, dst_ofs, n_bits.into())?;
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            }
+        }
+        nxast::REG_LOAD => {
+            fixed(24)?;
+            let (ofs, n_bits) = split_ofs_nbits(a.u16()?);
+            let (dst, hasmask) = oxm::read_field_header(a, Ctx::Action)?;
+            let value = a.u64()?;
+            if hasmask {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            check_range(dst, ofs, n_bits.into())?;
+            if n_bits < 64 && value >> n_bits != 0 {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::RegLoad {
+                dst,
+                ofs,
+                n_bits,
+                value,
+            }
+        }
+        nxast::REG_LOAD2 => {
+            let entry = oxm::read_entry(a, Ctx::Action)?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            if entry.value & !entry.field.def().valid != 0 {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            OfAction::RegLoad2(entry)
+        }
+        nxast::OUTPUT_REG => {
+            fixed(24)?;
+            let (ofs, n_bits) = split_ofs_nbits(a.u16()?);
+            let (src, _) = oxm::read_field_header(a, Ctx::Action)?;
+            let max_len = a.u16()?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(src, ofs, n_bits.into())?;
+            OfAction::OutputReg {
+                src,
+                ofs,
+                n_bits,
+                max_len,
+            }
+        }
+        nxast::CONTROLLER => {
+            fixed(16)?;
+            let max_len = a.u16()?;
+            let controller_id = a.u16()?;
+            let reason = a.u8()?;
+            OfAction::Controller {
+                max_len,
+                controller_id,
+                reason,
+            }
+        }
+        nxast::CT => {
+            if len < 24 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let flags = a.u16()?;
+            let zone_src = a.u32()?;
+            let zone = a.u16()?;
+            let recirc_table = a.u8()?;
+            a.pad(3)?;
+            let alg = a.u16()?;
+            let zone_src = if zone_src == 0 {
+                None
+            } else {
+                let b = zone_src.to_be_bytes();
+                let (f, _) =
+                    oxm::read_field_header(&mut Reader::new(&b, e::BAC_BAD_LEN), Ctx::Action)?;
+                let (ofs, n_bits) = split_ofs_nbits(zone);
+                check_range(f, ofs, n_bits.into())?;
+                if n_bits != 16 {
+                    return Err(e::bac(BadAction::BAD_SET_LEN));
+                }
+                Some(f)
+            };
+            if flags & !(CT_F_COMMIT | CT_F_FORCE) != 0
+                || (flags & CT_F_FORCE != 0 && flags & CT_F_COMMIT == 0)
+            {
+                return Err(e::BAC_BAD_ARG);
+            }
+            let actions = decode_actions(a.rest())?;
+            for n in &actions {
+                let ok = match n {
+                    OfAction::Nat(_) => true,
+                    OfAction::SetField(en) | OfAction::RegLoad2(en) => {
+                        matches!(en.field, OxmField::CtMark | OxmField::CtLabel)
+                    }
+                    OfAction::RegLoad { dst, .. } => {
+                        matches!(dst, OxmField::CtMark | OxmField::CtLabel)
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    return Err(e::BAC_BAD_ARG);
+                }
+            }
+            OfAction::Ct(NxCt {
+                flags,
+                zone_src,
+                zone,
+                recirc_table,
+                alg,
+                actions,
+            })
+        }
+        nxast::NAT => OfAction::Nat(decode_nat(a)?),
+        nxast::CT_CLEAR => {
+            fixed(16)?;
+            OfAction::CtClear
+        }
+        _ => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
+    })
+}
+
+fn decode_nat(a: &mut Reader<'_>) -> Result<NxNat, OfpError> {
+    a.pad(2)?;
+    let flags = a.u16()?;
+    let present = a.u16()?;
+    let bad = e::BAC_BAD_ARG;
+    if flags & !NAT_F_MASK != 0
+        || (flags & NAT_F_SRC != 0 && flags & NAT_F_DST != 0)
+        || (flags & NAT_F_PROTO_HASH != 0 && flags & NAT_F_PROTO_RANDOM != 0)
+        || present & !63 != 0
+    {
+        return Err(bad);
+    }
+    let mut opts = Reader::new(a.rest(), bad);
+    let mut nat = NxNat {
+        flags,
+        ..NxNat::default()
+    };
+    let v4 = present & (RANGE_IPV4_MIN | RANGE_IPV4_MAX) != 0;
+    let v6 = present & (RANGE_IPV6_MIN | RANGE_IPV6_MAX) != 0;
+    if v4 && v6 {
+        return Err(bad);
+    }
+    if v4 {
+        if present & RANGE_IPV4_MIN == 0 {
+            return Err(bad);
+        }
+        let min = Ipv4Addr::from(opts.u32()?);
+        if min.is_unspecified() {
+            return Err(bad);
+        }
+        nat.addr_min = Some(min.into());
+        if present & RANGE_IPV4_MAX != 0 {
+            let max = Ipv4Addr::from(opts.u32()?);
+            if max < min {
+                return Err(bad);
+            }
+            nat.addr_max = Some(max.into());
+        }
+    } else if v6 {
+        if present & RANGE_IPV6_MIN == 0 {
+            return Err(bad);
+        }
+        let min = Ipv6Addr::from(opts.array::<16>()?);
+        if min.is_unspecified() {
+            return Err(bad);
+        }
+        nat.addr_min = Some(min.into());
+        if present & RANGE_IPV6_MAX != 0 {
+            let max = Ipv6Addr::from(opts.array::<16>()?);
+            if max < min {
+                return Err(bad);
+            }
+            nat.addr_max = Some(max.into());
+        }
+    }
+    if present & (RANGE_PROTO_MIN | RANGE_PROTO_MAX) != 0 {
+        if present & RANGE_PROTO_MIN == 0 || nat.addr_min.is_none() {
+            return Err(bad);
+        }
+        let min = opts.u16()?;
+        nat.proto_min = Some(min);
+        if present & RANGE_PROTO_MAX != 0 {
+            let max = opts.u16()?;
+            if max < min {
+                return Err(bad);
+            }
+            nat.proto_max = Some(max);
+        }
+    }
+    if opts.rest().iter().any(|&b| b != 0) {
+        return Err(bad);
+    }
+    Ok(nat)
+}
+
+/// Start an NX action: header with length 0 (patched by `finish`).
+fn start(out: &mut Vec<u8>, subtype: u16) -> usize {
+    let at = out.len();
+    wire::put_u16(out, super::ofpat::EXPERIMENTER);
+    wire::put_u16(out, 0);
+    wire::put_u32(out, NX_EXPERIMENTER);
+    wire::put_u16(out, subtype);
+    at
+}
+
+/// Pad to a multiple of 8 (at least `min` bytes) and patch the length.
+fn finish(out: &mut Vec<u8>, at: usize, min: usize) {
+    if out.len() - at < min {
+        wire::put_zeros(out, min - (out.len() - at));
+    }
+    wire::pad8_from(out, at);
+    let len = wire::len16(out, at);
+    wire::patch_u16(out, at + 2, len);
+}
+
+/// Encode a Nicira action.
+pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
+    match a {
+        OfAction::Resubmit { in_port, table } => {
+            let sub = if table.is_some() {
+                nxast::RESUBMIT_TABLE
+            } else {
+                nxast::RESUBMIT
+            };
+            let at = start(out, sub);
+            wire::put_u16(out, *in_port);
+            wire::put_u8(out, table.unwrap_or(0));
+            finish(out, at, 16);
+        }
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            n_bits,
+        } => {
+            let at = start(out, nxast::REG_MOVE);
+            wire::put_u16(out, *n_bits);
+            wire::put_u16(out, *src_ofs);
+            wire::put_u16(out, *dst_ofs);
+            oxm::write_field_header(out, *src, true);
+            oxm::write_field_header(out, *dst, true);
+            finish(out, at, 24);
+        }
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            n_bits,
+            value,
+        } => {
+            let at = start(out, nxast::REG_LOAD);
+            wire::put_u16(out, ofs_nbits(*ofs, *n_bits));
+            oxm::write_field_header(out, *dst, true);
+            wire::put_u64(out, *value);
+            finish(out, at, 24);
+        }
+        OfAction::RegLoad2(en) => {
+            let at = start(out, nxast::REG_LOAD2);
+            oxm::write_entry(out, en.field, true, en.value, en.mask);
+            finish(out, at, 16);
+        }
+        OfAction::OutputReg {
+            src,
+            ofs,
+            n_bits,
+            max_len,
+        } => {
+            let at = start(out, nxast::OUTPUT_REG);
+            wire::put_u16(out, ofs_nbits(*ofs, *n_bits));
+            oxm::write_field_header(out, *src, true);
+            wire::put_u16(out, *max_len);
+            finish(out, at, 24);
+        }
+        OfAction::Controller {
+            max_len,
+            controller_id,
+            reason,
+        } => {
+            let at = start(out, nxast::CONTROLLER);
+            wire::put_u16(out, *max_len);
+            wire::put_u16(out, *controller_id);
+            wire::put_u8(out, *reason);
+            finish(out, at, 16);
+        }
+        OfAction::Ct(ct) => {
+            let at = start(out, nxast::CT);
+            wire::put_u16(out, ct.flags);
+            match ct.zone_src {
+                Some(f) => oxm::write_field_header(out, f, true),
+                None => wire::put_u32(out, 0),
+            }
+            wire::put_u16(out, ct.zone);
+            wire::put_u8(out, ct.recirc_table);
+            wire::put_zeros(out, 3);
+            wire::put_u16(out, ct.alg);
+            encode_actions(&ct.actions, out);
+            finish(out, at, 24);
+        }
+        OfAction::Nat(nat) => {
+            let at = start(out, nxast::NAT);
+            wire::put_zeros(out, 2);
+            wire::put_u16(out, nat.flags);
+            let present_at = out.len();
+            wire::put_u16(out, 0);
+            let mut present = 0;
+            match (nat.addr_min, nat.addr_max) {
+                (Some(IpAddr::V4(min)), max) => {
+                    wire::put_u32(out, min.into());
+                    present |= RANGE_IPV4_MIN;
+                    if let Some(IpAddr::V4(max)) = max {
+                        wire::put_u32(out, max.into());
+                        present |= RANGE_IPV4_MAX;
+                    }
+                }
+                (Some(IpAddr::V6(min)), max) => {
+                    out.extend_from_slice(&min.octets());
+                    present |= RANGE_IPV6_MIN;
+                    if let Some(IpAddr::V6(max)) = max {
+                        out.extend_from_slice(&max.octets());
+                        present |= RANGE_IPV6_MAX;
+                    }
+                }
+                _ => {}
+            }
+            if nat.addr_min.is_some() {
+                if let Some(p) = nat.proto_min {
+                    wire::put_u16(out, p);
+                    present |= RANGE_PROTO_MIN;
+                    if let Some(p) = nat.proto_max {
+                        wire::put_u16(out, p);
+                        present |= RANGE_PROTO_MAX;
+                    }
+                }
+            }
+            wire::patch_u16(out, present_at, present);
+            finish(out, at, 16);
+        }
+        OfAction::CtClear => {
+            let at = start(out, nxast::CT_CLEAR);
+            finish(out, at, 16);
+        }
+        // Standard actions are encoded by the caller.
+        _ => unreachable!("not a Nicira action: {a:?}"),
+    }
+}

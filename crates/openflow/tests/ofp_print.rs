@@ -1,0 +1,434 @@
+//! What we encode, read back by Open vSwitch: each message nicflow would
+//! send is printed with `ovs-ofctl ofp-print HEX` and must decode without
+//! error and print the expected fields. Skipped (with a message) when
+//! `ovs-ofctl` is not installed.
+
+use nicflow_ofctl::{parse_flow, NumericPorts};
+use nicflow_openflow::action::{self, Instruction};
+use nicflow_openflow::msg::basic::{capabilities, SwitchFeatures};
+use nicflow_openflow::msg::flow::{ANY, NO_BUFFER};
+use nicflow_openflow::msg::group::Bucket;
+use nicflow_openflow::msg::meter::{BandKind, MeterBand};
+use nicflow_openflow::msg::multipart::*;
+use nicflow_openflow::msg::{self, hello, FlowMod, FlowModCommand, Message, PacketIn, Port};
+use nicflow_openflow::OfpError;
+use std::process::Command;
+
+fn ofp_print(m: &Message) -> Option<String> {
+    let mut b = Vec::new();
+    msg::encode(m, 0x42, &mut b).unwrap();
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let out = match Command::new("ovs-ofctl")
+        .arg("ofp-print")
+        .arg(&hex)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => {
+            eprintln!("ovs-ofctl not found: skipping the ofp-print cross-check");
+            return None;
+        }
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{hex}\n{text}");
+    assert!(
+        !text.contains("***") && !text.contains("WARN"),
+        "ovs-ofctl could not decode our {hex}:\n{text}"
+    );
+    Some(text)
+}
+
+fn check(m: Message, want: &[&str]) {
+    let Some(text) = ofp_print(&m) else { return };
+    for w in want {
+        assert!(text.contains(w), "missing {w:?} in:\n{text}");
+    }
+}
+
+fn rule(text: &str) -> (nicflow_flow::Match, Vec<Instruction>) {
+    let spec = parse_flow(text, &NumericPorts).unwrap();
+    let insts = action::from_nicflow(&spec.actions, &spec.r#match).unwrap();
+    (spec.r#match, insts)
+}
+
+#[test]
+fn hello_and_errors() {
+    check(
+        Message::Hello(hello::Hello::ofp13()),
+        &["OFPT_HELLO (OF1.3)", "version bitmap: 0x04"],
+    );
+    check(hello::refusal(1), &["OFPT_ERROR", "OFPHFC_INCOMPATIBLE"]);
+    check(
+        Message::Error(msg::ErrorMsg {
+            version: 4,
+            error: OfpError::BadMatch(nicflow_openflow::error::BadMatch::BAD_PREREQ),
+            data: vec![4, 20, 0, 8, 0, 0, 0, 1],
+        }),
+        &["OFPBMC_BAD_PREREQ", "OFPT_BARRIER_REQUEST"],
+    );
+}
+
+#[test]
+fn features_and_ports() {
+    check(
+        Message::FeaturesReply(SwitchFeatures {
+            datapath_id: 0x1234,
+            n_buffers: 0,
+            n_tables: 254,
+            auxiliary_id: 0,
+            capabilities: capabilities::FLOW_STATS
+                | capabilities::TABLE_STATS
+                | capabilities::PORT_STATS
+                | capabilities::GROUP_STATS,
+            reserved: 0,
+        }),
+        &[
+            "dpid:0000000000001234",
+            "n_tables:254",
+            "FLOW_STATS TABLE_STATS PORT_STATS GROUP_STATS",
+        ],
+    );
+    let port = Port {
+        port_no: 3,
+        hw_addr: [0x02, 0, 0, 0, 0, 3],
+        name: "veth1".into(),
+        config: 0,
+        state: 4,
+        curr: 0x20 | 0x800,
+        curr_speed: 10_000_000,
+        max_speed: 10_000_000,
+        ..Port::default()
+    };
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::PortDesc(vec![port.clone()]),
+        }),
+        &[
+            "OFPST_PORT_DESC reply",
+            "3(veth1): addr:02:00:00:00:00:03",
+            "speed: 10000 Mbps now",
+        ],
+    );
+    check(
+        Message::PortStatus(msg::PortStatus {
+            reason: 0,
+            desc: port,
+        }),
+        &["OFPT_PORT_STATUS", "ADD: 3(veth1)"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::PortStats(vec![PortStats {
+                port_no: 3,
+                rx_packets: 10,
+                tx_bytes: 999,
+                duration_sec: 5,
+                ..PortStats::default()
+            }]),
+        }),
+        &["port  3: rx pkts=10", "bytes=999", "duration=5s"],
+    );
+}
+
+#[test]
+fn flow_mod_and_flow_stats() {
+    let (m, insts) = rule(
+        "priority=100,tcp,nw_src=10.0.0.0/24,tp_dst=80,ct_state=+trk+est,actions=ct(commit,zone=3,nat(src=1.2.3.4)),mod_vlan_vid:5,output:2,goto_table:4",
+    );
+    check(
+        Message::FlowMod(FlowMod {
+            cookie: 7,
+            cookie_mask: 0,
+            table_id: 1,
+            command: FlowModCommand::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 100,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 1,
+            r#match: m,
+            instructions: insts.clone(),
+        }),
+        &[
+            "OFPT_FLOW_MOD (OF1.3)",
+            "ADD table:1 priority=100,ct_state=+est+trk,tcp,nw_src=10.0.0.0/24,tp_dst=80",
+            "send_flow_rem",
+            "actions=ct(commit,zone=3,nat(src=1.2.3.4)),push_vlan:0x8100,set_field:4101->vlan_vid,output:2,goto_table:4",
+        ],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Flow(vec![FlowStats {
+                table_id: 1,
+                duration_sec: 3,
+                duration_nsec: 500_000_000,
+                priority: 100,
+                idle_timeout: 0,
+                hard_timeout: 0,
+                flags: 0,
+                cookie: 7,
+                packet_count: 12,
+                byte_count: 3456,
+                r#match: m,
+                instructions: insts,
+            }]),
+        }),
+        &[
+            "cookie=0x7, duration=3.500s, table=1, n_packets=12, n_bytes=3456",
+            "priority=100,ct_state=+est+trk,tcp",
+        ],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Aggregate(AggregateStats {
+                packet_count: 1,
+                byte_count: 2,
+                flow_count: 3,
+            }),
+        }),
+        &["packet_count=1 byte_count=2 flow_count=3"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Table(vec![TableStats {
+                table_id: 0,
+                active_count: 4,
+                lookup_count: 10,
+                matched_count: 9,
+            }]),
+        }),
+        &["active=4, lookup=10, matched=9"],
+    );
+}
+
+#[test]
+fn packet_in_and_flow_removed() {
+    let (m, _) = rule("in_port=5,reg0=0x7,metadata=0x9,actions=drop");
+    let frame = [
+        0xffu8, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0x23, 0x20, 0x83, 0xc1, 0x5f, 0x08, 0x06, 0, 1, 8,
+        0, 6, 4, 0, 1, 0, 0x23, 0x20, 0x83, 0xc1, 0x5f, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
+    ];
+    check(
+        Message::PacketIn(PacketIn {
+            buffer_id: NO_BUFFER,
+            total_len: frame.len() as u16,
+            reason: 1,
+            table_id: 3,
+            cookie: 0xabc,
+            r#match: m,
+            data: frame.to_vec(),
+        }),
+        &[
+            "OFPT_PACKET_IN (OF1.3)",
+            "cookie=0xabc",
+            "table_id=3",
+            "reg0=0x7",
+            "metadata=0x9",
+            "in_port=5 (via action)",
+            "arp",
+        ],
+    );
+    let (m, _) = rule("udp,tp_dst=53,actions=drop");
+    check(
+        Message::FlowRemoved(msg::FlowRemoved {
+            cookie: 1,
+            priority: 7,
+            reason: 0,
+            table_id: 2,
+            duration_sec: 1,
+            duration_nsec: 0,
+            idle_timeout: 10,
+            hard_timeout: 0,
+            packet_count: 5,
+            byte_count: 500,
+            r#match: m,
+        }),
+        &[
+            "priority=7,udp,tp_dst=53 reason=idle table_id=2",
+            "pkts5 bytes500",
+        ],
+    );
+}
+
+#[test]
+fn groups_and_meters() {
+    let spec = parse_flow("actions=output:1", &NumericPorts).unwrap();
+    let acts = action::convert::actions_from_nicflow(&spec.actions, &spec.r#match).unwrap();
+    let bucket = Bucket {
+        weight: 3,
+        watch_port: ANY,
+        watch_group: ANY,
+        actions: acts,
+    };
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::GroupDesc(vec![GroupDesc {
+                group_type: 1,
+                group_id: 9,
+                buckets: vec![bucket.clone()],
+            }]),
+        }),
+        &["group_id=9,type=select,bucket=weight:3,actions=output:1"],
+    );
+    check(
+        Message::GroupMod(msg::GroupMod {
+            command: 0,
+            group_type: 1,
+            group_id: 9,
+            buckets: vec![bucket],
+        }),
+        &["ADD group_id=9,type=select,bucket=weight:3,actions=output:1"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::GroupFeatures(GroupFeatures {
+                types: 0xf,
+                capabilities: 0x3,
+                max_groups: [100; 4],
+                actions: [1; 4],
+            }),
+        }),
+        &["Group table:", "max_groups=0x64"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Group(vec![GroupStats {
+                group_id: 9,
+                ref_count: 1,
+                packet_count: 2,
+                byte_count: 3,
+                duration_sec: 4,
+                duration_nsec: 0,
+                bucket_stats: vec![(2, 3)],
+            }]),
+        }),
+        &["group_id=9,duration=4s,ref_count=1,packet_count=2,byte_count=3,bucket0:packet_count=2,byte_count=3"],
+    );
+    let band = MeterBand {
+        rate: 1000,
+        burst_size: 100,
+        kind: BandKind::Drop,
+    };
+    check(
+        Message::MeterMod(msg::MeterMod {
+            command: 0,
+            flags: 1 | 4,
+            meter_id: 1,
+            bands: vec![band.clone()],
+        }),
+        &[
+            "ADD meter=1 kbps burst bands=",
+            "type=drop rate=1000 burst_size=100",
+        ],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::MeterConfig(vec![MeterConfig {
+                flags: 1,
+                meter_id: 1,
+                bands: vec![band],
+            }]),
+        }),
+        &["meter=1 kbps bands=", "type=drop rate=1000"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::MeterFeatures(MeterFeatures {
+                max_meter: 0,
+                band_types: 0,
+                capabilities: 0,
+                max_bands: 0,
+                max_color: 0,
+            }),
+        }),
+        &["max_meter:0"],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Meter(vec![MeterStats {
+                meter_id: 1,
+                flow_count: 2,
+                packet_in_count: 3,
+                byte_in_count: 4,
+                duration_sec: 5,
+                duration_nsec: 0,
+                band_stats: vec![(6, 7)],
+            }]),
+        }),
+        &[
+            "meter:1 flow_count:2 packet_in_count:3 byte_in_count:4",
+            "0: packet_count:6 byte_count:7",
+        ],
+    );
+}
+
+#[test]
+fn desc_and_table_features() {
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::Desc(Desc {
+                mfr_desc: "nicflow".into(),
+                hw_desc: "software SmartNIC".into(),
+                sw_desc: "0.1.0".into(),
+                serial_num: "None".into(),
+                dp_desc: "br0".into(),
+            }),
+        }),
+        &[
+            "Manufacturer: nicflow",
+            "Hardware: software SmartNIC",
+            "DP Description: br0",
+        ],
+    );
+    check(
+        Message::MultipartReply(MultipartReply {
+            flags: 0,
+            body: ReplyBody::TableFeatures(vec![TableFeatures::nicflow(0, 254, 1_000_000)]),
+        }),
+        &[
+            "table 0",
+            "max_entries=1000000",
+            "instructions: apply_actions clear_actions write_metadata goto_table",
+            "next tables: 1-253",
+            "must exact match: in_port_oxm",
+            "tcp_{src,dst,flags}",
+        ],
+    );
+    check(
+        Message::MultipartRequest(MultipartRequest {
+            flags: 0,
+            body: RequestBody::PortStats { port_no: ANY },
+        }),
+        &["OFPST_PORT request (OF1.3)", "port_no=ANY"],
+    );
+    check(
+        Message::RoleReply(msg::Role {
+            role: 2,
+            generation_id: 5,
+        }),
+        &["role=primary generation_id=5"],
+    );
+    check(
+        Message::GetAsyncReply(msg::AsyncConfig {
+            packet_in_mask: [3, 0],
+            port_status_mask: [7, 0],
+            flow_removed_mask: [15, 0],
+        }),
+        &["PACKET_IN: no_match action"],
+    );
+}
