@@ -2,8 +2,9 @@
 //! measurements (table VII: connections/s and transactions/s through a
 //! stateful switch) on the lab, issue 13's benchmark.
 //!
-//! One client (`c1`, port `p1`) and one server (`s1`, port `p2`) around a
-//! switch ([`Testbed`], one pair). The server runs nginx answering every
+//! Scenario **firewall** (the default, `--scenario firewall`): one client
+//! (`c1`, port `p1`) and one server (`s1`, port `p2`) around a switch
+//! ([`Testbed`], one pair). The server runs nginx answering every
 //! request with a 15-byte body (document 003's ab test fetches a 15-byte
 //! file); the client runs `wrk` for `--seconds`:
 //!
@@ -18,8 +19,8 @@
 //! Scenario **firewall**, engines:
 //!
 //! * `nicflow`: the defaults (nicflow-tc) with Open vSwitch's stateful
-//!   firewall table ([`FIREWALL`]); nicflow's conntrack runs in userspace,
-//!   so every packet of a ct flow goes through the daemon.
+//!   firewall table ([`FIREWALL`]); new connections go through the
+//!   tracker in userspace, established ones move to the TC engine.
 //! * `nicflow-noct`: the same switch with `in_port=p1,actions=output:p2`
 //!   and back: what the path costs without `ct`.
 //! * `ovs`: Open vSwitch's userspace datapath (netdev) with the same table
@@ -33,17 +34,48 @@
 //!   namespace) hands bridged IPv4 to it — the run records which.
 //! * `linux-bridge`: the plain learning bridge, the reference every ratio
 //!   is taken against.
+//! * `nicflow-nooffload`: `nicflow` with `nicflow set br0 offload=none`
+//!   (every packet in userspace; not in the default list of this
+//!   scenario).
 //!
-//! Scenario **lb** (DNAT to three backends) needs `ct(nat(...))`; the run
-//! asks `nicflow check-flows` whether this build accepts it and leaves the
-//! scenario out, saying so, when it does not.
+//! Scenario **lb** (`--scenario lb`): a DNAT load balancer. The client
+//! opens `http://198.18.0.100/` ([`VIP`], a virtual address no host owns;
+//! c1 resolves it with a static neighbour entry to [`VIP_MAC`]) and the
+//! switch sends each new connection to one of three backends s1-s3
+//! (198.18.2.1-3, nginx each; the testbed's clients c2 and c3 stay idle).
+//! Engines:
 //!
-//! Repetitions are interleaved (every engine's testbed is up for the whole
-//! run; repetition r measures each engine in turn), so a change in the
-//! machine's background load spreads over all engines instead of landing
-//! on one. Hosts keep the kernel's default offloads (TSO, partial
-//! checksums) by default, as a plain host does; `--host-offload off` gives
-//! every engine finished checksums instead (`ethtool -K eth0 tx off`).
+//! * `nicflow` (defaults) and `nicflow-nooffload` (`offload=none`): OVS's
+//!   load-balancer pattern ([`lb_flows`], [`lb_groups`]): table 0 sends IP
+//!   through `ct(table=1,nat)`; a new connection to the VIP goes to a
+//!   `select` group whose buckets are `ct(commit,nat(dst=BACKEND:80),table=2)`;
+//!   established packets (translated by `ct(nat)`) go to table 2, which
+//!   forwards by destination address (`mod_dl_dst` to the backend's MAC).
+//! * `ovs`: the same tables and group (`ovs-ofctl -O OpenFlow13
+//!   add-groups`), userspace datapath.
+//! * `linux-bridge-nft`: the Linux bridge with nftables
+//!   `dnat to numgen inc mod 3 map { 0 : B1, 1 : B2, 2 : B3 }` in the `ip`
+//!   family's prerouting nat hook ([`nft_lb_rules`]). nftables' bridge family
+//!   has no IP NAT, so this always runs behind `br_netfilter`
+//!   (`bridge-nf-call-iptables=1`), which after a DNAT looks the new
+//!   destination up in the routing table and rewrites the destination MAC
+//!   from the neighbour table ("bridged DNAT"): the bridge gets an address
+//!   ([`LB_BRIDGE_IP`]) and `ip_forward=1` in the switch namespace.
+//!
+//! Every backend's nginx also serves `stub_status` on 127.0.0.1:8081 in its
+//! namespace; each sample reads it before and after, so the report shows
+//! how the requests were split between the backends.
+//!
+//! Scenarios run one after the other, each with its own testbeds. Within
+//! a scenario, repetitions are interleaved (every engine's testbed is up
+//! for the whole scenario; repetition r measures each engine in turn), so
+//! a change in the machine's background load spreads over all engines
+//! instead of landing on one. At the defaults (32 connections, 5
+//! repetitions of 5 s) the firewall takes about 7 minutes and the load
+//! balancer about 4, so `--scenario` defaults to the firewall alone.
+//! Hosts keep the kernel's default offloads (TSO, partial checksums) by
+//! default, as a plain host does; `--host-offload off` gives every engine
+//! finished checksums instead (`ethtool -K eth0 tx off`).
 //! The client uses ports 1024-65535 with `tcp_tw_reuse`, in its own
 //! namespace, so closing connections do not run it out of ports.
 
@@ -58,19 +90,25 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Engines, comma-separated: nicflow (stateful firewall table),
-    /// nicflow-noct (plain port rules), ovs (userspace datapath, same
-    /// table), linux-bridge-nft (nftables ct rules), linux-bridge.
-    #[arg(
-        long,
-        default_value = "nicflow,nicflow-noct,ovs,linux-bridge-nft,linux-bridge"
-    )]
-    pub engines: String,
+    /// Scenarios, comma-separated: firewall (OVS's stateful firewall
+    /// table, the default), lb (a DNAT load balancer to 3 backends).
+    /// `firewall,lb` runs both, one after the other (~12 min at the
+    /// defaults).
+    #[arg(long, default_value = "firewall")]
+    pub scenario: String,
+    /// Engines, comma-separated (default: each scenario's own list):
+    /// nicflow (the defaults), nicflow-nooffload (offload=none),
+    /// nicflow-noct (plain port rules; firewall only), ovs (userspace
+    /// datapath, same tables), linux-bridge-nft (nftables ct rules / DNAT),
+    /// linux-bridge (firewall only). Each scenario runs those that apply
+    /// to it.
+    #[arg(long)]
+    pub engines: Option<String>,
     /// Concurrent wrk connections, comma-separated (one point each).
     #[arg(long, default_value = "32")]
     pub connections: String,
@@ -107,12 +145,112 @@ pub const FIREWALL: &[&str] = &[
     "table=1,priority=10,in_port={s1},ip,ct_state=+trk+est,actions=output:{c1}",
 ];
 
-/// The load balancer's DNAT action, probed with `check-flows`.
-pub const LB_PROBE: &str =
-    "table=0,priority=10,tcp,nw_dst=198.18.0.100,tp_dst=80,actions=ct(commit,nat(dst=198.18.0.10-198.18.0.12:80),table=1)";
+/// The load balancer's virtual address (no host owns it).
+pub const VIP: &str = "198.18.0.100";
+/// The MAC the client's static neighbour entry gives the VIP (locally
+/// administered; no interface has it).
+pub const VIP_MAC: &str = "02:00:00:00:00:64";
+/// Backends behind the VIP: servers s1..s3 of the testbed.
+pub const LB_BACKENDS: usize = 3;
+/// The address the Linux bridge gets in scenario lb, so that
+/// br_netfilter can route DNATed packets (and resolve the backends).
+pub const LB_BRIDGE_IP: &str = "198.18.0.254/16";
+/// nginx's `stub_status` port on each server's loopback.
+pub const STUB_PORT: u16 = 8081;
 
 /// The response body: 15 bytes, as document 003's small file.
 pub const BODY: &str = "conntrack 15 B\\n";
+
+/// Which experiment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// OVS's stateful firewall between one client and one server.
+    #[default]
+    Firewall,
+    /// A DNAT load balancer: one client, a VIP, three backends.
+    Lb,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Firewall => "firewall",
+            Scenario::Lb => "lb",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Some(match s.trim() {
+            "firewall" | "fw" => Scenario::Firewall,
+            "lb" | "load-balancer" => Scenario::Lb,
+            _ => return None,
+        })
+    }
+
+    /// The engines measured when `--engines` is not given.
+    pub fn default_engines(self) -> Vec<CtEngine> {
+        match self {
+            Scenario::Firewall => vec![
+                CtEngine::Nicflow,
+                CtEngine::NicflowNoct,
+                CtEngine::Ovs,
+                CtEngine::LinuxBridgeNft,
+                CtEngine::LinuxBridge,
+            ],
+            Scenario::Lb => vec![
+                CtEngine::Nicflow,
+                CtEngine::NicflowNooffload,
+                CtEngine::Ovs,
+                CtEngine::LinuxBridgeNft,
+            ],
+        }
+    }
+
+    /// Can `e` run this scenario? (The load balancer needs NAT: no plain
+    /// bridge, no rule-less nicflow.)
+    pub fn supports(self, e: CtEngine) -> bool {
+        match self {
+            Scenario::Firewall => true,
+            Scenario::Lb => !matches!(e, CtEngine::NicflowNoct | CtEngine::LinuxBridge),
+        }
+    }
+
+    /// Testbed pairs: the load balancer's backends are servers s1..s3.
+    pub fn pairs(self) -> usize {
+        match self {
+            Scenario::Firewall => 1,
+            Scenario::Lb => LB_BACKENDS,
+        }
+    }
+}
+
+pub fn parse_scenarios(list: &str) -> anyhow::Result<Vec<Scenario>> {
+    let mut v = Vec::new();
+    for s in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let s =
+            Scenario::parse(s).with_context(|| format!("unknown scenario `{s}` (firewall, lb)"))?;
+        if !v.contains(&s) {
+            v.push(s);
+        }
+    }
+    if v.is_empty() {
+        bail!("no scenario");
+    }
+    Ok(v)
+}
+
+/// The engines a scenario runs: its defaults, or those of `requested` it
+/// supports (in the order given), with the ones it leaves out.
+pub fn scenario_engines(
+    s: Scenario,
+    requested: Option<&[CtEngine]>,
+) -> (Vec<CtEngine>, Vec<CtEngine>) {
+    match requested {
+        None => (s.default_engines(), Vec::new()),
+        Some(list) => list.iter().partition(|e| s.supports(**e)),
+    }
+}
 
 /// An engine of this experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +258,8 @@ pub const BODY: &str = "conntrack 15 B\\n";
 pub enum CtEngine {
     Nicflow,
     NicflowNoct,
+    /// nicflow with `offload=none`: every packet in the userspace datapath.
+    NicflowNooffload,
     Ovs,
     LinuxBridgeNft,
     LinuxBridge,
@@ -130,6 +270,7 @@ impl CtEngine {
         match self {
             CtEngine::Nicflow => "nicflow",
             CtEngine::NicflowNoct => "nicflow-noct",
+            CtEngine::NicflowNooffload => "nicflow-nooffload",
             CtEngine::Ovs => "ovs",
             CtEngine::LinuxBridgeNft => "linux-bridge-nft",
             CtEngine::LinuxBridge => "linux-bridge",
@@ -140,6 +281,7 @@ impl CtEngine {
         Some(match s.trim() {
             "nicflow" | "nicflow-tc" => CtEngine::Nicflow,
             "nicflow-noct" => CtEngine::NicflowNoct,
+            "nicflow-nooffload" | "nicflow-offload-none" => CtEngine::NicflowNooffload,
             "ovs" | "ovs-userspace" => CtEngine::Ovs,
             "linux-bridge-nft" | "nft" | "nftables" => CtEngine::LinuxBridgeNft,
             "linux-bridge" | "bridge" => CtEngine::LinuxBridge,
@@ -150,7 +292,9 @@ impl CtEngine {
     /// The testbed engine underneath.
     pub fn engine(self) -> Engine {
         match self {
-            CtEngine::Nicflow | CtEngine::NicflowNoct => Engine::NicflowTc,
+            CtEngine::Nicflow | CtEngine::NicflowNoct | CtEngine::NicflowNooffload => {
+                Engine::NicflowTc
+            }
             CtEngine::Ovs => Engine::Ovs,
             CtEngine::LinuxBridgeNft | CtEngine::LinuxBridge => Engine::LinuxBridge,
         }
@@ -160,15 +304,29 @@ impl CtEngine {
     pub fn tracks(self) -> bool {
         matches!(
             self,
-            CtEngine::Nicflow | CtEngine::Ovs | CtEngine::LinuxBridgeNft
+            CtEngine::Nicflow
+                | CtEngine::NicflowNooffload
+                | CtEngine::Ovs
+                | CtEngine::LinuxBridgeNft
         )
     }
 
-    fn rules(self) -> Rules {
-        match self {
-            CtEngine::Nicflow | CtEngine::Ovs => {
+    /// Does the engine run OpenFlow tables (nicflow, OVS)?
+    fn openflow(self) -> bool {
+        matches!(
+            self,
+            CtEngine::Nicflow | CtEngine::NicflowNooffload | CtEngine::Ovs
+        )
+    }
+
+    /// The rules the testbed starts with. Scenario lb starts from its
+    /// table-miss drop only: the group goes in before the rules naming it.
+    fn rules(self, s: Scenario) -> Rules {
+        match (s, self.openflow()) {
+            (Scenario::Firewall, true) => {
                 Rules::Custom(FIREWALL.iter().map(|s| s.to_string()).collect())
             }
+            (Scenario::Lb, true) => Rules::Custom(vec![lb_flows()[0].clone()]),
             _ => Rules::Explicit,
         }
     }
@@ -186,6 +344,66 @@ pub fn parse_engines(list: &str) -> anyhow::Result<Vec<CtEngine>> {
         bail!("no engines");
     }
     Ok(v)
+}
+
+/// Backend `i` (1-based): server s`i`'s address.
+fn backend_ip(i: usize) -> std::net::Ipv4Addr {
+    testbed::host_ip4(testbed::Role::Server, i)
+}
+
+/// OVS's L4 load balancer on the VIP (testbed placeholders: `{c1}`,
+/// `{s1}`..`{s3}`, their `.ip4` and `.mac`). The first line is the table
+/// miss the testbed starts with; the rest goes in after [`lb_groups`].
+pub fn lb_flows() -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "table=0,priority=1,actions=drop".into(),
+        "table=0,priority=10,arp,actions=normal".into(),
+        "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)".into(),
+        "table=1,priority=1,actions=drop".into(),
+        format!(
+            "table=1,priority=20,in_port={{c1}},tcp,nw_dst={VIP},tp_dst=80,ct_state=+trk+new,actions=group:1"
+        ),
+        "table=1,priority=10,ip,ct_state=+trk+est,actions=resubmit(,2)".into(),
+        "table=2,priority=1,actions=drop".into(),
+    ];
+    for i in 1..=LB_BACKENDS {
+        v.push(format!(
+            "table=2,priority=10,ip,nw_dst={{s{i}.ip4}},actions=mod_dl_dst:{{s{i}.mac}},output:{{s{i}}}"
+        ));
+    }
+    v.push("table=2,priority=10,ip,nw_dst={c1.ip4},actions=output:{c1}".into());
+    v
+}
+
+/// The select group of the load balancer: one bucket per backend, each
+/// committing the connection with its DNAT and continuing in table 2.
+pub fn lb_groups() -> Vec<String> {
+    let buckets: Vec<String> = (1..=LB_BACKENDS)
+        .map(|i| {
+            format!(
+                "bucket=actions=ct(commit,nat(dst={}:80),table=2)",
+                backend_ip(i)
+            )
+        })
+        .collect();
+    vec![format!("group_id=1,type=select,{}", buckets.join(","))]
+}
+
+/// nftables' load balancer: round-robin DNAT of the VIP's port 80 to the
+/// backends, in the `ip` family's prerouting nat hook (bridged IPv4
+/// reaches it through br_netfilter).
+pub fn nft_lb_rules(vip: &str, backends: &[std::net::Ipv4Addr]) -> String {
+    let map: Vec<String> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("{i} : {b}"))
+        .collect();
+    format!(
+        "table ip nicflow_lb {{\n  chain prerouting {{\n    type nat hook prerouting priority dstnat; policy accept;\n\
+         \x20   ip daddr {vip} tcp dport 80 dnat to numgen inc mod {} map {{ {} }}\n  }}\n}}\n",
+        backends.len(),
+        map.join(", ")
+    )
 }
 
 /// New connection per request, or persistent connections.
@@ -286,6 +504,9 @@ pub fn parse_wrk(text: &str) -> Option<WrkOut> {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
+    /// Older runs (firewall only) have no scenario field.
+    #[serde(default)]
+    pub scenario: Scenario,
     pub engine: CtEngine,
     pub mode: Mode,
     pub connections: usize,
@@ -295,10 +516,19 @@ pub struct Sample {
     pub machine_cores: f64,
     /// The switch process's cores (nicflow daemon, ovs-vswitchd).
     pub switch_cores: Option<f64>,
+    /// All nginx processes (one per server) together.
     pub nginx_cores: Option<f64>,
     pub wrk_cores: f64,
     pub wall_s: f64,
     pub error: Option<String>,
+    /// Scenario lb: requests each backend's nginx served during the run
+    /// (`stub_status` after minus before, less the reading itself), in
+    /// backend order; empty where not read.
+    #[serde(default)]
+    pub backend_requests: Vec<u64>,
+    /// Scenario lb: connections each backend accepted during the run.
+    #[serde(default)]
+    pub backend_conns: Vec<u64>,
 }
 
 impl Sample {
@@ -315,26 +545,98 @@ impl Sample {
     }
 }
 
+/// How requests were split between backends: each one's share in percent
+/// of the total (`None` when nothing was counted).
+pub fn split_percent(counts: &[u64]) -> Option<Vec<f64>> {
+    let total: u64 = counts.iter().sum();
+    (total > 0).then(|| {
+        counts
+            .iter()
+            .map(|&c| 100.0 * c as f64 / total as f64)
+            .collect()
+    })
+}
+
+/// Scenario lb's setup and outcome (absent in firewall-only runs).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LbRun {
+    pub engines: Vec<CtEngine>,
+    pub vip: String,
+    pub vip_mac: String,
+    pub backends: Vec<String>,
+    /// The OpenFlow tables (nicflow, ovs), testbed placeholders kept.
+    pub flows: Vec<String>,
+    pub groups: Vec<String>,
+    pub nft_mode: String,
+    pub nft_rules: String,
+    pub setup_errors: Vec<(CtEngine, String)>,
+    pub end_state: Vec<(CtEngine, serde_json::Value)>,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
     pub machine: String,
     pub load_start: String,
+    /// Load average when the last scenario ended.
+    #[serde(default)]
+    pub load_end: String,
     pub command: String,
+    /// Scenarios run, in order (older runs: none recorded, firewall).
+    #[serde(default)]
+    pub scenarios: Vec<Scenario>,
+    /// Scenario firewall's engines (empty if it did not run).
     pub engines: Vec<CtEngine>,
     pub connections: Vec<usize>,
     pub seconds: f64,
     pub reps: usize,
     pub host_offload: HostOffload,
     pub tools: Vec<String>,
-    /// How the nftables engine attaches conntrack to bridged packets.
+    /// How the firewall's nftables engine attaches conntrack to bridged
+    /// packets.
     pub nft_mode: String,
     pub nft_rules: String,
     pub firewall: Vec<String>,
     pub samples: Vec<Sample>,
+    /// Scenario firewall's setup failures.
     pub setup_errors: Vec<(CtEngine, String)>,
     pub notes: Vec<String>,
-    /// Tracker state at the end (conntrack-stats, nf_conntrack_count).
+    /// Scenario firewall's tracker state at the end (conntrack-stats,
+    /// nf_conntrack_count).
     pub end_state: Vec<(CtEngine, serde_json::Value)>,
+    #[serde(default)]
+    pub lb: Option<LbRun>,
+}
+
+impl Results {
+    /// The scenarios this run holds (a run from before scenarios were
+    /// recorded is the firewall).
+    pub fn scenarios(&self) -> Vec<Scenario> {
+        if self.scenarios.is_empty() {
+            vec![Scenario::Firewall]
+        } else {
+            self.scenarios.clone()
+        }
+    }
+
+    /// The engines scenario `s` measured.
+    pub fn engines_of(&self, s: Scenario) -> Vec<CtEngine> {
+        match s {
+            Scenario::Firewall => self.engines.clone(),
+            Scenario::Lb => self
+                .lb
+                .as_ref()
+                .map(|l| l.engines.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn setup_error(&self, s: Scenario, e: CtEngine) -> Option<String> {
+        let list = match s {
+            Scenario::Firewall => &self.setup_errors,
+            Scenario::Lb => &self.lb.as_ref()?.setup_errors,
+        };
+        list.iter().find(|(x, _)| *x == e).map(|(_, w)| w.clone())
+    }
 }
 
 /// nginx in a server namespace, killed on drop.
@@ -347,41 +649,28 @@ impl Drop for Nginx {
     }
 }
 
-/// One engine's lab with its server running.
+/// One engine's lab with its server(s) running.
 struct Lab {
+    scenario: Scenario,
     engine: CtEngine,
     tb: Testbed,
-    nginx: Nginx,
+    /// One per server (the firewall's s1; the load balancer's backends).
+    nginx: Vec<Nginx>,
     url: String,
     dir: PathBuf,
 }
 
-/// Does this nicflow accept the load balancer's `ct(nat(...))`? Err with
-/// check-flows' message if not.
-fn nat_supported() -> Result<(), String> {
-    let exe = std::env::var_os("NICFLOW_BIN")
-        .map(PathBuf::from)
-        .or_else(|| std::env::current_exe().ok())
-        .ok_or("no nicflow binary")?;
-    let f = std::env::temp_dir().join(format!("nicflow-ct-probe-{}.flows", std::process::id()));
-    std::fs::write(&f, format!("{LB_PROBE}\n")).map_err(|e| e.to_string())?;
-    let out = Command::new(exe)
-        .arg("check-flows")
-        .arg(&f)
-        .stdin(Stdio::null())
-        .output();
-    let _ = std::fs::remove_file(&f);
-    match out {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(String::from_utf8_lossy(&o.stderr)
-            .trim()
-            .replace(&f.display().to_string(), "rules")),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn nginx_conf(dir: &Path, ip: &str) -> String {
+/// nginx's configuration: one process, the 15-byte answer on `ip:80`;
+/// with `stub`, `stub_status` on 127.0.0.1:[`STUB_PORT`] too.
+fn nginx_conf(dir: &Path, ip: &str, stub: bool) -> String {
     let d = dir.display();
+    let stub = if stub {
+        format!(
+            "\x20 server {{\n    listen 127.0.0.1:{STUB_PORT};\n    location / {{ stub_status; }}\n  }}\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
          error_log {d}/nginx-error.log warn;\n\
@@ -390,8 +679,35 @@ fn nginx_conf(dir: &Path, ip: &str) -> String {
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
          \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
          \x20 server {{\n    listen {ip}:80 backlog=4096;\n\
-         \x20   location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n}}\n"
+         \x20   location / {{ default_type text/plain; return 200 \"{BODY}\"; }}\n  }}\n{stub}}}\n"
     )
+}
+
+/// nginx's `stub_status` page: (accepts, handled, requests).
+pub fn parse_stub_status(text: &str) -> Option<(u64, u64, u64)> {
+    let mut lines = text.lines().map(str::trim);
+    lines.find(|l| l.starts_with("server accepts handled requests"))?;
+    let n: Vec<u64> = lines
+        .next()?
+        .split_whitespace()
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    match n[..] {
+        [a, h, r] => Some((a, h, r)),
+        _ => None,
+    }
+}
+
+/// Read a server's `stub_status` (accepts, requests) from inside its
+/// namespace.
+fn stub_read(ns: &str) -> Option<(u64, u64)> {
+    let url = format!("http://127.0.0.1:{STUB_PORT}/");
+    let o = sys::run(&mut sys::in_ns(
+        Some(ns),
+        &["curl", "-s", "--max-time", "2", &url],
+    ))
+    .ok()?;
+    parse_stub_status(&String::from_utf8_lossy(&o.stdout)).map(|(a, _, r)| (a, r))
 }
 
 /// The nftables stateful firewall, in the bridge family where the kernel
@@ -412,6 +728,13 @@ fn nft_rules(bridge_family: bool, client_port: &str, client_ip: &str) -> String 
     }
 }
 
+/// How scenario lb's nftables engine reaches bridged packets, for the
+/// report.
+pub const NFT_LB_MODE: &str = "ip family prerouting nat hook behind br_netfilter \
+    (nftables' bridge family has no IP NAT); the bridge has 198.18.0.254/16 and ip_forward=1 \
+    so that br_netfilter routes the DNATed packet and takes the backend's MAC from the \
+    neighbour table";
+
 fn wait_listening(ns: &str, port: u16, child: &mut std::process::Child) -> anyhow::Result<()> {
     let filter = format!("sport = :{port}");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -429,58 +752,200 @@ fn wait_listening(ns: &str, port: u16, child: &mut std::process::Child) -> anyho
     }
 }
 
-fn lab_up(engine: CtEngine, offload: HostOffload, nft_mode: &mut String) -> anyhow::Result<Lab> {
-    let spec = TestbedSpec {
-        rules: engine.rules(),
-        host_offload: offload,
-        ..TestbedSpec::new(engine.engine(), 1, "ctk")
-    };
-    let tb = Testbed::up(&spec)?;
-    let dir = tb.scratch_dir()?;
-    let (c, s) = (tb.client(0).clone(), tb.server(0).clone());
-    sys::sysctl(Some(&c.netns), "net.ipv4.ip_local_port_range", "1024 65535")?;
-    sys::sysctl(Some(&c.netns), "net.ipv4.tcp_tw_reuse", "1")?;
-    if engine == CtEngine::LinuxBridgeNft {
-        let (port, ip) = (c.port.clone(), c.ip4.to_string());
-        let (_, mode) = host_tools::nft_stateful_firewall(tb.switch_netns(), &dir, |bridge| {
-            nft_rules(bridge, &port, &ip)
-        })?;
-        *nft_mode = mode;
-    }
+/// Start nginx in `host`'s namespace, its files under `dir`.
+fn start_nginx(host: &testbed::Host, dir: &Path, stub: bool) -> anyhow::Result<Nginx> {
+    std::fs::create_dir_all(dir)?;
     let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(&dir, &s.ip4.to_string()))?;
+    std::fs::write(&conf, nginx_conf(dir, &host.ip4.to_string(), stub))?;
     let conf_s = conf.display().to_string();
     let dir_s = dir.display().to_string();
     let mut nginx = sys::in_ns(
-        Some(&s.netns),
+        Some(&host.netns),
         &["nginx", "-p", &dir_s, "-e", "stderr", "-c", &conf_s],
     )
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(Stdio::null())
     .spawn()
-    .context("starting nginx")?;
-    if let Err(e) = wait_listening(&s.netns, 80, &mut nginx) {
+    .with_context(|| format!("starting nginx in {}", host.name))?;
+    if let Err(e) = wait_listening(&host.netns, 80, &mut nginx) {
         let _ = nginx.kill();
         let _ = nginx.wait();
         return Err(e);
     }
+    Ok(Nginx(nginx))
+}
+
+/// A nicflow request on the testbed's daemon, failing on an error answer.
+fn nicflow_req(tb: &Testbed, req: &Request) -> anyhow::Result<()> {
+    let sock = tb.nicflow_socket().context("not a nicflow testbed")?;
+    let r = crate::control::daemon::request(&sock, req)?;
+    if !r.ok {
+        bail!("{}", r.error.unwrap_or_else(|| "failed".into()));
+    }
+    Ok(())
+}
+
+/// Does `curl URL` from client 0 get a 200 within `within`?
+fn http_ok(tb: &Testbed, url: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let ok = sys::run(&mut tb.client_cmd(
+            0,
+            &[
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "1",
+                url,
+            ],
+        ))
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "200")
+        .unwrap_or(false);
+        if ok {
+            return true;
+        }
+        if Instant::now() >= deadline || forward::interrupted() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn lab_up(
+    scenario: Scenario,
+    engine: CtEngine,
+    offload: HostOffload,
+    nft_mode: &mut String,
+) -> anyhow::Result<Lab> {
+    let spec = TestbedSpec {
+        rules: engine.rules(scenario),
+        host_offload: offload,
+        ..TestbedSpec::new(engine.engine(), scenario.pairs(), "ctk")
+    };
+    let tb = Testbed::up(&spec)?;
+    let dir = tb.scratch_dir()?;
+    let c = tb.client(0).clone();
+    sys::sysctl(Some(&c.netns), "net.ipv4.ip_local_port_range", "1024 65535")?;
+    sys::sysctl(Some(&c.netns), "net.ipv4.tcp_tw_reuse", "1")?;
+    match scenario {
+        Scenario::Firewall => {
+            if engine == CtEngine::LinuxBridgeNft {
+                let (port, ip) = (c.port.clone(), c.ip4.to_string());
+                let (_, mode) =
+                    host_tools::nft_stateful_firewall(tb.switch_netns(), &dir, |bridge| {
+                        nft_rules(bridge, &port, &ip)
+                    })?;
+                *nft_mode = mode;
+            }
+        }
+        Scenario::Lb => {
+            if engine.openflow() {
+                tb.add_groups(&lb_groups())
+                    .context("adding the load balancer's group")?;
+                tb.add_flows(&lb_flows()[1..])
+                    .context("adding the load balancer's rules")?;
+            } else if engine == CtEngine::LinuxBridgeNft {
+                let ns = tb.switch_netns().to_string();
+                sys::ip(
+                    Some(&ns),
+                    &["addr", "add", LB_BRIDGE_IP, "dev", testbed::BRIDGE],
+                )?;
+                sys::sysctl(Some(&ns), "net.ipv4.ip_forward", "1")?;
+                sys::sysctl(Some(&ns), "net.bridge.bridge-nf-call-iptables", "1")
+                    .context("br_netfilter sysctl")?;
+                let backends: Vec<_> = (1..=LB_BACKENDS).map(backend_ip).collect();
+                host_tools::nft_load(&ns, &nft_lb_rules(VIP, &backends), &dir)
+                    .context("loading the nftables load balancer")?;
+                *nft_mode = NFT_LB_MODE.into();
+            }
+            sys::ip(
+                Some(&c.netns),
+                &[
+                    "neigh",
+                    "replace",
+                    VIP,
+                    "lladdr",
+                    VIP_MAC,
+                    "dev",
+                    &c.iface,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+        }
+    }
+    if engine == CtEngine::NicflowNooffload {
+        nicflow_req(
+            &tb,
+            &Request::Set {
+                bridge: testbed::BRIDGE.into(),
+                key: "offload".into(),
+                value: "none".into(),
+            },
+        )
+        .context("nicflow set br0 offload=none")?;
+    }
+    let mut nginx = Vec::new();
+    let servers = match scenario {
+        Scenario::Firewall => 1,
+        Scenario::Lb => LB_BACKENDS,
+    };
+    for i in 0..servers {
+        let s = tb.server(i).clone();
+        let sub = if servers == 1 {
+            dir.clone()
+        } else {
+            dir.join(&s.name)
+        };
+        nginx.push(start_nginx(&s, &sub, scenario == Scenario::Lb)?);
+    }
+    let url = match scenario {
+        Scenario::Firewall => format!("http://{}/", tb.server(0).ip4),
+        Scenario::Lb => format!("http://{VIP}/"),
+    };
     let lab = Lab {
+        scenario,
         engine,
-        url: format!("http://{}/", s.ip4),
+        url,
         tb,
-        nginx: Nginx(nginx),
+        nginx,
         dir,
     };
-    if !lab.tb.ping(0) {
-        bail!("{}: c1 does not reach s1 (ping)", engine.name());
+    match scenario {
+        Scenario::Firewall => {
+            if !lab.tb.ping(0) {
+                bail!("{}: c1 does not reach s1 (ping)", engine.name());
+            }
+        }
+        Scenario::Lb => {
+            if !http_ok(&lab.tb, &lab.url, Duration::from_secs(10)) {
+                bail!("{}: c1 gets no answer from {}", engine.name(), lab.url);
+            }
+        }
     }
     Ok(lab)
+}
+
+/// Every backend's (accepts, requests), or None if one could not be read.
+fn backend_counters(lab: &Lab) -> Option<Vec<(u64, u64)>> {
+    if lab.scenario != Scenario::Lb {
+        return None;
+    }
+    lab.tb.servers()[..LB_BACKENDS]
+        .iter()
+        .map(|s| stub_read(&s.netns))
+        .collect()
 }
 
 /// One wrk run with CPU accounting.
 fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sample {
     let mut s = Sample {
+        scenario: lab.scenario,
         engine: lab.engine,
         mode,
         connections: conns,
@@ -492,6 +957,8 @@ fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sam
         wrk_cores: f64::NAN,
         wall_s: 0.0,
         error: None,
+        backend_requests: Vec::new(),
+        backend_conns: Vec::new(),
     };
     let c = conns.to_string();
     let d = format!("{seconds}s");
@@ -508,10 +975,16 @@ fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sam
             return s;
         }
     };
-    let mut procs = vec![("nginx".to_string(), lab.nginx.0.id())];
+    let mut procs: Vec<(String, u32)> = lab
+        .nginx
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("nginx{}", i + 1), n.0.id()))
+        .collect();
     if let Some(p) = lab.tb.switch_pid() {
         procs.push(("switch".to_string(), p));
     }
+    let before = backend_counters(lab);
     let a = Snapshot::take(&procs);
     let child = sys::in_ns(Some(&lab.tb.client(0).netns), &argv)
         .stdin(Stdio::null())
@@ -528,6 +1001,21 @@ fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sam
     let deadline = Instant::now() + Duration::from_secs_f64(seconds + 15.0);
     let (by_itself, _ok, u, sy) = cpu::wait_rusage(child, deadline);
     let b = Snapshot::take(&procs);
+    let after = backend_counters(lab);
+    if let (Some(x), Some(y)) = (before, after) {
+        // Each reading counts itself: the one after is one more
+        // connection and request than wrk made.
+        s.backend_conns = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| b.0.saturating_sub(a.0).saturating_sub(1))
+            .collect();
+        s.backend_requests = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| b.1.saturating_sub(a.1).saturating_sub(1))
+            .collect();
+    }
     let usage = Usage::between(&a, &b);
     s.wall_s = usage.wall_s;
     s.machine_cores = usage.busy_cores();
@@ -561,9 +1049,15 @@ fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sam
 }
 
 fn log_sample(s: &Sample) {
+    let split = if s.backend_requests.is_empty() {
+        String::new()
+    } else {
+        format!(", backends {}", report::join(&s.backend_requests, "/"))
+    };
     match (&s.wrk, &s.error) {
         (Some(w), _) => eprintln!(
-            "[conntrack] {} {:?} c={} rep {}: {:.0}/s, machine {:.2} cores, switch {}, errors {}",
+            "[conntrack] {} {} {:?} c={} rep {}: {:.0}/s, machine {:.2} cores, switch {}, errors {}{split}",
+            s.scenario.name(),
             s.engine.name(),
             s.mode,
             s.connections,
@@ -576,7 +1070,8 @@ fn log_sample(s: &Sample) {
             w.errors()
         ),
         (_, Some(e)) => eprintln!(
-            "[conntrack] {} {:?} c={} rep {}: {e}",
+            "[conntrack] {} {} {:?} c={} rep {}: {e}",
+            s.scenario.name(),
             s.engine.name(),
             s.mode,
             s.connections,
@@ -589,7 +1084,7 @@ fn log_sample(s: &Sample) {
 /// Tracker state at the end of the run.
 fn end_state(lab: &Lab) -> serde_json::Value {
     match lab.engine {
-        CtEngine::Nicflow => {
+        CtEngine::Nicflow | CtEngine::NicflowNooffload => {
             let Some(sock) = lab.tb.nicflow_socket() else {
                 return serde_json::Value::Null;
             };
@@ -616,12 +1111,103 @@ fn end_state(lab: &Lab) -> serde_json::Value {
     }
 }
 
+/// What one scenario produced.
+#[derive(Default)]
+struct ScenarioOut {
+    samples: Vec<Sample>,
+    setup_errors: Vec<(CtEngine, String)>,
+    end_state: Vec<(CtEngine, serde_json::Value)>,
+    nft_mode: String,
+}
+
+/// Bring up every engine's lab for `scenario`, warm up, measure the
+/// interleaved repetitions, record the end state, tear down.
+fn run_scenario(
+    scenario: Scenario,
+    engines: &[CtEngine],
+    conns: &[usize],
+    seconds: f64,
+    reps: usize,
+    offload: HostOffload,
+) -> ScenarioOut {
+    let mut out = ScenarioOut::default();
+    let tag = scenario.name();
+    let mut labs = Vec::new();
+    for &e in engines {
+        if forward::interrupted() {
+            break;
+        }
+        eprintln!("[conntrack] {tag} {}: setting up", e.name());
+        let mut nft_mode = String::new();
+        match lab_up(scenario, e, offload, &mut nft_mode) {
+            Ok(l) => labs.push(l),
+            Err(err) => {
+                eprintln!("[conntrack] {tag} {}: {err:#}", e.name());
+                out.setup_errors.push((e, format!("{err:#}")));
+            }
+        }
+        if !nft_mode.is_empty() {
+            out.nft_mode = nft_mode;
+        }
+    }
+    // Warm-up: ARP, caches, nginx and wrk paths, one second of each mode.
+    for l in &labs {
+        for mode in [Mode::Cps, Mode::Tps] {
+            if !forward::interrupted() {
+                let _ = measure(l, mode, conns[0], 1.0, 0);
+            }
+        }
+    }
+    'reps: for rep in 0..reps {
+        for &c in conns {
+            for mode in [Mode::Cps, Mode::Tps] {
+                for l in &labs {
+                    if forward::interrupted() {
+                        break 'reps;
+                    }
+                    let s = measure(l, mode, c, seconds, rep);
+                    log_sample(&s);
+                    out.samples.push(s);
+                }
+            }
+        }
+    }
+    for l in &labs {
+        out.end_state.push((l.engine, end_state(l)));
+    }
+    for l in labs {
+        drop(l.nginx);
+        if let Err(e) = l.tb.down() {
+            eprintln!("[conntrack] teardown: {e:#}");
+        }
+    }
+    out
+}
+
 pub fn cli(args: &Args) -> anyhow::Result<()> {
     if let Some(p) = &args.render {
         let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
         return write(&dir, &r);
     }
-    let engines = parse_engines(&args.engines)?;
+    let scenarios = parse_scenarios(&args.scenario)?;
+    let requested = args.engines.as_deref().map(parse_engines).transpose()?;
+    let mut plan = Vec::new();
+    let mut notes = Vec::new();
+    for &s in &scenarios {
+        let (run, left) = scenario_engines(s, requested.as_deref());
+        if !left.is_empty() {
+            notes.push(format!(
+                "scenario {}: {} left out (the load balancer needs NAT rules)",
+                s.name(),
+                report::join(&left.iter().map(|e| e.name()).collect::<Vec<_>>(), ", ")
+            ));
+        }
+        if run.is_empty() {
+            bail!("scenario {}: none of the engines given runs it", s.name());
+        }
+        plan.push((s, run));
+    }
+    let all: Vec<CtEngine> = plan.iter().flat_map(|(_, e)| e.clone()).collect();
     let (conns, seconds, reps) = if args.quick {
         (vec![8], 2.0, 1)
     } else {
@@ -640,7 +1226,10 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             bail!("`{t}` is missing: apt-get install wrk nginx-light");
         }
     }
-    if engines.contains(&CtEngine::LinuxBridgeNft) && !have("nft") {
+    if scenarios.contains(&Scenario::Lb) && !have("curl") {
+        bail!("`curl` is missing (scenario lb reads the backends' counters): apt-get install curl");
+    }
+    if all.contains(&CtEngine::LinuxBridgeNft) && !have("nft") {
         bail!("`nft` is missing: apt-get install nftables");
     }
     forward::install_signal_handlers();
@@ -648,19 +1237,25 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         tool_version(&["wrk", "--version"]),
         tool_version(&["nginx", "-v"]),
     ];
-    if engines.contains(&CtEngine::LinuxBridgeNft) {
+    if all.contains(&CtEngine::LinuxBridgeNft) {
         tools.push(tool_version(&["nft", "--version"]));
     }
-    if engines.contains(&CtEngine::Ovs) {
+    if all.contains(&CtEngine::Ovs) {
         tools.push(tool_version(&["ovs-vswitchd", "--version"]));
     }
+    let runs = all.len() * conns.len() * 2 * reps;
+    eprintln!(
+        "[conntrack] {runs} wrk runs of {seconds} s in {} scenario(s): about {:.0} min",
+        plan.len(),
+        (runs as f64 * (seconds + 0.5) + all.len() as f64 * 10.0) / 60.0
+    );
     let mut r = Results {
         machine: super::machine_description(),
-        load_start: std::fs::read_to_string("/proc/loadavg")
-            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-            .unwrap_or_default(),
+        load_start: host_tools::loadavg(),
+        load_end: String::new(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        engines: engines.clone(),
+        scenarios: scenarios.clone(),
+        engines: Vec::new(),
         connections: conns.clone(),
         seconds,
         reps,
@@ -671,70 +1266,49 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         firewall: FIREWALL.iter().map(|s| s.to_string()).collect(),
         samples: Vec::new(),
         setup_errors: Vec::new(),
-        notes: Vec::new(),
+        notes,
         end_state: Vec::new(),
+        lb: None,
     };
-    match nat_supported() {
-        Ok(()) => r.notes.push(
-            "scenario lb: this nicflow accepts ct(nat(...)), but the load-balancer scenario is \
-             not implemented in this experiment yet"
-                .into(),
-        ),
-        Err(e) => r.notes.push(format!(
-            "scenario lb (DNAT to 3 backends) left out: this nicflow refuses `{LB_PROBE}` ({e})"
-        )),
-    }
-    let mut labs = Vec::new();
-    for &e in &engines {
+    for (s, engines) in plan {
         if forward::interrupted() {
             break;
         }
-        eprintln!("[conntrack] {}: setting up", e.name());
-        let mut nft_mode = String::new();
-        match lab_up(e, offload, &mut nft_mode) {
-            Ok(l) => labs.push(l),
-            Err(err) => {
-                eprintln!("[conntrack] {}: {err:#}", e.name());
-                r.setup_errors.push((e, format!("{err:#}")));
-            }
-        }
-        if !nft_mode.is_empty() {
-            let c = testbed::host_ip4(testbed::Role::Client, 1).to_string();
-            r.nft_rules = nft_rules(nft_mode.starts_with("bridge"), "p1", &c);
-            r.nft_mode = nft_mode;
-        }
-    }
-    // Warm-up: ARP, caches, nginx and wrk paths, one second of each mode.
-    for l in &labs {
-        for mode in [Mode::Cps, Mode::Tps] {
-            if !forward::interrupted() {
-                let _ = measure(l, mode, conns[0], 1.0, 0);
-            }
-        }
-    }
-    'reps: for rep in 0..reps {
-        for &c in &conns {
-            for mode in [Mode::Cps, Mode::Tps] {
-                for l in &labs {
-                    if forward::interrupted() {
-                        break 'reps;
-                    }
-                    let s = measure(l, mode, c, seconds, rep);
-                    log_sample(&s);
-                    r.samples.push(s);
+        let out = run_scenario(s, &engines, &conns, seconds, reps, offload);
+        r.samples.extend(out.samples);
+        match s {
+            Scenario::Firewall => {
+                r.engines = engines;
+                r.setup_errors = out.setup_errors;
+                r.end_state = out.end_state;
+                if !out.nft_mode.is_empty() {
+                    let c = testbed::host_ip4(testbed::Role::Client, 1).to_string();
+                    r.nft_rules = nft_rules(out.nft_mode.starts_with("bridge"), "p1", &c);
+                    r.nft_mode = out.nft_mode;
                 }
             }
+            Scenario::Lb => {
+                let backends: Vec<_> = (1..=LB_BACKENDS).map(backend_ip).collect();
+                r.lb = Some(LbRun {
+                    engines,
+                    vip: VIP.into(),
+                    vip_mac: VIP_MAC.into(),
+                    backends: backends.iter().map(|b| b.to_string()).collect(),
+                    flows: lb_flows(),
+                    groups: lb_groups(),
+                    nft_rules: if out.nft_mode.is_empty() {
+                        String::new()
+                    } else {
+                        nft_lb_rules(VIP, &backends)
+                    },
+                    nft_mode: out.nft_mode,
+                    setup_errors: out.setup_errors,
+                    end_state: out.end_state,
+                });
+            }
         }
     }
-    for l in &labs {
-        r.end_state.push((l.engine, end_state(l)));
-    }
-    for l in labs {
-        drop(l.nginx);
-        if let Err(e) = l.tb.down() {
-            eprintln!("[conntrack] teardown: {e:#}");
-        }
-    }
+    r.load_end = host_tools::loadavg();
     let dir = args
         .out
         .clone()
@@ -749,6 +1323,7 @@ fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
 
 fn med(
     r: &Results,
+    sc: Scenario,
     e: CtEngine,
     m: Mode,
     c: usize,
@@ -757,7 +1332,13 @@ fn med(
     let mut v: Vec<f64> = r
         .samples
         .iter()
-        .filter(|s| s.engine == e && s.mode == m && s.connections == c && s.wrk.is_some())
+        .filter(|s| {
+            s.scenario == sc
+                && s.engine == e
+                && s.mode == m
+                && s.connections == c
+                && s.wrk.is_some()
+        })
         .filter_map(f)
         .filter(|x| x.is_finite())
         .collect();
@@ -769,35 +1350,41 @@ fn rate(s: &Sample) -> Option<f64> {
 }
 
 fn figures(r: &Results) -> Vec<Figure> {
-    let fig = |id: &str, m: Mode, y: &str, f: &dyn Fn(&Sample) -> Option<f64>| Figure {
-        id: id.into(),
-        title: format!("{y} against concurrent connections"),
-        x_label: "concurrent wrk connections".into(),
-        y_label: y.into(),
-        log_x: false,
-        series: r
-            .engines
-            .iter()
-            .map(|&e| Series {
-                name: e.name().into(),
-                points: r
-                    .connections
-                    .iter()
-                    .map(|&c| (c as f64, med(r, e, m, c, f)))
-                    .collect(),
-            })
-            .collect(),
-    };
-    vec![
-        fig("cps", Mode::Cps, "new connections/s", &rate),
-        fig("tps", Mode::Tps, "transactions/s", &rate),
-        fig(
+    let mut figs = Vec::new();
+    for sc in r.scenarios() {
+        let engines = r.engines_of(sc);
+        let (id, what) = match sc {
+            Scenario::Firewall => ("", String::new()),
+            Scenario::Lb => ("lb-", "load balancer: ".to_string()),
+        };
+        let fig = |name: &str, m: Mode, y: &str, f: &dyn Fn(&Sample) -> Option<f64>| Figure {
+            id: format!("{id}{name}"),
+            title: format!("{what}{y} against concurrent connections"),
+            x_label: "concurrent wrk connections".into(),
+            y_label: y.into(),
+            log_x: false,
+            series: engines
+                .iter()
+                .map(|&e| Series {
+                    name: e.name().into(),
+                    points: r
+                        .connections
+                        .iter()
+                        .map(|&c| (c as f64, med(r, sc, e, m, c, f)))
+                        .collect(),
+                })
+                .collect(),
+        };
+        figs.push(fig("cps", Mode::Cps, "new connections/s", &rate));
+        figs.push(fig("tps", Mode::Tps, "transactions/s", &rate));
+        figs.push(fig(
             "cps-machine-cpu",
             Mode::Cps,
             "machine CPU per connection (µs)",
             &Sample::machine_us,
-        ),
-    ]
+        ));
+    }
+    figs
 }
 
 fn ratio_cell(a: Option<f64>, b: Option<f64>) -> String {
@@ -807,50 +1394,199 @@ fn ratio_cell(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
-fn markdown(r: &Results, figs: &[Figure]) -> String {
-    let mut m = String::new();
-    let _ = writeln!(m, "# nicflow bench conntrack\n");
+/// Requests per backend over all of a point's repetitions.
+fn backend_totals(r: &Results, sc: Scenario, e: CtEngine, mode: Mode, c: usize) -> Vec<u64> {
+    let mut tot: Vec<u64> = Vec::new();
+    for s in r
+        .samples
+        .iter()
+        .filter(|s| s.scenario == sc && s.engine == e && s.mode == mode && s.connections == c)
+    {
+        if tot.len() < s.backend_requests.len() {
+            tot.resize(s.backend_requests.len(), 0);
+        }
+        for (t, x) in tot.iter_mut().zip(&s.backend_requests) {
+            *t += x;
+        }
+    }
+    tot
+}
+
+/// `34/33/33` (percent of the requests per backend), or a dash.
+fn split_cell(counts: &[u64]) -> String {
+    match split_percent(counts) {
+        Some(p) => p
+            .iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join("/"),
+        None => "—".into(),
+    }
+}
+
+/// One mode's table for one scenario: a row per (connections, engine),
+/// ratio columns against each of `refs`, and with `split` the share of
+/// requests per backend.
+fn mode_table(
+    r: &Results,
+    sc: Scenario,
+    mode: Mode,
+    refs: &[(&str, CtEngine)],
+    split: bool,
+) -> String {
+    let unit = if mode == Mode::Cps {
+        "machine µs/conn"
+    } else {
+        "machine µs/txn"
+    };
+    let vs: Vec<String> = refs.iter().map(|(n, _)| format!("vs {n}")).collect();
+    let mut head: Vec<(&str, bool)> = vec![
+        ("conns", true),
+        ("engine", false),
+        ("median /s", true),
+        ("min-max /s", true),
+    ];
+    head.extend(vs.iter().map(|v| (v.as_str(), true)));
+    head.extend([
+        ("machine cores", true),
+        (unit, true),
+        ("switch cores", true),
+        ("switch µs", true),
+        ("nginx cores", true),
+        ("latency avg ms", true),
+        ("errors (read)", true),
+    ]);
+    if split {
+        head.push(("requests per backend %", true));
+    }
+    let mut rows = Vec::new();
+    for &c in &r.connections {
+        let bases: Vec<Option<f64>> = refs
+            .iter()
+            .map(|(_, e)| med(r, sc, *e, mode, c, &rate))
+            .collect();
+        for e in r.engines_of(sc) {
+            let ok: Vec<&Sample> = r
+                .samples
+                .iter()
+                .filter(|s| {
+                    s.scenario == sc && s.engine == e && s.mode == mode && s.connections == c
+                })
+                .collect();
+            let rates: Vec<f64> = ok.iter().filter_map(|s| rate(s)).collect();
+            if rates.is_empty() {
+                let why = ok
+                    .iter()
+                    .find_map(|s| s.error.clone())
+                    .or_else(|| r.setup_error(sc, e))
+                    .unwrap_or_else(|| "not measured".into());
+                let mut row = vec![c.to_string(), e.name().into(), why.replace('|', "/")];
+                row.resize(head.len(), String::new());
+                rows.push(row);
+                continue;
+            }
+            let lo = rates.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = rates.iter().cloned().fold(0.0, f64::max);
+            let med_rate = med(r, sc, e, mode, c, &rate);
+            let errs: u64 = ok
+                .iter()
+                .filter_map(|s| s.wrk.as_ref())
+                .map(|w| w.errors())
+                .sum();
+            let read: u64 = ok
+                .iter()
+                .filter_map(|s| s.wrk.as_ref())
+                .map(|w| w.err_read)
+                .sum();
+            let mut row = vec![
+                c.to_string(),
+                e.name().into(),
+                report::cell(med_rate, 0),
+                format!("{lo:.0}-{hi:.0}"),
+            ];
+            row.extend(bases.iter().map(|&b| ratio_cell(med_rate, b)));
+            row.extend([
+                report::cell(med(r, sc, e, mode, c, &|s| Some(s.machine_cores)), 2),
+                report::cell(med(r, sc, e, mode, c, &Sample::machine_us), 1),
+                report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
+                report::cell(med(r, sc, e, mode, c, &Sample::switch_us), 1),
+                report::cell(med(r, sc, e, mode, c, &|s| s.nginx_cores), 2),
+                report::cell(
+                    med(r, sc, e, mode, c, &|s| {
+                        s.wrk.as_ref().map(|w| w.latency_avg_us / 1e3)
+                    }),
+                    2,
+                ),
+                format!("{errs} ({read})"),
+            ]);
+            if split {
+                row.push(split_cell(&backend_totals(r, sc, e, mode, c)));
+            }
+            rows.push(row);
+        }
+    }
+    report::table(&head, &rows)
+}
+
+fn end_state_list(m: &mut String, title: &str, list: &[(CtEngine, serde_json::Value)]) {
+    if list.is_empty() {
+        return;
+    }
+    let _ = writeln!(m, "\n{title}\n");
+    for (e, v) in list {
+        let t = v
+            .get("text")
+            .and_then(|t| t.as_str())
+            .map(|s| s.trim().replace('\n', "; "))
+            .unwrap_or_else(|| v.to_string());
+        let t: String = t.chars().take(600).collect();
+        let _ = writeln!(m, "- {}: {t}", e.name());
+    }
+    let _ = writeln!(m);
+}
+
+fn engine_what(sc: Scenario, e: CtEngine) -> &'static str {
+    match (sc, e) {
+        (Scenario::Firewall, CtEngine::Nicflow) => {
+            "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; new connections go through the tracker in userspace, established ones move to the TC engine"
+        }
+        (Scenario::Lb, CtEngine::Nicflow) => {
+            "nicflow with the defaults (nicflow-tc), the load-balancer tables and group below; new connections in userspace, established ones (24 packets and more) in the TC engine with the NAT rewrite"
+        }
+        (_, CtEngine::NicflowNooffload) => {
+            "the same nicflow switch with `nicflow set br0 offload=none`: every packet through the userspace datapath"
+        }
+        (_, CtEngine::NicflowNoct) => {
+            "the same nicflow switch with `in_port=p1,actions=output:p2` and back (no ct)"
+        }
+        (Scenario::Firewall, CtEngine::Ovs) => {
+            "Open vSwitch, userspace datapath (netdev, ports of type system read through netdev-linux), the same table (OVS userspace conntrack)"
+        }
+        (Scenario::Lb, CtEngine::Ovs) => {
+            "Open vSwitch, userspace datapath (netdev), the same tables and group (`ovs-ofctl -O OpenFlow13 add-groups`; OVS userspace conntrack and NAT)"
+        }
+        (Scenario::Firewall, CtEngine::LinuxBridgeNft) => {
+            "Linux bridge + nftables stateful rules below"
+        }
+        (Scenario::Lb, CtEngine::LinuxBridgeNft) => {
+            "Linux bridge + nftables `dnat to numgen inc mod 3 map {...}` below (round robin)"
+        }
+        (_, CtEngine::LinuxBridge) => "Linux bridge, no rules (the reference)",
+    }
+}
+
+fn firewall_md(r: &Results, m: &mut String) {
+    let sc = Scenario::Firewall;
     let _ = writeln!(
         m,
-        "{}",
-        report::machine_section("hardware counters not used")
+        "## Scenario firewall\n\n\
+         Document 003, table VII (cps and tps through a connection-tracking switch): client c1 \
+         (port p1) -> switch -> server s1 (port p2), one namespace each. Ratios are against \
+         `linux-bridge` (no rules) in the same run.\n"
     );
-    let _ = writeln!(m, "Load average at the start: {}.\n", r.load_start);
-    let _ = writeln!(m, "Tools: {}.\n", r.tools.join("; "));
-    let _ = writeln!(
-        m,
-        "Document 003, table VII (cps and tps through a connection-tracking switch), scenario \
-         *firewall*: client c1 (port p1) -> switch -> server s1 (port p2), one namespace each. \
-         nginx in s1 answers every request with a {}-byte body (`return 200`, one process); \
-         `wrk -t1` in c1 runs {} s per point: **connections/s** with `-H 'Connection: close'` \
-         (every request a new TCP connection), **transactions/s** with keep-alive. Medians of \
-         {} repetition(s), repetitions interleaved across engines (all labs up for the whole \
-         run), after a 1-s warm-up of each mode. Host offload: {:?} (`off` = `ethtool -K eth0 \
-         tx off`: finished checksums). CPU: machine-wide busy cores from /proc/stat (wrk, \
-         nginx, switch and softirq share the machine's cores), the switch process from \
-         /proc/PID/stat. Ratios are against `linux-bridge` (no rules) in the same run.\n",
-        BODY.len() - 1,
-        r.seconds,
-        r.reps,
-        r.host_offload
-    );
-    let _ = writeln!(m, "Command: `{}`\n", r.command);
     let _ = writeln!(m, "Engines:\n");
-    for e in &r.engines {
-        let what = match e {
-            CtEngine::Nicflow => {
-                "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; ct flows run in nicflow's userspace datapath"
-            }
-            CtEngine::NicflowNoct => {
-                "the same nicflow switch with `in_port=p1,actions=output:p2` and back (no ct)"
-            }
-            CtEngine::Ovs => {
-                "Open vSwitch, userspace datapath (netdev, ports of type system read through netdev-linux), the same table (OVS userspace conntrack)"
-            }
-            CtEngine::LinuxBridgeNft => "Linux bridge + nftables stateful rules below",
-            CtEngine::LinuxBridge => "Linux bridge, no rules (the reference)",
-        };
-        let _ = writeln!(m, "- `{}`: {what}", e.name());
+    for &e in &r.engines {
+        let _ = writeln!(m, "- `{}`: {}", e.name(), engine_what(sc, e));
     }
     let _ = writeln!(m, "\nFlow table (nicflow, ovs):\n\n```");
     for l in &r.firewall {
@@ -865,89 +1601,15 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         );
     }
     for mode in [Mode::Cps, Mode::Tps] {
-        let _ = writeln!(m, "## {}\n", mode.title());
-        let head = [
-            ("conns", true),
-            ("engine", false),
-            ("median /s", true),
-            ("min-max /s", true),
-            ("vs linux-bridge", true),
-            ("machine cores", true),
-            (
-                if mode == Mode::Cps {
-                    "machine µs/conn"
-                } else {
-                    "machine µs/txn"
-                },
-                true,
-            ),
-            ("switch cores", true),
-            ("switch µs", true),
-            ("nginx cores", true),
-            ("latency avg ms", true),
-            ("errors (read)", true),
-        ];
-        let mut rows = Vec::new();
-        for &c in &r.connections {
-            let base = med(r, CtEngine::LinuxBridge, mode, c, &rate);
-            for &e in &r.engines {
-                let ok: Vec<&Sample> = r
-                    .samples
-                    .iter()
-                    .filter(|s| s.engine == e && s.mode == mode && s.connections == c)
-                    .collect();
-                let rates: Vec<f64> = ok.iter().filter_map(|s| rate(s)).collect();
-                if rates.is_empty() {
-                    let why = ok
-                        .iter()
-                        .find_map(|s| s.error.clone())
-                        .or_else(|| {
-                            r.setup_errors
-                                .iter()
-                                .find(|(x, _)| *x == e)
-                                .map(|(_, w)| w.clone())
-                        })
-                        .unwrap_or_else(|| "not measured".into());
-                    let mut row = vec![c.to_string(), e.name().into(), why.replace('|', "/")];
-                    row.resize(head.len(), String::new());
-                    rows.push(row);
-                    continue;
-                }
-                let lo = rates.iter().cloned().fold(f64::INFINITY, f64::min);
-                let hi = rates.iter().cloned().fold(0.0, f64::max);
-                let med_rate = med(r, e, mode, c, &rate);
-                let errs: u64 = ok
-                    .iter()
-                    .filter_map(|s| s.wrk.as_ref())
-                    .map(|w| w.errors())
-                    .sum();
-                let read: u64 = ok
-                    .iter()
-                    .filter_map(|s| s.wrk.as_ref())
-                    .map(|w| w.err_read)
-                    .sum();
-                rows.push(vec![
-                    c.to_string(),
-                    e.name().into(),
-                    report::cell(med_rate, 0),
-                    format!("{lo:.0}-{hi:.0}"),
-                    ratio_cell(med_rate, base),
-                    report::cell(med(r, e, mode, c, &|s| Some(s.machine_cores)), 2),
-                    report::cell(med(r, e, mode, c, &Sample::machine_us), 1),
-                    report::cell(med(r, e, mode, c, &|s| s.switch_cores), 2),
-                    report::cell(med(r, e, mode, c, &Sample::switch_us), 1),
-                    report::cell(med(r, e, mode, c, &|s| s.nginx_cores), 2),
-                    report::cell(
-                        med(r, e, mode, c, &|s| {
-                            s.wrk.as_ref().map(|w| w.latency_avg_us / 1e3)
-                        }),
-                        2,
-                    ),
-                    format!("{errs} ({read})"),
-                ]);
-            }
-        }
-        let _ = writeln!(m, "{}", report::table(&head, &rows));
+        let _ = writeln!(m, "### {}\n", mode.title());
+        let t = mode_table(
+            r,
+            sc,
+            mode,
+            &[("linux-bridge", CtEngine::LinuxBridge)],
+            false,
+        );
+        let _ = writeln!(m, "{t}");
     }
     let _ = writeln!(
         m,
@@ -959,10 +1621,10 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         Mode::Tps.unit()
     );
     // The issue's targets.
-    let _ = writeln!(m, "## Targets (issue 13), same run\n");
+    let _ = writeln!(m, "### Targets (issue 13), same run\n");
     let mut rows = Vec::new();
     for &c in &r.connections {
-        let g = |e, mode| med(r, e, mode, c, &rate);
+        let g = |e, mode| med(r, sc, e, mode, c, &rate);
         let nf = g(CtEngine::Nicflow, Mode::Cps);
         let check = |v: Option<f64>, b: Option<f64>, want: f64| match (v, b) {
             (Some(v), Some(b)) if b > 0.0 => {
@@ -1005,7 +1667,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
     );
     let _ = writeln!(
         m,
-        "## Document 003, table VII (BlueField-2 / BlueField-3, thousands)\n\n\
+        "### Document 003, table VII (BlueField-2 / BlueField-3, thousands)\n\n\
          | | DPU | NO-CT | RTE-HW | RTE-SW | TC-HW | TC-SW |\n|---|---|---:|---:|---:|---:|---:|\n\
          | TPS (K) | BF2 | 10.86 | 6.21 | 6.76 | 4.58 | 5.52 |\n\
          | CPS (K) | BF2 | 8000.00 | 84.96 | 130.00 | 30.00 | 64.95 |\n\
@@ -1016,25 +1678,201 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
          this machine, and *transactions/s* means requests on persistent connections. Compare \
          shapes (ct against no ct; OVS userspace against the kernel), not absolute numbers.\n"
     );
-    report::write_list(&mut m, "Notes", &r.notes);
     let fails: Vec<String> = r
         .setup_errors
         .iter()
         .map(|(e, w)| format!("{}: {w}", e.name()))
         .collect();
-    report::write_list(&mut m, "Setup failures", &fails);
-    if !r.end_state.is_empty() {
-        let _ = writeln!(m, "\n## Tracker state at the end\n");
-        for (e, v) in &r.end_state {
-            let t = v
-                .get("text")
-                .and_then(|t| t.as_str())
-                .map(|s| s.trim().replace('\n', "; "))
-                .unwrap_or_else(|| v.to_string());
-            let t: String = t.chars().take(600).collect();
-            let _ = writeln!(m, "- {}: {t}", e.name());
+    report::write_list(m, "Setup failures (firewall)", &fails);
+    end_state_list(m, "### Tracker state at the end (firewall)", &r.end_state);
+}
+
+fn lb_md(r: &Results, m: &mut String) {
+    let sc = Scenario::Lb;
+    let Some(lb) = &r.lb else {
+        let _ = writeln!(m, "## Scenario lb\n\nNot run (interrupted before it).\n");
+        return;
+    };
+    let backends = lb
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| format!("s{} {b}", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        m,
+        "## Scenario lb: DNAT load balancer to {} backends\n\n\
+         Issue 13 / document 003's OVS-conntrack load balancer: client c1 (port p1) opens \
+         `http://{}/`, a virtual address no host owns (c1 has a static neighbour entry \
+         `{} lladdr {} nud permanent`, the same for every engine). The switch sends each new \
+         connection to one of the backends ({backends}; ports p2, p4, p6; nginx in each, as in \
+         the firewall scenario) and translates the replies back. The testbed's hosts c2 and c3 \
+         are idle. Ratios are against nftables and against OVS in the same run. *requests per \
+         backend*: the share of the requests each backend's nginx counted (`stub_status` read \
+         before and after every run, all repetitions summed), s1/s2/s3. With keep-alive the \
+         split follows the few persistent connections, so it is uneven where the switch picks \
+         a backend by a hash of the connection (nicflow's and OVS's `select` group); nftables' \
+         `numgen inc` takes turns.\n",
+        lb.backends.len(),
+        lb.vip,
+        lb.vip,
+        lb.vip_mac
+    );
+    let _ = writeln!(m, "Engines:\n");
+    for &e in &lb.engines {
+        let _ = writeln!(m, "- `{}`: {}", e.name(), engine_what(sc, e));
+    }
+    let port = |l: &str| {
+        let mut l = l.replace("{c1.ip4}", "198.18.1.1").replace("{c1}", "p1");
+        for i in 1..=lb.backends.len() {
+            l = l
+                .replace(&format!("{{s{i}.ip4}}"), &lb.backends[i - 1])
+                .replace(&format!("{{s{i}.mac}}"), &format!("<s{i} MAC>"))
+                .replace(&format!("{{s{i}}}"), &format!("p{}", 2 * i));
+        }
+        l
+    };
+    let _ = writeln!(m, "\nGroup and flow table (nicflow, ovs):\n\n```");
+    for l in lb.groups.iter().chain(&lb.flows) {
+        let _ = writeln!(m, "{}", port(l));
+    }
+    let _ = writeln!(m, "```\n");
+    if !lb.nft_rules.is_empty() {
+        let _ = writeln!(
+            m,
+            "nftables ({}), in the switch namespace:\n\n```\n{}```\n",
+            lb.nft_mode, lb.nft_rules
+        );
+    }
+    let refs = [("nft", CtEngine::LinuxBridgeNft), ("ovs", CtEngine::Ovs)];
+    for mode in [Mode::Cps, Mode::Tps] {
+        let _ = writeln!(m, "### Load balancer: {}\n", mode.title());
+        let _ = writeln!(m, "{}", mode_table(r, sc, mode, &refs, true));
+    }
+    let mut rows = Vec::new();
+    for &c in &r.connections {
+        for e in [CtEngine::Nicflow, CtEngine::NicflowNooffload] {
+            if !lb.engines.contains(&e) {
+                continue;
+            }
+            let mut row = vec![c.to_string(), e.name().to_string()];
+            for mode in [Mode::Cps, Mode::Tps] {
+                let v = med(r, sc, e, mode, c, &rate);
+                for (_, b) in refs {
+                    row.push(ratio_cell(v, med(r, sc, b, mode, c, &rate)));
+                }
+            }
+            rows.push(row);
         }
     }
+    let _ = writeln!(
+        m,
+        "### Load balancer: nicflow against nftables and OVS, same run\n"
+    );
+    let _ = writeln!(
+        m,
+        "{}",
+        report::table(
+            &[
+                ("conns", true),
+                ("engine", false),
+                ("cps vs nft", true),
+                ("cps vs ovs", true),
+                ("tps vs nft", true),
+                ("tps vs ovs", true),
+            ],
+            &rows
+        )
+    );
+    // Did every backend get traffic?
+    let mut missing = Vec::new();
+    for &c in &r.connections {
+        for &e in &lb.engines {
+            for mode in [Mode::Cps, Mode::Tps] {
+                let t = backend_totals(r, sc, e, mode, c);
+                let idle: Vec<String> = t
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &n)| n == 0)
+                    .map(|(i, _)| format!("s{}", i + 1))
+                    .collect();
+                if t.is_empty() {
+                    missing.push(format!(
+                        "{} {:?} c={c}: no backend counters read",
+                        e.name(),
+                        mode
+                    ));
+                } else if !idle.is_empty() {
+                    missing.push(format!(
+                        "{} {:?} c={c}: {} served no request",
+                        e.name(),
+                        mode,
+                        idle.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    if missing.is_empty() && !lb.engines.is_empty() {
+        let _ = writeln!(
+            m,
+            "Every backend served requests on every engine and point.\n"
+        );
+    }
+    report::write_list(m, "Backends without traffic", &missing);
+    let fails: Vec<String> = lb
+        .setup_errors
+        .iter()
+        .map(|(e, w)| format!("{}: {w}", e.name()))
+        .collect();
+    report::write_list(m, "Setup failures (lb)", &fails);
+    end_state_list(m, "### Tracker state at the end (lb)", &lb.end_state);
+}
+
+fn markdown(r: &Results, figs: &[Figure]) -> String {
+    let mut m = String::new();
+    let scenarios = r.scenarios();
+    let _ = writeln!(m, "# nicflow bench conntrack\n");
+    let _ = writeln!(
+        m,
+        "{}",
+        report::machine_section("hardware counters not used")
+    );
+    let _ = write!(m, "Load average at the start: {}", r.load_start);
+    if !r.load_end.is_empty() {
+        let _ = write!(m, "; at the end: {}", r.load_end);
+    }
+    let _ = writeln!(m, ".\n");
+    let _ = writeln!(m, "Tools: {}.\n", r.tools.join("; "));
+    let _ = writeln!(
+        m,
+        "Scenarios: {}. nginx in every server namespace answers each request with a {}-byte \
+         body (`return 200`, one process); `wrk -t1` in c1 runs {} s per point: \
+         **connections/s** with `-H 'Connection: close'` (every request a new TCP connection), \
+         **transactions/s** with keep-alive. Medians of {} repetition(s), repetitions \
+         interleaved across engines (all labs of a scenario up for the whole scenario), after a \
+         1-s warm-up of each mode. Host offload: {:?} (`off` = `ethtool -K eth0 tx off`: \
+         finished checksums). CPU: machine-wide busy cores from /proc/stat (wrk, nginx, switch \
+         and softirq share the machine's cores), the switch process from /proc/PID/stat.\n",
+        scenarios
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        BODY.len() - 1,
+        r.seconds,
+        r.reps,
+        r.host_offload
+    );
+    let _ = writeln!(m, "Command: `{}`\n", r.command);
+    for sc in &scenarios {
+        match sc {
+            Scenario::Firewall => firewall_md(r, &mut m),
+            Scenario::Lb => lb_md(r, &mut m),
+        }
+    }
+    report::write_list(&mut m, "Notes", &r.notes);
     let _ = writeln!(m);
     for f in figs {
         let _ = writeln!(m, "### {}\n\n{}", f.title, f.markdown(0));
@@ -1086,8 +1924,11 @@ Transfer/sec:      1.41MB
             ]
         );
         assert!(parse_engines("nope").is_err());
-        assert_eq!(CtEngine::NicflowNoct.rules(), Rules::Explicit);
-        let Rules::Custom(fw) = CtEngine::Ovs.rules() else {
+        assert_eq!(
+            CtEngine::NicflowNoct.rules(Scenario::Firewall),
+            Rules::Explicit
+        );
+        let Rules::Custom(fw) = CtEngine::Ovs.rules(Scenario::Firewall) else {
             panic!("ovs runs the firewall")
         };
         assert_eq!(fw.len(), 7);
@@ -1095,9 +1936,237 @@ Transfer/sec:      1.41MB
         let n = nft_rules(false, "p1", "198.18.1.1");
         assert!(n.contains("ip saddr 198.18.1.1 accept") && n.contains("policy drop"));
         assert!(nft_rules(true, "p1", "x").contains("iifname \"p1\""));
-        let conf = nginx_conf(Path::new("/tmp/x"), "198.18.2.1");
+        let conf = nginx_conf(Path::new("/tmp/x"), "198.18.2.1", false);
         assert!(conf.contains("listen 198.18.2.1:80"), "{conf}");
+        assert!(!conf.contains("stub_status"), "{conf}");
+        let conf = nginx_conf(Path::new("/tmp/x"), "198.18.2.2", true);
+        assert!(conf.contains("listen 127.0.0.1:8081;"), "{conf}");
+        assert!(conf.contains("location / { stub_status; }"), "{conf}");
+        // Braces balance: the stub server sits inside http { }.
+        assert_eq!(conf.matches('{').count(), conf.matches('}').count());
+        assert!(conf.trim_end().ends_with("}\n}") || conf.trim_end().ends_with('}'));
         // nginx turns the escaped newline into one byte: 15 bytes sent.
         assert_eq!(BODY.len() - 1, 15);
+    }
+
+    #[test]
+    fn scenarios_and_their_engines() {
+        assert_eq!(
+            parse_scenarios("lb, firewall,lb").unwrap(),
+            vec![Scenario::Lb, Scenario::Firewall]
+        );
+        assert!(parse_scenarios("nope").is_err());
+        assert!(parse_scenarios(",").is_err());
+        assert_eq!(Scenario::default(), Scenario::Firewall);
+        assert_eq!(Scenario::Firewall.default_engines().len(), 5);
+        assert_eq!(
+            Scenario::Lb.default_engines(),
+            vec![
+                CtEngine::Nicflow,
+                CtEngine::NicflowNooffload,
+                CtEngine::Ovs,
+                CtEngine::LinuxBridgeNft
+            ]
+        );
+        let asked = parse_engines("nicflow-offload-none,linux-bridge,nft,nicflow-noct").unwrap();
+        let (run, left) = scenario_engines(Scenario::Lb, Some(&asked));
+        assert_eq!(
+            run,
+            vec![CtEngine::NicflowNooffload, CtEngine::LinuxBridgeNft]
+        );
+        assert_eq!(left, vec![CtEngine::LinuxBridge, CtEngine::NicflowNoct]);
+        let (run, left) = scenario_engines(Scenario::Firewall, Some(&asked));
+        assert_eq!((run.len(), left.len()), (4, 0));
+        assert_eq!(scenario_engines(Scenario::Lb, None).1, vec![]);
+        assert_eq!(CtEngine::NicflowNooffload.engine(), Engine::NicflowTc);
+        assert_eq!(CtEngine::NicflowNooffload.name(), "nicflow-nooffload");
+        assert_eq!(
+            serde_json::to_string(&CtEngine::NicflowNooffload).unwrap(),
+            "\"nicflow-nooffload\""
+        );
+        // A sample of an older run (no scenario field) is a firewall one.
+        let old = r#"{"engine":"ovs","mode":"cps","connections":32,"rep":0,"wrk":null,
+            "machine_cores":1.0,"switch_cores":null,"nginx_cores":null,"wrk_cores":0.1,
+            "wall_s":5.0,"error":null}"#;
+        let s: Sample = serde_json::from_str(old).unwrap();
+        assert_eq!(s.scenario, Scenario::Firewall);
+        assert!(s.backend_requests.is_empty());
+    }
+
+    #[test]
+    fn load_balancer_rules() {
+        let flows = lb_flows();
+        assert_eq!(flows[0], "table=0,priority=1,actions=drop");
+        let Rules::Custom(first) = CtEngine::Nicflow.rules(Scenario::Lb) else {
+            panic!("nicflow runs tables")
+        };
+        assert_eq!(
+            first,
+            vec![flows[0].clone()],
+            "the group goes in before the rest"
+        );
+        assert_eq!(
+            CtEngine::LinuxBridgeNft.rules(Scenario::Lb),
+            Rules::Explicit
+        );
+        assert!(flows.contains(
+            &"table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)".to_string()
+        ));
+        assert!(flows
+            .iter()
+            .any(|f| f.contains("nw_dst=198.18.0.100,tp_dst=80")
+                && f.contains("ct_state=+trk+new")
+                && f.ends_with("actions=group:1")));
+        for i in 1..=3 {
+            assert!(
+                flows.contains(&format!(
+                    "table=2,priority=10,ip,nw_dst={{s{i}.ip4}},actions=mod_dl_dst:{{s{i}.mac}},output:{{s{i}}}"
+                )),
+                "{flows:#?}"
+            );
+        }
+        let g = lb_groups();
+        assert_eq!(g.len(), 1);
+        assert_eq!(
+            g[0],
+            "group_id=1,type=select,\
+             bucket=actions=ct(commit,nat(dst=198.18.2.1:80),table=2),\
+             bucket=actions=ct(commit,nat(dst=198.18.2.2:80),table=2),\
+             bucket=actions=ct(commit,nat(dst=198.18.2.3:80),table=2)"
+        );
+        // Every rule and the group parse as nicflow's ovs-ofctl syntax.
+        let mut names = nicflow_ofctl::NamedPorts::new();
+        for k in 1..=6 {
+            names.insert(format!("p{k}"), k);
+        }
+        let expand = |l: &str| {
+            let mut l = l.replace("{c1.ip4}", "198.18.1.1").replace("{c1}", "p1");
+            for i in 1..=3 {
+                l = l
+                    .replace(&format!("{{s{i}.ip4}}"), &format!("198.18.2.{i}"))
+                    .replace(&format!("{{s{i}.mac}}"), "02:00:00:00:00:01")
+                    .replace(&format!("{{s{i}}}"), &format!("p{}", 2 * i));
+            }
+            l
+        };
+        let text: Vec<String> = flows.iter().map(|f| expand(f)).collect();
+        nicflow_ofctl::parse_flows(&text.join("\n"), &names).expect("lb flows parse");
+        nicflow_ofctl::parse_groups(&g.join("\n"), &names).expect("lb group parses");
+        let b: Vec<std::net::Ipv4Addr> = (1..=3).map(backend_ip).collect();
+        let n = nft_lb_rules(VIP, &b);
+        assert!(n.starts_with("table ip nicflow_lb {"), "{n}");
+        assert!(
+            n.contains("type nat hook prerouting priority dstnat;"),
+            "{n}"
+        );
+        assert!(
+            n.contains(
+                "ip daddr 198.18.0.100 tcp dport 80 dnat to numgen inc mod 3 map \
+                 { 0 : 198.18.2.1, 1 : 198.18.2.2, 2 : 198.18.2.3 }"
+            ),
+            "{n}"
+        );
+    }
+
+    #[test]
+    fn stub_status_and_split() {
+        let page = "Active connections: 1 \nserver accepts handled requests\n 16630948 16630947 31070465 \nReading: 0 Writing: 1 Waiting: 0 \n";
+        assert_eq!(
+            parse_stub_status(page),
+            Some((16630948, 16630947, 31070465))
+        );
+        assert_eq!(parse_stub_status("Active connections: 1\n"), None);
+        assert_eq!(
+            parse_stub_status("server accepts handled requests\n 1 2\n"),
+            None
+        );
+        assert_eq!(
+            parse_stub_status("server accepts handled requests\n 1 x 3\n"),
+            None
+        );
+        assert_eq!(split_percent(&[0, 0, 0]), None);
+        assert_eq!(split_percent(&[]), None);
+        assert_eq!(split_percent(&[1, 1, 2]), Some(vec![25.0, 25.0, 50.0]));
+        assert_eq!(split_cell(&[334, 333, 333]), "33/33/33");
+        assert_eq!(split_cell(&[]), "—");
+    }
+
+    #[test]
+    fn report_of_an_lb_run() {
+        let sample = |e, mode, rate: f64, split: Vec<u64>| Sample {
+            scenario: Scenario::Lb,
+            engine: e,
+            mode,
+            connections: 8,
+            rep: 0,
+            wrk: Some(WrkOut {
+                requests: (rate * 2.0) as u64,
+                seconds: 2.0,
+                rate,
+                ..WrkOut::default()
+            }),
+            machine_cores: 1.5,
+            switch_cores: None,
+            nginx_cores: Some(0.3),
+            wrk_cores: 0.2,
+            wall_s: 2.0,
+            error: None,
+            backend_requests: split,
+            backend_conns: Vec::new(),
+        };
+        let r = Results {
+            machine: "m".into(),
+            load_start: "1.00 1.00 1.00".into(),
+            load_end: "2.00 1.00 1.00".into(),
+            command: "nicflow bench conntrack --scenario lb".into(),
+            scenarios: vec![Scenario::Lb],
+            engines: Vec::new(),
+            connections: vec![8],
+            seconds: 2.0,
+            reps: 1,
+            host_offload: HostOffload::Default,
+            tools: Vec::new(),
+            nft_mode: String::new(),
+            nft_rules: String::new(),
+            firewall: Vec::new(),
+            samples: vec![
+                sample(CtEngine::Nicflow, Mode::Cps, 6000.0, vec![10, 10, 10]),
+                sample(CtEngine::LinuxBridgeNft, Mode::Cps, 5000.0, vec![10, 0, 10]),
+                sample(CtEngine::Ovs, Mode::Cps, 3000.0, vec![1, 2, 1]),
+            ],
+            setup_errors: Vec::new(),
+            notes: Vec::new(),
+            end_state: Vec::new(),
+            lb: Some(LbRun {
+                engines: vec![CtEngine::Nicflow, CtEngine::Ovs, CtEngine::LinuxBridgeNft],
+                vip: VIP.into(),
+                vip_mac: VIP_MAC.into(),
+                backends: (1..=3).map(|i| backend_ip(i).to_string()).collect(),
+                flows: lb_flows(),
+                groups: lb_groups(),
+                ..LbRun::default()
+            }),
+        };
+        let figs = figures(&r);
+        assert_eq!(figs[0].id, "lb-cps");
+        let md = markdown(&r, &figs);
+        assert!(!md.contains("## Scenario firewall"), "{md}");
+        assert!(md.contains("## Scenario lb"), "{md}");
+        assert!(
+            md.contains("| 8 | nicflow | 6000 | 6000-6000 | 1.20x | 2.00x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 8 | nicflow | 1.20x | 2.00x | — | — |"),
+            "{md}"
+        );
+        assert!(md.contains("| 33/33/33 |"), "{md}");
+        assert!(
+            md.contains("linux-bridge-nft Cps c=8: s2 served no request"),
+            "{md}"
+        );
+        assert!(md.contains("bucket=actions=ct(commit,nat(dst=198.18.2.1:80),table=2)"));
+        assert!(md.contains("mod_dl_dst:<s2 MAC>,output:p4"), "{md}");
+        assert!(md.contains("at the end: 2.00 1.00 1.00"), "{md}");
     }
 }

@@ -713,6 +713,51 @@ impl Testbed {
         }
     }
 
+    /// Add groups at run time, one `ovs-ofctl add-group` line each
+    /// (placeholders expanded): nicflow through the `add-groups` request
+    /// (all or nothing), OVS with `ovs-ofctl -O OpenFlow13 add-groups`.
+    /// Add groups before the rules that name them. Fails for the Linux
+    /// bridge.
+    pub fn add_groups(&self, lines: &[String]) -> anyhow::Result<()> {
+        let text: Vec<String> = lines.iter().map(|l| self.expand(l)).collect();
+        let text = text.join("\n");
+        if self.spec.engine.is_nicflow() {
+            let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
+            let r = crate::control::daemon::request(
+                &sock,
+                &Request::AddGroups {
+                    bridge: BRIDGE.into(),
+                    text,
+                },
+            )
+            .context("nicflow add-groups")?;
+            if !r.ok {
+                bail!(
+                    "nicflow add-groups: {}",
+                    r.error.unwrap_or_else(|| "failed".into())
+                );
+            }
+            Ok(())
+        } else if let Some(o) = &self.ovs {
+            let file = o
+                .dir
+                .join(format!("groups-{}.txt", SEQ.fetch_add(1, Ordering::SeqCst)));
+            std::fs::write(&file, text + "\n")
+                .with_context(|| format!("writing {}", file.display()))?;
+            let mgmt = self.ovs_mgmt()?;
+            let f = file.display().to_string();
+            let mut c = sys::in_ns(
+                None,
+                &["ovs-ofctl", "-O", "OpenFlow13", "add-groups", &mgmt, &f],
+            );
+            sys::run(&mut c).context("ovs-ofctl add-groups")?;
+            let _ = std::fs::remove_file(&file);
+            Ok(())
+        } else {
+            bail!("{} has no groups to add", self.spec.engine.name())
+        }
+    }
+
     /// Delete every rule (nicflow `del-flows`, `ovs-ofctl del-flows`).
     pub fn del_flows(&self) -> anyhow::Result<()> {
         if self.spec.engine.is_nicflow() {
