@@ -21,7 +21,8 @@ if command -v tshark >/dev/null 2>&1; then
     tshark -r "$dir/$p.out.pcap" -c 3 2>/dev/null | sed 's/^/   /'
   done
   echo "-- rewritten service traffic on vm2 (ip.dst, tcp.dstport, ttl):"
-  tshark -r "$dir/vm2.out.pcap" -Y 'tcp.dstport==80' -T fields -e ip.dst -e tcp.dstport -e ip.ttl -c 2 2>/dev/null | sed 's/^/   /'
+  # Not `-c 2`: tshark counts the frames it reads, not those the filter keeps.
+  tshark -r "$dir/vm2.out.pcap" -Y 'tcp.dstport==80' -T fields -e ip.dst -e tcp.dstport -e ip.ttl 2>/dev/null | head -n 2 | sed 's/^/   /' || true
 fi
 
 echo

@@ -199,11 +199,12 @@ pub fn run(dir: &Path) -> Result<String> {
     for (reason, count) in s.drops() {
         writeln!(r, "    {reason:24} {count}")?;
     }
-    writeln!(
-        r,
-        "\n-- datapath flows (first 12 of {}) --",
-        br.n_dp_flows()
-    )?;
+    let n = br.n_dp_flows();
+    if n > 12 {
+        writeln!(r, "\n-- datapath flows (the 12 busiest of {n}) --")?;
+    } else {
+        writeln!(r, "\n-- datapath flows ({n}) --")?;
+    }
     let mut flows = br.dump_dp_flows(Instant::now());
     flows.sort_by_key(|f| std::cmp::Reverse(f.packets));
     for f in flows.iter().take(12) {
