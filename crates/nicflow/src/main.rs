@@ -244,6 +244,9 @@ enum BenchCmd {
     /// table: nicflow vs Open vSwitch userspace conntrack vs nftables
     /// (document 003, table VII; issue 13).
     Conntrack(bench::conntrack::Args),
+    /// 1K-1M TCP connections tracked through the switch (in-process): handshakes/s,
+    /// ns/packet with and without ct, memory per connection (issue 13).
+    CtScale(bench::ct_scale::Args),
     /// TCP throughput against ACL rule count (1-20,000 rules plus
     /// allow-established): nicflow vs nftables (linear chain, set) vs Open
     /// vSwitch userspace (document 003's stateful firewall; issue 13).
@@ -505,6 +508,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
             }
             BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::CtScale(args) => bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::XdpRedirect(args) => {
                 bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)

@@ -9,6 +9,7 @@ pub mod colocated;
 pub mod conntrack;
 pub mod containers;
 pub mod cpu;
+pub mod ct_scale;
 pub mod firewall;
 pub mod forward;
 pub mod generator;
