@@ -145,6 +145,21 @@ fn differential_test_run_matches_userspace_executor() {
                 assert_eq!(n.tcp_flags, keys[i].tcp_flags, "{}: tcp flags", c.name);
             }
         }
+        // One batched read gives every flow's counters, as one by one.
+        let batch = e
+            .counters_batch()
+            .unwrap()
+            .expect("Linux 5.6+ batches hash-map reads");
+        assert_eq!(batch.len(), handles.len());
+        for (i, h) in handles.iter().enumerate() {
+            let (a, b) = (batch[h], e.counters(h).unwrap());
+            assert_eq!(
+                (a.packets, a.bytes, a.tcp_flags),
+                (b.packets, b.bytes, b.tcp_flags),
+                "{}: batched counters",
+                cases[i].name
+            );
+        }
         let s = e.stats().unwrap();
         let n = cases.len() as u64 * 2;
         assert_eq!((s.rx, s.hit, s.miss, s.aborted, s.punt), (n, n, 0, 0, 0));
@@ -786,5 +801,66 @@ fn tunnel_decap_and_encap_match_userspace() {
         assert_eq!((verdict, &out), (XDP_PASS, f));
         let s = e.stats().unwrap();
         assert_eq!((s.punt, s.aborted), (3, 0));
+    });
+}
+
+/// The batched counter read (`XdpEngine::counters_batch`, one
+/// `BPF_MAP_LOOKUP_BATCH` per 256 flows) sees every installed flow across
+/// several chunks, with the counts the program left.
+#[test]
+fn batched_counter_read_covers_every_flow() {
+    if skip() {
+        return;
+    }
+    in_netns(|| {
+        veth("nfxo-bi", "nfxo-bip");
+        veth("nfxo-b2", "nfxo-b2p");
+        let in_if = ifindex("nfxo-bi");
+        let mut e = load(XdpEngineConfig::default());
+        e.set_port(in_if, IN_PORT).unwrap();
+        e.set_tx_port(0, ifindex("nfxo-b2")).unwrap();
+        let mut mask = FlowMask::exact();
+        mask.0.clear_userspace_only();
+        mask.0.tun_metadata = [0; 8];
+        let mut flows = Vec::new();
+        for i in 0..700u32 {
+            let frame = FrameBuilder::new(A, B)
+                .ipv4(v4(0x0100 + i), v4(2))
+                .udp(1000, 2000)
+                .payload(b"batched")
+                .build();
+            let mut k = FlowKey::default();
+            extract(&frame, IN_PORT, &mut k).unwrap();
+            let enc = encode(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap();
+            flows.push((e.install(&enc).unwrap(), frame));
+        }
+        // Every seventh flow gets i % 3 + 1 packets.
+        for (i, (_, frame)) in flows.iter().enumerate().filter(|(i, _)| i % 7 == 0) {
+            for _ in 0..(i % 3 + 1) {
+                assert_eq!(e.test_run(frame, in_if, 0).unwrap().0, XDP_REDIRECT);
+            }
+        }
+        let t = Instant::now();
+        let batch = e.counters_batch().unwrap().expect("batched reads");
+        let batched = t.elapsed();
+        let t = Instant::now();
+        for (h, _) in &flows {
+            e.counters(h).unwrap();
+        }
+        // A figure, not a check (timing asserts fail by chance).
+        eprintln!(
+            "700 flows: batched read {batched:?}, flow by flow {:?}",
+            t.elapsed()
+        );
+        assert_eq!(batch.len(), 700);
+        for (i, (h, frame)) in flows.iter().enumerate() {
+            let want = if i % 7 == 0 { (i % 3 + 1) as u64 } else { 0 };
+            let c = batch[h];
+            assert_eq!(
+                (c.packets, c.bytes),
+                (want, want * frame.len() as u64),
+                "flow {i}"
+            );
+        }
     });
 }

@@ -329,11 +329,12 @@ impl Datapath {
         self.offload.as_deref_mut()
     }
 
-    /// Read every offloaded flow's kernel counters (one map lookup each).
+    /// Read every offloaded flow's kernel counters (batched per engine).
     pub fn sync_offload(&mut self) {
         let Some(off) = self.offload.as_deref_mut() else {
             return;
         };
+        off.prefetch_counters();
         self.ct_offloads
             .sync(&mut self.conntrack, off, &mut self.flows, Instant::now());
         for id in self.flows.ids() {
@@ -341,6 +342,7 @@ impl Datapath {
                 offload::sync(off, f);
             }
         }
+        off.drop_prefetched();
     }
 
     /// Re-decide the placement of every flow: kernel flows whose decision
@@ -715,6 +717,9 @@ impl Datapath {
         self.stats.revalidations += 1;
         let mut fixed = 0;
         let mut removed = 0;
+        if let Some(off) = self.offload.as_deref_mut() {
+            off.prefetch_counters();
+        }
         for id in self.flows.ids() {
             let Some(f) = self.flows.get_mut(id) else {
                 continue;
@@ -758,6 +763,7 @@ impl Datapath {
         // go before the change is acknowledged.
         self.ct_offloads.forget_refusals();
         if let Some(off) = self.offload.as_deref_mut() {
+            off.drop_prefetched();
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, Instant::now());
         }
@@ -770,6 +776,7 @@ impl Datapath {
         let timeout = self.cfg.idle_timeout;
         // Offloaded connections' traffic first: it keeps their flows busy.
         if let Some(off) = self.offload.as_deref_mut() {
+            off.prefetch_counters();
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
         }
@@ -794,6 +801,9 @@ impl Datapath {
                 self.flows.remove(id);
                 n += 1;
             }
+        }
+        if let Some(off) = self.offload.as_deref_mut() {
+            off.drop_prefetched();
         }
         self.stats.flows_removed += n as u64;
         n

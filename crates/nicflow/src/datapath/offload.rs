@@ -104,6 +104,12 @@ pub trait FlowOffload {
     fn remove(&mut self, id: u64) -> Option<KernelCounters>;
     /// The live counters of `id`.
     fn counters(&mut self, id: u64) -> Option<KernelCounters>;
+    /// About to read many flows' counters: read them all at once now, so
+    /// the [`FlowOffload::counters`] calls that follow are served from
+    /// that read (until [`FlowOffload::drop_prefetched`]).
+    fn prefetch_counters(&mut self) {}
+    /// Forget what [`FlowOffload::prefetch_counters`] read.
+    fn drop_prefetched(&mut self) {}
     /// Which kernel engine holds offloaded flow `id` (`xdp`, `tc`), for
     /// `dump-dp-flows`.
     fn engine_name(&self, _id: u64) -> &'static str {

@@ -227,6 +227,9 @@ pub struct OffloadManager {
     flows: HashMap<u64, (EngineKind, FlowHandle)>,
     next_id: u64,
     counters: ManagerCounters,
+    /// Counters read in one batch per engine for a sweep over all flows
+    /// (`prefetch_counters`), by flow id; empty outside a sweep.
+    prefetched: HashMap<u64, KernelCounters>,
 }
 
 impl std::fmt::Debug for OffloadManager {
@@ -307,6 +310,7 @@ impl OffloadManager {
             others: BTreeMap::new(),
             flows: HashMap::new(),
             next_id: 1,
+            prefetched: HashMap::new(),
             counters: ManagerCounters::default(),
         })
     }
@@ -1401,7 +1405,46 @@ impl FlowOffload for OffloadManager {
         }
     }
 
+    fn prefetch_counters(&mut self) {
+        self.prefetched.clear();
+        let mut by_engine = Vec::new();
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            let batch = match self.engine_mut(kind).map(|e| e.counters_batch()) {
+                Some(Ok(Some(b))) => b,
+                Some(Err(e)) => {
+                    tracing::debug!("batched kernel counter read failed: {e}");
+                    continue;
+                }
+                _ => continue,
+            };
+            by_engine.push((kind, batch));
+        }
+        for (id, (kind, h)) in &self.flows {
+            let Some((_, batch)) = by_engine.iter().find(|(k, _)| k == kind) else {
+                continue;
+            };
+            if let Some(c) = batch.get(h) {
+                self.prefetched.insert(
+                    *id,
+                    KernelCounters {
+                        packets: c.packets,
+                        bytes: c.bytes,
+                        used: c.used,
+                        tcp_flags: c.tcp_flags,
+                    },
+                );
+            }
+        }
+    }
+
+    fn drop_prefetched(&mut self) {
+        self.prefetched.clear();
+    }
+
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
+        if let Some(c) = self.prefetched.remove(&id) {
+            return Some(c);
+        }
         let (kind, h) = *self.flows.get(&id)?;
         let c = self.engine_mut(kind)?.counters(&h).ok()?;
         Some(KernelCounters {

@@ -125,6 +125,41 @@ pub struct FlowCounters {
     pub used: Option<Instant>,
 }
 
+impl FlowCounters {
+    /// From a map value, with the kernel clock and `Instant` read now.
+    fn of(v: &FlowValue, now_ns: u64, now: Instant) -> FlowCounters {
+        let (idle, used) = if v.used_ns == 0 {
+            (None, None)
+        } else {
+            let idle = Duration::from_nanos(now_ns.saturating_sub(v.used_ns));
+            (Some(idle), now.checked_sub(idle))
+        };
+        FlowCounters {
+            packets: v.packets,
+            bytes: v.bytes,
+            tcp_flags: v.tcp_flags,
+            idle,
+            used,
+        }
+    }
+}
+
+/// `BPF_MAP_LOOKUP_BATCH` (bpf(2) command 24).
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+
+/// The `batch` member of `union bpf_attr`.
+#[repr(C, align(8))]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
 /// Sums of the program's per-CPU counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
@@ -949,19 +984,74 @@ impl XdpEngine {
             aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
             e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
         })?;
-        let (idle, used) = if v.used_ns == 0 {
-            (None, None)
-        } else {
-            let idle = Duration::from_nanos(monotonic_ns().saturating_sub(v.used_ns));
-            (Some(idle), Instant::now().checked_sub(idle))
-        };
-        Ok(FlowCounters {
-            packets: v.packets,
-            bytes: v.bytes,
-            tcp_flags: v.tcp_flags,
-            idle,
-            used,
-        })
+        Ok(FlowCounters::of(&v, monotonic_ns(), Instant::now()))
+    }
+
+    /// Every installed flow's counters, read with `BPF_MAP_LOOKUP_BATCH`
+    /// (a few hundred flows per system call) instead of one lookup per
+    /// flow: at 65,536 offloaded flows the per-flow reads cost the daemon
+    /// about a tenth of a core every second. `Ok(None)` when the kernel
+    /// cannot batch this map (the caller reads flow by flow).
+    pub fn counters_batch(
+        &self,
+    ) -> Result<Option<HashMap<FlowHandle, FlowCounters>>, OffloadError> {
+        use aya::maps::IterableMap;
+        const CHUNK: usize = 256;
+        let fd = self.flows.map().fd().as_fd().as_raw_fd();
+        let mut keys = vec![FlowMapKey::default(); CHUNK];
+        // SAFETY: FlowValue is plain old data (all-zero is a valid value).
+        let mut values: Vec<FlowValue> = vec![unsafe { std::mem::zeroed() }; CHUNK];
+        let mut out = HashMap::with_capacity(self.installed.len());
+        let (now_ns, now) = (monotonic_ns(), Instant::now());
+        // The hash map's batch cursor is a bucket index (u32); 8 bytes
+        // leave room to spare.
+        let mut cursor = [0u64; 2];
+        let mut first = true;
+        loop {
+            let mut attr = BatchAttr {
+                in_batch: if first { 0 } else { cursor.as_ptr() as u64 },
+                out_batch: cursor.as_mut_ptr() as u64 + 8,
+                keys: keys.as_mut_ptr() as u64,
+                values: values.as_mut_ptr() as u64,
+                count: CHUNK as u32,
+                map_fd: fd as u32,
+                elem_flags: 0,
+                flags: 0,
+            };
+            // SAFETY: the attribute points at buffers of `count` keys and
+            // values of the map's sizes and at a cursor of 8 bytes, all
+            // alive for the call.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    BPF_MAP_LOOKUP_BATCH,
+                    &mut attr as *mut BatchAttr,
+                    std::mem::size_of::<BatchAttr>(),
+                )
+            };
+            let err = (r < 0).then(std::io::Error::last_os_error);
+            let n = (attr.count as usize).min(CHUNK);
+            for (k, v) in keys.iter().zip(&values).take(n) {
+                out.insert(FlowHandle(*k), FlowCounters::of(v, now_ns, now));
+            }
+            match err.and_then(|e| e.raw_os_error()) {
+                None => {}
+                // The last chunk (or an empty map).
+                Some(libc::ENOENT) => return Ok(Some(out)),
+                // EINVAL/EOPNOTSUPP, or the kernel's internal ENOTSUPP (524).
+                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(524) if first => {
+                    return Ok(None)
+                }
+                Some(e) => {
+                    return Err(bpf(
+                        "BPF_MAP_LOOKUP_BATCH(dp_flows)",
+                        std::io::Error::from_raw_os_error(e),
+                    ))
+                }
+            }
+            cursor[0] = cursor[1];
+            first = false;
+        }
     }
 
     /// The raw map value of an installed flow (actions + counters).
