@@ -101,6 +101,28 @@ fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// The virtual address 198.18.0.100 resolves, in namespace `ns`, to the
+/// MAC of lab host `owner` (a load balancer's VIP has no host of its own).
+fn vip_on(lab: &Lab, ns: &str, owner: &str) {
+    let mac = lab.mac(owner).map(|b| format!("{b:02x}")).join(":");
+    common::must(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "ip",
+        "neigh",
+        "replace",
+        "198.18.0.100",
+        "lladdr",
+        &mac,
+        "dev",
+        "eth0",
+        "nud",
+        "permanent",
+    ]);
+}
+
 fn conntrack(lab: &Lab) -> Vec<String> {
     lab.req(Request::DumpConntrack {
         bridge: "br0".into(),
@@ -253,24 +275,7 @@ fn dnat_load_balancer_with_curl() {
     }
     // The virtual address resolves to h2's MAC on h1 (no host answers ARP
     // for it, as with a real load balancer's VIP on the switch).
-    let mac = lab.mac("lb2");
-    let mac = mac.map(|b| format!("{b:02x}")).join(":");
-    common::must(&[
-        "ip",
-        "netns",
-        "exec",
-        &h1,
-        "ip",
-        "neigh",
-        "replace",
-        "198.18.0.100",
-        "lladdr",
-        &mac,
-        "dev",
-        "eth0",
-        "nud",
-        "permanent",
-    ]);
+    vip_on(&lab, &h1, "lb2");
     let srv = http_server(&h2, "0.0.0.0");
     assert!(
         eventually(Duration::from_secs(10), || curl(
@@ -524,23 +529,7 @@ fn icmp_error_of_dnat_connection_refuses_the_client_socket() {
     );
     let h1 = lab.ns("ie1");
     // The virtual address resolves to h2's MAC on h1 (nobody owns it).
-    let mac = lab.mac("ie2").map(|b| format!("{b:02x}")).join(":");
-    common::must(&[
-        "ip",
-        "netns",
-        "exec",
-        &h1,
-        "ip",
-        "neigh",
-        "replace",
-        "198.18.0.100",
-        "lladdr",
-        &mac,
-        "dev",
-        "eth0",
-        "nud",
-        "permanent",
-    ]);
+    vip_on(&lab, &h1, "ie2");
     // Nothing listens on h2:9999.
     let listening = lab.exec("ie2", &["ss", "-Hlun", "sport = :9999"]);
     assert!(listening.trim().is_empty(), "{listening}");

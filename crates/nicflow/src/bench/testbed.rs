@@ -677,40 +677,7 @@ impl Testbed {
     /// nothing), OVS with `ovs-ofctl add-flows` from a file. Fails for the
     /// Linux bridge, which has no rules.
     pub fn add_flows(&self, lines: &[String]) -> anyhow::Result<()> {
-        let text: Vec<String> = lines.iter().map(|l| self.expand(l)).collect();
-        let text = text.join("\n");
-        if self.spec.engine.is_nicflow() {
-            let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
-            let r = crate::control::daemon::request(
-                &sock,
-                &Request::AddFlows {
-                    bridge: BRIDGE.into(),
-                    text,
-                },
-            )
-            .context("nicflow add-flows")?;
-            if !r.ok {
-                bail!(
-                    "nicflow add-flows: {}",
-                    r.error.unwrap_or_else(|| "failed".into())
-                );
-            }
-            Ok(())
-        } else if let Some(o) = &self.ovs {
-            let file = o
-                .dir
-                .join(format!("flows-{}.txt", SEQ.fetch_add(1, Ordering::SeqCst)));
-            std::fs::write(&file, text + "\n")
-                .with_context(|| format!("writing {}", file.display()))?;
-            let mgmt = self.ovs_mgmt()?;
-            let f = file.display().to_string();
-            let mut c = sys::in_ns(None, &["ovs-ofctl", "add-flows", &mgmt, &f]);
-            sys::run(&mut c).context("ovs-ofctl add-flows")?;
-            let _ = std::fs::remove_file(&file);
-            Ok(())
-        } else {
-            bail!("{} has no rules to add", self.spec.engine.name())
-        }
+        self.load_lines(lines, "flows")
     }
 
     /// Add groups at run time, one `ovs-ofctl add-group` line each
@@ -719,21 +686,28 @@ impl Testbed {
     /// Add groups before the rules that name them. Fails for the Linux
     /// bridge.
     pub fn add_groups(&self, lines: &[String]) -> anyhow::Result<()> {
+        self.load_lines(lines, "groups")
+    }
+
+    /// `add-flows` / `add-groups` (`what`: "flows" or "groups") on
+    /// whichever switch the lab runs.
+    fn load_lines(&self, lines: &[String], what: &str) -> anyhow::Result<()> {
         let text: Vec<String> = lines.iter().map(|l| self.expand(l)).collect();
         let text = text.join("\n");
+        let verb = format!("add-{what}");
         if self.spec.engine.is_nicflow() {
             let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
-            let r = crate::control::daemon::request(
-                &sock,
-                &Request::AddGroups {
-                    bridge: BRIDGE.into(),
-                    text,
-                },
-            )
-            .context("nicflow add-groups")?;
+            let bridge = BRIDGE.to_string();
+            let req = if what == "groups" {
+                Request::AddGroups { bridge, text }
+            } else {
+                Request::AddFlows { bridge, text }
+            };
+            let r = crate::control::daemon::request(&sock, &req)
+                .with_context(|| format!("nicflow {verb}"))?;
             if !r.ok {
                 bail!(
-                    "nicflow add-groups: {}",
+                    "nicflow {verb}: {}",
                     r.error.unwrap_or_else(|| "failed".into())
                 );
             }
@@ -741,20 +715,23 @@ impl Testbed {
         } else if let Some(o) = &self.ovs {
             let file = o
                 .dir
-                .join(format!("groups-{}.txt", SEQ.fetch_add(1, Ordering::SeqCst)));
+                .join(format!("{what}-{}.txt", SEQ.fetch_add(1, Ordering::SeqCst)));
             std::fs::write(&file, text + "\n")
                 .with_context(|| format!("writing {}", file.display()))?;
             let mgmt = self.ovs_mgmt()?;
             let f = file.display().to_string();
-            let mut c = sys::in_ns(
-                None,
-                &["ovs-ofctl", "-O", "OpenFlow13", "add-groups", &mgmt, &f],
-            );
-            sys::run(&mut c).context("ovs-ofctl add-groups")?;
+            // Groups need OpenFlow 1.1+ on the wire.
+            let mut args = vec!["ovs-ofctl"];
+            if what == "groups" {
+                args.extend(["-O", "OpenFlow13"]);
+            }
+            args.extend([verb.as_str(), &mgmt, &f]);
+            let mut c = sys::in_ns(None, &args);
+            sys::run(&mut c).with_context(|| format!("ovs-ofctl {verb}"))?;
             let _ = std::fs::remove_file(&file);
             Ok(())
         } else {
-            bail!("{} has no groups to add", self.spec.engine.name())
+            bail!("{} has no {what} to add", self.spec.engine.name())
         }
     }
 
