@@ -159,6 +159,10 @@ fn rules_need_their_meter_and_go_with_it() {
         "meter=9 kbps burst bands=\ntype=drop rate=2 burst_size=4"
     );
     assert_eq!(br.del_meters(Some(9), t0), (1, 1));
-    assert_eq!(br.dump_flows(t0).len(), 1, "the meter's rule went, p2's stays");
+    assert_eq!(
+        br.dump_flows(t0).len(),
+        1,
+        "the meter's rule went, p2's stays"
+    );
     assert!(br.dump_meters().is_empty());
 }
