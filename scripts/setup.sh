@@ -13,6 +13,8 @@ command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# ovs-ofctl (no daemon, no service): the OpenFlow interop tests drive nicflow with it.
+command -v ovs-ofctl >/dev/null 2>&1 || need_apt+=(openvswitch-common)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
 # Measurement (nicflow bench ...): plots, latency, trafgen baseline, CPU
 # counters, co-located load.
@@ -30,6 +32,23 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   else
     echo "setup: not root, cannot install ${need_apt[*]}; tests needing them will be skipped" >&2
   fi
+fi
+
+# ovs-testcontroller (the OpenFlow learning-switch test's controller): its
+# package installs and starts a service, so only its files are unpacked and
+# the binary linked onto PATH (it uses openvswitch-common's libraries).
+if ! command -v ovs-testcontroller >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] \
+  && command -v ovs-ofctl >/dev/null 2>&1; then
+  tc_dir=/opt/nicflow-tools/ovs-testcontroller
+  if [ ! -x "$tc_dir/usr/bin/ovs-testcontroller" ]; then
+    tc_tmp=$(mktemp -d)
+    ( cd "$tc_tmp" && { apt-get download -qq openvswitch-testcontroller >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get download -qq openvswitch-testcontroller >/dev/null 2>&1; }; } \
+      && mkdir -p "$tc_dir" && dpkg -x openvswitch-testcontroller_*.deb "$tc_dir" ) \
+      || echo "setup: could not fetch openvswitch-testcontroller; its test will be skipped" >&2
+    rm -rf "$tc_tmp"
+  fi
+  [ -x "$tc_dir/usr/bin/ovs-testcontroller" ] && ln -sf "$tc_dir/usr/bin/ovs-testcontroller" /usr/local/bin/ovs-testcontroller
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

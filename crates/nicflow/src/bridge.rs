@@ -786,3 +786,87 @@ impl Drop for Bridge {
         self.disable_offload();
     }
 }
+
+/// What the OpenFlow connections (`control::openflow`) need beyond the CLI.
+impl Bridge {
+    /// An OpenFlow `PACKET_OUT`: run `actions` on `data` as if it arrived
+    /// on `in_port` (a port number or `OFPP_CONTROLLER`/`OFPP_LOCAL`);
+    /// `resubmit(,N)` goes through the tables. The decision is made for
+    /// this frame alone and not cached. Returns `false` when the frame
+    /// does not parse or is empty.
+    pub fn packet_out(
+        &mut self,
+        in_port: u32,
+        data: &[u8],
+        actions: &[nicflow_flow::Action],
+        now: Instant,
+    ) -> bool {
+        if data.is_empty() {
+            return false;
+        }
+        let mut key = nicflow_flow::FlowKey::default();
+        if nicflow_flow::extract(data, in_port, &mut key).is_err() {
+            return false;
+        }
+        self.dp.push_stats(&mut self.ofproto);
+        let out =
+            crate::ofproto::xlate::translate_actions(&mut self.ofproto, &key, actions, Some(now));
+        let mut buf = self.dp.alloc_buf();
+        if !buf.set_data(data) {
+            buf = PacketBuf::from_slice(data);
+        }
+        let ok = self.dp.execute_once(
+            in_port,
+            buf,
+            &out.actions,
+            &mut self.ofproto,
+            now,
+            &mut self.tx,
+        );
+        self.transmit();
+        let spare = std::mem::take(&mut self.done);
+        self.done = self.dp.recycle(spare);
+        if out.state_changed || self.ofproto.mac.generation() != self.mac_generation {
+            self.dp.revalidate(&mut self.ofproto);
+            self.mac_generation = self.ofproto.mac.generation();
+        }
+        ok
+    }
+
+    /// Ports as (number, name, counters), in port-number order.
+    pub fn of_ports(&self) -> Vec<(u32, String, PortStats)> {
+        let mut v: Vec<_> = self
+            .ports
+            .iter()
+            .map(|p| (p.no, p.port.name().to_string(), p.port.stats()))
+            .collect();
+        v.sort_by_key(|p| p.0);
+        v
+    }
+
+    /// Delete one group (`Some(id)`) or all, and the rules that use them;
+    /// the datapath is revalidated. Returns (groups, rules) removed.
+    pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_groups(id);
+        self.dp.revalidate(&mut self.ofproto);
+        n
+    }
+
+    /// The groups as their specs (`GROUP_DESC`).
+    pub fn group_specs(&self) -> Vec<nicflow_ofctl::GroupSpec> {
+        self.ofproto.dump_groups()
+    }
+
+    /// Rules per table (index = table id), with the datapath's hit
+    /// counters folded in, for `OFPMP_TABLE`.
+    pub fn rules_per_table(&self) -> Vec<u32> {
+        let mut n = vec![0u32; crate::ofproto::N_TABLES];
+        for d in self.ofproto.dump_flows(Instant::now()) {
+            if let Some(c) = n.get_mut(d.spec.table as usize) {
+                *c += 1;
+            }
+        }
+        n
+    }
+}

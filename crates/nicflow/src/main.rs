@@ -141,6 +141,23 @@ enum Cmd {
     DumpGroups { bridge: String },
     /// Packets and bytes per group and per bucket.
     DumpGroupStats { bridge: String },
+    /// Add a meter (ovs-ofctl syntax:
+    /// meter=N,kbps|pktps[,burst][,stats],bands=type=drop|dscp_remark,rate=R[,burst_size=B][,prec_level=P]...).
+    AddMeter { bridge: String, meter: String },
+    /// Give an existing meter new flags and bands (its counters stay).
+    ModMeter { bridge: String, meter: String },
+    /// Delete a meter (meter=N) or all, and the rules that use them.
+    DelMeters {
+        bridge: String,
+        filter: Option<String>,
+    },
+    /// Meters, as ovs-ofctl dump-meters prints them.
+    DumpMeters { bridge: String },
+    /// Packets and bytes per meter and per band (meter=N: one).
+    MeterStats {
+        bridge: String,
+        filter: Option<String>,
+    },
     /// Tracked connections, in `ovs-appctl dpctl/dump-conntrack`'s format.
     DumpConntrack {
         bridge: String,
@@ -160,12 +177,29 @@ enum Cmd {
     /// Port counters, cache hits per tier, upcalls, drops by reason,
     /// packets per engine (XDP / userspace).
     Stats,
-    /// Change a bridge setting: `offload=xdp|none` (persisted).
+    /// Change a bridge setting: `offload=auto|tc|xdp|none`,
+    /// `protocols=OpenFlow13` (persisted).
     Set {
         bridge: String,
         /// KEY=VALUE
         setting: String,
     },
+    /// OpenFlow controllers of a bridge, replacing any: `tcp:IP[:PORT]`,
+    /// `ptcp:[PORT][:IP]`, `unix:PATH`, `punix:PATH` (port 6653 by default).
+    SetController {
+        bridge: String,
+        #[arg(required = true)]
+        targets: Vec<String>,
+    },
+    /// Remove every controller of a bridge.
+    DelController { bridge: String },
+    /// A bridge's controllers and whether they are connected.
+    GetController { bridge: String },
+    /// `standalone` (fail open to NORMAL while no controller is connected)
+    /// or `secure` (never).
+    SetFailMode { bridge: String, mode: String },
+    /// The bridge's fail mode (nothing printed when never set: standalone).
+    GetFailMode { bridge: String },
     /// Namespace labs: hosts and nicflow switches from a topology file.
     Lab {
         #[command(subcommand)]
@@ -378,6 +412,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DelGroups { bridge, filter } => ctl(Request::DelGroups { bridge, filter }),
         Cmd::DumpGroups { bridge } => ctl(Request::DumpGroups { bridge }),
         Cmd::DumpGroupStats { bridge } => ctl(Request::DumpGroupStats { bridge }),
+        Cmd::AddMeter { bridge, meter } => ctl(Request::AddMeter { bridge, meter }),
+        Cmd::ModMeter { bridge, meter } => ctl(Request::ModMeter { bridge, meter }),
+        Cmd::DelMeters { bridge, filter } => ctl(Request::DelMeters { bridge, filter }),
+        Cmd::DumpMeters { bridge } => ctl(Request::DumpMeters { bridge }),
+        Cmd::MeterStats { bridge, filter } => ctl(Request::MeterStats { bridge, filter }),
         Cmd::DumpConntrack {
             bridge,
             zone,
@@ -417,13 +456,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Set { bridge, setting } => {
             let (key, value) = setting
                 .split_once('=')
-                .with_context(|| format!("`{setting}`: expected KEY=VALUE (offload=xdp|none)"))?;
+                .with_context(|| format!("`{setting}`: expected KEY=VALUE (offload=auto|tc|xdp|none, protocols=OpenFlow13)"))?;
             ctl(Request::Set {
                 bridge,
                 key: key.to_string(),
                 value: value.to_string(),
             })
         }
+        Cmd::SetController { bridge, targets } => ctl(Request::SetController { bridge, targets }),
+        Cmd::DelController { bridge } => ctl(Request::DelController { bridge }),
+        Cmd::GetController { bridge } => ctl(Request::GetController { bridge }),
+        Cmd::SetFailMode { bridge, mode } => ctl(Request::SetFailMode { bridge, mode }),
+        Cmd::GetFailMode { bridge } => ctl(Request::GetFailMode { bridge }),
         Cmd::Lab { verb } => {
             use nicflow::lab::{self, LabOptions, Topology};
             let opts = LabOptions::from_env()?;

@@ -4,6 +4,8 @@
 //! meter deletes its rules (as Open vSwitch does); counters and the
 //! `ovs-ofctl` printing.
 
+mod common;
+
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::mem::{MemHandle, MemPort};
@@ -165,4 +167,97 @@ fn rules_need_their_meter_and_go_with_it() {
         "the meter's rule went, p2's stays"
     );
     assert!(br.dump_meters().is_empty());
+}
+
+/// The CLI verbs on a running daemon: `add-meter`, a rule using it,
+/// `dump-meters` and `meter-stats` as `ovs-ofctl` prints them, ping through
+/// a 1 packet/s meter losing what exceeds it, and meters kept in the
+/// configuration file (before the rules naming them) across a restart.
+#[test]
+fn meter_verbs_on_the_daemon_persist_and_police_ping() {
+    if !common::lab_possible() {
+        return;
+    }
+    let mut lab = common::NsLab::new("nfmt", "m", &["sw", "h1", "h2"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.must("h1", &["ip", "addr", "add", "198.18.0.1/24", "dev", "eth0"]);
+    lab.must("h2", &["ip", "addr", "add", "198.18.0.2/24", "dev", "eth0"]);
+    lab.restart_daemon();
+    for c in [
+        &["add-br", "br0"][..],
+        &["add-port", "br0", "p1"],
+        &["add-port", "br0", "p2"],
+        &[
+            "add-meter",
+            "br0",
+            "meter=1,pktps,burst,stats,bands=type=drop,rate=1,burst_size=2",
+        ],
+        &["del-flows", "br0"],
+        &["add-flow", "br0", "arp,actions=normal"],
+        &[
+            "add-flow",
+            "br0",
+            "in_port=p1,icmp,actions=meter:1,output:p2",
+        ],
+        &["add-flow", "br0", "in_port=p2,icmp,actions=output:p1"],
+    ] {
+        lab.cli(c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    }
+    let e = lab
+        .cli(&["add-flow", "br0", "in_port=p1,actions=meter:7,output:p2"])
+        .unwrap_err();
+    assert!(e.contains("meter 7 does not exist"), "{e}");
+    let dump = lab.cli(&["dump-meters", "br0"]).unwrap();
+    assert!(
+        dump.contains("meter=1 pktps burst stats bands=\ntype=drop rate=1 burst_size=2"),
+        "{dump}"
+    );
+    // 10 pings in 1 s through 1 packet/s with a burst of 2: about 3 pass.
+    let out = lab
+        .exec(
+            "h1",
+            &[
+                "ping",
+                "-n",
+                "-c",
+                "10",
+                "-i",
+                "0.1",
+                "-W",
+                "1",
+                "198.18.0.2",
+            ],
+        )
+        .unwrap_or_else(|e| e);
+    let got = out
+        .lines()
+        .find_map(|l| {
+            l.split(" received")
+                .next()?
+                .rsplit(", ")
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!((1..=5).contains(&got), "{got} of 10 answered:\n{out}");
+    let stats = lab.cli(&["meter-stats", "br0"]).unwrap();
+    assert!(
+        stats.starts_with("meter:1 flow_count:1 packet_in_count:10 "),
+        "{stats}"
+    );
+    assert!(
+        stats.contains(&format!("0: packet_count:{} ", 10 - got)),
+        "{stats}"
+    );
+    // Restart: the meter comes back before the rule that names it.
+    lab.stop_daemon();
+    lab.restart_daemon();
+    assert_eq!(lab.cli(&["dump-meters", "br0"]).unwrap(), dump);
+    let flows = lab.cli(&["dump-flows", "br0"]).unwrap();
+    assert!(flows.contains("actions=meter:1,output:p2"), "{flows}");
+    lab.cli(&["del-meters", "br0", "meter=1"]).unwrap();
+    let flows = lab.cli(&["dump-flows", "br0"]).unwrap();
+    assert!(!flows.contains("meter:1"), "{flows}");
 }

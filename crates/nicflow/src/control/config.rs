@@ -56,9 +56,10 @@ pub struct Config {
 pub struct BridgeConfig {
     pub name: String,
     /// Rules in canonical `ovs-ofctl` text, port names by name. The
-    /// bridge's groups are kept here too, first, as `group_id=...` lines in
-    /// `ovs-ofctl dump-groups` form (no rule starts with `group_id=`), so
-    /// the rules that use them load after them ([`split_groups`]).
+    /// bridge's meters and groups are kept here too, first, as `meter=...`
+    /// lines in `add-meter` form and `group_id=...` lines in `ovs-ofctl
+    /// dump-groups` form (no rule starts with either), so the rules that
+    /// use them load after them ([`split_groups`]).
     #[serde(default)]
     pub flows: Vec<String>,
     #[serde(default, rename = "port")]
@@ -72,6 +73,36 @@ pub struct BridgeConfig {
     /// The bridge's VFs (`[[bridge.vf]]`, `nicflow add-vf`), in index order.
     #[serde(default, rename = "vf", skip_serializing_if = "Vec::is_empty")]
     pub vfs: Vec<VfConfig>,
+    /// Controllers, fail mode and OpenFlow versions (`[bridge.openflow]`,
+    /// `nicflow set-controller`, `set-fail-mode`, `set BR protocols=`).
+    #[serde(default, skip_serializing_if = "OpenFlowConfig::is_empty")]
+    pub openflow: OpenFlowConfig,
+}
+
+/// A bridge's OpenFlow settings (see `control::openflow`).
+///
+/// ```toml
+/// [bridge.openflow]
+/// controllers = ["ptcp:6653:127.0.0.1", "tcp:10.0.0.1"]
+/// fail_mode = "secure"          # absent: standalone
+/// protocols = "OpenFlow13"      # absent: OpenFlow13
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenFlowConfig {
+    /// Targets in Open vSwitch's syntax, as given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_mode: Option<crate::control::openflow::FailMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocols: Option<String>,
+}
+
+impl OpenFlowConfig {
+    pub fn is_empty(&self) -> bool {
+        self == &OpenFlowConfig::default()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,13 +194,24 @@ pub fn is_group_line(line: &str) -> bool {
     line.trim_start().starts_with("group_id=")
 }
 
-/// [`BridgeConfig::flows`] split into (groups, rules), each one per line.
-pub fn split_groups(lines: &[String]) -> (String, String) {
-    let (groups, rules): (Vec<&str>, Vec<&str>) = lines
-        .iter()
+/// Is this line of [`BridgeConfig::flows`] a meter (`meter=...`)?
+pub fn is_meter_line(line: &str) -> bool {
+    line.trim_start().starts_with("meter=")
+}
+
+/// [`BridgeConfig::flows`] split into (meters, one each; groups and rules,
+/// one per line).
+pub fn split_groups(lines: &[String]) -> (Vec<String>, String, String) {
+    let (meters, rest): (Vec<&String>, Vec<&String>) = lines.iter().partition(|l| is_meter_line(l));
+    let (groups, rules): (Vec<&str>, Vec<&str>) = rest
+        .into_iter()
         .map(String::as_str)
         .partition(|l| is_group_line(l));
-    (groups.join("\n"), rules.join("\n"))
+    (
+        meters.into_iter().cloned().collect(),
+        groups.join("\n"),
+        rules.join("\n"),
+    )
 }
 
 impl BridgeConfig {
@@ -317,6 +359,11 @@ mod tests {
             offload: Some(crate::offload::OffloadMode::None),
             offload_options: [("max_flows".to_string(), "1024".to_string())].into(),
             vfs: Vec::new(),
+            openflow: OpenFlowConfig {
+                controllers: vec!["ptcp:6653:127.0.0.1".into()],
+                fail_mode: Some(crate::control::openflow::FailMode::Secure),
+                protocols: None,
+            },
         });
         let text = c.to_toml();
         assert_eq!(Config::parse(&text).unwrap(), c);
@@ -408,15 +455,18 @@ mod tests {
     }
 
     #[test]
-    fn groups_ride_in_flows() {
+    fn groups_and_meters_ride_in_flows() {
         let lines = vec![
+            "meter=1,kbps,bands=type=drop,rate=1000".to_string(),
             "group_id=1,type=all,bucket=bucket_id:0,actions=output:p1".to_string(),
-            "priority=0 actions=group:1".to_string(),
+            "priority=0 actions=meter:1,group:1".to_string(),
         ];
-        let (g, r) = split_groups(&lines);
-        assert_eq!(g, lines[0]);
-        assert_eq!(r, lines[1]);
+        let (m, g, r) = split_groups(&lines);
+        assert_eq!(m, vec![lines[0].clone()]);
+        assert_eq!(g, lines[1]);
+        assert_eq!(r, lines[2]);
         assert!(!is_group_line("priority=1,actions=drop"));
+        assert!(!is_meter_line("priority=1,actions=meter:1"));
     }
 
     #[test]

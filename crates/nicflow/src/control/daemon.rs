@@ -7,7 +7,9 @@
 //! rounds ([`super::clients`]). While traffic flows it goes from ring to ring without system
 //! calls; once a round finds nothing it sleeps in `poll` (after a 50 µs spin
 //! for AF_XDP ports), so an idle switch uses no CPU. Housekeeping
-//! (flow aging, rule timeouts, MAC aging) runs once a second. SIGINT and
+//! (flow aging, rule timeouts, MAC aging) runs once a second. OpenFlow
+//! controller connections ([`super::openflow`]) are polled and served the
+//! same way as control clients. SIGINT and
 //! SIGTERM stop the loop; dropping the switch closes every port.
 
 use super::clients::Clients;
@@ -153,8 +155,9 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
                 revents: 0,
             });
             clients.poll_fds(&mut fds);
+            sw.openflow_poll_fds(&mut fds);
             let mut spin = false;
-            let mut deferred = false;
+            let mut deferred = sw.openflow_backlog();
             for br in sw.bridges() {
                 spin |= br.spin_worthwhile();
                 deferred |= br.has_deferred_work();
@@ -212,11 +215,15 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
             if !clients.is_empty() {
                 clients.service(&mut sw, now);
             }
+            // OpenFlow connections: requests, then PACKET_IN and
+            // FLOW_REMOVED queued by this round's traffic.
+            sw.openflow_service(now);
         }
         if now.duration_since(last_tick) >= TICK {
             for br in sw.bridges_mut() {
                 br.tick(now);
             }
+            sw.openflow_tick(now);
             last_tick = now;
         }
     }

@@ -9,6 +9,7 @@
 pub mod clients;
 pub mod config;
 pub mod daemon;
+pub mod openflow;
 pub mod proto;
 pub mod switch;
 pub mod vf;

@@ -77,6 +77,31 @@ pub enum Request {
     DumpGroupStats {
         bridge: String,
     },
+    /// `add-meter BR METER` (`ovs-ofctl add-meter` syntax).
+    AddMeter {
+        bridge: String,
+        meter: String,
+    },
+    /// `mod-meter BR METER`: new flags and bands for an existing meter.
+    ModMeter {
+        bridge: String,
+        meter: String,
+    },
+    /// `del-meters BR [meter=N]`: the meter(s) and the rules using them.
+    DelMeters {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+    },
+    DumpMeters {
+        bridge: String,
+    },
+    /// `meter-stats BR [meter=N]`.
+    MeterStats {
+        bridge: String,
+        #[serde(default)]
+        filter: Option<String>,
+    },
     /// Tracked connections, as `ovs-appctl dpctl/dump-conntrack` prints
     /// them; `verbose` is `-m`, `stats` is `-s`.
     DumpConntrack {
@@ -125,6 +150,26 @@ pub enum Request {
         bridge: String,
         key: String,
         value: String,
+    },
+    /// `set-controller BR TARGET...`: replaces the bridge's controllers
+    /// (OVS target syntax: tcp:, ptcp:, unix:, punix:).
+    SetController {
+        bridge: String,
+        targets: Vec<String>,
+    },
+    DelController {
+        bridge: String,
+    },
+    GetController {
+        bridge: String,
+    },
+    /// `set-fail-mode BR standalone|secure`.
+    SetFailMode {
+        bridge: String,
+        mode: String,
+    },
+    GetFailMode {
+        bridge: String,
     },
 }
 

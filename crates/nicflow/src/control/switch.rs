@@ -221,6 +221,55 @@ pub struct Switch {
     /// Bridge name to the kind of port opened on its uplink (`afxdp`, or
     /// `afpacket` after the fallback); absent while it is not attached.
     uplink_kinds: BTreeMap<String, &'static str>,
+    /// Controller connections (`control::openflow`).
+    openflow: super::openflow::OpenFlow,
+    /// Rules changed over OpenFlow since the config file was last written:
+    /// it is written at the next tick (not once per `FLOW_MOD`).
+    of_dirty: bool,
+}
+
+/// A bridge's targets, parsed (the config keeps them as text).
+fn parse_targets(list: &[String]) -> Result<Vec<super::openflow::Target>, String> {
+    list.iter()
+        .map(|t| super::openflow::Target::parse(t))
+        .collect()
+}
+
+/// Does the list name an active controller (`tcp:`, `unix:`)? Listeners
+/// (`ptcp:`, `punix:`) are not controllers for the fail mode, as in OVS.
+fn has_active(list: &[String]) -> bool {
+    list.iter()
+        .filter_map(|t| super::openflow::Target::parse(t).ok())
+        .any(|t| !t.passive())
+}
+
+/// `protocols=`: a comma list of OpenFlow versions that must include
+/// OpenFlow13 (the only one nicflow speaks).
+fn check_protocols(v: &str) -> Result<String, String> {
+    const KNOWN: [&str; 6] = [
+        "OpenFlow10",
+        "OpenFlow11",
+        "OpenFlow12",
+        "OpenFlow13",
+        "OpenFlow14",
+        "OpenFlow15",
+    ];
+    let list: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|x| !KNOWN.contains(x)) {
+        return Err(format!(
+            "protocols={v}: unknown version `{bad}` (OpenFlow10..OpenFlow15)"
+        ));
+    }
+    if !list.contains(&"OpenFlow13") {
+        return Err(format!(
+            "protocols={v}: nicflow speaks OpenFlow13 only; the list must include it"
+        ));
+    }
+    Ok(list.join(","))
 }
 
 /// Bring back a configured VF at startup: reuse its representor when it
@@ -265,6 +314,8 @@ impl Switch {
             bridges: BTreeMap::new(),
             rep_kinds: BTreeMap::new(),
             uplink_kinds: BTreeMap::new(),
+            openflow: Default::default(),
+            of_dirty: false,
         };
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
@@ -290,8 +341,12 @@ impl Switch {
                     Err(e) => tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name),
                 }
             }
-            // Groups first: the rules that name them load after them.
-            let (groups, text) = super::config::split_groups(&bc.flows);
+            // Meters and groups first: the rules that name them load after them.
+            let (meters, groups, text) = super::config::split_groups(&bc.flows);
+            for m in &meters {
+                br.add_meter_str(m, false, now())
+                    .map_err(|e| format!("bridge {} meter `{m}`: {e}", bc.name))?;
+            }
             br.add_groups_str(&groups, false, now())
                 .map_err(|e| format!("bridge {} groups: {e}", bc.name))?;
             br.add_flows_str(&text, now())
@@ -304,6 +359,19 @@ impl Switch {
                 sw.config_path.as_deref(),
             );
             sw.bridges.insert(bc.name.clone(), br);
+            if !bc.openflow.controllers.is_empty() || bc.openflow.fail_mode.is_some() {
+                let r = parse_targets(&bc.openflow.controllers).and_then(|t| {
+                    sw.openflow.configure(
+                        &bc.name,
+                        &t,
+                        bc.openflow.fail_mode.unwrap_or_default(),
+                        now(),
+                    )
+                });
+                if let Err(e) = r {
+                    tracing::error!(bridge = %bc.name, "controllers: {e}");
+                }
+            }
         }
         sw.config = config;
         Ok(sw)
@@ -335,14 +403,31 @@ impl Switch {
     }
 
     /// Write the current state to the config file (when there is one).
+    /// Rules added over OpenFlow are written too; the fail-open rule
+    /// (`control::openflow::FAIL_OPEN_COOKIE`) never is.
     fn persist(&mut self) -> Result<(), String> {
+        self.of_dirty = false;
         for bc in self.config.bridges.iter_mut() {
             if let Some(br) = self.bridges.get_mut(&bc.name) {
                 let names = br.port_map().clone();
-                bc.flows = br.dump_groups_text();
+                let fail_open = self.openflow.fail_open(&bc.name);
+                // Meters, then groups, then rules: each loads before what
+                // names it.
+                bc.flows = br
+                    .dump_meters()
+                    .iter()
+                    .map(nicflow_ofctl::meter::format_meter_spec)
+                    .collect();
+                bc.flows.extend(br.dump_groups_text());
                 bc.flows.extend(
                     br.dump_flows(now())
                         .iter()
+                        .filter(|d| {
+                            !(fail_open
+                                && d.spec.cookie == super::openflow::FAIL_OPEN_COOKIE
+                                && d.spec.priority == 0
+                                && d.spec.table == 0)
+                        })
                         .map(|d| nicflow_ofctl::format_flow(&d.spec, &names)),
                 );
             }
@@ -351,6 +436,73 @@ impl Switch {
             self.config.save(p).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// OpenFlow descriptors for the daemon's `poll`.
+    pub fn openflow_poll_fds(&self, fds: &mut Vec<libc::pollfd>) {
+        self.openflow.poll_fds(fds);
+    }
+
+    /// OpenFlow input is waiting beyond one round's share.
+    pub fn openflow_backlog(&self) -> bool {
+        self.openflow.has_backlog()
+    }
+
+    /// Serve the OpenFlow connections (between forwarding batches).
+    pub fn openflow_service(&mut self, now: Instant) {
+        if self.openflow.is_empty() {
+            return;
+        }
+        let changed = self.openflow.service(&mut self.bridges, now);
+        if !changed.is_empty() {
+            self.of_dirty = true;
+        }
+    }
+
+    /// Once a second: probes, port status, fail-open; rules changed over
+    /// OpenFlow are written to the config file.
+    pub fn openflow_tick(&mut self, now: Instant) {
+        self.openflow.tick(&mut self.bridges, now);
+        if self.of_dirty {
+            if let Err(e) = self.persist() {
+                tracing::warn!("writing the config: {e}");
+            }
+        }
+    }
+
+    /// What Open vSwitch does when a bridge gains its first (active)
+    /// controller, loses its last one, or changes fail mode without one
+    /// (checked against ovs-vswitchd 3.1): every rule goes, and a
+    /// standalone bridge without controllers gets `priority=0,actions=normal`
+    /// back. Groups stay.
+    fn flush_flows(&mut self, bridge: &str) -> Result<(), String> {
+        let (active, mode) = self
+            .config
+            .bridge(bridge)
+            .map(|b| {
+                (
+                    has_active(&b.openflow.controllers),
+                    b.openflow.fail_mode.unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
+        let br = self.bridge(bridge)?;
+        br.del_flows_str("").map_err(|e| e.to_string())?;
+        if !active && mode == super::openflow::FailMode::Standalone {
+            br.add_flow_str(DEFAULT_FLOW, now())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn of_configure(&mut self, bridge: &str) -> Result<(), String> {
+        let bc = self
+            .config
+            .bridge(bridge)
+            .ok_or_else(|| format!("no bridge `{bridge}`"))?;
+        let targets = parse_targets(&bc.openflow.controllers)?;
+        let mode = bc.openflow.fail_mode.unwrap_or_default();
+        self.openflow.configure(bridge, &targets, mode, now())
     }
 
     pub fn handle(&mut self, req: Request) -> Response {
@@ -386,6 +538,7 @@ impl Switch {
                     offload: None,
                     offload_options: BTreeMap::new(),
                     vfs: Vec::new(),
+                    openflow: Default::default(),
                 });
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
@@ -402,6 +555,7 @@ impl Switch {
                     }
                 }
                 self.uplink_kinds.remove(&bridge);
+                self.openflow.remove(&bridge);
                 self.config.bridges.retain(|b| b.name != bridge);
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
@@ -617,6 +771,71 @@ impl Switch {
                 self.persist()?;
                 Ok(Response::ok("", json!(null)))
             }
+            Request::AddMeter { bridge, meter } | Request::ModMeter { bridge, meter }
+                if meter.trim().contains('\n') =>
+            {
+                Err(format!(
+                    "one meter per request on bridge {bridge}: `{meter}`"
+                ))
+            }
+            Request::AddMeter { bridge, meter } => {
+                self.bridge(&bridge)?
+                    .add_meter_str(&meter, false, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::ModMeter { bridge, meter } => {
+                self.bridge(&bridge)?
+                    .add_meter_str(&meter, true, now())
+                    .map_err(|e| e.to_string())?;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::DelMeters { bridge, filter } => {
+                let id =
+                    nicflow_ofctl::meter::parse_meter_selector(filter.as_deref().unwrap_or(""))
+                        .map_err(|e| e.to_string())?;
+                let (meters, rules) = self.bridge(&bridge)?.del_meters(id, now());
+                self.persist()?;
+                Ok(Response::ok(
+                    "",
+                    json!({ "deleted": meters, "rules_deleted": rules }),
+                ))
+            }
+            Request::DumpMeters { bridge } => {
+                let meters = self.bridge(&bridge)?.dump_meters();
+                let mut text = String::new();
+                for m in &meters {
+                    let _ = writeln!(text, "{}", nicflow_ofctl::meter::format_meter_config(m));
+                }
+                let lines: Vec<String> = meters
+                    .iter()
+                    .map(nicflow_ofctl::meter::format_meter_spec)
+                    .collect();
+                Ok(Response::ok(text, json!(lines)))
+            }
+            Request::MeterStats { bridge, filter } => {
+                let id =
+                    nicflow_ofctl::meter::parse_meter_selector(filter.as_deref().unwrap_or(""))
+                        .map_err(|e| e.to_string())?;
+                let stats = self.bridge(&bridge)?.meter_stats(id, now());
+                let text: String = stats.iter().map(|m| m.format()).collect();
+                let data: Vec<_> = stats
+                    .iter()
+                    .map(|m| {
+                        json!({
+                            "meter_id": m.meter_id,
+                            "flow_count": m.flow_count,
+                            "packet_in_count": m.packets_in,
+                            "byte_in_count": m.bytes_in,
+                            "duration_s": m.duration.as_secs_f64(),
+                            "bands": m.bands.iter().map(|(p, b)| json!({"packet_count": p, "byte_count": b})).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect();
+                Ok(Response::ok(text, json!(data)))
+            }
             Request::AddGroups { bridge, text } => {
                 let n = self
                     .bridge(&bridge)?
@@ -769,8 +988,110 @@ impl Switch {
                         self.persist()?;
                         Ok(Response::ok("", json!({ "offload": mode.as_str() })))
                     }
-                    _ => Err(format!("unknown bridge setting `{key}` (offload)")),
+                    "protocols" => {
+                        let v = check_protocols(&value)?;
+                        self.bridge(&bridge)?;
+                        if let Some(bc) = self.config.bridge_mut(&bridge) {
+                            bc.openflow.protocols = Some(v.clone());
+                        }
+                        self.persist()?;
+                        Ok(Response::ok("", json!({ "protocols": v })))
+                    }
+                    _ => Err(format!(
+                        "unknown bridge setting `{key}` (offload, protocols)"
+                    )),
                 }
+            }
+            Request::SetController { bridge, targets } => {
+                self.bridge(&bridge)?;
+                let parsed = parse_targets(&targets)?;
+                let texts: Vec<String> = parsed.iter().map(|t| t.to_string()).collect();
+                let mode = self
+                    .config
+                    .bridge(&bridge)
+                    .and_then(|b| b.openflow.fail_mode)
+                    .unwrap_or_default();
+                self.openflow.configure(&bridge, &parsed, mode, now())?;
+                let mut had = false;
+                if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    had = has_active(&bc.openflow.controllers);
+                    bc.openflow.controllers = texts.clone();
+                }
+                if had != has_active(&texts) {
+                    self.flush_flows(&bridge)?;
+                }
+                self.persist()?;
+                Ok(Response::ok("", json!({ "controllers": texts })))
+            }
+            Request::DelController { bridge } => {
+                self.bridge(&bridge)?;
+                let mut had = false;
+                if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    had = has_active(&bc.openflow.controllers);
+                    bc.openflow.controllers.clear();
+                }
+                self.of_configure(&bridge)?;
+                if had {
+                    self.flush_flows(&bridge)?;
+                }
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::GetController { bridge } => {
+                self.bridge(&bridge)?;
+                let st = self.openflow.status(&bridge);
+                let mut text = String::new();
+                for t in &st {
+                    let _ = writeln!(text, "Controller \"{}\"", t.target);
+                    if t.connected > 0 {
+                        let _ = writeln!(
+                            text,
+                            "    is_connected: true ({} connection{}, role {})",
+                            t.connected,
+                            if t.connected == 1 { "" } else { "s" },
+                            t.roles.join(",")
+                        );
+                    }
+                }
+                let dropped = self.openflow.async_dropped(&bridge);
+                if dropped > 0 {
+                    let _ = writeln!(
+                        text,
+                        "asynchronous messages dropped (slow controllers): {dropped}"
+                    );
+                }
+                Ok(Response::ok(
+                    text,
+                    json!({ "controllers": st, "async_dropped": dropped }),
+                ))
+            }
+            Request::SetFailMode { bridge, mode } => {
+                self.bridge(&bridge)?;
+                let m = super::openflow::FailMode::parse(&mode)
+                    .ok_or_else(|| format!("fail mode `{mode}`: expected standalone or secure"))?;
+                let mut flush = false;
+                if let Some(bc) = self.config.bridge_mut(&bridge) {
+                    flush = bc.openflow.fail_mode.unwrap_or_default() != m
+                        && !has_active(&bc.openflow.controllers);
+                    bc.openflow.fail_mode = Some(m);
+                }
+                self.of_configure(&bridge)?;
+                if flush {
+                    self.flush_flows(&bridge)?;
+                }
+                self.persist()?;
+                Ok(Response::ok("", json!({ "fail_mode": m.as_str() })))
+            }
+            Request::GetFailMode { bridge } => {
+                self.bridge(&bridge)?;
+                let m = self
+                    .config
+                    .bridge(&bridge)
+                    .and_then(|b| b.openflow.fail_mode);
+                Ok(Response::ok(
+                    m.map(|m| format!("{}\n", m.as_str())).unwrap_or_default(),
+                    json!({ "fail_mode": m.map(|m| m.as_str()) }),
+                ))
             }
         }
     }
@@ -1013,6 +1334,17 @@ impl Switch {
                 "    offload: {mode} (configured: {})",
                 bc.offload.unwrap_or_default().as_str()
             );
+            // As `ovs-vsctl show` prints them.
+            let controllers = self.openflow.status(&bc.name);
+            for c in &controllers {
+                let _ = writeln!(text, "    Controller \"{}\"", c.target);
+                if c.connected > 0 {
+                    let _ = writeln!(text, "        is_connected: true");
+                }
+            }
+            if let Some(m) = bc.openflow.fail_mode {
+                let _ = writeln!(text, "    fail_mode: {}", m.as_str());
+            }
             let uplink = bc.uplink().map(|u| {
                 let j = self.uplink_json(&bc.name, u);
                 let state = match j["ofport"].as_u64() {
@@ -1057,6 +1389,8 @@ impl Switch {
                 vfs.push(j);
             }
             data.push(json!({ "name": bc.name, "ports": ports, "offload": mode,
+                "controllers": controllers,
+                "fail_mode": bc.openflow.fail_mode.map(|m| m.as_str()),
                 "offload_configured": bc.offload.unwrap_or_default().as_str(),
                 "uplink": uplink, "vfs": vfs }));
         }
@@ -1272,6 +1606,100 @@ mod tests {
         )
         .unwrap();
         Switch::new(cfg, None).unwrap()
+    }
+
+    fn flows(sw: &mut Switch) -> String {
+        let r = sw.handle(Request::DumpFlows {
+            bridge: "br0".into(),
+        });
+        assert!(r.ok, "{r:?}");
+        r.text
+    }
+
+    fn ok(sw: &mut Switch, req: Request) {
+        let r = sw.handle(req);
+        assert!(r.ok, "{r:?}");
+    }
+
+    /// Controllers and fail modes change the rules as in OVS 3.1: only
+    /// active controllers count; gaining the first or losing the last one
+    /// deletes every rule (NORMAL comes back when standalone without
+    /// controllers); changing the fail mode without controllers too.
+    #[test]
+    fn controllers_and_fail_modes_flush_like_ovs() {
+        let cfg = Config::parse(
+            "[[bridge]]\nname='br0'\noffload='none'\nflows=['priority=0 actions=NORMAL','priority=5 actions=drop']\n",
+        )
+        .unwrap();
+        let mut sw = Switch::new(cfg, None).unwrap();
+        let set = |targets: &[&str]| Request::SetController {
+            bridge: "br0".into(),
+            targets: targets.iter().map(|t| t.to_string()).collect(),
+        };
+        // A listener is no controller: nothing changes.
+        ok(&mut sw, set(&["ptcp:0:127.0.0.1"]));
+        assert_eq!(flows(&mut sw).lines().count(), 2);
+        // The first active controller: every rule goes.
+        ok(&mut sw, set(&["ptcp:0:127.0.0.1", "tcp:127.0.0.1:1"]));
+        assert_eq!(flows(&mut sw), "");
+        sw.handle(Request::AddFlow {
+            bridge: "br0".into(),
+            flow: "priority=5,actions=drop".into(),
+        });
+        // The last one goes: rules flushed, NORMAL back (standalone).
+        ok(
+            &mut sw,
+            Request::DelController {
+                bridge: "br0".into(),
+            },
+        );
+        let f = flows(&mut sw);
+        assert!(
+            f.contains("priority=0 actions=NORMAL") && f.lines().count() == 1,
+            "{f}"
+        );
+        // Secure without controllers: flushed, nothing added.
+        ok(
+            &mut sw,
+            Request::SetFailMode {
+                bridge: "br0".into(),
+                mode: "secure".into(),
+            },
+        );
+        assert_eq!(flows(&mut sw), "");
+        let r = sw.handle(Request::SetFailMode {
+            bridge: "br0".into(),
+            mode: "sometimes".into(),
+        });
+        assert!(!r.ok);
+        let r = sw.handle(set(&["tcp:nowhere"]));
+        assert!(!r.ok, "{r:?}");
+        let r = sw.handle(Request::Set {
+            bridge: "br0".into(),
+            key: "protocols".into(),
+            value: "OpenFlow10".into(),
+        });
+        assert!(
+            !r.ok && r.error.as_deref().unwrap_or("").contains("OpenFlow13"),
+            "{r:?}"
+        );
+        ok(
+            &mut sw,
+            Request::Set {
+                bridge: "br0".into(),
+                key: "protocols".into(),
+                value: "OpenFlow10,OpenFlow13".into(),
+            },
+        );
+        let bc = sw.config.bridge("br0").unwrap();
+        assert_eq!(
+            bc.openflow.fail_mode,
+            Some(super::super::openflow::FailMode::Secure)
+        );
+        assert_eq!(
+            bc.openflow.protocols.as_deref(),
+            Some("OpenFlow10,OpenFlow13")
+        );
     }
 
     fn add_port(sw: &mut Switch, bridge: &str, iface: &str, kind: &str) -> Response {

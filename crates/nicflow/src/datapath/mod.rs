@@ -449,40 +449,58 @@ impl Datapath {
                 &mut budget,
                 &mut passes,
             );
-            passes.reverse();
-            // Recirculated copies go before the next received packet, in
-            // the order their actions made them.
-            let mut made = 0;
-            while let Some(((pkt, meta, id), depth)) = passes.pop() {
-                made += 1;
-                if depth >= MAX_RECIRC || made > MAX_PASSES {
-                    let idx = DropReason::ALL
-                        .iter()
-                        .position(|d| *d == DropReason::RecircLimit)
-                        .unwrap_or(0);
-                    self.stats.action_drops[idx] += 1;
-                    give_back(&mut self.pool, pkt);
-                    continue;
-                }
-                self.stats.recirculations += 1;
-                let at = passes.len();
-                let second = self.pass(
-                    in_port,
-                    pkt,
-                    Some((meta, id, depth)),
-                    handler,
-                    now,
-                    tx,
-                    &mut budget,
-                    &mut passes,
-                );
-                passes[at..].reverse();
-                if depth == 1 {
-                    self.consider_ct_offload(first, second, &meta, now);
-                }
-            }
+            // Recirculated copies go before the next received packet.
+            self.recirculate(in_port, first, &mut passes, handler, now, tx, &mut budget);
         }
         self.recirc = passes;
+    }
+
+    /// Run the copies a packet's actions recirculated (`passes`), in the
+    /// order the actions made them, each copy's own copies right after it;
+    /// a copy past [`MAX_RECIRC`] passes deep or [`MAX_PASSES`] in all is
+    /// dropped and counted. `first` is the packet's first-pass flow, for
+    /// moving its connection to the kernel once established.
+    #[allow(clippy::too_many_arguments)]
+    fn recirculate(
+        &mut self,
+        in_port: u32,
+        first: Option<(RuleId, FlowKey)>,
+        passes: &mut Vec<(ct::Recirculated, u32)>,
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+        tx: &mut TxBatch,
+        budget: &mut usize,
+    ) {
+        passes.reverse();
+        let mut made = 0;
+        while let Some(((pkt, meta, id), depth)) = passes.pop() {
+            made += 1;
+            if depth >= MAX_RECIRC || made > MAX_PASSES {
+                let idx = DropReason::ALL
+                    .iter()
+                    .position(|d| *d == DropReason::RecircLimit)
+                    .unwrap_or(0);
+                self.stats.action_drops[idx] += 1;
+                give_back(&mut self.pool, pkt);
+                continue;
+            }
+            self.stats.recirculations += 1;
+            let at = passes.len();
+            let second = self.pass(
+                in_port,
+                pkt,
+                Some((meta, id, depth)),
+                handler,
+                now,
+                tx,
+                budget,
+                passes,
+            );
+            passes[at..].reverse();
+            if depth == 1 {
+                self.consider_ct_offload(first, second, &meta, now);
+            }
+        }
     }
 
     /// A packet's second pass is done: if its connection is established
@@ -824,6 +842,60 @@ impl Datapath {
         self.stats.flows_removed += self.flows.len() as u64;
         self.flows.clear();
         self.emc.clear();
+    }
+
+    /// Run `actions` — translated for this one frame, not cached (an
+    /// OpenFlow `PACKET_OUT`) — on `pkt` received from `in_port`;
+    /// copies a `ct(table=N)` recirculates then go through the caches like
+    /// received frames. Returns `false` (and drops the frame) when it does
+    /// not parse.
+    pub fn execute_once(
+        &mut self,
+        in_port: u32,
+        pkt: PacketBuf,
+        actions: &[DpAction],
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+        tx: &mut TxBatch,
+    ) -> bool {
+        let mut key = FlowKey::default();
+        let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
+            Ok(l) => l,
+            Err(e) => {
+                self.stats.parse_drops[e.index()] += 1;
+                give_back(&mut self.pool, pkt);
+                return false;
+            }
+        };
+        let mut passes = std::mem::take(&mut self.recirc);
+        let mut stage = ct::CtStage {
+            tracker: &mut self.conntrack,
+            meta: ct::CtMeta::default(),
+            now,
+            depth: 1,
+            recirc: &mut passes,
+        };
+        let r = execute::execute(
+            actions,
+            in_port,
+            pkt,
+            &mut layout,
+            tx,
+            &mut self.pool,
+            &mut self.controller,
+            self.cfg.controller_queue_len,
+            &mut self.meters,
+            &mut stage,
+        );
+        self.stats.controller_packets += r.controller as u64;
+        self.stats.controller_queue_drops += r.controller_dropped as u64;
+        if let Some(p) = r.leftover {
+            give_back(&mut self.pool, p);
+        }
+        let mut budget = self.cfg.upcall_budget;
+        self.recirculate(in_port, None, &mut passes, handler, now, tx, &mut budget);
+        self.recirc = passes;
+        true
     }
 
     /// Take a buffer from the pool (or allocate one when the pool is dry).

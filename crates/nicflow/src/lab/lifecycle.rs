@@ -441,6 +441,7 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                 offload: sw.offload,
                 offload_options: sw.offload_options.clone(),
                 vfs: Vec::new(),
+                openflow: Default::default(),
             })
             .collect(),
     }

@@ -66,26 +66,33 @@ struct Ctx<'a> {
     rule_is_miss: bool,
 }
 
+impl<'a> Ctx<'a> {
+    /// A walk of `key` through `of`'s tables from the start.
+    fn new(of: &'a mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> Ctx<'a> {
+        Ctx {
+            of,
+            learn,
+            key: *key,
+            committed: *key,
+            wc: FlowMask::catchall(),
+            actions: Vec::new(),
+            rules: Vec::new(),
+            learned: None,
+            depth: 0,
+            work: 0,
+            stop: false,
+            mac_changed: false,
+            uncacheable: false,
+            vlan_origin: [Some(0), Some(1)],
+            rule_table: 0,
+            rule_cookie: 0,
+            rule_is_miss: false,
+        }
+    }
+}
+
 pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
-    let mut ctx = Ctx {
-        of,
-        learn,
-        key: *key,
-        committed: *key,
-        wc: FlowMask::catchall(),
-        actions: Vec::new(),
-        rules: Vec::new(),
-        learned: None,
-        depth: 0,
-        work: 0,
-        stop: false,
-        mac_changed: false,
-        uncacheable: false,
-        vlan_origin: [Some(0), Some(1)],
-        rule_table: 0,
-        rule_cookie: 0,
-        rule_is_miss: false,
-    };
+    let mut ctx = Ctx::new(of, key, learn);
     // The datapath always matches the input port (outputs are relative to
     // it) and the recirculation pass.
     ctx.wc.0.in_port = u32::MAX;
@@ -842,5 +849,39 @@ impl Ctx<'_> {
             }
         }
         h
+    }
+}
+
+/// Translate an action list that belongs to no rule — an OpenFlow
+/// `PACKET_OUT`'s — for the packet with `key`, as if a rule in table 0
+/// ran it: `resubmit(,N)` (and `output:TABLE`, which the caller turns
+/// into `resubmit(,0)`) walks the tables from there. The result is for
+/// this one packet and is never cached.
+pub fn translate_actions(
+    of: &mut Ofproto,
+    key: &FlowKey,
+    actions: &[Action],
+    learn: Option<Instant>,
+) -> XlateOut {
+    let mut ctx = Ctx::new(of, key, learn);
+    ctx.uncacheable = true;
+    ctx.rule_cookie = u64::MAX;
+    for a in actions {
+        if ctx.stop {
+            break;
+        }
+        ctx.action(a, 0);
+    }
+    if ctx.work > MAX_RESUBMITS {
+        ctx.actions.clear();
+        ctx.actions.push(DpAction::Drop(DropReason::RecursionLimit));
+    }
+    XlateOut {
+        mask: ctx.wc,
+        actions: ctx.actions,
+        rules: ctx.rules,
+        install: false,
+        learned: ctx.learned,
+        state_changed: ctx.mac_changed,
     }
 }

@@ -1,0 +1,905 @@
+//! OpenFlow requests carried out on a bridge, and the replies.
+//!
+//! Each handler turns a decoded message into [`Bridge`] calls (the same
+//! ones the CLI verbs make) and queues the answer on the session: a reply,
+//! or an `OFPT_ERROR` with the type and code OpenFlow 1.3 (as Open vSwitch
+//! reads it) gives for the refusal. Nothing here panics on peer input.
+
+use super::session::Session;
+use crate::bridge::Bridge;
+use crate::ofproto::flow_mod::{self, FlowModCommand, FlowModError, FlowSelector};
+use crate::ofproto::group::GroupError;
+use crate::ofproto::meter::MeterError;
+use crate::ofproto::OfprotoError;
+use nicflow_flow::{ofp, Action, Match};
+use nicflow_ofctl::{GroupSpec, GroupType};
+use nicflow_openflow::action::convert;
+use nicflow_openflow::action::OfAction;
+use nicflow_openflow::error::{
+    BadAction, BadInstruction, BadRequest, FlowModFailed, GroupModFailed, MeterModFailed,
+    PortModFailed, TableFeaturesFailed, TableModFailed,
+};
+use nicflow_openflow::msg::basic::capabilities;
+use nicflow_openflow::msg::flow::{FlowModCommand as WireCmd, ANY, NO_BUFFER};
+use nicflow_openflow::msg::group::{command as gcmd, group_type, OFPG_ALL};
+use nicflow_openflow::msg::multipart::{
+    AggregateStats, Desc, FlowStats, FlowStatsRequest, GroupDesc, GroupFeatures, GroupStats,
+    MeterConfig, MeterFeatures, MeterStats, MultipartReply, PortStats, ReplyBody, RequestBody,
+    TableFeatures, TableStats, MORE,
+};
+use nicflow_openflow::msg::{self, Bucket, Decoded, Message, Port, SwitchConfig, SwitchFeatures};
+use nicflow_openflow::OfpError;
+use std::time::Instant;
+
+/// Tables nicflow has (0..=254).
+pub const N_TABLES: u8 = crate::ofproto::N_TABLES as u8;
+/// Room for a multipart reply's body in one message.
+const MP_ROOM: usize = 65535 - 16;
+
+/// What a handled message changed, for the caller.
+#[derive(Default, Debug)]
+pub struct Effects {
+    /// Rules or groups changed: the config file is due.
+    pub tables_changed: bool,
+}
+
+/// The datapath id of a bridge: stable for its name (OVS derives it from
+/// a MAC; nicflow has none to derive from).
+pub fn datapath_id(bridge: &str) -> u64 {
+    // FNV-1a, 48 bits, like a MAC.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bridge.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h & 0x0000_ffff_ffff_ffff
+}
+
+fn err_data(d: &Decoded) -> Vec<u8> {
+    // The codec kept no raw bytes; re-encode the start of the request.
+    let mut v = msg::encode_to_vec(&d.message, d.xid).unwrap_or_default();
+    if let Some(b) = v.get_mut(0) {
+        *b = d.version;
+    }
+    v.truncate(64);
+    v
+}
+
+fn is_slave_refused(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::FlowMod(_)
+            | Message::GroupMod(_)
+            | Message::PortMod(_)
+            | Message::TableMod(_)
+            | Message::PacketOut(_)
+            | Message::MeterMod(_)
+    )
+}
+
+/// Handle one message from a negotiated connection (roles are dealt with
+/// by the caller, which sees every connection of the bridge).
+pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Effects {
+    let mut fx = Effects::default();
+    let xid = d.xid;
+    if s.role == nicflow_openflow::msg::basic::role::SLAVE && is_slave_refused(&d.message) {
+        s.send_error(
+            OfpError::BadRequest(BadRequest::IS_SLAVE),
+            xid,
+            &err_data(&d),
+        );
+        return fx;
+    }
+    let result: Result<(), OfpError> = match &d.message {
+        Message::FeaturesRequest => {
+            s.send(
+                &Message::FeaturesReply(SwitchFeatures {
+                    datapath_id: datapath_id(&br.name),
+                    n_buffers: 0,
+                    n_tables: N_TABLES,
+                    auxiliary_id: 0,
+                    capabilities: capabilities::FLOW_STATS
+                        | capabilities::TABLE_STATS
+                        | capabilities::PORT_STATS
+                        | capabilities::GROUP_STATS,
+                    reserved: 0,
+                }),
+                xid,
+            );
+            Ok(())
+        }
+        Message::GetConfigRequest => {
+            s.send(
+                &Message::GetConfigReply(SwitchConfig {
+                    flags: s.config_flags,
+                    miss_send_len: s.miss_send_len,
+                }),
+                xid,
+            );
+            Ok(())
+        }
+        Message::SetConfig(c) => {
+            // Fragments are always handled normally (OFPC_FRAG_NORMAL);
+            // other flags are remembered and echoed.
+            s.config_flags = c.flags;
+            s.miss_send_len = c.miss_send_len;
+            Ok(())
+        }
+        Message::BarrierRequest => {
+            // Every request before it is done: they run synchronously.
+            s.send(&Message::BarrierReply, xid);
+            Ok(())
+        }
+        Message::GetAsyncRequest => {
+            s.send(&Message::GetAsyncReply(s.async_cfg), xid);
+            Ok(())
+        }
+        Message::SetAsync(a) => {
+            s.async_cfg = *a;
+            Ok(())
+        }
+        Message::FlowMod(fm) => flow_mod(br, fm, now).map(|changed| {
+            fx.tables_changed = changed;
+        }),
+        Message::GroupMod(gm) => group_mod(br, gm, now).map(|_| {
+            fx.tables_changed = true;
+        }),
+        Message::PacketOut(po) => packet_out(br, po, now),
+        Message::MultipartRequest(req) => multipart(s, br, &req.body, xid, now),
+        Message::PortMod(p) => {
+            if br.of_ports().iter().any(|(no, _, _)| *no == p.port_no) {
+                // Port configuration (down, no-flood...) is not modelled.
+                Err(OfpError::PortModFailed(PortModFailed::EPERM))
+            } else {
+                Err(OfpError::PortModFailed(PortModFailed::BAD_PORT))
+            }
+        }
+        Message::TableMod(t) => {
+            // Every table id exists (0..=254, 255 = all).
+            if t.config != 0 {
+                Err(OfpError::TableModFailed(TableModFailed::BAD_CONFIG))
+            } else {
+                Ok(())
+            }
+        }
+        Message::MeterMod(mm) => meter_mod(br, mm, now).map(|_| {
+            fx.tables_changed = true;
+        }),
+        Message::Experimenter(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXPERIMENTER)),
+        // Replies and switch-to-controller messages make no sense here.
+        Message::FeaturesReply(_)
+        | Message::GetConfigReply(_)
+        | Message::PacketIn(_)
+        | Message::FlowRemoved(_)
+        | Message::PortStatus(_)
+        | Message::MultipartReply(_)
+        | Message::BarrierReply
+        | Message::RoleReply(_)
+        | Message::GetAsyncReply(_) => Err(OfpError::BadRequest(BadRequest::BAD_TYPE)),
+        // Handled by the session or the manager.
+        Message::Hello(_)
+        | Message::Error(_)
+        | Message::EchoRequest(_)
+        | Message::EchoReply(_)
+        | Message::RoleRequest(_) => Ok(()),
+    };
+    if let Err(e) = result {
+        s.send_error(e, xid, &err_data(&d));
+    }
+    fx
+}
+
+fn flow_mod_error(e: FlowModError) -> OfpError {
+    match e {
+        FlowModError::Overlap(_) => OfpError::FlowModFailed(FlowModFailed::OVERLAP),
+        FlowModError::AddToAllTables => OfpError::FlowModFailed(FlowModFailed::BAD_TABLE_ID),
+        FlowModError::Ofproto(o) => ofproto_error(o),
+    }
+}
+
+fn ofproto_error(o: OfprotoError) -> OfpError {
+    match o {
+        OfprotoError::BadTable(_) => OfpError::FlowModFailed(FlowModFailed::BAD_TABLE_ID),
+        OfprotoError::BadGoto { .. } => OfpError::BadInstruction(BadInstruction::BAD_TABLE_ID),
+        OfprotoError::BadOutGroup(_) => OfpError::BadAction(BadAction::BAD_OUT_GROUP),
+        OfprotoError::UnknownMeter(_) => OfpError::MeterModFailed(MeterModFailed::UNKNOWN_METER),
+        OfprotoError::Group(g) => group_error(g),
+    }
+}
+
+fn meter_error(m: MeterError) -> OfpError {
+    OfpError::MeterModFailed(match m {
+        MeterError::Exists(_) => MeterModFailed::METER_EXISTS,
+        MeterError::Unknown(_) => MeterModFailed::UNKNOWN_METER,
+        MeterError::TooManyBands(..) => MeterModFailed::OUT_OF_BANDS,
+        MeterError::OutOfMeters(_) => MeterModFailed::OUT_OF_METERS,
+    })
+}
+
+/// `OFPT_METER_MOD` on the bridge's meters (`ofproto::meter`).
+fn meter_mod(br: &mut Bridge, mm: &msg::MeterMod, now: Instant) -> Result<(), OfpError> {
+    use nicflow_ofctl::meter::{BandType, MeterBand, MeterSpec, OFPM_MAX};
+    use nicflow_openflow::msg::meter::{command as mcmd, flags as mflags, BandKind, OFPM_ALL};
+    let bad = OfpError::MeterModFailed;
+    if mm.command == mcmd::DELETE {
+        br.del_meters((mm.meter_id != OFPM_ALL).then_some(mm.meter_id), now);
+        return Ok(());
+    }
+    if mm.meter_id == 0 || mm.meter_id > OFPM_MAX {
+        return Err(bad(MeterModFailed::INVALID_METER));
+    }
+    if mm.flags & (mflags::KBPS | mflags::PKTPS) == mflags::KBPS | mflags::PKTPS {
+        return Err(bad(MeterModFailed::BAD_FLAGS));
+    }
+    let mut bands = Vec::with_capacity(mm.bands.len());
+    for b in &mm.bands {
+        let kind = match b.kind {
+            BandKind::Drop => BandType::Drop,
+            BandKind::DscpRemark { prec_level } => BandType::DscpRemark { prec_level },
+            BandKind::Experimenter { .. } => return Err(bad(MeterModFailed::BAD_BAND)),
+        };
+        if b.rate == 0 {
+            return Err(bad(MeterModFailed::BAD_RATE));
+        }
+        bands.push(MeterBand {
+            kind,
+            rate: b.rate,
+            burst_size: b.burst_size,
+        });
+    }
+    let spec = MeterSpec {
+        meter_id: mm.meter_id,
+        flags: mm.flags,
+        bands,
+    };
+    br.add_meters(&[spec], mm.command == mcmd::MODIFY, now)
+        .map_err(|e| match e {
+            crate::bridge::BridgeError::Meter(m) => meter_error(m),
+            crate::bridge::BridgeError::Ofproto(o) => ofproto_error(o),
+            _ => bad(MeterModFailed::UNKNOWN),
+        })
+}
+
+fn group_error(g: GroupError) -> OfpError {
+    OfpError::GroupModFailed(match g {
+        GroupError::Exists(_) => GroupModFailed::GROUP_EXISTS,
+        GroupError::Unknown(_) => GroupModFailed::UNKNOWN_GROUP,
+        GroupError::BadOutGroup { .. } => GroupModFailed::UNKNOWN_GROUP,
+        GroupError::Loop(_) => GroupModFailed::LOOP,
+    })
+}
+
+/// Returns whether the tables changed.
+fn flow_mod(br: &mut Bridge, fm: &msg::FlowMod, now: Instant) -> Result<bool, OfpError> {
+    let command = match fm.command {
+        WireCmd::Add => FlowModCommand::Add,
+        WireCmd::Modify => FlowModCommand::Modify,
+        WireCmd::ModifyStrict => FlowModCommand::ModifyStrict,
+        WireCmd::Delete => FlowModCommand::Delete,
+        WireCmd::DeleteStrict => FlowModCommand::DeleteStrict,
+    };
+    let deleting = matches!(
+        command,
+        FlowModCommand::Delete | FlowModCommand::DeleteStrict
+    );
+    let actions = if deleting {
+        Vec::new()
+    } else {
+        fm.translate()?.actions
+    };
+    let ours = flow_mod::FlowMod {
+        command,
+        table: (fm.table_id != 0xff).then_some(fm.table_id),
+        priority: fm.priority,
+        cookie: fm.cookie,
+        cookie_mask: if command == FlowModCommand::Add {
+            0
+        } else {
+            fm.cookie_mask
+        },
+        new_cookie: match command {
+            FlowModCommand::Modify | FlowModCommand::ModifyStrict if fm.cookie_mask == 0 => {
+                Some(fm.cookie)
+            }
+            _ => None,
+        },
+        idle_timeout: fm.idle_timeout,
+        hard_timeout: fm.hard_timeout,
+        flags: fm.flags,
+        out_port: (deleting && fm.out_port != ANY).then_some(fm.out_port),
+        out_group: (deleting && fm.out_group != ANY).then_some(fm.out_group),
+        matching: fm.r#match,
+        actions,
+    };
+    br.flow_mod(&ours, now).map_err(flow_mod_error)?;
+    if fm.buffer_id != NO_BUFFER && !deleting {
+        // The rule is in; the buffer it names never existed (n_buffers 0).
+        return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
+    }
+    Ok(true)
+}
+
+fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), OfpError> {
+    let gmf = OfpError::GroupModFailed;
+    match gm.command {
+        gcmd::DELETE => {
+            let id = (gm.group_id != OFPG_ALL).then_some(gm.group_id);
+            br.del_groups_id(id);
+            return Ok(());
+        }
+        gcmd::ADD | gcmd::MODIFY => {}
+        _ => return Err(gmf(GroupModFailed::BAD_COMMAND)),
+    }
+    if gm.group_id > nicflow_ofctl::group::OFPG_MAX {
+        return Err(gmf(GroupModFailed::INVALID_GROUP));
+    }
+    let kind = match gm.group_type {
+        group_type::ALL => GroupType::All,
+        group_type::SELECT => GroupType::Select,
+        group_type::INDIRECT => GroupType::Indirect,
+        group_type::FF => GroupType::FastFailover,
+        _ => return Err(gmf(GroupModFailed::BAD_TYPE)),
+    };
+    if kind == GroupType::Indirect && gm.buckets.len() != 1 {
+        return Err(gmf(GroupModFailed::BAD_BUCKET));
+    }
+    let mut buckets = Vec::with_capacity(gm.buckets.len());
+    for (i, b) in gm.buckets.iter().enumerate() {
+        let actions = b.translate()?;
+        buckets.push(nicflow_ofctl::group::Bucket {
+            bucket_id: i as u32,
+            weight: b.weight,
+            watch_port: (b.watch_port != ANY).then_some(b.watch_port),
+            watch_group: (b.watch_group != ANY).then_some(b.watch_group),
+            actions,
+        });
+    }
+    let spec = GroupSpec {
+        group_id: gm.group_id,
+        kind,
+        selection_method: None,
+        selection_method_param: 0,
+        fields: Vec::new(),
+        buckets,
+    };
+    br.add_groups(&[spec], gm.command == gcmd::MODIFY, now)
+        .map_err(|e| match e {
+            crate::bridge::BridgeError::Ofproto(o) => match o {
+                OfprotoError::Group(g) => group_error(g),
+                OfprotoError::BadOutGroup(_) => gmf(GroupModFailed::UNKNOWN_GROUP),
+                o => ofproto_error(o),
+            },
+            _ => gmf(GroupModFailed::EPERM),
+        })
+}
+
+fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), OfpError> {
+    if po.buffer_id != NO_BUFFER {
+        return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
+    }
+    let ports = br.of_ports();
+    let in_port_ok = matches!(po.in_port, ofp::CONTROLLER | ofp::LOCAL)
+        || ports.iter().any(|(no, _, _)| *no == po.in_port);
+    if !in_port_ok {
+        return Err(OfpError::BadRequest(BadRequest::BAD_PORT));
+    }
+    let mut actions = Vec::with_capacity(po.actions.len());
+    for a in &po.actions {
+        match a {
+            // OFPP_TABLE: through the tables from table 0.
+            OfAction::Output { port, .. } if *port == ofp::TABLE => {
+                actions.push(Action::Resubmit {
+                    port: None,
+                    table: Some(0),
+                })
+            }
+            a => actions.extend(convert::actions_to_nicflow(
+                std::slice::from_ref(a),
+                &Match::catchall(),
+            )?),
+        }
+    }
+    if br.packet_out(po.in_port, &po.data, &actions, now) {
+        Ok(())
+    } else {
+        Err(OfpError::BadRequest(BadRequest::BAD_PACKET))
+    }
+}
+
+/// Split `items` into replies of at most 64 KiB: every reply but the last
+/// has `OFPMPF_REPLY_MORE`.
+fn send_split<T: Clone>(s: &mut Session, xid: u32, items: Vec<T>, wrap: fn(Vec<T>) -> ReplyBody) {
+    let size = |item: &T| {
+        msg::encode_to_vec(
+            &Message::MultipartReply(MultipartReply {
+                flags: 0,
+                body: wrap(vec![item.clone()]),
+            }),
+            0,
+        )
+        .map(|v| v.len() - 16)
+        .unwrap_or(MP_ROOM + 1)
+    };
+    let mut chunks: Vec<Vec<T>> = vec![Vec::new()];
+    let mut used = 0;
+    for item in items {
+        let n = size(&item);
+        if n > MP_ROOM {
+            // One record that cannot fit any message: left out.
+            continue;
+        }
+        if used + n > MP_ROOM {
+            chunks.push(Vec::new());
+            used = 0;
+        }
+        used += n;
+        if let Some(c) = chunks.last_mut() {
+            c.push(item);
+        }
+    }
+    let last = chunks.len() - 1;
+    for (i, c) in chunks.into_iter().enumerate() {
+        s.send(
+            &Message::MultipartReply(MultipartReply {
+                flags: if i < last { MORE } else { 0 },
+                body: wrap(c),
+            }),
+            xid,
+        );
+    }
+}
+
+fn selector(r: &FlowStatsRequest) -> Result<FlowSelector, OfpError> {
+    Ok(FlowSelector {
+        table: (r.table_id != 0xff).then_some(r.table_id),
+        out_port: (r.out_port != ANY).then_some(r.out_port),
+        out_group: (r.out_group != ANY).then_some(r.out_group),
+        cookie: r.cookie,
+        cookie_mask: r.cookie_mask,
+        matching: r.r#match,
+    })
+}
+
+/// A port's `ofp_port`: nicflow does not model link speed or features;
+/// the address is a locally administered one derived from the bridge and
+/// port number.
+fn port_desc(bridge: &str, no: u32, name: &str) -> Port {
+    let dp = datapath_id(bridge).to_be_bytes();
+    Port {
+        port_no: no,
+        hw_addr: [0x02, dp[4], dp[5], dp[6] ^ dp[7], (no >> 8) as u8, no as u8],
+        name: name.chars().take(15).collect(),
+        config: 0,
+        state: nicflow_openflow::msg::port::state::LIVE,
+        curr: 0,
+        advertised: 0,
+        supported: 0,
+        peer: 0,
+        curr_speed: 0,
+        max_speed: 0,
+    }
+}
+
+/// The bridge's ports as `ofp_port`s.
+pub fn port_descs(br: &Bridge) -> Vec<Port> {
+    br.of_ports()
+        .iter()
+        .map(|(no, name, _)| port_desc(&br.name, *no, name))
+        .collect()
+}
+
+fn bucket_out(b: &nicflow_ofctl::group::Bucket) -> Bucket {
+    Bucket {
+        weight: b.weight,
+        watch_port: b.watch_port.unwrap_or(ANY),
+        watch_group: b.watch_group.unwrap_or(ANY),
+        actions: convert::actions_from_nicflow(&b.actions, &Match::catchall()).unwrap_or_default(),
+    }
+}
+
+fn multipart(
+    s: &mut Session,
+    br: &mut Bridge,
+    req: &RequestBody,
+    xid: u32,
+    now: Instant,
+) -> Result<(), OfpError> {
+    let reply = |s: &mut Session, body: ReplyBody| {
+        s.send(
+            &Message::MultipartReply(MultipartReply { flags: 0, body }),
+            xid,
+        )
+    };
+    match req {
+        RequestBody::Desc => reply(
+            s,
+            ReplyBody::Desc(Desc {
+                mfr_desc: "nicflow".into(),
+                hw_desc: "nicflow software SmartNIC".into(),
+                sw_desc: env!("CARGO_PKG_VERSION").into(),
+                serial_num: "None".into(),
+                dp_desc: br.name.clone(),
+            }),
+        ),
+        RequestBody::Flow(r) => {
+            let sel = selector(r)?;
+            let stats: Vec<FlowStats> = br
+                .flow_stats(&sel, now)
+                .into_iter()
+                .map(|d| FlowStats {
+                    table_id: d.spec.table,
+                    duration_sec: d.duration.as_secs() as u32,
+                    duration_nsec: d.duration.subsec_nanos(),
+                    priority: d.spec.priority,
+                    idle_timeout: d.spec.idle_timeout,
+                    hard_timeout: d.spec.hard_timeout,
+                    flags: d.flags,
+                    cookie: d.spec.cookie,
+                    packet_count: d.n_packets,
+                    byte_count: d.n_bytes,
+                    instructions: convert::from_nicflow(&d.spec.actions, &d.spec.r#match)
+                        .unwrap_or_default(),
+                    r#match: d.spec.r#match,
+                })
+                .collect();
+            send_split(s, xid, stats, ReplyBody::Flow);
+        }
+        RequestBody::Aggregate(r) => {
+            let sel = selector(r)?;
+            let mut a = AggregateStats::default();
+            for d in br.flow_stats(&sel, now) {
+                a.packet_count += d.n_packets;
+                a.byte_count += d.n_bytes;
+                a.flow_count += 1;
+            }
+            reply(s, ReplyBody::Aggregate(a));
+        }
+        RequestBody::Table => {
+            let per = br.rules_per_table();
+            let tables = (0..N_TABLES)
+                .map(|t| TableStats {
+                    table_id: t,
+                    active_count: per.get(t as usize).copied().unwrap_or(0),
+                    lookup_count: 0,
+                    matched_count: 0,
+                })
+                .collect();
+            send_split(s, xid, tables, ReplyBody::Table);
+        }
+        RequestBody::PortStats { port_no } => {
+            let ports = br.of_ports();
+            if *port_no != ANY && !ports.iter().any(|(no, _, _)| no == port_no) {
+                return Err(OfpError::BadRequest(BadRequest::BAD_PORT));
+            }
+            let stats = ports
+                .into_iter()
+                .filter(|(no, _, _)| *port_no == ANY || no == port_no)
+                .map(|(no, _, st)| PortStats {
+                    port_no: no,
+                    rx_packets: st.rx_packets,
+                    tx_packets: st.tx_packets,
+                    rx_bytes: st.rx_bytes,
+                    tx_bytes: st.tx_bytes,
+                    rx_dropped: st.rx_dropped,
+                    tx_dropped: st.tx_dropped,
+                    rx_errors: u64::MAX,
+                    tx_errors: u64::MAX,
+                    rx_frame_err: u64::MAX,
+                    rx_over_err: u64::MAX,
+                    rx_crc_err: u64::MAX,
+                    collisions: u64::MAX,
+                    duration_sec: u32::MAX,
+                    duration_nsec: u32::MAX,
+                })
+                .collect();
+            send_split(s, xid, stats, ReplyBody::PortStats);
+        }
+        RequestBody::PortDesc => {
+            let ports = port_descs(br);
+            send_split(s, xid, ports, ReplyBody::PortDesc);
+        }
+        RequestBody::Group { group_id } => {
+            let stats: Vec<GroupStats> = br
+                .group_stats(now)
+                .into_iter()
+                .filter(|g| *group_id == OFPG_ALL || g.group_id == *group_id)
+                .map(|g| GroupStats {
+                    group_id: g.group_id,
+                    ref_count: g.ref_count,
+                    packet_count: g.packets,
+                    byte_count: g.bytes,
+                    duration_sec: g.duration.as_secs() as u32,
+                    duration_nsec: g.duration.subsec_nanos(),
+                    bucket_stats: g.buckets,
+                })
+                .collect();
+            send_split(s, xid, stats, ReplyBody::Group);
+        }
+        RequestBody::GroupDesc => {
+            let descs: Vec<GroupDesc> = br
+                .group_specs()
+                .iter()
+                .map(|g| GroupDesc {
+                    group_type: match g.kind {
+                        GroupType::All => group_type::ALL,
+                        GroupType::Select => group_type::SELECT,
+                        GroupType::Indirect => group_type::INDIRECT,
+                        GroupType::FastFailover => group_type::FF,
+                    },
+                    group_id: g.group_id,
+                    buckets: g.buckets.iter().map(bucket_out).collect(),
+                })
+                .collect();
+            send_split(s, xid, descs, ReplyBody::GroupDesc);
+        }
+        RequestBody::GroupFeatures => {
+            use nicflow_openflow::action::ofpat;
+            let acts = [
+                ofpat::OUTPUT,
+                ofpat::PUSH_VLAN,
+                ofpat::POP_VLAN,
+                ofpat::GROUP,
+                ofpat::SET_NW_TTL,
+                ofpat::DEC_NW_TTL,
+                ofpat::SET_FIELD,
+            ]
+            .iter()
+            .fold(0u32, |m, a| m | (1 << a));
+            reply(
+                s,
+                ReplyBody::GroupFeatures(GroupFeatures {
+                    types: 0xf,
+                    // OFPGFC_SELECT_WEIGHT | SELECT_LIVENESS | CHAINING
+                    capabilities: 0x1 | 0x2 | 0x4,
+                    max_groups: [0xffff_ff00; 4],
+                    actions: [acts; 4],
+                }),
+            );
+        }
+        RequestBody::TableFeatures(set) => {
+            if !set.is_empty() {
+                return Err(OfpError::TableFeaturesFailed(TableFeaturesFailed::EPERM));
+            }
+            let feats: Vec<TableFeatures> = (0..N_TABLES)
+                .map(|t| TableFeatures::nicflow(t, N_TABLES, 1_000_000))
+                .collect();
+            send_split(s, xid, feats, ReplyBody::TableFeatures);
+        }
+        RequestBody::Meter { meter_id } => {
+            use nicflow_openflow::msg::meter::OFPM_ALL;
+            let id = (*meter_id != OFPM_ALL).then_some(*meter_id);
+            let stats: Vec<MeterStats> = br
+                .meter_stats(id, now)
+                .into_iter()
+                .map(|m| MeterStats {
+                    meter_id: m.meter_id,
+                    flow_count: m.flow_count,
+                    packet_in_count: m.packets_in,
+                    byte_in_count: m.bytes_in,
+                    duration_sec: m.duration.as_secs() as u32,
+                    duration_nsec: m.duration.subsec_nanos(),
+                    band_stats: m.bands,
+                })
+                .collect();
+            send_split(s, xid, stats, ReplyBody::Meter);
+        }
+        RequestBody::MeterConfig { meter_id } => {
+            use nicflow_ofctl::meter::BandType;
+            use nicflow_openflow::msg::meter::{BandKind, OFPM_ALL};
+            let configs: Vec<MeterConfig> = br
+                .dump_meters()
+                .into_iter()
+                .filter(|m| *meter_id == OFPM_ALL || m.meter_id == *meter_id)
+                .map(|m| MeterConfig {
+                    flags: m.flags,
+                    meter_id: m.meter_id,
+                    bands: m
+                        .bands
+                        .iter()
+                        .map(|b| msg::MeterBand {
+                            rate: b.rate,
+                            burst_size: b.burst_size,
+                            kind: match b.kind {
+                                BandType::Drop => BandKind::Drop,
+                                BandType::DscpRemark { prec_level } => {
+                                    BandKind::DscpRemark { prec_level }
+                                }
+                            },
+                        })
+                        .collect(),
+                })
+                .collect();
+            send_split(s, xid, configs, ReplyBody::MeterConfig);
+        }
+        RequestBody::MeterFeatures => {
+            use crate::ofproto::meter::{MAX_BANDS, MAX_METERS};
+            use nicflow_openflow::msg::meter::{band_type, flags as mflags};
+            reply(
+                s,
+                ReplyBody::MeterFeatures(MeterFeatures {
+                    max_meter: MAX_METERS as u32,
+                    band_types: (1 << band_type::DROP) | (1 << band_type::DSCP_REMARK),
+                    capabilities: u32::from(
+                        mflags::KBPS | mflags::PKTPS | mflags::BURST | mflags::STATS,
+                    ),
+                    max_bands: MAX_BANDS as u8,
+                    max_color: 0,
+                }),
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::openflow::session::Conn;
+    use crate::datapath::DatapathConfig;
+    use nicflow_openflow::msg::{encode_to_vec, Hello};
+
+    const ARP: &str =
+        "ffffffffffff0001020304050806000108000604000100010203040503030303000000000000030303fe";
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn session(now: Instant) -> Session {
+        let mut s = Session::new(Conn::None, "t".into(), "ptcp:0".into(), now);
+        s.feed(
+            &encode_to_vec(&Message::Hello(Hello::ofp13()), 1).unwrap(),
+            now,
+        );
+        assert!(s.poll_message().is_none());
+        s.take_output();
+        s
+    }
+
+    fn run(s: &mut Session, br: &mut Bridge, m: Message, now: Instant) -> Vec<Decoded> {
+        s.feed(&encode_to_vec(&m, 42).unwrap(), now);
+        while let Some(d) = s.poll_message() {
+            handle(s, br, d, now);
+        }
+        let out = s.take_output();
+        let mut b = &out[..];
+        let mut v = Vec::new();
+        while !b.is_empty() {
+            let (d, n) = msg::decode(b).unwrap();
+            v.push(d);
+            b = &b[n..];
+        }
+        v
+    }
+
+    #[test]
+    fn packet_out_through_the_tables_reaches_the_controller() {
+        let now = Instant::now();
+        let mut br = Bridge::new("br0", DatapathConfig::default());
+        br.add_flow_str("priority=1,arp,actions=controller", now)
+            .unwrap();
+        let mut s = session(now);
+        let po = msg::PacketOut {
+            buffer_id: NO_BUFFER,
+            in_port: ofp::CONTROLLER,
+            actions: vec![OfAction::Output {
+                port: ofp::TABLE,
+                max_len: 0,
+            }],
+            data: hex(ARP),
+        };
+        let out = run(&mut s, &mut br, Message::PacketOut(po), now);
+        assert!(out.is_empty(), "{out:?}");
+        let pkts = br.take_controller_packets();
+        assert_eq!(pkts.len(), 1);
+        assert_eq!(pkts[0].data, hex(ARP));
+        assert_eq!(pkts[0].reason, 1);
+    }
+
+    #[test]
+    fn refusals_are_openflow_errors() {
+        let now = Instant::now();
+        let mut br = Bridge::new("br0", DatapathConfig::default());
+        let mut s = session(now);
+        // A buffered packet-out: nicflow keeps no buffers.
+        let po = msg::PacketOut {
+            buffer_id: 7,
+            in_port: ofp::CONTROLLER,
+            actions: vec![],
+            data: hex(ARP),
+        };
+        let out = run(&mut s, &mut br, Message::PacketOut(po), now);
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN)));
+        // A rule naming a meter that does not exist.
+        let fm = msg::FlowMod {
+            cookie: 0,
+            cookie_mask: 0,
+            table_id: 0,
+            command: WireCmd::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 1,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 0,
+            r#match: Match::catchall(),
+            instructions: vec![nicflow_openflow::action::Instruction::Meter(9)],
+        };
+        let out = run(&mut s, &mut br, Message::FlowMod(fm), now);
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::MeterModFailed(MeterModFailed::UNKNOWN_METER)));
+        assert_eq!(out[0].xid, 42);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// Any message type with any body, on a bridge with rules, groups
+        /// and a port map: answered or refused, never a panic; the session
+        /// stays usable.
+        #[test]
+        fn arbitrary_messages_never_panic(
+            ty in 0u8..32,
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            flow_mod_prefix in proptest::prelude::any::<bool>(),
+        ) {
+            let now = Instant::now();
+            let mut br = Bridge::new("br0", DatapathConfig::default());
+            br.add_flow_str("priority=1,arp,actions=controller", now).unwrap();
+            br.add_groups_str("group_id=1,type=all,bucket=output:1", false, now).unwrap();
+            let mut s = session(now);
+            let mut m = vec![4, ty, 0, 0, 0, 0, 0, 5];
+            if flow_mod_prefix && ty == 14 {
+                // A valid FLOW_MOD header with an empty OXM match, then noise
+                // as instructions.
+                m.extend_from_slice(&[0; 40]);
+                m[8 + 25] = 0;
+                m.extend_from_slice(&[0, 1, 0, 4, 0, 0, 0, 0]);
+            }
+            m.extend_from_slice(&body);
+            let len = m.len().min(65535) as u16;
+            m[2..4].copy_from_slice(&len.to_be_bytes());
+            m.truncate(usize::from(len));
+            s.feed(&m, now);
+            while let Some(d) = s.poll_message() {
+                handle(&mut s, &mut br, d, now);
+            }
+            s.take_output();
+            s.feed(&encode_to_vec(&Message::BarrierRequest, 6).unwrap(), now);
+            let d = s.poll_message();
+            proptest::prop_assert!(matches!(d, Some(ref d) if d.xid == 6));
+        }
+    }
+
+    #[test]
+    fn table_features_are_split_below_64k() {
+        let now = Instant::now();
+        let mut br = Bridge::new("br0", DatapathConfig::default());
+        let mut s = session(now);
+        let out = run(
+            &mut s,
+            &mut br,
+            Message::MultipartRequest(msg::MultipartRequest {
+                flags: 0,
+                body: RequestBody::TableFeatures(vec![]),
+            }),
+            now,
+        );
+        assert!(out.len() > 1);
+        let mut n = 0;
+        for (i, d) in out.iter().enumerate() {
+            let Message::MultipartReply(r) = &d.message else {
+                panic!("{d:?}")
+            };
+            assert_eq!(r.flags & MORE != 0, i + 1 < out.len());
+            if let ReplyBody::TableFeatures(t) = &r.body {
+                n += t.len();
+            }
+        }
+        assert_eq!(n, usize::from(N_TABLES));
+    }
+}

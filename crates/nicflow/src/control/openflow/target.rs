@@ -1,0 +1,178 @@
+//! Controller targets in Open vSwitch's syntax: `tcp:IP[:PORT]` (the switch
+//! connects), `ptcp:[PORT][:IP]` (the switch listens), `unix:PATH`,
+//! `punix:PATH`. The default port is 6653 (OpenFlow's IANA port).
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// OpenFlow's IANA port.
+pub const DEFAULT_PORT: u16 = 6653;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `tcp:IP[:PORT]`: connect to a controller.
+    Tcp(SocketAddr),
+    /// `ptcp:[PORT][:IP]`: listen (all addresses unless `IP`).
+    Ptcp(SocketAddr),
+    /// `unix:PATH`: connect to a controller's unix socket.
+    Unix(PathBuf),
+    /// `punix:PATH`: listen on a unix socket.
+    Punix(PathBuf),
+}
+
+fn parse_ip(s: &str) -> Result<IpAddr, String> {
+    let t = s
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(s);
+    t.parse()
+        .map_err(|_| format!("`{s}` is not an IP address (names are not resolved)"))
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    s.parse::<u16>()
+        .map_err(|_| format!("`{s}` is not a port number"))
+}
+
+/// Split `IP[:PORT]` where IP may be `[v6]`.
+fn split_ip_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (ip, tail) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("`{s}`: missing `]`"))?;
+        let ip = parse_ip(ip)?;
+        return match tail {
+            "" => Ok((ip, None)),
+            t => match t.strip_prefix(':') {
+                Some(p) => Ok((ip, Some(parse_port(p)?))),
+                None => Err(format!("`{s}`: expected `:PORT` after `]`")),
+            },
+        };
+    }
+    match s.split_once(':') {
+        // More than one colon without brackets: a bare IPv6 address.
+        Some((_, rest)) if rest.contains(':') => Ok((parse_ip(s)?, None)),
+        Some((ip, port)) => Ok((parse_ip(ip)?, Some(parse_port(port)?))),
+        None => Ok((parse_ip(s)?, None)),
+    }
+}
+
+impl Target {
+    pub fn parse(s: &str) -> Result<Target, String> {
+        let (kind, rest) = s.split_once(':').ok_or_else(|| {
+            format!("`{s}`: expected tcp:IP[:PORT], ptcp:[PORT][:IP], unix:PATH or punix:PATH")
+        })?;
+        match kind {
+            "tcp" => {
+                if rest.is_empty() {
+                    return Err(format!("`{s}`: tcp needs an IP address"));
+                }
+                let (ip, port) = split_ip_port(rest)?;
+                Ok(Target::Tcp(SocketAddr::new(
+                    ip,
+                    port.unwrap_or(DEFAULT_PORT),
+                )))
+            }
+            "ptcp" => {
+                let (port, ip) = match rest.split_once(':') {
+                    Some((p, ip)) => (p, Some(ip)),
+                    None => (rest, None),
+                };
+                let port = if port.is_empty() {
+                    DEFAULT_PORT
+                } else {
+                    parse_port(port)?
+                };
+                let ip = match ip {
+                    Some(ip) if !ip.is_empty() => parse_ip(ip)?,
+                    _ => IpAddr::from([0, 0, 0, 0]),
+                };
+                Ok(Target::Ptcp(SocketAddr::new(ip, port)))
+            }
+            "unix" | "punix" => {
+                if rest.is_empty() {
+                    return Err(format!("`{s}`: {kind} needs a path"));
+                }
+                let p = PathBuf::from(rest);
+                Ok(if kind == "unix" {
+                    Target::Unix(p)
+                } else {
+                    Target::Punix(p)
+                })
+            }
+            _ => Err(format!(
+                "`{s}`: unknown connection type `{kind}` (tcp, ptcp, unix, punix)"
+            )),
+        }
+    }
+
+    /// A listener (`ptcp`, `punix`), as opposed to an active connection.
+    pub fn passive(&self) -> bool {
+        matches!(self, Target::Ptcp(_) | Target::Punix(_))
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ip = |a: &SocketAddr| match a.ip() {
+            IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        };
+        match self {
+            Target::Tcp(a) => write!(f, "tcp:{}:{}", ip(a), a.port()),
+            Target::Ptcp(a) if a.ip().is_unspecified() && a.is_ipv4() => {
+                write!(f, "ptcp:{}", a.port())
+            }
+            Target::Ptcp(a) => write!(f, "ptcp:{}:{}", a.port(), ip(a)),
+            Target::Unix(p) => write!(f, "unix:{}", p.display()),
+            Target::Punix(p) => write!(f, "punix:{}", p.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt(s: &str) -> String {
+        Target::parse(s).unwrap().to_string()
+    }
+
+    #[test]
+    fn ovs_syntax() {
+        assert_eq!(rt("tcp:127.0.0.1"), "tcp:127.0.0.1:6653");
+        assert_eq!(rt("tcp:10.0.0.1:6633"), "tcp:10.0.0.1:6633");
+        assert_eq!(rt("tcp:[::1]:7000"), "tcp:[::1]:7000");
+        assert_eq!(rt("tcp:[::1]"), "tcp:[::1]:6653");
+        assert_eq!(rt("tcp:fe80::1"), "tcp:[fe80::1]:6653");
+        assert_eq!(rt("ptcp:"), "ptcp:6653");
+        assert_eq!(rt("ptcp:6634"), "ptcp:6634");
+        assert_eq!(rt("ptcp:6634:127.0.0.1"), "ptcp:6634:127.0.0.1");
+        assert_eq!(rt("ptcp::127.0.0.1"), "ptcp:6653:127.0.0.1");
+        assert_eq!(rt("ptcp:6634:[::1]"), "ptcp:6634:[::1]");
+        assert_eq!(rt("unix:/run/c.sock"), "unix:/run/c.sock");
+        assert_eq!(rt("punix:/tmp/br0.mgmt"), "punix:/tmp/br0.mgmt");
+        assert!(Target::parse("ptcp:1").unwrap().passive());
+        assert!(!Target::parse("tcp:1.2.3.4").unwrap().passive());
+    }
+
+    #[test]
+    fn refusals() {
+        for bad in [
+            "tcp:",
+            "tcp:host.example",
+            "tcp:1.2.3.4:99999",
+            "tcp:1.2.3.4:x",
+            "ptcp:x",
+            "ptcp:1:notanip",
+            "unix:",
+            "punix:",
+            "ssl:1.2.3.4",
+            "1.2.3.4",
+            "tcp:[::1",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+}
