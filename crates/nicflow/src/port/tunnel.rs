@@ -30,6 +30,7 @@
 use super::{Port, PortStats};
 use crate::control::config::{PortConfig, PortType};
 use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
+use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum;
 use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
 use std::cell::RefCell;
@@ -1091,18 +1092,10 @@ fn arp_frame(
     tpa: Ipv4Addr,
     eth_dst: [u8; 6],
 ) -> Vec<u8> {
-    let mut f = Vec::with_capacity(60);
-    f.extend_from_slice(&eth_dst);
-    f.extend_from_slice(&sha);
-    f.extend_from_slice(&nicflow_packet::ETHERTYPE_ARP.to_be_bytes());
-    f.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
-    f.extend_from_slice(&op.to_be_bytes());
-    f.extend_from_slice(&sha);
-    f.extend_from_slice(&spa.octets());
-    f.extend_from_slice(&tha);
-    f.extend_from_slice(&tpa.octets());
-    f.resize(60, 0);
-    f
+    FrameBuilder::new(sha, eth_dst)
+        .arp(op, sha, spa, tha, tpa)
+        .pad_to(60)
+        .build()
 }
 
 /// ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet too big"
@@ -1116,10 +1109,10 @@ pub fn too_big_reply(frame: &[u8], mtu: u32) -> Option<Vec<u8>> {
         return None;
     }
     let ip = frame.get(layout.l3_offset as usize..)?;
-    let mut f = Vec::with_capacity(128);
-    f.extend_from_slice(&frame[6..12]);
-    f.extend_from_slice(&frame[0..6]);
-    match layout.l3 {
+    // Back to the sender, from its destination.
+    let mac = |r: std::ops::Range<usize>| -> Option<[u8; 6]> { frame.get(r)?.try_into().ok() };
+    let reply = FrameBuilder::new(mac(0..6)?, mac(6..12)?).ttl(64);
+    let f = match layout.l3 {
         nicflow_packet::L3Kind::Ipv4 if ip.len() >= 20 => {
             let flags = u16::from_be_bytes([ip[6], ip[7]]);
             if flags & 0x4000 == 0 || ip[9] == 1 && ip.get((ip[0] as usize & 15) * 4) != Some(&8) {
@@ -1127,24 +1120,14 @@ pub fn too_big_reply(frame: &[u8], mtu: u32) -> Option<Vec<u8>> {
                 return None;
             }
             let quote = &ip[..ip.len().min(576 - 28)];
-            let total = 20 + 8 + quote.len();
-            f.extend_from_slice(&nicflow_packet::ETHERTYPE_IPV4.to_be_bytes());
-            let mut h = [0u8; 20];
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            h[8] = 64;
-            h[9] = 1;
-            h[12..16].copy_from_slice(&ip[16..20]);
-            h[16..20].copy_from_slice(&ip[12..16]);
-            let c = checksum::checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&h);
-            let mut icmp = vec![3u8, 4, 0, 0, 0, 0];
-            icmp.extend_from_slice(&(mtu.min(0xffff) as u16).to_be_bytes());
-            icmp.extend_from_slice(quote);
-            let c = checksum::checksum(&icmp);
-            icmp[2..4].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&icmp);
+            let addr = |o: usize| Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]);
+            let mtu = (mtu.min(0xffff) as u16).to_be_bytes();
+            reply
+                .ipv4(addr(16), addr(12))
+                .icmp(3, 4)
+                .icmp_rest([0, 0, mtu[0], mtu[1]])
+                .payload(quote)
+                .build()
         }
         nicflow_packet::L3Kind::Ipv6 => {
             if ip.len() < 40 || ip[6] == 58 && ip.get(40).is_some_and(|t| *t < 128) {
@@ -1154,21 +1137,15 @@ pub fn too_big_reply(frame: &[u8], mtu: u32) -> Option<Vec<u8>> {
             let dst: [u8; 16] = ip[8..24].try_into().ok()?;
             // The whole reply within the IPv6 minimum MTU.
             let quote = &ip[..ip.len().min(1280 - 48)];
-            let mut icmp = vec![2u8, 0, 0, 0];
-            icmp.extend_from_slice(&mtu.to_be_bytes());
-            icmp.extend_from_slice(quote);
-            let c = checksum::l4_checksum_ipv6(Ipv6Addr::from(src), Ipv6Addr::from(dst), 58, &icmp);
-            icmp[2..4].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&nicflow_packet::ETHERTYPE_IPV6.to_be_bytes());
-            f.extend_from_slice(&[0x60, 0, 0, 0]);
-            f.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
-            f.extend_from_slice(&[58, 64]);
-            f.extend_from_slice(&src);
-            f.extend_from_slice(&dst);
-            f.extend_from_slice(&icmp);
+            reply
+                .ipv6(Ipv6Addr::from(src), Ipv6Addr::from(dst))
+                .icmpv6(2, 0)
+                .icmp_rest(mtu.to_be_bytes())
+                .payload(quote)
+                .build()
         }
         _ => return None,
-    }
+    };
     Some(f)
 }
 
