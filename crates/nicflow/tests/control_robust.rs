@@ -44,15 +44,6 @@ fn rtts(lab: &NsLab, n: usize) -> Vec<f64> {
     v
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
-
 #[test]
 fn silent_and_flooding_clients_do_not_stall_forwarding() {
     if !lab_possible() {
@@ -72,7 +63,7 @@ fn silent_and_flooding_clients_do_not_stall_forwarding() {
     let pid = lab.daemon_pid().unwrap();
 
     let quiet = rtts(&lab, 50);
-    let rss0 = rss_kib(pid);
+    let rss0 = common::rss_kib(pid);
 
     // Ten silent clients, held open for the whole measurement.
     let silent: Vec<UnixStream> = (0..10)
@@ -100,7 +91,7 @@ fn silent_and_flooding_clients_do_not_stall_forwarding() {
     lab.cli(&["show"]).unwrap();
     let show = t0.elapsed();
     let sent = flood.join().unwrap();
-    let rss1 = rss_kib(pid);
+    let rss1 = common::rss_kib(pid);
     drop(silent);
 
     let med = |v: &[f64]| v[v.len() / 2];

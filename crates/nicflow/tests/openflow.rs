@@ -476,15 +476,6 @@ fn standalone_fails_open_without_its_controller() {
     assert!(!pings(&lab, 1), "secure bridge forwarded");
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
-}
-
 #[test]
 fn a_controller_that_does_not_read_costs_bounded_memory() {
     if !tools() {
@@ -508,7 +499,7 @@ fn a_controller_that_does_not_read_costs_bounded_memory() {
     stuck.write_all(&hello()).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let pid = lab.daemon_pid().unwrap();
-    let rss0 = rss_kib(pid);
+    let rss0 = common::rss_kib(pid);
     // ~20,000 frames of 1.2 KB: 24 MB of PACKET_INs that cannot be sent.
     lab.must(
         "h1",
@@ -525,7 +516,7 @@ fn a_controller_that_does_not_read_costs_bounded_memory() {
             "198.18.0.2",
         ],
     );
-    let rss1 = rss_kib(pid);
+    let rss1 = common::rss_kib(pid);
     assert!(
         rss1 < rss0 + 16 * 1024,
         "daemon grew from {rss0} KiB to {rss1} KiB for a controller that does not read"

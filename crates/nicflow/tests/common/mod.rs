@@ -318,3 +318,13 @@ impl Drop for NsLab {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A process's resident set in KiB (`VmRSS`), for memory-bound tests.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
