@@ -51,6 +51,21 @@ if ! command -v ovs-testcontroller >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] \
   [ -x "$tc_dir/usr/bin/ovs-testcontroller" ] && ln -sf "$tc_dir/usr/bin/ovs-testcontroller" /usr/local/bin/ovs-testcontroller
 fi
 
+# os-ken 3.1.0 (osken-manager; 4.x has none) for tests/openflow_osken.rs, in
+# a venv (Debian's pip refuses system installs). Failure only skips that test.
+osken_venv=/opt/nicflow-tools/osken-venv
+if [ "$(id -u)" -eq 0 ] && ! "$osken_venv/bin/osken-manager" --version >/dev/null 2>&1; then
+  osken_mkvenv() { rm -rf "$osken_venv" && mkdir -p "${osken_venv%/*}" \
+    && /usr/bin/python3 -m venv "$osken_venv" >/dev/null 2>&1; }
+  { osken_mkvenv || { export DEBIAN_FRONTEND=noninteractive \
+      && { apt-get install -y -qq --no-install-recommends python3-venv >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null 2>&1; }; } \
+      && osken_mkvenv; }; } \
+    && "$osken_venv/bin/pip" install -q --disable-pip-version-check os-ken==3.1.0 >/dev/null 2>&1 \
+    && "$osken_venv/bin/osken-manager" --version >/dev/null 2>&1 \
+    || echo "setup: could not install os-ken 3.1.0 in $osken_venv; its test will be skipped" >&2
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
