@@ -694,6 +694,12 @@ impl Switch {
                 let mut data = Vec::new();
                 for d in &dumps {
                     let flow = nicflow_ofctl::format_flow(&d.spec, &names);
+                    // The table is said once, among the counters, as
+                    // ovs-ofctl dump-flows does.
+                    let shown = nicflow_ofctl::FlowSpec {
+                        table: 0,
+                        ..d.spec.clone()
+                    };
                     let _ = writeln!(
                         text,
                         " duration={:.3}s, table={}, n_packets={}, n_bytes={}, idle_age={}, {}",
@@ -702,7 +708,7 @@ impl Switch {
                         d.n_packets,
                         d.n_bytes,
                         d.idle_age.as_secs(),
-                        flow
+                        nicflow_ofctl::format_flow(&shown, &names)
                     );
                     data.push(json!({
                         "table": d.spec.table,
