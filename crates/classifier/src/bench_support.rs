@@ -217,6 +217,80 @@ pub fn relax_flowkey_5tuple(mask: &[u64; WORDS]) -> [u64; WORDS] {
     std::array::from_fn(|i| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes")))
 }
 
+/// Cut of an IPv4 prefix length in [`relax_flowkey_tm`], as the TupleMerge
+/// reference's `Relax` does it: /32 to /28, /25-/31 minus 3, /17-/24 minus 2,
+/// /9-/16 minus 1, /0-/8 kept.
+fn tm_cut(len: u32) -> u32 {
+    match len {
+        32 => 28,
+        25..=31 => len - 3,
+        17..=24 => len - 2,
+        9..=16 => len - 1,
+        _ => len,
+    }
+}
+
+/// TupleMerge relaxation for `FlowKey` masks modelled on the TupleMerge
+/// authors' reference (`TupleMergeOnline.cpp`, `Relax`):
+///
+/// * IPv4 `nw_src`/`nw_dst` (the prefix part of each field's mask): when one
+///   prefix is more than 4 bits longer than the other, the shorter address
+///   and its transport port are left out of the table mask altogether;
+///   the remaining prefixes are shortened a little (/32 to /28, /25-/31 by
+///   3, /17-/24 by 2, /9-/16 by 1);
+/// * `tp_src`/`tp_dst` (also ICMP type/code) are kept when matched exactly,
+///   wildcarded otherwise (a port range expanded into prefixes is compared
+///   in the bucket chain, not hashed);
+/// * IPv6 addresses as in [`relax_flowkey_5tuple`]; every other bit kept.
+///
+/// Returns a subset of `mask`, so it is valid for any mask.
+pub fn relax_flowkey_tm(mask: &[u64; WORDS]) -> [u64; WORDS] {
+    let mut b = [0u8; WORDS * 8];
+    for (chunk, w) in b.chunks_exact_mut(8).zip(mask) {
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    let field32 = |b: &[u8], off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().expect("4"));
+    let field16 = |b: &[u8], off: usize| u16::from_ne_bytes(b[off..off + 2].try_into().expect("2"));
+    let src_len = field32(&b, NW_SRC_OFFSET).leading_ones();
+    let dst_len = field32(&b, NW_DST_OFFSET).leading_ones();
+    let (mut src_cut, mut dst_cut) = (tm_cut(src_len), tm_cut(dst_len));
+    let (mut keep_sport, mut keep_dport) = (
+        field16(&b, TP_SRC_OFFSET) == u16::MAX,
+        field16(&b, TP_DST_OFFSET) == u16::MAX,
+    );
+    if dst_len > src_len + 4 {
+        src_cut = 0;
+        keep_sport = false;
+    } else if src_len > dst_len + 4 {
+        dst_cut = 0;
+        keep_dport = false;
+    }
+    for (off, cut) in [(NW_SRC_OFFSET, src_cut), (NW_DST_OFFSET, dst_cut)] {
+        b[off..off + 4].copy_from_slice(&(prefix_mask(cut) as u32).to_ne_bytes());
+    }
+    for off in [IPV6_SRC_OFFSET, IPV6_DST_OFFSET] {
+        let field = &mut b[off..off + 16];
+        let keep = IPV6_TABLE_PREFIX_BYTES
+            .iter()
+            .copied()
+            .find(|&n| field[..n].iter().all(|&x| x == 0xff))
+            .unwrap_or(0);
+        field[keep..].fill(0);
+    }
+    if !keep_sport {
+        b[TP_SRC_OFFSET..TP_SRC_OFFSET + 2].fill(0);
+    }
+    if !keep_dport {
+        b[TP_DST_OFFSET..TP_DST_OFFSET + 2].fill(0);
+    }
+    let out: [u64; WORDS] = std::array::from_fn(|i| {
+        u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+    });
+    // Prefix lengths computed from the prefix part only: intersect, so
+    // that a non-prefix mask still yields a subset.
+    std::array::from_fn(|i| out[i] & mask[i])
+}
+
 /// The linear reference holding `rules`; rule `i` has value `i`.
 pub fn build_linear(rules: &[BenchRule]) -> LinearClassifier<WORDS, usize> {
     let mut c = LinearClassifier::new();
@@ -273,6 +347,34 @@ mod tests {
             assert!(crate::mask_is_subset(&r, &mask));
             assert_eq!(relax_flowkey_5tuple(&r), r, "not idempotent");
         }
+    }
+
+    #[test]
+    fn tm_relaxation_only_removes_bits() {
+        let mut rng = SplitMix64(6);
+        for _ in 0..2000 {
+            let mask: [u64; WORDS] = std::array::from_fn(|_| match rng.below(4) {
+                0 => 0,
+                1 => !0,
+                _ => rng.next(),
+            });
+            assert!(crate::mask_is_subset(&relax_flowkey_tm(&mask), &mask));
+        }
+        // /32 -> /28 and /30 -> /27; exact ports kept, a port prefix dropped.
+        let mut m = [0u64; WORDS];
+        m[NW_ADDR_WORD] = 0xffff_fffc_ffff_ffff; // src /32, dst /30
+        m[TP_SRC_WORD] = 0xffff << TP_SRC_SHIFT;
+        m[TP_DST_WORD] = 0xfc00 << TP_DST_SHIFT;
+        let r = relax_flowkey_tm(&m);
+        assert_eq!(r[NW_ADDR_WORD], 0xffff_ffe0_ffff_fff0);
+        assert_eq!(r[TP_SRC_WORD], m[TP_SRC_WORD]);
+        assert_eq!(r[TP_DST_WORD], 0);
+        // src /32 against dst /8: the destination and its port drop out.
+        m[NW_ADDR_WORD] = 0xff00_0000_ffff_ffff;
+        m[TP_DST_WORD] = 0xffff << TP_DST_SHIFT;
+        let r = relax_flowkey_tm(&m);
+        assert_eq!(r[NW_ADDR_WORD], 0x0000_0000_ffff_fff0);
+        assert_eq!(r[TP_DST_WORD], 0);
     }
 
     /// The field positions documented above and used by the relaxation are

@@ -19,7 +19,12 @@ const NIL: u32 = u32::MAX;
 /// [`Classifier::with_collision_limit`] says otherwise: the most distinct
 /// matches one hash bucket may hold, i.e. the most rules a lookup compares
 /// per table.
-pub const DEFAULT_COLLISION_LIMIT: usize = 8;
+///
+/// 32, not 8: on ClassBench rule sets with port ranges expanded into prefix
+/// masks (docs/results/classifier-classbench.md), 8 made buckets of one
+/// filter's expanded entries overflow into 1.5-2.5x more tables (fw1 10K:
+/// 103 tables against 41) and lookups up to 2.5x slower.
+pub const DEFAULT_COLLISION_LIMIT: usize = 32;
 
 /// One rule, stored in the slab.
 #[derive(Clone)]
@@ -1179,7 +1184,51 @@ impl<const W: usize, T> Classifier<W, T> {
     /// The highest-priority rule matching `key`.
     #[inline]
     pub fn lookup(&self, key: &[u64; W]) -> Option<(RuleId, &T)> {
-        self.lookup_impl(key, None)
+        self.lookup_impl(key, None, None)
+    }
+
+    /// Like [`lookup`](Self::lookup), and also returns how many tables the
+    /// lookup probed (the early exit skips the others). For benchmarks.
+    #[doc(hidden)]
+    pub fn lookup_probes(&self, key: &[u64; W]) -> (Option<(RuleId, &T)>, usize) {
+        let mut n = 0;
+        let r = self.lookup_impl(key, None, Some(&mut n));
+        (r, n)
+    }
+
+    /// Approximate heap and inline bytes used by the classifier: rule slab,
+    /// tables (hash entries, sparse masks, priority counts), lookup order and
+    /// mask registry. Capacities, not lengths; allocator overhead not
+    /// counted. For benchmarks.
+    #[doc(hidden)]
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let slab = self.rules.slots.capacity() * size_of::<Slot<W, T>>()
+            + self.rules.free.capacity() * size_of::<u32>();
+        let tables: usize = self
+            .subtables
+            .iter()
+            .flatten()
+            .map(|st| {
+                // hashbrown: one entry plus one control byte per bucket.
+                st.table.capacity() * (size_of::<Entry>() + 1)
+                    + st.words.len() * size_of::<MaskWord>()
+                    // A BTreeMap<u32, u32> entry, node overhead included.
+                    + st.priorities.len() * 16
+            })
+            .sum::<usize>()
+            + self.subtables.capacity() * size_of::<Option<Subtable>>()
+            + self.order.capacity() * size_of::<Rank>();
+        let masks: usize = self
+            .masks
+            .slots
+            .iter()
+            .flatten()
+            .map(|m| m.words.len() * size_of::<MaskWord>())
+            .sum::<usize>()
+            + self.masks.slots.capacity() * size_of::<Option<MaskInfo<W>>>()
+            + self.masks.index.capacity() * (size_of::<u32>() + 1);
+        size_of::<Self>() + slab + tables + masks
     }
 
     /// Like [`lookup`](Self::lookup), and ORs into `wc` the bits the answer
@@ -1190,11 +1239,16 @@ impl<const W: usize, T> Classifier<W, T> {
     /// same answer.
     #[inline]
     pub fn lookup_wc(&self, key: &[u64; W], wc: &mut [u64; W]) -> Option<(RuleId, &T)> {
-        self.lookup_impl(key, Some(wc))
+        self.lookup_impl(key, Some(wc), None)
     }
 
     #[inline(always)]
-    fn lookup_impl(&self, key: &[u64; W], mut wc: Option<&mut [u64; W]>) -> Option<(RuleId, &T)> {
+    fn lookup_impl(
+        &self,
+        key: &[u64; W],
+        mut wc: Option<&mut [u64; W]>,
+        mut probes: Option<&mut usize>,
+    ) -> Option<(RuleId, &T)> {
         // Best priority found so far plus one; 0 = nothing yet. The offset
         // makes every test below a single comparison.
         let mut best: u64 = 0;
@@ -1205,6 +1259,9 @@ impl<const W: usize, T> Classifier<W, T> {
                 break;
             }
             let st = self.subtable(rank.subtable);
+            if let Some(n) = probes.as_deref_mut() {
+                *n += 1;
+            }
             if let Some(wc) = wc.as_deref_mut() {
                 for w in st.words.iter() {
                     wc[w.index as usize] |= w.mask;

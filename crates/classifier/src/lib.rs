@@ -298,6 +298,23 @@ mod tests {
     }
 
     #[test]
+    fn probes_and_memory() {
+        let mut c: Classifier<2, u32> = Classifier::new();
+        c.insert(&[1, 0], &[!0, 0], 10, 1);
+        c.insert(&[0, 2], &[0, !0], 5, 2);
+        // A hit in the first table: the early exit skips the second.
+        assert_eq!(c.lookup_probes(&[1, 2]).1, 1);
+        let (hit, n) = c.lookup_probes(&[3, 2]);
+        assert_eq!((hit.map(|r| *r.1), n), (Some(2), 2));
+        assert_eq!(c.lookup_probes(&[3, 3]), (None, 2));
+        let small = c.memory_bytes();
+        for i in 0..1000 {
+            c.insert(&[i, 0], &[!0, 0], 10, 0);
+        }
+        assert!(c.memory_bytes() > small + 1000 * std::mem::size_of::<[u64; 2]>());
+    }
+
+    #[test]
     fn send_sync() {
         fn check<X: Send + Sync>() {}
         check::<Classifier<4, u32>>();
