@@ -281,6 +281,9 @@ enum BenchCmd {
     /// 1K-1M TCP connections tracked through the switch (in-process): handshakes/s,
     /// ns/packet with and without ct, memory per connection (issue 13).
     CtScale(bench::ct_scale::Args),
+    /// OpenFlow flow installation (FLOW_MODs, a barrier per 1,000) and
+    /// PACKET_IN round trip and rate: nicflow vs Open vSwitch (issue 14).
+    Openflow(bench::openflow::Args),
     /// TCP throughput against ACL rule count (1-20,000 rules plus
     /// allow-established): nicflow vs nftables (linear chain, set) vs Open
     /// vSwitch userspace (document 003's stateful firewall; issue 13).
@@ -553,6 +556,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::CtScale(args) => bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Openflow(args) => bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::XdpRedirect(args) => {
                 bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod generator;
 pub mod host_tools;
 pub mod latency;
+pub mod openflow;
 pub mod overlay;
 pub mod ovs_l3;
 pub mod pktrate;
