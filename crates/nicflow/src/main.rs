@@ -250,6 +250,15 @@ enum BenchCmd {
         /// Smaller, faster run (for CI smoke tests).
         #[arg(long)]
         quick: bool,
+        /// ClassBench rule files instead of random rules: a file, a
+        /// directory of `*.rules[.gz]`, or a comma-separated list
+        /// (default: $NICFLOW_CLASSBENCH). bench-data/classbench has some.
+        #[arg(long)]
+        classbench: Option<String>,
+        /// Directory of the TupleMerge reference's traces
+        /// (`<rule file stem>.trace`) to time as well.
+        #[arg(long)]
+        classbench_traces: Option<PathBuf>,
     },
     /// Forwarding between two lab hosts: nicflow vs the Linux bridge vs Open
     /// vSwitch's userspace datapath (iperf3 TCP/UDP, CPU cost).
@@ -525,12 +534,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 reps,
                 out,
                 quick,
+                classbench,
+                classbench_traces,
             } => {
                 let mut opts = bench::classifier::Options {
                     sizes: parse_sizes(&rules)?,
                     reps,
                     ..Default::default()
                 };
+                if classbench.is_some() {
+                    opts.classbench = classbench;
+                }
+                if classbench_traces.is_some() {
+                    opts.classbench_traces = classbench_traces;
+                }
+                if let Some(spec) = &opts.classbench {
+                    // Say what is wrong with the files before any work.
+                    bench::classifier::classbench_files(spec)
+                        .map_err(|e| anyhow::anyhow!("--classbench {spec}: {e}"))?;
+                }
                 if quick {
                     opts.lookups = 20_000;
                     opts.dp_time = std::time::Duration::from_millis(50);

@@ -124,7 +124,8 @@ fn dp_rate(
 
 pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Vec<ClassifierRow> {
     if let Some(spec) = &opts.classbench {
-        let files = classbench_files(spec).expect("NICFLOW_CLASSBENCH: no rule files");
+        // The CLI checked the files before calling; nothing left means nothing to measure.
+        let files = classbench_files(spec).unwrap_or_default();
         return run_classbench(
             &files,
             opts.classbench_traces.as_deref(),
@@ -607,6 +608,12 @@ pub fn classbench_files(spec: &str) -> Result<Vec<PathBuf>, String> {
     }
     if out.is_empty() {
         return Err(format!("no rule files in {spec:?}"));
+    }
+    // Every file must read and parse: a bad one is an error here, before
+    // any measurement, not a panic halfway through.
+    for f in &out {
+        let text = read_text(f)?;
+        parse_classbench(&text).map_err(|e| format!("{}: {e}", f.display()))?;
     }
     Ok(out)
 }
