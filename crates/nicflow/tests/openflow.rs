@@ -52,22 +52,9 @@ fn ofctl_must(lab: &NsLab, args: &[&str]) -> String {
     ofctl(lab, args).unwrap_or_else(|e| panic!("{e}\ndaemon log:\n{}", lab.daemon_log()))
 }
 
+/// `n` pings from h1 to h2 (198.18.0.2) all answered.
 fn pings(lab: &NsLab, n: u32) -> bool {
-    lab.exec(
-        "h1",
-        &[
-            "ping",
-            "-n",
-            "-c",
-            &n.to_string(),
-            "-i",
-            "0.2",
-            "-W",
-            "1",
-            "198.18.0.2",
-        ],
-    )
-    .is_ok()
+    lab.pings("h1", "198.18.0.2", n)
 }
 
 /// The `n_packets` of the dump-flows line that contains `what`.

@@ -95,22 +95,9 @@ fn lab(tag: &str, offload: &str) -> NsLab {
     lab
 }
 
+/// `n` pings from h1 to h2 (198.18.0.2) all answered.
 fn pings(lab: &NsLab, n: u32) -> bool {
-    lab.exec(
-        "h1",
-        &[
-            "ping",
-            "-n",
-            "-c",
-            &n.to_string(),
-            "-i",
-            "0.2",
-            "-W",
-            "1",
-            "198.18.0.2",
-        ],
-    )
-    .is_ok()
+    lab.pings("h1", "198.18.0.2", n)
 }
 
 fn mac(lab: &NsLab, host: &str) -> String {

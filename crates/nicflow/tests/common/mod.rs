@@ -250,6 +250,13 @@ impl NsLab {
     /// Start the daemon in node `sw` from whatever the configuration file
     /// holds now (possibly nothing: the daemon then starts empty), appending
     /// to the log, and wait until it answers on its socket.
+    /// `n` pings from host `from` to `to`, 0.2 s apart: all answered?
+    pub fn pings(&self, from: &str, to: &str, n: u32) -> bool {
+        let n = n.to_string();
+        self.exec(from, &["ping", "-n", "-c", &n, "-i", "0.2", "-W", "1", to])
+            .is_ok()
+    }
+
     pub fn restart_daemon(&mut self) {
         assert!(self.daemon.is_none(), "daemon already running");
         let log = std::fs::OpenOptions::new()
