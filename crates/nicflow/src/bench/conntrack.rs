@@ -333,17 +333,7 @@ impl CtEngine {
 }
 
 pub fn parse_engines(list: &str) -> anyhow::Result<Vec<CtEngine>> {
-    let mut v = Vec::new();
-    for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let e = CtEngine::parse(e).with_context(|| format!("unknown engine `{e}`"))?;
-        if !v.contains(&e) {
-            v.push(e);
-        }
-    }
-    if v.is_empty() {
-        bail!("no engines");
-    }
-    Ok(v)
+    super::testbed::parse_engine_list(list, "", CtEngine::parse)
 }
 
 /// Backend `i` (1-based): server s`i`'s address.

@@ -31,7 +31,7 @@ use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, loadavg, tool_version};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use anyhow::{bail, Context};
+use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -116,17 +116,7 @@ impl FwEngine {
 }
 
 pub fn parse_engines(list: &str) -> anyhow::Result<Vec<FwEngine>> {
-    let mut v = Vec::new();
-    for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let e = FwEngine::parse(e).with_context(|| format!("unknown engine `{e}`"))?;
-        if !v.contains(&e) {
-            v.push(e);
-        }
-    }
-    if v.is_empty() {
-        bail!("no engines");
-    }
-    Ok(v)
+    super::testbed::parse_engine_list(list, "", FwEngine::parse)
 }
 
 /// ACL rule `i` (0-based): a source address in 198.19.0.0/16 and a

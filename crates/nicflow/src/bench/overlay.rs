@@ -157,21 +157,11 @@ impl OvEngine {
 }
 
 fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
-    let mut v = Vec::new();
-    for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let e = OvEngine::parse(e).with_context(|| {
-            format!(
-                "unknown engine `{e}` (kernel-vxlan, nicflow-tc, nicflow, nicflow-xdp, kernel-vxlan-tx-off)"
-            )
-        })?;
-        if !v.contains(&e) {
-            v.push(e);
-        }
-    }
-    if v.is_empty() {
-        bail!("no engines");
-    }
-    Ok(v)
+    super::testbed::parse_engine_list(
+        list,
+        "kernel-vxlan, nicflow-tc, nicflow, nicflow-xdp, kernel-vxlan-tx-off",
+        OvEngine::parse,
+    )
 }
 
 #[derive(clap::Args, Debug, Clone)]

@@ -891,12 +891,30 @@ impl Drop for Testbed {
 /// engine [`Engine::parse`] knows is accepted, so engines added there show
 /// up in every experiment without changing it.
 pub fn parse_engines(list: &str) -> anyhow::Result<Vec<Engine>> {
+    parse_engine_list(list, "", |e| {
+        if e == "nicflow" {
+            Some(Engine::NicflowTc)
+        } else {
+            Engine::parse(e)
+        }
+    })
+}
+
+/// Any experiment's `--engines` list: comma-separated names read by
+/// `parse`, each kept once in the order given; an unknown name is an error
+/// naming it (and `known`, when not empty), an empty list too.
+pub fn parse_engine_list<T: PartialEq>(
+    list: &str,
+    known: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> anyhow::Result<Vec<T>> {
     let mut v = Vec::new();
     for e in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let e = if e == "nicflow" {
-            Engine::NicflowTc
-        } else {
-            Engine::parse(e).with_context(|| format!("unknown engine `{e}`"))?
+        let Some(e) = parse(e) else {
+            if known.is_empty() {
+                bail!("unknown engine `{e}`");
+            }
+            bail!("unknown engine `{e}` ({known})");
         };
         if !v.contains(&e) {
             v.push(e);
