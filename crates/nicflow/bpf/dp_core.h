@@ -143,6 +143,9 @@ enum {
 	/* Encapsulate with dp_tun_tx[arg32]'s header and redirect to its
 	 * underlay; last action. VNI: arg16 = DP_TUN_VNI_*. */
 	DP_OP_TUNNEL_OUTPUT = 21,
+	/* Run the frame through dp_meters[arg32] (a rule's meter:N); only as
+	 * the first action, which is where OpenFlow puts a meter. */
+	DP_OP_METER = 22,
 };
 
 /* Where DP_OP_TUNNEL_OUTPUT takes the VNI from. */
@@ -285,6 +288,8 @@ enum { DP_L4_NONE = 0, DP_L4_TCP, DP_L4_UDP, DP_L4_ICMP, DP_L4_ICMPV6, DP_L4_SCT
 
 /* Slots for DP_OP_DROP reasons (userspace DropReason::ALL must fit). */
 #define DP_DROP_REASONS 4
+/* DropReason::Meter's index in DropReason::ALL. */
+#define DP_DROP_METER 3
 
 /* Global counters (per CPU, summed by userspace). */
 enum {
@@ -306,6 +311,43 @@ enum {
 	DP_STAT_DROP_REASON,	/* DP_OP_DROP, + arg16 (a DropReason index) */
 	DP_STAT_N = DP_STAT_DROP_REASON + DP_DROP_REASONS,
 };
+
+/* ---- meters -------------------------------------------------------------
+ * dp_meters value: OpenFlow 1.3 token buckets, the same algorithm as the
+ * userspace datapath (datapath::meter, after OVS dp_netdev_run_meter), one
+ * entry shared by every CPU under its spin lock. Units make the refill a
+ * single multiply: kbit/s meters count microbits (a rate of R kbit/s adds R
+ * per nanosecond, a byte costs 8e6), packet/s meters count nanopackets (R
+ * per nanosecond, a packet costs 1e9); a bucket holds burst * 1e9 at most.
+ * Userspace writes the configuration with BPF_F_LOCK and reads the
+ * counters back the same way. */
+#define DP_METER_BANDS	8
+#define DP_METER_DROP	0
+#define DP_METER_REMARK	1
+
+struct dp_meter_band {
+	__u64 bucket;
+	__u64 max;
+	__u64 rate;	/* units per nanosecond */
+	__u64 fill_ns;	/* time an empty bucket takes to fill: max / rate */
+	__u64 packets;	/* frames this band acted on */
+	__u64 bytes;
+	__u32 kind;	/* DP_METER_DROP or DP_METER_REMARK */
+	__u32 prec_level;
+};
+_Static_assert(sizeof(struct dp_meter_band) == 56, "dp_meter_band layout");
+
+struct dp_meter {
+	struct bpf_spin_lock lock;
+	__u32 n_bands;
+	__u32 pktps;
+	__u32 pad;
+	__u64 last_ns;	/* bpf_ktime_get_ns() of the last refill */
+	__u64 packets_in;
+	__u64 bytes_in;
+	struct dp_meter_band bands[DP_METER_BANDS];
+};
+_Static_assert(sizeof(struct dp_meter) == 40 + 56 * DP_METER_BANDS, "dp_meter layout");
 
 /* ---- maps (sizes overridable by the loader) ----------------------------- */
 struct {
@@ -350,6 +392,13 @@ struct {
 	__type(key, __u32);	/* tunnel slot */
 	__type(value, struct dp_tun_tx);
 } dp_tun_tx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);	/* meter id */
+	__type(value, struct dp_meter);
+} dp_meters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

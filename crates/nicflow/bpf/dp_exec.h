@@ -109,11 +109,111 @@ static __always_inline void dp_count(struct dp_config *cfg, struct dp_flow *flow
 		flow->tcp_flags |= key->f.tcp_flags;
 }
 
-/* Run the flow's actions up to the first that ends the frame. */
+/* A dscp_remark band fired: raise the AF drop precedence (RFC 2597: AFxy
+ * is DSCP 8x+2y, x 1-4, y 1-3) by prec, at most AFx3, ECN kept, as
+ * datapath::meter::remark_dscp. Other code points are left alone. */
+static __always_inline int act_meter_remark(DP_CTX *ctx, struct dp_scratch *st, __u32 prec)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u32 l3 = RD32(st->l3_off), kind = RD32(st->l3);
+	__u8 *ip, tos, dscp, x, y;
+
+	if (kind != DP_L3_IPV4 && kind != DP_L3_IPV6)
+		return 0;
+	if (l3 > DP_MAX_L3_OFF)
+		return -1;
+	ip = data + l3;
+	if (ip + 2 > end)
+		return -1;
+	tos = kind == DP_L3_IPV4 ? ip[1] : (__u8)((ip[0] << 4) | (ip[1] >> 4));
+	dscp = tos >> 2;
+	x = dscp >> 3;
+	y = (dscp >> 1) & 3;
+	if (x < 1 || x > 4 || y < 1 || (dscp & 1))
+		return 0;
+	y = y + prec > 3 ? 3 : y + prec;
+	dscp = (x << 3) | (y << 1);
+	if (dscp == tos >> 2)
+		return 0;
+	return act_ip_byte(ctx, st, DP_OP_SET_TOS, (__u8)((dscp << 2) | (tos & 3)));
+}
+
+/* Meter one frame (`packets` segments of `bytes` bytes) through meter id:
+ * refill every band for the time since the meter's last use, take the
+ * frame's volume from each band that has it; of those that had not, the
+ * band with the highest rate fires. Returns -1 (drop), 0 (pass) or
+ * 1 + prec_level (remark). A meter missing from the map (being deleted:
+ * its flows go at the next revalidation) passes, as in userspace. */
+static __always_inline int dp_meter(__u32 id, __u64 packets, __u64 bytes)
+{
+	struct dp_meter *m = bpf_map_lookup_elem(&dp_meters, &id);
+	__u64 now = bpf_ktime_get_ns(), dt, vol, fired_rate = 0;
+	__u32 b, n, kind = 0, prec = 0;
+	int fired = -1;
+
+	if (!m)
+		return 0;
+	bpf_spin_lock(&m->lock);
+	dt = now > m->last_ns ? now - m->last_ns : 0;
+	if (dt)
+		m->last_ns = now;
+	n = m->n_bands;
+	vol = m->pktps ? packets * 1000000000ULL : bytes * 8000000ULL;
+	m->packets_in += packets;
+	m->bytes_in += bytes;
+#pragma unroll
+	for (b = 0; b < DP_METER_BANDS; b++) {
+		struct dp_meter_band *band = &m->bands[b];
+
+		if (b >= n)
+			break;
+		if (dt >= band->fill_ns)
+			band->bucket = band->max;
+		else if (dt) {
+			__u64 v = band->bucket + dt * band->rate;
+
+			band->bucket = v < band->max ? v : band->max;
+		}
+		if (band->bucket >= vol) {
+			band->bucket -= vol;
+		} else if (fired < 0 || band->rate > fired_rate) {
+			fired = b;
+			fired_rate = band->rate;
+			kind = band->kind;
+			prec = band->prec_level;
+		}
+	}
+	if (fired >= 0 && fired < DP_METER_BANDS) {
+		m->bands[fired].packets += packets;
+		m->bands[fired].bytes += bytes;
+	}
+	bpf_spin_unlock(&m->lock);
+	if (fired < 0)
+		return 0;
+	return kind == DP_METER_DROP ? -1 : 1 + (int)prec;
+}
+
+/* Run the flow's actions up to the first that ends the frame; `packets`
+ * and `bytes` are what dp_count counted (the frame's size for meters). */
 static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp_flow *flow,
-				   __u32 *arg)
+				   __u32 *arg, __u64 packets, __u64 bytes)
 {
 	__u32 i;
+
+	if (flow->n_actions && flow->actions[0].op == DP_OP_METER) {
+		int v = dp_meter(flow->actions[0].arg32, packets, bytes);
+
+		if (v < 0) {
+			stat_inc(DP_STAT_DROP);
+			stat_inc(DP_STAT_DROP_REASON + DP_DROP_METER);
+			return DP_RES_DROP;
+		}
+		if (v > 0 && act_meter_remark(ctx, st, (__u32)v - 1) < 0) {
+			stat_inc(DP_STAT_ABORTED);
+			return DP_RES_ABORT;
+		}
+	}
 
 #pragma clang loop unroll(disable)
 	for (i = 0; i < DP_MAX_ACTIONS; i++) {
@@ -136,6 +236,8 @@ static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp
 		case DP_OP_TUNNEL_OUTPUT:
 			*arg = i;
 			return DP_RES_TUNNEL;
+		case DP_OP_METER:
+			break;	/* ran above, before the loop */
 		case DP_OP_SET_ETH_SRC:
 			r = act_set_eth(ctx, 6, a->data);
 			break;

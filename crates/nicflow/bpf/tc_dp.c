@@ -499,8 +499,12 @@ int tc_dp(struct __sk_buff *ctx)
 	 * the wire. */
 	if (base && tc_decap(ctx, st, gso_size != 0, &plain_ip))
 		goto punt;
-	dp_count(cfg, flow, &st->key, gso_segs > 1 ? gso_segs : 1, len - base + (vlan ? 4 : 0));
-	res = dp_exec(ctx, st, flow, &arg);
+	{
+		__u64 segs = gso_segs > 1 ? gso_segs : 1, bytes = len - base + (vlan ? 4 : 0);
+
+		dp_count(cfg, flow, &st->key, segs, bytes);
+		res = dp_exec(ctx, st, flow, &arg, segs, bytes);
+	}
 	if (res == DP_RES_OUTPUT) {
 		/* The encoder makes OUTPUT the flow's out_slot, always. */
 		if (arg != out_slot || !out_if) {

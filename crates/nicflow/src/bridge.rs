@@ -450,7 +450,7 @@ impl Bridge {
         self.ofproto.check_meters(specs, modify)?;
         self.ofproto.set_meters(specs);
         for s in specs {
-            self.dp.meters.set(s.clone(), now);
+            self.dp.set_meter(s.clone(), now);
         }
         Ok(())
     }
@@ -472,7 +472,7 @@ impl Bridge {
         self.dp.push_stats(&mut self.ofproto);
         let (gone, rules) = self.ofproto.del_meters(id, now);
         for m in &gone {
-            self.dp.meters.remove(*m);
+            self.dp.remove_meter(*m);
         }
         if !gone.is_empty() {
             self.dp.revalidate(&mut self.ofproto);
@@ -492,13 +492,29 @@ impl Bridge {
             .meters
             .iter()
             .filter(|m| id.is_none_or(|i| i == m.spec.meter_id))
-            .map(|m| MeterStats {
-                meter_id: m.spec.meter_id,
-                flow_count: flows.get(&m.spec.meter_id).copied().unwrap_or(0),
-                packets_in: m.packets_in,
-                bytes_in: m.bytes_in,
-                duration: now.saturating_duration_since(m.created),
-                bands: m.bands.iter().map(|b| (b.packets, b.bytes)).collect(),
+            .map(|m| {
+                let id = m.spec.meter_id;
+                // Userspace's buckets plus the kernel engines' (frames are
+                // metered where their flow runs).
+                let k = self
+                    .dp
+                    .offload()
+                    .and_then(|o| o.meter_counters(id))
+                    .unwrap_or_default();
+                let kb = |i: usize| k.bands.get(i).copied().unwrap_or((0, 0));
+                MeterStats {
+                    meter_id: id,
+                    flow_count: flows.get(&id).copied().unwrap_or(0),
+                    packets_in: m.packets_in + k.packets_in,
+                    bytes_in: m.bytes_in + k.bytes_in,
+                    duration: now.saturating_duration_since(m.created),
+                    bands: m
+                        .bands
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| (b.packets + kb(i).0, b.bytes + kb(i).1))
+                        .collect(),
+                }
             })
             .collect()
     }

@@ -242,6 +242,15 @@ fn meter_verbs_on_the_daemon_persist_and_police_ping() {
         })
         .unwrap_or(0);
     assert!((1..=5).contains(&got), "{got} of 10 answered:\n{out}");
+    // After the first echo request the metered flow runs in the TC engine
+    // (the defaults on veths), its meter in the kernel's map: the
+    // counters are userspace's plus the kernel's.
+    let dp = lab.cli(&["dump-dp-flows", "br0"]).unwrap();
+    assert!(
+        dp.lines()
+            .any(|l| l.contains("meter(1)") && l.contains("engine:tc")),
+        "metered flow not offloaded:\n{dp}"
+    );
     let stats = lab.cli(&["meter-stats", "br0"]).unwrap();
     assert!(
         stats.starts_with("meter:1 flow_count:1 packet_in_count:10 "),

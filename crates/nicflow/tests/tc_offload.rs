@@ -9,6 +9,9 @@
 //!   frame equal the userspace executor's, checksums valid, counters
 //!   counted. The cases the TC encoder refuses are listed with their
 //!   reasons, so a refusal cannot creep in silently.
+//! * `meters_match_the_userspace_datapath`: `meter:N` flows (drop and
+//!   `dscp_remark` bands, packet/s and kbit/s) give the verdicts, bytes
+//!   and meter counters of the userspace meters (`common::dp`).
 //! * `gso_super_frames_count_as_their_segments`: an skb marked GSO is
 //!   forwarded whole and counted as `gso_segs` packets.
 //! * `misses_go_to_the_upcall_device`: no flow, unparsed frames and failed
@@ -145,6 +148,28 @@ fn differential_test_run_matches_userspace_executor() {
             run.len(),
             refused.len(),
             vlan_moves.len()
+        );
+    });
+}
+
+#[test]
+fn meters_match_the_userspace_datapath() {
+    if skip() {
+        return;
+    }
+    in_netns(|| {
+        veth("nftc-m", "nftc-mp");
+        veth("nftc-mo", "nftc-mop");
+        let in_if = ifindex("nftc-m");
+        let mut e = load(XdpEngineConfig::default());
+        e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
+        e.set_tx_port(0, ifindex("nftc-mo")).unwrap();
+        meter_differential(
+            &mut e,
+            TC_ACT_REDIRECT,
+            TC_ACT_SHOT,
+            |e, f| e.test_run(f, in_if, 0).unwrap(),
+            |k, m, a| encode_tc(k, m, a, &ports()).unwrap(),
         );
     });
 }

@@ -3,6 +3,8 @@
 //!
 //! * `verifier_accepts_xdp_dp`: the program loads (verifier included) with
 //!   default and non-default map sizes.
+//! * `meters_match_the_userspace_datapath`: as in `tc_offload.rs`, meters in
+//!   XDP give the userspace meters' verdicts, bytes and counters.
 //! * `differential_test_run_matches_userspace_executor`: flows built from
 //!   real `FlowKey`s (`nicflow_flow::extract` on the same frames) and masks,
 //!   installed through `encode` + `XdpEngine::install`, all at once (so the
@@ -86,6 +88,28 @@ fn verifier_accepts_xdp_dp() {
 
 /// Installs every case's flow, then checks each frame against the
 /// userspace executor.
+#[test]
+fn meters_match_the_userspace_datapath() {
+    if skip() {
+        return;
+    }
+    in_netns(|| {
+        veth("nfxo-m", "nfxo-mp");
+        veth("nfxo-mo", "nfxo-mop");
+        let in_if = ifindex("nfxo-m");
+        let mut e = load(XdpEngineConfig::default());
+        e.set_port(in_if, IN_PORT).unwrap();
+        e.set_tx_port(0, ifindex("nfxo-mo")).unwrap();
+        meter_differential(
+            &mut e,
+            XDP_REDIRECT,
+            XDP_DROP,
+            |e, f| e.test_run(f, in_if, 0).unwrap(),
+            |k, m, a| encode(k, m, a, &ports()).unwrap(),
+        );
+    });
+}
+
 #[test]
 fn differential_test_run_matches_userspace_executor() {
     if skip() {

@@ -11,9 +11,11 @@
 //! counts in milliseconds; this counts in microseconds so low rates with
 //! small bursts keep their accuracy between closely spaced packets.
 //!
-//! Meters are shared by every flow that names them, in userspace and (not
-//! yet) the kernel engines: flows with a meter stay in userspace
-//! (`action:meter`).
+//! Meters are shared by every userspace flow that names them. The kernel
+//! engines run the same buckets in their `dp_meters` map (bpf/dp_exec.h),
+//! one entry per engine, written when the first flow naming the meter is
+//! offloaded there: a frame is metered where its flow runs, and a meter's
+//! counters are the sum of both places ([`MeterCounters`]).
 
 use nicflow_ofctl::meter::{BandType, MeterSpec};
 use std::collections::HashMap;
@@ -128,6 +130,15 @@ impl DpMeter {
             BandType::DscpRemark { prec_level } => Verdict::Remark(prec_level),
         }
     }
+}
+
+/// A meter's counters kept outside this table (the kernel engines').
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MeterCounters {
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    /// (packets, bytes) per band, in band order.
+    pub bands: Vec<(u64, u64)>,
 }
 
 /// The bridge's meters by id.

@@ -318,7 +318,29 @@ impl Datapath {
         handler: &mut dyn UpcallHandler,
     ) -> Option<Box<dyn FlowOffload>> {
         self.flush(handler);
+        let mut offload = offload;
+        if let Some(off) = offload.as_deref_mut() {
+            for m in self.meters.iter() {
+                off.set_meter(&m.spec);
+            }
+        }
         std::mem::replace(&mut self.offload, offload)
+    }
+
+    /// Add or reconfigure a meter, here and in the offload engine.
+    pub fn set_meter(&mut self, spec: nicflow_ofctl::meter::MeterSpec, now: Instant) {
+        if let Some(off) = self.offload.as_deref_mut() {
+            off.set_meter(&spec);
+        }
+        self.meters.set(spec, now);
+    }
+
+    /// Remove a meter, here and in the offload engine.
+    pub fn remove_meter(&mut self, id: u32) {
+        if let Some(off) = self.offload.as_deref_mut() {
+            off.remove_meter(id);
+        }
+        self.meters.remove(id);
     }
 
     pub fn offload(&self) -> Option<&dyn FlowOffload> {

@@ -110,6 +110,17 @@ pub trait FlowOffload {
     fn prefetch_counters(&mut self) {}
     /// Forget what [`FlowOffload::prefetch_counters`] read.
     fn drop_prefetched(&mut self) {}
+    /// Meter `spec` was added or changed (`add-meter`, `mod-meter`): an
+    /// engine holding it takes the new bands (keeping its counters); flows
+    /// offloaded later that name it find it.
+    fn set_meter(&mut self, _spec: &nicflow_ofctl::meter::MeterSpec) {}
+    /// Meter `id` is gone (its rules and flows go with it).
+    fn remove_meter(&mut self, _id: u32) {}
+    /// Meter `id`'s counters in the kernel (every engine's summed), if any
+    /// engine holds it.
+    fn meter_counters(&self, _id: u32) -> Option<super::meter::MeterCounters> {
+        None
+    }
     /// Which kernel engine holds offloaded flow `id` (`xdp`, `tc`), for
     /// `dump-dp-flows`.
     fn engine_name(&self, _id: u64) -> &'static str {

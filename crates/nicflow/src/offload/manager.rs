@@ -77,10 +77,12 @@ use super::xdp::{
     encode, encode_tc, EngineKind, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig, TX_PEER,
 };
 use super::OffloadMode;
+use crate::datapath::meter::MeterCounters;
 use crate::datapath::{DpAction, FlowOffload, KernelCounters};
 use crate::port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
 use crate::port::Port;
 use nicflow_flow::{FlowKey, FlowMask, Match};
+use nicflow_ofctl::meter::MeterSpec;
 use nicflow_packet::tunnel::TunnelKind;
 use std::any::Any;
 use std::cell::RefCell;
@@ -234,6 +236,9 @@ pub struct OffloadManager {
     /// Counters read in one batch per engine for a sweep over all flows
     /// (`prefetch_counters`), by flow id; empty outside a sweep.
     prefetched: HashMap<u64, KernelCounters>,
+    /// The bridge's meters: each goes into an engine's `dp_meters` when
+    /// the first flow naming it is offloaded there.
+    meters: BTreeMap<u32, MeterSpec>,
 }
 
 impl std::fmt::Debug for OffloadManager {
@@ -316,6 +321,7 @@ impl OffloadManager {
             next_id: 1,
             prefetched: HashMap::new(),
             counters: ManagerCounters::default(),
+            meters: BTreeMap::new(),
         })
     }
 
@@ -1243,6 +1249,33 @@ impl OffloadManager {
                 .is_some_and(|t| t.engine == EngineKind::Tc)
     }
 
+    /// Put the meters `actions` name into engine `kind`'s `dp_meters`
+    /// before a flow using them is written there.
+    fn ensure_meters(
+        &mut self,
+        kind: EngineKind,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str> {
+        for a in actions {
+            let DpAction::Meter(id) = *a else {
+                continue;
+            };
+            let spec = self.meters.get(&id).ok_or("meter:unknown")?;
+            let entry = encode::encode_meter(spec).ok_or("meter:too-many-bands")?;
+            let engine = self.engine_mut(kind).ok_or("engine-error")?;
+            if engine.has_meter(id) {
+                continue;
+            }
+            engine.set_meter(entry, id).map_err(|e| {
+                e.reason().unwrap_or_else(|| {
+                    tracing::warn!("kernel meter write failed: {e}");
+                    "engine-error"
+                })
+            })?;
+        }
+        Ok(())
+    }
+
     fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
         match kind {
             EngineKind::Xdp => Some(&mut self.engine),
@@ -1340,6 +1373,10 @@ impl FlowOffload for OffloadManager {
                 return Err(r);
             }
         };
+        if let Err(r) = self.ensure_meters(kind, actions) {
+            self.counters.refused += 1;
+            return Err(r);
+        }
         let Some(engine) = self.engine_mut(kind) else {
             return Err("engine-error");
         };
@@ -1377,6 +1414,7 @@ impl FlowOffload for OffloadManager {
         if new_kind != kind {
             return Err("engine-error");
         }
+        self.ensure_meters(kind, actions)?;
         let Some(engine) = self.engine_mut(kind) else {
             return Err("engine-error");
         };
@@ -1407,6 +1445,50 @@ impl FlowOffload for OffloadManager {
                 None
             }
         }
+    }
+
+    fn set_meter(&mut self, spec: &MeterSpec) {
+        let id = spec.meter_id;
+        self.meters.insert(id, spec.clone());
+        let Some(entry) = encode::encode_meter(spec) else {
+            return;
+        };
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if let Some(e) = self.engine_mut(kind).filter(|e| e.has_meter(id)) {
+                if let Err(err) = e.set_meter(entry, id) {
+                    tracing::warn!(meter = id, "kernel meter update failed: {err}");
+                }
+            }
+        }
+    }
+
+    fn remove_meter(&mut self, id: u32) {
+        self.meters.remove(&id);
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if let Some(e) = self.engine_mut(kind) {
+                if let Err(err) = e.remove_meter(id) {
+                    tracing::warn!(meter = id, "kernel meter removal failed: {err}");
+                }
+            }
+        }
+    }
+
+    fn meter_counters(&self, id: u32) -> Option<MeterCounters> {
+        let mut sum: Option<MeterCounters> = None;
+        for e in [Some(&self.engine), self.tc.as_ref()].into_iter().flatten() {
+            if let Some(m) = e.meter_entry(id) {
+                let s = sum.get_or_insert_with(MeterCounters::default);
+                s.packets_in += m.packets_in;
+                s.bytes_in += m.bytes_in;
+                let n = (m.n_bands as usize).min(m.bands.len());
+                s.bands.resize(s.bands.len().max(n), (0, 0));
+                for (acc, b) in s.bands.iter_mut().zip(&m.bands[..n]) {
+                    acc.0 += b.packets;
+                    acc.1 += b.bytes;
+                }
+            }
+        }
+        sum
     }
 
     fn prefetch_counters(&mut self) {

@@ -14,7 +14,7 @@
 //! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
 //! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
 //! | `action:controller` | a copy to the controller needs userspace |
-//! | `action:meter` | meters run in userspace only (no kernel token buckets yet) |
+//! | `action:meter-not-first` | a meter after another action (OpenFlow puts `meter:N` first; the program runs it before the loop) |
 //! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
 //! | `action-after-output` | the output must be the last action |
 //! | `action:output-unmapped` | the output port has no devmap slot (not an XDP-capable port) |
@@ -24,12 +24,60 @@
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
-//! full ([`super::OffloadError::NotOffloadable`] carries all of them).
+//! full, the offload manager `meter:unknown` and `meter-map-full` for a
+//! meter it cannot put in `dp_meters` ([`super::OffloadError::NotOffloadable`] carries all of them).
 
-use super::layout::{flag, op, tun_vni, DpKey, FlowValue, RawAction, MAX_ACTIONS};
+use super::layout::{
+    flag, op, tun_vni, DpKey, FlowValue, MeterBand, MeterEntry, RawAction, MAX_ACTIONS,
+    METER_BANDS, METER_DROP, METER_REMARK, METER_UNIT,
+};
 use crate::datapath::{DpAction, DropReason};
 use nicflow_flow::{FlowKey, FlowMask};
 use std::collections::{BTreeMap, HashMap};
+
+/// A meter's `dp_meters` entry: the configuration of
+/// `datapath::meter::DpMeter` in the program's units (full buckets, no
+/// counters). `None` for a meter with more bands than the entry holds.
+pub fn encode_meter(spec: &nicflow_ofctl::meter::MeterSpec) -> Option<MeterEntry> {
+    use nicflow_ofctl::meter::BandType;
+    if spec.bands.len() > METER_BANDS {
+        return None;
+    }
+    let mut e = MeterEntry {
+        n_bands: spec.bands.len() as u32,
+        pktps: spec.pktps().into(),
+        ..Default::default()
+    };
+    for (b, s) in e.bands.iter_mut().zip(&spec.bands) {
+        // No burst: one second's worth, as userspace (and OVS).
+        let burst = if s.burst_size == 0 {
+            s.rate
+        } else {
+            s.burst_size
+        };
+        let max = u64::from(burst) * METER_UNIT;
+        let rate = u64::from(s.rate);
+        let (kind, prec_level) = match s.kind {
+            BandType::Drop => (METER_DROP, 0),
+            BandType::DscpRemark { prec_level } => (METER_REMARK, prec_level.into()),
+        };
+        *b = MeterBand {
+            bucket: max,
+            max,
+            rate,
+            fill_ns: if rate == 0 {
+                u64::MAX
+            } else {
+                max.div_ceil(rate)
+            },
+            packets: 0,
+            bytes: 0,
+            kind,
+            prec_level,
+        };
+    }
+    Some(e)
+}
 
 /// Why a flow stays in userspace. `reason` is short and stable (it is
 /// meant for counters and logs): see the module docs for the list.
@@ -146,6 +194,10 @@ pub enum XdpAction {
         slot: u32,
         vni: TunnelVni,
     },
+    /// Meter the frame with `dp_meters[id]`; must be first.
+    Meter {
+        id: u32,
+    },
 }
 
 impl XdpAction {
@@ -160,6 +212,10 @@ impl XdpAction {
             XdpAction::Drop { reason } => {
                 r.op = op::DROP;
                 r.arg16 = reason;
+            }
+            XdpAction::Meter { id } => {
+                r.op = op::METER;
+                r.arg32 = id;
             }
             XdpAction::SetEthSrc(m) => {
                 r.op = op::SET_ETH_SRC;
@@ -252,6 +308,7 @@ impl XdpAction {
         Some(match r.op {
             op::OUTPUT => XdpAction::Output { slot: r.arg32 },
             op::DROP => XdpAction::Drop { reason: r.arg16 },
+            op::METER => XdpAction::Meter { id: r.arg32 },
             op::SET_ETH_SRC => XdpAction::SetEthSrc(m),
             op::SET_ETH_DST => XdpAction::SetEthDst(m),
             op::SET_IPV4_SRC => XdpAction::SetIpv4Src(r.arg32),
@@ -321,6 +378,7 @@ pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
                 v.flags |= flag::TUNNEL;
                 v.out_slot = *slot;
             }
+            XdpAction::Meter { .. } if i != 0 => return Err(no("action:meter-not-first")),
             XdpAction::SetTtl(_) => set_ttl = true,
             XdpAction::DecTtl => {
                 if set_ttl {
@@ -479,7 +537,7 @@ pub fn encode(
                 break;
             }
             DpAction::Controller { .. } => return Err(no("action:controller")),
-            DpAction::Meter(_) => return Err(no("action:meter")),
+            DpAction::Meter(id) => XdpAction::Meter { id },
             DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
                 return Err(no("ct:userspace"))
             }

@@ -220,6 +220,10 @@ pub struct XdpEngine {
     ports_map: BpfHashMap<MapData, u32, PortEntry>,
     tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
     tun_tx: Array<MapData, TunTx>,
+    /// Meters the engine's flows use (`meter:N`), by id.
+    meters_map: BpfHashMap<MapData, u32, layout::MeterEntry>,
+    /// Ids written to `meters_map`.
+    meter_ids: std::collections::BTreeSet<u32>,
     tx_ports: Map,
     /// XDP only: the AF_XDP sockets misses go to.
     xsks: Option<XskMap<MapData>>,
@@ -523,6 +527,7 @@ impl XdpEngine {
         let stats = take(&mut ebpf, "dp_stats")?;
         let tun_rx = take(&mut ebpf, "dp_tun_rx")?;
         let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
+        let meters_map = take(&mut ebpf, "dp_meters")?;
         config_map
             .set(
                 0,
@@ -540,6 +545,8 @@ impl XdpEngine {
             ports_map,
             tun_rx,
             tun_tx,
+            meters_map,
+            meter_ids: Default::default(),
             tx_ports,
             xsks,
             stats,
@@ -791,6 +798,62 @@ impl XdpEngine {
     /// userspace.
     pub fn clear_tunnel_tx(&mut self, slot: u32) -> Result<(), OffloadError> {
         self.set_tunnel_tx(slot, TunTx::default())
+    }
+
+    /// Whether meter `id` is in `dp_meters`.
+    pub fn has_meter(&self, id: u32) -> bool {
+        self.meter_ids.contains(&id)
+    }
+
+    /// Write meter `id`'s configuration into `dp_meters` under the entry's
+    /// lock: full buckets, as a new or modified meter starts in userspace;
+    /// the counters of an entry already there are kept (`mod-meter`).
+    /// A full map is `NotOffloadable { reason: "meter-map-full" }`.
+    pub fn set_meter(&mut self, entry: layout::MeterEntry, id: u32) -> Result<(), OffloadError> {
+        const BPF_F_LOCK: u64 = 4;
+        let mut v = entry;
+        if self.meter_ids.contains(&id) {
+            if let Ok(old) = self.meters_map.get(&id, BPF_F_LOCK) {
+                v.packets_in = old.packets_in;
+                v.bytes_in = old.bytes_in;
+                for (b, o) in v.bands.iter_mut().zip(old.bands.iter()) {
+                    b.packets = o.packets;
+                    b.bytes = o.bytes;
+                }
+            }
+        }
+        match self.meters_map.insert(id, v, BPF_F_LOCK) {
+            Ok(()) => {
+                self.meter_ids.insert(id);
+                Ok(())
+            }
+            Err(e) if errno_of(&e) == Some(libc::E2BIG) => Err(OffloadError::NotOffloadable {
+                reason: "meter-map-full",
+            }),
+            Err(e) => Err(bpf("BPF_MAP_UPDATE_ELEM(dp_meters)", e)),
+        }
+    }
+
+    /// Take meter `id` out of `dp_meters` (flows still naming it pass
+    /// their frames unmetered until they are removed, as in userspace).
+    pub fn remove_meter(&mut self, id: u32) -> Result<(), OffloadError> {
+        if !self.meter_ids.remove(&id) {
+            return Ok(());
+        }
+        match self.meters_map.remove(&id) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_meters)", e)),
+        }
+    }
+
+    /// Meter `id`'s kernel counters, read under its lock.
+    pub fn meter_entry(&self, id: u32) -> Option<layout::MeterEntry> {
+        const BPF_F_LOCK: u64 = 4;
+        if !self.meter_ids.contains(&id) {
+            return None;
+        }
+        self.meters_map.get(&id, BPF_F_LOCK).ok()
     }
 
     /// Slots of `dp_tun_tx`.

@@ -199,6 +199,8 @@ pub mod op {
     /// Encapsulate with `dp_tun_tx[arg32]` and redirect to its underlay;
     /// `arg16` is one of [`super::tun_vni`].
     pub const TUNNEL_OUTPUT: u8 = 21;
+    /// Run the frame through `dp_meters[arg32]`; first action only.
+    pub const METER: u8 = 22;
 }
 
 /// Where `TUNNEL_OUTPUT` takes the VNI from (`DP_TUN_VNI_*`).
@@ -403,6 +405,57 @@ impl Default for TunTx {
     }
 }
 
+/// Entries of `dp_meters`: meters beyond it keep their flows in userspace
+/// (`meter-map-full`).
+pub const METER_ENTRIES: usize = 4096;
+/// Bands per kernel meter (as many as a meter may have).
+pub const METER_BANDS: usize = 8;
+/// `MeterBand::kind`.
+pub const METER_DROP: u32 = 0;
+pub const METER_REMARK: u32 = 1;
+/// Bucket units per kbit or per packet of burst: microbits and
+/// nanopackets, so that a band's rate in kbit/s or packets/s is its refill
+/// per nanosecond.
+pub const METER_UNIT: u64 = 1_000_000_000;
+
+/// One band of a `dp_meters` value (`struct dp_meter_band`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeterBand {
+    pub bucket: u64,
+    pub max: u64,
+    /// Units per nanosecond: the band's rate in kbit/s or packets/s.
+    pub rate: u64,
+    /// `max / rate`, rounded up: after this long idle the bucket is full.
+    pub fill_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub kind: u32,
+    pub prec_level: u32,
+}
+const _: () = assert!(std::mem::size_of::<MeterBand>() == 56);
+
+/// `dp_meters` value, keyed by meter id: token buckets and counters under
+/// the entry's spin lock (written and read with `BPF_F_LOCK`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeterEntry {
+    /// `struct bpf_spin_lock`: never written from here.
+    pub lock: u32,
+    pub n_bands: u32,
+    /// 1: packet/s meter (a frame costs `METER_UNIT` per segment); 0:
+    /// kbit/s (a byte costs 8e6).
+    pub pktps: u32,
+    pub pad: u32,
+    /// `bpf_ktime_get_ns()` of the last refill; 0 at creation (the first
+    /// frame finds every bucket full, as userspace starts them).
+    pub last_ns: u64,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub bands: [MeterBand; METER_BANDS],
+}
+const _: () = assert!(std::mem::size_of::<MeterEntry>() == 40 + 56 * METER_BANDS);
+
 /// Indices of the per-CPU `dp_stats` array (`DP_STAT_*`).
 pub mod stat {
     pub const RX: u32 = 0;
@@ -425,6 +478,12 @@ pub mod stat {
 /// [`DropReason`](crate::datapath::DropReason) has one.
 pub const DROP_REASONS: usize = 4;
 const _: () = assert!(crate::datapath::DropReason::ALL.len() <= DROP_REASONS);
+/// `DropReason::Meter`'s slot: the program counts a meter's drop there.
+pub const DROP_METER: usize = 3;
+const _: () = assert!(matches!(
+    crate::datapath::DropReason::ALL[DROP_METER],
+    crate::datapath::DropReason::Meter
+));
 
 // SAFETY: all of these are repr(C), padding free (sizes asserted above and
 // offsets in the tests) and made only of integers and byte arrays.
@@ -439,6 +498,7 @@ unsafe impl aya::Pod for TxIf {}
 unsafe impl aya::Pod for TunRxKey {}
 unsafe impl aya::Pod for TunRx {}
 unsafe impl aya::Pod for TunTx {}
+unsafe impl aya::Pod for MeterEntry {}
 
 /// The C program's constants, read from `bpf/xdp_dp.c` by `build.rs`.
 pub mod c_abi {
@@ -485,6 +545,11 @@ same_as_c! {
     op::SET_ARP_SHA => DP_OP_SET_ARP_SHA,
     op::SET_ARP_THA => DP_OP_SET_ARP_THA,
     op::TUNNEL_OUTPUT => DP_OP_TUNNEL_OUTPUT,
+    op::METER => DP_OP_METER,
+    METER_BANDS => DP_METER_BANDS,
+    METER_DROP => DP_METER_DROP,
+    METER_REMARK => DP_METER_REMARK,
+    DROP_METER => DP_DROP_METER,
     tun_vni::TEMPLATE => DP_TUN_VNI_TEMPLATE,
     tun_vni::ACTION => DP_TUN_VNI_ACTION,
     tun_vni::KEY => DP_TUN_VNI_KEY,
