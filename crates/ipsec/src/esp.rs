@@ -1,0 +1,1 @@
+//! ESP (placeholder, being written).

@@ -1,0 +1,1 @@
+//! IKEv2 (placeholder, being written).

@@ -1,0 +1,1 @@
+//! Anti-replay window (placeholder, being written).
