@@ -373,6 +373,26 @@ pub fn from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<Instruction>, O
         Some((Action::GotoTable(t), rest)) => (rest, Some(*t)),
         _ => (actions, None),
     };
+    // A metadata write right before `goto_table` is what `WRITE_METADATA`
+    // becomes (see `to_nicflow`): give it back as that instruction, so a
+    // controller reads its rule as it sent it (os-ken's switch tester
+    // compares). Equivalent to the action: nothing runs between the two.
+    // Without a goto it stays an action, as `ovs-ofctl` sends
+    // `set_field:..->metadata`.
+    let (body, metadata) = match (goto, body.split_last()) {
+        (
+            Some(_),
+            Some((
+                Action::SetField {
+                    field: Field::Metadata,
+                    value,
+                    mask,
+                },
+                rest,
+            )),
+        ) => (rest, Some((*value as u64, *mask as u64))),
+        _ => (body, None),
+    };
     let mut insts = Vec::new();
     let body = match body.split_first() {
         Some((Action::Meter(id), rest)) => {
@@ -384,6 +404,9 @@ pub fn from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<Instruction>, O
     let acts = actions_from_nicflow(body, m)?;
     if !acts.is_empty() {
         insts.push(Instruction::ApplyActions(acts));
+    }
+    if let Some((metadata, mask)) = metadata {
+        insts.push(Instruction::WriteMetadata { metadata, mask });
     }
     if let Some(t) = goto {
         insts.push(Instruction::GotoTable(t));
@@ -751,6 +774,45 @@ mod tests {
                 Action::GotoTable(5)
             ]
         );
+    }
+
+    #[test]
+    fn write_metadata_before_goto_reads_back_as_the_instruction() {
+        // os-ken's switch tester (match/02_METADATA*): WRITE_METADATA and
+        // GOTO_TABLE must come back as sent, not as a reg_load action.
+        let m = tcp_match();
+        let sent = vec![
+            Instruction::Meter(3),
+            Instruction::ApplyActions(vec![set(OxmField::TcpDst, 80)]),
+            Instruction::WriteMetadata {
+                metadata: 0xff,
+                mask: 0xffff_ffff,
+            },
+            Instruction::GotoTable(1),
+        ];
+        let t = to_nicflow(&sent, &m, 0).unwrap();
+        assert_eq!(from_nicflow(&t.actions, &m).unwrap(), sent);
+        // Only the metadata write: no empty apply-actions.
+        let sent = vec![
+            Instruction::WriteMetadata {
+                metadata: 0x10,
+                mask: 0xf0,
+            },
+            Instruction::GotoTable(4),
+        ];
+        let t = to_nicflow(&sent, &Match::catchall(), 2).unwrap();
+        assert_eq!(from_nicflow(&t.actions, &Match::catchall()).unwrap(), sent);
+        // Without a goto a metadata write stays an action (ovs-ofctl's
+        // `set_field:..->metadata`).
+        let acts = [Action::SetField {
+            field: Field::Metadata,
+            value: 5,
+            mask: u64::MAX.into(),
+        }];
+        assert!(matches!(
+            from_nicflow(&acts, &Match::catchall()).unwrap().as_slice(),
+            [Instruction::ApplyActions(a)] if a.len() == 1
+        ));
     }
 
     #[test]
