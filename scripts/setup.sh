@@ -23,12 +23,32 @@ command -v sockperf >/dev/null 2>&1 || need_apt+=(sockperf)
 command -v trafgen >/dev/null 2>&1 || need_apt+=(netsniff-ng)
 command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
+# IPsec interop: scapy's ESP needs cryptography; strongSwan 5.9.8 (charon
+# with kernel-libipsec, swanctl) is the IKEv2 peer of tests/ike_strongswan.rs
+# and tests/ipsec.rs. The tests start charon themselves, in their own
+# namespace with a private configuration; the package's service is kept
+# from starting at install (policy-rc.d below).
+/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || need_apt+=(python3-cryptography)
+need_swan=0
+{ [ -x /usr/lib/ipsec/charon ] && command -v swanctl >/dev/null 2>&1 \
+  && [ -f /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] \
+  && [ -f /usr/lib/ipsec/plugins/libstrongswan-curve25519.so ] \
+  && [ -f /usr/lib/ipsec/plugins/libstrongswan-gcm.so ]; } || need_swan=1
+[ "$need_swan" = 1 ] && need_apt+=(strongswan-charon strongswan-swanctl libcharon-extra-plugins \
+  libstrongswan-extra-plugins libstrongswan-standard-plugins)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    made_policy=0
+    if [ "$need_swan" = 1 ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+    fi
+    apt_rc=0
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null || apt_rc=$?
+    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+    [ "$apt_rc" -eq 0 ] || exit "$apt_rc"
   else
     echo "setup: not root, cannot install ${need_apt[*]}; tests needing them will be skipped" >&2
   fi

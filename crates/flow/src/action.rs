@@ -34,6 +34,15 @@ pub enum Action {
     /// Send to a port number. Sending to the input port is silently skipped,
     /// as in OpenFlow; use [`Action::InPort`] for that.
     Output(u32),
+    /// [`Action::Output`] to a port number (`1..=ofp::MAX`) with the
+    /// OpenFlow `max_len` the controller wrote (never 0: that is plain
+    /// `Output`). `max_len` only limits `PACKET_IN`s, so for a port it means
+    /// nothing to forwarding: this runs exactly as `Output(port)`. It is kept
+    /// so that flow stats return the action as the controller sent it
+    /// (os-ken/Ryu write `OFPCML_MAX` = 65509 by default and compare), as
+    /// Open vSwitch keeps it. Printed as `output:PORT` (as `ovs-ofctl` does:
+    /// text cannot carry it, and `output:PORT` parses to `max_len` 0).
+    OutputMaxLen { port: u32, max_len: u16 },
     /// Send back out of the input port.
     InPort,
     /// The learning switch: learn the source MAC, forward to the known port
@@ -161,5 +170,14 @@ impl Action {
     /// the sense of OpenFlow instructions? (`goto_table` must be last.)
     pub fn is_goto(&self) -> bool {
         matches!(self, Action::GotoTable(_))
+    }
+
+    /// The port number of an output to a port ([`Action::Output`] or
+    /// [`Action::OutputMaxLen`]).
+    pub fn output_port(&self) -> Option<u32> {
+        match self {
+            Action::Output(p) | Action::OutputMaxLen { port: p, .. } => Some(*p),
+            _ => None,
+        }
     }
 }

@@ -531,11 +531,15 @@ impl Field {
     }
 
     /// May `set_field` write it? (Fields derived from parsing — frag bits,
-    /// TCP flags, dl_type — may not, as in OVS.)
+    /// TCP flags, dl_type — may not, as in OVS.) `ipv6_label` may not
+    /// either, unlike OVS: nicflow's datapaths have no flow-label rewrite,
+    /// and a write that is accepted and does nothing is worse than a
+    /// refusal (`OFPBAC_BAD_SET_ARGUMENT` over OpenFlow).
     pub fn settable(self) -> bool {
         !matches!(
             self,
             Field::DlType
+                | Field::Ipv6Label
                 | Field::NwFrag
                 | Field::TcpFlags
                 | Field::NwProto

@@ -164,7 +164,7 @@ _Static_assert(sizeof(struct dp_action) == 24, "dp_action layout");
 
 /* Flow flags: runtime pre-checks, set by the encoder. */
 #define DP_F_DEC_TTL	0x01	/* has DEC_TTL: TTL/hop limit <= 1 -> userspace */
-#define DP_F_SET_TP	0x02	/* has SET_TP_*: SCTP frame -> userspace */
+#define DP_F_SET_TP	0x02	/* has SET_TP_*: SCTP or ICMP frame -> userspace */
 #define DP_F_OUTPUT	0x04	/* has OUTPUT to out_slot: empty slot -> userspace */
 #define DP_F_TUNNEL	0x08	/* has TUNNEL_OUTPUT via dp_tun_tx[out_slot]: no
 				 * resolved header, no underlay slot or an

@@ -81,7 +81,10 @@ static __always_inline int dp_precheck(struct dp_scratch *st, union dp_key *key,
 	if ((flags & DP_F_DEC_TTL) && (RD32(st->l3) == DP_L3_IPV4 || RD32(st->l3) == DP_L3_IPV6) &&
 	    key->f.nw_ttl <= 1)
 		return -1;
-	if ((flags & DP_F_SET_TP) && RD32(st->l4) == DP_L4_SCTP)
+	/* SCTP needs a CRC32c, ICMP type/code rewrites (userspace's, in the
+	 * same tp fields) are not done here. */
+	if ((flags & DP_F_SET_TP) && (RD32(st->l4) == DP_L4_SCTP || RD32(st->l4) == DP_L4_ICMP ||
+				       RD32(st->l4) == DP_L4_ICMPV6))
 		return -1;
 	return 0;
 }

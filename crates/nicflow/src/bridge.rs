@@ -874,8 +874,19 @@ impl Bridge {
         self.ofproto.dump_groups()
     }
 
-    /// Rules per table (index = table id), with the datapath's hit
-    /// counters folded in, for `OFPMP_TABLE`.
+    /// Per table (index = table id): its rules and its lookup counters
+    /// with the datapath's flows' traffic folded in, for `OFPMP_TABLE`.
+    pub fn table_stats(&mut self) -> Vec<(u32, crate::ofproto::TableCounters)> {
+        self.dp.push_stats(&mut self.ofproto);
+        let counters = self.ofproto.table_counters();
+        self.rules_per_table()
+            .into_iter()
+            .enumerate()
+            .map(|(t, n)| (n, counters.get(t).copied().unwrap_or_default()))
+            .collect()
+    }
+
+    /// Rules per table (index = table id).
     pub fn rules_per_table(&self) -> Vec<u32> {
         let mut n = vec![0u32; crate::ofproto::N_TABLES];
         for d in self.ofproto.dump_flows(Instant::now()) {

@@ -71,6 +71,23 @@ fn n_packets(dump: &str, what: &str) -> u64 {
 }
 
 /// Root, ip, ping and ovs-ofctl (skipped with the reason otherwise).
+/// `(lookup, matched)` of table `t` in `ovs-ofctl dump-tables` output
+/// (`  table T:` then `    active=A, lookup=L, matched=M`).
+fn table_counts(dump: &str, t: u8) -> (u64, u64) {
+    let head = format!("table {t}:");
+    let mut lines = dump.lines().skip_while(|l| l.trim() != head);
+    lines.next().unwrap_or_else(|| panic!("no {head}: {dump}"));
+    let stats = lines.next().unwrap_or_default();
+    let num = |k: &str| -> u64 {
+        let v = stats
+            .split(", ")
+            .find_map(|kv| kv.trim().strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} for {head}: {dump}"));
+        v.trim().parse().unwrap()
+    };
+    (num("lookup="), num("matched="))
+}
+
 fn tools() -> bool {
     lab_possible_with(&[("ovs-ofctl", "--version")])
 }
@@ -160,6 +177,12 @@ fn ovs_ofctl_drives_the_switch() {
     let tables = ofctl_must(&lab, &["dump-tables", OF]);
     assert!(tables.contains("table 0:"), "{tables}");
     assert!(tables.contains("active=2"), "{tables}");
+    // Every ping crossed table 0 and hit a rule there (other frames the
+    // hosts sent, e.g. IPv6 neighbour discovery, hit too: both ports have
+    // a rule); nothing goes to table 1.
+    let (lookup, matched) = table_counts(&tables, 0);
+    assert!(matched >= 12 && lookup >= matched, "{tables}");
+    assert_eq!(table_counts(&tables, 1), (0, 0), "{tables}");
 
     // A refusal comes back as an OpenFlow error.
     let e = ofctl(&lab, &["add-flow", OF, "table=3,actions=goto_table:1"]).unwrap_err();

@@ -35,6 +35,16 @@ pub(crate) fn set_need(f: Field) -> Need {
     }
 }
 
+/// Why a write to `f` is refused (see [`Field::settable`]).
+fn not_settable(f: Field) -> String {
+    if f == Field::Ipv6Label {
+        // OVS writes it; nicflow's datapaths have no flow-label rewrite.
+        "field ipv6_label cannot be set (no flow-label rewrite in nicflow's datapaths)".into()
+    } else {
+        format!("field {} cannot be set", f.name())
+    }
+}
+
 /// Validate and build a `SetField`; every way of writing one ends here.
 fn set_field(
     piece: &str,
@@ -44,7 +54,7 @@ fn set_field(
     matching: &Match,
 ) -> Result<Action, RuleError> {
     if !f.settable() {
-        return err(piece, format!("field {} cannot be set", f.name()));
+        return err(piece, not_settable(f));
     }
     if f == Field::NwTos && m != 0xfc && m != 0x03 {
         return err(
@@ -196,7 +206,7 @@ fn parse_set_field(
                 need.check(matching, piece, name)?;
             }
             if !f.settable() {
-                return err(piece, format!("field {name} cannot be set"));
+                return err(piece, not_settable(f));
             }
             let (v, m) = parse_masked(f.kind(), f.bits(), val, true).map_err(bad)?;
             set_field(piece, f, v, m, matching)
@@ -330,7 +340,7 @@ fn parse_move(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleEr
         );
     }
     if !df.settable() {
-        return err(piece, format!("field {} cannot be set", df.name()));
+        return err(piece, not_settable(df));
     }
     Need::P(sf.prereq()).check(matching, piece, sf.name())?;
     set_need(df).check(matching, piece, df.name())?;

@@ -280,7 +280,10 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
 
 fn format_action(a: &Action, ports: &dyn PortMap) -> String {
     match a {
-        Action::Output(p) => format!("output:{}", format_port(*p, ports)),
+        // ovs-ofctl's format_OUTPUT: `max_len` is shown for the controller only.
+        Action::Output(p) | Action::OutputMaxLen { port: p, .. } => {
+            format!("output:{}", format_port(*p, ports))
+        }
         Action::InPort => "IN_PORT".into(),
         Action::Normal => "NORMAL".into(),
         Action::Flood => "FLOOD".into(),

@@ -1137,3 +1137,29 @@ fn registers_xregs_xxregs_and_move() {
     );
     bad("actions=move:NXM_NX_REG1[]", "move:NXM_NX_REG1[]");
 }
+
+#[test]
+fn ipv6_label_is_matched_but_not_written() {
+    // nicflow's datapaths have no flow-label rewrite: refused rather than
+    // accepted and ignored (OVS writes it).
+    for (t, token) in [
+        (
+            "ipv6,actions=set_field:5->ipv6_label",
+            "set_field:5->ipv6_label",
+        ),
+        (
+            "ipv6,actions=load:5->NXM_NX_IPV6_LABEL[]",
+            "load:5->NXM_NX_IPV6_LABEL[]",
+        ),
+        (
+            "ipv6,actions=move:NXM_NX_REG0[0..19]->NXM_NX_IPV6_LABEL[]",
+            "move:NXM_NX_REG0[0..19]->NXM_NX_IPV6_LABEL[]",
+        ),
+    ] {
+        let e = bad(t, token);
+        assert!(e.reason.contains("ipv6_label cannot be set"), "{e}");
+    }
+    // ICMP type and code stay writable.
+    p("icmp,actions=set_field:0->icmp_type,set_field:1->icmp_code");
+    p("icmp6,actions=set_field:129->icmpv6_type,set_field:1->icmpv6_code");
+}

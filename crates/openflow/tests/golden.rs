@@ -675,3 +675,56 @@ fn captured_requests() {
         (FlowModCommand::Delete, 0xff, 5, 0xff)
     );
 }
+
+#[test]
+fn output_max_len_to_a_port_is_kept() {
+    // os-ken 3.1 `OFPFlowMod(match=OFPMatch(in_port=1), instructions=[
+    // OFPInstructionActions(APPLY, [OFPActionOutput(2)])])`: os-ken's
+    // OFPActionOutput defaults to max_len=OFPCML_MAX (0xffe5) for every port.
+    // The switch tester reads the flow back and compares it field by field,
+    // so the translation keeps max_len and encodes it back as sent.
+    let h = "040e0058 00000001 0000000000000000 0000000000000000 00 00 0000 0000 8000 \
+             ffffffff ffffffff ffffffff 0000 0000 \
+             0001 000c 80000004 00000001 00000000 \
+             0004 0018 00000000 0000 0010 00000002 ffe5 000000000000";
+    let d = round_trip(h);
+    let Message::FlowMod(fm) = d.message else {
+        panic!("not a flow mod")
+    };
+    let t = fm.translate().unwrap();
+    assert_eq!(
+        t.actions,
+        vec![Action::OutputMaxLen {
+            port: 2,
+            max_len: 0xffe5
+        }]
+    );
+    // Back to instructions (what flow stats carry): the same bytes.
+    let insts = action::from_nicflow(&t.actions, &fm.r#match).unwrap();
+    assert_eq!(insts, fm.instructions);
+    let mut out = Vec::new();
+    let again = FlowMod {
+        instructions: insts,
+        ..fm.clone()
+    };
+    msg::encode(&Message::FlowMod(again), d.xid, &mut out).unwrap();
+    assert_eq!(to_hex(&out), to_hex(&hex(h)));
+    // ovs-ofctl prints `output:2` whatever the max_len (format_OUTPUT shows
+    // it for the controller only), and `output:2` parses to max_len 0, which
+    // encodes as ovs-ofctl sends it.
+    assert_eq!(
+        nicflow_ofctl::format_actions(&t.actions, &NumericPorts),
+        "output:2"
+    );
+    let (_, parsed) = flow_mod_for("in_port=1,actions=output:2");
+    assert_eq!(parsed, vec![Action::Output(2)]);
+    assert_eq!(
+        action::from_nicflow(&parsed, &fm.r#match).unwrap(),
+        vec![Instruction::ApplyActions(vec![OfAction::Output {
+            port: 2,
+            max_len: 0
+        }])]
+    );
+    // Forwarding-wise they are one output; only max_len 0 is plain Output.
+    assert_eq!(t.actions[0].output_port(), Some(2));
+}

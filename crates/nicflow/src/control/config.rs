@@ -323,7 +323,17 @@ impl Config {
             }
         }
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        // Owner-only: tunnel ports keep ESP keys and pre-shared keys here.
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(err)?
+        };
         f.write_all(self.to_toml().as_bytes()).map_err(err)?;
         f.sync_all().map_err(err)?;
         drop(f);

@@ -119,13 +119,19 @@ pub fn execute(
             DpAction::SetTtl(t) => {
                 rewrite::set_ttl(pkt.data_mut(), layout, *t);
             }
+            // The key keeps ICMP/ICMPv6 type and code in the L4 port
+            // fields, so their `set_field`s arrive as these two.
             DpAction::SetTpSrc(p) => {
                 let partial = pkt.csum_partial();
-                rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
+                if !set_icmp_byte(pkt.data_mut(), layout, 0, *p, partial) {
+                    rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
+                }
             }
             DpAction::SetTpDst(p) => {
                 let partial = pkt.csum_partial();
-                rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
+                if !set_icmp_byte(pkt.data_mut(), layout, 1, *p, partial) {
+                    rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
+                }
             }
             DpAction::PushVlan { tpid, tci } => {
                 rewrite::push_vlan(&mut pkt, *tpid, *tci);
@@ -319,6 +325,34 @@ fn nat_rewrite_quoted(
     if let Some(id) = inner.icmp_id {
         rewrite::set_icmp_inner_id(f, layout, id, partial);
     }
+}
+
+/// Write the type (`off` 0) or code (`off` 1) of an ICMP or ICMPv6 header
+/// to the low byte of `v` (`set_field` on `icmp_type`, `icmpv6_code`, ...,
+/// as OVS's `set(icmp(..))`/`set(icmpv6(..))`), patching the ICMP checksum
+/// incrementally (both bytes are in one 16-bit word; ICMPv6's pseudo header
+/// does not cover them, so a partial checksum, finished later, is left
+/// alone as for TCP/UDP ports). False when the frame has no ICMP/ICMPv6
+/// header (not ICMP, a later fragment, too short): the caller treats the
+/// action as an L4 port write then.
+fn set_icmp_byte(frame: &mut [u8], layout: &Layout, off: usize, v: u16, partial: bool) -> bool {
+    use nicflow_packet::parse::L4Kind;
+    if !matches!(layout.l4, L4Kind::Icmp | L4Kind::Icmpv6) {
+        return false;
+    }
+    let l4 = usize::from(layout.l4_offset);
+    let Some(hdr) = frame.get_mut(l4..l4 + 4) else {
+        return false;
+    };
+    let old = u16::from_be_bytes([hdr[0], hdr[1]]);
+    hdr[off] = v as u8;
+    let new = u16::from_be_bytes([hdr[0], hdr[1]]);
+    if !partial && old != new {
+        let c = u16::from_be_bytes([hdr[2], hdr[3]]);
+        let c = nicflow_packet::checksum::update16(c, old, new);
+        hdr[2..4].copy_from_slice(&c.to_be_bytes());
+    }
+    true
 }
 
 /// A `dscp_remark` band: raise the AF drop precedence in the IP header's

@@ -49,12 +49,15 @@ pub const MAX_RECIRC: u32 = 6;
 /// k^5 passes).
 pub const MAX_PASSES: u32 = 64;
 
-/// Reference from a datapath flow to an OpenFlow rule it was built from, so
-/// the flow's counters can be credited to the rules (`dump-flows`).
+/// Reference from a datapath flow to what its translation went through, so
+/// the flow's counters can be credited there (OVS's xlate cache): one per
+/// table lookup, with the rule it hit (`dump-flows`) or `None` for a miss
+/// (table statistics count both), and one per group and bucket it ran (in
+/// the slow path's reserved group table, always with a rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RuleRef {
     pub table: u8,
-    pub rule: RuleId,
+    pub rule: Option<RuleId>,
 }
 
 /// The slow path's answer for one packet.
@@ -63,7 +66,8 @@ pub struct XlateOut {
     /// Bits of the key the decision depended on: the megaflow mask.
     pub mask: FlowMask,
     pub actions: Vec<DpAction>,
-    /// Rules the walk through the tables used, for statistics.
+    /// Table lookups (and the rules they hit) and groups of the walk
+    /// through the tables, for statistics.
     pub rules: Vec<RuleRef>,
     /// False when the decision must not be cached (e.g. it had side effects
     /// that must happen for every packet).
@@ -633,6 +637,9 @@ impl Datapath {
                 if self.cfg.caches_enabled && out.install {
                     self.stats.flow_limit_hits += 1;
                 }
+                // No datapath flow will carry this packet's counters to its
+                // rules and tables: credit it now.
+                handler.credit(&out.rules, out.learned, 1, pkt.len() as u64, now);
                 uncached = Some(out.actions);
             }
         }

@@ -176,7 +176,7 @@ pub enum FlowModError {
 /// `ofpacts_output_to_port`; reserved ports by their numbers.)
 fn outputs_to(actions: &[Action], port: u32) -> bool {
     actions.iter().any(|a| match a {
-        Action::Output(p) => *p == port,
+        Action::Output(p) | Action::OutputMaxLen { port: p, .. } => *p == port,
         Action::InPort => port == ofp::IN_PORT,
         Action::Normal => port == ofp::NORMAL,
         Action::Flood => port == ofp::FLOOD,

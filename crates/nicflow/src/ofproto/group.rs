@@ -118,13 +118,13 @@ impl Groups {
         let (rule, _) = self.ids.insert(&[self.next_ref], &[u64::MAX], 0, target);
         RuleRef {
             table: GROUP_TABLE,
-            rule,
+            rule: Some(rule),
         }
     }
 
     fn drop_refs(&mut self, refs: &[RuleRef]) {
-        for r in refs {
-            self.ids.remove(r.rule);
+        for id in refs.iter().filter_map(|r| r.rule) {
+            self.ids.remove(id);
         }
     }
 
@@ -222,7 +222,7 @@ impl Groups {
         if r.table != GROUP_TABLE {
             return false;
         }
-        let Some(&(gid, bucket)) = self.ids.get(r.rule) else {
+        let Some(&(gid, bucket)) = r.rule.and_then(|id| self.ids.get(id)) else {
             return true;
         };
         if let Some(g) = self.groups.get_mut(&gid) {

@@ -156,6 +156,20 @@ pub struct Ofproto {
     removed: Vec<flow_mod::RemovedRule>,
     /// Meters by id (configuration; the buckets are the datapath's).
     meters: std::collections::BTreeMap<u32, nicflow_ofctl::meter::MeterSpec>,
+    /// Per table: packets looked up in it and packets that hit a rule
+    /// there (`OFPMP_TABLE`), credited like rule counters.
+    lookups: Vec<TableCounters>,
+}
+
+/// A table's lookup counters, as Open vSwitch counts them: every packet a
+/// translation looked up in the table (each time: a `resubmit` back to it
+/// counts again), and those of them that hit a rule. Packets of cached
+/// datapath flows are credited to the tables their translation looked up,
+/// when the datapath's counters are pushed (OVS's xlate cache `XC_TABLE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounters {
+    pub lookup_count: u64,
+    pub matched_count: u64,
 }
 
 impl Default for Ofproto {
@@ -177,6 +191,7 @@ impl Ofproto {
             ports: Vec::new(),
             stats: OfprotoStats::default(),
             groups: Groups::new(),
+            lookups: vec![TableCounters::default(); N_TABLES],
         }
     }
 
@@ -466,7 +481,13 @@ impl Ofproto {
     }
 
     pub fn rule(&self, r: RuleRef) -> Option<&Rule> {
-        self.table(r.table)?.get(r.rule)
+        self.table(r.table)?.get(r.rule?)
+    }
+
+    /// Lookup counters per table (index = table id), as far as the
+    /// datapath's counters have been pushed.
+    pub fn table_counters(&self) -> &[TableCounters] {
+        &self.lookups
     }
 
     fn rule_mut(&mut self, table: u8, id: RuleId) -> Option<&mut Rule> {
@@ -481,7 +502,7 @@ impl Ofproto {
     pub fn translate(&mut self, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
         self.stats.xlates += 1;
         let out = xlate::translate(self, key, learn);
-        if out.rules.is_empty() {
+        if !out.rules.iter().any(|r| r.rule.is_some()) {
             self.stats.table_misses += 1;
         }
         out
@@ -517,7 +538,14 @@ impl UpcallHandler for Ofproto {
             if self.groups.credit(r, packets, bytes) {
                 continue;
             }
-            if let Some(rule) = self.rule_mut(r.table, r.rule) {
+            if let Some(t) = self.lookups.get_mut(r.table as usize) {
+                t.lookup_count += packets;
+                if r.rule.is_some() {
+                    t.matched_count += packets;
+                }
+            }
+            let Some(id) = r.rule else { continue };
+            if let Some(rule) = self.rule_mut(r.table, id) {
                 rule.n_packets += packets;
                 rule.n_bytes += bytes;
                 if used > rule.last_used {

@@ -173,6 +173,11 @@ impl Ctx<'_> {
             return;
         }
         let Some(table) = self.of.table(table_id) else {
+            // A lookup in an empty table: a miss (table statistics).
+            self.rules.push(RuleRef {
+                table: table_id,
+                rule: None,
+            });
             return;
         };
         let mut wc = [0u64; FLOW_WORDS];
@@ -187,6 +192,10 @@ impl Ctx<'_> {
         unwc_vlan(&mut self.wc, self.vlan_origin, 0, tags[0]);
         unwc_vlan(&mut self.wc, self.vlan_origin, 1, tags[1]);
         let Some((id, rule)) = hit else {
+            self.rules.push(RuleRef {
+                table: table_id,
+                rule: None,
+            });
             return;
         };
         // Actions are cloned so the walk may mutate the MAC table while it
@@ -199,7 +208,7 @@ impl Ctx<'_> {
             rule.priority == 0 && rule.matching.mask().words().iter().all(|w| *w == 0);
         self.rules.push(RuleRef {
             table: table_id,
-            rule: id,
+            rule: Some(id),
         });
         self.depth += 1;
         for a in &actions {
@@ -227,7 +236,8 @@ impl Ctx<'_> {
 
     fn action(&mut self, a: &Action, table_id: u8) {
         match a {
-            Action::Output(p) => self.output_port(*p),
+            // max_len means nothing for a port (only PACKET_INs are cut).
+            Action::Output(p) | Action::OutputMaxLen { port: p, .. } => self.output_port(*p),
             Action::InPort => {
                 let p = self.key.in_port;
                 self.emit_output(p);

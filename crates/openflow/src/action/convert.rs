@@ -131,7 +131,9 @@ fn output(port: u32, max_len: u16) -> Result<Action, OfpError> {
         ofp::ALL => Action::All,
         ofp::LOCAL => Action::Local,
         ofp::CONTROLLER => Action::Controller { max_len },
-        1..=ofp::MAX => Action::Output(port),
+        1..=ofp::MAX if max_len == 0 => Action::Output(port),
+        // Kept for the flow stats; forwarding ignores it.
+        1..=ofp::MAX => Action::OutputMaxLen { port, max_len },
         _ => return Err(e::bac(BadAction::BAD_OUT_PORT)),
     })
 }
@@ -426,6 +428,10 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
     for a in actions {
         match a {
             Action::Output(p) => out.push(port(*p)),
+            Action::OutputMaxLen { port, max_len } => out.push(OfAction::Output {
+                port: *port,
+                max_len: *max_len,
+            }),
             Action::InPort => out.push(port(ofp::IN_PORT)),
             Action::Normal => out.push(port(ofp::NORMAL)),
             Action::Flood => out.push(port(ofp::FLOOD)),

@@ -555,13 +555,16 @@ fn multipart(
             reply(s, ReplyBody::Aggregate(a));
         }
         RequestBody::Table => {
-            let per = br.rules_per_table();
+            let per = br.table_stats();
             let tables = (0..N_TABLES)
-                .map(|t| TableStats {
-                    table_id: t,
-                    active_count: per.get(t as usize).copied().unwrap_or(0),
-                    lookup_count: 0,
-                    matched_count: 0,
+                .map(|t| {
+                    let (active, c) = per.get(t as usize).copied().unwrap_or_default();
+                    TableStats {
+                        table_id: t,
+                        active_count: active,
+                        lookup_count: c.lookup_count,
+                        matched_count: c.matched_count,
+                    }
                 })
                 .collect();
             send_split(s, xid, tables, ReplyBody::Table);
@@ -873,6 +876,268 @@ mod tests {
             let d = s.poll_message();
             proptest::prop_assert!(matches!(d, Some(ref d) if d.xid == 6));
         }
+    }
+
+    /// A bridge with in-memory ports p1..pN (port numbers 1..N).
+    fn mem_bridge(n: usize) -> (Bridge, Vec<crate::port::mem::MemHandle>) {
+        mem_bridge_cfg(n, DatapathConfig::default())
+    }
+
+    fn mem_bridge_cfg(n: usize, cfg: DatapathConfig) -> (Bridge, Vec<crate::port::mem::MemHandle>) {
+        let mut br = Bridge::new("br0", cfg);
+        let mut hs = Vec::new();
+        for i in 1..=n {
+            let (p, h) = crate::port::mem::MemPort::new(&format!("p{i}"));
+            br.add_port(Box::new(p)).unwrap();
+            hs.push(h);
+        }
+        (br, hs)
+    }
+
+    fn add_flow(
+        s: &mut Session,
+        br: &mut Bridge,
+        table: u8,
+        m: Match,
+        acts: Vec<OfAction>,
+    ) -> Vec<Decoded> {
+        let fm = msg::FlowMod {
+            cookie: 0,
+            cookie_mask: 0,
+            table_id: table,
+            command: WireCmd::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 10,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 0,
+            r#match: m,
+            instructions: vec![nicflow_openflow::action::Instruction::ApplyActions(acts)],
+        };
+        run(s, br, Message::FlowMod(fm), Instant::now())
+    }
+
+    fn multipart(s: &mut Session, br: &mut Bridge, body: RequestBody) -> ReplyBody {
+        let out = run(
+            s,
+            br,
+            Message::MultipartRequest(msg::MultipartRequest { flags: 0, body }),
+            Instant::now(),
+        );
+        let Some(Message::MultipartReply(r)) = out.into_iter().next().map(|d| d.message) else {
+            panic!("no multipart reply")
+        };
+        r.body
+    }
+
+    fn table_counts(s: &mut Session, br: &mut Bridge) -> Vec<(u64, u64)> {
+        let ReplyBody::Table(t) = multipart(s, br, RequestBody::Table) else {
+            panic!("not a table stats reply")
+        };
+        t.iter()
+            .map(|t| (t.lookup_count, t.matched_count))
+            .collect()
+    }
+
+    fn udp_frame(dport: u16) -> Vec<u8> {
+        nicflow_packet::builder::FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 1].into(), [198, 18, 0, 2].into())
+            .udp(1000, dport)
+            .payload(b"table stats")
+            .build()
+    }
+
+    #[test]
+    fn table_stats_count_lookups_and_matches_of_cached_flows() {
+        table_stats(true);
+    }
+
+    #[test]
+    fn table_stats_count_packets_the_datapath_does_not_cache() {
+        table_stats(false);
+    }
+
+    fn table_stats(caches: bool) {
+        // Table 0 sends p1's traffic to table 1; table 1 forwards UDP to
+        // port 80 only. Everything else misses somewhere.
+        let now = Instant::now();
+        let cfg = DatapathConfig {
+            caches_enabled: caches,
+            ..Default::default()
+        };
+        let (mut br, h) = mem_bridge_cfg(3, cfg);
+        br.add_flows_str(
+            "table=0,in_port=p1,actions=goto_table:1\n\
+             table=1,udp,tp_dst=80,actions=output:p2\n",
+            now,
+        )
+        .unwrap();
+        let mut s = session(now);
+        assert!(table_counts(&mut s, &mut br).iter().all(|c| *c == (0, 0)));
+        for _ in 0..5 {
+            h[0].inject(&udp_frame(80)); // t0 hit, t1 hit
+        }
+        for _ in 0..3 {
+            h[0].inject(&udp_frame(81)); // t0 hit, t1 miss
+        }
+        for _ in 0..2 {
+            h[2].inject(&udp_frame(80)); // t0 miss
+        }
+        br.run_until_idle(now);
+        assert_eq!(h[1].take_tx().len(), 5);
+        // Cached: three datapath flows, one upcall each; the rest were
+        // cache hits, credited from the flows' counters. Uncached: every
+        // packet is an upcall, credited as it goes.
+        assert_eq!(br.dp_stats().upcalls, if caches { 3 } else { 10 });
+        let c = table_counts(&mut s, &mut br);
+        assert_eq!(c.len(), usize::from(N_TABLES));
+        assert_eq!(c[0], (10, 8));
+        assert_eq!(c[1], (8, 5));
+        assert!(c[2..].iter().all(|c| *c == (0, 0)));
+        // Only the new traffic is added at the next reading.
+        h[0].inject(&udp_frame(80));
+        h[2].inject(&udp_frame(80));
+        br.run_until_idle(now);
+        let c = table_counts(&mut s, &mut br);
+        assert_eq!((c[0], c[1]), ((12, 9), (9, 6)));
+        // The rules count the same packets.
+        let rules: Vec<u64> = br.dump_flows(now).iter().map(|d| d.n_packets).collect();
+        assert_eq!(rules, vec![9, 6]);
+        // Deleting the rules keeps the tables' counters (and the cached
+        // flows' traffic, credited before they went).
+        br.del_flows_str("").unwrap();
+        assert_eq!(table_counts(&mut s, &mut br)[..2], [(12, 9), (9, 6)]);
+    }
+
+    #[test]
+    fn output_max_len_reads_back_as_sent() {
+        // os-ken writes OFPActionOutput(port, max_len=65509) and compares
+        // the flow stats with it.
+        let now = Instant::now();
+        let (mut br, h) = mem_bridge(2);
+        let mut s = session(now);
+        let m = of_match("in_port=1");
+        let acts = vec![OfAction::Output {
+            port: 2,
+            max_len: 65509,
+        }];
+        assert!(add_flow(&mut s, &mut br, 0, m, acts.clone()).is_empty());
+        // Forwarding is that of a plain output.
+        h[0].inject(&udp_frame(80));
+        br.run_until_idle(now);
+        assert_eq!(h[1].take_tx().len(), 1);
+        let ReplyBody::Flow(f) = multipart(
+            &mut s,
+            &mut br,
+            RequestBody::Flow(msg::multipart::FlowStatsRequest {
+                table_id: 0xff,
+                out_port: 2,
+                out_group: ANY,
+                cookie: 0,
+                cookie_mask: 0,
+                r#match: Match::catchall(),
+            }),
+        ) else {
+            panic!("not a flow stats reply")
+        };
+        assert_eq!(f.len(), 1, "out_port selects it");
+        assert_eq!(
+            f[0].instructions,
+            vec![nicflow_openflow::action::Instruction::ApplyActions(acts)]
+        );
+        assert_eq!(f[0].packet_count, 1);
+        assert_eq!(br.dump_flows(now)[0].spec.actions.len(), 1);
+    }
+
+    fn of_match(text: &str) -> Match {
+        nicflow_ofctl::parse_match(text, &nicflow_ofctl::NumericPorts)
+            .unwrap()
+            .r#match
+    }
+
+    fn set_field(field: nicflow_openflow::oxm::OxmField, value: u128) -> OfAction {
+        OfAction::SetField(nicflow_openflow::oxm::OxmEntry {
+            field,
+            value,
+            mask: None,
+        })
+    }
+
+    #[test]
+    fn set_field_icmp_type_and_code_rewrite_the_packet() {
+        use nicflow_openflow::oxm::OxmField as F;
+        use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
+        let now = Instant::now();
+        let (mut br, h) = mem_bridge(2);
+        let mut s = session(now);
+        let m = of_match("in_port=1,icmp");
+        let acts = vec![
+            set_field(F::Icmpv4Type, 0),
+            set_field(F::Icmpv4Code, 9),
+            OfAction::Output {
+                port: 2,
+                max_len: 0,
+            },
+        ];
+        assert!(add_flow(&mut s, &mut br, 0, m, acts).is_empty());
+        let m6 = of_match("in_port=1,icmp6");
+        let acts6 = vec![
+            set_field(F::Icmpv6Type, 129),
+            set_field(F::Icmpv6Code, 3),
+            OfAction::Output {
+                port: 2,
+                max_len: 0,
+            },
+        ];
+        assert!(add_flow(&mut s, &mut br, 0, m6, acts6).is_empty());
+        let v4 = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 1].into(), [198, 18, 0, 2].into())
+            .icmp(8, 0)
+            .echo(7, 1)
+            .payload(b"ping")
+            .build();
+        let v6 = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv6(
+                "2001:db8::1".parse().unwrap(),
+                "2001:db8::2".parse().unwrap(),
+            )
+            .icmpv6(128, 0)
+            .echo(7, 1)
+            .payload(b"ping")
+            .build();
+        // Twice each: the upcall's packet and a cached flow's.
+        for f in [&v4, &v6, &v4, &v6] {
+            h[0].inject(f);
+        }
+        br.run_until_idle(now);
+        let out = h[1].take_tx();
+        assert_eq!(out.len(), 4);
+        for (f, want) in out.iter().zip([[0u8, 9], [129, 3], [0, 9], [129, 3]]) {
+            let l4 = if f[12..14] == [0x08, 0x00] { 34 } else { 54 };
+            assert_eq!(f[l4..l4 + 2], want, "{f:02x?}");
+            assert!(all_checksums_valid(f), "{f:02x?}");
+        }
+    }
+
+    #[test]
+    fn set_field_ipv6_label_is_refused() {
+        use nicflow_openflow::error::BadAction;
+        let now = Instant::now();
+        let mut br = Bridge::new("br0", DatapathConfig::default());
+        let mut s = session(now);
+        let m = of_match("ipv6");
+        let out = add_flow(
+            &mut s,
+            &mut br,
+            0,
+            m,
+            vec![set_field(nicflow_openflow::oxm::OxmField::Ipv6Label, 5)],
+        );
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::BadAction(BadAction::BAD_SET_ARGUMENT)));
+        assert!(br.dump_flows(now).is_empty());
     }
 
     #[test]

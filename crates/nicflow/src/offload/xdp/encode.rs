@@ -20,6 +20,7 @@
 //! | `action:output-unmapped` | the output port has no devmap slot (not an XDP-capable port) |
 //! | `action:push-vlan-tpid` | a TPID other than 0x8100 / 0x88a8 (userspace would re-parse differently) |
 //! | `action:set-sctp-port` | SCTP port rewrite needs a CRC32c over the packet |
+//! | `action:set-icmp` | ICMP type/code rewrite (`set_field:..->icmp_type`): the program's port rewrite does not cover ICMP |
 //! | `action:push-vlan-before-tunnel` | a frame that grows before encapsulation could outgrow the MTU pre-check |
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
 //!
@@ -498,6 +499,11 @@ pub fn encode(
         return Err(no(reason));
     }
     let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
+    // ICMP type/code live in tp_src/tp_dst: userspace rewrites them (with
+    // the ICMP checksum); the program's port rewrite does not. With the
+    // protocol open in the mask, the program's SET_TP pre-check punts ICMP
+    // frames (as SCTP ones).
+    let icmp = mask.0.nw_proto == 0xff && matches!(key.nw_proto, 1 | 58);
     let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
     let mut outputs = 0;
     // The last `set_tunnel` so far: the VNI a `key=flow` port sends with.
@@ -560,6 +566,9 @@ pub fn encode(
             DpAction::SetArpTha(m) => XdpAction::SetArpTha(m),
             DpAction::SetTos(t) => XdpAction::SetTos(t),
             DpAction::SetTtl(t) => XdpAction::SetTtl(t),
+            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if icmp => {
+                return Err(no("action:set-icmp"));
+            }
             DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if sctp => {
                 return Err(no("action:set-sctp-port"));
             }
@@ -1014,6 +1023,13 @@ mod tests {
         ks.nw_proto = nicflow_packet::IPPROTO_SCTP;
         let e = encode(&ks, &m, &[DpAction::SetTpDst(1), DpAction::Output(1)], &p);
         assert_eq!(e.unwrap_err().reason, "action:set-sctp-port");
+        // ICMP type/code rewrites (tp fields) when the mask pins ICMP.
+        for proto in [1, 58] {
+            let mut ki = k;
+            ki.nw_proto = proto;
+            let e = encode(&ki, &m, &[DpAction::SetTpSrc(0), DpAction::Output(1)], &p);
+            assert_eq!(e.unwrap_err().reason, "action:set-icmp");
+        }
         // With nw_proto wildcarded it is accepted with the runtime check.
         let mut mw = m;
         mw.0.nw_proto = 0;

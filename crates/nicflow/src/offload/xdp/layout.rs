@@ -218,8 +218,8 @@ pub mod tun_vni {
 pub mod flag {
     /// Has `DEC_TTL`: TTL / hop limit <= 1 goes to userspace.
     pub const DEC_TTL: u8 = 0x01;
-    /// Has `SET_TP_*`: an SCTP frame (CRC32c not recomputed in XDP) goes to
-    /// userspace.
+    /// Has `SET_TP_*`: an SCTP frame (CRC32c not recomputed in XDP) or an
+    /// ICMP one (type/code rewrites are userspace's) goes to userspace.
     pub const SET_TP: u8 = 0x02;
     /// Has `OUTPUT`: an empty devmap slot goes to userspace.
     pub const OUTPUT: u8 = 0x04;
