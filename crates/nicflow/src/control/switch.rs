@@ -308,6 +308,15 @@ impl Switch {
     /// be opened, or a VF whose namespace is gone or whose pair cannot be
     /// recreated, is logged and left out of this run (kept in the config).
     pub fn new(config: Config, config_path: Option<PathBuf>) -> Result<Switch, String> {
+        // Manually keyed ESP SAs keep their sequence reservations next to
+        // the configuration (see port::ipsec).
+        crate::port::ipsec::set_state_dir(
+            config_path
+                .as_deref()
+                .and_then(|p| p.parent())
+                .filter(|d| !d.as_os_str().is_empty())
+                .map(|d| d.join("ipsec-state")),
+        );
         let mut sw = Switch {
             config: Config::default(),
             config_path,
@@ -1322,12 +1331,18 @@ impl Switch {
                     pc.iface,
                     state
                 );
-                for (k, v) in &pc.options {
+                // Keys (ESP, PSK) are never printed.
+                let options: BTreeMap<&str, &str> = pc
+                    .options
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), crate::port::ipsec::shown_value(k, v)))
+                    .collect();
+                for (k, v) in &options {
                     let _ = writeln!(text, "        {k}={v}");
                 }
                 ports.push(json!({
                     "name": pc.name, "iface": pc.iface, "type": pc.kind.as_str(),
-                    "ofport": no, "options": pc.options,
+                    "ofport": no, "options": options,
                 }));
             }
             let mode = if br.is_some_and(|b| b.offload_enabled()) {

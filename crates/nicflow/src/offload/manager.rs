@@ -659,6 +659,10 @@ impl OffloadManager {
         if cfg.csum {
             return Err("tunnel:udp-csum");
         }
+        if cfg.ipsec.is_some() {
+            // AES-GCM does not run in TC or XDP programs.
+            return Err("tunnel:ipsec");
+        }
         let handle = t.underlay();
         let (ifindex, engine) = {
             let mut u = handle.borrow_mut();

@@ -11,7 +11,9 @@
 //! engine runs on it, and misses reach the port through an upcall veth.
 //!
 //! [`tunnel`] ports (VXLAN, Geneve) encapsulate onto an underlay interface
-//! they share and decapsulate what arrives on it.
+//! they share and decapsulate what arrives on it; with IPsec, [`ipsec`]
+//! encrypts what they send and decrypts ESP before the underlay looks for
+//! a tunnel header.
 //!
 //! The two real-interface ports, [`afpacket`] and [`afxdp`], share `fixup`
 //! (what they do to a received frame before the switch sees it: checksum
@@ -22,6 +24,7 @@
 pub mod afpacket;
 pub mod afxdp;
 mod fixup;
+pub mod ipsec;
 pub(crate) use fixup::{complete_checksum, finish_offloads};
 pub mod mem;
 pub mod pcap;

@@ -27,6 +27,7 @@
 //! dropped and counted (no outer fragmentation). The underlay MTU is read
 //! again once a second, so an `ip link set mtu` on it takes effect.
 
+use super::ipsec::{IpsecConfig, UnderlayEsp};
 use super::{Port, PortStats};
 use crate::control::config::{PortConfig, PortType};
 use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
@@ -159,6 +160,8 @@ pub struct TunnelConfig {
     /// Geneve only: which 4-byte options are `tun_metadata0..7`
     /// (`tlv_map`, Open vSwitch's `add-tlv-map` syntax).
     pub tlv_map: Vec<TlvMapping>,
+    /// ESP on the tunnel's packets (`ipsec=manual ...`, [`super::ipsec`]).
+    pub ipsec: Option<IpsecConfig>,
 }
 
 /// One entry of a Geneve port's TLV map: option (class, type) <-> slot.
@@ -309,10 +312,12 @@ impl TunnelConfig {
                     | "df"
                     | "csum_complete"
                     | "tlv_map"
-            ) {
+            ) && !super::ipsec::OPTIONS.contains(&k.as_str())
+            {
                 return Err(format!(
                     "unknown tunnel option `{k}` (remote_ip, local_ip, key, dst_port, csum, \
-                     underlay, underlay_type, ttl, tos, df, csum_complete, tlv_map)"
+                     underlay, underlay_type, ttl, tos, df, csum_complete, tlv_map, {})",
+                    super::ipsec::OPTIONS.join(", ")
                 ));
             }
         }
@@ -364,6 +369,7 @@ impl TunnelConfig {
                 }
                 Some(v) => parse_tlv_map(v)?,
             },
+            ipsec: IpsecConfig::from_options(options)?,
         })
     }
 
@@ -373,6 +379,7 @@ impl TunnelConfig {
         // Counting every mapped option: the MTU does not depend on which
         // metadata a frame carries.
         tunnel::overhead(self.kind, false, 8 * self.tlv_map.len())
+            + self.ipsec.as_ref().map_or(0, IpsecConfig::overhead)
     }
 }
 
@@ -517,6 +524,8 @@ pub struct Underlay {
     done: Vec<PacketBuf>,
     counters: UnderlayCounters,
     next_id: u64,
+    /// SAs of the endpoints with IPsec.
+    esp: UnderlayEsp,
 }
 
 thread_local! {
@@ -587,6 +596,7 @@ impl Underlay {
             done: Vec::new(),
             counters: UnderlayCounters::default(),
             next_id: 1,
+            esp: UnderlayEsp::default(),
         }
     }
 
@@ -665,6 +675,9 @@ impl Underlay {
             ));
         }
         let id = self.next_id;
+        if let Some(ip) = &cfg.ipsec {
+            self.esp.add(id, ip, cfg.local_ip, cfg.remote_ip)?;
+        }
         self.next_id += 1;
         self.endpoints.push(Endpoint {
             id,
@@ -681,6 +694,7 @@ impl Underlay {
     }
 
     fn remove_endpoint(&mut self, id: u64) {
+        self.esp.remove(id);
         self.endpoints.retain(|e| e.id != id);
         self.reindex();
         self.queues.remove(&id);
@@ -743,6 +757,16 @@ impl Underlay {
             pool.push(pkt);
             return;
         }
+        // ESP first: only a packet that authenticates comes back, as the
+        // tunnel packet it protected.
+        let decrypted = match self.esp.decrypt(&mut pkt) {
+            Ok(d) => d,
+            Err(reason) => {
+                tracing::trace!(iface = %self.iface, reason, "ESP packet dropped");
+                pool.push(pkt);
+                return;
+            }
+        };
         // A local sender (the kernel's vxlan device on a veth) hands over
         // frames with checksum offload pending: CHECKSUM_PARTIAL on the
         // inner TCP/UDP header with the outer UDP checksum computed as if
@@ -834,10 +858,26 @@ impl Underlay {
             .or_else(|| self.by_key.get(&flow))
             .and_then(|&i| self.endpoints.get(i));
         let Some(ep) = ep else {
-            self.counters.rx_no_endpoint += 1;
+            if decrypted.is_none() && self.esp.protects_pair(dst, src) {
+                // A key=flow-less VNI from a protected remote in clear.
+                self.esp.count_rx_drop("plaintext");
+            } else {
+                self.counters.rx_no_endpoint += 1;
+            }
             pool.push(pkt);
             return;
         };
+        // A protected endpoint takes only what its own SA decrypted; an
+        // SA's packet carries only its endpoint's tunnel.
+        if decrypted != Some(ep.id) && (decrypted.is_some() || self.esp.protects(ep.id)) {
+            self.esp.count_rx_drop(if decrypted.is_some() {
+                "sa_mismatch"
+            } else {
+                "plaintext"
+            });
+            pool.push(pkt);
+            return;
+        }
         // Options: the port's TLV map turns 4-byte ones into
         // tun_metadata0..7; RFC 8926 §3.5: a critical option the receiver
         // does not process means drop.
@@ -1237,6 +1277,17 @@ impl TunnelPort {
         let mut sent = 0;
         // One ARP lookup per batch: every frame goes to the same remote.
         let mut resolved: Option<Option<[u8; 6]>> = None;
+        if self.cfg.ipsec.is_some() && pkts.iter().any(|p| p.offload.is_some()) {
+            // ESP hides the inner headers from any later segmentation or
+            // checksum offload: finish both before encrypting (super-frames
+            // cut at their MSS, partial checksums completed).
+            let mut finished = Vec::with_capacity(pkts.len());
+            let mut f = super::fixup::Finished::default();
+            for p in pkts.drain(..) {
+                super::fixup::finish_frame(p, done, &mut finished, &mut f);
+            }
+            *pkts = finished;
+        }
         for mut pkt in pkts.drain(..) {
             if pkt.len().saturating_sub(14) > inner_mtu {
                 self.tx_drop_mtu += 1;
@@ -1312,6 +1363,15 @@ impl TunnelPort {
                 self.stats.tx_dropped += 1;
                 done.push(pkt);
                 continue;
+            }
+            if self.cfg.ipsec.is_some() {
+                pkt.offload = None;
+                if let Err(reason) = u.esp.encrypt(self.id, &mut pkt) {
+                    tracing::debug!(port = %self.name, reason, "ESP: frame not sent");
+                    self.stats.tx_dropped += 1;
+                    done.push(pkt);
+                    continue;
+                }
             }
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += len as u64;
@@ -1416,6 +1476,13 @@ impl Port for TunnelPort {
             ("underlay_arp_requests_sent", c.arp_requests_sent),
             ("underlay_arp_replies_learned", c.arp_replies_learned),
         ]
+        .into_iter()
+        .chain(if self.cfg.ipsec.is_some() {
+            u.esp.counters.list()
+        } else {
+            Vec::new()
+        })
+        .collect()
     }
 
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
