@@ -1025,10 +1025,42 @@ impl<const W: usize, T> Classifier<W, T> {
             cands.push(or_masks(&apply_mask(&relax(m), m), &mt));
             cands.push(apply_mask(m, masks[newest]));
         }
+        // M_T plus one maximal run of the bits all the groups share beyond
+        // it (per word): adds one field, or the rest of a prefix, at a time,
+        // so that buckets of different masks split the same way and share
+        // the resulting tables.
+        let inter = cands[0];
+        for w in 0..W {
+            let mut d = inter[w] & !mt[w];
+            while d != 0 {
+                let lo = d.trailing_zeros();
+                let len = (d >> lo).trailing_ones();
+                let run = if len == 64 {
+                    !0
+                } else {
+                    ((1u64 << len) - 1) << lo
+                };
+                d &= !run;
+                let mut c = mt;
+                c[w] |= run;
+                cands.push(c);
+            }
+        }
+        // Existing tables that could take some of the groups: preferred on
+        // a tie, since they add no probe.
+        let mut existing: Vec<[u64; W]> = Vec::new();
+        for rank in &self.order {
+            let e = &self.masks.at(self.subtable(rank.subtable).mask).mask;
+            if e != &mt && mask_is_subset(&mt, e) && masks.iter().any(|m| mask_is_subset(e, m)) {
+                cands.push(*e);
+                existing.push(*e);
+            }
+        }
         cands.retain(|c| *c != mt);
         cands.sort_unstable();
         cands.dedup();
-        // (moved groups fit the limit, groups moved, generality)
+        // (moved groups fit the limit, groups moved (plus one for an
+        // existing table), generality)
         type Score = (bool, usize, Reverse<u32>);
         let mut best: Option<(Score, [u64; W])> = None;
         let mut movers = Vec::with_capacity(heads.len());
@@ -1046,7 +1078,12 @@ impl<const W: usize, T> Classifier<W, T> {
                 .map(|a| movers.iter().filter(|b| masked_eq(a, b, &c)).count())
                 .max()
                 .unwrap_or(0);
-            let score = (fullest <= limit, movers.len(), Reverse(popcount(&c)));
+            let bonus = usize::from(existing.contains(&c));
+            let score = (
+                fullest <= limit,
+                movers.len() + bonus,
+                Reverse(popcount(&c)),
+            );
             if best.as_ref().is_none_or(|(s, _)| score > *s) {
                 best = Some((score, c));
             }
@@ -1971,14 +2008,14 @@ mod tests {
         c.insert(&[2, 2], &EXACT, 2, 2);
         assert_eq!(c.n_subtables(), 1);
         assert_eq!(c.max_chain_len(), 2);
-        // Third distinct match: the bucket splits into a table with the
-        // rules' common mask, where they no longer collide; the emptied
-        // catch-all table is dropped.
+        // Third distinct match: the bucket splits into a table with one
+        // word of the rules' common mask (the most general mask under which
+        // they no longer collide); the emptied catch-all table is dropped.
         c.insert(&[3, 3], &EXACT, 3, 3);
         c.check_invariants();
         assert_eq!(c.max_chain_len(), 1);
         let tables: Vec<_> = c.subtables().map(|(m, p, n)| (*m, p, n)).collect();
-        assert_eq!(tables, vec![(EXACT, 3, 3)]);
+        assert_eq!(tables, vec![([0, !0], 3, 3)]);
         // Later rules with that mask go to the most specific table.
         c.insert(&[4, 4], &EXACT, 4, 4);
         assert_eq!(c.n_subtables(), 1);
@@ -1986,7 +2023,7 @@ mod tests {
         c.insert(&[1, 0], &FIRST, 0, 10);
         c.insert(&[0, 0], &ANY, 0, 11);
         let tables: Vec<_> = c.subtables().map(|(m, p, n)| (*m, p, n)).collect();
-        assert_eq!(tables, vec![(EXACT, 4, 4), (ANY, 0, 2)]);
+        assert_eq!(tables, vec![([0, !0], 4, 4), (ANY, 0, 2)]);
         for i in 1..=4 {
             assert_eq!(val(c.lookup(&[i, i])), Some(i as u32));
         }

@@ -104,11 +104,18 @@
 //!   bucket: it picks a strictly more specific mask `M'` that at least one
 //!   group of the chain contains, and moves every group of the chain whose
 //!   mask contains `M'` to the table with mask `M'` (created if needed), where
-//!   they hash on more bits. Candidates for `M'` are the intersection of the
-//!   chain's masks and, for each mask `m` in the chain, `m`, its relaxation
-//!   (plus `M_T`) and its intersection with the newest group's mask; the
-//!   choice prefers an `M'` under which the moved groups fit the limit, then
-//!   the one moving the most groups, then the most general. Each move
+//!   they hash on more bits. Candidates for `M'` are the intersection `I` of the
+//!   chain's masks; `M_T` plus one maximal run of consecutive bits of `I`
+//!   beyond `M_T` (one field, or the rest of a prefix); the masks of
+//!   existing tables between `M_T` and some chain mask; and, for each mask
+//!   `m` in the chain, `m`, its relaxation (plus `M_T`) and its intersection
+//!   with the newest group's mask. The choice prefers an `M'` under which
+//!   the moved groups fit the limit, then the one moving the most groups
+//!   (an existing table counting one more), then the most general. The
+//!   single-run candidates keep the tables few: buckets of different masks
+//!   split on the same extra field and share one table, where the whole
+//!   intersection made one table per mask combination
+//!   (docs/results/classifier-classbench.md). Each move
 //!   shrinks the bucket and goes to a strictly larger mask, so repeating
 //!   while the bucket (or a target bucket) overflows terminates. Hence a
 //!   table lookup compares at most `c` rules however many rules share a
