@@ -370,3 +370,305 @@ fn esp_drops_replays_forgeries_and_plaintext() {
     assert!(short >= 1, "truncated packet not counted: {p}");
     assert_eq!(counter(&p, "esp_rx_packets"), 2, "{p}");
 }
+
+/// strongSwan's charon (5.9.8, kernel-libipsec: ESP in user space on a
+/// TUN device, tunnel mode only, UDP 4500 always) in node `k`, with the
+/// private configuration of `crates/ipsec/tests/strongswan` (routes on:
+/// traffic goes through its TUN device). Killed with the lab.
+struct Charon {
+    dir: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+const CHARON: &str = "/usr/lib/ipsec/charon";
+const PSK: &str = "nicflow-lab-psk-1";
+
+impl Charon {
+    fn start(lab: &NsLab, psk: &str) -> Charon {
+        let dir = lab.dir().join("charon");
+        std::fs::create_dir_all(&dir).unwrap();
+        let tpl =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ipsec/tests/strongswan");
+        let conf = std::fs::read_to_string(tpl.join("strongswan.conf.in"))
+            .unwrap()
+            .replace("@DIR@", dir.to_str().unwrap())
+            .replace("install_routes = no", "install_routes = yes");
+        std::fs::write(dir.join("strongswan.conf"), conf).unwrap();
+        let c = Charon::write_swanctl(&dir, psk);
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &lab.ns("k"),
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+            ])
+            .args(["sh", "-c"])
+            .arg(format!("mount -t tmpfs tmpfs /run && exec {CHARON}"))
+            .env("STRONGSWAN_CONF", dir.join("strongswan.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let charon = Charon { dir, child };
+        let t = std::time::Instant::now();
+        while !charon.dir.join("charon.vici").exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "charon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        charon.swanctl(&["--load-all", "--clear", "--file", c.to_str().unwrap()]);
+        charon
+    }
+
+    fn write_swanctl(dir: &std::path::Path, psk: &str) -> std::path::PathBuf {
+        let tpl = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../ipsec/tests/strongswan/swanctl.conf.in");
+        let conf = std::fs::read_to_string(tpl)
+            .unwrap()
+            .replace("@CHARON_IP@", "198.18.41.1")
+            .replace("@NICFLOW_IP@", "198.18.41.2")
+            .replace("@PSK@", psk);
+        let path = dir.join("swanctl.conf");
+        std::fs::write(&path, conf).unwrap();
+        path
+    }
+
+    fn swanctl(&self, args: &[&str]) -> String {
+        let uri = format!("unix://{}", self.dir.join("charon.vici").display());
+        let o = Command::new("swanctl")
+            .args(args)
+            .args(["--uri", &uri])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("charon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Charon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nicflow's IKE (`ipsec=ike`) against strongSwan: the SA comes up, pings
+/// and iperf3 pass both ways through VXLAN over charon's ESP, a child
+/// rekey under traffic loses nothing, and a wrong PSK fails with a clear
+/// log line and no SA.
+#[test]
+fn ike_with_strongswan_traffic_rekey_and_wrong_psk() {
+    if !lab_possible_with(&[("iperf3", "-v")]) {
+        return;
+    }
+    if !std::path::Path::new(CHARON).exists() || !common::have_with("swanctl", "--version") {
+        common::skipped("strongSwan (charon, swanctl) not installed");
+        return;
+    }
+    let mut lab = NsLab::new("nfes", "s", &["a1", "sw", "k"]);
+    lab.veth("eth0", "a1", "pa1", "sw");
+    lab.veth("u0", "sw", "u1", "k");
+    lab.must("sw", &["ip", "link", "set", "u0", "address", U0_MAC]);
+    lab.must("k", &["ip", "addr", "add", "198.18.41.1/24", "dev", "u1"]);
+    // The peer host: a kernel VXLAN device in k, carried by charon's ESP.
+    lab.must(
+        "k",
+        &[
+            "ip",
+            "link",
+            "add",
+            "vx0",
+            "type",
+            "vxlan",
+            "id",
+            "100",
+            "local",
+            "198.18.41.1",
+            "remote",
+            "198.18.41.2",
+            "dstport",
+            "4789",
+            "dev",
+            "u1",
+        ],
+    );
+    lab.must(
+        "k",
+        &["ip", "link", "set", "vx0", "address", "02:00:00:00:b1:01"],
+    );
+    lab.must("k", &["ip", "link", "set", "vx0", "mtu", "1300"]);
+    lab.must("k", &["ip", "addr", "add", "198.18.40.2/24", "dev", "vx0"]);
+    lab.must("k", &["ip", "link", "set", "vx0", "up"]);
+    lab.must(
+        "a1",
+        &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
+    );
+    lab.must("a1", &["ip", "link", "set", "eth0", "mtu", "1300"]);
+    lab.must(
+        "a1",
+        &["ip", "addr", "add", "198.18.40.1/24", "dev", "eth0"],
+    );
+    let charon = Charon::start(&lab, PSK);
+    lab.start_daemon(&format!(
+        r#"
+[[bridge]]
+name = "br0"
+flows = [
+  "in_port=pa1,actions=output:vx1",
+  "in_port=vx1,actions=output:pa1",
+]
+[[bridge.port]]
+name = "pa1"
+iface = "pa1"
+type = "auto"
+[[bridge.port]]
+name = "vx1"
+iface = "vx1"
+type = "vxlan"
+options = {{ underlay = "u0", local_ip = "198.18.41.2", remote_ip = "198.18.41.1", key = "100", ipsec = "ike", psk = "{PSK}", esp_mode = "tunnel" }}
+"#
+    ));
+    let diag = |lab: &NsLab, charon: &Charon| {
+        format!(
+            "daemon:\n{}\ncharon:\n{}\n{}",
+            lab.daemon_log(),
+            charon.swanctl(&["--list-sas"]),
+            charon
+                .log()
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+    // IKE (nicflow initiates) and the first pings.
+    let t = std::time::Instant::now();
+    while !lab.pings("a1", "198.18.40.2", 1) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no ping through IKE-keyed ESP:\n{}",
+            diag(&lab, &charon)
+        );
+    }
+    assert!(lab.pings("a1", "198.18.40.2", 5), "{}", diag(&lab, &charon));
+    let p = port_counters(&lab, "vx1");
+    assert!(counter(&p, "ike_sa_established") >= 1, "{p}");
+    assert!(counter(&p, "esp_rx_packets") >= 5, "{p}");
+    let show = lab.cli(&["show"]).unwrap();
+    assert!(
+        show.contains("psk=(secret)") && !show.contains(PSK),
+        "{show}"
+    );
+    // iperf3 both ways.
+    let mut srv = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("k"),
+            "iperf3",
+            "-s",
+            "-B",
+            "198.18.40.2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    for reverse in [false, true] {
+        let mut args = vec!["iperf3", "-c", "198.18.40.2", "-t", "2", "-J"];
+        if reverse {
+            args.push("-R");
+        }
+        let out = lab.exec("a1", &args).unwrap_or_else(|e| e);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let bps = v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        assert!(
+            bps > 10e6,
+            "iperf3 (reverse={reverse}) {bps} bit/s:\n{out}\n{}",
+            diag(&lab, &charon)
+        );
+        eprintln!(
+            "iperf3 through nicflow IKE/ESP <-> strongSwan, reverse={reverse}: {:.0} Mbit/s",
+            bps / 1e6
+        );
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    // A child rekey (charon's) under traffic: nothing lost.
+    let ping = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("a1"),
+            "ping",
+            "-n",
+            "-c",
+            "40",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            "198.18.40.2",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let r = charon.swanctl(&["--rekey", "--child", "nicflow"]);
+    let out = ping.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(" 0% packet loss"),
+        "rekey lost packets ({r}):\n{text}\n{}",
+        diag(&lab, &charon)
+    );
+    let p = port_counters(&lab, "vx1");
+    assert!(
+        counter(&p, "ike_child_sas_rekeyed") >= 1,
+        "{p}\n{}",
+        diag(&lab, &charon)
+    );
+    // Wrong PSK: charon reloads another secret and drops the SA; nicflow's
+    // reconnection fails with a clear log line and no SA.
+    Charon::write_swanctl(&charon.dir, "another-psk-entirely");
+    charon.swanctl(&[
+        "--load-all",
+        "--clear",
+        "--file",
+        charon.dir.join("swanctl.conf").to_str().unwrap(),
+    ]);
+    charon.swanctl(&["--terminate", "--ike", "nicflow"]);
+    let t = std::time::Instant::now();
+    loop {
+        let log = lab.daemon_log();
+        if log.contains("IKE failed") && log.to_lowercase().contains("authentication") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no IKE failure logged:\n{}",
+            diag(&lab, &charon)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        !lab.pings("a1", "198.18.40.2", 2),
+        "traffic passed without an SA"
+    );
+    assert!(!charon.swanctl(&["--list-sas"]).contains("ESTABLISHED"));
+    drop(charon);
+    lab.stop_daemon();
+}

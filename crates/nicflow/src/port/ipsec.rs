@@ -16,17 +16,28 @@
 //! takes nothing else: a plaintext tunnel packet from its remote is
 //! dropped and counted, so ESP cannot be bypassed by sending in clear.
 //!
+//! Keys come from the port's options (`ipsec=manual`) or from an IKEv2
+//! session with the remote (`ipsec=ike psk=...`, `nicflow_ipsec::ike`),
+//! which the underlay drives: it hands IKE's UDP 500/4500 messages to the
+//! session, sends what the session wants sent, and installs the child SAs
+//! it yields (a rekeyed SA's old inbound half stays until IKE deletes it).
+//! Keys and PSKs are never printed (`show` masks them, `Debug` hides
+//! them).
+//!
 //! The kernel engines cannot run AES-GCM, so a tunnel port with IPsec
 //! stays in the userspace datapath (the offload manager says
-//! `tunnel:ipsec`). Keys come from the port's options (`ipsec=manual`);
-//! they are never printed (`show` masks them, `Debug` hides them).
+//! `tunnel:ipsec`).
 
 use nicflow_ipsec::esp::{self, Aead, InboundSa, OutboundSa, SaConfig};
+use nicflow_ipsec::ike::{
+    ChildKeys, ChildMode, ChildTs, Datagram, IkeConfig, IkeEvent, IkeSession,
+};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::checksum;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// IP protocol number of ESP.
 pub const IPPROTO_ESP: u8 = 50;
@@ -47,7 +58,15 @@ pub const OPTIONS: &[&str] = &[
     "esp_esn",
     "esp_replay_window",
     "esp_mode",
+    "psk",
+    "ike_local_id",
+    "ike_remote_id",
 ];
+
+/// Options of `ipsec=manual` only.
+const MANUAL_OPTIONS: [&str; 4] = ["esp_spi_out", "esp_key_out", "esp_spi_in", "esp_key_in"];
+/// Options of `ipsec=ike` only.
+const IKE_OPTIONS: [&str; 3] = ["psk", "ike_local_id", "ike_remote_id"];
 
 /// Options whose values are secrets: `show` prints them masked.
 pub const SECRET_OPTIONS: &[&str] = &["esp_key_out", "esp_key_in", "psk"];
@@ -102,15 +121,36 @@ impl AeadKind {
     }
 }
 
-/// A tunnel port's IPsec settings.
+/// Hand-configured SAs (`ipsec=manual`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IpsecConfig {
+pub struct ManualKeys {
     pub spi_out: u32,
     pub key_out: Secret,
     pub spi_in: u32,
     pub key_in: Secret,
+}
+
+/// IKEv2 with a pre-shared key (`ipsec=ike`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IkeKeying {
+    pub psk: Secret,
+    pub local_id: Option<String>,
+    pub remote_id: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Keying {
+    Manual(ManualKeys),
+    Ike(IkeKeying),
+}
+
+/// A tunnel port's IPsec settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpsecConfig {
+    pub keying: Keying,
     pub aead: AeadKind,
-    /// ESP in UDP 4500 (RFC 3948) rather than IP protocol 50.
+    /// ESP in UDP 4500 (RFC 3948) rather than IP protocol 50 (manual
+    /// keys; IKE negotiates it: NAT detected, or forced by the peer).
     pub encap_udp: bool,
     pub esn: bool,
     pub replay_window: u32,
@@ -161,27 +201,31 @@ impl IpsecConfig {
     /// The IPsec part of a tunnel port's options: `None` without `ipsec`.
     /// Errors name the option (never a key's value).
     pub fn from_options(options: &BTreeMap<String, String>) -> Result<Option<IpsecConfig>, String> {
-        let Some(mode) = options.get("ipsec") else {
+        let Some(keying) = options.get("ipsec") else {
             if let Some(k) = options.keys().find(|k| OPTIONS.contains(&k.as_str())) {
-                return Err(format!("option {k} needs ipsec=manual"));
+                return Err(format!("option {k} needs ipsec=manual or ipsec=ike"));
             }
             return Ok(None);
         };
-        match mode.as_str() {
-            "manual" => {}
-            "ike" => {
-                return Err(
-                    "option ipsec=ike: IKEv2 keying is not built yet (use ipsec=manual)".into(),
-                )
-            }
-            v => return Err(format!("option ipsec={v}: expected manual")),
-        }
-        let get = |k: &str| {
-            options
-                .get(k)
-                .map(String::as_str)
-                .ok_or_else(|| format!("option {k} is required with ipsec=manual"))
+        let ike = match keying.as_str() {
+            "manual" => false,
+            "ike" => true,
+            v => return Err(format!("option ipsec={v}: expected manual or ike")),
         };
+        let (needs, other) = if ike {
+            (&["psk"][..], &MANUAL_OPTIONS[..])
+        } else {
+            (&MANUAL_OPTIONS[..], &IKE_OPTIONS[..])
+        };
+        if let Some(k) = other.iter().find(|k| options.contains_key(**k)) {
+            return Err(format!("option {k} does not go with ipsec={keying}"));
+        }
+        for k in needs {
+            if !options.contains_key(*k) {
+                return Err(format!("option {k} is required with ipsec={keying}"));
+            }
+        }
+        let get = |k: &str| options.get(k).map(String::as_str).unwrap_or_default();
         let aead = match options.get("esp_aead").map(String::as_str) {
             None | Some("aes-gcm-128") => AeadKind::AesGcm128,
             Some("aes-gcm-256") => AeadKind::AesGcm256,
@@ -213,11 +257,26 @@ impl IpsecConfig {
                 }
             },
         };
+        let keying = if ike {
+            let psk = get("psk");
+            if psk.len() < 8 {
+                return Err("option psk: at least 8 characters".into());
+            }
+            Keying::Ike(IkeKeying {
+                psk: Secret(psk.as_bytes().to_vec()),
+                local_id: options.get("ike_local_id").cloned(),
+                remote_id: options.get("ike_remote_id").cloned(),
+            })
+        } else {
+            Keying::Manual(ManualKeys {
+                spi_out: parse_spi("esp_spi_out", get("esp_spi_out"))?,
+                key_out: parse_key("esp_key_out", get("esp_key_out"), aead)?,
+                spi_in: parse_spi("esp_spi_in", get("esp_spi_in"))?,
+                key_in: parse_key("esp_key_in", get("esp_key_in"), aead)?,
+            })
+        };
         let cfg = IpsecConfig {
-            spi_out: parse_spi("esp_spi_out", get("esp_spi_out")?)?,
-            key_out: parse_key("esp_key_out", get("esp_key_out")?, aead)?,
-            spi_in: parse_spi("esp_spi_in", get("esp_spi_in")?)?,
-            key_in: parse_key("esp_key_in", get("esp_key_in")?, aead)?,
+            keying,
             aead,
             encap_udp,
             esn: flag("esp_esn")?,
@@ -226,25 +285,22 @@ impl IpsecConfig {
         };
         // The library's own checks, so a port is refused at add-port
         // rather than when its first frame goes out.
-        cfg.sa_config(true)
-            .validate()
-            .map_err(|e| format!("esp_spi_out/esp_key_out: {e}"))?;
-        cfg.sa_config(false)
-            .validate()
-            .map_err(|e| format!("esp_spi_in/esp_key_in: {e}"))?;
+        if let Keying::Manual(m) = &cfg.keying {
+            cfg.sa_config(m.spi_out, &m.key_out.0)
+                .validate()
+                .map_err(|e| format!("esp_spi_out/esp_key_out: {e}"))?;
+            cfg.sa_config(m.spi_in, &m.key_in.0)
+                .validate()
+                .map_err(|e| format!("esp_spi_in/esp_key_in: {e}"))?;
+        }
         Ok(Some(cfg))
     }
 
-    fn sa_config(&self, outbound: bool) -> SaConfig {
-        let (spi, key) = if outbound {
-            (self.spi_out, &self.key_out)
-        } else {
-            (self.spi_in, &self.key_in)
-        };
+    fn sa_config(&self, spi: u32, key: &[u8]) -> SaConfig {
         SaConfig {
             spi,
             aead: self.aead.aead(),
-            key: key.0.clone(),
+            key: key.to_vec(),
             esn: self.esn,
             replay_window: self.replay_window,
             lifetime_bytes: None,
@@ -252,10 +308,29 @@ impl IpsecConfig {
         }
     }
 
+    /// What IKE is asked to negotiate for this port.
+    fn ike_config(&self, k: &IkeKeying, local: Ipv4Addr, remote: Ipv4Addr) -> IkeConfig {
+        let mut c = IkeConfig::new(local, remote, k.psk.0.clone());
+        c.local_id = k.local_id.clone();
+        c.remote_id = k.remote_id.clone();
+        c.esp_aead_key_len = self.aead.key_len() - 4;
+        c.esn = self.esn;
+        c.child_ts = match self.mode {
+            EspMode::Transport => ChildTs::udp_transport(),
+            EspMode::Tunnel => ChildTs::host_tunnel(),
+        };
+        c
+    }
+
     /// Bytes ESP adds to the outer IP packet at most: the inner MTU of the
     /// tunnel shrinks by this much.
     pub fn overhead(&self) -> usize {
-        let udp = if self.encap_udp { 8 } else { 0 };
+        // IKE may decide on UDP encapsulation: count it.
+        let udp = if self.encap_udp || matches!(self.keying, Keying::Ike(_)) {
+            8
+        } else {
+            0
+        };
         let ip = match self.mode {
             EspMode::Transport => 0,
             EspMode::Tunnel => 20,
@@ -269,7 +344,13 @@ struct EspEndpoint {
     cfg: IpsecConfig,
     local: Ipv4Addr,
     remote: Ipv4Addr,
-    out: OutboundSa,
+    /// The SA frames go out with (IKE: none until a child SA is up).
+    out: Option<OutboundSa>,
+    /// How ESP travels now: the option (manual) or IKE's decision.
+    encap_udp: bool,
+    mode: EspMode,
+    /// IKE keying: the session and its reconnection state.
+    ike: Option<IkeState>,
     /// Manual keys: where the sequence reservation is kept, and the
     /// sequence number it reaches (the SA may send up to it).
     seq_file: Option<PathBuf>,
@@ -301,15 +382,31 @@ fn state_dir() -> PathBuf {
 
 /// The reservation file of an outbound manual SA: by addresses, SPI and a
 /// fingerprint of the key (a new key starts from 1 again, safely).
-fn seq_file(cfg: &IpsecConfig, local: Ipv4Addr, remote: Ipv4Addr) -> PathBuf {
+fn seq_file(m: &ManualKeys, local: Ipv4Addr, remote: Ipv4Addr) -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    cfg.key_out.0.hash(&mut h);
+    m.key_out.0.hash(&mut h);
     state_dir().join(format!(
         "esp-{local}-{remote}-{:08x}-{:016x}.seq",
-        cfg.spi_out,
+        m.spi_out,
         h.finish()
     ))
+}
+
+/// First wait before reconnecting a failed IKE peering; doubles up to
+/// [`IKE_RETRY_MAX`].
+const IKE_RETRY_MIN: Duration = Duration::from_secs(2);
+const IKE_RETRY_MAX: Duration = Duration::from_secs(60);
+
+struct IkeState {
+    session: IkeSession,
+    /// Reconnect at this time (after a failure or the SA went down).
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    /// The current child SA's inbound SPI (rekeyed when its outbound SA
+    /// nears a limit).
+    child_in: Option<u32>,
+    rekey_asked: bool,
 }
 
 fn read_seq(path: &Path) -> Result<u64, String> {
@@ -349,6 +446,13 @@ pub struct EspCounters {
     pub rx_drops: BTreeMap<&'static str, u64>,
     /// Outbound drops by reason (`seq_exhausted`, `lifetime_expired`).
     pub tx_drops: BTreeMap<&'static str, u64>,
+    /// IKE: SAs established, child SAs installed, rekeys, failures.
+    pub ike_up: u64,
+    pub ike_child_sas: u64,
+    pub ike_rekeys: u64,
+    pub ike_failures: u64,
+    pub ike_rx: u64,
+    pub ike_tx: u64,
 }
 
 /// Counter names for drop reasons (port counters are static strings).
@@ -385,6 +489,12 @@ impl EspCounters {
             ("esp_rx_bytes", self.rx_bytes),
             ("esp_tx_packets", self.tx_packets),
             ("esp_tx_bytes", self.tx_bytes),
+            ("ike_sa_established", self.ike_up),
+            ("ike_child_sas_installed", self.ike_child_sas),
+            ("ike_child_sas_rekeyed", self.ike_rekeys),
+            ("ike_failures", self.ike_failures),
+            ("ike_rx_messages", self.ike_rx),
+            ("ike_tx_messages", self.ike_tx),
         ];
         let name = |table: &[(&str, &'static str)], r: &str, other: &'static str| {
             table
@@ -429,7 +539,8 @@ pub struct UnderlayEsp {
 }
 
 impl UnderlayEsp {
-    /// Protect endpoint `id` (local -> remote) with `cfg`'s SAs.
+    /// Protect endpoint `id` (local -> remote) with `cfg`: manual SAs now,
+    /// or an IKE session that installs them when it is up.
     pub fn add(
         &mut self,
         id: u64,
@@ -437,17 +548,15 @@ impl UnderlayEsp {
         local: Ipv4Addr,
         remote: Ipv4Addr,
     ) -> Result<(), String> {
-        if self.inbound.contains_key(&cfg.spi_in) {
-            return Err(format!(
-                "esp_spi_in={:#x}: another tunnel port on this underlay receives with it",
-                cfg.spi_in
-            ));
-        }
-        self.add_with_state(id, cfg, local, remote, Some(seq_file(cfg, local, remote)))
+        let seq = match &cfg.keying {
+            Keying::Manual(m) => Some(seq_file(m, local, remote)),
+            Keying::Ike(_) => None,
+        };
+        self.add_with_state(id, cfg, local, remote, seq, Instant::now())
     }
 
-    /// [`UnderlayEsp::add`] with the reservation file of its outbound SA
-    /// (`None`: none kept, for tests).
+    /// [`UnderlayEsp::add`] with the reservation file of a manual outbound
+    /// SA (`None`: none kept, for tests) and the clock IKE starts from.
     pub fn add_with_state(
         &mut self,
         id: u64,
@@ -455,46 +564,321 @@ impl UnderlayEsp {
         local: Ipv4Addr,
         remote: Ipv4Addr,
         seq_file: Option<PathBuf>,
+        now: Instant,
     ) -> Result<(), String> {
-        if self.inbound.contains_key(&cfg.spi_in) {
+        if self
+            .endpoints
+            .values()
+            .any(|e| e.local == local && e.remote == remote)
+        {
             return Err(format!(
-                "esp_spi_in={:#x}: another tunnel port on this underlay receives with it",
-                cfg.spi_in
+                "another tunnel port on this underlay already protects {local} <-> {remote} \
+                 (one IPsec peering per pair of addresses)"
             ));
         }
-        let (out, reserved) = match &seq_file {
-            Some(path) => {
-                let start = read_seq(path)?;
-                let reserved = start.saturating_add(SEQ_RESERVE);
-                write_seq(path, reserved).map_err(|e| {
-                    format!(
-                        "cannot keep the ESP sequence numbers of a manual key ({e}): \
-                         they are AES-GCM nonces and must never restart"
-                    )
-                })?;
-                let out = OutboundSa::new_after_seq(cfg.sa_config(true), start)
-                    .map_err(|e| format!("esp out: {e}"))?;
-                (out, reserved)
-            }
-            None => (
-                OutboundSa::new(cfg.sa_config(true)).map_err(|e| format!("esp out: {e}"))?,
-                u64::MAX,
-            ),
+        let mut ep = EspEndpoint {
+            cfg: cfg.clone(),
+            local,
+            remote,
+            out: None,
+            encap_udp: cfg.encap_udp,
+            mode: cfg.mode,
+            ike: None,
+            seq_file: None,
+            reserved: u64::MAX,
         };
-        let inb = InboundSa::new(cfg.sa_config(false)).map_err(|e| format!("esp in: {e}"))?;
-        self.inbound.insert(cfg.spi_in, (id, inb));
-        self.endpoints.insert(
-            id,
-            EspEndpoint {
-                cfg: cfg.clone(),
-                local,
-                remote,
-                out,
-                seq_file,
-                reserved,
-            },
-        );
+        match &cfg.keying {
+            Keying::Manual(m) => {
+                if self.inbound.contains_key(&m.spi_in) {
+                    return Err(format!(
+                        "esp_spi_in={:#x}: another tunnel port on this underlay receives with it",
+                        m.spi_in
+                    ));
+                }
+                let out_cfg = cfg.sa_config(m.spi_out, &m.key_out.0);
+                let out = match &seq_file {
+                    Some(path) => {
+                        let start = read_seq(path)?;
+                        ep.reserved = start.saturating_add(SEQ_RESERVE);
+                        write_seq(path, ep.reserved).map_err(|e| {
+                            format!(
+                                "cannot keep the ESP sequence numbers of a manual key ({e}): \
+                                 they are AES-GCM nonces and must never restart"
+                            )
+                        })?;
+                        OutboundSa::new_after_seq(out_cfg, start)
+                    }
+                    None => OutboundSa::new(out_cfg),
+                }
+                .map_err(|e| format!("esp out: {e}"))?;
+                let inb = InboundSa::new(cfg.sa_config(m.spi_in, &m.key_in.0))
+                    .map_err(|e| format!("esp in: {e}"))?;
+                self.inbound.insert(m.spi_in, (id, inb));
+                ep.out = Some(out);
+                ep.seq_file = seq_file;
+            }
+            Keying::Ike(k) => {
+                let mut session = IkeSession::new(cfg.ike_config(k, local, remote), now);
+                session.connect(now);
+                ep.ike = Some(IkeState {
+                    session,
+                    retry_at: None,
+                    backoff: IKE_RETRY_MIN,
+                    child_in: None,
+                    rekey_asked: false,
+                });
+            }
+        }
+        self.endpoints.insert(id, ep);
         Ok(())
+    }
+
+    /// Whether any endpoint is keyed by IKE (its sessions need polling).
+    pub fn has_ike(&self) -> bool {
+        self.endpoints.values().any(|e| e.ike.is_some())
+    }
+
+    /// An IKE message for an IKE-keyed endpoint (UDP to 500, or to 4500
+    /// with the non-ESP marker, from its remote to its local address):
+    /// handed to the endpoint's session. Returns whether `frame` was one
+    /// (consumed: the caller recycles it).
+    pub fn ike_input(&mut self, frame: &[u8], now: Instant) -> bool {
+        if !self.has_ike() || frame.len() < 14 + 20 + 8 || frame[12..14] != [0x08, 0x00] {
+            return false;
+        }
+        let ihl = usize::from(frame[14] & 0x0f) * 4;
+        if frame[14] >> 4 != 4 || ihl < 20 || frame[14 + 9] != 17 {
+            return false;
+        }
+        if u16::from_be_bytes([frame[14 + 6], frame[14 + 7]]) & 0x3fff != 0 {
+            return false;
+        }
+        let l4 = 14 + ihl;
+        let Some(u) = frame.get(l4..l4 + 8) else {
+            return false;
+        };
+        let (sport, dport) = (
+            u16::from_be_bytes([u[0], u[1]]),
+            u16::from_be_bytes([u[2], u[3]]),
+        );
+        if dport != IKE_PORT && dport != NAT_T_PORT {
+            return false;
+        }
+        let ulen = usize::from(u16::from_be_bytes([u[4], u[5]]));
+        let Some(payload) = frame.get(l4 + 8..l4 + ulen.max(8)) else {
+            return false;
+        };
+        // On 4500, anything but the non-ESP marker or a keepalive is ESP.
+        let keepalive = payload == [0xff];
+        if dport == NAT_T_PORT && !keepalive && (payload.len() < 4 || payload[..4] != [0; 4]) {
+            return false;
+        }
+        let ip = |o: usize| Ipv4Addr::new(frame[o], frame[o + 1], frame[o + 2], frame[o + 3]);
+        let (src, dst) = (ip(14 + 12), ip(14 + 16));
+        let Some((&id, ep)) = self
+            .endpoints
+            .iter_mut()
+            .find(|(_, e)| e.ike.is_some() && e.local == dst && e.remote == src)
+        else {
+            return false;
+        };
+        if !keepalive {
+            self.counters.ike_rx += 1;
+            if let Some(st) = ep.ike.as_mut() {
+                st.session.input(sport, dport, payload, now);
+            }
+            self.ike_events(id, now);
+        }
+        true
+    }
+
+    /// Drive the IKE sessions: retransmissions, rekeys and liveness,
+    /// reconnection after a failure, a child rekey when the ESP SA nears a
+    /// limit. What they send is appended to `out` as (local, remote,
+    /// datagram).
+    pub fn poll_ike(&mut self, now: Instant, out: &mut Vec<(Ipv4Addr, Ipv4Addr, Datagram)>) {
+        let ids: Vec<u64> = self
+            .endpoints
+            .iter()
+            .filter(|(_, e)| e.ike.is_some())
+            .map(|(i, _)| *i)
+            .collect();
+        for id in ids {
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                let needs_rekey = ep.out.as_ref().is_some_and(|o| o.needs_rekey());
+                if let Some(st) = ep.ike.as_mut() {
+                    if st.retry_at.is_some_and(|t| now >= t) {
+                        st.retry_at = None;
+                        st.session.connect(now);
+                    }
+                    if needs_rekey && !st.rekey_asked {
+                        if let Some(spi) = st.child_in {
+                            st.session.rekey_child(spi, now);
+                            st.rekey_asked = true;
+                        }
+                    }
+                    st.session.tick(now);
+                }
+            }
+            self.ike_events(id, now);
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                let (local, remote) = (ep.local, ep.remote);
+                if let Some(st) = ep.ike.as_mut() {
+                    while let Some(d) = st.session.poll_transmit() {
+                        self.counters.ike_tx += 1;
+                        out.push((local, remote, d));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Act on what endpoint `id`'s session decided.
+    fn ike_events(&mut self, id: u64, now: Instant) {
+        loop {
+            let Some(ep) = self.endpoints.get_mut(&id) else {
+                return;
+            };
+            let (local, remote) = (ep.local, ep.remote);
+            let Some(ev) = ep.ike.as_mut().and_then(|st| st.session.poll_event()) else {
+                return;
+            };
+            match ev {
+                IkeEvent::IkeUp => {
+                    self.counters.ike_up += 1;
+                    if let Some(st) = ep.ike.as_mut() {
+                        st.backoff = IKE_RETRY_MIN;
+                    }
+                    tracing::info!(%local, %remote, "IKE SA established");
+                }
+                IkeEvent::ChildSaUp {
+                    mode,
+                    encap_udp,
+                    outbound,
+                    inbound,
+                } => self.install_child(id, mode, encap_udp, &outbound, &inbound, false),
+                IkeEvent::ChildSaRekeyed {
+                    mode,
+                    encap_udp,
+                    outbound,
+                    inbound,
+                    ..
+                } => self.install_child(id, mode, encap_udp, &outbound, &inbound, true),
+                IkeEvent::ChildSaDeleted {
+                    inbound_spi,
+                    outbound_spi,
+                } => {
+                    if self
+                        .inbound
+                        .get(&inbound_spi)
+                        .is_some_and(|(e, _)| *e == id)
+                    {
+                        self.inbound.remove(&inbound_spi);
+                    }
+                    if ep.out.as_ref().is_some_and(|o| o.spi() == outbound_spi) {
+                        ep.out = None;
+                    }
+                    if let Some(st) = ep.ike.as_mut() {
+                        if st.child_in == Some(inbound_spi) {
+                            st.child_in = None;
+                        }
+                    }
+                    tracing::info!(%local, %remote, spi_in = format_args!("{inbound_spi:#010x}"),
+                        "IPsec child SA deleted");
+                }
+                IkeEvent::IkeFailed { reason } => {
+                    self.counters.ike_failures += 1;
+                    let retry = ep.ike.as_ref().map_or(IKE_RETRY_MIN, |st| st.backoff);
+                    tracing::warn!(%local, %remote, "IKE failed: {reason} (retrying in {}s)",
+                        retry.as_secs());
+                    self.ike_down(id, now);
+                }
+                IkeEvent::IkeDown => {
+                    tracing::info!(%local, %remote, "IKE SA down");
+                    self.ike_down(id, now);
+                }
+            }
+        }
+    }
+
+    /// No IKE SA: no ESP either, and a new attempt after the backoff.
+    fn ike_down(&mut self, id: u64, now: Instant) {
+        self.inbound.retain(|_, (e, _)| *e != id);
+        if let Some(ep) = self.endpoints.get_mut(&id) {
+            ep.out = None;
+            if let Some(st) = ep.ike.as_mut() {
+                st.child_in = None;
+                st.rekey_asked = false;
+                if st.retry_at.is_none() {
+                    st.retry_at = Some(now + st.backoff);
+                    st.backoff = (st.backoff * 2).min(IKE_RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Install a child SA IKE negotiated: frames go out with the new
+    /// outbound SA at once; a rekeyed SA's old inbound half stays until
+    /// IKE deletes it (packets in flight still authenticate).
+    fn install_child(
+        &mut self,
+        id: u64,
+        mode: ChildMode,
+        encap_udp: bool,
+        outbound: &ChildKeys,
+        inbound: &ChildKeys,
+        rekey: bool,
+    ) {
+        let Some(ep) = self.endpoints.get_mut(&id) else {
+            return;
+        };
+        let (local, remote) = (ep.local, ep.remote);
+        let sa = |k: &ChildKeys| {
+            let aead = if k.key.len() == Aead::AesGcm256.key_material_len() {
+                Aead::AesGcm256
+            } else {
+                Aead::AesGcm128
+            };
+            SaConfig {
+                spi: k.spi,
+                aead,
+                key: k.key.clone(),
+                esn: k.esn,
+                replay_window: ep.cfg.replay_window,
+                lifetime_bytes: None,
+                lifetime_packets: None,
+            }
+        };
+        let (out, inb) = match (OutboundSa::new(sa(outbound)), InboundSa::new(sa(inbound))) {
+            (Ok(o), Ok(i)) => (o, i),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(%local, %remote, "IKE gave an unusable child SA: {e}");
+                return;
+            }
+        };
+        ep.out = Some(out);
+        ep.encap_udp = encap_udp;
+        ep.mode = match mode {
+            ChildMode::Transport => EspMode::Transport,
+            ChildMode::Tunnel => EspMode::Tunnel,
+        };
+        if let Some(st) = ep.ike.as_mut() {
+            st.child_in = Some(inbound.spi);
+            st.rekey_asked = false;
+        }
+        self.inbound.insert(inbound.spi, (id, inb));
+        if rekey {
+            self.counters.ike_rekeys += 1;
+        } else {
+            self.counters.ike_child_sas += 1;
+        }
+        tracing::info!(
+            %local, %remote,
+            spi_in = format_args!("{:#010x}", inbound.spi),
+            spi_out = format_args!("{:#010x}", outbound.spi),
+            ?mode, encap_udp, rekey,
+            "IPsec child SA installed"
+        );
     }
 
     pub fn remove(&mut self, id: u64) {
@@ -614,7 +998,7 @@ impl UnderlayEsp {
         if at.src != ep.remote || at.dst != ep.local {
             return Err("sa_mismatch");
         }
-        let mode = ep.cfg.mode;
+        let mode = ep.mode;
         // The IP total length bounds the ESP packet (Ethernet padding of
         // short frames is not ciphertext).
         let tot = usize::from(u16::from_be_bytes([
@@ -685,11 +1069,16 @@ impl UnderlayEsp {
         }
         let ihl = usize::from(data[14] & 0x0f) * 4;
         let hdr = 14 + ihl;
-        let (next_header, plain_from) = match ep.cfg.mode {
+        let (next_header, plain_from) = match ep.mode {
             EspMode::Transport => (data[14 + 9], hdr),
             EspMode::Tunnel => (4, 14),
         };
-        if ep.out.last_seq() >= ep.reserved {
+        let Some(out) = ep.out.as_mut() else {
+            // IKE not (yet) up: nothing to send with.
+            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
+            return Err("no_sa");
+        };
+        if out.last_seq() >= ep.reserved {
             // Write the next reservation down before using it.
             let next = ep.reserved.saturating_add(SEQ_RESERVE);
             match ep.seq_file.as_deref().map(|p| write_seq(p, next)) {
@@ -706,10 +1095,7 @@ impl UnderlayEsp {
                 None => ep.reserved = u64::MAX,
             }
         }
-        if let Err(e) = ep
-            .out
-            .seal(next_header, &data[plain_from..], &mut self.scratch)
-        {
+        if let Err(e) = out.seal(next_header, &data[plain_from..], &mut self.scratch) {
             let reason = e.name();
             *self.counters.tx_drops.entry(reason).or_default() += 1;
             return Err(reason);
@@ -717,16 +1103,16 @@ impl UnderlayEsp {
         // New outer header: the encapsulation's own (tunnel mode keeps a
         // copy of it as the outer header, options dropped).
         let mut h = [0u8; 14 + 60];
-        let keep = match ep.cfg.mode {
+        let keep = match ep.mode {
             EspMode::Transport => hdr,
             EspMode::Tunnel => 14 + 20,
         };
         h[..keep].copy_from_slice(&data[..keep]);
-        if ep.cfg.mode == EspMode::Tunnel {
+        if ep.mode == EspMode::Tunnel {
             h[14] = 0x45;
         }
         let ihl = keep - 14;
-        let udp = if ep.cfg.encap_udp { 8 } else { 0 };
+        let udp = if ep.encap_udp { 8 } else { 0 };
         let total = ihl + udp + self.scratch.len();
         if total > usize::from(u16::MAX) {
             return Err("too_big");
@@ -790,7 +1176,10 @@ mod tests {
     fn options_parse_and_errors_never_echo_keys() {
         assert_eq!(IpsecConfig::from_options(&opts(&[])).unwrap(), None);
         let c = IpsecConfig::from_options(&manual(&[])).unwrap().unwrap();
-        assert_eq!((c.spi_out, c.spi_in), (0x1001, 0x1002));
+        let Keying::Manual(m) = &c.keying else {
+            panic!("manual")
+        };
+        assert_eq!((m.spi_out, m.spi_in), (0x1001, 0x1002));
         assert_eq!(c.replay_window, 64);
         assert_eq!(c.mode, EspMode::Transport);
         assert!(!format!("{c:?}").contains("0102"), "{c:?}");
@@ -799,8 +1188,13 @@ mod tests {
             (manual(&[("esp_replay_window", "5000")]), "0..=4096"),
             (manual(&[("esp_aead", "aes-gcm-256")]), "needs 36"),
             (manual(&[("esp_encap", "tcp")]), "none or udp"),
-            (opts(&[("esp_spi_in", "0x1002")]), "needs ipsec=manual"),
-            (manual(&[("ipsec", "ike")]), "not built yet"),
+            (
+                opts(&[("esp_spi_in", "0x1002")]),
+                "needs ipsec=manual or ipsec=ike",
+            ),
+            (manual(&[("ipsec", "ike")]), "does not go with ipsec=ike"),
+            (opts(&[("ipsec", "ike")]), "psk is required"),
+            (opts(&[("ipsec", "ike"), ("psk", "short")]), "at least 8"),
         ] {
             let e = IpsecConfig::from_options(&o).unwrap_err();
             assert!(e.contains(want), "{e}");
@@ -829,13 +1223,17 @@ mod tests {
     fn pair(extra: &[(&str, &str)]) -> (UnderlayEsp, UnderlayEsp) {
         let a_cfg = IpsecConfig::from_options(&manual(extra)).unwrap().unwrap();
         let mut b_cfg = a_cfg.clone();
-        std::mem::swap(&mut b_cfg.spi_in, &mut b_cfg.spi_out);
-        std::mem::swap(&mut b_cfg.key_in, &mut b_cfg.key_out);
+        if let Keying::Manual(m) = &mut b_cfg.keying {
+            std::mem::swap(&mut m.spi_in, &mut m.spi_out);
+            std::mem::swap(&mut m.key_in, &mut m.key_out);
+        }
         let (la, lb) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
         let mut a = UnderlayEsp::default();
-        a.add_with_state(1, &a_cfg, la, lb, None).unwrap();
+        a.add_with_state(1, &a_cfg, la, lb, None, Instant::now())
+            .unwrap();
         let mut b = UnderlayEsp::default();
-        b.add_with_state(7, &b_cfg, lb, la, None).unwrap();
+        b.add_with_state(7, &b_cfg, lb, la, None, Instant::now())
+            .unwrap();
         (a, b)
     }
 
@@ -935,18 +1333,22 @@ mod seq_tests {
             u32::from_be_bytes(p.data()[14 + 20 + 4..14 + 20 + 8].try_into().unwrap())
         };
         let mut a = UnderlayEsp::default();
-        a.add_with_state(1, &cfg, l, r, Some(file.clone())).unwrap();
+        a.add_with_state(1, &cfg, l, r, Some(file.clone()), Instant::now())
+            .unwrap();
         assert_eq!(frame(&mut a), 1);
         assert_eq!(read_seq(&file).unwrap(), SEQ_RESERVE);
         drop(a);
         let mut b = UnderlayEsp::default();
-        b.add_with_state(1, &cfg, l, r, Some(file.clone())).unwrap();
+        b.add_with_state(1, &cfg, l, r, Some(file.clone()), Instant::now())
+            .unwrap();
         assert_eq!(u64::from(frame(&mut b)), SEQ_RESERVE + 1);
         assert_eq!(read_seq(&file).unwrap(), 2 * SEQ_RESERVE);
         // An unwritable state directory refuses the port.
         let mut c = UnderlayEsp::default();
         let bad = PathBuf::from("/proc/nicflow-no/x.seq");
-        let e = c.add_with_state(1, &cfg, l, r, Some(bad)).unwrap_err();
+        let e = c
+            .add_with_state(1, &cfg, l, r, Some(bad), Instant::now())
+            .unwrap_err();
         assert!(e.contains("must never restart"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

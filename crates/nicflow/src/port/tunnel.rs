@@ -526,6 +526,8 @@ pub struct Underlay {
     next_id: u64,
     /// SAs of the endpoints with IPsec.
     esp: UnderlayEsp,
+    /// IKE datagrams to send, reused between polls.
+    ike_out: Vec<(Ipv4Addr, Ipv4Addr, nicflow_ipsec::ike::Datagram)>,
 }
 
 thread_local! {
@@ -597,6 +599,7 @@ impl Underlay {
             counters: UnderlayCounters::default(),
             next_id: 1,
             esp: UnderlayEsp::default(),
+            ike_out: Vec::new(),
         }
     }
 
@@ -735,6 +738,14 @@ impl Underlay {
             self.dispatch(pkt, pool, now);
         }
         self.rx = rx;
+        if self.esp.has_ike() {
+            let mut out = std::mem::take(&mut self.ike_out);
+            self.esp.poll_ike(now, &mut out);
+            for (local, remote, d) in out.drain(..) {
+                self.send_ike(local, remote, &d, now);
+            }
+            self.ike_out = out;
+        }
         self.flush()?;
         n.map(|_| ())
     }
@@ -754,6 +765,11 @@ impl Underlay {
         }
         if u16::from_be_bytes([data[12], data[13]]) == nicflow_packet::ETHERTYPE_ARP {
             self.arp_input(&pkt, now);
+            pool.push(pkt);
+            return;
+        }
+        // IKE for an IKE-keyed endpoint goes to its session.
+        if self.esp.ike_input(pkt.data(), now) {
             pool.push(pkt);
             return;
         }
@@ -1098,6 +1114,35 @@ impl Underlay {
         e.pending_since.get_or_insert(now);
         e.pending.push_back(pkt);
         None
+    }
+
+    /// Send an IKE datagram from `local` to `remote` on the underlay (held
+    /// like tunnel frames while the remote's MAC is being resolved).
+    fn send_ike(
+        &mut self,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+        d: &nicflow_ipsec::ike::Datagram,
+        now: Instant,
+    ) {
+        let mac = self.resolve(remote, local, now);
+        let frame = FrameBuilder::new(self.mac, mac.unwrap_or([0; 6]))
+            .ipv4(local, remote)
+            .udp(d.src_port, d.dst_port)
+            .payload(&d.payload)
+            .build();
+        let mut pkt = self
+            .done
+            .pop()
+            .unwrap_or_else(|| PacketBuf::with_capacity(frame.len().max(2048)));
+        if !pkt.set_data(&frame) {
+            pkt = PacketBuf::from_slice(&frame);
+        }
+        if mac.is_some() {
+            self.tx.push(pkt);
+        } else if let Some(p) = self.hold(remote, pkt, now) {
+            self.done.push(p);
+        }
     }
 
     fn flush(&mut self) -> io::Result<()> {
