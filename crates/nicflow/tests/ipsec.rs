@@ -58,39 +58,26 @@ fn script() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy/esp_peer.py").to_string()
 }
 
-/// The lab with `extra` tunnel options (ESP mode, encapsulation, ESN).
-fn up(tag: &str, extra: &str) -> NsLab {
-    let mut lab = NsLab::new("nfes", tag, &["a1", "sw", "k"]);
+/// Namespaces a1 (host behind nicflow), sw (nicflow) and k (the peer)
+/// with their links and addresses; no daemon yet.
+fn lab_base(tag: &str) -> NsLab {
+    let lab = NsLab::new("nfes", tag, &["a1", "sw", "k"]);
     lab.veth("eth0", "a1", "pa1", "sw");
     lab.veth("u0", "sw", "u1", "k");
     lab.must("sw", &["ip", "link", "set", "u0", "address", U0_MAC]);
     lab.must("k", &["ip", "link", "set", "u1", "address", U1_MAC]);
     lab.must("k", &["ip", "addr", "add", "198.18.41.1/24", "dev", "u1"]);
-    lab.must(
-        "a1",
-        &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
-    );
-    lab.must("a1", &["ip", "link", "set", "eth0", "mtu", "1300"]);
-    lab.must(
-        "a1",
-        &["ip", "addr", "add", "198.18.40.1/24", "dev", "eth0"],
-    );
-    lab.must(
-        "a1",
-        &[
-            "ip",
-            "neigh",
-            "replace",
-            "198.18.40.2",
-            "lladdr",
-            "02:00:00:00:b1:01",
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ],
-    );
-    let cfg = format!(
+    let a1 = |args: &[&str]| lab.must("a1", args);
+    a1(&["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"]);
+    a1(&["ip", "link", "set", "eth0", "mtu", "1300"]);
+    a1(&["ip", "addr", "add", "198.18.40.1/24", "dev", "eth0"]);
+    lab
+}
+
+/// nicflow's configuration: a1's port and the protected VXLAN port with
+/// `ipsec` options (`ipsec = "..."`, keys, mode...).
+fn config(ipsec: &str) -> String {
+    format!(
         r#"
 [[bridge]]
 name = "br0"
@@ -106,10 +93,34 @@ type = "auto"
 name = "vx1"
 iface = "vx1"
 type = "vxlan"
-options = {{ underlay = "u0", local_ip = "198.18.41.2", remote_ip = "198.18.41.1", key = "100", ipsec = "manual", esp_spi_out = "{SPI_OUT}", esp_key_out = "{KEY_OUT}", esp_spi_in = "{SPI_IN}", esp_key_in = "{KEY_IN}"{extra} }}
+options = {{ underlay = "u0", local_ip = "198.18.41.2", remote_ip = "198.18.41.1", key = "100", {ipsec} }}
 "#
+    )
+}
+
+/// The lab with scapy's peer: manual keys and `extra` tunnel options (ESP
+/// mode, encapsulation, ESN).
+fn up(tag: &str, extra: &str) -> NsLab {
+    let mut lab = lab_base(tag);
+    // The host behind scapy's peer has no ARP: a static entry.
+    lab.must(
+        "a1",
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.40.2",
+            "lladdr",
+            "02:00:00:00:b1:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
     );
-    lab.start_daemon(&cfg);
+    lab.start_daemon(&config(&format!(
+        r#"ipsec = "manual", esp_spi_out = "{SPI_OUT}", esp_key_out = "{KEY_OUT}", esp_spi_in = "{SPI_IN}", esp_key_in = "{KEY_IN}"{extra}"#
+    )));
     lab
 }
 
@@ -474,69 +485,35 @@ fn ike_with_strongswan_traffic_rekey_and_wrong_psk() {
         common::skipped("strongSwan (charon, swanctl) not installed");
         return;
     }
-    let mut lab = NsLab::new("nfes", "s", &["a1", "sw", "k"]);
-    lab.veth("eth0", "a1", "pa1", "sw");
-    lab.veth("u0", "sw", "u1", "k");
-    lab.must("sw", &["ip", "link", "set", "u0", "address", U0_MAC]);
-    lab.must("k", &["ip", "addr", "add", "198.18.41.1/24", "dev", "u1"]);
+    let mut lab = lab_base("s");
     // The peer host: a kernel VXLAN device in k, carried by charon's ESP.
-    lab.must(
-        "k",
-        &[
-            "ip",
-            "link",
-            "add",
-            "vx0",
-            "type",
-            "vxlan",
-            "id",
-            "100",
-            "local",
-            "198.18.41.1",
-            "remote",
-            "198.18.41.2",
-            "dstport",
-            "4789",
-            "dev",
-            "u1",
-        ],
-    );
-    lab.must(
-        "k",
-        &["ip", "link", "set", "vx0", "address", "02:00:00:00:b1:01"],
-    );
-    lab.must("k", &["ip", "link", "set", "vx0", "mtu", "1300"]);
-    lab.must("k", &["ip", "addr", "add", "198.18.40.2/24", "dev", "vx0"]);
-    lab.must("k", &["ip", "link", "set", "vx0", "up"]);
-    lab.must(
-        "a1",
-        &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
-    );
-    lab.must("a1", &["ip", "link", "set", "eth0", "mtu", "1300"]);
-    lab.must(
-        "a1",
-        &["ip", "addr", "add", "198.18.40.1/24", "dev", "eth0"],
-    );
+    let k = |args: &[&str]| lab.must("k", args);
+    k(&[
+        "ip",
+        "link",
+        "add",
+        "vx0",
+        "type",
+        "vxlan",
+        "id",
+        "100",
+        "local",
+        "198.18.41.1",
+        "remote",
+        "198.18.41.2",
+        "dstport",
+        "4789",
+        "dev",
+        "u1",
+    ]);
+    k(&["ip", "link", "set", "vx0", "address", "02:00:00:00:b1:01"]);
+    k(&["ip", "link", "set", "vx0", "mtu", "1300"]);
+    k(&["ip", "addr", "add", "198.18.40.2/24", "dev", "vx0"]);
+    k(&["ip", "link", "set", "vx0", "up"]);
     let charon = Charon::start(&lab, PSK);
-    lab.start_daemon(&format!(
-        r#"
-[[bridge]]
-name = "br0"
-flows = [
-  "in_port=pa1,actions=output:vx1",
-  "in_port=vx1,actions=output:pa1",
-]
-[[bridge.port]]
-name = "pa1"
-iface = "pa1"
-type = "auto"
-[[bridge.port]]
-name = "vx1"
-iface = "vx1"
-type = "vxlan"
-options = {{ underlay = "u0", local_ip = "198.18.41.2", remote_ip = "198.18.41.1", key = "100", ipsec = "ike", psk = "{PSK}", esp_mode = "tunnel" }}
-"#
-    ));
+    lab.start_daemon(&config(&format!(
+        r#"ipsec = "ike", psk = "{PSK}", esp_mode = "tunnel""#
+    )));
     let diag = |lab: &NsLab, charon: &Charon| {
         format!(
             "daemon:\n{}\ncharon:\n{}\n{}",
