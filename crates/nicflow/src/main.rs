@@ -293,6 +293,10 @@ enum BenchCmd {
     /// OpenFlow flow installation (FLOW_MODs, a barrier per 1,000) and
     /// PACKET_IN round trip and rate: nicflow vs Open vSwitch (issue 14).
     Openflow(bench::openflow::Args),
+    /// Meter accuracy: a meter at R against the rate that passes it, 10
+    /// Mbit/s to 5 Gbit/s: nicflow vs Open vSwitch userspace meters
+    /// (issue 14).
+    Meters(bench::meters::Args),
     /// TCP throughput against ACL rule count (1-20,000 rules plus
     /// allow-established): nicflow vs nftables (linear chain, set) vs Open
     /// vSwitch userspace (document 003's stateful firewall; issue 13).
@@ -579,6 +583,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::CtScale(args) => bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Openflow(args) => bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Meters(args) => bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::XdpRedirect(args) => {
                 bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod generator;
 pub mod host_tools;
 pub mod latency;
+pub mod meters;
 pub mod openflow;
 pub mod overlay;
 pub mod ovs_l3;
