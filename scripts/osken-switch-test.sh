@@ -5,7 +5,7 @@
 #   bash scripts/osken-switch-test.sh [--target nicflow|ovs|both]
 #        [--tests GROUP_OR_FILE[,...]] [--duration SECONDS] [--out DIR]
 #        [--offload none|auto|tc|xdp] [--port-type afxdp|afpacket]
-#        [--timeout SECONDS] [--port-max-len0]
+#        [--timeout SECONDS] [--port-max-len0] [--label NAME]
 #
 # The tool needs two switches connected to one controller: the *target*
 # (nicflow, or OVS for the baseline) and a *tester* (Open vSwitch userspace,
@@ -34,13 +34,17 @@
 # --port-max-len0: rewrite the test files so that OUTPUT actions to ports
 #   other than CONTROLLER carry max_len=0 instead of os-ken's default
 #   OFPCML_MAX (65509). max_len means nothing for those ports, but the
-#   tool compares the flow stats' instructions with what it sent, and
-#   nicflow reports such outputs with max_len=0 (as ovs-ofctl sends them):
-#   without this every case fails at "Added incorrect flows" before a
-#   packet is sent. The summary names it (`<target>+maxlen0`).
+#   tool compares the flow stats' instructions with what it sent; nicflow
+#   before commit 5afa00e reported such outputs with max_len=0 (as
+#   ovs-ofctl sends them), so every case failed at "Added incorrect flows"
+#   before a packet was sent. Since 5afa00e nicflow keeps max_len and this
+#   is not needed. The summary names it (`<target>+maxlen0`).
 # --out: where the logs go (default docs/results/osken-switch-test-run);
-#   per target and group `<target>-<group>.log` (osken-manager's output)
-#   plus `<target>-summary.txt`.
+#   per target and group `<label>-<group>.log` (osken-manager's output)
+#   plus `<label>-summary.txt`.
+# --label: the name the logs get (default `<target>`, `<target>+maxlen0`
+#   with --port-max-len0), e.g. `nicflow-strict` to keep an older run's
+#   logs beside the new ones. Only with one target.
 # Needs root, ovs-vswitchd/ovsdb-server/ovs-vsctl, os-ken 3.1.0's
 # osken-manager (scripts/setup.sh puts it in /opt/nicflow-tools/osken-venv;
 # $NICFLOW_OSKEN_MANAGER overrides) and target/release/nicflow (built with
@@ -57,6 +61,7 @@ offload=none
 port_type=
 timeout_s=3600
 maxlen0=
+label=
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target=$2; shift 2 ;;
@@ -67,11 +72,13 @@ while [ $# -gt 0 ]; do
     --port-type) port_type=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --port-max-len0) maxlen0=1; shift ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    --label) label=$2; shift 2 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "osken-switch-test: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$target" in nicflow|ovs|both) ;; *) echo "--target nicflow|ovs|both" >&2; exit 2 ;; esac
+[ -z "$label" ] || [ "$target" != both ] || { echo "--label needs --target nicflow or ovs" >&2; exit 2; }
 
 [ "$(id -u)" = 0 ] || { echo "osken-switch-test: needs root" >&2; exit 1; }
 for t in ovs-vswitchd ovsdb-server ovsdb-tool ovs-vsctl ovs-ofctl ip ethtool; do
@@ -237,7 +244,7 @@ PY
 }
 
 run_one() { # kind selection
-  local kind=$1 sel=$2 name log dpid label=$1${maxlen0:++maxlen0}
+  local kind=$1 sel=$2 name log dpid label=${label:-$1${maxlen0:++maxlen0}}
   name=$(echo "$sel" | sed 's#/#_#g; s#\.json$##')
   log=$out/$label-$name.log
   echo "== $kind: $sel =="
@@ -279,7 +286,7 @@ run_one() { # kind selection
 kinds=()
 case "$target" in both) kinds=(nicflow ovs) ;; *) kinds=("$target") ;; esac
 for kind in "${kinds[@]}"; do
-  : >"$out/$kind${maxlen0:++maxlen0}-summary.txt"
+  : >"$out/${label:-$kind${maxlen0:++maxlen0}}-summary.txt"
   IFS=, read -r -a sels <<<"$tests"
   for sel in "${sels[@]}"; do
     [ -e "$of13/$sel" ] || { echo "osken-switch-test: no $of13/$sel" >&2; exit 2; }
