@@ -29,6 +29,9 @@ command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 # namespace with a private configuration; the package's service is kept
 # from starting at install (policy-rc.d below).
 /usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || need_apt+=(python3-cryptography)
+# CNI: the reference plugins (host-local IPAM for the nicflow CNI plugin's
+# tests, and the baseline bridge plugin).
+[ -x /usr/lib/cni/host-local ] || need_apt+=(containernetworking-plugins)
 need_swan=0
 { [ -x /usr/lib/ipsec/charon ] && command -v swanctl >/dev/null 2>&1 \
   && [ -f /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] \
@@ -84,6 +87,16 @@ if [ "$(id -u)" -eq 0 ] && ! "$osken_venv/bin/osken-manager" --version >/dev/nul
     && "$osken_venv/bin/pip" install -q --disable-pip-version-check os-ken==3.1.0 >/dev/null 2>&1 \
     && "$osken_venv/bin/osken-manager" --version >/dev/null 2>&1 \
     || echo "setup: could not install os-ken 3.1.0 in $osken_venv; its test will be skipped" >&2
+fi
+
+# cnitool (the CNI reference runner) for tests/cni.rs: only if Go is here;
+# failure only skips that test case.
+if ! command -v cnitool >/dev/null 2>&1 && [ ! -x /root/go/bin/cnitool ] && [ ! -x "$HOME/go/bin/cnitool" ]; then
+  go_bin=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+  if [ -n "$go_bin" ]; then
+    "$go_bin" install github.com/containernetworking/cni/cnitool@v1.3.0 >/dev/null 2>&1 \
+      || echo "setup: could not install cnitool; its test case will be skipped" >&2
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod bridge;
+pub mod cni;
 pub mod control;
 pub mod datapath;
 pub mod demo;

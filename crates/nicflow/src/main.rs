@@ -308,6 +308,10 @@ enum BenchCmd {
 }
 
 fn main() -> ExitCode {
+    // Run as a CNI plugin (type `nicflow`) when a container runtime calls.
+    if std::env::var_os("CNI_COMMAND").is_some() {
+        return ExitCode::from(nicflow::cni::main() as u8);
+    }
     let cli = Cli::parse();
     // The daemon logs what it does; one-shot commands only warnings.
     let default_level = if matches!(cli.cmd, Cmd::Daemon { .. }) {

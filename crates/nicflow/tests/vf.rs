@@ -156,8 +156,8 @@ fn vfs_and_representors() {
             "bad MAC address `02:zz:00:00:00:03`".to_string(),
         ),
         (
-            vec!["add-vf", "br0", &c3, "--name", "vf0"],
-            "already has a VF `vf0`".to_string(),
+            vec!["add-vf", "br0", &c1, "--name", "vf0"],
+            format!("already has a VF `vf0` in namespace {c1}"),
         ),
         (
             vec!["add-vf", "br0", &c3, "--ip", "198.18.40.3/33"],

@@ -176,7 +176,7 @@ pub struct PortConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VfConfig {
-    /// The VF's interface name inside `namespace` (unique per bridge).
+    /// The VF's interface name inside `namespace` (unique per bridge and namespace).
     pub name: String,
     pub index: u32,
     pub namespace: String,

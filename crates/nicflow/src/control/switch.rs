@@ -1209,8 +1209,16 @@ impl Switch {
             .find(|i| !existing.iter().any(|v| v.index == *i))
             .ok_or_else(|| VfError::NoFreeIndex(bridge.to_string()).to_string())?;
         let name = spec.name.unwrap_or_else(|| vf::default_vf_name(index));
-        if existing.iter().any(|v| v.name == name) {
-            return dup(format!("bridge {bridge} already has a VF `{name}`"));
+        // Interface names are per namespace (every CNI pod has an `eth0`),
+        // so VF names are unique per bridge and namespace.
+        if existing
+            .iter()
+            .any(|v| v.name == name && v.namespace == spec.namespace)
+        {
+            return dup(format!(
+                "bridge {bridge} already has a VF `{name}` in namespace {}",
+                spec.namespace
+            ));
         }
         let representor = vf::representor_name(bridge, index);
         for bc in &self.config.bridges {
@@ -1290,16 +1298,29 @@ impl Switch {
         if !self.bridges.contains_key(bridge) {
             return Err(format!("no bridge `{bridge}`"));
         }
-        let vfc = self
+        let vfs = self
             .config
             .bridge(bridge)
-            .and_then(|b| {
-                b.vfs
-                    .iter()
-                    .find(|v| v.name == name || v.representor == name)
-            })
-            .cloned()
-            .ok_or_else(|| format!("bridge {bridge} has no VF `{name}`"))?;
+            .map(|b| b.vfs.as_slice())
+            .unwrap_or(&[]);
+        // A representor name is unique; a VF name may repeat across
+        // namespaces, and then only the representor says which VF.
+        let by_name: Vec<&VfConfig> = vfs.iter().filter(|v| v.name == name).collect();
+        let vfc = match vfs.iter().find(|v| v.representor == name) {
+            Some(v) => v.clone(),
+            None if by_name.len() > 1 => {
+                let reps: Vec<&str> = by_name.iter().map(|v| v.representor.as_str()).collect();
+                return Err(format!(
+                    "bridge {bridge} has {} VFs named `{name}` (in different namespaces); name one by its representor: {}",
+                    by_name.len(),
+                    reps.join(", ")
+                ));
+            }
+            None => by_name
+                .first()
+                .map(|v| (*v).clone())
+                .ok_or_else(|| format!("bridge {bridge} has no VF `{name}`"))?,
+        };
         let br = self.bridge(bridge)?;
         if br.port_map().0.contains_key(&vfc.representor) {
             br.del_port(&vfc.representor).map_err(|e| e.to_string())?;

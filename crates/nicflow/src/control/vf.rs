@@ -10,7 +10,8 @@
 //! - VF index: the lowest index (0..=[`MAX_VF_INDEX`]) not used by another VF
 //!   of the bridge.
 //! - VF interface (inside the container): `--name`, default `vf<N>`. VF names
-//!   are unique per bridge (they name the VF for `del-vf`).
+//!   are unique per bridge and namespace (they name the VF for `del-vf`;
+//!   a name that repeats across namespaces needs the representor).
 //! - Representor (daemon side, also the bridge port name):
 //!   `<tag>pf0vf<N>` like an mlx5 switchdev representor, where `<tag>` is
 //!   the bridge name when it has at most 6 characters of `[A-Za-z0-9_-]`,

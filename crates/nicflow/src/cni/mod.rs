@@ -1,0 +1,109 @@
+//! nicflow as a CNI plugin (type `nicflow`): the `nicflow` binary run with
+//! `CNI_COMMAND` in its environment, as a container runtime (or
+//! `cnitool`) runs the plugin its network configuration names.
+//!
+//! - `VERSION`: spec versions 0.3.1, 0.4.0 and 1.0.0.
+//! - `ADD`: a VF named `CNI_IFNAME` in the namespace `CNI_NETNS` (a file in
+//!   /run/netns), its representor a port of the configuration's `bridge`,
+//!   made by the daemon (`add-vf` over its socket); addresses from the
+//!   configured IPAM plugin (found in `CNI_PATH`, run with the same stdin
+//!   and environment), set on the interface with `ip -n`; the result in the
+//!   configuration's `cniVersion`.
+//! - `DEL`: IPAM DEL, then the VF (`del-vf` by representor), found again
+//!   through a record ADD keeps in /var/lib/cni/nicflow (`dataDir`) or by
+//!   namespace and name; whatever is already gone is fine.
+//! - `CHECK`: the VF is known, the interface is in the namespace with its
+//!   MAC and the `prevResult` addresses, and the IPAM plugin agrees.
+//!
+//! Failures print the spec's error JSON on stdout and exit 1. See
+//! docs/cni.md.
+
+pub mod error;
+pub mod ipam;
+pub mod plugin;
+pub mod types;
+
+use error::{code, CniError, CniResult};
+use std::io::{Read, Write};
+
+/// Run one CNI command from the environment and stdin; the process exit
+/// code (0, or 1 after printing an error).
+pub fn main() -> i32 {
+    let cmd = std::env::var("CNI_COMMAND").unwrap_or_default();
+    let mut stdin = Vec::new();
+    // VERSION may come without a configuration; an unreadable stdin is
+    // reported below by the commands that need one.
+    let read = std::io::stdin().read_to_end(&mut stdin);
+    let out = match read {
+        Err(e) if cmd != "VERSION" => Err(CniError::new(
+            code::IO_FAILURE,
+            format!("reading the network configuration from stdin: {e}"),
+        )),
+        _ => run(&cmd, &stdin),
+    };
+    let mut o = std::io::stdout().lock();
+    match out {
+        Ok(Some(v)) => {
+            let _ = writeln!(o, "{v}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            let _ = writeln!(o, "{}", e.to_json());
+            1
+        }
+    }
+}
+
+/// What a command prints on success (`None`: nothing).
+pub fn run(cmd: &str, stdin: &[u8]) -> CniResult<Option<serde_json::Value>> {
+    if cmd == "VERSION" {
+        return Ok(Some(serde_json::json!({
+            "cniVersion": types::LATEST,
+            "supportedVersions": types::SUPPORTED,
+        })));
+    }
+    if !matches!(cmd, "ADD" | "DEL" | "CHECK") {
+        return Err(CniError::new(
+            code::INVALID_ENV,
+            format!("CNI_COMMAND `{cmd}` is not supported (VERSION, ADD, DEL, CHECK)"),
+        ));
+    }
+    let conf = types::NetConf::parse(stdin)?;
+    let r = env_vars(cmd).and_then(|env| match cmd {
+        "ADD" => plugin::add(&conf, &env, stdin).map(Some),
+        "DEL" => plugin::del(&conf, &env, stdin).map(|()| None),
+        _ => plugin::check(&conf, &env, stdin).map(|()| None),
+    });
+    // Errors speak the configuration's version, like results.
+    r.map_err(|mut e| {
+        e.cni_version = conf.cni_version.clone();
+        e
+    })
+}
+
+fn env_vars(cmd: &str) -> CniResult<plugin::Env> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let need = |k: &str| {
+        var(k).ok_or_else(|| CniError::new(code::INVALID_ENV, format!("{k} is required for {cmd}")))
+    };
+    let container_id = need("CNI_CONTAINERID")?;
+    if !container_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        return Err(CniError::new(
+            code::INVALID_ENV,
+            format!("CNI_CONTAINERID `{container_id}`: only letters, digits, `.`, `_` and `-`"),
+        ));
+    }
+    let ifname = need("CNI_IFNAME")?;
+    crate::control::vf::check_ifname(&ifname, "CNI_IFNAME")
+        .map_err(|e| CniError::new(code::INVALID_ENV, e.to_string()))?;
+    Ok(plugin::Env {
+        container_id,
+        netns: var("CNI_NETNS"),
+        ifname,
+        cni_path: var("CNI_PATH").unwrap_or_default(),
+    })
+}
