@@ -290,6 +290,10 @@ enum BenchCmd {
     /// 1K-1M TCP connections tracked through the switch (in-process): handshakes/s,
     /// ns/packet with and without ct, memory per connection (issue 13).
     CtScale(bench::ct_scale::Args),
+    /// VXLAN over IPsec (ESP AES-GCM) between two hosts, 1..32 TCP
+    /// streams: nicflow with and without IPsec vs strongSwan's userspace
+    /// ESP (charon kernel-libipsec) (issue 15).
+    Ipsec(bench::ipsec::Args),
     /// OpenFlow flow installation (FLOW_MODs, a barrier per 1,000) and
     /// PACKET_IN round trip and rate: nicflow vs Open vSwitch (issue 14).
     Openflow(bench::openflow::Args),
@@ -586,6 +590,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::CtScale(args) => bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
+            BenchCmd::Ipsec(args) => bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Openflow(args) => bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Meters(args) => bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
             BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),

@@ -14,6 +14,7 @@ pub mod firewall;
 pub mod forward;
 pub mod generator;
 pub mod host_tools;
+pub mod ipsec;
 pub mod latency;
 pub mod meters;
 pub mod openflow;

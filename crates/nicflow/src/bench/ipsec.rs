@@ -1,0 +1,1499 @@
+//! `nicflow bench ipsec`: an encrypted container overlay across two hosts
+//! (issue 15; document 000, figures 5.15-5.18): VXLAN over IPsec (ESP
+//! AES-GCM-128, tunnel mode, UDP encapsulation) between hosts H1 and H2,
+//! one client container c1 behind H1 and one server container s1 behind
+//! H2, one iperf3 client with 1..N parallel TCP streams (`-P N`).
+//!
+//! ```text
+//!  c1 (eth0 198.18.62.1) ── vc1 ┐ H1  u1 ══ESP══ u2  H2 ┌ vs1 ── (eth0 198.18.62.101) s1
+//!                               198.18.52.1      .52.2
+//! ```
+//!
+//! Engines, the same topology for each:
+//!
+//! * `nicflow-ipsec`: on each host its own `nicflow daemon` (two
+//!   processes: one seals, the other opens, as two real hosts), bridge br0
+//!   (`offload = "none"`, `actions=normal`), the container veth as an
+//!   AF_XDP port and a VXLAN tunnel port `vx0` (AF_XDP underlay) with
+//!   `ipsec=manual` (fresh random keys per lab, SPIs mirrored),
+//!   `esp_mode=tunnel`, `esp_encap=udp`: the same packets on the wire as
+//!   strongSwan's.
+//! * `nicflow`: the same without IPsec (the unencrypted overlay of `bench
+//!   overlay --engines nicflow`).
+//! * `strongswan`: on each host charon 5.9.8 with kernel-libipsec (ESP in
+//!   user space on a TUN device; this kernel has no ESP crypto) with the
+//!   private configuration of `crates/ipsec/tests/strongswan` and
+//!   `install_routes = yes`, PSK, tunnel mode between the underlay
+//!   addresses, `encap = yes`; a kernel `vxlan` device and a Linux bridge:
+//!   the kernel's VXLAN packets to the peer are routed into charon's TUN,
+//!   charon encrypts them and sends ESP in UDP 4500.
+//!
+//! Container MTU 1350 for every engine: the VXLAN packet (1400) fits
+//! kernel-libipsec's TUN (MTU 1400) and the ESP packet (about 1464) the
+//! 1500-byte underlay.
+//!
+//! Per point (engine, stream count, repetition) the phases of `bench
+//! containers` ([`super::colocated`]): calibration of the CPU load with
+//! the lab idle, traffic, traffic beside the load, calibration again.
+//! During the traffic phase without load the bench also reads the
+//! daemons' ESP counters and the underlay's packet counters: the daemons'
+//! CPU time over the packets gives nicflow's cost per ESP packet, which
+//! the report sets beside the raw AES-GCM cost of `cargo bench -p
+//! nicflow-ipsec --bench esp` (`--esp-bench`).
+//!
+//! Names: namespaces `nfbip<pid>x<seq><tag>-h1`, `-h2`, `-c1`, `-s1`;
+//! configs, sockets, logs, charon's files in `$TMPDIR/nfbip<pid>x<seq><tag>`.
+//! Dropping the lab (also on error and Ctrl-C) stops the daemons and
+//! charons, kills every process left in the namespaces and deletes them;
+//! `up` first removes labs of dead runs.
+
+use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
+use super::cpu::{self, PerfSupport};
+use super::forward::interrupted;
+use super::forward::measure::IfaceCounters;
+use super::report::{self, Figure};
+use super::testbed;
+use crate::control::proto::Request;
+use crate::lab::sys;
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Namespace / state directory prefix of this experiment.
+pub const PREFIX: &str = "nfbip";
+pub const VNI: u32 = 100;
+/// Container MTU: VXLAN packets of 1400 fit kernel-libipsec's TUN.
+pub const CONTAINER_MTU: u32 = 1350;
+/// Most parallel streams of one iperf3 client.
+pub const MAX_STREAMS: usize = 128;
+const DEFAULT_STREAMS: &str = "1,4,16";
+const PORT: u16 = 5201;
+const BRIDGE: &str = "br0";
+const TUNNEL: &str = "vx0";
+const CHARON: &str = "/usr/lib/ipsec/charon";
+const PSK: &str = "nicflow-bench-ipsec-psk";
+const STRONGSWAN_CONF: &str = include_str!("../../../ipsec/tests/strongswan/strongswan.conf.in");
+const SWANCTL_CONF: &str = include_str!("../../../ipsec/tests/strongswan/swanctl.conf.in");
+
+/// An engine of the encrypted overlay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpEngine {
+    /// Two nicflow daemons, VXLAN tunnel port with `ipsec=manual`.
+    NicflowIpsec,
+    /// The same without IPsec.
+    Nicflow,
+    /// charon kernel-libipsec + kernel vxlan + Linux bridge.
+    Strongswan,
+}
+
+impl IpEngine {
+    pub fn name(self) -> &'static str {
+        match self {
+            IpEngine::NicflowIpsec => "nicflow-ipsec",
+            IpEngine::Nicflow => "nicflow",
+            IpEngine::Strongswan => "strongswan",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<IpEngine> {
+        Some(match s.trim() {
+            "nicflow-ipsec" | "ipsec" => IpEngine::NicflowIpsec,
+            "nicflow" => IpEngine::Nicflow,
+            "strongswan" | "charon" | "libipsec" => IpEngine::Strongswan,
+            _ => return None,
+        })
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            IpEngine::NicflowIpsec => "e",
+            IpEngine::Nicflow => "n",
+            IpEngine::Strongswan => "s",
+        }
+    }
+
+    fn is_nicflow(self) -> bool {
+        self != IpEngine::Strongswan
+    }
+}
+
+impl co::Named for IpEngine {
+    fn name(self) -> &'static str {
+        IpEngine::name(self)
+    }
+}
+
+fn parse_engines(list: &str) -> anyhow::Result<Vec<IpEngine>> {
+    testbed::parse_engine_list(list, "nicflow-ipsec, nicflow, strongswan", IpEngine::parse)
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Engines, comma-separated: nicflow-ipsec, nicflow, strongswan.
+    #[arg(long, default_value = "nicflow-ipsec,nicflow,strongswan")]
+    pub engines: String,
+    /// Parallel TCP stream counts of the one container pair (iperf3 -P),
+    /// up to 128.
+    #[arg(long, default_value = DEFAULT_STREAMS)]
+    pub streams: String,
+    /// Repetitions (the report shows medians).
+    #[arg(long, default_value_t = 1)]
+    pub reps: usize,
+    /// Seconds per traffic phase.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Threads of the CPU load (default: one per core).
+    #[arg(long)]
+    pub load_threads: Option<usize>,
+    /// The output of `ESP_BENCH_SUMMARY_ONLY=1 cargo bench -p
+    /// nicflow-ipsec --bench esp`: the report sets nicflow's ESP cost per
+    /// packet beside the raw AES-GCM cost of its aes-gcm-128/1400 line.
+    #[arg(long, value_name = "FILE")]
+    pub esp_bench: Option<PathBuf>,
+    /// Directory for the run (default: bench-ipsec-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Rewrite the report of an earlier run from its samples.json.
+    #[arg(long, value_name = "SAMPLES_JSON")]
+    pub render: Option<PathBuf>,
+}
+
+/// One line of the esp bench's summary table (ns per packet).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EspBench {
+    pub case: String,
+    pub esp_seal_ns: f64,
+    pub ring_seal_ns: f64,
+    pub esp_open_ns: f64,
+    pub ring_open_ns: f64,
+    /// The whole summary, as printed.
+    pub text: String,
+}
+
+/// The `case` line of the esp bench's summary (`aes-gcm-128/1400 seal ns
+/// ring ns ratio open ns ring ns ratio ...`).
+pub fn parse_esp_bench(text: &str, case: &str) -> Option<EspBench> {
+    let l = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(case))?;
+    let v: Vec<f64> = l
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if v.len() < 5 {
+        return None;
+    }
+    Some(EspBench {
+        case: case.to_string(),
+        esp_seal_ns: v[0],
+        ring_seal_ns: v[1],
+        esp_open_ns: v[3],
+        ring_open_ns: v[4],
+        text: text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("Gnuplot"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    })
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Options {
+    pub engines: Vec<IpEngine>,
+    pub reps: usize,
+    pub seconds: u64,
+    pub streams: Vec<usize>,
+    pub load_threads: usize,
+    #[serde(default)]
+    pub esp_bench: Option<EspBench>,
+}
+
+/// Packet counters over the traffic phase without load.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Packets {
+    /// ESP packets sealed / opened, both daemons.
+    pub esp_tx: u64,
+    pub esp_rx: u64,
+    /// The tunnel port's own packet counters, both daemons.
+    pub tunnel_tx: u64,
+    pub tunnel_rx: u64,
+    /// The underlay veth ends' counters (`ip -s link`), both hosts.
+    pub underlay_tx: u64,
+    pub underlay_rx: u64,
+    /// ESP drops of any reason, both daemons.
+    pub esp_drops: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Extra {
+    pub streams: usize,
+    #[serde(default)]
+    pub packets: Option<Packets>,
+}
+
+impl Default for Extra {
+    fn default() -> Extra {
+        Extra {
+            streams: 1,
+            packets: None,
+        }
+    }
+}
+
+pub type Run = co::Run<IpEngine, Extra>;
+pub type Results = co::Results<Options, Run>;
+
+fn options(a: &Args) -> anyhow::Result<Options> {
+    let streams = testbed::parse_counts(&a.streams).context("--streams")?;
+    if let Some(n) = streams.iter().find(|&&n| n > MAX_STREAMS) {
+        bail!("--streams {n}: iperf3 runs at most {MAX_STREAMS} parallel streams");
+    }
+    let esp_bench = match &a.esp_bench {
+        None => None,
+        Some(p) => {
+            let t =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Some(parse_esp_bench(&t, "aes-gcm-128/1400").with_context(|| {
+                format!(
+                    "{}: no aes-gcm-128/1400 line of the esp bench's summary",
+                    p.display()
+                )
+            })?)
+        }
+    };
+    Ok(Options {
+        engines: parse_engines(&a.engines)?,
+        reps: a.reps.max(1),
+        seconds: a.seconds.max(1),
+        streams,
+        load_threads: co::load_threads(a.load_threads),
+        esp_bench,
+    })
+}
+
+pub fn cli(args: &Args) -> anyhow::Result<()> {
+    let paths = (args.render.as_deref(), args.out.as_deref());
+    let measure = || run(&options(args)?);
+    report::cli(paths, "ipsec", measure, figures, markdown)
+}
+
+fn progress(s: &str) {
+    let s = s
+        .replacen(" pair(s),", " stream(s),", 1)
+        .replacen(" pairs rep ", " streams rep ", 1)
+        .replacen(" pairs:", " streams:", 1)
+        .replacen(" pairs + load:", " streams + load:", 1);
+    eprintln!("[ipsec] {s}");
+}
+
+// ---------------------------------------------------------------------------
+// Address plan and configuration text (pure)
+// ---------------------------------------------------------------------------
+
+/// Underlay address of host 1 or 2: 198.18.52.h.
+pub fn underlay_ip(host: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 52, host as u8)
+}
+
+/// c1 198.18.62.1, s1 198.18.62.101.
+pub fn container_ip(server: bool) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 62, if server { 101 } else { 1 })
+}
+
+fn underlay_iface(host: usize) -> String {
+    format!("u{host}")
+}
+
+fn host_end(host: usize) -> &'static str {
+    if host == 1 {
+        "vc1"
+    } else {
+        "vs1"
+    }
+}
+
+/// The manual SAs of a lab: SPI and key (AES-128 key || salt, hex) of the
+/// direction H1 -> H2 and H2 -> H1.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub spi_12: u32,
+    pub key_12: String,
+    pub spi_21: u32,
+    pub key_21: String,
+}
+
+impl Keys {
+    /// Fresh random keys (no nonce is ever reused across labs).
+    fn random() -> anyhow::Result<Keys> {
+        let mut b = [0u8; 40];
+        let mut f = std::fs::File::open("/dev/urandom")?;
+        std::io::Read::read_exact(&mut f, &mut b)?;
+        let hex = |s: &[u8]| s.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        Ok(Keys {
+            spi_12: 0x1201,
+            key_12: format!("0x{}", hex(&b[..20])),
+            spi_21: 0x2101,
+            key_21: format!("0x{}", hex(&b[20..])),
+        })
+    }
+}
+
+/// The nicflow daemon's config on host 1 or 2 (`keys`: with IPsec).
+pub fn nicflow_config(host: usize, keys: Option<&Keys>) -> String {
+    let peer = 3 - host;
+    let p = host_end(host);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "[[bridge]]\nname = \"{BRIDGE}\"\noffload = \"none\"\nflows = [\"priority=0,actions=normal\"]"
+    );
+    let _ = writeln!(
+        t,
+        "[[bridge.port]]\nname = \"{p}\"\niface = \"{p}\"\ntype = \"afxdp\""
+    );
+    let ipsec = match keys {
+        None => String::new(),
+        Some(k) => {
+            let (so, ko, si, ki) = if host == 1 {
+                (k.spi_12, &k.key_12, k.spi_21, &k.key_21)
+            } else {
+                (k.spi_21, &k.key_21, k.spi_12, &k.key_12)
+            };
+            format!(
+                ", ipsec = \"manual\", esp_spi_out = \"{so:#x}\", esp_key_out = \"{ko}\", \
+                 esp_spi_in = \"{si:#x}\", esp_key_in = \"{ki}\", esp_mode = \"tunnel\", esp_encap = \"udp\""
+            )
+        }
+    };
+    let _ = writeln!(
+        t,
+        "[[bridge.port]]\nname = \"{TUNNEL}\"\niface = \"{TUNNEL}\"\ntype = \"vxlan\"\n\
+         options = {{ underlay = \"{}\", local_ip = \"{}\", remote_ip = \"{}\", key = \"{VNI}\", underlay_type = \"afxdp\"{ipsec} }}",
+        underlay_iface(host),
+        underlay_ip(host),
+        underlay_ip(peer)
+    );
+    t
+}
+
+/// The `ip` commands (after `ip -n <Hh>`) of the strongswan engine's
+/// kernel overlay on host 1 or 2.
+pub fn kernel_commands(host: usize) -> Vec<Vec<String>> {
+    let peer = 3 - host;
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        s(&[
+            "addr",
+            "add",
+            &format!("{}/24", underlay_ip(host)),
+            "dev",
+            &underlay_iface(host),
+        ]),
+        // No `dev`: the route lookup of the VXLAN packets must reach
+        // charon's routing table 220 (its TUN), not the veth.
+        s(&[
+            "link",
+            "add",
+            TUNNEL,
+            "type",
+            "vxlan",
+            "id",
+            &VNI.to_string(),
+            "local",
+            &underlay_ip(host).to_string(),
+            "remote",
+            &underlay_ip(peer).to_string(),
+            "dstport",
+            "4789",
+        ]),
+        s(&["link", "add", BRIDGE, "type", "bridge"]),
+        s(&["link", "set", TUNNEL, "master", BRIDGE]),
+        s(&["link", "set", host_end(host), "master", BRIDGE]),
+        s(&["link", "set", TUNNEL, "up"]),
+        s(&["link", "set", BRIDGE, "up"]),
+    ]
+}
+
+/// charon's strongswan.conf: the template of the IKE interop test with
+/// routes on, its debug logging off and OpenSSL's AES-GCM first. At the
+/// test's levels (`net = 2`) charon writes a line, flushed, for every ESP
+/// packet it sends; and with the template's plugin order charon takes the
+/// first AES-GCM loaded, its own portable `aes` + `gcm` (no AES-NI, GHASH
+/// with `memxor`, about 30 Mbit/s here), while `openssl` (AES-NI,
+/// PCLMULQDQ) is strongSwan's fast one: both would be measured as the cost
+/// of its ESP.
+pub fn strongswan_conf(dir: &Path) -> String {
+    let mut t = STRONGSWAN_CONF
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("install_routes = no", "install_routes = yes")
+        .replace(
+            "load = random nonce aes ",
+            "load = openssl random nonce aes ",
+        )
+        .replace(" curve25519 openssl ", " curve25519 ");
+    for (k, v) in [("ike", 2), ("cfg", 2), ("net", 2), ("knl", 2), ("chd", 4)] {
+        t = t.replace(&format!(" {k} = {v}\n"), &format!(" {k} = 1\n"));
+    }
+    t
+}
+
+/// charon's swanctl.conf on host 1 or 2.
+pub fn swanctl_conf(host: usize) -> String {
+    SWANCTL_CONF
+        .replace("@CHARON_IP@", &underlay_ip(host).to_string())
+        .replace("@NICFLOW_IP@", &underlay_ip(3 - host).to_string())
+        .replace("@PSK@", PSK)
+}
+
+// ---------------------------------------------------------------------------
+// The lab
+// ---------------------------------------------------------------------------
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A nicflow daemon or a charon.
+struct Proc {
+    child: Child,
+    host: usize,
+    /// nicflow's control socket.
+    sock: Option<PathBuf>,
+    /// charon's directory (vici socket, log).
+    charon_dir: Option<PathBuf>,
+}
+
+/// Two hosts and two containers; Drop removes everything.
+pub struct Lab {
+    name: String,
+    dir: PathBuf,
+    engine: IpEngine,
+    namespaces: Vec<String>,
+    procs: Vec<Proc>,
+    torn_down: bool,
+}
+
+fn ns_of(lab: &str, node: &str) -> String {
+    format!("{lab}-{node}")
+}
+
+fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
+    sys::ip(Some(ns), args)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
+    let o = sys::run(&mut sys::in_ns(Some(ns), argv)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn kill_netns_procs(ns: &str) {
+    if let Ok(pids) = sys::netns_pids(ns) {
+        let _ = sys::stop(&pids, |_| true, Duration::from_secs(2));
+    }
+}
+
+/// Remove labs of this experiment left by dead processes.
+pub fn reap_stale() -> Vec<String> {
+    let mut done = Vec::new();
+    let owner_dead = |name: &str| -> bool {
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            return false;
+        };
+        let Some((digits, _)) = rest.split_once('x') else {
+            return false;
+        };
+        match digits.parse::<u32>() {
+            Ok(pid) => pid != std::process::id() && !sys::alive(pid),
+            Err(_) => false,
+        }
+    };
+    for ns in sys::list_namespaces().unwrap_or_default() {
+        if owner_dead(&ns) {
+            kill_netns_procs(&ns);
+            if sys::ip(None, &["netns", "del", &ns]).is_ok() {
+                done.push(format!("namespace {ns}"));
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if owner_dead(&n) && std::fs::remove_dir_all(e.path()).is_ok() {
+                done.push(format!("directory {}", e.path().display()));
+            }
+        }
+    }
+    done
+}
+
+fn nicflow_bin() -> anyhow::Result<PathBuf> {
+    match std::env::var_os("NICFLOW_BIN") {
+        Some(b) => Ok(PathBuf::from(b)),
+        None => std::env::current_exe().context("locating the nicflow binary"),
+    }
+}
+
+fn swanctl(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let uri = format!("unix://{}", dir.join("charon.vici").display());
+    let o = Command::new("swanctl")
+        .args(args)
+        .args(["--uri", &uri])
+        .output()
+        .context("running swanctl")?;
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        bail!("swanctl {}: {text}", args.join(" "));
+    }
+    Ok(text)
+}
+
+impl Lab {
+    fn ns(&self, node: &str) -> String {
+        ns_of(&self.name, node)
+    }
+
+    pub fn up(engine: IpEngine) -> anyhow::Result<Lab> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("the ipsec lab creates namespaces and veths: run as root");
+        }
+        if engine == IpEngine::Strongswan && !Path::new(CHARON).exists() {
+            bail!("{CHARON} not found: install strongSwan (charon, swanctl, kernel-libipsec)");
+        }
+        for r in reap_stale() {
+            tracing::info!("removed leftovers of a dead run: {r}");
+        }
+        let name = format!(
+            "{PREFIX}{}x{}{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            engine.tag()
+        );
+        let dir = std::env::temp_dir().join(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut lab = Lab {
+            name,
+            dir,
+            engine,
+            namespaces: Vec::new(),
+            procs: Vec::new(),
+            torn_down: false,
+        };
+        // From here on, Drop cleans up.
+        lab.build()?;
+        Ok(lab)
+    }
+
+    fn build(&mut self) -> anyhow::Result<()> {
+        for n in ["h1", "h2", "c1", "s1"] {
+            let ns = self.ns(n);
+            sys::ip(None, &["netns", "add", &ns]).map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.namespaces.push(ns.clone());
+            ip_ns(&ns, &["link", "set", "lo", "up"])?;
+            sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        let lab = self.name.clone();
+        let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
+            let (nsa, nsb) = (ns_of(&lab, an), ns_of(&lab, bn));
+            sys::ip(
+                None,
+                &[
+                    "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns",
+                    &nsb,
+                ],
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            ip_ns(&nsa, &["link", "set", a, "up"])?;
+            ip_ns(&nsb, &["link", "set", b, "up"])
+        };
+        veth("u1", "h1", "u2", "h2")?;
+        for (host, node, server) in [(1, "c1", false), (2, "s1", true)] {
+            veth("eth0", node, host_end(host), &format!("h{host}"))?;
+            let ns = self.ns(node);
+            ip_ns(
+                &ns,
+                &["link", "set", "eth0", "mtu", &CONTAINER_MTU.to_string()],
+            )?;
+            ip_ns(
+                &ns,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/24", container_ip(server)),
+                    "dev",
+                    "eth0",
+                ],
+            )?;
+        }
+        match self.engine {
+            IpEngine::Strongswan => {
+                for host in [1, 2] {
+                    let ns = self.ns(&format!("h{host}"));
+                    for c in kernel_commands(host) {
+                        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
+                        ip_ns(&ns, &refs)?;
+                    }
+                    self.start_charon(host)?;
+                }
+                let dir = self.dir.join("charon-h1");
+                let out = swanctl(
+                    &dir,
+                    &["--initiate", "--child", "nicflow", "--timeout", "20"],
+                )
+                .with_context(|| format!("IKE between the charons\n{}", self.logs()))?;
+                if !out.contains("successfully") {
+                    bail!("charon did not establish the SA: {out}\n{}", self.logs());
+                }
+            }
+            IpEngine::Nicflow | IpEngine::NicflowIpsec => {
+                let keys = if self.engine == IpEngine::NicflowIpsec {
+                    Some(Keys::random()?)
+                } else {
+                    None
+                };
+                let bin = nicflow_bin()?;
+                for host in [1, 2] {
+                    self.start_daemon(&bin, host, keys.as_ref())?;
+                }
+                for host in [1, 2] {
+                    self.wait_daemon(host)?;
+                }
+            }
+        }
+        // The overlay works (the first ping resolves ARP across it).
+        let dst = container_ip(true).to_string();
+        let ns = self.ns("c1");
+        let mut last = String::new();
+        for _ in 0..10 {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            match run_in(&ns, &["ping", "-n", "-q", "-c", "1", "-W", "1", &dst]) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = format!("{e:#}"),
+            }
+        }
+        bail!(
+            "c1 cannot ping s1 ({dst}) through {}: {last}\n{}",
+            self.engine.name(),
+            self.logs()
+        )
+    }
+
+    fn start_charon(&mut self, host: usize) -> anyhow::Result<()> {
+        let dir = self.dir.join(format!("charon-h{host}"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("strongswan.conf"), strongswan_conf(&dir))?;
+        let swanctl_file = dir.join("swanctl.conf");
+        std::fs::write(&swanctl_file, swanctl_conf(host))?;
+        let ns = self.ns(&format!("h{host}"));
+        // A private /run (charon's pid file) in its own mount namespace;
+        // `unshare` and `sh` exec, so the child's pid is charon's.
+        let child = sys::in_ns(
+            Some(&ns),
+            &[
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &format!("mount -t tmpfs tmpfs /run && exec {CHARON}"),
+            ],
+        )
+        .env("STRONGSWAN_CONF", dir.join("strongswan.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting charon")?;
+        self.procs.push(Proc {
+            child,
+            host,
+            sock: None,
+            charon_dir: Some(dir.clone()),
+        });
+        let t0 = Instant::now();
+        while !dir.join("charon.vici").exists() {
+            if t0.elapsed() > Duration::from_secs(20) || interrupted() {
+                bail!("charon on H{host} did not start:\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        swanctl(
+            &dir,
+            &[
+                "--load-all",
+                "--clear",
+                "--file",
+                &swanctl_file.display().to_string(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn start_daemon(&mut self, bin: &Path, host: usize, keys: Option<&Keys>) -> anyhow::Result<()> {
+        let cfg = self.dir.join(format!("h{host}.toml"));
+        std::fs::write(&cfg, nicflow_config(host, keys))
+            .with_context(|| format!("writing {}", cfg.display()))?;
+        let sock = self.dir.join(format!("h{host}.sock"));
+        let log_path = self.dir.join(format!("h{host}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let ns = self.ns(&format!("h{host}"));
+        let child = sys::in_ns(Some(&ns), &[bin.as_os_str()])
+            .arg("--socket")
+            .arg(&sock)
+            .arg("daemon")
+            .arg("--config")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting nicflow daemon")?;
+        self.procs.push(Proc {
+            child,
+            host,
+            sock: Some(sock),
+            charon_dir: None,
+        });
+        Ok(())
+    }
+
+    fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let d = self
+                .procs
+                .iter_mut()
+                .find(|d| d.host == host && d.sock.is_some())
+                .context("daemon")?;
+            if let Ok(Some(st)) = d.child.try_wait() {
+                bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
+            }
+            let sock = d.sock.clone().context("socket")?;
+            if crate::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(15) || interrupted() {
+                bail!(
+                    "nicflow daemon on H{host} did not come up:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for d in &self.procs {
+            let path = match &d.charon_dir {
+                Some(c) => c.join("charon.log"),
+                None => self.dir.join(format!("h{}.log", d.host)),
+            };
+            let _ = writeln!(
+                s,
+                "--- H{} {} log (last lines) ---\n{}",
+                d.host,
+                if d.sock.is_some() {
+                    "nicflow"
+                } else {
+                    "charon"
+                },
+                sys::tail(&path, 20)
+            );
+        }
+        s
+    }
+
+    /// The daemons' (or charons') pids, labelled `switch-h1`, `switch-h2`.
+    pub fn switch_pids(&self) -> Vec<(String, u32)> {
+        self.procs
+            .iter()
+            .map(|d| (format!("switch-h{}", d.host), d.child.id()))
+            .collect()
+    }
+
+    /// ESP, tunnel port and underlay counters now, both hosts.
+    fn packets(&self) -> Packets {
+        let mut p = Packets::default();
+        for d in &self.procs {
+            let Some(sock) = &d.sock else { continue };
+            let Ok(r) = crate::control::daemon::request(sock, &Request::Stats) else {
+                continue;
+            };
+            let ports = r.data[0]["ports"].as_array().cloned().unwrap_or_default();
+            if let Some(t) = ports.iter().find(|x| x["name"] == TUNNEL) {
+                let c = |k: &str| t["counters"][k].as_u64().unwrap_or(0);
+                p.esp_tx += c("esp_tx_packets");
+                p.esp_rx += c("esp_rx_packets");
+                p.tunnel_tx += t["tx_packets"].as_u64().unwrap_or(0);
+                p.tunnel_rx += t["rx_packets"].as_u64().unwrap_or(0);
+                if let Some(m) = t["counters"].as_object() {
+                    p.esp_drops += m
+                        .iter()
+                        .filter(|(k, _)| {
+                            k.starts_with("esp_rx_drop_") || k.starts_with("esp_tx_drop_")
+                        })
+                        .filter_map(|(_, v)| v.as_u64())
+                        .sum::<u64>();
+                }
+            }
+        }
+        for host in [1, 2] {
+            if let Some(c) =
+                IfaceCounters::read(&self.ns(&format!("h{host}")), &underlay_iface(host))
+            {
+                p.underlay_tx += c.tx_packets;
+                p.underlay_rx += c.rx_packets;
+            }
+        }
+        p
+    }
+
+    fn teardown(&mut self) -> anyhow::Result<()> {
+        if self.torn_down {
+            return Ok(());
+        }
+        self.torn_down = true;
+        let mut errs = Vec::new();
+        for d in &mut self.procs {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for d in &mut self.procs {
+            loop {
+                match d.child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        let _ = d.child.kill();
+                        let _ = d.child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+        self.procs.clear();
+        for ns in &self.namespaces {
+            kill_netns_procs(ns);
+        }
+        for ns in self.namespaces.drain(..) {
+            if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
+                errs.push(format!("{e}"));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            bail!("tearing down {}: {}", self.name, errs.join("; "))
+        }
+    }
+
+    pub fn down(mut self) -> anyhow::Result<()> {
+        self.teardown()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            tracing::warn!("{e:#}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// iperf3 and the measurement
+// ---------------------------------------------------------------------------
+
+struct Server {
+    child: Child,
+    pid: u32,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(ns: &str) -> anyhow::Result<Server> {
+    let p = PORT.to_string();
+    let mut child = sys::in_ns(Some(ns), &["iperf3", "-s", "-p", &p])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting iperf3 -s")?;
+    let filter = format!("sport = :{PORT}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if run_in(ns, &["ss", "-Hltn", &filter]).is_ok_and(|o| !o.trim().is_empty()) {
+            break;
+        }
+        if Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("iperf3 server in {ns} did not start listening");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Server {
+        pid: child.id(),
+        child,
+    })
+}
+
+fn client_argv(seconds: u64, streams: usize) -> Vec<String> {
+    let p = if streams > 1 {
+        format!(" -P {streams}")
+    } else {
+        String::new()
+    };
+    format!(
+        "iperf3 -c {} -p {PORT} -t {seconds}{p} -J --connect-timeout 3000",
+        container_ip(true)
+    )
+    .split(' ')
+    .map(str::to_string)
+    .collect()
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<Results> {
+    co::sweep(
+        opts,
+        (opts.reps, &opts.streams, &opts.engines),
+        progress,
+        |perf, run| body(opts, perf, run),
+    )
+}
+
+fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()> {
+    // The sweep's count is the stream count of the one pair.
+    let streams = run.pairs;
+    run.extra.streams = streams;
+    let lab = Lab::up(run.engine)?;
+    run.lab = lab.name.clone();
+    let server = start_server(&lab.ns("s1"))?;
+    let dir = lab.dir.join("scratch");
+    std::fs::create_dir_all(&dir)?;
+    let setup = PhaseSetup {
+        perf,
+        dir: &dir,
+        load_threads: opts.load_threads,
+        seconds: opts.seconds,
+        servers: vec![server.pid],
+        switches: lab.switch_pids(),
+        retransmits: true,
+    };
+    let name = run.engine.name();
+    let mut packets = None;
+    let client_ns = lab.ns("c1");
+    co::measure_point(
+        &mut run.point,
+        opts.load_threads,
+        opts.seconds,
+        |with_load| {
+            let before = (!with_load).then(|| lab.packets());
+            let ph = co::measure_phase(&setup, with_load, || {
+                Ok(vec![testbed::IperfClient::spawn(
+                    &client_ns,
+                    &client_argv(opts.seconds, streams),
+                    dir.join("iperf.json"),
+                )?])
+            })?;
+            if let Some(b) = before {
+                let a = lab.packets();
+                packets = Some(Packets {
+                    esp_tx: a.esp_tx.saturating_sub(b.esp_tx),
+                    esp_rx: a.esp_rx.saturating_sub(b.esp_rx),
+                    tunnel_tx: a.tunnel_tx.saturating_sub(b.tunnel_tx),
+                    tunnel_rx: a.tunnel_rx.saturating_sub(b.tunnel_rx),
+                    underlay_tx: a.underlay_tx.saturating_sub(b.underlay_tx),
+                    underlay_rx: a.underlay_rx.saturating_sub(b.underlay_rx),
+                    esp_drops: a.esp_drops.saturating_sub(b.esp_drops),
+                });
+            }
+            Ok(ph)
+        },
+        |with_load, ph, idle| {
+            progress(&co::phase_line(name, streams, with_load, ph, idle, true));
+        },
+    )?;
+    run.extra.packets = packets;
+    if let Some(p) = &run.extra.packets {
+        progress(&format!(
+            "{name} {streams} streams: packets esp tx {} rx {} (drops {}), tunnel tx {} rx {}, underlay tx {} rx {}",
+            p.esp_tx, p.esp_rx, p.esp_drops, p.tunnel_tx, p.tunnel_rx, p.underlay_tx, p.underlay_rx
+        ));
+    }
+    drop(server);
+    lab.down()
+}
+
+// ---------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------
+
+fn traffic(r: &Run) -> Option<&co::Phase> {
+    r.point
+        .traffic
+        .as_ref()
+        .filter(|p| p.errors.is_empty() && p.bytes > 0)
+}
+
+/// The daemons' (charons') CPU seconds over the traffic phase.
+fn switch_s(r: &Run) -> Option<f64> {
+    traffic(r).and_then(|p| p.usage.procs_cpu("switch"))
+}
+
+/// Daemon / charon CPU seconds per Gbit.
+fn switch_s_gbit(r: &Run) -> Option<f64> {
+    let p = traffic(r)?;
+    Some(cpu::cpu_s_per_gbit(switch_s(r)?, p.bytes))
+}
+
+/// Packets on the wire (each sealed once, opened once): the ESP packets
+/// sealed with IPsec; without, the underlay's transmitted packets.
+fn wire_packets(r: &Run) -> Option<u64> {
+    let p = r.extra.packets.as_ref()?;
+    let n = if r.engine == IpEngine::NicflowIpsec {
+        p.esp_tx
+    } else {
+        p.underlay_tx
+    };
+    (n > 0).then_some(n)
+}
+
+/// Daemon CPU ns per packet on the wire (both daemons: encapsulation and
+/// decapsulation, with IPsec one seal and one open).
+fn ns_per_wire_packet(r: &Run) -> Option<f64> {
+    if !r.engine.is_nicflow() {
+        return None;
+    }
+    Some(switch_s(r)? * 1e9 / wire_packets(r)? as f64)
+}
+
+/// Median of `f` over the successful repetitions of a point.
+fn med(runs: &[Run], e: IpEngine, n: usize, f: Get<Run>) -> Option<f64> {
+    co::med(runs, e, n, f)
+}
+
+/// Figure id, title, y label, getter.
+type Spec = (&'static str, &'static str, &'static str, Get<Run>);
+
+const SPECS: [Spec; 5] = [
+    (
+        "throughput",
+        "VXLAN over IPsec, one pair: throughput (doc 000 fig. 5.15)",
+        "iperf3 TCP throughput, sum over streams (Gbit/s)",
+        co::gbps,
+    ),
+    (
+        "cpu-per-gbit",
+        "VXLAN over IPsec: machine CPU per Gbit (fig. 5.16)",
+        "busy CPU seconds (all cores, /proc/stat) per Gbit",
+        co::s_gbit,
+    ),
+    (
+        "switch-cpu-per-gbit",
+        "VXLAN over IPsec: nicflow daemons' / charons' CPU per Gbit (fig. 5.17)",
+        "CPU seconds of the two daemons (charons) per Gbit",
+        switch_s_gbit,
+    ),
+    (
+        "cpu-left",
+        "VXLAN over IPsec: CPU left to a co-located load (fig. 5.18)",
+        "load work rate vs idle lab (%)",
+        co::left,
+    ),
+    (
+        "switch-cores",
+        "VXLAN over IPsec: nicflow daemons' / charons' cores",
+        "cores used by the two daemons (charons), utime+stime",
+        co::switch,
+    ),
+];
+
+pub fn figures(r: &Results) -> Vec<Figure> {
+    let specs: Vec<FigureSpec<Run>> = SPECS
+        .iter()
+        .map(|s| FigureSpec {
+            id: s.0,
+            title: s.1,
+            y_label: s.2,
+            get: s.3,
+        })
+        .collect();
+    co::figures(
+        &r.runs,
+        &r.options.streams,
+        "parallel TCP streams of one container pair (iperf3 -P)",
+        &specs,
+    )
+}
+
+fn command_line(o: &Options) -> String {
+    format!(
+        "nicflow bench ipsec --engines {} --streams {} --reps {} --seconds {}{}",
+        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
+        report::join(&o.streams, ","),
+        o.reps,
+        o.seconds,
+        if o.esp_bench.is_some() {
+            " --esp-bench <esp bench summary>"
+        } else {
+            ""
+        }
+    )
+}
+
+fn ratio_cell(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "—".into(),
+    }
+}
+
+/// Verdict of `value >= want` at every stream count (`None`: unmeasured).
+fn verdict(values: &[Option<f64>], want: f64) -> &'static str {
+    if values.is_empty() || values.iter().any(Option::is_none) {
+        "not measured at every stream count"
+    } else if values.iter().all(|v| v.is_some_and(|v| v >= want)) {
+        "**met** at every stream count"
+    } else if values.iter().any(|v| v.is_some_and(|v| v >= want)) {
+        "**partly met** (not at every stream count)"
+    } else {
+        "**not met**"
+    }
+}
+
+pub fn markdown(r: &Results, figs: &[Figure]) -> String {
+    let o = &r.options;
+    let runs = &r.runs;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# nicflow bench ipsec: VXLAN over IPsec between two hosts\n"
+    );
+    let _ = writeln!(s, "{}", report::machine_section(&r.perf));
+    let _ = writeln!(
+        s,
+        "{} repetition(s); per engine and stream count ({}): a fresh lab of two hosts H1, H2 \
+         (namespaces) joined by one veth underlay ({}/24, {}/24), a client container c1 behind \
+         H1 and a server container s1 behind H2 (namespaces, veth to their host; 198.18.62.0/24, \
+         MTU {CONTAINER_MTU}), one VXLAN segment (VNI {VNI}) over ESP AES-GCM-128 (tunnel mode, \
+         ESP in UDP 4500). Engines: `nicflow-ipsec` = a nicflow daemon on each host (two \
+         processes: one seals, the other opens), bridge br0 `offload=none` `actions=normal`, \
+         the container veth an AF_XDP port, a VXLAN tunnel port on an AF_XDP underlay with \
+         `ipsec=manual` (random keys per lab), `esp_mode=tunnel`, `esp_encap=udp`; `nicflow` = \
+         the same without IPsec; `strongswan` = charon 5.9.8 with kernel-libipsec (ESP in user \
+         space through a TUN device) on each host, PSK, `install_routes = yes`, `encap = yes`, \
+         with a kernel vxlan device and a Linux bridge. Traffic: one iperf3 client in c1 with N \
+         parallel TCP streams to s1 (`-P N`), {} s. CPU left: {} load thread(s) (busy loops) \
+         counted with the lab idle before and after and beside a second traffic phase. Medians \
+         over repetitions.\n",
+        o.reps,
+        report::join(&o.streams, ", "),
+        underlay_ip(1),
+        underlay_ip(2),
+        o.seconds,
+        o.load_threads,
+    );
+    co::write_figures(&mut s, figs, &[2, 2, 2, 0, 2]);
+
+    let _ = writeln!(s, "## Details (medians, traffic phase without load)\n");
+    let _ = writeln!(
+        s,
+        "daemon cores: utime+stime of the two nicflow daemons (strongswan: the two charons) \
+         over wall time; busy %: machine-wide share of all {} cores; ns/wire pkt: the two \
+         daemons' CPU time over the packets on the underlay (nicflow-ipsec: ESP packets sealed; \
+         nicflow: the underlay veths' transmitted packets), i.e. one encapsulation plus one \
+         decapsulation each, with IPsec one seal plus one open.\n",
+        cpu::cores()
+    );
+    let cols: &[(&str, Get<Run>, usize)] = &[
+        ("Gbit/s", co::gbps, 2),
+        ("retransmits", co::retransmits, 0),
+        ("busy %", co::busy, 0),
+        ("CPU s/Gbit", co::s_gbit, 3),
+        ("daemon cores", co::switch, 2),
+        ("daemon s/Gbit", switch_s_gbit, 3),
+        ("ns/wire pkt", ns_per_wire_packet, 0),
+        ("Gbit/s with load", co::gbps_load, 2),
+        ("CPU left %", co::left, 0),
+    ];
+    s.push_str(
+        &co::details_table(
+            runs,
+            &o.streams,
+            cols,
+            &["packets (esp tx/rx, underlay tx)"],
+            |e, n| {
+                let p = runs
+                    .iter()
+                    .find(|x| x.engine == e && x.pairs == n && x.error.is_none())
+                    .and_then(|x| x.extra.packets.clone());
+                vec![p
+                    .map(|p| format!("{}/{}, {}", p.esp_tx, p.esp_rx, p.underlay_tx))
+                    .unwrap_or_else(|| "—".into())]
+            },
+        )
+        .replacen("| engine | pairs |", "| engine | streams |", 1),
+    );
+
+    // Ratios and targets.
+    let g = |e, n| med(runs, e, n, co::gbps);
+    let _ = writeln!(s, "\n## Ratios (same run)\n");
+    let mut rows = Vec::new();
+    let (mut vs_swan, mut vs_plain) = (Vec::new(), Vec::new());
+    for &n in &o.streams {
+        let (ip, pl, sw) = (
+            g(IpEngine::NicflowIpsec, n),
+            g(IpEngine::Nicflow, n),
+            g(IpEngine::Strongswan, n),
+        );
+        vs_swan.push(ip.zip(sw).filter(|x| x.1 > 0.0).map(|(a, b)| a / b));
+        vs_plain.push(ip.zip(pl).filter(|x| x.1 > 0.0).map(|(a, b)| a / b));
+        rows.push(vec![
+            n.to_string(),
+            report::cell(ip, 2),
+            report::cell(pl, 2),
+            report::cell(sw, 2),
+            ratio_cell(ip, sw),
+            ratio_cell(ip, pl),
+            ratio_cell(
+                med(runs, IpEngine::Strongswan, n, switch_s_gbit),
+                med(runs, IpEngine::NicflowIpsec, n, switch_s_gbit),
+            ),
+        ]);
+    }
+    s.push_str(&report::table(
+        &[
+            ("streams", true),
+            ("nicflow-ipsec Gbit/s", true),
+            ("nicflow Gbit/s", true),
+            ("strongswan Gbit/s", true),
+            ("ipsec / strongswan", true),
+            ("ipsec / nicflow", true),
+            ("charon s/Gbit ÷ nicflow-ipsec daemon s/Gbit", true),
+        ],
+        &rows,
+    ));
+
+    // ESP cost per packet.
+    let _ = writeln!(s, "\n## ESP cost per packet\n");
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for &n in &o.streams {
+        let ip = med(runs, IpEngine::NicflowIpsec, n, ns_per_wire_packet);
+        let pl = med(runs, IpEngine::Nicflow, n, ns_per_wire_packet);
+        let marginal = ip.zip(pl).map(|(a, b)| a - b);
+        let raw = o
+            .esp_bench
+            .as_ref()
+            .map(|b| b.ring_seal_ns + b.ring_open_ns);
+        let lib = o.esp_bench.as_ref().map(|b| b.esp_seal_ns + b.esp_open_ns);
+        let ratio = marginal.zip(raw).map(|(m, r)| m / r);
+        ratios.push(ratio);
+        rows.push(vec![
+            n.to_string(),
+            report::cell(ip, 0),
+            report::cell(pl, 0),
+            report::cell(marginal, 0),
+            report::cell(lib, 0),
+            report::cell(raw, 0),
+            report::cell(ratio, 2),
+            report::cell(ip.zip(raw).map(|(a, r)| a / r), 2),
+        ]);
+    }
+    let _ = writeln!(
+        s,
+        "Per packet on the wire, both daemons together (one seal + one open with IPsec). \
+         marginal = nicflow-ipsec − nicflow: what IPsec adds to the daemons' CPU per packet. \
+         Library and raw: the esp bench's aes-gcm-128/1400 seal + open, nicflow-ipsec's ESP \
+         code and ring alone on the same payload ({}).\n",
+        if o.esp_bench.is_some() {
+            "same machine; table below"
+        } else {
+            "not given: run with --esp-bench"
+        }
+    );
+    s.push_str(&report::table(
+        &[
+            ("streams", true),
+            ("nicflow-ipsec ns/pkt", true),
+            ("nicflow ns/pkt", true),
+            ("marginal ns/pkt", true),
+            ("esp bench seal+open ns", true),
+            ("raw ring seal+open ns", true),
+            ("marginal ÷ raw", true),
+            ("all-in ÷ raw", true),
+        ],
+        &rows,
+    ));
+    if let Some(b) = &o.esp_bench {
+        let _ = writeln!(
+            s,
+            "\n`ESP_BENCH_SUMMARY_ONLY=1 cargo bench -p nicflow-ipsec --bench esp`:\n\n```text\n{}\n```",
+            b.text
+        );
+    }
+
+    let _ = writeln!(s, "\n## Targets (issue 15)\n");
+    let fmt = |v: &[Option<f64>]| {
+        v.iter()
+            .zip(&o.streams)
+            .map(|(x, n)| format!("{n}: {}", report::cell(*x, 2)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let inv: Vec<Option<f64>> = ratios.iter().map(|r| r.map(|x| 1.5 / x)).collect();
+    let items = vec![
+        format!(
+            "nicflow-ipsec ≥ 3× strongSwan's userspace ESP: {} ({})",
+            verdict(&vs_swan, 3.0),
+            fmt(&vs_swan)
+        ),
+        format!(
+            "nicflow-ipsec ≥ 0.5× nicflow's unencrypted overlay: {} ({})",
+            verdict(&vs_plain, 0.5),
+            fmt(&vs_plain)
+        ),
+        format!(
+            "ESP cost per packet within 1.5× of the raw library seal/open (marginal ÷ raw ≤ 1.5): {} ({})",
+            verdict(&inv, 1.0),
+            fmt(&ratios)
+        ),
+    ];
+    for i in items {
+        let _ = writeln!(s, "- {i}");
+    }
+    let _ = writeln!(s);
+    co::write_failures(&mut s, runs, true);
+    let _ = writeln!(s, "\n## Commands\n");
+    let _ = writeln!(
+        s,
+        "```sh\n{}\n\
+         # nicflow-ipsec / nicflow, on host h: ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml with (H1; keys random per lab, nicflow: no ipsec options):\n{}\
+         # strongswan, on host h in its namespace:\n{}\n\
+         ip netns exec <Hh> unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /run && exec {CHARON}'   # STRONGSWAN_CONF: crates/ipsec/tests/strongswan/strongswan.conf.in, install_routes = yes\n\
+         swanctl --load-all --clear --file swanctl.conf   # crates/ipsec/tests/strongswan/swanctl.conf.in, local = own underlay address\n\
+         swanctl --initiate --child nicflow   # on H1\n\
+         ip netns exec <s1> iperf3 -s -p {PORT}\n\
+         ip netns exec <c1> {}\n```",
+        command_line(o),
+        nicflow_config(
+            1,
+            Some(&Keys {
+                spi_12: 0x1201,
+                key_12: "0x<20 random bytes>".into(),
+                spi_21: 0x2101,
+                key_21: "0x<20 random bytes>".into(),
+            })
+        ),
+        kernel_commands(1)
+            .iter()
+            .map(|c| format!("ip -n <H1> {}", c.join(" ")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        client_argv(o.seconds, 0).join(" ").replace(" -J", " -P N -J")
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_parse_and_mirror() {
+        let k = Keys {
+            spi_12: 0x1201,
+            key_12: "0x00112233445566778899aabbccddeeff01020304".into(),
+            spi_21: 0x2101,
+            key_21: "0xffeeddccbbaa99887766554433221100a0b0c0d0".into(),
+        };
+        for host in [1, 2] {
+            for keys in [None, Some(&k)] {
+                let t = nicflow_config(host, keys);
+                let cfg: crate::control::config::Config =
+                    toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+                assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
+            }
+        }
+        let h1 = nicflow_config(1, Some(&k));
+        let h2 = nicflow_config(2, Some(&k));
+        assert!(
+            h1.contains("esp_spi_out = \"0x1201\", esp_key_out = \"0x0011"),
+            "{h1}"
+        );
+        assert!(
+            h2.contains("esp_spi_in = \"0x1201\", esp_key_in = \"0x0011"),
+            "{h2}"
+        );
+        assert!(h2.contains("local_ip = \"198.18.52.2\", remote_ip = \"198.18.52.1\""));
+        assert!(!nicflow_config(1, None).contains("ipsec"));
+        let sw = swanctl_conf(2);
+        assert!(
+            sw.contains("local_addrs = 198.18.52.2") && sw.contains("remote_addrs = 198.18.52.1")
+        );
+        let ss = strongswan_conf(Path::new("/tmp/x"));
+        assert!(ss.contains("install_routes = yes") && ss.contains("/tmp/x/charon.vici"));
+        assert!(
+            ss.contains("load = openssl random nonce aes sha1 sha2 hmac gcm curve25519 kdf"),
+            "{ss}"
+        );
+        assert!(ss.contains(" net = 1\n") && !ss.contains(" net = 2") && !ss.contains("chd = 4"));
+        assert_eq!(
+            kernel_commands(1)[1].join(" "),
+            "link add vx0 type vxlan id 100 local 198.18.52.1 remote 198.18.52.2 dstport 4789"
+        );
+        assert_eq!(
+            parse_engines("strongswan,nicflow-ipsec").unwrap_or_default(),
+            vec![IpEngine::Strongswan, IpEngine::NicflowIpsec]
+        );
+    }
+
+    #[test]
+    fn esp_bench_line() {
+        let t = "\ncase                  seal ns    ring ns   ratio    open ns    ring ns   ratio seal Gb/s open Gb/s\n\
+                 aes-gcm-128/1400        400.0      350.0    1.14      420.0      360.0    1.17     28.00     26.67\n";
+        let b = parse_esp_bench(t, "aes-gcm-128/1400").unwrap_or_default();
+        assert_eq!(
+            (b.esp_seal_ns, b.ring_seal_ns, b.esp_open_ns, b.ring_open_ns),
+            (400.0, 350.0, 420.0, 360.0)
+        );
+        assert!(parse_esp_bench(t, "aes-gcm-256/64").is_none());
+    }
+
+    #[test]
+    fn verdicts() {
+        assert_eq!(
+            verdict(&[Some(3.1), Some(4.0)], 3.0),
+            "**met** at every stream count"
+        );
+        assert_eq!(
+            verdict(&[Some(2.0), Some(4.0)], 3.0),
+            "**partly met** (not at every stream count)"
+        );
+        assert_eq!(verdict(&[Some(2.0)], 3.0), "**not met**");
+        assert_eq!(verdict(&[None], 3.0), "not measured at every stream count");
+    }
+}
