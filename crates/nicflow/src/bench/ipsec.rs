@@ -51,6 +51,7 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
+use super::overlay::{ip_ns, kill_netns_procs, nicflow_bin, ns_of, run_in, start_server};
 use super::report::{self, Figure};
 use super::testbed;
 use crate::control::proto::Request;
@@ -479,27 +480,6 @@ pub struct Lab {
     torn_down: bool,
 }
 
-fn ns_of(lab: &str, node: &str) -> String {
-    format!("{lab}-{node}")
-}
-
-fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
-    sys::ip(Some(ns), args)
-        .map(drop)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
-    let o = sys::run(&mut sys::in_ns(Some(ns), argv)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-fn kill_netns_procs(ns: &str) {
-    if let Ok(pids) = sys::netns_pids(ns) {
-        let _ = sys::stop(&pids, |_| true, Duration::from_secs(2));
-    }
-}
-
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
     let mut done = Vec::new();
@@ -532,13 +512,6 @@ pub fn reap_stale() -> Vec<String> {
         }
     }
     done
-}
-
-fn nicflow_bin() -> anyhow::Result<PathBuf> {
-    match std::env::var_os("NICFLOW_BIN") {
-        Some(b) => Ok(PathBuf::from(b)),
-        None => std::env::current_exe().context("locating the nicflow binary"),
-    }
 }
 
 fn swanctl(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
@@ -920,45 +893,6 @@ impl Drop for Lab {
 // ---------------------------------------------------------------------------
 // iperf3 and the measurement
 // ---------------------------------------------------------------------------
-
-struct Server {
-    child: Child,
-    pid: u32,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(ns: &str) -> anyhow::Result<Server> {
-    let p = PORT.to_string();
-    let mut child = sys::in_ns(Some(ns), &["iperf3", "-s", "-p", &p])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting iperf3 -s")?;
-    let filter = format!("sport = :{PORT}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if run_in(ns, &["ss", "-Hltn", &filter]).is_ok_and(|o| !o.trim().is_empty()) {
-            break;
-        }
-        if Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("iperf3 server in {ns} did not start listening");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(Server {
-        pid: child.id(),
-        child,
-    })
-}
 
 fn client_argv(seconds: u64, streams: usize) -> Vec<String> {
     let p = if streams > 1 {

@@ -550,22 +550,22 @@ pub struct Lab {
     torn_down: bool,
 }
 
-fn ns_of(lab: &str, node: &str) -> String {
+pub(super) fn ns_of(lab: &str, node: &str) -> String {
     format!("{lab}-{node}")
 }
 
-fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
+pub(super) fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
     sys::ip(Some(ns), args)
         .map(drop)
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
+pub(super) fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
     let o = sys::run(&mut sys::in_ns(Some(ns), argv)).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-fn kill_netns_procs(ns: &str) {
+pub(super) fn kill_netns_procs(ns: &str) {
     if let Ok(pids) = sys::netns_pids(ns) {
         let _ = sys::stop(&pids, |_| true, Duration::from_secs(2));
     }
@@ -605,7 +605,7 @@ pub fn reap_stale() -> Vec<String> {
     done
 }
 
-fn nicflow_bin() -> anyhow::Result<PathBuf> {
+pub(super) fn nicflow_bin() -> anyhow::Result<PathBuf> {
     match std::env::var_os("NICFLOW_BIN") {
         Some(b) => Ok(PathBuf::from(b)),
         None => std::env::current_exe().context("locating the nicflow binary"),
@@ -967,9 +967,9 @@ impl Drop for Lab {
 // iperf3
 // ---------------------------------------------------------------------------
 
-struct Server {
+pub(super) struct Server {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
 }
 
 impl Drop for Server {
@@ -979,7 +979,7 @@ impl Drop for Server {
     }
 }
 
-fn start_server(ns: &str) -> anyhow::Result<Server> {
+pub(super) fn start_server(ns: &str) -> anyhow::Result<Server> {
     let p = PORT.to_string();
     let mut child = sys::in_ns(Some(ns), &["iperf3", "-s", "-p", &p])
         .stdin(Stdio::null())
