@@ -51,7 +51,9 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
-use super::overlay::{ip_ns, kill_netns_procs, nicflow_bin, ns_of, run_in, start_server};
+use super::overlay::{
+    ip_ns, kill_netns_procs, nicflow_bin, ns_of, run_in, start_server, teardown_lab,
+};
 use super::report::{self, Figure};
 use super::testbed;
 use crate::control::proto::Request;
@@ -841,42 +843,11 @@ impl Lab {
             return Ok(());
         }
         self.torn_down = true;
-        let mut errs = Vec::new();
-        for d in &mut self.procs {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for d in &mut self.procs {
-            loop {
-                match d.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        let _ = d.child.kill();
-                        let _ = d.child.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
+        let mut children: Vec<&mut Child> = self.procs.iter_mut().map(|p| &mut p.child).collect();
+        let r = teardown_lab(&self.name, &mut children, &mut self.namespaces, &self.dir);
         self.procs.clear();
-        for ns in &self.namespaces {
-            kill_netns_procs(ns);
-        }
-        for ns in self.namespaces.drain(..) {
-            if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
-                errs.push(format!("{e}"));
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            bail!("tearing down {}: {}", self.name, errs.join("; "))
-        }
+        r
     }
-
     pub fn down(mut self) -> anyhow::Result<()> {
         self.teardown()
     }

@@ -605,6 +605,49 @@ pub fn reap_stale() -> Vec<String> {
     done
 }
 
+/// Tear a lab down: SIGTERM to `children` (SIGKILL after 5 s), whatever
+/// still runs in `namespaces` killed, the namespaces and `dir` removed.
+pub(super) fn teardown_lab(
+    name: &str,
+    children: &mut [&mut Child],
+    namespaces: &mut Vec<String>,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let mut errs = Vec::new();
+    for c in children.iter_mut() {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for c in children.iter_mut() {
+        loop {
+            match c.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    for ns in namespaces.iter() {
+        kill_netns_procs(ns);
+    }
+    for ns in namespaces.drain(..) {
+        if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
+            errs.push(format!("{e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        bail!("tearing down {name}: {}", errs.join("; "))
+    }
+}
+
 pub(super) fn nicflow_bin() -> anyhow::Result<PathBuf> {
     match std::env::var_os("NICFLOW_BIN") {
         Some(b) => Ok(PathBuf::from(b)),
@@ -913,43 +956,12 @@ impl Lab {
             return Ok(());
         }
         self.torn_down = true;
-        let mut errs = Vec::new();
         // SIGTERM: the daemons detach their XDP programs and exit.
-        for d in &mut self.daemons {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(d.child.id() as libc::pid_t, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for d in &mut self.daemons {
-            loop {
-                match d.child.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        let _ = d.child.kill();
-                        let _ = d.child.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
+        let mut children: Vec<&mut Child> = self.daemons.iter_mut().map(|d| &mut d.child).collect();
+        let r = teardown_lab(&self.name, &mut children, &mut self.namespaces, &self.dir);
         self.daemons.clear();
-        for ns in &self.namespaces {
-            kill_netns_procs(ns);
-        }
-        for ns in self.namespaces.drain(..) {
-            if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
-                errs.push(format!("{e}"));
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            bail!("tearing down {}: {}", self.name, errs.join("; "))
-        }
+        r
     }
-
     pub fn down(mut self) -> anyhow::Result<()> {
         self.teardown()
     }
