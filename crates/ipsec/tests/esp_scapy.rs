@@ -13,6 +13,9 @@
 //! number.
 
 use std::io::Write;
+mod common;
+
+use common::skipped;
 use std::process::{Command, Stdio};
 
 use nicflow_ipsec::esp::{Aead, EspDrop, InboundSa, OutboundSa, SaConfig, IPPROTO_ESP};
@@ -20,26 +23,6 @@ use nicflow_ipsec::esp::{Aead, EspDrop, InboundSa, OutboundSa, SaConfig, IPPROTO
 const SPI: u32 = 0x0000_1001;
 const OUTER_SRC: [u8; 4] = [198, 18, 0, 1];
 const OUTER_DST: [u8; 4] = [198, 18, 0, 2];
-
-/// Says why the test cannot run instead of passing silently (stderr, and
-/// `$NICFLOW_SKIP_LOG` for scripts/test.sh's summary); a failure under
-/// `NICFLOW_NO_SKIP`.
-fn skipped(reason: &str) {
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    eprintln!("skipped: {reason}");
-    if let Ok(path) = std::env::var("NICFLOW_SKIP_LOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = f.write_all(format!("esp_scapy::{test}: {reason}\n").as_bytes());
-        }
-    }
-    if std::env::var_os("NICFLOW_NO_SKIP").is_some() {
-        panic!("{test} would be skipped ({reason}) and NICFLOW_NO_SKIP is set");
-    }
-}
 
 fn python() -> &'static str {
     // Debian's python3-scapy lives under the system interpreter, which a

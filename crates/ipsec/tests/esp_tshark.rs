@@ -11,33 +11,15 @@
 //! of every packet, in transport and tunnel mode, for both key sizes, and
 //! no ICV failure.
 
-use std::io::Write;
+mod common;
+
+use common::skipped;
 use std::process::{Command, Stdio};
 
 use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig, IPPROTO_ESP};
 
 const SRC: [u8; 4] = [198, 18, 0, 1];
 const DST: [u8; 4] = [198, 18, 0, 2];
-
-/// Says why the test cannot run instead of passing silently (stderr, and
-/// `$NICFLOW_SKIP_LOG` for scripts/test.sh's summary); a failure under
-/// `NICFLOW_NO_SKIP`.
-fn skipped(reason: &str) {
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    eprintln!("skipped: {reason}");
-    if let Ok(path) = std::env::var("NICFLOW_SKIP_LOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = f.write_all(format!("esp_tshark::{test}: {reason}\n").as_bytes());
-        }
-    }
-    if std::env::var_os("NICFLOW_NO_SKIP").is_some() {
-        panic!("{test} would be skipped ({reason}) and NICFLOW_NO_SKIP is set");
-    }
-}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
