@@ -15,7 +15,7 @@
 use std::io::Write;
 mod common;
 
-use common::skipped;
+use common::{ipv4, skipped};
 use std::process::{Command, Stdio};
 
 use nicflow_ipsec::esp::{Aead, EspDrop, InboundSa, OutboundSa, SaConfig, IPPROTO_ESP};
@@ -55,29 +55,6 @@ fn unhex(s: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
-}
-
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
-    let len = (20 + payload.len()) as u16;
-    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
-    h[2..4].copy_from_slice(&len.to_be_bytes());
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let c = ip_checksum(&h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
-    h.extend_from_slice(payload);
-    h
 }
 
 /// An inner IPv4/UDP packet with `n` payload bytes (UDP checksum 0, which

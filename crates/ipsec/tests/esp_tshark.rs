@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::skipped;
+use common::{ipv4, skipped};
 use std::process::{Command, Stdio};
 
 use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig, IPPROTO_ESP};
@@ -23,29 +23,6 @@ const DST: [u8; 4] = [198, 18, 0, 2];
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
-    let len = (20 + payload.len()) as u16;
-    let mut h = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0];
-    h[2..4].copy_from_slice(&len.to_be_bytes());
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let c = ip_checksum(&h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
-    h.extend_from_slice(payload);
-    h
 }
 
 /// UDP between ports no dissector claims, so tshark shows the payload as

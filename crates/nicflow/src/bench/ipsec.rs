@@ -51,9 +51,7 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
-use super::overlay::{
-    ip_ns, kill_netns_procs, nicflow_bin, ns_of, run_in, start_server, teardown_lab,
-};
+use super::overlay::{ip_ns, nicflow_bin, ns_of, run_in, start_server, teardown_lab};
 use super::report::{self, Figure};
 use super::testbed;
 use crate::control::proto::Request;
@@ -484,36 +482,7 @@ pub struct Lab {
 
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
-    let mut done = Vec::new();
-    let owner_dead = |name: &str| -> bool {
-        let Some(rest) = name.strip_prefix(PREFIX) else {
-            return false;
-        };
-        let Some((digits, _)) = rest.split_once('x') else {
-            return false;
-        };
-        match digits.parse::<u32>() {
-            Ok(pid) => pid != std::process::id() && !sys::alive(pid),
-            Err(_) => false,
-        }
-    };
-    for ns in sys::list_namespaces().unwrap_or_default() {
-        if owner_dead(&ns) {
-            kill_netns_procs(&ns);
-            if sys::ip(None, &["netns", "del", &ns]).is_ok() {
-                done.push(format!("namespace {ns}"));
-            }
-        }
-    }
-    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if owner_dead(&n) && std::fs::remove_dir_all(e.path()).is_ok() {
-                done.push(format!("directory {}", e.path().display()));
-            }
-        }
-    }
-    done
+    super::overlay::reap_stale_prefix(PREFIX)
 }
 
 fn swanctl(dir: &Path, args: &[&str]) -> anyhow::Result<String> {

@@ -573,9 +573,15 @@ pub(super) fn kill_netns_procs(ns: &str) {
 
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
+    reap_stale_prefix(PREFIX)
+}
+
+/// Remove namespaces and scratch directories named `<prefix><pid>x...`
+/// whose owning process is gone (any experiment's labs).
+pub(super) fn reap_stale_prefix(prefix: &str) -> Vec<String> {
     let mut done = Vec::new();
     let owner_dead = |name: &str| -> bool {
-        let Some(rest) = name.strip_prefix(PREFIX) else {
+        let Some(rest) = name.strip_prefix(prefix) else {
             return false;
         };
         let Some((digits, _)) = rest.split_once('x') else {
