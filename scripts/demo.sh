@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 echo "== building (release) =="
-cargo build --release --locked -q -p nicflow
+cargo build --release --locked -q -p nicflow -p nicflow-bench
 bin=target/release/nicflow
 dir=$(mktemp -d /tmp/nicflow-demo.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

@@ -4,7 +4,7 @@
 Usage: /usr/bin/python3 scripts/plot.py RUN_DIR/figures.json [OUT_DIR]
 
 figures.json is a list of figures written by `nicflow bench <experiment>`
-(crates/nicflow/src/bench/report.rs): each has an id (file stem), a title,
+(crates/bench/src/report.rs): each has an id (file stem), a title,
 x and y axis labels with units, whether the x axis is logarithmic, and one
 series per engine with (x, y) points (y null where the engine has no value).
 One PNG per figure, one line per engine, is written to OUT_DIR (default:

@@ -9,8 +9,10 @@
 //! multiarch directory, or `NICFLOW_BPF_INCLUDE`); without it clang's BPF
 //! target cannot find it.
 
+#[path = "build_bpf.rs"]
+mod bpf;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 /// BPF sources, compiled one object each (`bpf/<name>.c` -> `<name>.o`).
 const PROGRAMS: &[&str] = &[
@@ -18,7 +20,6 @@ const PROGRAMS: &[&str] = &[
     "xdp_dp",
     "tc_dp",
     "tc_upcall",
-    "xdp_redirect_min",
 ];
 
 /// The kernel datapath's shared sources (every program above may include
@@ -126,73 +127,11 @@ fn write_abi(srcs: &[&str], out: &std::path::Path) {
     std::fs::write(out, rs).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
 }
 
-/// Where the target's `asm/types.h` lives: `NICFLOW_BPF_INCLUDE` if set,
-/// else Debian's multiarch directory for the target architecture (clang's
-/// BPF target has no multiarch paths of its own).
-fn multiarch_include() -> String {
-    println!("cargo:rerun-if-env-changed=NICFLOW_BPF_INCLUDE");
-    if let Ok(dir) = std::env::var("NICFLOW_BPF_INCLUDE") {
-        return dir;
-    }
-    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    let endian = std::env::var("CARGO_CFG_TARGET_ENDIAN").unwrap_or_default();
-    let tuple = match (arch.as_str(), endian.as_str()) {
-        ("x86", _) => "i386-linux-gnu".to_string(),
-        ("arm", _) => "arm-linux-gnueabihf".to_string(),
-        ("powerpc64", "little") => "powerpc64le-linux-gnu".to_string(),
-        ("mips64", "little") => "mips64el-linux-gnuabi64".to_string(),
-        (a, _) => format!("{a}-linux-gnu"),
-    };
-    let dir = format!("/usr/include/{tuple}");
-    if !std::path::Path::new(&dir).join("asm/types.h").exists()
-        && !std::path::Path::new("/usr/include/asm/types.h").exists()
-    {
-        panic!(
-            "\n\nnicflow's BPF programs need the kernel headers for {arch} \
-             (`asm/types.h`), looked for in {dir}. Install them (Debian: \
-             `apt-get install linux-libc-dev`) or set NICFLOW_BPF_INCLUDE to the \
-             directory that holds `asm/`.\n"
-        );
-    }
-    dir
-}
-
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let clang = std::env::var("NICFLOW_BPF_CLANG").unwrap_or_else(|_| "clang".to_string());
-    println!("cargo:rerun-if-env-changed=NICFLOW_BPF_CLANG");
-    let multiarch = multiarch_include();
     for src in DATAPATH_SOURCES {
         println!("cargo:rerun-if-changed={src}");
     }
     write_abi(DATAPATH_SOURCES, &out.join("xdp_dp_abi.rs"));
-    for name in PROGRAMS {
-        let src = format!("bpf/{name}.c");
-        println!("cargo:rerun-if-changed={src}");
-        let obj = out.join(format!("{name}.o"));
-        let result = Command::new(&clang)
-            .args(["-O2", "-g", "-target", "bpf", "-Wall"])
-            .arg(format!("-I{multiarch}"))
-            .arg("-c")
-            .arg(&src)
-            .arg("-o")
-            .arg(&obj)
-            .output();
-        match result {
-            Err(e) => panic!(
-                "\n\nnicflow needs clang to compile its XDP program {src}, but \
-                 running `{clang}` failed: {e}.\nInstall clang and the libbpf \
-                 headers (Debian/Ubuntu: `apt-get install clang libbpf-dev`), or \
-                 point NICFLOW_BPF_CLANG at a clang with the BPF target.\n"
-            ),
-            Ok(o) if !o.status.success() => panic!(
-                "\n\n`{clang} -O2 -g -target bpf -I{multiarch} -c {src}` failed \
-                 ({}):\n{}{}\n(missing <bpf/bpf_helpers.h>? install libbpf-dev)\n",
-                o.status,
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Ok(_) => {}
-        }
-    }
+    bpf::compile(PROGRAMS, &out);
 }

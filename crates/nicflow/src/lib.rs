@@ -5,14 +5,13 @@
 //! decision or, on a miss, asks the slow path, [`ofproto`], which walks the
 //! OpenFlow tables and returns a datapath flow to cache; the datapath's
 //! executor applies the actions and hands the frame to the output ports. A
-//! [`bridge`] wires ports, datapath and slow path together; [`bench`] measures
-//! them.
+//! [`bridge`] wires ports, datapath and slow path together. The experiments
+//! that measure it are the `nicflow-bench` crate.
 //!
 //! Lower layers live in their own crates: `nicflow-packet` (header views,
 //! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
 //! search), `nicflow-ofctl` (the rule language).
 
-pub mod bench;
 pub mod bridge;
 pub mod cni;
 pub mod control;

@@ -5,7 +5,6 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use nicflow::bench;
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::pcap::PcapPort;
@@ -212,9 +211,14 @@ enum Cmd {
     /// the generator's frames arriving on an interface.
     Sink(nicflow::traffic::sink::Args),
     /// Benchmarks that print reports.
+    ///
+    /// The experiments live in their own program, `nicflow-bench` (crate
+    /// `nicflow-bench`), installed next to this one; `nicflow bench ARGS`
+    /// runs it with ARGS (`nicflow bench --help` lists them).
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        which: BenchCmd,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
     },
 }
 
@@ -234,82 +238,6 @@ enum LabCmd {
     },
 }
 
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// Classifier ns/lookup and datapath packets/s against rule count.
-    Classifier {
-        /// Comma-separated rule counts.
-        #[arg(long, default_value = "10,1000,20000,100000")]
-        rules: String,
-        /// Repetitions (the report shows medians).
-        #[arg(long, default_value_t = 5)]
-        reps: usize,
-        /// Write the Markdown report here as well.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Smaller, faster run (for CI smoke tests).
-        #[arg(long)]
-        quick: bool,
-        /// ClassBench rule files instead of random rules: a file, a
-        /// directory of `*.rules[.gz]`, or a comma-separated list
-        /// (default: $NICFLOW_CLASSBENCH). bench-data/classbench has some.
-        #[arg(long)]
-        classbench: Option<String>,
-        /// Directory of the TupleMerge reference's traces
-        /// (`<rule file stem>.trace`) to time as well.
-        #[arg(long)]
-        classbench_traces: Option<PathBuf>,
-    },
-    /// Forwarding between two lab hosts: nicflow vs the Linux bridge vs Open
-    /// vSwitch's userspace datapath (iperf3 TCP/UDP, CPU cost).
-    Forward(bench::forward::Args),
-    /// iperf3 TCP with 1-32 parallel streams per engine: throughput and CPU
-    /// (document 000, figures 5.3-5.6).
-    Streams(bench::streams::Args),
-    /// `nicflow gen` against trafgen on one veth pair, in one run: packets/s
-    /// of 64-byte frames sent and received.
-    Gen(bench::generator::Args),
-    /// 1-20 client/server container pairs through one switch: throughput,
-    /// context switches and interrupts per Gbit, CPU left to a co-located load
-    /// (document 001, figure 4).
-    Containers(bench::containers::Args),
-    /// Container overlay across two hosts (VXLAN, 1-20 pairs): kernel
-    /// vxlan + bridge vs nicflow vs nicflow with XDP offload (document 001,
-    /// figure 4).
-    Overlay(bench::overlay::Args),
-    /// 100-65536 OpenFlow entries with as many microflows: packets/s and host
-    /// CPU (document 004, figure 6).
-    OvsL3(bench::ovs_l3::Args),
-    /// 64K-4M exact 5-tuple entries, counters on/off, pipeline depth 1-25:
-    /// packets/s and latency (document 003, figure 3, tables II-III).
-    TableScale(bench::table_scale::Args),
-    /// New TCP connections/s and transactions/s through a stateful firewall
-    /// table: nicflow vs Open vSwitch userspace conntrack vs nftables
-    /// (document 003, table VII; issue 13).
-    Conntrack(bench::conntrack::Args),
-    /// 1K-1M TCP connections tracked through the switch (in-process): handshakes/s,
-    /// ns/packet with and without ct, memory per connection (issue 13).
-    CtScale(bench::ct_scale::Args),
-    /// VXLAN over IPsec (ESP AES-GCM) between two hosts, 1..32 TCP
-    /// streams: nicflow with and without IPsec vs strongSwan's userspace
-    /// ESP (charon kernel-libipsec) (issue 15).
-    Ipsec(bench::ipsec::Args),
-    /// OpenFlow flow installation (FLOW_MODs, a barrier per 1,000) and
-    /// PACKET_IN round trip and rate: nicflow vs Open vSwitch (issue 14).
-    Openflow(bench::openflow::Args),
-    /// Meter accuracy: a meter at R against the rate that passes it, 10
-    /// Mbit/s to 5 Gbit/s: nicflow vs Open vSwitch userspace meters
-    /// (issue 14).
-    Meters(bench::meters::Args),
-    /// TCP throughput against ACL rule count (1-20,000 rules plus
-    /// allow-established): nicflow vs nftables (linear chain, set) vs Open
-    /// vSwitch userspace (document 003's stateful firewall; issue 13).
-    Firewall(bench::firewall::Args),
-    /// The `xdp-redirect` engine's process: a minimal XDP program pairing
-    /// ports, held until SIGTERM (started by the experiments' testbed).
-    #[command(hide = true)]
-    XdpRedirect(bench::xdp_baseline::Args),
-}
 
 fn main() -> ExitCode {
     // Run as a CNI plugin (type `nicflow`) when a container runtime calls.
@@ -540,76 +468,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             nicflow::traffic::sink::cli(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { which } => match which {
-            BenchCmd::Classifier {
-                rules,
-                reps,
-                out,
-                quick,
-                classbench,
-                classbench_traces,
-            } => {
-                let mut opts = bench::classifier::Options {
-                    sizes: parse_sizes(&rules)?,
-                    reps,
-                    ..Default::default()
-                };
-                if classbench.is_some() {
-                    opts.classbench = classbench;
-                }
-                if classbench_traces.is_some() {
-                    opts.classbench_traces = classbench_traces;
-                }
-                if let Some(spec) = &opts.classbench {
-                    // Say what is wrong with the files before any work.
-                    bench::classifier::classbench_files(spec)
-                        .map_err(|e| anyhow::anyhow!("--classbench {spec}: {e}"))?;
-                }
-                if quick {
-                    opts.lookups = 20_000;
-                    opts.dp_time = std::time::Duration::from_millis(50);
-                    opts.reps = opts.reps.min(3);
-                }
-                let rows = bench::classifier::run(&opts, |m| eprintln!("  {m}"));
-                let report = bench::classifier::report(&rows, &opts);
-                print!("{report}");
-                if let Some(p) = out {
-                    std::fs::write(&p, &report)
-                        .with_context(|| format!("writing {}", p.display()))?;
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            BenchCmd::Forward(args) => bench::forward::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Gen(args) => bench::generator::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Streams(args) => bench::streams::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Containers(args) => bench::containers::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Overlay(args) => bench::overlay::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::OvsL3(args) => bench::ovs_l3::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::TableScale(args) => {
-                bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
-            }
-            BenchCmd::Conntrack(args) => bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::CtScale(args) => bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Ipsec(args) => bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Openflow(args) => bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Meters(args) => bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Firewall(args) => bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::XdpRedirect(args) => {
-                bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
-            }
-        },
+        Cmd::Bench { args } => bench(&args),
     }
-}
-
-fn parse_sizes(s: &str) -> Result<Vec<usize>> {
-    s.split(',')
-        .map(|t| {
-            t.trim()
-                .replace('_', "")
-                .parse::<usize>()
-                .with_context(|| format!("bad rule count `{t}`"))
-        })
-        .collect()
 }
 
 fn check_flows(file: &std::path::Path) -> Result<ExitCode> {
@@ -689,4 +549,22 @@ fn parse_zone_arg(s: &str) -> anyhow::Result<u16> {
     let v = s.strip_prefix("zone=").unwrap_or(s);
     v.parse::<u16>()
         .with_context(|| format!("`{s}`: want zone=N with N in 0..=65535"))
+}
+
+/// `nicflow bench ARGS`: replace this process with `nicflow-bench ARGS`,
+/// found next to this executable (how cargo and an install lay them out),
+/// else on PATH. Keeping the experiments in their own program keeps the
+/// switch's binary and crate free of testbeds and peers.
+fn bench(args: &[std::ffi::OsString]) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("nicflow-bench")))
+        .filter(|p| p.is_file());
+    let prog = sibling.unwrap_or_else(|| PathBuf::from("nicflow-bench"));
+    let err = std::process::Command::new(&prog).args(args).exec();
+    bail!(
+        "running {}: {err} (build it with `cargo build --release -p nicflow-bench`)",
+        prog.display()
+    )
 }

@@ -193,7 +193,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Make SIGINT and SIGTERM set a flag (see [`stopped`]) instead of killing
 /// the process, so the tools still print their summary when interrupted.
-pub(crate) fn catch_stop_signals() {
+pub fn catch_stop_signals() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: installing an async-signal-safe handler (one atomic
         // store); the zeroed sigaction is valid with its fields set below.
@@ -207,7 +207,7 @@ pub(crate) fn catch_stop_signals() {
 }
 
 /// Has SIGINT or SIGTERM arrived since [`catch_stop_signals`]?
-pub(crate) fn stopped() -> bool {
+pub fn stopped() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 

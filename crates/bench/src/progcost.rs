@@ -129,9 +129,9 @@ pub fn test_run_costs() -> Result<Vec<(String, f64)>, String> {
 }
 
 fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
-    use crate::datapath::DpAction;
-    use crate::offload::xdp::engine::prog_test_run;
-    use crate::offload::xdp::{encode, encode_tc, XdpEngine, XdpEngineConfig};
+    use nicflow::datapath::DpAction;
+    use nicflow::offload::xdp::engine::prog_test_run;
+    use nicflow::offload::xdp::{encode, encode_tc, XdpEngine, XdpEngineConfig};
     use nicflow_flow::{extract, FlowKey, FlowMask};
     use nicflow_packet::builder::FrameBuilder;
     // SAFETY: unshare(2) only affects this thread.
@@ -139,7 +139,7 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
         return Err(format!("unshare: {}", std::io::Error::last_os_error()));
     }
     let ip = |args: &[&str]| -> Result<(), String> {
-        crate::lab::sys::ip(None, args)
+        nicflow::lab::sys::ip(None, args)
             .map(drop)
             .map_err(|e| e.to_string())
     };
@@ -211,7 +211,7 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
         })?,
     ));
     drop(tc_nc);
-    let bare = crate::port::tc::load_upcall_programs(out_if)?;
+    let bare = nicflow::port::tc::load_upcall_programs(out_if)?;
     let p = bare.program("tc_upcall").ok_or("no tc_upcall")?;
     out.push((
         "tc_upcall (bare bpf_redirect)".to_string(),
@@ -233,7 +233,7 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
         "xdp_dp (hit, 1 mask, output)".to_string(),
         median(&|| Ok(xdp.test_run_repeat(&frame, in_if, N).map_err(|x| e(&x))?.1))?,
     ));
-    let mut bare = aya::Ebpf::load(crate::bench::xdp_baseline::object()).map_err(|x| e(&x))?;
+    let mut bare = aya::Ebpf::load(crate::xdp_baseline::object()).map_err(|x| e(&x))?;
     {
         let p: &mut aya::programs::Xdp = bare
             .program_mut("xdp_redirect_min")

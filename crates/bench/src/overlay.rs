@@ -58,8 +58,8 @@ use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::report::{self, Figure};
 use super::testbed;
-use crate::control::proto::Request;
-use crate::lab::sys;
+use nicflow::control::proto::Request;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -654,13 +654,6 @@ pub(super) fn teardown_lab(
     }
 }
 
-pub(super) fn nicflow_bin() -> anyhow::Result<PathBuf> {
-    match std::env::var_os("NICFLOW_BIN") {
-        Some(b) => Ok(PathBuf::from(b)),
-        None => std::env::current_exe().context("locating the nicflow binary"),
-    }
-}
-
 impl Lab {
     fn ns(&self, node: &str) -> String {
         ns_of(&self.name, node)
@@ -808,7 +801,7 @@ impl Lab {
                 }
             }
             OvEngine::Nicflow | OvEngine::NicflowXdp | OvEngine::NicflowTc => {
-                let bin = nicflow_bin()?;
+                let bin = super::nicflow_bin()?;
                 for host in [1, 2] {
                     self.start_daemon(&bin, host)?;
                 }
@@ -893,7 +886,7 @@ impl Lab {
                 bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
             }
             let sock = d.sock.clone();
-            if crate::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
+            if nicflow::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
                 return Ok(());
             }
             if t0.elapsed() > Duration::from_secs(15) || interrupted() {
@@ -928,7 +921,7 @@ impl Lab {
                     host: format!("H{}", d.host),
                     ..Default::default()
                 };
-                if let Ok(r) = crate::control::daemon::request(
+                if let Ok(r) = nicflow::control::daemon::request(
                     &d.sock,
                     &Request::DumpDpFlows {
                         bridge: BRIDGE.into(),
@@ -1455,7 +1448,7 @@ mod tests {
         for engine in [OvEngine::Nicflow, OvEngine::NicflowXdp, OvEngine::NicflowTc] {
             for host in [1, 2] {
                 let t = nicflow_config(host, 3, engine, "vxlan");
-                let cfg: crate::control::config::Config =
+                let cfg: nicflow::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 let br = &cfg.bridges[0];
                 assert_eq!(br.name, "br0");

@@ -2,7 +2,7 @@
 //! counters, offload settings, and iperf3 runs between two lab hosts.
 
 use super::interrupted;
-use crate::lab::sys;
+use nicflow::lab::sys;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

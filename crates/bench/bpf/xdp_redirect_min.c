@@ -9,7 +9,7 @@
  *   frame on ingress ifindex I -> DEVMAP_HASH[I] = egress ifindex -> redirect
  *   (no entry: XDP_PASS, so an unpaired interface keeps working)
  *
- * Loaded by crates/nicflow/src/bench/xdp_baseline.rs.
+ * Loaded by crates/bench/src/xdp_baseline.rs.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

@@ -10,7 +10,7 @@
 //! trip ("avg-lat"); newer builds with `--full-rtt` print "avg-rtt". Either
 //! way [`Latency`] holds full round trips in µs.
 
-use crate::lab::sys;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::process::Stdio;

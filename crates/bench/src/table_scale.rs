@@ -362,7 +362,7 @@ fn run_entries(engine: Engine, counters_off: bool, r: &mut Results) -> anyhow::R
         let install_s = t0.elapsed().as_secs_f64();
         // The generator numbers at most MAX_FLOWS flows; beyond that the
         // extra entries are unused, as in the document's figure 3a.
-        let flows = n.min(crate::traffic::payload::MAX_FLOWS as usize) as u32;
+        let flows = n.min(nicflow::traffic::payload::MAX_FLOWS as usize) as u32;
         let t = traffic(&tb, flows, r.size, r.seconds);
         if err.is_none() {
             if let Err(e) = pktrate::warm_up(&tb, &t, 2) {

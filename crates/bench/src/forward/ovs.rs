@@ -4,7 +4,7 @@
 //! `/var/run/openvswitch`, `/etc/openvswitch` or service).
 
 use super::interrupted;
-use crate::lab::sys;
+use nicflow::lab::sys;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

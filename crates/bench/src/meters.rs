@@ -44,9 +44,9 @@
 use super::forward::{interrupted, ovs, Engine};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, IperfServer, Rules, Testbed, TestbedSpec, BRIDGE};
-use crate::bench::forward::measure::IfaceCounters;
-use crate::control::proto::Request;
-use crate::lab::sys;
+use crate::forward::measure::IfaceCounters;
+use nicflow::control::proto::Request;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -613,9 +613,9 @@ fn ofctl13(tb: &Testbed, verb: &str, rest: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn nicflow_req(tb: &Testbed, req: &Request) -> anyhow::Result<crate::control::proto::Response> {
+fn nicflow_req(tb: &Testbed, req: &Request) -> anyhow::Result<nicflow::control::proto::Response> {
     let sock = tb.nicflow_socket().context("no nicflow daemon")?;
-    let r = crate::control::daemon::request(&sock, req)?;
+    let r = nicflow::control::daemon::request(&sock, req)?;
     if !r.ok {
         bail!("nicflow {req:?}: {}", r.error.unwrap_or_default());
     }

@@ -4,7 +4,7 @@
 //! loaded into a switch namespace, bridge family first, with the fallback
 //! a kernel without `nf_conntrack_bridge` needs.
 
-use crate::lab::sys;
+use nicflow::lab::sys;
 use anyhow::Context;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -40,8 +40,8 @@
 use super::forward::{ovs, Engine};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec, BRIDGE};
-use crate::control::proto::Request;
-use crate::lab::sys;
+use nicflow::control::proto::Request;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use nicflow_ofctl::{parse_flow, NumericPorts};
 use nicflow_openflow::action;
@@ -865,7 +865,7 @@ fn measure_engine(
 }
 
 fn packet_in_rate(tb: &Testbed, c: &mut Conn, opts: &Options) -> anyhow::Result<RateSample> {
-    let bin = std::env::current_exe().context("locating the nicflow binary")?;
+    let bin = super::nicflow_bin()?;
     let server = tb.server(0);
     let argv: Vec<String> = vec![
         bin.display().to_string(),

@@ -9,7 +9,7 @@
 //! of `bench forward` (`bench::forward`) to N pairs and to arbitrary rules,
 //! and reuses its pieces: the engines ([`Engine`]), the host offload setting
 //! ([`HostOffload`]), the private Open vSwitch ([`Ovs`]) and the lab
-//! ([`crate::lab`]).
+//! ([`nicflow::lab`]).
 //!
 //! # Layout
 //!
@@ -54,8 +54,8 @@
 //! # Example
 //!
 //! ```no_run
-//! use nicflow::bench::testbed::{Rules, Testbed, TestbedSpec};
-//! use nicflow::bench::forward::{Engine, HostOffload};
+//! use nicflow_bench::testbed::{Rules, Testbed, TestbedSpec};
+//! use nicflow_bench::forward::{Engine, HostOffload};
 //! let spec = TestbedSpec {
 //!     rules: Rules::Custom(vec![
 //!         "priority=10,ip,in_port={c1},actions=mod_dl_dst:{s1.mac},output:{s1}".into(),
@@ -75,12 +75,12 @@
 
 use super::forward::ovs::{self, Ovs, OvsBridge};
 use super::forward::{interrupted, Engine, HostOffload};
-use crate::control::proto::Request;
-use crate::lab::{self, sys, LabOptions, Topology};
+use nicflow::control::proto::Request;
+use nicflow::lab::{self, sys, LabOptions, Topology};
 use anyhow::{bail, Context};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -418,7 +418,7 @@ impl Testbed {
         let bin = match (&spec.nicflow_bin, std::env::var_os("NICFLOW_BIN")) {
             (Some(b), _) => b.clone(),
             (None, Some(b)) => PathBuf::from(b),
-            (None, None) => std::env::current_exe().context("locating the nicflow binary")?,
+            (None, None) => super::nicflow_bin()?,
         };
         let lab_opts = LabOptions::with_binary(bin);
         for r in reap_stale(&spec.prefix, &lab_opts) {
@@ -703,7 +703,7 @@ impl Testbed {
             } else {
                 Request::AddFlows { bridge, text }
             };
-            let r = crate::control::daemon::request(&sock, &req)
+            let r = nicflow::control::daemon::request(&sock, &req)
                 .with_context(|| format!("nicflow {verb}"))?;
             if !r.ok {
                 bail!(
@@ -739,7 +739,7 @@ impl Testbed {
     pub fn del_flows(&self) -> anyhow::Result<()> {
         if self.spec.engine.is_nicflow() {
             let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
-            let r = crate::control::daemon::request(
+            let r = nicflow::control::daemon::request(
                 &sock,
                 &Request::DelFlows {
                     bridge: BRIDGE.into(),
@@ -761,6 +761,10 @@ impl Testbed {
 
     pub fn spec(&self) -> &TestbedSpec {
         &self.spec
+    }
+    /// The `nicflow` binary this testbed's daemons run (for `gen`/`sink`).
+    pub fn nicflow_bin(&self) -> &Path {
+        &self.lab_opts.nicflow_bin
     }
     pub fn engine(&self) -> Engine {
         self.spec.engine
@@ -835,7 +839,7 @@ impl Testbed {
     /// stats), for reports.
     pub fn diagnostics(&self) -> serde_json::Value {
         if let Some(sock) = self.nicflow_socket() {
-            match crate::control::daemon::request(&sock, &Request::Stats) {
+            match nicflow::control::daemon::request(&sock, &Request::Stats) {
                 Ok(r) => serde_json::json!({ "stats": r.data, "text": r.text }),
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
             }

@@ -54,17 +54,14 @@ fn ifindex(name: &str) -> anyhow::Result<u32> {
 /// teardown with everything else in the namespace).
 pub fn start(netns: &str, pairs: &[(String, String)]) -> anyhow::Result<std::process::Child> {
     use std::io::BufRead;
-    let bin = std::env::var_os("NICFLOW_BIN")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::current_exe().ok())
-        .context("no nicflow binary")?;
+    let bin = super::nicflow_bin()?;
     let mut argv: Vec<String> = vec![
         bin.display().to_string(),
         "bench".into(),
         "xdp-redirect".into(),
     ];
     argv.extend(pairs.iter().map(|(a, b)| format!("{a}={b}")));
-    let mut child = crate::lab::sys::in_ns(Some(netns), &argv)
+    let mut child = nicflow::lab::sys::in_ns(Some(netns), &argv)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())

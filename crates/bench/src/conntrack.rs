@@ -84,8 +84,8 @@ use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, tool_version};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use crate::control::proto::Request;
-use crate::lab::sys;
+use nicflow::control::proto::Request;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -769,7 +769,7 @@ fn start_nginx(host: &testbed::Host, dir: &Path, stub: bool) -> anyhow::Result<N
 /// A nicflow request on the testbed's daemon, failing on an error answer.
 fn nicflow_req(tb: &Testbed, req: &Request) -> anyhow::Result<()> {
     let sock = tb.nicflow_socket().context("not a nicflow testbed")?;
-    let r = crate::control::daemon::request(&sock, req)?;
+    let r = nicflow::control::daemon::request(&sock, req)?;
     if !r.ok {
         bail!("{}", r.error.unwrap_or_else(|| "failed".into()));
     }
@@ -1078,7 +1078,7 @@ fn end_state(lab: &Lab) -> serde_json::Value {
             let Some(sock) = lab.tb.nicflow_socket() else {
                 return serde_json::Value::Null;
             };
-            match crate::control::daemon::request(
+            match nicflow::control::daemon::request(
                 &sock,
                 &Request::ConntrackStats {
                     bridge: testbed::BRIDGE.into(),

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 
 /// The plotting script (also runnable by hand:
 /// `/usr/bin/python3 scripts/plot.py DIR/figures.json DIR`).
-pub const PLOT_PY: &str = include_str!("../../../../scripts/plot.py");
+pub const PLOT_PY: &str = include_str!("../../../scripts/plot.py");
 
 /// The interpreter with matplotlib.
 pub const PYTHON: &str = "/usr/bin/python3";

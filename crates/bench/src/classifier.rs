@@ -16,9 +16,9 @@
 
 use super::workload::{gen_5tuple_rules, gen_frames, gen_keys};
 use super::{median, ns};
-use crate::bridge::Bridge;
-use crate::datapath::DatapathConfig;
-use crate::port::mem::MemPort;
+use nicflow::bridge::Bridge;
+use nicflow::datapath::DatapathConfig;
+use nicflow::port::mem::MemPort;
 use nicflow_classifier::{Classifier, LinearClassifier};
 use nicflow_flow::FLOW_WORDS;
 use std::hint::black_box;

@@ -11,8 +11,8 @@
 //! are measured by the same yardstick. Medians over the rounds go in a
 //! Markdown table; `--out DIR` also writes `report.md` and `samples.json`.
 
-use crate::traffic::template::{FlowSpec, Proto, Template};
-use crate::traffic::{self, Mac, PortType};
+use nicflow::traffic::template::{FlowSpec, Proto, Template};
+use nicflow::traffic::{self, Mac, PortType};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -264,7 +264,7 @@ pub fn cli(args: &Args) -> Result<()> {
         bail!("`{}` not found (Debian package netsniff-ng)", args.trafgen);
     }
     traffic::catch_stop_signals();
-    let exe = std::env::current_exe().context("locating the nicflow binary")?;
+    let exe = super::nicflow_bin()?;
     let exe = exe.display().to_string();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let ns = Netns::create(args.queues)?;

@@ -10,11 +10,14 @@
 //! otherwise. Labs are the bench testbed's (`ctx` prefix), torn down even
 //! when an assertion fails.
 
+// The switch crate's skip helpers (root and tool checks, the skip log).
+#[path = "../../nicflow/tests/common/skip.rs"]
+#[allow(dead_code)]
 mod common;
 
-use nicflow::bench::conntrack::FIREWALL;
-use nicflow::bench::forward::Engine;
-use nicflow::bench::testbed::{Rules, Testbed, TestbedSpec};
+use nicflow_bench::conntrack::FIREWALL;
+use nicflow_bench::forward::Engine;
+use nicflow_bench::testbed::{Rules, Testbed, TestbedSpec};
 use nicflow::control::daemon::request;
 use nicflow::control::proto::Request;
 use std::process::{Command, Stdio};
@@ -107,7 +110,7 @@ fn normalize(line: &str) -> String {
 fn run(engine: Engine) -> (Vec<bool>, Vec<String>) {
     let spec = TestbedSpec {
         rules: Rules::Custom(FIREWALL.iter().map(|s| s.to_string()).collect()),
-        nicflow_bin: Some(env!("CARGO_BIN_EXE_nicflow").into()),
+        nicflow_bin: Some(nicflow_bench::nicflow_bin().expect("the nicflow binary (cargo test --workspace builds it)")),
         ..TestbedSpec::new(engine, 1, "ctx")
     };
     let tb = Testbed::up(&spec).expect("testbed up");

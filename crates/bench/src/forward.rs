@@ -4,7 +4,7 @@
 //!
 //! Every engine gets a fresh two-host lab (namespaces `h1` and `h2`, one
 //! veth each, whose other ends are the switch's two ports in a third
-//! namespace `sw`), built by [`crate::lab`] from the same topology apart
+//! namespace `sw`), built by [`nicflow::lab`] from the same topology apart
 //! from the switch node:
 //!
 //! * **nicflow**: the lab's switch daemon (`nicflow daemon`, port type
@@ -42,8 +42,8 @@ use self::measure::{IfaceCounters, IperfSetup, Test, TestSample};
 use self::ovs::{Ovs, OvsBridge};
 use super::host_tools::loadavg;
 use super::median;
-use crate::control::config::PortType;
-use crate::lab::{self, sys, LabOptions, Topology};
+use nicflow::control::config::PortType;
+use nicflow::lab::{self, sys, LabOptions, Topology};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -300,10 +300,7 @@ impl Options {
         } else {
             (a.reps.max(1), a.seconds.max(1))
         };
-        let nicflow_bin = match std::env::var_os("NICFLOW_BIN") {
-            Some(b) => PathBuf::from(b),
-            None => std::env::current_exe().context("locating the nicflow binary")?,
-        };
+        let nicflow_bin = super::nicflow_bin()?;
         Ok(Options {
             engines,
             reps,
@@ -741,10 +738,10 @@ fn engine_body(
 }
 
 fn nicflow_diagnostics(lab_name: &str, lab_opts: &LabOptions) -> serde_json::Value {
-    use crate::control::proto::Request;
+    use nicflow::control::proto::Request;
     let sock = lab::switch_socket(lab_name, "sw", lab_opts);
     let log = lab_opts.lab_dir(lab_name).join("sw.log");
-    match crate::control::daemon::request(&sock, &Request::Stats) {
+    match nicflow::control::daemon::request(&sock, &Request::Stats) {
         Ok(r) => {
             serde_json::json!({ "stats": r.data, "text": r.text, "log_tail": sys::tail(&log, 20) })
         }

@@ -31,6 +31,30 @@ pub mod xdp_baseline;
 
 use std::time::Duration;
 
+/// The `nicflow` binary the experiments run (daemons, `gen`, `sink`,
+/// `bench xdp-redirect`): `$NICFLOW_BIN`, else the one next to this
+/// program (cargo and an install put `nicflow` and `nicflow-bench` in one
+/// directory; a test's executable sits one level below, in `deps/`).
+pub fn nicflow_bin() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(b) = std::env::var_os("NICFLOW_BIN") {
+        return Ok(b.into());
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("locating this program to find nicflow next to it: {e}"))?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("nicflow"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no `nicflow` binary next to {} (build it: `cargo build --release -p nicflow`, \
+                 or set NICFLOW_BIN)",
+                exe.display()
+            )
+        })
+}
+
 /// Median of a set of samples (sorted in place).
 pub fn median(samples: &mut [f64]) -> f64 {
     if samples.is_empty() {

@@ -51,11 +51,12 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
-use super::overlay::{ip_ns, nicflow_bin, ns_of, run_in, start_server, teardown_lab};
+use super::nicflow_bin;
+use super::overlay::{ip_ns, ns_of, run_in, start_server, teardown_lab};
 use super::report::{self, Figure};
 use super::testbed;
-use crate::control::proto::Request;
-use crate::lab::sys;
+use nicflow::control::proto::Request;
+use nicflow::lab::sys;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -78,8 +79,8 @@ const BRIDGE: &str = "br0";
 const TUNNEL: &str = "vx0";
 const CHARON: &str = "/usr/lib/ipsec/charon";
 const PSK: &str = "nicflow-bench-ipsec-psk";
-const STRONGSWAN_CONF: &str = include_str!("../../../ipsec/tests/strongswan/strongswan.conf.in");
-const SWANCTL_CONF: &str = include_str!("../../../ipsec/tests/strongswan/swanctl.conf.in");
+const STRONGSWAN_CONF: &str = include_str!("../../ipsec/tests/strongswan/strongswan.conf.in");
+const SWANCTL_CONF: &str = include_str!("../../ipsec/tests/strongswan/swanctl.conf.in");
 
 /// An engine of the encrypted overlay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -727,7 +728,7 @@ impl Lab {
                 bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
             }
             let sock = d.sock.clone().context("socket")?;
-            if crate::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
+            if nicflow::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
                 return Ok(());
             }
             if t0.elapsed() > Duration::from_secs(15) || interrupted() {
@@ -775,7 +776,7 @@ impl Lab {
         let mut p = Packets::default();
         for d in &self.procs {
             let Some(sock) = &d.sock else { continue };
-            let Ok(r) = crate::control::daemon::request(sock, &Request::Stats) else {
+            let Ok(r) = nicflow::control::daemon::request(sock, &Request::Stats) else {
                 continue;
             };
             let ports = r.data[0]["ports"].as_array().cloned().unwrap_or_default();
@@ -1307,7 +1308,7 @@ mod tests {
         for host in [1, 2] {
             for keys in [None, Some(&k)] {
                 let t = nicflow_config(host, keys);
-                let cfg: crate::control::config::Config =
+                let cfg: nicflow::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
             }

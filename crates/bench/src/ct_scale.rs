@@ -38,9 +38,9 @@
 
 use super::forward;
 use super::report::{self, Figure, Series};
-use crate::bridge::Bridge;
-use crate::datapath::DatapathConfig;
-use crate::port::mem::{MemHandle, MemPort};
+use nicflow::bridge::Bridge;
+use nicflow::datapath::DatapathConfig;
+use nicflow::port::mem::{MemHandle, MemPort};
 use anyhow::{bail, Context};
 use nicflow_conntrack::FlushFilter;
 use nicflow_packet::builder::FrameBuilder;

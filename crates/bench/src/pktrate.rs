@@ -14,7 +14,7 @@ use super::cpu::{Snapshot, Usage};
 use super::testbed::Testbed;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -69,13 +69,6 @@ pub struct Burst {
     pub sink: serde_json::Value,
 }
 
-fn nicflow_bin() -> PathBuf {
-    std::env::var_os("NICFLOW_BIN")
-        .map(PathBuf::from)
-        .or_else(|| std::env::current_exe().ok())
-        .unwrap_or_else(|| PathBuf::from("nicflow"))
-}
-
 fn spawn_to(mut cmd: Command, out: &Path) -> anyhow::Result<Child> {
     let f = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
     cmd.stdout(f).stderr(Stdio::piped()).stdin(Stdio::null());
@@ -109,7 +102,7 @@ fn gen_argv(tb: &Testbed, t: &Traffic, duration: Option<f64>, count: Option<u64>
     let c = tb.client(0);
     let s = tb.server(0);
     let mut v: Vec<String> = vec![
-        nicflow_bin().display().to_string(),
+        tb.nicflow_bin().display().to_string(),
         "gen".into(),
         "--iface".into(),
         c.iface.clone(),
@@ -163,7 +156,7 @@ pub fn burst(tb: &Testbed, t: &Traffic) -> anyhow::Result<Burst> {
     let _ = std::fs::remove_file(&ready);
     let s = tb.server(0);
     let sink_argv: Vec<String> = vec![
-        nicflow_bin().display().to_string(),
+        tb.nicflow_bin().display().to_string(),
         "sink".into(),
         "--iface".into(),
         s.iface.clone(),
