@@ -15,12 +15,7 @@ mod bpf;
 use std::path::PathBuf;
 
 /// BPF sources, compiled one object each (`bpf/<name>.c` -> `<name>.o`).
-const PROGRAMS: &[&str] = &[
-    "xsk_redirect",
-    "xdp_dp",
-    "tc_dp",
-    "tc_upcall",
-];
+const PROGRAMS: &[&str] = &["xsk_redirect", "xdp_dp", "tc_dp", "tc_upcall"];
 
 /// The kernel datapath's shared sources (every program above may include
 /// them) and the files its ABI constants are read from, in order.

@@ -8,10 +8,10 @@
 //! `cargo bench -p nicflow --bench datapath`
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use nicflow_bench::workload::{gen_5tuple_rules, gen_frames};
 use nicflow::bridge::{Bridge, BATCH_SIZE};
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::mem::MemPort;
+use nicflow_bench::workload::{gen_5tuple_rules, gen_frames};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

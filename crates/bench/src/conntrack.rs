@@ -84,9 +84,9 @@ use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, tool_version};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -122,15 +122,9 @@ pub struct Args {
     /// host has them) or off (finished checksums).
     #[arg(long, default_value = "default")]
     pub host_offload: String,
-    /// Run directory (default bench-conntrack-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: 8 connections, one 2-s run per point.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// Open vSwitch's stateful firewall (testbed placeholders: `{c1}` is p1,
@@ -1175,10 +1169,10 @@ fn run_scenario(
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
+    report::cli(&args.run, "conntrack", || run(args), figures, markdown)
+}
+
+fn run(args: &Args) -> anyhow::Result<Results> {
     let scenarios = parse_scenarios(&args.scenario)?;
     let requested = args.engines.as_deref().map(parse_engines).transpose()?;
     let mut plan = Vec::new();
@@ -1198,7 +1192,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         plan.push((s, run));
     }
     let all: Vec<CtEngine> = plan.iter().flat_map(|(_, e)| e.clone()).collect();
-    let (conns, seconds, reps) = if args.quick {
+    let (conns, seconds, reps) = if args.run.quick {
         (vec![8], 2.0, 1)
     } else {
         (
@@ -1299,16 +1293,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         }
     }
     r.load_end = host_tools::loadavg();
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("conntrack"));
-    write(&dir, &r)
-}
-
-fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    Ok(r)
 }
 
 fn med(

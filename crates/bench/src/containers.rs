@@ -31,7 +31,6 @@ use super::report::{self, Figure};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -56,15 +55,9 @@ pub struct Args {
     /// Host-side veth offloads: default (kernel defaults) or off.
     #[arg(long, default_value = "default")]
     pub host_offload: String,
-    /// Directory for the run (default: bench-containers-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: 1 repetition, 2-second phases.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rewrite the report of an earlier run from its samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -86,7 +79,7 @@ pub type Results = co::Results<Options, Run>;
 const PORT: u16 = 5201;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
-    let (reps, seconds) = if a.quick {
+    let (reps, seconds) = if a.run.quick {
         (1, 2)
     } else {
         (a.reps.max(1), a.seconds.max(1))
@@ -102,14 +95,13 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         pairs,
         load_threads: co::load_threads(a.load_threads),
         host_offload: testbed::parse_host_offload(&a.host_offload)?,
-        quick: a.quick,
+        quick: a.run.quick,
     })
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?);
-    report::cli(paths, "containers", measure, figures, markdown)
+    report::cli(&args.run, "containers", measure, figures, markdown)
 }
 
 fn progress(s: &str) {

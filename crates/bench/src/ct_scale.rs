@@ -38,10 +38,10 @@
 
 use super::forward;
 use super::report::{self, Figure, Series};
+use anyhow::{bail, Context};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::mem::{MemHandle, MemPort};
-use anyhow::{bail, Context};
 use nicflow_conntrack::FlushFilter;
 use nicflow_packet::builder::FrameBuilder;
 use rand::rngs::StdRng;
@@ -49,7 +49,6 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// OVS's stateful firewall (ovs-fields(7), "Connection Tracking"): p1 may
@@ -113,15 +112,9 @@ pub struct Args {
     /// Seed of the random connection picks.
     #[arg(long, default_value_t = 0x5eed_c7)]
     pub seed: u64,
-    /// Smoke run: 1000,10000 connections, 50,000 packets, 3 repetitions.
-    #[arg(long)]
-    pub quick: bool,
-    /// Run directory (default bench-ct-scale-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// What one run measures.
@@ -136,7 +129,7 @@ pub struct Options {
 }
 
 pub fn options(a: &Args) -> anyhow::Result<Options> {
-    let mut connections = if a.quick {
+    let mut connections = if a.run.quick {
         vec![1000, 10_000]
     } else {
         super::testbed::parse_counts(&a.connections)?
@@ -152,7 +145,7 @@ pub fn options(a: &Args) -> anyhow::Result<Options> {
     if a.payload > 1400 {
         bail!("--payload {}: at most 1400 bytes", a.payload);
     }
-    let (packets, reps) = if a.quick {
+    let (packets, reps) = if a.run.quick {
         (a.packets.min(50_000), a.reps.min(3))
     } else {
         (a.packets, a.reps)
@@ -168,9 +161,8 @@ pub fn options(a: &Args) -> anyhow::Result<Options> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?, progress);
-    report::cli(paths, "ct-scale", measure, figures, markdown)
+    report::cli(&args.run, "ct-scale", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -1076,9 +1068,7 @@ mod tests {
             batch: 4,
             payload: 64,
             seed: 1,
-            quick: false,
-            out: None,
-            render: None,
+            run: crate::RunArgs::default(),
         };
         let o = options(&a).unwrap();
         assert_eq!(o.connections, vec![1000, 10000]);

@@ -34,7 +34,7 @@ use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// iperf3's port, the one port the firewall lets new connections reach.
@@ -55,15 +55,9 @@ pub struct Args {
     /// Repetitions per point (the report shows medians).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Run directory (default bench-firewall-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: rule counts 1 and 1000, one 2-s run per point.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -347,12 +341,12 @@ fn measure(l: &Lab, n: usize, seconds: u64, rep: usize) -> Sample {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
+    report::cli(&args.run, "firewall", || run(args), figures, markdown)
+}
+
+fn run(args: &Args) -> anyhow::Result<Results> {
     let engines = parse_engines(&args.engines)?;
-    let (counts, seconds, reps) = if args.quick {
+    let (counts, seconds, reps) = if args.run.quick {
         (vec![1, 1000], 2, 1)
     } else {
         (
@@ -491,16 +485,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
         }
     }
     r.load_end = loadavg();
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("firewall"));
-    write(&dir, &r)
-}
-
-fn write(dir: &Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    Ok(r)
 }
 
 fn med(r: &Results, e: FwEngine, n: usize, f: &dyn Fn(&Sample) -> Option<f64>) -> Option<f64> {

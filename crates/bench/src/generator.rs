@@ -11,9 +11,9 @@
 //! are measured by the same yardstick. Medians over the rounds go in a
 //! Markdown table; `--out DIR` also writes `report.md` and `samples.json`.
 
+use anyhow::{bail, Context, Result};
 use nicflow::traffic::template::{FlowSpec, Proto, Template};
 use nicflow::traffic::{self, Mac, PortType};
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;

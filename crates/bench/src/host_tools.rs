@@ -4,8 +4,8 @@
 //! loaded into a switch namespace, bridge family first, with the fallback
 //! a kernel without `nf_conntrack_bridge` needs.
 
-use nicflow::lab::sys;
 use anyhow::Context;
+use nicflow::lab::sys;
 use std::path::Path;
 use std::process::{Command, Stdio};
 

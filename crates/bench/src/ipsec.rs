@@ -55,9 +55,9 @@ use super::nicflow_bin;
 use super::overlay::{ip_ns, ns_of, run_in, start_server, teardown_lab};
 use super::report::{self, Figure};
 use super::testbed;
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -158,12 +158,9 @@ pub struct Args {
     /// packet beside the raw AES-GCM cost of its aes-gcm-128/1400 line.
     #[arg(long, value_name = "FILE")]
     pub esp_bench: Option<PathBuf>,
-    /// Directory for the run (default: bench-ipsec-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Rewrite the report of an earlier run from its samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// One line of the esp bench's summary table (ns per packet).
@@ -254,7 +251,7 @@ pub type Run = co::Run<IpEngine, Extra>;
 pub type Results = co::Results<Options, Run>;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
-    let streams = testbed::parse_counts(&a.streams).context("--streams")?;
+    let mut streams = testbed::parse_counts(&a.streams).context("--streams")?;
     if let Some(n) = streams.iter().find(|&&n| n > MAX_STREAMS) {
         bail!("--streams {n}: iperf3 runs at most {MAX_STREAMS} parallel streams");
     }
@@ -271,10 +268,16 @@ fn options(a: &Args) -> anyhow::Result<Options> {
             })?)
         }
     };
+    let (reps, seconds) = if a.run.quick {
+        streams.truncate(1);
+        (1, 2)
+    } else {
+        (a.reps.max(1), a.seconds.max(1))
+    };
     Ok(Options {
         engines: parse_engines(&a.engines)?,
-        reps: a.reps.max(1),
-        seconds: a.seconds.max(1),
+        reps,
+        seconds,
         streams,
         load_threads: co::load_threads(a.load_threads),
         esp_bench,
@@ -282,9 +285,8 @@ fn options(a: &Args) -> anyhow::Result<Options> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?);
-    report::cli(paths, "ipsec", measure, figures, markdown)
+    report::cli(&args.run, "ipsec", measure, figures, markdown)
 }
 
 fn progress(s: &str) {

@@ -10,8 +10,8 @@
 //! trip ("avg-lat"); newer builds with `--full-rtt` print "avg-rtt". Either
 //! way [`Latency`] holds full round trips in µs.
 
-use nicflow::lab::sys;
 use anyhow::{bail, Context};
+use nicflow::lab::sys;
 use serde::{Deserialize, Serialize};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

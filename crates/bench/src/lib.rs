@@ -31,6 +31,24 @@ pub mod xdp_baseline;
 
 use std::time::Duration;
 
+/// The options every experiment shares, flattened into its arguments:
+/// where the run directory goes, re-rendering an earlier run without
+/// measuring, and a smoke run. [`report::cli`] is the run loop that reads
+/// them.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// Directory for the run (default: bench-<experiment>-<time>).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Rewrite the report of an earlier run from its samples.json (measures
+    /// nothing).
+    #[arg(long, value_name = "SAMPLES_JSON")]
+    pub render: Option<std::path::PathBuf>,
+    /// Smoke run: one repetition of short phases over fewer points.
+    #[arg(long)]
+    pub quick: bool,
+}
+
 /// The `nicflow` binary the experiments run (daemons, `gen`, `sink`,
 /// `bench xdp-redirect`): `$NICFLOW_BIN`, else the one next to this
 /// program (cargo and an install put `nicflow` and `nicflow-bench` in one

@@ -120,62 +120,65 @@ fn main() -> ExitCode {
 
 fn run(which: BenchCmd) -> Result<ExitCode> {
     match which {
-            BenchCmd::Classifier {
-                rules,
+        BenchCmd::Classifier {
+            rules,
+            reps,
+            out,
+            quick,
+            classbench,
+            classbench_traces,
+        } => {
+            let mut opts = nicflow_bench::classifier::Options {
+                sizes: parse_sizes(&rules)?,
                 reps,
-                out,
-                quick,
-                classbench,
-                classbench_traces,
-            } => {
-                let mut opts = nicflow_bench::classifier::Options {
-                    sizes: parse_sizes(&rules)?,
-                    reps,
-                    ..Default::default()
-                };
-                if classbench.is_some() {
-                    opts.classbench = classbench;
-                }
-                if classbench_traces.is_some() {
-                    opts.classbench_traces = classbench_traces;
-                }
-                if let Some(spec) = &opts.classbench {
-                    // Say what is wrong with the files before any work.
-                    nicflow_bench::classifier::classbench_files(spec)
-                        .map_err(|e| anyhow::anyhow!("--classbench {spec}: {e}"))?;
-                }
-                if quick {
-                    opts.lookups = 20_000;
-                    opts.dp_time = std::time::Duration::from_millis(50);
-                    opts.reps = opts.reps.min(3);
-                }
-                let rows = nicflow_bench::classifier::run(&opts, |m| eprintln!("  {m}"));
-                let report = nicflow_bench::classifier::report(&rows, &opts);
-                print!("{report}");
-                if let Some(p) = out {
-                    std::fs::write(&p, &report)
-                        .with_context(|| format!("writing {}", p.display()))?;
-                }
-                Ok(ExitCode::SUCCESS)
+                ..Default::default()
+            };
+            if classbench.is_some() {
+                opts.classbench = classbench;
             }
-            BenchCmd::Forward(args) => nicflow_bench::forward::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Gen(args) => nicflow_bench::generator::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Streams(args) => nicflow_bench::streams::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Containers(args) => nicflow_bench::containers::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Overlay(args) => nicflow_bench::overlay::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::OvsL3(args) => nicflow_bench::ovs_l3::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::TableScale(args) => {
-                nicflow_bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
+            if classbench_traces.is_some() {
+                opts.classbench_traces = classbench_traces;
             }
-            BenchCmd::Conntrack(args) => nicflow_bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::CtScale(args) => nicflow_bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Ipsec(args) => nicflow_bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Openflow(args) => nicflow_bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Meters(args) => nicflow_bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
-            BenchCmd::XdpRedirect(args) => {
-                nicflow_bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
+            if let Some(spec) = &opts.classbench {
+                // Say what is wrong with the files before any work.
+                nicflow_bench::classifier::classbench_files(spec)
+                    .map_err(|e| anyhow::anyhow!("--classbench {spec}: {e}"))?;
             }
+            if quick {
+                opts.lookups = 20_000;
+                opts.dp_time = std::time::Duration::from_millis(50);
+                opts.reps = opts.reps.min(3);
+            }
+            let rows = nicflow_bench::classifier::run(&opts, |m| eprintln!("  {m}"));
+            let report = nicflow_bench::classifier::report(&rows, &opts);
+            print!("{report}");
+            if let Some(p) = out {
+                std::fs::write(&p, &report).with_context(|| format!("writing {}", p.display()))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Forward(args) => nicflow_bench::forward::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Gen(args) => nicflow_bench::generator::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Streams(args) => nicflow_bench::streams::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Containers(args) => {
+            nicflow_bench::containers::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
+        BenchCmd::Overlay(args) => nicflow_bench::overlay::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::OvsL3(args) => nicflow_bench::ovs_l3::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::TableScale(args) => {
+            nicflow_bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
+        BenchCmd::Conntrack(args) => {
+            nicflow_bench::conntrack::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
+        BenchCmd::CtScale(args) => nicflow_bench::ct_scale::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Ipsec(args) => nicflow_bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Openflow(args) => nicflow_bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Meters(args) => nicflow_bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::XdpRedirect(args) => {
+            nicflow_bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -45,9 +45,9 @@ use super::forward::{interrupted, ovs, Engine};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, IperfServer, Rules, Testbed, TestbedSpec, BRIDGE};
 use crate::forward::measure::IfaceCounters;
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -111,15 +111,9 @@ pub struct Args {
     /// Skip the capacity run.
     #[arg(long)]
     pub no_capacity: bool,
-    /// Smoke run: rates 10M,1G, one repetition, 1 s warm-up, 3 s measured.
-    #[arg(long)]
-    pub quick: bool,
-    /// Run directory (default bench-meters-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// How c1 offers the load.
@@ -233,7 +227,7 @@ pub fn options(a: &Args) -> anyhow::Result<Options> {
     if let Some(e) = engines.iter().find(|e| !e.is_nicflow() && !e.is_ovs()) {
         bail!("engine {}: has no OpenFlow meters", e.name());
     }
-    let rates = if a.quick {
+    let rates = if a.run.quick {
         vec![10_000_000, 1_000_000_000]
     } else {
         parse_rates(&a.rates)?
@@ -271,7 +265,7 @@ pub fn options(a: &Args) -> anyhow::Result<Options> {
             );
         }
     }
-    let (reps, warmup, secs) = if a.quick {
+    let (reps, warmup, secs) = if a.run.quick {
         (1, a.warmup.min(1.0), a.secs.min(3.0))
     } else {
         (a.reps, a.warmup, a.secs)
@@ -314,9 +308,8 @@ pub fn command_line(o: &Options) -> String {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?, progress);
-    report::cli(paths, "meters", measure, figures, markdown)
+    report::cli(&args.run, "meters", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -1476,9 +1469,7 @@ mod tests {
             udp_factor: 2.0,
             udp_len: 1472,
             no_capacity: false,
-            quick: false,
-            out: None,
-            render: None,
+            run: crate::RunArgs::default(),
         };
         let o = options(&a).unwrap();
         assert_eq!(o.engines, vec![Engine::NicflowTc, Engine::Ovs]);

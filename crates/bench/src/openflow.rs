@@ -40,9 +40,9 @@
 use super::forward::{ovs, Engine};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec, BRIDGE};
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use anyhow::{bail, Context};
 use nicflow_ofctl::{parse_flow, NumericPorts};
 use nicflow_openflow::action;
 use nicflow_openflow::msg::flow::{FlowMod, FlowModCommand, PacketIn, PacketOut, ANY, NO_BUFFER};
@@ -58,7 +58,6 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The listener's port (inside the switch's private namespace, so any
@@ -109,16 +108,9 @@ pub struct Args {
     /// vSwitch userspace, netdev datapath).
     #[arg(long, default_value = "nicflow,ovs")]
     pub engines: String,
-    /// Smoke run: 1000,10000 rules, 2 repetitions, 100 round trips, 1 s
-    /// of generated traffic.
-    #[arg(long)]
-    pub quick: bool,
-    /// Run directory (default bench-openflow-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// What one run measures.
@@ -135,7 +127,7 @@ pub struct Options {
 }
 
 pub fn options(a: &Args) -> anyhow::Result<Options> {
-    let mut flows = if a.quick {
+    let mut flows = if a.run.quick {
         vec![1000, 10_000]
     } else {
         testbed::parse_counts(&a.flows)?
@@ -155,7 +147,7 @@ pub fn options(a: &Args) -> anyhow::Result<Options> {
     if let Some(e) = engines.iter().find(|e| !e.is_nicflow() && !e.is_ovs()) {
         bail!("engine {}: has no OpenFlow", e.name());
     }
-    let (reps, rtt_samples, pin_secs) = if a.quick {
+    let (reps, rtt_samples, pin_secs) = if a.run.quick {
         (a.reps.min(2), a.rtt_samples.min(100), a.pin_secs.min(1.0))
     } else {
         (a.reps, a.rtt_samples, a.pin_secs)
@@ -187,9 +179,8 @@ pub fn command_line(o: &Options) -> String {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?, progress);
-    report::cli(paths, "openflow", measure, figures, markdown)
+    report::cli(&args.run, "openflow", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -1299,9 +1290,7 @@ mod tests {
             pin_secs: 2.0,
             pin_flows: 10,
             engines: "nicflow,ovs".into(),
-            quick: false,
-            out: None,
-            render: None,
+            run: crate::RunArgs::default(),
         };
         let o = options(&a).unwrap();
         assert_eq!(o.flows, vec![1000, 10000]);
@@ -1311,7 +1300,14 @@ mod tests {
             ..a.clone()
         })
         .is_err());
-        let q = options(&Args { quick: true, ..a }).unwrap();
+        let q = options(&Args {
+            run: crate::RunArgs {
+                quick: true,
+                ..Default::default()
+            },
+            ..a
+        })
+        .unwrap();
         assert_eq!((q.reps, q.rtt_samples), (2, 100));
         assert_eq!(percentile(&[3.0, 1.0, 2.0, 4.0], 0.99), Some(4.0));
         assert_eq!(percentile(&[], 0.5), None);

@@ -58,9 +58,9 @@ use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::report::{self, Figure};
 use super::testbed;
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -191,16 +191,9 @@ pub struct Args {
     /// the kernel here has no Geneve device, so kernel-vxlan is refused).
     #[arg(long, default_value = "vxlan")]
     pub tunnel: String,
-    /// Directory for the run (default: bench-overlay-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: pairs 1,2 (or the --streams given), 1 repetition,
-    /// 2-second phases.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rewrite the report of an earlier run from its samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// What the x axis of a run counts.
@@ -329,14 +322,14 @@ impl co::Named for OvEngine {
 pub type Results = co::Results<Options, Run>;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
-    let (reps, seconds) = if a.quick {
+    let (reps, seconds) = if a.run.quick {
         (1, 2)
     } else {
         (a.reps.max(1), a.seconds.max(1))
     };
     let (axis, pairs, streams) = match a.streams.as_deref() {
         None => {
-            let p = match (a.quick, a.pairs.as_deref()) {
+            let p = match (a.run.quick, a.pairs.as_deref()) {
                 (true, _) => "1,2",
                 (false, p) => p.unwrap_or(DEFAULT_PAIRS),
             };
@@ -379,16 +372,15 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         seconds,
         pairs,
         load_threads: co::load_threads(a.load_threads),
-        quick: a.quick,
+        quick: a.run.quick,
         axis,
         streams,
     })
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?);
-    report::cli(paths, "overlay", measure, figures, markdown)
+    report::cli(&args.run, "overlay", measure, figures, markdown)
 }
 
 fn progress(s: &str) {
@@ -1495,9 +1487,7 @@ mod tests {
             streams: streams.map(str::to_string),
             load_threads: Some(1),
             tunnel: "geneve".into(),
-            out: None,
-            quick: false,
-            render: None,
+            run: crate::RunArgs::default(),
         }
     }
 
@@ -1519,7 +1509,7 @@ mod tests {
             assert_eq!(o.xs(), &[1, 2, 4, 8]);
         }
         let mut q = args(None, Some("1,4"));
-        q.quick = true;
+        q.run.quick = true;
         let o = options(&q).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!((o.reps, o.seconds, o.xs()), (1, 2, &[1, 4][..]));
         // Refused: other pair counts beside --streams, bad stream counts.

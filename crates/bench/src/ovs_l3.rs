@@ -22,7 +22,6 @@ use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -46,15 +45,9 @@ pub struct Args {
     /// Frame size with FCS.
     #[arg(long, default_value_t = 64)]
     pub size: usize,
-    /// Run directory (default bench-ovs-l3-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: 1 burst of 2 s per point.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// One engine at one entry count, one burst.
@@ -101,16 +94,16 @@ pub fn entry_rules(from: usize, to: usize) -> Vec<String> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
+    report::cli(&args.run, "ovs-l3", || run(args), figures, markdown)
+}
+
+fn run(args: &Args) -> anyhow::Result<Results> {
     let engines = testbed::parse_engines(&args.engines)?;
     let entries = testbed::parse_counts(&args.entries)?;
     if let Some(&n) = entries.iter().find(|&&n| n > 65536) {
         anyhow::bail!("--entries {n}: at most 65536 (one /16 of destinations)");
     }
-    let (seconds, reps) = if args.quick {
+    let (seconds, reps) = if args.run.quick {
         (2.0, 1)
     } else {
         (args.seconds, args.reps.max(1))
@@ -219,16 +212,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             eprintln!("[ovs-l3] teardown: {e:#}");
         }
     }
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("ovs-l3"));
-    write(&dir, &r)
-}
-
-fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
+    Ok(r)
 }
 
 /// Median of `f` over the bursts of one engine and entry count.

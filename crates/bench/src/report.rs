@@ -301,13 +301,14 @@ pub fn publish<T: Serialize>(
 /// figures and the Markdown report come from `figures` and `markdown`, and
 /// [`publish`] writes them.
 pub fn cli<T: Serialize + serde::de::DeserializeOwned>(
-    (render, out): (Option<&Path>, Option<&Path>),
+    run: &super::RunArgs,
     name: &str,
     measure: impl FnOnce() -> anyhow::Result<T>,
     figures: fn(&T) -> Vec<Figure>,
     markdown: fn(&T, &[Figure]) -> String,
 ) -> anyhow::Result<()> {
-    let (r, dir) = match render {
+    let out = run.out.as_deref();
+    let (r, dir) = match run.render.as_deref() {
         Some(p) => load_render::<T>(p, out)?,
         None => {
             super::forward::install_signal_handlers();

@@ -23,7 +23,6 @@ use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -46,18 +45,12 @@ pub struct Args {
     /// Host-side veth offloads: default (kernel defaults) or off.
     #[arg(long, default_value = "default")]
     pub host_offload: String,
-    /// Directory for the run (default: bench-streams-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: 1 repetition, 2-second runs.
-    #[arg(long)]
-    pub quick: bool,
     /// Skip the idle sockperf latency measurement.
     #[arg(long)]
     pub no_latency: bool,
-    /// Rewrite the report of an earlier run from its samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -111,7 +104,7 @@ const BUSY_BACKGROUND: f64 = 0.25;
 const LAT_PORT: u16 = 11111;
 
 fn options(a: &Args) -> anyhow::Result<Options> {
-    let (reps, seconds) = if a.quick {
+    let (reps, seconds) = if a.run.quick {
         (1, 2)
     } else {
         (a.reps.max(1), a.seconds.max(1))
@@ -123,14 +116,13 @@ fn options(a: &Args) -> anyhow::Result<Options> {
         streams: testbed::parse_counts(&a.streams)?,
         host_offload: testbed::parse_host_offload(&a.host_offload)?,
         latency: !a.no_latency,
-        quick: a.quick,
+        quick: a.run.quick,
     })
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let paths = (args.render.as_deref(), args.out.as_deref());
     let measure = || run(&options(args)?);
-    report::cli(paths, "streams", measure, figures, markdown)
+    report::cli(&args.run, "streams", measure, figures, markdown)
 }
 
 fn progress(s: &str) {

@@ -39,7 +39,6 @@ use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -83,15 +82,9 @@ pub struct Args {
     /// needs at least 90).
     #[arg(long, default_value_t = 128)]
     pub size: usize,
-    /// Run directory (default bench-table-scale-<time>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Smoke test: entries 4096,65536, depths 1,5,25, one 2-s burst each.
-    #[arg(long)]
-    pub quick: bool,
-    /// Rebuild the report from an earlier run's samples.json.
-    #[arg(long, value_name = "SAMPLES_JSON")]
-    pub render: Option<PathBuf>,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
 }
 
 /// Which half of the experiment a point belongs to.
@@ -216,12 +209,12 @@ fn install(tb: &Testbed, lines: Vec<String>) -> anyhow::Result<()> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    if let Some(p) = &args.render {
-        let (r, dir) = report::load_render::<Results>(p, args.out.as_deref())?;
-        return write(&dir, &r);
-    }
+    report::cli(&args.run, "table-scale", || run(args), figures, markdown)
+}
+
+fn run(args: &Args) -> anyhow::Result<Results> {
     let engines = testbed::parse_engines(&args.engines)?;
-    let (mut entries, mut depths, seconds, reps) = if args.quick {
+    let (mut entries, mut depths, seconds, reps) = if args.run.quick {
         (vec![4096, 65536], vec![1, 5, 25], 2.0, 1)
     } else {
         (
@@ -292,11 +285,7 @@ pub fn cli(args: &Args) -> anyhow::Result<()> {
             }
         }
     }
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| report::default_dir("table-scale"));
-    write(&dir, &r)
+    Ok(r)
 }
 
 fn spec(engine: Engine, counters_off: bool, xdp_max_flows: u32) -> TestbedSpec {
@@ -458,11 +447,6 @@ fn run_depth(engine: Engine, r: &mut Results) -> anyhow::Result<()> {
         tb.down()?;
     }
     Ok(())
-}
-
-fn write(dir: &std::path::Path, r: &Results) -> anyhow::Result<()> {
-    let figs = figures(r);
-    report::publish(dir, r, &figs, &markdown(r, &figs))
 }
 
 /// An engine, or an engine with its per-entry counters off.

@@ -75,9 +75,9 @@
 
 use super::forward::ovs::{self, Ovs, OvsBridge};
 use super::forward::{interrupted, Engine, HostOffload};
+use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::{self, sys, LabOptions, Topology};
-use anyhow::{bail, Context};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};

@@ -15,11 +15,11 @@
 #[allow(dead_code)]
 mod common;
 
+use nicflow::control::daemon::request;
+use nicflow::control::proto::Request;
 use nicflow_bench::conntrack::FIREWALL;
 use nicflow_bench::forward::Engine;
 use nicflow_bench::testbed::{Rules, Testbed, TestbedSpec};
-use nicflow::control::daemon::request;
-use nicflow::control::proto::Request;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,7 +110,10 @@ fn normalize(line: &str) -> String {
 fn run(engine: Engine) -> (Vec<bool>, Vec<String>) {
     let spec = TestbedSpec {
         rules: Rules::Custom(FIREWALL.iter().map(|s| s.to_string()).collect()),
-        nicflow_bin: Some(nicflow_bench::nicflow_bin().expect("the nicflow binary (cargo test --workspace builds it)")),
+        nicflow_bin: Some(
+            nicflow_bench::nicflow_bin()
+                .expect("the nicflow binary (cargo test --workspace builds it)"),
+        ),
         ..TestbedSpec::new(engine, 1, "ctx")
     };
     let tb = Testbed::up(&spec).expect("testbed up");

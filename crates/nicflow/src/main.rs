@@ -238,7 +238,6 @@ enum LabCmd {
     },
 }
 
-
 fn main() -> ExitCode {
     // Run as a CNI plugin (type `nicflow`) when a container runtime calls.
     if std::env::var_os("CNI_COMMAND").is_some() {
