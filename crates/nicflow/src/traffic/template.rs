@@ -8,7 +8,8 @@
 //! over the frame. The IPv4 header checksum never changes.
 
 use super::payload;
-use super::{fold, sum16, Mac, TrafficError};
+use super::{fold, Mac, TrafficError};
+use nicflow_packet::builder::FrameBuilder;
 use rand::seq::index::sample;
 use rand::SeedableRng;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -58,8 +59,6 @@ pub struct FlowSpec {
 }
 
 const ETH: usize = 14;
-const ETH_P_IPV4: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
 
 fn l3_len(v6: bool) -> usize {
     if v6 {
@@ -129,78 +128,31 @@ impl Template {
                 ),
             ));
         }
-        let mut f = vec![0u8; frame_len];
-        f[0..6].copy_from_slice(&spec.dst_mac.0);
-        f[6..12].copy_from_slice(&spec.src_mac.0);
-        let l3 = ETH;
-        let l4 = l3 + l3_len(v6);
-        let l4_total = frame_len - l4;
-        let (proto_num, pseudo): (u8, u32) = match (spec.proto, v6) {
-            (Proto::Udp, _) => (17, 1),
-            (Proto::Tcp, _) => (6, 1),
-            (Proto::Icmp, false) => (1, 0),
-            (Proto::Icmp, true) => (58, 1),
-        };
-        let mut pseudo_sum = match (spec.src_ip, spec.dst_ip) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                f[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
-                let ip = &mut f[l3..l4];
-                ip[0] = 0x45;
-                ip[2..4].copy_from_slice(&((frame_len - l3) as u16).to_be_bytes());
-                ip[6] = 0x40; // DF: never fragmented on the way
-                ip[8] = 64;
-                ip[9] = proto_num;
-                ip[12..16].copy_from_slice(&s.octets());
-                ip[16..20].copy_from_slice(&d.octets());
-                let c = !fold(sum16(ip));
-                ip[10..12].copy_from_slice(&c.to_be_bytes());
-                sum16(&s.octets()) + sum16(&d.octets())
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                f[12..14].copy_from_slice(&ETH_P_IPV6.to_be_bytes());
-                let ip = &mut f[l3..l4];
-                ip[0] = 0x60;
-                ip[4..6].copy_from_slice(&(l4_total as u16).to_be_bytes());
-                ip[6] = proto_num;
-                ip[7] = 64;
-                ip[8..24].copy_from_slice(&s.octets());
-                ip[24..40].copy_from_slice(&d.octets());
-                sum16(&s.octets()) + sum16(&d.octets())
-            }
+        // The frame with the payload header's seq and timestamp zero, every
+        // checksum filled in by the packet crate's builder; the L4 sum the
+        // per-packet patch starts from is the complement of that checksum.
+        let l4 = ETH + l3_len(v6);
+        let stamp_off = l4 + l4_len(spec.proto);
+        let mut body = vec![0u8; frame_len - stamp_off];
+        payload::write_template(&mut body[..payload::LEN], flow);
+        let fb = FrameBuilder::new(spec.src_mac.0, spec.dst_mac.0).ttl(64);
+        let fb = match (spec.src_ip, spec.dst_ip) {
+            // DF: never fragmented on the way.
+            (IpAddr::V4(s), IpAddr::V4(d)) => fb.ipv4(s, d).dont_fragment(),
+            (IpAddr::V6(s), IpAddr::V6(d)) => fb.ipv6(s, d),
             _ => unreachable!("families checked above"),
         };
-        if pseudo == 1 {
-            pseudo_sum += u32::from(proto_num) + l4_total as u32;
-        } else {
-            pseudo_sum = 0;
-        }
-        let h = &mut f[l4..];
-        let csum_off;
-        match spec.proto {
-            Proto::Udp => {
-                h[0..2].copy_from_slice(&spec.src_port.to_be_bytes());
-                h[2..4].copy_from_slice(&spec.dst_port.to_be_bytes());
-                h[4..6].copy_from_slice(&(l4_total as u16).to_be_bytes());
-                csum_off = l4 + 6;
-            }
-            Proto::Tcp => {
-                h[0..2].copy_from_slice(&spec.src_port.to_be_bytes());
-                h[2..4].copy_from_slice(&spec.dst_port.to_be_bytes());
-                h[12] = 5 << 4; // data offset: 20 bytes, no options
-                h[13] = 0x18; // PSH|ACK: mid-connection data, no handshake state
-                h[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
-                csum_off = l4 + 16;
-            }
-            Proto::Icmp => {
-                h[0] = if v6 { 128 } else { 8 }; // echo request
-                h[4..6].copy_from_slice(&spec.src_port.to_be_bytes());
-                h[6..8].copy_from_slice(&spec.dst_port.to_be_bytes());
-                csum_off = l4 + 2;
-            }
-        }
-        let stamp_off = l4 + l4_len(spec.proto);
-        payload::write_template(&mut f[stamp_off..stamp_off + payload::LEN], flow);
-        let base_sum = fold(pseudo_sum + sum16(&f[l4..]));
+        let (sp, dp) = (spec.src_port, spec.dst_port);
+        let (fb, csum_off) = match spec.proto {
+            Proto::Udp => (fb.udp(sp, dp), l4 + 6),
+            // PSH|ACK: mid-connection data, no handshake state.
+            Proto::Tcp => (fb.tcp(sp, dp, 0x18).tcp_window(0xffff), l4 + 16),
+            Proto::Icmp if v6 => (fb.icmpv6(128, 0).echo(sp, dp), l4 + 2),
+            Proto::Icmp => (fb.icmp(8, 0).echo(sp, dp), l4 + 2),
+        };
+        let f = fb.payload(&body).build();
+        debug_assert_eq!(f.len(), frame_len);
+        let base_sum = !u16::from_be_bytes([f[csum_off], f[csum_off + 1]]);
         let mut t = Template {
             bytes: f,
             frame_len,
@@ -334,6 +286,7 @@ pub fn is_lab_address(ip: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::traffic::sum16;
 
     fn spec(proto: Proto, v6: bool) -> FlowSpec {
         let (s, d): (IpAddr, IpAddr) = if v6 {
