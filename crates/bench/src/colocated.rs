@@ -525,6 +525,43 @@ pub fn intr<R: PointRun>(r: &R) -> Option<f64> {
 pub fn irqs<R: PointRun>(r: &R) -> Option<f64> {
     traffic(r).map(|p| cpu::per_gbit(p.usage.interrupts, p.bytes))
 }
+fn by_source(rows: &[(String, u64)], name: &str) -> u64 {
+    rows.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+}
+/// Local timer interrupts (LOC) per Gbit.
+pub fn irq_loc<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.interrupts_by, "LOC"), p.bytes))
+}
+/// Rescheduling IPIs (RES: a wake-up of a task on the other CPU) per Gbit.
+pub fn irq_res<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.interrupts_by, "RES"), p.bytes))
+}
+/// Function-call IPIs (CAL) per Gbit.
+pub fn irq_cal<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.interrupts_by, "CAL"), p.bytes))
+}
+/// Every other /proc/interrupts source (devices, TLB shootdowns...) per Gbit.
+pub fn irq_other<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| {
+        let named: u64 = ["LOC", "RES", "CAL"]
+            .iter()
+            .map(|n| by_source(&p.usage.interrupts_by, n))
+            .sum();
+        cpu::per_gbit(p.usage.interrupts.saturating_sub(named), p.bytes)
+    })
+}
+/// NET_RX softirqs per Gbit.
+pub fn softirq_net_rx<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.softirqs_by, "NET_RX"), p.bytes))
+}
+/// TIMER softirqs per Gbit (expired timer-wheel timers, e.g. TPACKET_V3 block retirement).
+pub fn softirq_timer<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.softirqs_by, "TIMER"), p.bytes))
+}
+/// SCHED softirqs (load balancing between the CPUs) per Gbit.
+pub fn softirq_sched<R: PointRun>(r: &R) -> Option<f64> {
+    traffic(r).map(|p| cpu::per_gbit(by_source(&p.usage.softirqs_by, "SCHED"), p.bytes))
+}
 /// CPU left to the load: its rate beside the traffic / the idle-lab rate, %.
 pub fn left<R: PointRun>(r: &R) -> Option<f64> {
     let p = with_load(r)?;

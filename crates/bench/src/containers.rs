@@ -266,6 +266,32 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
     s.push_str(&co::details_table(&r.runs, &o.pairs, cols, &[], |_, _| {
         Vec::new()
     }));
+    let _ = writeln!(
+        s,
+        "\n### Where the interrupts come from (per Gbit, medians, traffic phase)\n\n\
+         LOC: local timer; RES: rescheduling IPIs (a task woken on the other CPU); CAL: \
+         function-call IPIs; other: devices, TLB shootdowns and the rest of /proc/interrupts. \
+         Softirqs from /proc/softirqs (runs, not interrupts): NET_RX, TIMER (expired \
+         timer-wheel timers, such as TPACKET_V3 block retirement), SCHED (load balancing). \
+         Empty where the samples predate the breakdown.\n"
+    );
+    let by_source: &[(&str, Get<Run>, usize)] = &[
+        ("Gbit/s", co::gbps, 2),
+        ("LOC", co::irq_loc, 0),
+        ("RES", co::irq_res, 0),
+        ("CAL", co::irq_cal, 0),
+        ("other", co::irq_other, 0),
+        ("softirq NET_RX", co::softirq_net_rx, 0),
+        ("softirq TIMER", co::softirq_timer, 0),
+        ("softirq SCHED", co::softirq_sched, 0),
+    ];
+    s.push_str(&co::details_table(
+        &r.runs,
+        &o.pairs,
+        by_source,
+        &[],
+        |_, _| Vec::new(),
+    ));
     co::write_failures(&mut s, &r.runs, false);
     let _ = writeln!(s, "\n## Commands\n");
     let _ = writeln!(

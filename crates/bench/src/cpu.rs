@@ -77,10 +77,13 @@ impl ProcStat {
     }
 }
 
-/// Sum of every per-CPU count in `/proc/interrupts` (device and
-/// architecture interrupts such as LOC, RES, CAL; the ERR/MIS error
-/// counters are not interrupts and are skipped).
-pub fn parse_interrupts_total(text: &str) -> u64 {
+/// Every row of `/proc/interrupts` or `/proc/softirqs` with its count
+/// summed over the CPUs: architecture rows by their name (LOC, RES, CAL,
+/// TLB...), device interrupts by the device names at the end of the row
+/// (`virtio0-input.0`), softirqs by type (TIMER, NET_RX, SCHED...). The
+/// ERR/MIS error counters are not interrupts and are skipped. Rows with the
+/// same name are added up.
+pub fn parse_per_cpu_table(text: &str) -> Vec<(String, u64)> {
     let mut lines = text.lines();
     let ncpu = lines
         .next()
@@ -90,27 +93,65 @@ pub fn parse_interrupts_total(text: &str) -> u64 {
                 .count()
         })
         .unwrap_or(0);
-    let mut total = 0u64;
+    let mut rows: Vec<(String, u64)> = Vec::new();
     for l in lines {
         let Some((name, rest)) = l.split_once(':') else {
             continue;
         };
-        if matches!(name.trim(), "ERR" | "MIS") {
+        let name = name.trim();
+        if matches!(name, "ERR" | "MIS") {
             continue;
         }
-        total += rest
-            .split_whitespace()
+        let mut words = rest.split_whitespace();
+        let count = words
+            .by_ref()
             .take(ncpu)
             .map_while(|w| w.parse::<u64>().ok())
             .sum::<u64>();
+        // A numbered (device) interrupt: name it by its device, the last
+        // word of the row ("... PCI-MSIX-0000:00:04.0 0-edge virtio0-input.0").
+        let label = if name.chars().all(|c| c.is_ascii_digit()) {
+            words.last().unwrap_or(name).to_string()
+        } else {
+            name.to_string()
+        };
+        match rows.iter_mut().find(|(n, _)| *n == label) {
+            Some((_, c)) => *c += count,
+            None => rows.push((label, count)),
+        }
     }
-    total
+    rows
 }
 
-pub fn read_interrupts_total() -> u64 {
-    std::fs::read_to_string("/proc/interrupts")
-        .map(|t| parse_interrupts_total(&t))
-        .unwrap_or(0)
+/// Sum of every per-CPU count in `/proc/interrupts` (device and
+/// architecture interrupts such as LOC, RES, CAL).
+pub fn parse_interrupts_total(text: &str) -> u64 {
+    parse_per_cpu_table(text).iter().map(|(_, c)| c).sum()
+}
+
+fn parse_total(rows: &[(String, u64)]) -> u64 {
+    rows.iter().map(|(_, c)| c).sum()
+}
+
+fn read_per_cpu_table(path: &str) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .map(|t| parse_per_cpu_table(&t))
+        .unwrap_or_default()
+}
+
+/// Per-source differences of two [`parse_per_cpu_table`] readings, largest
+/// first, sources that did not move left out.
+fn table_delta(a: &[(String, u64)], b: &[(String, u64)]) -> Vec<(String, u64)> {
+    let mut d: Vec<(String, u64)> = b
+        .iter()
+        .map(|(n, y)| {
+            let x = a.iter().find(|(m, _)| m == n).map_or(0, |(_, x)| *x);
+            (n.clone(), y.saturating_sub(x))
+        })
+        .filter(|(_, c)| *c > 0)
+        .collect();
+    d.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    d
 }
 
 /// utime and stime of a process (all threads), seconds.
@@ -141,7 +182,8 @@ pub fn read_pid(pid: u32) -> Option<ProcCpu> {
 pub struct Snapshot {
     at: Instant,
     stat: ProcStat,
-    interrupts: u64,
+    interrupts: Vec<(String, u64)>,
+    softirqs: Vec<(String, u64)>,
     procs: Vec<(String, u32, Option<ProcCpu>)>,
 }
 
@@ -155,7 +197,8 @@ impl Snapshot {
         Snapshot {
             at: Instant::now(),
             stat: ProcStat::read(),
-            interrupts: read_interrupts_total(),
+            interrupts: read_per_cpu_table("/proc/interrupts"),
+            softirqs: read_per_cpu_table("/proc/softirqs"),
             procs,
         }
     }
@@ -187,6 +230,13 @@ pub struct Usage {
     pub intr: u64,
     /// Sum of `/proc/interrupts`.
     pub interrupts: u64,
+    /// `/proc/interrupts` by source (LOC, RES, CAL, devices), largest
+    /// first: which kind of interrupt a count per Gbit is made of.
+    #[serde(default)]
+    pub interrupts_by: Vec<(String, u64)>,
+    /// `/proc/softirqs` by type (NET_RX, TIMER, SCHED...), largest first.
+    #[serde(default)]
+    pub softirqs_by: Vec<(String, u64)>,
     pub procs: Vec<ProcUsage>,
     pub perf: PerfCounts,
 }
@@ -221,7 +271,9 @@ impl Usage {
             steal_s: d(s.steal, t.steal),
             ctxt: t.ctxt.saturating_sub(s.ctxt),
             intr: t.intr.saturating_sub(s.intr),
-            interrupts: b.interrupts.saturating_sub(a.interrupts),
+            interrupts: parse_total(&b.interrupts).saturating_sub(parse_total(&a.interrupts)),
+            interrupts_by: table_delta(&a.interrupts, &b.interrupts),
+            softirqs_by: table_delta(&a.softirqs, &b.softirqs),
             procs,
             perf: PerfCounts::default(),
         }
@@ -508,6 +560,15 @@ MIS:          0
             parse_interrupts_total(t),
             40 + 1000 + 2000 + 1 + 2 + 300000 + 200000 + 10 + 20
         );
+        let rows = parse_per_cpu_table(t);
+        assert_eq!(rows[0], ("timer".to_string(), 40));
+        assert_eq!(rows[1], ("virtio0-input.0".to_string(), 3000));
+        assert_eq!(rows[3], ("LOC".to_string(), 500000));
+        let later = parse_per_cpu_table(&t.replace("200000", "200100").replace("  10 ", "  17 "));
+        assert_eq!(
+            table_delta(&rows, &later),
+            vec![("LOC".to_string(), 100), ("RES".to_string(), 7)]
+        );
     }
 
     #[test]
@@ -548,7 +609,8 @@ MIS:          0
         let a = Snapshot {
             at: Instant::now(),
             stat: ProcStat::parse(STAT, 100.0).unwrap(),
-            interrupts: 100,
+            interrupts: vec![("LOC".into(), 60), ("RES".into(), 40)],
+            softirqs: vec![("NET_RX".into(), 10)],
             procs: vec![(
                 "switch".into(),
                 7,
@@ -562,7 +624,8 @@ MIS:          0
         b.stat.user += 1.5;
         b.stat.softirq += 0.5;
         b.stat.ctxt += 1000;
-        b.interrupts += 50;
+        b.interrupts[1].1 += 50;
+        b.softirqs[0].1 += 5;
         b.procs[0].2 = Some(ProcCpu {
             user: 1.5,
             system: 3.0,
@@ -572,6 +635,8 @@ MIS:          0
         assert!((u.softirq_s - 0.5).abs() < 1e-9);
         assert_eq!(u.ctxt, 1000);
         assert_eq!(u.interrupts, 50);
+        assert_eq!(u.interrupts_by, vec![("RES".to_string(), 50)]);
+        assert_eq!(u.softirqs_by, vec![("NET_RX".to_string(), 5)]);
         assert_eq!(u.procs_cpu("switch"), Some(1.5));
         assert_eq!(u.procs_cpu("iperf3"), None);
     }

@@ -72,6 +72,10 @@ pub struct Sample {
     pub usage: Usage,
     /// Packets s1's eth0 received (for cycles per packet).
     pub rx_packets: u64,
+    /// Frames XDP redirects could not queue into the pair's veths
+    /// ([`testbed::xdp_xmit_errors`]); only XDP engines redirect.
+    #[serde(default)]
+    pub xdp_xmit_errors: u64,
 }
 
 /// One engine, one repetition.
@@ -208,6 +212,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
             pids.push(("switch".into(), p));
         }
         let rx0 = testbed::rx_packets(&s.netns, "eth0");
+        let xe0 = testbed::xdp_xmit_errors(&tb, 0);
         let p = cpu::Perf::start(perf, &dir, &format!("{n}"));
         let a = Snapshot::take(&pids);
         let client = tb.spawn_iperf_client(0, PORT, opts.seconds, n, &dir)?;
@@ -218,6 +223,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
         usage.perf = cpu::perf_or_note(p, perf);
         usage.add_process("iperf3-client", cpid, res.user_s, res.system_s);
         let rx = testbed::rx_packets(&s.netns, "eth0").saturating_sub(rx0);
+        let xdp_xmit_errors = testbed::xdp_xmit_errors(&tb, 0).saturating_sub(xe0);
         progress(&format!(
             "{} rep {} streams {n}: {}",
             run.engine.name(),
@@ -237,6 +243,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
             iperf: res,
             usage,
             rx_packets: rx,
+            xdp_xmit_errors,
         });
         // Let the server finish the previous test's teardown.
         std::thread::sleep(Duration::from_millis(200));
@@ -250,6 +257,10 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
 // ---------------------------------------------------------------------------
 
 type Get = fn(&Sample) -> Option<f64>;
+
+fn g_xdp_drops(s: &Sample) -> Option<f64> {
+    Some(s.xdp_xmit_errors as f64)
+}
 
 fn med(r: &Results, e: Engine, n: usize, f: Get) -> Option<f64> {
     let mut v: Vec<f64> = r
@@ -444,24 +455,26 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          where veth delivery and the kernel bridge run). switch = the switch process's \
          utime+stime (nicflow daemon, ovs-vswitchd; none for the kernel bridge); iperf3 = client \
          (rusage) + server (`/proc`) CPU seconds. ctxt and intr per Gbit from `/proc/stat`. \
+         XDP xmit drops: frames an XDP redirect could not queue into a veth's 256-slot ring \
+         (`ethtool -S` `xdp_xmit_errors` of the pair's four veth ends). \
          cycles/packet needs hardware counters: {}.\n",
         cpu::cores(),
         r.perf
     );
     let _ = writeln!(
         s,
-        "| engine | streams | Gbit/s | busy % | user % | system % | softirq % | switch cores | iperf3 CPU s | CPU s/Gbit | ctxt/Gbit | intr/Gbit | retransmits | cycles/pkt |"
+        "| engine | streams | Gbit/s | busy % | user % | system % | softirq % | switch cores | iperf3 CPU s | CPU s/Gbit | ctxt/Gbit | intr/Gbit | retransmits | XDP xmit drops | cycles/pkt |"
     );
     let _ = writeln!(
         s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for e in engines_in(r) {
         for &n in &o.streams {
             let m = |f: Get| med(r, e, n, f);
             let _ = writeln!(
                 s,
-                "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 e.name(),
                 report::cell(m(g_gbps), 2),
                 report::cell(m(g_busy_pct), 0),
@@ -474,6 +487,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 report::cell(m(g_ctxt_gbit), 0),
                 report::cell(m(g_intr_gbit), 0),
                 report::cell(m(g_retr), 0),
+                report::cell(m(g_xdp_drops), 0),
                 match m(g_cyc_pkt) {
                     Some(v) => format!("{v:.0}"),
                     None => "n/a".into(),

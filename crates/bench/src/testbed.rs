@@ -1133,9 +1133,50 @@ pub fn rx_packets(ns: &str, iface: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Frames an XDP redirect into one of pair `i`'s veths could not queue:
+/// the `*xdp_xmit_errors` counters of `ethtool -S` summed over the two
+/// switch-side ports and the two hosts' `eth0`. A veth takes redirected
+/// frames into its peer's 256-slot ring (`veth_xdp_xmit`) and drops what
+/// does not fit; TCP sees those drops as losses (retransmits).
+pub fn xdp_xmit_errors(tb: &Testbed, i: usize) -> u64 {
+    let sw = tb.switch_netns().to_string();
+    let (c, s) = (tb.client(i), tb.server(i));
+    [
+        (sw.clone(), host_port(Role::Client, i + 1).0),
+        (sw, host_port(Role::Server, i + 1).0),
+        (c.netns.clone(), c.iface.clone()),
+        (s.netns.clone(), s.iface.clone()),
+    ]
+    .iter()
+    .map(|(ns, dev)| {
+        let Ok(out) = lab::sys::in_ns(Some(ns), &["ethtool", "-S", dev]).output() else {
+            return 0;
+        };
+        parse_xdp_xmit_errors(&String::from_utf8_lossy(&out.stdout))
+    })
+    .sum()
+}
+
+/// Sum of the `...xdp_xmit_errors: N` lines of `ethtool -S` output.
+fn parse_xdp_xmit_errors(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .filter(|(k, _)| k.ends_with("xdp_xmit_errors"))
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xdp_xmit_error_lines() {
+        let t = "NIC statistics:\n     peer_ifindex: 737\n     rx_queue_0_xdp_tx_errors: 4\n     \
+                 tx_queue_0_xdp_xmit: 10\n     tx_queue_0_xdp_xmit_errors: 7\n     \
+                 tx_queue_1_xdp_xmit_errors: 2\n";
+        assert_eq!(parse_xdp_xmit_errors(t), 9);
+    }
 
     #[test]
     fn names_addresses_ports() {
