@@ -8,6 +8,10 @@
 //! [`bridge`] wires ports, datapath and slow path together. The experiments
 //! that measure it are the `nicflow-bench` crate.
 //!
+//! Whatever changes the host's network configuration (links, addresses,
+//! routes, namespaces, sysctls, ethtool features) goes through [`os`],
+//! the lowest module here, which speaks netlink to the kernel.
+//!
 //! Lower layers live in their own crates: `nicflow-packet` (header views,
 //! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
 //! search), `nicflow-ofctl` (the rule language).
@@ -21,6 +25,7 @@ pub mod lab;
 pub mod nf;
 pub mod offload;
 pub mod ofproto;
+pub mod os;
 pub mod port;
 pub mod traffic;
 

@@ -25,12 +25,13 @@
 //!   `hh` the low 24 bits of the bridge name's FNV-1a hash and `ii` the
 //!   index.
 //!
-//! The system side shells out to iproute2 through [`crate::lab::sys`]:
-//! plain `ip` for the representor (the daemon's own namespace) and
-//! `ip -n NAMESPACE` for the VF end.
+//! The system side is the OS layer's ([`crate::os`], netlink): the pair is
+//! created from the daemon's namespace with the VF end placed straight
+//! into the container's (`IFLA_NET_NS_FD`), and the VF end is configured
+//! over a netlink socket opened inside that namespace.
 
 use super::config::{PortType, VfConfig};
-use crate::lab::{sys, LabError};
+use crate::os::{self, link::VethEnd, netlink::Rtnl, OsError};
 use std::net::IpAddr;
 
 /// The highest VF index (keeps `<tag>pf0vf<N>` within 15 characters).
@@ -62,7 +63,7 @@ pub enum VfError {
     #[error("bridge {0} has no free VF index (0..={MAX_VF_INDEX} are used)")]
     NoFreeIndex(String),
     #[error("{0}")]
-    System(#[from] LabError),
+    System(#[from] OsError),
 }
 
 /// A validated `add-vf` request (before the index is chosen).
@@ -235,12 +236,15 @@ pub fn check_namespace_name(s: &str) -> Result<(), VfError> {
 }
 
 pub fn namespace_exists(ns: &str) -> bool {
-    sys::namespace_exists(ns)
+    os::netns::exists(ns)
 }
 
-/// Whether interface `name` exists in `ns` (`None`: the daemon's own).
+/// Whether interface `name` exists in `ns` (`None`: the daemon's own); a
+/// namespace that cannot be entered has none.
 pub fn link_exists(ns: Option<&str>, name: &str) -> bool {
-    sys::ip(ns, &["link", "show", "dev", name]).is_ok()
+    Rtnl::open(ns)
+        .and_then(|mut rt| os::link::exists(&mut rt, name))
+        .unwrap_or(false)
 }
 
 /// The interface alias that marks a representor as ours.
@@ -251,24 +255,14 @@ fn alias(bridge: &str, vf: &VfConfig) -> String {
 /// Create the veth pair of `vf` and configure both ends. On failure nothing
 /// is left behind.
 pub fn create_pair(bridge: &str, vf: &VfConfig) -> Result<(), VfError> {
-    let ns = vf.namespace.as_str();
-    sys::ip(
-        None,
-        &[
-            "link",
-            "add",
-            &vf.representor,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &vf.name,
-            "address",
-            &vf.mac,
-            "netns",
-            ns,
-        ],
-    )?;
+    let vf_end = VethEnd {
+        name: vf.name.clone(),
+        mtu: None,
+        mac: Some(os::link::parse_mac(&vf.mac)?),
+        netns: Some(vf.namespace.clone()),
+    };
+    let mut rt = Rtnl::open(None)?;
+    os::link::add_veth(&mut rt, &VethEnd::named(&vf.representor), &vf_end)?;
     let configured = configure(bridge, vf);
     if configured.is_err() {
         delete_pair(&vf.representor);
@@ -281,17 +275,16 @@ fn configure(bridge: &str, vf: &VfConfig) -> Result<(), VfError> {
     let dev = vf.name.as_str();
     // NAPI on the VF end, so frames the XDP engine redirects into the
     // representor are delivered (veth_xdp_xmit drops them otherwise).
-    if let Err(e) = sys::run(&mut sys::in_ns(ns, &["ethtool", "-K", dev, "gro", "on"])) {
+    if let Err(e) = os::ethtool::set(ns, dev, os::ethtool::is_gro, true) {
         tracing::warn!("{dev}: could not turn GRO on ({e}); flows into it stay in userspace");
     }
+    let mut rt = Rtnl::open(ns)?;
     for a in &vf.ips {
-        let mut args = vec!["addr", "add", a.as_str(), "dev", dev];
-        if a.contains(':') {
-            args.push("nodad");
-        }
-        sys::ip(ns, &args)?;
+        let (addr, prefix) = os::addr::parse_cidr(a)?;
+        // IPv6 usable at once: no duplicate address detection.
+        os::addr::add(&mut rt, dev, addr, prefix, addr.is_ipv6())?;
     }
-    sys::ip(ns, &["link", "set", "dev", dev, "up"])?;
+    os::link::set_up(&mut rt, dev)?;
     prepare_representor(bridge, vf)
 }
 
@@ -299,22 +292,21 @@ fn configure(bridge: &str, vf: &VfConfig) -> Result<(), VfError> {
 pub fn prepare_representor(bridge: &str, vf: &VfConfig) -> Result<(), VfError> {
     let rep = vf.representor.as_str();
     let key = format!("net.ipv6.conf.{rep}.disable_ipv6");
-    if let Err(e) = sys::sysctl(None, &key, "1") {
+    if let Err(e) = os::sysctl::write(None, &key, "1") {
         tracing::debug!("{e} (ignored: IPv6 may be off)");
     }
-    sys::ip(
-        None,
-        &["link", "set", "dev", rep, "alias", &alias(bridge, vf)],
-    )?;
-    sys::ip(None, &["link", "set", "dev", rep, "up"])?;
+    let mut rt = Rtnl::open(None)?;
+    os::link::set_alias(&mut rt, rep, &alias(bridge, vf))?;
+    os::link::set_up(&mut rt, rep)?;
     Ok(())
 }
 
 /// Delete a veth pair by its representor (the peer goes with it); a pair
 /// that is already gone is fine.
 pub fn delete_pair(representor: &str) {
-    if let Err(e) = sys::ip(None, &["link", "del", "dev", representor]) {
-        if !sys::is_missing(&e) {
+    let deleted = Rtnl::open(None).and_then(|mut rt| os::link::del(&mut rt, representor));
+    if let Err(e) = deleted {
+        if !e.is_missing() {
             tracing::warn!("deleting {representor}: {e}");
         }
     }

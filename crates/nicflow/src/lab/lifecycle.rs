@@ -16,6 +16,7 @@ use super::topology::{Endpoint, Link, SwitchSpec, Topology};
 use super::{LabError, LabOptions};
 use crate::control::config::{BridgeConfig, Config, PortConfig};
 use crate::control::proto::Request;
+use crate::os::{self, link::VethEnd, netlink::Rtnl};
 use std::ffi::OsStr;
 use std::fmt;
 use std::os::unix::process::CommandExt;
@@ -197,11 +198,11 @@ fn build(topo: &Topology, opts: &LabOptions, st: &mut LabState) -> Result<UpRepo
     for (_, ns) in topo.namespaces() {
         st.namespaces.push(ns.clone());
         st.save()?;
-        sys::ip(None, &["netns", "add", &ns])?;
-        sys::ip(Some(&ns), &["link", "set", "lo", "up"])?;
+        os::netns::add(&ns)?;
     }
 
     // 2. Veth pairs, each end created directly in its namespace.
+    let mut root = Rtnl::open(None)?;
     for l in &topo.links {
         let rec = VethRecord {
             link: l.index,
@@ -210,12 +211,13 @@ fn build(topo: &Topology, opts: &LabOptions, st: &mut LabState) -> Result<UpRepo
         };
         st.veths.push(rec.clone());
         st.save()?;
-        let mtu = l.mtu.map(|m| m.to_string());
-        let mut args: Vec<&str> = vec!["link", "add", &rec.a.name];
-        push_end_args(&mut args, mtu.as_deref(), rec.a.netns.as_deref());
-        args.extend(["type", "veth", "peer", "name", &rec.b.name]);
-        push_end_args(&mut args, mtu.as_deref(), rec.b.netns.as_deref());
-        sys::ip(None, &args)?;
+        let end = |r: &IfaceRecord| VethEnd {
+            name: r.name.clone(),
+            mtu: l.mtu,
+            mac: None,
+            netns: r.netns.clone(),
+        };
+        os::link::add_veth(&mut root, &end(&rec.a), &end(&rec.b))?;
     }
 
     // 3. Host sysctls: after the interfaces exist (so per-interface keys
@@ -247,16 +249,13 @@ fn build(topo: &Topology, opts: &LabOptions, st: &mut LabState) -> Result<UpRepo
 
     // 5. Routes, once every address is in place.
     for h in &topo.hosts {
+        if h.routes.is_empty() {
+            continue;
+        }
         let ns = names::namespace(lab, &h.name);
+        let mut rt = Rtnl::open(Some(&ns))?;
         for r in &h.routes {
-            let fam = if r.via.is_ipv4() { "-4" } else { "-6" };
-            let dst = r
-                .dst
-                .map_or_else(|| "default".to_string(), |d| d.to_string());
-            sys::ip(
-                Some(&ns),
-                &[fam, "route", "add", &dst, "via", &r.via.to_string()],
-            )?;
+            os::route::add_via(&mut rt, r.dst.map(|d| (d.addr, d.prefix)), r.via)?;
         }
     }
     for h in &topo.hosts {
@@ -316,15 +315,6 @@ fn build(topo: &Topology, opts: &LabOptions, st: &mut LabState) -> Result<UpRepo
     })
 }
 
-fn push_end_args<'a>(args: &mut Vec<&'a str>, mtu: Option<&'a str>, netns: Option<&'a str>) {
-    if let Some(m) = mtu {
-        args.extend(["mtu", m]);
-    }
-    if let Some(ns) = netns {
-        args.extend(["netns", ns]);
-    }
-}
-
 /// Name and namespace of one end of link `l`.
 fn iface_record(topo: &Topology, l: &Link, side: Side) -> IfaceRecord {
     let end = match side {
@@ -351,26 +341,14 @@ fn configure_end(
 ) -> Result<(), LabError> {
     let ns = ifr.netns.as_deref();
     let dev = ifr.name.as_str();
+    let mut rt = Rtnl::open(ns)?;
     match end {
         Endpoint::Host { addresses, .. } => {
             if !l.offload {
                 // Full frames with finished checksums for the switch's
                 // AF_PACKET sockets: no checksum offload, hence no TSO.
-                match sys::run(&mut sys::in_ns(ns, &["ethtool", "-K", dev, "tx", "off"])) {
-                    Ok(_) => {}
-                    Err(LabError::Spawn { source, .. })
-                        if source.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        tracing::warn!("ethtool not found; {dev} keeps its offloads (TCP through the switch may fail)");
-                    }
-                    // `ip netns exec` reports a missing program itself.
-                    Err(LabError::Command { stderr, .. })
-                        if stderr.contains("No such file or directory") =>
-                    {
-                        tracing::warn!("ethtool not found; {dev} keeps its offloads (TCP through the switch may fail)");
-                    }
-                    Err(e) => return Err(e),
-                }
+                // (`ethtool -K DEV tx off`.)
+                os::ethtool::set(ns, dev, os::ethtool::is_tx_checksum, false)?;
             }
             let other = if std::ptr::eq(end, &l.a) { &l.b } else { &l.a };
             let to_xdp_switch = match other {
@@ -384,22 +362,16 @@ fn configure_end(
                 // redirects into this veth are delivered (veth_xdp_xmit
                 // drops them otherwise; the switch would keep such flows
                 // in userspace).
-                if let Err(e) = sys::run(&mut sys::in_ns(ns, &["ethtool", "-K", dev, "gro", "on"]))
-                {
+                if let Err(e) = os::ethtool::set(ns, dev, os::ethtool::is_gro, true) {
                     tracing::warn!(
                         "{dev}: could not turn GRO on ({e}); flows into it stay in userspace"
                     );
                 }
             }
             for a in addresses {
-                let a = a.to_string();
-                let mut args = vec!["addr", "add", a.as_str(), "dev", dev];
-                if a.contains(':') {
-                    // No duplicate address detection: the address is usable
-                    // at once, and a lab has no duplicates (validated).
-                    args.push("nodad");
-                }
-                sys::ip(ns, &args)?;
+                // IPv6 without duplicate address detection: the address is
+                // usable at once, and a lab has no duplicates (validated).
+                os::addr::add(&mut rt, dev, a.addr, a.prefix, a.addr.is_ipv6())?;
             }
         }
         Endpoint::Switch { switch, port, .. } => {
@@ -410,10 +382,10 @@ fn configure_end(
                 tracing::debug!("{e} (ignored: IPv6 may be off)");
             }
             let alias = format!("nicflow lab {} switch {switch} port {port}", topo.name);
-            sys::ip(ns, &["link", "set", "dev", dev, "alias", &alias])?;
+            os::link::set_alias(&mut rt, dev, &alias)?;
         }
     }
-    sys::ip(ns, &["link", "set", "dev", dev, "up"])?;
+    os::link::set_up(&mut rt, dev)?;
     Ok(())
 }
 
@@ -660,16 +632,17 @@ pub fn down(lab: &str, opts: &LabOptions) -> Result<DownReport, LabError> {
 
     // 3. Namespaces (their veth ends go with them).
     for ns in &nss {
-        match sys::ip(None, &["netns", "del", ns]) {
-            Ok(_) => report.namespaces.push(ns.clone()),
-            Err(e) if sys::is_missing(&e) => {}
-            Err(e) => return Err(e),
+        match os::netns::del(ns) {
+            Ok(()) => report.namespaces.push(ns.clone()),
+            Err(e) if e.is_missing() => {}
+            Err(e) => return Err(e.into()),
         }
     }
 
     // 4. Veth ends left in the root namespace (switches in `root`; or a peer
     //    whose namespace is still held open by some process).
     let deadline = Instant::now() + Duration::from_secs(3);
+    let mut root = Rtnl::open(None)?;
     loop {
         let links: Vec<String> = sys::list_links()?
             .into_iter()
@@ -694,14 +667,14 @@ pub fn down(lab: &str, opts: &LabOptions) -> Result<DownReport, LabError> {
             });
         }
         for l in &links {
-            match sys::ip(None, &["link", "del", "dev", l]) {
-                Ok(_) => {
+            match os::link::del(&mut root, l) {
+                Ok(()) => {
                     if !report.links.contains(l) {
                         report.links.push(l.clone());
                     }
                 }
-                Err(e) if sys::is_missing(&e) => {}
-                Err(e) => return Err(e),
+                Err(e) if e.is_missing() => {}
+                Err(e) => return Err(e.into()),
             }
         }
         std::thread::sleep(Duration::from_millis(50));

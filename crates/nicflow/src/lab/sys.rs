@@ -1,11 +1,18 @@
-//! The lab's hands: running `ip` and friends, finding and stopping daemons.
+//! The lab's hands: running programs (inside namespaces too), finding and
+//! stopping daemons, control requests to a switch in its namespace.
+//!
+//! Network configuration (namespaces, links, addresses, routes, sysctls)
+//! is the OS layer's, [`crate::os`], which speaks netlink; the functions
+//! here that name it ([`in_ns`], [`sysctl`], [`list_namespaces`],
+//! [`list_links`], [`netns_pids`]) are thin adapters to it with the lab's
+//! error type, kept for the benchmark harness and the CNI plugin. What
+//! stays here is what needs the layers above the OS layer: daemon
+//! processes and [`request_in`], which speaks the control protocol.
 //!
 //! Every external command goes through [`run`], which checks the exit
 //! status and turns a failure into [`LabError::Command`] carrying the
-//! command line and its stderr, so an error from `up` says exactly which
-//! step failed and why. Lab code shells out to iproute2 rather than
-//! speaking netlink: it runs a few dozen commands per lab, and the commands
-//! in an error message can be pasted into a shell to reproduce it.
+//! command line and its stderr, so an error says exactly which step failed
+//! and why.
 //!
 //! Daemons are found by their command line: a lab daemon runs with
 //! `--socket <state dir>/<switch>.sock`, so a process whose argv names a
@@ -13,6 +20,7 @@
 //! other, whether or not its pid made it into the state file.
 
 use super::LabError;
+use crate::os;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -60,6 +68,10 @@ pub fn run(cmd: &mut Command) -> Result<Output, LabError> {
 }
 
 /// `ip ARGS...` in the root namespace, or `ip -n NS ARGS...`.
+///
+/// Deprecated: product code uses [`crate::os`] (netlink, errors with the
+/// kernel's errno). Kept only for the callers in `bench` and `cni` until
+/// they move to it; do not add new ones.
 pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<String, LabError> {
     let mut c = Command::new("ip");
     if let Some(ns) = ns {
@@ -69,34 +81,25 @@ pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<String, LabError> {
     run(&mut c).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-/// `ARGV...` inside namespace `ns` (`ip netns exec`), or directly for root.
+/// `ARGV...` inside namespace `ns`, or directly for root: what `ip netns
+/// exec` does, without `ip` ([`os::netns::command`]: the child joins the
+/// namespace and gets its own `/sys` before it runs). A namespace that
+/// cannot be joined makes the spawn fail ([`LabError::Spawn`]).
 pub fn in_ns<S: AsRef<OsStr>>(ns: Option<&str>, argv: &[S]) -> Command {
-    match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).args(argv);
-            c
-        }
-        None => {
-            let mut c = Command::new(&argv[0]);
-            c.args(&argv[1..]);
-            c
-        }
-    }
+    os::netns::command(ns, argv)
 }
 
-/// `sysctl -q -w KEY=VALUE` inside `ns`.
+/// Set sysctl `key` to `value` inside `ns` (a write to `/proc/sys` from a
+/// thread in that namespace).
 pub fn sysctl(ns: Option<&str>, key: &str, value: &str) -> Result<(), LabError> {
-    run(&mut in_ns(
-        ns,
-        &["sysctl", "-q", "-w", &format!("{key}={value}")],
-    ))
-    .map(drop)
+    Ok(os::sysctl::write(ns, key, value)?)
 }
 
-/// Whether an `ip` failure means "that object is not there".
+/// Whether a failure means "that object is not there": the kernel's
+/// `ENODEV`/`ENOENT` from the OS layer, or `ip`'s wording for the same.
 pub fn is_missing(e: &LabError) -> bool {
     match e {
+        LabError::Os(e) => e.is_missing(),
         LabError::Command { stderr, .. } => {
             stderr.contains("Cannot find device")
                 || stderr.contains("No such file or directory")
@@ -106,25 +109,21 @@ pub fn is_missing(e: &LabError) -> bool {
     }
 }
 
-/// Names of the namespaces `ip netns` knows.
+/// Names of the named namespaces (`/run/netns`), sorted.
 pub fn list_namespaces() -> Result<Vec<String>, LabError> {
-    Ok(ip(None, &["netns", "list"])?
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect())
+    Ok(os::netns::list()?)
 }
 
 pub fn namespace_exists(ns: &str) -> bool {
-    Path::new("/run/netns").join(ns).exists()
+    os::netns::exists(ns)
 }
 
 /// Names of the root namespace's interfaces.
 pub fn list_links() -> Result<Vec<String>, LabError> {
-    Ok(ip(None, &["-o", "link", "show"])?
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+    let mut rt = os::netlink::Rtnl::open(None)?;
+    Ok(os::link::list(&mut rt)?
+        .into_iter()
+        .map(|l| l.name)
         .collect())
 }
 
@@ -233,12 +232,12 @@ fn signal(pid: u32, sig: libc::c_int) {
     }
 }
 
-/// Pids of the processes inside namespace `ns` (`ip netns pids`).
+/// Pids of the processes inside namespace `ns` (`ip netns pids`), not
+/// counting this one.
 pub fn netns_pids(ns: &str) -> Result<Vec<u32>, LabError> {
     let me = std::process::id();
-    Ok(ip(None, &["netns", "pids", ns])?
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    Ok(os::netns::pids(ns)?
+        .into_iter()
         .filter(|&p| p != me)
         .collect())
 }
@@ -306,7 +305,9 @@ pub fn tail(path: &Path, n: usize) -> String {
 /// A control request to a lab daemon. A DPU-mode switch's socket
 /// (`@NAME`, abstract) exists only in the switch's namespace, so the
 /// request is made from a thread that joined that namespace first
-/// (`setns` changes only the calling thread).
+/// ([`os::netns::run_in_with`]: `setns` changes only the calling thread).
+/// This stays in the lab, not the OS layer: it speaks the control
+/// protocol, a layer above.
 pub fn request_in(
     netns: Option<&str>,
     socket: &Path,
@@ -317,20 +318,7 @@ pub fn request_in(
     let (Some(ns), true) = (netns, abstract_socket) else {
         return request(socket, req);
     };
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            use std::os::fd::AsRawFd;
-            let f = std::fs::File::open(format!("/var/run/netns/{ns}"))?;
-            // SAFETY: setns on a valid namespace fd; affects only this
-            // short-lived thread.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(std::io::Error::last_os_error().into());
-            }
-            request(socket, req)
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("request thread panicked"))?
-    })
+    os::netns::run_in_with(ns, || request(socket, req))
 }
 
 #[cfg(test)]
@@ -383,6 +371,22 @@ mod tests {
             run(&mut Command::new("/nonexistent/nicflow-lab-test")),
             Err(LabError::Spawn { .. })
         ));
+    }
+
+    #[test]
+    fn missing_objects_are_recognised_by_errno() {
+        let os_err = |errno| {
+            LabError::Os(os::OsError::Netlink {
+                op: "RTM_DELLINK",
+                target: "dev nf0a".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(is_missing(&os_err(libc::ENODEV)));
+        assert!(is_missing(&os_err(libc::ENOENT)));
+        assert!(!is_missing(&os_err(libc::EPERM)));
+        assert!(list_namespaces().is_ok());
+        assert!(list_links().unwrap().iter().any(|l| l == "lo"));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! System calls the real-interface ports ([`afpacket`](super::afpacket),
 //! [`afxdp`](super::afxdp)) share: interface names and indexes, `ifreq`
-//! ioctls, ethtool offload settings, socket options, owned descriptors and
-//! memory mappings.
+//! ioctls, ethtool offload settings (what a port changes and puts back;
+//! the `SIOCETHTOOL` feature requests themselves are the OS layer's,
+//! [`crate::os::ethtool`]), socket options, owned descriptors and memory
+//! mappings.
 //!
 //! Place in a frame's path: before the first frame. A port calls these in
 //! `open` to find the interface, learn its MTU, shape what the driver hands
@@ -13,6 +15,7 @@
 //! several calls ([`StepError`]): each port maps them into its own typed
 //! error at its boundary, where the interface name is known.
 
+use crate::os::ethtool;
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
@@ -31,12 +34,6 @@ const ETHTOOL_SGSO: u32 = 0x24;
 const ETHTOOL_GFLAGS: u32 = 0x25;
 const ETHTOOL_SFLAGS: u32 = 0x26;
 const ETHTOOL_SGRO: u32 = 0x2c;
-const ETHTOOL_GSTRINGS: u32 = 0x1b;
-const ETHTOOL_GSSET_INFO: u32 = 0x37;
-const ETHTOOL_GFEATURES: u32 = 0x3a;
-const ETHTOOL_SFEATURES: u32 = 0x3b;
-const ETH_SS_FEATURES: u32 = 4;
-const ETH_GSTRING_LEN: usize = 32;
 const ETH_FLAG_LRO: u32 = 1 << 15;
 
 /// `struct ethtool_value`.
@@ -206,7 +203,7 @@ impl SavedFeatures {
             return Ok(());
         }
         let sock = control_socket()?;
-        write_features(sock.as_raw_fd(), &self.ifname, &blocks)
+        ethtool::write_features(sock.as_raw_fd(), &self.ifname, &blocks)
     }
 }
 
@@ -265,106 +262,19 @@ pub(super) fn enable_tx_offloads(ifname: &str) -> Result<SavedFeatures, StepErro
         .map_err(|e| ("ioctl(SIOCETHTOOL, ETHTOOL_SFEATURES)", e))
 }
 
-/// Set every feature whose name `pick` selects to `on`; returns those
-/// features' previous `wanted` state.
+/// Set every feature whose name `pick` selects to `on` (the OS layer's
+/// [`os::ethtool`](crate::os::ethtool)); returns those features' previous
+/// `wanted` state.
 fn set_features(
     fd: RawFd,
     ifname: &str,
     pick: fn(&str) -> bool,
     on: bool,
 ) -> io::Result<SavedFeatures> {
-    let names = feature_names(fd, ifname)?;
-    let blocks = names.len().div_ceil(32);
-    let before = wanted_features(fd, ifname, blocks)?;
-    // (valid, requested) per block: the picked bits, all on or all off.
-    let mut set = vec![(0u32, 0u32); blocks];
-    for (i, _) in names.iter().enumerate().filter(|(_, n)| pick(n)) {
-        set[i / 32].0 |= 1 << (i % 32);
-    }
-    for b in &mut set {
-        b.1 = if on { b.0 } else { 0 };
-    }
-    let saved = SavedFeatures {
+    Ok(SavedFeatures {
         ifname: ifname.to_string(),
-        blocks: set
-            .iter()
-            .zip(&before)
-            .map(|(&(valid, _), wanted)| (valid, wanted & valid))
-            .collect(),
-    };
-    write_features(fd, ifname, &set)?;
-    Ok(saved)
-}
-
-/// `ETHTOOL_SFEATURES` with one `(valid, requested)` pair per feature
-/// block, every block in order (a `size` below the kernel's feature word
-/// count is `EINVAL`). A positive result only flags features the device
-/// cannot change.
-fn write_features(fd: RawFd, ifname: &str, blocks: &[(u32, u32)]) -> io::Result<()> {
-    // struct ethtool_sfeatures { u32 cmd; u32 size; struct
-    // ethtool_set_features_block { u32 valid; u32 requested; } features[]; }
-    let mut buf = vec![0u8; 8 + 8 * blocks.len()];
-    buf[0..4].copy_from_slice(&ETHTOOL_SFEATURES.to_ne_bytes());
-    buf[4..8].copy_from_slice(&(blocks.len() as u32).to_ne_bytes());
-    for (i, (valid, requested)) in blocks.iter().enumerate() {
-        let at = 8 + 8 * i;
-        buf[at..at + 4].copy_from_slice(&valid.to_ne_bytes());
-        buf[at + 4..at + 8].copy_from_slice(&requested.to_ne_bytes());
-    }
-    ethtool_raw(fd, ifname, &mut buf).map(drop)
-}
-
-/// The `requested` (user-wanted) bits of every feature block
-/// (`ETHTOOL_GFEATURES`).
-fn wanted_features(fd: RawFd, ifname: &str, blocks: usize) -> io::Result<Vec<u32>> {
-    // struct ethtool_gfeatures { u32 cmd; u32 size; struct
-    // ethtool_get_features_block { u32 available; u32 requested; u32
-    // active; u32 never_changed; } features[]; }
-    let mut buf = vec![0u8; 8 + 16 * blocks];
-    buf[0..4].copy_from_slice(&ETHTOOL_GFEATURES.to_ne_bytes());
-    buf[4..8].copy_from_slice(&(blocks as u32).to_ne_bytes());
-    ethtool_raw(fd, ifname, &mut buf)?;
-    Ok((0..blocks)
-        .map(|b| {
-            let at = 8 + 16 * b + 4;
-            u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default())
-        })
-        .collect())
-}
-
-/// The kernel's feature names, in bit order (`ETH_SS_FEATURES`).
-fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> {
-    // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask;
-    // u32 data[]; }
-    let mut info = vec![0u8; 20];
-    info[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
-    info[8..16].copy_from_slice(&(1u64 << ETH_SS_FEATURES).to_ne_bytes());
-    ethtool_raw(fd, ifname, &mut info)?;
-    let mask = u64::from_ne_bytes(info[8..16].try_into().unwrap_or_default());
-    if mask & (1 << ETH_SS_FEATURES) == 0 {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
-    }
-    let count = u32::from_ne_bytes(info[16..20].try_into().unwrap_or_default()) as usize;
-    if count == 0 || count > 4096 {
-        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
-    }
-    // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
-    // The kernel writes as many strings as *it* counts, so leave slack.
-    let room = count + 64;
-    let mut strings = vec![0u8; 12 + room * ETH_GSTRING_LEN];
-    strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
-    strings[4..8].copy_from_slice(&ETH_SS_FEATURES.to_ne_bytes());
-    strings[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
-    ethtool_raw(fd, ifname, &mut strings)?;
-    let len = u32::from_ne_bytes(strings[8..12].try_into().unwrap_or_default()) as usize;
-    Ok(strings[12..]
-        .chunks_exact(ETH_GSTRING_LEN)
-        .take(len.min(room))
-        .map(|s| {
-            let end = s.iter().position(|&b| b == 0).unwrap_or(s.len());
-            String::from_utf8_lossy(&s[..end]).into_owned()
-        })
-        .collect())
+        blocks: ethtool::set_features_fd(fd, ifname, &pick, on)?,
+    })
 }
 
 fn disable_offloads_legacy(fd: RawFd, ifname: &str) -> Result<(), StepError> {
@@ -408,16 +318,6 @@ fn ethtool_value(fd: RawFd, ifname: &str, cmd: u32, data: u32) -> io::Result<u32
     ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
     if_ioctl(fd, libc::SIOCETHTOOL, &mut ifr)?;
     Ok(v.data)
-}
-
-/// An ethtool command whose variable-length argument struct the caller laid
-/// out in `buf` (native endian, command first). `buf` must be sized for
-/// everything the command reads and writes (the lengths inside it say so;
-/// see `feature_names` for the slack).
-fn ethtool_raw(fd: RawFd, ifname: &str, buf: &mut [u8]) -> io::Result<libc::c_int> {
-    let mut ifr = ifreq(ifname);
-    ifr.ifr_ifru.ifru_data = buf.as_mut_ptr().cast();
-    if_ioctl(fd, libc::SIOCETHTOOL, &mut ifr)
 }
 
 // ---------------------------------------------------------------------------

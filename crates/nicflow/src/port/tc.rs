@@ -28,13 +28,13 @@
 
 use super::afpacket::{AfPacketOptions, AfPacketPort};
 use super::{Port, PortStats};
+use crate::os::{self, link::VethEnd, netlink::Rtnl, OsError};
 use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::SchedClassifier;
 use aya::{Ebpf, EbpfLoader};
 use nicflow_packet::buf::PacketBuf;
 use std::io;
 use std::os::fd::RawFd;
-use std::process::Command;
 
 static TC_UPCALL_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_upcall.o"));
 
@@ -45,6 +45,10 @@ pub enum TcPortError {
     Iface(String, String),
     #[error("upcall device {0}: {1}")]
     Upcall(String, String),
+    /// Creating, configuring or deleting the upcall pair failed in the
+    /// kernel (netlink, with its errno).
+    #[error("upcall device {0}: {1}")]
+    UpcallSys(String, #[source] OsError),
     #[error("TC program on {0}: {1}")]
     Bpf(String, String),
     #[error(transparent)]
@@ -66,22 +70,6 @@ pub struct TcPort {
     peer_elsewhere: bool,
 }
 
-fn ip(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running ip: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// The interface's index in this network namespace (ioctl, not /sys:
 /// sysfs shows the namespace it was mounted in).
 fn ifindex_of(iface: &str) -> Option<u32> {
@@ -92,14 +80,18 @@ fn ifindex_of(iface: &str) -> Option<u32> {
 /// reaches the peer with `bpf_redirect_peer` (straight into its receive
 /// path), which the kernel only allows across namespaces.
 pub fn veth_peer_elsewhere(iface: &str) -> bool {
-    let Ok(out) = ip(&["-d", "-j", "link", "show", "dev", iface]) else {
+    let Ok(l) = Rtnl::open(None).and_then(|mut rt| os::link::get(&mut rt, iface)) else {
         return false;
     };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
-        return false;
-    };
-    let l = &v[0];
-    l["linkinfo"]["info_kind"] == "veth" && l.get("link_netnsid").is_some()
+    l.kind.as_deref() == Some("veth") && l.link_netnsid.is_some()
+}
+
+/// Delete link `dev` (and its veth peer); gone already is fine.
+fn delete_link(dev: &str) -> Result<(), OsError> {
+    match Rtnl::open(None).and_then(|mut rt| os::link::del(&mut rt, dev)) {
+        Err(e) if e.is_missing() => Ok(()),
+        other => other,
+    }
 }
 
 /// `tc_upcall.o` loaded (verified) for upcall device `upcall_ifindex`, not
@@ -131,32 +123,34 @@ impl TcPort {
             .ok_or_else(|| TcPortError::Iface(iface.into(), "no such interface".into()))?;
         let mtu = super::sys::control_socket()
             .and_then(|s| super::sys::interface_mtu(std::os::fd::AsRawFd::as_raw_fd(&s), iface))
-            .map_err(|e| TcPortError::Iface(iface.into(), format!("reading its MTU: {e}")))?
-            .to_string();
+            .map_err(|e| TcPortError::Iface(iface.into(), format!("reading its MTU: {e}")))?;
         let near = format!("nfu{ifindex}a");
         let far = format!("nfu{ifindex}b");
         // A pair left by a daemon that died goes first.
         if ifindex_of(&near).is_some() {
-            let _ = ip(&["link", "del", &near]);
+            let _ = delete_link(&near);
         }
-        let up_err = |e: String| TcPortError::Upcall(near.clone(), e);
-        ip(&[
-            "link", "add", &near, "mtu", &mtu, "type", "veth", "peer", "name", &far, "mtu", &mtu,
-        ])
-        .map_err(up_err)?;
+        let sys_err = |e: OsError| TcPortError::UpcallSys(near.clone(), e);
+        let mut rt = Rtnl::open(None).map_err(sys_err)?;
+        let end = |name: &str| VethEnd {
+            mtu: u32::try_from(mtu).ok(),
+            ..VethEnd::named(name)
+        };
+        os::link::add_veth(&mut rt, &end(&near), &end(&far)).map_err(sys_err)?;
         let mut guard = PairGuard(Some(near.clone()));
         for dev in [&near, &far] {
             // No addresses, no IPv6 autoconfiguration traffic.
-            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+            let key = format!("net.ipv6.conf.{dev}.disable_ipv6");
+            let _ = os::sysctl::write(None, &key, "1");
         }
         // The pair keeps veth's default offloads: a super-frame crosses it
         // whole and reaches the port's socket behind a virtio-net header
         // (the AF_PACKET side runs with `vnet_hdr`), as it would an
         // `afpacket` port, so the userspace path keeps GSO too.
-        ip(&["link", "set", &near, "up"]).map_err(up_err)?;
-        ip(&["link", "set", &far, "up"]).map_err(up_err)?;
-        let upcall_ifindex =
-            ifindex_of(&near).ok_or_else(|| up_err("vanished after creation".into()))?;
+        os::link::set_up(&mut rt, &near).map_err(sys_err)?;
+        os::link::set_up(&mut rt, &far).map_err(sys_err)?;
+        let upcall_ifindex = ifindex_of(&near)
+            .ok_or_else(|| TcPortError::Upcall(near.clone(), "vanished after creation".into()))?;
 
         let opts = AfPacketOptions {
             promisc: false,
@@ -234,7 +228,7 @@ struct PairGuard(Option<String>);
 impl Drop for PairGuard {
     fn drop(&mut self) {
         if let Some(dev) = self.0.take() {
-            let _ = ip(&["link", "del", &dev]);
+            let _ = delete_link(&dev);
         }
     }
 }
@@ -251,7 +245,7 @@ impl Drop for TcPort {
         // The sockets close with `io` (a field: dropped after this), but
         // deleting the pair first is harmless: the socket then sees
         // nothing. Deleting one end deletes both.
-        if let Err(e) = ip(&["link", "del", &self.upcall]) {
+        if let Err(e) = delete_link(&self.upcall) {
             tracing::warn!(port = %self.name, "deleting the upcall pair: {e}");
         }
         tracing::debug!(port = %self.name, "TC port closed");

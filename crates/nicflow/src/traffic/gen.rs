@@ -210,7 +210,8 @@ pub fn base_flow(args: &Args) -> Result<FlowSpec, TrafficError> {
 }
 
 /// The kernel's resolved neighbour entry for `ip` on `iface` (this
-/// namespace): `/proc/net/arp` for IPv4, `ip -6 neigh` for IPv6.
+/// namespace): `/proc/net/arp` for IPv4, the neighbour table over netlink
+/// (`RTM_GETNEIGH`, [`crate::os::neigh`]) for IPv6.
 fn neighbour(iface: &str, ip: IpAddr) -> Option<Mac> {
     match ip {
         IpAddr::V4(a) => {
@@ -222,19 +223,10 @@ fn neighbour(iface: &str, ip: IpAddr) -> Option<Mac> {
                     .flatten()
             })
         }
-        IpAddr::V6(a) => {
-            let out = std::process::Command::new("ip")
-                .args(["-6", "neigh", "show", &a.to_string(), "dev", iface])
-                .output()
-                .ok()?;
-            let s = String::from_utf8_lossy(&out.stdout);
-            let mut w = s.split_whitespace();
-            while let Some(t) = w.next() {
-                if t == "lladdr" {
-                    return w.next()?.parse().ok();
-                }
-            }
-            None
+        IpAddr::V6(_) => {
+            let mut rt = crate::os::netlink::Rtnl::open(None).ok()?;
+            let lladdr = crate::os::neigh::lookup(&mut rt, iface, ip).ok()??;
+            Some(Mac(lladdr.try_into().ok()?))
         }
     }
 }
