@@ -493,10 +493,20 @@ fn start_daemon(
     }
     st.save()?;
 
-    // Ready when the socket answers `show`.
-    let deadline = Instant::now() + opts.ready_timeout;
+    // Ready when the socket answers `show`. The daemon opens its ports
+    // before it answers, logging each; on a loaded machine forty ports can
+    // take longer than the timeout, so the deadline runs from the daemon's
+    // last log line: a daemon still making progress is given the time, a
+    // silent one fails after `ready_timeout`.
+    let mut deadline = Instant::now() + opts.ready_timeout;
+    let mut log_len = 0u64;
     let mut last = String::from("no answer yet");
     loop {
+        let len = std::fs::metadata(&rec.log).map_or(0, |m| m.len());
+        if len > log_len {
+            log_len = len;
+            deadline = Instant::now() + opts.ready_timeout;
+        }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(LabError::DaemonNotReady {
                 switch: sw.name.clone(),
@@ -516,7 +526,7 @@ fn start_daemon(
             return Err(LabError::DaemonNotReady {
                 switch: sw.name.clone(),
                 why: format!(
-                    "{} did not answer within {:?} ({last})",
+                    "{} did not answer within {:?} of the daemon's last log line ({last})",
                     rec.socket.display(),
                     opts.ready_timeout
                 ),
