@@ -32,6 +32,8 @@ command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 # CNI: the reference plugins (host-local IPAM for the nicflow CNI plugin's
 # tests, and the baseline bridge plugin).
 [ -x /usr/lib/cni/host-local ] || need_apt+=(containernetworking-plugins)
+# portmap (chained after nicflow in tests/cni/chain.rs) drives iptables.
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 need_swan=0
 { [ -x /usr/lib/ipsec/charon ] && command -v swanctl >/dev/null 2>&1 \
   && [ -f /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] \

@@ -13,8 +13,25 @@
 //! Namespaces are `nfcni<pid>-*`; the lab guard deletes them, the daemon
 //! and every state directory even when an assertion fails. Needs root;
 //! skips with a message otherwise.
+//!
+//! The modules under tests/cni/ take the rest of the plugin, each in its
+//! own lab (`nfcni<pid><tag>-*`): `chain` (nicflow then the reference
+//! `tuning`, `bandwidth`, `portmap` through `cnitool`), `multi` (two
+//! networks, two bridges, one pod), `policy` (NetworkPolicy-shaped ingress
+//! rules with conntrack, real TCP/UDP/ICMP), `shaping` (bandwidth limits as
+//! meters on the bridge, measured), `gc` (spec 1.1 STATUS and GC).
 
+#[path = "cni/chain.rs"]
+mod chain;
 mod common;
+#[path = "cni/gc.rs"]
+mod gc;
+#[path = "cni/multi.rs"]
+mod multi;
+#[path = "cni/policy.rs"]
+mod policy;
+#[path = "cni/shaping.rs"]
+mod shaping;
 
 use common::{lab_possible, nicflow_bin, skipped, NsLab};
 use serde_json::{json, Value};
@@ -43,11 +60,23 @@ impl Cni {
     /// Run `CNI_COMMAND=cmd nicflow` (found in CNI_PATH, as runtimes do):
     /// exit success and stdout parsed (Null when empty).
     fn run(&self, cmd: &str, id: &str, netns: Option<&str>, conf: &Value) -> (bool, Value) {
+        self.run_if(cmd, id, "eth0", netns, conf)
+    }
+
+    /// [`Cni::run`] with interface `ifname` (a pod's second network).
+    fn run_if(
+        &self,
+        cmd: &str,
+        id: &str,
+        ifname: &str,
+        netns: Option<&str>,
+        conf: &Value,
+    ) -> (bool, Value) {
         let plugin = PathBuf::from(self.path.split(':').next().unwrap()).join("nicflow");
         let mut c = Command::new(plugin);
         c.env("CNI_COMMAND", cmd)
             .env("CNI_CONTAINERID", id)
-            .env("CNI_IFNAME", "eth0")
+            .env("CNI_IFNAME", ifname)
             .env("CNI_PATH", &self.path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -70,13 +99,25 @@ impl Cni {
         } else {
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{cmd}: not JSON ({e}): {text}"))
         };
-        eprintln!("CNI {cmd} {id}: exit {} {v}", out.status);
+        eprintln!("CNI {cmd} {id} {ifname}: exit {} {v}", out.status);
         (out.status.success(), v)
     }
 
     fn must(&self, lab: &NsLab, cmd: &str, id: &str, netns: Option<&str>, conf: &Value) -> Value {
-        let (ok, v) = self.run(cmd, id, netns, conf);
-        assert!(ok, "{cmd} {id} failed: {v}\n{}", lab.daemon_log());
+        self.must_if(lab, cmd, id, "eth0", netns, conf)
+    }
+
+    fn must_if(
+        &self,
+        lab: &NsLab,
+        cmd: &str,
+        id: &str,
+        ifname: &str,
+        netns: Option<&str>,
+        conf: &Value,
+    ) -> Value {
+        let (ok, v) = self.run_if(cmd, id, ifname, netns, conf);
+        assert!(ok, "{cmd} {id} {ifname} failed: {v}\n{}", lab.daemon_log());
         v
     }
 }
@@ -161,6 +202,16 @@ fn ipam_files(lab: &NsLab) -> Vec<String> {
     v
 }
 
+/// One lab test of this file at a time: each runs a daemon that loads
+/// eBPF programs for every port, two restart it (and wait at most ten
+/// seconds for it, tests/common), two run iperf3; side by side on a small
+/// machine the restarts missed their deadline.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons the lock; the next one still runs.
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn can_run() -> bool {
     if !lab_possible() {
         return false;
@@ -177,6 +228,7 @@ fn cni_add_check_del() {
     if !can_run() {
         return;
     }
+    let _serial = serial();
     let mut lab = NsLab::new("nfcni", "", &["sw", "p1", "p2"]);
     lab.restart_daemon();
     lab.cli(&["add-br", "br0"]).unwrap();
@@ -188,7 +240,7 @@ fn cni_add_check_del() {
     let v = cni.must(&lab, "VERSION", "x", None, &conf);
     assert_eq!(
         v["supportedVersions"],
-        json!(["0.3.1", "0.4.0", "1.0.0"]),
+        json!(["0.3.1", "0.4.0", "1.0.0", "1.1.0"]),
         "{v}"
     );
 
@@ -303,6 +355,7 @@ fn cnitool_add_check_del() {
     if !can_run() {
         return;
     }
+    let _serial = serial();
     let Some(tool) = cnitool() else {
         skipped("no cnitool (go install github.com/containernetworking/cni/cnitool@v1.3.0)");
         return;
@@ -353,4 +406,98 @@ fn cnitool_add_check_del() {
     assert!(vfs(&lab).is_empty());
     assert!(!lab.link_exists("p1", "eth0") && !lab.link_exists("p2", "eth0"));
     assert!(ipam_files(&lab).is_empty(), "{:?}", ipam_files(&lab));
+}
+
+/// A process in a namespace, killed when dropped (servers of the chain
+/// and policy tests).
+struct Bg(std::process::Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `argv` running in node `n` of `lab` until dropped, output discarded.
+fn bg(lab: &NsLab, n: &str, argv: &[&str]) -> Bg {
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns(n)])
+        .args(argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    Bg(child)
+}
+
+/// Python's HTTP server on `port` (all addresses) in node `n`.
+fn http_server(lab: &NsLab, n: &str, port: u16) -> Bg {
+    let port = port.to_string();
+    let b = bg(
+        lab,
+        n,
+        &[
+            "python3",
+            "-m",
+            "http.server",
+            &port,
+            "--bind",
+            "0.0.0.0",
+            "--directory",
+            "/",
+        ],
+    );
+    // Listening before the first connection (a refused SYN would look
+    // like a policy drop's opposite and confuse the results).
+    let t0 = std::time::Instant::now();
+    while !lab
+        .exec(n, &["ss", "-Hltn", &format!("sport = :{port}")])
+        .is_ok_and(|o| !o.trim().is_empty())
+    {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "no server on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    b
+}
+
+/// `curl` from node `n` to `url`: Ok(HTTP status) or Err(why).
+fn curl(lab: &NsLab, n: &str, url: &str, timeout_s: u32) -> Result<String, String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &lab.ns(n), "curl", "-s", "-o", "/dev/null"])
+        .args(["-w", "%{http_code}", "-m", &timeout_s.to_string(), url])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let code = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(code)
+    } else {
+        Err(format!(
+            "curl {url}: exit {:?}, code {code}",
+            out.status.code()
+        ))
+    }
+}
+
+/// The VFs of bridge `br` (`show --json`).
+fn vfs_of(lab: &NsLab, br: &str) -> Vec<Value> {
+    let s: Value = serde_json::from_str(&lab.cli(&["--json", "show"]).unwrap()).unwrap();
+    s.as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == br)
+        .and_then(|b| b["vfs"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// A gateway for pods of bridge `br`: an internal port `dev` in node `sw`
+/// with `addr` (the node's own address on the pod network).
+fn gateway_port(lab: &NsLab, br: &str, dev: &str, addr: &str) {
+    lab.cli(&["add-port", br, dev, "--type", "internal"])
+        .unwrap();
+    lab.must("sw", &["ip", "addr", "add", addr, "dev", dev]);
+    lab.must("sw", &["ip", "link", "set", dev, "up"]);
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Error codes of the CNI specification (1.0.0, "Error").
+/// Error codes of the CNI specification (1.1.0, "Error").
 pub mod code {
     pub const INCOMPATIBLE_VERSION: u32 = 1;
     pub const UNSUPPORTED_FIELD: u32 = 2;
@@ -13,6 +13,8 @@ pub mod code {
     pub const DECODE_FAILURE: u32 = 6;
     pub const INVALID_CONFIG: u32 = 7;
     pub const TRY_AGAIN_LATER: u32 = 11;
+    /// STATUS (1.1): the plugin cannot serve ADD now.
+    pub const NOT_AVAILABLE: u32 = 50;
     pub const GENERIC: u32 = 999;
 }
 

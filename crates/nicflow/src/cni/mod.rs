@@ -2,7 +2,7 @@
 //! `CNI_COMMAND` in its environment, as a container runtime (or
 //! `cnitool`) runs the plugin its network configuration names.
 //!
-//! - `VERSION`: spec versions 0.3.1, 0.4.0 and 1.0.0.
+//! - `VERSION`: spec versions 0.3.1, 0.4.0, 1.0.0 and 1.1.0.
 //! - `ADD`: a VF named `CNI_IFNAME` in the namespace `CNI_NETNS` (a file in
 //!   /run/netns), its representor a port of the configuration's `bridge`,
 //!   made by the daemon (`add-vf` over its socket); addresses from the
@@ -14,13 +14,21 @@
 //!   namespace and name; whatever is already gone is fine.
 //! - `CHECK`: the VF is known, the interface is in the namespace with its
 //!   MAC and the `prevResult` addresses, and the IPAM plugin agrees.
+//! - `STATUS` and `GC` (spec 1.1): the daemon answers and has the bridge;
+//!   recorded attachments not in `cni.dev/valid-attachments` deleted.
 //!
-//! Failures print the spec's error JSON on stdout and exit 1. See
-//! docs/cni.md.
+//! ADD also installs the pod's ingress policy ([`policy`]) and bandwidth
+//! limits ([`bandwidth`], meters) as rules under a cookie of the
+//! attachment, which DEL removes, and prints the representor (no
+//! `sandbox`) beside the VF, so chained plugins (`tuning`, `bandwidth`,
+//! `portmap`) find both ends. Failures print the spec's error JSON on
+//! stdout and exit 1. See docs/cni.md.
 
+pub mod bandwidth;
 pub mod error;
 pub mod ipam;
 pub mod plugin;
+pub mod policy;
 pub mod types;
 
 use error::{code, CniError, CniResult};
@@ -63,23 +71,52 @@ pub fn run(cmd: &str, stdin: &[u8]) -> CniResult<Option<serde_json::Value>> {
             "supportedVersions": types::SUPPORTED,
         })));
     }
-    if !matches!(cmd, "ADD" | "DEL" | "CHECK") {
+    if !matches!(cmd, "ADD" | "DEL" | "CHECK" | "STATUS" | "GC") {
         return Err(CniError::new(
             code::INVALID_ENV,
-            format!("CNI_COMMAND `{cmd}` is not supported (VERSION, ADD, DEL, CHECK)"),
+            format!("CNI_COMMAND `{cmd}` is not supported (VERSION, ADD, DEL, CHECK, STATUS, GC)"),
         ));
     }
     let conf = types::NetConf::parse(stdin)?;
-    let r = env_vars(cmd).and_then(|env| match cmd {
-        "ADD" => plugin::add(&conf, &env, stdin).map(Some),
-        "DEL" => plugin::del(&conf, &env, stdin).map(|()| None),
-        _ => plugin::check(&conf, &env, stdin).map(|()| None),
-    });
+    let r = if matches!(cmd, "STATUS" | "GC") {
+        spec_1_1(cmd, &conf, stdin)
+    } else {
+        env_vars(cmd).and_then(|env| match cmd {
+            "ADD" => plugin::add(&conf, &env, stdin).map(Some),
+            "DEL" => plugin::del(&conf, &env, stdin).map(|()| None),
+            _ => plugin::check(&conf, &env, stdin).map(|()| None),
+        })
+    };
     // Errors speak the configuration's version, like results.
     r.map_err(|mut e| {
         e.cni_version = conf.cni_version.clone();
         e
     })
+}
+
+/// STATUS and GC, commands of spec 1.1 that runtimes send only to 1.1
+/// networks; neither names an attachment, so no `CNI_CONTAINERID` etc.
+fn spec_1_1(
+    cmd: &str,
+    conf: &types::NetConf,
+    stdin: &[u8],
+) -> CniResult<Option<serde_json::Value>> {
+    if matches!(conf.cni_version.as_str(), "0.3.1" | "0.4.0" | "1.0.0") {
+        return Err(CniError::new(
+            code::INCOMPATIBLE_VERSION,
+            format!(
+                "{cmd} needs cniVersion 1.1.0 (config has {})",
+                conf.cni_version
+            ),
+        ));
+    }
+    if cmd == "STATUS" {
+        plugin::status(conf)?;
+    } else {
+        let cni_path = std::env::var("CNI_PATH").unwrap_or_default();
+        plugin::gc(conf, &cni_path, stdin)?;
+    }
+    Ok(None)
 }
 
 fn env_vars(cmd: &str) -> CniResult<plugin::Env> {

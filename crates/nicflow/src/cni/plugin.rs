@@ -1,8 +1,20 @@
 //! ADD, DEL and CHECK: a VF through the daemon's socket, addresses from
-//! the IPAM plugin, configured inside the container's namespace.
+//! the IPAM plugin, configured inside the container's namespace, and the
+//! pod's ingress policy and bandwidth limits as flow rules (and meters)
+//! under a cookie of its own.
+//!
+//! Everything an attachment owns is keyed by (network `name`,
+//! `CNI_CONTAINERID`, `CNI_IFNAME`): the record file, the rules' cookie
+//! (and through the rules, the meters), and — through the namespace and
+//! interface name — the VF. So one pod
+//! can have several attachments (the Multus model: `eth0` on one network,
+//! `net1` on another, each its own bridge) and ADD, CHECK and DEL of one
+//! leave the others alone.
 
+use super::bandwidth::{self, Bandwidth, Meters, Rate};
 use super::error::{code, CniError, CniResult};
 use super::ipam;
+use super::policy::{self, Policy};
 use super::types::{parse_cidr, Interface, IpamResult, NetConf, Route};
 use crate::control::daemon;
 use crate::control::proto::{Request, Response};
@@ -32,14 +44,29 @@ struct Record {
     namespace: String,
     ifname: String,
     representor: String,
+    /// The cookie of the policy and bandwidth rules ADD installed, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cookie: Option<u64>,
+    /// The bandwidth meters ADD added (DEL also finds them in the rules).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    meters: Vec<u32>,
 }
 
-fn record_path(conf: &NetConf, env: &Env) -> PathBuf {
+/// The directory of this network's records.
+fn records_dir(conf: &NetConf) -> PathBuf {
     conf.data_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(DATA_DIR))
         .join(&conf.name)
-        .join(format!("{}-{}.json", env.container_id, env.ifname))
+}
+
+/// The record file of one attachment: `<containerid>-<ifname>.json`.
+fn record_file(container_id: &str, ifname: &str) -> String {
+    format!("{container_id}-{ifname}.json")
+}
+
+fn record_path(conf: &NetConf, env: &Env) -> PathBuf {
+    records_dir(conf).join(record_file(&env.container_id, &env.ifname))
 }
 
 fn io_err(what: &str, p: &Path, e: std::io::Error) -> CniError {
@@ -171,6 +198,170 @@ fn del_vf(conf: &NetConf, bridge: &str, rep: &str) -> CniResult<()> {
     }
 }
 
+/// Install `flows` on `bridge`, all or nothing (`add-flows`).
+fn add_flows(conf: &NetConf, bridge: &str, flows: &[String]) -> CniResult<()> {
+    let r = call(
+        conf,
+        &Request::AddFlows {
+            bridge: bridge.to_string(),
+            text: flows.join("\n"),
+        },
+    )?;
+    if r.ok {
+        Ok(())
+    } else {
+        Err(CniError::generic(format!(
+            "nicflow add-flows {bridge} (policy, bandwidth): {}",
+            r.error.unwrap_or_default()
+        )))
+    }
+}
+
+/// Remove the rules carrying exactly `cookie`; a missing bridge is fine.
+fn del_flows(conf: &NetConf, bridge: &str, cookie: u64) -> CniResult<()> {
+    let r = call(
+        conf,
+        &Request::DelFlows {
+            bridge: bridge.to_string(),
+            filter: Some(policy::cookie_filter(cookie)),
+        },
+    )?;
+    let err = r.error.unwrap_or_default();
+    if r.ok || err.contains("no bridge") {
+        Ok(())
+    } else {
+        Err(CniError::generic(format!(
+            "nicflow del-flows {bridge} {}: {err}",
+            policy::cookie_filter(cookie)
+        )))
+    }
+}
+
+/// The rules of `bridge` that carry `cookie` (`dump-flows` lines); none
+/// when the bridge is gone.
+fn flows_with(conf: &NetConf, bridge: &str, cookie: u64) -> CniResult<Vec<String>> {
+    let r = call(
+        conf,
+        &Request::DumpFlows {
+            bridge: bridge.to_string(),
+        },
+    )?;
+    if !r.ok {
+        let err = r.error.unwrap_or_default();
+        if err.contains("no bridge") {
+            return Ok(Vec::new());
+        }
+        return Err(CniError::generic(format!(
+            "nicflow dump-flows {bridge}: {err}"
+        )));
+    }
+    let tag = format!("cookie={cookie:#x},");
+    Ok(r.text
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Add a meter with limit `rate`, trying ids from `start` on until one is
+/// free (parallel ADDs may race for one: the loser moves on).
+fn add_meter(conf: &NetConf, bridge: &str, rate: &Rate, start: u32) -> CniResult<u32> {
+    let mut id = start;
+    for _ in 0..512 {
+        let r = call(
+            conf,
+            &Request::AddMeter {
+                bridge: bridge.to_string(),
+                meter: rate.meter_spec(id),
+            },
+        )?;
+        if r.ok {
+            return Ok(id);
+        }
+        let err = r.error.unwrap_or_default();
+        if !err.contains("already exists") {
+            return Err(CniError::generic(format!(
+                "nicflow add-meter {bridge} {}: {err}",
+                rate.meter_spec(id)
+            )));
+        }
+        id = if id >= 60_000 { 1 } else { id + 1 };
+    }
+    Err(CniError::generic(format!(
+        "bridge {bridge}: no free meter id near {start}"
+    )))
+}
+
+/// Delete meter `id` (never without an id: `del-meters` with no selector
+/// deletes every meter of the bridge); already gone is fine.
+fn del_meter(conf: &NetConf, bridge: &str, id: u32) -> CniResult<()> {
+    let r = call(
+        conf,
+        &Request::DelMeters {
+            bridge: bridge.to_string(),
+            filter: Some(format!("meter={id}")),
+        },
+    )?;
+    let err = r.error.unwrap_or_default();
+    if r.ok || err.contains("no bridge") {
+        Ok(())
+    } else {
+        Err(CniError::generic(format!(
+            "nicflow del-meters {bridge} meter={id}: {err}"
+        )))
+    }
+}
+
+/// Meters for `bw` on `bridge` (ingress, then egress); on failure the
+/// ones already added are deleted.
+fn add_meters(conf: &NetConf, bridge: &str, bw: &Bandwidth, cookie: u64) -> CniResult<Meters> {
+    let mut m = Meters::default();
+    let start = bandwidth::first_id(cookie);
+    if let Some(r) = &bw.ingress {
+        m.ingress = Some(add_meter(conf, bridge, r, start)?);
+    }
+    if let Some(r) = &bw.egress {
+        match add_meter(conf, bridge, r, m.ingress.map_or(start, |i| i % 60_000 + 1)) {
+            Ok(id) => m.egress = Some(id),
+            Err(e) => {
+                if let Some(i) = m.ingress {
+                    let _ = del_meter(conf, bridge, i);
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// The MAC of host interface `name` (the representor, in the namespace
+/// the plugin and the daemon share); empty if it cannot be read.
+fn host_mac(name: &str) -> String {
+    sys::ip(None, &["-j", "link", "show", "dev", name])
+        .ok()
+        .and_then(|o| serde_json::from_str::<Value>(&o).ok())
+        .and_then(|v| v[0]["address"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The IPv4 addresses of an IPAM result, for policy rules; an IPv6 one
+/// is refused when there is a policy (its ingress would stay open).
+fn policy_addrs(res: &IpamResult) -> CniResult<Vec<std::net::Ipv4Addr>> {
+    let mut v = Vec::new();
+    for ip in &res.ips {
+        match parse_cidr(&ip.address)?.0 {
+            std::net::IpAddr::V4(a) => v.push(a),
+            std::net::IpAddr::V6(_) => {
+                return Err(CniError::invalid_config(format!(
+                    "network config: `policy`: the pod got IPv6 address {} and IPv6 policy is not built",
+                    ip.address
+                )))
+            }
+        }
+    }
+    Ok(v)
+}
+
 fn sys_err(e: impl std::fmt::Display) -> CniError {
     CniError::generic(e.to_string())
 }
@@ -216,6 +407,11 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
         .as_deref()
         .ok_or_else(|| CniError::new(code::INVALID_ENV, "CNI_NETNS is required for ADD"))?;
     let ns = netns_name(netns)?;
+    // A bad policy or limit is a bad configuration: refused before
+    // anything changes.
+    let pol = Policy::from_conf(conf.policy.as_ref(), conf.runtime_config.as_ref())?;
+    let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
+    let cookie = policy::cookie(&conf.name, &env.container_id, &env.ifname);
     let r = call(
         conf,
         &Request::AddVf {
@@ -252,6 +448,8 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
             namespace: ns.clone(),
             ifname: env.ifname.clone(),
             representor: rep.clone(),
+            cookie: (pol.is_some() || bw.is_some()).then_some(cookie),
+            meters: Vec::new(),
         },
     )
     .map_err(undo_vf)?;
@@ -261,31 +459,82 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
     };
     let res = match &conf.ipam {
         Some(i) => {
-            let out = ipam::exec(&env.cni_path, &i.kind, "ADD", stdin).map_err(undo)?;
+            let out = ipam::exec(env, &i.kind, "ADD", stdin).map_err(undo)?;
             let res = IpamResult::parse(&out).map_err(undo)?;
             if let Err(e) = configure(&ns, &env.ifname, &res) {
-                let _ = ipam::exec(&env.cni_path, &i.kind, "DEL", stdin);
+                let _ = ipam::exec(env, &i.kind, "DEL", stdin);
                 return Err(undo(e));
             }
             res
         }
         None => IpamResult::default(),
     };
-    let iface = Interface {
-        name: env.ifname.clone(),
-        mac,
-        sandbox: netns.to_string(),
-    };
-    Ok(super::types::result_json(&conf.cni_version, &iface, &res))
+    if pol.is_some() || bw.is_some() {
+        let mut added = Meters::default();
+        let applied = (|| {
+            let addrs = match &pol {
+                Some(_) => policy_addrs(&res)?,
+                None => Vec::new(),
+            };
+            if let Some(b) = &bw {
+                added = add_meters(conf, &conf.bridge, b, cookie)?;
+                let rec = Record {
+                    bridge: conf.bridge.clone(),
+                    namespace: ns.clone(),
+                    ifname: env.ifname.clone(),
+                    representor: rep.clone(),
+                    cookie: Some(cookie),
+                    meters: added.ingress.into_iter().chain(added.egress).collect(),
+                };
+                write_record(&rec_path, &rec)?;
+            }
+            let mut flows = match &pol {
+                Some(p) => p.flows(cookie, &rep, &addrs, &added),
+                None => Vec::new(),
+            };
+            flows.extend(bandwidth::flows(cookie, &rep, &mac, &added));
+            add_flows(conf, &conf.bridge, &flows)
+        })();
+        if let Err(e) = applied {
+            let _ = del_flows(conf, &conf.bridge, cookie);
+            for id in added.ingress.into_iter().chain(added.egress) {
+                let _ = del_meter(conf, &conf.bridge, id);
+            }
+            if let Some(i) = &conf.ipam {
+                let _ = ipam::exec(env, &i.kind, "DEL", stdin);
+            }
+            return Err(undo(e));
+        }
+    }
+    let ifaces = [
+        Interface {
+            name: env.ifname.clone(),
+            mac,
+            sandbox: netns.to_string(),
+        },
+        Interface {
+            mac: host_mac(&rep),
+            name: rep,
+            sandbox: String::new(),
+        },
+    ];
+    Ok(super::types::result_json(
+        &conf.cni_version,
+        &ifaces,
+        0,
+        &res,
+        conf.prev_result.as_ref(),
+    ))
 }
 
-/// Idempotent: IPAM DEL, then the VF if it is still there, then the
-/// record. Missing namespace, VF, bridge or record are fine.
+/// Idempotent: IPAM DEL, then the attachment's rules and meters, then the
+/// VF if it is still there, then the record. Missing namespace, VF,
+/// bridge, rules, meters or record are fine.
 pub fn del(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
     let rec_path = record_path(conf, env);
     let rec = read_record(&rec_path);
     if let Some(i) = &conf.ipam {
-        ipam::exec(&env.cni_path, &i.kind, "DEL", stdin)?;
+        ipam::exec(env, &i.kind, "DEL", stdin)?;
     }
     let ns = rec
         .as_ref()
@@ -294,6 +543,19 @@ pub fn del(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
     let bridge = rec
         .as_ref()
         .map_or(conf.bridge.as_str(), |r| r.bridge.as_str());
+    // The cookie is derived from the attachment, so its rules go even
+    // without a record, and a policy or limit given only at ADD
+    // (runtimeConfig); the meters are those its rules name and the record
+    // lists.
+    let cookie = policy::cookie(&conf.name, &env.container_id, &env.ifname);
+    let mut meters = bandwidth::meters_in(&flows_with(conf, bridge, cookie)?);
+    meters.extend(rec.as_ref().map_or(&[][..], |r| &r.meters[..]));
+    meters.sort_unstable();
+    meters.dedup();
+    del_flows(conf, bridge, cookie)?;
+    for id in meters {
+        del_meter(conf, bridge, id)?;
+    }
     if let Some(ns) = ns {
         if let Some((rep, _)) = find_vf(conf, bridge, &ns, &env.ifname)? {
             del_vf(conf, bridge, &rep)?;
@@ -303,8 +565,9 @@ pub fn del(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
 }
 
 /// The interface is in the namespace with the VF's MAC, known to the
-/// daemon, and carries the addresses of `prevResult`; the IPAM plugin's
-/// CHECK agrees.
+/// daemon, and carries the addresses of `prevResult`; the policy and
+/// bandwidth rules and meters are in place; the IPAM plugin's CHECK
+/// agrees.
 pub fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
     if conf.cni_version == "0.3.1" {
         return Err(CniError::new(
@@ -346,6 +609,14 @@ pub fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
             .unwrap_or(&empty)
             .iter()
             .position(|i| i["name"] == env.ifname.as_str() && i["sandbox"] == netns);
+        // A result that does not list this interface is some other
+        // attachment's (another network of the same pod).
+        if ours.is_none() {
+            return Err(CniError::generic(format!(
+                "prevResult has no interface {} in {netns}",
+                env.ifname
+            )));
+        }
         for ip in prev["ips"].as_array().unwrap_or(&empty) {
             let idx = ip["interface"].as_u64().map(|i| i as usize);
             if idx.is_some() && idx != ours {
@@ -362,8 +633,148 @@ pub fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
             }
         }
     }
+    check_policy(conf, env, rep.as_str(), &mac, &have)?;
     if let Some(i) = &conf.ipam {
-        ipam::exec(&env.cni_path, &i.kind, "CHECK", stdin)?;
+        ipam::exec(env, &i.kind, "CHECK", stdin)?;
     }
     Ok(())
+}
+
+/// With a policy or bandwidth limits in the configuration, the bridge
+/// holds exactly the rules ADD made for them (`have`: the interface's
+/// `ADDR/PREFIX`es), and every meter they name exists.
+fn check_policy(conf: &NetConf, env: &Env, rep: &str, mac: &str, have: &[String]) -> CniResult<()> {
+    let pol = Policy::from_conf(conf.policy.as_ref(), conf.runtime_config.as_ref())?;
+    let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
+    if pol.is_none() && bw.is_none() {
+        return Ok(());
+    }
+    let addrs: Vec<std::net::Ipv4Addr> = have
+        .iter()
+        .filter_map(|a| a.split('/').next()?.parse().ok())
+        .collect();
+    let cookie = policy::cookie(&conf.name, &env.container_id, &env.ifname);
+    // The count does not depend on the meters' ids.
+    let m = bw.map_or(Meters::default(), |b| Meters {
+        ingress: b.ingress.map(|_| 0),
+        egress: b.egress.map(|_| 0),
+    });
+    let want = pol.map_or(0, |p| p.flows(cookie, rep, &addrs, &m).len())
+        + bandwidth::flows(cookie, rep, mac, &m).len();
+    let got = flows_with(conf, &conf.bridge, cookie)?;
+    if got.len() != want {
+        return Err(CniError::generic(format!(
+            "bridge {} has {} policy/bandwidth rules with cookie {cookie:#x}, expected {want}",
+            conf.bridge,
+            got.len()
+        )));
+    }
+    let named = bandwidth::meters_in(&got);
+    let r = call(
+        conf,
+        &Request::DumpMeters {
+            bridge: conf.bridge.clone(),
+        },
+    )?;
+    // `dump-meters` lines start `meter=ID` then a space (OpenFlow 1.3
+    // text) or a comma (the spec form in `data`).
+    let known: Vec<u32> = r
+        .text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start().strip_prefix("meter=")?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    for id in named {
+        if !known.contains(&id) {
+            return Err(CniError::generic(format!(
+                "bridge {}: meter {id} of cookie {cookie:#x} is missing",
+                conf.bridge
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// STATUS (spec 1.1): ready for ADD when the daemon answers and has the
+/// bridge; otherwise code 50 (not available).
+pub fn status(conf: &NetConf) -> CniResult<()> {
+    let unavailable = |msg: String| CniError::new(code::NOT_AVAILABLE, msg);
+    let r = call(conf, &Request::Show).map_err(|e| unavailable(e.msg))?;
+    let empty = Vec::new();
+    let has_bridge = r
+        .data
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .any(|b| b["name"] == conf.bridge.as_str());
+    if r.ok && has_bridge {
+        Ok(())
+    } else {
+        Err(unavailable(format!(
+            "nicflow daemon at {} has no bridge {}",
+            socket(conf).display(),
+            conf.bridge
+        )))
+    }
+}
+
+/// GC (spec 1.1): every attachment of this network that has a record
+/// and is not in `cni.dev/valid-attachments` is deleted as DEL deletes it
+/// (its policy rules, IPAM address, VF, record). Without the key nothing
+/// is valid (libcni's `GCNetworkList` with no arguments means "all").
+/// Only recorded attachments are known: a VF whose record was removed by
+/// hand is not found.
+pub fn gc(conf: &NetConf, cni_path: &str, stdin: &[u8]) -> CniResult<()> {
+    let valid = conf
+        .valid_attachments
+        .as_ref()
+        .or(conf.attachments.as_ref())
+        .cloned()
+        .unwrap_or_default();
+    let keep: std::collections::HashSet<String> = valid
+        .iter()
+        .map(|a| record_file(&a.container_id, &a.ifname))
+        .collect();
+    let dir = records_dir(conf);
+    let entries = match std::fs::read_dir(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("reading", &dir, e)),
+        Ok(d) => d,
+    };
+    let mut failed = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || keep.contains(&name) {
+            continue;
+        }
+        let Some(rec) = read_record(&e.path()) else {
+            continue;
+        };
+        let suffix = format!("-{}.json", rec.ifname);
+        let Some(cid) = name.strip_suffix(&suffix) else {
+            continue;
+        };
+        let env = Env {
+            container_id: cid.to_string(),
+            netns: None,
+            ifname: rec.ifname.clone(),
+            cni_path: cni_path.to_string(),
+        };
+        if let Err(e) = del(conf, &env, stdin) {
+            failed.push(format!("{cid}/{}: {}", rec.ifname, e.msg));
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::generic(format!(
+            "GC could not delete: {}",
+            failed.join("; ")
+        )))
+    }
 }

@@ -7,11 +7,20 @@ use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-/// The spec version results are built in.
-pub const LATEST: &str = "1.0.0";
+/// The newest spec version this plugin speaks (results of 1.0.0 and
+/// 1.1.0 have the same layout; 1.1.0 adds STATUS and GC).
+pub const LATEST: &str = "1.1.0";
 
 /// Versions this plugin answers (`VERSION`'s `supportedVersions`).
-pub const SUPPORTED: [&str; 3] = ["0.3.1", "0.4.0", "1.0.0"];
+pub const SUPPORTED: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// One entry of GC's `cni.dev/valid-attachments`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
 
 /// A `type: nicflow` network configuration (one entry of a conflist, as
 /// the runtime hands it to the plugin).
@@ -40,6 +49,26 @@ pub struct NetConf {
     /// CHECK (and chained plugins) get the previous result here.
     #[serde(default, rename = "prevResult")]
     pub prev_result: Option<Value>,
+    /// Ingress allow rules for every pod of this network
+    /// ([`super::policy`]); validated by ADD only, so a bad one never
+    /// blocks DEL.
+    #[serde(default)]
+    pub policy: Option<Value>,
+    /// Bandwidth limits for every pod of this network, enforced by meters
+    /// on the bridge ([`super::bandwidth`]); validated by ADD only.
+    #[serde(default)]
+    pub bandwidth: Option<Value>,
+    /// What the runtime passes for the capabilities the conflist declares;
+    /// `networkPolicy` here overrides `policy` for one pod.
+    #[serde(default, rename = "runtimeConfig")]
+    pub runtime_config: Option<Value>,
+    /// GC (spec 1.1): the attachments to keep.
+    #[serde(default, rename = "cni.dev/valid-attachments")]
+    pub valid_attachments: Option<Vec<Attachment>>,
+    /// The same under the name of the first 1.1 text, which libcni also
+    /// sends (both at once, so not a serde alias).
+    #[serde(default, rename = "cni.dev/attachments")]
+    pub attachments: Option<Vec<Attachment>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -145,48 +174,95 @@ pub fn parse_cidr(s: &str) -> CniResult<(IpAddr, u8)> {
     Ok((a, p))
 }
 
-/// The container-side interface of the result.
+/// An interface of the result. The container's VF has `sandbox` set; the
+/// representor (the VF's host-side veth peer, a port of the bridge) has
+/// none, which is how chained plugins such as `bandwidth` find the host
+/// end of the container's interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
     pub name: String,
+    /// Empty when unknown (left out of the result).
     pub mac: String,
-    /// The netns path (`CNI_NETNS`).
+    /// The netns path (`CNI_NETNS`); empty for a host interface.
     pub sandbox: String,
 }
 
+impl Interface {
+    fn to_json(&self) -> Value {
+        let mut o = json!({ "name": self.name });
+        if !self.mac.is_empty() {
+            o["mac"] = json!(self.mac);
+        }
+        if !self.sandbox.is_empty() {
+            o["sandbox"] = json!(self.sandbox);
+        }
+        o
+    }
+}
+
 /// The ADD result in spec version `version` (1.0.0 layout; 0.3.1 and
-/// 0.4.0 add `version` to every IP).
-pub fn result_json(version: &str, iface: &Interface, ipam: &IpamResult) -> Value {
-    let old = version != LATEST;
-    let ips: Vec<Value> = ipam
-        .ips
-        .iter()
-        .map(|ip| {
-            let mut o = json!({ "address": ip.address, "interface": 0 });
-            if let Some(g) = &ip.gateway {
-                o["gateway"] = json!(g);
-            }
-            if old {
-                let v4 = parse_cidr(&ip.address)
-                    .map(|(a, _)| a.is_ipv4())
-                    .unwrap_or(true);
-                o["version"] = json!(if v4 { "4" } else { "6" });
-            }
-            o
-        })
-        .collect();
+/// 0.4.0 add `version` to every IP): `ifaces` in order, the IPAM
+/// addresses on `ifaces[addr_iface]` (the container's interface).
+///
+/// With a `prev` result (nicflow not first in a chain) the spec asks a
+/// plugin to add to it rather than replace it: its interfaces, IPs, routes
+/// and DNS are kept and ours appended, interface indexes shifted.
+pub fn result_json(
+    version: &str,
+    ifaces: &[Interface],
+    addr_iface: usize,
+    ipam: &IpamResult,
+    prev: Option<&Value>,
+) -> Value {
+    let old = !matches!(version, "1.0.0" | "1.1.0");
+    let empty = Vec::new();
+    let prev_ifaces = prev
+        .and_then(|p| p["interfaces"].as_array())
+        .unwrap_or(&empty);
+    let base = prev_ifaces.len();
+    let mut interfaces: Vec<Value> = prev_ifaces.clone();
+    interfaces.extend(ifaces.iter().map(Interface::to_json));
+    let mut ips: Vec<Value> = prev
+        .and_then(|p| p["ips"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    ips.extend(ipam.ips.iter().map(|ip| {
+        let mut o = json!({ "address": ip.address, "interface": base + addr_iface });
+        if let Some(g) = &ip.gateway {
+            o["gateway"] = json!(g);
+        }
+        o
+    }));
+    for o in &mut ips {
+        if old {
+            let v4 = o["address"]
+                .as_str()
+                .and_then(|a| parse_cidr(a).ok())
+                .is_none_or(|(a, _)| a.is_ipv4());
+            o["version"] = json!(if v4 { "4" } else { "6" });
+        } else if let Some(m) = o.as_object_mut() {
+            m.remove("version");
+        }
+    }
+    let mut routes: Vec<Value> = prev
+        .and_then(|p| p["routes"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    routes.extend(ipam.routes.iter().map(|r| json!(r)));
     let mut r = json!({
         "cniVersion": version,
-        "interfaces": [{ "name": iface.name, "mac": iface.mac, "sandbox": iface.sandbox }],
+        "interfaces": interfaces,
         "ips": ips,
     });
-    if !ipam.routes.is_empty() {
-        r["routes"] = json!(ipam.routes);
+    if !routes.is_empty() {
+        r["routes"] = json!(routes);
     }
-    let dns = if ipam.dns.is_object() {
+    let dns = if ipam.dns.is_object() && !ipam.dns.as_object().is_some_and(|o| o.is_empty()) {
         ipam.dns.clone()
     } else {
-        json!({})
+        prev.map(|p| p["dns"].clone())
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}))
     };
     r["dns"] = dns;
     r
@@ -233,19 +309,28 @@ mod tests {
                  "routes":[{"dst":"0.0.0.0/0"}],"dns":{}}"#,
         )
         .unwrap();
-        let iface = Interface {
-            name: "eth0".into(),
-            mac: "02:00:00:00:00:01".into(),
-            sandbox: "/var/run/netns/x".into(),
-        };
-        let r = result_json("1.0.0", &iface, &ipam);
+        let iface = [
+            Interface {
+                name: "eth0".into(),
+                mac: "02:00:00:00:00:01".into(),
+                sandbox: "/var/run/netns/x".into(),
+            },
+            Interface {
+                name: "br0pf0vf0".into(),
+                mac: "02:00:00:00:00:02".into(),
+                sandbox: String::new(),
+            },
+        ];
+        let r = result_json("1.0.0", &iface, 0, &ipam, None);
+        assert!(r["interfaces"][1].get("sandbox").is_none(), "{r}");
+        assert_eq!(r["interfaces"][1]["name"], "br0pf0vf0");
         assert_eq!(r["cniVersion"], "1.0.0");
         assert_eq!(r["interfaces"][0]["sandbox"], "/var/run/netns/x");
         assert_eq!(r["ips"][0]["interface"], 0);
         assert_eq!(r["ips"][0]["gateway"], "198.19.50.1");
         assert!(r["ips"][0].get("version").is_none());
         assert_eq!(r["routes"][0]["dst"], "0.0.0.0/0");
-        let r = result_json("0.3.1", &iface, &ipam);
+        let r = result_json("0.3.1", &iface, 0, &ipam, None);
         assert_eq!(r["ips"][0]["version"], "4");
         // A 0.3.1 IPAM result (with `version`) reads the same.
         let old = IpamResult::parse(
@@ -253,7 +338,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.ips[0].address, "2001:db8::2/64");
-        assert_eq!(result_json("0.4.0", &iface, &old)["ips"][0]["version"], "6");
+        assert_eq!(
+            result_json("0.4.0", &iface, 0, &old, None)["ips"][0]["version"],
+            "6"
+        );
+        // Not first in a chain: the previous result is kept, ours appended.
+        let prev = json!({"cniVersion":"1.0.0","interfaces":[{"name":"lo0"}],
+            "ips":[{"address":"198.19.9.2/24","interface":0}],"routes":[{"dst":"198.19.0.0/16"}],
+            "dns":{"nameservers":["198.19.9.1"]}});
+        let r = result_json("1.0.0", &iface, 0, &ipam, Some(&prev));
+        assert_eq!(r["interfaces"].as_array().unwrap().len(), 3, "{r}");
+        assert_eq!(r["ips"][1]["interface"], 1, "{r}");
+        assert_eq!(r["ips"][0]["address"], "198.19.9.2/24", "{r}");
+        assert_eq!(r["routes"].as_array().unwrap().len(), 2, "{r}");
+        assert_eq!(r["dns"]["nameservers"][0], "198.19.9.1", "{r}");
         assert_eq!(IpamResult::parse(b"nope").unwrap_err().code, 6);
     }
 }
