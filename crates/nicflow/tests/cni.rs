@@ -19,7 +19,9 @@
 //! `tuning`, `bandwidth`, `portmap` through `cnitool`), `multi` (two
 //! networks, two bridges, one pod), `policy` (NetworkPolicy-shaped ingress
 //! rules with conntrack, real TCP/UDP/ICMP), `shaping` (bandwidth limits as
-//! meters on the bridge, measured), `gc` (spec 1.1 STATUS and GC).
+//! meters on the bridge, measured), `gc` (spec 1.1 STATUS and GC),
+//! `steering` (two nodes with their own daemons over VXLAN: local, overlay
+//! and egress paths, seen in `dump-dp-flows`).
 
 #[path = "cni/chain.rs"]
 mod chain;
@@ -32,6 +34,8 @@ mod multi;
 mod policy;
 #[path = "cni/shaping.rs"]
 mod shaping;
+#[path = "cni/steering.rs"]
+mod steering;
 
 use common::{lab_possible, nicflow_bin, skipped, NsLab};
 use serde_json::{json, Value};

@@ -135,7 +135,9 @@ impl Bandwidth {
 
 /// The rules that meter the pod's non-policy traffic (see the module
 /// text); empty without meters.
-pub fn flows(cookie: u64, port: &str, mac: &str, m: &Meters) -> Vec<String> {
+/// `fwd` forwards what the pod sends (`normal`, or steering's
+/// `resubmit(,50)`).
+pub fn flows(cookie: u64, port: &str, mac: &str, m: &Meters, fwd: &str) -> Vec<String> {
     let c = format!("cookie={cookie:#x}");
     let mut v = Vec::new();
     if let Some(i) = m.ingress {
@@ -145,7 +147,7 @@ pub fn flows(cookie: u64, port: &str, mac: &str, m: &Meters) -> Vec<String> {
     }
     if let Some(e) = m.egress {
         v.push(format!(
-            "{c},table=0,priority=90,in_port={port},actions=meter:{e},normal"
+            "{c},table=0,priority=90,in_port={port},actions=meter:{e},{fwd}"
         ));
     }
     v
@@ -206,10 +208,10 @@ mod tests {
             ingress: Some(3),
             egress: Some(4),
         };
-        let f = flows(0xcf01, "br0pf0vf0", "02:00:00:00:00:01", &m);
+        let f = flows(0xcf01, "br0pf0vf0", "02:00:00:00:00:01", &m, "normal");
         assert_eq!(f.len(), 2);
         assert_eq!(meters_in(&f), [3, 4]);
-        assert!(flows(1, "p", "m", &Meters::default()).is_empty());
+        assert!(flows(1, "p", "m", &Meters::default(), "normal").is_empty());
         assert!((1..=60_000).contains(&first_id(u64::MAX)));
         assert_eq!(meters_in(&[" actions=meter:12,NORMAL".into()]), [12]);
     }

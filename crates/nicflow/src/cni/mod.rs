@@ -29,6 +29,7 @@ pub mod error;
 pub mod ipam;
 pub mod plugin;
 pub mod policy;
+pub mod steering;
 pub mod types;
 
 use error::{code, CniError, CniResult};

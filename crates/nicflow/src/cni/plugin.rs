@@ -15,6 +15,7 @@ use super::bandwidth::{self, Bandwidth, Meters, Rate};
 use super::error::{code, CniError, CniResult};
 use super::ipam;
 use super::policy::{self, Policy};
+use super::steering::{self, Steering};
 use super::types::{parse_cidr, Interface, IpamResult, NetConf, Route};
 use crate::control::daemon;
 use crate::control::proto::{Request, Response};
@@ -211,7 +212,7 @@ fn add_flows(conf: &NetConf, bridge: &str, flows: &[String]) -> CniResult<()> {
         Ok(())
     } else {
         Err(CniError::generic(format!(
-            "nicflow add-flows {bridge} (policy, bandwidth): {}",
+            "nicflow add-flows {bridge} (policy, bandwidth, steering): {}",
             r.error.unwrap_or_default()
         )))
     }
@@ -411,14 +412,16 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
     // anything changes.
     let pol = Policy::from_conf(conf.policy.as_ref(), conf.runtime_config.as_ref())?;
     let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
+    let steer = Steering::from_conf(conf.steering.as_ref())?;
     let cookie = policy::cookie(&conf.name, &env.container_id, &env.ifname);
+    let has_rules = pol.is_some() || bw.is_some() || steer.is_some();
     let r = call(
         conf,
         &Request::AddVf {
             bridge: conf.bridge.clone(),
             namespace: ns.clone(),
             name: Some(env.ifname.clone()),
-            mac: None,
+            mac: Some(attachment_mac(cookie)),
             ips: Vec::new(),
             rep_type: conf.rep_type.clone(),
         },
@@ -448,7 +451,7 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
             namespace: ns.clone(),
             ifname: env.ifname.clone(),
             representor: rep.clone(),
-            cookie: (pol.is_some() || bw.is_some()).then_some(cookie),
+            cookie: has_rules.then_some(cookie),
             meters: Vec::new(),
         },
     )
@@ -469,7 +472,7 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
         }
         None => IpamResult::default(),
     };
-    if pol.is_some() || bw.is_some() {
+    if has_rules {
         let mut added = Meters::default();
         let applied = (|| {
             let addrs = match &pol {
@@ -488,11 +491,20 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
                 };
                 write_record(&rec_path, &rec)?;
             }
+            let fwd = forward_action(&steer);
             let mut flows = match &pol {
-                Some(p) => p.flows(cookie, &rep, &addrs, &added),
+                Some(p) => p.flows(cookie, &rep, &addrs, &added, &fwd),
                 None => Vec::new(),
             };
-            flows.extend(bandwidth::flows(cookie, &rep, &mac, &added));
+            flows.extend(bandwidth::flows(cookie, &rep, &mac, &added, &fwd));
+            if let Some(s) = &steer {
+                // The network's rules first (the same on every ADD), then
+                // the pod's, in one all-or-nothing batch.
+                let mut all = s.network_flows(steering::network_cookie(&conf.name));
+                all.append(&mut flows);
+                all.extend(s.pod_flows(cookie, &rep));
+                flows = all;
+            }
             add_flows(conf, &conf.bridge, &flows)
         })();
         if let Err(e) = applied {
@@ -640,13 +652,36 @@ pub fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
     Ok(())
 }
 
-/// With a policy or bandwidth limits in the configuration, the bridge
+/// The VF's MAC: locally administered, unicast, from the attachment's
+/// cookie. The daemon's own VF MACs count per bridge (`02:e6:5d:5f:00:00`
+/// for VF 0), so pods on two nodes of one pod network would share them;
+/// a MAC from the network, container and interface does not collide
+/// there and stays the same when a runtime retries ADD.
+fn attachment_mac(cookie: u64) -> String {
+    let b = cookie.to_be_bytes();
+    format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+/// What the attachment's rules forward the pod's own traffic with: the
+/// bridge (`normal`), or the network's steering table.
+fn forward_action(steer: &Option<Steering>) -> String {
+    match steer {
+        Some(_) => Steering::forward_action(),
+        None => "normal".to_string(),
+    }
+}
+
+/// With a policy, bandwidth limits or steering in the configuration, the bridge
 /// holds exactly the rules ADD made for them (`have`: the interface's
 /// `ADDR/PREFIX`es), and every meter they name exists.
 fn check_policy(conf: &NetConf, env: &Env, rep: &str, mac: &str, have: &[String]) -> CniResult<()> {
     let pol = Policy::from_conf(conf.policy.as_ref(), conf.runtime_config.as_ref())?;
     let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
-    if pol.is_none() && bw.is_none() {
+    let steer = Steering::from_conf(conf.steering.as_ref())?;
+    if pol.is_none() && bw.is_none() && steer.is_none() {
         return Ok(());
     }
     let addrs: Vec<std::net::Ipv4Addr> = have
@@ -659,8 +694,10 @@ fn check_policy(conf: &NetConf, env: &Env, rep: &str, mac: &str, have: &[String]
         ingress: b.ingress.map(|_| 0),
         egress: b.egress.map(|_| 0),
     });
-    let want = pol.map_or(0, |p| p.flows(cookie, rep, &addrs, &m).len())
-        + bandwidth::flows(cookie, rep, mac, &m).len();
+    let fwd = forward_action(&steer);
+    let want = pol.map_or(0, |p| p.flows(cookie, rep, &addrs, &m, &fwd).len())
+        + bandwidth::flows(cookie, rep, mac, &m, &fwd).len()
+        + steer.as_ref().map_or(0, |s| s.pod_flows(cookie, rep).len());
     let got = flows_with(conf, &conf.bridge, cookie)?;
     if got.len() != want {
         return Err(CniError::generic(format!(

@@ -281,12 +281,21 @@ impl Policy {
     /// the pod's IPv4 addresses `addrs` behind bridge port `port`; with
     /// bandwidth meters `m`, the rules that pass traffic out of the pod name
     /// the egress meter and those that pass it in the ingress meter.
-    pub fn flows(&self, cookie: u64, port: &str, addrs: &[Ipv4Addr], m: &Meters) -> Vec<String> {
+    /// `fwd` forwards what the pod sends (`normal`, or steering's
+    /// `resubmit(,50)`).
+    pub fn flows(
+        &self,
+        cookie: u64,
+        port: &str,
+        addrs: &[Ipv4Addr],
+        m: &Meters,
+        fwd: &str,
+    ) -> Vec<String> {
         let c = format!("cookie={cookie:#x}");
         let t = TABLE;
         let (mi, me) = (m.ingress_prefix(), m.egress_prefix());
         let mut v = vec![format!(
-            "{c},table=0,priority=100,ip,in_port={port},actions={me}ct(commit),normal"
+            "{c},table=0,priority=100,ip,in_port={port},actions={me}ct(commit),{fwd}"
         )];
         for a in addrs {
             v.push(format!(
@@ -390,6 +399,7 @@ mod tests {
             "br0pf0vf0",
             &["198.19.50.2".parse().unwrap()],
             &Meters::default(),
+            "normal",
         );
         assert!(f.iter().all(|l| l.starts_with("cookie=0xcf01,")), "{f:?}");
         assert!(
@@ -432,7 +442,7 @@ mod tests {
             ingress: Some(5),
             egress: Some(6),
         };
-        let f = p.flows(1, "r", &["198.19.50.2".parse().unwrap()], &m);
+        let f = p.flows(1, "r", &["198.19.50.2".parse().unwrap()], &m, "normal");
         assert!(f[0].ends_with("actions=meter:6,ct(commit),normal"), "{f:?}");
         let allow = f.iter().filter(|l| l.contains("actions=meter:5,")).count();
         assert_eq!(allow, f.len() - 3, "{f:?}");

@@ -58,6 +58,10 @@ pub struct NetConf {
     /// on the bridge ([`super::bandwidth`]); validated by ADD only.
     #[serde(default)]
     pub bandwidth: Option<Value>,
+    /// Node-local vs cross-node steering for the network's pods
+    /// ([`super::steering`]); validated by ADD only.
+    #[serde(default)]
+    pub steering: Option<Value>,
     /// What the runtime passes for the capabilities the conflist declares;
     /// `networkPolicy` here overrides `policy` for one pod.
     #[serde(default, rename = "runtimeConfig")]
