@@ -19,7 +19,7 @@ use super::steering::{self, Steering};
 use super::types::{parse_cidr, Interface, IpamResult, NetConf, Route};
 use crate::control::daemon;
 use crate::control::proto::{Request, Response};
-use crate::lab::sys;
+use crate::os::{self, netlink::Rtnl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -338,11 +338,20 @@ fn add_meters(conf: &NetConf, bridge: &str, bw: &Bandwidth, cookie: u64) -> CniR
 /// The MAC of host interface `name` (the representor, in the namespace
 /// the plugin and the daemon share); empty if it cannot be read.
 fn host_mac(name: &str) -> String {
-    sys::ip(None, &["-j", "link", "show", "dev", name])
+    Rtnl::open(None)
+        .and_then(|mut rt| os::link::get(&mut rt, name))
         .ok()
-        .and_then(|o| serde_json::from_str::<Value>(&o).ok())
-        .and_then(|v| v[0]["address"].as_str().map(str::to_string))
+        .and_then(|l| l.address)
+        .map(|a| mac_text(&a))
         .unwrap_or_default()
+}
+
+/// `aa:bb:cc:dd:ee:ff`, as the daemon and iproute2 print MACs.
+fn mac_text(a: &[u8]) -> String {
+    a.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// The IPv4 addresses of an IPAM result, for policy rules; an IPv6 one
@@ -369,22 +378,26 @@ fn sys_err(e: impl std::fmt::Display) -> CniError {
 
 /// Addresses and routes of `res` on `ifname` in `ns`.
 fn configure(ns: &str, ifname: &str, res: &IpamResult) -> CniResult<()> {
+    let mut rt = Rtnl::open(Some(ns)).map_err(sys_err)?;
     for ip in &res.ips {
-        let mut args = vec!["addr", "add", ip.address.as_str(), "dev", ifname];
-        if ip.address.contains(':') {
-            args.push("nodad");
-        }
-        sys::ip(Some(ns), &args).map_err(sys_err)?;
+        let (a, p) = parse_cidr(&ip.address)?;
+        // IPv6 without duplicate address detection: the address is usable
+        // at once, as the reference plugins arrange.
+        os::addr::add(&mut rt, ifname, a, p, a.is_ipv6()).map_err(sys_err)?;
     }
-    sys::ip(Some(ns), &["link", "set", "dev", ifname, "up"]).map_err(sys_err)?;
+    os::link::set_up(&mut rt, ifname).map_err(sys_err)?;
     for r in &res.routes {
-        let gw = route_gateway(r, res);
-        let mut args = vec!["route", "add", r.dst.as_str()];
-        if let Some(g) = gw.as_deref() {
-            args.extend(["via", g]);
-        }
-        args.extend(["dev", ifname]);
-        sys::ip(Some(ns), &args).map_err(sys_err)?;
+        let dst = parse_cidr(&r.dst)?;
+        let gw = match route_gateway(r, res) {
+            Some(g) => Some(g.parse().map_err(|_| {
+                CniError::new(
+                    code::DECODE_FAILURE,
+                    format!("route gateway `{g}` is not an address"),
+                )
+            })?),
+            None => None,
+        };
+        os::route::add(&mut rt, Some(dst), gw, Some(ifname)).map_err(sys_err)?;
     }
     Ok(())
 }
@@ -598,22 +611,22 @@ pub fn check(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
             conf.bridge, env.ifname
         ))
     })?;
-    let out = sys::ip(Some(&ns), &["-j", "addr", "show", "dev", &env.ifname])
-        .map_err(|e| CniError::generic(format!("interface {} in {netns}: {e}", env.ifname)))?;
-    let link: Value = serde_json::from_str(&out).map_err(sys_err)?;
-    let link = &link[0];
-    if link["address"] != mac.as_str() {
+    let iface_err =
+        |e: os::OsError| CniError::generic(format!("interface {} in {netns}: {e}", env.ifname));
+    let mut rt = Rtnl::open(Some(&ns)).map_err(iface_err)?;
+    let link = os::link::get(&mut rt, &env.ifname).map_err(iface_err)?;
+    let has_mac = link.address.as_deref().map(mac_text).unwrap_or_default();
+    if has_mac != mac {
         return Err(CniError::generic(format!(
-            "{} in {netns} has MAC {}, VF {rep} has {mac}",
-            env.ifname, link["address"]
+            "{} in {netns} has MAC {has_mac}, VF {rep} has {mac}",
+            env.ifname
         )));
     }
     let empty = Vec::new();
-    let have: Vec<String> = link["addr_info"]
-        .as_array()
-        .unwrap_or(&empty)
+    let have: Vec<String> = os::addr::list(&mut rt, &env.ifname)
+        .map_err(iface_err)?
         .iter()
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
+        .map(|(a, p)| format!("{a}/{p}"))
         .collect();
     if let Some(prev) = &conf.prev_result {
         let ours = prev["interfaces"]
