@@ -72,10 +72,11 @@ pub struct Sample {
     pub usage: Usage,
     /// Packets s1's eth0 received (for cycles per packet).
     pub rx_packets: u64,
-    /// Frames XDP redirects could not queue into the pair's veths
-    /// ([`testbed::xdp_xmit_errors`]); only XDP engines redirect.
+    /// Frames the pair's veths dropped for want of ring space
+    /// ([`testbed::veth_ring_drops`]): what the XDP engines' retransmits
+    /// come from.
     #[serde(default)]
-    pub xdp_xmit_errors: u64,
+    pub veth_drops: u64,
 }
 
 /// One engine, one repetition.
@@ -212,7 +213,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
             pids.push(("switch".into(), p));
         }
         let rx0 = testbed::rx_packets(&s.netns, "eth0");
-        let xe0 = testbed::xdp_xmit_errors(&tb, 0);
+        let vd0 = testbed::veth_ring_drops(&tb, 0);
         let p = cpu::Perf::start(perf, &dir, &format!("{n}"));
         let a = Snapshot::take(&pids);
         let client = tb.spawn_iperf_client(0, PORT, opts.seconds, n, &dir)?;
@@ -223,7 +224,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
         usage.perf = cpu::perf_or_note(p, perf);
         usage.add_process("iperf3-client", cpid, res.user_s, res.system_s);
         let rx = testbed::rx_packets(&s.netns, "eth0").saturating_sub(rx0);
-        let xdp_xmit_errors = testbed::xdp_xmit_errors(&tb, 0).saturating_sub(xe0);
+        let veth_drops = testbed::veth_ring_drops(&tb, 0).saturating_sub(vd0);
         progress(&format!(
             "{} rep {} streams {n}: {}",
             run.engine.name(),
@@ -243,7 +244,7 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
             iperf: res,
             usage,
             rx_packets: rx,
-            xdp_xmit_errors,
+            veth_drops,
         });
         // Let the server finish the previous test's teardown.
         std::thread::sleep(Duration::from_millis(200));
@@ -258,8 +259,8 @@ fn engine_body(opts: &Options, perf: &PerfSupport, run: &mut EngineRun) -> anyho
 
 type Get = fn(&Sample) -> Option<f64>;
 
-fn g_xdp_drops(s: &Sample) -> Option<f64> {
-    Some(s.xdp_xmit_errors as f64)
+fn g_veth_drops(s: &Sample) -> Option<f64> {
+    Some(s.veth_drops as f64)
 }
 
 fn med(r: &Results, e: Engine, n: usize, f: Get) -> Option<f64> {
@@ -455,15 +456,16 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          where veth delivery and the kernel bridge run). switch = the switch process's \
          utime+stime (nicflow daemon, ovs-vswitchd; none for the kernel bridge); iperf3 = client \
          (rusage) + server (`/proc`) CPU seconds. ctxt and intr per Gbit from `/proc/stat`. \
-         XDP xmit drops: frames an XDP redirect could not queue into a veth's 256-slot ring \
-         (`ethtool -S` `xdp_xmit_errors` of the pair's four veth ends). \
+         veth ring drops: frames the pair's four veth ends dropped for want of ring space \
+         (`ethtool -S` `xdp_xmit_errors` plus `tx_dropped`: a veth sending into a peer that \
+         runs XDP queues into its 256-slot ring). \
          cycles/packet needs hardware counters: {}.\n",
         cpu::cores(),
         r.perf
     );
     let _ = writeln!(
         s,
-        "| engine | streams | Gbit/s | busy % | user % | system % | softirq % | switch cores | iperf3 CPU s | CPU s/Gbit | ctxt/Gbit | intr/Gbit | retransmits | XDP xmit drops | cycles/pkt |"
+        "| engine | streams | Gbit/s | busy % | user % | system % | softirq % | switch cores | iperf3 CPU s | CPU s/Gbit | ctxt/Gbit | intr/Gbit | retransmits | veth ring drops | cycles/pkt |"
     );
     let _ = writeln!(
         s,
@@ -487,7 +489,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 report::cell(m(g_ctxt_gbit), 0),
                 report::cell(m(g_intr_gbit), 0),
                 report::cell(m(g_retr), 0),
-                report::cell(m(g_xdp_drops), 0),
+                report::cell(m(g_veth_drops), 0),
                 match m(g_cyc_pkt) {
                     Some(v) => format!("{v:.0}"),
                     None => "n/a".into(),

@@ -1133,12 +1133,13 @@ pub fn rx_packets(ns: &str, iface: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Frames an XDP redirect into one of pair `i`'s veths could not queue:
-/// the `*xdp_xmit_errors` counters of `ethtool -S` summed over the two
-/// switch-side ports and the two hosts' `eth0`. A veth takes redirected
-/// frames into its peer's 256-slot ring (`veth_xdp_xmit`) and drops what
-/// does not fit; TCP sees those drops as losses (retransmits).
-pub fn xdp_xmit_errors(tb: &Testbed, i: usize) -> u64 {
+/// Frames pair `i`'s veths dropped for want of ring space: the
+/// `*xdp_xmit_errors` counters of `ethtool -S` (XDP redirects into a veth
+/// whose peer's 256-slot ring is full, `veth_xdp_xmit`) plus `tx_dropped`
+/// (a veth transmitting into a peer that runs XDP puts the skb in that
+/// same ring and drops it when full), summed over the two switch-side
+/// ports and the two hosts' `eth0`. TCP sees these drops as losses.
+pub fn veth_ring_drops(tb: &Testbed, i: usize) -> u64 {
     let sw = tb.switch_netns().to_string();
     let (c, s) = (tb.client(i), tb.server(i));
     [
@@ -1149,10 +1150,15 @@ pub fn xdp_xmit_errors(tb: &Testbed, i: usize) -> u64 {
     ]
     .iter()
     .map(|(ns, dev)| {
-        let Ok(out) = lab::sys::in_ns(Some(ns), &["ethtool", "-S", dev]).output() else {
-            return 0;
+        let read = |argv: &[&str]| {
+            lab::sys::in_ns(Some(ns), argv)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
         };
-        parse_xdp_xmit_errors(&String::from_utf8_lossy(&out.stdout))
+        let stat = format!("/sys/class/net/{dev}/statistics/tx_dropped");
+        parse_xdp_xmit_errors(&read(&["ethtool", "-S", dev]))
+            + read(&["cat", &stat]).trim().parse::<u64>().unwrap_or(0)
     })
     .sum()
 }
