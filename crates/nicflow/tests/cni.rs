@@ -505,3 +505,26 @@ fn gateway_port(lab: &NsLab, br: &str, dev: &str, addr: &str) {
     lab.must("sw", &["ip", "addr", "add", addr, "dev", dev]);
     lab.must("sw", &["ip", "link", "set", dev, "up"]);
 }
+
+/// Rules of br0 carrying `cookie` (`dump-flows` text).
+fn rules_with(lab: &NsLab, cookie: u64) -> Vec<String> {
+    let tag = format!("cookie={cookie:#x},");
+    lab.cli(&["dump-flows", "br0"])
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .map(str::to_string)
+        .collect()
+}
+
+/// iperf3 TCP from node `from` to `to` for two seconds, at most 100
+/// Mbit/s offered (enough to tell shaped from unshaped without taking the
+/// CPUs from the tests running beside it): Mbit/s received.
+fn iperf_mbps(lab: &NsLab, from: &str, to: &str) -> f64 {
+    let out = lab.must(from, &["iperf3", "-c", to, "-t", "2", "-b", "100M", "-J"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3: {out}"))
+        / 1e6
+}

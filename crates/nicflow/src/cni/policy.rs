@@ -133,7 +133,8 @@ fn bad(path: &str, why: impl std::fmt::Display) -> CniError {
     CniError::invalid_config(format!("network config: `{path}`: {why}"))
 }
 
-fn parse_net(path: &str, v: &Value) -> CniResult<Net4> {
+/// A CIDR string at `path` of the network config (the error names it).
+pub(super) fn parse_net(path: &str, v: &Value) -> CniResult<Net4> {
     let s = v
         .as_str()
         .ok_or_else(|| bad(path, "expected a CIDR string"))?;
@@ -143,7 +144,7 @@ fn parse_net(path: &str, v: &Value) -> CniResult<Net4> {
     let a: Ipv4Addr = a.parse().map_err(|_| {
         bad(
             path,
-            format!("`{s}`: not an IPv4 address (IPv6 policy is not built)"),
+            format!("`{s}`: not an IPv4 address (IPv6 is not built here)"),
         )
     })?;
     let l: u8 = l

@@ -36,7 +36,6 @@
 use super::error::{CniError, CniResult};
 use super::policy::Net4;
 use serde_json::Value;
-use std::net::Ipv4Addr;
 
 /// The table the forwarding decision is made in.
 pub const TABLE: u8 = 50;
@@ -67,26 +66,8 @@ fn bad(path: &str, why: impl std::fmt::Display) -> CniError {
 }
 
 fn net(o: &serde_json::Map<String, Value>, key: &str) -> CniResult<Net4> {
-    let s = o
-        .get(key)
-        .ok_or_else(|| bad(key, "missing"))?
-        .as_str()
-        .ok_or_else(|| bad(key, "expected a CIDR string"))?;
-    let (a, l) = s
-        .split_once('/')
-        .ok_or_else(|| bad(key, format!("`{s}` is not ADDRESS/PREFIX")))?;
-    let a: Ipv4Addr = a.parse().map_err(|_| {
-        bad(
-            key,
-            format!("`{s}`: not an IPv4 address (IPv6 steering is not built)"),
-        )
-    })?;
-    let l: u8 = l
-        .parse()
-        .ok()
-        .filter(|l| *l <= 32)
-        .ok_or_else(|| bad(key, format!("`{s}`: bad prefix length")))?;
-    Ok(Net4::new(u32::from(a), l))
+    let v = o.get(key).ok_or_else(|| bad(key, "missing"))?;
+    super::policy::parse_net(&format!("steering.{key}"), v)
 }
 
 /// A bridge port name as the rule language takes it (no separators that
@@ -262,7 +243,7 @@ mod tests {
             b
         };
         assert!(err(with("nodeCidr", json!("198.19.0.0/24"))).contains("steering.nodeCidr"));
-        assert!(err(with("podCidr", json!("2001:db8::/64"))).contains("IPv6 steering is not built"));
+        assert!(err(with("podCidr", json!("2001:db8::/64"))).contains("IPv6 is not built"));
         assert!(err(with("podCidr", json!("198.18.0.0/40"))).contains("bad prefix length"));
         assert!(err(with("crossNode", json!("sideways"))).contains("steering.crossNode"));
         assert!(err(with("port", json!("vx0,actions=drop"))).contains("steering.port"));

@@ -18,21 +18,9 @@
 //! without portmap.
 
 use super::common::{have, skipped, NsLab};
-use super::{can_run, cnitool, curl, gateway_port, http_server, netns_path, Cni};
+use super::{can_run, cnitool, curl, gateway_port, http_server, iperf_mbps, netns_path, Cni};
 use serde_json::{json, Value};
 use std::process::Command;
-
-/// iperf3 from node `from` to `to` for two seconds, at most 100 Mbit/s
-/// (enough to tell shaped from unshaped without taking the CPUs from
-/// the tests running beside it): Mbit/s received.
-fn iperf_mbps(lab: &NsLab, from: &str, to: &str) -> f64 {
-    let out = lab.must(from, &["iperf3", "-c", to, "-t", "2", "-b", "100M", "-J"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("iperf3: {out}"))
-        / 1e6
-}
 
 /// Bytes the qdisc `kind` of `dev` (in `sw`) sent, from `tc -s -j`.
 fn qdisc_bytes(lab: &NsLab, dev: &str, kind: &str) -> Option<u64> {

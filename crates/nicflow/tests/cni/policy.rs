@@ -10,7 +10,9 @@
 //! ```
 
 use super::common::NsLab;
-use super::{addr_of, can_run, curl, gateway_port, http_server, netns_path, vfs, with_prev, Cni};
+use super::{
+    addr_of, can_run, curl, gateway_port, http_server, netns_path, rules_with, vfs, with_prev, Cni,
+};
 use serde_json::{json, Value};
 
 fn conf(lab: &NsLab) -> Value {
@@ -70,17 +72,6 @@ fn all_rules(lab: &NsLab) -> Vec<String> {
                 .collect::<Vec<_>>()
                 .join(" ")
         })
-        .collect()
-}
-
-/// Rules of br0 carrying `cookie` (`dump-flows` text).
-fn rules_with(lab: &NsLab, cookie: u64) -> Vec<String> {
-    let tag = format!("cookie={cookie:#x},");
-    lab.cli(&["dump-flows", "br0"])
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(&tag))
-        .map(str::to_string)
         .collect()
 }
 

@@ -9,21 +9,12 @@
 //! ```
 
 use super::common::{have, skipped, NsLab};
-use super::{addr_of, bg, can_run, gateway_port, netns_path, with_prev, Cni};
+use super::{
+    addr_of, bg, can_run, gateway_port, iperf_mbps, netns_path, rules_with, with_prev, Cni,
+};
 use serde_json::{json, Value};
 
 const LIMIT_MBPS: f64 = 10.0;
-
-/// iperf3 TCP from node `from` to `to` for two seconds, at most 100
-/// Mbit/s offered: Mbit/s received.
-fn iperf_mbps(lab: &NsLab, from: &str, to: &str) -> f64 {
-    let out = lab.must(from, &["iperf3", "-c", to, "-t", "2", "-b", "100M", "-J"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("iperf3: {out}"))
-        / 1e6
-}
 
 fn limited(c: &Value) -> Value {
     let mut c = c.clone();
@@ -47,16 +38,6 @@ fn meters(lab: &NsLab) -> Vec<String> {
         }
     }
     v
-}
-
-fn rules_with(lab: &NsLab, cookie: u64) -> Vec<String> {
-    let tag = format!("cookie={cookie:#x},");
-    lab.cli(&["dump-flows", "br0"])
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(&tag))
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]
