@@ -17,6 +17,7 @@ pub mod host_tools;
 pub mod ipsec;
 pub mod latency;
 pub mod meters;
+pub mod microservices;
 pub mod openflow;
 pub mod overlay;
 pub mod ovs_l3;

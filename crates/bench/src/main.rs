@@ -91,6 +91,12 @@ enum BenchCmd {
     /// allow-established): nicflow vs nftables (linear chain, set) vs Open
     /// vSwitch userspace (document 003's stateful firewall; issue 13).
     Firewall(nicflow_bench::firewall::Args),
+    /// A front end fanning out to three backends (one node-local, two
+    /// across a VXLAN overlay) in pods added by CNI on two nodes, driven by
+    /// wrk: requests/s and latency p50/p99 for nicflow (offload on/off),
+    /// the reference bridge plugin with kernel VXLAN and Open vSwitch
+    /// userspace (document 000's microservices experiment; issue 16).
+    Microservices(nicflow_bench::microservices::Args),
     /// The `xdp-redirect` engine's process: a minimal XDP program pairing
     /// ports, held until SIGTERM (started by the experiments' testbed).
     #[command(hide = true)]
@@ -176,6 +182,9 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Openflow(args) => nicflow_bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Meters(args) => nicflow_bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Microservices(args) => {
+            nicflow_bench::microservices::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
         BenchCmd::XdpRedirect(args) => {
             nicflow_bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
         }
