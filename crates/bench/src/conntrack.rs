@@ -82,11 +82,13 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, tool_version};
+use super::overlay::rtnl_in;
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
+use nicflow::os;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -835,10 +837,11 @@ fn lab_up(
                     .context("adding the load balancer's rules")?;
             } else if engine == CtEngine::LinuxBridgeNft {
                 let ns = tb.switch_netns().to_string();
-                sys::ip(
-                    Some(&ns),
-                    &["addr", "add", LB_BRIDGE_IP, "dev", testbed::BRIDGE],
-                )?;
+                // `ip -n NS addr add LB_BRIDGE_IP dev br0`.
+                let (ip, prefix) = os::addr::parse_cidr(LB_BRIDGE_IP)?;
+                rtnl_in(&ns, |rt| {
+                    os::addr::add(rt, testbed::BRIDGE, ip, prefix, false)
+                })?;
                 sys::sysctl(Some(&ns), "net.ipv4.ip_forward", "1")?;
                 sys::sysctl(Some(&ns), "net.bridge.bridge-nf-call-iptables", "1")
                     .context("br_netfilter sysctl")?;
@@ -847,20 +850,12 @@ fn lab_up(
                     .context("loading the nftables load balancer")?;
                 *nft_mode = NFT_LB_MODE.into();
             }
-            sys::ip(
-                Some(&c.netns),
-                &[
-                    "neigh",
-                    "replace",
-                    VIP,
-                    "lladdr",
-                    VIP_MAC,
-                    "dev",
-                    &c.iface,
-                    "nud",
-                    "permanent",
-                ],
-            )?;
+            // `ip -n NS neigh replace VIP lladdr VIP_MAC dev IFACE nud
+            // permanent`.
+            let (vip, mac) = (VIP.parse()?, os::link::parse_mac(VIP_MAC)?);
+            rtnl_in(&c.netns, |rt| {
+                os::neigh::replace_permanent(rt, &c.iface, vip, mac)
+            })?;
         }
     }
     if engine == CtEngine::NicflowNooffload {

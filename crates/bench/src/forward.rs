@@ -42,6 +42,7 @@ use self::measure::{IfaceCounters, IperfSetup, Test, TestSample};
 use self::ovs::{Ovs, OvsBridge};
 use super::host_tools::loadavg;
 use super::median;
+use super::overlay::{rtnl_in, NetStep};
 use nicflow::control::config::PortType;
 use nicflow::lab::{self, sys, LabOptions, Topology};
 use serde::{Deserialize, Serialize};
@@ -603,11 +604,14 @@ fn engine_body(
     };
     if opts.host_offload == HostOffload::Off {
         for ns in [&h1, &h2] {
-            sys::run(&mut sys::in_ns(
+            // `ethtool -K eth0 tx off`.
+            nicflow::os::ethtool::set(
                 Some(ns),
-                &["ethtool", "-K", "eth0", "tx", "off"],
-            ))
-            .map_err(|e| e.to_string())?;
+                "eth0",
+                nicflow::os::ethtool::is_tx_checksum,
+                false,
+            )
+            .map_err(|e| format!("{ns}: {e}"))?;
         }
     }
     run.switch_ifaces = match engine {
@@ -627,16 +631,21 @@ fn engine_body(
             run.switch_pid = up.state.daemons.first().and_then(|d| d.pid);
         }
         Engine::LinuxBridge => {
-            let cmds: [&[&str]; 4] = [
-                &["link", "add", "br0", "type", "bridge"],
-                &["link", "set", "p1", "master", "br0"],
-                &["link", "set", "p2", "master", "br0"],
-                &["link", "set", "br0", "up"],
+            let steps = [
+                NetStep::Bridge("br0".into()),
+                NetStep::master("p1", "br0"),
+                NetStep::master("p2", "br0"),
+                NetStep::Up("br0".into()),
             ];
-            for c in cmds {
-                sys::ip(Some(&swns), c).map_err(|e| e.to_string())?;
-                run.commands.push(format!("ip -n {swns} {}", c.join(" ")));
-            }
+            let commands = &mut run.commands;
+            rtnl_in(&swns, |rt| {
+                for st in &steps {
+                    st.apply(rt)?;
+                    commands.push(format!("ip -n {swns} {}", st.words().join(" ")));
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
         }
         Engine::XdpRedirect => {
             return Err(
@@ -782,7 +791,7 @@ impl std::fmt::Display for SampleLine<'_> {
 }
 
 fn check_tools() -> Result<(), String> {
-    let missing: Vec<&str> = ["ip", "iperf3", "ethtool", "ping", "ss"]
+    let missing: Vec<&str> = ["iperf3", "ping", "ss"]
         .into_iter()
         .filter(|p| ovs::which(p).is_none())
         .collect();

@@ -12,6 +12,7 @@
 //! Markdown table; `--out DIR` also writes `report.md` and `samples.json`.
 
 use anyhow::{bail, Context, Result};
+use nicflow::os::{self, link::VethEnd, netlink::Rtnl};
 use nicflow::traffic::template::{FlowSpec, Proto, Template};
 use nicflow::traffic::{self, Mac, PortType};
 use serde::Serialize;
@@ -107,46 +108,21 @@ impl Netns {
             tx: format!("{p}tx"),
             rx: format!("{p}rx"),
         };
-        sh(&["ip", "netns", "add", &n.tx])?;
-        sh(&["ip", "netns", "add", &n.rx])?;
-        let q = queues.to_string();
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            "name",
-            "gx",
-            "netns",
-            &n.tx,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "gr",
-            "netns",
-            &n.rx,
-            "numtxqueues",
-            &q,
-            "numrxqueues",
-            &q,
-        ])?;
+        os::netns::add(&n.tx)?;
+        os::netns::add(&n.rx)?;
+        let q = u32::try_from(queues).context("--queues")?;
+        let end = |name: &str, ns: &str| VethEnd {
+            netns: Some(ns.to_string()),
+            queues: Some(q),
+            ..VethEnd::named(name)
+        };
+        let mut root = Rtnl::open(None)?;
+        os::link::add_veth(&mut root, &end("gx", &n.tx), &end("gr", &n.rx))?;
         for (ns, dev) in [(&n.tx, "gx"), (&n.rx, "gr")] {
             for k in ["all", "default"] {
-                sh(&[
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "sysctl",
-                    "-qw",
-                    &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
-                ])?;
+                os::sysctl::write(Some(ns), &format!("net.ipv6.conf.{k}.disable_ipv6"), "1")?;
             }
-            sh(&["ip", "-n", ns, "link", "set", "dev", dev, "up"])?;
+            os::link::set_up(&mut Rtnl::open(Some(ns))?, dev)?;
         }
         Ok(n)
     }
@@ -155,11 +131,11 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         for ns in [&self.tx, &self.rx] {
-            if !std::path::Path::new("/run/netns").join(ns).exists() {
+            if !os::netns::exists(ns) {
                 continue;
             }
-            if let Err(e) = sh(&["ip", "netns", "del", ns]) {
-                tracing::warn!("cleanup: {e:#}");
+            if let Err(e) = os::netns::del(ns) {
+                tracing::warn!("cleanup: {e}");
             }
         }
     }
@@ -216,28 +192,26 @@ impl Drop for Proc {
     }
 }
 
-fn sh(args: &[&str]) -> Result<String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", args[0]))?;
-    if !o.status.success() {
-        bail!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+/// Interface `dev` of namespace `ns`.
+fn link_in(ns: &str, dev: &str) -> Result<os::link::Link> {
+    Ok(os::link::get(&mut Rtnl::open(Some(ns))?, dev)?)
 }
 
 /// (tx_packets, rx_packets) of `dev` in `ns`.
 fn counters(ns: &str, dev: &str) -> Result<(u64, u64)> {
-    let j: Value = serde_json::from_str(&sh(&["ip", "-n", ns, "-s", "-j", "link", "show", dev])?)?;
-    let s = &j[0]["stats64"];
-    let g = |d: &str| s[d]["packets"].as_u64().unwrap_or(0);
-    Ok((g("tx"), g("rx")))
+    let s = link_in(ns, dev)?.stats.unwrap_or_default();
+    Ok((s.tx_packets, s.rx_packets))
+}
+
+/// The MAC of `dev` in `ns`, as `aa:bb:cc:dd:ee:ff`.
+fn mac_of(ns: &str, dev: &str) -> Result<String> {
+    let a = link_in(ns, dev)?
+        .address
+        .with_context(|| format!("{dev} in {ns} has no MAC"))?;
+    Ok(a.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":"))
 }
 
 fn owned(v: &[&str]) -> Vec<String> {
@@ -245,9 +219,7 @@ fn owned(v: &[&str]) -> Vec<String> {
 }
 
 fn spawn(ns: &str, argv: &[String]) -> Result<Proc> {
-    let c = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(argv)
+    let c = os::netns::command(Some(ns), argv)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -269,26 +241,8 @@ pub fn cli(args: &Args) -> Result<()> {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let ns = Netns::create(args.queues)?;
     let dir = tempfile_dir()?;
-    let gr_mac: String = sh(&[
-        "ip",
-        "netns",
-        "exec",
-        &ns.rx,
-        "cat",
-        "/sys/class/net/gr/address",
-    ])?
-    .trim()
-    .to_string();
-    let gx_mac: String = sh(&[
-        "ip",
-        "netns",
-        "exec",
-        &ns.tx,
-        "cat",
-        "/sys/class/net/gx/address",
-    ])?
-    .trim()
-    .to_string();
+    let gr_mac: String = mac_of(&ns.rx, "gr")?;
+    let gx_mac: String = mac_of(&ns.tx, "gx")?;
     // trafgen sends nicflow's own frame (flow 0, seq 0), magic cleared so
     // the sink counts it as foreign rather than as duplicates.
     let spec = FlowSpec {
@@ -405,15 +359,13 @@ fn sample(
         // into the sink's UMEM) becomes a kthread the scheduler can put on
         // the other CPU. The NAPI exists only while XDP is attached, so
         // this is set after the sink is up, every sample.
-        let _ = sh(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns.rx,
-            "sh",
-            "-c",
-            "echo 1 > /sys/class/net/gr/threaded",
-        ]);
+        // (In a child that sees the namespace's own /sys.)
+        let _ = os::netns::command(
+            Some(&ns.rx),
+            &["sh", "-c", "echo 1 > /sys/class/net/gr/threaded"],
+        )
+        .stdin(Stdio::null())
+        .output();
         Some(p)
     } else {
         None

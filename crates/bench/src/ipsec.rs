@@ -52,7 +52,9 @@ use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
 use super::nicflow_bin;
-use super::overlay::{ip_ns, ns_of, run_in, start_server, teardown_lab};
+use super::overlay::{
+    add_netns, apply_steps, ns_of, run_in, start_server, teardown_lab, veth_between, NetStep,
+};
 use super::report::{self, Figure};
 use super::testbed;
 use anyhow::{bail, Context};
@@ -390,40 +392,36 @@ pub fn nicflow_config(host: usize, keys: Option<&Keys>) -> String {
 
 /// The `ip` commands (after `ip -n <Hh>`) of the strongswan engine's
 /// kernel overlay on host 1 or 2.
-pub fn kernel_commands(host: usize) -> Vec<Vec<String>> {
+pub fn kernel_steps(host: usize) -> Vec<NetStep> {
     let peer = 3 - host;
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     vec![
-        s(&[
-            "addr",
-            "add",
-            &format!("{}/24", underlay_ip(host)),
-            "dev",
-            &underlay_iface(host),
-        ]),
+        NetStep::Addr {
+            dev: underlay_iface(host),
+            ip: underlay_ip(host).into(),
+            prefix: 24,
+        },
         // No `dev`: the route lookup of the VXLAN packets must reach
         // charon's routing table 220 (its TUN), not the veth.
-        s(&[
-            "link",
-            "add",
-            TUNNEL,
-            "type",
-            "vxlan",
-            "id",
-            &VNI.to_string(),
-            "local",
-            &underlay_ip(host).to_string(),
-            "remote",
-            &underlay_ip(peer).to_string(),
-            "dstport",
-            "4789",
-        ]),
-        s(&["link", "add", BRIDGE, "type", "bridge"]),
-        s(&["link", "set", TUNNEL, "master", BRIDGE]),
-        s(&["link", "set", host_end(host), "master", BRIDGE]),
-        s(&["link", "set", TUNNEL, "up"]),
-        s(&["link", "set", BRIDGE, "up"]),
+        NetStep::Vxlan(nicflow::os::link::Vxlan {
+            name: TUNNEL.into(),
+            vni: VNI,
+            local: underlay_ip(host).into(),
+            remote: underlay_ip(peer).into(),
+            port: 4789,
+            dev: None,
+        }),
+        NetStep::Bridge(BRIDGE.into()),
+        NetStep::master(TUNNEL, BRIDGE),
+        NetStep::master(host_end(host), BRIDGE),
+        NetStep::Up(TUNNEL.into()),
+        NetStep::Up(BRIDGE.into()),
     ]
+}
+
+/// [`kernel_steps`] as the `ip` commands (arguments after `ip -n NS`)
+/// that do the same, for the report.
+pub fn kernel_commands(host: usize) -> Vec<Vec<String>> {
+    kernel_steps(host).iter().map(NetStep::words).collect()
 }
 
 /// charon's strongswan.conf: the template of the IKE interop test with
@@ -543,42 +541,32 @@ impl Lab {
     fn build(&mut self) -> anyhow::Result<()> {
         for n in ["h1", "h2", "c1", "s1"] {
             let ns = self.ns(n);
-            sys::ip(None, &["netns", "add", &ns]).map_err(|e| anyhow::anyhow!("{e}"))?;
+            // (Created with its loopback up.)
+            add_netns(&ns)?;
             self.namespaces.push(ns.clone());
-            ip_ns(&ns, &["link", "set", "lo", "up"])?;
             sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         let lab = self.name.clone();
         let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
-            let (nsa, nsb) = (ns_of(&lab, an), ns_of(&lab, bn));
-            sys::ip(
-                None,
-                &[
-                    "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns",
-                    &nsb,
-                ],
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            ip_ns(&nsa, &["link", "set", a, "up"])?;
-            ip_ns(&nsb, &["link", "set", b, "up"])
+            veth_between(a, &ns_of(&lab, an), b, &ns_of(&lab, bn))
         };
         veth("u1", "h1", "u2", "h2")?;
         for (host, node, server) in [(1, "c1", false), (2, "s1", true)] {
             veth("eth0", node, host_end(host), &format!("h{host}"))?;
             let ns = self.ns(node);
-            ip_ns(
-                &ns,
-                &["link", "set", "eth0", "mtu", &CONTAINER_MTU.to_string()],
-            )?;
-            ip_ns(
+            apply_steps(
                 &ns,
                 &[
-                    "addr",
-                    "add",
-                    &format!("{}/24", container_ip(server)),
-                    "dev",
-                    "eth0",
+                    NetStep::Mtu {
+                        dev: "eth0".into(),
+                        mtu: CONTAINER_MTU,
+                    },
+                    NetStep::Addr {
+                        dev: "eth0".into(),
+                        ip: container_ip(server).into(),
+                        prefix: 24,
+                    },
                 ],
             )?;
         }
@@ -586,10 +574,7 @@ impl Lab {
             IpEngine::Strongswan => {
                 for host in [1, 2] {
                     let ns = self.ns(&format!("h{host}"));
-                    for c in kernel_commands(host) {
-                        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-                        ip_ns(&ns, &refs)?;
-                    }
+                    apply_steps(&ns, &kernel_steps(host))?;
                     self.start_charon(host)?;
                 }
                 let dir = self.dir.join("charon-h1");

@@ -74,7 +74,10 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
-use super::overlay::{ip_ns, ns_of, reap_stale_prefix, run_in, teardown_lab};
+use super::overlay::{
+    add_netns, apply_steps, ns_of, reap_stale_prefix, rtnl_in, run_in, teardown_lab, veth_between,
+    NetStep,
+};
 use super::report::{self, Figure, Series};
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
@@ -348,40 +351,28 @@ pub fn net_conf(engine: Engine, node: usize, dir: &Path) -> serde_json::Value {
 
 /// The `ip` commands (after `ip -n NODE`) of the kernel overlay on node N
 /// for `bridge-cni`: underlay address, vxlan device, Linux bridge.
-pub fn kernel_commands(node: usize) -> Vec<Vec<String>> {
+pub fn kernel_steps(node: usize) -> Vec<NetStep> {
     let peer = 3 - node;
     let u = underlay_iface(node);
     let br = bridge(node);
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     vec![
-        s(&[
-            "addr",
-            "add",
-            &format!("{}/24", underlay_ip(node)),
-            "dev",
-            &u,
-        ]),
-        s(&[
-            "link",
-            "add",
-            TUNNEL,
-            "type",
-            "vxlan",
-            "id",
-            &VNI.to_string(),
-            "local",
-            &underlay_ip(node).to_string(),
-            "remote",
-            &underlay_ip(peer).to_string(),
-            "dstport",
-            "4789",
-            "dev",
-            &u,
-        ]),
-        s(&["link", "add", &br, "type", "bridge"]),
-        s(&["link", "set", TUNNEL, "master", &br]),
-        s(&["link", "set", TUNNEL, "up"]),
-        s(&["link", "set", &br, "up"]),
+        NetStep::Addr {
+            dev: u.clone(),
+            ip: underlay_ip(node).into(),
+            prefix: 24,
+        },
+        NetStep::Vxlan(nicflow::os::link::Vxlan {
+            name: TUNNEL.into(),
+            vni: VNI,
+            local: underlay_ip(node).into(),
+            remote: underlay_ip(peer).into(),
+            port: 4789,
+            dev: Some(u),
+        }),
+        NetStep::Bridge(br.clone()),
+        NetStep::master(TUNNEL, &br),
+        NetStep::Up(TUNNEL.into()),
+        NetStep::Up(br),
     ]
 }
 
@@ -728,9 +719,8 @@ impl Lab {
 
     fn add_ns(&mut self, short: &str) -> anyhow::Result<String> {
         let ns = self.ns(short);
-        sys::ip(None, &["netns", "add", &ns]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        add_netns(&ns)?;
         self.namespaces.push(ns.clone());
-        ip_ns(&ns, &["link", "set", "lo", "up"])?;
         sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         sys::sysctl(Some(&ns), "net.ipv6.conf.default.disable_ipv6", "1")
@@ -740,17 +730,17 @@ impl Lab {
 
     fn build(&mut self) -> anyhow::Result<()> {
         let (n1, n2) = (self.add_ns("n1")?, self.add_ns("n2")?);
-        let mtu = UNDERLAY_MTU.to_string();
-        sys::ip(
-            None,
-            &[
-                "link", "add", "u1", "netns", &n1, "mtu", &mtu, "type", "veth", "peer", "name",
-                "u2", "netns", &n2, "mtu", &mtu,
-            ],
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-        ip_ns(&n1, &["link", "set", "u1", "up"])?;
-        ip_ns(&n2, &["link", "set", "u2", "up"])?;
+        let end = |name: &str, ns: &str| nicflow::os::link::VethEnd {
+            mtu: Some(UNDERLAY_MTU),
+            netns: Some(ns.to_string()),
+            ..nicflow::os::link::VethEnd::named(name)
+        };
+        let mut root =
+            nicflow::os::netlink::Rtnl::open(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        nicflow::os::link::add_veth(&mut root, &end("u1", &n1), &end("u2", &n2))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        apply_steps(&n1, &[NetStep::Up("u1".into())])?;
+        apply_steps(&n2, &[NetStep::Up("u2".into())])?;
         self.commands.push(format!(
             "underlay: veth u1 (node n1) -- u2 (node n2), MTU {UNDERLAY_MTU}"
         ));
@@ -773,11 +763,10 @@ impl Lab {
         } else {
             for node in [1, 2] {
                 let ns = self.ns(&format!("n{node}"));
-                for c in kernel_commands(node) {
-                    let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-                    ip_ns(&ns, &refs)?;
+                for step in kernel_steps(node) {
+                    apply_steps(&ns, std::slice::from_ref(&step))?;
                     self.commands
-                        .push(format!("ip -n <n{node}> {}", c.join(" ")));
+                        .push(format!("ip -n <n{node}> {}", step.words().join(" ")));
                 }
             }
         }
@@ -943,7 +932,7 @@ impl Lab {
             ) {
                 errs.push(e);
             }
-            let _ = sys::ip(Some(&node_ns), &["link", "del", &veth]);
+            let _ = rtnl_in(&node_ns, |rt| nicflow::os::link::del(rt, &veth));
             if let Err(e) = self.exec_plugin(ipam, "DEL", pod, node, ns) {
                 errs.push(format!("{e:#}"));
             }
@@ -952,19 +941,17 @@ impl Lab {
             }
             bail!("{}", errs.join("; "));
         }
-        sys::ip(
-            None,
-            &[
-                "link", "add", &veth, "netns", &node_ns, "type", "veth", "peer", "name", "eth0",
-                "netns", ns,
-            ],
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-        ip_ns(&node_ns, &["link", "set", &veth, "up"])?;
+        veth_between(&veth, &node_ns, "eth0", ns)?;
         // OVS's netdev-linux ports lose CHECKSUM_PARTIAL metadata (no
         // userspace TSO: OVS 3.1 cannot send TSO frames into a tunnel),
         // so the pod sends finished checksums.
-        run_in(ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
+        nicflow::os::ethtool::set(
+            Some(ns),
+            "eth0",
+            nicflow::os::ethtool::is_tx_checksum,
+            false,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         o.run(
             false,
             &["ovs-vsctl", &db, "--timeout=20", "add-port", "br0", &veth],
@@ -975,8 +962,19 @@ impl Lab {
         let addr = v["ips"][0]["address"]
             .as_str()
             .with_context(|| format!("host-local result without an address: {out}"))?;
-        ip_ns(ns, &["addr", "add", addr, "dev", "eth0"])?;
-        ip_ns(ns, &["link", "set", "eth0", "up"])?;
+        let (ip, prefix) =
+            nicflow::os::addr::parse_cidr(addr).map_err(|e| anyhow::anyhow!("{e}"))?;
+        apply_steps(
+            ns,
+            &[
+                NetStep::Addr {
+                    dev: "eth0".into(),
+                    ip,
+                    prefix,
+                },
+                NetStep::Up("eth0".into()),
+            ],
+        )?;
         Ok(out)
     }
 
@@ -1022,9 +1020,17 @@ impl Lab {
                 ],
             )
             .map_err(anyhow::Error::msg)?;
-            let cidr = format!("{}/24", underlay_ip(node));
-            ip_ns(&ns, &["addr", "add", &cidr, "dev", "br-phy"])?;
-            ip_ns(&ns, &["link", "set", "br-phy", "up"])?;
+            apply_steps(
+                &ns,
+                &[
+                    NetStep::Addr {
+                        dev: "br-phy".into(),
+                        ip: underlay_ip(node).into(),
+                        prefix: 24,
+                    },
+                    NetStep::Up("br-phy".into()),
+                ],
+            )?;
             let remote = format!("options:remote_ip={}", underlay_ip(3 - node));
             let key = format!("options:key={VNI}");
             o.run(

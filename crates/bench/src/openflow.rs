@@ -648,7 +648,10 @@ pub struct Results {
 fn set_controller(tb: &Testbed) -> anyhow::Result<()> {
     let target = format!("ptcp:{OF_PORT}:127.0.0.1");
     // Loopback of the switch namespace (the lab may leave it down).
-    sys::ip(Some(tb.switch_netns()), &["link", "set", "lo", "up"])?;
+    let ns = tb.switch_netns();
+    nicflow::os::netlink::Rtnl::open(Some(ns))
+        .and_then(|mut rt| nicflow::os::link::set_up(&mut rt, "lo"))
+        .map_err(|e| anyhow::anyhow!("{ns}: {e}"))?;
     if let Some(sock) = tb.nicflow_socket() {
         for req in [
             Request::SetFailMode {

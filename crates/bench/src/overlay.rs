@@ -61,9 +61,10 @@ use super::testbed;
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
+use nicflow::os::{self, link::VethEnd, netlink::Rtnl, OsError};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -475,46 +476,154 @@ pub fn nicflow_config(host: usize, pairs: usize, engine: OvEngine, tunnel: &str)
     t
 }
 
-/// The `ip` commands (arguments after `ip -n NS`) that build the kernel
-/// overlay on host 1 or 2.
-pub fn kernel_vxlan_commands(host: usize, pairs: usize) -> Vec<Vec<String>> {
+/// The steps that build the kernel overlay on host 1 or 2, in its
+/// namespace.
+pub fn kernel_vxlan_steps(host: usize, pairs: usize) -> Vec<NetStep> {
     let peer = 3 - host;
     let u = underlay_iface(host);
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let mut c = vec![
-        s(&[
-            "addr",
-            "add",
-            &format!("{}/24", underlay_ip(host)),
-            "dev",
-            &u,
-        ]),
-        s(&[
-            "link",
-            "add",
-            TUNNEL,
-            "type",
-            "vxlan",
-            "id",
-            &VNI.to_string(),
-            "local",
-            &underlay_ip(host).to_string(),
-            "remote",
-            &underlay_ip(peer).to_string(),
-            "dstport",
-            "4789",
-            "dev",
-            &u,
-        ]),
-        s(&["link", "add", BRIDGE, "type", "bridge"]),
-        s(&["link", "set", TUNNEL, "master", BRIDGE]),
+        NetStep::Addr {
+            dev: u.clone(),
+            ip: underlay_ip(host).into(),
+            prefix: 24,
+        },
+        NetStep::Vxlan(os::link::Vxlan {
+            name: TUNNEL.into(),
+            vni: VNI,
+            local: underlay_ip(host).into(),
+            remote: underlay_ip(peer).into(),
+            port: 4789,
+            dev: Some(u),
+        }),
+        NetStep::Bridge(BRIDGE.into()),
+        NetStep::master(TUNNEL, BRIDGE),
     ];
     for i in 1..=pairs {
-        c.push(s(&["link", "set", &host_end(host, i), "master", BRIDGE]));
+        c.push(NetStep::master(&host_end(host, i), BRIDGE));
     }
-    c.push(s(&["link", "set", TUNNEL, "up"]));
-    c.push(s(&["link", "set", BRIDGE, "up"]));
+    c.push(NetStep::Up(TUNNEL.into()));
+    c.push(NetStep::Up(BRIDGE.into()));
     c
+}
+
+/// [`kernel_vxlan_steps`] as the `ip` commands (arguments after `ip -n
+/// NS`) that do the same, for the report.
+pub fn kernel_vxlan_commands(host: usize, pairs: usize) -> Vec<Vec<String>> {
+    kernel_vxlan_steps(host, pairs)
+        .iter()
+        .map(NetStep::words)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Network plumbing (netlink, through `nicflow::os`)
+// ---------------------------------------------------------------------------
+
+/// One step of a namespace's network configuration, done over netlink
+/// ([`NetStep::apply`]); [`NetStep::words`] is the `ip` command (after
+/// `ip -n NS`) that does the same, for reports and reproduction recipes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetStep {
+    /// `addr add IP/PREFIX dev DEV`
+    Addr { dev: String, ip: IpAddr, prefix: u8 },
+    /// `link add NAME type vxlan id VNI local L remote R dstport P [dev D]`
+    Vxlan(os::link::Vxlan),
+    /// `link add NAME type bridge`
+    Bridge(String),
+    /// `link set DEV master MASTER`
+    Master { dev: String, master: String },
+    /// `link set DEV up`
+    Up(String),
+    /// `link set DEV mtu MTU`
+    Mtu { dev: String, mtu: u32 },
+}
+
+impl NetStep {
+    pub fn master(dev: &str, master: &str) -> NetStep {
+        NetStep::Master {
+            dev: dev.into(),
+            master: master.into(),
+        }
+    }
+
+    /// The equivalent `ip` arguments.
+    pub fn words(&self) -> Vec<String> {
+        let w = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        match self {
+            NetStep::Addr { dev, ip, prefix } => {
+                w(&["addr", "add", &format!("{ip}/{prefix}"), "dev", dev])
+            }
+            NetStep::Vxlan(v) => {
+                let mut out = w(&[
+                    "link",
+                    "add",
+                    &v.name,
+                    "type",
+                    "vxlan",
+                    "id",
+                    &v.vni.to_string(),
+                    "local",
+                    &v.local.to_string(),
+                    "remote",
+                    &v.remote.to_string(),
+                    "dstport",
+                    &v.port.to_string(),
+                ]);
+                if let Some(d) = &v.dev {
+                    out.extend(w(&["dev", d]));
+                }
+                out
+            }
+            NetStep::Bridge(n) => w(&["link", "add", n, "type", "bridge"]),
+            NetStep::Master { dev, master } => w(&["link", "set", dev, "master", master]),
+            NetStep::Up(d) => w(&["link", "set", d, "up"]),
+            NetStep::Mtu { dev, mtu } => w(&["link", "set", dev, "mtu", &mtu.to_string()]),
+        }
+    }
+
+    pub fn apply(&self, rt: &mut Rtnl) -> Result<(), OsError> {
+        match self {
+            NetStep::Addr { dev, ip, prefix } => os::addr::add(rt, dev, *ip, *prefix, false),
+            NetStep::Vxlan(v) => os::link::add_vxlan(rt, v),
+            NetStep::Bridge(n) => os::link::add_bridge(rt, n),
+            NetStep::Master { dev, master } => os::link::set_master(rt, dev, master),
+            NetStep::Up(d) => os::link::set_up(rt, d),
+            NetStep::Mtu { dev, mtu } => os::link::set_mtu(rt, dev, *mtu),
+        }
+    }
+}
+
+/// `f` on a netlink socket in namespace `ns`; an error names the
+/// namespace.
+pub(super) fn rtnl_in<T>(
+    ns: &str,
+    f: impl FnOnce(&mut Rtnl) -> Result<T, OsError>,
+) -> anyhow::Result<T> {
+    let mut rt = Rtnl::open(Some(ns)).map_err(|e| anyhow::anyhow!("{ns}: {e}"))?;
+    f(&mut rt).map_err(|e| anyhow::anyhow!("{ns}: {e}"))
+}
+
+/// Apply `steps` in order in namespace `ns`.
+pub(super) fn apply_steps(ns: &str, steps: &[NetStep]) -> anyhow::Result<()> {
+    rtnl_in(ns, |rt| steps.iter().try_for_each(|s| s.apply(rt)))
+}
+
+/// Create namespace `ns` (its loopback up).
+pub(super) fn add_netns(ns: &str) -> anyhow::Result<()> {
+    os::netns::add(ns).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Veth `a` in namespace `nsa` to `b` in `nsb`, both ends up.
+pub(super) fn veth_between(a: &str, nsa: &str, b: &str, nsb: &str) -> anyhow::Result<()> {
+    let end = |name: &str, ns: &str| VethEnd {
+        netns: Some(ns.to_string()),
+        ..VethEnd::named(name)
+    };
+    let mut root = Rtnl::open(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    os::link::add_veth(&mut root, &end(a, nsa), &end(b, nsb))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    rtnl_in(nsa, |rt| os::link::set_up(rt, a))?;
+    rtnl_in(nsb, |rt| os::link::set_up(rt, b))
 }
 
 // ---------------------------------------------------------------------------
@@ -544,12 +653,6 @@ pub struct Lab {
 
 pub(super) fn ns_of(lab: &str, node: &str) -> String {
     format!("{lab}-{node}")
-}
-
-pub(super) fn ip_ns(ns: &str, args: &[&str]) -> anyhow::Result<()> {
-    sys::ip(Some(ns), args)
-        .map(drop)
-        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 pub(super) fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
@@ -587,7 +690,7 @@ pub(super) fn reap_stale_prefix(prefix: &str) -> Vec<String> {
     for ns in sys::list_namespaces().unwrap_or_default() {
         if owner_dead(&ns) {
             kill_netns_procs(&ns);
-            if sys::ip(None, &["netns", "del", &ns]).is_ok() {
+            if os::netns::del(&ns).is_ok() {
                 done.push(format!("namespace {ns}"));
             }
         }
@@ -634,7 +737,7 @@ pub(super) fn teardown_lab(
         kill_netns_procs(ns);
     }
     for ns in namespaces.drain(..) {
-        if let Err(e) = sys::ip(None, &["netns", "del", &ns]) {
+        if let Err(e) = os::netns::del(&ns) {
             errs.push(format!("{e}"));
         }
     }
@@ -715,9 +818,9 @@ impl Lab {
         }
         for n in &nodes {
             let ns = self.ns(n);
-            sys::ip(None, &["netns", "add", &ns]).map_err(|e| anyhow::anyhow!("{e}"))?;
+            // (Created with its loopback up.)
+            add_netns(&ns)?;
             self.namespaces.push(ns.clone());
-            ip_ns(&ns, &["link", "set", "lo", "up"])?;
             sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             if interrupted() {
@@ -726,17 +829,7 @@ impl Lab {
         }
         let lab = self.name.clone();
         let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
-            let (nsa, nsb) = (ns_of(&lab, an), ns_of(&lab, bn));
-            sys::ip(
-                None,
-                &[
-                    "link", "add", a, "netns", &nsa, "type", "veth", "peer", "name", b, "netns",
-                    &nsb,
-                ],
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            ip_ns(&nsa, &["link", "set", a, "up"])?;
-            ip_ns(&nsb, &["link", "set", b, "up"])
+            veth_between(a, &ns_of(&lab, an), b, &ns_of(&lab, bn))
         };
         veth("u1", "h1", "u2", "h2")?;
         self.commands.push(format!(
@@ -749,31 +842,32 @@ impl Lab {
             for (host, node, server) in [(1, format!("c{i}"), false), (2, format!("s{i}"), true)] {
                 veth("eth0", &node, &host_end(host, i), &format!("h{host}"))?;
                 let ns = self.ns(&node);
-                ip_ns(
-                    &ns,
-                    &["link", "set", "eth0", "mtu", &CONTAINER_MTU.to_string()],
-                )?;
-                ip_ns(
+                apply_steps(
                     &ns,
                     &[
-                        "addr",
-                        "add",
-                        &format!("{}/24", container_ip(server, i)),
-                        "dev",
-                        "eth0",
+                        NetStep::Mtu {
+                            dev: "eth0".into(),
+                            mtu: CONTAINER_MTU,
+                        },
+                        NetStep::Addr {
+                            dev: "eth0".into(),
+                            ip: container_ip(server, i).into(),
+                            prefix: 24,
+                        },
                     ],
                 )?;
                 if xdp {
                     // NAPI on the container end so frames the XDP program
                     // redirects into it are delivered (as the testbed
-                    // does).
-                    let _ = run_in(&ns, &["ethtool", "-K", "eth0", "gro", "on"]);
+                    // does): `ethtool -K eth0 gro on`.
+                    let _ = os::ethtool::set(Some(&ns), "eth0", os::ethtool::is_gro, true);
                 }
                 if self.engine.containers_tx_off() {
                     // Finished checksums out of the container (no
                     // CHECKSUM_PARTIAL, which XDP cannot complete), so no
-                    // TSO either.
-                    run_in(&ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
+                    // TSO either: `ethtool -K eth0 tx off`.
+                    os::ethtool::set(Some(&ns), "eth0", os::ethtool::is_tx_checksum, false)
+                        .map_err(|e| anyhow::anyhow!("{ns}: {e}"))?;
                 }
             }
         }
@@ -784,11 +878,10 @@ impl Lab {
             OvEngine::KernelVxlan | OvEngine::KernelVxlanTxOff => {
                 for host in [1, 2] {
                     let ns = self.ns(&format!("h{host}"));
-                    for c in kernel_vxlan_commands(host, self.pairs) {
-                        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-                        ip_ns(&ns, &refs)?;
+                    for step in kernel_vxlan_steps(host, self.pairs) {
+                        rtnl_in(&ns, |rt| step.apply(rt))?;
                         self.commands
-                            .push(format!("ip -n <H{host}> {}", c.join(" ")));
+                            .push(format!("ip -n <H{host}> {}", step.words().join(" ")));
                     }
                 }
             }

@@ -138,16 +138,15 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(format!("unshare: {}", std::io::Error::last_os_error()));
     }
-    let ip = |args: &[&str]| -> Result<(), String> {
-        nicflow::lab::sys::ip(None, args)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    };
-    ip(&[
-        "link", "add", "nfpc0", "type", "veth", "peer", "name", "nfpc1",
-    ])?;
-    ip(&["link", "set", "nfpc0", "up"])?;
-    ip(&["link", "set", "nfpc1", "up"])?;
+    {
+        use nicflow::os::link::{self, VethEnd};
+        // A socket made here, by this thread: in its private namespace.
+        let mut rt = nicflow::os::netlink::Rtnl::open_here().map_err(|e| e.to_string())?;
+        link::add_veth(&mut rt, &VethEnd::named("nfpc0"), &VethEnd::named("nfpc1"))
+            .and_then(|()| link::set_up(&mut rt, "nfpc0"))
+            .and_then(|()| link::set_up(&mut rt, "nfpc1"))
+            .map_err(|e| e.to_string())?;
+    }
     // (Not /sys: it shows the namespace it was mounted in, not this one.)
     let idx = |n: &str| -> u32 {
         let c = std::ffi::CString::new(n).expect("no NUL");

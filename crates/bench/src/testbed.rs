@@ -75,9 +75,11 @@
 
 use super::forward::ovs::{self, Ovs, OvsBridge};
 use super::forward::{interrupted, Engine, HostOffload};
+use super::overlay::{rtnl_in, NetStep};
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::{self, sys, LabOptions, Topology};
+use nicflow::os;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -343,12 +345,17 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
     t
 }
 
+/// The MAC of `iface` in `ns`, as `ip link` prints it (`02:00:...`).
 fn read_mac(ns: &str, iface: &str) -> anyhow::Result<String> {
-    let out = sys::ip(Some(ns), &["-j", "link", "show", "dev", iface])?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("ip -j link output")?;
-    v.get(0)
-        .and_then(|l| l["address"].as_str())
-        .map(str::to_string)
+    let l = rtnl_in(ns, |rt| os::link::get(rt, iface))?;
+    l.address
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            a.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        })
         .with_context(|| format!("no MAC for {iface} in {ns}"))
 }
 
@@ -491,11 +498,9 @@ impl Testbed {
         }
         if spec.host_offload == HostOffload::Off {
             for h in tb.clients.iter().chain(&tb.servers) {
-                sys::run(&mut sys::in_ns(
-                    Some(&h.netns),
-                    &["ethtool", "-K", "eth0", "tx", "off"],
-                ))
-                .with_context(|| format!("host offloads off in {}", h.name))?;
+                // `ethtool -K eth0 tx off`.
+                os::ethtool::set(Some(&h.netns), "eth0", os::ethtool::is_tx_checksum, false)
+                    .with_context(|| format!("host offloads off in {}", h.name))?;
             }
         }
         if interrupted() {
@@ -568,22 +573,17 @@ impl Testbed {
         } else if engine == Engine::LinuxBridge {
             // The kernel bridge: learning, no STP, every port enslaved.
             let ns = self.switch_netns.clone();
-            let mut cmds: Vec<Vec<String>> = vec![["link", "add", BRIDGE, "type", "bridge"]
-                .map(String::from)
-                .to_vec()];
-            for p in &ports {
-                cmds.push(
-                    ["link", "set", p, "master", BRIDGE]
-                        .map(String::from)
-                        .to_vec(),
-                );
-            }
-            cmds.push(["link", "set", BRIDGE, "up"].map(String::from).to_vec());
-            for c in cmds {
-                let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-                sys::ip(Some(&ns), &refs)?;
-                self.commands.push(format!("ip -n {ns} {}", c.join(" ")));
-            }
+            let mut steps = vec![NetStep::Bridge(BRIDGE.into())];
+            steps.extend(ports.iter().map(|p| NetStep::master(p, BRIDGE)));
+            steps.push(NetStep::Up(BRIDGE.into()));
+            let commands = &mut self.commands;
+            rtnl_in(&ns, |rt| {
+                for st in &steps {
+                    st.apply(rt)?;
+                    commands.push(format!("ip -n {ns} {}", st.words().join(" ")));
+                }
+                Ok(())
+            })?;
         } else if engine == Engine::XdpRedirect {
             let pairs: Vec<(String, String)> = (1..=self.spec.pairs)
                 .map(|i| (host_port(Role::Client, i).0, host_port(Role::Server, i).0))
@@ -1150,25 +1150,24 @@ pub fn veth_ring_drops(tb: &Testbed, i: usize) -> u64 {
     ]
     .iter()
     .map(|(ns, dev)| {
-        let read = |argv: &[&str]| {
-            lab::sys::in_ns(Some(ns), argv)
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default()
-        };
-        let stat = format!("/sys/class/net/{dev}/statistics/tx_dropped");
-        parse_xdp_xmit_errors(&read(&["ethtool", "-S", dev]))
-            + read(&["cat", &stat]).trim().parse::<u64>().unwrap_or(0)
+        let xmit_errors = os::ethtool::stats(Some(ns), dev)
+            .map(|s| sum_xdp_xmit_errors(&s))
+            .unwrap_or(0);
+        let tx_dropped = rtnl_in(ns, |rt| os::link::get(rt, dev))
+            .ok()
+            .and_then(|l| l.stats)
+            .map_or(0, |st| st.tx_dropped);
+        xmit_errors + tx_dropped
     })
     .sum()
 }
 
-/// Sum of the `...xdp_xmit_errors: N` lines of `ethtool -S` output.
-fn parse_xdp_xmit_errors(text: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| l.trim().split_once(':'))
+/// Sum of the `...xdp_xmit_errors` counters of a driver's statistics.
+fn sum_xdp_xmit_errors(stats: &[(String, u64)]) -> u64 {
+    stats
+        .iter()
         .filter(|(k, _)| k.ends_with("xdp_xmit_errors"))
-        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .map(|(_, v)| v)
         .sum()
 }
 
@@ -1178,10 +1177,16 @@ mod tests {
 
     #[test]
     fn xdp_xmit_error_lines() {
-        let t = "NIC statistics:\n     peer_ifindex: 737\n     rx_queue_0_xdp_tx_errors: 4\n     \
-                 tx_queue_0_xdp_xmit: 10\n     tx_queue_0_xdp_xmit_errors: 7\n     \
-                 tx_queue_1_xdp_xmit_errors: 2\n";
-        assert_eq!(parse_xdp_xmit_errors(t), 9);
+        let t: Vec<(String, u64)> = [
+            ("peer_ifindex", 737),
+            ("rx_queue_0_xdp_tx_errors", 4),
+            ("tx_queue_0_xdp_xmit", 10),
+            ("tx_queue_0_xdp_xmit_errors", 7),
+            ("tx_queue_1_xdp_xmit_errors", 2),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .to_vec();
+        assert_eq!(sum_xdp_xmit_errors(&t), 9);
     }
 
     #[test]

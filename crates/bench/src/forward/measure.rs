@@ -3,6 +3,7 @@
 
 use super::interrupted;
 use nicflow::lab::sys;
+use nicflow::os;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -81,19 +82,18 @@ pub struct IfaceCounters {
 }
 
 impl IfaceCounters {
-    /// `ip -n NS -j -s link show dev IFACE`.
+    /// The 64-bit counters of `IFACE` in `NS` (`IFLA_STATS64`, what `ip
+    /// -n NS -s link show dev IFACE` prints); None if it cannot be read.
     pub fn read(ns: &str, iface: &str) -> Option<IfaceCounters> {
-        let out = sys::ip(Some(ns), &["-j", "-s", "link", "show", "dev", iface]).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
-        let s = &v.get(0)?["stats64"];
-        let n = |dir: &str, k: &str| s[dir][k].as_u64().unwrap_or(0);
+        let mut rt = os::netlink::Rtnl::open(Some(ns)).ok()?;
+        let s = os::link::get(&mut rt, iface).ok()?.stats?;
         Some(IfaceCounters {
-            rx_packets: n("rx", "packets"),
-            rx_bytes: n("rx", "bytes"),
-            rx_dropped: n("rx", "dropped"),
-            tx_packets: n("tx", "packets"),
-            tx_bytes: n("tx", "bytes"),
-            tx_dropped: n("tx", "dropped"),
+            rx_packets: s.rx_packets,
+            rx_bytes: s.rx_bytes,
+            rx_dropped: s.rx_dropped,
+            tx_packets: s.tx_packets,
+            tx_bytes: s.tx_bytes,
+            tx_dropped: s.tx_dropped,
         })
     }
 
@@ -121,24 +121,40 @@ pub const SHOWN_FEATURES: &[&str] = &[
     "rx-udp-gro-forwarding",
 ];
 
-/// `ethtool -k IFACE` in `ns`: the features of [`SHOWN_FEATURES`] as
-/// `(name, "on"/"off")`, in that order; empty if ethtool failed.
+/// What `ethtool -k IFACE` in `ns` shows for the features of
+/// [`SHOWN_FEATURES`], as `(name, "on"/"off")`, in that order; empty if the
+/// features cannot be read. The active state, from
+/// [`os::ethtool::active`].
 pub fn offloads(ns: &str, iface: &str) -> Vec<(String, String)> {
-    let Ok(out) = sys::run(&mut sys::in_ns(Some(ns), &["ethtool", "-k", iface])) else {
+    let Ok(active) = os::ethtool::active(Some(ns), iface) else {
         return Vec::new();
     };
-    let text = String::from_utf8_lossy(&out.stdout);
+    shown_offloads(&active)
+}
+
+/// [`SHOWN_FEATURES`] from the kernel's feature names and states, as
+/// ethtool words them: its summary lines stand for kernel features
+/// (`tx-checksumming` is on if any `tx-checksum-*` is, the legacy
+/// `ETHTOOL_GTXCSUM`; `generic-segmentation-offload` is
+/// `tx-generic-segmentation`, `generic-receive-offload` `rx-gro`); the
+/// others are kernel names. A feature the kernel does not list is left
+/// out.
+pub fn shown_offloads(active: &[(String, bool)]) -> Vec<(String, String)> {
+    let any = |pick: &dyn Fn(&str) -> bool| -> Option<bool> {
+        let mut found = active.iter().filter(|(n, _)| pick(n)).peekable();
+        found.peek()?;
+        Some(found.any(|(_, on)| *on))
+    };
     SHOWN_FEATURES
         .iter()
-        .filter_map(|f| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("{f}: ")))
-                .map(|v| {
-                    (
-                        f.to_string(),
-                        v.split_whitespace().next().unwrap_or("").into(),
-                    )
-                })
+        .filter_map(|&f| {
+            let on = match f {
+                "tx-checksumming" => any(&os::ethtool::is_tx_checksum),
+                "generic-segmentation-offload" => any(&|n| n == "tx-generic-segmentation"),
+                "generic-receive-offload" => any(&os::ethtool::is_gro),
+                _ => any(&|n| n == f),
+            }?;
+            Some((f.to_string(), if on { "on" } else { "off" }.to_string()))
         })
         .collect()
 }
@@ -781,4 +797,33 @@ pub fn run_blast(s: &IperfSetup<'_>) -> TestSample {
         sample.error = Some("nothing arrived at the receiver".into());
     }
     sample
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offloads_are_worded_as_ethtool_shows_them() {
+        let active: Vec<(String, bool)> = [
+            ("tx-checksum-ipv4", false),
+            ("tx-checksum-ip-generic", true),
+            ("tx-tcp-segmentation", false),
+            ("tx-generic-segmentation", true),
+            ("rx-gro", false),
+        ]
+        .map(|(n, on)| (n.to_string(), on))
+        .to_vec();
+        let shown = shown_offloads(&active);
+        let w = |n: &str, v: &str| (n.to_string(), v.to_string());
+        assert_eq!(
+            shown,
+            vec![
+                w("tx-checksumming", "on"),
+                w("tx-tcp-segmentation", "off"),
+                w("generic-segmentation-offload", "on"),
+                w("generic-receive-offload", "off"),
+            ]
+        );
+    }
 }

@@ -260,6 +260,7 @@ pub fn create_pair(bridge: &str, vf: &VfConfig) -> Result<(), VfError> {
         mtu: None,
         mac: Some(os::link::parse_mac(&vf.mac)?),
         netns: Some(vf.namespace.clone()),
+        queues: None,
     };
     let mut rt = Rtnl::open(None)?;
     os::link::add_veth(&mut rt, &VethEnd::named(&vf.representor), &vf_end)?;

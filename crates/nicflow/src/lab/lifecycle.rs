@@ -216,6 +216,7 @@ fn build(topo: &Topology, opts: &LabOptions, st: &mut LabState) -> Result<UpRepo
             mtu: l.mtu,
             mac: None,
             netns: r.netns.clone(),
+            queues: None,
         };
         os::link::add_veth(&mut root, &end(&rec.a), &end(&rec.b))?;
     }

@@ -67,20 +67,6 @@ pub fn run(cmd: &mut Command) -> Result<Output, LabError> {
     }
 }
 
-/// `ip ARGS...` in the root namespace, or `ip -n NS ARGS...`.
-///
-/// Deprecated: product code uses [`crate::os`] (netlink, errors with the
-/// kernel's errno). Kept only for the callers in `bench` and `cni` until
-/// they move to it; do not add new ones.
-pub fn ip(ns: Option<&str>, args: &[&str]) -> Result<String, LabError> {
-    let mut c = Command::new("ip");
-    if let Some(ns) = ns {
-        c.args(["-n", ns]);
-    }
-    c.args(args);
-    run(&mut c).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
 /// `ARGV...` inside namespace `ns`, or directly for root: what `ip netns
 /// exec` does, without `ip` ([`os::netns::command`]: the child joins the
 /// namespace and gets its own `/sys` before it runs). A namespace that

@@ -17,9 +17,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 // Kernel ABI: include/uapi/linux/ethtool.h.
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 const ETHTOOL_GFEATURES: u32 = 0x3a;
 const ETHTOOL_SFEATURES: u32 = 0x3b;
+const ETH_SS_STATS: u32 = 1;
 const ETH_SS_FEATURES: u32 = 4;
 const ETH_GSTRING_LEN: usize = 32;
 
@@ -78,9 +80,9 @@ pub(crate) fn write_features(fd: RawFd, ifname: &str, blocks: &[(u32, u32)]) -> 
     ethtool_raw(fd, ifname, &mut buf).map(drop)
 }
 
-/// The `requested` (user-wanted) bits of every feature block
-/// (`ETHTOOL_GFEATURES`).
-pub(crate) fn wanted_features(fd: RawFd, ifname: &str, blocks: usize) -> io::Result<Vec<u32>> {
+/// Every feature block of `ifname` as `[available, requested, active,
+/// never_changed]` (`ETHTOOL_GFEATURES`).
+fn feature_blocks(fd: RawFd, ifname: &str, blocks: usize) -> io::Result<Vec<[u32; 4]>> {
     // struct ethtool_gfeatures { u32 cmd; u32 size; struct
     // ethtool_get_features_block { u32 available; u32 requested; u32
     // active; u32 never_changed; } features[]; }
@@ -88,37 +90,50 @@ pub(crate) fn wanted_features(fd: RawFd, ifname: &str, blocks: usize) -> io::Res
     buf[0..4].copy_from_slice(&ETHTOOL_GFEATURES.to_ne_bytes());
     buf[4..8].copy_from_slice(&(blocks as u32).to_ne_bytes());
     ethtool_raw(fd, ifname, &mut buf)?;
+    let word = |at: usize| u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default());
     Ok((0..blocks)
         .map(|b| {
-            let at = 8 + 16 * b + 4;
-            u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap_or_default())
+            let at = 8 + 16 * b;
+            [word(at), word(at + 4), word(at + 8), word(at + 12)]
         })
         .collect())
 }
 
-/// The kernel's feature names, in bit order (`ETH_SS_FEATURES`).
-/// `EOPNOTSUPP` on a kernel or device without them.
-pub(crate) fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> {
+/// The `requested` (user-wanted) bits of every feature block
+/// (`ETHTOOL_GFEATURES`).
+pub(crate) fn wanted_features(fd: RawFd, ifname: &str, blocks: usize) -> io::Result<Vec<u32>> {
+    Ok(feature_blocks(fd, ifname, blocks)?
+        .into_iter()
+        .map(|b| b[1])
+        .collect())
+}
+
+/// The strings of string set `set` (`ETH_SS_FEATURES`, `ETH_SS_STATS`)
+/// of `ifname`, in order. `EOPNOTSUPP` on a kernel or device without it.
+fn string_set(fd: RawFd, ifname: &str, set: u32) -> io::Result<Vec<String>> {
     // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask;
     // u32 data[]; }
     let mut info = vec![0u8; 20];
     info[0..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
-    info[8..16].copy_from_slice(&(1u64 << ETH_SS_FEATURES).to_ne_bytes());
+    info[8..16].copy_from_slice(&(1u64 << set).to_ne_bytes());
     ethtool_raw(fd, ifname, &mut info)?;
     let mask = u64::from_ne_bytes(info[8..16].try_into().unwrap_or_default());
-    if mask & (1 << ETH_SS_FEATURES) == 0 {
+    if mask & (1 << set) == 0 {
         return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
     }
     let count = u32::from_ne_bytes(info[16..20].try_into().unwrap_or_default()) as usize;
-    if count == 0 || count > 4096 {
+    if count > 65536 {
         return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    if count == 0 {
+        return Ok(Vec::new());
     }
     // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[]; }
     // The kernel writes as many strings as *it* counts, so leave slack.
     let room = count + 64;
     let mut strings = vec![0u8; 12 + room * ETH_GSTRING_LEN];
     strings[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
-    strings[4..8].copy_from_slice(&ETH_SS_FEATURES.to_ne_bytes());
+    strings[4..8].copy_from_slice(&set.to_ne_bytes());
     strings[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
     ethtool_raw(fd, ifname, &mut strings)?;
     let len = u32::from_ne_bytes(strings[8..12].try_into().unwrap_or_default()) as usize;
@@ -130,6 +145,16 @@ pub(crate) fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> 
             String::from_utf8_lossy(&s[..end]).into_owned()
         })
         .collect())
+}
+
+/// The kernel's feature names, in bit order (`ETH_SS_FEATURES`).
+/// `EOPNOTSUPP` on a kernel or device without them.
+pub(crate) fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> {
+    let names = string_set(fd, ifname, ETH_SS_FEATURES)?;
+    if names.is_empty() || names.len() > 4096 {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    Ok(names)
 }
 
 /// Set every feature whose name `pick` selects to `on`. Returns, per
@@ -192,10 +217,10 @@ pub fn set(ns: Option<&str>, dev: &str, pick: fn(&str) -> bool, on: bool) -> Res
     })
 }
 
-/// The wanted state of every feature of `dev` in namespace `ns`, by name
-/// (what `ethtool -k` lists; active state may differ where the kernel
-/// derives it).
-pub fn wanted(ns: Option<&str>, dev: &str) -> Result<Vec<(String, bool)>> {
+/// The features of `dev` in namespace `ns` by name, each with its state
+/// per `select` (an index into `[available, requested, active,
+/// never_changed]`).
+fn feature_bits(ns: Option<&str>, dev: &str, select: usize) -> Result<Vec<(String, bool)>> {
     check_ifname(dev)?;
     netns::run_in(ns, || {
         let err = |e| {
@@ -208,11 +233,69 @@ pub fn wanted(ns: Option<&str>, dev: &str) -> Result<Vec<(String, bool)>> {
         let sock = ioctl_socket().map_err(|e| OsError::sys("socket(AF_INET)", "", e))?;
         let fd = sock.as_raw_fd();
         let names = feature_names(fd, dev).map_err(err)?;
-        let bits = wanted_features(fd, dev, names.len().div_ceil(32)).map_err(err)?;
+        let blocks = feature_blocks(fd, dev, names.len().div_ceil(32)).map_err(err)?;
         Ok(names
             .into_iter()
             .enumerate()
-            .map(|(i, n)| (n, bits[i / 32] & (1 << (i % 32)) != 0))
+            .map(|(i, n)| (n, blocks[i / 32][select] & (1 << (i % 32)) != 0))
+            .collect())
+    })
+}
+
+/// The wanted state of every feature of `dev` in namespace `ns`, by name
+/// (active state may differ where the kernel derives it).
+pub fn wanted(ns: Option<&str>, dev: &str) -> Result<Vec<(String, bool)>> {
+    feature_bits(ns, dev, 1)
+}
+
+/// The active state of every feature of `dev` in namespace `ns`, by the
+/// kernel's names (what `ethtool -k` lists).
+pub fn active(ns: Option<&str>, dev: &str) -> Result<Vec<(String, bool)>> {
+    feature_bits(ns, dev, 2)
+}
+
+/// The driver's statistics of `dev` in namespace `ns`, by name, in the
+/// driver's order (what `ethtool -S` prints: `ETH_SS_STATS` strings and
+/// `ETHTOOL_GSTATS`). Empty for a driver without any.
+pub fn stats(ns: Option<&str>, dev: &str) -> Result<Vec<(String, u64)>> {
+    check_ifname(dev)?;
+    netns::run_in(ns, || {
+        let err = |e| {
+            OsError::sys(
+                "ioctl(SIOCETHTOOL, ETHTOOL_GSTATS)",
+                format!("dev {dev}"),
+                e,
+            )
+        };
+        let sock = ioctl_socket().map_err(|e| OsError::sys("socket(AF_INET)", "", e))?;
+        let fd = sock.as_raw_fd();
+        let names = match string_set(fd, dev, ETH_SS_STATS) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(Vec::new()),
+            Err(e) => return Err(err(e)),
+        };
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        // struct ethtool_stats { u32 cmd; u32 n_stats; u64 data[]; }
+        // As with the strings, room for more than we counted.
+        let room = names.len() + 64;
+        let mut buf = vec![0u8; 8 + 8 * room];
+        buf[0..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
+        buf[4..8].copy_from_slice(&(names.len() as u32).to_ne_bytes());
+        ethtool_raw(fd, dev, &mut buf).map_err(err)?;
+        let n = u32::from_ne_bytes(buf[4..8].try_into().unwrap_or_default()) as usize;
+        Ok(names
+            .into_iter()
+            .take(n.min(room))
+            .enumerate()
+            .map(|(i, name)| {
+                let at = 8 + 8 * i;
+                (
+                    name,
+                    u64::from_ne_bytes(buf[at..at + 8].try_into().unwrap_or_default()),
+                )
+            })
             .collect())
     })
 }
@@ -227,6 +310,14 @@ mod tests {
         assert!(is_tx_checksum("tx-checksum-ipv4"));
         assert!(!is_tx_checksum("tx-tcp-segmentation"));
         assert!(is_gro("rx-gro") && !is_gro("rx-gro-hw"));
+    }
+
+    #[test]
+    fn the_loopback_has_features_and_no_statistics() {
+        let active = active(None, "lo").unwrap();
+        assert!(active.iter().any(|(n, _)| n == "rx-gro"), "{active:?}");
+        assert_eq!(stats(None, "lo").unwrap(), Vec::new());
+        assert!(stats(None, "nfnosuchdev0").unwrap_err().is_missing());
     }
 
     #[test]

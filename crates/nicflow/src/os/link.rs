@@ -7,9 +7,10 @@ use super::netlink::{NsFd, Rtnl};
 use super::{check_ifname, OsError, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::RouteNetlinkMessage;
+use std::net::IpAddr;
 
 /// A link addressed by name (`ifi_index` 0, `IFLA_IFNAME`).
 fn by_name(name: &str) -> LinkMessage {
@@ -153,6 +154,9 @@ pub struct VethEnd {
     /// Created directly in this namespace (`/run/netns/NAME`); `None`: the
     /// socket's own.
     pub netns: Option<String>,
+    /// Number of TX and of RX queues (`numtxqueues N numrxqueues N`);
+    /// `None`: the kernel's default (one each).
+    pub queues: Option<u32>,
 }
 
 impl VethEnd {
@@ -174,13 +178,18 @@ impl VethEnd {
         if let Some(fd) = fd {
             v.push(LinkAttribute::NetNsFd(fd.raw()));
         }
+        if let Some(q) = self.queues {
+            v.push(LinkAttribute::NumTxQueues(q));
+            v.push(LinkAttribute::NumRxQueues(q));
+        }
         v
     }
 }
 
-/// Create veth pair `a`—`b`, each end in its own namespace with its MTU
-/// and MAC (`ip link add A [mtu M] [netns X] type veth peer name B
-/// [address MAC] [mtu M] [netns Y]`). Both ends start down.
+/// Create veth pair `a`—`b`, each end in its own namespace with its MTU,
+/// MAC and queue count (`ip link add A [mtu M] [netns X] [numtxqueues Q
+/// numrxqueues Q] type veth peer name B [address MAC] [mtu M] [netns Y]
+/// ...`). Both ends start down.
 ///
 /// # Errors
 /// `EEXIST` ([`OsError::is_exists`]) if a name is taken in its namespace.
@@ -223,6 +232,64 @@ pub fn add_bridge(rt: &mut Rtnl, name: &str) -> Result<()> {
     .map(drop)
 }
 
+/// A VXLAN device to create with [`add_vxlan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vxlan {
+    pub name: String,
+    /// The VNI (`id`).
+    pub vni: u32,
+    /// Source address of the encapsulated packets (`local`).
+    pub local: IpAddr,
+    /// The one peer (`remote`, unicast).
+    pub remote: IpAddr,
+    /// UDP destination port (`dstport`; 4789 is IANA's).
+    pub port: u16,
+    /// The underlay device (`dev`); `None`: whatever the route lookup of
+    /// each packet finds.
+    pub dev: Option<String>,
+}
+
+/// Create VXLAN device `v` (`ip link add NAME type vxlan id VNI local L
+/// remote R dstport P [dev D]`), down. Both addresses must be of one
+/// family.
+pub fn add_vxlan(rt: &mut Rtnl, v: &Vxlan) -> Result<()> {
+    check_ifname(&v.name)?;
+    let mut data = vec![InfoVxlan::Id(v.vni)];
+    match (v.local, v.remote) {
+        (IpAddr::V4(l), IpAddr::V4(r)) => {
+            data.push(InfoVxlan::Group(r));
+            data.push(InfoVxlan::Local(l));
+        }
+        (IpAddr::V6(l), IpAddr::V6(r)) => {
+            data.push(InfoVxlan::Group6(r));
+            data.push(InfoVxlan::Local6(l));
+        }
+        _ => {
+            return Err(OsError::Invalid {
+                what: "vxlan addresses",
+                value: format!("local {} remote {}", v.local, v.remote),
+                why: "local and remote must be of one family".into(),
+            })
+        }
+    }
+    if let Some(dev) = &v.dev {
+        data.push(InfoVxlan::Link(index(rt, dev)?));
+    }
+    data.push(InfoVxlan::Port(v.port));
+    let mut m = by_name(&v.name);
+    m.attributes.push(LinkAttribute::LinkInfo(vec![
+        LinkInfo::Kind(InfoKind::Vxlan),
+        LinkInfo::Data(InfoData::Vxlan(data)),
+    ]));
+    rt.request(
+        "RTM_NEWLINK",
+        &format!("vxlan {}", v.name),
+        RouteNetlinkMessage::NewLink(m),
+        NLM_F_CREATE | NLM_F_EXCL,
+    )
+    .map(drop)
+}
+
 /// Enslave `name` to bridge `master` (`ip link set NAME master MASTER`).
 pub fn set_master(rt: &mut Rtnl, name: &str, master: &str) -> Result<()> {
     let index = self::index(rt, master)?;
@@ -248,6 +315,13 @@ pub fn set_up(rt: &mut Rtnl, name: &str) -> Result<()> {
     m.header.flags = LinkFlags::Up;
     m.header.change_mask = LinkFlags::Up;
     set(rt, name, "up", m)
+}
+
+/// `ip link set dev NAME mtu MTU`.
+pub fn set_mtu(rt: &mut Rtnl, name: &str, mtu: u32) -> Result<()> {
+    let mut m = by_name(name);
+    m.attributes.push(LinkAttribute::Mtu(mtu));
+    set(rt, name, &format!("mtu {mtu}"), m)
 }
 
 /// `ip link set dev NAME alias ALIAS` (`IFLA_IFALIAS`): a label other tools

@@ -187,6 +187,74 @@ fn namespaces_veths_addresses_routes_sysctls_features() {
         Some("bridge")
     );
 
+    // A VXLAN device on the veth end, enslaved to the bridge; an MTU.
+    let vx = format!("{p}vx");
+    link::add_vxlan(
+        &mut r2,
+        &link::Vxlan {
+            name: vx.clone(),
+            vni: 4242,
+            local: ip("198.18.99.2"),
+            remote: ip("198.18.99.1"),
+            port: 4789,
+            dev: Some(b.clone()),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        link::get(&mut r2, &vx).unwrap().kind.as_deref(),
+        Some("vxlan")
+    );
+    link::set_master(&mut r2, &vx, &br).unwrap();
+    link::set_mtu(&mut r2, &vx, 1300).unwrap();
+    link::set_up(&mut r2, &vx).unwrap();
+    assert_eq!(link::get(&mut r2, &vx).unwrap().mtu, Some(1300));
+    let dup = link::add_vxlan(
+        &mut r2,
+        &link::Vxlan {
+            name: vx.clone(),
+            vni: 4243,
+            local: ip("198.18.99.2"),
+            remote: ip("2001:db8::1"),
+            port: 4789,
+            dev: None,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(dup, OsError::Invalid { .. }), "{dup}");
+
+    // Active features and driver statistics, as ethtool -k / -S read them.
+    let active = ethtool::active(Some(&ns1), &a).unwrap();
+    assert!(
+        active
+            .iter()
+            .any(|(n, on)| n == "tx-checksum-ip-generic" && !on),
+        "{active:?}"
+    );
+    let stats = ethtool::stats(Some(&ns1), &a).unwrap();
+    assert!(stats.iter().any(|(n, _)| n == "peer_ifindex"), "{stats:?}");
+    assert!(
+        stats.iter().any(|(n, _)| n.ends_with("xdp_xmit_errors")),
+        "{stats:?}"
+    );
+
+    // A veth with four queues each way.
+    let (qa, qb) = (format!("{p}qa"), format!("{p}qb"));
+    let q = |n: &str| VethEnd {
+        queues: Some(4),
+        ..VethEnd::named(n)
+    };
+    link::add_veth(&mut r1, &q(&qa), &q(&qb)).unwrap();
+    let out = netns::command(Some(&ns1), &["ls", &format!("/sys/class/net/{qb}/queues")])
+        .output()
+        .unwrap();
+    let queues = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        queues.contains("rx-3") && queues.contains("tx-3"),
+        "{queues}"
+    );
+    link::del(&mut r1, &qa).unwrap();
+
     // Who runs inside.
     let mut child = netns::command(Some(&ns2), &["sleep", "10"])
         .spawn()
