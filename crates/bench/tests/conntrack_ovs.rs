@@ -69,6 +69,31 @@ fn curl(ns: &str, url: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether namespace `ns` has a TCP socket to or from port 8080 in any
+/// state but TIME_WAIT (`ss` as an observer).
+fn open_tcp(ns: &str) -> bool {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "ss",
+            "-Htn",
+            "state",
+            "all",
+            "exclude",
+            "time-wait",
+            "( sport = :8080 or dport = :8080 )",
+        ])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| !l.trim().is_empty() && !l.starts_with("LISTEN"))
+        })
+        .unwrap_or(false)
+}
+
 fn ping(ns: &str, to: &str) -> bool {
     Command::new("ip")
         .args([
@@ -138,6 +163,14 @@ fn run(engine: Engine) -> (Vec<bool>, Vec<String>) {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The warm-up connection's close must be over before the flush: a
+    // last ACK that reaches the switch after it would start a new
+    // (mid-stream, ESTABLISHED) entry in one switch and not in the other,
+    // depending on timing alone. The client holds only TIME_WAIT then.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) && open_tcp(&c.netns) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let tb = g.tb.as_mut().unwrap();
     // Start from a clean table: the warm-up attempts are gone.
     match engine {
@@ -165,6 +198,12 @@ fn run(engine: Engine) -> (Vec<bool>, Vec<String>) {
         ping(&c.netns, &s.ip4.to_string()),
         ping(&s.netns, &c.ip4.to_string()),
     ];
+    // Every connection closed (the same condition as before the flush),
+    // then a moment for the switch to see the last packets.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) && (open_tcp(&c.netns) || open_tcp(&s.netns)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_millis(500));
     let dump = match engine {
         Engine::Ovs => tb.ovs_appctl(&["dpctl/dump-conntrack"]).unwrap(),
