@@ -53,7 +53,8 @@ use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
 use super::nicflow_bin;
 use super::overlay::{
-    add_netns, apply_steps, ns_of, run_in, start_server, teardown_lab, veth_between, NetStep,
+    add_netns, apply_steps, ns_of, run_in, spawn_daemon, start_server, teardown_lab, veth_between,
+    wait_ready, NetStep,
 };
 use super::report::{self, Figure};
 use super::testbed;
@@ -680,20 +681,9 @@ impl Lab {
         std::fs::write(&cfg, nicflow_config(host, keys))
             .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("h{host}.sock"));
-        let log_path = self.dir.join(format!("h{host}.log"));
-        let log = std::fs::File::create(&log_path)?;
+        let log = self.dir.join(format!("h{host}.log"));
         let ns = self.ns(&format!("h{host}"));
-        let child = sys::in_ns(Some(&ns), &[bin.as_os_str()])
-            .arg("--socket")
-            .arg(&sock)
-            .arg("daemon")
-            .arg("--config")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting nicflow daemon")?;
+        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
         self.procs.push(Proc {
             child,
             host,
@@ -704,28 +694,14 @@ impl Lab {
     }
 
     fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        loop {
-            let d = self
-                .procs
-                .iter_mut()
-                .find(|d| d.host == host && d.sock.is_some())
-                .context("daemon")?;
-            if let Ok(Some(st)) = d.child.try_wait() {
-                bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
-            }
-            let sock = d.sock.clone().context("socket")?;
-            if nicflow::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(15) || interrupted() {
-                bail!(
-                    "nicflow daemon on H{host} did not come up:\n{}",
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let d = self
+            .procs
+            .iter_mut()
+            .find(|d| d.host == host && d.sock.is_some())
+            .context("daemon")?;
+        let sock = d.sock.clone().context("socket")?;
+        let r = wait_ready(&mut d.child, &sock, Duration::from_secs(15));
+        r.map_err(|e| anyhow::anyhow!("nicflow daemon on H{host} {e}:\n{}", self.logs()))
     }
 
     fn logs(&self) -> String {

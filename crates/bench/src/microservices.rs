@@ -75,8 +75,8 @@ use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
 use super::overlay::{
-    add_netns, apply_steps, ns_of, reap_stale_prefix, rtnl_in, run_in, teardown_lab, veth_between,
-    NetStep,
+    add_netns, apply_steps, ns_of, reap_stale_prefix, rtnl_in, run_in, spawn_daemon, teardown_lab,
+    veth_between, wait_ready, NetStep,
 };
 use super::report::{self, Figure, Series};
 use anyhow::{bail, Context};
@@ -1068,47 +1068,21 @@ impl Lab {
         std::fs::write(&cfg, daemon_config(node, self.engine))
             .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("n{node}.sock"));
-        let log = std::fs::File::create(self.dir.join(format!("n{node}.log")))?;
+        let log = self.dir.join(format!("n{node}.log"));
         let ns = self.ns(&format!("n{node}"));
-        // `ip netns exec` execs the daemon: the child's pid is nicflow's.
-        let child = sys::in_ns(Some(&ns), &[bin.as_os_str()])
-            .arg("--socket")
-            .arg(&sock)
-            .arg("daemon")
-            .arg("--config")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting nicflow daemon")?;
+        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
         self.daemons.push(Daemon { child, sock, node });
         Ok(())
     }
 
     fn wait_daemon(&mut self, node: usize) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        loop {
-            let d = self
-                .daemons
-                .iter_mut()
-                .find(|d| d.node == node)
-                .context("daemon")?;
-            if let Ok(Some(st)) = d.child.try_wait() {
-                bail!("nicflow daemon on n{node} exited ({st}):\n{}", self.logs());
-            }
-            let sock = d.sock.clone();
-            if nicflow::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(30) || interrupted() {
-                bail!(
-                    "nicflow daemon on n{node} did not come up:\n{}",
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let d = self
+            .daemons
+            .iter_mut()
+            .find(|d| d.node == node)
+            .context("daemon")?;
+        let r = wait_ready(&mut d.child, &d.sock, Duration::from_secs(30));
+        r.map_err(|e| anyhow::anyhow!("nicflow daemon on n{node} {e}:\n{}", self.logs()))
     }
 
     fn logs(&self) -> String {

@@ -626,6 +626,50 @@ pub(super) fn veth_between(a: &str, nsa: &str, b: &str, nsb: &str) -> anyhow::Re
     rtnl_in(nsb, |rt| os::link::set_up(rt, b))
 }
 
+/// Start `nicflow --socket SOCK daemon --config CFG` in namespace `ns`,
+/// stdout and stderr to `log` (`ip netns exec` semantics: the child's pid
+/// is nicflow's). The two-host labs (overlay, ipsec, microservices) run
+/// one per host.
+pub(super) fn spawn_daemon(
+    bin: &Path,
+    ns: &str,
+    cfg: &Path,
+    sock: &Path,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    sys::in_ns(Some(ns), &[bin.as_os_str()])
+        .arg("--socket")
+        .arg(sock)
+        .arg("daemon")
+        .arg("--config")
+        .arg(cfg)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .context("starting nicflow daemon")
+}
+
+/// Wait until the daemon `child` answers `show` on `sock`; an error says
+/// whether it exited or stayed silent for `limit` (the caller adds the
+/// logs).
+pub(super) fn wait_ready(child: &mut Child, sock: &Path, limit: Duration) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            bail!("exited ({st})");
+        }
+        if nicflow::control::daemon::request(sock, &Request::Show).is_ok_and(|r| r.ok) {
+            return Ok(());
+        }
+        if t0.elapsed() > limit || interrupted() {
+            bail!("did not come up");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The lab
 // ---------------------------------------------------------------------------
@@ -940,48 +984,21 @@ impl Lab {
         )
         .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.dir.join(format!("h{host}.sock"));
-        let log_path = self.dir.join(format!("h{host}.log"));
-        let log = std::fs::File::create(&log_path)?;
+        let log = self.dir.join(format!("h{host}.log"));
         let ns = self.ns(&format!("h{host}"));
-        // `ip netns exec` execs the daemon: the child's pid is nicflow's.
-        let child = sys::in_ns(Some(&ns), &[bin.as_os_str()])
-            .arg("--socket")
-            .arg(&sock)
-            .arg("daemon")
-            .arg("--config")
-            .arg(&cfg)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting nicflow daemon")?;
+        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
         self.daemons.push(Daemon { child, sock, host });
         Ok(())
     }
 
     fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        loop {
-            let d = self
-                .daemons
-                .iter_mut()
-                .find(|d| d.host == host)
-                .context("daemon")?;
-            if let Ok(Some(st)) = d.child.try_wait() {
-                bail!("nicflow daemon on H{host} exited ({st}):\n{}", self.logs());
-            }
-            let sock = d.sock.clone();
-            if nicflow::control::daemon::request(&sock, &Request::Show).is_ok_and(|r| r.ok) {
-                return Ok(());
-            }
-            if t0.elapsed() > Duration::from_secs(15) || interrupted() {
-                bail!(
-                    "nicflow daemon on H{host} did not come up:\n{}",
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let d = self
+            .daemons
+            .iter_mut()
+            .find(|d| d.host == host)
+            .context("daemon")?;
+        let r = wait_ready(&mut d.child, &d.sock, Duration::from_secs(15));
+        r.map_err(|e| anyhow::anyhow!("nicflow daemon on H{host} {e}:\n{}", self.logs()))
     }
 
     fn logs(&self) -> String {
