@@ -53,8 +53,8 @@ use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
 use super::nicflow_bin;
 use super::overlay::{
-    add_netns, apply_steps, ns_of, run_in, spawn_daemon, start_server, teardown_lab, veth_between,
-    wait_ready, NetStep,
+    add_netns, apply_steps, lab_dir, ns_of, run_in, spawn_daemon, start_server, teardown_lab,
+    veth_between, wait_ready, NetStep,
 };
 use super::report::{self, Figure};
 use super::testbed;
@@ -66,7 +66,6 @@ use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Namespace / state directory prefix of this experiment.
@@ -460,8 +459,6 @@ pub fn swanctl_conf(host: usize) -> String {
 // The lab
 // ---------------------------------------------------------------------------
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
 /// A nicflow daemon or a charon.
 struct Proc {
     child: Child,
@@ -517,15 +514,7 @@ impl Lab {
         for r in reap_stale() {
             tracing::info!("removed leftovers of a dead run: {r}");
         }
-        let name = format!(
-            "{PREFIX}{}x{}{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst),
-            engine.tag()
-        );
-        let dir = std::env::temp_dir().join(&name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
         let mut lab = Lab {
             name,
             dir,

@@ -75,8 +75,8 @@ use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
 use super::overlay::{
-    add_netns, apply_steps, ns_of, reap_stale_prefix, rtnl_in, run_in, spawn_daemon, teardown_lab,
-    veth_between, wait_ready, NetStep,
+    add_netns, apply_steps, lab_dir, ns_of, reap_stale_prefix, rtnl_in, run_in, spawn_daemon,
+    teardown_lab, veth_between, wait_ready, NetStep,
 };
 use super::report::{self, Figure, Series};
 use anyhow::{bail, Context};
@@ -88,7 +88,6 @@ use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Namespace / state directory prefix of this experiment.
@@ -594,8 +593,6 @@ pub fn wrk_argv(url: &str, conns: usize, threads: usize, seconds: u64) -> Vec<St
 // The lab
 // ---------------------------------------------------------------------------
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
 struct Daemon {
     child: Child,
     sock: PathBuf,
@@ -691,15 +688,7 @@ impl Lab {
                 bail!("{CNI_PATH}/{p} is missing (apt-get install containernetworking-plugins)");
             }
         }
-        let name = format!(
-            "{PREFIX}{}x{}{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst),
-            engine.tag()
-        );
-        let dir = std::env::temp_dir().join(&name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
         let mut lab = Lab {
             name,
             dir,

@@ -626,6 +626,23 @@ pub(super) fn veth_between(a: &str, nsa: &str, b: &str, nsb: &str) -> anyhow::Re
     rtnl_in(nsb, |rt| os::link::set_up(rt, b))
 }
 
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh lab name `<prefix><pid>x<seq><tag>` (unique in this process,
+/// and its pid lets a later run reap it) and its empty state directory in
+/// `$TMPDIR`, for the two-host labs (overlay, ipsec, microservices).
+pub(super) fn lab_dir(prefix: &str, tag: &str) -> anyhow::Result<(String, PathBuf)> {
+    let name = format!(
+        "{prefix}{}x{}{tag}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst)
+    );
+    let dir = std::env::temp_dir().join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok((name, dir))
+}
+
 /// Start `nicflow --socket SOCK daemon --config CFG` in namespace `ns`,
 /// stdout and stderr to `log` (`ip netns exec` semantics: the child's pid
 /// is nicflow's). The two-host labs (overlay, ipsec, microservices) run
@@ -673,8 +690,6 @@ pub(super) fn wait_ready(child: &mut Child, sock: &Path, limit: Duration) -> any
 // ---------------------------------------------------------------------------
 // The lab
 // ---------------------------------------------------------------------------
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
 
 struct Daemon {
     child: Child,
@@ -829,15 +844,7 @@ impl Lab {
         for r in reap_stale() {
             tracing::info!("removed leftovers of a dead run: {r}");
         }
-        let name = format!(
-            "{PREFIX}{}x{}{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst),
-            engine.tag()
-        );
-        let dir = std::env::temp_dir().join(&name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
         let mut lab = Lab {
             name,
             dir,
