@@ -106,6 +106,29 @@ pub enum Action {
     /// Run an OpenFlow group (`group:N`): its type decides which of its
     /// buckets' action lists run, each on its own copy of the packet.
     Group(u32),
+    /// Output to the port whose number is held in `nbits` bits of `field`
+    /// starting at bit `ofs`, read when the action runs (`output:reg0[0..15]`,
+    /// OVS's `NXAST_OUTPUT_REG`). As in OVS, the value is a 16-bit OpenFlow
+    /// port: 0xfff8..=0xffff are the reserved ports (`IN_PORT`, `LOCAL`...),
+    /// anything above 0xffff outputs nothing. `max_len` only matters when the
+    /// value names the controller (`ovs-ofctl` text always gives 65535).
+    OutputReg {
+        field: Field,
+        ofs: u8,
+        nbits: u8,
+        max_len: u16,
+    },
+    /// `enqueue:PORT:QUEUE`: output to `port` through egress queue `queue`
+    /// (OVS runs it as `set_queue:QUEUE,output:PORT,pop_queue`). nicflow has
+    /// no egress queues, so this forwards exactly as `output:PORT`; the queue
+    /// is kept so the rule prints and dumps as it was written.
+    Enqueue { port: u32, queue: u32 },
+    /// `write_metadata:VALUE[/MASK]`, the OpenFlow 1.1+ `WRITE_METADATA`
+    /// instruction: the bits of `metadata` under `mask` become `value`. An
+    /// instruction runs after the rule's apply-actions and before its
+    /// `goto_table`, which is where the rule language requires it to stand,
+    /// so running it in list order is the same thing.
+    WriteMetadata { value: u64, mask: u64 },
 }
 
 /// Where a `ct` action's zone comes from.
@@ -172,11 +195,12 @@ impl Action {
         matches!(self, Action::GotoTable(_))
     }
 
-    /// The port number of an output to a port ([`Action::Output`] or
-    /// [`Action::OutputMaxLen`]).
+    /// The port number of an output to a fixed port ([`Action::Output`],
+    /// [`Action::OutputMaxLen`] or [`Action::Enqueue`]).
     pub fn output_port(&self) -> Option<u32> {
         match self {
             Action::Output(p) | Action::OutputMaxLen { port: p, .. } => Some(*p),
+            Action::Enqueue { port, .. } => Some(*port),
             _ => None,
         }
     }

@@ -62,6 +62,12 @@ fn set_field(
             "nw_tos can only be set as DSCP (mod_nw_tos, ip_dscp) or ECN (nw_ecn)",
         );
     }
+    if f == Field::InPort && m == 0xffff {
+        // A write of the 16-bit NXM_OF_IN_PORT: its reserved numbers
+        // (0xfff8..) are nicflow's 32-bit ones.
+        let v = if v >= 0xff00 { v | 0xffff_0000 } else { v };
+        return set_field(piece, f, v, full(32), matching);
+    }
     if f == Field::InPort {
         if m != full(32) {
             return err(piece, "in_port cannot be set partially");
@@ -79,7 +85,34 @@ fn set_field(
 }
 
 /// A port written after `output:`; reserved names become their actions.
-fn output(piece: &str, arg: &str, ports: &dyn PortMap) -> Result<Action, RuleError> {
+/// As in OVS, what is not a port is tried as a field (`output:reg0[0..15]`,
+/// `output:NXM_NX_REG0[]`, `output:reg1`): output to the port number held
+/// there when the action runs.
+fn output(
+    piece: &str,
+    arg: &str,
+    ports: &dyn PortMap,
+    matching: &Match,
+) -> Result<Action, RuleError> {
+    let field_like = arg.contains('[')
+        || (nxm_field(arg).is_some()
+            && ports.known_port(arg).is_none()
+            && matches!(classify_port(arg), Ok(PortText::Name)));
+    if field_like {
+        let sub = if arg.contains('[') {
+            arg.to_string()
+        } else {
+            format!("{arg}[]")
+        };
+        let (field, ofs, nbits) = parse_subfield(piece, &sub)?;
+        Need::P(field.prereq()).check(matching, piece, field.name())?;
+        return Ok(Action::OutputReg {
+            field,
+            ofs: ofs as u8,
+            nbits: nbits as u8,
+            max_len: u16::MAX,
+        });
+    }
     match classify_port(arg) {
         Ok(PortText::Number(n)) => Ok(Action::Output(n)),
         Ok(PortText::Reserved(r)) => reserved_action(piece, r),
@@ -102,6 +135,31 @@ fn reserved_action(piece: &str, port: u32) -> Result<Action, RuleError> {
         },
         _ => return err(piece, "cannot output to this reserved port"),
     })
+}
+
+/// `enqueue:PORT:QUEUE` or `enqueue(PORT,QUEUE)` (OVS also separates with
+/// `q`: `enqueue:1q2`). The port must be a real port, `IN_PORT` or `LOCAL`,
+/// as OVS's `check_ENQUEUE` says.
+fn parse_enqueue(piece: &str, arg: &str, ports: &dyn PortMap) -> Result<Action, RuleError> {
+    let split = arg.split_once([':', ',']).or_else(|| {
+        arg.split_once('q')
+            .filter(|(p, _)| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+    });
+    let Some((p, q)) = split else {
+        return err(piece, "enqueue wants PORT:QUEUE or (PORT,QUEUE)");
+    };
+    let (p, q) = (p.trim(), q.trim());
+    let port = match classify_port(p) {
+        Ok(PortText::Number(n)) => n,
+        Ok(PortText::Reserved(r @ (ofp::IN_PORT | ofp::LOCAL))) => r,
+        Ok(PortText::Reserved(_)) => {
+            return err(piece, "enqueue port must be a real port, IN_PORT or LOCAL")
+        }
+        Ok(PortText::Name) => resolve_name(p, ports, true).map_err(|r| RuleError::new(piece, r))?,
+        Err(r) => return err(piece, r),
+    };
+    let queue = parse_max(q, u128::from(u32::MAX)).map_err(|r| RuleError::new(piece, r))? as u32;
+    Ok(Action::Enqueue { port, queue })
 }
 
 /// The port of a `resubmit`: `None` for the packet's own input port.
@@ -258,10 +316,16 @@ pub(crate) const NXM_NAMES: &[(&str, Field)] = &[
     ("NXM_NX_CT_TP_SRC", Field::CtTpSrc),
     ("NXM_NX_CT_TP_DST", Field::CtTpDst),
     ("OXM_OF_METADATA", Field::Metadata),
+    ("NXM_NX_PKT_MARK", Field::PktMark),
 ];
 
 /// A field by NXM/OXM name or plain name.
 fn nxm_field(name: &str) -> Option<Field> {
+    match name {
+        "tcp_src" | "udp_src" | "sctp_src" => return Some(Field::TpSrc),
+        "tcp_dst" | "udp_dst" | "sctp_dst" => return Some(Field::TpDst),
+        _ => {}
+    }
     NXM_NAMES
         .iter()
         .find(|(n, _)| *n == name)
@@ -290,7 +354,13 @@ fn parse_subfield(piece: &str, s: &str) -> Result<(Field, u32, u32), RuleError> 
     };
     let f =
         nxm_field(name).ok_or_else(|| RuleError::new(piece, format!("unknown field {name}")))?;
-    let bits = f.bits();
+    // OVS's NXM_OF_IN_PORT (`in_port`) is the 16-bit OpenFlow 1.0 port;
+    // OXM_OF_IN_PORT all 32 bits of nicflow's.
+    let bits = if matches!(name, "NXM_OF_IN_PORT" | "in_port") {
+        16
+    } else {
+        f.bits()
+    };
     let (lo, hi) = if range.is_empty() {
         (0, bits - 1)
     } else {
@@ -653,7 +723,28 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             }
             Action::Controller { max_len }
         }
-        ("output", _) if colon => output(piece, arg, ports)?,
+        ("output", _) if colon => output(piece, arg, ports, matching)?,
+        ("enqueue", _) if colon => parse_enqueue(piece, arg, ports)?,
+        ("enqueue", Some('(')) => parse_enqueue(piece, inner.unwrap_or_default(), ports)?,
+        ("write_metadata", _) if colon => {
+            let (v, m) = match arg.split_once('/') {
+                Some((v, m)) => (v, Some(m)),
+                None => (arg, None),
+            };
+            let num = |t: &str| {
+                parse_uint(t)
+                    .filter(|x| *x <= u128::from(u64::MAX))
+                    .ok_or_else(|| bad("write_metadata wants VALUE[/MASK], 64-bit numbers".into()))
+            };
+            let mask = match m {
+                Some(m) => num(m)? as u64,
+                None => u64::MAX,
+            };
+            Action::WriteMetadata {
+                value: num(v)? as u64 & mask,
+                mask,
+            }
+        }
         ("mod_dl_src" | "mod_dl_dst", _) if colon => {
             let v = parse_mac(arg).ok_or_else(|| bad("invalid MAC address".into()))?;
             let f = if lname == "mod_dl_src" {
@@ -743,7 +834,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear" | "move" | "group" | "meter",
+            | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {
@@ -795,6 +886,23 @@ pub(crate) fn parse_actions(
                     "meter must appear before the other actions (OpenFlow applies it first)"
                 };
                 return err(piece, msg);
+            }
+        }
+        // An instruction, as in OpenFlow 1.1+: after every action but
+        // goto_table, and once (OVS: "invalid instruction ordering").
+        if let Action::WriteMetadata { .. } = a {
+            let later = &out[i + 1..];
+            if later
+                .iter()
+                .any(|(_, a)| matches!(a, Action::WriteMetadata { .. }))
+            {
+                return err(piece, "duplicate write_metadata instruction not allowed");
+            }
+            if later.iter().any(|(_, a)| !a.is_goto()) {
+                return err(
+                    piece,
+                    "write_metadata must come after every action but goto_table (OpenFlow applies it after them)",
+                );
             }
         }
         if let Action::GotoTable(t) = a {

@@ -245,6 +245,13 @@ fn parse_bucket_actions(text: &str, ports: &dyn PortMap) -> Result<Vec<Action>, 
 }
 
 fn check_bucket_actions(text: &str, a: Vec<Action>) -> Result<Vec<Action>, RuleError> {
+    if a.iter().any(|x| matches!(x, Action::WriteMetadata { .. })) {
+        let tok = split_actions(text)?
+            .into_iter()
+            .find(|p| p.to_ascii_lowercase().starts_with("write_metadata"))
+            .unwrap_or(text);
+        return err(tok, "write_metadata cannot be used in a group bucket");
+    }
     if a.iter().any(Action::is_goto) {
         let tok = split_actions(text)?
             .into_iter()

@@ -24,8 +24,8 @@ pub(crate) struct Split<'a> {
     pub actions: Option<(&'a str, &'a str)>,
 }
 
-/// Cut a rule at separators; `actions=` at the start of a piece takes the
-/// rest of the text.
+/// Cut a rule at separators; `actions=` (or `action=`) at the start of a
+/// piece takes the rest of the text.
 pub(crate) fn split_rule(text: &str) -> Split<'_> {
     let mut matches = Vec::new();
     let mut rest = text;
@@ -37,7 +37,12 @@ pub(crate) fn split_rule(text: &str) -> Split<'_> {
                 actions: None,
             };
         }
-        if let Some(acts) = rest.strip_prefix("actions=") {
+        // `action=` is OVS's other spelling (its parser looks for "action"
+        // followed by `=`); OVS's own system tests write it.
+        if let Some(acts) = rest
+            .strip_prefix("actions=")
+            .or_else(|| rest.strip_prefix("action="))
+        {
             return Split {
                 matches,
                 actions: Some((rest.trim_end(), acts)),
@@ -117,6 +122,9 @@ mod tests {
         assert_eq!(s.matches, vec!["xactions=1"]);
         assert_eq!(s.actions, Some(("actions=", "")));
         assert_eq!(split_rule("").matches, Vec::<&str>::new());
+        let s = split_rule("ip action=output:1");
+        assert_eq!(s.matches, vec!["ip"]);
+        assert_eq!(s.actions, Some(("action=output:1", "output:1")));
     }
 
     #[test]

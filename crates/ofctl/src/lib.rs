@@ -17,7 +17,7 @@
 //! ```
 //! use nicflow_ofctl::{parse_flow, format_flow, NumericPorts};
 //! let f = parse_flow("tp_dst=80,tcp,priority=100 actions=output:2", &NumericPorts).unwrap();
-//! assert_eq!(format_flow(&f, &NumericPorts), "priority=100, tcp,tp_dst=80 actions=output:2");
+//! assert_eq!(format_flow(&f, &NumericPorts), "priority=100,tcp,tp_dst=80 actions=output:2");
 //! ```
 //!
 //! Modules, in the order a rule passes through them: `lexer` (cutting text
@@ -60,6 +60,9 @@ pub struct FlowSpec {
     pub idle_timeout: u16,
     /// Seconds after which the rule expires regardless; 0 = never.
     pub hard_timeout: u16,
+    /// `send_flow_rem`: tell controllers when the rule goes (OpenFlow's
+    /// `OFPFF_SEND_FLOW_REM`, a `FLOW_REMOVED` message on expiry or delete).
+    pub send_flow_rem: bool,
     pub r#match: Match,
     /// Empty means drop.
     pub actions: Vec<Action>,
@@ -74,6 +77,7 @@ impl Default for FlowSpec {
             cookie: 0,
             idle_timeout: 0,
             hard_timeout: 0,
+            send_flow_rem: false,
             r#match: Match::catchall(),
             actions: Vec::new(),
         }
@@ -91,8 +95,9 @@ pub struct MatchSpec {
     pub r#match: Match,
 }
 
-/// Parse one rule (`ovs-ofctl add-flow` syntax). `actions=` is required and
-/// must come last; `actions=drop` or an empty list means drop.
+/// Parse one rule (`ovs-ofctl add-flow` syntax). `actions=` (or OVS's
+/// `action=`) is required and must come last; `actions=drop` or an empty
+/// list means drop.
 pub fn parse_flow(text: &str, ports: &dyn PortMap) -> Result<FlowSpec, RuleError> {
     let p = matchp::parse_rule(text, ports, matchp::Mode::Flow)?;
     let Some((_, acts)) = p.actions else {
@@ -109,6 +114,7 @@ pub fn parse_flow(text: &str, ports: &dyn PortMap) -> Result<FlowSpec, RuleError
         cookie: p.cookie.map_or(0, |c| c.0),
         idle_timeout: p.idle_timeout.unwrap_or(0),
         hard_timeout: p.hard_timeout.unwrap_or(0),
+        send_flow_rem: p.send_flow_rem,
         r#match: p.m,
         actions,
     })

@@ -136,6 +136,8 @@ pub(crate) struct Parsed<'a> {
     pub cookie: Option<(u64, u64)>,
     pub idle_timeout: Option<u16>,
     pub hard_timeout: Option<u16>,
+    /// The `send_flow_rem` flag was given.
+    pub send_flow_rem: bool,
     pub m: Match,
     /// `(whole "actions=..." piece, text after "actions=")`.
     pub actions: Option<(&'a str, &'a str)>,
@@ -200,6 +202,19 @@ fn meta<T: PartialEq + Copy>(
 }
 
 fn parse_tcp_flags(s: &str) -> Result<(u128, u128), String> {
+    if s.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        // `syn|ack`: every flag matched, these set (as OVS prints a full mask).
+        let mut v = 0u16;
+        for name in s.split('|') {
+            let bit = TCP_FLAGS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, b)| *b)
+                .ok_or_else(|| format!("unknown TCP flag `{name}`"))?;
+            v |= bit;
+        }
+        return Ok((v.into(), 0xfff));
+    }
     if !s.starts_with(['+', '-']) {
         return parse_masked(ValueKind::Hex, 12, s, true);
     }
@@ -302,6 +317,13 @@ fn piece<'a>(
     mode: Mode,
 ) -> Result<(), RuleError> {
     let Some((key, val)) = tok.split_once('=') else {
+        if tok == "send_flow_rem" {
+            if mode == Mode::Filter {
+                return err(tok, "send_flow_rem cannot be used to select flows");
+            }
+            p.send_flow_rem = true;
+            return Ok(());
+        }
         if let Some(&(name, dl, proto)) = SHORTHANDS.iter().find(|s| s.0 == tok) {
             b.apply(tok, name, Field::DlType, dl.into(), 0xffff)?;
             if let Some(proto) = proto {
@@ -398,9 +420,16 @@ fn piece<'a>(
             b.needs.push((tok, key, Need::P(Prereq::Ip)));
             b.apply(tok, key, Field::NwTos, v, m)
         }
-        "ip_frag" => {
+        // `nw_frag` is OVS's name (the one it prints); `ip_frag` its alias.
+        // A number (`nw_frag=0x2/0x2`) is nicflow's own: the printed form
+        // of a combination no name stands for (only OpenFlow sends those).
+        "ip_frag" | "nw_frag"
+            if key == "ip_frag" || !val.starts_with(|c: char| c.is_ascii_digit()) =>
+        {
             let &(_, v, m) = FRAGS.iter().find(|f| f.0 == val).ok_or_else(|| {
-                bad("ip_frag must be one of no, yes, first, later, not_later".into())
+                bad(format!(
+                    "{key} must be one of no, yes, first, later, not_later"
+                ))
             })?;
             b.needs.push((tok, key, Need::P(Prereq::Ip)));
             b.apply(tok, key, Field::NwFrag, v.into(), m.into())
@@ -435,6 +464,9 @@ fn piece<'a>(
                         Field::from_name(key).map_err(|_| RuleError::new(tok, "unknown field"))?;
                     let need = if f == Field::NwProto {
                         Need::IpOrArp
+                    } else if matches!(f, Field::IcmpType | Field::IcmpCode) {
+                        // OVS takes (and prints) these names under icmp6 too.
+                        Need::P(Prereq::AnyIcmp)
                     } else {
                         Need::P(f.prereq())
                     };
@@ -475,6 +507,7 @@ pub(crate) fn parse_rule<'a>(
         cookie: None,
         idle_timeout: None,
         hard_timeout: None,
+        send_flow_rem: false,
         m: Match::catchall(),
         actions: split.actions,
     };

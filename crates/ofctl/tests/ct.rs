@@ -164,15 +164,15 @@ fn canonical_text() {
     for (t, want) in [
         (
             "table=0,priority=10,ip,ct_state=-trk,actions=ct(table=1)",
-            "priority=10, ip,ct_state=-trk actions=ct(table=1)",
+            "priority=10,ct_state=-trk,ip actions=ct(table=1)",
         ),
         (
             "table=1,ct_state=+trk+new,tcp,tp_dst=80,actions=ct(commit,zone=5,exec(set_field:0x1->ct_mark)),output:2",
-            "table=1, tcp,tp_dst=80,ct_state=+new+trk actions=ct(commit,zone=5,exec(set_field:0x1->ct_mark)),output:2",
+            "table=1, ct_state=+new+trk,tcp,tp_dst=80 actions=ct(commit,zone=5,exec(set_field:0x1->ct_mark)),output:2",
         ),
         (
             "ct_state=+est+trk,ip,actions=normal",
-            "ip,ct_state=+est+trk actions=NORMAL",
+            "ct_state=+est+trk,ip actions=NORMAL",
         ),
         (
             "ip,actions=ct(commit,force,zone=NXM_NX_REG0[0..15],table=3)",
@@ -188,11 +188,11 @@ fn canonical_text() {
         ),
         (
             "ct_mark=0x1/0x1,ct_label=0x10/0xff,ip,actions=ct_clear,normal",
-            "ip,ct_mark=0x1/0x1,ct_label=0x10/0xff actions=ct_clear,NORMAL",
+            "ct_mark=0x1/0x1,ct_label=0x10/0xff,ip actions=ct_clear,NORMAL",
         ),
         (
             "ct_state=+trk+est,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80,tcp,actions=drop",
-            "tcp,ct_state=+est+trk,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80 actions=drop",
+            "ct_state=+est+trk,ct_nw_src=198.18.0.1,ct_nw_proto=6,ct_tp_dst=80,tcp actions=drop",
         ),
         (
             "ip,actions=ct(table=1,zone=2,commit)",
@@ -209,24 +209,24 @@ fn canonical_text() {
         // exec: ct_mark before ct_label, set_field form, hex values.
         (
             "ip,actions=ct(commit,exec(set_field:0x10/0xff->ct_label,set_field:7->ct_mark))",
-            "ip actions=ct(commit,exec(set_field:0x7->ct_mark,set_field:0x10/0xff->ct_label))",
+            "ip actions=ct(commit,exec(set_field:0x7->ct_mark,load:0x10->NXM_NX_CT_LABEL[0..7]))",
         ),
         (
             "ip,actions=ct(commit,exec(load:0x5->NXM_NX_CT_MARK[0..3]))",
-            "ip actions=ct(commit,exec(set_field:0x5/0xf->ct_mark))",
+            "ip actions=ct(commit,exec(load:0x5->NXM_NX_CT_MARK[0..3]))",
         ),
         (
             "ip,actions=ct(commit,exec(load:1->NXM_NX_CT_MARK[4]))",
-            "ip actions=ct(commit,exec(set_field:0x10/0x10->ct_mark))",
+            "ip actions=ct(commit,exec(load:0x1->NXM_NX_CT_MARK[4]))",
         ),
         // ct_state: hex in, flags out, in bit order whatever the input order.
         (
             "ct_state=0x21/0x21,ip,actions=drop",
-            "ip,ct_state=+new+trk actions=drop",
+            "ct_state=+new+trk,ip actions=drop",
         ),
         (
             "ct_state=-inv+trk,ip,actions=drop",
-            "ip,ct_state=-inv+trk actions=drop",
+            "ct_state=-inv+trk,ip actions=drop",
         ),
         (
             "ct_state=+dnat+snat-rpl+rel-est+new,actions=drop",
@@ -234,19 +234,19 @@ fn canonical_text() {
         ),
         (
             "ct_state=+trk,ct_zone=7,ct_mark=0x2a,ip,actions=ct(table=1)",
-            "ip,ct_state=+trk,ct_zone=7,ct_mark=0x2a actions=ct(table=1)",
+            "ct_state=+trk,ct_zone=7,ct_mark=0x2a,ip actions=ct(table=1)",
         ),
         (
             "ipv6,ct_state=-trk,actions=ct(table=1,zone=9)",
-            "ipv6,ct_state=-trk actions=ct(table=1,zone=9)",
+            "ct_state=-trk,ipv6 actions=ct(table=1,zone=9)",
         ),
         (
             "ct_state=+trk+est,ct_tp_dst=80,ct_nw_proto=6,tcp6,actions=drop",
-            "tcp6,ct_state=+est+trk,ct_nw_proto=6,ct_tp_dst=80 actions=drop",
+            "ct_state=+est+trk,ct_nw_proto=6,ct_tp_dst=80,tcp6 actions=drop",
         ),
         (
             "ct_state=+trk-inv,ct_nw_src=198.18.0.0/15,ip,actions=output:1",
-            "ip,ct_state=-inv+trk,ct_nw_src=198.18.0.0/15 actions=output:1",
+            "ct_state=-inv+trk,ct_nw_src=198.18.0.0/15,ip actions=output:1",
         ),
         ("actions=ct_clear", "actions=ct_clear"),
     ] {
@@ -652,7 +652,7 @@ fn bug_ct_state_unmasked_number() {
 fn bug_ct_state_full_mask_format() {
     assert_eq!(
         canon("ct_state=+new-est-rel-rpl-inv+trk-snat-dnat,ip,actions=drop"),
-        "ip,ct_state=new|trk actions=drop"
+        "ct_state=new|trk,ip actions=drop"
     );
     assert_eq!(ct_state("new|trk"), (0x21, 0xff));
 }
@@ -889,20 +889,44 @@ fn expected_ct_text(c: &CtAction) -> String {
             ))
         }
     }
+    // As ovs-ofctl prints them: `set_field` for a whole field, one
+    // `load:V->FIELD[bits]` for a contiguous partial mask.
+    let write = |name: &str, nxm: &str, bits: u32, v: u128, m: u128| {
+        let lo = m.trailing_zeros();
+        let width = (m >> lo).count_ones();
+        let full = |w: u32| {
+            if w >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << w) - 1
+            }
+        };
+        let hex = |x: u128| {
+            if x == 0 {
+                "0".to_string()
+            } else {
+                format!("{x:#x}")
+            }
+        };
+        if m == full(bits) {
+            format!("set_field:{v:#x}->{name}")
+        } else if m >> lo == full(width) {
+            let range = if width == 1 {
+                format!("[{lo}]")
+            } else {
+                format!("[{lo}..{}]", lo + width - 1)
+            };
+            format!("load:{}->{nxm}{range}", hex(v >> lo))
+        } else {
+            format!("set_field:{v:#x}/{m:#x}->{name}")
+        }
+    };
     let mut exec = Vec::new();
     if let Some((v, m)) = c.set_mark {
-        exec.push(if m == u32::MAX {
-            format!("set_field:{v:#x}->ct_mark")
-        } else {
-            format!("set_field:{v:#x}/{m:#x}->ct_mark")
-        });
+        exec.push(write("ct_mark", "NXM_NX_CT_MARK", 32, v.into(), m.into()));
     }
     if let Some((v, m)) = c.set_label {
-        exec.push(if m == u128::MAX {
-            format!("set_field:{v:#x}->ct_label")
-        } else {
-            format!("set_field:{v:#x}/{m:#x}->ct_label")
-        });
+        exec.push(write("ct_label", "NXM_NX_CT_LABEL", 128, v, m));
     }
     if !exec.is_empty() {
         parts.push(format!("exec({})", exec.join(",")));
@@ -973,7 +997,7 @@ proptest! {
         prop_assert_eq!(
             &printed,
             &format!(
-                "ip,ct_state={} actions={}",
+                "ct_state={},ip actions={}",
                 expected_state_text(v, m),
                 expected_ct_text(&g.want)
             )
@@ -1066,11 +1090,11 @@ fn nat_parses_and_prints_as_ovs() {
 fn ct_ipv6_tuple() {
     assert_eq!(
         canon("ipv6,ct_state=+trk-inv,ct_ipv6_src=2001:db8::1,actions=drop"),
-        "ipv6,ct_state=-inv+trk,ct_ipv6_src=2001:db8::1 actions=drop"
+        "ct_state=-inv+trk,ct_ipv6_src=2001:db8::1,ipv6 actions=drop"
     );
     assert_eq!(
         canon("ct_state=+est,ct_ipv6_dst=2001:db8::/32,ipv6,actions=drop"),
-        "ipv6,ct_state=+est,ct_ipv6_dst=2001:db8::/32 actions=drop"
+        "ct_state=+est,ct_ipv6_dst=2001:db8::/32,ipv6 actions=drop"
     );
     let f = p("NXM_NX_CT_IPV6_SRC=2001:db8::5,ct_state=+rpl,tcp6,actions=drop");
     assert_eq!(
@@ -1113,7 +1137,7 @@ fn ct_ipv6_tuple() {
 fn pkt_mark() {
     assert_eq!(
         canon("pkt_mark=0x5/0xff,ip,actions=drop"),
-        "ip,pkt_mark=0x5/0xff actions=drop"
+        "pkt_mark=0x5/0xff,ip actions=drop"
     );
     let f = p("NXM_NX_PKT_MARK=7,actions=load:3->NXM_NX_PKT_MARK[],set_field:4->pkt_mark,move:NXM_NX_PKT_MARK[]->NXM_NX_REG0[]");
     assert_eq!(f.r#match.get(Field::PktMark), (7, 0xffff_ffff));
@@ -1127,7 +1151,7 @@ fn pkt_mark() {
 fn ct_ports_need_ct_nw_proto() {
     assert_eq!(
         canon("ct_state=+dnat+trk,ct_tp_dst=443,tcp,actions=drop"),
-        "tcp,ct_state=+trk+dnat actions=drop"
+        "ct_state=+trk+dnat,tcp actions=drop"
     );
     assert_eq!(
         canon("ct_state=+est+trk,ct_nw_proto=0,ct_tp_src=5,actions=drop"),

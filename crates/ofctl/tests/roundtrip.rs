@@ -222,7 +222,7 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
         .collect();
     let mut out = Vec::new();
     for &(kind, a, b, c) in seeds {
-        out.push(match kind % 14 {
+        out.push(match kind % 16 {
             0 => Action::Output(port_from(c)),
             1 => Action::InPort,
             2 => Action::Normal,
@@ -248,6 +248,25 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
             10 => Action::ModVlanVid((a % 4096) as u16),
             11 => Action::ModVlanPcp((a % 8) as u8),
             12 => Action::DecTtl,
+            13 => Action::Enqueue {
+                port: match c % 3 {
+                    0 => ofp::LOCAL,
+                    1 => ofp::IN_PORT,
+                    _ => port_from(a as u32),
+                },
+                queue: b as u32,
+            },
+            14 => {
+                let reg = Field::Reg((c % 16) as u8);
+                let ofs = (a % 32) as u8;
+                let nbits = 1 + (b % u128::from(32 - ofs)) as u8;
+                Action::OutputReg {
+                    field: reg,
+                    ofs,
+                    nbits,
+                    max_len: u16::MAX,
+                }
+            }
             _ => {
                 let port = (c % 3 != 0).then(|| port_from(a as u32));
                 let table = if port.is_none() || c % 3 == 1 {
@@ -257,6 +276,14 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
                 };
                 Action::Resubmit { port, table }
             }
+        });
+    }
+    if let Some(&(_, a, b, c)) = seeds.first().filter(|s| s.0 % 5 == 0) {
+        // An instruction: after every action but goto_table.
+        let mask = if c & 1 == 0 { u64::MAX } else { b as u64 };
+        out.push(Action::WriteMetadata {
+            value: a as u64 & mask,
+            mask,
         });
     }
     if let Some(g) = goto {
@@ -278,10 +305,11 @@ prop_compose! {
         hard_timeout in prop_oneof![Just(0u16), any::<u16>()],
         seeds in prop::collection::vec((any::<u8>(), any::<u128>(), any::<u128>(), any::<u32>()), 0..6),
         goto in prop::option::of(any::<u8>()),
+        send_flow_rem in any::<bool>(),
     ) -> FlowSpec {
         let r#match = build_match(dl, nw, &settings);
         let actions = build_actions(&r#match, table, &seeds, goto);
-        FlowSpec { table, priority, cookie, idle_timeout, hard_timeout, r#match, actions }
+        FlowSpec { table, priority, cookie, idle_timeout, hard_timeout, send_flow_rem, r#match, actions }
     }
 }
 
