@@ -63,6 +63,7 @@ pub fn gen_5tuple_rules(n: usize, seed: u64, out_port: u32) -> Vec<FlowSpec> {
             cookie: out.len() as u64,
             idle_timeout: 0,
             hard_timeout: 0,
+            send_flow_rem: false,
             r#match: m,
             actions: vec![Action::Output(out_port)],
         });

@@ -383,7 +383,7 @@ fn cli_check_flows_prints_canonical_rules_that_read_back() {
             .lines()
             .next()
             .unwrap()
-            .starts_with("priority=100, tcp,in_port=eth0,tp_dst=80 actions=output:eth1"),
+            .starts_with("priority=100,tcp,in_port=eth0,tp_dst=80 actions=output:eth1"),
         "{canon}"
     );
     // Canonical output is a fixed point: it parses, and prints as itself.

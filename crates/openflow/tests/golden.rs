@@ -553,12 +553,22 @@ fn nicira_actions_round_trip() {
             table: Some(5)
         }]
     );
-    // nicflow has no output-to-register: refused as an unsupported
-    // experimenter action.
+    // Output to the port a register names, and back to the same bytes.
+    let reg = nf(NX_ACTIONS[16].1).unwrap();
     assert_eq!(
-        nf(NX_ACTIONS[16].1).unwrap_err(),
-        OfpError::BadAction(nicflow_openflow::error::BadAction::BAD_EXP_TYPE)
+        reg,
+        vec![Action::OutputReg {
+            field: nicflow_flow::Field::Reg(1),
+            ofs: 5,
+            nbits: 6,
+            max_len: 0
+        }]
     );
+    let back =
+        action::convert::actions_from_nicflow(&reg, &nicflow_flow::Match::catchall()).unwrap();
+    let mut out = Vec::new();
+    action::encode_actions(&back, &mut out);
+    assert_eq!(to_hex(&out), to_hex(&hex(NX_ACTIONS[16].1)));
 }
 
 #[test]

@@ -177,6 +177,7 @@ pub enum FlowModError {
 fn outputs_to(actions: &[Action], port: u32) -> bool {
     actions.iter().any(|a| match a {
         Action::Output(p) | Action::OutputMaxLen { port: p, .. } => *p == port,
+        Action::Enqueue { port: p, .. } => *p == port,
         Action::InPort => port == ofp::IN_PORT,
         Action::Normal => port == ofp::NORMAL,
         Action::Flood => port == ofp::FLOOD,
@@ -239,6 +240,7 @@ impl Ofproto {
             cookie: fm.cookie,
             idle_timeout: fm.idle_timeout,
             hard_timeout: fm.hard_timeout,
+            send_flow_rem: fm.flags & flags::SEND_FLOW_REM != 0,
             r#match: fm.matching,
             actions: fm.actions.clone(),
         };
@@ -290,6 +292,7 @@ impl Ofproto {
                 cookie: fm.cookie,
                 idle_timeout: 0,
                 hard_timeout: 0,
+                send_flow_rem: false,
                 r#match: fm.matching,
                 actions: fm.actions.clone(),
             };
@@ -555,19 +558,19 @@ mod tests {
         let r = rules(&of);
         assert!(
             r.contains(
-                &"priority=20, cookie=0x2, tcp,nw_dst=198.18.1.1 actions=output:9".to_string()
+                &"cookie=0x2, priority=20,tcp,nw_dst=198.18.1.1 actions=output:9".to_string()
             ),
             "{r:?}"
         );
         assert!(
             r.contains(
-                &"priority=20, cookie=0x12, udp,nw_dst=198.18.1.1 actions=output:9".to_string()
+                &"cookie=0x12, priority=20,udp,nw_dst=198.18.1.1 actions=output:9".to_string()
             ),
             "{r:?}"
         );
         assert!(
             r.contains(
-                &"priority=10, cookie=0x1, ip,nw_dst=198.18.0.0/16 actions=output:1".to_string()
+                &"cookie=0x1, priority=10,ip,nw_dst=198.18.0.0/16 actions=output:1".to_string()
             ),
             "{r:?}"
         );
@@ -581,18 +584,18 @@ mod tests {
         let r = rules(&of);
         assert!(
             r.contains(
-                &"priority=20, cookie=0x99, tcp,nw_dst=198.18.1.1 actions=output:8".to_string()
+                &"cookie=0x99, priority=20,tcp,nw_dst=198.18.1.1 actions=output:8".to_string()
             ),
             "{r:?}"
         );
         assert!(
             r.contains(
-                &"priority=20, cookie=0x99, udp,nw_dst=198.18.1.1 actions=output:8".to_string()
+                &"cookie=0x99, priority=20,udp,nw_dst=198.18.1.1 actions=output:8".to_string()
             ),
             "{r:?}"
         );
         assert!(
-            r.contains(&"table=1, priority=5, cookie=0x99, ip actions=output:8".to_string()),
+            r.contains(&"cookie=0x99, table=1, priority=5,ip actions=output:8".to_string()),
             "{r:?}"
         );
         // Nothing selected: nothing added.
@@ -617,9 +620,8 @@ mod tests {
             now,
         )
         .unwrap();
-        assert!(rules(&of).contains(
-            &"priority=10, cookie=0x1, ip,nw_dst=198.18.0.0/16 actions=drop".to_string()
-        ));
+        assert!(rules(&of)
+            .contains(&"cookie=0x1, priority=10,ip,nw_dst=198.18.0.0/16 actions=drop".to_string()));
     }
 
     #[test]

@@ -54,7 +54,8 @@ pub struct Rule {
     pub cookie: u64,
     pub idle_timeout: u16,
     pub hard_timeout: u16,
-    /// `OFPFF_*` flags from the `FLOW_MOD` that added it (0 from the CLI).
+    /// `OFPFF_*` flags from the `FLOW_MOD` that added it (from the CLI:
+    /// `SEND_FLOW_REM` when the rule says `send_flow_rem`).
     pub flags: u16,
     pub matching: Match,
     pub actions: Vec<Action>,
@@ -72,6 +73,7 @@ impl Rule {
             cookie: self.cookie,
             idle_timeout: self.idle_timeout,
             hard_timeout: self.hard_timeout,
+            send_flow_rem: self.flags & flow_mod::flags::SEND_FLOW_REM != 0,
             r#match: self.matching,
             actions: self.actions.clone(),
         }
@@ -302,7 +304,12 @@ impl Ofproto {
                 cookie: s.cookie,
                 idle_timeout: s.idle_timeout,
                 hard_timeout: s.hard_timeout,
-                flags: 0,
+                // `send_flow_rem` is the one flow-mod flag rule text carries.
+                flags: if s.send_flow_rem {
+                    flow_mod::flags::SEND_FLOW_REM
+                } else {
+                    0
+                },
                 matching: s.r#match,
                 actions: s.actions.clone(),
                 created: now,

@@ -283,6 +283,17 @@ impl Ctx<'_> {
                 self.key.clear_ct();
             }
             Action::Group(g) => self.group(*g, table_id),
+            // No egress queues: the queue changes nothing about forwarding.
+            Action::Enqueue { port, .. } => self.output_port(*port),
+            Action::WriteMetadata { value, mask } => {
+                self.set_field(Field::Metadata, (*value).into(), (*mask).into())
+            }
+            Action::OutputReg {
+                field,
+                ofs,
+                nbits,
+                max_len,
+            } => self.output_reg(*field, *ofs, *nbits, *max_len, table_id),
             Action::Resubmit { port, table } => {
                 let saved = self.key.in_port;
                 if let Some(p) = port {
@@ -293,6 +304,38 @@ impl Ctx<'_> {
                 self.table(table.unwrap_or(table_id));
                 self.key.in_port = saved;
             }
+        }
+    }
+
+    /// `output:FIELD[ofs..]`: the port number is read from the key now, so
+    /// those bits join the mask (a packet with another value there must
+    /// come up again). As OVS's `xlate_output_reg_action`: the value is a
+    /// 16-bit OpenFlow port (0xfff8.. are the reserved ports, widened here
+    /// to nicflow's 32-bit numbers), a larger value outputs nothing.
+    fn output_reg(&mut self, field: Field, ofs: u8, nbits: u8, max_len: u16, table_id: u8) {
+        let bits = if nbits >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << nbits) - 1
+        };
+        let sel = bits << ofs;
+        let wc = field.read(&self.wc.0) | sel;
+        field.write(&mut self.wc.0, wc);
+        let v = (field.read(&self.key) & sel) >> ofs;
+        let Ok(v) = u16::try_from(v) else {
+            return;
+        };
+        let p = match u32::from(v) {
+            p @ 0xfff8..=0xffff => p | 0xffff_0000,
+            p if p >= 0xff00 => return,
+            p => p,
+        };
+        match p {
+            ofp::CONTROLLER => self.controller(max_len, table_id),
+            // OFPP_TABLE (resubmit to table 0) is not built; OFPP_NONE is
+            // no port.
+            ofp::TABLE | ofp::NONE => {}
+            p => self.output_port(p),
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! nicflow's slow path runs one action list per rule, `goto_table` last,
 //! with no action set. So `APPLY_ACTIONS` maps action by action,
-//! `WRITE_METADATA` becomes a `set_field` on `metadata` after them,
+//! `WRITE_METADATA` becomes a `write_metadata` action after them,
 //! `GOTO_TABLE` the final `goto_table`, `CLEAR_ACTIONS` is a no-op (the
 //! action set is always empty) and a non-empty `WRITE_ACTIONS` is refused
 //! with `OFPBIC_UNSUP_INST`. A `METER` instruction becomes the list's first
@@ -99,12 +99,8 @@ pub fn to_nicflow(insts: &[Instruction], m: &Match, table: u8) -> Result<Transla
     if let Some(id) = meter {
         t.actions.insert(0, Action::Meter(id));
     }
-    if let Some((v, mask)) = metadata {
-        t.actions.push(Action::SetField {
-            field: Field::Metadata,
-            value: v.into(),
-            mask: mask.into(),
-        });
+    if let Some((value, mask)) = metadata {
+        t.actions.push(Action::WriteMetadata { value, mask });
     }
     if let Some(g) = goto {
         t.actions.push(Action::GotoTable(g));
@@ -361,8 +357,20 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
         // NAT only makes sense inside ct(...).
         OfAction::Nat(_) => return Err(e::BAC_BAD_ARG),
         OfAction::CtClear => Action::CtClear,
-        // nicflow has no output-to-register.
-        OfAction::OutputReg { .. } => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
+        OfAction::OutputReg {
+            src,
+            ofs,
+            n_bits,
+            max_len,
+        } => {
+            let (field, ofs) = subfield(*src, *ofs, (*n_bits).into())?;
+            Action::OutputReg {
+                field,
+                ofs,
+                nbits: *n_bits,
+                max_len: *max_len,
+            }
+        }
     }))
 }
 
@@ -375,24 +383,14 @@ pub fn from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<Instruction>, O
         Some((Action::GotoTable(t), rest)) => (rest, Some(*t)),
         _ => (actions, None),
     };
-    // A metadata write right before `goto_table` is what `WRITE_METADATA`
-    // becomes (see `to_nicflow`): give it back as that instruction, so a
-    // controller reads its rule as it sent it (os-ken's switch tester
-    // compares). Equivalent to the action: nothing runs between the two.
-    // Without a goto it stays an action, as `ovs-ofctl` sends
-    // `set_field:..->metadata`.
-    let (body, metadata) = match (goto, body.split_last()) {
-        (
-            Some(_),
-            Some((
-                Action::SetField {
-                    field: Field::Metadata,
-                    value,
-                    mask,
-                },
-                rest,
-            )),
-        ) => (rest, Some((*value as u64, *mask as u64))),
+    // `write_metadata` (what `WRITE_METADATA` becomes, see `to_nicflow`;
+    // the rule language keeps it after every other action but `goto_table`)
+    // goes back out as that instruction, so a controller reads its rule as
+    // it sent it (os-ken's switch tester compares), and as `ovs-ofctl`
+    // sends `write_metadata:V/M`. A `set_field:..->metadata` stays an
+    // action, as `ovs-ofctl` sends it.
+    let (body, metadata) = match body.split_last() {
+        Some((Action::WriteMetadata { value, mask }, rest)) => (rest, Some((*value, *mask))),
         _ => (body, None),
     };
     let mut insts = Vec::new();
@@ -510,6 +508,27 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
             Action::Group(g) => out.push(OfAction::Group(*g)),
             // Only a rule's first action: an instruction, not an action.
             Action::Meter(_) => return Err(e::bac(BadAction::BAD_TYPE)),
+            // Only before a rule's goto_table: an instruction too.
+            Action::WriteMetadata { .. } => return Err(e::bac(BadAction::BAD_TYPE)),
+            Action::OutputReg {
+                field,
+                ofs,
+                nbits,
+                max_len,
+            } => {
+                let src = OxmField::for_nicflow(*field).ok_or(e::BAC_BAD_ARG)?;
+                out.push(OfAction::OutputReg {
+                    src,
+                    ofs: (*ofs).into(),
+                    n_bits: *nbits,
+                    max_len: *max_len,
+                });
+            }
+            // OpenFlow 1.3 has no enqueue action: `ovs-ofctl -O OpenFlow13`
+            // sends `set_queue:Q,output:P,pop_queue`. nicflow has no queues
+            // to select and this crate no `SET_QUEUE`, so the output alone
+            // goes out; the queue number is not on the wire.
+            Action::Enqueue { port: p, .. } => out.push(port(*p)),
         }
     }
     Ok(out)
@@ -772,8 +791,7 @@ mod tests {
                     value: 80,
                     mask: 0xffff
                 },
-                Action::SetField {
-                    field: Field::Metadata,
+                Action::WriteMetadata {
                     value: 3,
                     mask: 0xf
                 },
@@ -808,8 +826,39 @@ mod tests {
         ];
         let t = to_nicflow(&sent, &Match::catchall(), 2).unwrap();
         assert_eq!(from_nicflow(&t.actions, &Match::catchall()).unwrap(), sent);
-        // Without a goto a metadata write stays an action (ovs-ofctl's
-        // `set_field:..->metadata`).
+        // `write_metadata` without a goto is the instruction too, as
+        // ovs-ofctl sends `output:1,write_metadata:0x5`.
+        let acts = [
+            Action::Output(1),
+            Action::WriteMetadata {
+                value: 5,
+                mask: u64::MAX,
+            },
+        ];
+        assert_eq!(
+            from_nicflow(&acts, &Match::catchall()).unwrap(),
+            vec![
+                Instruction::ApplyActions(vec![OfAction::Output {
+                    port: 1,
+                    max_len: 0
+                }]),
+                Instruction::WriteMetadata {
+                    metadata: 5,
+                    mask: u64::MAX
+                }
+            ]
+        );
+        // `enqueue`: the output goes out (nicflow has no queues to name).
+        let acts = [Action::Enqueue { port: 3, queue: 7 }];
+        assert_eq!(
+            from_nicflow(&acts, &Match::catchall()).unwrap(),
+            vec![Instruction::ApplyActions(vec![OfAction::Output {
+                port: 3,
+                max_len: 0
+            }])]
+        );
+        // A `set_field:..->metadata` stays an action (as ovs-ofctl sends
+        // it).
         let acts = [Action::SetField {
             field: Field::Metadata,
             value: 5,
