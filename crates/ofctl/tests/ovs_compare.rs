@@ -288,13 +288,13 @@ fn corpus() -> Vec<(String, Option<String>)> {
     let seed: u64 = std::env::var("NICFLOW_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0f_c7);
+        .unwrap_or(0x5eed_0fc7);
     eprintln!("ovs_compare: generator seed {seed} (NICFLOW_SEED=... to change)");
     let mut r = Rng(seed | 1);
     for _ in 0..250 {
         let (h, m, a) = (r.pick(HEADS), r.pick(MATCHES), r.pick(ACTIONS));
         let sep = if m.is_empty() { "" } else { "," };
-        let kw = if r.next() % 3 == 0 {
+        let kw = if r.next().is_multiple_of(3) {
             "action"
         } else {
             "actions"
