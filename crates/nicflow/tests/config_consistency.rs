@@ -207,12 +207,12 @@ fn a_change_the_full_disk_cannot_record_is_not_made() {
     // Full: adding the drop rule fails, and it is not in force.
     fs.fill();
     let e = lab.cli(&["add-flow", "br0", drop_icmp]).unwrap_err();
+    assert!(!dump_flows(&lab).contains("icmp"), "{}", dump_flows(&lab));
+    assert!(ping_ok(&lab), "a refused drop rule drops pings");
     assert!(
         e.contains("the change was not made") && e.contains("No space left"),
         "{e}"
     );
-    assert!(!dump_flows(&lab).contains("icmp"), "{}", dump_flows(&lab));
-    assert!(ping_ok(&lab), "a refused drop rule drops pings");
 
     // Room again: the rule is added, written, in force.
     fs.free();
