@@ -517,7 +517,7 @@ impl Switch {
         Ok(out)
     }
 
-    /// What [`Switch::undo`] needs to put a request on bridge `bridge` back:
+    /// What [`Switch::persist_or_undo`] needs to put a request on bridge `bridge` back:
     /// the configuration and the bridge's rules (only when there is a file
     /// to fail writing).
     fn checkpoint(&mut self, bridge: &str) -> Option<(Config, crate::ofproto::RuleState)> {
