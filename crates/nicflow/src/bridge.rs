@@ -174,15 +174,20 @@ impl Bridge {
         }
     }
 
-    /// Attach a port; returns its OpenFlow port number (1, 2, ...).
+    /// Attach a port; returns its OpenFlow port number (1, 2, ...). A name
+    /// held by [`Bridge::reserve_port`] gets its reserved number.
     pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u32, BridgeError> {
         let name = port.name().to_string();
-        if self.names.0.contains_key(&name) {
-            return Err(BridgeError::PortExists(name));
-        }
-        let no = self.next_port_no;
-        self.next_port_no += 1;
-        self.names.0.insert(name, no);
+        let no = match self.names.0.get(&name) {
+            Some(&no) if self.attached(&name).is_none() => no,
+            Some(_) => return Err(BridgeError::PortExists(name)),
+            None => {
+                let no = self.next_port_no;
+                self.next_port_no += 1;
+                self.names.0.insert(name, no);
+                no
+            }
+        };
         let offloads = port.accepts_offloads();
         let mut port = port;
         if let Some(m) = offload_manager(&mut self.dp) {
@@ -201,6 +206,28 @@ impl Bridge {
         Ok(no)
     }
 
+    /// Give a configured port whose interface cannot be opened (missing at
+    /// restart) its name and number without attaching anything: rules that
+    /// name it load and keep their meaning, outputs to it go nowhere, and
+    /// [`Bridge::add_port`] later attaches the port under the same number.
+    pub fn reserve_port(&mut self, name: &str) -> Result<u32, BridgeError> {
+        if self.names.0.contains_key(name) {
+            return Err(BridgeError::PortExists(name.to_string()));
+        }
+        let no = self.next_port_no;
+        self.next_port_no += 1;
+        self.names.0.insert(name.to_string(), no);
+        Ok(no)
+    }
+
+    /// The port number of `name` when a port is attached under it (not a
+    /// mere [`Bridge::reserve_port`] reservation).
+    pub fn attached(&self, name: &str) -> Option<u32> {
+        let no = *self.names.0.get(name)?;
+        self.ports.iter().any(|p| p.no == no).then_some(no)
+    }
+
+    /// Detach a port (or drop a reservation): its name no longer resolves.
     pub fn del_port(&mut self, name: &str) -> Result<(), BridgeError> {
         let no = self
             .names
@@ -361,6 +388,39 @@ impl Bridge {
             .iter()
             .map(|p| (p.port.name().to_string(), p.no, p.port.stats()))
             .collect()
+    }
+
+    /// Copy the bridge's rules (counters up to date), groups and meters, to
+    /// put a change back with [`Bridge::restore_rules`].
+    pub fn save_rules(&mut self) -> crate::ofproto::RuleState {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.save_rules()
+    }
+
+    /// Put back the rules, groups and meters of [`Bridge::save_rules`] (the
+    /// daemon could not persist a change) and revalidate, so no cached or
+    /// kernel flow keeps the undone decision. A meter the change deleted
+    /// comes back with zeroed counters.
+    pub fn restore_rules(&mut self, s: crate::ofproto::RuleState, now: Instant) {
+        self.dp.push_stats(&mut self.ofproto);
+        let before: BTreeMap<u32, nicflow_ofctl::meter::MeterSpec> = self
+            .ofproto
+            .meters()
+            .map(|m| (m.meter_id, m.clone()))
+            .collect();
+        self.ofproto.restore_rules(s);
+        for id in before.keys() {
+            if !self.ofproto.has_meter(*id) {
+                self.dp.remove_meter(*id);
+            }
+        }
+        let now_meters: Vec<_> = self.ofproto.meters().cloned().collect();
+        for m in now_meters {
+            if before.get(&m.meter_id) != Some(&m) {
+                self.dp.set_meter(m, now);
+            }
+        }
+        self.dp.revalidate(&mut self.ofproto);
     }
 
     /// Parse and add one rule.

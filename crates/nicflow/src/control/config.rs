@@ -229,6 +229,46 @@ impl BridgeConfig {
         self.ports.iter().find(|p| p.kind == PortType::Uplink)
     }
 
+    /// (interface, who uses it) of every port with an interface of its own
+    /// (all but tunnels) and every VF representor.
+    fn iface_users(&self) -> impl Iterator<Item = (&str, String)> + '_ {
+        let ports = self
+            .ports
+            .iter()
+            .filter(|p| !matches!(p.kind, PortType::Vxlan | PortType::Geneve))
+            .map(|p| {
+                (
+                    p.iface.as_str(),
+                    format!("port {} of bridge {}", p.name, self.name),
+                )
+            });
+        let reps = self.vfs.iter().map(|v| {
+            (
+                v.representor.as_str(),
+                format!("the representor of VF {} of bridge {}", v.name, self.name),
+            )
+        });
+        ports.chain(reps)
+    }
+
+    /// (underlay, `the underlay of tunnel port T of bridge B`) of every
+    /// tunnel port.
+    fn underlays(&self) -> impl Iterator<Item = (&str, String)> + '_ {
+        self.ports
+            .iter()
+            .filter(|p| matches!(p.kind, PortType::Vxlan | PortType::Geneve))
+            .filter_map(|p| {
+                let u = p.options.get("underlay")?;
+                Some((
+                    u.as_str(),
+                    format!(
+                        "the underlay of tunnel port {} of bridge {}",
+                        p.name, self.name
+                    ),
+                ))
+            })
+    }
+
     /// More than one uplink is an error naming them.
     pub fn check_uplinks(&self) -> Result<(), String> {
         let ups: Vec<&str> = self
@@ -304,7 +344,69 @@ impl Config {
         for b in &c.bridges {
             b.check_uplinks()?;
         }
+        c.check_unique()?;
         Ok(c)
+    }
+
+    /// Nothing is configured twice: a bridge name, a port name within its
+    /// bridge (VF representors are ports too), an interface (two ports on
+    /// one interface steal each other's traffic and delete each other's
+    /// upcall veth), or an interface that is both a port and a tunnel's
+    /// underlay. Tunnel ports may share an underlay (they share its socket).
+    pub fn check_unique(&self) -> Result<(), String> {
+        let mut bridges = std::collections::BTreeSet::new();
+        let mut ifaces: BTreeMap<&str, String> = BTreeMap::new();
+        for b in &self.bridges {
+            if !bridges.insert(b.name.as_str()) {
+                return Err(format!(
+                    "bridge `{}` is configured twice (bridge names are unique)",
+                    b.name
+                ));
+            }
+            let mut names = std::collections::BTreeSet::new();
+            let ports = b.ports.iter().map(|p| p.name.as_str());
+            for n in ports.chain(b.vfs.iter().map(|v| v.representor.as_str())) {
+                if !names.insert(n) {
+                    return Err(format!(
+                        "bridge {}: port `{n}` is configured twice (port names are unique per bridge)",
+                        b.name
+                    ));
+                }
+            }
+            for (iface, user) in b.iface_users() {
+                if let Some(first) = ifaces.insert(iface, user.clone()) {
+                    return Err(format!(
+                        "interface `{iface}` is attached twice: as {first} and as {user}"
+                    ));
+                }
+            }
+        }
+        for b in &self.bridges {
+            for (underlay, tunnel) in b.underlays() {
+                if let Some(user) = ifaces.get(underlay) {
+                    return Err(format!(
+                        "interface `{underlay}` is {tunnel} and also attached as {user}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What uses interface `iface` (as [`Config::check_unique`] describes
+    /// it: `port p1 of bridge br0`, ...), if anything: a port or VF
+    /// representor, or with `underlays` also a tunnel's underlay.
+    pub fn iface_user(&self, iface: &str, underlays: bool) -> Option<String> {
+        self.bridges.iter().find_map(|b| {
+            b.iface_users()
+                .find(|(i, _)| *i == iface)
+                .or_else(|| {
+                    b.underlays()
+                        .filter(|_| underlays)
+                        .find(|(i, _)| *i == iface)
+                })
+                .map(|(_, user)| user)
+        })
     }
 
     pub fn to_toml(&self) -> String {
@@ -324,7 +426,7 @@ impl Config {
         }
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         // Owner-only: tunnel ports keep ESP keys and pre-shared keys here.
-        let mut f = {
+        let f = {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()
                 .write(true)
@@ -334,10 +436,24 @@ impl Config {
                 .open(&tmp)
                 .map_err(err)?
         };
-        f.write_all(self.to_toml().as_bytes()).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        drop(f);
-        std::fs::rename(&tmp, path).map_err(err)?;
+        let written = (|| {
+            let mut f = f;
+            f.write_all(self.to_toml().as_bytes())?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(e) = written {
+            // A full disk must not leave a truncated temporary file behind.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err(e));
+        }
+        // The rename itself is durable once the directory is synced.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
         Ok(())
     }
 
@@ -487,5 +603,87 @@ mod tests {
         )
         .is_err());
         assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    /// Issue 28 item 7: a file that configures a bridge, a port name or an
+    /// interface twice is refused at load, naming both.
+    #[test]
+    fn duplicates_are_refused_at_load() {
+        let port = |b: &str, n: &str, i: &str| {
+            format!(
+                "[[bridge]]\nname='{b}'\n[[bridge.port]]\nname='{n}'\niface='{i}'\ntype='auto'\n"
+            )
+        };
+        let e = Config::parse("[[bridge]]\nname='br0'\n[[bridge]]\nname='br0'\n").unwrap_err();
+        assert!(e.contains("bridge `br0` is configured twice"), "{e}");
+        // One interface in two bridges, or twice in one under two names.
+        let e = Config::parse(&format!(
+            "{}{}",
+            port("br0", "p1", "veth1"),
+            port("br1", "p1", "veth1")
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("interface `veth1` is attached twice: as port p1 of bridge br0 and as port p1 of bridge br1"),
+            "{e}"
+        );
+        let two = format!(
+            "{}[[bridge.port]]\nname='p2'\niface='veth1'\ntype='afpacket'\n",
+            port("br0", "p1", "veth1")
+        );
+        let e = Config::parse(&two).unwrap_err();
+        assert!(
+            e.contains("as port p1 of bridge br0 and as port p2 of bridge br0"),
+            "{e}"
+        );
+        let same_name = format!(
+            "{}[[bridge.port]]\nname='p1'\niface='veth2'\ntype='afpacket'\n",
+            port("br0", "p1", "veth1")
+        );
+        let e = Config::parse(&same_name).unwrap_err();
+        assert!(
+            e.contains("bridge br0: port `p1` is configured twice"),
+            "{e}"
+        );
+        // A representor that is also a port; a port that is an underlay.
+        let rep = format!("{}[[bridge.vf]]\nname='v'\nindex=0\nnamespace='n'\nmac='02:00:00:00:00:01'\nrepresentor='br1pf0vf0'\n", port("br1", "p", "br1pf0vf0"));
+        let e = Config::parse(&rep).unwrap_err();
+        assert!(e.contains("the representor of VF v of bridge br1"), "{e}");
+        let under = format!("{}[[bridge.port]]\nname='vx'\niface='vx'\ntype='vxlan'\noptions={{underlay='eth1'}}\n[[bridge.port]]\nname='gn'\niface='gn'\ntype='geneve'\noptions={{underlay='eth1'}}\n", port("br0", "p1", "veth1"));
+        // Tunnels share an underlay.
+        let c = Config::parse(&under).unwrap();
+        assert_eq!(
+            c.iface_user("eth1", true).unwrap(),
+            "the underlay of tunnel port vx of bridge br0"
+        );
+        assert_eq!(c.iface_user("eth1", false), None);
+        assert_eq!(
+            c.iface_user("veth1", false).unwrap(),
+            "port p1 of bridge br0"
+        );
+        let e = Config::parse(&format!("{under}{}", port("br1", "up", "eth1"))).unwrap_err();
+        assert!(
+            e.contains("interface `eth1` is the underlay of tunnel port vx of bridge br0 and also attached as port up of bridge br1"),
+            "{e}"
+        );
+    }
+
+    /// Issue 28 item 8: a failed write leaves neither a temporary file nor
+    /// a changed target.
+    #[test]
+    fn a_failed_save_leaves_no_temporary_file() {
+        let dir = std::env::temp_dir().join(format!("nicflow-cfgfail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // The target is a non-empty directory: the final rename fails.
+        let path = dir.join("sw.toml");
+        std::fs::create_dir_all(path.join("x")).unwrap();
+        let e = Config::default().save(&path).unwrap_err().to_string();
+        assert!(e.contains("sw.toml"), "{e}");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("sw.toml")], "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,7 +7,8 @@
 //! rounds ([`super::clients`]). While traffic flows it goes from ring to ring without system
 //! calls; once a round finds nothing it sleeps in `poll` (after a 50 µs spin
 //! for AF_XDP ports), so an idle switch uses no CPU. Housekeeping
-//! (flow aging, rule timeouts, MAC aging) runs once a second. OpenFlow
+//! (flow aging, rule timeouts, MAC aging, re-attaching ports whose
+//! interface came back, writing what changed) runs once a second. OpenFlow
 //! controller connections ([`super::openflow`]) are polled and served the
 //! same way as control clients. SIGINT and
 //! SIGTERM stop the loop; dropping the switch closes every port.
@@ -224,6 +225,7 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
                 br.tick(now);
             }
             sw.openflow_tick(now);
+            sw.tick(now);
             last_tick = now;
         }
     }

@@ -224,8 +224,19 @@ pub struct Switch {
     /// Controller connections (`control::openflow`).
     openflow: super::openflow::OpenFlow,
     /// Rules changed over OpenFlow since the config file was last written:
-    /// it is written at the next tick (not once per `FLOW_MOD`).
+    /// it is written at the next tick (not once per `FLOW_MOD`), and at every
+    /// tick after until a write succeeds.
     of_dirty: bool,
+    /// Per bridge, its count of rules expired by idle or hard timeout when
+    /// the config file was last written: a tick that finds more writes it
+    /// again, so an expired rule does not come back at restart.
+    expired_written: BTreeMap<String, u64>,
+    /// Why each configured port (bridge, port) that is not attached could
+    /// not be opened the last time it was tried (logged once per reason),
+    /// and when it may be tried again while its interface exists.
+    detached: BTreeMap<(String, String), (String, Instant)>,
+    /// The last error writing the config file from the tick (logged once).
+    tick_write_error: Option<String>,
 }
 
 /// A bridge's targets, parsed (the config keeps them as text).
@@ -325,6 +336,9 @@ impl Switch {
             uplink_kinds: BTreeMap::new(),
             openflow: Default::default(),
             of_dirty: false,
+            expired_written: BTreeMap::new(),
+            detached: BTreeMap::new(),
+            tick_write_error: None,
         };
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
@@ -338,7 +352,14 @@ impl Switch {
                             sw.uplink_kinds.insert(bc.name.clone(), kind);
                         }
                     }
-                    Err(e) => tracing::error!(bridge = %bc.name, "port {}: {e}", pc.name),
+                    Err(e) => {
+                        // Kept under its name and number: its rules load,
+                        // and the tick attaches it when the interface is back.
+                        tracing::error!(bridge = %bc.name, "port {}: {e}; not attached (kept in the config, attached when its interface appears)", pc.name);
+                        br.reserve_port(&pc.name).map_err(|e| e.to_string())?;
+                        sw.detached
+                            .insert((bc.name.clone(), pc.name.clone()), (e, now()));
+                    }
                 }
             }
             for vfc in &bc.vfs {
@@ -347,7 +368,17 @@ impl Switch {
                         tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
                         sw.rep_kinds.insert(vfc.representor.clone(), kind);
                     }
-                    Err(e) => tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name),
+                    Err(e) => {
+                        tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name);
+                        if br.attached(&vfc.representor).is_none()
+                            && !br.port_map().0.contains_key(&vfc.representor)
+                        {
+                            br.reserve_port(&vfc.representor)
+                                .map_err(|e| e.to_string())?;
+                        }
+                        sw.detached
+                            .insert((bc.name.clone(), vfc.representor.clone()), (e, now()));
+                    }
                 }
             }
             // Meters and groups first: the rules that name them load after them.
@@ -415,10 +446,19 @@ impl Switch {
     /// Rules added over OpenFlow are written too; the fail-open rule
     /// (`control::openflow::FAIL_OPEN_COOKIE`) never is.
     fn persist(&mut self) -> Result<(), String> {
-        self.of_dirty = false;
+        self.persist_without(None)
+    }
+
+    /// [`Switch::persist`], with the rules written as if port `hide`
+    /// (bridge, port) were already gone: a deletion is written before it is
+    /// made, in the words the file will have after it.
+    fn persist_without(&mut self, hide: Option<(&str, &str)>) -> Result<(), String> {
         for bc in self.config.bridges.iter_mut() {
             if let Some(br) = self.bridges.get_mut(&bc.name) {
-                let names = br.port_map().clone();
+                let mut names = br.port_map().clone();
+                if let Some((_, port)) = hide.filter(|(b, _)| *b == bc.name) {
+                    names.0.remove(port);
+                }
                 let fail_open = self.openflow.fail_open(&bc.name);
                 // Meters, then groups, then rules: each loads before what
                 // names it.
@@ -442,9 +482,71 @@ impl Switch {
             }
         }
         if let Some(p) = &self.config_path {
-            self.config.save(p).map_err(|e| e.to_string())?;
+            self.config
+                .save(p)
+                .map_err(|e| format!("the change was not made: {e}"))?;
         }
+        self.of_dirty = false;
+        self.expired_written = self
+            .bridges
+            .iter()
+            .map(|(n, b)| (n.clone(), b.ofproto_stats().rules_expired))
+            .collect();
         Ok(())
+    }
+
+    /// Run `change` on bridge `bridge`'s rules, groups or meters and write
+    /// the config file; when the file cannot be written the bridge gets its
+    /// rules back as they were (counters included), so the switch never
+    /// runs what the file does not say and the request fails.
+    fn change_rules<T>(
+        &mut self,
+        bridge: &str,
+        change: impl FnOnce(&mut Bridge) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let keep = self.config_path.is_some();
+        let br = self.bridge(bridge)?;
+        let saved = keep.then(|| br.save_rules());
+        let out = change(br)?;
+        if let Err(e) = self.persist() {
+            if let (Some(s), Some(br)) = (saved, self.bridges.get_mut(bridge)) {
+                br.restore_rules(s, now());
+            }
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// What [`Switch::persist_or_undo`] needs to put a request on bridge `bridge` back:
+    /// the configuration and the bridge's rules (only when there is a file
+    /// to fail writing).
+    fn checkpoint(&mut self, bridge: &str) -> Option<(Config, crate::ofproto::RuleState)> {
+        self.config_path.as_ref()?;
+        let rules = self.bridges.get_mut(bridge)?.save_rules();
+        Some((self.config.clone(), rules))
+    }
+
+    /// Write the config file; when that fails, put back what
+    /// [`Switch::checkpoint`] saved (configuration, rules, controllers) and
+    /// fail.
+    fn persist_or_undo(
+        &mut self,
+        bridge: &str,
+        saved: Option<(Config, crate::ofproto::RuleState)>,
+    ) -> Result<(), String> {
+        let Err(e) = self.persist() else {
+            return Ok(());
+        };
+        if let Some((config, rules)) = saved {
+            self.config = config;
+            if let Some(br) = self.bridges.get_mut(bridge) {
+                br.restore_rules(rules, now());
+            }
+            if let Err(c) = self.of_configure(bridge) {
+                tracing::warn!(bridge, "restoring the controllers: {c}");
+            }
+        }
+        Err(e)
     }
 
     /// OpenFlow descriptors for the daemon's `poll`.
@@ -468,15 +570,127 @@ impl Switch {
         }
     }
 
-    /// Once a second: probes, port status, fail-open; rules changed over
-    /// OpenFlow are written to the config file.
+    /// Once a second: probes, port status, fail-open (rules changed over
+    /// OpenFlow are written by [`Switch::tick`]).
     pub fn openflow_tick(&mut self, now: Instant) {
         self.openflow.tick(&mut self.bridges, now);
-        if self.of_dirty {
-            if let Err(e) = self.persist() {
-                tracing::warn!("writing the config: {e}");
+    }
+
+    /// Once a second, after the bridges' own ticks: attach configured ports
+    /// whose interface has come back, and write the config file when rules
+    /// changed over OpenFlow or expired (idle or hard timeout) since it was
+    /// last written — an expired rule must not come back at restart. A
+    /// failed write is logged (once per reason) and tried again every tick;
+    /// these changes are not undone (a controller has been answered, a
+    /// timeout has passed).
+    pub fn tick(&mut self, now: Instant) {
+        self.reattach(now);
+        let expired = self.bridges.iter().any(|(n, b)| {
+            b.ofproto_stats().rules_expired != self.expired_written.get(n).copied().unwrap_or(0)
+        });
+        if !(expired || self.of_dirty) {
+            return;
+        }
+        match self.persist() {
+            Ok(()) => {
+                if let Some(e) = self.tick_write_error.take() {
+                    tracing::info!("config file written again (it had failed: {e})");
+                }
+            }
+            Err(e) => {
+                if self.tick_write_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!("writing the config (retried every second): {e}");
+                }
+                self.tick_write_error = Some(e);
             }
         }
+    }
+
+    /// Attach every configured port and VF representor that is not
+    /// attached (its interface or namespace was missing) once its interface
+    /// (a tunnel's underlay, a VF's namespace) exists, under the port
+    /// number it kept; its rules work again from then on. A port whose
+    /// interface exists but still fails to open is tried again every 10 s.
+    fn reattach(&mut self, now: Instant) {
+        const RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+        let mut ports = Vec::new();
+        let mut vfs = Vec::new();
+        for bc in &self.config.bridges {
+            let Some(br) = self.bridges.get(&bc.name) else {
+                continue;
+            };
+            let waiting = |name: &str| {
+                br.attached(name).is_none()
+                    && br.port_map().0.contains_key(name)
+                    && self
+                        .detached
+                        .get(&(bc.name.clone(), name.to_string()))
+                        .is_none_or(|(_, at)| now >= *at)
+            };
+            for pc in bc.ports.iter().filter(|p| waiting(&p.name)) {
+                let present = match pc.kind {
+                    PortType::Vxlan | PortType::Geneve => pc
+                        .options
+                        .get("underlay")
+                        .is_none_or(|u| vf::link_exists(None, u)),
+                    PortType::Tap | PortType::Internal => true,
+                    _ => vf::link_exists(None, &pc.iface),
+                };
+                if present {
+                    ports.push((bc.name.clone(), bc.port_mode(), pc.clone()));
+                }
+            }
+            for v in bc.vfs.iter().filter(|v| waiting(&v.representor)) {
+                if vf::namespace_exists(&v.namespace) {
+                    vfs.push((bc.name.clone(), bc.port_mode(), v.clone()));
+                }
+            }
+        }
+        for (bridge, mode, pc) in ports {
+            let Some(br) = self.bridges.get_mut(&bridge) else {
+                continue;
+            };
+            let r = open_port(&pc, mode).and_then(|p| {
+                let kind = p.kind();
+                br.add_port(p)
+                    .map(|no| (no, kind))
+                    .map_err(|e| e.to_string())
+            });
+            let key = (bridge.clone(), pc.name.clone());
+            match r {
+                Ok((no, kind)) => {
+                    tracing::info!(bridge = %bridge, "port {} ({}, {kind}) attached as ofport {no}: its interface is back", pc.name, pc.iface);
+                    self.detached.remove(&key);
+                    if pc.kind == PortType::Uplink {
+                        self.uplink_kinds.insert(bridge, kind);
+                    }
+                }
+                Err(e) => self.note_detached(key, e, now + RETRY),
+            }
+        }
+        for (bridge, mode, v) in vfs {
+            let Some(br) = self.bridges.get_mut(&bridge) else {
+                continue;
+            };
+            let key = (bridge.clone(), v.representor.clone());
+            match restore_vf(&bridge, br, &v, mode) {
+                Ok((no, kind)) => {
+                    tracing::info!(bridge = %bridge, "VF {} ({}) attached as ofport {no}: its namespace is back", v.name, v.representor);
+                    self.detached.remove(&key);
+                    self.rep_kinds.insert(v.representor.clone(), kind);
+                }
+                Err(e) => self.note_detached(key, e, now + RETRY),
+            }
+        }
+    }
+
+    /// Remember why a port could not be attached; log it when the reason
+    /// is new.
+    fn note_detached(&mut self, key: (String, String), e: String, retry: Instant) {
+        if self.detached.get(&key).is_none_or(|(old, _)| *old != e) {
+            tracing::warn!(bridge = %key.0, "port {} still not attached: {e}", key.1);
+        }
+        self.detached.insert(key, (e, retry));
     }
 
     /// What Open vSwitch does when a bridge gains its first (active)
@@ -541,7 +755,7 @@ impl Switch {
                 );
                 self.bridges.insert(bridge.clone(), br);
                 self.config.bridges.push(BridgeConfig {
-                    name: bridge,
+                    name: bridge.clone(),
                     flows: Vec::new(),
                     ports: Vec::new(),
                     offload: None,
@@ -549,24 +763,36 @@ impl Switch {
                     vfs: Vec::new(),
                     openflow: Default::default(),
                 });
-                self.persist()?;
+                if let Err(e) = self.persist() {
+                    // Not saved: the bridge goes again.
+                    self.bridges.remove(&bridge);
+                    self.config.bridges.retain(|b| b.name != bridge);
+                    return Err(e);
+                }
                 Ok(Response::ok("", json!(null)))
             }
             Request::DelBr { bridge } => {
-                if self.bridges.remove(&bridge).is_none() {
+                if !self.bridges.contains_key(&bridge) {
                     return Err(format!("no bridge `{bridge}`"));
                 }
-                // The ports are closed (dropped); now their veth pairs go.
-                for bc in self.config.bridges.iter().filter(|b| b.name == bridge) {
-                    for vfc in &bc.vfs {
-                        vf::delete_pair(&vfc.representor);
-                        self.rep_kinds.remove(&vfc.representor);
+                // Written first: a deletion the file cannot record is not made.
+                let at = self.config.bridges.iter().position(|b| b.name == bridge);
+                let bc = at.map(|i| self.config.bridges.remove(i));
+                if let Err(e) = self.persist() {
+                    if let (Some(i), Some(bc)) = (at, bc) {
+                        self.config.bridges.insert(i, bc);
                     }
+                    return Err(e);
+                }
+                // The ports are closed (dropped); now their veth pairs go.
+                self.bridges.remove(&bridge);
+                for vfc in bc.iter().flat_map(|b| &b.vfs) {
+                    vf::delete_pair(&vfc.representor);
+                    self.rep_kinds.remove(&vfc.representor);
                 }
                 self.uplink_kinds.remove(&bridge);
                 self.openflow.remove(&bridge);
-                self.config.bridges.retain(|b| b.name != bridge);
-                self.persist()?;
+                self.detached.retain(|(b, _), _| *b != bridge);
                 Ok(Response::ok("", json!(null)))
             }
             Request::AddPort {
@@ -585,6 +811,8 @@ impl Switch {
                 if kind == PortType::Uplink {
                     self.check_new_uplink(&bridge, &iface)?;
                 }
+                self.bridge(&bridge)?;
+                self.check_new_iface(kind, &iface, &options)?;
                 let mode = self.mode_of(&bridge);
                 let br = self.bridge(&bridge)?;
                 if br.port_map().0.contains_key(&name) {
@@ -641,15 +869,31 @@ impl Switch {
                         v.name, v.name
                     ));
                 }
-                let br = self.bridge(&bridge)?;
-                br.del_port(&name).map_err(|e| e.to_string())?;
+                if !self.bridge(&bridge)?.port_map().0.contains_key(&name) {
+                    return Err(crate::bridge::BridgeError::NoSuchPort(name).to_string());
+                }
+                // Written first (its rules in the words they will have
+                // then): a deletion the file cannot record is not made.
+                let mut old_ports = None;
+                let mut was_uplink = false;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
-                    if bc.uplink().is_some_and(|u| u.name == name) {
-                        self.uplink_kinds.remove(&bridge);
-                    }
+                    was_uplink = bc.uplink().is_some_and(|u| u.name == name);
+                    old_ports = Some(bc.ports.clone());
                     bc.ports.retain(|p| p.name != name);
                 }
-                self.persist()?;
+                if let Err(e) = self.persist_without(Some((&bridge, &name))) {
+                    if let (Some(bc), Some(ports)) = (self.config.bridge_mut(&bridge), old_ports) {
+                        bc.ports = ports;
+                    }
+                    return Err(e);
+                }
+                self.bridge(&bridge)?
+                    .del_port(&name)
+                    .map_err(|e| e.to_string())?;
+                if was_uplink {
+                    self.uplink_kinds.remove(&bridge);
+                }
+                self.detached.remove(&(bridge, name));
                 Ok(Response::ok("", json!(null)))
             }
             Request::Show => Ok(self.show()),
@@ -673,26 +917,22 @@ impl Switch {
             ),
             Request::DelVf { bridge, name } => self.del_vf(&bridge, &name),
             Request::AddFlow { bridge, flow } => {
-                self.bridge(&bridge)?
-                    .add_flow_str(&flow, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                self.change_rules(&bridge, |br| {
+                    br.add_flow_str(&flow, now()).map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::AddFlows { bridge, text } => {
-                let n = self
-                    .bridge(&bridge)?
-                    .add_flows_str(&text, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                let n = self.change_rules(&bridge, |br| {
+                    br.add_flows_str(&text, now()).map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!({ "added": n })))
             }
             Request::DelFlows { bridge, filter } => {
-                let n = self
-                    .bridge(&bridge)?
-                    .del_flows_str(filter.as_deref().unwrap_or(""))
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                let n = self.change_rules(&bridge, |br| {
+                    br.del_flows_str(filter.as_deref().unwrap_or(""))
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!({ "deleted": n })))
             }
             Request::DumpFlows { bridge } => {
@@ -773,17 +1013,17 @@ impl Switch {
                 ))
             }
             Request::AddGroup { bridge, group } => {
-                self.bridge(&bridge)?
-                    .add_groups_str(&group, false, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                self.change_rules(&bridge, |br| {
+                    br.add_groups_str(&group, false, now())
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::ModGroup { bridge, group } => {
-                self.bridge(&bridge)?
-                    .add_groups_str(&group, true, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                self.change_rules(&bridge, |br| {
+                    br.add_groups_str(&group, true, now())
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::AddMeter { bridge, meter } | Request::ModMeter { bridge, meter }
@@ -794,25 +1034,25 @@ impl Switch {
                 ))
             }
             Request::AddMeter { bridge, meter } => {
-                self.bridge(&bridge)?
-                    .add_meter_str(&meter, false, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                self.change_rules(&bridge, |br| {
+                    br.add_meter_str(&meter, false, now())
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::ModMeter { bridge, meter } => {
-                self.bridge(&bridge)?
-                    .add_meter_str(&meter, true, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                self.change_rules(&bridge, |br| {
+                    br.add_meter_str(&meter, true, now())
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::DelMeters { bridge, filter } => {
                 let id =
                     nicflow_ofctl::meter::parse_meter_selector(filter.as_deref().unwrap_or(""))
                         .map_err(|e| e.to_string())?;
-                let (meters, rules) = self.bridge(&bridge)?.del_meters(id, now());
-                self.persist()?;
+                let (meters, rules) =
+                    self.change_rules(&bridge, |br| Ok(br.del_meters(id, now())))?;
                 Ok(Response::ok(
                     "",
                     json!({ "deleted": meters, "rules_deleted": rules }),
@@ -852,19 +1092,17 @@ impl Switch {
                 Ok(Response::ok(text, json!(data)))
             }
             Request::AddGroups { bridge, text } => {
-                let n = self
-                    .bridge(&bridge)?
-                    .add_groups_str(&text, false, now())
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                let n = self.change_rules(&bridge, |br| {
+                    br.add_groups_str(&text, false, now())
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok("", json!({ "added": n })))
             }
             Request::DelGroups { bridge, filter } => {
-                let (groups, rules) = self
-                    .bridge(&bridge)?
-                    .del_groups_str(filter.as_deref().unwrap_or(""))
-                    .map_err(|e| e.to_string())?;
-                self.persist()?;
+                let (groups, rules) = self.change_rules(&bridge, |br| {
+                    br.del_groups_str(filter.as_deref().unwrap_or(""))
+                        .map_err(|e| e.to_string())
+                })?;
                 Ok(Response::ok(
                     "",
                     json!({ "deleted": groups, "rules_deleted": rules }),
@@ -997,19 +1235,41 @@ impl Switch {
                             .unwrap_or_default();
                         let br = self.bridge(&bridge)?;
                         apply_offload(br, mode, &options, config_path.as_deref())?;
+                        let mut old = None;
                         if let Some(bc) = self.config.bridge_mut(&bridge) {
+                            old = Some(bc.offload);
                             bc.offload = Some(mode);
                         }
-                        self.persist()?;
+                        if let Err(e) = self.persist() {
+                            // Not saved: back to the configured mode.
+                            let old = old.flatten();
+                            if let Some(bc) = self.config.bridge_mut(&bridge) {
+                                bc.offload = old;
+                            }
+                            let br = self.bridge(&bridge)?;
+                            let _ = apply_offload(
+                                br,
+                                old.unwrap_or_default(),
+                                &options,
+                                config_path.as_deref(),
+                            );
+                            return Err(e);
+                        }
                         Ok(Response::ok("", json!({ "offload": mode.as_str() })))
                     }
                     "protocols" => {
                         let v = check_protocols(&value)?;
                         self.bridge(&bridge)?;
+                        let mut old = None;
                         if let Some(bc) = self.config.bridge_mut(&bridge) {
-                            bc.openflow.protocols = Some(v.clone());
+                            old = bc.openflow.protocols.replace(v.clone());
                         }
-                        self.persist()?;
+                        if let Err(e) = self.persist() {
+                            if let Some(bc) = self.config.bridge_mut(&bridge) {
+                                bc.openflow.protocols = old;
+                            }
+                            return Err(e);
+                        }
                         Ok(Response::ok("", json!({ "protocols": v })))
                     }
                     _ => Err(format!(
@@ -1020,6 +1280,7 @@ impl Switch {
             Request::SetController { bridge, targets } => {
                 self.bridge(&bridge)?;
                 let parsed = parse_targets(&targets)?;
+                let saved = self.checkpoint(&bridge);
                 let texts: Vec<String> = parsed.iter().map(|t| t.to_string()).collect();
                 let mode = self
                     .config
@@ -1035,11 +1296,12 @@ impl Switch {
                 if had != has_active(&texts) {
                     self.flush_flows(&bridge)?;
                 }
-                self.persist()?;
+                self.persist_or_undo(&bridge, saved)?;
                 Ok(Response::ok("", json!({ "controllers": texts })))
             }
             Request::DelController { bridge } => {
                 self.bridge(&bridge)?;
+                let saved = self.checkpoint(&bridge);
                 let mut had = false;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
                     had = has_active(&bc.openflow.controllers);
@@ -1049,7 +1311,7 @@ impl Switch {
                 if had {
                     self.flush_flows(&bridge)?;
                 }
-                self.persist()?;
+                self.persist_or_undo(&bridge, saved)?;
                 Ok(Response::ok("", json!(null)))
             }
             Request::GetController { bridge } => {
@@ -1084,6 +1346,7 @@ impl Switch {
                 self.bridge(&bridge)?;
                 let m = super::openflow::FailMode::parse(&mode)
                     .ok_or_else(|| format!("fail mode `{mode}`: expected standalone or secure"))?;
+                let saved = self.checkpoint(&bridge);
                 let mut flush = false;
                 if let Some(bc) = self.config.bridge_mut(&bridge) {
                     flush = bc.openflow.fail_mode.unwrap_or_default() != m
@@ -1094,7 +1357,7 @@ impl Switch {
                 if flush {
                     self.flush_flows(&bridge)?;
                 }
-                self.persist()?;
+                self.persist_or_undo(&bridge, saved)?;
                 Ok(Response::ok("", json!({ "fail_mode": m.as_str() })))
             }
             Request::GetFailMode { bridge } => {
@@ -1154,6 +1417,36 @@ impl Switch {
         Ok(())
     }
 
+    /// `add-port`: an interface is attached once. Refused (before anything
+    /// is opened) when it is already a port or VF representor of any bridge
+    /// or a tunnel's underlay, and a tunnel's underlay when it is a port or
+    /// representor (tunnel ports share underlays): two ports on one
+    /// interface take each other's traffic, and deleting one removes the
+    /// other's upcall veth.
+    fn check_new_iface(
+        &self,
+        kind: PortType,
+        iface: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        if matches!(kind, PortType::Vxlan | PortType::Geneve) {
+            if let Some(u) = options.get("underlay") {
+                if let Some(user) = self.config.iface_user(u, false) {
+                    return Err(format!(
+                        "interface `{u}` is already attached as {user}; it cannot also be a tunnel's underlay"
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        match self.config.iface_user(iface, true) {
+            Some(user) => Err(format!(
+                "interface `{iface}` is already attached as {user}; an interface is attached once (`nicflow del-port` it there first)"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The devlink-style entry of a bridge's uplink (flavour `physical`).
     fn uplink_json(&self, bridge: &str, u: &PortConfig) -> serde_json::Value {
         let no = self.ofport(bridge, &u.name);
@@ -1174,9 +1467,7 @@ impl Switch {
 
     /// The OpenFlow port number of `port` on `bridge`, if attached.
     fn ofport(&self, bridge: &str, port: &str) -> Option<u32> {
-        self.bridges
-            .get(bridge)
-            .and_then(|b| b.port_map().0.get(port).copied())
+        self.bridges.get(bridge).and_then(|b| b.attached(port))
     }
 
     fn vf_json(&self, bridge: &str, v: &VfConfig) -> serde_json::Value {
@@ -1228,6 +1519,11 @@ impl Switch {
                     v.name, bc.name
                 ));
             }
+        }
+        if let Some(user) = self.config.iface_user(&representor, true) {
+            return dup(format!(
+                "interface `{representor}` is already attached as {user}"
+            ));
         }
         if self.bridges[bridge].port_map().0.contains_key(&representor) {
             return dup(format!(
@@ -1321,13 +1617,25 @@ impl Switch {
                 .map(|v| (*v).clone())
                 .ok_or_else(|| format!("bridge {bridge} has no VF `{name}`"))?,
         };
+        // Written first: a deletion the file cannot record is not made.
+        if let Some(bc) = self.config.bridge_mut(bridge) {
+            bc.vfs.retain(|v| v.representor != vfc.representor);
+        }
+        if let Err(e) = self.persist_without(Some((bridge, &vfc.representor))) {
+            if let Some(bc) = self.config.bridge_mut(bridge) {
+                bc.vfs.push(vfc.clone());
+                bc.vfs.sort_by_key(|v| v.index);
+            }
+            return Err(e);
+        }
         let br = self.bridge(bridge)?;
         if br.port_map().0.contains_key(&vfc.representor) {
             br.del_port(&vfc.representor).map_err(|e| e.to_string())?;
         }
         vf::delete_pair(&vfc.representor);
         self.forget_vf(bridge, &vfc.representor);
-        self.persist()?;
+        self.detached
+            .remove(&(bridge.to_string(), vfc.representor.clone()));
         Ok(Response::ok("", json!(null)))
     }
 
@@ -1339,7 +1647,7 @@ impl Switch {
             let br = self.bridges.get(&bc.name);
             let mut ports = Vec::new();
             for pc in &bc.ports {
-                let no = br.and_then(|b| b.port_map().0.get(&pc.name).copied());
+                let no = br.and_then(|b| b.attached(&pc.name));
                 let state = match no {
                     Some(n) => format!("ofport {n}"),
                     None => "not attached".to_string(),
@@ -1617,6 +1925,16 @@ impl Switch {
                     "tx_packets": ps.tx_packets, "tx_bytes": ps.tx_bytes, "tx_dropped": ps.tx_dropped,
                 }));
             }
+            // Configured ports whose interface is missing (see `tick`).
+            if let Some(bc) = self.config.bridge(name) {
+                let reps = bc.vfs.iter().map(|v| v.representor.as_str());
+                for pname in bc.ports.iter().map(|p| p.name.as_str()).chain(reps) {
+                    if br.attached(pname).is_none() {
+                        let _ = writeln!(text, "  port {pname}: not attached");
+                        ports.push(json!({ "name": pname, "ofport": null, "attached": false }));
+                    }
+                }
+            }
             data.push(json!({
                 "bridge": name,
                 "datapath": {
@@ -1807,5 +2125,283 @@ mod tests {
         );
         assert_eq!(show_json(&sw), before);
         assert_eq!(sw.config, cfg);
+    }
+
+    /// Issue 28 item 6: a port whose interface is missing at startup no
+    /// longer stops the daemon when a rule names it; it keeps its name and
+    /// number, `show` and `stats` say "not attached", its rules stay.
+    #[test]
+    fn a_missing_port_named_by_rules_is_kept_not_attached() {
+        let cfg = Config::parse(
+            "[[bridge]]\nname='br0'\noffload='none'\nflows=['priority=10,in_port=p1,actions=output:p2','priority=10,in_port=p2,actions=output:p1']\n[[bridge.port]]\nname='p1'\niface='nfmiss-absent1'\ntype='afpacket'\n[[bridge.port]]\nname='p2'\niface='nfmiss-absent2'\ntype='afpacket'\n",
+        )
+        .unwrap();
+        let mut sw = Switch::new(cfg, None).expect("the daemon starts");
+        let f = flows(&mut sw);
+        assert!(
+            f.contains("in_port=p1 actions=output:p2")
+                && f.contains("in_port=p2 actions=output:p1"),
+            "{f}"
+        );
+        let show = sw.show().text;
+        assert!(
+            show.contains("Port p1 (afpacket: nfmiss-absent1) not attached")
+                && show.contains("Port p2 (afpacket: nfmiss-absent2) not attached"),
+            "{show}"
+        );
+        let stats = serde_json::to_value(sw.stats()).unwrap();
+        assert!(
+            stats.to_string().contains("port p2: not attached"),
+            "{stats}"
+        );
+        assert_eq!(stats["data"][0]["ports"][1]["attached"], false, "{stats}");
+        // The numbers are kept for when they come back, in config order.
+        let br = &sw.bridges["br0"];
+        assert_eq!(br.port_map().0["p1"], 1);
+        assert_eq!(br.port_map().0["p2"], 2);
+        assert_eq!(br.attached("p2"), None);
+        // A second port of that name is still refused; del-port removes it.
+        let r = sw.handle(Request::AddPort {
+            bridge: "br0".into(),
+            iface: "nfmiss-other".into(),
+            kind: "afpacket".into(),
+            name: Some("p2".into()),
+            options: BTreeMap::new(),
+        });
+        assert!(
+            !r.ok
+                && r.error
+                    .as_deref()
+                    .unwrap()
+                    .contains("already has a port `p2`"),
+            "{r:?}"
+        );
+        ok(
+            &mut sw,
+            Request::DelPort {
+                bridge: "br0".into(),
+                name: "p2".into(),
+            },
+        );
+        assert!(!sw.show().text.contains("Port p2"));
+    }
+
+    /// Issue 28 item 7: an interface is attached once, whatever the bridge,
+    /// port name or type; nothing changes when refused.
+    #[test]
+    fn an_interface_is_attached_once() {
+        let cfg = Config::parse(
+            "[[bridge]]\nname='br0'\noffload='none'\n[[bridge.port]]\nname='p1'\niface='nfdup-absent1'\ntype='afpacket'\n[[bridge.port]]\nname='vx'\niface='vx'\ntype='vxlan'\noptions={underlay='nfdup-under',remote_ip='198.18.0.1',local_ip='198.18.0.2'}\n[[bridge]]\nname='br1'\noffload='none'\n",
+        )
+        .unwrap();
+        let mut sw = Switch::new(cfg, None).unwrap();
+        let before = show_json(&sw);
+        let cfg = sw.config.clone();
+        let try_add = |sw: &mut Switch,
+                       bridge: &str,
+                       iface: &str,
+                       kind: &str,
+                       name: Option<&str>,
+                       options: &[(&str, &str)]| {
+            let r = sw.handle(Request::AddPort {
+                bridge: bridge.into(),
+                iface: iface.into(),
+                kind: kind.into(),
+                name: name.map(String::from),
+                options: options
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+            assert!(!r.ok, "{r:?}");
+            r.error.unwrap()
+        };
+        for (bridge, name) in [("br1", None), ("br0", Some("p9")), ("br1", Some("x"))] {
+            for kind in ["afpacket", "auto", "tc", "afxdp", "uplink"] {
+                let e = try_add(&mut sw, bridge, "nfdup-absent1", kind, name, &[]);
+                assert!(
+                    e.contains(
+                        "interface `nfdup-absent1` is already attached as port p1 of bridge br0"
+                    ),
+                    "{kind}: {e}"
+                );
+            }
+        }
+        // A tunnel's underlay is not a port, and a port is not an underlay.
+        let e = try_add(&mut sw, "br1", "nfdup-under", "afpacket", None, &[]);
+        assert!(
+            e.contains("the underlay of tunnel port vx of bridge br0"),
+            "{e}"
+        );
+        let e = try_add(
+            &mut sw,
+            "br1",
+            "vx2",
+            "geneve",
+            None,
+            &[("underlay", "nfdup-absent1")],
+        );
+        assert!(
+            e.contains("already attached as port p1 of bridge br0") && e.contains("underlay"),
+            "{e}"
+        );
+        assert_eq!(show_json(&sw), before);
+        assert_eq!(sw.config, cfg);
+    }
+
+    /// The rules of br0 as `dump-flows --json` names them (no durations).
+    fn rule_list(sw: &mut Switch) -> Vec<serde_json::Value> {
+        let r = sw.handle(Request::DumpFlows {
+            bridge: "br0".into(),
+        });
+        r.data
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["flow"].clone())
+            .collect()
+    }
+
+    /// A switch whose config file cannot be written (its directory cannot
+    /// be created, even by root).
+    fn unwritable_switch() -> Switch {
+        let cfg = Config::parse(
+            "[[bridge]]\nname='br0'\noffload='none'\nflows=['priority=0 actions=NORMAL','priority=5,tcp,actions=drop','meter=1,kbps,bands=type=drop,rate=1000','group_id=1,type=all,bucket=actions=drop']\n",
+        )
+        .unwrap();
+        Switch::new(cfg, Some("/proc/nicflow-no-such-dir/sw.toml".into())).unwrap()
+    }
+
+    /// Issue 28 item 8: a change the config file cannot record is not
+    /// made, for every request that writes the file.
+    #[test]
+    fn a_change_that_cannot_be_written_is_not_made() {
+        let mut sw = unwritable_switch();
+        let flows0 = rule_list(&mut sw);
+        let show0 = show_json(&sw);
+        let meters0 = sw.bridges["br0"].dump_meters();
+        let groups0 = sw.bridges["br0"].dump_groups_text();
+        let br = |s: &str| s.to_string();
+        let requests = vec![
+            Request::AddFlow {
+                bridge: br("br0"),
+                flow: br("priority=9,udp,actions=drop"),
+            },
+            Request::AddFlows {
+                bridge: br("br0"),
+                text: br("priority=9,udp,actions=drop\npriority=5,tcp,actions=NORMAL"),
+            },
+            Request::DelFlows {
+                bridge: br("br0"),
+                filter: None,
+            },
+            Request::DelFlows {
+                bridge: br("br0"),
+                filter: Some(br("tcp")),
+            },
+            Request::AddGroup {
+                bridge: br("br0"),
+                group: br("group_id=2,type=all,bucket=actions=drop"),
+            },
+            Request::ModGroup {
+                bridge: br("br0"),
+                group: br("group_id=1,type=all,bucket=actions=NORMAL"),
+            },
+            Request::AddGroups {
+                bridge: br("br0"),
+                text: br("group_id=3,type=all,bucket=actions=drop"),
+            },
+            Request::DelGroups {
+                bridge: br("br0"),
+                filter: None,
+            },
+            Request::AddMeter {
+                bridge: br("br0"),
+                meter: br("meter=2,kbps,bands=type=drop,rate=10"),
+            },
+            Request::ModMeter {
+                bridge: br("br0"),
+                meter: br("meter=1,kbps,bands=type=drop,rate=5"),
+            },
+            Request::DelMeters {
+                bridge: br("br0"),
+                filter: None,
+            },
+            Request::AddBr { bridge: br("br9") },
+            Request::DelBr { bridge: br("br0") },
+            Request::Set {
+                bridge: br("br0"),
+                key: br("offload"),
+                value: br("auto"),
+            },
+            Request::Set {
+                bridge: br("br0"),
+                key: br("protocols"),
+                value: br("OpenFlow10,OpenFlow13"),
+            },
+            Request::SetController {
+                bridge: br("br0"),
+                targets: vec![br("tcp:127.0.0.1:1")],
+            },
+            Request::SetFailMode {
+                bridge: br("br0"),
+                mode: br("secure"),
+            },
+        ];
+        for req in requests {
+            let what = format!("{req:?}");
+            let r = sw.handle(req);
+            assert!(!r.ok, "{what}: {r:?}");
+            let e = r.error.unwrap();
+            assert!(
+                e.contains("the change was not made") && e.contains("sw.toml"),
+                "{what}: {e}"
+            );
+            assert_eq!(rule_list(&mut sw), flows0, "{what}");
+            assert_eq!(show_json(&sw), show0, "{what}");
+            assert_eq!(sw.bridges["br0"].dump_meters(), meters0, "{what}");
+            assert_eq!(sw.bridges["br0"].dump_groups_text(), groups0, "{what}");
+            assert!(sw.openflow.status("br0").is_empty(), "{what}");
+        }
+    }
+
+    /// Issue 28 item 8: a rule that expired is written out of the config
+    /// file by the next tick, so it does not come back at restart; a timed
+    /// rule that has not expired is kept (its timer restarts then).
+    #[test]
+    fn expired_rules_leave_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("nicflow-expire-{}", std::process::id()));
+        let path = dir.join("sw.toml");
+        let cfg = Config::parse("[[bridge]]\nname='br0'\noffload='none'\n").unwrap();
+        let mut sw = Switch::new(cfg, Some(path.clone())).unwrap();
+        for flow in [
+            "priority=7,hard_timeout=1,udp,actions=drop",
+            "priority=8,idle_timeout=1,tcp,actions=drop",
+            "priority=9,hard_timeout=600,icmp,actions=drop",
+        ] {
+            ok(
+                &mut sw,
+                Request::AddFlow {
+                    bridge: "br0".into(),
+                    flow: flow.into(),
+                },
+            );
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("hard_timeout=1,") && text.contains("idle_timeout=1,"),
+            "{text}"
+        );
+        let later = now() + std::time::Duration::from_secs(2);
+        for br in sw.bridges_mut() {
+            br.tick(later);
+        }
+        sw.tick(later);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("timeout=1,"), "{text}");
+        assert!(text.contains("hard_timeout=600"), "{text}");
+        let again = Switch::new(Config::load(&path).unwrap(), None).unwrap();
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -65,6 +65,7 @@ pub enum GroupError {
 /// What a credit reference stands for: a group, or one of its buckets.
 type RefTarget = (u32, Option<usize>);
 
+#[derive(Clone)]
 pub struct Groups {
     groups: BTreeMap<u32, Group>,
     /// Id allocator for credit references (one-word keys, never reused).

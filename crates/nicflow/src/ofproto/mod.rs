@@ -174,6 +174,20 @@ pub struct TableCounters {
     pub matched_count: u64,
 }
 
+/// A copy of an [`Ofproto`]'s rules (with their counters), groups and
+/// meters: what a control request changes, kept so that a change the
+/// daemon could not write to its config file is put back
+/// ([`Ofproto::restore_rules`]).
+#[derive(Clone)]
+pub struct RuleState {
+    tables: Vec<Option<Box<Table>>>,
+    groups: Groups,
+    meters: std::collections::BTreeMap<u32, nicflow_ofctl::meter::MeterSpec>,
+    /// Length of the `FLOW_REMOVED` queue: notices queued by the change go
+    /// with it.
+    removed: usize,
+}
+
 impl Default for Ofproto {
     fn default() -> Self {
         Self::new()
@@ -195,6 +209,25 @@ impl Ofproto {
             groups: Groups::new(),
             lookups: vec![TableCounters::default(); N_TABLES],
         }
+    }
+
+    /// Copy the rules, groups and meters (see [`RuleState`]).
+    pub fn save_rules(&self) -> RuleState {
+        RuleState {
+            tables: self.tables.clone(),
+            groups: self.groups.clone(),
+            meters: self.meters.clone(),
+            removed: self.removed.len(),
+        }
+    }
+
+    /// Put back what [`Ofproto::save_rules`] copied. The caller
+    /// revalidates (and resyncs the datapath's meters).
+    pub fn restore_rules(&mut self, s: RuleState) {
+        self.tables = s.tables;
+        self.groups = s.groups;
+        self.meters = s.meters;
+        self.removed.truncate(s.removed);
     }
 
     /// The recirculation id of a frozen walk (allocated on first use).
