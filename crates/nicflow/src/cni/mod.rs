@@ -29,6 +29,7 @@ pub mod error;
 pub mod ipam;
 pub mod plugin;
 pub mod policy;
+pub mod portsec;
 pub mod steering;
 pub mod types;
 
@@ -126,18 +127,21 @@ fn env_vars(cmd: &str) -> CniResult<plugin::Env> {
         var(k).ok_or_else(|| CniError::new(code::INVALID_ENV, format!("{k} is required for {cmd}")))
     };
     let container_id = need("CNI_CONTAINERID")?;
-    if !container_id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    {
-        return Err(CniError::new(
-            code::INVALID_ENV,
-            format!("CNI_CONTAINERID `{container_id}`: only letters, digits, `.`, `_` and `-`"),
-        ));
-    }
+    types::check_container_id(&container_id)?;
     let ifname = need("CNI_IFNAME")?;
     crate::control::vf::check_ifname(&ifname, "CNI_IFNAME")
         .map_err(|e| CniError::new(code::INVALID_ENV, e.to_string()))?;
+    // The record file `<containerid>-<ifname>.json` is one path component.
+    if container_id.len() + ifname.len() + ".json".len() + 1 > types::NAME_MAX {
+        return Err(CniError::new(
+            code::INVALID_ENV,
+            format!(
+                "CNI_CONTAINERID ({} bytes) and CNI_IFNAME together are too long for a record file name ({} bytes at most)",
+                container_id.len(),
+                types::NAME_MAX - ".json".len() - 1
+            ),
+        ));
+    }
     Ok(plugin::Env {
         container_id,
         netns: var("CNI_NETNS"),
