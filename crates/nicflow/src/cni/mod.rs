@@ -17,12 +17,15 @@
 //! - `STATUS` and `GC` (spec 1.1): the daemon answers and has the bridge;
 //!   recorded attachments not in `cni.dev/valid-attachments` deleted.
 //!
-//! ADD also installs the pod's ingress policy ([`policy`]) and bandwidth
+//! ADD also installs anti-spoofing on every attachment ([`portsec`]: the
+//! VF's MAC and addresses only), the pod's ingress policy ([`policy`]) and bandwidth
 //! limits ([`bandwidth`], meters) as rules under a cookie of the
 //! attachment, which DEL removes, and prints the representor (no
 //! `sandbox`) beside the VF, so chained plugins (`tuning`, `bandwidth`,
 //! `portmap`) find both ends. Failures print the spec's error JSON on
-//! stdout and exit 1. See docs/cni.md.
+//! stdout and exit 1. Every value used in a path (network name, container
+//! ID, interface name, `dataDir`) is checked as the spec says before
+//! anything is made ([`types::check_network_name`]). See docs/cni.md.
 
 pub mod bandwidth;
 pub mod error;

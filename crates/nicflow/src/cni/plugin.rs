@@ -46,7 +46,9 @@ struct Record {
     namespace: String,
     ifname: String,
     representor: String,
-    /// The cookie of the policy and bandwidth rules ADD installed, if any.
+    /// The cookie of the rules ADD installed (anti-spoofing on every
+    /// attachment; policy, bandwidth, steering); `None` in records of
+    /// older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cookie: Option<u64>,
     /// The bandwidth meters ADD added (DEL also finds them in the rules).

@@ -20,13 +20,19 @@
 //! 60020 in_port=R,reg15=0/1,dl_src=M,ip,nw_src=A               pass   (each A)
 //! 60020 in_port=R,reg15=0/1,dl_src=M,arp,arp_sha=M,arp_spa=A   pass   (each A, and 0.0.0.0: RFC 5227 probes)
 //! 60020 in_port=R,reg15=0/1,dl_src=M,ipv6,ipv6_src=L|B         pass   (unpoliced pods only)
-//! 60020 in_port=R,reg15=0/1,dl_src=M,icmp6,ipv6_src=::,ipv6_dst=ff02::/16,icmpv6_type=131|135|143
+//! 60020 in_port=R,reg15=0/1,dl_src=M,icmp6,ipv6_src=::,ipv6_dst=ff02::/16
 //!                                                              pass   (DAD and MLD before an address; unpoliced only)
 //! 60010 in_port=R,reg15=0/1,ip|arp|ipv6                        drop   (any other source)
 //! 60005 in_port=R,reg15=0/1,dl_src=M                           pass   (other ethertypes: L2 check only)
 //! 60000 in_port=R,reg15=0/1                                    drop   (any other MAC)
 //! 60010 ipv6,dl_dst=M                                          drop   (policed pods only: no IPv6 in)
 //! ```
+//!
+//! OVN also wants ICMPv6 type 131, 135 or 143 from `::`; these rules take
+//! any ICMPv6 from `::` to link-scope multicast, because a rule on the ICMP
+//! type in table 0 makes every datapath flow through the table match the
+//! L4 ports exactly (the classifier unwildcards what it probes), one flow
+//! per TCP connection. `::` claims no one's address either way.
 //!
 //! Without IPv4 addresses (no IPAM) there is no IPv4/ARP address check,
 //! only the MAC's (OVN's port security with a MAC and no address).
@@ -135,11 +141,9 @@ impl PortSec {
                     "{pass},dl_src={m},ipv6,ipv6_src={a},actions={MARK}"
                 ));
             }
-            for t in [131, 135, 143] {
-                v.push(format!(
-                    "{pass},dl_src={m},icmp6,ipv6_src=::,ipv6_dst=ff02::/16,icmpv6_type={t},actions={MARK}"
-                ));
-            }
+            v.push(format!(
+                "{pass},dl_src={m},icmp6,ipv6_src=::,ipv6_dst=ff02::/16,actions={MARK}"
+            ));
         }
         let drop = head(PRIO_DROP_L3);
         for proto in ["ip", "arp", "ipv6"] {
@@ -207,7 +211,10 @@ mod tests {
                     .iter()
                     .any(|l| l.contains("ipv6_src=fe80::cf:12ff:fe34:5678,")));
                 assert!(f.iter().any(|l| l.contains("ipv6_src=2001:db8::2,")));
-                assert_eq!(v6_pass, 5, "{f:?}");
+                assert_eq!(v6_pass, 3, "{f:?}");
+                // No L4 field in table 0: datapath flows stay per pod,
+                // not per connection.
+                assert!(!f.iter().any(|l| l.contains("icmpv6_type")), "{f:?}");
             }
             assert!(f
                 .iter()
