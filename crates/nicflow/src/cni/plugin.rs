@@ -925,6 +925,12 @@ pub fn gc(conf: &NetConf, cni_path: &str, stdin: &[u8]) -> CniResult<()> {
         let Some(cid) = name.strip_suffix(&suffix) else {
             continue;
         };
+        // A record edited by hand is not trusted with a path.
+        if super::types::check_container_id(cid).is_err()
+            || crate::control::vf::check_ifname(&rec.ifname, "ifname").is_err()
+        {
+            continue;
+        }
         let env = Env {
             container_id: cid.to_string(),
             netns: None,

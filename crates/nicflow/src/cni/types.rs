@@ -377,6 +377,44 @@ mod tests {
     const CONF: &str = r#"{"cniVersion":"1.0.0","name":"net1","type":"nicflow","bridge":"br0",
         "ipam":{"type":"host-local","subnet":"198.19.50.0/24"}}"#;
 
+    /// Only what the spec allows becomes a path component: nothing that
+    /// climbs out of `dataDir` or replaces it.
+    #[test]
+    fn names_used_in_paths_are_checked() {
+        for good in ["net1", "a", "0", "k8s-pod-network", "a.b_c-d", "a.."] {
+            check_network_name(good).unwrap();
+            check_container_id(good).unwrap();
+        }
+        let long = "n".repeat(NAME_MAX + 1);
+        for bad in [
+            "", "..", ".", "../../x", "/abs", "a/b", ".hidden", "-x", "_x", "a b", "a\0b", "é",
+            &long,
+        ] {
+            let e = check_network_name(bad).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{bad:?}");
+            assert_eq!(check_container_id(bad).unwrap_err().code, code::INVALID_ENV);
+        }
+        check_network_name(&"n".repeat(NAME_MAX)).unwrap();
+        for bad in ["", ".", "..", "br/0", "br 0", "a,b", "a=b", &"b".repeat(65)] {
+            assert!(check_bridge_name(bad).is_err(), "{bad:?}");
+        }
+        check_bridge_name("br-int.0").unwrap();
+        for bad in ["rel", "./x", "/a/../b", ""] {
+            assert!(
+                check_data_dir(std::path::Path::new(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+        check_data_dir(std::path::Path::new("/var/lib/cni/nicflow")).unwrap();
+        // The whole configuration: a bad name is code 7 before anything.
+        let c = CONF.replace(r#""name":"net1""#, r#""name":"../../x""#);
+        let e = NetConf::parse(c.as_bytes()).unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(e.msg.contains("`name`"), "{e}");
+        let c = CONF.replace(r#""type":"host-local""#, r#""type":"..""#);
+        assert_eq!(NetConf::parse(c.as_bytes()).unwrap_err().code, 7);
+    }
+
     #[test]
     fn parses_config_and_rejects_bad_ones() {
         let c = NetConf::parse(CONF.as_bytes()).unwrap();
