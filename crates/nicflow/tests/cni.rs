@@ -30,10 +30,14 @@ mod common;
 mod gc;
 #[path = "cni/multi.rs"]
 mod multi;
+#[path = "cni/names.rs"]
+mod names;
 #[path = "cni/policy.rs"]
 mod policy;
 #[path = "cni/shaping.rs"]
 mod shaping;
+#[path = "cni/spoof.rs"]
+mod spoof;
 #[path = "cni/steering.rs"]
 mod steering;
 

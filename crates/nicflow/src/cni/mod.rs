@@ -17,18 +17,22 @@
 //! - `STATUS` and `GC` (spec 1.1): the daemon answers and has the bridge;
 //!   recorded attachments not in `cni.dev/valid-attachments` deleted.
 //!
-//! ADD also installs the pod's ingress policy ([`policy`]) and bandwidth
+//! ADD also installs anti-spoofing on every attachment ([`portsec`]: the
+//! VF's MAC and addresses only), the pod's ingress policy ([`policy`]) and bandwidth
 //! limits ([`bandwidth`], meters) as rules under a cookie of the
 //! attachment, which DEL removes, and prints the representor (no
 //! `sandbox`) beside the VF, so chained plugins (`tuning`, `bandwidth`,
 //! `portmap`) find both ends. Failures print the spec's error JSON on
-//! stdout and exit 1. See docs/cni.md.
+//! stdout and exit 1. Every value used in a path (network name, container
+//! ID, interface name, `dataDir`) is checked as the spec says before
+//! anything is made ([`types::check_network_name`]). See docs/cni.md.
 
 pub mod bandwidth;
 pub mod error;
 pub mod ipam;
 pub mod plugin;
 pub mod policy;
+pub mod portsec;
 pub mod steering;
 pub mod types;
 
@@ -126,18 +130,21 @@ fn env_vars(cmd: &str) -> CniResult<plugin::Env> {
         var(k).ok_or_else(|| CniError::new(code::INVALID_ENV, format!("{k} is required for {cmd}")))
     };
     let container_id = need("CNI_CONTAINERID")?;
-    if !container_id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-    {
-        return Err(CniError::new(
-            code::INVALID_ENV,
-            format!("CNI_CONTAINERID `{container_id}`: only letters, digits, `.`, `_` and `-`"),
-        ));
-    }
+    types::check_container_id(&container_id)?;
     let ifname = need("CNI_IFNAME")?;
     crate::control::vf::check_ifname(&ifname, "CNI_IFNAME")
         .map_err(|e| CniError::new(code::INVALID_ENV, e.to_string()))?;
+    // The record file `<containerid>-<ifname>.json` is one path component.
+    if container_id.len() + ifname.len() + ".json".len() + 1 > types::NAME_MAX {
+        return Err(CniError::new(
+            code::INVALID_ENV,
+            format!(
+                "CNI_CONTAINERID ({} bytes) and CNI_IFNAME together are too long for a record file name ({} bytes at most)",
+                container_id.len(),
+                types::NAME_MAX - ".json".len() - 1
+            ),
+        ));
+    }
     Ok(plugin::Env {
         container_id,
         netns: var("CNI_NETNS"),

@@ -15,6 +15,7 @@ use super::bandwidth::{self, Bandwidth, Meters, Rate};
 use super::error::{code, CniError, CniResult};
 use super::ipam;
 use super::policy::{self, Policy};
+use super::portsec::{self, PortSec};
 use super::steering::{self, Steering};
 use super::types::{parse_cidr, Interface, IpamResult, NetConf, Route};
 use crate::control::daemon;
@@ -45,7 +46,9 @@ struct Record {
     namespace: String,
     ifname: String,
     representor: String,
-    /// The cookie of the policy and bandwidth rules ADD installed, if any.
+    /// The cookie of the rules ADD installed (anti-spoofing on every
+    /// attachment; policy, bandwidth, steering); `None` in records of
+    /// older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cookie: Option<u64>,
     /// The bandwidth meters ADD added (DEL also finds them in the rules).
@@ -74,14 +77,64 @@ fn io_err(what: &str, p: &Path, e: std::io::Error) -> CniError {
     CniError::new(code::IO_FAILURE, format!("{what} {}: {e}", p.display()))
 }
 
-fn write_record(path: &Path, r: &Record) -> CniResult<()> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(|e| io_err("creating", d, e))?;
+/// Create `dir` and the missing directories above it; the ones this call
+/// created, deepest first, so a failed ADD can remove exactly those.
+fn make_dirs(dir: &Path) -> CniResult<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.exists() {
+            break;
+        }
+        missing.push(p.to_path_buf());
+        d = p.parent();
     }
+    let mut created = Vec::new();
+    for p in missing.iter().rev() {
+        match std::fs::create_dir(p) {
+            Ok(()) => created.push(p.clone()),
+            // Another ADD of the network made it meanwhile: theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                remove_dirs(&created);
+                return Err(io_err("creating", p, e));
+            }
+        }
+    }
+    created.reverse();
+    Ok(created)
+}
+
+/// Remove the directories `dirs` (deepest first) that are empty; one that
+/// another attachment's record has meanwhile filled stays.
+fn remove_dirs(dirs: &[PathBuf]) {
+    for d in dirs {
+        if std::fs::remove_dir(d).is_err() {
+            break;
+        }
+    }
+}
+
+fn write_record(path: &Path, r: &Record) -> CniResult<()> {
     let tmp = path.with_extension("tmp");
     let text = serde_json::to_string(r).expect("record serializes");
-    std::fs::write(&tmp, text).map_err(|e| io_err("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err("writing", path, e))
+    let mut res = std::fs::write(&tmp, &text);
+    if matches!(&res, Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+        // A DEL of the network's last attachment removed the empty
+        // directory between our `make_dirs` and now: make it again.
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(|e| io_err("creating", d, e))?;
+        }
+        res = std::fs::write(&tmp, &text);
+    }
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("writing", &tmp, e)
+    })?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("writing", path, e)
+    })
 }
 
 fn read_record(path: &Path) -> Option<Record> {
@@ -354,6 +407,26 @@ fn mac_text(a: &[u8]) -> String {
         .join(":")
 }
 
+/// What the attachment may send: its VF's `mac` and the addresses of
+/// `res` (IPAM's, or the interface's in CHECK); `policed`: no IPv6.
+fn port_security(mac: &str, res: &IpamResult, policed: bool) -> CniResult<PortSec> {
+    let mac = portsec::parse_mac(mac)
+        .ok_or_else(|| CniError::generic(format!("the daemon gave the VF a bad MAC `{mac}`")))?;
+    let mut ps = PortSec {
+        mac,
+        v4: Vec::new(),
+        v6: Vec::new(),
+        deny_v6: policed,
+    };
+    for ip in &res.ips {
+        match parse_cidr(&ip.address)?.0 {
+            std::net::IpAddr::V4(a) => ps.v4.push(a),
+            std::net::IpAddr::V6(a) => ps.v6.push(a),
+        }
+    }
+    Ok(ps)
+}
+
 /// The IPv4 addresses of an IPAM result, for policy rules; an IPv6 one
 /// is refused when there is a policy (its ingress would stay open).
 fn policy_addrs(res: &IpamResult) -> CniResult<Vec<std::net::Ipv4Addr>> {
@@ -427,7 +500,6 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
     let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
     let steer = Steering::from_conf(conf.steering.as_ref())?;
     let cookie = policy::cookie(&conf.name, &env.container_id, &env.ifname);
-    let has_rules = pol.is_some() || bw.is_some() || steer.is_some();
     let r = call(
         conf,
         &Request::AddVf {
@@ -457,6 +529,11 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
         e
     };
     let rec_path = record_path(conf, env);
+    let created = make_dirs(&records_dir(conf)).map_err(undo_vf)?;
+    let undo_dirs = |e: CniError| {
+        remove_dirs(&created);
+        undo_vf(e)
+    };
     write_record(
         &rec_path,
         &Record {
@@ -464,19 +541,40 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
             namespace: ns.clone(),
             ifname: env.ifname.clone(),
             representor: rep.clone(),
-            cookie: has_rules.then_some(cookie),
+            cookie: Some(cookie),
             meters: Vec::new(),
         },
     )
-    .map_err(undo_vf)?;
+    .map_err(undo_dirs)?;
     let undo = |e: CniError| {
         let _ = remove_record(&rec_path);
-        undo_vf(e)
+        undo_dirs(e)
     };
+    // IPv6 pod policy is not built: a policed pod gets no IPv6 stack (the
+    // switch also drops its IPv6 both ways, see `portsec`).
+    if pol.is_some() {
+        os::sysctl::write(Some(&ns), &portsec::disable_ipv6_key(&env.ifname), "1").map_err(
+            |e| {
+                undo(CniError::generic(format!(
+                    "disabling IPv6 on {} in {ns}: {e}",
+                    env.ifname
+                )))
+            },
+        )?;
+    }
     let res = match &conf.ipam {
         Some(i) => {
             let out = ipam::exec(env, &i.kind, "ADD", stdin).map_err(undo)?;
             let res = IpamResult::parse(&out).map_err(undo)?;
+            // Refused before the addresses are set (IPv6 is off on a
+            // policed pod's interface, so setting one would fail less
+            // clearly).
+            if pol.is_some() {
+                if let Err(e) = policy_addrs(&res) {
+                    let _ = ipam::exec(env, &i.kind, "DEL", stdin);
+                    return Err(undo(e));
+                }
+            }
             if let Err(e) = configure(&ns, &env.ifname, &res) {
                 let _ = ipam::exec(env, &i.kind, "DEL", stdin);
                 return Err(undo(e));
@@ -485,7 +583,7 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
         }
         None => IpamResult::default(),
     };
-    if has_rules {
+    {
         let mut added = Meters::default();
         let applied = (|| {
             let addrs = match &pol {
@@ -505,10 +603,11 @@ pub fn add(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<Value> {
                 write_record(&rec_path, &rec)?;
             }
             let fwd = forward_action(&steer);
-            let mut flows = match &pol {
-                Some(p) => p.flows(cookie, &rep, &addrs, &added, &fwd),
-                None => Vec::new(),
-            };
+            // Anti-spoofing first: every attachment has it.
+            let mut flows = port_security(&mac, &res, pol.is_some())?.flows(cookie, &rep);
+            if let Some(p) = &pol {
+                flows.extend(p.flows(cookie, &rep, &addrs, &added, &fwd));
+            }
             flows.extend(bandwidth::flows(cookie, &rep, &mac, &added, &fwd));
             if let Some(s) = &steer {
                 // The network's rules first (the same on every ADD), then
@@ -586,7 +685,11 @@ pub fn del(conf: &NetConf, env: &Env, stdin: &[u8]) -> CniResult<()> {
             del_vf(conf, bridge, &rep)?;
         }
     }
-    remove_record(&rec_path)
+    remove_record(&rec_path)?;
+    // The network's directory goes with its last record (an ADD racing
+    // this makes it again, see `write_record`).
+    let _ = std::fs::remove_dir(records_dir(conf));
+    Ok(())
 }
 
 /// The interface is in the namespace with the VF's MAC, known to the
@@ -694,9 +797,6 @@ fn check_policy(conf: &NetConf, env: &Env, rep: &str, mac: &str, have: &[String]
     let pol = Policy::from_conf(conf.policy.as_ref(), conf.runtime_config.as_ref())?;
     let bw = Bandwidth::from_conf(conf.bandwidth.as_ref(), conf.runtime_config.as_ref())?;
     let steer = Steering::from_conf(conf.steering.as_ref())?;
-    if pol.is_none() && bw.is_none() && steer.is_none() {
-        return Ok(());
-    }
     let addrs: Vec<std::net::Ipv4Addr> = have
         .iter()
         .filter_map(|a| a.split('/').next()?.parse().ok())
@@ -708,7 +808,23 @@ fn check_policy(conf: &NetConf, env: &Env, rep: &str, mac: &str, have: &[String]
         egress: b.egress.map(|_| 0),
     });
     let fwd = forward_action(&steer);
-    let want = pol.map_or(0, |p| p.flows(cookie, rep, &addrs, &m, &fwd).len())
+    // Anti-spoofing for the interface's addresses but its link-local
+    // (which the rules derive from the MAC).
+    let ifres = IpamResult {
+        ips: have
+            .iter()
+            .filter(|a| !a.starts_with("fe80:"))
+            .map(|a| super::types::IpConfig {
+                address: a.clone(),
+                gateway: None,
+            })
+            .collect(),
+        ..IpamResult::default()
+    };
+    let want = port_security(mac, &ifres, pol.is_some())?
+        .flows(cookie, rep)
+        .len()
+        + pol.map_or(0, |p| p.flows(cookie, rep, &addrs, &m, &fwd).len())
         + bandwidth::flows(cookie, rep, mac, &m, &fwd).len()
         + steer.as_ref().map_or(0, |s| s.pod_flows(cookie, rep).len());
     let got = flows_with(conf, &conf.bridge, cookie)?;
@@ -809,6 +925,12 @@ pub fn gc(conf: &NetConf, cni_path: &str, stdin: &[u8]) -> CniResult<()> {
         let Some(cid) = name.strip_suffix(&suffix) else {
             continue;
         };
+        // A record edited by hand is not trusted with a path.
+        if super::types::check_container_id(cid).is_err()
+            || crate::control::vf::check_ifname(&rec.ifname, "ifname").is_err()
+        {
+            continue;
+        }
         let env = Env {
             container_id: cid.to_string(),
             netns: None,

@@ -28,7 +28,8 @@
 //! would also hide other peers that allow the same source).
 //!
 //! IPv4 only: a policy on a pod that gets an IPv6 address is refused
-//! rather than leaving its IPv6 ingress open. With bandwidth limits
+//! rather than leaving its IPv6 ingress open, and a policed pod gets no
+//! IPv6 at all ([`super::portsec`]). With bandwidth limits
 //! ([`super::bandwidth`]) the rules above that pass traffic name the
 //! pod's meters (`meter:E` on the egress rule, `meter:I` before the
 //! `normal` of every table 40 pass).

@@ -99,20 +99,23 @@ impl NetConf {
                 ),
             ));
         }
-        if conf.name.is_empty() {
-            return Err(CniError::invalid_config("network config: empty `name`"));
-        }
+        check_network_name(&conf.name)?;
         if conf.kind != "nicflow" {
             return Err(CniError::invalid_config(format!(
                 "network config: type `{}`, expected `nicflow`",
                 conf.kind
             )));
         }
-        if conf.bridge.is_empty() {
-            return Err(CniError::invalid_config("network config: empty `bridge`"));
+        check_bridge_name(&conf.bridge)?;
+        if let Some(d) = &conf.data_dir {
+            check_data_dir(d)?;
         }
         if let Some(i) = &conf.ipam {
-            if i.kind.is_empty() || i.kind.contains('/') {
+            if i.kind.is_empty()
+                || i.kind == "."
+                || i.kind == ".."
+                || i.kind.bytes().any(|b| b == b'/' || b <= b' ')
+            {
                 return Err(CniError::invalid_config(format!(
                     "network config: bad ipam type `{}`",
                     i.kind
@@ -120,6 +123,101 @@ impl NetConf {
             }
         }
         Ok(conf)
+    }
+}
+
+/// The longest network `name`: it is a directory name under `dataDir`
+/// (`NAME_MAX` is 255 bytes).
+pub const NAME_MAX: usize = 255;
+
+/// The spec's network name (`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`), at most
+/// [`NAME_MAX`] bytes. The name is a directory under `dataDir`, so a name
+/// the spec allows can never be `..`, absolute or hold a `/`: records stay
+/// inside `dataDir`.
+pub fn check_network_name(name: &str) -> CniResult<()> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= NAME_MAX
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::invalid_config(format!(
+            "network config: `name` {:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$ and have at most {NAME_MAX} bytes",
+            clip(name)
+        )))
+    }
+}
+
+/// The spec's container ID: not empty, letters, digits, `_`, `.` and `-`,
+/// starting with a letter or digit (so never `.` or `..`); at most 255
+/// bytes (part of a record file name).
+pub fn check_container_id(id: &str) -> CniResult<()> {
+    let b = id.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= NAME_MAX
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::new(
+            code::INVALID_ENV,
+            format!(
+                "CNI_CONTAINERID {:?}: must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$ and have at most {NAME_MAX} bytes",
+                clip(id)
+            ),
+        ))
+    }
+}
+
+/// A nicflow bridge name as the daemon takes it (1 to 64 bytes), and
+/// nothing a path or a flow text could misread: no `/`, `,`, `=`,
+/// spaces or control characters, not `.` or `..`.
+pub fn check_bridge_name(br: &str) -> CniResult<()> {
+    let ok = !br.is_empty()
+        && br.len() <= 64
+        && br != "."
+        && br != ".."
+        && br
+            .bytes()
+            .all(|c| c > b' ' && c != 0x7f && !b"/,=".contains(&c));
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::invalid_config(format!(
+            "network config: `bridge` {:?}: 1 to 64 bytes, no `/`, `,`, `=`, spaces or control characters",
+            clip(br)
+        )))
+    }
+}
+
+/// `dataDir` is an absolute path without `.` or `..` components, so what
+/// ADD creates under it stays under it whatever the plugin's working
+/// directory.
+pub fn check_data_dir(d: &std::path::Path) -> CniResult<()> {
+    use std::path::Component;
+    let ok = d.is_absolute()
+        && d.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if ok {
+        Ok(())
+    } else {
+        Err(CniError::invalid_config(format!(
+            "network config: `dataDir` {:?}: must be an absolute path without `.` or `..`",
+            clip(&d.to_string_lossy())
+        )))
+    }
+}
+
+/// At most 80 characters of a refused value, for error messages.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
     }
 }
 
@@ -278,6 +376,44 @@ mod tests {
 
     const CONF: &str = r#"{"cniVersion":"1.0.0","name":"net1","type":"nicflow","bridge":"br0",
         "ipam":{"type":"host-local","subnet":"198.19.50.0/24"}}"#;
+
+    /// Only what the spec allows becomes a path component: nothing that
+    /// climbs out of `dataDir` or replaces it.
+    #[test]
+    fn names_used_in_paths_are_checked() {
+        for good in ["net1", "a", "0", "k8s-pod-network", "a.b_c-d", "a.."] {
+            check_network_name(good).unwrap();
+            check_container_id(good).unwrap();
+        }
+        let long = "n".repeat(NAME_MAX + 1);
+        for bad in [
+            "", "..", ".", "../../x", "/abs", "a/b", ".hidden", "-x", "_x", "a b", "a\0b", "é",
+            &long,
+        ] {
+            let e = check_network_name(bad).unwrap_err();
+            assert_eq!(e.code, code::INVALID_CONFIG, "{bad:?}");
+            assert_eq!(check_container_id(bad).unwrap_err().code, code::INVALID_ENV);
+        }
+        check_network_name(&"n".repeat(NAME_MAX)).unwrap();
+        for bad in ["", ".", "..", "br/0", "br 0", "a,b", "a=b", &"b".repeat(65)] {
+            assert!(check_bridge_name(bad).is_err(), "{bad:?}");
+        }
+        check_bridge_name("br-int.0").unwrap();
+        for bad in ["rel", "./x", "/a/../b", ""] {
+            assert!(
+                check_data_dir(std::path::Path::new(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+        check_data_dir(std::path::Path::new("/var/lib/cni/nicflow")).unwrap();
+        // The whole configuration: a bad name is code 7 before anything.
+        let c = CONF.replace(r#""name":"net1""#, r#""name":"../../x""#);
+        let e = NetConf::parse(c.as_bytes()).unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(e.msg.contains("`name`"), "{e}");
+        let c = CONF.replace(r#""type":"host-local""#, r#""type":"..""#);
+        assert_eq!(NetConf::parse(c.as_bytes()).unwrap_err().code, 7);
+    }
 
     #[test]
     fn parses_config_and_rejects_bad_ones() {

@@ -98,20 +98,22 @@ fn ofport(lab: &NsLab, name: &str) -> String {
 /// prefix. (Where nobody answers ARP, as behind the egress port, only ARP
 /// flows exist.)
 fn dp_actions(lab: &NsLab, rep: &str, node: u8) -> Vec<String> {
-    let ip = (
-        format!("ip,in_port={rep},"),
+    // IPv4 flows may say `ip`, `icmp`, `tcp`... and carry `reg15=0x0`
+    // (anti-spoofing reads it) before `in_port`.
+    let port = format!(",in_port={rep},");
+    let (ip, arp) = (
         format!("nw_dst=198.19.{node}."),
-    );
-    let arp = (
-        format!("arp,in_port={rep},"),
         format!("arp_tpa=198.19.{node}."),
     );
     dp_flows(lab)
         .lines()
         .filter(|l| {
-            [&ip, &arp]
-                .iter()
-                .any(|(f, t)| l.starts_with(f) && l.contains(t))
+            l.contains(&port)
+                && if l.starts_with("arp,") {
+                    l.contains(&arp)
+                } else {
+                    !l.starts_with("ipv6") && !l.starts_with("icmp6") && l.contains(&ip)
+                }
         })
         .filter_map(|l| l.split("actions:").nth(1))
         .map(str::to_string)
