@@ -1051,6 +1051,56 @@ mod tests {
     }
 
     #[test]
+    fn punix_sockets_get_their_mode_and_replace_only_stale_sockets() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("br0.mgmt");
+        let l = bind_unix(&p, PUNIX_MODE).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert!(m.file_type().is_socket());
+        // Whatever the umask of the test process.
+        assert_eq!(m.permissions().mode() & 0o7777, 0o750);
+        // Bound where it was moved: connections arrive.
+        let _c = UnixStream::connect(&p).unwrap();
+        assert!(l.accept().is_ok());
+        // Only the socket is left in the directory.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("br0.mgmt")]);
+        // Live: refused. Stale: replaced.
+        assert!(bind_unix(&p, PUNIX_MODE).unwrap_err().contains("listening"));
+        drop(l);
+        let l = bind_unix(&p, PUNIX_MODE).unwrap();
+        assert!(UnixStream::connect(&p).is_ok());
+        drop(l);
+        // Anything else is left alone.
+        let f = dir.path().join("file");
+        std::fs::write(&f, b"keep").unwrap();
+        assert!(bind_unix(&f, PUNIX_MODE)
+            .unwrap_err()
+            .contains("not a socket"));
+        assert_eq!(std::fs::read(&f).unwrap(), b"keep");
+        // A directory that does not exist: an error, nothing created.
+        assert!(bind_unix(&dir.path().join("no/such"), PUNIX_MODE).is_err());
+    }
+
+    #[test]
+    fn tls_targets_need_set_ssl() {
+        let now = Instant::now();
+        let mut of = OpenFlow::default();
+        let t = [Target::parse("pssl:0:127.0.0.1").unwrap()];
+        let e = of
+            .configure("br0", &t, FailMode::Standalone, now)
+            .unwrap_err();
+        assert!(e.contains("set-ssl"), "{e}");
+        let t = [Target::parse("ssl:127.0.0.1").unwrap()];
+        assert!(of.configure("br0", &t, FailMode::Standalone, now).is_err());
+        assert!(of.status("br0").is_empty());
+    }
+
+    #[test]
     fn a_slave_cannot_change_the_tables() {
         let now = Instant::now();
         let mut br = Bridge::new("br0", crate::datapath::DatapathConfig::default());
