@@ -184,7 +184,8 @@ enum Cmd {
         setting: String,
     },
     /// OpenFlow controllers of a bridge, replacing any: `tcp:IP[:PORT]`,
-    /// `ptcp:[PORT][:IP]`, `unix:PATH`, `punix:PATH` (port 6653 by default).
+    /// `ptcp:[PORT][:IP]`, `ssl:IP[:PORT]`, `pssl:[PORT][:IP]` (after
+    /// set-ssl), `unix:PATH`, `punix:PATH` (port 6653 by default).
     SetController {
         bridge: String,
         #[arg(required = true)]

@@ -152,7 +152,7 @@ pub enum Request {
         value: String,
     },
     /// `set-controller BR TARGET...`: replaces the bridge's controllers
-    /// (OVS target syntax: tcp:, ptcp:, unix:, punix:).
+    /// (OVS target syntax: tcp:, ptcp:, ssl:, pssl:, unix:, punix:).
     SetController {
         bridge: String,
         targets: Vec<String>,
