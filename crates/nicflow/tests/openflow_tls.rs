@@ -391,7 +391,17 @@ fn pssl_serves_ovs_ofctl_with_a_certificate_from_the_ca_only() {
     let e = lab.cli(&["del-ssl"]).expect_err("del-ssl with pssl in use");
     assert!(e.contains(target), "{e}");
 
-    // A restarted daemon comes back with its TLS files and listener.
+    // A restarted daemon comes back with its TLS files and listener (once
+    // the OpenFlow rule is in the config file: written at the next
+    // housekeeping tick, docs/openflow.md "Persistence").
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(lab.config_path())
+        .unwrap_or_default()
+        .contains("198.18.0.9")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(5), "rule never written");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     drop(d);
     let _d = daemon(&lab);
     let t0 = Instant::now();
@@ -404,7 +414,12 @@ fn pssl_serves_ovs_ofctl_with_a_certificate_from_the_ca_only() {
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     };
-    assert!(dump.contains("nw_dst=198.18.0.9"), "{dump}");
+    assert!(
+        dump.contains("nw_dst=198.18.0.9"),
+        "{dump}\nconfig:\n{}\n{}",
+        std::fs::read_to_string(lab.config_path()).unwrap_or_default(),
+        lab.daemon_log()
+    );
 }
 
 #[test]

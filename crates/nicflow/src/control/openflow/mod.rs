@@ -5,8 +5,8 @@
 //! Open vSwitch's syntax: [`target`]). Listeners (`ptcp:`, `pssl:`,
 //! `punix:`) take any number of connections; active targets (`tcp:`,
 //! `ssl:`, `unix:`) are connected to and reconnected with backoff (1 s
-//! doubling to 8 s). Every
-//! socket is non-blocking and polled by the daemon's loop with the ports
+//! doubling to 8 s). Every socket is non-blocking and polled by the
+//! daemon's loop with the ports
 //! ([`OpenFlow::poll_fds`], [`OpenFlow::service`]): a connection's
 //! messages are handled between forwarding batches, never waiting on a
 //! peer. [`session`] holds one connection's protocol state (version,
@@ -21,7 +21,7 @@
 //! the message is dropped and counted).
 //!
 //! Fail modes: `standalone` (the default) "fails open" when active
-//! controllers (`tcp:`, `unix:`; listeners do not count, as in OVS) are
+//! controllers (`tcp:`, `ssl:`, `unix:`; listeners do not count, as in OVS) are
 //! configured and none has been connected for three probe intervals:
 //! a `priority=0,actions=NORMAL` rule with cookie [`FAIL_OPEN_COOKIE`] is
 //! added to table 0 (unless table 0 already has a priority-0 catch-all

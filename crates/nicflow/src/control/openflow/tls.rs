@@ -329,7 +329,11 @@ impl TlsStream {
     /// Plaintext from the peer. `Err(WouldBlock)` when nothing is there
     /// yet (the handshake advances meanwhile), `Ok(0)` at a clean close.
     pub fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
+        // Records that carry no data (handshake, alerts, empty fragments)
+        // are read a bounded number of times per call: a peer streaming
+        // them waits in its socket (still readable for the next poll)
+        // instead of holding this round.
+        for _ in 0..64 {
             match self.conn.reader().read(buf) {
                 Ok(n) => {
                     self.more = n == buf.len();
@@ -358,6 +362,7 @@ impl TlsStream {
                 Err(e) => return Err(e),
             }
         }
+        Err(ErrorKind::WouldBlock.into())
     }
 
     fn process(&mut self) -> std::io::Result<()> {
