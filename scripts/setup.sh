@@ -15,6 +15,8 @@ command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # ovs-ofctl (no daemon, no service): the OpenFlow interop tests drive nicflow with it.
 command -v ovs-ofctl >/dev/null 2>&1 || need_apt+=(openvswitch-common)
+# openssl: ovs-pki makes the certificates of the OpenFlow TLS tests with it.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
 # Measurement (nicflow bench ...): plots, latency, trafgen baseline, CPU
 # counters, co-located load.

@@ -184,7 +184,8 @@ enum Cmd {
         setting: String,
     },
     /// OpenFlow controllers of a bridge, replacing any: `tcp:IP[:PORT]`,
-    /// `ptcp:[PORT][:IP]`, `unix:PATH`, `punix:PATH` (port 6653 by default).
+    /// `ptcp:[PORT][:IP]`, `ssl:IP[:PORT]`, `pssl:[PORT][:IP]` (after
+    /// set-ssl), `unix:PATH`, `punix:PATH` (port 6653 by default).
     SetController {
         bridge: String,
         #[arg(required = true)]
@@ -199,6 +200,18 @@ enum Cmd {
     SetFailMode { bridge: String, mode: String },
     /// The bridge's fail mode (nothing printed when never set: standalone).
     GetFailMode { bridge: String },
+    /// TLS identity for `ssl:`/`pssl:` controllers, as `ovs-vsctl set-ssl`:
+    /// PEM private key (not accessible to other users), certificate
+    /// (chain), CA certificate(s) peers must be signed by (persisted).
+    SetSsl {
+        private_key: PathBuf,
+        certificate: PathBuf,
+        ca_cert: PathBuf,
+    },
+    /// The TLS files in use.
+    GetSsl,
+    /// Forget the TLS files (refused while ssl:/pssl: targets exist).
+    DelSsl,
     /// Namespace labs: hosts and nicflow switches from a topology file.
     Lab {
         #[command(subcommand)]
@@ -419,6 +432,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::GetController { bridge } => ctl(Request::GetController { bridge }),
         Cmd::SetFailMode { bridge, mode } => ctl(Request::SetFailMode { bridge, mode }),
         Cmd::GetFailMode { bridge } => ctl(Request::GetFailMode { bridge }),
+        Cmd::SetSsl {
+            private_key,
+            certificate,
+            ca_cert,
+        } => {
+            // The daemon has another working directory.
+            let abs = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+            ctl(Request::SetSsl {
+                private_key: abs(private_key),
+                certificate: abs(certificate),
+                ca_cert: abs(ca_cert),
+            })
+        }
+        Cmd::GetSsl => ctl(Request::GetSsl),
+        Cmd::DelSsl => ctl(Request::DelSsl),
         Cmd::Lab { verb } => {
             use nicflow::lab::{self, LabOptions, Topology};
             let opts = LabOptions::from_env()?;

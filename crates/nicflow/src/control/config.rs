@@ -49,6 +49,9 @@ use std::path::Path;
 pub struct Config {
     #[serde(default, rename = "bridge")]
     pub bridges: Vec<BridgeConfig>,
+    /// TLS files of `ssl:`/`pssl:` controllers (`[ssl]`, `nicflow set-ssl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl: Option<crate::control::openflow::tls::SslFiles>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

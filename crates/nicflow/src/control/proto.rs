@@ -152,7 +152,7 @@ pub enum Request {
         value: String,
     },
     /// `set-controller BR TARGET...`: replaces the bridge's controllers
-    /// (OVS target syntax: tcp:, ptcp:, unix:, punix:).
+    /// (OVS target syntax: tcp:, ptcp:, ssl:, pssl:, unix:, punix:).
     SetController {
         bridge: String,
         targets: Vec<String>,
@@ -171,6 +171,15 @@ pub enum Request {
     GetFailMode {
         bridge: String,
     },
+    /// `set-ssl KEY CERT CACERT`: the TLS files of `ssl:`/`pssl:` targets
+    /// (paths only: the key's content never travels or is logged).
+    SetSsl {
+        private_key: std::path::PathBuf,
+        certificate: std::path::PathBuf,
+        ca_cert: std::path::PathBuf,
+    },
+    GetSsl,
+    DelSsl,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

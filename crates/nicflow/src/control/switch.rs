@@ -340,6 +340,11 @@ impl Switch {
             detached: BTreeMap::new(),
             tick_write_error: None,
         };
+        if let Some(ssl) = &config.ssl {
+            if let Err(e) = sw.openflow.set_ssl(ssl) {
+                tracing::error!("ssl: {e}");
+            }
+        }
         for bc in &config.bridges {
             let mut br = Bridge::new(&bc.name, DatapathConfig::default());
             for pc in &bc.ports {
@@ -1320,6 +1325,9 @@ impl Switch {
                 let mut text = String::new();
                 for t in &st {
                     let _ = writeln!(text, "Controller \"{}\"", t.target);
+                    if let Some(why) = &t.last_refusal {
+                        let _ = writeln!(text, "    refused: {} (last: {why})", t.refused);
+                    }
                     if t.connected > 0 {
                         let _ = writeln!(
                             text,
@@ -1359,6 +1367,39 @@ impl Switch {
                 }
                 self.persist_or_undo(&bridge, saved)?;
                 Ok(Response::ok("", json!({ "fail_mode": m.as_str() })))
+            }
+            Request::SetSsl {
+                private_key,
+                certificate,
+                ca_cert,
+            } => {
+                let files = super::openflow::tls::SslFiles {
+                    private_key,
+                    certificate,
+                    ca_cert,
+                };
+                self.openflow.set_ssl(&files)?;
+                self.config.ssl = Some(files);
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
+            }
+            Request::GetSsl => Ok(match &self.config.ssl {
+                Some(f) => Response::ok(
+                    format!(
+                        "Private key: {}\nCertificate: {}\nCA Certificate: {}\n",
+                        f.private_key.display(),
+                        f.certificate.display(),
+                        f.ca_cert.display()
+                    ),
+                    json!(f),
+                ),
+                None => Response::ok("", json!(null)),
+            }),
+            Request::DelSsl => {
+                self.openflow.del_ssl()?;
+                self.config.ssl = None;
+                self.persist()?;
+                Ok(Response::ok("", json!(null)))
             }
             Request::GetFailMode { bridge } => {
                 self.bridge(&bridge)?;

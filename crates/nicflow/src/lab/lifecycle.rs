@@ -417,6 +417,7 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                 openflow: Default::default(),
             })
             .collect(),
+        ssl: None,
     }
 }
 

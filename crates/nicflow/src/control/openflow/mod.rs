@@ -2,10 +2,11 @@
 //! daemon's bridges.
 //!
 //! Each bridge may have controller targets (`nicflow set-controller`, in
-//! Open vSwitch's syntax: [`target`]). Listeners (`ptcp:`, `punix:`) take
-//! any number of connections; active targets (`tcp:`, `unix:`) are
-//! connected to and reconnected with backoff (1 s doubling to 8 s). Every
-//! socket is non-blocking and polled by the daemon's loop with the ports
+//! Open vSwitch's syntax: [`target`]). Listeners (`ptcp:`, `pssl:`,
+//! `punix:`) take any number of connections; active targets (`tcp:`,
+//! `ssl:`, `unix:`) are connected to and reconnected with backoff (1 s
+//! doubling to 8 s). Every socket is non-blocking and polled by the
+//! daemon's loop with the ports
 //! ([`OpenFlow::poll_fds`], [`OpenFlow::service`]): a connection's
 //! messages are handled between forwarding batches, never waiting on a
 //! peer. [`session`] holds one connection's protocol state (version,
@@ -20,16 +21,27 @@
 //! the message is dropped and counted).
 //!
 //! Fail modes: `standalone` (the default) "fails open" when active
-//! controllers (`tcp:`, `unix:`; listeners do not count, as in OVS) are
+//! controllers (`tcp:`, `ssl:`, `unix:`; listeners do not count, as in OVS) are
 //! configured and none has been connected for three probe intervals:
 //! a `priority=0,actions=NORMAL` rule with cookie [`FAIL_OPEN_COOKIE`] is
 //! added to table 0 (unless table 0 already has a priority-0 catch-all
 //! rule) and removed as soon as a controller connects. It is never
 //! written to the config file. `secure` never does.
+//!
+//! Who may connect: a `punix:` socket is created with mode 0750 whatever
+//! the umask (bound inside a private directory, then moved into place: no
+//! moment where it is more open), and each peer's credentials are checked
+//! as the control socket checks them (`daemon::peer_allowed`: root or the
+//! daemon's user); `ssl:`/`pssl:` authenticate both ends with
+//! certificates ([`tls`]); `ptcp:`/`tcp:` authenticate nothing, as in OVS
+//! (a `ptcp:` without an address listens on every address, which is
+//! logged as a warning). Refused connections are logged and counted per
+//! target (`get-controller`).
 
 pub mod handle;
 pub mod session;
 pub mod target;
+pub mod tls;
 
 use crate::bridge::Bridge;
 use crate::ofproto::flow_mod::{self, FlowModCommand};
@@ -43,7 +55,7 @@ use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 pub use target::Target;
 
@@ -81,6 +93,8 @@ impl FailMode {
 
 enum Listener {
     Tcp(TcpListener),
+    /// `pssl:`: TCP, each connection wrapped in TLS.
+    Ssl(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
@@ -120,6 +134,8 @@ struct OfBridge {
     last_connected: Instant,
     fail_open: bool,
     async_dropped: u64,
+    /// Connections refused per target: how many, and the last reason.
+    refused: BTreeMap<String, (u64, String)>,
 }
 
 /// The OpenFlow side of the daemon: every bridge's controller
@@ -127,28 +143,92 @@ struct OfBridge {
 #[derive(Default)]
 pub struct OpenFlow {
     bridges: BTreeMap<String, OfBridge>,
+    /// The TLS configuration (`set-ssl`), for `ssl:` and `pssl:`.
+    tls: Option<tls::Tls>,
 }
+
+/// Mode of `punix:` sockets: the daemon's user may connect, its group may
+/// see it (connecting needs write permission), nobody else.
+pub const PUNIX_MODE: u32 = 0o750;
 
 fn bind(t: &Target) -> Result<Listener, String> {
     match t {
-        Target::Ptcp(a) => {
+        Target::Ptcp(a) | Target::Pssl(a) => {
             let l = TcpListener::bind(a).map_err(|e| format!("{t}: {e}"))?;
             l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            if matches!(t, Target::Pssl(_)) {
+                return Ok(Listener::Ssl(l));
+            }
+            if a.ip().is_unspecified() {
+                tracing::warn!(
+                    target = %t,
+                    "OpenFlow listener on every address without authentication: anyone who \
+                     reaches port {} can change the tables (use ptcp:{}:127.0.0.1 or pssl:)",
+                    a.port(),
+                    a.port()
+                );
+            }
             Ok(Listener::Tcp(l))
         }
         Target::Punix(p) => {
-            if p.exists() {
-                if UnixStream::connect(p).is_ok() {
-                    return Err(format!("{t}: something is listening there"));
-                }
-                let _ = std::fs::remove_file(p);
-            }
-            let l = UnixListener::bind(p).map_err(|e| format!("{t}: {e}"))?;
+            let l = bind_unix(p, PUNIX_MODE).map_err(|e| format!("{t}: {e}"))?;
             l.set_nonblocking(true).map_err(|e| e.to_string())?;
             Ok(Listener::Unix(l, p.clone()))
         }
         _ => Err(format!("{t} is not a listener")),
     }
+}
+
+/// Bind a unix socket at `path` with exactly `mode`, whatever the umask,
+/// without a moment where it is reachable with a wider mode: it is bound
+/// inside a fresh directory only its owner can enter, given its mode
+/// there, and renamed into place (rename keeps the binding). A stale
+/// socket at `path` is replaced; a live one, or anything that is not a
+/// socket, is an error and left alone.
+fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, String> {
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err("something is listening there".into());
+            }
+        }
+        Ok(_) => return Err("exists and is not a socket: not replaced".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let private = dir.join(format!(
+        ".nfof{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    // The umask can only take bits away from 0700.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| format!("{}: {e}", private.display()))?;
+    struct Cleanup<'a>(&'a Path);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0.join("s"));
+            let _ = std::fs::remove_dir(self.0);
+        }
+    }
+    let _cleanup = Cleanup(&private);
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| e.to_string())?;
+    let inner = private.join("s");
+    let l = UnixListener::bind(&inner).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| e.to_string())?;
+    std::fs::rename(&inner, path).map_err(|e| e.to_string())?;
+    Ok(l)
 }
 
 /// Start a non-blocking TCP connect.
@@ -232,7 +312,16 @@ impl OfBridge {
             last_connected: now,
             fail_open: false,
             async_dropped: 0,
+            refused: BTreeMap::new(),
         }
+    }
+
+    /// Count and log a refused connection.
+    fn refuse(&mut self, target: &str, peer: &str, why: String) {
+        tracing::warn!(%peer, %target, "OpenFlow connection refused: {why}");
+        let e = self.refused.entry(target.to_string()).or_default();
+        e.0 += 1;
+        e.1 = why;
     }
 
     fn connected(&self) -> bool {
@@ -246,6 +335,11 @@ pub struct TargetStatus {
     pub target: String,
     pub connected: usize,
     pub roles: Vec<String>,
+    /// Connections refused (peer credentials, TLS, too many).
+    pub refused: u64,
+    /// Why the last one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_refusal: Option<String>,
 }
 
 fn role_name(r: u32) -> &'static str {
@@ -267,6 +361,13 @@ impl OpenFlow {
         fail_mode: FailMode,
         now: Instant,
     ) -> Result<(), String> {
+        if let Some(t) = targets.iter().find(|t| t.tls()) {
+            if self.tls.is_none() {
+                return Err(format!(
+                    "{t}: no SSL configuration: run `nicflow set-ssl PRIVATE-KEY CERTIFICATE CA-CERT` first"
+                ));
+            }
+        }
         let b = self
             .bridges
             .entry(bridge.to_string())
@@ -302,8 +403,37 @@ impl OpenFlow {
             // intervals before the bridge fails open.
             b.last_connected = now;
         }
+        b.refused.retain(|t, _| names.contains(t));
         b.targets = targets.to_vec();
         b.fail_mode = fail_mode;
+        Ok(())
+    }
+
+    /// `set-ssl`: load and check the key, certificate and CA now (a bad
+    /// file changes nothing); new TLS connections use them, open ones
+    /// keep theirs.
+    pub fn set_ssl(&mut self, files: &tls::SslFiles) -> Result<(), String> {
+        let t = tls::Tls::load(files).map_err(|e| e.to_string())?;
+        tracing::info!(
+            private_key = %files.private_key.display(),
+            certificate = %files.certificate.display(),
+            ca_cert = %files.ca_cert.display(),
+            "OpenFlow TLS configuration loaded"
+        );
+        self.tls = Some(t);
+        Ok(())
+    }
+
+    /// `del-ssl`: refused while a bridge has `ssl:`/`pssl:` targets.
+    pub fn del_ssl(&mut self) -> Result<(), String> {
+        for (name, b) in &self.bridges {
+            if let Some(t) = b.targets.iter().find(|t| t.tls()) {
+                return Err(format!(
+                    "bridge {name} uses {t}: remove it first (set-controller/del-controller)"
+                ));
+            }
+        }
+        self.tls = None;
         Ok(())
     }
 
@@ -326,10 +456,13 @@ impl OpenFlow {
                     .iter()
                     .filter(|s| s.target == name && s.negotiated && !s.dead)
                     .collect();
+                let refused = b.refused.get(&name);
                 TargetStatus {
-                    target: name,
                     connected: live.len(),
                     roles: live.iter().map(|s| role_name(s.role).to_string()).collect(),
+                    refused: refused.map_or(0, |r| r.0),
+                    last_refusal: refused.map(|r| r.1.clone()),
+                    target: name,
                 }
             })
             .collect()
@@ -364,7 +497,7 @@ impl OpenFlow {
         for b in self.bridges.values() {
             for (_, l) in &b.listeners {
                 let fd = match l {
-                    Listener::Tcp(l) => l.as_raw_fd(),
+                    Listener::Tcp(l) | Listener::Ssl(l) => l.as_raw_fd(),
                     Listener::Unix(l, _) => l.as_raw_fd(),
                 };
                 fds.push(libc::pollfd {
@@ -387,7 +520,7 @@ impl OpenFlow {
                     // Input is not polled while it would not be read (a
                     // readable socket would wake the loop for nothing).
                     let mut events = if s.wants_read() { libc::POLLIN } else { 0 };
-                    if s.pending() > 0 {
+                    if s.pending() > 0 || s.conn.wants_write() {
                         events |= libc::POLLOUT;
                     }
                     fds.push(libc::pollfd {
@@ -412,8 +545,8 @@ impl OpenFlow {
             if b.targets.is_empty() && b.sessions.is_empty() {
                 continue;
             }
-            accept(b, now);
-            connect(b, now);
+            accept(b, self.tls.as_ref(), now);
+            connect(b, self.tls.as_ref(), now);
             let mut tables_changed = false;
             for i in 0..b.sessions.len() {
                 b.sessions[i].read(now);
@@ -498,28 +631,64 @@ fn set_fail_open(br: &mut Bridge, on: bool, now: Instant) {
     }
 }
 
-fn accept(b: &mut OfBridge, now: Instant) {
+fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
+    let mut refused = Vec::new();
     for (name, l) in &b.listeners {
+        let ssl = matches!(l, Listener::Ssl(_));
         loop {
             let (conn, peer) = match l {
-                Listener::Tcp(l) => match l.accept() {
+                Listener::Tcp(l) | Listener::Ssl(l) => match l.accept() {
                     Ok((s, a)) => {
                         let _ = s.set_nonblocking(true);
                         let _ = s.set_nodelay(true);
-                        (Conn::Tcp(s), format!("tcp:{a}"))
+                        if !ssl {
+                            (Conn::Tcp(s), format!("tcp:{a}"))
+                        } else {
+                            let peer = format!("ssl:{a}");
+                            match tls.map(|t| t.accept(s)) {
+                                Some(Ok(t)) => (Conn::Tls(Box::new(t)), peer),
+                                Some(Err(e)) => {
+                                    refused.push((name.clone(), peer, format!("TLS: {e}")));
+                                    continue;
+                                }
+                                None => {
+                                    refused.push((
+                                        name.clone(),
+                                        peer,
+                                        "no SSL configuration (set-ssl)".into(),
+                                    ));
+                                    continue;
+                                }
+                            }
+                        }
                     }
                     Err(_) => break,
                 },
                 Listener::Unix(l, p) => match l.accept() {
                     Ok((s, _)) => {
+                        let peer = format!("unix:{}", p.display());
+                        // The socket's mode keeps other users out; the
+                        // credentials check holds even if it was loosened.
+                        if !super::daemon::peer_allowed(&s) {
+                            refused.push((
+                                name.clone(),
+                                peer,
+                                "peer is neither root nor the daemon's user (SO_PEERCRED)".into(),
+                            ));
+                            continue;
+                        }
                         let _ = s.set_nonblocking(true);
-                        (Conn::Unix(s), format!("unix:{}", p.display()))
+                        (Conn::Unix(s), peer)
                     }
                     Err(_) => break,
                 },
             };
             if b.sessions.len() >= MAX_SESSIONS {
-                tracing::warn!(%peer, "OpenFlow connection refused: {MAX_SESSIONS} connections already");
+                refused.push((
+                    name.clone(),
+                    peer,
+                    format!("{MAX_SESSIONS} connections already"),
+                ));
                 drop(conn);
                 continue;
             }
@@ -527,15 +696,19 @@ fn accept(b: &mut OfBridge, now: Instant) {
             b.sessions.push(Session::new(conn, peer, name.clone(), now));
         }
     }
+    for (target, peer, why) in refused {
+        b.refuse(&target, &peer, why);
+    }
 }
 
-fn connect(b: &mut OfBridge, now: Instant) {
+fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
+    let mut refused = Vec::new();
     for a in &mut b.actives {
         let next = match std::mem::replace(&mut a.state, ActiveState::Up) {
             ActiveState::Up => ActiveState::Up,
             ActiveState::Waiting(at) if now < at => ActiveState::Waiting(at),
             ActiveState::Waiting(_) => match &a.target {
-                Target::Tcp(addr) => match tcp_connect(*addr) {
+                Target::Tcp(addr) | Target::Ssl(addr) => match tcp_connect(*addr) {
                     Ok(s) => ActiveState::Connecting(s, now),
                     Err(e) => {
                         tracing::debug!(target = %a.target, "connect: {e}");
@@ -557,14 +730,29 @@ fn connect(b: &mut OfBridge, now: Instant) {
                 _ => ActiveState::Up,
             },
             ActiveState::Connecting(s, since) => match (s.take_error(), s.peer_addr()) {
-                (Ok(None), Ok(_)) => {
+                (Ok(None), Ok(peer)) => {
                     let _ = s.set_nodelay(true);
-                    a.backoff = BACKOFF_MIN;
                     let name = a.target.to_string();
-                    tracing::info!(target = %name, "OpenFlow controller connected");
-                    b.sessions
-                        .push(Session::new(Conn::Tcp(s), name.clone(), name, now));
-                    ActiveState::Up
+                    let conn = match &a.target {
+                        Target::Ssl(_) => match tls.map(|t| t.connect(s, peer.ip())) {
+                            Some(Ok(t)) => Ok(Conn::Tls(Box::new(t))),
+                            Some(Err(e)) => Err(format!("TLS: {e}")),
+                            None => Err("no SSL configuration (set-ssl)".to_string()),
+                        },
+                        _ => Ok(Conn::Tcp(s)),
+                    };
+                    match conn {
+                        Ok(conn) => {
+                            a.backoff = BACKOFF_MIN;
+                            tracing::info!(target = %name, "OpenFlow controller connected");
+                            b.sessions.push(Session::new(conn, name.clone(), name, now));
+                            ActiveState::Up
+                        }
+                        Err(why) => {
+                            refused.push((name.clone(), name, why));
+                            backoff(a, now)
+                        }
+                    }
                 }
                 (Ok(Some(_)), _) | (Err(_), _) => backoff(a, now),
                 (Ok(None), Err(_)) if now.duration_since(since) > Duration::from_secs(5) => {
@@ -574,6 +762,9 @@ fn connect(b: &mut OfBridge, now: Instant) {
             },
         };
         a.state = next;
+    }
+    for (target, peer, why) in refused {
+        b.refuse(&target, &peer, why);
     }
 }
 
@@ -588,7 +779,10 @@ fn close_dead(b: &mut OfBridge, now: Instant) {
     while i < b.sessions.len() {
         if b.sessions[i].dead {
             let s = b.sessions.remove(i);
-            tracing::info!(peer = %s.peer, "OpenFlow connection closed");
+            match s.conn.refusal() {
+                Some(why) => b.refuse(&s.target, &s.peer, why),
+                None => tracing::info!(peer = %s.peer, "OpenFlow connection closed"),
+            }
             b.async_dropped += s.async_dropped;
             if let Some(a) = b
                 .actives
@@ -854,6 +1048,56 @@ mod tests {
                 && p.desc.port_no == 1),
             "{m:?}"
         );
+    }
+
+    #[test]
+    fn punix_sockets_get_their_mode_and_replace_only_stale_sockets() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("br0.mgmt");
+        let l = bind_unix(&p, PUNIX_MODE).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert!(m.file_type().is_socket());
+        // Whatever the umask of the test process.
+        assert_eq!(m.permissions().mode() & 0o7777, 0o750);
+        // Bound where it was moved: connections arrive.
+        let _c = UnixStream::connect(&p).unwrap();
+        assert!(l.accept().is_ok());
+        // Only the socket is left in the directory.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("br0.mgmt")]);
+        // Live: refused. Stale: replaced.
+        assert!(bind_unix(&p, PUNIX_MODE).unwrap_err().contains("listening"));
+        drop(l);
+        let l = bind_unix(&p, PUNIX_MODE).unwrap();
+        assert!(UnixStream::connect(&p).is_ok());
+        drop(l);
+        // Anything else is left alone.
+        let f = dir.path().join("file");
+        std::fs::write(&f, b"keep").unwrap();
+        assert!(bind_unix(&f, PUNIX_MODE)
+            .unwrap_err()
+            .contains("not a socket"));
+        assert_eq!(std::fs::read(&f).unwrap(), b"keep");
+        // A directory that does not exist: an error, nothing created.
+        assert!(bind_unix(&dir.path().join("no/such"), PUNIX_MODE).is_err());
+    }
+
+    #[test]
+    fn tls_targets_need_set_ssl() {
+        let now = Instant::now();
+        let mut of = OpenFlow::default();
+        let t = [Target::parse("pssl:0:127.0.0.1").unwrap()];
+        let e = of
+            .configure("br0", &t, FailMode::Standalone, now)
+            .unwrap_err();
+        assert!(e.contains("set-ssl"), "{e}");
+        let t = [Target::parse("ssl:127.0.0.1").unwrap()];
+        assert!(of.configure("br0", &t, FailMode::Standalone, now).is_err());
+        assert!(of.status("br0").is_empty());
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub const NO_BUFFER_LEN: u16 = 0xffff;
 pub enum Conn {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    /// `ssl:`/`pssl:`: TLS on a TCP socket ([`super::tls`]).
+    Tls(Box<super::tls::TlsStream>),
     /// Tests: nothing to read, output stays in the buffer.
     None,
 }
@@ -50,7 +52,35 @@ impl Conn {
         match self {
             Conn::Tcp(s) => Some(s.as_raw_fd()),
             Conn::Unix(s) => Some(s.as_raw_fd()),
+            Conn::Tls(s) => Some(s.socket().as_raw_fd()),
             Conn::None => None,
+        }
+    }
+
+    /// Bytes below the session's output wait for the socket (TLS records).
+    pub fn wants_write(&self) -> bool {
+        matches!(self, Conn::Tls(s) if s.wants_write())
+    }
+
+    /// Input may be waiting that a readable socket would not announce
+    /// (plaintext TLS decrypted beyond one read).
+    fn has_buffered_input(&self) -> bool {
+        matches!(self, Conn::Tls(s) if s.has_buffered_input())
+    }
+
+    /// Push out what the transport holds (TLS records).
+    fn flush_transport(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Tls(s) => s.flush_tls(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Why the transport refused its peer (TLS handshake), if it did.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            Conn::Tls(s) => s.refusal(),
+            _ => None,
         }
     }
 
@@ -58,6 +88,7 @@ impl Conn {
         match self {
             Conn::Tcp(s) => s.read(buf),
             Conn::Unix(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
             Conn::None => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -66,6 +97,7 @@ impl Conn {
         match self {
             Conn::Tcp(s) => s.write(buf),
             Conn::Unix(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
             Conn::None => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -195,7 +227,13 @@ impl Session {
     /// A whole unhandled message is buffered: the next round should come
     /// soon. (A partial one waits for the socket.)
     pub fn has_backlog(&self) -> bool {
-        if self.dead || self.closing || self.pending() > OUT_SOFT || self.inbuf.len() < 8 {
+        if self.dead || self.closing || self.pending() > OUT_SOFT {
+            return false;
+        }
+        if self.inbuf.len() <= IN_MAX && self.conn.has_buffered_input() {
+            return true;
+        }
+        if self.inbuf.len() < 8 {
             return false;
         }
         let len = usize::from(u16::from_be_bytes([self.inbuf[2], self.inbuf[3]]));
@@ -331,6 +369,7 @@ impl Session {
 
     /// Write what the socket takes.
     pub fn flush(&mut self) {
+        self.flush_transport();
         while self.out_at < self.out.len() && !self.dead {
             match self.conn.write(&self.out[self.out_at..]) {
                 Ok(0) => {
@@ -349,8 +388,21 @@ impl Session {
             self.out.drain(..self.out_at);
             self.out_at = 0;
         }
-        if self.closing && self.pending() == 0 {
-            self.dead = true;
+        if self.closing && self.pending() == 0 && !self.dead {
+            if let Conn::Tls(t) = &mut self.conn {
+                t.close_notify();
+            }
+            self.flush_transport();
+            if !self.conn.wants_write() {
+                self.dead = true;
+            }
+        }
+    }
+
+    fn flush_transport(&mut self) {
+        match self.conn.flush_transport() {
+            Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => self.dead = true,
+            _ => {}
         }
     }
 

@@ -1,6 +1,7 @@
 //! Controller targets in Open vSwitch's syntax: `tcp:IP[:PORT]` (the switch
-//! connects), `ptcp:[PORT][:IP]` (the switch listens), `unix:PATH`,
-//! `punix:PATH`. The default port is 6653 (OpenFlow's IANA port).
+//! connects), `ptcp:[PORT][:IP]` (the switch listens), their TLS forms
+//! `ssl:IP[:PORT]` and `pssl:[PORT][:IP]`, `unix:PATH`, `punix:PATH`. The
+//! default port is 6653 (OpenFlow's IANA port).
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -15,6 +16,11 @@ pub enum Target {
     Tcp(SocketAddr),
     /// `ptcp:[PORT][:IP]`: listen (all addresses unless `IP`).
     Ptcp(SocketAddr),
+    /// `ssl:IP[:PORT]`: connect to a controller over TLS.
+    Ssl(SocketAddr),
+    /// `pssl:[PORT][:IP]`: listen for TLS connections (all addresses
+    /// unless `IP`).
+    Pssl(SocketAddr),
     /// `unix:PATH`: connect to a controller's unix socket.
     Unix(PathBuf),
     /// `punix:PATH`: listen on a unix socket.
@@ -61,20 +67,22 @@ fn split_ip_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
 impl Target {
     pub fn parse(s: &str) -> Result<Target, String> {
         let (kind, rest) = s.split_once(':').ok_or_else(|| {
-            format!("`{s}`: expected tcp:IP[:PORT], ptcp:[PORT][:IP], unix:PATH or punix:PATH")
+            format!("`{s}`: expected tcp:IP[:PORT], ptcp:[PORT][:IP], ssl:IP[:PORT], pssl:[PORT][:IP], unix:PATH or punix:PATH")
         })?;
         match kind {
-            "tcp" => {
+            "tcp" | "ssl" => {
                 if rest.is_empty() {
-                    return Err(format!("`{s}`: tcp needs an IP address"));
+                    return Err(format!("`{s}`: {kind} needs an IP address"));
                 }
                 let (ip, port) = split_ip_port(rest)?;
-                Ok(Target::Tcp(SocketAddr::new(
-                    ip,
-                    port.unwrap_or(DEFAULT_PORT),
-                )))
+                let a = SocketAddr::new(ip, port.unwrap_or(DEFAULT_PORT));
+                Ok(if kind == "tcp" {
+                    Target::Tcp(a)
+                } else {
+                    Target::Ssl(a)
+                })
             }
-            "ptcp" => {
+            "ptcp" | "pssl" => {
                 let (port, ip) = match rest.split_once(':') {
                     Some((p, ip)) => (p, Some(ip)),
                     None => (rest, None),
@@ -88,7 +96,12 @@ impl Target {
                     Some(ip) if !ip.is_empty() => parse_ip(ip)?,
                     _ => IpAddr::from([0, 0, 0, 0]),
                 };
-                Ok(Target::Ptcp(SocketAddr::new(ip, port)))
+                let a = SocketAddr::new(ip, port);
+                Ok(if kind == "ptcp" {
+                    Target::Ptcp(a)
+                } else {
+                    Target::Pssl(a)
+                })
             }
             "unix" | "punix" => {
                 if rest.is_empty() {
@@ -102,14 +115,20 @@ impl Target {
                 })
             }
             _ => Err(format!(
-                "`{s}`: unknown connection type `{kind}` (tcp, ptcp, unix, punix)"
+                "`{s}`: unknown connection type `{kind}` (tcp, ptcp, ssl, pssl, unix, punix)"
             )),
         }
     }
 
-    /// A listener (`ptcp`, `punix`), as opposed to an active connection.
+    /// A listener (`ptcp`, `pssl`, `punix`), as opposed to an active
+    /// connection.
     pub fn passive(&self) -> bool {
-        matches!(self, Target::Ptcp(_) | Target::Punix(_))
+        matches!(self, Target::Ptcp(_) | Target::Pssl(_) | Target::Punix(_))
+    }
+
+    /// Spoken over TLS (`ssl`, `pssl`): needs `nicflow set-ssl`.
+    pub fn tls(&self) -> bool {
+        matches!(self, Target::Ssl(_) | Target::Pssl(_))
     }
 }
 
@@ -121,10 +140,19 @@ impl fmt::Display for Target {
         };
         match self {
             Target::Tcp(a) => write!(f, "tcp:{}:{}", ip(a), a.port()),
-            Target::Ptcp(a) if a.ip().is_unspecified() && a.is_ipv4() => {
-                write!(f, "ptcp:{}", a.port())
+            Target::Ssl(a) => write!(f, "ssl:{}:{}", ip(a), a.port()),
+            Target::Ptcp(a) | Target::Pssl(a) => {
+                let kind = if matches!(self, Target::Ptcp(_)) {
+                    "ptcp"
+                } else {
+                    "pssl"
+                };
+                if a.ip().is_unspecified() && a.is_ipv4() {
+                    write!(f, "{kind}:{}", a.port())
+                } else {
+                    write!(f, "{kind}:{}:{}", a.port(), ip(a))
+                }
             }
-            Target::Ptcp(a) => write!(f, "ptcp:{}:{}", a.port(), ip(a)),
             Target::Unix(p) => write!(f, "unix:{}", p.display()),
             Target::Punix(p) => write!(f, "punix:{}", p.display()),
         }
@@ -153,7 +181,16 @@ mod tests {
         assert_eq!(rt("ptcp:6634:[::1]"), "ptcp:6634:[::1]");
         assert_eq!(rt("unix:/run/c.sock"), "unix:/run/c.sock");
         assert_eq!(rt("punix:/tmp/br0.mgmt"), "punix:/tmp/br0.mgmt");
+        assert_eq!(rt("ssl:127.0.0.1"), "ssl:127.0.0.1:6653");
+        assert_eq!(rt("ssl:[::1]:6634"), "ssl:[::1]:6634");
+        assert_eq!(rt("pssl:"), "pssl:6653");
+        assert_eq!(rt("pssl:6634:127.0.0.1"), "pssl:6634:127.0.0.1");
         assert!(Target::parse("ptcp:1").unwrap().passive());
+        assert!(Target::parse("pssl:1").unwrap().passive());
+        assert!(Target::parse("pssl:1").unwrap().tls());
+        assert!(Target::parse("ssl:1.2.3.4").unwrap().tls());
+        assert!(!Target::parse("ssl:1.2.3.4").unwrap().passive());
+        assert!(!Target::parse("tcp:1.2.3.4").unwrap().tls());
         assert!(!Target::parse("tcp:1.2.3.4").unwrap().passive());
     }
 
@@ -168,7 +205,10 @@ mod tests {
             "ptcp:1:notanip",
             "unix:",
             "punix:",
-            "ssl:1.2.3.4",
+            "ssl:",
+            "ssl:host.example",
+            "pssl:x",
+            "tls:1.2.3.4",
             "1.2.3.4",
             "tcp:[::1",
         ] {
