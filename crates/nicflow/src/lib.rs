@@ -25,7 +25,7 @@ pub mod lab;
 pub mod nf;
 pub mod offload;
 pub mod ofproto;
-pub mod os;
+pub use nicflow_os as os;
 pub mod port;
 pub mod traffic;
 

@@ -36,45 +36,4 @@ pub mod xdp;
 
 pub use manager::{engine_config, ManagerCounters, OffloadManager};
 
-/// A bridge's offload setting (`offload = "auto" | "tc" | "xdp" | "none"`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OffloadMode {
-    /// The default: ports of type `auto` open as TC ports and run in the
-    /// TC engine (interfaces keep TSO and checksum offload); AF_XDP ports
-    /// (`type=afxdp`) run in the XDP engine.
-    #[default]
-    Auto,
-    /// The TC engine only.
-    Tc,
-    /// The XDP engine only; ports of type `auto` open as AF_XDP ports.
-    Xdp,
-    /// Userspace only; ports of type `auto` open as AF_XDP ports.
-    None,
-}
-
-impl OffloadMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OffloadMode::Auto => "auto",
-            OffloadMode::Tc => "tc",
-            OffloadMode::Xdp => "xdp",
-            OffloadMode::None => "none",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<OffloadMode> {
-        match s {
-            "auto" => Some(OffloadMode::Auto),
-            "tc" => Some(OffloadMode::Tc),
-            "xdp" => Some(OffloadMode::Xdp),
-            "none" => Some(OffloadMode::None),
-            _ => None,
-        }
-    }
-
-    /// Does a port of type `auto` open as a TC port under this mode?
-    pub fn auto_ports_are_tc(self) -> bool {
-        matches!(self, OffloadMode::Auto | OffloadMode::Tc)
-    }
-}
+pub use nicflow_api::OffloadMode;

@@ -66,7 +66,7 @@ pub(crate) fn ethtool_raw(fd: RawFd, ifname: &str, buf: &mut [u8]) -> io::Result
 /// block, every block in order (a `size` below the kernel's feature word
 /// count is `EINVAL`). A positive result only flags features the device
 /// cannot change.
-pub(crate) fn write_features(fd: RawFd, ifname: &str, blocks: &[(u32, u32)]) -> io::Result<()> {
+pub fn write_features(fd: RawFd, ifname: &str, blocks: &[(u32, u32)]) -> io::Result<()> {
     // struct ethtool_sfeatures { u32 cmd; u32 size; struct
     // ethtool_set_features_block { u32 valid; u32 requested; } features[]; }
     let mut buf = vec![0u8; 8 + 8 * blocks.len()];
@@ -160,7 +160,7 @@ pub(crate) fn feature_names(fd: RawFd, ifname: &str) -> io::Result<Vec<String>> 
 /// Set every feature whose name `pick` selects to `on`. Returns, per
 /// 32-feature block, the bits changed and what their wanted state was, to
 /// put back later with [`write_features`].
-pub(crate) fn set_features_fd(
+pub fn set_features_fd(
     fd: RawFd,
     ifname: &str,
     pick: &dyn Fn(&str) -> bool,

@@ -1,15 +1,15 @@
-//! The operating-system plumbing: links, addresses, routes, neighbours,
-//! network namespaces, sysctls and ethtool features, spoken to the kernel
-//! directly.
+//! nicflow-os: the operating-system plumbing — links, addresses, routes,
+//! neighbours, network namespaces, sysctls and ethtool features, spoken to
+//! the kernel directly.
 //!
-//! Place in the system: this is the lowest layer of the crate that touches
-//! the host's network configuration. The control plane (`control::vf`
-//! creates VF/representor veth pairs), the lab (`lab` builds namespaces,
-//! veths, addresses and routes), the ports (`port::tc` creates its upcall
-//! veth, `port::sys` changes offload features), the traffic tools
-//! (`traffic::gen` looks up IPv6 neighbours) and the CNI plugin all call
-//! it; it calls nothing above it (no `control`, `lab`, `port` imports), so
-//! there is no circle between those layers.
+//! Place in the system: the bottom crate of everything that touches the
+//! host's network configuration. No packet passes through it; it builds and
+//! changes the devices packets pass through. The ports (`nicflow-port`
+//! creates a TC port's upcall veth and changes an AF_XDP port's offload
+//! features), the control plane (VF/representor veth pairs), the lab
+//! (namespaces, veths, addresses, routes), the traffic tools (IPv6
+//! neighbours) and the CNI plugin all call it; it depends on no nicflow
+//! crate, so the compiler keeps it at the bottom.
 //!
 //! Why netlink rather than running `ip`: a failure comes back from the
 //! kernel as an errno attached to the request that caused it

@@ -66,7 +66,7 @@ pub struct BridgeConfig {
     pub ports: Vec<PortConfig>,
     /// `xdp` (the default, where the kernel loads the program) or `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offload: Option<crate::offload::OffloadMode>,
+    pub offload: Option<crate::OffloadMode>,
     /// XDP engine map sizes: `max_flows`, `max_masks`, `max_ports`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub offload_options: BTreeMap<String, String>,
@@ -94,7 +94,7 @@ pub struct OpenFlowConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fail_mode: Option<crate::control::openflow::FailMode>,
+    pub fail_mode: Option<crate::FailMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocols: Option<String>,
 }
@@ -220,7 +220,7 @@ impl BridgeConfig {
     /// `auto` that is a TC port, tunnels included (the TC engine
     /// encapsulates and decapsulates), so one engine serves the whole
     /// overlay path.
-    pub fn port_mode(&self) -> crate::offload::OffloadMode {
+    pub fn port_mode(&self) -> crate::OffloadMode {
         self.offload.unwrap_or_default()
     }
 
@@ -366,12 +366,12 @@ mod tests {
                 kind: PortType::Afpacket,
                 options: [("promisc".to_string(), "true".to_string())].into(),
             }],
-            offload: Some(crate::offload::OffloadMode::None),
+            offload: Some(crate::OffloadMode::None),
             offload_options: [("max_flows".to_string(), "1024".to_string())].into(),
             vfs: Vec::new(),
             openflow: OpenFlowConfig {
                 controllers: vec!["ptcp:6653:127.0.0.1".into()],
-                fail_mode: Some(crate::control::openflow::FailMode::Secure),
+                fail_mode: Some(crate::FailMode::Secure),
                 protocols: None,
             },
         });
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(Config::parse(&text).unwrap(), c);
         // rep_type defaults to auto; unknown keys are refused.
         // Ports of type auto open as TC ports, next to tunnels too.
-        use crate::offload::OffloadMode;
+        use crate::OffloadMode;
         let mut b = Config::parse(
             "[[bridge]]\nname='b'\n[[bridge.port]]\nname='p'\niface='p'\ntype='auto'\n",
         )
