@@ -1,6 +1,7 @@
-//! Compiles the XDP programs in `bpf/` (C) into BPF objects in `OUT_DIR`,
-//! embedded by the ports that load them (`include_bytes!(concat!(env!(
-//! "OUT_DIR"), "/xsk_redirect.o"))` in `src/port/afxdp.rs`).
+//! Compiles the kernel datapath programs in `bpf/` (C: `xdp_dp.c`,
+//! `tc_dp.c` over the shared `dp_*.h`) into BPF objects in `OUT_DIR`,
+//! embedded by the engine loader (`src/offload/xdp/engine.rs`). The
+//! port-owned programs are the `nicflow-port` crate's.
 //!
 //! Needs clang with the BPF target and the libbpf headers (Debian:
 //! `apt-get install clang libbpf-dev`). The compiler can be overridden with
@@ -9,13 +10,13 @@
 //! multiarch directory, or `NICFLOW_BPF_INCLUDE`); without it clang's BPF
 //! target cannot find it.
 
-#[path = "build_bpf.rs"]
+#[path = "../port/build_bpf.rs"]
 mod bpf;
 
 use std::path::PathBuf;
 
 /// BPF sources, compiled one object each (`bpf/<name>.c` -> `<name>.o`).
-const PROGRAMS: &[&str] = &["xsk_redirect", "xdp_dp", "tc_dp", "tc_upcall"];
+const PROGRAMS: &[&str] = &["xdp_dp", "tc_dp"];
 
 /// The kernel datapath's shared sources (every program above may include
 /// them) and the files its ABI constants are read from, in order.

@@ -26,7 +26,7 @@ pub mod nf;
 pub mod offload;
 pub mod ofproto;
 pub use nicflow_os as os;
-pub mod port;
+pub use nicflow_port as port;
 pub mod traffic;
 
 pub use bridge::{Bridge, BridgeError};

@@ -17,9 +17,7 @@ use super::masks::MaskTable;
 use super::OffloadError;
 use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray, XskMap};
 use aya::programs::tc::SchedClassifierLinkId;
-use aya::programs::{
-    ProgramError, SchedClassifier, TcAttachType, TestRun, TestRunOptions, Xdp, XdpMode,
-};
+use aya::programs::{ProgramError, SchedClassifier, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -322,38 +320,15 @@ fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
     }
 }
 
-/// Attach a TC program at ingress: a tcx link (first or last on the hook)
-/// on kernels that have it, else a clsact qdisc (added if missing) and a
-/// cls_bpf filter (priority 1 first, else after).
+/// Attach a TC program at ingress ([`nicflow_port::attach::tc_attach`]),
+/// as an offload error.
 pub fn tc_attach(
     prog: &mut SchedClassifier,
     ifname: &str,
     first: bool,
 ) -> Result<SchedClassifierLinkId, OffloadError> {
-    use aya::programs::tc::{NlOptions, TcAttachOptions};
-    use aya::programs::LinkOrder;
-    let order = if first {
-        LinkOrder::first()
-    } else {
-        LinkOrder::last()
-    };
-    match prog.attach_with_options(
-        ifname,
-        TcAttachType::Ingress,
-        TcAttachOptions::TcxOrder(order),
-    ) {
-        Ok(id) => Ok(id),
-        Err(tcx) => {
-            // Before tcx (Linux < 6.6): clsact + cls_bpf.
-            let _ = aya::programs::tc::qdisc_add_clsact(ifname);
-            let nl = NlOptions {
-                priority: if first { 1 } else { 0 },
-                ..NlOptions::default()
-            };
-            prog.attach_with_options(ifname, TcAttachType::Ingress, TcAttachOptions::Netlink(nl))
-                .map_err(|_| bpf("attaching the TC program", tcx))
-        }
-    }
+    nicflow_port::attach::tc_attach(prog, ifname, first)
+        .map_err(|e| bpf("attaching the TC program", e))
 }
 
 /// One `BPF_PROG_TEST_RUN` of an XDP or TC program.

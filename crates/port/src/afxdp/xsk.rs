@@ -28,7 +28,7 @@
 //! Local copies of both indexes (`cached_*`) keep the shared cache lines
 //! out of the common path.
 
-use crate::port::sys::{cvt, getsockopt, owned_fd, setsockopt, Mapping, StepError};
+use crate::sys::{cvt, getsockopt, owned_fd, setsockopt, Mapping, StepError};
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

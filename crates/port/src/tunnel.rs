@@ -29,7 +29,7 @@
 
 use super::ipsec::{IpsecConfig, UnderlayEsp};
 use super::{Port, PortStats};
-use crate::control::config::{PortConfig, PortType};
+use nicflow_api::config::{PortConfig, PortType};
 use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum;
@@ -549,15 +549,14 @@ impl Underlay {
     /// `mode`: the bridge's offload mode, which an `auto` underlay follows
     /// as any `auto` port does (TC under auto/tc, AF_XDP otherwise), so
     /// that the tunnel and the ports around it run in one engine.
-    fn open(cfg: &TunnelConfig, mode: crate::offload::OffloadMode) -> Result<Underlay, String> {
+    fn open(cfg: &TunnelConfig, mode: nicflow_api::OffloadMode) -> Result<Underlay, String> {
         let pc = PortConfig {
             name: format!("underlay:{}", cfg.underlay),
             iface: cfg.underlay.clone(),
             kind: cfg.underlay_type,
             options: BTreeMap::new(),
         };
-        let port = crate::control::switch::open_port(&pc, mode)
-            .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
+        let port = crate::open(&pc, mode).map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
         let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
             .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
         tracing::info!(iface = %cfg.underlay, kind = port.kind(), mtu, "tunnel underlay attached");
@@ -633,7 +632,7 @@ impl Underlay {
     /// The shared underlay of `cfg.underlay`, opened on first use.
     fn get(
         cfg: &TunnelConfig,
-        mode: crate::offload::OffloadMode,
+        mode: nicflow_api::OffloadMode,
     ) -> Result<Rc<RefCell<Underlay>>, String> {
         UNDERLAYS.with(|m| {
             let mut m = m.borrow_mut();
@@ -1259,7 +1258,7 @@ impl TunnelPort {
     pub fn open(
         name: &str,
         cfg: TunnelConfig,
-        mode: crate::offload::OffloadMode,
+        mode: nicflow_api::OffloadMode,
     ) -> Result<TunnelPort, String> {
         let underlay = Underlay::get(&cfg, mode)?;
         TunnelPort::attach(name, cfg, underlay, Instant::now())
@@ -1747,7 +1746,7 @@ mod tests {
 
     /// An underlay on an in-memory port (no interface, MTU never re-read).
     fn mem_underlay(mtu: usize, now: Instant) -> Rc<RefCell<Underlay>> {
-        let (port, _h) = crate::port::mem::MemPort::new("underlay:mem0");
+        let (port, _h) = crate::mem::MemPort::new("underlay:mem0");
         Rc::new(RefCell::new(Underlay::new(
             "mem0".into(),
             Box::new(port),
@@ -2042,11 +2041,11 @@ mod tests {
     #[test]
     fn transmit_path_rereads_the_interface_mtu_through_the_control_socket() {
         // The loopback interface: SIOCGIFMTU needs no privilege.
-        let ctl = crate::port::sys::control_socket().unwrap();
-        let lo_mtu = crate::port::sys::interface_mtu(ctl.as_raw_fd(), "lo").unwrap();
+        let ctl = crate::sys::control_socket().unwrap();
+        let lo_mtu = crate::sys::interface_mtu(ctl.as_raw_fd(), "lo").unwrap();
         assert!(lo_mtu > 1500, "lo MTU {lo_mtu}");
         let t0 = Instant::now();
-        let (port, _h) = crate::port::mem::MemPort::new("underlay:lo");
+        let (port, _h) = crate::mem::MemPort::new("underlay:lo");
         let u = Rc::new(RefCell::new(Underlay::new(
             "lo".into(),
             Box::new(port),

@@ -363,7 +363,7 @@ pub(super) fn segment_tcp(
 
 /// What [`finish_offloads`] did to a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Finished {
+pub struct Finished {
     /// GSO super-frames cut into segments.
     pub gso_frames: u64,
     /// Segments produced from them.
@@ -431,7 +431,7 @@ pub(crate) fn finish_frame(
 /// [`finish_frame`] over a transmit batch, in place (order kept), for a
 /// port that cannot carry offloads ([`super::Port::accepts_offloads`]).
 /// Costs one scan when no frame needs work.
-pub(crate) fn finish_offloads(pkts: &mut Vec<PacketBuf>, pool: &mut Vec<PacketBuf>) -> Finished {
+pub fn finish_offloads(pkts: &mut Vec<PacketBuf>, pool: &mut Vec<PacketBuf>) -> Finished {
     let mut done = Finished::default();
     if !pkts.iter().any(|p| p.needs_offload_work()) {
         return done;
@@ -446,7 +446,7 @@ pub(crate) fn finish_offloads(pkts: &mut Vec<PacketBuf>, pool: &mut Vec<PacketBu
 
 /// Complete a partial TCP/UDP checksum in a copy of a frame (the
 /// controller's packet-in), whatever the field holds.
-pub(crate) fn complete_checksum(frame: &mut [u8], layout: &Layout) -> bool {
+pub fn complete_checksum(frame: &mut [u8], layout: &Layout) -> bool {
     complete_l4_checksum(frame, layout)
 }
 
@@ -483,7 +483,7 @@ pub(super) mod tests {
 
     /// Check that `segs` are `big` cut for `mtu` the way `tcp_gso_segment`
     /// cuts it. Shared with the ports' tests of their receive paths.
-    pub(in crate::port) fn check_segments(big: &[u8], mtu: usize, segs: &[PacketBuf]) {
+    pub(crate) fn check_segments(big: &[u8], mtu: usize, segs: &[PacketBuf]) {
         let l = parse::parse(big).unwrap();
         let l3 = usize::from(l.l3_offset);
         let l4 = usize::from(l.l4_offset);

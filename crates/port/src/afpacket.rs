@@ -1357,8 +1357,8 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::fixup::put16;
-    use crate::port::fixup::tests::check_segments;
+    use crate::fixup::put16;
+    use crate::fixup::tests::check_segments;
     use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
     use std::net::Ipv4Addr;
 

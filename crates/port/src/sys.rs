@@ -2,7 +2,7 @@
 //! [`afxdp`](super::afxdp)) share: interface names and indexes, `ifreq`
 //! ioctls, ethtool offload settings (what a port changes and puts back;
 //! the `SIOCETHTOOL` feature requests themselves are the OS layer's,
-//! [`crate::os::ethtool`]), socket options, owned descriptors and memory
+//! [`nicflow_os::ethtool`]), socket options, owned descriptors and memory
 //! mappings.
 //!
 //! Place in a frame's path: before the first frame. A port calls these in
@@ -15,7 +15,7 @@
 //! several calls ([`StepError`]): each port maps them into its own typed
 //! error at its boundary, where the interface name is known.
 
-use crate::os::ethtool;
+use nicflow_os::ethtool;
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
@@ -263,7 +263,7 @@ pub(super) fn enable_tx_offloads(ifname: &str) -> Result<SavedFeatures, StepErro
 }
 
 /// Set every feature whose name `pick` selects to `on` (the OS layer's
-/// [`os::ethtool`](crate::os::ethtool)); returns those features' previous
+/// [`os::ethtool`](nicflow_os::ethtool)); returns those features' previous
 /// `wanted` state.
 fn set_features(
     fd: RawFd,

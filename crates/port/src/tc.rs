@@ -28,10 +28,10 @@
 
 use super::afpacket::{AfPacketOptions, AfPacketPort};
 use super::{Port, PortStats};
-use crate::os::{self, link::VethEnd, netlink::Rtnl, OsError};
 use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::SchedClassifier;
 use aya::{Ebpf, EbpfLoader};
+use nicflow_os::{self as os, link::VethEnd, netlink::Rtnl, OsError};
 use nicflow_packet::buf::PacketBuf;
 use std::io;
 use std::os::fd::RawFd;
@@ -171,8 +171,7 @@ impl TcPort {
                 .ok_or_else(|| bpf_err(prog, &"missing from tc_upcall.o"))?
                 .try_into()
                 .map_err(|e| bpf_err(prog, &e))?;
-            let id = crate::offload::xdp::engine::tc_attach(p, dev, false)
-                .map_err(|e| bpf_err(prog, &e))?;
+            let id = crate::attach::tc_attach(p, dev, false).map_err(|e| bpf_err(prog, &e))?;
             links.push((prog, id));
         }
         guard.0 = None;

@@ -1,4 +1,13 @@
-//! Ports: where frames enter and leave a bridge.
+//! nicflow-port: where frames enter and leave a bridge.
+//!
+//! Place in the packet's path: first and last. A port receives frames from
+//! a Linux interface (or a capture, or memory) in batches for the fast path
+//! above it, and transmits what the fast path decided. The crate sits above
+//! `nicflow-os` and `nicflow-api` and below the dataplane (datapath,
+//! ofproto, the kernel engines, the bridge), which it never names: a port
+//! is opened from its configuration by [`open`], the factory, and the BPF
+//! programs a port owns (the AF_XDP redirect, the TC upcall) are built and
+//! attached here ([`attach`]).
 //!
 //! A port owns its receive and transmit rings and moves frames in batches:
 //! `recv_batch` fills a vector of [`PacketBuf`]s for the fast path, and
@@ -23,9 +32,12 @@
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod attach;
+mod factory;
+pub use factory::open;
 mod fixup;
 pub mod ipsec;
-pub(crate) use fixup::{complete_checksum, finish_offloads};
+pub use fixup::{complete_checksum, finish_offloads, Finished};
 pub mod mem;
 pub mod pcap;
 mod sys;
