@@ -55,7 +55,7 @@
 //! the tunnel port, with the outer headers in the key's `tun_*` fields; a
 //! miss reaches the underlay's userspace side whole. For output, each
 //! tunnel port has a slot in `dp_tun_tx` with its outer header
-//! ([`crate::port::tunnel::header_template`]), written when the remote's MAC
+//! ([`nicflow_port::tunnel::header_template`]), written when the remote's MAC
 //! is resolved and re-checked every tick (which also keeps the ARP entry
 //! fresh while every packet is offloaded); until then the program sends the
 //! flow's frames to userspace. A tunnel port stays in userspace with
@@ -79,11 +79,11 @@ use super::xdp::{
 use super::OffloadMode;
 use crate::datapath::meter::MeterCounters;
 use crate::datapath::{DpAction, FlowOffload, KernelCounters};
-use crate::port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
-use crate::port::Port;
 use nicflow_flow::{FlowKey, FlowMask, Match};
 use nicflow_ofctl::meter::MeterSpec;
 use nicflow_packet::tunnel::TunnelKind;
+use nicflow_port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
+use nicflow_port::Port;
 use std::any::Any;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -492,7 +492,7 @@ impl OffloadManager {
             let _ = self.engine.unregister_xsk(slot);
             return Err(e);
         }
-        let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
+        let native = x.attach_mode() == nicflow_port::afxdp::AttachMode::Native;
         let mut p = XdpPort {
             name: name.clone(),
             ifindex,
@@ -764,7 +764,7 @@ impl OffloadManager {
             return Err(OffloadError::Config("the underlay is not AF_XDP".into()));
         };
         let base = slot.wrapping_sub(x.queue());
-        let native = x.attach_mode() == crate::port::afxdp::AttachMode::Native;
+        let native = x.attach_mode() == nicflow_port::afxdp::AttachMode::Native;
         self.engine.register_xsk(slot, x.xsk_fd())?;
         self.engine.set_underlay(ifindex, base, mac, mtu, 0)?;
         let link = match x.take_xdp_link() {

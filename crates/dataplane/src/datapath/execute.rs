@@ -162,7 +162,7 @@ pub fn execute(
                         // The controller gets a finished checksum. A GSO
                         // super-frame is sent up whole (its IP length is
                         // its real length), not segmented.
-                        crate::port::complete_checksum(&mut data, layout);
+                        nicflow_port::complete_checksum(&mut data, layout);
                     }
                     let total_len = data.len();
                     data.truncate(n);

@@ -19,9 +19,9 @@ use crate::datapath::{
 use crate::offload::xdp::{EngineStats, OffloadError, XdpEngineConfig};
 use crate::offload::{ManagerCounters, OffloadManager};
 use crate::ofproto::{Ofproto, OfprotoError, OfprotoStats, RuleDump};
-use crate::port::{Port, PortStats};
 use nicflow_ofctl::{FlowSpec, MatchSpec, PortMap, RuleError};
 use nicflow_packet::buf::PacketBuf;
+use nicflow_port::{Port, PortStats};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -619,7 +619,7 @@ impl Bridge {
             }
             if !slot.offloads {
                 // Super-frames are segmented, partial checksums completed.
-                crate::port::finish_offloads(&mut slot.out, &mut self.dp.pool);
+                nicflow_port::finish_offloads(&mut slot.out, &mut self.dp.pool);
             }
             if let Err(e) = slot.port.send_batch(&mut slot.out, &mut self.done) {
                 tracing::warn!(port = %slot.port.name(), "transmit failed: {e}");
