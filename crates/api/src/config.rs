@@ -44,6 +44,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+/// The rule every new bridge starts with, as in Open vSwitch.
+pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {

@@ -20,13 +20,13 @@ pub use nicflow_dataplane::bridge;
 pub mod cni;
 pub mod control;
 pub use nicflow_dataplane::datapath;
-pub mod demo;
-pub mod lab;
 pub use nicflow_dataplane::nf;
 pub use nicflow_dataplane::offload;
 pub use nicflow_dataplane::ofproto;
+pub use nicflow_lab::demo;
+pub use nicflow_lab::lab;
+pub use nicflow_lab::traffic;
 pub use nicflow_os as os;
 pub use nicflow_port as port;
-pub mod traffic;
 
 pub use nicflow_dataplane::{Bridge, BridgeError, Datapath, DatapathConfig};

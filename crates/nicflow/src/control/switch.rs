@@ -19,8 +19,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// The rule every new bridge starts with, as in Open vSwitch.
-pub const DEFAULT_FLOW: &str = "priority=0,actions=normal";
+pub use nicflow_api::config::DEFAULT_FLOW;
 
 /// Ports open through the port crate's factory.
 pub use crate::port::open as open_port;

@@ -8,7 +8,7 @@
 //! builds one skb per frame and hands it straight to the driver, bypassing
 //! the qdisc) and returns the frame on the completion ring when the skb is
 //! freed. No XDP program is needed to transmit. The switch's own AF_XDP port
-//! (`crate::port::afxdp`) keeps its ring code private and is built for
+//! (`nicflow_port::afxdp`) keeps its ring code private and is built for
 //! receive-and-forward, so this small transmit-only copy of the ring
 //! protocol lives here (same memory-ordering rules: Acquire on the other
 //! side's index, Release on ours).

@@ -12,7 +12,7 @@
 
 use super::names::{self, IFNAME_MAX, MAX_LINKS};
 use super::LabError;
-use crate::control::config::PortType;
+use nicflow_api::config::PortType;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -80,7 +80,7 @@ pub struct SwitchSpec {
     pub bridges: Vec<BridgeSpec>,
     /// `offload` of every bridge (`xdp` / `none`); `None`: the daemon's
     /// default (xdp where it loads).
-    pub offload: Option<crate::offload::OffloadMode>,
+    pub offload: Option<nicflow_api::OffloadMode>,
     /// XDP engine map sizes for every bridge (`max_flows`, `max_masks`,
     /// `max_ports`).
     pub offload_options: BTreeMap<String, String>,
@@ -99,9 +99,9 @@ impl SwitchSpec {
         self.port_type == PortType::Afxdp
             && matches!(
                 mode,
-                crate::offload::OffloadMode::Xdp | crate::offload::OffloadMode::Auto
+                nicflow_api::OffloadMode::Xdp | nicflow_api::OffloadMode::Auto
             )
-            || self.port_type == PortType::Auto && mode == crate::offload::OffloadMode::Xdp
+            || self.port_type == PortType::Auto && mode == nicflow_api::OffloadMode::Xdp
     }
 }
 
@@ -353,7 +353,7 @@ struct RawSwitch {
     #[serde(default, rename = "bridge")]
     bridges: Vec<RawBridge>,
     #[serde(default)]
-    offload: Option<crate::offload::OffloadMode>,
+    offload: Option<nicflow_api::OffloadMode>,
     /// Numbers (`max_flows = 65536`) or words (`counters = "off"`).
     #[serde(default)]
     offload_options: BTreeMap<String, toml::Value>,
@@ -720,7 +720,7 @@ fn build_switch(s: RawSwitch, node_names: &mut HashSet<String>, v: &mut Validato
 }
 
 fn default_flows() -> Vec<String> {
-    vec![crate::control::switch::DEFAULT_FLOW.to_string()]
+    vec![nicflow_api::config::DEFAULT_FLOW.to_string()]
 }
 
 /// What earlier links already claimed.

@@ -12,11 +12,11 @@
 //! the OpenFlow rules with their counters. Output captures are left in the
 //! directory for tshark.
 
-use crate::bridge::Bridge;
-use crate::datapath::DatapathConfig;
-use crate::port::pcap::PcapPort;
 use anyhow::{Context, Result};
+use nicflow_dataplane::bridge::Bridge;
+use nicflow_dataplane::datapath::DatapathConfig;
 use nicflow_packet::builder::FrameBuilder;
+use nicflow_port::pcap::PcapPort;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -308,8 +308,8 @@ fn iperf_rate(json: &str, udp: bool) -> Result<(f64, f64)> {
 
 /// Part one: a namespace lab with real traffic through a nicflow daemon.
 pub fn run_lab() -> Result<String> {
-    use crate::control::daemon::request;
-    use crate::control::proto::Request;
+    use nicflow_api::client::request;
+    use nicflow_api::proto::Request;
     let topo = crate::lab::Topology::parse(LAB_TOPOLOGY)?;
     let opts = crate::lab::LabOptions::from_env()?;
     // A previous demo killed hard may have left its lab behind.
@@ -471,8 +471,8 @@ fn stateful_firewall(
     opts: &crate::lab::LabOptions,
     sock: &Path,
 ) -> Result<()> {
-    use crate::control::daemon::request;
-    use crate::control::proto::Request;
+    use nicflow_api::client::request;
+    use nicflow_api::proto::Request;
     let flows = "table=0,priority=10,arp,actions=normal\n\
                  table=0,priority=10,ipv6,actions=normal\n\
                  table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)\n\
@@ -480,7 +480,7 @@ fn stateful_firewall(
                  table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2\n\
                  table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2\n\
                  table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1\n";
-    let ok = |resp: crate::control::proto::Response| -> Result<crate::control::proto::Response> {
+    let ok = |resp: nicflow_api::proto::Response| -> Result<nicflow_api::proto::Response> {
         if resp.ok {
             Ok(resp)
         } else {

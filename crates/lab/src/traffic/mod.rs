@@ -6,7 +6,7 @@
 //! UMEM in [`xdp_tx`], an AF_PACKET `PACKET_TX_RING` in [`packet_tx`]), built
 //! once per flow from a [`template`] and only patched per packet (sequence
 //! number, timestamp, checksum); the sink reads frames through the switch's
-//! own receive ports ([`crate::port::afxdp`], [`crate::port::afpacket`]),
+//! own receive ports ([`nicflow_port::afxdp`], [`nicflow_port::afpacket`]),
 //! finds the [`payload`] header and accounts loss, reordering and one-way
 //! [`latency`] per flow. Both sides stamp with `CLOCK_MONOTONIC`, which every
 //! network namespace of one machine shares, so one-way latency is exact when

@@ -3,9 +3,9 @@
 //! counts, loss, reordering, duplicates and one-way latency.
 //!
 //! Frames arrive through the switch's own receive ports — an
-//! [`AfXdpPort`](crate::port::afxdp::AfXdpPort) (its XDP program redirects
+//! [`AfXdpPort`](nicflow_port::afxdp::AfXdpPort) (its XDP program redirects
 //! queue 0 to the socket) or an
-//! [`AfPacketPort`](crate::port::afpacket::AfPacketPort) (TPACKET_V3,
+//! [`AfPacketPort`](nicflow_port::afpacket::AfPacketPort) (TPACKET_V3,
 //! promiscuous) — in batches; the receive time is read once per batch.
 //! [`SinkStats::account`] finds the [`payload`] header behind the L4
 //! header of IPv4/IPv6 UDP, TCP and ICMP frames; anything else is counted
@@ -18,11 +18,11 @@
 use super::latency::{Latency, LatencySummary};
 use super::payload;
 use super::{monotonic_ns, PortType};
-use crate::port::afpacket::{AfPacketOptions, AfPacketPort};
-use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
-use crate::port::Port;
 use anyhow::Context;
 use nicflow_packet::buf::PacketBuf;
+use nicflow_port::afpacket::{AfPacketOptions, AfPacketPort};
+use nicflow_port::afxdp::{AfXdpOptions, AfXdpPort};
+use nicflow_port::Port;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! stopping daemons, control requests to a switch in its namespace.
 //!
 //! Network configuration (namespaces, links, addresses, routes, sysctls)
-//! is the OS layer's, [`crate::os`], which speaks netlink; the functions
+//! is the OS layer's, [`nicflow_os`], which speaks netlink; the functions
 //! here that name it ([`in_ns`], [`sysctl`], [`list_namespaces`],
 //! [`list_links`], [`netns_pids`]) are thin adapters to it with the lab's
 //! error type, kept for the benchmark harness and the CNI plugin. What
@@ -20,7 +20,7 @@
 //! other, whether or not its pid made it into the state file.
 
 use super::LabError;
-use crate::os;
+use nicflow_os as os;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -297,14 +297,14 @@ pub fn tail(path: &Path, n: usize) -> String {
 pub fn request_in(
     netns: Option<&str>,
     socket: &Path,
-    req: &crate::control::proto::Request,
-) -> anyhow::Result<crate::control::proto::Response> {
-    use crate::control::daemon::request;
+    req: &nicflow_api::proto::Request,
+) -> anyhow::Result<nicflow_api::proto::Response> {
+    use nicflow_api::client::request;
     let abstract_socket = socket.as_os_str().to_string_lossy().starts_with('@');
     let (Some(ns), true) = (netns, abstract_socket) else {
-        return request(socket, req);
+        return Ok(request(socket, req)?);
     };
-    os::netns::run_in_with(ns, || request(socket, req))
+    os::netns::run_in_with(ns, || Ok(request(socket, req)?))
 }
 
 #[cfg(test)]

@@ -71,8 +71,8 @@
 //! /run/nicflow/lab/<lab>/<switch>.sock show`) and `<switch>.log`. Each
 //! daemon is a detached process (`setsid`, output to its log), started
 //! inside its namespace for `own` switches (as `ip netns exec` would, see
-//! [`crate::os::netns::command`]). Namespaces, veths, addresses, routes and
-//! sysctls are made over netlink by the OS layer, [`crate::os`]. `down` stops daemons
+//! [`nicflow_os::netns::command`]). Namespaces, veths, addresses, routes and
+//! sysctls are made over netlink by the OS layer, [`nicflow_os`]. `down` stops daemons
 //! (SIGTERM, SIGKILL after 3 s) and whatever else still runs inside the
 //! lab's namespaces (an `iperf3 -s -D` started with `lab exec`), deletes the
 //! namespaces and any root-side veth ends, and removes the state directory;
@@ -206,10 +206,10 @@ pub enum LabError {
     NoCommand,
     #[error("lab `{lab}`: still present after cleanup: {what}")]
     Leftovers { lab: String, what: String },
-    /// A netlink request, namespace or sysctl operation ([`crate::os`]),
+    /// A netlink request, namespace or sysctl operation ([`nicflow_os`]),
     /// with the kernel's errno.
     #[error(transparent)]
-    Os(#[from] crate::os::OsError),
+    Os(#[from] nicflow_os::OsError),
     #[error("{error}; cleaning up after it also failed: {cleanup}")]
     UpFailed {
         error: Box<LabError>,

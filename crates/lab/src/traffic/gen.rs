@@ -211,7 +211,7 @@ pub fn base_flow(args: &Args) -> Result<FlowSpec, TrafficError> {
 
 /// The kernel's resolved neighbour entry for `ip` on `iface` (this
 /// namespace): `/proc/net/arp` for IPv4, the neighbour table over netlink
-/// (`RTM_GETNEIGH`, [`crate::os::neigh`]) for IPv6.
+/// (`RTM_GETNEIGH`, [`nicflow_os::neigh`]) for IPv6.
 fn neighbour(iface: &str, ip: IpAddr) -> Option<Mac> {
     match ip {
         IpAddr::V4(a) => {
@@ -224,8 +224,8 @@ fn neighbour(iface: &str, ip: IpAddr) -> Option<Mac> {
             })
         }
         IpAddr::V6(_) => {
-            let mut rt = crate::os::netlink::Rtnl::open(None).ok()?;
-            let lladdr = crate::os::neigh::lookup(&mut rt, iface, ip).ok()??;
+            let mut rt = nicflow_os::netlink::Rtnl::open(None).ok()?;
+            let lladdr = nicflow_os::neigh::lookup(&mut rt, iface, ip).ok()??;
             Some(Mac(lladdr.try_into().ok()?))
         }
     }
