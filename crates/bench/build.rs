@@ -1,7 +1,7 @@
 //! Compiles `bpf/xdp_redirect_min.c`, the XDP baseline the experiments
 //! compare the engines with, with the switch crate's BPF build code.
 
-#[path = "../nicflow/build_bpf.rs"]
+#[path = "../port/build_bpf.rs"]
 mod bpf;
 
 fn main() {

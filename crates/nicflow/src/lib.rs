@@ -16,18 +16,17 @@
 //! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
 //! search), `nicflow-ofctl` (the rule language).
 
-pub mod bridge;
+pub use nicflow_dataplane::bridge;
 pub mod cni;
 pub mod control;
-pub mod datapath;
-pub mod demo;
-pub mod lab;
-pub mod nf;
-pub mod offload;
-pub mod ofproto;
-pub mod os;
-pub mod port;
-pub mod traffic;
+pub use nicflow_dataplane::datapath;
+pub use nicflow_dataplane::nf;
+pub use nicflow_dataplane::offload;
+pub use nicflow_dataplane::ofproto;
+pub use nicflow_lab::demo;
+pub use nicflow_lab::lab;
+pub use nicflow_lab::traffic;
+pub use nicflow_os as os;
+pub use nicflow_port as port;
 
-pub use bridge::{Bridge, BridgeError};
-pub use datapath::{Datapath, DatapathConfig};
+pub use nicflow_dataplane::{Bridge, BridgeError, Datapath, DatapathConfig};

@@ -16,10 +16,11 @@
 use super::clients::Clients;
 use super::proto::{Request, Response};
 use super::switch::Switch;
-use std::io::{BufRead, BufReader, Write};
+pub use nicflow_api::client::{abstract_name, connect, socket_path, DEFAULT_SOCKET};
+
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,14 +37,6 @@ const TICK: Duration = Duration::from_secs(1);
 /// request/response exchange without a wakeup, short enough to cost little.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// Default control socket; `NICFLOW_SOCK` overrides it everywhere.
-pub const DEFAULT_SOCKET: &str = "/run/nicflow/nicflow.sock";
-
-pub fn socket_path(arg: Option<PathBuf>) -> PathBuf {
-    arg.or_else(|| std::env::var_os("NICFLOW_SOCK").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
-}
-
 fn install_signal_handlers() {
     // SAFETY: the handler only stores to an atomic, which is
     // async-signal-safe.
@@ -54,25 +47,6 @@ fn install_signal_handlers() {
         libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
         libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-}
-
-/// A control socket written `@NAME` is an abstract unix socket: it belongs
-/// to the network namespace the daemon runs in and has no file, so only
-/// processes in that namespace can reach it (the lab's DPU mode: the host
-/// cannot configure a switch it cannot connect to).
-fn abstract_name(path: &Path) -> Option<&[u8]> {
-    use std::os::unix::ffi::OsStrExt;
-    path.as_os_str().as_bytes().strip_prefix(b"@")
-}
-
-fn connect(path: &Path) -> std::io::Result<UnixStream> {
-    use std::os::linux::net::SocketAddrExt;
-    match abstract_name(path) {
-        Some(name) => {
-            UnixStream::connect_addr(&std::os::unix::net::SocketAddr::from_abstract_name(name)?)
-        }
-        None => UnixStream::connect(path),
     }
 }
 
@@ -239,19 +213,5 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
 
 /// Send one request to the daemon and wait for its response.
 pub fn request(socket: &Path, req: &Request) -> anyhow::Result<Response> {
-    use anyhow::Context;
-    let mut s = connect(socket).with_context(|| {
-        format!(
-            "connecting to {} (is the daemon running?)",
-            socket.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut line = serde_json::to_string(req)?;
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut reader = BufReader::new(s);
-    let mut resp = String::new();
-    reader.read_line(&mut resp)?;
-    serde_json::from_str(resp.trim()).context("bad response from daemon")
+    Ok(nicflow_api::client::request(socket, req)?)
 }

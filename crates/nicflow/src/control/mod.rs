@@ -7,9 +7,9 @@
 //! persistent form of the same state.
 
 pub mod clients;
-pub mod config;
+pub use nicflow_api::config;
 pub mod daemon;
 pub mod openflow;
-pub mod proto;
+pub use nicflow_api::proto;
 pub mod switch;
 pub mod vf;

@@ -66,30 +66,7 @@ pub const MAX_SESSIONS: usize = 64;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(8);
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FailMode {
-    #[default]
-    Standalone,
-    Secure,
-}
-
-impl FailMode {
-    pub fn parse(s: &str) -> Option<FailMode> {
-        match s {
-            "standalone" => Some(FailMode::Standalone),
-            "secure" => Some(FailMode::Secure),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailMode::Standalone => "standalone",
-            FailMode::Secure => "secure",
-        }
-    }
-}
+pub use nicflow_api::FailMode;
 
 enum Listener {
     Tcp(TcpListener),

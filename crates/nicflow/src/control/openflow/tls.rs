@@ -38,22 +38,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Where the daemon's TLS identity and CA are (`nicflow set-ssl`; the
-/// config file's `[ssl]` section).
-///
-/// ```toml
-/// [ssl]
-/// private_key = "/etc/nicflow/sc-privkey.pem"   # mode 0600 (or 0640)
-/// certificate = "/etc/nicflow/sc-cert.pem"
-/// ca_cert = "/etc/nicflow/cacert.pem"
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SslFiles {
-    pub private_key: PathBuf,
-    pub certificate: PathBuf,
-    pub ca_cert: PathBuf,
-}
+/// Where the daemon's TLS identity and CA are: part of the config schema.
+pub use nicflow_api::config::SslFiles;
 
 /// Why a TLS configuration was refused. No variant carries key bytes.
 #[derive(Debug, thiserror::Error)]

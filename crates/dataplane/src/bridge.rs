@@ -1,0 +1,959 @@
+//! A bridge: ports, the slow path and the fast path wired together.
+//!
+//! One poll round ([`Bridge::run_once`]) takes a batch from each port's
+//! receive side, runs it through the [`Datapath`] (caches, upcalls into the
+//! [`Ofproto`] on a miss), and hands each output port its frames in one
+//! `send_batch`. Every control operation that can change a forwarding
+//! decision — adding or deleting rules, MAC learning, timeouts — is followed
+//! by a datapath revalidation before the call returns, so when `add_flows`
+//! or `del_flows` returns, no cached flow follows the old decision.
+//!
+//! With XDP offload on ([`Bridge::enable_xdp_offload`]) the bridge's
+//! [`OffloadManager`] runs one `xdp_dp` program on all its AF_XDP ports and
+//! the datapath hands it every flow it installs, changes or removes; the
+//! same revalidation then updates the kernel entries too.
+
+use crate::datapath::{
+    format_actions, Datapath, DatapathConfig, DpFlow, DpStats, Placement, TxBatch,
+};
+use crate::offload::xdp::{EngineStats, OffloadError, XdpEngineConfig};
+use crate::offload::{ManagerCounters, OffloadManager};
+use crate::ofproto::{Ofproto, OfprotoError, OfprotoStats, RuleDump};
+use nicflow_ofctl::{FlowSpec, MatchSpec, PortMap, RuleError};
+use nicflow_packet::buf::PacketBuf;
+use nicflow_port::{Port, PortStats};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Frames taken from one port per poll round.
+pub const BATCH_SIZE: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    #[error("line {line}: {error}")]
+    RuleLine { line: usize, error: RuleError },
+    #[error(transparent)]
+    Ofproto(#[from] OfprotoError),
+    #[error("port `{0}` already exists")]
+    PortExists(String),
+    #[error("no port `{0}`")]
+    NoSuchPort(String),
+    #[error(transparent)]
+    Meter(#[from] crate::ofproto::meter::MeterError),
+}
+
+/// One meter's counters (`meter-stats`, OpenFlow `OFPMP_METER`).
+#[derive(Clone, Debug)]
+pub struct MeterStats {
+    pub meter_id: u32,
+    /// Rules that use it.
+    pub flow_count: u32,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub duration: std::time::Duration,
+    /// Per band: packets and bytes it acted on.
+    pub bands: Vec<(u64, u64)>,
+}
+
+impl MeterStats {
+    /// As `ovs-ofctl meter-stats` prints one meter (OVS
+    /// `ofputil_format_meter_stats`).
+    pub fn format(&self) -> String {
+        let d = self.duration;
+        // `ofp_print_duration` at this datapath's millisecond precision.
+        let dur = match d.subsec_millis() {
+            0 => format!("{}s", d.as_secs()),
+            ms => format!("{}.{ms:03}s", d.as_secs()),
+        };
+        let mut s = format!(
+            "meter:{} flow_count:{} packet_in_count:{} byte_in_count:{} duration:{dur} bands:\n",
+            self.meter_id, self.flow_count, self.packets_in, self.bytes_in,
+        );
+        for (i, (p, b)) in self.bands.iter().enumerate() {
+            s.push_str(&format!("{i}: packet_count:{p} byte_count:{b}\n"));
+        }
+        s
+    }
+}
+
+struct PortSlot {
+    no: u32,
+    port: Box<dyn Port>,
+    out: Vec<PacketBuf>,
+    /// `port.accepts_offloads()`, read once.
+    offloads: bool,
+}
+
+/// Port names and numbers of a bridge, for parsing and printing rules.
+#[derive(Clone, Debug, Default)]
+pub struct BridgePorts(pub BTreeMap<String, u32>);
+
+impl PortMap for BridgePorts {
+    fn port_no(&self, name: &str) -> Option<u32> {
+        self.0.get(name).copied()
+    }
+
+    fn port_name(&self, no: u32) -> Option<String> {
+        self.0
+            .iter()
+            .find(|(_, n)| **n == no)
+            .map(|(s, _)| s.clone())
+    }
+}
+
+/// One datapath flow as `dump-dp-flows` shows it.
+#[derive(Clone, Debug)]
+pub struct DpFlowDump {
+    pub matching: String,
+    pub actions: String,
+    /// Userspace + kernel.
+    pub packets: u64,
+    pub bytes: u64,
+    pub used: Option<Duration>,
+    /// The kernel's part of `packets` / `bytes`.
+    pub kernel_packets: u64,
+    pub kernel_bytes: u64,
+    /// `xdp` or `userspace`.
+    pub engine: &'static str,
+    /// Why a flow stays in userspace while offload is on.
+    pub not_offloaded: Option<&'static str>,
+}
+
+/// The XDP engine's state for `stats`.
+#[derive(Clone, Debug)]
+pub struct OffloadStatus {
+    pub engine: EngineStats,
+    /// The TC engine's counters, when it is loaded (`offload = auto | tc`).
+    pub tc: Option<EngineStats>,
+    /// Kernel flows in the XDP and the TC engine.
+    pub xdp_flows: usize,
+    pub tc_flows: usize,
+    /// (port name, reached with bpf_redirect_peer) of the TC engine's ports.
+    pub tc_ports: Vec<(String, bool)>,
+    pub manager: ManagerCounters,
+    pub kernel_flows: usize,
+    /// (port name, native XDP, redirect target).
+    pub ports: Vec<(String, bool, bool)>,
+    /// Flows in userspace by reason.
+    pub not_offloaded: BTreeMap<&'static str, u64>,
+}
+
+pub struct Bridge {
+    pub name: String,
+    ofproto: Ofproto,
+    dp: Datapath,
+    ports: Vec<PortSlot>,
+    names: BridgePorts,
+    next_port_no: u32,
+    rx: Vec<PacketBuf>,
+    tx: TxBatch,
+    done: Vec<PacketBuf>,
+    mac_generation: u64,
+    /// The engines' mode while offload is on.
+    offload_mode: Option<crate::offload::OffloadMode>,
+}
+
+impl Bridge {
+    /// An empty bridge: no ports, no rules (every packet is dropped by the
+    /// table miss until rules are added).
+    pub fn new(name: &str, cfg: DatapathConfig) -> Self {
+        Bridge {
+            name: name.to_string(),
+            ofproto: Ofproto::new(),
+            dp: Datapath::new(cfg),
+            ports: Vec::new(),
+            names: BridgePorts::default(),
+            next_port_no: 1,
+            rx: Vec::with_capacity(BATCH_SIZE),
+            tx: TxBatch::default(),
+            done: Vec::new(),
+            mac_generation: 0,
+            offload_mode: None,
+        }
+    }
+
+    /// Attach a port; returns its OpenFlow port number (1, 2, ...). A name
+    /// held by [`Bridge::reserve_port`] gets its reserved number.
+    pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u32, BridgeError> {
+        let name = port.name().to_string();
+        let no = match self.names.0.get(&name) {
+            Some(&no) if self.attached(&name).is_none() => no,
+            Some(_) => return Err(BridgeError::PortExists(name)),
+            None => {
+                let no = self.next_port_no;
+                self.next_port_no += 1;
+                self.names.0.insert(name, no);
+                no
+            }
+        };
+        let offloads = port.accepts_offloads();
+        let mut port = port;
+        if let Some(m) = offload_manager(&mut self.dp) {
+            if let Err(e) = m.attach_port(no, port.as_mut()) {
+                // The port works, through userspace only.
+                tracing::warn!(bridge = %self.name, port = %port.name(), "XDP offload engine not attached: {e}");
+            }
+        }
+        self.ports.push(PortSlot {
+            no,
+            port,
+            out: Vec::new(),
+            offloads,
+        });
+        self.sync_ports();
+        Ok(no)
+    }
+
+    /// Give a configured port whose interface cannot be opened (missing at
+    /// restart) its name and number without attaching anything: rules that
+    /// name it load and keep their meaning, outputs to it go nowhere, and
+    /// [`Bridge::add_port`] later attaches the port under the same number.
+    pub fn reserve_port(&mut self, name: &str) -> Result<u32, BridgeError> {
+        if self.names.0.contains_key(name) {
+            return Err(BridgeError::PortExists(name.to_string()));
+        }
+        let no = self.next_port_no;
+        self.next_port_no += 1;
+        self.names.0.insert(name.to_string(), no);
+        Ok(no)
+    }
+
+    /// The port number of `name` when a port is attached under it (not a
+    /// mere [`Bridge::reserve_port`] reservation).
+    pub fn attached(&self, name: &str) -> Option<u32> {
+        let no = *self.names.0.get(name)?;
+        self.ports.iter().any(|p| p.no == no).then_some(no)
+    }
+
+    /// Detach a port (or drop a reservation): its name no longer resolves.
+    pub fn del_port(&mut self, name: &str) -> Result<(), BridgeError> {
+        let no = self
+            .names
+            .0
+            .remove(name)
+            .ok_or_else(|| BridgeError::NoSuchPort(name.to_string()))?;
+        if let Some(slot) = self.ports.iter_mut().find(|p| p.no == no) {
+            if let Some(m) = offload_manager(&mut self.dp) {
+                if let Err(e) = m.detach_port(no, slot.port.as_mut()) {
+                    tracing::warn!(bridge = %self.name, port = %name, "detaching the XDP engine: {e}");
+                }
+            }
+        }
+        self.ports.retain(|p| p.no != no);
+        self.sync_ports();
+        // Kernel flows into or out of the gone port must not survive (its
+        // slots are reused by the next port).
+        self.dp.replace_flows();
+        Ok(())
+    }
+
+    /// Turn the XDP offload engine on: load it (the verifier runs here),
+    /// attach it to every AF_XDP port, and flush the cached flows so each
+    /// is decided afresh by its next packet. On error nothing changed.
+    pub fn enable_xdp_offload(&mut self, cfg: XdpEngineConfig) -> Result<(), OffloadError> {
+        self.enable_offload(cfg, crate::offload::OffloadMode::Xdp)
+    }
+
+    /// Turn the engines of `mode` on (`auto`: TC on TC ports, XDP on AF_XDP
+    /// ports; `tc`; `xdp`), as [`Self::enable_xdp_offload`] does.
+    pub fn enable_offload(
+        &mut self,
+        cfg: XdpEngineConfig,
+        mode: crate::offload::OffloadMode,
+    ) -> Result<(), OffloadError> {
+        if self.offload_enabled() {
+            return Ok(());
+        }
+        let mut m = OffloadManager::with_mode(cfg, mode)?;
+        let mut attached = Vec::new();
+        for slot in &mut self.ports {
+            if let Err(e) = m.attach_port(slot.no, slot.port.as_mut()) {
+                for no in attached {
+                    if let Some(s) = self.ports.iter_mut().find(|p| p.no == no) {
+                        let _ = m.detach_port(no, s.port.as_mut());
+                    }
+                }
+                return Err(e);
+            }
+            attached.push(slot.no);
+        }
+        self.dp.set_offload(Some(Box::new(m)), &mut self.ofproto);
+        self.offload_mode = Some(mode);
+        Ok(())
+    }
+
+    /// Turn offload off: every kernel flow is removed (its counters
+    /// credited), every AF_XDP port gets its own XDP program back.
+    pub fn disable_offload(&mut self) {
+        self.offload_mode = None;
+        let Some(mut old) = self.dp.set_offload(None, &mut self.ofproto) else {
+            return;
+        };
+        if let Some(m) = old.as_any_mut().downcast_mut::<OffloadManager>() {
+            for slot in &mut self.ports {
+                if let Err(e) = m.detach_port(slot.no, slot.port.as_mut()) {
+                    tracing::warn!(bridge = %self.name, port = %slot.port.name(), "detaching the XDP engine: {e}");
+                }
+            }
+        }
+    }
+
+    /// `auto`, `tc`, `xdp` while offload is on, else `none`.
+    pub fn offload_mode_name(&self) -> &'static str {
+        self.offload_mode.map_or("none", |m| m.as_str())
+    }
+
+    pub fn offload_enabled(&self) -> bool {
+        self.dp.offload().is_some()
+    }
+
+    /// The engine's counters and the flows' placement (counters read now).
+    pub fn offload_status(&self) -> Option<OffloadStatus> {
+        let m = self
+            .dp
+            .offload()?
+            .as_any()
+            .downcast_ref::<OffloadManager>()?;
+        let mut not_offloaded = BTreeMap::new();
+        for (_, f) in self.dp.flows() {
+            if let Some(Placement::Userspace(r)) = f.placement {
+                *not_offloaded.entry(r).or_insert(0) += 1;
+            }
+        }
+        let (xdp_flows, tc_flows) = m.flows_per_engine();
+        Some(OffloadStatus {
+            engine: m.engine_stats(),
+            tc: m.tc_stats(),
+            xdp_flows,
+            tc_flows,
+            tc_ports: m.tc_ports(),
+            manager: m.counters(),
+            kernel_flows: m.n_flows(),
+            ports: m.xdp_ports(),
+            not_offloaded,
+        })
+    }
+
+    /// Read the kernel counters of every offloaded flow (before a dump).
+    pub fn sync_offload(&mut self) {
+        self.dp.sync_offload();
+    }
+
+    fn sync_ports(&mut self) {
+        self.ofproto
+            .set_ports(self.ports.iter().map(|p| p.no).collect());
+        self.dp.revalidate(&mut self.ofproto);
+        self.mac_generation = self.ofproto.mac.generation();
+    }
+
+    pub fn port_map(&self) -> &BridgePorts {
+        &self.names
+    }
+
+    /// Receive descriptors of the ports that have one, for the daemon's poll.
+    pub fn rx_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        self.ports.iter().filter_map(|p| p.port.rx_fd())
+    }
+
+    /// Does any port profit from a short spin after traffic stops?
+    pub fn spin_worthwhile(&self) -> bool {
+        self.ports.iter().any(|p| p.port.spin_worthwhile())
+    }
+
+    /// Does any port have work to finish without new input?
+    pub fn has_deferred_work(&self) -> bool {
+        self.ports.iter().any(|p| p.port.has_deferred_work())
+    }
+
+    /// Like [`Bridge::port_stats`], with each port's extra counters.
+    #[allow(clippy::type_complexity)]
+    pub fn port_stats_detailed(&self) -> Vec<(String, u32, PortStats, Vec<(&'static str, u64)>)> {
+        self.ports
+            .iter()
+            .map(|p| {
+                (
+                    p.port.name().to_string(),
+                    p.no,
+                    p.port.stats(),
+                    p.port.extra_counters(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn port_stats(&self) -> Vec<(String, u32, PortStats)> {
+        self.ports
+            .iter()
+            .map(|p| (p.port.name().to_string(), p.no, p.port.stats()))
+            .collect()
+    }
+
+    /// Copy the bridge's rules (counters up to date), groups and meters, to
+    /// put a change back with [`Bridge::restore_rules`].
+    pub fn save_rules(&mut self) -> crate::ofproto::RuleState {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.save_rules()
+    }
+
+    /// Put back the rules, groups and meters of [`Bridge::save_rules`] (the
+    /// daemon could not persist a change) and revalidate, so no cached or
+    /// kernel flow keeps the undone decision. A meter the change deleted
+    /// comes back with zeroed counters.
+    pub fn restore_rules(&mut self, s: crate::ofproto::RuleState, now: Instant) {
+        self.dp.push_stats(&mut self.ofproto);
+        let before: BTreeMap<u32, nicflow_ofctl::meter::MeterSpec> = self
+            .ofproto
+            .meters()
+            .map(|m| (m.meter_id, m.clone()))
+            .collect();
+        self.ofproto.restore_rules(s);
+        for id in before.keys() {
+            if !self.ofproto.has_meter(*id) {
+                self.dp.remove_meter(*id);
+            }
+        }
+        let now_meters: Vec<_> = self.ofproto.meters().cloned().collect();
+        for m in now_meters {
+            if before.get(&m.meter_id) != Some(&m) {
+                self.dp.set_meter(m, now);
+            }
+        }
+        self.dp.revalidate(&mut self.ofproto);
+    }
+
+    /// Parse and add one rule.
+    pub fn add_flow_str(&mut self, text: &str, now: Instant) -> Result<(), BridgeError> {
+        let spec = nicflow_ofctl::parse_flow(text, &self.names)?;
+        self.add_flows(&[spec], now)
+    }
+
+    /// Parse a file's worth of rules and add them all, or none.
+    pub fn add_flows_str(&mut self, text: &str, now: Instant) -> Result<usize, BridgeError> {
+        let specs =
+            nicflow_ofctl::parse_flows(text, &self.names).map_err(|e| BridgeError::RuleLine {
+                line: e.line,
+                error: e.error,
+            })?;
+        self.add_flows(&specs, now)?;
+        Ok(specs.len())
+    }
+
+    /// Add rules atomically, then revalidate the datapath.
+    pub fn add_flows(&mut self, specs: &[FlowSpec], now: Instant) -> Result<(), BridgeError> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.add_flows(specs, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(())
+    }
+
+    /// Delete rules (non-strict match, like `ovs-ofctl del-flows`), then
+    /// revalidate. Returns how many were deleted.
+    pub fn del_flows(&mut self, filter: &MatchSpec) -> usize {
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_flows(filter);
+        self.dp.revalidate(&mut self.ofproto);
+        n
+    }
+
+    /// One OpenFlow `FLOW_MOD`, then revalidate. Returns the rules it
+    /// removed; those with `SEND_FLOW_REM` also wait in
+    /// [`Bridge::take_flow_removed`].
+    pub fn flow_mod(
+        &mut self,
+        fm: &crate::ofproto::flow_mod::FlowMod,
+        now: Instant,
+    ) -> Result<Vec<crate::ofproto::flow_mod::RemovedRule>, crate::ofproto::flow_mod::FlowModError>
+    {
+        self.dp.push_stats(&mut self.ofproto);
+        let r = self.ofproto.flow_mod(fm, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(r)
+    }
+
+    /// Rules a flow-statistics request selects, with up-to-date counters.
+    pub fn flow_stats(
+        &mut self,
+        sel: &crate::ofproto::flow_mod::FlowSelector,
+        now: Instant,
+    ) -> Vec<RuleDump> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.flow_stats(sel, now)
+    }
+
+    /// Rules that left with `SEND_FLOW_REM`, for `FLOW_REMOVED` messages.
+    pub fn take_flow_removed(&mut self) -> Vec<crate::ofproto::flow_mod::RemovedRule> {
+        self.ofproto.take_flow_removed()
+    }
+
+    /// Packets `controller` actions queued, for `PACKET_IN` messages.
+    pub fn take_controller_packets(&mut self) -> Vec<crate::datapath::ControllerPacket> {
+        self.dp.take_controller_packets()
+    }
+
+    /// Parse a match and delete what it selects.
+    pub fn del_flows_str(&mut self, text: &str) -> Result<usize, BridgeError> {
+        let filter = nicflow_ofctl::parse_match(text, &self.names)?;
+        Ok(self.del_flows(&filter))
+    }
+
+    /// `add-meter` (or, with `modify`, `mod-meter`): all or nothing. A
+    /// modified meter keeps its counters; cached flows using it see the new
+    /// bands at once (the buckets are shared, nothing to revalidate).
+    pub fn add_meters(
+        &mut self,
+        specs: &[nicflow_ofctl::meter::MeterSpec],
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        self.ofproto.check_meters(specs, modify)?;
+        self.ofproto.set_meters(specs);
+        for s in specs {
+            self.dp.set_meter(s.clone(), now);
+        }
+        Ok(())
+    }
+
+    /// `add-meter`/`mod-meter` from `ovs-ofctl` text.
+    pub fn add_meter_str(
+        &mut self,
+        text: &str,
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        let spec = nicflow_ofctl::meter::parse_meter(text)?;
+        self.add_meters(&[spec], modify, now)
+    }
+
+    /// `del-meters`: one meter (or all) and the rules using them, then
+    /// revalidate. Returns (meters, rules) removed.
+    pub fn del_meters(&mut self, id: Option<u32>, now: Instant) -> (usize, usize) {
+        self.dp.push_stats(&mut self.ofproto);
+        let (gone, rules) = self.ofproto.del_meters(id, now);
+        for m in &gone {
+            self.dp.remove_meter(*m);
+        }
+        if !gone.is_empty() {
+            self.dp.revalidate(&mut self.ofproto);
+        }
+        (gone.len(), rules)
+    }
+
+    /// Meters in id order, as configured.
+    pub fn dump_meters(&self) -> Vec<nicflow_ofctl::meter::MeterSpec> {
+        self.ofproto.meters().cloned().collect()
+    }
+
+    /// Counters of one meter (or all), in id order.
+    pub fn meter_stats(&self, id: Option<u32>, now: Instant) -> Vec<MeterStats> {
+        let flows = self.ofproto.meter_flow_counts();
+        self.dp
+            .meters
+            .iter()
+            .filter(|m| id.is_none_or(|i| i == m.spec.meter_id))
+            .map(|m| {
+                let id = m.spec.meter_id;
+                // Userspace's buckets plus the kernel engines' (frames are
+                // metered where their flow runs).
+                let k = self
+                    .dp
+                    .offload()
+                    .and_then(|o| o.meter_counters(id))
+                    .unwrap_or_default();
+                let kb = |i: usize| k.bands.get(i).copied().unwrap_or((0, 0));
+                MeterStats {
+                    meter_id: id,
+                    flow_count: flows.get(&id).copied().unwrap_or(0),
+                    packets_in: m.packets_in + k.packets_in,
+                    bytes_in: m.bytes_in + k.bytes_in,
+                    duration: now.saturating_duration_since(m.created),
+                    bands: m
+                        .bands
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| (b.packets + kb(i).0, b.bytes + kb(i).1))
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// `add-group` (or, with `modify`, `mod-group`) from text; all or
+    /// nothing, then revalidate.
+    pub fn add_groups_str(
+        &mut self,
+        text: &str,
+        modify: bool,
+        now: Instant,
+    ) -> Result<usize, BridgeError> {
+        let specs =
+            nicflow_ofctl::parse_groups(text, &self.names).map_err(|e| BridgeError::RuleLine {
+                line: e.line,
+                error: e.error,
+            })?;
+        self.add_groups(&specs, modify, now)?;
+        Ok(specs.len())
+    }
+
+    /// Add (or modify) groups atomically, then revalidate the datapath.
+    pub fn add_groups(
+        &mut self,
+        specs: &[nicflow_ofctl::GroupSpec],
+        modify: bool,
+        now: Instant,
+    ) -> Result<(), BridgeError> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.add_groups(specs, modify, now)?;
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(())
+    }
+
+    /// `del-groups [group_id=N]`: the groups and the rules that use them.
+    /// Returns (groups, rules) removed.
+    pub fn del_groups_str(&mut self, text: &str) -> Result<(usize, usize), BridgeError> {
+        let id = nicflow_ofctl::parse_group_filter(text)?;
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_groups(id);
+        self.dp.revalidate(&mut self.ofproto);
+        Ok(n)
+    }
+
+    /// `dump-groups` lines, as `ovs-ofctl dump-groups` prints them.
+    pub fn dump_groups_text(&self) -> Vec<String> {
+        self.ofproto
+            .dump_groups()
+            .iter()
+            .map(|g| nicflow_ofctl::format_group(g, &self.names))
+            .collect()
+    }
+
+    /// Group counters, up to date.
+    pub fn group_stats(&mut self, now: Instant) -> Vec<crate::ofproto::group::GroupStats> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.group_stats(now)
+    }
+
+    /// One poll round over every port. Returns the number of frames
+    /// received.
+    pub fn run_once(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        for i in 0..self.ports.len() {
+            let in_port = self.ports[i].no;
+            self.rx.clear();
+            let n = match self.ports[i]
+                .port
+                .recv_batch(&mut self.rx, BATCH_SIZE, &mut self.dp.pool)
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(port = %self.ports[i].port.name(), "receive failed: {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.dp
+                .process_batch(in_port, &mut self.rx, &mut self.ofproto, now, &mut self.tx);
+            self.transmit();
+            let spare = std::mem::take(&mut self.done);
+            self.done = self.dp.recycle(spare);
+            // Learning during the batch was revalidated by the datapath.
+            self.mac_generation = self.ofproto.mac.generation();
+        }
+        total
+    }
+
+    fn transmit(&mut self) {
+        for (port, buf) in self.tx.pkts.drain(..) {
+            match self.ports.iter_mut().find(|p| p.no == port) {
+                Some(slot) => slot.out.push(buf),
+                None => self.done.push(buf),
+            }
+        }
+        for slot in &mut self.ports {
+            if slot.out.is_empty() {
+                continue;
+            }
+            if !slot.offloads {
+                // Super-frames are segmented, partial checksums completed.
+                nicflow_port::finish_offloads(&mut slot.out, &mut self.dp.pool);
+            }
+            if let Err(e) = slot.port.send_batch(&mut slot.out, &mut self.done) {
+                tracing::warn!(port = %slot.port.name(), "transmit failed: {e}");
+                self.done.append(&mut slot.out);
+            }
+        }
+    }
+
+    /// Run poll rounds until every port's receive side is exhausted and a
+    /// round moves nothing (offline captures, tests).
+    pub fn run_until_idle(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        loop {
+            let n = self.run_once(now);
+            total += n;
+            if n == 0 && self.ports.iter().all(|p| p.port.rx_exhausted()) {
+                return total;
+            }
+            if n == 0 && self.ports.is_empty() {
+                return total;
+            }
+        }
+    }
+
+    /// Housekeeping: datapath idle aging, rule timeouts, MAC aging; any
+    /// change is revalidated before returning.
+    pub fn tick(&mut self, now: Instant) {
+        if offload_manager(&mut self.dp).is_some_and(|m| m.tick()) {
+            self.dp.replace_flows();
+        }
+        self.dp.expire(now, &mut self.ofproto);
+        self.dp.conntrack.sweep(now);
+        if self.ofproto.n_frozen() > 0 {
+            let live = self.dp.recirc_ids_in_use();
+            self.ofproto.retain_frozen(&live);
+        }
+        let expired = self.ofproto.expire(now);
+        self.ofproto.mac.expire(now);
+        if expired > 0 || self.ofproto.mac.generation() != self.mac_generation {
+            self.dp.revalidate(&mut self.ofproto);
+            self.mac_generation = self.ofproto.mac.generation();
+        }
+    }
+
+    /// Frozen table walks (recirculation ids) the slow path holds.
+    pub fn n_frozen(&self) -> usize {
+        self.ofproto.n_frozen()
+    }
+
+    /// The bridge's connection tracker (`ct` actions of its flows).
+    pub fn conntrack(&self) -> &nicflow_conntrack::Conntrack {
+        &self.dp.conntrack
+    }
+
+    /// The most connections the tracker holds (`dpctl/ct-set-maxconns`).
+    pub fn set_conntrack_limit(&mut self, limit: usize) {
+        self.dp.conntrack.set_limit(limit);
+    }
+
+    /// Remove tracked connections (and their kernel entries). Cached flows
+    /// are not touched: a packet of a flushed connection is tracked afresh
+    /// by its `ct` action.
+    pub fn flush_conntrack(&mut self, filter: &nicflow_conntrack::FlushFilter) -> usize {
+        let n = self.dp.conntrack.flush(filter);
+        // Kernel entries of flushed connections go before this returns.
+        self.dp.sync_ct_offloads(Instant::now());
+        n
+    }
+
+    /// Rules with up-to-date counters.
+    pub fn dump_flows(&mut self, now: Instant) -> Vec<RuleDump> {
+        self.dp.push_stats(&mut self.ofproto);
+        self.ofproto.dump_flows(now)
+    }
+
+    /// `dump-flows` text, one rule per line with counters, OVS style.
+    pub fn dump_flows_text(&mut self, now: Instant) -> Vec<String> {
+        let names = self.names.clone();
+        self.dump_flows(now)
+            .into_iter()
+            .map(|d| {
+                let text = nicflow_ofctl::format_flow(&d.spec, &names);
+                format!(
+                    "duration={:.3}s, n_packets={}, n_bytes={}, idle_age={}, {}",
+                    d.duration.as_secs_f64(),
+                    d.n_packets,
+                    d.n_bytes,
+                    d.idle_age.as_secs(),
+                    text
+                )
+            })
+            .collect()
+    }
+
+    pub fn dp_flows(&self) -> impl Iterator<Item = &DpFlow> {
+        self.dp.flows().map(|(_, f)| f)
+    }
+
+    pub fn dump_dp_flows(&self, now: Instant) -> Vec<DpFlowDump> {
+        self.dp
+            .flows()
+            .map(|(_, f)| {
+                let t = f.total();
+                let k = f.kernel.stats();
+                DpFlowDump {
+                    matching: nicflow_ofctl::format_match(&f.matching, &self.names),
+                    actions: format_actions(&f.actions),
+                    packets: t.packets,
+                    bytes: t.bytes,
+                    used: t.used.map(|u| now.saturating_duration_since(u)),
+                    kernel_packets: k.packets,
+                    kernel_bytes: k.bytes,
+                    engine: match (f.placement, self.dp.offload()) {
+                        (Some(Placement::Kernel(id)), Some(off)) => off.engine_name(id),
+                        (Some(Placement::Kernel(_)), None) => "kernel",
+                        _ => "userspace",
+                    },
+                    not_offloaded: match f.placement {
+                        Some(Placement::Userspace(r)) => Some(r),
+                        _ => None,
+                    },
+                }
+            })
+            .chain(self.dp.ct_offloads.iter().map(|o| {
+                // One direction of an established connection, composed from
+                // the ct flows above (whose counters include its traffic).
+                let (packets, bytes) = o.counted();
+                DpFlowDump {
+                    matching: format!(
+                        "established:{}",
+                        nicflow_ofctl::format_match(&o.matching, &self.names)
+                    ),
+                    actions: format_actions(&o.actions),
+                    packets,
+                    bytes,
+                    used: None,
+                    kernel_packets: packets,
+                    kernel_bytes: bytes,
+                    engine: self
+                        .dp
+                        .offload()
+                        .map_or("kernel", |off| off.engine_name(o.kernel_id)),
+                    not_offloaded: None,
+                }
+            }))
+            .collect()
+    }
+
+    pub fn dp_stats(&self) -> &DpStats {
+        self.dp.stats()
+    }
+
+    pub fn ofproto_stats(&self) -> &OfprotoStats {
+        self.ofproto.stats()
+    }
+
+    pub fn ofproto(&self) -> &Ofproto {
+        &self.ofproto
+    }
+
+    pub fn datapath_mut(&mut self) -> &mut Datapath {
+        &mut self.dp
+    }
+
+    pub fn n_dp_flows(&self) -> usize {
+        self.dp.n_flows()
+    }
+}
+
+/// The bridge's XDP offload manager, if offload is on.
+fn offload_manager(dp: &mut Datapath) -> Option<&mut OffloadManager> {
+    dp.offload_mut()?
+        .as_any_mut()
+        .downcast_mut::<OffloadManager>()
+}
+
+impl Drop for Bridge {
+    /// Ports get their own XDP programs back before the engine goes.
+    fn drop(&mut self) {
+        self.disable_offload();
+    }
+}
+
+/// What the OpenFlow connections (`control::openflow`) need beyond the CLI.
+impl Bridge {
+    /// An OpenFlow `PACKET_OUT`: run `actions` on `data` as if it arrived
+    /// on `in_port` (a port number or `OFPP_CONTROLLER`/`OFPP_LOCAL`);
+    /// `resubmit(,N)` goes through the tables. The decision is made for
+    /// this frame alone and not cached. Returns `false` when the frame
+    /// does not parse or is empty.
+    pub fn packet_out(
+        &mut self,
+        in_port: u32,
+        data: &[u8],
+        actions: &[nicflow_flow::Action],
+        now: Instant,
+    ) -> bool {
+        if data.is_empty() {
+            return false;
+        }
+        let mut key = nicflow_flow::FlowKey::default();
+        if nicflow_flow::extract(data, in_port, &mut key).is_err() {
+            return false;
+        }
+        self.dp.push_stats(&mut self.ofproto);
+        let out =
+            crate::ofproto::xlate::translate_actions(&mut self.ofproto, &key, actions, Some(now));
+        let mut buf = self.dp.alloc_buf();
+        if !buf.set_data(data) {
+            buf = PacketBuf::from_slice(data);
+        }
+        let ok = self.dp.execute_once(
+            in_port,
+            buf,
+            &out.actions,
+            &mut self.ofproto,
+            now,
+            &mut self.tx,
+        );
+        self.transmit();
+        let spare = std::mem::take(&mut self.done);
+        self.done = self.dp.recycle(spare);
+        if out.state_changed || self.ofproto.mac.generation() != self.mac_generation {
+            self.dp.revalidate(&mut self.ofproto);
+            self.mac_generation = self.ofproto.mac.generation();
+        }
+        ok
+    }
+
+    /// Ports as (number, name, counters), in port-number order.
+    pub fn of_ports(&self) -> Vec<(u32, String, PortStats)> {
+        let mut v: Vec<_> = self
+            .ports
+            .iter()
+            .map(|p| (p.no, p.port.name().to_string(), p.port.stats()))
+            .collect();
+        v.sort_by_key(|p| p.0);
+        v
+    }
+
+    /// Delete one group (`Some(id)`) or all, and the rules that use them;
+    /// the datapath is revalidated. Returns (groups, rules) removed.
+    pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
+        self.dp.push_stats(&mut self.ofproto);
+        let n = self.ofproto.del_groups(id);
+        self.dp.revalidate(&mut self.ofproto);
+        n
+    }
+
+    /// The groups as their specs (`GROUP_DESC`).
+    pub fn group_specs(&self) -> Vec<nicflow_ofctl::GroupSpec> {
+        self.ofproto.dump_groups()
+    }
+
+    /// Per table (index = table id): its rules and its lookup counters
+    /// with the datapath's flows' traffic folded in, for `OFPMP_TABLE`.
+    pub fn table_stats(&mut self) -> Vec<(u32, crate::ofproto::TableCounters)> {
+        self.dp.push_stats(&mut self.ofproto);
+        let counters = self.ofproto.table_counters();
+        self.rules_per_table()
+            .into_iter()
+            .enumerate()
+            .map(|(t, n)| (n, counters.get(t).copied().unwrap_or_default()))
+            .collect()
+    }
+
+    /// Rules per table (index = table id).
+    pub fn rules_per_table(&self) -> Vec<u32> {
+        let mut n = vec![0u32; crate::ofproto::N_TABLES];
+        for d in self.ofproto.dump_flows(Instant::now()) {
+            if let Some(c) = n.get_mut(d.spec.table as usize) {
+                *c += 1;
+            }
+        }
+        n
+    }
+}

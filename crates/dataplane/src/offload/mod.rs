@@ -1,0 +1,39 @@
+//! Offloading datapath flows out of the userspace fast path.
+//!
+//! Place in a frame's path: the userspace datapath ([`crate::datapath`])
+//! caches *datapath flows* — a masked [`FlowKey`](nicflow_flow::FlowKey)
+//! match plus a flat [`DpAction`](crate::datapath::DpAction) list built by
+//! the slow path ([`crate::ofproto`]). An offload engine holds copies of
+//! those flows *below* userspace, where a frame meets them before it ever
+//! reaches a port's socket:
+//!
+//! ```text
+//! wire -> veth/driver -> netif_receive_skb -> TC ingress `tc_dp`
+//!            hit:  rewrite + bpf_redirect_peer / bpf_redirect, the skb
+//!                  keeps its GSO and checksum state
+//!            miss: the port's upcall veth -> port::tc (AF_PACKET) ->
+//!                  datapath -> may install the flow back
+//! wire -> driver -> XDP program `xdp_dp` (offload::xdp)
+//!            hit:  rewrite + XDP_REDIRECT to the output port / XDP_DROP
+//!            miss: XSKMAP -> AF_XDP socket -> port::afxdp -> datapath (EMC,
+//!                  megaflow cache, upcall to ofproto) -> may install the
+//!                  new flow back into the engine
+//! ```
+//!
+//! * [`xdp`]: the in-kernel eBPF engines (one datapath in `bpf/dp_core.h`,
+//!   attached at XDP or at TC ingress; map layout, flow encoding, loader,
+//!   counters).
+//! * [`manager`]: one engine per bridge attached to its AF_XDP ports, and
+//!   the per-flow decision (offload, or stay in userspace with a reason);
+//!   the datapath reaches it through `datapath::FlowOffload`.
+//! * [`netdev`]: which devices accept redirected frames.
+//!
+//! See `docs/offload.md`.
+
+pub mod manager;
+pub mod netdev;
+pub mod xdp;
+
+pub use manager::{engine_config, ManagerCounters, OffloadManager};
+
+pub use nicflow_api::OffloadMode;

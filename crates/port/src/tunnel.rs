@@ -1,0 +1,2075 @@
+//! Tunnel ports (VXLAN, Geneve): the overlay end of a bridge.
+//!
+//! A tunnel port is a bridge port like any other, but it has no Linux
+//! interface of its own: what the bridge outputs to it is encapsulated
+//! (outer Ethernet, IPv4, UDP, VXLAN or Geneve header, `nicflow_packet::tunnel`)
+//! and sent on the *underlay*, a Linux interface nicflow attaches itself
+//! (AF_XDP, AF_PACKET as fallback); what arrives on the underlay for one of
+//! the port's endpoints is decapsulated and enters the bridge on the tunnel
+//! port, with the outer headers in the flow key (`tun_id`, `tun_src`,
+//! `tun_dst`, `tun_flags`), as in Open vSwitch.
+//!
+//! The [`Underlay`] is shared by every tunnel port on the same interface
+//! (different VNIs or remotes): whichever port polls first reads the frames
+//! and sorts them into per-port queues. It owns `local_ip` on the interface
+//! in the sense a host does: it answers ARP for it, resolves the remote
+//! endpoints' MACs with ARP (cached, refreshed, aged), and drops (and
+//! counts) every other frame — nothing from the underlay is ever flooded
+//! into the overlay.
+//!
+//! MTU: the inner frame must fit the underlay MTU minus the encapsulation
+//! overhead (50 bytes for VXLAN over IPv4). A larger inner IPv4 packet with
+//! DF, or any larger IPv6 packet, gets an ICMP "fragmentation needed" /
+//! ICMPv6 "packet too big" back into the bridge on the tunnel port, sent as
+//! from the inner destination (as Linux's tunnel PMTU discovery does), so the
+//! sender lowers its path MTU instead of losing packets silently (at most
+//! a burst of 50 and 1000/s per port). Larger IPv4 packets without DF are
+//! dropped and counted (no outer fragmentation). The underlay MTU is read
+//! again once a second, so an `ip link set mtu` on it takes effect.
+
+use super::ipsec::{IpsecConfig, UnderlayEsp};
+use super::{Port, PortStats};
+use nicflow_api::config::{PortConfig, PortType};
+use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
+use nicflow_packet::builder::FrameBuilder;
+use nicflow_packet::checksum;
+use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+/// An ARP entry is used without question this long after it was learned...
+const ARP_REFRESH: Duration = Duration::from_secs(30);
+/// ...then refreshed with a request while still in use, and forgotten this
+/// long after it was last confirmed.
+const ARP_EXPIRE: Duration = Duration::from_secs(120);
+/// At most one ARP request per remote this often.
+const ARP_RETRY: Duration = Duration::from_millis(500);
+/// Frames held per remote while its MAC is being resolved.
+const ARP_PENDING_MAX: usize = 64;
+/// Frames read from the underlay per poll.
+const POLL_BATCH: usize = 64;
+/// Decapsulated frames waiting per endpoint; beyond it they are dropped
+/// and counted (a tunnel port polled less often than its peers cannot make
+/// the queue grow without bound).
+const QUEUE_MAX: usize = 1024;
+/// Frames held for a remote whose MAC does not come are dropped this long
+/// after the first was held.
+const ARP_PENDING_MAX_AGE: Duration = Duration::from_secs(3);
+/// ICMP "too big" replies a tunnel port may send back to back...
+const ICMP_TOO_BIG_BURST: u32 = 50;
+/// ...and one more per this interval (1000/s): the values of Linux's
+/// global ICMP limit (`icmp_msgs_burst`, `icmp_msgs_per_sec`), which Linux
+/// itself does not apply to PMTU errors. Here each reply is a buffer and a
+/// pass through the bridge, so a sender flooding oversize DF frames would
+/// cost that per frame; a sender needs one reply per path to lower its MTU
+/// (and asks again by retransmitting if one is lost), so this is plenty
+/// for many senders at once.
+const ICMP_TOO_BIG_INTERVAL: Duration = Duration::from_millis(1);
+/// The underlay's MTU is read again at most this often, from the receive
+/// and transmit paths: an `ip link set mtu` on the underlay is seen within
+/// a second, at the cost of one ioctl per second rather than per batch.
+const MTU_RECHECK: Duration = Duration::from_secs(1);
+
+/// Bytes of [`TunnelPort::header_template`]: Ethernet, IPv4 without
+/// options, UDP, VXLAN or option-less Geneve.
+pub const HEADER_TEMPLATE_LEN: usize = 50;
+
+/// The outer header a tunnel port with `cfg` puts in front of a frame, as
+/// an XDP engine's template: what [`TunnelPort`]'s `send_batch` writes,
+/// with the IPv4 total length and checksum, the UDP source port and length
+/// and, for `key=flow`, the VNI zero (patched per frame). `None` when the
+/// header cannot be a template: an outer UDP checksum covers the inner
+/// frame.
+pub fn header_template(
+    cfg: &TunnelConfig,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+) -> Option<[u8; HEADER_TEMPLATE_LEN]> {
+    if cfg.csum {
+        return None;
+    }
+    let mut b = PacketBuf::with_capacity(128);
+    b.set_data(&[0u8; 14]);
+    let e = Encap {
+        kind: cfg.kind,
+        eth_src: src_mac,
+        eth_dst: dst_mac,
+        ip_src: IpAddr::V4(cfg.local_ip),
+        ip_dst: IpAddr::V4(cfg.remote_ip),
+        tos: cfg.tos,
+        ttl: cfg.ttl,
+        df: cfg.df,
+        udp_src: 0,
+        udp_dst: cfg.dst_port,
+        csum: false,
+        vni: match cfg.key {
+            TunnelKey::Fixed(v) => v,
+            TunnelKey::Flow => 0,
+        },
+        geneve_options: &[],
+        geneve_oam: false,
+    };
+    tunnel::encap(&mut b, &e).ok()?;
+    let mut h = [0u8; HEADER_TEMPLATE_LEN];
+    h.copy_from_slice(b.data().get(..HEADER_TEMPLATE_LEN)?);
+    // IPv4 total length and checksum, UDP length.
+    h[16..18].fill(0);
+    h[24..26].fill(0);
+    h[38..40].fill(0);
+    Some(h)
+}
+
+/// Where the VNI of transmitted frames comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TunnelKey {
+    /// This VNI; received frames must carry it.
+    Fixed(u32),
+    /// The flow's `tun_id` (`key=flow`); frames with any VNI are received.
+    Flow,
+}
+
+/// A tunnel port's options (`add-port BR NAME --type vxlan|geneve K=V...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunnelConfig {
+    pub kind: TunnelKind,
+    pub remote_ip: Ipv4Addr,
+    pub local_ip: Ipv4Addr,
+    pub key: TunnelKey,
+    pub dst_port: u16,
+    /// Outer UDP checksum on transmit (IPv4: optional).
+    pub csum: bool,
+    /// The Linux interface carrying the tunnel.
+    pub underlay: String,
+    /// How nicflow attaches the underlay: afxdp (default, AF_PACKET
+    /// fallback) or afpacket.
+    pub underlay_type: PortType,
+    pub ttl: u8,
+    pub tos: u8,
+    /// Outer IPv4 DF bit (default on, as OVS's `df_default`).
+    pub df: bool,
+    /// The remote endpoint sends finished inner TCP/UDP checksums (true
+    /// for nicflow peers and for kernel senders with tx checksum offload
+    /// off): TCP/UDP flows from this port may then be decapsulated in XDP
+    /// (`port::afxdp`'s `csum_complete`, for the tunnel's inner frames).
+    pub csum_complete: bool,
+    /// Geneve only: which 4-byte options are `tun_metadata0..7`
+    /// (`tlv_map`, Open vSwitch's `add-tlv-map` syntax).
+    pub tlv_map: Vec<TlvMapping>,
+    /// ESP on the tunnel's packets (`ipsec=manual ...`, [`super::ipsec`]).
+    pub ipsec: Option<IpsecConfig>,
+}
+
+/// One entry of a Geneve port's TLV map: option (class, type) <-> slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlvMapping {
+    pub class: u16,
+    /// The option type byte, critical bit (0x80) included, as OVS maps it.
+    pub typ: u8,
+    /// `tun_metadata<slot>`.
+    pub slot: u8,
+}
+
+/// Parse `{class=0x0102,type=0x80,len=4}->tun_metadata0,{...}->tun_metadata1`
+/// (OVS's `add-tlv-map` form). Only 4-byte options (`len=4`) fit a slot;
+/// a class/type or a slot used twice is refused. Errors name the entry.
+pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
+    let mut out: Vec<TlvMapping> = Vec::new();
+    let mut rest = s.trim();
+    while !rest.is_empty() {
+        let body_end = rest
+            .find('}')
+            .filter(|_| rest.starts_with('{'))
+            .ok_or_else(|| {
+                format!("tlv_map: `{rest}`: expected {{class=..,type=..,len=4}}->tun_metadataN")
+            })?;
+        let body = &rest[1..body_end];
+        let after = rest[body_end + 1..].trim_start();
+        let after = after
+            .strip_prefix("->")
+            .ok_or_else(|| format!("tlv_map: `{{{body}}}` is not followed by ->tun_metadataN"))?
+            .trim_start();
+        let end = after.find(',').unwrap_or(after.len());
+        let target = after[..end].trim();
+        rest = after[end..].trim_start_matches(',').trim_start();
+        let (mut class, mut typ, mut len) = (None, None, None);
+        for kv in body.split(',') {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("tlv_map: `{kv}` in {{{body}}}: expected key=value"))?;
+            let (k, v) = (k.trim(), v.trim());
+            let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                Some(h) => u32::from_str_radix(h, 16),
+                None => v.parse::<u32>(),
+            }
+            .map_err(|_| format!("tlv_map: `{kv}`: not a number"))?;
+            let (field, max) = match k {
+                "class" => (&mut class, 0xffff),
+                "type" => (&mut typ, 0xff),
+                "len" => (&mut len, u32::MAX),
+                _ => {
+                    return Err(format!(
+                        "tlv_map: `{kv}` in {{{body}}}: unknown key (class, type, len)"
+                    ))
+                }
+            };
+            if n > max {
+                return Err(format!("tlv_map: `{kv}`: above {max:#x}"));
+            }
+            if field.replace(n).is_some() {
+                return Err(format!("tlv_map: `{k}` twice in {{{body}}}"));
+            }
+        }
+        let (class, typ) = (class.map(|c| c as u16), typ.map(|t| t as u8));
+        let (Some(class), Some(typ)) = (class, typ) else {
+            return Err(format!("tlv_map: {{{body}}} needs class and type"));
+        };
+        if len != Some(4) {
+            return Err(format!(
+                "tlv_map: {{{body}}}: only len=4 options map to tun_metadata (4-byte slots)"
+            ));
+        }
+        let slot = target
+            .strip_prefix("tun_metadata")
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| *n < 8)
+            .ok_or_else(|| {
+                format!("tlv_map: {{{body}}}->`{target}`: expected tun_metadata0..tun_metadata7")
+            })?;
+        if out
+            .iter()
+            .any(|m| m.slot == slot || (m.class, m.typ) == (class, typ))
+        {
+            return Err(format!(
+                "tlv_map: {{{body}}}->{target}: slot or class/type mapped twice"
+            ));
+        }
+        out.push(TlvMapping { class, typ, slot });
+    }
+    Ok(out)
+}
+
+impl TunnelConfig {
+    /// Parse the port options; errors name the offending option.
+    pub fn from_options(
+        kind: TunnelKind,
+        options: &BTreeMap<String, String>,
+    ) -> Result<TunnelConfig, String> {
+        let ip = |k: &str| -> Result<Option<Ipv4Addr>, String> {
+            options
+                .get(k)
+                .map(|v| {
+                    v.parse::<Ipv4Addr>().map_err(|_| {
+                        if v.parse::<Ipv6Addr>().is_ok() {
+                            format!("option {k}={v}: IPv6 underlays are not supported yet")
+                        } else {
+                            format!("option {k}={v}: not an IPv4 address")
+                        }
+                    })
+                })
+                .transpose()
+        };
+        let flag = |k: &str, default: bool| -> Result<bool, String> {
+            match options.get(k).map(String::as_str) {
+                None => Ok(default),
+                Some("true" | "yes" | "1") => Ok(true),
+                Some("false" | "no" | "0") => Ok(false),
+                Some(v) => Err(format!("option {k}={v}: expected true or false")),
+            }
+        };
+        let num = |k: &str, default: u32, max: u32| -> Result<u32, String> {
+            match options.get(k) {
+                None => Ok(default),
+                Some(v) => {
+                    let n = if let Some(h) = v.strip_prefix("0x") {
+                        u32::from_str_radix(h, 16)
+                    } else {
+                        v.parse::<u32>()
+                    };
+                    match n {
+                        Ok(n) if n <= max => Ok(n),
+                        _ => Err(format!("option {k}={v}: not a number in 0..={max}")),
+                    }
+                }
+            }
+        };
+        for k in options.keys() {
+            if !matches!(
+                k.as_str(),
+                "remote_ip"
+                    | "local_ip"
+                    | "key"
+                    | "dst_port"
+                    | "csum"
+                    | "underlay"
+                    | "underlay_type"
+                    | "ttl"
+                    | "tos"
+                    | "df"
+                    | "csum_complete"
+                    | "tlv_map"
+            ) && !super::ipsec::OPTIONS.contains(&k.as_str())
+            {
+                return Err(format!(
+                    "unknown tunnel option `{k}` (remote_ip, local_ip, key, dst_port, csum, \
+                     underlay, underlay_type, ttl, tos, df, csum_complete, tlv_map, {})",
+                    super::ipsec::OPTIONS.join(", ")
+                ));
+            }
+        }
+        let remote_ip = ip("remote_ip")?.ok_or("option remote_ip is required")?;
+        let local_ip = ip("local_ip")?.ok_or("option local_ip is required")?;
+        let underlay = options
+            .get("underlay")
+            .cloned()
+            .ok_or("option underlay is required (the interface carrying the tunnel)")?;
+        let key = match options.get("key").map(String::as_str) {
+            Some("flow") => TunnelKey::Flow,
+            None => TunnelKey::Fixed(0),
+            Some(_) => TunnelKey::Fixed(num("key", 0, 0xff_ffff)?),
+        };
+        let default_port = match kind {
+            TunnelKind::Vxlan => tunnel::VXLAN_PORT,
+            TunnelKind::Geneve => tunnel::GENEVE_PORT,
+        };
+        let underlay_type = match options.get("underlay_type").map(String::as_str) {
+            // The bridge's offload mode decides: a TC port under auto/tc,
+            // AF_XDP under xdp/none (`Underlay::open`).
+            None | Some("auto") => PortType::Auto,
+            Some("tc") => PortType::Tc,
+            Some("afxdp") => PortType::Afxdp,
+            Some("afpacket") => PortType::Afpacket,
+            Some(v) => {
+                return Err(format!(
+                    "option underlay_type={v}: auto, tc, afxdp or afpacket"
+                ))
+            }
+        };
+        Ok(TunnelConfig {
+            kind,
+            remote_ip,
+            local_ip,
+            key,
+            dst_port: num("dst_port", default_port as u32, 0xffff)? as u16,
+            csum: flag("csum", false)?,
+            underlay,
+            underlay_type,
+            ttl: num("ttl", 64, 255)? as u8,
+            tos: num("tos", 0, 255)? as u8,
+            df: flag("df", true)?,
+            csum_complete: flag("csum_complete", false)?,
+            tlv_map: match options.get("tlv_map") {
+                None => Vec::new(),
+                Some(_) if kind != TunnelKind::Geneve => {
+                    return Err("option tlv_map: only Geneve carries options".into())
+                }
+                Some(v) => parse_tlv_map(v)?,
+            },
+            ipsec: IpsecConfig::from_options(options)?,
+        })
+    }
+
+    /// Encapsulation overhead: what the inner frame's IP packet loses of
+    /// the underlay MTU.
+    pub fn overhead(&self) -> usize {
+        // Counting every mapped option: the MTU does not depend on which
+        // metadata a frame carries.
+        tunnel::overhead(self.kind, false, 8 * self.tlv_map.len())
+            + self.ipsec.as_ref().map_or(0, IpsecConfig::overhead)
+    }
+}
+
+/// Counters of an underlay, shown with each of its tunnel ports.
+#[derive(Clone, Copy, Debug, Default)]
+struct UnderlayCounters {
+    arp_requests_answered: u64,
+    arp_requests_sent: u64,
+    arp_replies_learned: u64,
+    rx_not_tunnel: u64,
+    rx_bad_tunnel: u64,
+    rx_no_endpoint: u64,
+    rx_geneve_critical: u64,
+    rx_queue_full: u64,
+    tx_arp_pending_drops: u64,
+    tx_dropped: u64,
+}
+
+struct ArpEntry {
+    mac: Option<[u8; 6]>,
+    confirmed: Option<Instant>,
+    last_request: Option<Instant>,
+    pending: VecDeque<PacketBuf>,
+    /// When the oldest held frame was held.
+    pending_since: Option<Instant>,
+}
+
+impl ArpEntry {
+    fn new() -> ArpEntry {
+        ArpEntry {
+            mac: None,
+            confirmed: None,
+            last_request: None,
+            pending: VecDeque::new(),
+            pending_since: None,
+        }
+    }
+}
+
+struct Endpoint {
+    id: u64,
+    tlv: Vec<TlvMapping>,
+    kind: TunnelKind,
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+    key: TunnelKey,
+    dst_port: u16,
+}
+
+/// What selects the endpoint of a received frame: its outer headers and,
+/// for a fixed-key endpoint, the VNI (`None`: a `key=flow` endpoint, any
+/// VNI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct EndpointKey {
+    kind: TunnelKind,
+    dst_port: u16,
+    local: Ipv4Addr,
+    remote: Ipv4Addr,
+    vni: Option<u32>,
+}
+
+impl Endpoint {
+    fn lookup_key(&self) -> EndpointKey {
+        EndpointKey {
+            kind: self.kind,
+            dst_port: self.dst_port,
+            local: self.local,
+            remote: self.remote,
+            vni: match self.key {
+                TunnelKey::Fixed(v) => Some(v),
+                TunnelKey::Flow => None,
+            },
+        }
+    }
+}
+
+/// A token bucket: `ICMP_TOO_BIG_BURST` tokens, one more every
+/// `ICMP_TOO_BIG_INTERVAL` (what Linux's `icmp_global_allow` does).
+struct TokenBucket {
+    tokens: u32,
+    /// When the last token was added (or the bucket was last full).
+    stamp: Instant,
+}
+
+impl TokenBucket {
+    fn new(now: Instant) -> TokenBucket {
+        TokenBucket {
+            tokens: ICMP_TOO_BIG_BURST,
+            stamp: now,
+        }
+    }
+
+    /// Take a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let per = ICMP_TOO_BIG_INTERVAL.as_nanos();
+        let new = now.saturating_duration_since(self.stamp).as_nanos() / per;
+        if new > 0 {
+            let room = u128::from(ICMP_TOO_BIG_BURST - self.tokens);
+            if new >= room {
+                // Full: the time beyond that buys nothing.
+                self.tokens = ICMP_TOO_BIG_BURST;
+                self.stamp = now;
+            } else {
+                // Keep the fraction of a token already earned.
+                self.tokens += new as u32;
+                self.stamp += ICMP_TOO_BIG_INTERVAL * new as u32;
+            }
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+/// One underlay interface and the tunnel endpoints on it.
+pub struct Underlay {
+    iface: String,
+    port: Box<dyn Port>,
+    mac: [u8; 6],
+    mtu: usize,
+    /// The control socket `mtu` is re-read through (`refresh_mtu`); None
+    /// for an underlay built around a test's in-memory port.
+    ctl: Option<OwnedFd>,
+    /// When `mtu` was last read.
+    mtu_checked: Instant,
+    endpoints: Vec<Endpoint>,
+    /// `endpoints` by what a received frame carries: one or two hash
+    /// lookups per frame instead of scanning every endpoint (one per remote
+    /// and VNI). Rebuilt with `udp_ports` whenever `endpoints` changes.
+    by_key: HashMap<EndpointKey, usize>,
+    /// The encapsulation of each UDP port the endpoints listen on (one per
+    /// port: `add_endpoint` refuses a second), for `parse_tunnel`, which
+    /// asks for every UDP frame. An underlay has a port or two, so a short
+    /// vector beats hashing.
+    udp_ports: Vec<(u16, TunnelKind)>,
+    queues: HashMap<u64, VecDeque<PacketBuf>>,
+    arp: HashMap<Ipv4Addr, ArpEntry>,
+    tx: Vec<PacketBuf>,
+    rx: Vec<PacketBuf>,
+    done: Vec<PacketBuf>,
+    counters: UnderlayCounters,
+    next_id: u64,
+    /// SAs of the endpoints with IPsec.
+    esp: UnderlayEsp,
+    /// IKE datagrams to send, reused between polls.
+    ike_out: Vec<(Ipv4Addr, Ipv4Addr, nicflow_ipsec::ike::Datagram)>,
+}
+
+thread_local! {
+    /// Underlays in use by this thread's (the daemon's) tunnel ports, by
+    /// interface name: a second tunnel port on the same interface shares it.
+    static UNDERLAYS: RefCell<HashMap<String, Weak<RefCell<Underlay>>>> = RefCell::new(HashMap::new());
+}
+
+/// The underlay's MAC and MTU, and the control socket they were read
+/// through (kept to read the MTU again).
+fn iface_mac_mtu(iface: &str) -> io::Result<(OwnedFd, [u8; 6], usize)> {
+    let fd = super::sys::control_socket()?;
+    let mac = super::sys::interface_mac(fd.as_raw_fd(), iface)?;
+    let mtu = super::sys::interface_mtu(fd.as_raw_fd(), iface)?;
+    Ok((fd, mac, mtu))
+}
+
+impl Underlay {
+    /// `mode`: the bridge's offload mode, which an `auto` underlay follows
+    /// as any `auto` port does (TC under auto/tc, AF_XDP otherwise), so
+    /// that the tunnel and the ports around it run in one engine.
+    fn open(cfg: &TunnelConfig, mode: nicflow_api::OffloadMode) -> Result<Underlay, String> {
+        let pc = PortConfig {
+            name: format!("underlay:{}", cfg.underlay),
+            iface: cfg.underlay.clone(),
+            kind: cfg.underlay_type,
+            options: BTreeMap::new(),
+        };
+        let port = crate::open(&pc, mode).map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
+        let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
+            .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
+        tracing::info!(iface = %cfg.underlay, kind = port.kind(), mtu, "tunnel underlay attached");
+        Ok(Underlay::new(
+            cfg.underlay.clone(),
+            port,
+            mac,
+            mtu,
+            Some(ctl),
+            Instant::now(),
+        ))
+    }
+
+    /// An underlay on `port`, without endpoints; `ctl` is the socket the
+    /// MTU of `iface` is re-read through (None: never re-read).
+    fn new(
+        iface: String,
+        port: Box<dyn Port>,
+        mac: [u8; 6],
+        mtu: usize,
+        ctl: Option<OwnedFd>,
+        now: Instant,
+    ) -> Underlay {
+        Underlay {
+            iface,
+            port,
+            mac,
+            mtu,
+            ctl,
+            mtu_checked: now,
+            endpoints: Vec::new(),
+            by_key: HashMap::new(),
+            udp_ports: Vec::new(),
+            queues: HashMap::new(),
+            arp: HashMap::new(),
+            tx: Vec::new(),
+            rx: Vec::with_capacity(POLL_BATCH),
+            done: Vec::new(),
+            counters: UnderlayCounters::default(),
+            next_id: 1,
+            esp: UnderlayEsp::default(),
+            ike_out: Vec::new(),
+        }
+    }
+
+    /// Read the underlay's MTU again if it was last read `MTU_RECHECK` ago
+    /// (the interface's MTU can change under a running tunnel).
+    fn refresh_mtu(&mut self, now: Instant) {
+        let Some(fd) = self.ctl.as_ref().map(AsRawFd::as_raw_fd) else {
+            return;
+        };
+        self.refresh_mtu_with(now, |iface| super::sys::interface_mtu(fd, iface));
+    }
+
+    /// `refresh_mtu` with the MTU read by `read` (tests).
+    fn refresh_mtu_with(&mut self, now: Instant, read: impl FnOnce(&str) -> io::Result<usize>) {
+        if now.saturating_duration_since(self.mtu_checked) < MTU_RECHECK {
+            return;
+        }
+        self.mtu_checked = now;
+        match read(&self.iface) {
+            Ok(mtu) if mtu != self.mtu => {
+                tracing::info!(iface = %self.iface, old = self.mtu, mtu, "tunnel underlay MTU changed");
+                self.mtu = mtu;
+            }
+            Ok(_) => {}
+            // Interface gone or renamed: keep the last MTU; the port's
+            // sends fail and are counted on their own.
+            Err(e) => tracing::debug!(iface = %self.iface, "reading the underlay MTU: {e}"),
+        }
+    }
+
+    /// The shared underlay of `cfg.underlay`, opened on first use.
+    fn get(
+        cfg: &TunnelConfig,
+        mode: nicflow_api::OffloadMode,
+    ) -> Result<Rc<RefCell<Underlay>>, String> {
+        UNDERLAYS.with(|m| {
+            let mut m = m.borrow_mut();
+            if let Some(u) = m.get(&cfg.underlay).and_then(Weak::upgrade) {
+                return Ok(u);
+            }
+            let u = Rc::new(RefCell::new(Underlay::open(cfg, mode)?));
+            m.insert(cfg.underlay.clone(), Rc::downgrade(&u));
+            Ok(u)
+        })
+    }
+
+    fn add_endpoint(&mut self, cfg: &TunnelConfig) -> Result<u64, String> {
+        let clash = self.endpoints.iter().any(|e| {
+            e.kind == cfg.kind
+                && e.local == cfg.local_ip
+                && e.remote == cfg.remote_ip
+                && e.dst_port == cfg.dst_port
+                && (e.key == cfg.key || e.key == TunnelKey::Flow || cfg.key == TunnelKey::Flow)
+        });
+        if let Some(e) = self
+            .endpoints
+            .iter()
+            .find(|e| e.dst_port == cfg.dst_port && e.kind != cfg.kind)
+        {
+            return Err(format!(
+                "underlay {}: UDP port {} already carries {}, not {}",
+                self.iface,
+                cfg.dst_port,
+                kind_name(e.kind),
+                kind_name(cfg.kind)
+            ));
+        }
+        if clash {
+            return Err(format!(
+                "underlay {}: another tunnel port already receives {} from {} to {} with key {:?}",
+                self.iface,
+                kind_name(cfg.kind),
+                cfg.remote_ip,
+                cfg.local_ip,
+                cfg.key
+            ));
+        }
+        let id = self.next_id;
+        if let Some(ip) = &cfg.ipsec {
+            self.esp.add(id, ip, cfg.local_ip, cfg.remote_ip)?;
+        }
+        self.next_id += 1;
+        self.endpoints.push(Endpoint {
+            id,
+            tlv: cfg.tlv_map.clone(),
+            kind: cfg.kind,
+            local: cfg.local_ip,
+            remote: cfg.remote_ip,
+            key: cfg.key,
+            dst_port: cfg.dst_port,
+        });
+        self.queues.insert(id, VecDeque::new());
+        self.reindex();
+        Ok(id)
+    }
+
+    fn remove_endpoint(&mut self, id: u64) {
+        self.esp.remove(id);
+        self.endpoints.retain(|e| e.id != id);
+        self.reindex();
+        self.queues.remove(&id);
+        // ARP state (and held frames) of remotes no endpoint uses any more.
+        let eps = &self.endpoints;
+        self.arp.retain(|ip, _| eps.iter().any(|e| e.remote == *ip));
+    }
+
+    /// Rebuild `by_key` and `udp_ports` from `endpoints`. The clash rules
+    /// of `add_endpoint` make every key unique (a `key=flow` endpoint shares
+    /// its outer headers with no other) and give each UDP port one kind.
+    fn reindex(&mut self) {
+        self.by_key = self
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.lookup_key(), i))
+            .collect();
+        self.udp_ports.clear();
+        for e in &self.endpoints {
+            if !self.udp_ports.iter().any(|(p, _)| *p == e.dst_port) {
+                self.udp_ports.push((e.dst_port, e.kind));
+            }
+        }
+    }
+
+    fn is_local(&self, ip: Ipv4Addr) -> bool {
+        self.endpoints.iter().any(|e| e.local == ip)
+    }
+
+    /// Read what the underlay has, answer ARP, sort tunnel packets into the
+    /// endpoints' queues.
+    fn poll(&mut self, pool: &mut Vec<PacketBuf>, now: Instant) -> io::Result<()> {
+        self.refresh_mtu(now);
+        let mut rx = std::mem::take(&mut self.rx);
+        let n = self.port.recv_batch(&mut rx, POLL_BATCH, pool);
+        for pkt in rx.drain(..) {
+            self.dispatch(pkt, pool, now);
+        }
+        self.rx = rx;
+        if self.esp.has_ike() {
+            let mut out = std::mem::take(&mut self.ike_out);
+            self.esp.poll_ike(now, &mut out);
+            for (local, remote, d) in out.drain(..) {
+                self.send_ike(local, remote, &d, now);
+            }
+            self.ike_out = out;
+        }
+        self.flush()?;
+        n.map(|_| ())
+    }
+
+    fn dispatch(&mut self, mut pkt: PacketBuf, pool: &mut Vec<PacketBuf>, now: Instant) {
+        let data = pkt.data();
+        if data.len() < 14 || data[6..12] == self.mac {
+            self.counters.rx_not_tunnel += 1;
+            pool.push(pkt);
+            return;
+        }
+        let dst_mac: [u8; 6] = data[0..6].try_into().unwrap_or_default();
+        if dst_mac != self.mac && dst_mac != [0xff; 6] {
+            self.counters.rx_not_tunnel += 1;
+            pool.push(pkt);
+            return;
+        }
+        if u16::from_be_bytes([data[12], data[13]]) == nicflow_packet::ETHERTYPE_ARP {
+            self.arp_input(&pkt, now);
+            pool.push(pkt);
+            return;
+        }
+        // IKE for an IKE-keyed endpoint goes to its session.
+        if self.esp.ike_input(pkt.data(), now) {
+            pool.push(pkt);
+            return;
+        }
+        // ESP first: only a packet that authenticates comes back, as the
+        // tunnel packet it protected.
+        let decrypted = match self.esp.decrypt(&mut pkt) {
+            Ok(d) => d,
+            Err(reason) => {
+                tracing::trace!(iface = %self.iface, reason, "ESP packet dropped");
+                pool.push(pkt);
+                return;
+            }
+        };
+        // A local sender (the kernel's vxlan device on a veth) hands over
+        // frames with checksum offload pending: CHECKSUM_PARTIAL on the
+        // inner TCP/UDP header with the outer UDP checksum computed as if
+        // it were done (local checksum offload), or on the outer UDP
+        // header itself. Finish it, and the outer checksum verifies. A TCP
+        // super-frame keeps its offload (inner offsets follow the pull);
+        // its outer checksum can only be right per segment, so it is
+        // cleared (allowed on IPv4) rather than checked.
+        if let Some(o) = pkt.offload {
+            if o.is_gso() {
+                if let Ok(l) = nicflow_packet::parse(pkt.data()) {
+                    let at = l.l4_offset as usize + 6;
+                    if l.l3 == nicflow_packet::L3Kind::Ipv4 && at + 2 <= pkt.len() {
+                        pkt.data_mut()[at..at + 2].fill(0);
+                    }
+                }
+            } else if o.csum_partial {
+                let start = o.csum_start as usize;
+                let field = start + o.csum_offset as usize;
+                if field + 2 <= pkt.len() {
+                    let mut c = checksum::checksum(&pkt.data()[start..]);
+                    if c == 0 {
+                        c = 0xffff;
+                    }
+                    pkt.data_mut()[field..field + 2].copy_from_slice(&c.to_be_bytes());
+                }
+                pkt.offload = None;
+            }
+        }
+        let parsed = self.parse_tunnel(pkt.data());
+        // Without checksum metadata (AF_XDP: bytes only) a local sender's
+        // inner checksum may still be partial while the outer UDP checksum
+        // already counts it as done (local checksum offload), so the outer
+        // check fails. Only then: set the outer checksum aside, parse again,
+        // complete the inner one (the AF_XDP port's guess,
+        // `complete_partial_checksum`) and check the outer one after that.
+        // Frames whose checksums are right take one parse.
+        let mut outer_csum = None;
+        let parsed = match parsed {
+            Err(TunnelError::BadUdpChecksum) if pkt.offload.is_none() => {
+                match nicflow_packet::parse(pkt.data()) {
+                    Ok(l)
+                        if l.l3 == nicflow_packet::L3Kind::Ipv4
+                            && l.l4 == nicflow_packet::L4Kind::Udp
+                            && l.l4_offset as usize + 8 <= pkt.len() =>
+                    {
+                        let at = l.l4_offset as usize + 6;
+                        let v = u16::from_be_bytes([pkt.data()[at], pkt.data()[at + 1]]);
+                        pkt.data_mut()[at..at + 2].fill(0);
+                        outer_csum = Some((l.l4_offset as usize, v));
+                        self.parse_tunnel(pkt.data())
+                    }
+                    _ => Err(TunnelError::BadUdpChecksum),
+                }
+            }
+            other => other,
+        };
+        let d = match parsed {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                self.counters.rx_not_tunnel += 1;
+                pool.push(pkt);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(iface = %self.iface, "malformed tunnel packet: {e}");
+                self.counters.rx_bad_tunnel += 1;
+                pool.push(pkt);
+                return;
+            }
+        };
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (d.ip_src, d.ip_dst) else {
+            self.counters.rx_not_tunnel += 1;
+            pool.push(pkt);
+            return;
+        };
+        // The endpoint with the frame's VNI, else the key=flow one.
+        let fixed = EndpointKey {
+            kind: d.kind,
+            dst_port: d.udp_dst,
+            local: dst,
+            remote: src,
+            vni: Some(d.vni),
+        };
+        let flow = EndpointKey { vni: None, ..fixed };
+        let ep = self
+            .by_key
+            .get(&fixed)
+            .or_else(|| self.by_key.get(&flow))
+            .and_then(|&i| self.endpoints.get(i));
+        let Some(ep) = ep else {
+            if decrypted.is_none() && self.esp.protects_pair(dst, src) {
+                // A key=flow-less VNI from a protected remote in clear.
+                self.esp.count_rx_drop("plaintext");
+            } else {
+                self.counters.rx_no_endpoint += 1;
+            }
+            pool.push(pkt);
+            return;
+        };
+        // A protected endpoint takes only what its own SA decrypted; an
+        // SA's packet carries only its endpoint's tunnel.
+        if decrypted != Some(ep.id) && (decrypted.is_some() || self.esp.protects(ep.id)) {
+            self.esp.count_rx_drop(if decrypted.is_some() {
+                "sa_mismatch"
+            } else {
+                "plaintext"
+            });
+            pool.push(pkt);
+            return;
+        }
+        // Options: the port's TLV map turns 4-byte ones into
+        // tun_metadata0..7; RFC 8926 §3.5: a critical option the receiver
+        // does not process means drop.
+        let mut metadata = [0u32; 8];
+        let mut md_present = 0u8;
+        let mut unknown_critical = false;
+        if d.options_len > 0 {
+            let opts = d.options(pkt.data());
+            for o in tunnel::geneve_options(opts) {
+                let mapped = ep
+                    .tlv
+                    .iter()
+                    .find(|m| (m.class, m.typ) == (o.class, o.typ))
+                    .filter(|_| o.data.len() == 4);
+                match mapped {
+                    Some(m) => {
+                        let i = usize::from(m.slot);
+                        metadata[i] =
+                            u32::from_be_bytes([o.data[0], o.data[1], o.data[2], o.data[3]]);
+                        md_present |= 1 << i;
+                    }
+                    None => unknown_critical |= o.typ & tunnel::GENEVE_OPT_CRITICAL != 0,
+                }
+            }
+        } else {
+            // The C bit with no options at all: nothing to process.
+            unknown_critical = d.geneve_critical;
+        }
+        if unknown_critical {
+            self.counters.rx_geneve_critical += 1;
+            pool.push(pkt);
+            return;
+        }
+        let id = ep.id;
+        let mut flags = TUN_F_KEY;
+        if d.udp_csum_present {
+            flags |= TUN_F_CSUM;
+        }
+        if let Some((udp, want)) = outer_csum {
+            flags |= TUN_F_CSUM;
+            let inner = &mut pkt.data_mut()[d.inner_off..];
+            if let Ok(il) = nicflow_packet::parse(inner) {
+                super::fixup::complete_partial_checksum(inner, &il);
+            }
+            let mut got = checksum::l4_checksum_ipv4(src, dst, 17, &pkt.data()[udp..]);
+            if got == 0 {
+                got = 0xffff;
+            }
+            if got != want {
+                self.counters.rx_bad_tunnel += 1;
+                pool.push(pkt);
+                return;
+            }
+        }
+        if d.geneve_oam {
+            flags |= TUN_F_OAM;
+        }
+        if !pkt.pull_front(d.inner_off) {
+            self.counters.rx_bad_tunnel += 1;
+            pool.push(pkt);
+            return;
+        }
+        // Offload state (a partial inner checksum, a TCP super-frame from a
+        // local sender) stays: its offsets followed the pull.
+        pkt.tun = Some(TunnelMeta {
+            id: d.vni as u64,
+            src: u32::from(src),
+            dst: u32::from(dst),
+            flags,
+            md_present,
+            metadata,
+        });
+        match self.queues.get_mut(&id) {
+            Some(q) if q.len() < QUEUE_MAX => q.push_back(pkt),
+            _ => {
+                self.counters.rx_queue_full += 1;
+                pool.push(pkt);
+            }
+        }
+    }
+
+    /// The AF_XDP socket behind the underlay, if it is one: the bridge's
+    /// XDP engine takes over its XDP attachment to decapsulate there.
+    pub fn afxdp_mut(&mut self) -> Option<&mut super::afxdp::AfXdpPort> {
+        self.port.as_afxdp_mut()
+    }
+
+    /// The TC port behind the underlay, if it is one: the bridge's TC
+    /// engine runs on its interface and decapsulates there.
+    pub fn tc(&self) -> Option<&super::tc::TcPort> {
+        self.port.as_tc()
+    }
+
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The remote's MAC for an engine that encapsulates without
+    /// userspace. While the entry has a MAC it is kept fresh (refreshed
+    /// at 30 s, forgotten at 120 s without an answer, as for userspace
+    /// traffic); without one, nothing is sent from here: frames the engine
+    /// then hands to userspace start the resolution, so a dead remote is
+    /// not asked forever.
+    pub fn offload_resolve(&mut self, remote: Ipv4Addr, local: Ipv4Addr) -> Option<[u8; 6]> {
+        self.arp.get(&remote).and_then(|e| e.mac)?;
+        let mac = self.resolve(remote, local, Instant::now());
+        if let Err(e) = self.flush() {
+            tracing::debug!(iface = %self.iface, "underlay send: {e}");
+        }
+        mac
+    }
+
+    /// `tunnel::parse` with this underlay's endpoints' UDP ports.
+    fn parse_tunnel(&self, frame: &[u8]) -> Result<Option<tunnel::Decap>, TunnelError> {
+        let ports = &self.udp_ports;
+        tunnel::parse(frame, |port| {
+            ports.iter().find(|(p, _)| *p == port).map(|(_, k)| *k)
+        })
+    }
+
+    fn arp_input(&mut self, pkt: &PacketBuf, now: Instant) {
+        use nicflow_packet::arp;
+        // Checked here, not left to the caller: a runt frame is counted,
+        // never a slice panic.
+        let Some(body) = pkt.data().get(14..) else {
+            self.counters.rx_not_tunnel += 1;
+            return;
+        };
+        let Ok(a) = arp::Packet::new_checked(body) else {
+            self.counters.rx_not_tunnel += 1;
+            return;
+        };
+        if !arp::is_eth_ipv4(body) {
+            self.counters.rx_not_tunnel += 1;
+            return;
+        }
+        let (op, sha, spa, tpa) = (a.operation(), a.sha(), a.spa(), a.tpa());
+        if !self.is_local(tpa) {
+            self.counters.rx_not_tunnel += 1;
+            return;
+        }
+        // Learn (or refresh) the sender when it is one of our remotes.
+        if self.endpoints.iter().any(|e| e.remote == spa) {
+            let e = self.arp.entry(spa).or_insert_with(ArpEntry::new);
+            e.mac = Some(sha);
+            e.confirmed = Some(now);
+            if op == 2 {
+                self.counters.arp_replies_learned += 1;
+            }
+            e.pending_since = None;
+            let pending: Vec<PacketBuf> = e.pending.drain(..).collect();
+            for mut p in pending {
+                if let Some(d) = p.data_mut().get_mut(0..6) {
+                    d.copy_from_slice(&sha);
+                }
+                self.tx.push(p);
+            }
+        }
+        if op == 1 {
+            let mut reply = self
+                .done
+                .pop()
+                .unwrap_or_else(|| PacketBuf::with_capacity(64));
+            reply.set_data(&arp_frame(2, self.mac, tpa, sha, spa, sha));
+            self.tx.push(reply);
+            self.counters.arp_requests_answered += 1;
+        }
+    }
+
+    /// The remote's MAC, or None after queueing `pkt` (an encapsulated frame
+    /// whose destination MAC is filled in when the reply comes) and asking.
+    fn resolve(&mut self, remote: Ipv4Addr, local: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
+        let e = self.arp.entry(remote).or_insert_with(ArpEntry::new);
+        let age = e.confirmed.map(|c| now.saturating_duration_since(c));
+        if age.is_some_and(|a| a >= ARP_EXPIRE) {
+            e.mac = None;
+        }
+        if e.pending_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= ARP_PENDING_MAX_AGE)
+        {
+            // No answer in time: the held frames are stale.
+            self.counters.tx_arp_pending_drops += e.pending.len() as u64;
+            self.done.extend(e.pending.drain(..));
+            e.pending_since = None;
+        }
+        let need_request = e.mac.is_none() || age.is_some_and(|a| a >= ARP_REFRESH);
+        if need_request
+            && e.last_request
+                .is_none_or(|t| now.saturating_duration_since(t) >= ARP_RETRY)
+        {
+            e.last_request = Some(now);
+            let mac = self.mac;
+            let mut req = self
+                .done
+                .pop()
+                .unwrap_or_else(|| PacketBuf::with_capacity(64));
+            req.set_data(&arp_frame(1, mac, local, [0; 6], remote, [0xff; 6]));
+            self.tx.push(req);
+            self.counters.arp_requests_sent += 1;
+        }
+        self.arp.get(&remote).and_then(|e| e.mac)
+    }
+
+    fn hold(&mut self, remote: Ipv4Addr, pkt: PacketBuf, now: Instant) -> Option<PacketBuf> {
+        let e = self.arp.get_mut(&remote)?;
+        if e.pending.len() >= ARP_PENDING_MAX {
+            self.counters.tx_arp_pending_drops += 1;
+            return Some(pkt);
+        }
+        e.pending_since.get_or_insert(now);
+        e.pending.push_back(pkt);
+        None
+    }
+
+    /// Send an IKE datagram from `local` to `remote` on the underlay (held
+    /// like tunnel frames while the remote's MAC is being resolved).
+    fn send_ike(
+        &mut self,
+        local: Ipv4Addr,
+        remote: Ipv4Addr,
+        d: &nicflow_ipsec::ike::Datagram,
+        now: Instant,
+    ) {
+        let mac = self.resolve(remote, local, now);
+        let frame = FrameBuilder::new(self.mac, mac.unwrap_or([0; 6]))
+            .ipv4(local, remote)
+            .udp(d.src_port, d.dst_port)
+            .payload(&d.payload)
+            .build();
+        let mut pkt = self
+            .done
+            .pop()
+            .unwrap_or_else(|| PacketBuf::with_capacity(frame.len().max(2048)));
+        if !pkt.set_data(&frame) {
+            pkt = PacketBuf::from_slice(&frame);
+        }
+        if mac.is_some() {
+            self.tx.push(pkt);
+        } else if let Some(p) = self.hold(remote, pkt, now) {
+            self.done.push(p);
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.tx.is_empty() {
+            return Ok(());
+        }
+        let r = self.port.send_batch(&mut self.tx, &mut self.done);
+        // A port drains the batch; after an error, whatever it left is
+        // dropped here, counted, and its buffers reused.
+        self.counters.tx_dropped += self.tx.len() as u64;
+        self.done.append(&mut self.tx);
+        if self.done.len() > 256 {
+            self.done.truncate(256);
+        }
+        r.map(|_| ())
+    }
+}
+
+fn kind_name(k: TunnelKind) -> &'static str {
+    match k {
+        TunnelKind::Vxlan => "vxlan",
+        TunnelKind::Geneve => "geneve",
+    }
+}
+
+/// An Ethernet + ARP frame (padded to 60 bytes).
+fn arp_frame(
+    op: u16,
+    sha: [u8; 6],
+    spa: Ipv4Addr,
+    tha: [u8; 6],
+    tpa: Ipv4Addr,
+    eth_dst: [u8; 6],
+) -> Vec<u8> {
+    FrameBuilder::new(sha, eth_dst)
+        .arp(op, sha, spa, tha, tpa)
+        .pad_to(60)
+        .build()
+}
+
+/// ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet too big"
+/// for an inner frame that does not fit the tunnel, addressed back to its
+/// sender as from its destination. None when the frame gets none (not IP,
+/// IPv4 without DF, ICMP error about an ICMP error...).
+pub fn too_big_reply(frame: &[u8], mtu: u32) -> Option<Vec<u8>> {
+    let layout = nicflow_packet::parse(frame).ok()?;
+    if layout.n_vlan != 0 {
+        // The reply would need the tags back; such frames are only counted.
+        return None;
+    }
+    let ip = frame.get(layout.l3_offset as usize..)?;
+    // Back to the sender, from its destination.
+    let mac = |r: std::ops::Range<usize>| -> Option<[u8; 6]> { frame.get(r)?.try_into().ok() };
+    let reply = FrameBuilder::new(mac(0..6)?, mac(6..12)?).ttl(64);
+    let f = match layout.l3 {
+        nicflow_packet::L3Kind::Ipv4 if ip.len() >= 20 => {
+            let flags = u16::from_be_bytes([ip[6], ip[7]]);
+            if flags & 0x4000 == 0 || ip[9] == 1 && ip.get((ip[0] as usize & 15) * 4) != Some(&8) {
+                // No DF, or an ICMP packet other than an echo request.
+                return None;
+            }
+            let quote = &ip[..ip.len().min(576 - 28)];
+            let addr = |o: usize| Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]);
+            let mtu = (mtu.min(0xffff) as u16).to_be_bytes();
+            reply
+                .ipv4(addr(16), addr(12))
+                .icmp(3, 4)
+                .icmp_rest([0, 0, mtu[0], mtu[1]])
+                .payload(quote)
+                .build()
+        }
+        nicflow_packet::L3Kind::Ipv6 => {
+            if ip.len() < 40 || ip[6] == 58 && ip.get(40).is_some_and(|t| *t < 128) {
+                return None;
+            }
+            let src: [u8; 16] = ip[24..40].try_into().ok()?;
+            let dst: [u8; 16] = ip[8..24].try_into().ok()?;
+            // The whole reply within the IPv6 minimum MTU.
+            let quote = &ip[..ip.len().min(1280 - 48)];
+            reply
+                .ipv6(Ipv6Addr::from(src), Ipv6Addr::from(dst))
+                .icmpv6(2, 0)
+                .icmp_rest(mtu.to_be_bytes())
+                .payload(quote)
+                .build()
+        }
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// A VXLAN or Geneve port of a bridge.
+pub struct TunnelPort {
+    name: String,
+    cfg: TunnelConfig,
+    underlay: Rc<RefCell<Underlay>>,
+    id: u64,
+    /// ICMP replies for oversize frames, received on this port next.
+    icmp: VecDeque<PacketBuf>,
+    stats: PortStats,
+    /// Paces the ICMP replies to oversize frames (`ICMP_TOO_BIG_BURST`).
+    icmp_bucket: TokenBucket,
+    tx_drop_mtu: u64,
+    icmp_too_big_sent: u64,
+    /// Oversize frames that would have got an ICMP reply but found the
+    /// bucket empty (still dropped and counted in `tx_drop_mtu`).
+    icmp_too_big_ratelimited: u64,
+    tx_drop_no_arp: u64,
+}
+
+impl TunnelPort {
+    /// Attach (or share) the underlay and register this port's endpoint.
+    /// `mode`: the bridge's offload mode (see `Underlay::open`).
+    pub fn open(
+        name: &str,
+        cfg: TunnelConfig,
+        mode: nicflow_api::OffloadMode,
+    ) -> Result<TunnelPort, String> {
+        let underlay = Underlay::get(&cfg, mode)?;
+        TunnelPort::attach(name, cfg, underlay, Instant::now())
+    }
+
+    /// Register this port's endpoint on `underlay`.
+    fn attach(
+        name: &str,
+        cfg: TunnelConfig,
+        underlay: Rc<RefCell<Underlay>>,
+        now: Instant,
+    ) -> Result<TunnelPort, String> {
+        let id = underlay.borrow_mut().add_endpoint(&cfg)?;
+        Ok(TunnelPort {
+            name: name.to_string(),
+            cfg,
+            underlay,
+            id,
+            icmp: VecDeque::new(),
+            stats: PortStats::default(),
+            icmp_bucket: TokenBucket::new(now),
+            tx_drop_mtu: 0,
+            icmp_too_big_sent: 0,
+            icmp_too_big_ratelimited: 0,
+            tx_drop_no_arp: 0,
+        })
+    }
+
+    pub fn config(&self) -> &TunnelConfig {
+        &self.cfg
+    }
+
+    /// The shared underlay (for the XDP engine).
+    pub fn underlay(&self) -> Rc<RefCell<Underlay>> {
+        self.underlay.clone()
+    }
+
+    /// The largest inner IP packet the tunnel carries.
+    pub fn inner_mtu(&self) -> usize {
+        // The outer IP packet (outer IP + UDP + tunnel header + inner
+        // Ethernet + inner IP) must fit the underlay MTU; the outer Ethernet
+        // header counted in `overhead` and the inner one cancel out.
+        self.underlay
+            .borrow()
+            .mtu
+            .saturating_sub(self.cfg.overhead())
+    }
+
+    /// `send_batch` at `now` (tests pass their own clock).
+    fn send_batch_at(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+        now: Instant,
+    ) -> io::Result<usize> {
+        self.underlay.borrow_mut().refresh_mtu(now);
+        let inner_mtu = self.inner_mtu();
+        let mut u = self.underlay.borrow_mut();
+        let mac = u.mac;
+        let mut sent = 0;
+        // One ARP lookup per batch: every frame goes to the same remote.
+        let mut resolved: Option<Option<[u8; 6]>> = None;
+        if self.cfg.ipsec.is_some() && pkts.iter().any(|p| p.offload.is_some()) {
+            // ESP hides the inner headers from any later segmentation or
+            // checksum offload: finish both before encrypting (super-frames
+            // cut at their MSS, partial checksums completed).
+            let mut finished = Vec::with_capacity(pkts.len());
+            let mut f = super::fixup::Finished::default();
+            for p in pkts.drain(..) {
+                super::fixup::finish_frame(p, done, &mut finished, &mut f);
+            }
+            *pkts = finished;
+        }
+        for mut pkt in pkts.drain(..) {
+            if pkt.len().saturating_sub(14) > inner_mtu {
+                self.tx_drop_mtu += 1;
+                self.stats.tx_dropped += 1;
+                let reply = too_big_reply(pkt.data(), inner_mtu as u32);
+                // Replies are paced (`ICMP_TOO_BIG_BURST`); the frame is
+                // dropped and counted either way.
+                if reply.is_some() && !self.icmp_bucket.take(now) {
+                    self.icmp_too_big_ratelimited += 1;
+                } else if let Some(reply) = reply {
+                    self.icmp_too_big_sent += 1;
+                    let mut r = PacketBuf::from_slice(&reply);
+                    // As if it came back through the tunnel, so rules that
+                    // match tun_id see it like the flow's other packets.
+                    let vni = match self.cfg.key {
+                        TunnelKey::Fixed(v) => v as u64,
+                        TunnelKey::Flow => pkt.tun.map(|t| t.id).unwrap_or(0),
+                    };
+                    r.tun = Some(TunnelMeta {
+                        id: vni,
+                        src: u32::from(self.cfg.remote_ip),
+                        dst: u32::from(self.cfg.local_ip),
+                        flags: TUN_F_KEY,
+                        ..TunnelMeta::default()
+                    });
+                    self.icmp.push_back(r);
+                }
+                done.push(pkt);
+                continue;
+            }
+            let vni = match self.cfg.key {
+                TunnelKey::Fixed(v) => v,
+                TunnelKey::Flow => pkt.tun.map(|t| t.id as u32 & 0xff_ffff).unwrap_or(0),
+            };
+            let remote_mac = *resolved
+                .get_or_insert_with(|| u.resolve(self.cfg.remote_ip, self.cfg.local_ip, now));
+            // Present tun_metadata slots the TLV map names go out as
+            // options (8 bytes each: at most 64).
+            let mut opts = [0u8; 64];
+            let mut n_opts = 0;
+            if let Some(t) = pkt.tun.filter(|t| t.md_present != 0) {
+                for m in &self.cfg.tlv_map {
+                    let i = usize::from(m.slot);
+                    if t.md_present & (1 << i) != 0 {
+                        // 8 bytes each, at most 8 slots: always fits.
+                        let d = t.metadata[i].to_be_bytes();
+                        n_opts +=
+                            tunnel::write_geneve_option(&mut opts[n_opts..], m.class, m.typ, &d)
+                                .unwrap_or(0);
+                    }
+                }
+            }
+            let e = Encap {
+                kind: self.cfg.kind,
+                eth_src: mac,
+                eth_dst: remote_mac.unwrap_or([0; 6]),
+                ip_src: IpAddr::V4(self.cfg.local_ip),
+                ip_dst: IpAddr::V4(self.cfg.remote_ip),
+                tos: self.cfg.tos,
+                ttl: self.cfg.ttl,
+                df: self.cfg.df,
+                udp_src: tunnel::entropy_port(pkt.data()),
+                udp_dst: self.cfg.dst_port,
+                csum: self.cfg.csum,
+                vni,
+                geneve_options: &opts[..n_opts],
+                geneve_oam: false,
+            };
+            let len = pkt.len();
+            pkt.tun = None;
+            if let Err(err) = tunnel::encap(&mut pkt, &e) {
+                tracing::debug!(port = %self.name, "encapsulation failed: {err}");
+                self.stats.tx_dropped += 1;
+                done.push(pkt);
+                continue;
+            }
+            if self.cfg.ipsec.is_some() {
+                pkt.offload = None;
+                if let Err(reason) = u.esp.encrypt(self.id, &mut pkt) {
+                    tracing::debug!(port = %self.name, reason, "ESP: frame not sent");
+                    self.stats.tx_dropped += 1;
+                    done.push(pkt);
+                    continue;
+                }
+            }
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += len as u64;
+            sent += 1;
+            if remote_mac.is_some() {
+                u.tx.push(pkt);
+            } else if let Some(p) = u.hold(self.cfg.remote_ip, pkt, now) {
+                self.tx_drop_no_arp += 1;
+                self.stats.tx_packets -= 1;
+                self.stats.tx_bytes -= len as u64;
+                self.stats.tx_dropped += 1;
+                sent -= 1;
+                done.push(p);
+            }
+        }
+        let r = u.flush();
+        done.append(&mut u.done);
+        r.map(|_| sent)
+    }
+}
+
+impl Drop for TunnelPort {
+    fn drop(&mut self) {
+        self.underlay.borrow_mut().remove_endpoint(self.id);
+    }
+}
+
+impl Port for TunnelPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv_batch(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let Some(p) = self.icmp.pop_front() else {
+                break;
+            };
+            self.stats.rx_packets += 1;
+            self.stats.rx_bytes += p.len() as u64;
+            out.push(p);
+            n += 1;
+        }
+        let mut u = self.underlay.borrow_mut();
+        // Read the underlay only when this port's queue cannot fill the
+        // batch by itself (others' frames wait in their own queues).
+        let queued = u.queues.get(&self.id).map_or(0, VecDeque::len);
+        let r = if n + queued < max {
+            u.poll(pool, Instant::now())
+        } else {
+            Ok(())
+        };
+        if let Some(q) = u.queues.get_mut(&self.id) {
+            while n < max {
+                let Some(p) = q.pop_front() else {
+                    break;
+                };
+                self.stats.rx_packets += 1;
+                self.stats.rx_bytes += p.len() as u64;
+                out.push(p);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            return Ok(n);
+        }
+        r.map(|_| 0)
+    }
+
+    fn send_batch(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        done: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        self.send_batch_at(pkts, done, Instant::now())
+    }
+    fn stats(&self) -> PortStats {
+        self.stats.clone()
+    }
+
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        let u = self.underlay.borrow();
+        let c = u.counters;
+        vec![
+            ("tx_drop_mtu", self.tx_drop_mtu),
+            ("icmp_too_big_sent", self.icmp_too_big_sent),
+            ("icmp_too_big_ratelimited", self.icmp_too_big_ratelimited),
+            ("tx_drop_arp_pending", self.tx_drop_no_arp),
+            ("underlay_rx_drop_not_tunnel", c.rx_not_tunnel),
+            ("underlay_rx_drop_bad_tunnel", c.rx_bad_tunnel),
+            ("underlay_rx_drop_no_endpoint", c.rx_no_endpoint),
+            ("underlay_rx_drop_geneve_critical", c.rx_geneve_critical),
+            ("underlay_rx_drop_queue_full", c.rx_queue_full),
+            ("underlay_tx_drop_arp_pending", c.tx_arp_pending_drops),
+            ("underlay_tx_dropped", c.tx_dropped),
+            ("underlay_arp_requests_answered", c.arp_requests_answered),
+            ("underlay_arp_requests_sent", c.arp_requests_sent),
+            ("underlay_arp_replies_learned", c.arp_replies_learned),
+        ]
+        .into_iter()
+        .chain(if self.cfg.ipsec.is_some() {
+            u.esp.counters.list()
+        } else {
+            Vec::new()
+        })
+        .collect()
+    }
+
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.underlay.borrow().port.rx_fd()
+    }
+
+    fn has_deferred_work(&self) -> bool {
+        let u = self.underlay.borrow();
+        !self.icmp.is_empty()
+            || u.queues.get(&self.id).is_some_and(|q| !q.is_empty())
+            || u.port.has_deferred_work()
+    }
+
+    fn spin_worthwhile(&self) -> bool {
+        self.underlay.borrow().port.spin_worthwhile()
+    }
+
+    fn kind(&self) -> &'static str {
+        kind_name(self.cfg.kind)
+    }
+
+    fn as_tunnel(&self) -> Option<&TunnelPort> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn tlv_maps_parse_in_ovs_syntax_and_errors_name_the_entry() {
+        let m = parse_tlv_map(
+            "{class=0x0102,type=0x80,len=4}->tun_metadata0, {class=258,type=1,len=4}->tun_metadata7",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            vec![
+                TlvMapping {
+                    class: 0x0102,
+                    typ: 0x80,
+                    slot: 0
+                },
+                TlvMapping {
+                    class: 258,
+                    typ: 1,
+                    slot: 7
+                }
+            ]
+        );
+        assert_eq!(parse_tlv_map("").unwrap(), vec![]);
+        for (bad, says) in [
+            ("{class=1,type=2,len=8}->tun_metadata0", "len=4"),
+            ("{class=1,type=2,len=4}->tun_metadata8", "tun_metadata8"),
+            ("{class=1,type=2,len=4}", "->tun_metadataN"),
+            ("{class=1,len=4}->tun_metadata0", "needs class and type"),
+            (
+                "{class=0x10000,type=2,len=4}->tun_metadata0",
+                "class=0x10000`: above 0xffff",
+            ),
+            (
+                "{class=1,type=0x100,len=4}->tun_metadata0",
+                "type=0x100`: above 0xff",
+            ),
+            (
+                "{class=1,class=2,type=1,len=4}->tun_metadata0",
+                "`class` twice",
+            ),
+            ("{class=1,colour=2,len=4}->tun_metadata0", "unknown key"),
+            ("{class=1,type=2,len=4}->", "expected tun_metadata0"),
+            (
+                "{class=1,type=2,len=4}->tun_metadata0,{class=1,type=2,len=4}->tun_metadata1",
+                "twice",
+            ),
+            (
+                "{class=1,type=2,len=4}->tun_metadata0,{class=1,type=3,len=4}->tun_metadata0",
+                "twice",
+            ),
+            ("class=1", "expected {"),
+        ] {
+            let e = parse_tlv_map(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // Geneve only; the overhead counts every mapped option.
+        let mut o = opts(&[
+            ("underlay", "eth1"),
+            ("local_ip", "198.18.20.2"),
+            ("remote_ip", "198.18.20.1"),
+            ("tlv_map", "{class=1,type=2,len=4}->tun_metadata0"),
+        ]);
+        let e = TunnelConfig::from_options(TunnelKind::Vxlan, &o).unwrap_err();
+        assert!(e.contains("tlv_map"), "{e}");
+        let c = TunnelConfig::from_options(TunnelKind::Geneve, &o).unwrap();
+        assert_eq!(c.overhead(), 58);
+        o.insert(
+            "tlv_map".into(),
+            "{class=1,type=2,len=5}->tun_metadata0".into(),
+        );
+        assert!(TunnelConfig::from_options(TunnelKind::Geneve, &o).is_err());
+    }
+
+    #[test]
+    fn options_parse_with_defaults_and_errors_name_the_option() {
+        let c = TunnelConfig::from_options(
+            TunnelKind::Vxlan,
+            &opts(&[
+                ("underlay", "eth1"),
+                ("local_ip", "198.18.20.2"),
+                ("remote_ip", "198.18.20.1"),
+                ("key", "4242"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.key, TunnelKey::Fixed(4242));
+        assert_eq!((c.dst_port, c.csum, c.df, c.ttl), (4789, false, true, 64));
+        assert_eq!(c.overhead(), 50);
+        let g = TunnelConfig::from_options(
+            TunnelKind::Geneve,
+            &opts(&[
+                ("underlay", "eth1"),
+                ("local_ip", "198.18.20.2"),
+                ("remote_ip", "198.18.20.1"),
+                ("key", "flow"),
+                ("csum", "true"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((g.key, g.dst_port, g.csum), (TunnelKey::Flow, 6081, true));
+        for (bad, token) in [
+            (
+                vec![("remote_ip", "198.18.20.1"), ("underlay", "e")],
+                "local_ip",
+            ),
+            (
+                vec![
+                    ("local_ip", "1.2.3.4"),
+                    ("remote_ip", "x"),
+                    ("underlay", "e"),
+                ],
+                "remote_ip=x",
+            ),
+            (
+                vec![
+                    ("local_ip", "198.18.0.1"),
+                    ("remote_ip", "198.18.0.2"),
+                    ("underlay", "e"),
+                    ("key", "16777216"),
+                ],
+                "key=16777216",
+            ),
+            (
+                vec![
+                    ("local_ip", "198.18.0.1"),
+                    ("remote_ip", "198.18.0.2"),
+                    ("underlay", "e"),
+                    ("colour", "red"),
+                ],
+                "`colour`",
+            ),
+            (
+                vec![
+                    ("local_ip", "2001:db8::1"),
+                    ("remote_ip", "198.18.0.2"),
+                    ("underlay", "e"),
+                ],
+                "IPv6",
+            ),
+        ] {
+            let e = TunnelConfig::from_options(TunnelKind::Vxlan, &opts(&bad)).unwrap_err();
+            assert!(e.contains(token), "{e} should name {token}");
+        }
+    }
+
+    #[test]
+    fn too_big_reply_for_df_ipv4_and_ipv6_only() {
+        // IPv4 UDP with DF.
+        let mut f = vec![0u8; 14 + 1500];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&1500u16.to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[198, 18, 1, 1]);
+        ip[16..20].copy_from_slice(&[198, 18, 2, 1]);
+        let c = checksum::checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        ip[20..22].copy_from_slice(&1000u16.to_be_bytes());
+        ip[22..24].copy_from_slice(&2000u16.to_be_bytes());
+        ip[24..26].copy_from_slice(&1480u16.to_be_bytes());
+        let r = too_big_reply(&f, 1450).expect("reply");
+        assert_eq!(&r[0..6], &[2, 0, 0, 0, 0, 1]);
+        assert_eq!(&r[6..12], &[2, 0, 0, 0, 0, 2]);
+        let rip = &r[14..];
+        assert_eq!(&rip[12..16], &[198, 18, 2, 1]);
+        assert_eq!(&rip[16..20], &[198, 18, 1, 1]);
+        assert_eq!(checksum::checksum(&rip[..20]), 0);
+        assert_eq!((rip[20], rip[21]), (3, 4));
+        assert_eq!(u16::from_be_bytes([rip[26], rip[27]]), 1450);
+        assert_eq!(checksum::checksum(&rip[20..]), 0);
+        assert!(r.len() <= 14 + 576);
+        // Without DF: none (dropped and counted by the port).
+        let mut nodf = f.clone();
+        nodf[14 + 6] = 0;
+        assert!(too_big_reply(&nodf, 1450).is_none());
+    }
+
+    /// An underlay on an in-memory port (no interface, MTU never re-read).
+    fn mem_underlay(mtu: usize, now: Instant) -> Rc<RefCell<Underlay>> {
+        let (port, _h) = crate::mem::MemPort::new("underlay:mem0");
+        Rc::new(RefCell::new(Underlay::new(
+            "mem0".into(),
+            Box::new(port),
+            [2, 0, 0, 0, 0, 0xaa],
+            mtu,
+            None,
+            now,
+        )))
+    }
+
+    fn tun_cfg(kind: TunnelKind, remote: [u8; 4], key: &str) -> TunnelConfig {
+        TunnelConfig::from_options(
+            kind,
+            &opts(&[
+                ("underlay", "mem0"),
+                ("local_ip", "198.18.0.1"),
+                ("remote_ip", &Ipv4Addr::from(remote).to_string()),
+                ("key", key),
+            ]),
+        )
+        .unwrap()
+    }
+
+    /// A tunnel frame to the underlay from `remote`.
+    fn encapsulated(kind: TunnelKind, remote: [u8; 4], udp_dst: u16, vni: u32) -> PacketBuf {
+        let mut inner = vec![0u8; 60];
+        inner[0..6].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
+        inner[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 1]);
+        inner[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        let mut b = PacketBuf::from_slice(&inner);
+        let e = Encap {
+            kind,
+            eth_src: [2, 0, 0, 0, 0, 0xbb],
+            eth_dst: [2, 0, 0, 0, 0, 0xaa],
+            ip_src: IpAddr::V4(remote.into()),
+            ip_dst: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            tos: 0,
+            ttl: 64,
+            df: true,
+            udp_src: 50000,
+            udp_dst,
+            csum: false,
+            vni,
+            geneve_options: &[],
+            geneve_oam: false,
+        };
+        tunnel::encap(&mut b, &e).unwrap();
+        b
+    }
+
+    #[test]
+    fn receive_lookup_takes_the_exact_vni_then_key_flow_and_follows_removals() {
+        let now = Instant::now();
+        let h = mem_underlay(1500, now);
+        let mut u = h.borrow_mut();
+        let (r1, r2) = ([198, 18, 0, 2], [198, 18, 0, 3]);
+        let a = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "10"))
+            .unwrap();
+        let b = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "20"))
+            .unwrap();
+        let c = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r2, "flow"))
+            .unwrap();
+        let g = u
+            .add_endpoint(&tun_cfg(TunnelKind::Geneve, r1, "10"))
+            .unwrap();
+        // The clash rules and their messages are unchanged.
+        let e = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "flow"))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "underlay mem0: another tunnel port already receives vxlan from 198.18.0.2 \
+             to 198.18.0.1 with key Flow"
+        );
+        let e = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r2, "7"))
+            .unwrap_err();
+        assert!(e.contains("already receives vxlan from 198.18.0.3"), "{e}");
+        let mut bad_port = tun_cfg(TunnelKind::Geneve, r2, "1");
+        bad_port.dst_port = tunnel::VXLAN_PORT;
+        let e = u.add_endpoint(&bad_port).unwrap_err();
+        assert_eq!(
+            e,
+            "underlay mem0: UDP port 4789 already carries vxlan, not geneve"
+        );
+        assert_eq!(
+            u.udp_ports,
+            vec![
+                (tunnel::VXLAN_PORT, TunnelKind::Vxlan),
+                (tunnel::GENEVE_PORT, TunnelKind::Geneve)
+            ]
+        );
+
+        let mut pool = Vec::new();
+        let mut deliver = |u: &mut Underlay, pkt: PacketBuf| -> Option<(u64, u64)> {
+            u.dispatch(pkt, &mut pool, now);
+            let got = u.queues.iter_mut().find_map(|(id, q)| {
+                q.pop_front()
+                    .map(|p| (*id, p.tun.expect("tunnel metadata").id))
+            });
+            assert!(u.queues.values().all(VecDeque::is_empty));
+            got
+        };
+        let vx = tunnel::VXLAN_PORT;
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            Some((a, 10))
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 20)),
+            Some((b, 20))
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r2, vx, 99)),
+            Some((c, 99))
+        );
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Geneve, r1, tunnel::GENEVE_PORT, 10)
+            ),
+            Some((g, 10))
+        );
+        // No endpoint for the VNI, the remote or the UDP port.
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 30)),
+            None
+        );
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Vxlan, [198, 18, 0, 9], vx, 10)
+            ),
+            None
+        );
+        assert_eq!(u.counters.rx_no_endpoint, 2);
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, 4790, 10)),
+            None
+        );
+        assert_eq!(u.counters.rx_not_tunnel, 1);
+
+        // Removals re-index: the remaining endpoints still get their
+        // frames; once r1's fixed endpoints are gone a key=flow one takes
+        // every VNI.
+        u.remove_endpoint(a);
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            None
+        );
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r2, vx, 5)),
+            Some((c, 5))
+        );
+        u.remove_endpoint(b);
+        let f = u
+            .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "flow"))
+            .unwrap();
+        assert_eq!(
+            deliver(&mut u, encapsulated(TunnelKind::Vxlan, r1, vx, 10)),
+            Some((f, 10))
+        );
+        // The Geneve port gone, its UDP port is no longer a tunnel.
+        u.remove_endpoint(g);
+        assert_eq!(u.udp_ports, vec![(tunnel::VXLAN_PORT, TunnelKind::Vxlan)]);
+        assert_eq!(
+            deliver(
+                &mut u,
+                encapsulated(TunnelKind::Geneve, r1, tunnel::GENEVE_PORT, 10)
+            ),
+            None
+        );
+        assert_eq!(u.counters.rx_not_tunnel, 2);
+    }
+
+    /// An inner IPv4/UDP frame of `len` bytes with DF.
+    fn df_frame(len: usize) -> PacketBuf {
+        let mut f = vec![0u8; len];
+        f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[198, 19, 1, 1]);
+        ip[16..20].copy_from_slice(&[198, 19, 2, 1]);
+        let c = checksum::checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        ip[24..26].copy_from_slice(&((len - 34) as u16).to_be_bytes());
+        PacketBuf::from_slice(&f)
+    }
+
+    fn counter(p: &TunnelPort, name: &str) -> u64 {
+        p.extra_counters()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no counter {name}"))
+            .1
+    }
+
+    #[test]
+    fn too_big_replies_are_rate_limited_per_port_and_every_drop_counted() {
+        let t0 = Instant::now();
+        let u = mem_underlay(1500, t0);
+        let mut p = TunnelPort::attach(
+            "vx0",
+            tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10"),
+            u,
+            t0,
+        )
+        .unwrap();
+        assert_eq!(p.inner_mtu(), 1450);
+        let mut done = Vec::new();
+        let mut send = |p: &mut TunnelPort, n: usize, at: Instant| {
+            let mut pkts: Vec<PacketBuf> = (0..n).map(|_| df_frame(14 + 1500)).collect();
+            assert_eq!(p.send_batch_at(&mut pkts, &mut done, at).unwrap(), 0);
+            let mut replies = Vec::new();
+            let mut pool = Vec::new();
+            p.recv_batch(&mut replies, usize::MAX, &mut pool).unwrap();
+            replies.len()
+        };
+        // A flood: the burst, then nothing until tokens come back.
+        assert_eq!(send(&mut p, 200, t0), ICMP_TOO_BIG_BURST as usize);
+        assert_eq!(send(&mut p, 10, t0 + Duration::from_micros(900)), 0);
+        // One token per millisecond, fractions kept.
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_millis(10)), 10);
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_micros(15500)), 5);
+        assert_eq!(send(&mut p, 20, t0 + Duration::from_micros(16100)), 1);
+        // Idle long enough: a full burst, no more.
+        assert_eq!(
+            send(&mut p, 200, t0 + Duration::from_secs(5)),
+            ICMP_TOO_BIG_BURST as usize
+        );
+        let sent = 50 + 10 + 5 + 1 + 50;
+        let frames = 200 + 10 + 20 + 20 + 20 + 200;
+        assert_eq!(counter(&p, "icmp_too_big_sent"), sent);
+        assert_eq!(counter(&p, "icmp_too_big_ratelimited"), frames - sent);
+        assert_eq!(counter(&p, "tx_drop_mtu"), frames);
+        assert_eq!(p.stats().tx_dropped, frames);
+        assert_eq!(p.stats().rx_packets, sent);
+        // Frames that get no reply (no DF) are not counted as limited.
+        let mut nodf = df_frame(14 + 1500);
+        nodf.data_mut()[14 + 6] = 0;
+        let mut pkts = vec![nodf];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(counter(&p, "icmp_too_big_ratelimited"), frames - sent);
+        assert_eq!(counter(&p, "tx_drop_mtu"), frames + 1);
+    }
+
+    #[test]
+    fn underlay_mtu_is_reread_at_most_once_a_second() {
+        let t0 = Instant::now();
+        let u = mem_underlay(1500, t0);
+        let p = TunnelPort::attach(
+            "vx0",
+            tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10"),
+            u.clone(),
+            t0,
+        )
+        .unwrap();
+        let reads = std::cell::Cell::new(0);
+        let refresh = |at: Duration, mtu: io::Result<usize>| {
+            u.borrow_mut().refresh_mtu_with(t0 + at, |iface| {
+                assert_eq!(iface, "mem0");
+                reads.set(reads.get() + 1);
+                mtu
+            });
+        };
+        refresh(Duration::from_millis(999), Ok(9000));
+        assert_eq!((reads.get(), p.inner_mtu()), (0, 1450));
+        refresh(Duration::from_secs(1), Ok(9000));
+        assert_eq!((reads.get(), p.inner_mtu()), (1, 8950));
+        refresh(Duration::from_millis(1500), Ok(1400));
+        assert_eq!((reads.get(), p.inner_mtu()), (1, 8950));
+        // A failed read keeps the last MTU.
+        refresh(
+            Duration::from_secs(2),
+            Err(io::Error::from(io::ErrorKind::NotFound)),
+        );
+        assert_eq!((reads.get(), p.inner_mtu()), (2, 8950));
+        refresh(Duration::from_secs(3), Ok(1400));
+        assert_eq!((reads.get(), p.inner_mtu()), (3, 1350));
+    }
+
+    #[test]
+    fn transmit_path_rereads_the_interface_mtu_through_the_control_socket() {
+        // The loopback interface: SIOCGIFMTU needs no privilege.
+        let ctl = crate::sys::control_socket().unwrap();
+        let lo_mtu = crate::sys::interface_mtu(ctl.as_raw_fd(), "lo").unwrap();
+        assert!(lo_mtu > 1500, "lo MTU {lo_mtu}");
+        let t0 = Instant::now();
+        let (port, _h) = crate::mem::MemPort::new("underlay:lo");
+        let u = Rc::new(RefCell::new(Underlay::new(
+            "lo".into(),
+            Box::new(port),
+            [2, 0, 0, 0, 0, 0xaa],
+            1500,
+            Some(ctl),
+            t0,
+        )));
+        let mut cfg = tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10");
+        cfg.underlay = "lo".into();
+        let mut p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
+        let mut done = Vec::new();
+        // Within the second: the open-time MTU; the frame is too big.
+        let mut pkts = vec![df_frame(14 + 1500)];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_millis(10))
+            .unwrap();
+        assert_eq!(counter(&p, "tx_drop_mtu"), 1);
+        // A second later the send re-reads it and the frame fits (it waits
+        // for ARP, the remote being nowhere).
+        let mut pkts = vec![df_frame(14 + 1500)];
+        p.send_batch_at(&mut pkts, &mut done, t0 + Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(u.borrow().mtu(), lo_mtu);
+        assert_eq!(counter(&p, "tx_drop_mtu"), 1);
+        assert_eq!(p.inner_mtu(), lo_mtu - 50);
+    }
+}
