@@ -369,7 +369,7 @@ impl TunnelConfig {
                 }
                 Some(v) => parse_tlv_map(v)?,
             },
-            ipsec: IpsecConfig::from_options(options)?,
+            ipsec: IpsecConfig::from_options(options).map_err(|e| e.to_string())?,
         })
     }
 
@@ -679,7 +679,9 @@ impl Underlay {
         }
         let id = self.next_id;
         if let Some(ip) = &cfg.ipsec {
-            self.esp.add(id, ip, cfg.local_ip, cfg.remote_ip)?;
+            self.esp
+                .add(id, ip, cfg.local_ip, cfg.remote_ip)
+                .map_err(|e| e.to_string())?;
         }
         self.next_id += 1;
         self.endpoints.push(Endpoint {
