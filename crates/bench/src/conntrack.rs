@@ -635,8 +635,9 @@ impl Drop for Nginx {
     }
 }
 
-/// One engine's lab with its server(s) running.
-struct Lab {
+/// One engine's [`Testbed`] (itself a [`crate::lab::Lab`]: namespaces,
+/// switch, teardown, reaping) with the experiment's server(s) running.
+struct EngineSetup {
     scenario: Scenario,
     engine: CtEngine,
     tb: Testbed,
@@ -807,7 +808,7 @@ fn lab_up(
     engine: CtEngine,
     offload: HostOffload,
     nft_mode: &mut String,
-) -> anyhow::Result<Lab> {
+) -> anyhow::Result<EngineSetup> {
     let spec = TestbedSpec {
         rules: engine.rules(scenario),
         host_offload: offload,
@@ -887,7 +888,7 @@ fn lab_up(
         Scenario::Firewall => format!("http://{}/", tb.server(0).ip4),
         Scenario::Lb => format!("http://{VIP}/"),
     };
-    let lab = Lab {
+    let lab = EngineSetup {
         scenario,
         engine,
         url,
@@ -911,7 +912,7 @@ fn lab_up(
 }
 
 /// Every backend's (accepts, requests), or None if one could not be read.
-fn backend_counters(lab: &Lab) -> Option<Vec<(u64, u64)>> {
+fn backend_counters(lab: &EngineSetup) -> Option<Vec<(u64, u64)>> {
     if lab.scenario != Scenario::Lb {
         return None;
     }
@@ -922,7 +923,7 @@ fn backend_counters(lab: &Lab) -> Option<Vec<(u64, u64)>> {
 }
 
 /// One wrk run with CPU accounting.
-fn measure(lab: &Lab, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sample {
+fn measure(lab: &EngineSetup, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sample {
     let mut s = Sample {
         scenario: lab.scenario,
         engine: lab.engine,
@@ -1061,7 +1062,7 @@ fn log_sample(s: &Sample) {
 }
 
 /// Tracker state at the end of the run.
-fn end_state(lab: &Lab) -> serde_json::Value {
+fn end_state(lab: &EngineSetup) -> serde_json::Value {
     match lab.engine {
         CtEngine::Nicflow | CtEngine::NicflowNooffload => {
             let Some(sock) = lab.tb.nicflow_socket() else {

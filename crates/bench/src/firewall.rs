@@ -236,7 +236,9 @@ pub struct Results {
     pub notes: Vec<String>,
 }
 
-struct Lab {
+/// One engine's [`Testbed`] (itself a [`crate::lab::Lab`]: namespaces,
+/// switch, teardown, reaping) with the experiment's server(s) running.
+struct EngineSetup {
     engine: FwEngine,
     tb: Testbed,
     server: testbed::IperfServer,
@@ -247,7 +249,7 @@ struct Lab {
     installed: Option<usize>,
 }
 
-fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<Lab> {
+fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<EngineSetup> {
     let spec = TestbedSpec {
         rules: if engine.openflow() {
             Rules::Custom(flows(0))
@@ -270,7 +272,7 @@ fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<Lab> {
         *nft_mode = mode;
     }
     let server = tb.start_iperf_server(0, PORT)?;
-    Ok(Lab {
+    Ok(EngineSetup {
         engine,
         tb,
         server,
@@ -281,7 +283,7 @@ fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<Lab> {
 }
 
 /// Install `n` ACL rules on a lab (replacing the previous set).
-fn install(l: &mut Lab, n: usize) -> anyhow::Result<f64> {
+fn install(l: &mut EngineSetup, n: usize) -> anyhow::Result<f64> {
     let t0 = Instant::now();
     if l.engine.openflow() {
         l.tb.del_flows()?;
@@ -301,7 +303,7 @@ fn install(l: &mut Lab, n: usize) -> anyhow::Result<f64> {
     Ok(t0.elapsed().as_secs_f64())
 }
 
-fn measure(l: &Lab, n: usize, seconds: u64, rep: usize) -> Sample {
+fn measure(l: &EngineSetup, n: usize, seconds: u64, rep: usize) -> Sample {
     let mut s = Sample {
         engine: l.engine,
         rules: n,

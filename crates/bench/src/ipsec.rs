@@ -51,11 +51,9 @@ use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
 use super::forward::measure::IfaceCounters;
+use super::lab::{self, wait_ready, Lab, ProcId};
 use super::nicflow_bin;
-use super::overlay::{
-    add_netns, apply_steps, lab_dir, ns_of, run_in, spawn_daemon, start_server, teardown_lab,
-    veth_between, wait_ready, NetStep,
-};
+use super::overlay::{apply_steps, run_in, start_server, NetStep};
 use super::report::{self, Figure};
 use super::testbed;
 use anyhow::{bail, Context};
@@ -65,7 +63,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Namespace / state directory prefix of this experiment.
@@ -461,7 +459,7 @@ pub fn swanctl_conf(host: usize) -> String {
 
 /// A nicflow daemon or a charon.
 struct Proc {
-    child: Child,
+    proc: ProcId,
     host: usize,
     /// nicflow's control socket.
     sock: Option<PathBuf>,
@@ -469,19 +467,16 @@ struct Proc {
     charon_dir: Option<PathBuf>,
 }
 
-/// Two hosts and two containers; Drop removes everything.
-pub struct Lab {
-    name: String,
-    dir: PathBuf,
+/// Two hosts and two containers in a [`Lab`]; Drop removes everything.
+pub struct IpsecLab {
+    lab: Lab,
     engine: IpEngine,
-    namespaces: Vec<String>,
     procs: Vec<Proc>,
-    torn_down: bool,
 }
 
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
-    super::overlay::reap_stale_prefix(PREFIX)
+    lab::reap_stale(PREFIX, None)
 }
 
 fn swanctl(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
@@ -498,52 +493,36 @@ fn swanctl(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(text)
 }
 
-impl Lab {
+impl IpsecLab {
     fn ns(&self, node: &str) -> String {
-        ns_of(&self.name, node)
+        self.lab.ns(node)
     }
 
-    pub fn up(engine: IpEngine) -> anyhow::Result<Lab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            bail!("the ipsec lab creates namespaces and veths: run as root");
-        }
+    pub fn up(engine: IpEngine) -> anyhow::Result<IpsecLab> {
         if engine == IpEngine::Strongswan && !Path::new(CHARON).exists() {
             bail!("{CHARON} not found: install strongSwan (charon, swanctl, kernel-libipsec)");
         }
-        for r in reap_stale() {
-            tracing::info!("removed leftovers of a dead run: {r}");
-        }
-        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
-        let mut lab = Lab {
-            name,
-            dir,
+        let lab = Lab::create("the ipsec lab", PREFIX, engine.tag(), None)?;
+        let mut l = IpsecLab {
+            lab,
             engine,
-            namespaces: Vec::new(),
             procs: Vec::new(),
-            torn_down: false,
         };
         // From here on, Drop cleans up.
-        lab.build()?;
-        Ok(lab)
+        l.build()?;
+        Ok(l)
     }
 
     fn build(&mut self) -> anyhow::Result<()> {
         for n in ["h1", "h2", "c1", "s1"] {
-            let ns = self.ns(n);
             // (Created with its loopback up.)
-            add_netns(&ns)?;
-            self.namespaces.push(ns.clone());
-            sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.lab
+                .add_ns(n, &[("net.ipv6.conf.all.disable_ipv6", "1")])?;
         }
-        let lab = self.name.clone();
-        let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
-            veth_between(a, &ns_of(&lab, an), b, &ns_of(&lab, bn))
-        };
-        veth("u1", "h1", "u2", "h2")?;
+        self.lab.veth("u1", "h1", "u2", "h2")?;
         for (host, node, server) in [(1, "c1", false), (2, "s1", true)] {
-            veth("eth0", node, host_end(host), &format!("h{host}"))?;
+            self.lab
+                .veth("eth0", node, host_end(host), &format!("h{host}"))?;
             let ns = self.ns(node);
             apply_steps(
                 &ns,
@@ -567,7 +546,7 @@ impl Lab {
                     apply_steps(&ns, &kernel_steps(host))?;
                     self.start_charon(host)?;
                 }
-                let dir = self.dir.join("charon-h1");
+                let dir = self.lab.dir().join("charon-h1");
                 let out = swanctl(
                     &dir,
                     &["--initiate", "--child", "nicflow", "--timeout", "20"],
@@ -613,7 +592,7 @@ impl Lab {
     }
 
     fn start_charon(&mut self, host: usize) -> anyhow::Result<()> {
-        let dir = self.dir.join(format!("charon-h{host}"));
+        let dir = self.lab.dir().join(format!("charon-h{host}"));
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("strongswan.conf"), strongswan_conf(&dir))?;
         let swanctl_file = dir.join("swanctl.conf");
@@ -621,26 +600,27 @@ impl Lab {
         let ns = self.ns(&format!("h{host}"));
         // A private /run (charon's pid file) in its own mount namespace;
         // `unshare` and `sh` exec, so the child's pid is charon's.
-        let child = sys::in_ns(
-            Some(&ns),
-            &[
-                "unshare",
-                "-m",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                &format!("mount -t tmpfs tmpfs /run && exec {CHARON}"),
-            ],
-        )
-        .env("STRONGSWAN_CONF", dir.join("strongswan.conf"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting charon")?;
+        let proc = self.lab.spawn(
+            "charon",
+            sys::in_ns(
+                Some(&ns),
+                &[
+                    "unshare",
+                    "-m",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    &format!("mount -t tmpfs tmpfs /run && exec {CHARON}"),
+                ],
+            )
+            .env("STRONGSWAN_CONF", dir.join("strongswan.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        )?;
         self.procs.push(Proc {
-            child,
+            proc,
             host,
             sock: None,
             charon_dir: Some(dir.clone()),
@@ -666,15 +646,21 @@ impl Lab {
     }
 
     fn start_daemon(&mut self, bin: &Path, host: usize, keys: Option<&Keys>) -> anyhow::Result<()> {
-        let cfg = self.dir.join(format!("h{host}.toml"));
+        let cfg = self.lab.dir().join(format!("h{host}.toml"));
         std::fs::write(&cfg, nicflow_config(host, keys))
             .with_context(|| format!("writing {}", cfg.display()))?;
-        let sock = self.dir.join(format!("h{host}.sock"));
-        let log = self.dir.join(format!("h{host}.log"));
-        let ns = self.ns(&format!("h{host}"));
-        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
+        let sock = self.lab.dir().join(format!("h{host}.sock"));
+        let log = self.lab.dir().join(format!("h{host}.log"));
+        let proc = self.lab.spawn_daemon(
+            format!("switch-h{host}"),
+            bin,
+            &format!("h{host}"),
+            &cfg,
+            &sock,
+            &log,
+        )?;
         self.procs.push(Proc {
-            child,
+            proc,
             host,
             sock: Some(sock),
             charon_dir: None,
@@ -685,11 +671,12 @@ impl Lab {
     fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
         let d = self
             .procs
-            .iter_mut()
+            .iter()
             .find(|d| d.host == host && d.sock.is_some())
             .context("daemon")?;
         let sock = d.sock.clone().context("socket")?;
-        let r = wait_ready(&mut d.child, &sock, Duration::from_secs(15));
+        let proc = d.proc;
+        let r = wait_ready(self.lab.child_mut(proc), &sock, Duration::from_secs(15));
         r.map_err(|e| anyhow::anyhow!("nicflow daemon on H{host} {e}:\n{}", self.logs()))
     }
 
@@ -698,7 +685,7 @@ impl Lab {
         for d in &self.procs {
             let path = match &d.charon_dir {
                 Some(c) => c.join("charon.log"),
-                None => self.dir.join(format!("h{}.log", d.host)),
+                None => self.lab.dir().join(format!("h{}.log", d.host)),
             };
             let _ = writeln!(
                 s,
@@ -719,7 +706,7 @@ impl Lab {
     pub fn switch_pids(&self) -> Vec<(String, u32)> {
         self.procs
             .iter()
-            .map(|d| (format!("switch-h{}", d.host), d.child.id()))
+            .map(|d| (format!("switch-h{}", d.host), self.lab.pid(d.proc)))
             .collect()
     }
 
@@ -760,26 +747,8 @@ impl Lab {
         p
     }
 
-    fn teardown(&mut self) -> anyhow::Result<()> {
-        if self.torn_down {
-            return Ok(());
-        }
-        self.torn_down = true;
-        let mut children: Vec<&mut Child> = self.procs.iter_mut().map(|p| &mut p.child).collect();
-        let r = teardown_lab(&self.name, &mut children, &mut self.namespaces, &self.dir);
-        self.procs.clear();
-        r
-    }
     pub fn down(mut self) -> anyhow::Result<()> {
-        self.teardown()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Err(e) = self.teardown() {
-            tracing::warn!("{e:#}");
-        }
+        self.lab.teardown()
     }
 }
 
@@ -815,10 +784,10 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
     // The sweep's count is the stream count of the one pair.
     let streams = run.pairs;
     run.extra.streams = streams;
-    let lab = Lab::up(run.engine)?;
-    run.lab = lab.name.clone();
+    let lab = IpsecLab::up(run.engine)?;
+    run.lab = lab.lab.name().to_string();
     let server = start_server(&lab.ns("s1"))?;
-    let dir = lab.dir.join("scratch");
+    let dir = lab.lab.dir().join("scratch");
     std::fs::create_dir_all(&dir)?;
     let setup = PhaseSetup {
         perf,

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod generator;
 pub mod host_tools;
 pub mod ipsec;
+pub mod lab;
 pub mod latency;
 pub mod meters;
 pub mod microservices;

@@ -74,10 +74,8 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
-use super::overlay::{
-    add_netns, apply_steps, lab_dir, ns_of, reap_stale_prefix, rtnl_in, run_in, spawn_daemon,
-    teardown_lab, veth_between, wait_ready, NetStep,
-};
+use super::lab::{self, veth_between, wait_ready, Lab, ProcId};
+use super::overlay::{apply_steps, rtnl_in, run_in, NetStep};
 use super::report::{self, Figure, Series};
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
@@ -594,7 +592,7 @@ pub fn wrk_argv(url: &str, conns: usize, threads: usize, seconds: u64) -> Vec<St
 // ---------------------------------------------------------------------------
 
 struct Daemon {
-    child: Child,
+    proc: ProcId,
     sock: PathBuf,
     node: usize,
 }
@@ -619,12 +617,11 @@ pub struct DpFlows {
     pub lines: Vec<String>,
 }
 
-/// Two nodes, five pods, nginx; Drop removes everything.
-pub struct Lab {
-    name: String,
-    dir: PathBuf,
+/// Two nodes, five pods, nginx in a [`Lab`]; Drop removes everything
+/// (CNI DEL, nginx and OVS first, then the lab).
+pub struct MicroservicesLab {
+    lab: Lab,
     engine: Engine,
-    namespaces: Vec<String>,
     daemons: Vec<Daemon>,
     pods: Vec<Pod>,
     nginx: Vec<Child>,
@@ -636,16 +633,16 @@ pub struct Lab {
 
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
-    reap_stale_prefix(PREFIX)
+    lab::reap_stale(PREFIX, None)
 }
 
-impl Lab {
+impl MicroservicesLab {
     fn ns(&self, node: &str) -> String {
-        ns_of(&self.name, node)
+        self.lab.ns(node)
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        self.lab.name()
     }
 
     fn pod(&self, name: &str) -> anyhow::Result<&Pod> {
@@ -660,7 +657,7 @@ impl Lab {
         let mut v: Vec<(String, u32)> = self
             .daemons
             .iter()
-            .map(|d| (format!("switch-n{}", d.node), d.child.id()))
+            .map(|d| (format!("switch-n{}", d.node), self.lab.pid(d.proc)))
             .collect();
         for (node, o) in &self.ovs {
             if let Some(pid) = o.vswitchd_pid() {
@@ -670,14 +667,7 @@ impl Lab {
         v
     }
 
-    pub fn up(engine: Engine) -> anyhow::Result<Lab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            bail!("the microservices lab creates namespaces and veths: run as root");
-        }
-        for r in reap_stale() {
-            tracing::info!("removed leftovers of a dead run: {r}");
-        }
+    pub fn up(engine: Engine) -> anyhow::Result<MicroservicesLab> {
         for p in ["wrk", "nginx"] {
             if super::forward::ovs::which(p).is_none() {
                 bail!("`{p}` is not installed (apt-get install wrk nginx-light)");
@@ -688,12 +678,10 @@ impl Lab {
                 bail!("{CNI_PATH}/{p} is missing (apt-get install containernetworking-plugins)");
             }
         }
-        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
-        let mut lab = Lab {
-            name,
-            dir,
+        let lab = Lab::create("the microservices lab", PREFIX, engine.tag(), None)?;
+        let mut lab = MicroservicesLab {
+            lab,
             engine,
-            namespaces: Vec::new(),
             daemons: Vec::new(),
             pods: Vec::new(),
             nginx: Vec::new(),
@@ -707,14 +695,13 @@ impl Lab {
     }
 
     fn add_ns(&mut self, short: &str) -> anyhow::Result<String> {
-        let ns = self.ns(short);
-        add_netns(&ns)?;
-        self.namespaces.push(ns.clone());
-        sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        sys::sysctl(Some(&ns), "net.ipv6.conf.default.disable_ipv6", "1")
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(ns)
+        self.lab.add_ns(
+            short,
+            &[
+                ("net.ipv6.conf.all.disable_ipv6", "1"),
+                ("net.ipv6.conf.default.disable_ipv6", "1"),
+            ],
+        )
     }
 
     fn build(&mut self) -> anyhow::Result<()> {
@@ -760,14 +747,15 @@ impl Lab {
             }
         }
         for node in [1, 2] {
-            let conf = net_conf(self.engine, node, &self.dir);
+            let conf = net_conf(self.engine, node, self.lab.dir());
             std::fs::write(
-                self.dir.join(format!("net-n{node}.json")),
+                self.lab.dir().join(format!("net-n{node}.json")),
                 serde_json::to_string_pretty(&conf)?,
             )?;
             self.commands.push(format!(
                 "CNI network config of node n{node}: {}",
-                serde_json::to_string(&conf)?.replace(&self.dir.display().to_string(), "$LAB")
+                serde_json::to_string(&conf)?
+                    .replace(&self.lab.dir().display().to_string(), "$LAB")
             ));
         }
         for (pod, node) in PODS {
@@ -865,9 +853,9 @@ impl Lab {
         node: usize,
         ns: &str,
     ) -> anyhow::Result<String> {
-        let conf = std::fs::read(self.dir.join(format!("net-n{node}.json")))?;
+        let conf = std::fs::read(self.lab.dir().join(format!("net-n{node}.json")))?;
         c.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", format!("{}-{pod}", self.name))
+            .env("CNI_CONTAINERID", format!("{}-{pod}", self.lab.name()))
             .env("CNI_NETNS", format!("/run/netns/{ns}"))
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", CNI_PATH)
@@ -979,7 +967,7 @@ impl Lab {
                 ports: Vec::new(),
                 flows: None,
             };
-            let o = Ovs::start(&ns, &format!("{}-n{node}", self.name), &br)
+            let o = Ovs::start(&ns, &format!("{}-n{node}", self.lab.name()), &br)
                 .map_err(anyhow::Error::msg)
                 .context("starting Open vSwitch")?;
             self.ovs.push((node, o));
@@ -1053,24 +1041,31 @@ impl Lab {
     }
 
     fn start_daemon(&mut self, bin: &Path, node: usize) -> anyhow::Result<()> {
-        let cfg = self.dir.join(format!("n{node}.toml"));
+        let cfg = self.lab.dir().join(format!("n{node}.toml"));
         std::fs::write(&cfg, daemon_config(node, self.engine))
             .with_context(|| format!("writing {}", cfg.display()))?;
-        let sock = self.dir.join(format!("n{node}.sock"));
-        let log = self.dir.join(format!("n{node}.log"));
-        let ns = self.ns(&format!("n{node}"));
-        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
-        self.daemons.push(Daemon { child, sock, node });
+        let sock = self.lab.dir().join(format!("n{node}.sock"));
+        let log = self.lab.dir().join(format!("n{node}.log"));
+        let proc = self.lab.spawn_daemon(
+            format!("switch-n{node}"),
+            bin,
+            &format!("n{node}"),
+            &cfg,
+            &sock,
+            &log,
+        )?;
+        self.daemons.push(Daemon { proc, sock, node });
         Ok(())
     }
 
     fn wait_daemon(&mut self, node: usize) -> anyhow::Result<()> {
         let d = self
             .daemons
-            .iter_mut()
+            .iter()
             .find(|d| d.node == node)
             .context("daemon")?;
-        let r = wait_ready(&mut d.child, &d.sock, Duration::from_secs(30));
+        let (proc, sock) = (d.proc, d.sock.clone());
+        let r = wait_ready(self.lab.child_mut(proc), &sock, Duration::from_secs(30));
         r.map_err(|e| anyhow::anyhow!("nicflow daemon on n{node} {e}:\n{}", self.logs()))
     }
 
@@ -1081,7 +1076,7 @@ impl Lab {
                 s,
                 "--- n{} daemon log (last lines) ---\n{}",
                 d.node,
-                sys::tail(&self.dir.join(format!("n{}.log", d.node)), 20)
+                sys::tail(&self.lab.dir().join(format!("n{}.log", d.node)), 20)
             );
         }
         s
@@ -1093,7 +1088,7 @@ impl Lab {
         conf: String,
         html: &[(&str, String)],
     ) -> anyhow::Result<()> {
-        let d = self.dir.join(format!("www-{pod}"));
+        let d = self.lab.dir().join(format!("www-{pod}"));
         std::fs::create_dir_all(d.join("html"))?;
         std::fs::create_dir_all(d.join("logs"))?;
         for (f, text) in html {
@@ -1139,14 +1134,14 @@ impl Lab {
 
     fn start_app(&mut self) -> anyhow::Result<()> {
         for (_, b) in BACKENDS {
-            let d = self.dir.join(format!("www-{b}"));
+            let d = self.lab.dir().join(format!("www-{b}"));
             self.start_nginx(b, backend_conf(&d), &[("index.html", backend_body(b))])?;
         }
         let backends: Vec<(&str, Ipv4Addr)> = BACKENDS
             .iter()
             .map(|(path, b)| Ok((*path, self.pod(b)?.ip)))
             .collect::<anyhow::Result<_>>()?;
-        let d = self.dir.join("www-fe");
+        let d = self.lab.dir().join("www-fe");
         let paths: Vec<&str> = BACKENDS.iter().map(|(p, _)| *p).collect();
         self.start_nginx(
             "fe",
@@ -1248,15 +1243,14 @@ impl Lab {
             }
         }
         // SIGTERM: the daemons detach their programs and exit.
-        let mut children: Vec<&mut Child> = self.daemons.iter_mut().map(|d| &mut d.child).collect();
-        if let Err(e) = teardown_lab(&self.name, &mut children, &mut self.namespaces, &self.dir) {
+        if let Err(e) = self.lab.teardown() {
             errs.push(format!("{e:#}"));
         }
         self.daemons.clear();
         if errs.is_empty() {
             Ok(())
         } else {
-            bail!("tearing down {}: {}", self.name, errs.join("; "))
+            bail!("tearing down {}: {}", self.lab.name(), errs.join("; "))
         }
     }
 
@@ -1265,7 +1259,7 @@ impl Lab {
     }
 }
 
-impl Drop for Lab {
+impl Drop for MicroservicesLab {
     fn drop(&mut self) {
         if let Err(e) = self.teardown() {
             tracing::warn!("{e:#}");
@@ -1489,7 +1483,7 @@ fn one_lab(
     load: f64,
     r: &mut Results,
 ) -> anyhow::Result<()> {
-    let lab = Lab::up(engine)?;
+    let lab = MicroservicesLab::up(engine)?;
     if r.commands
         .iter()
         .all(|c| !c.starts_with(&format!("[{}]", engine.name())))

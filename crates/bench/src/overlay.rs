@@ -56,18 +56,18 @@
 use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
+use super::lab::{self, wait_ready, Lab, ProcId};
 use super::report::{self, Figure};
 use super::testbed;
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
 use nicflow::lab::sys;
-use nicflow::os::{self, link::VethEnd, netlink::Rtnl, OsError};
+use nicflow::os::{self, netlink::Rtnl, OsError};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Namespace / state directory prefix of this experiment.
@@ -441,7 +441,7 @@ pub fn nicflow_config(host: usize, pairs: usize, engine: OvEngine, tunnel: &str)
         engine.offload()
     );
     // With XDP offload the containers send finished checksums (`tx off`,
-    // see `Lab::build`) and so does the peer nicflow: TCP flows may then
+    // see `OverlayLab::build`) and so does the peer nicflow: TCP flows may then
     // run in XDP both ways (the offload manager's `csum:partial-possible`).
     // The TC engine needs no such declaration: what `add-port` gives.
     let csum = if xdp {
@@ -608,110 +608,24 @@ pub(super) fn apply_steps(ns: &str, steps: &[NetStep]) -> anyhow::Result<()> {
     rtnl_in(ns, |rt| steps.iter().try_for_each(|s| s.apply(rt)))
 }
 
-/// Create namespace `ns` (its loopback up).
-pub(super) fn add_netns(ns: &str) -> anyhow::Result<()> {
-    os::netns::add(ns).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// Veth `a` in namespace `nsa` to `b` in `nsb`, both ends up.
-pub(super) fn veth_between(a: &str, nsa: &str, b: &str, nsb: &str) -> anyhow::Result<()> {
-    let end = |name: &str, ns: &str| VethEnd {
-        netns: Some(ns.to_string()),
-        ..VethEnd::named(name)
-    };
-    let mut root = Rtnl::open(None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    os::link::add_veth(&mut root, &end(a, nsa), &end(b, nsb))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    rtnl_in(nsa, |rt| os::link::set_up(rt, a))?;
-    rtnl_in(nsb, |rt| os::link::set_up(rt, b))
-}
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh lab name `<prefix><pid>x<seq><tag>` (unique in this process,
-/// and its pid lets a later run reap it) and its empty state directory in
-/// `$TMPDIR`, for the two-host labs (overlay, ipsec, microservices).
-pub(super) fn lab_dir(prefix: &str, tag: &str) -> anyhow::Result<(String, PathBuf)> {
-    let name = format!(
-        "{prefix}{}x{}{tag}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    );
-    let dir = std::env::temp_dir().join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok((name, dir))
-}
-
-/// Start `nicflow --socket SOCK daemon --config CFG` in namespace `ns`,
-/// stdout and stderr to `log` (`ip netns exec` semantics: the child's pid
-/// is nicflow's). The two-host labs (overlay, ipsec, microservices) run
-/// one per host.
-pub(super) fn spawn_daemon(
-    bin: &Path,
-    ns: &str,
-    cfg: &Path,
-    sock: &Path,
-    log: &Path,
-) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    sys::in_ns(Some(ns), &[bin.as_os_str()])
-        .arg("--socket")
-        .arg(sock)
-        .arg("daemon")
-        .arg("--config")
-        .arg(cfg)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .spawn()
-        .context("starting nicflow daemon")
-}
-
-/// Wait until the daemon `child` answers `show` on `sock`; an error says
-/// whether it exited or stayed silent for `limit` (the caller adds the
-/// logs).
-pub(super) fn wait_ready(child: &mut Child, sock: &Path, limit: Duration) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            bail!("exited ({st})");
-        }
-        if nicflow::control::daemon::request(sock, &Request::Show).is_ok_and(|r| r.ok) {
-            return Ok(());
-        }
-        if t0.elapsed() > limit || interrupted() {
-            bail!("did not come up");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The lab
 // ---------------------------------------------------------------------------
 
 struct Daemon {
-    child: Child,
+    proc: ProcId,
     sock: PathBuf,
     host: usize,
 }
 
-/// Two hosts and 2N containers; Drop removes everything.
-pub struct Lab {
-    name: String,
-    dir: PathBuf,
+/// Two hosts and 2N containers in a [`Lab`]; Drop removes everything.
+pub struct OverlayLab {
+    lab: Lab,
     engine: OvEngine,
     pairs: usize,
     tunnel: String,
-    namespaces: Vec<String>,
     daemons: Vec<Daemon>,
     pub commands: Vec<String>,
-    torn_down: bool,
-}
-
-pub(super) fn ns_of(lab: &str, node: &str) -> String {
-    format!("{lab}-{node}")
 }
 
 pub(super) fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
@@ -719,98 +633,14 @@ pub(super) fn run_in(ns: &str, argv: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
-pub(super) fn kill_netns_procs(ns: &str) {
-    if let Ok(pids) = sys::netns_pids(ns) {
-        let _ = sys::stop(&pids, |_| true, Duration::from_secs(2));
-    }
-}
-
 /// Remove labs of this experiment left by dead processes.
 pub fn reap_stale() -> Vec<String> {
-    reap_stale_prefix(PREFIX)
+    lab::reap_stale(PREFIX, None)
 }
 
-/// Remove namespaces and scratch directories named `<prefix><pid>x...`
-/// whose owning process is gone (any experiment's labs).
-pub(super) fn reap_stale_prefix(prefix: &str) -> Vec<String> {
-    let mut done = Vec::new();
-    let owner_dead = |name: &str| -> bool {
-        let Some(rest) = name.strip_prefix(prefix) else {
-            return false;
-        };
-        let Some((digits, _)) = rest.split_once('x') else {
-            return false;
-        };
-        match digits.parse::<u32>() {
-            Ok(pid) => pid != std::process::id() && !sys::alive(pid),
-            Err(_) => false,
-        }
-    };
-    for ns in sys::list_namespaces().unwrap_or_default() {
-        if owner_dead(&ns) {
-            kill_netns_procs(&ns);
-            if os::netns::del(&ns).is_ok() {
-                done.push(format!("namespace {ns}"));
-            }
-        }
-    }
-    if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if owner_dead(&n) && std::fs::remove_dir_all(e.path()).is_ok() {
-                done.push(format!("directory {}", e.path().display()));
-            }
-        }
-    }
-    done
-}
-
-/// Tear a lab down: SIGTERM to `children` (SIGKILL after 5 s), whatever
-/// still runs in `namespaces` killed, the namespaces and `dir` removed.
-pub(super) fn teardown_lab(
-    name: &str,
-    children: &mut [&mut Child],
-    namespaces: &mut Vec<String>,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let mut errs = Vec::new();
-    for c in children.iter_mut() {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    for c in children.iter_mut() {
-        loop {
-            match c.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
-    for ns in namespaces.iter() {
-        kill_netns_procs(ns);
-    }
-    for ns in namespaces.drain(..) {
-        if let Err(e) = os::netns::del(&ns) {
-            errs.push(format!("{e}"));
-        }
-    }
-    let _ = std::fs::remove_dir_all(dir);
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        bail!("tearing down {name}: {}", errs.join("; "))
-    }
-}
-
-impl Lab {
+impl OverlayLab {
     fn ns(&self, node: &str) -> String {
-        ns_of(&self.name, node)
+        self.lab.ns(node)
     }
 
     pub fn client_ns(&self, i: usize) -> String {
@@ -822,43 +652,33 @@ impl Lab {
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        self.lab.name()
     }
 
     /// The nicflow daemons' pids, labelled `switch-h1`, `switch-h2`.
     pub fn daemon_pids(&self) -> Vec<(String, u32)> {
         self.daemons
             .iter()
-            .map(|d| (format!("switch-h{}", d.host), d.child.id()))
+            .map(|d| (format!("switch-h{}", d.host), self.lab.pid(d.proc)))
             .collect()
     }
 
-    pub fn up(engine: OvEngine, pairs: usize, tunnel: &str) -> anyhow::Result<Lab> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            bail!("the overlay lab creates namespaces and veths: run as root");
-        }
+    pub fn up(engine: OvEngine, pairs: usize, tunnel: &str) -> anyhow::Result<OverlayLab> {
         if pairs == 0 || pairs > MAX_PAIRS {
             bail!("pairs {pairs}: 1..={MAX_PAIRS}");
         }
-        for r in reap_stale() {
-            tracing::info!("removed leftovers of a dead run: {r}");
-        }
-        let (name, dir) = lab_dir(PREFIX, engine.tag())?;
-        let mut lab = Lab {
-            name,
-            dir,
+        let lab = Lab::create("the overlay lab", PREFIX, engine.tag(), None)?;
+        let mut ov = OverlayLab {
+            lab,
             engine,
             pairs,
             tunnel: tunnel.to_string(),
-            namespaces: Vec::new(),
             daemons: Vec::new(),
             commands: Vec::new(),
-            torn_down: false,
         };
         // From here on, Drop cleans up.
-        lab.build()?;
-        Ok(lab)
+        ov.build()?;
+        Ok(ov)
     }
 
     fn build(&mut self) -> anyhow::Result<()> {
@@ -868,21 +688,14 @@ impl Lab {
             nodes.push(format!("s{i}"));
         }
         for n in &nodes {
-            let ns = self.ns(n);
             // (Created with its loopback up.)
-            add_netns(&ns)?;
-            self.namespaces.push(ns.clone());
-            sys::sysctl(Some(&ns), "net.ipv6.conf.all.disable_ipv6", "1")
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.lab
+                .add_ns(n, &[("net.ipv6.conf.all.disable_ipv6", "1")])?;
             if interrupted() {
                 bail!("interrupted");
             }
         }
-        let lab = self.name.clone();
-        let veth = |a: &str, an: &str, b: &str, bn: &str| -> anyhow::Result<()> {
-            veth_between(a, &ns_of(&lab, an), b, &ns_of(&lab, bn))
-        };
-        veth("u1", "h1", "u2", "h2")?;
+        self.lab.veth("u1", "h1", "u2", "h2")?;
         self.commands.push(format!(
             "underlay: veth u1 ({}) -- u2 ({})",
             self.ns("h1"),
@@ -891,7 +704,8 @@ impl Lab {
         let xdp = self.engine == OvEngine::NicflowXdp;
         for i in 1..=self.pairs {
             for (host, node, server) in [(1, format!("c{i}"), false), (2, format!("s{i}"), true)] {
-                veth("eth0", &node, &host_end(host, i), &format!("h{host}"))?;
+                self.lab
+                    .veth("eth0", &node, &host_end(host, i), &format!("h{host}"))?;
                 let ns = self.ns(&node);
                 apply_steps(
                     &ns,
@@ -984,27 +798,34 @@ impl Lab {
     }
 
     fn start_daemon(&mut self, bin: &Path, host: usize) -> anyhow::Result<()> {
-        let cfg = self.dir.join(format!("h{host}.toml"));
+        let cfg = self.lab.dir().join(format!("h{host}.toml"));
         std::fs::write(
             &cfg,
             nicflow_config(host, self.pairs, self.engine, &self.tunnel),
         )
         .with_context(|| format!("writing {}", cfg.display()))?;
-        let sock = self.dir.join(format!("h{host}.sock"));
-        let log = self.dir.join(format!("h{host}.log"));
-        let ns = self.ns(&format!("h{host}"));
-        let child = spawn_daemon(bin, &ns, &cfg, &sock, &log)?;
-        self.daemons.push(Daemon { child, sock, host });
+        let sock = self.lab.dir().join(format!("h{host}.sock"));
+        let log = self.lab.dir().join(format!("h{host}.log"));
+        let proc = self.lab.spawn_daemon(
+            format!("switch-h{host}"),
+            bin,
+            &format!("h{host}"),
+            &cfg,
+            &sock,
+            &log,
+        )?;
+        self.daemons.push(Daemon { proc, sock, host });
         Ok(())
     }
 
     fn wait_daemon(&mut self, host: usize) -> anyhow::Result<()> {
         let d = self
             .daemons
-            .iter_mut()
+            .iter()
             .find(|d| d.host == host)
             .context("daemon")?;
-        let r = wait_ready(&mut d.child, &d.sock, Duration::from_secs(15));
+        let (proc, sock) = (d.proc, d.sock.clone());
+        let r = wait_ready(self.lab.child_mut(proc), &sock, Duration::from_secs(15));
         r.map_err(|e| anyhow::anyhow!("nicflow daemon on H{host} {e}:\n{}", self.logs()))
     }
 
@@ -1015,7 +836,7 @@ impl Lab {
                 s,
                 "--- H{} daemon log (last lines) ---\n{}",
                 d.host,
-                sys::tail(&self.dir.join(format!("h{}.log", d.host)), 20)
+                sys::tail(&self.lab.dir().join(format!("h{}.log", d.host)), 20)
             );
         }
         s
@@ -1059,27 +880,9 @@ impl Lab {
             .collect()
     }
 
-    fn teardown(&mut self) -> anyhow::Result<()> {
-        if self.torn_down {
-            return Ok(());
-        }
-        self.torn_down = true;
-        // SIGTERM: the daemons detach their XDP programs and exit.
-        let mut children: Vec<&mut Child> = self.daemons.iter_mut().map(|d| &mut d.child).collect();
-        let r = teardown_lab(&self.name, &mut children, &mut self.namespaces, &self.dir);
-        self.daemons.clear();
-        r
-    }
     pub fn down(mut self) -> anyhow::Result<()> {
-        self.teardown()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        if let Err(e) = self.teardown() {
-            tracing::warn!("{e:#}");
-        }
+        // SIGTERM: the daemons detach their XDP programs and exit.
+        self.lab.teardown()
     }
 }
 
@@ -1173,12 +976,12 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
         run.extra.streams = x;
     }
     let streams = run.extra.streams;
-    let lab = Lab::up(run.engine, run.pairs, &opts.tunnel)?;
+    let lab = OverlayLab::up(run.engine, run.pairs, &opts.tunnel)?;
     run.lab = lab.name().to_string();
     let servers: Vec<Server> = (1..=run.pairs)
         .map(|i| start_server(&lab.server_ns(i)))
         .collect::<anyhow::Result<_>>()?;
-    let dir = lab.dir.join("scratch");
+    let dir = lab.lab.dir().join("scratch");
     std::fs::create_dir_all(&dir)?;
     let setup = PhaseSetup {
         perf,
@@ -1540,7 +1343,7 @@ mod tests {
         // Namespace names stay short enough for `ip netns` and stale-run
         // reaping parses the pid back.
         let lab = format!("{PREFIX}{}x{}{}", u32::MAX, 999, "x");
-        assert!(ns_of(&lab, "c99").len() < 64);
+        assert!(lab::ns_of(&lab, "c99").len() < 64);
         assert!(
             parse_engines("kernel-vxlan,nicflow,nicflow-xdp,nicflow").is_ok_and(|v| v
                 == vec![

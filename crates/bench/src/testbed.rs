@@ -75,6 +75,7 @@
 
 use super::forward::ovs::{self, Ovs, OvsBridge};
 use super::forward::{interrupted, Engine, HostOffload};
+use super::lab::Lab;
 use super::overlay::{rtnl_in, NetStep};
 use anyhow::{bail, Context};
 use nicflow::control::proto::Request;
@@ -175,15 +176,15 @@ pub struct Host {
 /// A built lab. Dropping it tears everything down.
 pub struct Testbed {
     spec: TestbedSpec,
-    lab: String,
+    /// Names the lab, owns the xdp-redirect process and brings the switch
+    /// lab down on drop.
+    lab: Lab,
     lab_opts: LabOptions,
     clients: Vec<Host>,
     servers: Vec<Host>,
     switch_netns: String,
     switch_pid: Option<u32>,
     ovs: Option<Ovs>,
-    /// The xdp-redirect engine's process.
-    xdp_child: Option<std::process::Child>,
     /// Setup commands worth showing in a report.
     commands: Vec<String>,
     torn_down: bool,
@@ -360,46 +361,10 @@ fn read_mac(ns: &str, iface: &str) -> anyhow::Result<String> {
 }
 
 /// Remove labs of `prefix` left by dead processes (SIGKILLed runs), and
-/// private OVS directories of dead runs. Returns what was removed.
+/// private OVS directories of dead runs. Returns what was removed. (The
+/// same as [`super::lab::reap_stale`], which [`Testbed::up`] calls.)
 pub fn reap_stale(prefix: &str, lab_opts: &LabOptions) -> Vec<String> {
-    let mut done = ovs::reap_stale();
-    let mut labs: Vec<String> = sys::list_namespaces()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|ns| {
-            let rest = ns.strip_prefix("nf-")?;
-            let (lab, _node) = rest.rsplit_once('-')?;
-            Some(lab.to_string())
-        })
-        .collect();
-    labs.extend(
-        lab::labs(lab_opts)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.lab),
-    );
-    labs.sort();
-    labs.dedup();
-    for l in labs {
-        let Some(rest) = l.strip_prefix(prefix) else {
-            continue;
-        };
-        // `<pid>x...`: the prefix is letters only, so the digits that
-        // follow it are the pid and nothing else.
-        let Some((digits, _)) = rest.split_once('x') else {
-            continue;
-        };
-        let Ok(pid) = digits.parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() || sys::alive(pid) {
-            continue;
-        }
-        if lab::down(&l, lab_opts).is_ok() {
-            done.push(format!("lab {l}"));
-        }
-    }
-    done
+    super::lab::reap_stale(prefix, Some(lab_opts))
 }
 
 impl Testbed {
@@ -428,16 +393,14 @@ impl Testbed {
             (None, None) => super::nicflow_bin()?,
         };
         let lab_opts = LabOptions::with_binary(bin);
-        for r in reap_stale(&spec.prefix, &lab_opts) {
-            tracing::info!("removed leftovers of a dead run: {r}");
-        }
-        let seq = SEQ.fetch_add(1, Ordering::SeqCst);
-        let lab = format!(
-            "{}{}x{seq}{}",
-            spec.prefix,
-            std::process::id(),
-            spec.engine.tag()
-        );
+        // Reaps stale labs of the prefix and names this one.
+        let mut bench_lab = Lab::create(
+            "the testbed",
+            &spec.prefix,
+            spec.engine.tag(),
+            Some(&lab_opts),
+        )?;
+        let lab = bench_lab.name().to_string();
         let text = topology_text(spec, &lab);
         let topo = Topology::parse(&text).with_context(|| format!("testbed topology {lab}"))?;
         let switch_netns = topo.namespace_of("sw").context("switch namespace")?;
@@ -448,16 +411,16 @@ impl Testbed {
         );
         let report = lab::up(&topo, &lab_opts).with_context(|| format!("lab up {lab}"))?;
         // From here on, Drop cleans up.
+        bench_lab.own_switch_lab(lab_opts.clone());
         let mut tb = Testbed {
             spec: spec.clone(),
-            lab: lab.clone(),
+            lab: bench_lab,
             lab_opts,
             clients: Vec::new(),
             servers: Vec::new(),
             switch_netns,
             switch_pid: None,
             ovs: None,
-            xdp_child: None,
             commands: Vec::new(),
             torn_down: false,
         };
@@ -550,7 +513,7 @@ impl Testbed {
                 // Rules below, through add-flows (one command for all).
                 flows: None,
             };
-            let o = Ovs::start(&self.switch_netns, &self.lab, &br)
+            let o = Ovs::start(&self.switch_netns, self.lab.name(), &br)
                 .map_err(anyhow::Error::msg)
                 .context("starting Open vSwitch")?;
             self.switch_pid = o.vswitchd_pid();
@@ -599,7 +562,7 @@ impl Testbed {
                     .join(" "),
                 self.switch_netns
             ));
-            self.xdp_child = Some(child);
+            self.lab.adopt("xdp-redirect", child);
         } else {
             // A new engine must say here how its switch is built, rather
             // than silently being measured as something else.
@@ -696,7 +659,7 @@ impl Testbed {
         let text = text.join("\n");
         let verb = format!("add-{what}");
         if self.spec.engine.is_nicflow() {
-            let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
+            let sock = lab::switch_socket(self.lab.name(), "sw", &self.lab_opts);
             let bridge = BRIDGE.to_string();
             let req = if what == "groups" {
                 Request::AddGroups { bridge, text }
@@ -738,7 +701,7 @@ impl Testbed {
     /// Delete every rule (nicflow `del-flows`, `ovs-ofctl del-flows`).
     pub fn del_flows(&self) -> anyhow::Result<()> {
         if self.spec.engine.is_nicflow() {
-            let sock = lab::switch_socket(&self.lab, "sw", &self.lab_opts);
+            let sock = lab::switch_socket(self.lab.name(), "sw", &self.lab_opts);
             let r = nicflow::control::daemon::request(
                 &sock,
                 &Request::DelFlows {
@@ -774,7 +737,7 @@ impl Testbed {
     }
     /// The lab's name (prefix of its namespaces `nf-<lab>-...`).
     pub fn lab_name(&self) -> &str {
-        &self.lab
+        self.lab.name()
     }
     /// Client `i`, 0-based (`c1` is `client(0)`).
     pub fn client(&self, i: usize) -> &Host {
@@ -809,12 +772,12 @@ impl Testbed {
         self.spec
             .engine
             .is_nicflow()
-            .then(|| lab::switch_socket(&self.lab, "sw", &self.lab_opts))
+            .then(|| lab::switch_socket(self.lab.name(), "sw", &self.lab_opts))
     }
     /// A directory for the experiment's temporary files, removed with the
     /// lab.
     pub fn scratch_dir(&self) -> anyhow::Result<PathBuf> {
-        let d = self.lab_opts.lab_dir(&self.lab).join("scratch");
+        let d = self.lab_opts.lab_dir(self.lab.name()).join("scratch");
         std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         Ok(d)
     }
@@ -866,19 +829,19 @@ impl Testbed {
                 errs.push(e);
             }
         }
-        if let Some(mut c) = self.xdp_child.take() {
-            // SIGTERM: it detaches its program and exits.
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-            let _ = c.wait();
-        }
-        if let Err(e) = lab::down(&self.lab, &self.lab_opts) {
-            errs.push(e.to_string());
+        // SIGTERM to xdp-redirect (it detaches its program and exits),
+        // then the switch lab down.
+        if let Err(e) = self.lab.teardown() {
+            errs.push(format!("{e:#}"));
         }
         if errs.is_empty() {
             Ok(())
         } else {
-            bail!("tearing down testbed {}: {}", self.lab, errs.join("; "))
+            bail!(
+                "tearing down testbed {}: {}",
+                self.lab.name(),
+                errs.join("; ")
+            )
         }
     }
 }

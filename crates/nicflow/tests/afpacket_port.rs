@@ -12,6 +12,7 @@
 //! are declared after the guard so they are gone before it runs.
 
 mod common;
+use common::port::{poll_readable, show};
 use common::{have, lab_possible, must, run};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
@@ -21,7 +22,7 @@ use nicflow::port::{Port, PortStats};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum::verify_l4;
-use nicflow_packet::parse::{parse, L4Kind};
+use nicflow_packet::parse::parse;
 use std::cell::RefCell;
 use std::io;
 use std::net::Ipv4Addr;
@@ -261,20 +262,6 @@ impl Port for Tap {
     }
 }
 
-fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `p` holds `p.len()` initialized pollfds for the whole call.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
-    r > 0
-}
-
 /// The switch's poll loop: rounds while frames flow, a short poll on the
 /// ports' descriptors when idle, housekeeping every second.
 struct Loop {
@@ -327,15 +314,6 @@ impl Loop {
             stderr: std::fs::read(&e).unwrap(),
         }
     }
-}
-
-fn show(o: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn rule_packets(br: &mut Bridge, needle: &str) -> u64 {
@@ -572,20 +550,6 @@ fn bridge_between_namespaces_ping_vlan_tcp() {
     }
 }
 
-fn netns_mac(lab: &Lab, i: usize) -> [u8; 6] {
-    let out = lab
-        .exec(i, &["cat", "/sys/class/net/veth0/address"])
-        .output()
-        .unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<u8> = s
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
-}
-
 /// One port, no bridge: a burst read a few frames per call (a block
 /// consumed across calls), in order, with completed checksums; the fd
 /// polls readable; a frame sent through the port is answered and our own
@@ -596,21 +560,7 @@ fn port_reads_burst_in_order_and_transmits() {
         return;
     }
     let lab = Lab::new("p", 1, 20);
-    let peer_mac = [0x02, 0, 0, 0, 0x20, 0x02];
-    must(&[
-        "ip",
-        "-n",
-        &lab.ns[0],
-        "neigh",
-        "add",
-        "198.18.20.2",
-        "lladdr",
-        "02:00:00:00:20:02",
-        "dev",
-        "veth0",
-    ]);
     let mut port = AfPacketPort::open(&lab.sw[0], software_fixups()).unwrap();
-    let fd = port.rx_fd().unwrap();
     // A second socket on the same interface with a one-page, one-block ring
     // that nobody reads: the kernel must drop, and the port must count it.
     let tiny = AfPacketPort::open(
@@ -622,104 +572,17 @@ fn port_reads_burst_in_order_and_transmits() {
         },
     )
     .unwrap();
-
-    const N: usize = 100;
-    let script = format!(
-        "for i in $(seq 0 {}); do echo \"nfap $i\" > /dev/udp/198.18.20.2/9; done",
-        N - 1
-    );
-    let o = lab.exec(0, &["bash", "-c", &script]).output().unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    assert!(poll_readable(&[fd], 1000), "rx fd never became readable");
-
-    let (mut pool, mut got) = (Vec::new(), Vec::new());
-    let mut calls = 0;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while got.len() < N && Instant::now() < deadline {
-        let mut out = Vec::new();
-        let n = port.recv_batch(&mut out, 3, &mut pool).unwrap();
-        assert_eq!(n, out.len());
-        assert!(n <= 3);
-        calls += 1;
-        for b in out {
-            let l = parse(b.data()).unwrap();
-            if l.l4 != L4Kind::Udp {
-                continue; // IPv6 ND/MLD from the namespace
-            }
-            assert_eq!(verify_l4(b.data(), &l), Some(true), "{b:?}");
-            let payload = &b.data()[usize::from(l.l4_offset) + 8..l.l4_end()];
-            got.push(String::from_utf8_lossy(payload).trim().to_string());
-        }
-        if n == 0 {
-            poll_readable(&[fd], 10);
-        }
-    }
-    let want: Vec<String> = (0..N).map(|i| format!("nfap {i}")).collect();
-    assert_eq!(got, want, "after {calls} calls");
+    common::port::reads_burst_in_order_and_transmits(&mut port, &lab.ns[0], 20, "nfap", false);
     let c = port.counters();
-    eprintln!("burst: {calls} calls, counters {c:?}");
+    let n = common::port::BURST_N as u64;
     assert!(
-        c.csum_not_ready >= N as u64 && c.csum_completed >= N as u64,
+        c.csum_not_ready >= n && c.csum_completed >= n,
         "UDP from a local socket over veth arrives with partial checksums: {c:?}"
     );
     let t = tiny.counters();
     assert!(t.kernel_drops > 0, "a full ring must drop: {t:?}");
     assert!(tiny.stats().rx_dropped >= t.kernel_drops);
     drop(tiny);
-
-    // Transmit: an echo request from the (fake) peer; the namespace answers.
-    let ns_mac = netns_mac(&lab, 0);
-    let req = FrameBuilder::new(peer_mac, ns_mac)
-        .ipv4(Ipv4Addr::new(198, 18, 20, 2), Ipv4Addr::new(198, 18, 20, 1))
-        .icmp(8, 0)
-        .echo(0x4e46, 1)
-        .payload(b"nicflow afpacket")
-        .build();
-    let (mut pkts, mut done) = (vec![PacketBuf::from_slice(&req)], Vec::new());
-    assert_eq!(port.send_batch(&mut pkts, &mut done).unwrap(), 1);
-    assert!(pkts.is_empty() && done.len() == 1);
-    let mut reply = None;
-    let mut own = 0;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while reply.is_none() && Instant::now() < deadline {
-        let mut out = Vec::new();
-        port.recv_batch(&mut out, 32, &mut pool).unwrap();
-        for b in out {
-            let d = b.data();
-            if d == &req[..] {
-                own += 1;
-            }
-            let Ok(l) = parse(d) else { continue };
-            if l.l4 == L4Kind::Icmp && d[usize::from(l.l4_offset)] == 0 {
-                assert_eq!(&d[..6], &peer_mac);
-                assert_eq!(verify_l4(d, &l), Some(true));
-                reply = Some(b);
-            }
-        }
-        poll_readable(&[fd], 10);
-    }
-    assert!(reply.is_some(), "no echo reply to the transmitted request");
-    assert_eq!(
-        own, 0,
-        "PACKET_IGNORE_OUTGOING: own frames must not come back"
-    );
-    let s = port.stats();
-    assert_eq!(
-        (s.tx_packets, s.tx_bytes, s.tx_dropped),
-        (1, req.len() as u64, 0)
-    );
-    assert!(s.rx_packets > N as u64, "{s:?}");
-
-    // An oversize frame is refused by the kernel: dropped and counted.
-    let big = FrameBuilder::new(peer_mac, ns_mac)
-        .ipv4(Ipv4Addr::new(198, 18, 20, 2), Ipv4Addr::new(198, 18, 20, 1))
-        .udp(9, 9)
-        .payload(&[0; 3000])
-        .build();
-    let mut pkts = vec![PacketBuf::from_slice(&big), PacketBuf::from_slice(&req)];
-    assert_eq!(port.send_batch(&mut pkts, &mut done).unwrap(), 1);
-    let s = port.stats();
-    assert_eq!((s.tx_packets, s.tx_dropped), (2, 1), "{s:?}");
     drop(port);
 }
 

@@ -11,6 +11,7 @@
 //! stopped and the programs detached before the lab goes.
 
 mod common;
+use common::port::{poll_readable, show};
 use common::{have, lab_possible, must, run};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
@@ -20,7 +21,7 @@ use nicflow::port::{Port, PortStats};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum::verify_l4;
-use nicflow_packet::parse::{parse, L4Kind};
+use nicflow_packet::parse::parse;
 use std::cell::RefCell;
 use std::io;
 use std::net::Ipv4Addr;
@@ -31,15 +32,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-fn show(o: &Output) -> String {
-    format!(
-        "{}\n{}{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Namespaces and veth pairs of one test; removed on drop.
 struct Lab {
@@ -263,20 +255,6 @@ impl Port for Checked {
     fn rx_fd(&self) -> Option<RawFd> {
         self.port.borrow().rx_fd()
     }
-}
-
-fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `p` holds `p.len()` initialized pollfds for the whole call.
-    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
-    r > 0
 }
 
 /// Per port, at the end of a run.
@@ -610,20 +588,6 @@ fn auto_mode_falls_back_to_generic() {
     assert!(wait_detached(&sw), "detached on drop");
 }
 
-fn netns_mac(lab: &Lab, i: usize) -> [u8; 6] {
-    let out = lab
-        .exec(i, &["cat", "/sys/class/net/veth0/address"])
-        .output()
-        .unwrap();
-    let s = String::from_utf8_lossy(&out.stdout);
-    let v: Vec<u8> = s
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect();
-    v.try_into().unwrap()
-}
-
 /// One port, no bridge: a UDP burst read a few frames per call, in order,
 /// checksums completed; the fd polls readable; a frame sent through the
 /// port is answered; an idle port's fd is not readable; a frame longer than
@@ -634,19 +598,6 @@ fn port_reads_burst_in_order_and_transmits() {
         return;
     }
     let lab = Lab::new("p", 1, 33, 1);
-    must(&[
-        "ip",
-        "-n",
-        &lab.ns[0],
-        "neigh",
-        "add",
-        "198.18.33.2",
-        "lladdr",
-        "02:00:00:00:21:02",
-        "dev",
-        "veth0",
-    ]);
-    let peer_mac = [0x02, 0, 0, 0, 0x21, 0x02];
     // veth has no zero-copy support: forcing it fails, naming the step.
     match AfXdpPort::open(
         &lab.sw[0],
@@ -674,90 +625,11 @@ fn port_reads_burst_in_order_and_transmits() {
         return;
     };
     eprintln!("{port:?}");
-    let fd = port.rx_fd().unwrap();
-    // Drain what the namespace sent while coming up (IPv6 ND, MLD...).
+    let burst =
+        common::port::reads_burst_in_order_and_transmits(&mut port, &lab.ns[0], 33, "nfxdp", true);
+    assert_eq!(port.counters().tx_oversize, 1);
+    let (peer_mac, ns_mac, mut done) = (burst.peer_mac, burst.ns_mac, Vec::new());
     let mut pool = Vec::new();
-    std::thread::sleep(Duration::from_millis(300));
-    loop {
-        let mut out = Vec::new();
-        if port.recv_batch(&mut out, 64, &mut pool).unwrap() == 0 {
-            break;
-        }
-    }
-    assert!(
-        !poll_readable(&[fd], 0),
-        "idle port: fd must not be readable"
-    );
-
-    const N: usize = 100;
-    let script = format!(
-        "for i in $(seq 0 {}); do echo \"nfxdp $i\" > /dev/udp/198.18.33.2/9; done",
-        N - 1
-    );
-    let o = lab.exec(0, &["bash", "-c", &script]).output().unwrap();
-    assert!(o.status.success(), "{}", show(&o));
-    assert!(poll_readable(&[fd], 1000), "rx fd never became readable");
-
-    let mut got = Vec::new();
-    let mut calls = 0;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while got.len() < N && Instant::now() < deadline {
-        let mut out = Vec::new();
-        let n = port.recv_batch(&mut out, 3, &mut pool).unwrap();
-        assert_eq!(n, out.len());
-        assert!(n <= 3);
-        calls += 1;
-        for b in out {
-            let l = parse(b.data()).unwrap();
-            if l.l4 != L4Kind::Udp {
-                continue;
-            }
-            assert_eq!(verify_l4(b.data(), &l), Some(true), "{b:?}");
-            let payload = &b.data()[usize::from(l.l4_offset) + 8..l.l4_end()];
-            got.push(String::from_utf8_lossy(payload).trim().to_string());
-        }
-        if n == 0 {
-            poll_readable(&[fd], 10);
-        }
-    }
-    let want: Vec<String> = (0..N).map(|i| format!("nfxdp {i}")).collect();
-    assert_eq!(got, want, "after {calls} calls");
-    let c = port.counters();
-    eprintln!("burst: {calls} calls, counters {c:?}");
-    assert!(
-        c.csum_completed >= N as u64,
-        "UDP from a local socket over veth arrives with partial checksums: {c:?}"
-    );
-
-    // Transmit: an echo request from the (fake) peer; the namespace answers.
-    let ns_mac = netns_mac(&lab, 0);
-    let req = FrameBuilder::new(peer_mac, ns_mac)
-        .ipv4(Ipv4Addr::new(198, 18, 33, 2), Ipv4Addr::new(198, 18, 33, 1))
-        .icmp(8, 0)
-        .echo(0x4e46, 1)
-        .payload(b"nicflow afxdp")
-        .build();
-    let (mut pkts, mut done) = (vec![PacketBuf::from_slice(&req)], Vec::new());
-    assert_eq!(port.send_batch(&mut pkts, &mut done).unwrap(), 1);
-    assert!(pkts.is_empty() && done.len() == 1);
-    let mut reply = None;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while reply.is_none() && Instant::now() < deadline {
-        let mut out = Vec::new();
-        port.recv_batch(&mut out, 32, &mut pool).unwrap();
-        for b in out {
-            let d = b.data();
-            assert_ne!(d, &req[..], "own transmission must not come back");
-            let Ok(l) = parse(d) else { continue };
-            if l.l4 == L4Kind::Icmp && d[usize::from(l.l4_offset)] == 0 {
-                assert_eq!(&d[..6], &peer_mac);
-                assert_eq!(verify_l4(d, &l), Some(true));
-                reply = Some(b);
-            }
-        }
-        poll_readable(&[fd], 10);
-    }
-    assert!(reply.is_some(), "no echo reply to the transmitted request");
 
     // A big batch (more than the kernel sends per kick) all goes out: the
     // namespace counts what it receives.
@@ -807,22 +679,6 @@ fn port_reads_burst_in_order_and_transmits() {
     );
     assert!(rx_after >= rx_before + BURST as u64, "{c:?}");
 
-    // An oversize frame is refused: dropped and counted.
-    let big = FrameBuilder::new(peer_mac, ns_mac)
-        .ipv4(Ipv4Addr::new(198, 18, 33, 2), Ipv4Addr::new(198, 18, 33, 1))
-        .udp(9, 9)
-        .payload(&[0; 3000])
-        .build();
-    let s0 = port.stats();
-    let mut pkts = vec![PacketBuf::from_slice(&big), PacketBuf::from_slice(&req)];
-    assert_eq!(port.send_batch(&mut pkts, &mut done).unwrap(), 1);
-    let s = port.stats();
-    assert_eq!(
-        (s.tx_packets - s0.tx_packets, s.tx_dropped - s0.tx_dropped),
-        (1, 1),
-        "{s:?}"
-    );
-    assert_eq!(port.counters().tx_oversize, 1);
     let sw = lab.sw[0].clone();
     assert_ne!(xdp_state(&sw), "");
     drop(port);
@@ -892,7 +748,7 @@ fn inline_vlan_tags_pass_both_ways() {
         return;
     };
     let mut host = lab.host_port(0);
-    let host_mac = netns_mac(&lab, 0);
+    let host_mac = common::port::veth0_mac(&lab.ns[0]);
     let far_mac = [0x02, 0, 0, 0, 0x24, 0x02];
     let mk = |src: [u8; 6], dst: [u8; 6], text: &str| {
         FrameBuilder::new(src, dst)

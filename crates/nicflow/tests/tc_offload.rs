@@ -2,22 +2,19 @@
 //! ingress) in the real kernel. Needs root (skipped with a message
 //! otherwise).
 //!
-//! * `verifier_accepts_tc_dp`: both programs of the object load.
-//! * `differential_test_run_matches_userspace_executor`: the XDP engine's
-//!   cases (`common::dp::cases`), installed through `encode_tc`, each frame
-//!   through `BPF_PROG_TEST_RUN` with an skb context: verdict and output
-//!   frame equal the userspace executor's, checksums valid, counters
-//!   counted. The cases the TC encoder refuses are listed with their
-//!   reasons, so a refusal cannot creep in silently.
-//! * `meters_match_the_userspace_datapath`: `meter:N` flows (drop and
-//!   `dscp_remark` bands, packet/s and kbit/s) give the verdicts, bytes
-//!   and meter counters of the userspace meters (`common::dp`).
+//! * The behaviours both kernel engines have, one body each in
+//!   `common::engine` run here on the TC engine ([`engine_tests!`]):
+//!   `verifier_accepts_the_program_and_map_sizes`,
+//!   `meters_match_the_userspace_datapath`,
+//!   `differential_test_run_matches_userspace_executor` (the cases the TC
+//!   encoder refuses must be ARP rewrites; VLAN push/pop cases are checked
+//!   on real veths in `tc_lab.rs`, as the test run does not return skb
+//!   metadata), `misses_go_to_userspace_untouched` (to the port's upcall
+//!   device; the next program on the hook without one).
 //! * `gso_super_frames_count_as_their_segments`: an skb marked GSO is
 //!   forwarded whole and counted as `gso_segs` packets.
-//! * `misses_go_to_the_upcall_device`: no flow, unparsed frames and failed
-//!   pre-checks are redirected to the port's upcall interface untouched
-//!   (the next program on the hook without one, as for frames of
-//!   interfaces that are not ports).
+//! * `tunnel_decap_and_encap_match_userspace`: VXLAN/Geneve in the TC
+//!   program against the userspace tunnel port.
 //!
 //! Every test runs in a thread with its own network namespace (names
 //! carry the `nftc` prefix).
@@ -25,18 +22,17 @@
 mod common;
 
 use common::dp::*;
-use common::must;
 use nicflow::datapath::DpAction;
-use nicflow::offload::xdp::{encode_tc, pack, EngineKind, XdpAction, XdpEngine, XdpEngineConfig};
-use nicflow_flow::{extract, FlowKey, Match};
-use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
+use nicflow::offload::xdp::{encode_tc, EngineKind, XdpEngine, XdpEngineConfig};
+use nicflow_flow::{extract, FlowKey};
+use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH};
-use std::time::Duration;
 
-/// TC_ACT_UNSPEC (tcx: TCX_NEXT): the next program on the hook decides.
-const TC_ACT_NEXT: u32 = u32::MAX;
-const TC_ACT_SHOT: u32 = 2;
-const TC_ACT_REDIRECT: u32 = 7;
+use common::engine::{TC_ACT_NEXT, TC_ACT_REDIRECT, TC_ACT_SHOT};
+
+// The behaviours both kernel engines have: one body each in
+// `common::engine`, run here on the TC engine.
+crate::engine_tests!(common::engine::TC);
 
 fn skip() -> bool {
     common::dp::skip("TC")
@@ -48,130 +44,6 @@ fn load(cfg: XdpEngineConfig) -> XdpEngine {
 
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
     userspace_verdict(frame, actions, TC_ACT_REDIRECT, TC_ACT_SHOT)
-}
-
-#[test]
-fn verifier_accepts_tc_dp() {
-    if skip() {
-        return;
-    }
-    let e = load(XdpEngineConfig::default());
-    eprintln!(
-        "tc_dp: verifier accepted, {} instructions processed (kernel {})",
-        e.verified_insns()
-            .map_or("?".to_string(), |n| n.to_string()),
-        must(&["uname", "-r"]).trim()
-    );
-    assert_eq!(e.kind(), EngineKind::Tc);
-}
-
-#[test]
-fn differential_test_run_matches_userspace_executor() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nftc-in", "nftc-inp");
-        veth("nftc-o2", "nftc-o2p");
-        veth("nftc-o3", "nftc-o3p");
-        let in_if = ifindex("nftc-in");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
-        e.set_tx_port(0, ifindex("nftc-o2")).unwrap();
-        e.set_tx_port(1, ifindex("nftc-o3")).unwrap();
-        let all = cases();
-        let keys: Vec<FlowKey> = all
-            .iter()
-            .map(|c| {
-                let mut k = FlowKey::default();
-                extract(&c.frame, IN_PORT, &mut k).unwrap();
-                k
-            })
-            .collect();
-        let mut refused = Vec::new();
-        let mut run = Vec::new();
-        let mut vlan_moves = Vec::new();
-        for (i, c) in all.iter().enumerate() {
-            match encode_tc(&keys[i], &c.mask, &c.actions, &ports()) {
-                // BPF_PROG_TEST_RUN returns the frame's bytes only, and the
-                // VLAN helpers keep the outer tag in skb metadata: these
-                // cases are checked on real veths (tc_lab.rs) instead.
-                Ok(_)
-                    if c.actions
-                        .iter()
-                        .any(|a| matches!(a, DpAction::PushVlan { .. } | DpAction::PopVlan)) =>
-                {
-                    vlan_moves.push(c.name)
-                }
-                Ok(enc) => run.push((i, e.install(&enc).unwrap())),
-                Err(err) => refused.push((c.name, err.reason)),
-            }
-        }
-        // Only ARP-rewriting cases stay in userspace.
-        for (name, reason) in &refused {
-            assert!(
-                name.starts_with("arp") && *reason == "tc:arp-rewrite",
-                "{name}: refused with {reason}"
-            );
-        }
-        assert!(vlan_moves.len() >= 3, "{vlan_moves:?}");
-        assert!(
-            run.len() >= 10,
-            "{} cases ran, refused: {refused:?}",
-            run.len()
-        );
-        for round in 1..=2u64 {
-            for (i, h) in &run {
-                let c = &all[*i];
-                // The frames of the refused cases must not hit a flow of
-                // another case (the cases' masks are disjoint per frame).
-                for (j, k) in keys.iter().enumerate() {
-                    assert_eq!(Match::new(keys[*i], c.mask).matches(k), *i == j);
-                }
-                let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
-                let (want_verdict, want) = userspace(&c.frame, &c.actions);
-                assert_eq!(verdict, want_verdict, "{}: verdict", c.name);
-                assert_eq!(out, want, "{}: output frame differs from userspace", c.name);
-                assert!(all_checksums_valid(&out), "{}: checksums", c.name);
-                let n = e.counters(h).unwrap();
-                assert_eq!(n.packets, round, "{}: packets", c.name);
-                assert_eq!(n.bytes, round * c.frame.len() as u64, "{}: bytes", c.name);
-                assert!(n.idle.unwrap() < Duration::from_secs(5));
-            }
-        }
-        let s = e.stats().unwrap();
-        let n = run.len() as u64 * 2;
-        assert_eq!((s.hit, s.aborted, s.punt), (n, 0, 0));
-        eprintln!(
-            "tc_dp differential: {} cases equal to userspace, {} refused: {refused:?}, \
-             {} with VLAN push/pop left to tc_lab: {vlan_moves:?}",
-            run.len(),
-            refused.len(),
-            vlan_moves.len()
-        );
-    });
-}
-
-#[test]
-fn meters_match_the_userspace_datapath() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nftc-m", "nftc-mp");
-        veth("nftc-mo", "nftc-mop");
-        let in_if = ifindex("nftc-m");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
-        e.set_tx_port(0, ifindex("nftc-mo")).unwrap();
-        meter_differential(
-            &mut e,
-            TC_ACT_REDIRECT,
-            TC_ACT_SHOT,
-            |e, f| e.test_run(f, in_if, 0).unwrap(),
-            |k, m, a| encode_tc(k, m, a, &ports()).unwrap(),
-        );
-    });
 }
 
 #[test]
@@ -208,86 +80,6 @@ fn gso_super_frames_count_as_their_segments() {
         assert_eq!(out, userspace(&frame, &acts).1, "rewritten whole");
         let n = e.counters(&h).unwrap();
         assert_eq!((n.packets, n.bytes), (2, frame.len() as u64));
-    });
-}
-
-#[test]
-fn misses_go_to_the_upcall_device() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nftc-m", "nftc-mp");
-        veth("nftc-up", "nftc-upp");
-        veth("nftc-x", "nftc-xp");
-        let in_if = ifindex("nftc-m");
-        let up = ifindex("nftc-up");
-        let mut e = load(XdpEngineConfig::default());
-        let tcp = FrameBuilder::new(A, B)
-            .ipv4(v4(1), v4(2))
-            .ttl(1)
-            .tcp(1, 2, FLAG_ACK)
-            .build();
-        // Not a port: the next program's (the port's own tc_upcall).
-        assert_eq!(
-            e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_NEXT, tcp.clone())
-        );
-        e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
-        assert_eq!(
-            e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_NEXT, tcp.clone()),
-            "miss without an upcall device"
-        );
-        e.set_port_upcall(in_if, IN_PORT, up).unwrap();
-        assert_eq!(
-            e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_REDIRECT, tcp.clone()),
-            "miss"
-        );
-        // Unparsed (a third tag) and a failed pre-check (dec_ttl at TTL 1,
-        // output slot empty) go up untouched too.
-        let mut three = FrameBuilder::new(A, B)
-            .vlan(1)
-            .vlan(2)
-            .vlan(3)
-            .ipv4(v4(1), v4(2))
-            .udp(1, 2)
-            .build();
-        three.truncate(60);
-        assert_eq!(
-            e.test_run(&three, in_if, 0).unwrap(),
-            (TC_ACT_REDIRECT, three.clone())
-        );
-        let mut k = FlowKey::default();
-        extract(&tcp, IN_PORT, &mut k).unwrap();
-        let m = mask(|m| m.nw_proto = 0xff);
-        let mut enc = encode_tc(&k, &m, &[DpAction::Output(2)], &ports()).unwrap();
-        enc.value = pack(&[XdpAction::DecTtl, XdpAction::Output { slot: 0 }]).unwrap();
-        e.install(&enc).unwrap();
-        e.set_tx_port(0, ifindex("nftc-x")).unwrap();
-        assert_eq!(
-            e.test_run(&tcp, in_if, 0).unwrap(),
-            (TC_ACT_REDIRECT, tcp.clone()),
-            "ttl 1 punted"
-        );
-        let s = e.stats().unwrap();
-        assert_eq!((s.no_port, s.miss, s.unparsed, s.punt), (1, 2, 1, 1));
-        let tcp64 = FrameBuilder::new(A, B)
-            .ipv4(v4(1), v4(2))
-            .ttl(64)
-            .tcp(1, 2, FLAG_ACK)
-            .build();
-        let (v, out) = e.test_run(&tcp64, in_if, 0).unwrap();
-        assert_eq!(v, TC_ACT_REDIRECT);
-        assert_eq!(out[14 + 8], 63, "forwarded with the TTL decremented");
-        e.clear_tx_port(0).unwrap();
-        assert_eq!(
-            e.test_run(&tcp64, in_if, 0).unwrap(),
-            (TC_ACT_REDIRECT, tcp64.clone()),
-            "empty output slot: punted, untouched"
-        );
-        assert_eq!(e.stats().unwrap().punt, 2);
     });
 }
 

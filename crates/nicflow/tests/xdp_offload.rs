@@ -1,18 +1,17 @@
 //! The XDP datapath (`bpf/xdp_dp.c`, `nicflow::offload::xdp`) in the real
 //! kernel. Needs root (skipped with a message otherwise).
 //!
-//! * `verifier_accepts_xdp_dp`: the program loads (verifier included) with
-//!   default and non-default map sizes.
-//! * `meters_match_the_userspace_datapath`: as in `tc_offload.rs`, meters in
-//!   XDP give the userspace meters' verdicts, bytes and counters.
-//! * `differential_test_run_matches_userspace_executor`: flows built from
-//!   real `FlowKey`s (`nicflow_flow::extract` on the same frames) and masks,
-//!   installed through `encode` + `XdpEngine::install`, all at once (so the
-//!   mask loop is exercised); each frame goes through `BPF_PROG_TEST_RUN`
-//!   and the program's verdict and output frame must equal what
-//!   `datapath::execute::execute` produces with the same actions, with
-//!   valid checksums and the flow's counters incremented.
-//! * `misses_and_punts_go_to_userspace`: no flow, unparsed frames and
+//! * The behaviours both kernel engines have, one body each in
+//!   `common::engine` run here on the XDP engine ([`engine_tests!`]):
+//!   `verifier_accepts_the_program_and_map_sizes`,
+//!   `meters_match_the_userspace_datapath`,
+//!   `differential_test_run_matches_userspace_executor` (flows built from
+//!   real `FlowKey`s and masks, installed all at once so the mask loop is
+//!   exercised; verdict and output frame equal `datapath::execute`'s),
+//!   `misses_go_to_userspace_untouched` (to the queue's AF_XDP socket;
+//!   XDP_PASS without one).
+//! * `misses_and_punts_go_to_userspace`: beyond the shared body, frames
+//!   the program does not parse (extension headers, bad lengths), no flow, unparsed frames and
 //!   failed pre-checks all end in the XSKMAP (XDP_REDIRECT with a socket
 //!   registered, XDP_PASS without), untouched.
 //! * `full_maps_refuse_installs_and_traffic_still_reaches_userspace`:
@@ -29,20 +28,21 @@
 mod common;
 
 use common::dp::*;
-use common::must;
 use nicflow::datapath::{DpAction, DropReason};
 use nicflow::offload::xdp::{
-    encode, pack, AttachMode, EncodedFlow, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
+    encode, pack, AttachMode, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
 };
-use nicflow_flow::{extract, FlowKey, FlowMask, Match};
+use nicflow_flow::{extract, FlowKey, FlowMask};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::FLAG_SYN;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_REDIRECT: u32 = 4;
+use common::engine::{xdp_socket, XDP_DROP, XDP_PASS, XDP_REDIRECT};
+
+// The behaviours both kernel engines have: one body each in
+// `common::engine`, run here on the XDP engine.
+crate::engine_tests!(common::engine::XDP);
 
 fn skip() -> bool {
     common::dp::skip("XDP")
@@ -54,169 +54,6 @@ fn load(cfg: XdpEngineConfig) -> XdpEngine {
 
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
     userspace_verdict(frame, actions, XDP_REDIRECT, XDP_DROP)
-}
-
-#[test]
-fn verifier_accepts_xdp_dp() {
-    if skip() {
-        return;
-    }
-    let e = load(XdpEngineConfig::default());
-    let n = e.verified_insns();
-    eprintln!(
-        "xdp_dp: verifier accepted, {} instructions processed (kernel {})",
-        n.map_or("?".to_string(), |n| n.to_string()),
-        must(&["uname", "-r"]).trim()
-    );
-    drop(e);
-    // Map sizes are configurable at load time.
-    let small = load(XdpEngineConfig {
-        max_flows: 8,
-        max_masks: 64,
-        max_tx_ports: 4,
-        max_ifaces: 2,
-        max_queues: 1,
-        counters: true,
-    });
-    assert_eq!(small.config().max_masks, 64);
-    assert!(XdpEngine::load(XdpEngineConfig {
-        max_masks: 65,
-        ..XdpEngineConfig::default()
-    })
-    .is_err());
-}
-
-/// Installs every case's flow, then checks each frame against the
-/// userspace executor.
-#[test]
-fn meters_match_the_userspace_datapath() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-m", "nfxo-mp");
-        veth("nfxo-mo", "nfxo-mop");
-        let in_if = ifindex("nfxo-m");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-mo")).unwrap();
-        meter_differential(
-            &mut e,
-            XDP_REDIRECT,
-            XDP_DROP,
-            |e, f| e.test_run(f, in_if, 0).unwrap(),
-            |k, m, a| encode(k, m, a, &ports()).unwrap(),
-        );
-    });
-}
-
-#[test]
-fn differential_test_run_matches_userspace_executor() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-in", "nfxo-inp");
-        veth("nfxo-o2", "nfxo-o2p");
-        veth("nfxo-o3", "nfxo-o3p");
-        let in_if = ifindex("nfxo-in");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
-        e.set_tx_port(1, ifindex("nfxo-o3")).unwrap();
-        let cases = cases();
-        let keys: Vec<FlowKey> = cases
-            .iter()
-            .map(|c| {
-                let mut k = FlowKey::default();
-                extract(&c.frame, IN_PORT, &mut k).unwrap();
-                k
-            })
-            .collect();
-        // The test's own premise: each frame falls under its own flow only
-        // (megaflows are disjoint per packet, as the slow path makes them).
-        for (i, c) in cases.iter().enumerate() {
-            for (j, k) in keys.iter().enumerate() {
-                assert_eq!(
-                    Match::new(keys[i], c.mask).matches(k),
-                    i == j,
-                    "case {} / frame of {}",
-                    c.name,
-                    cases[j].name
-                );
-            }
-        }
-        let mut handles = Vec::new();
-        for (c, k) in cases.iter().zip(&keys) {
-            let enc: EncodedFlow = encode(k, &c.mask, &c.actions, &ports())
-                .unwrap_or_else(|err| panic!("{}: {err}", c.name));
-            handles.push(e.install(&enc).unwrap());
-        }
-        let distinct: std::collections::HashSet<_> = cases.iter().map(|c| c.mask).collect();
-        assert_eq!(e.masks().len(), distinct.len());
-        for round in 1..=2u64 {
-            for (i, c) in cases.iter().enumerate() {
-                let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
-                let (want_verdict, want) = userspace(&c.frame, &c.actions);
-                assert_eq!(verdict, want_verdict, "{}: verdict", c.name);
-                assert_eq!(out, want, "{}: output frame differs from userspace", c.name);
-                assert!(all_checksums_valid(&out), "{}: checksums", c.name);
-                let n = e.counters(&handles[i]).unwrap();
-                assert_eq!(n.packets, round, "{}: packets", c.name);
-                assert_eq!(n.bytes, round * c.frame.len() as u64, "{}: bytes", c.name);
-                assert!(n.idle.unwrap() < Duration::from_secs(5), "{}", c.name);
-                assert!(n.used.unwrap() <= Instant::now());
-                assert_eq!(n.tcp_flags, keys[i].tcp_flags, "{}: tcp flags", c.name);
-            }
-        }
-        // One batched read gives every flow's counters, as one by one.
-        let batch = e
-            .counters_batch()
-            .unwrap()
-            .expect("Linux 5.6+ batches hash-map reads");
-        assert_eq!(batch.len(), handles.len());
-        for (i, h) in handles.iter().enumerate() {
-            let (a, b) = (batch[h], e.counters(h).unwrap());
-            assert_eq!(
-                (a.packets, a.bytes, a.tcp_flags),
-                (b.packets, b.bytes, b.tcp_flags),
-                "{}: batched counters",
-                cases[i].name
-            );
-        }
-        let s = e.stats().unwrap();
-        let n = cases.len() as u64 * 2;
-        assert_eq!((s.rx, s.hit, s.miss, s.aborted, s.punt), (n, n, 0, 0, 0));
-        let outputs = cases
-            .iter()
-            .filter(|c| c.actions.iter().any(|a| matches!(a, DpAction::Output(_))))
-            .count() as u64;
-        assert_eq!((s.output, s.drop), (outputs * 2, n - outputs * 2));
-
-        // Modify keeps counters and changes what happens; remove frees the
-        // masks again.
-        let c = &cases[0];
-        let mut enc = encode(&keys[0], &c.mask, &[DpAction::Output(3)], &ports()).unwrap();
-        e.modify(&handles[0], &enc).unwrap();
-        let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_REDIRECT, &c.frame));
-        assert_eq!(e.counters(&handles[0]).unwrap().packets, 3);
-        // Installing the same match again is a modify, not a second flow.
-        enc.value = pack(&[XdpAction::Drop { reason: 0 }]).unwrap();
-        let again = e.install(&enc).unwrap();
-        assert_eq!(again, handles[0]);
-        assert_eq!(e.n_flows(), cases.len());
-        assert_eq!(e.test_run(&c.frame, in_if, 0).unwrap().0, XDP_DROP);
-        for h in &handles {
-            e.remove(h).unwrap();
-        }
-        assert_eq!(
-            (e.n_flows(), e.masks().len(), e.masks().n_masks()),
-            (0, 0, 0)
-        );
-        let (verdict, out) = e.test_run(&cases[0].frame, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, &cases[0].frame));
-    });
 }
 
 /// Drops in the kernel are counted by the reason the userspace datapath
@@ -280,20 +117,6 @@ fn drops_are_counted_by_reason_in_the_kernel() {
         );
         assert_eq!(s.drop, 8, "every frame ended in the kernel");
     });
-}
-
-/// An AF_XDP socket (unbound is enough for the XSKMAP and test runs).
-fn xdp_socket() -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain socket(2); the descriptor is owned right away.
-    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW, 0) };
-    assert!(
-        fd >= 0,
-        "AF_XDP socket: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
 
 #[test]

@@ -84,11 +84,11 @@
 //! local peer are shaped by the *peer's* offloads, hence the software
 //! fix-ups above.
 
-use super::fixup::{complete_l4_checksum, fill, max_frame_len, segment_tcp};
+use super::fixup::{complete_l4_checksum, deliver_oversize, fill, max_frame_len, RxCount, RxSide};
 use super::sys::{self, cvt, setsockopt, Mapping};
 use super::{Port, PortStats};
 use nicflow_packet::buf::{GsoType, Offload, PacketBuf};
-use nicflow_packet::parse::{self, Layout};
+use nicflow_packet::parse;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
@@ -380,8 +380,9 @@ pub struct AfPacketCounters {
     /// Frames the kernel flagged `TP_STATUS_CSUMNOTREADY` (partial L4
     /// checksum from a local sender).
     pub csum_not_ready: u64,
-    /// L4 checksums completed in software (partial frames and every
-    /// segment cut from a super-frame).
+    /// Partial L4 checksums completed in software, one per frame.
+    /// Segments cut from super-frames get fresh checksums and are counted
+    /// in `gso_segments`, not here (see [`super::fixup::deliver_oversize`]).
     pub csum_completed: u64,
     /// Frames whose VLAN tag was put back from the ring metadata.
     pub vlan_restored: u64,
@@ -969,7 +970,7 @@ impl RxState {
             }
             let layout = parse::parse(&big).ok();
             let n = (big.len() > max_frame_len(self.mtu, layout.as_ref()))
-                .then(|| self.deliver_oversize(&big, layout.as_ref(), out, room, pool));
+                .then(|| deliver_oversize(self, &big, layout.as_ref(), out, room, pool));
             if big.capacity() > 1 << 17 {
                 big = Vec::new(); // not a jumbo-GRO monster's worth forever
             }
@@ -991,44 +992,33 @@ impl RxState {
         }
         self.push(buf, out, room)
     }
+}
 
-    /// A frame longer than the MTU allows: TCP is segmented, anything else
-    /// dropped and counted. Returns how many segments went to `out`.
-    fn deliver_oversize(
-        &mut self,
-        frame: &[u8],
-        layout: Option<&Layout>,
-        out: &mut Vec<PacketBuf>,
-        room: usize,
-        pool: &mut Vec<PacketBuf>,
-    ) -> usize {
-        let mut segs = std::mem::take(&mut self.segs);
-        segs.clear();
-        let ok = layout.is_some_and(|l| segment_tcp(frame, l, self.mtu, pool, &mut segs));
-        let mut n = 0;
-        if ok {
-            self.counters.gso_frames += 1;
-            self.counters.gso_segments += segs.len() as u64;
-            self.counters.csum_completed += segs.len() as u64;
-            for s in segs.drain(..) {
-                n += self.push(s, out, room - n);
-            }
-        } else {
-            self.counters.oversize_dropped += 1;
-            self.stats.rx_dropped += 1;
-            if !self.warned_oversize {
-                self.warned_oversize = true;
-                tracing::warn!(
-                    port = %self.name,
-                    len = frame.len(),
-                    mtu = self.mtu,
-                    "dropping frame longer than the MTU that is not TCP (GSO/GRO \
-                     on the sender?); further drops are only counted"
-                );
-            }
-        }
-        self.segs = segs;
-        n
+impl RxSide for RxState {
+    fn port_name(&self) -> &str {
+        &self.name
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn segs(&mut self) -> &mut Vec<PacketBuf> {
+        &mut self.segs
+    }
+
+    fn count(&mut self, what: RxCount, n: u64) {
+        let c = match what {
+            RxCount::GsoFrames => &mut self.counters.gso_frames,
+            RxCount::GsoSegments => &mut self.counters.gso_segments,
+            RxCount::OversizeDropped => &mut self.counters.oversize_dropped,
+            RxCount::RxDropped => &mut self.stats.rx_dropped,
+        };
+        *c += n;
+    }
+
+    fn first_oversize_warning(&mut self) -> bool {
+        !std::mem::replace(&mut self.warned_oversize, true)
     }
 
     fn push(&mut self, buf: PacketBuf, out: &mut Vec<PacketBuf>, room: usize) -> usize {
@@ -1647,6 +1637,10 @@ mod tests {
         check_segments(&big, 1500, &out);
         assert_eq!(rx.counters.gso_frames, 1);
         assert_eq!(rx.counters.gso_segments, expect as u64);
+        // One frame flagged partial, cut into fresh segments: counted as
+        // segments, not as checksum completions (the same as AF_XDP).
+        assert_eq!(rx.counters.csum_not_ready, 1);
+        assert_eq!(rx.counters.csum_completed, 0);
         assert_eq!(rx.stats.rx_packets, expect as u64);
 
         // An oversize UDP datagram cannot be segmented: dropped, counted.

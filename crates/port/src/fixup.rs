@@ -361,6 +361,103 @@ pub(super) fn segment_tcp(
     true
 }
 
+/// A counter [`deliver_oversize`] adds to (see [`RxSide::count`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RxCount {
+    /// A super-frame cut into segments.
+    GsoFrames,
+    /// Segments produced from super-frames.
+    GsoSegments,
+    /// A frame longer than the MTU that could not be segmented (the port's
+    /// `oversize_dropped`).
+    OversizeDropped,
+    /// A received frame dropped (the port's `PortStats::rx_dropped`).
+    RxDropped,
+}
+
+/// The receive state of a port, as [`deliver_oversize`] needs it. Both
+/// ports' `RxState` implement it over their own counters structs, so what
+/// is decided for a frame longer than the MTU (segment or drop, what is
+/// counted, when to warn) is written once, here, and the two ports cannot
+/// drift apart again.
+pub(super) trait RxSide {
+    /// The port's name, for the warning.
+    fn port_name(&self) -> &str;
+    /// The interface's MTU (the IP datagram's limit).
+    fn mtu(&self) -> usize;
+    /// Scratch vector for segments, kept between super-frames so that
+    /// cutting one does not allocate a vector.
+    fn segs(&mut self) -> &mut Vec<PacketBuf>;
+    /// Add `n` to the counter `what`.
+    fn count(&mut self, what: RxCount, n: u64);
+    /// True the first time it is called on this port, false after: the
+    /// oversize warning is logged once, further drops only counted.
+    fn first_oversize_warning(&mut self) -> bool;
+    /// Hand a frame to the switch: appended to `out` when `room > 0`,
+    /// queued otherwise. Counts it received; returns how many went to `out`
+    /// (0 or 1).
+    fn push(&mut self, buf: PacketBuf, out: &mut Vec<PacketBuf>, room: usize) -> usize;
+}
+
+/// The receive fix-up for a frame longer than the port's MTU allows (a
+/// local sender's GSO super-frame, or a GRO'd one): TCP over IPv4/IPv6 is
+/// cut into MTU-sized segments by [`segment_tcp`] and handed on through
+/// [`RxSide::push`], anything else is dropped and counted (and the first
+/// such drop logged). Returns how many frames went to `out`; the rest are
+/// queued by the port. Shared by the AF_PACKET and AF_XDP ports.
+///
+/// # Counting
+/// A super-frame counts once in `gso_frames` and its segments in
+/// `gso_segments`; the segments are **not** counted in `csum_completed`,
+/// although each gets a freshly computed checksum. The two ports' copies of
+/// this function used to differ here (AF_PACKET added every segment to
+/// `csum_completed`, AF_XDP did not); not counting is right because:
+/// - `csum_completed` then means one thing on every port and on transmit
+///   ([`Finished::csum_completed`]): frames whose partial checksum was
+///   completed in place. Each received frame the fix-up touched is counted
+///   in exactly one of `csum_completed` and `gso_segments`, so their sum is
+///   the frames fixed, with no double counting;
+/// - on AF_PACKET it keeps `csum_completed <= csum_not_ready` (the kernel
+///   flags a super-frame once, not once per segment), so the difference
+///   still shows partial checksums that could not be completed;
+/// - a segment's checksum is computed whether or not the super-frame's was
+///   partial (on AF_XDP that is not even known), so counting it as a
+///   "completion" would count something that did not happen.
+pub(super) fn deliver_oversize<R: RxSide>(
+    rx: &mut R,
+    frame: &[u8],
+    layout: Option<&Layout>,
+    out: &mut Vec<PacketBuf>,
+    room: usize,
+    pool: &mut Vec<PacketBuf>,
+) -> usize {
+    let mtu = rx.mtu();
+    let mut segs = std::mem::take(rx.segs());
+    segs.clear();
+    let mut n = 0;
+    if layout.is_some_and(|l| segment_tcp(frame, l, mtu, pool, &mut segs)) {
+        rx.count(RxCount::GsoFrames, 1);
+        rx.count(RxCount::GsoSegments, segs.len() as u64);
+        for s in segs.drain(..) {
+            n += rx.push(s, out, room.saturating_sub(n));
+        }
+    } else {
+        rx.count(RxCount::OversizeDropped, 1);
+        rx.count(RxCount::RxDropped, 1);
+        if rx.first_oversize_warning() {
+            tracing::warn!(
+                port = %rx.port_name(),
+                len = frame.len(),
+                mtu,
+                "dropping frame longer than the MTU that is not TCP (GSO/GRO on \
+                 the sender?); further drops are only counted"
+            );
+        }
+    }
+    *rx.segs() = segs;
+    n
+}
+
 /// What [`finish_offloads`] did to a batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Finished {
@@ -808,5 +905,165 @@ pub(super) mod tests {
         // Nothing to do: untouched.
         let mut again = vec![plain.clone()];
         assert_eq!(finish_offloads(&mut again, &mut pool), Finished::default());
+    }
+
+    /// A port's receive side reduced to what [`deliver_oversize`] sees.
+    #[derive(Default)]
+    struct FakeRx {
+        mtu: usize,
+        segs: Vec<PacketBuf>,
+        counts: Vec<(RxCount, u64)>,
+        warned: bool,
+        warnings: u32,
+        pending: Vec<PacketBuf>,
+        pushed: u64,
+    }
+
+    impl FakeRx {
+        fn total(&self, what: RxCount) -> u64 {
+            self.counts
+                .iter()
+                .filter(|(w, _)| *w == what)
+                .map(|(_, n)| n)
+                .sum()
+        }
+    }
+
+    impl RxSide for FakeRx {
+        fn port_name(&self) -> &str {
+            "fake"
+        }
+        fn mtu(&self) -> usize {
+            self.mtu
+        }
+        fn segs(&mut self) -> &mut Vec<PacketBuf> {
+            &mut self.segs
+        }
+        fn count(&mut self, what: RxCount, n: u64) {
+            self.counts.push((what, n));
+        }
+        fn first_oversize_warning(&mut self) -> bool {
+            let first = !std::mem::replace(&mut self.warned, true);
+            self.warnings += u32::from(first);
+            first
+        }
+        fn push(&mut self, buf: PacketBuf, out: &mut Vec<PacketBuf>, room: usize) -> usize {
+            self.pushed += 1;
+            if room > 0 {
+                out.push(buf);
+                1
+            } else {
+                self.pending.push(buf);
+                0
+            }
+        }
+    }
+
+    #[test]
+    fn deliver_oversize_segments_tcp_and_counts_no_checksum_completion() {
+        for v6_frame in [false, true] {
+            let payload: Vec<u8> = (0..20_000u32).map(|i| (i % 253) as u8).collect();
+            let b = FrameBuilder::new(MAC_A, MAC_B);
+            let b = if v6_frame {
+                b.ipv6(v6("2001:db8::1"), v6("2001:db8::2"))
+            } else {
+                b.ipv4(V4A, V4B)
+            };
+            // As a local sender leaves it: checksum partial.
+            let big = make_partial(&b.tcp(1, 2, 0x18).payload(&payload).build());
+            let l = parse::parse(&big).unwrap();
+            let mut rx = FakeRx {
+                mtu: 1500,
+                ..Default::default()
+            };
+            let (mut out, mut pool) = (Vec::new(), Vec::new());
+            let n = deliver_oversize(&mut rx, &big, Some(&l), &mut out, 5, &mut pool);
+            let hdrs = if v6_frame { 40 + 20 } else { 20 + 20 };
+            let expect = payload.len().div_ceil(1500 - hdrs);
+            assert_eq!((n, out.len(), rx.pending.len()), (5, 5, expect - 5));
+            out.append(&mut rx.pending);
+            check_segments(&big, 1500, &out);
+            assert_eq!(rx.pushed, expect as u64);
+            assert_eq!(rx.total(RxCount::GsoFrames), 1);
+            assert_eq!(rx.total(RxCount::GsoSegments), expect as u64);
+            assert_eq!(rx.total(RxCount::OversizeDropped), 0);
+            assert_eq!(rx.total(RxCount::RxDropped), 0);
+            // No counter for checksum completion exists in the fix-up's
+            // vocabulary: the segments are counted once, as segments.
+            assert_eq!(
+                rx.counts.len(),
+                2,
+                "only gso_frames and gso_segments: {:?}",
+                rx.counts
+            );
+            // The scratch vector came back (kept for the next super-frame).
+            assert!(rx.segs.is_empty() && rx.segs.capacity() >= expect);
+        }
+    }
+
+    #[test]
+    fn deliver_oversize_with_no_room_queues_every_segment() {
+        let big = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .tcp(1, 2, 0x18)
+            .payload(&[7; 5000])
+            .build();
+        let l = parse::parse(&big).unwrap();
+        let mut rx = FakeRx {
+            mtu: 1500,
+            ..Default::default()
+        };
+        let (mut out, mut pool) = (Vec::new(), Vec::new());
+        assert_eq!(
+            deliver_oversize(&mut rx, &big, Some(&l), &mut out, 0, &mut pool),
+            0
+        );
+        assert!(out.is_empty());
+        assert_eq!(rx.pending.len(), 5000usize.div_ceil(1460));
+    }
+
+    #[test]
+    fn deliver_oversize_drops_what_it_cannot_segment_and_warns_once() {
+        let udp = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .udp(1, 2)
+            .payload(&[1; 3000])
+            .build();
+        let l = parse::parse(&udp).unwrap();
+        let mut rx = FakeRx {
+            mtu: 1500,
+            ..Default::default()
+        };
+        let (mut out, mut pool) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            assert_eq!(
+                deliver_oversize(&mut rx, &udp, Some(&l), &mut out, 8, &mut pool),
+                0
+            );
+        }
+        // Unparsable (no layout): dropped the same way.
+        assert_eq!(
+            deliver_oversize(&mut rx, &[0u8; 3000], None, &mut out, 8, &mut pool),
+            0
+        );
+        assert!(out.is_empty() && rx.pending.is_empty());
+        assert_eq!(rx.pushed, 0);
+        assert_eq!(rx.total(RxCount::OversizeDropped), 4);
+        assert_eq!(rx.total(RxCount::RxDropped), 4);
+        assert_eq!(rx.total(RxCount::GsoFrames), 0);
+        assert_eq!(rx.warnings, 1);
+        // An MTU too small for the headers cannot be cut either.
+        let tcp = FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(V4A, V4B)
+            .tcp(1, 2, 0x18)
+            .payload(&[1; 3000])
+            .build();
+        let lt = parse::parse(&tcp).unwrap();
+        rx.mtu = 40;
+        assert_eq!(
+            deliver_oversize(&mut rx, &tcp, Some(&lt), &mut out, 8, &mut pool),
+            0
+        );
+        assert_eq!(rx.total(RxCount::OversizeDropped), 5);
     }
 }

@@ -28,7 +28,7 @@
 //! stays in the userspace datapath (the offload manager says
 //! `tunnel:ipsec`).
 
-use nicflow_ipsec::esp::{self, Aead, InboundSa, OutboundSa, SaConfig};
+use nicflow_ipsec::esp::{self, Aead, InboundSa, OutboundSa, SaConfig, SaError};
 use nicflow_ipsec::ike::{
     ChildKeys, ChildMode, ChildTs, Datagram, IkeConfig, IkeEvent, IkeSession,
 };
@@ -157,42 +157,128 @@ pub struct IpsecConfig {
     pub mode: EspMode,
 }
 
-fn parse_spi(k: &str, v: &str) -> Result<u32, String> {
+/// Why IPsec could not be set up on a tunnel port. Each variant names the
+/// option, file or peering that failed and carries the cause; no message
+/// ever holds a key's value (options with secrets say only what is wrong).
+#[derive(Debug, thiserror::Error)]
+pub enum IpsecError {
+    /// An IPsec option without `ipsec=manual|ike`.
+    #[error("option {option} needs ipsec=manual or ipsec=ike")]
+    NeedsKeying { option: String },
+    /// An option of the other keying (`esp_key_in` with `ipsec=ike`...).
+    #[error("option {option} does not go with ipsec={keying}")]
+    WrongKeying { option: String, keying: String },
+    /// A required option is missing.
+    #[error("option {option} is required with ipsec={keying}")]
+    Missing {
+        option: &'static str,
+        keying: String,
+    },
+    /// An option that is not a secret has a value out of its range.
+    #[error("option {option}={value}: {expected}")]
+    BadValue {
+        option: String,
+        value: String,
+        expected: String,
+    },
+    /// A secret (key, PSK) is malformed; its value is not repeated.
+    #[error("option {option}: {reason}")]
+    BadSecret {
+        option: &'static str,
+        reason: String,
+    },
+    /// The ESP library refused the SA the options describe.
+    #[error("{options}: {source}")]
+    Sa {
+        options: &'static str,
+        #[source]
+        source: SaError,
+    },
+    /// Building the SA at add time failed (`dir`: `out` or `in`).
+    #[error("esp {dir}: {source}")]
+    SaSetup {
+        dir: &'static str,
+        #[source]
+        source: SaError,
+    },
+    /// The reservation file of a manual key's sequence numbers could not
+    /// be read or written.
+    #[error("{}: {source}", path.display())]
+    SeqFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reservation file holds something else than a number.
+    #[error("{}: not a sequence number", path.display())]
+    SeqFileCorrupt { path: PathBuf },
+    /// The sequence numbers of a manual key cannot be kept across
+    /// restarts, so the SA is refused (they are AES-GCM nonces).
+    #[error(
+        "cannot keep the ESP sequence numbers of a manual key ({source}): \
+         they are AES-GCM nonces and must never restart"
+    )]
+    SeqNotKept {
+        #[source]
+        source: Box<IpsecError>,
+    },
+    /// Another tunnel port of the underlay already protects this pair.
+    #[error(
+        "another tunnel port on this underlay already protects {local} <-> {remote} \
+         (one IPsec peering per pair of addresses)"
+    )]
+    PeeringTaken { local: Ipv4Addr, remote: Ipv4Addr },
+    /// Another tunnel port of the underlay receives with this SPI.
+    #[error("esp_spi_in={spi:#x}: another tunnel port on this underlay receives with it")]
+    SpiInUse { spi: u32 },
+}
+
+fn bad_value(option: &str, value: &str, expected: impl Into<String>) -> IpsecError {
+    IpsecError::BadValue {
+        option: option.to_string(),
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+fn parse_spi(k: &str, v: &str) -> Result<u32, IpsecError> {
     let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
         Some(h) => u32::from_str_radix(h, 16),
         None => v.parse::<u32>(),
     }
-    .map_err(|_| format!("option {k}={v}: not a 32-bit number"))?;
+    .map_err(|_| bad_value(k, v, "not a 32-bit number"))?;
     if n < 256 {
-        return Err(format!(
-            "option {k}={v}: SPIs 0-255 are reserved (RFC 4303 2.1)"
-        ));
+        return Err(bad_value(k, v, "SPIs 0-255 are reserved (RFC 4303 2.1)"));
     }
     Ok(n)
 }
 
-fn parse_key(k: &str, v: &str, aead: AeadKind) -> Result<Secret, String> {
+fn parse_key(k: &'static str, v: &str, aead: AeadKind) -> Result<Secret, IpsecError> {
     // The value is never echoed: it is a key.
     let h = v
         .strip_prefix("0x")
         .or_else(|| v.strip_prefix("0X"))
         .unwrap_or(v);
     if !h.len().is_multiple_of(2) || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!(
-            "option {k}: expected hex digits (key || 4-byte salt)"
-        ));
+        return Err(IpsecError::BadSecret {
+            option: k,
+            reason: "expected hex digits (key || 4-byte salt)".into(),
+        });
     }
     let bytes: Vec<u8> = (0..h.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap_or(0))
         .collect();
     if bytes.len() != aead.key_len() {
-        return Err(format!(
-            "option {k}: {} bytes, {:?} needs {} (key || 4-byte salt)",
-            bytes.len(),
-            aead,
-            aead.key_len()
-        ));
+        return Err(IpsecError::BadSecret {
+            option: k,
+            reason: format!(
+                "{} bytes, {:?} needs {} (key || 4-byte salt)",
+                bytes.len(),
+                aead,
+                aead.key_len()
+            ),
+        });
     }
     Ok(Secret(bytes))
 }
@@ -200,17 +286,19 @@ fn parse_key(k: &str, v: &str, aead: AeadKind) -> Result<Secret, String> {
 impl IpsecConfig {
     /// The IPsec part of a tunnel port's options: `None` without `ipsec`.
     /// Errors name the option (never a key's value).
-    pub fn from_options(options: &BTreeMap<String, String>) -> Result<Option<IpsecConfig>, String> {
+    pub fn from_options(
+        options: &BTreeMap<String, String>,
+    ) -> Result<Option<IpsecConfig>, IpsecError> {
         let Some(keying) = options.get("ipsec") else {
             if let Some(k) = options.keys().find(|k| OPTIONS.contains(&k.as_str())) {
-                return Err(format!("option {k} needs ipsec=manual or ipsec=ike"));
+                return Err(IpsecError::NeedsKeying { option: k.clone() });
             }
             return Ok(None);
         };
         let ike = match keying.as_str() {
             "manual" => false,
             "ike" => true,
-            v => return Err(format!("option ipsec={v}: expected manual or ike")),
+            v => return Err(bad_value("ipsec", v, "expected manual or ike")),
         };
         let (needs, other) = if ike {
             (&["psk"][..], &MANUAL_OPTIONS[..])
@@ -218,41 +306,49 @@ impl IpsecConfig {
             (&MANUAL_OPTIONS[..], &IKE_OPTIONS[..])
         };
         if let Some(k) = other.iter().find(|k| options.contains_key(**k)) {
-            return Err(format!("option {k} does not go with ipsec={keying}"));
+            return Err(IpsecError::WrongKeying {
+                option: k.to_string(),
+                keying: keying.clone(),
+            });
         }
         for k in needs {
             if !options.contains_key(*k) {
-                return Err(format!("option {k} is required with ipsec={keying}"));
+                return Err(IpsecError::Missing {
+                    option: k,
+                    keying: keying.clone(),
+                });
             }
         }
         let get = |k: &str| options.get(k).map(String::as_str).unwrap_or_default();
         let aead = match options.get("esp_aead").map(String::as_str) {
             None | Some("aes-gcm-128") => AeadKind::AesGcm128,
             Some("aes-gcm-256") => AeadKind::AesGcm256,
-            Some(v) => return Err(format!("option esp_aead={v}: aes-gcm-128 or aes-gcm-256")),
+            Some(v) => return Err(bad_value("esp_aead", v, "aes-gcm-128 or aes-gcm-256")),
         };
         let flag = |k: &str| match options.get(k).map(String::as_str) {
             None | Some("false" | "no" | "0") => Ok(false),
             Some("true" | "yes" | "1") => Ok(true),
-            Some(v) => Err(format!("option {k}={v}: expected true or false")),
+            Some(v) => Err(bad_value(k, v, "expected true or false")),
         };
         let encap_udp = match options.get("esp_encap").map(String::as_str) {
             None | Some("none") => false,
             Some("udp") => true,
-            Some(v) => return Err(format!("option esp_encap={v}: none or udp")),
+            Some(v) => return Err(bad_value("esp_encap", v, "none or udp")),
         };
         let mode = match options.get("esp_mode").map(String::as_str) {
             None | Some("transport") => EspMode::Transport,
             Some("tunnel") => EspMode::Tunnel,
-            Some(v) => return Err(format!("option esp_mode={v}: transport or tunnel")),
+            Some(v) => return Err(bad_value("esp_mode", v, "transport or tunnel")),
         };
         let replay_window = match options.get("esp_replay_window") {
             None => 64,
             Some(v) => match v.parse::<u32>() {
                 Ok(n) if n <= 4096 => n,
                 _ => {
-                    return Err(format!(
-                        "option esp_replay_window={v}: a window of 0..=4096 packets"
+                    return Err(bad_value(
+                        "esp_replay_window",
+                        v,
+                        "a window of 0..=4096 packets",
                     ))
                 }
             },
@@ -260,7 +356,10 @@ impl IpsecConfig {
         let keying = if ike {
             let psk = get("psk");
             if psk.len() < 8 {
-                return Err("option psk: at least 8 characters".into());
+                return Err(IpsecError::BadSecret {
+                    option: "psk",
+                    reason: "at least 8 characters".into(),
+                });
             }
             Keying::Ike(IkeKeying {
                 psk: Secret(psk.as_bytes().to_vec()),
@@ -288,10 +387,16 @@ impl IpsecConfig {
         if let Keying::Manual(m) = &cfg.keying {
             cfg.sa_config(m.spi_out, &m.key_out.0)
                 .validate()
-                .map_err(|e| format!("esp_spi_out/esp_key_out: {e}"))?;
+                .map_err(|source| IpsecError::Sa {
+                    options: "esp_spi_out/esp_key_out",
+                    source,
+                })?;
             cfg.sa_config(m.spi_in, &m.key_in.0)
                 .validate()
-                .map_err(|e| format!("esp_spi_in/esp_key_in: {e}"))?;
+                .map_err(|source| IpsecError::Sa {
+                    options: "esp_spi_in/esp_key_in",
+                    source,
+                })?;
         }
         Ok(Some(cfg))
     }
@@ -409,21 +514,29 @@ struct IkeState {
     rekey_asked: bool,
 }
 
-fn read_seq(path: &Path) -> Result<u64, String> {
+fn read_seq(path: &Path) -> Result<u64, IpsecError> {
     match std::fs::read_to_string(path) {
         Ok(s) => s
             .trim()
             .parse::<u64>()
-            .map_err(|_| format!("{}: not a sequence number", path.display())),
+            .map_err(|_| IpsecError::SeqFileCorrupt {
+                path: path.to_path_buf(),
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(IpsecError::SeqFile {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Write `seq` durably (temporary file, fsync, rename).
-fn write_seq(path: &Path, seq: u64) -> Result<(), String> {
+fn write_seq(path: &Path, seq: u64) -> Result<(), IpsecError> {
     use std::io::Write;
-    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let err = |source: std::io::Error| IpsecError::SeqFile {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d).map_err(err)?;
     }
@@ -547,7 +660,7 @@ impl UnderlayEsp {
         cfg: &IpsecConfig,
         local: Ipv4Addr,
         remote: Ipv4Addr,
-    ) -> Result<(), String> {
+    ) -> Result<(), IpsecError> {
         let seq = match &cfg.keying {
             Keying::Manual(m) => Some(seq_file(m, local, remote)),
             Keying::Ike(_) => None,
@@ -565,16 +678,13 @@ impl UnderlayEsp {
         remote: Ipv4Addr,
         seq_file: Option<PathBuf>,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), IpsecError> {
         if self
             .endpoints
             .values()
             .any(|e| e.local == local && e.remote == remote)
         {
-            return Err(format!(
-                "another tunnel port on this underlay already protects {local} <-> {remote} \
-                 (one IPsec peering per pair of addresses)"
-            ));
+            return Err(IpsecError::PeeringTaken { local, remote });
         }
         let mut ep = EspEndpoint {
             cfg: cfg.clone(),
@@ -590,29 +700,23 @@ impl UnderlayEsp {
         match &cfg.keying {
             Keying::Manual(m) => {
                 if self.inbound.contains_key(&m.spi_in) {
-                    return Err(format!(
-                        "esp_spi_in={:#x}: another tunnel port on this underlay receives with it",
-                        m.spi_in
-                    ));
+                    return Err(IpsecError::SpiInUse { spi: m.spi_in });
                 }
                 let out_cfg = cfg.sa_config(m.spi_out, &m.key_out.0);
                 let out = match &seq_file {
                     Some(path) => {
                         let start = read_seq(path)?;
                         ep.reserved = start.saturating_add(SEQ_RESERVE);
-                        write_seq(path, ep.reserved).map_err(|e| {
-                            format!(
-                                "cannot keep the ESP sequence numbers of a manual key ({e}): \
-                                 they are AES-GCM nonces and must never restart"
-                            )
+                        write_seq(path, ep.reserved).map_err(|e| IpsecError::SeqNotKept {
+                            source: Box::new(e),
                         })?;
                         OutboundSa::new_after_seq(out_cfg, start)
                     }
                     None => OutboundSa::new(out_cfg),
                 }
-                .map_err(|e| format!("esp out: {e}"))?;
+                .map_err(|source| IpsecError::SaSetup { dir: "out", source })?;
                 let inb = InboundSa::new(cfg.sa_config(m.spi_in, &m.key_in.0))
-                    .map_err(|e| format!("esp in: {e}"))?;
+                    .map_err(|source| IpsecError::SaSetup { dir: "in", source })?;
                 self.inbound.insert(m.spi_in, (id, inb));
                 ep.out = Some(out);
                 ep.seq_file = seq_file;
@@ -1196,12 +1300,30 @@ mod tests {
             (opts(&[("ipsec", "ike")]), "psk is required"),
             (opts(&[("ipsec", "ike"), ("psk", "short")]), "at least 8"),
         ] {
-            let e = IpsecConfig::from_options(&o).unwrap_err();
+            let e = IpsecConfig::from_options(&o).unwrap_err().to_string();
             assert!(e.contains(want), "{e}");
             assert!(!e.contains("0102030405"), "key echoed: {e}");
         }
-        let e = IpsecConfig::from_options(&manual(&[("esp_key_in", "0xzz")])).unwrap_err();
+        let e = IpsecConfig::from_options(&manual(&[("esp_key_in", "0xzz")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("esp_key_in") && !e.contains("zz"), "{e}");
+        // The variants say what failed, for callers that match on them.
+        assert!(matches!(
+            IpsecConfig::from_options(&opts(&[("ipsec", "ike")])),
+            Err(IpsecError::Missing { option: "psk", .. })
+        ));
+        assert!(matches!(
+            IpsecConfig::from_options(&manual(&[("esp_key_in", "0xzz")])),
+            Err(IpsecError::BadSecret {
+                option: "esp_key_in",
+                ..
+            })
+        ));
+        assert!(matches!(
+            IpsecConfig::from_options(&manual(&[("esp_spi_out", "255")])),
+            Err(IpsecError::BadValue { .. })
+        ));
         assert_eq!(shown_value("esp_key_in", K2), "(secret)");
         assert_eq!(shown_value("esp_spi_in", "0x1002"), "0x1002");
     }
@@ -1349,7 +1471,14 @@ mod seq_tests {
         let e = c
             .add_with_state(1, &cfg, l, r, Some(bad), Instant::now())
             .unwrap_err();
-        assert!(e.contains("must never restart"), "{e}");
+        assert!(e.to_string().contains("must never restart"), "{e}");
+        // Typed, with the cause chained: the file and the errno underneath.
+        let IpsecError::SeqNotKept { source } = &e else {
+            panic!("{e:?}");
+        };
+        assert!(matches!(**source, IpsecError::SeqFile { .. }), "{source:?}");
+        let io = std::error::Error::source(&**source).expect("io cause");
+        assert!(io.downcast_ref::<std::io::Error>().is_some(), "{io:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -177,7 +177,80 @@ pub struct TlvMapping {
 /// Parse `{class=0x0102,type=0x80,len=4}->tun_metadata0,{...}->tun_metadata1`
 /// (OVS's `add-tlv-map` form). Only 4-byte options (`len=4`) fit a slot;
 /// a class/type or a slot used twice is refused. Errors name the entry.
-pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
+/// Why a tunnel port could not be configured or opened. Each variant names
+/// the option, entry, underlay or clash that failed and carries the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelPortError {
+    /// A `tlv_map` entry that does not parse (the reason names the entry).
+    #[error("tlv_map: {reason}")]
+    TlvMap { reason: String },
+    /// `tlv_map` on a port that carries no options (VXLAN).
+    #[error("option tlv_map: only Geneve carries options")]
+    TlvMapNotGeneve,
+    /// An option with a value out of its range.
+    #[error("option {option}={value}: {expected}")]
+    BadValue {
+        option: String,
+        value: String,
+        expected: String,
+    },
+    /// A required option is missing.
+    #[error("option {option} is required{hint}")]
+    Missing {
+        option: &'static str,
+        hint: &'static str,
+    },
+    /// An option no tunnel port knows.
+    #[error("unknown tunnel option `{option}` ({known})")]
+    UnknownOption { option: String, known: String },
+    /// The IPsec options or SAs.
+    #[error(transparent)]
+    Ipsec(#[from] super::ipsec::IpsecError),
+    /// The underlay port could not be opened (the port factory's reason).
+    #[error("underlay {underlay}: {reason}")]
+    OpenUnderlay { underlay: String, reason: String },
+    /// The underlay's MAC or MTU could not be read.
+    #[error("underlay {underlay}: reading its MAC and MTU: {source}")]
+    UnderlayQuery {
+        underlay: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The UDP port already carries the other encapsulation.
+    #[error("underlay {underlay}: UDP port {port} already carries {carries}, not {wanted}")]
+    UdpPortTaken {
+        underlay: String,
+        port: u16,
+        carries: &'static str,
+        wanted: &'static str,
+    },
+    /// Another tunnel port of the underlay receives the same traffic.
+    #[error(
+        "underlay {underlay}: another tunnel port already receives {kind} from {remote} \
+         to {local} with key {key:?}"
+    )]
+    EndpointTaken {
+        underlay: String,
+        kind: &'static str,
+        remote: Ipv4Addr,
+        local: Ipv4Addr,
+        key: TunnelKey,
+    },
+}
+
+fn tlv(reason: String) -> TunnelPortError {
+    TunnelPortError::TlvMap { reason }
+}
+
+fn bad_value(option: &str, value: &str, expected: impl Into<String>) -> TunnelPortError {
+    TunnelPortError::BadValue {
+        option: option.to_string(),
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, TunnelPortError> {
     let mut out: Vec<TlvMapping> = Vec::new();
     let mut rest = s.trim();
     while !rest.is_empty() {
@@ -185,13 +258,15 @@ pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
             .find('}')
             .filter(|_| rest.starts_with('{'))
             .ok_or_else(|| {
-                format!("tlv_map: `{rest}`: expected {{class=..,type=..,len=4}}->tun_metadataN")
+                tlv(format!(
+                    "`{rest}`: expected {{class=..,type=..,len=4}}->tun_metadataN"
+                ))
             })?;
         let body = &rest[1..body_end];
         let after = rest[body_end + 1..].trim_start();
         let after = after
             .strip_prefix("->")
-            .ok_or_else(|| format!("tlv_map: `{{{body}}}` is not followed by ->tun_metadataN"))?
+            .ok_or_else(|| tlv(format!("`{{{body}}}` is not followed by ->tun_metadataN")))?
             .trim_start();
         let end = after.find(',').unwrap_or(after.len());
         let target = after[..end].trim();
@@ -200,53 +275,55 @@ pub fn parse_tlv_map(s: &str) -> Result<Vec<TlvMapping>, String> {
         for kv in body.split(',') {
             let (k, v) = kv
                 .split_once('=')
-                .ok_or_else(|| format!("tlv_map: `{kv}` in {{{body}}}: expected key=value"))?;
+                .ok_or_else(|| tlv(format!("`{kv}` in {{{body}}}: expected key=value")))?;
             let (k, v) = (k.trim(), v.trim());
             let n = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
                 Some(h) => u32::from_str_radix(h, 16),
                 None => v.parse::<u32>(),
             }
-            .map_err(|_| format!("tlv_map: `{kv}`: not a number"))?;
+            .map_err(|_| tlv(format!("`{kv}`: not a number")))?;
             let (field, max) = match k {
                 "class" => (&mut class, 0xffff),
                 "type" => (&mut typ, 0xff),
                 "len" => (&mut len, u32::MAX),
                 _ => {
-                    return Err(format!(
-                        "tlv_map: `{kv}` in {{{body}}}: unknown key (class, type, len)"
-                    ))
+                    return Err(tlv(format!(
+                        "`{kv}` in {{{body}}}: unknown key (class, type, len)"
+                    )))
                 }
             };
             if n > max {
-                return Err(format!("tlv_map: `{kv}`: above {max:#x}"));
+                return Err(tlv(format!("`{kv}`: above {max:#x}")));
             }
             if field.replace(n).is_some() {
-                return Err(format!("tlv_map: `{k}` twice in {{{body}}}"));
+                return Err(tlv(format!("`{k}` twice in {{{body}}}")));
             }
         }
         let (class, typ) = (class.map(|c| c as u16), typ.map(|t| t as u8));
         let (Some(class), Some(typ)) = (class, typ) else {
-            return Err(format!("tlv_map: {{{body}}} needs class and type"));
+            return Err(tlv(format!("{{{body}}} needs class and type")));
         };
         if len != Some(4) {
-            return Err(format!(
-                "tlv_map: {{{body}}}: only len=4 options map to tun_metadata (4-byte slots)"
-            ));
+            return Err(tlv(format!(
+                "{{{body}}}: only len=4 options map to tun_metadata (4-byte slots)"
+            )));
         }
         let slot = target
             .strip_prefix("tun_metadata")
             .and_then(|n| n.parse::<u8>().ok())
             .filter(|n| *n < 8)
             .ok_or_else(|| {
-                format!("tlv_map: {{{body}}}->`{target}`: expected tun_metadata0..tun_metadata7")
+                tlv(format!(
+                    "{{{body}}}->`{target}`: expected tun_metadata0..tun_metadata7"
+                ))
             })?;
         if out
             .iter()
             .any(|m| m.slot == slot || (m.class, m.typ) == (class, typ))
         {
-            return Err(format!(
-                "tlv_map: {{{body}}}->{target}: slot or class/type mapped twice"
-            ));
+            return Err(tlv(format!(
+                "{{{body}}}->{target}: slot or class/type mapped twice"
+            )));
         }
         out.push(TlvMapping { class, typ, slot });
     }
@@ -258,30 +335,30 @@ impl TunnelConfig {
     pub fn from_options(
         kind: TunnelKind,
         options: &BTreeMap<String, String>,
-    ) -> Result<TunnelConfig, String> {
-        let ip = |k: &str| -> Result<Option<Ipv4Addr>, String> {
+    ) -> Result<TunnelConfig, TunnelPortError> {
+        let ip = |k: &str| -> Result<Option<Ipv4Addr>, TunnelPortError> {
             options
                 .get(k)
                 .map(|v| {
                     v.parse::<Ipv4Addr>().map_err(|_| {
                         if v.parse::<Ipv6Addr>().is_ok() {
-                            format!("option {k}={v}: IPv6 underlays are not supported yet")
+                            bad_value(k, v, "IPv6 underlays are not supported yet")
                         } else {
-                            format!("option {k}={v}: not an IPv4 address")
+                            bad_value(k, v, "not an IPv4 address")
                         }
                     })
                 })
                 .transpose()
         };
-        let flag = |k: &str, default: bool| -> Result<bool, String> {
+        let flag = |k: &str, default: bool| -> Result<bool, TunnelPortError> {
             match options.get(k).map(String::as_str) {
                 None => Ok(default),
                 Some("true" | "yes" | "1") => Ok(true),
                 Some("false" | "no" | "0") => Ok(false),
-                Some(v) => Err(format!("option {k}={v}: expected true or false")),
+                Some(v) => Err(bad_value(k, v, "expected true or false")),
             }
         };
-        let num = |k: &str, default: u32, max: u32| -> Result<u32, String> {
+        let num = |k: &str, default: u32, max: u32| -> Result<u32, TunnelPortError> {
             match options.get(k) {
                 None => Ok(default),
                 Some(v) => {
@@ -292,7 +369,7 @@ impl TunnelConfig {
                     };
                     match n {
                         Ok(n) if n <= max => Ok(n),
-                        _ => Err(format!("option {k}={v}: not a number in 0..={max}")),
+                        _ => Err(bad_value(k, v, format!("not a number in 0..={max}"))),
                     }
                 }
             }
@@ -314,19 +391,23 @@ impl TunnelConfig {
                     | "tlv_map"
             ) && !super::ipsec::OPTIONS.contains(&k.as_str())
             {
-                return Err(format!(
-                    "unknown tunnel option `{k}` (remote_ip, local_ip, key, dst_port, csum, \
-                     underlay, underlay_type, ttl, tos, df, csum_complete, tlv_map, {})",
-                    super::ipsec::OPTIONS.join(", ")
-                ));
+                return Err(TunnelPortError::UnknownOption {
+                    option: k.clone(),
+                    known: format!(
+                        "remote_ip, local_ip, key, dst_port, csum, underlay, underlay_type, \
+                         ttl, tos, df, csum_complete, tlv_map, {}",
+                        super::ipsec::OPTIONS.join(", ")
+                    ),
+                });
             }
         }
-        let remote_ip = ip("remote_ip")?.ok_or("option remote_ip is required")?;
-        let local_ip = ip("local_ip")?.ok_or("option local_ip is required")?;
+        let missing = |option, hint| TunnelPortError::Missing { option, hint };
+        let remote_ip = ip("remote_ip")?.ok_or(missing("remote_ip", ""))?;
+        let local_ip = ip("local_ip")?.ok_or(missing("local_ip", ""))?;
         let underlay = options
             .get("underlay")
             .cloned()
-            .ok_or("option underlay is required (the interface carrying the tunnel)")?;
+            .ok_or(missing("underlay", " (the interface carrying the tunnel)"))?;
         let key = match options.get("key").map(String::as_str) {
             Some("flow") => TunnelKey::Flow,
             None => TunnelKey::Fixed(0),
@@ -343,11 +424,7 @@ impl TunnelConfig {
             Some("tc") => PortType::Tc,
             Some("afxdp") => PortType::Afxdp,
             Some("afpacket") => PortType::Afpacket,
-            Some(v) => {
-                return Err(format!(
-                    "option underlay_type={v}: auto, tc, afxdp or afpacket"
-                ))
-            }
+            Some(v) => return Err(bad_value("underlay_type", v, "auto, tc, afxdp or afpacket")),
         };
         Ok(TunnelConfig {
             kind,
@@ -365,7 +442,7 @@ impl TunnelConfig {
             tlv_map: match options.get("tlv_map") {
                 None => Vec::new(),
                 Some(_) if kind != TunnelKind::Geneve => {
-                    return Err("option tlv_map: only Geneve carries options".into())
+                    return Err(TunnelPortError::TlvMapNotGeneve)
                 }
                 Some(v) => parse_tlv_map(v)?,
             },
@@ -549,16 +626,27 @@ impl Underlay {
     /// `mode`: the bridge's offload mode, which an `auto` underlay follows
     /// as any `auto` port does (TC under auto/tc, AF_XDP otherwise), so
     /// that the tunnel and the ports around it run in one engine.
-    fn open(cfg: &TunnelConfig, mode: nicflow_api::OffloadMode) -> Result<Underlay, String> {
+    fn open(
+        cfg: &TunnelConfig,
+        mode: nicflow_api::OffloadMode,
+    ) -> Result<Underlay, TunnelPortError> {
         let pc = PortConfig {
             name: format!("underlay:{}", cfg.underlay),
             iface: cfg.underlay.clone(),
             kind: cfg.underlay_type,
             options: BTreeMap::new(),
         };
-        let port = crate::open(&pc, mode).map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
-        let (ctl, mac, mtu) = iface_mac_mtu(&cfg.underlay)
-            .map_err(|e| format!("underlay {}: reading its MAC and MTU: {e}", cfg.underlay))?;
+        let port = crate::open(&pc, mode).map_err(|reason| {
+            TunnelPortError::OpenUnderlay {
+                underlay: cfg.underlay.clone(),
+                reason,
+            }
+        })?;
+        let (ctl, mac, mtu) =
+            iface_mac_mtu(&cfg.underlay).map_err(|source| TunnelPortError::UnderlayQuery {
+                underlay: cfg.underlay.clone(),
+                source,
+            })?;
         tracing::info!(iface = %cfg.underlay, kind = port.kind(), mtu, "tunnel underlay attached");
         Ok(Underlay::new(
             cfg.underlay.clone(),
@@ -633,7 +721,7 @@ impl Underlay {
     fn get(
         cfg: &TunnelConfig,
         mode: nicflow_api::OffloadMode,
-    ) -> Result<Rc<RefCell<Underlay>>, String> {
+    ) -> Result<Rc<RefCell<Underlay>>, TunnelPortError> {
         UNDERLAYS.with(|m| {
             let mut m = m.borrow_mut();
             if let Some(u) = m.get(&cfg.underlay).and_then(Weak::upgrade) {
@@ -645,7 +733,7 @@ impl Underlay {
         })
     }
 
-    fn add_endpoint(&mut self, cfg: &TunnelConfig) -> Result<u64, String> {
+    fn add_endpoint(&mut self, cfg: &TunnelConfig) -> Result<u64, TunnelPortError> {
         let clash = self.endpoints.iter().any(|e| {
             e.kind == cfg.kind
                 && e.local == cfg.local_ip
@@ -658,23 +746,21 @@ impl Underlay {
             .iter()
             .find(|e| e.dst_port == cfg.dst_port && e.kind != cfg.kind)
         {
-            return Err(format!(
-                "underlay {}: UDP port {} already carries {}, not {}",
-                self.iface,
-                cfg.dst_port,
-                kind_name(e.kind),
-                kind_name(cfg.kind)
-            ));
+            return Err(TunnelPortError::UdpPortTaken {
+                underlay: self.iface.clone(),
+                port: cfg.dst_port,
+                carries: kind_name(e.kind),
+                wanted: kind_name(cfg.kind),
+            });
         }
         if clash {
-            return Err(format!(
-                "underlay {}: another tunnel port already receives {} from {} to {} with key {:?}",
-                self.iface,
-                kind_name(cfg.kind),
-                cfg.remote_ip,
-                cfg.local_ip,
-                cfg.key
-            ));
+            return Err(TunnelPortError::EndpointTaken {
+                underlay: self.iface.clone(),
+                kind: kind_name(cfg.kind),
+                remote: cfg.remote_ip,
+                local: cfg.local_ip,
+                key: cfg.key,
+            });
         }
         let id = self.next_id;
         if let Some(ip) = &cfg.ipsec {
@@ -1259,7 +1345,7 @@ impl TunnelPort {
         name: &str,
         cfg: TunnelConfig,
         mode: nicflow_api::OffloadMode,
-    ) -> Result<TunnelPort, String> {
+    ) -> Result<TunnelPort, TunnelPortError> {
         let underlay = Underlay::get(&cfg, mode)?;
         TunnelPort::attach(name, cfg, underlay, Instant::now())
     }
@@ -1270,7 +1356,7 @@ impl TunnelPort {
         cfg: TunnelConfig,
         underlay: Rc<RefCell<Underlay>>,
         now: Instant,
-    ) -> Result<TunnelPort, String> {
+    ) -> Result<TunnelPort, TunnelPortError> {
         let id = underlay.borrow_mut().add_endpoint(&cfg)?;
         Ok(TunnelPort {
             name: name.to_string(),
@@ -1614,7 +1700,7 @@ mod tests {
             ),
             ("class=1", "expected {"),
         ] {
-            let e = parse_tlv_map(bad).unwrap_err();
+            let e = parse_tlv_map(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
         // Geneve only; the overhead counts every mapped option.
@@ -1625,6 +1711,8 @@ mod tests {
             ("tlv_map", "{class=1,type=2,len=4}->tun_metadata0"),
         ]);
         let e = TunnelConfig::from_options(TunnelKind::Vxlan, &o).unwrap_err();
+        assert!(matches!(e, TunnelPortError::TlvMapNotGeneve), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("tlv_map"), "{e}");
         let c = TunnelConfig::from_options(TunnelKind::Geneve, &o).unwrap();
         assert_eq!(c.overhead(), 58);
@@ -1702,7 +1790,9 @@ mod tests {
                 "IPv6",
             ),
         ] {
-            let e = TunnelConfig::from_options(TunnelKind::Vxlan, &opts(&bad)).unwrap_err();
+            let e = TunnelConfig::from_options(TunnelKind::Vxlan, &opts(&bad))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(token), "{e} should name {token}");
         }
     }
@@ -1819,20 +1909,22 @@ mod tests {
         let e = u
             .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r1, "flow"))
             .unwrap_err();
+        assert!(matches!(e, TunnelPortError::EndpointTaken { .. }), "{e:?}");
         assert_eq!(
-            e,
+            e.to_string(),
             "underlay mem0: another tunnel port already receives vxlan from 198.18.0.2 \
              to 198.18.0.1 with key Flow"
         );
         let e = u
             .add_endpoint(&tun_cfg(TunnelKind::Vxlan, r2, "7"))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("already receives vxlan from 198.18.0.3"), "{e}");
         let mut bad_port = tun_cfg(TunnelKind::Geneve, r2, "1");
         bad_port.dst_port = tunnel::VXLAN_PORT;
         let e = u.add_endpoint(&bad_port).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "underlay mem0: UDP port 4789 already carries vxlan, not geneve"
         );
         assert_eq!(

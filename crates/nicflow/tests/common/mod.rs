@@ -6,7 +6,9 @@
 #![allow(dead_code)]
 
 pub mod dp;
+pub mod engine;
 pub mod oflab;
+pub mod port;
 pub mod skip;
 pub mod tun;
 

@@ -119,12 +119,13 @@ mod xsk;
 pub use prog::AttachMode;
 
 use super::fixup::{
-    complete_partial_checksum, fill, max_frame_len, segment_tcp, Csum, ETH_HLEN, VLAN_HLEN,
+    complete_partial_checksum, deliver_oversize, fill, max_frame_len, Csum, RxCount, RxSide,
+    ETH_HLEN, VLAN_HLEN,
 };
 use super::sys;
 use super::{Port, PortStats};
 use nicflow_packet::buf::PacketBuf;
-use nicflow_packet::parse::{self, Layout};
+use nicflow_packet::parse;
 use prog::XdpProgram;
 use std::collections::VecDeque;
 use std::fmt;
@@ -1236,7 +1237,7 @@ impl RxState {
         if data.len() > max_frame_len(self.mtu, None) {
             let layout = parse::parse(data).ok();
             if data.len() > max_frame_len(self.mtu, layout.as_ref()) {
-                return self.deliver_oversize(data, layout.as_ref(), out, room, pool);
+                return deliver_oversize(self, data, layout.as_ref(), out, room, pool);
             }
         }
         let mut buf = fill(pool, &[data]);
@@ -1247,43 +1248,33 @@ impl RxState {
         }
         self.push(buf, out, room)
     }
+}
 
-    /// A frame longer than the MTU allows: TCP is segmented, anything else
-    /// dropped and counted.
-    fn deliver_oversize(
-        &mut self,
-        frame: &[u8],
-        layout: Option<&Layout>,
-        out: &mut Vec<PacketBuf>,
-        room: usize,
-        pool: &mut Vec<PacketBuf>,
-    ) -> usize {
-        let mut segs = std::mem::take(&mut self.segs);
-        segs.clear();
-        let ok = layout.is_some_and(|l| segment_tcp(frame, l, self.mtu, pool, &mut segs));
-        let mut n = 0;
-        if ok {
-            self.counters.gso_frames += 1;
-            self.counters.gso_segments += segs.len() as u64;
-            for s in segs.drain(..) {
-                n += self.push(s, out, room - n);
-            }
-        } else {
-            self.counters.oversize_dropped += 1;
-            self.stats.rx_dropped += 1;
-            if !self.warned_oversize {
-                self.warned_oversize = true;
-                tracing::warn!(
-                    port = %self.name,
-                    len = frame.len(),
-                    mtu = self.mtu,
-                    "dropping frame longer than the MTU that is not TCP (GSO/GRO on \
-                     the sender?); further drops are only counted"
-                );
-            }
-        }
-        self.segs = segs;
-        n
+impl RxSide for RxState {
+    fn port_name(&self) -> &str {
+        &self.name
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn segs(&mut self) -> &mut Vec<PacketBuf> {
+        &mut self.segs
+    }
+
+    fn count(&mut self, what: RxCount, n: u64) {
+        let c = match what {
+            RxCount::GsoFrames => &mut self.counters.gso_frames,
+            RxCount::GsoSegments => &mut self.counters.gso_segments,
+            RxCount::OversizeDropped => &mut self.counters.oversize_dropped,
+            RxCount::RxDropped => &mut self.stats.rx_dropped,
+        };
+        *c += n;
+    }
+
+    fn first_oversize_warning(&mut self) -> bool {
+        !std::mem::replace(&mut self.warned_oversize, true)
     }
 
     fn push(&mut self, buf: PacketBuf, out: &mut Vec<PacketBuf>, room: usize) -> usize {

@@ -1,0 +1,452 @@
+//! One test body per behaviour of the kernel engines, run on every engine,
+//! as OVS's `tests/system-traffic.at` runs one body on every datapath.
+//!
+//! An [`Engine`] says what differs between the TC program (`tc_dp.c`) and
+//! the XDP one (`xdp_dp.c`) as data: its verdicts, its encoder, how an
+//! interface becomes one of its ports, which cases it refuses and why.
+//! The bodies here hold the behaviour; `tc_offload.rs` and `xdp_offload.rs`
+//! are [`engine_tests!`](crate::engine_tests) with their engine (one
+//! `#[test]` per behaviour, so a failure names the engine by its test
+//! binary) plus the tests of what only one engine does.
+//!
+//! Every body runs in a thread with its own network namespace
+//! ([`super::dp::in_netns`]); interface names carry the engine's prefix.
+
+use super::dp::*;
+use super::must;
+use nicflow::datapath::DpAction;
+use nicflow::offload::xdp::encode::PortSlots;
+use nicflow::offload::xdp::{
+    pack, EncodedFlow, EngineKind, NotOffloadable, XdpAction, XdpEngine, XdpEngineConfig,
+};
+use nicflow_flow::{extract, FlowKey, FlowMask, Match};
+use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
+use nicflow_packet::tcp::FLAG_ACK;
+use std::time::{Duration, Instant};
+
+type Encode =
+    fn(&FlowKey, &FlowMask, &[DpAction], &dyn PortSlots) -> Result<EncodedFlow, NotOffloadable>;
+
+/// What differs between the kernel engines, as data.
+#[derive(Clone, Copy)]
+pub struct Engine {
+    pub kind: EngineKind,
+    /// For messages and skips: `TC`, `XDP`.
+    pub name: &'static str,
+    /// Interface name prefix of this engine's tests.
+    pub ifp: &'static str,
+    /// The verdict of a frame sent to an output port.
+    pub redirect: u32,
+    /// The verdict of a dropped frame.
+    pub drop: u32,
+    /// The verdict of a frame handed on whole when no receiver for
+    /// userspace is set (TC: the next program on the hook; XDP: the stack).
+    pub pass: u32,
+    pub encode: Encode,
+    /// Make `ifindex` the engine's port `in_port`, with no receiver for
+    /// misses.
+    pub add_port: fn(&mut XdpEngine, u32, u32),
+    /// Whether a case's output can be checked through
+    /// `BPF_PROG_TEST_RUN` (TC keeps the outer VLAN tag in skb metadata,
+    /// which the test run does not return: those cases are checked on real
+    /// veths in `tc_lab.rs`).
+    pub test_run_sees: fn(&[DpAction]) -> bool,
+    /// Whether refusing the differential case `name` with `reason` is this
+    /// engine's documented limit.
+    pub may_refuse: fn(&str, &str) -> bool,
+    /// Fewest differential cases this engine leaves to other tests
+    /// (`test_run_sees` false): a floor, so the list cannot silently
+    /// empty.
+    pub min_not_test_run: usize,
+}
+
+/// `TC_ACT_UNSPEC` (tcx: `TCX_NEXT`): the next program on the hook decides.
+pub const TC_ACT_NEXT: u32 = u32::MAX;
+pub const TC_ACT_SHOT: u32 = 2;
+pub const TC_ACT_REDIRECT: u32 = 7;
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_REDIRECT: u32 = 4;
+
+pub const TC: Engine = Engine {
+    kind: EngineKind::Tc,
+    name: "TC",
+    ifp: "nftc",
+    redirect: TC_ACT_REDIRECT,
+    drop: TC_ACT_SHOT,
+    pass: TC_ACT_NEXT,
+    encode: nicflow::offload::xdp::encode_tc,
+    add_port: |e, ifindex, in_port| e.set_port_upcall(ifindex, in_port, 0).unwrap(),
+    test_run_sees: |acts| {
+        !acts
+            .iter()
+            .any(|a| matches!(a, DpAction::PushVlan { .. } | DpAction::PopVlan))
+    },
+    // Only ARP-rewriting cases stay in userspace.
+    may_refuse: |name, reason| name.starts_with("arp") && reason == "tc:arp-rewrite",
+    min_not_test_run: 3,
+};
+
+pub const XDP: Engine = Engine {
+    kind: EngineKind::Xdp,
+    name: "XDP",
+    ifp: "nfxo",
+    redirect: XDP_REDIRECT,
+    drop: XDP_DROP,
+    pass: XDP_PASS,
+    encode: nicflow::offload::xdp::encode,
+    add_port: |e, ifindex, in_port| e.set_port(ifindex, in_port).unwrap(),
+    test_run_sees: |_| true,
+    may_refuse: |_, _| false,
+    min_not_test_run: 0,
+};
+
+impl Engine {
+    pub fn load(&self, cfg: XdpEngineConfig) -> XdpEngine {
+        super::dp::load(self.kind, cfg)
+    }
+
+    /// The engine tests need root; says why not.
+    pub fn skip(&self) -> bool {
+        super::dp::skip(self.name)
+    }
+
+    /// `<prefix>-<tag>` and its veth peer `<prefix>-<tag>p`, created; the
+    /// first end's ifindex.
+    pub fn veth(&self, tag: &str) -> u32 {
+        let a = format!("{}-{tag}", self.ifp);
+        veth(&a, &format!("{a}p"));
+        ifindex(&a)
+    }
+
+    pub fn userspace(&self, frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
+        userspace_verdict(frame, actions, self.redirect, self.drop)
+    }
+}
+
+/// One `#[test]` per shared behaviour for engine `$eng` (a path to an
+/// [`Engine`] const). The test names are the behaviours'; the test binary
+/// (`tc_offload`, `xdp_offload`) names the engine.
+#[macro_export]
+macro_rules! engine_tests {
+    ($eng:path) => {
+        $crate::engine_tests!(@one $eng, verifier_accepts_the_program_and_map_sizes);
+        $crate::engine_tests!(@one $eng, meters_match_the_userspace_datapath);
+        $crate::engine_tests!(@one $eng, differential_test_run_matches_userspace_executor);
+        $crate::engine_tests!(@one $eng, misses_go_to_userspace_untouched);
+    };
+    (@one $eng:path, $name:ident) => {
+        #[test]
+        fn $name() {
+            if $eng.skip() {
+                return;
+            }
+            $crate::common::engine::$name(&$eng);
+        }
+    };
+}
+
+/// The program loads (verifier included) with default and non-default map
+/// sizes; a mask table above the program's bound is refused at load.
+pub fn verifier_accepts_the_program_and_map_sizes(eng: &Engine) {
+    let e = eng.load(XdpEngineConfig::default());
+    eprintln!(
+        "{}_dp: verifier accepted, {} instructions processed (kernel {})",
+        eng.kind.as_str(),
+        e.verified_insns()
+            .map_or("?".to_string(), |n| n.to_string()),
+        must(&["uname", "-r"]).trim()
+    );
+    assert_eq!(e.kind(), eng.kind);
+    drop(e);
+    let small = eng.load(XdpEngineConfig {
+        max_flows: 8,
+        max_masks: 64,
+        max_tx_ports: 4,
+        max_ifaces: 2,
+        max_queues: 1,
+        counters: true,
+    });
+    assert_eq!(small.config().max_masks, 64);
+    assert!(XdpEngine::load_kind(
+        eng.kind,
+        XdpEngineConfig {
+            max_masks: 65,
+            ..XdpEngineConfig::default()
+        }
+    )
+    .is_err());
+}
+
+/// `meter:N` flows (drop and `dscp_remark` bands, packet/s and kbit/s) give
+/// the verdicts, bytes and meter counters of the userspace meters
+/// ([`meter_differential`]).
+pub fn meters_match_the_userspace_datapath(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let in_if = eng.veth("m");
+        let out_if = eng.veth("mo");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, out_if).unwrap();
+        meter_differential(
+            &mut e,
+            eng.redirect,
+            eng.drop,
+            |e, f| e.test_run(f, in_if, 0).unwrap(),
+            |k, m, a| (eng.encode)(k, m, a, &ports()).unwrap(),
+        );
+    });
+}
+
+/// Flows built from real `FlowKey`s (`extract` on the same frames) and
+/// masks ([`cases`]), installed all at once (so the mask loop is
+/// exercised); each frame through `BPF_PROG_TEST_RUN`: verdict and output
+/// frame equal what `datapath::execute` produces with the same actions,
+/// checksums valid, the flow's counters (packets, bytes, last use, TCP
+/// flags) counted, and one batched counter read equal to the single reads.
+/// Then modify keeps counters and changes what happens, and removing every
+/// flow frees the masks. The cases the engine refuses are checked against
+/// its documented limits, so a refusal cannot creep in silently.
+pub fn differential_test_run_matches_userspace_executor(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let in_if = eng.veth("in");
+        let o2 = eng.veth("o2");
+        let o3 = eng.veth("o3");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, o2).unwrap();
+        e.set_tx_port(1, o3).unwrap();
+        let all = cases();
+        let keys: Vec<FlowKey> = all
+            .iter()
+            .map(|c| {
+                let mut k = FlowKey::default();
+                extract(&c.frame, IN_PORT, &mut k).unwrap();
+                k
+            })
+            .collect();
+        // The test's own premise: each frame falls under its own flow only
+        // (megaflows are disjoint per packet, as the slow path makes them).
+        for (i, c) in all.iter().enumerate() {
+            for (j, k) in keys.iter().enumerate() {
+                assert_eq!(
+                    Match::new(keys[i], c.mask).matches(k),
+                    i == j,
+                    "case {} / frame of {}",
+                    c.name,
+                    all[j].name
+                );
+            }
+        }
+        let (mut run, mut refused, mut elsewhere) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, c) in all.iter().enumerate() {
+            match (eng.encode)(&keys[i], &c.mask, &c.actions, &ports()) {
+                Ok(_) if !(eng.test_run_sees)(&c.actions) => elsewhere.push(c.name),
+                Ok(enc) => run.push((i, e.install(&enc).unwrap())),
+                Err(err) => refused.push((c.name, err.reason)),
+            }
+        }
+        for (name, reason) in &refused {
+            assert!(
+                (eng.may_refuse)(name, reason),
+                "{name}: refused with {reason}"
+            );
+        }
+        assert!(elsewhere.len() >= eng.min_not_test_run, "{elsewhere:?}");
+        assert!(
+            run.len() >= 10,
+            "{} cases ran, refused: {refused:?}",
+            run.len()
+        );
+        let distinct: std::collections::HashSet<_> =
+            run.iter().map(|(i, _)| all[*i].mask).collect();
+        assert_eq!(e.masks().len(), distinct.len());
+        for round in 1..=2u64 {
+            for (i, h) in &run {
+                let c = &all[*i];
+                let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
+                let (want_verdict, want) = eng.userspace(&c.frame, &c.actions);
+                assert_eq!(verdict, want_verdict, "{}: verdict", c.name);
+                assert_eq!(out, want, "{}: output frame differs from userspace", c.name);
+                assert!(all_checksums_valid(&out), "{}: checksums", c.name);
+                let n = e.counters(h).unwrap();
+                assert_eq!(n.packets, round, "{}: packets", c.name);
+                assert_eq!(n.bytes, round * c.frame.len() as u64, "{}: bytes", c.name);
+                assert!(n.idle.unwrap() < Duration::from_secs(5), "{}", c.name);
+                assert!(n.used.unwrap() <= Instant::now());
+                assert_eq!(n.tcp_flags, keys[*i].tcp_flags, "{}: tcp flags", c.name);
+            }
+        }
+        // One batched read gives every flow's counters, as one by one.
+        let batch = e
+            .counters_batch()
+            .unwrap()
+            .expect("Linux 5.6+ batches hash-map reads");
+        assert_eq!(batch.len(), run.len());
+        for (i, h) in &run {
+            let (a, b) = (batch[h], e.counters(h).unwrap());
+            assert_eq!(
+                (a.packets, a.bytes, a.tcp_flags),
+                (b.packets, b.bytes, b.tcp_flags),
+                "{}: batched counters",
+                all[*i].name
+            );
+        }
+        let s = e.stats().unwrap();
+        let n = run.len() as u64 * 2;
+        assert_eq!((s.rx, s.hit, s.miss, s.aborted, s.punt), (n, n, 0, 0, 0));
+        let outputs = run
+            .iter()
+            .filter(|(i, _)| {
+                all[*i]
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, DpAction::Output(_)))
+            })
+            .count() as u64;
+        assert_eq!((s.output, s.drop), (outputs * 2, n - outputs * 2));
+
+        // Modify keeps counters and changes what happens; remove frees the
+        // masks again.
+        let (i0, h0) = run[0];
+        let c = &all[i0];
+        let mut enc = (eng.encode)(&keys[i0], &c.mask, &[DpAction::Output(3)], &ports()).unwrap();
+        e.modify(&h0, &enc).unwrap();
+        let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (eng.redirect, &c.frame));
+        assert_eq!(e.counters(&h0).unwrap().packets, 3);
+        // Installing the same match again is a modify, not a second flow.
+        enc.value = pack(&[XdpAction::Drop { reason: 0 }]).unwrap();
+        let again = e.install(&enc).unwrap();
+        assert_eq!(again, h0);
+        assert_eq!(e.n_flows(), run.len());
+        assert_eq!(e.test_run(&c.frame, in_if, 0).unwrap().0, eng.drop);
+        for (_, h) in &run {
+            e.remove(h).unwrap();
+        }
+        assert_eq!(
+            (e.n_flows(), e.masks().len(), e.masks().n_masks()),
+            (0, 0, 0)
+        );
+        let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (eng.pass, &c.frame));
+        eprintln!(
+            "{}_dp differential: {} cases equal to userspace, {} refused: {refused:?}, \
+             {} checked elsewhere: {elsewhere:?}",
+            eng.kind.as_str(),
+            run.len(),
+            refused.len(),
+            elsewhere.len()
+        );
+    });
+}
+
+/// Frames the program does not finish reach userspace untouched: a frame
+/// of an interface that is not a port and a miss without a receiver are
+/// handed on ([`Engine::pass`]); with a receiver (TC: the port's upcall
+/// device; XDP: an AF_XDP socket for the queue) a miss, an unparsed frame
+/// (a third VLAN tag) and a flow whose pre-checks fail (dec_ttl at TTL 1,
+/// an empty output slot) are redirected to it, untouched, and counted as
+/// such; the same flow forwards a TTL-64 frame with the TTL decremented.
+pub fn misses_go_to_userspace_untouched(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let in_if = eng.veth("mi");
+        let up = eng.veth("up");
+        let out_if = eng.veth("x");
+        let mut e = eng.load(XdpEngineConfig::default());
+        let tcp = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .ttl(1)
+            .tcp(1, 2, FLAG_ACK)
+            .build();
+        assert_eq!(
+            e.test_run(&tcp, in_if, 0).unwrap(),
+            (eng.pass, tcp.clone()),
+            "not a port"
+        );
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        assert_eq!(
+            e.test_run(&tcp, in_if, 0).unwrap(),
+            (eng.pass, tcp.clone()),
+            "miss without a receiver"
+        );
+        // The receiver: kept alive until the end of the test.
+        let _receiver = match eng.kind {
+            EngineKind::Tc => {
+                e.set_port_upcall(in_if, IN_PORT, up).unwrap();
+                None
+            }
+            EngineKind::Xdp => {
+                use std::os::fd::AsRawFd;
+                let xsk = xdp_socket();
+                e.register_xsk(0, xsk.as_raw_fd()).unwrap();
+                Some(xsk)
+            }
+        };
+        assert_eq!(
+            e.test_run(&tcp, in_if, 0).unwrap(),
+            (eng.redirect, tcp.clone()),
+            "miss"
+        );
+        let mut three = FrameBuilder::new(A, B)
+            .vlan(1)
+            .vlan(2)
+            .vlan(3)
+            .ipv4(v4(1), v4(2))
+            .udp(1, 2)
+            .build();
+        three.truncate(60);
+        assert_eq!(
+            e.test_run(&three, in_if, 0).unwrap(),
+            (eng.redirect, three.clone()),
+            "unparsed"
+        );
+        let mut k = FlowKey::default();
+        extract(&tcp, IN_PORT, &mut k).unwrap();
+        let m = mask(|m| m.nw_proto = 0xff);
+        let mut enc = (eng.encode)(&k, &m, &[DpAction::Output(2)], &ports()).unwrap();
+        enc.value = pack(&[XdpAction::DecTtl, XdpAction::Output { slot: 0 }]).unwrap();
+        e.install(&enc).unwrap();
+        e.set_tx_port(0, out_if).unwrap();
+        assert_eq!(
+            e.test_run(&tcp, in_if, 0).unwrap(),
+            (eng.redirect, tcp.clone()),
+            "ttl 1 punted"
+        );
+        let s = e.stats().unwrap();
+        assert_eq!((s.no_port, s.miss, s.unparsed, s.punt), (1, 2, 1, 1));
+        let tcp64 = FrameBuilder::new(A, B)
+            .ipv4(v4(1), v4(2))
+            .ttl(64)
+            .tcp(1, 2, FLAG_ACK)
+            .build();
+        let (v, out) = e.test_run(&tcp64, in_if, 0).unwrap();
+        assert_eq!(v, eng.redirect);
+        assert_eq!(out[14 + 8], 63, "forwarded with the TTL decremented");
+        e.clear_tx_port(0).unwrap();
+        assert_eq!(
+            e.test_run(&tcp64, in_if, 0).unwrap(),
+            (eng.redirect, tcp64.clone()),
+            "empty output slot: punted, untouched"
+        );
+        let s = e.stats().unwrap();
+        assert_eq!((s.punt, s.aborted), (2, 0));
+    });
+}
+
+/// An AF_XDP socket (unbound is enough for the XSKMAP and test runs).
+pub fn xdp_socket() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket(2); the descriptor is owned right away.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW, 0) };
+    assert!(
+        fd >= 0,
+        "AF_XDP socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
