@@ -34,7 +34,7 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             v.parse::<u32>()
                 .map_err(|_| format!("port {}: option {k}={v}: not a number", pc.name))
         };
-        let flag = || match v.as_str() {
+        let flag = || match v {
             "true" | "yes" | "1" => Ok(true),
             "false" | "no" | "0" => Ok(false),
             _ => Err(format!(
@@ -120,9 +120,8 @@ pub fn open_port(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, St
             // `auto` under offload xdp|none lands here: it takes the AF_XDP
             // options too.
             use crate::port::afxdp::{AfXdpOptions, AfXdpPort};
-            let o =
-                AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .map_err(|e| format!("port {}: {e}", pc.name))?;
+            let o = AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v)))
+                .map_err(|e| format!("port {}: {e}", pc.name))?;
             match AfXdpPort::open(&pc.iface, o) {
                 Ok(mut p) => {
                     p.set_name(&pc.name);
@@ -317,6 +316,18 @@ impl Switch {
                 .filter(|d| !d.as_os_str().is_empty())
                 .map(|d| d.join("ipsec-state")),
         );
+        // Interfaces a daemon killed before it could restore them get
+        // their original features back before any port opens (see
+        // port::state).
+        crate::port::state::set_dir(Some(
+            config_path
+                .as_deref()
+                .and_then(|p| p.parent())
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("/run/nicflow"), PathBuf::from)
+                .join("iface-state"),
+        ));
+        crate::port::state::restore_orphans();
         let mut sw = Switch {
             config: Config::default(),
             config_path,
@@ -1352,12 +1363,10 @@ impl Switch {
                     pc.iface,
                     state
                 );
-                // Keys (ESP, PSK) are never printed.
-                let options: BTreeMap<&str, &str> = pc
-                    .options
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), crate::port::ipsec::shown_value(k, v)))
-                    .collect();
+                // Keys (ESP, PSK) are never printed: `iter` shows them
+                // as `(secret)`.
+                let options: BTreeMap<&str, &str> =
+                    pc.options.iter().map(|(k, v)| (k.as_str(), v)).collect();
                 for (k, v) in &options {
                     let _ = writeln!(text, "        {k}={v}");
                 }
@@ -1750,7 +1759,7 @@ mod tests {
             iface: iface.into(),
             kind: kind.into(),
             name: None,
-            options: BTreeMap::new(),
+            options: Default::default(),
         })
     }
 

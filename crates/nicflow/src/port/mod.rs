@@ -28,6 +28,7 @@ pub mod ipsec;
 pub(crate) use fixup::{complete_checksum, finish_offloads};
 pub mod mem;
 pub mod pcap;
+pub mod state;
 mod sys;
 pub use sys::SavedFeatures;
 pub mod tap;

@@ -35,7 +35,7 @@ use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum;
 use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -257,7 +257,7 @@ impl TunnelConfig {
     /// Parse the port options; errors name the offending option.
     pub fn from_options(
         kind: TunnelKind,
-        options: &BTreeMap<String, String>,
+        options: &crate::control::proto::PortOptions,
     ) -> Result<TunnelConfig, String> {
         let ip = |k: &str| -> Result<Option<Ipv4Addr>, String> {
             options
@@ -554,7 +554,7 @@ impl Underlay {
             name: format!("underlay:{}", cfg.underlay),
             iface: cfg.underlay.clone(),
             kind: cfg.underlay_type,
-            options: BTreeMap::new(),
+            options: Default::default(),
         };
         let port = crate::control::switch::open_port(&pc, mode)
             .map_err(|e| format!("underlay {}: {e}", cfg.underlay))?;
@@ -1558,10 +1558,8 @@ impl Port for TunnelPort {
 mod tests {
     use super::*;
 
-    fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn opts(kv: &[(&str, &str)]) -> crate::control::proto::PortOptions {
+        kv.iter().copied().collect()
     }
 
     #[test]
@@ -1629,10 +1627,7 @@ mod tests {
         assert!(e.contains("tlv_map"), "{e}");
         let c = TunnelConfig::from_options(TunnelKind::Geneve, &o).unwrap();
         assert_eq!(c.overhead(), 58);
-        o.insert(
-            "tlv_map".into(),
-            "{class=1,type=2,len=5}->tun_metadata0".into(),
-        );
+        o.insert("tlv_map", "{class=1,type=2,len=5}->tun_metadata0");
         assert!(TunnelConfig::from_options(TunnelKind::Geneve, &o).is_err());
     }
 
