@@ -213,11 +213,11 @@ impl IpsecConfig {
         } else {
             (&MANUAL_OPTIONS[..], &IKE_OPTIONS[..])
         };
-        if let Some(k) = other.iter().find(|k| options.contains_key(**k)) {
+        if let Some(k) = other.iter().find(|k| options.contains_key(k)) {
             return Err(format!("option {k} does not go with ipsec={keying}"));
         }
         for k in needs {
-            if !options.contains_key(*k) {
+            if !options.contains_key(k) {
                 return Err(format!("option {k} is required with ipsec={keying}"));
             }
         }
