@@ -39,6 +39,7 @@
 //! A bridge has at most one port of type `uplink` ([`BridgeConfig::uplink`]);
 //! a file with two is refused by [`Config::parse`], naming both.
 
+use super::proto::PortOptions;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -174,8 +175,10 @@ pub struct PortConfig {
     pub iface: String,
     #[serde(rename = "type")]
     pub kind: PortType,
+    /// Secret values (ESP keys, PSKs) are [`super::proto::Secret`]s: see
+    /// [`PortOptions`]. A file that holds any is kept at mode 0600.
     #[serde(default)]
-    pub options: BTreeMap<String, String>,
+    pub options: PortOptions,
 }
 
 /// A VF and its representor (`[[bridge.vf]]`).
@@ -305,7 +308,7 @@ impl VfConfig {
             name: self.representor.clone(),
             iface: self.representor.clone(),
             kind: self.rep_type,
-            options: BTreeMap::new(),
+            options: PortOptions::new(),
         }
     }
 }
@@ -339,14 +342,59 @@ impl Config {
                 })
             }
         };
-        Config::parse(&text).map_err(|message| ConfigError::Parse {
+        let c = Config::parse(&text).map_err(|message| ConfigError::Parse {
             path: path.display().to_string(),
             message,
-        })
+        })?;
+        c.keep_private(path);
+        Ok(c)
     }
 
+    /// Does any port keep a secret (ESP key, PSK) in this configuration?
+    pub fn has_secrets(&self) -> bool {
+        self.bridges
+            .iter()
+            .flat_map(|b| &b.ports)
+            .any(|p| p.options.keys().any(|k| super::proto::is_secret_option(k)))
+    }
+
+    /// A file written by hand may be readable by others while it holds
+    /// keys: make it owner-only (what [`Config::save`] writes) and say so.
+    fn keep_private(&self, path: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        if !self.has_secrets() {
+            return;
+        }
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            match std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(
+                    "{}: holds IPsec keys and was mode {mode:o}: now 0600",
+                    path.display()
+                ),
+                Err(e) => tracing::warn!(
+                    "{}: holds IPsec keys and is mode {mode:o}, could not make it 0600: {e}",
+                    path.display()
+                ),
+            }
+        }
+    }
+
+    /// Errors give the line and column and toml's message, never the
+    /// offending line itself: it may be a key's.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let c: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        let c: Config = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => {
+                let before = text.get(..span.start).unwrap_or(text);
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {col}: {}", e.message().trim_end())
+            }
+            None => e.message().trim_end().to_string(),
+        })?;
         for b in &c.bridges {
             b.check_uplinks()?;
         }
@@ -503,7 +551,7 @@ mod tests {
                 name: "p1".into(),
                 iface: "veth1".into(),
                 kind: PortType::Afpacket,
-                options: [("promisc".to_string(), "true".to_string())].into(),
+                options: [("promisc", "true")].into_iter().collect(),
             }],
             offload: Some(crate::OffloadMode::None),
             offload_options: [("max_flows".to_string(), "1024".to_string())].into(),
@@ -580,7 +628,7 @@ mod tests {
         let up = b.uplink().unwrap();
         assert_eq!((up.name.as_str(), up.iface.as_str()), ("p0", "eth1"));
         assert_eq!(up.kind, PortType::Uplink);
-        assert_eq!(up.options["mode"], "generic");
+        assert_eq!(up.options.get("mode").unwrap(), "generic");
         assert_eq!(b.ports[1].kind, PortType::Afxdp);
         let out = c.to_toml();
         assert!(out.contains("type = \"uplink\""), "{out}");
@@ -707,6 +755,42 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("sw.toml")], "{left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn keys_stay_out_of_errors_and_the_file_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = "0x00112233445566778899aabbccddeeff01020304";
+        // A syntax error on the line of a key, and a key of the wrong type:
+        // the error gives the place, not the line.
+        for text in [
+            format!("[[bridge]]\nname='b'\n[[bridge.port]]\nname='v'\niface='v'\ntype='vxlan'\noptions={{ psk = 'hunter22hunter22' ,, esp_key_in = '{key}' }}\n"),
+            "[[bridge]]\nname='b'\n[[bridge.port]]\nname='v'\niface='v'\ntype='vxlan'\noptions={ psk = 99887766554433 }\n".to_string(),
+        ] {
+            let e = Config::parse(&text).unwrap_err();
+            assert!(e.starts_with("line 7"), "{e}");
+            for secret in ["hunter22", "00112233", "99887766554433"] {
+                assert!(!e.contains(secret), "{e}");
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("nicflow-cfg-priv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        let text = format!("[[bridge]]\nname='b'\n[[bridge.port]]\nname='v'\niface='v'\ntype='vxlan'\noptions={{ esp_key_in = '{key}' }}\n");
+        std::fs::write(&path, &text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let c = Config::load(&path).unwrap();
+        assert!(c.has_secrets());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(!format!("{c:?}").contains("00112233"));
+        // What save writes is owner-only too, and keeps the key.
+        c.save(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(std::fs::read_to_string(&path).unwrap().contains(key));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -324,12 +324,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             name,
             options,
         } => {
-            let mut opts = std::collections::BTreeMap::new();
-            for o in options {
-                let (k, v) = o
-                    .split_once('=')
-                    .with_context(|| format!("option `{o}`: expected KEY=VALUE"))?;
-                opts.insert(k.to_string(), v.to_string());
+            let mut opts = nicflow::control::proto::PortOptions::new();
+            for (i, o) in options.iter().enumerate() {
+                // Not echoed unless it looks like a bare option name: a
+                // mistyped `psk:VALUE` would otherwise print the key.
+                let (k, v) = o.split_once('=').with_context(|| {
+                    let name =
+                        o.len() <= 32 && o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                    if name && !nicflow::control::proto::is_secret_option(o) {
+                        format!("option `{o}`: expected KEY=VALUE")
+                    } else {
+                        format!("option {} (not shown): expected KEY=VALUE", i + 1)
+                    }
+                })?;
+                opts.insert(k, v);
             }
             ctl(Request::AddPort {
                 bridge,

@@ -186,6 +186,46 @@ pub fn set_features_fd(
     Ok(saved)
 }
 
+/// The wanted state of the features `pick` selects, by name (what a port
+/// records before changing them).
+pub fn wanted_by_name(
+    fd: RawFd,
+    ifname: &str,
+    pick: &dyn Fn(&str) -> bool,
+) -> io::Result<std::collections::BTreeMap<String, bool>> {
+    let names = feature_names(fd, ifname)?;
+    let wanted = wanted_features(fd, ifname, names.len().div_ceil(32))?;
+    Ok(names
+        .into_iter()
+        .enumerate()
+        .filter(|(_, n)| pick(n))
+        .map(|(i, n)| (n, wanted[i / 32] & (1 << (i % 32)) != 0))
+        .collect())
+}
+
+/// Set each named feature's wanted state (`ETHTOOL_SFEATURES`); names the
+/// device does not have are skipped.
+pub fn write_wanted_by_name(
+    fd: RawFd,
+    ifname: &str,
+    features: &std::collections::BTreeMap<String, bool>,
+) -> io::Result<()> {
+    let names = feature_names(fd, ifname)?;
+    let mut blocks = vec![(0u32, 0u32); names.len().div_ceil(32)];
+    for (i, n) in names.iter().enumerate() {
+        if let Some(&on) = features.get(n) {
+            blocks[i / 32].0 |= 1 << (i % 32);
+            if on {
+                blocks[i / 32].1 |= 1 << (i % 32);
+            }
+        }
+    }
+    if blocks.iter().all(|(valid, _)| *valid == 0) {
+        return Ok(());
+    }
+    write_features(fd, ifname, &blocks)
+}
+
 /// The features `ethtool -K DEV tx off|on` names: every
 /// `tx-checksum-*` (turning them off also stops TSO).
 pub fn is_tx_checksum(name: &str) -> bool {

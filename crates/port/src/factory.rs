@@ -20,7 +20,7 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             v.parse::<u32>()
                 .map_err(|_| format!("port {}: option {k}={v}: not a number", pc.name))
         };
-        let flag = || match v.as_str() {
+        let flag = || match v {
             "true" | "yes" | "1" => Ok(true),
             "false" | "no" | "0" => Ok(false),
             _ => Err(format!(
@@ -106,9 +106,8 @@ pub fn open(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, String>
             // `auto` under offload xdp|none lands here: it takes the AF_XDP
             // options too.
             use crate::afxdp::{AfXdpOptions, AfXdpPort};
-            let o =
-                AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .map_err(|e| format!("port {}: {e}", pc.name))?;
+            let o = AfXdpOptions::from_pairs(pc.options.iter().map(|(k, v)| (k.as_str(), v)))
+                .map_err(|e| format!("port {}: {e}", pc.name))?;
             match AfXdpPort::open(&pc.iface, o) {
                 Ok(mut p) => {
                     p.set_name(&pc.name);

@@ -28,6 +28,7 @@
 //! stays in the userspace datapath (the offload manager says
 //! `tunnel:ipsec`).
 
+use nicflow_api::proto::PortOptions;
 use nicflow_ipsec::esp::{self, Aead, InboundSa, OutboundSa, SaConfig, SaError};
 use nicflow_ipsec::ike::{
     ChildKeys, ChildMode, ChildTs, Datagram, IkeConfig, IkeEvent, IkeSession,
@@ -68,17 +69,9 @@ const MANUAL_OPTIONS: [&str; 4] = ["esp_spi_out", "esp_key_out", "esp_spi_in", "
 /// Options of `ipsec=ike` only.
 const IKE_OPTIONS: [&str; 3] = ["psk", "ike_local_id", "ike_remote_id"];
 
-/// Options whose values are secrets: `show` prints them masked.
-pub const SECRET_OPTIONS: &[&str] = &["esp_key_out", "esp_key_in", "psk"];
-
-/// What `show` prints for option `k` with value `v`.
-pub fn shown_value<'a>(k: &str, v: &'a str) -> &'a str {
-    if SECRET_OPTIONS.contains(&k) {
-        "(secret)"
-    } else {
-        v
-    }
-}
+/// The options that hold key material (the list lives with the schema,
+/// which masks them).
+pub use nicflow_api::proto::SECRET_OPTIONS;
 
 /// Key material that never reaches a log line.
 #[derive(Clone, PartialEq, Eq)]
@@ -286,9 +279,7 @@ fn parse_key(k: &'static str, v: &str, aead: AeadKind) -> Result<Secret, IpsecEr
 impl IpsecConfig {
     /// The IPsec part of a tunnel port's options: `None` without `ipsec`.
     /// Errors name the option (never a key's value).
-    pub fn from_options(
-        options: &BTreeMap<String, String>,
-    ) -> Result<Option<IpsecConfig>, IpsecError> {
+    pub fn from_options(options: &PortOptions) -> Result<Option<IpsecConfig>, IpsecError> {
         let Some(keying) = options.get("ipsec") else {
             if let Some(k) = options.keys().find(|k| OPTIONS.contains(&k.as_str())) {
                 return Err(IpsecError::NeedsKeying { option: k.clone() });
@@ -305,14 +296,14 @@ impl IpsecConfig {
         } else {
             (&MANUAL_OPTIONS[..], &IKE_OPTIONS[..])
         };
-        if let Some(k) = other.iter().find(|k| options.contains_key(**k)) {
+        if let Some(k) = other.iter().find(|k| options.contains_key(k)) {
             return Err(IpsecError::WrongKeying {
                 option: k.to_string(),
                 keying: keying.clone(),
             });
         }
         for k in needs {
-            if !options.contains_key(*k) {
+            if !options.contains_key(k) {
                 return Err(IpsecError::Missing {
                     option: k,
                     keying: keying.clone(),
@@ -320,6 +311,7 @@ impl IpsecConfig {
             }
         }
         let get = |k: &str| options.get(k).map(String::as_str).unwrap_or_default();
+        let secret = |k: &str| options.secret(k).map(|s| s.expose()).unwrap_or_default();
         let aead = match options.get("esp_aead").map(String::as_str) {
             None | Some("aes-gcm-128") => AeadKind::AesGcm128,
             Some("aes-gcm-256") => AeadKind::AesGcm256,
@@ -354,7 +346,7 @@ impl IpsecConfig {
             },
         };
         let keying = if ike {
-            let psk = get("psk");
+            let psk = secret("psk");
             if psk.len() < 8 {
                 return Err(IpsecError::BadSecret {
                     option: "psk",
@@ -369,9 +361,9 @@ impl IpsecConfig {
         } else {
             Keying::Manual(ManualKeys {
                 spi_out: parse_spi("esp_spi_out", get("esp_spi_out"))?,
-                key_out: parse_key("esp_key_out", get("esp_key_out"), aead)?,
+                key_out: parse_key("esp_key_out", secret("esp_key_out"), aead)?,
                 spi_in: parse_spi("esp_spi_in", get("esp_spi_in"))?,
-                key_in: parse_key("esp_key_in", get("esp_key_in"), aead)?,
+                key_in: parse_key("esp_key_in", secret("esp_key_in"), aead)?,
             })
         };
         let cfg = IpsecConfig {
@@ -530,21 +522,16 @@ fn read_seq(path: &Path) -> Result<u64, IpsecError> {
     }
 }
 
-/// Write `seq` durably (temporary file, fsync, rename).
+/// Write `seq` durably (temporary file, fsync, rename), owner-only: file
+/// 0600 in a 0700 directory (`state::write_private`). The name carries a
+/// fingerprint of the key.
 fn write_seq(path: &Path, seq: u64) -> Result<(), IpsecError> {
-    use std::io::Write;
-    let err = |source: std::io::Error| IpsecError::SeqFile {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(err)?;
-    }
-    let tmp = path.with_extension("seq.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(format!("{seq}\n").as_bytes()).map_err(err)?;
-    f.sync_all().map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
+    crate::state::write_private(path, format!("{seq}\n").as_bytes()).map_err(|source| {
+        IpsecError::SeqFile {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// Counters of an underlay's ESP (shown with each of its tunnel ports).
@@ -1253,16 +1240,14 @@ impl UnderlayEsp {
 mod tests {
     use super::*;
 
-    fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn opts(kv: &[(&str, &str)]) -> PortOptions {
+        kv.iter().copied().collect()
     }
 
     const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
     const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
 
-    fn manual(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fn manual(extra: &[(&str, &str)]) -> PortOptions {
         let mut o = opts(&[
             ("ipsec", "manual"),
             ("esp_spi_out", "0x1001"),
@@ -1271,7 +1256,7 @@ mod tests {
             ("esp_key_in", K2),
         ]);
         for (k, v) in extra {
-            o.insert(k.to_string(), v.to_string());
+            o.insert(*k, *v);
         }
         o
     }
@@ -1324,8 +1309,12 @@ mod tests {
             IpsecConfig::from_options(&manual(&[("esp_spi_out", "255")])),
             Err(IpsecError::BadValue { .. })
         ));
-        assert_eq!(shown_value("esp_key_in", K2), "(secret)");
-        assert_eq!(shown_value("esp_spi_in", "0x1002"), "0x1002");
+        // Options print their keys masked.
+        let o = manual(&[]);
+        assert!(!format!("{o:?}").contains("0102"), "{o:?}");
+        let shown: Vec<_> = o.iter().collect();
+        assert!(shown.contains(&(&"esp_key_in".to_string(), "(secret)")));
+        assert!(shown.contains(&(&"esp_spi_in".to_string(), "0x1002")));
     }
 
     /// An encapsulated VXLAN frame as `tunnel::encap` leaves it.
@@ -1429,15 +1418,14 @@ mod seq_tests {
     fn manual_sequence_numbers_resume_after_a_restart() {
         let dir = std::env::temp_dir().join(format!("nf-esp-seq-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let o: BTreeMap<String, String> = [
+        let o: PortOptions = [
             ("ipsec", "manual"),
             ("esp_spi_out", "0x3001"),
             ("esp_key_out", "0x0102030405060708090a0b0c0d0e0f1011121314"),
             ("esp_spi_in", "0x3002"),
             ("esp_key_in", "0x1112131415161718191a1b1c1d1e1f2021222324"),
         ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into_iter()
         .collect();
         let cfg = IpsecConfig::from_options(&o).unwrap().unwrap();
         let (l, r) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));

@@ -16,6 +16,7 @@
 //! error at its boundary, where the interface name is known.
 
 use nicflow_os::ethtool;
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
 use std::mem::size_of;
@@ -188,33 +189,52 @@ pub(super) fn disable_offloads(ifname: &str) -> Result<Option<SavedFeatures>, St
 ///
 /// Restoring is best effort (the interface may be gone: `ENODEV` is
 /// expected when a lab is torn down first) and logged otherwise.
+///
+/// A process that dies without dropping this (`kill -9`) cannot restore
+/// anything: the originals are also written to the daemon's state
+/// directory before the features change ([`super::state`]), and the next
+/// daemon puts them back from there.
 #[derive(Debug)]
 pub struct SavedFeatures {
     ifname: String,
-    /// Per 32-feature block, in order: the bits that were changed, and what
-    /// they were.
-    blocks: Vec<(u32, u32)>,
+    /// Feature name -> the wanted state it had before the port changed it.
+    originals: BTreeMap<String, bool>,
+    /// The originals are on disk (removed once restored).
+    recorded: bool,
 }
 
 impl SavedFeatures {
     fn restore_now(&mut self) -> io::Result<()> {
-        let blocks = std::mem::take(&mut self.blocks);
-        if blocks.iter().all(|(valid, _)| *valid == 0) {
+        let originals = std::mem::take(&mut self.originals);
+        if originals.is_empty() {
             return Ok(());
         }
-        let sock = control_socket()?;
-        ethtool::write_features(sock.as_raw_fd(), &self.ifname, &blocks)
+        write_wanted(&self.ifname, &originals)
     }
+}
+
+/// Set the wanted state of each named feature of `ifname` (what
+/// [`SavedFeatures`] and [`super::state::restore_orphans`] put back).
+pub(super) fn write_wanted(ifname: &str, features: &BTreeMap<String, bool>) -> io::Result<()> {
+    validate_ifname(ifname).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let sock = control_socket()?;
+    ethtool::write_wanted_by_name(sock.as_raw_fd(), ifname, features)
 }
 
 impl Drop for SavedFeatures {
     fn drop(&mut self) {
-        match self.restore_now() {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+        let done = match self.restore_now() {
+            Ok(()) => true,
+            // The interface is gone: nothing left to put back.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => true,
             Err(e) => {
-                tracing::warn!(iface = %self.ifname, "could not restore offload features: {e}")
+                tracing::warn!(iface = %self.ifname, "could not restore offload features: {e}");
+                false
             }
+        };
+        // A failed restore keeps the record: the next daemon start retries.
+        if done && self.recorded {
+            super::state::forget(&self.ifname);
         }
     }
 }
@@ -263,18 +283,35 @@ pub(super) fn enable_tx_offloads(ifname: &str) -> Result<SavedFeatures, StepErro
 }
 
 /// Set every feature whose name `pick` selects to `on` (the OS layer's
-/// [`os::ethtool`](nicflow_os::ethtool)); returns those features' previous
-/// `wanted` state.
+/// [`os::ethtool`](nicflow_os::ethtool)); returns those features' original
+/// `wanted` state. The originals are written to the daemon's state
+/// directory first ([`super::state`]), merged with a record a daemon that
+/// died left for this interface (whose originals, not the state it left,
+/// are the interface's own); if they cannot be written, nothing is changed.
 fn set_features(
     fd: RawFd,
     ifname: &str,
     pick: fn(&str) -> bool,
     on: bool,
 ) -> io::Result<SavedFeatures> {
-    Ok(SavedFeatures {
+    let mut originals = ethtool::wanted_by_name(fd, ifname, &pick)?;
+    let recorded_before = super::state::originals(ifname);
+    for (name, was) in &recorded_before {
+        originals.insert(name.clone(), *was);
+    }
+    let recorded = super::state::record(ifname, &originals).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("recording the original features before changing them: {e}"),
+        )
+    })?;
+    let saved = SavedFeatures {
         ifname: ifname.to_string(),
-        blocks: ethtool::set_features_fd(fd, ifname, &pick, on)?,
-    })
+        originals,
+        recorded,
+    };
+    ethtool::set_features_fd(fd, ifname, &pick, on)?;
+    Ok(saved)
 }
 
 fn disable_offloads_legacy(fd: RawFd, ifname: &str) -> Result<(), StepError> {

@@ -35,7 +35,7 @@ use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum;
 use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -334,7 +334,7 @@ impl TunnelConfig {
     /// Parse the port options; errors name the offending option.
     pub fn from_options(
         kind: TunnelKind,
-        options: &BTreeMap<String, String>,
+        options: &nicflow_api::proto::PortOptions,
     ) -> Result<TunnelConfig, TunnelPortError> {
         let ip = |k: &str| -> Result<Option<Ipv4Addr>, TunnelPortError> {
             options
@@ -634,13 +634,11 @@ impl Underlay {
             name: format!("underlay:{}", cfg.underlay),
             iface: cfg.underlay.clone(),
             kind: cfg.underlay_type,
-            options: BTreeMap::new(),
+            options: Default::default(),
         };
-        let port = crate::open(&pc, mode).map_err(|reason| {
-            TunnelPortError::OpenUnderlay {
-                underlay: cfg.underlay.clone(),
-                reason,
-            }
+        let port = crate::open(&pc, mode).map_err(|reason| TunnelPortError::OpenUnderlay {
+            underlay: cfg.underlay.clone(),
+            reason,
         })?;
         let (ctl, mac, mtu) =
             iface_mac_mtu(&cfg.underlay).map_err(|source| TunnelPortError::UnderlayQuery {
@@ -1643,10 +1641,8 @@ impl Port for TunnelPort {
 mod tests {
     use super::*;
 
-    fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn opts(kv: &[(&str, &str)]) -> nicflow_api::proto::PortOptions {
+        kv.iter().copied().collect()
     }
 
     #[test]
@@ -1716,10 +1712,7 @@ mod tests {
         assert!(e.contains("tlv_map"), "{e}");
         let c = TunnelConfig::from_options(TunnelKind::Geneve, &o).unwrap();
         assert_eq!(c.overhead(), 58);
-        o.insert(
-            "tlv_map".into(),
-            "{class=1,type=2,len=5}->tun_metadata0".into(),
-        );
+        o.insert("tlv_map", "{class=1,type=2,len=5}->tun_metadata0");
         assert!(TunnelConfig::from_options(TunnelKind::Geneve, &o).is_err());
     }
 

@@ -408,7 +408,7 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                         name: port.clone(),
                         iface: iface.clone(),
                         kind: sw.port_type,
-                        options: sw.port_options.clone(),
+                        options: sw.port_options.clone().into(),
                     })
                     .collect(),
                 offload: sw.offload,

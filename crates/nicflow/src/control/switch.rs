@@ -204,6 +204,18 @@ impl Switch {
                 .filter(|d| !d.as_os_str().is_empty())
                 .map(|d| d.join("ipsec-state")),
         );
+        // Interfaces a daemon killed before it could restore them get
+        // their original features back before any port opens (see
+        // port::state).
+        crate::port::state::set_dir(Some(
+            config_path
+                .as_deref()
+                .and_then(|p| p.parent())
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("/run/nicflow"), PathBuf::from)
+                .join("iface-state"),
+        ));
+        crate::port::state::restore_orphans();
         let mut sw = Switch {
             config: Config::default(),
             config_path,
@@ -1344,7 +1356,7 @@ impl Switch {
         &self,
         kind: PortType,
         iface: &str,
-        options: &BTreeMap<String, String>,
+        options: &super::proto::PortOptions,
     ) -> Result<(), String> {
         if matches!(kind, PortType::Vxlan | PortType::Geneve) {
             if let Some(u) = options.get("underlay") {
@@ -1577,12 +1589,10 @@ impl Switch {
                     pc.iface,
                     state
                 );
-                // Keys (ESP, PSK) are never printed.
-                let options: BTreeMap<&str, &str> = pc
-                    .options
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), crate::port::ipsec::shown_value(k, v)))
-                    .collect();
+                // Keys (ESP, PSK) are never printed: `iter` shows them
+                // as `(secret)`.
+                let options: BTreeMap<&str, &str> =
+                    pc.options.iter().map(|(k, v)| (k.as_str(), v)).collect();
                 for (k, v) in &options {
                     let _ = writeln!(text, "        {k}={v}");
                 }
@@ -1985,7 +1995,7 @@ mod tests {
             iface: iface.into(),
             kind: kind.into(),
             name: None,
-            options: BTreeMap::new(),
+            options: Default::default(),
         })
     }
 
@@ -2083,7 +2093,7 @@ mod tests {
             iface: "nfmiss-other".into(),
             kind: "afpacket".into(),
             name: Some("p2".into()),
-            options: BTreeMap::new(),
+            options: Default::default(),
         });
         assert!(
             !r.ok

@@ -19,7 +19,7 @@ pub const GN_PORT: u32 = 8;
 pub const VX_VNI: u32 = 4242;
 
 pub fn tunnel_cfg(kind: &str, remote: u32, key: &str) -> nicflow::port::tunnel::TunnelConfig {
-    let opts: std::collections::BTreeMap<String, String> = [
+    let opts: nicflow::control::proto::PortOptions = [
         ("underlay", "ul".to_string()),
         ("local_ip", v4(0x1401).to_string()),
         ("remote_ip", v4(remote).to_string()),
