@@ -111,6 +111,37 @@ impl MaskTable {
         self.capacity
     }
 
+    /// One more flow found in the kernel using `mask` in `slot` (a pinned
+    /// engine adopted after a restart). False when the slot is out of
+    /// range or already holds another mask (the entry is then stale).
+    pub fn adopt(&mut self, slot: u32, mask: &DpKey) -> bool {
+        if slot >= self.capacity {
+            return false;
+        }
+        let i = slot as usize;
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
+        }
+        match &mut self.slots[i] {
+            Some(s) if s.mask == *mask => {
+                s.refs += 1;
+                true
+            }
+            Some(_) => false,
+            e @ None => {
+                if self.by_mask.contains_key(mask) {
+                    return false;
+                }
+                *e = Some(Slot {
+                    mask: *mask,
+                    refs: 1,
+                });
+                self.by_mask.insert(*mask, slot);
+                true
+            }
+        }
+    }
+
     /// Flows using the mask in `slot`.
     pub fn refs(&self, slot: u32) -> u32 {
         match self.slots.get(slot as usize) {
