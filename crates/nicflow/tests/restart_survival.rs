@@ -185,6 +185,52 @@ fn mac(lab: &NsLab, node: &str) -> String {
         .to_string()
 }
 
+/// Offered rate of the UDP streams: what the receiver keeps up with on
+/// a loaded 2-core VM (at 200 Mbit/s it dropped 44% with no restart at all).
+const UDP_RATE: &str = "50M";
+
+/// Start an iperf3 UDP stream h1 -> h2 of `secs` seconds (server one-off).
+fn udp_stream(lab: &NsLab, secs: u32) -> (Child, Child) {
+    let server = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("h2"), "iperf3", "-s", "-1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let secs = secs.to_string();
+    let client = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("h1")])
+        .args([
+            "iperf3",
+            "-c",
+            "198.18.0.2",
+            "-u",
+            "-b",
+            UDP_RATE,
+            "-l",
+            "1200",
+        ])
+        .args(["-t", &secs, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (server, client)
+}
+
+/// (lost, packets) as the receiver counted them.
+fn udp_result(mut server: Child, client: Child) -> (u64, u64) {
+    let out = client.wait_with_output().unwrap();
+    let _ = server.wait();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let sum = &j["end"]["sum"];
+    (
+        sum["lost_packets"].as_u64().expect("iperf3 UDP result"),
+        sum["packets"].as_u64().expect("iperf3 UDP result"),
+    )
+}
+
 #[test]
 fn established_flows_survive_kill_and_restart_adopts_them() {
     if !lab_possible_with(&[("iperf3", "--version")]) {
@@ -247,33 +293,11 @@ fn established_flows_survive_kill_and_restart_adopts_them() {
     assert!(lab.pings("h1", "198.18.0.2", 3), "{}", lab.daemon_log());
     let pins = bpf.pins();
 
-    // --- UDP at a fixed rate across kill -9, a pause and a restart.
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("h2"), "iperf3", "-s", "-1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let client = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("h1")])
-        .args([
-            "iperf3",
-            "-c",
-            "198.18.0.2",
-            "-u",
-            "-b",
-            "200M",
-            "-l",
-            "1200",
-            "-t",
-            "9",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // --- UDP at a fixed rate: a baseline with the daemon running, then
+    // the same across kill -9, a pause and a restart.
+    let (server, client) = udp_stream(&lab, 4);
+    let (base_lost, base_packets) = udp_result(server, client);
+    let (server, client) = udp_stream(&lab, 9);
     std::thread::sleep(Duration::from_secs(2));
     d.kill9();
     let killed = Instant::now();
@@ -295,26 +319,26 @@ fn established_flows_survive_kill_and_restart_adopts_them() {
     let dead_for = killed.elapsed();
     let ping_out = String::from_utf8_lossy(&pinger.wait_with_output().unwrap().stdout).into_owned();
     let first_new = first_reply(&ping_out).map(|t| t - restarted_at);
-    let out = client.wait_with_output().unwrap();
-    let _ = server.wait();
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let sum = &j["end"]["sum"];
-    let (lost, packets) = (sum["lost_packets"].as_u64(), sum["packets"].as_u64());
+    let (lost, packets) = udp_result(server, client);
     let log = lab.daemon_log();
     println!(
-        "restart_survival: UDP 200 Mbit/s, daemon dead {:.2} s: lost {lost:?} of {packets:?} packets; \
-         listening after {:.3} s cold vs {:.3} s restarted; first new flow {:?} s after the restart",
+        "restart_survival: UDP {UDP_RATE}bit/s, daemon dead {:.2} s: lost {lost} of {packets} packets \
+         (baseline without a restart: {base_lost} of {base_packets}); listening after {:.3} s cold vs \
+         {:.3} s restarted; first new flow {:?} s after the restart",
         dead_for.as_secs_f64(),
         cold.as_secs_f64(),
         warm.as_secs_f64(),
         first_new
     );
-    let (lost, packets) = (lost.expect("iperf3 UDP result"), packets.unwrap());
-    assert!(packets > 100_000, "stream too short: {packets}");
-    // Goal: none. The bound only absorbs receiver-side drops of a loaded
-    // 2-core machine; without pinning every packet after the kill is lost
-    // (more than half of them).
-    assert!(lost * 1000 <= packets, "lost {lost} of {packets}\n{log}");
+    assert!(packets > 20_000, "stream too short: {packets}");
+    // Goal: none. Losses beyond the baseline's rate (the receiver's own
+    // drops on a loaded machine) are the restart's; without pinning every
+    // packet after the kill is lost (more than half of them).
+    let allowed = base_lost * packets / base_packets.max(1) + packets / 1000;
+    assert!(
+        lost <= allowed,
+        "lost {lost} of {packets} (baseline {base_lost} of {base_packets})\n{log}"
+    );
     assert_eq!(progs_after_kill, 2, "tc_dp + tc_upcall on p1 after kill -9");
     assert!(
         pins.iter().any(|p| p.ends_with("/prog")) && pins.iter().any(|p| p.contains("/link-")),
