@@ -170,6 +170,28 @@ mod tests {
     }
 
     #[test]
+    fn adopted_slots_keep_their_numbers_and_refuse_conflicts() {
+        let mut t = MaskTable::new(4);
+        assert!(t.adopt(2, &mask(7)));
+        assert!(t.adopt(2, &mask(7)));
+        assert_eq!((t.refs(2), t.n_masks()), (2, 3));
+        // Another mask in a taken slot, the same mask in a second slot, a
+        // slot beyond the table: stale entries.
+        assert!(!t.adopt(2, &mask(8)));
+        assert!(!t.adopt(0, &mask(7)));
+        assert!(!t.adopt(4, &mask(9)));
+        // New flows reuse the adopted slot, or take a free lower one.
+        assert_eq!(
+            t.acquire(&mask(7)).map(|a| (a.slot, a.new)),
+            Some((2, false))
+        );
+        assert_eq!(
+            t.acquire(&mask(1)).map(|a| (a.slot, a.new)),
+            Some((0, true))
+        );
+    }
+
+    #[test]
     fn refcounts_reuse_and_capacity() {
         let mut t = MaskTable::new(2);
         let a = t.acquire(&mask(1)).unwrap();
