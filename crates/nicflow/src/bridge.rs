@@ -807,8 +807,13 @@ fn offload_manager(dp: &mut Datapath) -> Option<&mut OffloadManager> {
 }
 
 impl Drop for Bridge {
-    /// Ports get their own XDP programs back before the engine goes.
+    /// Ports get their own XDP programs back before the engine goes. A
+    /// panic is a crash: the kernel flows are left in place (not flushed),
+    /// and the pinned engine and ports keep forwarding for the next daemon.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         self.disable_offload();
     }
 }
