@@ -266,7 +266,10 @@ impl Bridge {
         if self.offload_enabled() {
             return Ok(());
         }
-        let mut m = OffloadManager::with_mode(cfg, mode)?;
+        // Pinned under the bridge's directory, or adopted from there after
+        // a daemon that died (docs/offload.md, "What outlives the daemon").
+        let pins = nicflow_port::pin::bridge_dir(&self.name);
+        let mut m = OffloadManager::with_mode_pinned(cfg, mode, pins)?;
         let mut attached = Vec::new();
         for slot in &mut self.ports {
             if let Err(e) = m.attach_port(slot.no, slot.port.as_mut()) {
@@ -279,8 +282,15 @@ impl Bridge {
             }
             attached.push(slot.no);
         }
+        let adopted = m.finish_adoption();
         self.dp.set_offload(Some(Box::new(m)), &mut self.ofproto);
         self.offload_mode = Some(mode);
+        if !adopted.is_empty() {
+            let (kept, removed) =
+                self.dp
+                    .adopt_flows(adopted, &mut self.ofproto, std::time::Instant::now());
+            tracing::info!(bridge = %self.name, kept, removed, "kernel flows adopted and revalidated against the rules");
+        }
         Ok(())
     }
 
@@ -857,8 +867,13 @@ fn offload_manager(dp: &mut Datapath) -> Option<&mut OffloadManager> {
 }
 
 impl Drop for Bridge {
-    /// Ports get their own XDP programs back before the engine goes.
+    /// Ports get their own XDP programs back before the engine goes. A
+    /// panic is a crash: the kernel flows are left in place (not flushed),
+    /// and the pinned engine and ports keep forwarding for the next daemon.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
         self.disable_offload();
     }
 }

@@ -310,6 +310,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Some(p) => nicflow::control::config::Config::load(p)?,
                 None => Default::default(),
             };
+            nicflow::control::daemon::prepare(&sock);
             let sw = nicflow::control::switch::Switch::new(cfg, config.clone())
                 .map_err(anyhow::Error::msg)?;
             nicflow::control::daemon::run(sw, &sock)?;

@@ -40,6 +40,7 @@ pub mod ipsec;
 pub use fixup::{complete_checksum, finish_offloads, Finished};
 pub mod mem;
 pub mod pcap;
+pub mod pin;
 pub mod state;
 mod sys;
 pub use sys::SavedFeatures;

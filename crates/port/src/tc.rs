@@ -25,10 +25,15 @@
 //! ring, virtio-net headers, VLAN tag restore). Only misses and punts pay
 //! for it; offloaded packets never reach the daemon. The pair is created
 //! with the port and deleted with it.
+//!
+//! The port's two links are pinned (`offload::pin`, `port-<ifindex>/upcall`
+//! and `sink`) when the daemon has a pin root: if the daemon dies they stay
+//! attached with the pair, and the next daemon's `open` adopts pair and
+//! links as they are instead of rebuilding them.
 
 use super::afpacket::{AfPacketOptions, AfPacketPort};
 use super::{Port, PortStats};
-use aya::programs::tc::SchedClassifierLinkId;
+use crate::pin::{self, HeldLink};
 use aya::programs::SchedClassifier;
 use aya::{Ebpf, EbpfLoader};
 use nicflow_os::{self as os, link::VethEnd, netlink::Rtnl, OsError};
@@ -59,8 +64,9 @@ pub enum TcPortError {
 pub struct TcPort {
     // Drop: the programs are detached first (`drop`), then the pair is
     // deleted, then the fields go (the sockets close with `io`).
-    ebpf: Ebpf,
-    links: Vec<(&'static str, SchedClassifierLinkId)>,
+    links: Vec<HeldLink>,
+    /// Where `links` are pinned (`pin::port_dir`).
+    pin_dir: Option<std::path::PathBuf>,
     io: AfPacketPort,
     name: String,
     iface: String,
@@ -126,7 +132,17 @@ impl TcPort {
             .map_err(|e| TcPortError::Iface(iface.into(), format!("reading its MTU: {e}")))?;
         let near = format!("nfu{ifindex}a");
         let far = format!("nfu{ifindex}b");
-        // A pair left by a daemon that died goes first.
+        let mut pin_dir = pin::port_dir(ifindex);
+        if let Some(p) = pin_dir
+            .as_deref()
+            .and_then(|d| Self::adopt(iface, ifindex, &near, &far, d))
+        {
+            return Ok(p);
+        }
+        // Pins or a pair left by a daemon that died go first.
+        if let Some(d) = &pin_dir {
+            pin::remove(d);
+        }
         if ifindex_of(&near).is_some() {
             let _ = delete_link(&near);
         }
@@ -164,15 +180,41 @@ impl TcPort {
         };
         let mut ebpf =
             load_upcall_programs(upcall_ifindex).map_err(|e| bpf_err("tc_upcall.o", &e))?;
+        if let Some(d) = &pin_dir {
+            if let Err(e) = std::fs::create_dir_all(d) {
+                tracing::warn!(port = %iface, "pin directory {}: {e}; the port's programs will not outlive the daemon", d.display());
+                pin_dir = None;
+            }
+        }
         let mut links = Vec::new();
-        for (prog, dev) in [("tc_upcall", iface), ("tc_upcall_sink", far.as_str())] {
-            let p: &mut SchedClassifier = ebpf
+        for (prog, dev, pin_name) in [
+            ("tc_upcall", iface, "upcall"),
+            ("tc_upcall_sink", far.as_str(), "sink"),
+        ] {
+            let pin_path = pin_dir.as_ref().map(|d| d.join(pin_name));
+            let r = ebpf
                 .program_mut(prog)
-                .ok_or_else(|| bpf_err(prog, &"missing from tc_upcall.o"))?
-                .try_into()
-                .map_err(|e| bpf_err(prog, &e))?;
-            let id = crate::attach::tc_attach(p, dev, false).map_err(|e| bpf_err(prog, &e))?;
-            links.push((prog, id));
+                .ok_or_else(|| bpf_err(prog, &"missing from tc_upcall.o"))
+                .and_then(|p| <&mut SchedClassifier>::try_from(p).map_err(|e| bpf_err(prog, &e)))
+                .and_then(|p| {
+                    pin::attach_tc(p, dev, false, pin_path.as_deref())
+                        .map_err(|e| bpf_err(prog, &e))
+                });
+            match r {
+                Ok(l) => links.push(l),
+                Err(e) => {
+                    for l in links {
+                        l.release();
+                    }
+                    if let Some(d) = &pin_dir {
+                        pin::remove(d);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(d) = &pin_dir {
+            pin::claim(d);
         }
         guard.0 = None;
         let peer_elsewhere = veth_peer_elsewhere(iface);
@@ -181,13 +223,63 @@ impl TcPort {
             "TC port open (interface offloads left as they are)"
         );
         Ok(TcPort {
-            ebpf,
             links,
+            pin_dir,
             io,
             name: iface.to_string(),
             iface: iface.to_string(),
             ifindex,
             upcall: near,
+            upcall_ifindex,
+            peer_elsewhere,
+        })
+    }
+
+    /// Take over the pair and pinned links a daemon that died left for
+    /// `iface` (pins in `dir`): nothing on the interface changes, only the
+    /// receive socket is new. None (nothing adopted) when any part is
+    /// missing; the caller then starts afresh.
+    fn adopt(
+        iface: &str,
+        ifindex: u32,
+        near: &str,
+        far: &str,
+        dir: &std::path::Path,
+    ) -> Option<TcPort> {
+        let (up_pin, sink_pin) = (dir.join("upcall"), dir.join("sink"));
+        if !up_pin.exists() || !sink_pin.exists() {
+            return None;
+        }
+        let upcall_ifindex = ifindex_of(near)?;
+        ifindex_of(far)?;
+        let up = pin::open_link(&up_pin)?;
+        let sink = pin::open_link(&sink_pin)?;
+        let opts = AfPacketOptions {
+            promisc: false,
+            disable_offloads: false,
+            ..AfPacketOptions::default()
+        };
+        let io = match AfPacketPort::open(far, opts).and_then(|p| p.transmit_on(iface, true)) {
+            Ok(io) => io,
+            Err(e) => {
+                tracing::warn!(port = %iface, "adopting the upcall pair {near}: {e}; starting afresh");
+                return None;
+            }
+        };
+        pin::claim(dir);
+        let peer_elsewhere = veth_peer_elsewhere(iface);
+        tracing::info!(
+            port = %iface, ifindex, upcall = %near, peer_elsewhere,
+            "TC port adopted (upcall pair and pinned programs kept)"
+        );
+        Some(TcPort {
+            links: vec![up, sink],
+            pin_dir: Some(dir.to_path_buf()),
+            io,
+            name: iface.to_string(),
+            iface: iface.to_string(),
+            ifindex,
+            upcall: near.to_string(),
             upcall_ifindex,
             peer_elsewhere,
         })
@@ -234,12 +326,18 @@ impl Drop for PairGuard {
 
 impl Drop for TcPort {
     fn drop(&mut self) {
-        for (prog, id) in self.links.drain(..) {
-            if let Some(p) = self.ebpf.program_mut(prog) {
-                if let Ok(p) = <&mut SchedClassifier>::try_from(p) {
-                    let _ = p.detach(id);
-                }
+        // A panic is a crash: pins and pair stay for the next daemon.
+        if std::thread::panicking() {
+            for l in self.links.drain(..) {
+                l.leave();
             }
+            return;
+        }
+        for l in self.links.drain(..) {
+            l.release();
+        }
+        if let Some(d) = &self.pin_dir {
+            pin::remove(d);
         }
         // The sockets close with `io` (a field: dropped after this), but
         // deleting the pair first is harmless: the socket then sees

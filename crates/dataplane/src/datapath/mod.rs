@@ -390,6 +390,88 @@ impl Datapath {
         moved
     }
 
+    /// Take over kernel flows an offload engine adopted from a daemon that
+    /// died (`(engine id, match, counters so far)`): the slow path first
+    /// relearns what their first packets taught it (MAC learning, as each
+    /// flow's upcall would), then each flow is translated again against
+    /// the restored rules. One whose decision still fits its match becomes
+    /// a datapath flow with the new actions written over its kernel entry
+    /// (counters kept: the kernel entry was never removed); the others are
+    /// removed and their next packet takes the slow path. Returns (kept,
+    /// removed).
+    pub fn adopt_flows(
+        &mut self,
+        flows: Vec<(u64, Match, offload::KernelCounters)>,
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+    ) -> (usize, usize) {
+        if self.offload.is_none() {
+            return (0, flows.len());
+        }
+        for (_, m, _) in &flows {
+            let _ = handler.upcall(m.key(), &[], now);
+        }
+        let (mut kept, mut removed) = (0, 0);
+        for (id, matching, live) in flows {
+            let Some(off) = self.offload.as_deref_mut() else {
+                break;
+            };
+            let key = *matching.key();
+            let out = handler.revalidate(&key);
+            if !out.install || !out.mask.is_subset_of(matching.mask()) {
+                let _ = off.remove(id);
+                removed += 1;
+                continue;
+            }
+            // The match a fresh install would have made (the translation's
+            // mask, refined) when it has the same kernel part: registers,
+            // metadata, conntrack fields are then exact only where the
+            // rules looked at them, as before the restart.
+            let mut mask = out.mask;
+            off.refine_mask(&key, &mut mask);
+            let visible = |m: &FlowMask| {
+                let mut k = m.0;
+                k.clear_userspace_only();
+                k.recirc_id = 0;
+                k
+            };
+            let matching = if mask.is_subset_of(matching.mask())
+                && visible(&mask) == visible(matching.mask())
+            {
+                Match::new(key, mask)
+            } else {
+                matching
+            };
+            let mut flow = DpFlow {
+                matching,
+                actions: out.actions,
+                stats: FlowStats::default(),
+                created: now,
+                xlate_key: key,
+                rules: out.rules,
+                learned: out.learned,
+                // Traffic before the restart was credited by the daemon
+                // that saw it.
+                credited: (live.packets, live.bytes),
+                placement: Some(Placement::Kernel(id)),
+                kernel: offload::KernelShare {
+                    live,
+                    ..Default::default()
+                },
+            };
+            offload::update(off, &mut flow);
+            self.stats.flows_installed += 1;
+            let (_, old) =
+                self.flows
+                    .insert(matching.key().words(), matching.mask().words(), 0, flow);
+            if let Some(mut old) = old {
+                offload::unplace(off, &mut old);
+            }
+            kept += 1;
+        }
+        (kept, removed)
+    }
+
     /// Credit offloaded connections' kernel traffic and remove the entries
     /// of connections that ended, changed or went (after a flush).
     pub fn sync_ct_offloads(&mut self, now: Instant) {

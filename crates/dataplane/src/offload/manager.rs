@@ -86,7 +86,7 @@ use nicflow_port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
 use nicflow_port::Port;
 use std::any::Any;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
 /// An AF_XDP port the engine runs on.
@@ -212,6 +212,25 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
     Ok(c)
 }
 
+/// What an adopted TC engine held when the daemon started (see
+/// [`OffloadManager::with_mode_pinned`]): each interface keeps its output
+/// slot, so adopted flows keep their meaning, and whatever no port of the
+/// new configuration claims is removed by
+/// [`OffloadManager::finish_adoption`].
+#[derive(Debug, Default)]
+struct Adoption {
+    /// Output slots by interface.
+    tx: BTreeMap<u32, u32>,
+    /// Port numbers by interface (`dp_ports`; underlays have none).
+    in_port: BTreeMap<u32, u32>,
+    /// Tunnel port numbers by endpoint (`dp_tun_rx`).
+    tunnels: Vec<(TunRxKey, u32)>,
+}
+
+/// A kernel flow found in an adopted engine: the manager's id for it, its
+/// match and its counters so far.
+pub type AdoptedFlow = (u64, Match, KernelCounters);
+
 /// Fewest offloaded flows for which [`FlowOffload::prefetch_counters`]
 /// reads them in one batch rather than one by one.
 const PREFETCH_MIN_FLOWS: usize = 256;
@@ -239,6 +258,8 @@ pub struct OffloadManager {
     /// The bridge's meters: each goes into an engine's `dp_meters` when
     /// the first flow naming it is offloaded there.
     meters: BTreeMap<u32, MeterSpec>,
+    /// Set while an engine adopted from pins is being taken over.
+    adoption: Option<Adoption>,
 }
 
 impl std::fmt::Debug for OffloadManager {
@@ -280,13 +301,28 @@ impl OffloadManager {
         cfg: XdpEngineConfig,
         mode: OffloadMode,
     ) -> Result<OffloadManager, OffloadError> {
-        let engine = XdpEngine::load(cfg)?;
+        Self::with_mode_pinned(cfg, mode, None)
+    }
+
+    /// As [`Self::with_mode`], the engines pinned under `pins` (the
+    /// bridge's directory, `offload::pin`) so they outlive the daemon, or
+    /// adopted from there when a previous daemon left them: then the TC
+    /// engine keeps forwarding throughout, ports re-attached with
+    /// [`Self::attach_port`] keep their slots, and
+    /// [`Self::finish_adoption`] hands the flows it held to the datapath.
+    pub fn with_mode_pinned(
+        cfg: XdpEngineConfig,
+        mode: OffloadMode,
+        pins: Option<std::path::PathBuf>,
+    ) -> Result<OffloadManager, OffloadError> {
+        let pins = pins.as_deref();
+        let engine = XdpEngine::open_kind(EngineKind::Xdp, cfg, pins)?;
         let tc = match mode {
-            OffloadMode::Tc => Some(XdpEngine::load_tc(cfg)?),
+            OffloadMode::Tc => Some(XdpEngine::open_kind(EngineKind::Tc, cfg, pins)?),
             // Under auto a TC engine the kernel refuses leaves the XDP one
             // running: TC ports then work through their own upcall
             // program, in userspace (`port:tc-engine-off`).
-            OffloadMode::Auto => match XdpEngine::load_tc(cfg) {
+            OffloadMode::Auto => match XdpEngine::open_kind(EngineKind::Tc, cfg, pins) {
                 Ok(e) => Some(e),
                 Err(e) => {
                     tracing::error!(
@@ -307,7 +343,23 @@ impl OffloadManager {
                 None
             }
         };
+        let mut tc = tc;
+        let adoption = tc.as_mut().filter(|t| t.adopted()).map(|t| Adoption {
+            tx: t.tx_entries().into_iter().map(|(s, i)| (i, s)).collect(),
+            in_port: t
+                .port_entries()
+                .into_iter()
+                .filter(|(_, p)| p.in_port != 0)
+                .map(|(i, p)| (i, p.in_port))
+                .collect(),
+            tunnels: t
+                .tun_rx_entries()
+                .into_iter()
+                .map(|(k, r)| (k, r.in_port))
+                .collect(),
+        });
         Ok(OffloadManager {
+            adoption,
             engine,
             tc,
             tc_ports: BTreeMap::new(),
@@ -542,7 +594,7 @@ impl OffloadManager {
         }
         let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
         let slot = self
-            .free_tc_slot()
+            .tc_slot_for(ifindex)
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
         let tc = self.tc.as_mut().expect("checked above");
         let r = tc
@@ -568,12 +620,122 @@ impl OffloadManager {
         Ok(())
     }
 
+    /// The TC output slot for `ifindex`: the one an adopted engine gave
+    /// it, else a free one.
+    fn tc_slot_for(&self, ifindex: u32) -> Option<u32> {
+        if let Some(&s) = self.adoption.as_ref().and_then(|a| a.tx.get(&ifindex)) {
+            return Some(s);
+        }
+        self.free_tc_slot()
+    }
+
+    /// Done re-attaching the ports of an adopted TC engine: what no port
+    /// claimed goes (output slots, `dp_ports` entries, pinned `tc_dp`
+    /// links, tunnel endpoints), and the kernel flows whose ingress port
+    /// kept its number are returned for the datapath to revalidate; the
+    /// others are removed. Empty when nothing was adopted.
+    pub fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
+        let Some(a) = self.adoption.take() else {
+            return Vec::new();
+        };
+        let mut live: BTreeSet<u32> = self.tc_ports.values().map(|p| p.ifindex).collect();
+        live.extend(
+            self.underlays
+                .iter()
+                .filter(|(_, u)| u.engine == EngineKind::Tc)
+                .map(|(i, _)| *i),
+        );
+        let attached = live.clone();
+        live.extend(
+            self.ports
+                .values()
+                .filter(|p| p.tc_slot.is_some())
+                .map(|p| p.ifindex),
+        );
+        let new_no: BTreeMap<u32, u32> = self
+            .tc_ports
+            .iter()
+            .map(|(no, p)| (p.ifindex, *no))
+            .collect();
+        let tun_no: Vec<(TunRxKey, u32)> = self
+            .tunnels
+            .iter()
+            .filter(|(_, t)| t.engine == EngineKind::Tc)
+            .map(|(no, t)| (t.rx_key, *no))
+            .collect();
+        let Some(tc) = self.tc.as_mut() else {
+            return Vec::new();
+        };
+        for (ifindex, slot) in &a.tx {
+            if !live.contains(ifindex) {
+                let _ = tc.clear_tx_port(*slot);
+            }
+        }
+        for p in tc.port_entries() {
+            if !attached.contains(&p.0) {
+                let _ = tc.remove_port(p.0);
+            }
+        }
+        tc.release_links_except(&attached);
+        for (k, _) in tc.tun_rx_entries() {
+            if !tun_no.iter().any(|(t, _)| *t == k) {
+                let _ = tc.remove_tunnel_rx(&k);
+            }
+        }
+        // A flow's ingress is the same port only if its number still
+        // names the same interface (or tunnel endpoint).
+        let same_port = |old: u32| {
+            a.in_port
+                .iter()
+                .any(|(i, n)| *n == old && new_no.get(i) == Some(&old))
+                || a.tunnels
+                    .iter()
+                    .any(|(k, n)| *n == old && tun_no.contains(&(*k, old)))
+        };
+        let mut out = Vec::new();
+        let handles: Vec<FlowHandle> = tc.flows().collect();
+        let mut dropped = 0;
+        for h in handles {
+            let decoded = tc.decode(&h).filter(|(k, _)| same_port(k.in_port));
+            let Some((key, mask)) = decoded else {
+                let _ = tc.remove(&h);
+                dropped += 1;
+                continue;
+            };
+            let c = tc.counters(&h).unwrap_or_default();
+            let id = self.next_id;
+            self.next_id += 1;
+            self.flows.insert(id, (EngineKind::Tc, h));
+            out.push((
+                id,
+                Match::new(key, mask),
+                KernelCounters {
+                    packets: c.packets,
+                    bytes: c.bytes,
+                    used: c.used,
+                    tcp_flags: c.tcp_flags,
+                },
+            ));
+        }
+        tracing::info!(
+            flows = out.len(),
+            removed = dropped,
+            "adopted the TC engine's kernel flows (revalidated against the restored rules next)"
+        );
+        out
+    }
+
     /// A TC output slot no TC port or AF_XDP port holds (None without a
     /// TC engine or room in it).
     fn free_tc_slot(&self) -> Option<u32> {
         let cfg = self.tc.as_ref()?.config();
         (0..cfg.max_tx_ports.min(cfg.max_ifaces)).find(|s| {
-            self.tc_ports.values().all(|p| p.slot != *s)
+            // Slots an adopted engine's flows may still name are kept for
+            // their interfaces.
+            self.adoption
+                .as_ref()
+                .is_none_or(|a| a.tx.values().all(|r| r != s))
+                && self.tc_ports.values().all(|p| p.slot != *s)
                 && self.ports.values().all(|p| p.tc_slot != Some(*s))
                 && self
                     .underlays
@@ -585,7 +747,7 @@ impl OffloadManager {
     /// A TC output slot for an AF_XDP port's interface (egress redirect),
     /// when the TC engine is loaded and has room; logged otherwise.
     fn tc_output_slot(&mut self, ifindex: u32) -> Option<u32> {
-        let slot = self.free_tc_slot()?;
+        let slot = self.tc_slot_for(ifindex)?;
         match self.tc.as_mut()?.set_tx_port_flags(slot, ifindex, 0) {
             Ok(()) => Some(slot),
             Err(e) => {
@@ -841,7 +1003,7 @@ impl OffloadManager {
         };
         let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
         let slot = self
-            .free_tc_slot()
+            .tc_slot_for(ifindex)
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
         let tc = self
             .tc

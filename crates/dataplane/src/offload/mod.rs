@@ -32,6 +32,7 @@
 
 pub mod manager;
 pub mod netdev;
+pub use nicflow_port::pin;
 pub mod xdp;
 
 pub use manager::{engine_config, ManagerCounters, OffloadManager};

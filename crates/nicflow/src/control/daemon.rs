@@ -100,9 +100,37 @@ pub(super) fn peer_allowed(stream: &UnixStream) -> bool {
     r == 0 && (cred.uid == 0 || cred.uid == unsafe { libc::geteuid() })
 }
 
+/// Before the switch is built: where this daemon pins its kernel engines
+/// (`nicflow_port::pin`), so that they outlive it and the next daemon on the
+/// same control socket adopts them. Without a pin root the fast path
+/// stops with the daemon, as the log says.
+pub fn prepare(socket: &Path) {
+    use nicflow_port::pin;
+    match pin::choose_root(socket) {
+        Ok(Some(root)) => {
+            tracing::info!(root = %root.display(), "kernel fast path pinned: it outlives the daemon");
+            pin::set_root(Some(root));
+        }
+        Ok(None) => tracing::warn!(
+            "no bpffs at /sys/fs/bpf and {} unset: the kernel fast path stops with the daemon",
+            pin::ENV
+        ),
+        Err(e) => tracing::error!("{e}: the kernel fast path stops with the daemon"),
+    }
+}
+
 /// Run until SIGINT/SIGTERM.
 pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     install_signal_handlers();
+    // Pins the restored configuration did not adopt (a bridge or port no
+    // longer configured, an engine turned off) go before traffic resumes.
+    let gone = nicflow_port::pin::sweep();
+    if !gone.is_empty() {
+        tracing::info!(
+            ?gone,
+            "removed pins left by a previous daemon and not adopted"
+        );
+    }
     let listener = bind(socket)?;
     tracing::info!(socket = %socket.display(), "nicflow daemon listening");
     let mut last_tick = Instant::now();
@@ -205,6 +233,10 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     }
     tracing::info!("stopping: closing ports");
     drop(sw);
+    // Every engine and port unpinned itself; the root goes if empty.
+    if let Some(root) = nicflow_port::pin::root() {
+        let _ = std::fs::remove_dir(root);
+    }
     if abstract_name(socket).is_none() {
         let _ = std::fs::remove_file(socket);
     }

@@ -19,8 +19,10 @@ use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray,
 use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::{ProgramError, SchedClassifier, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
-use std::collections::HashMap;
+use nicflow_port::pin::{self, HeldLink};
+use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The objects built from `bpf/xdp_dp.c` and `bpf/tc_dp.c` by build.rs
@@ -226,16 +228,66 @@ pub struct XdpEngine {
     /// XDP only: the AF_XDP sockets misses go to.
     xsks: Option<XskMap<MapData>>,
     stats: PerCpuArray<MapData, u64>,
-    ebpf: Ebpf,
+    /// The loaded object; `None` for an engine adopted from pins, whose
+    /// program is `adopted_prog`.
+    ebpf: Option<Ebpf>,
+    adopted_prog: Option<aya::programs::Program>,
     kind: EngineKind,
     cfg: XdpEngineConfig,
     masks: MaskTable,
     /// Installed flows -> their mask slot's reference is held.
     installed: HashMap<FlowMapKey, ()>,
     links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
-    /// TC only: `tc_dp` on ports' interfaces (tcx links: gone when
-    /// dropped).
-    tc_links: HashMap<u32, SchedClassifierLinkId>,
+    /// TC only: `tc_dp` on ports' interfaces (tcx links, pinned under
+    /// `pin_dir` when there is one: they outlive the process).
+    tc_links: HashMap<u32, HeldLink>,
+    /// Where the program, maps and links are pinned (`offload::pin`).
+    pin_dir: Option<PathBuf>,
+    /// Taken over from the pins of a daemon that died (not loaded).
+    adopted: bool,
+}
+
+/// Maps pinned with the program (every map userspace reads or writes).
+const PINNED_MAPS: [&str; 10] = [
+    "dp_flows",
+    "dp_masks",
+    "dp_config",
+    "dp_ports",
+    "dp_tx_ports",
+    "dp_stats",
+    "dp_tun_rx",
+    "dp_tun_tx",
+    "dp_meters",
+    "dp_xsks",
+];
+
+/// A pinned map, typed.
+fn pinned<T>(dir: &Path, name: &'static str) -> Result<T, OffloadError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
+    let md = MapData::from_pin(dir.join(name)).map_err(|e| bpf("opening a pinned map", e))?;
+    let m = Map::from_map_data(md).map_err(|e| bpf("pinned map type", e))?;
+    T::try_from(m).map_err(|e| bpf("pinned map type", e))
+}
+
+/// Names an engine's pin directory: the object and the map sizes, so a
+/// daemon never adopts maps of a layout or size it was not built for.
+fn engine_hash(kind: EngineKind, cfg: &XdpEngineConfig) -> u64 {
+    let obj = match kind {
+        EngineKind::Xdp => XDP_DP_OBJ,
+        EngineKind::Tc => TC_DP_OBJ,
+    };
+    let sizes = [
+        cfg.max_flows,
+        cfg.max_masks,
+        cfg.max_tx_ports,
+        cfg.max_ifaces,
+        cfg.max_queues,
+        cfg.counters as u32,
+    ];
+    let sizes: Vec<u8> = sizes.iter().flat_map(|n| n.to_le_bytes()).collect();
+    pin::hash(&[obj, &sizes])
 }
 
 impl std::fmt::Debug for XdpEngine {
@@ -426,6 +478,266 @@ impl XdpEngine {
     }
 
     pub fn load_kind(kind: EngineKind, cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
+        Self::open_kind(kind, cfg, None)
+    }
+
+    /// The engine of `kind` for a bridge whose pins live in `bridge_dir`:
+    /// the one a previous daemon pinned there when its program and sizes
+    /// are these (no load, no verifier; TC flows, ports and links are
+    /// kept for [`Self::adopted`] to be taken over, the XDP engine's maps
+    /// are emptied since its attachments died with that daemon), else a
+    /// fresh load, pinned there. Without a directory: loaded, not pinned.
+    pub fn open_kind(
+        kind: EngineKind,
+        cfg: XdpEngineConfig,
+        bridge_dir: Option<&Path>,
+    ) -> Result<XdpEngine, OffloadError> {
+        let dir = bridge_dir.map(|b| {
+            b.join(format!(
+                "{}-{:016x}",
+                kind.as_str(),
+                engine_hash(kind, &cfg)
+            ))
+        });
+        if let Some(d) = dir.as_deref().filter(|d| d.join("prog").exists()) {
+            match Self::adopt(kind, cfg, d) {
+                Ok(e) => {
+                    pin::claim(d);
+                    tracing::info!(
+                        engine = kind.as_str(), pins = %d.display(), flows = e.installed.len(),
+                        links = e.tc_links.len(), "offload engine adopted from its pins (not reloaded)"
+                    );
+                    return Ok(e);
+                }
+                Err(e) => {
+                    tracing::warn!(pins = %d.display(), "pinned engine not adoptable, loading afresh: {e}");
+                    pin::remove(d);
+                }
+            }
+        }
+        Self::load_fresh(kind, cfg, dir)
+    }
+
+    /// Open the program and maps pinned in `dir` and rebuild the
+    /// bookkeeping from them (see [`Self::open_kind`]).
+    fn adopt(
+        kind: EngineKind,
+        cfg: XdpEngineConfig,
+        dir: &Path,
+    ) -> Result<XdpEngine, OffloadError> {
+        let prog = match kind {
+            EngineKind::Tc => aya::programs::Program::SchedClassifier(
+                SchedClassifier::from_pin(dir.join("prog"))
+                    .map_err(|e| bpf("opening the pinned program", e))?,
+            ),
+            EngineKind::Xdp => aya::programs::Program::Xdp(
+                Xdp::from_pin(
+                    dir.join("prog"),
+                    aya_obj::programs::XdpAttachType::Interface,
+                )
+                .map_err(|e| bpf("opening the pinned program", e))?,
+            ),
+        };
+        let tx_ports = Map::from_map_data(
+            MapData::from_pin(dir.join("dp_tx_ports"))
+                .map_err(|e| bpf("opening a pinned map", e))?,
+        )
+        .map_err(|e| bpf("pinned map type", e))?;
+        let mut e = XdpEngine {
+            flows: pinned(dir, "dp_flows")?,
+            masks_map: pinned(dir, "dp_masks")?,
+            config_map: pinned(dir, "dp_config")?,
+            ports_map: pinned(dir, "dp_ports")?,
+            tun_rx: pinned(dir, "dp_tun_rx")?,
+            tun_tx: pinned(dir, "dp_tun_tx")?,
+            meters_map: pinned(dir, "dp_meters")?,
+            meter_ids: Default::default(),
+            tx_ports,
+            xsks: match kind {
+                EngineKind::Xdp => Some(pinned(dir, "dp_xsks")?),
+                EngineKind::Tc => None,
+            },
+            stats: pinned(dir, "dp_stats")?,
+            ebpf: None,
+            adopted_prog: Some(prog),
+            kind,
+            cfg,
+            masks: MaskTable::new(cfg.max_masks),
+            installed: HashMap::new(),
+            links: HashMap::new(),
+            tc_links: HashMap::new(),
+            pin_dir: Some(dir.to_path_buf()),
+            adopted: true,
+        };
+        match kind {
+            EngineKind::Xdp => e.reset_maps()?,
+            EngineKind::Tc => e.rebuild(dir)?,
+        }
+        Ok(e)
+    }
+
+    /// Adopted TC engine: the installed flows and their mask slots from
+    /// the maps (entries whose mask slot is inactive are stale and go),
+    /// the meters, and the pinned `tc_dp` links by interface.
+    fn rebuild(&mut self, dir: &Path) -> Result<(), OffloadError> {
+        let keys: Vec<FlowMapKey> = self.flows.keys().filter_map(Result::ok).collect();
+        let mut stale = Vec::new();
+        for k in keys {
+            let ok = match self.masks_map.get(&k.mask_idx, 0) {
+                Ok(m) => m.active != 0 && self.masks.adopt(k.mask_idx, &m.mask),
+                Err(_) => false,
+            };
+            if ok {
+                self.installed.insert(k, ());
+            } else {
+                stale.push(k);
+            }
+        }
+        for k in stale {
+            let _ = self.flows.remove(&k);
+        }
+        for slot in 0..self.cfg.max_masks {
+            if self.masks.refs(slot) == 0
+                && self.masks_map.get(&slot, 0).is_ok_and(|m| m.active != 0)
+            {
+                self.write_mask(slot, MaskEntry::default())?;
+            }
+        }
+        self.write_n_masks()?;
+        self.meter_ids = self.meters_map.keys().filter_map(Result::ok).collect();
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for ent in rd.flatten() {
+                let name = ent.file_name().to_string_lossy().into_owned();
+                let Some(ifindex) = name.strip_prefix("link-").and_then(|n| n.parse().ok()) else {
+                    continue;
+                };
+                if let Some(l) = pin::open_link(&ent.path()) {
+                    self.tc_links.insert(ifindex, l);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adopted XDP engine: everything emptied (its attachments and
+    /// sockets went with the daemon that made it).
+    fn reset_maps(&mut self) -> Result<(), OffloadError> {
+        let keys: Vec<FlowMapKey> = self.flows.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.flows.remove(&k);
+        }
+        for slot in 0..self.cfg.max_masks {
+            self.write_mask(slot, MaskEntry::default())?;
+        }
+        self.write_n_masks()?;
+        let ports: Vec<u32> = self.ports_map.keys().filter_map(Result::ok).collect();
+        for p in ports {
+            let _ = self.ports_map.remove(&p);
+        }
+        for slot in 0..self.cfg.max_tx_ports {
+            let _ = self.clear_tx_port(slot);
+        }
+        let rx: Vec<TunRxKey> = self.tun_rx.keys().filter_map(Result::ok).collect();
+        for k in rx {
+            let _ = self.tun_rx.remove(&k);
+        }
+        for slot in 0..TUN_SLOTS {
+            let _ = self.clear_tunnel_tx(slot);
+        }
+        let meters: Vec<u32> = self.meters_map.keys().filter_map(Result::ok).collect();
+        for m in meters {
+            let _ = self.meters_map.remove(&m);
+        }
+        if let Some(x) = self.xsks.as_mut() {
+            for q in 0..self.cfg.max_queues {
+                let _ = x.unset(q);
+            }
+        }
+        Ok(())
+    }
+
+    /// Taken over from pins rather than loaded.
+    pub fn adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// `dp_ports` as found: (ifindex, entry).
+    pub fn port_entries(&self) -> Vec<(u32, PortEntry)> {
+        self.ports_map.iter().filter_map(Result::ok).collect()
+    }
+
+    /// TC: the filled output slots as found: (slot, ifindex).
+    pub fn tx_entries(&mut self) -> Vec<(u32, u32)> {
+        if self.kind != EngineKind::Tc {
+            return Vec::new();
+        }
+        let Ok(a) = Array::<&mut MapData, super::layout::TxIf>::try_from(&mut self.tx_ports) else {
+            return Vec::new();
+        };
+        (0..self.cfg.max_tx_ports)
+            .filter_map(|s| {
+                a.get(&s, 0)
+                    .ok()
+                    .filter(|t| t.ifindex != 0)
+                    .map(|t| (s, t.ifindex))
+            })
+            .collect()
+    }
+
+    /// `dp_tun_rx` as found.
+    pub fn tun_rx_entries(&self) -> Vec<(TunRxKey, TunRx)> {
+        self.tun_rx.iter().filter_map(Result::ok).collect()
+    }
+
+    /// TC: detach `tc_dp` from every interface not in `keep` (adopted
+    /// links of ports that are gone).
+    pub fn release_links_except(&mut self, keep: &BTreeSet<u32>) {
+        let gone: Vec<u32> = self
+            .tc_links
+            .keys()
+            .filter(|i| !keep.contains(i))
+            .copied()
+            .collect();
+        for i in gone {
+            if let Some(l) = self.tc_links.remove(&i) {
+                l.release();
+            }
+        }
+    }
+
+    /// An installed flow's match as userspace writes it: the key and mask
+    /// of its map entry (fields the program does not see are zero, i.e.
+    /// wildcarded).
+    pub fn decode(
+        &self,
+        h: &FlowHandle,
+    ) -> Option<(nicflow_flow::FlowKey, nicflow_flow::FlowMask)> {
+        use nicflow_flow::{FlowKey, FLOW_WORDS};
+        let mask = *self.masks.mask(h.0.mask_idx)?;
+        // Fields that exist only in the userspace pipeline (registers,
+        // metadata, conntrack, recirculation) are zero in every frame the
+        // program sees: the encoder left them out of the kernel match, and
+        // the flow's userspace match has them exact at zero.
+        let ones = FlowKey::from_words(&[u64::MAX; FLOW_WORDS]);
+        let mut kernel_only = ones;
+        kernel_only.clear_userspace_only();
+        kernel_only.recirc_id = 0;
+        let mut m = mask.to_flow_key();
+        for (w, (o, k)) in m
+            .words_mut()
+            .iter_mut()
+            .zip(ones.words().iter().zip(kernel_only.words()))
+        {
+            *w |= o & !k;
+        }
+        Some((h.0.key.to_flow_key(), nicflow_flow::FlowMask(m)))
+    }
+
+    fn load_fresh(
+        kind: EngineKind,
+        cfg: XdpEngineConfig,
+        pin_dir: Option<PathBuf>,
+    ) -> Result<XdpEngine, OffloadError> {
         if cfg.max_masks == 0 || cfg.max_masks > MAX_MASKS_CAP {
             return Err(OffloadError::Config(format!(
                 "max_masks must be 1..={MAX_MASKS_CAP}, not {}",
@@ -488,6 +800,18 @@ impl XdpEngine {
                 verifier(prog.load())?;
             }
         }
+        // Pinned before the maps are taken out of the object.
+        let pin_dir = pin_dir.filter(|d| match pin_object(&mut ebpf, kind, d) {
+            Ok(()) => {
+                pin::claim(d);
+                true
+            }
+            Err(err) => {
+                tracing::warn!(pins = %d.display(), "pinning the engine failed, it will not outlive the daemon: {err}");
+                pin::remove(d);
+                false
+            }
+        });
         let flows = take(&mut ebpf, "dp_flows")?;
         let masks_map = take(&mut ebpf, "dp_masks")?;
         let mut config_map: Array<MapData, ConfigEntry> = take(&mut ebpf, "dp_config")?;
@@ -525,13 +849,16 @@ impl XdpEngine {
             tx_ports,
             xsks,
             stats,
-            ebpf,
+            ebpf: Some(ebpf),
+            adopted_prog: None,
             kind,
             cfg,
             masks: MaskTable::new(cfg.max_masks),
             installed: HashMap::new(),
             links: HashMap::new(),
             tc_links: HashMap::new(),
+            pin_dir,
+            adopted: false,
         })
     }
 
@@ -546,18 +873,29 @@ impl XdpEngine {
 
     fn program_data(&self) -> Result<&aya::programs::Program, OffloadError> {
         let name = self.kind.prog_name();
-        self.ebpf
-            .program(name)
-            .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))
+        match &self.ebpf {
+            Some(e) => e.program(name),
+            None => self.adopted_prog.as_ref(),
+        }
+        .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))
+    }
+
+    fn program_mut(
+        &mut self,
+        name: &'static str,
+    ) -> Result<&mut aya::programs::Program, OffloadError> {
+        match &mut self.ebpf {
+            Some(e) => e.program_mut(name),
+            None => self.adopted_prog.as_mut(),
+        }
+        .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))
     }
 
     fn xdp_prog_mut(&mut self) -> Result<&mut Xdp, OffloadError> {
         if self.kind != EngineKind::Xdp {
             return Err(OffloadError::Config("not an XDP engine".into()));
         }
-        self.ebpf
-            .program_mut("xdp_dp")
-            .ok_or_else(|| OffloadError::Config("BPF object has no program `xdp_dp`".into()))?
+        self.program_mut("xdp_dp")?
             .try_into()
             .map_err(|e| bpf("BPF program type", e))
     }
@@ -566,9 +904,7 @@ impl XdpEngine {
         if self.kind != EngineKind::Tc {
             return Err(OffloadError::Config("not a TC engine".into()));
         }
-        self.ebpf
-            .program_mut(name)
-            .ok_or_else(|| OffloadError::Config(format!("BPF object has no program `{name}`")))?
+        self.program_mut(name)?
             .try_into()
             .map_err(|e| bpf("BPF program type", e))
     }
@@ -646,20 +982,30 @@ impl XdpEngine {
     /// cls_bpf before). Frames it does not handle go on to the next
     /// program (the port's own `tc_upcall`).
     pub fn attach_tc(&mut self, ifindex: u32, ifname: &str) -> Result<(), OffloadError> {
+        if self.tc_links.contains_key(&ifindex) {
+            // Adopted: still attached since the previous daemon.
+            return Ok(());
+        }
+        let pin = self
+            .pin_dir
+            .as_ref()
+            .map(|d| d.join(format!("link-{ifindex}")));
         let prog = self.tc_prog_mut("tc_dp")?;
-        let id = tc_attach(prog, ifname, true)?;
-        self.tc_links.insert(ifindex, id);
+        let link =
+            pin::attach_tc(prog, ifname, true, pin.as_deref()).map_err(|e| OffloadError::Bpf {
+                op: e.op,
+                source: e.source,
+            })?;
+        self.tc_links.insert(ifindex, link);
         Ok(())
     }
 
     /// TC: detach `tc_dp` from `ifindex` (a no-op if not attached).
     pub fn detach_tc(&mut self, ifindex: u32) -> Result<(), OffloadError> {
-        let Some(id) = self.tc_links.remove(&ifindex) else {
-            return Ok(());
-        };
-        self.tc_prog_mut("tc_dp")?
-            .detach(id)
-            .map_err(|e| bpf("detaching tc_dp", e))
+        if let Some(l) = self.tc_links.remove(&ifindex) {
+            l.release();
+        }
+        Ok(())
     }
 
     /// TC: frames received on `ifindex` carry port number `in_port`; misses
@@ -1183,4 +1529,44 @@ impl XdpEngine {
         let o = prog_test_run(self.program_data()?, frame, ifindex, queue, gso, 1)?;
         Ok((o.verdict, o.frame))
     }
+}
+
+impl Drop for XdpEngine {
+    /// Detach and unpin everything, unless the thread is panicking: a
+    /// crash leaves the pins (and the fast path) for the next daemon.
+    fn drop(&mut self) {
+        let crash = std::thread::panicking();
+        for (_, l) in self.tc_links.drain() {
+            if crash {
+                l.leave();
+            } else {
+                l.release();
+            }
+        }
+        if let Some(d) = self.pin_dir.take() {
+            if !crash {
+                pin::remove(&d);
+                if let Some(parent) = d.parent() {
+                    // The bridge's directory, once its last engine went.
+                    let _ = std::fs::remove_dir(parent);
+                }
+            }
+        }
+    }
+}
+
+/// Pin `ebpf`'s program and the maps userspace uses in `dir` (created).
+fn pin_object(ebpf: &mut Ebpf, kind: EngineKind, dir: &Path) -> Result<(), OffloadError> {
+    std::fs::create_dir_all(dir).map_err(|e| bpf("creating the pin directory", e))?;
+    let name = kind.prog_name();
+    ebpf.program_mut(name)
+        .ok_or_else(|| OffloadError::Config(format!("no program `{name}`")))?
+        .pin(dir.join("prog"))
+        .map_err(|e| bpf("pinning the program", e))?;
+    for m in PINNED_MAPS {
+        if let Some(map) = ebpf.map(m) {
+            map.pin(dir.join(m)).map_err(|e| bpf("pinning a map", e))?;
+        }
+    }
+    Ok(())
 }

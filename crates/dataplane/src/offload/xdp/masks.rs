@@ -111,6 +111,37 @@ impl MaskTable {
         self.capacity
     }
 
+    /// One more flow found in the kernel using `mask` in `slot` (a pinned
+    /// engine adopted after a restart). False when the slot is out of
+    /// range or already holds another mask (the entry is then stale).
+    pub fn adopt(&mut self, slot: u32, mask: &DpKey) -> bool {
+        if slot >= self.capacity {
+            return false;
+        }
+        let i = slot as usize;
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
+        }
+        match &mut self.slots[i] {
+            Some(s) if s.mask == *mask => {
+                s.refs += 1;
+                true
+            }
+            Some(_) => false,
+            e @ None => {
+                if self.by_mask.contains_key(mask) {
+                    return false;
+                }
+                *e = Some(Slot {
+                    mask: *mask,
+                    refs: 1,
+                });
+                self.by_mask.insert(*mask, slot);
+                true
+            }
+        }
+    }
+
     /// Flows using the mask in `slot`.
     pub fn refs(&self, slot: u32) -> u32 {
         match self.slots.get(slot as usize) {
@@ -136,6 +167,28 @@ mod tests {
             nw_src: n,
             ..DpKey::default()
         }
+    }
+
+    #[test]
+    fn adopted_slots_keep_their_numbers_and_refuse_conflicts() {
+        let mut t = MaskTable::new(4);
+        assert!(t.adopt(2, &mask(7)));
+        assert!(t.adopt(2, &mask(7)));
+        assert_eq!((t.refs(2), t.n_masks()), (2, 3));
+        // Another mask in a taken slot, the same mask in a second slot, a
+        // slot beyond the table: stale entries.
+        assert!(!t.adopt(2, &mask(8)));
+        assert!(!t.adopt(0, &mask(7)));
+        assert!(!t.adopt(4, &mask(9)));
+        // New flows reuse the adopted slot, or take a free lower one.
+        assert_eq!(
+            t.acquire(&mask(7)).map(|a| (a.slot, a.new)),
+            Some((2, false))
+        );
+        assert_eq!(
+            t.acquire(&mask(1)).map(|a| (a.slot, a.new)),
+            Some((0, true))
+        );
     }
 
     #[test]

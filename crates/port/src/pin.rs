@@ -1,0 +1,316 @@
+//! Pins in bpffs that let the kernel fast path outlive the daemon.
+//!
+//! Place in the system: beside the packet's path, not on it. The TC port
+//! pins its upcall programs here and the kernel engines above it
+//! (`nicflow-dataplane`) pin their program, maps and links under the same
+//! root, so that what forwards in the kernel does not depend on a process.
+//!
+//! A TC program attached through a tcx link is detached when the last
+//! descriptor of the link closes, so a daemon that dies takes its fast path
+//! with it. A link, program or map pinned in bpffs stays with no process
+//! holding it: established flows keep forwarding while the daemon is dead
+//! or restarting, and a restarted daemon opens the pins instead of loading
+//! and verifying the program again (seconds) and adopts the flows in them.
+//!
+//! Layout under the daemon's root (`NICFLOW_PIN_ROOT`, else
+//! `/sys/fs/bpf/nicflow/<hash of the control socket path>` when
+//! `/sys/fs/bpf` is a bpffs):
+//!
+//! ```text
+//! <root>/br-<bridge>/tc-<object+config hash>/prog, dp_flows, dp_masks, ...
+//!                                             link-<ifindex>   (tc_dp, tcx)
+//! <root>/br-<bridge>/xdp-<hash>/prog, maps   (program and maps only)
+//! <root>/port-<ifindex>/upcall, sink         (the TC port's own programs)
+//! ```
+//!
+//! The hash in an engine's directory name covers the BPF object and the map
+//! sizes: a daemon built with another program (or configured with other
+//! sizes) never adopts maps whose layout it does not know; it starts that
+//! engine cold and the old pins are removed.
+//!
+//! Who removes pins: whatever owns them when it goes away normally (`del-br`,
+//! `del-port`, `set offload`, SIGTERM/SIGINT); a panic or a kill leaves
+//! them. At startup, after the configuration is restored, [`sweep`] removes
+//! every pin no bridge or port of the new configuration adopted (and the
+//! upcall veth pair of such a port). An operator who will not restart the
+//! daemon removes the root directory (`rm -r <root>`): unpinning detaches the
+//! links, then `ip link del nfu<ifindex>a` removes each upcall pair.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Environment variable naming the pin root (`off` disables pinning).
+pub const ENV: &str = "NICFLOW_PIN_ROOT";
+
+static ROOT: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Directories some live object of this process owns; [`sweep`] keeps them.
+static CLAIMED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Whether `p` is on a bpffs.
+pub fn is_bpffs(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the struct we own; the path is a valid C
+    // string for the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// FNV-1a over `parts`: names directories after what they depend on.
+pub fn hash(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.iter().chain(&[0xff]) {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The pin root for a daemon whose control socket is `socket`: `$NICFLOW_PIN_ROOT`
+/// (created if missing; it must be on a bpffs), else a directory of its
+/// own under `/sys/fs/bpf/nicflow` when that is a bpffs, else none (the
+/// fast path then goes with the daemon, as before pinning existed).
+pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::ffi::OsStrExt;
+    match std::env::var_os(ENV) {
+        Some(v) if v.is_empty() || v == "off" => Ok(None),
+        Some(v) => {
+            let p = PathBuf::from(v);
+            std::fs::create_dir_all(&p).map_err(|e| format!("{ENV}={}: {e}", p.display()))?;
+            if !is_bpffs(&p) {
+                return Err(format!(
+                    "{ENV}={}: not on a bpffs (mount -t bpf bpf DIR)",
+                    p.display()
+                ));
+            }
+            Ok(Some(p))
+        }
+        None => {
+            let base = Path::new("/sys/fs/bpf");
+            if !is_bpffs(base) {
+                return Ok(None);
+            }
+            let id = hash(&[socket.as_os_str().as_bytes()]);
+            let p = base.join("nicflow").join(format!("{id:016x}"));
+            std::fs::create_dir_all(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Ok(Some(p))
+        }
+    }
+}
+
+pub fn set_root(root: Option<PathBuf>) {
+    *ROOT.lock().unwrap_or_else(|e| e.into_inner()) = root;
+}
+
+pub fn root() -> Option<PathBuf> {
+    ROOT.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// A bridge name as a path component: itself when it is plain, else hex.
+fn component(name: &str) -> String {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if plain {
+        name.to_string()
+    } else {
+        name.bytes().map(|b| format!("{b:02x}")).collect::<String>() + "~"
+    }
+}
+
+/// Directory of bridge `bridge`'s engines (None: pinning is off).
+pub fn bridge_dir(bridge: &str) -> Option<PathBuf> {
+    Some(root()?.join(format!("br-{}", component(bridge))))
+}
+
+/// Directory of the TC port on interface `ifindex`.
+pub fn port_dir(ifindex: u32) -> Option<PathBuf> {
+    Some(root()?.join(format!("port-{ifindex}")))
+}
+
+/// `dir` belongs to a live object: [`sweep`] keeps it.
+pub fn claim(dir: &Path) {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(dir.to_path_buf());
+}
+
+/// Remove `dir` and every pin under it (unpinning a link nothing else
+/// holds detaches it), and forget the claim.
+pub fn remove(dir: &Path) {
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(dir);
+    if let Err(e) = remove_tree(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), "removing pins: {e}");
+        }
+    }
+}
+
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            remove_tree(&e.path())?;
+        } else {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// Remove every pin under the root that no live bridge or port claimed
+/// (a bridge or port left out of the configuration since the pins were
+/// made, an engine turned off, a program of another build), and the
+/// upcall pair of each such port. Returns what was removed.
+pub fn sweep() -> Vec<String> {
+    let Some(root) = root() else {
+        return Vec::new();
+    };
+    let claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut gone = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&root) else {
+        return gone;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        // Only what this daemon makes (bpffs has files of its own).
+        if claimed.contains(&p) || !(name.starts_with("br-") || name.starts_with("port-")) {
+            continue;
+        }
+        if claimed.iter().any(|c| c.starts_with(&p)) {
+            // A bridge in use: only its engines nobody adopted go.
+            if let Ok(sub) = std::fs::read_dir(&p) {
+                for s in sub.flatten() {
+                    if !claimed.contains(&s.path()) {
+                        gone.push(format!("{name}/{}", s.file_name().to_string_lossy()));
+                        remove(&s.path());
+                    }
+                }
+            }
+            continue;
+        }
+        remove(&p);
+        if let Some(ifindex) = name.strip_prefix("port-") {
+            let near = format!("nfu{ifindex}a");
+            if let Ok(mut rt) = nicflow_os::netlink::Rtnl::open(None) {
+                let _ = nicflow_os::link::del(&mut rt, &near);
+            }
+        }
+        gone.push(name);
+    }
+    gone
+}
+
+/// A TC link held by this process: pinned (stays attached if the process
+/// dies; [`HeldLink::release`] unpins and detaches it), or only owned.
+#[derive(Debug)]
+pub enum HeldLink {
+    Pinned(aya::programs::links::PinnedLink),
+    Fd(aya::programs::links::FdLink),
+    /// clsact + cls_bpf (kernels before tcx): detached when dropped.
+    Netlink(aya::programs::tc::SchedClassifierLink),
+}
+
+impl HeldLink {
+    /// Detach: unpin, then close.
+    pub fn release(self) {
+        if let HeldLink::Pinned(p) = self {
+            match p.unpin() {
+                Ok(fd) => drop(fd),
+                Err(e) => tracing::warn!("unpinning a TC link: {e}"),
+            }
+        }
+    }
+
+    /// Keep the link attached after this process is gone (a crash): the
+    /// pin stays, only the descriptor closes.
+    pub fn leave(self) {
+        drop(self)
+    }
+}
+
+/// A link could not be attached, taken or pinned.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {source}")]
+pub struct PinError {
+    /// What was being done.
+    pub op: &'static str,
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// Attach `prog` at TC ingress of `ifname` (first or last on the hook) and
+/// pin the link at `pin` when given (a stale pin there is replaced).
+pub fn attach_tc(
+    prog: &mut aya::programs::SchedClassifier,
+    ifname: &str,
+    first: bool,
+    pin: Option<&Path>,
+) -> Result<HeldLink, PinError> {
+    use aya::programs::links::FdLink;
+    fn err<E: std::error::Error + Send + Sync + 'static>(
+        op: &'static str,
+    ) -> impl FnOnce(E) -> PinError {
+        move |e| PinError {
+            op,
+            source: Box::new(e),
+        }
+    }
+    let id =
+        crate::attach::tc_attach(prog, ifname, first).map_err(err("attaching the TC program"))?;
+    let link = prog.take_link(id).map_err(err("taking the TC link"))?;
+    if <&FdLink>::try_from(&link).is_err() {
+        return Ok(HeldLink::Netlink(link));
+    }
+    let fd = FdLink::try_from(link).map_err(err("TC link"))?;
+    let Some(pin) = pin else {
+        return Ok(HeldLink::Fd(fd));
+    };
+    let _ = std::fs::remove_file(pin);
+    fd.pin(pin)
+        .map(HeldLink::Pinned)
+        .map_err(err("pinning the TC link"))
+}
+
+/// Open a pinned link (None if there is none at `path`).
+pub fn open_link(path: &Path) -> Option<HeldLink> {
+    if !path.exists() {
+        return None;
+    }
+    match aya::programs::links::PinnedLink::from_pin(path) {
+        Ok(l) => Some(HeldLink::Pinned(l)),
+        Err(e) => {
+            tracing::warn!(pin = %path.display(), "opening a pinned link: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bridge_names_become_safe_components() {
+        assert_eq!(component("br0"), "br0");
+        assert_eq!(component("br-int.1"), "br-int.1");
+        assert_eq!(component("../x"), "2e2e2f78~");
+        assert_eq!(component(".hidden"), "2e68696464656e~");
+        assert_ne!(hash(&[b"a", b"bc"]), hash(&[b"ab", b"c"]));
+    }
+}
