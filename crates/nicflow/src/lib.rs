@@ -16,8 +16,8 @@
 //! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
 //! search), `nicflow-ofctl` (the rule language).
 
+pub use nicflow_cni as cni;
 pub use nicflow_dataplane::bridge;
-pub mod cni;
 pub mod control;
 pub use nicflow_dataplane::datapath;
 pub use nicflow_dataplane::nf;

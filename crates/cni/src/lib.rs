@@ -1,4 +1,12 @@
-//! nicflow as a CNI plugin (type `nicflow`): the `nicflow` binary run with
+//! nicflow-cni: nicflow as a CNI plugin (type `nicflow`).
+//!
+//! Place in the packet's path: none of its own. It runs once per pod
+//! attachment, asks the daemon (over `nicflow-api`'s control socket) for a
+//! VF whose representor is a port of a bridge, and installs the rules that
+//! the pod's frames will meet there first (anti-spoofing, policy,
+//! bandwidth meters, steering); it links nothing of the dataplane.
+//!
+//! The plugin is the `nicflow` binary run with
 //! `CNI_COMMAND` in its environment, as a container runtime (or
 //! `cnitool`) runs the plugin its network configuration names.
 //!
@@ -132,7 +140,7 @@ fn env_vars(cmd: &str) -> CniResult<plugin::Env> {
     let container_id = need("CNI_CONTAINERID")?;
     types::check_container_id(&container_id)?;
     let ifname = need("CNI_IFNAME")?;
-    crate::control::vf::check_ifname(&ifname, "CNI_IFNAME")
+    crate::check_ifname(&ifname, "CNI_IFNAME")
         .map_err(|e| CniError::new(code::INVALID_ENV, e.to_string()))?;
     // The record file `<containerid>-<ifname>.json` is one path component.
     if container_id.len() + ifname.len() + ".json".len() + 1 > types::NAME_MAX {
@@ -151,4 +159,18 @@ fn env_vars(cmd: &str) -> CniResult<plugin::Env> {
         ifname,
         cni_path: var("CNI_PATH").unwrap_or_default(),
     })
+}
+
+/// A name Linux accepts for an interface (`nicflow_os::check_ifname`), and
+/// no control characters either: the name also becomes part of a record's
+/// file name.
+pub(crate) fn check_ifname(s: &str, what: &'static str) -> Result<(), String> {
+    nicflow_os::check_ifname(s).map_err(|e| format!("{what}: {e}"))?;
+    if s.bytes().any(|b| b < b' ' || b == 0x7f) {
+        return Err(format!(
+            "{what}: `{}`: no control characters",
+            s.escape_debug()
+        ));
+    }
+    Ok(())
 }

@@ -18,9 +18,9 @@ use super::policy::{self, Policy};
 use super::portsec::{self, PortSec};
 use super::steering::{self, Steering};
 use super::types::{parse_cidr, Interface, IpamResult, NetConf, Route};
-use crate::control::daemon;
-use crate::control::proto::{Request, Response};
-use crate::os::{self, netlink::Rtnl};
+use nicflow_api::client as daemon;
+use nicflow_api::proto::{Request, Response};
+use nicflow_os::{self as os, netlink::Rtnl};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -927,7 +927,7 @@ pub fn gc(conf: &NetConf, cni_path: &str, stdin: &[u8]) -> CniResult<()> {
         };
         // A record edited by hand is not trusted with a path.
         if super::types::check_container_id(cid).is_err()
-            || crate::control::vf::check_ifname(&rec.ifname, "ifname").is_err()
+            || crate::check_ifname(&rec.ifname, "ifname").is_err()
         {
             continue;
         }
