@@ -1,20 +1,34 @@
-//! nicflow: a software SmartNIC — an offloadable virtual switch.
+//! nicflow: a software SmartNIC — an offloadable virtual switch. This
+//! crate is the daemon and the CLI ([`control`]): the poll loop, the
+//! switch that owns the bridges, the OpenFlow listeners and connections,
+//! VFs, and the `nicflow` binary's verbs.
 //!
-//! A frame's path through this crate: a [`port`] receives it in a batch; the
-//! [`datapath`] (exact-match cache, then megaflow cache) finds its cached
-//! decision or, on a miss, asks the slow path, [`ofproto`], which walks the
-//! OpenFlow tables and returns a datapath flow to cache; the datapath's
-//! executor applies the actions and hands the frame to the output ports. A
-//! [`bridge`] wires ports, datapath and slow path together. The experiments
-//! that measure it are the `nicflow-bench` crate.
+//! A frame's path, crate by crate (the arrows of the dependency graph point
+//! down; the compiler keeps them):
 //!
-//! Whatever changes the host's network configuration (links, addresses,
-//! routes, namespaces, sysctls, ethtool features) goes through [`os`],
-//! the lowest module here, which speaks netlink to the kernel.
+//! ```text
+//! nicflow (daemon, CLI)      nicflow-cni      nicflow-lab (lab, traffic, demo)
+//!        |                        |                 |
+//!        +--------- nicflow-dataplane: bridge -> datapath (EMC, megaflows,
+//!        |            executor) -> ofproto (slow path); offload (kernel
+//!        |            engines at TC/XDP, above the datapath)
+//!        +--------- nicflow-port: afxdp, afpacket, tc, tap, tunnel, ipsec,
+//!        |            pcap, mem; the factory; pins
+//!        +--------- nicflow-api (config, protocol, client)  nicflow-os (netlink)
+//! ```
 //!
-//! Lower layers live in their own crates: `nicflow-packet` (header views,
-//! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple space
-//! search), `nicflow-ofctl` (the rule language).
+//! A [`port`] receives a frame in a batch; the [`bridge`] hands it to the
+//! [`datapath`], whose caches find its decision or ask the slow path,
+//! [`ofproto`]; the executor applies the actions and hands the frame to
+//! the output ports. Below them: `nicflow-packet` (header views,
+//! checksums), `nicflow-flow` (flow keys), `nicflow-classifier` (tuple
+//! space search), `nicflow-ofctl` (the rule language), `nicflow-conntrack`,
+//! `nicflow-openflow` (the wire codec), `nicflow-ipsec`. The experiments
+//! are the `nicflow-bench` crate.
+//!
+//! The lower crates are re-exported under their old module names
+//! (`nicflow::port`, `nicflow::datapath`, ...) for the tests and the
+//! benchmarks; nothing below this crate can import it.
 
 pub use nicflow_cni as cni;
 pub use nicflow_dataplane::bridge;
