@@ -28,6 +28,68 @@ use std::time::{Duration, Instant};
 /// Frames taken from one port per poll round.
 pub const BATCH_SIZE: usize = 32;
 
+/// At most one warning per drop reason (and per limit) per this period,
+/// with the count since the previous one, as OVS's `VLOG_RATE_LIMIT`
+/// does: a flood is visible in the log without a line per packet.
+pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The bridge's share of one daemon round ([`Bridge::begin_round`]).
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    start: Instant,
+    /// `DpStats::upcalls` when the round began.
+    upcalls_at_start: u64,
+    spent: bool,
+}
+
+/// Every drop of a bridge by reason: the userspace datapath's, the kernel
+/// engines', and the ports' (ring overflows, truncation, transmit
+/// errors), summed over ports. Names are the counters' own
+/// (`rx_drop_ring_full` is the ports' counter of that name).
+pub type Drops = BTreeMap<&'static str, u64>;
+
+/// The limits of a bridge and how often they were hit, for `stats` and
+/// the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Datapath flows cached at most ([`DatapathConfig::flow_limit`]) and
+    /// now.
+    pub flow_limit: usize,
+    pub flows: usize,
+    /// Upcalls whose flow was not cached because the limit was reached.
+    pub flow_limit_hits: u64,
+    /// Size of each kernel engine's flow map (`offload_options
+    /// max_flows`), when offload is on, and its entries now.
+    pub kernel_max_flows: Option<u32>,
+    pub kernel_flows: usize,
+    /// Flows refused by a full kernel flow or mask map, and kernel inserts
+    /// that failed otherwise.
+    pub kernel_full: u64,
+    pub kernel_errors: u64,
+    /// Connection tracker: most connections, now, and commits refused at
+    /// the limit.
+    pub ct_limit: usize,
+    pub ct_connections: usize,
+    pub ct_limit_hits: u64,
+    /// Daemon rounds that stopped taking frames because their upcall or
+    /// time budget was spent (the rest waited in the rings).
+    pub rounds_deferred: u64,
+}
+
+/// What the bridge last logged about drops and limits.
+#[derive(Debug, Default)]
+struct OverloadLog {
+    /// Per drop reason: the total at the last warning and when it was.
+    drops: BTreeMap<&'static str, (u64, Option<Instant>)>,
+    /// Limits in an episode (reached, not yet relieved), with the hit
+    /// count when the episode began.
+    flow_limit: Option<u64>,
+    kernel_full: Option<u64>,
+    /// Hit counters at the previous tick.
+    last_flow_limit_hits: u64,
+    last_kernel_full: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
     #[error(transparent)]
@@ -153,6 +215,13 @@ pub struct Bridge {
     mac_generation: u64,
     /// The engines' mode while offload is on.
     offload_mode: Option<crate::offload::OffloadMode>,
+    /// The current daemon round's budget, once the daemon has begun one.
+    round: Option<Round>,
+    /// First port read by the next budgeted `run_once`: rotates, so a
+    /// spent budget does not always leave the same ports waiting.
+    next_port: usize,
+    rounds_deferred: u64,
+    overload: OverloadLog,
 }
 
 impl Bridge {
@@ -171,6 +240,10 @@ impl Bridge {
             done: Vec::new(),
             mac_generation: 0,
             offload_mode: None,
+            round: None,
+            next_port: 0,
+            rounds_deferred: 0,
+            overload: OverloadLog::default(),
         }
     }
 
@@ -289,12 +362,8 @@ impl Bridge {
             .offload()?
             .as_any()
             .downcast_ref::<OffloadManager>()?;
-        let mut not_offloaded = BTreeMap::new();
-        for (_, f) in self.dp.flows() {
-            if let Some(Placement::Userspace(r)) = f.placement {
-                *not_offloaded.entry(r).or_insert(0) += 1;
-            }
-        }
+        // Kept as flows move: no walk over every flow per request.
+        let not_offloaded = self.dp.placements().not_offloaded();
         let (xdp_flows, tc_flows) = m.flows_per_engine();
         Some(OffloadStatus {
             engine: m.engine_stats(),
@@ -578,7 +647,20 @@ impl Bridge {
     /// received.
     pub fn run_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
-        for i in 0..self.ports.len() {
+        let n_ports = self.ports.len();
+        // Outside a budgeted round (tests, captures) ports go in order.
+        let first = match self.round {
+            Some(_) if n_ports > 0 => {
+                self.next_port = (self.next_port + 1) % n_ports;
+                self.next_port
+            }
+            _ => 0,
+        };
+        for k in 0..n_ports {
+            if self.round_spent() {
+                break;
+            }
+            let i = (first + k) % n_ports;
             let in_port = self.ports[i].no;
             self.rx.clear();
             let n = match self.ports[i]
@@ -604,6 +686,36 @@ impl Bridge {
             self.mac_generation = self.ofproto.mac.generation();
         }
         total
+    }
+
+    /// Start a daemon round: from now on [`Bridge::run_once`] stops
+    /// taking frames once this round has made `round_upcalls` upcalls or
+    /// run for `round_time` ([`DatapathConfig`]); frames left in the rings
+    /// wait for the next round, after the daemon has served its control
+    /// connections. Without a round, `run_once` is unbounded.
+    pub fn begin_round(&mut self, now: Instant) {
+        self.round = Some(Round {
+            start: now,
+            upcalls_at_start: self.dp.stats().upcalls,
+            spent: false,
+        });
+    }
+
+    /// Has the current round spent its budget (see [`Bridge::begin_round`])?
+    pub fn round_spent(&mut self) -> bool {
+        let Some(r) = &mut self.round else {
+            return false;
+        };
+        if r.spent {
+            return true;
+        }
+        let cfg = self.dp.config();
+        let upcalls = self.dp.stats().upcalls - r.upcalls_at_start;
+        if upcalls >= cfg.round_upcalls as u64 || r.start.elapsed() >= cfg.round_time {
+            r.spent = true;
+            self.rounds_deferred += 1;
+        }
+        r.spent
     }
 
     fn transmit(&mut self) {
@@ -647,6 +759,7 @@ impl Bridge {
     /// Housekeeping: datapath idle aging, rule timeouts, MAC aging; any
     /// change is revalidated before returning.
     pub fn tick(&mut self, now: Instant) {
+        self.report_overload(now);
         if offload_manager(&mut self.dp).is_some_and(|m| m.tick()) {
             self.dp.replace_flows();
         }
@@ -662,6 +775,157 @@ impl Bridge {
             self.dp.revalidate(&mut self.ofproto);
             self.mac_generation = self.ofproto.mac.generation();
         }
+    }
+
+    /// Every drop by reason, summed over the datapath, the kernel engines
+    /// and the ports (see [`Drops`]). Reads the ports' and engines'
+    /// kernel counters: control-plane rate only.
+    pub fn drops(&self) -> Drops {
+        let mut drops = Drops::new();
+        let mut add = |reason: &'static str, n: u64| {
+            if n > 0 {
+                *drops.entry(reason).or_insert(0) += n;
+            }
+        };
+        for (reason, n) in self.dp.stats().drops() {
+            add(reason, n);
+        }
+        // Drops of offloaded flows happen in the kernel: count both.
+        if let Some(m) = self.manager() {
+            let engines = [Some(m.engine_stats()), m.tc_stats()];
+            for e in engines.into_iter().flatten() {
+                for (reason, n) in e.drops() {
+                    add(reason, n);
+                }
+                add("kernel_aborted", e.aborted);
+            }
+        }
+        for p in &self.ports {
+            let st = p.port.stats();
+            let (mut rx, mut tx) = (0u64, 0u64);
+            for (name, n) in p.port.extra_counters() {
+                if name.starts_with("rx_drop_") {
+                    rx += n;
+                    add(name, n);
+                } else if name.starts_with("tx_drop_") {
+                    tx += n;
+                    add(name, n);
+                }
+            }
+            // Whatever a port counts as dropped without naming why.
+            add("rx_drop_other", st.rx_dropped.saturating_sub(rx));
+            add("tx_drop_other", st.tx_dropped.saturating_sub(tx));
+        }
+        drops
+    }
+
+    /// The bridge's limits and how often they were reached.
+    pub fn limits(&self) -> Limits {
+        let s = self.dp.stats();
+        let p = self.dp.placements();
+        let ct = &self.dp.conntrack;
+        let m = self.manager();
+        Limits {
+            flow_limit: self.dp.config().flow_limit,
+            flows: self.dp.n_flows(),
+            flow_limit_hits: s.flow_limit_hits,
+            kernel_max_flows: m.map(|m| m.engine().config().max_flows),
+            kernel_flows: m.map_or(0, |m| m.n_flows()),
+            kernel_full: p.refused_full,
+            kernel_errors: p.refused_error,
+            ct_limit: ct.config().limit,
+            ct_connections: ct.len(),
+            ct_limit_hits: ct.stats().limit_drops,
+            rounds_deferred: self.rounds_deferred,
+        }
+    }
+
+    /// `set BR flow_limit=N`: the most datapath flows cached from now on.
+    pub fn set_flow_limit(&mut self, limit: usize) {
+        self.dp.set_flow_limit(limit);
+    }
+
+    fn manager(&self) -> Option<&OffloadManager> {
+        self.dp.offload()?.as_any().downcast_ref::<OffloadManager>()
+    }
+
+    /// Once a tick: one warning per drop reason that grew, at most every
+    /// [`DROP_LOG_INTERVAL`], with the count since the last warning; one
+    /// warning when a limit is reached and one line when it is relieved
+    /// (an episode), never one per packet or per flow.
+    fn report_overload(&mut self, now: Instant) {
+        let drops = self.drops();
+        for (reason, total) in drops {
+            let (last, at) = self.overload.drops.entry(reason).or_insert((0, None));
+            if total <= *last || at.is_some_and(|t| now.duration_since(t) < DROP_LOG_INTERVAL) {
+                continue;
+            }
+            let since = at.map_or(String::new(), |t| {
+                format!(" in the last {:.0} s", now.duration_since(t).as_secs_f64())
+            });
+            tracing::warn!(
+                bridge = %self.name,
+                reason,
+                dropped = total - *last,
+                total,
+                "packets dropped{since}"
+            );
+            *last = total;
+            *at = Some(now);
+        }
+        let l = self.limits();
+        let log = &mut self.overload;
+        // Flow limit: reached when an upcall could not be cached; relieved
+        // once a tick passes without such an upcall and below the limit.
+        let hits = l.flow_limit_hits - log.last_flow_limit_hits.min(l.flow_limit_hits);
+        match log.flow_limit {
+            None if hits > 0 => {
+                tracing::warn!(
+                    bridge = %self.name,
+                    flow_limit = l.flow_limit,
+                    flows = l.flows,
+                    "datapath flow limit reached: new flows are not cached, each of their packets takes the slow path"
+                );
+                log.flow_limit = Some(l.flow_limit_hits - hits);
+            }
+            Some(start) if hits == 0 && l.flows < l.flow_limit => {
+                tracing::info!(
+                    bridge = %self.name,
+                    flow_limit = l.flow_limit,
+                    uncached = l.flow_limit_hits - start,
+                    "datapath flows below the flow limit again"
+                );
+                log.flow_limit = None;
+            }
+            _ => {}
+        }
+        log.last_flow_limit_hits = l.flow_limit_hits;
+        let refused = l.kernel_full - log.last_kernel_full.min(l.kernel_full);
+        match log.kernel_full {
+            None if refused > 0 => {
+                tracing::warn!(
+                    bridge = %self.name,
+                    max_flows = l.kernel_max_flows.unwrap_or(0),
+                    kernel_flows = l.kernel_flows,
+                    "kernel flow map full: new flows stay in userspace (offload_options max_flows)"
+                );
+                log.kernel_full = Some(l.kernel_full - refused);
+            }
+            Some(start)
+                if refused == 0
+                    && l.kernel_max_flows
+                        .is_none_or(|max| l.kernel_flows < max as usize) =>
+            {
+                tracing::info!(
+                    bridge = %self.name,
+                    refused = l.kernel_full - start,
+                    "kernel flow map accepts flows again"
+                );
+                log.kernel_full = None;
+            }
+            _ => {}
+        }
+        log.last_kernel_full = l.kernel_full;
     }
 
     /// Frozen table walks (recirculation ids) the slow path holds.
