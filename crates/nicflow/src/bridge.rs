@@ -74,6 +74,10 @@ pub struct Limits {
     /// Daemon rounds that stopped taking frames because their upcall or
     /// time budget was spent (the rest waited in the rings).
     pub rounds_deferred: u64,
+    /// In an episode (reached at the last housekeeping tick, not relieved
+    /// since): the flow limit, the kernel flow map.
+    pub flow_limit_reached: bool,
+    pub kernel_map_full: bool,
 }
 
 /// What the bridge last logged about drops and limits.
@@ -837,6 +841,8 @@ impl Bridge {
             ct_connections: ct.len(),
             ct_limit_hits: ct.stats().limit_drops,
             rounds_deferred: self.rounds_deferred,
+            flow_limit_reached: self.overload.flow_limit.is_some(),
+            kernel_map_full: self.overload.kernel_full.is_some(),
         }
     }
 
@@ -1159,5 +1165,169 @@ impl Bridge {
             }
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod overload_tests {
+    use super::*;
+    use crate::port::mem::{MemHandle, MemPort};
+    use nicflow_packet::builder::FrameBuilder;
+    use std::net::Ipv4Addr;
+
+    const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
+    const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
+
+    fn udp(sport: u16) -> Vec<u8> {
+        FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .udp(sport, 9)
+            .payload(b"overload")
+            .build()
+    }
+
+    /// Two mem ports, a rule that makes every UDP source port its own
+    /// datapath flow.
+    fn bridge(cfg: DatapathConfig) -> (Bridge, MemHandle, MemHandle) {
+        let mut br = Bridge::new("br0", cfg);
+        let (p1, h1) = MemPort::new("p1");
+        let (p2, h2) = MemPort::new("p2");
+        br.add_port(Box::new(p1)).unwrap();
+        br.add_port(Box::new(p2)).unwrap();
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:p2", now)
+            .unwrap();
+        br.add_flow_str("priority=50,udp,tp_src=1,actions=drop", now)
+            .unwrap();
+        (br, h1, h2)
+    }
+
+    #[test]
+    fn a_spent_round_leaves_frames_in_the_ring_for_the_next() {
+        let (mut br, h1, h2) = bridge(DatapathConfig {
+            round_upcalls: 4,
+            round_time: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        for i in 0..100u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        let now = Instant::now();
+        br.begin_round(now);
+        while br.run_once(now) > 0 && !br.round_spent() {}
+        // One batch went past the budget (it is checked between batches),
+        // no more; nothing was dropped.
+        assert!(br.round_spent());
+        assert_eq!(br.dp_stats().upcalls, BATCH_SIZE as u64);
+        assert_eq!(h1.rx_pending(), 100 - BATCH_SIZE);
+        assert_eq!(br.run_once(now), 0, "a spent round takes nothing");
+        let mut rounds = 1;
+        while h1.rx_pending() > 0 {
+            br.begin_round(now);
+            while br.run_once(now) > 0 && !br.round_spent() {}
+            rounds += 1;
+            assert!(rounds < 100);
+        }
+        assert_eq!(h2.take_tx().len(), 100);
+        assert!(br.drops().is_empty(), "{:?}", br.drops());
+        assert_eq!(br.limits().rounds_deferred, rounds);
+    }
+
+    #[test]
+    fn outside_a_round_run_once_is_unbounded() {
+        let (mut br, h1, h2) = bridge(DatapathConfig {
+            round_upcalls: 1,
+            ..Default::default()
+        });
+        for i in 0..100u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        br.run_until_idle(Instant::now());
+        assert_eq!(h2.take_tx().len(), 100);
+        assert_eq!(br.limits().rounds_deferred, 0);
+    }
+
+    #[test]
+    fn a_lowered_flow_limit_is_hit_and_reported() {
+        let (mut br, h1, h2) = bridge(DatapathConfig::default());
+        br.set_flow_limit(3);
+        for i in 0..10u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        let now = Instant::now();
+        br.run_until_idle(now);
+        assert_eq!(h2.take_tx().len(), 10, "still forwarded");
+        let l = br.limits();
+        assert_eq!((l.flow_limit, l.flows), (3, 3));
+        assert_eq!(l.flow_limit_hits, 7);
+        assert!(!l.flow_limit_reached);
+        br.tick(now);
+        assert!(br.limits().flow_limit_reached, "an episode began");
+        br.tick(now);
+        assert!(br.limits().flow_limit_reached, "still at the limit");
+    }
+
+    /// A port that reports drops of its own, as AF_PACKET and AF_XDP ports do.
+    struct Dropping(MemPort);
+
+    impl Port for Dropping {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn recv_batch(
+            &mut self,
+            out: &mut Vec<PacketBuf>,
+            max: usize,
+            pool: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.recv_batch(out, max, pool)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.send_batch(pkts, done)
+        }
+        fn rx_exhausted(&self) -> bool {
+            self.0.rx_exhausted()
+        }
+        fn stats(&self) -> PortStats {
+            PortStats {
+                rx_dropped: 10,
+                tx_dropped: 1,
+                ..Default::default()
+            }
+        }
+        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+            vec![
+                ("rx_drop_ring_full", 7),
+                ("rx_drop_truncated", 0),
+                ("rx_csum_completed", 5),
+            ]
+        }
+    }
+
+    #[test]
+    fn port_drops_are_in_the_summary() {
+        let (mut br, h1, _) = bridge(DatapathConfig::default());
+        for _ in 0..2 {
+            br.add_port(Box::new(Dropping(
+                MemPort::new(&format!("d{}", br.ports.len())).0,
+            )))
+            .unwrap();
+        }
+        // A malformed frame: the datapath's own reason.
+        h1.inject(&[0u8; 10]);
+        br.run_until_idle(Instant::now());
+        let d = br.drops();
+        assert_eq!(d.get("rx_drop_ring_full"), Some(&14));
+        // Counted as dropped without a reason: 10 - 7 per port.
+        assert_eq!(d.get("rx_drop_other"), Some(&6));
+        assert_eq!(d.get("tx_drop_other"), Some(&2));
+        assert!(!d.contains_key("rx_drop_truncated") && !d.contains_key("rx_csum_completed"));
+        let (parse, n) = br.dp_stats().drops()[0];
+        assert_eq!((d.get(parse), n), (Some(&1), 1), "{d:?}");
+        assert_eq!(d.len(), 4, "{d:?}");
     }
 }

@@ -1604,8 +1604,11 @@ impl Switch {
             let l = br.limits();
             let kernel_map = match l.kernel_max_flows {
                 Some(max) => format!(
-                    "kernel flows:{}/{max} refused_full:{} insert_errors:{}",
-                    l.kernel_flows, l.kernel_full, l.kernel_errors
+                    "kernel flows:{}/{max} refused_full:{}{} insert_errors:{}",
+                    l.kernel_flows,
+                    l.kernel_full,
+                    if l.kernel_map_full { " (full)" } else { "" },
+                    l.kernel_errors
                 ),
                 None => "kernel flows: (offload none)".to_string(),
             };
@@ -1615,8 +1618,8 @@ impl Switch {
                 l.flows,
                 l.flow_limit,
                 l.flow_limit_hits,
-                if l.flow_limit_hits > 0 && l.flows >= l.flow_limit {
-                    " (flow limit reached)"
+                if l.flow_limit_reached {
+                    " (reached)"
                 } else {
                     ""
                 },
@@ -1632,6 +1635,7 @@ impl Switch {
                 "kernel_refused_full": l.kernel_full, "kernel_insert_errors": l.kernel_errors,
                 "ct_limit": l.ct_limit, "ct_connections": l.ct_connections,
                 "ct_limit_hits": l.ct_limit_hits, "rounds_deferred": l.rounds_deferred,
+                "flow_limit_reached": l.flow_limit_reached, "kernel_map_full": l.kernel_map_full,
             });
             let mut ports = Vec::new();
             for (pname, no, ps, extra) in br.port_stats_detailed() {

@@ -232,3 +232,29 @@ pub(crate) fn update(off: &mut dyn FlowOffload, f: &mut DpFlow, counts: &mut Pla
     }
     counts.add(f.placement);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_counts_follow_moves_and_removals() {
+        let mut c = PlacementCounts::default();
+        c.add(Some(Placement::Kernel(1)));
+        c.add(Some(Placement::Userspace("flow-map-full")));
+        c.add(Some(Placement::Userspace("flow-map-full")));
+        c.add(None);
+        assert_eq!(c.kernel, 1);
+        assert_eq!(c.not_offloaded().get("flow-map-full"), Some(&2));
+        // Kernel -> removed (aging): the transient reason is not shown.
+        c.sub(Some(Placement::Kernel(1)));
+        c.add(Some(Placement::Userspace("removed")));
+        assert_eq!(c.kernel, 0);
+        assert!(!c.not_offloaded().contains_key("removed"));
+        c.sub(Some(Placement::Userspace("removed")));
+        c.sub(Some(Placement::Userspace("flow-map-full")));
+        c.sub(Some(Placement::Userspace("flow-map-full")));
+        c.sub(Some(Placement::Userspace("flow-map-full")));
+        assert!(c.userspace.is_empty(), "{c:?}");
+    }
+}
