@@ -84,6 +84,10 @@ pub struct BridgeConfig {
     /// `nicflow set-controller`, `set-fail-mode`, `set BR protocols=`).
     #[serde(default, skip_serializing_if = "OpenFlowConfig::is_empty")]
     pub openflow: OpenFlowConfig,
+    /// Most datapath flows cached (`nicflow set BR flow_limit=N`, OVS's
+    /// `other_config:flow-limit`); absent: `datapath::DEFAULT_FLOW_LIMIT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_limit: Option<usize>,
 }
 
 /// A bridge's OpenFlow settings (see `control::openflow`).
@@ -561,6 +565,7 @@ mod tests {
                 fail_mode: Some(crate::FailMode::Secure),
                 protocols: None,
             },
+            flow_limit: Some(5000),
         });
         let text = c.to_toml();
         assert_eq!(Config::parse(&text).unwrap(), c);

@@ -28,6 +28,72 @@ use std::time::{Duration, Instant};
 /// Frames taken from one port per poll round.
 pub const BATCH_SIZE: usize = 32;
 
+/// At most one warning per drop reason (and per limit) per this period,
+/// with the count since the previous one, as OVS's `VLOG_RATE_LIMIT`
+/// does: a flood is visible in the log without a line per packet.
+pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The bridge's share of one daemon round ([`Bridge::begin_round`]).
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    start: Instant,
+    /// `DpStats::upcalls` when the round began.
+    upcalls_at_start: u64,
+    spent: bool,
+}
+
+/// Every drop of a bridge by reason: the userspace datapath's, the kernel
+/// engines', and the ports' (ring overflows, truncation, transmit
+/// errors), summed over ports. Names are the counters' own
+/// (`rx_drop_ring_full` is the ports' counter of that name).
+pub type Drops = BTreeMap<&'static str, u64>;
+
+/// The limits of a bridge and how often they were hit, for `stats` and
+/// the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Datapath flows cached at most ([`DatapathConfig::flow_limit`]) and
+    /// now.
+    pub flow_limit: usize,
+    pub flows: usize,
+    /// Upcalls whose flow was not cached because the limit was reached.
+    pub flow_limit_hits: u64,
+    /// Size of each kernel engine's flow map (`offload_options
+    /// max_flows`), when offload is on, and its entries now.
+    pub kernel_max_flows: Option<u32>,
+    pub kernel_flows: usize,
+    /// Flows refused by a full kernel flow or mask map, and kernel inserts
+    /// that failed otherwise.
+    pub kernel_full: u64,
+    pub kernel_errors: u64,
+    /// Connection tracker: most connections, now, and commits refused at
+    /// the limit.
+    pub ct_limit: usize,
+    pub ct_connections: usize,
+    pub ct_limit_hits: u64,
+    /// Daemon rounds that stopped taking frames because their upcall or
+    /// time budget was spent (the rest waited in the rings).
+    pub rounds_deferred: u64,
+    /// In an episode (reached at the last housekeeping tick, not relieved
+    /// since): the flow limit, the kernel flow map.
+    pub flow_limit_reached: bool,
+    pub kernel_map_full: bool,
+}
+
+/// What the bridge last logged about drops and limits.
+#[derive(Debug, Default)]
+struct OverloadLog {
+    /// Per drop reason: the total at the last warning and when it was.
+    drops: BTreeMap<&'static str, (u64, Option<Instant>)>,
+    /// Limits in an episode (reached, not yet relieved), with the hit
+    /// count when the episode began.
+    flow_limit: Option<u64>,
+    kernel_full: Option<u64>,
+    /// Hit counters at the previous tick.
+    last_flow_limit_hits: u64,
+    last_kernel_full: u64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
     #[error(transparent)]
@@ -153,6 +219,13 @@ pub struct Bridge {
     mac_generation: u64,
     /// The engines' mode while offload is on.
     offload_mode: Option<crate::offload::OffloadMode>,
+    /// The current daemon round's budget, once the daemon has begun one.
+    round: Option<Round>,
+    /// First port read by the next budgeted `run_once`: rotates, so a
+    /// spent budget does not always leave the same ports waiting.
+    next_port: usize,
+    rounds_deferred: u64,
+    overload: OverloadLog,
 }
 
 impl Bridge {
@@ -171,6 +244,10 @@ impl Bridge {
             done: Vec::new(),
             mac_generation: 0,
             offload_mode: None,
+            round: None,
+            next_port: 0,
+            rounds_deferred: 0,
+            overload: OverloadLog::default(),
         }
     }
 
@@ -326,12 +403,8 @@ impl Bridge {
             .offload()?
             .as_any()
             .downcast_ref::<OffloadManager>()?;
-        let mut not_offloaded = BTreeMap::new();
-        for (_, f) in self.dp.flows() {
-            if let Some(Placement::Userspace(r)) = f.placement {
-                *not_offloaded.entry(r).or_insert(0) += 1;
-            }
-        }
+        // Kept as flows move: no walk over every flow per request.
+        let not_offloaded = self.dp.placements().not_offloaded();
         let (xdp_flows, tc_flows) = m.flows_per_engine();
         Some(OffloadStatus {
             engine: m.engine_stats(),
@@ -648,7 +721,20 @@ impl Bridge {
     /// received.
     pub fn run_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
-        for i in 0..self.ports.len() {
+        let n_ports = self.ports.len();
+        // Outside a budgeted round (tests, captures) ports go in order.
+        let first = match self.round {
+            Some(_) if n_ports > 0 => {
+                self.next_port = (self.next_port + 1) % n_ports;
+                self.next_port
+            }
+            _ => 0,
+        };
+        for k in 0..n_ports {
+            if self.round_spent() {
+                break;
+            }
+            let i = (first + k) % n_ports;
             let in_port = self.ports[i].no;
             self.rx.clear();
             let n = match self.ports[i]
@@ -674,6 +760,36 @@ impl Bridge {
             self.mac_generation = self.ofproto.mac.generation();
         }
         total
+    }
+
+    /// Start a daemon round: from now on [`Bridge::run_once`] stops
+    /// taking frames once this round has made `round_upcalls` upcalls or
+    /// run for `round_time` ([`DatapathConfig`]); frames left in the rings
+    /// wait for the next round, after the daemon has served its control
+    /// connections. Without a round, `run_once` is unbounded.
+    pub fn begin_round(&mut self, now: Instant) {
+        self.round = Some(Round {
+            start: now,
+            upcalls_at_start: self.dp.stats().upcalls,
+            spent: false,
+        });
+    }
+
+    /// Has the current round spent its budget (see [`Bridge::begin_round`])?
+    pub fn round_spent(&mut self) -> bool {
+        let Some(r) = &mut self.round else {
+            return false;
+        };
+        if r.spent {
+            return true;
+        }
+        let cfg = self.dp.config();
+        let upcalls = self.dp.stats().upcalls - r.upcalls_at_start;
+        if upcalls >= cfg.round_upcalls as u64 || r.start.elapsed() >= cfg.round_time {
+            r.spent = true;
+            self.rounds_deferred += 1;
+        }
+        r.spent
     }
 
     fn transmit(&mut self) {
@@ -717,6 +833,7 @@ impl Bridge {
     /// Housekeeping: datapath idle aging, rule timeouts, MAC aging; any
     /// change is revalidated before returning.
     pub fn tick(&mut self, now: Instant) {
+        self.report_overload(now);
         if offload_manager(&mut self.dp).is_some_and(|m| m.tick()) {
             self.dp.replace_flows();
         }
@@ -732,6 +849,159 @@ impl Bridge {
             self.dp.revalidate(&mut self.ofproto);
             self.mac_generation = self.ofproto.mac.generation();
         }
+    }
+
+    /// Every drop by reason, summed over the datapath, the kernel engines
+    /// and the ports (see [`Drops`]). Reads the ports' and engines'
+    /// kernel counters: control-plane rate only.
+    pub fn drops(&self) -> Drops {
+        let mut drops = Drops::new();
+        let mut add = |reason: &'static str, n: u64| {
+            if n > 0 {
+                *drops.entry(reason).or_insert(0) += n;
+            }
+        };
+        for (reason, n) in self.dp.stats().drops() {
+            add(reason, n);
+        }
+        // Drops of offloaded flows happen in the kernel: count both.
+        if let Some(m) = self.manager() {
+            let engines = [Some(m.engine_stats()), m.tc_stats()];
+            for e in engines.into_iter().flatten() {
+                for (reason, n) in e.drops() {
+                    add(reason, n);
+                }
+                add("kernel_aborted", e.aborted);
+            }
+        }
+        for p in &self.ports {
+            let st = p.port.stats();
+            let (mut rx, mut tx) = (0u64, 0u64);
+            for (name, n) in p.port.extra_counters() {
+                if name.starts_with("rx_drop_") {
+                    rx += n;
+                    add(name, n);
+                } else if name.starts_with("tx_drop_") {
+                    tx += n;
+                    add(name, n);
+                }
+            }
+            // Whatever a port counts as dropped without naming why.
+            add("rx_drop_other", st.rx_dropped.saturating_sub(rx));
+            add("tx_drop_other", st.tx_dropped.saturating_sub(tx));
+        }
+        drops
+    }
+
+    /// The bridge's limits and how often they were reached.
+    pub fn limits(&self) -> Limits {
+        let s = self.dp.stats();
+        let p = self.dp.placements();
+        let ct = &self.dp.conntrack;
+        let m = self.manager();
+        Limits {
+            flow_limit: self.dp.config().flow_limit,
+            flows: self.dp.n_flows(),
+            flow_limit_hits: s.flow_limit_hits,
+            kernel_max_flows: m.map(|m| m.engine().config().max_flows),
+            kernel_flows: m.map_or(0, |m| m.n_flows()),
+            kernel_full: p.refused_full,
+            kernel_errors: p.refused_error,
+            ct_limit: ct.config().limit,
+            ct_connections: ct.len(),
+            ct_limit_hits: ct.stats().limit_drops,
+            rounds_deferred: self.rounds_deferred,
+            flow_limit_reached: self.overload.flow_limit.is_some(),
+            kernel_map_full: self.overload.kernel_full.is_some(),
+        }
+    }
+
+    /// `set BR flow_limit=N`: the most datapath flows cached from now on.
+    pub fn set_flow_limit(&mut self, limit: usize) {
+        self.dp.set_flow_limit(limit);
+    }
+
+    fn manager(&self) -> Option<&OffloadManager> {
+        self.dp.offload()?.as_any().downcast_ref::<OffloadManager>()
+    }
+
+    /// Once a tick: one warning per drop reason that grew, at most every
+    /// [`DROP_LOG_INTERVAL`], with the count since the last warning; one
+    /// warning when a limit is reached and one line when it is relieved
+    /// (an episode), never one per packet or per flow.
+    fn report_overload(&mut self, now: Instant) {
+        let drops = self.drops();
+        for (reason, total) in drops {
+            let (last, at) = self.overload.drops.entry(reason).or_insert((0, None));
+            if total <= *last || at.is_some_and(|t| now.duration_since(t) < DROP_LOG_INTERVAL) {
+                continue;
+            }
+            let since = at.map_or(String::new(), |t| {
+                format!(" in the last {:.0} s", now.duration_since(t).as_secs_f64())
+            });
+            tracing::warn!(
+                bridge = %self.name,
+                reason,
+                dropped = total - *last,
+                total,
+                "packets dropped{since}"
+            );
+            *last = total;
+            *at = Some(now);
+        }
+        let l = self.limits();
+        let log = &mut self.overload;
+        // Flow limit: reached when an upcall could not be cached; relieved
+        // once a tick passes without such an upcall and below the limit.
+        let hits = l.flow_limit_hits - log.last_flow_limit_hits.min(l.flow_limit_hits);
+        match log.flow_limit {
+            None if hits > 0 => {
+                tracing::warn!(
+                    bridge = %self.name,
+                    flow_limit = l.flow_limit,
+                    flows = l.flows,
+                    "datapath flow limit reached: new flows are not cached, each of their packets takes the slow path"
+                );
+                log.flow_limit = Some(l.flow_limit_hits - hits);
+            }
+            Some(start) if hits == 0 && l.flows < l.flow_limit => {
+                tracing::info!(
+                    bridge = %self.name,
+                    flow_limit = l.flow_limit,
+                    uncached = l.flow_limit_hits - start,
+                    "datapath flows below the flow limit again"
+                );
+                log.flow_limit = None;
+            }
+            _ => {}
+        }
+        log.last_flow_limit_hits = l.flow_limit_hits;
+        let refused = l.kernel_full - log.last_kernel_full.min(l.kernel_full);
+        match log.kernel_full {
+            None if refused > 0 => {
+                tracing::warn!(
+                    bridge = %self.name,
+                    max_flows = l.kernel_max_flows.unwrap_or(0),
+                    kernel_flows = l.kernel_flows,
+                    "kernel flow map full: new flows stay in userspace (offload_options max_flows)"
+                );
+                log.kernel_full = Some(l.kernel_full - refused);
+            }
+            Some(start)
+                if refused == 0
+                    && l.kernel_max_flows
+                        .is_none_or(|max| l.kernel_flows < max as usize) =>
+            {
+                tracing::info!(
+                    bridge = %self.name,
+                    refused = l.kernel_full - start,
+                    "kernel flow map accepts flows again"
+                );
+                log.kernel_full = None;
+            }
+            _ => {}
+        }
+        log.last_kernel_full = l.kernel_full;
     }
 
     /// Frozen table walks (recirculation ids) the slow path holds.
@@ -970,5 +1240,169 @@ impl Bridge {
             }
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod overload_tests {
+    use super::*;
+    use crate::port::mem::{MemHandle, MemPort};
+    use nicflow_packet::builder::FrameBuilder;
+    use std::net::Ipv4Addr;
+
+    const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
+    const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
+
+    fn udp(sport: u16) -> Vec<u8> {
+        FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .udp(sport, 9)
+            .payload(b"overload")
+            .build()
+    }
+
+    /// Two mem ports, a rule that makes every UDP source port its own
+    /// datapath flow.
+    fn bridge(cfg: DatapathConfig) -> (Bridge, MemHandle, MemHandle) {
+        let mut br = Bridge::new("br0", cfg);
+        let (p1, h1) = MemPort::new("p1");
+        let (p2, h2) = MemPort::new("p2");
+        br.add_port(Box::new(p1)).unwrap();
+        br.add_port(Box::new(p2)).unwrap();
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:p2", now)
+            .unwrap();
+        br.add_flow_str("priority=50,udp,tp_src=1,actions=drop", now)
+            .unwrap();
+        (br, h1, h2)
+    }
+
+    #[test]
+    fn a_spent_round_leaves_frames_in_the_ring_for_the_next() {
+        let (mut br, h1, h2) = bridge(DatapathConfig {
+            round_upcalls: 4,
+            round_time: Duration::from_secs(3600),
+            ..Default::default()
+        });
+        for i in 0..100u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        let now = Instant::now();
+        br.begin_round(now);
+        while br.run_once(now) > 0 && !br.round_spent() {}
+        // One batch went past the budget (it is checked between batches),
+        // no more; nothing was dropped.
+        assert!(br.round_spent());
+        assert_eq!(br.dp_stats().upcalls, BATCH_SIZE as u64);
+        assert_eq!(h1.rx_pending(), 100 - BATCH_SIZE);
+        assert_eq!(br.run_once(now), 0, "a spent round takes nothing");
+        let mut rounds = 1;
+        while h1.rx_pending() > 0 {
+            br.begin_round(now);
+            while br.run_once(now) > 0 && !br.round_spent() {}
+            rounds += 1;
+            assert!(rounds < 100);
+        }
+        assert_eq!(h2.take_tx().len(), 100);
+        assert!(br.drops().is_empty(), "{:?}", br.drops());
+        assert_eq!(br.limits().rounds_deferred, rounds);
+    }
+
+    #[test]
+    fn outside_a_round_run_once_is_unbounded() {
+        let (mut br, h1, h2) = bridge(DatapathConfig {
+            round_upcalls: 1,
+            ..Default::default()
+        });
+        for i in 0..100u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        br.run_until_idle(Instant::now());
+        assert_eq!(h2.take_tx().len(), 100);
+        assert_eq!(br.limits().rounds_deferred, 0);
+    }
+
+    #[test]
+    fn a_lowered_flow_limit_is_hit_and_reported() {
+        let (mut br, h1, h2) = bridge(DatapathConfig::default());
+        br.set_flow_limit(3);
+        for i in 0..10u16 {
+            h1.inject(&udp(1000 + i));
+        }
+        let now = Instant::now();
+        br.run_until_idle(now);
+        assert_eq!(h2.take_tx().len(), 10, "still forwarded");
+        let l = br.limits();
+        assert_eq!((l.flow_limit, l.flows), (3, 3));
+        assert_eq!(l.flow_limit_hits, 7);
+        assert!(!l.flow_limit_reached);
+        br.tick(now);
+        assert!(br.limits().flow_limit_reached, "an episode began");
+        br.tick(now);
+        assert!(br.limits().flow_limit_reached, "still at the limit");
+    }
+
+    /// A port that reports drops of its own, as AF_PACKET and AF_XDP ports do.
+    struct Dropping(MemPort);
+
+    impl Port for Dropping {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn recv_batch(
+            &mut self,
+            out: &mut Vec<PacketBuf>,
+            max: usize,
+            pool: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.recv_batch(out, max, pool)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.send_batch(pkts, done)
+        }
+        fn rx_exhausted(&self) -> bool {
+            self.0.rx_exhausted()
+        }
+        fn stats(&self) -> PortStats {
+            PortStats {
+                rx_dropped: 10,
+                tx_dropped: 1,
+                ..Default::default()
+            }
+        }
+        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+            vec![
+                ("rx_drop_ring_full", 7),
+                ("rx_drop_truncated", 0),
+                ("rx_csum_completed", 5),
+            ]
+        }
+    }
+
+    #[test]
+    fn port_drops_are_in_the_summary() {
+        let (mut br, h1, _) = bridge(DatapathConfig::default());
+        for _ in 0..2 {
+            br.add_port(Box::new(Dropping(
+                MemPort::new(&format!("d{}", br.ports.len())).0,
+            )))
+            .unwrap();
+        }
+        // A malformed frame: the datapath's own reason.
+        h1.inject(&[0u8; 10]);
+        br.run_until_idle(Instant::now());
+        let d = br.drops();
+        assert_eq!(d.get("rx_drop_ring_full"), Some(&14));
+        // Counted as dropped without a reason: 10 - 7 per port.
+        assert_eq!(d.get("rx_drop_other"), Some(&6));
+        assert_eq!(d.get("tx_drop_other"), Some(&2));
+        assert!(!d.contains_key("rx_drop_truncated") && !d.contains_key("rx_csum_completed"));
+        let (parse, n) = br.dp_stats().drops()[0];
+        assert_eq!((d.get(parse), n), (Some(&1), 1), "{d:?}");
+        assert_eq!(d.len(), 4, "{d:?}");
     }
 }

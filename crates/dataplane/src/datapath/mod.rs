@@ -28,7 +28,7 @@ pub mod offload;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
-pub use offload::{FlowOffload, KernelCounters, Placement};
+pub use offload::{FlowOffload, KernelCounters, Placement, PlacementCounts};
 
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
@@ -36,6 +36,19 @@ use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::parse::ParseError;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Default most datapath flows a bridge caches (`flow_limit`), as OVS's
+/// `other_config:flow-limit` default. Beyond it packets are still
+/// forwarded, each through the slow path.
+pub const DEFAULT_FLOW_LIMIT: usize = 200_000;
+
+/// Default upcalls per bridge per daemon round (`round_upcalls`).
+pub const DEFAULT_ROUND_UPCALLS: usize = 256;
+
+/// Default time one daemon round may take frames for (`round_time`): the
+/// control socket is served between rounds, so this bounds how long a
+/// flood of new flows can hold a request up.
+pub const DEFAULT_ROUND_TIME: Duration = Duration::from_millis(5);
 
 /// Most spare buffers the datapath keeps for reuse.
 pub const POOL_MAX: usize = 4096;
@@ -159,6 +172,15 @@ pub struct DatapathConfig {
     /// Upcalls allowed per processed batch; misses beyond it are dropped and
     /// counted, so a flood of new flows cannot starve established ones.
     pub upcall_budget: usize,
+    /// Upcalls one daemon round may make per bridge ([`DEFAULT_ROUND_UPCALLS`]):
+    /// once spent, the bridge takes no more frames from its rings this
+    /// round, so the daemon serves control requests before going on. What
+    /// stays in a ring waits for the next round (deferred, not dropped);
+    /// only a ring that overflows drops, and the port counts it.
+    pub round_upcalls: usize,
+    /// The same bound in time ([`DEFAULT_ROUND_TIME`]): a round stops
+    /// taking frames once it has run this long, whatever it spent it on.
+    pub round_time: Duration,
     /// When false every packet goes to the slow path (the reference side of
     /// the differential test).
     pub caches_enabled: bool,
@@ -170,9 +192,11 @@ impl Default for DatapathConfig {
     fn default() -> Self {
         DatapathConfig {
             emc_entries: 8192,
-            flow_limit: 200_000,
+            flow_limit: DEFAULT_FLOW_LIMIT,
             idle_timeout: Duration::from_secs(10),
             upcall_budget: 1024,
+            round_upcalls: DEFAULT_ROUND_UPCALLS,
+            round_time: DEFAULT_ROUND_TIME,
             caches_enabled: true,
             controller_queue_len: 1024,
         }
@@ -281,6 +305,8 @@ pub struct Datapath {
     recirc: Vec<(ct::Recirculated, u32)>,
     /// Established connections running in the offload engine.
     pub ct_offloads: ct_offload::CtOffloads,
+    /// Where the flows run, kept up to date as they move (for `stats`).
+    placements: PlacementCounts,
 }
 
 impl Datapath {
@@ -307,6 +333,7 @@ impl Datapath {
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
             ct_offloads: Default::default(),
+            placements: PlacementCounts::default(),
         }
     }
 
@@ -383,7 +410,7 @@ impl Datapath {
         for id in self.flows.ids() {
             if let Some(f) = self.flows.get_mut(id) {
                 let before = f.placement;
-                offload::update(off, f);
+                offload::update(off, f, &mut self.placements);
                 moved += (before != f.placement) as usize;
             }
         }
@@ -509,6 +536,19 @@ impl Datapath {
 
     pub fn n_flows(&self) -> usize {
         self.flows.len()
+    }
+
+    /// Flows per placement and offload refusals, kept incrementally.
+    pub fn placements(&self) -> &PlacementCounts {
+        &self.placements
+    }
+
+    /// Change the most datapath flows held at once (`set BR
+    /// flow_limit=N`, OVS's `other_config:flow-limit`). Flows above a
+    /// lowered limit stay until they age out; no new one is cached while
+    /// the count is at or above it.
+    pub fn set_flow_limit(&mut self, limit: usize) {
+        self.cfg.flow_limit = limit;
     }
 
     /// Installed flows with their handles.
@@ -817,12 +857,13 @@ impl Datapath {
             // Its kernel entry has the same map key as the new flow's:
             // remove it before the new one is offloaded.
             if let Some(off) = self.offload.as_deref_mut() {
-                offload::unplace(off, &mut old);
+                offload::unplace(off, &mut old, &mut self.placements);
             }
+            self.placements.sub(old.placement);
         }
         if let Some(off) = self.offload.as_deref_mut() {
             if let Some(f) = self.flows.get_mut(id) {
-                offload::update(off, f);
+                offload::update(off, f, &mut self.placements);
             }
         }
         id
@@ -874,14 +915,15 @@ impl Datapath {
                 // away is offloaded.
                 if let Some(off) = self.offload.as_deref_mut() {
                     if changed || !matches!(f.placement, Some(Placement::Kernel(_))) {
-                        offload::update(off, f);
+                        offload::update(off, f, &mut self.placements);
                     }
                 }
             } else {
                 if let Some(mut f) = self.flows.remove(id) {
                     if let Some(off) = self.offload.as_deref_mut() {
-                        offload::unplace(off, &mut f);
+                        offload::unplace(off, &mut f, &mut self.placements);
                     }
+                    self.placements.sub(f.placement);
                 }
                 removed += 1;
             }
@@ -924,9 +966,10 @@ impl Datapath {
                 if let Some(off) = self.offload.as_deref_mut() {
                     // Hits between the read above and the removal are
                     // folded in before crediting.
-                    offload::unplace(off, f);
+                    offload::unplace(off, f, &mut self.placements);
                 }
                 credit(f, handler);
+                self.placements.sub(f.placement);
                 self.flows.remove(id);
                 n += 1;
             }
@@ -945,13 +988,15 @@ impl Datapath {
                 .clear(&mut self.conntrack, off, &mut self.flows, Instant::now());
             for id in self.flows.ids() {
                 if let Some(f) = self.flows.get_mut(id) {
-                    offload::unplace(off, f);
+                    offload::unplace(off, f, &mut self.placements);
                 }
             }
         }
         self.push_stats(handler);
         self.stats.flows_removed += self.flows.len() as u64;
         self.flows.clear();
+        self.placements.kernel = 0;
+        self.placements.userspace.clear();
         self.emc.clear();
     }
 

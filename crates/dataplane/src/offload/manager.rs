@@ -1659,8 +1659,8 @@ impl FlowOffload for OffloadManager {
 
     fn prefetch_counters(&mut self) {
         self.prefetched.clear();
-        // A batched read walks every bucket of the map (262,144 for the TC
-        // engine: about 0.4 ms even when empty), so it only pays once
+        // A batched read walks every bucket of the map (`max_flows`,
+        // 65,536 by default: about 0.4 ms even when empty), so it only pays once
         // enough flows would each cost their own lookup (1-8 µs).
         if self.flows.len() < PREFETCH_MIN_FLOWS {
             return;

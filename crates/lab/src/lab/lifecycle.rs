@@ -415,6 +415,7 @@ pub fn daemon_config(topo: &Topology, sw: &SwitchSpec) -> Config {
                 offload_options: sw.offload_options.clone(),
                 vfs: Vec::new(),
                 openflow: Default::default(),
+                flow_limit: None,
             })
             .collect(),
         ssl: None,

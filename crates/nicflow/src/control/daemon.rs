@@ -32,6 +32,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Housekeeping period (aging, timeouts, revalidation of idle flows).
 const TICK: Duration = Duration::from_secs(1);
+/// Longest the loop goes without serving control connections while
+/// traffic keeps it from sleeping: with the rounds' own budget
+/// (`DatapathConfig::round_time`) it bounds a request's wait under any
+/// load, a flood of new flows included.
+const CONTROL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long the loop keeps spinning after the last packet on ports that
 /// wake per frame (AF_XDP): long enough to catch the next packet of a
 /// request/response exchange without a wakeup, short enough to cost little.
@@ -137,20 +142,28 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     let mut last_moved = Instant::now();
     let mut moved_last_round = false;
     let mut rounds_without_poll = 0u32;
+    let mut last_poll = Instant::now();
+    let mut budget_spent = false;
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut clients = Clients::default();
     while !STOP.load(Ordering::SeqCst) {
         // While the previous round moved packets, go straight back to the
         // rings: a `poll()` that finds them non-empty is a wasted system
         // call (it was 60% of the daemon's samples under TCP load). Every
-        // 64th round still polls, so the control socket is served.
-        let skip_poll = moved_last_round && rounds_without_poll < 64;
+        // 64th round still polls, so the control socket is served, and so
+        // does a round after one whose budget ran out (a flood) or when
+        // CONTROL_INTERVAL has passed.
+        let skip_poll = moved_last_round
+            && rounds_without_poll < 64
+            && !budget_spent
+            && last_poll.elapsed() < CONTROL_INTERVAL;
         let mut polled = false;
         if skip_poll {
             rounds_without_poll += 1;
         } else {
             rounds_without_poll = 0;
             polled = true;
+            last_poll = Instant::now();
             fds.clear();
             fds.push(libc::pollfd {
                 fd: listener.as_raw_fd(),
@@ -196,14 +209,20 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
         }
         let now = Instant::now();
         let mut moved = 0;
+        budget_spent = false;
         for br in sw.bridges_mut() {
+            // Upcalls are budgeted per round, as control I/O is: a flood of
+            // new flows waits in the rings (or overflows them, counted)
+            // instead of holding the control socket for seconds.
+            br.begin_round(now);
             for _ in 0..64 {
                 let n = br.run_once(now);
                 moved += n;
-                if n == 0 {
+                if n == 0 || br.round_spent() {
                     break;
                 }
             }
+            budget_spent |= br.round_spent();
         }
         moved_last_round = moved > 0;
         if moved_last_round {

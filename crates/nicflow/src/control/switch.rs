@@ -234,7 +234,13 @@ impl Switch {
             }
         }
         for bc in &config.bridges {
-            let mut br = Bridge::new(&bc.name, DatapathConfig::default());
+            let mut br = Bridge::new(
+                &bc.name,
+                DatapathConfig {
+                    flow_limit: bc.flow_limit.unwrap_or(crate::datapath::DEFAULT_FLOW_LIMIT),
+                    ..Default::default()
+                },
+            );
             for pc in &bc.ports {
                 match open_port(pc, bc.port_mode()) {
                     Ok(p) => {
@@ -655,6 +661,7 @@ impl Switch {
                     offload_options: BTreeMap::new(),
                     vfs: Vec::new(),
                     openflow: Default::default(),
+                    flow_limit: None,
                 });
                 if let Err(e) = self.persist() {
                     // Not saved: the bridge goes again.
@@ -1165,8 +1172,20 @@ impl Switch {
                         }
                         Ok(Response::ok("", json!({ "protocols": v })))
                     }
+                    "flow_limit" => {
+                        // OVS's other_config:flow-limit.
+                        let n: usize = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                            format!("flow_limit={value}: expected a positive number of flows")
+                        })?;
+                        self.bridge(&bridge)?.set_flow_limit(n);
+                        if let Some(bc) = self.config.bridge_mut(&bridge) {
+                            bc.flow_limit = Some(n);
+                        }
+                        self.persist()?;
+                        Ok(Response::ok("", json!({ "flow_limit": n })))
+                    }
                     _ => Err(format!(
-                        "unknown bridge setting `{key}` (offload, protocols)"
+                        "unknown bridge setting `{key}` (offload, protocols, flow_limit)"
                     )),
                 }
             }
@@ -1802,15 +1821,8 @@ impl Switch {
                 "tc_packets": off.as_ref().and_then(|o| o.tc).map_or(0, |t| t.hit),
                 "userspace_packets": s.packets,
             });
-            // Drops of offloaded flows happen in the kernel: count both.
-            let mut drops: BTreeMap<&str, u64> = BTreeMap::new();
-            let mut kernel = off.as_ref().map(|o| o.engine.drops()).unwrap_or_default();
-            if let Some(t) = off.as_ref().and_then(|o| o.tc) {
-                kernel.extend(t.drops());
-            }
-            for (reason, n) in s.drops().into_iter().chain(kernel) {
-                *drops.entry(reason).or_insert(0) += n;
-            }
+            // Every drop: userspace, kernel engines and ports (rings).
+            let drops = br.drops();
             let _ = writeln!(
                 text,
                 "  drops: {}",
@@ -1824,6 +1836,42 @@ impl Switch {
                         .join(" ")
                 }
             );
+            let l = br.limits();
+            let kernel_map = match l.kernel_max_flows {
+                Some(max) => format!(
+                    "kernel flows:{}/{max} refused_full:{}{} insert_errors:{}",
+                    l.kernel_flows,
+                    l.kernel_full,
+                    if l.kernel_map_full { " (full)" } else { "" },
+                    l.kernel_errors
+                ),
+                None => "kernel flows: (offload none)".to_string(),
+            };
+            let _ = writeln!(
+                text,
+                "  limits: flows:{}/{} flow_limit_hits:{}{}  {kernel_map}  conntrack:{}/{} ct_limit_hits:{}  rounds_deferred:{}",
+                l.flows,
+                l.flow_limit,
+                l.flow_limit_hits,
+                if l.flow_limit_reached {
+                    " (reached)"
+                } else {
+                    ""
+                },
+                l.ct_connections,
+                l.ct_limit,
+                l.ct_limit_hits,
+                l.rounds_deferred,
+            );
+            let limits_json = json!({
+                "flow_limit": l.flow_limit, "flows": l.flows,
+                "flow_limit_hits": l.flow_limit_hits,
+                "kernel_max_flows": l.kernel_max_flows, "kernel_flows": l.kernel_flows,
+                "kernel_refused_full": l.kernel_full, "kernel_insert_errors": l.kernel_errors,
+                "ct_limit": l.ct_limit, "ct_connections": l.ct_connections,
+                "ct_limit_hits": l.ct_limit_hits, "rounds_deferred": l.rounds_deferred,
+                "flow_limit_reached": l.flow_limit_reached, "kernel_map_full": l.kernel_map_full,
+            });
             let mut ports = Vec::new();
             for (pname, no, ps, extra) in br.port_stats_detailed() {
                 let _ = writeln!(
@@ -1872,6 +1920,7 @@ impl Switch {
                     "drops": drops,
                 },
                 "engines": engines,
+                "limits": limits_json,
                 "offload": offload_json,
                 "ports": ports,
             }));
