@@ -1246,8 +1246,8 @@ impl Bridge {
 #[cfg(test)]
 mod overload_tests {
     use super::*;
-    use crate::port::mem::{MemHandle, MemPort};
     use nicflow_packet::builder::FrameBuilder;
+    use nicflow_port::mem::{MemHandle, MemPort};
     use std::net::Ipv4Addr;
 
     const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];

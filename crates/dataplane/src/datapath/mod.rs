@@ -486,13 +486,17 @@ impl Datapath {
                     ..Default::default()
                 },
             };
-            offload::update(off, &mut flow);
+            // Counted as it stands (in the kernel) before `update`
+            // moves it, as every other flow is counted when placed.
+            self.placements.add(flow.placement);
+            offload::update(off, &mut flow, &mut self.placements);
             self.stats.flows_installed += 1;
             let (_, old) =
                 self.flows
                     .insert(matching.key().words(), matching.mask().words(), 0, flow);
             if let Some(mut old) = old {
-                offload::unplace(off, &mut old);
+                offload::unplace(off, &mut old, &mut self.placements);
+                self.placements.sub(old.placement);
             }
             kept += 1;
         }
