@@ -13,8 +13,9 @@
 //! and verifying the program again (seconds) and adopts the flows in them.
 //!
 //! Layout under the daemon's root (`NICFLOW_PIN_ROOT`, else
-//! `/sys/fs/bpf/nicflow/<hash of the control socket path>` when
-//! `/sys/fs/bpf` is a bpffs):
+//! `/sys/fs/bpf/nicflow/<hash of the control socket path>`, mounting a
+//! bpffs at `/sys/fs/bpf` when there is none and the daemon runs in the
+//! host's initial mount namespace; see [`choose_root`]):
 //!
 //! ```text
 //! <root>/br-<bridge>/tc-<object+config hash>/prog, dp_flows, dp_masks, ...
