@@ -183,8 +183,10 @@ fn ppid(pid: &str) -> Option<String> {
 /// Whether this process runs in the host's initial mount namespace (where
 /// a mount outlives it), not a private one (`ip netns exec`, `unshare -m`)
 /// whose mounts die with it. Compared with pid 1's; where pid 1's cannot be
-/// read (some containers deny it), with the oldest ancestor's that can: a
-/// private namespace is always entered below some process outside it.
+/// read (some containers deny it), with the oldest ancestor's that can (a
+/// private namespace is entered below some process outside it), else with
+/// the lowest-numbered readable process's. Unknown counts as private: no
+/// mount is better than one that dies with the namespace.
 pub fn in_initial_mount_ns() -> bool {
     let Some(me) = mnt_ns("self") else {
         return false;
@@ -192,13 +194,13 @@ pub fn in_initial_mount_ns() -> bool {
     if let Some(init) = mnt_ns("1") {
         return me == init;
     }
-    let mut oldest = me;
+    let mut oldest = None;
     let mut pid = "self".to_string();
     for _ in 0..64 {
         match ppid(&pid) {
             Some(p) if p != "0" => {
                 match mnt_ns(&p) {
-                    Some(ns) => oldest = ns,
+                    Some(ns) => oldest = Some(ns),
                     None => break,
                 }
                 pid = p;
@@ -206,7 +208,21 @@ pub fn in_initial_mount_ns() -> bool {
             _ => break,
         }
     }
-    me == oldest
+    // No ancestor readable (reparented to pid 1): the lowest-numbered
+    // process that is, the oldest one likely outside any private namespace.
+    let oldest = oldest.or_else(|| {
+        let own = std::process::id();
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|p| *p != own)
+            .collect();
+        pids.sort_unstable();
+        pids.iter().find_map(|p| mnt_ns(&p.to_string()))
+    });
+    oldest == Some(me)
 }
 
 /// Remove `root` if it is empty, and the shared `/sys/fs/bpf/nicflow` above
@@ -441,6 +457,21 @@ pub fn open_link(path: &Path) -> Option<HeldLink> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parent_pid_is_read_past_the_command_name() {
+        let want = std::os::unix::process::parent_id().to_string();
+        assert_eq!(ppid("self").as_deref(), Some(want.as_str()));
+        assert_eq!(ppid("no-such-pid"), None);
+    }
+
+    #[test]
+    fn default_root_depends_on_the_socket_only() {
+        let a = default_root(Path::new("/run/nicflow.sock"));
+        assert!(a.starts_with("/sys/fs/bpf/nicflow"));
+        assert_eq!(a, default_root(Path::new("/run/nicflow.sock")));
+        assert_ne!(a, default_root(Path::new("/run/other.sock")));
+    }
 
     #[test]
     fn bridge_names_become_safe_components() {
