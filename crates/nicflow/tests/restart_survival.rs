@@ -482,3 +482,112 @@ fn established_flows_survive_kill_and_restart_adopts_them() {
     assert_eq!(upcall_pairs(&lab), Vec::<String>::new());
     d.sigterm();
 }
+
+/// The daemon with the defaults (no `NICFLOW_PIN_ROOT`), in node `sw`'s
+/// network namespace but the host's mount namespace (`nsenter --net`, as a
+/// daemon started at boot in the root namespace would be): it pins under
+/// `/sys/fs/bpf`, mounting a bpffs there itself if there is none.
+fn spawn_defaults(lab: &NsLab) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(lab.log_path())
+        .unwrap();
+    let child = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", lab.ns("sw")))
+        .arg(nicflow_bin())
+        .arg("--socket")
+        .arg(lab.sock())
+        .arg("daemon")
+        .arg("--config")
+        .arg(lab.config_path())
+        .env_remove("NICFLOW_PIN_ROOT")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while lab.cli(&["show"]).is_err() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            panic!("daemon did not come up:\n{}", lab.daemon_log());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+/// The default pin root of a test daemon, removed when dropped (even when
+/// the test fails): the links detach, the maps are freed. Declared before
+/// the daemon's guard, so it goes after the daemon is killed.
+struct DefaultPins(PathBuf);
+
+impl Drop for DefaultPins {
+    fn drop(&mut self) {
+        nicflow_port::pin::remove(&self.0);
+        nicflow_port::pin::remove_empty_root(&self.0);
+    }
+}
+
+/// "Defaults are the product": with no `NICFLOW_PIN_ROOT` and whatever
+/// `/sys/fs/bpf` is on this machine (not a bpffs on some), an established
+/// UDP stream crosses `kill -9` + restart of a daemon in the host's mount
+/// namespace. Without the daemon mounting a bpffs itself, the fast path
+/// dies with it and more than half of the stream is lost.
+#[test]
+fn defaults_survive_kill_and_restart() {
+    if !lab_possible_with(&[("iperf3", "--version"), ("nsenter", "--version")]) {
+        return;
+    }
+    let lab = NsLab::new("nfrd", "", &["sw", "h1", "h2"]);
+    for (i, h) in ["h1", "h2"].iter().enumerate() {
+        let p = format!("p{}", i + 1);
+        lab.veth(&p, "sw", "eth0", h);
+        let addr = format!("198.18.0.{}/24", i + 1);
+        lab.must(h, &["ip", "addr", "add", &addr, "dev", "eth0"]);
+    }
+    std::fs::write(lab.config_path(), config(&["p1", "p2"])).unwrap();
+    let pins = DefaultPins(nicflow_port::pin::default_root(&lab.sock()));
+    let mut d = Daemon(Some(spawn_defaults(&lab)));
+    assert!(lab.pings("h1", "198.18.0.2", 3), "{}", lab.daemon_log());
+    assert!(
+        nicflow_port::pin::is_bpffs(Path::new("/sys/fs/bpf")),
+        "no bpffs at /sys/fs/bpf:\n{}",
+        lab.daemon_log()
+    );
+    let mut made = Vec::new();
+    walk(&pins.0, &pins.0, &mut made);
+    assert!(
+        made.iter().any(|p| p.ends_with("/prog")) && made.iter().any(|p| p.contains("/link-")),
+        "engine not pinned under {}: {made:?}\n{}",
+        pins.0.display(),
+        lab.daemon_log()
+    );
+
+    let (server, client) = udp_stream(&lab, 4);
+    let (base_lost, base_packets) = udp_result(server, client);
+    let (server, client) = udp_stream(&lab, 8);
+    std::thread::sleep(Duration::from_secs(2));
+    d.kill9();
+    let killed = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    d = Daemon(Some(spawn_defaults(&lab)));
+    let dead_for = killed.elapsed();
+    let (lost, packets) = udp_result(server, client);
+    let log = lab.daemon_log();
+    println!(
+        "restart_survival (defaults, pins under {}): UDP {UDP_RATE}bit/s, daemon dead {:.2} s: \
+         lost {lost} of {packets} packets (baseline without a restart: {base_lost} of {base_packets})",
+        pins.0.display(),
+        dead_for.as_secs_f64(),
+    );
+    assert!(packets > 15_000, "stream too short: {packets}");
+    let allowed = base_lost * packets / base_packets.max(1) + packets / 1000;
+    assert!(
+        lost <= allowed,
+        "lost {lost} of {packets} (baseline {base_lost} of {base_packets})\n{log}"
+    );
+    assert!(log.contains("adopted from its pins"), "{log}");
+    d.kill9();
+    drop(pins);
+}

@@ -1213,3 +1213,73 @@ fn down_stops_a_daemon_serving_the_lab_socket_via_env() {
         rec.socket.display()
     );
 }
+
+/// A daemon in the root namespace pins its fast path under `/sys/fs/bpf`
+/// (mounting a bpffs there if needed); one killed with SIGKILL leaves the
+/// pins, which would hold its programs and maps forever. `down` removes
+/// them and the upcall pairs of its TC ports.
+#[test]
+fn down_removes_the_pins_of_a_killed_root_daemon() {
+    if !privileged() {
+        return;
+    }
+    let lab = Lab::up(LabSpec {
+        port_type: "tc",
+        tag: "pins",
+        switch_ns: "root",
+        ipv6: false,
+    });
+    let rec = lab.state.daemons[0].clone();
+    let root = nicflow_port::pin::default_root(&rec.socket);
+    /// Removes the pins if the test fails before `down` did.
+    struct Pins(PathBuf);
+    impl Drop for Pins {
+        fn drop(&mut self) {
+            if self.0.exists() {
+                nicflow_port::pin::clean_root(&self.0);
+            }
+        }
+    }
+    let _pins = Pins(root.clone());
+    lab.ping("h1", "198.18.0.2");
+    let ports: Vec<String> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("no pins at {}: {e}", root.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter_map(|n| n.strip_prefix("port-").map(str::to_string))
+        .collect();
+    assert_eq!(
+        ports.len(),
+        2,
+        "TC ports not pinned under {}",
+        root.display()
+    );
+    let pid = lab.daemon_pid();
+    // SAFETY: kill(2) on the lab's daemon, started by this test.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    assert!(
+        poll(Duration::from_secs(5), || (!sys::alive(pid)).then_some(())).is_some(),
+        "daemon {pid} survived SIGKILL"
+    );
+    // The kill left them: pins and upcall pairs.
+    assert!(root.exists());
+    for i in &ports {
+        let out = Command::new("ip")
+            .args(["link", "show", &format!("nfu{i}a")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "no upcall pair nfu{i}a after the kill"
+        );
+    }
+    lab::down(lab.name(), &lab.opts).expect("down");
+    assert!(!root.exists(), "pins left at {}", root.display());
+    for i in &ports {
+        let out = Command::new("ip")
+            .args(["link", "show", &format!("nfu{i}a")])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "upcall pair nfu{i}a left");
+    }
+}

@@ -13,8 +13,9 @@
 //! and verifying the program again (seconds) and adopts the flows in them.
 //!
 //! Layout under the daemon's root (`NICFLOW_PIN_ROOT`, else
-//! `/sys/fs/bpf/nicflow/<hash of the control socket path>` when
-//! `/sys/fs/bpf` is a bpffs):
+//! `/sys/fs/bpf/nicflow/<hash of the control socket path>`, mounting a
+//! bpffs at `/sys/fs/bpf` when there is none and the daemon runs in the
+//! host's initial mount namespace; see [`choose_root`]):
 //!
 //! ```text
 //! <root>/br-<bridge>/tc-<object+config hash>/prog, dp_flows, dp_masks, ...
@@ -76,10 +77,12 @@ pub fn hash(parts: &[&[u8]]) -> u64 {
 
 /// The pin root for a daemon whose control socket is `socket`: `$NICFLOW_PIN_ROOT`
 /// (created if missing; it must be on a bpffs), else a directory of its
-/// own under `/sys/fs/bpf/nicflow` when that is a bpffs, else none (the
-/// fast path then goes with the daemon, as before pinning existed).
+/// own under `/sys/fs/bpf/nicflow`. When `/sys/fs/bpf` is not a bpffs, a
+/// daemon in the host's initial mount namespace mounts one there (as
+/// systemd does at boot, and Cilium's agent when it is missing); one in a
+/// private mount namespace does not (the mount, and the pins, would die
+/// with the namespace) and gets none: its fast path goes with it.
 pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, String> {
-    use std::os::unix::ffi::OsStrExt;
     match std::env::var_os(ENV) {
         Some(v) if v.is_empty() || v == "off" => Ok(None),
         Some(v) => {
@@ -94,16 +97,166 @@ pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, String> {
             Ok(Some(p))
         }
         None => {
-            let base = Path::new("/sys/fs/bpf");
+            let base = Path::new(SYS_BPF);
             if !is_bpffs(base) {
-                return Ok(None);
+                if !in_initial_mount_ns() {
+                    tracing::warn!(
+                        "{SYS_BPF} is not a bpffs and this daemon runs in a private mount \
+                         namespace (a bpffs mounted here would die with it): no pins"
+                    );
+                    return Ok(None);
+                }
+                mount_sys_bpf()?;
+                tracing::info!(
+                    "{SYS_BPF} was not a bpffs: mounted one there (mode 0700), as systemd \
+                     does at boot; it stays mounted after the daemon exits"
+                );
             }
-            let id = hash(&[socket.as_os_str().as_bytes()]);
-            let p = base.join("nicflow").join(format!("{id:016x}"));
-            std::fs::create_dir_all(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let p = default_root(socket);
+            // Retried: another daemon may remove the shared, empty
+            // `nicflow` directory between our two mkdirs.
+            let mut made = std::fs::create_dir_all(&p);
+            for _ in 0..3 {
+                if made.is_ok() {
+                    break;
+                }
+                made = std::fs::create_dir_all(&p);
+            }
+            made.map_err(|e| format!("{}: {e}", p.display()))?;
             Ok(Some(p))
         }
     }
+}
+
+/// Where the system's bpffs is mounted.
+pub const SYS_BPF: &str = "/sys/fs/bpf";
+
+/// The pin root a daemon on control socket `socket` uses when
+/// `NICFLOW_PIN_ROOT` is unset (whether or not it exists).
+pub fn default_root(socket: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let id = hash(&[socket.as_os_str().as_bytes()]);
+    Path::new(SYS_BPF)
+        .join("nicflow")
+        .join(format!("{id:016x}"))
+}
+
+/// Mount a bpffs at [`SYS_BPF`], mode 0700 (systemd's and Cilium's
+/// choice). Never unmounted by nicflow: other programs may pin there too.
+fn mount_sys_bpf() -> Result<(), String> {
+    let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
+    let (src, dst, fs, data) = (c("bpf"), c(SYS_BPF), c("bpf"), c("mode=0700"));
+    // SAFETY: every argument is a valid NUL-terminated string we own.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            fs.as_ptr(),
+            0,
+            data.as_ptr() as *const libc::c_void,
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "mounting a bpffs at {SYS_BPF}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Inode of process `pid`'s mount namespace (None: not readable).
+fn mnt_ns(pid: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// Parent pid of `pid` (field 4 of `/proc/<pid>/stat`, after the command).
+fn ppid(pid: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1).map(str::to_string)
+}
+
+/// Whether this process runs in the host's initial mount namespace (where
+/// a mount outlives it), not a private one (`ip netns exec`, `unshare -m`)
+/// whose mounts die with it. Compared with pid 1's; where pid 1's cannot be
+/// read (some containers deny it), with the oldest ancestor's that can (a
+/// private namespace is entered below some process outside it), else with
+/// the lowest-numbered readable process's. Unknown counts as private: no
+/// mount is better than one that dies with the namespace.
+pub fn in_initial_mount_ns() -> bool {
+    let Some(me) = mnt_ns("self") else {
+        return false;
+    };
+    if let Some(init) = mnt_ns("1") {
+        return me == init;
+    }
+    let mut oldest = None;
+    let mut pid = "self".to_string();
+    for _ in 0..64 {
+        match ppid(&pid) {
+            Some(p) if p != "0" => {
+                match mnt_ns(&p) {
+                    Some(ns) => oldest = Some(ns),
+                    None => break,
+                }
+                pid = p;
+            }
+            _ => break,
+        }
+    }
+    // No ancestor readable (reparented to pid 1): the lowest-numbered
+    // process that is, the oldest one likely outside any private namespace.
+    let oldest = oldest.or_else(|| {
+        let own = std::process::id();
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|p| *p != own)
+            .collect();
+        pids.sort_unstable();
+        pids.iter().find_map(|p| mnt_ns(&p.to_string()))
+    });
+    oldest == Some(me)
+}
+
+/// Remove `root` if it is empty, and the shared `/sys/fs/bpf/nicflow` above
+/// a default root when that is empty too (a daemon that exits leaves
+/// nothing of its own in the system's bpffs).
+pub fn remove_empty_root(root: &Path) {
+    let _ = std::fs::remove_dir(root);
+    if let Some(parent) = root.parent() {
+        if parent == Path::new(SYS_BPF).join("nicflow") {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Remove pin root `root` after its daemon was killed: every pin under it
+/// (the links detach, the maps are freed) and, in the caller's network
+/// namespace, the upcall pair of each TC port pinned there. For harnesses
+/// that SIGKILL daemons. Returns what was removed.
+pub fn clean_root(root: &Path) -> Vec<String> {
+    let mut gone = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(ifindex) = name.strip_prefix("port-") {
+                if let Ok(mut rt) = nicflow_os::netlink::Rtnl::open(None) {
+                    let _ = nicflow_os::link::del(&mut rt, &format!("nfu{ifindex}a"));
+                }
+            }
+            gone.push(name);
+        }
+    }
+    remove(root);
+    remove_empty_root(root);
+    gone
 }
 
 pub fn set_root(root: Option<PathBuf>) {
@@ -304,6 +457,21 @@ pub fn open_link(path: &Path) -> Option<HeldLink> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parent_pid_is_read_past_the_command_name() {
+        let want = std::os::unix::process::parent_id().to_string();
+        assert_eq!(ppid("self").as_deref(), Some(want.as_str()));
+        assert_eq!(ppid("no-such-pid"), None);
+    }
+
+    #[test]
+    fn default_root_depends_on_the_socket_only() {
+        let a = default_root(Path::new("/run/nicflow.sock"));
+        assert!(a.starts_with("/sys/fs/bpf/nicflow"));
+        assert_eq!(a, default_root(Path::new("/run/nicflow.sock")));
+        assert_ne!(a, default_root(Path::new("/run/other.sock")));
+    }
 
     #[test]
     fn bridge_names_become_safe_components() {

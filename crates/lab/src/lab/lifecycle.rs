@@ -620,6 +620,18 @@ pub fn down(lab: &str, opts: &LabOptions) -> Result<DownReport, LabError> {
         .filter(|p| !undead.contains(p))
         .collect();
     report.killed = stop.killed;
+    // A daemon in the root namespace pins its fast path under
+    // /sys/fs/bpf (one in a lab namespace runs in a private mount
+    // namespace and pins nothing); one stopped with SIGKILL left its pins,
+    // which would hold its programs and maps forever: remove them, with
+    // the upcall pairs (in the root namespace) of its TC ports.
+    for d in state.daemons.iter().filter(|d| d.netns.is_none()) {
+        let root = nicflow_port::pin::default_root(&d.socket);
+        if root.exists() {
+            let gone = nicflow_port::pin::clean_root(&root);
+            tracing::info!(root = %root.display(), ?gone, "removed the pins of a killed daemon");
+        }
+    }
 
     // 2. Whatever else runs inside the lab's namespaces (programs started
     //    with `lab exec`, like a daemonized `iperf3 -s -D`): they belong to

@@ -254,7 +254,7 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
     drop(sw);
     // Every engine and port unpinned itself; the root goes if empty.
     if let Some(root) = nicflow_port::pin::root() {
-        let _ = std::fs::remove_dir(root);
+        nicflow_port::pin::remove_empty_root(&root);
     }
     if abstract_name(socket).is_none() {
         let _ = std::fs::remove_file(socket);

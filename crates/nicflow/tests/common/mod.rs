@@ -277,6 +277,14 @@ impl Drop for NsLab {
             }
             let _ = run(&["ip", "netns", "del", &ns]);
         }
+        // The daemon ran under `ip netns exec` (a private mount namespace:
+        // it pins nothing by default); if it pinned anyway, under the
+        // default root, its pins go (the links detach, the maps are freed).
+        let pins = nicflow_port::pin::default_root(&self.sock());
+        if pins.exists() {
+            nicflow_port::pin::remove(&pins);
+            nicflow_port::pin::remove_empty_root(&pins);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
