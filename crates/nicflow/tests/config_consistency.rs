@@ -71,10 +71,13 @@ impl Tmpfs {
     }
 
     /// Names of the files in the file system.
+    /// The files in the directory, without the daemon's state directory
+    /// (`iface-state/`, the interface originals kept next to the config).
     fn files(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&self.dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "iface-state")
             .collect();
         v.sort();
         v
