@@ -5,12 +5,12 @@
 //! `del-groups` taking the rules with it, counters, an OVS-style DNAT load
 //! balancer, and persistence through the config file.
 
-use nicflow::bridge::Bridge;
+#[path = "common/membridge.rs"]
+mod membridge;
+use membridge::bridge;
 use nicflow::control::config::Config;
 use nicflow::control::proto::Request;
 use nicflow::control::switch::Switch;
-use nicflow::datapath::DatapathConfig;
-use nicflow::port::mem::{MemHandle, MemPort};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use std::net::Ipv4Addr;
 use std::time::Instant;
@@ -21,17 +21,6 @@ const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 const SYN: u16 = 0x02;
 const ACK: u16 = 0x10;
-
-fn bridge(n_ports: usize) -> (Bridge, Vec<MemHandle>) {
-    let mut br = Bridge::new("br0", DatapathConfig::default());
-    let mut hs = Vec::new();
-    for i in 1..=n_ports {
-        let (p, h) = MemPort::new(&format!("p{i}"));
-        br.add_port(Box::new(p)).unwrap();
-        hs.push(h);
-    }
-    (br, hs)
-}
 
 fn udp(sport: u16, dport: u16) -> Vec<u8> {
     FrameBuilder::new(MAC_A, MAC_B)

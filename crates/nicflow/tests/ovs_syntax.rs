@@ -6,9 +6,10 @@
 //! sees them, `send_flow_rem` rules announce their expiry, `nw_frag=`
 //! matches fragments, and OVS's `action=` spelling works.
 
-use nicflow::bridge::Bridge;
-use nicflow::datapath::DatapathConfig;
-use nicflow::port::mem::{MemHandle, MemPort};
+#[path = "common/membridge.rs"]
+mod membridge;
+use membridge::bridge;
+use nicflow::port::mem::MemHandle;
 use nicflow_packet::builder::FrameBuilder;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -17,17 +18,6 @@ const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
 const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
 const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-
-fn bridge(n_ports: usize) -> (Bridge, Vec<MemHandle>) {
-    let mut br = Bridge::new("br0", DatapathConfig::default());
-    let mut hs = Vec::new();
-    for i in 1..=n_ports {
-        let (p, h) = MemPort::new(&format!("p{i}"));
-        br.add_port(Box::new(p)).unwrap();
-        hs.push(h);
-    }
-    (br, hs)
-}
 
 fn udp(dport: u16) -> Vec<u8> {
     FrameBuilder::new(MAC_A, MAC_B)

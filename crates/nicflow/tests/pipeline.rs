@@ -2,9 +2,12 @@
 //! rewrite; the first packet of a flow is an upcall and the rest hit the
 //! caches; rule changes are revalidated before they are acknowledged.
 
+#[path = "common/membridge.rs"]
+mod membridge;
+use membridge::{bridge, bridge_cfg};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
-use nicflow::port::mem::{MemHandle, MemPort};
+use nicflow::port::mem::MemPort;
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -14,21 +17,6 @@ const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
 const MAC_C: [u8; 6] = [0x02, 0, 0, 0, 0, 0xc];
 const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-
-fn bridge(n_ports: usize) -> (Bridge, Vec<MemHandle>) {
-    bridge_cfg(n_ports, DatapathConfig::default())
-}
-
-fn bridge_cfg(n_ports: usize, cfg: DatapathConfig) -> (Bridge, Vec<MemHandle>) {
-    let mut br = Bridge::new("br0", cfg);
-    let mut hs = Vec::new();
-    for i in 1..=n_ports {
-        let (p, h) = MemPort::new(&format!("p{i}"));
-        br.add_port(Box::new(p)).unwrap();
-        hs.push(h);
-    }
-    (br, hs)
-}
 
 fn udp(src: [u8; 6], dst: [u8; 6], sport: u16, dport: u16) -> Vec<u8> {
     FrameBuilder::new(src, dst)

@@ -81,14 +81,14 @@
 //! # Library use
 //!
 //! ```no_run
-//! use nicflow::lab::{self, LabOptions, Topology};
+//! use nicflow_lab::lab::{self, LabOptions, Topology};
 //! let topo = Topology::load("examples/lab/two-hosts.toml".as_ref())?;
 //! let opts = LabOptions::from_env()?;
 //! println!("{}", lab::up(&topo, &opts)?);
 //! let out = lab::exec_output(Some(&topo), "h1", &["ping", "-c1", "198.18.0.2"], &opts)?;
 //! assert!(out.status.success());
 //! lab::down(&topo.name, &opts)?;
-//! # Ok::<(), nicflow::lab::LabError>(())
+//! # Ok::<(), nicflow_lab::lab::LabError>(())
 //! ```
 
 pub mod lifecycle;
