@@ -15,6 +15,12 @@ command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # ovs-ofctl (no daemon, no service): the OpenFlow interop tests drive nicflow with it.
 command -v ovs-ofctl >/dev/null 2>&1 || need_apt+=(openvswitch-common)
+# ovs-vswitchd and ovsdb-server (userspace datapath): tests/conntrack_ovs.rs
+# compares nicflow's stateful firewall with Open vSwitch 3.1's. The tests
+# start their own daemons; the package's service is kept from starting at
+# install (policy-rc.d below).
+need_ovs=0
+command -v ovs-vswitchd >/dev/null 2>&1 || { need_apt+=(openvswitch-switch); need_ovs=1; }
 # openssl: ovs-pki makes the certificates of the OpenFlow TLS tests with it.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)
@@ -49,7 +55,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
     apt-get update -qq
     made_policy=0
-    if [ "$need_swan" = 1 ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    if { [ "$need_swan" = 1 ] || [ "$need_ovs" = 1 ]; } && [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
     fi
     apt_rc=0
