@@ -1,6 +1,6 @@
 //! Compiles the kernel datapath programs in `bpf/` (C: `xdp_dp.c`,
 //! `tc_dp.c` over the shared `dp_*.h`) into BPF objects in `OUT_DIR`,
-//! embedded by the engine loader (`src/offload/xdp/engine.rs`). The
+//! embedded by the engine loader (`src/offload/kernel/engine.rs`). The
 //! port-owned programs are the `nicflow-port` crate's.
 //!
 //! Needs clang with the BPF target and the libbpf headers (Debian:
@@ -30,7 +30,7 @@ const DATAPATH_SOURCES: &[&str] = &[
 
 /// The datapath programs' ABI constants (`DP_*` enum members and integer
 /// `#define`s) read from their C sources into `$OUT_DIR/xdp_dp_abi.rs`, so
-/// that `offload::xdp::layout` can assert at compile time that every Rust
+/// that `offload::kernel::layout` can assert at compile time that every Rust
 /// mirror of an op code, stat index or flag equals the C value: a drift
 /// fails the build instead of corrupting flows.
 fn write_abi(srcs: &[&str], out: &std::path::Path) {

@@ -130,8 +130,8 @@ pub fn test_run_costs() -> Result<Vec<(String, f64)>, String> {
 
 fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
     use nicflow::datapath::DpAction;
-    use nicflow::offload::xdp::engine::prog_test_run;
-    use nicflow::offload::xdp::{encode, encode_tc, XdpEngine, XdpEngineConfig};
+    use nicflow::offload::kernel::engine::prog_test_run;
+    use nicflow::offload::kernel::{encode, encode_tc, XdpEngine, XdpEngineConfig};
     use nicflow_flow::{extract, FlowKey, FlowMask};
     use nicflow_packet::builder::FrameBuilder;
     // SAFETY: unshare(2) only affects this thread.

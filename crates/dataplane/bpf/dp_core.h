@@ -19,7 +19,7 @@
  *   dp_len(ctx)   the frame's full length (multi-buffer / nonlinear)
  *   DP_TC         (TC only) checksum-state-aware rewrites
  *
- * Layouts are mirrored in crates/nicflow/src/offload/xdp/layout.rs and
+ * Layouts are mirrored in crates/nicflow/src/offload/kernel/layout.rs and
  * checked at compile time against the constants build.rs reads from here.
  */
 #include <linux/bpf.h>
@@ -51,7 +51,7 @@
 /* Upper bound of the mask loop; the map's real size is set at load time
  * (EbpfLoader::set_max_entries("dp_masks", n), n <= this). */
 #define DP_MAX_MASKS_CAP 64
-/* Actions per flow. Mirrored by offload::xdp::layout::MAX_ACTIONS. */
+/* Actions per flow. Mirrored by offload::kernel::layout::MAX_ACTIONS. */
 #define DP_MAX_ACTIONS 16
 /* Deepest L3 offset handled: Ethernet + 2 tags parsed + pushes. */
 #define DP_MAX_L3_OFF 128
@@ -62,7 +62,7 @@
 /* Integers in host order, MACs and IPv6 addresses as network-order bytes,
  * vlan_tci with 0x1000 = "tag present", ICMP type/code in tp_src/tp_dst,
  * ARP opcode (<= 0xff) in nw_proto and ARP IPs in nw_src/nw_dst. 112 bytes,
- * no padding: the layout is mirrored by offload::xdp::layout::DpKey. */
+ * no padding: the layout is mirrored by offload::kernel::layout::DpKey. */
 struct dp_key_fields {
 	__u32 in_port;		/* 0 */
 	__u16 dl_type;		/* 4 */

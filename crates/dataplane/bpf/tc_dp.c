@@ -4,7 +4,7 @@
  * (dp_core.h, dp_exec.h: key, maps, parser, lookup, rewrites), attached at
  * TC ingress (tcx link, kernel >= 6.6; cls_bpf direct-action on clsact
  * before that) of a port's interface instead of XDP. Rust side:
- * crates/nicflow/src/offload/xdp/engine.rs (EngineKind::Tc); design in
+ * crates/nicflow/src/offload/kernel/engine.rs (EngineKind::Tc); design in
  * docs/offload.md.
  *
  * Why a second attach point: XDP on a veth turns GSO off on its peer and

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
 /*
  * xdp_dp: nicflow's XDP datapath (issue 5, "offload the fast path to
- * XDP/eBPF"). The Rust side is crates/nicflow/src/offload/xdp/; the design
+ * XDP/eBPF"). The Rust side is crates/nicflow/src/offload/kernel/; the design
  * is written up in docs/offload.md.
  *
  * Where it sits in a frame's path (once wired into the ports):

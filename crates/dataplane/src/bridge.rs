@@ -16,7 +16,7 @@
 use crate::datapath::{
     format_actions, Datapath, DatapathConfig, DpFlow, DpStats, Placement, TxBatch,
 };
-use crate::offload::xdp::{EngineStats, OffloadError, XdpEngineConfig};
+use crate::offload::kernel::{EngineStats, OffloadError, XdpEngineConfig};
 use crate::offload::{ManagerCounters, OffloadManager};
 use crate::ofproto::{Ofproto, OfprotoError, OfprotoStats, RuleDump};
 use nicflow_ofctl::{FlowSpec, MatchSpec, PortMap, RuleError};

@@ -23,7 +23,7 @@ mod common;
 
 use common::dp::*;
 use nicflow::datapath::DpAction;
-use nicflow::offload::xdp::{encode_tc, EngineKind, XdpEngine, XdpEngineConfig};
+use nicflow::offload::kernel::{encode_tc, EngineKind, XdpEngine, XdpEngineConfig};
 use nicflow_flow::{extract, FlowKey};
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH};
@@ -96,7 +96,7 @@ fn gso_super_frames_count_as_their_segments() {
 #[test]
 fn tunnel_decap_and_encap_match_userspace() {
     use common::tun::*;
-    use nicflow::offload::xdp::layout::TunTx;
+    use nicflow::offload::kernel::layout::TunTx;
     if skip() {
         return;
     }

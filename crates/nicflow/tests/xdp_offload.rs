@@ -1,4 +1,4 @@
-//! The XDP datapath (`bpf/xdp_dp.c`, `nicflow::offload::xdp`) in the real
+//! The XDP datapath (`bpf/xdp_dp.c`, `nicflow::offload::kernel`) in the real
 //! kernel. Needs root (skipped with a message otherwise).
 //!
 //! * The behaviours both kernel engines have, one body each in
@@ -29,7 +29,7 @@ mod common;
 
 use common::dp::*;
 use nicflow::datapath::{DpAction, DropReason};
-use nicflow::offload::xdp::{
+use nicflow::offload::kernel::{
     encode, pack, AttachMode, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
 };
 use nicflow_flow::{extract, FlowKey, FlowMask};
@@ -562,7 +562,7 @@ use common::tun::*;
 /// untouched.
 #[test]
 fn tunnel_decap_and_encap_match_userspace() {
-    use nicflow::offload::xdp::layout::TunTx;
+    use nicflow::offload::kernel::layout::TunTx;
     if skip() {
         return;
     }

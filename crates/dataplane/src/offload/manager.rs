@@ -39,7 +39,7 @@
 //!   offloaded flows to that port are punted to userspace (the program's
 //!   pre-check) instead of dropped by `veth_xdp_xmit`;
 //! * the encoder accepts the match and actions and the maps have room
-//!   ([`super::xdp::encode`] reasons, `mask-table-full`, `flow-map-full`).
+//!   ([`super::kernel::encode`] reasons, `mask-table-full`, `flow-map-full`).
 //!
 //! # Tunnels
 //!
@@ -69,13 +69,13 @@
 //! tunnel (or back) stay in userspace (`tc:tunnel-xdp-underlay`,
 //! `port:tc-from-xdp`).
 
-use super::netdev::NetdevQuery;
-use super::xdp::encode::{PortSlots, TunnelSlot};
-use super::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
-use super::xdp::OffloadError;
-use super::xdp::{
+use super::kernel::encode::{PortSlots, TunnelSlot};
+use super::kernel::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
+use super::kernel::OffloadError;
+use super::kernel::{
     encode, encode_tc, EngineKind, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig, TX_PEER,
 };
+use super::netdev::NetdevQuery;
 use super::OffloadMode;
 use crate::datapath::meter::MeterCounters;
 use crate::datapath::{DpAction, FlowOffload, KernelCounters};
@@ -1301,7 +1301,7 @@ impl OffloadManager {
         &self,
         m: &Match,
         actions: &[DpAction],
-    ) -> Result<(EngineKind, super::xdp::EncodedFlow), &'static str> {
+    ) -> Result<(EngineKind, super::kernel::EncodedFlow), &'static str> {
         let key = m.key();
         let mask = m.mask().0;
         if mask.in_port != u32::MAX {

@@ -13,14 +13,14 @@
 //!                  keeps its GSO and checksum state
 //!            miss: the port's upcall veth -> port::tc (AF_PACKET) ->
 //!                  datapath -> may install the flow back
-//! wire -> driver -> XDP program `xdp_dp` (offload::xdp)
+//! wire -> driver -> XDP program `xdp_dp` (offload::kernel)
 //!            hit:  rewrite + XDP_REDIRECT to the output port / XDP_DROP
 //!            miss: XSKMAP -> AF_XDP socket -> port::afxdp -> datapath (EMC,
 //!                  megaflow cache, upcall to ofproto) -> may install the
 //!                  new flow back into the engine
 //! ```
 //!
-//! * [`xdp`]: the in-kernel eBPF engines (one datapath in `bpf/dp_core.h`,
+//! * [`kernel`]: the in-kernel eBPF engines, TC and XDP (one datapath in `bpf/dp_core.h`,
 //!   attached at XDP or at TC ingress; map layout, flow encoding, loader,
 //!   counters).
 //! * [`manager`]: one engine per bridge attached to its AF_XDP ports, and
@@ -33,7 +33,7 @@
 pub mod manager;
 pub mod netdev;
 pub use nicflow_port::pin;
-pub mod xdp;
+pub mod kernel;
 
 pub use manager::{engine_config, ManagerCounters, OffloadManager};
 

@@ -33,10 +33,10 @@ pub fn skip(what: &str) -> bool {
 /// Load an engine of `kind`; a verifier rejection panics with the path of
 /// the saved log.
 pub fn load(
-    kind: nicflow::offload::xdp::EngineKind,
-    cfg: nicflow::offload::xdp::XdpEngineConfig,
-) -> nicflow::offload::xdp::XdpEngine {
-    match nicflow::offload::xdp::XdpEngine::load_kind(kind, cfg) {
+    kind: nicflow::offload::kernel::EngineKind,
+    cfg: nicflow::offload::kernel::XdpEngineConfig,
+) -> nicflow::offload::kernel::XdpEngine {
+    match nicflow::offload::kernel::XdpEngine::load_kind(kind, cfg) {
         Ok(e) => e,
         Err(err) => {
             if let Some(log) = err.verifier_log() {
@@ -492,14 +492,14 @@ pub fn ports() -> HashMap<u32, u32> {
 /// 1 packet/s or 1 kbit/s, so the buckets' refill between runs is far
 /// below one frame and the sequences are deterministic.
 pub fn meter_differential(
-    e: &mut nicflow::offload::xdp::XdpEngine,
+    e: &mut nicflow::offload::kernel::XdpEngine,
     redirect: u32,
     drop: u32,
-    run: impl Fn(&nicflow::offload::xdp::XdpEngine, &[u8]) -> (u32, Vec<u8>),
-    encode: impl Fn(&FlowKey, &FlowMask, &[DpAction]) -> nicflow::offload::xdp::EncodedFlow,
+    run: impl Fn(&nicflow::offload::kernel::XdpEngine, &[u8]) -> (u32, Vec<u8>),
+    encode: impl Fn(&FlowKey, &FlowMask, &[DpAction]) -> nicflow::offload::kernel::EncodedFlow,
 ) {
     use nicflow::datapath::meter::Meters;
-    use nicflow::offload::xdp::encode::encode_meter;
+    use nicflow::offload::kernel::encode::encode_meter;
     use nicflow_ofctl::meter::parse_meter;
     let udp4 = |tos: u8| {
         FrameBuilder::new(A, B)

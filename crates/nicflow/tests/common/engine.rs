@@ -15,8 +15,8 @@
 use super::dp::*;
 use super::must;
 use nicflow::datapath::DpAction;
-use nicflow::offload::xdp::encode::PortSlots;
-use nicflow::offload::xdp::{
+use nicflow::offload::kernel::encode::PortSlots;
+use nicflow::offload::kernel::{
     pack, EncodedFlow, EngineKind, NotOffloadable, XdpAction, XdpEngine, XdpEngineConfig,
 };
 use nicflow_flow::{extract, FlowKey, FlowMask, Match};
@@ -75,7 +75,7 @@ pub const TC: Engine = Engine {
     redirect: TC_ACT_REDIRECT,
     drop: TC_ACT_SHOT,
     pass: TC_ACT_NEXT,
-    encode: nicflow::offload::xdp::encode_tc,
+    encode: nicflow::offload::kernel::encode_tc,
     add_port: |e, ifindex, in_port| e.set_port_upcall(ifindex, in_port, 0).unwrap(),
     test_run_sees: |acts| {
         !acts
@@ -94,7 +94,7 @@ pub const XDP: Engine = Engine {
     redirect: XDP_REDIRECT,
     drop: XDP_DROP,
     pass: XDP_PASS,
-    encode: nicflow::offload::xdp::encode,
+    encode: nicflow::offload::kernel::encode,
     add_port: |e, ifindex, in_port| e.set_port(ifindex, in_port).unwrap(),
     test_run_sees: |_| true,
     may_refuse: |_, _| false,

@@ -149,12 +149,12 @@ pub fn meta(
 /// fixed-key VXLAN port and the `key=flow` Geneve port in header slots 3, 4.
 pub struct TunSlots;
 
-impl nicflow::offload::xdp::PortSlots for TunSlots {
+impl nicflow::offload::kernel::PortSlots for TunSlots {
     fn slot(&self, port: u32) -> Option<u32> {
         (port == 2).then_some(0)
     }
-    fn tunnel(&self, port: u32) -> Option<nicflow::offload::xdp::TunnelSlot> {
-        use nicflow::offload::xdp::TunnelSlot;
+    fn tunnel(&self, port: u32) -> Option<nicflow::offload::kernel::TunnelSlot> {
+        use nicflow::offload::kernel::TunnelSlot;
         match port {
             VX_PORT => Some(TunnelSlot {
                 slot: 3,
@@ -173,13 +173,15 @@ impl nicflow::offload::xdp::PortSlots for TunSlots {
 /// (remote .2, VNI 4242) and the `key=flow` Geneve port (remote .3): their
 /// endpoints and resolved headers (inner MTU 1450). Returns their configs.
 pub fn set_up_tunnels(
-    e: &mut nicflow::offload::xdp::XdpEngine,
+    e: &mut nicflow::offload::kernel::XdpEngine,
     ul_if: u32,
 ) -> (
     nicflow::port::tunnel::TunnelConfig,
     nicflow::port::tunnel::TunnelConfig,
 ) {
-    use nicflow::offload::xdp::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
+    use nicflow::offload::kernel::layout::{
+        TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY,
+    };
     e.set_tx_port(5, ul_if).unwrap();
     e.set_underlay(ul_if, 0, UL_MAC, 1500, 0).unwrap();
     let vx = tunnel_cfg("vxlan", 0x1402, &VX_VNI.to_string());
@@ -397,14 +399,16 @@ pub fn shared_cases(
 /// bytes.
 #[allow(clippy::too_many_arguments)]
 pub fn check_against_userspace(
-    e: &mut nicflow::offload::xdp::XdpEngine,
+    e: &mut nicflow::offload::kernel::XdpEngine,
     cases: &[TunCase],
     encode: impl Fn(
         &FlowKey,
         &nicflow_flow::FlowMask,
         &[DpAction],
-    )
-        -> Result<nicflow::offload::xdp::EncodedFlow, nicflow::offload::xdp::NotOffloadable>,
+    ) -> Result<
+        nicflow::offload::kernel::EncodedFlow,
+        nicflow::offload::kernel::NotOffloadable,
+    >,
     in_if: u32,
     ul_if: u32,
     (vx, gn): (

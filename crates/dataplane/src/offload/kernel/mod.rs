@@ -1,4 +1,5 @@
-//! The XDP datapath: datapath flows executed inside an XDP program.
+//! The kernel engines: datapath flows executed by one eBPF datapath at two
+//! attach points, XDP (`xdp_dp`) and TC ingress (`tc_dp`, the default).
 //!
 //! Place in a frame's path: the program `xdp_dp` (`bpf/xdp_dp.c`) runs on
 //! every frame an attached interface receives, *before* the AF_XDP socket
