@@ -16,7 +16,6 @@ use super::layout::{
 use super::masks::MaskTable;
 use super::OffloadError;
 use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray, XskMap};
-use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::{ProgramError, SchedClassifier, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use nicflow_port::pin::{self, HeldLink};
@@ -370,17 +369,6 @@ fn map_delete_u32(fd: RawFd, key: u32) -> std::io::Result<()> {
     } else {
         Ok(())
     }
-}
-
-/// Attach a TC program at ingress ([`nicflow_port::attach::tc_attach`]),
-/// as an offload error.
-pub fn tc_attach(
-    prog: &mut SchedClassifier,
-    ifname: &str,
-    first: bool,
-) -> Result<SchedClassifierLinkId, OffloadError> {
-    nicflow_port::attach::tc_attach(prog, ifname, first)
-        .map_err(|e| bpf("attaching the TC program", e))
 }
 
 /// One `BPF_PROG_TEST_RUN` of an XDP or TC program.
