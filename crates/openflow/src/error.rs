@@ -371,26 +371,6 @@ impl fmt::Display for Malformed {
     }
 }
 
-impl Malformed {
-    /// The `OFPT_ERROR` message answering this one (same xid, the header's
-    /// version if it is a known OpenFlow version, otherwise 1.3).
-    pub fn reply(&self) -> (crate::msg::Message, u32) {
-        let version = if (1..=6).contains(&self.version) {
-            self.version
-        } else {
-            crate::msg::OFP13_VERSION
-        };
-        (
-            crate::msg::Message::Error(crate::msg::ErrorMsg {
-                version,
-                error: self.error,
-                data: self.data.clone(),
-            }),
-            self.xid,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

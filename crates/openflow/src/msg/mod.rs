@@ -328,3 +328,25 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
         M::MeterMod(m) => m.encode(out),
     }
 }
+
+/// Lives beside [`Message`] rather than in [`crate::error`], so the error
+/// types stay below the messages that carry them.
+impl Malformed {
+    /// The `OFPT_ERROR` message answering this one (same xid, the header's
+    /// version if it is a known OpenFlow version, otherwise 1.3).
+    pub fn reply(&self) -> (Message, u32) {
+        let version = if (1..=6).contains(&self.version) {
+            self.version
+        } else {
+            OFP13_VERSION
+        };
+        (
+            Message::Error(ErrorMsg {
+                version,
+                error: self.error,
+                data: self.data.clone(),
+            }),
+            self.xid,
+        )
+    }
+}
