@@ -158,7 +158,7 @@ impl Clients {
                 last_progress: now,
                 done: false,
             };
-            if !super::daemon::peer_allowed(&conn.stream) {
+            if !super::peer::peer_allowed(&conn.stream) {
                 conn.respond(&Response::err("permission denied"));
             } else if self.conns.len() >= MAX_CLIENTS {
                 tracing::warn!(limit = MAX_CLIENTS, "too many control connections");

@@ -10,6 +10,7 @@ pub mod clients;
 pub use nicflow_api::config;
 pub mod daemon;
 pub mod openflow;
+mod peer;
 pub use nicflow_api::proto;
 pub mod switch;
 pub mod vf;

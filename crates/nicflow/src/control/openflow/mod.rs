@@ -31,7 +31,7 @@
 //! Who may connect: a `punix:` socket is created with mode 0750 whatever
 //! the umask (bound inside a private directory, then moved into place: no
 //! moment where it is more open), and each peer's credentials are checked
-//! as the control socket checks them (`daemon::peer_allowed`: root or the
+//! as the control socket checks them (`peer::peer_allowed`: root or the
 //! daemon's user); `ssl:`/`pssl:` authenticate both ends with
 //! certificates ([`tls`]); `ptcp:`/`tcp:` authenticate nothing, as in OVS
 //! (a `ptcp:` without an address listens on every address, which is
@@ -646,7 +646,7 @@ fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                         let peer = format!("unix:{}", p.display());
                         // The socket's mode keeps other users out; the
                         // credentials check holds even if it was loosened.
-                        if !super::daemon::peer_allowed(&s) {
+                        if !super::peer::peer_allowed(&s) {
                             refused.push((
                                 name.clone(),
                                 peer,
