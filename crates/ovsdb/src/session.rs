@@ -1,0 +1,421 @@
+//! A long-lived, self-healing database session: what ovs-vswitchd's IDL does for it.
+//!
+//! The session connects, reads the schema, takes the lock (if configured), monitors the
+//! configured tables with the best method the server offers (`monitor_cond_since`, else
+//! `monitor_cond`, else `monitor`) and keeps a [`Replica`] in sync. When the connection
+//! drops it reconnects with exponential backoff, re-takes the lock and re-monitors; if
+//! the server cannot resume from the last transaction id it sends the whole database
+//! again and the session turns the difference into ordinary [`Change`]s, so after a
+//! reconnect the replica equals a fresh one and the reconciler sees only what changed.
+
+use crate::datum::Uuid;
+use crate::error::{Error, Result};
+use crate::jsonrpc::{Client, Notification, Remote};
+use crate::ops::{Op, TxnReply};
+use crate::replica::{Change, Replica};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// How the session monitors, most capable first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MonitorMethod {
+    /// `monitor_cond_since` + `update3`: resumes after a reconnect when the server kept
+    /// the history (clustered databases); otherwise a full resend.
+    Since,
+    /// `monitor_cond` + `update2` (diffs for sets and maps).
+    Cond,
+    /// RFC 7047's `monitor` + `update`.
+    Plain,
+}
+
+impl MonitorMethod {
+    fn next(self) -> Option<MonitorMethod> {
+        match self {
+            MonitorMethod::Since => Some(MonitorMethod::Cond),
+            MonitorMethod::Cond => Some(MonitorMethod::Plain),
+            MonitorMethod::Plain => None,
+        }
+    }
+}
+
+/// What to connect to and what to watch.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// `unix:PATH` or `tcp:IP[:PORT]`.
+    pub remote: String,
+    /// Database name (`Open_vSwitch`).
+    pub database: String,
+    /// Table -> columns to monitor (`None`: every column the server's schema has).
+    /// Tables the server does not have are skipped.
+    pub tables: BTreeMap<String, Option<Vec<String>>>,
+    /// A lock to hold (ovs-vswitchd takes `ovs_vswitchd`).
+    pub lock: Option<String>,
+    /// The first monitor method to try; less capable ones are the fallback.
+    pub method: MonitorMethod,
+    /// First reconnect delay; doubles per failed attempt up to `backoff_max`.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// How long one request may wait for its reply.
+    pub call_timeout: Duration,
+}
+
+impl SessionConfig {
+    /// Monitor `tables` (all columns) of `database` at `remote`.
+    pub fn new(remote: &str, database: &str, tables: &[&str]) -> SessionConfig {
+        SessionConfig {
+            remote: remote.to_owned(),
+            database: database.to_owned(),
+            tables: tables.iter().map(|t| (t.to_string(), None)).collect(),
+            lock: None,
+            method: MonitorMethod::Since,
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(8),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What [`Session::poll`] reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// (Re)connected and monitoring with `method`; a [`Event::Changes`] with the initial
+    /// contents (or the difference from before the reconnect) follows if non-empty.
+    Connected { method: MonitorMethod },
+    /// The connection dropped; the session reconnects by itself.
+    Disconnected { error: String },
+    /// Rows changed, in the order the server reported them.
+    Changes(Vec<Change>),
+    /// This session now holds the lock.
+    LockAcquired,
+    /// The lock was stolen or the connection holding it dropped.
+    LockLost,
+}
+
+const MONITOR_ID: &str = "nicflow";
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Session {
+    cfg: SessionConfig,
+    remote: Remote,
+    client: Option<Client>,
+    replica: Option<Replica>,
+    method: Option<MonitorMethod>,
+    has_lock: bool,
+    last_txn: Option<Uuid>,
+    next_attempt: Instant,
+    backoff: Duration,
+    events: VecDeque<Event>,
+    connects: u64,
+}
+
+impl Session {
+    /// A session that connects on the first [`Session::poll`]. Fails only on a
+    /// malformed remote.
+    pub fn new(cfg: SessionConfig) -> Result<Session> {
+        let remote = Remote::parse(&cfg.remote)?;
+        let backoff = cfg.backoff_min;
+        Ok(Session {
+            cfg,
+            remote,
+            client: None,
+            replica: None,
+            method: None,
+            has_lock: false,
+            last_txn: None,
+            next_attempt: Instant::now(),
+            backoff,
+            events: VecDeque::new(),
+            connects: 0,
+        })
+    }
+
+    /// The replica (`None` before the first successful connect).
+    pub fn replica(&self) -> Option<&Replica> {
+        self.replica.as_ref()
+    }
+
+    /// Connected and monitoring.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// Holds the configured lock.
+    pub fn has_lock(&self) -> bool {
+        self.has_lock
+    }
+
+    /// The monitor method of the current connection.
+    pub fn method(&self) -> Option<MonitorMethod> {
+        self.method
+    }
+
+    /// How many times the session has connected.
+    pub fn connects(&self) -> u64 {
+        self.connects
+    }
+
+    /// The underlying connection, for requests the session does not wrap.
+    pub fn client(&mut self) -> Option<&mut Client> {
+        self.client.as_mut()
+    }
+
+    /// Run `ops` on the database. A failed operation is in the reply (see
+    /// [`TxnReply::check`]); a connection error drops the connection (the session
+    /// reconnects) and is returned.
+    pub fn transact(&mut self, ops: &[Op]) -> Result<TxnReply> {
+        let client = self.client.as_mut().ok_or(Error::NotConnected)?;
+        match client.transact(&self.cfg.database, ops) {
+            Err(
+                e @ (Error::Io(_)
+                | Error::Closed
+                | Error::Framing(_)
+                | Error::TooLarge { .. }
+                | Error::Timeout { .. }),
+            ) => {
+                self.drop_connection(&e);
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Wait up to `timeout` for something to happen: (re)connects when due, applies
+    /// updates to the replica, follows the lock. Returns as soon as there are events.
+    pub fn poll(&mut self, timeout: Duration) -> Vec<Event> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.client.is_none() {
+                let now = Instant::now();
+                if now >= self.next_attempt {
+                    if let Err(e) = self.connect() {
+                        tracing::debug!(remote = %self.remote, error = %e, "ovsdb: connect failed");
+                        self.client = None;
+                        self.next_attempt = Instant::now() + self.backoff;
+                        self.backoff = (self.backoff * 2).min(self.cfg.backoff_max);
+                    }
+                } else {
+                    std::thread::sleep(
+                        self.next_attempt
+                            .min(deadline)
+                            .saturating_duration_since(now),
+                    );
+                }
+            }
+            if let Some(client) = self.client.as_mut() {
+                let wait = if self.events.is_empty() {
+                    deadline.saturating_duration_since(Instant::now())
+                } else {
+                    Duration::ZERO
+                };
+                match client.next_notification(wait) {
+                    Ok(Some(n)) => {
+                        self.handle(n);
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => self.drop_connection(&e),
+                }
+            }
+            if !self.events.is_empty() || Instant::now() >= deadline {
+                return self.events.drain(..).collect();
+            }
+        }
+    }
+
+    fn drop_connection(&mut self, e: &Error) {
+        tracing::warn!(remote = %self.remote, error = %e, "ovsdb: connection lost, reconnecting");
+        self.client = None;
+        self.method = None;
+        self.events.push_back(Event::Disconnected {
+            error: e.to_string(),
+        });
+        if self.has_lock {
+            self.has_lock = false;
+            self.events.push_back(Event::LockLost);
+        }
+        self.backoff = self.cfg.backoff_min;
+        self.next_attempt = Instant::now() + self.backoff;
+    }
+
+    fn connect(&mut self) -> Result<()> {
+        let mut client = Client::connect_to(&self.remote, self.cfg.call_timeout)?;
+        client.call_timeout = self.cfg.call_timeout;
+        let schema = client.get_schema(&self.cfg.database)?;
+        let mut columns = BTreeMap::new();
+        for (t, cols) in &self.cfg.tables {
+            let Some(ts) = schema.table(t) else {
+                tracing::warn!(
+                    table = t,
+                    "ovsdb: the server's schema has no such table; not monitored"
+                );
+                continue;
+            };
+            let all = || {
+                ts.columns
+                    .keys()
+                    .filter(|c| !c.starts_with('_'))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            columns.insert(t.clone(), cols.clone().unwrap_or_else(all));
+        }
+        let mut fresh = Replica::new(schema, columns);
+
+        let mut locked = false;
+        if let Some(lock) = &self.cfg.lock {
+            locked = client.lock(lock)?;
+        }
+
+        let mut method = self.cfg.method;
+        let (resumed, changes) = loop {
+            match self.monitor(&mut client, method, &mut fresh) {
+                Ok(r) => break r,
+                Err(Error::Rpc { error, .. })
+                    if error.to_string().contains("unknown method") && method.next().is_some() =>
+                {
+                    tracing::info!(
+                        ?method,
+                        "ovsdb: server lacks this monitor method, falling back"
+                    );
+                    method = method.next().expect("checked");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        // Resumed: `changes` were applied to the old replica already. Otherwise the
+        // fresh contents replace it and the difference is the change list.
+        let changes = if resumed {
+            changes
+        } else {
+            self.replica
+                .get_or_insert_with(|| fresh.clone())
+                .replace_with(fresh)
+        };
+        self.client = Some(client);
+        self.method = Some(method);
+        self.backoff = self.cfg.backoff_min;
+        self.connects += 1;
+        tracing::info!(remote = %self.remote, ?method, "ovsdb: connected");
+        self.events.push_back(Event::Connected { method });
+        if !changes.is_empty() {
+            self.events.push_back(Event::Changes(changes));
+        }
+        if locked {
+            self.has_lock = true;
+            self.events.push_back(Event::LockAcquired);
+        }
+        Ok(())
+    }
+
+    /// Send the monitor request; returns whether the old replica was resumed (and then
+    /// the changes already applied to it) or `fresh` was filled.
+    fn monitor(
+        &mut self,
+        client: &mut Client,
+        method: MonitorMethod,
+        fresh: &mut Replica,
+    ) -> Result<(bool, Vec<Change>)> {
+        let db = &self.cfg.database;
+        let reqs: serde_json::Map<String, Value> = fresh
+            .monitored()
+            .iter()
+            .map(|(t, cols)| {
+                let r = json!({"columns": cols});
+                (
+                    t.clone(),
+                    if method == MonitorMethod::Plain {
+                        r
+                    } else {
+                        json!([r])
+                    },
+                )
+            })
+            .collect();
+        match method {
+            MonitorMethod::Since => {
+                // Resuming only makes sense into a replica of the same schema.
+                let resumable = self.replica.as_ref().is_some_and(|r| {
+                    r.monitored() == fresh.monitored() && r.schema() == fresh.schema()
+                });
+                let last = if resumable {
+                    self.last_txn.unwrap_or(Uuid::ZERO)
+                } else {
+                    Uuid::ZERO
+                };
+                let v = client.call(
+                    "monitor_cond_since",
+                    json!([db, MONITOR_ID, reqs, last.to_string()]),
+                )?;
+                let (found, last_id, updates) = match v.as_array().map(Vec::as_slice) {
+                    Some([Value::Bool(f), Value::String(l), u]) => (*f, Uuid::parse(l), u),
+                    _ => return Err(Error::Protocol(format!("monitor_cond_since reply {v}"))),
+                };
+                self.last_txn = last_id;
+                if found && resumable && last != Uuid::ZERO {
+                    let changes = self
+                        .replica
+                        .as_mut()
+                        .expect("resumable")
+                        .apply_update2(updates)?;
+                    return Ok((true, changes));
+                }
+                fresh.apply_update2(updates)?;
+            }
+            MonitorMethod::Cond => {
+                let v = client.call("monitor_cond", json!([db, MONITOR_ID, reqs]))?;
+                fresh.apply_update2(&v)?;
+            }
+            MonitorMethod::Plain => {
+                let v = client.call("monitor", json!([db, MONITOR_ID, reqs]))?;
+                fresh.apply_update(&v)?;
+            }
+        }
+        Ok((false, Vec::new()))
+    }
+
+    fn handle(&mut self, n: Notification) {
+        let params = n.params.as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let ours = |id: Option<&Value>| id.and_then(Value::as_str) == Some(MONITOR_ID);
+        let result = match (n.method.as_str(), params) {
+            ("update", [id, updates]) if ours(Some(id)) => {
+                self.replica.as_mut().map(|r| r.apply_update(updates))
+            }
+            ("update2", [id, updates]) if ours(Some(id)) => {
+                self.replica.as_mut().map(|r| r.apply_update2(updates))
+            }
+            ("update3", [id, last, updates]) if ours(Some(id)) => {
+                if let Some(l) = last.as_str().and_then(Uuid::parse) {
+                    self.last_txn = Some(l);
+                }
+                self.replica.as_mut().map(|r| r.apply_update2(updates))
+            }
+            ("locked", [name]) if name.as_str() == self.cfg.lock.as_deref() => {
+                self.has_lock = true;
+                self.events.push_back(Event::LockAcquired);
+                None
+            }
+            ("stolen", [name]) if name.as_str() == self.cfg.lock.as_deref() => {
+                // We asked with "lock", so the server keeps us queued: a later "locked"
+                // returns it. Asking again would be a "duplicate lock" error.
+                if self.has_lock {
+                    self.has_lock = false;
+                    self.events.push_back(Event::LockLost);
+                }
+                None
+            }
+            _ => {
+                tracing::warn!(method = n.method, "ovsdb: unexpected notification ignored");
+                None
+            }
+        };
+        match result {
+            Some(Ok(changes)) if !changes.is_empty() => {
+                self.events.push_back(Event::Changes(changes))
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "ovsdb: malformed update ignored"),
+            _ => {}
+        }
+    }
+}
