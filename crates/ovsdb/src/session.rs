@@ -81,7 +81,12 @@ impl SessionConfig {
 pub enum Event {
     /// (Re)connected and monitoring with `method`; a [`Event::Changes`] with the initial
     /// contents (or the difference from before the reconnect) follows if non-empty.
-    Connected { method: MonitorMethod },
+    /// `resumed`: the server sent only the transactions missed since the last one seen
+    /// (`monitor_cond_since` on a database that keeps history, i.e. a clustered one).
+    Connected {
+        method: MonitorMethod,
+        resumed: bool,
+    },
     /// The connection dropped; the session reconnects by itself.
     Disconnected { error: String },
     /// Rows changed, in the order the server reported them.
@@ -297,8 +302,8 @@ impl Session {
         self.method = Some(method);
         self.backoff = self.cfg.backoff_min;
         self.connects += 1;
-        tracing::info!(remote = %self.remote, ?method, "ovsdb: connected");
-        self.events.push_back(Event::Connected { method });
+        tracing::info!(remote = %self.remote, ?method, resumed, "ovsdb: connected");
+        self.events.push_back(Event::Connected { method, resumed });
         if !changes.is_empty() {
             self.events.push_back(Event::Changes(changes));
         }
