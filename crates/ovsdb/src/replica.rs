@@ -350,6 +350,21 @@ impl Replica {
     /// old contents into the new (used after a reconnect that could not resume).
     pub fn replace_with(&mut self, fresh: Replica) -> Vec<Change> {
         let mut changes = Vec::new();
+        // A table the new schema (or monitor) no longer has: all its rows are gone.
+        for (t, rows) in self
+            .tables
+            .iter()
+            .filter(|(t, _)| !fresh.tables.contains_key(*t))
+        {
+            for (u, old) in rows {
+                changes.push(Change {
+                    table: t.clone(),
+                    uuid: *u,
+                    kind: ChangeKind::Delete,
+                    old: Some(old.clone()),
+                });
+            }
+        }
         for (t, new_rows) in &fresh.tables {
             let empty = BTreeMap::new();
             let old_rows = self.tables.get(t).unwrap_or(&empty);

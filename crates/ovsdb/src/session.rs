@@ -295,7 +295,12 @@ impl Session {
             changes
         } else {
             self.replica
-                .get_or_insert_with(|| fresh.clone())
+                .get_or_insert_with(|| {
+                    // First connect: every row is an insert.
+                    let mut empty = fresh.clone();
+                    empty.clear();
+                    empty
+                })
                 .replace_with(fresh)
         };
         self.client = Some(client);
@@ -422,5 +427,165 @@ impl Session {
             Some(Err(e)) => tracing::warn!(error = %e, "ovsdb: malformed update ignored"),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::Decoder;
+    use crate::replica::ChangeKind;
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    const U1: &str = "00000000-0000-0000-0000-000000000001";
+    const U2: &str = "00000000-0000-0000-0000-000000000002";
+
+    fn next(d: &mut Decoder, s: &mut UnixStream) -> Option<Value> {
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(v) = d.next_value().unwrap() {
+                return Some(v);
+            }
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => d.feed(&buf[..n]),
+            }
+        }
+    }
+
+    /// Serve one connection: the schema, no monitor_cond_since (so the session falls
+    /// back), `initial` for monitor_cond, then `tail` raw bytes.
+    fn serve(mut s: UnixStream, initial: Value, tail: &[u8]) {
+        let mut d = Decoder::new(1 << 20);
+        loop {
+            let req = next(&mut d, &mut s).expect("request");
+            let reply = match req["method"].as_str().unwrap() {
+                "get_schema" => {
+                    json!({"result": {"name": "Open_vSwitch", "tables": {"Bridge": {"columns": {
+                    "name": {"type": "string"},
+                    "ports": {"type": {"key": "uuid", "min": 0, "max": "unlimited"}}}}}}, "error": null})
+                }
+                "monitor_cond_since" => json!({"result": null, "error": "unknown method"}),
+                "monitor_cond" => {
+                    assert_eq!(
+                        req["params"][2],
+                        json!({"Bridge": [{"columns": ["name", "ports"]}]})
+                    );
+                    json!({"result": initial, "error": null})
+                }
+                m => panic!("unexpected {m}"),
+            };
+            let mut reply = reply;
+            reply["id"] = req["id"].clone();
+            s.write_all(reply.to_string().as_bytes()).unwrap();
+            if req["method"] == "monitor_cond" {
+                s.write_all(tail).unwrap();
+                // Leave the connection open until the client drops it.
+                let _ = next(&mut d, &mut s);
+                return;
+            }
+        }
+    }
+
+    /// Malformed input from the server (garbage on the stream, unknown tables and
+    /// columns, bad rows) is never fatal: the session skips what it cannot read,
+    /// reconnects after a broken stream, and reports only real changes.
+    #[test]
+    fn malformed_server_input_is_survived() {
+        let dir = std::env::temp_dir().join(format!("nfovsdb-fake-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            serve(
+                s,
+                json!({"Bridge": {U1: {"initial": {"name": "a"}}}}),
+                b"{\"id\": null, \"method\": \"update2\"}} garbage",
+            );
+            let (s, _) = listener.accept().unwrap();
+            let tail = [
+                json!({"id": null, "method": "update2", "params": ["nicflow", {"No_Table": {U1: {"insert": {}}}, "Bridge": {
+                    "not-a-uuid": {"insert": {}},
+                    U2: {"modify": {"no_column": 1, "name": "b2", "ports": ["uuid", U1]}}}}]}),
+                json!({"id": null, "method": "update2", "params": ["other-monitor", {"Bridge": {U2: {"delete": null}}}]}),
+                json!({"id": null, "method": "surprise", "params": 7}),
+            ]
+            .iter()
+            .map(Value::to_string)
+            .collect::<String>();
+            serve(
+                s,
+                json!({"Bridge": {U2: {"initial": {"name": "b", "extra": true}}}, "Unknown": {}}),
+                tail.as_bytes(),
+            );
+        });
+
+        let mut cfg = SessionConfig::new(
+            &format!("unix:{}", path.display()),
+            "Open_vSwitch",
+            &["Bridge", "Port"],
+        );
+        cfg.backoff_min = Duration::from_millis(20);
+        let mut s = Session::new(cfg).unwrap();
+        let mut events = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s
+            .replica()
+            .is_some_and(|r| r.find("Bridge", "name", "b2").is_some())
+        {
+            assert!(Instant::now() < deadline, "{events:?}");
+            events.extend(s.poll(Duration::from_millis(50)));
+        }
+        let u1 = Uuid::parse(U1).unwrap();
+        let u2 = Uuid::parse(U2).unwrap();
+        let kinds: Vec<_> = events
+            .iter()
+            .map(|e| match e {
+                Event::Changes(c) => format!(
+                    "{:?}",
+                    c.iter()
+                        .map(|c| (c.uuid, c.kind.clone()))
+                        .collect::<Vec<_>>()
+                ),
+                Event::Disconnected { .. } => "down".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                "Connected { method: Cond, resumed: false }".to_string(),
+                format!("{:?}", vec![(u1, ChangeKind::Insert)]),
+                "down".into(),
+                "Connected { method: Cond, resumed: false }".into(),
+                format!(
+                    "{:?}",
+                    vec![(u1, ChangeKind::Delete), (u2, ChangeKind::Insert)]
+                ),
+                format!(
+                    "{:?}",
+                    vec![(
+                        u2,
+                        ChangeKind::Modify {
+                            columns: vec!["name".into(), "ports".into()]
+                        }
+                    )]
+                ),
+            ]
+        );
+        let r = s.replica().unwrap();
+        assert_eq!(
+            r.row("Bridge", &u2).unwrap()["ports"]
+                .uuids()
+                .collect::<Vec<_>>(),
+            vec![u1]
+        );
+        assert_eq!(s.connects(), 2);
+        drop(s);
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -225,7 +225,13 @@ fn monitors_follow_vsctl_with_every_method() {
     .map(|m| session(&remote, m, None))
     .collect();
     for s in &mut sessions {
-        wait_until(s, "connect", |_| true);
+        let ev = wait_until(s, "connect", |_| true);
+        // The first contents arrive as inserts, so a reconciler needs no special start.
+        let ch = changes(&ev);
+        assert!(
+            ch.len() == 1 && ch[0].table == "Open_vSwitch" && ch[0].kind == ChangeKind::Insert,
+            "{ev:?}"
+        );
     }
     // ovsdb-server 3.1 offers monitor_cond_since; each session uses what it asked for.
     let methods: Vec<_> = sessions.iter().map(|s| s.method().unwrap()).collect();
