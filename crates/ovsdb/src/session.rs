@@ -532,9 +532,10 @@ mod tests {
         let mut s = Session::new(cfg).unwrap();
         let mut events = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !s
+        while s
             .replica()
-            .is_some_and(|r| r.find("Bridge", "name", "b2").is_some())
+            .and_then(|r| r.find("Bridge", "name", "b2"))
+            .is_none()
         {
             assert!(Instant::now() < deadline, "{events:?}");
             events.extend(s.poll(Duration::from_millis(50)));
