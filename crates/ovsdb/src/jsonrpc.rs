@@ -100,6 +100,7 @@ pub struct Client {
     /// How long [`Client::call`] waits for its reply.
     pub call_timeout: Duration,
     remote: Remote,
+    last_rx: Instant,
 }
 
 impl std::fmt::Debug for Client {
@@ -142,12 +143,18 @@ impl Client {
             notifications: VecDeque::new(),
             call_timeout: Duration::from_secs(30),
             remote: remote.clone(),
+            last_rx: Instant::now(),
         })
     }
 
     /// The remote this client is connected to.
     pub fn remote(&self) -> &Remote {
         &self.remote
+    }
+
+    /// Time since the last complete message arrived (or since connecting).
+    pub fn idle(&self) -> Duration {
+        self.last_rx.elapsed()
     }
 
     /// Bound one message's size (default [`DEFAULT_MAX_MESSAGE`]).
@@ -236,6 +243,7 @@ impl Client {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(v) = self.decoder.next_value()? {
+                self.last_rx = Instant::now();
                 return self.dispatch(v).map(Some);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -414,6 +422,7 @@ mod tests {
             notifications: VecDeque::new(),
             call_timeout: Duration::from_secs(5),
             remote: Remote::Unix("pair".into()),
+            last_rx: Instant::now(),
         };
         let server = std::thread::spawn(move || {
             let mut d = Decoder::new(1 << 20);

@@ -58,6 +58,10 @@ pub struct SessionConfig {
     pub backoff_max: Duration,
     /// How long one request may wait for its reply.
     pub call_timeout: Duration,
+    /// Send an `echo` after this long without a message and drop the connection if
+    /// nothing arrives for as long again (OVS's inactivity probe: 5 s for `tcp:`, off
+    /// for `unix:`, where the kernel reports a dead peer).
+    pub probe_interval: Option<Duration>,
 }
 
 impl SessionConfig {
@@ -72,6 +76,7 @@ impl SessionConfig {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(8),
             call_timeout: Duration::from_secs(30),
+            probe_interval: remote.starts_with("tcp:").then_some(Duration::from_secs(5)),
         }
     }
 }
@@ -113,6 +118,7 @@ pub struct Session {
     backoff: Duration,
     events: VecDeque<Event>,
     connects: u64,
+    probe_sent: bool,
 }
 
 impl Session {
@@ -133,6 +139,7 @@ impl Session {
             backoff,
             events: VecDeque::new(),
             connects: 0,
+            probe_sent: false,
         })
     }
 
@@ -209,11 +216,32 @@ impl Session {
                 }
             }
             if let Some(client) = self.client.as_mut() {
-                let wait = if self.events.is_empty() {
+                let mut wait = if self.events.is_empty() {
                     deadline.saturating_duration_since(Instant::now())
                 } else {
                     Duration::ZERO
                 };
+                if let Some(p) = self.cfg.probe_interval {
+                    let idle = client.idle();
+                    if idle < p {
+                        self.probe_sent = false;
+                    } else if idle >= p * 2 {
+                        let e = Error::Timeout {
+                            method: "inactivity probe".into(),
+                            timeout_ms: (p * 2).as_millis() as u64,
+                        };
+                        self.drop_connection(&e);
+                        continue;
+                    } else if !self.probe_sent {
+                        self.probe_sent = true;
+                        if let Err(e) = client.send_request("echo", json!([])) {
+                            self.drop_connection(&e);
+                            continue;
+                        }
+                    }
+                    let next_check = if self.probe_sent { p * 2 } else { p };
+                    wait = wait.min(next_check.saturating_sub(idle) + Duration::from_millis(1));
+                }
                 match client.next_notification(wait) {
                     Ok(Some(n)) => {
                         self.handle(n);
@@ -232,6 +260,7 @@ impl Session {
     fn drop_connection(&mut self, e: &Error) {
         tracing::warn!(remote = %self.remote, error = %e, "ovsdb: connection lost, reconnecting");
         self.client = None;
+        self.probe_sent = false;
         self.method = None;
         self.events.push_back(Event::Disconnected {
             error: e.to_string(),
@@ -481,11 +510,56 @@ mod tests {
             s.write_all(reply.to_string().as_bytes()).unwrap();
             if req["method"] == "monitor_cond" {
                 s.write_all(tail).unwrap();
-                // Leave the connection open until the client drops it.
-                let _ = next(&mut d, &mut s);
+                // Read and ignore until the client drops the connection.
+                while next(&mut d, &mut s).is_some() {}
                 return;
             }
         }
+    }
+
+    /// A server that stops talking (no reset, no data) is noticed by the inactivity
+    /// probe, and the session reconnects.
+    #[test]
+    fn silent_server_is_dropped_by_the_probe() {
+        let dir = std::env::temp_dir().join(format!("nfovsdb-silent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            // Answers the session's setup, then reads and ignores everything.
+            let (s, _) = listener.accept().unwrap();
+            serve(s, json!({}), b"");
+            let (s, _) = listener.accept().unwrap();
+            serve(s, json!({}), b"");
+        });
+        let mut cfg = SessionConfig::new(
+            &format!("unix:{}", path.display()),
+            "Open_vSwitch",
+            &["Bridge"],
+        );
+        cfg.probe_interval = Some(Duration::from_millis(200));
+        cfg.backoff_min = Duration::from_millis(20);
+        let mut s = Session::new(cfg).unwrap();
+        let start = Instant::now();
+        let mut events = Vec::new();
+        while s.connects() < 2 {
+            assert!(start.elapsed() < Duration::from_secs(5), "{events:?}");
+            events.extend(s.poll(Duration::from_millis(50)));
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(400),
+            "dropped before the probe could be answered"
+        );
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::Disconnected { error } if error.contains("inactivity probe"))
+            ),
+            "{events:?}"
+        );
+        drop(s);
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Malformed input from the server (garbage on the stream, unknown tables and
