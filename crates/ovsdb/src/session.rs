@@ -202,7 +202,12 @@ impl Session {
                 let now = Instant::now();
                 if now >= self.next_attempt {
                     if let Err(e) = self.connect() {
-                        tracing::debug!(remote = %self.remote, error = %e, "ovsdb: connect failed");
+                        // Said once per outage, then quietly while backing off.
+                        if self.backoff == self.cfg.backoff_min {
+                            tracing::warn!(remote = %self.remote, error = %e, "ovsdb: connect failed, retrying with backoff");
+                        } else {
+                            tracing::debug!(remote = %self.remote, error = %e, "ovsdb: connect failed");
+                        }
                         self.client = None;
                         self.next_attempt = Instant::now() + self.backoff;
                         self.backoff = (self.backoff * 2).min(self.cfg.backoff_max);
