@@ -475,6 +475,24 @@ mod tests {
     const U1: &str = "00000000-0000-0000-0000-000000000001";
     const U2: &str = "00000000-0000-0000-0000-000000000002";
 
+    /// A directory removed on drop, even when the test fails.
+    struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir = std::env::temp_dir().join(format!("nfovsdb-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     fn next(d: &mut Decoder, s: &mut UnixStream) -> Option<Value> {
         let mut buf = [0u8; 4096];
         loop {
@@ -526,10 +544,8 @@ mod tests {
     /// probe, and the session reconnects.
     #[test]
     fn silent_server_is_dropped_by_the_probe() {
-        let dir = std::env::temp_dir().join(format!("nfovsdb-silent-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("db.sock");
+        let dir = TempDir::new("silent");
+        let path = dir.0.join("db.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             // Answers the session's setup, then reads and ignores everything.
@@ -564,7 +580,6 @@ mod tests {
         );
         drop(s);
         server.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Malformed input from the server (garbage on the stream, unknown tables and
@@ -572,10 +587,8 @@ mod tests {
     /// reconnects after a broken stream, and reports only real changes.
     #[test]
     fn malformed_server_input_is_survived() {
-        let dir = std::env::temp_dir().join(format!("nfovsdb-fake-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("db.sock");
+        let dir = TempDir::new("fake");
+        let path = dir.0.join("db.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (s, _) = listener.accept().unwrap();
@@ -666,6 +679,5 @@ mod tests {
         assert_eq!(s.connects(), 2);
         drop(s);
         server.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
