@@ -10,7 +10,11 @@
 //!   encoder refuses must be ARP rewrites; VLAN push/pop cases are checked
 //!   on real veths in `tc_lab.rs`, as the test run does not return skb
 //!   metadata), `misses_go_to_userspace_untouched` (to the port's upcall
-//!   device; the next program on the hook without one).
+//!   device; the next program on the hook without one),
+//!   `drops_are_counted_by_reason_in_the_kernel`,
+//!   `full_maps_refuse_installs_and_traffic_still_reaches_userspace`,
+//!   `counters_off_leaves_packets_and_bytes_but_not_last_used`,
+//!   `batched_counter_read_covers_every_flow`.
 //! * `gso_super_frames_count_as_their_segments`: an skb marked GSO is
 //!   forwarded whole and counted as `gso_segs` packets.
 //! * `tunnel_decap_and_encap_match_userspace`: VXLAN/Geneve in the TC
