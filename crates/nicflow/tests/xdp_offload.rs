@@ -13,7 +13,9 @@
 //!   `full_maps_refuse_installs_and_traffic_still_reaches_userspace`
 //!   (`flow-map-full` / `mask-table-full`, slot reuse after removal),
 //!   `counters_off_leaves_packets_and_bytes_but_not_last_used`,
-//!   `batched_counter_read_covers_every_flow`.
+//!   `batched_counter_read_covers_every_flow`,
+//!   `tunnel_decap_and_encap_match_userspace` (VXLAN/Geneve against the
+//!   userspace tunnel port and executor, byte for byte).
 //! * `misses_and_punts_go_to_userspace`: beyond the shared body, frames
 //!   the program does not parse (extension headers, bad lengths), no flow, unparsed frames and
 //!   failed pre-checks all end in the XSKMAP (XDP_REDIRECT with a socket
@@ -369,107 +371,5 @@ fn veth_end_to_end_redirect_rewrites() {
         assert_eq!(e.stats().unwrap().miss, misses + 1);
         e.detach(sa).unwrap();
         e.detach(hb).unwrap();
-    });
-}
-
-// ---- tunnels ---------------------------------------------------------------
-
-use common::tun::*;
-
-/// Decapsulation on an underlay and encapsulation towards one, through
-/// `BPF_PROG_TEST_RUN`, against what the userspace tunnel port and
-/// executor produce from the same frames: the same frames out, byte for
-/// byte (outer header, entropy port, VNI, lengths, checksums), and every
-/// frame the program must not finish (wrong VNI, UDP checksum present,
-/// Geneve critical bit, oversize, unresolved remote) left to userspace
-/// untouched.
-#[test]
-fn tunnel_decap_and_encap_match_userspace() {
-    use nicflow::offload::kernel::layout::TunTx;
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-in", "nfxo-inp");
-        veth("nfxo-o2", "nfxo-o2p");
-        veth("nfxo-ul", "nfxo-ulp");
-        let (in_if, ul_if) = (ifindex("nfxo-in"), ifindex("nfxo-ul"));
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
-        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
-
-        let frames = tun_frames();
-        let udp6_tagged = &frames.udp6_tagged;
-        let wire = |cfg, inner: &[u8], vni| wire_csum(cfg, inner, vni, false);
-        let mut cases = csum_tail_cases(&vx);
-        cases.extend(shared_cases(&vx, &gn, &frames));
-        cases.extend(vec![
-            TunCase {
-                name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)"
-                    .into(),
-                frame: wire(&vx, udp6_tagged, VX_VNI),
-                inner: Some((udp6_tagged.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask: mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.vlan_tci = 0xffff;
-                }),
-                actions: vec![DpAction::Output(GN_PORT)],
-            },
-            TunCase {
-                name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped".into(),
-                frame: udp6_tagged.clone(),
-                inner: None,
-                mask: mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.vlan_tci = 0xffff;
-                }),
-                actions: vec![
-                    DpAction::SetTunnelId(0x99_0001),
-                    DpAction::PopVlan,
-                    DpAction::Output(GN_PORT),
-                ],
-            },
-        ]);
-        check_against_userspace(
-            &mut e,
-            &cases,
-            |k, m, a| encode(k, m, a, &TunSlots),
-            in_if,
-            ul_if,
-            (&vx, &gn),
-            XDP_REDIRECT,
-            XDP_DROP,
-        );
-        let s = e.stats().unwrap();
-        assert_eq!((s.decap, s.encap, s.aborted), (7, 4, 0));
-
-        // Frames the program must leave whole to userspace (no socket
-        // registered: XDP_PASS), each with a reason of its own.
-        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
-            underlay_frames_left_whole(&vx, &gn, &tun_frames())
-                .into_iter()
-                .map(|(n, f)| (n, f, ul_if))
-                .collect();
-        untouched.push(("over the tunnel MTU", big_frame(), in_if));
-        // The oversize frame falls under the first encap flow's mask.
-        for (name, f, on) in &untouched {
-            let (verdict, out) = e.test_run(f, *on, 0).unwrap();
-            assert_eq!((verdict, &out), (XDP_PASS, f), "{name}: not left whole");
-        }
-        // An unresolved remote (invalid or no header): punted, untouched.
-        e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let f = &cases
-            .iter()
-            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
-            .unwrap()
-            .frame;
-        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, f));
-        e.clear_tunnel_tx(3).unwrap();
-        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, f));
-        let s = e.stats().unwrap();
-        assert_eq!((s.punt, s.aborted), (3, 0));
     });
 }

@@ -14,11 +14,13 @@
 
 use super::dp::*;
 use super::must;
+use super::tun::*;
 use nicflow::datapath::{DpAction, DropReason};
 use nicflow::offload::kernel::encode::PortSlots;
 use nicflow::offload::kernel::{
     pack, EncodedFlow, EngineKind, NotOffloadable, XdpAction, XdpEngine, XdpEngineConfig,
 };
+use nicflow::port::tunnel::TunnelConfig;
 use nicflow_flow::{extract, FlowKey, FlowMask, Match};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::FLAG_ACK;
@@ -59,6 +61,15 @@ pub struct Engine {
     /// (`test_run_sees` false): a floor, so the list cannot silently
     /// empty.
     pub min_not_test_run: usize,
+    /// Tunnel cases only this engine runs in
+    /// [`tunnel_decap_and_encap_match_userspace`], beyond the shared ones.
+    pub tun_cases: fn(&TunnelConfig, &TunnelConfig, &TunFrames) -> Vec<TunCase>,
+    /// Frames only this engine must also hand on whole: (why, frame, sent
+    /// on the underlay rather than the input port).
+    pub tun_untouched: fn(&TunnelConfig, &TunFrames) -> Vec<(&'static str, Vec<u8>, bool)>,
+    /// Decapsulations and encapsulations the tunnel cases make, and punts
+    /// of the frames left whole.
+    pub tun_counts: (u64, u64, u64),
 }
 
 /// `TC_ACT_UNSPEC` (tcx: `TCX_NEXT`): the next program on the hook decides.
@@ -86,7 +97,67 @@ pub const TC: Engine = Engine {
     // Only ARP-rewriting cases stay in userspace.
     may_refuse: |name, reason| name.starts_with("arp") && reason == "tc:arp-rewrite",
     min_not_test_run: 3,
+    tun_cases: tc_tun_cases,
+    tun_untouched: tc_tun_untouched,
+    tun_counts: (7, 3, 4),
 };
+
+/// TC: decap of IPv6 to a port, encap of IPv6 by the `key=flow` Geneve
+/// port.
+fn tc_tun_cases(vx: &TunnelConfig, _gn: &TunnelConfig, f: &TunFrames) -> Vec<TunCase> {
+    vec![
+        TunCase {
+            name: "vxlan decap, ipv6 (DECAP_L3_IPV6), to a port".into(),
+            frame: wire_csum(vx, &f.udp6, VX_VNI, false),
+            inner: Some((f.udp6.clone(), VX_PORT, meta(vx, VX_VNI))),
+            mask: mask(|m| {
+                m.nw_proto = 0xff;
+                m.tun_id = u64::MAX;
+                m.vlan_tci = 0xffff;
+            }),
+            actions: vec![DpAction::Output(2)],
+        },
+        TunCase {
+            name: "encap, key=flow geneve, set_tunnel, ipv6".into(),
+            frame: f.udp6.clone(),
+            inner: None,
+            mask: mask(|m| m.nw_proto = 0xff),
+            actions: vec![DpAction::SetTunnelId(0x99_0001), DpAction::Output(GN_PORT)],
+        },
+    ]
+}
+
+/// TC also hands on whole: a wrong outer UDP checksum with the outer IPv4
+/// ID 0xffff (the probe that asks the skb whether its checksums are pending
+/// must write the ID back exactly, not as the 0x0000 a one's-complement
+/// round trip gives), and tagged frames into or out of a tunnel
+/// (`skb->protocol` would stay the outer one).
+fn tc_tun_untouched(vx: &TunnelConfig, f: &TunFrames) -> Vec<(&'static str, Vec<u8>, bool)> {
+    let mut csum_id_ffff = wire_csum(vx, &f.tcp4, VX_VNI, true);
+    {
+        let ip = &mut csum_id_ffff[14..34];
+        ip[4] = 0xff;
+        ip[5] = 0xff;
+        ip[10] = 0;
+        ip[11] = 0;
+        let c = nicflow_packet::checksum::checksum(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        csum_id_ffff[14 + 20 + 6] ^= 0x01;
+    }
+    vec![
+        (
+            "wrong outer UDP checksum, IPv4 ID 0xffff",
+            csum_id_ffff,
+            true,
+        ),
+        ("tagged frame into a tunnel", f.udp6_tagged.clone(), false),
+        (
+            "tagged frame out of a tunnel",
+            wire_csum(vx, &f.udp6_tagged, VX_VNI, false),
+            true,
+        ),
+    ]
+}
 
 pub const XDP: Engine = Engine {
     kind: EngineKind::Xdp,
@@ -100,7 +171,42 @@ pub const XDP: Engine = Engine {
     test_run_sees: |_| true,
     may_refuse: |_, _| false,
     min_not_test_run: 0,
+    tun_cases: xdp_tun_cases,
+    tun_untouched: |_, _| Vec::new(),
+    tun_counts: (7, 4, 3),
 };
+
+/// XDP: decap re-encapsulated by the `key=flow` Geneve port (tunnel to
+/// tunnel), encap of a tagged IPv6 frame with its tag popped.
+fn xdp_tun_cases(vx: &TunnelConfig, _gn: &TunnelConfig, f: &TunFrames) -> Vec<TunCase> {
+    vec![
+        TunCase {
+            name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)"
+                .into(),
+            frame: wire_csum(vx, &f.udp6_tagged, VX_VNI, false),
+            inner: Some((f.udp6_tagged.clone(), VX_PORT, meta(vx, VX_VNI))),
+            mask: mask(|m| {
+                m.nw_proto = 0xff;
+                m.vlan_tci = 0xffff;
+            }),
+            actions: vec![DpAction::Output(GN_PORT)],
+        },
+        TunCase {
+            name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped".into(),
+            frame: f.udp6_tagged.clone(),
+            inner: None,
+            mask: mask(|m| {
+                m.nw_proto = 0xff;
+                m.vlan_tci = 0xffff;
+            }),
+            actions: vec![
+                DpAction::SetTunnelId(0x99_0001),
+                DpAction::PopVlan,
+                DpAction::Output(GN_PORT),
+            ],
+        },
+    ]
+}
 
 impl Engine {
     pub fn load(&self, cfg: XdpEngineConfig) -> XdpEngine {
@@ -139,6 +245,7 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, full_maps_refuse_installs_and_traffic_still_reaches_userspace);
         $crate::engine_tests!(@one $eng, counters_off_leaves_packets_and_bytes_but_not_last_used);
         $crate::engine_tests!(@one $eng, batched_counter_read_covers_every_flow);
+        $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
     };
     (@one $eng:path, $name:ident) => {
         #[test]
@@ -672,6 +779,80 @@ pub fn batched_counter_read_covers_every_flow(eng: &Engine) {
                 "flow {i}"
             );
         }
+    });
+}
+
+/// Decapsulation on an underlay and encapsulation towards one, through
+/// `BPF_PROG_TEST_RUN`, against what the userspace tunnel port and
+/// executor produce from the same frames: the same frames out, byte for
+/// byte (outer header, entropy port, VNI, lengths, checksums; an outer UDP
+/// checksum on a frame that does not vouch for it verified over the
+/// bytes), and every frame the program must not finish (wrong VNI, UDP
+/// checksum present, Geneve critical bit, oversize, unresolved remote,
+/// plus the engine's own) handed on untouched.
+pub fn tunnel_decap_and_encap_match_userspace(eng: &Engine) {
+    use nicflow::offload::kernel::layout::TunTx;
+    let eng = *eng;
+    in_netns(move || {
+        let in_if = eng.veth("in");
+        let o2 = eng.veth("o2");
+        let ul_if = eng.veth("ul");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, o2).unwrap();
+        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
+
+        let frames = tun_frames();
+        let mut cases = csum_tail_cases(&vx);
+        cases.extend(shared_cases(&vx, &gn, &frames));
+        cases.extend((eng.tun_cases)(&vx, &gn, &frames));
+        check_against_userspace(
+            &mut e,
+            &cases,
+            |k, m, a| (eng.encode)(k, m, a, &TunSlots),
+            in_if,
+            ul_if,
+            (&vx, &gn),
+            eng.redirect,
+            eng.drop,
+        );
+        let (decaps, encaps, punts) = eng.tun_counts;
+        let s = e.stats().unwrap();
+        assert_eq!((s.decap, s.encap, s.aborted), (decaps, encaps, 0));
+
+        // Frames the program must hand on whole (no receiver for userspace
+        // set), each with a reason of its own.
+        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
+            underlay_frames_left_whole(&vx, &gn, &frames)
+                .into_iter()
+                .map(|(n, f)| (n, f, ul_if))
+                .collect();
+        // The oversize frame falls under the first encap flow's mask.
+        untouched.push(("over the tunnel MTU", big_frame(), in_if));
+        untouched.extend(
+            (eng.tun_untouched)(&vx, &frames)
+                .into_iter()
+                .map(|(n, f, ul)| (n, f, if ul { ul_if } else { in_if })),
+        );
+        for (name, f, on) in &untouched {
+            let (verdict, out) = e.test_run(f, *on, 0).unwrap();
+            assert_eq!((verdict, &out), (eng.pass, f), "{name}: not left whole");
+        }
+        // An unresolved remote (invalid or no header): punted, untouched.
+        e.set_tunnel_tx(3, TunTx::default()).unwrap();
+        let f = &cases
+            .iter()
+            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
+            .unwrap()
+            .frame;
+        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (eng.pass, f));
+        e.clear_tunnel_tx(3).unwrap();
+        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
+        assert_eq!((verdict, &out), (eng.pass, f));
+        let s = e.stats().unwrap();
+        eprintln!("{} tunnels: {s:?}", eng.name);
+        assert_eq!((s.punt, s.aborted), (punts, 0));
     });
 }
 
