@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 type Encode =
     fn(&FlowKey, &FlowMask, &[DpAction], &dyn PortSlots) -> Result<EncodedFlow, NotOffloadable>;
 
+/// A frame a kernel engine must hand on whole: (why, frame, sent on the
+/// underlay rather than the input port).
+pub type Untouched = (&'static str, Vec<u8>, bool);
+
 /// What differs between the kernel engines, as data.
 #[derive(Clone, Copy)]
 pub struct Engine {
@@ -66,7 +70,7 @@ pub struct Engine {
     pub tun_cases: fn(&TunnelConfig, &TunnelConfig, &TunFrames) -> Vec<TunCase>,
     /// Frames only this engine must also hand on whole: (why, frame, sent
     /// on the underlay rather than the input port).
-    pub tun_untouched: fn(&TunnelConfig, &TunFrames) -> Vec<(&'static str, Vec<u8>, bool)>,
+    pub tun_untouched: fn(&TunnelConfig, &TunFrames) -> Vec<Untouched>,
     /// Decapsulations and encapsulations the tunnel cases make, and punts
     /// of the frames left whole.
     pub tun_counts: (u64, u64, u64),
@@ -132,7 +136,7 @@ fn tc_tun_cases(vx: &TunnelConfig, _gn: &TunnelConfig, f: &TunFrames) -> Vec<Tun
 /// must write the ID back exactly, not as the 0x0000 a one's-complement
 /// round trip gives), and tagged frames into or out of a tunnel
 /// (`skb->protocol` would stay the outer one).
-fn tc_tun_untouched(vx: &TunnelConfig, f: &TunFrames) -> Vec<(&'static str, Vec<u8>, bool)> {
+fn tc_tun_untouched(vx: &TunnelConfig, f: &TunFrames) -> Vec<Untouched> {
     let mut csum_id_ffff = wire_csum(vx, &f.tcp4, VX_VNI, true);
     {
         let ip = &mut csum_id_ffff[14..34];
