@@ -10,11 +10,18 @@
 //!   encoder refuses must be ARP rewrites; VLAN push/pop cases are checked
 //!   on real veths in `tc_lab.rs`, as the test run does not return skb
 //!   metadata), `misses_go_to_userspace_untouched` (to the port's upcall
-//!   device; the next program on the hook without one).
+//!   device; the next program on the hook without one),
+//!   `drops_are_counted_by_reason_in_the_kernel`,
+//!   `full_maps_refuse_installs_and_traffic_still_reaches_userspace`,
+//!   `counters_off_leaves_packets_and_bytes_but_not_last_used`,
+//!   `batched_counter_read_covers_every_flow`,
+//!   `tunnel_decap_and_encap_match_userspace` (VXLAN/Geneve against the
+//!   userspace tunnel port; TC also hands on whole a wrong outer checksum
+//!   with IPv4 ID 0xffff and tagged frames into or out of a tunnel).
 //! * `gso_super_frames_count_as_their_segments`: an skb marked GSO is
 //!   forwarded whole and counted as `gso_segs` packets.
-//! * `tunnel_decap_and_encap_match_userspace`: VXLAN/Geneve in the TC
-//!   program against the userspace tunnel port.
+//! * `tunnel_flows_the_tc_encoder_refuses`: tunnel to tunnel and tagged
+//!   frames into or out of a tunnel stay in userspace, with their reasons.
 //!
 //! Every test runs in a thread with its own network namespace (names
 //! carry the `nftc` prefix).
@@ -28,7 +35,7 @@ use nicflow_flow::{extract, FlowKey};
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::tcp::{FLAG_ACK, FLAG_PSH};
 
-use common::engine::{TC_ACT_NEXT, TC_ACT_REDIRECT, TC_ACT_SHOT};
+use common::engine::{TC_ACT_REDIRECT, TC_ACT_SHOT};
 
 // The behaviours both kernel engines have: one body each in
 // `common::engine`, run here on the TC engine.
@@ -83,147 +90,30 @@ fn gso_super_frames_count_as_their_segments() {
     });
 }
 
-/// VXLAN/Geneve in the TC program, through `BPF_PROG_TEST_RUN` with an skb,
-/// against the userspace tunnel port and executor on the same frames (as
-/// the XDP engine's `tunnel_decap_and_encap_match_userspace`): decap on the
-/// underlay (the inner frame looked up in place, the outer header removed
-/// with `bpf_skb_adjust_room` only on a hit), encap towards it (outer
-/// header, entropy port, VNI, lengths, checksums byte for byte), the outer
-/// UDP checksum of an skb that does not vouch for it verified over the
-/// bytes, and every frame the program must not finish going up untouched:
-/// the probe that asks the skb whether its checksums are pending writes
-/// the outer IPv4 ID back when it had to change it.
+/// Tunnel flows the TC encoder keeps in userspace, with stable reasons:
+/// from a tunnel into a tunnel, a tagged inner frame out of a tunnel and a
+/// tagged frame into one (`skb->protocol` would stay the outer one). What
+/// it does offload is `tunnel_decap_and_encap_match_userspace`'s.
 #[test]
-fn tunnel_decap_and_encap_match_userspace() {
+fn tunnel_flows_the_tc_encoder_refuses() {
     use common::tun::*;
-    use nicflow::offload::kernel::layout::TunTx;
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nftc-in", "nftc-inp");
-        veth("nftc-o2", "nftc-o2p");
-        veth("nftc-ul", "nftc-ulp");
-        let (in_if, ul_if) = (ifindex("nftc-in"), ifindex("nftc-ul"));
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port_upcall(in_if, IN_PORT, 0).unwrap();
-        e.set_tx_port(0, ifindex("nftc-o2")).unwrap();
-        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
-
-        let frames = tun_frames();
-        let TunFrames {
-            tcp4,
-            udp6,
-            udp6_tagged,
-            ..
-        } = &frames;
-        let wire = |cfg, inner: &[u8], vni| wire_csum(cfg, inner, vni, false);
-        let tun_mask = tun_mask();
-        // With an outer UDP checksum on an skb that does not vouch for it
-        // (test runs are CHECKSUM_NONE): verified over the bytes.
-        let mut cases = csum_tail_cases(&vx);
-        cases.extend(shared_cases(&vx, &gn, &frames));
-        cases.extend(vec![
-            TunCase {
-                name: "vxlan decap, ipv6 (DECAP_L3_IPV6), to a port".into(),
-                frame: wire(&vx, udp6, VX_VNI),
-                inner: Some((udp6.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask: mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.tun_id = u64::MAX;
-                    m.vlan_tci = 0xffff;
-                }),
-                actions: vec![DpAction::Output(2)],
-            },
-            TunCase {
-                name: "encap, key=flow geneve, set_tunnel, ipv6".into(),
-                frame: udp6.clone(),
-                inner: None,
-                mask: mask(|m| m.nw_proto = 0xff),
-                actions: vec![DpAction::SetTunnelId(0x99_0001), DpAction::Output(GN_PORT)],
-            },
-        ]);
-        check_against_userspace(
-            &mut e,
-            &cases,
-            |k, m, a| encode_tc(k, m, a, &TunSlots),
-            in_if,
-            ul_if,
-            (&vx, &gn),
-            TC_ACT_REDIRECT,
-            TC_ACT_SHOT,
-        );
-        let s = e.stats().unwrap();
-        assert_eq!((s.decap, s.encap, s.aborted), (7, 3, 0));
-
-        // Refused for this engine: a flow from a tunnel into a tunnel.
-        let mut k = FlowKey::default();
-        extract(tcp4, VX_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &tun_mask, &[DpAction::Output(GN_PORT)], &TunSlots).unwrap_err();
-        assert_eq!(r.reason, "tc:tunnel-to-tunnel");
-        // And tagged inner frames (skb->protocol would stay the outer one).
-        let vlan_mask = mask(|m| {
-            m.nw_proto = 0xff;
-            m.vlan_tci = 0xffff;
-        });
-        let mut k = FlowKey::default();
-        extract(udp6_tagged, VX_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(2)], &TunSlots).unwrap_err();
-        assert_eq!(r.reason, "tc:tunnel-inner-vlan");
-        let mut k = FlowKey::default();
-        extract(udp6_tagged, IN_PORT, &mut k).unwrap();
-        let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(VX_PORT)], &TunSlots).unwrap_err();
-        assert_eq!(r.reason, "tc:tagged-into-tunnel");
-
-        // Frames the program must hand up whole (no upcall device: the next
-        // program on the hook), each with a reason of its own.
-        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
-            underlay_frames_left_whole(&vx, &gn, &tun_frames())
-                .into_iter()
-                .map(|(n, f)| (n, f, ul_if))
-                .collect();
-        // A wrong checksum with the outer IPv4 ID 0xffff (header checksum
-        // kept right): the probe's write-back must restore it exactly, not
-        // as the 0x0000 a one's-complement round trip gives.
-        let mut csum_id_ffff = wire_csum(&vx, tcp4, VX_VNI, true);
-        {
-            let ip = &mut csum_id_ffff[14..34];
-            ip[4] = 0xff;
-            ip[5] = 0xff;
-            ip[10] = 0;
-            ip[11] = 0;
-            let c = nicflow_packet::checksum::checksum(ip);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            csum_id_ffff[14 + 20 + 6] ^= 0x01;
-        }
-        untouched.extend([
-            (
-                "wrong outer UDP checksum, IPv4 ID 0xffff",
-                csum_id_ffff,
-                ul_if,
-            ),
-            ("over the tunnel MTU", big_frame(), in_if),
-            ("tagged frame into a tunnel", udp6_tagged.clone(), in_if),
-            (
-                "tagged frame out of a tunnel",
-                wire(&vx, udp6_tagged, VX_VNI),
-                ul_if,
-            ),
-        ]);
-        for (name, f, on) in &untouched {
-            let (verdict, out) = e.test_run(f, *on, 0).unwrap();
-            assert_eq!((verdict, &out), (TC_ACT_NEXT, f), "{name}: not left whole");
-        }
-        // An unresolved remote: punted, untouched.
-        e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let f = &cases
-            .iter()
-            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
-            .unwrap()
-            .frame;
-        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (TC_ACT_NEXT, f));
-        let s = e.stats().unwrap();
-        assert_eq!(s.aborted, 0);
+    let TunFrames {
+        tcp4, udp6_tagged, ..
+    } = tun_frames();
+    let mut k = FlowKey::default();
+    extract(&tcp4, VX_PORT, &mut k).unwrap();
+    let r = encode_tc(&k, &tun_mask(), &[DpAction::Output(GN_PORT)], &TunSlots).unwrap_err();
+    assert_eq!(r.reason, "tc:tunnel-to-tunnel");
+    let vlan_mask = mask(|m| {
+        m.nw_proto = 0xff;
+        m.vlan_tci = 0xffff;
     });
+    let mut k = FlowKey::default();
+    extract(&udp6_tagged, VX_PORT, &mut k).unwrap();
+    let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(2)], &TunSlots).unwrap_err();
+    assert_eq!(r.reason, "tc:tunnel-inner-vlan");
+    let mut k = FlowKey::default();
+    extract(&udp6_tagged, IN_PORT, &mut k).unwrap();
+    let r = encode_tc(&k, &vlan_mask, &[DpAction::Output(VX_PORT)], &TunSlots).unwrap_err();
+    assert_eq!(r.reason, "tc:tagged-into-tunnel");
 }

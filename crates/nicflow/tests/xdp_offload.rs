@@ -9,13 +9,17 @@
 //!   real `FlowKey`s and masks, installed all at once so the mask loop is
 //!   exercised; verdict and output frame equal `datapath::execute`'s),
 //!   `misses_go_to_userspace_untouched` (to the queue's AF_XDP socket;
-//!   XDP_PASS without one).
+//!   XDP_PASS without one), `drops_are_counted_by_reason_in_the_kernel`,
+//!   `full_maps_refuse_installs_and_traffic_still_reaches_userspace`
+//!   (`flow-map-full` / `mask-table-full`, slot reuse after removal),
+//!   `counters_off_leaves_packets_and_bytes_but_not_last_used`,
+//!   `batched_counter_read_covers_every_flow`,
+//!   `tunnel_decap_and_encap_match_userspace` (VXLAN/Geneve against the
+//!   userspace tunnel port and executor, byte for byte).
 //! * `misses_and_punts_go_to_userspace`: beyond the shared body, frames
 //!   the program does not parse (extension headers, bad lengths), no flow, unparsed frames and
 //!   failed pre-checks all end in the XSKMAP (XDP_REDIRECT with a socket
 //!   registered, XDP_PASS without), untouched.
-//! * `full_maps_refuse_installs_and_traffic_still_reaches_userspace`:
-//!   `flow-map-full` / `mask-table-full`, slot reuse after removal.
 //! * `veth_end_to_end_redirect_rewrites`: the program attached natively on
 //!   a veth, a flow redirecting through the devmap to another veth, raw
 //!   frames sent on one peer arriving rewritten on the other.
@@ -28,14 +32,13 @@
 mod common;
 
 use common::dp::*;
-use nicflow::datapath::{DpAction, DropReason};
+use nicflow::datapath::DpAction;
 use nicflow::offload::kernel::{
     encode, pack, AttachMode, EngineKind, XdpAction, XdpEngine, XdpEngineConfig,
 };
-use nicflow_flow::{extract, FlowKey, FlowMask};
+use nicflow_flow::{extract, FlowKey};
 use nicflow_packet::builder::{all_checksums_valid, FrameBuilder};
 use nicflow_packet::tcp::FLAG_SYN;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::engine::{xdp_socket, XDP_DROP, XDP_PASS, XDP_REDIRECT};
@@ -54,69 +57,6 @@ fn load(cfg: XdpEngineConfig) -> XdpEngine {
 
 fn userspace(frame: &[u8], actions: &[DpAction]) -> (u32, Vec<u8>) {
     userspace_verdict(frame, actions, XDP_REDIRECT, XDP_DROP)
-}
-
-/// Drops in the kernel are counted by the reason the userspace datapath
-/// gives the same frame, so `nicflow stats` does not undercount once flows
-/// are offloaded: an empty action list is `policy`, a `Drop` action its
-/// [`DropReason`]. A flow with actions but no output ends the frame without
-/// a reason, as userspace's leftover buffer does.
-#[test]
-fn drops_are_counted_by_reason_in_the_kernel() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-dr", "nfxo-drp");
-        let in_if = ifindex("nfxo-dr");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        let m = mask(|m| {
-            m.nw_proto = 0xff;
-            m.tp_dst = 0xffff;
-        });
-        let frame = |dport: u16| {
-            FrameBuilder::new(A, B)
-                .ipv4(v4(1), v4(2))
-                .udp(1000, dport)
-                .build()
-        };
-        let flows: [(u16, Vec<DpAction>, u64); 4] = [
-            (1, vec![], 3),
-            (2, vec![DpAction::Drop(DropReason::TtlExceeded)], 2),
-            (3, vec![DpAction::Drop(DropReason::RecursionLimit)], 1),
-            (4, vec![DpAction::SetTpSrc(7)], 2),
-        ];
-        let mut want_userspace: HashMap<&str, u64> = HashMap::new();
-        for (dport, actions, n) in &flows {
-            let f = frame(*dport);
-            let mut k = FlowKey::default();
-            extract(&f, IN_PORT, &mut k).unwrap();
-            e.install(&encode(&k, &m, actions, &ports()).unwrap())
-                .unwrap();
-            // What the userspace executor says about the same frame.
-            let (r, _) = userspace_exec(&f, actions);
-            let reason = match (r.policy_drop, r.drop) {
-                (true, _) => Some("policy"),
-                (_, Some(d)) => Some(d.name()),
-                _ => None,
-            };
-            for _ in 0..*n {
-                assert_eq!(e.test_run(&f, in_if, 0).unwrap().0, XDP_DROP);
-                if let Some(r) = reason {
-                    *want_userspace.entry(r).or_insert(0) += 1;
-                }
-            }
-        }
-        let s = e.stats().unwrap();
-        let got: HashMap<&str, u64> = s.drops().into_iter().collect();
-        assert_eq!(got, want_userspace, "kernel drops by reason vs userspace");
-        assert_eq!(
-            got,
-            HashMap::from([("policy", 3), ("ttl_exceeded", 2), ("recursion_limit", 1)])
-        );
-        assert_eq!(s.drop, 8, "every frame ended in the kernel");
-    });
 }
 
 #[test]
@@ -252,77 +192,6 @@ fn misses_and_punts_go_to_userspace() {
         assert_eq!(out, want);
         assert!(all_checksums_valid(&out));
         assert_eq!(e.stats().unwrap().aborted, 0);
-    });
-}
-
-#[test]
-fn full_maps_refuse_installs_and_traffic_still_reaches_userspace() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-in", "nfxo-inp");
-        veth("nfxo-o2", "nfxo-o2p");
-        let in_if = ifindex("nfxo-in");
-        let mut e = load(XdpEngineConfig {
-            max_flows: 4,
-            max_masks: 2,
-            ..XdpEngineConfig::default()
-        });
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
-        let frame = |n: u16| {
-            FrameBuilder::new(A, B)
-                .ipv4(v4(1), v4(2))
-                .udp(1000, n)
-                .build()
-        };
-        let by_port = mask(|m| {
-            m.nw_proto = 0xff;
-            m.tp_dst = 0xffff;
-        });
-        let flow = |f: &[u8], m: &FlowMask| {
-            let mut k = FlowKey::default();
-            extract(f, IN_PORT, &mut k).unwrap();
-            encode(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
-        };
-        let mut hs = Vec::new();
-        for n in 0..4 {
-            hs.push(e.install(&flow(&frame(n), &by_port)).unwrap());
-        }
-        let err = e.install(&flow(&frame(4), &by_port)).unwrap_err();
-        assert_eq!(err.reason(), Some("flow-map-full"), "{err}");
-        assert_eq!(e.n_flows(), 4);
-        // The refused flow's traffic is not dropped: it misses to userspace.
-        let before = e.stats().unwrap().miss;
-        assert_eq!(
-            e.test_run(&frame(4), in_if, 0).unwrap(),
-            (XDP_PASS, frame(4))
-        );
-        assert_eq!(e.stats().unwrap().miss, before + 1);
-        assert_eq!(e.test_run(&frame(3), in_if, 0).unwrap().0, XDP_REDIRECT);
-        // Room again after a removal.
-        e.remove(&hs.pop().unwrap()).unwrap();
-        hs.push(e.install(&flow(&frame(4), &by_port)).unwrap());
-        assert_eq!(e.test_run(&frame(4), in_if, 0).unwrap().0, XDP_REDIRECT);
-
-        // Masks: two slots. A second mask fits, a third does not.
-        for h in hs.drain(..) {
-            e.remove(&h).unwrap();
-        }
-        let by_src = mask(|m| m.nw_src = u32::MAX);
-        let by_dst = mask(|m| m.nw_dst = u32::MAX);
-        let h1 = e.install(&flow(&frame(1), &by_port)).unwrap();
-        let h2 = e.install(&flow(&frame(2), &by_src)).unwrap();
-        let err = e.install(&flow(&frame(3), &by_dst)).unwrap_err();
-        assert_eq!(err.reason(), Some("mask-table-full"), "{err}");
-        assert_eq!(e.masks().len(), 2);
-        // Freeing a mask's last flow frees its slot for the next mask.
-        e.remove(&h1).unwrap();
-        let h3 = e.install(&flow(&frame(3), &by_dst)).unwrap();
-        assert_eq!(h3.mask_slot(), h1.mask_slot());
-        assert_eq!(e.test_run(&frame(3), in_if, 0).unwrap().0, XDP_REDIRECT);
-        assert_ne!(h2.mask_slot(), h3.mask_slot());
     });
 }
 
@@ -502,212 +371,5 @@ fn veth_end_to_end_redirect_rewrites() {
         assert_eq!(e.stats().unwrap().miss, misses + 1);
         e.detach(sa).unwrap();
         e.detach(hb).unwrap();
-    });
-}
-
-/// `counters = false` (table-scale's "counters off"): the same frames come
-/// out, per-flow packets/bytes stay at zero, the last-used time still moves
-/// (aging depends on it).
-#[test]
-fn counters_off_leaves_packets_and_bytes_but_not_last_used() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxc-in", "nfxc-inp");
-        veth("nfxc-o2", "nfxc-o2p");
-        veth("nfxc-o3", "nfxc-o3p");
-        let in_if = ifindex("nfxc-in");
-        let mut e = load(XdpEngineConfig {
-            counters: false,
-            ..XdpEngineConfig::default()
-        });
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxc-o2")).unwrap();
-        e.set_tx_port(1, ifindex("nfxc-o3")).unwrap();
-        for c in cases() {
-            let mut k = FlowKey::default();
-            extract(&c.frame, IN_PORT, &mut k).unwrap();
-            let enc = encode(&k, &c.mask, &c.actions, &ports()).unwrap();
-            let h = e.install(&enc).unwrap();
-            for _ in 0..3 {
-                let (verdict, out) = e.test_run(&c.frame, in_if, 0).unwrap();
-                assert_eq!(
-                    (verdict, out),
-                    userspace(&c.frame, &c.actions),
-                    "{}",
-                    c.name
-                );
-            }
-            let n = e.counters(&h).unwrap();
-            assert_eq!((n.packets, n.bytes), (0, 0), "{}: counters off", c.name);
-            assert!(n.idle.unwrap() < Duration::from_secs(5), "{}: used", c.name);
-            e.remove(&h).unwrap();
-        }
-        let s = e.stats().unwrap();
-        assert_eq!(s.hit, cases().len() as u64 * 3, "engine stats still count");
-    });
-}
-
-// ---- tunnels ---------------------------------------------------------------
-
-use common::tun::*;
-
-/// Decapsulation on an underlay and encapsulation towards one, through
-/// `BPF_PROG_TEST_RUN`, against what the userspace tunnel port and
-/// executor produce from the same frames: the same frames out, byte for
-/// byte (outer header, entropy port, VNI, lengths, checksums), and every
-/// frame the program must not finish (wrong VNI, UDP checksum present,
-/// Geneve critical bit, oversize, unresolved remote) left to userspace
-/// untouched.
-#[test]
-fn tunnel_decap_and_encap_match_userspace() {
-    use nicflow::offload::kernel::layout::TunTx;
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-in", "nfxo-inp");
-        veth("nfxo-o2", "nfxo-o2p");
-        veth("nfxo-ul", "nfxo-ulp");
-        let (in_if, ul_if) = (ifindex("nfxo-in"), ifindex("nfxo-ul"));
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-o2")).unwrap();
-        let (vx, gn) = set_up_tunnels(&mut e, ul_if);
-
-        let frames = tun_frames();
-        let udp6_tagged = &frames.udp6_tagged;
-        let wire = |cfg, inner: &[u8], vni| wire_csum(cfg, inner, vni, false);
-        let mut cases = csum_tail_cases(&vx);
-        cases.extend(shared_cases(&vx, &gn, &frames));
-        cases.extend(vec![
-            TunCase {
-                name: "vxlan decap, re-encapsulated by the key=flow geneve port (VNI from the key)"
-                    .into(),
-                frame: wire(&vx, udp6_tagged, VX_VNI),
-                inner: Some((udp6_tagged.clone(), VX_PORT, meta(&vx, VX_VNI))),
-                mask: mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.vlan_tci = 0xffff;
-                }),
-                actions: vec![DpAction::Output(GN_PORT)],
-            },
-            TunCase {
-                name: "encap, key=flow geneve, set_tunnel, tagged ipv6 popped".into(),
-                frame: udp6_tagged.clone(),
-                inner: None,
-                mask: mask(|m| {
-                    m.nw_proto = 0xff;
-                    m.vlan_tci = 0xffff;
-                }),
-                actions: vec![
-                    DpAction::SetTunnelId(0x99_0001),
-                    DpAction::PopVlan,
-                    DpAction::Output(GN_PORT),
-                ],
-            },
-        ]);
-        check_against_userspace(
-            &mut e,
-            &cases,
-            |k, m, a| encode(k, m, a, &TunSlots),
-            in_if,
-            ul_if,
-            (&vx, &gn),
-            XDP_REDIRECT,
-            XDP_DROP,
-        );
-        let s = e.stats().unwrap();
-        assert_eq!((s.decap, s.encap, s.aborted), (7, 4, 0));
-
-        // Frames the program must leave whole to userspace (no socket
-        // registered: XDP_PASS), each with a reason of its own.
-        let mut untouched: Vec<(&str, Vec<u8>, u32)> =
-            underlay_frames_left_whole(&vx, &gn, &tun_frames())
-                .into_iter()
-                .map(|(n, f)| (n, f, ul_if))
-                .collect();
-        untouched.push(("over the tunnel MTU", big_frame(), in_if));
-        // The oversize frame falls under the first encap flow's mask.
-        for (name, f, on) in &untouched {
-            let (verdict, out) = e.test_run(f, *on, 0).unwrap();
-            assert_eq!((verdict, &out), (XDP_PASS, f), "{name}: not left whole");
-        }
-        // An unresolved remote (invalid or no header): punted, untouched.
-        e.set_tunnel_tx(3, TunTx::default()).unwrap();
-        let f = &cases
-            .iter()
-            .find(|c| c.name.starts_with("encap, fixed vxlan key"))
-            .unwrap()
-            .frame;
-        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, f));
-        e.clear_tunnel_tx(3).unwrap();
-        let (verdict, out) = e.test_run(f, in_if, 0).unwrap();
-        assert_eq!((verdict, &out), (XDP_PASS, f));
-        let s = e.stats().unwrap();
-        assert_eq!((s.punt, s.aborted), (3, 0));
-    });
-}
-
-/// The batched counter read (`XdpEngine::counters_batch`, one
-/// `BPF_MAP_LOOKUP_BATCH` per 256 flows) sees every installed flow across
-/// several chunks, with the counts the program left.
-#[test]
-fn batched_counter_read_covers_every_flow() {
-    if skip() {
-        return;
-    }
-    in_netns(|| {
-        veth("nfxo-bi", "nfxo-bip");
-        veth("nfxo-b2", "nfxo-b2p");
-        let in_if = ifindex("nfxo-bi");
-        let mut e = load(XdpEngineConfig::default());
-        e.set_port(in_if, IN_PORT).unwrap();
-        e.set_tx_port(0, ifindex("nfxo-b2")).unwrap();
-        let mut mask = FlowMask::exact();
-        mask.0.clear_userspace_only();
-        mask.0.tun_metadata = [0; 8];
-        let mut flows = Vec::new();
-        for i in 0..700u32 {
-            let frame = FrameBuilder::new(A, B)
-                .ipv4(v4(0x0100 + i), v4(2))
-                .udp(1000, 2000)
-                .payload(b"batched")
-                .build();
-            let mut k = FlowKey::default();
-            extract(&frame, IN_PORT, &mut k).unwrap();
-            let enc = encode(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap();
-            flows.push((e.install(&enc).unwrap(), frame));
-        }
-        // Every seventh flow gets i % 3 + 1 packets.
-        for (i, (_, frame)) in flows.iter().enumerate().filter(|(i, _)| i % 7 == 0) {
-            for _ in 0..(i % 3 + 1) {
-                assert_eq!(e.test_run(frame, in_if, 0).unwrap().0, XDP_REDIRECT);
-            }
-        }
-        let t = Instant::now();
-        let batch = e.counters_batch().unwrap().expect("batched reads");
-        let batched = t.elapsed();
-        let t = Instant::now();
-        for (h, _) in &flows {
-            e.counters(h).unwrap();
-        }
-        // A figure, not a check (timing asserts fail by chance).
-        eprintln!(
-            "700 flows: batched read {batched:?}, flow by flow {:?}",
-            t.elapsed()
-        );
-        assert_eq!(batch.len(), 700);
-        for (i, (h, frame)) in flows.iter().enumerate() {
-            let want = if i % 7 == 0 { (i % 3 + 1) as u64 } else { 0 };
-            let c = batch[h];
-            assert_eq!(
-                (c.packets, c.bytes),
-                (want, want * frame.len() as u64),
-                "flow {i}"
-            );
-        }
     });
 }
