@@ -190,6 +190,9 @@ mod tests {
         let e: SwitchError = BridgeError::NoSuchPort("p9".into()).into();
         assert_eq!(e.to_string(), "no port `p9`");
         let e: SwitchError = VfError::NoFreeIndex("br0".into()).into();
-        assert!(e.to_string().starts_with("bridge br0 has no free VF index"), "{e}");
+        assert!(
+            e.to_string().starts_with("bridge br0 has no free VF index"),
+            "{e}"
+        );
     }
 }

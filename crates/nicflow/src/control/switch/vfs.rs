@@ -87,7 +87,8 @@ impl Switch {
     /// `add-vf`: every check first, then the pair, the port, the config; a
     /// failure at any step undoes the earlier ones.
     fn create_vf(&mut self, bridge: &str, spec: VfSpec) -> Result<Response, SwitchError> {
-        let dup = |m: String| -> Result<Response, SwitchError> { Err(VfError::Duplicate(m).into()) };
+        let dup =
+            |m: String| -> Result<Response, SwitchError> { Err(VfError::Duplicate(m).into()) };
         if !self.bridges.contains_key(bridge) {
             return Err(SwitchError::NoBridge(bridge.to_string()));
         }
