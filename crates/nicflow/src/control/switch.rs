@@ -52,7 +52,7 @@ mod vfs;
 pub use error::SwitchError;
 pub use offload::{apply_offload, OffloadFailure, VerifierLog};
 
-use super::config::{Config, PortType};
+use super::config::{BridgeConfig, Config, PortType};
 use super::proto::{Request, Response};
 use super::vf;
 use crate::bridge::Bridge;
@@ -145,95 +145,105 @@ impl Switch {
             }
         }
         for bc in &config.bridges {
-            let mut br = Bridge::new(
-                &bc.name,
-                DatapathConfig {
-                    flow_limit: bc.flow_limit.unwrap_or(crate::datapath::DEFAULT_FLOW_LIMIT),
-                    ..Default::default()
-                },
-            );
-            for pc in &bc.ports {
-                match open_port(pc, bc.port_mode()) {
-                    Ok(p) => {
-                        let kind = p.kind();
-                        let no = br.add_port(p)?;
-                        if pc.kind == PortType::Uplink {
-                            tracing::info!(bridge = %bc.name, "uplink {} ({}, {kind}) attached as ofport {no}", pc.name, pc.iface);
-                            sw.uplink_kinds.insert(bc.name.clone(), kind);
-                        }
-                    }
-                    Err(e) => {
-                        // Kept under its name and number: its rules load,
-                        // and the tick attaches it when the interface is back.
-                        tracing::error!(bridge = %bc.name, "port {}: {e}; not attached (kept in the config, attached when its interface appears)", pc.name);
-                        br.reserve_port(&pc.name)?;
-                        sw.detached
-                            .insert((bc.name.clone(), pc.name.clone()), (e, now()));
-                    }
-                }
-            }
-            for vfc in &bc.vfs {
-                match restore_vf(&bc.name, &mut br, vfc, bc.port_mode()) {
-                    Ok((no, kind)) => {
-                        tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
-                        sw.rep_kinds.insert(vfc.representor.clone(), kind);
-                    }
-                    Err(e) => {
-                        tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name);
-                        if br.attached(&vfc.representor).is_none()
-                            && !br.port_map().0.contains_key(&vfc.representor)
-                        {
-                            br.reserve_port(&vfc.representor)?;
-                        }
-                        sw.detached.insert(
-                            (bc.name.clone(), vfc.representor.clone()),
-                            (e.to_string(), now()),
-                        );
-                    }
-                }
-            }
-            // Meters and groups first: the rules that name them load after them.
-            let (meters, groups, text) = super::config::split_groups(&bc.flows);
-            for m in &meters {
-                br.add_meter_str(m, false, now())
-                    .map_err(|source| SwitchError::LoadMeter {
-                        bridge: bc.name.clone(),
-                        meter: m.clone(),
-                        source,
-                    })?;
-            }
-            br.add_groups_str(&groups, false, now())
-                .map_err(|source| SwitchError::LoadGroups {
-                    bridge: bc.name.clone(),
-                    source,
-                })?;
-            br.add_flows_str(&text, now())
-                .map_err(|source| SwitchError::LoadFlows {
-                    bridge: bc.name.clone(),
-                    source,
-                })?;
-            // A refused program is logged and leaves the bridge at none.
-            let _ = apply_offload(
-                &mut br,
-                bc.offload.unwrap_or_default(),
-                &bc.offload_options,
-                sw.config_path.as_deref(),
-            );
-            sw.bridges.insert(bc.name.clone(), br);
-            if !bc.openflow.controllers.is_empty() || bc.openflow.fail_mode.is_some() {
-                let r = parse_targets(&bc.openflow.controllers)
-                    .map_err(SwitchError::from)
-                    .and_then(|t| {
-                        let mode = bc.openflow.fail_mode.unwrap_or_default();
-                        Ok(sw.openflow.configure(&bc.name, &t, mode, now())?)
-                    });
-                if let Err(e) = r {
-                    tracing::error!(bridge = %bc.name, "controllers: {e}");
-                }
-            }
+            sw.open_bridge(bc)?;
         }
         sw.config = config;
         Ok(sw)
+    }
+
+    /// Build one configured bridge at startup: its ports and VFs (a
+    /// missing one is kept under its name and number, not attached), then
+    /// its meters, groups and rules, its offload mode and controllers.
+    /// `self.config` is still empty here: [`Switch::new`] sets it once
+    /// every bridge is built.
+    fn open_bridge(&mut self, bc: &BridgeConfig) -> Result<(), SwitchError> {
+        let mut br = Bridge::new(
+            &bc.name,
+            DatapathConfig {
+                flow_limit: bc.flow_limit.unwrap_or(crate::datapath::DEFAULT_FLOW_LIMIT),
+                ..Default::default()
+            },
+        );
+        for pc in &bc.ports {
+            match open_port(pc, bc.port_mode()) {
+                Ok(p) => {
+                    let kind = p.kind();
+                    let no = br.add_port(p)?;
+                    if pc.kind == PortType::Uplink {
+                        tracing::info!(bridge = %bc.name, "uplink {} ({}, {kind}) attached as ofport {no}", pc.name, pc.iface);
+                        self.uplink_kinds.insert(bc.name.clone(), kind);
+                    }
+                }
+                Err(e) => {
+                    // Kept under its name and number: its rules load,
+                    // and the tick attaches it when the interface is back.
+                    tracing::error!(bridge = %bc.name, "port {}: {e}; not attached (kept in the config, attached when its interface appears)", pc.name);
+                    br.reserve_port(&pc.name)?;
+                    self.detached
+                        .insert((bc.name.clone(), pc.name.clone()), (e, now()));
+                }
+            }
+        }
+        for vfc in &bc.vfs {
+            match restore_vf(&bc.name, &mut br, vfc, bc.port_mode()) {
+                Ok((no, kind)) => {
+                    tracing::info!(bridge = %bc.name, "VF {} ({}) attached as ofport {no}", vfc.name, vfc.representor);
+                    self.rep_kinds.insert(vfc.representor.clone(), kind);
+                }
+                Err(e) => {
+                    tracing::error!(bridge = %bc.name, "VF {}: {e}", vfc.name);
+                    if br.attached(&vfc.representor).is_none()
+                        && !br.port_map().0.contains_key(&vfc.representor)
+                    {
+                        br.reserve_port(&vfc.representor)?;
+                    }
+                    self.detached.insert(
+                        (bc.name.clone(), vfc.representor.clone()),
+                        (e.to_string(), now()),
+                    );
+                }
+            }
+        }
+        // Meters and groups first: the rules that name them load after them.
+        let (meters, groups, text) = super::config::split_groups(&bc.flows);
+        for m in &meters {
+            br.add_meter_str(m, false, now())
+                .map_err(|source| SwitchError::LoadMeter {
+                    bridge: bc.name.clone(),
+                    meter: m.clone(),
+                    source,
+                })?;
+        }
+        br.add_groups_str(&groups, false, now())
+            .map_err(|source| SwitchError::LoadGroups {
+                bridge: bc.name.clone(),
+                source,
+            })?;
+        br.add_flows_str(&text, now())
+            .map_err(|source| SwitchError::LoadFlows {
+                bridge: bc.name.clone(),
+                source,
+            })?;
+        // A refused program is logged and leaves the bridge at none.
+        let _ = apply_offload(
+            &mut br,
+            bc.offload.unwrap_or_default(),
+            &bc.offload_options,
+            self.config_path.as_deref(),
+        );
+        self.bridges.insert(bc.name.clone(), br);
+        if !bc.openflow.controllers.is_empty() || bc.openflow.fail_mode.is_some() {
+            let r = parse_targets(&bc.openflow.controllers)
+                .map_err(SwitchError::from)
+                .and_then(|t| {
+                    let mode = bc.openflow.fail_mode.unwrap_or_default();
+                    Ok(self.openflow.configure(&bc.name, &t, mode, now())?)
+                });
+            if let Err(e) = r {
+                tracing::error!(bridge = %bc.name, "controllers: {e}");
+            }
+        }
+        Ok(())
     }
 
     pub fn bridges_mut(&mut self) -> impl Iterator<Item = &mut Bridge> {
