@@ -73,3 +73,45 @@ impl Switch {
         Ok(Response::ok("", json!(null)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Switch;
+    use crate::control::config::Config;
+    use crate::control::proto::Request;
+
+    /// A refused `add-br` or `del-br` replies with its reason and changes
+    /// nothing.
+    #[test]
+    fn bridge_requests_reply_with_their_reasons() {
+        let cfg = Config::parse("[[bridge]]\nname='br0'\noffload='none'\n").unwrap();
+        let mut sw = Switch::new(cfg, None).unwrap();
+        let before = sw.config.clone();
+        let mut err = |req| sw.handle(req).error.unwrap_or_default();
+        assert_eq!(
+            err(Request::AddBr { bridge: "".into() }),
+            "bad bridge name ``"
+        );
+        let long = "b".repeat(65);
+        assert_eq!(
+            err(Request::AddBr {
+                bridge: long.clone()
+            }),
+            format!("bad bridge name `{long}`")
+        );
+        assert_eq!(
+            err(Request::AddBr {
+                bridge: "br0".into()
+            }),
+            "bridge `br0` already exists"
+        );
+        assert_eq!(
+            err(Request::DelBr {
+                bridge: "br9".into()
+            }),
+            "no bridge `br9`"
+        );
+        assert_eq!(sw.config, before);
+        assert_eq!(sw.bridges().count(), 1);
+    }
+}
