@@ -738,6 +738,10 @@ mod tests {
         let e = Config::parse("[[bridge]]\nname='br0'\n[[bridge]]\nname='br0'\n").unwrap_err();
         assert_eq!(e, SchemaError::DuplicateBridge("br0".into()));
         let e = e.to_string();
+        assert_eq!(
+            e,
+            "bridge `br0` is configured twice (bridge names are unique)"
+        );
         assert!(e.contains("bridge `br0` is configured twice"), "{e}");
         // One interface in two bridges, or twice in one under two names.
         let e = Config::parse(&format!(
