@@ -1,0 +1,53 @@
+//! OpenFlow over TLS: `set-ssl`, `get-ssl`, `del-ssl` (the key,
+//! certificate and CA that `ssl:` and `pssl:` targets use).
+
+use super::{Switch, SwitchError};
+use crate::control::openflow::tls::SslFiles;
+use crate::control::proto::Response;
+use serde_json::json;
+use std::path::PathBuf;
+
+impl Switch {
+    /// `set-ssl`: the files are loaded and checked now (a bad one changes
+    /// nothing), then kept in the config.
+    pub(super) fn set_ssl(
+        &mut self,
+        private_key: PathBuf,
+        certificate: PathBuf,
+        ca_cert: PathBuf,
+    ) -> Result<Response, SwitchError> {
+        let files = SslFiles {
+            private_key,
+            certificate,
+            ca_cert,
+        };
+        self.openflow.set_ssl(&files)?;
+        self.config.ssl = Some(files);
+        self.persist()?;
+        Ok(Response::ok("", json!(null)))
+    }
+
+    /// `get-ssl`: the configured files (never their contents).
+    pub(super) fn get_ssl(&self) -> Response {
+        match &self.config.ssl {
+            Some(f) => Response::ok(
+                format!(
+                    "Private key: {}\nCertificate: {}\nCA Certificate: {}\n",
+                    f.private_key.display(),
+                    f.certificate.display(),
+                    f.ca_cert.display()
+                ),
+                json!(f),
+            ),
+            None => Response::ok("", json!(null)),
+        }
+    }
+
+    /// `del-ssl`: refused while a bridge has `ssl:` or `pssl:` targets.
+    pub(super) fn del_ssl(&mut self) -> Result<Response, SwitchError> {
+        self.openflow.del_ssl()?;
+        self.config.ssl = None;
+        self.persist()?;
+        Ok(Response::ok("", json!(null)))
+    }
+}
