@@ -555,6 +555,11 @@ impl Datapath {
         self.cfg.flow_limit = limit;
     }
 
+    /// The most datapath flows held at once.
+    pub fn flow_limit(&self) -> usize {
+        self.cfg.flow_limit
+    }
+
     /// Installed flows with their handles.
     pub fn flows(&self) -> impl Iterator<Item = (RuleId, &DpFlow)> {
         self.flows.iter().map(|r| (r.id, r.value))

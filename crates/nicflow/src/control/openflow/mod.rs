@@ -436,7 +436,8 @@ impl OpenFlow {
     /// `set-ssl`: load and check the key, certificate and CA now (a bad
     /// file changes nothing); new TLS connections use them, open ones
     /// keep theirs.
-    pub fn set_ssl(&mut self, files: &tls::SslFiles) -> Result<(), OpenFlowError> {
+    /// Returns the configuration it replaced, for [`OpenFlow::restore_ssl`].
+    pub fn set_ssl(&mut self, files: &tls::SslFiles) -> Result<Option<tls::Tls>, OpenFlowError> {
         let t = tls::Tls::load(files)?;
         tracing::info!(
             private_key = %files.private_key.display(),
@@ -444,12 +445,18 @@ impl OpenFlow {
             ca_cert = %files.ca_cert.display(),
             "OpenFlow TLS configuration loaded"
         );
-        self.tls = Some(t);
-        Ok(())
+        Ok(self.tls.replace(t))
+    }
+
+    /// Put back what [`OpenFlow::set_ssl`] or [`OpenFlow::del_ssl`]
+    /// replaced (the request could not be recorded in the config file).
+    pub fn restore_ssl(&mut self, old: Option<tls::Tls>) {
+        self.tls = old;
     }
 
     /// `del-ssl`: refused while a bridge has `ssl:`/`pssl:` targets.
-    pub fn del_ssl(&mut self) -> Result<(), OpenFlowError> {
+    /// Returns the configuration it removed.
+    pub fn del_ssl(&mut self) -> Result<Option<tls::Tls>, OpenFlowError> {
         for (name, b) in &self.bridges {
             if let Some(t) = b.targets.iter().find(|t| t.tls()) {
                 return Err(OpenFlowError::SslInUse {
@@ -458,8 +465,7 @@ impl OpenFlow {
                 });
             }
         }
-        self.tls = None;
-        Ok(())
+        Ok(self.tls.take())
     }
 
     /// Forget a bridge (deleted): its connections close.

@@ -81,14 +81,26 @@ impl Switch {
         Ok(Response::ok("", json!({ "protocols": v })))
     }
 
-    /// `set BRIDGE flow_limit=N`: the datapath's flow limit, applied now.
+    /// `set BRIDGE flow_limit=N`: the datapath's flow limit, applied now
+    /// (and put back when the file cannot be written).
     fn set_flow_limit(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
         let n = parse_flow_limit(value)?;
-        self.bridge(bridge)?.set_flow_limit(n);
+        let br = self.bridge(bridge)?;
+        let old_limit = br.datapath_mut().flow_limit();
+        br.set_flow_limit(n);
+        let mut old = None;
         if let Some(bc) = self.config.bridge_mut(bridge) {
-            bc.flow_limit = Some(n);
+            old = bc.flow_limit.replace(n);
         }
-        self.persist()?;
+        if let Err(e) = self.persist() {
+            if let Some(bc) = self.config.bridge_mut(bridge) {
+                bc.flow_limit = old;
+            }
+            if let Some(br) = self.bridges.get_mut(bridge) {
+                br.set_flow_limit(old_limit);
+            }
+            return Err(e);
+        }
         Ok(Response::ok("", json!({ "flow_limit": n })))
     }
 }

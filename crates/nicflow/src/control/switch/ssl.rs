@@ -21,10 +21,9 @@ impl Switch {
             certificate,
             ca_cert,
         };
-        self.openflow.set_ssl(&files)?;
-        self.config.ssl = Some(files);
-        self.persist()?;
-        Ok(Response::ok("", json!(null)))
+        let old_tls = self.openflow.set_ssl(&files)?;
+        let old = self.config.ssl.replace(files);
+        self.persist_ssl_or_undo(old, old_tls)
     }
 
     /// `get-ssl`: the configured files (never their contents).
@@ -45,9 +44,24 @@ impl Switch {
 
     /// `del-ssl`: refused while a bridge has `ssl:` or `pssl:` targets.
     pub(super) fn del_ssl(&mut self) -> Result<Response, SwitchError> {
-        self.openflow.del_ssl()?;
-        self.config.ssl = None;
-        self.persist()?;
+        let old_tls = self.openflow.del_ssl()?;
+        let old = self.config.ssl.take();
+        self.persist_ssl_or_undo(old, old_tls)
+    }
+
+    /// Write the config file; when that fails, the TLS configuration and
+    /// its config entry go back to what they were and the request fails,
+    /// so the switch never runs what the file does not say.
+    fn persist_ssl_or_undo(
+        &mut self,
+        old: Option<SslFiles>,
+        old_tls: Option<crate::control::openflow::tls::Tls>,
+    ) -> Result<Response, SwitchError> {
+        if let Err(e) = self.persist() {
+            self.config.ssl = old;
+            self.openflow.restore_ssl(old_tls);
+            return Err(e);
+        }
         Ok(Response::ok("", json!(null)))
     }
 }
