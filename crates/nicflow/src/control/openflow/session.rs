@@ -352,6 +352,18 @@ impl Session {
                 }
             };
         }
+        // The codec reads OpenFlow 1.5 too (issue 30); this session speaks
+        // 1.3, so anything else is refused as before.
+        if d.version != msg::OFP13_VERSION
+            && !matches!(d.message, Message::Hello(_) | Message::Error(_))
+        {
+            self.send_error(
+                OfpError::BadRequest(BadRequest::BAD_VERSION),
+                d.xid,
+                b"this session speaks OpenFlow 1.3",
+            );
+            return None;
+        }
         match d.message {
             Message::Hello(_) => None,
             Message::EchoRequest(data) => {
