@@ -528,6 +528,28 @@ fn group_mod_15_dp_hash_insert_and_remove_buckets() {
     assert_eq!(g.buckets[0].bucket_id, 5);
     println!("golden group_insert_15: {}", to_hex(&s.first().1));
 
+    // In a bundle: the inner GROUP_MOD is read by the same decoder.
+    let s = of15(
+        ofctl,
+        &[
+            "--bundle",
+            "add-group",
+            "{}",
+            "group_id=8,type=all,bucket=bucket_id:3,actions=output:4",
+        ],
+    );
+    let m = s.messages();
+    let [Message::BundleControl(_), Message::BundleAdd(a), Message::BundleControl(_)] = m[..]
+    else {
+        panic!("{m:?}")
+    };
+    let Message::GroupMod(g) = &*a.message else {
+        panic!("{a:?}")
+    };
+    assert_eq!((g.group_id, g.group_type), (8, group_type::ALL));
+    assert_eq!(g.buckets[0].bucket_id, 3);
+    assert_eq!(g.buckets[0].weight, 1);
+
     let s = of15(
         ofctl,
         &["remove-buckets", "{}", "group_id=7,command_bucket_id=5"],
