@@ -525,6 +525,21 @@ mod tests {
     }
 
     #[test]
+    fn other_versions_are_refused_after_13_is_negotiated() {
+        let now = Instant::now();
+        let mut s = open(now);
+        // A well-formed OpenFlow 1.5 barrier: the codec reads it, the 1.3
+        // session refuses it (as before the codec learned 1.5).
+        s.feed(&[6, 20, 0, 8, 0, 0, 0, 5], now);
+        assert!(s.poll_message().is_none());
+        assert!(!s.closing);
+        let out = decode_all(&s.take_output());
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::BadRequest(BadRequest::BAD_VERSION)));
+        assert_eq!(out[0].xid, 5);
+    }
+
+    #[test]
     fn garbage_gets_errors_and_lost_framing_closes() {
         let now = Instant::now();
         let mut s = open(now);
