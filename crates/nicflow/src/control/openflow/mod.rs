@@ -1157,7 +1157,9 @@ mod tests {
             command: msg::group::command::DELETE,
             group_type: 0,
             group_id: msg::group::OFPG_ALL,
+            command_bucket_id: msg::group::bucket_id::ALL,
             buckets: vec![],
+            selection_method: None,
         };
         s.feed(&encode_to_vec(&Message::GroupMod(gm), 4).unwrap(), now);
         let d = s.poll_message().unwrap();
