@@ -58,7 +58,7 @@ pub enum TcPortError {
     UpcallSys(String, #[source] OsError),
     /// Loading or attaching the port's own programs failed.
     #[error("TC program on {0}: {1}")]
-    Bpf(String, #[source] TcProgramError),
+    Bpf(String, #[source] Box<TcProgramError>),
     #[error(transparent)]
     AfPacket(#[from] super::afpacket::AfPacketError),
 }
@@ -67,7 +67,7 @@ pub enum TcPortError {
 #[derive(Debug, thiserror::Error)]
 pub enum TcProgramError {
     #[error("loading tc_upcall.o: {0}")]
-    Load(#[source] aya::EbpfError),
+    Load(#[source] Box<aya::EbpfError>),
     #[error("no program {0} in tc_upcall.o")]
     Missing(&'static str),
     #[error("{0}: {1}")]
@@ -123,7 +123,7 @@ pub fn load_upcall_programs(upcall_ifindex: u32) -> Result<Ebpf, TcProgramError>
     let mut ebpf = EbpfLoader::new()
         .override_global("UPCALL_IFINDEX", &upcall_ifindex, true)
         .load(TC_UPCALL_OBJ)
-        .map_err(TcProgramError::Load)?;
+        .map_err(|e| TcProgramError::Load(Box::new(e)))?;
     for prog in ["tc_upcall", "tc_upcall_sink"] {
         let p: &mut SchedClassifier = ebpf
             .program_mut(prog)
@@ -141,8 +141,7 @@ impl TcPort {
     /// receive on the pair, transmit on the interface. Nothing of the
     /// interface's own settings changes.
     pub fn open(iface: &str) -> Result<TcPort, TcPortError> {
-        let ifindex = ifindex_of(iface)
-            .ok_or_else(|| TcPortError::NoIface(iface.into()))?;
+        let ifindex = ifindex_of(iface).ok_or_else(|| TcPortError::NoIface(iface.into()))?;
         let mtu = super::sys::control_socket()
             .and_then(|s| super::sys::interface_mtu(std::os::fd::AsRawFd::as_raw_fd(&s), iface))
             .map_err(|e| TcPortError::Mtu(iface.into(), e))?;
@@ -181,8 +180,8 @@ impl TcPort {
         // `afpacket` port, so the userspace path keeps GSO too.
         os::link::set_up(&mut rt, &near).map_err(sys_err)?;
         os::link::set_up(&mut rt, &far).map_err(sys_err)?;
-        let upcall_ifindex = ifindex_of(&near)
-            .ok_or_else(|| TcPortError::UpcallVanished(near.clone()))?;
+        let upcall_ifindex =
+            ifindex_of(&near).ok_or_else(|| TcPortError::UpcallVanished(near.clone()))?;
 
         let opts = AfPacketOptions {
             promisc: false,
@@ -191,7 +190,7 @@ impl TcPort {
         };
         let io = AfPacketPort::open(&far, opts)?.transmit_on(iface, true)?;
 
-        let bpf_err = |e: TcProgramError| TcPortError::Bpf(iface.to_string(), e);
+        let bpf_err = |e: TcProgramError| TcPortError::Bpf(iface.to_string(), Box::new(e));
         let mut ebpf = load_upcall_programs(upcall_ifindex).map_err(bpf_err)?;
         if let Some(d) = &pin_dir {
             if let Err(e) = std::fs::create_dir_all(d) {
@@ -209,7 +208,8 @@ impl TcPort {
                 .program_mut(prog)
                 .ok_or(TcProgramError::Missing(prog))
                 .and_then(|p| {
-                    <&mut SchedClassifier>::try_from(p).map_err(|e| TcProgramError::Program(prog, e))
+                    <&mut SchedClassifier>::try_from(p)
+                        .map_err(|e| TcProgramError::Program(prog, e))
                 })
                 .and_then(|p| {
                     pin::attach_tc(p, dev, false, pin_path.as_deref())

@@ -9,8 +9,8 @@
 //! aya falls back to netlink, which has neither property.
 
 use super::{AfXdpError, XdpMode};
-use aya::maps::XskMap;
 use crate::hook::XdpLinkRef;
+use aya::maps::XskMap;
 use aya::programs::links::LinkType;
 use aya::programs::{Xdp, XdpMode as AyaXdpMode};
 use aya::Ebpf;
