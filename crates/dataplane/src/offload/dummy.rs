@@ -337,3 +337,297 @@ impl FlowOffload for DummyOffload {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bridge::Bridge;
+    use crate::datapath::{DatapathConfig, Placement};
+    use crate::offload::OffloadMode;
+    use nicflow_packet::buf::PacketBuf;
+    use nicflow_packet::builder::FrameBuilder;
+    use nicflow_port::hook::{AfXdpHook, TcHook};
+    use nicflow_port::mem::{MemHandle, MemPort};
+    use nicflow_port::{Port, PortStats};
+    use std::net::Ipv4Addr;
+
+    const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
+    const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
+
+    /// A memory port that describes itself as a kernel attachment (the
+    /// dummy engine never touches the interface or the socket).
+    struct Hooked(MemPort, OffloadHook);
+
+    impl Port for Hooked {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn recv_batch(
+            &mut self,
+            out: &mut Vec<PacketBuf>,
+            max: usize,
+            pool: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.recv_batch(out, max, pool)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.send_batch(pkts, done)
+        }
+        fn stats(&self) -> PortStats {
+            self.0.stats()
+        }
+        fn offload_hook(&self) -> OffloadHook {
+            self.1.clone()
+        }
+    }
+
+    fn afxdp(ifindex: u32) -> OffloadHook {
+        OffloadHook::AfXdp(AfXdpHook {
+            ifindex,
+            queue: 0,
+            xsk_fd: -1,
+            csum_complete: false,
+            native: true,
+            link: None,
+        })
+    }
+
+    fn tc(ifindex: u32) -> OffloadHook {
+        OffloadHook::Tc(TcHook {
+            ifindex,
+            iface: format!("veth{ifindex}"),
+            upcall_ifindex: 100 + ifindex,
+            peer_elsewhere: true,
+        })
+    }
+
+    fn udp(sport: u16) -> Vec<u8> {
+        FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .udp(sport, 9)
+            .payload(b"dummy engine")
+            .build()
+    }
+
+    /// A bridge with `x` (AF_XDP hook), `t` (TC hook) and `m` (a plain
+    /// memory port), offloading to a dummy engine of `max_flows` entries.
+    fn bridge(max_flows: usize, fail: &[&str]) -> (Bridge, DummyHandle, MemHandle, MemHandle) {
+        let mut br = Bridge::new("br-dummy", DatapathConfig::default());
+        let (px, hx) = MemPort::new("x");
+        let (pt, ht) = MemPort::new("t");
+        let (pm, _) = MemPort::new("m");
+        br.add_port(Box::new(Hooked(px, afxdp(7)))).unwrap();
+        br.add_port(Box::new(Hooked(pt, tc(8)))).unwrap();
+        br.add_port(Box::new(pm)).unwrap();
+        let (engine, h) = DummyOffload::new(max_flows);
+        for name in fail {
+            h.fail_port_add(name);
+        }
+        br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+        (br, h, hx, ht)
+    }
+
+    /// The placement of the one datapath flow whose UDP source port is
+    /// `sport`.
+    fn placement(br: &Bridge, sport: u16) -> Option<Placement> {
+        br.dp_flows()
+            .find(|f| f.matching.key().tp_src == sport)
+            .and_then(|f| f.placement)
+    }
+
+    #[test]
+    fn ports_are_placed_by_their_hook_and_flows_by_their_ports() {
+        let (mut br, h, hx, ht) = bridge(16, &[]);
+        assert_eq!(
+            h.ports().into_values().collect::<Vec<_>>(),
+            ["x", "t"],
+            "the engine runs on the hooked ports only"
+        );
+        assert_eq!(h.port_reason(3), Some("port:userspace"));
+        let now = Instant::now();
+        br.add_flows_str(
+            "priority=10,udp,tp_src=1,actions=output:t\n\
+             priority=10,udp,tp_src=2,actions=output:m\n\
+             priority=10,udp,tp_src=3,actions=controller",
+            now,
+        )
+        .unwrap();
+        for sport in 1..=3 {
+            hx.inject(&udp(sport));
+        }
+        br.run_until_idle(now);
+        assert_eq!(
+            ht.take_tx().len(),
+            1,
+            "the first packet is forwarded by userspace"
+        );
+        assert!(matches!(placement(&br, 1), Some(Placement::Kernel(_))));
+        assert_eq!(
+            placement(&br, 2),
+            Some(Placement::Userspace("port:userspace"))
+        );
+        assert_eq!(
+            placement(&br, 3),
+            Some(Placement::Userspace("action:controller"))
+        );
+        let s = br.offload_status().expect("offload is on");
+        assert_eq!(
+            (s.kernel_flows, s.manager.installed, s.manager.refused),
+            (1, 1, 2)
+        );
+        assert_eq!(s.not_offloaded.get("port:userspace"), Some(&1));
+        assert_eq!(br.offload_mode_name(), "auto");
+        let dump = br.dump_dp_flows(now);
+        assert_eq!(
+            dump.iter().filter(|d| d.engine == "dummy").count(),
+            1,
+            "{dump:?}"
+        );
+    }
+
+    #[test]
+    fn kernel_counters_are_added_and_kept_when_a_modify_is_refused() {
+        let (mut br, h, hx, _ht) = bridge(16, &[]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(5));
+        br.run_until_idle(now);
+        let (&id, _) = h.flows().iter().next().expect("offloaded");
+        assert!(h.hit(id, 10, 1000));
+        br.sync_offload();
+        let f = br.dp_flows().next().unwrap();
+        assert_eq!((f.total().packets, f.kernel.stats().packets), (11, 10));
+        // New actions the engine cannot run: the entry goes, its counters
+        // are retired into the flow, which stays in userspace.
+        br.add_flow_str("priority=10,udp,actions=controller", now)
+            .unwrap();
+        assert!(h.flows().is_empty(), "the refused entry was removed");
+        let f = br.dp_flows().next().unwrap();
+        assert_eq!(f.placement, Some(Placement::Userspace("action:controller")));
+        assert_eq!(
+            (
+                f.kernel.retired_packets,
+                f.kernel.retired_bytes,
+                f.total().packets
+            ),
+            (10, 1000, 11),
+            "kernel traffic survives the move to userspace"
+        );
+        let s = br.offload_status().unwrap();
+        assert_eq!((s.manager.installed, s.manager.removed), (1, 1));
+        // The rule that saw the kernel traffic is credited with it.
+        let rules = br.dump_flows(now);
+        let total: u64 = rules.iter().map(|r| r.n_packets).sum();
+        assert_eq!(total, 11, "{rules:?}");
+    }
+
+    #[test]
+    fn a_modify_the_engine_accepts_keeps_the_entry_and_its_counters() {
+        let (mut br, h, hx, _ht) = bridge(16, &[]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(5));
+        br.run_until_idle(now);
+        let (&id, _) = h.flows().iter().next().unwrap();
+        h.hit(id, 4, 400);
+        br.add_flow_str("priority=10,udp,actions=mod_nw_tos:32,output:t", now)
+            .unwrap();
+        let flows = h.flows();
+        assert_eq!(flows.len(), 1);
+        assert_eq!(flows[&id].counters.packets, 4, "same entry, same counters");
+        assert!(flows[&id].actions.contains(&DpAction::SetTos(32)));
+        assert_eq!(br.offload_status().unwrap().manager.modified, 1);
+    }
+
+    #[test]
+    fn a_full_engine_refuses_and_the_limit_is_reported() {
+        let (mut br, _h, hx, _ht) = bridge(1, &[]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(1));
+        hx.inject(&udp(2));
+        br.run_until_idle(now);
+        assert_eq!(
+            placement(&br, 2),
+            Some(Placement::Userspace("flow-map-full"))
+        );
+        let l = br.limits();
+        assert_eq!(
+            (l.kernel_max_flows, l.kernel_flows, l.kernel_full),
+            (Some(1), 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_port_the_engine_fails_to_take_works_through_userspace_and_del_forgets_ports() {
+        let (mut br, h, hx, ht) = bridge(16, &["t"]);
+        assert_eq!(h.ports().into_values().collect::<Vec<_>>(), ["x"]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(1));
+        br.run_until_idle(now);
+        assert_eq!(ht.take_tx().len(), 1, "still forwarded");
+        assert_eq!(
+            placement(&br, 1),
+            Some(Placement::Userspace("port:unknown"))
+        );
+        // Port del: the engine forgets it, and no entry through it stays.
+        br.add_flow_str("priority=20,udp,tp_src=2,actions=output:x", now)
+            .unwrap();
+        let (pt2, _) = MemPort::new("t2");
+        br.add_port(Box::new(Hooked(pt2, tc(9)))).unwrap();
+        br.add_flow_str("priority=20,udp,tp_src=3,actions=output:t2", now)
+            .unwrap();
+        hx.inject(&udp(3));
+        br.run_until_idle(now);
+        assert!(matches!(placement(&br, 3), Some(Placement::Kernel(_))));
+        assert!(h.ports().values().any(|n| n == "t2"));
+        br.del_port("t2").unwrap();
+        assert!(!h.ports().values().any(|n| n == "t2"));
+        assert!(
+            h.flows()
+                .values()
+                .all(|f| !f.actions.contains(&DpAction::Output(4))),
+            "{:?}",
+            h.flows()
+        );
+        // Offload off: every port leaves the engine.
+        br.disable_offload();
+        assert!(h.ports().is_empty() && h.flows().is_empty());
+    }
+
+    #[test]
+    fn meters_reach_the_engine_and_its_counts_reach_meter_stats() {
+        let mut br = Bridge::new("br-dummy", DatapathConfig::default());
+        let (px, hx) = MemPort::new("x");
+        let (pt, _ht) = MemPort::new("t");
+        br.add_port(Box::new(Hooked(px, afxdp(7)))).unwrap();
+        br.add_port(Box::new(Hooked(pt, tc(8)))).unwrap();
+        let now = Instant::now();
+        br.add_meter_str("meter=1,pktps,band=type=drop,rate=1000000", false, now)
+            .unwrap();
+        let (engine, h) = DummyOffload::new(16);
+        br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+        assert_eq!(h.meters(), [1], "meters known before offload was on");
+        br.add_flow_str("priority=10,udp,actions=meter:1,output:t", now)
+            .unwrap();
+        hx.inject(&udp(1));
+        br.run_until_idle(now);
+        let flows = h.flows();
+        let (&id, f) = flows.iter().next().expect("offloaded");
+        assert!(f.actions.contains(&DpAction::Meter(1)));
+        h.hit(id, 5, 500);
+        let m = &br.meter_stats(Some(1), now)[0];
+        assert_eq!(m.packets_in, 6, "userspace's packet and the engine's five");
+        br.del_meters(Some(1), now);
+        assert!(h.meters().is_empty() && h.flows().is_empty());
+    }
+}
