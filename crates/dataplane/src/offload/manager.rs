@@ -2,9 +2,10 @@
 //! ports, the TC one on TC ports; tunnels in the engine of their
 //! underlay), and the per-flow decision of what runs where.
 //!
-//! Place in a frame's path: the bridge's AF_XDP ports each lend their XDP
-//! attachment to the bridge's single `xdp_dp` instance (the link is
-//! switched from `xsk_redirect` to `xdp_dp` atomically), and each port's
+//! Place in a frame's path: the bridge's AF_XDP ports each run the
+//! bridge's single `xdp_dp` instance on their own XDP link (the link,
+//! named by the port's [`OffloadHook`], is switched from `xsk_redirect` to
+//! `xdp_dp` atomically and back on detach; the port keeps it), and each port's
 //! AF_XDP socket goes into the shared XSKMAP at the port's own slot, so a
 //! miss on any port still reaches that port's socket and the userspace
 //! datapath. The datapath ([`crate::datapath`]) calls this manager through
@@ -46,7 +47,7 @@
 //! A VXLAN or Geneve port is offloaded through its underlay, in the engine
 //! its underlay's port kind gives: a TC-port underlay (the default under
 //! `offload = auto|tc`) runs `tc_dp` like a TC port, an AF_XDP underlay
-//! lends its XDP attachment as a bridge port does. Either way the
+//! has its XDP link switched as a bridge port does. Either way the
 //! underlay is attached once however many tunnel ports share it, marked
 //! `PORT_UNDERLAY` with its MAC in `dp_ports`, and each tunnel port's
 //! endpoint (underlay, local and remote address, UDP port, VNI or any for
@@ -1434,8 +1435,9 @@ fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<Tunn
 impl Drop for OffloadManager {
     fn drop(&mut self) {
         if !self.ports.is_empty() || !self.tunnels.is_empty() || !self.tc_ports.is_empty() {
-            // The bridge detaches every port first; a link still held here
-            // goes with the engine and leaves its interface without XDP.
+            // The bridge detaches every port first; a port still attached
+            // here gets its own XDP program back when the engine drops
+            // (`XdpEngine`'s drop), but its maps' entries go with it.
             tracing::warn!(
                 ports = self.ports.len(),
                 "XDP offload engine dropped with ports attached"
