@@ -28,7 +28,10 @@ pub mod offload;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
-pub use offload::{FlowOffload, KernelCounters, Placement, PlacementCounts};
+pub use offload::{
+    EngineStats, FlowOffload, KernelCounters, ManagerCounters, Placement, PlacementCounts,
+    PortOffload, PortOffloadError, ProviderStatus,
+};
 
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
