@@ -335,23 +335,11 @@ fn esp_drops_replays_forgeries_and_plaintext() {
     }
     let lab = up("d", "");
     // a1 prints what reaches UDP port 9999.
-    let recv = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("a1"), "/usr/bin/python3", "-c"])
-        .arg(
-            "import socket\ns=socket.socket(2,2)\ns.bind(('198.18.40.1',9999))\ns.settimeout(6)\n\
-             try:\n  while True:\n    print(s.recv(200).decode(), flush=True)\nexcept Exception:\n  pass",
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The remote's MAC must be resolved for nothing here: nicflow only
-    // receives. Give the receiver a moment to bind.
-    std::thread::sleep(Duration::from_millis(500));
+    let recv = common::UdpSink::start(&lab.ns("a1"), "198.18.40.1", 9999);
     let attack = peer_args("attack", &[]);
     let argv: Vec<&str> = attack.iter().map(String::as_str).collect();
     lab.must("k", &argv);
-    let out = recv.wait_with_output().unwrap();
-    let got = String::from_utf8_lossy(&out.stdout);
+    let got = recv.finish();
     assert!(
         got.lines().any(|l| l == "first-valid") && got.lines().any(|l| l == "last-valid"),
         "valid ESP not delivered: {got:?}\n{}",

@@ -650,16 +650,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
     // a1 listens; scapy's Geneve packets with (non-critical) options are
     // decapsulated and delivered.
     let a1_ns = lab.ns("a1");
-    let recv = Command::new("ip")
-        .args(["netns", "exec", &a1_ns, "/usr/bin/python3", "-c"])
-        .arg(
-            "import socket\ns=socket.socket(2,2)\ns.bind(('198.18.31.1',9999))\ns.settimeout(8)\n\
-             try:\n  while True:\n    print(s.recv(200).decode(), flush=True)\nexcept Exception:\n  pass",
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let recv = common::UdpSink::start(&a1_ns, "198.18.31.1", 9999);
     send("hello-geneve", false);
     send("critical-must-drop", true);
     scapy("malformed", "malformed-must-drop", false, &[]);
@@ -673,8 +664,7 @@ fn geneve_scapy_peer_decap_critical_options_and_tshark_decode() {
         &["--opt0", "0x2b"],
     );
     scapy("send", "critical-mapped", false, &["--critical-mapped"]);
-    let out = recv.wait_with_output().unwrap();
-    let got = String::from_utf8_lossy(&out.stdout);
+    let got = recv.finish();
     assert!(
         got.lines().any(|l| l == "hello-geneve"),
         "a1 did not get the Geneve payload: {got:?}\n{}",

@@ -298,3 +298,58 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("VmRSS")
 }
+
+/// A UDP receiver in a namespace that prints each datagram as a line: it
+/// says when it is bound ([`UdpSink::start`] returns only then) and runs
+/// until [`UdpSink::finish`], so no fixed sleep or idle timeout races a
+/// slow sender (a scapy start takes seconds on a loaded machine). Killed
+/// when dropped.
+pub struct UdpSink {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl UdpSink {
+    pub fn start(ns: &str, addr: &str, port: u16) -> UdpSink {
+        let script = format!(
+            "import socket\ns=socket.socket(2,2)\ns.bind(('{addr}',{port}))\ns.settimeout(600)\n\
+             print('ready', flush=True)\n\
+             try:\n  while True:\n    print(s.recv(2000).decode(errors='replace'), flush=True)\n\
+             except Exception:\n  pass"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "/usr/bin/python3", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut ready = String::new();
+        std::io::BufRead::read_line(&mut out, &mut ready).unwrap();
+        let sink = UdpSink { child, out };
+        assert_eq!(
+            ready.trim(),
+            "ready",
+            "the UDP receiver in {ns} did not start"
+        );
+        sink
+    }
+
+    /// Every line received, once the senders are done: a frame already
+    /// sent reaches the socket well within the second waited here.
+    pub fn finish(mut self) -> String {
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut got = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.out, &mut got);
+        got
+    }
+}
+
+impl Drop for UdpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
