@@ -129,6 +129,22 @@ pub enum Action {
     /// `goto_table`, which is where the rule language requires it to stand,
     /// so running it in list order is the same thing.
     WriteMetadata { value: u64, mask: u64 },
+    /// `conjunction(ID,K/N)`: this rule is clause `k` (1-based) of the `n`
+    /// dimensions of conjunctive match `id`. Never run as an action: the
+    /// lookup treats a rule whose actions are all conjunctions as a "soft"
+    /// match, and when a packet matches one rule of every dimension of `id`
+    /// (at one priority, above any ordinary match) it is looked up again
+    /// with `conj_id=id` (OVS's classifier semantics, ovs-fields(7)).
+    Conjunction { id: u32, clause: u8, n_clauses: u8 },
+    /// `clone(ACTIONS)`: run `ACTIONS` on a copy of the packet; whatever
+    /// they change (fields, tags, registers) is undone afterwards.
+    Clone(Vec<Action>),
+    /// `push:FIELD[ofs..]`: push `n_bits` bits of `field` onto the
+    /// translation's stack (OVS's `NXAST_STACK_PUSH`).
+    StackPush { field: Field, ofs: u8, n_bits: u8 },
+    /// `pop:FIELD[ofs..]`: pop the top of the stack into those bits; popping
+    /// an empty stack leaves the field alone (OVS logs and goes on).
+    StackPop { field: Field, ofs: u8, n_bits: u8 },
 }
 
 /// Where a `ct` action's zone comes from.
@@ -189,6 +205,12 @@ pub struct CtNat {
 }
 
 impl Action {
+    /// Is this a `conjunction(...)` action? A rule whose actions are all
+    /// conjunctions is a soft match (see [`Action::Conjunction`]).
+    pub fn is_conjunction(&self) -> bool {
+        matches!(self, Action::Conjunction { .. })
+    }
+
     /// Does this action end processing of the current table's action set in
     /// the sense of OpenFlow instructions? (`goto_table` must be last.)
     pub fn is_goto(&self) -> bool {

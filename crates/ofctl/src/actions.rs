@@ -684,6 +684,35 @@ fn parse_ct_exec(a: &str) -> Result<(Field, u128, u128), RuleError> {
     }
 }
 
+/// `conjunction(ID,K/N)`, with OVS's limits: 2 <= N <= 64, 1 <= K <= N.
+fn parse_conjunction(piece: &str, inner: &str) -> Result<Action, RuleError> {
+    let bad = || RuleError::new(piece, "conjunction wants (ID,K/N)");
+    let (id, kn) = inner.split_once(',').ok_or_else(bad)?;
+    let (k, n) = kn.trim().split_once('/').ok_or_else(bad)?;
+    let id = parse_uint(id.trim())
+        .filter(|v| *v <= u128::from(u32::MAX))
+        .ok_or_else(bad)? as u32;
+    let num = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
+    let (k, n) = (num(k)?, num(n)?);
+    if n < 2 {
+        return err(piece, "conjunction must have at least 2 clauses");
+    }
+    if n > 64 {
+        return err(piece, "conjunction must have at most 64 clauses");
+    }
+    if k < 1 || k > n {
+        return err(
+            piece,
+            "clause index must be positive and no more than number of clauses",
+        );
+    }
+    Ok(Action::Conjunction {
+        id,
+        clause: k as u8,
+        n_clauses: n as u8,
+    })
+}
+
 /// One action piece.
 fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<Action>, RuleError> {
     let (name, delim, arg) = split_key(piece);
@@ -798,6 +827,52 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
         ("dec_ttl", None) => Action::DecTtl,
+        // `dec_ttl()` is `dec_ttl`; controller ids (`dec_ttl(1,2)`) only
+        // matter to PACKET_INs on expiry, which nicflow does not send.
+        ("dec_ttl", Some('(')) if inner.unwrap_or_default().trim().is_empty() => Action::DecTtl,
+        ("conjunction", Some('(')) => parse_conjunction(piece, inner.unwrap_or_default())?,
+        ("clone", Some('(')) => {
+            let inner = parse_actions(inner.unwrap_or_default(), ports, matching, 0)
+                .map_err(|e| RuleError::new(piece, format!("in clone: {}", e.reason)))?;
+            // Instructions (and soft matches) have no meaning on a copy;
+            // OVS refuses them inside clone too.
+            if inner.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::GotoTable(_)
+                        | Action::WriteMetadata { .. }
+                        | Action::Meter(_)
+                        | Action::Conjunction { .. }
+                )
+            }) {
+                return err(
+                    piece,
+                    "clone may not contain goto_table, write_metadata, meter or conjunction",
+                );
+            }
+            Action::Clone(inner)
+        }
+        ("push", _) if colon => {
+            let (field, ofs, n_bits) = parse_subfield(piece, arg)?;
+            Need::P(field.prereq()).check(matching, piece, field.name())?;
+            Action::StackPush {
+                field,
+                ofs: ofs as u8,
+                n_bits: n_bits as u8,
+            }
+        }
+        ("pop", _) if colon => {
+            let (field, ofs, n_bits) = parse_subfield(piece, arg)?;
+            if !field.settable() {
+                return err(piece, not_settable(field));
+            }
+            set_need(field).check(matching, piece, field.name())?;
+            Action::StackPop {
+                field,
+                ofs: ofs as u8,
+                n_bits: n_bits as u8,
+            }
+        }
         ("ct", None) => parse_ct(piece, "", matching)?,
         ("ct", Some('(')) => parse_ct(piece, inner.unwrap_or_default(), matching)?,
         ("ct_clear", None) => Action::CtClear,
@@ -834,7 +909,8 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata",
+            | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata"
+            | "conjunction" | "clone" | "push" | "pop",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {
@@ -872,6 +948,16 @@ pub(crate) fn parse_actions(
     if let Some(d) = drop {
         if pieces.len() > 1 {
             return err(d, "drop must be the only action");
+        }
+    }
+    // A conjunctive rule is a soft match, never run: OVS refuses any other
+    // action beside its conjunctions.
+    if out.iter().any(|(_, a)| a.is_conjunction()) {
+        if let Some((piece, _)) = out.iter().find(|(_, a)| !a.is_conjunction()) {
+            return err(
+                piece,
+                "\"conjunction\" actions may not be used along with any other kind of action",
+            );
         }
     }
     let n = out.len();

@@ -303,6 +303,13 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
         &hex(Field::PktMark),
         "pkt_mark",
     );
+    put(
+        &mut parts,
+        m,
+        Field::ConjId,
+        &dec(Field::ConjId),
+        "conj_id",
+    );
     put(&mut parts, m, Field::CtState, &ct_state, "ct_state");
     put(&mut parts, m, Field::CtZone, &dec(Field::CtZone), "ct_zone");
     put(&mut parts, m, Field::CtMark, &hex(Field::CtMark), "ct_mark");
@@ -670,6 +677,18 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         ),
         Action::Enqueue { port, queue } => {
             format!("enqueue:{}:{queue}", format_port(*port, ports))
+        }
+        Action::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => format!("conjunction({id},{clause}/{n_clauses})"),
+        Action::Clone(inner) => format!("clone({})", format_actions(inner, ports)),
+        Action::StackPush { field, ofs, n_bits } => {
+            format!("push:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))
+        }
+        Action::StackPop { field, ofs, n_bits } => {
+            format!("pop:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))
         }
         Action::WriteMetadata { value, mask } => {
             if *mask == u64::MAX {
