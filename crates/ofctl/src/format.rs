@@ -303,13 +303,7 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
         &hex(Field::PktMark),
         "pkt_mark",
     );
-    put(
-        &mut parts,
-        m,
-        Field::ConjId,
-        &dec(Field::ConjId),
-        "conj_id",
-    );
+    put(&mut parts, m, Field::ConjId, &dec(Field::ConjId), "conj_id");
     put(&mut parts, m, Field::CtState, &ct_state, "ct_state");
     put(&mut parts, m, Field::CtZone, &dec(Field::CtZone), "ct_zone");
     put(&mut parts, m, Field::CtMark, &hex(Field::CtMark), "ct_mark");

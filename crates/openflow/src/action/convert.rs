@@ -96,6 +96,17 @@ pub fn to_nicflow(insts: &[Instruction], m: &Match, table: u8) -> Result<Transla
             Instruction::Meter(id) => meter = Some(*id),
         }
     }
+    // A conjunctive rule is a soft match that never runs (see
+    // `Action::Conjunction`): OVS refuses any other action or instruction
+    // beside its conjunctions, and so does nicflow.
+    if t.actions.iter().any(Action::is_conjunction)
+        && (meter.is_some()
+            || metadata.is_some()
+            || goto.is_some()
+            || t.actions.iter().any(|a| !a.is_conjunction()))
+    {
+        return Err(e::BAC_BAD_ARG);
+    }
     if let Some(id) = meter {
         t.actions.insert(0, Action::Meter(id));
     }
@@ -357,6 +368,41 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
         // NAT only makes sense inside ct(...).
         OfAction::Nat(_) => return Err(e::BAC_BAD_ARG),
         OfAction::CtClear => Action::CtClear,
+        OfAction::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => Action::Conjunction {
+            id: *id,
+            clause: clause + 1,
+            n_clauses: *n_clauses,
+        },
+        OfAction::Clone(inner) => {
+            let inner = actions_to_nicflow(inner, m)?;
+            if inner.iter().any(Action::is_conjunction) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            Action::Clone(inner)
+        }
+        OfAction::StackPush { field, ofs, n_bits } => {
+            let (field, ofs) = subfield(*field, *ofs, *n_bits)?;
+            Action::StackPush {
+                field,
+                ofs,
+                n_bits: *n_bits as u8,
+            }
+        }
+        OfAction::StackPop { field, ofs, n_bits } => {
+            let (field, ofs) = subfield(*field, *ofs, *n_bits)?;
+            if !field.settable() {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            Action::StackPop {
+                field,
+                ofs,
+                n_bits: *n_bits as u8,
+            }
+        }
         OfAction::OutputReg {
             src,
             ofs,
@@ -529,6 +575,33 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
             // to select and this crate no `SET_QUEUE`, so the output alone
             // goes out; the queue number is not on the wire.
             Action::Enqueue { port: p, .. } => out.push(port(*p)),
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => out.push(OfAction::Conjunction {
+                id: *id,
+                clause: clause.saturating_sub(1),
+                n_clauses: *n_clauses,
+            }),
+            Action::Clone(inner) => out.push(OfAction::Clone(actions_from_nicflow(inner, m)?)),
+            Action::StackPush { field, ofs, n_bits } | Action::StackPop { field, ofs, n_bits } => {
+                let f = OxmField::for_nicflow(*field).ok_or(e::BAC_BAD_ARG)?;
+                let (ofs, n_bits) = ((*ofs).into(), (*n_bits).into());
+                out.push(if matches!(a, Action::StackPush { .. }) {
+                    OfAction::StackPush {
+                        field: f,
+                        ofs,
+                        n_bits,
+                    }
+                } else {
+                    OfAction::StackPop {
+                        field: f,
+                        ofs,
+                        n_bits,
+                    }
+                });
+            }
         }
     }
     Ok(out)

@@ -22,6 +22,10 @@ pub mod nxast {
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
     pub const CT_CLEAR: u16 = 43;
+    pub const STACK_PUSH: u16 = 27;
+    pub const STACK_POP: u16 = 28;
+    pub const CONJUNCTION: u16 = 34;
+    pub const CLONE: u16 = 42;
 }
 
 /// `NX_CT_F_*`.
@@ -261,6 +265,45 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
             fixed(16)?;
             OfAction::CtClear
         }
+        nxast::CONJUNCTION => {
+            fixed(16)?;
+            let clause = a.u8()?;
+            let n_clauses = a.u8()?;
+            let id = a.u32()?;
+            // OVS: OFPERR_NXBAC_BAD_CONJUNCTION, a bad argument here.
+            if !(2..=64).contains(&n_clauses) || clause >= n_clauses {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            }
+        }
+        nxast::CLONE => {
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            a.pad(6)?;
+            OfAction::Clone(decode_actions(a.rest())?)
+        }
+        nxast::STACK_PUSH | nxast::STACK_POP => {
+            if len < 24 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let ofs = a.u16()?;
+            let (field, _) = oxm::read_field_header(a, Ctx::Action)?;
+            let n_bits = a.u16()?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(field, ofs, n_bits.into())?;
+            if subtype == nxast::STACK_PUSH {
+                OfAction::StackPush { field, ofs, n_bits }
+            } else {
+                OfAction::StackPop { field, ofs, n_bits }
+            }
+        }
         _ => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
     })
 }
@@ -485,6 +528,35 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
         OfAction::CtClear => {
             let at = start(out, nxast::CT_CLEAR);
             finish(out, at, 16);
+        }
+        OfAction::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => {
+            let at = start(out, nxast::CONJUNCTION);
+            wire::put_u8(out, *clause);
+            wire::put_u8(out, *n_clauses);
+            wire::put_u32(out, *id);
+            finish(out, at, 16);
+        }
+        OfAction::Clone(inner) => {
+            let at = start(out, nxast::CLONE);
+            wire::put_zeros(out, 6);
+            encode_actions(inner, out);
+            finish(out, at, 16);
+        }
+        OfAction::StackPush { field, ofs, n_bits } | OfAction::StackPop { field, ofs, n_bits } => {
+            let sub = if matches!(a, OfAction::StackPush { .. }) {
+                nxast::STACK_PUSH
+            } else {
+                nxast::STACK_POP
+            };
+            let at = start(out, sub);
+            wire::put_u16(out, *ofs);
+            oxm::write_field_header(out, *field, true);
+            wire::put_u16(out, *n_bits);
+            finish(out, at, 24);
         }
         // Standard actions are encoded by the caller.
         _ => unreachable!("not a Nicira action: {a:?}"),
