@@ -205,6 +205,24 @@ pub struct CtNat {
 }
 
 impl Action {
+    /// Every action of `list` and of the `clone(...)`s in it, depth first:
+    /// for the checks that must see a group, meter or output wherever it
+    /// stands (a `group:N` inside a clone needs group N as much as one
+    /// outside).
+    pub fn flatten(list: &[Action]) -> Vec<&Action> {
+        let mut out = Vec::with_capacity(list.len());
+        fn walk<'a>(list: &'a [Action], out: &mut Vec<&'a Action>) {
+            for a in list {
+                out.push(a);
+                if let Action::Clone(inner) = a {
+                    walk(inner, out);
+                }
+            }
+        }
+        walk(list, &mut out);
+        out
+    }
+
     /// Is this a `conjunction(...)` action? A rule whose actions are all
     /// conjunctions is a soft match (see [`Action::Conjunction`]).
     pub fn is_conjunction(&self) -> bool {

@@ -293,7 +293,7 @@ impl Ofproto {
     /// goes forward, every group it names exists.)
     pub(crate) fn check_spec(&self, spec: &FlowSpec) -> Result<(), OfprotoError> {
         Self::validate(spec)?;
-        for a in &spec.actions {
+        for a in Action::flatten(&spec.actions) {
             match a {
                 Action::Group(g) if !self.groups.contains(*g) => {
                     return Err(OfprotoError::BadOutGroup(*g));
@@ -424,9 +424,8 @@ impl Ofproto {
         for (tid, t) in self.tables.iter_mut().enumerate() {
             let Some(t) = t else { continue };
             t.retain(|_, _, _, _, r| {
-                let refers = r
-                    .actions
-                    .iter()
+                let refers = Action::flatten(&r.actions)
+                    .into_iter()
                     .any(|a| matches!(a, Action::Group(g) if gone.contains(g)));
                 if refers {
                     let why = flow_mod::RemovedReason::GroupDelete;
@@ -452,7 +451,7 @@ impl Ofproto {
         for t in self.tables.iter().flatten() {
             for r in t.iter() {
                 let mut seen: Vec<u32> = Vec::new();
-                for a in &r.value.actions {
+                for a in Action::flatten(&r.value.actions) {
                     if let Action::Group(g) = a {
                         if !seen.contains(g) {
                             seen.push(*g);

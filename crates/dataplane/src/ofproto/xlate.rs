@@ -64,6 +64,8 @@ struct Ctx<'a> {
     rule_table: u8,
     rule_cookie: u64,
     rule_is_miss: bool,
+    /// `push:`/`pop:`'s stack (OVS's `ctx->stack`): right-aligned values.
+    stack: Vec<u128>,
 }
 
 impl<'a> Ctx<'a> {
@@ -87,6 +89,7 @@ impl<'a> Ctx<'a> {
             rule_table: 0,
             rule_cookie: 0,
             rule_is_miss: false,
+            stack: Vec::new(),
         }
     }
 }
@@ -150,6 +153,89 @@ fn nat_action(n: nicflow_flow::CtNat) -> nicflow_conntrack::NatAction {
     }
 }
 
+/// Is `rule` part of a conjunctive match (a "soft" match: its actions are
+/// `conjunction(...)`s, which the rule language and the codec keep alone)?
+fn is_soft(rule: &super::Rule) -> bool {
+    rule.actions.first().is_some_and(Action::is_conjunction)
+}
+
+/// OVS's `classifier_lookup__` for a table where a soft match came out on
+/// top: among every rule matching `key`, find the best ordinary ("hard")
+/// match H; then, priority by priority above H, look for a conjunction
+/// `id` of which the soft rules at that priority supply every clause, and
+/// if one is complete, the answer is the best hard rule matching `key`
+/// with `conj_id = id` (soft rules left out); if none is, the answer is H.
+/// `wc` gets every bit any of these lookups depended on.
+fn conj_lookup(
+    table: &super::Table,
+    key: &FlowKey,
+    wc: &mut [u64; FLOW_WORDS],
+) -> Option<nicflow_classifier::RuleId> {
+    use nicflow_classifier::RuleId;
+    let mut hard: Option<(RuleId, u32)> = None;
+    let mut soft: Vec<(u32, RuleId)> = Vec::new();
+    table.for_each_match_wc(key.words(), wc, 0, |id, prio, r| {
+        if is_soft(r) {
+            soft.push((prio, id));
+        } else if hard.is_none_or(|(_, p)| prio > p) {
+            hard = Some((id, prio));
+        }
+    });
+    let hard_pri = hard.map_or(-1, |(_, p)| i64::from(p));
+    soft.retain(|(p, _)| i64::from(*p) > hard_pri);
+    soft.sort_by(|a, b| b.0.cmp(&a.0));
+    for level in soft.chunk_by(|a, b| a.0 == b.0) {
+        let n_soft = level.len();
+        // Conjunction id -> clauses seen (bits above n_clauses preset, as
+        // in OVS, so "complete" is all ones).
+        let mut seen: Vec<(u32, u64)> = Vec::new();
+        for (_, rid) in level {
+            let Some(rule) = table.get(*rid) else {
+                continue;
+            };
+            let mut complete = None;
+            for a in &rule.actions {
+                let Action::Conjunction {
+                    id,
+                    clause,
+                    n_clauses,
+                } = *a
+                else {
+                    continue;
+                };
+                if usize::from(n_clauses) > n_soft || clause == 0 {
+                    continue;
+                }
+                let i = match seen.iter().position(|(c, _)| *c == id) {
+                    Some(i) => i,
+                    None => {
+                        seen.push((id, u64::MAX << (n_clauses & 63)));
+                        seen.len() - 1
+                    }
+                };
+                seen[i].1 |= 1u64 << ((clause - 1) & 63);
+                if seen[i].1 == u64::MAX {
+                    complete = Some(id);
+                    break;
+                }
+            }
+            let Some(id) = complete else { continue };
+            let mut k2 = *key;
+            k2.conj_id = id;
+            let mut best: Option<(RuleId, u32)> = None;
+            table.for_each_match_wc(k2.words(), wc, 0, |rid, prio, r| {
+                if !is_soft(r) && best.is_none_or(|(_, p)| prio > p) {
+                    best = Some((rid, prio));
+                }
+            });
+            if let Some((rid, _)) = best {
+                return Some(rid);
+            }
+        }
+    }
+    hard.map(|(id, _)| id)
+}
+
 /// See [`Ctx::unwc_vlan`]; free so it can run while the table is borrowed.
 fn unwc_vlan(wc: &mut FlowMask, origin: [Option<u8>; 2], slot: usize, bits: u16) {
     match origin[slot] {
@@ -181,10 +267,20 @@ impl Ctx<'_> {
             return;
         };
         let mut wc = [0u64; FLOW_WORDS];
-        let hit = table.lookup_wc(self.key.words(), &mut wc);
+        let hit = match table.lookup_wc(self.key.words(), &mut wc) {
+            // The best rule is part of a conjunctive match: only the
+            // conjunction as a whole can say what matched.
+            Some((_, r)) if is_soft(r) => {
+                conj_lookup(table, &self.key, &mut wc).and_then(|id| table.get(id).map(|r| (id, r)))
+            }
+            h => h,
+        };
         // The lookup saw the current tag slots; move their bits to the
         // slots the tags arrived in.
         let mut wc = FlowMask(FlowKey::from_words(&wc));
+        // conj_id is the lookup's own (0 in every packet): no datapath flow
+        // matches it.
+        wc.0.conj_id = 0;
         let tags = [wc.0.vlan_tci, wc.0.vlan_tci2];
         wc.0.vlan_tci = 0;
         wc.0.vlan_tci2 = 0;
@@ -294,6 +390,30 @@ impl Ctx<'_> {
                 nbits,
                 max_len,
             } => self.output_reg(*field, *ofs, *nbits, *max_len, table_id),
+            // A soft match: the lookup reads these, they never run (and
+            // an action list of them alone is a drop).
+            Action::Conjunction { .. } => {}
+            // A copy of the packet, with its own stack: whatever the
+            // nested actions change is undone afterwards (OVS's clone).
+            Action::Clone(inner) => {
+                let stack = self.stack.clone();
+                self.bucket(inner, table_id);
+                self.stack = stack;
+            }
+            Action::StackPush { field, ofs, n_bits } => {
+                let bits = low_bits(*n_bits) << ofs;
+                // The pushed bits may decide what a later pop writes.
+                let w = field.read(&self.wc.0) | bits;
+                field.write(&mut self.wc.0, w);
+                self.stack.push((field.read(&self.key) & bits) >> ofs);
+            }
+            Action::StackPop { field, ofs, n_bits } => {
+                // Popping an empty stack does nothing (OVS logs it).
+                if let Some(v) = self.stack.pop() {
+                    let bits = low_bits(*n_bits);
+                    self.set_field(*field, (v & bits) << ofs, bits << ofs);
+                }
+            }
             Action::Resubmit { port, table } => {
                 let saved = self.key.in_port;
                 if let Some(p) = port {
@@ -684,6 +804,15 @@ fn mix(h: u64, v: u128) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The low `n` bits set (all 128 for `n >= 128`).
+fn low_bits(n: u8) -> u128 {
+    if n >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << n) - 1
+    }
+}
+
 /// Groups (`group:N`): OVS's `xlate_group_action`.
 impl Ctx<'_> {
     fn group(&mut self, id: u32, table_id: u8) {
@@ -936,5 +1065,187 @@ pub fn translate_actions(
         install: false,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Ofproto;
+    use crate::datapath::DpAction;
+    use nicflow_flow::{FlowKey, FlowMask};
+    use nicflow_ofctl::{parse_flow, NumericPorts};
+    use std::time::Instant;
+
+    fn of(rules: &[&str]) -> Ofproto {
+        let mut of = Ofproto::new();
+        of.set_ports((1..=100).collect());
+        for r in rules {
+            let spec = parse_flow(r, &NumericPorts).unwrap_or_else(|e| panic!("{r}: {e}"));
+            of.add_flow(&spec, Instant::now()).unwrap();
+        }
+        of
+    }
+
+    fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, tp_dst: u16) -> FlowKey {
+        FlowKey {
+            in_port: 1,
+            dl_type: 0x0800,
+            nw_src: u32::from_be_bytes(src),
+            nw_dst: u32::from_be_bytes(dst),
+            nw_proto: proto,
+            nw_ttl: 64,
+            tp_dst,
+            ..FlowKey::default()
+        }
+    }
+
+    fn outputs(a: &[DpAction]) -> Vec<u32> {
+        a.iter()
+            .filter_map(|a| match a {
+                DpAction::Output(p) => Some(*p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What the translation does, and that every key agreeing with `k` on
+    /// the megaflow mask is translated the same way (the mask is sound).
+    fn run(of: &mut Ofproto, k: &FlowKey) -> (Vec<DpAction>, FlowMask) {
+        let out = of.translate(k, None);
+        assert_eq!(
+            out.mask.0.conj_id, 0,
+            "conj_id never reaches a datapath mask"
+        );
+        (out.actions, out.mask)
+    }
+
+    /// OVN's address-set ACL shape: three dimensions, a priority above and
+    /// one below, and a second conjunction sharing a dimension.
+    #[test]
+    fn conjunction_needs_every_dimension() {
+        let mut of = of(&[
+            "priority=100,ip,nw_src=198.18.0.1,actions=conjunction(1,1/3)",
+            "priority=100,ip,nw_src=198.18.0.2,actions=conjunction(1,1/3),conjunction(2,1/2)",
+            "priority=100,ip,nw_dst=198.19.0.1,actions=conjunction(1,2/3)",
+            "priority=100,ip,nw_dst=198.19.0.2,actions=conjunction(1,2/3),conjunction(2,2/2)",
+            "priority=100,tcp,tp_dst=80,actions=conjunction(1,3/3)",
+            "priority=100,conj_id=1,ip,actions=output:10",
+            "priority=100,conj_id=2,ip,actions=output:20",
+            "priority=200,ip,nw_src=198.18.0.9,actions=output:99",
+            "priority=1,ip,actions=output:2",
+        ]);
+        let cases = [
+            // all three dimensions of 1
+            (ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80), vec![10]),
+            // dimension 3 missing: the low-priority rule
+            (ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 81), vec![2]),
+            (ipv4([198, 18, 0, 1], [198, 19, 0, 1], 17, 80), vec![2]),
+            // dimension 1 missing
+            (ipv4([198, 18, 0, 3], [198, 19, 0, 1], 6, 80), vec![2]),
+            // 2 is complete with two dimensions (1 is too when tcp/80)
+            (ipv4([198, 18, 0, 2], [198, 19, 0, 2], 17, 53), vec![20]),
+            // a higher-priority ordinary rule wins over a complete match
+            (ipv4([198, 18, 0, 9], [198, 19, 0, 1], 6, 80), vec![99]),
+        ];
+        for (k, want) in &cases {
+            let (a, mask) = run(&mut of, k);
+            assert_eq!(outputs(&a), *want, "{k:?}");
+            // Any packet agreeing on the mask gets the same answer.
+            for (k2, want2) in &cases {
+                if k2.masked(&mask) == k.masked(&mask) {
+                    assert_eq!(want2, want, "{k:?} and {k2:?} share mask {mask:?}");
+                }
+            }
+        }
+        // Both 1 and 2 complete for this packet: either conj_id flow is
+        // what OVS may pick; it must be one of them.
+        let (a, _) = run(&mut of, &ipv4([198, 18, 0, 2], [198, 19, 0, 2], 6, 80));
+        assert!(matches!(outputs(&a)[..], [10] | [20]), "{a:?}");
+    }
+
+    /// The soft match at a priority only counts there: clauses at two
+    /// priorities do not add up, and an ordinary rule at the same priority
+    /// as the soft ones wins (OVS: `hard_pri >= soft_pri`).
+    #[test]
+    fn conjunction_priorities() {
+        let mut of = of(&[
+            "priority=100,ip,nw_src=198.18.0.1,actions=conjunction(1,1/2)",
+            "priority=90,ip,nw_dst=198.19.0.1,actions=conjunction(1,2/2)",
+            "priority=90,conj_id=1,ip,actions=output:10",
+            "priority=50,ip,actions=output:2",
+        ]);
+        let (a, _) = run(&mut of, &ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80));
+        assert_eq!(outputs(&a), vec![2]);
+        let mut of2 = of_with_tie();
+        let (a, _) = run(&mut of2, &ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80));
+        assert_eq!(outputs(&a), vec![3]);
+        // Without a conj_id flow, a complete conjunction falls back to the
+        // best ordinary match.
+        let mut of3 = self::of(&[
+            "priority=100,ip,nw_src=198.18.0.1,actions=conjunction(7,1/2)",
+            "priority=100,ip,nw_dst=198.19.0.1,actions=conjunction(7,2/2)",
+            "priority=5,ip,actions=output:4",
+        ]);
+        let (a, _) = run(&mut of3, &ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80));
+        assert_eq!(outputs(&a), vec![4]);
+        // And a table of soft matches only, incomplete: a miss (drop).
+        let mut of4 = self::of(&["priority=100,ip,nw_src=198.18.0.1,actions=conjunction(7,1/2)"]);
+        let (a, _) = run(&mut of4, &ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80));
+        assert!(outputs(&a).is_empty(), "{a:?}");
+    }
+
+    fn of_with_tie() -> Ofproto {
+        of(&[
+            "priority=100,ip,nw_src=198.18.0.1,actions=conjunction(1,1/2)",
+            "priority=100,ip,nw_dst=198.19.0.1,actions=conjunction(1,2/2)",
+            "priority=100,tcp,actions=output:3",
+            "priority=100,conj_id=1,ip,actions=output:10",
+        ])
+    }
+
+    /// clone: the copy's changes (fields, tags, registers) do not leak.
+    #[test]
+    fn clone_is_isolated() {
+        let mut of = of(&[
+            "priority=10,ip,actions=clone(mod_nw_dst:198.19.9.9,push_vlan:0x8100,mod_vlan_vid:7,set_field:5->reg0,output:2),resubmit(,1)",
+            "table=1,priority=10,reg0=5,actions=output:99",
+            "table=1,priority=5,actions=output:3",
+        ]);
+        let k = ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80);
+        let (a, _) = run(&mut of, &k);
+        assert_eq!(outputs(&a), vec![2, 3], "{a:?}");
+        // After the clone's output: the tag popped, the address restored.
+        let after = a.iter().position(|x| *x == DpAction::Output(2)).unwrap();
+        let rest = &a[after + 1..];
+        assert!(rest.contains(&DpAction::PopVlan), "{a:?}");
+        assert!(
+            rest.contains(&DpAction::SetIpv4Dst(k.nw_dst)),
+            "address restored before output:3: {a:?}"
+        );
+    }
+
+    /// push/pop: a stack of bit strings; pop into a packet field rewrites it;
+    /// the pushed bits join the mask; popping an empty stack does nothing.
+    #[test]
+    fn stack_push_pop() {
+        let mut of = of(&[
+            "priority=10,ip,actions=push:NXM_OF_IP_SRC[],push:NXM_OF_IP_DST[],pop:NXM_OF_IP_SRC[],pop:NXM_OF_IP_DST[],pop:NXM_NX_REG0[],output:2",
+        ]);
+        let k = ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80);
+        let (a, mask) = run(&mut of, &k);
+        assert!(a.contains(&DpAction::SetIpv4Src(k.nw_dst)), "{a:?}");
+        assert!(a.contains(&DpAction::SetIpv4Dst(k.nw_src)), "{a:?}");
+        assert_eq!(outputs(&a), vec![2]);
+        assert_eq!((mask.0.nw_src, mask.0.nw_dst), (u32::MAX, u32::MAX));
+        // Partial: the low byte of reg1 goes to bits 8..15 of reg2; the
+        // clone's own pops do not eat the outer stack... but its pushes do
+        // not survive either.
+        let mut of = self::of(&[
+            "priority=10,ip,actions=load:0xab->NXM_NX_REG1[0..7],push:NXM_NX_REG1[0..7],clone(pop:NXM_NX_REG3[0..7]),clone(push:NXM_NX_REG1[0..7]),pop:NXM_NX_REG2[8..15],pop:NXM_NX_REG4[],resubmit(,1)",
+            "table=1,priority=10,reg2=0xab00,reg3=0,reg4=0,actions=output:7",
+            "table=1,priority=5,actions=output:8",
+        ]);
+        let (a, _) = run(&mut of, &k);
+        assert_eq!(outputs(&a), vec![7], "{a:?}");
     }
 }
