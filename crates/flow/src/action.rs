@@ -129,6 +129,11 @@ pub enum Action {
     /// `goto_table`, which is where the rule language requires it to stand,
     /// so running it in list order is the same thing.
     WriteMetadata { value: u64, mask: u64 },
+    /// `controller(...)` with more than `max_len` (OVS's
+    /// `NXAST_CONTROLLER2`): a reason, a controller id, opaque `userdata`
+    /// for the controller, `pause`, a meter for the copies. See
+    /// [`ControllerOpts`] for what nicflow does with each.
+    Controller2(Box<ControllerOpts>),
     /// `conjunction(ID,K/N)`: this rule is clause `k` (1-based) of the `n`
     /// dimensions of conjunctive match `id`. Never run as an action: the
     /// lookup treats a rule whose actions are all conjunctions as a "soft"
@@ -145,6 +150,29 @@ pub enum Action {
     /// `pop:FIELD[ofs..]`: pop the top of the stack into those bits; popping
     /// an empty stack leaves the field alone (OVS logs and goes on).
     StackPop { field: Field, ofs: u8, n_bits: u8 },
+}
+
+/// The options of `controller(...)`, as OVS's `ofpact_controller`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ControllerOpts {
+    /// Bytes of the packet to send (65535: all).
+    pub max_len: u16,
+    /// Which controller connection (`id=N`; 0 = all).
+    pub controller_id: u16,
+    /// The `PACKET_IN` reason (`OFPR_*`: 0 no_match, 1 action,
+    /// 2 invalid_ttl, 3 action_set, 4 group, 5 packet_out).
+    pub reason: u8,
+    /// Opaque bytes for the controller (`NXPINT_USERDATA` of a
+    /// `PACKET_IN2`); kept and encoded, but nicflow's `PACKET_IN` cannot
+    /// carry them yet.
+    pub userdata: Vec<u8>,
+    /// Stop the pipeline here, to be resumed by the controller
+    /// (`NXT_RESUME`). nicflow has no continuations yet: the copy goes out
+    /// and the packet's walk ends at this action.
+    pub pause: bool,
+    /// Rate-limit the copies through this meter; kept and encoded, not
+    /// applied yet.
+    pub meter_id: Option<u32>,
 }
 
 /// Where a `ct` action's zone comes from.

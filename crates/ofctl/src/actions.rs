@@ -13,7 +13,9 @@
 //! A bare number or a known port name is `output` to that port.
 
 use nicflow_flow::field::ValueKind;
-use nicflow_flow::{ofp, Action, CtAction, CtNat, CtZone, Field, Match, NatKind, Prereq};
+use nicflow_flow::{
+    ofp, Action, ControllerOpts, CtAction, CtNat, CtZone, Field, Match, NatKind, Prereq,
+};
 
 use crate::error::{err, RuleError};
 use crate::lexer::{split_actions, split_args, split_key};
@@ -684,6 +686,83 @@ fn parse_ct_exec(a: &str) -> Result<(Field, u128, u128), RuleError> {
     }
 }
 
+/// `PACKET_IN` reason names, as `ovs-ofctl` spells them (`OFPR_*`).
+pub(crate) const PACKET_IN_REASONS: [&str; 6] = [
+    "no_match",
+    "action",
+    "invalid_ttl",
+    "action_set",
+    "group",
+    "packet_out",
+];
+
+/// `controller(key=value,...)`: `max_len`, `reason`, `id`, `userdata`
+/// (hex bytes, `.`-separated or not), `pause`, `meter_id`. With nothing but
+/// `max_len` it is the plain `controller:N`, as OVS encodes and prints it.
+fn parse_controller(piece: &str, inner: &str) -> Result<Action, RuleError> {
+    let bad = |r: String| RuleError::new(piece, r);
+    let mut o = ControllerOpts {
+        max_len: CONTROLLER_MAX_LEN,
+        controller_id: 0,
+        reason: 1,
+        userdata: Vec::new(),
+        pause: false,
+        meter_id: None,
+    };
+    for a in split_args(inner) {
+        match a.split_once('=') {
+            _ if a.is_empty() => {}
+            None if a == "pause" => o.pause = true,
+            Some(("max_len", v)) => o.max_len = parse_max(v, 0xffff).map_err(bad)? as u16,
+            Some(("id", v)) => o.controller_id = parse_max(v, 0xffff).map_err(bad)? as u16,
+            // 0 is OVS's NX_CTLR_NO_METER.
+            Some(("meter_id", v)) => {
+                o.meter_id =
+                    Some(parse_max(v, 0xffff_ffff).map_err(bad)? as u32).filter(|m| *m != 0)
+            }
+            Some(("reason", v)) => {
+                o.reason = PACKET_IN_REASONS
+                    .iter()
+                    .position(|r| *r == v)
+                    .ok_or_else(|| bad(format!("unknown reason \"{v}\"")))?
+                    as u8
+            }
+            Some(("userdata", v)) => {
+                let hex: String = v.chars().filter(|c| *c != '.').collect();
+                if hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return err(piece, "userdata wants hex bytes (00.01.ff)");
+                }
+                o.userdata = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+                    .collect();
+            }
+            _ => {
+                return err(
+                    piece,
+                    "unknown controller option (max_len, reason, id, userdata, pause, meter_id)",
+                )
+            }
+        }
+    }
+    Ok(controller_action(o))
+}
+
+/// The plainest action for these options (`Controller` when only
+/// `max_len` is set), so that one rule has one form.
+pub fn controller_action(o: ControllerOpts) -> Action {
+    if o.controller_id == 0
+        && o.reason == 1
+        && o.userdata.is_empty()
+        && !o.pause
+        && o.meter_id.is_none()
+    {
+        Action::Controller { max_len: o.max_len }
+    } else {
+        Action::Controller2(Box::new(o))
+    }
+}
+
 /// `conjunction(ID,K/N)`, with OVS's limits: 2 <= N <= 64, 1 <= K <= N.
 fn parse_conjunction(piece: &str, inner: &str) -> Result<Action, RuleError> {
     let bad = || RuleError::new(piece, "conjunction wants (ID,K/N)");
@@ -741,17 +820,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         ("controller", _) if colon => Action::Controller {
             max_len: parse_max(arg, 0xffff).map_err(bad)? as u16,
         },
-        ("controller", Some('(')) => {
-            let mut max_len = CONTROLLER_MAX_LEN;
-            for a in split_args(inner.unwrap_or_default()) {
-                match a.split_once('=') {
-                    _ if a.is_empty() => {}
-                    Some(("max_len", v)) => max_len = parse_max(v, 0xffff).map_err(bad)? as u16,
-                    _ => return err(piece, "unsupported controller option (only max_len=N)"),
-                }
-            }
-            Action::Controller { max_len }
-        }
+        ("controller", Some('(')) => parse_controller(piece, inner.unwrap_or_default())?,
         ("output", _) if colon => output(piece, arg, ports, matching)?,
         ("enqueue", _) if colon => parse_enqueue(piece, arg, ports)?,
         ("enqueue", Some('(')) => parse_enqueue(piece, inner.unwrap_or_default(), ports)?,

@@ -672,6 +672,35 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         Action::Enqueue { port, queue } => {
             format!("enqueue:{}:{queue}", format_port(*port, ports))
         }
+        Action::Controller2(o) => {
+            // OVS's format_CONTROLLER: defaults left out, in this order.
+            let mut parts = Vec::new();
+            if o.reason != 1 {
+                parts.push(format!(
+                    "reason={}",
+                    crate::actions::PACKET_IN_REASONS
+                        .get(usize::from(o.reason))
+                        .map_or_else(|| o.reason.to_string(), |r| r.to_string())
+                ));
+            }
+            if o.max_len != u16::MAX {
+                parts.push(format!("max_len={}", o.max_len));
+            }
+            if o.controller_id != 0 {
+                parts.push(format!("id={}", o.controller_id));
+            }
+            if !o.userdata.is_empty() {
+                let hex: Vec<String> = o.userdata.iter().map(|b| format!("{b:02x}")).collect();
+                parts.push(format!("userdata={}", hex.join(".")));
+            }
+            if o.pause {
+                parts.push("pause".into());
+            }
+            if let Some(m) = o.meter_id {
+                parts.push(format!("meter_id={m}"));
+            }
+            format!("controller({})", parts.join(","))
+        }
         Action::Conjunction {
             id,
             clause,

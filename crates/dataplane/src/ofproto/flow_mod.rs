@@ -183,7 +183,7 @@ fn outputs_to(actions: &[Action], port: u32) -> bool {
         Action::Flood => port == ofp::FLOOD,
         Action::All => port == ofp::ALL,
         Action::Local => port == ofp::LOCAL,
-        Action::Controller { .. } => port == ofp::CONTROLLER,
+        Action::Controller { .. } | Action::Controller2(_) => port == ofp::CONTROLLER,
         _ => false,
     })
 }

@@ -342,6 +342,20 @@ impl Ctx<'_> {
             Action::Flood | Action::All => self.flood(),
             Action::Local => self.output_port(ofp::LOCAL),
             Action::Controller { max_len } => self.controller(*max_len, table_id),
+            Action::Controller2(o) => {
+                self.commit();
+                self.actions.push(DpAction::Controller {
+                    max_len: o.max_len,
+                    reason: o.reason,
+                    table_id,
+                    cookie: self.rule_cookie,
+                });
+                // No continuations yet: a paused walk ends with the copy
+                // (OVS would resume it on the controller's NXT_RESUME).
+                if o.pause {
+                    self.stop = true;
+                }
+            }
             Action::Meter(id) => {
                 self.commit();
                 self.actions.push(DpAction::Meter(*id));
@@ -1247,5 +1261,46 @@ mod tests {
         ]);
         let (a, _) = run(&mut of, &k);
         assert_eq!(outputs(&a), vec![7], "{a:?}");
+    }
+}
+
+#[cfg(test)]
+mod controller_tests {
+    use super::super::Ofproto;
+    use crate::datapath::DpAction;
+    use nicflow_flow::FlowKey;
+    use nicflow_ofctl::{parse_flow, NumericPorts};
+    use std::time::Instant;
+
+    /// `controller(reason=..)` carries its reason; `pause` ends the walk
+    /// after the copy (no continuations yet), without it the walk goes on.
+    #[test]
+    fn controller2_reason_and_pause() {
+        for (rule, more) in [
+            (
+                "actions=controller(reason=no_match,userdata=01.02,pause),output:2",
+                false,
+            ),
+            (
+                "actions=controller(reason=no_match,userdata=01.02),output:2",
+                true,
+            ),
+        ] {
+            let mut of = Ofproto::new();
+            of.set_ports(vec![1, 2]);
+            of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
+                .unwrap();
+            let k = FlowKey {
+                in_port: 1,
+                ..FlowKey::default()
+            };
+            let out = of.translate(&k, None);
+            assert!(
+                matches!(out.actions[0], DpAction::Controller { reason: 0, .. }),
+                "{rule}: {:?}",
+                out.actions
+            );
+            assert_eq!(out.actions.contains(&DpAction::Output(2)), more, "{rule}");
+        }
     }
 }

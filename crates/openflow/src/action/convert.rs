@@ -288,6 +288,22 @@ fn nat_to_nicflow(n: &NxNat) -> CtNat {
     }
 }
 
+/// The plainest action for these controller options (as the rule
+/// language's `controller_action`): `output:CONTROLLER` when only
+/// `max_len` is set, so a rule has one form whichever way it came.
+fn nicflow_ofctl_controller(o: nicflow_flow::ControllerOpts) -> Action {
+    if o.controller_id == 0
+        && o.reason == OFPR_ACTION
+        && o.userdata.is_empty()
+        && !o.pause
+        && o.meter_id.is_none()
+    {
+        Action::Controller { max_len: o.max_len }
+    } else {
+        Action::Controller2(Box::new(o))
+    }
+}
+
 fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError> {
     Ok(Some(match a {
         OfAction::Output { port, max_len } => output(*port, *max_len)?,
@@ -359,15 +375,23 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             controller_id,
             reason,
         } => {
-            if *controller_id != 0 || *reason != OFPR_ACTION {
+            if *reason > 5 {
                 return Err(e::BAC_BAD_ARG);
             }
-            Action::Controller { max_len: *max_len }
+            nicflow_ofctl_controller(nicflow_flow::ControllerOpts {
+                max_len: *max_len,
+                controller_id: *controller_id,
+                reason: *reason,
+                userdata: Vec::new(),
+                pause: false,
+                meter_id: None,
+            })
         }
         OfAction::Ct(ct) => ct_to_nicflow(ct)?,
         // NAT only makes sense inside ct(...).
         OfAction::Nat(_) => return Err(e::BAC_BAD_ARG),
         OfAction::CtClear => Action::CtClear,
+        OfAction::Controller2(o) => nicflow_ofctl_controller((**o).clone()),
         OfAction::Conjunction {
             id,
             clause,
@@ -575,6 +599,18 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
             // to select and this crate no `SET_QUEUE`, so the output alone
             // goes out; the queue number is not on the wire.
             Action::Enqueue { port: p, .. } => out.push(port(*p)),
+            Action::Controller2(o) => {
+                // OVS sends the old NXAST_CONTROLLER when it can carry them.
+                if o.userdata.is_empty() && !o.pause && o.meter_id.is_none() {
+                    out.push(OfAction::Controller {
+                        max_len: o.max_len,
+                        controller_id: o.controller_id,
+                        reason: o.reason,
+                    });
+                } else {
+                    out.push(OfAction::Controller2(o.clone()));
+                }
+            }
             Action::Conjunction {
                 id,
                 clause,

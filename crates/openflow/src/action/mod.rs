@@ -117,6 +117,8 @@ pub enum OfAction {
     Nat(NxNat),
     /// `NXAST_CT_CLEAR`.
     CtClear,
+    /// `NXAST_CONTROLLER2`: properties, each only when not the default.
+    Controller2(Box<nicflow_flow::ControllerOpts>),
     /// `NXAST_CONJUNCTION`: `clause` is 0-based on the wire (the rule
     /// language's `k` minus one).
     Conjunction {

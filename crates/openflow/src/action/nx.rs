@@ -26,6 +26,17 @@ pub mod nxast {
     pub const STACK_POP: u16 = 28;
     pub const CONJUNCTION: u16 = 34;
     pub const CLONE: u16 = 42;
+    pub const CONTROLLER2: u16 = 37;
+}
+
+/// `NXAC2PT_*`: the properties of `NXAST_CONTROLLER2`.
+pub mod nxac2pt {
+    pub const MAX_LEN: u16 = 0;
+    pub const CONTROLLER_ID: u16 = 1;
+    pub const REASON: u16 = 2;
+    pub const USERDATA: u16 = 3;
+    pub const PAUSE: u16 = 4;
+    pub const METER_ID: u16 = 5;
 }
 
 /// `NX_CT_F_*`.
@@ -280,6 +291,13 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
                 n_clauses,
             }
         }
+        nxast::CONTROLLER2 => {
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            a.pad(6)?;
+            OfAction::Controller2(Box::new(decode_controller2(a.rest())?))
+        }
         nxast::CLONE => {
             if len < 16 {
                 return Err(e::BAC_BAD_LEN);
@@ -306,6 +324,79 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
         }
         _ => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
     })
+}
+
+/// The properties of `NXAST_CONTROLLER2` (OVS's `decode_NXAST_RAW_CONTROLLER2`):
+/// type, length (header included, padding not), value, padding to 8.
+fn decode_controller2(mut p: &[u8]) -> Result<nicflow_flow::ControllerOpts, OfpError> {
+    let mut o = nicflow_flow::ControllerOpts {
+        max_len: u16::MAX,
+        controller_id: 0,
+        reason: 1,
+        userdata: Vec::new(),
+        pause: false,
+        meter_id: None,
+    };
+    while !p.is_empty() {
+        if p.len() < 4 {
+            return Err(e::BAC_BAD_LEN);
+        }
+        let ty = u16::from_be_bytes([p[0], p[1]]);
+        let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+        let padded = len.div_ceil(8) * 8;
+        if len < 4 || padded > p.len() {
+            return Err(e::BAC_BAD_LEN);
+        }
+        let v = &p[4..len];
+        let want = |n: usize| {
+            if v.len() == n {
+                Ok(())
+            } else {
+                Err(e::BAC_BAD_LEN)
+            }
+        };
+        match ty {
+            nxac2pt::MAX_LEN => {
+                want(2)?;
+                o.max_len = u16::from_be_bytes([v[0], v[1]]);
+            }
+            nxac2pt::CONTROLLER_ID => {
+                want(2)?;
+                o.controller_id = u16::from_be_bytes([v[0], v[1]]);
+            }
+            nxac2pt::REASON => {
+                want(1)?;
+                // OFPR_* up to packet_out.
+                if v[0] > 5 {
+                    return Err(e::BAC_BAD_ARG);
+                }
+                o.reason = v[0];
+            }
+            nxac2pt::USERDATA => o.userdata = v.to_vec(),
+            nxac2pt::PAUSE => {
+                want(0)?;
+                o.pause = true;
+            }
+            nxac2pt::METER_ID => {
+                want(4)?;
+                let m = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
+                o.meter_id = (m != 0).then_some(m);
+            }
+            // OVS: OFPPROP_UNKNOWN on an unknown property.
+            _ => return Err(e::BAC_BAD_ARG),
+        }
+        p = &p[padded..];
+    }
+    Ok(o)
+}
+
+/// One property of `NXAST_CONTROLLER2`, padded to 8.
+fn put_prop(out: &mut Vec<u8>, ty: u16, v: &[u8]) {
+    let at = out.len();
+    wire::put_u16(out, ty);
+    wire::put_u16(out, (4 + v.len()) as u16);
+    out.extend_from_slice(v);
+    wire::pad8_from(out, at);
 }
 
 fn decode_nat(a: &mut Reader<'_>) -> Result<NxNat, OfpError> {
@@ -538,6 +629,30 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
             wire::put_u8(out, *clause);
             wire::put_u8(out, *n_clauses);
             wire::put_u32(out, *id);
+            finish(out, at, 16);
+        }
+        OfAction::Controller2(o) => {
+            // OVS's encode_CONTROLLER: defaults are left out.
+            let at = start(out, nxast::CONTROLLER2);
+            wire::put_zeros(out, 6);
+            if o.max_len != u16::MAX {
+                put_prop(out, nxac2pt::MAX_LEN, &o.max_len.to_be_bytes());
+            }
+            if o.controller_id != 0 {
+                put_prop(out, nxac2pt::CONTROLLER_ID, &o.controller_id.to_be_bytes());
+            }
+            if o.reason != 1 {
+                put_prop(out, nxac2pt::REASON, &[o.reason]);
+            }
+            if !o.userdata.is_empty() {
+                put_prop(out, nxac2pt::USERDATA, &o.userdata);
+            }
+            if o.pause {
+                put_prop(out, nxac2pt::PAUSE, &[]);
+            }
+            if let Some(m) = o.meter_id {
+                put_prop(out, nxac2pt::METER_ID, &m.to_be_bytes());
+            }
             finish(out, at, 16);
         }
         OfAction::Clone(inner) => {
