@@ -550,7 +550,6 @@ impl Field {
                 | Field::NwFrag
                 | Field::TcpFlags
                 | Field::NwProto
-                | Field::ArpOp
                 | Field::TunFlags
                 | Field::CtState
                 | Field::CtZone

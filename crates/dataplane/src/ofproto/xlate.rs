@@ -587,7 +587,9 @@ impl Ctx<'_> {
     fn set_field(&mut self, field: Field, value: u128, mask: u128) {
         let applies = match field {
             Field::NwSrc | Field::NwDst => self.is_dl(ETH_IPV4) || self.is_dl(ETH_ARP),
-            Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha => self.is_dl(ETH_ARP),
+            Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha | Field::ArpOp => {
+                self.is_dl(ETH_ARP)
+            }
             Field::NwTos | Field::NwTtl => self.is_ip(),
             Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => self.is_dl(ETH_IPV6),
             Field::TpSrc | Field::TpDst => self.has_ports(),
@@ -778,6 +780,9 @@ impl Ctx<'_> {
                 }
                 if k.arp_tha != c.arp_tha {
                     a.push(DpAction::SetArpTha(k.arp_tha));
+                }
+                if k.nw_proto != c.nw_proto {
+                    a.push(DpAction::SetArpOp(k.nw_proto));
                 }
             }
             ETH_IPV6 => {
@@ -1302,5 +1307,41 @@ mod controller_tests {
             );
             assert_eq!(out.actions.contains(&DpAction::Output(2)), more, "{rule}");
         }
+    }
+}
+
+#[cfg(test)]
+mod arp_op_tests {
+    use super::super::Ofproto;
+    use crate::datapath::DpAction;
+    use nicflow_flow::FlowKey;
+    use nicflow_ofctl::{parse_flow, NumericPorts};
+    use std::time::Instant;
+
+    /// OVN's ARP responder: the request becomes a reply in place.
+    #[test]
+    fn arp_request_becomes_reply() {
+        let mut of = Ofproto::new();
+        of.set_ports(vec![1, 2]);
+        let rule = "arp,arp_op=1,actions=set_field:2->arp_op,push:NXM_OF_ARP_SPA[],push:NXM_OF_ARP_TPA[],pop:NXM_OF_ARP_SPA[],pop:NXM_OF_ARP_TPA[],in_port";
+        of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
+            .unwrap();
+        let k = FlowKey {
+            in_port: 1,
+            dl_type: 0x0806,
+            nw_proto: 1,
+            nw_src: 0xc612_0001,
+            nw_dst: 0xc612_0002,
+            ..FlowKey::default()
+        };
+        let out = of.translate(&k, None);
+        assert!(
+            out.actions.contains(&DpAction::SetArpOp(2)),
+            "{:?}",
+            out.actions
+        );
+        assert!(out.actions.contains(&DpAction::SetArpSpa(0xc612_0002)));
+        assert!(out.actions.contains(&DpAction::SetArpTpa(0xc612_0001)));
+        assert_eq!(out.actions.last(), Some(&DpAction::Output(1)));
     }
 }
