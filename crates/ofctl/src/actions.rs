@@ -729,7 +729,7 @@ fn parse_controller(piece: &str, inner: &str) -> Result<Action, RuleError> {
             }
             Some(("userdata", v)) => {
                 let hex: String = v.chars().filter(|c| *c != '.').collect();
-                if hex.len() % 2 != 0 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
                     return err(piece, "userdata wants hex bytes (00.01.ff)");
                 }
                 o.userdata = (0..hex.len())

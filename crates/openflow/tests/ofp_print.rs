@@ -466,7 +466,7 @@ fn ovn_actions_read_back_by_ovs() {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
-            r#match: m.clone(),
+            r#match: m,
             instructions: insts.clone(),
         };
         // nicflow's own decoder gives the rule back.

@@ -183,7 +183,7 @@ fn conj_lookup(
     });
     let hard_pri = hard.map_or(-1, |(_, p)| i64::from(p));
     soft.retain(|(p, _)| i64::from(*p) > hard_pri);
-    soft.sort_by(|a, b| b.0.cmp(&a.0));
+    soft.sort_by_key(|s| std::cmp::Reverse(s.0));
     for level in soft.chunk_by(|a, b| a.0 == b.0) {
         let n_soft = level.len();
         // Conjunction id -> clauses seen (bits above n_clauses preset, as
