@@ -206,6 +206,21 @@ pub struct CtAction {
     pub set_label: Option<(u128, u128)>,
     /// `nat` / `nat(src=..)` / `nat(dst=..)`.
     pub nat: Option<CtNat>,
+    /// `exec(move:SRC[..]->ct_mark|ct_label[..])`, after the `set_field`s
+    /// (needs `commit`): the bits are read from the packet when the action
+    /// runs (OVN stores the reply's Ethernet source in `ct_label` so).
+    pub moves: Vec<CtMove>,
+}
+
+/// One `move:` inside `ct(exec(...))`: `n_bits` bits of `src` from bit
+/// `src_ofs` into `dst` (`ct_mark` or `ct_label`) at bit `dst_ofs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CtMove {
+    pub src: Field,
+    pub src_ofs: u8,
+    pub dst: Field,
+    pub dst_ofs: u8,
+    pub n_bits: u8,
 }
 
 /// Which side a `nat(...)` rewrites.

@@ -14,7 +14,7 @@
 
 use nicflow_flow::field::ValueKind;
 use nicflow_flow::{
-    ofp, Action, ControllerOpts, CtAction, CtNat, CtZone, Field, Match, NatKind, Prereq,
+    ofp, Action, ControllerOpts, CtAction, CtMove, CtNat, CtZone, Field, Match, NatKind, Prereq,
 };
 
 use crate::error::{err, RuleError};
@@ -561,6 +561,7 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
         set_mark: None,
         set_label: None,
         nat: None,
+        moves: Vec::new(),
     };
     let mut exec_given = false;
     for arg in split_actions(inner)? {
@@ -592,6 +593,10 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
                 };
                 exec_given = true;
                 for a in split_actions(body)? {
+                    if let Some(("move", arg)) = a.split_once(':') {
+                        ct.moves.push(parse_ct_move(a, arg, matching)?);
+                        continue;
+                    }
                     // Later writes combine with earlier ones bit by bit.
                     let (f, value, mask) = parse_ct_exec(a)?;
                     if f == Field::CtMark {
@@ -684,6 +689,33 @@ fn parse_ct_exec(a: &str) -> Result<(Field, u128, u128), RuleError> {
         }
         _ => only(),
     }
+}
+
+/// `move:SRC[..]->NXM_NX_CT_MARK[..]|NXM_NX_CT_LABEL[..]` inside
+/// `ct(exec(...))`: the only destinations OVS allows there.
+fn parse_ct_move(piece: &str, arg: &str, matching: &Match) -> Result<CtMove, RuleError> {
+    let Some((src, dst)) = arg.split_once("->") else {
+        return err(piece, "move wants SRC[bits]->DST[bits]");
+    };
+    let (sf, so, sw) = parse_subfield(piece, src)?;
+    let (df, d_o, dw) = parse_subfield(piece, dst)?;
+    if !matches!(df, Field::CtMark | Field::CtLabel) {
+        return err(piece, "ct exec may only set ct_mark or ct_label");
+    }
+    if sw != dw {
+        return err(
+            piece,
+            format!("source is {sw} bits wide, destination {dw} bits"),
+        );
+    }
+    Need::P(sf.prereq()).check(matching, piece, sf.name())?;
+    Ok(CtMove {
+        src: sf,
+        src_ofs: so as u8,
+        dst: df,
+        dst_ofs: d_o as u8,
+        n_bits: sw as u8,
+    })
 }
 
 /// `PACKET_IN` reason names, as `ovs-ofctl` spells them (`OFPR_*`).

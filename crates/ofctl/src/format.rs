@@ -170,6 +170,13 @@ fn format_ct(c: &CtAction) -> String {
     if let Some((v, m)) = c.set_label {
         put(Field::CtLabel, v, m);
     }
+    for mv in &c.moves {
+        exec.push(format!(
+            "move:{}->{}",
+            subfield(mv.src, mv.src_ofs.into(), mv.n_bits.into()),
+            subfield(mv.dst, mv.dst_ofs.into(), mv.n_bits.into())
+        ));
+    }
     if !exec.is_empty() {
         parts.push(format!("exec({})", exec.join(",")));
     }

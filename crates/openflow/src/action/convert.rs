@@ -221,6 +221,7 @@ fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
         set_mark: None,
         set_label: None,
         nat: None,
+        moves: Vec::new(),
     };
     for a in &ct.actions {
         let (f, v, mask) = match a {
@@ -250,6 +251,24 @@ fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
                 u128::from(*value) << ofs,
                 ones((*n_bits).into()) << ofs,
             ),
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } if commit && matches!(dst, OxmField::CtMark | OxmField::CtLabel) => {
+                let (src, src_ofs) = subfield(*src, *src_ofs, *n_bits)?;
+                let (dst, dst_ofs) = subfield(*dst, *dst_ofs, *n_bits)?;
+                c.moves.push(nicflow_flow::CtMove {
+                    src,
+                    src_ofs,
+                    dst,
+                    dst_ofs,
+                    n_bits: *n_bits as u8,
+                });
+                continue;
+            }
             _ => return Err(e::BAC_BAD_ARG),
         };
         if !commit {
@@ -689,6 +708,15 @@ fn ct_from_nicflow(c: &CtAction, m: &Match) -> Result<OfAction, OfpError> {
     }
     if let Some((v, mask)) = c.set_label {
         write_field(Field::CtLabel, v, mask, m, &mut actions)?;
+    }
+    for mv in &c.moves {
+        actions.push(OfAction::RegMove {
+            src: OxmField::for_nicflow(mv.src).ok_or(e::BAC_BAD_ARG)?,
+            src_ofs: mv.src_ofs.into(),
+            dst: OxmField::for_nicflow(mv.dst).ok_or(e::BAC_BAD_ARG)?,
+            dst_ofs: mv.dst_ofs.into(),
+            n_bits: mv.n_bits.into(),
+        });
     }
     let mut flags = 0;
     if c.commit {

@@ -253,7 +253,7 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
                     OfAction::SetField(en) | OfAction::RegLoad2(en) => {
                         matches!(en.field, OxmField::CtMark | OxmField::CtLabel)
                     }
-                    OfAction::RegLoad { dst, .. } => {
+                    OfAction::RegLoad { dst, .. } | OfAction::RegMove { dst, .. } => {
                         matches!(dst, OxmField::CtMark | OxmField::CtLabel)
                     }
                     _ => false,
