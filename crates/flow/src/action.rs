@@ -141,6 +141,12 @@ pub enum Action {
     /// (at one priority, above any ordinary match) it is looked up again
     /// with `conj_id=id` (OVS's classifier semantics, ovs-fields(7)).
     Conjunction { id: u32, clause: u8, n_clauses: u8 },
+    /// `check_pkt_larger(LEN)->DST[ofs]`: bit `ofs` of `dst` becomes 1
+    /// when the frame (L2 header included, as the kernel's
+    /// `check_pkt_len`) is longer than `len` bytes, 0 otherwise. The
+    /// length is in no flow key, so a translation that runs it is not
+    /// cached: every such packet goes through the slow path.
+    CheckPktLarger { len: u16, dst: Field, ofs: u8 },
     /// `clone(ACTIONS)`: run `ACTIONS` on a copy of the packet; whatever
     /// they change (fields, tags, registers) is undone afterwards.
     Clone(Vec<Action>),

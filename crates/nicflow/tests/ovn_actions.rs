@@ -127,3 +127,40 @@ fn arp_responder_turns_a_request_into_a_reply() {
         assert_eq!(h[1].take_tx().len(), 0);
     }
 }
+
+/// `check_pkt_larger`: the frame's length decides, packet by packet, also
+/// for frames of one flow (the length is in no flow key, so the decision
+/// is never cached).
+#[test]
+fn check_pkt_larger_decides_per_frame() {
+    let (mut br, h) = bridge(3);
+    let now = Instant::now();
+    br.add_flow_str(
+        "in_port=p1,ip,actions=check_pkt_larger(100)->NXM_NX_REG0[0],resubmit(,1)",
+        now,
+    )
+    .unwrap();
+    br.add_flow_str("table=1,reg0=0x1/0x1,actions=output:p2", now)
+        .unwrap();
+    br.add_flow_str("table=1,actions=output:p3", now).unwrap();
+    let frame = |payload: usize| {
+        FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .udp(1000, 53)
+            .payload(&vec![0u8; payload])
+            .build()
+    };
+    for round in 0..3 {
+        for (payload, want) in [
+            (10, [0, 0, 1]),
+            (200, [0, 1, 0]),
+            (58, [0, 0, 1]),
+            (59, [0, 1, 0]),
+        ] {
+            let f = frame(payload);
+            h[0].inject(&f);
+            br.run_until_idle(now);
+            assert_eq!(sent(&h), want, "round {round}: {} bytes", f.len());
+        }
+    }
+}

@@ -795,6 +795,28 @@ pub fn controller_action(o: ControllerOpts) -> Action {
     }
 }
 
+/// `LEN)->DST[bit]` after `check_pkt_larger(`: a one-bit, settable
+/// destination, as OVS requires.
+fn parse_check_pkt_larger(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
+    let Some((len, dst)) = arg.split_once(")->") else {
+        return err(piece, "check_pkt_larger wants (LEN)->DST[bit]");
+    };
+    let len = parse_max(len.trim(), 0xffff).map_err(|r| RuleError::new(piece, r))? as u16;
+    let (dst, ofs, width) = parse_subfield(piece, dst.trim())?;
+    if width != 1 {
+        return err(piece, "check_pkt_larger writes one bit (DST[bit])");
+    }
+    if !dst.settable() {
+        return err(piece, not_settable(dst));
+    }
+    set_need(dst).check(matching, piece, dst.name())?;
+    Ok(Action::CheckPktLarger {
+        len,
+        dst,
+        ofs: ofs as u8,
+    })
+}
+
 /// `conjunction(ID,K/N)`, with OVS's limits: 2 <= N <= 64, 1 <= K <= N.
 fn parse_conjunction(piece: &str, inner: &str) -> Result<Action, RuleError> {
     let bad = || RuleError::new(piece, "conjunction wants (ID,K/N)");
@@ -829,6 +851,11 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
     let (name, delim, arg) = split_key(piece);
     let lname = name.to_ascii_lowercase();
     let bad = |r: String| RuleError::new(piece, r);
+    // `check_pkt_larger(LEN)->DST[bit]`: the one action with text after
+    // its parentheses.
+    if lname == "check_pkt_larger" && delim == Some('(') {
+        return parse_check_pkt_larger(piece, arg, matching).map(Some);
+    }
     // `name(args)`: the argument list must close the piece.
     let inner = if delim == Some('(') {
         match arg.strip_suffix(')') {

@@ -713,6 +713,12 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
             clause,
             n_clauses,
         } => format!("conjunction({id},{clause}/{n_clauses})"),
+        Action::CheckPktLarger { len, dst, ofs } => {
+            format!(
+                "check_pkt_larger({len})->{}",
+                subfield(*dst, (*ofs).into(), 1)
+            )
+        }
         Action::Clone(inner) => format!("clone({})", format_actions(inner, ports)),
         Action::StackPush { field, ofs, n_bits } => {
             format!("push:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))

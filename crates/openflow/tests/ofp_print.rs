@@ -452,6 +452,10 @@ fn ovn_actions_read_back_by_ovs() {
             &["actions=push:NXM_NX_REG0[],pop:NXM_NX_REG1[0..15],push:NXM_NX_REG2[8..15],pop:NXM_NX_REG3[16..23]"],
         ),
         (
+            "ip,actions=check_pkt_larger(1518)->NXM_NX_REG9[1],resubmit(,1)",
+            &["actions=check_pkt_larger(1518)->NXM_NX_REG9[1],resubmit(,1)"],
+        ),
+        (
             "ip,actions=ct(commit,zone=5,exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[32..79]))",
             &["actions=ct(commit,zone=5,exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[32..79]))"],
         ),

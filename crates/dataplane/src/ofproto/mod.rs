@@ -539,8 +539,18 @@ impl Ofproto {
     /// Translate a packet's key into a datapath flow. `learn` enables side
     /// effects (MAC learning); revalidation runs without them.
     pub fn translate(&mut self, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
+        self.translate_len(key, None, learn)
+    }
+
+    /// [`Ofproto::translate`] knowing the frame's length (an upcall's).
+    pub fn translate_len(
+        &mut self,
+        key: &FlowKey,
+        pkt_len: Option<usize>,
+        learn: Option<Instant>,
+    ) -> XlateOut {
         self.stats.xlates += 1;
-        let out = xlate::translate(self, key, learn);
+        let out = xlate::translate_len(self, key, pkt_len, learn);
         if !out.rules.iter().any(|r| r.rule.is_some()) {
             self.stats.table_misses += 1;
         }
@@ -557,8 +567,8 @@ fn covers(filter: &Match, key: &[u64; FLOW_WORDS], mask: &[u64; FLOW_WORDS]) -> 
 }
 
 impl UpcallHandler for Ofproto {
-    fn upcall(&mut self, key: &FlowKey, _packet: &[u8], now: Instant) -> XlateOut {
-        self.translate(key, Some(now))
+    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
+        self.translate_len(key, Some(packet.len()), Some(now))
     }
 
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {

@@ -66,6 +66,9 @@ struct Ctx<'a> {
     rule_is_miss: bool,
     /// `push:`/`pop:`'s stack (OVS's `ctx->stack`): right-aligned values.
     stack: Vec<u128>,
+    /// The frame's length, for `check_pkt_larger` (unknown when
+    /// revalidating: the answer is then "not larger", and uncached).
+    pkt_len: Option<usize>,
 }
 
 impl<'a> Ctx<'a> {
@@ -90,12 +93,24 @@ impl<'a> Ctx<'a> {
             rule_cookie: 0,
             rule_is_miss: false,
             stack: Vec::new(),
+            pkt_len: None,
         }
     }
 }
 
 pub fn translate(of: &mut Ofproto, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
+    translate_len(of, key, None, learn)
+}
+
+/// [`translate`] for a packet of `pkt_len` bytes (`check_pkt_larger`).
+pub fn translate_len(
+    of: &mut Ofproto,
+    key: &FlowKey,
+    pkt_len: Option<usize>,
+    learn: Option<Instant>,
+) -> XlateOut {
     let mut ctx = Ctx::new(of, key, learn);
+    ctx.pkt_len = pkt_len;
     // The datapath always matches the input port (outputs are relative to
     // it) and the recirculation pass.
     ctx.wc.0.in_port = u32::MAX;
@@ -413,6 +428,13 @@ impl Ctx<'_> {
                 let stack = self.stack.clone();
                 self.bucket(inner, table_id);
                 self.stack = stack;
+            }
+            Action::CheckPktLarger { len, dst, ofs } => {
+                // The answer depends on the frame's length, which no
+                // datapath flow matches: this translation stays uncached.
+                self.uncacheable = true;
+                let larger = self.pkt_len.unwrap_or(0) > usize::from(*len);
+                self.set_field(*dst, u128::from(larger) << ofs, 1u128 << ofs);
             }
             Action::StackPush { field, ofs, n_bits } => {
                 let bits = low_bits(*n_bits) << ofs;

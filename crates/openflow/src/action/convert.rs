@@ -427,6 +427,17 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             }
             Action::Clone(inner)
         }
+        OfAction::CheckPktLarger { pkt_len, dst, ofs } => {
+            let (dst, ofs) = subfield(*dst, *ofs, 1)?;
+            if !dst.settable() {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            Action::CheckPktLarger {
+                len: *pkt_len,
+                dst,
+                ofs,
+            }
+        }
         OfAction::StackPush { field, ofs, n_bits } => {
             let (field, ofs) = subfield(*field, *ofs, *n_bits)?;
             Action::StackPush {
@@ -640,6 +651,11 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
                 n_clauses: *n_clauses,
             }),
             Action::Clone(inner) => out.push(OfAction::Clone(actions_from_nicflow(inner, m)?)),
+            Action::CheckPktLarger { len, dst, ofs } => out.push(OfAction::CheckPktLarger {
+                pkt_len: *len,
+                dst: OxmField::for_nicflow(*dst).ok_or(e::BAC_BAD_ARG)?,
+                ofs: (*ofs).into(),
+            }),
             Action::StackPush { field, ofs, n_bits } | Action::StackPop { field, ofs, n_bits } => {
                 let f = OxmField::for_nicflow(*field).ok_or(e::BAC_BAD_ARG)?;
                 let (ofs, n_bits) = ((*ofs).into(), (*n_bits).into());

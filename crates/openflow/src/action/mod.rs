@@ -126,6 +126,13 @@ pub enum OfAction {
         clause: u8,
         n_clauses: u8,
     },
+    /// `NXAST_CHECK_PKT_LARGER`: bit `ofs` of `dst` := frame longer
+    /// than `pkt_len`.
+    CheckPktLarger {
+        pkt_len: u16,
+        dst: OxmField,
+        ofs: u16,
+    },
     /// `NXAST_CLONE` with its nested actions.
     Clone(Vec<OfAction>),
     /// `NXAST_STACK_PUSH` / `NXAST_STACK_POP` of bits `ofs..ofs+n_bits`

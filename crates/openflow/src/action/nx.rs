@@ -27,6 +27,7 @@ pub mod nxast {
     pub const CONJUNCTION: u16 = 34;
     pub const CLONE: u16 = 42;
     pub const CONTROLLER2: u16 = 37;
+    pub const CHECK_PKT_LARGER: u16 = 49;
 }
 
 /// `NXAC2PT_*`: the properties of `NXAST_CONTROLLER2`.
@@ -297,6 +298,17 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
             }
             a.pad(6)?;
             OfAction::Controller2(Box::new(decode_controller2(a.rest())?))
+        }
+        nxast::CHECK_PKT_LARGER => {
+            fixed(24)?;
+            let pkt_len = a.u16()?;
+            let ofs = a.u16()?;
+            let (dst, _) = oxm::read_field_header(a, Ctx::Action)?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(dst, ofs, 1)?;
+            OfAction::CheckPktLarger { pkt_len, dst, ofs }
         }
         nxast::CLONE => {
             if len < 16 {
@@ -654,6 +666,13 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
                 put_prop(out, nxac2pt::METER_ID, &m.to_be_bytes());
             }
             finish(out, at, 16);
+        }
+        OfAction::CheckPktLarger { pkt_len, dst, ofs } => {
+            let at = start(out, nxast::CHECK_PKT_LARGER);
+            wire::put_u16(out, *pkt_len);
+            wire::put_u16(out, *ofs);
+            oxm::write_field_header(out, *dst, true);
+            finish(out, at, 24);
         }
         OfAction::Clone(inner) => {
             let at = start(out, nxast::CLONE);
