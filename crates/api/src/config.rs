@@ -283,7 +283,7 @@ impl BridgeConfig {
     }
 
     /// More than one uplink is an error naming them.
-    pub fn check_uplinks(&self) -> Result<(), String> {
+    pub fn check_uplinks(&self) -> Result<(), SchemaError> {
         let ups: Vec<&str> = self
             .ports
             .iter()
@@ -291,11 +291,10 @@ impl BridgeConfig {
             .map(|p| p.name.as_str())
             .collect();
         if ups.len() > 1 {
-            return Err(format!(
-                "bridge {}: more than one uplink port ({}); a bridge has at most one",
-                self.name,
-                ups.join(", ")
-            ));
+            return Err(SchemaError::SecondUplink {
+                bridge: self.name.clone(),
+                ports: ups.iter().map(|p| p.to_string()).collect(),
+            });
         }
         Ok(())
     }
@@ -317,6 +316,43 @@ impl VfConfig {
     }
 }
 
+/// Why a configuration text is refused. A syntax error gives the line and
+/// column and toml's message, never the offending line itself: it may hold
+/// a key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("line {line}, column {column}: {message}")]
+    Syntax {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A toml error without a position.
+    #[error("{0}")]
+    Toml(String),
+    #[error("bridge {bridge}: more than one uplink port ({}); a bridge has at most one", ports.join(", "))]
+    SecondUplink { bridge: String, ports: Vec<String> },
+    #[error("bridge `{0}` is configured twice (bridge names are unique)")]
+    DuplicateBridge(String),
+    #[error(
+        "bridge {bridge}: port `{port}` is configured twice (port names are unique per bridge)"
+    )]
+    DuplicatePort { bridge: String, port: String },
+    /// `first` and `second` as [`Config::iface_user`] names them.
+    #[error("interface `{iface}` is attached twice: as {first} and as {second}")]
+    DuplicateIface {
+        iface: String,
+        first: String,
+        second: String,
+    },
+    #[error("interface `{iface}` is {tunnel} and also attached as {user}")]
+    UnderlayAttached {
+        iface: String,
+        tunnel: String,
+        user: String,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
@@ -324,8 +360,12 @@ pub enum ConfigError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path}: {message}")]
-    Parse { path: String, message: String },
+    #[error("{path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: SchemaError,
+    },
     #[error("writing {path}: {source}")]
     Write {
         path: String,
@@ -346,9 +386,9 @@ impl Config {
                 })
             }
         };
-        let c = Config::parse(&text).map_err(|message| ConfigError::Parse {
+        let c = Config::parse(&text).map_err(|source| ConfigError::Parse {
             path: path.display().to_string(),
-            message,
+            source,
         })?;
         c.keep_private(path);
         Ok(c)
@@ -389,15 +429,19 @@ impl Config {
 
     /// Errors give the line and column and toml's message, never the
     /// offending line itself: it may be a key's.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    pub fn parse(text: &str) -> Result<Config, SchemaError> {
         let c: Config = toml::from_str(text).map_err(|e| match e.span() {
             Some(span) => {
                 let before = text.get(..span.start).unwrap_or(text);
                 let line = before.matches('\n').count() + 1;
                 let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                format!("line {line}, column {col}: {}", e.message().trim_end())
+                SchemaError::Syntax {
+                    line,
+                    column: col,
+                    message: e.message().trim_end().to_string(),
+                }
             }
-            None => e.message().trim_end().to_string(),
+            None => SchemaError::Toml(e.message().trim_end().to_string()),
         })?;
         for b in &c.bridges {
             b.check_uplinks()?;
@@ -411,40 +455,41 @@ impl Config {
     /// one interface steal each other's traffic and delete each other's
     /// upcall veth), or an interface that is both a port and a tunnel's
     /// underlay. Tunnel ports may share an underlay (they share its socket).
-    pub fn check_unique(&self) -> Result<(), String> {
+    pub fn check_unique(&self) -> Result<(), SchemaError> {
         let mut bridges = std::collections::BTreeSet::new();
         let mut ifaces: BTreeMap<&str, String> = BTreeMap::new();
         for b in &self.bridges {
             if !bridges.insert(b.name.as_str()) {
-                return Err(format!(
-                    "bridge `{}` is configured twice (bridge names are unique)",
-                    b.name
-                ));
+                return Err(SchemaError::DuplicateBridge(b.name.clone()));
             }
             let mut names = std::collections::BTreeSet::new();
             let ports = b.ports.iter().map(|p| p.name.as_str());
             for n in ports.chain(b.vfs.iter().map(|v| v.representor.as_str())) {
                 if !names.insert(n) {
-                    return Err(format!(
-                        "bridge {}: port `{n}` is configured twice (port names are unique per bridge)",
-                        b.name
-                    ));
+                    return Err(SchemaError::DuplicatePort {
+                        bridge: b.name.clone(),
+                        port: n.to_string(),
+                    });
                 }
             }
             for (iface, user) in b.iface_users() {
                 if let Some(first) = ifaces.insert(iface, user.clone()) {
-                    return Err(format!(
-                        "interface `{iface}` is attached twice: as {first} and as {user}"
-                    ));
+                    return Err(SchemaError::DuplicateIface {
+                        iface: iface.to_string(),
+                        first,
+                        second: user,
+                    });
                 }
             }
         }
         for b in &self.bridges {
             for (underlay, tunnel) in b.underlays() {
                 if let Some(user) = ifaces.get(underlay) {
-                    return Err(format!(
-                        "interface `{underlay}` is {tunnel} and also attached as {user}"
-                    ));
+                    return Err(SchemaError::UnderlayAttached {
+                        iface: underlay.to_string(),
+                        tunnel,
+                        user: user.clone(),
+                    });
                 }
             }
         }
@@ -645,7 +690,7 @@ mod tests {
             .uplink()
             .is_none());
         let two = format!("{text}[[bridge.port]]\nname='p2'\niface='eth2'\ntype='uplink'\n");
-        let e = Config::parse(&two).unwrap_err();
+        let e = Config::parse(&two).unwrap_err().to_string();
         assert!(
             e.contains("bridge br0") && e.contains("p0, p2") && e.contains("at most one"),
             "{e}"
@@ -691,6 +736,12 @@ mod tests {
             )
         };
         let e = Config::parse("[[bridge]]\nname='br0'\n[[bridge]]\nname='br0'\n").unwrap_err();
+        assert_eq!(e, SchemaError::DuplicateBridge("br0".into()));
+        let e = e.to_string();
+        assert_eq!(
+            e,
+            "bridge `br0` is configured twice (bridge names are unique)"
+        );
         assert!(e.contains("bridge `br0` is configured twice"), "{e}");
         // One interface in two bridges, or twice in one under two names.
         let e = Config::parse(&format!(
@@ -698,7 +749,8 @@ mod tests {
             port("br0", "p1", "veth1"),
             port("br1", "p1", "veth1")
         ))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("interface `veth1` is attached twice: as port p1 of bridge br0 and as port p1 of bridge br1"),
             "{e}"
@@ -707,7 +759,7 @@ mod tests {
             "{}[[bridge.port]]\nname='p2'\niface='veth1'\ntype='afpacket'\n",
             port("br0", "p1", "veth1")
         );
-        let e = Config::parse(&two).unwrap_err();
+        let e = Config::parse(&two).unwrap_err().to_string();
         assert!(
             e.contains("as port p1 of bridge br0 and as port p2 of bridge br0"),
             "{e}"
@@ -716,14 +768,14 @@ mod tests {
             "{}[[bridge.port]]\nname='p1'\niface='veth2'\ntype='afpacket'\n",
             port("br0", "p1", "veth1")
         );
-        let e = Config::parse(&same_name).unwrap_err();
+        let e = Config::parse(&same_name).unwrap_err().to_string();
         assert!(
             e.contains("bridge br0: port `p1` is configured twice"),
             "{e}"
         );
         // A representor that is also a port; a port that is an underlay.
         let rep = format!("{}[[bridge.vf]]\nname='v'\nindex=0\nnamespace='n'\nmac='02:00:00:00:00:01'\nrepresentor='br1pf0vf0'\n", port("br1", "p", "br1pf0vf0"));
-        let e = Config::parse(&rep).unwrap_err();
+        let e = Config::parse(&rep).unwrap_err().to_string();
         assert!(e.contains("the representor of VF v of bridge br1"), "{e}");
         let under = format!("{}[[bridge.port]]\nname='vx'\niface='vx'\ntype='vxlan'\noptions={{underlay='eth1'}}\n[[bridge.port]]\nname='gn'\niface='gn'\ntype='geneve'\noptions={{underlay='eth1'}}\n", port("br0", "p1", "veth1"));
         // Tunnels share an underlay.
@@ -737,7 +789,9 @@ mod tests {
             c.iface_user("veth1", false).unwrap(),
             "port p1 of bridge br0"
         );
-        let e = Config::parse(&format!("{under}{}", port("br1", "up", "eth1"))).unwrap_err();
+        let e = Config::parse(&format!("{under}{}", port("br1", "up", "eth1")))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("interface `eth1` is the underlay of tunnel port vx of bridge br0 and also attached as port up of bridge br1"),
             "{e}"
@@ -773,7 +827,7 @@ mod tests {
             format!("[[bridge]]\nname='b'\n[[bridge.port]]\nname='v'\niface='v'\ntype='vxlan'\noptions={{ psk = 'hunter22hunter22' ,, esp_key_in = '{key}' }}\n"),
             "[[bridge]]\nname='b'\n[[bridge.port]]\nname='v'\niface='v'\ntype='vxlan'\noptions={ psk = 99887766554433 }\n".to_string(),
         ] {
-            let e = Config::parse(&text).unwrap_err();
+            let e = Config::parse(&text).unwrap_err().to_string();
             assert!(e.starts_with("line 7"), "{e}");
             for secret in ["hunter22", "00112233", "99887766554433"] {
                 assert!(!e.contains(secret), "{e}");

@@ -214,6 +214,7 @@ pub fn flow_mod(text: &str) -> anyhow::Result<FlowMod> {
         out_port: ANY,
         out_group: ANY,
         flags: 0,
+        importance: 0,
         r#match: spec.r#match,
         instructions,
     })
@@ -233,6 +234,7 @@ pub fn delete_all() -> Message {
         out_port: ANY,
         out_group: ANY,
         flags: 0,
+        importance: 0,
         r#match: Default::default(),
         instructions: Vec::new(),
     })
@@ -321,6 +323,7 @@ pub fn packet_out(in_port: u32, frame: Vec<u8>) -> Message {
     Message::PacketOut(PacketOut {
         buffer_id: NO_BUFFER,
         in_port,
+        metadata: nicflow_flow::Match::catchall(),
         actions: vec![action::OfAction::Output {
             port: OFPP_TABLE,
             max_len: 0,

@@ -210,7 +210,7 @@ fn test_run_costs_here() -> Result<Vec<(String, f64)>, String> {
         })?,
     ));
     drop(tc_nc);
-    let bare = nicflow::port::tc::load_upcall_programs(out_if)?;
+    let bare = nicflow::port::tc::load_upcall_programs(out_if).map_err(|x| e(&x))?;
     let p = bare.program("tc_upcall").ok_or("no tc_upcall")?;
     out.push((
         "tc_upcall (bare bpf_redirect)".to_string(),

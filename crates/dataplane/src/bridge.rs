@@ -8,13 +8,19 @@
 //! by a datapath revalidation before the call returns, so when `add_flows`
 //! or `del_flows` returns, no cached flow follows the old decision.
 //!
-//! With XDP offload on ([`Bridge::enable_xdp_offload`]) the bridge's
-//! [`OffloadManager`] runs one `xdp_dp` program on all its AF_XDP ports and
-//! the datapath hands it every flow it installs, changes or removes; the
-//! same revalidation then updates the kernel entries too.
+//! With offload on ([`Bridge::enable_offload`]) the bridge's
+//! [`OffloadManager`] runs the kernel engines on its ports (`xdp_dp` on
+//! AF_XDP ports, `tc_dp` on TC ports) and the datapath hands it every flow
+//! it installs, changes or removes; the same revalidation then updates the
+//! kernel entries too. The bridge reaches the engine only through
+//! [`FlowOffload`] (ports by their [`nicflow_port::OffloadHook`], status),
+//! never as its concrete type, so any provider fits
+//! ([`Bridge::enable_offload_provider`]: the in-memory
+//! [`crate::offload::dummy`] one in tests).
 
 use crate::datapath::{
-    format_actions, Datapath, DatapathConfig, DpFlow, DpStats, Placement, TxBatch,
+    format_actions, Datapath, DatapathConfig, DpFlow, DpStats, FlowOffload, Placement, PortOffload,
+    TxBatch,
 };
 use crate::offload::kernel::{EngineStats, OffloadError, XdpEngineConfig};
 use crate::offload::{ManagerCounters, OffloadManager};
@@ -266,12 +272,8 @@ impl Bridge {
             }
         };
         let offloads = port.accepts_offloads();
-        let mut port = port;
-        if let Some(m) = offload_manager(&mut self.dp) {
-            if let Err(e) = m.attach_port(no, port.as_mut()) {
-                // The port works, through userspace only.
-                tracing::warn!(bridge = %self.name, port = %port.name(), "XDP offload engine not attached: {e}");
-            }
+        if let Some(off) = self.dp.offload_mut() {
+            port_add(off, &self.name, no, port.as_ref());
         }
         self.ports.push(PortSlot {
             no,
@@ -311,10 +313,10 @@ impl Bridge {
             .0
             .remove(name)
             .ok_or_else(|| BridgeError::NoSuchPort(name.to_string()))?;
-        if let Some(slot) = self.ports.iter_mut().find(|p| p.no == no) {
-            if let Some(m) = offload_manager(&mut self.dp) {
-                if let Err(e) = m.detach_port(no, slot.port.as_mut()) {
-                    tracing::warn!(bridge = %self.name, port = %name, "detaching the XDP engine: {e}");
+        if self.ports.iter().any(|p| p.no == no) {
+            if let Some(off) = self.dp.offload_mut() {
+                if let Err(e) = off.port_del(no) {
+                    tracing::warn!(bridge = %self.name, port = %name, "detaching the offload engine: {e}");
                 }
             }
         }
@@ -348,12 +350,11 @@ impl Bridge {
         let pins = nicflow_port::pin::bridge_dir(&self.name);
         let mut m = OffloadManager::with_mode_pinned(cfg, mode, pins)?;
         let mut attached = Vec::new();
-        for slot in &mut self.ports {
-            if let Err(e) = m.attach_port(slot.no, slot.port.as_mut()) {
+        for slot in &self.ports {
+            let r = m.attach_port(slot.no, slot.port.name(), &slot.port.offload_hook());
+            if let Err(e) = r {
                 for no in attached {
-                    if let Some(s) = self.ports.iter_mut().find(|p| p.no == no) {
-                        let _ = m.detach_port(no, s.port.as_mut());
-                    }
+                    let _ = m.detach_port(no);
                 }
                 return Err(e);
             }
@@ -371,6 +372,28 @@ impl Bridge {
         Ok(())
     }
 
+    /// Turn on offload to `provider`, any [`FlowOffload`] (the kernel
+    /// engines are turned on by [`Self::enable_offload`]; tests give the
+    /// in-memory [`crate::offload::dummy`] engine): every port is added to
+    /// it (one it cannot take works through userspace, as in
+    /// [`Self::add_port`]) and the cached flows are flushed, so each is
+    /// decided afresh by its next packet. `mode` is what `stats` shows.
+    /// Nothing happens if offload is on already.
+    pub fn enable_offload_provider(
+        &mut self,
+        mut provider: Box<dyn FlowOffload>,
+        mode: crate::offload::OffloadMode,
+    ) {
+        if self.offload_enabled() {
+            return;
+        }
+        for slot in &self.ports {
+            port_add(provider.as_mut(), &self.name, slot.no, slot.port.as_ref());
+        }
+        self.dp.set_offload(Some(provider), &mut self.ofproto);
+        self.offload_mode = Some(mode);
+    }
+
     /// Turn offload off: every kernel flow is removed (its counters
     /// credited), every AF_XDP port gets its own XDP program back.
     pub fn disable_offload(&mut self) {
@@ -378,11 +401,9 @@ impl Bridge {
         let Some(mut old) = self.dp.set_offload(None, &mut self.ofproto) else {
             return;
         };
-        if let Some(m) = old.as_any_mut().downcast_mut::<OffloadManager>() {
-            for slot in &mut self.ports {
-                if let Err(e) = m.detach_port(slot.no, slot.port.as_mut()) {
-                    tracing::warn!(bridge = %self.name, port = %slot.port.name(), "detaching the XDP engine: {e}");
-                }
+        for slot in &self.ports {
+            if let Err(e) = old.port_del(slot.no) {
+                tracing::warn!(bridge = %self.name, port = %slot.port.name(), "detaching the offload engine: {e}");
             }
         }
     }
@@ -398,23 +419,18 @@ impl Bridge {
 
     /// The engine's counters and the flows' placement (counters read now).
     pub fn offload_status(&self) -> Option<OffloadStatus> {
-        let m = self
-            .dp
-            .offload()?
-            .as_any()
-            .downcast_ref::<OffloadManager>()?;
+        let s = self.dp.offload()?.status();
         // Kept as flows move: no walk over every flow per request.
         let not_offloaded = self.dp.placements().not_offloaded();
-        let (xdp_flows, tc_flows) = m.flows_per_engine();
         Some(OffloadStatus {
-            engine: m.engine_stats(),
-            tc: m.tc_stats(),
-            xdp_flows,
-            tc_flows,
-            tc_ports: m.tc_ports(),
-            manager: m.counters(),
-            kernel_flows: m.n_flows(),
-            ports: m.xdp_ports(),
+            engine: s.engine,
+            tc: s.tc,
+            xdp_flows: s.xdp_flows,
+            tc_flows: s.tc_flows,
+            tc_ports: s.tc_ports,
+            manager: s.counters,
+            kernel_flows: s.xdp_flows + s.tc_flows,
+            ports: s.xdp_ports,
             not_offloaded,
         })
     }
@@ -834,7 +850,7 @@ impl Bridge {
     /// change is revalidated before returning.
     pub fn tick(&mut self, now: Instant) {
         self.report_overload(now);
-        if offload_manager(&mut self.dp).is_some_and(|m| m.tick()) {
+        if self.dp.offload_mut().is_some_and(|off| off.tick()) {
             self.dp.replace_flows();
         }
         self.dp.expire(now, &mut self.ofproto);
@@ -865,8 +881,8 @@ impl Bridge {
             add(reason, n);
         }
         // Drops of offloaded flows happen in the kernel: count both.
-        if let Some(m) = self.manager() {
-            let engines = [Some(m.engine_stats()), m.tc_stats()];
+        if let Some(s) = self.dp.offload().map(|off| off.status()) {
+            let engines = [Some(s.engine), s.tc];
             for e in engines.into_iter().flatten() {
                 for (reason, n) in e.drops() {
                     add(reason, n);
@@ -898,13 +914,13 @@ impl Bridge {
         let s = self.dp.stats();
         let p = self.dp.placements();
         let ct = &self.dp.conntrack;
-        let m = self.manager();
+        let m = self.dp.offload().map(|off| off.status());
         Limits {
             flow_limit: self.dp.config().flow_limit,
             flows: self.dp.n_flows(),
             flow_limit_hits: s.flow_limit_hits,
-            kernel_max_flows: m.map(|m| m.engine().config().max_flows),
-            kernel_flows: m.map_or(0, |m| m.n_flows()),
+            kernel_max_flows: m.as_ref().and_then(|m| m.max_flows),
+            kernel_flows: m.as_ref().map_or(0, |m| m.xdp_flows + m.tc_flows),
             kernel_full: p.refused_full,
             kernel_errors: p.refused_error,
             ct_limit: ct.config().limit,
@@ -919,10 +935,6 @@ impl Bridge {
     /// `set BR flow_limit=N`: the most datapath flows cached from now on.
     pub fn set_flow_limit(&mut self, limit: usize) {
         self.dp.set_flow_limit(limit);
-    }
-
-    fn manager(&self) -> Option<&OffloadManager> {
-        self.dp.offload()?.as_any().downcast_ref::<OffloadManager>()
     }
 
     /// Once a tick: one warning per drop reason that grew, at most every
@@ -1129,11 +1141,20 @@ impl Bridge {
     }
 }
 
-/// The bridge's XDP offload manager, if offload is on.
-fn offload_manager(dp: &mut Datapath) -> Option<&mut OffloadManager> {
-    dp.offload_mut()?
-        .as_any_mut()
-        .downcast_mut::<OffloadManager>()
+/// Add port `no` to the offload provider; a port it cannot take works
+/// through userspace only (logged).
+fn port_add(off: &mut dyn FlowOffload, bridge: &str, no: u32, port: &dyn Port) {
+    match off.port_add(no, port.name(), &port.offload_hook()) {
+        Ok(PortOffload::Engine(engine)) => {
+            tracing::debug!(bridge, port = %port.name(), engine, "offload engine runs on the port")
+        }
+        Ok(PortOffload::Userspace(reason)) => {
+            tracing::debug!(bridge, port = %port.name(), reason, "flows through the port stay in userspace")
+        }
+        Err(e) => {
+            tracing::warn!(bridge, port = %port.name(), "offload engine not attached: {e}")
+        }
+    }
 }
 
 impl Drop for Bridge {

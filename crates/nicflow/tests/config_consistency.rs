@@ -190,6 +190,55 @@ fn dump_flows(lab: &NsLab) -> String {
     lab.cli(&["dump-flows", "br0"]).unwrap()
 }
 
+/// The datapath's flow limit as `stats --json` reports it.
+fn flow_limit(lab: &NsLab) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(&lab.cli(&["--json", "stats"]).unwrap()).unwrap();
+    let found = find_key(&v, "flow_limit");
+    found.unwrap_or_else(|| panic!("no flow_limit in stats: {v}"))
+}
+
+fn find_key(v: &serde_json::Value, key: &str) -> Option<u64> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .get(key)
+            .and_then(|x| x.as_u64())
+            .or_else(|| m.values().find_map(|x| find_key(x, key))),
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
+/// A self-signed key and certificate in `dir` (for `set-ssl`).
+fn self_signed(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=nicflow-test",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_change_the_full_disk_cannot_record_is_not_made() {
     if !lab_possible() {
@@ -231,6 +280,11 @@ fn a_change_the_full_disk_cannot_record_is_not_made() {
     assert!(ping_dropped(&lab), "a refused del-flows took the rule away");
     // Every other kind of change too.
     let show = lab.cli(&["--json", "show"]).unwrap();
+    let limit = flow_limit(&lab);
+    let pki = lab.dir().join("pki");
+    self_signed(&pki);
+    let (key, cert) = (pki.join("key.pem"), pki.join("cert.pem"));
+    let (key, cert) = (key.to_str().unwrap(), cert.to_str().unwrap());
     for args in [
         &["add-br", "br1"][..],
         &["del-br", "br0"],
@@ -243,11 +297,20 @@ fn a_change_the_full_disk_cannot_record_is_not_made() {
         ],
         &["add-meter", "br0", "meter=1,kbps,bands=type=drop,rate=100"],
         &["set-fail-mode", "br0", "secure"],
+        &["set", "br0", "flow_limit=7"],
+        &["set", "br0", "protocols=OpenFlow13,OpenFlow15"],
+        &["set-ssl", key, cert, cert],
     ] {
         let e = lab.cli(args).unwrap_err();
         assert!(e.contains("No space left"), "{args:?}: {e}");
     }
     assert_eq!(lab.cli(&["--json", "show"]).unwrap(), show);
+    assert_eq!(flow_limit(&lab), limit, "a refused flow_limit is in force");
+    assert_eq!(
+        lab.cli(&["get-ssl"]).unwrap().trim(),
+        "",
+        "a refused set-ssl is kept"
+    );
     assert!(ping_dropped(&lab));
     // No temporary file is left behind.
     assert_eq!(fs.files(), ["fill", "sw.toml"]);

@@ -138,6 +138,10 @@ codes!(
         BAD_BUCKET = 12,
         BAD_WATCH = 13,
         EPERM = 14,
+        /// OpenFlow 1.5: `command_bucket_id` names no bucket of the group.
+        UNKNOWN_BUCKET = 15,
+        /// OpenFlow 1.5: an inserted bucket's id is already in the group.
+        BUCKET_EXISTS = 16,
     }
 );
 codes!(
@@ -203,6 +207,42 @@ codes!(
     }
 );
 
+codes!(
+    /// `OFPET14_BAD_PROPERTY` codes (`OFPBPC_*`, OpenFlow 1.4+).
+    BadProperty {
+        BAD_TYPE = 0,
+        BAD_LEN = 1,
+        BAD_VALUE = 2,
+        TOO_MANY = 3,
+        DUP_TYPE = 4,
+        BAD_EXPERIMENTER = 5,
+        BAD_EXP_TYPE = 6,
+        BAD_EXP_VALUE = 7,
+        EPERM = 8,
+    }
+);
+codes!(
+    /// `OFPET14_BUNDLE_FAILED` codes (`OFPBFC_*`, OpenFlow 1.4+).
+    BundleFailed {
+        UNKNOWN = 0,
+        EPERM = 1,
+        BAD_ID = 2,
+        BUNDLE_EXIST = 3,
+        BUNDLE_CLOSED = 4,
+        OUT_OF_BUNDLES = 5,
+        BAD_TYPE = 6,
+        BAD_FLAGS = 7,
+        MSG_BAD_LEN = 8,
+        MSG_BAD_XID = 9,
+        MSG_UNSUP = 10,
+        MSG_CONFLICT = 11,
+        MSG_TOO_MANY = 12,
+        MSG_FAILED = 13,
+        TIMEOUT = 14,
+        BUNDLE_IN_PROGRESS = 15,
+    }
+);
+
 /// An OpenFlow 1.3 error: the `(type, code)` of an `OFPT_ERROR` message.
 ///
 /// Codes nicflow never produces but a peer may send are kept as
@@ -235,6 +275,10 @@ pub enum OfpError {
     MeterModFailed(MeterModFailed),
     #[error("OFPTFFC_{}", .0.name())]
     TableFeaturesFailed(TableFeaturesFailed),
+    #[error("OFPBPC_{}", .0.name())]
+    BadProperty(BadProperty),
+    #[error("OFPBFC_{}", .0.name())]
+    BundleFailed(BundleFailed),
     /// Any other `(type, code)`, e.g. from a peer.
     #[error("OpenFlow error type {ty} code {code}")]
     Other { ty: u16, code: u16 },
@@ -256,6 +300,10 @@ pub mod ty {
     pub const ROLE_REQUEST_FAILED: u16 = 11;
     pub const METER_MOD_FAILED: u16 = 12;
     pub const TABLE_FEATURES_FAILED: u16 = 13;
+    /// OpenFlow 1.4+.
+    pub const BAD_PROPERTY: u16 = 14;
+    /// OpenFlow 1.4+.
+    pub const BUNDLE_FAILED: u16 = 17;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -276,6 +324,8 @@ impl OfpError {
             OfpError::RoleRequestFailed(c) => (ty::ROLE_REQUEST_FAILED, c as u16),
             OfpError::MeterModFailed(c) => (ty::METER_MOD_FAILED, c as u16),
             OfpError::TableFeaturesFailed(c) => (ty::TABLE_FEATURES_FAILED, c as u16),
+            OfpError::BadProperty(c) => (ty::BAD_PROPERTY, c as u16),
+            OfpError::BundleFailed(c) => (ty::BUNDLE_FAILED, c as u16),
             OfpError::Other { ty, code } => (ty, code),
         }
     }
@@ -303,6 +353,8 @@ impl OfpError {
             ty::TABLE_FEATURES_FAILED => {
                 TableFeaturesFailed::from_code(code).map(OfpError::TableFeaturesFailed)
             }
+            ty::BAD_PROPERTY => BadProperty::from_code(code).map(OfpError::BadProperty),
+            ty::BUNDLE_FAILED => BundleFailed::from_code(code).map(OfpError::BundleFailed),
             _ => None,
         };
         typed.unwrap_or(OfpError::Other { ty: t, code })

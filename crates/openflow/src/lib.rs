@@ -1,5 +1,11 @@
-//! OpenFlow 1.3 on the wire: a pure codec (no sockets) between controller
-//! bytes and nicflow's rule model.
+//! OpenFlow 1.3 and 1.5 on the wire: a pure codec (no sockets) between
+//! controller bytes and nicflow's rule model.
+//!
+//! Versions: [`msg::decode`] reads either version (the header says which)
+//! and [`msg::encode_as`] writes the negotiated one ([`msg::hello`]); 1.5
+//! adds bundles ([`msg::bundle`]), and the Nicira messages OVN uses
+//! ([`msg::nx`]) are decoded in both. docs/openflow.md says what 1.5
+//! support covers and what it does not.
 //!
 //! Where it sits: a controller (or `ovs-ofctl -O OpenFlow13`) connects to
 //! the daemon's OpenFlow listener and sends messages. The listener feeds the

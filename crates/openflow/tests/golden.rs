@@ -62,6 +62,7 @@ fn flow_mod_for(rule: &str) -> (FlowMod, Vec<Action>) {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
+            importance: 0,
             r#match: spec.r#match,
             instructions,
         },

@@ -151,6 +151,7 @@ fn flow_mod_and_flow_stats() {
             out_port: ANY,
             out_group: ANY,
             flags: 1,
+            importance: 0,
             r#match: m,
             instructions: insts.clone(),
         }),
@@ -263,6 +264,7 @@ fn groups_and_meters() {
     let spec = parse_flow("actions=output:1", &NumericPorts).unwrap();
     let acts = action::convert::actions_from_nicflow(&spec.actions, &spec.r#match).unwrap();
     let bucket = Bucket {
+        bucket_id: 0,
         weight: 3,
         watch_port: ANY,
         watch_group: ANY,
@@ -275,6 +277,7 @@ fn groups_and_meters() {
                 group_type: 1,
                 group_id: 9,
                 buckets: vec![bucket.clone()],
+                selection_method: None,
             }]),
         }),
         &["group_id=9,type=select,bucket=weight:3,actions=output:1"],
@@ -284,7 +287,9 @@ fn groups_and_meters() {
             command: 0,
             group_type: 1,
             group_id: 9,
+            command_bucket_id: msg::group::bucket_id::ALL,
             buckets: vec![bucket],
+            selection_method: None,
         }),
         &["ADD group_id=9,type=select,bucket=weight:3,actions=output:1"],
     );
@@ -474,6 +479,7 @@ fn ovn_actions_read_back_by_ovs() {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
+            importance: 0,
             r#match: m,
             instructions: insts.clone(),
         };
@@ -518,6 +524,7 @@ fn controller2_read_back_by_ovs() {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
+            importance: 0,
             r#match: m,
             instructions: insts,
         };

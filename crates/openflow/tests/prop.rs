@@ -286,6 +286,7 @@ fn flow_mod() -> impl Strategy<Value = FlowMod> {
                     out_port: op,
                     out_group: og,
                     flags,
+                    importance: 0,
                     r#match: m,
                     instructions: i,
                 }
@@ -296,12 +297,22 @@ fn flow_mod() -> impl Strategy<Value = FlowMod> {
 fn bucket() -> impl Strategy<Value = Bucket> {
     (any::<u16>(), any::<u32>(), any::<u32>(), actions()).prop_map(|(weight, wp, wg, actions)| {
         Bucket {
+            bucket_id: 0,
             weight,
             watch_port: wp,
             watch_group: wg,
             actions,
         }
     })
+}
+
+/// Buckets numbered by position, as 1.3 (which has no bucket ids) reads
+/// them back.
+fn numbered(mut v: Vec<Bucket>) -> Vec<Bucket> {
+    for (i, b) in v.iter_mut().enumerate() {
+        b.bucket_id = i as u32;
+    }
+    v
 }
 
 fn band() -> impl Strategy<Value = MeterBand> {
@@ -413,6 +424,7 @@ fn message() -> impl Strategy<Value = Message> {
                 PacketOut {
                     buffer_id,
                     in_port,
+                    metadata: Match::catchall(),
                     actions,
                     data
                 }
@@ -428,7 +440,9 @@ fn message() -> impl Strategy<Value = Message> {
                     command,
                     group_type,
                     group_id,
-                    buckets
+                    command_bucket_id: group::bucket_id::ALL,
+                    buckets: numbered(buckets),
+                    selection_method: None,
                 })
             ),
         (
@@ -525,7 +539,8 @@ fn multipart_reply() -> impl Strategy<Value = MultipartReply> {
                 ReplyBody::GroupDesc(vec![GroupDesc {
                     group_type,
                     group_id,
-                    buckets,
+                    buckets: numbered(buckets),
+                    selection_method: None,
                 }])
             }
         ),
@@ -581,7 +596,7 @@ fn multipart_reply() -> impl Strategy<Value = MultipartReply> {
 fn check_bytes(b: &[u8]) {
     if let Ok((d, n)) = decode(b) {
         assert!(n <= b.len());
-        let again = nicflow_openflow::msg::encode_to_vec(&d.message, d.xid).unwrap();
+        let again = nicflow_openflow::msg::encode_to_vec_as(&d.message, d.version, d.xid).unwrap();
         let (d2, _) = decode(&again).unwrap();
         assert_eq!(d2.message, d.message);
     }
@@ -598,6 +613,15 @@ proptest! {
         prop_assert_eq!(d.xid, xid);
         prop_assert_eq!(&d.message, &m);
         prop_assert_eq!(nicflow_openflow::msg::encode_to_vec(&d.message, xid).unwrap(), b);
+        // Every 1.3 message is also a 1.5 message, with 1.5's layout.
+        let b15 = nicflow_openflow::msg::encode_to_vec_as(&m, OFP15_VERSION, xid).unwrap();
+        let (d15, n15) = decode(&b15).unwrap_or_else(|e| panic!("1.5 {m:?}: {e}"));
+        prop_assert_eq!(n15, b15.len());
+        prop_assert_eq!(&d15.message, &m);
+        prop_assert_eq!(
+            nicflow_openflow::msg::encode_to_vec_as(&d15.message, OFP15_VERSION, xid).unwrap(),
+            b15
+        );
     }
 
     #[test]
@@ -618,7 +642,7 @@ proptest! {
 
     #[test]
     fn random_bodies_never_panic(
-        ty in 0..32u8,
+        ty in 0..36u8,
         version in prop::sample::select(vec![1u8, 4, 4, 4, 6]),
         body in prop::collection::vec(any::<u8>(), 0..300),
     ) {

@@ -16,6 +16,9 @@
 //! [`pcap`] (read a capture as the receive side, write the transmit side to a
 //! capture tshark can read).
 //!
+//! A port never names the offload engines above it: it describes its
+//! kernel attachment as data ([`Port::offload_hook`], [`hook`]).
+//!
 //! [`tc`] ports leave the interface's offloads alone: the bridge's TC
 //! engine runs on it, and misses reach the port through an upcall veth.
 //!
@@ -38,6 +41,8 @@ pub use factory::open;
 mod fixup;
 pub mod ipsec;
 pub use fixup::{complete_checksum, finish_offloads, Finished};
+pub mod hook;
+pub use hook::OffloadHook;
 pub mod mem;
 pub mod pcap;
 pub mod pin;
@@ -125,19 +130,11 @@ pub trait Port {
     fn kind(&self) -> &'static str {
         "userspace"
     }
-    /// The AF_XDP port behind this one, if it is one: the bridge's XDP
-    /// offload engine takes over its XDP attachment and socket.
-    fn as_afxdp_mut(&mut self) -> Option<&mut afxdp::AfXdpPort> {
-        None
-    }
-    /// The tunnel port behind this one, if it is one: the XDP engine
-    /// encapsulates for it and decapsulates on its underlay.
-    fn as_tunnel(&self) -> Option<&tunnel::TunnelPort> {
-        None
-    }
-    /// The TC port behind this one, if it is one: the bridge's TC engine
-    /// runs on its interface and sends its misses to its upcall device.
-    fn as_tc(&self) -> Option<&tc::TcPort> {
-        None
+    /// The kernel attachment an offload engine can run on, as data
+    /// ([`hook`]): the bridge gives it to its offload provider when the
+    /// port is added. Ports without one (the default) keep their flows in
+    /// userspace, for the reason their [`Port::kind`] names.
+    fn offload_hook(&self) -> OffloadHook {
+        OffloadHook::Userspace { kind: self.kind() }
     }
 }

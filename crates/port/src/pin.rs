@@ -75,6 +75,30 @@ pub fn hash(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// Why no pin root could be had ([`choose_root`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// `NICFLOW_PIN_ROOT` names a directory that cannot be created.
+    #[error("{ENV}={}: {source}", path.display())]
+    CreateEnv {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `NICFLOW_PIN_ROOT` is not on a bpffs: pins there would fail.
+    #[error("{ENV}={}: not on a bpffs (mount -t bpf bpf DIR)", .0.display())]
+    NotBpffs(PathBuf),
+    #[error("mounting a bpffs at {SYS_BPF}: {0}")]
+    Mount(#[source] std::io::Error),
+    /// The default root under the system's bpffs cannot be created.
+    #[error("{}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The pin root for a daemon whose control socket is `socket`: `$NICFLOW_PIN_ROOT`
 /// (created if missing; it must be on a bpffs), else a directory of its
 /// own under `/sys/fs/bpf/nicflow`. When `/sys/fs/bpf` is not a bpffs, a
@@ -82,17 +106,16 @@ pub fn hash(parts: &[&[u8]]) -> u64 {
 /// systemd does at boot, and Cilium's agent when it is missing); one in a
 /// private mount namespace does not (the mount, and the pins, would die
 /// with the namespace) and gets none: its fast path goes with it.
-pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, String> {
+pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, RootError> {
     match std::env::var_os(ENV) {
         Some(v) if v.is_empty() || v == "off" => Ok(None),
         Some(v) => {
             let p = PathBuf::from(v);
-            std::fs::create_dir_all(&p).map_err(|e| format!("{ENV}={}: {e}", p.display()))?;
+            if let Err(source) = std::fs::create_dir_all(&p) {
+                return Err(RootError::CreateEnv { path: p, source });
+            }
             if !is_bpffs(&p) {
-                return Err(format!(
-                    "{ENV}={}: not on a bpffs (mount -t bpf bpf DIR)",
-                    p.display()
-                ));
+                return Err(RootError::NotBpffs(p));
             }
             Ok(Some(p))
         }
@@ -122,7 +145,9 @@ pub fn choose_root(socket: &Path) -> Result<Option<PathBuf>, String> {
                 }
                 made = std::fs::create_dir_all(&p);
             }
-            made.map_err(|e| format!("{}: {e}", p.display()))?;
+            if let Err(source) = made {
+                return Err(RootError::Create { path: p, source });
+            }
             Ok(Some(p))
         }
     }
@@ -143,7 +168,7 @@ pub fn default_root(socket: &Path) -> PathBuf {
 
 /// Mount a bpffs at [`SYS_BPF`], mode 0700 (systemd's and Cilium's
 /// choice). Never unmounted by nicflow: other programs may pin there too.
-fn mount_sys_bpf() -> Result<(), String> {
+fn mount_sys_bpf() -> Result<(), RootError> {
     let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
     let (src, dst, fs, data) = (c("bpf"), c(SYS_BPF), c("bpf"), c("mode=0700"));
     // SAFETY: every argument is a valid NUL-terminated string we own.
@@ -157,10 +182,7 @@ fn mount_sys_bpf() -> Result<(), String> {
         )
     };
     if r != 0 {
-        return Err(format!(
-            "mounting a bpffs at {SYS_BPF}: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(RootError::Mount(std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -463,6 +485,38 @@ mod tests {
         let want = std::os::unix::process::parent_id().to_string();
         assert_eq!(ppid("self").as_deref(), Some(want.as_str()));
         assert_eq!(ppid("no-such-pid"), None);
+    }
+
+    /// What the daemon logs when it gets no pin root, word for word as
+    /// before the error was typed.
+    #[test]
+    fn root_errors_name_the_variable_and_the_fix() {
+        assert_eq!(
+            RootError::NotBpffs("/tmp/pins".into()).to_string(),
+            "NICFLOW_PIN_ROOT=/tmp/pins: not on a bpffs (mount -t bpf bpf DIR)"
+        );
+        let io = || std::io::Error::from_raw_os_error(libc::EACCES);
+        let e = RootError::CreateEnv {
+            path: "/x".into(),
+            source: io(),
+        };
+        assert!(
+            e.to_string()
+                .starts_with("NICFLOW_PIN_ROOT=/x: Permission denied"),
+            "{e}"
+        );
+        assert!(RootError::Mount(io())
+            .to_string()
+            .starts_with("mounting a bpffs at /sys/fs/bpf: Permission denied"));
+        let e = RootError::Create {
+            path: "/sys/fs/bpf/nicflow/1".into(),
+            source: io(),
+        };
+        assert!(
+            e.to_string()
+                .starts_with("/sys/fs/bpf/nicflow/1: Permission denied"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -46,18 +46,34 @@ static TC_UPCALL_OBJ: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"
 /// Why a TC port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum TcPortError {
-    #[error("interface `{0}`: {1}")]
-    Iface(String, String),
-    #[error("upcall device {0}: {1}")]
-    Upcall(String, String),
+    #[error("interface `{0}`: no such interface")]
+    NoIface(String),
+    #[error("interface `{0}`: reading its MTU: {1}")]
+    Mtu(String, #[source] io::Error),
+    #[error("upcall device {0}: vanished after creation")]
+    UpcallVanished(String),
     /// Creating, configuring or deleting the upcall pair failed in the
     /// kernel (netlink, with its errno).
     #[error("upcall device {0}: {1}")]
     UpcallSys(String, #[source] OsError),
+    /// Loading or attaching the port's own programs failed.
     #[error("TC program on {0}: {1}")]
-    Bpf(String, String),
+    Bpf(String, #[source] Box<TcProgramError>),
     #[error(transparent)]
     AfPacket(#[from] super::afpacket::AfPacketError),
+}
+
+/// The port's programs (`tc_upcall.o`) could not be loaded or attached.
+#[derive(Debug, thiserror::Error)]
+pub enum TcProgramError {
+    #[error("loading tc_upcall.o: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("no program {0} in tc_upcall.o")]
+    Missing(&'static str),
+    #[error("{0}: {1}")]
+    Program(&'static str, #[source] aya::programs::ProgramError),
+    #[error("{0}: {1}")]
+    Attach(&'static str, #[source] pin::PinError),
 }
 
 /// See the module docs.
@@ -103,18 +119,18 @@ fn delete_link(dev: &str) -> Result<(), OsError> {
 /// `tc_upcall.o` loaded (verified) for upcall device `upcall_ifindex`, not
 /// attached: `tc_upcall` (redirect every frame there) and `tc_upcall_sink`.
 /// `tc_upcall` is also the bare-redirect baseline of `bench::progcost`.
-pub fn load_upcall_programs(upcall_ifindex: u32) -> Result<Ebpf, String> {
+pub fn load_upcall_programs(upcall_ifindex: u32) -> Result<Ebpf, TcProgramError> {
     let mut ebpf = EbpfLoader::new()
         .override_global("UPCALL_IFINDEX", &upcall_ifindex, true)
         .load(TC_UPCALL_OBJ)
-        .map_err(|e| format!("loading: {e}"))?;
+        .map_err(|e| TcProgramError::Load(Box::new(e)))?;
     for prog in ["tc_upcall", "tc_upcall_sink"] {
         let p: &mut SchedClassifier = ebpf
             .program_mut(prog)
-            .ok_or_else(|| format!("no program {prog}"))?
+            .ok_or(TcProgramError::Missing(prog))?
             .try_into()
-            .map_err(|e| format!("{prog}: {e}"))?;
-        p.load().map_err(|e| format!("{prog}: {e}"))?;
+            .map_err(|e| TcProgramError::Program(prog, e))?;
+        p.load().map_err(|e| TcProgramError::Program(prog, e))?;
     }
     Ok(ebpf)
 }
@@ -125,11 +141,10 @@ impl TcPort {
     /// receive on the pair, transmit on the interface. Nothing of the
     /// interface's own settings changes.
     pub fn open(iface: &str) -> Result<TcPort, TcPortError> {
-        let ifindex = ifindex_of(iface)
-            .ok_or_else(|| TcPortError::Iface(iface.into(), "no such interface".into()))?;
+        let ifindex = ifindex_of(iface).ok_or_else(|| TcPortError::NoIface(iface.into()))?;
         let mtu = super::sys::control_socket()
             .and_then(|s| super::sys::interface_mtu(std::os::fd::AsRawFd::as_raw_fd(&s), iface))
-            .map_err(|e| TcPortError::Iface(iface.into(), format!("reading its MTU: {e}")))?;
+            .map_err(|e| TcPortError::Mtu(iface.into(), e))?;
         let near = format!("nfu{ifindex}a");
         let far = format!("nfu{ifindex}b");
         let mut pin_dir = pin::port_dir(ifindex);
@@ -165,8 +180,8 @@ impl TcPort {
         // `afpacket` port, so the userspace path keeps GSO too.
         os::link::set_up(&mut rt, &near).map_err(sys_err)?;
         os::link::set_up(&mut rt, &far).map_err(sys_err)?;
-        let upcall_ifindex = ifindex_of(&near)
-            .ok_or_else(|| TcPortError::Upcall(near.clone(), "vanished after creation".into()))?;
+        let upcall_ifindex =
+            ifindex_of(&near).ok_or_else(|| TcPortError::UpcallVanished(near.clone()))?;
 
         let opts = AfPacketOptions {
             promisc: false,
@@ -175,11 +190,8 @@ impl TcPort {
         };
         let io = AfPacketPort::open(&far, opts)?.transmit_on(iface, true)?;
 
-        let bpf_err = |what: &str, e: &dyn std::fmt::Display| {
-            TcPortError::Bpf(iface.to_string(), format!("{what}: {e}"))
-        };
-        let mut ebpf =
-            load_upcall_programs(upcall_ifindex).map_err(|e| bpf_err("tc_upcall.o", &e))?;
+        let bpf_err = |e: TcProgramError| TcPortError::Bpf(iface.to_string(), Box::new(e));
+        let mut ebpf = load_upcall_programs(upcall_ifindex).map_err(bpf_err)?;
         if let Some(d) = &pin_dir {
             if let Err(e) = std::fs::create_dir_all(d) {
                 tracing::warn!(port = %iface, "pin directory {}: {e}; the port's programs will not outlive the daemon", d.display());
@@ -194,12 +206,16 @@ impl TcPort {
             let pin_path = pin_dir.as_ref().map(|d| d.join(pin_name));
             let r = ebpf
                 .program_mut(prog)
-                .ok_or_else(|| bpf_err(prog, &"missing from tc_upcall.o"))
-                .and_then(|p| <&mut SchedClassifier>::try_from(p).map_err(|e| bpf_err(prog, &e)))
+                .ok_or(TcProgramError::Missing(prog))
+                .and_then(|p| {
+                    <&mut SchedClassifier>::try_from(p)
+                        .map_err(|e| TcProgramError::Program(prog, e))
+                })
                 .and_then(|p| {
                     pin::attach_tc(p, dev, false, pin_path.as_deref())
-                        .map_err(|e| bpf_err(prog, &e))
-                });
+                        .map_err(|e| TcProgramError::Attach(prog, e))
+                })
+                .map_err(bpf_err);
             match r {
                 Ok(l) => links.push(l),
                 Err(e) => {
@@ -403,7 +419,12 @@ impl Port for TcPort {
         self.io.has_deferred_work()
     }
 
-    fn as_tc(&self) -> Option<&TcPort> {
-        Some(self)
+    fn offload_hook(&self) -> crate::OffloadHook {
+        crate::OffloadHook::Tc(crate::hook::TcHook {
+            ifindex: self.ifindex,
+            iface: self.iface.clone(),
+            upcall_ifindex: self.upcall_ifindex,
+            peer_elsewhere: self.peer_elsewhere,
+        })
     }
 }

@@ -1058,16 +1058,10 @@ impl Underlay {
         }
     }
 
-    /// The AF_XDP socket behind the underlay, if it is one: the bridge's
-    /// XDP engine takes over its XDP attachment to decapsulate there.
-    pub fn afxdp_mut(&mut self) -> Option<&mut super::afxdp::AfXdpPort> {
-        self.port.as_afxdp_mut()
-    }
-
-    /// The TC port behind the underlay, if it is one: the bridge's TC
-    /// engine runs on its interface and decapsulates there.
-    pub fn tc(&self) -> Option<&super::tc::TcPort> {
-        self.port.as_tc()
+    /// The underlay port's own offload hook: an engine decapsulates on
+    /// its attachment (AF_XDP or TC) as it runs on a port of that kind.
+    pub fn offload_hook(&self) -> crate::OffloadHook {
+        self.port.offload_hook()
     }
 
     pub fn iface(&self) -> &str {
@@ -1244,7 +1238,7 @@ impl Underlay {
     }
 }
 
-fn kind_name(k: TunnelKind) -> &'static str {
+pub(crate) fn kind_name(k: TunnelKind) -> &'static str {
     match k {
         TunnelKind::Vxlan => "vxlan",
         TunnelKind::Geneve => "geneve",
@@ -1317,6 +1311,21 @@ pub fn too_big_reply(frame: &[u8], mtu: u32) -> Option<Vec<u8>> {
     Some(f)
 }
 
+/// The engine's view of a shared underlay (`hook::UnderlayView`).
+impl crate::hook::UnderlayView for RefCell<Underlay> {
+    fn mac(&self) -> [u8; 6] {
+        self.borrow().mac
+    }
+
+    fn mtu(&self) -> usize {
+        self.borrow().mtu
+    }
+
+    fn resolve(&self, remote: Ipv4Addr, local: Ipv4Addr) -> Option<[u8; 6]> {
+        self.borrow_mut().offload_resolve(remote, local)
+    }
+}
+
 /// A VXLAN or Geneve port of a bridge.
 pub struct TunnelPort {
     name: String,
@@ -1373,11 +1382,6 @@ impl TunnelPort {
 
     pub fn config(&self) -> &TunnelConfig {
         &self.cfg
-    }
-
-    /// The shared underlay (for the XDP engine).
-    pub fn underlay(&self) -> Rc<RefCell<Underlay>> {
-        self.underlay.clone()
     }
 
     /// The largest inner IP packet the tunnel carries.
@@ -1632,8 +1636,14 @@ impl Port for TunnelPort {
         kind_name(self.cfg.kind)
     }
 
-    fn as_tunnel(&self) -> Option<&TunnelPort> {
-        Some(self)
+    fn offload_hook(&self) -> crate::OffloadHook {
+        let u = self.underlay.borrow();
+        crate::OffloadHook::Tunnel(crate::hook::TunnelHook {
+            cfg: self.cfg.clone(),
+            underlay_iface: u.iface.clone(),
+            underlay: Box::new(u.offload_hook()),
+            view: self.underlay.clone(),
+        })
     }
 }
 

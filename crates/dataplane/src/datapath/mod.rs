@@ -28,7 +28,10 @@ pub mod offload;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
-pub use offload::{FlowOffload, KernelCounters, Placement, PlacementCounts};
+pub use offload::{
+    EngineStats, FlowOffload, KernelCounters, ManagerCounters, Placement, PlacementCounts,
+    PortOffload, PortOffloadError, ProviderStatus,
+};
 
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
@@ -553,6 +556,11 @@ impl Datapath {
     /// the count is at or above it.
     pub fn set_flow_limit(&mut self, limit: usize) {
         self.cfg.flow_limit = limit;
+    }
+
+    /// The most datapath flows held at once.
+    pub fn flow_limit(&self) -> usize {
+        self.cfg.flow_limit
     }
 
     /// Installed flows with their handles.

@@ -10,6 +10,14 @@
 //! removal by aging and flush. So when a revalidation returns, no kernel
 //! entry follows an old decision either.
 //!
+//! The engine is reached only through [`FlowOffload`], OVS's
+//! `dpif_offload_class` in shape: a flow half (offload, modify, remove,
+//! counters, meters) and a port half ([`FlowOffload::port_add`] with the
+//! port's [`OffloadHook`], [`FlowOffload::port_del`],
+//! [`FlowOffload::status`]), so neither the datapath nor the bridge ever
+//! needs the concrete engine: the kernel one (`crate::offload::manager`)
+//! and the in-memory one (`crate::offload::dummy`) are interchangeable.
+//!
 //! Counters: a flow's traffic is its userspace counters plus the kernel's
 //! ([`KernelShare`]: counters of kernel entries already removed plus the
 //! live entry's, read back at every sync). Aging looks at the later of the
@@ -17,7 +25,7 @@
 
 use super::{DpAction, DpFlow, FlowStats};
 use nicflow_flow::{FlowKey, FlowMask, Match};
-use std::any::Any;
+use nicflow_port::OffloadHook;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -127,9 +135,137 @@ pub trait FlowOffload {
     fn engine_name(&self, _id: u64) -> &'static str {
         "xdp"
     }
-    /// For the bridge to reach the concrete engine (ports, statistics).
-    fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
+
+    // The port half.
+
+    /// Port `no` (named `name`) joined the bridge: run on its kernel
+    /// attachment if the engine can, else remember why flows through it
+    /// stay in userspace (what [`FlowOffload::offload`] then refuses them
+    /// with). `Err`: the engine should have taken it and could not (no
+    /// free slot, a map write failed); the port still works through
+    /// userspace, and nothing of it is left in the engine.
+    fn port_add(
+        &mut self,
+        no: u32,
+        name: &str,
+        hook: &OffloadHook,
+    ) -> Result<PortOffload, PortOffloadError>;
+    /// Port `no` leaves: give its attachment back as it was before
+    /// `port_add` (an AF_XDP port runs its own program again) and forget
+    /// it. Every step is tried; the first failure is returned. Flows
+    /// through it must be re-placed by the caller.
+    fn port_del(&mut self, no: u32) -> Result<(), PortOffloadError>;
+    /// Housekeeping, once a tick: re-read what can change under the
+    /// engine (which devices accept redirects, underlay MTUs and
+    /// neighbours). True when flows must be re-placed.
+    fn tick(&mut self) -> bool {
+        false
+    }
+    /// The engine's counters and ports, for `stats` and the bridge's
+    /// drop and limit reports. Reads kernel counters: control-plane rate.
+    fn status(&self) -> ProviderStatus;
+}
+
+/// What a provider made of a port at [`FlowOffload::port_add`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortOffload {
+    /// This engine (`xdp`, `tc`, `dummy`) runs on it.
+    Engine(&'static str),
+    /// Flows through it stay in userspace, for this stable reason
+    /// (`port:afpacket`, `tunnel:udp-csum`, `port:tc-engine-off`...).
+    Userspace(&'static str),
+}
+
+/// An engine failed to take a port it should have taken (its own error,
+/// boxed: the trait does not know the engine's error type).
+#[derive(Debug)]
+pub struct PortOffloadError(pub Box<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for PortOffloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PortOffloadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Slots of an engine's drop counters by [`super::DropReason`] (the
+/// kernel programs' `DP_DROP_REASONS`).
+pub const ENGINE_DROP_SLOTS: usize = 4;
+const _: () = assert!(super::DropReason::ALL.len() <= ENGINE_DROP_SLOTS);
+
+/// One engine's packet counters (the kernel programs' per-CPU counters,
+/// summed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub rx: u64,
+    pub hit: u64,
+    pub miss: u64,
+    pub unparsed: u64,
+    pub no_port: u64,
+    pub punt: u64,
+    pub output: u64,
+    pub drop: u64,
+    pub aborted: u64,
+    /// Tunnel frames decapsulated on an underlay (hit or not).
+    pub decap: u64,
+    /// Frames encapsulated and sent to an underlay.
+    pub encap: u64,
+    /// Drops of flows with an empty action list (userspace: `policy`).
+    pub drop_policy: u64,
+    /// `DP_OP_DROP` drops per [`DropReason`](super::DropReason) index.
+    pub drop_reasons: [u64; ENGINE_DROP_SLOTS],
+}
+
+impl EngineStats {
+    /// Drops by reason, named as the userspace datapath names them, so
+    /// `nicflow stats` can add the two.
+    pub fn drops(&self) -> Vec<(&'static str, u64)> {
+        let mut v = Vec::new();
+        for (r, n) in super::DropReason::ALL.iter().zip(self.drop_reasons) {
+            if n > 0 {
+                v.push((r.name(), n));
+            }
+        }
+        if self.drop_policy > 0 {
+            v.push(("policy", self.drop_policy));
+        }
+        v
+    }
+}
+
+/// What a provider decided, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManagerCounters {
+    pub installed: u64,
+    pub modified: u64,
+    pub removed: u64,
+    /// Offload attempts that left the flow in userspace.
+    pub refused: u64,
+}
+
+/// A provider's state ([`FlowOffload::status`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderStatus {
+    /// The XDP engine's counters (the only engine's, for a provider with
+    /// one), and the TC engine's when it is loaded.
+    pub engine: EngineStats,
+    pub tc: Option<EngineStats>,
+    /// Entries in the XDP and the TC engine.
+    pub xdp_flows: usize,
+    pub tc_flows: usize,
+    /// (port name, reached with `bpf_redirect_peer`) of the TC engine's
+    /// ports, tunnels by their underlay.
+    pub tc_ports: Vec<(String, bool)>,
+    /// (port name, native XDP, redirect target) of the XDP engine's.
+    pub xdp_ports: Vec<(String, bool, bool)>,
+    pub counters: ManagerCounters,
+    /// The size of an engine's flow table (`offload_options max_flows`).
+    pub max_flows: Option<u32>,
 }
 
 /// Where the datapath's flows run, counted as placements change, so that

@@ -2,9 +2,10 @@
 //! ports, the TC one on TC ports; tunnels in the engine of their
 //! underlay), and the per-flow decision of what runs where.
 //!
-//! Place in a frame's path: the bridge's AF_XDP ports each lend their XDP
-//! attachment to the bridge's single `xdp_dp` instance (the link is
-//! switched from `xsk_redirect` to `xdp_dp` atomically), and each port's
+//! Place in a frame's path: the bridge's AF_XDP ports each run the
+//! bridge's single `xdp_dp` instance on their own XDP link (the link,
+//! named by the port's [`OffloadHook`], is switched from `xsk_redirect` to
+//! `xdp_dp` atomically and back on detach; the port keeps it), and each port's
 //! AF_XDP socket goes into the shared XSKMAP at the port's own slot, so a
 //! miss on any port still reaches that port's socket and the userspace
 //! datapath. The datapath ([`crate::datapath`]) calls this manager through
@@ -46,7 +47,7 @@
 //! A VXLAN or Geneve port is offloaded through its underlay, in the engine
 //! its underlay's port kind gives: a TC-port underlay (the default under
 //! `offload = auto|tc`) runs `tc_dp` like a TC port, an AF_XDP underlay
-//! lends its XDP attachment as a bridge port does. Either way the
+//! has its XDP link switched as a bridge port does. Either way the
 //! underlay is attached once however many tunnel ports share it, marked
 //! `PORT_UNDERLAY` with its MAC in `dp_ports`, and each tunnel port's
 //! endpoint (underlay, local and remote address, UDP port, VNI or any for
@@ -78,14 +79,16 @@ use super::kernel::{
 use super::netdev::NetdevQuery;
 use super::OffloadMode;
 use crate::datapath::meter::MeterCounters;
-use crate::datapath::{DpAction, FlowOffload, KernelCounters};
+pub use crate::datapath::ManagerCounters;
+use crate::datapath::{
+    DpAction, FlowOffload, KernelCounters, PortOffload, PortOffloadError, ProviderStatus,
+};
 use nicflow_flow::{FlowKey, FlowMask, Match};
 use nicflow_ofctl::meter::MeterSpec;
 use nicflow_packet::tunnel::TunnelKind;
-use nicflow_port::tunnel::{self, TunnelConfig, TunnelKey, TunnelPort, Underlay};
-use nicflow_port::Port;
-use std::any::Any;
-use std::cell::RefCell;
+use nicflow_port::hook::{AfXdpHook, TcHook, TunnelHook, UnderlayView};
+use nicflow_port::tunnel::{self, TunnelConfig, TunnelKey};
+use nicflow_port::OffloadHook;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
@@ -142,7 +145,8 @@ struct XdpUnderlay {
     peer: bool,
     /// Tunnel ports using it.
     users: usize,
-    handle: Rc<RefCell<Underlay>>,
+    /// Its neighbour table and MTU, asked every tick.
+    view: Rc<dyn UnderlayView>,
     /// What its `dp_ports` entry holds (the MTU is followed every tick).
     xsk_base: u32,
     mac: [u8; 6],
@@ -162,16 +166,6 @@ struct XdpTunnel {
     /// What the `dp_tun_tx` entry was written from: remote MAC, underlay
     /// redirect state, inner MTU (`None`: no entry).
     written: Option<([u8; 6], bool, u32)>,
-}
-
-/// What the manager did, for `stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ManagerCounters {
-    pub installed: u64,
-    pub modified: u64,
-    pub removed: u64,
-    /// Offload attempts that left the flow in userspace.
-    pub refused: u64,
 }
 
 /// Options of a bridge's XDP offload (the `offload_options` table of the
@@ -268,17 +262,6 @@ impl std::fmt::Debug for OffloadManager {
             .field("engine", &self.engine)
             .field("ports", &self.ports)
             .finish()
-    }
-}
-
-fn kind_reason(kind: &str) -> &'static str {
-    match kind {
-        "afpacket" => "port:afpacket",
-        "tap" => "port:tap",
-        "internal" => "port:internal",
-        "afxdp" => "port:afxdp-not-attached",
-        "tc" => "port:tc-engine-off",
-        _ => "port:userspace",
     }
 }
 
@@ -479,78 +462,87 @@ impl OffloadManager {
         }
     }
 
-    /// Run the engine on port `no`: its socket into the XSKMAP, its
-    /// interface into `dp_ports`, then its XDP link switched over to
-    /// `xdp_dp`. Ports that are not AF_XDP are only remembered (flows
-    /// through them stay in userspace). The port's `csum_complete` option
-    /// says whether its peer sends complete TCP/UDP checksums (see the
-    /// module docs).
-    pub fn attach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
-        let kind = port.kind();
-        let name = port.name().to_string();
-        if let Some(t) = port.as_tunnel() {
-            return match self.attach_tunnel(no, t) {
-                Ok(()) => Ok(()),
-                Err(reason) => {
+    /// Run an engine on port `no` as its hook says (module docs): an
+    /// AF_XDP port's socket into the XSKMAP, its interface into
+    /// `dp_ports`, then its XDP link switched over to `xdp_dp`; a TC
+    /// port's ingress gets `tc_dp` first; a tunnel is taken through its
+    /// underlay. Other ports are only remembered (flows through them stay
+    /// in userspace, for the reason returned). The port's `csum_complete`
+    /// option says whether its peer sends complete TCP/UDP checksums.
+    pub fn attach_port(
+        &mut self,
+        no: u32,
+        name: &str,
+        hook: &OffloadHook,
+    ) -> Result<PortOffload, OffloadError> {
+        match hook {
+            OffloadHook::Tunnel(t) => {
+                if let Err(reason) = self.attach_tunnel(no, name, t) {
                     tracing::info!(port = %name, "tunnel flows stay in userspace ({reason})");
                     self.others.insert(no, reason);
-                    Ok(())
                 }
-            };
-        }
-        if let Some(t) = port.as_tc() {
-            // One port the TC engine cannot take (no slot, attach refused)
-            // stays in userspace through its own upcall program; the
-            // engines go on for the others.
-            let r = self.attach_tc_port(
-                no,
-                &name,
-                t.ifindex(),
-                t.iface(),
-                t.upcall_ifindex(),
-                t.peer_elsewhere(),
-            );
-            if let Err(e) = r {
-                tracing::warn!(port = %name, "TC offload engine not attached: {e}");
-                self.others.insert(no, "port:tc-attach-failed");
             }
-            return Ok(());
+            OffloadHook::Tc(t) => {
+                // One port the TC engine cannot take (no slot, attach
+                // refused) stays in userspace through its own upcall
+                // program; the engines go on for the others.
+                if let Err(e) = self.attach_tc_port(no, name, t) {
+                    tracing::warn!(port = %name, "TC offload engine not attached: {e}");
+                    self.others.insert(no, "port:tc-attach-failed");
+                }
+            }
+            OffloadHook::AfXdp(_) if self.xdp_off => {
+                self.others.insert(no, "port:afxdp-offload-tc");
+            }
+            OffloadHook::AfXdp(x) => self.attach_xdp_port(no, name, x)?,
+            OffloadHook::Userspace { kind } => {
+                self.others.insert(no, super::kind_reason(kind));
+            }
         }
-        if self.xdp_off && port.as_afxdp_mut().is_some() {
-            self.others.insert(no, "port:afxdp-offload-tc");
-            return Ok(());
+        Ok(self.port_offload(no))
+    }
+
+    /// Where port `no` stands: the engine running on it, or the reason.
+    fn port_offload(&self, no: u32) -> PortOffload {
+        if self.ports.contains_key(&no) {
+            PortOffload::Engine(EngineKind::Xdp.as_str())
+        } else if self.tc_ports.contains_key(&no) {
+            PortOffload::Engine(EngineKind::Tc.as_str())
+        } else if let Some(t) = self.tunnels.get(&no) {
+            PortOffload::Engine(t.engine.as_str())
+        } else {
+            PortOffload::Userspace(self.port_reason(no))
         }
-        let Some(x) = port.as_afxdp_mut() else {
-            self.others.insert(no, kind_reason(kind));
-            return Ok(());
-        };
+    }
+
+    fn attach_xdp_port(&mut self, no: u32, name: &str, x: &AfXdpHook) -> Result<(), OffloadError> {
+        let link = x.link.ok_or_else(|| {
+            OffloadError::Config(format!(
+                "port {name}: its XDP program runs without a BPF link (kernel before 5.9)"
+            ))
+        })?;
         let slot = self
             .free_slot()
             .ok_or_else(|| OffloadError::Config("no free port slot in the XDP engine".into()))?;
-        let ifindex = x.ifindex();
-        let csum_complete = x.csum_complete();
-        let base = slot.wrapping_sub(x.queue());
-        self.engine.register_xsk(slot, x.xsk_fd())?;
+        let ifindex = x.ifindex;
+        let base = slot.wrapping_sub(x.queue);
+        self.engine.register_xsk(slot, x.xsk_fd)?;
         self.engine.set_port_xsk(ifindex, no, base)?;
-        let link = x.take_xdp_link().map_err(|e| OffloadError::Bpf {
-            op: "taking the port's XDP link",
-            source: Box::new(e),
-        })?;
         if let Err(e) = self.engine.adopt_link(ifindex, link) {
-            // The link went with the failed update: the interface has no
-            // program now. Say so loudly; the port keeps its socket.
+            // The link still runs the port's own program: the port works
+            // through userspace.
             tracing::error!(port = %name, "switching the XDP link to xdp_dp failed: {e}");
             let _ = self.engine.remove_port(ifindex);
             let _ = self.engine.unregister_xsk(slot);
             return Err(e);
         }
-        let native = x.attach_mode() == nicflow_port::afxdp::AttachMode::Native;
+        let native = x.native;
         let mut p = XdpPort {
-            name: name.clone(),
+            name: name.to_string(),
             ifindex,
             slot,
             native,
-            csum_complete,
+            csum_complete: x.csum_complete,
             redirect_ok: false,
             tc_slot: None,
         };
@@ -579,15 +571,13 @@ impl OffloadManager {
     /// Run the TC engine on a TC port: its interface into `dp_ports` with
     /// its upcall device, an output slot, then `tc_dp` first on the
     /// interface's ingress hook (in front of the port's own `tc_upcall`).
-    fn attach_tc_port(
-        &mut self,
-        no: u32,
-        name: &str,
-        ifindex: u32,
-        iface: &str,
-        upcall: u32,
-        peer_elsewhere: bool,
-    ) -> Result<(), OffloadError> {
+    fn attach_tc_port(&mut self, no: u32, name: &str, t: &TcHook) -> Result<(), OffloadError> {
+        let (ifindex, iface, upcall, peer_elsewhere) = (
+            t.ifindex,
+            t.iface.as_str(),
+            t.upcall_ifindex,
+            t.peer_elsewhere,
+        );
         if self.tc.is_none() {
             self.others.insert(no, "port:tc-engine-off");
             return Ok(());
@@ -761,7 +751,7 @@ impl OffloadManager {
     /// to its socket) and forget it. Flows through it must be revalidated
     /// by the caller (its devmap slot is empty from here on, so offloaded
     /// flows to it are punted to userspace meanwhile).
-    pub fn detach_port(&mut self, no: u32, port: &mut dyn Port) -> Result<(), OffloadError> {
+    pub fn detach_port(&mut self, no: u32) -> Result<(), OffloadError> {
         self.others.remove(&no);
         if self.tunnels.contains_key(&no) {
             return self.detach_tunnel(no);
@@ -786,18 +776,7 @@ impl OffloadManager {
             return Ok(());
         };
         keep(self.engine.clear_tx_port(p.slot));
-        match self.engine.release_link(p.ifindex) {
-            Ok(Some(link)) => {
-                if let Some(x) = port.as_afxdp_mut() {
-                    keep(x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
-                        op: "restoring the port's XDP program",
-                        source: Box::new(e),
-                    }));
-                }
-            }
-            Ok(None) => {}
-            Err(e) => keep(Err(e)),
-        }
+        keep(self.engine.release_link(p.ifindex).map(|_| ()));
         keep(self.engine.remove_port(p.ifindex));
         keep(self.engine.unregister_xsk(p.slot));
         if let (Some(slot), Some(tc)) = (p.tc_slot, self.tc.as_mut()) {
@@ -816,8 +795,8 @@ impl OffloadManager {
     /// Take over the tunnel's underlay (once per underlay), enter its
     /// endpoint for decapsulation and give it a header slot. On failure the
     /// reason its flows stay in userspace; nothing is left behind.
-    fn attach_tunnel(&mut self, no: u32, t: &TunnelPort) -> Result<(), &'static str> {
-        let cfg = t.config().clone();
+    fn attach_tunnel(&mut self, no: u32, name: &str, t: &TunnelHook) -> Result<(), &'static str> {
+        let cfg = t.cfg.clone();
         if cfg.csum {
             return Err("tunnel:udp-csum");
         }
@@ -825,16 +804,10 @@ impl OffloadManager {
             // AES-GCM does not run in TC or XDP programs.
             return Err("tunnel:ipsec");
         }
-        let handle = t.underlay();
-        let (ifindex, engine) = {
-            let mut u = handle.borrow_mut();
-            if let Some(x) = u.afxdp_mut() {
-                (x.ifindex(), EngineKind::Xdp)
-            } else if let Some(p) = u.tc() {
-                (p.ifindex(), EngineKind::Tc)
-            } else {
-                return Err("tunnel:underlay-afpacket");
-            }
+        let (ifindex, engine) = match t.underlay.as_ref() {
+            OffloadHook::AfXdp(x) => (x.ifindex, EngineKind::Xdp),
+            OffloadHook::Tc(p) => (p.ifindex, EngineKind::Tc),
+            _ => return Err("tunnel:underlay-afpacket"),
         };
         match engine {
             // `offload = tc` leaves the XDP engine without ports.
@@ -851,12 +824,13 @@ impl OffloadManager {
             })
             .ok_or("tunnel:no-slot")?;
         if !self.underlays.contains_key(&ifindex) {
-            let r = match engine {
-                EngineKind::Xdp => self.attach_underlay(ifindex, &handle),
-                EngineKind::Tc => self.attach_tc_underlay(ifindex, &handle),
+            let r = match t.underlay.as_ref() {
+                OffloadHook::AfXdp(x) => self.attach_underlay(x, t),
+                OffloadHook::Tc(p) => self.attach_tc_underlay(p, t),
+                _ => unreachable!("the underlay's kind was checked above"),
             };
             r.map_err(|e| {
-                tracing::warn!(underlay = %handle.borrow().iface(), engine = engine.as_str(), "offload engine not attached to the underlay: {e}");
+                tracing::warn!(underlay = %t.underlay_iface, engine = engine.as_str(), "offload engine not attached to the underlay: {e}");
                 "tunnel:underlay-not-attached"
             })?;
         }
@@ -879,7 +853,7 @@ impl OffloadManager {
             },
         };
         let tun = XdpTunnel {
-            name: t.name().to_string(),
+            name: name.to_string(),
             engine,
             cfg,
             underlay_ifindex: ifindex,
@@ -898,55 +872,39 @@ impl OffloadManager {
             None => Err(OffloadError::Config("no engine".into())),
         };
         if let Err(e) = r {
-            tracing::warn!(port = %t.name(), "tunnel maps: {e}");
+            tracing::warn!(port = %name, "tunnel maps: {e}");
             let _ = self.detach_tunnel(no);
             return Err("tunnel:underlay-not-attached");
         }
         self.sync_tunnel(no);
         tracing::info!(
-            port = %t.name(), underlay_ifindex = ifindex, slot, engine = engine.as_str(),
+            port = %name, underlay_ifindex = ifindex, slot, engine = engine.as_str(),
             "offload engine encapsulates and decapsulates for the tunnel"
         );
         Ok(())
     }
 
-    fn attach_underlay(
-        &mut self,
-        ifindex: u32,
-        handle: &Rc<RefCell<Underlay>>,
-    ) -> Result<(), OffloadError> {
+    fn attach_underlay(&mut self, x: &AfXdpHook, t: &TunnelHook) -> Result<(), OffloadError> {
+        let ifindex = x.ifindex;
+        let link = x.link.ok_or_else(|| {
+            OffloadError::Config("the underlay's XDP program runs without a BPF link".into())
+        })?;
         let slot = self
             .free_slot()
             .ok_or_else(|| OffloadError::Config("no free port slot in the XDP engine".into()))?;
-        let mut u = handle.borrow_mut();
-        let name = u.iface().to_string();
-        let mac = u.mac();
-        let mtu = u16::try_from(u.mtu()).unwrap_or(u16::MAX);
-        let Some(x) = u.afxdp_mut() else {
-            return Err(OffloadError::Config("the underlay is not AF_XDP".into()));
-        };
-        let base = slot.wrapping_sub(x.queue());
-        let native = x.attach_mode() == nicflow_port::afxdp::AttachMode::Native;
-        self.engine.register_xsk(slot, x.xsk_fd())?;
+        let name = t.underlay_iface.clone();
+        let mac = t.view.mac();
+        let mtu = u16::try_from(t.view.mtu()).unwrap_or(u16::MAX);
+        let base = slot.wrapping_sub(x.queue);
+        let native = x.native;
+        self.engine.register_xsk(slot, x.xsk_fd)?;
         self.engine.set_underlay(ifindex, base, mac, mtu, 0)?;
-        let link = match x.take_xdp_link() {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = self.engine.remove_port(ifindex);
-                let _ = self.engine.unregister_xsk(slot);
-                return Err(OffloadError::Bpf {
-                    op: "taking the underlay's XDP link",
-                    source: Box::new(e),
-                });
-            }
-        };
         if let Err(e) = self.engine.adopt_link(ifindex, link) {
             tracing::error!(underlay = %name, "switching the XDP link to xdp_dp failed: {e}");
             let _ = self.engine.remove_port(ifindex);
             let _ = self.engine.unregister_xsk(slot);
             return Err(e);
         }
-        drop(u);
         let redirect_ok = self.accepts_redirects(ifindex);
         if redirect_ok {
             self.engine.set_tx_port(slot, ifindex)?;
@@ -970,7 +928,7 @@ impl OffloadManager {
                 peer_elsewhere: false,
                 peer: false,
                 users: 0,
-                handle: handle.clone(),
+                view: t.view.clone(),
                 xsk_base: base,
                 mac,
                 mtu,
@@ -982,25 +940,18 @@ impl OffloadManager {
     /// Run the TC engine on a TC-port underlay: `dp_ports` marks it an
     /// underlay (misses to its upcall device), an output slot for the
     /// encapsulated frames, `tc_dp` first on its ingress hook.
-    fn attach_tc_underlay(
-        &mut self,
-        ifindex: u32,
-        handle: &Rc<RefCell<Underlay>>,
-    ) -> Result<(), OffloadError> {
-        let (name, iface, upcall, peer_elsewhere, mac, mtu) = {
-            let u = handle.borrow();
-            let p = u
-                .tc()
-                .ok_or_else(|| OffloadError::Config("the underlay is not a TC port".into()))?;
-            (
-                u.iface().to_string(),
-                p.iface().to_string(),
-                p.upcall_ifindex(),
-                p.peer_elsewhere(),
-                u.mac(),
-                u16::try_from(u.mtu()).unwrap_or(u16::MAX),
-            )
-        };
+    fn attach_tc_underlay(&mut self, p: &TcHook, t: &TunnelHook) -> Result<(), OffloadError> {
+        let ifindex = p.ifindex;
+        let (name, iface, upcall, peer_elsewhere) = (
+            t.underlay_iface.clone(),
+            p.iface.clone(),
+            p.upcall_ifindex,
+            p.peer_elsewhere,
+        );
+        let (mac, mtu) = (
+            t.view.mac(),
+            u16::try_from(t.view.mtu()).unwrap_or(u16::MAX),
+        );
         let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
         let slot = self
             .tc_slot_for(ifindex)
@@ -1031,7 +982,7 @@ impl OffloadManager {
                 peer_elsewhere,
                 peer,
                 users: 0,
-                handle: handle.clone(),
+                view: t.view.clone(),
                 xsk_base: 0,
                 mac,
                 mtu,
@@ -1077,19 +1028,7 @@ impl OffloadManager {
         } else if last {
             if let Some(u) = self.underlays.remove(&t.underlay_ifindex) {
                 keep(self.engine.clear_tx_port(u.slot));
-                match self.engine.release_link(t.underlay_ifindex) {
-                    Ok(Some(link)) => {
-                        let mut h = u.handle.borrow_mut();
-                        if let Some(x) = h.afxdp_mut() {
-                            keep(x.restore_xdp_link(link).map_err(|e| OffloadError::Bpf {
-                                op: "restoring the underlay's XDP program",
-                                source: Box::new(e),
-                            }));
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(e) => keep(Err(e)),
-                }
+                keep(self.engine.release_link(t.underlay_ifindex).map(|_| ()));
                 keep(self.engine.remove_port(t.underlay_ifindex));
                 keep(self.engine.unregister_xsk(u.slot));
             }
@@ -1109,14 +1048,11 @@ impl OffloadManager {
         let Some(u) = self.underlays.get(&t.underlay_ifindex) else {
             return;
         };
-        let (src, dst, mtu) = {
-            let mut h = u.handle.borrow_mut();
-            (
-                h.mac(),
-                h.offload_resolve(t.cfg.remote_ip, t.cfg.local_ip),
-                h.mtu(),
-            )
-        };
+        let (src, dst, mtu) = (
+            u.view.mac(),
+            u.view.resolve(t.cfg.remote_ip, t.cfg.local_ip),
+            u.view.mtu(),
+        );
         // The underlay's MTU may have changed (`ip link set mtu`).
         let inner_mtu = mtu.saturating_sub(t.cfg.overhead()) as u32;
         let want = dst.map(|m| (m, u.redirect_ok, inner_mtu));
@@ -1232,7 +1168,7 @@ impl OffloadManager {
             let Some(u) = self.underlays.get_mut(&ifindex) else {
                 continue;
             };
-            let mtu = u16::try_from(u.handle.borrow().mtu()).unwrap_or(u16::MAX);
+            let mtu = u16::try_from(u.view.mtu()).unwrap_or(u16::MAX);
             if mtu == u.mtu {
                 continue;
             }
@@ -1499,8 +1435,9 @@ fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<Tunn
 impl Drop for OffloadManager {
     fn drop(&mut self) {
         if !self.ports.is_empty() || !self.tunnels.is_empty() || !self.tc_ports.is_empty() {
-            // The bridge detaches every port first; a link still held here
-            // goes with the engine and leaves its interface without XDP.
+            // The bridge detaches every port first; a port still attached
+            // here gets its own XDP program back when the engine drops
+            // (`XdpEngine`'s drop), but its maps' entries go with it.
             tracing::warn!(
                 ports = self.ports.len(),
                 "XDP offload engine dropped with ports attached"
@@ -1717,12 +1654,37 @@ impl FlowOffload for OffloadManager {
         self.flows.get(&id).map_or("userspace", |(k, _)| k.as_str())
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn port_add(
+        &mut self,
+        no: u32,
+        name: &str,
+        hook: &OffloadHook,
+    ) -> Result<PortOffload, PortOffloadError> {
+        self.attach_port(no, name, hook)
+            .map_err(|e| PortOffloadError(Box::new(e)))
     }
 
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
+    fn port_del(&mut self, no: u32) -> Result<(), PortOffloadError> {
+        self.detach_port(no)
+            .map_err(|e| PortOffloadError(Box::new(e)))
+    }
+
+    fn tick(&mut self) -> bool {
+        OffloadManager::tick(self)
+    }
+
+    fn status(&self) -> ProviderStatus {
+        let (xdp_flows, tc_flows) = self.flows_per_engine();
+        ProviderStatus {
+            engine: self.engine_stats(),
+            tc: self.tc_stats(),
+            xdp_flows,
+            tc_flows,
+            tc_ports: self.tc_ports(),
+            xdp_ports: self.xdp_ports(),
+            counters: self.counters,
+            max_flows: Some(self.engine.config().max_flows),
+        }
     }
 }
 

@@ -27,14 +27,30 @@
 //!   the per-flow decision (offload, or stay in userspace with a reason);
 //!   the datapath reaches it through `datapath::FlowOffload`.
 //! * [`netdev`]: which devices accept redirected frames.
+//! * [`dummy`]: an engine in memory (OVS's dummy offload provider), so
+//!   placement, counters and port reasons are tested without root.
 //!
 //! See `docs/offload.md`.
 
+pub mod dummy;
 pub mod manager;
 pub mod netdev;
 pub use nicflow_port::pin;
 pub mod kernel;
 
 pub use manager::{engine_config, ManagerCounters, OffloadManager};
+
+/// Why flows through a port of `kind` (one no engine runs on) stay in
+/// userspace: the reason every provider gives for it.
+pub fn kind_reason(kind: &str) -> &'static str {
+    match kind {
+        "afpacket" => "port:afpacket",
+        "tap" => "port:tap",
+        "internal" => "port:internal",
+        "afxdp" => "port:afxdp-not-attached",
+        "tc" => "port:tc-engine-off",
+        _ => "port:userspace",
+    }
+}
 
 pub use nicflow_api::OffloadMode;

@@ -46,14 +46,6 @@ pub struct Experimenter {
 }
 
 impl Experimenter {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<Experimenter, OfpError> {
-        Ok(Experimenter {
-            experimenter: r.u32()?,
-            exp_type: r.u32()?,
-            data: r.rest().to_vec(),
-        })
-    }
-
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
         wire::put_u32(out, self.experimenter);
         wire::put_u32(out, self.exp_type);
@@ -179,9 +171,30 @@ pub struct AsyncConfig {
     pub flow_removed_mask: [u32; 2],
 }
 
+/// `OFPACPT_*` (OpenFlow 1.4+): property `2k` is the slave mask and
+/// `2k + 1` the master mask of packet-in, port-status, flow-removed.
+const ASYNC_PROPS: u16 = 6;
+
 impl AsyncConfig {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<AsyncConfig, OfpError> {
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<AsyncConfig, OfpError> {
         let mut a = AsyncConfig::default();
+        if version >= super::OFP14_VERSION {
+            // Properties; types nicflow has no mask for (role status,
+            // table status, request forward, experimenter) are ignored.
+            let bad = OfpError::BadProperty(crate::error::BadProperty::BAD_LEN);
+            for p in super::prop::read_all(r, bad)? {
+                if p.ty < ASYNC_PROPS {
+                    let v = super::prop::get_u32(&p, bad)?;
+                    let m = match p.ty / 2 {
+                        0 => &mut a.packet_in_mask,
+                        1 => &mut a.port_status_mask,
+                        _ => &mut a.flow_removed_mask,
+                    };
+                    m[usize::from(p.ty % 2 == 0)] = v;
+                }
+            }
+            return Ok(a);
+        }
         for m in [
             &mut a.packet_in_mask,
             &mut a.port_status_mask,
@@ -193,7 +206,18 @@ impl AsyncConfig {
         Ok(a)
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
+        if version >= super::OFP14_VERSION {
+            for ty in 0..ASYNC_PROPS {
+                let m = match ty / 2 {
+                    0 => &self.packet_in_mask,
+                    1 => &self.port_status_mask,
+                    _ => &self.flow_removed_mask,
+                };
+                super::prop::put_u32(out, ty, m[usize::from(ty % 2 == 0)]);
+            }
+            return;
+        }
         for m in [
             &self.packet_in_mask,
             &self.port_status_mask,
@@ -214,16 +238,23 @@ pub struct TableMod {
 }
 
 impl TableMod {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<TableMod, OfpError> {
+    /// At 1.4+ properties (eviction, vacancy) may follow; nicflow has
+    /// neither, so they are skipped (checked for framing only).
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<TableMod, OfpError> {
         let table_id = r.u8()?;
         r.pad(3)?;
-        Ok(TableMod {
+        let t = TableMod {
             table_id,
             config: r.u32()?,
-        })
+        };
+        if version >= super::OFP14_VERSION {
+            let bad = OfpError::BadProperty(crate::error::BadProperty::BAD_LEN);
+            super::prop::read_all(r, bad)?;
+        }
+        Ok(t)
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, _version: u8, out: &mut Vec<u8>) {
         wire::put_u8(out, self.table_id);
         wire::put_zeros(out, 3);
         wire::put_u32(out, self.config);

@@ -9,10 +9,10 @@
 //! [`FlowMod::translate`] turns them into what nicflow's tables run.
 
 use crate::action::{self, Instruction, OfAction, Translated};
-use crate::error::{FlowModFailed, OfpError};
+use crate::error::{e, FlowModFailed, OfpError};
 use crate::oxm;
 use crate::wire::{self, Reader};
-use nicflow_flow::Match;
+use nicflow_flow::{Field, Match};
 
 /// `OFP_NO_BUFFER`.
 pub const NO_BUFFER: u32 = 0xffff_ffff;
@@ -67,12 +67,15 @@ pub struct FlowMod {
     pub out_port: u32,
     pub out_group: u32,
     pub flags: u16,
+    /// Eviction precedence (OpenFlow 1.4+; padding, so 0, in 1.3). nicflow
+    /// does not evict; it is kept so the rule reads back as sent.
+    pub importance: u16,
     pub r#match: Match,
     pub instructions: Vec<Instruction>,
 }
 
 impl FlowMod {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<FlowMod, OfpError> {
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<FlowMod, OfpError> {
         let cookie = r.u64()?;
         let cookie_mask = r.u64()?;
         let table_id = r.u8()?;
@@ -84,7 +87,12 @@ impl FlowMod {
         let out_port = r.u32()?;
         let out_group = r.u32()?;
         let flags = r.u16()?;
-        r.pad(2)?;
+        let importance = r.u16()?;
+        let importance = if version >= super::OFP14_VERSION {
+            importance
+        } else {
+            0
+        };
         let command = FlowModCommand::from_u8(command)
             .ok_or(OfpError::FlowModFailed(FlowModFailed::BAD_COMMAND))?;
         if flags & !self::flags::ALL != 0 {
@@ -107,12 +115,13 @@ impl FlowMod {
             out_port,
             out_group,
             flags,
+            importance,
             r#match,
             instructions,
         })
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
         wire::put_u64(out, self.cookie);
         wire::put_u64(out, self.cookie_mask);
         wire::put_u8(out, self.table_id);
@@ -124,7 +133,12 @@ impl FlowMod {
         wire::put_u32(out, self.out_port);
         wire::put_u32(out, self.out_group);
         wire::put_u16(out, self.flags);
-        wire::put_zeros(out, 2);
+        let importance = if version >= super::OFP14_VERSION {
+            self.importance
+        } else {
+            0
+        };
+        wire::put_u16(out, importance);
         oxm::encode_match(&self.r#match, out);
         action::encode_instructions(&self.instructions, out);
     }
@@ -160,8 +174,131 @@ pub struct FlowRemoved {
     pub r#match: Match,
 }
 
+/// OXS (OpenFlow 1.5 statistics) class and fields.
+pub(crate) mod oxs {
+    pub const CLASS: u16 = 0x8002;
+    pub const DURATION: u8 = 0;
+    pub const IDLE_TIME: u8 = 1;
+    pub const FLOW_COUNT: u8 = 3;
+    pub const PACKET_COUNT: u8 = 4;
+    pub const BYTE_COUNT: u8 = 5;
+}
+
+/// OpenFlow 1.5 `ofp_stats`: duration, packet and byte counts (and, for
+/// aggregates, the flow count) as OXS TLVs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OxsStats {
+    pub duration: Option<(u32, u32)>,
+    pub idle_age: Option<u32>,
+    pub packet_count: Option<u64>,
+    pub byte_count: Option<u64>,
+    pub flow_count: Option<u32>,
+}
+
+impl OxsStats {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<OxsStats, OfpError> {
+        r.skip(2)?;
+        let len = usize::from(r.u16()?);
+        if len < 4 {
+            return Err(r.short_error());
+        }
+        let mut s = r.sub(len - 4, r.short_error())?;
+        r.pad((len.next_multiple_of(8) - len).min(r.remaining()))?;
+        let mut out = OxsStats::default();
+        while !s.is_empty() {
+            let h = s.u32()?;
+            if (h >> 16) as u16 != oxs::CLASS {
+                return Err(e::BRC_BAD_LEN);
+            }
+            let field = ((h >> 9) & 0x7f) as u8;
+            let n = (h & 0xff) as usize;
+            let mut v = s.sub(n, s.short_error())?;
+            let want = if field == oxs::FLOW_COUNT { 4 } else { 8 };
+            if n != want {
+                // Unknown OXS fields are skipped as OVS does; known ones
+                // must have their size.
+                if field <= oxs::BYTE_COUNT {
+                    return Err(e::BRC_BAD_LEN);
+                }
+                continue;
+            }
+            match field {
+                oxs::DURATION => out.duration = Some((v.u32()?, v.u32()?)),
+                oxs::IDLE_TIME => out.idle_age = Some(v.u32()?),
+                oxs::FLOW_COUNT => out.flow_count = Some(v.u32()?),
+                oxs::PACKET_COUNT => out.packet_count = Some(v.u64()?),
+                oxs::BYTE_COUNT => out.byte_count = Some(v.u64()?),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// In OVS's order (`oxs_put_stats`), padded to 8.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        wire::put_u16(out, 0);
+        wire::put_u16(out, 0);
+        let hdr = |out: &mut Vec<u8>, field: u8, n: u32| {
+            wire::put_u32(
+                out,
+                (u32::from(oxs::CLASS) << 16) | (u32::from(field) << 9) | n,
+            )
+        };
+        if let Some((s, ns)) = self.duration {
+            hdr(out, oxs::DURATION, 8);
+            wire::put_u32(out, s);
+            wire::put_u32(out, ns);
+        }
+        if let Some(a) = self.idle_age {
+            hdr(out, oxs::IDLE_TIME, 8);
+            wire::put_u32(out, a);
+            wire::put_u32(out, 0);
+        }
+        if let Some(p) = self.packet_count {
+            hdr(out, oxs::PACKET_COUNT, 8);
+            wire::put_u64(out, p);
+        }
+        if let Some(b) = self.byte_count {
+            hdr(out, oxs::BYTE_COUNT, 8);
+            wire::put_u64(out, b);
+        }
+        if let Some(f) = self.flow_count {
+            hdr(out, oxs::FLOW_COUNT, 4);
+            wire::put_u32(out, f);
+        }
+        let len = wire::len16(out, start);
+        wire::patch_u16(out, start + 2, len);
+        wire::pad8_from(out, start);
+    }
+}
+
 impl FlowRemoved {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<FlowRemoved, OfpError> {
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<FlowRemoved, OfpError> {
+        if version >= super::OFP15_VERSION {
+            let table_id = r.u8()?;
+            let reason = r.u8()?;
+            let priority = r.u16()?;
+            let idle_timeout = r.u16()?;
+            let hard_timeout = r.u16()?;
+            let cookie = r.u64()?;
+            let r#match = oxm::decode_match(r)?;
+            let st = OxsStats::decode(r)?;
+            let (duration_sec, duration_nsec) = st.duration.unwrap_or((0, 0));
+            return Ok(FlowRemoved {
+                cookie,
+                priority,
+                reason,
+                table_id,
+                duration_sec,
+                duration_nsec,
+                idle_timeout,
+                hard_timeout,
+                packet_count: st.packet_count.unwrap_or(0),
+                byte_count: st.byte_count.unwrap_or(0),
+                r#match,
+            });
+        }
         Ok(FlowRemoved {
             cookie: r.u64()?,
             priority: r.u16()?,
@@ -177,7 +314,24 @@ impl FlowRemoved {
         })
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
+        if version >= super::OFP15_VERSION {
+            wire::put_u8(out, self.table_id);
+            wire::put_u8(out, self.reason);
+            wire::put_u16(out, self.priority);
+            wire::put_u16(out, self.idle_timeout);
+            wire::put_u16(out, self.hard_timeout);
+            wire::put_u64(out, self.cookie);
+            oxm::encode_match(&self.r#match, out);
+            OxsStats {
+                duration: Some((self.duration_sec, self.duration_nsec)),
+                packet_count: Some(self.packet_count),
+                byte_count: Some(self.byte_count),
+                ..OxsStats::default()
+            }
+            .encode(out);
+            return;
+        }
         wire::put_u64(out, self.cookie);
         wire::put_u16(out, self.priority);
         wire::put_u8(out, self.reason);
@@ -244,17 +398,48 @@ impl PacketIn {
     }
 }
 
+/// `OFPP_CONTROLLER`: the `in_port` of a 1.5 packet-out whose match has
+/// none (as Open vSwitch reads it).
+pub const OFPP_CONTROLLER: u32 = 0xffff_fffd;
+
 /// `OFPT_PACKET_OUT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PacketOut {
     pub buffer_id: u32,
+    /// In 1.3 a field of its own; in 1.5 the `in_port` of the match
+    /// (`OFPP_CONTROLLER` when the match has none).
     pub in_port: u32,
+    /// OpenFlow 1.5: the match's other pipeline fields (`metadata`,
+    /// registers, tunnel fields) the packet starts with; `in_port` is never
+    /// set here. Always the catch-all in 1.3, which cannot carry them.
+    pub metadata: Match,
     pub actions: Vec<OfAction>,
     pub data: Vec<u8>,
 }
 
 impl PacketOut {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<PacketOut, OfpError> {
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<PacketOut, OfpError> {
+        if version >= super::OFP15_VERSION {
+            let buffer_id = r.u32()?;
+            let actions_len = usize::from(r.u16()?);
+            r.pad(2)?;
+            let mut metadata = oxm::decode_match(r)?;
+            let (in_port, mask) = metadata.get(Field::InPort);
+            let in_port = if mask != 0 {
+                in_port as u32
+            } else {
+                OFPP_CONTROLLER
+            };
+            metadata.clear(Field::InPort);
+            let actions = action::decode_actions(r.bytes(actions_len)?)?;
+            return Ok(PacketOut {
+                buffer_id,
+                in_port,
+                metadata,
+                actions,
+                data: r.rest().to_vec(),
+            });
+        }
         let buffer_id = r.u32()?;
         let in_port = r.u32()?;
         let actions_len = usize::from(r.u16()?);
@@ -263,12 +448,32 @@ impl PacketOut {
         Ok(PacketOut {
             buffer_id,
             in_port,
+            metadata: Match::catchall(),
             actions,
             data: r.rest().to_vec(),
         })
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
+        if version >= super::OFP15_VERSION {
+            wire::put_u32(out, self.buffer_id);
+            let len_at = out.len();
+            wire::put_u16(out, 0);
+            wire::put_zeros(out, 2);
+            let mut m = self.metadata;
+            m.set(
+                Field::InPort,
+                u128::from(self.in_port),
+                u128::from(u32::MAX),
+            );
+            oxm::encode_match(&m, out);
+            let start = out.len();
+            action::encode_actions(&self.actions, out);
+            let len = wire::len16(out, start);
+            wire::patch_u16(out, len_at, len);
+            out.extend_from_slice(&self.data);
+            return;
+        }
         wire::put_u32(out, self.buffer_id);
         wire::put_u32(out, self.in_port);
         let len_at = out.len();

@@ -1,13 +1,16 @@
 //! `OFPT_HELLO` and version negotiation.
 //!
-//! The first message each side sends. nicflow speaks OpenFlow 1.3 only: its
-//! hello says version 0x04 and carries a version bitmap with just bit 4.
-//! [`negotiate`] applies OpenFlow's rule to the peer's hello — with
-//! bitmaps, the highest version both have; without, the lower of the two
-//! header versions — and refuses with `OFPHFC_INCOMPATIBLE` when that is
-//! not 1.3 (an OpenFlow 1.0-only `ovs-ofctl`, for instance).
+//! The first message each side sends. The codec speaks OpenFlow 1.3 and
+//! 1.5 ([`super::SUPPORTED_VERSIONS`]); which of them a switch offers is its
+//! choice: [`Hello::ofp13`] and [`negotiate`] are the 1.3-only pair,
+//! [`Hello::nicflow`] (header 1.5, bitmap 1.3 + 1.5) and [`negotiate_with`]
+//! the pair that lets ovn-controller (1.5 only) in. Negotiation applies
+//! OpenFlow's rule to the peer's hello — with bitmaps, the highest version
+//! both have; without, the lower of the two header versions, which must be
+//! one we speak — and refuses with `OFPHFC_INCOMPATIBLE` otherwise (an
+//! OpenFlow 1.0-only `ovs-ofctl`, for instance).
 
-use super::{ErrorMsg, Message, OFP13_VERSION};
+use super::{ErrorMsg, Message, OFP13_VERSION, SUPPORTED_VERSIONS};
 use crate::error::{HelloFailed, OfpError};
 use crate::wire;
 
@@ -26,6 +29,14 @@ impl Hello {
     /// The hello nicflow sends: version 1.3 with a version bitmap of 1.3.
     pub fn ofp13() -> Hello {
         Hello::with_versions(OFP13_VERSION, &[OFP13_VERSION])
+    }
+
+    /// The hello of a switch speaking every version the codec has: header
+    /// 1.5 with a bitmap of 1.3 and 1.5 (what Open vSwitch sends for
+    /// `protocols=OpenFlow13,OpenFlow15`).
+    pub fn nicflow() -> Hello {
+        let top = SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1];
+        Hello::with_versions(top, &SUPPORTED_VERSIONS)
     }
 
     /// A hello with header version `version` and a bitmap of `versions`.
@@ -101,6 +112,22 @@ pub fn negotiate(peer: &Hello) -> Result<u8, OfpError> {
     }
 }
 
+/// The version to speak with a peer that sent `peer`, when we offer
+/// `ours` (a subset of [`SUPPORTED_VERSIONS`]): the highest version in both
+/// bitmaps, or — if the peer sent no bitmap — the lower header version if
+/// we offer it. `Err(OFPHFC_INCOMPATIBLE)` otherwise (see [`refusal`]).
+pub fn negotiate_with(ours: &[u8], peer: &Hello) -> Result<u8, OfpError> {
+    let chosen = match peer.version_bitmap() {
+        Some(versions) => ours.iter().copied().filter(|v| versions.contains(v)).max(),
+        None => {
+            let ours_max = ours.iter().copied().max().unwrap_or(0);
+            let v = peer.version.min(ours_max);
+            ours.contains(&v).then_some(v)
+        }
+    };
+    chosen.ok_or(OfpError::HelloFailed(HelloFailed::INCOMPATIBLE))
+}
+
 /// The `OFPT_ERROR` refusing a peer whose hello had header version
 /// `peer_version`: sent in the peer's version (so a 1.0 peer can read it),
 /// with a human-readable reason as data, as OpenFlow asks.
@@ -154,5 +181,40 @@ mod tests {
             Ok(4)
         );
         assert_eq!(refusal(1).version(), 1);
+    }
+
+    #[test]
+    fn negotiates_15_when_both_have_it() {
+        let ours = SUPPORTED_VERSIONS;
+        let h = Hello::nicflow();
+        assert_eq!(h.version, 6);
+        assert_eq!(h.version_bitmap(), Some(vec![4, 6]));
+        assert_eq!(h.body, [0, 1, 0, 8, 0, 0, 0, 0x50]);
+        // ovn-controller: 1.5 only.
+        assert_eq!(negotiate_with(&ours, &Hello::with_versions(6, &[6])), Ok(6));
+        // ovs-ofctl default (1.0-1.5 bitmap).
+        assert_eq!(
+            negotiate_with(&ours, &Hello::with_versions(6, &[1, 2, 3, 4, 5, 6])),
+            Ok(6)
+        );
+        // 1.3 only, or 1.4 + 1.3: 1.3.
+        assert_eq!(negotiate_with(&ours, &Hello::with_versions(4, &[4])), Ok(4));
+        assert_eq!(
+            negotiate_with(&ours, &Hello::with_versions(5, &[4, 5])),
+            Ok(4)
+        );
+        // 1.4 only: nothing in common.
+        assert!(negotiate_with(&ours, &Hello::with_versions(5, &[5])).is_err());
+        // No bitmap: the lower header version, if we speak it.
+        let nb = |version| Hello {
+            version,
+            body: vec![],
+        };
+        assert_eq!(negotiate_with(&ours, &nb(6)), Ok(6));
+        assert_eq!(negotiate_with(&ours, &nb(7)), Ok(6));
+        assert_eq!(negotiate_with(&ours, &nb(4)), Ok(4));
+        assert!(negotiate_with(&ours, &nb(5)).is_err());
+        // A 1.3-only switch still refuses a 1.5-only peer.
+        assert!(negotiate_with(&[4], &Hello::with_versions(6, &[6])).is_err());
     }
 }

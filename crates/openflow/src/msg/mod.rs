@@ -1,5 +1,5 @@
-//! OpenFlow 1.3 messages: the header, framing, and every message nicflow
-//! speaks as Rust values.
+//! OpenFlow 1.3 and 1.5 messages: the header, framing, and every message
+//! nicflow speaks as Rust values.
 //!
 //! [`decode`] takes the front of a byte stream and returns one message and
 //! how many bytes it used, or tells "need more bytes"
@@ -9,27 +9,39 @@
 //! `decode(encode(m)) == m` for every message, and for messages in
 //! canonical form (as Open vSwitch writes them) `encode(decode(b)) == b`.
 //!
+//! Every message is decoded in OpenFlow 1.3 (0x04) and 1.5 (0x06): the
+//! header's version picks the layout where the two differ (`FLOW_MOD`'s
+//! importance, 1.5 `GROUP_MOD` with bucket ids and properties, 1.5
+//! `PACKET_OUT` with a match, 1.4+ ports with properties, 1.5
+//! `FLOW_REMOVED` with OXS statistics, 1.4+ asynchronous configuration),
+//! and [`encode_as`] writes a message in a given version. Bundles
+//! ([`bundle`]) and Nicira extension messages ([`nx`]) are decoded in both.
 //! Only `HELLO` and `ERROR` are accepted in other OpenFlow versions — enough
-//! to negotiate ([`hello::negotiate`]) and to refuse an OpenFlow 1.0-only
-//! peer with `OFPET_HELLO_FAILED` / `OFPHFC_INCOMPATIBLE`; anything else in
-//! another version is `OFPBRC_BAD_VERSION`.
+//! to negotiate ([`hello::negotiate_with`]) and to refuse an OpenFlow
+//! 1.0-only peer with `OFPET_HELLO_FAILED` / `OFPHFC_INCOMPATIBLE`;
+//! anything else in another version (1.4 included) is `OFPBRC_BAD_VERSION`.
 
 pub mod basic;
+pub mod bundle;
 pub mod flow;
 pub mod group;
 pub mod hello;
 pub mod meter;
 pub mod multipart;
+pub mod nx;
 pub mod port;
+pub(crate) mod prop;
 
 pub use basic::{
     AsyncConfig, ErrorMsg, Experimenter, Role, SwitchConfig, SwitchFeatures, TableMod,
 };
+pub use bundle::{BundleAdd, BundleControl, BundleCtrlType};
 pub use flow::{FlowMod, FlowModCommand, FlowRemoved, PacketIn, PacketOut};
 pub use group::{Bucket, GroupMod};
 pub use hello::Hello;
 pub use meter::{MeterBand, MeterMod};
 pub use multipart::{MultipartReply, MultipartRequest};
+pub use nx::NxMessage;
 pub use port::{Port, PortMod, PortStatus};
 
 use crate::error::{e, BadRequest, DecodeError, Malformed, OfpError};
@@ -37,6 +49,10 @@ use crate::wire::{self, Reader};
 
 pub const OFP10_VERSION: u8 = 0x01;
 pub const OFP13_VERSION: u8 = 0x04;
+pub const OFP14_VERSION: u8 = 0x05;
+pub const OFP15_VERSION: u8 = 0x06;
+/// The versions nicflow speaks, lowest first.
+pub const SUPPORTED_VERSIONS: [u8; 2] = [OFP13_VERSION, OFP15_VERSION];
 /// Size of `ofp_header`.
 pub const HEADER_LEN: usize = 8;
 
@@ -70,6 +86,10 @@ pub mod ofpt {
     pub const GET_ASYNC_REPLY: u8 = 27;
     pub const SET_ASYNC: u8 = 28;
     pub const METER_MOD: u8 = 29;
+    /// OpenFlow 1.4+.
+    pub const BUNDLE_CONTROL: u8 = 33;
+    /// OpenFlow 1.4+.
+    pub const BUNDLE_ADD_MESSAGE: u8 = 34;
 }
 
 /// One OpenFlow message (without its header's version, length and xid).
@@ -103,6 +123,14 @@ pub enum Message {
     GetAsyncReply(AsyncConfig),
     SetAsync(AsyncConfig),
     MeterMod(MeterMod),
+    /// OpenFlow 1.4+ only.
+    BundleControl(BundleControl),
+    /// OpenFlow 1.4+ only.
+    BundleAdd(BundleAdd),
+    /// A Nicira extension message (`OFPT_EXPERIMENTER`, experimenter
+    /// 0x2320) with a subtype nicflow knows; other experimenter messages
+    /// stay [`Message::Experimenter`].
+    Nx(NxMessage),
 }
 
 impl Message {
@@ -138,15 +166,20 @@ impl Message {
             M::GetAsyncReply(_) => ofpt::GET_ASYNC_REPLY,
             M::SetAsync(_) => ofpt::SET_ASYNC,
             M::MeterMod(_) => ofpt::METER_MOD,
+            M::BundleControl(_) => ofpt::BUNDLE_CONTROL,
+            M::BundleAdd(_) => ofpt::BUNDLE_ADD_MESSAGE,
+            M::Nx(_) => ofpt::EXPERIMENTER,
         }
     }
 
-    /// The header version this message is sent with: 1.3, except `HELLO`
-    /// and `ERROR`, which carry their own (to talk to other versions).
+    /// The header version [`encode`] sends this message with: 1.3, except
+    /// `HELLO` and `ERROR`, which carry their own (to talk to other
+    /// versions), and bundles, which exist from 1.4 on (1.5).
     pub fn version(&self) -> u8 {
         match self {
             Message::Hello(h) => h.version,
             Message::Error(e) => e.version,
+            Message::BundleControl(_) | Message::BundleAdd(_) => OFP15_VERSION,
             _ => OFP13_VERSION,
         }
     }
@@ -203,7 +236,7 @@ pub fn decode(buf: &[u8]) -> Result<(Decoded, usize), DecodeError> {
         });
     }
     let body = &buf[HEADER_LEN..length];
-    match decode_body(version, msg_type, body) {
+    match decode_body(version, xid, msg_type, body) {
         Ok(message) => Ok((
             Decoded {
                 version,
@@ -220,10 +253,17 @@ pub fn decode(buf: &[u8]) -> Result<(Decoded, usize), DecodeError> {
     }
 }
 
-fn decode_body(version: u8, msg_type: u8, body: &[u8]) -> Result<Message, OfpError> {
+pub(crate) fn decode_body(
+    version: u8,
+    xid: u32,
+    msg_type: u8,
+    body: &[u8],
+) -> Result<Message, OfpError> {
     let mut r = Reader::new(body, e::BRC_BAD_LEN);
+    let v = version;
     // HELLO and ERROR look alike in every version; nothing else does.
-    if version != OFP13_VERSION && msg_type != ofpt::HELLO && msg_type != ofpt::ERROR {
+    if !SUPPORTED_VERSIONS.contains(&version) && msg_type != ofpt::HELLO && msg_type != ofpt::ERROR
+    {
         return Err(e::brc(BadRequest::BAD_VERSION));
     }
     let empty = |r: &Reader<'_>, m: Message| {
@@ -241,30 +281,48 @@ fn decode_body(version: u8, msg_type: u8, body: &[u8]) -> Result<Message, OfpErr
         ofpt::ERROR => Message::Error(ErrorMsg::decode(version, &mut r)?),
         ofpt::ECHO_REQUEST => Message::EchoRequest(r.rest().to_vec()),
         ofpt::ECHO_REPLY => Message::EchoReply(r.rest().to_vec()),
-        ofpt::EXPERIMENTER => Message::Experimenter(Experimenter::decode(&mut r)?),
+        ofpt::EXPERIMENTER => {
+            let vendor = r.u32()?;
+            let subtype = r.u32()?;
+            if vendor == nx::NX_VENDOR_ID && NxMessage::known(subtype) {
+                Message::Nx(NxMessage::decode(subtype, &mut r)?)
+            } else {
+                Message::Experimenter(Experimenter {
+                    experimenter: vendor,
+                    exp_type: subtype,
+                    data: r.rest().to_vec(),
+                })
+            }
+        }
         ofpt::FEATURES_REQUEST => empty(&r, Message::FeaturesRequest)?,
         ofpt::FEATURES_REPLY => Message::FeaturesReply(SwitchFeatures::decode(&mut r)?),
         ofpt::GET_CONFIG_REQUEST => empty(&r, Message::GetConfigRequest)?,
         ofpt::GET_CONFIG_REPLY => Message::GetConfigReply(SwitchConfig::decode(&mut r)?),
         ofpt::SET_CONFIG => Message::SetConfig(SwitchConfig::decode(&mut r)?),
         ofpt::PACKET_IN => Message::PacketIn(PacketIn::decode(&mut r)?),
-        ofpt::FLOW_REMOVED => Message::FlowRemoved(FlowRemoved::decode(&mut r)?),
-        ofpt::PORT_STATUS => Message::PortStatus(PortStatus::decode(&mut r)?),
-        ofpt::PACKET_OUT => Message::PacketOut(PacketOut::decode(&mut r)?),
-        ofpt::FLOW_MOD => Message::FlowMod(FlowMod::decode(&mut r)?),
-        ofpt::GROUP_MOD => Message::GroupMod(GroupMod::decode(&mut r)?),
-        ofpt::PORT_MOD => Message::PortMod(PortMod::decode(&mut r)?),
-        ofpt::TABLE_MOD => Message::TableMod(TableMod::decode(&mut r)?),
-        ofpt::MULTIPART_REQUEST => Message::MultipartRequest(MultipartRequest::decode(&mut r)?),
-        ofpt::MULTIPART_REPLY => Message::MultipartReply(MultipartReply::decode(&mut r)?),
+        ofpt::FLOW_REMOVED => Message::FlowRemoved(FlowRemoved::decode(v, &mut r)?),
+        ofpt::PORT_STATUS => Message::PortStatus(PortStatus::decode(v, &mut r)?),
+        ofpt::PACKET_OUT => Message::PacketOut(PacketOut::decode(v, &mut r)?),
+        ofpt::FLOW_MOD => Message::FlowMod(FlowMod::decode(v, &mut r)?),
+        ofpt::GROUP_MOD => Message::GroupMod(GroupMod::decode(v, &mut r)?),
+        ofpt::PORT_MOD => Message::PortMod(PortMod::decode(v, &mut r)?),
+        ofpt::TABLE_MOD => Message::TableMod(TableMod::decode(v, &mut r)?),
+        ofpt::MULTIPART_REQUEST => Message::MultipartRequest(MultipartRequest::decode(v, &mut r)?),
+        ofpt::MULTIPART_REPLY => Message::MultipartReply(MultipartReply::decode(v, &mut r)?),
         ofpt::BARRIER_REQUEST => empty(&r, Message::BarrierRequest)?,
         ofpt::BARRIER_REPLY => empty(&r, Message::BarrierReply)?,
         ofpt::ROLE_REQUEST => Message::RoleRequest(Role::decode(&mut r)?),
         ofpt::ROLE_REPLY => Message::RoleReply(Role::decode(&mut r)?),
         ofpt::GET_ASYNC_REQUEST => empty(&r, Message::GetAsyncRequest)?,
-        ofpt::GET_ASYNC_REPLY => Message::GetAsyncReply(AsyncConfig::decode(&mut r)?),
-        ofpt::SET_ASYNC => Message::SetAsync(AsyncConfig::decode(&mut r)?),
+        ofpt::GET_ASYNC_REPLY => Message::GetAsyncReply(AsyncConfig::decode(v, &mut r)?),
+        ofpt::SET_ASYNC => Message::SetAsync(AsyncConfig::decode(v, &mut r)?),
         ofpt::METER_MOD => Message::MeterMod(MeterMod::decode(&mut r)?),
+        ofpt::BUNDLE_CONTROL if v >= OFP14_VERSION => {
+            Message::BundleControl(BundleControl::decode(&mut r)?)
+        }
+        ofpt::BUNDLE_ADD_MESSAGE if v >= OFP14_VERSION => {
+            Message::BundleAdd(BundleAdd::decode(v, xid, &mut r)?)
+        }
         _ => return Err(e::brc(BadRequest::BAD_TYPE)),
     };
     // Fixed-size messages must be exactly their size.
@@ -274,15 +332,27 @@ fn decode_body(version: u8, msg_type: u8, body: &[u8]) -> Result<Message, OfpErr
     Ok(msg)
 }
 
-/// Append `msg` with transaction id `xid` to `out`. On error `out` is left
-/// as it was.
+/// Append `msg` with transaction id `xid` to `out`, in the version
+/// [`Message::version`] says (1.3 for most). On error `out` is left as it
+/// was.
 pub fn encode(msg: &Message, xid: u32, out: &mut Vec<u8>) -> Result<(), TooLong> {
+    encode_as(msg, msg.version(), xid, out)
+}
+
+/// Append `msg` in OpenFlow `version` (1.3 or 1.5: the one negotiated with
+/// the peer); `HELLO` and `ERROR` keep their own version. On error `out` is
+/// left as it was.
+pub fn encode_as(msg: &Message, version: u8, xid: u32, out: &mut Vec<u8>) -> Result<(), TooLong> {
+    let version = match msg {
+        Message::Hello(_) | Message::Error(_) => msg.version(),
+        _ => version,
+    };
     let start = out.len();
-    wire::put_u8(out, msg.version());
+    wire::put_u8(out, version);
     wire::put_u8(out, msg.msg_type());
     wire::put_u16(out, 0);
     wire::put_u32(out, xid);
-    encode_body(msg, out);
+    encode_body(version, xid, msg, out);
     let len = out.len() - start;
     if len > usize::from(u16::MAX) {
         out.truncate(start);
@@ -292,6 +362,13 @@ pub fn encode(msg: &Message, xid: u32, out: &mut Vec<u8>) -> Result<(), TooLong>
     Ok(())
 }
 
+/// [`encode_as`] into a new buffer.
+pub fn encode_to_vec_as(msg: &Message, version: u8, xid: u32) -> Result<Vec<u8>, TooLong> {
+    let mut v = Vec::new();
+    encode_as(msg, version, xid, &mut v)?;
+    Ok(v)
+}
+
 /// [`encode`] into a new buffer.
 pub fn encode_to_vec(msg: &Message, xid: u32) -> Result<Vec<u8>, TooLong> {
     let mut v = Vec::new();
@@ -299,7 +376,7 @@ pub fn encode_to_vec(msg: &Message, xid: u32) -> Result<Vec<u8>, TooLong> {
     Ok(v)
 }
 
-fn encode_body(msg: &Message, out: &mut Vec<u8>) {
+pub(crate) fn encode_body(v: u8, xid: u32, msg: &Message, out: &mut Vec<u8>) {
     use Message as M;
     match msg {
         M::Hello(h) => out.extend_from_slice(&h.body),
@@ -314,18 +391,21 @@ fn encode_body(msg: &Message, out: &mut Vec<u8>) {
         M::FeaturesReply(f) => f.encode(out),
         M::GetConfigReply(c) | M::SetConfig(c) => c.encode(out),
         M::PacketIn(p) => p.encode(out),
-        M::FlowRemoved(f) => f.encode(out),
-        M::PortStatus(p) => p.encode(out),
-        M::PacketOut(p) => p.encode(out),
-        M::FlowMod(f) => f.encode(out),
-        M::GroupMod(g) => g.encode(out),
-        M::PortMod(p) => p.encode(out),
-        M::TableMod(t) => t.encode(out),
-        M::MultipartRequest(m) => m.encode(out),
-        M::MultipartReply(m) => m.encode(out),
+        M::FlowRemoved(f) => f.encode(v, out),
+        M::PortStatus(p) => p.encode(v, out),
+        M::PacketOut(p) => p.encode(v, out),
+        M::FlowMod(f) => f.encode(v, out),
+        M::GroupMod(g) => g.encode(v, out),
+        M::PortMod(p) => p.encode(v, out),
+        M::TableMod(t) => t.encode(v, out),
+        M::MultipartRequest(m) => m.encode(v, out),
+        M::MultipartReply(m) => m.encode(v, out),
         M::RoleRequest(r) | M::RoleReply(r) => r.encode(out),
-        M::GetAsyncReply(a) | M::SetAsync(a) => a.encode(out),
+        M::GetAsyncReply(a) | M::SetAsync(a) => a.encode(v, out),
         M::MeterMod(m) => m.encode(out),
+        M::BundleControl(b) => b.encode(out),
+        M::BundleAdd(b) => b.encode(v, xid, out),
+        M::Nx(n) => n.encode(out),
     }
 }
 

@@ -6,9 +6,11 @@
 //! several replies with `OFPMPF_REPLY_MORE` set on all but the last;
 //! [`crate::msg::encode`] refuses an oversized one.
 
-use super::group::Bucket;
+use super::flow::OxsStats;
+use super::group::{self, Bucket, SelectionMethod};
 use super::meter::{check_flags, MeterBand};
 use super::port::Port;
+use super::OFP15_VERSION;
 use crate::action::{self, Instruction};
 use crate::error::{e, BadRequest, OfpError, TableFeaturesFailed};
 use crate::oxm::{self, OxmField, OxmHeader, OxmId};
@@ -125,7 +127,11 @@ fn u32_pad4(r: &mut Reader<'_>) -> Result<u32, OfpError> {
 }
 
 impl MultipartRequest {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<MultipartRequest, OfpError> {
+    /// In 1.5, `PORT_DESC` and `GROUP_DESC` requests carry a port / group
+    /// to describe; nicflow answers only "all" (`OFPP_ANY` / `OFPG_ALL`,
+    /// what `ovs-ofctl` and OVN send) and refuses one port with
+    /// `OFPBRC_BAD_PORT` and one group with `OFPBRC_BAD_MULTIPART`.
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<MultipartRequest, OfpError> {
         let ty = r.u16()?;
         let flags = r.u16()?;
         r.pad(4)?;
@@ -138,10 +144,22 @@ impl MultipartRequest {
             ofpmp::PORT_STATS => B::PortStats {
                 port_no: u32_pad4(r)?,
             },
+            ofpmp::PORT_DESC if version >= OFP15_VERSION => {
+                if u32_pad4(r)? != 0xffff_ffff {
+                    return Err(e::brc(BadRequest::BAD_PORT));
+                }
+                B::PortDesc
+            }
             ofpmp::PORT_DESC => B::PortDesc,
             ofpmp::GROUP => B::Group {
                 group_id: u32_pad4(r)?,
             },
+            ofpmp::GROUP_DESC if version >= OFP15_VERSION => {
+                if u32_pad4(r)? != group::OFPG_ALL {
+                    return Err(e::brc(BadRequest::BAD_MULTIPART));
+                }
+                B::GroupDesc
+            }
             ofpmp::GROUP_DESC => B::GroupDesc,
             ofpmp::GROUP_FEATURES => B::GroupFeatures,
             ofpmp::METER => B::Meter {
@@ -176,12 +194,20 @@ impl MultipartRequest {
         }
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
         wire::put_u16(out, self.mp_type());
         wire::put_u16(out, self.flags);
         wire::put_zeros(out, 4);
         use RequestBody as B;
         match &self.body {
+            B::PortDesc if version >= OFP15_VERSION => {
+                wire::put_u32(out, 0xffff_ffff);
+                wire::put_zeros(out, 4);
+            }
+            B::GroupDesc if version >= OFP15_VERSION => {
+                wire::put_u32(out, group::OFPG_ALL);
+                wire::put_zeros(out, 4);
+            }
             B::Flow(f) | B::Aggregate(f) => f.encode(out),
             B::PortStats { port_no: v }
             | B::Group { group_id: v }
@@ -284,6 +310,68 @@ impl FlowStats {
         })
     }
 
+    /// `ofp15_flow_desc`: the counters move into OXS statistics after the
+    /// match. Its importance is read and dropped (nicflow does not evict;
+    /// 0 is written).
+    fn decode15(r: &mut Reader<'_>) -> Result<FlowStats, OfpError> {
+        let len = usize::from(r.peek_u16().ok_or(e::BRC_BAD_LEN)?);
+        if len < 24 || len > r.remaining() {
+            return Err(e::BRC_BAD_LEN);
+        }
+        let mut f = r.sub(len, e::BRC_BAD_LEN)?;
+        f.skip(4)?;
+        let table_id = f.u8()?;
+        f.pad(1)?;
+        let priority = f.u16()?;
+        let idle_timeout = f.u16()?;
+        let hard_timeout = f.u16()?;
+        let flags = f.u16()?;
+        let _importance = f.u16()?;
+        let cookie = f.u64()?;
+        let r#match = oxm::decode_match(&mut f)?;
+        let st = OxsStats::decode(&mut f)?;
+        let (duration_sec, duration_nsec) = st.duration.unwrap_or((0, 0));
+        Ok(FlowStats {
+            table_id,
+            duration_sec,
+            duration_nsec,
+            priority,
+            idle_timeout,
+            hard_timeout,
+            flags,
+            cookie,
+            packet_count: st.packet_count.unwrap_or(0),
+            byte_count: st.byte_count.unwrap_or(0),
+            r#match,
+            instructions: action::decode_instructions(f.rest())?,
+        })
+    }
+
+    fn encode15(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        wire::put_u16(out, 0);
+        wire::put_zeros(out, 2);
+        wire::put_u8(out, self.table_id);
+        wire::put_zeros(out, 1);
+        wire::put_u16(out, self.priority);
+        wire::put_u16(out, self.idle_timeout);
+        wire::put_u16(out, self.hard_timeout);
+        wire::put_u16(out, self.flags);
+        wire::put_u16(out, 0);
+        wire::put_u64(out, self.cookie);
+        oxm::encode_match(&self.r#match, out);
+        OxsStats {
+            duration: Some((self.duration_sec, self.duration_nsec)),
+            packet_count: Some(self.packet_count),
+            byte_count: Some(self.byte_count),
+            ..OxsStats::default()
+        }
+        .encode(out);
+        action::encode_instructions(&self.instructions, out);
+        let len = wire::len16(out, start);
+        wire::patch_u16(out, start, len);
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         wire::put_u16(out, 0);
@@ -377,12 +465,14 @@ pub struct GroupStats {
     pub bucket_stats: Vec<Counters>,
 }
 
-/// `ofp_group_desc`.
+/// `ofp_group_desc` / `ofp15_group_desc_stats`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupDesc {
     pub group_type: u8,
     pub group_id: u32,
     pub buckets: Vec<Bucket>,
+    /// OpenFlow 1.5 only (`None` in 1.3).
+    pub selection_method: Option<SelectionMethod>,
 }
 
 /// `ofp_group_features`.
@@ -737,12 +827,67 @@ fn counters(r: &mut Reader<'_>) -> Result<Vec<Counters>, OfpError> {
 }
 
 impl MultipartReply {
-    pub(super) fn decode(r: &mut Reader<'_>) -> Result<MultipartReply, OfpError> {
+    pub(super) fn decode(version: u8, r: &mut Reader<'_>) -> Result<MultipartReply, OfpError> {
         let ty = r.u16()?;
         let flags = r.u16()?;
         r.pad(4)?;
         use ReplyBody as B;
+        let v15 = version >= OFP15_VERSION;
         let body = match ty {
+            ofpmp::FLOW if v15 => {
+                let mut v = Vec::new();
+                while !r.is_empty() {
+                    v.push(FlowStats::decode15(r)?);
+                }
+                B::Flow(v)
+            }
+            ofpmp::AGGREGATE if v15 => {
+                let st = OxsStats::decode(r)?;
+                B::Aggregate(AggregateStats {
+                    packet_count: st.packet_count.unwrap_or(0),
+                    byte_count: st.byte_count.unwrap_or(0),
+                    flow_count: st.flow_count.unwrap_or(0),
+                })
+            }
+            ofpmp::PORT_STATS if v15 => B::PortStats(sized_records(r, 0, 80, |r| {
+                r.skip(4)?;
+                let mut p = PortStats {
+                    port_no: r.u32()?,
+                    duration_sec: r.u32()?,
+                    duration_nsec: r.u32()?,
+                    ..PortStats::default()
+                };
+                for c in p.counters().into_iter().take(8) {
+                    *c = r.u64()?;
+                }
+                let bad = OfpError::BadProperty(crate::error::BadProperty::BAD_LEN);
+                for pr in super::prop::read_all(r, bad)? {
+                    if pr.ty == 0 {
+                        let mut e = Reader::new(pr.value, bad);
+                        e.pad(4)?;
+                        for c in p.counters().into_iter().skip(8) {
+                            *c = e.u64()?;
+                        }
+                    }
+                }
+                Ok(p)
+            })?),
+            ofpmp::PORT_DESC if v15 => B::PortDesc(sized_records(r, 4, 40, Port::decode14)?),
+            ofpmp::GROUP_DESC if v15 => B::GroupDesc(sized_records(r, 0, 16, |g| {
+                g.skip(2)?;
+                let group_type = g.u8()?;
+                g.pad(1)?;
+                let group_id = g.u32()?;
+                let bucket_len = usize::from(g.u16()?);
+                g.pad(6)?;
+                let (buckets, selection_method) = group::decode_buckets15(g, bucket_len)?;
+                Ok(GroupDesc {
+                    group_type,
+                    group_id,
+                    buckets,
+                    selection_method,
+                })
+            })?),
             ofpmp::DESC => B::Desc(Desc::decode(r)?),
             ofpmp::FLOW => {
                 let mut v = Vec::new();
@@ -806,6 +951,7 @@ impl MultipartReply {
                     group_type,
                     group_id: g.u32()?,
                     buckets: Bucket::decode_list(g)?,
+                    selection_method: None,
                 })
             })?),
             ofpmp::GROUP_FEATURES => {
@@ -879,12 +1025,66 @@ impl MultipartReply {
         }
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, version: u8, out: &mut Vec<u8>) {
         wire::put_u16(out, self.mp_type());
         wire::put_u16(out, self.flags);
         wire::put_zeros(out, 4);
         use ReplyBody as B;
+        let v15 = version >= OFP15_VERSION;
         match &self.body {
+            B::Flow(v) if v15 => v.iter().for_each(|f| f.encode15(out)),
+            B::Aggregate(a) if v15 => OxsStats {
+                packet_count: Some(a.packet_count),
+                byte_count: Some(a.byte_count),
+                flow_count: Some(a.flow_count),
+                ..OxsStats::default()
+            }
+            .encode(out),
+            B::PortStats(v) if v15 => {
+                for p in v {
+                    let mut p = *p;
+                    let start = out.len();
+                    wire::put_u16(out, 0);
+                    wire::put_zeros(out, 2);
+                    wire::put_u32(out, p.port_no);
+                    wire::put_u32(out, p.duration_sec);
+                    wire::put_u32(out, p.duration_nsec);
+                    let c = p.counters();
+                    for c in &c[..8] {
+                        wire::put_u64(out, **c);
+                    }
+                    let at = super::prop::start(out, 0);
+                    wire::put_zeros(out, 4);
+                    for c in &c[8..] {
+                        wire::put_u64(out, **c);
+                    }
+                    super::prop::end(out, at);
+                    let len = wire::len16(out, start);
+                    wire::patch_u16(out, start, len);
+                }
+            }
+            B::PortDesc(v) if v15 => v.iter().for_each(|p| p.encode14(out)),
+            B::GroupDesc(v) if v15 => {
+                for g in v {
+                    let start = out.len();
+                    wire::put_u16(out, 0);
+                    wire::put_u8(out, g.group_type);
+                    wire::put_zeros(out, 1);
+                    wire::put_u32(out, g.group_id);
+                    let len_at = out.len();
+                    wire::put_u16(out, 0);
+                    wire::put_zeros(out, 6);
+                    group::encode_buckets15(
+                        &g.buckets,
+                        g.group_type,
+                        &g.selection_method,
+                        len_at,
+                        out,
+                    );
+                    let len = wire::len16(out, start);
+                    wire::patch_u16(out, start, len);
+                }
+            }
             B::Desc(d) => d.encode(out),
             B::Flow(v) => v.iter().for_each(|f| f.encode(out)),
             B::Aggregate(a) => {

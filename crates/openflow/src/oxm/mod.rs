@@ -164,7 +164,21 @@ pub fn read_entry(r: &mut Reader<'_>, ctx: Ctx) -> Result<OxmEntry, OfpError> {
     // about the field and not about the length.
     let payload = r.bytes(h.payload_len())?;
     let field = field.ok_or(ctx.bad_field())?;
-    let n = usize::from(field.def().bytes);
+    let mut n = usize::from(field.def().bytes);
+    // `tun_metadata<N>` is variable-length in Open vSwitch: the header's
+    // length is the value's (as mapped by the TLV table, or as short as
+    // the value when ovs-ofctl has no map). nicflow's slots hold 4-byte
+    // options, so 1..=4 bytes are read right-aligned (the missing high
+    // bytes are zero in the value and, for an exact match, matched as
+    // zero; a short mask leaves them wildcarded); longer options are
+    // `OFPBMC_BAD_LEN`.
+    if let OxmField::TunMetadata(_) = field {
+        let k = if h.hasmask { 2 } else { 1 };
+        let per = payload.len() / k;
+        if (1..=n).contains(&per) && per * k == payload.len() {
+            n = per;
+        }
+    }
     if payload.len() != n * if h.hasmask { 2 } else { 1 } {
         return Err(ctx.bad_len());
     }

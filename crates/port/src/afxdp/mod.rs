@@ -834,28 +834,6 @@ impl AfXdpPort {
         self.xsk.fd.as_raw_fd()
     }
 
-    /// Lend the interface's XDP attachment to the bridge's offload engine,
-    /// which swaps its own program in on the same link (atomically: frames
-    /// never meet the interface without a program). The socket must be in
-    /// the engine's XSKMAP first, or misses find no socket.
-    pub fn take_xdp_link(&mut self) -> Result<aya::programs::xdp::XdpLink, AfXdpError> {
-        self.prog.take_link(&self.name)
-    }
-
-    /// Take the attachment back: `xsk_redirect` replaces the engine's
-    /// program on the link and every frame comes to this socket again.
-    pub fn restore_xdp_link(
-        &mut self,
-        link: aya::programs::xdp::XdpLink,
-    ) -> Result<(), AfXdpError> {
-        self.prog.restore_link(&self.name, link)
-    }
-
-    /// Is the attachment lent out (the offload engine runs on it)?
-    pub fn xdp_link_lent(&self) -> bool {
-        !self.prog.owns_link()
-    }
-
     /// Did the socket bind in zero-copy mode (`XDP_OPTIONS`)?
     pub fn zerocopy(&self) -> bool {
         self.zerocopy
@@ -966,8 +944,15 @@ impl Port for AfXdpPort {
         "afxdp"
     }
 
-    fn as_afxdp_mut(&mut self) -> Option<&mut AfXdpPort> {
-        Some(self)
+    fn offload_hook(&self) -> crate::OffloadHook {
+        crate::OffloadHook::AfXdp(crate::hook::AfXdpHook {
+            ifindex: self.ifindex,
+            queue: self.queue,
+            xsk_fd: self.xsk_fd(),
+            csum_complete: self.csum_complete,
+            native: self.attach == AttachMode::Native,
+            link: self.prog.link_ref(),
+        })
     }
 
     fn spin_worthwhile(&self) -> bool {

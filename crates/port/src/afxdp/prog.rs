@@ -9,8 +9,9 @@
 //! aya falls back to netlink, which has neither property.
 
 use super::{AfXdpError, XdpMode};
+use crate::hook::XdpLinkRef;
 use aya::maps::XskMap;
-use aya::programs::xdp::{XdpLink, XdpLinkId};
+use aya::programs::links::LinkType;
 use aya::programs::{Xdp, XdpMode as AyaXdpMode};
 use aya::Ebpf;
 use std::os::fd::RawFd;
@@ -47,9 +48,11 @@ pub(super) struct XdpProgram {
     // interface), then the program and the map.
     ebpf: Ebpf,
     attached: Option<AttachMode>,
-    /// The attachment while this program owns it; `None` while lent to the
-    /// bridge's XDP offload engine ([`XdpProgram::take_link`]).
-    link: Option<XdpLinkId>,
+    /// The attachment's kernel ids. The link stays with this program for
+    /// the port's whole life; an offload engine only switches the program
+    /// it runs, by these ids (`hook`'s module docs say why). `None`
+    /// attached through netlink (no BPF link: kernels before 5.9).
+    link: Option<XdpLinkRef>,
 }
 
 impl std::fmt::Debug for XdpProgram {
@@ -132,7 +135,8 @@ impl XdpProgram {
                     source: Box::new(e),
                 })
         };
-        let (got, link) = match mode {
+        // The link stays in aya's program (detached when `ebpf` drops).
+        let (got, _link) = match mode {
             XdpMode::Native => (AttachMode::Native, try_mode(prog, AttachMode::Native)?),
             XdpMode::Generic => (AttachMode::Generic, try_mode(prog, AttachMode::Generic)?),
             XdpMode::Auto => match try_mode(prog, AttachMode::Native) {
@@ -148,51 +152,36 @@ impl XdpProgram {
             },
         };
         self.attached = Some(got);
-        self.link = Some(link);
+        self.link = Self::find_link(prog, ifname);
         Ok(got)
     }
 
-    /// Lend the attachment to another program (the offload engine's
-    /// `xdp_dp`, which replaces this one on the same link atomically).
-    /// The interface keeps running whatever program the link points to;
-    /// give it back with [`XdpProgram::restore_link`].
-    pub fn take_link(&mut self, ifname: &str) -> Result<XdpLink, AfXdpError> {
-        let id = self.link.take().ok_or_else(|| {
-            AfXdpError::InvalidOptions(format!("{ifname}: XDP link already lent"))
-        })?;
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                AfXdpError::InvalidOptions(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf_err("BPF program type", ifname, e))?;
-        prog.take_link(id)
-            .map_err(|e| bpf_err("taking the XDP link", ifname, e))
+    /// The XDP link running `prog`: this instance of `xsk_redirect` is
+    /// loaded for this port alone, so it is the one link whose program id
+    /// is its id.
+    fn find_link(prog: &Xdp, ifname: &str) -> Option<XdpLinkRef> {
+        let prog_id = match prog.info() {
+            Ok(i) => i.id(),
+            Err(e) => {
+                tracing::warn!(port = %ifname, "reading xsk_redirect's id: {e}; no offload engine can run on this port");
+                return None;
+            }
+        };
+        let found = aya::programs::loaded_links()
+            .flatten()
+            .find(|l| l.program_id() == prog_id && l.link_type().ok() == Some(LinkType::Xdp));
+        if found.is_none() {
+            tracing::warn!(port = %ifname, "XDP attached without a BPF link (kernel before 5.9): no offload engine can run on this port");
+        }
+        found.map(|l| XdpLinkRef {
+            link_id: l.id(),
+            prog_id,
+        })
     }
 
-    /// Take the attachment back: `xsk_redirect` replaces whatever program
-    /// the link runs (`BPF_LINK_UPDATE`), atomically.
-    pub fn restore_link(&mut self, ifname: &str, link: XdpLink) -> Result<(), AfXdpError> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROG_NAME)
-            .ok_or_else(|| {
-                AfXdpError::InvalidOptions(format!("BPF object has no program `{PROG_NAME}`"))
-            })?
-            .try_into()
-            .map_err(|e| bpf_err("BPF program type", ifname, e))?;
-        let id = prog
-            .attach_to_link(link)
-            .map_err(|e| bpf_err("BPF_LINK_UPDATE(xsk_redirect)", ifname, e))?;
-        self.link = Some(id);
-        Ok(())
-    }
-
-    /// Does this program own the attachment (not lent out)?
-    pub fn owns_link(&self) -> bool {
-        self.link.is_some()
+    /// The attachment's kernel ids, for an offload engine.
+    pub fn link_ref(&self) -> Option<XdpLinkRef> {
+        self.link
     }
 
     pub fn attached(&self) -> Option<AttachMode> {

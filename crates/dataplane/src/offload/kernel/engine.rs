@@ -18,6 +18,8 @@ use super::OffloadError;
 use aya::maps::{Array, DevMap, HashMap as BpfHashMap, Map, MapData, PerCpuArray, XskMap};
 use aya::programs::{ProgramError, SchedClassifier, TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
+use nicflow_port::attach::{self, ProgRef};
+use nicflow_port::hook::XdpLinkRef;
 use nicflow_port::pin::{self, HeldLink};
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -159,47 +161,7 @@ struct BatchAttr {
     flags: u64,
 }
 
-/// Sums of the program's per-CPU counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EngineStats {
-    pub rx: u64,
-    pub hit: u64,
-    pub miss: u64,
-    pub unparsed: u64,
-    pub no_port: u64,
-    pub punt: u64,
-    pub output: u64,
-    pub drop: u64,
-    pub aborted: u64,
-    /// Tunnel frames decapsulated on an underlay (hit or not).
-    pub decap: u64,
-    /// Frames encapsulated and sent to an underlay.
-    pub encap: u64,
-    /// Drops of flows with an empty action list (userspace: `policy`).
-    pub drop_policy: u64,
-    /// `DP_OP_DROP` drops per [`DropReason`](crate::datapath::DropReason) index.
-    pub drop_reasons: [u64; layout::DROP_REASONS],
-}
-
-impl EngineStats {
-    /// Drops by reason, named as the userspace datapath names them, so
-    /// `nicflow stats` can add the two.
-    pub fn drops(&self) -> Vec<(&'static str, u64)> {
-        let mut v = Vec::new();
-        for (r, n) in crate::datapath::DropReason::ALL
-            .iter()
-            .zip(self.drop_reasons)
-        {
-            if n > 0 {
-                v.push((r.name(), n));
-            }
-        }
-        if self.drop_policy > 0 {
-            v.push(("policy", self.drop_policy));
-        }
-        v
-    }
-}
+pub use crate::datapath::offload::EngineStats;
 
 /// How the program is attached to an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -237,6 +199,8 @@ pub struct XdpEngine {
     /// Installed flows -> their mask slot's reference is held.
     installed: HashMap<FlowMapKey, ()>,
     links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
+    /// XDP only: ports' links switched to `xdp_dp` ([`Self::adopt_link`]).
+    lent: HashMap<u32, XdpLinkRef>,
     /// TC only: `tc_dp` on ports' interfaces (tcx links, pinned under
     /// `pin_dir` when there is one: they outlive the process).
     tc_links: HashMap<u32, HeldLink>,
@@ -553,6 +517,7 @@ impl XdpEngine {
             masks: MaskTable::new(cfg.max_masks),
             installed: HashMap::new(),
             links: HashMap::new(),
+            lent: HashMap::new(),
             tc_links: HashMap::new(),
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
@@ -844,6 +809,7 @@ impl XdpEngine {
             masks: MaskTable::new(cfg.max_masks),
             installed: HashMap::new(),
             links: HashMap::new(),
+            lent: HashMap::new(),
             tc_links: HashMap::new(),
             pin_dir,
             adopted: false,
@@ -932,37 +898,50 @@ impl XdpEngine {
         prog.detach(link).map_err(|e| bpf("detaching xdp_dp", e))
     }
 
-    /// Take over an XDP attachment made by someone else (an AF_XDP port's
-    /// `xsk_redirect`): the link is switched to `xdp_dp` atomically
-    /// (`BPF_LINK_UPDATE`), so no frame on the interface is ever without a
-    /// program. Give it back with [`Self::release_link`] before this engine
-    /// is dropped, or the interface loses its program.
-    pub fn adopt_link(
-        &mut self,
-        ifindex: u32,
-        link: aya::programs::xdp::XdpLink,
-    ) -> Result<(), OffloadError> {
+    /// Run on an XDP attachment someone else holds (an AF_XDP port's
+    /// link running its `xsk_redirect`, by kernel ids): the link is
+    /// switched to `xdp_dp` atomically (`BPF_LINK_UPDATE`, only if it still
+    /// runs the port's program), so no frame on the interface is ever
+    /// without a program. The port keeps the link; give the port its
+    /// program back with [`Self::release_link`]. On error the link still
+    /// runs the port's program.
+    pub fn adopt_link(&mut self, ifindex: u32, link: XdpLinkRef) -> Result<(), OffloadError> {
         let prog = self.xdp_prog_mut()?;
-        let id = prog
-            .attach_to_link(link)
-            .map_err(|e| bpf("BPF_LINK_UPDATE(xdp_dp)", e))?;
-        self.links.insert(ifindex, id);
+        let fd = prog.fd().map_err(|e| bpf("xdp_dp descriptor", e))?;
+        attach::xdp_link_update(
+            link.link_id,
+            ProgRef::Fd(fd.as_fd()),
+            ProgRef::Id(link.prog_id),
+        )
+        .map_err(|e| bpf("switching the port's XDP link to xdp_dp", e))?;
+        self.lent.insert(ifindex, link);
         Ok(())
     }
 
-    /// Hand the link of `ifindex` back (still running `xdp_dp` until the
-    /// new owner replaces the program). `None` if not attached here.
-    pub fn release_link(
-        &mut self,
-        ifindex: u32,
-    ) -> Result<Option<aya::programs::xdp::XdpLink>, OffloadError> {
-        let Some(id) = self.links.remove(&ifindex) else {
-            return Ok(None);
+    /// Switch the link of `ifindex` back to its owner's program (if it
+    /// still runs `xdp_dp`). A link that is gone (its port closed) needs
+    /// nothing. Returns whether this engine ran on `ifindex`.
+    pub fn release_link(&mut self, ifindex: u32) -> Result<bool, OffloadError> {
+        let Some(link) = self.lent.remove(&ifindex) else {
+            return Ok(false);
         };
         let prog = self.xdp_prog_mut()?;
-        prog.take_link(id)
-            .map(Some)
-            .map_err(|e| bpf("taking the xdp_dp link", e))
+        let fd = prog.fd().map_err(|e| bpf("xdp_dp descriptor", e))?;
+        match attach::xdp_link_update(
+            link.link_id,
+            ProgRef::Id(link.prog_id),
+            ProgRef::Fd(fd.as_fd()),
+        ) {
+            Ok(()) => Ok(true),
+            Err(e)
+                if e.op == "BPF_LINK_GET_FD_BY_ID"
+                    && e.source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                tracing::debug!(ifindex, "the port's XDP link is gone already");
+                Ok(true)
+            }
+            Err(e) => Err(bpf("restoring the port's XDP program", e)),
+        }
     }
 
     /// TC: attach `tc_dp` at ingress of `ifname`, first on the hook (a tcx
@@ -1524,6 +1503,16 @@ impl Drop for XdpEngine {
     /// crash leaves the pins (and the fast path) for the next daemon.
     fn drop(&mut self) {
         let crash = std::thread::panicking();
+        if !crash {
+            // Ports' links go back to their own programs rather than keep
+            // running a program nobody manages.
+            let lent: Vec<u32> = self.lent.keys().copied().collect();
+            for ifindex in lent {
+                if let Err(e) = self.release_link(ifindex) {
+                    tracing::warn!(ifindex, "{e}");
+                }
+            }
+        }
         for (_, l) in self.tc_links.drain() {
             if crash {
                 l.leave();

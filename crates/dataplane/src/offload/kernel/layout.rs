@@ -476,7 +476,7 @@ pub mod stat {
 
 /// Slots for `DP_OP_DROP` reasons (`DP_DROP_REASONS`): every
 /// [`DropReason`](crate::datapath::DropReason) has one.
-pub const DROP_REASONS: usize = 4;
+pub const DROP_REASONS: usize = crate::datapath::offload::ENGINE_DROP_SLOTS;
 const _: () = assert!(crate::datapath::DropReason::ALL.len() <= DROP_REASONS);
 /// `DropReason::Meter`'s slot: the program counts a meter's drop there.
 pub const DROP_METER: usize = 3;

@@ -166,6 +166,11 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
             fx.tables_changed = true;
         }),
         Message::Experimenter(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXPERIMENTER)),
+        // Decoded by the codec (issue 30), not handled by the switch yet.
+        Message::Nx(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXP_TYPE)),
+        Message::BundleControl(_) | Message::BundleAdd(_) => {
+            Err(OfpError::BadRequest(BadRequest::BAD_TYPE))
+        }
         // Replies and switch-to-controller messages make no sense here.
         Message::FeaturesReply(_)
         | Message::GetConfigReply(_)
@@ -490,6 +495,7 @@ pub fn port_descs(br: &Bridge) -> Vec<Port> {
 
 fn bucket_out(b: &nicflow_ofctl::group::Bucket) -> Bucket {
     Bucket {
+        bucket_id: b.bucket_id,
         weight: b.weight,
         watch_port: b.watch_port.unwrap_or(ANY),
         watch_group: b.watch_group.unwrap_or(ANY),
@@ -631,6 +637,7 @@ fn multipart(
                     },
                     group_id: g.group_id,
                     buckets: g.buckets.iter().map(bucket_out).collect(),
+                    selection_method: None,
                 })
                 .collect();
             send_split(s, xid, descs, ReplyBody::GroupDesc);
@@ -788,6 +795,7 @@ mod tests {
         let po = msg::PacketOut {
             buffer_id: NO_BUFFER,
             in_port: ofp::CONTROLLER,
+            metadata: Match::catchall(),
             actions: vec![OfAction::Output {
                 port: ofp::TABLE,
                 max_len: 0,
@@ -811,6 +819,7 @@ mod tests {
         let po = msg::PacketOut {
             buffer_id: 7,
             in_port: ofp::CONTROLLER,
+            metadata: Match::catchall(),
             actions: vec![],
             data: hex(ARP),
         };
@@ -830,6 +839,7 @@ mod tests {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
+            importance: 0,
             r#match: Match::catchall(),
             instructions: vec![nicflow_openflow::action::Instruction::Meter(9)],
         };
@@ -913,6 +923,7 @@ mod tests {
             out_port: ANY,
             out_group: ANY,
             flags: 0,
+            importance: 0,
             r#match: m,
             instructions: vec![nicflow_openflow::action::Instruction::ApplyActions(acts)],
         };

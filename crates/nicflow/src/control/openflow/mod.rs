@@ -57,7 +57,7 @@ use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-pub use target::Target;
+pub use target::{Target, TargetError};
 
 /// Cookie of the rule standalone mode adds while it fails open.
 pub const FAIL_OPEN_COOKIE: u64 = 0x0f0f_0f0f_f0f0_f0f0;
@@ -128,11 +128,59 @@ pub struct OpenFlow {
 /// see it (connecting needs write permission), nobody else.
 pub const PUNIX_MODE: u32 = 0o750;
 
-fn bind(t: &Target) -> Result<Listener, String> {
+/// Why the OpenFlow side refused a configuration. The texts are the
+/// control protocol's replies.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenFlowError {
+    #[error(
+        "{0}: no SSL configuration: run `nicflow set-ssl PRIVATE-KEY CERTIFICATE CA-CERT` first"
+    )]
+    NoSsl(Target),
+    /// A listener could not be bound (the address is in use...).
+    #[error("{target}: {source}")]
+    Bind {
+        target: Target,
+        #[source]
+        source: BindError,
+    },
+    #[error("{0} is not a listener")]
+    NotListener(Target),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("bridge {bridge} uses {target}: remove it first (set-controller/del-controller)")]
+    SslInUse { bridge: String, target: Target },
+}
+
+/// Why a listening socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A live socket is at the path: it is left alone.
+    #[error("something is listening there")]
+    Listening,
+    #[error("exists and is not a socket: not replaced")]
+    NotSocket,
+    /// The private directory the socket is bound in.
+    #[error("{}: {source}", path.display())]
+    PrivateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn bind(t: &Target) -> Result<Listener, OpenFlowError> {
+    let bind_error = |source: BindError| OpenFlowError::Bind {
+        target: t.clone(),
+        source,
+    };
     match t {
         Target::Ptcp(a) | Target::Pssl(a) => {
-            let l = TcpListener::bind(a).map_err(|e| format!("{t}: {e}"))?;
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let l = TcpListener::bind(a).map_err(|e| bind_error(e.into()))?;
+            l.set_nonblocking(true)?;
             if matches!(t, Target::Pssl(_)) {
                 return Ok(Listener::Ssl(l));
             }
@@ -148,11 +196,11 @@ fn bind(t: &Target) -> Result<Listener, String> {
             Ok(Listener::Tcp(l))
         }
         Target::Punix(p) => {
-            let l = bind_unix(p, PUNIX_MODE).map_err(|e| format!("{t}: {e}"))?;
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let l = bind_unix(p, PUNIX_MODE).map_err(bind_error)?;
+            l.set_nonblocking(true)?;
             Ok(Listener::Unix(l, p.clone()))
         }
-        _ => Err(format!("{t} is not a listener")),
+        _ => Err(OpenFlowError::NotListener(t.clone())),
     }
 }
 
@@ -162,19 +210,19 @@ fn bind(t: &Target) -> Result<Listener, String> {
 /// there, and renamed into place (rename keeps the binding). A stale
 /// socket at `path` is replaced; a live one, or anything that is not a
 /// socket, is an error and left alone.
-fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, String> {
+fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, BindError> {
     use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
     use std::sync::atomic::{AtomicU32, Ordering};
     static SEQ: AtomicU32 = AtomicU32::new(0);
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
-                return Err("something is listening there".into());
+                return Err(BindError::Listening);
             }
         }
-        Ok(_) => return Err("exists and is not a socket: not replaced".into()),
+        Ok(_) => return Err(BindError::NotSocket),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -189,7 +237,10 @@ fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, String> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&private)
-        .map_err(|e| format!("{}: {e}", private.display()))?;
+        .map_err(|source| BindError::PrivateDir {
+            path: private.clone(),
+            source,
+        })?;
     struct Cleanup<'a>(&'a Path);
     impl Drop for Cleanup<'_> {
         fn drop(&mut self) {
@@ -198,13 +249,11 @@ fn bind_unix(path: &Path, mode: u32) -> Result<UnixListener, String> {
         }
     }
     let _cleanup = Cleanup(&private);
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))?;
     let inner = private.join("s");
-    let l = UnixListener::bind(&inner).map_err(|e| e.to_string())?;
-    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| e.to_string())?;
-    std::fs::rename(&inner, path).map_err(|e| e.to_string())?;
+    let l = UnixListener::bind(&inner)?;
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))?;
+    std::fs::rename(&inner, path)?;
     Ok(l)
 }
 
@@ -337,12 +386,10 @@ impl OpenFlow {
         targets: &[Target],
         fail_mode: FailMode,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), OpenFlowError> {
         if let Some(t) = targets.iter().find(|t| t.tls()) {
             if self.tls.is_none() {
-                return Err(format!(
-                    "{t}: no SSL configuration: run `nicflow set-ssl PRIVATE-KEY CERTIFICATE CA-CERT` first"
-                ));
+                return Err(OpenFlowError::NoSsl(t.clone()));
             }
         }
         let b = self
@@ -389,29 +436,36 @@ impl OpenFlow {
     /// `set-ssl`: load and check the key, certificate and CA now (a bad
     /// file changes nothing); new TLS connections use them, open ones
     /// keep theirs.
-    pub fn set_ssl(&mut self, files: &tls::SslFiles) -> Result<(), String> {
-        let t = tls::Tls::load(files).map_err(|e| e.to_string())?;
+    /// Returns the configuration it replaced, for [`OpenFlow::restore_ssl`].
+    pub fn set_ssl(&mut self, files: &tls::SslFiles) -> Result<Option<tls::Tls>, OpenFlowError> {
+        let t = tls::Tls::load(files)?;
         tracing::info!(
             private_key = %files.private_key.display(),
             certificate = %files.certificate.display(),
             ca_cert = %files.ca_cert.display(),
             "OpenFlow TLS configuration loaded"
         );
-        self.tls = Some(t);
-        Ok(())
+        Ok(self.tls.replace(t))
+    }
+
+    /// Put back what [`OpenFlow::set_ssl`] or [`OpenFlow::del_ssl`]
+    /// replaced (the request could not be recorded in the config file).
+    pub fn restore_ssl(&mut self, old: Option<tls::Tls>) {
+        self.tls = old;
     }
 
     /// `del-ssl`: refused while a bridge has `ssl:`/`pssl:` targets.
-    pub fn del_ssl(&mut self) -> Result<(), String> {
+    /// Returns the configuration it removed.
+    pub fn del_ssl(&mut self) -> Result<Option<tls::Tls>, OpenFlowError> {
         for (name, b) in &self.bridges {
             if let Some(t) = b.targets.iter().find(|t| t.tls()) {
-                return Err(format!(
-                    "bridge {name} uses {t}: remove it first (set-controller/del-controller)"
-                ));
+                return Err(OpenFlowError::SslInUse {
+                    bridge: name.clone(),
+                    target: t.clone(),
+                });
             }
         }
-        self.tls = None;
-        Ok(())
+        Ok(self.tls.take())
     }
 
     /// Forget a bridge (deleted): its connections close.
@@ -1047,7 +1101,14 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("br0.mgmt")]);
         // Live: refused. Stale: replaced.
-        assert!(bind_unix(&p, PUNIX_MODE).unwrap_err().contains("listening"));
+        assert!(matches!(
+            bind_unix(&p, PUNIX_MODE),
+            Err(BindError::Listening)
+        ));
+        assert_eq!(
+            BindError::Listening.to_string(),
+            "something is listening there"
+        );
         drop(l);
         let l = bind_unix(&p, PUNIX_MODE).unwrap();
         assert!(UnixStream::connect(&p).is_ok());
@@ -1057,6 +1118,7 @@ mod tests {
         std::fs::write(&f, b"keep").unwrap();
         assert!(bind_unix(&f, PUNIX_MODE)
             .unwrap_err()
+            .to_string()
             .contains("not a socket"));
         assert_eq!(std::fs::read(&f).unwrap(), b"keep");
         // A directory that does not exist: an error, nothing created.
@@ -1071,7 +1133,11 @@ mod tests {
         let e = of
             .configure("br0", &t, FailMode::Standalone, now)
             .unwrap_err();
-        assert!(e.contains("set-ssl"), "{e}");
+        assert!(matches!(e, OpenFlowError::NoSsl(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "pssl:0:127.0.0.1: no SSL configuration: run `nicflow set-ssl PRIVATE-KEY CERTIFICATE CA-CERT` first"
+        );
         let t = [Target::parse("ssl:127.0.0.1").unwrap()];
         assert!(of.configure("br0", &t, FailMode::Standalone, now).is_err());
         assert!(of.status("br0").is_empty());
@@ -1091,7 +1157,9 @@ mod tests {
             command: msg::group::command::DELETE,
             group_type: 0,
             group_id: msg::group::OFPG_ALL,
+            command_bucket_id: msg::group::bucket_id::ALL,
             buckets: vec![],
+            selection_method: None,
         };
         s.feed(&encode_to_vec(&Message::GroupMod(gm), 4).unwrap(), now);
         let d = s.poll_message().unwrap();

@@ -352,6 +352,18 @@ impl Session {
                 }
             };
         }
+        // The codec reads OpenFlow 1.5 too (issue 30); this session speaks
+        // 1.3, so anything else is refused as before.
+        if d.version != msg::OFP13_VERSION
+            && !matches!(d.message, Message::Hello(_) | Message::Error(_))
+        {
+            self.send_error(
+                OfpError::BadRequest(BadRequest::BAD_VERSION),
+                d.xid,
+                b"this session speaks OpenFlow 1.3",
+            );
+            return None;
+        }
         match d.message {
             Message::Hello(_) => None,
             Message::EchoRequest(data) => {
@@ -510,6 +522,21 @@ mod tests {
         assert_eq!(out[0], 1);
         assert_eq!(out[1], 1);
         assert_eq!(&out[8..12], &[0, 0, 0, 0]); // HELLO_FAILED/INCOMPATIBLE
+    }
+
+    #[test]
+    fn other_versions_are_refused_after_13_is_negotiated() {
+        let now = Instant::now();
+        let mut s = open(now);
+        // A well-formed OpenFlow 1.5 barrier: the codec reads it, the 1.3
+        // session refuses it (as before the codec learned 1.5).
+        s.feed(&[6, 20, 0, 8, 0, 0, 0, 5], now);
+        assert!(s.poll_message().is_none());
+        assert!(!s.closing);
+        let out = decode_all(&s.take_output());
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::BadRequest(BadRequest::BAD_VERSION)));
+        assert_eq!(out[0].xid, 5);
     }
 
     #[test]

@@ -27,32 +27,54 @@ pub enum Target {
     Punix(PathBuf),
 }
 
-fn parse_ip(s: &str) -> Result<IpAddr, String> {
+/// Why a controller target does not parse. Each names the text it was
+/// given, as `set-controller` replies.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("`{0}`: expected tcp:IP[:PORT], ptcp:[PORT][:IP], ssl:IP[:PORT], pssl:[PORT][:IP], unix:PATH or punix:PATH")]
+    Syntax(String),
+    #[error("`{target}`: unknown connection type `{kind}` (tcp, ptcp, ssl, pssl, unix, punix)")]
+    UnknownKind { target: String, kind: String },
+    #[error("`{target}`: {kind} needs an IP address")]
+    NeedsIp { target: String, kind: String },
+    #[error("`{target}`: {kind} needs a path")]
+    NeedsPath { target: String, kind: String },
+    /// Host names are not resolved: a controller's address is an address.
+    #[error("`{0}` is not an IP address (names are not resolved)")]
+    NotIp(String),
+    #[error("`{0}` is not a port number")]
+    NotPort(String),
+    #[error("`{0}`: missing `]`")]
+    MissingBracket(String),
+    #[error("`{0}`: expected `:PORT` after `]`")]
+    ExpectedPort(String),
+}
+
+fn parse_ip(s: &str) -> Result<IpAddr, TargetError> {
     let t = s
         .strip_prefix('[')
         .and_then(|x| x.strip_suffix(']'))
         .unwrap_or(s);
-    t.parse()
-        .map_err(|_| format!("`{s}` is not an IP address (names are not resolved)"))
+    t.parse().map_err(|_| TargetError::NotIp(s.to_string()))
 }
 
-fn parse_port(s: &str) -> Result<u16, String> {
+fn parse_port(s: &str) -> Result<u16, TargetError> {
     s.parse::<u16>()
-        .map_err(|_| format!("`{s}` is not a port number"))
+        .map_err(|_| TargetError::NotPort(s.to_string()))
 }
 
 /// Split `IP[:PORT]` where IP may be `[v6]`.
-fn split_ip_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
+fn split_ip_port(s: &str) -> Result<(IpAddr, Option<u16>), TargetError> {
     if let Some(rest) = s.strip_prefix('[') {
         let (ip, tail) = rest
             .split_once(']')
-            .ok_or_else(|| format!("`{s}`: missing `]`"))?;
+            .ok_or_else(|| TargetError::MissingBracket(s.to_string()))?;
         let ip = parse_ip(ip)?;
         return match tail {
             "" => Ok((ip, None)),
             t => match t.strip_prefix(':') {
                 Some(p) => Ok((ip, Some(parse_port(p)?))),
-                None => Err(format!("`{s}`: expected `:PORT` after `]`")),
+                None => Err(TargetError::ExpectedPort(s.to_string())),
             },
         };
     }
@@ -65,14 +87,17 @@ fn split_ip_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
 }
 
 impl Target {
-    pub fn parse(s: &str) -> Result<Target, String> {
-        let (kind, rest) = s.split_once(':').ok_or_else(|| {
-            format!("`{s}`: expected tcp:IP[:PORT], ptcp:[PORT][:IP], ssl:IP[:PORT], pssl:[PORT][:IP], unix:PATH or punix:PATH")
-        })?;
+    pub fn parse(s: &str) -> Result<Target, TargetError> {
+        let (kind, rest) = s
+            .split_once(':')
+            .ok_or_else(|| TargetError::Syntax(s.to_string()))?;
         match kind {
             "tcp" | "ssl" => {
                 if rest.is_empty() {
-                    return Err(format!("`{s}`: {kind} needs an IP address"));
+                    return Err(TargetError::NeedsIp {
+                        target: s.to_string(),
+                        kind: kind.to_string(),
+                    });
                 }
                 let (ip, port) = split_ip_port(rest)?;
                 let a = SocketAddr::new(ip, port.unwrap_or(DEFAULT_PORT));
@@ -105,7 +130,10 @@ impl Target {
             }
             "unix" | "punix" => {
                 if rest.is_empty() {
-                    return Err(format!("`{s}`: {kind} needs a path"));
+                    return Err(TargetError::NeedsPath {
+                        target: s.to_string(),
+                        kind: kind.to_string(),
+                    });
                 }
                 let p = PathBuf::from(rest);
                 Ok(if kind == "unix" {
@@ -114,9 +142,10 @@ impl Target {
                     Target::Punix(p)
                 })
             }
-            _ => Err(format!(
-                "`{s}`: unknown connection type `{kind}` (tcp, ptcp, ssl, pssl, unix, punix)"
-            )),
+            _ => Err(TargetError::UnknownKind {
+                target: s.to_string(),
+                kind: kind.to_string(),
+            }),
         }
     }
 
@@ -214,5 +243,36 @@ mod tests {
         ] {
             assert!(Target::parse(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    /// The reasons, in the words `set-controller` replied before they
+    /// were typed.
+    #[test]
+    fn refusals_name_the_target_and_the_reason() {
+        let e = |s: &str| Target::parse(s).unwrap_err();
+        assert_eq!(e("tcp:").to_string(), "`tcp:`: tcp needs an IP address");
+        assert_eq!(e("punix:").to_string(), "`punix:`: punix needs a path");
+        assert_eq!(
+            e("tcp:host.example"),
+            TargetError::NotIp("host.example".into())
+        );
+        assert_eq!(
+            e("tcp:host.example").to_string(),
+            "`host.example` is not an IP address (names are not resolved)"
+        );
+        assert_eq!(
+            e("tcp:1.2.3.4:99999").to_string(),
+            "`99999` is not a port number"
+        );
+        assert_eq!(e("tcp:[::1").to_string(), "`[::1`: missing `]`");
+        assert_eq!(
+            e("tcp:[::1]x").to_string(),
+            "`[::1]x`: expected `:PORT` after `]`"
+        );
+        assert_eq!(
+            e("tls:1.2.3.4").to_string(),
+            "`tls:1.2.3.4`: unknown connection type `tls` (tcp, ptcp, ssl, pssl, unix, punix)"
+        );
+        assert!(matches!(e("1.2.3.4"), TargetError::Syntax(_)));
     }
 }

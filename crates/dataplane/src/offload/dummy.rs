@@ -1,0 +1,649 @@
+//! An offload engine in memory, as OVS's dummy offload provider: the
+//! datapath and the bridge drive it exactly as they drive the kernel
+//! engines ([`FlowOffload`], flow half and port half), so placement,
+//! counters (live, retired, folded into the flow), modify refusals, port
+//! add/del reasons and meters are tested without root, BPF or interfaces.
+//!
+//! Place in a frame's path: none. No frame runs here; a test plays the
+//! kernel's part with [`DummyHandle::hit`] (traffic on an offloaded flow)
+//! and looks at what the engine holds through the same handle, which
+//! shares the engine's state (the bridge owns the engine itself, boxed as
+//! any provider, and never needs its type).
+//!
+//! What it accepts, a simplified kernel engine:
+//! * ports: AF_XDP and TC ports (engine `dummy`), tunnels whose underlay is
+//!   one of those and that need no outer UDP checksum or IPsec; any other
+//!   port stays in userspace for the reason the kernel manager gives
+//!   ([`super::kind_reason`], `tunnel:udp-csum`, `tunnel:ipsec`,
+//!   `tunnel:underlay-afpacket`). A port named by
+//!   [`DummyHandle::fail_port_add`] makes `port_add` fail (an engine
+//!   error), as a full or broken kernel map would.
+//! * flows: an exact `in_port`, an ingress and every output among its
+//!   ports, meters it knows, and no action the kernel programs lack
+//!   (`action:controller`, `action:unsupported` for the rest); at most
+//!   `max_flows` entries (`flow-map-full`). A modify is decided afresh the
+//!   same way, so new actions the engine cannot run are refused.
+//! * meters: held as given; a flow's hits count in its meters' `packets_in`.
+
+use super::kind_reason;
+use crate::datapath::meter::MeterCounters;
+use crate::datapath::{
+    DpAction, EngineStats, FlowOffload, KernelCounters, ManagerCounters, PortOffload,
+    PortOffloadError, ProviderStatus,
+};
+use nicflow_flow::{FlowKey, FlowMask, Match};
+use nicflow_ofctl::meter::MeterSpec;
+use nicflow_port::OffloadHook;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One entry of the engine.
+#[derive(Clone, Debug)]
+pub struct DummyFlow {
+    pub matching: Match,
+    pub actions: Vec<DpAction>,
+    pub counters: KernelCounters,
+}
+
+/// The engine's state, shared by the engine and its handles.
+#[derive(Debug, Default)]
+struct State {
+    /// Ports the engine runs on, by number: their names.
+    ports: BTreeMap<u32, String>,
+    /// Ports it does not run on: why.
+    others: BTreeMap<u32, &'static str>,
+    /// Port names whose `port_add` fails.
+    fail: BTreeSet<String>,
+    flows: BTreeMap<u64, DummyFlow>,
+    next_id: u64,
+    max_flows: usize,
+    meters: BTreeMap<u32, MeterSpec>,
+    meter_counters: BTreeMap<u32, MeterCounters>,
+    counters: ManagerCounters,
+    stats: EngineStats,
+}
+
+/// The engine (give it to [`crate::bridge::Bridge::enable_offload_provider`]
+/// or `Datapath::set_offload`).
+#[derive(Debug)]
+pub struct DummyOffload(Rc<RefCell<State>>);
+
+/// A test's view of a [`DummyOffload`] it gave away.
+#[derive(Clone, Debug)]
+pub struct DummyHandle(Rc<RefCell<State>>);
+
+/// The reason `port_add` fails for a port named by
+/// [`DummyHandle::fail_port_add`].
+#[derive(Debug, thiserror::Error)]
+#[error("dummy engine: no room for port {0}")]
+pub struct DummyPortError(String);
+
+impl DummyOffload {
+    /// An engine holding at most `max_flows` flows, and a handle on it.
+    pub fn new(max_flows: usize) -> (DummyOffload, DummyHandle) {
+        let s = Rc::new(RefCell::new(State {
+            next_id: 1,
+            max_flows,
+            ..State::default()
+        }));
+        (DummyOffload(s.clone()), DummyHandle(s))
+    }
+}
+
+impl DummyHandle {
+    /// The kernel's part: `packets` frames of `bytes` in all hit entry
+    /// `id` (its meters count them too). False if there is no such entry.
+    pub fn hit(&self, id: u64, packets: u64, bytes: u64) -> bool {
+        let mut s = self.0.borrow_mut();
+        let s = &mut *s;
+        let Some(f) = s.flows.get_mut(&id) else {
+            return false;
+        };
+        f.counters.packets += packets;
+        f.counters.bytes += bytes;
+        f.counters.used = Some(Instant::now());
+        s.stats.rx += packets;
+        s.stats.hit += packets;
+        for a in &f.actions {
+            if let DpAction::Meter(m) = a {
+                let c = s.meter_counters.entry(*m).or_default();
+                c.packets_in += packets;
+                c.bytes_in += bytes;
+            }
+        }
+        true
+    }
+
+    /// The entries now, by id.
+    pub fn flows(&self) -> BTreeMap<u64, DummyFlow> {
+        self.0.borrow().flows.clone()
+    }
+
+    /// Ports the engine runs on (number, name).
+    pub fn ports(&self) -> BTreeMap<u32, String> {
+        self.0.borrow().ports.clone()
+    }
+
+    /// Why port `no` is not run on (None: it is, or it is unknown).
+    pub fn port_reason(&self, no: u32) -> Option<&'static str> {
+        self.0.borrow().others.get(&no).copied()
+    }
+
+    /// From now on, adding a port named `name` fails.
+    pub fn fail_port_add(&self, name: &str) {
+        self.0.borrow_mut().fail.insert(name.to_string());
+    }
+
+    /// Meters the engine was given.
+    pub fn meters(&self) -> Vec<u32> {
+        self.0.borrow().meters.keys().copied().collect()
+    }
+}
+
+impl State {
+    fn port_reason(&self, no: u32) -> &'static str {
+        self.others.get(&no).copied().unwrap_or("port:unknown")
+    }
+
+    /// Can the engine run `actions` on frames matching `m`? The reason if
+    /// not.
+    fn decide(&self, m: &Match, actions: &[DpAction]) -> Result<(), &'static str> {
+        if m.mask().0.in_port != u32::MAX {
+            return Err("match:in_port-wildcarded");
+        }
+        let in_port = m.key().in_port;
+        if !self.ports.contains_key(&in_port) {
+            return Err(self.port_reason(in_port));
+        }
+        for a in actions {
+            match a {
+                DpAction::Output(p) if !self.ports.contains_key(p) => {
+                    return Err(self.port_reason(*p))
+                }
+                DpAction::Meter(id) if !self.meters.contains_key(id) => {
+                    return Err("meter:unknown")
+                }
+                DpAction::Output(_)
+                | DpAction::Meter(_)
+                | DpAction::Drop(_)
+                | DpAction::SetEthSrc(_)
+                | DpAction::SetEthDst(_)
+                | DpAction::SetIpv4Src(_)
+                | DpAction::SetIpv4Dst(_)
+                | DpAction::SetTos(_)
+                | DpAction::SetTtl(_)
+                | DpAction::SetTpSrc(_)
+                | DpAction::SetTpDst(_)
+                | DpAction::PushVlan { .. }
+                | DpAction::PopVlan
+                | DpAction::SetVlanTci(_) => {}
+                DpAction::Controller { .. } => return Err("action:controller"),
+                _ => return Err("action:unsupported"),
+            }
+        }
+        Ok(())
+    }
+
+    /// What `port_add` decides for a hook (the kernel manager's reasons).
+    fn place(hook: &OffloadHook) -> Result<(), &'static str> {
+        match hook {
+            OffloadHook::AfXdp(_) | OffloadHook::Tc(_) => Ok(()),
+            OffloadHook::Tunnel(t) => {
+                if t.cfg.csum {
+                    Err("tunnel:udp-csum")
+                } else if t.cfg.ipsec.is_some() {
+                    Err("tunnel:ipsec")
+                } else {
+                    match t.underlay.as_ref() {
+                        OffloadHook::AfXdp(_) | OffloadHook::Tc(_) => Ok(()),
+                        _ => Err("tunnel:underlay-afpacket"),
+                    }
+                }
+            }
+            OffloadHook::Userspace { kind } => Err(kind_reason(kind)),
+        }
+    }
+}
+
+impl FlowOffload for DummyOffload {
+    fn refine_mask(&self, _key: &FlowKey, mask: &mut FlowMask) {
+        mask.0.in_port = u32::MAX;
+    }
+
+    fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
+        let mut s = self.0.borrow_mut();
+        let r = s.decide(matching, actions).and_then(|()| {
+            if s.flows.len() >= s.max_flows {
+                Err("flow-map-full")
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(reason) = r {
+            s.counters.refused += 1;
+            return Err(reason);
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        s.flows.insert(
+            id,
+            DummyFlow {
+                matching: *matching,
+                actions: actions.to_vec(),
+                counters: KernelCounters::default(),
+            },
+        );
+        s.counters.installed += 1;
+        Ok(id)
+    }
+
+    fn modify(
+        &mut self,
+        id: u64,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str> {
+        let mut s = self.0.borrow_mut();
+        if !s.flows.contains_key(&id) {
+            return Err("engine-error");
+        }
+        s.decide(matching, actions)?;
+        let f = s.flows.get_mut(&id).expect("checked above");
+        f.actions = actions.to_vec();
+        s.counters.modified += 1;
+        Ok(())
+    }
+
+    fn remove(&mut self, id: u64) -> Option<KernelCounters> {
+        let mut s = self.0.borrow_mut();
+        let f = s.flows.remove(&id)?;
+        s.counters.removed += 1;
+        Some(f.counters)
+    }
+
+    fn counters(&mut self, id: u64) -> Option<KernelCounters> {
+        self.0.borrow().flows.get(&id).map(|f| f.counters)
+    }
+
+    fn set_meter(&mut self, spec: &MeterSpec) {
+        self.0
+            .borrow_mut()
+            .meters
+            .insert(spec.meter_id, spec.clone());
+    }
+
+    fn remove_meter(&mut self, id: u32) {
+        let mut s = self.0.borrow_mut();
+        s.meters.remove(&id);
+        s.meter_counters.remove(&id);
+    }
+
+    fn meter_counters(&self, id: u32) -> Option<MeterCounters> {
+        self.0.borrow().meter_counters.get(&id).cloned()
+    }
+
+    fn engine_name(&self, id: u64) -> &'static str {
+        match self.0.borrow().flows.contains_key(&id) {
+            true => "dummy",
+            false => "userspace",
+        }
+    }
+
+    fn port_add(
+        &mut self,
+        no: u32,
+        name: &str,
+        hook: &OffloadHook,
+    ) -> Result<PortOffload, PortOffloadError> {
+        let mut s = self.0.borrow_mut();
+        if s.fail.contains(name) {
+            // Nothing of the port stays in the engine; flows through it
+            // are refused as through an unknown port.
+            return Err(PortOffloadError(Box::new(DummyPortError(name.into()))));
+        }
+        match State::place(hook) {
+            Ok(()) => {
+                s.others.remove(&no);
+                s.ports.insert(no, name.to_string());
+                Ok(PortOffload::Engine("dummy"))
+            }
+            Err(reason) => {
+                s.others.insert(no, reason);
+                Ok(PortOffload::Userspace(reason))
+            }
+        }
+    }
+
+    fn port_del(&mut self, no: u32) -> Result<(), PortOffloadError> {
+        let mut s = self.0.borrow_mut();
+        s.ports.remove(&no);
+        s.others.remove(&no);
+        Ok(())
+    }
+
+    fn status(&self) -> ProviderStatus {
+        let s = self.0.borrow();
+        ProviderStatus {
+            engine: s.stats,
+            tc: None,
+            xdp_flows: s.flows.len(),
+            tc_flows: 0,
+            tc_ports: Vec::new(),
+            xdp_ports: s.ports.values().map(|n| (n.clone(), true, true)).collect(),
+            counters: s.counters,
+            max_flows: u32::try_from(s.max_flows).ok(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bridge::Bridge;
+    use crate::datapath::{DatapathConfig, Placement};
+    use crate::offload::OffloadMode;
+    use nicflow_packet::buf::PacketBuf;
+    use nicflow_packet::builder::FrameBuilder;
+    use nicflow_port::hook::{AfXdpHook, TcHook};
+    use nicflow_port::mem::{MemHandle, MemPort};
+    use nicflow_port::{Port, PortStats};
+    use std::net::Ipv4Addr;
+
+    const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xa];
+    const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xb];
+
+    /// A memory port that describes itself as a kernel attachment (the
+    /// dummy engine never touches the interface or the socket).
+    struct Hooked(MemPort, OffloadHook);
+
+    impl Port for Hooked {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn recv_batch(
+            &mut self,
+            out: &mut Vec<PacketBuf>,
+            max: usize,
+            pool: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.recv_batch(out, max, pool)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.0.send_batch(pkts, done)
+        }
+        fn stats(&self) -> PortStats {
+            self.0.stats()
+        }
+        fn rx_exhausted(&self) -> bool {
+            self.0.rx_exhausted()
+        }
+        fn offload_hook(&self) -> OffloadHook {
+            self.1.clone()
+        }
+    }
+
+    fn afxdp(ifindex: u32) -> OffloadHook {
+        OffloadHook::AfXdp(AfXdpHook {
+            ifindex,
+            queue: 0,
+            xsk_fd: -1,
+            csum_complete: false,
+            native: true,
+            link: None,
+        })
+    }
+
+    fn tc(ifindex: u32) -> OffloadHook {
+        OffloadHook::Tc(TcHook {
+            ifindex,
+            iface: format!("veth{ifindex}"),
+            upcall_ifindex: 100 + ifindex,
+            peer_elsewhere: true,
+        })
+    }
+
+    fn udp(sport: u16) -> Vec<u8> {
+        FrameBuilder::new(MAC_A, MAC_B)
+            .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+            .udp(sport, 9)
+            .payload(b"dummy engine")
+            .build()
+    }
+
+    /// A bridge with `x` (AF_XDP hook), `t` (TC hook) and `m` (a plain
+    /// memory port), offloading to a dummy engine of `max_flows` entries.
+    fn bridge(max_flows: usize, fail: &[&str]) -> (Bridge, DummyHandle, MemHandle, MemHandle) {
+        let mut br = Bridge::new("br-dummy", DatapathConfig::default());
+        let (px, hx) = MemPort::new("x");
+        let (pt, ht) = MemPort::new("t");
+        let (pm, _) = MemPort::new("m");
+        br.add_port(Box::new(Hooked(px, afxdp(7)))).unwrap();
+        br.add_port(Box::new(Hooked(pt, tc(8)))).unwrap();
+        br.add_port(Box::new(pm)).unwrap();
+        let (engine, h) = DummyOffload::new(max_flows);
+        for name in fail {
+            h.fail_port_add(name);
+        }
+        br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+        (br, h, hx, ht)
+    }
+
+    /// The placement of the one datapath flow whose UDP source port is
+    /// `sport`.
+    fn placement(br: &Bridge, sport: u16) -> Option<Placement> {
+        br.dp_flows()
+            .find(|f| f.matching.key().tp_src == sport)
+            .and_then(|f| f.placement)
+    }
+
+    #[test]
+    fn ports_are_placed_by_their_hook_and_flows_by_their_ports() {
+        let (mut br, h, hx, ht) = bridge(16, &[]);
+        assert_eq!(
+            h.ports().into_values().collect::<Vec<_>>(),
+            ["x", "t"],
+            "the engine runs on the hooked ports only"
+        );
+        assert_eq!(h.port_reason(3), Some("port:userspace"));
+        let now = Instant::now();
+        br.add_flows_str(
+            "priority=10,udp,tp_src=1,actions=output:t\n\
+             priority=10,udp,tp_src=2,actions=output:m\n\
+             priority=10,udp,tp_src=3,actions=controller",
+            now,
+        )
+        .unwrap();
+        for sport in 1..=3 {
+            hx.inject(&udp(sport));
+        }
+        br.run_until_idle(now);
+        assert_eq!(
+            ht.take_tx().len(),
+            1,
+            "the first packet is forwarded by userspace"
+        );
+        assert!(matches!(placement(&br, 1), Some(Placement::Kernel(_))));
+        assert_eq!(
+            placement(&br, 2),
+            Some(Placement::Userspace("port:userspace"))
+        );
+        assert_eq!(
+            placement(&br, 3),
+            Some(Placement::Userspace("action:controller"))
+        );
+        let s = br.offload_status().expect("offload is on");
+        assert_eq!(
+            (s.kernel_flows, s.manager.installed, s.manager.refused),
+            (1, 1, 2)
+        );
+        assert_eq!(s.not_offloaded.get("port:userspace"), Some(&1));
+        assert_eq!(br.offload_mode_name(), "auto");
+        let dump = br.dump_dp_flows(now);
+        assert_eq!(
+            dump.iter().filter(|d| d.engine == "dummy").count(),
+            1,
+            "{dump:?}"
+        );
+    }
+
+    #[test]
+    fn kernel_counters_are_added_and_kept_when_a_modify_is_refused() {
+        let (mut br, h, hx, _ht) = bridge(16, &[]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(5));
+        br.run_until_idle(now);
+        let (&id, _) = h.flows().iter().next().expect("offloaded");
+        assert!(h.hit(id, 10, 1000));
+        br.sync_offload();
+        let f = br.dp_flows().next().unwrap();
+        assert_eq!((f.total().packets, f.kernel.stats().packets), (11, 10));
+        // The rule that made the flow is credited with the kernel's part.
+        let rules = br.dump_flows(now);
+        assert_eq!(rules[0].n_packets, 11, "{rules:?}");
+        // New actions the engine cannot run: the entry goes, its counters
+        // are retired into the flow, which stays in userspace.
+        br.add_flow_str("priority=10,udp,actions=controller", now)
+            .unwrap();
+        assert!(h.flows().is_empty(), "the refused entry was removed");
+        let f = br.dp_flows().next().unwrap();
+        assert_eq!(f.placement, Some(Placement::Userspace("action:controller")));
+        assert_eq!(
+            (
+                f.kernel.retired_packets,
+                f.kernel.retired_bytes,
+                f.total().packets
+            ),
+            (10, 1000, 11),
+            "kernel traffic survives the move to userspace"
+        );
+        let s = br.offload_status().unwrap();
+        assert_eq!((s.manager.installed, s.manager.removed), (1, 1));
+    }
+
+    #[test]
+    fn a_modify_the_engine_accepts_keeps_the_entry_and_its_counters() {
+        let (mut br, h, hx, _ht) = bridge(16, &[]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(5));
+        br.run_until_idle(now);
+        let (&id, _) = h.flows().iter().next().unwrap();
+        h.hit(id, 4, 400);
+        // New actions that depend on no more of the packet: the flow is
+        // fixed in place, and so is its entry.
+        br.add_flow_str("priority=10,udp,actions=drop", now)
+            .unwrap();
+        let flows = h.flows();
+        assert_eq!(flows.len(), 1);
+        assert_eq!(flows[&id].counters.packets, 4, "same entry, same counters");
+        assert!(flows[&id]
+            .actions
+            .iter()
+            .all(|a| !matches!(a, DpAction::Output(_))));
+        assert_eq!(br.offload_status().unwrap().manager.modified, 1);
+    }
+
+    #[test]
+    fn a_full_engine_refuses_and_the_limit_is_reported() {
+        let (mut br, _h, hx, _ht) = bridge(1, &[]);
+        let now = Instant::now();
+        br.add_flows_str(
+            "priority=10,udp,tp_src=1,actions=output:t\n\
+             priority=10,udp,tp_src=2,actions=output:t",
+            now,
+        )
+        .unwrap();
+        hx.inject(&udp(1));
+        hx.inject(&udp(2));
+        br.run_until_idle(now);
+        assert_eq!(
+            placement(&br, 2),
+            Some(Placement::Userspace("flow-map-full"))
+        );
+        let l = br.limits();
+        assert_eq!(
+            (l.kernel_max_flows, l.kernel_flows, l.kernel_full),
+            (Some(1), 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_port_the_engine_fails_to_take_works_through_userspace_and_del_forgets_ports() {
+        let (mut br, h, hx, ht) = bridge(16, &["t"]);
+        assert_eq!(h.ports().into_values().collect::<Vec<_>>(), ["x"]);
+        let now = Instant::now();
+        br.add_flow_str("priority=10,udp,tp_src=1,actions=output:t", now)
+            .unwrap();
+        hx.inject(&udp(1));
+        br.run_until_idle(now);
+        assert_eq!(ht.take_tx().len(), 1, "still forwarded");
+        assert_eq!(
+            placement(&br, 1),
+            Some(Placement::Userspace("port:unknown"))
+        );
+        // Port del: the engine forgets it, and no entry through it stays.
+        let (pt2, _) = MemPort::new("t2");
+        br.add_port(Box::new(Hooked(pt2, tc(9)))).unwrap();
+        br.add_flow_str("priority=20,udp,tp_src=3,actions=output:t2", now)
+            .unwrap();
+        hx.inject(&udp(3));
+        br.run_until_idle(now);
+        assert!(matches!(placement(&br, 3), Some(Placement::Kernel(_))));
+        assert!(h.ports().values().any(|n| n == "t2"));
+        br.del_port("t2").unwrap();
+        assert!(!h.ports().values().any(|n| n == "t2"));
+        assert!(
+            h.flows()
+                .values()
+                .all(|f| !f.actions.contains(&DpAction::Output(4))),
+            "{:?}",
+            h.flows()
+        );
+        // Offload off: every port leaves the engine.
+        br.disable_offload();
+        assert!(h.ports().is_empty() && h.flows().is_empty());
+    }
+
+    #[test]
+    fn meters_reach_the_engine_and_its_counts_reach_meter_stats() {
+        let mut br = Bridge::new("br-dummy", DatapathConfig::default());
+        let (px, hx) = MemPort::new("x");
+        let (pt, _ht) = MemPort::new("t");
+        br.add_port(Box::new(Hooked(px, afxdp(7)))).unwrap();
+        br.add_port(Box::new(Hooked(pt, tc(8)))).unwrap();
+        let now = Instant::now();
+        br.add_meter_str("meter=1,pktps,band=type=drop,rate=1000000", false, now)
+            .unwrap();
+        let (engine, h) = DummyOffload::new(16);
+        br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+        assert_eq!(h.meters(), [1], "meters known before offload was on");
+        br.add_flow_str("priority=10,udp,actions=meter:1,output:t", now)
+            .unwrap();
+        hx.inject(&udp(1));
+        br.run_until_idle(now);
+        let flows = h.flows();
+        let (&id, f) = flows.iter().next().expect("offloaded");
+        assert!(f.actions.contains(&DpAction::Meter(1)));
+        h.hit(id, 5, 500);
+        let m = &br.meter_stats(Some(1), now)[0];
+        assert_eq!(m.packets_in, 6, "userspace's packet and the engine's five");
+        br.del_meters(Some(1), now);
+        assert!(h.meters().is_empty());
+        assert!(
+            h.flows()
+                .values()
+                .all(|f| !f.actions.contains(&DpAction::Meter(1))),
+            "no entry runs a deleted meter: {:?}",
+            h.flows()
+        );
+    }
+}

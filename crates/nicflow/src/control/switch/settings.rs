@@ -1,0 +1,135 @@
+//! Bridge settings: `set BRIDGE KEY=VALUE` for `offload` (see
+//! [`super::offload`]), `protocols` and `flow_limit`. Each is written
+//! before it is acknowledged.
+
+use super::{Switch, SwitchError};
+use crate::control::proto::Response;
+use serde_json::json;
+
+/// The versions `protocols=` may list (Open vSwitch's names).
+const KNOWN_PROTOCOLS: [&str; 6] = [
+    "OpenFlow10",
+    "OpenFlow11",
+    "OpenFlow12",
+    "OpenFlow13",
+    "OpenFlow14",
+    "OpenFlow15",
+];
+
+/// `protocols=`: a comma list of OpenFlow versions that must include
+/// OpenFlow13 (the only one nicflow speaks). Returns the list as written
+/// back (trimmed, empty items dropped).
+pub(super) fn check_protocols(v: &str) -> Result<String, SwitchError> {
+    let list: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|x| !KNOWN_PROTOCOLS.contains(x)) {
+        return Err(SwitchError::UnknownProtocol {
+            list: v.to_string(),
+            version: bad.to_string(),
+        });
+    }
+    if !list.contains(&"OpenFlow13") {
+        return Err(SwitchError::WithoutOpenFlow13(v.to_string()));
+    }
+    Ok(list.join(","))
+}
+
+/// `flow_limit=`: a positive number of flows (OVS's
+/// `other_config:flow-limit`).
+pub(super) fn parse_flow_limit(value: &str) -> Result<usize, SwitchError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| SwitchError::BadFlowLimit(value.to_string()))
+}
+
+impl Switch {
+    /// `set BRIDGE KEY=VALUE`: one handler per key.
+    pub(super) fn set(
+        &mut self,
+        bridge: String,
+        key: String,
+        value: String,
+    ) -> Result<Response, SwitchError> {
+        match key.as_str() {
+            "offload" => self.set_offload(&bridge, &value),
+            "protocols" => self.set_protocols(&bridge, &value),
+            "flow_limit" => self.set_flow_limit(&bridge, &value),
+            _ => Err(SwitchError::UnknownSetting(key)),
+        }
+    }
+
+    /// `set BRIDGE protocols=LIST`: kept in the config (and put back when
+    /// the file cannot be written).
+    fn set_protocols(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
+        let v = check_protocols(value)?;
+        self.bridge(bridge)?;
+        let mut old = None;
+        if let Some(bc) = self.config.bridge_mut(bridge) {
+            old = bc.openflow.protocols.replace(v.clone());
+        }
+        if let Err(e) = self.persist() {
+            if let Some(bc) = self.config.bridge_mut(bridge) {
+                bc.openflow.protocols = old;
+            }
+            return Err(e);
+        }
+        Ok(Response::ok("", json!({ "protocols": v })))
+    }
+
+    /// `set BRIDGE flow_limit=N`: the datapath's flow limit, applied now
+    /// (and put back when the file cannot be written).
+    fn set_flow_limit(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
+        let n = parse_flow_limit(value)?;
+        let br = self.bridge(bridge)?;
+        let old_limit = br.datapath_mut().flow_limit();
+        br.set_flow_limit(n);
+        let mut old = None;
+        if let Some(bc) = self.config.bridge_mut(bridge) {
+            old = bc.flow_limit.replace(n);
+        }
+        if let Err(e) = self.persist() {
+            if let Some(bc) = self.config.bridge_mut(bridge) {
+                bc.flow_limit = old;
+            }
+            if let Some(br) = self.bridges.get_mut(bridge) {
+                br.set_flow_limit(old_limit);
+            }
+            return Err(e);
+        }
+        Ok(Response::ok("", json!({ "flow_limit": n })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reply texts `set` gives for bad values, word for word.
+    #[test]
+    fn bad_values_are_named_in_the_reply() {
+        assert_eq!(
+            check_protocols("OpenFlow13,OpenFlow16").unwrap_err().to_string(),
+            "protocols=OpenFlow13,OpenFlow16: unknown version `OpenFlow16` (OpenFlow10..OpenFlow15)"
+        );
+        assert_eq!(
+            check_protocols("OpenFlow10, OpenFlow11").unwrap_err().to_string(),
+            "protocols=OpenFlow10, OpenFlow11: nicflow speaks OpenFlow13 only; the list must include it"
+        );
+        assert_eq!(
+            check_protocols(" OpenFlow13 ,,OpenFlow15").unwrap(),
+            "OpenFlow13,OpenFlow15"
+        );
+        for bad in ["0", "-1", "many", ""] {
+            assert_eq!(
+                parse_flow_limit(bad).unwrap_err().to_string(),
+                format!("flow_limit={bad}: expected a positive number of flows")
+            );
+        }
+        assert_eq!(parse_flow_limit("200000").unwrap(), 200_000);
+    }
+}
