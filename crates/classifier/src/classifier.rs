@@ -1342,6 +1342,69 @@ impl<const W: usize, T> Classifier<W, T> {
         Some((self.rules.id(best_idx), &self.rules.at(best_idx).value))
     }
 
+    /// Calls `f(id, priority, value)` for every rule that matches `key`
+    /// with a priority of at least `min_priority`, in no particular order,
+    /// and ORs into `wc` every bit the answer depends on: the table mask of
+    /// every table examined and the mask of every merged rule compared.
+    /// Every key equal to `key` on the bits of `wc` gets the same calls.
+    ///
+    /// For lookups whose answer is not simply the best rule: OVS's
+    /// conjunctive matches need every matching rule above the best ordinary
+    /// one. Slower than [`lookup_wc`](Self::lookup_wc) (no early exit).
+    pub fn for_each_match_wc(
+        &self,
+        key: &[u64; W],
+        wc: &mut [u64; W],
+        min_priority: u32,
+        mut f: impl FnMut(RuleId, u32, &T),
+    ) {
+        for rank in &self.order {
+            if rank.max_priority < min_priority {
+                break;
+            }
+            let st = self.subtable(rank.subtable);
+            for w in st.words.iter() {
+                wc[w.index as usize] |= w.mask;
+            }
+            let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, key) else {
+                continue;
+            };
+            loop {
+                let r = self.rules.at(cur);
+                if r.priority < min_priority {
+                    break;
+                }
+                let hit = r.mask == st.mask || {
+                    let m = &self.masks.at(r.mask).words;
+                    for w in m.iter() {
+                        wc[w.index as usize] |= w.mask;
+                    }
+                    agree(m, key, &r.key)
+                };
+                if hit {
+                    // The whole match group: same key and mask, lower
+                    // priorities along `dup`.
+                    let mut d = cur;
+                    loop {
+                        let dr = self.rules.at(d);
+                        if dr.priority < min_priority {
+                            break;
+                        }
+                        f(self.rules.id(d), dr.priority, &dr.value);
+                        d = dr.dup;
+                        if d == NIL {
+                            break;
+                        }
+                    }
+                }
+                cur = r.next;
+                if cur == NIL {
+                    break;
+                }
+            }
+        }
+    }
+
     /// All rules, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = RuleRef<'_, W, T>> {
         self.rules

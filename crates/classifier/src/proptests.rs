@@ -418,3 +418,60 @@ proptest! {
         }
     }
 }
+
+/// Every matching rule at or above `min`, by value, sorted; checked against
+/// the oracle, and for every key that agrees with `k` on the bits the call
+/// reported in `wc`.
+fn check_all_matches(p: &Pair, k: &Key, min: u32, noises: &[Key]) {
+    let oracle = |k: &Key| {
+        let mut v: Vec<u32> = p
+            .lin
+            .iter()
+            .filter(|r| r.priority >= min && masked_eq(k, r.key, r.mask))
+            .map(|r| *r.value)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut wc = [0u64; W];
+    let mut got = Vec::new();
+    p.cls.for_each_match_wc(k, &mut wc, min, |id, prio, v| {
+        assert_eq!(p.cls.get(id), Some(v));
+        assert!(prio >= min);
+        got.push(*v);
+    });
+    got.sort_unstable();
+    assert_eq!(got, oracle(k), "all matches of {k:x?} ({:?})", p.mode);
+    for n in noises {
+        let mut k2 = *k;
+        for i in 0..W {
+            k2[i] = (k[i] & wc[i]) | (n[i] & !wc[i]);
+        }
+        let mut wc2 = [0u64; W];
+        let mut got2 = Vec::new();
+        p.cls
+            .for_each_match_wc(&k2, &mut wc2, min, |_, _, v| got2.push(*v));
+        got2.sort_unstable();
+        assert_eq!(got2, got, "{k2:x?} agrees with {k:x?} on {wc:x?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn all_matches_agree_with_linear_and_wildcards_are_sound(
+        rules in prop_oneof![distinct_rules(), tied_rules()],
+        probes in prop::collection::vec(probe(), 1..16),
+        noises in prop::collection::vec(key(), 1..8),
+        min in prop_oneof![Just(0u32), 0u32..64],
+        merge in merge_mode(),
+    ) {
+        for mode in modes(merge) {
+            let p = Pair::build(mode, &rules);
+            for pr in &probes {
+                check_all_matches(&p, &resolve(pr, &rules), min, &noises);
+            }
+        }
+    }
+}

@@ -129,6 +129,56 @@ pub enum Action {
     /// `goto_table`, which is where the rule language requires it to stand,
     /// so running it in list order is the same thing.
     WriteMetadata { value: u64, mask: u64 },
+    /// `controller(...)` with more than `max_len` (OVS's
+    /// `NXAST_CONTROLLER2`): a reason, a controller id, opaque `userdata`
+    /// for the controller, `pause`, a meter for the copies. See
+    /// [`ControllerOpts`] for what nicflow does with each.
+    Controller2(Box<ControllerOpts>),
+    /// `conjunction(ID,K/N)`: this rule is clause `k` (1-based) of the `n`
+    /// dimensions of conjunctive match `id`. Never run as an action: the
+    /// lookup treats a rule whose actions are all conjunctions as a "soft"
+    /// match, and when a packet matches one rule of every dimension of `id`
+    /// (at one priority, above any ordinary match) it is looked up again
+    /// with `conj_id=id` (OVS's classifier semantics, ovs-fields(7)).
+    Conjunction { id: u32, clause: u8, n_clauses: u8 },
+    /// `check_pkt_larger(LEN)->DST[ofs]`: bit `ofs` of `dst` becomes 1
+    /// when the frame (L2 header included, as the kernel's
+    /// `check_pkt_len`) is longer than `len` bytes, 0 otherwise. The
+    /// length is in no flow key, so a translation that runs it is not
+    /// cached: every such packet goes through the slow path.
+    CheckPktLarger { len: u16, dst: Field, ofs: u8 },
+    /// `clone(ACTIONS)`: run `ACTIONS` on a copy of the packet; whatever
+    /// they change (fields, tags, registers) is undone afterwards.
+    Clone(Vec<Action>),
+    /// `push:FIELD[ofs..]`: push `n_bits` bits of `field` onto the
+    /// translation's stack (OVS's `NXAST_STACK_PUSH`).
+    StackPush { field: Field, ofs: u8, n_bits: u8 },
+    /// `pop:FIELD[ofs..]`: pop the top of the stack into those bits; popping
+    /// an empty stack leaves the field alone (OVS logs and goes on).
+    StackPop { field: Field, ofs: u8, n_bits: u8 },
+}
+
+/// The options of `controller(...)`, as OVS's `ofpact_controller`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ControllerOpts {
+    /// Bytes of the packet to send (65535: all).
+    pub max_len: u16,
+    /// Which controller connection (`id=N`; 0 = all).
+    pub controller_id: u16,
+    /// The `PACKET_IN` reason (`OFPR_*`: 0 no_match, 1 action,
+    /// 2 invalid_ttl, 3 action_set, 4 group, 5 packet_out).
+    pub reason: u8,
+    /// Opaque bytes for the controller (`NXPINT_USERDATA` of a
+    /// `PACKET_IN2`); kept and encoded, but nicflow's `PACKET_IN` cannot
+    /// carry them yet.
+    pub userdata: Vec<u8>,
+    /// Stop the pipeline here, to be resumed by the controller
+    /// (`NXT_RESUME`). nicflow has no continuations yet: the copy goes out
+    /// and the packet's walk ends at this action.
+    pub pause: bool,
+    /// Rate-limit the copies through this meter; kept and encoded, not
+    /// applied yet.
+    pub meter_id: Option<u32>,
 }
 
 /// Where a `ct` action's zone comes from.
@@ -162,6 +212,21 @@ pub struct CtAction {
     pub set_label: Option<(u128, u128)>,
     /// `nat` / `nat(src=..)` / `nat(dst=..)`.
     pub nat: Option<CtNat>,
+    /// `exec(move:SRC[..]->ct_mark|ct_label[..])`, after the `set_field`s
+    /// (needs `commit`): the bits are read from the packet when the action
+    /// runs (OVN stores the reply's Ethernet source in `ct_label` so).
+    pub moves: Vec<CtMove>,
+}
+
+/// One `move:` inside `ct(exec(...))`: `n_bits` bits of `src` from bit
+/// `src_ofs` into `dst` (`ct_mark` or `ct_label`) at bit `dst_ofs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CtMove {
+    pub src: Field,
+    pub src_ofs: u8,
+    pub dst: Field,
+    pub dst_ofs: u8,
+    pub n_bits: u8,
 }
 
 /// Which side a `nat(...)` rewrites.
@@ -189,6 +254,30 @@ pub struct CtNat {
 }
 
 impl Action {
+    /// Every action of `list` and of the `clone(...)`s in it, depth first:
+    /// for the checks that must see a group, meter or output wherever it
+    /// stands (a `group:N` inside a clone needs group N as much as one
+    /// outside).
+    pub fn flatten(list: &[Action]) -> Vec<&Action> {
+        let mut out = Vec::with_capacity(list.len());
+        fn walk<'a>(list: &'a [Action], out: &mut Vec<&'a Action>) {
+            for a in list {
+                out.push(a);
+                if let Action::Clone(inner) = a {
+                    walk(inner, out);
+                }
+            }
+        }
+        walk(list, &mut out);
+        out
+    }
+
+    /// Is this a `conjunction(...)` action? A rule whose actions are all
+    /// conjunctions is a soft match (see [`Action::Conjunction`]).
+    pub fn is_conjunction(&self) -> bool {
+        matches!(self, Action::Conjunction { .. })
+    }
+
     /// Does this action end processing of the current table's action set in
     /// the sense of OpenFlow instructions? (`goto_table` must be last.)
     pub fn is_goto(&self) -> bool {

@@ -207,6 +207,9 @@ pub enum Field {
     PktMark,
     /// Datapath-only (see `FlowKey::recirc_id`); rules cannot match it.
     RecircId,
+    /// OVS's `conj_id`: the id of the complete conjunctive match the packet
+    /// is looked up under (see `FlowKey::conj_id`). Matchable, not settable.
+    ConjId,
 }
 
 /// ct_state flag names in bit order, as `ovs-ofctl` writes them.
@@ -302,6 +305,7 @@ impl Field {
         Field::Icmpv6Code,
         Field::TcpFlags,
         Field::RecircId,
+        Field::ConjId,
         Field::CtState,
         Field::CtZone,
         Field::CtMark,
@@ -374,6 +378,7 @@ impl Field {
             Field::CtTpSrc => "ct_tp_src",
             Field::CtTpDst => "ct_tp_dst",
             Field::RecircId => "recirc_id",
+            Field::ConjId => "conj_id",
         }
     }
 
@@ -424,6 +429,7 @@ impl Field {
             "ct_tp_src" | "NXM_NX_CT_TP_SRC" => Field::CtTpSrc,
             "ct_tp_dst" | "NXM_NX_CT_TP_DST" => Field::CtTpDst,
             "recirc_id" => Field::RecircId,
+            "conj_id" => Field::ConjId,
             "NXM_OF_IN_PORT" | "OXM_OF_IN_PORT" => Field::InPort,
             "OXM_OF_METADATA" => Field::Metadata,
             "NXM_OF_ETH_SRC" | "OXM_OF_ETH_SRC" => Field::DlSrc,
@@ -493,6 +499,7 @@ impl Field {
             | Field::CtNwSrc
             | Field::CtNwDst
             | Field::RecircId
+            | Field::ConjId
             | Field::PktMark => 32,
             Field::CtIpv6Src | Field::CtIpv6Dst => 128,
             Field::CtZone | Field::CtTpSrc | Field::CtTpDst => 16,
@@ -543,7 +550,6 @@ impl Field {
                 | Field::NwFrag
                 | Field::TcpFlags
                 | Field::NwProto
-                | Field::ArpOp
                 | Field::TunFlags
                 | Field::CtState
                 | Field::CtZone
@@ -557,6 +563,7 @@ impl Field {
                 | Field::CtTpSrc
                 | Field::CtTpDst
                 | Field::RecircId
+                | Field::ConjId
         )
     }
 
@@ -650,6 +657,7 @@ impl Field {
             Field::CtTpSrc => k.ct_tp_src as u128,
             Field::CtTpDst => k.ct_tp_dst as u128,
             Field::RecircId => k.recirc_id as u128,
+            Field::ConjId => k.conj_id as u128,
         }
     }
 
@@ -712,6 +720,7 @@ impl Field {
             Field::CtTpSrc => k.ct_tp_src = v as u16,
             Field::CtTpDst => k.ct_tp_dst = v as u16,
             Field::RecircId => k.recirc_id = v as u32,
+            Field::ConjId => k.conj_id = v as u32,
         }
     }
 

@@ -115,12 +115,16 @@ pub struct FlowKey {
     // datapath: 0 on receive, set by `set_field`/`load`/`move`, kept across
     // recirculation, never written into the frame or the socket buffer.
     pub pkt_mark: u32,
-    pub _pad2: Pad<4>,
+    /// The conjunctive match a lookup is repeated under (OVS's `conj_id`):
+    /// 0 in every packet's key; the slow path sets it only for the second
+    /// lookup after a complete `conjunction(...)` set, and never leaves it in
+    /// a datapath key or mask.
+    pub conj_id: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
 
-/// The bytes that round a word up (3 in word 27, 4 in word 36). Keys are hashed (EMC, megaflow
+/// The bytes that round a word up (3 in word 27). Keys are hashed (EMC, megaflow
 /// buckets) and compared as whole words, so these bytes must be zero in
 /// every key; their type makes that hold by construction: the field is
 /// public (so `FlowKey { .., ..Default::default() }` works anywhere), but
@@ -197,6 +201,7 @@ impl FlowKey {
         self.regs_hi = [0; 8];
         self.metadata = 0;
         self.pkt_mark = 0;
+        self.conj_id = 0;
     }
 
     /// The VLAN ID of the outer tag, if any.
@@ -277,7 +282,7 @@ impl FlowMask {
             ct_ipv6_src: [0; 16],
             ct_ipv6_dst: [0; 16],
             pkt_mark: 0,
-            _pad2: Pad::ZERO,
+            conj_id: 0,
         })
     }
 
@@ -288,7 +293,6 @@ impl FlowMask {
             *w = u64::MAX;
         }
         m.0._pad = Pad::ZERO;
-        m.0._pad2 = Pad::ZERO;
         m
     }
 

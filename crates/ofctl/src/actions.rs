@@ -13,7 +13,9 @@
 //! A bare number or a known port name is `output` to that port.
 
 use nicflow_flow::field::ValueKind;
-use nicflow_flow::{ofp, Action, CtAction, CtNat, CtZone, Field, Match, NatKind, Prereq};
+use nicflow_flow::{
+    ofp, Action, ControllerOpts, CtAction, CtMove, CtNat, CtZone, Field, Match, NatKind, Prereq,
+};
 
 use crate::error::{err, RuleError};
 use crate::lexer::{split_actions, split_args, split_key};
@@ -559,6 +561,7 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
         set_mark: None,
         set_label: None,
         nat: None,
+        moves: Vec::new(),
     };
     let mut exec_given = false;
     for arg in split_actions(inner)? {
@@ -590,6 +593,10 @@ fn parse_ct(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleEr
                 };
                 exec_given = true;
                 for a in split_actions(body)? {
+                    if let Some(("move", arg)) = a.split_once(':') {
+                        ct.moves.push(parse_ct_move(a, arg, matching)?);
+                        continue;
+                    }
                     // Later writes combine with earlier ones bit by bit.
                     let (f, value, mask) = parse_ct_exec(a)?;
                     if f == Field::CtMark {
@@ -684,11 +691,171 @@ fn parse_ct_exec(a: &str) -> Result<(Field, u128, u128), RuleError> {
     }
 }
 
+/// `move:SRC[..]->NXM_NX_CT_MARK[..]|NXM_NX_CT_LABEL[..]` inside
+/// `ct(exec(...))`: the only destinations OVS allows there.
+fn parse_ct_move(piece: &str, arg: &str, matching: &Match) -> Result<CtMove, RuleError> {
+    let Some((src, dst)) = arg.split_once("->") else {
+        return err(piece, "move wants SRC[bits]->DST[bits]");
+    };
+    let (sf, so, sw) = parse_subfield(piece, src)?;
+    let (df, d_o, dw) = parse_subfield(piece, dst)?;
+    if !matches!(df, Field::CtMark | Field::CtLabel) {
+        return err(piece, "ct exec may only set ct_mark or ct_label");
+    }
+    if sw != dw {
+        return err(
+            piece,
+            format!("source is {sw} bits wide, destination {dw} bits"),
+        );
+    }
+    Need::P(sf.prereq()).check(matching, piece, sf.name())?;
+    Ok(CtMove {
+        src: sf,
+        src_ofs: so as u8,
+        dst: df,
+        dst_ofs: d_o as u8,
+        n_bits: sw as u8,
+    })
+}
+
+/// `PACKET_IN` reason names, as `ovs-ofctl` spells them (`OFPR_*`).
+pub(crate) const PACKET_IN_REASONS: [&str; 6] = [
+    "no_match",
+    "action",
+    "invalid_ttl",
+    "action_set",
+    "group",
+    "packet_out",
+];
+
+/// `controller(key=value,...)`: `max_len`, `reason`, `id`, `userdata`
+/// (hex bytes, `.`-separated or not), `pause`, `meter_id`. With nothing but
+/// `max_len` it is the plain `controller:N`, as OVS encodes and prints it.
+fn parse_controller(piece: &str, inner: &str) -> Result<Action, RuleError> {
+    let bad = |r: String| RuleError::new(piece, r);
+    let mut o = ControllerOpts {
+        max_len: CONTROLLER_MAX_LEN,
+        controller_id: 0,
+        reason: 1,
+        userdata: Vec::new(),
+        pause: false,
+        meter_id: None,
+    };
+    for a in split_args(inner) {
+        match a.split_once('=') {
+            _ if a.is_empty() => {}
+            None if a == "pause" => o.pause = true,
+            Some(("max_len", v)) => o.max_len = parse_max(v, 0xffff).map_err(bad)? as u16,
+            Some(("id", v)) => o.controller_id = parse_max(v, 0xffff).map_err(bad)? as u16,
+            // 0 is OVS's NX_CTLR_NO_METER.
+            Some(("meter_id", v)) => {
+                o.meter_id =
+                    Some(parse_max(v, 0xffff_ffff).map_err(bad)? as u32).filter(|m| *m != 0)
+            }
+            Some(("reason", v)) => {
+                o.reason = PACKET_IN_REASONS
+                    .iter()
+                    .position(|r| *r == v)
+                    .ok_or_else(|| bad(format!("unknown reason \"{v}\"")))?
+                    as u8
+            }
+            Some(("userdata", v)) => {
+                let hex: String = v.chars().filter(|c| *c != '.').collect();
+                if !hex.len().is_multiple_of(2) || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return err(piece, "userdata wants hex bytes (00.01.ff)");
+                }
+                o.userdata = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+                    .collect();
+            }
+            _ => {
+                return err(
+                    piece,
+                    "unknown controller option (max_len, reason, id, userdata, pause, meter_id)",
+                )
+            }
+        }
+    }
+    Ok(controller_action(o))
+}
+
+/// The plainest action for these options (`Controller` when only
+/// `max_len` is set), so that one rule has one form.
+pub fn controller_action(o: ControllerOpts) -> Action {
+    if o.controller_id == 0
+        && o.reason == 1
+        && o.userdata.is_empty()
+        && !o.pause
+        && o.meter_id.is_none()
+    {
+        Action::Controller { max_len: o.max_len }
+    } else {
+        Action::Controller2(Box::new(o))
+    }
+}
+
+/// `LEN)->DST[bit]` after `check_pkt_larger(`: a one-bit, settable
+/// destination, as OVS requires.
+fn parse_check_pkt_larger(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleError> {
+    let Some((len, dst)) = arg.split_once(")->") else {
+        return err(piece, "check_pkt_larger wants (LEN)->DST[bit]");
+    };
+    let len = parse_max(len.trim(), 0xffff).map_err(|r| RuleError::new(piece, r))? as u16;
+    let (dst, ofs, width) = parse_subfield(piece, dst.trim())?;
+    if width != 1 {
+        return err(piece, "check_pkt_larger writes one bit (DST[bit])");
+    }
+    if !dst.settable() {
+        return err(piece, not_settable(dst));
+    }
+    set_need(dst).check(matching, piece, dst.name())?;
+    Ok(Action::CheckPktLarger {
+        len,
+        dst,
+        ofs: ofs as u8,
+    })
+}
+
+/// `conjunction(ID,K/N)`, with OVS's limits: 2 <= N <= 64, 1 <= K <= N.
+fn parse_conjunction(piece: &str, inner: &str) -> Result<Action, RuleError> {
+    let bad = || RuleError::new(piece, "conjunction wants (ID,K/N)");
+    let (id, kn) = inner.split_once(',').ok_or_else(bad)?;
+    let (k, n) = kn.trim().split_once('/').ok_or_else(bad)?;
+    let id = parse_uint(id.trim())
+        .filter(|v| *v <= u128::from(u32::MAX))
+        .ok_or_else(bad)? as u32;
+    let num = |s: &str| s.trim().parse::<u32>().map_err(|_| bad());
+    let (k, n) = (num(k)?, num(n)?);
+    if n < 2 {
+        return err(piece, "conjunction must have at least 2 clauses");
+    }
+    if n > 64 {
+        return err(piece, "conjunction must have at most 64 clauses");
+    }
+    if k < 1 || k > n {
+        return err(
+            piece,
+            "clause index must be positive and no more than number of clauses",
+        );
+    }
+    Ok(Action::Conjunction {
+        id,
+        clause: k as u8,
+        n_clauses: n as u8,
+    })
+}
+
 /// One action piece.
 fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<Action>, RuleError> {
     let (name, delim, arg) = split_key(piece);
     let lname = name.to_ascii_lowercase();
     let bad = |r: String| RuleError::new(piece, r);
+    // `check_pkt_larger(LEN)->DST[bit]`: the one action with text after
+    // its parentheses.
+    if lname == "check_pkt_larger" && delim == Some('(') {
+        return parse_check_pkt_larger(piece, arg, matching).map(Some);
+    }
     // `name(args)`: the argument list must close the piece.
     let inner = if delim == Some('(') {
         match arg.strip_suffix(')') {
@@ -712,17 +879,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         ("controller", _) if colon => Action::Controller {
             max_len: parse_max(arg, 0xffff).map_err(bad)? as u16,
         },
-        ("controller", Some('(')) => {
-            let mut max_len = CONTROLLER_MAX_LEN;
-            for a in split_args(inner.unwrap_or_default()) {
-                match a.split_once('=') {
-                    _ if a.is_empty() => {}
-                    Some(("max_len", v)) => max_len = parse_max(v, 0xffff).map_err(bad)? as u16,
-                    _ => return err(piece, "unsupported controller option (only max_len=N)"),
-                }
-            }
-            Action::Controller { max_len }
-        }
+        ("controller", Some('(')) => parse_controller(piece, inner.unwrap_or_default())?,
         ("output", _) if colon => output(piece, arg, ports, matching)?,
         ("enqueue", _) if colon => parse_enqueue(piece, arg, ports)?,
         ("enqueue", Some('(')) => parse_enqueue(piece, inner.unwrap_or_default(), ports)?,
@@ -798,6 +955,52 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
         ("dec_ttl", None) => Action::DecTtl,
+        // `dec_ttl()` is `dec_ttl`; controller ids (`dec_ttl(1,2)`) only
+        // matter to PACKET_INs on expiry, which nicflow does not send.
+        ("dec_ttl", Some('(')) if inner.unwrap_or_default().trim().is_empty() => Action::DecTtl,
+        ("conjunction", Some('(')) => parse_conjunction(piece, inner.unwrap_or_default())?,
+        ("clone", Some('(')) => {
+            let inner = parse_actions(inner.unwrap_or_default(), ports, matching, 0)
+                .map_err(|e| RuleError::new(piece, format!("in clone: {}", e.reason)))?;
+            // Instructions (and soft matches) have no meaning on a copy;
+            // OVS refuses them inside clone too.
+            if inner.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::GotoTable(_)
+                        | Action::WriteMetadata { .. }
+                        | Action::Meter(_)
+                        | Action::Conjunction { .. }
+                )
+            }) {
+                return err(
+                    piece,
+                    "clone may not contain goto_table, write_metadata, meter or conjunction",
+                );
+            }
+            Action::Clone(inner)
+        }
+        ("push", _) if colon => {
+            let (field, ofs, n_bits) = parse_subfield(piece, arg)?;
+            Need::P(field.prereq()).check(matching, piece, field.name())?;
+            Action::StackPush {
+                field,
+                ofs: ofs as u8,
+                n_bits: n_bits as u8,
+            }
+        }
+        ("pop", _) if colon => {
+            let (field, ofs, n_bits) = parse_subfield(piece, arg)?;
+            if !field.settable() {
+                return err(piece, not_settable(field));
+            }
+            set_need(field).check(matching, piece, field.name())?;
+            Action::StackPop {
+                field,
+                ofs: ofs as u8,
+                n_bits: n_bits as u8,
+            }
+        }
         ("ct", None) => parse_ct(piece, "", matching)?,
         ("ct", Some('(')) => parse_ct(piece, inner.unwrap_or_default(), matching)?,
         ("ct_clear", None) => Action::CtClear,
@@ -834,7 +1037,8 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "mod_nw_tos" | "mod_nw_ttl" | "mod_tp_src" | "mod_tp_dst" | "set_field" | "load"
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
-            | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata",
+            | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata"
+            | "conjunction" | "clone" | "push" | "pop",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {
@@ -872,6 +1076,16 @@ pub(crate) fn parse_actions(
     if let Some(d) = drop {
         if pieces.len() > 1 {
             return err(d, "drop must be the only action");
+        }
+    }
+    // A conjunctive rule is a soft match, never run: OVS refuses any other
+    // action beside its conjunctions.
+    if out.iter().any(|(_, a)| a.is_conjunction()) {
+        if let Some((piece, _)) = out.iter().find(|(_, a)| !a.is_conjunction()) {
+            return err(
+                piece,
+                "\"conjunction\" actions may not be used along with any other kind of action",
+            );
         }
     }
     let n = out.len();

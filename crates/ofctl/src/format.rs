@@ -170,6 +170,13 @@ fn format_ct(c: &CtAction) -> String {
     if let Some((v, m)) = c.set_label {
         put(Field::CtLabel, v, m);
     }
+    for mv in &c.moves {
+        exec.push(format!(
+            "move:{}->{}",
+            subfield(mv.src, mv.src_ofs.into(), mv.n_bits.into()),
+            subfield(mv.dst, mv.dst_ofs.into(), mv.n_bits.into())
+        ));
+    }
     if !exec.is_empty() {
         parts.push(format!("exec({})", exec.join(",")));
     }
@@ -303,6 +310,7 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
         &hex(Field::PktMark),
         "pkt_mark",
     );
+    put(&mut parts, m, Field::ConjId, &dec(Field::ConjId), "conj_id");
     put(&mut parts, m, Field::CtState, &ct_state, "ct_state");
     put(&mut parts, m, Field::CtZone, &dec(Field::CtZone), "ct_zone");
     put(&mut parts, m, Field::CtMark, &hex(Field::CtMark), "ct_mark");
@@ -670,6 +678,53 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         ),
         Action::Enqueue { port, queue } => {
             format!("enqueue:{}:{queue}", format_port(*port, ports))
+        }
+        Action::Controller2(o) => {
+            // OVS's format_CONTROLLER: defaults left out, in this order.
+            let mut parts = Vec::new();
+            if o.reason != 1 {
+                parts.push(format!(
+                    "reason={}",
+                    crate::actions::PACKET_IN_REASONS
+                        .get(usize::from(o.reason))
+                        .map_or_else(|| o.reason.to_string(), |r| r.to_string())
+                ));
+            }
+            if o.max_len != u16::MAX {
+                parts.push(format!("max_len={}", o.max_len));
+            }
+            if o.controller_id != 0 {
+                parts.push(format!("id={}", o.controller_id));
+            }
+            if !o.userdata.is_empty() {
+                let hex: Vec<String> = o.userdata.iter().map(|b| format!("{b:02x}")).collect();
+                parts.push(format!("userdata={}", hex.join(".")));
+            }
+            if o.pause {
+                parts.push("pause".into());
+            }
+            if let Some(m) = o.meter_id {
+                parts.push(format!("meter_id={m}"));
+            }
+            format!("controller({})", parts.join(","))
+        }
+        Action::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => format!("conjunction({id},{clause}/{n_clauses})"),
+        Action::CheckPktLarger { len, dst, ofs } => {
+            format!(
+                "check_pkt_larger({len})->{}",
+                subfield(*dst, (*ofs).into(), 1)
+            )
+        }
+        Action::Clone(inner) => format!("clone({})", format_actions(inner, ports)),
+        Action::StackPush { field, ofs, n_bits } => {
+            format!("push:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))
+        }
+        Action::StackPop { field, ofs, n_bits } => {
+            format!("pop:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))
         }
         Action::WriteMetadata { value, mask } => {
             if *mask == u64::MAX {

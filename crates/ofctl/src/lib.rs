@@ -34,7 +34,7 @@ pub mod meter;
 pub mod ports;
 mod values;
 
-pub use actions::CONTROLLER_MAX_LEN;
+pub use actions::{controller_action, CONTROLLER_MAX_LEN};
 pub use error::{LineError, RuleError};
 pub use format::{format_actions, format_flow, format_match, format_match_spec};
 pub use group::{

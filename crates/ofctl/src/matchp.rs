@@ -35,6 +35,7 @@ pub(crate) const SHORTHANDS: &[(&str, u16, Option<u8>)] = &[
     ("udp6", 0x86dd, Some(17)),
     ("sctp6", 0x86dd, Some(132)),
     ("icmp6", 0x86dd, Some(58)),
+    ("rarp", 0x8035, None),
 ];
 
 /// `ip_frag` names: `(name, nw_frag value, mask)`.
@@ -106,6 +107,7 @@ fn exact_only(f: Field) -> bool {
     matches!(
         f,
         Field::InPort
+            | Field::ConjId
             | Field::DlType
             | Field::NwProto
             | Field::NwTtl

@@ -83,6 +83,7 @@ const PLAIN: CtAction = CtAction {
     set_mark: None,
     set_label: None,
     nat: None,
+    moves: Vec::new(),
 };
 
 /// ct_state flags as OVS names them, in bit order.
@@ -806,6 +807,7 @@ prop_compose! {
             set_mark: None,
             set_label: None,
             nat: None,
+            moves: Vec::new(),
         };
         if commit {
             parts[0] = Some("commit".into());

@@ -699,9 +699,10 @@ fn controller_action() {
     );
     bad("actions=controller:65536", "controller:65536");
     bad(
-        "actions=controller(reason=no_match)",
-        "controller(reason=no_match)",
+        "actions=controller(reason=bogus)",
+        "controller(reason=bogus)",
     );
+    bad("actions=controller(color=red)", "controller(color=red)");
     bad("actions=controller(max_len=1)x", "controller(max_len=1)x");
 }
 

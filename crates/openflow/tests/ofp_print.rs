@@ -410,7 +410,7 @@ fn desc_and_table_features() {
             "max_entries=1000000",
             "instructions: apply_actions clear_actions write_metadata goto_table",
             "next tables: 1-253",
-            "must exact match: in_port_oxm",
+            "must exact match: conj_id in_port_oxm",
             "tcp_{src,dst,flags}",
         ],
     );
@@ -436,4 +436,107 @@ fn desc_and_table_features() {
         }),
         &["PACKET_IN: no_match action"],
     );
+}
+
+/// OVN's actions and `conj_id` (issue 30), encoded by nicflow, decoded by
+/// Open vSwitch; and decoded back by nicflow to the same rule.
+#[test]
+fn ovn_actions_read_back_by_ovs() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "priority=100,ip,nw_src=198.18.0.1,actions=conjunction(7,1/2),conjunction(8,3/3)",
+            &["ip,nw_src=198.18.0.1", "actions=conjunction(7,1/2),conjunction(8,3/3)"],
+        ),
+        ("priority=100,conj_id=7,ip,actions=output:2", &["conj_id=7,ip", "actions=output:2"]),
+        (
+            "ip,actions=clone(set_field:5->reg0,resubmit(,3)),output:1",
+            &["actions=clone(set_field:0x5->reg0,resubmit(,3)),output:1"],
+        ),
+        (
+            "actions=push:NXM_NX_REG0[],pop:NXM_NX_REG1[0..15],push:NXM_NX_REG2[8..15],pop:NXM_NX_REG3[16..23]",
+            &["actions=push:NXM_NX_REG0[],pop:NXM_NX_REG1[0..15],push:NXM_NX_REG2[8..15],pop:NXM_NX_REG3[16..23]"],
+        ),
+        (
+            "ip,actions=check_pkt_larger(1518)->NXM_NX_REG9[1],resubmit(,1)",
+            &["actions=check_pkt_larger(1518)->NXM_NX_REG9[1],resubmit(,1)"],
+        ),
+        (
+            "ip,actions=ct(commit,zone=5,exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[32..79]))",
+            &["actions=ct(commit,zone=5,exec(move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[32..79]))"],
+        ),
+    ];
+    for (text, want) in cases {
+        let (m, insts) = rule(text);
+        let fm = FlowMod {
+            cookie: 0,
+            cookie_mask: 0,
+            table_id: 0,
+            command: FlowModCommand::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 100,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 0,
+            importance: 0,
+            r#match: m,
+            instructions: insts.clone(),
+        };
+        // nicflow's own decoder gives the rule back.
+        let mut b = Vec::new();
+        msg::encode(&Message::FlowMod(fm.clone()), 0x42, &mut b).unwrap();
+        let Message::FlowMod(back) = msg::decode(&b).unwrap().0.message else {
+            panic!("{text}: not a flow mod");
+        };
+        assert_eq!(back.r#match, m, "{text}");
+        let acts = action::to_nicflow(&back.instructions, &back.r#match, 0)
+            .unwrap()
+            .actions;
+        let spec = parse_flow(text, &NumericPorts).unwrap();
+        assert_eq!(acts, spec.actions, "{text}");
+        check(Message::FlowMod(fm), want);
+    }
+}
+
+/// `controller(...)` with OVN's options: NXAST_CONTROLLER2 properties (and
+/// the old NXAST_CONTROLLER when it can carry them), as OVS reads them.
+#[test]
+fn controller2_read_back_by_ovs() {
+    for (text, want) in [
+        (
+            "actions=controller(userdata=00.00.00.0c.00.00.00.00,meter_id=5,pause,reason=no_match,max_len=128)",
+            "actions=controller(reason=no_match,max_len=128,userdata=00.00.00.0c.00.00.00.00,pause,meter_id=5)",
+        ),
+        ("actions=controller(id=3,reason=invalid_ttl)", "actions=controller(reason=invalid_ttl,id=3)"),
+        ("actions=controller(userdata=01.02.03)", "actions=controller(userdata=01.02.03)"),
+    ] {
+        let (m, insts) = rule(text);
+        let fm = FlowMod {
+            cookie: 0,
+            cookie_mask: 0,
+            table_id: 0,
+            command: FlowModCommand::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 1,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 0,
+            importance: 0,
+            r#match: m,
+            instructions: insts,
+        };
+        let mut b = Vec::new();
+        msg::encode(&Message::FlowMod(fm.clone()), 0x42, &mut b).unwrap();
+        let Message::FlowMod(back) = msg::decode(&b).unwrap().0.message else {
+            panic!("{text}: not a flow mod");
+        };
+        let acts = action::to_nicflow(&back.instructions, &back.r#match, 0)
+            .unwrap()
+            .actions;
+        assert_eq!(acts, parse_flow(text, &NumericPorts).unwrap().actions, "{text}");
+        check(Message::FlowMod(fm), &[want]);
+    }
 }

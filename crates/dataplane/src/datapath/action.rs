@@ -54,6 +54,8 @@ pub enum DpAction {
     SetArpTpa(u32),
     SetArpSha([u8; 6]),
     SetArpTha([u8; 6]),
+    /// The ARP opcode (`set_field:N->arp_op`).
+    SetArpOp(u8),
     /// The whole TOS / traffic-class byte.
     SetTos(u8),
     SetTtl(u8),
@@ -156,6 +158,7 @@ impl fmt::Display for DpAction {
                 mac(f, m)?;
                 f.write_str("))")
             }
+            DpAction::SetArpOp(op) => write!(f, "set(arp(op={op}))"),
             DpAction::SetTos(t) => write!(f, "set(ip(tos={t:#x}))"),
             DpAction::SetTtl(t) => write!(f, "set(ip(ttl={t}))"),
             DpAction::SetTpSrc(p) => write!(f, "set(l4(src={p}))"),

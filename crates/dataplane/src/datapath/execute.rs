@@ -113,6 +113,9 @@ pub fn execute(
             DpAction::SetArpTha(m) => {
                 rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
             }
+            DpAction::SetArpOp(op) => {
+                rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
+            }
             DpAction::SetTos(t) => {
                 rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
             }

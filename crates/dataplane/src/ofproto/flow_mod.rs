@@ -175,7 +175,7 @@ pub enum FlowModError {
 /// Does a rule's action list output to `port`? (OVS's
 /// `ofpacts_output_to_port`; reserved ports by their numbers.)
 fn outputs_to(actions: &[Action], port: u32) -> bool {
-    actions.iter().any(|a| match a {
+    Action::flatten(actions).into_iter().any(|a| match a {
         Action::Output(p) | Action::OutputMaxLen { port: p, .. } => *p == port,
         Action::Enqueue { port: p, .. } => *p == port,
         Action::InPort => port == ofp::IN_PORT,
@@ -183,14 +183,14 @@ fn outputs_to(actions: &[Action], port: u32) -> bool {
         Action::Flood => port == ofp::FLOOD,
         Action::All => port == ofp::ALL,
         Action::Local => port == ofp::LOCAL,
-        Action::Controller { .. } => port == ofp::CONTROLLER,
+        Action::Controller { .. } | Action::Controller2(_) => port == ofp::CONTROLLER,
         _ => false,
     })
 }
 
 fn sends_to_group(actions: &[Action], group: u32) -> bool {
-    actions
-        .iter()
+    Action::flatten(actions)
+        .into_iter()
         .any(|a| matches!(a, Action::Group(g) if *g == group))
 }
 

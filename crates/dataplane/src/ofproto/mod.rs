@@ -293,7 +293,7 @@ impl Ofproto {
     /// goes forward, every group it names exists.)
     pub(crate) fn check_spec(&self, spec: &FlowSpec) -> Result<(), OfprotoError> {
         Self::validate(spec)?;
-        for a in &spec.actions {
+        for a in Action::flatten(&spec.actions) {
             match a {
                 Action::Group(g) if !self.groups.contains(*g) => {
                     return Err(OfprotoError::BadOutGroup(*g));
@@ -424,9 +424,8 @@ impl Ofproto {
         for (tid, t) in self.tables.iter_mut().enumerate() {
             let Some(t) = t else { continue };
             t.retain(|_, _, _, _, r| {
-                let refers = r
-                    .actions
-                    .iter()
+                let refers = Action::flatten(&r.actions)
+                    .into_iter()
                     .any(|a| matches!(a, Action::Group(g) if gone.contains(g)));
                 if refers {
                     let why = flow_mod::RemovedReason::GroupDelete;
@@ -452,7 +451,7 @@ impl Ofproto {
         for t in self.tables.iter().flatten() {
             for r in t.iter() {
                 let mut seen: Vec<u32> = Vec::new();
-                for a in &r.value.actions {
+                for a in Action::flatten(&r.value.actions) {
                     if let Action::Group(g) = a {
                         if !seen.contains(g) {
                             seen.push(*g);
@@ -540,8 +539,18 @@ impl Ofproto {
     /// Translate a packet's key into a datapath flow. `learn` enables side
     /// effects (MAC learning); revalidation runs without them.
     pub fn translate(&mut self, key: &FlowKey, learn: Option<Instant>) -> XlateOut {
+        self.translate_len(key, None, learn)
+    }
+
+    /// [`Ofproto::translate`] knowing the frame's length (an upcall's).
+    pub fn translate_len(
+        &mut self,
+        key: &FlowKey,
+        pkt_len: Option<usize>,
+        learn: Option<Instant>,
+    ) -> XlateOut {
         self.stats.xlates += 1;
-        let out = xlate::translate(self, key, learn);
+        let out = xlate::translate_len(self, key, pkt_len, learn);
         if !out.rules.iter().any(|r| r.rule.is_some()) {
             self.stats.table_misses += 1;
         }
@@ -558,8 +567,8 @@ fn covers(filter: &Match, key: &[u64; FLOW_WORDS], mask: &[u64; FLOW_WORDS]) -> 
 }
 
 impl UpcallHandler for Ofproto {
-    fn upcall(&mut self, key: &FlowKey, _packet: &[u8], now: Instant) -> XlateOut {
-        self.translate(key, Some(now))
+    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
+        self.translate_len(key, Some(packet.len()), Some(now))
     }
 
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {

@@ -96,6 +96,17 @@ pub fn to_nicflow(insts: &[Instruction], m: &Match, table: u8) -> Result<Transla
             Instruction::Meter(id) => meter = Some(*id),
         }
     }
+    // A conjunctive rule is a soft match that never runs (see
+    // `Action::Conjunction`): OVS refuses any other action or instruction
+    // beside its conjunctions, and so does nicflow.
+    if t.actions.iter().any(Action::is_conjunction)
+        && (meter.is_some()
+            || metadata.is_some()
+            || goto.is_some()
+            || t.actions.iter().any(|a| !a.is_conjunction()))
+    {
+        return Err(e::BAC_BAD_ARG);
+    }
     if let Some(id) = meter {
         t.actions.insert(0, Action::Meter(id));
     }
@@ -210,6 +221,7 @@ fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
         set_mark: None,
         set_label: None,
         nat: None,
+        moves: Vec::new(),
     };
     for a in &ct.actions {
         let (f, v, mask) = match a {
@@ -239,6 +251,24 @@ fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
                 u128::from(*value) << ofs,
                 ones((*n_bits).into()) << ofs,
             ),
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } if commit && matches!(dst, OxmField::CtMark | OxmField::CtLabel) => {
+                let (src, src_ofs) = subfield(*src, *src_ofs, *n_bits)?;
+                let (dst, dst_ofs) = subfield(*dst, *dst_ofs, *n_bits)?;
+                c.moves.push(nicflow_flow::CtMove {
+                    src,
+                    src_ofs,
+                    dst,
+                    dst_ofs,
+                    n_bits: *n_bits as u8,
+                });
+                continue;
+            }
             _ => return Err(e::BAC_BAD_ARG),
         };
         if !commit {
@@ -274,6 +304,22 @@ fn nat_to_nicflow(n: &NxNat) -> CtNat {
         persistent: n.flags & NAT_F_PERSISTENT != 0,
         hash: n.flags & NAT_F_PROTO_HASH != 0,
         random: n.flags & NAT_F_PROTO_RANDOM != 0,
+    }
+}
+
+/// The plainest action for these controller options (as the rule
+/// language's `controller_action`): `output:CONTROLLER` when only
+/// `max_len` is set, so a rule has one form whichever way it came.
+fn nicflow_ofctl_controller(o: nicflow_flow::ControllerOpts) -> Action {
+    if o.controller_id == 0
+        && o.reason == OFPR_ACTION
+        && o.userdata.is_empty()
+        && !o.pause
+        && o.meter_id.is_none()
+    {
+        Action::Controller { max_len: o.max_len }
+    } else {
+        Action::Controller2(Box::new(o))
     }
 }
 
@@ -348,15 +394,69 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             controller_id,
             reason,
         } => {
-            if *controller_id != 0 || *reason != OFPR_ACTION {
+            if *reason > 5 {
                 return Err(e::BAC_BAD_ARG);
             }
-            Action::Controller { max_len: *max_len }
+            nicflow_ofctl_controller(nicflow_flow::ControllerOpts {
+                max_len: *max_len,
+                controller_id: *controller_id,
+                reason: *reason,
+                userdata: Vec::new(),
+                pause: false,
+                meter_id: None,
+            })
         }
         OfAction::Ct(ct) => ct_to_nicflow(ct)?,
         // NAT only makes sense inside ct(...).
         OfAction::Nat(_) => return Err(e::BAC_BAD_ARG),
         OfAction::CtClear => Action::CtClear,
+        OfAction::Controller2(o) => nicflow_ofctl_controller((**o).clone()),
+        OfAction::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => Action::Conjunction {
+            id: *id,
+            clause: clause + 1,
+            n_clauses: *n_clauses,
+        },
+        OfAction::Clone(inner) => {
+            let inner = actions_to_nicflow(inner, m)?;
+            if inner.iter().any(Action::is_conjunction) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            Action::Clone(inner)
+        }
+        OfAction::CheckPktLarger { pkt_len, dst, ofs } => {
+            let (dst, ofs) = subfield(*dst, *ofs, 1)?;
+            if !dst.settable() {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            Action::CheckPktLarger {
+                len: *pkt_len,
+                dst,
+                ofs,
+            }
+        }
+        OfAction::StackPush { field, ofs, n_bits } => {
+            let (field, ofs) = subfield(*field, *ofs, *n_bits)?;
+            Action::StackPush {
+                field,
+                ofs,
+                n_bits: *n_bits as u8,
+            }
+        }
+        OfAction::StackPop { field, ofs, n_bits } => {
+            let (field, ofs) = subfield(*field, *ofs, *n_bits)?;
+            if !field.settable() {
+                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+            }
+            Action::StackPop {
+                field,
+                ofs,
+                n_bits: *n_bits as u8,
+            }
+        }
         OfAction::OutputReg {
             src,
             ofs,
@@ -529,6 +629,50 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
             // to select and this crate no `SET_QUEUE`, so the output alone
             // goes out; the queue number is not on the wire.
             Action::Enqueue { port: p, .. } => out.push(port(*p)),
+            Action::Controller2(o) => {
+                // OVS sends the old NXAST_CONTROLLER when it can carry them.
+                if o.userdata.is_empty() && !o.pause && o.meter_id.is_none() {
+                    out.push(OfAction::Controller {
+                        max_len: o.max_len,
+                        controller_id: o.controller_id,
+                        reason: o.reason,
+                    });
+                } else {
+                    out.push(OfAction::Controller2(o.clone()));
+                }
+            }
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => out.push(OfAction::Conjunction {
+                id: *id,
+                clause: clause.saturating_sub(1),
+                n_clauses: *n_clauses,
+            }),
+            Action::Clone(inner) => out.push(OfAction::Clone(actions_from_nicflow(inner, m)?)),
+            Action::CheckPktLarger { len, dst, ofs } => out.push(OfAction::CheckPktLarger {
+                pkt_len: *len,
+                dst: OxmField::for_nicflow(*dst).ok_or(e::BAC_BAD_ARG)?,
+                ofs: (*ofs).into(),
+            }),
+            Action::StackPush { field, ofs, n_bits } | Action::StackPop { field, ofs, n_bits } => {
+                let f = OxmField::for_nicflow(*field).ok_or(e::BAC_BAD_ARG)?;
+                let (ofs, n_bits) = ((*ofs).into(), (*n_bits).into());
+                out.push(if matches!(a, Action::StackPush { .. }) {
+                    OfAction::StackPush {
+                        field: f,
+                        ofs,
+                        n_bits,
+                    }
+                } else {
+                    OfAction::StackPop {
+                        field: f,
+                        ofs,
+                        n_bits,
+                    }
+                });
+            }
         }
     }
     Ok(out)
@@ -580,6 +724,15 @@ fn ct_from_nicflow(c: &CtAction, m: &Match) -> Result<OfAction, OfpError> {
     }
     if let Some((v, mask)) = c.set_label {
         write_field(Field::CtLabel, v, mask, m, &mut actions)?;
+    }
+    for mv in &c.moves {
+        actions.push(OfAction::RegMove {
+            src: OxmField::for_nicflow(mv.src).ok_or(e::BAC_BAD_ARG)?,
+            src_ofs: mv.src_ofs.into(),
+            dst: OxmField::for_nicflow(mv.dst).ok_or(e::BAC_BAD_ARG)?,
+            dst_ofs: mv.dst_ofs.into(),
+            n_bits: mv.n_bits.into(),
+        });
     }
     let mut flags = 0;
     if c.commit {

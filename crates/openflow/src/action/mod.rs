@@ -117,6 +117,36 @@ pub enum OfAction {
     Nat(NxNat),
     /// `NXAST_CT_CLEAR`.
     CtClear,
+    /// `NXAST_CONTROLLER2`: properties, each only when not the default.
+    Controller2(Box<nicflow_flow::ControllerOpts>),
+    /// `NXAST_CONJUNCTION`: `clause` is 0-based on the wire (the rule
+    /// language's `k` minus one).
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
+    /// `NXAST_CHECK_PKT_LARGER`: bit `ofs` of `dst` := frame longer
+    /// than `pkt_len`.
+    CheckPktLarger {
+        pkt_len: u16,
+        dst: OxmField,
+        ofs: u16,
+    },
+    /// `NXAST_CLONE` with its nested actions.
+    Clone(Vec<OfAction>),
+    /// `NXAST_STACK_PUSH` / `NXAST_STACK_POP` of bits `ofs..ofs+n_bits`
+    /// of `field`.
+    StackPush {
+        field: OxmField,
+        ofs: u16,
+        n_bits: u16,
+    },
+    StackPop {
+        field: OxmField,
+        ofs: u16,
+        n_bits: u16,
+    },
 }
 
 /// Decode an action list (e.g. the body of `APPLY_ACTIONS`).

@@ -22,6 +22,22 @@ pub mod nxast {
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
     pub const CT_CLEAR: u16 = 43;
+    pub const STACK_PUSH: u16 = 27;
+    pub const STACK_POP: u16 = 28;
+    pub const CONJUNCTION: u16 = 34;
+    pub const CLONE: u16 = 42;
+    pub const CONTROLLER2: u16 = 37;
+    pub const CHECK_PKT_LARGER: u16 = 49;
+}
+
+/// `NXAC2PT_*`: the properties of `NXAST_CONTROLLER2`.
+pub mod nxac2pt {
+    pub const MAX_LEN: u16 = 0;
+    pub const CONTROLLER_ID: u16 = 1;
+    pub const REASON: u16 = 2;
+    pub const USERDATA: u16 = 3;
+    pub const PAUSE: u16 = 4;
+    pub const METER_ID: u16 = 5;
 }
 
 /// `NX_CT_F_*`.
@@ -238,7 +254,7 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
                     OfAction::SetField(en) | OfAction::RegLoad2(en) => {
                         matches!(en.field, OxmField::CtMark | OxmField::CtLabel)
                     }
-                    OfAction::RegLoad { dst, .. } => {
+                    OfAction::RegLoad { dst, .. } | OfAction::RegMove { dst, .. } => {
                         matches!(dst, OxmField::CtMark | OxmField::CtLabel)
                     }
                     _ => false,
@@ -261,8 +277,138 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
             fixed(16)?;
             OfAction::CtClear
         }
+        nxast::CONJUNCTION => {
+            fixed(16)?;
+            let clause = a.u8()?;
+            let n_clauses = a.u8()?;
+            let id = a.u32()?;
+            // OVS: OFPERR_NXBAC_BAD_CONJUNCTION, a bad argument here.
+            if !(2..=64).contains(&n_clauses) || clause >= n_clauses {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            }
+        }
+        nxast::CONTROLLER2 => {
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            a.pad(6)?;
+            OfAction::Controller2(Box::new(decode_controller2(a.rest())?))
+        }
+        nxast::CHECK_PKT_LARGER => {
+            fixed(24)?;
+            let pkt_len = a.u16()?;
+            let ofs = a.u16()?;
+            let (dst, _) = oxm::read_field_header(a, Ctx::Action)?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(dst, ofs, 1)?;
+            OfAction::CheckPktLarger { pkt_len, dst, ofs }
+        }
+        nxast::CLONE => {
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            a.pad(6)?;
+            OfAction::Clone(decode_actions(a.rest())?)
+        }
+        nxast::STACK_PUSH | nxast::STACK_POP => {
+            if len < 24 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let ofs = a.u16()?;
+            let (field, _) = oxm::read_field_header(a, Ctx::Action)?;
+            let n_bits = a.u16()?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            check_range(field, ofs, n_bits.into())?;
+            if subtype == nxast::STACK_PUSH {
+                OfAction::StackPush { field, ofs, n_bits }
+            } else {
+                OfAction::StackPop { field, ofs, n_bits }
+            }
+        }
         _ => return Err(e::bac(BadAction::BAD_EXP_TYPE)),
     })
+}
+
+/// The properties of `NXAST_CONTROLLER2` (OVS's `decode_NXAST_RAW_CONTROLLER2`):
+/// type, length (header included, padding not), value, padding to 8.
+fn decode_controller2(mut p: &[u8]) -> Result<nicflow_flow::ControllerOpts, OfpError> {
+    let mut o = nicflow_flow::ControllerOpts {
+        max_len: u16::MAX,
+        controller_id: 0,
+        reason: 1,
+        userdata: Vec::new(),
+        pause: false,
+        meter_id: None,
+    };
+    while !p.is_empty() {
+        if p.len() < 4 {
+            return Err(e::BAC_BAD_LEN);
+        }
+        let ty = u16::from_be_bytes([p[0], p[1]]);
+        let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+        let padded = len.div_ceil(8) * 8;
+        if len < 4 || padded > p.len() {
+            return Err(e::BAC_BAD_LEN);
+        }
+        let v = &p[4..len];
+        let want = |n: usize| {
+            if v.len() == n {
+                Ok(())
+            } else {
+                Err(e::BAC_BAD_LEN)
+            }
+        };
+        match ty {
+            nxac2pt::MAX_LEN => {
+                want(2)?;
+                o.max_len = u16::from_be_bytes([v[0], v[1]]);
+            }
+            nxac2pt::CONTROLLER_ID => {
+                want(2)?;
+                o.controller_id = u16::from_be_bytes([v[0], v[1]]);
+            }
+            nxac2pt::REASON => {
+                want(1)?;
+                // OFPR_* up to packet_out.
+                if v[0] > 5 {
+                    return Err(e::BAC_BAD_ARG);
+                }
+                o.reason = v[0];
+            }
+            nxac2pt::USERDATA => o.userdata = v.to_vec(),
+            nxac2pt::PAUSE => {
+                want(0)?;
+                o.pause = true;
+            }
+            nxac2pt::METER_ID => {
+                want(4)?;
+                let m = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
+                o.meter_id = (m != 0).then_some(m);
+            }
+            // OVS: OFPPROP_UNKNOWN on an unknown property.
+            _ => return Err(e::BAC_BAD_ARG),
+        }
+        p = &p[padded..];
+    }
+    Ok(o)
+}
+
+/// One property of `NXAST_CONTROLLER2`, padded to 8.
+fn put_prop(out: &mut Vec<u8>, ty: u16, v: &[u8]) {
+    let at = out.len();
+    wire::put_u16(out, ty);
+    wire::put_u16(out, (4 + v.len()) as u16);
+    out.extend_from_slice(v);
+    wire::pad8_from(out, at);
 }
 
 fn decode_nat(a: &mut Reader<'_>) -> Result<NxNat, OfpError> {
@@ -485,6 +631,66 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
         OfAction::CtClear => {
             let at = start(out, nxast::CT_CLEAR);
             finish(out, at, 16);
+        }
+        OfAction::Conjunction {
+            id,
+            clause,
+            n_clauses,
+        } => {
+            let at = start(out, nxast::CONJUNCTION);
+            wire::put_u8(out, *clause);
+            wire::put_u8(out, *n_clauses);
+            wire::put_u32(out, *id);
+            finish(out, at, 16);
+        }
+        OfAction::Controller2(o) => {
+            // OVS's encode_CONTROLLER: defaults are left out.
+            let at = start(out, nxast::CONTROLLER2);
+            wire::put_zeros(out, 6);
+            if o.max_len != u16::MAX {
+                put_prop(out, nxac2pt::MAX_LEN, &o.max_len.to_be_bytes());
+            }
+            if o.controller_id != 0 {
+                put_prop(out, nxac2pt::CONTROLLER_ID, &o.controller_id.to_be_bytes());
+            }
+            if o.reason != 1 {
+                put_prop(out, nxac2pt::REASON, &[o.reason]);
+            }
+            if !o.userdata.is_empty() {
+                put_prop(out, nxac2pt::USERDATA, &o.userdata);
+            }
+            if o.pause {
+                put_prop(out, nxac2pt::PAUSE, &[]);
+            }
+            if let Some(m) = o.meter_id {
+                put_prop(out, nxac2pt::METER_ID, &m.to_be_bytes());
+            }
+            finish(out, at, 16);
+        }
+        OfAction::CheckPktLarger { pkt_len, dst, ofs } => {
+            let at = start(out, nxast::CHECK_PKT_LARGER);
+            wire::put_u16(out, *pkt_len);
+            wire::put_u16(out, *ofs);
+            oxm::write_field_header(out, *dst, true);
+            finish(out, at, 24);
+        }
+        OfAction::Clone(inner) => {
+            let at = start(out, nxast::CLONE);
+            wire::put_zeros(out, 6);
+            encode_actions(inner, out);
+            finish(out, at, 16);
+        }
+        OfAction::StackPush { field, ofs, n_bits } | OfAction::StackPop { field, ofs, n_bits } => {
+            let sub = if matches!(a, OfAction::StackPush { .. }) {
+                nxast::STACK_PUSH
+            } else {
+                nxast::STACK_POP
+            };
+            let at = start(out, sub);
+            wire::put_u16(out, *ofs);
+            oxm::write_field_header(out, *field, true);
+            wire::put_u16(out, *n_bits);
+            finish(out, at, 24);
         }
         // Standard actions are encoded by the caller.
         _ => unreachable!("not a Nicira action: {a:?}"),

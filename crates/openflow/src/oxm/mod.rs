@@ -446,6 +446,7 @@ pub fn encode_fields(m: &Match, out: &mut Vec<u8>) {
         p.masked(F::Reg(i));
     }
     p.masked(F::PktMark);
+    p.exact(F::ConjId);
     p.masked(F::CtState);
     p.masked(F::CtZone);
     p.masked(F::CtMark);

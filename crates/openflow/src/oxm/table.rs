@@ -175,6 +175,8 @@ pub enum OxmField {
     CtTpDst,
     /// `NXM_NX_PKT_MARK`.
     PktMark,
+    /// `NXM_NX_CONJ_ID` (not maskable).
+    ConjId,
 }
 
 /// Static facts about one [`OxmField`].
@@ -239,7 +241,7 @@ impl OxmField {
             UdpDst, SctpSrc, SctpDst, Icmpv4Type, Icmpv4Code, ArpOp, ArpSpa, ArpTpa, ArpSha,
             ArpTha, Ipv6Src, Ipv6Dst, Ipv6Label, Icmpv6Type, Icmpv6Code, TunId, TunSrc, TunDst,
             TunFlags, TcpFlags, CtState, CtZone, CtMark, CtLabel, CtNwProto, CtNwSrc, CtNwDst,
-            CtIpv6Src, CtIpv6Dst, CtTpSrc, CtTpDst, PktMark,
+            CtIpv6Src, CtIpv6Dst, CtTpSrc, CtTpDst, PktMark, ConjId,
         ];
         FIXED
             .iter()
@@ -644,6 +646,7 @@ impl OxmField {
                 Field::CtIpv6Dst,
             ),
             F::PktMark => d("pkt_mark", 4, true, nxm1(33), None, P::None, Field::PktMark),
+            F::ConjId => d("conj_id", 4, false, nxm1(37), None, P::None, Field::ConjId),
             F::CtTpSrc => d("ct_tp_src", 2, true, nxm1(124), None, P::Ct, Field::CtTpSrc),
             F::CtTpDst => d("ct_tp_dst", 2, true, nxm1(125), None, P::Ct, Field::CtTpDst),
         }
@@ -750,6 +753,7 @@ impl OxmField {
             Field::CtIpv6Src => F::CtIpv6Src,
             Field::CtIpv6Dst => F::CtIpv6Dst,
             Field::PktMark => F::PktMark,
+            Field::ConjId => F::ConjId,
             Field::CtTpSrc => F::CtTpSrc,
             Field::CtTpDst => F::CtTpDst,
             // nw_tos as a whole byte has no wire name (NXM_OF_IP_TOS is its

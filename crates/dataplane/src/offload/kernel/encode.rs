@@ -564,6 +564,7 @@ pub fn encode(
             DpAction::SetArpTpa(v) => XdpAction::SetArpTpa(v),
             DpAction::SetArpSha(m) => XdpAction::SetArpSha(m),
             DpAction::SetArpTha(m) => XdpAction::SetArpTha(m),
+            DpAction::SetArpOp(_) => return Err(no("action:set-arp-op")),
             DpAction::SetTos(t) => XdpAction::SetTos(t),
             DpAction::SetTtl(t) => XdpAction::SetTtl(t),
             DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if icmp => {
