@@ -1309,13 +1309,23 @@ mod tests {
     }
 }
 
+/// The OVN actions' slow-path tests: one switch of ports 1 and 2 per rule.
 #[cfg(test)]
-mod controller_tests {
+mod ovn_action_tests {
     use super::super::Ofproto;
     use crate::datapath::DpAction;
     use nicflow_flow::FlowKey;
     use nicflow_ofctl::{parse_flow, NumericPorts};
     use std::time::Instant;
+
+    /// An ofproto with ports 1 and 2 and the one rule `rule`.
+    fn ofproto_with(rule: &str) -> Ofproto {
+        let mut of = Ofproto::new();
+        of.set_ports(vec![1, 2]);
+        of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
+            .unwrap();
+        of
+    }
 
     /// `controller(reason=..)` carries its reason; `pause` ends the walk
     /// after the copy (no continuations yet), without it the walk goes on.
@@ -1331,10 +1341,7 @@ mod controller_tests {
                 true,
             ),
         ] {
-            let mut of = Ofproto::new();
-            of.set_ports(vec![1, 2]);
-            of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
-                .unwrap();
+            let mut of = ofproto_with(rule);
             let k = FlowKey {
                 in_port: 1,
                 ..FlowKey::default()
@@ -1348,24 +1355,12 @@ mod controller_tests {
             assert_eq!(out.actions.contains(&DpAction::Output(2)), more, "{rule}");
         }
     }
-}
-
-#[cfg(test)]
-mod arp_op_tests {
-    use super::super::Ofproto;
-    use crate::datapath::DpAction;
-    use nicflow_flow::FlowKey;
-    use nicflow_ofctl::{parse_flow, NumericPorts};
-    use std::time::Instant;
 
     /// OVN's ARP responder: the request becomes a reply in place.
     #[test]
     fn arp_request_becomes_reply() {
-        let mut of = Ofproto::new();
-        of.set_ports(vec![1, 2]);
         let rule = "arp,arp_op=1,actions=set_field:2->arp_op,push:NXM_OF_ARP_SPA[],push:NXM_OF_ARP_TPA[],pop:NXM_OF_ARP_SPA[],pop:NXM_OF_ARP_TPA[],in_port";
-        of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
-            .unwrap();
+        let mut of = ofproto_with(rule);
         let k = FlowKey {
             in_port: 1,
             dl_type: 0x0806,
@@ -1384,26 +1379,14 @@ mod arp_op_tests {
         assert!(out.actions.contains(&DpAction::SetArpTpa(0xc612_0001)));
         assert_eq!(out.actions.last(), Some(&DpAction::Output(1)));
     }
-}
-
-#[cfg(test)]
-mod ct_move_tests {
-    use super::super::Ofproto;
-    use crate::datapath::DpAction;
-    use nicflow_flow::FlowKey;
-    use nicflow_ofctl::{parse_flow, NumericPorts};
-    use std::time::Instant;
 
     /// `ct(commit,exec(move:eth_src->ct_label[32..79]))`: the label the
     /// tracker gets holds this packet's source MAC, under the label mask
     /// the load wrote too; the MAC joins the flow's mask.
     #[test]
     fn exec_move_reads_the_packet() {
-        let mut of = Ofproto::new();
-        of.set_ports(vec![1, 2]);
         let rule = "ip,actions=ct(commit,exec(load:0x1->NXM_NX_CT_LABEL[1],move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[32..79])),output:2";
-        of.add_flow(&parse_flow(rule, &NumericPorts).unwrap(), Instant::now())
-            .unwrap();
+        let mut of = ofproto_with(rule);
         let k = FlowKey {
             in_port: 1,
             dl_type: 0x0800,
