@@ -224,7 +224,9 @@ fn conj_lookup(
                 let i = match seen.iter().position(|(c, _)| *c == id) {
                     Some(i) => i,
                     None => {
-                        seen.push((id, u64::MAX << (n_clauses & 63)));
+                        // `checked_shl`: a 64-clause conjunction presets no bit
+                        // (`<< (64 & 63)` would preset them all).
+                        seen.push((id, u64::MAX.checked_shl(n_clauses.into()).unwrap_or(0)));
                         seen.len() - 1
                     }
                 };
@@ -1220,6 +1222,27 @@ mod tests {
         // what OVS may pick; it must be one of them.
         let (a, _) = run(&mut of, &ipv4([198, 18, 0, 2], [198, 19, 0, 2], 6, 80));
         assert!(matches!(outputs(&a)[..], [10] | [20]), "{a:?}");
+    }
+
+    /// A 64-clause conjunction (the most the syntax allows) is complete
+    /// only with all 64 dimensions: 64 matching rules that all give clause
+    /// 1 leave it incomplete, so the packet falls to the rule below.
+    #[test]
+    fn conjunction_of_64_clauses_needs_them_all() {
+        let mut rules: Vec<String> = (1..=32)
+            .flat_map(|len| {
+                [
+                    format!("priority=100,ip,nw_src=198.18.0.1/{len},actions=conjunction(1,1/64)"),
+                    format!("priority=100,ip,nw_dst=198.19.0.1/{len},actions=conjunction(1,1/64)"),
+                ]
+            })
+            .collect();
+        rules.push("priority=100,conj_id=1,ip,actions=output:10".into());
+        rules.push("priority=1,ip,actions=output:2".into());
+        let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+        let mut of = of(&rules);
+        let (a, _) = run(&mut of, &ipv4([198, 18, 0, 1], [198, 19, 0, 1], 6, 80));
+        assert_eq!(outputs(&a), vec![2], "{a:?}");
     }
 
     /// The soft match at a priority only counts there: clauses at two
