@@ -515,6 +515,23 @@ impl OffloadManager {
         }
     }
 
+    /// A port or underlay attach failed part way: take back what it set
+    /// (the link's own program when `adopted`, its `dp_ports` entry, its
+    /// socket slot), so a failed `port_add` leaves nothing in the engine.
+    /// Best effort: the attach's own error is the one reported.
+    fn undo_xdp_attach(&mut self, ifindex: u32, slot: u32, adopted: bool) {
+        if adopted {
+            if let Err(e) = self.engine.release_link(ifindex) {
+                tracing::warn!(
+                    ifindex,
+                    "giving the XDP link back after a failed attach: {e}"
+                );
+            }
+        }
+        let _ = self.engine.remove_port(ifindex);
+        let _ = self.engine.unregister_xsk(slot);
+    }
+
     fn attach_xdp_port(&mut self, no: u32, name: &str, x: &AfXdpHook) -> Result<(), OffloadError> {
         let link = x.link.ok_or_else(|| {
             OffloadError::Config(format!(
@@ -527,13 +544,15 @@ impl OffloadManager {
         let ifindex = x.ifindex;
         let base = slot.wrapping_sub(x.queue);
         self.engine.register_xsk(slot, x.xsk_fd)?;
-        self.engine.set_port_xsk(ifindex, no, base)?;
+        if let Err(e) = self.engine.set_port_xsk(ifindex, no, base) {
+            self.undo_xdp_attach(ifindex, slot, false);
+            return Err(e);
+        }
         if let Err(e) = self.engine.adopt_link(ifindex, link) {
             // The link still runs the port's own program: the port works
             // through userspace.
             tracing::error!(port = %name, "switching the XDP link to xdp_dp failed: {e}");
-            let _ = self.engine.remove_port(ifindex);
-            let _ = self.engine.unregister_xsk(slot);
+            self.undo_xdp_attach(ifindex, slot, false);
             return Err(e);
         }
         let native = x.native;
@@ -548,7 +567,10 @@ impl OffloadManager {
         };
         p.redirect_ok = self.accepts_redirects(ifindex);
         if p.redirect_ok {
-            self.engine.set_tx_port(slot, ifindex)?;
+            if let Err(e) = self.engine.set_tx_port(slot, ifindex) {
+                self.undo_xdp_attach(ifindex, slot, true);
+                return Err(e);
+            }
         } else {
             tracing::info!(
                 port = %name,
@@ -898,16 +920,21 @@ impl OffloadManager {
         let base = slot.wrapping_sub(x.queue);
         let native = x.native;
         self.engine.register_xsk(slot, x.xsk_fd)?;
-        self.engine.set_underlay(ifindex, base, mac, mtu, 0)?;
+        if let Err(e) = self.engine.set_underlay(ifindex, base, mac, mtu, 0) {
+            self.undo_xdp_attach(ifindex, slot, false);
+            return Err(e);
+        }
         if let Err(e) = self.engine.adopt_link(ifindex, link) {
             tracing::error!(underlay = %name, "switching the XDP link to xdp_dp failed: {e}");
-            let _ = self.engine.remove_port(ifindex);
-            let _ = self.engine.unregister_xsk(slot);
+            self.undo_xdp_attach(ifindex, slot, false);
             return Err(e);
         }
         let redirect_ok = self.accepts_redirects(ifindex);
         if redirect_ok {
-            self.engine.set_tx_port(slot, ifindex)?;
+            if let Err(e) = self.engine.set_tx_port(slot, ifindex) {
+                self.undo_xdp_attach(ifindex, slot, true);
+                return Err(e);
+            }
         } else {
             tracing::info!(
                 underlay = %name,
