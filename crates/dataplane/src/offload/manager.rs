@@ -533,11 +533,15 @@ impl OffloadManager {
     }
 
     fn attach_xdp_port(&mut self, no: u32, name: &str, x: &AfXdpHook) -> Result<(), OffloadError> {
-        let link = x.link.ok_or_else(|| {
-            OffloadError::Config(format!(
-                "port {name}: its XDP program runs without a BPF link (kernel before 5.9)"
-            ))
-        })?;
+        // The engine runs on the port's BPF link; without one (netlink
+        // attachment, kernels before 5.9) the port keeps its own program
+        // and its flows stay in userspace, as for any port the engine
+        // cannot take, rather than failing the whole bridge's offload.
+        let Some(link) = x.link else {
+            tracing::warn!(port = %name, "its XDP program runs without a BPF link (kernel before 5.9): flows through it stay in userspace (port:afxdp-no-link)");
+            self.others.insert(no, "port:afxdp-no-link");
+            return Ok(());
+        };
         let slot = self
             .free_slot()
             .ok_or_else(|| OffloadError::Config("no free port slot in the XDP engine".into()))?;
