@@ -190,18 +190,7 @@ impl State {
     fn place(hook: &OffloadHook) -> Result<(), &'static str> {
         match hook {
             OffloadHook::AfXdp(_) | OffloadHook::Tc(_) => Ok(()),
-            OffloadHook::Tunnel(t) => {
-                if t.cfg.csum {
-                    Err("tunnel:udp-csum")
-                } else if t.cfg.ipsec.is_some() {
-                    Err("tunnel:ipsec")
-                } else {
-                    match t.underlay.as_ref() {
-                        OffloadHook::AfXdp(_) | OffloadHook::Tc(_) => Ok(()),
-                        _ => Err("tunnel:underlay-afpacket"),
-                    }
-                }
-            }
+            OffloadHook::Tunnel(t) => super::tunnel_refusal(t).map_or(Ok(()), Err),
             OffloadHook::Userspace { kind } => Err(kind_reason(kind)),
         }
     }

@@ -823,17 +823,13 @@ impl OffloadManager {
     /// reason its flows stay in userspace; nothing is left behind.
     fn attach_tunnel(&mut self, no: u32, name: &str, t: &TunnelHook) -> Result<(), &'static str> {
         let cfg = t.cfg.clone();
-        if cfg.csum {
-            return Err("tunnel:udp-csum");
-        }
-        if cfg.ipsec.is_some() {
-            // AES-GCM does not run in TC or XDP programs.
-            return Err("tunnel:ipsec");
+        if let Some(reason) = super::tunnel_refusal(t) {
+            return Err(reason);
         }
         let (ifindex, engine) = match t.underlay.as_ref() {
             OffloadHook::AfXdp(x) => (x.ifindex, EngineKind::Xdp),
             OffloadHook::Tc(p) => (p.ifindex, EngineKind::Tc),
-            _ => return Err("tunnel:underlay-afpacket"),
+            _ => unreachable!("tunnel_refusal checked the underlay's kind"),
         };
         match engine {
             // `offload = tc` leaves the XDP engine without ports.

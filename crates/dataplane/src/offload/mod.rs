@@ -40,6 +40,26 @@ pub mod kernel;
 
 pub use manager::{engine_config, ManagerCounters, OffloadManager};
 
+/// Why a tunnel's flows cannot run in any kernel engine, whatever the
+/// engine's state: the refusals the kernel manager and the dummy engine
+/// share (a checksummed or encrypted tunnel, an underlay no engine runs on).
+pub fn tunnel_refusal(t: &nicflow_port::hook::TunnelHook) -> Option<&'static str> {
+    use nicflow_port::hook::OffloadHook;
+    if t.cfg.csum {
+        Some("tunnel:udp-csum")
+    } else if t.cfg.ipsec.is_some() {
+        // AES-GCM does not run in TC or XDP programs.
+        Some("tunnel:ipsec")
+    } else if !matches!(
+        t.underlay.as_ref(),
+        OffloadHook::AfXdp(_) | OffloadHook::Tc(_)
+    ) {
+        Some("tunnel:underlay-afpacket")
+    } else {
+        None
+    }
+}
+
 /// Why flows through a port of `kind` (one no engine runs on) stay in
 /// userspace: the reason every provider gives for it.
 pub fn kind_reason(kind: &str) -> &'static str {
