@@ -21,6 +21,13 @@ command -v ovs-ofctl >/dev/null 2>&1 || need_apt+=(openvswitch-common)
 # install (policy-rc.d below).
 need_ovs=0
 command -v ovs-vswitchd >/dev/null 2>&1 || { need_apt+=(openvswitch-switch); need_ovs=1; }
+# OVN (tests/ovn_lab.rs, `nicflow bench ovn`): ovsdb-server, ovn-northd and
+# ovn-controller of a two-chassis lab the test starts itself; the packages'
+# services are kept from starting at install (policy-rc.d below). dhclient is
+# the lab VM's DHCP client.
+command -v ovn-northd >/dev/null 2>&1 || { need_apt+=(ovn-central); need_ovs=1; }
+command -v ovn-controller >/dev/null 2>&1 || { need_apt+=(ovn-host); need_ovs=1; }
+command -v dhclient >/dev/null 2>&1 || need_apt+=(isc-dhcp-client)
 # openssl: ovs-pki makes the certificates of the OpenFlow TLS tests with it.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || need_apt+=(python3-scapy)

@@ -13,4 +13,5 @@
 
 pub mod demo;
 pub mod lab;
+pub mod ovn;
 pub mod traffic;

@@ -39,6 +39,7 @@ pub use nicflow_dataplane::offload;
 pub use nicflow_dataplane::ofproto;
 pub use nicflow_lab::demo;
 pub use nicflow_lab::lab;
+pub use nicflow_lab::ovn;
 pub use nicflow_lab::traffic;
 pub use nicflow_os as os;
 pub use nicflow_port as port;
