@@ -565,7 +565,10 @@ impl OvnLab {
         self.start_daemon(&ns, &argv, &env, d.join("ovs-vswitchd.pid"))?;
         if debug_openflow {
             // Before ovn-controller connects: every message it sends is logged.
+            // vconn logs messages under a rate limit (50/min): lift it, or
+            // the counts (and rare types) go missing.
             self.appctl(i, "ovs-vswitchd", &["vlog/set", "vconn:dbg"])?;
+            self.appctl(i, "ovs-vswitchd", &["vlog/disable-rate-limit", "vconn"])?;
         }
         self.vsctl(
             i,
