@@ -21,6 +21,7 @@ pub mod meters;
 pub mod microservices;
 pub mod openflow;
 pub mod overlay;
+pub mod ovn;
 pub mod ovs_l3;
 pub mod pktrate;
 pub mod progcost;

@@ -66,6 +66,10 @@ enum BenchCmd {
     /// 100-65536 OpenFlow entries with as many microflows: packets/s and host
     /// CPU (document 004, figure 6).
     OvsL3(nicflow_bench::ovs_l3::Args),
+    /// Two-chassis OVN lab: cross-chassis TCP 1/4 streams and TCP RR over
+    /// Geneve, NB topology and 1,000-ACL install time, daemon CPU;
+    /// ovs-vswitchd baseline vs nicflow vswitchd (issue 30).
+    Ovn(nicflow_bench::ovn::Args),
     /// 64K-4M exact 5-tuple entries, counters on/off, pipeline depth 1-25:
     /// packets/s and latency (document 003, figure 3, tables II-III).
     TableScale(nicflow_bench::table_scale::Args),
@@ -171,6 +175,7 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         }
         BenchCmd::Overlay(args) => nicflow_bench::overlay::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::OvsL3(args) => nicflow_bench::ovs_l3::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Ovn(args) => nicflow_bench::ovn::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::TableScale(args) => {
             nicflow_bench::table_scale::cli(&args).map(|()| ExitCode::SUCCESS)
         }
