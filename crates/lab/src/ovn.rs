@@ -273,8 +273,8 @@ pub struct OvnLabSpec {
     /// The vswitch daemon of ch1 and ch2.
     pub vswitch: [Vswitch; 2],
     /// Log every OpenFlow message the vswitch receives (`vlog/set
-    /// vconn:dbg` on ovs-vswitchd, set before ovn-controller connects), for
-    /// [`OvnLab::openflow_message_types`].
+    /// vconn:dbg` on ovs-vswitchd, set before ovn-controller connects;
+    /// ovs-vswitchd chassis only), for [`openflow_message_types`].
     pub debug_openflow: bool,
     /// Parent of the lab directory (default: the system temp dir).
     pub dir_root: PathBuf,
@@ -563,7 +563,9 @@ impl OvnLab {
         let db = format!("unix:{}", d.join("db.sock").display());
         let argv = self.vswitch[i].argv(&db);
         self.start_daemon(&ns, &argv, &env, d.join("ovs-vswitchd.pid"))?;
-        if debug_openflow {
+        // ovs-appctl speaks to ovs-vswitchd's unixctl socket; nicflow's
+        // vswitchd is not asked for it.
+        if debug_openflow && self.vswitch[i] == Vswitch::Ovs {
             // Before ovn-controller connects: every message it sends is logged.
             // vconn logs messages under a rate limit (50/min): lift it, or
             // the counts (and rare types) go missing.

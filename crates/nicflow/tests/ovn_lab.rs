@@ -54,8 +54,18 @@ fn possible(mix: &[Vswitch; 2]) -> bool {
     true
 }
 
+/// The program started as `PROG vswitchd ...` for nicflow chassis: this
+/// build's `nicflow`, or `NICFLOW_OVN_NICFLOW_BIN` (a shim that checks the
+/// lab's plumbing, e.g. one that execs ovs-vswitchd without its first
+/// argument).
+fn nicflow_bin() -> PathBuf {
+    std::env::var_os("NICFLOW_OVN_NICFLOW_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(common::nicflow_bin)
+}
+
 fn nicflow_vswitchd_available() -> Result<(), String> {
-    let out = std::process::Command::new(common::nicflow_bin())
+    let out = std::process::Command::new(nicflow_bin())
         .args(["vswitchd", "--help"])
         .output()
         .map_err(|e| e.to_string())?;
@@ -73,7 +83,7 @@ fn nicflow_vswitchd_available() -> Result<(), String> {
 #[test]
 fn ovn_lab_matrix() {
     let mode = std::env::var("NICFLOW_OVN_VSWITCH").unwrap_or_else(|_| "ovs".into());
-    let mix = ovn::vswitch_mix(&mode, &common::nicflow_bin()).expect("NICFLOW_OVN_VSWITCH");
+    let mix = ovn::vswitch_mix(&mode, &nicflow_bin()).expect("NICFLOW_OVN_VSWITCH");
     if mix.iter().any(|v| matches!(v, Vswitch::Nicflow(_))) {
         if let Err(why) = nicflow_vswitchd_available() {
             skipped(&format!(
@@ -93,7 +103,7 @@ fn ovn_lab_matrix_nicflow_every_chassis() {
         ));
         return;
     }
-    let mix = ovn::vswitch_mix("nicflow", &common::nicflow_bin()).unwrap();
+    let mix = ovn::vswitch_mix("nicflow", &nicflow_bin()).unwrap();
     run_matrix("nicflow", mix);
 }
 
@@ -105,7 +115,7 @@ fn ovn_lab_matrix_nicflow_one_chassis() {
         ));
         return;
     }
-    let mix = ovn::vswitch_mix("mixed", &common::nicflow_bin()).unwrap();
+    let mix = ovn::vswitch_mix("mixed", &nicflow_bin()).unwrap();
     run_matrix("mixed", mix);
 }
 
