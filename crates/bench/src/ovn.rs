@@ -225,6 +225,11 @@ fn measure(vs: &[Vswitch; 2], seconds: f64, acls: usize, m: &mut MixResult) -> a
         t.ready.as_secs_f64()
     );
     let server = ovn::vm("vm2").expect("vm2").ip4.to_string();
+    // One iperf3 server for every run (it serves tests one after another).
+    let ilog = lab.dir().join("iperf3-server.log");
+    let ps = IPERF_PORT.to_string();
+    lab.spawn("vm2", &["iperf3", "-s", "-p", &ps], &ilog)?;
+    lab.wait_listening("vm2", IPERF_PORT, Duration::from_secs(10))?;
     for streams in [1usize, 4] {
         match iperf(&mut lab, &server, streams, seconds) {
             Ok(tcp) => {
@@ -296,21 +301,37 @@ fn measure(vs: &[Vswitch; 2], seconds: f64, acls: usize, m: &mut MixResult) -> a
     Ok(())
 }
 
+const IPERF_PORT: u16 = 5201;
+
 fn iperf(lab: &mut OvnLab, server: &str, streams: usize, seconds: f64) -> anyhow::Result<Tcp> {
-    let log = lab.dir().join(format!("iperf3-server-{streams}.log"));
-    lab.spawn("vm2", &["iperf3", "-s", "-1", "-p", "5201"], &log)?;
-    lab.wait_listening("vm2", 5201, Duration::from_secs(10))?;
+    let ps = IPERF_PORT.to_string();
+    let log = lab.dir().join("iperf3-server.log");
     let secs = format!("{}", seconds.max(1.0).round() as u64);
     let p = streams.to_string();
     let argv = [
-        "iperf3", "-c", server, "-p", "5201", "-t", &secs, "-P", &p, "-J",
+        "iperf3", "-c", server, "-p", &ps, "-t", &secs, "-P", &p, "-J",
     ];
-    let (out, cpu) = with_cpu(lab, || lab.command("vm1", &argv).output());
-    let out = out.context("iperf3")?;
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).context("iperf3 -J output")?;
-    if let Some(e) = j.get("error") {
-        anyhow::bail!("iperf3: {e}");
-    }
+    // One retry: a server between two tests may refuse the next one for a
+    // moment.
+    let mut attempt = 0;
+    let (j, cpu) = loop {
+        attempt += 1;
+        let (out, cpu) = with_cpu(lab, || lab.command("vm1", &argv).output());
+        let out = out.context("iperf3")?;
+        let j: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("iperf3 -J output")?;
+        match j.get("error") {
+            None => break (j, cpu),
+            Some(e) if attempt >= 2 => {
+                let server = std::fs::read_to_string(&log).unwrap_or_default();
+                anyhow::bail!("iperf3: {e}; server log: {}", server.trim());
+            }
+            Some(e) => {
+                eprintln!("[ovn] iperf3 -P {streams}: {e}; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    };
     let end = &j["end"];
     let bps = end["sum_received"]["bits_per_second"]
         .as_f64()
