@@ -113,8 +113,68 @@ pub fn extract(frame: &[u8], in_port: u32, key: &mut FlowKey) -> Result<Layout, 
         L4Kind::Icmp | L4Kind::Icmpv6 => {
             key.tp_src = byte(frame, l4) as u16;
             key.tp_dst = byte(frame, l4 + 1) as u16;
+            if l.l4 == L4Kind::Icmpv6 {
+                let end = (l4 + usize::from(l.l4_len)).min(frame.len());
+                extract_nd(frame.get(l4..end).unwrap_or(&[]), key);
+            }
         }
         _ => {}
     }
     Ok(l)
+}
+
+/// ICMPv6 neighbor solicitation (135) / advertisement (136).
+const ND_NEIGHBOR_SOLICIT: u8 = 135;
+const ND_NEIGHBOR_ADVERT: u8 = 136;
+/// ND option types: source / target link-layer address.
+const ND_OPT_SOURCE_LINKADDR: u8 = 1;
+const ND_OPT_TARGET_LINKADDR: u8 = 2;
+
+/// Fill `nd_target`, `nd_sll` (`arp_sha`) and `nd_tll` (`arp_tha`) from an
+/// ICMPv6 message (`msg`: the ICMPv6 header to the end of the IPv6
+/// payload), as Open vSwitch's `parse_icmpv6`: only for code 0 of types
+/// 135/136; a message too short for its target has none; Ethernet-sized
+/// (8-byte) link-layer address options are read wherever they stand (a
+/// solicitation's SLL, an advertisement's TLL, or the other one); a
+/// zero-length or truncated option, or a second non-zero SLL/TLL, makes
+/// the options invalid and all three fields are zero then (the packet is
+/// still forwarded: OVS does the same).
+fn extract_nd(msg: &[u8], key: &mut FlowKey) {
+    let (Some(&ty), Some(&code)) = (msg.first(), msg.get(1)) else {
+        return;
+    };
+    if code != 0 || (ty != ND_NEIGHBOR_SOLICIT && ty != ND_NEIGHBOR_ADVERT) {
+        return;
+    }
+    let Some(target) = msg.get(8..24) else {
+        return;
+    };
+    key.nd_target.copy_from_slice(target);
+    let mut opts = &msg[24..];
+    while opts.len() >= 8 {
+        let len = usize::from(opts[1]) * 8;
+        if len == 0 || len > opts.len() {
+            return invalid_nd(key);
+        }
+        if len == 8 {
+            let slot = match opts[0] {
+                ND_OPT_SOURCE_LINKADDR => Some(&mut key.arp_sha),
+                ND_OPT_TARGET_LINKADDR => Some(&mut key.arp_tha),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                if *slot != [0; 6] {
+                    return invalid_nd(key);
+                }
+                slot.copy_from_slice(&opts[2..8]);
+            }
+        }
+        opts = &opts[len..];
+    }
+}
+
+fn invalid_nd(key: &mut FlowKey) {
+    key.nd_target = [0; 16];
+    key.arp_sha = [0; 6];
+    key.arp_tha = [0; 6];
 }

@@ -584,6 +584,18 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
             &dec(Field::IcmpCode),
             "icmp_code",
         );
+        // OVS's match_format: the ND fields after the ICMPv6 type/code.
+        if k.dl_type == 0x86dd {
+            put(
+                &mut parts,
+                m,
+                Field::NdTarget,
+                &addr(Field::NdTarget),
+                "nd_target",
+            );
+            put(&mut parts, m, Field::NdSll, &addr(Field::NdSll), "nd_sll");
+            put(&mut parts, m, Field::NdTll, &addr(Field::NdTll), "nd_tll");
+        }
     } else {
         put(&mut parts, m, Field::TpSrc, &dec(Field::TpSrc), "tp_src");
         put(&mut parts, m, Field::TpDst, &dec(Field::TpDst), "tp_dst");

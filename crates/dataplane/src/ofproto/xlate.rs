@@ -34,6 +34,9 @@ use std::time::Instant;
 
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
+/// ICMPv6 neighbor solicitation / advertisement types.
+const ND_NEIGHBOR_SOLICIT: u16 = 135;
+const ND_NEIGHBOR_ADVERT: u16 = 136;
 const ETH_ARP: u16 = 0x0806;
 
 struct Ctx<'a> {
@@ -608,6 +611,29 @@ impl Ctx<'_> {
             && self.key.nw_frag & nicflow_flow::key::FRAG_LATER == 0
     }
 
+    /// Is the packet an IPv6 neighbor solicitation or advertisement (code
+    /// 0), of type `ty` if given? OVS's `is_nd`: what a `set_field` on an
+    /// ND field checks when it runs (after the actions before it changed
+    /// the packet), so its answer's fields join the mask.
+    fn is_nd(&mut self, ty: Option<u16>) -> bool {
+        if !self.is_dl(ETH_IPV6) {
+            return false;
+        }
+        self.wc.0.nw_proto = 0xff;
+        self.wc.0.nw_frag |= nicflow_flow::key::FRAG_LATER;
+        if self.key.nw_proto != 58 || self.key.nw_frag & nicflow_flow::key::FRAG_LATER != 0 {
+            return false;
+        }
+        self.wc.0.tp_dst = 0xffff;
+        self.wc.0.tp_src = 0xffff;
+        let t = self.key.tp_src;
+        self.key.tp_dst == 0
+            && match ty {
+                Some(ty) => t == ty,
+                None => t == ND_NEIGHBOR_SOLICIT || t == ND_NEIGHBOR_ADVERT,
+            }
+    }
+
     fn set_field(&mut self, field: Field, value: u128, mask: u128) {
         let applies = match field {
             Field::NwSrc | Field::NwDst => self.is_dl(ETH_IPV4) || self.is_dl(ETH_ARP),
@@ -617,6 +643,9 @@ impl Ctx<'_> {
             Field::NwTos | Field::NwTtl => self.is_ip(),
             Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => self.is_dl(ETH_IPV6),
             Field::TpSrc | Field::TpDst => self.has_ports(),
+            Field::NdTarget => self.is_nd(None),
+            Field::NdSll => self.is_nd(Some(ND_NEIGHBOR_SOLICIT)),
+            Field::NdTll => self.is_nd(Some(ND_NEIGHBOR_ADVERT)),
             Field::VlanTci => {
                 // Through the VLAN helpers so push/pop are emitted in order.
                 let cur = self.key.vlan_tci as u128;
@@ -833,6 +862,17 @@ impl Ctx<'_> {
                 }
                 if k.ipv6_dst != c.ipv6_dst {
                     a.push(DpAction::SetIpv6Dst(k.ipv6_dst));
+                }
+                // ND fields change only through their own set_fields,
+                // which checked that the packet is an ND message.
+                if k.nd_target != c.nd_target {
+                    a.push(DpAction::SetNdTarget(k.nd_target));
+                }
+                if k.arp_sha != c.arp_sha {
+                    a.push(DpAction::SetNdSll(k.arp_sha));
+                }
+                if k.arp_tha != c.arp_tha {
+                    a.push(DpAction::SetNdTll(k.arp_tha));
                 }
             }
             _ => {}

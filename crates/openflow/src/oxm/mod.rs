@@ -28,7 +28,7 @@ pub use table::{OxmField, OxmId, Pre};
 
 use crate::error::{e, BadAction, BadMatch, OfpError};
 use crate::wire::{self, Reader};
-use nicflow_flow::{Field, Match};
+use nicflow_flow::{Field, Match, Prereq};
 use table::CLASS_EXPERIMENTER;
 
 /// `OFPMT_OXM`.
@@ -423,6 +423,19 @@ pub fn encode_fields(m: &Match, out: &mut Vec<u8>) {
                 58 if dl == 0x86dd => {
                     p.exact(F::Icmpv6Type);
                     p.exact(F::Icmpv6Code);
+                    // As OVS's nx_put_raw: the target for either ND
+                    // message, the SLL for a solicitation, the TLL for an
+                    // advertisement (the prerequisites decide).
+                    let mk = &m.mask().0;
+                    if Prereq::Nd.satisfied(k, mk) {
+                        p.masked(F::NdTarget);
+                    }
+                    if Prereq::NdSolicit.satisfied(k, mk) {
+                        p.masked(F::NdSll);
+                    }
+                    if Prereq::NdAdvert.satisfied(k, mk) {
+                        p.masked(F::NdTll);
+                    }
                 }
                 _ => {}
             }
