@@ -178,3 +178,90 @@ fn invalid_nd(key: &mut FlowKey) {
     key.arp_sha = [0; 6];
     key.arp_tha = [0; 6];
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ethernet + IPv6 + an ICMPv6 message of `ty`/`code` with `target` and
+    /// `opts` (raw option bytes); checksums are not needed to extract.
+    pub(crate) fn nd_frame(ty: u8, code: u8, target: [u8; 16], opts: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x33, 0x33, 0xff, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        let plen = 24 + opts.len();
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&(plen as u16).to_be_bytes());
+        f.extend_from_slice(&[58, 255]);
+        f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 2]);
+        f.extend_from_slice(&[ty, code, 0, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(&target);
+        f.extend_from_slice(opts);
+        f
+    }
+
+    const T: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+    fn key(f: &[u8]) -> FlowKey {
+        let mut k = FlowKey::default();
+        extract(f, 1, &mut k).unwrap();
+        k
+    }
+
+    #[test]
+    fn solicitation_target_and_sll() {
+        let k = key(&nd_frame(135, 0, T, &[1, 1, 2, 0, 0, 0, 0, 1]));
+        assert_eq!((k.tp_src, k.tp_dst, k.nw_proto), (135, 0, 58));
+        assert_eq!(k.nd_target, T);
+        assert_eq!(k.arp_sha, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(k.arp_tha, [0; 6]);
+    }
+
+    #[test]
+    fn advertisement_tll_after_an_unknown_option() {
+        let opts = [
+            99, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // 16-byte option
+            2, 1, 2, 0, 0, 0, 0, 9,
+        ];
+        let k = key(&nd_frame(136, 0, T, &opts));
+        assert_eq!(k.nd_target, T);
+        assert_eq!(k.arp_tha, [2, 0, 0, 0, 0, 9]);
+        assert_eq!(k.arp_sha, [0; 6]);
+    }
+
+    #[test]
+    fn no_nd_fields_unless_nd_of_code_0() {
+        for (ty, code) in [(135, 1), (128, 0), (134, 0)] {
+            let k = key(&nd_frame(ty, code, T, &[1, 1, 2, 0, 0, 0, 0, 1]));
+            assert_eq!(k.nd_target, [0; 16], "{ty}/{code}");
+            assert_eq!(k.arp_sha, [0; 6], "{ty}/{code}");
+        }
+        // Too short for a target: type and code only.
+        let mut f = nd_frame(135, 0, T, &[]);
+        f.truncate(f.len() - 8);
+        f[18..20].copy_from_slice(&16u16.to_be_bytes());
+        let k = key(&f);
+        assert_eq!((k.tp_src, k.nd_target), (135, [0; 16]));
+    }
+
+    #[test]
+    fn bad_options_clear_every_nd_field() {
+        for opts in [
+            // zero-length option
+            vec![1, 0, 2, 0, 0, 0, 0, 1],
+            // option longer than the message
+            vec![1, 1, 2, 0, 0, 0, 0, 1, 2, 2, 0, 0, 0, 0, 0, 0],
+            // two SLLs
+            vec![1, 1, 2, 0, 0, 0, 0, 1, 1, 1, 2, 0, 0, 0, 0, 2],
+        ] {
+            let k = key(&nd_frame(135, 0, T, &opts));
+            assert_eq!(k.nd_target, [0; 16], "{opts:?}");
+            assert_eq!(k.arp_sha, [0; 6], "{opts:?}");
+            assert_eq!(k.tp_src, 135);
+        }
+        // Ethernet padding after the message is not an option.
+        let mut f = nd_frame(135, 0, T, &[1, 1, 2, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[1, 1, 9, 9, 9, 9, 9, 9]);
+        let k = key(&f);
+        assert_eq!(k.arp_sha, [2, 0, 0, 0, 0, 1]);
+    }
+}

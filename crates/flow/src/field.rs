@@ -857,4 +857,48 @@ mod tests {
         assert!(!Prereq::Tcp.satisfied(&k, &m));
         assert!(Prereq::Ipv4OrArp.satisfied(&k, &m));
     }
+
+    #[test]
+    fn nd_prereqs() {
+        let mut k = FlowKey {
+            dl_type: 0x86dd,
+            nw_proto: 58,
+            ..FlowKey::default()
+        };
+        let mut m = FlowKey {
+            dl_type: 0xffff,
+            nw_proto: 0xff,
+            ..FlowKey::default()
+        };
+        // The type must be matched.
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        k.tp_src = 135;
+        m.tp_src = 0xff;
+        assert!(Prereq::Nd.satisfied(&k, &m));
+        assert!(Prereq::NdSolicit.satisfied(&k, &m));
+        assert!(!Prereq::NdAdvert.satisfied(&k, &m));
+        // A matched code must be 0.
+        m.tp_dst = 0xff;
+        assert!(Prereq::Nd.satisfied(&k, &m));
+        k.tp_dst = 1;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        k.tp_dst = 0;
+        k.tp_src = 136;
+        assert!(Prereq::NdAdvert.satisfied(&k, &m));
+        assert!(!Prereq::NdSolicit.satisfied(&k, &m));
+        k.tp_src = 128;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        // ICMP (v4) type 135 is not ND.
+        k.tp_src = 135;
+        k.dl_type = 0x0800;
+        k.nw_proto = 1;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        // nd_sll and arp_sha share storage, as in OVS.
+        let mut key = FlowKey::default();
+        Field::NdSll.write(&mut key, 0x0200_0000_0001);
+        assert_eq!(key.arp_sha, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(Field::ArpSha.read(&key), 0x0200_0000_0001);
+        Field::NdTarget.write(&mut key, 1);
+        assert_eq!(key.nd_target[15], 1);
+    }
 }

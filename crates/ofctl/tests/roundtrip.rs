@@ -63,7 +63,13 @@ fn candidates(dl: Option<u16>, nw: Option<u8>) -> (Vec<Field>, Vec<Field>) {
         Some(6) => v.extend([Field::TpSrc, Field::TpDst, Field::TcpFlags]),
         Some(17) | Some(132) => v.extend([Field::TpSrc, Field::TpDst]),
         Some(p) if p == icmp && icmp == 1 => v.extend([Field::IcmpType, Field::IcmpCode]),
-        Some(p) if p == icmp => v.extend([Field::Icmpv6Type, Field::Icmpv6Code]),
+        Some(p) if p == icmp => v.extend([
+            Field::Icmpv6Type,
+            Field::Icmpv6Code,
+            Field::NdTarget,
+            Field::NdSll,
+            Field::NdTll,
+        ]),
         _ => {}
     };
     match dl {
@@ -168,6 +174,28 @@ fn build_match(dl: Option<u16>, nw: Option<u8>, settings: &[Setting]) -> Match {
         };
         m.set(f, v & mask, mask);
     }
+    // The ND fields need an ND message of code 0 (`build_match`'s other
+    // settings may have said otherwise): a solicitation carries `nd_sll`,
+    // an advertisement `nd_tll`.
+    let has = |m: &Match, f: Field| m.get(f).1 != 0;
+    let icmp6 = dl == Some(0x86dd) && nw == Some(58);
+    if icmp6 && (has(&m, Field::NdTarget) || has(&m, Field::NdSll) || has(&m, Field::NdTll)) {
+        let (target_mask, tll) = (m.get(Field::NdTarget).1, has(&m, Field::NdTll));
+        let ty = if has(&m, Field::NdSll) {
+            if tll {
+                m.clear(Field::NdTll);
+            }
+            135
+        } else if tll {
+            136
+        } else {
+            135 + (target_mask & 1)
+        };
+        m.set(Field::Icmpv6Type, ty, 0xff);
+        if m.get(Field::Icmpv6Code).1 != 0 {
+            m.set(Field::Icmpv6Code, 0, 0xff);
+        }
+    }
     m
 }
 
@@ -209,6 +237,9 @@ const SETTABLE: &[Field] = &[
     Field::IcmpCode,
     Field::Icmpv6Type,
     Field::Icmpv6Code,
+    Field::NdTarget,
+    Field::NdSll,
+    Field::NdTll,
 ];
 
 /// One action seed: `(kind, a, b, c)`.
