@@ -82,6 +82,13 @@ pub enum Action {
     /// Decrement the IP TTL / hop limit; a packet whose TTL would reach zero
     /// is dropped (and counted) instead of forwarded.
     DecTtl,
+    /// `dec_ttl(ID,...)` (OVS's `NXAST_DEC_TTL_CNT_IDS`): as [`Action::DecTtl`],
+    /// but a packet whose TTL would reach zero also goes to the controller
+    /// as a `PACKET_IN` with reason `OFPR_INVALID_TTL` (2) before it is
+    /// dropped (and counted). nicflow sends `PACKET_IN`s to every
+    /// controller connection, so the ids are kept and encoded but do not
+    /// pick connections. Never empty (`dec_ttl()` is [`Action::DecTtl`]).
+    DecTtlIds(Vec<u16>),
     /// Continue in a later table.
     GotoTable(u8),
     /// Look the packet up again (optionally as if from another port, in

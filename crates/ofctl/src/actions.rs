@@ -958,9 +958,18 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
         ("dec_ttl", None) => Action::DecTtl,
-        // `dec_ttl()` is `dec_ttl`; controller ids (`dec_ttl(1,2)`) only
-        // matter to PACKET_INs on expiry, which nicflow does not send.
+        // `dec_ttl()` is `dec_ttl`, as in OVS; `dec_ttl(1,2)` names the
+        // controllers that get the expired packet.
         ("dec_ttl", Some('(')) if inner.unwrap_or_default().trim().is_empty() => Action::DecTtl,
+        ("dec_ttl", Some('(')) => {
+            let ids = inner
+                .unwrap_or_default()
+                .split(',')
+                .map(|id| parse_max(id.trim(), 0xffff).map(|v| v as u16))
+                .collect::<Result<Vec<u16>, _>>()
+                .map_err(|_| RuleError::new(piece, "dec_ttl wants controller ids 0-65535"))?;
+            Action::DecTtlIds(ids)
+        }
         ("conjunction", Some('(')) => parse_conjunction(piece, inner.unwrap_or_default())?,
         ("clone", Some('(')) => {
             let inner = parse_actions(inner.unwrap_or_default(), ports, matching, 0)

@@ -659,6 +659,10 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         Action::ModVlanVid(v) => format!("mod_vlan_vid:{v}"),
         Action::ModVlanPcp(p) => format!("mod_vlan_pcp:{p}"),
         Action::DecTtl => "dec_ttl".into(),
+        Action::DecTtlIds(ids) => format!(
+            "dec_ttl({})",
+            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+        ),
         Action::GotoTable(t) => format!("goto_table:{t}"),
         Action::Resubmit { port, table } => {
             let p = port.map(|p| format_port(p, ports)).unwrap_or_default();

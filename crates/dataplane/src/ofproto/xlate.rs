@@ -38,6 +38,8 @@ const ETH_IPV6: u16 = 0x86dd;
 const ND_NEIGHBOR_SOLICIT: u16 = 135;
 const ND_NEIGHBOR_ADVERT: u16 = 136;
 const ETH_ARP: u16 = 0x0806;
+/// `PACKET_IN` reason of `dec_ttl(ids)` on an expired packet.
+const OFPR_INVALID_TTL: u8 = 2;
 
 struct Ctx<'a> {
     of: &'a mut Ofproto,
@@ -385,7 +387,10 @@ impl Ctx<'_> {
             Action::PopVlan => self.pop_vlan(),
             Action::ModVlanVid(vid) => self.mod_vlan(0x0fff, *vid & 0x0fff),
             Action::ModVlanPcp(pcp) => self.mod_vlan(0xe000, ((*pcp as u16) & 7) << 13),
-            Action::DecTtl => self.dec_ttl(),
+            Action::DecTtl => self.dec_ttl(None),
+            // The expired packet goes to the controllers (nicflow's
+            // PACKET_INs go to every connection: the ids pick none).
+            Action::DecTtlIds(_) => self.dec_ttl(Some(table_id)),
             Action::GotoTable(t) => self.table(*t),
             Action::Ct(c) => self.ct(c),
             Action::Move {
@@ -675,13 +680,24 @@ impl Ctx<'_> {
         field.write(&mut self.key, (cur & !mask) | (value & mask));
     }
 
-    fn dec_ttl(&mut self) {
+    /// `dec_ttl`; with `controller_table`, `dec_ttl(ids)`: an expired
+    /// packet also goes to the controller (`OFPR_INVALID_TTL`, the whole
+    /// frame, with this table and the rule's cookie) before the drop.
+    fn dec_ttl(&mut self, controller_table: Option<u8>) {
         if !self.is_ip() {
             return;
         }
         self.wc.0.nw_ttl = 0xff;
         if self.key.nw_ttl <= 1 {
             self.commit();
+            if let Some(table_id) = controller_table {
+                self.actions.push(DpAction::Controller {
+                    max_len: 0,
+                    reason: OFPR_INVALID_TTL,
+                    table_id,
+                    cookie: self.rule_cookie,
+                });
+            }
             self.actions.push(DpAction::Drop(DropReason::TtlExceeded));
             self.stop = true;
         } else {

@@ -365,6 +365,9 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             }
         }
         OfAction::DecNwTtl => Action::DecTtl,
+        // No ids is OVS's plain dec_ttl (it prints `dec_ttl`).
+        OfAction::DecTtlCntIds(ids) if ids.is_empty() => Action::DecTtl,
+        OfAction::DecTtlCntIds(ids) => Action::DecTtlIds(ids.clone()),
         OfAction::Resubmit { in_port, table } => Action::Resubmit {
             port: (*in_port != NX_IN_PORT).then(|| port16(*in_port)),
             table: table.filter(|t| *t != 255),
@@ -573,6 +576,7 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
                 }));
             }
             Action::DecTtl => out.push(OfAction::DecNwTtl),
+            Action::DecTtlIds(ids) => out.push(OfAction::DecTtlCntIds(ids.clone())),
             Action::GotoTable(_) => return Err(e::BAC_BAD_ARG),
             Action::Resubmit { port, table } => {
                 let in_port = match port {

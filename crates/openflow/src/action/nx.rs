@@ -18,6 +18,7 @@ pub mod nxast {
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const OUTPUT_REG: u16 = 15;
     pub const CONTROLLER: u16 = 20;
+    pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
@@ -309,6 +310,26 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
             }
             check_range(dst, ofs, 1)?;
             OfAction::CheckPktLarger { pkt_len, dst, ofs }
+        }
+        nxast::DEC_TTL_CNT_IDS => {
+            // `nx_action_cnt_ids`: the count, 4 zero bytes, the ids,
+            // padding to 8 (OVS's decode_NXAST_RAW_DEC_TTL_CNT_IDS).
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let n = usize::from(a.u16()?);
+            if a.rest().get(..4).is_none_or(|z| z.iter().any(|&b| b != 0)) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            a.pad(4)?;
+            if a.rest().len() < 2 * n {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let ids = (0..n).map(|_| a.u16()).collect::<Result<Vec<_>, _>>()?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::DecTtlCntIds(ids)
         }
         nxast::CLONE => {
             if len < 16 {
@@ -673,6 +694,15 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
             wire::put_u16(out, *ofs);
             oxm::write_field_header(out, *dst, true);
             finish(out, at, 24);
+        }
+        OfAction::DecTtlCntIds(ids) => {
+            let at = start(out, nxast::DEC_TTL_CNT_IDS);
+            wire::put_u16(out, ids.len() as u16);
+            wire::put_zeros(out, 4);
+            for id in ids {
+                wire::put_u16(out, *id);
+            }
+            finish(out, at, 16);
         }
         OfAction::Clone(inner) => {
             let at = start(out, nxast::CLONE);
