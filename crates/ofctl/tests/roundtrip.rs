@@ -278,7 +278,8 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
             9 => Action::PopVlan,
             10 => Action::ModVlanVid((a % 4096) as u16),
             11 => Action::ModVlanPcp((a % 8) as u8),
-            12 => Action::DecTtl,
+            12 if c & 1 == 0 => Action::DecTtl,
+            12 => Action::DecTtlIds((0..1 + a % 4).map(|i| (b >> (16 * i)) as u16).collect()),
             13 => Action::Enqueue {
                 port: match c % 3 {
                     0 => ofp::LOCAL,

@@ -980,7 +980,14 @@ fn dec_ttl_goto_resubmit() {
     bad("actions=resubmit(1,2,3)", "resubmit(1,2,3)");
     bad("actions=resubmit(eth9,2)", "resubmit(eth9,2)");
     bad("actions=resubmit(,2", "resubmit(,2");
-    bad("actions=dec_ttl(1)", "dec_ttl(1)");
+    // dec_ttl(ids): OVS's NXAST_DEC_TTL_CNT_IDS; `dec_ttl()` is dec_ttl.
+    assert_eq!(
+        canon("ip,actions=dec_ttl(1),dec_ttl(),dec_ttl(0,65535)"),
+        "ip actions=dec_ttl(1),dec_ttl,dec_ttl(0,65535)"
+    );
+    bad("actions=dec_ttl(65536)", "dec_ttl(65536)");
+    bad("actions=dec_ttl(1,)", "dec_ttl(1,)");
+    bad("actions=dec_ttl(x)", "dec_ttl(x)");
 }
 
 #[test]

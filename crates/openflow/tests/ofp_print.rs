@@ -5,6 +5,7 @@
 
 use nicflow_ofctl::{parse_flow, NumericPorts};
 use nicflow_openflow::action::{self, Instruction};
+use nicflow_openflow::error::BadAction;
 use nicflow_openflow::msg::basic::{capabilities, SwitchFeatures};
 use nicflow_openflow::msg::flow::{ANY, NO_BUFFER};
 use nicflow_openflow::msg::group::Bucket;
@@ -585,4 +586,68 @@ fn nd_fields_read_back_by_ovs() {
         assert_eq!(back, fm, "{text}");
         check(fm, &want);
     }
+}
+
+/// `dec_ttl(ids)` as `NXAST_DEC_TTL_CNT_IDS` (padding after an odd
+/// number of ids, none after four), read back by ovs-ofctl and by us.
+#[test]
+fn dec_ttl_ids_read_back_by_ovs() {
+    for (text, want) in [
+        (
+            "ip,actions=dec_ttl(1,2,3),output:1",
+            "actions=dec_ttl(1,2,3),output:1",
+        ),
+        (
+            "ip,actions=dec_ttl(7,0,9,65535),dec_ttl",
+            "actions=dec_ttl(7,0,9,65535),dec_ttl",
+        ),
+    ] {
+        let (m, insts) = rule(text);
+        let fm = Message::FlowMod(FlowMod {
+            cookie: 0,
+            cookie_mask: 0,
+            table_id: 0,
+            command: FlowModCommand::Add,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            priority: 10,
+            buffer_id: NO_BUFFER,
+            out_port: ANY,
+            out_group: ANY,
+            flags: 0,
+            importance: 0,
+            r#match: m,
+            instructions: insts,
+        });
+        let mut b = Vec::new();
+        msg::encode(&fm, 1, &mut b).unwrap();
+        assert_eq!(msg::decode(&b).unwrap().0.message, fm, "{text}");
+        check(fm, &[want]);
+    }
+    // Malformed: three ids announced in a 16-byte action; non-zero
+    // reserved bytes; non-zero padding.
+    let hdr = [0xffu8, 0xff, 0, 16, 0, 0, 0x23, 0x20, 0, 21];
+    let bad = |tail: &[u8]| {
+        let mut b = hdr.to_vec();
+        b.extend_from_slice(tail);
+        action::decode_actions(&b).unwrap_err()
+    };
+    assert_eq!(
+        bad(&[0, 3, 0, 0, 0, 0]),
+        OfpError::BadAction(BadAction::BAD_LEN)
+    );
+    assert_eq!(
+        bad(&[0, 0, 0, 0, 0, 1]),
+        OfpError::BadAction(BadAction::BAD_ARGUMENT)
+    );
+    assert_eq!(
+        bad(&[0, 2, 0, 0, 0, 0]),
+        OfpError::BadAction(BadAction::BAD_LEN)
+    );
+    let mut ok = hdr.to_vec();
+    ok.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        action::decode_actions(&ok).unwrap(),
+        vec![action::OfAction::DecTtlCntIds(vec![])]
+    );
 }

@@ -203,6 +203,7 @@ fn of_action() -> impl Strategy<Value = OfAction> {
         Just(OfAction::PopVlan),
         any::<u8>().prop_map(OfAction::SetNwTtl),
         Just(OfAction::DecNwTtl),
+        prop::collection::vec(any::<u16>(), 0..9).prop_map(OfAction::DecTtlCntIds),
         (any::<u16>(), any::<Option<u8>>())
             .prop_map(|(in_port, table)| OfAction::Resubmit { in_port, table }),
         (subfield(128), field_of_width(1)).prop_flat_map(|((src, src_ofs, n), dst)| {

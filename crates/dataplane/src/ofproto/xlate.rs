@@ -1435,6 +1435,47 @@ mod ovn_action_tests {
         }
     }
 
+    /// `dec_ttl(ids)`: an expired packet goes to the controller with
+    /// reason `OFPR_INVALID_TTL` and is dropped (counted); a live one is
+    /// decremented as by plain `dec_ttl`, which sends nothing on expiry.
+    #[test]
+    fn dec_ttl_ids_sends_invalid_ttl() {
+        for (rule, to_controller) in [
+            ("cookie=0x7,table=0,ip,actions=dec_ttl(1,2),output:2", true),
+            ("cookie=0x7,table=0,ip,actions=dec_ttl,output:2", false),
+        ] {
+            let mut of = ofproto_with(rule);
+            let mut k = FlowKey {
+                in_port: 1,
+                dl_type: 0x0800,
+                nw_ttl: 1,
+                ..FlowKey::default()
+            };
+            let out = of.translate(&k, None);
+            let mut want = vec![DpAction::Drop(crate::datapath::DropReason::TtlExceeded)];
+            if to_controller {
+                want.insert(
+                    0,
+                    DpAction::Controller {
+                        max_len: 0,
+                        reason: 2,
+                        table_id: 0,
+                        cookie: 7,
+                    },
+                );
+            }
+            assert_eq!(out.actions, want, "{rule}");
+            assert_eq!(out.mask.0.nw_ttl, 0xff);
+            k.nw_ttl = 64;
+            let out = of.translate(&k, None);
+            assert_eq!(
+                out.actions,
+                vec![DpAction::SetTtl(63), DpAction::Output(2)],
+                "{rule}"
+            );
+        }
+    }
+
     /// OVN's ARP responder: the request becomes a reply in place.
     #[test]
     fn arp_request_becomes_reply() {

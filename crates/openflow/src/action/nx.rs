@@ -318,11 +318,10 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
                 return Err(e::BAC_BAD_LEN);
             }
             let n = usize::from(a.u16()?);
-            if a.rest().get(..4).is_none_or(|z| z.iter().any(|&b| b != 0)) {
+            if a.array::<4>()? != [0; 4] {
                 return Err(e::BAC_BAD_ARG);
             }
-            a.pad(4)?;
-            if a.rest().len() < 2 * n {
+            if len < 16 + 2 * n {
                 return Err(e::BAC_BAD_LEN);
             }
             let ids = (0..n).map(|_| a.u16()).collect::<Result<Vec<_>, _>>()?;
