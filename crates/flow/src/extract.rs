@@ -264,4 +264,74 @@ mod tests {
         let k = key(&f);
         assert_eq!(k.arp_sha, [2, 0, 0, 0, 0, 1]);
     }
+
+    /// A plain model of OVS's `parse_icmpv6` option walk, over option
+    /// lists built from (type, length in 8-byte units, fill byte).
+    fn model(opts: &[(u8, u8, u8)], bytes: &[u8]) -> ([u8; 16], [u8; 6], [u8; 6]) {
+        let (mut sll, mut tll) = ([0u8; 6], [0u8; 6]);
+        let mut off = 0;
+        for &(ty, len, _) in opts {
+            // Fewer than 8 bytes left end the walk (OVS's `while (size >= 8)`).
+            if bytes.len() - off < 8 {
+                break;
+            }
+            let n = usize::from(len) * 8;
+            if n == 0 || off + n > bytes.len() {
+                return ([0; 16], [0; 6], [0; 6]);
+            }
+            if n == 8 && (ty == 1 || ty == 2) {
+                let slot = if ty == 1 { &mut sll } else { &mut tll };
+                if *slot != [0; 6] {
+                    return ([0; 16], [0; 6], [0; 6]);
+                }
+                slot.copy_from_slice(&bytes[off + 2..off + 8]);
+            }
+            off += n;
+        }
+        (T, sll, tll)
+    }
+
+    proptest::proptest! {
+        /// Option lists of every shape (zero-length, truncated, repeated,
+        /// unknown): the key is what the model says, and nothing panics.
+        #[test]
+        fn nd_options_as_the_model(
+            opts in proptest::collection::vec((0u8..4, 0u8..3, proptest::num::u8::ANY), 0..5),
+            cut in 0usize..16,
+            ty in proptest::sample::select(vec![135u8, 136]),
+        ) {
+            let mut bytes = Vec::new();
+            for &(t, len, fill) in &opts {
+                let n = (usize::from(len) * 8).max(2);
+                let mut o = vec![fill; n];
+                o[0] = t;
+                o[1] = len;
+                bytes.extend_from_slice(&o);
+            }
+            let cut = cut.min(bytes.len());
+            bytes.truncate(bytes.len() - cut);
+            let k = key(&nd_frame(ty, 0, T, &bytes));
+            let (target, sll, tll) = model(&opts, &bytes);
+            proptest::prop_assert_eq!(k.nd_target, target);
+            proptest::prop_assert_eq!(k.arp_sha, sll);
+            proptest::prop_assert_eq!(k.arp_tha, tll);
+        }
+
+        /// Any bytes after an ICMPv6 header: extraction never panics and
+        /// leaves the ND fields zero unless the message is ND of code 0.
+        #[test]
+        fn any_icmpv6_message_is_safe(ty: u8, code: u8, rest in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let mut f = nd_frame(ty, code, T, &[]);
+            f.truncate(f.len() - 24);
+            f.extend_from_slice(&[ty, code, 0, 0]);
+            f.extend_from_slice(&rest);
+            let plen = (4 + rest.len()) as u16;
+            f[18..20].copy_from_slice(&plen.to_be_bytes());
+            let mut k = FlowKey::default();
+            if extract(&f, 1, &mut k).is_ok() && (code != 0 || !(135..=136).contains(&ty)) {
+                proptest::prop_assert_eq!(k.nd_target, [0; 16]);
+                proptest::prop_assert_eq!(k.arp_sha, [0; 6]);
+            }
+        }
+    }
 }
