@@ -63,6 +63,12 @@ const KNOWN: &[(&str, &str)] = &[
          match no name stands for (one only OpenFlow can send); OVS takes names only",
     ),
     (
+        "learnlimit",
+        "`learn(limit=N)` and `result_dst=` (OVS 2.13+: stop learning past N \
+         rules and say so in a bit) are refused: nicflow does not count a \
+         learn action's rules, and OVN does not use them",
+    ),
+    (
         "ndprereq",
         "`nd_target`/`nd_sll`/`nd_tll` whose prerequisites the match does not \
          establish (an ICMPv6 type of 135 or 136, 135 for `nd_sll`, 136 for \

@@ -56,7 +56,8 @@ struct Ctx<'a> {
     /// translation exponential (OVS's `MAX_RESUBMITS`).
     work: u32,
     stop: bool,
-    /// The MAC table changed during this translation.
+    /// The MAC table, or the flow tables (`learn`), changed during this
+    /// translation: cached decisions must be revalidated.
     mac_changed: bool,
     /// The decision must not stay cached (see `normal`).
     uncacheable: bool,
@@ -446,6 +447,7 @@ impl Ctx<'_> {
                 let larger = self.pkt_len.unwrap_or(0) > usize::from(*len);
                 self.set_field(*dst, u128::from(larger) << ofs, 1u128 << ofs);
             }
+            Action::Learn(l) => self.learn(l),
             Action::StackPush { field, ofs, n_bits } => {
                 let bits = low_bits(*n_bits) << ofs;
                 // The pushed bits may decide what a later pop writes.
@@ -678,6 +680,92 @@ impl Ctx<'_> {
         field.write(&mut self.wc.0, field.full_mask());
         let cur = field.read(&self.key);
         field.write(&mut self.key, (cur & !mask) | (value & mask));
+    }
+
+    /// `learn(...)`: the rule built from this packet's fields goes into
+    /// its table when the packet is translated with side effects (as OVS's
+    /// `xlate_learn_action`; not while revalidating). The rule must be
+    /// learned again by every packet that runs this (its values come from
+    /// the packet, and learning again restarts its timeouts), so the
+    /// translation is not cached: such packets take the slow path (OVS
+    /// keeps the datapath flow and re-runs the learn from its xlate cache).
+    /// A change of the tables revalidates the cached datapath flows.
+    fn learn(&mut self, l: &nicflow_flow::LearnSpec) {
+        use nicflow_flow::{LearnPart, LearnSrc};
+        self.uncacheable = true;
+        let read = |ctx: &mut Self, src: LearnSrc, n: u8| -> u128 {
+            match src {
+                LearnSrc::Imm(v) => v & low_bits(n),
+                LearnSrc::Field { field, ofs } => {
+                    let bits = low_bits(n) << ofs;
+                    let w = field.read(&ctx.wc.0) | bits;
+                    field.write(&mut ctx.wc.0, w);
+                    (field.read(&ctx.key) & bits) >> ofs
+                }
+            }
+        };
+        let mut m = nicflow_flow::Match::catchall();
+        let mut actions = Vec::new();
+        for p in &l.parts {
+            match *p {
+                LearnPart::Match {
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                    src,
+                } => {
+                    let v = read(self, src, n_bits);
+                    m.set(dst, v << dst_ofs, low_bits(n_bits) << dst_ofs);
+                }
+                LearnPart::Load {
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                    src,
+                } => {
+                    let v = read(self, src, n_bits);
+                    actions.push(Action::SetField {
+                        field: dst,
+                        value: v << dst_ofs,
+                        mask: low_bits(n_bits) << dst_ofs,
+                    });
+                }
+                LearnPart::Output { src, ofs, n_bits } => {
+                    // A 16-bit OpenFlow port, 0xfff8.. the reserved ones,
+                    // as OVS's learned `output`.
+                    let v = read(self, LearnSrc::Field { field: src, ofs }, n_bits);
+                    let port = match v {
+                        0xfff8..=0xffff => 0xffff_0000 | v as u32,
+                        v => v as u32,
+                    };
+                    actions.push(match port {
+                        ofp::IN_PORT => Action::InPort,
+                        ofp::NORMAL => Action::Normal,
+                        ofp::FLOOD => Action::Flood,
+                        ofp::ALL => Action::All,
+                        ofp::LOCAL => Action::Local,
+                        ofp::CONTROLLER => Action::Controller { max_len: u16::MAX },
+                        p => Action::Output(p),
+                    });
+                }
+            }
+        }
+        let Some(now) = self.learn else {
+            return;
+        };
+        let spec = nicflow_ofctl::FlowSpec {
+            table: l.table,
+            priority: l.priority,
+            cookie: l.cookie,
+            idle_timeout: l.idle_timeout,
+            hard_timeout: l.hard_timeout,
+            send_flow_rem: l.send_flow_rem,
+            r#match: m,
+            actions,
+        };
+        if self.of.learn_flow(&spec, now) {
+            self.mac_changed = true;
+        }
     }
 
     /// `dec_ttl`; with `controller_table`, `dec_ttl(ids)`: an expired

@@ -133,6 +133,8 @@ pub enum OfAction {
         dst: OxmField,
         ofs: u16,
     },
+    /// `NXAST_LEARN`.
+    Learn(Box<nx::NxLearn>),
     /// `NXAST_DEC_TTL_CNT_IDS`: `dec_ttl(ID,...)`.
     DecTtlCntIds(Vec<u16>),
     /// `NXAST_CLONE` with its nested actions.
