@@ -1008,7 +1008,10 @@ fn goto_table_ordering() {
 
 #[test]
 fn unknown_actions() {
-    let e = bad("actions=output:1,fin_timeout(idle=1)", "fin_timeout(idle=1)");
+    let e = bad(
+        "actions=output:1,fin_timeout(idle=1)",
+        "fin_timeout(idle=1)",
+    );
     assert_eq!(e.reason, "unknown action");
     // learn(...) is known (issue 30); its parts are checked.
     assert_eq!(
@@ -1017,7 +1020,10 @@ fn unknown_actions() {
     );
     let e = bad("actions=learn(NXM_OF_IP_SRC[])", "learn(NXM_OF_IP_SRC[])");
     assert!(e.reason.contains("requires"), "{e}");
-    bad("actions=learn(ip_dst=198.18.0.1)", "learn(ip_dst=198.18.0.1)");
+    bad(
+        "actions=learn(ip_dst=198.18.0.1)",
+        "learn(ip_dst=198.18.0.1)",
+    );
     bad("actions=learn(table=255)", "learn(table=255)");
     bad("actions=learn(limit=3)", "learn(limit=3)");
     bad(
