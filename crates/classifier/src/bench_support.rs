@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use crate::{Classifier, LinearClassifier};
 
 /// Key width of the benchmark rules, same as `FlowKey`.
-pub const WORDS: usize = 37;
+pub const WORDS: usize = 39;
 pub const DL_TYPE_WORD: usize = 9;
 pub const DL_TYPE_SHIFT: u32 = 48;
 pub const TP_SRC_WORD: usize = 12;

@@ -82,6 +82,13 @@ pub enum Action {
     /// Decrement the IP TTL / hop limit; a packet whose TTL would reach zero
     /// is dropped (and counted) instead of forwarded.
     DecTtl,
+    /// `dec_ttl(ID,...)` (OVS's `NXAST_DEC_TTL_CNT_IDS`): as [`Action::DecTtl`],
+    /// but a packet whose TTL would reach zero also goes to the controller
+    /// as a `PACKET_IN` with reason `OFPR_INVALID_TTL` (2) before it is
+    /// dropped (and counted). nicflow sends `PACKET_IN`s to every
+    /// controller connection, so the ids are kept and encoded but do not
+    /// pick connections. Never empty (`dec_ttl()` is [`Action::DecTtl`]).
+    DecTtlIds(Vec<u16>),
     /// Continue in a later table.
     GotoTable(u8),
     /// Look the packet up again (optionally as if from another port, in
@@ -156,6 +163,64 @@ pub enum Action {
     /// `pop:FIELD[ofs..]`: pop the top of the stack into those bits; popping
     /// an empty stack leaves the field alone (OVS logs and goes on).
     StackPop { field: Field, ofs: u8, n_bits: u8 },
+    /// `learn(...)` (OVS's `NXAST_LEARN`): when a packet runs it, a rule
+    /// built from the packet's fields is added to (or replaces its twin
+    /// in) `spec.table`. See [`LearnSpec`].
+    Learn(Box<LearnSpec>),
+}
+
+/// What `learn(...)` adds: a rule in `table` with these timeouts,
+/// priority, cookie and flags, whose match and actions come from `parts`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LearnSpec {
+    pub table: u8,
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    /// OVS's `fin_idle_timeout`/`fin_hard_timeout` (timeouts that start
+    /// after a TCP FIN): kept and encoded; nicflow does not shorten a
+    /// learned rule's life on FIN.
+    pub fin_idle_timeout: u16,
+    pub fin_hard_timeout: u16,
+    pub priority: u16,
+    pub cookie: u64,
+    pub send_flow_rem: bool,
+    /// `delete_learned`: kept and encoded; the learned rules are not
+    /// deleted with the rule that learned them (they leave by timeout).
+    pub delete_learned: bool,
+    pub parts: Vec<LearnPart>,
+}
+
+/// Where a learned value comes from: bits of the learning packet's field,
+/// or a constant (right-aligned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LearnSrc {
+    Field { field: Field, ofs: u8 },
+    Imm(u128),
+}
+
+/// One element of `learn(...)`: `n_bits` bits of the learned rule's match
+/// (`FIELD[..]`, `FIELD[..]=SRC[..]`, `FIELD=VALUE`) or of a `load`
+/// action in it (`load:SRC->DST[..]`), or an `output` to the port held in
+/// bits of a field (`output:SRC[..]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LearnPart {
+    Match {
+        dst: Field,
+        dst_ofs: u8,
+        n_bits: u8,
+        src: LearnSrc,
+    },
+    Load {
+        dst: Field,
+        dst_ofs: u8,
+        n_bits: u8,
+        src: LearnSrc,
+    },
+    Output {
+        src: Field,
+        ofs: u8,
+        n_bits: u8,
+    },
 }
 
 /// The options of `controller(...)`, as OVS's `ofpact_controller`.

@@ -4,7 +4,8 @@
 //! slow path's `set_field` and the datapath's rewrite all agree on widths and
 //! prerequisites. Several names may share storage (OVS does the same): the ARP
 //! opcode lives in `nw_proto`, ARP sender/target IPs in `nw_src`/`nw_dst`,
-//! ICMP type/code in `tp_src`/`tp_dst`; each name carries its own
+//! ICMP type/code in `tp_src`/`tp_dst`, the ND link-layer address options
+//! in `arp_sha`/`arp_tha`; each name carries its own
 //! prerequisite so `arp_spa` cannot be used on an IPv4 rule.
 
 use crate::key::FlowKey;
@@ -36,6 +37,16 @@ pub enum Prereq {
     Icmpv6,
     /// IPv4 or IPv6 and nw_proto in {1, 58}: generic ICMP type/code storage
     AnyIcmp,
+    /// An IPv6 neighbor solicitation or advertisement: ICMPv6 with the
+    /// type matched exactly at 135 or 136 and the code, if matched, 0
+    /// (OVS's `MFP_ND`, for `nd_target`).
+    Nd,
+    /// A neighbor solicitation (type 135, code 0 if matched): `nd_sll`
+    /// (`MFP_ND_SOLICIT`).
+    NdSolicit,
+    /// A neighbor advertisement (type 136, code 0 if matched): `nd_tll`
+    /// (`MFP_ND_ADVERT`).
+    NdAdvert,
     /// The match says the packet belongs to a valid tracked connection
     /// (OVS's `MFP_CT_VALID`): one of `+new`, `+est`, `+rel`, `+rpl`,
     /// `+snat`, `+dnat`, or `+trk` together with `-inv`. Needed by the
@@ -66,6 +77,18 @@ impl Prereq {
             Prereq::Icmp => dl(0x0800) && proto(1),
             Prereq::Icmpv6 => dl(0x86dd) && proto(58),
             Prereq::AnyIcmp => (dl(0x0800) && proto(1)) || (dl(0x86dd) && proto(58)),
+            Prereq::Nd | Prereq::NdSolicit | Prereq::NdAdvert => {
+                // ICMP type/code live in tp_src/tp_dst (8 bits used). The
+                // key is stored masked, so an unmatched code reads 0.
+                let ty = |t: u16| mask.tp_src & 0xff == 0xff && key.tp_src & 0xff == t;
+                let code_ok = key.tp_dst & mask.tp_dst & 0xff == 0;
+                let types = match self {
+                    Prereq::NdSolicit => ty(135),
+                    Prereq::NdAdvert => ty(136),
+                    _ => ty(135) || ty(136),
+                };
+                dl(0x86dd) && proto(58) && code_ok && types
+            }
             Prereq::CtValid => {
                 let set = key.ct_state & mask.ct_state;
                 let not_inv = mask.ct_state & 0x10 != 0 && key.ct_state & 0x10 == 0;
@@ -98,6 +121,9 @@ impl Prereq {
             Prereq::Icmp => "icmp",
             Prereq::Icmpv6 => "icmp6",
             Prereq::AnyIcmp => "icmp or icmp6",
+            Prereq::Nd => "icmp6 with icmp_type=135 or icmp_type=136 (and icmp_code=0 if matched)",
+            Prereq::NdSolicit => "icmp6 with icmp_type=135 (and icmp_code=0 if matched)",
+            Prereq::NdAdvert => "icmp6 with icmp_type=136 (and icmp_code=0 if matched)",
             Prereq::CtValid => "ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat",
             Prereq::CtValidIpv4 => {
                 "ip and ct_state with +trk-inv, +new, +est, +rel, +rpl, +snat or +dnat"
@@ -186,6 +212,15 @@ pub enum Field {
     IcmpCode,
     Icmpv6Type,
     Icmpv6Code,
+    /// The target address of an IPv6 neighbor solicitation/advertisement
+    /// (`nd_target`, 128 bits; `FlowKey::nd_target`).
+    NdTarget,
+    /// The source link-layer address option of a neighbor solicitation
+    /// (`nd_sll`; stored in `arp_sha`, as in OVS). Zero when absent.
+    NdSll,
+    /// The target link-layer address option of a neighbor advertisement
+    /// (`nd_tll`; stored in `arp_tha`). Zero when absent.
+    NdTll,
     /// Connection-tracking state bits filled by a `ct` action (OVS values:
     /// new 0x01, est 0x02, rel 0x04, rpl 0x08, inv 0x10, trk 0x20, snat
     /// 0x40, dnat 0x80). Matchable only: a packet gets them from the tracker.
@@ -303,6 +338,9 @@ impl Field {
         Field::IcmpCode,
         Field::Icmpv6Type,
         Field::Icmpv6Code,
+        Field::NdTarget,
+        Field::NdSll,
+        Field::NdTll,
         Field::TcpFlags,
         Field::RecircId,
         Field::ConjId,
@@ -365,6 +403,9 @@ impl Field {
             Field::IcmpCode => "icmp_code",
             Field::Icmpv6Type => "icmpv6_type",
             Field::Icmpv6Code => "icmpv6_code",
+            Field::NdTarget => "nd_target",
+            Field::NdSll => "nd_sll",
+            Field::NdTll => "nd_tll",
             Field::CtState => "ct_state",
             Field::CtZone => "ct_zone",
             Field::CtMark => "ct_mark",
@@ -416,6 +457,11 @@ impl Field {
             "icmp_code" => Field::IcmpCode,
             "icmpv6_type" => Field::Icmpv6Type,
             "icmpv6_code" => Field::Icmpv6Code,
+            "nd_target" | "ipv6_nd_target" | "NXM_NX_ND_TARGET" | "OXM_OF_IPV6_ND_TARGET" => {
+                Field::NdTarget
+            }
+            "nd_sll" | "ipv6_nd_sll" | "NXM_NX_ND_SLL" | "OXM_OF_IPV6_ND_SLL" => Field::NdSll,
+            "nd_tll" | "ipv6_nd_tll" | "NXM_NX_ND_TLL" | "OXM_OF_IPV6_ND_TLL" => Field::NdTll,
             "ct_state" | "NXM_NX_CT_STATE" => Field::CtState,
             "ct_zone" | "NXM_NX_CT_ZONE" => Field::CtZone,
             "ct_mark" | "NXM_NX_CT_MARK" => Field::CtMark,
@@ -484,7 +530,13 @@ impl Field {
             Field::Reg(_) | Field::TunSrc | Field::TunDst | Field::TunMetadata(_) => 32,
             Field::XReg(_) => 64,
             Field::XXReg(_) => 128,
-            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => 48,
+            Field::DlSrc
+            | Field::DlDst
+            | Field::ArpSha
+            | Field::ArpTha
+            | Field::NdSll
+            | Field::NdTll => 48,
+            Field::NdTarget => 128,
             Field::DlType | Field::VlanTci | Field::TpSrc | Field::TpDst | Field::TunFlags => 16,
             Field::NwSrc | Field::NwDst | Field::ArpSpa | Field::ArpTpa => 32,
             Field::NwProto | Field::NwTos | Field::NwTtl => 8,
@@ -530,6 +582,9 @@ impl Field {
             }
             Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
             Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
+            Field::NdTarget => Prereq::Nd,
+            Field::NdSll => Prereq::NdSolicit,
+            Field::NdTll => Prereq::NdAdvert,
             Field::CtNwSrc | Field::CtNwDst => Prereq::CtValidIpv4,
             Field::CtIpv6Src | Field::CtIpv6Dst => Prereq::CtValidIpv6,
             Field::CtNwProto | Field::CtTpSrc | Field::CtTpDst => Prereq::CtValid,
@@ -569,7 +624,12 @@ impl Field {
 
     pub fn kind(self) -> ValueKind {
         match self {
-            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueKind::Mac,
+            Field::DlSrc
+            | Field::DlDst
+            | Field::ArpSha
+            | Field::ArpTha
+            | Field::NdSll
+            | Field::NdTll => ValueKind::Mac,
             Field::NwSrc
             | Field::NwDst
             | Field::ArpSpa
@@ -578,9 +638,11 @@ impl Field {
             | Field::TunDst
             | Field::CtNwSrc
             | Field::CtNwDst => ValueKind::Ipv4,
-            Field::Ipv6Src | Field::Ipv6Dst | Field::CtIpv6Src | Field::CtIpv6Dst => {
-                ValueKind::Ipv6
-            }
+            Field::Ipv6Src
+            | Field::Ipv6Dst
+            | Field::CtIpv6Src
+            | Field::CtIpv6Dst
+            | Field::NdTarget => ValueKind::Ipv6,
             Field::Metadata
             | Field::Reg(_)
             | Field::XReg(_)
@@ -628,8 +690,9 @@ impl Field {
             Field::TunMetadata(i) => k.tun_metadata[(i & 7) as usize] as u128,
             Field::DlSrc => mac(&k.dl_src),
             Field::DlDst => mac(&k.dl_dst),
-            Field::ArpSha => mac(&k.arp_sha),
-            Field::ArpTha => mac(&k.arp_tha),
+            Field::ArpSha | Field::NdSll => mac(&k.arp_sha),
+            Field::ArpTha | Field::NdTll => mac(&k.arp_tha),
+            Field::NdTarget => u128::from_be_bytes(k.nd_target),
             Field::DlType => k.dl_type as u128,
             Field::VlanTci => k.vlan_tci as u128,
             Field::NwSrc | Field::ArpSpa => k.nw_src as u128,
@@ -691,8 +754,9 @@ impl Field {
             Field::TunMetadata(i) => k.tun_metadata[(i & 7) as usize] = v as u32,
             Field::DlSrc => k.dl_src = mac(v),
             Field::DlDst => k.dl_dst = mac(v),
-            Field::ArpSha => k.arp_sha = mac(v),
-            Field::ArpTha => k.arp_tha = mac(v),
+            Field::ArpSha | Field::NdSll => k.arp_sha = mac(v),
+            Field::ArpTha | Field::NdTll => k.arp_tha = mac(v),
+            Field::NdTarget => k.nd_target = v.to_be_bytes(),
             Field::DlType => k.dl_type = v as u16,
             Field::VlanTci => k.vlan_tci = v as u16,
             Field::NwSrc | Field::ArpSpa => k.nw_src = v as u32,
@@ -792,5 +856,49 @@ mod tests {
         assert!(Prereq::TcpUdpSctp.satisfied(&k, &m));
         assert!(!Prereq::Tcp.satisfied(&k, &m));
         assert!(Prereq::Ipv4OrArp.satisfied(&k, &m));
+    }
+
+    #[test]
+    fn nd_prereqs() {
+        let mut k = FlowKey {
+            dl_type: 0x86dd,
+            nw_proto: 58,
+            ..FlowKey::default()
+        };
+        let mut m = FlowKey {
+            dl_type: 0xffff,
+            nw_proto: 0xff,
+            ..FlowKey::default()
+        };
+        // The type must be matched.
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        k.tp_src = 135;
+        m.tp_src = 0xff;
+        assert!(Prereq::Nd.satisfied(&k, &m));
+        assert!(Prereq::NdSolicit.satisfied(&k, &m));
+        assert!(!Prereq::NdAdvert.satisfied(&k, &m));
+        // A matched code must be 0.
+        m.tp_dst = 0xff;
+        assert!(Prereq::Nd.satisfied(&k, &m));
+        k.tp_dst = 1;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        k.tp_dst = 0;
+        k.tp_src = 136;
+        assert!(Prereq::NdAdvert.satisfied(&k, &m));
+        assert!(!Prereq::NdSolicit.satisfied(&k, &m));
+        k.tp_src = 128;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        // ICMP (v4) type 135 is not ND.
+        k.tp_src = 135;
+        k.dl_type = 0x0800;
+        k.nw_proto = 1;
+        assert!(!Prereq::Nd.satisfied(&k, &m));
+        // nd_sll and arp_sha share storage, as in OVS.
+        let mut key = FlowKey::default();
+        Field::NdSll.write(&mut key, 0x0200_0000_0001);
+        assert_eq!(key.arp_sha, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(Field::ArpSha.read(&key), 0x0200_0000_0001);
+        Field::NdTarget.write(&mut key, 1);
+        assert_eq!(key.nd_target[15], 1);
     }
 }

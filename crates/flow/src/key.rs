@@ -10,7 +10,8 @@
 //! Following Open vSwitch, some fields are reused by protocol: for ARP,
 //! `nw_proto` holds the low byte of the opcode and `nw_src`/`nw_dst` hold the
 //! sender/target protocol addresses; for ICMP/ICMPv6, `tp_src`/`tp_dst` hold
-//! type and code. `vlan_tci` carries the 802.1Q TCI with bit 0x1000 (CFI/DEI
+//! type and code; for IPv6 neighbor discovery, `arp_sha`/`arp_tha` hold
+//! the source/target link-layer address options. `vlan_tci` carries the 802.1Q TCI with bit 0x1000 (CFI/DEI
 //! position) forced on to mean "a tag is present", so `vlan_tci == 0` means
 //! untagged, exactly as in OVS.
 
@@ -18,7 +19,7 @@ use std::fmt;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Number of 64-bit words in a [`FlowKey`].
-pub const FLOW_WORDS: usize = 37;
+pub const FLOW_WORDS: usize = 39;
 
 /// "A VLAN tag is present" bit inside [`FlowKey::vlan_tci`].
 pub const VLAN_CFI: u16 = 0x1000;
@@ -120,6 +121,12 @@ pub struct FlowKey {
     /// lookup after a complete `conjunction(...)` set, and never leaves it in
     /// a datapath key or mask.
     pub conj_id: u32,
+    // words 37-38: the target address of an IPv6 neighbor solicitation or
+    // advertisement (`nd_target`, network byte order; zero for any other
+    // packet). At the end, as the other late fields, so nothing moved. The
+    // ND link-layer address options share `arp_sha` (`nd_sll`) and
+    // `arp_tha` (`nd_tll`), as in Open vSwitch's `struct flow`.
+    pub nd_target: [u8; 16],
 }
 
 const _: () = assert!(std::mem::size_of::<FlowKey>() == FLOW_WORDS * 8);
@@ -283,6 +290,7 @@ impl FlowMask {
             ct_ipv6_dst: [0; 16],
             pkt_mark: 0,
             conj_id: 0,
+            nd_target: [0; 16],
         })
     }
 

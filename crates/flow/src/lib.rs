@@ -17,7 +17,10 @@ pub mod extract;
 pub mod field;
 pub mod key;
 
-pub use action::{ofp, Action, ControllerOpts, CtAction, CtMove, CtNat, CtZone, NatKind, PortRef};
+pub use action::{
+    ofp, Action, ControllerOpts, CtAction, CtMove, CtNat, CtZone, LearnPart, LearnSpec, LearnSrc,
+    NatKind, PortRef,
+};
 pub use extract::extract;
 pub use field::{Field, FieldError, Prereq};
 pub use key::{FlowKey, FlowMask, Match, FLOW_WORDS};

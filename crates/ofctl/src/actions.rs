@@ -304,6 +304,9 @@ pub(crate) const NXM_NAMES: &[(&str, Field)] = &[
     ("NXM_NX_IPV6_LABEL", Field::Ipv6Label),
     ("NXM_NX_ICMPV6_TYPE", Field::Icmpv6Type),
     ("NXM_NX_ICMPV6_CODE", Field::Icmpv6Code),
+    ("NXM_NX_ND_TARGET", Field::NdTarget),
+    ("NXM_NX_ND_SLL", Field::NdSll),
+    ("NXM_NX_ND_TLL", Field::NdTll),
     ("NXM_NX_TUN_ID", Field::TunId),
     ("NXM_NX_TUN_IPV4_SRC", Field::TunSrc),
     ("NXM_NX_TUN_IPV4_DST", Field::TunDst),
@@ -395,6 +398,153 @@ fn parse_load(piece: &str, arg: &str, matching: &Match) -> Result<Action, RuleEr
             )
         })?;
     set_field(piece, f, v << lo, full(width) << lo, matching)
+}
+
+/// A learn element's field: `FIELD[..]` or a bare field name (all of it).
+fn learn_field(piece: &str, s: &str) -> Result<(Field, u32, u32), RuleError> {
+    if s.ends_with(']') {
+        return parse_subfield(piece, s);
+    }
+    let f = nxm_field(s).ok_or_else(|| RuleError::new(piece, format!("unknown field {s}")))?;
+    let bits = if matches!(s, "NXM_OF_IN_PORT" | "in_port") {
+        16
+    } else {
+        f.bits()
+    };
+    Ok((f, 0, bits))
+}
+
+/// `learn(...)`, as OVS's `learn_parse`: the learned rule's head
+/// (`table`, timeouts, `priority`, `cookie`, `send_flow_rem`,
+/// `delete_learned`), then its match (`FIELD[..]`, `DST[..]=SRC[..]`,
+/// `FIELD=VALUE`) and actions (`load:SRC->DST[..]`, `output:SRC[..]`).
+/// Source fields need their prerequisites in this rule's match; a
+/// learned match field needs them among the constants learned before it
+/// (`eth_type=0x800` before `ip_dst=..`), a loaded field must be
+/// writable. `limit` and `result_dst` are refused.
+fn parse_learn(piece: &str, inner: &str, matching: &Match) -> Result<Action, RuleError> {
+    use nicflow_flow::{LearnPart, LearnSpec, LearnSrc};
+    let mut l = LearnSpec {
+        table: 1,
+        idle_timeout: 0,
+        hard_timeout: 0,
+        fin_idle_timeout: 0,
+        fin_hard_timeout: 0,
+        priority: 32768,
+        cookie: 0,
+        send_flow_rem: false,
+        delete_learned: false,
+        parts: Vec::new(),
+    };
+    // The constants of the learned match, for its prerequisites.
+    let mut learned = Match::catchall();
+    let num = |v: &str, max: u128| {
+        parse_max(v, max).map_err(|e| RuleError::new(piece, format!("learn: {e}")))
+    };
+    let src_of = |s: &str, width: u32| -> Result<LearnSrc, RuleError> {
+        let (f, o, w) = learn_field(piece, s)?;
+        if w != width {
+            return err(
+                piece,
+                format!("learn: source is {w} bits wide, destination {width} bits"),
+            );
+        }
+        Need::P(f.prereq()).check(matching, piece, f.name())?;
+        Ok(LearnSrc::Field {
+            field: f,
+            ofs: o as u8,
+        })
+    };
+    for arg in split_args(inner) {
+        if let Some(rest) = arg.strip_prefix("load:") {
+            let Some((src, dst)) = rest.rsplit_once("->") else {
+                return err(piece, "learn: load wants SRC->DST[bits]");
+            };
+            let (df, d_o, dw) = parse_subfield(piece, dst)?;
+            if !df.settable() {
+                return err(piece, not_settable(df));
+            }
+            let src = if src.ends_with(']') {
+                src_of(src, dw)?
+            } else {
+                let v = parse_uint(src).filter(|v| *v <= full(dw)).ok_or_else(|| {
+                    RuleError::new(piece, format!("learn: value must fit in {dw} bits"))
+                })?;
+                LearnSrc::Imm(v)
+            };
+            l.parts.push(LearnPart::Load {
+                dst: df,
+                dst_ofs: d_o as u8,
+                n_bits: dw as u8,
+                src,
+            });
+            continue;
+        }
+        if let Some(rest) = arg.strip_prefix("output:") {
+            let (f, o, w) = learn_field(piece, rest)?;
+            Need::P(f.prereq()).check(matching, piece, f.name())?;
+            l.parts.push(LearnPart::Output {
+                src: f,
+                ofs: o as u8,
+                n_bits: w as u8,
+            });
+            continue;
+        }
+        match arg.split_once('=') {
+            None if arg == "send_flow_rem" => l.send_flow_rem = true,
+            None if arg == "delete_learned" => l.delete_learned = true,
+            None => {
+                let (f, o, w) = learn_field(piece, arg)?;
+                Need::P(f.prereq()).check(&learned, piece, f.name())?;
+                l.parts.push(LearnPart::Match {
+                    dst: f,
+                    dst_ofs: o as u8,
+                    n_bits: w as u8,
+                    src: src_of(arg, w)?,
+                });
+            }
+            Some(("table", v)) => l.table = num(v, 254)? as u8,
+            Some(("idle_timeout", v)) => l.idle_timeout = num(v, 0xffff)? as u16,
+            Some(("hard_timeout", v)) => l.hard_timeout = num(v, 0xffff)? as u16,
+            Some(("fin_idle_timeout", v)) => l.fin_idle_timeout = num(v, 0xffff)? as u16,
+            Some(("fin_hard_timeout", v)) => l.fin_hard_timeout = num(v, 0xffff)? as u16,
+            Some(("priority", v)) => l.priority = num(v, 0xffff)? as u16,
+            Some(("cookie", v)) => l.cookie = num(v, u64::MAX.into())? as u64,
+            Some(("limit" | "result_dst", _)) => {
+                return err(piece, "learn: limit and result_dst are not supported")
+            }
+            Some((dst, src)) if src.ends_with(']') => {
+                let (f, o, w) = learn_field(piece, dst)?;
+                Need::P(f.prereq()).check(&learned, piece, f.name())?;
+                l.parts.push(LearnPart::Match {
+                    dst: f,
+                    dst_ofs: o as u8,
+                    n_bits: w as u8,
+                    src: src_of(src, w)?,
+                });
+            }
+            Some((dst, value)) => {
+                let (f, o, w) = learn_field(piece, dst)?;
+                if dst.ends_with(']') {
+                    return err(
+                        piece,
+                        "learn: a constant goes into a whole field (FIELD=VALUE)",
+                    );
+                }
+                Need::P(f.prereq()).check(&learned, piece, f.name())?;
+                let (v, _) = parse_masked(f.kind(), w, value, false)
+                    .map_err(|e| RuleError::new(piece, format!("learn: {e}")))?;
+                learned.set(f, v << o, full(w) << o);
+                l.parts.push(LearnPart::Match {
+                    dst: f,
+                    dst_ofs: o as u8,
+                    n_bits: w as u8,
+                    src: LearnSrc::Imm(v),
+                });
+            }
+        }
+    }
+    Ok(Action::Learn(Box::new(l)))
 }
 
 /// `move:SRC[a..b]->DST[c..d]`: same widths; the destination must be
@@ -955,10 +1105,20 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
         }
         ("mod_vlan_pcp", _) if colon => Action::ModVlanPcp(parse_max(arg, 7).map_err(bad)? as u8),
         ("dec_ttl", None) => Action::DecTtl,
-        // `dec_ttl()` is `dec_ttl`; controller ids (`dec_ttl(1,2)`) only
-        // matter to PACKET_INs on expiry, which nicflow does not send.
+        // `dec_ttl()` is `dec_ttl`, as in OVS; `dec_ttl(1,2)` names the
+        // controllers that get the expired packet.
         ("dec_ttl", Some('(')) if inner.unwrap_or_default().trim().is_empty() => Action::DecTtl,
+        ("dec_ttl", Some('(')) => {
+            let ids = inner
+                .unwrap_or_default()
+                .split(',')
+                .map(|id| parse_max(id.trim(), 0xffff).map(|v| v as u16))
+                .collect::<Result<Vec<u16>, _>>()
+                .map_err(|_| RuleError::new(piece, "dec_ttl wants controller ids 0-65535"))?;
+            Action::DecTtlIds(ids)
+        }
         ("conjunction", Some('(')) => parse_conjunction(piece, inner.unwrap_or_default())?,
+        ("learn", Some('(')) => parse_learn(piece, inner.unwrap_or_default(), matching)?,
         ("clone", Some('(')) => {
             let inner = parse_actions(inner.unwrap_or_default(), ports, matching, 0)
                 .map_err(|e| RuleError::new(piece, format!("in clone: {}", e.reason)))?;
@@ -1038,7 +1198,7 @@ fn action(piece: &str, ports: &dyn PortMap, matching: &Match) -> Result<Option<A
             | "push_vlan" | "pop_vlan" | "strip_vlan" | "mod_vlan_vid" | "mod_vlan_pcp" | "dec_ttl"
             | "goto_table" | "resubmit" | "drop" | "normal" | "flood" | "all" | "local" | "in_port"
             | "ct" | "ct_clear" | "move" | "group" | "meter" | "enqueue" | "write_metadata"
-            | "conjunction" | "clone" | "push" | "pop",
+            | "conjunction" | "clone" | "push" | "pop" | "learn",
             _,
         ) => return err(piece, format!("malformed {lname} action")),
         (_, None) => match classify_port(piece) {

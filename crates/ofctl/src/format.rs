@@ -584,6 +584,18 @@ pub fn format_match(m: &Match, ports: &dyn PortMap) -> String {
             &dec(Field::IcmpCode),
             "icmp_code",
         );
+        // OVS's match_format: the ND fields after the ICMPv6 type/code.
+        if k.dl_type == 0x86dd {
+            put(
+                &mut parts,
+                m,
+                Field::NdTarget,
+                &addr(Field::NdTarget),
+                "nd_target",
+            );
+            put(&mut parts, m, Field::NdSll, &addr(Field::NdSll), "nd_sll");
+            put(&mut parts, m, Field::NdTll, &addr(Field::NdTll), "nd_tll");
+        }
     } else {
         put(&mut parts, m, Field::TpSrc, &dec(Field::TpSrc), "tp_src");
         put(&mut parts, m, Field::TpDst, &dec(Field::TpDst), "tp_dst");
@@ -647,6 +659,10 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         Action::ModVlanVid(v) => format!("mod_vlan_vid:{v}"),
         Action::ModVlanPcp(p) => format!("mod_vlan_pcp:{p}"),
         Action::DecTtl => "dec_ttl".into(),
+        Action::DecTtlIds(ids) => format!(
+            "dec_ttl({})",
+            ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+        ),
         Action::GotoTable(t) => format!("goto_table:{t}"),
         Action::Resubmit { port, table } => {
             let p = port.map(|p| format_port(p, ports)).unwrap_or_default();
@@ -726,6 +742,7 @@ fn format_action(a: &Action, ports: &dyn PortMap) -> String {
         Action::StackPop { field, ofs, n_bits } => {
             format!("pop:{}", subfield(*field, (*ofs).into(), (*n_bits).into()))
         }
+        Action::Learn(l) => format_learn(l),
         Action::WriteMetadata { value, mask } => {
             if *mask == u64::MAX {
                 format!("write_metadata:{}", c_hex((*value).into()))
@@ -814,4 +831,87 @@ pub fn format_match_spec(s: &MatchSpec, ports: &dyn PortMap) -> String {
         });
     }
     join_head(parts, &s.r#match, ports)
+}
+
+/// `learn(...)` as OVS's `format_LEARN` prints it.
+fn format_learn(l: &nicflow_flow::LearnSpec) -> String {
+    use nicflow_flow::{LearnPart, LearnSrc};
+    let mut s = format!("learn(table={}", l.table);
+    for (v, name) in [
+        (l.idle_timeout, "idle_timeout"),
+        (l.hard_timeout, "hard_timeout"),
+        (l.fin_idle_timeout, "fin_idle_timeout"),
+        (l.fin_hard_timeout, "fin_hard_timeout"),
+    ] {
+        if v != 0 {
+            s += &format!(",{name}={v}");
+        }
+    }
+    if l.priority != 32768 {
+        s += &format!(",priority={}", l.priority);
+    }
+    if l.send_flow_rem {
+        s += ",send_flow_rem";
+    }
+    if l.delete_learned {
+        s += ",delete_learned";
+    }
+    if l.cookie != 0 {
+        s += &format!(",cookie={:#x}", l.cookie);
+    }
+    let sub = |f: Field, o: u8, n: u8| subfield(f, o.into(), n.into());
+    for p in &l.parts {
+        s.push(',');
+        match *p {
+            LearnPart::Match {
+                dst,
+                dst_ofs,
+                n_bits,
+                src: LearnSrc::Imm(v),
+            } => {
+                // OVS's field names (`mf_field.name`) for a whole field.
+                let name = match dst {
+                    Field::DlType => "eth_type",
+                    Field::DlSrc => "eth_src",
+                    Field::DlDst => "eth_dst",
+                    Field::NwSrc => "ip_src",
+                    Field::NwDst => "ip_dst",
+                    Field::TpSrc => "tcp_src",
+                    Field::TpDst => "tcp_dst",
+                    f => f.name(),
+                };
+                let _ = (dst_ofs, n_bits);
+                s += &format!("{name}={}", dst.value_to_string(v));
+            }
+            LearnPart::Match {
+                dst,
+                dst_ofs,
+                n_bits,
+                src: LearnSrc::Field { field, ofs },
+            } => {
+                if (field, ofs) == (dst, dst_ofs) {
+                    s += &sub(dst, dst_ofs, n_bits);
+                } else {
+                    s += &format!("{}={}", sub(dst, dst_ofs, n_bits), sub(field, ofs, n_bits));
+                }
+            }
+            LearnPart::Load {
+                dst,
+                dst_ofs,
+                n_bits,
+                src,
+            } => {
+                let from = match src {
+                    LearnSrc::Imm(v) => c_hex(v),
+                    LearnSrc::Field { field, ofs } => sub(field, ofs, n_bits),
+                };
+                s += &format!("load:{from}->{}", sub(dst, dst_ofs, n_bits));
+            }
+            LearnPart::Output { src, ofs, n_bits } => {
+                s += &format!("output:{}", sub(src, ofs, n_bits));
+            }
+        }
+    }
+    s.push(')');
+    s
 }

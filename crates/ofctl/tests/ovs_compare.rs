@@ -63,6 +63,21 @@ const KNOWN: &[(&str, &str)] = &[
          match no name stands for (one only OpenFlow can send); OVS takes names only",
     ),
     (
+        "learnlimit",
+        "`learn(limit=N)` and `result_dst=` (OVS 2.13+: stop learning past N \
+         rules and say so in a bit) are refused: nicflow does not count a \
+         learn action's rules, and OVN does not use them",
+    ),
+    (
+        "ndprereq",
+        "`nd_target`/`nd_sll`/`nd_tll` whose prerequisites the match does not \
+         establish (an ICMPv6 type of 135 or 136, 135 for `nd_sll`, 136 for \
+         `nd_tll`, code 0 if matched) are refused by nicflow, as for every other \
+         field; ovs-ofctl parse-flow drops them from the match silently \
+         (ofputil_normalize_match), and the switch refuses them over OpenFlow \
+         (OFPBMC_BAD_PREREQ), as nicflow's codec does",
+    ),
+    (
         "of10prereq",
         "a set action whose field the match does not establish (`mod_tp_dst` without \
          tcp/udp/sctp, `mod_nw_dst` without ip) is refused by nicflow, as ovs-ofctl \

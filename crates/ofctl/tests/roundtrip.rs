@@ -63,7 +63,13 @@ fn candidates(dl: Option<u16>, nw: Option<u8>) -> (Vec<Field>, Vec<Field>) {
         Some(6) => v.extend([Field::TpSrc, Field::TpDst, Field::TcpFlags]),
         Some(17) | Some(132) => v.extend([Field::TpSrc, Field::TpDst]),
         Some(p) if p == icmp && icmp == 1 => v.extend([Field::IcmpType, Field::IcmpCode]),
-        Some(p) if p == icmp => v.extend([Field::Icmpv6Type, Field::Icmpv6Code]),
+        Some(p) if p == icmp => v.extend([
+            Field::Icmpv6Type,
+            Field::Icmpv6Code,
+            Field::NdTarget,
+            Field::NdSll,
+            Field::NdTll,
+        ]),
         _ => {}
     };
     match dl {
@@ -168,6 +174,28 @@ fn build_match(dl: Option<u16>, nw: Option<u8>, settings: &[Setting]) -> Match {
         };
         m.set(f, v & mask, mask);
     }
+    // The ND fields need an ND message of code 0 (`build_match`'s other
+    // settings may have said otherwise): a solicitation carries `nd_sll`,
+    // an advertisement `nd_tll`.
+    let has = |m: &Match, f: Field| m.get(f).1 != 0;
+    let icmp6 = dl == Some(0x86dd) && nw == Some(58);
+    if icmp6 && (has(&m, Field::NdTarget) || has(&m, Field::NdSll) || has(&m, Field::NdTll)) {
+        let (target_mask, tll) = (m.get(Field::NdTarget).1, has(&m, Field::NdTll));
+        let ty = if has(&m, Field::NdSll) {
+            if tll {
+                m.clear(Field::NdTll);
+            }
+            135
+        } else if tll {
+            136
+        } else {
+            135 + (target_mask & 1)
+        };
+        m.set(Field::Icmpv6Type, ty, 0xff);
+        if m.get(Field::Icmpv6Code).1 != 0 {
+            m.set(Field::Icmpv6Code, 0, 0xff);
+        }
+    }
     m
 }
 
@@ -209,6 +237,9 @@ const SETTABLE: &[Field] = &[
     Field::IcmpCode,
     Field::Icmpv6Type,
     Field::Icmpv6Code,
+    Field::NdTarget,
+    Field::NdSll,
+    Field::NdTll,
 ];
 
 /// One action seed: `(kind, a, b, c)`.
@@ -247,7 +278,9 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
             9 => Action::PopVlan,
             10 => Action::ModVlanVid((a % 4096) as u16),
             11 => Action::ModVlanPcp((a % 8) as u8),
-            12 => Action::DecTtl,
+            12 if c % 3 == 2 => learn_from(a, b, c),
+            12 if c & 1 == 0 => Action::DecTtl,
+            12 => Action::DecTtlIds((0..1 + a % 4).map(|i| (b >> (16 * i)) as u16).collect()),
             13 => Action::Enqueue {
                 port: match c % 3 {
                     0 => ofp::LOCAL,
@@ -292,6 +325,78 @@ fn build_actions(m: &Match, table: u8, seeds: &[Seed], goto: Option<u8>) -> Vec<
         }
     }
     out
+}
+
+/// A `learn(...)` from the seeds: fields without prerequisites (so any
+/// rule may learn them), matched from themselves or another field of the
+/// same width, constants, loads, an output from register bits.
+fn learn_from(a: u128, b: u128, c: u32) -> Action {
+    use nicflow_flow::{LearnPart, LearnSpec, LearnSrc};
+    const FREE: &[Field] = &[
+        Field::Reg(0),
+        Field::Reg(3),
+        Field::Metadata,
+        Field::DlSrc,
+        Field::DlDst,
+        Field::TunId,
+        Field::VlanTci,
+    ];
+    let mut parts = Vec::new();
+    for i in 0..(1 + c % 5) {
+        let x = (a >> (8 * i)) as u32 ^ (b as u32).rotate_left(i);
+        let f = FREE[x as usize % FREE.len()];
+        let w = f.bits() as u8;
+        let n = 1 + (x >> 8) as u8 % w;
+        let ofs = (x >> 16) as u8 % (w - n + 1);
+        let same = FREE
+            .iter()
+            .copied()
+            .filter(|g| g.bits() == f.bits())
+            .nth((x >> 24) as usize % 2)
+            .unwrap_or(f);
+        let v = b.rotate_left(i) & ((1u128 << n) - 1);
+        parts.push(match (x >> 28) % 4 {
+            0 => LearnPart::Match {
+                dst: f,
+                dst_ofs: ofs,
+                n_bits: n,
+                src: LearnSrc::Field { field: same, ofs },
+            },
+            1 => LearnPart::Match {
+                dst: f,
+                dst_ofs: 0,
+                n_bits: w,
+                src: LearnSrc::Imm(b.rotate_left(i) & f.full_mask()),
+            },
+            2 => LearnPart::Load {
+                dst: f,
+                dst_ofs: ofs,
+                n_bits: n,
+                src: if x & 1 == 0 {
+                    LearnSrc::Imm(v)
+                } else {
+                    LearnSrc::Field { field: same, ofs }
+                },
+            },
+            _ => LearnPart::Output {
+                src: Field::Reg(1),
+                ofs: (x % 17) as u8,
+                n_bits: 16,
+            },
+        });
+    }
+    Action::Learn(Box::new(LearnSpec {
+        table: (a % 255) as u8,
+        idle_timeout: (b >> 32) as u16,
+        hard_timeout: if c & 8 == 0 { 0 } else { (b >> 48) as u16 },
+        fin_idle_timeout: if c & 16 == 0 { 0 } else { c as u16 },
+        fin_hard_timeout: if c & 32 == 0 { 0 } else { (c >> 8) as u16 },
+        priority: if c & 64 == 0 { 32768 } else { (a >> 64) as u16 },
+        cookie: if c & 128 == 0 { 0 } else { (a >> 32) as u64 },
+        send_flow_rem: c & 256 != 0,
+        delete_learned: c & 512 != 0,
+        parts,
+    }))
 }
 
 prop_compose! {

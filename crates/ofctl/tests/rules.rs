@@ -980,7 +980,14 @@ fn dec_ttl_goto_resubmit() {
     bad("actions=resubmit(1,2,3)", "resubmit(1,2,3)");
     bad("actions=resubmit(eth9,2)", "resubmit(eth9,2)");
     bad("actions=resubmit(,2", "resubmit(,2");
-    bad("actions=dec_ttl(1)", "dec_ttl(1)");
+    // dec_ttl(ids): OVS's NXAST_DEC_TTL_CNT_IDS; `dec_ttl()` is dec_ttl.
+    assert_eq!(
+        canon("ip,actions=dec_ttl(1),dec_ttl(),dec_ttl(0,65535)"),
+        "ip actions=dec_ttl(1),dec_ttl,dec_ttl(0,65535)"
+    );
+    bad("actions=dec_ttl(65536)", "dec_ttl(65536)");
+    bad("actions=dec_ttl(1,)", "dec_ttl(1,)");
+    bad("actions=dec_ttl(x)", "dec_ttl(x)");
 }
 
 #[test]
@@ -1001,8 +1008,32 @@ fn goto_table_ordering() {
 
 #[test]
 fn unknown_actions() {
-    let e = bad("actions=output:1,learn(table=1)", "learn(table=1)");
+    let e = bad(
+        "actions=output:1,fin_timeout(idle=1)",
+        "fin_timeout(idle=1)",
+    );
     assert_eq!(e.reason, "unknown action");
+    // learn(...) is known (issue 30); its parts are checked.
+    assert_eq!(
+        canon("actions=output:1,learn(table=1)"),
+        "actions=output:1,learn(table=1)"
+    );
+    let e = bad("actions=learn(NXM_OF_IP_SRC[])", "learn(NXM_OF_IP_SRC[])");
+    assert!(e.reason.contains("requires"), "{e}");
+    bad(
+        "actions=learn(ip_dst=198.18.0.1)",
+        "learn(ip_dst=198.18.0.1)",
+    );
+    bad("actions=learn(table=255)", "learn(table=255)");
+    bad("actions=learn(limit=3)", "learn(limit=3)");
+    bad(
+        "actions=learn(load:NXM_OF_ETH_SRC[]->NXM_NX_REG0[])",
+        "learn(load:NXM_OF_ETH_SRC[]->NXM_NX_REG0[])",
+    );
+    bad(
+        "actions=learn(load:0x1->NXM_OF_ETH_TYPE[])",
+        "learn(load:0x1->NXM_OF_ETH_TYPE[])",
+    );
     bad("actions=1,bogus:3", "bogus:3");
     bad("actions=output:1)", "output:1)");
 }

@@ -105,6 +105,61 @@ fn subfield(max: u32) -> impl Strategy<Value = (OxmField, u16, u32)> {
     })
 }
 
+/// `NXAST_LEARN` with specs of every kind (fields within their widths).
+fn learn() -> impl Strategy<Value = OfAction> {
+    use nicflow_openflow::action::nx::{NxLearn, NxLearnDst, NxLearnSpec, NxLearnSrc};
+    let spec = (
+        subfield(128),
+        any::<u128>(),
+        0u8..3,
+        any::<bool>(),
+        field_of_width(1),
+    )
+        .prop_flat_map(|((df, dofs, n), v, kind, imm, sf)| {
+            let sw = sf.wire_bits();
+            let n = n.min(sw);
+            (0..=(sw - n) as u16).prop_map(move |sofs| {
+                let src = if imm && kind != 2 {
+                    NxLearnSrc::Imm(if n == 128 { v } else { v & ((1u128 << n) - 1) })
+                } else {
+                    NxLearnSrc::Field(sf, sofs)
+                };
+                let dst = match kind {
+                    0 => NxLearnDst::Match(df, dofs.min((df.wire_bits() - n) as u16)),
+                    1 => NxLearnDst::Load(df, dofs.min((df.wire_bits() - n) as u16)),
+                    _ => NxLearnDst::Output,
+                };
+                NxLearnSpec {
+                    n_bits: n as u16,
+                    src,
+                    dst,
+                }
+            })
+        });
+    (
+        any::<(u16, u16, u16, u64)>(),
+        0u16..4,
+        0u8..255,
+        any::<(u16, u16)>(),
+        prop::collection::vec(spec, 0..5),
+    )
+        .prop_map(
+            |((idle, hard, prio, cookie), flags, table, (fi, fh), specs)| {
+                OfAction::Learn(Box::new(NxLearn {
+                    idle_timeout: idle,
+                    hard_timeout: hard,
+                    priority: prio,
+                    cookie,
+                    flags,
+                    table_id: table,
+                    fin_idle_timeout: fi,
+                    fin_hard_timeout: fh,
+                    specs,
+                }))
+            },
+        )
+}
+
 fn nat() -> impl Strategy<Value = NxNat> {
     let flags = prop::sample::select(vec![0u16, 1, 2, 1 | 4, 2 | 8, 1 | 16, 2 | 4 | 16]);
     let v4 = (1..=u32::MAX, any::<Option<u32>>())
@@ -203,6 +258,8 @@ fn of_action() -> impl Strategy<Value = OfAction> {
         Just(OfAction::PopVlan),
         any::<u8>().prop_map(OfAction::SetNwTtl),
         Just(OfAction::DecNwTtl),
+        prop::collection::vec(any::<u16>(), 0..9).prop_map(OfAction::DecTtlCntIds),
+        learn(),
         (any::<u16>(), any::<Option<u8>>())
             .prop_map(|(in_port, table)| OfAction::Resubmit { in_port, table }),
         (subfield(128), field_of_width(1)).prop_flat_map(|((src, src_ofs, n), dst)| {

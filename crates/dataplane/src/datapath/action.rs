@@ -56,6 +56,15 @@ pub enum DpAction {
     SetArpTha([u8; 6]),
     /// The ARP opcode (`set_field:N->arp_op`).
     SetArpOp(u8),
+    /// The target address of an IPv6 neighbor solicitation/advertisement
+    /// (`set_field:..->nd_target`), ICMPv6 checksum patched.
+    SetNdTarget([u8; 16]),
+    /// The MAC of the frame's 8-byte source link-layer address option
+    /// (`nd_sll`); a frame without one is left alone, as OVS's
+    /// `packet_set_nd` (no option is added).
+    SetNdSll([u8; 6]),
+    /// The same for the target link-layer address option (`nd_tll`).
+    SetNdTll([u8; 6]),
     /// The whole TOS / traffic-class byte.
     SetTos(u8),
     SetTtl(u8),
@@ -159,6 +168,17 @@ impl fmt::Display for DpAction {
                 f.write_str("))")
             }
             DpAction::SetArpOp(op) => write!(f, "set(arp(op={op}))"),
+            DpAction::SetNdTarget(a) => write!(f, "set(nd(target={}))", Ipv6Addr::from(*a)),
+            DpAction::SetNdSll(m) => {
+                f.write_str("set(nd(sll=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
+            DpAction::SetNdTll(m) => {
+                f.write_str("set(nd(tll=")?;
+                mac(f, m)?;
+                f.write_str("))")
+            }
             DpAction::SetTos(t) => write!(f, "set(ip(tos={t:#x}))"),
             DpAction::SetTtl(t) => write!(f, "set(ip(ttl={t}))"),
             DpAction::SetTpSrc(p) => write!(f, "set(l4(src={p}))"),

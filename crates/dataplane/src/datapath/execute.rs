@@ -116,6 +116,18 @@ pub fn execute(
             DpAction::SetArpOp(op) => {
                 rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
             }
+            DpAction::SetNdTarget(a) => {
+                let partial = pkt.csum_partial();
+                set_nd(pkt.data_mut(), layout, NdPart::Target(a), partial);
+            }
+            DpAction::SetNdSll(m) => {
+                let partial = pkt.csum_partial();
+                set_nd(pkt.data_mut(), layout, NdPart::Option(1, m), partial);
+            }
+            DpAction::SetNdTll(m) => {
+                let partial = pkt.csum_partial();
+                set_nd(pkt.data_mut(), layout, NdPart::Option(2, m), partial);
+            }
             DpAction::SetTos(t) => {
                 rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
             }
@@ -356,6 +368,66 @@ fn set_icmp_byte(frame: &mut [u8], layout: &Layout, off: usize, v: u16, partial:
         hdr[2..4].copy_from_slice(&c.to_be_bytes());
     }
     true
+}
+
+/// What [`set_nd`] writes: the target address, or the MAC of the
+/// link-layer address option of this type (1 source, 2 target).
+enum NdPart<'a> {
+    Target(&'a [u8; 16]),
+    Option(u8, &'a [u8; 6]),
+}
+
+/// Rewrite part of an IPv6 neighbor solicitation/advertisement in place,
+/// with the ICMPv6 checksum patched incrementally (neither the target nor
+/// the options are in the pseudo header, so a partial checksum, finished
+/// later, is left alone). As OVS's `packet_set_nd`: the first 8-byte
+/// link-layer address option of the type is rewritten, and none is added
+/// when the frame has none. Frames that are not ND messages of code 0, or
+/// are too short, are left alone.
+fn set_nd(frame: &mut [u8], layout: &Layout, part: NdPart<'_>, partial: bool) {
+    use nicflow_packet::parse::L4Kind;
+    if layout.l4 != L4Kind::Icmpv6 {
+        return;
+    }
+    let l4 = usize::from(layout.l4_offset);
+    let end = (l4 + usize::from(layout.l4_len)).min(frame.len());
+    let Some(msg) = frame.get_mut(l4..end) else {
+        return;
+    };
+    if msg.len() < 24 || msg[1] != 0 || !matches!(msg[0], 135 | 136) {
+        return;
+    }
+    let (at, new): (usize, &[u8]) = match part {
+        NdPart::Target(t) => (8, &t[..]),
+        NdPart::Option(ty, m) => {
+            let mut off = 24;
+            loop {
+                let Some(opt) = msg.get(off..off + 8) else {
+                    return;
+                };
+                let len = usize::from(opt[1]) * 8;
+                if len == 0 {
+                    return;
+                }
+                if opt[0] == ty && len == 8 {
+                    break (off + 2, &m[..]);
+                }
+                off += len;
+            }
+        }
+    };
+    let mut old = [0u8; 16];
+    let old = &mut old[..new.len()];
+    old.copy_from_slice(&msg[at..at + new.len()]);
+    msg[at..at + new.len()].copy_from_slice(new);
+    if !partial && old != new {
+        let c = u16::from_be_bytes([msg[2], msg[3]]);
+        // The MAC of an option starts at an even offset of the message
+        // (options are 8-byte aligned, the MAC 2 bytes in), as does the
+        // target: the bytes line up with the checksum's 16-bit words.
+        let c = nicflow_packet::checksum::update_bytes(c, old, new);
+        msg[2..4].copy_from_slice(&c.to_be_bytes());
+    }
 }
 
 /// A `dscp_remark` band: raise the AF drop precedence in the IP header's

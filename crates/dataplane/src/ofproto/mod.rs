@@ -369,6 +369,41 @@ impl Ofproto {
         self.add_flows(std::slice::from_ref(spec), now).map(|_| ())
     }
 
+    /// A rule from `learn(...)` (OVS's `ofproto_flow_mod_learn`): when the
+    /// same rule is there already (match, priority, cookie, timeouts,
+    /// flags, actions) its timeouts start over and nothing else changes;
+    /// otherwise it is added, replacing the rule at the same match and
+    /// priority. True when the tables changed (cached decisions must be
+    /// revalidated). A rule that cannot be added (a `goto_table` backwards,
+    /// a missing group) is not, and changes nothing.
+    pub(crate) fn learn_flow(&mut self, spec: &FlowSpec, now: Instant) -> bool {
+        if self.check_spec(spec).is_err() {
+            return false;
+        }
+        let flags = if spec.send_flow_rem {
+            flow_mod::flags::SEND_FLOW_REM
+        } else {
+            0
+        };
+        let m = &spec.r#match;
+        if let Some(Some(t)) = self.tables.get_mut(spec.table as usize) {
+            let id = t.find_exact(m.key().words(), m.mask().words(), spec.priority.into());
+            if let Some(r) = id.and_then(|id| t.get_mut(id)) {
+                if r.cookie == spec.cookie
+                    && r.idle_timeout == spec.idle_timeout
+                    && r.hard_timeout == spec.hard_timeout
+                    && r.flags == flags
+                    && r.actions == spec.actions
+                {
+                    r.created = now;
+                    r.last_used = now;
+                    return false;
+                }
+            }
+        }
+        self.add_flow(spec, now).is_ok()
+    }
+
     /// Delete rules, `ovs-ofctl del-flows` style (non-strict): every rule in
     /// the selected table(s) whose match is at least as specific as the
     /// filter and agrees with it on the filter's bits, with the cookie

@@ -34,7 +34,12 @@ use std::time::Instant;
 
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86dd;
+/// ICMPv6 neighbor solicitation / advertisement types.
+const ND_NEIGHBOR_SOLICIT: u16 = 135;
+const ND_NEIGHBOR_ADVERT: u16 = 136;
 const ETH_ARP: u16 = 0x0806;
+/// `PACKET_IN` reason of `dec_ttl(ids)` on an expired packet.
+const OFPR_INVALID_TTL: u8 = 2;
 
 struct Ctx<'a> {
     of: &'a mut Ofproto,
@@ -51,7 +56,8 @@ struct Ctx<'a> {
     /// translation exponential (OVS's `MAX_RESUBMITS`).
     work: u32,
     stop: bool,
-    /// The MAC table changed during this translation.
+    /// The MAC table, or the flow tables (`learn`), changed during this
+    /// translation: cached decisions must be revalidated.
     mac_changed: bool,
     /// The decision must not stay cached (see `normal`).
     uncacheable: bool,
@@ -382,7 +388,10 @@ impl Ctx<'_> {
             Action::PopVlan => self.pop_vlan(),
             Action::ModVlanVid(vid) => self.mod_vlan(0x0fff, *vid & 0x0fff),
             Action::ModVlanPcp(pcp) => self.mod_vlan(0xe000, ((*pcp as u16) & 7) << 13),
-            Action::DecTtl => self.dec_ttl(),
+            Action::DecTtl => self.dec_ttl(None),
+            // The expired packet goes to the controllers (nicflow's
+            // PACKET_INs go to every connection: the ids pick none).
+            Action::DecTtlIds(_) => self.dec_ttl(Some(table_id)),
             Action::GotoTable(t) => self.table(*t),
             Action::Ct(c) => self.ct(c),
             Action::Move {
@@ -438,6 +447,7 @@ impl Ctx<'_> {
                 let larger = self.pkt_len.unwrap_or(0) > usize::from(*len);
                 self.set_field(*dst, u128::from(larger) << ofs, 1u128 << ofs);
             }
+            Action::Learn(l) => self.learn(l),
             Action::StackPush { field, ofs, n_bits } => {
                 let bits = low_bits(*n_bits) << ofs;
                 // The pushed bits may decide what a later pop writes.
@@ -608,6 +618,29 @@ impl Ctx<'_> {
             && self.key.nw_frag & nicflow_flow::key::FRAG_LATER == 0
     }
 
+    /// Is the packet an IPv6 neighbor solicitation or advertisement (code
+    /// 0), of type `ty` if given? OVS's `is_nd`: what a `set_field` on an
+    /// ND field checks when it runs (after the actions before it changed
+    /// the packet), so its answer's fields join the mask.
+    fn is_nd(&mut self, ty: Option<u16>) -> bool {
+        if !self.is_dl(ETH_IPV6) {
+            return false;
+        }
+        self.wc.0.nw_proto = 0xff;
+        self.wc.0.nw_frag |= nicflow_flow::key::FRAG_LATER;
+        if self.key.nw_proto != 58 || self.key.nw_frag & nicflow_flow::key::FRAG_LATER != 0 {
+            return false;
+        }
+        self.wc.0.tp_dst = 0xffff;
+        self.wc.0.tp_src = 0xffff;
+        let t = self.key.tp_src;
+        self.key.tp_dst == 0
+            && match ty {
+                Some(ty) => t == ty,
+                None => t == ND_NEIGHBOR_SOLICIT || t == ND_NEIGHBOR_ADVERT,
+            }
+    }
+
     fn set_field(&mut self, field: Field, value: u128, mask: u128) {
         let applies = match field {
             Field::NwSrc | Field::NwDst => self.is_dl(ETH_IPV4) || self.is_dl(ETH_ARP),
@@ -617,6 +650,9 @@ impl Ctx<'_> {
             Field::NwTos | Field::NwTtl => self.is_ip(),
             Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => self.is_dl(ETH_IPV6),
             Field::TpSrc | Field::TpDst => self.has_ports(),
+            Field::NdTarget => self.is_nd(None),
+            Field::NdSll => self.is_nd(Some(ND_NEIGHBOR_SOLICIT)),
+            Field::NdTll => self.is_nd(Some(ND_NEIGHBOR_ADVERT)),
             Field::VlanTci => {
                 // Through the VLAN helpers so push/pop are emitted in order.
                 let cur = self.key.vlan_tci as u128;
@@ -646,13 +682,110 @@ impl Ctx<'_> {
         field.write(&mut self.key, (cur & !mask) | (value & mask));
     }
 
-    fn dec_ttl(&mut self) {
+    /// `learn(...)`: the rule built from this packet's fields goes into
+    /// its table when the packet is translated with side effects (as OVS's
+    /// `xlate_learn_action`; not while revalidating). The rule must be
+    /// learned again by every packet that runs this (its values come from
+    /// the packet, and learning again restarts its timeouts), so the
+    /// translation is not cached: such packets take the slow path (OVS
+    /// keeps the datapath flow and re-runs the learn from its xlate cache).
+    /// A change of the tables revalidates the cached datapath flows.
+    fn learn(&mut self, l: &nicflow_flow::LearnSpec) {
+        use nicflow_flow::{LearnPart, LearnSrc};
+        self.uncacheable = true;
+        let read = |ctx: &mut Self, src: LearnSrc, n: u8| -> u128 {
+            match src {
+                LearnSrc::Imm(v) => v & low_bits(n),
+                LearnSrc::Field { field, ofs } => {
+                    let bits = low_bits(n) << ofs;
+                    let w = field.read(&ctx.wc.0) | bits;
+                    field.write(&mut ctx.wc.0, w);
+                    (field.read(&ctx.key) & bits) >> ofs
+                }
+            }
+        };
+        let mut m = nicflow_flow::Match::catchall();
+        let mut actions = Vec::new();
+        for p in &l.parts {
+            match *p {
+                LearnPart::Match {
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                    src,
+                } => {
+                    let v = read(self, src, n_bits);
+                    m.set(dst, v << dst_ofs, low_bits(n_bits) << dst_ofs);
+                }
+                LearnPart::Load {
+                    dst,
+                    dst_ofs,
+                    n_bits,
+                    src,
+                } => {
+                    let v = read(self, src, n_bits);
+                    actions.push(Action::SetField {
+                        field: dst,
+                        value: v << dst_ofs,
+                        mask: low_bits(n_bits) << dst_ofs,
+                    });
+                }
+                LearnPart::Output { src, ofs, n_bits } => {
+                    // A 16-bit OpenFlow port, 0xfff8.. the reserved ones,
+                    // as OVS's learned `output`.
+                    let v = read(self, LearnSrc::Field { field: src, ofs }, n_bits);
+                    let port = match v {
+                        0xfff8..=0xffff => 0xffff_0000 | v as u32,
+                        v => v as u32,
+                    };
+                    actions.push(match port {
+                        ofp::IN_PORT => Action::InPort,
+                        ofp::NORMAL => Action::Normal,
+                        ofp::FLOOD => Action::Flood,
+                        ofp::ALL => Action::All,
+                        ofp::LOCAL => Action::Local,
+                        ofp::CONTROLLER => Action::Controller { max_len: u16::MAX },
+                        p => Action::Output(p),
+                    });
+                }
+            }
+        }
+        let Some(now) = self.learn else {
+            return;
+        };
+        let spec = nicflow_ofctl::FlowSpec {
+            table: l.table,
+            priority: l.priority,
+            cookie: l.cookie,
+            idle_timeout: l.idle_timeout,
+            hard_timeout: l.hard_timeout,
+            send_flow_rem: l.send_flow_rem,
+            r#match: m,
+            actions,
+        };
+        if self.of.learn_flow(&spec, now) {
+            self.mac_changed = true;
+        }
+    }
+
+    /// `dec_ttl`; with `controller_table`, `dec_ttl(ids)`: an expired
+    /// packet also goes to the controller (`OFPR_INVALID_TTL`, the whole
+    /// frame, with this table and the rule's cookie) before the drop.
+    fn dec_ttl(&mut self, controller_table: Option<u8>) {
         if !self.is_ip() {
             return;
         }
         self.wc.0.nw_ttl = 0xff;
         if self.key.nw_ttl <= 1 {
             self.commit();
+            if let Some(table_id) = controller_table {
+                self.actions.push(DpAction::Controller {
+                    max_len: 0,
+                    reason: OFPR_INVALID_TTL,
+                    table_id,
+                    cookie: self.rule_cookie,
+                });
+            }
             self.actions.push(DpAction::Drop(DropReason::TtlExceeded));
             self.stop = true;
         } else {
@@ -833,6 +966,17 @@ impl Ctx<'_> {
                 }
                 if k.ipv6_dst != c.ipv6_dst {
                     a.push(DpAction::SetIpv6Dst(k.ipv6_dst));
+                }
+                // ND fields change only through their own set_fields,
+                // which checked that the packet is an ND message.
+                if k.nd_target != c.nd_target {
+                    a.push(DpAction::SetNdTarget(k.nd_target));
+                }
+                if k.arp_sha != c.arp_sha {
+                    a.push(DpAction::SetNdSll(k.arp_sha));
+                }
+                if k.arp_tha != c.arp_tha {
+                    a.push(DpAction::SetNdTll(k.arp_tha));
                 }
             }
             _ => {}
@@ -1376,6 +1520,47 @@ mod ovn_action_tests {
                 out.actions
             );
             assert_eq!(out.actions.contains(&DpAction::Output(2)), more, "{rule}");
+        }
+    }
+
+    /// `dec_ttl(ids)`: an expired packet goes to the controller with
+    /// reason `OFPR_INVALID_TTL` and is dropped (counted); a live one is
+    /// decremented as by plain `dec_ttl`, which sends nothing on expiry.
+    #[test]
+    fn dec_ttl_ids_sends_invalid_ttl() {
+        for (rule, to_controller) in [
+            ("cookie=0x7,table=0,ip,actions=dec_ttl(1,2),output:2", true),
+            ("cookie=0x7,table=0,ip,actions=dec_ttl,output:2", false),
+        ] {
+            let mut of = ofproto_with(rule);
+            let mut k = FlowKey {
+                in_port: 1,
+                dl_type: 0x0800,
+                nw_ttl: 1,
+                ..FlowKey::default()
+            };
+            let out = of.translate(&k, None);
+            let mut want = vec![DpAction::Drop(crate::datapath::DropReason::TtlExceeded)];
+            if to_controller {
+                want.insert(
+                    0,
+                    DpAction::Controller {
+                        max_len: 0,
+                        reason: 2,
+                        table_id: 0,
+                        cookie: 7,
+                    },
+                );
+            }
+            assert_eq!(out.actions, want, "{rule}");
+            assert_eq!(out.mask.0.nw_ttl, 0xff);
+            k.nw_ttl = 64;
+            let out = of.translate(&k, None);
+            assert_eq!(
+                out.actions,
+                vec![DpAction::SetTtl(63), DpAction::Output(2)],
+                "{rule}"
+            );
         }
     }
 

@@ -15,6 +15,9 @@
 //! `OFPAT_SET_FIELD`, `controller` an output to `OFPP_CONTROLLER`.
 
 use super::nx::{NxCt, NxNat, CT_F_COMMIT, CT_F_FORCE, CT_RECIRC_NONE};
+use super::nx::{
+    NxLearn, NxLearnDst, NxLearnSpec, NxLearnSrc, LEARN_F_DELETE_LEARNED, LEARN_F_SEND_FLOW_REM,
+};
 use super::nx::{NAT_F_DST, NAT_F_PERSISTENT, NAT_F_PROTO_HASH, NAT_F_PROTO_RANDOM, NAT_F_SRC};
 use super::{check_set_value, Instruction, OfAction};
 use crate::error::{e, BadAction, BadInstruction, OfpError};
@@ -195,6 +198,162 @@ fn subfield(f: OxmField, ofs: u16, n: u16) -> Result<(Field, u8), OfpError> {
     Ok((d.field, nf_ofs as u8))
 }
 
+/// `NXAST_LEARN` -> `learn(...)`, with the checks of OVS's `learn_check`:
+/// a source field needs its prerequisites in the learning rule's match, a
+/// learned match field among the constants learned before it, a loaded
+/// field must be writable.
+fn learn_to_nicflow(l: &NxLearn, m: &Match) -> Result<Action, OfpError> {
+    use nicflow_flow::{LearnPart, LearnSpec, LearnSrc};
+    let inconsistent = e::bac(BadAction::MATCH_INCONSISTENT);
+    let mut learned = Match::catchall();
+    let mut parts = Vec::with_capacity(l.specs.len());
+    for s in &l.specs {
+        let n = s.n_bits;
+        let src = match s.src {
+            NxLearnSrc::Imm(v) => LearnSrc::Imm(v),
+            NxLearnSrc::Field(f, ofs) => {
+                let (field, ofs) = subfield(f, ofs, n)?;
+                if !field.prereq().satisfied(m.key(), &m.mask().0) {
+                    return Err(inconsistent);
+                }
+                LearnSrc::Field { field, ofs }
+            }
+        };
+        parts.push(match s.dst {
+            NxLearnDst::Match(f, ofs) => {
+                let (dst, dst_ofs) = subfield(f, ofs, n)?;
+                if !dst.prereq().satisfied(learned.key(), &learned.mask().0) {
+                    return Err(inconsistent);
+                }
+                if let LearnSrc::Imm(v) = src {
+                    learned.set(dst, v << dst_ofs, ones(n.into()) << dst_ofs);
+                }
+                LearnPart::Match {
+                    dst,
+                    dst_ofs,
+                    n_bits: n as u8,
+                    src,
+                }
+            }
+            NxLearnDst::Load(f, ofs) => {
+                let (dst, dst_ofs) = subfield(f, ofs, n)?;
+                if !dst.settable() {
+                    return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
+                }
+                LearnPart::Load {
+                    dst,
+                    dst_ofs,
+                    n_bits: n as u8,
+                    src,
+                }
+            }
+            NxLearnDst::Output => {
+                let LearnSrc::Field { field, ofs } = src else {
+                    return Err(e::BAC_BAD_ARG);
+                };
+                LearnPart::Output {
+                    src: field,
+                    ofs,
+                    n_bits: n as u8,
+                }
+            }
+        });
+    }
+    Ok(Action::Learn(Box::new(LearnSpec {
+        table: l.table_id,
+        idle_timeout: l.idle_timeout,
+        hard_timeout: l.hard_timeout,
+        fin_idle_timeout: l.fin_idle_timeout,
+        fin_hard_timeout: l.fin_hard_timeout,
+        priority: l.priority,
+        cookie: l.cookie,
+        send_flow_rem: l.flags & LEARN_F_SEND_FLOW_REM != 0,
+        delete_learned: l.flags & LEARN_F_DELETE_LEARNED != 0,
+        parts,
+    })))
+}
+
+/// `learn(...)` -> `NXAST_LEARN`, fields under the names `move` uses.
+fn learn_from_nicflow(l: &nicflow_flow::LearnSpec) -> Result<OfAction, OfpError> {
+    use nicflow_flow::{LearnPart, LearnSrc};
+    let wire = |f: Field, ofs: u8, n: u8| -> Result<(OxmField, u16), OfpError> {
+        let w = OxmField::for_nicflow(f).ok_or(e::BAC_BAD_ARG)?;
+        if u32::from(ofs) + u32::from(n) > w.wire_bits() {
+            return Err(e::BAC_BAD_ARG);
+        }
+        Ok((w, ofs.into()))
+    };
+    let src = |s: LearnSrc, n: u8| -> Result<NxLearnSrc, OfpError> {
+        Ok(match s {
+            LearnSrc::Imm(v) => NxLearnSrc::Imm(v),
+            LearnSrc::Field { field, ofs } => {
+                let (f, o) = wire(field, ofs, n)?;
+                NxLearnSrc::Field(f, o)
+            }
+        })
+    };
+    let mut specs = Vec::with_capacity(l.parts.len());
+    for p in &l.parts {
+        specs.push(match *p {
+            LearnPart::Match {
+                dst,
+                dst_ofs,
+                n_bits,
+                src: s,
+            } => {
+                let (f, o) = wire(dst, dst_ofs, n_bits)?;
+                NxLearnSpec {
+                    n_bits: n_bits.into(),
+                    src: src(s, n_bits)?,
+                    dst: NxLearnDst::Match(f, o),
+                }
+            }
+            LearnPart::Load {
+                dst,
+                dst_ofs,
+                n_bits,
+                src: s,
+            } => {
+                let (f, o) = wire(dst, dst_ofs, n_bits)?;
+                NxLearnSpec {
+                    n_bits: n_bits.into(),
+                    src: src(s, n_bits)?,
+                    dst: NxLearnDst::Load(f, o),
+                }
+            }
+            LearnPart::Output {
+                src: field,
+                ofs,
+                n_bits,
+            } => NxLearnSpec {
+                n_bits: n_bits.into(),
+                src: src(LearnSrc::Field { field, ofs }, n_bits)?,
+                dst: NxLearnDst::Output,
+            },
+        });
+    }
+    let flags = if l.send_flow_rem {
+        LEARN_F_SEND_FLOW_REM
+    } else {
+        0
+    } | if l.delete_learned {
+        LEARN_F_DELETE_LEARNED
+    } else {
+        0
+    };
+    Ok(OfAction::Learn(Box::new(NxLearn {
+        idle_timeout: l.idle_timeout,
+        hard_timeout: l.hard_timeout,
+        priority: l.priority,
+        cookie: l.cookie,
+        flags,
+        table_id: l.table,
+        fin_idle_timeout: l.fin_idle_timeout,
+        fin_hard_timeout: l.fin_hard_timeout,
+        specs,
+    })))
+}
+
 fn ct_to_nicflow(ct: &NxCt) -> Result<Action, OfpError> {
     if ct.alg != 0 {
         // nicflow's tracker has no application-layer gateways.
@@ -365,6 +524,10 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             }
         }
         OfAction::DecNwTtl => Action::DecTtl,
+        OfAction::Learn(l) => learn_to_nicflow(l, m)?,
+        // No ids is OVS's plain dec_ttl (it prints `dec_ttl`).
+        OfAction::DecTtlCntIds(ids) if ids.is_empty() => Action::DecTtl,
+        OfAction::DecTtlCntIds(ids) => Action::DecTtlIds(ids.clone()),
         OfAction::Resubmit { in_port, table } => Action::Resubmit {
             port: (*in_port != NX_IN_PORT).then(|| port16(*in_port)),
             table: table.filter(|t| *t != 255),
@@ -573,6 +736,8 @@ pub fn actions_from_nicflow(actions: &[Action], m: &Match) -> Result<Vec<OfActio
                 }));
             }
             Action::DecTtl => out.push(OfAction::DecNwTtl),
+            Action::Learn(l) => out.push(learn_from_nicflow(l)?),
+            Action::DecTtlIds(ids) => out.push(OfAction::DecTtlCntIds(ids.clone())),
             Action::GotoTable(_) => return Err(e::BAC_BAD_ARG),
             Action::Resubmit { port, table } => {
                 let in_port = match port {

@@ -133,6 +133,10 @@ pub enum OfAction {
         dst: OxmField,
         ofs: u16,
     },
+    /// `NXAST_LEARN`.
+    Learn(Box<nx::NxLearn>),
+    /// `NXAST_DEC_TTL_CNT_IDS`: `dec_ttl(ID,...)`.
+    DecTtlCntIds(Vec<u16>),
     /// `NXAST_CLONE` with its nested actions.
     Clone(Vec<OfAction>),
     /// `NXAST_STACK_PUSH` / `NXAST_STACK_POP` of bits `ofs..ofs+n_bits`

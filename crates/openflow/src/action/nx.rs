@@ -18,6 +18,7 @@ pub mod nxast {
     pub const RESUBMIT_TABLE: u16 = 14;
     pub const OUTPUT_REG: u16 = 15;
     pub const CONTROLLER: u16 = 20;
+    pub const DEC_TTL_CNT_IDS: u16 = 21;
     pub const REG_LOAD2: u16 = 33;
     pub const CT: u16 = 35;
     pub const NAT: u16 = 36;
@@ -28,6 +29,154 @@ pub mod nxast {
     pub const CLONE: u16 = 42;
     pub const CONTROLLER2: u16 = 37;
     pub const CHECK_PKT_LARGER: u16 = 49;
+    pub const LEARN: u16 = 16;
+}
+
+/// `NX_LEARN_F_*`.
+pub const LEARN_F_SEND_FLOW_REM: u16 = 1;
+pub const LEARN_F_DELETE_LEARNED: u16 = 2;
+
+/// `NXAST_LEARN` as on the wire (OVS's `nx_action_learn`, 32 bytes, then
+/// the flow_mod_specs).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NxLearn {
+    pub idle_timeout: u16,
+    pub hard_timeout: u16,
+    pub priority: u16,
+    pub cookie: u64,
+    /// `NX_LEARN_F_*` (`WRITE_RESULT` is refused).
+    pub flags: u16,
+    pub table_id: u8,
+    pub fin_idle_timeout: u16,
+    pub fin_hard_timeout: u16,
+    pub specs: Vec<NxLearnSpec>,
+}
+
+/// One flow_mod_spec: `n_bits` from `src` to `dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NxLearnSpec {
+    pub n_bits: u16,
+    pub src: NxLearnSrc,
+    pub dst: NxLearnDst,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NxLearnSrc {
+    /// Bits of a field of the learning packet, from `ofs`.
+    Field(OxmField, u16),
+    /// A constant, right-aligned.
+    Imm(u128),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NxLearnDst {
+    /// Bits of the learned rule's match.
+    Match(OxmField, u16),
+    /// A `load` in the learned rule's actions.
+    Load(OxmField, u16),
+    /// An `output` to the port in the source bits.
+    Output,
+}
+
+const LEARN_SRC_IMMEDIATE: u16 = 1 << 13;
+const LEARN_DST_MASK: u16 = 3 << 11;
+const LEARN_DST_LOAD: u16 = 1 << 11;
+const LEARN_DST_OUTPUT: u16 = 2 << 11;
+
+/// The flow_mod_specs of `NXAST_LEARN` (OVS's `learn_decode_specs`): a
+/// 16-bit header (source type, destination type, bit count), the source
+/// (field header and offset, or the constant in 2-byte units), the
+/// destination (field header and offset; nothing for `output`); a zero
+/// header or the end stops them, and what follows must be zero.
+fn decode_learn_specs(r: &mut Reader<'_>) -> Result<Vec<NxLearnSpec>, OfpError> {
+    let mut specs = Vec::new();
+    while r.remaining() >= 2 {
+        let h = r.u16()?;
+        if h == 0 {
+            break;
+        }
+        let n_bits = h & 0x3ff;
+        let dst_type = h & LEARN_DST_MASK;
+        if n_bits == 0 || n_bits > 128 || h & 0xc000 != 0 || dst_type == LEARN_DST_MASK {
+            return Err(e::BAC_BAD_ARG);
+        }
+        let src = if h & LEARN_SRC_IMMEDIATE != 0 {
+            if dst_type == LEARN_DST_OUTPUT {
+                return Err(e::BAC_BAD_ARG);
+            }
+            let n = 2 * usize::from(n_bits.div_ceil(16));
+            let mut v = 0u128;
+            for _ in 0..n {
+                v = v.checked_shl(8).unwrap_or(0) | u128::from(r.u8()?);
+            }
+            if n_bits < 128 && v >> n_bits != 0 {
+                return Err(e::BAC_BAD_ARG);
+            }
+            NxLearnSrc::Imm(v)
+        } else {
+            let (f, _) = oxm::read_field_header(r, Ctx::Action)?;
+            let ofs = r.u16()?;
+            check_range(f, ofs, n_bits.into())?;
+            NxLearnSrc::Field(f, ofs)
+        };
+        let dst = if dst_type == LEARN_DST_OUTPUT {
+            NxLearnDst::Output
+        } else {
+            let (f, _) = oxm::read_field_header(r, Ctx::Action)?;
+            let ofs = r.u16()?;
+            check_range(f, ofs, n_bits.into())?;
+            if dst_type == LEARN_DST_LOAD {
+                NxLearnDst::Load(f, ofs)
+            } else {
+                NxLearnDst::Match(f, ofs)
+            }
+        };
+        specs.push(NxLearnSpec { n_bits, src, dst });
+    }
+    if r.rest().iter().any(|&b| b != 0) {
+        return Err(e::BAC_BAD_ARG);
+    }
+    Ok(specs)
+}
+
+fn encode_learn(l: &NxLearn, out: &mut Vec<u8>) {
+    let at = start(out, nxast::LEARN);
+    wire::put_u16(out, l.idle_timeout);
+    wire::put_u16(out, l.hard_timeout);
+    wire::put_u16(out, l.priority);
+    wire::put_u64(out, l.cookie);
+    wire::put_u16(out, l.flags);
+    wire::put_u8(out, l.table_id);
+    wire::put_u8(out, 0);
+    wire::put_u16(out, l.fin_idle_timeout);
+    wire::put_u16(out, l.fin_hard_timeout);
+    for s in &l.specs {
+        let mut h = s.n_bits & 0x3ff;
+        if matches!(s.src, NxLearnSrc::Imm(_)) {
+            h |= LEARN_SRC_IMMEDIATE;
+        }
+        h |= match s.dst {
+            NxLearnDst::Match(..) => 0,
+            NxLearnDst::Load(..) => LEARN_DST_LOAD,
+            NxLearnDst::Output => LEARN_DST_OUTPUT,
+        };
+        wire::put_u16(out, h);
+        match s.src {
+            NxLearnSrc::Field(f, ofs) => {
+                oxm::write_field_header(out, f, true);
+                wire::put_u16(out, ofs);
+            }
+            NxLearnSrc::Imm(v) => {
+                let n = 2 * usize::from(s.n_bits.div_ceil(16));
+                out.extend_from_slice(&v.to_be_bytes()[16 - n..]);
+            }
+        }
+        if let NxLearnDst::Match(f, ofs) | NxLearnDst::Load(f, ofs) = s.dst {
+            oxm::write_field_header(out, f, true);
+            wire::put_u16(out, ofs);
+        }
+    }
+    finish(out, at, 32);
 }
 
 /// `NXAC2PT_*`: the properties of `NXAST_CONTROLLER2`.
@@ -309,6 +458,56 @@ pub(super) fn decode(a: &mut Reader<'_>, len: usize) -> Result<OfAction, OfpErro
             }
             check_range(dst, ofs, 1)?;
             OfAction::CheckPktLarger { pkt_len, dst, ofs }
+        }
+        nxast::LEARN => {
+            if len < 32 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let idle_timeout = a.u16()?;
+            let hard_timeout = a.u16()?;
+            let priority = a.u16()?;
+            let cookie = a.u64()?;
+            let flags = a.u16()?;
+            let table_id = a.u8()?;
+            let pad = a.u8()?;
+            let fin_idle_timeout = a.u16()?;
+            let fin_hard_timeout = a.u16()?;
+            if flags & !(LEARN_F_SEND_FLOW_REM | LEARN_F_DELETE_LEARNED) != 0
+                || pad != 0
+                || table_id == 0xff
+            {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::Learn(Box::new(NxLearn {
+                idle_timeout,
+                hard_timeout,
+                priority,
+                cookie,
+                flags,
+                table_id,
+                fin_idle_timeout,
+                fin_hard_timeout,
+                specs: decode_learn_specs(a)?,
+            }))
+        }
+        nxast::DEC_TTL_CNT_IDS => {
+            // `nx_action_cnt_ids`: the count, 4 zero bytes, the ids,
+            // padding to 8 (OVS's decode_NXAST_RAW_DEC_TTL_CNT_IDS).
+            if len < 16 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let n = usize::from(a.u16()?);
+            if a.array::<4>()? != [0; 4] {
+                return Err(e::BAC_BAD_ARG);
+            }
+            if len < 16 + 2 * n {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let ids = (0..n).map(|_| a.u16()).collect::<Result<Vec<_>, _>>()?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            OfAction::DecTtlCntIds(ids)
         }
         nxast::CLONE => {
             if len < 16 {
@@ -673,6 +872,16 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
             wire::put_u16(out, *ofs);
             oxm::write_field_header(out, *dst, true);
             finish(out, at, 24);
+        }
+        OfAction::Learn(l) => encode_learn(l, out),
+        OfAction::DecTtlCntIds(ids) => {
+            let at = start(out, nxast::DEC_TTL_CNT_IDS);
+            wire::put_u16(out, ids.len() as u16);
+            wire::put_zeros(out, 4);
+            for id in ids {
+                wire::put_u16(out, *id);
+            }
+            finish(out, at, 16);
         }
         OfAction::Clone(inner) => {
             let at = start(out, nxast::CLONE);

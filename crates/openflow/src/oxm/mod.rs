@@ -28,7 +28,7 @@ pub use table::{OxmField, OxmId, Pre};
 
 use crate::error::{e, BadAction, BadMatch, OfpError};
 use crate::wire::{self, Reader};
-use nicflow_flow::{Field, Match};
+use nicflow_flow::{Field, Match, Prereq};
 use table::CLASS_EXPERIMENTER;
 
 /// `OFPMT_OXM`.
@@ -423,6 +423,19 @@ pub fn encode_fields(m: &Match, out: &mut Vec<u8>) {
                 58 if dl == 0x86dd => {
                     p.exact(F::Icmpv6Type);
                     p.exact(F::Icmpv6Code);
+                    // As OVS's nx_put_raw: the target for either ND
+                    // message, the SLL for a solicitation, the TLL for an
+                    // advertisement (the prerequisites decide).
+                    let mk = &m.mask().0;
+                    if Prereq::Nd.satisfied(k, mk) {
+                        p.masked(F::NdTarget);
+                    }
+                    if Prereq::NdSolicit.satisfied(k, mk) {
+                        p.masked(F::NdSll);
+                    }
+                    if Prereq::NdAdvert.satisfied(k, mk) {
+                        p.masked(F::NdTll);
+                    }
                 }
                 _ => {}
             }
@@ -480,6 +493,28 @@ mod tests {
         let bad = |h: &str| decode_fields(&hex(h)).unwrap_err();
         // tcp_dst without prerequisites
         assert_eq!(bad("80001c02 0050"), e::bmc(BadMatch::BAD_PREREQ));
+        // ipv6_nd_target on icmp6 without type 135/136, and with type 135
+        // but code 1; nd_tll (OXM 33) on a solicitation.
+        let icmp6 = "80000a02 86dd 80001401 3a";
+        let target = "80003e10 20010db8000000000000000000000002";
+        assert_eq!(
+            bad(&format!("{icmp6} {target}")),
+            e::bmc(BadMatch::BAD_PREREQ)
+        );
+        assert_eq!(
+            bad(&format!("{icmp6} 80003a01 87 80003c01 01 {target}")),
+            e::bmc(BadMatch::BAD_PREREQ)
+        );
+        assert_eq!(
+            bad(&format!("{icmp6} 80003a01 87 80004206 020000000001")),
+            e::bmc(BadMatch::BAD_PREREQ)
+        );
+        let ok = decode_fields(&hex(&format!(
+            "{icmp6} 80003a01 87 {target} 80004006 020000000001"
+        )))
+        .unwrap();
+        assert_eq!(ok.key().nd_target[15], 2);
+        assert_eq!(ok.key().arp_sha, [2, 0, 0, 0, 0, 1]);
         // unknown field (OXM_OF_MPLS_LABEL)
         assert_eq!(bad("80004404 00000001"), e::bmc(BadMatch::BAD_FIELD));
         // duplicate eth_type

@@ -70,6 +70,12 @@ pub enum Pre {
     Sctp,
     Icmpv4,
     Icmpv6,
+    /// An IPv6 neighbor solicitation or advertisement (`nd_target`).
+    Nd,
+    /// A neighbor solicitation (`nd_sll`).
+    NdSolicit,
+    /// A neighbor advertisement (`nd_tll`).
+    NdAdvert,
     /// A valid tracked connection (`ct_state` with +trk-inv, +new, ...).
     Ct,
     /// ... of an IPv4 packet.
@@ -94,6 +100,9 @@ impl Pre {
             Pre::Sctp => ip_proto(132),
             Pre::Icmpv4 => Prereq::Icmp.satisfied(key, mask),
             Pre::Icmpv6 => Prereq::Icmpv6.satisfied(key, mask),
+            Pre::Nd => Prereq::Nd.satisfied(key, mask),
+            Pre::NdSolicit => Prereq::NdSolicit.satisfied(key, mask),
+            Pre::NdAdvert => Prereq::NdAdvert.satisfied(key, mask),
             Pre::Ct => Prereq::CtValid.satisfied(key, mask),
             Pre::CtIpv4 => Prereq::CtValidIpv4.satisfied(key, mask),
             Pre::CtIpv6 => Prereq::CtValidIpv6.satisfied(key, mask),
@@ -148,6 +157,12 @@ pub enum OxmField {
     Ipv6Label,
     Icmpv6Type,
     Icmpv6Code,
+    /// `OXM_OF_IPV6_ND_TARGET` / `NXM_NX_ND_TARGET`.
+    NdTarget,
+    /// `OXM_OF_IPV6_ND_SLL` / `NXM_NX_ND_SLL`.
+    NdSll,
+    /// `OXM_OF_IPV6_ND_TLL` / `NXM_NX_ND_TLL`.
+    NdTll,
     TunId,
     TunSrc,
     TunDst,
@@ -239,9 +254,9 @@ impl OxmField {
             InPort, NxInPort, Metadata, EthDst, EthSrc, EthType, VlanTci, VlanVid, VlanPcp, IpTos,
             IpDscp, IpEcn, IpTtl, IpFrag, IpProto, Ipv4Src, Ipv4Dst, TcpSrc, TcpDst, UdpSrc,
             UdpDst, SctpSrc, SctpDst, Icmpv4Type, Icmpv4Code, ArpOp, ArpSpa, ArpTpa, ArpSha,
-            ArpTha, Ipv6Src, Ipv6Dst, Ipv6Label, Icmpv6Type, Icmpv6Code, TunId, TunSrc, TunDst,
-            TunFlags, TcpFlags, CtState, CtZone, CtMark, CtLabel, CtNwProto, CtNwSrc, CtNwDst,
-            CtIpv6Src, CtIpv6Dst, CtTpSrc, CtTpDst, PktMark, ConjId,
+            ArpTha, Ipv6Src, Ipv6Dst, Ipv6Label, Icmpv6Type, Icmpv6Code, NdTarget, NdSll, NdTll,
+            TunId, TunSrc, TunDst, TunFlags, TcpFlags, CtState, CtZone, CtMark, CtLabel, CtNwProto,
+            CtNwSrc, CtNwDst, CtIpv6Src, CtIpv6Dst, CtTpSrc, CtTpDst, PktMark, ConjId,
         ];
         FIXED
             .iter()
@@ -495,6 +510,33 @@ impl OxmField {
                 P::Icmpv6,
                 Field::Icmpv6Code,
             ),
+            F::NdTarget => d(
+                "nd_target",
+                16,
+                true,
+                nxm1(23),
+                basic(31),
+                P::Nd,
+                Field::NdTarget,
+            ),
+            F::NdSll => d(
+                "nd_sll",
+                6,
+                true,
+                nxm1(24),
+                basic(32),
+                P::NdSolicit,
+                Field::NdSll,
+            ),
+            F::NdTll => d(
+                "nd_tll",
+                6,
+                true,
+                nxm1(25),
+                basic(33),
+                P::NdAdvert,
+                Field::NdTll,
+            ),
             F::TunId => d(
                 "tun_id",
                 8,
@@ -743,6 +785,9 @@ impl OxmField {
             Field::IcmpCode => F::Icmpv4Code,
             Field::Icmpv6Type => F::Icmpv6Type,
             Field::Icmpv6Code => F::Icmpv6Code,
+            Field::NdTarget => F::NdTarget,
+            Field::NdSll => F::NdSll,
+            Field::NdTll => F::NdTll,
             Field::CtState => F::CtState,
             Field::CtZone => F::CtZone,
             Field::CtMark => F::CtMark,

@@ -12,6 +12,8 @@
 //! | `ct:userspace` | the flow runs `ct`/`recirc`/`ct_clear`: the connection tracker is in userspace only |
 //! | `ct:recirculated` | the flow is for a pass after `ct(table=N)` (its key has a `recirc_id`) |
 //! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
+//! | `field:nd_target`, `field:nd_sll`, `field:nd_tll` | IPv6 neighbor discovery fields: the program does not parse ND messages (`arp_sha`/`arp_tha` are taken for ARP flows only) |
+//! | `action:set-nd` | rewriting an ND target or link-layer address option (`set_field:..->nd_target`, `nd_sll`, `nd_tll`) |
 //! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
 //! | `action:controller` | a copy to the controller needs userspace |
 //! | `action:meter-not-first` | a meter after another action (OpenFlow puts `meter:N` first; the program runs it before the loop) |
@@ -449,6 +451,9 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     if m.pkt_mark != 0 {
         return Some("field:pkt_mark");
     }
+    if m.nd_target != [0; 16] {
+        return Some("field:nd_target");
+    }
     if m.ct_nw_src | m.ct_nw_dst != 0
         || m.ct_ipv6_src != [0; 16]
         || m.ct_ipv6_dst != [0; 16]
@@ -497,6 +502,17 @@ pub fn encode(
     let mask = &kmask;
     if let Some(reason) = unsupported_field(&mask.0) {
         return Err(no(reason));
+    }
+    // `arp_sha`/`arp_tha` hold an IPv6 ND message's link-layer address
+    // options in userspace (`nd_sll`/`nd_tll`); the program fills them for
+    // ARP frames only, so a flow that is not exactly ARP and looks at them
+    // would match other frames in the kernel than in userspace.
+    let arp = mask.0.dl_type == 0xffff && key.dl_type == 0x0806;
+    if !arp && mask.0.arp_sha != [0; 6] {
+        return Err(no("field:nd_sll"));
+    }
+    if !arp && mask.0.arp_tha != [0; 6] {
+        return Err(no("field:nd_tll"));
     }
     let sctp = mask.0.nw_proto == 0xff && key.nw_proto == nicflow_packet::IPPROTO_SCTP;
     // ICMP type/code live in tp_src/tp_dst: userspace rewrites them (with
@@ -565,6 +581,9 @@ pub fn encode(
             DpAction::SetArpSha(m) => XdpAction::SetArpSha(m),
             DpAction::SetArpTha(m) => XdpAction::SetArpTha(m),
             DpAction::SetArpOp(_) => return Err(no("action:set-arp-op")),
+            DpAction::SetNdTarget(_) | DpAction::SetNdSll(_) | DpAction::SetNdTll(_) => {
+                return Err(no("action:set-nd"))
+            }
             DpAction::SetTos(t) => XdpAction::SetTos(t),
             DpAction::SetTtl(t) => XdpAction::SetTtl(t),
             DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if icmp => {
@@ -852,10 +871,39 @@ mod tests {
             let e = encode(&nk, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
             assert_eq!(e.reason, reason);
         }
+        // The ND fields are never taken: not even at zero (an ND frame
+        // has them, and the program would not see its values), nor the
+        // ARP hardware addresses of a flow that is not ARP (they hold the
+        // ND options there).
+        type NdCase = (fn(&mut FlowKey), &'static str);
+        let nd: [NdCase; 3] = [
+            (|m| m.nd_target[15] = 1, "field:nd_target"),
+            (|m| m.arp_sha = [0xff; 6], "field:nd_sll"),
+            (|m| m.arp_tha = [0xff; 6], "field:nd_tll"),
+        ];
+        for (set, reason) in nd {
+            let mut m = m0;
+            set(&mut m.0);
+            let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
+            assert_eq!(e.reason, reason);
+        }
+        let mut arp_k = FlowKey {
+            dl_type: 0x0806,
+            ..FlowKey::default()
+        };
+        arp_k.arp_sha = [2; 6];
+        let mut arp_m = FlowMask::catchall();
+        arp_m.0.dl_type = 0xffff;
+        arp_m.0.arp_sha = [0xff; 6];
+        arp_m.0.arp_tha = [0xff; 6];
+        assert!(encode(&arp_k, &arp_m, &[DpAction::Output(2)], &ports()).is_ok());
         // Every field the program extracts is accepted under a full mask.
         let mut full = FlowMask::exact();
         full.0.clear_userspace_only();
         full.0.tun_metadata = [0; 8];
+        full.0.nd_target = [0; 16];
+        full.0.arp_sha = [0; 6];
+        full.0.arp_tha = [0; 6];
         let e = encode(&k, &full, &[DpAction::Output(2)], &ports()).unwrap();
         assert_eq!(e.key, DpKey::from_flow_key(&k));
         // Every flow the engines see is a first pass: recirc_id is 0 in the
@@ -1019,6 +1067,13 @@ mod tests {
         );
         let many = vec![DpAction::SetTtl(3); MAX_ACTIONS + 1];
         assert_eq!(reason(&many), "too-many-actions");
+        for nd in [
+            DpAction::SetNdTarget([1; 16]),
+            DpAction::SetNdSll([2; 6]),
+            DpAction::SetNdTll([3; 6]),
+        ] {
+            assert_eq!(reason(&[nd, DpAction::Output(1)]), "action:set-nd");
+        }
         // SCTP port rewrite when the mask pins SCTP.
         let mut ks = k;
         ks.nw_proto = nicflow_packet::IPPROTO_SCTP;
