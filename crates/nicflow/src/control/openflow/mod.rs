@@ -38,6 +38,7 @@
 //! logged as a warning). Refused connections are logged and counted per
 //! target (`get-controller`).
 
+pub mod bundle;
 pub mod handle;
 pub mod session;
 pub mod target;
@@ -113,6 +114,8 @@ struct OfBridge {
     async_dropped: u64,
     /// Connections refused per target: how many, and the last reason.
     refused: BTreeMap<String, (u64, String)>,
+    /// OpenFlow versions new connections offer (`protocols=`).
+    versions: Vec<u8>,
 }
 
 /// The OpenFlow side of the daemon: every bridge's controller
@@ -339,6 +342,7 @@ impl OfBridge {
             fail_open: false,
             async_dropped: 0,
             refused: BTreeMap::new(),
+            versions: msg::SUPPORTED_VERSIONS.to_vec(),
         }
     }
 
@@ -466,6 +470,28 @@ impl OpenFlow {
             }
         }
         Ok(self.tls.take())
+    }
+
+    /// `set BRIDGE protocols=`: the versions connections to `bridge` may
+    /// speak (nicflow's of them: 1.3 and 1.5; an empty list means both).
+    /// New connections offer these; open ones speaking a version no longer
+    /// allowed are closed, as Open vSwitch does.
+    pub fn set_protocols(&mut self, bridge: &str, versions: &[u8], now: Instant) {
+        let b = self
+            .bridges
+            .entry(bridge.to_string())
+            .or_insert_with(|| OfBridge::new(now));
+        b.versions = if versions.is_empty() {
+            msg::SUPPORTED_VERSIONS.to_vec()
+        } else {
+            versions.to_vec()
+        };
+        for s in &mut b.sessions {
+            if s.negotiated && !b.versions.contains(&s.version) {
+                tracing::info!(peer = %s.peer, "OpenFlow version no longer allowed: closing");
+                s.dead = true;
+            }
+        }
     }
 
     /// Forget a bridge (deleted): its connections close.
@@ -724,7 +750,13 @@ fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                 continue;
             }
             tracing::info!(%peer, listener = %name, "OpenFlow connection");
-            b.sessions.push(Session::new(conn, peer, name.clone(), now));
+            b.sessions.push(Session::with_versions(
+                conn,
+                peer,
+                name.clone(),
+                &b.versions,
+                now,
+            ));
         }
     }
     for (target, peer, why) in refused {
@@ -734,6 +766,7 @@ fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
 
 fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
     let mut refused = Vec::new();
+    let versions = b.versions.clone();
     for a in &mut b.actives {
         let next = match std::mem::replace(&mut a.state, ActiveState::Up) {
             ActiveState::Up => ActiveState::Up,
@@ -752,8 +785,13 @@ fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                         a.backoff = BACKOFF_MIN;
                         let name = a.target.to_string();
                         tracing::info!(target = %name, "OpenFlow controller connected");
-                        b.sessions
-                            .push(Session::new(Conn::Unix(s), name.clone(), name, now));
+                        b.sessions.push(Session::with_versions(
+                            Conn::Unix(s),
+                            name.clone(),
+                            name,
+                            &versions,
+                            now,
+                        ));
                         ActiveState::Up
                     }
                     Err(_) => backoff(a, now),
@@ -776,7 +814,13 @@ fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                         Ok(conn) => {
                             a.backoff = BACKOFF_MIN;
                             tracing::info!(target = %name, "OpenFlow controller connected");
-                            b.sessions.push(Session::new(conn, name.clone(), name, now));
+                            b.sessions.push(Session::with_versions(
+                                conn,
+                                name.clone(),
+                                name,
+                                &versions,
+                                now,
+                            ));
                             ActiveState::Up
                         }
                         Err(why) => {
