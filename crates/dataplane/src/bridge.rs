@@ -236,6 +236,9 @@ pub struct Bridge {
     /// `del_groups_id` leave the datapath alone until it is done, so no
     /// packet (kernel-offloaded ones included) sees half of it.
     defer_revalidation: bool,
+    /// The switch-wide Geneve option map (OpenFlow TLV table), given to
+    /// every port (Geneve ones take it), ports added later included.
+    tlv_map: Vec<nicflow_port::tunnel::TlvMapping>,
 }
 
 impl Bridge {
@@ -259,12 +262,32 @@ impl Bridge {
             rounds_deferred: 0,
             overload: OverloadLog::default(),
             defer_revalidation: false,
+            tlv_map: Vec::new(),
         }
+    }
+
+    /// Set the switch-wide Geneve option map on every port (see
+    /// `Port::set_tlv_map`); returns how many ports took it.
+    pub fn set_tlv_map(&mut self, map: &[nicflow_port::tunnel::TlvMapping]) -> usize {
+        self.tlv_map = map.to_vec();
+        let mut n = 0;
+        for p in &mut self.ports {
+            n += usize::from(p.port.set_tlv_map(map));
+        }
+        n
+    }
+
+    /// The map of [`Bridge::set_tlv_map`].
+    pub fn tlv_map(&self) -> &[nicflow_port::tunnel::TlvMapping] {
+        &self.tlv_map
     }
 
     /// Attach a port; returns its OpenFlow port number (1, 2, ...). A name
     /// held by [`Bridge::reserve_port`] gets its reserved number.
-    pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u32, BridgeError> {
+    pub fn add_port(&mut self, mut port: Box<dyn Port>) -> Result<u32, BridgeError> {
+        if !self.tlv_map.is_empty() {
+            port.set_tlv_map(&self.tlv_map);
+        }
         let name = port.name().to_string();
         let no = match self.names.0.get(&name) {
             Some(&no) if self.attached(&name).is_none() => no,

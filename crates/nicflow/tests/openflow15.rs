@@ -505,3 +505,201 @@ fn bundles_apply_all_or_nothing() {
     );
     assert_eq!(rules(&lab).len(), before.len() + 1);
 }
+
+/// The switch-wide Geneve option map over OpenFlow: `ovs-ofctl
+/// add-tlv-map`, `dump-tlv-map`, `del-tlv-map`, OVS's errors, and the map
+/// feeding a Geneve port that has no `tlv_map` of its own: a scapy peer's
+/// option (class 0x0102, type 0x01) = 0x2a is delivered by a
+/// `tun_metadata0=0x2a` rule only while the map names it.
+#[test]
+fn tlv_map_is_switch_wide_and_feeds_geneve_ports() {
+    if !tools() {
+        return;
+    }
+    let have_scapy = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import scapy.contrib.geneve"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_scapy {
+        common::skipped("scapy not installed for /usr/bin/python3");
+        return;
+    }
+    let mut lab = NsLab::new("nfo15", "t", &["a1", "sw", "k"]);
+    for n in ["a1", "sw", "k"] {
+        lab.must(n, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    lab.veth("eth0", "a1", "pa1", "sw");
+    lab.veth("u0", "sw", "u1", "k");
+    lab.must(
+        "a1",
+        &["ip", "link", "set", "eth0", "address", "02:00:00:00:a1:01"],
+    );
+    lab.must(
+        "a1",
+        &["ip", "addr", "add", "198.18.31.1/24", "dev", "eth0"],
+    );
+    lab.must(
+        "a1",
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.31.2",
+            "lladdr",
+            "02:00:00:00:b1:01",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    );
+    lab.must("k", &["ip", "addr", "add", "198.18.21.1/24", "dev", "u1"]);
+    lab.must("sw", &["ip", "link", "set", "lo", "up"]);
+    let cfg = r#"
+[[bridge]]
+name = "br0"
+offload = "none"
+flows = [
+  "priority=20,in_port=gv1,tun_metadata0=0x2a,actions=output:pa1",
+  "priority=10,in_port=gv1,actions=drop",
+]
+[bridge.openflow]
+controllers = ["ptcp:16653:127.0.0.1"]
+[[bridge.port]]
+name = "pa1"
+iface = "pa1"
+type = "afpacket"
+[[bridge.port]]
+name = "gv1"
+iface = "gv1"
+type = "geneve"
+options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1", key = "5000", csum = "true", underlay_type = "afpacket" }
+"#;
+    lab.start_daemon(cfg);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy/geneve.py");
+    let send = |payload: &str| {
+        lab.must(
+            "k",
+            &[
+                "/usr/bin/python3",
+                script,
+                "send",
+                "--iface",
+                "u1",
+                "--src",
+                "198.18.21.1",
+                "--dst",
+                "198.18.21.2",
+                "--vni",
+                "5000",
+                "--inner-src-mac",
+                "02:00:00:00:b1:01",
+                "--inner-dst-mac",
+                "02:00:00:00:a1:01",
+                "--inner-src",
+                "198.18.31.2",
+                "--inner-dst",
+                "198.18.31.1",
+                "--dport",
+                "9999",
+                "--payload",
+                payload,
+                "--opt0",
+                "0x2a",
+            ],
+        )
+    };
+    let a1 = lab.ns("a1");
+    // No map: the option is not tun_metadata0, the drop rule takes it.
+    let recv = common::UdpSink::start(&a1, "198.18.31.1", 9999);
+    send("before-map-must-drop");
+    assert!(recv.finish().is_empty());
+
+    of15_must(
+        &lab,
+        &[
+            "add-tlv-map",
+            OF,
+            "{class=0x0102,type=0x01,len=4}->tun_metadata0",
+        ],
+    );
+    let dump = of15_must(&lab, &["dump-tlv-map", OF]);
+    assert!(dump.contains("max option space=32 max fields=8"), "{dump}");
+    assert!(
+        dump.contains("0x102") && dump.contains("tun_metadata0"),
+        "{dump}"
+    );
+    // OVS's errors: the index is taken; the option is mapped already;
+    // beyond nicflow's 8 four-byte slots.
+    let e = of15(
+        &lab,
+        &[
+            "add-tlv-map",
+            OF,
+            "{class=0xffff,type=0,len=4}->tun_metadata0",
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("NXTTMFC_ALREADY_MAPPED"), "{e}");
+    let e = of15(
+        &lab,
+        &[
+            "add-tlv-map",
+            OF,
+            "{class=0x0102,type=0x01,len=4}->tun_metadata1",
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("NXTTMFC_DUP_ENTRY"), "{e}");
+    let e = of15(
+        &lab,
+        &[
+            "add-tlv-map",
+            OF,
+            "{class=0xffff,type=0,len=8}->tun_metadata1",
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("NXTTMFC_BAD_OPT_LEN"), "{e}");
+    let e = of15(
+        &lab,
+        &[
+            "add-tlv-map",
+            OF,
+            "{class=0xffff,type=0,len=4}->tun_metadata9",
+        ],
+    )
+    .unwrap_err();
+    assert!(e.contains("NXTTMFC_BAD_FIELD_IDX"), "{e}");
+    // 1.3 sees the same table.
+    let dump13 = ofctl_v(&lab, "OpenFlow13", &["dump-tlv-map", OF]).unwrap();
+    assert!(dump13.contains("tun_metadata0"), "{dump13}");
+
+    // Mapped: delivered (the tunnel port took the map within a round).
+    std::thread::sleep(Duration::from_millis(200));
+    let recv = common::UdpSink::start(&a1, "198.18.31.1", 9999);
+    send("mapped");
+    let got = recv.finish();
+    assert!(
+        got.lines().any(|l| l == "mapped"),
+        "{got:?}\n{}",
+        lab.daemon_log()
+    );
+
+    // Deleted: dropped again.
+    of15_must(
+        &lab,
+        &[
+            "del-tlv-map",
+            OF,
+            "{class=0x0102,type=0x01,len=4}->tun_metadata0",
+        ],
+    );
+    let dump = of15_must(&lab, &["dump-tlv-map", OF]);
+    assert!(!dump.contains("tun_metadata0"), "{dump}");
+    std::thread::sleep(Duration::from_millis(200));
+    let recv = common::UdpSink::start(&a1, "198.18.31.1", 9999);
+    send("after-del-must-drop");
+    assert!(recv.finish().is_empty());
+    let _ = &mut lab;
+}

@@ -43,13 +43,14 @@ pub mod handle;
 pub mod session;
 pub mod target;
 pub mod tls;
+pub mod tlv;
 
 use crate::bridge::Bridge;
 use crate::ofproto::flow_mod::{self, FlowModCommand};
 use nicflow_flow::{Action, Field, Match};
 use nicflow_openflow::error::RoleRequestFailed;
 use nicflow_openflow::msg::basic::role;
-use nicflow_openflow::msg::{self, FlowRemoved, Message, PacketIn, PortStatus, Role};
+use nicflow_openflow::msg::{self, FlowRemoved, Message, NxMessage, PacketIn, PortStatus, Role};
 use nicflow_openflow::OfpError;
 use session::{Conn, Session};
 use std::collections::BTreeMap;
@@ -125,6 +126,8 @@ pub struct OpenFlow {
     bridges: BTreeMap<String, OfBridge>,
     /// The TLS configuration (`set-ssl`), for `ssl:` and `pssl:`.
     tls: Option<tls::Tls>,
+    /// The switch-wide Geneve option map (`NXT_TLV_TABLE_MOD`).
+    tlv: tlv::TlvTable,
 }
 
 /// Mode of `punix:` sockets: the daemon's user may connect, its group may
@@ -595,6 +598,7 @@ impl OpenFlow {
     /// groups changed (the config file is due).
     pub fn service(&mut self, bridges: &mut BTreeMap<String, Bridge>, now: Instant) -> Vec<String> {
         let mut changed = Vec::new();
+        let mut tlv_changed = false;
         for (name, b) in self.bridges.iter_mut() {
             let Some(br) = bridges.get_mut(name) else {
                 continue;
@@ -615,6 +619,12 @@ impl OpenFlow {
                         role_request(b, i, r, d.xid);
                         continue;
                     }
+                    if let Message::Nx(NxMessage::TlvTableMod(_) | NxMessage::TlvTableRequest) =
+                        &d.message
+                    {
+                        tlv_changed |= tlv_message(&mut self.tlv, &mut b.sessions[i], &d);
+                        continue;
+                    }
                     let fx = handle::handle(&mut b.sessions[i], br, d, now);
                     tables_changed |= fx.tables_changed;
                 }
@@ -631,11 +641,28 @@ impl OpenFlow {
                 changed.push(name.clone());
             }
         }
+        if tlv_changed {
+            self.apply_tlv(bridges);
+        }
         changed
     }
 
-    /// Once a second: probes, port status, fail-open.
+    /// Give every bridge the switch-wide Geneve option map (bridges that
+    /// already have it are left alone).
+    fn apply_tlv(&self, bridges: &mut BTreeMap<String, Bridge>) {
+        let map = self.tlv.mappings();
+        for (name, br) in bridges.iter_mut() {
+            if br.tlv_map() != map.as_slice() {
+                let n = br.set_tlv_map(&map);
+                tracing::info!(bridge = %name, ports = n, "Geneve option map set: {map:?}");
+            }
+        }
+    }
+
+    /// Once a second: probes, port status, fail-open, the Geneve option
+    /// map on bridges created since it was set.
     pub fn tick(&mut self, bridges: &mut BTreeMap<String, Bridge>, now: Instant) {
+        self.apply_tlv(bridges);
         for (name, b) in self.bridges.iter_mut() {
             let Some(br) = bridges.get_mut(name) else {
                 continue;
@@ -871,6 +898,39 @@ fn close_dead(b: &mut OfBridge, now: Instant) {
         } else {
             i += 1;
         }
+    }
+}
+
+/// `NXT_TLV_TABLE_MOD` / `NXT_TLV_TABLE_REQUEST` on the switch-wide
+/// table. Returns whether the table changed.
+fn tlv_message(table: &mut tlv::TlvTable, s: &mut Session, d: &msg::Decoded) -> bool {
+    match &d.message {
+        Message::Nx(NxMessage::TlvTableRequest) => {
+            s.send(&Message::Nx(NxMessage::TlvTableReply(table.reply())), d.xid);
+            false
+        }
+        Message::Nx(NxMessage::TlvTableMod(m)) => {
+            if s.role == role::SLAVE {
+                s.send_error(
+                    OfpError::BadRequest(nicflow_openflow::error::BadRequest::IS_SLAVE),
+                    d.xid,
+                    &handle::err_data(d),
+                );
+                return false;
+            }
+            match table.apply(m) {
+                Ok(changed) => changed,
+                Err(code) => {
+                    s.send_error(
+                        tlv::nx_error(code),
+                        d.xid,
+                        &tlv::nx_error_data(&handle::err_data(d)),
+                    );
+                    false
+                }
+            }
+        }
+        _ => false,
     }
 }
 
