@@ -703,3 +703,89 @@ options = { underlay = "u0", local_ip = "198.18.21.2", remote_ip = "198.18.21.1"
     assert!(recv.finish().is_empty());
     let _ = &mut lab;
 }
+
+/// `NXT_CT_FLUSH_ZONE` and `NXT_CT_FLUSH` (zone, original and reply
+/// tuples) from `ovs-ofctl ct-flush-zone` / `ct-flush` against the
+/// bridge's connection tracker, checked with `nicflow dump-conntrack`.
+#[test]
+fn ct_flush_over_openflow() {
+    if !tools() {
+        return;
+    }
+    let lab = lab("c");
+    of15_must(&lab, &["del-flows", OF]);
+    of15_must(
+        &lab,
+        &[
+            "add-flow",
+            OF,
+            "priority=10,ip,actions=ct(commit,zone=5),normal",
+        ],
+    );
+    of15_must(&lab, &["add-flow", OF, "priority=0,actions=normal"]);
+    let conns = || lab.cli(&["dump-conntrack", "br0"]).unwrap();
+    let ping = || assert!(pings(&lab, 1), "ping through ct(commit) failed");
+    ping();
+    let c = conns();
+    assert!(c.contains("zone=5") && c.contains("198.18.0.1"), "{c}");
+    // Another zone: untouched.
+    of15_must(&lab, &["ct-flush-zone", OF, "7"]);
+    assert!(conns().contains("zone=5"));
+    let out = of15_must(&lab, &["ct-flush-zone", OF, "5"]);
+    assert!(
+        !conns().contains("198.18.0.1"),
+        "{}\n{out}\n{}",
+        conns(),
+        lab.daemon_log()
+    );
+
+    // Tuples (UDP h1 -> h2:9999): the original tuple must match...
+    let udp = || {
+        lab.must("h1", &["bash", "-c", "echo ct > /dev/udp/198.18.0.2/9999"]);
+        let c = conns();
+        assert!(
+            c.lines()
+                .any(|l| l.starts_with("udp,") && l.contains("dport=9999")),
+            "{c}"
+        );
+    };
+    let has_udp = || conns().lines().any(|l| l.starts_with("udp,"));
+    udp();
+    of15_must(
+        &lab,
+        &[
+            "ct-flush",
+            OF,
+            "zone=5",
+            "ct_nw_src=198.18.0.9,ct_nw_proto=17",
+        ],
+    );
+    assert!(has_udp(), "flushed by another source");
+    // ... and the reply tuple too (its source is h2's port 9999: no NAT).
+    of15_must(
+        &lab,
+        &[
+            "ct-flush",
+            OF,
+            "zone=5",
+            "ct_nw_src=198.18.0.1,ct_nw_proto=17",
+            "ct_nw_src=198.18.0.2,ct_tp_src=9998",
+        ],
+    );
+    assert!(has_udp(), "flushed by a wrong reply tuple");
+    of15_must(
+        &lab,
+        &[
+            "ct-flush",
+            OF,
+            "zone=5",
+            "ct_nw_src=198.18.0.1,ct_nw_proto=17",
+            "ct_nw_src=198.18.0.2,ct_tp_src=9999",
+        ],
+    );
+    assert!(!has_udp(), "{}", conns());
+    // Without a zone: every zone.
+    ping();
+    of15_must(&lab, &["ct-flush", OF]);
+    assert!(!conns().contains("198.18.0.1"), "{}", conns());
+}

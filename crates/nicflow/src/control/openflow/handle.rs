@@ -27,7 +27,9 @@ use nicflow_openflow::msg::multipart::{
     MeterConfig, MeterFeatures, MeterStats, MultipartReply, PortStats, ReplyBody, RequestBody,
     TableFeatures, TableStats, MORE,
 };
-use nicflow_openflow::msg::{self, Bucket, Decoded, Message, Port, SwitchConfig, SwitchFeatures};
+use nicflow_openflow::msg::{
+    self, Bucket, Decoded, Message, NxMessage, Port, SwitchConfig, SwitchFeatures,
+};
 use nicflow_openflow::OfpError;
 use std::time::Instant;
 
@@ -74,6 +76,7 @@ fn is_slave_refused(m: &Message) -> bool {
             | Message::MeterMod(_)
             | Message::BundleControl(_)
             | Message::BundleAdd(_)
+            | Message::Nx(NxMessage::CtFlushZone(_) | NxMessage::CtFlush(_))
     )
 }
 
@@ -159,6 +162,19 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
             fx.tables_changed = true;
         }),
         Message::Experimenter(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXPERIMENTER)),
+        Message::Nx(NxMessage::CtFlushZone(zone)) => {
+            let f = nicflow_conntrack::FlushFilter {
+                zone: Some(*zone),
+                ..Default::default()
+            };
+            let n = br.flush_conntrack(&f);
+            tracing::debug!(bridge = %br.name, zone, flushed = n, "NXT_CT_FLUSH_ZONE");
+            Ok(())
+        }
+        Message::Nx(NxMessage::CtFlush(f)) => ct_flush(f).map(|f| {
+            let n = br.flush_conntrack(&f);
+            tracing::debug!(bridge = %br.name, flushed = n, "NXT_CT_FLUSH");
+        }),
         // Decoded by the codec (issue 30), not handled by the switch yet.
         Message::Nx(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXP_TYPE)),
         Message::BundleControl(bc) => super::bundle::control(s, br, bc, xid, now).map(|c| {
@@ -266,6 +282,60 @@ fn group_error(g: GroupError) -> OfpError {
         GroupError::BadOutGroup { .. } => GroupModFailed::UNKNOWN_GROUP,
         GroupError::Loop(_) => GroupModFailed::LOOP,
     })
+}
+
+/// `NXT_CT_FLUSH` as a conntrack filter: the zone (none: every zone),
+/// the protocol, and the original and reply tuples' fields (absent: any),
+/// as OVS's `ofp_ct_match`. Mark and labels (OVS 3.2's additions) are
+/// not filtered on: refused with `OFPBPC_BAD_TYPE`, as OVS 3.1 answers
+/// properties it does not know.
+fn ct_flush(
+    f: &nicflow_openflow::msg::nx::CtFlush,
+) -> Result<nicflow_conntrack::FlushFilter, OfpError> {
+    use nicflow_openflow::error::BadProperty;
+    use std::net::IpAddr;
+    if f.mark.is_some() || f.mark_mask.is_some() || f.labels.is_some() || f.labels_mask.is_some() {
+        return Err(OfpError::BadProperty(BadProperty::BAD_TYPE));
+    }
+    let ip = |a: std::net::Ipv6Addr| match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    };
+    let icmp = matches!(f.ip_proto, 1 | 58);
+    // nicflow keeps an ICMP connection's type and code as its ports.
+    let ports = |t: &nicflow_openflow::msg::nx::CtTuple| {
+        if icmp {
+            (
+                t.icmp_type.map(u16::from),
+                t.icmp_code.map(u16::from),
+                t.icmp_id,
+            )
+        } else {
+            (t.src_port, t.dst_port, None)
+        }
+    };
+    let mut out = nicflow_conntrack::FlushFilter {
+        zone: f.zone,
+        proto: (f.ip_proto != 0).then_some(f.ip_proto),
+        ..Default::default()
+    };
+    if let Some(t) = &f.orig {
+        let (sp, dp, id) = ports(t);
+        out.src = t.src.map(ip);
+        out.dst = t.dst.map(ip);
+        out.sport = sp;
+        out.dport = dp;
+        out.icmp_id = id;
+    }
+    if let Some(t) = &f.reply {
+        let (sp, dp, id) = ports(t);
+        out.reply_src = t.src.map(ip);
+        out.reply_dst = t.dst.map(ip);
+        out.reply_sport = sp;
+        out.reply_dport = dp;
+        out.reply_icmp_id = id;
+    }
+    Ok(out)
 }
 
 /// `PORT_MOD`: port configuration (down, no-flood...) is not modelled.
