@@ -789,3 +789,127 @@ fn ct_flush_over_openflow() {
     of15_must(&lab, &["ct-flush", OF]);
     assert!(!conns().contains("198.18.0.1"), "{}", conns());
 }
+
+/// Read messages for `wait` (or until the peer is quiet after some came).
+fn read_msgs(s: &mut UnixStream, wait: Duration) -> Vec<msg::Decoded> {
+    exchange(s, &[], wait)
+}
+
+/// `NXT_SET_PACKET_IN_FORMAT` (nxt_packet_in2) on one connection:
+/// `controller(userdata=..)` copies arrive as `NXT_PACKET_IN2` with the
+/// userdata, table, cookie, reason and the pipeline fields (in_port, a
+/// register the rule loaded); a standard connection keeps getting
+/// `PACKET_IN`s; `controller(meter_id=N)` copies are rate-limited by meter N.
+#[test]
+fn packet_in2_with_userdata_metadata_and_meter() {
+    if !tools() {
+        return;
+    }
+    use nicflow_openflow::msg::nx::{packet_in_format, NxMessage};
+    let lab = lab("i");
+    of15_must(&lab, &["del-flows", OF]);
+    of15_must(&lab, &["add-flow", OF, "priority=5,arp,actions=normal"]);
+    of15_must(
+        &lab,
+        &[
+            "add-flow",
+            OF,
+            "table=0,priority=10,udp,tp_dst=9999,actions=load:0x2a->NXM_NX_REG3[],resubmit(,3)",
+        ],
+    );
+    of15_must(
+        &lab,
+        &[
+            "add-flow",
+            OF,
+            "table=3,priority=10,cookie=0x77,udp,actions=controller(userdata=01.02.03.04)",
+        ],
+    );
+    of15_must(
+        &lab,
+        &[
+            "add-meter",
+            OF,
+            "meter=1,pktps,burst,bands=type=drop,rate=1,burst_size=1",
+        ],
+    );
+    of15_must(
+        &lab,
+        &[
+            "add-flow",
+            OF,
+            "table=0,priority=10,udp,tp_dst=9998,actions=controller(userdata=05,meter_id=1)",
+        ],
+    );
+    let mut two = raw15(&lab);
+    let set = msg::encode_to_vec_as(
+        &Message::Nx(NxMessage::SetPacketInFormat(
+            packet_in_format::NXT_PACKET_IN2,
+        )),
+        msg::OFP15_VERSION,
+        5,
+    )
+    .unwrap();
+    let mut b = set;
+    b.extend(msg::encode_to_vec_as(&Message::BarrierRequest, msg::OFP15_VERSION, 6).unwrap());
+    let r = exchange(&mut two, &b, Duration::from_secs(2));
+    assert!(
+        matches!(&r[..], [d] if d.message == Message::BarrierReply),
+        "{r:?}"
+    );
+    let mut std13 = {
+        let path = lab.dir().join("of.sock");
+        let mut s = UnixStream::connect(&path).unwrap();
+        let h = msg::encode_to_vec(&Message::Hello(Hello::ofp13()), 1).unwrap();
+        exchange(&mut s, &h, Duration::from_secs(2));
+        s
+    };
+    lab.must(
+        "h1",
+        &["bash", "-c", "echo pin2 > /dev/udp/198.18.0.2/9999"],
+    );
+    let r = read_msgs(&mut two, Duration::from_secs(2));
+    let pins: Vec<&msg::nx::PacketIn2> = r
+        .iter()
+        .filter_map(|d| match &d.message {
+            Message::Nx(NxMessage::PacketIn2(p)) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pins.len(), 1, "{r:?}");
+    let p = pins[0];
+    assert_eq!(p.userdata.as_deref(), Some(&[1u8, 2, 3, 4][..]));
+    assert_eq!(p.table_id, Some(3));
+    assert_eq!(p.cookie, Some(0x77));
+    assert_eq!(p.reason, Some(1));
+    let m = p.metadata.unwrap();
+    assert_eq!(m.get(nicflow_flow::Field::InPort).0, 1);
+    assert_eq!(m.get(nicflow_flow::Field::Reg(3)), (0x2a, 0xffff_ffff));
+    assert!(p.packet.ends_with(b"pin2\n"), "{:02x?}", p.packet);
+    // The 1.3 connection in the standard format got a PACKET_IN.
+    let r = read_msgs(&mut std13, Duration::from_secs(1));
+    assert!(
+        r.iter()
+            .any(|d| matches!(&d.message, Message::PacketIn(p) if p.data.ends_with(b"pin2\n"))),
+        "{r:?}"
+    );
+
+    // Metered copies: 20 datagrams at once, one packet per second (burst
+    // 1) lets about two through; the rest are dropped by the meter.
+    lab.must(
+        "h1",
+        &[
+            "bash",
+            "-c",
+            "for i in $(seq 20); do echo m$i > /dev/udp/198.18.0.2/9998; done",
+        ],
+    );
+    let r = read_msgs(&mut two, Duration::from_secs(2));
+    let n = r
+        .iter()
+        .filter(|d| matches!(&d.message, Message::Nx(NxMessage::PacketIn2(p)) if p.userdata.as_deref() == Some(&[5u8][..])))
+        .count();
+    assert!((1..=3).contains(&n), "{n} metered packet-ins: {r:?}");
+    let stats = of15_must(&lab, &["meter-stats", OF]);
+    assert!(stats.contains("packet_in_count:20"), "{stats}");
+}

@@ -175,6 +175,30 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
             let n = br.flush_conntrack(&f);
             tracing::debug!(bridge = %br.name, flushed = n, "NXT_CT_FLUSH");
         }),
+        Message::Nx(NxMessage::SetPacketInFormat(f)) => {
+            use nicflow_openflow::msg::nx::packet_in_format as pif;
+            match *f {
+                pif::STANDARD | pif::NXT_PACKET_IN2 => {
+                    s.packet_in_format = *f;
+                    Ok(())
+                }
+                // NXT_PACKET_IN (the OpenFlow 1.0-era format) is not
+                // encoded by nicflow; unknown formats as OVS refuses them.
+                _ => Err(OfpError::BadRequest(BadRequest::EPERM)),
+            }
+        }
+        Message::Nx(NxMessage::SetControllerId(id)) => {
+            s.controller_id = *id;
+            Ok(())
+        }
+        Message::Nx(NxMessage::SetFlowFormat(f)) => {
+            use nicflow_openflow::msg::nx::flow_format;
+            // OXM/NXM matches are what 1.3 and 1.5 carry anyway.
+            match *f {
+                flow_format::OPENFLOW10 | flow_format::NXM => Ok(()),
+                _ => Err(OfpError::BadRequest(BadRequest::EPERM)),
+            }
+        }
         // Decoded by the codec (issue 30), not handled by the switch yet.
         Message::Nx(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXP_TYPE)),
         Message::BundleControl(bc) => super::bundle::control(s, br, bc, xid, now).map(|c| {

@@ -46,6 +46,7 @@ pub mod tls;
 pub mod tlv;
 
 use crate::bridge::Bridge;
+use crate::datapath::action::ControllerExtra;
 use crate::ofproto::flow_mod::{self, FlowModCommand};
 use nicflow_flow::{Action, Field, Match};
 use nicflow_openflow::error::RoleRequestFailed;
@@ -984,6 +985,7 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
             r#match: m,
             data: p.data,
         };
+        let mut pi2 = None;
         for s in &mut b.sessions {
             if s.wants(0, p.reason) {
                 let mut one = pi.clone();
@@ -993,7 +995,17 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
                 {
                     one.data.truncate(usize::from(s.miss_send_len));
                 }
-                s.send_async(&Message::PacketIn(one));
+                if s.packet_in_format == msg::nx::packet_in_format::NXT_PACKET_IN2 {
+                    let full = pi2.get_or_insert_with(|| packet_in2(&pi, p.extra.as_deref()));
+                    let mut two = full.clone();
+                    if one.data.len() < two.packet.len() {
+                        two.packet.truncate(one.data.len());
+                        two.full_len = Some(u32::from(pi.total_len));
+                    }
+                    s.send_async(&Message::Nx(NxMessage::PacketIn2(two)));
+                } else {
+                    s.send_async(&Message::PacketIn(one));
+                }
             }
         }
     }
@@ -1018,6 +1030,69 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
         }
     }
 }
+
+/// The `NXT_PACKET_IN2` for a copy: table, cookie, reason, the pipeline
+/// fields OVS puts in its metadata (`in_port`, and for a
+/// `controller(...)` with options every non-zero register, `metadata`,
+/// packet mark and tunnel field as the pipeline had them at the action),
+/// and the action's userdata.
+fn packet_in2(pi: &PacketIn, extra: Option<&ControllerExtra>) -> msg::nx::PacketIn2 {
+    let mut two = msg::nx::PacketIn2::new(pi.data.clone());
+    if usize::from(pi.total_len) > pi.data.len() {
+        two.full_len = Some(u32::from(pi.total_len));
+    }
+    two.table_id = Some(pi.table_id);
+    two.cookie = Some(pi.cookie);
+    two.reason = Some(pi.reason);
+    let mut m = pi.r#match;
+    if let Some(e) = extra {
+        for f in PIPELINE_FIELDS {
+            let v = f.read(&e.pipeline);
+            if v != 0 {
+                m.set(*f, v, f.full_mask());
+            }
+        }
+        if !e.userdata.is_empty() {
+            two.userdata = Some(e.userdata.clone());
+        }
+    }
+    two.metadata = Some(m);
+    two
+}
+
+/// The pipeline fields a `PACKET_IN2` reports when set (OVS's
+/// `flow_get_metadata`).
+const PIPELINE_FIELDS: &[Field] = &[
+    Field::TunId,
+    Field::TunSrc,
+    Field::TunDst,
+    Field::TunMetadata(0),
+    Field::TunMetadata(1),
+    Field::TunMetadata(2),
+    Field::TunMetadata(3),
+    Field::TunMetadata(4),
+    Field::TunMetadata(5),
+    Field::TunMetadata(6),
+    Field::TunMetadata(7),
+    Field::Metadata,
+    Field::Reg(0),
+    Field::Reg(1),
+    Field::Reg(2),
+    Field::Reg(3),
+    Field::Reg(4),
+    Field::Reg(5),
+    Field::Reg(6),
+    Field::Reg(7),
+    Field::Reg(8),
+    Field::Reg(9),
+    Field::Reg(10),
+    Field::Reg(11),
+    Field::Reg(12),
+    Field::Reg(13),
+    Field::Reg(14),
+    Field::Reg(15),
+    Field::PktMark,
+];
 
 fn port_status(b: &mut OfBridge, br: &Bridge) {
     let now_ports: Vec<(u32, String)> = br

@@ -148,6 +148,12 @@ pub struct Session {
     pub rx_msgs: u64,
     /// Open bundles (`OFPT_BUNDLE_*`, [`super::bundle`]).
     pub bundles: super::bundle::Bundles,
+    /// `NXT_SET_PACKET_IN_FORMAT`: standard `PACKET_IN`s (0) or
+    /// `NXT_PACKET_IN2` (2).
+    pub packet_in_format: u32,
+    /// `NXT_SET_CONTROLLER_ID` (recorded; `controller(id=N)` copies go to
+    /// every connection).
+    pub controller_id: u16,
 }
 
 impl Session {
@@ -200,6 +206,8 @@ impl Session {
             errors_sent: 0,
             rx_msgs: 0,
             bundles: Default::default(),
+            packet_in_format: 0,
+            controller_id: 0,
         };
         s.send(&Message::Hello(hello), 0);
         s
