@@ -463,9 +463,33 @@ pub struct FlushFilter {
     /// `icmp_id` (ICMP/ICMPv6 connections only; a filter with it never
     /// matches other protocols).
     pub icmp_id: Option<u16>,
+    /// The same fields of the reply-direction tuple (after NAT: what
+    /// OpenFlow's `NXT_CT_FLUSH` reply tuple names, e.g. OVN's load
+    /// balancer backend). `proto` and `zone` above apply to both.
+    pub reply_src: Option<IpAddr>,
+    pub reply_dst: Option<IpAddr>,
+    pub reply_sport: Option<u16>,
+    pub reply_dport: Option<u16>,
+    pub reply_icmp_id: Option<u16>,
 }
 
 impl FlushFilter {
+    /// A connection's original and reply keys both match.
+    pub(crate) fn matches_conn(&self, keys: &[tuple::ConnKey; 2]) -> bool {
+        if !self.matches(&keys[0]) {
+            return false;
+        }
+        let r = FlushFilter {
+            src: self.reply_src,
+            dst: self.reply_dst,
+            sport: self.reply_sport,
+            dport: self.reply_dport,
+            icmp_id: self.reply_icmp_id,
+            ..FlushFilter::default()
+        };
+        r == FlushFilter::default() || r.matches(&keys[1])
+    }
+
     pub(crate) fn matches(&self, k: &tuple::ConnKey) -> bool {
         let t = k.to_tuple();
         self.zone.is_none_or(|z| z == k.zone)

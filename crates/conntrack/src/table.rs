@@ -591,13 +591,16 @@ impl Conntrack {
 
     /// Deletes the connections matching `filter` (`dpctl/flush-conntrack`);
     /// returns how many. Every field given in the filter must match the
-    /// connection's original-direction tuple, like `ct_dpif_flush_tuple`'s
-    /// `ct_dpif_entry_cmp`.
+    /// connection's original-direction tuple (the `reply_*` ones its reply
+    /// tuple), like `ct_dpif_flush_tuple`'s `ct_dpif_entry_cmp`.
     pub fn flush(&mut self, filter: &FlushFilter) -> usize {
         let mut n = 0;
         for slot in 0..self.slots.len() {
             let slot = slot as u32;
-            if self.slot(slot).is_some_and(|c| filter.matches(&c.keys[0])) {
+            if self
+                .slot(slot)
+                .is_some_and(|c| filter.matches_conn(&c.keys))
+            {
                 self.remove(slot, Removal::Removed);
                 n += 1;
             }

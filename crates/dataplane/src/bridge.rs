@@ -232,6 +232,13 @@ pub struct Bridge {
     next_port: usize,
     rounds_deferred: u64,
     overload: OverloadLog,
+    /// An OpenFlow bundle is being applied: `flow_mod`, `add_groups` and
+    /// `del_groups_id` leave the datapath alone until it is done, so no
+    /// packet (kernel-offloaded ones included) sees half of it.
+    defer_revalidation: bool,
+    /// The switch-wide Geneve option map (OpenFlow TLV table), given to
+    /// every port (Geneve ones take it), ports added later included.
+    tlv_map: Vec<nicflow_port::tunnel::TlvMapping>,
 }
 
 impl Bridge {
@@ -254,12 +261,33 @@ impl Bridge {
             next_port: 0,
             rounds_deferred: 0,
             overload: OverloadLog::default(),
+            defer_revalidation: false,
+            tlv_map: Vec::new(),
         }
+    }
+
+    /// Set the switch-wide Geneve option map on every port (see
+    /// `Port::set_tlv_map`); returns how many ports took it.
+    pub fn set_tlv_map(&mut self, map: &[nicflow_port::tunnel::TlvMapping]) -> usize {
+        self.tlv_map = map.to_vec();
+        let mut n = 0;
+        for p in &mut self.ports {
+            n += usize::from(p.port.set_tlv_map(map));
+        }
+        n
+    }
+
+    /// The map of [`Bridge::set_tlv_map`].
+    pub fn tlv_map(&self) -> &[nicflow_port::tunnel::TlvMapping] {
+        &self.tlv_map
     }
 
     /// Attach a port; returns its OpenFlow port number (1, 2, ...). A name
     /// held by [`Bridge::reserve_port`] gets its reserved number.
-    pub fn add_port(&mut self, port: Box<dyn Port>) -> Result<u32, BridgeError> {
+    pub fn add_port(&mut self, mut port: Box<dyn Port>) -> Result<u32, BridgeError> {
+        if !self.tlv_map.is_empty() {
+            port.set_tlv_map(&self.tlv_map);
+        }
         let name = port.name().to_string();
         let no = match self.names.0.get(&name) {
             Some(&no) if self.attached(&name).is_none() => no,
@@ -567,8 +595,30 @@ impl Bridge {
     {
         self.dp.push_stats(&mut self.ofproto);
         let r = self.ofproto.flow_mod(fm, now)?;
-        self.dp.revalidate(&mut self.ofproto);
+        if !self.defer_revalidation {
+            self.dp.revalidate(&mut self.ofproto);
+        }
         Ok(r)
+    }
+
+    /// Start applying a group of changes that must become visible at once
+    /// (an OpenFlow bundle): [`Bridge::flow_mod`], [`Bridge::add_groups`]
+    /// and [`Bridge::del_groups_id`] change the tables but not the cached
+    /// or kernel flows until [`Bridge::end_deferred`]. Nothing forwards in
+    /// between (the caller runs on the forwarding thread); only the kernel
+    /// engines do, and they keep the old decisions.
+    pub fn begin_deferred(&mut self) {
+        self.defer_revalidation = true;
+    }
+
+    /// End [`Bridge::begin_deferred`]: revalidate once (`revalidate`), or
+    /// not when the caller put the tables back with
+    /// [`Bridge::restore_rules`] (which revalidates against the old tables).
+    pub fn end_deferred(&mut self, revalidate: bool) {
+        self.defer_revalidation = false;
+        if revalidate {
+            self.dp.revalidate(&mut self.ofproto);
+        }
     }
 
     /// Rules a flow-statistics request selects, with up-to-date counters.
@@ -704,7 +754,9 @@ impl Bridge {
     ) -> Result<(), BridgeError> {
         self.dp.push_stats(&mut self.ofproto);
         self.ofproto.add_groups(specs, modify, now)?;
-        self.dp.revalidate(&mut self.ofproto);
+        if !self.defer_revalidation {
+            self.dp.revalidate(&mut self.ofproto);
+        }
         Ok(())
     }
 
@@ -1183,12 +1235,36 @@ impl Bridge {
         actions: &[nicflow_flow::Action],
         now: Instant,
     ) -> bool {
+        self.packet_out_with(
+            in_port,
+            &nicflow_flow::Match::catchall(),
+            data,
+            actions,
+            now,
+        )
+    }
+
+    /// [`Bridge::packet_out`] with pipeline fields the frame starts with
+    /// (OpenFlow 1.5's `PACKET_OUT` match: `metadata`, registers, tunnel
+    /// fields): the fields `metadata` sets override what the frame says.
+    pub fn packet_out_with(
+        &mut self,
+        in_port: u32,
+        metadata: &nicflow_flow::Match,
+        data: &[u8],
+        actions: &[nicflow_flow::Action],
+        now: Instant,
+    ) -> bool {
         if data.is_empty() {
             return false;
         }
         let mut key = nicflow_flow::FlowKey::default();
         if nicflow_flow::extract(data, in_port, &mut key).is_err() {
             return false;
+        }
+        let (mv, mm) = (metadata.key().words(), metadata.mask().words());
+        for (i, k) in key.words_mut().iter_mut().enumerate() {
+            *k = (*k & !mm[i]) | mv[i];
         }
         self.dp.push_stats(&mut self.ofproto);
         let out =
@@ -1231,7 +1307,9 @@ impl Bridge {
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
-        self.dp.revalidate(&mut self.ofproto);
+        if !self.defer_revalidation {
+            self.dp.revalidate(&mut self.ofproto);
+        }
         n
     }
 

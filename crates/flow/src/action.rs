@@ -234,15 +234,14 @@ pub struct ControllerOpts {
     /// 2 invalid_ttl, 3 action_set, 4 group, 5 packet_out).
     pub reason: u8,
     /// Opaque bytes for the controller (`NXPINT_USERDATA` of a
-    /// `PACKET_IN2`); kept and encoded, but nicflow's `PACKET_IN` cannot
-    /// carry them yet.
+    /// `PACKET_IN2`; a standard `PACKET_IN` cannot carry them).
     pub userdata: Vec<u8>,
     /// Stop the pipeline here, to be resumed by the controller
     /// (`NXT_RESUME`). nicflow has no continuations yet: the copy goes out
     /// and the packet's walk ends at this action.
     pub pause: bool,
-    /// Rate-limit the copies through this meter; kept and encoded, not
-    /// applied yet.
+    /// Rate-limit the copies through this meter (copies over its rate are
+    /// not sent; the walk goes on).
     pub meter_id: Option<u32>,
 }
 

@@ -177,7 +177,7 @@ enum Cmd {
     /// packets per engine (XDP / userspace).
     Stats,
     /// Change a bridge setting: `offload=auto|tc|xdp|none`,
-    /// `protocols=OpenFlow13` (persisted).
+    /// `protocols=OpenFlow13,OpenFlow15` (persisted).
     Set {
         bridge: String,
         /// KEY=VALUE
@@ -429,7 +429,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Set { bridge, setting } => {
             let (key, value) = setting
                 .split_once('=')
-                .with_context(|| format!("`{setting}`: expected KEY=VALUE (offload=auto|tc|xdp|none, protocols=OpenFlow13)"))?;
+                .with_context(|| format!("`{setting}`: expected KEY=VALUE (offload=auto|tc|xdp|none, protocols=OpenFlow13,OpenFlow15)"))?;
             ctl(Request::Set {
                 bridge,
                 key: key.to_string(),

@@ -659,6 +659,26 @@ fn check_bytes(b: &[u8]) {
     }
 }
 
+/// `m` as 1.5 has it: a meter is an action, not an instruction
+/// (`action::meter_as_action`).
+fn meter15(m: &Message) -> Message {
+    let mut m = m.clone();
+    match &mut m {
+        Message::FlowMod(f) => {
+            f.instructions = nicflow_openflow::action::meter_as_action(&f.instructions)
+        }
+        Message::MultipartReply(r) => {
+            if let nicflow_openflow::msg::multipart::ReplyBody::Flow(fs) = &mut r.body {
+                for f in fs {
+                    f.instructions = nicflow_openflow::action::meter_as_action(&f.instructions);
+                }
+            }
+        }
+        _ => {}
+    }
+    m
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -674,7 +694,7 @@ proptest! {
         let b15 = nicflow_openflow::msg::encode_to_vec_as(&m, OFP15_VERSION, xid).unwrap();
         let (d15, n15) = decode(&b15).unwrap_or_else(|e| panic!("1.5 {m:?}: {e}"));
         prop_assert_eq!(n15, b15.len());
-        prop_assert_eq!(&d15.message, &m);
+        prop_assert_eq!(&d15.message, &meter15(&m));
         prop_assert_eq!(
             nicflow_openflow::msg::encode_to_vec_as(&d15.message, OFP15_VERSION, xid).unwrap(),
             b15

@@ -137,4 +137,11 @@ pub trait Port {
     fn offload_hook(&self) -> OffloadHook {
         OffloadHook::Userspace { kind: self.kind() }
     }
+    /// The switch-wide Geneve option map (OpenFlow `NXT_TLV_TABLE_MOD`):
+    /// which options are `tun_metadata0..7`. Only Geneve ports use it
+    /// (returns whether this port took it); an empty map gives a port back
+    /// its own `tlv_map` option.
+    fn set_tlv_map(&mut self, _map: &[tunnel::TlvMapping]) -> bool {
+        false
+    }
 }

@@ -779,6 +779,13 @@ impl Underlay {
         Ok(id)
     }
 
+    /// A new TLV map for endpoint `id` (its received options).
+    fn set_endpoint_tlv(&mut self, id: u64, map: &[TlvMapping]) {
+        if let Some(e) = self.endpoints.iter_mut().find(|e| e.id == id) {
+            e.tlv = map.to_vec();
+        }
+    }
+
     fn remove_endpoint(&mut self, id: u64) {
         self.esp.remove(id);
         self.endpoints.retain(|e| e.id != id);
@@ -1330,6 +1337,9 @@ impl crate::hook::UnderlayView for RefCell<Underlay> {
 pub struct TunnelPort {
     name: String,
     cfg: TunnelConfig,
+    /// The port's own `tlv_map` option (in force while the switch-wide
+    /// map is empty, see [`Port::set_tlv_map`]).
+    own_tlv: Vec<TlvMapping>,
     underlay: Rc<RefCell<Underlay>>,
     id: u64,
     /// ICMP replies for oversize frames, received on this port next.
@@ -1367,6 +1377,7 @@ impl TunnelPort {
         let id = underlay.borrow_mut().add_endpoint(&cfg)?;
         Ok(TunnelPort {
             name: name.to_string(),
+            own_tlv: cfg.tlv_map.clone(),
             cfg,
             underlay,
             id,
@@ -1634,6 +1645,20 @@ impl Port for TunnelPort {
 
     fn kind(&self) -> &'static str {
         kind_name(self.cfg.kind)
+    }
+
+    fn set_tlv_map(&mut self, map: &[TlvMapping]) -> bool {
+        if self.cfg.kind != TunnelKind::Geneve {
+            return false;
+        }
+        let map = if map.is_empty() {
+            &self.own_tlv[..]
+        } else {
+            map
+        };
+        self.cfg.tlv_map = map.to_vec();
+        self.underlay.borrow_mut().set_endpoint_tlv(self.id, map);
+        true
     }
 
     fn offload_hook(&self) -> crate::OffloadHook {

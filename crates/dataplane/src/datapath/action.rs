@@ -39,6 +39,19 @@ impl DropReason {
     }
 }
 
+/// What a `controller(...)` action with options adds to its copy, for
+/// `NXT_PACKET_IN2`: the action's userdata, the meter its copies go
+/// through, and the pipeline fields (registers, `metadata`, tunnel
+/// fields) as the translation had them when it reached the action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ControllerExtra {
+    pub userdata: Vec<u8>,
+    /// Copies over this meter's rate are not sent (OVS's
+    /// `controller(meter_id=N)`).
+    pub meter_id: Option<u32>,
+    pub pipeline: nicflow_flow::FlowKey,
+}
+
 /// One datapath action.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DpAction {
@@ -91,6 +104,9 @@ pub enum DpAction {
         reason: u8,
         table_id: u8,
         cookie: u64,
+        /// `controller(userdata=..,meter_id=..)`: what the copy carries
+        /// beyond a plain `PACKET_IN` (boxed: plain copies stay small).
+        extra: Option<Box<ControllerExtra>>,
     },
     /// Count a deliberate drop. Actions before it still happened.
     Drop(DropReason),
@@ -198,6 +214,7 @@ impl fmt::Display for DpAction {
                 reason,
                 table_id,
                 cookie,
+                ..
             } => write!(
                 f,
                 "userspace(controller,reason={reason},table={table_id},cookie={cookie:#x},max_len={max_len})"

@@ -166,8 +166,19 @@ pub fn execute(
                 reason,
                 table_id,
                 cookie,
+                extra,
             } => {
-                if controller.len() >= controller_cap {
+                // controller(meter_id=N): copies over the meter's rate are
+                // not sent; the packet's walk goes on either way.
+                let metered_out = extra.as_ref().and_then(|e| e.meter_id).is_some_and(|id| {
+                    meters
+                        .get_mut(id)
+                        .map(|m| m.run(ct.now, pkt.len()))
+                        .is_some_and(|v| v == super::meter::Verdict::Drop)
+                });
+                if metered_out {
+                    // Counted by the meter's band.
+                } else if controller.len() >= controller_cap {
                     r.controller_dropped = true;
                 } else {
                     let n = (*max_len as usize).min(pkt.len());
@@ -188,6 +199,7 @@ pub fn execute(
                         reason: *reason,
                         table_id: *table_id,
                         cookie: *cookie,
+                        extra: extra.clone(),
                     });
                     r.controller = true;
                 }

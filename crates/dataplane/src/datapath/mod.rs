@@ -287,6 +287,9 @@ pub struct ControllerPacket {
     pub table_id: u8,
     /// The cookie of the rule whose action sent it.
     pub cookie: u64,
+    /// `controller(userdata=..)` and the pipeline fields, when the action
+    /// had options (`NXT_PACKET_IN2`).
+    pub extra: Option<Box<action::ControllerExtra>>,
 }
 
 pub struct Datapath {

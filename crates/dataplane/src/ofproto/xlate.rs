@@ -350,6 +350,7 @@ impl Ctx<'_> {
             reason: if self.rule_is_miss { 0 } else { 1 },
             table_id,
             cookie: self.rule_cookie,
+            extra: None,
         });
     }
 
@@ -372,6 +373,11 @@ impl Ctx<'_> {
                     reason: o.reason,
                     table_id,
                     cookie: self.rule_cookie,
+                    extra: Some(Box::new(crate::datapath::action::ControllerExtra {
+                        userdata: o.userdata.clone(),
+                        meter_id: o.meter_id,
+                        pipeline: self.key,
+                    })),
                 });
                 // No continuations yet: a paused walk ends with the copy
                 // (OVS would resume it on the controller's NXT_RESUME).

@@ -232,6 +232,10 @@ impl Switch {
             self.config_path.as_deref(),
         );
         self.bridges.insert(bc.name.clone(), br);
+        if bc.openflow.protocols.is_some() {
+            let v = settings::protocol_versions(bc.openflow.protocols.as_deref());
+            self.openflow.set_protocols(&bc.name, &v, now());
+        }
         if !bc.openflow.controllers.is_empty() || bc.openflow.fail_mode.is_some() {
             let r = parse_targets(&bc.openflow.controllers)
                 .map_err(SwitchError::from)

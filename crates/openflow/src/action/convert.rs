@@ -491,6 +491,8 @@ fn action_to_nicflow(a: &OfAction, m: &Match) -> Result<Option<Action>, OfpError
             }
             Action::Group(*g)
         }
+        // OpenFlow 1.5's meter action (1.3's instruction, see `to_nicflow`).
+        OfAction::Meter(id) => Action::Meter(*id),
         OfAction::SetField(en) => {
             check_set_value(en)?;
             return set_wire(en.field, en.value, ones(en.field.wire_bits()), m);

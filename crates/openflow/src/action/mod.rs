@@ -32,6 +32,10 @@ pub mod ofpat {
     pub const SET_NW_TTL: u16 = 23;
     pub const DEC_NW_TTL: u16 = 24;
     pub const SET_FIELD: u16 = 25;
+    /// OpenFlow 1.5: the meter is an action (1.3's `OFPIT_METER`
+    /// instruction is deprecated there; `ovs-ofctl -O OpenFlow15` sends
+    /// this).
+    pub const METER: u16 = 29;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
@@ -68,6 +72,8 @@ pub enum OfAction {
         max_len: u16,
     },
     Group(u32),
+    /// `OFPAT_METER` (OpenFlow 1.5).
+    Meter(u32),
     /// `OFPAT_SET_FIELD` (no mask in OpenFlow 1.3).
     SetField(OxmEntry),
     PushVlan(u16),
@@ -190,6 +196,10 @@ pub fn decode_action(r: &mut Reader<'_>) -> Result<OfAction, OfpError> {
             fixed(8)?;
             OfAction::Group(a.u32()?)
         }
+        ofpat::METER => {
+            fixed(8)?;
+            OfAction::Meter(a.u32()?)
+        }
         ofpat::PUSH_VLAN => {
             fixed(8)?;
             OfAction::PushVlan(a.u16()?)
@@ -259,6 +269,10 @@ pub fn encode_action(a: &OfAction, out: &mut Vec<u8>) {
         OfAction::Group(g) => {
             simple(out, ofpat::GROUP);
             wire::put_u32(out, *g);
+        }
+        OfAction::Meter(m) => {
+            simple(out, ofpat::METER);
+            wire::put_u32(out, *m);
         }
         OfAction::PushVlan(t) => {
             simple(out, ofpat::PUSH_VLAN);
@@ -348,6 +362,54 @@ pub fn decode_instructions(bytes: &[u8]) -> Result<Vec<Instruction>, OfpError> {
 }
 
 /// Encode an instruction list.
+/// OpenFlow 1.5's form of an instruction list: a meter is an
+/// `OFPAT_METER` action at the front of the (first) apply-actions, as Open
+/// vSwitch writes it — 1.5 deprecates the `OFPIT_METER` instruction. The
+/// codec reads and writes 1.5 rules in this form (so 1.5 bytes round-trip);
+/// `convert` maps both forms to the same nicflow rule.
+pub fn meter_as_action(insts: &[Instruction]) -> Vec<Instruction> {
+    let meters: Vec<u32> = insts
+        .iter()
+        .filter_map(|i| match i {
+            Instruction::Meter(m) => Some(*m),
+            _ => None,
+        })
+        .collect();
+    if meters.is_empty() {
+        return insts.to_vec();
+    }
+    let mut v: Vec<Instruction> = Vec::with_capacity(insts.len());
+    let mut placed = false;
+    for i in insts {
+        match i {
+            Instruction::Meter(_) => {}
+            Instruction::ApplyActions(a) if !placed => {
+                let mut acts: Vec<OfAction> = meters.iter().map(|m| OfAction::Meter(*m)).collect();
+                acts.extend(a.iter().cloned());
+                v.push(Instruction::ApplyActions(acts));
+                placed = true;
+            }
+            i => v.push(i.clone()),
+        }
+    }
+    if !placed {
+        let acts = meters.iter().map(|m| OfAction::Meter(*m)).collect();
+        v.insert(0, Instruction::ApplyActions(acts));
+    }
+    v
+}
+
+/// [`encode_instructions`] in OpenFlow `version` (1.5: [`meter_as_action`]).
+pub fn encode_instructions_as(version: u8, insts: &[Instruction], out: &mut Vec<u8>) {
+    if version >= crate::msg::OFP15_VERSION
+        && insts.iter().any(|i| matches!(i, Instruction::Meter(_)))
+    {
+        encode_instructions(&meter_as_action(insts), out)
+    } else {
+        encode_instructions(insts, out)
+    }
+}
+
 pub fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
     for inst in insts {
         let start = out.len();

@@ -102,7 +102,10 @@ impl FlowMod {
             return Err(OfpError::FlowModFailed(FlowModFailed::BAD_TABLE_ID));
         }
         let r#match = oxm::decode_match(r)?;
-        let instructions = action::decode_instructions(r.rest())?;
+        let mut instructions = action::decode_instructions(r.rest())?;
+        if version >= super::OFP15_VERSION {
+            instructions = action::meter_as_action(&instructions);
+        }
         Ok(FlowMod {
             cookie,
             cookie_mask,
@@ -140,7 +143,7 @@ impl FlowMod {
         };
         wire::put_u16(out, importance);
         oxm::encode_match(&self.r#match, out);
-        action::encode_instructions(&self.instructions, out);
+        action::encode_instructions_as(version, &self.instructions, out);
     }
 
     /// What nicflow's tables run for this rule (see

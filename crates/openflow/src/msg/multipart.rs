@@ -343,7 +343,7 @@ impl FlowStats {
             packet_count: st.packet_count.unwrap_or(0),
             byte_count: st.byte_count.unwrap_or(0),
             r#match,
-            instructions: action::decode_instructions(f.rest())?,
+            instructions: action::meter_as_action(&action::decode_instructions(f.rest())?),
         })
     }
 
@@ -367,7 +367,7 @@ impl FlowStats {
             ..OxsStats::default()
         }
         .encode(out);
-        action::encode_instructions(&self.instructions, out);
+        action::encode_instructions_as(super::OFP15_VERSION, &self.instructions, out);
         let len = wire::len16(out, start);
         wire::patch_u16(out, start, len);
     }

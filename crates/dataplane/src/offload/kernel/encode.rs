@@ -1042,7 +1042,8 @@ mod tests {
                 max_len: 128,
                 reason: 1,
                 table_id: 0,
-                cookie: 0
+                cookie: 0,
+                extra: None,
             }]),
             "action:controller"
         );

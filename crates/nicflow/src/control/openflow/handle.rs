@@ -27,7 +27,9 @@ use nicflow_openflow::msg::multipart::{
     MeterConfig, MeterFeatures, MeterStats, MultipartReply, PortStats, ReplyBody, RequestBody,
     TableFeatures, TableStats, MORE,
 };
-use nicflow_openflow::msg::{self, Bucket, Decoded, Message, Port, SwitchConfig, SwitchFeatures};
+use nicflow_openflow::msg::{
+    self, Bucket, Decoded, Message, NxMessage, Port, SwitchConfig, SwitchFeatures,
+};
 use nicflow_openflow::OfpError;
 use std::time::Instant;
 
@@ -55,12 +57,10 @@ pub fn datapath_id(bridge: &str) -> u64 {
     h & 0x0000_ffff_ffff_ffff
 }
 
-fn err_data(d: &Decoded) -> Vec<u8> {
-    // The codec kept no raw bytes; re-encode the start of the request.
-    let mut v = msg::encode_to_vec(&d.message, d.xid).unwrap_or_default();
-    if let Some(b) = v.get_mut(0) {
-        *b = d.version;
-    }
+pub(super) fn err_data(d: &Decoded) -> Vec<u8> {
+    // The codec kept no raw bytes; re-encode the start of the request in
+    // its version.
+    let mut v = msg::encode_to_vec_as(&d.message, d.version, d.xid).unwrap_or_default();
     v.truncate(64);
     v
 }
@@ -74,6 +74,9 @@ fn is_slave_refused(m: &Message) -> bool {
             | Message::TableMod(_)
             | Message::PacketOut(_)
             | Message::MeterMod(_)
+            | Message::BundleControl(_)
+            | Message::BundleAdd(_)
+            | Message::Nx(NxMessage::CtFlushZone(_) | NxMessage::CtFlush(_))
     )
 }
 
@@ -146,14 +149,7 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
         }),
         Message::PacketOut(po) => packet_out(br, po, now),
         Message::MultipartRequest(req) => multipart(s, br, &req.body, xid, now),
-        Message::PortMod(p) => {
-            if br.of_ports().iter().any(|(no, _, _)| *no == p.port_no) {
-                // Port configuration (down, no-flood...) is not modelled.
-                Err(OfpError::PortModFailed(PortModFailed::EPERM))
-            } else {
-                Err(OfpError::PortModFailed(PortModFailed::BAD_PORT))
-            }
-        }
+        Message::PortMod(p) => port_mod(br, p),
         Message::TableMod(t) => {
             // Every table id exists (0..=254, 255 = all).
             if t.config != 0 {
@@ -166,11 +162,49 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
             fx.tables_changed = true;
         }),
         Message::Experimenter(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXPERIMENTER)),
+        Message::Nx(NxMessage::CtFlushZone(zone)) => {
+            let f = nicflow_conntrack::FlushFilter {
+                zone: Some(*zone),
+                ..Default::default()
+            };
+            let n = br.flush_conntrack(&f);
+            tracing::debug!(bridge = %br.name, zone, flushed = n, "NXT_CT_FLUSH_ZONE");
+            Ok(())
+        }
+        Message::Nx(NxMessage::CtFlush(f)) => ct_flush(f).map(|f| {
+            let n = br.flush_conntrack(&f);
+            tracing::debug!(bridge = %br.name, flushed = n, "NXT_CT_FLUSH");
+        }),
+        Message::Nx(NxMessage::SetPacketInFormat(f)) => {
+            use nicflow_openflow::msg::nx::packet_in_format as pif;
+            match *f {
+                pif::STANDARD | pif::NXT_PACKET_IN2 => {
+                    s.packet_in_format = *f;
+                    Ok(())
+                }
+                // NXT_PACKET_IN (the OpenFlow 1.0-era format) is not
+                // encoded by nicflow; unknown formats as OVS refuses them.
+                _ => Err(OfpError::BadRequest(BadRequest::EPERM)),
+            }
+        }
+        Message::Nx(NxMessage::SetControllerId(id)) => {
+            s.controller_id = *id;
+            Ok(())
+        }
+        Message::Nx(NxMessage::SetFlowFormat(f)) => {
+            use nicflow_openflow::msg::nx::flow_format;
+            // OXM/NXM matches are what 1.3 and 1.5 carry anyway.
+            match *f {
+                flow_format::OPENFLOW10 | flow_format::NXM => Ok(()),
+                _ => Err(OfpError::BadRequest(BadRequest::EPERM)),
+            }
+        }
         // Decoded by the codec (issue 30), not handled by the switch yet.
         Message::Nx(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXP_TYPE)),
-        Message::BundleControl(_) | Message::BundleAdd(_) => {
-            Err(OfpError::BadRequest(BadRequest::BAD_TYPE))
-        }
+        Message::BundleControl(bc) => super::bundle::control(s, br, bc, xid, now).map(|c| {
+            fx.tables_changed = c;
+        }),
+        Message::BundleAdd(ba) => super::bundle::add(s, ba, d.version, xid, now),
         // Replies and switch-to-controller messages make no sense here.
         Message::FeaturesReply(_)
         | Message::GetConfigReply(_)
@@ -274,8 +308,80 @@ fn group_error(g: GroupError) -> OfpError {
     })
 }
 
+/// `NXT_CT_FLUSH` as a conntrack filter: the zone (none: every zone),
+/// the protocol, and the original and reply tuples' fields (absent: any),
+/// as OVS's `ofp_ct_match`. Mark and labels (OVS 3.2's additions) are
+/// not filtered on: refused with `OFPBPC_BAD_TYPE`, as OVS 3.1 answers
+/// properties it does not know.
+fn ct_flush(
+    f: &nicflow_openflow::msg::nx::CtFlush,
+) -> Result<nicflow_conntrack::FlushFilter, OfpError> {
+    use nicflow_openflow::error::BadProperty;
+    use std::net::IpAddr;
+    if f.mark.is_some() || f.mark_mask.is_some() || f.labels.is_some() || f.labels_mask.is_some() {
+        return Err(OfpError::BadProperty(BadProperty::BAD_TYPE));
+    }
+    let ip = |a: std::net::Ipv6Addr| match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    };
+    let icmp = matches!(f.ip_proto, 1 | 58);
+    // nicflow keeps an ICMP connection's type and code as its ports.
+    let ports = |t: &nicflow_openflow::msg::nx::CtTuple| {
+        if icmp {
+            (
+                t.icmp_type.map(u16::from),
+                t.icmp_code.map(u16::from),
+                t.icmp_id,
+            )
+        } else {
+            (t.src_port, t.dst_port, None)
+        }
+    };
+    let mut out = nicflow_conntrack::FlushFilter {
+        zone: f.zone,
+        proto: (f.ip_proto != 0).then_some(f.ip_proto),
+        ..Default::default()
+    };
+    if let Some(t) = &f.orig {
+        let (sp, dp, id) = ports(t);
+        out.src = t.src.map(ip);
+        out.dst = t.dst.map(ip);
+        out.sport = sp;
+        out.dport = dp;
+        out.icmp_id = id;
+    }
+    if let Some(t) = &f.reply {
+        let (sp, dp, id) = ports(t);
+        out.reply_src = t.src.map(ip);
+        out.reply_dst = t.dst.map(ip);
+        out.reply_sport = sp;
+        out.reply_dport = dp;
+        out.reply_icmp_id = id;
+    }
+    Ok(out)
+}
+
+/// `PORT_MOD`: port configuration (down, no-flood...) is not modelled.
+pub(super) fn port_mod(br: &Bridge, p: &msg::PortMod) -> Result<(), OfpError> {
+    if br.of_ports().iter().any(|(no, _, _)| *no == p.port_no) {
+        Err(OfpError::PortModFailed(PortModFailed::EPERM))
+    } else {
+        Err(OfpError::PortModFailed(PortModFailed::BAD_PORT))
+    }
+}
+
+/// What a `FLOW_MOD` would be refused for before it reaches the tables
+/// (its actions), for a bundle to refuse it when it is added.
+pub(super) fn check_flow_mod(fm: &msg::FlowMod) -> Result<(), OfpError> {
+    match fm.command {
+        WireCmd::Delete | WireCmd::DeleteStrict => Ok(()),
+        _ => fm.translate().map(drop),
+    }
+}
+
 /// Returns whether the tables changed.
-fn flow_mod(br: &mut Bridge, fm: &msg::FlowMod, now: Instant) -> Result<bool, OfpError> {
+pub(super) fn flow_mod(br: &mut Bridge, fm: &msg::FlowMod, now: Instant) -> Result<bool, OfpError> {
     let command = match fm.command {
         WireCmd::Add => FlowModCommand::Add,
         WireCmd::Modify => FlowModCommand::Modify,
@@ -324,7 +430,8 @@ fn flow_mod(br: &mut Bridge, fm: &msg::FlowMod, now: Instant) -> Result<bool, Of
     Ok(true)
 }
 
-fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), OfpError> {
+pub(super) fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), OfpError> {
+    use nicflow_openflow::msg::group::bucket_id as bid;
     let gmf = OfpError::GroupModFailed;
     match gm.command {
         gcmd::DELETE => {
@@ -332,7 +439,8 @@ fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), Of
             br.del_groups_id(id);
             return Ok(());
         }
-        gcmd::ADD | gcmd::MODIFY => {}
+        gcmd::ADD | gcmd::MODIFY | gcmd::ADD_OR_MOD => {}
+        gcmd::INSERT_BUCKET | gcmd::REMOVE_BUCKET => return edit_buckets(br, gm, now),
         _ => return Err(gmf(GroupModFailed::BAD_COMMAND)),
     }
     if gm.group_id > nicflow_ofctl::group::OFPG_MAX {
@@ -348,45 +456,146 @@ fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), Of
     if kind == GroupType::Indirect && gm.buckets.len() != 1 {
         return Err(gmf(GroupModFailed::BAD_BUCKET));
     }
-    let mut buckets = Vec::with_capacity(gm.buckets.len());
-    for (i, b) in gm.buckets.iter().enumerate() {
+    let buckets = buckets_in(&gm.buckets)?;
+    let mut ids: Vec<u32> = buckets.iter().map(|b| b.bucket_id).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) || ids.last().is_some_and(|i| *i > bid::MAX) {
+        return Err(gmf(GroupModFailed::BAD_BUCKET));
+    }
+    let (selection_method, selection_method_param) = match &gm.selection_method {
+        None => (None, 0),
+        Some(m) if kind != GroupType::Select => {
+            let _ = m;
+            return Err(gmf(GroupModFailed::BAD_TYPE));
+        }
+        // OVN's load balancers: nicflow hashes the 5-tuple (docs/groups).
+        Some(m) if m.method == "dp_hash" && m.fields.is_empty() => {
+            (Some(nicflow_ofctl::group::SelectionMethod::DpHash), m.param)
+        }
+        Some(m) if m.method.is_empty() => (None, 0),
+        // `hash` with fields: not mapped from OXM here.
+        Some(_) => {
+            return Err(OfpError::BadProperty(
+                nicflow_openflow::error::BadProperty::BAD_VALUE,
+            ))
+        }
+    };
+    let spec = GroupSpec {
+        group_id: gm.group_id,
+        kind,
+        selection_method,
+        selection_method_param,
+        fields: Vec::new(),
+        buckets,
+    };
+    let modify = match gm.command {
+        gcmd::MODIFY => true,
+        gcmd::ADD_OR_MOD => br.group_specs().iter().any(|g| g.group_id == gm.group_id),
+        _ => false,
+    };
+    add_group_spec(br, spec, modify, now)
+}
+
+fn buckets_in(bs: &[Bucket]) -> Result<Vec<nicflow_ofctl::group::Bucket>, OfpError> {
+    let mut buckets = Vec::with_capacity(bs.len());
+    for b in bs {
         let actions = b.translate()?;
         buckets.push(nicflow_ofctl::group::Bucket {
-            bucket_id: i as u32,
+            // 1.5: the bucket's id; 1.3: its position (the codec's).
+            bucket_id: b.bucket_id,
             weight: b.weight,
             watch_port: (b.watch_port != ANY).then_some(b.watch_port),
             watch_group: (b.watch_group != ANY).then_some(b.watch_group),
             actions,
         });
     }
-    let spec = GroupSpec {
-        group_id: gm.group_id,
-        kind,
-        selection_method: None,
-        selection_method_param: 0,
-        fields: Vec::new(),
-        buckets,
-    };
-    br.add_groups(&[spec], gm.command == gcmd::MODIFY, now)
-        .map_err(|e| match e {
-            crate::bridge::BridgeError::Ofproto(o) => match o {
-                OfprotoError::Group(g) => group_error(g),
-                OfprotoError::BadOutGroup(_) => gmf(GroupModFailed::UNKNOWN_GROUP),
-                o => ofproto_error(o),
-            },
-            _ => gmf(GroupModFailed::EPERM),
-        })
+    Ok(buckets)
 }
 
-fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), OfpError> {
+fn add_group_spec(
+    br: &mut Bridge,
+    spec: GroupSpec,
+    modify: bool,
+    now: Instant,
+) -> Result<(), OfpError> {
+    let gmf = OfpError::GroupModFailed;
+    br.add_groups(&[spec], modify, now).map_err(|e| match e {
+        crate::bridge::BridgeError::Ofproto(o) => match o {
+            OfprotoError::Group(g) => group_error(g),
+            OfprotoError::BadOutGroup(_) => gmf(GroupModFailed::UNKNOWN_GROUP),
+            o => ofproto_error(o),
+        },
+        _ => gmf(GroupModFailed::EPERM),
+    })
+}
+
+/// OpenFlow 1.5 `INSERT_BUCKET` / `REMOVE_BUCKET` (OVN splits groups too
+/// large for one message into an `ADD` and `INSERT_BUCKET`s): the group is
+/// modified as a whole, so a failure changes nothing.
+fn edit_buckets(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Result<(), OfpError> {
+    use nicflow_openflow::msg::group::bucket_id as bid;
+    let gmf = OfpError::GroupModFailed;
+    let Some(mut spec) = br
+        .group_specs()
+        .into_iter()
+        .find(|g| g.group_id == gm.group_id)
+    else {
+        return Err(gmf(GroupModFailed::UNKNOWN_GROUP));
+    };
+    let at = match gm.command_bucket_id {
+        bid::FIRST => 0,
+        bid::LAST | bid::ALL => spec.buckets.len(),
+        id => spec
+            .buckets
+            .iter()
+            .position(|b| b.bucket_id == id)
+            .ok_or(gmf(GroupModFailed::UNKNOWN_BUCKET))?,
+    };
+    if gm.command == gcmd::INSERT_BUCKET {
+        if gm.command_bucket_id == bid::ALL {
+            return Err(gmf(GroupModFailed::UNKNOWN_BUCKET));
+        }
+        let new = buckets_in(&gm.buckets)?;
+        for b in &new {
+            if b.bucket_id > bid::MAX
+                || spec.buckets.iter().any(|o| o.bucket_id == b.bucket_id)
+                || new.iter().filter(|o| o.bucket_id == b.bucket_id).count() > 1
+            {
+                return Err(gmf(GroupModFailed::BUCKET_EXISTS));
+            }
+        }
+        // `LAST` appends; an id inserts before that bucket, as OVS does.
+        spec.buckets.splice(at..at, new);
+    } else {
+        match gm.command_bucket_id {
+            bid::ALL => spec.buckets.clear(),
+            _ if spec.buckets.is_empty() => {}
+            bid::LAST => {
+                spec.buckets.pop();
+            }
+            _ => {
+                spec.buckets.remove(at);
+            }
+        }
+    }
+    if spec.kind == GroupType::Indirect && spec.buckets.len() != 1 {
+        return Err(gmf(GroupModFailed::BAD_BUCKET));
+    }
+    add_group_spec(br, spec, true, now)
+}
+
+/// Is `in_port` one a `PACKET_OUT` may name (a port, `CONTROLLER`,
+/// `LOCAL`)?
+pub(super) fn packet_out_port_ok(br: &Bridge, in_port: u32) -> bool {
+    matches!(in_port, ofp::CONTROLLER | ofp::LOCAL)
+        || br.of_ports().iter().any(|(no, _, _)| *no == in_port)
+}
+
+/// A `PACKET_OUT`'s actions as nicflow's, after the checks that do not
+/// need the bridge (no buffer, actions that convert, a frame that parses).
+pub(super) fn check_packet_out(po: &msg::PacketOut) -> Result<Vec<Action>, OfpError> {
     if po.buffer_id != NO_BUFFER {
         return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
-    }
-    let ports = br.of_ports();
-    let in_port_ok = matches!(po.in_port, ofp::CONTROLLER | ofp::LOCAL)
-        || ports.iter().any(|(no, _, _)| *no == po.in_port);
-    if !in_port_ok {
-        return Err(OfpError::BadRequest(BadRequest::BAD_PORT));
     }
     let mut actions = Vec::with_capacity(po.actions.len());
     for a in &po.actions {
@@ -404,7 +613,22 @@ fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), 
             )?),
         }
     }
-    if br.packet_out(po.in_port, &po.data, &actions, now) {
+    let mut key = nicflow_flow::FlowKey::default();
+    if po.data.is_empty() || nicflow_flow::extract(&po.data, po.in_port, &mut key).is_err() {
+        return Err(OfpError::BadRequest(BadRequest::BAD_PACKET));
+    }
+    Ok(actions)
+}
+
+fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), OfpError> {
+    if po.buffer_id != NO_BUFFER {
+        return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
+    }
+    if !packet_out_port_ok(br, po.in_port) {
+        return Err(OfpError::BadRequest(BadRequest::BAD_PORT));
+    }
+    let actions = check_packet_out(po)?;
+    if br.packet_out_with(po.in_port, &po.metadata, &po.data, &actions, now) {
         Ok(())
     } else {
         Err(OfpError::BadRequest(BadRequest::BAD_PACKET))
@@ -414,12 +638,14 @@ fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), 
 /// Split `items` into replies of at most 64 KiB: every reply but the last
 /// has `OFPMPF_REPLY_MORE`.
 fn send_split<T: Clone>(s: &mut Session, xid: u32, items: Vec<T>, wrap: fn(Vec<T>) -> ReplyBody) {
+    let version = s.version;
     let size = |item: &T| {
-        msg::encode_to_vec(
+        msg::encode_to_vec_as(
             &Message::MultipartReply(MultipartReply {
                 flags: 0,
                 body: wrap(vec![item.clone()]),
             }),
+            version,
             0,
         )
         .map(|v| v.len() - 16)
@@ -637,7 +863,13 @@ fn multipart(
                     },
                     group_id: g.group_id,
                     buckets: g.buckets.iter().map(bucket_out).collect(),
-                    selection_method: None,
+                    selection_method: g.selection_method.map(|m| {
+                        nicflow_openflow::msg::group::SelectionMethod {
+                            method: m.name().to_string(),
+                            param: g.selection_method_param,
+                            fields: Vec::new(),
+                        }
+                    }),
                 })
                 .collect();
             send_split(s, xid, descs, ReplyBody::GroupDesc);

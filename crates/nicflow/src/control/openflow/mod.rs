@@ -38,17 +38,20 @@
 //! logged as a warning). Refused connections are logged and counted per
 //! target (`get-controller`).
 
+pub mod bundle;
 pub mod handle;
 pub mod session;
 pub mod target;
 pub mod tls;
+pub mod tlv;
 
 use crate::bridge::Bridge;
+use crate::datapath::action::ControllerExtra;
 use crate::ofproto::flow_mod::{self, FlowModCommand};
 use nicflow_flow::{Action, Field, Match};
 use nicflow_openflow::error::RoleRequestFailed;
 use nicflow_openflow::msg::basic::role;
-use nicflow_openflow::msg::{self, FlowRemoved, Message, PacketIn, PortStatus, Role};
+use nicflow_openflow::msg::{self, FlowRemoved, Message, NxMessage, PacketIn, PortStatus, Role};
 use nicflow_openflow::OfpError;
 use session::{Conn, Session};
 use std::collections::BTreeMap;
@@ -113,6 +116,8 @@ struct OfBridge {
     async_dropped: u64,
     /// Connections refused per target: how many, and the last reason.
     refused: BTreeMap<String, (u64, String)>,
+    /// OpenFlow versions new connections offer (`protocols=`).
+    versions: Vec<u8>,
 }
 
 /// The OpenFlow side of the daemon: every bridge's controller
@@ -122,6 +127,8 @@ pub struct OpenFlow {
     bridges: BTreeMap<String, OfBridge>,
     /// The TLS configuration (`set-ssl`), for `ssl:` and `pssl:`.
     tls: Option<tls::Tls>,
+    /// The switch-wide Geneve option map (`NXT_TLV_TABLE_MOD`).
+    tlv: tlv::TlvTable,
 }
 
 /// Mode of `punix:` sockets: the daemon's user may connect, its group may
@@ -339,6 +346,7 @@ impl OfBridge {
             fail_open: false,
             async_dropped: 0,
             refused: BTreeMap::new(),
+            versions: msg::SUPPORTED_VERSIONS.to_vec(),
         }
     }
 
@@ -468,6 +476,28 @@ impl OpenFlow {
         Ok(self.tls.take())
     }
 
+    /// `set BRIDGE protocols=`: the versions connections to `bridge` may
+    /// speak (nicflow's of them: 1.3 and 1.5; an empty list means both).
+    /// New connections offer these; open ones speaking a version no longer
+    /// allowed are closed, as Open vSwitch does.
+    pub fn set_protocols(&mut self, bridge: &str, versions: &[u8], now: Instant) {
+        let b = self
+            .bridges
+            .entry(bridge.to_string())
+            .or_insert_with(|| OfBridge::new(now));
+        b.versions = if versions.is_empty() {
+            msg::SUPPORTED_VERSIONS.to_vec()
+        } else {
+            versions.to_vec()
+        };
+        for s in &mut b.sessions {
+            if s.negotiated && !b.versions.contains(&s.version) {
+                tracing::info!(peer = %s.peer, "OpenFlow version no longer allowed: closing");
+                s.dead = true;
+            }
+        }
+    }
+
     /// Forget a bridge (deleted): its connections close.
     pub fn remove(&mut self, bridge: &str) {
         self.bridges.remove(bridge);
@@ -569,6 +599,7 @@ impl OpenFlow {
     /// groups changed (the config file is due).
     pub fn service(&mut self, bridges: &mut BTreeMap<String, Bridge>, now: Instant) -> Vec<String> {
         let mut changed = Vec::new();
+        let mut tlv_changed = false;
         for (name, b) in self.bridges.iter_mut() {
             let Some(br) = bridges.get_mut(name) else {
                 continue;
@@ -589,6 +620,12 @@ impl OpenFlow {
                         role_request(b, i, r, d.xid);
                         continue;
                     }
+                    if let Message::Nx(NxMessage::TlvTableMod(_) | NxMessage::TlvTableRequest) =
+                        &d.message
+                    {
+                        tlv_changed |= tlv_message(&mut self.tlv, &mut b.sessions[i], &d);
+                        continue;
+                    }
                     let fx = handle::handle(&mut b.sessions[i], br, d, now);
                     tables_changed |= fx.tables_changed;
                 }
@@ -605,11 +642,28 @@ impl OpenFlow {
                 changed.push(name.clone());
             }
         }
+        if tlv_changed {
+            self.apply_tlv(bridges);
+        }
         changed
     }
 
-    /// Once a second: probes, port status, fail-open.
+    /// Give every bridge the switch-wide Geneve option map (bridges that
+    /// already have it are left alone).
+    fn apply_tlv(&self, bridges: &mut BTreeMap<String, Bridge>) {
+        let map = self.tlv.mappings();
+        for (name, br) in bridges.iter_mut() {
+            if br.tlv_map() != map.as_slice() {
+                let n = br.set_tlv_map(&map);
+                tracing::info!(bridge = %name, ports = n, "Geneve option map set: {map:?}");
+            }
+        }
+    }
+
+    /// Once a second: probes, port status, fail-open, the Geneve option
+    /// map on bridges created since it was set.
     pub fn tick(&mut self, bridges: &mut BTreeMap<String, Bridge>, now: Instant) {
+        self.apply_tlv(bridges);
         for (name, b) in self.bridges.iter_mut() {
             let Some(br) = bridges.get_mut(name) else {
                 continue;
@@ -724,7 +778,13 @@ fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                 continue;
             }
             tracing::info!(%peer, listener = %name, "OpenFlow connection");
-            b.sessions.push(Session::new(conn, peer, name.clone(), now));
+            b.sessions.push(Session::with_versions(
+                conn,
+                peer,
+                name.clone(),
+                &b.versions,
+                now,
+            ));
         }
     }
     for (target, peer, why) in refused {
@@ -734,6 +794,7 @@ fn accept(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
 
 fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
     let mut refused = Vec::new();
+    let versions = b.versions.clone();
     for a in &mut b.actives {
         let next = match std::mem::replace(&mut a.state, ActiveState::Up) {
             ActiveState::Up => ActiveState::Up,
@@ -752,8 +813,13 @@ fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                         a.backoff = BACKOFF_MIN;
                         let name = a.target.to_string();
                         tracing::info!(target = %name, "OpenFlow controller connected");
-                        b.sessions
-                            .push(Session::new(Conn::Unix(s), name.clone(), name, now));
+                        b.sessions.push(Session::with_versions(
+                            Conn::Unix(s),
+                            name.clone(),
+                            name,
+                            &versions,
+                            now,
+                        ));
                         ActiveState::Up
                     }
                     Err(_) => backoff(a, now),
@@ -776,7 +842,13 @@ fn connect(b: &mut OfBridge, tls: Option<&tls::Tls>, now: Instant) {
                         Ok(conn) => {
                             a.backoff = BACKOFF_MIN;
                             tracing::info!(target = %name, "OpenFlow controller connected");
-                            b.sessions.push(Session::new(conn, name.clone(), name, now));
+                            b.sessions.push(Session::with_versions(
+                                conn,
+                                name.clone(),
+                                name,
+                                &versions,
+                                now,
+                            ));
                             ActiveState::Up
                         }
                         Err(why) => {
@@ -830,6 +902,39 @@ fn close_dead(b: &mut OfBridge, now: Instant) {
     }
 }
 
+/// `NXT_TLV_TABLE_MOD` / `NXT_TLV_TABLE_REQUEST` on the switch-wide
+/// table. Returns whether the table changed.
+fn tlv_message(table: &mut tlv::TlvTable, s: &mut Session, d: &msg::Decoded) -> bool {
+    match &d.message {
+        Message::Nx(NxMessage::TlvTableRequest) => {
+            s.send(&Message::Nx(NxMessage::TlvTableReply(table.reply())), d.xid);
+            false
+        }
+        Message::Nx(NxMessage::TlvTableMod(m)) => {
+            if s.role == role::SLAVE {
+                s.send_error(
+                    OfpError::BadRequest(nicflow_openflow::error::BadRequest::IS_SLAVE),
+                    d.xid,
+                    &handle::err_data(d),
+                );
+                return false;
+            }
+            match table.apply(m) {
+                Ok(changed) => changed,
+                Err(code) => {
+                    s.send_error(
+                        tlv::nx_error(code),
+                        d.xid,
+                        &tlv::nx_error_data(&handle::err_data(d)),
+                    );
+                    false
+                }
+            }
+        }
+        _ => false,
+    }
+}
+
 fn role_request(b: &mut OfBridge, i: usize, r: Role, xid: u32) {
     let err = |b: &mut OfBridge, c: RoleRequestFailed| {
         b.sessions[i].send_error(OfpError::RoleRequestFailed(c), xid, &[]);
@@ -880,6 +985,7 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
             r#match: m,
             data: p.data,
         };
+        let mut pi2 = None;
         for s in &mut b.sessions {
             if s.wants(0, p.reason) {
                 let mut one = pi.clone();
@@ -889,7 +995,17 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
                 {
                     one.data.truncate(usize::from(s.miss_send_len));
                 }
-                s.send_async(&Message::PacketIn(one));
+                if s.packet_in_format == msg::nx::packet_in_format::NXT_PACKET_IN2 {
+                    let full = pi2.get_or_insert_with(|| packet_in2(&pi, p.extra.as_deref()));
+                    let mut two = full.clone();
+                    if one.data.len() < two.packet.len() {
+                        two.packet.truncate(one.data.len());
+                        two.full_len = Some(u32::from(pi.total_len));
+                    }
+                    s.send_async(&Message::Nx(NxMessage::PacketIn2(two)));
+                } else {
+                    s.send_async(&Message::PacketIn(one));
+                }
             }
         }
     }
@@ -914,6 +1030,69 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
         }
     }
 }
+
+/// The `NXT_PACKET_IN2` for a copy: table, cookie, reason, the pipeline
+/// fields OVS puts in its metadata (`in_port`, and for a
+/// `controller(...)` with options every non-zero register, `metadata`,
+/// packet mark and tunnel field as the pipeline had them at the action),
+/// and the action's userdata.
+fn packet_in2(pi: &PacketIn, extra: Option<&ControllerExtra>) -> msg::nx::PacketIn2 {
+    let mut two = msg::nx::PacketIn2::new(pi.data.clone());
+    if usize::from(pi.total_len) > pi.data.len() {
+        two.full_len = Some(u32::from(pi.total_len));
+    }
+    two.table_id = Some(pi.table_id);
+    two.cookie = Some(pi.cookie);
+    two.reason = Some(pi.reason);
+    let mut m = pi.r#match;
+    if let Some(e) = extra {
+        for f in PIPELINE_FIELDS {
+            let v = f.read(&e.pipeline);
+            if v != 0 {
+                m.set(*f, v, f.full_mask());
+            }
+        }
+        if !e.userdata.is_empty() {
+            two.userdata = Some(e.userdata.clone());
+        }
+    }
+    two.metadata = Some(m);
+    two
+}
+
+/// The pipeline fields a `PACKET_IN2` reports when set (OVS's
+/// `flow_get_metadata`).
+const PIPELINE_FIELDS: &[Field] = &[
+    Field::TunId,
+    Field::TunSrc,
+    Field::TunDst,
+    Field::TunMetadata(0),
+    Field::TunMetadata(1),
+    Field::TunMetadata(2),
+    Field::TunMetadata(3),
+    Field::TunMetadata(4),
+    Field::TunMetadata(5),
+    Field::TunMetadata(6),
+    Field::TunMetadata(7),
+    Field::Metadata,
+    Field::Reg(0),
+    Field::Reg(1),
+    Field::Reg(2),
+    Field::Reg(3),
+    Field::Reg(4),
+    Field::Reg(5),
+    Field::Reg(6),
+    Field::Reg(7),
+    Field::Reg(8),
+    Field::Reg(9),
+    Field::Reg(10),
+    Field::Reg(11),
+    Field::Reg(12),
+    Field::Reg(13),
+    Field::Reg(14),
+    Field::Reg(15),
+    Field::PktMark,
+];
 
 fn port_status(b: &mut OfBridge, br: &Bridge) {
     let now_ports: Vec<(u32, String)> = br

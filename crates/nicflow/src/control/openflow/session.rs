@@ -1,5 +1,6 @@
 //! One OpenFlow connection's state, without the socket's details: input
-//! framing, version negotiation (1.3 only), echo and inactivity probes, the
+//! framing, version negotiation (1.3 and 1.5: the highest both sides
+//! offer, within the bridge's `protocols=`), echo and inactivity probes, the
 //! controller's role and asynchronous-message configuration, and a bounded
 //! output buffer.
 //!
@@ -124,6 +125,11 @@ pub struct Session {
     out: Vec<u8>,
     out_at: usize,
     pub negotiated: bool,
+    /// The OpenFlow version spoken once negotiated (every reply and
+    /// asynchronous message is encoded in it).
+    pub version: u8,
+    /// The versions this connection offers (the bridge's `protocols=`).
+    offered: Vec<u8>,
     /// Close once the output is flushed (after an error that ends the
     /// connection).
     pub closing: bool,
@@ -140,11 +146,42 @@ pub struct Session {
     pub async_dropped: u64,
     pub errors_sent: u64,
     pub rx_msgs: u64,
+    /// Open bundles (`OFPT_BUNDLE_*`, [`super::bundle`]).
+    pub bundles: super::bundle::Bundles,
+    /// `NXT_SET_PACKET_IN_FORMAT`: standard `PACKET_IN`s (0) or
+    /// `NXT_PACKET_IN2` (2).
+    pub packet_in_format: u32,
+    /// `NXT_SET_CONTROLLER_ID` (recorded; `controller(id=N)` copies go to
+    /// every connection).
+    pub controller_id: u16,
 }
 
 impl Session {
-    /// A new connection: our HELLO is queued at once.
+    /// A new connection offering every version nicflow speaks (1.3, 1.5):
+    /// our HELLO is queued at once.
     pub fn new(conn: Conn, peer: String, target: String, now: Instant) -> Session {
+        Session::with_versions(conn, peer, target, &msg::SUPPORTED_VERSIONS, now)
+    }
+
+    /// A new connection offering `versions` (a non-empty subset of
+    /// [`msg::SUPPORTED_VERSIONS`]; empty means all of them).
+    pub fn with_versions(
+        conn: Conn,
+        peer: String,
+        target: String,
+        versions: &[u8],
+        now: Instant,
+    ) -> Session {
+        let mut offered: Vec<u8> = msg::SUPPORTED_VERSIONS
+            .iter()
+            .copied()
+            .filter(|v| versions.contains(v))
+            .collect();
+        if offered.is_empty() {
+            offered = msg::SUPPORTED_VERSIONS.to_vec();
+        }
+        let top = offered[offered.len() - 1];
+        let hello = Hello::with_versions(top, &offered);
         let mut s = Session {
             conn,
             peer,
@@ -153,6 +190,8 @@ impl Session {
             out: Vec::new(),
             out_at: 0,
             negotiated: false,
+            version: top,
+            offered,
             closing: false,
             dead: false,
             role: role::EQUAL,
@@ -166,8 +205,11 @@ impl Session {
             async_dropped: 0,
             errors_sent: 0,
             rx_msgs: 0,
+            bundles: Default::default(),
+            packet_in_format: 0,
+            controller_id: 0,
         };
-        s.send(&Message::Hello(Hello::ofp13()), 0);
+        s.send(&Message::Hello(hello), 0);
         s
     }
 
@@ -176,9 +218,9 @@ impl Session {
         self.out.len() - self.out_at
     }
 
-    /// Queue a message (a reply: never dropped).
+    /// Queue a message (a reply: never dropped), in the session's version.
     pub fn send(&mut self, m: &Message, xid: u32) {
-        if let Err(e) = msg::encode(m, xid, &mut self.out) {
+        if let Err(e) = msg::encode_as(m, self.version, xid, &mut self.out) {
             tracing::warn!(peer = %self.peer, "OpenFlow reply not sent: {e}");
             self.send_error(
                 OfpError::BadRequest(BadRequest::MULTIPART_BUFFER_OVERFLOW),
@@ -193,7 +235,7 @@ impl Session {
     pub fn send_error(&mut self, error: OfpError, xid: u32, data: &[u8]) {
         self.errors_sent += 1;
         let m = Message::Error(msg::ErrorMsg {
-            version: msg::OFP13_VERSION,
+            version: self.version,
             error,
             data: data[..data.len().min(64)].to_vec(),
         });
@@ -301,6 +343,16 @@ impl Session {
                     tracing::debug!(peer = %self.peer, "{m}");
                     let (reply, xid) = m.reply();
                     self.errors_sent += 1;
+                    // A bundle must not commit without a message it lost.
+                    if self.inbuf.len() >= 12 && self.inbuf[1] == msg::ofpt::BUNDLE_ADD_MESSAGE {
+                        let id = u32::from_be_bytes([
+                            self.inbuf[8],
+                            self.inbuf[9],
+                            self.inbuf[10],
+                            self.inbuf[11],
+                        ]);
+                        self.bundles.poison(id);
+                    }
                     let _ = msg::encode(&reply, xid, &mut self.out);
                     match m.skip {
                         Some(n) if self.negotiated => {
@@ -330,12 +382,16 @@ impl Session {
         if !self.negotiated {
             return match d.message {
                 Message::Hello(h) => {
-                    match hello::negotiate(&h) {
-                        Ok(_) => self.negotiated = true,
+                    match hello::negotiate_with(&self.offered, &h) {
+                        Ok(v) => {
+                            self.negotiated = true;
+                            self.version = v;
+                            tracing::debug!(peer = %self.peer, version = v, "OpenFlow version negotiated");
+                        }
                         Err(_) => {
-                            tracing::info!(peer = %self.peer, version = h.version, "OpenFlow peer does not speak 1.3: refused");
+                            tracing::info!(peer = %self.peer, version = h.version, offered = ?self.offered, "OpenFlow peer speaks none of the offered versions: refused");
                             self.errors_sent += 1;
-                            let _ = msg::encode(&hello::refusal(h.version), d.xid, &mut self.out);
+                            let _ = msg::encode(&self.refusal(h.version), d.xid, &mut self.out);
                             self.closing = true;
                         }
                     }
@@ -352,15 +408,18 @@ impl Session {
                 }
             };
         }
-        // The codec reads OpenFlow 1.5 too (issue 30); this session speaks
-        // 1.3, so anything else is refused as before.
-        if d.version != msg::OFP13_VERSION
-            && !matches!(d.message, Message::Hello(_) | Message::Error(_))
+        // One version per connection, as in OVS: a message in another
+        // (even one the codec reads) is refused.
+        if d.version != self.version && !matches!(d.message, Message::Hello(_) | Message::Error(_))
         {
+            let why = format!(
+                "this session speaks OpenFlow version 0x{:02x}",
+                self.version
+            );
             self.send_error(
                 OfpError::BadRequest(BadRequest::BAD_VERSION),
                 d.xid,
-                b"this session speaks OpenFlow 1.3",
+                why.as_bytes(),
             );
             return None;
         }
@@ -377,6 +436,21 @@ impl Session {
             }
             _ => Some(d),
         }
+    }
+
+    /// The `HELLO_FAILED` answer to a peer offering none of our versions:
+    /// in its own version (so it can read it), saying what we speak.
+    fn refusal(&self, peer_version: u8) -> Message {
+        let mut m = hello::refusal(peer_version);
+        if let Message::Error(e) = &mut m {
+            let ours: Vec<String> = self.offered.iter().map(|v| format!("0x{v:02x}")).collect();
+            e.data = format!(
+                "We support versions {}, you support version 0x{peer_version:02x}",
+                ours.join(", ")
+            )
+            .into_bytes();
+        }
+        m
     }
 
     /// Write what the socket takes.
@@ -428,6 +502,16 @@ impl Session {
                 self.dead = true;
             }
             return;
+        }
+        if !self.bundles.is_empty() {
+            for xid in self.bundles.expire(now) {
+                tracing::info!(peer = %self.peer, "OpenFlow bundle idle for {:?}: discarded", super::bundle::IDLE_TIMEOUT);
+                self.send_error(
+                    OfpError::BundleFailed(nicflow_openflow::error::BundleFailed::TIMEOUT),
+                    xid,
+                    &[],
+                );
+            }
         }
         let idle = now.duration_since(self.last_rx);
         if idle >= interval * 2 && self.probe_sent {
@@ -537,6 +621,72 @@ mod tests {
         assert!(matches!(&out[0].message,
             Message::Error(e) if e.error == OfpError::BadRequest(BadRequest::BAD_VERSION)));
         assert_eq!(out[0].xid, 5);
+    }
+
+    #[test]
+    fn negotiates_the_highest_common_version() {
+        let now = Instant::now();
+        // ovn-controller: 1.5 only. Our hello offers 1.3 and 1.5.
+        let mut s = Session::new(Conn::None, "t".into(), "ptcp:0".into(), now);
+        let ours = decode_all(&s.take_output());
+        let Message::Hello(h) = &ours[0].message else {
+            panic!("{ours:?}")
+        };
+        assert_eq!(ours[0].version, msg::OFP15_VERSION);
+        assert_eq!(h.version_bitmap(), Some(vec![4, 6]));
+        s.feed(
+            &encode_to_vec(&Message::Hello(Hello::with_versions(6, &[6])), 1).unwrap(),
+            now,
+        );
+        assert!(s.poll_message().is_none());
+        assert!(s.negotiated && s.version == msg::OFP15_VERSION);
+        // Replies in 1.5; a 1.5 request is served.
+        s.feed(
+            &msg::encode_to_vec_as(&Message::EchoRequest(vec![]), 6, 2).unwrap(),
+            now,
+        );
+        s.feed(&[6, 20, 0, 8, 0, 0, 0, 3], now);
+        assert!(matches!(s.poll_message(), Some(d) if d.xid == 3));
+        let out = decode_all(&s.take_output());
+        assert_eq!(out[0].version, msg::OFP15_VERSION);
+        assert_eq!(out[0].message, Message::EchoReply(vec![]));
+        // A peer offering 1.0..1.5 (a default ovs-ofctl -O list) gets 1.5;
+        // one offering 1.0..1.4, 1.3.
+        for (peer, want) in [(vec![1, 4, 5, 6], 6), (vec![1, 2, 3, 4, 5], 4)] {
+            let mut s = Session::new(Conn::None, "t".into(), "ptcp:0".into(), now);
+            let top = *peer.last().unwrap();
+            s.feed(
+                &encode_to_vec(&Message::Hello(Hello::with_versions(top, &peer)), 1).unwrap(),
+                now,
+            );
+            assert!(s.poll_message().is_none());
+            assert_eq!((s.negotiated, s.version), (true, want), "{peer:?}");
+        }
+    }
+
+    #[test]
+    fn a_13_only_bridge_refuses_15_hellos() {
+        let now = Instant::now();
+        let mut s = Session::with_versions(Conn::None, "t".into(), "p".into(), &[4], now);
+        let ours = decode_all(&s.take_output());
+        assert_eq!(ours[0].version, msg::OFP13_VERSION);
+        s.feed(
+            &encode_to_vec(&Message::Hello(Hello::with_versions(6, &[6])), 1).unwrap(),
+            now,
+        );
+        assert!(s.poll_message().is_none());
+        assert!(s.closing && !s.negotiated);
+        let out = decode_all(&s.take_output());
+        assert!(matches!(&out[0].message,
+            Message::Error(e) if e.error == OfpError::HelloFailed(HelloFailed::INCOMPATIBLE)));
+        // And a 1.5-only bridge refuses 1.3.
+        let mut s = Session::with_versions(Conn::None, "t".into(), "p".into(), &[6], now);
+        s.feed(
+            &encode_to_vec(&Message::Hello(Hello::ofp13()), 1).unwrap(),
+            now,
+        );
+        assert!(s.poll_message().is_none());
+        assert!(s.closing && !s.negotiated);
     }
 
     #[test]

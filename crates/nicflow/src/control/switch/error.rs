@@ -115,7 +115,7 @@ pub enum SwitchError {
     BadOffloadMode(String),
     #[error("protocols={list}: unknown version `{version}` (OpenFlow10..OpenFlow15)")]
     UnknownProtocol { list: String, version: String },
-    #[error("protocols={0}: nicflow speaks OpenFlow13 only; the list must include it")]
+    #[error("protocols={0}: nicflow speaks OpenFlow13 and OpenFlow15; the list must include one")]
     WithoutOpenFlow13(String),
     #[error("flow_limit={0}: expected a positive number of flows")]
     BadFlowLimit(String),

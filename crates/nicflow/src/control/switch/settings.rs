@@ -17,8 +17,9 @@ const KNOWN_PROTOCOLS: [&str; 6] = [
 ];
 
 /// `protocols=`: a comma list of OpenFlow versions that must include
-/// OpenFlow13 (the only one nicflow speaks). Returns the list as written
-/// back (trimmed, empty items dropped).
+/// OpenFlow13 or OpenFlow15 (the ones nicflow speaks; the others are kept
+/// in the list but not spoken). Returns the list as written back
+/// (trimmed, empty items dropped).
 pub(super) fn check_protocols(v: &str) -> Result<String, SwitchError> {
     let list: Vec<&str> = v
         .split(',')
@@ -31,10 +32,26 @@ pub(super) fn check_protocols(v: &str) -> Result<String, SwitchError> {
             version: bad.to_string(),
         });
     }
-    if !list.contains(&"OpenFlow13") {
+    if !list.contains(&"OpenFlow13") && !list.contains(&"OpenFlow15") {
         return Err(SwitchError::WithoutOpenFlow13(v.to_string()));
     }
     Ok(list.join(","))
+}
+
+/// The wire versions nicflow speaks out of a `protocols=` list (empty:
+/// no list, so every version).
+pub(crate) fn protocol_versions(list: Option<&str>) -> Vec<u8> {
+    use nicflow_openflow::msg::{OFP13_VERSION, OFP15_VERSION};
+    let Some(list) = list else {
+        return Vec::new();
+    };
+    list.split(',')
+        .filter_map(|x| match x.trim() {
+            "OpenFlow13" => Some(OFP13_VERSION),
+            "OpenFlow15" => Some(OFP15_VERSION),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `flow_limit=`: a positive number of flows (OVS's
@@ -78,6 +95,8 @@ impl Switch {
             }
             return Err(e);
         }
+        self.openflow
+            .set_protocols(bridge, &protocol_versions(Some(&v)), super::now());
         Ok(Response::ok("", json!({ "protocols": v })))
     }
 
@@ -118,7 +137,7 @@ mod tests {
         );
         assert_eq!(
             check_protocols("OpenFlow10, OpenFlow11").unwrap_err().to_string(),
-            "protocols=OpenFlow10, OpenFlow11: nicflow speaks OpenFlow13 only; the list must include it"
+            "protocols=OpenFlow10, OpenFlow11: nicflow speaks OpenFlow13 and OpenFlow15; the list must include one"
         );
         assert_eq!(
             check_protocols(" OpenFlow13 ,,OpenFlow15").unwrap(),
