@@ -790,6 +790,7 @@ impl Ctx<'_> {
                     reason: OFPR_INVALID_TTL,
                     table_id,
                     cookie: self.rule_cookie,
+                    extra: None,
                 });
             }
             self.actions.push(DpAction::Drop(DropReason::TtlExceeded));
