@@ -1255,6 +1255,43 @@ impl Bridge {
         actions: &[nicflow_flow::Action],
         now: Instant,
     ) -> bool {
+        self.xlate_once(in_port, metadata, data, now, |of, key| {
+            crate::ofproto::xlate::translate_actions(of, key, actions, Some(now))
+        })
+    }
+
+    /// `NXT_RESUME`: the walk a `controller(pause)` froze goes on for
+    /// `data` (which the controller may have changed) with the pipeline
+    /// fields of `metadata` (the `PACKET_IN2`'s, sent back): the remaining
+    /// actions run with their side effects, and the decision is for this
+    /// frame alone (not cached, as in OVS). Returns `false` when the frame
+    /// does not parse or is empty.
+    pub fn resume(
+        &mut self,
+        metadata: &nicflow_flow::Match,
+        data: &[u8],
+        paused: &crate::datapath::action::Paused,
+        now: Instant,
+    ) -> bool {
+        let in_port = nicflow_flow::Field::InPort.read(metadata.key()) as u32;
+        self.xlate_once(in_port, metadata, data, now, |of, key| {
+            crate::ofproto::xlate::translate_resume(of, key, paused, Some(now))
+        })
+    }
+
+    /// Parse `data` as arriving on `in_port` with `metadata`'s fields over
+    /// it, translate it with `xlate` and execute the result once.
+    fn xlate_once(
+        &mut self,
+        in_port: u32,
+        metadata: &nicflow_flow::Match,
+        data: &[u8],
+        now: Instant,
+        xlate: impl FnOnce(
+            &mut crate::ofproto::Ofproto,
+            &nicflow_flow::FlowKey,
+        ) -> crate::datapath::XlateOut,
+    ) -> bool {
         if data.is_empty() {
             return false;
         }
@@ -1267,8 +1304,7 @@ impl Bridge {
             *k = (*k & !mm[i]) | mv[i];
         }
         self.dp.push_stats(&mut self.ofproto);
-        let out =
-            crate::ofproto::xlate::translate_actions(&mut self.ofproto, &key, actions, Some(now));
+        let out = xlate(&mut self.ofproto, &key);
         let mut buf = self.dp.alloc_buf();
         if !buf.set_data(data) {
             buf = PacketBuf::from_slice(data);

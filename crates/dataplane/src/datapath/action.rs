@@ -50,6 +50,31 @@ pub struct ControllerExtra {
     /// `controller(meter_id=N)`).
     pub meter_id: Option<u32>,
     pub pipeline: nicflow_flow::FlowKey,
+    /// `controller(...,pause)`: what the walk still had to do when it
+    /// stopped, for the controller's `NXT_RESUME`.
+    pub paused: Option<Paused>,
+}
+
+/// A walk frozen by `controller(pause)` (OVS's `frozen_state` of a
+/// continuation): the remaining actions of every action list that was
+/// running, innermost first, each with the table and cookie of the rule
+/// it belongs to (what a later `PACKET_IN` or relative `resubmit` of that
+/// list needs), and the `push:`/`pop:` stack. The pipeline fields are not
+/// here: the `PACKET_IN2`'s metadata carries them and `NXT_RESUME` brings
+/// them back. Nothing of it stays in the switch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Paused {
+    pub frames: Vec<PausedFrame>,
+    /// Bottom first.
+    pub stack: Vec<u128>,
+}
+
+/// One action list's remainder in a [`Paused`] walk.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PausedFrame {
+    pub table_id: u8,
+    pub cookie: u64,
+    pub actions: Vec<nicflow_flow::Action>,
 }
 
 /// One datapath action.

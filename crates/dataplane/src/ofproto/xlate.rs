@@ -27,6 +27,7 @@ use super::{Frozen, Ofproto, MAX_DEPTH};
 
 /// Most tables and groups one translation may enter (OVS: 4096).
 const MAX_RESUBMITS: u32 = 4096;
+use crate::datapath::action::{Paused, PausedFrame};
 use crate::datapath::{DpAction, DropReason, RuleRef, XlateOut};
 use nicflow_flow::key::VLAN_CFI;
 use nicflow_flow::{ofp, Action, CtAction, CtZone, Field, FlowKey, FlowMask, FLOW_WORDS};
@@ -75,6 +76,10 @@ struct Ctx<'a> {
     /// The frame's length, for `check_pkt_larger` (unknown when
     /// revalidating: the answer is then "not larger", and uncached).
     pkt_len: Option<usize>,
+    /// `controller(pause)` stopped the walk: the index of its
+    /// [`DpAction::Controller`] in `actions`, and the remaining actions
+    /// gathered so far while the walk unwinds (OVS's freezing).
+    freezing: Option<(usize, Paused)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -100,6 +105,7 @@ impl<'a> Ctx<'a> {
             rule_is_miss: false,
             stack: Vec::new(),
             pkt_len: None,
+            freezing: None,
         }
     }
 }
@@ -138,6 +144,7 @@ pub fn translate_len(
             ctx.table(f.table);
         }
     }
+    ctx.finish_freeze();
     if ctx.work > MAX_RESUBMITS {
         // Too much work is an error of the rule set, not a decision: the
         // whole translation is dropped, as OVS drops a translation that
@@ -330,8 +337,9 @@ impl Ctx<'_> {
             rule: Some(id),
         });
         self.depth += 1;
-        for a in &actions {
+        for (i, a) in actions.iter().enumerate() {
             if self.stop {
+                self.unroll(&actions[i..], table_id);
                 break;
             }
             self.action(a, table_id);
@@ -377,11 +385,17 @@ impl Ctx<'_> {
                         userdata: o.userdata.clone(),
                         meter_id: o.meter_id,
                         pipeline: self.key,
+                        paused: None,
                     })),
                 });
-                // No continuations yet: a paused walk ends with the copy
-                // (OVS would resume it on the controller's NXT_RESUME).
+                // The walk stops here; as it unwinds, every action list
+                // that was running leaves its remainder (`unroll`) and the
+                // continuation goes into this copy (`finish_freeze`). Each
+                // packet needs its own continuation: not cached, as OVS
+                // slow-paths such flows.
                 if o.pause {
+                    self.uncacheable = true;
+                    self.freezing = Some((self.actions.len() - 1, Paused::default()));
                     self.stop = true;
                 }
             }
@@ -441,6 +455,8 @@ impl Ctx<'_> {
             Action::Conjunction { .. } => {}
             // A copy of the packet, with its own stack: whatever the
             // nested actions change is undone afterwards (OVS's clone).
+            // A pause inside keeps the clone's remainder only and, as in
+            // OVS (whose clone leaves `ctx->exit` set), ends the walk.
             Action::Clone(inner) => {
                 let stack = self.stack.clone();
                 self.bucket(inner, table_id);
@@ -1067,24 +1083,33 @@ impl Ctx<'_> {
             if let Some(r) = refs.get(i + 1) {
                 self.rules.push(*r);
             }
-            self.bucket(&spec.buckets[i].actions, table_id);
+            // A bucket that paused froze its own remainder only; the
+            // next buckets and the actions after the group go on with the
+            // original packet (OVS's `xlate_group_bucket`).
+            if self.bucket(&spec.buckets[i].actions, table_id) {
+                self.stop = false;
+            }
         }
     }
 
     /// Run one bucket on a copy of the packet: what it changes in the key
     /// is rolled back afterwards (OVS restores `xin->flow`), and the bytes
     /// are put back by the next commit.
-    fn bucket(&mut self, actions: &[Action], table_id: u8) {
+    /// Returns whether a `controller(pause)` in it froze the walk (the
+    /// continuation is finished here: the copy ends at the bucket).
+    fn bucket(&mut self, actions: &[Action], table_id: u8) -> bool {
         let saved = self.key;
         let origin = self.vlan_origin;
         self.depth += 1;
-        for a in actions {
+        for (i, a) in actions.iter().enumerate() {
             if self.stop {
+                self.unroll(&actions[i..], table_id);
                 break;
             }
             self.action(a, table_id);
         }
         self.depth -= 1;
+        let paused = self.finish_freeze();
         // A TTL drop ends this copy only; the recursion limit ends all.
         if self.stop
             && matches!(
@@ -1129,6 +1154,57 @@ impl Ctx<'_> {
             self.committed.vlan_tci = k.vlan_tci;
             self.committed.vlan_tci2 = k.vlan_tci2;
         }
+        paused
+    }
+
+    /// While freezing: keep `rest`, the actions of the list being unwound
+    /// that did not run, for the resume, with the table and cookie they
+    /// run under (OVS's `freeze_unroll_actions`). `goto_table` and
+    /// `write_metadata` are instructions, not actions: they are kept as
+    /// the `resubmit` and `set_field` that do the same.
+    fn unroll(&mut self, rest: &[Action], table_id: u8) {
+        let Some((_, p)) = &mut self.freezing else {
+            return;
+        };
+        if rest.is_empty() {
+            return;
+        }
+        let actions = rest
+            .iter()
+            .map(|a| match a {
+                Action::GotoTable(t) => Action::Resubmit {
+                    port: None,
+                    table: Some(*t),
+                },
+                Action::WriteMetadata { value, mask } => Action::SetField {
+                    field: Field::Metadata,
+                    value: (*value).into(),
+                    mask: (*mask).into(),
+                },
+                a => a.clone(),
+            })
+            .collect();
+        p.frames.push(PausedFrame {
+            table_id,
+            cookie: self.rule_cookie,
+            actions,
+        });
+    }
+
+    /// End a freeze: the continuation (with the stack as it is now) goes
+    /// into the paused copy. Returns whether there was one.
+    fn finish_freeze(&mut self) -> bool {
+        let Some((at, mut p)) = self.freezing.take() else {
+            return false;
+        };
+        p.stack = self.stack.clone();
+        if let Some(DpAction::Controller {
+            extra: Some(extra), ..
+        }) = self.actions.get_mut(at)
+        {
+            extra.paused = Some(p);
+        }
+        true
     }
 
     /// Is a bucket live? Its watched port must be on the bridge and its
@@ -1260,12 +1336,61 @@ pub fn translate_actions(
     let mut ctx = Ctx::new(of, key, learn);
     ctx.uncacheable = true;
     ctx.rule_cookie = u64::MAX;
-    for a in actions {
+    for (i, a) in actions.iter().enumerate() {
         if ctx.stop {
+            ctx.unroll(&actions[i..], 0);
             break;
         }
         ctx.action(a, 0);
     }
+    ctx.finish_freeze();
+    if ctx.work > MAX_RESUBMITS {
+        ctx.actions.clear();
+        ctx.actions.push(DpAction::Drop(DropReason::RecursionLimit));
+    }
+    XlateOut {
+        mask: ctx.wc,
+        actions: ctx.actions,
+        rules: ctx.rules,
+        install: false,
+        learned: ctx.learned,
+        state_changed: ctx.mac_changed,
+    }
+}
+
+/// `NXT_RESUME`: the walk `paused` describes goes on for the packet with
+/// `key` (its bytes and the pipeline fields the controller sent back):
+/// each frame's actions run under its table and cookie, with the stack
+/// restored; no table is looked up first (OVS's `xlate_resume`). Another
+/// `controller(pause)` freezes it again. Never cached.
+pub fn translate_resume(
+    of: &mut Ofproto,
+    key: &FlowKey,
+    paused: &Paused,
+    learn: Option<Instant>,
+) -> XlateOut {
+    let mut ctx = Ctx::new(of, key, learn);
+    ctx.uncacheable = true;
+    ctx.stack = paused.stack.clone();
+    for (n, f) in paused.frames.iter().enumerate() {
+        ctx.rule_table = f.table_id;
+        ctx.rule_cookie = f.cookie;
+        for (i, a) in f.actions.iter().enumerate() {
+            if ctx.stop {
+                ctx.unroll(&f.actions[i..], f.table_id);
+                break;
+            }
+            ctx.action(a, f.table_id);
+        }
+        if ctx.stop {
+            for later in &paused.frames[n + 1..] {
+                ctx.rule_cookie = later.cookie;
+                ctx.unroll(&later.actions, later.table_id);
+            }
+            break;
+        }
+    }
+    ctx.finish_freeze();
     if ctx.work > MAX_RESUBMITS {
         ctx.actions.clear();
         ctx.actions.push(DpAction::Drop(DropReason::RecursionLimit));

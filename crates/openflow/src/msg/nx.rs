@@ -416,6 +416,118 @@ impl PacketIn2 {
     }
 }
 
+/// `NXCPT_*` property types of a continuation (Open vSwitch's
+/// `nx_continuation_prop_type`, `lib/ofp-packet.c`).
+pub mod cont_prop {
+    pub const BRIDGE: u16 = 0x8000;
+    pub const STACK: u16 = 0x8001;
+    pub const MIRRORS: u16 = 0x8002;
+    pub const CONNTRACKED: u16 = 0x8003;
+    pub const TABLE_ID: u16 = 0x8004;
+    pub const COOKIE: u16 = 0x8005;
+    pub const ACTIONS: u16 = 0x8006;
+    pub const ACTION_SET: u16 = 0x8007;
+    pub const ODP_PORT: u16 = 0x8008;
+}
+
+/// The inside of `NXPINT_CONTINUATION` in Open vSwitch's layout, so
+/// `ovs-ofctl ofp-print` reads nicflow's continuations too: the bridge,
+/// the `push:`/`pop:` stack, and the remaining actions as groups, each
+/// run under a table id and cookie (`NXCPT_TABLE_ID`/`NXCPT_COOKIE` are
+/// written when they change, both starting at 0, before the group's
+/// `NXCPT_ACTIONS`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Continuation {
+    pub bridge: Option<[u8; 16]>,
+    /// Stack entries, top first (as OVS writes them), each big-endian.
+    pub stack: Vec<Vec<u8>>,
+    pub mirrors: Option<u32>,
+    pub conntracked: bool,
+    /// (table id, cookie, actions), in the order they run.
+    pub frames: Vec<(u8, u64, Vec<crate::action::OfAction>)>,
+    /// `NXCPT_ACTION_SET`: nicflow has no action set and writes none.
+    pub action_set: Option<Vec<crate::action::OfAction>>,
+    pub odp_port: Option<u32>,
+}
+
+impl Continuation {
+    /// Decode the nested properties of `NXPINT_CONTINUATION`. An unknown
+    /// property is `OFPBPC_BAD_TYPE` (OVS decodes `NXT_RESUME` strictly).
+    pub fn decode(bytes: &[u8]) -> Result<Continuation, OfpError> {
+        let bad = bpc(BadProperty::BAD_LEN);
+        let mut r = Reader::new(bytes, bad);
+        let mut c = Continuation::default();
+        let (mut table, mut cookie) = (0u8, 0u64);
+        for pr in prop::read_all(&mut r, bad)? {
+            match pr.ty {
+                cont_prop::BRIDGE => once(&mut c.bridge, prop::exact(&pr, bad)?)?,
+                cont_prop::STACK => {
+                    // OVS's limit: one `mf_subvalue`.
+                    if pr.value.len() > 128 {
+                        return Err(bad);
+                    }
+                    c.stack.push(pr.value.to_vec());
+                }
+                cont_prop::MIRRORS => once(&mut c.mirrors, prop::get_u32(&pr, bad)?)?,
+                cont_prop::CONNTRACKED => c.conntracked = true,
+                cont_prop::TABLE_ID => table = prop::get_u8(&pr, bad)?,
+                cont_prop::COOKIE => cookie = prop::get_u64(&pr, bad)?,
+                cont_prop::ACTIONS => {
+                    let acts = crate::action::decode_actions(prop::nested(&pr, bad)?)?;
+                    c.frames.push((table, cookie, acts));
+                }
+                cont_prop::ACTION_SET => {
+                    let acts = crate::action::decode_actions(prop::nested(&pr, bad)?)?;
+                    once(&mut c.action_set, acts)?
+                }
+                cont_prop::ODP_PORT => once(&mut c.odp_port, prop::get_u32(&pr, bad)?)?,
+                _ => return Err(bpc(BadProperty::BAD_TYPE)),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Encode as the nested properties of `NXPINT_CONTINUATION`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(b) = &self.bridge {
+            prop::put(&mut out, cont_prop::BRIDGE, b);
+        }
+        for v in &self.stack {
+            prop::put(&mut out, cont_prop::STACK, v);
+        }
+        if let Some(m) = self.mirrors {
+            prop::put_u32(&mut out, cont_prop::MIRRORS, m);
+        }
+        if self.conntracked {
+            prop::put(&mut out, cont_prop::CONNTRACKED, &[]);
+        }
+        let (mut table, mut cookie) = (0u8, 0u64);
+        for (t, c, acts) in &self.frames {
+            if *t != table {
+                prop::put_u8(&mut out, cont_prop::TABLE_ID, *t);
+                table = *t;
+            }
+            if *c != cookie {
+                prop::put_u64(&mut out, cont_prop::COOKIE, *c);
+                cookie = *c;
+            }
+            let at = prop::start_nested(&mut out, cont_prop::ACTIONS);
+            crate::action::encode_actions(acts, &mut out);
+            prop::end(&mut out, at);
+        }
+        if let Some(acts) = &self.action_set {
+            let at = prop::start_nested(&mut out, cont_prop::ACTION_SET);
+            crate::action::encode_actions(acts, &mut out);
+            prop::end(&mut out, at);
+        }
+        if let Some(p) = self.odp_port {
+            prop::put_u32(&mut out, cont_prop::ODP_PORT, p);
+        }
+        out
+    }
+}
+
 /// A Nicira extension message nicflow understands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NxMessage {

@@ -199,6 +199,28 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
                 _ => Err(OfpError::BadRequest(BadRequest::EPERM)),
             }
         }
+        Message::Nx(NxMessage::Resume(pin)) => {
+            use super::continuation::{self, Refused};
+            match continuation::decode(&br.name, pin.continuation.as_deref()) {
+                Ok(paused) => {
+                    let md = pin.metadata.unwrap_or_else(Match::catchall);
+                    if br.resume(&md, &pin.packet, &paused, now) {
+                        Ok(())
+                    } else {
+                        Err(OfpError::BadRequest(BadRequest::BAD_PACKET))
+                    }
+                }
+                Err(Refused::Error(e)) => Err(e),
+                Err(Refused::Stale) => {
+                    s.send_error(
+                        super::tlv::nx_error(continuation::NXR_STALE),
+                        xid,
+                        &super::tlv::nx_error_data(&err_data(&d)),
+                    );
+                    Ok(())
+                }
+            }
+        }
         // Decoded by the codec (issue 30), not handled by the switch yet.
         Message::Nx(_) => Err(OfpError::BadRequest(BadRequest::BAD_EXP_TYPE)),
         Message::BundleControl(bc) => super::bundle::control(s, br, bc, xid, now).map(|c| {

@@ -39,6 +39,7 @@
 //! target (`get-controller`).
 
 pub mod bundle;
+pub mod continuation;
 pub mod handle;
 pub mod session;
 pub mod target;
@@ -996,7 +997,8 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
                     one.data.truncate(usize::from(s.miss_send_len));
                 }
                 if s.packet_in_format == msg::nx::packet_in_format::NXT_PACKET_IN2 {
-                    let full = pi2.get_or_insert_with(|| packet_in2(&pi, p.extra.as_deref()));
+                    let full =
+                        pi2.get_or_insert_with(|| packet_in2(&br.name, &pi, p.extra.as_deref()));
                     let mut two = full.clone();
                     if one.data.len() < two.packet.len() {
                         two.packet.truncate(one.data.len());
@@ -1035,8 +1037,10 @@ fn deliver_async(b: &mut OfBridge, br: &mut Bridge) {
 /// fields OVS puts in its metadata (`in_port`, and for a
 /// `controller(...)` with options every non-zero register, `metadata`,
 /// packet mark and tunnel field as the pipeline had them at the action),
-/// and the action's userdata.
-fn packet_in2(pi: &PacketIn, extra: Option<&ControllerExtra>) -> msg::nx::PacketIn2 {
+/// the action's userdata, and for `controller(pause)` the continuation
+/// (only this format carries one: a standard `PACKET_IN` of a paused walk
+/// cannot be resumed).
+fn packet_in2(bridge: &str, pi: &PacketIn, extra: Option<&ControllerExtra>) -> msg::nx::PacketIn2 {
     let mut two = msg::nx::PacketIn2::new(pi.data.clone());
     if usize::from(pi.total_len) > pi.data.len() {
         two.full_len = Some(u32::from(pi.total_len));
@@ -1054,6 +1058,15 @@ fn packet_in2(pi: &PacketIn, extra: Option<&ControllerExtra>) -> msg::nx::Packet
         }
         if !e.userdata.is_empty() {
             two.userdata = Some(e.userdata.clone());
+        }
+        if let Some(p) = &e.paused {
+            two.continuation = continuation::encode(bridge, p);
+            if two.continuation.is_none() {
+                tracing::debug!(
+                    bridge,
+                    "paused walk has an action with no OpenFlow form: no continuation"
+                );
+            }
         }
     }
     two.metadata = Some(m);
@@ -1092,6 +1105,11 @@ const PIPELINE_FIELDS: &[Field] = &[
     Field::Reg(14),
     Field::Reg(15),
     Field::PktMark,
+    // Conntrack state, so a resumed walk matches what it matched before.
+    Field::CtState,
+    Field::CtZone,
+    Field::CtMark,
+    Field::CtLabel,
 ];
 
 fn port_status(b: &mut OfBridge, br: &Bridge) {
