@@ -1456,6 +1456,142 @@ mod tests {
         (out.actions, out.mask)
     }
 
+    /// The paused copy's continuation and pipeline, and the walk after it.
+    fn paused(out: &crate::datapath::XlateOut) -> (crate::datapath::action::Paused, FlowKey) {
+        let p = out.actions.iter().find_map(|a| match a {
+            DpAction::Controller {
+                extra: Some(e), ..
+            } => e.paused.clone().map(|p| (p, e.pipeline)),
+            _ => None,
+        });
+        p.unwrap_or_else(|| panic!("no continuation in {:?}", out.actions))
+    }
+
+    fn resume(
+        of: &mut Ofproto,
+        k: &FlowKey,
+        p: &crate::datapath::action::Paused,
+    ) -> crate::datapath::XlateOut {
+        super::translate_resume(of, k, p, Some(Instant::now()))
+    }
+
+    #[test]
+    fn pause_freezes_the_rest_and_resume_runs_it() {
+        let mut of = of(&["cookie=0x5,in_port=1,actions=load:0x2a->NXM_NX_REG0[],\
+             controller(userdata=01.02,pause),output:2"]);
+        let k = FlowKey {
+            in_port: 1,
+            ..FlowKey::default()
+        };
+        let out = of.translate(&k, None);
+        assert!(!out.install, "each paused packet needs its own continuation");
+        assert_eq!(outputs(&out.actions), Vec::<u32>::new(), "{:?}", out.actions);
+        let (p, pipeline) = paused(&out);
+        assert_eq!(pipeline.regs[0], 0x2a);
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!((p.frames[0].table_id, p.frames[0].cookie), (0, 5));
+        assert_eq!(p.frames[0].actions, vec![nicflow_flow::Action::Output(2)]);
+        let r = resume(&mut of, &pipeline, &p);
+        assert_eq!(outputs(&r.actions), vec![2]);
+        assert!(!r.install);
+    }
+
+    /// Paused two tables deep: the inner rule's rest, then the calling
+    /// rule's actions after its `resubmit`; the registers come back with
+    /// the pipeline and later lookups see them; the stack is restored.
+    #[test]
+    fn pause_inside_resubmit_resumes_both_levels_with_registers_and_stack() {
+        let mut of = of(&[
+            "table=0,cookie=0x10,in_port=1,actions=load:0x7->NXM_NX_REG1[],\
+             push:NXM_NX_REG1[],resubmit(,1),output:3",
+            "table=1,cookie=0x11,actions=controller(pause),load:0x8->NXM_NX_REG2[],resubmit(,2)",
+            "table=2,reg1=7,reg2=8,actions=pop:NXM_NX_REG3[],resubmit(,3)",
+            "table=2,priority=0,actions=output:9",
+            "table=3,reg3=7,actions=output:2",
+        ]);
+        let k = FlowKey {
+            in_port: 1,
+            ..FlowKey::default()
+        };
+        let out = of.translate(&k, None);
+        assert_eq!(outputs(&out.actions), Vec::<u32>::new());
+        let (p, pipeline) = paused(&out);
+        let frames: Vec<_> = p.frames.iter().map(|f| (f.table_id, f.cookie)).collect();
+        assert_eq!(frames, vec![(1, 0x11), (0, 0x10)]);
+        assert_eq!(p.stack, vec![7]);
+        let r = resume(&mut of, &pipeline, &p);
+        assert_eq!(outputs(&r.actions), vec![2, 3], "{:?}", r.actions);
+        // Without the registers (a controller that dropped them) the
+        // resumed walk goes elsewhere: they do come from the pipeline.
+        let r = resume(&mut of, &k, &p);
+        assert_eq!(outputs(&r.actions), vec![9, 3], "{:?}", r.actions);
+    }
+
+    /// In a clone only the clone's rest is frozen, and (as in OVS, whose
+    /// clone leaves the walk exited) nothing after the clone runs.
+    #[test]
+    fn pause_inside_clone_keeps_the_clone_rest_only() {
+        let mut of = of(&["in_port=1,actions=clone(load:0x3->NXM_NX_REG0[],controller(pause),\
+             output:2),output:3"]);
+        let k = FlowKey {
+            in_port: 1,
+            ..FlowKey::default()
+        };
+        let out = of.translate(&k, None);
+        assert_eq!(outputs(&out.actions), Vec::<u32>::new(), "{:?}", out.actions);
+        let (p, pipeline) = paused(&out);
+        assert_eq!(pipeline.regs[0], 3);
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.frames[0].actions, vec![nicflow_flow::Action::Output(2)]);
+        assert_eq!(outputs(&resume(&mut of, &pipeline, &p).actions), vec![2]);
+    }
+
+    /// `goto_table` left in a paused rule comes back as a `resubmit`, and
+    /// the resumed walk looks up the (controller-modified) packet.
+    #[test]
+    fn resumed_walk_sees_the_modified_packet() {
+        let mut of = of(&[
+            "table=0,ip,actions=controller(pause),goto_table:1",
+            "table=1,ip,nw_dst=198.18.0.2,actions=output:2",
+            "table=1,ip,nw_dst=198.18.0.9,actions=output:9",
+        ]);
+        let k = ipv4([198, 18, 0, 1], [198, 18, 0, 2], 17, 67);
+        let out = of.translate(&k, None);
+        let (p, pipeline) = paused(&out);
+        assert_eq!(
+            p.frames[0].actions,
+            vec![nicflow_flow::Action::Resubmit {
+                port: None,
+                table: Some(1)
+            }]
+        );
+        assert_eq!(outputs(&resume(&mut of, &pipeline, &p).actions), vec![2]);
+        let changed = ipv4([198, 18, 0, 1], [198, 18, 0, 9], 17, 67);
+        assert_eq!(outputs(&resume(&mut of, &changed, &p).actions), vec![9]);
+    }
+
+    /// A resumed walk that reaches another pause freezes again, keeping
+    /// what was left of the first continuation after it.
+    #[test]
+    fn resumed_walk_can_pause_again() {
+        let mut of = of(&[
+            "table=0,cookie=0x1,in_port=1,actions=resubmit(,1),output:4",
+            "table=1,cookie=0x2,actions=controller(pause),resubmit(,2),output:3",
+            "table=2,cookie=0x3,actions=controller(pause),output:2",
+        ]);
+        let k = FlowKey {
+            in_port: 1,
+            ..FlowKey::default()
+        };
+        let (p, pipeline) = paused(&of.translate(&k, None));
+        let r = resume(&mut of, &pipeline, &p);
+        assert_eq!(outputs(&r.actions), Vec::<u32>::new());
+        let (p2, pipeline) = paused(&r);
+        let frames: Vec<_> = p2.frames.iter().map(|f| (f.table_id, f.cookie)).collect();
+        assert_eq!(frames, vec![(2, 3), (1, 2), (0, 1)]);
+        assert_eq!(outputs(&resume(&mut of, &pipeline, &p2).actions), vec![2, 3, 4]);
+    }
+
     /// OVN's address-set ACL shape: three dimensions, a priority above and
     /// one below, and a second conjunction sharing a dimension.
     #[test]
@@ -1681,6 +1817,7 @@ mod ovn_action_tests {
                         reason: 2,
                         table_id: 0,
                         cookie: 7,
+                        extra: None,
                     },
                 );
             }
