@@ -913,3 +913,155 @@ fn packet_in2_with_userdata_metadata_and_meter() {
     let stats = of15_must(&lab, &["meter-stats", OF]);
     assert!(stats.contains("packet_in_count:20"), "{stats}");
 }
+
+/// Continuations (`controller(...,pause)` + `NXT_RESUME`), as OVN's
+/// DHCP/DNS/RA responders use them: a raw controller in the
+/// `nxt_packet_in2` format gets the paused packet with its continuation;
+/// the frame reaches h2 only after the controller resumes it, with the
+/// controller's bytes; paused under a `resubmit`, both the inner rule's
+/// rest (which needs the register loaded before the pause) and the calling
+/// rule's actions after the `resubmit` run. A continuation from another
+/// bridge, none, or a malformed one is refused and sends nothing.
+#[test]
+fn pause_and_resume() {
+    if !tools() {
+        return;
+    }
+    use common::UdpSink;
+    use nicflow_openflow::msg::nx::{packet_in_format, NxMessage, PacketIn2};
+    let lab = lab("c");
+    for f in [
+        "priority=5,arp,actions=normal",
+        "table=0,priority=10,udp,tp_dst=9999,actions=load:0x2a->NXM_NX_REG3[],\
+         controller(userdata=01.02,pause),output:2",
+        "table=0,priority=10,udp,tp_dst=9997,actions=resubmit(,4),output:2",
+        "table=4,cookie=0x44,udp,actions=load:0x7->NXM_NX_REG4[],\
+         controller(userdata=03,pause),resubmit(,5)",
+        "table=5,priority=10,reg4=7,actions=output:2",
+    ] {
+        of15_must(&lab, &["add-flow", OF, f]);
+    }
+    let mut c = raw15(&lab);
+    let mut b = msg::encode_to_vec_as(
+        &Message::Nx(NxMessage::SetPacketInFormat(
+            packet_in_format::NXT_PACKET_IN2,
+        )),
+        msg::OFP15_VERSION,
+        5,
+    )
+    .unwrap();
+    b.extend(msg::encode_to_vec_as(&Message::BarrierRequest, msg::OFP15_VERSION, 6).unwrap());
+    let r = exchange(&mut c, &b, Duration::from_secs(2));
+    assert!(
+        matches!(&r[..], [d] if d.message == Message::BarrierReply),
+        "{r:?}"
+    );
+    let h2 = lab.ns("h2");
+    let paused_in = |c: &mut UnixStream, userdata: u8| -> PacketIn2 {
+        let r = read_msgs(c, Duration::from_secs(3));
+        let pins: Vec<PacketIn2> = r
+            .into_iter()
+            .filter_map(|d| match d.message {
+                Message::Nx(NxMessage::PacketIn2(p))
+                    if p.userdata.as_deref().is_some_and(|u| u.last() == Some(&userdata)) =>
+                {
+                    Some(p)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pins.len(), 1, "{pins:?}\n{}", lab.daemon_log());
+        pins.into_iter().next().unwrap()
+    };
+    let resume = |c: &mut UnixStream, p: &PacketIn2, xid: u32| -> Vec<msg::Decoded> {
+        let mut b =
+            msg::encode_to_vec_as(&Message::Nx(NxMessage::Resume(p.clone())), msg::OFP15_VERSION, xid)
+                .unwrap();
+        b.extend(
+            msg::encode_to_vec_as(&Message::BarrierRequest, msg::OFP15_VERSION, xid + 1).unwrap(),
+        );
+        exchange(c, &b, Duration::from_secs(2))
+    };
+
+    // 1. Paused: nothing reaches h2 until the resume.
+    let sink = UdpSink::start(&h2, "198.18.0.2", 9999);
+    lab.must(
+        "h1",
+        &["bash", "-c", "echo ping > /dev/udp/198.18.0.2/9999"],
+    );
+    let p = paused_in(&mut c, 2);
+    assert!(p.continuation.is_some(), "{p:?}");
+    let m = p.metadata.unwrap();
+    assert_eq!(m.get(nicflow_flow::Field::Reg(3)), (0x2a, 0xffff_ffff));
+    let before = sink.finish();
+    assert!(!before.contains("ping"), "sent before the resume: {before:?}");
+
+    // Refused resumes send nothing: another bridge's continuation (its
+    // NXCPT_BRIDGE bytes changed), none at all, a malformed one.
+    let sink = UdpSink::start(&h2, "198.18.0.2", 9999);
+    let stale = nicflow_openflow::OfpError::Other { ty: 0xffff, code: 35 };
+    let mut other = p.clone();
+    let cont = other.continuation.as_mut().unwrap();
+    assert_eq!(&cont[..2], &[0x80, 0x00], "NXCPT_BRIDGE first: {cont:02x?}");
+    cont[4] ^= 0xff;
+    let mut none = p.clone();
+    none.continuation = None;
+    let mut bad = p.clone();
+    bad.continuation.as_mut().unwrap()[2] = 0xff;
+    for (i, (q, want)) in [
+        (&other, Some(stale)),
+        (&none, Some(stale)),
+        (&bad, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = resume(&mut c, q, 20 + 2 * i as u32);
+        let err = r.iter().find_map(|d| match &d.message {
+            Message::Error(e) => Some(e.error),
+            _ => None,
+        });
+        match want {
+            Some(w) => assert_eq!(err, Some(w), "{i}: {r:?}"),
+            None => assert!(err.is_some(), "{i}: {r:?}"),
+        }
+    }
+    let refused = sink.finish();
+    assert!(!refused.contains("ping"), "a refused resume sent: {refused:?}");
+
+    // 2. The controller's bytes go on: the payload changed (UDP checksum
+    // zeroed, which IPv4 allows).
+    let sink = UdpSink::start(&h2, "198.18.0.2", 9999);
+    let mut q = p.clone();
+    assert!(q.packet.ends_with(b"ping\n"), "{:02x?}", q.packet);
+    let n = q.packet.len();
+    q.packet[n - 5..n - 1].copy_from_slice(b"PONG");
+    q.packet[40] = 0;
+    q.packet[41] = 0;
+    let r = resume(&mut c, &q, 30);
+    assert!(
+        !r.iter().any(|d| matches!(d.message, Message::Error(_))),
+        "{r:?}"
+    );
+    let got = sink.finish();
+    assert_eq!(got.matches("PONG").count(), 1, "{got:?}\n{}", lab.daemon_log());
+    assert!(!got.contains("ping"), "{got:?}");
+
+    // 3. Paused two tables deep: after the resume the inner rule's rest
+    // (resubmit(,5), which matches the register loaded before the pause)
+    // and the calling rule's output:2 both send a copy.
+    let sink = UdpSink::start(&h2, "198.18.0.2", 9997);
+    lab.must(
+        "h1",
+        &["bash", "-c", "echo deep > /dev/udp/198.18.0.2/9997"],
+    );
+    let p = paused_in(&mut c, 3);
+    assert_eq!((p.table_id, p.cookie), (Some(4), Some(0x44)));
+    let r = resume(&mut c, &p, 40);
+    assert!(
+        !r.iter().any(|d| matches!(d.message, Message::Error(_))),
+        "{r:?}"
+    );
+    let got = sink.finish();
+    assert_eq!(got.matches("deep").count(), 2, "{got:?}\n{}", lab.daemon_log());
+}
