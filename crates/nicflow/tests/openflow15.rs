@@ -963,7 +963,9 @@ fn pause_and_resume() {
             .into_iter()
             .filter_map(|d| match d.message {
                 Message::Nx(NxMessage::PacketIn2(p))
-                    if p.userdata.as_deref().is_some_and(|u| u.last() == Some(&userdata)) =>
+                    if p.userdata
+                        .as_deref()
+                        .is_some_and(|u| u.last() == Some(&userdata)) =>
                 {
                     Some(p)
                 }
@@ -974,9 +976,12 @@ fn pause_and_resume() {
         pins.into_iter().next().unwrap()
     };
     let resume = |c: &mut UnixStream, p: &PacketIn2, xid: u32| -> Vec<msg::Decoded> {
-        let mut b =
-            msg::encode_to_vec_as(&Message::Nx(NxMessage::Resume(p.clone())), msg::OFP15_VERSION, xid)
-                .unwrap();
+        let mut b = msg::encode_to_vec_as(
+            &Message::Nx(NxMessage::Resume(p.clone())),
+            msg::OFP15_VERSION,
+            xid,
+        )
+        .unwrap();
         b.extend(
             msg::encode_to_vec_as(&Message::BarrierRequest, msg::OFP15_VERSION, xid + 1).unwrap(),
         );
@@ -994,12 +999,18 @@ fn pause_and_resume() {
     let m = p.metadata.unwrap();
     assert_eq!(m.get(nicflow_flow::Field::Reg(3)), (0x2a, 0xffff_ffff));
     let before = sink.finish();
-    assert!(!before.contains("ping"), "sent before the resume: {before:?}");
+    assert!(
+        !before.contains("ping"),
+        "sent before the resume: {before:?}"
+    );
 
     // Refused resumes send nothing: another bridge's continuation (its
     // NXCPT_BRIDGE bytes changed), none at all, a malformed one.
     let sink = UdpSink::start(&h2, "198.18.0.2", 9999);
-    let stale = nicflow_openflow::OfpError::Other { ty: 0xffff, code: 35 };
+    let stale = nicflow_openflow::OfpError::Other {
+        ty: 0xffff,
+        code: 35,
+    };
     let mut other = p.clone();
     let cont = other.continuation.as_mut().unwrap();
     assert_eq!(&cont[..2], &[0x80, 0x00], "NXCPT_BRIDGE first: {cont:02x?}");
@@ -1008,13 +1019,9 @@ fn pause_and_resume() {
     none.continuation = None;
     let mut bad = p.clone();
     bad.continuation.as_mut().unwrap()[2] = 0xff;
-    for (i, (q, want)) in [
-        (&other, Some(stale)),
-        (&none, Some(stale)),
-        (&bad, None),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, (q, want)) in [(&other, Some(stale)), (&none, Some(stale)), (&bad, None)]
+        .into_iter()
+        .enumerate()
     {
         let r = resume(&mut c, q, 20 + 2 * i as u32);
         let err = r.iter().find_map(|d| match &d.message {
@@ -1027,7 +1034,10 @@ fn pause_and_resume() {
         }
     }
     let refused = sink.finish();
-    assert!(!refused.contains("ping"), "a refused resume sent: {refused:?}");
+    assert!(
+        !refused.contains("ping"),
+        "a refused resume sent: {refused:?}"
+    );
 
     // 2. The controller's bytes go on: the payload changed (UDP checksum
     // zeroed, which IPv4 allows).
@@ -1044,7 +1054,12 @@ fn pause_and_resume() {
         "{r:?}"
     );
     let got = sink.finish();
-    assert_eq!(got.matches("PONG").count(), 1, "{got:?}\n{}", lab.daemon_log());
+    assert_eq!(
+        got.matches("PONG").count(),
+        1,
+        "{got:?}\n{}",
+        lab.daemon_log()
+    );
     assert!(!got.contains("ping"), "{got:?}");
 
     // 3. Paused two tables deep: after the resume the inner rule's rest
@@ -1063,5 +1078,10 @@ fn pause_and_resume() {
         "{r:?}"
     );
     let got = sink.finish();
-    assert_eq!(got.matches("deep").count(), 2, "{got:?}\n{}", lab.daemon_log());
+    assert_eq!(
+        got.matches("deep").count(),
+        2,
+        "{got:?}\n{}",
+        lab.daemon_log()
+    );
 }

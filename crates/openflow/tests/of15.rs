@@ -1516,3 +1516,53 @@ mod props {
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     }
 }
+
+/// nicflow's continuation is in Open vSwitch's `NXCPT_*` layout: OVS's
+/// own decoder reads the bridge, the stack and the remaining actions
+/// (grouped by table id and cookie) back, and so does the codec.
+#[test]
+fn ofp_print_reads_a_continuation() {
+    use nicflow_openflow::msg::nx::Continuation;
+    let c = Continuation {
+        bridge: Some([0x11; 16]),
+        stack: vec![vec![0; 15].into_iter().chain([2]).collect(), vec![1]],
+        frames: vec![
+            (
+                3,
+                0x77,
+                vec![OfAction::Output {
+                    port: 2,
+                    max_len: 0,
+                }],
+            ),
+            (
+                0,
+                0x10,
+                vec![OfAction::Output {
+                    port: 4,
+                    max_len: 0,
+                }],
+            ),
+        ],
+        ..Continuation::default()
+    };
+    let bytes = c.encode();
+    assert_eq!(Continuation::decode(&bytes), Ok(c));
+    let Some(ofctl) = ovs_ofctl() else { return };
+    let pin = PacketIn2 {
+        table_id: Some(3),
+        cookie: Some(0x77),
+        reason: Some(1),
+        continuation: Some(bytes),
+        ..PacketIn2::new(hex("ffffffffffff00112233445508060001"))
+    };
+    assert_prints(
+        ofctl,
+        &Message::Nx(NxMessage::PacketIn2(pin)),
+        &[
+            "continuation.bridge=11111111-1111-1111-1111-111111111111",
+            "continuation.stack=(top) 0x2 0x1 (bottom)",
+            "continuation.actions=unroll_xlate(table=3, cookie=119),output:2,unroll_xlate(table=0, cookie=16),output:4",
+        ],
+    );
+}

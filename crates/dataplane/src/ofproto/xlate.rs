@@ -1459,9 +1459,9 @@ mod tests {
     /// The paused copy's continuation and pipeline, and the walk after it.
     fn paused(out: &crate::datapath::XlateOut) -> (crate::datapath::action::Paused, FlowKey) {
         let p = out.actions.iter().find_map(|a| match a {
-            DpAction::Controller {
-                extra: Some(e), ..
-            } => e.paused.clone().map(|p| (p, e.pipeline)),
+            DpAction::Controller { extra: Some(e), .. } => {
+                e.paused.clone().map(|p| (p, e.pipeline))
+            }
             _ => None,
         });
         p.unwrap_or_else(|| panic!("no continuation in {:?}", out.actions))
@@ -1484,8 +1484,16 @@ mod tests {
             ..FlowKey::default()
         };
         let out = of.translate(&k, None);
-        assert!(!out.install, "each paused packet needs its own continuation");
-        assert_eq!(outputs(&out.actions), Vec::<u32>::new(), "{:?}", out.actions);
+        assert!(
+            !out.install,
+            "each paused packet needs its own continuation"
+        );
+        assert_eq!(
+            outputs(&out.actions),
+            Vec::<u32>::new(),
+            "{:?}",
+            out.actions
+        );
         let (p, pipeline) = paused(&out);
         assert_eq!(pipeline.regs[0], 0x2a);
         assert_eq!(p.frames.len(), 1);
@@ -1531,14 +1539,21 @@ mod tests {
     /// clone leaves the walk exited) nothing after the clone runs.
     #[test]
     fn pause_inside_clone_keeps_the_clone_rest_only() {
-        let mut of = of(&["in_port=1,actions=clone(load:0x3->NXM_NX_REG0[],controller(pause),\
-             output:2),output:3"]);
+        let mut of = of(&[
+            "in_port=1,actions=clone(load:0x3->NXM_NX_REG0[],controller(pause),\
+             output:2),output:3",
+        ]);
         let k = FlowKey {
             in_port: 1,
             ..FlowKey::default()
         };
         let out = of.translate(&k, None);
-        assert_eq!(outputs(&out.actions), Vec::<u32>::new(), "{:?}", out.actions);
+        assert_eq!(
+            outputs(&out.actions),
+            Vec::<u32>::new(),
+            "{:?}",
+            out.actions
+        );
         let (p, pipeline) = paused(&out);
         assert_eq!(pipeline.regs[0], 3);
         assert_eq!(p.frames.len(), 1);
@@ -1589,7 +1604,10 @@ mod tests {
         let (p2, pipeline) = paused(&r);
         let frames: Vec<_> = p2.frames.iter().map(|f| (f.table_id, f.cookie)).collect();
         assert_eq!(frames, vec![(2, 3), (1, 2), (0, 1)]);
-        assert_eq!(outputs(&resume(&mut of, &pipeline, &p2).actions), vec![2, 3, 4]);
+        assert_eq!(
+            outputs(&resume(&mut of, &pipeline, &p2).actions),
+            vec![2, 3, 4]
+        );
     }
 
     /// OVN's address-set ACL shape: three dimensions, a priority above and
