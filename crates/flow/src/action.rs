@@ -237,8 +237,8 @@ pub struct ControllerOpts {
     /// `PACKET_IN2`; a standard `PACKET_IN` cannot carry them).
     pub userdata: Vec<u8>,
     /// Stop the pipeline here, to be resumed by the controller
-    /// (`NXT_RESUME`). nicflow has no continuations yet: the copy goes out
-    /// and the packet's walk ends at this action.
+    /// (`NXT_RESUME`): the copy carries the continuation (the remaining
+    /// actions) to `NXT_PACKET_IN2` controllers.
     pub pause: bool,
     /// Rate-limit the copies through this meter (copies over its rate are
     /// not sent; the walk goes on).

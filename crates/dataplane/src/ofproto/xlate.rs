@@ -1585,6 +1585,32 @@ mod tests {
         assert_eq!(outputs(&resume(&mut of, &changed, &p).actions), vec![9]);
     }
 
+    /// In a group bucket only the bucket's rest is frozen: the other
+    /// buckets and the actions after the group go on (OVS's
+    /// `xlate_group_bucket` clears the exit).
+    #[test]
+    fn pause_inside_a_group_bucket_keeps_the_bucket_rest() {
+        let mut of = of(&[]);
+        let g = nicflow_ofctl::parse_group(
+            "group_id=1,type=all,bucket=actions=controller(pause),output:2,bucket=actions=output:3",
+            &NumericPorts,
+        )
+        .unwrap();
+        of.add_groups(&[g], false, Instant::now()).unwrap();
+        let r = parse_flow("in_port=1,actions=group:1,output:4", &NumericPorts).unwrap();
+        of.add_flow(&r, Instant::now()).unwrap();
+        let k = FlowKey {
+            in_port: 1,
+            ..FlowKey::default()
+        };
+        let out = of.translate(&k, None);
+        assert_eq!(outputs(&out.actions), vec![3, 4], "{:?}", out.actions);
+        let (p, pipeline) = paused(&out);
+        assert_eq!(p.frames.len(), 1);
+        assert_eq!(p.frames[0].actions, vec![nicflow_flow::Action::Output(2)]);
+        assert_eq!(outputs(&resume(&mut of, &pipeline, &p).actions), vec![2]);
+    }
+
     /// A resumed walk that reaches another pause freezes again, keeping
     /// what was left of the first continuation after it.
     #[test]
@@ -1781,7 +1807,7 @@ mod ovn_action_tests {
     }
 
     /// `controller(reason=..)` carries its reason; `pause` ends the walk
-    /// after the copy (no continuations yet), without it the walk goes on.
+    /// after the copy (the rest waits for `NXT_RESUME`), without it the walk goes on.
     #[test]
     fn controller2_reason_and_pause() {
         for (rule, more) in [
