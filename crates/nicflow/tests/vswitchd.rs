@@ -807,6 +807,39 @@ fn traffic_mgmt_socket_and_restarts() {
     );
     let s = show();
     assert_eq!(s.matches("\"name\": \"p2\"").count(), 1, "{s}");
+
+    // A bad interface gets ofport -1 and an error, the rest stays applied.
+    lab.vsctl_ok(&[
+        "add-port",
+        "brt",
+        "bad0",
+        "--",
+        "set",
+        "interface",
+        "bad0",
+        "type=dpdk",
+    ]);
+    let bad = lab.vsctl_ok(&["--columns=ofport,error", "list", "interface", "bad0"]);
+    assert!(bad.contains("-1") && bad.contains("not supported"), "{bad}");
+    assert!(ping(&h1, "198.18.78.2"), "a bad interface broke the others");
+
+    // The Datapath row ovn-controller creates gets nicflow's capabilities.
+    lab.vsctl_ok(&[
+        "--",
+        "--id=@dp",
+        "create",
+        "Datapath",
+        "datapath_version=0",
+        "--",
+        "set",
+        "Open_vSwitch",
+        ".",
+        "datapaths:netdev=@dp",
+    ]);
+    wait_for("Datapath capabilities", || {
+        let c = lab.vsctl_ok(&["--columns=capabilities", "list", "datapath"]);
+        c.contains("ct_zero_snat=\"false\"") && c.contains("recirc=\"true\"")
+    });
     lab.vsctl_ok(&["del-br", "brt"]);
     wait_for(".mgmt socket removed with the bridge", || {
         !lab.dir.join("brt.mgmt").exists()

@@ -33,6 +33,8 @@ pub struct Bridge {
     pub protocols: String,
     /// `Controller.target` of the bridge's controllers, sorted.
     pub controllers: Vec<String>,
+    /// The `Controller` rows (uuid, target), for their status.
+    pub controller_rows: Vec<(Uuid, String)>,
     /// Interface name -> interface.
     pub ifaces: BTreeMap<String, Iface>,
 }
@@ -90,12 +92,13 @@ impl Desired {
             if name.is_empty() || d.bridges.contains_key(&name) {
                 continue;
             }
-            let mut controllers: Vec<String> = refs(b, "controller")
-                .iter()
-                .filter_map(|c| r.row("Controller", c))
-                .map(|c| s(c, "target"))
-                .filter(|t| !t.is_empty())
+            let controller_rows: Vec<(Uuid, String)> = refs(b, "controller")
+                .into_iter()
+                .filter_map(|c| Some((c, s(r.row("Controller", &c)?, "target"))))
+                .filter(|(_, t)| !t.is_empty())
                 .collect();
+            let mut controllers: Vec<String> =
+                controller_rows.iter().map(|(_, t)| t.clone()).collect();
             controllers.sort();
             let protocols: Vec<String> = b
                 .get("protocols")
@@ -116,6 +119,7 @@ impl Desired {
                 },
                 protocols: protocols.join(","),
                 controllers,
+                controller_rows,
                 ifaces: BTreeMap::new(),
             };
             for pu in refs(b, "ports") {

@@ -189,17 +189,45 @@ impl Vswitchd {
         if !(self.dirty || stats || tick) {
             return;
         }
-        self.write_back(stats);
+        // Controller connections, as `get-controller` reports them.
+        let mut controllers = std::collections::BTreeMap::new();
+        if let Some(d) = &self.last {
+            for b in d.bridges.values().filter(|b| !b.controller_rows.is_empty()) {
+                let r = sw.handle(crate::control::proto::Request::GetController {
+                    bridge: b.name.clone(),
+                });
+                let mut st = writeback::ControllerStatus::new();
+                for t in r.data["controllers"].as_array().into_iter().flatten() {
+                    let (Some(target), Some(n)) = (t["target"].as_str(), t["connected"].as_u64())
+                    else {
+                        continue;
+                    };
+                    let roles = t["roles"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r.as_str().map(str::to_string))
+                        .collect();
+                    st.insert(target.to_string(), (n as usize, roles));
+                }
+                controllers.insert(b.name.clone(), st);
+            }
+        }
+        self.write_back(stats, &controllers);
         if stats {
             self.last_stats = now;
         }
     }
 
-    fn write_back(&mut self, stats: bool) {
+    fn write_back(
+        &mut self,
+        stats: bool,
+        controllers: &std::collections::BTreeMap<String, writeback::ControllerStatus>,
+    ) {
         let (Some(replica), Some(d)) = (self.session.replica(), self.last.as_ref()) else {
             return;
         };
-        let mut ops = writeback::ops(replica, d, &self.applied, stats);
+        let mut ops = writeback::ops(replica, d, &self.applied, stats, controllers);
         if ops.is_empty() {
             self.dirty = false;
             self.detached.ready();

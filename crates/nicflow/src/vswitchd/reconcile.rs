@@ -202,7 +202,8 @@ impl Applied {
                 Err(e) => (Err(e), None),
             };
             if let Err(e) = &result {
-                self.log_once(&format!("bridge {}: interface {}", b.name, i.name), e);
+                // The error names the interface (it is written to its row).
+                self.log_once(&format!("bridge {}", b.name), e);
             }
             ab.ifaces.insert(
                 i.name.clone(),
@@ -299,7 +300,8 @@ fn port_request(bridge: &str, i: &Iface) -> Result<(Request, Option<String>), St
         }
         "internal" => Ok((req("internal", PortOptions::new()), Some(i.name.clone()))),
         "vxlan" | "geneve" => {
-            let (opts, underlay) = tunnel_options(&i.options)?;
+            let (opts, underlay) =
+                tunnel_options(&i.options).map_err(|e| format!("interface {}: {e}", i.name))?;
             Ok((req(&i.kind, opts), Some(underlay)))
         }
         "patch" => Err(format!(

@@ -59,11 +59,43 @@ fn update(table: &str, uuid: Uuid, row: Columns, ops: &mut Vec<Op>) {
     }
 }
 
+/// A controller target's connection state: (connections, their roles).
+pub type ControllerStatus = std::collections::BTreeMap<String, (usize, Vec<String>)>;
+
 /// The operations that bring the database's status columns up to date
 /// (empty when nothing differs). `stats`: refresh `statistics` too.
-pub fn ops(r: &Replica, d: &Desired, applied: &Applied, stats: bool) -> Vec<Op> {
+/// `controllers`: per bridge, each target's state (from `get-controller`).
+pub fn ops(
+    r: &Replica,
+    d: &Desired,
+    applied: &Applied,
+    stats: bool,
+    controllers: &std::collections::BTreeMap<String, ControllerStatus>,
+) -> Vec<Op> {
     let mut ops = Vec::new();
     for b in d.bridges.values() {
+        for (u, target) in &b.controller_rows {
+            let cur = r.row("Controller", u);
+            let mut row = Columns::new();
+            let st = controllers.get(&b.name).and_then(|c| c.get(target));
+            let connected = st.is_some_and(|(n, _)| *n > 0);
+            set_if(cur, &mut row, "is_connected", Datum::atom(connected));
+            // OVS's names: an OpenFlow "equal" controller is "other".
+            let role = st.and_then(|(_, roles)| roles.first()).map(|r| {
+                if r == "equal" {
+                    "other"
+                } else {
+                    r.as_str()
+                }
+            });
+            set_if(
+                cur,
+                &mut row,
+                "role",
+                role.map_or_else(Datum::empty, string),
+            );
+            update("Controller", *u, row, &mut ops);
+        }
         let ab = applied.bridges.get(&b.name);
         let cur = r.row("Bridge", &b.uuid);
         let mut row = Columns::new();
