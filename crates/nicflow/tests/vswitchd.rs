@@ -840,9 +840,146 @@ fn traffic_mgmt_socket_and_restarts() {
         let c = lab.vsctl_ok(&["--columns=capabilities", "list", "datapath"]);
         c.contains("ct_zero_snat=\"false\"") && c.contains("recirc=\"true\"")
     });
+    // An interface moved to another bridge in one transaction opens there
+    // at once (the old port goes first, though `bra` sorts before `brt`).
+    lab.vsctl_ok(&[
+        "add-br",
+        "bra",
+        "--",
+        "set",
+        "bridge",
+        "bra",
+        "datapath_type=netdev",
+    ]);
+    lab.vsctl_ok(&["del-port", "brt", "p2", "--", "add-port", "bra", "p2"]);
+    let moved = lab.vsctl_ok(&["--columns=ofport,error", "list", "interface", "p2"]);
+    assert!(!moved.contains("-1"), "{moved}");
+    lab.vsctl_ok(&["del-br", "bra"]);
     lab.vsctl_ok(&["del-br", "brt"]);
     wait_for(".mgmt socket removed with the bridge", || {
         !lab.dir.join("brt.mgmt").exists()
     });
+    lab.stop_switch(pid, libc::SIGTERM);
+}
+
+/// A VXLAN port configured as ovn-controller writes one (`remote_ip`, no
+/// `local_ip`): nicflow takes the source address and the underlay from
+/// the route to the remote, and a host behind the bridge pings a Linux
+/// VXLAN endpoint in another namespace.
+#[test]
+fn tunnel_source_and_underlay_come_from_the_route() {
+    if !possible() {
+        return;
+    }
+    let mut lab = Lab::new("v");
+    let (h1, r) = (format!("{}h1", lab.tag), format!("{}r", lab.tag));
+    lab.add_ns(&h1);
+    lab.add_ns(&r);
+    let ns = lab.ns().to_string();
+    let ip = |n: &str, args: &[&str]| must(Command::new("ip").arg("-n").arg(n).args(args));
+    // Host h1 behind the bridge.
+    ip(
+        &ns,
+        &[
+            "link", "add", "p1", "type", "veth", "peer", "name", "e1", "netns", &h1,
+        ],
+    );
+    ip(&ns, &["link", "set", "p1", "up"]);
+    ip(&h1, &["addr", "add", "198.18.80.1/24", "dev", "e1"]);
+    ip(&h1, &["link", "set", "e1", "up"]);
+    // The underlay: u0 (198.18.79.1) in the switch's namespace, u1
+    // (198.18.79.2) in r, which terminates VXLAN 42 in the kernel.
+    ip(
+        &ns,
+        &[
+            "link", "add", "u0", "type", "veth", "peer", "name", "u1", "netns", &r,
+        ],
+    );
+    ip(&ns, &["addr", "add", "198.18.79.1/24", "dev", "u0"]);
+    ip(&ns, &["link", "set", "u0", "up"]);
+    ip(&r, &["addr", "add", "198.18.79.2/24", "dev", "u1"]);
+    ip(&r, &["link", "set", "u1", "up"]);
+    ip(
+        &r,
+        &[
+            "link",
+            "add",
+            "vxr",
+            "type",
+            "vxlan",
+            "id",
+            "42",
+            "remote",
+            "198.18.79.1",
+            "local",
+            "198.18.79.2",
+            "dstport",
+            "4789",
+        ],
+    );
+    ip(&r, &["addr", "add", "198.18.80.2/24", "dev", "vxr"]);
+    ip(&r, &["link", "set", "vxr", "up"]);
+    lab.start_db(true);
+    let pid = lab.start_switch(false);
+    lab.vsctl_ok(&[
+        "add-br",
+        "brx",
+        "--",
+        "set",
+        "bridge",
+        "brx",
+        "datapath_type=netdev",
+    ]);
+    lab.vsctl_ok(&["add-port", "brx", "p1"]);
+    lab.vsctl_ok(&[
+        "add-port",
+        "brx",
+        "vx0",
+        "--",
+        "set",
+        "interface",
+        "vx0",
+        "type=vxlan",
+        "options:remote_ip=198.18.79.2",
+        "options:key=42",
+    ]);
+    let st = lab.vsctl_ok(&["--columns=ofport,error", "list", "interface", "vx0"]);
+    assert!(!st.contains("-1"), "{st}");
+    let ok = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &h1,
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "2",
+            "198.18.80.2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "no ping over the VXLAN port: {}\n{}",
+        String::from_utf8_lossy(&ok.stdout),
+        lab.log("ovs-vswitchd.log")
+    );
+    // A remote with no route: the port gets the error, the bridge stays.
+    lab.vsctl_ok(&[
+        "add-port",
+        "brx",
+        "vx1",
+        "--",
+        "set",
+        "interface",
+        "vx1",
+        "type=vxlan",
+        "options:remote_ip=198.19.255.9",
+    ]);
+    let st = lab.vsctl_ok(&["--columns=ofport,error", "list", "interface", "vx1"]);
+    assert!(st.contains("-1") && st.contains("route"), "{st}");
     lab.stop_switch(pid, libc::SIGTERM);
 }

@@ -79,6 +79,25 @@ impl Applied {
             }
         }
         self.bridges.retain(|n, _| d.bridges.contains_key(n));
+        // Ports no longer listed go before any is added: an interface moved
+        // from one bridge to another in one transaction is free by then.
+        for b in d.bridges.values() {
+            let stale: Vec<String> = sw
+                .bridges()
+                .find(|x| x.name == b.name)
+                .map(|x| {
+                    x.port_map()
+                        .0
+                        .keys()
+                        .filter(|n| !b.ifaces.contains_key(*n))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            for name in stale {
+                self.del_port(sw, &b.name, &name);
+            }
+        }
         for b in d.bridges.values() {
             self.bridge(sw, b, rundir);
         }
@@ -164,11 +183,6 @@ impl Applied {
             .find(|x| x.name == b.name)
             .map(|x| x.port_map().0.keys().cloned().collect())
             .unwrap_or_default();
-        // Ports the database does not list go first (their interface may be
-        // what a new row wants).
-        for name in present.iter().filter(|n| !b.ifaces.contains_key(*n)) {
-            self.del_port(sw, &b.name, name);
-        }
         ab.ifaces.retain(|n, _| b.ifaces.contains_key(n));
         for i in b.ifaces.values() {
             let same = ab
