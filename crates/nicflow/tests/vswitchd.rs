@@ -762,7 +762,33 @@ fn traffic_mgmt_socket_and_restarts() {
     );
     assert!(flows.contains("actions=NORMAL"), "{flows}");
 
-    // kill -9 and restart: the same ports, once each, traffic again.
+    // nicflow's own port numbers, over the .mgmt socket: "  2(p1): addr:..".
+    let of_ports = |lab: &Lab| -> Vec<String> {
+        let out = must(
+            lab.cmd("ovs-ofctl")
+                .args(["-O", "OpenFlow13", "show", "brt"]),
+        );
+        let mut v: Vec<String> = out
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                let (no, rest) = l.split_once('(')?;
+                let name = rest.split_once(')')?.0;
+                (no.parse::<u32>().is_ok() && name.starts_with('p'))
+                    .then(|| format!("{no}({name})"))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    // Re-added: p1 is now numbered after p2, not in name order.
+    lab.vsctl_ok(&["del-port", "brt", "p1"]);
+    lab.vsctl_ok(&["add-port", "brt", "p1"]);
+    let of_before = of_ports(&lab);
+    assert_eq!(of_before.len(), 2, "{of_before:?}");
+
+    // kill -9 and restart: the same ports, once each, under the same
+    // numbers (taken from the database, as OVS does), traffic again.
     lab.stop_switch(pid, libc::SIGKILL);
     let pid = lab.start_switch(false);
     let sock = lab.dir.join("nicflow.sock");
@@ -788,6 +814,11 @@ fn traffic_mgmt_socket_and_restarts() {
         "no ping after kill -9 and restart"
     );
     assert_eq!(ofports(&lab).matches("-1").count(), 0);
+    assert_eq!(
+        of_ports(&lab),
+        of_before,
+        "port numbers changed across kill -9"
+    );
 
     // ovsdb-server restart: forwarding continues meanwhile, the session
     // comes back and a change made after it is applied.
@@ -851,9 +882,23 @@ fn traffic_mgmt_socket_and_restarts() {
         "bra",
         "datapath_type=netdev",
     ]);
-    lab.vsctl_ok(&["del-port", "brt", "p2", "--", "add-port", "bra", "p2"]);
+    // It asks for port 17 there (`ofport_request`), and gets it.
+    lab.vsctl_ok(&[
+        "del-port",
+        "brt",
+        "p2",
+        "--",
+        "add-port",
+        "bra",
+        "p2",
+        "--",
+        "set",
+        "interface",
+        "p2",
+        "ofport_request=17",
+    ]);
     let moved = lab.vsctl_ok(&["--columns=ofport,error", "list", "interface", "p2"]);
-    assert!(!moved.contains("-1"), "{moved}");
+    assert!(moved.contains("ofport              : 17"), "{moved}");
     lab.vsctl_ok(&["del-br", "bra"]);
     lab.vsctl_ok(&["del-br", "brt"]);
     wait_for(".mgmt socket removed with the bridge", || {

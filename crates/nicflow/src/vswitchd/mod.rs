@@ -178,7 +178,15 @@ impl Vswitchd {
             .any(|b| b.ifaces.values().any(|i| i.result.is_err()));
         let retry = tick && failed && now.duration_since(self.last_retry) >= RETRY_INTERVAL;
         if self.last.as_ref() != Some(&desired) || retry {
-            self.applied.reconcile(sw, &desired, &self.rundir);
+            let prev_ofport = replica
+                .rows("Interface")
+                .filter_map(|(_, r)| {
+                    let name = r.get("name")?.as_str()?.to_string();
+                    Some((name, r.get("ofport")?.as_int()?))
+                })
+                .collect();
+            self.applied
+                .reconcile(sw, &desired, &self.rundir, &prev_ofport);
             self.last = Some(desired);
             self.dirty = true;
             if retry {

@@ -62,7 +62,16 @@ impl Applied {
     }
 
     /// Converge `sw` to `d`.
-    pub fn reconcile(&mut self, sw: &mut Switch, d: &Desired, rundir: &Path) {
+    /// `prev_ofport`: each interface's `ofport` in the database now (the
+    /// number a port keeps across a restart of nicflow when no
+    /// `ofport_request` says otherwise, as in OVS).
+    pub fn reconcile(
+        &mut self,
+        sw: &mut Switch,
+        d: &Desired,
+        rundir: &Path,
+        prev_ofport: &BTreeMap<String, i64>,
+    ) {
         // Bridges the database does not list (or made by the CLI) go.
         let extra: Vec<String> = sw
             .bridges()
@@ -99,11 +108,17 @@ impl Applied {
             }
         }
         for b in d.bridges.values() {
-            self.bridge(sw, b, rundir);
+            self.bridge(sw, b, rundir, prev_ofport);
         }
     }
 
-    fn bridge(&mut self, sw: &mut Switch, b: &DBridge, rundir: &Path) {
+    fn bridge(
+        &mut self,
+        sw: &mut Switch,
+        b: &DBridge,
+        rundir: &Path,
+        prev_ofport: &BTreeMap<String, i64>,
+    ) {
         let exists = sw.bridges().any(|x| x.name == b.name);
         let dp_ok =
             b.datapath_type.is_empty() || DATAPATH_TYPES.contains(&b.datapath_type.as_str());
@@ -145,7 +160,7 @@ impl Applied {
                 ..Default::default()
             });
         ab.error = None;
-        self.ports(sw, b, &mut ab);
+        self.ports(sw, b, &mut ab, prev_ofport);
         self.settings(sw, b, &mut ab, rundir);
         self.bridges.insert(b.name.clone(), ab);
     }
@@ -177,7 +192,13 @@ impl Applied {
         );
     }
 
-    fn ports(&mut self, sw: &mut Switch, b: &DBridge, ab: &mut AppliedBridge) {
+    fn ports(
+        &mut self,
+        sw: &mut Switch,
+        b: &DBridge,
+        ab: &mut AppliedBridge,
+        prev_ofport: &BTreeMap<String, i64>,
+    ) {
         let present: BTreeSet<String> = sw
             .bridges()
             .find(|x| x.name == b.name)
@@ -185,10 +206,13 @@ impl Applied {
             .unwrap_or_default();
         ab.ifaces.retain(|n, _| b.ifaces.contains_key(n));
         for i in b.ifaces.values() {
-            let same = ab
-                .ifaces
-                .get(&i.name)
-                .is_some_and(|a| a.kind == i.kind && a.options == i.options);
+            let valid = |n: i64| (1..=0xfeff).contains(&n).then_some(n as u32);
+            let requested = i.ofport_request.and_then(valid);
+            let same = ab.ifaces.get(&i.name).is_some_and(|a| {
+                a.kind == i.kind
+                    && a.options == i.options
+                    && requested.is_none_or(|n| a.result == Ok(n))
+            });
             let open = ab.ifaces.get(&i.name).is_some_and(|a| a.result.is_ok());
             if same && open && present.contains(&i.name) {
                 continue;
@@ -196,8 +220,17 @@ impl Applied {
             if present.contains(&i.name) {
                 self.del_port(sw, &b.name, &i.name);
             }
+            let hint = requested.or_else(|| prev_ofport.get(&i.name).copied().and_then(valid));
+            // The number (asked for, or held before a restart) is reserved
+            // first; a port that does not open gives it back.
+            let add = |sw: &mut Switch, req| {
+                if let Some(n) = hint {
+                    sw.reserve_ofport(&b.name, &i.name, n);
+                }
+                sw.handle(req)
+            };
             let (result, netdev) = match port_request(&b.name, i) {
-                Ok((req, netdev)) => match sw.handle(req) {
+                Ok((req, netdev)) => match add(sw, req) {
                     r if r.ok => {
                         let no = r.data.get("ofport").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
                         tracing::info!(
@@ -208,10 +241,13 @@ impl Applied {
                         );
                         (Ok(no), netdev)
                     }
-                    r => (
-                        Err(r.error.unwrap_or_else(|| "request failed".into())),
-                        netdev,
-                    ),
+                    r => {
+                        sw.unreserve_ofport(&b.name, &i.name);
+                        (
+                            Err(r.error.unwrap_or_else(|| "request failed".into())),
+                            netdev,
+                        )
+                    }
                 },
                 Err(e) => (Err(e), None),
             };
