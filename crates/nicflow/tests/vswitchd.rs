@@ -822,12 +822,28 @@ fn traffic_mgmt_socket_and_restarts() {
 
     // ovsdb-server restart: forwarding continues meanwhile, the session
     // comes back and a change made after it is applied.
+    let count = |lab: &Lab, what: &str| lab.log("ovs-vswitchd.log").matches(what).count();
+    let (changes, connects) = (
+        count(&lab, "added interface") + count(&lab, "deleted port"),
+        count(&lab, "connected to the database"),
+    );
     lab.stop_db();
     assert!(
         ping(&h1, "198.18.78.2"),
         "no ping while ovsdb-server is down"
     );
     lab.start_db(false);
+    // Reconnected and converged: nothing re-added or removed.
+    wait_for("the session back", || {
+        count(&lab, "connected to the database") > connects
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        count(&lab, "added interface") + count(&lab, "deleted port"),
+        changes,
+        "the reconnect touched ports: {}",
+        lab.log("ovs-vswitchd.log")
+    );
     lab.vsctl_ok(&["del-port", "brt", "p2"]);
     wait_for("p2 gone", || !show().contains("\"p2\""));
     assert!(!ping(&h1, "198.18.78.2"));
