@@ -91,8 +91,9 @@ enum Cmd {
         iface: String,
         /// auto (a TC port under the default offload=auto, an AF_XDP port
         /// under offload=xdp|none), tc, afxdp, afpacket, tap, internal,
-        /// vxlan, geneve, or uplink (the bridge's PF/physical port: opened
-        /// like afxdp, at most one).
+        /// vxlan, geneve, patch (peer=PORT: joined in memory to patch port
+        /// PORT of another bridge), or uplink (the bridge's PF/physical
+        /// port: opened like afxdp, at most one).
         #[arg(long = "type", default_value = "auto")]
         kind: String,
         /// Port name on the bridge (default: the interface name).

@@ -1044,3 +1044,103 @@ fn tunnel_source_and_underlay_come_from_the_route() {
     assert!(st.contains("-1") && st.contains("route"), "{st}");
     lab.stop_switch(pid, libc::SIGTERM);
 }
+
+/// Two bridges joined by a patch pair (`type=patch`, `options:peer`): a
+/// host on one pings a host on the other; without its peer a patch port
+/// carries nothing.
+#[test]
+fn patch_ports_join_two_bridges() {
+    if !possible() {
+        return;
+    }
+    let mut lab = Lab::new("p");
+    let (h1, h2) = (format!("{}h1", lab.tag), format!("{}h2", lab.tag));
+    lab.add_ns(&h1);
+    lab.add_ns(&h2);
+    let ns = lab.ns().to_string();
+    for (h, a, b, ip) in [
+        (&h1, "p1", "e1", "198.18.81.1/24"),
+        (&h2, "p2", "e2", "198.18.81.2/24"),
+    ] {
+        must(Command::new("ip").args([
+            "-n", &ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", h,
+        ]));
+        must(Command::new("ip").args(["-n", &ns, "link", "set", a, "up"]));
+        must(Command::new("ip").args(["-n", h, "addr", "add", ip, "dev", b]));
+        must(Command::new("ip").args(["-n", h, "link", "set", b, "up"]));
+    }
+    lab.start_db(true);
+    let pid = lab.start_switch(false);
+    for (br, p) in [("brp1", "p1"), ("brp2", "p2")] {
+        lab.vsctl_ok(&[
+            "add-br",
+            br,
+            "--",
+            "set",
+            "bridge",
+            br,
+            "datapath_type=netdev",
+        ]);
+        lab.vsctl_ok(&["add-port", br, p]);
+    }
+    let ping = || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &h1,
+                "ping",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                "198.18.81.2",
+            ])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    // One side only: nothing crosses.
+    lab.vsctl_ok(&[
+        "add-port",
+        "brp1",
+        "pa",
+        "--",
+        "set",
+        "interface",
+        "pa",
+        "type=patch",
+        "options:peer=pb",
+    ]);
+    assert!(!ping(), "a patch port without its peer carried traffic");
+    lab.vsctl_ok(&[
+        "add-port",
+        "brp2",
+        "pb",
+        "--",
+        "set",
+        "interface",
+        "pb",
+        "type=patch",
+        "options:peer=pa",
+    ]);
+    let st = lab.vsctl_ok(&[
+        "--columns=name,ofport,error",
+        "list",
+        "interface",
+        "pa",
+        "pb",
+    ]);
+    assert!(!st.contains("-1"), "{st}");
+    assert!(
+        ping(),
+        "no ping across the patch pair: {}",
+        lab.log("ovs-vswitchd.log")
+    );
+    lab.vsctl_ok(&["del-port", "brp2", "pb"]);
+    assert!(!ping(), "traffic crossed after the peer was deleted");
+    lab.stop_switch(pid, libc::SIGTERM);
+}

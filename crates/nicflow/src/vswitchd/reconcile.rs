@@ -46,7 +46,7 @@ pub struct Applied {
 /// The datapath types that mean nicflow's datapath.
 pub const DATAPATH_TYPES: [&str; 2] = ["netdev", "system"];
 /// The interface types nicflow opens.
-pub const IFACE_TYPES: [&str; 4] = ["geneve", "internal", "system", "vxlan"];
+pub const IFACE_TYPES: [&str; 5] = ["geneve", "internal", "patch", "system", "vxlan"];
 
 /// `$OVS_RUNDIR/<bridge>.mgmt`.
 pub fn mgmt_path(rundir: &Path, bridge: &str) -> PathBuf {
@@ -354,12 +354,15 @@ fn port_request(bridge: &str, i: &Iface) -> Result<(Request, Option<String>), St
                 tunnel_options(&i.options).map_err(|e| format!("interface {}: {e}", i.name))?;
             Ok((req(&i.kind, opts), Some(underlay)))
         }
-        "patch" => Err(format!(
-            "interface {}: patch ports are not supported by nicflow yet",
-            i.name
-        )),
+        "patch" => {
+            let mut o = PortOptions::new();
+            for (k, v) in &i.options {
+                o.insert(k.clone(), v.clone());
+            }
+            Ok((req("patch", o), None))
+        }
         other => Err(format!(
-            "interface {}: type `{other}` is not supported by nicflow (system, internal, vxlan, geneve)",
+            "interface {}: type `{other}` is not supported by nicflow (system, internal, vxlan, geneve, patch)",
             i.name
         )),
     }
@@ -416,7 +419,6 @@ mod tests {
     #[test]
     fn unsupported_interfaces_say_why() {
         let e = |i| port_request("br0", &i).unwrap_err();
-        assert!(e(iface("patch", &[("peer", "x")])).contains("patch ports are not supported"));
         assert!(e(iface("dpdk", &[])).contains("type `dpdk` is not supported"));
         assert!(e(iface("vxlan", &[])).contains("remote_ip"));
         assert!(e(iface("geneve", &[("remote_ip", "flow")])).contains("remote_ip=flow"));
