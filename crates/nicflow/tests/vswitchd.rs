@@ -575,6 +575,10 @@ fn script(ctl_port: u16) -> Vec<(&'static str, Vec<String>)> {
                 "options:csum=true",
             ]),
         ),
+        (
+            "mtu_request",
+            s(&["set", "interface", "va", "mtu_request=1400"]),
+        ),
         ("set-fail-mode", s(&["set-fail-mode", "brv", "secure"])),
         (
             "protocols",
@@ -674,7 +678,7 @@ fn ovs_vsctl_script_matches_ovs_vswitchd() {
     }
     diffs.dedup();
     assert!(diffs.is_empty(), "differences:\n{}", diffs.join("\n"));
-    let (_, _, err, _) = &nf[9];
+    let (_, _, err, _) = &nf[10];
     assert!(
         err.contains("Error detected while setting up 'nomissing0'"),
         "{err}"

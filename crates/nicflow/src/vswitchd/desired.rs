@@ -16,6 +16,8 @@ pub struct Iface {
     pub kind: String,
     pub options: BTreeMap<String, String>,
     pub ofport_request: Option<i64>,
+    /// `mtu_request`: the MTU to set on the interface.
+    pub mtu_request: Option<i64>,
     /// Why the row cannot be opened whatever the system offers (a bond),
     /// decided from the database alone.
     pub refused: Option<String>,
@@ -150,6 +152,7 @@ impl Desired {
                             kind,
                             options: map(i, "options"),
                             ofport_request: i.get("ofport_request").and_then(Datum::as_int),
+                            mtu_request: i.get("mtu_request").and_then(Datum::as_int),
                             refused,
                         },
                     );

@@ -161,6 +161,7 @@ impl Applied {
             });
         ab.error = None;
         self.ports(sw, b, &mut ab, prev_ofport);
+        self.mtus(b, &ab);
         self.settings(sw, b, &mut ab, rundir);
         self.bridges.insert(b.name.clone(), ab);
     }
@@ -264,6 +265,51 @@ impl Applied {
                     netdev,
                 },
             );
+        }
+    }
+
+    /// `mtu_request` of the open system and internal interfaces of `b`, set
+    /// on the device when it differs (as OVS's netdev-linux does); then
+    /// internal interfaces without one follow the smallest MTU of the
+    /// bridge's system interfaces, as OVS's bridge MTU does. A refusal is
+    /// logged once and leaves the port as it is.
+    fn mtus(&mut self, b: &DBridge, ab: &AppliedBridge) {
+        let open = |i: &Iface| {
+            ab.ifaces.get(&i.name).is_some_and(|a| a.result.is_ok())
+                && matches!(i.kind.as_str(), "" | "system" | "internal")
+        };
+        for i in b.ifaces.values().filter(|i| open(i)) {
+            if let Some(m) = i.mtu_request {
+                self.set_mtu(&i.name, m);
+            }
+        }
+        let bridge_mtu = b
+            .ifaces
+            .values()
+            .filter(|i| open(i) && i.kind != "internal")
+            .filter_map(|i| netdev::link_info(&i.name).map(|l| l.mtu))
+            .min();
+        if let Some(m) = bridge_mtu {
+            for i in b.ifaces.values().filter(|i| open(i)) {
+                if i.kind == "internal" && i.mtu_request.is_none() {
+                    self.set_mtu(&i.name, m);
+                }
+            }
+        }
+    }
+
+    fn set_mtu(&mut self, dev: &str, mtu: i64) {
+        if netdev::link_info(dev).is_none_or(|l| l.mtu == mtu) {
+            return;
+        }
+        let out = std::process::Command::new("ip")
+            .args(["link", "set", "dev", dev, "mtu", &mtu.to_string()])
+            .output();
+        let what = format!("interface {dev}: mtu {mtu}");
+        match out {
+            Ok(o) if o.status.success() => tracing::info!("vswitchd: {what}"),
+            Ok(o) => self.log_once(&what, String::from_utf8_lossy(&o.stderr).trim()),
+            Err(e) => self.log_once(&what, &e.to_string()),
         }
     }
 
@@ -412,6 +458,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ofport_request: None,
+            mtu_request: None,
             refused: None,
         }
     }
