@@ -120,8 +120,8 @@ const IGNORED: &[(&str, &str, &str)] = &[
 ///   local port 65534, nicflow the next number): both must assign one, or
 ///   both write -1.
 /// - `Interface.ifindex`/`mac_in_use` of internal ports: a fresh device in
-///   each run; of tunnel ports, `mac_in_use` is left out (OVS invents an
-///   Ethernet address for a vport; nicflow's tunnel port has none).
+///   each run; of tunnel and patch ports, `mac_in_use` is left out (OVS
+///   invents an Ethernet address for a vport; nicflow's has none).
 /// - `Interface.admin_state`/`link_state` of internal ports: nicflow brings
 ///   its internal port (a tap it serves) up; OVS leaves it down.
 fn normalize(table: &str, row: &mut BTreeMap<String, Value>) {
@@ -147,7 +147,7 @@ fn normalize(table: &str, row: &mut BTreeMap<String, Value>) {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if matches!(kind.as_str(), "vxlan" | "geneve") {
+        if matches!(kind.as_str(), "vxlan" | "geneve" | "patch") {
             row.remove("mac_in_use");
         }
         if matches!(kind.as_str(), "internal" | "vxlan" | "geneve") {
@@ -579,6 +579,38 @@ fn script(ctl_port: u16) -> Vec<(&'static str, Vec<String>)> {
             "mtu_request",
             s(&["set", "interface", "va", "mtu_request=1400"]),
         ),
+        (
+            "patch pair",
+            s(&[
+                "add-br",
+                "brw",
+                "--",
+                "set",
+                "bridge",
+                "brw",
+                "datapath_type=netdev",
+                "--",
+                "add-port",
+                "brv",
+                "pv",
+                "--",
+                "set",
+                "interface",
+                "pv",
+                "type=patch",
+                "options:peer=pw",
+                "--",
+                "add-port",
+                "brw",
+                "pw",
+                "--",
+                "set",
+                "interface",
+                "pw",
+                "type=patch",
+                "options:peer=pv",
+            ]),
+        ),
         ("set-fail-mode", s(&["set-fail-mode", "brv", "secure"])),
         (
             "protocols",
@@ -595,6 +627,7 @@ fn script(ctl_port: u16) -> Vec<(&'static str, Vec<String>)> {
         ("del-port", s(&["del-port", "brv", "int0"])),
         ("add-port missing", s(&["add-port", "brv", "nomissing0"])),
         ("del-br", s(&["del-br", "brv"])),
+        ("del-br peer", s(&["del-br", "brw"])),
     ]
 }
 
@@ -678,7 +711,7 @@ fn ovs_vsctl_script_matches_ovs_vswitchd() {
     }
     diffs.dedup();
     assert!(diffs.is_empty(), "differences:\n{}", diffs.join("\n"));
-    let (_, _, err, _) = &nf[10];
+    let (_, _, err, _) = &nf[11];
     assert!(
         err.contains("Error detected while setting up 'nomissing0'"),
         "{err}"

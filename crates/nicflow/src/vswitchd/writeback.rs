@@ -118,7 +118,28 @@ pub fn ops(
             match &a.result {
                 Ok(no) => {
                     set_if(cur, &mut row, "ofport", int(i64::from(*no)));
-                    set_if(cur, &mut row, "error", Datum::empty());
+                    // A patch port is open without its peer (it drops what
+                    // it sends); OVS says so in `error`, in these words.
+                    let peer = i.options.get("peer").filter(|_| i.kind == "patch");
+                    let peer_open = |p: &String| {
+                        applied.bridges.values().any(|b| {
+                            b.ifaces
+                                .get(p)
+                                .is_some_and(|a| a.kind == "patch" && a.result.is_ok())
+                        })
+                    };
+                    let error = match peer {
+                        Some(p) if !peer_open(p) => {
+                            let dp = if b.datapath_type.is_empty() {
+                                "system"
+                            } else {
+                                &b.datapath_type
+                            };
+                            string(&format!("No usable peer '{p}' exists in '{dp}' datapath."))
+                        }
+                        _ => Datum::empty(),
+                    };
+                    set_if(cur, &mut row, "error", error);
                     let link = a
                         .netdev
                         .as_deref()
