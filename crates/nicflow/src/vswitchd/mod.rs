@@ -143,6 +143,9 @@ impl Vswitchd {
             Vec::new()
         };
         self.more = !events.is_empty();
+        // The database is read again only when something arrived (or once
+        // a tick): a busy forwarding loop does not rescan it every round.
+        let fresh = !events.is_empty() || tick || self.last.is_none();
         for ev in events {
             match ev {
                 Event::Connected { method, resumed } => {
@@ -165,6 +168,9 @@ impl Vswitchd {
             }
         }
         if !self.session.is_connected() || !self.session.has_lock() {
+            return;
+        }
+        if !fresh && !self.dirty {
             return;
         }
         let Some(replica) = self.session.replica() else {
@@ -257,7 +263,9 @@ impl Vswitchd {
             }
             Err(e) => {
                 // Tried again next tick (a row deleted meanwhile, the
-                // connection lost: the next update brings the truth).
+                // connection lost: the next update brings the truth), not
+                // every round.
+                self.dirty = false;
                 let e = e.to_string();
                 if self.write_error.as_deref() != Some(&e) {
                     tracing::warn!("vswitchd: writing status back: {e}");
