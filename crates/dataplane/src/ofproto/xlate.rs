@@ -790,6 +790,7 @@ impl Ctx<'_> {
                     reason: OFPR_INVALID_TTL,
                     table_id,
                     cookie: self.rule_cookie,
+                    extra: None,
                 });
             }
             self.actions.push(DpAction::Drop(DropReason::TtlExceeded));
@@ -1555,6 +1556,7 @@ mod ovn_action_tests {
                         reason: 2,
                         table_id: 0,
                         cookie: 7,
+                        extra: None,
                     },
                 );
             }
