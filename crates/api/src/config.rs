@@ -133,6 +133,9 @@ pub enum PortType {
     Vxlan,
     /// A Geneve tunnel port.
     Geneve,
+    /// A patch port (`options:peer=NAME`): joined in memory to the patch
+    /// port NAME on another bridge, no interface of its own.
+    Patch,
     /// The bridge's uplink (PF/physical port, flavour `physical` in `show`):
     /// opened like [`PortType::Afxdp`] (with its AF_PACKET fallback), at
     /// most one per bridge.
@@ -151,6 +154,7 @@ impl PortType {
             PortType::Vxlan => "vxlan",
             PortType::Geneve => "geneve",
             PortType::Uplink => "uplink",
+            PortType::Patch => "patch",
         }
     }
 
@@ -165,6 +169,7 @@ impl PortType {
             "vxlan" => PortType::Vxlan,
             "geneve" => PortType::Geneve,
             "uplink" => PortType::Uplink,
+            "patch" => PortType::Patch,
             _ => return None,
         })
     }

@@ -293,8 +293,7 @@ impl Bridge {
             Some(&no) if self.attached(&name).is_none() => no,
             Some(_) => return Err(BridgeError::PortExists(name)),
             None => {
-                let no = self.next_port_no;
-                self.next_port_no += 1;
+                let no = self.next_free_no();
                 self.names.0.insert(name, no);
                 no
             }
@@ -321,10 +320,36 @@ impl Bridge {
         if self.names.0.contains_key(name) {
             return Err(BridgeError::PortExists(name.to_string()));
         }
-        let no = self.next_port_no;
-        self.next_port_no += 1;
+        let no = self.next_free_no();
         self.names.0.insert(name.to_string(), no);
         Ok(no)
+    }
+
+    /// Reserve `name` under the number `no` (OVS's `ofport_request`), for
+    /// [`Bridge::add_port`] to attach it there. `false`, and nothing
+    /// reserved, when the name is known or the number taken or out of
+    /// OVS's range (1..=65279).
+    pub fn reserve_port_as(&mut self, name: &str, no: u32) -> bool {
+        if !(1..=0xfeff).contains(&no)
+            || self.names.0.contains_key(name)
+            || self.names.0.values().any(|&n| n == no)
+        {
+            return false;
+        }
+        self.names.0.insert(name.to_string(), no);
+        true
+    }
+
+    /// The next number no name holds (numbers reserved with
+    /// [`Bridge::reserve_port_as`] are skipped).
+    fn next_free_no(&mut self) -> u32 {
+        loop {
+            let no = self.next_port_no;
+            self.next_port_no += 1;
+            if !self.names.0.values().any(|&n| n == no) {
+                return no;
+            }
+        }
     }
 
     /// The port number of `name` when a port is attached under it (not a
@@ -1539,5 +1564,31 @@ mod overload_tests {
         let (parse, n) = br.dp_stats().drops()[0];
         assert_eq!((d.get(parse), n), (Some(&1), 1), "{d:?}");
         assert_eq!(d.len(), 4, "{d:?}");
+    }
+}
+
+#[cfg(test)]
+mod reserve_tests {
+    use super::*;
+    use nicflow_port::mem::MemPort;
+
+    /// A number reserved with `reserve_port_as` is the port's when it is
+    /// added, and the allocator skips it; a taken or out-of-range number
+    /// is refused and reserves nothing.
+    #[test]
+    fn requested_numbers_are_kept_and_skipped() {
+        let mut br = Bridge::new("br0", DatapathConfig::default());
+        assert!(br.reserve_port_as("p2", 2));
+        let (p1, _h1) = MemPort::new("p1");
+        assert_eq!(br.add_port(Box::new(p1)).unwrap(), 1);
+        let (p3, _h3) = MemPort::new("p3");
+        assert_eq!(br.add_port(Box::new(p3)).unwrap(), 3);
+        let (p2, _h2) = MemPort::new("p2");
+        assert_eq!(br.add_port(Box::new(p2)).unwrap(), 2);
+        assert!(!br.reserve_port_as("p4", 3));
+        assert!(!br.reserve_port_as("p4", 0));
+        assert!(!br.reserve_port_as("p4", 0xff00));
+        assert!(!br.reserve_port_as("p1", 9));
+        assert!(!br.port_map().0.contains_key("p4"));
     }
 }

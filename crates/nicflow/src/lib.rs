@@ -43,5 +43,6 @@ pub use nicflow_lab::ovn;
 pub use nicflow_lab::traffic;
 pub use nicflow_os as os;
 pub use nicflow_port as port;
+pub mod vswitchd;
 
 pub use nicflow_dataplane::{Bridge, BridgeError, Datapath, DatapathConfig};

@@ -63,6 +63,24 @@ enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Run as ovs-vswitchd does: the switch configured from ovsdb-server's
+    /// Open_vSwitch database (OVSDB is the source of truth), status written
+    /// back; the control socket and CLI keep working. See docs/ovn.md.
+    Vswitchd {
+        /// The database (default unix:$OVS_RUNDIR/db.sock; OVS_RUNDIR
+        /// defaults to /var/run/openvswitch).
+        database: Option<String>,
+        /// Write the pid (default FILE: $OVS_RUNDIR/ovs-vswitchd.pid).
+        #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "FILE")]
+        pidfile: Option<String>,
+        /// Run in the background; return once ready.
+        #[arg(long)]
+        detach: bool,
+        /// Log to FILE (default $OVS_LOGDIR/ovs-vswitchd.log; OVS_LOGDIR
+        /// defaults to /var/log/openvswitch) instead of stderr.
+        #[arg(long = "log-file", num_args = 0..=1, default_missing_value = "", value_name = "FILE")]
+        log_file: Option<String>,
+    },
     /// Create a bridge (it starts with `priority=0,actions=normal`).
     AddBr { bridge: String },
     /// Delete a bridge and its ports.
@@ -73,8 +91,9 @@ enum Cmd {
         iface: String,
         /// auto (a TC port under the default offload=auto, an AF_XDP port
         /// under offload=xdp|none), tc, afxdp, afpacket, tap, internal,
-        /// vxlan, geneve, or uplink (the bridge's PF/physical port: opened
-        /// like afxdp, at most one).
+        /// vxlan, geneve, patch (peer=PORT: joined in memory to patch port
+        /// PORT of another bridge), or uplink (the bridge's PF/physical
+        /// port: opened like afxdp, at most one).
         #[arg(long = "type", default_value = "auto")]
         kind: String,
         /// Port name on the bridge (default: the interface name).
@@ -257,8 +276,23 @@ fn main() -> ExitCode {
         return ExitCode::from(nicflow::cni::main() as u8);
     }
     let cli = Cli::parse();
+    // `vswitchd --log-file`: the log (stderr) goes to the file from the start.
+    if let Cmd::Vswitchd {
+        log_file: Some(f), ..
+    } = &cli.cmd
+    {
+        let path = if f.is_empty() {
+            nicflow::vswitchd::logdir().join("ovs-vswitchd.log")
+        } else {
+            PathBuf::from(f)
+        };
+        if let Err(e) = nicflow::vswitchd::process::log_to(&path) {
+            eprintln!("nicflow: log file: {e:#}");
+            return ExitCode::from(1);
+        }
+    }
     // The daemon logs what it does; one-shot commands only warnings.
-    let default_level = if matches!(cli.cmd, Cmd::Daemon { .. }) {
+    let default_level = if matches!(cli.cmd, Cmd::Daemon { .. } | Cmd::Vswitchd { .. }) {
         "info"
     } else {
         // Die quietly on a closed pipe (`nicflow stats | head`), like other
@@ -314,6 +348,37 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let sw = nicflow::control::switch::Switch::new(cfg, config.clone())
                 .map_err(anyhow::Error::msg)?;
             nicflow::control::daemon::run(sw, &sock)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Vswitchd {
+            database,
+            pidfile,
+            detach,
+            log_file,
+        } => {
+            use nicflow::vswitchd;
+            let detached = if detach {
+                vswitchd::process::detach(log_file.is_some())?
+            } else {
+                vswitchd::process::Detached::none()
+            };
+            let rundir = vswitchd::rundir();
+            let _pid = match pidfile {
+                Some(p) => Some(vswitchd::process::Pidfile::create(&if p.is_empty() {
+                    rundir.join("ovs-vswitchd.pid")
+                } else {
+                    PathBuf::from(p)
+                })?),
+                None => None,
+            };
+            let db = database.unwrap_or_else(vswitchd::default_database);
+            let mut vs = vswitchd::Vswitchd::new(&db, rundir)?;
+            nicflow::control::daemon::prepare(&sock);
+            let sw = nicflow::control::switch::Switch::new(Default::default(), None)
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(database = %db, "nicflow vswitchd: configured from OVSDB");
+            vs.when_ready(detached);
+            nicflow::control::daemon::run_with(sw, &sock, Some(&mut vs))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::AddBr { bridge } => ctl(Request::AddBr { bridge }),

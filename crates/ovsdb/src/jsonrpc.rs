@@ -103,6 +103,19 @@ pub struct Client {
     last_rx: Instant,
 }
 
+impl Client {
+    /// The connection's descriptor, for a caller's `poll(2)` (a readable
+    /// descriptor means a message is arriving; bytes already read but not
+    /// yet parsed are not visible there).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match &self.stream {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")

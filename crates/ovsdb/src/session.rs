@@ -153,6 +153,12 @@ impl Session {
         self.client.is_some()
     }
 
+    /// The connection's descriptor while connected ([`Client::raw_fd`]), so a
+    /// caller's event loop can wake when the server speaks.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.client.as_ref().map(Client::raw_fd)
+    }
+
     /// Holds the configured lock.
     pub fn has_lock(&self) -> bool {
         self.has_lock

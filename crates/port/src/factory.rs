@@ -87,6 +87,19 @@ pub fn open(pc: &PortConfig, mode: OffloadMode) -> Result<Box<dyn Port>, String>
             Box::new(t)
         }
         PortType::Afpacket => open_afpacket(pc)?,
+        PortType::Patch => {
+            if let Some((k, _)) = pc.options.iter().find(|(k, _)| *k != "peer") {
+                return Err(format!(
+                    "port {}: a patch port has no option `{k}`",
+                    pc.name
+                ));
+            }
+            let peer = pc
+                .options
+                .get("peer")
+                .ok_or_else(|| format!("port {}: a patch port needs options:peer", pc.name))?;
+            Box::new(crate::patch::PatchPort::open(&pc.name, peer).map_err(|e| e.to_string())?)
+        }
         PortType::Vxlan | PortType::Geneve => {
             use crate::tunnel::{TunnelConfig, TunnelPort};
             use nicflow_packet::tunnel::TunnelKind;

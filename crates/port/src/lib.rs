@@ -44,6 +44,7 @@ pub use fixup::{complete_checksum, finish_offloads, Finished};
 pub mod hook;
 pub use hook::OffloadHook;
 pub mod mem;
+pub mod patch;
 pub mod pcap;
 pub mod pin;
 pub mod state;

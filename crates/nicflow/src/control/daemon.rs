@@ -99,8 +99,27 @@ pub fn prepare(socket: &Path) {
     }
 }
 
+/// Work an embedder adds to the loop (`nicflow vswitchd`'s OVSDB session):
+/// called, without blocking, each round that served the control socket and
+/// once per tick, on the loop's thread, so it changes the switch between
+/// batches as a control request does.
+pub trait Hook {
+    fn round(&mut self, sw: &mut Switch, now: Instant, tick: bool);
+    /// Descriptors that should wake the loop (appended after the ports').
+    fn poll_fds(&self, _fds: &mut Vec<libc::pollfd>) {}
+}
+
 /// Run until SIGINT/SIGTERM.
-pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
+pub fn run(sw: Switch, socket: &Path) -> anyhow::Result<()> {
+    run_with(sw, socket, None)
+}
+
+/// [`run`] with a [`Hook`].
+pub fn run_with(
+    mut sw: Switch,
+    socket: &Path,
+    mut hook: Option<&mut dyn Hook>,
+) -> anyhow::Result<()> {
     install_signal_handlers();
     // Pins the restored configuration did not adopt (a bridge or port no
     // longer configured, an engine turned off) go before traffic resumes.
@@ -160,6 +179,9 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
                     });
                 }
             }
+            if let Some(h) = hook.as_deref() {
+                h.poll_fds(&mut fds);
+            }
             // Sleep as soon as a round finds nothing, except for a short spin
             // (SPIN) on ports whose descriptors wake per frame, and never with
             // transmit work left. Blocking-ring ports (TPACKET_V3) only wake
@@ -215,8 +237,14 @@ pub fn run(mut sw: Switch, socket: &Path) -> anyhow::Result<()> {
             // OpenFlow connections: requests, then PACKET_IN and
             // FLOW_REMOVED queued by this round's traffic.
             sw.openflow_service(now);
+            if let Some(h) = hook.as_deref_mut() {
+                h.round(&mut sw, now, false);
+            }
         }
         if now.duration_since(last_tick) >= TICK {
+            if let Some(h) = hook.as_deref_mut() {
+                h.round(&mut sw, now, true);
+            }
             for br in sw.bridges_mut() {
                 br.tick(now);
             }

@@ -360,7 +360,7 @@ impl Switch {
                         .options
                         .get("underlay")
                         .is_none_or(|u| vf::link_exists(None, u)),
-                    PortType::Tap | PortType::Internal => true,
+                    PortType::Tap | PortType::Internal | PortType::Patch => true,
                     _ => vf::link_exists(None, &pc.iface),
                 };
                 if present {

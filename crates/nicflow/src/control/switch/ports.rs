@@ -28,8 +28,10 @@ impl Switch {
         self.bridge(&bridge)?;
         self.check_new_iface(kind, &iface, &options)?;
         let mode = self.mode_of(&bridge);
+        // A bare reservation ([`Switch::reserve_ofport`]) is not a port yet.
+        let configured = self.configured(&bridge, &name);
         let br = self.bridge(&bridge)?;
-        if br.port_map().0.contains_key(&name) {
+        if br.port_map().0.contains_key(&name) && (configured || br.attached(&name).is_some()) {
             return Err(SwitchError::PortExists { bridge, port: name });
         }
         let pc = PortConfig {
@@ -75,6 +77,33 @@ impl Switch {
             format!("port {} ({}, {opened}) ofport {no}\n", pc.name, pc.iface),
             json!({ "ofport": no, "port_kind": opened }),
         ))
+    }
+
+    /// Reserve port number `no` for the next `add-port` of `name` on
+    /// `bridge` (`nicflow vswitchd`: OVS's `ofport_request`, and the number a
+    /// port had before a restart). `false` when the number is taken.
+    pub fn reserve_ofport(&mut self, bridge: &str, name: &str, no: u32) -> bool {
+        self.bridges
+            .get_mut(bridge)
+            .is_some_and(|b| b.reserve_port_as(name, no))
+    }
+
+    /// A port or VF representor of that name is in the configuration.
+    fn configured(&self, bridge: &str, name: &str) -> bool {
+        self.config.bridge(bridge).is_some_and(|b| {
+            b.ports.iter().any(|p| p.name == name) || b.vfs.iter().any(|v| v.representor == name)
+        })
+    }
+
+    /// Drop a reservation [`Switch::reserve_ofport`] made whose port did
+    /// not open (a configured or attached port is left alone).
+    pub fn unreserve_ofport(&mut self, bridge: &str, name: &str) {
+        let configured = self.configured(bridge, name);
+        if let Some(b) = self.bridges.get_mut(bridge) {
+            if !configured && b.attached(name).is_none() {
+                let _ = b.del_port(name);
+            }
+        }
     }
 
     /// `del-port`: written first (its rules in the words they will have then), then detached.
