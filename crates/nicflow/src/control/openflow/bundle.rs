@@ -26,7 +26,7 @@
 //! without one of its messages.
 //!
 //! Bounds: [`MAX_BUNDLES`] open bundles per connection
-//! (`OFPBFC_OUT_OF_BUNDLES`), [`MAX_MSGS`] messages per bundle
+//! (`OFPBFC_OUT_OF_BUNDLES`), [`MAX_MSGS`] messages across a connection's bundles
 //! (`OFPBFC_MSG_TOO_MANY`), and a bundle untouched for [`IDLE_TIMEOUT`] is
 //! discarded with `OFPBFC_TIMEOUT` (OVS's default idle timeout).
 
@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 /// Open bundles per connection.
 pub const MAX_BUNDLES: usize = 64;
-/// Messages per bundle (a full OVN install of a large chassis fits).
+/// Messages held by one connection's open bundles together (a full OVN
+/// install of a large chassis fits; 64 bundles cannot hold 64 times it).
 pub const MAX_MSGS: usize = 1 << 20;
 /// A bundle nobody touched for this long is discarded.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,10 +75,21 @@ impl Bundles {
 
     /// A `BUNDLE_ADD` for `id` was refused before it reached the bundle
     /// (the codec could not read it): the commit will fail.
-    pub fn poison(&mut self, id: u32) {
+    /// A lost first message opens the bundle as failed, so a later good
+    /// add cannot start a clean bundle that commits without it.
+    pub fn poison(&mut self, id: u32, flags: u16, xid: u32, now: Instant) {
         if let Some(b) = self.map.get_mut(&id) {
             b.failed = true;
+        } else if self.insert(id, flags, xid, now).is_ok() {
+            if let Some(b) = self.map.get_mut(&id) {
+                b.failed = true;
+            }
         }
+    }
+
+    /// Messages held by every open bundle of the connection.
+    fn held(&self) -> usize {
+        self.map.values().map(|b| b.msgs.len()).sum()
     }
 
     /// Bundles idle for [`IDLE_TIMEOUT`]: removed, with the xid that
@@ -188,6 +200,7 @@ pub fn add(
         }
         Some(_) => {}
     }
+    let full = s.bundles.held() >= MAX_MSGS;
     let Some(b) = s.bundles.map.get_mut(&id) else {
         return Err(bf(BundleFailed::BAD_ID));
     };
@@ -205,7 +218,7 @@ pub fn add(
         b.failed = true;
         return Err(e);
     }
-    if b.msgs.len() >= MAX_MSGS {
+    if full {
         b.failed = true;
         return Err(bf(BundleFailed::MSG_TOO_MANY));
     }
@@ -533,6 +546,37 @@ mod tests {
         );
         assert_eq!(err(&r[0]), Some(bf(BundleFailed::MSG_FAILED)));
         assert_eq!(br.dump_flows_text(now), before);
+    }
+
+    /// A `BUNDLE_ADD` the codec cannot read, sent first for its bundle,
+    /// still fails the commit: the next good add must not open a clean
+    /// bundle that commits without it.
+    #[test]
+    fn a_lost_first_message_fails_the_commit() {
+        let now = Instant::now();
+        let (mut br, _h) = mem_bridge();
+        let mut s = session(now);
+        let mut bad =
+            msg::encode_to_vec_as(&add(5, flow(0, 1, out(2), None)), OFP15_VERSION, 20).unwrap();
+        // The inner message's type: one no OpenFlow version has.
+        bad[17] = 0xfe;
+        s.feed(&bad, now);
+        assert!(s.poll_message().is_none(), "the codec refuses it");
+        s.take_output();
+        let r = run(&mut s, &mut br, add(5, flow(0, 3, out(1), None)), 21);
+        assert!(r.is_empty(), "the good add is taken: {r:?}");
+        let r = run(
+            &mut s,
+            &mut br,
+            ctl(5, BundleCtrlType::CommitRequest, flags::ALL),
+            22,
+        );
+        assert_eq!(err(&r[0]), Some(bf(BundleFailed::MSG_FAILED)));
+        assert_eq!(
+            br.dump_flows_text(now).len(),
+            0,
+            "nothing of the bundle applied"
+        );
     }
 
     #[test]

@@ -351,9 +351,19 @@ impl Session {
                             self.inbuf[10],
                             self.inbuf[11],
                         ]);
-                        self.bundles.poison(id);
+                        let flags = match self.inbuf.get(14..16) {
+                            Some(f) => u16::from_be_bytes([f[0], f[1]]),
+                            None => 0,
+                        };
+                        self.bundles.poison(id, flags, xid, Instant::now());
                     }
-                    let _ = msg::encode(&reply, xid, &mut self.out);
+                    // In the session's version once there is one (a 1.5
+                    // peer gets a 1.5 error, as from `send`).
+                    let _ = if self.negotiated {
+                        msg::encode_as(&reply, self.version, xid, &mut self.out)
+                    } else {
+                        msg::encode(&reply, xid, &mut self.out)
+                    };
                     match m.skip {
                         Some(n) if self.negotiated => {
                             self.inbuf.drain(..n.min(self.inbuf.len()));
