@@ -61,8 +61,10 @@ pub enum Refused {
 }
 
 /// The walk an `NXT_RESUME`'s continuation describes, if bridge `bridge`
-/// made it.
-pub fn decode(bridge: &str, bytes: Option<&[u8]>) -> Result<Paused, Refused> {
+/// made it. The actions' prerequisites (a `set_field` to `ip_dst` needs an
+/// IP packet) are checked against the resumed `packet`, the only match a
+/// frozen walk has: the rule that held them is gone.
+pub fn decode(bridge: &str, bytes: Option<&[u8]>, packet: &[u8]) -> Result<Paused, Refused> {
     let Some(bytes) = bytes else {
         return Err(Refused::Stale);
     };
@@ -75,6 +77,12 @@ pub fn decode(bridge: &str, bytes: Option<&[u8]>) -> Result<Paused, Refused> {
     if c.action_set.as_ref().is_some_and(|a| !a.is_empty()) {
         return Err(Refused::Error(OfpError::BadProperty(BadProperty::BAD_TYPE)));
     }
+    let mut key = nicflow_flow::FlowKey::default();
+    let m = match nicflow_flow::extract::extract(packet, 0, &mut key) {
+        Ok(_) => Match::new(key, nicflow_flow::FlowMask::exact()),
+        // The resume fails on the packet itself (`OFPBRC_BAD_PACKET`).
+        Err(_) => Match::catchall(),
+    };
     let mut paused = Paused::default();
     for v in c.stack.iter().rev() {
         if v.len() > 16 {
@@ -85,8 +93,7 @@ pub fn decode(bridge: &str, bytes: Option<&[u8]>) -> Result<Paused, Refused> {
             .push(v.iter().fold(0u128, |a, b| (a << 8) | u128::from(*b)));
     }
     for (table_id, cookie, acts) in c.frames {
-        let actions =
-            convert::actions_to_nicflow(&acts, &Match::catchall()).map_err(Refused::Error)?;
+        let actions = convert::actions_to_nicflow(&acts, &m).map_err(Refused::Error)?;
         paused.frames.push(PausedFrame {
             table_id,
             cookie,
@@ -133,17 +140,59 @@ mod tests {
     fn round_trip_on_the_same_bridge() {
         let p = sample();
         let bytes = encode("br0", &p).expect("encodable");
-        assert_eq!(decode("br0", Some(&bytes)), Ok(p));
+        assert_eq!(decode("br0", Some(&bytes), &[]), Ok(p));
+    }
+
+    /// A walk paused before a rewrite of an IP field resumes on an IP
+    /// packet (the prerequisite is the packet's, not a rule's).
+    #[test]
+    fn prerequisites_are_the_resumed_packets() {
+        let p = Paused {
+            frames: vec![PausedFrame {
+                table_id: 0,
+                cookie: 0,
+                actions: vec![
+                    Action::SetField {
+                        field: Field::NwDst,
+                        value: 0xc612_0009,
+                        mask: 0xffff_ffff,
+                    },
+                    Action::Output(2),
+                ],
+            }],
+            stack: vec![],
+        };
+        let bytes = encode("br0", &p).expect("encodable");
+        let ip = nicflow_packet::builder::FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 1].into(), [198, 18, 0, 2].into())
+            .udp(1000, 2000)
+            .payload(b"resume")
+            .build();
+        assert_eq!(decode("br0", Some(&bytes), &ip), Ok(p));
+        // An ARP frame cannot take an ip_dst rewrite.
+        let arp = nicflow_packet::builder::FrameBuilder::new([2, 0, 0, 0, 0, 1], [0xff; 6])
+            .arp(
+                1,
+                [2, 0, 0, 0, 0, 1],
+                [198, 18, 0, 1].into(),
+                [0; 6],
+                [198, 18, 0, 2].into(),
+            )
+            .build();
+        assert!(matches!(
+            decode("br0", Some(&bytes), &arp),
+            Err(Refused::Error(_))
+        ));
     }
 
     #[test]
     fn another_bridge_or_none_is_stale() {
         let bytes = encode("br0", &sample()).expect("encodable");
-        assert_eq!(decode("br1", Some(&bytes)), Err(Refused::Stale));
-        assert_eq!(decode("br0", None), Err(Refused::Stale));
+        assert_eq!(decode("br1", Some(&bytes), &[]), Err(Refused::Stale));
+        assert_eq!(decode("br0", None, &[]), Err(Refused::Stale));
         // No NXCPT_BRIDGE at all.
         let c = Continuation::default().encode();
-        assert_eq!(decode("br0", Some(&c)), Err(Refused::Stale));
+        assert_eq!(decode("br0", Some(&c), &[]), Err(Refused::Stale));
     }
 
     #[test]
@@ -152,14 +201,14 @@ mod tests {
         // A property length running past the end.
         bytes[2] = 0xff;
         assert!(matches!(
-            decode("br0", Some(&bytes)),
+            decode("br0", Some(&bytes), &[]),
             Err(Refused::Error(_))
         ));
         // An unknown property type.
         let mut bad = encode("br0", &sample()).expect("encodable");
         bad.extend_from_slice(&[0x80, 0x7f, 0, 4, 0, 0, 0, 0]);
         assert_eq!(
-            decode("br0", Some(&bad)),
+            decode("br0", Some(&bad), &[]),
             Err(Refused::Error(OfpError::BadProperty(BadProperty::BAD_TYPE)))
         );
     }

@@ -201,7 +201,7 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
         }
         Message::Nx(NxMessage::Resume(pin)) => {
             use super::continuation::{self, Refused};
-            match continuation::decode(&br.name, pin.continuation.as_deref()) {
+            match continuation::decode(&br.name, pin.continuation.as_deref(), &pin.packet) {
                 Ok(paused) => {
                     let md = pin.metadata.unwrap_or_else(Match::catchall);
                     if br.resume(&md, &pin.packet, &paused, now) {
