@@ -11,7 +11,7 @@ use crate::ofproto::flow_mod::{self, FlowModCommand, FlowModError, FlowSelector}
 use crate::ofproto::group::GroupError;
 use crate::ofproto::meter::MeterError;
 use crate::ofproto::OfprotoError;
-use nicflow_flow::{ofp, Action, Match};
+use nicflow_flow::{ofp, Action, Field, Match};
 use nicflow_ofctl::{GroupSpec, GroupType};
 use nicflow_openflow::action::convert;
 use nicflow_openflow::action::OfAction;
@@ -204,7 +204,12 @@ pub fn handle(s: &mut Session, br: &mut Bridge, d: Decoded, now: Instant) -> Eff
             match continuation::decode(&br.name, pin.continuation.as_deref(), &pin.packet) {
                 Ok(paused) => {
                     let md = pin.metadata.unwrap_or_else(Match::catchall);
-                    if br.resume(&md, &pin.packet, &paused, now) {
+                    let in_port = Field::InPort.read(md.key()) as u32;
+                    let mut md = pipeline_only(&md);
+                    md.set(Field::InPort, in_port.into(), Field::InPort.full_mask());
+                    if !packet_out_port_ok(br, in_port) {
+                        Err(OfpError::BadRequest(BadRequest::BAD_PORT))
+                    } else if br.resume(&md, &pin.packet, &paused, now) {
                         Ok(())
                     } else {
                         Err(OfpError::BadRequest(BadRequest::BAD_PACKET))
@@ -650,11 +655,26 @@ fn packet_out(br: &mut Bridge, po: &msg::PacketOut, now: Instant) -> Result<(), 
         return Err(OfpError::BadRequest(BadRequest::BAD_PORT));
     }
     let actions = check_packet_out(po)?;
-    if br.packet_out_with(po.in_port, &po.metadata, &po.data, &actions, now) {
+    let md = pipeline_only(&po.metadata);
+    if br.packet_out_with(po.in_port, &md, &po.data, &actions, now) {
         Ok(())
     } else {
         Err(OfpError::BadRequest(BadRequest::BAD_PACKET))
     }
+}
+
+/// The pipeline fields of a controller's match (`PACKET_OUT`'s 1.5 match,
+/// `NXT_RESUME`'s metadata): only these may start a walk with values the
+/// frame does not carry; header fields always come from the frame's bytes.
+fn pipeline_only(m: &Match) -> Match {
+    let mut out = Match::catchall();
+    for f in super::PIPELINE_FIELDS {
+        let (v, mask) = m.get(*f);
+        if mask != 0 {
+            out.set(*f, v, mask);
+        }
+    }
+    out
 }
 
 /// Split `items` into replies of at most 64 KiB: every reply but the last
@@ -1001,6 +1021,23 @@ mod tests {
     use crate::control::openflow::session::Conn;
     use crate::datapath::DatapathConfig;
     use nicflow_openflow::msg::{encode_to_vec, Hello};
+
+    /// A controller's match starts a walk with pipeline fields only: an
+    /// `ip_dst` in a `PACKET_OUT`/`NXT_RESUME` match must not make the
+    /// walk disagree with the frame's bytes.
+    #[test]
+    fn only_pipeline_fields_start_a_walk() {
+        let mut m = Match::catchall();
+        m.set(Field::Reg(3), 7, 0xffff_ffff);
+        m.set(Field::Metadata, 9, u64::MAX.into());
+        m.set(Field::NwDst, 0xc612_0001, 0xffff_ffff);
+        m.set(Field::DlType, 0x0800, 0xffff);
+        let p = pipeline_only(&m);
+        assert_eq!(p.get(Field::Reg(3)), (7, 0xffff_ffff));
+        assert_eq!(p.get(Field::Metadata).0, 9);
+        assert_eq!(p.get(Field::NwDst).1, 0);
+        assert_eq!(p.get(Field::DlType).1, 0);
+    }
 
     const ARP: &str =
         "ffffffffffff0001020304050806000108000604000100010203040503030303000000000000030303fe";

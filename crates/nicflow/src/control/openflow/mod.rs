@@ -1075,7 +1075,7 @@ fn packet_in2(bridge: &str, pi: &PacketIn, extra: Option<&ControllerExtra>) -> m
 
 /// The pipeline fields a `PACKET_IN2` reports when set (OVS's
 /// `flow_get_metadata`).
-const PIPELINE_FIELDS: &[Field] = &[
+pub(super) const PIPELINE_FIELDS: &[Field] = &[
     Field::TunId,
     Field::TunSrc,
     Field::TunDst,
