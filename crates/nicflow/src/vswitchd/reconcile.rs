@@ -98,7 +98,8 @@ impl Applied {
                     x.port_map()
                         .0
                         .keys()
-                        .filter(|n| !b.ifaces.contains_key(*n))
+                        // Reservations (`ofport_request`) are not ports.
+                        .filter(|n| x.attached(n).is_some() && !b.ifaces.contains_key(*n))
                         .cloned()
                         .collect()
                 })
@@ -203,7 +204,14 @@ impl Applied {
         let present: BTreeSet<String> = sw
             .bridges()
             .find(|x| x.name == b.name)
-            .map(|x| x.port_map().0.keys().cloned().collect())
+            .map(|x| {
+                x.port_map()
+                    .0
+                    .keys()
+                    .filter(|n| x.attached(n).is_some())
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         ab.ifaces.retain(|n, _| b.ifaces.contains_key(n));
         for i in b.ifaces.values() {
