@@ -6,11 +6,13 @@
 //!
 //! The pair meets through a process-wide registry keyed by port name
 //! (interface names are unique in an OVS database, as here): each port
-//! registers its inbox, the sender looks its peer's up once per batch. A
+//! registers its inbox, the sender looks its peer's up once per batch (one
+//! uncontended lock: the daemon's loop is one thread). A
 //! port whose peer is absent (not yet added, or not pointing back) drops
 //! what it sends, counted, as OVS does. Buffers move with their frames;
 //! for each frame received the receiver hands one free buffer of its own
-//! pool back to the sender, so neither side allocates in a steady stream.
+//! pool back to the sender while that pool has one, so a steady stream
+//! needs no allocation unless the receiver's own pool runs dry.
 //! An eventfd per inbox wakes the receiving bridge's poll loop.
 
 use super::{Port, PortStats};
