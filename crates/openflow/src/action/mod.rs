@@ -218,15 +218,21 @@ pub fn decode_action(r: &mut Reader<'_>) -> Result<OfAction, OfpError> {
         }
         ofpat::SET_FIELD => {
             let entry = oxm::read_entry(&mut a, Ctx::Action)?;
-            if entry.mask.is_some() {
-                // OpenFlow 1.3 set-field takes no mask (reg_load2 does).
-                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
-            }
             check_set_value(&entry)?;
             if a.rest().iter().any(|&b| b != 0) {
                 return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
             }
-            OfAction::SetField(entry)
+            if entry.mask.is_some() {
+                // OpenFlow 1.5 set-field may carry a mask: it is how OVS
+                // (and so ovn-controller) encodes every partial load
+                // (`load:1->NXM_NX_REG10[0]`, `set_field:0x2/0x2->ct_mark`)
+                // in 1.5, where it dropped NXAST_REG_LOAD. It means exactly
+                // what reg_load2 means. (1.3 forbids the mask; the decoder
+                // has no version, so it is accepted there too.)
+                OfAction::RegLoad2(entry)
+            } else {
+                OfAction::SetField(entry)
+            }
         }
         ofpat::EXPERIMENTER => nx::decode(&mut a, len)?,
         _ => return Err(e::bac(BadAction::BAD_TYPE)),
