@@ -1273,4 +1273,44 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// ovn-controller (OpenFlow 1.5) sends `move:` as OFPAT_COPY_FIELD
+    /// (`move:NXM_NX_REG10[12]->NXM_NX_XXREG0[111]` in its table 8 flows);
+    /// it was OFPBAC_BAD_TYPE.
+    #[test]
+    fn of15_copy_field_is_a_move() {
+        use crate::oxm::OxmHeader;
+        use crate::wire;
+        let copy = |n_bits: u16, src_ofs: u16, dst: OxmField, dst_ofs: u16| {
+            let mut b = Vec::new();
+            wire::put_u16(&mut b, 28); // OFPAT_COPY_FIELD
+            wire::put_u16(&mut b, 0);
+            for v in [n_bits, src_ofs, dst_ofs, 0] {
+                wire::put_u16(&mut b, v);
+            }
+            OxmHeader::for_field(OxmField::Reg(10), true, false).write(&mut b);
+            OxmHeader::for_field(dst, true, false).write(&mut b);
+            wire::pad8_from(&mut b, 0);
+            let len = wire::len16(&b, 0);
+            wire::patch_u16(&mut b, 2, len);
+            b
+        };
+        let acts = super::super::decode_actions(&copy(1, 12, OxmField::XXReg(0), 111)).unwrap();
+        assert_eq!(
+            acts,
+            vec![OfAction::RegMove {
+                src: OxmField::Reg(10),
+                src_ofs: 12,
+                dst: OxmField::XXReg(0),
+                dst_ofs: 111,
+                n_bits: 1
+            }]
+        );
+        assert!(matches!(
+            &actions_to_nicflow(&acts, &Match::catchall()).unwrap()[..],
+            [Action::Move { n_bits: 1, .. }]
+        ));
+        // Bits past the destination's end stay refused.
+        assert!(super::super::decode_actions(&copy(2, 12, OxmField::XXReg(0), 127)).is_err());
+    }
 }
