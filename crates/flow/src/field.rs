@@ -23,9 +23,10 @@ pub enum Prereq {
     Ipv4,
     /// dl_type=0x86dd
     Ipv6,
-    /// dl_type=0x0806
+    /// dl_type=0x0806 or 0x8035 (ARP or RARP, as OVS's `MFP_ARP`: OVN
+    /// matches `rarp,arp_op=3` for its RARP handling)
     Arp,
-    /// dl_type=0x0800 or 0x0806 (`nw_src`/`nw_dst`)
+    /// dl_type=0x0800, 0x0806 or 0x8035 (`nw_src`/`nw_dst`)
     Ipv4OrArp,
     /// IP and nw_proto in {6, 17, 132}
     TcpUdpSctp,
@@ -70,8 +71,8 @@ impl Prereq {
             Prereq::Ip => ip(),
             Prereq::Ipv4 => dl(0x0800),
             Prereq::Ipv6 => dl(0x86dd),
-            Prereq::Arp => dl(0x0806),
-            Prereq::Ipv4OrArp => dl(0x0800) || dl(0x0806),
+            Prereq::Arp => dl(0x0806) || dl(0x8035),
+            Prereq::Ipv4OrArp => dl(0x0800) || dl(0x0806) || dl(0x8035),
             Prereq::TcpUdpSctp => ip() && (proto(6) || proto(17) || proto(132)),
             Prereq::Tcp => ip() && proto(6),
             Prereq::Icmp => dl(0x0800) && proto(1),
@@ -114,8 +115,8 @@ impl Prereq {
             Prereq::Ip => "ip or ipv6",
             Prereq::Ipv4 => "ip",
             Prereq::Ipv6 => "ipv6",
-            Prereq::Arp => "arp",
-            Prereq::Ipv4OrArp => "ip or arp",
+            Prereq::Arp => "arp or rarp",
+            Prereq::Ipv4OrArp => "ip, arp or rarp",
             Prereq::TcpUdpSctp => "tcp, udp or sctp",
             Prereq::Tcp => "tcp",
             Prereq::Icmp => "icmp",
@@ -856,6 +857,19 @@ mod tests {
         assert!(Prereq::TcpUdpSctp.satisfied(&k, &m));
         assert!(!Prereq::Tcp.satisfied(&k, &m));
         assert!(Prereq::Ipv4OrArp.satisfied(&k, &m));
+    }
+
+    /// OVN installs `rarp,arp_op=3` (OVS's MFP_ARP is ARP or RARP); it was
+    /// refused with OFPBMC_BAD_PREREQ.
+    #[test]
+    fn rarp_satisfies_arp_fields() {
+        let mut k = FlowKey::default();
+        let mut m = FlowKey::default();
+        m.dl_type = 0xffff;
+        for (t, ok) in [(0x0806, true), (0x8035, true), (0x0800, false)] {
+            k.dl_type = t;
+            assert_eq!(Field::ArpOp.prereq().satisfied(&k, &m), ok, "{t:#x}");
+        }
     }
 
     #[test]

@@ -380,6 +380,12 @@ impl OvnLab {
     }
 
     /// OVS_RUNDIR (= DBDIR = LOGDIR, and OVN's) of chassis `i`.
+    /// The control socket of chassis `i`'s `nicflow vswitchd` (for the
+    /// nicflow CLI: `nicflow --socket PATH dump-flows br-int`).
+    pub fn nicflow_socket(&self, i: usize) -> PathBuf {
+        self.chassis_dir(i).join("nicflow.sock")
+    }
+
     pub fn chassis_dir(&self, i: usize) -> PathBuf {
         self.dir.join(Self::chassis_name(i))
     }
@@ -562,7 +568,12 @@ impl OvnLab {
         self.vsctl_nowait(i, &["init"])?;
         let db = format!("unix:{}", d.join("db.sock").display());
         let argv = self.vswitch[i].argv(&db);
-        self.start_daemon(&ns, &argv, &env, d.join("ovs-vswitchd.pid"))?;
+        // nicflow's own control socket defaults to one path for the whole
+        // host: each chassis gets its own, in its directory.
+        let sock = self.nicflow_socket(i);
+        let mut env_vs = env.clone();
+        env_vs.push(("NICFLOW_SOCK", sock.as_path()));
+        self.start_daemon(&ns, &argv, &env_vs, d.join("ovs-vswitchd.pid"))?;
         // ovs-appctl speaks to ovs-vswitchd's unixctl socket; nicflow's
         // vswitchd is not asked for it.
         if debug_openflow && self.vswitch[i] == Vswitch::Ovs {
@@ -572,30 +583,39 @@ impl OvnLab {
             self.appctl(i, "ovs-vswitchd", &["vlog/set", "vconn:dbg"])?;
             self.appctl(i, "ovs-vswitchd", &["vlog/disable-rate-limit", "vconn"])?;
         }
-        self.vsctl(
-            i,
-            &[
-                "add-br",
-                "br-phy",
-                "--",
-                "set",
-                "bridge",
-                "br-phy",
-                "datapath_type=netdev",
-                "--",
-                "add-port",
-                "br-phy",
-                "eth1",
-                "--",
-                "set",
-                "interface",
-                "br-phy",
-                "mtu_request=9000",
-            ],
-        )?;
-        let mut r = os::netlink::Rtnl::open(Some(&ns))?;
-        os::addr::add(&mut r, "br-phy", IpAddr::V4(encap_ip(i)), 24, false)?;
-        os::link::set_up(&mut r, "br-phy")?;
+        if self.vswitch[i] == Vswitch::Ovs {
+            self.vsctl(
+                i,
+                &[
+                    "add-br",
+                    "br-phy",
+                    "--",
+                    "set",
+                    "bridge",
+                    "br-phy",
+                    "datapath_type=netdev",
+                    "--",
+                    "add-port",
+                    "br-phy",
+                    "eth1",
+                    "--",
+                    "set",
+                    "interface",
+                    "br-phy",
+                    "mtu_request=9000",
+                ],
+            )?;
+            let mut r = os::netlink::Rtnl::open(Some(&ns))?;
+            os::addr::add(&mut r, "br-phy", IpAddr::V4(encap_ip(i)), 24, false)?;
+            os::link::set_up(&mut r, "br-phy")?;
+        } else {
+            // nicflow vswitchd does not yet send tunnel packets out through
+            // a bridge's internal port (the br-phy layout): its Geneve
+            // endpoint address sits on the underlay veth itself, and the
+            // kernel route to the peer names that veth.
+            let mut r = os::netlink::Rtnl::open(Some(&ns))?;
+            os::addr::add(&mut r, "eth1", IpAddr::V4(encap_ip(i)), 24, false)?;
+        }
         self.vsctl(
             i,
             &[

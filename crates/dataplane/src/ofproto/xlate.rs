@@ -328,6 +328,12 @@ impl Ctx<'_> {
         // executes them; this is the slow path, so the copy is cheap enough.
         let actions = rule.actions.clone();
         let saved = (self.rule_table, self.rule_cookie, self.rule_is_miss);
+        // Only a step back (to this table or an earlier one) can loop, so
+        // only that deepens, as in OVS's `xlate_recursively`: OVN's logical
+        // pipelines resubmit forward through 60+ tables in one pass, which
+        // a plain per-rule depth cut off at 64 (`MAX_RESUBMITS` still
+        // bounds the total work).
+        let deepens = u32::from(table_id <= saved.0);
         self.rule_table = table_id;
         self.rule_cookie = rule.cookie;
         self.rule_is_miss =
@@ -336,7 +342,7 @@ impl Ctx<'_> {
             table: table_id,
             rule: Some(id),
         });
-        self.depth += 1;
+        self.depth += deepens;
         for (i, a) in actions.iter().enumerate() {
             if self.stop {
                 self.unroll(&actions[i..], table_id);
@@ -344,7 +350,7 @@ impl Ctx<'_> {
             }
             self.action(a, table_id);
         }
-        self.depth -= 1;
+        self.depth -= deepens;
         (self.rule_table, self.rule_cookie, self.rule_is_miss) = saved;
     }
 
@@ -1633,6 +1639,32 @@ mod tests {
         assert_eq!(
             outputs(&resume(&mut of, &pipeline, &p2).actions),
             vec![2, 3, 4]
+        );
+    }
+
+    /// A chain of forward resubmits longer than `MAX_DEPTH` (OVN's logical
+    /// pipelines for a routed packet: ~90 tables, all forward) is not a
+    /// loop and reaches its output; a loop back into the same table still
+    /// stops at the limit.
+    #[test]
+    fn forward_resubmits_do_not_deepen() {
+        let n = super::MAX_DEPTH as usize + 40;
+        let mut rules: Vec<String> = (0..n)
+            .map(|t| format!("table={t},priority=1,actions=resubmit(,{})", t + 1))
+            .collect();
+        rules.push(format!("table={n},priority=1,actions=output:7"));
+        let refs: Vec<&str> = rules.iter().map(String::as_str).collect();
+        let mut o = of(&refs);
+        let (a, _) = run(&mut o, &ipv4([198, 18, 0, 1], [198, 18, 0, 2], 17, 53));
+        assert_eq!(outputs(&a), vec![7], "{a:?}");
+        let mut lp = of(&["table=0,priority=1,actions=resubmit(,0)"]);
+        let (a, _) = run(&mut lp, &ipv4([198, 18, 0, 1], [198, 18, 0, 2], 17, 53));
+        assert!(
+            a.iter().any(|x| matches!(
+                x,
+                DpAction::Drop(crate::datapath::DropReason::RecursionLimit)
+            )),
+            "{a:?}"
         );
     }
 

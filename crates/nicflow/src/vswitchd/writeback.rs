@@ -24,8 +24,10 @@ pub const CAPABILITIES: [(&str, &str); 10] = [
     ("ct_clear", "true"),
     // No all-zero SNAT step in nicflow's conntrack yet.
     ("ct_zero_snat", "false"),
-    // NXT_CT_FLUSH is not served over OpenFlow yet.
-    ("ct_flush", "false"),
+    // NXT_CT_FLUSH (zone, protocol, original/reply tuples) is served;
+    // ovn-controller 23.03 then flushes a removed load-balancer backend's
+    // connections with it. A flush by mark or label is refused.
+    ("ct_flush", "true"),
     // dp_hash: only OVS_HASH_ALG_L4.
     ("max_hash_alg", "0"),
 ];

@@ -1221,4 +1221,96 @@ mod tests {
             }
         ));
     }
+
+    /// One OpenFlow 1.5 `OFPAT_SET_FIELD` with a masked OXM, as OVS encodes
+    /// `load:` and `set_field:V/M->` in 1.5.
+    fn masked_set_field(field: OxmField, value: u128, mask: u128) -> Vec<u8> {
+        use crate::wire;
+        let mut b = Vec::new();
+        wire::put_u16(&mut b, 25); // OFPAT_SET_FIELD
+        wire::put_u16(&mut b, 0);
+        crate::oxm::write_entry(&mut b, field, true, value, Some(mask));
+        wire::pad8_from(&mut b, 0);
+        let len = wire::len16(&b, 0);
+        wire::patch_u16(&mut b, 2, len);
+        b
+    }
+
+    /// ovn-controller (OpenFlow 1.5) sends partial loads as masked
+    /// set-field, on their own and inside `ct(commit, exec(...))`
+    /// (`set_field:0x2/0x2->ct_mark` in its load-balancer groups); both
+    /// were refused with OFPBAC_BAD_SET_ARGUMENT, which made it reconnect
+    /// and reinstall forever.
+    #[test]
+    fn of15_masked_set_field_is_a_partial_load() {
+        let acts =
+            super::super::decode_actions(&masked_set_field(OxmField::Reg(10), 1, 1)).unwrap();
+        assert!(matches!(
+            &acts[..],
+            [OfAction::RegLoad2(OxmEntry { mask: Some(1), .. })]
+        ));
+        let got = actions_to_nicflow(&acts, &Match::catchall()).unwrap();
+        assert!(
+            matches!(&got[..], [Action::SetField { value, mask, .. }] if value == mask && mask.count_ones() == 1),
+            "{got:?}"
+        );
+        // A value outside its mask stays refused.
+        assert_eq!(
+            super::super::decode_actions(&masked_set_field(OxmField::Reg(10), 3, 1)),
+            Err(OfpError::BadAction(BadAction::BAD_SET_ARGUMENT))
+        );
+        let exec = super::super::decode_actions(&masked_set_field(OxmField::CtMark, 2, 2)).unwrap();
+        let ct = NxCt {
+            flags: CT_F_COMMIT,
+            zone_src: None,
+            zone: 5,
+            recirc_table: CT_RECIRC_NONE,
+            alg: 0,
+            actions: exec,
+        };
+        match ct_to_nicflow(&ct).unwrap() {
+            Action::Ct(c) => assert_eq!(c.set_mark, Some((2, 2))),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// ovn-controller (OpenFlow 1.5) sends `move:` as OFPAT_COPY_FIELD
+    /// (`move:NXM_NX_REG10[12]->NXM_NX_XXREG0[111]` in its table 8 flows);
+    /// it was OFPBAC_BAD_TYPE.
+    #[test]
+    fn of15_copy_field_is_a_move() {
+        use crate::oxm::OxmHeader;
+        use crate::wire;
+        let copy = |n_bits: u16, src_ofs: u16, dst: OxmField, dst_ofs: u16| {
+            let mut b = Vec::new();
+            wire::put_u16(&mut b, 28); // OFPAT_COPY_FIELD
+            wire::put_u16(&mut b, 0);
+            for v in [n_bits, src_ofs, dst_ofs, 0] {
+                wire::put_u16(&mut b, v);
+            }
+            OxmHeader::for_field(OxmField::Reg(10), true, false).write(&mut b);
+            OxmHeader::for_field(dst, true, false).write(&mut b);
+            wire::pad8_from(&mut b, 0);
+            let len = wire::len16(&b, 0);
+            wire::patch_u16(&mut b, 2, len);
+            b
+        };
+        let acts = super::super::decode_actions(&copy(1, 12, OxmField::XXReg(0), 111)).unwrap();
+        assert_eq!(
+            acts,
+            vec![OfAction::RegMove {
+                src: OxmField::Reg(10),
+                src_ofs: 12,
+                dst: OxmField::XXReg(0),
+                dst_ofs: 111,
+                n_bits: 1
+            }]
+        );
+        assert!(matches!(
+            &actions_to_nicflow(&acts, &Match::catchall()).unwrap()[..],
+            [Action::Move { n_bits: 1, .. }]
+        ));
+        // Bits past the destination's end stay refused.
+        assert!(super::super::decode_actions(&copy(2, 12, OxmField::XXReg(0), 127)).is_err());
+    }
 }

@@ -32,6 +32,9 @@ pub mod ofpat {
     pub const SET_NW_TTL: u16 = 23;
     pub const DEC_NW_TTL: u16 = 24;
     pub const SET_FIELD: u16 = 25;
+    /// OpenFlow 1.5's `move:` (OVS sends it for every `move:` in 1.5, in
+    /// place of NXAST_REG_MOVE).
+    pub const COPY_FIELD: u16 = 28;
     /// OpenFlow 1.5: the meter is an action (1.3's `OFPIT_METER`
     /// instruction is deprecated there; `ovs-ofctl -O OpenFlow15` sends
     /// this).
@@ -218,15 +221,47 @@ pub fn decode_action(r: &mut Reader<'_>) -> Result<OfAction, OfpError> {
         }
         ofpat::SET_FIELD => {
             let entry = oxm::read_entry(&mut a, Ctx::Action)?;
-            if entry.mask.is_some() {
-                // OpenFlow 1.3 set-field takes no mask (reg_load2 does).
-                return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
-            }
             check_set_value(&entry)?;
             if a.rest().iter().any(|&b| b != 0) {
                 return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
             }
-            OfAction::SetField(entry)
+            if entry.mask.is_some() {
+                // OpenFlow 1.5 set-field may carry a mask: it is how OVS
+                // (and so ovn-controller) encodes every partial load
+                // (`load:1->NXM_NX_REG10[0]`, `set_field:0x2/0x2->ct_mark`)
+                // in 1.5, where it dropped NXAST_REG_LOAD. It means exactly
+                // what reg_load2 means. (1.3 forbids the mask; the decoder
+                // has no version, so it is accepted there too.)
+                OfAction::RegLoad2(entry)
+            } else {
+                OfAction::SetField(entry)
+            }
+        }
+        ofpat::COPY_FIELD => {
+            // n_bits, src_offset, dst_offset, pad[2], then the source and
+            // destination OXM headers, zero-padded to 8 bytes: the same
+            // move as NXAST_REG_MOVE.
+            if len < 24 {
+                return Err(e::BAC_BAD_LEN);
+            }
+            let n_bits = a.u16()?;
+            let src_ofs = a.u16()?;
+            let dst_ofs = a.u16()?;
+            a.skip(2)?;
+            let (src, _) = oxm::read_field_header(&mut a, Ctx::Action)?;
+            let (dst, _) = oxm::read_field_header(&mut a, Ctx::Action)?;
+            if a.rest().iter().any(|&b| b != 0) {
+                return Err(e::BAC_BAD_ARG);
+            }
+            nx::check_range(src, src_ofs, n_bits.into())?;
+            nx::check_range(dst, dst_ofs, n_bits.into())?;
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            }
         }
         ofpat::EXPERIMENTER => nx::decode(&mut a, len)?,
         _ => return Err(e::bac(BadAction::BAD_TYPE)),

@@ -249,7 +249,7 @@ fn split_ofs_nbits(v: u16) -> (u16, u8) {
 }
 
 /// Bits `ofs..ofs+n_bits` must lie inside `field`.
-fn check_range(field: OxmField, ofs: u16, n_bits: u32) -> Result<(), OfpError> {
+pub(super) fn check_range(field: OxmField, ofs: u16, n_bits: u32) -> Result<(), OfpError> {
     if n_bits == 0 || u32::from(ofs) + n_bits > field.wire_bits() {
         return Err(e::bac(BadAction::BAD_SET_LEN));
     }

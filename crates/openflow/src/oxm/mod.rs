@@ -142,8 +142,16 @@ pub(crate) fn put_value(out: &mut Vec<u8>, v: u128, n: usize) {
 pub fn read_field_header(r: &mut Reader<'_>, ctx: Ctx) -> Result<(OxmField, bool), OfpError> {
     let h = OxmHeader::read(r)?;
     let f = OxmField::from_id(h.id).ok_or(ctx.bad_field())?;
-    let want = usize::from(f.def().bytes) * if h.hasmask { 2 } else { 1 };
-    if h.payload_len() != want {
+    let k = if h.hasmask { 2 } else { 1 };
+    let want = usize::from(f.def().bytes) * k;
+    // A bare header of variable-length `tun_metadata<N>` (in `move:`)
+    // carries OVS's maximum length, 124 bytes, not the mapped one: any
+    // length up to that names the field (the bit range is checked against
+    // nicflow's 4-byte slot by the caller).
+    let variable = matches!(f, OxmField::TunMetadata(_))
+        && (1..=124 * k).contains(&h.payload_len())
+        && h.payload_len() % k == 0;
+    if h.payload_len() != want && !variable {
         return Err(ctx.bad_len());
     }
     Ok((f, h.hasmask))
@@ -486,6 +494,22 @@ mod tests {
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
             .collect()
+    }
+
+    /// OVS names `tun_metadata0` in `move:` with its maximum length (124):
+    /// ovn-controller's `move:NXM_NX_REG14[0..14]->NXM_NX_TUN_METADATA0[16..30]`
+    /// was OFPBAC_BAD_SET_LEN.
+    #[test]
+    fn tun_metadata_header_is_variable_length() {
+        let read = |h: &str| {
+            let b = hex(h);
+            read_field_header(&mut Reader::new(&b, e::BAC_BAD_LEN), Ctx::Action)
+        };
+        for h in ["0001507c", "00015004", "00015001"] {
+            assert_eq!(read(h), Ok((OxmField::TunMetadata(0), false)), "{h}");
+        }
+        assert!(read("0001507d").is_err()); // 125 bytes
+        assert!(read("00010208").is_err()); // reg1 is 4 bytes, exactly
     }
 
     #[test]

@@ -624,6 +624,15 @@ pub(super) fn check_packet_out(po: &msg::PacketOut) -> Result<Vec<Action>, OfpEr
     if po.buffer_id != NO_BUFFER {
         return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
     }
+    // The actions are checked against the packet itself, as OVS does
+    // (`flow_extract` then `ofpacts_check_consistency`): ovn-controller's
+    // neighbour advertisements set `nd_target`/`nd_tll`, whose
+    // prerequisites only the packet (an ICMPv6 NA) establishes.
+    let mut key = nicflow_flow::FlowKey::default();
+    if po.data.is_empty() || nicflow_flow::extract(&po.data, po.in_port, &mut key).is_err() {
+        return Err(OfpError::BadRequest(BadRequest::BAD_PACKET));
+    }
+    let packet = Match::new(key, nicflow_flow::FlowMask::exact());
     let mut actions = Vec::with_capacity(po.actions.len());
     for a in &po.actions {
         match a {
@@ -636,13 +645,9 @@ pub(super) fn check_packet_out(po: &msg::PacketOut) -> Result<Vec<Action>, OfpEr
             }
             a => actions.extend(convert::actions_to_nicflow(
                 std::slice::from_ref(a),
-                &Match::catchall(),
+                &packet,
             )?),
         }
-    }
-    let mut key = nicflow_flow::FlowKey::default();
-    if po.data.is_empty() || nicflow_flow::extract(&po.data, po.in_port, &mut key).is_err() {
-        return Err(OfpError::BadRequest(BadRequest::BAD_PACKET));
     }
     Ok(actions)
 }
@@ -1099,6 +1104,32 @@ mod tests {
         assert_eq!(pkts.len(), 1);
         assert_eq!(pkts[0].data, hex(ARP));
         assert_eq!(pkts[0].reason, 1);
+    }
+
+    /// A packet-out's set-fields are checked against the packet, as in
+    /// OVS: ovn-controller's neighbour advertisements (`nd_target`,
+    /// `nd_tll` on an ICMPv6 NA) were OFPBAC_MATCH_INCONSISTENT.
+    #[test]
+    fn packet_out_actions_are_checked_against_the_packet() {
+        use nicflow_openflow::oxm::{OxmEntry, OxmField};
+        let po = |field, value| msg::PacketOut {
+            buffer_id: NO_BUFFER,
+            in_port: ofp::CONTROLLER,
+            metadata: Match::catchall(),
+            actions: vec![OfAction::SetField(OxmEntry {
+                field,
+                value,
+                mask: None,
+            })],
+            data: hex(ARP),
+        };
+        assert!(check_packet_out(&po(OxmField::ArpOp, 2)).is_ok());
+        assert_eq!(
+            check_packet_out(&po(OxmField::TcpDst, 80)),
+            Err(OfpError::BadAction(
+                nicflow_openflow::error::BadAction::MATCH_INCONSISTENT
+            ))
+        );
     }
 
     #[test]
