@@ -439,7 +439,8 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         s,
         "Two-chassis OVN lab (`nicflow::ovn`, docs/ovn.md): OVN 23.03 ovsdb-server, ovn-northd and \
          ovn-controller; per chassis its own ovsdb-server and the vswitch of the mix; Geneve between \
-         chassis through br-phy (userspace tunnelling). TCP: iperf3 vm1 (ch1) -> vm2 (ch2), {} s. \
+         chassis (an ovs-vswitchd chassis tunnels through br-phy, OVS's userspace tunnelling; a nicflow \
+         chassis from the underlay interface, with the kernel's route). TCP: iperf3 vm1 (ch1) -> vm2 (ch2), {} s. \
          RR: sockperf ping-pong over TCP, one transaction in flight. ACLs: one ovn-nbctl \
          transaction with `--wait=hv` (returns when every chassis has them installed).\n",
         r.seconds
