@@ -499,6 +499,25 @@ pub fn encode(
     if stripped == k {
         kmask.0.clear_userspace_only();
     }
+    // The ND fields (`nd_target`, and `nd_sll`/`nd_tll` in `arp_sha`/
+    // `arp_tha`) are zero in every packet that is not an IPv6 neighbor
+    // solicitation or advertisement. A flow whose match rules that out
+    // (another ethertype, another IP protocol, another ICMPv6 type), and
+    // that needs them zero, holds for its kernel packets as it is: those
+    // bits leave its kernel match. The classifier unwildcards them in
+    // megaflows of any protocol when a table has ND or ARP rules.
+    let cannot_be_nd = (kmask.0.dl_type == 0xffff && key.dl_type != 0x86dd)
+        || (kmask.0.nw_proto == 0xff && key.nw_proto != nicflow_packet::IPPROTO_ICMPV6)
+        || (kmask.0.tp_src == 0xffff && !matches!(key.tp_src, 135 | 136));
+    let not_arp = !(kmask.0.dl_type == 0xffff && key.dl_type == 0x0806);
+    if cannot_be_nd && not_arp {
+        let k = key.masked(&kmask);
+        if k.nd_target == [0; 16] && k.arp_sha == [0; 6] && k.arp_tha == [0; 6] {
+            kmask.0.nd_target = [0; 16];
+            kmask.0.arp_sha = [0; 6];
+            kmask.0.arp_tha = [0; 6];
+        }
+    }
     let mask = &kmask;
     if let Some(reason) = unsupported_field(&mask.0) {
         return Err(no(reason));
@@ -881,11 +900,29 @@ mod tests {
             (|m| m.arp_sha = [0xff; 6], "field:nd_sll"),
             (|m| m.arp_tha = [0xff; 6], "field:nd_tll"),
         ];
+        // An ICMPv6 flow whose type is open could be ND: refused.
+        let mut k6 = k;
+        k6.dl_type = 0x86dd;
+        k6.nw_proto = nicflow_packet::IPPROTO_ICMPV6;
+        k6.nw_dst = 0;
+        let mut m6 = m0;
+        m6.0.nw_dst = 0;
         for (set, reason) in nd {
+            let mut m = m6;
+            set(&mut m.0);
+            let e = encode(&k6, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
+            assert_eq!(e.reason, reason);
+            // A TCP flow cannot be ND: needing the ND fields zero holds
+            // for every kernel packet, and the bits leave its kernel match
+            // (megaflows of tables with ND rules look at them).
             let mut m = m0;
             set(&mut m.0);
-            let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap_err();
-            assert_eq!(e.reason, reason);
+            let e = encode(&k, &m, &[DpAction::Output(2)], &ports()).unwrap();
+            assert_eq!(e.mask.to_flow_key(), m0.0, "{reason}");
+            // Needing them non-zero in a TCP flow cannot be met.
+            let mut nk = k;
+            set(&mut nk);
+            assert!(encode(&nk, &m, &[DpAction::Output(2)], &ports()).is_err());
         }
         let mut arp_k = FlowKey {
             dl_type: 0x0806,
