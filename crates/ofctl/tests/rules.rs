@@ -297,7 +297,7 @@ fn ipv4() {
         "nw_src=1.2.3.4/255.0.0.256",
     );
     let e = bad("nw_src=1.2.3.4 actions=drop", "nw_src=1.2.3.4");
-    assert_eq!(e.reason, "nw_src requires ip or arp");
+    assert_eq!(e.reason, "nw_src requires ip, arp or rarp");
     bad("ipv6,nw_dst=1.2.3.4 actions=drop", "nw_dst=1.2.3.4");
     // nw_src under arp is the ARP sender address.
     assert_eq!(get("arp,nw_src=1.2.3.4", Field::ArpSpa).0, 0x01020304);
@@ -560,7 +560,7 @@ fn arp() {
     let t = "arp,arp_spa=10.0.0.0/8,arp_tpa=10.0.0.1,arp_op=1,arp_sha=00:11:22:33:44:55,arp_tha=00:11:22:00:00:00/ff:ff:ff:00:00:00 actions=drop";
     assert_eq!(canon(t), t);
     let e = bad("arp_op=1 actions=drop", "arp_op=1");
-    assert_eq!(e.reason, "arp_op requires arp");
+    assert_eq!(e.reason, "arp_op requires arp or rarp");
     bad("ip,arp_spa=1.2.3.4 actions=drop", "arp_spa=1.2.3.4");
     bad(
         "ip,arp_sha=00:11:22:33:44:55 actions=drop",
