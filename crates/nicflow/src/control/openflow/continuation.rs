@@ -77,12 +77,9 @@ pub fn decode(bridge: &str, bytes: Option<&[u8]>, packet: &[u8]) -> Result<Pause
     if c.action_set.as_ref().is_some_and(|a| !a.is_empty()) {
         return Err(Refused::Error(OfpError::BadProperty(BadProperty::BAD_TYPE)));
     }
-    let mut key = nicflow_flow::FlowKey::default();
-    let m = match nicflow_flow::extract::extract(packet, 0, &mut key) {
-        Ok(_) => Match::new(key, nicflow_flow::FlowMask::exact()),
-        // The resume fails on the packet itself (`OFPBRC_BAD_PACKET`).
-        Err(_) => Match::catchall(),
-    };
+    // A frame that does not parse fails the resume itself
+    // (`OFPBRC_BAD_PACKET`).
+    let m = super::handle::packet_match(packet, 0).unwrap_or_else(Match::catchall);
     let mut paused = Paused::default();
     for v in c.stack.iter().rev() {
         if v.len() > 16 {

@@ -620,6 +620,18 @@ pub(super) fn packet_out_port_ok(br: &Bridge, in_port: u32) -> bool {
 
 /// A `PACKET_OUT`'s actions as nicflow's, after the checks that do not
 /// need the bridge (no buffer, actions that convert, a frame that parses).
+/// A controller-supplied frame as an exact match: what its actions'
+/// prerequisites are checked against (`PACKET_OUT`, `NXT_RESUME`), as
+/// OVS's `flow_extract` then `ofpacts_check_consistency`. `None` when
+/// the frame is empty or does not parse.
+pub(super) fn packet_match(data: &[u8], in_port: u32) -> Option<Match> {
+    let mut key = nicflow_flow::FlowKey::default();
+    if data.is_empty() || nicflow_flow::extract(data, in_port, &mut key).is_err() {
+        return None;
+    }
+    Some(Match::new(key, nicflow_flow::FlowMask::exact()))
+}
+
 pub(super) fn check_packet_out(po: &msg::PacketOut) -> Result<Vec<Action>, OfpError> {
     if po.buffer_id != NO_BUFFER {
         return Err(OfpError::BadRequest(BadRequest::BUFFER_UNKNOWN));
@@ -628,11 +640,8 @@ pub(super) fn check_packet_out(po: &msg::PacketOut) -> Result<Vec<Action>, OfpEr
     // (`flow_extract` then `ofpacts_check_consistency`): ovn-controller's
     // neighbour advertisements set `nd_target`/`nd_tll`, whose
     // prerequisites only the packet (an ICMPv6 NA) establishes.
-    let mut key = nicflow_flow::FlowKey::default();
-    if po.data.is_empty() || nicflow_flow::extract(&po.data, po.in_port, &mut key).is_err() {
-        return Err(OfpError::BadRequest(BadRequest::BAD_PACKET));
-    }
-    let packet = Match::new(key, nicflow_flow::FlowMask::exact());
+    let packet =
+        packet_match(&po.data, po.in_port).ok_or(OfpError::BadRequest(BadRequest::BAD_PACKET))?;
     let mut actions = Vec::with_capacity(po.actions.len());
     for a in &po.actions {
         match a {
