@@ -189,6 +189,28 @@ impl Lab {
         lab
     }
 
+    /// Two host namespaces `<tag>h1`/`<tag>h2` with `SUBNET.1`/`.2`/24
+    /// on `e1`/`e2`, whose veth peers `p1`/`p2` wait in the switch's
+    /// namespace for ovs-vsctl to add them.
+    fn two_hosts(&mut self, subnet: &str) -> (String, String) {
+        let (h1, h2) = (format!("{}h1", self.tag), format!("{}h2", self.tag));
+        self.add_ns(&h1);
+        self.add_ns(&h2);
+        let ns = self.ns().to_string();
+        for (h, a, b, ip) in [
+            (&h1, "p1", "e1", format!("{subnet}.1/24")),
+            (&h2, "p2", "e2", format!("{subnet}.2/24")),
+        ] {
+            must(Command::new("ip").args([
+                "-n", &ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", h,
+            ]));
+            must(Command::new("ip").args(["-n", &ns, "link", "set", a, "up"]));
+            must(Command::new("ip").args(["-n", h, "addr", "add", &ip, "dev", b]));
+            must(Command::new("ip").args(["-n", h, "link", "set", b, "up"]));
+        }
+        (h1, h2)
+    }
+
     fn add_ns(&mut self, ns: &str) {
         must(Command::new("ip").args(["netns", "add", ns]));
         self.namespaces.push(ns.to_string());
@@ -737,21 +759,7 @@ fn traffic_mgmt_socket_and_restarts() {
         return;
     }
     let mut lab = Lab::new("t");
-    let (h1, h2) = (format!("{}h1", lab.tag), format!("{}h2", lab.tag));
-    lab.add_ns(&h1);
-    lab.add_ns(&h2);
-    let ns = lab.ns().to_string();
-    for (h, a, b, ip) in [
-        (&h1, "p1", "e1", "198.18.78.1/24"),
-        (&h2, "p2", "e2", "198.18.78.2/24"),
-    ] {
-        must(Command::new("ip").args([
-            "-n", &ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", h,
-        ]));
-        must(Command::new("ip").args(["-n", &ns, "link", "set", a, "up"]));
-        must(Command::new("ip").args(["-n", h, "addr", "add", ip, "dev", b]));
-        must(Command::new("ip").args(["-n", h, "link", "set", b, "up"]));
-    }
+    let (h1, _h2) = lab.two_hosts("198.18.78");
     lab.start_db(true);
     let pid = lab.start_switch(false);
     lab.vsctl_ok(&[
@@ -1091,21 +1099,7 @@ fn patch_ports_join_two_bridges() {
         return;
     }
     let mut lab = Lab::new("p");
-    let (h1, h2) = (format!("{}h1", lab.tag), format!("{}h2", lab.tag));
-    lab.add_ns(&h1);
-    lab.add_ns(&h2);
-    let ns = lab.ns().to_string();
-    for (h, a, b, ip) in [
-        (&h1, "p1", "e1", "198.18.81.1/24"),
-        (&h2, "p2", "e2", "198.18.81.2/24"),
-    ] {
-        must(Command::new("ip").args([
-            "-n", &ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", h,
-        ]));
-        must(Command::new("ip").args(["-n", &ns, "link", "set", a, "up"]));
-        must(Command::new("ip").args(["-n", h, "addr", "add", ip, "dev", b]));
-        must(Command::new("ip").args(["-n", h, "link", "set", b, "up"]));
-    }
+    let (h1, _h2) = lab.two_hosts("198.18.81");
     lab.start_db(true);
     let pid = lab.start_switch(false);
     for (br, p) in [("brp1", "p1"), ("brp2", "p2")] {
