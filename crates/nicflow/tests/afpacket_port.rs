@@ -67,6 +67,103 @@ const AFPACKET: PortType = PortType {
 
 crate::port_tests!(AFPACKET);
 
+/// The same behaviours with the receive ring off (`rx_ring=false`, how a
+/// TC port reads its upcall device): `recvmmsg` on the plain socket, the
+/// ring header's fields from `PACKET_AUXDATA`.
+mod socket_rx {
+    use super::*;
+
+    pub const AFPACKET_SOCKET: PortType = PortType {
+        name: "AF_PACKET (socket receive)",
+        prefix: "nfas",
+        open: |sw, mtu| {
+            let p = AfPacketPort::open(
+                sw,
+                AfPacketOptions {
+                    rx_ring: false,
+                    ..software_fixups()
+                },
+            )
+            .unwrap_or_else(|e| panic!("open {sw}: {e}"));
+            assert_eq!(p.mtu(), mtu, "{sw}");
+            Some(Box::new(p) as BoxPort)
+        },
+        // Readable per frame, not per retired block.
+        idle_fd_quiet: true,
+        ..AFPACKET
+    };
+
+    crate::port_tests!(AFPACKET_SOCKET);
+
+    /// Super-frames cross whole through socket-receive `vnet_hdr` ports,
+    /// as through ring ones.
+    #[test]
+    fn vnet_hdr_forwards_super_frames_intact_socket() {
+        super::vnet_hdr_super_frames(
+            AfPacketOptions {
+                rx_ring: false,
+                ..Default::default()
+            },
+            32,
+            "w",
+        );
+    }
+
+    /// A frame crosses a socket-receive port at once: one ping through
+    /// two such ports and the test's switch loop answers well under the
+    /// ring's 1 ms block timer, per round trip (the median of 20).
+    #[test]
+    fn socket_receive_does_not_wait_for_a_block_timer() {
+        if !lab_possible() {
+            return;
+        }
+        let net = 33;
+        let lab = PortLab::new("nfas", "l", 2, net);
+        let mut ports = Vec::new();
+        for sw in &lab.sw {
+            let p = AfPacketPort::open(
+                sw,
+                AfPacketOptions {
+                    rx_ring: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            ports.push(Box::new(p) as BoxPort);
+        }
+        let switch = Switch::start(ports, 1500, "priority=10,actions=normal");
+        let out = must(&[
+            "ip",
+            "netns",
+            "exec",
+            &lab.ns[0],
+            "ping",
+            "-c",
+            "20",
+            "-i",
+            "0.02",
+            "-n",
+            &format!("198.18.{net}.2"),
+        ]);
+        drop(switch.stop());
+        let mut rtts: Vec<f64> = out
+            .lines()
+            .filter_map(|l| l.split("time=").nth(1))
+            .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+            .collect();
+        assert!(rtts.len() >= 18, "{out}");
+        rtts.sort_by(|a, b| a.total_cmp(b));
+        let median = rtts[rtts.len() / 2];
+        eprintln!(
+            "socket receive: median RTT {median} ms over {} pings",
+            rtts.len()
+        );
+        // Two crossings; with the ring each waits for its block timer
+        // (1 ms), so a median of 2 ms or more would be the ring's.
+        assert!(median < 1.0, "median RTT {median} ms: {out}");
+    }
+}
+
 /// A second socket on the interface with a one-page, one-block ring that
 /// nobody reads: the kernel must drop, and the port must count it. The
 /// port that does read sees every datagram of the burst with its checksum
@@ -119,15 +216,17 @@ fn full_ring_drops_and_counts() {
 /// over. TCP must complete over IPv4 and IPv6.
 #[test]
 fn vnet_hdr_forwards_super_frames_intact() {
+    vnet_hdr_super_frames(AfPacketOptions::default(), 30, "v");
+}
+
+fn vnet_hdr_super_frames(opts: AfPacketOptions, net: u8, tag: &str) {
     if !lab_possible() || !have("iperf3") {
         return;
     }
-    let net = 30;
-    let lab = PortLab::new("nfap", "v", 2, net);
+    let lab = PortLab::new("nfap", tag, 2, net);
     let mut ports = Vec::new();
     for sw in &lab.sw {
-        let p = AfPacketPort::open(sw, AfPacketOptions::default())
-            .unwrap_or_else(|e| panic!("open {sw}: {e}"));
+        let p = AfPacketPort::open(sw, opts.clone()).unwrap_or_else(|e| panic!("open {sw}: {e}"));
         assert!(p.accepts_offloads());
         ports.push(Box::new(p) as BoxPort);
     }

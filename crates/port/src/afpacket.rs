@@ -1,6 +1,8 @@
 //! AF_PACKET ports: a real Linux interface as a switch port, received
-//! through a TPACKET_V3 memory-mapped ring and transmitted with batched
-//! `sendmmsg`.
+//! through a TPACKET_V3 memory-mapped ring (or, with
+//! [`AfPacketOptions::rx_ring`] off, with `recvmmsg` on the socket: how a
+//! TC port reads its upcall device, where latency matters more than a
+//! system call per batch) and transmitted with batched `sendmmsg`.
 //!
 //! Place in a frame's path: wire (or veth peer) -> driver -> **this port's
 //! receive ring** (the kernel copies each frame into a block shared with us
@@ -108,6 +110,7 @@ const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
 const PACKET_RX_RING: libc::c_int = 5;
 const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
+const PACKET_AUXDATA: libc::c_int = 8;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -213,6 +216,20 @@ struct TpacketStatsV3 {
     tp_freeze_q_cnt: u32,
 }
 
+/// `struct tpacket_auxdata`: what a socket without a ring learns of each
+/// frame (`PACKET_AUXDATA` control message), the ring header's fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct TpacketAuxdata {
+    tp_status: u32,
+    tp_len: u32,
+    tp_snaplen: u32,
+    tp_mac: u16,
+    tp_net: u16,
+    tp_vlan_tci: u16,
+    tp_vlan_tpid: u16,
+}
+
 /// `struct packet_mreq`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -301,6 +318,15 @@ pub struct AfPacketOptions {
     /// them where needed. Off: the port segments super-frames and completes
     /// checksums in software on receive.
     pub vnet_hdr: bool,
+    /// Receive through the TPACKET_V3 ring (true) or with `recvmmsg` on
+    /// the plain socket (false). The ring costs no system call per batch,
+    /// but the kernel hands a block over only when it is full or
+    /// `block_timeout_ms` after its first frame (a 1 ms timer on 6.x): at
+    /// low rates every frame waits for that timer, which made every round
+    /// trip through the userspace datapath ~0.6 ms longer per crossing. The
+    /// socket wakes us per frame, as Open vSwitch's netdev-linux receive
+    /// (`recvmmsg`) does; the ring geometry options are then unused.
+    pub rx_ring: bool,
 }
 
 impl Default for AfPacketOptions {
@@ -313,6 +339,7 @@ impl Default for AfPacketOptions {
             promisc: true,
             disable_offloads: true,
             vnet_hdr: true,
+            rx_ring: true,
         }
     }
 }
@@ -419,7 +446,9 @@ pub struct AfPacketPort {
     ifindex: i32,
     // Field order matters for Drop: the ring is unmapped before the socket
     // is closed.
-    ring: Ring,
+    /// `None` with `rx_ring` off: frames come from `sock_rx`.
+    ring: Option<Ring>,
+    sock_rx: Option<SockRx>,
     fd: OwnedFd,
     /// Block being read (index into the ring).
     cur_block: usize,
@@ -516,13 +545,27 @@ impl AfPacketPort {
             setsockopt(raw, SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int)
                 .map_err(err("setsockopt(PACKET_VNET_HDR)"))?;
         }
-        setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
-            .map_err(err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
-        let req = opts.ring_request();
-        setsockopt(raw, SOL_PACKET, PACKET_RX_RING, &req)
-            .map_err(err("setsockopt(PACKET_RX_RING)"))?;
-        let ring = Ring::map(raw, opts.block_size as usize, opts.block_count as usize)
-            .map_err(err("mmap(rx ring)"))?;
+        let (ring, sock_rx) = if opts.rx_ring {
+            setsockopt(raw, SOL_PACKET, PACKET_VERSION, &TPACKET_V3)
+                .map_err(err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+            let req = opts.ring_request();
+            setsockopt(raw, SOL_PACKET, PACKET_RX_RING, &req)
+                .map_err(err("setsockopt(PACKET_RX_RING)"))?;
+            let ring = Ring::map(raw, opts.block_size as usize, opts.block_count as usize)
+                .map_err(err("mmap(rx ring)"))?;
+            (Some(ring), None)
+        } else {
+            setsockopt(raw, SOL_PACKET, PACKET_AUXDATA, &1 as &libc::c_int)
+                .map_err(err("setsockopt(PACKET_AUXDATA)"))?;
+            // Room for as many frames as a ring would queue: the default
+            // receive buffer holds three 64 KiB super-frames.
+            let bytes =
+                (opts.block_size as libc::c_int).saturating_mul(opts.block_count as libc::c_int);
+            if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
+                let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes);
+            }
+            (None, Some(SockRx::new(opts.vnet_hdr)))
+        };
         match setsockopt(raw, SOL_PACKET, PACKET_IGNORE_OUTGOING, &1 as &libc::c_int) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => tracing::warn!(
@@ -548,6 +591,7 @@ impl AfPacketPort {
             name: ifname.to_string(),
             ifindex,
             ring,
+            sock_rx,
             fd,
             cur_block: 0,
             cursor: None,
@@ -638,9 +682,41 @@ impl AfPacketPort {
     }
 
     fn release_block(&mut self) {
-        self.ring.release(self.cur_block);
-        self.cursor = None;
-        self.cur_block = (self.cur_block + 1) % self.ring.blocks;
+        if let Some(ring) = &self.ring {
+            ring.release(self.cur_block);
+            self.cursor = None;
+            self.cur_block = (self.cur_block + 1) % ring.blocks;
+        }
+    }
+
+    /// `recv_batch` without a ring: one `recvmmsg` for up to `max` frames
+    /// (at most [`SOCK_BATCH`]), each handed to the same `deliver` path as
+    /// a ring frame, with the ring header's fields from `PACKET_AUXDATA`.
+    fn recv_socket(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> io::Result<usize> {
+        let Some(sr) = self.sock_rx.as_mut() else {
+            return Ok(0);
+        };
+        let want = max.min(SOCK_BATCH);
+        let got = match sr.recv(self.fd.as_raw_fd(), want) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut n = 0;
+        for i in 0..got {
+            let Some((hdr, vnet, data)) = sr.frame(i) else {
+                self.rx.stats.rx_dropped += 1;
+                continue;
+            };
+            n += self.rx.deliver_vnet(&hdr, vnet, data, out, max - n, pool);
+        }
+        Ok(n)
     }
 }
 
@@ -672,18 +748,27 @@ impl Port for AfPacketPort {
                 None => break,
             }
         }
+        if self.ring.is_none() {
+            if n < max {
+                n += self.recv_socket(out, max - n, pool)?;
+            }
+            return Ok(n);
+        }
         while n < max {
+            let Some(ring) = self.ring.as_ref() else {
+                break;
+            };
             let cur = match self.cursor {
                 Some(c) => c,
                 None => {
-                    let status = self.ring.status(self.cur_block).load(Ordering::Acquire);
+                    let status = ring.status(self.cur_block).load(Ordering::Acquire);
                     if status & TP_STATUS_USER == 0 {
                         break;
                     }
                     if status & TP_STATUS_LOSING != 0 {
                         self.refresh_kernel_drops();
                     }
-                    let (left, first) = self.ring.block_frames(self.cur_block);
+                    let (left, first) = ring.block_frames(self.cur_block);
                     BlockCursor {
                         next: first as usize,
                         left,
@@ -694,14 +779,14 @@ impl Port for AfPacketPort {
                 self.release_block();
                 continue;
             }
-            match self.ring.frame(self.cur_block, cur.next) {
+            match ring.frame(self.cur_block, cur.next) {
                 Some((hdr, data)) => {
                     self.cursor = Some(BlockCursor {
                         next: cur.next + hdr.tp_next_offset as usize,
                         left: cur.left - 1,
                     });
                     let vnet = if self.vnet {
-                        self.ring.vnet_hdr(self.cur_block, cur.next, &hdr)
+                        ring.vnet_hdr(self.cur_block, cur.next, &hdr)
                     } else {
                         None
                     };
@@ -871,7 +956,8 @@ impl Port for AfPacketPort {
     }
 
     /// The packet socket: readable when a ring block has been retired to
-    /// us (full, or `block_timeout_ms` after its first frame).
+    /// us (full, or `block_timeout_ms` after its first frame), or without
+    /// a ring as soon as a frame is queued.
     fn rx_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
     }
@@ -1239,6 +1325,143 @@ fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
         )
     })?;
     Ok(r as usize)
+}
+
+/// Frames one `recvmmsg` takes at most.
+const SOCK_BATCH: usize = 32;
+/// A receive slot: the virtio-net header, the longest GSO frame (64 KiB of
+/// IP plus its Ethernet and VLAN headers) and slack.
+const SOCK_SLOT: usize = VNET_HDR_LEN + 65_536 + 256;
+/// Room for the `PACKET_AUXDATA` control message (`CMSG_SPACE` of 20
+/// bytes, rounded up generously).
+const SOCK_CMSG: usize = 64;
+
+/// One received frame as `deliver_vnet` takes it: ring-header fields,
+/// virtio-net header, bytes.
+type SockFrame<'a> = (Tpacket3Hdr, Option<[u8; VNET_HDR_LEN]>, &'a [u8]);
+
+/// Receive without a ring ([`AfPacketOptions::rx_ring`] off): the buffers,
+/// control-message space and `mmsghdr`s of one `recvmmsg`, allocated once
+/// at open and reused for every batch.
+struct SockRx {
+    bufs: Vec<u8>,
+    cmsgs: Vec<u8>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    vnet: bool,
+}
+
+// SAFETY: the iovecs and message headers point into `bufs`/`cmsgs`, heap
+// blocks owned by the same value that move with it (a Vec's buffer does not
+// move when the Vec does); nothing is shared with another thread.
+unsafe impl Send for SockRx {}
+
+impl SockRx {
+    fn new(vnet: bool) -> SockRx {
+        let mut sr = SockRx {
+            bufs: vec![0; SOCK_BATCH * SOCK_SLOT],
+            cmsgs: vec![0; SOCK_BATCH * SOCK_CMSG],
+            iovs: Vec::with_capacity(SOCK_BATCH),
+            msgs: Vec::with_capacity(SOCK_BATCH),
+            vnet,
+        };
+        for i in 0..SOCK_BATCH {
+            sr.iovs.push(libc::iovec {
+                // SAFETY: slot i lies inside `bufs` (SOCK_BATCH slots).
+                iov_base: unsafe { sr.bufs.as_mut_ptr().add(i * SOCK_SLOT) }.cast(),
+                iov_len: SOCK_SLOT,
+            });
+        }
+        for i in 0..SOCK_BATCH {
+            // SAFETY: all-zero is a valid msghdr/mmsghdr.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = &mut sr.iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            // SAFETY: control slot i lies inside `cmsgs`.
+            m.msg_hdr.msg_control = unsafe { sr.cmsgs.as_mut_ptr().add(i * SOCK_CMSG) }.cast();
+            sr.msgs.push(m);
+        }
+        sr
+    }
+
+    /// One non-blocking `recvmmsg` of up to `want` frames; the count.
+    fn recv(&mut self, fd: RawFd, want: usize) -> io::Result<usize> {
+        let want = want.min(SOCK_BATCH);
+        for m in &mut self.msgs[..want] {
+            m.msg_hdr.msg_controllen = SOCK_CMSG as _;
+            m.msg_hdr.msg_flags = 0;
+            m.msg_len = 0;
+        }
+        // SAFETY: `want` headers, each with one iovec into `bufs` and a
+        // control buffer of SOCK_CMSG bytes, all owned by `self` and live
+        // for the call. MSG_TRUNC makes msg_len the frame's real length.
+        let r = cvt(unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                want as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(r as usize)
+    }
+
+    /// Message `i` of the last `recv` as a ring frame would be seen: the
+    /// header fields `deliver` reads, the virtio-net header, the captured
+    /// bytes. `None` when the kernel gave no `PACKET_AUXDATA` or the
+    /// message is shorter than its virtio-net header.
+    fn frame(&self, i: usize) -> Option<SockFrame<'_>> {
+        let m = &self.msgs[i];
+        let mut aux = None;
+        // SAFETY: the kernel filled msg_control/msg_controllen for this
+        // message; CMSG_FIRSTHDR/NXTHDR stay within that length.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == SOL_PACKET
+                    && (*c).cmsg_type == PACKET_AUXDATA
+                    && (*c).cmsg_len as usize
+                        >= libc::CMSG_LEN(size_of::<TpacketAuxdata>() as u32) as usize
+                {
+                    aux = Some(std::ptr::read_unaligned(
+                        libc::CMSG_DATA(c).cast::<TpacketAuxdata>(),
+                    ));
+                }
+                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+            }
+        }
+        let aux = aux?;
+        let slot = &self.bufs[i * SOCK_SLOT..(i + 1) * SOCK_SLOT];
+        let real = m.msg_len as usize;
+        let copied = real.min(SOCK_SLOT);
+        let (vnet, data_off) = if self.vnet {
+            if copied < VNET_HDR_LEN {
+                return None;
+            }
+            let mut v = [0u8; VNET_HDR_LEN];
+            v.copy_from_slice(&slot[..VNET_HDR_LEN]);
+            (Some(v), VNET_HDR_LEN)
+        } else {
+            (None, 0)
+        };
+        let data = &slot[data_off..copied];
+        let hdr = Tpacket3Hdr {
+            tp_status: aux.tp_status,
+            // Truncated by our slot: `deliver` drops it and counts it.
+            tp_len: (real - data_off) as u32,
+            tp_snaplen: data.len() as u32,
+            tp_mac: aux.tp_mac,
+            tp_net: aux.tp_net,
+            hv1: TpacketHdrVariant1 {
+                tp_vlan_tci: u32::from(aux.tp_vlan_tci),
+                tp_vlan_tpid: aux.tp_vlan_tpid,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Some((hdr, vnet, data))
+    }
 }
 
 /// The memory-mapped TPACKET_V3 receive ring: `blocks` blocks of

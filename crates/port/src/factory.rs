@@ -11,7 +11,7 @@ use nicflow_api::OffloadMode;
 
 /// An AF_PACKET port; options are the `AfPacketOptions` fields as
 /// `key=value` (block_size, block_count, frame_size, block_timeout_ms,
-/// promisc, disable_offloads, vnet_hdr).
+/// promisc, disable_offloads, vnet_hdr, rx_ring).
 fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
     use crate::afpacket::{AfPacketOptions, AfPacketPort};
     let mut o = AfPacketOptions::default();
@@ -36,6 +36,7 @@ fn open_afpacket(pc: &PortConfig) -> Result<Box<dyn Port>, String> {
             "promisc" => o.promisc = flag()?,
             "disable_offloads" => o.disable_offloads = flag()?,
             "vnet_hdr" => o.vnet_hdr = flag()?,
+            "rx_ring" => o.rx_ring = flag()?,
             _ => return Err(format!("port {}: unknown afpacket option `{k}`", pc.name)),
         }
     }
