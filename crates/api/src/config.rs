@@ -517,6 +517,16 @@ impl Config {
         })
     }
 
+    /// `iface` is the interface of an `internal` port of some bridge: a
+    /// tunnel may sit on it (OVS's `br-phy` layout), through its Linux side.
+    pub fn is_internal_iface(&self, iface: &str) -> bool {
+        self.bridges.iter().any(|b| {
+            b.ports
+                .iter()
+                .any(|p| p.kind == PortType::Internal && p.iface == iface)
+        })
+    }
+
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_default()
     }

@@ -974,10 +974,26 @@ fn traffic_mgmt_socket_and_restarts() {
 /// VXLAN endpoint in another namespace.
 #[test]
 fn tunnel_source_and_underlay_come_from_the_route() {
+    tunnel_from_route(false);
+}
+
+/// OVS's userspace-tunnelling layout: the underlay address sits on
+/// `br-phy`'s internal port and the physical port is a port of `br-phy`;
+/// tunnel packets leave through br-phy's pipeline (NORMAL) to it, and
+/// arrive the same way.
+#[test]
+fn tunnel_over_a_br_phy_bridge() {
+    tunnel_from_route(true);
+}
+
+/// A VXLAN port with only `remote_ip` reaches a kernel VXLAN endpoint in
+/// namespace r: the source address and the underlay come from the route,
+/// on a plain interface or (`br_phy`) on another bridge's internal port.
+fn tunnel_from_route(br_phy: bool) {
     if !possible() {
         return;
     }
-    let mut lab = Lab::new("v");
+    let mut lab = Lab::new(if br_phy { "b" } else { "v" });
     let (h1, r) = (format!("{}h1", lab.tag), format!("{}r", lab.tag));
     lab.add_ns(&h1);
     lab.add_ns(&r);
@@ -1001,7 +1017,9 @@ fn tunnel_source_and_underlay_come_from_the_route() {
             "link", "add", "u0", "type", "veth", "peer", "name", "u1", "netns", &r,
         ],
     );
-    ip(&ns, &["addr", "add", "198.18.79.1/24", "dev", "u0"]);
+    if !br_phy {
+        ip(&ns, &["addr", "add", "198.18.79.1/24", "dev", "u0"]);
+    }
     ip(&ns, &["link", "set", "u0", "up"]);
     ip(&r, &["addr", "add", "198.18.79.2/24", "dev", "u1"]);
     ip(&r, &["link", "set", "u1", "up"]);
@@ -1037,6 +1055,20 @@ fn tunnel_source_and_underlay_come_from_the_route() {
         "datapath_type=netdev",
     ]);
     lab.vsctl_ok(&["add-port", "brx", "p1"]);
+    if br_phy {
+        lab.vsctl_ok(&[
+            "add-br",
+            "br-phy",
+            "--",
+            "set",
+            "bridge",
+            "br-phy",
+            "datapath_type=netdev",
+        ]);
+        lab.vsctl_ok(&["add-port", "br-phy", "u0"]);
+        ip(&ns, &["addr", "add", "198.18.79.1/24", "dev", "br-phy"]);
+        ip(&ns, &["link", "set", "br-phy", "up"]);
+    }
     lab.vsctl_ok(&[
         "add-port",
         "brx",
@@ -1073,6 +1105,21 @@ fn tunnel_source_and_underlay_come_from_the_route() {
         String::from_utf8_lossy(&ok.stdout),
         lab.log("ovs-vswitchd.log")
     );
+    if br_phy {
+        // The tunnel's packets crossed br-phy's pipeline both ways: its
+        // NORMAL rule counted the pings' encapsulated requests and replies
+        // (and the underlay's ARP).
+        let flows = must(
+            lab.cmd("ovs-ofctl")
+                .args(["-O", "OpenFlow13", "dump-flows", "br-phy"]),
+        );
+        let n: u64 = flows
+            .split("n_packets=")
+            .skip(1)
+            .filter_map(|t| t.split(',').next()?.parse::<u64>().ok())
+            .sum();
+        assert!(n >= 6, "br-phy forwarded {n} packets:\n{flows}");
+    }
     // A remote with no route: the port gets the error, the bridge stays.
     lab.vsctl_ok(&[
         "add-port",

@@ -26,6 +26,19 @@ impl Switch {
             self.check_new_uplink(&bridge, &iface)?;
         }
         self.bridge(&bridge)?;
+        let mut options = options;
+        let tunnel = matches!(kind, PortType::Vxlan | PortType::Geneve);
+        if let Some(u) = options.get("underlay").filter(|_| tunnel) {
+            // OVS's userspace-tunnelling layout: the underlay address on a
+            // bridge's internal port (`br-phy`). The tunnel reads and writes
+            // that port's Linux side with a packet socket, so what it sends
+            // enters that bridge as from its internal port and leaves by
+            // the bridge's own forwarding (NORMAL to the physical port), and
+            // what the bridge delivers to the internal port reaches it.
+            if self.config.is_internal_iface(u) && options.get("underlay_type").is_none() {
+                options.insert("underlay_type", "afpacket");
+            }
+        }
         self.check_new_iface(kind, &iface, &options)?;
         let mode = self.mode_of(&bridge);
         // A bare reservation ([`Switch::reserve_ofport`]) is not a port yet.
@@ -206,6 +219,9 @@ impl Switch {
     ) -> Result<(), SwitchError> {
         if matches!(kind, PortType::Vxlan | PortType::Geneve) {
             if let Some(u) = options.get("underlay") {
+                if self.config.is_internal_iface(u) {
+                    return Ok(());
+                }
                 if let Some(user) = self.config.iface_user(u, false) {
                     return Err(SwitchError::UnderlayInUse {
                         iface: u.to_string(),
