@@ -694,7 +694,12 @@ proptest! {
         let b15 = nicflow_openflow::msg::encode_to_vec_as(&m, OFP15_VERSION, xid).unwrap();
         let (d15, n15) = decode(&b15).unwrap_or_else(|e| panic!("1.5 {m:?}: {e}"));
         prop_assert_eq!(n15, b15.len());
-        prop_assert_eq!(&d15.message, &meter15(&m));
+        // 1.5 has no Nicira loads: they travel as masked set-fields and
+        // read back as reg_load2 (checked by the 1.5 bytes re-encoding
+        // identically below, and in of15.rs against ovs-ofctl).
+        if !format!("{m:?}").contains("RegLoad") {
+            prop_assert_eq!(&d15.message, &meter15(&m));
+        }
         prop_assert_eq!(
             nicflow_openflow::msg::encode_to_vec_as(&d15.message, OFP15_VERSION, xid).unwrap(),
             b15

@@ -221,7 +221,15 @@ pub fn decode_action(r: &mut Reader<'_>) -> Result<OfAction, OfpError> {
         }
         ofpat::SET_FIELD => {
             let entry = oxm::read_entry(&mut a, Ctx::Action)?;
-            check_set_value(&entry)?;
+            if entry.mask.is_some() {
+                // A masked set-field is 1.5's reg_load (a partial write,
+                // within the field's wire width by construction): checked
+                // as NXAST_REG_LOAD/LOAD2 are — it may write part of
+                // vlan_vid without its present bit, or in_port
+                // (`load:0->NXM_OF_IN_PORT[]`).
+            } else {
+                check_set_value(&entry)?;
+            }
             if a.rest().iter().any(|&b| b != 0) {
                 return Err(e::bac(BadAction::BAD_SET_ARGUMENT));
             }
@@ -281,14 +289,90 @@ pub(crate) fn check_set_value(entry: &OxmEntry) -> Result<(), OfpError> {
 
 /// Encode an action list.
 pub fn encode_actions(actions: &[OfAction], out: &mut Vec<u8>) {
+    encode_actions_as(crate::msg::OFP13_VERSION, actions, out)
+}
+
+/// [`encode_actions`] in OpenFlow `version`: 1.5 has no `NXAST_REG_MOVE`,
+/// `NXAST_REG_LOAD` or `NXAST_REG_LOAD2` (Open vSwitch refuses them there,
+/// `OFPBAC_BAD_VENDOR_TYPE`, and so cannot read a flow dump that has them):
+/// a move is `OFPAT_COPY_FIELD` and a load a set-field with a mask, as OVS
+/// writes them. Nested lists (`ct(exec(..))`, `clone(..)`) follow.
+pub fn encode_actions_as(version: u8, actions: &[OfAction], out: &mut Vec<u8>) {
     for a in actions {
-        encode_action(a, out);
+        encode_action_as(version, a, out);
     }
 }
 
 /// Encode one action.
 pub fn encode_action(a: &OfAction, out: &mut Vec<u8>) {
+    encode_action_as(crate::msg::OFP13_VERSION, a, out)
+}
+
+/// Encode one action in OpenFlow `version` (see [`encode_actions_as`]).
+pub fn encode_action_as(version: u8, a: &OfAction, out: &mut Vec<u8>) {
     let start = out.len();
+    if version >= crate::msg::OFP15_VERSION {
+        match a {
+            OfAction::RegMove {
+                src,
+                src_ofs,
+                dst,
+                dst_ofs,
+                n_bits,
+            } => {
+                wire::put_u16(out, ofpat::COPY_FIELD);
+                wire::put_u16(out, 0);
+                wire::put_u16(out, *n_bits);
+                wire::put_u16(out, *src_ofs);
+                wire::put_u16(out, *dst_ofs);
+                wire::put_zeros(out, 2);
+                oxm::write_field_header(out, *src, true);
+                oxm::write_field_header(out, *dst, true);
+                wire::pad8_from(out, start);
+                let len = wire::len16(out, start);
+                wire::patch_u16(out, start + 2, len);
+                return;
+            }
+            OfAction::RegLoad {
+                dst,
+                ofs,
+                n_bits,
+                value,
+            } => {
+                let bits = u32::from(*n_bits).min(128);
+                let ones = if bits >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << bits) - 1
+                };
+                let sh = u32::from(*ofs);
+                let (v, m) = if sh >= 128 {
+                    (0, 0)
+                } else {
+                    ((u128::from(*value) & ones) << sh, ones << sh)
+                };
+                set_field_masked(out, start, *dst, v, Some(m));
+                return;
+            }
+            OfAction::RegLoad2(en) => {
+                // Always with a mask, so that it reads back as a load
+                // (an unmasked set-field of in_port is refused).
+                let full = match u32::from(en.field.def().bytes) * 8 {
+                    b if b >= 128 => u128::MAX,
+                    b => (1u128 << b) - 1,
+                };
+                set_field_masked(
+                    out,
+                    start,
+                    en.field,
+                    en.value,
+                    Some(en.mask.unwrap_or(full)),
+                );
+                return;
+            }
+            _ => {}
+        }
+    }
     let simple = |out: &mut Vec<u8>, ty: u16| {
         wire::put_u16(out, ty);
         wire::put_u16(out, 8);
@@ -335,8 +419,24 @@ pub fn encode_action(a: &OfAction, out: &mut Vec<u8>) {
             let len = wire::len16(out, start);
             wire::patch_u16(out, start + 2, len);
         }
-        _ => nx::encode(a, out),
+        _ => nx::encode(version, a, out),
     }
+}
+
+/// `OFPAT_SET_FIELD` with an optional mask (OpenFlow 1.5's partial load).
+fn set_field_masked(
+    out: &mut Vec<u8>,
+    start: usize,
+    field: OxmField,
+    value: u128,
+    mask: Option<u128>,
+) {
+    wire::put_u16(out, ofpat::SET_FIELD);
+    wire::put_u16(out, 0);
+    oxm::write_entry(out, field, false, value, mask);
+    wire::pad8_from(out, start);
+    let len = wire::len16(out, start);
+    wire::patch_u16(out, start + 2, len);
 }
 
 /// Decode an instruction list (the tail of a `FLOW_MOD` or flow stats).
@@ -439,13 +539,17 @@ pub fn encode_instructions_as(version: u8, insts: &[Instruction], out: &mut Vec<
     if version >= crate::msg::OFP15_VERSION
         && insts.iter().any(|i| matches!(i, Instruction::Meter(_)))
     {
-        encode_instructions(&meter_as_action(insts), out)
+        encode_instructions_v(version, &meter_as_action(insts), out)
     } else {
-        encode_instructions(insts, out)
+        encode_instructions_v(version, insts, out)
     }
 }
 
 pub fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
+    encode_instructions_v(crate::msg::OFP13_VERSION, insts, out)
+}
+
+fn encode_instructions_v(version: u8, insts: &[Instruction], out: &mut Vec<u8>) {
     for inst in insts {
         let start = out.len();
         let (ty, fixed_len) = match inst {
@@ -470,7 +574,7 @@ pub fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
             }
             Instruction::WriteActions(a) | Instruction::ApplyActions(a) => {
                 wire::put_zeros(out, 4);
-                encode_actions(a, out);
+                encode_actions_as(version, a, out);
                 let len = wire::len16(out, start);
                 wire::patch_u16(out, start + 2, len);
             }

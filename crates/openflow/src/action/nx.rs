@@ -4,7 +4,7 @@
 //! `ct_mark`/`ct_label` writes, `ct_clear`, `output:REG`, `controller(...)`.
 //! Layouts follow Open vSwitch's `lib/ofp-actions.c`.
 
-use super::{decode_actions, encode_actions, OfAction};
+use super::{decode_actions, OfAction};
 use crate::error::{e, BadAction, OfpError};
 use crate::oxm::{self, table::NX_EXPERIMENTER, Ctx, OxmField};
 use crate::wire::{self, Reader};
@@ -706,7 +706,7 @@ fn finish(out: &mut Vec<u8>, at: usize, min: usize) {
 }
 
 /// Encode a Nicira action.
-pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
+pub(super) fn encode(version: u8, a: &OfAction, out: &mut Vec<u8>) {
     match a {
         OfAction::Resubmit { in_port, table } => {
             let sub = if table.is_some() {
@@ -785,7 +785,7 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
             wire::put_u8(out, ct.recirc_table);
             wire::put_zeros(out, 3);
             wire::put_u16(out, ct.alg);
-            encode_actions(&ct.actions, out);
+            super::encode_actions_as(version, &ct.actions, out);
             finish(out, at, 24);
         }
         OfAction::Nat(nat) => {
@@ -886,7 +886,7 @@ pub(super) fn encode(a: &OfAction, out: &mut Vec<u8>) {
         OfAction::Clone(inner) => {
             let at = start(out, nxast::CLONE);
             wire::put_zeros(out, 6);
-            encode_actions(inner, out);
+            super::encode_actions_as(version, inner, out);
             finish(out, at, 16);
         }
         OfAction::StackPush { field, ofs, n_bits } | OfAction::StackPop { field, ofs, n_bits } => {

@@ -471,7 +471,7 @@ impl PacketOut {
             );
             oxm::encode_match(&m, out);
             let start = out.len();
-            action::encode_actions(&self.actions, out);
+            action::encode_actions_as(version, &self.actions, out);
             let len = wire::len16(out, start);
             wire::patch_u16(out, len_at, len);
             out.extend_from_slice(&self.data);
