@@ -108,18 +108,29 @@ impl Applied {
                 self.del_port(sw, &b.name, &name);
             }
         }
+        // Every bridge with its settings first, then the ports: a bridge's
+        // `.mgmt` socket and controllers (and its fail mode) are in place
+        // before the first port opens, as in ovs-vswitchd, so that
+        // ovn-controller finds br-int at once after a restart instead of
+        // backing off while other bridges' ports (each a kernel engine to
+        // load and attach) are opened.
+        let mut ready = Vec::new();
         for b in d.bridges.values() {
-            self.bridge(sw, b, rundir, prev_ofport);
+            if self.bridge(sw, b, rundir) {
+                ready.push(b);
+            }
+        }
+        for b in ready {
+            let mut ab = self.bridges.remove(&b.name).unwrap_or_default();
+            self.ports(sw, b, &mut ab, prev_ofport);
+            self.mtus(b, &ab);
+            self.bridges.insert(b.name.clone(), ab);
         }
     }
 
-    fn bridge(
-        &mut self,
-        sw: &mut Switch,
-        b: &DBridge,
-        rundir: &Path,
-        prev_ofport: &BTreeMap<String, i64>,
-    ) {
+    /// The bridge itself and its settings; false when it cannot exist
+    /// (its ports then carry the bridge's error).
+    fn bridge(&mut self, sw: &mut Switch, b: &DBridge, rundir: &Path) -> bool {
         let exists = sw.bridges().any(|x| x.name == b.name);
         let dp_ok =
             b.datapath_type.is_empty() || DATAPATH_TYPES.contains(&b.datapath_type.as_str());
@@ -134,7 +145,7 @@ impl Applied {
                 });
             }
             self.fail_bridge(b, e);
-            return;
+            return false;
         }
         if !exists {
             let r = sw.handle(Request::AddBr {
@@ -142,7 +153,7 @@ impl Applied {
             });
             if let Some(e) = r.error {
                 self.fail_bridge(b, format!("bridge {}: {e}", b.name));
-                return;
+                return false;
             }
             tracing::info!("vswitchd: created bridge {}", b.name);
             self.bridges.insert(
@@ -161,10 +172,9 @@ impl Applied {
                 ..Default::default()
             });
         ab.error = None;
-        self.ports(sw, b, &mut ab, prev_ofport);
-        self.mtus(b, &ab);
         self.settings(sw, b, &mut ab, rundir);
         self.bridges.insert(b.name.clone(), ab);
+        true
     }
 
     fn fail_bridge(&mut self, b: &DBridge, e: String) {
