@@ -45,7 +45,7 @@ static __always_inline int csum_step(DP_CTX *ctx, __u32 *off, __u32 *left, __s64
 	if (*left < n)
 		return 0;
 	asm volatile("" : "+r"(o));
-	if (o > 2048)
+	if (o > 4096)
 		return -1;
 	p = data + o;
 	if (p + n > end)
@@ -58,58 +58,145 @@ static __always_inline int csum_step(DP_CTX *ctx, __u32 *off, __u32 *left, __s64
 	return 0;
 }
 
-/* The outer UDP checksum of a linear IPv4 tunnel packet (UDP at offset
- * 34, `ulen` bytes to the end of the frame) is right: the one's-complement
- * sum of the pseudo header and the datagram is 0xffff, the test
- * checksum::l4_checksum_ipv4 makes in userspace. The datagram is summed
- * with bpf_csum_diff in constant-size chunks (512 bytes at most per call),
- * the last 0-3 bytes zero-padded on the stack. */
-static __always_inline int udp4_csum_ok(DP_CTX *ctx, __u32 src, __u32 dst, __u32 ulen)
-{
-	__u8 pseudo[12], tail[4] = {};
-	__u32 off = 34, left = ulen, i;
-	__s64 sum;
+/* Most bytes csum_bytes sums (a linear frame of the underlay's 1500-byte
+ * MTU and then some; longer: userspace). */
+#define DP_CSUM_MAX_BYTES (1536 + 508)
 
-	/* Jumbo: userspace. A multi-buffer frame fails a chunk's bounds
-	 * check (the sum covers exactly ulen bytes of the linear part). */
-	if (ulen > 1536 + 508)
-		return 0;
-	wr32(pseudo, src);
-	wr32(pseudo + 4, dst);
-	pseudo[8] = 0;
-	pseudo[9] = 17;
-	wr16(pseudo + 10, ulen);
-	sum = bpf_csum_diff(0, 0, (__be32 *)pseudo, 12, 0);
-	if (sum < 0)
-		return 0;
+/* The one's-complement sum (unfolded, added to `seed`) of the `n` bytes
+ * at `off` of the linear part, in constant-size chunks (512 bytes at most
+ * per bpf_csum_diff call), the last 0-3 bytes zero-padded on the stack.
+ * Byte order as checksum::checksum's when `off` is even. -1 when the
+ * bytes are not all in the linear part or n is too large. */
+static __always_inline __s64 csum_bytes(DP_CTX *ctx, __u32 off, __u32 n, __s64 seed)
+{
+	__u8 tail[4] = {};
+	__u32 left = n, i;
+	__s64 sum = seed;
+
+	if (n > DP_CSUM_MAX_BYTES)
+		return -1;
 #pragma unroll
 	for (i = 0; i < 3; i++) {
 		if (csum_step(ctx, &off, &left, &sum, 512))
-			return 0;
+			return -1;
 	}
 	if (csum_step(ctx, &off, &left, &sum, 256) || csum_step(ctx, &off, &left, &sum, 128) ||
 	    csum_step(ctx, &off, &left, &sum, 64) || csum_step(ctx, &off, &left, &sum, 32) ||
 	    csum_step(ctx, &off, &left, &sum, 16) || csum_step(ctx, &off, &left, &sum, 8) ||
 	    csum_step(ctx, &off, &left, &sum, 4))
-		return 0;
+		return -1;
 	if (left >= 4)
-		return 0;
+		return -1;
 	if (left && dp_load_bytes(ctx, off, tail, left))
-		return 0;
+		return -1;
 	sum = bpf_csum_diff(0, 0, (__be32 *)tail, 4, (__u32)sum);
+	return sum < 0 ? -1 : sum;
+}
+
+/* The IPv4 UDP pseudo header (src, dst, protocol 17, ulen) summed. */
+static __always_inline __s64 udp4_pseudo(__u32 src, __u32 dst, __u32 ulen)
+{
+	__u8 pseudo[12];
+
+	wr32(pseudo, src);
+	wr32(pseudo + 4, dst);
+	pseudo[8] = 0;
+	pseudo[9] = 17;
+	wr16(pseudo + 10, ulen);
+	return bpf_csum_diff(0, 0, (__be32 *)pseudo, 12, 0);
+}
+
+/* The outer UDP checksum of a linear IPv4 tunnel packet (UDP at offset
+ * 34, `ulen` bytes to the end of the frame) is right: the one's-complement
+ * sum of the pseudo header and the datagram is 0xffff, the test
+ * checksum::l4_checksum_ipv4 makes in userspace. */
+static __always_inline int udp4_csum_ok(DP_CTX *ctx, __u32 src, __u32 dst, __u32 ulen)
+{
+	__s64 sum = udp4_pseudo(src, dst, ulen);
+
+	/* Jumbo: userspace. A multi-buffer frame fails a chunk's bounds
+	 * check (the sum covers exactly ulen bytes of the linear part). */
+	if (sum < 0)
+		return 0;
+	sum = csum_bytes(ctx, 34, ulen, sum);
 	if (sum < 0)
 		return 0;
 	return csum_fold((__u64)sum) == 0xffff;
 }
+
+#ifdef DP_TC
+/* Geneve options as the userspace tunnel port reads them through the
+ * port's TLV map (port::tunnel's dispatch): a 4-byte option the map names
+ * gives tun_metadata<slot> its value (the last one wins), any other option
+ * is ignored unless it is critical, which userspace drops (and counts).
+ * `olen` option bytes at offset 50; the block must be whole, each TLV
+ * inside it, and an inner Ethernet header after it (userspace's checks).
+ * 0 with *md0 set, or -1: userspace decides (a malformed block, an unknown
+ * critical option, more than DP_GENEVE_OPT_MAX bytes). Slot 0 is the
+ * key's tun_md0; options mapped to other slots are known (not dropped)
+ * but not in the key: no kernel flow matches them (the encoder refuses). */
+static __always_inline int tun_geneve_opts(DP_CTX *ctx, struct dp_tun_rx *ep, __u32 olen,
+					   __u64 flen, __u32 *md0)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u32 off = 0, i, j, n_tlv = ep->n_tlv;
+
+	if (olen > DP_GENEVE_OPT_MAX || flen < DP_TUN_HDR_LEN + olen + 14)
+		return -1;
+	/* At least 4 bytes per option: 16 steps cover 64 bytes. */
+#pragma clang loop unroll(disable)
+	for (i = 0; i < DP_GENEVE_OPT_MAX / 4; i++) {
+		__u8 *o;
+		__u32 dlen;
+		__u16 cls;
+		__u8 type;
+		int mapped = -1;
+
+		if (off >= olen)
+			break;
+		asm volatile("" : "+r"(off));
+		if (off > DP_GENEVE_OPT_MAX)
+			return -1;
+		o = data + DP_TUN_HDR_LEN + off;
+		if (o + 8 > end)
+			return -1;
+		cls = rd16(o);
+		type = o[2];
+		dlen = (o[3] & 0x1f) * 4;
+		if (off + 4 + dlen > olen)
+			return -1;	/* a TLV past the block: userspace's error */
+#pragma unroll
+		for (j = 0; j < DP_TLV_MAX; j++) {
+			if (j >= n_tlv)
+				break;
+			if (ep->tlv[j].opt_class == cls && ep->tlv[j].type == type) {
+				mapped = ep->tlv[j].slot;
+				break;
+			}
+		}
+		if (mapped >= 0 && dlen == 4) {
+			if (mapped == 0)
+				*md0 = rd32(o + 4);
+		} else if (type & 0x80) {
+			return -1;	/* unknown critical option: userspace drops */
+		}
+		off += 4 + dlen;
+	}
+	return off == olen ? 0 : -1;
+}
+#endif
 
 /* A frame on an underlay: if it is a well-formed tunnel packet for one of
  * dp_tun_rx's endpoints that userspace would accept exactly as here, fill
  * the key's tunnel fields and return the tunnel port; otherwise -1
  * (userspace decides and counts). The frame leaves as it came (TC's
  * checksum probe writes the byte it changed back). */
-/* `gso`: a TC super-frame, whose segments (not the whole) fit the MTU. */
+/* `gso`: a TC super-frame, whose segments (not the whole) fit the MTU.
+ * *hdr_len: the outer headers' length (DP_TUN_HDR_LEN plus the Geneve
+ * options), where the inner frame starts. */
 static __always_inline int tun_rx_lookup(DP_CTX *ctx, struct dp_port *port,
-					 union dp_key *key, int gso)
+					 union dp_key *key, int gso, __u32 *hdr_len)
 {
 	__u8 *data = DP_DATA(ctx);
 	__u8 *end = DP_DATA_END(ctx);
@@ -118,7 +205,7 @@ static __always_inline int tun_rx_lookup(DP_CTX *ctx, struct dp_port *port,
 	struct dp_tun_rx *ep;
 	__u8 *ip, *udp, *t;
 	__u16 flags = 8;	/* TUN_F_KEY */
-	__u32 vni;
+	__u32 vni, olen = 0, md0 = 0;
 	int i;
 
 	if (data + DP_TUN_HDR_LEN + 14 > end)
@@ -171,10 +258,22 @@ static __always_inline int tun_rx_lookup(DP_CTX *ctx, struct dp_port *port,
 		if (!(t[0] & 0x08))
 			return -1;	/* no I flag: userspace counts it */
 	} else {
-		/* Version 0, no options (userspace walks them), Ethernet
-		 * payload, no critical bit. */
-		if (t[0] != 0 || (t[1] & 0x40) || rd16(t + 2) != 0x6558)
+		/* Version 0, Ethernet payload. */
+		if ((t[0] & 0xc0) || rd16(t + 2) != 0x6558)
 			return -1;
+		olen = (t[0] & 0x3f) * 4;
+#ifdef DP_TC
+		if (olen) {
+			if (tun_geneve_opts(ctx, ep, olen, flen, &md0))
+				return -1;
+		} else if (t[1] & 0x40) {
+			return -1;	/* C bit, no options: userspace drops */
+		}
+#else
+		/* XDP: no options (userspace walks them), no critical bit. */
+		if (olen || (t[1] & 0x40))
+			return -1;
+#endif
 		if (t[1] & 0x80)
 			flags |= 1;	/* TUN_F_OAM */
 	}
@@ -192,6 +291,8 @@ static __always_inline int tun_rx_lookup(DP_CTX *ctx, struct dp_port *port,
 	key->f.tun_src = k.remote;
 	key->f.tun_dst = k.local;
 	key->f.tun_flags = flags;
+	key->f.tun_md0 = md0;
+	*hdr_len = DP_TUN_HDR_LEN + olen;
 	return ep->in_port;
 }
 
@@ -284,10 +385,15 @@ static __always_inline __u32 tun_vni(const struct dp_tun_copy *tpl, union dp_key
 
 /* Patch the 50-byte outer header at h for an outer IP packet of ip_len
  * bytes: IP total length and header checksum, UDP source port and length,
- * VNI. */
-static __always_inline void tun_hdr_patch(__u8 *h, __u32 ip_len, __u16 sport, __u32 vni)
+ * VNI, and a Geneve header's option length and C bit (`opt0`, `opt1`: 0
+ * without options). */
+static __always_inline void tun_hdr_patch(__u8 *h, __u32 ip_len, __u16 sport, __u32 vni,
+					  __u8 opt0, __u8 opt1)
 {
 	__u8 *ip = h + 14, *udp = ip + 20;
+
+	udp[8] |= opt0;
+	udp[9] |= opt1;
 
 	wr16(ip + 2, ip_len);
 	wr16(ip + 10, 0);
@@ -312,6 +418,7 @@ static __always_inline int tun_tx_load(struct dp_scratch *st, __u32 slot)
 	st->tun.valid = tpl->valid;
 	st->tun.tx_slot = tpl->tx_slot;
 	st->tun.inner_mtu = tpl->inner_mtu;
+	st->tun.flags = tpl->flags;
 	__builtin_memcpy(st->tun.hdr, tpl->hdr, DP_TUN_HDR_LEN);
 	bpf_spin_unlock(&tpl->lock);
 	return st->tun.valid ? 0 : -1;

@@ -42,11 +42,15 @@ pub use manager::{engine_config, ManagerCounters, OffloadManager};
 
 /// Why a tunnel's flows cannot run in any kernel engine, whatever the
 /// engine's state: the refusals the kernel manager and the dummy engine
-/// share (a checksummed or encrypted tunnel, an underlay no engine runs on).
+/// share (an encrypted tunnel, a checksummed one on an XDP underlay, an
+/// underlay no engine runs on). A checksummed tunnel (`csum=true`) on a TC
+/// underlay is offloaded: `tc_dp` writes the outer UDP checksum
+/// (docs/offload.md, "Tunnels in TC"); XDP would have to sum every frame
+/// it sends and has no checksum state to go by.
 pub fn tunnel_refusal(t: &nicflow_port::hook::TunnelHook) -> Option<&'static str> {
     use nicflow_port::hook::OffloadHook;
-    if t.cfg.csum {
-        Some("tunnel:udp-csum")
+    if t.cfg.csum && matches!(t.underlay.as_ref(), OffloadHook::AfXdp(_)) {
+        Some("tunnel:udp-csum-xdp")
     } else if t.cfg.ipsec.is_some() {
         // AES-GCM does not run in TC or XDP programs.
         Some("tunnel:ipsec")
