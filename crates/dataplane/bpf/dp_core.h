@@ -300,9 +300,18 @@ struct dp_tun_copy {
 	__u32 inner_mtu;
 	__u8 hdr[DP_TUN_HDR_LEN];
 	__u16 flags;
-	/* TC, set by the pre-check of a csum=true tunnel: how the outer UDP
-	 * checksum is written (DP_CSUM_*). */
+	/* TC, set by the pre-check: how the outer UDP checksum is written
+	 * (DP_CSUM_*), the VNI, whether the frame is a GSO super-frame, and
+	 * the Geneve options (olen bytes; crit: the header's C bit). */
 	__u32 csum_mode;
+	__u32 vni;
+	__u32 gso;
+	__u32 olen;
+	__u32 crit;
+	__u8 opts[DP_GENEVE_OPT_MAX];
+	/* tc_encap's buffers (kept off its stack: it runs below tc_dp's). */
+	__u8 eth[16];
+	__u8 ph[40];
 };
 enum {
 	DP_CSUM_NONE = 0,	/* csum=false: 0 */
@@ -324,6 +333,9 @@ struct dp_scratch {
 	union dp_key key;
 	struct dp_flow_key hk;
 	struct dp_tun_copy tun;	/* the flow's tunnel header, when it has one */
+	/* TC: the receiving Geneve port's TLV map, for tun_geneve_opts. */
+	__u32 n_tlv;
+	struct dp_tlv tlv[DP_TLV_MAX];
 };
 
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };

@@ -289,7 +289,7 @@ static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st
 	if (base < DP_TUN_HDR_LEN || base > DP_TUN_MAX_HDR)
 		return -1;
 	shrink = -(__s32)base;
-	if (data + base + 14 > end)
+	if (data + DP_TUN_HDR_LEN + 14 > end || data + base + 14 > end)
 		return -1;
 	/* The helper removes the outer headers after the outer Ethernet
 	 * header (50 bytes plus Geneve options): the inner one takes the
@@ -349,16 +349,22 @@ static __always_inline __s64 tc_outer_csum(struct __sk_buff *ctx, struct dp_scra
 	if (st->tun.csum_mode == DP_CSUM_FULL) {
 		sum = csum_bytes(ctx, 34, ulen, sum);
 	} else {
-		__u8 ph[40] = {};
+		__u8 *ph = st->tun.ph;
 		__s64 ps;
 		__u8 *ip;
 		__u32 n;
 
-		asm volatile("" : "+r"(inner));
-		if (inner > DP_TUN_MAX_HDR || l3_off > DP_MAX_L3_OFF || l4_off > DP_MAX_L4_OFF ||
+		__u64 in = inner, l3o = l3_off;
+
+		asm volatile("" : "+r"(in));
+		asm volatile("" : "+r"(l3o));
+		if (in > DP_TUN_MAX_HDR || l3o > DP_MAX_L3_OFF || l4_off > DP_MAX_L4_OFF ||
 		    l4_off < l3_off)
 			return -1;
-		ip = data + inner + l3_off;
+		in &= 0x7f;
+		l3o &= 0xff;
+		ip = data + in + l3o;
+		__builtin_memset(ph, 0, 40);
 		if (RD32(st->l3) == DP_L3_IPV4) {
 			if (ip + 20 > end)
 				return -1;
@@ -388,41 +394,39 @@ static __always_inline __s64 tc_outer_csum(struct __sk_buff *ctx, struct dp_scra
 	return c ? c : 0xffff;
 }
 
-/* The tunnel output of a flow (action `ai`): push the outer header the
- * pre-check copied (st->tun) with the Geneve options of the TUN_OPTS
- * actions before it, patched for this frame; the outer UDP checksum of a
- * csum=true port as the pre-check decided. Returns 0 or -1 (frame
- * aborted). */
-static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st,
-				    union dp_key *key, struct dp_flow *flow, __u32 ai, int gso)
+/* The tunnel output of a flow: push the outer header the pre-check
+ * copied (st->tun) with its Geneve options, patched for this frame (after
+ * the flow's rewrites), and the outer UDP checksum of a csum=true port as
+ * the pre-check decided. Returns 0 or -1 (frame aborted).
+ *
+ * A global function: the verifier checks it once on its own rather than
+ * once for every state the action loop ends in. All it needs is in the
+ * scratch. */
+__attribute__((noinline)) int tc_encap(struct __sk_buff *ctx)
 {
 	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
 		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
 		      BPF_F_ADJ_ROOM_ENCAP_L2(14);
-	struct dp_tun_copy *tpl = &st->tun;
-	struct dp_action *a;
-	__u32 vni, olen, nch, push, i;
-	__u8 *data, *end;
-	__u8 eth[14], crit;
+	__u32 zero = 0, olen, push, i;
+	struct dp_scratch *st = bpf_map_lookup_elem(&dp_scratch, &zero);
+	struct dp_tun_copy *tpl;
+	__u8 *data, *end, *eth;
 	__u16 sport;
 	__s64 sum;
 	long r;
 
-	if (ai >= DP_MAX_ACTIONS)
+	if (!st)
 		return -1;
-	a = &flow->actions[ai];
-	olen = a->data[DP_TUN_OPT_LEN_AT];
-	crit = a->data[DP_TUN_OPT_CRIT_AT] & 0x40;
+	tpl = &st->tun;
+	eth = tpl->eth;
+	olen = tpl->olen;
+	asm volatile("" : "+r"(olen));
 	if (olen > DP_GENEVE_OPT_MAX || (olen & 3))
 		return -1;
-	nch = (olen + 15) / 16;
-	if (nch > ai)
-		return -1;
 	push = DP_TUN_HDR_LEN + olen;
-	sport = entropy_port(ctx, st, key);
+	sport = entropy_port(ctx, st, &st->key);
 	if (!sport)
 		return -1;
-	vni = tun_vni(tpl, key, a);
 	data = DP_DATA(ctx);
 	end = DP_DATA_END(ctx);
 	if (data + 14 > end)
@@ -432,7 +436,7 @@ static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st
 	/* Already marked encapsulated (a frame a tunnel device of the sender
 	 * built): one level of GSO tunnel is all the kernel keeps, but a
 	 * single frame needs no GSO state. */
-	if (r == -EALREADY && !gso)
+	if (r == -EALREADY && !tpl->gso)
 		r = bpf_skb_adjust_room(ctx, push, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_FIXED_GSO);
 	if (r)
 		return -1;
@@ -445,23 +449,17 @@ static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st
 	 * Ethernet header's place, written next. */
 #pragma unroll
 	for (i = 0; i < DP_GENEVE_OPT_MAX / 16; i++) {
-		struct dp_action *o;
-		__u32 idx = ai - nch + i;
-
-		if (i >= nch)
+		if (16 * i >= olen)
 			break;
-		if (idx >= DP_MAX_ACTIONS)
+		if (data + DP_TUN_HDR_LEN + 16 * (i + 1) > end)
 			return -1;
-		o = &flow->actions[idx];
-		if (o->op != DP_OP_TUN_OPTS || data + DP_TUN_HDR_LEN + 16 * (i + 1) > end)
-			return -1;
-		__builtin_memcpy(data + DP_TUN_HDR_LEN + 16 * i, o->data, 16);
+		__builtin_memcpy(data + DP_TUN_HDR_LEN + 16 * i, tpl->opts + 16 * i, 16);
 	}
 	asm volatile("" : "+r"(push));
 	if (push > DP_TUN_MAX_HDR || data + push + 14 > end)
 		return -1;
 	__builtin_memcpy(data + push, eth, 14);
-	tun_hdr_patch(data, ctx->len - 14, sport, vni, olen / 4, crit);
+	tun_hdr_patch(data, ctx->len - 14, sport, tpl->vni, olen / 4, tpl->crit ? 0x40 : 0);
 	if (tpl->csum_mode == DP_CSUM_FULL || tpl->csum_mode == DP_CSUM_LCO) {
 		sum = tc_outer_csum(ctx, st, push);
 		if (sum < 0)
@@ -530,8 +528,7 @@ static __always_inline int tc_lco_ok(struct __sk_buff *ctx, struct dp_scratch *s
  * outer header into every segment, and the helper cannot ask for
  * SKB_GSO_UDP_TUNNEL_CSUM); a frame whose inner checksum is pending gets
  * it from the headers (tc_lco_ok), any other frame (its bytes final) is
- * summed over its bytes, which must then be linear and at most
- * DP_CSUM_MAX_BYTES. */
+ * summed over its bytes (at most DP_CSUM_MAX_BYTES of outer datagram). */
 static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_scratch *st,
 					      struct dp_flow *flow, __u32 len, __u32 gso_size,
 					      __u32 *out_if, __u32 *out_flags)
@@ -550,10 +547,38 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 	if (ta->op != DP_OP_TUNNEL_OUTPUT)
 		return -1;
 	olen = ta->data[DP_TUN_OPT_LEN_AT];
-	if (olen > DP_GENEVE_OPT_MAX)
+	if (olen > DP_GENEVE_OPT_MAX || (olen & 3))
 		return -1;
 	if (tun_tx_load(st, flow->out_slot))
 		return -1;	/* remote MAC not resolved (yet) */
+	/* What the encapsulation needs after the actions ran: the VNI (the
+	 * frame's tun_id does not change), the options of the TUN_OPTS
+	 * actions right before the output, in order. */
+	st->tun.vni = tun_vni(&st->tun, &st->key, ta);
+	st->tun.gso = gso_size != 0;
+	st->tun.olen = olen;
+	st->tun.crit = ta->data[DP_TUN_OPT_CRIT_AT] & 0x40;
+	{
+		__u32 nch = (olen + 15) / 16, i;
+
+		if (nch > n - 1)
+			return -1;
+#pragma clang loop unroll(disable)
+		for (i = 0; i < DP_GENEVE_OPT_MAX / 16; i++) {
+			struct dp_action *o;
+			__u32 idx = n - 1 - nch + i;
+
+			if (i >= nch)
+				break;
+			asm volatile("" : "+r"(idx));
+			if (idx >= DP_MAX_ACTIONS)
+				return -1;
+			o = &flow->actions[idx & (DP_MAX_ACTIONS - 1)];
+			if (o->op != DP_OP_TUN_OPTS)
+				return -1;
+			__builtin_memcpy(st->tun.opts + 16 * i, o->data, 16);
+		}
+	}
 	slot = st->tun.tx_slot;
 	tx = bpf_map_lookup_elem(&dp_tx_ports, &slot);
 	if (!tx || !tx->ifindex)
@@ -607,8 +632,6 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 			return 0;
 		}
 		if (len + DP_TUN_HDR_LEN + olen - 34 > DP_CSUM_MAX_BYTES)
-			return -1;
-		if (DP_DATA(ctx) + len > DP_DATA_END(ctx) && bpf_skb_pull_data(ctx, len))
 			return -1;
 		st->tun.csum_mode = DP_CSUM_FULL;
 	}
@@ -713,7 +736,7 @@ int tc_dp(struct __sk_buff *ctx)
 		return bpf_redirect(out_if, 0);
 	}
 	if (res == DP_RES_TUNNEL && arg < DP_MAX_ACTIONS && out_if) {
-		if (tc_encap(ctx, st, &st->key, flow, arg, gso_size != 0) == 0) {
+		if (tc_encap(ctx) == 0) {
 			if (out_flags & DP_TX_PEER)
 				return bpf_redirect_peer(out_if, 0);
 			return bpf_redirect(out_if, 0);

@@ -159,10 +159,12 @@ impl nicflow::offload::kernel::PortSlots for TunSlots {
             VX_PORT => Some(TunnelSlot {
                 slot: 3,
                 flow_key: false,
+                tlv: Default::default(),
             }),
             GN_PORT => Some(TunnelSlot {
                 slot: 4,
                 flow_key: true,
+                tlv: Default::default(),
             }),
             _ => None,
         }
@@ -198,14 +200,8 @@ pub fn set_up_tunnels(
             dst_port: cfg.dst_port,
             pad: 0,
         };
-        e.set_tunnel_rx(
-            key,
-            TunRx {
-                in_port: port,
-                kind,
-            },
-        )
-        .unwrap();
+        e.set_tunnel_rx(key, TunRx::new(port, kind, &cfg.tlv_map))
+            .unwrap();
     }
     for (slot, cfg) in [(3, &vx), (4, &gn)] {
         let tx = TunTx {
@@ -214,7 +210,7 @@ pub fn set_up_tunnels(
             tx_slot: 5,
             inner_mtu: 1450,
             hdr: nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap(),
-            pad: 0,
+            flags: 0,
         };
         e.set_tunnel_tx(slot, tx).unwrap();
     }
