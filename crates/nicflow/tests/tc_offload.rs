@@ -440,3 +440,156 @@ fn geneve_options_and_csum_tunnels_match_userspace() {
         assert_eq!(s.aborted, 0);
     });
 }
+
+/// Runs `f` on a thread inside the named network namespace `ns`.
+fn in_named_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        // SAFETY: setns on this thread only, with a namespace fd we own.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// A local sender's UDP datagram (CHECKSUM_PARTIAL: the veth keeps tx
+/// checksum offload on) encapsulated by `tc_dp` into a `csum=true` Geneve
+/// port with OVN's option, on real veths: the outer UDP checksum comes
+/// from the headers (local checksum offload), and once the inner checksum
+/// is finished the frame is byte for byte what the userspace tunnel port
+/// sends (the remote's parser verifies the outer checksum).
+#[test]
+fn partial_checksum_frames_get_the_outer_checksum_from_the_headers() {
+    use common::tun::*;
+    use nicflow::offload::kernel::layout::{TunTx, TUN_TX_CSUM};
+    use std::time::Duration;
+    if skip() {
+        return;
+    }
+    let lab = common::NsLab::new("nftc", "lco", &["h", "sw", "r"]);
+    lab.veth("eth0", "h", "p1", "sw");
+    lab.veth("ul", "sw", "eth0", "r");
+    lab.must("h", &["ip", "addr", "add", "198.18.40.1/24", "dev", "eth0"]);
+    lab.must(
+        "h",
+        &[
+            "ip",
+            "neigh",
+            "add",
+            "198.18.40.2",
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    );
+    let (gn, _) = ovn_tunnels();
+    let acts = vec![
+        DpAction::SetTunnelId(0x11),
+        DpAction::SetTunnelMetadata {
+            slot: 0,
+            value: 0x0003_0004,
+        },
+        DpAction::Output(GO_PORT),
+    ];
+    let (acts2, gn2) = (acts.clone(), gn.clone());
+    // The engine lives on a thread in the switch's namespace until the
+    // capture is over.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let sw = std::thread::spawn({
+        let ns = lab.ns("sw");
+        move || {
+            in_named_ns(&ns, move || {
+                let (p1, ul) = (ifindex("p1"), ifindex("ul"));
+                let mut e = load(XdpEngineConfig::default());
+                e.set_port_upcall(p1, IN_PORT, 0).unwrap();
+                e.attach_tc(p1, "p1").unwrap();
+                e.set_tx_port(5, ul).unwrap();
+                e.set_tunnel_tx(
+                    6,
+                    TunTx {
+                        lock: 0,
+                        valid: 1,
+                        tx_slot: 5,
+                        inner_mtu: 1400,
+                        hdr: nicflow::port::tunnel::header_template(&gn2, UL_MAC, REMOTE_MAC)
+                            .unwrap(),
+                        flags: TUN_TX_CSUM,
+                    },
+                )
+                .unwrap();
+                let k = FlowKey {
+                    in_port: IN_PORT,
+                    dl_type: 0x0800,
+                    nw_proto: 17,
+                    tp_dst: 4000,
+                    ..FlowKey::default()
+                };
+                let m = mask(|m| {
+                    m.nw_proto = 0xff;
+                    m.tp_dst = 0xffff;
+                });
+                let slots = OvnSlots(nicflow::offload::kernel::TunnelTlv::new(&gn2.tlv_map));
+                e.install(&encode_tc(&k, &m, &acts2, &slots).unwrap())
+                    .unwrap();
+                ready_tx.send(()).unwrap();
+                let _ = done_rx.recv_timeout(Duration::from_secs(20));
+                let s = e.stats().unwrap();
+                e.detach_tc(p1).unwrap();
+                s
+            })
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let fd = common::oflab::raw_socket(&lab.ns("r"));
+    in_named_ns(&lab.ns("h"), || {
+        let s = std::net::UdpSocket::bind("198.18.40.1:0").unwrap();
+        s.send_to(b"local checksum offload", "198.18.40.2:4000")
+            .unwrap();
+    });
+    let got = common::oflab::capture(&fd, Duration::from_millis(800), |f| {
+        f.len() > 60 && f[12..14] == [8, 0] && f[23] == 17 && f[36..38] == 6081u16.to_be_bytes()
+    });
+    done_tx.send(()).unwrap();
+    let stats = sw.join().unwrap();
+    eprintln!("TC partial-checksum encap: {stats:?}");
+    assert_eq!(got.len(), 1, "one encapsulated frame");
+    let out = &got[0].1;
+    // The inner frame after the options, its UDP checksum finished here as
+    // a NIC or the receiver's upcall device would.
+    let at = 50 + 8;
+    let mut fin = out[at..].to_vec();
+    let (src, dst) = (
+        std::net::Ipv4Addr::new(fin[26], fin[27], fin[28], fin[29]),
+        std::net::Ipv4Addr::new(fin[30], fin[31], fin[32], fin[33]),
+    );
+    fin[40] = 0;
+    fin[41] = 0;
+    let mut c = nicflow_packet::checksum::l4_checksum_ipv4(src, dst, 17, &fin[34..]);
+    if c == 0 {
+        c = 0xffff;
+    }
+    fin[40..42].copy_from_slice(&c.to_be_bytes());
+    assert_ne!(
+        &out[at..],
+        &fin[..],
+        "the inner checksum left pending (CHECKSUM_PARTIAL)"
+    );
+    let mut finished = out[..at].to_vec();
+    finished.extend_from_slice(&fin);
+    let d = nicflow_packet::tunnel::parse(&finished, nicflow_packet::tunnel::default_kind)
+        .expect("the outer UDP checksum verifies")
+        .unwrap();
+    assert!(d.udp_csum_present);
+    let (_, _, uframe, utun) =
+        userspace_on(&fin, IN_PORT, None, &acts, TC_ACT_REDIRECT, TC_ACT_SHOT);
+    assert_eq!(finished, userspace_encap(&gn, &uframe, utun));
+    assert_eq!((stats.encap, stats.aborted), (1, 0));
+}
