@@ -90,7 +90,12 @@ struct dp_key_fields {
 	__u32 tun_src;		/* 96, host order */
 	__u32 tun_dst;		/* 100 */
 	__u16 tun_flags;	/* 104 */
-	__u8 tun_pad[6];	/* 106, always 0 */
+	__u16 tun_pad;		/* 106, always 0 */
+	/* tun_metadata0: the value of the Geneve option the tunnel port's TLV
+	 * map names slot 0 (TC only; 0 when absent). The only option slot in
+	 * the key: OVN uses one, and slot 0 fits the word tun_flags leaves
+	 * (flows matching tun_metadata1..7 stay in userspace). */
+	__u32 tun_md0;		/* 108 */
 };
 
 #define DP_KEY_WORDS 14
@@ -146,12 +151,21 @@ enum {
 	/* Run the frame through dp_meters[arg32] (a rule's meter:N); only as
 	 * the first action, which is where OpenFlow puts a meter. */
 	DP_OP_METER = 22,
+	/* Geneve option bytes for the TUNNEL_OUTPUT that follows (TC): data
+	 * holds 16 bytes of the options block userspace built from the
+	 * tunnel's TLV map; chunk arg16 of them. A no-op in the loop. */
+	DP_OP_TUN_OPTS = 23,
 };
 
 /* Where DP_OP_TUNNEL_OUTPUT takes the VNI from. */
 #define DP_TUN_VNI_TEMPLATE	0	/* the port's fixed key (in the template) */
 #define DP_TUN_VNI_ACTION	1	/* data[0..4], host order: set_tunnel */
 #define DP_TUN_VNI_KEY		2	/* the frame's tun_id (0 if not from a tunnel) */
+/* TUNNEL_OUTPUT data[4]: Geneve option bytes pushed (a multiple of 4, at
+ * most DP_GENEVE_OPT_MAX, in the TUN_OPTS actions right before it);
+ * data[5]: 0x40 when one of them is critical (the header's C bit). */
+#define DP_TUN_OPT_LEN_AT	4
+#define DP_TUN_OPT_CRIT_AT	5
 
 struct dp_action {
 	__u8 op;
@@ -226,8 +240,17 @@ _Static_assert(sizeof(struct dp_port) == 24, "dp_port layout");
  * UDP port, tunnel header), patched per frame with the lengths, the IPv4
  * header checksum, the entropy source port and the VNI. */
 #define DP_TUN_HDR_LEN 50	/* Ethernet 14 + IPv4 20 + UDP 8 + VXLAN/Geneve 8 */
+/* Geneve option bytes the TC program walks on receive and pushes on
+ * transmit (userspace pushes at most 8 options of 8 bytes); a packet
+ * with more goes to userspace. XDP takes none. */
+#define DP_GENEVE_OPT_MAX 64
+#define DP_TUN_MAX_HDR (DP_TUN_HDR_LEN + DP_GENEVE_OPT_MAX)
 #define DP_VNI_ANY 0xffffffff	/* dp_tun_rx.vni of a key=flow port */
 enum { DP_TUN_VXLAN = 1, DP_TUN_GENEVE = 2 };
+/* Entries of a Geneve port's TLV map (tun_metadata0..7). */
+#define DP_TLV_MAX 8
+/* dp_tun_tx.flags: the port sends an outer UDP checksum (csum=true). */
+#define DP_TUN_TX_CSUM 1
 
 struct dp_tun_rx_key {
 	__u32 ifindex;	/* the underlay */
@@ -239,10 +262,21 @@ struct dp_tun_rx_key {
 };
 _Static_assert(sizeof(struct dp_tun_rx_key) == 20, "dp_tun_rx_key layout");
 
+/* One entry of a Geneve port's TLV map: option (class, type) -> slot. */
+struct dp_tlv {
+	__u16 opt_class;	/* host order */
+	__u8 type;		/* critical bit (0x80) included, as mapped */
+	__u8 slot;		/* tun_metadata<slot> */
+};
+
 struct dp_tun_rx {
 	__u32 in_port;	/* the tunnel port */
 	__u32 kind;	/* DP_TUN_* */
+	__u32 n_tlv;	/* entries of tlv in use (Geneve, TC) */
+	__u32 pad;
+	struct dp_tlv tlv[DP_TLV_MAX];
 };
+_Static_assert(sizeof(struct dp_tun_rx) == 48, "dp_tun_rx layout");
 
 /* Userspace rewrites an entry in place (BPF_F_LOCK: under the entry's
  * lock) when the remote's MAC or the underlay changes; the program copies
@@ -255,7 +289,7 @@ struct dp_tun_tx {
 	__u32 tx_slot;	/* dp_tx_ports slot of the underlay */
 	__u32 inner_mtu;	/* largest inner frame minus its Ethernet header */
 	__u8 hdr[DP_TUN_HDR_LEN];	/* lengths, IP checksum, UDP source and VNI 0 */
-	__u16 pad;
+	__u16 flags;	/* DP_TUN_TX_* */
 };
 _Static_assert(sizeof(struct dp_tun_tx) == 68, "dp_tun_tx layout");
 
@@ -265,7 +299,25 @@ struct dp_tun_copy {
 	__u32 tx_slot;
 	__u32 inner_mtu;
 	__u8 hdr[DP_TUN_HDR_LEN];
-	__u16 pad;
+	__u16 flags;
+	/* TC, set by the pre-check: how the outer UDP checksum is written
+	 * (DP_CSUM_*), the VNI, whether the frame is a GSO super-frame, and
+	 * the Geneve options (olen bytes; crit: the header's C bit). */
+	__u32 csum_mode;
+	__u32 vni;
+	__u32 gso;
+	__u32 olen;
+	__u32 crit;
+	__u8 opts[DP_GENEVE_OPT_MAX];
+	/* tc_encap's buffers (kept off its stack: it runs below tc_dp's). */
+	__u8 eth[16];
+	__u8 ph[40];
+};
+enum {
+	DP_CSUM_NONE = 0,	/* csum=false: 0 */
+	DP_CSUM_FULL,		/* summed over the bytes, as userspace does */
+	DP_CSUM_LCO,		/* inner checksum pending: from the headers */
+	DP_CSUM_ZERO,		/* GSO super-frame: 0 (IPv4 allows it) */
 };
 
 /* Header offsets while the actions run; see the verifier notes above. */
@@ -281,6 +333,9 @@ struct dp_scratch {
 	union dp_key key;
 	struct dp_flow_key hk;
 	struct dp_tun_copy tun;	/* the flow's tunnel header, when it has one */
+	/* TC: the receiving Geneve port's TLV map, for tun_geneve_opts. */
+	__u32 n_tlv;
+	struct dp_tlv tlv[DP_TLV_MAX];
 };
 
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };
@@ -561,9 +616,10 @@ static __always_inline int parse_l4(DP_CTX *ctx, union dp_key *key, struct dp_sc
  * (TC: skb->vlan_tci | 0x1000 when skb->vlan_present; the receive path
  * untags before the TC hook), 0 for none (XDP always sees tags in-band).
  * It is the key's outer tag, an in-band one then the inner.
- * `base`: where the frame starts in the packet (0, or DP_TUN_HDR_LEN for
- * the inner frame of a tunnel packet the TC program decapsulates only on
- * a hit); the offsets left in `st` count from there. */
+ * `base`: where the frame starts in the packet (0, or DP_TUN_HDR_LEN plus
+ * the Geneve options for the inner frame of a tunnel packet the TC
+ * program decapsulates only on a hit); the offsets left in `st` count
+ * from there. */
 static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scratch *st,
 				 __u32 in_port, __u16 hw_tci, __u32 base)
 {
@@ -572,7 +628,7 @@ static __always_inline int parse(DP_CTX *ctx, union dp_key *key, struct dp_scrat
 	__u32 off = 14;
 	__u16 et, t1 = 0, t2 = 0;
 
-	if (base > DP_TUN_HDR_LEN || flen < base)
+	if (base > DP_TUN_MAX_HDR || flen < base)
 		return -1;
 	data = DP_DATA(ctx) + base;
 	flen -= base;

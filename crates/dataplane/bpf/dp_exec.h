@@ -241,6 +241,8 @@ static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp
 			return DP_RES_TUNNEL;
 		case DP_OP_METER:
 			break;	/* ran above, before the loop */
+		case DP_OP_TUN_OPTS:
+			break;	/* read by the tunnel output */
 		case DP_OP_SET_ETH_SRC:
 			r = act_set_eth(ctx, 6, a->data);
 			break;

@@ -160,36 +160,50 @@ static __always_inline int act_set_vlan_tci(DP_CTX *ctx, struct dp_scratch *st, 
  * changes it otherwise: the probe runs on the outer IPv4 ID, whose value
  * is written back when it changed. Anything else is verified over the
  * bytes (udp4_csum_ok), and what fails goes to userspace, which decides. */
-static __always_inline int dp_outer_csum_trusted(struct __sk_buff *ctx, int gso)
+/* 1 when the skb's checksum is CHECKSUM_PARTIAL (a local sender's sum
+ * still pending): bpf_l4_csum_replace without BPF_F_PSEUDO_HDR leaves the
+ * 2-byte field at `off` of such an skb alone and changes it for any other,
+ * in which case the old value is written back. 0 otherwise, -1 on a
+ * helper failure. */
+static __always_inline int tc_csum_partial(struct __sk_buff *ctx, __u32 off)
 {
 	__u8 *data, *end;
-	__u16 id;
+	__u16 v;
 
+	asm volatile("" : "+r"(off));
+	if (off > 64)
+		return -1;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + off + 2 > end)
+		return -1;
+	v = rd16(data + off);
+	if (bpf_l4_csum_replace(ctx, off, 0, 1, 2))
+		return -1;
+	data = DP_DATA(ctx);
+	end = DP_DATA_END(ctx);
+	if (data + off + 2 > end)
+		return -1;
+	if (rd16(data + off) == v)
+		return 1;
+	wr16(data + off, v);
+	return 0;
+}
+
+static __always_inline int dp_outer_csum_trusted(struct __sk_buff *ctx, int gso)
+{
 	if (gso)
 		return 1;
 	if (bpf_csum_level(ctx, BPF_CSUM_LEVEL_QUERY) >= 0)
 		return 1;	/* CHECKSUM_UNNECESSARY: level 0 is the outer UDP */
-	data = DP_DATA(ctx);
-	end = DP_DATA_END(ctx);
-	if (data + 20 > end)
-		return 0;
-	id = rd16(data + 18);
-	if (bpf_l4_csum_replace(ctx, 18, 0, 1, 2))
-		return 0;
-	data = DP_DATA(ctx);
-	end = DP_DATA_END(ctx);
-	if (data + 20 > end)
-		return 0;
-	if (rd16(data + 18) == id)
-		return 1;	/* CHECKSUM_PARTIAL */
-	wr16(data + 18, id);
-	return 0;
+	/* The probe runs on the outer IPv4 ID. */
+	return tc_csum_partial(ctx, 18) == 1;
 }
 
 #include "dp_tunnel.h"
 
 /* Headers the parser may read, made linear when they are not (the inner
- * frame of a tunnel packet starts DP_TUN_HDR_LEN further in). */
+ * frame of a tunnel packet starts up to DP_TUN_MAX_HDR further in). */
 #define DP_PULL_LEN (DP_MAX_L4_OFF + 20)
 
 #ifndef EALREADY
@@ -200,8 +214,9 @@ static __always_inline int dp_outer_csum_trusted(struct __sk_buff *ctx, int gso)
 #define DP_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
 
 /* The key of the frame on `port`: the tunnel fields and the inner frame's
- * for a tunnel packet on an underlay (*base = DP_TUN_HDR_LEN, the tunnel
- * port returned), the frame's otherwise. -1: userspace decides. */
+ * for a tunnel packet on an underlay (*base = its outer headers' length,
+ * Geneve options included; the tunnel port returned), the frame's
+ * otherwise. -1: userspace decides. */
 static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
 				  struct dp_scratch *st, __u16 hw_tci, int gso, __u32 *base)
 {
@@ -215,15 +230,14 @@ static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
 		 * reads: userspace takes tagged outer frames. */
 		if (hw_tci)
 			return -1;
-		in_port = tun_rx_lookup(ctx, port, key, gso);
-		if (in_port < 0)
+		in_port = tun_rx_lookup(ctx, port, key, gso, base);
+		if (in_port < 0 || *base > DP_TUN_MAX_HDR)
 			return -1;
-		*base = DP_TUN_HDR_LEN;
 	}
 	if (parse(ctx, key, st, in_port, hw_tci, *base) < 0)
 		return -1;
 	if (*base) {
-		__u32 l3 = RD32(st->l3), l3_off = RD32(st->l3_off), want, have;
+		__u32 l3 = RD32(st->l3), l3_off = RD32(st->l3_off), want, have, b = *base;
 		__u8 *data = DP_DATA(ctx), *end = DP_DATA_END(ctx), *ip;
 
 		/* An inner VLAN tag: after the decap skb->protocol would still
@@ -236,12 +250,12 @@ static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
 		 * fraglist aggregates of several tunnel packets pass the outer
 		 * checks but carry the other packets' outer headers inside. */
 		if (gso) {
-			if (l3_off > DP_MAX_L3_OFF)
+			if (l3_off > DP_MAX_L3_OFF || b > DP_TUN_MAX_HDR)
 				return -1;
-			ip = data + DP_TUN_HDR_LEN + l3_off;
+			ip = data + b + l3_off;
 			if (ip + 6 > end)
 				return -1;
-			have = ctx->len - DP_TUN_HDR_LEN - l3_off;
+			have = ctx->len - b - l3_off;
 			if (l3 == DP_L3_IPV4)
 				want = rd16(ip + 2);
 			else if (l3 == DP_L3_IPV6)
@@ -262,24 +276,30 @@ static __always_inline int tc_key(struct __sk_buff *ctx, struct dp_port *port,
  * path, where eth_type_trans sets the protocol). -1 with the frame as it
  * arrived: the helper refused, the caller punts. */
 static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st, int gso,
-				    int *plain_ip)
+				    __u32 base, int *plain_ip)
 {
 	__u8 *data = DP_DATA(ctx);
 	__u8 *end = DP_DATA_END(ctx);
 	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
 	__u32 l3 = RD32(st->l3);
 	__u8 eth[14], outer[14];
+	__s32 shrink;
 
-	if (data + DP_TUN_HDR_LEN + 14 > end)
+	asm volatile("" : "+r"(base));
+	if (base < DP_TUN_HDR_LEN || base > DP_TUN_MAX_HDR)
 		return -1;
-	/* The helper removes the 50 bytes after the outer Ethernet header:
-	 * the inner one takes the outer one's place first. */
+	shrink = -(__s32)base;
+	if (data + DP_TUN_HDR_LEN + 14 > end || data + base + 14 > end)
+		return -1;
+	/* The helper removes the outer headers after the outer Ethernet
+	 * header (50 bytes plus Geneve options): the inner one takes the
+	 * outer one's place first. */
 	__builtin_memcpy(outer, data, 14);
-	__builtin_memcpy(eth, data + DP_TUN_HDR_LEN, 14);
+	__builtin_memcpy(eth, data + base, 14);
 	__builtin_memcpy(data, eth, 14);
 	*plain_ip = l3 == DP_L3_IPV4 || l3 == DP_L3_IPV6;
 	if (l3 == DP_L3_IPV6) {
-		if (!bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC,
+		if (!bpf_skb_adjust_room(ctx, shrink, BPF_ADJ_ROOM_MAC,
 					 flags | DP_ADJ_ROOM_DECAP_L3_IPV6))
 			goto done;
 		/* Before 6.3. A super-frame whose protocol is wrong would be
@@ -288,7 +308,7 @@ static __always_inline int tc_decap(struct __sk_buff *ctx, struct dp_scratch *st
 		if (gso)
 			goto restore;
 	}
-	if (!bpf_skb_adjust_room(ctx, -DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags))
+	if (!bpf_skb_adjust_room(ctx, shrink, BPF_ADJ_ROOM_MAC, flags))
 		goto done;
 restore:
 	data = DP_DATA(ctx);
@@ -302,37 +322,122 @@ done:
 	return 0;
 }
 
-/* The tunnel output of a flow: push the outer header the pre-check copied
- * (st->tun), patched for this frame. Returns 0 or -1 (frame aborted). */
-static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st,
-				    union dp_key *key, struct dp_action *a, int gso)
+/* The outer UDP checksum of a csum=true tunnel packet just built (UDP at
+ * 34, the inner frame at `inner`), as the userspace tunnel port writes it
+ * (nicflow_packet::tunnel::encap: summed over the datagram, a 0 sent as
+ * 0xffff), in memory order for a native store; -1 on an internal error.
+ * DP_CSUM_FULL sums the bytes. DP_CSUM_LCO (the inner TCP/UDP checksum is
+ * still CHECKSUM_PARTIAL, so its bytes are not final) uses what a valid
+ * inner checksum guarantees, as the kernel's own UDP tunnels do (local
+ * checksum offload): the inner L4 segment sums to the complement of its
+ * pseudo header, so only the headers up to it are summed. The pre-check
+ * chose the mode and made sure it applies. */
+static __always_inline __s64 tc_outer_csum(struct __sk_buff *ctx, struct dp_scratch *st,
+					   __u32 inner)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u32 ulen = ctx->len - 34, l3_off = RD32(st->l3_off), l4_off = RD32(st->l4_off);
+	__s64 sum;
+	__u16 c;
+
+	if (data + 42 > end)
+		return -1;
+	sum = udp4_pseudo(rd32(data + 26), rd32(data + 30), ulen);
+	if (sum < 0)
+		return -1;
+	if (st->tun.csum_mode == DP_CSUM_FULL) {
+		sum = csum_bytes(ctx, 34, ulen, sum);
+	} else {
+		__u8 *ph = st->tun.ph;
+		__s64 ps;
+		__u8 *ip;
+		__u32 n;
+
+		__u64 in = inner, l3o = l3_off;
+
+		asm volatile("" : "+r"(in));
+		asm volatile("" : "+r"(l3o));
+		if (in > DP_TUN_MAX_HDR || l3o > DP_MAX_L3_OFF || l4_off > DP_MAX_L4_OFF ||
+		    l4_off < l3_off)
+			return -1;
+		in &= 0x7f;
+		l3o &= 0xff;
+		ip = data + in + l3o;
+		__builtin_memset(ph, 0, 40);
+		if (RD32(st->l3) == DP_L3_IPV4) {
+			if (ip + 20 > end)
+				return -1;
+			__builtin_memcpy(ph, ip + 12, 8);
+			ph[9] = ip[9];
+			wr16(ph + 10, rd16(ip + 2) - (ip[0] & 0x0f) * 4);
+			ps = bpf_csum_diff(0, 0, (__be32 *)ph, 12, 0);
+		} else {
+			if (ip + 40 > end)
+				return -1;
+			__builtin_memcpy(ph, ip + 8, 32);
+			wr16(ph + 34, rd16(ip + 4));
+			ph[39] = ip[6];
+			ps = bpf_csum_diff(0, 0, (__be32 *)ph, 40, 0);
+		}
+		if (ps < 0)
+			return -1;
+		n = inner + l4_off - 34;
+		sum = csum_bytes(ctx, 34, n, sum);
+		if (sum < 0)
+			return -1;
+		sum += (__u16)~csum_fold((__u64)ps);
+	}
+	if (sum < 0)
+		return -1;
+	c = ~csum_fold((__u64)sum);
+	return c ? c : 0xffff;
+}
+
+/* The tunnel output of a flow: push the outer header the pre-check
+ * copied (st->tun) with its Geneve options, patched for this frame (after
+ * the flow's rewrites), and the outer UDP checksum of a csum=true port as
+ * the pre-check decided. Returns 0 or -1 (frame aborted).
+ *
+ * A global function: the verifier checks it once on its own rather than
+ * once for every state the action loop ends in. All it needs is in the
+ * scratch. */
+__attribute__((noinline)) int tc_encap(struct __sk_buff *ctx)
 {
 	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
 		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
 		      BPF_F_ADJ_ROOM_ENCAP_L2(14);
-	struct dp_tun_copy *tpl = &st->tun;
-	__u8 *data, *end;
-	__u8 eth[14];
-	__u32 vni;
+	__u32 zero = 0, olen, push, i;
+	struct dp_scratch *st = bpf_map_lookup_elem(&dp_scratch, &zero);
+	struct dp_tun_copy *tpl;
+	__u8 *data, *end, *eth;
 	__u16 sport;
+	__s64 sum;
 	long r;
 
-	sport = entropy_port(ctx, st, key);
+	if (!st)
+		return -1;
+	tpl = &st->tun;
+	eth = tpl->eth;
+	olen = tpl->olen;
+	asm volatile("" : "+r"(olen));
+	if (olen > DP_GENEVE_OPT_MAX || (olen & 3))
+		return -1;
+	push = DP_TUN_HDR_LEN + olen;
+	sport = entropy_port(ctx, st, &st->key);
 	if (!sport)
 		return -1;
-	vni = tun_vni(tpl, key, a);
 	data = DP_DATA(ctx);
 	end = DP_DATA_END(ctx);
 	if (data + 14 > end)
 		return -1;
 	__builtin_memcpy(eth, data, 14);
-	r = bpf_skb_adjust_room(ctx, DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC, flags);
+	r = bpf_skb_adjust_room(ctx, push, BPF_ADJ_ROOM_MAC, flags);
 	/* Already marked encapsulated (a frame a tunnel device of the sender
 	 * built): one level of GSO tunnel is all the kernel keeps, but a
 	 * single frame needs no GSO state. */
-	if (r == -EALREADY && !gso)
-		r = bpf_skb_adjust_room(ctx, DP_TUN_HDR_LEN, BPF_ADJ_ROOM_MAC,
-					BPF_F_ADJ_ROOM_FIXED_GSO);
+	if (r == -EALREADY && !tpl->gso)
+		r = bpf_skb_adjust_room(ctx, push, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_FIXED_GSO);
 	if (r)
 		return -1;
 	data = DP_DATA(ctx);
@@ -340,56 +445,147 @@ static __always_inline int tc_encap(struct __sk_buff *ctx, struct dp_scratch *st
 	if (data + DP_TUN_HDR_LEN + 14 > end)
 		return -1;
 	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);
-	__builtin_memcpy(data + DP_TUN_HDR_LEN, eth, 14);
-	tun_hdr_patch(data, ctx->len - 14, sport, vni);
-	{
-		/* A CHECKSUM_COMPLETE skb->csum covers what follows the outer
-		 * Ethernet header; the helper added the pushed bytes as zeros.
-		 * Fold in what was written there (48 bytes, then the last two
-		 * padded to a word: the region starts at an even offset).
-		 * bpf_csum_update changes nothing for other skbs. */
-		__u8 tail[4] = {};
-		__s64 sum;
-
-		if (data + 64 > end)
+	/* Options in 16-byte chunks; the last one may spill into the inner
+	 * Ethernet header's place, written next. */
+#pragma unroll
+	for (i = 0; i < DP_GENEVE_OPT_MAX / 16; i++) {
+		if (16 * i >= olen)
+			break;
+		if (data + DP_TUN_HDR_LEN + 16 * (i + 1) > end)
 			return -1;
-		tail[0] = data[62];
-		tail[1] = data[63];
-		sum = bpf_csum_diff(0, 0, (__be32 *)(data + 14), 48, 0);
-		if (sum < 0)
-			return -1;
-		sum = bpf_csum_diff(0, 0, (__be32 *)tail, 4, (__u32)sum);
-		if (sum < 0)
-			return -1;
-		bpf_csum_update(ctx, (__u32)sum);
+		__builtin_memcpy(data + DP_TUN_HDR_LEN + 16 * i, tpl->opts + 16 * i, 16);
 	}
+	asm volatile("" : "+r"(push));
+	if (push > DP_TUN_MAX_HDR || data + push + 14 > end)
+		return -1;
+	__builtin_memcpy(data + push, eth, 14);
+	tun_hdr_patch(data, ctx->len - 14, sport, tpl->vni, olen / 4, tpl->crit ? 0x40 : 0);
+	if (tpl->csum_mode == DP_CSUM_FULL || tpl->csum_mode == DP_CSUM_LCO) {
+		sum = tc_outer_csum(ctx, st, push);
+		if (sum < 0)
+			return -1;
+		data = DP_DATA(ctx);
+		end = DP_DATA_END(ctx);
+		if (data + 42 > end)
+			return -1;
+		*(__u16 *)(data + 40) = (__u16)sum;
+	}
+	/* A CHECKSUM_COMPLETE skb->csum covers what follows the outer
+	 * Ethernet header; the helper added the pushed bytes as zeros. Fold
+	 * in what was written there (bpf_csum_update changes nothing for
+	 * other skbs). */
+	sum = csum_bytes(ctx, 14, push, 0);
+	if (sum < 0)
+		return -1;
+	bpf_csum_update(ctx, (__u32)sum);
 	stat_inc(DP_STAT_ENCAP);
 	stat_inc(DP_STAT_OUTPUT);
+	return 0;
+}
+
+/* A csum=true tunnel's frame whose inner checksum is CHECKSUM_PARTIAL:
+ * the outer checksum can be computed from the headers (DP_CSUM_LCO) only
+ * when the inner L4 checksum, once finished, covers the rest of the frame
+ * and is a real checksum: TCP, or UDP with a non-zero checksum field and
+ * its length the IP payload's; not a fragment; no bytes after the inner
+ * IP datagram. 0, or -1 (userspace: the upcall device finishes the sums). */
+static __always_inline int tc_lco_ok(struct __sk_buff *ctx, struct dp_scratch *st, __u32 len)
+{
+	__u8 *data = DP_DATA(ctx);
+	__u8 *end = DP_DATA_END(ctx);
+	__u32 l3_off = RD32(st->l3_off), l4_off = RD32(st->l4_off), l4 = RD32(st->l4), ip_end;
+	__u8 *ip, *u;
+
+	if (st->key.f.nw_frag || (l4 != DP_L4_TCP && l4 != DP_L4_UDP))
+		return -1;
+	if (l3_off > DP_MAX_L3_OFF || l4_off > DP_MAX_L4_OFF)
+		return -1;
+	ip = data + l3_off;
+	if (ip + 20 > end)
+		return -1;
+	if (RD32(st->l3) == DP_L3_IPV4)
+		ip_end = l3_off + rd16(ip + 2);
+	else
+		ip_end = l3_off + 40 + rd16(ip + 4);
+	if (ip_end != len)
+		return -1;
+	if (l4 == DP_L4_UDP) {
+		u = data + l4_off;
+		if (u + 8 > end)
+			return -1;
+		if (rd16(u + 6) == 0 || rd16(u + 4) != len - l4_off)
+			return -1;
+	}
 	return 0;
 }
 
 /* Pre-check of a tunnel output (before anything is written or counted):
  * 0 with *out_if / *out_flags of the underlay, or -1 to punt. The inner
  * frame must be one the helper can encapsulate (untagged IPv4/IPv6) and
- * fit the tunnel: each segment of a super-frame, or the frame. */
+ * fit the tunnel: each segment of a super-frame, or the frame. For a
+ * csum=true port it decides how the outer UDP checksum is written
+ * (st->tun.csum_mode): a super-frame gets 0 (segmentation copies the
+ * outer header into every segment, and the helper cannot ask for
+ * SKB_GSO_UDP_TUNNEL_CSUM); a frame whose inner checksum is pending gets
+ * it from the headers (tc_lco_ok), any other frame (its bytes final) is
+ * summed over its bytes (at most DP_CSUM_MAX_BYTES of outer datagram). */
 static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_scratch *st,
 					      struct dp_flow *flow, __u32 len, __u32 gso_size,
 					      __u32 *out_if, __u32 *out_flags)
 {
 	__u32 l3 = RD32(st->l3), l4 = RD32(st->l4), l4_off = RD32(st->l4_off), seg, slot;
+	__u32 n = flow->n_actions, olen;
+	struct dp_action *ta;
 	struct dp_tx_if *tx;
 
 	if (st->key.f.vlan_tci || (l3 != DP_L3_IPV4 && l3 != DP_L3_IPV6))
 		return -1;
+	/* The encoder makes the tunnel output the last action. */
+	if (n == 0 || n > DP_MAX_ACTIONS)
+		return -1;
+	ta = &flow->actions[(n - 1) & (DP_MAX_ACTIONS - 1)];
+	if (ta->op != DP_OP_TUNNEL_OUTPUT)
+		return -1;
+	olen = ta->data[DP_TUN_OPT_LEN_AT];
+	if (olen > DP_GENEVE_OPT_MAX || (olen & 3))
+		return -1;
 	if (tun_tx_load(st, flow->out_slot))
 		return -1;	/* remote MAC not resolved (yet) */
+	/* What the encapsulation needs after the actions ran: the VNI (the
+	 * frame's tun_id does not change), the options of the TUN_OPTS
+	 * actions right before the output, in order. */
+	st->tun.vni = tun_vni(&st->tun, &st->key, ta);
+	st->tun.gso = gso_size != 0;
+	st->tun.olen = olen;
+	st->tun.crit = ta->data[DP_TUN_OPT_CRIT_AT] & 0x40;
+	{
+		__u32 nch = (olen + 15) / 16, i;
+
+		if (nch > n - 1)
+			return -1;
+#pragma clang loop unroll(disable)
+		for (i = 0; i < DP_GENEVE_OPT_MAX / 16; i++) {
+			struct dp_action *o;
+			__u32 idx = n - 1 - nch + i;
+
+			if (i >= nch)
+				break;
+			asm volatile("" : "+r"(idx));
+			if (idx >= DP_MAX_ACTIONS)
+				return -1;
+			o = &flow->actions[idx & (DP_MAX_ACTIONS - 1)];
+			if (o->op != DP_OP_TUN_OPTS)
+				return -1;
+			__builtin_memcpy(st->tun.opts + 16 * i, o->data, 16);
+		}
+	}
 	slot = st->tun.tx_slot;
 	tx = bpf_map_lookup_elem(&dp_tx_ports, &slot);
 	if (!tx || !tx->ifindex)
 		return -1;
 	*out_if = tx->ifindex;
 	*out_flags = tx->flags;
-	if (len + DP_TUN_HDR_LEN - 14 > 0xffff)
+	if (len + DP_TUN_HDR_LEN + olen - 14 > 0xffff)
 		return -1;	/* the outer IP length would not fit */
 	if (gso_size) {
 		__u8 *data = DP_DATA(ctx);
@@ -415,7 +611,31 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 		seg = len - 14;
 	}
 	/* Too big: userspace answers with ICMP or drops and counts. */
-	return seg > st->tun.inner_mtu ? -1 : 0;
+	if (seg > st->tun.inner_mtu)
+		return -1;
+	st->tun.csum_mode = DP_CSUM_NONE;
+	if (st->tun.flags & DP_TUN_TX_CSUM) {
+		int partial;
+
+		if (gso_size) {
+			st->tun.csum_mode = DP_CSUM_ZERO;
+			return 0;
+		}
+		/* The probe runs on the EtherType, written back as it was. */
+		partial = tc_csum_partial(ctx, 12);
+		if (partial < 0)
+			return -1;
+		if (partial) {
+			if (tc_lco_ok(ctx, st, len))
+				return -1;
+			st->tun.csum_mode = DP_CSUM_LCO;
+			return 0;
+		}
+		if (len + DP_TUN_HDR_LEN + olen - 34 > DP_CSUM_MAX_BYTES)
+			return -1;
+		st->tun.csum_mode = DP_CSUM_FULL;
+	}
+	return 0;
 }
 
 SEC("classifier")
@@ -455,7 +675,7 @@ int tc_dp(struct __sk_buff *ctx)
 		 * only part of them): pull them in and try once more. Only
 		 * then: a pull on every frame would copy payload out of the
 		 * fragments of every TSO frame. */
-		__u32 want = DP_PULL_LEN + ((port->flags & DP_PORT_UNDERLAY) ? DP_TUN_HDR_LEN : 0);
+		__u32 want = DP_PULL_LEN + ((port->flags & DP_PORT_UNDERLAY) ? DP_TUN_MAX_HDR : 0);
 
 		if (want > len)
 			want = len;
@@ -497,7 +717,7 @@ int tc_dp(struct __sk_buff *ctx)
 	 * bytes are the super-frame's (the inner frame's, for a tunnel
 	 * packet). A tag in skb metadata is counted as the 4 bytes it is on
 	 * the wire. */
-	if (base && tc_decap(ctx, st, gso_size != 0, &plain_ip))
+	if (base && tc_decap(ctx, st, gso_size != 0, base, &plain_ip))
 		goto punt;
 	{
 		__u64 segs = gso_segs > 1 ? gso_segs : 1, bytes = len - base + (vlan ? 4 : 0);
@@ -516,7 +736,7 @@ int tc_dp(struct __sk_buff *ctx)
 		return bpf_redirect(out_if, 0);
 	}
 	if (res == DP_RES_TUNNEL && arg < DP_MAX_ACTIONS && out_if) {
-		if (tc_encap(ctx, st, &st->key, &flow->actions[arg], gso_size != 0) == 0) {
+		if (tc_encap(ctx) == 0) {
 			if (out_flags & DP_TX_PEER)
 				return bpf_redirect_peer(out_if, 0);
 			return bpf_redirect(out_if, 0);

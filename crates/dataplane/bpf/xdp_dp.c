@@ -156,7 +156,7 @@ static __always_inline int act_tunnel_output(struct xdp_md *ctx, struct dp_scrat
 	if (data + DP_TUN_HDR_LEN > end)
 		return -1;
 	__builtin_memcpy(data, tpl->hdr, DP_TUN_HDR_LEN);
-	tun_hdr_patch(data, bpf_xdp_get_buff_len(ctx) - 14, sport, vni);
+	tun_hdr_patch(data, bpf_xdp_get_buff_len(ctx) - 14, sport, vni, 0, 0);
 	stat_inc(DP_STAT_ENCAP);
 	stat_inc(DP_STAT_OUTPUT);
 	return bpf_redirect_map(&dp_tx_ports, tpl->tx_slot, 0);
@@ -193,7 +193,8 @@ int xdp_dp(struct xdp_md *ctx)
 	hk->pad = 0;
 	in_port = port->in_port;
 	if (port->flags & DP_PORT_UNDERLAY) {
-		int tp = tun_rx_lookup(ctx, port, key, 0);
+		__u32 hl;
+		int tp = tun_rx_lookup(ctx, port, key, 0, &hl);
 
 		if (tp < 0) {
 			/* ARP, other hosts' traffic, malformed or unknown

@@ -271,8 +271,27 @@ impl Bridge {
     pub fn set_tlv_map(&mut self, map: &[nicflow_port::tunnel::TlvMapping]) -> usize {
         self.tlv_map = map.to_vec();
         let mut n = 0;
+        let mut changed = Vec::new();
         for p in &mut self.ports {
-            n += usize::from(p.port.set_tlv_map(map));
+            if p.port.set_tlv_map(map) {
+                n += 1;
+                changed.push(p.no);
+            }
+        }
+        // A kernel engine reads received options and pushes sent ones
+        // through the port's map as it was at `port_add`: give it the
+        // ports again, and re-place every flow (offloaded options follow
+        // the new map, as the userspace port's do at once).
+        if let Some(off) = self.dp.offload_mut() {
+            if !changed.is_empty() {
+                for p in self.ports.iter().filter(|p| changed.contains(&p.no)) {
+                    if let Err(e) = off.port_del(p.no) {
+                        tracing::warn!(bridge = %self.name, port = %p.port.name(), "detaching the offload engine: {e}");
+                    }
+                    port_add(off, &self.name, p.no, p.port.as_ref());
+                }
+                self.dp.replace_flows();
+            }
         }
         n
     }

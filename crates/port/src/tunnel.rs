@@ -80,19 +80,17 @@ const MTU_RECHECK: Duration = Duration::from_secs(1);
 pub const HEADER_TEMPLATE_LEN: usize = 50;
 
 /// The outer header a tunnel port with `cfg` puts in front of a frame, as
-/// an XDP engine's template: what [`TunnelPort`]'s `send_batch` writes,
-/// with the IPv4 total length and checksum, the UDP source port and length
-/// and, for `key=flow`, the VNI zero (patched per frame). `None` when the
-/// header cannot be a template: an outer UDP checksum covers the inner
-/// frame.
+/// a kernel engine's template: what [`TunnelPort`]'s `send_batch` writes,
+/// with the IPv4 total length and checksum, the UDP source port and length,
+/// the UDP checksum and, for `key=flow`, the VNI zero, and no Geneve
+/// options (all patched or inserted per frame by the engine; a `csum=true`
+/// port's checksum is the TC engine's to write). `None` when `cfg` cannot
+/// be encapsulated.
 pub fn header_template(
     cfg: &TunnelConfig,
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
 ) -> Option<[u8; HEADER_TEMPLATE_LEN]> {
-    if cfg.csum {
-        return None;
-    }
     let mut b = PacketBuf::with_capacity(128);
     b.set_data(&[0u8; 14]);
     let e = Encap {
@@ -122,6 +120,38 @@ pub fn header_template(
     h[24..26].fill(0);
     h[38..40].fill(0);
     Some(h)
+}
+
+/// Most Geneve option bytes a tunnel port sends: one 8-byte option per
+/// `tun_metadata` slot.
+pub const GENEVE_OPTIONS_MAX: usize = 64;
+
+/// The Geneve options a tunnel port with TLV map `map` sends for a frame
+/// whose `tun_metadata` slots `md_present` hold `metadata`: each present
+/// slot the map names, in the map's order, as a 4-byte option (8 bytes on
+/// the wire). Written into `out`; returns the length. The userspace port
+/// and the TC engine's encoder both build them here, so the kernel pushes
+/// the same bytes.
+pub fn geneve_options(
+    map: &[TlvMapping],
+    md_present: u8,
+    metadata: &[u32; 8],
+    out: &mut [u8; GENEVE_OPTIONS_MAX],
+) -> usize {
+    let mut n = 0;
+    if md_present == 0 {
+        return 0;
+    }
+    for m in map {
+        let i = usize::from(m.slot & 7);
+        if md_present & (1 << i) != 0 {
+            // 8 bytes each, at most 8 slots: fits unless the map names a
+            // slot twice (then the rest is left out).
+            let d = metadata[i].to_be_bytes();
+            n += tunnel::write_geneve_option(&mut out[n..], m.class, m.typ, &d).unwrap_or(0);
+        }
+    }
+    n
 }
 
 /// Where the VNI of transmitted frames comes from.
@@ -1467,22 +1497,11 @@ impl TunnelPort {
             };
             let remote_mac = *resolved
                 .get_or_insert_with(|| u.resolve(self.cfg.remote_ip, self.cfg.local_ip, now));
-            // Present tun_metadata slots the TLV map names go out as
-            // options (8 bytes each: at most 64).
-            let mut opts = [0u8; 64];
-            let mut n_opts = 0;
-            if let Some(t) = pkt.tun.filter(|t| t.md_present != 0) {
-                for m in &self.cfg.tlv_map {
-                    let i = usize::from(m.slot);
-                    if t.md_present & (1 << i) != 0 {
-                        // 8 bytes each, at most 8 slots: always fits.
-                        let d = t.metadata[i].to_be_bytes();
-                        n_opts +=
-                            tunnel::write_geneve_option(&mut opts[n_opts..], m.class, m.typ, &d)
-                                .unwrap_or(0);
-                    }
-                }
-            }
+            let mut opts = [0u8; GENEVE_OPTIONS_MAX];
+            let n_opts = match pkt.tun {
+                Some(t) => geneve_options(&self.cfg.tlv_map, t.md_present, &t.metadata, &mut opts),
+                None => 0,
+            };
             let e = Encap {
                 kind: self.cfg.kind,
                 eth_src: mac,

@@ -172,7 +172,7 @@ pub enum PortOffload {
     /// This engine (`xdp`, `tc`, `dummy`) runs on it.
     Engine(&'static str),
     /// Flows through it stay in userspace, for this stable reason
-    /// (`port:afpacket`, `tunnel:udp-csum`, `port:tc-engine-off`...).
+    /// (`port:afpacket`, `tunnel:udp-csum-xdp`, `port:tc-engine-off`...).
     Userspace(&'static str),
 }
 

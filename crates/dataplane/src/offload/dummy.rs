@@ -14,7 +14,7 @@
 //! * ports: AF_XDP and TC ports (engine `dummy`), tunnels whose underlay is
 //!   one of those and that need no outer UDP checksum or IPsec; any other
 //!   port stays in userspace for the reason the kernel manager gives
-//!   ([`super::kind_reason`], `tunnel:udp-csum`, `tunnel:ipsec`,
+//!   ([`super::kind_reason`], `tunnel:udp-csum-xdp`, `tunnel:ipsec`,
 //!   `tunnel:underlay-afpacket`). A port named by
 //!   [`DummyHandle::fail_port_add`] makes `port_add` fail (an engine
 //!   error), as a full or broken kernel map would.

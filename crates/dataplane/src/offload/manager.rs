@@ -60,9 +60,10 @@
 //! is resolved and re-checked every tick (which also keeps the ARP entry
 //! fresh while every packet is offloaded); until then the program sends the
 //! flow's frames to userspace. A tunnel port stays in userspace with
-//! `tunnel:udp-csum` (an outer UDP checksum would have to be computed over
-//! the whole frame), `tunnel:underlay-afpacket` (no kernel attachment to
-//! take over), `tunnel:offload-tc` (an AF_XDP underlay under `offload =
+//! `tunnel:udp-csum-xdp` (a `csum=true` port on an AF_XDP underlay: XDP
+//! would have to sum every frame; the TC engine writes the checksum),
+//! `tunnel:underlay-afpacket` (no kernel attachment to take over),
+//! `tunnel:offload-tc` (an AF_XDP underlay under `offload =
 //! tc`), `port:tc-engine-off` or `tunnel:underlay-not-attached`. In XDP its
 //! TCP/UDP flows need `csum_complete=true` on the tunnel port (the remote
 //! sends finished inner checksums), as an AF_XDP port's do; TC has no such
@@ -71,7 +72,7 @@
 //! `port:tc-from-xdp`).
 
 use super::kernel::encode::{PortSlots, TunnelSlot};
-use super::kernel::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_VXLAN, VNI_ANY};
+use super::kernel::layout::{TunRx, TunRxKey, TunTx, TUN_GENEVE, TUN_TX_CSUM, TUN_VXLAN, VNI_ANY};
 use super::kernel::OffloadError;
 use super::kernel::{
     encode, encode_tc, EngineKind, EngineStats, FlowHandle, XdpEngine, XdpEngineConfig, TX_PEER,
@@ -867,13 +868,16 @@ impl OffloadManager {
             dst_port: cfg.dst_port,
             pad: 0,
         };
-        let rx = TunRx {
-            in_port: no,
-            kind: match cfg.kind {
+        // The TLV map goes with the endpoint: the TC program reads
+        // received Geneve options through it as the port does.
+        let rx = TunRx::new(
+            no,
+            match cfg.kind {
                 TunnelKind::Vxlan => TUN_VXLAN,
                 TunnelKind::Geneve => TUN_GENEVE,
             },
-        };
+            &cfg.tlv_map,
+        );
         let tun = XdpTunnel {
             name: name.to_string(),
             engine,
@@ -1093,7 +1097,7 @@ impl OffloadManager {
                 tx_slot: u.slot,
                 inner_mtu,
                 hdr,
-                pad: 0,
+                flags: if t.cfg.csum { TUN_TX_CSUM } else { 0 },
             }),
             _ => None,
         };
@@ -1454,6 +1458,7 @@ fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<Tunn
         .get(&port)
         .filter(|t| t.engine == engine)
         .map(|t| TunnelSlot {
+            tlv: super::kernel::TunnelTlv::new(&t.cfg.tlv_map),
             slot: t.slot,
             flow_key: t.cfg.key == TunnelKey::Flow,
         })

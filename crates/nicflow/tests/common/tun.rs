@@ -36,17 +36,33 @@ pub fn tunnel_cfg(kind: &str, remote: u32, key: &str) -> nicflow::port::tunnel::
 }
 
 /// What a tunnel port's `send_batch` puts on the underlay for `inner`
-/// (after the flow's actions), `tun_id` being the frame's tunnel metadata.
+/// (after the flow's actions), `tun` being the frame's tunnel metadata:
+/// the VNI, the Geneve options its TLV map sends (built by the port's own
+/// `geneve_options`) and the outer UDP checksum when `cfg.csum`.
 pub fn userspace_encap(
     cfg: &nicflow::port::tunnel::TunnelConfig,
     inner: &[u8],
-    tun_id: Option<u64>,
+    tun: Option<nicflow_packet::buf::TunnelMeta>,
+) -> Vec<u8> {
+    userspace_encap_csum(cfg, inner, tun, cfg.csum)
+}
+
+/// [`userspace_encap`] with the outer checksum on or off.
+pub fn userspace_encap_csum(
+    cfg: &nicflow::port::tunnel::TunnelConfig,
+    inner: &[u8],
+    tun: Option<nicflow_packet::buf::TunnelMeta>,
+    csum: bool,
 ) -> Vec<u8> {
     use nicflow::port::tunnel::TunnelKey;
     let vni = match cfg.key {
         TunnelKey::Fixed(v) => v,
-        TunnelKey::Flow => tun_id.map_or(0, |t| t as u32 & 0xff_ffff),
+        TunnelKey::Flow => tun.map_or(0, |t| t.id as u32 & 0xff_ffff),
     };
+    let mut opts = [0u8; nicflow::port::tunnel::GENEVE_OPTIONS_MAX];
+    let n = tun.map_or(0, |t| {
+        nicflow::port::tunnel::geneve_options(&cfg.tlv_map, t.md_present, &t.metadata, &mut opts)
+    });
     let mut b = PacketBuf::from_slice(inner);
     let e = nicflow_packet::tunnel::Encap {
         kind: cfg.kind,
@@ -59,9 +75,9 @@ pub fn userspace_encap(
         df: cfg.df,
         udp_src: nicflow_packet::tunnel::entropy_port(inner),
         udp_dst: cfg.dst_port,
-        csum: false,
+        csum,
         vni,
-        geneve_options: &[],
+        geneve_options: &opts[..n],
         geneve_oam: false,
     };
     nicflow_packet::tunnel::encap(&mut b, &e).unwrap();
@@ -69,7 +85,8 @@ pub fn userspace_encap(
 }
 
 /// The userspace datapath on `frame` received on `in_port` with tunnel
-/// metadata `tun`: (verdict, output port, frame, tun_id after the actions).
+/// metadata `tun`: (verdict, output port, frame, tunnel metadata after the
+/// actions).
 pub fn userspace_on(
     frame: &[u8],
     in_port: u32,
@@ -77,7 +94,7 @@ pub fn userspace_on(
     actions: &[DpAction],
     redirect: u32,
     drop: u32,
-) -> (u32, u32, Vec<u8>, Option<u64>) {
+) -> (u32, u32, Vec<u8>, Option<nicflow_packet::buf::TunnelMeta>) {
     let mut key = FlowKey::default();
     let mut layout = extract(frame, in_port, &mut key).expect("test frame parses");
     let mut pkt = PacketBuf::from_slice(frame);
@@ -97,7 +114,7 @@ pub fn userspace_on(
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     match tx.pkts.pop() {
-        Some((port, p)) => (redirect, port, p.data().to_vec(), p.tun.map(|t| t.id)),
+        Some((port, p)) => (redirect, port, p.data().to_vec(), p.tun),
         None => (drop, 0, r.leftover.unwrap().data().to_vec(), None),
     }
 }
@@ -125,6 +142,36 @@ pub fn wire_csum(
         csum,
         vni,
         geneve_options: &[],
+        geneve_oam: false,
+    };
+    nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
+    b.data().to_vec()
+}
+
+/// A Geneve packet as the remote sends it with the option block `opts`
+/// (outer UDP checksum when `csum`).
+pub fn wire_opts(
+    cfg: &nicflow::port::tunnel::TunnelConfig,
+    inner: &[u8],
+    vni: u32,
+    csum: bool,
+    opts: &[u8],
+) -> Vec<u8> {
+    let mut b = PacketBuf::from_slice(inner);
+    let en = nicflow_packet::tunnel::Encap {
+        kind: cfg.kind,
+        eth_src: REMOTE_MAC,
+        eth_dst: UL_MAC,
+        ip_src: cfg.remote_ip.into(),
+        ip_dst: cfg.local_ip.into(),
+        tos: 0,
+        ttl: 64,
+        df: true,
+        udp_src: 50001,
+        udp_dst: cfg.dst_port,
+        csum,
+        vni,
+        geneve_options: opts,
         geneve_oam: false,
     };
     nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
@@ -159,10 +206,12 @@ impl nicflow::offload::kernel::PortSlots for TunSlots {
             VX_PORT => Some(TunnelSlot {
                 slot: 3,
                 flow_key: false,
+                tlv: Default::default(),
             }),
             GN_PORT => Some(TunnelSlot {
                 slot: 4,
                 flow_key: true,
+                tlv: Default::default(),
             }),
             _ => None,
         }
@@ -198,14 +247,8 @@ pub fn set_up_tunnels(
             dst_port: cfg.dst_port,
             pad: 0,
         };
-        e.set_tunnel_rx(
-            key,
-            TunRx {
-                in_port: port,
-                kind,
-            },
-        )
-        .unwrap();
+        e.set_tunnel_rx(key, TunRx::new(port, kind, &cfg.tlv_map))
+            .unwrap();
     }
     for (slot, cfg) in [(3, &vx), (4, &gn)] {
         let tx = TunTx {
@@ -214,7 +257,7 @@ pub fn set_up_tunnels(
             tx_slot: 5,
             inner_mtu: 1450,
             hdr: nicflow::port::tunnel::header_template(cfg, UL_MAC, REMOTE_MAC).unwrap(),
-            pad: 0,
+            flags: 0,
         };
         e.set_tunnel_tx(slot, tx).unwrap();
     }

@@ -11,10 +11,10 @@
 //! | --- | --- |
 //! | `ct:userspace` | the flow runs `ct`/`recirc`/`ct_clear`: the connection tracker is in userspace only |
 //! | `ct:recirculated` | the flow is for a pass after `ct(table=N)` (its key has a `recirc_id`) |
-//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options) |
+//! | `field:<name>` (`field:ct_state`, `field:reg0`, `field:metadata`, `field:tun_metadata0`, ...) | the mask covers a field the program does not extract (metadata, registers, conntrack, Geneve options: XDP none, TC only `tun_metadata0`) |
 //! | `field:nd_target`, `field:nd_sll`, `field:nd_tll` | IPv6 neighbor discovery fields: the program does not parse ND messages (`arp_sha`/`arp_tha` are taken for ARP flows only) |
 //! | `action:set-nd` | rewriting an ND target or link-layer address option (`set_field:..->nd_target`, `nd_sll`, `nd_tll`) |
-//! | `action:set-tun-metadata` | Geneve options are not pushed by the program |
+//! | `action:set-tun-metadata` | XDP: Geneve options are not pushed by the program (TC pushes them) |
 //! | `action:controller` | a copy to the controller needs userspace |
 //! | `action:meter-not-first` | a meter after another action (OpenFlow puts `meter:N` first; the program runs it before the loop) |
 //! | `multiple-outputs` | flooding / cloning: XDP can send a frame to one place |
@@ -31,11 +31,13 @@
 //! meter it cannot put in `dp_meters` ([`super::OffloadError::NotOffloadable`] carries all of them).
 
 use super::layout::{
-    flag, op, tun_vni, DpKey, FlowValue, MeterBand, MeterEntry, RawAction, MAX_ACTIONS,
-    METER_BANDS, METER_DROP, METER_REMARK, METER_UNIT,
+    flag, op, tun_vni, DpKey, FlowValue, MeterBand, MeterEntry, RawAction, GENEVE_OPT_MAX,
+    MAX_ACTIONS, METER_BANDS, METER_DROP, METER_REMARK, METER_UNIT, TUN_OPT_CRIT_AT,
+    TUN_OPT_LEN_AT,
 };
 use crate::datapath::{DpAction, DropReason};
 use nicflow_flow::{FlowKey, FlowMask};
+use nicflow_port::tunnel::TlvMapping;
 use std::collections::{BTreeMap, HashMap};
 
 /// A meter's `dp_meters` entry: the configuration of
@@ -113,6 +115,51 @@ pub struct TunnelSlot {
     pub slot: u32,
     /// `key=flow`: the VNI comes from the flow, not the template.
     pub flow_key: bool,
+    /// Its Geneve TLV map (empty for VXLAN): which `tun_metadata` slots
+    /// go out as which options, and which received options fill them.
+    pub tlv: TunnelTlv,
+}
+
+/// A tunnel port's TLV map, by value (at most one entry per
+/// `tun_metadata` slot, so eight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunnelTlv {
+    n: usize,
+    map: [TlvMapping; 8],
+}
+
+impl Default for TunnelTlv {
+    fn default() -> Self {
+        TunnelTlv {
+            n: 0,
+            map: [TlvMapping {
+                class: 0,
+                typ: 0,
+                slot: 0,
+            }; 8],
+        }
+    }
+}
+
+impl TunnelTlv {
+    /// `map`'s first eight entries (a port's map has no more).
+    pub fn new(map: &[TlvMapping]) -> TunnelTlv {
+        let mut t = TunnelTlv::default();
+        for (d, m) in t.map.iter_mut().zip(map) {
+            *d = *m;
+            t.n += 1;
+        }
+        t
+    }
+
+    pub fn as_slice(&self) -> &[TlvMapping] {
+        &self.map[..self.n]
+    }
+
+    /// Does a received option fill `tun_metadata<slot>`?
+    pub fn maps_slot(&self, slot: usize) -> bool {
+        self.as_slice().iter().any(|m| usize::from(m.slot) == slot)
+    }
 }
 
 /// Where an encapsulating output takes the VNI from.
@@ -191,11 +238,21 @@ pub enum XdpAction {
     SetArpTpa(u32),
     SetArpSha([u8; 6]),
     SetArpTha([u8; 6]),
-    /// Push the outer header of tunnel slot `slot` and redirect to its
-    /// underlay; must be last.
+    /// Push the outer header of tunnel slot `slot` (with `opts` bytes of
+    /// Geneve options from the `TunOpts` right before it, the header's C
+    /// bit set when `critical`) and redirect to its underlay; must be
+    /// last.
     TunnelOutput {
         slot: u32,
         vni: TunnelVni,
+        opts: u8,
+        critical: bool,
+    },
+    /// Bytes `16 * chunk ..` of the options block of the `TunnelOutput`
+    /// that follows (TC).
+    TunOpts {
+        chunk: u16,
+        data: [u8; 16],
     },
     /// Meter the frame with `dp_meters[id]`; must be first.
     Meter {
@@ -287,9 +344,21 @@ impl XdpAction {
                 r.op = op::SET_ARP_THA;
                 mac(&mut r, &m);
             }
-            XdpAction::TunnelOutput { slot, vni } => {
+            XdpAction::TunOpts { chunk, data } => {
+                r.op = op::TUN_OPTS;
+                r.arg16 = chunk;
+                r.data = data;
+            }
+            XdpAction::TunnelOutput {
+                slot,
+                vni,
+                opts,
+                critical,
+            } => {
                 r.op = op::TUNNEL_OUTPUT;
                 r.arg32 = slot;
+                r.data[TUN_OPT_LEN_AT] = opts;
+                r.data[TUN_OPT_CRIT_AT] = if critical { 0x40 } else { 0 };
                 r.arg16 = match vni {
                     TunnelVni::Template => tun_vni::TEMPLATE,
                     TunnelVni::Set(v) => {
@@ -333,8 +402,14 @@ impl XdpAction {
             op::SET_ARP_TPA => XdpAction::SetArpTpa(r.arg32),
             op::SET_ARP_SHA => XdpAction::SetArpSha(m),
             op::SET_ARP_THA => XdpAction::SetArpTha(m),
+            op::TUN_OPTS => XdpAction::TunOpts {
+                chunk: r.arg16,
+                data: r.data,
+            },
             op::TUNNEL_OUTPUT => XdpAction::TunnelOutput {
                 slot: r.arg32,
+                opts: r.data[TUN_OPT_LEN_AT],
+                critical: r.data[TUN_OPT_CRIT_AT] != 0,
                 vni: match r.arg16 {
                     tun_vni::TEMPLATE => TunnelVni::Template,
                     tun_vni::ACTION => TunnelVni::Set(u32::from_ne_bytes([
@@ -368,9 +443,20 @@ pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
                 v.flags |= flag::OUTPUT;
                 v.out_slot = *slot;
             }
-            XdpAction::TunnelOutput { slot, .. } => {
+            XdpAction::TunnelOutput { slot, opts, .. } => {
                 if i + 1 != actions.len() {
                     return Err(no("action-after-output"));
+                }
+                // The options right before it, chunk by chunk.
+                let n = usize::from(*opts).div_ceil(16);
+                let ok = usize::from(*opts) <= GENEVE_OPT_MAX
+                    && opts % 4 == 0
+                    && n <= i
+                    && actions[i - n..i].iter().enumerate().all(
+                        |(c, a)| matches!(a, XdpAction::TunOpts { chunk, .. } if usize::from(*chunk) == c),
+                    );
+                if !ok {
+                    return Err(no("action:tun-opts"));
                 }
                 if actions[..i]
                     .iter()
@@ -402,8 +488,9 @@ pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
 }
 
 /// Key fields the program does not extract, with their reason strings.
-/// A mask bit on any of them refuses the flow.
-fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
+/// A mask bit on any of them refuses the flow. `md_from`: the first
+/// `tun_metadata` slot not in the key (TC has slot 0, XDP none).
+fn unsupported_field(m: &FlowKey, md_from: usize) -> Option<&'static str> {
     const REGS: [&str; 8] = [
         "field:reg0",
         "field:reg1",
@@ -427,7 +514,7 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
         "field:tun_metadata6",
         "field:tun_metadata7",
     ];
-    if let Some(i) = m.tun_metadata.iter().position(|r| *r != 0) {
+    if let Some(i) = (md_from..8).find(|&i| m.tun_metadata[i] != 0) {
         return Some(MD[i]);
     }
     if let Some(i) = m.regs.iter().position(|r| *r != 0) {
@@ -465,13 +552,27 @@ fn unsupported_field(m: &FlowKey) -> Option<&'static str> {
     None
 }
 
-/// Translate one datapath flow. `ports` maps output port numbers to devmap
-/// slots. The result's key is masked; the engine assigns the mask slot.
+/// Translate one datapath flow for the XDP engine. `ports` maps output
+/// port numbers to devmap slots. The result's key is masked; the engine
+/// assigns the mask slot.
 pub fn encode(
     key: &FlowKey,
     mask: &FlowMask,
     actions: &[DpAction],
     ports: &dyn PortSlots,
+) -> Result<EncodedFlow, NotOffloadable> {
+    encode_engine(key, mask, actions, ports, false)
+}
+
+/// [`encode`] for either engine: `tc` adds Geneve options (the key's
+/// `tun_metadata0` and options pushed on encapsulation), which only the TC
+/// program handles.
+fn encode_engine(
+    key: &FlowKey,
+    mask: &FlowMask,
+    actions: &[DpAction],
+    ports: &dyn PortSlots,
+    tc: bool,
 ) -> Result<EncodedFlow, NotOffloadable> {
     // Connection tracking runs in userspace only (no kernel tracker yet):
     // flows that call it and the passes after it stay with it. Said before
@@ -518,8 +619,23 @@ pub fn encode(
             kmask.0.arp_tha = [0; 6];
         }
     }
+    // Geneve options (TC): tun_metadata0 is in the kernel key. The other
+    // slots are zero in every frame the program sees from a plain port,
+    // and from a tunnel port whose TLV map names no option for them: a
+    // flow that needs them zero there holds as it is, and those bits
+    // leave its kernel match (ovn's megaflows look at the metadata of the
+    // tunnel port's rules whatever the port).
+    if tc {
+        let tlv = ports.tunnel(key.in_port).map(|t| t.tlv);
+        for i in 1..8 {
+            let filled = tlv.is_some_and(|t| t.maps_slot(i));
+            if !filled && key.tun_metadata[i] & kmask.0.tun_metadata[i] == 0 {
+                kmask.0.tun_metadata[i] = 0;
+            }
+        }
+    }
     let mask = &kmask;
-    if let Some(reason) = unsupported_field(&mask.0) {
+    if let Some(reason) = unsupported_field(&mask.0, usize::from(tc)) {
         return Err(no(reason));
     }
     // `arp_sha`/`arp_tha` hold an IPv6 ND message's link-layer address
@@ -543,6 +659,9 @@ pub fn encode(
     let mut outputs = 0;
     // The last `set_tunnel` so far: the VNI a `key=flow` port sends with.
     let mut set_tun: Option<u64> = None;
+    // tun_metadata slots set so far (TC), as the executor keeps them in
+    // the frame's tunnel metadata for a Geneve output.
+    let (mut md, mut md_present) = ([0u32; 8], 0u8);
     for a in actions {
         if outputs > 0 {
             // Anything after the output: another output is a clone/flood,
@@ -562,7 +681,32 @@ pub fn encode(
                         (true, Some(v)) => TunnelVni::Set(v as u32 & 0xff_ffff),
                         (true, None) => TunnelVni::FromKey,
                     };
-                    XdpAction::TunnelOutput { slot: t.slot, vni }
+                    // The options the tunnel port sends, built by the
+                    // port's own function, in TUN_OPTS chunks before it.
+                    let mut buf = [0u8; nicflow_port::tunnel::GENEVE_OPTIONS_MAX];
+                    let n = nicflow_port::tunnel::geneve_options(
+                        t.tlv.as_slice(),
+                        md_present,
+                        &md,
+                        &mut buf,
+                    );
+                    let opts = &buf[..n];
+                    for (c, chunk) in opts.chunks(16).enumerate() {
+                        let mut data = [0u8; 16];
+                        data[..chunk.len()].copy_from_slice(chunk);
+                        out.push(XdpAction::TunOpts {
+                            chunk: c as u16,
+                            data,
+                        });
+                    }
+                    let critical =
+                        nicflow_packet::tunnel::geneve_options(opts).any(|o| o.critical());
+                    XdpAction::TunnelOutput {
+                        slot: t.slot,
+                        vni,
+                        opts: n as u8,
+                        critical,
+                    }
                 } else {
                     let slot = ports.slot(p).ok_or(no("action:output-unmapped"))?;
                     XdpAction::Output { slot }
@@ -581,6 +725,14 @@ pub fn encode(
             DpAction::Meter(id) => XdpAction::Meter { id },
             DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
                 return Err(no("ct:userspace"))
+            }
+            DpAction::SetTunnelMetadata { slot, value } if tc => {
+                // Metadata only, as set_tunnel: it reaches the wire as a
+                // Geneve option of a tunnel output.
+                let i = usize::from(slot & 7);
+                md[i] = value;
+                md_present |= 1 << i;
+                continue;
             }
             DpAction::SetTunnelMetadata { .. } => return Err(no("action:set-tun-metadata")),
             DpAction::SetTunnelId(v) => {
@@ -628,8 +780,12 @@ pub fn encode(
     })
 }
 
-/// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding; the TC
-/// program leaves out ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
+/// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding, plus
+/// Geneve options: `tun_metadata0` is matched (filled from received
+/// options through the tunnel port's TLV map; `tun_metadata1..7` only
+/// where they are zero in every kernel frame), and `set_field:..->
+/// tun_metadataN` before a tunnel output pushes the options the tunnel
+/// port would (`TUN_OPTS` actions). The TC program leaves out ARP rewrites (a `CHECKSUM_COMPLETE` sum would have to
 /// follow them): `tc:arp-rewrite`. Tunnels: `ports.tunnel` names the TC
 /// engine's tunnel ports (underlay on a TC port). Frames from other ports
 /// carry no tunnel metadata (the key's `tun_*` are 0 there), so a flow that
@@ -676,11 +832,12 @@ pub fn encode_tc(
         && (k.tun_id & m.tun_id != 0
             || k.tun_src & m.tun_src != 0
             || k.tun_dst & m.tun_dst != 0
-            || k.tun_flags & m.tun_flags != 0)
+            || k.tun_flags & m.tun_flags != 0
+            || k.tun_metadata[0] & m.tun_metadata[0] != 0)
     {
         return Err(no("tc:tunnel"));
     }
-    encode(key, mask, actions, ports)
+    encode_engine(key, mask, actions, ports, true)
 }
 
 /// Decode a value's action list (for dumps and tests).
@@ -956,8 +1113,23 @@ mod tests {
         assert_eq!(e.reason, "ct:userspace");
     }
 
-    /// Port 5 is a fixed-key tunnel (slot 3), port 6 a `key=flow` one
-    /// (slot 4); 1-3 plain ports.
+    /// ovn-controller's option: {class=0x0102,type=0x80,len=4} ->
+    /// tun_metadata0, plus one more on slot 2.
+    const OVN_TLV: [TlvMapping; 2] = [
+        TlvMapping {
+            class: 0x0102,
+            typ: 0x80,
+            slot: 0,
+        },
+        TlvMapping {
+            class: 0xffff,
+            typ: 0x01,
+            slot: 2,
+        },
+    ];
+
+    /// Port 5 is a fixed-key tunnel (slot 3), port 6 a `key=flow` Geneve
+    /// one with [`OVN_TLV`] (slot 4); 1-3 plain ports.
     struct WithTunnels(HashMap<u32, u32>);
 
     impl PortSlots for WithTunnels {
@@ -970,10 +1142,12 @@ mod tests {
                 5 => Some(TunnelSlot {
                     slot: 3,
                     flow_key: false,
+                    tlv: TunnelTlv::default(),
                 }),
                 6 => Some(TunnelSlot {
                     slot: 4,
                     flow_key: true,
+                    tlv: TunnelTlv::new(&OVN_TLV),
                 }),
                 _ => None,
             }
@@ -1012,11 +1186,175 @@ mod tests {
     }
 
     #[test]
+    fn tc_pushes_geneve_options_and_matches_tun_metadata0() {
+        let (k, m) = tcp_flow();
+        let p = WithTunnels(ports());
+        // OVN's egress: VNI, logical ports in tun_metadata0, output.
+        let acts = [
+            DpAction::SetTunnelId(5),
+            DpAction::SetTunnelMetadata {
+                slot: 0,
+                value: 0x0001_0002,
+            },
+            DpAction::Output(6),
+        ];
+        // XDP pushes no options.
+        assert_eq!(
+            encode(&k, &m, &acts, &p).unwrap_err().reason,
+            "action:set-tun-metadata"
+        );
+        let e = encode_tc(&k, &m, &acts, &p).unwrap();
+        let mut opt0 = [0u8; 16];
+        opt0[..8].copy_from_slice(&[0x01, 0x02, 0x80, 0x01, 0x00, 0x01, 0x00, 0x02]);
+        assert_eq!(
+            actions_of(&e.value),
+            vec![
+                XdpAction::TunOpts {
+                    chunk: 0,
+                    data: opt0
+                },
+                XdpAction::TunnelOutput {
+                    slot: 4,
+                    vni: TunnelVni::Set(5),
+                    opts: 8,
+                    critical: true,
+                }
+            ]
+        );
+        assert_eq!(e.value.flags & flag::TUNNEL, flag::TUNNEL);
+        // Slots in the map's order, a slot the map does not name left out,
+        // the last value of a slot wins; a non-critical option alone: no C.
+        let acts = [
+            DpAction::SetTunnelMetadata { slot: 2, value: 7 },
+            DpAction::SetTunnelMetadata { slot: 1, value: 9 },
+            DpAction::SetTunnelMetadata { slot: 0, value: 1 },
+            DpAction::SetTunnelMetadata { slot: 0, value: 3 },
+            DpAction::Output(6),
+        ];
+        let v = encode_tc(&k, &m, &acts, &p).unwrap().value;
+        let mut want = [0u8; 16];
+        want.copy_from_slice(&[
+            0x01, 0x02, 0x80, 0x01, 0, 0, 0, 3, 0xff, 0xff, 0x01, 0x01, 0, 0, 0, 7,
+        ]);
+        assert_eq!(
+            actions_of(&v)[0],
+            XdpAction::TunOpts {
+                chunk: 0,
+                data: want
+            }
+        );
+        let acts = [
+            DpAction::SetTunnelMetadata { slot: 2, value: 7 },
+            DpAction::Output(6),
+        ];
+        let v = encode_tc(&k, &m, &acts, &p).unwrap().value;
+        assert!(matches!(
+            actions_of(&v)[1],
+            XdpAction::TunnelOutput {
+                opts: 8,
+                critical: false,
+                ..
+            }
+        ));
+        // Metadata into a port without options (VXLAN), or a plain port:
+        // nothing on the wire.
+        for out in [5, 2] {
+            let acts = [
+                DpAction::SetTunnelMetadata { slot: 0, value: 1 },
+                DpAction::Output(out),
+            ];
+            assert_eq!(
+                actions_of(&encode_tc(&k, &m, &acts, &p).unwrap().value).len(),
+                1
+            );
+        }
+        // The packed form round-trips.
+        for a in actions_of(&encode_tc(&k, &m, &acts_ovn(), &p).unwrap().value) {
+            assert_eq!(XdpAction::from_raw(&a.raw()), Some(a));
+        }
+        // A chunk missing before the output is refused by pack.
+        assert_eq!(
+            pack(&[XdpAction::TunnelOutput {
+                slot: 1,
+                vni: TunnelVni::Template,
+                opts: 8,
+                critical: false
+            }])
+            .unwrap_err()
+            .reason,
+            "action:tun-opts"
+        );
+
+        // Matching: tun_metadata0 from the Geneve port is in the key.
+        let (mut kt, mut mt) = (k, m);
+        kt.in_port = 6;
+        kt.tun_metadata[0] = 0x0001_0002;
+        mt.0.tun_metadata[0] = 0x7fff_ffff;
+        assert_eq!(
+            encode(&kt, &mt, &[DpAction::Output(2)], &p)
+                .unwrap_err()
+                .reason,
+            "field:tun_metadata0"
+        );
+        let e = encode_tc(&kt, &mt, &[DpAction::Output(2)], &p).unwrap();
+        assert_eq!((e.key.tun_md0, e.mask.tun_md0), (0x0001_0002, 0x7fff_ffff));
+        // A slot no option fills and whose value is 0 leaves the match; one
+        // the map fills, or a non-zero one, stays in userspace.
+        let mut m3 = mt;
+        m3.0.tun_metadata[3] = u32::MAX;
+        let e = encode_tc(&kt, &m3, &[DpAction::Output(2)], &p).unwrap();
+        assert_eq!(e.mask, DpKey::from_flow_key(&mt.0));
+        let mut k3 = kt;
+        k3.tun_metadata[3] = 1;
+        assert_eq!(
+            encode_tc(&k3, &m3, &[DpAction::Output(2)], &p)
+                .unwrap_err()
+                .reason,
+            "field:tun_metadata3"
+        );
+        let mut m2 = mt;
+        m2.0.tun_metadata[2] = u32::MAX;
+        assert_eq!(
+            encode_tc(&kt, &m2, &[DpAction::Output(2)], &p)
+                .unwrap_err()
+                .reason,
+            "field:tun_metadata2"
+        );
+        // From a plain port: tun_metadata0 is 0 in every kernel frame.
+        kt.in_port = 1;
+        assert_eq!(
+            encode_tc(&kt, &mt, &[DpAction::Output(2)], &p)
+                .unwrap_err()
+                .reason,
+            "tc:tunnel"
+        );
+        kt.tun_metadata[0] = 0;
+        m2.0.tun_metadata[0] = 0;
+        assert!(encode_tc(&kt, &m2, &[DpAction::Output(2)], &p).is_ok());
+    }
+
+    fn acts_ovn() -> Vec<DpAction> {
+        vec![
+            DpAction::SetTunnelId(5),
+            DpAction::SetTunnelMetadata {
+                slot: 0,
+                value: 0x0001_0002,
+            },
+            DpAction::Output(6),
+        ]
+    }
+
+    #[test]
     fn tunnel_outputs_take_the_vni_from_where_userspace_would() {
         let (mut k, mut m) = tcp_flow();
         let p = WithTunnels(ports());
         let acts = |a: &[DpAction]| actions_of(&encode(&k, &m, a, &p).unwrap().value);
-        let out = |slot, vni| XdpAction::TunnelOutput { slot, vni };
+        let out = |slot, vni| XdpAction::TunnelOutput {
+            slot,
+            vni,
+            opts: 0,
+            critical: false,
+        };
         assert_eq!(
             acts(&[DpAction::Output(5)]),
             vec![out(3, TunnelVni::Template)]

@@ -53,7 +53,12 @@ pub struct DpKey {
     pub tun_dst: u32,
     pub tun_flags: u16,
     /// Always zero (the kernel hashes keys bytewise).
-    pub tun_pad: [u8; 6],
+    pub tun_pad: u16,
+    /// `tun_metadata0` of a frame the TC program decapsulated (the Geneve
+    /// option the tunnel port's TLV map names slot 0; zero otherwise). The
+    /// other seven slots are not in the key: flows matching them stay in
+    /// userspace.
+    pub tun_md0: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<DpKey>() == DP_KEY_WORDS * 8);
@@ -89,7 +94,8 @@ impl DpKey {
             tun_src: k.tun_src,
             tun_dst: k.tun_dst,
             tun_flags: k.tun_flags,
-            tun_pad: [0; 6],
+            tun_pad: 0,
+            tun_md0: k.tun_metadata[0],
         }
     }
 
@@ -120,6 +126,7 @@ impl DpKey {
             tun_src: self.tun_src,
             tun_dst: self.tun_dst,
             tun_flags: self.tun_flags,
+            tun_metadata: [self.tun_md0, 0, 0, 0, 0, 0, 0, 0],
             ..FlowKey::default()
         }
     }
@@ -201,7 +208,25 @@ pub mod op {
     pub const TUNNEL_OUTPUT: u8 = 21;
     /// Run the frame through `dp_meters[arg32]`; first action only.
     pub const METER: u8 = 22;
+    /// 16 bytes (`data`) of the Geneve options block of the
+    /// `TUNNEL_OUTPUT` that follows, chunk `arg16` (TC only).
+    pub const TUN_OPTS: u8 = 23;
 }
+
+/// `TUNNEL_OUTPUT`'s `data[TUN_OPT_LEN_AT]`: the Geneve option bytes the
+/// `TUN_OPTS` actions before it hold; `data[TUN_OPT_CRIT_AT]`: 0x40 (the
+/// header's C bit) when one of them is critical.
+pub const TUN_OPT_LEN_AT: usize = 4;
+pub const TUN_OPT_CRIT_AT: usize = 5;
+/// Most Geneve option bytes the TC program takes on receive and pushes on
+/// transmit (`DP_GENEVE_OPT_MAX`).
+pub const GENEVE_OPT_MAX: usize = 64;
+/// Outer header bytes with the most options (`DP_TUN_MAX_HDR`).
+pub const TUN_MAX_HDR: usize = TUN_HDR_LEN + GENEVE_OPT_MAX;
+/// Entries of a `TunRx` TLV map (`DP_TLV_MAX`).
+pub const TLV_MAX: usize = 8;
+/// `TunTx::flags`: the port sends an outer UDP checksum (`DP_TUN_TX_CSUM`).
+pub const TUN_TX_CSUM: u16 = 1;
 
 /// Where `TUNNEL_OUTPUT` takes the VNI from (`DP_TUN_VNI_*`).
 pub mod tun_vni {
@@ -358,6 +383,18 @@ pub struct TunRxKey {
 }
 const _: () = assert!(std::mem::size_of::<TunRxKey>() == 20);
 
+/// One entry of a Geneve port's TLV map in [`TunRx`] (`struct dp_tlv`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlvEntry {
+    /// Option class, host order.
+    pub opt_class: u16,
+    /// Option type, critical bit included (as mapped).
+    pub typ: u8,
+    /// `tun_metadata<slot>`.
+    pub slot: u8,
+}
+
 /// `dp_tun_rx` value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -366,6 +403,34 @@ pub struct TunRx {
     pub in_port: u32,
     /// [`TUN_VXLAN`] or [`TUN_GENEVE`].
     pub kind: u32,
+    /// Entries of `tlv` in use: the port's TLV map, which the TC program
+    /// reads received Geneve options through as the port does.
+    pub n_tlv: u32,
+    pub pad: u32,
+    pub tlv: [TlvEntry; TLV_MAX],
+}
+const _: () = assert!(std::mem::size_of::<TunRx>() == 48);
+
+impl TunRx {
+    /// The entry of tunnel port `in_port` of `kind` with `map` (a map
+    /// longer than [`TLV_MAX`] keeps its first entries: a Geneve port's map
+    /// has at most one entry per slot).
+    pub fn new(in_port: u32, kind: u32, map: &[nicflow_port::tunnel::TlvMapping]) -> TunRx {
+        let mut r = TunRx {
+            in_port,
+            kind,
+            ..TunRx::default()
+        };
+        for (e, m) in r.tlv.iter_mut().zip(map) {
+            *e = TlvEntry {
+                opt_class: m.class,
+                typ: m.typ,
+                slot: m.slot,
+            };
+            r.n_tlv += 1;
+        }
+        r
+    }
 }
 
 /// Entries of `dp_tun_tx` (tunnel slots).
@@ -388,7 +453,8 @@ pub struct TunTx {
     /// `nicflow_packet::tunnel::encap`'s header with the lengths, the IPv4
     /// checksum, the UDP source port and (for `key=flow`) the VNI zero.
     pub hdr: [u8; TUN_HDR_LEN],
-    pub pad: u16,
+    /// [`TUN_TX_CSUM`] for a `csum=true` port (TC engine).
+    pub flags: u16,
 }
 const _: () = assert!(std::mem::size_of::<TunTx>() == 68);
 
@@ -400,7 +466,7 @@ impl Default for TunTx {
             tx_slot: 0,
             inner_mtu: 0,
             hdr: [0; TUN_HDR_LEN],
-            pad: 0,
+            flags: 0,
         }
     }
 }
@@ -546,6 +612,13 @@ same_as_c! {
     op::SET_ARP_THA => DP_OP_SET_ARP_THA,
     op::TUNNEL_OUTPUT => DP_OP_TUNNEL_OUTPUT,
     op::METER => DP_OP_METER,
+    op::TUN_OPTS => DP_OP_TUN_OPTS,
+    TUN_OPT_LEN_AT => DP_TUN_OPT_LEN_AT,
+    TUN_OPT_CRIT_AT => DP_TUN_OPT_CRIT_AT,
+    GENEVE_OPT_MAX => DP_GENEVE_OPT_MAX,
+    TUN_MAX_HDR => DP_TUN_MAX_HDR,
+    TLV_MAX => DP_TLV_MAX,
+    TUN_TX_CSUM => DP_TUN_TX_CSUM,
     METER_BANDS => DP_METER_BANDS,
     METER_DROP => DP_METER_DROP,
     METER_REMARK => DP_METER_REMARK,
@@ -598,6 +671,7 @@ mod tests {
             "DP_RES_",
             "DP_TC",
             "DP_PULL_LEN",
+            "DP_CSUM_",
         ];
         let missing: Vec<&str> = super::c_abi::ALL
             .iter()
@@ -637,6 +711,9 @@ mod tests {
         assert_eq!(offset_of!(DpKey, tun_src), 96);
         assert_eq!(offset_of!(DpKey, tun_dst), 100);
         assert_eq!(offset_of!(DpKey, tun_flags), 104);
+        assert_eq!(offset_of!(DpKey, tun_md0), 108);
+        assert_eq!(offset_of!(TunRx, tlv), 16);
+        assert_eq!(offset_of!(TunTx, flags), 66);
         assert_eq!(offset_of!(PortEntry, flags), 8);
         assert_eq!(offset_of!(PortEntry, mac), 12);
         assert_eq!(offset_of!(PortEntry, upcall_ifindex), 20);
@@ -680,6 +757,7 @@ mod tests {
             tun_src: 0xc612_1401,
             tun_dst: 0xc612_1402,
             tun_flags: 8,
+            tun_metadata: [0x0102_0304, 0, 0, 0, 0, 0, 0, 0],
             ..FlowKey::default()
         };
         k.ipv6_src[0] = 0x20;
@@ -692,6 +770,7 @@ mod tests {
         // Fields outside the XDP key are dropped.
         k.regs[0] = 5;
         k.ct_state = 1;
+        k.tun_metadata[1] = 9;
         assert_eq!(DpKey::from_flow_key(&k), d);
         let m = DpKey {
             nw_src: 0xffff_ff00,

@@ -31,8 +31,8 @@ pub mod layout;
 pub mod masks;
 
 pub use encode::{
-    encode, encode_tc, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelVni,
-    XdpAction,
+    encode, encode_tc, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelTlv,
+    TunnelVni, XdpAction,
 };
 pub use engine::{
     AttachMode, EngineKind, EngineStats, FlowCounters, FlowHandle, XdpEngine, XdpEngineConfig,
