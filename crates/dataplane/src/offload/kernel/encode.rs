@@ -24,6 +24,7 @@
 //! | `action:set-sctp-port` | SCTP port rewrite needs a CRC32c over the packet |
 //! | `action:set-icmp` | ICMP type/code rewrite (`set_field:..->icmp_type`): the program's port rewrite does not cover ICMP |
 //! | `action:push-vlan-before-tunnel` | a frame that grows before encapsulation could outgrow the MTU pre-check |
+//! | `action:tun-opts` | hand-packed lists only: a tunnel output whose Geneve option chunks (`TunOpts`) are not right before it |
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
