@@ -904,10 +904,20 @@ fn state_diff(before: &ChassisState, after: &ChassisState) -> Vec<String> {
         (gone, new)
     }
     let mut d = Vec::new();
-    for (what, a, b) in [
-        ("flows", &before.flows, &after.flows),
-        ("groups", &before.groups, &after.groups),
-    ] {
+    let (a, b) = (&before.flows, &after.flows);
+    if a != b && !same_but_zero_cookies(a, b) {
+        let (gone, new) = multiset_diff(a, b);
+        d.push(format!(
+            "flows {} -> {}: {} missing (first: {:?}), {} extra (first: {:?})",
+            a.len(),
+            b.len(),
+            gone.len(),
+            gone.first(),
+            new.len(),
+            new.first()
+        ));
+    }
+    for (what, a, b) in [("groups", &before.groups, &after.groups)] {
         if a != b {
             let (gone, new) = multiset_diff(a, b);
             d.push(format!(
@@ -943,6 +953,38 @@ fn state_diff(before: &ChassisState, after: &ChassisState) -> Vec<String> {
         d.push(format!("duplicates: {:?}", after.duplicates));
     }
     d
+}
+
+/// A flow's cookie and the rest of it.
+fn split_cookie(flow: &str) -> (&str, &str) {
+    match flow.strip_prefix("cookie=") {
+        Some(r) => r.split_once(", ").unwrap_or((r, "")),
+        None => ("0x0", flow),
+    }
+}
+
+/// The same flows, and every cookie the same except where one side has 0:
+/// ovn-controller installs one OpenFlow flow for identical desired flows
+/// of several sources (a physical flow, cookie 0, and one of an SB row,
+/// cookie = its uuid), with the cookie of whichever it linked first, and a
+/// restart (a full computation) may link the other. Seen in this lab on
+/// ch1's multicast-group flows of the external switch (table 40).
+fn same_but_zero_cookies(a: &[String], b: &[String]) -> bool {
+    fn by_rest(v: &[String]) -> BTreeMap<&str, Vec<&str>> {
+        let mut m: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for f in v {
+            let (c, r) = split_cookie(f);
+            m.entry(r).or_default().push(c);
+        }
+        m
+    }
+    let (ma, mb) = (by_rest(a), by_rest(b));
+    ma.len() == mb.len()
+        && ma.iter().all(|(rest, ca)| {
+            mb.get(rest).is_some_and(|cb| {
+                ca == cb || (ca.len() == 1 && cb.len() == 1 && (ca[0] == "0x0" || cb[0] == "0x0"))
+            })
+        })
 }
 
 /// Both chassis' states once they hold still (two reads 1 s apart equal).
@@ -1193,8 +1235,10 @@ fn run_faults(mode: &str, mix: [Vswitch; 2], ch: usize) {
             ),
         );
         eprintln!("{fault}: ping {:?}; tcp {:?}", row.ping, row.tcp);
-        if d != ChassisDaemon::Vswitch {
-            // The data path does not depend on this daemon.
+        if d != ChassisDaemon::Vswitch && matches!(lab.vswitch(ch), Vswitch::Nicflow(_)) {
+            // The data path does not depend on this daemon. (Asserted for
+            // nicflow; ovs-vswitchd, the baseline, is only measured: its
+            // main loop stalls ~3 s when its ovsdb-server is killed.)
             let ping_ok = row
                 .ping
                 .is_some_and(|p| p.lost == 0 && p.gap_s < CONTROL_PLANE_GAP.as_secs_f64());
@@ -1286,6 +1330,28 @@ fn delivery_gaps_and_losses() {
     assert_eq!(
         tcp_receipts("connected 4242\n5.5 7\n5.6 8\nERROR x\n"),
         vec![(5.5, 7), (5.6, 8)]
+    );
+}
+
+#[test]
+fn zero_cookie_swaps_only_are_tolerated() {
+    let f = |c: &str, m: &str| format!("cookie={c}, table=40, priority=100,reg15={m} actions=drop");
+    let before = vec![f("0x0", "0x8000"), f("0x12", "0x8001")];
+    let swapped = vec![f("0x34", "0x8000"), f("0x12", "0x8001")];
+    assert!(same_but_zero_cookies(&before, &swapped));
+    // Another non-zero cookie, a lost flow, a duplicate: all differences.
+    assert!(!same_but_zero_cookies(
+        &before,
+        &[f("0x0", "0x8000"), f("0x13", "0x8001")]
+    ));
+    assert!(!same_but_zero_cookies(&before, &[f("0x0", "0x8000")]));
+    assert!(!same_but_zero_cookies(
+        &before,
+        &[f("0x0", "0x8000"), f("0x12", "0x8001"), f("0x12", "0x8001")]
+    ));
+    assert_eq!(
+        split_cookie("table=0, priority=1 actions=drop"),
+        ("0x0", "table=0, priority=1 actions=drop")
     );
 }
 
