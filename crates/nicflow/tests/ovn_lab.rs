@@ -1211,16 +1211,25 @@ fn run_faults(mode: &str, mix: [Vswitch; 2], ch: usize) {
                 Err(e) => e.clone(),
             },
         );
-        // Let the probes deliver past the convergence point.
-        std::thread::sleep(Duration::from_secs(1));
-        let to = unix_now() - 0.5;
-        row.ping = delivery(
-            &ping_receipts(&std::fs::read_to_string(&ping_log).unwrap_or_default()),
-            from,
-            to,
-        );
-        let tcp_text = std::fs::read_to_string(&tcp_log).unwrap_or_default();
-        row.tcp = delivery(&tcp_receipts(&tcp_text), from, to);
+        // The window ends at convergence; both probes must deliver after
+        // it (TCP may wait out its retransmission backoff: up to 60 s).
+        let to = unix_now();
+        let mut tcp_text;
+        let resumed = Instant::now() + Duration::from_secs(60);
+        loop {
+            row.ping = delivery(
+                &ping_receipts(&std::fs::read_to_string(&ping_log).unwrap_or_default()),
+                from,
+                to,
+            );
+            tcp_text = std::fs::read_to_string(&tcp_log).unwrap_or_default();
+            row.tcp = delivery(&tcp_receipts(&tcp_text), from, to);
+            let dead = tcp_text.lines().any(|l| l.starts_with("ERROR"));
+            if (row.ping.is_some() && row.tcp.is_some()) || dead || Instant::now() >= resumed {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
         let connects = tcp_text
             .lines()
             .filter(|l| l.starts_with("connected"))
