@@ -11,6 +11,11 @@
 //! `nicflow vswitchd` on every chassis and on one; they skip while `nicflow
 //! vswitchd --help` fails.
 //!
+//! `ovn_lab_faults` kills -9 and restarts a chassis' ovsdb-server,
+//! ovn-controller and vswitch in turn under established traffic and checks
+//! that the same flows, groups and ports come back, the matrix still
+//! passes and the TCP connection survives (docs/ovn.md, "Faults").
+//!
 //! Run: `cargo test -p nicflow --test ovn_lab -- --nocapture` (root).
 
 mod common;
