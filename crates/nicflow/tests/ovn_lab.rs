@@ -765,24 +765,22 @@ struct ChassisState {
 
 fn chassis_state(lab: &OvnLab, ch: usize) -> Result<ChassisState, String> {
     let of = |args: &[&str]| lab.ofctl(ch, args).map_err(|e| e.to_string());
-    // OpenFlow 1.3, not 1.5: nicflow's 1.5 replies encode `move` and
-    // `load` as Nicira actions (NXAST_REG_MOVE/REG_LOAD), which OVS accepts
-    // only up to 1.4, so `ovs-ofctl -O OpenFlow15 dump-flows` cannot decode
-    // a nicflow br-int programmed by OVN (a known gap, docs/ovn.md), and
-    // nicflow does not speak 1.4. 1.3 shows the same flows, cookies
-    // included, on both vswitches.
-    let mut flows: Vec<String> = of(&["-O", "OpenFlow13", "dump-flows", "br-int"])?
+    // OpenFlow 1.5, as ovn-controller speaks it (nicflow's 1.5 replies
+    // carry moves and loads as OFPAT_COPY_FIELD/SET_FIELD, which
+    // `ovs-ofctl -O OpenFlow15` decodes; they used to be Nicira actions it
+    // refuses in 1.5).
+    let mut flows: Vec<String> = of(&["-O", "OpenFlow15", "dump-flows", "br-int"])?
         .lines()
         .filter(|l| l.contains("actions="))
         .map(flow_key)
         .collect();
     flows.sort();
-    let mut groups: Vec<String> = of(&["-O", "OpenFlow13", "dump-groups", "br-int"])?
+    let groups: Vec<String> = of(&["-O", "OpenFlow15", "dump-groups", "br-int"])?
         .lines()
         .filter(|l| l.contains("group_id="))
         .map(|l| l.trim().to_string())
         .collect();
-    groups.sort();
+    let (groups, flows) = renumber_groups(&groups, &flows);
     let mut duplicates = Vec::new();
     let mut db_ports = BTreeMap::new();
     let list = lab
@@ -816,7 +814,7 @@ fn chassis_state(lab: &OvnLab, ch: usize) -> Result<ChassisState, String> {
         }
     }
     let mut of_ports = BTreeMap::new();
-    for l in of(&["-O", "OpenFlow13", "dump-ports-desc", "br-int"])?.lines() {
+    for l in of(&["-O", "OpenFlow15", "dump-ports-desc", "br-int"])?.lines() {
         // " 3(vm1): addr:..." / " LOCAL(br-int): addr:..."
         let t = l.trim_start();
         let Some((no, rest)) = t.split_once('(') else {
@@ -958,6 +956,53 @@ fn state_diff(before: &ChassisState, after: &ChassisState) -> Vec<String> {
         d.push(format!("duplicates: {:?}", after.duplicates));
     }
     d
+}
+
+/// Groups numbered by their content, and the flows' `group:N` with them:
+/// ovn-controller allocates group ids anew when it restarts (the two load
+/// balancer groups of ch1 came back swapped), so the ids themselves are not
+/// what must survive; which group each flow points to is. Sorted.
+fn renumber_groups(groups: &[String], flows: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut by_body: Vec<(String, String)> = groups
+        .iter()
+        .map(|g| {
+            let rest = g.strip_prefix("group_id=").unwrap_or(g);
+            let (id, body) = rest.split_once(',').unwrap_or((rest, ""));
+            (body.to_string(), id.to_string())
+        })
+        .collect();
+    by_body.sort();
+    let new_id: BTreeMap<String, usize> = by_body
+        .iter()
+        .enumerate()
+        .map(|(i, (_, id))| (id.clone(), i + 1))
+        .collect();
+    let mut groups: Vec<String> = by_body
+        .iter()
+        .map(|(body, id)| format!("group_id=G{},{body}", new_id[id]))
+        .collect();
+    groups.sort();
+    let mut flows: Vec<String> = flows
+        .iter()
+        .map(|f| {
+            let mut out = String::with_capacity(f.len());
+            let mut rest = f.as_str();
+            while let Some(i) = rest.find("group:") {
+                out.push_str(&rest[..i + 6]);
+                rest = &rest[i + 6..];
+                let n = rest.chars().take_while(char::is_ascii_digit).count();
+                match new_id.get(&rest[..n]) {
+                    Some(g) if n > 0 => out.push_str(&format!("G{g}")),
+                    _ => out.push_str(&rest[..n]),
+                }
+                rest = &rest[n..];
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect();
+    flows.sort();
+    (groups, flows)
 }
 
 /// A flow's cookie and the rest of it.
@@ -1367,6 +1412,22 @@ fn zero_cookie_swaps_only_are_tolerated() {
         split_cookie("table=0, priority=1 actions=drop"),
         ("0x0", "table=0, priority=1 actions=drop")
     );
+}
+
+#[test]
+fn groups_compare_by_content_not_id() {
+    let g =
+        |id: u32, zone: &str| format!("group_id={id},type=select,bucket=actions=ct(zone={zone})");
+    let f = |id: u32| format!("table=15, priority=120,tcp actions=group:{id}");
+    let f2 = |id: u32| format!("table=15, priority=121,udp actions=group:{id}");
+    let before = renumber_groups(&[g(1, "a"), g(2, "b")], &[f(1), f2(2)]);
+    // The same groups under swapped ids, the flows following them: equal.
+    let swapped = renumber_groups(&[g(2, "a"), g(1, "b")], &[f(2), f2(1)]);
+    assert_eq!(before, swapped);
+    // A flow pointing at the other group: different.
+    let wrong = renumber_groups(&[g(1, "a"), g(2, "b")], &[f(2), f2(1)]);
+    assert_ne!(before, wrong);
+    assert!(before.1[0].ends_with("group:G1"), "{before:?}");
 }
 
 #[test]

@@ -279,6 +279,105 @@ pub(crate) fn check_set_value(entry: &OxmEntry) -> Result<(), OfpError> {
     Ok(())
 }
 
+thread_local! {
+    /// Encoding for OpenFlow 1.5 (set by [`encode_instructions_as`] and
+    /// [`encode_actions_as`] for the actions they encode, nested ones
+    /// included): OVS accepts NXAST_REG_MOVE, NXAST_REG_LOAD and
+    /// NXAST_REG_LOAD2 only up to 1.4, and reads them in 1.5 as
+    /// OFPAT_COPY_FIELD and (masked) OFPAT_SET_FIELD, as it writes them.
+    static OF15: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with actions encoded for OpenFlow `version`.
+fn with_version<T>(version: u8, f: impl FnOnce() -> T) -> T {
+    let prev = OF15.with(|c| c.replace(version >= crate::msg::OFP15_VERSION));
+    let r = f();
+    OF15.with(|c| c.set(prev));
+    r
+}
+
+/// [`encode_actions`] in OpenFlow `version`: in 1.5, moves are
+/// OFPAT_COPY_FIELD and loads OFPAT_SET_FIELD (masked when partial).
+pub fn encode_actions_as(version: u8, actions: &[OfAction], out: &mut Vec<u8>) {
+    with_version(version, || encode_actions(actions, out))
+}
+
+/// A load as OpenFlow 1.5 carries it: an OFPAT_SET_FIELD entry, masked
+/// when it does not cover the whole field; None when a set-field could not
+/// carry it (a value outside the field's valid bits, `in_port`, a VLAN id
+/// without OFPVID_PRESENT): such a load stays a Nicira action.
+fn of15_load(a: &OfAction) -> Option<OxmEntry> {
+    let (field, value, mask) = match a {
+        OfAction::RegLoad {
+            dst,
+            ofs,
+            n_bits,
+            value,
+        } => {
+            let bits = u32::from(*n_bits);
+            if bits == 0 || u32::from(*ofs) + bits > 128 {
+                return None;
+            }
+            let ones = if bits >= 128 {
+                u128::MAX
+            } else {
+                (1u128 << bits) - 1
+            };
+            let mask = ones << ofs;
+            (*dst, (u128::from(*value) << ofs) & mask, Some(mask))
+        }
+        OfAction::RegLoad2(en) => (en.field, en.value, en.mask),
+        _ => return None,
+    };
+    let bytes = u32::from(field.def().bytes);
+    let full = if bytes >= 16 {
+        u128::MAX
+    } else {
+        (1u128 << (bytes * 8)) - 1
+    };
+    let entry = OxmEntry {
+        field,
+        value,
+        mask: mask.filter(|m| *m & full != full),
+    };
+    check_set_value(&entry).ok()?;
+    Some(entry)
+}
+
+/// `actions` as an OpenFlow 1.5 encoding decodes them (nested ones too):
+/// loads become set-fields ([`OfAction::SetField`], or
+/// [`OfAction::RegLoad2`] when masked); everything else is unchanged.
+/// For tests and for comparing what a 1.5 peer reads back.
+pub fn as_of15(actions: &[OfAction]) -> Vec<OfAction> {
+    actions
+        .iter()
+        .map(|a| match a {
+            OfAction::Clone(inner) => OfAction::Clone(as_of15(inner)),
+            OfAction::Ct(ct) => OfAction::Ct(NxCt {
+                actions: as_of15(&ct.actions),
+                ..ct.clone()
+            }),
+            a => match of15_load(a) {
+                Some(e) if e.mask.is_some() => OfAction::RegLoad2(e),
+                Some(e) => OfAction::SetField(e),
+                None => a.clone(),
+            },
+        })
+        .collect()
+}
+
+/// [`as_of15`] over instructions.
+pub fn instructions_as_of15(insts: &[Instruction]) -> Vec<Instruction> {
+    insts
+        .iter()
+        .map(|i| match i {
+            Instruction::ApplyActions(a) => Instruction::ApplyActions(as_of15(a)),
+            Instruction::WriteActions(a) => Instruction::WriteActions(as_of15(a)),
+            i => i.clone(),
+        })
+        .collect()
+}
+
 /// Encode an action list.
 pub fn encode_actions(actions: &[OfAction], out: &mut Vec<u8>) {
     for a in actions {
@@ -326,6 +425,36 @@ pub fn encode_action(a: &OfAction, out: &mut Vec<u8>) {
         OfAction::DecNwTtl => {
             simple(out, ofpat::DEC_NW_TTL);
             wire::put_zeros(out, 4);
+        }
+        OfAction::RegMove {
+            src,
+            src_ofs,
+            dst,
+            dst_ofs,
+            n_bits,
+        } if OF15.with(|c| c.get()) => {
+            wire::put_u16(out, ofpat::COPY_FIELD);
+            wire::put_u16(out, 0);
+            wire::put_u16(out, *n_bits);
+            wire::put_u16(out, *src_ofs);
+            wire::put_u16(out, *dst_ofs);
+            wire::put_zeros(out, 2);
+            oxm::write_field_header(out, *src, false);
+            oxm::write_field_header(out, *dst, false);
+            wire::pad8_from(out, start);
+            let len = wire::len16(out, start);
+            wire::patch_u16(out, start + 2, len);
+        }
+        OfAction::RegLoad { .. } | OfAction::RegLoad2(_)
+            if OF15.with(|c| c.get()) && of15_load(a).is_some() =>
+        {
+            let entry = of15_load(a).expect("checked");
+            wire::put_u16(out, ofpat::SET_FIELD);
+            wire::put_u16(out, 0);
+            oxm::write_entry(out, entry.field, false, entry.value, entry.mask);
+            wire::pad8_from(out, start);
+            let len = wire::len16(out, start);
+            wire::patch_u16(out, start + 2, len);
         }
         OfAction::SetField(entry) => {
             wire::put_u16(out, ofpat::SET_FIELD);
@@ -436,13 +565,15 @@ pub fn meter_as_action(insts: &[Instruction]) -> Vec<Instruction> {
 
 /// [`encode_instructions`] in OpenFlow `version` (1.5: [`meter_as_action`]).
 pub fn encode_instructions_as(version: u8, insts: &[Instruction], out: &mut Vec<u8>) {
-    if version >= crate::msg::OFP15_VERSION
-        && insts.iter().any(|i| matches!(i, Instruction::Meter(_)))
-    {
-        encode_instructions(&meter_as_action(insts), out)
-    } else {
-        encode_instructions(insts, out)
-    }
+    with_version(version, || {
+        if version >= crate::msg::OFP15_VERSION
+            && insts.iter().any(|i| matches!(i, Instruction::Meter(_)))
+        {
+            encode_instructions(&meter_as_action(insts), out)
+        } else {
+            encode_instructions(insts, out)
+        }
+    })
 }
 
 pub fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
@@ -477,5 +608,97 @@ pub fn encode_instructions(insts: &[Instruction], out: &mut Vec<u8>) {
             Instruction::ClearActions => wire::put_zeros(out, 4),
             Instruction::Meter(m) => wire::put_u32(out, *m),
         }
+    }
+}
+
+#[cfg(test)]
+mod of15_tests {
+    use super::*;
+
+    /// In 1.5, moves and loads leave as OFPAT_COPY_FIELD and OFPAT_SET_FIELD
+    /// (OVS reads NXAST_REG_MOVE/REG_LOAD/REG_LOAD2 only up to 1.4: `ovs-ofctl
+    /// -O OpenFlow15 dump-flows` of an OVN-programmed nicflow bridge failed
+    /// with OFPBAC_BAD_VENDOR_TYPE), also inside `ct(exec(...))`; in 1.3
+    /// they stay Nicira actions. Both decode to the same moves and loads.
+    #[test]
+    fn of15_moves_and_loads_are_standard_actions() {
+        let mv = OfAction::RegMove {
+            src: OxmField::Reg(10),
+            src_ofs: 12,
+            dst: OxmField::XXReg(0),
+            dst_ofs: 111,
+            n_bits: 1,
+        };
+        let load = OfAction::RegLoad {
+            dst: OxmField::Reg(13),
+            ofs: 4,
+            n_bits: 8,
+            value: 0xab,
+        };
+        let whole = OfAction::RegLoad2(OxmEntry {
+            field: OxmField::Reg(15),
+            value: 0x8000,
+            mask: None,
+        });
+        let acts = vec![mv.clone(), load, whole.clone()];
+        let mut b15 = Vec::new();
+        encode_actions_as(crate::msg::OFP15_VERSION, &acts, &mut b15);
+        let types: Vec<u16> = {
+            let mut r = Vec::new();
+            let mut at = 0;
+            while at < b15.len() {
+                r.push(u16::from_be_bytes([b15[at], b15[at + 1]]));
+                at += usize::from(u16::from_be_bytes([b15[at + 2], b15[at + 3]]));
+            }
+            r
+        };
+        assert_eq!(
+            types,
+            vec![ofpat::COPY_FIELD, ofpat::SET_FIELD, ofpat::SET_FIELD]
+        );
+        let back = decode_actions(&b15).unwrap();
+        assert_eq!(back[0], mv);
+        assert_eq!(
+            back[1],
+            OfAction::RegLoad2(OxmEntry {
+                field: OxmField::Reg(13),
+                value: 0xab << 4,
+                mask: Some(0xff << 4),
+            })
+        );
+        assert_eq!(
+            back[2],
+            OfAction::SetField(match whole {
+                OfAction::RegLoad2(e) => e,
+                _ => unreachable!(),
+            })
+        );
+        // 1.3 (and the default): Nicira actions, as before.
+        let mut b13 = Vec::new();
+        encode_actions(&acts, &mut b13);
+        assert_eq!(u16::from_be_bytes([b13[0], b13[1]]), ofpat::EXPERIMENTER);
+        assert_eq!(decode_actions(&b13).unwrap()[0], mv);
+        // A load no set-field can carry (ip_tos's ECN bits are not part of
+        // NXM_OF_IP_TOS) stays a Nicira action, and reads back as itself.
+        let ecn = OfAction::RegLoad {
+            dst: OxmField::IpTos,
+            ofs: 0,
+            n_bits: 2,
+            value: 3,
+        };
+        let mut b = Vec::new();
+        encode_actions_as(
+            crate::msg::OFP15_VERSION,
+            std::slice::from_ref(&ecn),
+            &mut b,
+        );
+        assert_eq!(u16::from_be_bytes([b[0], b[1]]), ofpat::EXPERIMENTER);
+        assert_eq!(decode_actions(&b).unwrap(), vec![ecn.clone()]);
+        assert_eq!(as_of15(std::slice::from_ref(&ecn)), vec![ecn]);
+        assert_eq!(as_of15(&acts), back);
+        // The 1.5 setting does not leak past the call.
+        let mut again = Vec::new();
+        encode_actions(&[mv], &mut again);
+        assert_eq!(again, b13[..again.len()]);
     }
 }

@@ -238,7 +238,7 @@ impl Bucket {
         wire::put_u16(out, 0);
         wire::put_u32(out, self.bucket_id);
         let astart = out.len();
-        action::encode_actions(&self.actions, out);
+        action::encode_actions_as(super::OFP15_VERSION, &self.actions, out);
         let alen = wire::len16(out, astart);
         wire::patch_u16(out, start + 2, alen);
         if group_type == group_type::SELECT || self.weight != 1 {
