@@ -14,6 +14,12 @@
 //! to reach every chassis (`--wait=hv`: ovn-controller on each chassis has
 //! installed them). Mixes whose vswitch cannot start (`nicflow vswitchd`
 //! before it exists) are reported as not run, with the reason.
+//!
+//! `--repeat N` (default 3) measures every mix N times, a fresh lab each
+//! time, the mixes alternating within each round (ovs, nicflow, ..., then
+//! again) so that slow drift of a shared machine spreads over all of them;
+//! the report gives the median of the rounds with the min–max beside it
+//! (one run is not significant here: see docs/ovn.md, "Noise").
 
 use super::cpu;
 use super::report::{self, Figure, Series};
@@ -35,6 +41,10 @@ pub struct Args {
     /// ACLs added in one transaction for the install-time measure.
     #[arg(long, default_value_t = 1000)]
     pub acls: usize,
+    /// Rounds: every mix is measured this many times (mixes alternating
+    /// within a round); the report shows medians and min–max.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
     /// Where the run goes, re-rendering, smoke runs.
     #[command(flatten)]
     pub run: super::RunArgs,
@@ -89,6 +99,14 @@ pub struct MixResult {
     pub errors: Vec<String>,
     /// Why the mix did not run at all.
     pub not_run: Option<String>,
+    /// In `Results::runs`: which round (1-based). In `Results::mixes`: how
+    /// many rounds the medians above are taken over.
+    #[serde(default)]
+    pub round: usize,
+    /// In `Results::mixes`: min and max over the rounds of each measure
+    /// (keys as in [`Results::RANGE_KEYS`]); empty for one round.
+    #[serde(default)]
+    pub range: std::collections::BTreeMap<String, [f64; 2]>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,7 +114,151 @@ pub struct Results {
     pub machine: String,
     pub command: String,
     pub seconds: f64,
+    /// One entry per mix: medians over the rounds (`round` = how many).
     pub mixes: Vec<MixResult>,
+    /// Rounds per mix (`--repeat`).
+    #[serde(default = "one")]
+    pub repeat: usize,
+    /// Every round of every mix, in the order measured.
+    #[serde(default)]
+    pub runs: Vec<MixResult>,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// A measure of one round, by the key it has in [`MixResult::range`].
+type Measure = fn(&MixResult) -> Option<f64>;
+
+impl Results {
+    /// The measures summarised over rounds (median, min–max).
+    pub const RANGE_KEYS: [(&'static str, Measure); 12] = [
+        ("lab_up_s", |m| m.lab_up_s),
+        ("nbctl_s", |m| m.nbctl_s),
+        ("installed_s", |m| m.installed_s),
+        ("ready_s", |m| m.ready_s),
+        ("tcp1_gbps", |m| tcp_of(m, 1).map(|t| t.gbps)),
+        ("tcp4_gbps", |m| tcp_of(m, 4).map(|t| t.gbps)),
+        ("tcp1_cores", |m| {
+            tcp_of(m, 1).map(|t| t.cpu.vswitch_cores())
+        }),
+        ("tcp4_cores", |m| {
+            tcp_of(m, 4).map(|t| t.cpu.vswitch_cores())
+        }),
+        ("rr_us", |m| m.rr_us),
+        ("rr_tps", |m| m.rr_tps),
+        ("acl_s", |m| m.acl_s),
+        ("acl_controller_s", |m| {
+            m.acl_cpu.as_ref().map(|c| c.controller_s)
+        }),
+    ];
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn median_of(runs: &[&MixResult], f: impl Fn(&MixResult) -> Option<f64>) -> Option<f64> {
+    median(&runs.iter().filter_map(|m| f(m)).collect::<Vec<_>>())
+}
+
+fn median_cpu(cs: &[&DaemonCpu]) -> Option<DaemonCpu> {
+    let m = |f: fn(&DaemonCpu) -> f64| median(&cs.iter().map(|c| f(c)).collect::<Vec<_>>());
+    Some(DaemonCpu {
+        wall_s: m(|c| c.wall_s)?,
+        vswitch_s: m(|c| c.vswitch_s)?,
+        controller_s: m(|c| c.controller_s)?,
+    })
+}
+
+/// One mix over its rounds: every measure the median of the rounds that
+/// have it (a CPU figure is the median of each of its parts), errors of
+/// every round, min–max of [`Results::RANGE_KEYS`] when there is more than
+/// one round.
+pub fn summarize(runs: &[&MixResult]) -> MixResult {
+    let Some(first) = runs.first() else {
+        return MixResult::default();
+    };
+    let med = |f: fn(&MixResult) -> Option<f64>| median_of(runs, f);
+    let mut tcp = Vec::new();
+    for streams in [1usize, 4] {
+        let ts: Vec<&Tcp> = runs.iter().filter_map(|m| tcp_of(m, streams)).collect();
+        if ts.is_empty() {
+            continue;
+        }
+        let g = median(&ts.iter().map(|t| t.gbps).collect::<Vec<_>>());
+        let r = median(&ts.iter().map(|t| t.retransmits as f64).collect::<Vec<_>>());
+        let cpu = median_cpu(&ts.iter().map(|t| &t.cpu).collect::<Vec<_>>());
+        if let (Some(gbps), Some(r), Some(cpu)) = (g, r, cpu) {
+            tcp.push(Tcp {
+                streams,
+                gbps,
+                retransmits: r.round() as u64,
+                cpu,
+            });
+        }
+    }
+    let cpu_of = |f: fn(&MixResult) -> Option<&DaemonCpu>| {
+        let cs: Vec<&DaemonCpu> = runs.iter().filter_map(|m| f(m)).collect();
+        median_cpu(&cs)
+    };
+    let mut range = std::collections::BTreeMap::new();
+    if runs.len() > 1 {
+        for (k, f) in Results::RANGE_KEYS {
+            let v: Vec<f64> = runs
+                .iter()
+                .filter_map(|m| f(m))
+                .filter(|x| x.is_finite())
+                .collect();
+            if let (Some(lo), Some(hi)) = (
+                v.iter().copied().reduce(f64::min),
+                v.iter().copied().reduce(f64::max),
+            ) {
+                range.insert(k.to_string(), [lo, hi]);
+            }
+        }
+    }
+    MixResult {
+        mix: first.mix.clone(),
+        ch1: first.ch1.clone(),
+        ch2: first.ch2.clone(),
+        lab_up_s: med(|m| m.lab_up_s),
+        nbctl_s: med(|m| m.nbctl_s),
+        installed_s: med(|m| m.installed_s),
+        ready_s: med(|m| m.ready_s),
+        tcp,
+        rr_us: med(|m| m.rr_us),
+        rr_tps: med(|m| m.rr_tps),
+        rr_cpu: cpu_of(|m| m.rr_cpu.as_ref()),
+        acls: first.acls,
+        acl_s: med(|m| m.acl_s),
+        flows_before: med(|m| m.flows_before.map(|n| n as f64)).map(|x| x.round() as usize),
+        flows_after: med(|m| m.flows_after.map(|n| n as f64)).map(|x| x.round() as usize),
+        acl_cpu: cpu_of(|m| m.acl_cpu.as_ref()),
+        errors: runs
+            .iter()
+            .flat_map(|m| {
+                m.errors
+                    .iter()
+                    .map(move |e| format!("round {}: {e}", m.round))
+            })
+            .collect(),
+        not_run: first.not_run.clone(),
+        round: runs.len(),
+        range,
+    }
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
@@ -114,18 +276,25 @@ fn run(args: &Args) -> anyhow::Result<Results> {
     // The baseline first, always.
     mixes.retain(|m| m != "ovs");
     mixes.insert(0, "ovs".into());
+    let repeat = if args.run.quick {
+        1
+    } else {
+        args.repeat as usize
+    };
     let mut r = Results {
         machine: super::machine_description(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         seconds,
         mixes: Vec::new(),
+        repeat,
+        runs: Vec::new(),
     };
+    // Which mixes can run at all (checked once, not every round).
+    let mut plan = Vec::new();
+    let mut not_run = Vec::new();
     for mix in mixes {
-        if super::forward::interrupted() {
-            break;
-        }
         let vs = ovn::vswitch_mix(&mix, &bin)?;
-        let mut m = MixResult {
+        let m = MixResult {
             mix: mix.clone(),
             ch1: vs[0].label().into(),
             ch2: vs[1].label().into(),
@@ -135,18 +304,39 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         if vs.iter().any(|v| matches!(v, Vswitch::Nicflow(_))) {
             if let Err(why) = nicflow_vswitchd(&bin) {
                 eprintln!("[ovn] {mix}: not run: {why}");
-                m.not_run = Some(why);
-                r.mixes.push(m);
+                not_run.push(MixResult {
+                    not_run: Some(why),
+                    ..m
+                });
                 continue;
             }
         }
-        eprintln!("[ovn] {mix}: ch1 {}, ch2 {}", m.ch1, m.ch2);
-        if let Err(e) = measure(&vs, seconds, args.acls, &mut m) {
-            eprintln!("[ovn] {mix}: {e:#}");
-            m.errors.push(format!("{e:#}"));
-        }
-        r.mixes.push(m);
+        plan.push((vs, m));
     }
+    'rounds: for round in 1..=repeat {
+        for (vs, m) in &plan {
+            if super::forward::interrupted() {
+                break 'rounds;
+            }
+            let mut m = MixResult { round, ..m.clone() };
+            eprintln!(
+                "[ovn] round {round}/{repeat}, {}: ch1 {}, ch2 {}",
+                m.mix, m.ch1, m.ch2
+            );
+            if let Err(e) = measure(vs, seconds, args.acls, &mut m) {
+                eprintln!("[ovn] {}: {e:#}", m.mix);
+                m.errors.push(format!("{e:#}"));
+            }
+            r.runs.push(m);
+        }
+    }
+    for (_, m) in &plan {
+        let rounds: Vec<&MixResult> = r.runs.iter().filter(|x| x.mix == m.mix).collect();
+        if !rounds.is_empty() {
+            r.mixes.push(summarize(&rounds));
+        }
+    }
+    r.mixes.extend(not_run);
     Ok(r)
 }
 
@@ -402,18 +592,43 @@ fn figures(r: &Results) -> Vec<Figure> {
             })
             .collect()
     };
+    // With several rounds: the min and max of each mix beside its median.
+    let mut tcp = series(&|t| t.gbps);
+    for m in r
+        .mixes
+        .iter()
+        .filter(|m| m.not_run.is_none() && !m.range.is_empty())
+    {
+        for (end, label) in [(0usize, "min"), (1, "max")] {
+            tcp.push(Series {
+                name: format!("{} {label} of {} rounds", m.mix, m.round),
+                points: [1usize, 4]
+                    .iter()
+                    .map(|&s| {
+                        let key = format!("tcp{s}_gbps");
+                        (s as f64, m.range.get(&key).map(|r| r[end]))
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let median = if r.repeat > 1 {
+        format!(", median of {} rounds", r.repeat)
+    } else {
+        String::new()
+    };
     vec![
         Figure {
             id: "tcp".into(),
-            title: "Cross-chassis TCP over Geneve (vm1 on ch1 -> vm2 on ch2)".into(),
+            title: format!("Cross-chassis TCP over Geneve (vm1 on ch1 -> vm2 on ch2{median})"),
             x_label: "parallel TCP streams".into(),
             y_label: "throughput (Gbit/s)".into(),
             log_x: false,
-            series: series(&|t| t.gbps),
+            series: tcp,
         },
         Figure {
             id: "vswitch-cpu-per-gbit".into(),
-            title: "Vswitch CPU per Gbit (both chassis)".into(),
+            title: format!("Vswitch CPU per Gbit (both chassis{median})"),
             x_label: "parallel TCP streams".into(),
             y_label: "vswitch CPU seconds per Gbit".into(),
             log_x: false,
@@ -446,7 +661,25 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         r.seconds
     );
     let _ = writeln!(s, "Command: `{}`\n", r.command);
-    let f = |x: Option<f64>, d: usize| report::cell(x, d);
+    if r.repeat > 1 {
+        let _ = writeln!(
+            s,
+            "Every mix measured {} times, a fresh lab each time, the mixes alternating within each \
+             round; each cell is the median of the rounds, with the min–max in parentheses \
+             (ratios are of medians; each round is listed below).\n",
+            r.repeat
+        );
+    }
+    // A measure's median, and its min–max when there were several rounds.
+    let fr = |m: &MixResult, key: &str, x: Option<f64>, d: usize| match m.range.get(key) {
+        Some([lo, hi]) if x.is_some() => format!(
+            "{} ({}–{})",
+            report::cell(x, d),
+            report::cell(Some(*lo), d),
+            report::cell(Some(*hi), d)
+        ),
+        _ => report::cell(x, d),
+    };
     let _ = writeln!(
         s,
         "| mix | ch1 / ch2 | topology ovn-installed s | pings pass s | TCP x1 Gbit/s | TCP x4 Gbit/s | vswitch cores x1 / x4 | RR µs | RR trans/s | {} ACLs s | ovn-controller CPU s (ACLs) |",
@@ -473,16 +706,21 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
             m.mix,
             m.ch1,
             m.ch2,
-            f(m.installed_s, 2),
-            f(m.ready_s, 2),
-            f(t1.map(|t| t.gbps), 3),
-            f(t4.map(|t| t.gbps), 3),
-            f(t1.map(|t| t.cpu.vswitch_cores()), 2),
-            f(t4.map(|t| t.cpu.vswitch_cores()), 2),
-            f(m.rr_us, 1),
-            f(m.rr_tps, 0),
-            f(m.acl_s, 2),
-            f(m.acl_cpu.as_ref().map(|c| c.controller_s), 2),
+            fr(m, "installed_s", m.installed_s, 2),
+            fr(m, "ready_s", m.ready_s, 2),
+            fr(m, "tcp1_gbps", t1.map(|t| t.gbps), 3),
+            fr(m, "tcp4_gbps", t4.map(|t| t.gbps), 3),
+            fr(m, "tcp1_cores", t1.map(|t| t.cpu.vswitch_cores()), 2),
+            fr(m, "tcp4_cores", t4.map(|t| t.cpu.vswitch_cores()), 2),
+            fr(m, "rr_us", m.rr_us, 1),
+            fr(m, "rr_tps", m.rr_tps, 0),
+            fr(m, "acl_s", m.acl_s, 2),
+            fr(
+                m,
+                "acl_controller_s",
+                m.acl_cpu.as_ref().map(|c| c.controller_s),
+                2
+            ),
         );
     }
     if let Some(b) = baseline(r) {
@@ -512,6 +750,28 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
                     ratio(m.acl_s, b.acl_s),
                 );
             }
+        }
+    }
+    if r.runs.len() > r.mixes.len() {
+        let _ = writeln!(s, "\nEvery round, in the order measured:\n");
+        let _ = writeln!(
+            s,
+            "| round | mix | topology ovn-installed s | TCP x1 Gbit/s | TCP x4 Gbit/s | RR trans/s | ACLs s |"
+        );
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|");
+        let c = report::cell;
+        for m in &r.runs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                m.round,
+                m.mix,
+                c(m.installed_s, 2),
+                c(tcp_of(m, 1).map(|t| t.gbps), 3),
+                c(tcp_of(m, 4).map(|t| t.gbps), 3),
+                c(m.rr_tps, 0),
+                c(m.acl_s, 2),
+            );
         }
     }
     for m in &r.mixes {
@@ -575,6 +835,8 @@ mod tests {
             command: "x".into(),
             seconds: 1.0,
             mixes: vec![ovs, nf, gone],
+            repeat: 1,
+            runs: Vec::new(),
         };
         let md = markdown(&r, &figures(&r));
         assert!(md.contains("| nicflow | 3.00x |"), "{md}");
@@ -583,5 +845,102 @@ mod tests {
             md.contains("not run: `nicflow vswitchd --help` fails"),
             "{md}"
         );
+    }
+}
+
+#[cfg(test)]
+mod repeat_tests {
+    use super::*;
+
+    fn run(mix: &str, round: usize, gbps: f64, rr: Option<f64>) -> MixResult {
+        MixResult {
+            mix: mix.into(),
+            round,
+            tcp: vec![Tcp {
+                streams: 1,
+                gbps,
+                retransmits: round as u64,
+                cpu: DaemonCpu {
+                    wall_s: 10.0,
+                    vswitch_s: gbps * 10.0,
+                    controller_s: 0.1,
+                },
+            }],
+            rr_tps: rr,
+            acls: 1000,
+            ..MixResult::default()
+        }
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn rounds_summarised_as_median_and_range() {
+        let rounds = [
+            run("nicflow", 1, 0.9, Some(400.0)),
+            run("nicflow", 2, 0.5, None),
+            run("nicflow", 3, 0.7, Some(600.0)),
+        ];
+        let refs: Vec<&MixResult> = rounds.iter().collect();
+        let m = summarize(&refs);
+        assert_eq!(m.round, 3);
+        assert_eq!(tcp_of(&m, 1).unwrap().gbps, 0.7);
+        assert_eq!(tcp_of(&m, 1).unwrap().retransmits, 2);
+        assert_eq!(tcp_of(&m, 1).unwrap().cpu.vswitch_s, 7.0);
+        // A round without the measure does not count towards it.
+        assert_eq!(m.rr_tps, Some(500.0));
+        assert_eq!(m.range["tcp1_gbps"], [0.5, 0.9]);
+        assert_eq!(m.range["rr_tps"], [400.0, 600.0]);
+        assert!(!m.range.contains_key("acl_s"));
+        // One round: no range.
+        assert!(summarize(&refs[..1]).range.is_empty());
+    }
+
+    #[test]
+    fn report_shows_medians_ranges_and_every_round() {
+        let runs = vec![
+            run("ovs", 1, 0.2, Some(1000.0)),
+            run("nicflow", 1, 0.6, Some(300.0)),
+            run("ovs", 2, 0.4, Some(2000.0)),
+            run("nicflow", 2, 1.0, Some(500.0)),
+        ];
+        let mixes = ["ovs", "nicflow"]
+            .iter()
+            .map(|n| summarize(&runs.iter().filter(|m| m.mix == *n).collect::<Vec<_>>()))
+            .collect();
+        let r = Results {
+            machine: String::new(),
+            command: "nicflow bench ovn --repeat 2".into(),
+            seconds: 2.0,
+            mixes,
+            repeat: 2,
+            runs,
+        };
+        let figs = figures(&r);
+        let md = markdown(&r, &figs);
+        assert!(md.contains("0.300 (0.200–0.400)"), "{md}");
+        assert!(md.contains("0.800 (0.600–1.000)"), "{md}");
+        // Ratio of the medians: 0.8 / 0.3.
+        assert!(md.contains("| nicflow | 2.67x |"), "{md}");
+        assert!(md.contains("| 2 | nicflow |"), "{md}");
+        let tcp = figs.iter().find(|f| f.id == "tcp").unwrap();
+        let names: Vec<&str> = tcp.series.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains(&"nicflow min of 2 rounds"), "{names:?}");
+        let max = tcp
+            .series
+            .iter()
+            .find(|s| s.name == "ovs max of 2 rounds")
+            .unwrap();
+        assert_eq!(max.points[0], (1.0, Some(0.4)));
+        // An old samples.json (one run per mix, no rounds) still renders.
+        let old = r#"{"machine":"m","command":"c","seconds":10.0,"mixes":[]}"#;
+        let r: Results = serde_json::from_str(old).unwrap();
+        assert_eq!(r.repeat, 1);
     }
 }

@@ -280,6 +280,12 @@ pub struct OvnLabSpec {
     pub dir_root: PathBuf,
     /// Keep namespaces, daemons and files when dropped (debugging).
     pub keep: bool,
+    /// `external_ids:ovn-ofctrl-wait-before-clear` (ms) on every chassis:
+    /// how long a (re)started ovn-controller computes before it replaces
+    /// the switch's flows. OVN's default (0) clears br-int at once after a
+    /// restart and leaves the data path without flows until the new ones
+    /// are in; OVN recommends setting it where restarts must be hitless.
+    pub wait_before_clear_ms: Option<u32>,
 }
 
 impl OvnLabSpec {
@@ -289,6 +295,7 @@ impl OvnLabSpec {
             debug_openflow: false,
             dir_root: std::env::temp_dir(),
             keep: false,
+            wait_before_clear_ms: None,
         }
     }
 }
@@ -303,6 +310,29 @@ pub struct InstallTiming {
     /// From the first nbctl command to pings passing (same chassis, across
     /// chassis, through the router).
     pub ready: Duration,
+}
+
+/// The daemons of a chassis, for [`OvnLab::kill_chassis_daemon`] and
+/// [`OvnLab::start_chassis_daemon`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChassisDaemon {
+    /// The chassis' own ovsdb-server (the Open_vSwitch database).
+    OvsdbServer,
+    /// ovn-controller.
+    OvnController,
+    /// The vswitch of the mix: ovs-vswitchd or `nicflow vswitchd`.
+    Vswitch,
+}
+
+impl ChassisDaemon {
+    /// The stem of its pid file (and log) in the chassis directory.
+    pub fn pid_name(self) -> &'static str {
+        match self {
+            ChassisDaemon::OvsdbServer => "ovsdb-server",
+            ChassisDaemon::OvnController => "ovn-controller",
+            ChassisDaemon::Vswitch => "ovs-vswitchd",
+        }
+    }
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -351,7 +381,7 @@ impl OvnLab {
         lab.build_underlay()?;
         lab.start_central()?;
         for ch in 0..2 {
-            lab.start_chassis(ch, spec.debug_openflow)?;
+            lab.start_chassis(ch, spec.debug_openflow, spec.wait_before_clear_ms)?;
         }
         lab.wait_chassis_registered(Duration::from_secs(30))?;
         Ok(lab)
@@ -548,32 +578,19 @@ impl OvnLab {
         .collect()
     }
 
-    fn start_chassis(&mut self, i: usize, debug_openflow: bool) -> Result<(), OvnError> {
+    fn start_chassis(
+        &mut self,
+        i: usize,
+        debug_openflow: bool,
+        wait_before_clear_ms: Option<u32>,
+    ) -> Result<(), OvnError> {
         let d = self.chassis_dir(i);
         std::fs::create_dir_all(&d).map_err(io_err(&d))?;
         let ns = self.ns(&Self::chassis_name(i));
-        let env_owned = self.chassis_env(i);
-        let env: Vec<(&str, &Path)> = env_owned.iter().map(|(k, v)| (*k, v.as_path())).collect();
-        let conf = d.join("conf.db");
-        Self::create_db(&conf, VSWITCH_SCHEMA)?;
-        let argv: Vec<OsString> = vec![
-            "ovsdb-server".into(),
-            format!("--remote=punix:{}", d.join("db.sock").display()).into(),
-            "--pidfile".into(),
-            "--detach".into(),
-            "--log-file".into(),
-            conf.into(),
-        ];
-        self.start_daemon(&ns, &argv, &env, d.join("ovsdb-server.pid"))?;
+        Self::create_db(&d.join("conf.db"), VSWITCH_SCHEMA)?;
+        self.start_chassis_daemon(i, ChassisDaemon::OvsdbServer)?;
         self.vsctl_nowait(i, &["init"])?;
-        let db = format!("unix:{}", d.join("db.sock").display());
-        let argv = self.vswitch[i].argv(&db);
-        // nicflow's own control socket defaults to one path for the whole
-        // host: each chassis gets its own, in its directory.
-        let sock = self.nicflow_socket(i);
-        let mut env_vs = env.clone();
-        env_vs.push(("NICFLOW_SOCK", sock.as_path()));
-        self.start_daemon(&ns, &argv, &env_vs, d.join("ovs-vswitchd.pid"))?;
+        self.start_chassis_daemon(i, ChassisDaemon::Vswitch)?;
         // ovs-appctl speaks to ovs-vswitchd's unixctl socket; nicflow's
         // vswitchd is not asked for it.
         if debug_openflow && self.vswitch[i] == Vswitch::Ovs {
@@ -639,6 +656,9 @@ impl OvnLab {
             format!("external_ids:ovn-encap-ip={}", encap_ip(i)),
             "external_ids:ovn-bridge-datapath-type=netdev".to_string(),
         ];
+        if let Some(ms) = wait_before_clear_ms {
+            ids.push(format!("external_ids:ovn-ofctrl-wait-before-clear={ms}"));
+        }
         if i == 0 {
             self.vsctl(
                 i,
@@ -661,15 +681,78 @@ impl OvnLab {
         let mut args = vec!["set", "open_vswitch", "."];
         args.extend(ids.iter().map(String::as_str));
         self.vsctl(i, &args)?;
-        let argv: Vec<OsString> = vec![
-            "ovn-controller".into(),
-            db.into(),
-            "--pidfile".into(),
-            "--detach".into(),
-            "--log-file".into(),
-        ];
-        self.start_daemon(&ns, &argv, &env, d.join("ovn-controller.pid"))?;
+        self.start_chassis_daemon(i, ChassisDaemon::OvnController)?;
         Ok(())
+    }
+
+    /// Start one of chassis `i`'s daemons as the lab starts it (the same
+    /// arguments and environment every time, so a restart after
+    /// [`OvnLab::kill_chassis_daemon`] is the same daemon coming back).
+    /// Returns its pid once its pid file names a live process.
+    pub fn start_chassis_daemon(&mut self, i: usize, d: ChassisDaemon) -> Result<u32, OvnError> {
+        let dir = self.chassis_dir(i);
+        let ns = self.ns(&Self::chassis_name(i));
+        let mut env = self.chassis_env(i);
+        let db = format!("unix:{}", dir.join("db.sock").display());
+        let argv: Vec<OsString> = match d {
+            ChassisDaemon::OvsdbServer => vec![
+                "ovsdb-server".into(),
+                format!("--remote=punix:{}", dir.join("db.sock").display()).into(),
+                "--pidfile".into(),
+                "--detach".into(),
+                "--log-file".into(),
+                dir.join("conf.db").into(),
+            ],
+            ChassisDaemon::Vswitch => {
+                // nicflow's own control socket defaults to one path for the
+                // whole host: each chassis gets its own, in its directory.
+                env.push(("NICFLOW_SOCK", self.nicflow_socket(i)));
+                self.vswitch[i].argv(&db)
+            }
+            ChassisDaemon::OvnController => vec![
+                "ovn-controller".into(),
+                db.into(),
+                "--pidfile".into(),
+                "--detach".into(),
+                "--log-file".into(),
+            ],
+        };
+        let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+        let pidfile = dir.join(format!("{}.pid", d.pid_name()));
+        self.start_daemon(&ns, &argv, &env, pidfile)
+    }
+
+    /// `kill -9` one of chassis `i`'s daemons (by its pid file) and wait
+    /// until it is gone; its pid file stays behind, stale, as after a
+    /// crash. Returns the pid killed.
+    pub fn kill_chassis_daemon(&mut self, i: usize, d: ChassisDaemon) -> Result<u32, OvnError> {
+        let name = d.pid_name();
+        let pid = self
+            .chassis_pid(i, name)
+            .filter(|&p| sys::alive(p))
+            .ok_or_else(|| OvnError::Invalid(format!("ch{}: {name} is not running", i + 1)))?;
+        let ns = self.ns(&Self::chassis_name(i));
+        // Only a process of this lab's chassis namespace is signalled.
+        if !sys::netns_pids(&ns)?.contains(&pid) {
+            return Err(OvnError::Invalid(format!(
+                "ch{}: pid {pid} of {name}.pid is not in {ns}",
+                i + 1
+            )));
+        }
+        if let Ok(p) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        wait_for(
+            &format!("ch{} {name} (pid {pid}) gone", i + 1),
+            Duration::from_secs(10),
+            || {
+                Ok((!sys::alive(pid))
+                    .then_some(())
+                    .ok_or("still alive".to_string()))
+            },
+        )?;
+        Ok(pid)
     }
 
     fn wait_chassis_registered(&self, limit: Duration) -> Result<(), OvnError> {
@@ -1013,7 +1096,8 @@ impl OvnLab {
     /// Run OVN's DHCP client dance on VM `name` with dhclient (once, a
     /// private lease file and a hook script that only sets the address and
     /// default route: the system's resolv.conf is never touched). Returns
-    /// the address the server gave.
+    /// the address the server gave this time (each call starts without a
+    /// lease, so it is a full DISCOVER/OFFER/REQUEST/ACK).
     pub fn dhcp(&mut self, name: &str, limit: Duration) -> Result<Ipv4Addr, OvnError> {
         let d = self.dir.join(format!("dhcp-{name}"));
         std::fs::create_dir_all(&d).map_err(io_err(&d))?;
@@ -1031,6 +1115,14 @@ impl OvnLab {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
             .map_err(io_err(&script))?;
         let lease = d.join("leases");
+        // A fresh DISCOVER every call (no lease to reboot from, no events
+        // of an earlier call): what is returned was bound just now.
+        for f in [&lease, &out] {
+            match std::fs::remove_file(f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(f)(e)),
+                _ => {}
+            }
+        }
         let pid = d.join("dhclient.pid");
         self.pidfiles.push(pid.clone());
         let secs = limit.as_secs().max(1).to_string();
