@@ -432,16 +432,49 @@ impl Bridge {
             }
             attached.push(slot.no);
         }
-        let adopted = m.finish_adoption();
+        // A bridge made empty and filled afterwards (`nicflow vswitchd`
+        // learns its ports and its controller its rules only after the
+        // bridge exists) keeps the dead daemon's engine as it is — links,
+        // ports and flows forwarding — until [`Self::finish_adoption`]:
+        // finishing now would release every link and judge every kernel
+        // flow against a bridge with no ports and no rules.
+        let wait = self.ports.is_empty() && m.adopting();
+        let adopted = if wait {
+            tracing::info!(bridge = %self.name, "adopted kernel engine keeps forwarding until the bridge's ports and rules are back");
+            Vec::new()
+        } else {
+            m.finish_adoption()
+        };
         self.dp.set_offload(Some(Box::new(m)), &mut self.ofproto);
         self.offload_mode = Some(mode);
+        self.adopt(adopted);
+        Ok(())
+    }
+
+    /// An adopted engine is still waiting for [`Self::finish_adoption`].
+    pub fn adoption_pending(&self) -> bool {
+        self.dp.offload().is_some_and(|o| o.adopting())
+    }
+
+    /// End a take-over [`Self::enable_offload`] left pending: the links and
+    /// ports no attached port claims go, and the adopted kernel flows are
+    /// revalidated against the rules the bridge has now (a decision that
+    /// still fits is kept in place with its counters, the others removed).
+    pub fn finish_adoption(&mut self) {
+        let adopted = match self.dp.offload_mut() {
+            Some(o) if o.adopting() => o.finish_adoption(),
+            _ => return,
+        };
+        self.adopt(adopted);
+    }
+
+    fn adopt(&mut self, adopted: Vec<crate::offload::manager::AdoptedFlow>) {
         if !adopted.is_empty() {
             let (kept, removed) =
                 self.dp
                     .adopt_flows(adopted, &mut self.ofproto, std::time::Instant::now());
             tracing::info!(bridge = %self.name, kept, removed, "kernel flows adopted and revalidated against the rules");
         }
-        Ok(())
     }
 
     /// Turn on offload to `provider`, any [`FlowOffload`] (the kernel

@@ -378,6 +378,9 @@ impl OvnLab {
             topology: false,
         };
         std::fs::create_dir_all(&lab.dir).map_err(io_err(&lab.dir))?;
+        if lab.vswitch.iter().any(|v| matches!(v, Vswitch::Nicflow(_))) {
+            lab.mount_pin_fs();
+        }
         lab.build_underlay()?;
         lab.start_central()?;
         for ch in 0..2 {
@@ -389,6 +392,52 @@ impl OvnLab {
 
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// A bpffs of the lab's own (`<dir>/bpf`), mounted in the caller's
+    /// mount namespace so that every `ip netns exec`'d daemon sees it: a
+    /// nicflow chassis pins its kernel engine there (`NICFLOW_PIN_ROOT`,
+    /// one subdirectory per chassis), so, as on a host, its TC engine keeps
+    /// forwarding while the daemon is dead and a restarted daemon adopts
+    /// it (docs/offload.md, "What outlives the daemon"). Without it a
+    /// daemon in a private mount namespace pins nothing. A mount failure is
+    /// logged and the lab runs without pins.
+    fn mount_pin_fs(&mut self) {
+        let bpf = self.dir.join("bpf");
+        if std::fs::create_dir_all(&bpf).is_err() {
+            return;
+        }
+        let target = match std::ffi::CString::new(bpf.as_os_str().as_encoded_bytes()) {
+            Ok(t) => t,
+            Err(_) => return,
+        };
+        // SAFETY: plain mount(2) with NUL-terminated strings that outlive it.
+        let r = unsafe {
+            libc::mount(
+                c"bpf".as_ptr(),
+                target.as_ptr(),
+                c"bpf".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            tracing::warn!(
+                "ovn lab: no bpffs at {} ({}): nicflow chassis pin nothing",
+                bpf.display(),
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        for i in 0..2 {
+            let _ = std::fs::create_dir_all(bpf.join(Self::chassis_name(i)));
+        }
+    }
+
+    /// Chassis `i`'s pin root, when the lab has its bpffs.
+    pub fn pin_root(&self, i: usize) -> Option<PathBuf> {
+        let p = self.dir.join("bpf").join(Self::chassis_name(i));
+        p.is_dir().then_some(p)
     }
 
     pub fn dir(&self) -> &Path {
@@ -707,6 +756,9 @@ impl OvnLab {
                 // nicflow's own control socket defaults to one path for the
                 // whole host: each chassis gets its own, in its directory.
                 env.push(("NICFLOW_SOCK", self.nicflow_socket(i)));
+                if let Some(root) = self.pin_root(i) {
+                    env.push(("NICFLOW_PIN_ROOT", root));
+                }
                 self.vswitch[i].argv(&db)
             }
             ChassisDaemon::OvnController => vec![
@@ -1272,6 +1324,12 @@ impl OvnLab {
         }
         self.children.clear();
         let mut errors = Vec::new();
+        // The bpffs, with any pins a killed daemon left (a stopped one
+        // removed its own): detaching it frees them. Not `pin::clean_root`,
+        // which also deletes upcall veths by ifindex in *our* namespace,
+        // where another daemon's could carry the same number; the chassis'
+        // own go with their namespaces below.
+        unmount_pin_fs(&self.dir);
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = os::netns::del(&ns) {
                 if !e.is_missing() {
@@ -1372,6 +1430,17 @@ pub fn wait_for(
     }
 }
 
+/// Detach the lab's bpffs (`<dir>/bpf`), if mounted: its pinned programs
+/// and maps go with it once nothing else holds them.
+fn unmount_pin_fs(dir: &Path) {
+    let bpf = dir.join("bpf");
+    if let Ok(t) = std::ffi::CString::new(bpf.as_os_str().as_encoded_bytes()) {
+        // SAFETY: umount2(2) with a NUL-terminated path; EINVAL when it is
+        // not a mount point, which is fine.
+        unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
 /// Remove what labs of processes that no longer run left behind: namespaces
 /// `nfovn<pid>x<n>-*` (and whatever still runs in them) and directories
 /// `$TMPDIR/nfovn<pid>x<n>` whose `<pid>` is gone. A live lab's things are
@@ -1405,6 +1474,7 @@ pub fn reap_stale() {
     if let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) {
         for e in rd.flatten() {
             if e.file_name().to_str().is_some_and(dead) {
+                unmount_pin_fs(&e.path());
                 let _ = std::fs::remove_dir_all(e.path());
             }
         }

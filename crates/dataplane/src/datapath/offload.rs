@@ -164,6 +164,16 @@ pub trait FlowOffload {
     /// The engine's counters and ports, for `stats` and the bridge's
     /// drop and limit reports. Reads kernel counters: control-plane rate.
     fn status(&self) -> ProviderStatus;
+    /// An engine adopted from a dead daemon's pins is still being taken
+    /// over ([`Self::finish_adoption`] not called yet).
+    fn adopting(&self) -> bool {
+        false
+    }
+    /// End the take-over: what the adopted engine's flows were (id, match,
+    /// counters), for the datapath to revalidate; empty by default.
+    fn finish_adoption(&mut self) -> Vec<(u64, Match, KernelCounters)> {
+        Vec::new()
+    }
 }
 
 /// What a provider made of a port at [`FlowOffload::port_add`].

@@ -651,6 +651,10 @@ impl OffloadManager {
     /// links, tunnel endpoints), and the kernel flows whose ingress port
     /// kept its number are returned for the datapath to revalidate; the
     /// others are removed. Empty when nothing was adopted.
+    pub fn adopting(&self) -> bool {
+        self.adoption.is_some()
+    }
+
     pub fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
         let Some(a) = self.adoption.take() else {
             return Vec::new();
@@ -1479,6 +1483,14 @@ impl Drop for OffloadManager {
 }
 
 impl FlowOffload for OffloadManager {
+    fn adopting(&self) -> bool {
+        self.adoption.is_some()
+    }
+
+    fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
+        OffloadManager::finish_adoption(self)
+    }
+
     fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
         mask.0.in_port = u32::MAX;
         if self.in_tc(key.in_port) {

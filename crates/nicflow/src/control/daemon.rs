@@ -107,6 +107,14 @@ pub trait Hook {
     fn round(&mut self, sw: &mut Switch, now: Instant, tick: bool);
     /// Descriptors that should wake the loop (appended after the ports').
     fn poll_fds(&self, _fds: &mut Vec<libc::pollfd>) {}
+    /// The switch holds its configuration: pins the bridges and ports did
+    /// not adopt by then are a previous daemon's leftovers. `nicflow
+    /// vswitchd` starts empty and learns its bridges from the database, so
+    /// until its first reconciliation a previous daemon's pinned engines
+    /// (still forwarding) are not leftovers.
+    fn configured(&self) -> bool {
+        true
+    }
 }
 
 /// Run until SIGINT/SIGTERM.
@@ -122,14 +130,23 @@ pub fn run_with(
 ) -> anyhow::Result<()> {
     install_signal_handlers();
     // Pins the restored configuration did not adopt (a bridge or port no
-    // longer configured, an engine turned off) go before traffic resumes.
-    let gone = nicflow_port::pin::sweep();
-    if !gone.is_empty() {
-        tracing::info!(
-            ?gone,
-            "removed pins left by a previous daemon and not adopted"
-        );
-    }
+    // longer configured, an engine turned off) go before traffic resumes;
+    // under a hook, once it has configured the switch.
+    let mut swept = false;
+    let mut sweep_if_configured = |hook: Option<&dyn Hook>| {
+        if swept || !hook.is_none_or(|h| h.configured()) {
+            return;
+        }
+        swept = true;
+        let gone = nicflow_port::pin::sweep();
+        if !gone.is_empty() {
+            tracing::info!(
+                ?gone,
+                "removed pins left by a previous daemon and not adopted"
+            );
+        }
+    };
+    sweep_if_configured(hook.as_deref());
     let listener = bind(socket)?;
     tracing::info!(socket = %socket.display(), "nicflow daemon listening");
     let mut last_tick = Instant::now();
@@ -240,6 +257,7 @@ pub fn run_with(
             if let Some(h) = hook.as_deref_mut() {
                 h.round(&mut sw, now, false);
             }
+            sweep_if_configured(hook.as_deref());
         }
         if now.duration_since(last_tick) >= TICK {
             if let Some(h) = hook.as_deref_mut() {

@@ -61,7 +61,7 @@ use crate::offload::OffloadMode;
 use controllers::parse_targets;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use vfs::restore_vf;
 
 pub use nicflow_api::config::DEFAULT_FLOW;
@@ -95,7 +95,17 @@ pub struct Switch {
     detached: BTreeMap<(String, String), (String, Instant)>,
     /// The last error writing the config file from the tick (logged once).
     tick_write_error: Option<String>,
+    /// Bridges whose adopted kernel engine waits for its ports and rules
+    /// (`Bridge::adoption_pending`): since when, and when a controller last
+    /// changed their rules.
+    adoption_watch: BTreeMap<String, (Instant, Option<Instant>)>,
 }
+
+/// A pending adoption ends this long after a controller last changed the
+/// bridge's rules (it has reprogrammed the bridge)...
+const ADOPTION_SETTLE: Duration = Duration::from_secs(2);
+/// ...or this long after it began, controller or not.
+const ADOPTION_MAX_WAIT: Duration = Duration::from_secs(30);
 
 fn now() -> Instant {
     Instant::now()
@@ -138,6 +148,7 @@ impl Switch {
             expired_written: BTreeMap::new(),
             detached: BTreeMap::new(),
             tick_write_error: None,
+            adoption_watch: BTreeMap::new(),
         };
         if let Some(ssl) = &config.ssl {
             if let Err(e) = sw.openflow.set_ssl(ssl) {
@@ -294,6 +305,38 @@ impl Switch {
         if !changed.is_empty() {
             self.of_dirty = true;
         }
+        for name in &changed {
+            if let Some(w) = self.adoption_watch.get_mut(name) {
+                w.1 = Some(now);
+            }
+        }
+    }
+
+    /// Once a second: a bridge whose adopted kernel engine kept forwarding
+    /// while it was rebuilt empty (`nicflow vswitchd` after a restart: the
+    /// database gives the ports, the controller the rules) finishes the
+    /// take-over once its controller has reprogrammed it
+    /// ([`ADOPTION_SETTLE`] after its last rule change) or after
+    /// [`ADOPTION_MAX_WAIT`]: the kernel flows are then judged against the
+    /// rules the controller installed, not against an empty table, so
+    /// established traffic is not cut while the control plane comes back.
+    fn finish_adoptions(&mut self, now: Instant) {
+        for (name, b) in self.bridges.iter_mut() {
+            if !b.adoption_pending() {
+                self.adoption_watch.remove(name);
+                continue;
+            }
+            let (since, rules) = *self
+                .adoption_watch
+                .entry(name.clone())
+                .or_insert((now, None));
+            let settled = rules.is_some_and(|t| now.duration_since(t) >= ADOPTION_SETTLE);
+            if settled || now.duration_since(since) >= ADOPTION_MAX_WAIT {
+                tracing::info!(bridge = %name, settled, "finishing the adoption of the kernel engine");
+                b.finish_adoption();
+                self.adoption_watch.remove(name);
+            }
+        }
     }
 
     /// Once a second: probes, port status, fail-open (rules changed over
@@ -311,6 +354,7 @@ impl Switch {
     /// timeout has passed).
     pub fn tick(&mut self, now: Instant) {
         self.reattach(now);
+        self.finish_adoptions(now);
         let expired = self.bridges.iter().any(|(n, b)| {
             b.ofproto_stats().rules_expired != self.expired_written.get(n).copied().unwrap_or(0)
         });

@@ -281,6 +281,11 @@ impl Hook for Vswitchd {
         self.step(sw, now, tick);
     }
 
+    /// After the first reconciliation with the database.
+    fn configured(&self) -> bool {
+        self.last.is_some()
+    }
+
     fn poll_fds(&self, fds: &mut Vec<libc::pollfd>) {
         if let Some(fd) = self.session.raw_fd() {
             fds.push(libc::pollfd {
