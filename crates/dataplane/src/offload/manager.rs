@@ -220,6 +220,12 @@ struct Adoption {
     in_port: BTreeMap<u32, u32>,
     /// Tunnel port numbers by endpoint (`dp_tun_rx`).
     tunnels: Vec<(TunRxKey, u32)>,
+    /// The adopted endpoints' entries, TLV maps included: a tunnel port
+    /// re-attached before the controller has sent the switch's TLV map
+    /// again (`nicflow vswitchd` after a restart) keeps reading received
+    /// Geneve options through the map the kernel already has, instead of
+    /// sending every frame with a critical option to userspace.
+    tun_rx: Vec<(TunRxKey, TunRx)>,
 }
 
 /// A kernel flow found in an adopted engine: the manager's id for it, its
@@ -341,6 +347,7 @@ impl OffloadManager {
                 .into_iter()
                 .map(|(k, r)| (k, r.in_port))
                 .collect(),
+            tun_rx: t.tun_rx_entries(),
         });
         Ok(OffloadManager {
             adoption,
@@ -874,7 +881,7 @@ impl OffloadManager {
         };
         // The TLV map goes with the endpoint: the TC program reads
         // received Geneve options through it as the port does.
-        let rx = TunRx::new(
+        let mut rx = TunRx::new(
             no,
             match cfg.kind {
                 TunnelKind::Vxlan => TUN_VXLAN,
@@ -882,6 +889,18 @@ impl OffloadManager {
             },
             &cfg.tlv_map,
         );
+        // Taking over a dead daemon's engine: the same endpoint as the same
+        // port keeps the map it had until the port is given one.
+        let adopted_rx = self.adoption.as_ref().and_then(|a| {
+            a.tun_rx
+                .iter()
+                .find(|(k, r)| *k == rx_key && r.in_port == no && r.kind == rx.kind)
+                .map(|(_, r)| *r)
+        });
+        if let Some(old) = adopted_rx.filter(|_| cfg.tlv_map.is_empty()) {
+            rx = old;
+        }
+        let (local_ip, remote_ip) = (cfg.local_ip.octets(), cfg.remote_ip.octets());
         let tun = XdpTunnel {
             name: name.to_string(),
             engine,
@@ -895,10 +914,25 @@ impl OffloadManager {
             u.users += 1;
         }
         self.tunnels.insert(no, tun);
+        // An adopted header slot keeps the dead daemon's header (resolved
+        // MACs) until `sync_tunnel` writes this port's: clearing it would
+        // send every encapsulating flow to userspace until the remote's
+        // MAC is resolved again.
+        // Only if the slot holds this port's own header (same outer
+        // addresses): another port may have had the slot before.
+        let keep_tx = adopted_rx.is_some()
+            && self.engine_mut(engine).and_then(|e| e.tunnel_tx(slot)).is_some_and(|h| {
+                h.valid == 1
+                    && h.hdr[26..30] == local_ip
+                    && h.hdr[30..34] == remote_ip
+            });
         let r = match self.engine_mut(engine) {
-            Some(e) => e
-                .clear_tunnel_tx(slot)
-                .and_then(|()| e.set_tunnel_rx(rx_key, rx)),
+            Some(e) => (if keep_tx {
+                Ok(())
+            } else {
+                e.clear_tunnel_tx(slot)
+            })
+            .and_then(|()| e.set_tunnel_rx(rx_key, rx)),
             None => Err(OffloadError::Config("no engine".into())),
         };
         if let Err(e) = r {

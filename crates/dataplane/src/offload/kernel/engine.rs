@@ -1082,6 +1082,11 @@ impl XdpEngine {
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_tun_tx)", e))
     }
 
+    /// Tunnel slot `slot`'s header entry as the kernel has it.
+    pub fn tunnel_tx(&self, slot: u32) -> Option<TunTx> {
+        self.tun_tx.get(&slot, 0).ok()
+    }
+
     /// No header for tunnel slot `slot`: frames of flows through it go to
     /// userspace.
     pub fn clear_tunnel_tx(&mut self, slot: u32) -> Result<(), OffloadError> {
