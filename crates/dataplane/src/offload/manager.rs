@@ -921,11 +921,12 @@ impl OffloadManager {
         // Only if the slot holds this port's own header (same outer
         // addresses): another port may have had the slot before.
         let keep_tx = adopted_rx.is_some()
-            && self.engine_mut(engine).and_then(|e| e.tunnel_tx(slot)).is_some_and(|h| {
-                h.valid == 1
-                    && h.hdr[26..30] == local_ip
-                    && h.hdr[30..34] == remote_ip
-            });
+            && self
+                .engine_mut(engine)
+                .and_then(|e| e.tunnel_tx(slot))
+                .is_some_and(|h| {
+                    h.valid == 1 && h.hdr[26..30] == local_ip && h.hdr[30..34] == remote_ip
+                });
         let r = match self.engine_mut(engine) {
             Some(e) => (if keep_tx {
                 Ok(())
