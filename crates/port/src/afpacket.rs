@@ -562,6 +562,8 @@ impl AfPacketPort {
             let bytes =
                 (opts.block_size as libc::c_int).saturating_mul(opts.block_count as libc::c_int);
             if setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
+                // Not root (no CAP_NET_ADMIN): capped by net.core.rmem_max.
+                tracing::warn!(port = %ifname, "SO_RCVBUFFORCE refused: the receive buffer is capped by net.core.rmem_max");
                 let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes);
             }
             (None, Some(SockRx::new(opts.vnet_hdr)))

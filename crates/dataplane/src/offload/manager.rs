@@ -90,7 +90,7 @@ use nicflow_packet::tunnel::TunnelKind;
 use nicflow_port::hook::{AfXdpHook, TcHook, TunnelHook, UnderlayView};
 use nicflow_port::tunnel::{self, TunnelConfig, TunnelKey};
 use nicflow_port::OffloadHook;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 /// An AF_XDP port the engine runs on.
@@ -653,15 +653,19 @@ impl OffloadManager {
         self.free_tc_slot()
     }
 
-    /// Done re-attaching the ports of an adopted TC engine: what no port
-    /// claimed goes (output slots, `dp_ports` entries, pinned `tc_dp`
-    /// links, tunnel endpoints), and the kernel flows whose ingress port
-    /// kept its number are returned for the datapath to revalidate; the
-    /// others are removed. Empty when nothing was adopted.
+    /// An adopted engine is still being taken over.
     pub fn adopting(&self) -> bool {
         self.adoption.is_some()
     }
 
+    /// Done re-attaching the ports of an adopted TC engine: what no port
+    /// claimed goes (output slots, `dp_ports` entries, pinned `tc_dp`
+    /// links, tunnel endpoints), and the kernel flows whose ingress port
+    /// kept its number are returned for the datapath to revalidate; the
+    /// others are removed. Empty when nothing was adopted. Flows this
+    /// daemon installed meanwhile (a take-over the bridge let wait, see
+    /// `Bridge::enable_offload`) are its own, not adopted: same-key
+    /// entries included, they are left alone.
     pub fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
         let Some(a) = self.adoption.take() else {
             return Vec::new();
@@ -721,7 +725,13 @@ impl OffloadManager {
                     .any(|(k, n)| *n == old && tun_no.contains(&(*k, old)))
         };
         let mut out = Vec::new();
-        let handles: Vec<FlowHandle> = tc.flows().collect();
+        let ours: HashSet<FlowHandle> = self
+            .flows
+            .values()
+            .filter(|(k, _)| *k == EngineKind::Tc)
+            .map(|(_, h)| *h)
+            .collect();
+        let handles: Vec<FlowHandle> = tc.flows().filter(|h| !ours.contains(h)).collect();
         let mut dropped = 0;
         for h in handles {
             let decoded = tc.decode(&h).filter(|(k, _)| same_port(k.in_port));
@@ -901,6 +911,7 @@ impl OffloadManager {
             rx = old;
         }
         let (local_ip, remote_ip) = (cfg.local_ip.octets(), cfg.remote_ip.octets());
+        let (dst_port, csum) = (cfg.dst_port, cfg.csum);
         let tun = XdpTunnel {
             name: name.to_string(),
             engine,
@@ -925,7 +936,11 @@ impl OffloadManager {
                 .engine_mut(engine)
                 .and_then(|e| e.tunnel_tx(slot))
                 .is_some_and(|h| {
-                    h.valid == 1 && h.hdr[26..30] == local_ip && h.hdr[30..34] == remote_ip
+                    h.valid == 1
+                        && h.hdr[26..30] == local_ip
+                        && h.hdr[30..34] == remote_ip
+                        && h.hdr[36..38] == dst_port.to_be_bytes()
+                        && (h.flags & TUN_TX_CSUM != 0) == csum
                 });
         let r = match self.engine_mut(engine) {
             Some(e) => (if keep_tx {

@@ -306,8 +306,11 @@ impl Switch {
             self.of_dirty = true;
         }
         for name in &changed {
-            if let Some(w) = self.adoption_watch.get_mut(name) {
-                w.1 = Some(now);
+            if self.bridges.get(name).is_some_and(|b| b.adoption_pending()) {
+                self.adoption_watch
+                    .entry(name.clone())
+                    .or_insert((now, None))
+                    .1 = Some(now);
             }
         }
     }
@@ -321,6 +324,8 @@ impl Switch {
     /// rules the controller installed, not against an empty table, so
     /// established traffic is not cut while the control plane comes back.
     fn finish_adoptions(&mut self, now: Instant) {
+        let bridges = &self.bridges;
+        self.adoption_watch.retain(|n, _| bridges.contains_key(n));
         for (name, b) in self.bridges.iter_mut() {
             if !b.adoption_pending() {
                 self.adoption_watch.remove(name);
