@@ -127,25 +127,7 @@ pub fn wire_csum(
     vni: u32,
     csum: bool,
 ) -> Vec<u8> {
-    let mut b = PacketBuf::from_slice(inner);
-    let en = nicflow_packet::tunnel::Encap {
-        kind: cfg.kind,
-        eth_src: REMOTE_MAC,
-        eth_dst: UL_MAC,
-        ip_src: cfg.remote_ip.into(),
-        ip_dst: cfg.local_ip.into(),
-        tos: 0,
-        ttl: 64,
-        df: true,
-        udp_src: 50000,
-        udp_dst: cfg.dst_port,
-        csum,
-        vni,
-        geneve_options: &[],
-        geneve_oam: false,
-    };
-    nicflow_packet::tunnel::encap(&mut b, &en).unwrap();
-    b.data().to_vec()
+    from_remote(cfg, inner, vni, csum, 50000, &[])
 }
 
 /// A Geneve packet as the remote sends it with the option block `opts`
@@ -155,6 +137,18 @@ pub fn wire_opts(
     inner: &[u8],
     vni: u32,
     csum: bool,
+    opts: &[u8],
+) -> Vec<u8> {
+    from_remote(cfg, inner, vni, csum, 50001, opts)
+}
+
+/// `inner` encapsulated as `cfg`'s remote sends it, from UDP port `udp_src`.
+fn from_remote(
+    cfg: &nicflow::port::tunnel::TunnelConfig,
+    inner: &[u8],
+    vni: u32,
+    csum: bool,
+    udp_src: u16,
     opts: &[u8],
 ) -> Vec<u8> {
     let mut b = PacketBuf::from_slice(inner);
@@ -167,7 +161,7 @@ pub fn wire_opts(
         tos: 0,
         ttl: 64,
         df: true,
-        udp_src: 50001,
+        udp_src,
         udp_dst: cfg.dst_port,
         csum,
         vni,

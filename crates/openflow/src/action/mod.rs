@@ -411,14 +411,7 @@ pub fn encode_action_as(version: u8, a: &OfAction, out: &mut Vec<u8>) {
             simple(out, ofpat::DEC_NW_TTL);
             wire::put_zeros(out, 4);
         }
-        OfAction::SetField(entry) => {
-            wire::put_u16(out, ofpat::SET_FIELD);
-            wire::put_u16(out, 0);
-            oxm::write_entry(out, entry.field, false, entry.value, None);
-            wire::pad8_from(out, start);
-            let len = wire::len16(out, start);
-            wire::patch_u16(out, start + 2, len);
-        }
+        OfAction::SetField(entry) => set_field_masked(out, start, entry.field, entry.value, None),
         _ => nx::encode(version, a, out),
     }
 }
