@@ -279,18 +279,27 @@ pub struct CtAction {
 #[serde(rename_all = "snake_case", tag = "action")]
 pub enum DpAction {
     /// `output:N` (to a tunnel port after a [`DpAction::SetTunnel`]).
-    Output { port: u32 },
+    Output {
+        port: u32,
+    },
     /// `set(tunnel(...))`: the outer header of the next tunnel output.
     SetTunnel(TunnelSet),
     Set(SetHeader),
-    PushVlan { tpid: u16, tci: u16 },
+    PushVlan {
+        tpid: u16,
+        tci: u16,
+    },
     PopVlan,
     Ct(CtAction),
     CtClear,
     /// `recirc(N)`.
-    Recirc { id: u32 },
+    Recirc {
+        id: u32,
+    },
     /// `meter(N)`.
-    Meter { id: u32 },
+    Meter {
+        id: u32,
+    },
     /// `userspace(...)`: a copy to the controller (or sFlow/IPFIX).
     Userspace,
     /// `sample(...)`.
@@ -306,7 +315,9 @@ pub enum DpAction {
     /// `push_mpls` / `pop_mpls` / `set(mpls)`.
     Mpls,
     /// Anything the model has no entry for, named.
-    Other { name: String },
+    Other {
+        name: String,
+    },
 }
 
 /// A datapath flow with the ports it names.

@@ -10,7 +10,6 @@ pub struct Caps {}
 
 impl Caps {
     pub fn agilio() -> Caps {
-
         Caps {}
     }
 }

@@ -40,7 +40,10 @@ pub enum PeditField {
 pub enum TcAction {
     /// `mirred egress redirect|mirror dev PORT` (`ingress`: OVS's output to
     /// an internal port is `mirred ingress`).
-    Mirred { port: Port, ingress: bool },
+    Mirred {
+        port: Port,
+        ingress: bool,
+    },
     /// `tunnel_key set` before a mirred to a tunnel device.
     TunnelSet {
         tunnel: TunnelType,
@@ -59,19 +62,31 @@ pub enum TcAction {
     },
     /// `pedit` keys, one per field rewritten (a header's fields in one
     /// pedit action, as OVS merges a flow's rewrites into one).
-    Pedit { fields: Vec<PeditField> },
+    Pedit {
+        fields: Vec<PeditField>,
+    },
     /// `csum` after a pedit of an IP or L4 header (OVS adds it:
     /// `csum_update_flag`); the `TCA_CSUM_UPDATE_FLAG_*` bits.
-    Csum { flags: u32 },
-    VlanPush { tpid: u16, vid: u16, prio: u8 },
+    Csum {
+        flags: u32,
+    },
+    VlanPush {
+        tpid: u16,
+        vid: u16,
+        prio: u8,
+    },
     VlanPop,
     Ct(CtAction),
     CtClear,
     /// `goto chain N` (OVS's `recirc(N)`).
-    Goto { chain: u32 },
+    Goto {
+        chain: u32,
+    },
     /// `police index N` (OVS's `meter(N)`; the meter is a shared police
     /// action created when the meter is).
-    Police { meter: u32 },
+    Police {
+        meter: u32,
+    },
     /// `gact drop` (a flow without actions).
     Drop,
 }

@@ -139,7 +139,11 @@ impl CtOffloads {
         let mut mask = *matching.mask();
         off.refine_mask(matching.key(), &mut mask);
         matching = Match::new(*matching.key(), mask);
-        match off.offload(&matching, &actions) {
+        let parts = [
+            (&first.1.matching, first.1.actions.as_slice()),
+            (&second.1.matching, second.1.actions.as_slice()),
+        ];
+        match off.offload_ct(&matching, &actions, parts) {
             Ok(kernel_id) => {
                 // From now on the tracker does not see every segment.
                 tracker.credit(h, reply, 0, 0, now, now);

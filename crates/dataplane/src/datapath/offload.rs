@@ -101,6 +101,20 @@ pub trait FlowOffload {
     /// Offload a new flow: the engine's id for it, or why it stays in
     /// userspace.
     fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str>;
+    /// Offload one direction of an established connection (`ct_offload`):
+    /// `matching`/`actions` composed from the two flows of `parts` (the
+    /// `ct` pass and the recirculated pass). A provider that emulates a
+    /// NIC judges the parts, as the NIC would hold the connection only
+    /// through them (`act_ct` and the conntrack table).
+    fn offload_ct(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        parts: [(&Match, &[DpAction]); 2],
+    ) -> Result<u64, &'static str> {
+        let _ = parts;
+        self.offload(matching, actions)
+    }
     /// New actions for offloaded flow `id` (same match). On `Err` the
     /// caller removes the entry: the flow stays in userspace for the reason.
     fn modify(

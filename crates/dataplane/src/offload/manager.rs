@@ -261,6 +261,9 @@ pub struct OffloadManager {
     meters: BTreeMap<u32, MeterSpec>,
     /// Set while an engine adopted from pins is being taken over.
     adoption: Option<Adoption>,
+    /// `offload = profile:NAME`: the modelled NIC admits each flow before
+    /// the TC engine takes it (`super::profile`).
+    emulation: Option<super::profile::Emulation>,
 }
 
 impl std::fmt::Debug for OffloadManager {
@@ -308,7 +311,9 @@ impl OffloadManager {
         let pins = pins.as_deref();
         let engine = XdpEngine::open_kind(EngineKind::Xdp, cfg, pins)?;
         let tc = match mode {
-            OffloadMode::Tc => Some(XdpEngine::open_kind(EngineKind::Tc, cfg, pins)?),
+            OffloadMode::Tc | OffloadMode::Profile(_) => {
+                Some(XdpEngine::open_kind(EngineKind::Tc, cfg, pins)?)
+            }
             // Under auto a TC engine the kernel refuses leaves the XDP one
             // running: TC ports then work through their own upcall
             // program, in userspace (`port:tc-engine-off`).
@@ -354,7 +359,7 @@ impl OffloadManager {
             engine,
             tc,
             tc_ports: BTreeMap::new(),
-            xdp_off: mode == OffloadMode::Tc,
+            xdp_off: mode.tc_only(),
             netdev,
             ports: BTreeMap::new(),
             tunnels: BTreeMap::new(),
@@ -365,6 +370,7 @@ impl OffloadManager {
             prefetched: HashMap::new(),
             counters: ManagerCounters::default(),
             meters: BTreeMap::new(),
+            emulation: mode.profile().map(super::profile::Emulation::new),
         })
     }
 
@@ -483,6 +489,9 @@ impl OffloadManager {
         name: &str,
         hook: &OffloadHook,
     ) -> Result<PortOffload, OffloadError> {
+        if let Some(emu) = self.emulation.as_mut() {
+            emu.port_add(no, name, hook);
+        }
         match hook {
             OffloadHook::Tunnel(t) => {
                 if let Err(reason) = self.attach_tunnel(no, name, t) {
@@ -801,6 +810,9 @@ impl OffloadManager {
     /// flows to it are punted to userspace meanwhile).
     pub fn detach_port(&mut self, no: u32) -> Result<(), OffloadError> {
         self.others.remove(&no);
+        if let Some(emu) = self.emulation.as_mut() {
+            emu.port_del(no);
+        }
         if self.tunnels.contains_key(&no) {
             return self.detach_tunnel(no);
         }
@@ -1570,11 +1582,28 @@ impl FlowOffload for OffloadManager {
                 return Err(r);
             }
         };
+        // The emulated NIC decides after nicflow's own engine could: a flow
+        // nicflow itself keeps in userspace keeps nicflow's reason.
+        let admitted = match self.emulation.as_mut().map(|e| e.admit(matching, actions)) {
+            Some(Err(r)) => {
+                self.counters.refused += 1;
+                return Err(r);
+            }
+            Some(Ok(tc)) => Some(tc),
+            None => None,
+        };
+        let give_back = |m: &mut Self, tc: Option<nicflow_hwprofile::tc::TcFlower>| {
+            if let (Some(emu), Some(tc)) = (m.emulation.as_mut(), tc) {
+                emu.give_back(&tc);
+            }
+        };
         if let Err(r) = self.ensure_meters(kind, actions) {
             self.counters.refused += 1;
+            give_back(self, admitted);
             return Err(r);
         }
         let Some(engine) = self.engine_mut(kind) else {
+            give_back(self, admitted);
             return Err("engine-error");
         };
         match engine.install(&enc) {
@@ -1583,9 +1612,13 @@ impl FlowOffload for OffloadManager {
                 self.next_id += 1;
                 self.flows.insert(id, (kind, h));
                 self.counters.installed += 1;
+                if let (Some(emu), Some(tc)) = (self.emulation.as_mut(), admitted) {
+                    emu.hold(id, tc);
+                }
                 Ok(id)
             }
             Err(e) => {
+                give_back(self, admitted);
                 self.counters.refused += 1;
                 match e.reason() {
                     Some(r) => Err(r),
@@ -1594,6 +1627,43 @@ impl FlowOffload for OffloadManager {
                         Err("engine-error")
                     }
                 }
+            }
+        }
+    }
+
+    fn offload_ct(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        parts: [(&Match, &[DpAction]); 2],
+    ) -> Result<u64, &'static str> {
+        let Some(emu) = self.emulation.as_mut() else {
+            return self.offload(matching, actions);
+        };
+        // On the NIC the connection is an entry of its conntrack table,
+        // used by the two flows' filters (act_ct, then the ct_state match
+        // in the recirculation's chain): both must be held, and the table
+        // must have room. The composed entry itself is nicflow's means.
+        for (m, a) in parts {
+            if let Err(r) = emu.judge(m, a) {
+                self.counters.refused += 1;
+                return Err(r);
+            }
+        }
+        emu.ct_take()?;
+        // Not through `offload`: the composed entry takes no filter.
+        let saved = self.emulation.take();
+        let r = self.offload(matching, actions);
+        self.emulation = saved;
+        let emu = self.emulation.as_mut().expect("restored");
+        match r {
+            Ok(id) => {
+                emu.hold_ct(id);
+                Ok(id)
+            }
+            Err(e) => {
+                emu.ct_give_back();
+                Err(e)
             }
         }
     }
@@ -1610,6 +1680,12 @@ impl FlowOffload for OffloadManager {
         let (new_kind, enc) = self.decide(matching, actions)?;
         if new_kind != kind {
             return Err("engine-error");
+        }
+        if let Some(emu) = self.emulation.as_mut() {
+            // The NIC sees a modify as a new filter replacing the old one.
+            emu.release(id);
+            let tc = emu.admit(matching, actions)?;
+            emu.hold(id, tc);
         }
         self.ensure_meters(kind, actions)?;
         let Some(engine) = self.engine_mut(kind) else {
@@ -1629,6 +1705,9 @@ impl FlowOffload for OffloadManager {
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
         let (kind, h) = self.flows.remove(&id)?;
+        if let Some(emu) = self.emulation.as_mut() {
+            emu.release(id);
+        }
         self.counters.removed += 1;
         match self.engine_mut(kind)?.remove(&h) {
             Ok(c) => Some(KernelCounters {

@@ -35,6 +35,7 @@
 pub mod dummy;
 pub mod manager;
 pub mod netdev;
+pub mod profile;
 pub use nicflow_port::pin;
 pub mod kernel;
 

@@ -1,0 +1,554 @@
+//! nicflow's datapath flows in Open vSwitch's form, for the hardware
+//! profiles (`nicflow_hwprofile`): what OVS 3.1 would have handed to TC
+//! for the same rules and packets.
+//!
+//! Place in a frame's path: beside the offload manager. `offload-plan`
+//! converts every flow of a bridge; under `offload=profile:NAME` the
+//! manager converts each flow before its kernel install and installs it
+//! only if the modelled NIC would hold it ([`Emulation`]).
+//!
+//! Where nicflow's datapath flow differs from OVS's, the conversion writes
+//! OVS's form and says what it changed ([`Converted::notes`]):
+//!
+//! * registers and `metadata` never reach an OVS datapath flow (after a
+//!   recirculation they live in the frozen state its `recirc_id` names):
+//!   dropped from the match;
+//! * a flow received on a tunnel port matches the outer addresses, the VNI,
+//!   TOS, the flags and the UDP destination port exactly, as OVS's
+//!   `tnl_wc_init()` (`ofproto/tunnel.c`) unwildcards them;
+//! * rewrites of one header between two outputs are one `set` action, as
+//!   OVS's `commit_odp_actions()` writes them; a VLAN rewrite is
+//!   `pop_vlan,push_vlan` (OVS's `commit_vlan_action()` for the kernel
+//!   datapath);
+//! * an output to a tunnel port is `set(tunnel(...)),output`, the outer
+//!   header from the port's options and the flow's `set_tunnel`/Geneve
+//!   options.
+
+use crate::datapath::DpAction;
+use nicflow_flow::Match;
+use nicflow_hwprofile::model::{
+    self as hw, CtAction, DpFlow, DpMatch, GeneveOpt, Masked, PortKind, SetHeader, TunnelMatch,
+    TunnelSet, TunnelType, VlanMatch,
+};
+use nicflow_packet::buf::{TUN_F_CSUM, TUN_F_DONT_FRAGMENT, TUN_F_KEY, TUN_F_OAM};
+use nicflow_packet::tunnel::TunnelKind;
+use nicflow_port::hook::OffloadHook;
+use nicflow_port::tunnel::{TunnelConfig, TunnelKey};
+use std::collections::BTreeMap;
+
+/// A bridge port as the profiles see it, with a tunnel's options.
+#[derive(Clone, Debug)]
+pub struct ModelPort {
+    pub port: hw::Port,
+    pub tunnel: Option<TunnelConfig>,
+}
+
+/// What port `no` (`name`, attached through `hook`) is on the modelled
+/// NIC: a TC or AF_XDP port is a VF representor of the eSwitch (a plain
+/// host behind a veth stands for a VF's host), a tunnel port OVS's tunnel
+/// vport, an internal/TAP port OVS's internal port, the rest a foreign
+/// netdev.
+pub fn model_port(no: u32, name: &str, hook: &OffloadHook) -> ModelPort {
+    let (kind, tunnel) = match hook {
+        OffloadHook::AfXdp(_) | OffloadHook::Tc(_) => (PortKind::Representor, None),
+        OffloadHook::Tunnel(t) => (
+            PortKind::Tunnel {
+                tunnel: match t.cfg.kind {
+                    TunnelKind::Vxlan => TunnelType::Vxlan,
+                    TunnelKind::Geneve => TunnelType::Geneve,
+                },
+                dst_port: t.cfg.dst_port,
+            },
+            Some(t.cfg.clone()),
+        ),
+        OffloadHook::Userspace { kind } => match *kind {
+            "internal" | "tap" => (PortKind::Internal, None),
+            other => (
+                PortKind::Other {
+                    what: format!("{other} port"),
+                },
+                None,
+            ),
+        },
+    };
+    ModelPort {
+        port: hw::Port {
+            no,
+            name: name.to_string(),
+            kind,
+        },
+        tunnel,
+    }
+}
+
+/// A converted flow.
+#[derive(Clone, Debug)]
+pub struct Converted {
+    pub flow: DpFlow,
+    /// Where nicflow's flow differs from OVS's (see the module docs).
+    pub notes: Vec<&'static str>,
+}
+
+/// OVS's `FLOW_TNL_F_*` (lib/packets.h) from nicflow's `TUN_F_*`.
+fn ovs_tnl_flags(f: u16) -> u16 {
+    let mut o = 0;
+    if f & TUN_F_DONT_FRAGMENT != 0 {
+        o |= 1;
+    }
+    if f & TUN_F_CSUM != 0 {
+        o |= 2;
+    }
+    if f & TUN_F_KEY != 0 {
+        o |= 4;
+    }
+    if f & TUN_F_OAM != 0 {
+        o |= 8;
+    }
+    o
+}
+
+fn m<T: Copy>(value: T, mask: T) -> Masked<T> {
+    Masked { value, mask }
+}
+
+fn u128_of(a: [u8; 16]) -> u128 {
+    u128::from_be_bytes(a)
+}
+
+/// Convert one datapath flow; `ports` are the bridge's, by number.
+pub fn convert(
+    matching: &Match,
+    actions: &[DpAction],
+    ports: &BTreeMap<u32, ModelPort>,
+) -> Converted {
+    let k = matching.key();
+    let mk = &matching.mask().0;
+    let mut notes = Vec::new();
+    if mk.regs.iter().chain(mk.regs_hi.iter()).any(|r| *r != 0) || mk.metadata != 0 {
+        notes.push(
+            "registers/metadata matched by nicflow's flow are not in OVS's datapath flow \
+             (OVS keeps them in the recirculation's frozen state): dropped",
+        );
+    }
+    let mut dm = DpMatch {
+        recirc_id: k.recirc_id,
+        in_port: k.in_port,
+        pkt_mark: m(k.pkt_mark, mk.pkt_mark),
+        ct_state: m(k.ct_state, mk.ct_state),
+        ct_zone: m(k.ct_zone, mk.ct_zone),
+        ct_mark: m(k.ct_mark, mk.ct_mark),
+        ct_label: m(u128_of(k.ct_label), u128_of(mk.ct_label)),
+        ct_tuple_matched: mk.ct_nw_src != 0
+            || mk.ct_nw_dst != 0
+            || mk.ct_tp_src != 0
+            || mk.ct_tp_dst != 0
+            || mk.ct_nw_proto != 0
+            || mk.ct_ipv6_src != [0; 16]
+            || mk.ct_ipv6_dst != [0; 16],
+        eth_src: m(k.dl_src, mk.dl_src),
+        eth_dst: m(k.dl_dst, mk.dl_dst),
+        eth_type: m(k.dl_type, mk.dl_type),
+        ipv4_src: m(k.nw_src, mk.nw_src),
+        ipv4_dst: m(k.nw_dst, mk.nw_dst),
+        ipv6_src: m(u128_of(k.ipv6_src), u128_of(mk.ipv6_src)),
+        ipv6_dst: m(u128_of(k.ipv6_dst), u128_of(mk.ipv6_dst)),
+        ipv6_label: m(k.ipv6_label, mk.ipv6_label),
+        nw_proto: m(k.nw_proto, mk.nw_proto),
+        nw_tos: m(k.nw_tos, mk.nw_tos),
+        nw_ttl: m(k.nw_ttl, mk.nw_ttl),
+        nw_frag: m(k.nw_frag, mk.nw_frag),
+        tp_src: m(k.tp_src, mk.tp_src),
+        tp_dst: m(k.tp_dst, mk.tp_dst),
+        tcp_flags: m(k.tcp_flags, mk.tcp_flags),
+        arp_sha: m(k.arp_sha, mk.arp_sha),
+        arp_tha: m(k.arp_tha, mk.arp_tha),
+        nd_target: m(u128_of(k.nd_target), u128_of(mk.nd_target)),
+        ..DpMatch::default()
+    };
+    if mk.vlan_tci != 0 {
+        dm.vlans.push(VlanMatch {
+            tpid: 0x8100,
+            tci: m(k.vlan_tci, mk.vlan_tci),
+        });
+        if mk.vlan_tci2 != 0 {
+            dm.vlans.push(VlanMatch {
+                tpid: 0x8100,
+                tci: m(k.vlan_tci2, mk.vlan_tci2),
+            });
+        }
+    }
+    let in_port = ports.get(&k.in_port);
+    if let Some(cfg) = in_port.and_then(|p| p.tunnel.as_ref()) {
+        // tnl_wc_init(): the receiving tunnel's header exactly.
+        let mut t = TunnelMatch {
+            tun_id: Masked::exact(k.tun_id),
+            ipv4_src: Masked::exact(k.tun_src),
+            ipv4_dst: Masked::exact(k.tun_dst),
+            tos: Masked::exact(cfg.tos),
+            tp_dst: Masked::exact(cfg.dst_port),
+            flags: m(ovs_tnl_flags(k.tun_flags), 1 | 2 | 4),
+            ..TunnelMatch::default()
+        };
+        if mk.tun_src != u32::MAX || mk.tun_dst != u32::MAX || mk.tun_id != u64::MAX {
+            notes.push(
+                "nicflow's tunnel flow leaves outer fields wildcarded; OVS's tnl_wc_init() \
+                 matches them exactly: modelled as OVS's",
+            );
+        }
+        for map in &cfg.tlv_map {
+            let slot = map.slot as usize;
+            if slot < 8 && mk.tun_metadata[slot] != 0 {
+                t.geneve_opts.push(GeneveOpt {
+                    class: map.class,
+                    typ: map.typ,
+                    value: k.tun_metadata[slot].to_be_bytes().to_vec(),
+                    mask: mk.tun_metadata[slot].to_be_bytes().to_vec(),
+                });
+            }
+        }
+        dm.tunnel = Some(t);
+    }
+    let flow = DpFlow {
+        matching: dm,
+        actions: convert_actions(k, actions, ports, &mut notes),
+    };
+    Converted { flow, notes }
+}
+
+/// Header rewrites waiting for the next "commit" (an output, ct, recirc,
+/// a VLAN change...), one `set` per header as OVS writes them.
+#[derive(Default)]
+struct Pending {
+    eth: Option<(Masked<[u8; 6]>, Masked<[u8; 6]>)>,
+    ip4: Option<[Masked<u32>; 2]>,
+    ip4_tos_ttl: Option<[Masked<u8>; 2]>,
+    ip6: Option<[Masked<u128>; 2]>,
+    l4: Option<[Masked<u16>; 2]>,
+    arp: bool,
+    nd: bool,
+}
+
+impl Pending {
+    fn flush(&mut self, is_v6: bool, nw_proto: u8, out: &mut Vec<hw::DpAction>) {
+        let p = std::mem::take(self);
+        if let Some((src, dst)) = p.eth {
+            out.push(hw::DpAction::Set(SetHeader::Eth { src, dst }));
+        }
+        if is_v6 {
+            if p.ip6.is_some() || p.ip4_tos_ttl.is_some() {
+                let [src, dst] = p.ip6.unwrap_or_default();
+                let [tclass, hlimit] = p.ip4_tos_ttl.unwrap_or_default();
+                out.push(hw::DpAction::Set(SetHeader::Ipv6 {
+                    src,
+                    dst,
+                    tclass,
+                    hlimit,
+                    label: Masked::default(),
+                }));
+            }
+        } else if p.ip4.is_some() || p.ip4_tos_ttl.is_some() {
+            let [src, dst] = p.ip4.unwrap_or_default();
+            let [tos, ttl] = p.ip4_tos_ttl.unwrap_or_default();
+            out.push(hw::DpAction::Set(SetHeader::Ipv4 { src, dst, tos, ttl }));
+        }
+        if let Some([src, dst]) = p.l4 {
+            out.push(hw::DpAction::Set(match nw_proto {
+                6 => SetHeader::Tcp { src, dst },
+                132 => SetHeader::Sctp { src, dst },
+                _ => SetHeader::Udp { src, dst },
+            }));
+        }
+        if p.arp {
+            out.push(hw::DpAction::Set(SetHeader::Arp));
+        }
+        if p.nd {
+            out.push(hw::DpAction::Set(SetHeader::Nd));
+        }
+    }
+}
+
+fn convert_actions(
+    k: &nicflow_flow::FlowKey,
+    actions: &[DpAction],
+    ports: &BTreeMap<u32, ModelPort>,
+    notes: &mut Vec<&'static str>,
+) -> Vec<hw::DpAction> {
+    let is_v6 = k.dl_type == 0x86dd;
+    let nw_proto = k.nw_proto;
+    let mut out = Vec::new();
+    let mut p = Pending::default();
+    let mut tun_id: Option<u64> = None;
+    let mut tun_md: BTreeMap<u8, u32> = BTreeMap::new();
+    for a in actions {
+        match a {
+            DpAction::SetEthSrc(mac) => p.eth.get_or_insert_default().0 = Masked::exact(*mac),
+            DpAction::SetEthDst(mac) => p.eth.get_or_insert_default().1 = Masked::exact(*mac),
+            DpAction::SetIpv4Src(v) => p.ip4.get_or_insert_default()[0] = Masked::exact(*v),
+            DpAction::SetIpv4Dst(v) => p.ip4.get_or_insert_default()[1] = Masked::exact(*v),
+            DpAction::SetIpv6Src(v) => p.ip6.get_or_insert_default()[0] = Masked::exact(u128_of(*v)),
+            DpAction::SetIpv6Dst(v) => p.ip6.get_or_insert_default()[1] = Masked::exact(u128_of(*v)),
+            DpAction::SetTos(v) => p.ip4_tos_ttl.get_or_insert_default()[0] = Masked::exact(*v),
+            DpAction::SetTtl(v) => p.ip4_tos_ttl.get_or_insert_default()[1] = Masked::exact(*v),
+            DpAction::SetTpSrc(v) => p.l4.get_or_insert_default()[0] = Masked::exact(*v),
+            DpAction::SetTpDst(v) => p.l4.get_or_insert_default()[1] = Masked::exact(*v),
+            DpAction::SetArpSpa(_)
+            | DpAction::SetArpTpa(_)
+            | DpAction::SetArpSha(_)
+            | DpAction::SetArpTha(_)
+            | DpAction::SetArpOp(_) => p.arp = true,
+            DpAction::SetNdTarget(_) | DpAction::SetNdSll(_) | DpAction::SetNdTll(_) => {
+                p.nd = true
+            }
+            DpAction::SetTunnelId(id) => tun_id = Some(*id),
+            DpAction::SetTunnelMetadata { slot, value } => {
+                tun_md.insert(*slot, *value);
+            }
+            DpAction::Drop(_) => {}
+            other => {
+                p.flush(is_v6, nw_proto, &mut out);
+                match other {
+                    DpAction::Output(port) => {
+                        if let Some(cfg) = ports.get(port).and_then(|mp| mp.tunnel.as_ref()) {
+                            out.push(hw::DpAction::SetTunnel(tunnel_set(cfg, tun_id, &tun_md)));
+                        }
+                        out.push(hw::DpAction::Output { port: *port });
+                    }
+                    DpAction::PushVlan { tpid, tci } => out.push(hw::DpAction::PushVlan {
+                        tpid: *tpid,
+                        tci: *tci,
+                    }),
+                    DpAction::PopVlan => out.push(hw::DpAction::PopVlan),
+                    DpAction::SetVlanTci(tci) => {
+                        out.push(hw::DpAction::PopVlan);
+                        out.push(hw::DpAction::PushVlan {
+                            tpid: 0x8100,
+                            tci: *tci | 0x1000,
+                        });
+                    }
+                    DpAction::Meter(id) => out.push(hw::DpAction::Meter { id: *id }),
+                    DpAction::Controller { .. } => out.push(hw::DpAction::Userspace),
+                    DpAction::Ct {
+                        zone,
+                        commit,
+                        force,
+                        mark,
+                        label,
+                        nat,
+                    } => out.push(hw::DpAction::Ct(CtAction {
+                        zone: *zone,
+                        commit: *commit,
+                        force: *force,
+                        mark: *mark,
+                        label: *label,
+                        nat: nat.as_ref().map(|n| match n.kind {
+                            None => hw::NatKind::Existing,
+                            Some(nicflow_conntrack::NatKind::Src) => hw::NatKind::Src,
+                            Some(nicflow_conntrack::NatKind::Dst) => hw::NatKind::Dst,
+                        }),
+                        helper: None,
+                    })),
+                    DpAction::Recirc(id) => out.push(hw::DpAction::Recirc { id: *id }),
+                    DpAction::CtClear => out.push(hw::DpAction::CtClear),
+                    _ => unreachable_action(other, &mut out, notes),
+                }
+            }
+        }
+    }
+    p.flush(is_v6, nw_proto, &mut out);
+    out
+}
+
+/// An action this conversion has no OVS form for: named, so the gate
+/// refuses it rather than the flow passing unmodelled.
+fn unreachable_action(a: &DpAction, out: &mut Vec<hw::DpAction>, _notes: &mut [&'static str]) {
+    out.push(hw::DpAction::Other {
+        name: a.to_string(),
+    });
+}
+
+/// The outer header of an output to tunnel port `cfg`.
+fn tunnel_set(cfg: &TunnelConfig, tun_id: Option<u64>, md: &BTreeMap<u8, u32>) -> TunnelSet {
+    let id = match cfg.key {
+        TunnelKey::Fixed(v) => v as u64,
+        TunnelKey::Flow => tun_id.unwrap_or(0),
+    };
+    let mut flags = 4; // FLOW_TNL_F_KEY
+    if cfg.df {
+        flags |= 1;
+    }
+    if cfg.csum {
+        flags |= 2;
+    }
+    let geneve_opts = cfg
+        .tlv_map
+        .iter()
+        .filter_map(|map| {
+            md.get(&map.slot).map(|v| GeneveOpt {
+                class: map.class,
+                typ: map.typ,
+                value: v.to_be_bytes().to_vec(),
+                mask: vec![0xff; 4],
+            })
+        })
+        .collect();
+    TunnelSet {
+        tun_id: id,
+        ipv4_src: u32::from(cfg.local_ip),
+        ipv4_dst: u32::from(cfg.remote_ip),
+        tos: cfg.tos,
+        ttl: cfg.ttl,
+        tp_dst: cfg.dst_port,
+        flags,
+        geneve_opts,
+        ..TunnelSet::default()
+    }
+}
+
+/// A reason string kept for the daemon's life: the profiles' refusals
+/// carry filled-in printf arguments, the datapath's reasons are
+/// `&'static str`. The set is bounded by the distinct refusals (a handful
+/// of texts times the few values they print), not by flows or packets.
+pub fn intern(s: String) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SET: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut set = SET
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = set.get(s.as_str()) {
+        return r;
+    }
+    let r: &'static str = Box::leak(s.into_boxed_str());
+    set.insert(r);
+    r
+}
+
+/// How a refusal reads in `dump-dp-flows` (`not_offloaded:REASON`):
+/// the profile, the stage and the component's own words.
+pub fn refusal_text(profile: nicflow_hwprofile::Profile, r: &nicflow_hwprofile::Refusal) -> String {
+    format!("{}/{}: {}", profile.name(), r.stage.as_str(), r.reason)
+}
+
+/// The TC engine's emulation of a SmartNIC (`offload=profile:NAME`): the
+/// modelled NIC with the flows the engine holds, so its resources fill up
+/// and empty as the NIC's would.
+pub struct Emulation {
+    nic: nicflow_hwprofile::plan::Nic,
+    ports: BTreeMap<u32, ModelPort>,
+    /// The filter each kernel flow (manager id) holds on the NIC.
+    held: std::collections::HashMap<u64, nicflow_hwprofile::tc::TcFlower>,
+    /// Refusals by stage, for `stats`.
+    pub refused: BTreeMap<&'static str, u64>,
+    /// Kernel ids of established connections' entries (each one entry of
+    /// the NIC's conntrack table), and how many the table holds.
+    ct_held: std::collections::HashSet<u64>,
+    ct_pending: u64,
+}
+
+impl Emulation {
+    pub fn new(profile: nicflow_hwprofile::Profile) -> Emulation {
+        Emulation {
+            nic: nicflow_hwprofile::plan::Nic::new(profile),
+            ports: BTreeMap::new(),
+            held: Default::default(),
+            refused: BTreeMap::new(),
+            ct_held: Default::default(),
+            ct_pending: 0,
+        }
+    }
+
+    pub fn profile(&self) -> nicflow_hwprofile::Profile {
+        self.nic.profile
+    }
+
+    pub fn port_add(&mut self, no: u32, name: &str, hook: &OffloadHook) {
+        self.ports.insert(no, model_port(no, name, hook));
+    }
+
+    pub fn port_del(&mut self, no: u32) {
+        self.ports.remove(&no);
+    }
+
+    /// Would the NIC take this flow now (its resources reserved if so)?
+    /// The refusal is the text `dump-dp-flows` shows.
+    pub fn admit(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<nicflow_hwprofile::tc::TcFlower, &'static str> {
+        let c = convert(matching, actions, &self.ports);
+        let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
+        self.nic.admit(&c.flow, &ports).map_err(|r| {
+            *self.refused.entry(r.stage.as_str()).or_default() += 1;
+            intern(refusal_text(self.nic.profile, &r))
+        })
+    }
+
+    /// Stages 1 and 2 only (nothing reserved): would the NIC hold this flow?
+    pub fn judge(&mut self, matching: &Match, actions: &[DpAction]) -> Result<(), &'static str> {
+        let c = convert(matching, actions, &self.ports);
+        let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
+        self.nic.judge(&c.flow, &ports).map(|_| ()).map_err(|r| {
+            *self.refused.entry(r.stage.as_str()).or_default() += 1;
+            intern(refusal_text(self.nic.profile, &r))
+        })
+    }
+
+    fn ct_in_use(&self) -> u64 {
+        self.ct_held.len() as u64 + self.ct_pending
+    }
+
+    /// Room for one more connection in the NIC's conntrack table?
+    pub fn ct_take(&mut self) -> Result<(), &'static str> {
+        let want = self.ct_in_use() + 1;
+        let fit = self.nic.account_ct(want);
+        if fit < want {
+            self.nic.account_ct(want - 1);
+            *self.refused.entry("resource").or_default() += 1;
+            return Err(intern(format!(
+                "{}/resource: conntrack offload table full ({fit} connections)",
+                self.nic.profile.name()
+            )));
+        }
+        self.ct_pending += 1;
+        Ok(())
+    }
+
+    pub fn ct_give_back(&mut self) {
+        self.ct_pending = self.ct_pending.saturating_sub(1);
+        self.nic.account_ct(self.ct_in_use());
+    }
+
+    /// The connection taken by [`Emulation::ct_take`] is kernel entry `id`.
+    pub fn hold_ct(&mut self, id: u64) {
+        self.ct_pending = self.ct_pending.saturating_sub(1);
+        self.ct_held.insert(id);
+    }
+
+    /// The flow admitted for `tc` is in the kernel as `id`.
+    pub fn hold(&mut self, id: u64, tc: nicflow_hwprofile::tc::TcFlower) {
+        if let Some(old) = self.held.insert(id, tc) {
+            self.nic.release(&old);
+        }
+    }
+
+    /// Give back an admitted filter that was not installed after all.
+    pub fn give_back(&mut self, tc: &nicflow_hwprofile::tc::TcFlower) {
+        self.nic.release(tc);
+    }
+
+    /// Kernel flow `id` is gone: its resources are free.
+    pub fn release(&mut self, id: u64) {
+        if let Some(tc) = self.held.remove(&id) {
+            self.nic.release(&tc);
+        }
+        if self.ct_held.remove(&id) {
+            self.nic.account_ct(self.ct_in_use());
+        }
+    }
+
+    pub fn resources(&self) -> BTreeMap<String, nicflow_hwprofile::Resource> {
+        self.nic.resources()
+    }
+}
