@@ -168,7 +168,9 @@ pub fn gate(flow: &DpFlow, ports: &[Port]) -> Result<TcFlower, Refusal> {
             if port(*no).is_none() {
                 return Err(refuse(
                     SRC_DPIF,
-                    format!("parse_flow_put: netdev_ports_get found no netdev for output port {no}"),
+                    format!(
+                        "parse_flow_put: netdev_ports_get found no netdev for output port {no}"
+                    ),
                 ));
             }
         }
@@ -518,7 +520,10 @@ enum Htype {
 /// OVS's `struct tc_action` as `netdev_tc_parse_nl_actions` leaves it,
 /// before `lib/tc.c` encodes it.
 enum OvsAct {
-    Output { port: Port, ingress: bool },
+    Output {
+        port: Port,
+        ingress: bool,
+    },
     Encap(TcAction),
     Pedit(Vec<(PeditField, Htype)>),
     Plain(TcAction),
