@@ -35,6 +35,7 @@ pub mod mlx5;
 pub mod nfp;
 pub mod ovs;
 pub mod plan;
+pub mod rates;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
