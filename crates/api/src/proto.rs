@@ -51,6 +51,12 @@ pub enum Request {
     DumpDpFlows {
         bridge: String,
     },
+    /// `offload-plan BR --profile NAME`: which datapath flows the NIC
+    /// would hold (changes nothing).
+    OffloadPlan {
+        bridge: String,
+        profile: String,
+    },
     /// `add-group BR GROUP` (`ovs-ofctl add-group` syntax).
     AddGroup {
         bridge: String,

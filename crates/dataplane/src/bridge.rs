@@ -193,6 +193,32 @@ pub struct DpFlowDump {
     pub not_offloaded: Option<&'static str>,
 }
 
+/// One datapath flow for `offload-plan`.
+pub struct PlanFlow {
+    /// As `dump-dp-flows` prints them.
+    pub matching: String,
+    pub actions: String,
+    pub recirc_id: u32,
+    /// The recirculations its actions start.
+    pub recircs: Vec<u32>,
+    /// Userspace + kernel, and the kernel's part.
+    pub packets: u64,
+    pub bytes: u64,
+    pub kernel_packets: u64,
+    pub kernel_bytes: u64,
+    /// The flow in OVS's form.
+    pub converted: crate::offload::profile::Converted,
+}
+
+/// A bridge's ports and flows for `offload-plan`.
+pub struct PlanInput {
+    pub ports: Vec<crate::offload::profile::ModelPort>,
+    pub flows: Vec<PlanFlow>,
+    /// Connections the tracker holds (the NIC's conntrack table would hold
+    /// the established ones).
+    pub ct_connections: u64,
+}
+
 /// The XDP engine's state for `stats`.
 #[derive(Clone, Debug)]
 pub struct OffloadStatus {
@@ -1247,6 +1273,50 @@ impl Bridge {
                 }
             }))
             .collect()
+    }
+
+    /// What `offload-plan` judges: the bridge's ports as the profiles see
+    /// them and each datapath flow (in `dump-dp-flows` order) in OVS's
+    /// form, with its counters. Changes nothing.
+    pub fn offload_plan_input(&self) -> PlanInput {
+        let ports = self
+            .ports
+            .iter()
+            .map(|s| crate::offload::profile::model_port(s.no, s.port.name(), &s.port.offload_hook()))
+            .collect::<Vec<_>>();
+        let by_no: BTreeMap<u32, crate::offload::profile::ModelPort> =
+            ports.iter().map(|p| (p.port.no, p.clone())).collect();
+        let flows = self
+            .dp
+            .flows()
+            .map(|(_, f)| {
+                let t = f.total();
+                let k = f.kernel.stats();
+                PlanFlow {
+                    matching: nicflow_ofctl::format_match(&f.matching, &self.names),
+                    actions: format_actions(&f.actions),
+                    recirc_id: f.matching.key().recirc_id,
+                    recircs: f
+                        .actions
+                        .iter()
+                        .filter_map(|a| match a {
+                            crate::datapath::DpAction::Recirc(id) => Some(*id),
+                            _ => None,
+                        })
+                        .collect(),
+                    packets: t.packets,
+                    bytes: t.bytes,
+                    kernel_packets: k.packets,
+                    kernel_bytes: k.bytes,
+                    converted: crate::offload::profile::convert(&f.matching, &f.actions, &by_no),
+                }
+            })
+            .collect();
+        PlanInput {
+            ports,
+            flows,
+            ct_connections: self.conntrack().len() as u64,
+        }
     }
 
     pub fn dp_stats(&self) -> &DpStats {

@@ -143,6 +143,16 @@ enum Cmd {
     /// Datapath flows: match, packets, bytes, used, engine (xdp or
     /// userspace with the reason it is not offloaded), actions.
     DumpDpFlows { bridge: String },
+    /// Which of the bridge's datapath flows a SmartNIC would hold, had
+    /// Open vSwitch 3.1 installed them with hw-offload on: per flow
+    /// `MATCH -> offload | refused: REASON`, the NIC's resources and the
+    /// predicted gain (docs/offload-plan.md). Changes nothing.
+    OffloadPlan {
+        bridge: String,
+        /// cx7 (ConnectX-7), bf2 (BlueField-2), bf3 (BlueField-3), agilio (Netronome Agilio CX).
+        #[arg(long)]
+        profile: String,
+    },
     /// Add one group (ovs-ofctl add-group syntax:
     /// group_id=N,type=all|select|indirect|fast_failover,bucket=...).
     AddGroup { bridge: String, group: String },
@@ -440,6 +450,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::DelFlows { bridge, filter } => ctl(Request::DelFlows { bridge, filter }),
         Cmd::DumpFlows { bridge } => ctl(Request::DumpFlows { bridge }),
         Cmd::DumpDpFlows { bridge } => ctl(Request::DumpDpFlows { bridge }),
+        Cmd::OffloadPlan { bridge, profile } => ctl(Request::OffloadPlan { bridge, profile }),
         Cmd::AddGroup { bridge, group } => ctl(Request::AddGroup { bridge, group }),
         Cmd::AddGroups { bridge, file } => {
             let text = std::fs::read_to_string(&file)

@@ -41,6 +41,7 @@ mod groups;
 mod meters;
 mod offload;
 mod persist;
+mod plan;
 mod ports;
 mod rules;
 mod settings;
@@ -504,6 +505,7 @@ impl Switch {
             Request::DelFlows { bridge, filter } => self.del_flows(bridge, filter),
             Request::DumpFlows { bridge } => self.dump_flows(bridge),
             Request::DumpDpFlows { bridge } => self.dump_dp_flows(bridge),
+            Request::OffloadPlan { bridge, profile } => self.offload_plan(&bridge, &profile),
             Request::AddGroup { bridge, group } => self.add_group(bridge, group),
             Request::AddGroups { bridge, text } => self.add_groups(bridge, text),
             Request::ModGroup { bridge, group } => self.mod_group(bridge, group),

@@ -17,6 +17,8 @@ use crate::control::vf::VfError;
 pub enum SwitchError {
     #[error("no bridge `{0}`")]
     NoBridge(String),
+    #[error("unknown profile `{0}`: cx7, bf2, bf3 or agilio")]
+    UnknownProfile(String),
     #[error("bridge `{0}` already exists")]
     BridgeExists(String),
     #[error("bad bridge name `{0}`")]
