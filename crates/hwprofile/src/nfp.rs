@@ -18,7 +18,7 @@
 //! kernel reworked a check (NAT in pre_ct, multi-zone ct) the 6.1 form is
 //! kept and marked in the doc comment.
 
-use crate::model::{cs, DpMatch, PortKind, TunnelType};
+use crate::model::{cs, DpMatch, NatKind, PortKind, TunnelType};
 use crate::tc::{csum_flag, PeditField, TcAction, TcFlower};
 use crate::{Driver, Refusal, Resource, Stage};
 use std::collections::BTreeMap;
@@ -229,13 +229,24 @@ impl Nfp {
         bind(f)?;
         protocol(f)?;
         let k = &f.key;
-        // conntrack.c:is_pre_ct_flow — a ct action with no flags
-        // (`act->ct.action == 0`: no commit, force, clear or nat). 6.1
-        // form: the later (6.3+) acceptance of `ct nat` is not modelled.
-        let pre_ct = f.actions.iter().find_map(|a| match a {
-            TcAction::Ct(c) if !c.commit && !c.force && c.nat.is_none() => Some(c.zone),
+        // conntrack.c:is_pre_ct_flow (6.1, with "support hw offload for ct
+        // nat action", net-next Sep 2022): the first ct action decides; it
+        // is a pre_ct flow when that action has no flags or only NAT (OVS's
+        // `ct(nat)` restoring a connection's NAT). ct_clear, commit, force
+        // or a NAT with a range are not.
+        let first_ct = f.actions.iter().find_map(|a| match a {
+            TcAction::Ct(c) => Some(Some(c)),
+            TcAction::CtClear => Some(None),
             _ => None,
         });
+        let pre_ct = match first_ct {
+            Some(Some(c))
+                if !c.commit && !c.force && matches!(c.nat, None | Some(NatKind::Existing)) =>
+            {
+                Some(c.zone)
+            }
+            _ => None,
+        };
         if let Some(zone) = pre_ct {
             let goto = f.actions.iter().find_map(|a| match a {
                 TcAction::Goto { chain } => Some(*chain),
@@ -254,8 +265,19 @@ impl Nfp {
                 pair_ok,
             });
         }
-        // conntrack.c:is_post_ct_flow — ct_state matches +est.
-        if k.ct_state.value & k.ct_state.mask & cs::ESTABLISHED != 0 {
+        // conntrack.c:is_post_ct_flow (6.1): no ct action but ct_clear, and
+        // ct_state +est matched, or (after a NAT) no ct match on a chain
+        // other than 0 with a ct_clear.
+        let other_ct = f.actions.iter().any(|a| matches!(a, TcAction::Ct(_)));
+        let has_clear = f.actions.iter().any(|a| matches!(a, TcAction::CtClear));
+        let est = k.ct_state.value & k.ct_state.mask & cs::ESTABLISHED != 0;
+        let post_ct = !other_ct
+            && if ct_key_used(k) {
+                est
+            } else {
+                f.chain != 0 && has_clear
+            };
+        if post_ct {
             let zone = if k.ct_zone.is_wild() {
                 None
             } else if k.ct_zone.is_exact() {
@@ -268,7 +290,7 @@ impl Nfp {
             };
             // The merge compiles the post_ct flow's keys and actions later
             // (nfp_fl_ct_add_offload); a flow failing them is accepted by
-            // TC but never reaches the hardware.
+            // TC (the driver returns 0) but never reaches the hardware.
             let pair_ok = self.key_layers(f).is_ok() && self.post_ct_actions_ok(f);
             return Ok(Kind::PostCt {
                 zone,

@@ -315,6 +315,16 @@ fn tcp_ack_flag_is_refused_syn_accepted() {
     assert_eq!(nfp().check(&f), Ok(()));
 }
 
+/// offload.c:nfp_flower_calculate_key_layers (6.1): fragment matches are
+/// FLOW_DIS_IS_FRAGMENT / FIRST_FRAG, both in NFP_FLOWER_SUPPORTED_CTLFLAGS.
+#[test]
+fn fragment_match_is_accepted() {
+    let mut k = ipv4_key();
+    k.nw_frag = Masked { value: 1, mask: 3 };
+    let f = flower(repr(1), k, vec![out(repr(2))]);
+    assert_eq!(nfp().check(&f), Ok(()));
+}
+
 /// offload.c:nfp_flower_calculate_key_layers (6.1): NFP_FL_FEATS_VLAN_PCP / VLAN_QINQ.
 #[test]
 fn vlan_pcp_and_qinq_need_firmware_features() {
@@ -708,6 +718,52 @@ fn action_list_size_limit() {
     assert_eq!(nfp().check(&flower(repr(1), ipv4_key(), acts)), Ok(()));
 }
 
+/// action.c:nfp_fl_set_tun (6.1): IPv6 encap needs NFP_FL_FEATS_IPV6_TUN (bare -EOPNOTSUPP).
+#[test]
+fn ipv6_encap_needs_feature() {
+    let mut caps = Caps::agilio();
+    caps.ipv6_tun = false;
+    let set = TcAction::TunnelSet {
+        tunnel: TunnelType::Vxlan,
+        id: 7,
+        ipv4_src: 0,
+        ipv4_dst: 0,
+        ipv6_src: 1,
+        ipv6_dst: 2,
+        tos: 0,
+        ttl: 64,
+        tp_dst: 4789,
+        csum: true,
+        dont_frag: false,
+        opts: vec![],
+    };
+    let f = flower(repr(1), ipv4_key(), vec![set, out(vxlan_dev(9))]);
+    assert_eq!(nfp().check(&f), Ok(()));
+    assert_eq!(refused(&Nfp::new(caps), &f).1, SET_TUN);
+}
+
+/// action.c:nfp_fl_output (6.1): an internal port as egress needs ptype HOST
+/// (OVS 3.1 adds it only to ingress redirects).
+#[test]
+fn internal_egress_needs_ptype_host() {
+    let f = flower(
+        repr(1),
+        ipv4_key(),
+        vec![TcAction::Mirred {
+            port: port(4, PortKind::Internal),
+            ingress: false,
+        }],
+    );
+    assert_eq!(
+        refused(&nfp(), &f),
+        (
+            "unsupported offload: pre-tunnel rules require single egress dev and ptype HOST action"
+                .to_string(),
+            FL_OUTPUT
+        )
+    );
+}
+
 /// action.c:nfp_flower_loop_action (6.1): goto outside a pre_ct flow.
 #[test]
 fn goto_without_ct_is_refused() {
@@ -803,10 +859,11 @@ fn pre_ct_needs_goto() {
     );
 }
 
-/// conntrack.c:is_pre_ct_flow (6.1): ct commit / nat is not a pre_ct flow,
-/// so the ct action reaches action.c:nfp_flower_loop_action.
+/// conntrack.c:is_pre_ct_flow (6.1): ct commit / nat with a range is not a
+/// pre_ct flow, so the ct action reaches action.c:nfp_flower_loop_action;
+/// `ct(nat)` alone (TCA_CT_ACT_NAT) is a pre_ct flow since 6.1.
 #[test]
-fn ct_commit_and_nat_are_refused() {
+fn ct_commit_and_nat_range_are_refused() {
     let mut c = ct(5);
     c.commit = true;
     let f = flower(repr(1), ipv4_key(), vec![TcAction::Ct(c), out(repr(2))]);
@@ -815,12 +872,44 @@ fn ct_commit_and_nat_are_refused() {
         "unsupported offload: unsupported action in action list"
     );
     let mut c = ct(5);
+    c.commit = true;
+    c.nat = Some(NatKind::Src);
+    let f = flower(
+        repr(1),
+        ipv4_key(),
+        vec![TcAction::Ct(c), TcAction::Goto { chain: 1 }],
+    );
+    assert_eq!(refused(&nfp(), &f).1, LOOP_ACTION);
+    let mut c = ct(5);
     c.nat = Some(NatKind::Existing);
     let f = flower(
         repr(1),
         ipv4_key(),
         vec![TcAction::Ct(c), TcAction::Goto { chain: 1 }],
     );
+    assert_eq!(nfp().check(&f), Ok(()));
+}
+
+/// conntrack.c:is_post_ct_flow (6.1): +est with ct(commit) is not post_ct,
+/// so offload.c:offload_pre_check refuses its ct match.
+#[test]
+fn est_with_commit_is_not_post_ct() {
+    let mut f = post_ct(Masked::exact(5));
+    let mut c = ct(5);
+    c.commit = true;
+    f.actions.insert(0, TcAction::Ct(c));
+    assert_eq!(refused(&nfp(), &f).1, PRE_CHECK);
+}
+
+/// conntrack.c:is_post_ct_flow (6.1): after a NAT, a chain-N flow with
+/// ct_clear and no ct match is a post_ct flow (wildcarded zone).
+#[test]
+fn ct_clear_on_chain_is_post_ct() {
+    let mut f = flower(repr(1), ipv4_key(), vec![TcAction::CtClear, out(repr(2))]);
+    f.chain = 2;
+    assert_eq!(nfp().check(&f), Ok(()));
+    // On chain 0 it is an ordinary flow with a ct action.
+    f.chain = 0;
     assert_eq!(refused(&nfp(), &f).1, LOOP_ACTION);
 }
 
