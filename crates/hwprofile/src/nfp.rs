@@ -56,6 +56,8 @@ const PRE_CT: &str =
     "drivers/net/ethernet/netronome/nfp/flower/conntrack.c:nfp_fl_ct_handle_pre_ct";
 const POST_CT: &str =
     "drivers/net/ethernet/netronome/nfp/flower/conntrack.c:nfp_fl_ct_handle_post_ct";
+const XMIT_PRE_TUN: &str =
+    "drivers/net/ethernet/netronome/nfp/flower/tunnel_conf.c:nfp_flower_xmit_pre_tun_flow";
 const METADATA: &str =
     "drivers/net/ethernet/netronome/nfp/flower/metadata.c:nfp_compile_flow_metadata";
 
@@ -70,6 +72,9 @@ const MAX_GENEVE_OPT_CNT: usize = 64;
 /// `NFP_FLOWER_MASK_ENTRY_RS` (main.h) is 256; `nfp_flower_metadata_init`
 /// sets `init_unallocated = NFP_FLOWER_MASK_ENTRY_RS - 1`, ids 255..1.
 const MASK_IDS: u64 = 255;
+/// `NFP_TUN_PRE_TUN_RULE_LIMIT` (tunnel_conf.c): the firmware's pre-tunnel
+/// table, used without DECAP_V2.
+const PRE_TUN_RULE_LIMIT: u64 = 32;
 /// IANA VXLAN / Geneve ports: the only UDP tunnels the driver knows.
 const VXLAN_PORT: u16 = 4789;
 const GENEVE_PORT: u16 = 6081;
@@ -194,6 +199,11 @@ struct CtEntry {
     indev: u32,
     kind: Kind,
     mask: Vec<u8>,
+    /// The flow's keys, for nfp_ct_merge_check.
+    key: DpMatch,
+    /// A pre_ct flow doing `ct nat` (NFP_FL_ACTION_DO_NAT): its merge
+    /// with post_ct skips the address and port comparison.
+    nat: bool,
 }
 
 /// The nfp flower driver state: what the accepted filters hold.
@@ -203,6 +213,8 @@ pub struct Nfp {
     masks: BTreeMap<Vec<u8>, u64>,
     stats_used: u64,
     flows_used: u64,
+    /// Pre-tunnel rules (outputs to OVS internal ports).
+    pre_tun_used: u64,
     pre_ct: Vec<CtEntry>,
     post_ct: Vec<CtEntry>,
     /// What the last `account_ct` took: merged flows and the masks.
@@ -217,6 +229,7 @@ impl Nfp {
             masks: BTreeMap::new(),
             stats_used: 0,
             flows_used: 0,
+            pre_tun_used: 0,
             pre_ct: Vec::new(),
             post_ct: Vec::new(),
             ct_merged: 0,
@@ -919,7 +932,7 @@ impl Nfp {
 
     /// metadata.c:nfp_compile_flow_metadata for one firmware flow: a stats
     /// context, then a mask id unless the flow is a pre-tunnel rule.
-    fn take_flow(&mut self, mask: Option<&[u8]>) -> Result<(), Refusal> {
+    fn take_flow(&mut self, mask: &[u8], pre_tun: bool) -> Result<(), Refusal> {
         if self.free_stats() == 0 {
             return Err(Refusal::new(
                 Stage::Resource,
@@ -927,16 +940,31 @@ impl Nfp {
                 "invalid entry: cannot allocate new stats context",
             ));
         }
-        if let Some(m) = mask {
-            if !self.masks.contains_key(m) && self.masks.len() as u64 >= self.caps.mask_ids {
+        if !pre_tun
+            && !self.masks.contains_key(mask)
+            && self.masks.len() as u64 >= self.caps.mask_ids
+        {
+            return Err(Refusal::new(
+                Stage::Resource,
+                METADATA,
+                "invalid entry: cannot allocate a new mask id",
+            ));
+        }
+        if pre_tun {
+            // Without DECAP_V2 the rule goes to the firmware's pre-tunnel
+            // table (tunnel_conf.c, NFP_TUN_PRE_TUN_RULE_LIMIT = 32), which
+            // refuses with a bare -ENOSPC; with DECAP_V2 it only joins the
+            // driver's predt list.
+            if !self.caps.decap_v2 && self.pre_tun_used >= PRE_TUN_RULE_LIMIT {
                 return Err(Refusal::new(
                     Stage::Resource,
-                    METADATA,
-                    "invalid entry: cannot allocate a new mask id",
+                    XMIT_PRE_TUN,
+                    format!(
+                        "nfp_flower_xmit_pre_tun_flow: pre-tunnel rule table full (NFP_TUN_PRE_TUN_RULE_LIMIT {PRE_TUN_RULE_LIMIT}): -ENOSPC"
+                    ),
                 ));
             }
-        }
-        if self.flows_used >= self.caps.flow_table {
+        } else if self.flows_used >= self.caps.flow_table {
             return Err(Refusal::new(
                 Stage::Resource,
                 OFFLOAD_ADD,
@@ -947,25 +975,25 @@ impl Nfp {
             ));
         }
         self.stats_used += 1;
-        self.flows_used += 1;
-        if let Some(m) = mask {
-            *self.masks.entry(m.to_vec()).or_insert(0) += 1;
+        if pre_tun {
+            self.pre_tun_used += 1;
+        } else {
+            self.flows_used += 1;
+            *self.masks.entry(mask.to_vec()).or_insert(0) += 1;
         }
         Ok(())
     }
 
-    fn give_flow(&mut self, mask: Option<&[u8]>) {
+    fn give_flow(&mut self, mask: &[u8], pre_tun: bool) {
         self.stats_used = self.stats_used.saturating_sub(1);
-        self.flows_used = self.flows_used.saturating_sub(1);
-        if let Some(m) = mask {
-            if let Some(c) = self.masks.get_mut(m) {
-                *c -= 1;
-                if *c == 0 {
-                    // nfp_check_mask_remove frees the id (the firmware's
-                    // NFP_FL_MASK_REUSE_TIME_NS quarantine is not modelled).
-                    self.masks.remove(m);
-                }
-            }
+        if pre_tun {
+            self.pre_tun_used = self.pre_tun_used.saturating_sub(1);
+        } else {
+            self.flows_used = self.flows_used.saturating_sub(1);
+            // nfp_check_mask_remove frees the id at the last reference (the
+            // NFP_FL_MASK_REUSE_TIME_NS quarantine before reuse is not
+            // modelled).
+            self.give_mask_only(mask);
         }
     }
 
@@ -1066,6 +1094,52 @@ fn pre_ct_blocks_merge(f: &TcFlower) -> bool {
     })
 }
 
+/// The pre_ct flow's ct action restores NAT (`ct nat`).
+fn ct_nat(f: &TcFlower) -> bool {
+    f.actions
+        .iter()
+        .any(|a| matches!(a, TcAction::Ct(c) if c.nat.is_some()))
+}
+
+/// conntrack.c:nfp_ct_merge_check (6.1): two flows merge only if the bits
+/// both match agree. A NAT pre_ct skips the address and port fields (the
+/// nft entry carries the translated ones).
+fn merge_conflict(a: &DpMatch, b: &DpMatch, skip_l3l4: bool) -> bool {
+    fn c<T: Copy + Into<u128>>(x: crate::model::Masked<T>, y: crate::model::Masked<T>) -> bool {
+        let (xv, xm, yv, ym) = (x.value.into(), x.mask.into(), y.value.into(), y.mask.into());
+        (xv ^ yv) & xm & ym != 0
+    }
+    fn mac(x: crate::model::Masked<[u8; 6]>, y: crate::model::Masked<[u8; 6]>) -> bool {
+        (0..6).any(|i| (x.value[i] ^ y.value[i]) & x.mask[i] & y.mask[i] != 0)
+    }
+    let l2 = mac(a.eth_src, b.eth_src)
+        || mac(a.eth_dst, b.eth_dst)
+        || c(a.eth_type, b.eth_type)
+        || c(a.nw_proto, b.nw_proto)
+        || c(a.nw_tos, b.nw_tos)
+        || c(a.nw_ttl, b.nw_ttl)
+        || c(a.tcp_flags, b.tcp_flags)
+        || a.vlans.iter().zip(&b.vlans).any(|(x, y)| c(x.tci, y.tci));
+    let l3l4 = c(a.ipv4_src, b.ipv4_src)
+        || c(a.ipv4_dst, b.ipv4_dst)
+        || c(a.ipv6_src, b.ipv6_src)
+        || c(a.ipv6_dst, b.ipv6_dst)
+        || c(a.tp_src, b.tp_src)
+        || c(a.tp_dst, b.tp_dst);
+    let tun = match (&a.tunnel, &b.tunnel) {
+        (Some(x), Some(y)) => {
+            c(x.tun_id, y.tun_id)
+                || c(x.ipv4_src, y.ipv4_src)
+                || c(x.ipv4_dst, y.ipv4_dst)
+                || c(x.ipv6_src, y.ipv6_src)
+                || c(x.ipv6_dst, y.ipv6_dst)
+                || c(x.tp_dst, y.tp_dst)
+        }
+        _ => false,
+    };
+    l2 || tun || (!skip_l3l4 && l3l4)
+}
+
 fn ct_key_used(k: &DpMatch) -> bool {
     k.ct_state.mask != 0 || k.ct_zone.mask != 0 || k.ct_mark.mask != 0 || k.ct_label.mask != 0
 }
@@ -1092,7 +1166,7 @@ impl Driver for Nfp {
             Kind::Flow { mask, pre_tun } => {
                 // Pre-tunnel rules get a stats context but no mask id
                 // (metadata.c: "Do net allocate a mask-id for pre_tun_rules").
-                self.take_flow(if pre_tun { None } else { Some(&mask) })
+                self.take_flow(&mask, pre_tun)
             }
             kind @ Kind::PreCt { .. } => {
                 let mask = self
@@ -1103,6 +1177,8 @@ impl Driver for Nfp {
                     indev: f.indev.no,
                     kind,
                     mask,
+                    key: f.key.clone(),
+                    nat: ct_nat(f),
                 });
                 Ok(())
             }
@@ -1115,6 +1191,8 @@ impl Driver for Nfp {
                     indev: f.indev.no,
                     kind,
                     mask,
+                    key: f.key.clone(),
+                    nat: ct_nat(f),
                 });
                 Ok(())
             }
@@ -1123,9 +1201,7 @@ impl Driver for Nfp {
 
     fn release(&mut self, f: &TcFlower) {
         match self.classify(f) {
-            Ok(Kind::Flow { mask, pre_tun }) => {
-                self.give_flow(if pre_tun { None } else { Some(&mask) })
-            }
+            Ok(Kind::Flow { mask, pre_tun }) => self.give_flow(&mask, pre_tun),
             Ok(kind @ Kind::PreCt { .. }) => {
                 if let Some(i) = self
                     .pre_ct
@@ -1178,7 +1254,11 @@ impl Driver for Nfp {
                 else {
                     continue;
                 };
-                if post.indev != pre.indev || chain != goto || pz.is_some_and(|z| z != zone) {
+                if post.indev != pre.indev
+                    || chain != goto
+                    || pz.is_some_and(|z| z != zone)
+                    || merge_conflict(&pre.key, &post.key, pre.nat)
+                {
                     continue;
                 }
                 let mut m = pre.mask.clone();
@@ -1236,6 +1316,17 @@ impl Driver for Nfp {
             Resource {
                 used: self.flows_used,
                 limit: self.caps.flow_table,
+            },
+        );
+        r.insert(
+            "pre_tun_rules".to_string(),
+            Resource {
+                used: self.pre_tun_used,
+                limit: if self.caps.decap_v2 {
+                    self.caps.host_ctx_count
+                } else {
+                    PRE_TUN_RULE_LIMIT
+                },
             },
         );
         r.insert(

@@ -1072,3 +1072,94 @@ fn ct_merge_limits() {
     m.reserve(&post_ct(Masked::default())).unwrap();
     assert_eq!(m.account_ct(10), 4);
 }
+
+/// tunnel_conf.c:nfp_flower_xmit_pre_tun_flow (6.1): without DECAP_V2 the
+/// firmware's pre-tunnel table holds NFP_TUN_PRE_TUN_RULE_LIMIT (32) rules.
+#[test]
+fn pre_tunnel_table_limit_without_decap_v2() {
+    let mut caps = Caps::agilio();
+    caps.decap_v2 = false;
+    let mut n = Nfp::new(caps);
+    let k = DpMatch {
+        eth_type: Masked::exact(0x0800),
+        eth_dst: Masked::exact([2, 0, 0, 0, 0, 4]),
+        ..DpMatch::default()
+    };
+    let f = flower(
+        repr(1),
+        k,
+        vec![TcAction::Mirred {
+            port: port(4, PortKind::Internal),
+            ingress: true,
+        }],
+    );
+    for _ in 0..32 {
+        n.reserve(&f).unwrap();
+    }
+    let e = n.reserve(&f).unwrap_err();
+    assert_eq!(e.stage, Stage::Resource);
+    assert_eq!(e.source_fn, XMIT_PRE_TUN);
+    assert_eq!(n.resources()["pre_tun_rules"].used, 32);
+    assert_eq!(n.resources()["flows"].used, 0);
+    n.release(&f);
+    assert!(n.reserve(&f).is_ok());
+}
+
+/// metadata.c:nfp_add_mask_table (6.1): the key layer is part of the mask,
+/// so IPv4 and IPv6 flows, or tagged and untagged ones, never share an id.
+#[test]
+fn layers_are_part_of_the_mask() {
+    let mut n = nfp();
+    let v4 = flower(
+        repr(1),
+        DpMatch {
+            eth_type: Masked::exact(0x0800),
+            ..DpMatch::default()
+        },
+        vec![out(repr(2))],
+    );
+    let v6 = flower(
+        repr(1),
+        DpMatch {
+            eth_type: Masked::exact(0x86dd),
+            ..DpMatch::default()
+        },
+        vec![out(repr(2))],
+    );
+    let mut tagged = v4.clone();
+    tagged.key.vlans = vec![VlanMatch {
+        tpid: 0x8100,
+        tci: Masked::exact(0x1000 | 7),
+    }];
+    for f in [&v4, &v6, &tagged] {
+        n.reserve(f).unwrap();
+    }
+    assert_eq!(n.resources()["mask_ids"].used, 3);
+}
+
+/// conntrack.c:nfp_ct_merge_check (6.1): a pre_ct and a post_ct flow whose
+/// matches disagree never merge; a `ct nat` pre_ct skips the address check.
+#[test]
+fn ct_merge_check_conflicts() {
+    let pre = |nat: bool| {
+        let mut c = ct(5);
+        if nat {
+            c.nat = Some(NatKind::Existing);
+        }
+        flower(
+            repr(1),
+            ipv4_key(),
+            vec![TcAction::Ct(c), TcAction::Goto { chain: 1 }],
+        )
+    };
+    let mut post = post_ct(Masked::exact(5));
+    post.key.ipv4_dst = Masked::exact(0x0a00_0099);
+    let mut n = nfp();
+    n.reserve(&pre(false)).unwrap();
+    n.reserve(&post).unwrap();
+    assert_eq!(n.account_ct(4), 0);
+    let mut m = nfp();
+    m.reserve(&pre(true)).unwrap();
+    m.reserve(&post).unwrap();
+    assert_eq!(m.account_ct(4), 4);
+}
