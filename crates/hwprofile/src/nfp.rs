@@ -13,10 +13,17 @@
 //! [`Nfp::reserve`] follows `nfp_compile_flow_metadata()` (`metadata.c`):
 //! a stats context per flow, a mask id per distinct mask.
 //!
-//! Sources read: the 6.x nfp flower files (offload.c, action.c, match.c,
-//! metadata.c, conntrack.c as in the 6.1-era stable trees); where a later
-//! kernel reworked a check (NAT in pre_ct, multi-zone ct) the 6.1 form is
-//! kept and marked in the doc comment.
+//! Sources read (no tree tagged v6.1 was at hand; each file from the
+//! closest snapshot, 6.1's differences checked against the patches):
+//! offload.c from a 6.x stable snapshot (the flow_rule-based key layers,
+//! QinQ, DECAP_V2 pre-tunnel validation of 6.0/6.1); action.c from
+//! mainline (its 6.1 tunnel-flag check differs in form only: OVS 3.1 sends
+//! KEY and CSUM, both accepted); conntrack.c from a 6.0-era snapshot plus
+//! "nfp: flower: support hw offload for ct nat action" (net-next,
+//! September 2022, in 6.1); metadata.c (mask ids, stats contexts), main.c
+//! (`nfp_flower_init`'s context count) and tunnel_conf.c (pre-tunnel table)
+//! from mainline, unchanged there since 5.x. The later multi-zone conntrack
+//! rework (6.3+) is not modelled.
 
 use crate::model::{cs, DpMatch, NatKind, PortKind, TunnelType};
 use crate::tc::{csum_flag, PeditField, TcAction, TcFlower};
@@ -114,20 +121,22 @@ mod layer {
 
 /// What the loaded flower firmware advertises (`_abi_flower_extra_features`
 /// read in `nfp_flower_init`, `NFP_FL_FEATS_*` of main.h) and its sizes.
-/// Every feature bit below is a GUESS for "the current Agilio CX flower
-/// firmware" (Netronome/Corigine's 2022 flower release, which the 6.1
-/// driver's newest paths — QinQ, meters, DECAP_V2 — were written for):
-/// no public document lists the bits a given build sets.
+/// Every feature bit is a GUESS for the current Agilio CX flower firmware
+/// (Corigine's 2022 release, which the 6.1 driver's newest paths — QinQ,
+/// meters, DECAP_V2, ct NAT — were written and tested against): no public
+/// document lists the bits a given build sets. Each can be turned off to
+/// model older firmware.
 #[derive(Clone, Debug)]
 pub struct Caps {
-    /// `NFP_FL_FEATS_GENEVE` (GUESS: set since the 2018 firmware).
+    /// `NFP_FL_FEATS_GENEVE` (GUESS; in the firmware since 2018).
     pub geneve: bool,
     /// `NFP_FL_FEATS_GENEVE_OPT` (GUESS).
     pub geneve_opt: bool,
     /// `NFP_FL_FEATS_VLAN_PCP` (GUESS).
     pub vlan_pcp: bool,
-    /// `NFP_FL_FEATS_FLOW_MOD` / `NFP_FL_ENABLE_FLOW_MERGE` (GUESS): makes
-    /// OVS internal ports "offloadable" (`nfp_flower_internal_port_can_offload`).
+    /// `NFP_FL_FEATS_FLOW_MERGE`, negotiated into `NFP_FL_ENABLE_FLOW_MERGE`
+    /// (GUESS): makes OVS internal ports offloadable
+    /// (`nfp_flower_internal_port_can_offload`), hence bound at egress only.
     pub flow_merge: bool,
     /// `NFP_FL_FEATS_PRE_TUN_RULES` (GUESS).
     pub pre_tun_rules: bool,
@@ -135,20 +144,28 @@ pub struct Caps {
     pub ipv6_tun: bool,
     /// `NFP_FL_FEATS_VLAN_QINQ` (GUESS).
     pub vlan_qinq: bool,
-    /// `NFP_FL_FEATS_QOS_METER` (GUESS).
+    /// `NFP_FL_FEATS_QOS_METER` (GUESS). OVS 3.1's meters are shared police
+    /// actions (exceed drop, conform pipe: `tc_add_policer_action`), which
+    /// `nfp_act_install_actions`/`nfp_policer_validate` accept; the model
+    /// assumes the meter was installed before the flow.
     pub qos_meter: bool,
-    /// `NFP_FL_FEATS_DECAP_V2` (GUESS).
+    /// `NFP_FL_FEATS_DECAP_V2` (GUESS): pre-tunnel rules join the driver's
+    /// predt list instead of the firmware's 32-entry pre-tunnel table, and
+    /// must match the source MAC exactly.
     pub decap_v2: bool,
-    /// Stats contexts: `CONFIG_FC_HOST_CTX_COUNT` from the firmware's
-    /// symbol table; `nfp_flower_init` falls back to `BIT(17)` = 131072
-    /// when absent (main.c, `NFP_FL_STATS_CTX_DEFAULT`-style fallback). The
-    /// fallback value is used here (GUESS that the firmware exports the same).
+    /// Stats contexts: the firmware symbol `CONFIG_FC_HOST_CTX_COUNT`;
+    /// main.c:nfp_flower_init falls back to `BIT(17)` = 131072 when the
+    /// symbol is absent ("FlowerNIC: unsupported host context count").
+    /// That value is used here (GUESS that the Agilio CX build exports the
+    /// same).
     pub host_ctx_count: u64,
-    /// Mask ids the driver hands out (metadata.c: 255).
+    /// Mask ids: metadata.c:nfp_flower_metadata_init sets
+    /// `init_unallocated = NFP_FLOWER_MASK_ENTRY_RS - 1` = 255 (ids 255..1).
     pub mask_ids: u64,
-    /// The firmware's flow table: GUESS, no source gives its size; set to
-    /// the stats-context count (every firmware flow holds one context, so
-    /// the driver's own bound is that count).
+    /// The firmware's flow table: GUESS equal to the stats-context count.
+    /// Every firmware flow holds one context, and Netronome's own flower
+    /// scale test fills exactly `CONFIG_FC_HOST_CTX_COUNT` rules; no source
+    /// gives the table's size itself.
     pub flow_table: u64,
 }
 
@@ -1225,17 +1242,27 @@ impl Driver for Nfp {
     }
 
     /// Conntrack entries reach nfp as nft flowtable flows
-    /// (`nfp_fl_ct_handle_nft_flow`), one per direction; each is merged
-    /// with every pre_ct/post_ct pair of its zone (`nfp_ct_do_nft_merge`)
-    /// into a firmware flow (a stats context, a flow entry, the merged
-    /// mask's id). GUESS: each direction matches exactly one viable pair,
-    /// so a connection costs two merged flows. A pair is viable when the
-    /// post_ct chain is the pre_ct's goto chain, the netdev is the same, the
-    /// zone matches (or the post_ct zone is wildcarded), and both halves
-    /// compile (nfp_ct_do_tc_merge, nfp_ct_merge_act_check).
+    /// (`nfp_fl_ct_handle_nft_flow`), one per direction (the flowtable
+    /// offloads both tuples of a connection); each is merged with every
+    /// pre_ct/post_ct pair of its zone whose keys it does not contradict
+    /// (`nfp_ct_do_nft_merge`), and every merge is a firmware flow (a stats
+    /// context, a flow entry, the merged mask's id).
+    ///
+    /// A pair is viable when the post_ct flow's chain is the pre_ct flow's
+    /// goto chain, the netdev is the same, the zone matches (or the post_ct
+    /// zone is wildcarded), their keys agree (`nfp_ct_do_tc_merge`,
+    /// `nfp_ct_merge_check`), the pre_ct actions leave the nft match alone
+    /// (`nfp_ct_merge_act_check`) and both compile (`nfp_fl_ct_add_offload`).
+    ///
+    /// GUESS (the model has no connection tuples): connections spread
+    /// evenly over the zones that have viable pairs, and each direction
+    /// merges with every pair of its zone — the driver compares no in_port,
+    /// and the pre_ct/post_ct flows of OVS ct pipelines seldom constrain the
+    /// 5-tuple — so a connection costs 2 x (pairs per zone) merged flows.
     fn account_ct(&mut self, n: u64) -> u64 {
         self.release_ct();
         let mut pair_masks: Vec<Vec<u8>> = Vec::new();
+        let mut pairs_per_zone: BTreeMap<u16, u64> = BTreeMap::new();
         for pre in &self.pre_ct {
             let Kind::PreCt {
                 zone,
@@ -1264,6 +1291,7 @@ impl Driver for Nfp {
                 let mut m = pre.mask.clone();
                 m.push(0xff);
                 m.extend(&post.mask);
+                *pairs_per_zone.entry(zone).or_insert(0) += 1;
                 if !pair_masks.contains(&m) {
                     pair_masks.push(m);
                 }
@@ -1285,11 +1313,14 @@ impl Driver for Nfp {
             return 0;
         }
         self.ct_masks = got;
+        let zones = pairs_per_zone.len() as u64;
+        let pairs: u64 = pairs_per_zone.values().sum();
+        let per_conn = 2 * pairs.div_ceil(zones.max(1));
         let room = self
             .free_stats()
             .min(self.caps.flow_table.saturating_sub(self.flows_used));
-        let held = n.min(room / 2);
-        self.ct_merged = held * 2;
+        let held = n.min(room / per_conn);
+        self.ct_merged = held * per_conn;
         self.stats_used += self.ct_merged;
         self.flows_used += self.ct_merged;
         held

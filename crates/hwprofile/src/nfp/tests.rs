@@ -1163,3 +1163,24 @@ fn ct_merge_check_conflicts() {
     m.reserve(&post).unwrap();
     assert_eq!(m.account_ct(4), 4);
 }
+
+/// conntrack.c:nfp_ct_do_nft_merge (6.1): each direction of a connection
+/// merges with every viable pair of its zone (two post_ct flows after one
+/// pre_ct: four merged flows per connection).
+#[test]
+fn ct_connection_merges_with_every_pair_of_its_zone() {
+    let mut n = nfp();
+    let pre = flower(
+        repr(1),
+        ipv4_key(),
+        vec![TcAction::Ct(ct(5)), TcAction::Goto { chain: 1 }],
+    );
+    n.reserve(&pre).unwrap();
+    n.reserve(&post_ct(Masked::exact(5))).unwrap();
+    let mut other = post_ct(Masked::exact(5));
+    other.key.eth_dst = Masked::exact([2, 0, 0, 0, 0, 9]);
+    n.reserve(&other).unwrap();
+    assert_eq!(n.account_ct(10), 10);
+    assert_eq!(n.resources()["ct_merges"].used, 40);
+    assert_eq!(n.resources()["mask_ids"].used, 2);
+}
