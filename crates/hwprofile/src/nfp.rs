@@ -256,7 +256,7 @@ impl Nfp {
 
     /// Everything `check` does, returning how the filter is held.
     fn classify(&self, f: &TcFlower) -> Result<Kind, Refusal> {
-        bind(f)?;
+        bind(f, &self.caps)?;
         protocol(f)?;
         let k = &f.key;
         // conntrack.c:is_pre_ct_flow (6.1, with "support hw offload for ct
@@ -346,7 +346,7 @@ impl Nfp {
         }
         let kl = self.key_layers(f)?;
         compile_port(f, &kl)?;
-        let pre_tun = self.compile_actions(f, &f.actions, kl.tunnel.is_some())?;
+        let pre_tun = self.compile_actions(f, &f.actions)?;
         if pre_tun {
             self.validate_pre_tun(f, &kl)?;
         }
@@ -565,12 +565,7 @@ impl Nfp {
     /// action.c:nfp_flower_compile_action / nfp_flower_loop_action.
     /// Returns whether the flow became a pre-tunnel rule (output to an OVS
     /// internal port).
-    fn compile_actions(
-        &self,
-        f: &TcFlower,
-        actions: &[TcAction],
-        _decap: bool,
-    ) -> Result<bool, Refusal> {
+    fn compile_actions(&self, f: &TcFlower, actions: &[TcAction]) -> Result<bool, Refusal> {
         let caps = &self.caps;
         let mut a_len = 0usize;
         let mut tun_type: Option<TunnelType> = None;
@@ -791,7 +786,7 @@ impl Nfp {
             })
             .cloned()
             .collect();
-        matches!(self.compile_actions(f, &acts, false), Ok(false))
+        matches!(self.compile_actions(f, &acts), Ok(false))
     }
 
     /// offload.c:nfp_flower_validate_pre_tun_rule (on the model's keys).
@@ -1035,10 +1030,15 @@ impl Nfp {
     }
 }
 
-/// OVS internal ports and other devices: where a filter can reach nfp.
-fn bind(f: &TcFlower) -> Result<(), Refusal> {
+/// Where a filter can reach nfp at all: the representor's own block, or an
+/// indirect block on a tunnel or OVS device (offload.c).
+fn bind(f: &TcFlower, caps: &Caps) -> Result<(), Refusal> {
     match &f.indev.kind {
         PortKind::Representor | PortKind::Uplink | PortKind::Tunnel { .. } => Ok(()),
+        // Without flow merge an internal port is bound at ingress like any
+        // OVS device, and match.c:nfp_flower_compile_port then finds no
+        // port id for it.
+        PortKind::Internal if !caps.flow_merge => Ok(()),
         // nfp_flower_setup_indr_tc_block binds an OVS internal port
         // ("openvswitch" kind, offloadable with FLOW_MERGE) on its clsact
         // EGRESS hook only; OVS 3.1's filter sits on ingress.

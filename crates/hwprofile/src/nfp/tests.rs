@@ -1184,3 +1184,20 @@ fn ct_connection_merges_with_every_pair_of_its_zone() {
     assert_eq!(n.resources()["ct_merges"].used, 40);
     assert_eq!(n.resources()["mask_ids"].used, 2);
 }
+
+/// offload.c:nfp_flower_setup_indr_tc_block + match.c:nfp_flower_compile_port
+/// (6.1): without flow merge an internal port binds at ingress, but has no
+/// port id to match on.
+#[test]
+fn internal_indev_without_flow_merge() {
+    let mut caps = Caps::agilio();
+    caps.flow_merge = false;
+    let f = flower(port(4, PortKind::Internal), ipv4_key(), vec![out(repr(2))]);
+    assert_eq!(
+        refused(&Nfp::new(caps), &f),
+        (
+            "unsupported offload: invalid ingress interface for match offload".to_string(),
+            COMPILE_PORT
+        )
+    );
+}
