@@ -1201,3 +1201,287 @@ fn internal_indev_without_flow_merge() {
         )
     );
 }
+
+/// offload.c:nfp_flower_calculate_key_layers (6.1): a partially masked
+/// tunnel UDP port, an inexact IPv6 tunnel destination.
+#[test]
+fn tunnel_port_and_ipv6_dst_exactness() {
+    let mut t = vxlan_tunnel_key();
+    t.tp_dst.mask = 0xff00;
+    assert_eq!(
+        refused(&nfp(), &decap(vxlan_dev(9), t)).0,
+        "unsupported offload: only an exact match L4 destination port is supported"
+    );
+    let t = TunnelMatch {
+        ipv6_dst: Masked {
+            value: 1,
+            mask: !0u128 << 64,
+        },
+        tp_dst: Masked::exact(4789),
+        ..TunnelMatch::default()
+    };
+    assert_eq!(
+        refused(&nfp(), &decap(vxlan_dev(9), t)).0,
+        "unsupported offload: only an exact match IPv6 destination address is supported"
+    );
+}
+
+/// offload.c:nfp_flower_calc_udp_tun_layer / nfp_flower_calc_opt_layer (6.1):
+/// NFP_FL_FEATS_GENEVE, NFP_FL_FEATS_GENEVE_OPT, the IPv6 option limit (8).
+#[test]
+fn geneve_decap_features() {
+    let mut t = vxlan_tunnel_key();
+    t.tp_dst = Masked::exact(6081);
+    let mut caps = Caps::agilio();
+    caps.geneve = false;
+    assert_eq!(
+        refused(&Nfp::new(caps), &decap(geneve_dev(9), t.clone())).0,
+        "unsupported offload: loaded firmware does not support geneve offload"
+    );
+    t.geneve_opts = vec![GeneveOpt {
+        class: 0x102,
+        typ: 0x80,
+        value: vec![0; 4],
+        mask: vec![0xff; 4],
+    }];
+    let mut caps = Caps::agilio();
+    caps.geneve_opt = false;
+    assert_eq!(
+        refused(&Nfp::new(caps), &decap(geneve_dev(9), t.clone())).0,
+        "unsupported offload: loaded firmware does not support geneve option offload"
+    );
+    let v6 = TunnelMatch {
+        ipv4_src: Masked::default(),
+        ipv4_dst: Masked::default(),
+        ipv6_dst: Masked::exact(1),
+        geneve_opts: vec![GeneveOpt {
+            class: 0x102,
+            typ: 0x80,
+            value: vec![0; 8],
+            mask: vec![0xff; 8],
+        }],
+        ..t
+    };
+    assert_eq!(
+        refused(&nfp(), &decap(geneve_dev(9), v6)),
+        (
+            "unsupported offload: geneve options exceed maximum length".to_string(),
+            OPT_LAYER
+        )
+    );
+}
+
+/// offload.c:nfp_flower_calculate_key_layers (6.1): TCP flags need an IP layer.
+#[test]
+fn tcp_flags_need_ip() {
+    let k = DpMatch {
+        eth_type: Masked::exact(0x8847),
+        tcp_flags: Masked {
+            value: 0x02,
+            mask: 0x02,
+        },
+        ..DpMatch::default()
+    };
+    assert_eq!(
+        key_layers_refusal(k),
+        "unsupported offload: match on TCP flags requires a match on IPv4/IPv6"
+    );
+}
+
+/// action.c:nfp_flower_loop_action (6.1): a Geneve encap without
+/// NFP_FL_FEATS_GENEVE is an unknown tunnel type.
+#[test]
+fn geneve_encap_needs_feature() {
+    let mut caps = Caps::agilio();
+    caps.geneve = false;
+    let f = flower(
+        repr(1),
+        ipv4_key(),
+        vec![tunnel_set(6081, vec![]), out(geneve_dev(9))],
+    );
+    assert_eq!(
+        refused(&Nfp::new(caps), &f).0,
+        "unsupported offload: unsupported tunnel type in action list"
+    );
+}
+
+/// action.c:nfp_fl_push_geneve_options (6.1): NFP_FL_MAX_GENEVE_OPT_CNT (64)
+/// is checked before the byte budget; empty options are 8 bytes each, so
+/// the byte budget (32) trips first in practice.
+#[test]
+fn geneve_push_budget_trips_before_count() {
+    let opts: Vec<GeneveOpt> = (0..5)
+        .map(|_| GeneveOpt {
+            class: 1,
+            typ: 1,
+            value: vec![],
+            mask: vec![],
+        })
+        .collect();
+    let f = flower(
+        repr(1),
+        ipv4_key(),
+        vec![tunnel_set(6081, opts), out(geneve_dev(9))],
+    );
+    assert_eq!(
+        refused(&nfp(), &f).0,
+        "unsupported offload: maximum allowed action list size exceeded at push geneve options"
+    );
+}
+
+/// action.c:nfp_flower_loop_action / nfp_flower_meter_action (6.1): the
+/// per-action NFP_FL_MAX_A_SIZ checks of push vlan, pop vlan, tunnel encap
+/// and meter.
+#[test]
+fn per_action_size_checks() {
+    // 151 outputs = 1208 bytes: 8 left.
+    let full = || -> Vec<TcAction> { (0..151).map(|i| out(repr(10 + i))).collect() };
+    // Pop (4) fits in the 8 bytes left; a push (8) after it does not.
+    let mut v = full();
+    v.push(TcAction::VlanPop);
+    assert_eq!(nfp().check(&flower(repr(1), ipv4_key(), v)), Ok(()));
+    let mut v = full();
+    v.push(TcAction::VlanPush {
+        tpid: 0x8100,
+        vid: 1,
+        prio: 0,
+    });
+    v.push(TcAction::VlanPop);
+    assert_eq!(
+        refused(&nfp(), &flower(repr(1), ipv4_key(), v)).0,
+        "unsupported offload: maximum allowed action list size exceeded at pop vlan"
+    );
+    let mut v = full();
+    v.push(TcAction::Police { meter: 1 });
+    v.push(TcAction::Police { meter: 2 });
+    assert_eq!(
+        refused(&nfp(), &flower(repr(1), ipv4_key(), v)),
+        (
+            "unsupported offload:meter action size beyond the allowed maximum".to_string(),
+            METER_ACTION
+        )
+    );
+    let mut v = full();
+    v.push(tunnel_set(4789, vec![]));
+    assert_eq!(
+        refused(&nfp(), &flower(repr(1), ipv4_key(), v)).0,
+        "unsupported offload: maximum allowed action list size exceeded at tunnel encap"
+    );
+    let mut v = full();
+    v.push(TcAction::VlanPop);
+    v.push(TcAction::VlanPush {
+        tpid: 0x8100,
+        vid: 1,
+        prio: 0,
+    });
+    assert_eq!(
+        refused(&nfp(), &flower(repr(1), ipv4_key(), v)).0,
+        "unsupported offload: maximum allowed action list size exceeded at push vlan"
+    );
+}
+
+fn internal_out() -> TcAction {
+    TcAction::Mirred {
+        port: port(4, PortKind::Internal),
+        ingress: true,
+    }
+}
+
+fn pre_tun_key() -> DpMatch {
+    DpMatch {
+        eth_type: Masked::exact(0x0800),
+        eth_dst: Masked::exact([2, 0, 0, 0, 0, 4]),
+        eth_src: Masked::exact([2, 0, 0, 0, 0, 5]),
+        ..DpMatch::default()
+    }
+}
+
+/// offload.c:nfp_flower_validate_pre_tun_rule (6.1): each match and action
+/// requirement of a pre-tunnel rule.
+#[test]
+fn pre_tunnel_rule_requirements() {
+    let pre_tun = |k: DpMatch, acts: Vec<TcAction>| refused(&nfp(), &flower(repr(1), k, acts));
+    let mut k = pre_tun_key();
+    k.eth_src = Masked::default();
+    k.eth_dst = Masked::default();
+    assert_eq!(
+        pre_tun(k, vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: MAC fields match required"
+    );
+    let k = DpMatch {
+        eth_type: Masked::exact(0x8847),
+        ..pre_tun_key()
+    };
+    assert_eq!(
+        pre_tun(k, vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: match on ipv4/ipv6 eth_type must be present"
+    );
+    let mut k = pre_tun_key();
+    k.eth_dst.mask = [0xff, 0xff, 0xff, 0, 0, 0];
+    assert_eq!(
+        pre_tun(k, vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: dest MAC field must not be masked"
+    );
+    let mut k = pre_tun_key();
+    k.eth_src = Masked::default();
+    assert_eq!(
+        pre_tun(k, vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: source MAC field must not be masked"
+    );
+    let mut k = pre_tun_key();
+    k.ipv4_dst = Masked::exact(1);
+    assert_eq!(
+        pre_tun(k, vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: only flags and proto can be matched in ip header"
+    );
+    let mut k = pre_tun_key();
+    k.vlans = vec![VlanMatch {
+        tpid: 0x8100,
+        tci: Masked::exact(0x1000 | 3),
+    }];
+    assert_eq!(
+        pre_tun(k.clone(), vec![internal_out()]).0,
+        "unsupported pre-tunnel rule: match on VLAN must have VLAN pop as first action"
+    );
+    assert_eq!(
+        nfp().check(&flower(repr(1), k, vec![TcAction::VlanPop, internal_out()])),
+        Ok(())
+    );
+    assert_eq!(
+        pre_tun(
+            pre_tun_key(),
+            vec![TcAction::Police { meter: 1 }, internal_out()]
+        )
+        .0,
+        "unsupported pre-tunnel rule: non egress action detected where egress was expected"
+    );
+    assert_eq!(
+        pre_tun(pre_tun_key(), vec![internal_out(), internal_out()]).0,
+        "unsupported offload: pre-tunnel rules require single egress dev and ptype HOST action"
+    );
+    let mut caps = Caps::agilio();
+    caps.pre_tun_rules = false;
+    caps.decap_v2 = false;
+    assert_eq!(
+        refused(
+            &Nfp::new(caps),
+            &flower(repr(1), pre_tun_key(), vec![internal_out()])
+        )
+        .0,
+        "unsupported offload: pre-tunnel rules not supported in loaded firmware"
+    );
+}
+
+/// offload.c:nfp_flower_add_offload (6.1): the firmware flow table (GUESS
+/// capacity), reached before the stats contexts when set smaller.
+#[test]
+fn flow_table_full() {
+    let mut caps = Caps::agilio();
+    caps.flow_table = 1;
+    let mut n = Nfp::new(caps);
+    let f = flower(repr(1), ipv4_key(), vec![out(repr(2))]);
+    n.reserve(&f).unwrap();
+    let e = n.reserve(&f).unwrap_err();
+    assert_eq!((e.stage, e.source_fn), (Stage::Resource, OFFLOAD_ADD));
+    assert_eq!(n.resources()["stats_contexts"].used, 1);
+}
