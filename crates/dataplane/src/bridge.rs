@@ -1282,7 +1282,9 @@ impl Bridge {
         let ports = self
             .ports
             .iter()
-            .map(|s| crate::offload::profile::model_port(s.no, s.port.name(), &s.port.offload_hook()))
+            .map(|s| {
+                crate::offload::profile::model_port(s.no, s.port.name(), &s.port.offload_hook())
+            })
             .collect::<Vec<_>>();
         let by_no: BTreeMap<u32, crate::offload::profile::ModelPort> =
             ports.iter().map(|p| (p.port.no, p.clone())).collect();

@@ -285,8 +285,12 @@ fn convert_actions(
             DpAction::SetEthDst(mac) => p.eth.get_or_insert_default().1 = Masked::exact(*mac),
             DpAction::SetIpv4Src(v) => p.ip4.get_or_insert_default()[0] = Masked::exact(*v),
             DpAction::SetIpv4Dst(v) => p.ip4.get_or_insert_default()[1] = Masked::exact(*v),
-            DpAction::SetIpv6Src(v) => p.ip6.get_or_insert_default()[0] = Masked::exact(u128_of(*v)),
-            DpAction::SetIpv6Dst(v) => p.ip6.get_or_insert_default()[1] = Masked::exact(u128_of(*v)),
+            DpAction::SetIpv6Src(v) => {
+                p.ip6.get_or_insert_default()[0] = Masked::exact(u128_of(*v))
+            }
+            DpAction::SetIpv6Dst(v) => {
+                p.ip6.get_or_insert_default()[1] = Masked::exact(u128_of(*v))
+            }
             DpAction::SetTos(v) => p.ip4_tos_ttl.get_or_insert_default()[0] = Masked::exact(*v),
             DpAction::SetTtl(v) => p.ip4_tos_ttl.get_or_insert_default()[1] = Masked::exact(*v),
             DpAction::SetTpSrc(v) => p.l4.get_or_insert_default()[0] = Masked::exact(*v),
@@ -296,9 +300,7 @@ fn convert_actions(
             | DpAction::SetArpSha(_)
             | DpAction::SetArpTha(_)
             | DpAction::SetArpOp(_) => p.arp = true,
-            DpAction::SetNdTarget(_) | DpAction::SetNdSll(_) | DpAction::SetNdTll(_) => {
-                p.nd = true
-            }
+            DpAction::SetNdTarget(_) | DpAction::SetNdSll(_) | DpAction::SetNdTll(_) => p.nd = true,
             DpAction::SetTunnelId(id) => tun_id = Some(*id),
             DpAction::SetTunnelMetadata { slot, value } => {
                 tun_md.insert(*slot, *value);
@@ -583,4 +585,3 @@ pub fn tc_dp_ns_per_packet() -> Option<f64> {
     }
     (n > 0 && t > 0).then(|| t as f64 / n as f64)
 }
-

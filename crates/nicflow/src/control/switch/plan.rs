@@ -36,9 +36,12 @@ fn carried(flows: &[PlanFlow], verdicts: &[FlowVerdict], ct_share: f64) -> Vec<f
         }
         let f = &flows[i];
         let mut s = 1.0;
-        if f.converted.flow.actions.iter().any(|a| {
-            matches!(a, nicflow_hwprofile::model::DpAction::Ct(_))
-        }) {
+        if f.converted
+            .flow
+            .actions
+            .iter()
+            .any(|a| matches!(a, nicflow_hwprofile::model::DpAction::Ct(_)))
+        {
             s *= ct_share;
         }
         for id in &f.recircs {
@@ -93,7 +96,11 @@ impl Switch {
         br.sync_offload();
         let input: PlanInput = br.offload_plan_input();
         let ports: Vec<_> = input.ports.iter().map(|m| m.port.clone()).collect();
-        let dp: Vec<_> = input.flows.iter().map(|f| f.converted.flow.clone()).collect();
+        let dp: Vec<_> = input
+            .flows
+            .iter()
+            .map(|f| f.converted.flow.clone())
+            .collect();
         let plan = nicflow_hwprofile::plan(p, &ports, &dp, input.ct_connections);
         let ct_share = if input.ct_connections > 0 {
             plan.ct_offloaded as f64 / input.ct_connections as f64
@@ -123,7 +130,8 @@ impl Switch {
         }
         let us_ns = (us_packets > 0).then(|| cpu_s * 1e9 / us_packets as f64);
         let k_ns = nicflow_dataplane::offload::profile::tc_dp_ns_per_packet();
-        let host_s = |u: f64, k: f64| u * us_ns.unwrap_or(0.0) / 1e9 + k * k_ns.unwrap_or(0.0) / 1e9;
+        let host_s =
+            |u: f64, k: f64| u * us_ns.unwrap_or(0.0) / 1e9 + k * k_ns.unwrap_or(0.0) / 1e9;
         let (host_now, host_freed) = (host_s(us_pk, k_pk), host_s(us_pk_nic, k_pk_nic));
 
         let mut text = String::new();
@@ -167,7 +175,10 @@ impl Switch {
             "conntrack: {} connections tracked, {} would be held in the NIC's table",
             input.ct_connections, plan.ct_offloaded
         );
-        let _ = writeln!(text, "predicted gain (a model, not a measurement; docs/offload-plan.md):");
+        let _ = writeln!(
+            text,
+            "predicted gain (a model, not a measurement; docs/offload-plan.md):"
+        );
         let _ = writeln!(
             text,
             "  packets on the NIC: {:.1}% ({:.0} of {:.0}), bytes {:.1}%",
