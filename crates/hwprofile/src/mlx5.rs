@@ -948,23 +948,19 @@ impl Mlx5 {
     ) -> Result<(), Refusal> {
         for a in acts {
             match a {
-                Act::Goto(_) => {
-                    if attr.dest_chain != 0 && st.decap {
-                        return Err(drv(
-                            src!("en/tc/act/goto.c:tc_act_post_parse_goto"),
-                            "Decap with goto isn't supported",
-                        ));
-                    }
+                Act::Goto(_) if attr.dest_chain != 0 && st.decap => {
+                    return Err(drv(
+                        src!("en/tc/act/goto.c:tc_act_post_parse_goto"),
+                        "Decap with goto isn't supported",
+                    ));
                 }
-                Act::Ct { .. } => {
-                    if !st.ct && st.ct_clear {
-                        // mlx5_tc_ct_set_ct_clear_regs: ctstate, mark,
-                        // labels, zone_restore.
-                        attr.reg_writes += 4;
-                        attr.action |= MOD_HDR;
-                        st.ct_clear = false;
-                        st.actions |= MOD_HDR;
-                    }
+                Act::Ct { .. } if !st.ct && st.ct_clear => {
+                    // mlx5_tc_ct_set_ct_clear_regs: ctstate, mark, labels,
+                    // zone_restore.
+                    attr.reg_writes += 4;
+                    attr.action |= MOD_HDR;
+                    st.ct_clear = false;
+                    st.actions |= MOD_HDR;
                 }
                 _ => {}
             }

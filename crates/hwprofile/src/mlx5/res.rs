@@ -411,7 +411,7 @@ impl State {
         let levels: &[u32] = if p.split { &[0, 1] } else { &[0] };
         for &level in levels {
             let key = (f.chain, prio, level);
-            if !tables.contains_key(&key) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = tables.entry(key) {
                 let size = pools.get(0);
                 if size == 0 {
                     return Err(res(
@@ -422,15 +422,12 @@ impl State {
                         ),
                     ));
                 }
-                tables.insert(
-                    key,
-                    Table {
-                        size,
-                        groups: Vec::new(),
-                        big_groups: 0,
-                        slots: 0,
-                    },
-                );
+                slot.insert(Table {
+                    size,
+                    groups: Vec::new(),
+                    big_groups: 0,
+                    slots: 0,
+                });
             }
             let t = tables.get_mut(&key).expect("inserted above");
             if !t.insert(&p.mask, caps.large_group_num) {
