@@ -455,11 +455,9 @@ impl Mlx5 {
                 }
             }
             self.verify_tunnel_ecn(f)?;
-        } else if k.tunnel.is_some() {
-            // parse_tunnel_attr runs only for a tunnel filter device: enc
-            // keys elsewhere are plain keys the driver does not match.
-            return Err(drv(src!("en_tc.c:__parse_cls_flower"), "Unsupported key"));
         }
+        // parse_tunnel_attr runs only for a tunnel filter device; elsewhere
+        // the enc_* keys pass the used-keys test and are not matched.
 
         // VLAN / CVLAN.
         if k.vlans.len() > 1 && !k.vlans[1].tci.is_wild() && !c.outer_second_vid {

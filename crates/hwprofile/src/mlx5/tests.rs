@@ -1188,3 +1188,59 @@ fn conntrack_entries() {
     d.release(&f);
     assert_eq!(d.resources()["ct_zones"].used, 0);
 }
+
+/// en/tc_tun_encap.c:mlx5e_attach_encap (6.1): the mirred device after
+/// `tunnel_key set` must be a tunnel device.
+#[test]
+fn encap_to_a_non_tunnel_device() {
+    refused(
+        &cx7(),
+        &flower(
+            rep(2),
+            l2(),
+            vec![
+                tunnel_set(TunnelType::Vxlan, 7, 0xc0a8_0009, 4789, vec![]),
+                out(uplink()),
+            ],
+        ),
+        "en/tc_tun_encap.c:mlx5e_attach_encap",
+        "Unsupported tunnel",
+    );
+}
+
+/// en/tc_tun_vxlan.c:mlx5e_tc_tun_init_encap_attr_vxlan (6.1): an encap to
+/// a VXLAN port the NIC's table has no room for.
+#[test]
+fn encap_to_an_unregistered_vxlan_port() {
+    let mut d = with(|c| c.max_vxlan_udp_ports = 1);
+    let f = flower(
+        rep(2),
+        l2(),
+        vec![
+            tunnel_set(TunnelType::Vxlan, 7, 0xc0a8_0009, 8472, vec![]),
+            out(vxlan_dev(8472)),
+        ],
+    );
+    let r = d.reserve(&f).unwrap_err();
+    assert_eq!(r.stage, Stage::Resource);
+    assert_eq!(r.reason, "vxlan udp dport was not registered with the HW");
+}
+
+/// The profiles differ in max_modify_header_actions (GUESS values, see
+/// caps.rs): ConnectX-6 Dx (BF2) 32, ConnectX-7 class 64.
+#[test]
+fn profiles_modify_header_limits() {
+    let bf2 = Mlx5::new(Caps::for_profile(Profile::Bf2));
+    let cx7 = cx7();
+    assert_eq!(bf2.caps.max_modify_header_actions, 32);
+    assert_eq!(cx7.caps.max_modify_header_actions, 64);
+}
+
+/// Enc keys on a representor's filter are not matched (parse_tunnel_attr
+/// runs only for tunnel devices), not refused.
+#[test]
+fn enc_keys_off_a_tunnel_device_pass() {
+    let mut k = l2();
+    k.tunnel = Some(tunnel_match(4789));
+    cx7().check(&flower(rep(2), k, vec![out(rep(3))])).unwrap();
+}
