@@ -738,7 +738,25 @@ impl Mlx5 {
             }
             Act::VlanPush { tpid, prio } => {
                 if attr.action & VLAN_POP != 0 {
-                    // pop + push: a VLAN rewrite (one modify action).
+                    // pop + push: a VID rewrite, one modify action
+                    // (en/tc/act/vlan_mangle.c).
+                    let s = src!("en/tc/act/vlan_mangle.c:mlx5e_tc_act_vlan_add_rewrite_action");
+                    let outer = f.key.vlans.first();
+                    let cvlan = outer.is_some_and(|v| v.tpid != 0x88a8 && !v.tci.is_wild());
+                    if !cvlan {
+                        return Err(drv(s, "VLAN rewrite action must have VLAN protocol match"));
+                    }
+                    let tci = outer.map(|v| v.tci).unwrap_or_default();
+                    let matched_prio = ((tci.value & tci.mask) >> 13) as u8;
+                    if *prio != matched_prio {
+                        return Err(drv(s, "Changing VLAN prio is not supported"));
+                    }
+                    if c.max_modify_header_actions == 0 {
+                        return Err(drv(
+                            src!("en/tc/act/pedit.c:mlx5e_tc_act_pedit_parse_action"),
+                            "The pedit offload action is not supported",
+                        ));
+                    }
                     attr.action &= !VLAN_POP;
                     attr.action |= MOD_HDR;
                     attr.reg_writes += 1;

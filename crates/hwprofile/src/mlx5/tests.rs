@@ -1244,3 +1244,43 @@ fn enc_keys_off_a_tunnel_device_pass() {
     k.tunnel = Some(tunnel_match(4789));
     cx7().check(&flower(rep(2), k, vec![out(rep(3))])).unwrap();
 }
+
+/// en/tc/act/vlan_mangle.c:mlx5e_tc_act_vlan_add_rewrite_action (6.1):
+/// OVS's VLAN retag (pop, push) is a VID rewrite.
+#[test]
+fn vlan_retag_rules() {
+    let s = "en/tc/act/vlan_mangle.c:mlx5e_tc_act_vlan_add_rewrite_action";
+    let retag = |prio| {
+        vec![
+            TcAction::VlanPop,
+            TcAction::VlanPush {
+                tpid: 0x8100,
+                vid: 20,
+                prio,
+            },
+            out(rep(3)),
+        ]
+    };
+    let mut k = l2();
+    k.vlans = vec![VlanMatch {
+        tpid: 0x8100,
+        tci: Masked {
+            value: 0x1000 | 10,
+            mask: 0x1fff,
+        },
+    }];
+    cx7().check(&flower(uplink(), k.clone(), retag(0))).unwrap();
+    refused(
+        &cx7(),
+        &flower(uplink(), k.clone(), retag(3)),
+        s,
+        "Changing VLAN prio is not supported",
+    );
+    k.vlans[0].tpid = 0x88a8;
+    refused(
+        &cx7(),
+        &flower(uplink(), k, retag(0)),
+        s,
+        "VLAN rewrite action must have VLAN protocol match",
+    );
+}
