@@ -11,9 +11,11 @@
 //!   `(chain, prio, level)` table and the global post-action and ct
 //!   tables, takes the largest size left that `log_max_ft_size` allows).
 //!   At eSwitch init the root table (chain 0, prio 1), the post-action
-//!   table and the ct and ct-nat tables take their pools before the
-//!   first OVS filter; the nf-flowtable chain (64K) and the restore
-//!   table (2^16) take 64K ones;
+//!   table and the ct and ct-nat tables take the four 4M tables before
+//!   the first OVS filter; the slow-path FDB (assumed under ~1000 vports),
+//!   the nf-flowtable chain and the restore table (2^16) take 64K ones,
+//!   the vport-rx table a 128 one. NIC-mode tables of the uplink
+//!   representor (TTC, ...) are not modelled (small pools);
 //! - OVS 3.1 puts every filter of one protocol in one prio
 //!   (`get_prio_for_tc_flower` with `multi_mask_per_prio`: IPv4 2, IPv6 3,
 //!   others 4, 5, ... in order of first use), so a table is per
@@ -232,6 +234,12 @@ pub(crate) struct State {
 impl State {
     pub fn new(caps: &Caps) -> State {
         let mut pools = Pools::new(1u64 << caps.log_max_ft_size.min(40));
+        // esw_create_offloads_fdb_tables: the slow-path FDB, sized
+        // 2 * (total_vports * 32 + 256) + total_vports * 2 + 3 entries: a
+        // 64K table for fewer than ~1000 vports (assumed), and the
+        // vport-rx offloads table (one entry per vport + 1: 128).
+        pools.get(64 << 10);
+        pools.get(128);
         // esw_chains_create: the nf-flowtable chain, then the root table.
         pools.get(FT_TBL_SZ);
         pools.get(0);
