@@ -1284,3 +1284,197 @@ fn vlan_retag_rules() {
         "VLAN rewrite action must have VLAN protocol match",
     );
 }
+
+/// en/tc_tun_geneve.c:mlx5e_tc_tun_parse_geneve_params / _vni / _options
+/// (6.1): the capability checks of a Geneve decap.
+#[test]
+fn geneve_capability_rules() {
+    let mut t = tunnel_match(6081);
+    t.geneve_opts = vec![ovn_opt([0, 1, 0, 2], [0xff; 4])];
+    let mut k = l2();
+    k.tunnel = Some(t);
+    let f = flower(geneve_dev(), k, vec![out(rep(2))]);
+    refused(
+        &with(|c| c.outer_geneve_oam = false),
+        &f,
+        "en/tc_tun_geneve.c:mlx5e_tc_tun_parse_geneve_params",
+        "Matching on GENEVE OAM is not supported",
+    );
+    refused(
+        &with(|c| c.outer_geneve_vni = false),
+        &f,
+        "en/tc_tun_geneve.c:mlx5e_tc_tun_parse_geneve_vni",
+        "Matching on GENEVE VNI is not supported",
+    );
+    let s = "en/tc_tun_geneve.c:mlx5e_tc_tun_parse_geneve_options";
+    refused(
+        &with(|c| c.geneve_tlv_option_0_data = false),
+        &f,
+        s,
+        "Matching on GENEVE options is not supported",
+    );
+    refused(
+        &with(|c| c.outer_geneve_opt_len = false),
+        &f,
+        s,
+        "Matching on GENEVE options len is not supported",
+    );
+    refused(
+        &with(|c| {
+            c.max_geneve_tlv_option_data_len = 0;
+            c.max_geneve_tlv_options = 4;
+        }),
+        &f,
+        s,
+        "Matching on GENEVE options: unsupported option len",
+    );
+    // A decap on a Geneve device the NIC cannot parse is never bound.
+    let r = with(|c| c.flex_geneve = false).check(&f).unwrap_err();
+    assert!(r
+        .source_fn
+        .ends_with("en/rep/tc.c:mlx5e_rep_indr_setup_block"));
+}
+
+/// en_tc.c:mlx5e_tc_verify_tunnel_ecn (6.1): CE outside, not CE inside;
+/// partial inner ECN.
+#[test]
+fn tunnel_ecn_ce_rules() {
+    let s = "en_tc.c:mlx5e_tc_verify_tunnel_ecn";
+    let mut t = tunnel_match(4789);
+    t.tos = Masked::exact(3);
+    let mut k = l2();
+    k.eth_type = Masked::exact(0x0800);
+    k.tunnel = Some(t);
+    k.nw_tos = Masked { value: 0, mask: 3 };
+    refused(
+        &cx7(),
+        &flower(vxlan_dev(4789), k.clone(), vec![out(rep(2))]),
+        s,
+        "Match on tos enc_tos ecn = CE while match on tos ecn != CE isn't supported",
+    );
+    k.nw_tos = Masked { value: 3, mask: 3 };
+    cx7()
+        .check(&flower(vxlan_dev(4789), k.clone(), vec![out(rep(2))]))
+        .unwrap();
+    k.nw_tos = Masked { value: 1, mask: 1 };
+    refused(
+        &cx7(),
+        &flower(vxlan_dev(4789), k, vec![out(rep(2))]),
+        s,
+        "Partial match on tos ecn bits with match on enc_tos ecn bits isn't supported",
+    );
+}
+
+/// en/tc/act/redirect_ingress.c:tc_act_can_offload_redirect_ingress (6.1).
+#[test]
+fn internal_port_ingress_must_be_the_only_destination() {
+    refused(
+        &cx7(),
+        &flower(
+            rep(2),
+            l2(),
+            vec![
+                out(rep(3)),
+                TcAction::Mirred {
+                    port: internal(),
+                    ingress: true,
+                },
+            ],
+        ),
+        "en/tc/act/redirect_ingress.c:tc_act_can_offload_redirect_ingress",
+        "redirect to int port ingress is supported only as single destination",
+    );
+}
+
+/// en_tc.c:is_action_keys_supported (6.1): IPv6 address rewrite with ct.
+#[test]
+fn ipv6_address_rewrite_with_ct_is_refused() {
+    let mut k = ipv4_tcp();
+    k.eth_type = Masked::exact(0x86dd);
+    refused(
+        &cx7(),
+        &flower(
+            rep(2),
+            k,
+            vec![
+                ct(1),
+                TcAction::Pedit {
+                    fields: vec![PeditField::Ipv6Src],
+                },
+                TcAction::Goto { chain: 1 },
+            ],
+        ),
+        "en_tc.c:is_action_keys_supported",
+        "can't offload re-write of ipv6 address with action ct",
+    );
+}
+
+/// en/tc/act/ct.c (6.1): ct_clear before ct is redundant, the pair is one
+/// ct action; OVN's decap-then-ct on a Geneve device is offloaded.
+#[test]
+fn ct_clear_then_ct_and_geneve_ct() {
+    let d = cx7();
+    d.check(&flower(
+        rep(2),
+        ipv4_tcp(),
+        vec![TcAction::CtClear, ct(3), TcAction::Goto { chain: 2 }],
+    ))
+    .unwrap();
+    let mut t = tunnel_match(6081);
+    t.geneve_opts = vec![ovn_opt([0, 1, 0, 2], [0xff; 4])];
+    let mut k = ipv4_tcp();
+    k.tunnel = Some(t);
+    d.check(&flower(
+        geneve_dev(),
+        k,
+        vec![ct(3), TcAction::Goto { chain: 2 }],
+    ))
+    .unwrap();
+}
+
+/// en_tc.c:mlx5e_get_flow_tunnel_id (6.1): a tunnel filter in chain > 0
+/// (or chain 0 with goto) maps its tunnel key; equal keys share an id.
+#[test]
+fn tunnel_mappings_are_shared() {
+    let mut d = cx7();
+    let mut k = l2();
+    k.tunnel = Some(tunnel_match(4789));
+    let mut a = flower(vxlan_dev(4789), k.clone(), vec![out(rep(2))]);
+    a.chain = 1;
+    let mut b = a.clone();
+    b.key.eth_dst = Masked::exact([9; 6]);
+    d.reserve(&a).unwrap();
+    d.reserve(&b).unwrap();
+    assert_eq!(d.resources()["tunnel_mappings"].used, 1);
+    d.release(&a);
+    d.release(&b);
+    assert_eq!(d.resources()["tunnel_mappings"].used, 0);
+}
+
+/// en_tc.c:alloc_flow_attr_counter (6.1): a counter per filter, two per
+/// meter (en/tc/meter.c), shared meters counted once.
+#[test]
+fn counters_and_meters() {
+    let mut d = cx7();
+    let f = |dst| {
+        let mut k = ipv4_tcp();
+        k.ipv4_dst = Masked::exact(dst);
+        flower(rep(2), k, vec![TcAction::Police { meter: 9 }, out(rep(3))])
+    };
+    d.reserve(&f(1)).unwrap();
+    d.reserve(&f(2)).unwrap();
+    let r = d.resources();
+    assert_eq!(r["flow_meters"].used, 1);
+    assert_eq!(r["flow_counters"].used, 4);
+    assert_eq!(r["post_act_entries"].used, 2);
+    d.release(&f(1));
+    d.release(&f(2));
+    let r = d.resources();
+    assert_eq!(r["flow_counters"].used, 0);
+    assert_eq!(r["flow_meters"].used, 0);
+    let mut d = with(|c| c.max_flow_counters = 1);
+    d.reserve(&masked_dst(!0)).unwrap();
+    let r = d.reserve(&masked_dst(0xffff_0000)).unwrap_err();
+    assert_eq!(r.stage, Stage::Resource);
+    assert!(r.source_fn.ends_with("en_tc.c:alloc_flow_attr_counter"));
+}
