@@ -89,6 +89,10 @@ pub struct Caps {
 }
 
 impl Caps {
+    /// The values per NIC. No `mlx5_core` capability dump of these NICs
+    /// was at hand: every firmware value below is marked with where it
+    /// comes from, and **GUESS** where it is inferred (from a feature the
+    /// NIC is sold with, or a default) rather than read.
     pub fn for_profile(p: Profile) -> Caps {
         // ConnectX-6 Dx (BlueField-2) and ConnectX-7 (CX7, BlueField-3)
         // share every switchdev feature OVS 3.1 uses; they differ in the
@@ -96,65 +100,72 @@ impl Caps {
         let cx7_class = !matches!(p, Profile::Bf2);
         Caps {
             profile: p,
-            // GUESS: >= 22 on both (the driver's largest pool is 4M = 2^22,
-            // so any value >= 22 models the same); NVIDIA documents FDB
-            // tables of millions of rules for ASAP2 on CX-6 Dx and later.
+            // GUESS: >= 22 on both. The driver's largest pool is 4M = 2^22
+            // (fs_ft_pool.c), so any value >= 22 models the same; ASAP2 is
+            // sold with FDB tables of millions of rules.
             log_max_ft_size: 23,
             // GUESS: CX-6 Dx 32 (DPDK's mlx5 PMD caps a flow's modify
             // actions at MLX5_MAX_MODIFY_NUM = 32), CX-7 class 64.
             max_modify_header_actions: if cx7_class { 64 } else { 32 },
-            // NVIDIA: ignore_flow_level is supported by CX-6 Dx/CX-7 FDB
-            // firmware (the driver prints "Supported tc chains and prios
-            // offload"); OVS's recirculation offload (chains) relies on it.
+            // GUESS (feature): fdb ignore_flow_level, register loopback
+            // (vport metadata, the driver default when firmware allows it)
+            // and fdb_modify_header_fwd_to_table: OVS recirculation (tc
+            // chains) and ct offload are sold on CX-6 Dx and later; the
+            // driver then logs "Supported tc chains and prios offload".
             ignore_flow_level: true,
             chains_and_prios: true,
-            // Driver: register loopback is enabled with vport metadata
-            // matching, the default on CX-6 Dx and later (esw_offloads).
             reg_c1_loopback: true,
-            // PRM: reg_c_preserve is set on CX-6 Dx and later (OVS
-            // internal-port offload, NVIDIA docs, needs it). GUESS for BF2.
+            // GUESS (feature): OVS internal-port offload (6.1's int_port)
+            // needs reg_c_preserve; documented for CX-6 Dx and later.
             reg_c_preserve: true,
+            // GUESS (feature): decap + goto chain (OVN's Geneve path).
             reformat_and_fwd_to_table: true,
-            // GUESS: hairpin uplink->uplink via termination tables.
+            // GUESS: uplink hairpin through termination tables.
             termination_table_raw_traffic: true,
+            // GUESS (feature): port mirroring with rewrites.
             has_fwd_fdb: true,
-            // PRM push_vlan_2/pop_vlan_2 (QinQ push/pop in FDB): GUESS 2.
+            // GUESS: push_vlan_2/pop_vlan_2 (QinQ push/pop in the FDB).
             vlan_actions_depth: 2,
-            // NVIDIA ASAP2 docs: QinQ (second VLAN) match on CX-6 Dx+.
+            // GUESS (feature): QinQ matching (outer_second_vid), TTL
+            // matching, ICMP/ICMPv6/Geneve flex parsers, VXLAN and Geneve
+            // encap/decap with VNI and one option match are ASAP2 features
+            // of CX-6 Dx and later.
             outer_second_vid: true,
             outer_ipv4_ttl: true,
             flex_icmp: true,
             flex_icmpv6: true,
-            // NVIDIA ASAP2 docs: Geneve offload from CX-6 Dx.
             flex_geneve: true,
             vxlan_encap_decap: true,
-            // Driver default when firmware reports 0 (lib/vxlan.h); GUESS
-            // that these NICs report 0 or 4.
+            // Driver: MLX5_CAP_ETH(max_vxlan_udp_ports) ?: 4 (lib/vxlan.h);
+            // GUESS that firmware reports 0 or 4.
             max_vxlan_udp_ports: 4,
             outer_vxlan_vni: true,
             outer_geneve_vni: true,
             outer_geneve_oam: true,
             outer_geneve_opt_len: true,
             geneve_tlv_option_0_data: true,
-            // GUESS: one TLV option object (the driver supports one
-            // class/type at a time anyway, lib/geneve.c), up to 7 words
-            // of data (28 bytes).
+            // GUESS: one TLV option (the driver matches one class/type at
+            // a time anyway, lib/geneve.c) of up to 7 data words.
             max_geneve_tlv_options: 1,
             max_geneve_tlv_option_data_len: 7,
-            // GUESS: 128 bytes (room for Ethernet + IPv6 + UDP + Geneve
-            // with options).
+            // GUESS: 128 bytes (Ethernet + IPv6 + UDP + Geneve + options).
             max_encap_header_size: 128,
+            // Driver: follows from the GUESSes above
+            // (mlx5_tc_ct_init_check_support).
             ct_offload: true,
-            // NVIDIA: ASO flow meters on CX-6 Dx and later (DPDK mlx5 guide:
-            // meter ASO on BlueField-2/CX-6 Dx).
+            // GUESS (feature): ASO flow meters on CX-6 Dx and later.
             flow_meter_aso: true,
-            // GUESS: 2^16 meters (log_meter_aso_max_alloc 16).
+            // GUESS: 2^16 meters.
             max_flow_meters: 1 << 16,
-            // GUESS: 2^24 counters (max_flow_counter).
+            // GUESS: 2^24 flow counters (max_flow_counter_31_16/15_0).
             max_flow_counters: 1 << 24,
-            // GUESS: 2^20 packet-reformat contexts.
+            // GUESS: 2^20 packet-reformat contexts (no cap bounds them).
             max_packet_reformats: 1 << 20,
+            // Driver default: ESW_OFFLOADS_DEFAULT_NUM_GROUPS (eswitch.h),
+            // devlink fdb_large_groups.
             large_group_num: 15,
+            // Driver: mlx5e_tc_int_port_supported = vport metadata match &&
+            // reg_c_preserve (GUESSes above).
             int_port: true,
         }
     }

@@ -415,6 +415,15 @@ impl State {
                 x
             }
         };
+        // mlx5e_tc_add_fdb_flow: without ignore_flow_level the FDB has
+        // FDB_TC_MAX_PRIO (16) prios; OVS numbers them per protocol.
+        if !caps.ignore_flow_level && prio > 16 {
+            return Err(Refusal::new(
+                Stage::Driver,
+                src!("en_tc.c:mlx5e_tc_add_fdb_flow"),
+                "Requested priority is out of supported range",
+            ));
+        }
         let mut rules = Vec::new();
         let levels: &[u32] = if p.split { &[0, 1] } else { &[0] };
         for &level in levels {

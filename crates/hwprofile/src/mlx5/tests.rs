@@ -1478,3 +1478,22 @@ fn counters_and_meters() {
     assert_eq!(r.stage, Stage::Resource);
     assert!(r.source_fn.ends_with("en_tc.c:alloc_flow_attr_counter"));
 }
+
+/// en_tc.c:mlx5e_tc_add_fdb_flow (6.1): FDB_TC_MAX_PRIO without
+/// ignore_flow_level; OVS gives each non-IP protocol its own prio from 4.
+#[test]
+fn prio_range_without_ignore_flow_level() {
+    let mut d = with(|c| c.ignore_flow_level = false);
+    let f = |proto: u16| {
+        let mut k = l2();
+        k.eth_type = Masked::exact(proto);
+        flower(rep(2), k, vec![out(rep(3))])
+    };
+    for i in 0..13 {
+        d.reserve(&f(0x9000 + i)).unwrap();
+    }
+    let r = d.reserve(&f(0x9100)).unwrap_err();
+    assert_eq!(r.stage, Stage::Driver);
+    assert_eq!(r.reason, "Requested priority is out of supported range");
+    assert!(r.source_fn.ends_with("en_tc.c:mlx5e_tc_add_fdb_flow"));
+}
