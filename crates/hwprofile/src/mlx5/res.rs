@@ -373,7 +373,7 @@ impl State {
         let new_meter = p.meter.filter(|m| !self.meters.contains_key(m));
         if new_meter.is_some() && self.meters.len() as u64 >= caps.max_flow_meters {
             return Err(res(
-                src!("en/tc/meter.c:mlx5e_tc_meter_alloc"),
+                src!("en/tc/meter.c:__mlx5e_flow_meter_alloc"),
                 "Failed to create flow meter ASO object",
             ));
         }
