@@ -217,9 +217,12 @@ pub fn convert(
 
 /// Header rewrites waiting for the next "commit" (an output, ct, recirc,
 /// a VLAN change...), one `set` per header as OVS writes them.
+/// Source and destination MAC rewrites.
+type EthPair = (Masked<[u8; 6]>, Masked<[u8; 6]>);
+
 #[derive(Default)]
 struct Pending {
-    eth: Option<(Masked<[u8; 6]>, Masked<[u8; 6]>)>,
+    eth: Option<EthPair>,
     ip4: Option<[Masked<u32>; 2]>,
     ip4_tos_ttl: Option<[Masked<u8>; 2]>,
     ip6: Option<[Masked<u128>; 2]>,
