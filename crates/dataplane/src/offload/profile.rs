@@ -165,12 +165,17 @@ pub fn convert(
         nd_target: m(u128_of(k.nd_target), u128_of(mk.nd_target)),
         ..DpMatch::default()
     };
-    if mk.vlan_tci != 0 {
+    // A tag present (CFI bit, OVS's VLAN_CFI) is a VLAN match; "no tag"
+    // (the CFI bit matched as 0, as `actions=normal` leaves it) is not
+    // one in OVS's datapath flow: its ODP key has no `encap(vlan)` and the
+    // TC filter's protocol (the EtherType) already takes untagged frames
+    // only.
+    if mk.vlan_tci != 0 && k.vlan_tci & 0x1000 != 0 {
         dm.vlans.push(VlanMatch {
             tpid: 0x8100,
             tci: m(k.vlan_tci, mk.vlan_tci),
         });
-        if mk.vlan_tci2 != 0 {
+        if mk.vlan_tci2 != 0 && k.vlan_tci2 & 0x1000 != 0 {
             dm.vlans.push(VlanMatch {
                 tpid: 0x8100,
                 tci: m(k.vlan_tci2, mk.vlan_tci2),
