@@ -1293,7 +1293,11 @@ impl Bridge {
             .flows()
             .map(|(_, f)| {
                 let t = f.total();
-                let k = f.kernel.stats();
+                // An established connection's kernel entries count on the
+                // ct flows they were composed from.
+                let mut k = f.kernel.stats();
+                k.packets += f.ct_kernel.0;
+                k.bytes += f.ct_kernel.1;
                 PlanFlow {
                     matching: nicflow_ofctl::format_match(&f.matching, &self.names),
                     actions: format_actions(&f.actions),

@@ -456,7 +456,9 @@ pub fn run_lab() -> Result<String> {
             format!(", not offloaded because: {}", reasons.join(", "))
         }
     )?;
+    offload_plans(&mut r, &sock, "the learning switch's flows")?;
     stateful_firewall(&mut r, &topo, &opts, &sock)?;
+    offload_plans(&mut r, &sock, "the stateful firewall's flows")?;
     drop(guard);
     writeln!(r, "lab removed\n")?;
     Ok(r)
@@ -552,6 +554,42 @@ fn stateful_firewall(
     writeln!(r, "nicflow dump-conntrack br0 -s:")?;
     for l in ct.text.lines().take(4) {
         writeln!(r, "  {l}")?;
+    }
+    Ok(())
+}
+
+/// What a ConnectX-7 and an Agilio CX would hold of br0's flows now
+/// (`nicflow offload-plan br0 --profile cx7|agilio`): the verdict lines
+/// (at most 10) and the summary, the prediction marked as one.
+fn offload_plans(r: &mut String, sock: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    use nicflow_api::client::request;
+    use nicflow_api::proto::Request;
+    for profile in ["cx7", "agilio"] {
+        let plan = request(
+            sock,
+            &Request::OffloadPlan {
+                bridge: "br0".into(),
+                profile: profile.into(),
+            },
+        )?;
+        writeln!(
+            r,
+            "\n-- {what} on a SmartNIC (nicflow offload-plan br0 --profile {profile}) --"
+        )?;
+        let mut verdicts = 0;
+        for l in plan.text.lines() {
+            let verdict = l.contains(" -> offload") || l.contains(" -> refused: ");
+            if verdict {
+                verdicts += 1;
+                if verdicts > 10 {
+                    continue;
+                }
+            }
+            if l.starts_with("    ") && l.contains('[') {
+                continue; // published figures: docs/offload-plan.md
+            }
+            writeln!(r, "  {l}")?;
+        }
     }
     Ok(())
 }

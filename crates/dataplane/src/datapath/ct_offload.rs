@@ -203,6 +203,8 @@ impl CtOffloads {
                         if dp > 0 {
                             f.stats.packets += dp;
                             f.stats.bytes += db;
+                            f.ct_kernel.0 += dp;
+                            f.ct_kernel.1 += db;
                             f.stats.used = Some(f.stats.used.map_or(used, |u| u.max(used)));
                         }
                     }
@@ -271,6 +273,8 @@ impl CtOffloads {
                         if let Some(f) = flows.get_mut(*id) {
                             f.stats.packets += dp;
                             f.stats.bytes += db;
+                            f.ct_kernel.0 += dp;
+                            f.ct_kernel.1 += db;
                             f.stats.used = Some(f.stats.used.map_or(used, |u| u.max(used)));
                         }
                     }
@@ -416,6 +420,7 @@ mod tests {
             credited: (0, 0),
             placement: None,
             kernel: Default::default(),
+            ct_kernel: (0, 0),
         }
     }
 

@@ -145,6 +145,10 @@ pub struct DpFlow {
     /// The kernel's share of the traffic: counters of removed kernel
     /// entries plus the live entry's as last read.
     pub kernel: offload::KernelShare,
+    /// Packets and bytes of established connections composed from this
+    /// flow (`ct_offload`) that ran in the kernel: credited into `stats`
+    /// too, kept apart for `offload-plan`'s host/kernel split.
+    pub ct_kernel: (u64, u64),
 }
 
 impl DpFlow {
@@ -491,6 +495,7 @@ impl Datapath {
                     live,
                     ..Default::default()
                 },
+                ct_kernel: (0, 0),
             };
             // Counted as it stands (in the kernel) before `update`
             // moves it, as every other flow is counted when placed.
@@ -862,6 +867,7 @@ impl Datapath {
             credited: (0, 0),
             placement: None,
             kernel: Default::default(),
+            ct_kernel: (0, 0),
         };
         self.stats.flows_installed += 1;
         let (id, old) = self

@@ -96,6 +96,9 @@ pub struct Switch {
     detached: BTreeMap<(String, String), (String, Instant)>,
     /// The last error writing the config file from the tick (logged once).
     tick_write_error: Option<String>,
+    /// The daemon's CPU per userspace packet, sampled every tick
+    /// (`offload-plan`'s host cost).
+    cost: plan::CostSampler,
     /// Bridges whose adopted kernel engine waits for its ports and rules
     /// (`Bridge::adoption_pending`): since when, and when a controller last
     /// changed their rules.
@@ -149,6 +152,7 @@ impl Switch {
             expired_written: BTreeMap::new(),
             detached: BTreeMap::new(),
             tick_write_error: None,
+            cost: Default::default(),
             adoption_watch: BTreeMap::new(),
         };
         if let Some(ssl) = &config.ssl {
@@ -359,6 +363,8 @@ impl Switch {
     /// these changes are not undone (a controller has been answered, a
     /// timeout has passed).
     pub fn tick(&mut self, now: Instant) {
+        let packets = self.bridges.values().map(|b| b.dp_stats().packets).sum();
+        self.cost.sample(plan::process_cpu_s(), packets);
         self.reattach(now);
         self.finish_adoptions(now);
         let expired = self.bridges.iter().any(|(n, b)| {

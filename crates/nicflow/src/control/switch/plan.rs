@@ -61,8 +61,36 @@ fn carried(flows: &[PlanFlow], verdicts: &[FlowVerdict], ct_share: f64) -> Vec<f
         .collect()
 }
 
+/// Packets a tick must have seen in userspace for its CPU to count as a
+/// per-packet cost (below it, the daemon's fixed work per tick dominates).
+const COST_MIN_PACKETS: u64 = 1000;
+
+/// nicflow's own cost per userspace packet on this host: the daemon's CPU
+/// time over the packets its userspace datapaths handled, between two
+/// ticks (one second) that saw at least [`COST_MIN_PACKETS`]. All of the
+/// daemon's work in that second counts (upcalls, revalidation, ticks), as
+/// all of it is what an offloaded packet would no longer cost.
+#[derive(Default)]
+pub struct CostSampler {
+    last: Option<(f64, u64)>,
+    /// The latest such second's cost, and the packets it saw.
+    pub ns_per_packet: Option<(f64, u64)>,
+}
+
+impl CostSampler {
+    pub fn sample(&mut self, cpu_s: f64, packets: u64) {
+        if let Some((c0, p0)) = self.last {
+            let n = packets.saturating_sub(p0);
+            if n >= COST_MIN_PACKETS {
+                self.ns_per_packet = Some(((cpu_s - c0).max(0.0) * 1e9 / n as f64, n));
+            }
+        }
+        self.last = Some((cpu_s, packets));
+    }
+}
+
 /// The daemon's CPU time so far (user + system), seconds.
-fn process_cpu_s() -> f64 {
+pub(super) fn process_cpu_s() -> f64 {
     // SAFETY: getrusage writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
@@ -88,10 +116,7 @@ impl Switch {
     ) -> Result<Response, SwitchError> {
         let p = Profile::parse(profile)
             .ok_or_else(|| SwitchError::UnknownProfile(profile.to_string()))?;
-        // nicflow's own cost per userspace packet: this daemon's CPU over
-        // the packets its userspace datapaths handled.
-        let us_packets: u64 = self.bridges.values().map(|b| b.dp_stats().packets).sum();
-        let cpu_s = process_cpu_s();
+        let us_cost = self.cost.ns_per_packet;
         let br = self.bridge(bridge)?;
         br.sync_offload();
         let input: PlanInput = br.offload_plan_input();
@@ -121,14 +146,14 @@ impl Switch {
             by += b_;
             pk_nic += p_ * s;
             by_nic += b_ * s;
-            let k = f.kernel_packets as f64;
+            let k = (f.kernel_packets as f64).min(p_);
             let u = (p_ - k).max(0.0);
             us_pk += u;
             k_pk += k;
             us_pk_nic += u * s;
             k_pk_nic += k * s;
         }
-        let us_ns = (us_packets > 0).then(|| cpu_s * 1e9 / us_packets as f64);
+        let us_ns = us_cost.map(|(ns, _)| ns);
         let k_ns = nicflow_dataplane::offload::profile::tc_dp_ns_per_packet();
         let host_s =
             |u: f64, k: f64| u * us_ns.unwrap_or(0.0) / 1e9 + k * k_ns.unwrap_or(0.0) / 1e9;
@@ -193,10 +218,11 @@ impl Switch {
         };
         let _ = writeln!(
             text,
-            "  host cost measured here: userspace {} ({:.0} packets), TC engine {} ({:.0} packets)",
-            cost(us_ns, "no userspace packet yet"),
+            "  host cost measured here: userspace {} ({:.0} packets), TC engine {} ({:.0} packets; \
+             per program run: a GSO super-frame is one run, so an upper bound per packet)",
+            cost(us_ns, "no second with 1000 userspace packets yet"),
             us_pk,
-            cost(k_ns, "kernel.bpf_stats_enabled=0"),
+            cost(k_ns, "sysctl kernel.bpf_stats_enabled=1 to measure it"),
             k_pk
         );
         let _ = writeln!(
