@@ -704,6 +704,10 @@ impl OffloadManager {
             .filter(|(_, t)| t.engine == EngineKind::Tc)
             .map(|(no, t)| (t.rx_key, *no))
             .collect();
+        // Under a profile the modelled NIC holds no state across a restart:
+        // the previous daemon's flows go, and come back through upcalls,
+        // each admitted (and its resources counted) again.
+        let emulating = self.emulation.is_some();
         let Some(tc) = self.tc.as_mut() else {
             return Vec::new();
         };
@@ -743,7 +747,9 @@ impl OffloadManager {
         let handles: Vec<FlowHandle> = tc.flows().filter(|h| !ours.contains(h)).collect();
         let mut dropped = 0;
         for h in handles {
-            let decoded = tc.decode(&h).filter(|(k, _)| same_port(k.in_port));
+            let decoded = tc
+                .decode(&h)
+                .filter(|(k, _)| !emulating && same_port(k.in_port));
             let Some((key, mask)) = decoded else {
                 let _ = tc.remove(&h);
                 dropped += 1;
