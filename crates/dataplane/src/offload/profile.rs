@@ -659,13 +659,15 @@ mod tests {
     /// An IPv4 TCP flow from port `in_port`, every field below L4 exact
     /// except the tunnel's and the registers'.
     fn tcp_flow(in_port: u32) -> (FlowKey, FlowMask) {
-        let mut k = FlowKey::default();
-        k.in_port = in_port;
-        k.dl_type = 0x0800;
-        k.nw_proto = 6;
-        k.nw_src = 0xc612_0001;
-        k.nw_dst = 0xc612_0002;
-        k.tp_dst = 80;
+        let k = FlowKey {
+            in_port,
+            dl_type: 0x0800,
+            nw_proto: 6,
+            nw_src: 0xc612_0001,
+            nw_dst: 0xc612_0002,
+            tp_dst: 80,
+            ..Default::default()
+        };
         let mut m = FlowMask::catchall();
         m.0.in_port = u32::MAX;
         m.0.dl_type = 0xffff;
