@@ -1286,6 +1286,7 @@ impl Bridge {
                 crate::offload::profile::model_port(s.no, s.port.name(), &s.port.offload_hook())
             })
             .collect::<Vec<_>>();
+        let drop_meters = crate::offload::profile::drop_meters(self.ofproto.meters());
         let by_no: BTreeMap<u32, crate::offload::profile::ModelPort> =
             ports.iter().map(|p| (p.port.no, p.clone())).collect();
         let flows = self
@@ -1314,7 +1315,13 @@ impl Bridge {
                     bytes: t.bytes,
                     kernel_packets: k.packets,
                     kernel_bytes: k.bytes,
-                    converted: crate::offload::profile::convert(&f.matching, &f.actions, &by_no),
+                    converted: crate::offload::profile::convert(
+                        &f.xlate_key,
+                        f.matching.mask(),
+                        &f.actions,
+                        &by_no,
+                        &drop_meters,
+                    ),
                 }
             })
             .collect();

@@ -299,6 +299,9 @@ pub enum DpAction {
     /// `meter(N)`.
     Meter {
         id: u32,
+        /// The meter's first band drops: OVS 3.1 makes a TC police action
+        /// only of such a meter (`meter_tc_set_policer`).
+        drop_band: bool,
     },
     /// `userspace(...)`: a copy to the controller (or sFlow/IPFIX).
     Userspace,

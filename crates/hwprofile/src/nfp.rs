@@ -308,6 +308,16 @@ impl Nfp {
                 f.chain != 0 && has_clear
             };
         if post_ct {
+            // conntrack.c:nfp_fl_ct_handle_post_ct (6.1): a post_ct flow may
+            // not redirect to an OVS internal port.
+            if f.actions.iter().any(
+                |a| matches!(a, TcAction::Mirred { port, .. } if port.kind == PortKind::Internal),
+            ) {
+                return Err(drv(
+                    POST_CT,
+                    "unsupported offload: out port is openvswitch internal port",
+                ));
+            }
             let zone = if k.ct_zone.is_wild() {
                 None
             } else if k.ct_zone.is_exact() {
@@ -328,8 +338,10 @@ impl Nfp {
                 pair_ok,
             });
         }
-        // offload.c:offload_pre_check: bare -EOPNOTSUPP.
-        if ct_key_used(k) {
+        // offload.c:offload_pre_check: bare -EOPNOTSUPP, except "the
+        // special case where CT match is all 0" (the masked key: flower
+        // stores keys masked), e.g. OVS's ct_state=-trk without a ct action.
+        if ct_key_nonzero(k) {
             return Err(drv(
                 PRE_CHECK,
                 "offload_pre_check: the filter matches conntrack fields (FLOW_DISSECTOR_KEY_CT) but is neither a pre_ct (ct + goto) nor a post_ct (+est) flow",
@@ -1155,6 +1167,14 @@ fn merge_conflict(a: &DpMatch, b: &DpMatch, skip_l3l4: bool) -> bool {
         _ => false,
     };
     l2 || tun || (!skip_l3l4 && l3l4)
+}
+
+/// The conntrack key as flower stores it (masked) is not all zero.
+fn ct_key_nonzero(k: &DpMatch) -> bool {
+    k.ct_state.value & k.ct_state.mask != 0
+        || k.ct_zone.value & k.ct_zone.mask != 0
+        || k.ct_mark.value & k.ct_mark.mask != 0
+        || k.ct_label.value & k.ct_label.mask != 0
 }
 
 fn ct_key_used(k: &DpMatch) -> bool {

@@ -584,7 +584,23 @@ fn parse_actions(actions: &[DpAction], ports: &[Port]) -> Result<Vec<OvsAct>, Re
             }
             DpAction::CtClear => OvsAct::Plain(TcAction::CtClear),
             DpAction::Recirc { id } => OvsAct::Goto(TcAction::Goto { chain: *id }),
-            DpAction::Meter { id } => OvsAct::Plain(TcAction::Police { meter: *id }),
+            // netdev_tc_parse_nl_actions: `if (meter_id_lookup(meter_id,
+            // &police_index)) return EOPNOTSUPP;` (no log): the meter has no
+            // police action when its first band is not drop.
+            DpAction::Meter {
+                id,
+                drop_band: false,
+            } => {
+                return Err(Refusal::new(
+                    Stage::Ovs,
+                    "lib/netdev-offload-tc.c:netdev_tc_parse_nl_actions",
+                    format!(
+                        "meter_id_lookup: meter {id} has no TC police action \
+                         (meter_tc_set_policer makes one only when the first band is drop)"
+                    ),
+                ))
+            }
+            DpAction::Meter { id, .. } => OvsAct::Plain(TcAction::Police { meter: *id }),
             DpAction::Userspace => return unsupported(action_attr::USERSPACE),
             DpAction::Sample => return unsupported(action_attr::SAMPLE),
             DpAction::Hash => return unsupported(action_attr::HASH),

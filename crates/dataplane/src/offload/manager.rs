@@ -1561,6 +1561,20 @@ impl FlowOffload for OffloadManager {
 
     fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
         mask.0.in_port = u32::MAX;
+        if self.emulation.is_some() {
+            // What OVS's datapath flow always matches (xlate_wc_init: the
+            // EtherType, the fragment bits of IP), the IP protocol its TC
+            // translation reads, and a present tag whole (a pop or rewrite
+            // matches all of it): the emulated NIC judges these values.
+            mask.0.dl_type = 0xffff;
+            if is_ip(key.dl_type) {
+                mask.0.nw_frag |= 3;
+                mask.0.nw_proto = 0xff;
+            }
+            if key.vlan_tci & 0x1000 != 0 {
+                mask.0.vlan_tci = 0xffff;
+            }
+        }
         if self.in_tc(key.in_port) {
             // The TC engine decides nothing by protocol.
             return;
@@ -1590,7 +1604,12 @@ impl FlowOffload for OffloadManager {
         };
         // The emulated NIC decides after nicflow's own engine could: a flow
         // nicflow itself keeps in userspace keeps nicflow's reason.
-        let admitted = match self.emulation.as_mut().map(|e| e.admit(matching, actions)) {
+        let meters = super::profile::drop_meters(self.meters.values());
+        let admitted = match self
+            .emulation
+            .as_mut()
+            .map(|e| e.admit(matching, actions, &meters))
+        {
             Some(Err(r)) => {
                 self.counters.refused += 1;
                 return Err(r);
@@ -1643,15 +1662,17 @@ impl FlowOffload for OffloadManager {
         actions: &[DpAction],
         parts: [(&Match, &[DpAction]); 2],
     ) -> Result<u64, &'static str> {
-        let Some(emu) = self.emulation.as_mut() else {
+        if self.emulation.is_none() {
             return self.offload(matching, actions);
-        };
+        }
         // On the NIC the connection is an entry of its conntrack table,
         // used by the two flows' filters (act_ct, then the ct_state match
         // in the recirculation's chain): both must be held, and the table
         // must have room. The composed entry itself is nicflow's means.
+        let meters = super::profile::drop_meters(self.meters.values());
+        let emu = self.emulation.as_mut().expect("checked above");
         for (m, a) in parts {
-            if let Err(r) = emu.judge(m, a) {
+            if let Err(r) = emu.judge(m, a, &meters) {
                 self.counters.refused += 1;
                 return Err(r);
             }
@@ -1687,10 +1708,11 @@ impl FlowOffload for OffloadManager {
         if new_kind != kind {
             return Err("engine-error");
         }
+        let meters = super::profile::drop_meters(self.meters.values());
         if let Some(emu) = self.emulation.as_mut() {
             // The NIC sees a modify as a new filter replacing the old one.
             emu.release(id);
-            let tc = emu.admit(matching, actions)?;
+            let tc = emu.admit(matching, actions, &meters)?;
             emu.hold(id, tc);
         }
         self.ensure_meters(kind, actions)?;

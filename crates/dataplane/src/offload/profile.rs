@@ -61,8 +61,10 @@ pub fn model_port(no: u32, name: &str, hook: &OffloadHook) -> ModelPort {
             },
             Some(t.cfg.clone()),
         ),
+        // OVS's internal port is type "internal" only (`is_internal_port`);
+        // a TAP is a foreign netdev to the NIC.
         OffloadHook::Userspace { kind } => match *kind {
-            "internal" | "tap" => (PortKind::Internal, None),
+            "internal" => (PortKind::Internal, None),
             other => (
                 PortKind::Other {
                     what: format!("{other} port"),
@@ -115,14 +117,40 @@ fn u128_of(a: [u8; 16]) -> u128 {
     u128::from_be_bytes(a)
 }
 
-/// Convert one datapath flow; `ports` are the bridge's, by number.
+/// The meters whose first band drops (OVS turns only those into TC police
+/// actions), from the bridge's meters.
+pub fn drop_meters<'a>(
+    meters: impl IntoIterator<Item = &'a nicflow_ofctl::meter::MeterSpec>,
+) -> std::collections::BTreeSet<u32> {
+    meters
+        .into_iter()
+        .filter(|m| {
+            m.bands
+                .first()
+                .is_some_and(|b| b.kind == nicflow_ofctl::meter::BandType::Drop)
+        })
+        .map(|m| m.meter_id)
+        .collect()
+}
+
+/// Convert one datapath flow; `ports` are the bridge's, by number,
+/// `drop_meters` as [`drop_meters`] gives them. `values` is a key of a
+/// packet the flow covers: its fields outside `mask` are the values OVS's
+/// flow key would carry (OVS always matches the EtherType and, for IP, the
+/// fragment bits — `xlate_wc_init()` — and reads the IP protocol of the
+/// packet when it rewrites a header); a masked key serves where the mask
+/// already holds those bits (the emulation's `refine_mask` adds them).
 pub fn convert(
-    matching: &Match,
+    values: &nicflow_flow::FlowKey,
+    mask: &nicflow_flow::FlowMask,
     actions: &[DpAction],
     ports: &BTreeMap<u32, ModelPort>,
+    drop_meters: &std::collections::BTreeSet<u32>,
 ) -> Converted {
-    let k = matching.key();
-    let mk = &matching.mask().0;
+    let masked = values.masked(mask);
+    let k = &masked;
+    let mk = &mask.0;
+    let is_ip = matches!(values.dl_type, 0x0800 | 0x86dd);
     let mut notes = Vec::new();
     if mk.regs.iter().chain(mk.regs_hi.iter()).any(|r| *r != 0) || mk.metadata != 0 {
         notes.push(
@@ -147,16 +175,23 @@ pub fn convert(
             || mk.ct_ipv6_dst != [0; 16],
         eth_src: m(k.dl_src, mk.dl_src),
         eth_dst: m(k.dl_dst, mk.dl_dst),
-        eth_type: m(k.dl_type, mk.dl_type),
+        // xlate_wc_init(): the EtherType always, the fragment bits for IP.
+        eth_type: Masked::exact(values.dl_type),
         ipv4_src: m(k.nw_src, mk.nw_src),
         ipv4_dst: m(k.nw_dst, mk.nw_dst),
         ipv6_src: m(u128_of(k.ipv6_src), u128_of(mk.ipv6_src)),
         ipv6_dst: m(u128_of(k.ipv6_dst), u128_of(mk.ipv6_dst)),
         ipv6_label: m(k.ipv6_label, mk.ipv6_label),
-        nw_proto: m(k.nw_proto, mk.nw_proto),
+        // The packet's protocol even where the mask leaves it out: OVS's
+        // TC translation reads it (csum_update_flag) and forces its mask.
+        nw_proto: m(values.nw_proto, mk.nw_proto),
         nw_tos: m(k.nw_tos, mk.nw_tos),
         nw_ttl: m(k.nw_ttl, mk.nw_ttl),
-        nw_frag: m(k.nw_frag, mk.nw_frag),
+        nw_frag: if is_ip {
+            m(values.nw_frag & 3, mk.nw_frag | 3)
+        } else {
+            m(k.nw_frag, mk.nw_frag)
+        },
         tp_src: m(k.tp_src, mk.tp_src),
         tp_dst: m(k.tp_dst, mk.tp_dst),
         tcp_flags: m(k.tcp_flags, mk.tcp_flags),
@@ -170,10 +205,16 @@ pub fn convert(
     // one in OVS's datapath flow: its ODP key has no `encap(vlan)` and the
     // TC filter's protocol (the EtherType) already takes untagged frames
     // only.
-    if mk.vlan_tci != 0 && k.vlan_tci & 0x1000 != 0 {
+    // A flow that pops or rewrites the tag matches all of it, as OVS's
+    // commit_vlan_action() unwildcards the whole qtag.
+    let touches_tag = actions
+        .iter()
+        .any(|a| matches!(a, DpAction::PopVlan | DpAction::SetVlanTci(_)));
+    let tci_mask = if touches_tag { 0xffff } else { mk.vlan_tci };
+    if tci_mask != 0 && values.vlan_tci & 0x1000 != 0 {
         dm.vlans.push(VlanMatch {
             tpid: 0x8100,
-            tci: m(k.vlan_tci, mk.vlan_tci),
+            tci: m(values.vlan_tci & tci_mask, tci_mask),
         });
         if mk.vlan_tci2 != 0 && k.vlan_tci2 & 0x1000 != 0 {
             dm.vlans.push(VlanMatch {
@@ -232,7 +273,7 @@ pub fn convert(
     }
     let flow = DpFlow {
         matching: dm,
-        actions: convert_actions(k, actions, ports, &mut notes),
+        actions: convert_actions(values, actions, ports, drop_meters, &mut notes),
     };
     Converted { flow, notes }
 }
@@ -296,6 +337,7 @@ fn convert_actions(
     k: &nicflow_flow::FlowKey,
     actions: &[DpAction],
     ports: &BTreeMap<u32, ModelPort>,
+    drop_meters: &std::collections::BTreeSet<u32>,
     notes: &mut Vec<&'static str>,
 ) -> Vec<hw::DpAction> {
     let is_v6 = k.dl_type == 0x86dd;
@@ -352,7 +394,10 @@ fn convert_actions(
                             tci: *tci | 0x1000,
                         });
                     }
-                    DpAction::Meter(id) => out.push(hw::DpAction::Meter { id: *id }),
+                    DpAction::Meter(id) => out.push(hw::DpAction::Meter {
+                        id: *id,
+                        drop_band: drop_meters.contains(id),
+                    }),
                     DpAction::Controller { .. } => out.push(hw::DpAction::Userspace),
                     DpAction::Ct {
                         zone,
@@ -431,6 +476,8 @@ fn tunnel_set(cfg: &TunnelConfig, tun_id: Option<u64>, md: &BTreeMap<u8, u32>) -
     }
 }
 
+const INTERN_MAX: usize = 4096;
+
 /// A reason string kept for the daemon's life: the profiles' refusals
 /// carry filled-in printf arguments, the datapath's reasons are
 /// `&'static str`. The set is bounded by the distinct refusals (a handful
@@ -445,6 +492,11 @@ pub fn intern(s: String) -> &'static str {
         .unwrap_or_else(|e| e.into_inner());
     if let Some(r) = set.get(s.as_str()) {
         return r;
+    }
+    // Some texts carry a chain or meter number: bounded by what the
+    // bridge's rules can name, but not by a constant, so the set is capped.
+    if set.len() >= INTERN_MAX {
+        return "profile: refused (reason not kept: more than 4096 distinct reasons; see offload-plan)";
     }
     let r: &'static str = Box::leak(s.into_boxed_str());
     set.insert(r);
@@ -503,8 +555,15 @@ impl Emulation {
         &mut self,
         matching: &Match,
         actions: &[DpAction],
+        drop_meters: &std::collections::BTreeSet<u32>,
     ) -> Result<nicflow_hwprofile::tc::TcFlower, &'static str> {
-        let c = convert(matching, actions, &self.ports);
+        let c = convert(
+            matching.key(),
+            matching.mask(),
+            actions,
+            &self.ports,
+            drop_meters,
+        );
         let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
         self.nic.admit(&c.flow, &ports).map_err(|r| {
             *self.refused.entry(r.stage.as_str()).or_default() += 1;
@@ -513,8 +572,19 @@ impl Emulation {
     }
 
     /// Stages 1 and 2 only (nothing reserved): would the NIC hold this flow?
-    pub fn judge(&mut self, matching: &Match, actions: &[DpAction]) -> Result<(), &'static str> {
-        let c = convert(matching, actions, &self.ports);
+    pub fn judge(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        drop_meters: &std::collections::BTreeSet<u32>,
+    ) -> Result<(), &'static str> {
+        let c = convert(
+            matching.key(),
+            matching.mask(),
+            actions,
+            &self.ports,
+            drop_meters,
+        );
         let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
         self.nic.judge(&c.flow, &ports).map(|_| ()).map_err(|r| {
             *self.refused.entry(r.stage.as_str()).or_default() += 1;
@@ -689,7 +759,7 @@ mod tests {
         k.tun_flags = TUN_F_KEY;
         m.0.tun_flags = u16::MAX;
         let p = ports(vec![vxlan_port(3, "flow"), rep(1)]);
-        let c = convert(&Match::new(k, m), &[DpAction::Output(1)], &p);
+        let c = conv(k, m, &[DpAction::Output(1)], &p);
         let t = c.flow.matching.tunnel.expect("a tunnel match");
         assert_eq!(t.tun_id, Masked::exact(42));
         assert_eq!(t.ipv4_src, Masked::exact(0xc612_1401));
@@ -698,6 +768,10 @@ mod tests {
         assert_eq!(t.flags, m_(4, 7), "FLOW_TNL_F_KEY of OVS's bits");
         assert_eq!(c.notes.len(), 1, "{:?}", c.notes);
         assert!(c.notes[0].contains("tnl_wc_init"));
+    }
+
+    fn conv(k: FlowKey, m: FlowMask, a: &[DpAction], p: &BTreeMap<u32, ModelPort>) -> Converted {
+        convert(&k, &m, a, p, &Default::default())
     }
 
     fn m_(value: u16, mask: u16) -> Masked<u16> {
@@ -717,7 +791,7 @@ mod tests {
             DpAction::SetTtl(9),
             DpAction::Output(2),
         ];
-        let c = convert(&Match::new(k, m), &acts, &ports(vec![rep(1), rep(2)]));
+        let c = conv(k, m, &acts, &ports(vec![rep(1), rep(2)]));
         let a = &c.flow.actions;
         assert_eq!(a.len(), 4, "{a:?}");
         assert!(matches!(&a[0], A::Set(SetHeader::Eth { src, dst })
@@ -736,8 +810,9 @@ mod tests {
     #[test]
     fn a_vlan_rewrite_is_pop_then_push() {
         let (k, m) = tcp_flow(1);
-        let c = convert(
-            &Match::new(k, m),
+        let c = conv(
+            k,
+            m,
             &[DpAction::SetVlanTci(0x2005), DpAction::Output(2)],
             &ports(vec![rep(1), rep(2)]),
         );
@@ -760,11 +835,7 @@ mod tests {
     fn an_output_to_a_tunnel_sets_the_outer_header_first() {
         let (k, m) = tcp_flow(1);
         let p = ports(vec![rep(1), vxlan_port(3, "flow")]);
-        let c = convert(
-            &Match::new(k, m),
-            &[DpAction::SetTunnelId(7), DpAction::Output(3)],
-            &p,
-        );
+        let c = conv(k, m, &[DpAction::SetTunnelId(7), DpAction::Output(3)], &p);
         match &c.flow.actions[..] {
             [A::SetTunnel(t), A::Output { port: 3 }] => {
                 assert_eq!(t.tun_id, 7);
@@ -786,22 +857,14 @@ mod tests {
         m.0.regs[0] = u32::MAX;
         m.0.metadata = u64::MAX;
         m.0.vlan_tci = 0x1fff;
-        let c = convert(
-            &Match::new(k, m),
-            &[DpAction::Output(2)],
-            &ports(vec![rep(1)]),
-        );
+        let c = conv(k, m, &[DpAction::Output(2)], &ports(vec![rep(1)]));
         assert!(c.flow.matching.vlans.is_empty());
         assert_eq!(c.notes.len(), 1);
         assert!(c.notes[0].contains("registers"), "{:?}", c.notes);
         // A tag present is one.
         k.vlan_tci = 0x1000 | 10;
         m.0.vlan_tci = 0x1fff;
-        let c = convert(
-            &Match::new(k, m),
-            &[DpAction::Output(2)],
-            &ports(vec![rep(1)]),
-        );
+        let c = conv(k, m, &[DpAction::Output(2)], &ports(vec![rep(1)]));
         assert_eq!(c.flow.matching.vlans.len(), 1);
         assert_eq!(c.flow.matching.vlans[0].tci, m_(0x100a, 0x1fff));
     }
@@ -816,14 +879,24 @@ mod tests {
         let used = |e: &Emulation| e.resources()["mask_ids"].used;
         let (k, m) = tcp_flow(1);
         let tc = e
-            .admit(&Match::new(k, m), &[DpAction::Output(2)])
+            .admit(
+                &Match::new(k, m),
+                &[DpAction::Output(2)],
+                &Default::default(),
+            )
             .expect("agilio holds a TCP flow to a representor");
         e.hold(10, tc);
         assert_eq!(used(&e), 1);
         // The same mask shares the mask id (nfp metadata.c:nfp_check_mask_add).
         let mut k2 = k;
         k2.tp_dst = 443;
-        let tc = e.admit(&Match::new(k2, m), &[DpAction::Output(2)]).unwrap();
+        let tc = e
+            .admit(
+                &Match::new(k2, m),
+                &[DpAction::Output(2)],
+                &Default::default(),
+            )
+            .unwrap();
         e.hold(11, tc);
         assert_eq!(used(&e), 1);
         assert_eq!(e.resources()["stats_contexts"].used, 2);
@@ -838,7 +911,11 @@ mod tests {
         m.0.tp_src = 0xffff;
         m.0.tp_dst = 0;
         let r = e
-            .admit(&Match::new(k, m), &[DpAction::Output(2)])
+            .admit(
+                &Match::new(k, m),
+                &[DpAction::Output(2)],
+                &Default::default(),
+            )
             .unwrap_err();
         assert_eq!(r, "agilio/driver: unsupported offload: match not supported");
         assert_eq!(e.refused.get("driver"), Some(&1));

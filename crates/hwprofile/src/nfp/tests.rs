@@ -1485,3 +1485,40 @@ fn flow_table_full() {
     assert_eq!((e.stage, e.source_fn), (Stage::Resource, OFFLOAD_ADD));
     assert_eq!(n.resources()["stats_contexts"].used, 1);
 }
+
+/// offload.c:offload_pre_check (6.1): "Allow special case where CT match
+/// is all 0" — OVS's ct_state=-trk without a ct action on chain 0 (flower
+/// stores the key masked) passes; a non-zero ct match there does not.
+#[test]
+fn an_all_zero_ct_match_passes_the_pre_check() {
+    let mut k = ipv4_key();
+    k.ct_state = Masked {
+        value: 0,
+        mask: cs::TRACKED,
+    };
+    let f = flower(repr(1), k.clone(), vec![out(repr(2))]);
+    assert_eq!(nfp().check(&f), Ok(()));
+    k.ct_state.value = cs::TRACKED;
+    k.ct_state.mask = cs::TRACKED | cs::NEW;
+    k.ct_state.value |= cs::NEW;
+    let f = flower(repr(1), k, vec![out(repr(2))]);
+    assert_eq!(refused(&nfp(), &f).1, PRE_CHECK);
+}
+
+/// conntrack.c:nfp_fl_ct_handle_post_ct (6.1): a post_ct flow may not
+/// redirect to an OVS internal port.
+#[test]
+fn a_post_ct_flow_to_an_internal_port_is_refused() {
+    let mut f = post_ct(Masked::exact(5));
+    f.actions = vec![TcAction::Mirred {
+        port: port(3, PortKind::Internal),
+        ingress: true,
+    }];
+    assert_eq!(
+        refused(&nfp(), &f),
+        (
+            "unsupported offload: out port is openvswitch internal port".to_string(),
+            POST_CT
+        )
+    );
+}

@@ -975,7 +975,10 @@ fn accept_ct_clear_meter_push_vlan() {
         l2(VF0),
         vec![
             DpAction::CtClear,
-            DpAction::Meter { id: 3 },
+            DpAction::Meter {
+                id: 3,
+                drop_band: true,
+            },
             DpAction::PushVlan {
                 tpid: 0x8100,
                 tci: 0x1000 | (5 << 13) | 100,
@@ -1103,4 +1106,31 @@ fn tap_in_port_stays_in_software() {
     // OVS's own refusal still comes first.
     let e = refused(&flow(l2(TAP), vec![DpAction::Userspace]));
     assert_eq!(e.stage, Stage::Ovs);
+}
+
+/// lib/netdev-offload-tc.c:netdev_tc_parse_nl_actions (v3.1.0):
+/// `meter_id_lookup()` fails for a meter OVS made no police action of
+/// (meter_tc_set_policer: only a meter whose first band is drop).
+#[test]
+fn refuse_a_meter_without_a_drop_band() {
+    let r = refused(&flow(
+        l2(VF0),
+        vec![
+            DpAction::Meter {
+                id: 7,
+                drop_band: false,
+            },
+            out(VF1),
+        ],
+    ));
+    assert_eq!(r.stage, Stage::Ovs);
+    assert_eq!(
+        r.source_fn,
+        "lib/netdev-offload-tc.c:netdev_tc_parse_nl_actions"
+    );
+    assert!(
+        r.reason.starts_with("meter_id_lookup: meter 7"),
+        "{}",
+        r.reason
+    );
 }

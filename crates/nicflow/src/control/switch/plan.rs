@@ -24,41 +24,75 @@ use std::fmt::Write as _;
 /// (packet-weighted); a `ct` flow only for the connections the NIC's
 /// conntrack table holds.
 fn carried(flows: &[PlanFlow], verdicts: &[FlowVerdict], ct_share: f64) -> Vec<f64> {
-    fn share(
-        i: usize,
-        flows: &[PlanFlow],
-        verdicts: &[FlowVerdict],
+    use std::collections::HashMap;
+    // Flows by recirc_id, and each recirculation's carried share
+    // (packet-weighted), computed once; a cycle (impossible in a datapath,
+    // but the input is not trusted) counts as not carried.
+    let mut by_recirc: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, f) in flows.iter().enumerate() {
+        by_recirc.entry(f.recirc_id).or_default().push(i);
+    }
+    struct Ctx<'a> {
+        flows: &'a [PlanFlow],
+        verdicts: &'a [FlowVerdict],
         ct_share: f64,
-        depth: u32,
-    ) -> f64 {
-        if !verdicts[i].offloadable || depth > 8 {
-            return 0.0;
+        by_recirc: HashMap<u32, Vec<usize>>,
+        flow_memo: HashMap<usize, f64>,
+        recirc_memo: HashMap<u32, f64>,
+        visiting: std::collections::HashSet<u32>,
+    }
+    fn flow_share(c: &mut Ctx, i: usize) -> f64 {
+        if let Some(v) = c.flow_memo.get(&i) {
+            return *v;
         }
-        let f = &flows[i];
-        let mut s = 1.0;
-        if f.converted
-            .flow
-            .actions
-            .iter()
-            .any(|a| matches!(a, nicflow_hwprofile::model::DpAction::Ct(_)))
+        let f = &c.flows[i];
+        let mut s = if c.verdicts[i].offloadable { 1.0 } else { 0.0 };
+        if s > 0.0
+            && f.converted
+                .flow
+                .actions
+                .iter()
+                .any(|a| matches!(a, nicflow_hwprofile::model::DpAction::Ct(_)))
         {
-            s *= ct_share;
+            s *= c.ct_share;
         }
-        for id in &f.recircs {
-            let (mut num, mut den) = (0.0, 0.0);
-            for (j, g) in flows.iter().enumerate() {
-                if g.recirc_id == *id {
-                    den += g.packets as f64;
-                    num += g.packets as f64 * share(j, flows, verdicts, ct_share, depth + 1);
-                }
+        if s > 0.0 {
+            for id in f.recircs.clone() {
+                s *= recirc_share(c, id);
             }
-            s *= if den > 0.0 { num / den } else { 0.0 };
         }
+        c.flow_memo.insert(i, s);
         s
     }
-    (0..flows.len())
-        .map(|i| share(i, flows, verdicts, ct_share, 0))
-        .collect()
+    fn recirc_share(c: &mut Ctx, id: u32) -> f64 {
+        if let Some(v) = c.recirc_memo.get(&id) {
+            return *v;
+        }
+        if !c.visiting.insert(id) {
+            return 0.0;
+        }
+        let members = c.by_recirc.get(&id).cloned().unwrap_or_default();
+        let (mut num, mut den) = (0.0, 0.0);
+        for j in members {
+            let p = c.flows[j].packets as f64;
+            den += p;
+            num += p * flow_share(c, j);
+        }
+        c.visiting.remove(&id);
+        let v = if den > 0.0 { num / den } else { 0.0 };
+        c.recirc_memo.insert(id, v);
+        v
+    }
+    let mut c = Ctx {
+        flows,
+        verdicts,
+        ct_share,
+        by_recirc,
+        flow_memo: HashMap::new(),
+        recirc_memo: HashMap::new(),
+        visiting: Default::default(),
+    };
+    (0..flows.len()).map(|i| flow_share(&mut c, i)).collect()
 }
 
 /// Packets a tick must have seen in userspace for its CPU to count as a
