@@ -236,6 +236,8 @@ pub struct OffloadStatus {
     pub ports: Vec<(String, bool, bool)>,
     /// Flows in userspace by reason.
     pub not_offloaded: BTreeMap<&'static str, u64>,
+    /// Under `offload=profile:NAME`: the emulated NIC.
+    pub profile: Option<crate::datapath::ProfileStatus>,
 }
 
 pub struct Bridge {
@@ -563,6 +565,7 @@ impl Bridge {
             kernel_flows: s.xdp_flows + s.tc_flows,
             ports: s.xdp_ports,
             not_offloaded,
+            profile: s.profile,
         })
     }
 

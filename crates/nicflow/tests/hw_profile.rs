@@ -68,6 +68,13 @@ fn a_profile_keeps_what_the_nic_refuses_in_userspace_and_forwards_it() {
         "the NIC holds TCP: {tcp:#?}"
     );
 
+    // `stats` shows the emulated NIC: its refusals by stage, its resources.
+    let st = lab.stats();
+    let prof = &st["offload"]["profile"];
+    assert_eq!(prof["profile"], "agilio", "{st:#}");
+    assert!(prof["refused"]["driver"].as_u64().unwrap_or(0) >= 2, "{st:#}");
+    assert!(prof["resources"]["mask_ids"]["used"].as_u64().unwrap() >= 1, "{st:#}");
+
     // The plan agrees, flow by flow, and changes nothing.
     let plan = lab.req(Request::OffloadPlan {
         bridge: "br0".into(),

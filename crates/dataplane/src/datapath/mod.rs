@@ -30,7 +30,7 @@ pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
 pub use offload::{
     EngineStats, FlowOffload, KernelCounters, ManagerCounters, Placement, PlacementCounts,
-    PortOffload, PortOffloadError, ProviderStatus,
+    PortOffload, PortOffloadError, ProfileStatus, ProviderStatus,
 };
 
 use nicflow_classifier::{Classifier, RuleId};

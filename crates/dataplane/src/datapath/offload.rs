@@ -290,6 +290,18 @@ pub struct ProviderStatus {
     pub counters: ManagerCounters,
     /// The size of an engine's flow table (`offload_options max_flows`).
     pub max_flows: Option<u32>,
+    /// Under `offload=profile:NAME`: the emulated NIC's state.
+    pub profile: Option<ProfileStatus>,
+}
+
+/// The emulated NIC of `offload=profile:NAME`, for `stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProfileStatus {
+    pub profile: &'static str,
+    /// Resource name -> (used, limit).
+    pub resources: std::collections::BTreeMap<String, (u64, u64)>,
+    /// Refusals by stage (`ovs`, `driver`, `resource`) since it started.
+    pub refused: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// Where the datapath's flows run, counted as placements change, so that

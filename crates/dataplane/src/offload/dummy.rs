@@ -323,6 +323,7 @@ impl FlowOffload for DummyOffload {
             xdp_ports: s.ports.values().map(|n| (n.clone(), true, true)).collect(),
             counters: s.counters,
             max_flows: u32::try_from(s.max_flows).ok(),
+            profile: None,
         }
     }
 }

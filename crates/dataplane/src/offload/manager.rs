@@ -1885,6 +1885,7 @@ impl FlowOffload for OffloadManager {
             xdp_ports: self.xdp_ports(),
             counters: self.counters,
             max_flows: Some(self.engine.config().max_flows),
+            profile: self.emulation.as_ref().map(|e| e.status()),
         }
     }
 }

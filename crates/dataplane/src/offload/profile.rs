@@ -648,6 +648,19 @@ impl Emulation {
     pub fn resources(&self) -> BTreeMap<String, nicflow_hwprofile::Resource> {
         self.nic.resources()
     }
+
+    /// For `stats`.
+    pub fn status(&self) -> crate::datapath::ProfileStatus {
+        crate::datapath::ProfileStatus {
+            profile: self.nic.profile.name(),
+            resources: self
+                .resources()
+                .into_iter()
+                .map(|(k, r)| (k, (r.used, r.limit)))
+                .collect(),
+            refused: self.refused.clone(),
+        }
+    }
 }
 
 /// ns per run of the TC engine's program (`tc_dp`) as the kernel counts

@@ -168,6 +168,31 @@ fn offload_stats(
                 .join(" ")
         );
     }
+    if let Some(p) = &o.profile {
+        let _ = writeln!(
+            text,
+            "  emulated NIC {}: refused {}; resources {}",
+            p.profile,
+            p.refused
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            p.resources
+                .iter()
+                .filter(|(_, (used, _))| *used > 0)
+                .map(|(k, (u, l))| format!("{k}:{u}/{l}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    let profile_json = o.profile.as_ref().map(|p| {
+        json!({
+            "profile": p.profile,
+            "refused": p.refused,
+            "resources": p.resources.iter().map(|(k, (u, l))| (k.clone(), json!({"used": u, "limit": l}))).collect::<BTreeMap<_, _>>(),
+        })
+    });
     let tc_json = o.tc.map(|t| {
         json!({
             "flows": o.tc_flows,
@@ -195,6 +220,7 @@ fn offload_stats(
             "name": n, "native": native, "redirect_target": target,
         })).collect::<Vec<_>>(),
         "not_offloaded": o.not_offloaded,
+        "profile": profile_json,
     })
 }
 
