@@ -72,8 +72,14 @@ fn a_profile_keeps_what_the_nic_refuses_in_userspace_and_forwards_it() {
     let st = lab.stats();
     let prof = &st["offload"]["profile"];
     assert_eq!(prof["profile"], "agilio", "{st:#}");
-    assert!(prof["refused"]["driver"].as_u64().unwrap_or(0) >= 2, "{st:#}");
-    assert!(prof["resources"]["mask_ids"]["used"].as_u64().unwrap() >= 1, "{st:#}");
+    assert!(
+        prof["refused"]["driver"].as_u64().unwrap_or(0) >= 2,
+        "{st:#}"
+    );
+    assert!(
+        prof["resources"]["mask_ids"]["used"].as_u64().unwrap() >= 1,
+        "{st:#}"
+    );
 
     // The plan agrees, flow by flow, and changes nothing.
     let plan = lab.req(Request::OffloadPlan {
