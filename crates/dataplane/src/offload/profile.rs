@@ -158,6 +158,13 @@ pub fn convert(
              (OVS keeps them in the recirculation's frozen state): dropped",
         );
     }
+    if mk.dl_type != 0xffff {
+        notes.push(
+            "nicflow's flow covers every EtherType; OVS's datapath flows match it \
+             (xlate_wc_init), one per EtherType: judged for the EtherType of the packet \
+             that made it",
+        );
+    }
     let mut dm = DpMatch {
         recirc_id: k.recirc_id,
         in_port: k.in_port,
