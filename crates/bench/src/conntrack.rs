@@ -37,6 +37,11 @@
 //! * `nicflow-nooffload`: `nicflow` with `nicflow set br0 offload=none`
 //!   (every packet in userspace; not in the default list of this
 //!   scenario).
+//! * `nicflow-bf2`, `nicflow-cx7` (any `nicflow-profile:NAME`, in both
+//!   scenarios): `nicflow` with `nicflow set br0 offload=profile:NAME`: the
+//!   TC engine holds only what that NIC model would, established
+//!   connections included ([`super::hwprofile`]). Every nicflow engine's
+//!   samples record the offloaded share and the flows a profile refused.
 //!
 //! Scenario **lb** (`--scenario lb`): a DNAT load balancer. The client
 //! opens `http://198.18.0.100/` ([`VIP`], a virtual address no host owns;
@@ -82,6 +87,7 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, tool_version};
+use super::hwprofile::{self, OffloadSample, Profile};
 use super::overlay::rtnl_in;
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
@@ -259,6 +265,8 @@ pub enum CtEngine {
     Ovs,
     LinuxBridgeNft,
     LinuxBridge,
+    /// nicflow with `offload=profile:NAME`.
+    NicflowProfile(Profile),
 }
 
 impl CtEngine {
@@ -270,10 +278,14 @@ impl CtEngine {
             CtEngine::Ovs => "ovs",
             CtEngine::LinuxBridgeNft => "linux-bridge-nft",
             CtEngine::LinuxBridge => "linux-bridge",
+            CtEngine::NicflowProfile(p) => p.engine_name(),
         }
     }
 
     pub fn parse(s: &str) -> Option<CtEngine> {
+        if let Some(p) = Profile::parse_engine(s) {
+            return Some(CtEngine::NicflowProfile(p));
+        }
         Some(match s.trim() {
             "nicflow" | "nicflow-tc" => CtEngine::Nicflow,
             "nicflow-noct" => CtEngine::NicflowNoct,
@@ -288,9 +300,10 @@ impl CtEngine {
     /// The testbed engine underneath.
     pub fn engine(self) -> Engine {
         match self {
-            CtEngine::Nicflow | CtEngine::NicflowNoct | CtEngine::NicflowNooffload => {
-                Engine::NicflowTc
-            }
+            CtEngine::Nicflow
+            | CtEngine::NicflowNoct
+            | CtEngine::NicflowNooffload
+            | CtEngine::NicflowProfile(_) => Engine::NicflowTc,
             CtEngine::Ovs => Engine::Ovs,
             CtEngine::LinuxBridgeNft | CtEngine::LinuxBridge => Engine::LinuxBridge,
         }
@@ -302,6 +315,7 @@ impl CtEngine {
             self,
             CtEngine::Nicflow
                 | CtEngine::NicflowNooffload
+                | CtEngine::NicflowProfile(_)
                 | CtEngine::Ovs
                 | CtEngine::LinuxBridgeNft
         )
@@ -311,8 +325,26 @@ impl CtEngine {
     fn openflow(self) -> bool {
         matches!(
             self,
-            CtEngine::Nicflow | CtEngine::NicflowNooffload | CtEngine::Ovs
+            CtEngine::Nicflow
+                | CtEngine::NicflowNooffload
+                | CtEngine::NicflowProfile(_)
+                | CtEngine::Ovs
         )
+    }
+
+    /// A nicflow daemon with OpenFlow tables and `stats` to read?
+    fn nicflow_tables(self) -> bool {
+        matches!(
+            self,
+            CtEngine::Nicflow | CtEngine::NicflowNooffload | CtEngine::NicflowProfile(_)
+        )
+    }
+
+    fn profile(self) -> Option<Profile> {
+        match self {
+            CtEngine::NicflowProfile(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// The rules the testbed starts with. Scenario lb starts from its
@@ -515,6 +547,10 @@ pub struct Sample {
     /// Scenario lb: connections each backend accepted during the run.
     #[serde(default)]
     pub backend_conns: Vec<u64>,
+    /// nicflow engines: frames per engine during the run and the datapath
+    /// flows after it.
+    #[serde(default)]
+    pub offload: Option<OffloadSample>,
 }
 
 impl Sample {
@@ -859,16 +895,21 @@ fn lab_up(
             })?;
         }
     }
-    if engine == CtEngine::NicflowNooffload {
+    let offload = match engine {
+        CtEngine::NicflowNooffload => Some("none"),
+        CtEngine::NicflowProfile(p) => Some(p.offload()),
+        _ => None,
+    };
+    if let Some(value) = offload {
         nicflow_req(
             &tb,
             &Request::Set {
                 bridge: testbed::BRIDGE.into(),
                 key: "offload".into(),
-                value: "none".into(),
+                value: value.into(),
             },
         )
-        .context("nicflow set br0 offload=none")?;
+        .with_context(|| format!("nicflow set br0 offload={value}"))?;
     }
     let mut nginx = Vec::new();
     let servers = match scenario {
@@ -939,7 +980,16 @@ fn measure(lab: &EngineSetup, mode: Mode, conns: usize, seconds: f64, rep: usize
         error: None,
         backend_requests: Vec::new(),
         backend_conns: Vec::new(),
+        offload: None,
     };
+    let sock = lab
+        .engine
+        .nicflow_tables()
+        .then(|| lab.tb.nicflow_socket())
+        .flatten();
+    let counts = sock
+        .as_deref()
+        .and_then(|s| hwprofile::read_counts(s, testbed::BRIDGE).ok());
     let c = conns.to_string();
     let d = format!("{seconds}s");
     let mut argv = vec!["wrk", "-t1", "-c", &c, "-d", &d, "--timeout", "2s"];
@@ -981,6 +1031,10 @@ fn measure(lab: &EngineSetup, mode: Mode, conns: usize, seconds: f64, rep: usize
     let deadline = Instant::now() + Duration::from_secs_f64(seconds + 15.0);
     let (by_itself, _ok, u, sy) = cpu::wait_rusage(child, deadline);
     let b = Snapshot::take(&procs);
+    if let (Some(sock), Some(before)) = (&sock, counts) {
+        s.offload =
+            hwprofile::sample_after(sock, testbed::BRIDGE, lab.engine.profile(), before).ok();
+    }
     let after = backend_counters(lab);
     if let (Some(x), Some(y)) = (before, after) {
         // Each reading counts itself: the one after is one more
@@ -1064,7 +1118,7 @@ fn log_sample(s: &Sample) {
 /// Tracker state at the end of the run.
 fn end_state(lab: &EngineSetup) -> serde_json::Value {
     match lab.engine {
-        CtEngine::Nicflow | CtEngine::NicflowNooffload => {
+        CtEngine::Nicflow | CtEngine::NicflowNooffload | CtEngine::NicflowProfile(_) => {
             let Some(sock) = lab.tb.nicflow_socket() else {
                 return serde_json::Value::Null;
             };
@@ -1499,6 +1553,82 @@ fn mode_table(
     report::table(&head, &rows)
 }
 
+/// The nicflow engines' offloaded share and refused flows, per mode and
+/// connection count.
+fn offload_table(m: &mut String, r: &Results, sc: Scenario) {
+    let nf: Vec<CtEngine> = r
+        .engines_of(sc)
+        .into_iter()
+        .filter(|e| e.nicflow_tables())
+        .collect();
+    if nf.is_empty() {
+        return;
+    }
+    let head = [
+        ("mode", false),
+        ("conns", true),
+        ("engine", false),
+        ("median /s", true),
+        ("offloaded", true),
+        ("frames", true),
+        ("machine cores", true),
+        ("machine µs/op", true),
+        ("switch cores", true),
+        ("dp flows (kernel)", true),
+        ("established in kernel", true),
+        ("refused by profile: top reasons", false),
+    ];
+    let mut rows = Vec::new();
+    for mode in [Mode::Cps, Mode::Tps] {
+        for &c in &r.connections {
+            for &e in &nf {
+                let ss: Vec<&OffloadSample> = r
+                    .samples
+                    .iter()
+                    .filter(|s| {
+                        s.scenario == sc
+                            && s.engine == e
+                            && s.mode == mode
+                            && s.connections == c
+                            && s.wrk.is_some()
+                    })
+                    .filter_map(|s| s.offload.as_ref())
+                    .collect();
+                let Some(o) = hwprofile::combine(&ss) else {
+                    continue;
+                };
+                rows.push(vec![
+                    format!("{mode:?}").to_lowercase(),
+                    c.to_string(),
+                    e.name().into(),
+                    report::cell(med(r, sc, e, mode, c, &rate), 0),
+                    hwprofile::pct(o.frames.kernel_share()),
+                    o.frames.total().to_string(),
+                    report::cell(med(r, sc, e, mode, c, &|s| Some(s.machine_cores)), 2),
+                    report::cell(med(r, sc, e, mode, c, &Sample::machine_us), 1),
+                    report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
+                    format!("{} ({})", o.dp.flows, o.dp.kernel_flows),
+                    o.dp.established.to_string(),
+                    if e.profile().is_some() || !o.dp.reasons.is_empty() {
+                        o.dp.cell(3)
+                    } else {
+                        "—".into()
+                    },
+                ]);
+            }
+        }
+    }
+    let _ = writeln!(m, "### Offload (nicflow engines)\n");
+    let _ = writeln!(m, "{}", report::table(&head, &rows));
+    let _ = writeln!(
+        m,
+        "{} *dp flows (kernel)*: megaflows after a run (those in a kernel engine); \
+         *established in kernel*: established-connection directions in the kernel engine \
+         (`established:` entries of `dump-dp-flows`), largest seen after a run.\n",
+        hwprofile::METHOD
+    );
+}
+
 fn end_state_list(m: &mut String, title: &str, list: &[(CtEngine, serde_json::Value)]) {
     if list.is_empty() {
         return;
@@ -1543,6 +1673,9 @@ fn engine_what(sc: Scenario, e: CtEngine) -> &'static str {
             "Linux bridge + nftables `dnat to numgen inc mod 3 map {...}` below (round robin)"
         }
         (_, CtEngine::LinuxBridge) => "Linux bridge, no rules (the reference)",
+        (_, CtEngine::NicflowProfile(_)) => {
+            "the `nicflow` switch with `nicflow set br0 offload=profile:NAME`: the TC engine holds only the flows (and established connections) that NIC model would; an emulation on this host, not a hardware measurement"
+        }
     }
 }
 
@@ -1582,6 +1715,7 @@ fn firewall_md(r: &Results, m: &mut String) {
         );
         let _ = writeln!(m, "{t}");
     }
+    offload_table(m, r, sc);
     let _ = writeln!(
         m,
         "*switch µs*: the switch process's CPU per {} / {} (nicflow daemon, ovs-vswitchd; the \
@@ -1721,6 +1855,7 @@ fn lb_md(r: &Results, m: &mut String) {
         let _ = writeln!(m, "### Load balancer: {}\n", mode.title());
         let _ = writeln!(m, "{}", mode_table(r, sc, mode, &refs, true));
     }
+    offload_table(m, r, sc);
     let mut rows = Vec::new();
     for &c in &r.connections {
         for e in [CtEngine::Nicflow, CtEngine::NicflowNooffload] {
@@ -1950,6 +2085,22 @@ Transfer/sec:      1.41MB
         assert_eq!((run.len(), left.len()), (4, 0));
         assert_eq!(scenario_engines(Scenario::Lb, None).1, vec![]);
         assert_eq!(CtEngine::NicflowNooffload.engine(), Engine::NicflowTc);
+        let p = parse_engines("nicflow-tc,nicflow-bf2,nicflow-profile:cx7").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                CtEngine::Nicflow,
+                CtEngine::NicflowProfile(Profile::Bf2),
+                CtEngine::NicflowProfile(Profile::Cx7)
+            ]
+        );
+        assert_eq!(p[2].name(), "nicflow-cx7");
+        assert_eq!(p[1].engine(), Engine::NicflowTc);
+        assert!(p[1].tracks() && p[1].openflow() && p[1].nicflow_tables());
+        assert_eq!(p[1].profile(), Some(Profile::Bf2));
+        assert!(Scenario::Lb.supports(p[1]));
+        let j = serde_json::to_string(&p[1]).unwrap();
+        assert_eq!(serde_json::from_str::<CtEngine>(&j).unwrap(), p[1]);
         assert_eq!(CtEngine::NicflowNooffload.name(), "nicflow-nooffload");
         assert_eq!(
             serde_json::to_string(&CtEngine::NicflowNooffload).unwrap(),
@@ -2084,6 +2235,7 @@ Transfer/sec:      1.41MB
             error: None,
             backend_requests: split,
             backend_conns: Vec::new(),
+            offload: None,
         };
         let r = Results {
             machine: "m".into(),

@@ -21,6 +21,11 @@
 //! * `nft-set`: the same N rules as one nftables set
 //!   (`ip saddr . tcp dport @blocked drop`): one hash lookup.
 //! * `linux-bridge`: the plain bridge, no rules: the reference.
+//! * `nicflow-bf2`, `nicflow-cx7` (any `nicflow-profile:NAME`): `nicflow`
+//!   with `nicflow set br0 offload=profile:NAME`: the TC engine holds only
+//!   what that NIC model would ([`super::hwprofile`]). For every nicflow
+//!   engine the run records the offloaded share and the flows the profile
+//!   refused.
 //!
 //! nftables runs in the switch namespace, in the bridge family where the
 //! kernel has `nf_conntrack_bridge`, else in the `ip` family's forward hook
@@ -29,9 +34,11 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, loadavg, tool_version};
+use super::hwprofile::{self, OffloadSample, Profile};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
-use anyhow::bail;
+use anyhow::{bail, Context};
+use nicflow::control::proto::Request;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -43,7 +50,7 @@ pub const PORT: u16 = 5201;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Engines, comma-separated: nicflow, ovs, nft-linear, nft-set,
-    /// linux-bridge.
+    /// linux-bridge, nicflow-bf2, nicflow-cx7 (nicflow-profile:NAME).
     #[arg(long, default_value = "nicflow,ovs,nft-linear,nft-set,linux-bridge")]
     pub engines: String,
     /// ACL rule counts, comma-separated (one point each).
@@ -68,6 +75,8 @@ pub enum FwEngine {
     NftLinear,
     NftSet,
     LinuxBridge,
+    /// nicflow with `offload=profile:NAME`.
+    NicflowProfile(Profile),
 }
 
 impl FwEngine {
@@ -78,10 +87,14 @@ impl FwEngine {
             FwEngine::NftLinear => "nft-linear",
             FwEngine::NftSet => "nft-set",
             FwEngine::LinuxBridge => "linux-bridge",
+            FwEngine::NicflowProfile(p) => p.engine_name(),
         }
     }
 
     pub fn parse(s: &str) -> Option<FwEngine> {
+        if let Some(p) = Profile::parse_engine(s) {
+            return Some(FwEngine::NicflowProfile(p));
+        }
         Some(match s.trim() {
             "nicflow" | "nicflow-tc" => FwEngine::Nicflow,
             "ovs" | "ovs-userspace" => FwEngine::Ovs,
@@ -94,14 +107,28 @@ impl FwEngine {
 
     pub fn engine(self) -> Engine {
         match self {
-            FwEngine::Nicflow => Engine::NicflowTc,
+            FwEngine::Nicflow | FwEngine::NicflowProfile(_) => Engine::NicflowTc,
             FwEngine::Ovs => Engine::Ovs,
             _ => Engine::LinuxBridge,
         }
     }
 
     fn openflow(self) -> bool {
-        matches!(self, FwEngine::Nicflow | FwEngine::Ovs)
+        matches!(
+            self,
+            FwEngine::Nicflow | FwEngine::Ovs | FwEngine::NicflowProfile(_)
+        )
+    }
+
+    fn is_nicflow(self) -> bool {
+        matches!(self, FwEngine::Nicflow | FwEngine::NicflowProfile(_))
+    }
+
+    fn profile(self) -> Option<Profile> {
+        match self {
+            FwEngine::NicflowProfile(p) => Some(p),
+            _ => None,
+        }
     }
 
     fn nft(self) -> bool {
@@ -215,6 +242,9 @@ pub struct Sample {
     pub switch_cores: Option<f64>,
     pub wall_s: f64,
     pub error: Option<String>,
+    /// nicflow engines: frames per engine and the datapath flows.
+    #[serde(default)]
+    pub offload: Option<OffloadSample>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -271,6 +301,9 @@ fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<EngineSetup
         bridge_family = bridge;
         *nft_mode = mode;
     }
+    if let Some(p) = engine.profile() {
+        set_offload(&tb, p)?;
+    }
     let server = tb.start_iperf_server(0, PORT)?;
     Ok(EngineSetup {
         engine,
@@ -280,6 +313,27 @@ fn lab_up(engine: FwEngine, nft_mode: &mut String) -> anyhow::Result<EngineSetup
         bridge_family,
         installed: None,
     })
+}
+
+/// `nicflow set br0 offload=profile:NAME`.
+fn set_offload(tb: &Testbed, p: Profile) -> anyhow::Result<()> {
+    let sock = tb.nicflow_socket().context("not a nicflow testbed")?;
+    let r = nicflow::control::daemon::request(
+        &sock,
+        &Request::Set {
+            bridge: testbed::BRIDGE.into(),
+            key: "offload".into(),
+            value: p.offload().into(),
+        },
+    )?;
+    if !r.ok {
+        bail!(
+            "nicflow set br0 offload={}: {}",
+            p.offload(),
+            r.error.unwrap_or_default()
+        );
+    }
+    Ok(())
 }
 
 /// Install `n` ACL rules on a lab (replacing the previous set).
@@ -314,7 +368,16 @@ fn measure(l: &EngineSetup, n: usize, seconds: u64, rep: usize) -> Sample {
         switch_cores: None,
         wall_s: 0.0,
         error: None,
+        offload: None,
     };
+    let sock = l
+        .engine
+        .is_nicflow()
+        .then(|| l.tb.nicflow_socket())
+        .flatten();
+    let counts = sock
+        .as_deref()
+        .and_then(|s| hwprofile::read_counts(s, testbed::BRIDGE).ok());
     let mut procs = vec![("iperf-s".to_string(), l.server.pid)];
     if let Some(p) = l.tb.switch_pid() {
         procs.push(("switch".to_string(), p));
@@ -329,6 +392,9 @@ fn measure(l: &EngineSetup, n: usize, seconds: u64, rep: usize) -> Sample {
     };
     let r = c.finish(Instant::now() + Duration::from_secs(seconds + 15));
     let b = Snapshot::take(&procs);
+    if let (Some(sock), Some(before)) = (&sock, counts) {
+        s.offload = hwprofile::sample_after(sock, testbed::BRIDGE, l.engine.profile(), before).ok();
+    }
     let u = Usage::between(&a, &b);
     s.wall_s = u.wall_s;
     s.machine_cores = u.busy_cores();
@@ -431,6 +497,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
                         switch_cores: None,
                         wall_s: 0.0,
                         error: Some(format!("installing rules: {err:#}")),
+                        offload: None,
                     });
                 }
             }
@@ -654,6 +721,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
          rule set (nicflow add-flows, ovs-ofctl add-flows, nft -f). *retransmits*: summed over \
          the repetitions.\n"
     );
+    offload_table(&mut m, r);
     report::write_list(&mut m, "Notes", &r.notes);
     let fails: Vec<String> = r
         .setup_errors
@@ -666,6 +734,67 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         let _ = writeln!(m, "### {}\n\n{}", f.title, f.markdown(2));
     }
     m
+}
+
+/// The nicflow engines' offloaded share and refused flows per rule count.
+fn offload_table(m: &mut String, r: &Results) {
+    let nf: Vec<FwEngine> = r
+        .engines
+        .iter()
+        .copied()
+        .filter(|e| e.is_nicflow())
+        .collect();
+    if nf.is_empty() {
+        return;
+    }
+    let head = [
+        ("rules", true),
+        ("engine", false),
+        ("median Gbit/s", true),
+        ("offloaded", true),
+        ("frames", true),
+        ("machine cores", true),
+        ("switch cores", true),
+        ("dp flows (kernel)", true),
+        ("refused by profile: top reasons", false),
+    ];
+    let mut rows = Vec::new();
+    for &n in &r.rules {
+        for &e in &nf {
+            let ss: Vec<&OffloadSample> = r
+                .samples
+                .iter()
+                .filter(|s| s.engine == e && s.rules == n && s.gbps.is_some())
+                .filter_map(|s| s.offload.as_ref())
+                .collect();
+            let Some(o) = hwprofile::combine(&ss) else {
+                continue;
+            };
+            rows.push(vec![
+                n.to_string(),
+                e.name().into(),
+                report::cell(med(r, e, n, &|s| s.gbps), 2),
+                hwprofile::pct(o.frames.kernel_share()),
+                o.frames.total().to_string(),
+                report::cell(med(r, e, n, &|s| Some(s.machine_cores)), 2),
+                report::cell(med(r, e, n, &|s| s.switch_cores), 2),
+                format!("{} ({})", o.dp.flows, o.dp.kernel_flows + o.dp.established),
+                if e.profile().is_some() || !o.dp.reasons.is_empty() {
+                    o.dp.cell(3)
+                } else {
+                    "—".into()
+                },
+            ]);
+        }
+    }
+    let _ = writeln!(m, "## Offload (nicflow engines)\n");
+    let _ = writeln!(m, "{}", report::table(&head, &rows));
+    let _ = writeln!(
+        m,
+        "{} *dp flows (kernel)*: datapath flows after a run (those in a kernel engine, \
+         established-connection entries included).\n",
+        hwprofile::METHOD
+    );
 }
 
 #[cfg(test)]
@@ -691,5 +820,19 @@ mod tests {
             parse_engines("nicflow,nft,nft-set,nicflow").unwrap(),
             vec![FwEngine::Nicflow, FwEngine::NftLinear, FwEngine::NftSet]
         );
+        let p = parse_engines("nicflow-tc,nicflow-bf2,nicflow-profile:cx7").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                FwEngine::Nicflow,
+                FwEngine::NicflowProfile(Profile::Bf2),
+                FwEngine::NicflowProfile(Profile::Cx7)
+            ]
+        );
+        assert_eq!(p[1].name(), "nicflow-bf2");
+        assert_eq!(p[2].engine(), Engine::NicflowTc);
+        let j = serde_json::to_string(&p[1]).unwrap();
+        assert_eq!(serde_json::from_str::<FwEngine>(&j).unwrap(), p[1]);
+        assert!(parse_engines("nicflow-bf9").is_err());
     }
 }

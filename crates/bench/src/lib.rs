@@ -14,6 +14,7 @@ pub mod firewall;
 pub mod forward;
 pub mod generator;
 pub mod host_tools;
+pub mod hwprofile;
 pub mod ipsec;
 pub mod lab;
 pub mod latency;

@@ -36,6 +36,11 @@
 //!   name and the VF index.
 //! * `nicflow-nooffload`: the same with `offload = "none"` (representors
 //!   and underlay become AF_XDP ports; every packet through the daemon).
+//! * `nicflow-bf2`, `nicflow-cx7` (any `nicflow-profile:NAME`): `nicflow`
+//!   with `offload = "profile:NAME"`: the TC engine holds only what that
+//!   NIC model would ([`super::hwprofile`]). Every TC-based nicflow
+//!   engine's samples record the offloaded share and the flows a profile
+//!   refused.
 //! * `bridge-cni`: the reference `bridge` plugin (run inside the node
 //!   namespace, where it creates the pod's veth) with host-local IPAM on a
 //!   Linux bridge `br<N>` that also holds a kernel `vxlan` device (id 100,
@@ -74,6 +79,7 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
+use super::hwprofile::{self, OffloadSample, Profile};
 use super::lab::{self, veth_between, wait_ready, Lab, ProcId};
 use super::overlay::{apply_steps, rtnl_in, run_in, NetStep};
 use super::report::{self, Figure, Series};
@@ -128,6 +134,8 @@ pub enum Engine {
     /// Open vSwitch userspace datapath with a VXLAN port; pods wired by
     /// the bench as ovs-cni would (veth, host-local IPAM, add-port).
     Ovs,
+    /// nicflow with `offload = "profile:NAME"`.
+    NicflowProfile(Profile),
 }
 
 impl Engine {
@@ -144,10 +152,14 @@ impl Engine {
             Engine::NicflowNooffload => "nicflow-nooffload",
             Engine::BridgeCni => "bridge-cni",
             Engine::Ovs => "ovs",
+            Engine::NicflowProfile(p) => p.engine_name(),
         }
     }
 
     pub fn parse(s: &str) -> Option<Engine> {
+        if let Some(p) = Profile::parse_engine(s) {
+            return Some(Engine::NicflowProfile(p));
+        }
         Engine::ALL.into_iter().find(|e| e.name() == s)
     }
 
@@ -157,16 +169,33 @@ impl Engine {
             Engine::NicflowNooffload => "u",
             Engine::BridgeCni => "k",
             Engine::Ovs => "o",
+            Engine::NicflowProfile(p) => p.tag(),
         }
     }
 
     pub fn is_nicflow(self) -> bool {
-        matches!(self, Engine::Nicflow | Engine::NicflowNooffload)
+        matches!(
+            self,
+            Engine::Nicflow | Engine::NicflowNooffload | Engine::NicflowProfile(_)
+        )
+    }
+
+    /// nicflow with the TC engine (the defaults, or a profile).
+    fn tc(self) -> bool {
+        matches!(self, Engine::Nicflow | Engine::NicflowProfile(_))
+    }
+
+    fn profile(self) -> Option<Profile> {
+        match self {
+            Engine::NicflowProfile(p) => Some(p),
+            _ => None,
+        }
     }
 
     fn offload(self) -> &'static str {
         match self {
             Engine::NicflowNooffload => "none",
+            Engine::NicflowProfile(p) => p.offload(),
             _ => "auto",
         }
     }
@@ -175,7 +204,8 @@ impl Engine {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Engines, comma-separated: nicflow, nicflow-nooffload, bridge-cni,
-    /// ovs.
+    /// ovs, nicflow-bf2, nicflow-cx7 (nicflow-profile:NAME: nicflow with
+    /// offload=profile:NAME).
     #[arg(long, default_value = DEFAULT_ENGINES)]
     pub engines: String,
     /// wrk connection counts, comma-separated.
@@ -210,7 +240,7 @@ pub fn parse_engines(list: &str) -> anyhow::Result<Vec<Engine>> {
     for t in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         let e = Engine::parse(t).with_context(|| {
             format!(
-                "unknown engine `{t}` (known: {})",
+                "unknown engine `{t}` (known: {}, nicflow-bf2, nicflow-cx7, nicflow-profile:NAME)",
                 report::join(&Engine::ALL.map(Engine::name), ", ")
             )
         })?;
@@ -778,7 +808,9 @@ impl MicroservicesLab {
             "pods: CNI_COMMAND=ADD CNI_CONTAINERID=<pod> CNI_NETNS=/run/netns/<pod> CNI_IFNAME=eth0 \
              CNI_PATH={CNI_PATH} {} < net-nN.json   # {}",
             match self.engine {
-                Engine::Nicflow | Engine::NicflowNooffload => "nicflow",
+                Engine::Nicflow | Engine::NicflowNooffload | Engine::NicflowProfile(_) => {
+                    "nicflow"
+                }
                 Engine::BridgeCni => "ip netns exec <nN> /usr/lib/cni/bridge",
                 Engine::Ovs =>
                     "(ovs: no OVS CNI plugin here; the bench does what ovs-cni does: veth vPOD in nN -- \
@@ -833,7 +865,9 @@ impl MicroservicesLab {
     /// inside the node namespace (it creates the veth where it runs).
     fn cni(&mut self, command: &str, pod: &str, node: usize, ns: &str) -> anyhow::Result<String> {
         let c = match self.engine {
-            Engine::Nicflow | Engine::NicflowNooffload => Command::new(super::nicflow_bin()?),
+            Engine::Nicflow | Engine::NicflowNooffload | Engine::NicflowProfile(_) => {
+                Command::new(super::nicflow_bin()?)
+            }
             Engine::BridgeCni => {
                 let node_ns = self.ns(&format!("n{node}"));
                 sys::in_ns(Some(&node_ns), &[Path::new(CNI_PATH).join("bridge")])
@@ -1185,6 +1219,37 @@ impl MicroservicesLab {
         Ok(self.pod("cl")?.ns.clone())
     }
 
+    /// The daemons' control sockets and bridges.
+    fn sockets(&self) -> Vec<(&Path, String)> {
+        self.daemons
+            .iter()
+            .map(|d| (d.sock.as_path(), bridge(d.node)))
+            .collect()
+    }
+
+    /// Frames per engine on every node (None if one cannot be read).
+    fn engine_counts(&self) -> Option<Vec<hwprofile::EngineCounts>> {
+        self.sockets()
+            .iter()
+            .map(|(s, b)| hwprofile::read_counts(s, b).ok())
+            .collect()
+    }
+
+    /// Frames since `before` and the flows now, all nodes together.
+    fn offload_sample(
+        &self,
+        profile: Option<Profile>,
+        before: &[hwprofile::EngineCounts],
+    ) -> Option<OffloadSample> {
+        let mut o = OffloadSample::default();
+        for ((s, b), c) in self.sockets().iter().zip(before) {
+            let x = hwprofile::sample_after(s, b, profile, *c).ok()?;
+            o.frames = o.frames.plus(x.frames);
+            o.dp = o.dp.add(&x.dp);
+        }
+        Some(o)
+    }
+
     /// `dump-dp-flows br<N>` on each node, counted by engine.
     pub fn dp_flows(&self) -> Vec<DpFlows> {
         self.daemons
@@ -1347,6 +1412,10 @@ pub struct Sample {
     pub cpu: Usage,
     /// 1-minute load average before the lab was built.
     pub load1_before: f64,
+    /// TC-based nicflow engines: frames per engine during the wrk run and
+    /// the datapath flows after it, both nodes.
+    #[serde(default)]
+    pub offload: Option<OffloadSample>,
 }
 
 impl Sample {
@@ -1500,9 +1569,15 @@ fn one_lab(
     let procs = lab.switch_pids();
     for &c in &opts.connections {
         let argv = wrk_argv(&url, c, opts.threads, opts.seconds);
+        let counts = if engine.tc() {
+            lab.engine_counts()
+        } else {
+            None
+        };
         let a = Snapshot::take(&procs);
         let w = run_wrk(&ns, &argv, opts.seconds)?;
         let b = Snapshot::take(&procs);
+        let offload = counts.and_then(|before| lab.offload_sample(engine.profile(), &before));
         let cpu = Usage::between(&a, &b);
         let s = Sample {
             engine,
@@ -1512,9 +1587,10 @@ fn one_lab(
             wrk: w,
             cpu,
             load1_before: load,
+            offload,
         };
         progress(&format!(
-            "{} rep {} {c} connections: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, CPU {:.0} µs/req{}{}",
+            "{} rep {} {c} connections: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, CPU {:.0} µs/req{}{}{}",
             engine.name(),
             rep + 1,
             s.wrk.rps,
@@ -1523,6 +1599,14 @@ fn one_lab(
             s.cpu_us_per_request(),
             s.switch_us_per_request()
                 .map(|x| format!(" (switches {x:.1})"))
+                .unwrap_or_default(),
+            s.offload
+                .as_ref()
+                .map(|o| format!(
+                    ", offloaded {}, {} flows refused by the profile",
+                    hwprofile::pct(o.frames.kernel_share()),
+                    o.dp.refused
+                ))
                 .unwrap_or_default(),
             if s.wrk.socket_errors + s.wrk.non_2xx > 0 {
                 format!(
@@ -1623,6 +1707,68 @@ pub fn figures(r: &Results) -> Vec<Figure> {
                 .collect(),
         })
         .collect()
+}
+
+/// The TC-based nicflow engines' offloaded share (both nodes, summed over
+/// repetitions) and refused flows, per connection count.
+fn offload_table(s: &mut String, r: &Results) {
+    let o = &r.options;
+    let mut rows = Vec::new();
+    for &e in &o.engines {
+        for &c in &o.connections {
+            let ss: Vec<&OffloadSample> = r
+                .samples
+                .iter()
+                .filter(|x| x.engine == e && x.connections == c)
+                .filter_map(|x| x.offload.as_ref())
+                .collect();
+            let Some(off) = hwprofile::combine(&ss) else {
+                continue;
+            };
+            let m = |g: Getter| median_of(r, e, c, g);
+            rows.push(vec![
+                e.name().to_string(),
+                c.to_string(),
+                report::cell(m(|s| Some(s.wrk.rps)), 0),
+                hwprofile::pct(off.frames.kernel_share()),
+                off.frames.total().to_string(),
+                report::cell(m(|s| Some(s.cpu.busy_cores() / cpu::cores() * 100.0)), 0),
+                report::cell(m(|s| Some(s.cpu_us_per_request())), 0),
+                report::cell(m(Sample::switch_us_per_request), 1),
+                format!("{} ({})", off.dp.flows, off.dp.kernel_flows),
+                if e.profile().is_some() || !off.dp.reasons.is_empty() {
+                    off.dp.cell(3)
+                } else {
+                    "—".into()
+                },
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Offload (TC-based nicflow engines)\n");
+    s.push_str(&report::table(
+        &[
+            ("engine", false),
+            ("conns", true),
+            ("req/s", true),
+            ("offloaded", true),
+            ("frames", true),
+            ("CPU busy %", true),
+            ("CPU µs/req", true),
+            ("switch µs/req", true),
+            ("dp flows (kernel)", true),
+            ("refused by profile: top reasons", false),
+        ],
+        &rows,
+    ));
+    let _ = writeln!(
+        s,
+        "\n{} Both nodes' daemons together; *dp flows (kernel)*: datapath flows of both \
+         nodes after a wrk run (those in a kernel engine), largest seen in one repetition.",
+        hwprofile::METHOD
+    );
 }
 
 fn command_line(o: &Options) -> String {
@@ -1747,6 +1893,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         ],
         &rows,
     ));
+    offload_table(&mut s, r);
     if !r.dp_flows.is_empty() {
         let _ = writeln!(
             s,
@@ -1872,6 +2019,28 @@ Transfer/sec:      2.49MB
             vec![Engine::Nicflow, Engine::BridgeCni]
         );
         assert!(parse_engines("ovs-dpdk").is_err());
+        let p = parse_engines("nicflow,nicflow-bf2,nicflow-profile:cx7").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                Engine::Nicflow,
+                Engine::NicflowProfile(Profile::Bf2),
+                Engine::NicflowProfile(Profile::Cx7)
+            ]
+        );
+        assert_eq!(p[1].name(), "nicflow-bf2");
+        assert!(p[1].is_nicflow() && p[1].tc() && !Engine::NicflowNooffload.tc());
+        let t = daemon_config(1, p[2]);
+        assert!(t.contains("offload = \"profile:cx7\""), "{t}");
+        assert_eq!(
+            t.replace("profile:cx7", "auto"),
+            daemon_config(1, Engine::Nicflow)
+        );
+        assert!(Engine::ALL
+            .iter()
+            .all(|e| e.tag() != p[1].tag() && e.tag() != p[2].tag()));
+        let j = serde_json::to_string(&p[1]).unwrap();
+        assert_eq!(serde_json::from_str::<Engine>(&j).unwrap(), p[1]);
         assert!(parse_engines(" ,").is_err());
         assert_eq!(parse_connections("8,32,128,8").unwrap(), vec![8, 32, 128]);
         assert!(parse_connections("0").is_err());

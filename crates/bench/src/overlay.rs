@@ -32,6 +32,11 @@
 //!   also means no TSO) and the ports and the tunnel say so
 //!   (`csum_complete`); the report counts the datapath flows per engine
 //!   (`dump-dp-flows`).
+//! * `nicflow-bf2`, `nicflow-cx7` (any `nicflow-profile:NAME`):
+//!   `nicflow-tc` with `offload = "profile:NAME"`: the TC engine holds only
+//!   what that NIC model would ([`super::hwprofile`]). Every TC-based
+//!   engine's runs record the offloaded share and the flows a profile
+//!   refused.
 //!
 //! Per repetition, pair count N and engine: a fresh lab, one `iperf3 -s`
 //! per server, then the phases of `bench containers`
@@ -56,6 +61,7 @@
 use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
+use super::hwprofile::{self, OffloadSample, Profile};
 use super::lab::{self, wait_ready, Lab, ProcId};
 use super::report::{self, Figure};
 use super::testbed;
@@ -101,6 +107,8 @@ pub enum OvEngine {
     /// off`: no TSO, finished checksums), the condition `nicflow-xdp` runs
     /// under: what the kernel overlay does without super-frames.
     KernelVxlanTxOff,
+    /// `nicflow-tc` with `offload = "profile:NAME"`.
+    NicflowProfile(Profile),
 }
 
 impl OvEngine {
@@ -111,10 +119,14 @@ impl OvEngine {
             OvEngine::NicflowXdp => "nicflow-xdp",
             OvEngine::NicflowTc => "nicflow-tc",
             OvEngine::KernelVxlanTxOff => "kernel-vxlan-tx-off",
+            OvEngine::NicflowProfile(p) => p.engine_name(),
         }
     }
 
     pub fn parse(s: &str) -> Option<OvEngine> {
+        if let Some(p) = Profile::parse_engine(s) {
+            return Some(OvEngine::NicflowProfile(p));
+        }
         Some(match s.trim() {
             "kernel-vxlan" | "kernel" | "vxlan" => OvEngine::KernelVxlan,
             "nicflow" | "nicflow-afxdp" => OvEngine::Nicflow,
@@ -132,14 +144,30 @@ impl OvEngine {
             OvEngine::NicflowXdp => "x",
             OvEngine::NicflowTc => "c",
             OvEngine::KernelVxlanTxOff => "t",
+            OvEngine::NicflowProfile(p) => p.tag(),
         }
     }
 
     pub fn is_nicflow(self) -> bool {
         matches!(
             self,
-            OvEngine::Nicflow | OvEngine::NicflowXdp | OvEngine::NicflowTc
+            OvEngine::Nicflow
+                | OvEngine::NicflowXdp
+                | OvEngine::NicflowTc
+                | OvEngine::NicflowProfile(_)
         )
+    }
+
+    /// nicflow with TC ports (the defaults, or a profile).
+    fn tc(self) -> bool {
+        matches!(self, OvEngine::NicflowTc | OvEngine::NicflowProfile(_))
+    }
+
+    fn profile(self) -> Option<Profile> {
+        match self {
+            OvEngine::NicflowProfile(p) => Some(p),
+            _ => None,
+        }
     }
 
     /// The bridge's `offload` setting.
@@ -147,6 +175,7 @@ impl OvEngine {
         match self {
             OvEngine::NicflowXdp => "xdp",
             OvEngine::NicflowTc => "auto",
+            OvEngine::NicflowProfile(p) => p.offload(),
             _ => "none",
         }
     }
@@ -160,7 +189,7 @@ impl OvEngine {
 fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
     super::testbed::parse_engine_list(
         list,
-        "kernel-vxlan, nicflow-tc, nicflow, nicflow-xdp, kernel-vxlan-tx-off",
+        "kernel-vxlan, nicflow-tc, nicflow, nicflow-xdp, kernel-vxlan-tx-off, nicflow-bf2, nicflow-cx7, nicflow-profile:NAME",
         OvEngine::parse,
     )
 }
@@ -169,7 +198,8 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<OvEngine>> {
 pub struct Args {
     /// Engines, comma-separated: kernel-vxlan, nicflow-tc (the defaults:
     /// TC engine), nicflow (AF_XDP ports, userspace), nicflow-xdp,
-    /// kernel-vxlan-tx-off.
+    /// kernel-vxlan-tx-off, nicflow-bf2, nicflow-cx7 (nicflow-profile:NAME:
+    /// nicflow-tc with offload=profile:NAME).
     #[arg(long, default_value = "kernel-vxlan,nicflow-tc,nicflow,nicflow-xdp")]
     pub engines: String,
     /// Repetitions (the report shows medians).
@@ -300,6 +330,10 @@ pub struct Extra {
     /// Parallel TCP streams of each pair's iperf3 client (`-P`).
     #[serde(default = "one_stream")]
     pub streams: usize,
+    /// TC-based nicflow engines: frames per engine during the traffic
+    /// phase without load and the datapath flows after it, both hosts.
+    #[serde(default)]
+    pub offload: Option<OffloadSample>,
 }
 
 impl Default for Extra {
@@ -307,6 +341,7 @@ impl Default for Extra {
         Extra {
             dp_flows: Vec::new(),
             streams: 1,
+            offload: None,
         }
     }
 }
@@ -433,7 +468,7 @@ pub fn host_end(host: usize, i: usize) -> String {
 pub fn nicflow_config(host: usize, pairs: usize, engine: OvEngine, tunnel: &str) -> String {
     let peer = 3 - host;
     let xdp = engine == OvEngine::NicflowXdp;
-    let tc = engine == OvEngine::NicflowTc;
+    let tc = engine.tc();
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -750,7 +785,10 @@ impl OverlayLab {
                     }
                 }
             }
-            OvEngine::Nicflow | OvEngine::NicflowXdp | OvEngine::NicflowTc => {
+            OvEngine::Nicflow
+            | OvEngine::NicflowXdp
+            | OvEngine::NicflowTc
+            | OvEngine::NicflowProfile(_) => {
                 let bin = super::nicflow_bin()?;
                 for host in [1, 2] {
                     self.start_daemon(&bin, host)?;
@@ -761,9 +799,9 @@ impl OverlayLab {
                 self.commands.push(format!(
                     "ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml   # bridge br0 offload={}, {} container ports, {} port vx0 (key {VNI}, {} underlay)",
                     self.engine.offload(),
-                    if self.engine == OvEngine::NicflowTc { "auto (TC)" } else { "AF_XDP" },
+                    if self.engine.tc() { "auto (TC)" } else { "AF_XDP" },
                     self.tunnel,
-                    if self.engine == OvEngine::NicflowTc { "auto (TC)" } else { "AF_XDP" },
+                    if self.engine.tc() { "auto (TC)" } else { "AF_XDP" },
                 ));
             }
         }
@@ -840,6 +878,11 @@ impl OverlayLab {
             );
         }
         s
+    }
+
+    /// The daemons' control sockets.
+    fn sockets(&self) -> Vec<&Path> {
+        self.daemons.iter().map(|d| d.sock.as_path()).collect()
     }
 
     /// `dump-dp-flows br0` on each host, counted by engine.
@@ -993,6 +1036,13 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
         retransmits: true,
     };
     let name = run.engine.name();
+    let profile = run.engine.profile();
+    let counts = if run.engine.tc() {
+        hwprofile::read_all(&lab.sockets(), BRIDGE).ok()
+    } else {
+        None
+    };
+    let offload = &mut run.extra.offload;
     let dp_flows = &mut run.extra.dp_flows;
     co::measure_point(
         &mut run.point,
@@ -1019,6 +1069,17 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                 Axis::Streams => progress_streams(&line),
             }
             if !with_load {
+                if let Some(before) = &counts {
+                    *offload = hwprofile::sample_all(&lab.sockets(), BRIDGE, profile, before).ok();
+                    if let Some(o) = offload.as_ref() {
+                        progress(&format!(
+                            "offloaded {} of {} frames, {} flows refused by the profile",
+                            hwprofile::pct(o.frames.kernel_share()),
+                            o.frames.total(),
+                            o.dp.refused
+                        ));
+                    }
+                }
                 *dp_flows = lab.dp_flows();
                 for f in dp_flows.iter() {
                     progress(&format!(
@@ -1151,6 +1212,64 @@ fn dp_cell(runs: &[Run], e: OvEngine, n: usize) -> String {
         .unwrap_or_else(|| "—".into())
 }
 
+/// The TC-based engines' offloaded share (traffic phase without load,
+/// summed over repetitions and both hosts) and refused flows.
+fn offload_table(s: &mut String, runs: &[Run], o: &Options) {
+    let head = [
+        ("engine", false),
+        (o.axis.word(), true),
+        ("Gbit/s", true),
+        ("offloaded", true),
+        ("frames", true),
+        ("busy %", true),
+        ("nicflow cores", true),
+        ("CPU left %", true),
+        ("dp flows (kernel)", true),
+        ("refused by profile: top reasons", false),
+    ];
+    let mut rows = Vec::new();
+    for &e in &o.engines {
+        for &n in o.xs() {
+            let ss: Vec<&OffloadSample> = runs
+                .iter()
+                .filter(|x| x.engine == e && x.pairs == n && x.error.is_none())
+                .filter_map(|x| x.extra.offload.as_ref())
+                .collect();
+            let Some(off) = hwprofile::combine(&ss) else {
+                continue;
+            };
+            rows.push(vec![
+                e.name().into(),
+                n.to_string(),
+                report::cell(co::med(runs, e, n, co::gbps), 2),
+                hwprofile::pct(off.frames.kernel_share()),
+                off.frames.total().to_string(),
+                report::cell(co::med(runs, e, n, co::busy), 0),
+                report::cell(co::med(runs, e, n, co::switch), 2),
+                report::cell(co::med(runs, e, n, co::left), 0),
+                format!("{} ({})", off.dp.flows, off.dp.kernel_flows),
+                if e.profile().is_some() || !off.dp.reasons.is_empty() {
+                    off.dp.cell(3)
+                } else {
+                    "—".into()
+                },
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Offload (TC-based nicflow engines)\n");
+    let _ = writeln!(s, "{}", report::table(&head, &rows));
+    let _ = writeln!(
+        s,
+        "{} Both hosts' daemons together; *dp flows (kernel)*: datapath flows of both \
+         hosts after the traffic (those in a kernel engine), largest seen in one \
+         repetition.\n",
+        hwprofile::METHOD
+    );
+}
+
 /// The `nicflow bench overlay` command line of a run.
 fn command_line(o: &Options) -> String {
     let mut c = format!(
@@ -1270,6 +1389,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         &format!("| engine | {} |", o.axis.word()),
         1,
     ));
+    offload_table(&mut s, &runs, o);
     let mut fails = String::new();
     co::write_failures(&mut fails, &runs, true);
     if streams {
@@ -1329,6 +1449,32 @@ mod tests {
         assert!(
             !OvEngine::KernelVxlan.containers_tx_off() && !OvEngine::Nicflow.containers_tx_off()
         );
+    }
+
+    #[test]
+    fn profile_engines_are_nicflow_tc_with_a_profile() {
+        let e = parse_engines("nicflow-tc,nicflow-bf2,nicflow-profile:cx7").unwrap();
+        assert_eq!(
+            e,
+            vec![
+                OvEngine::NicflowTc,
+                OvEngine::NicflowProfile(Profile::Bf2),
+                OvEngine::NicflowProfile(Profile::Cx7)
+            ]
+        );
+        assert_eq!(e[1].name(), "nicflow-bf2");
+        assert!(e[1].is_nicflow() && e[1].tc() && !e[1].containers_tx_off());
+        let t = nicflow_config(1, 2, e[1], "vxlan");
+        assert!(t.contains("offload = \"profile:bf2\""), "{t}");
+        assert!(t.contains("type = \"auto\"") && !t.contains("afxdp"), "{t}");
+        // The same lab as nicflow-tc but for the offload line.
+        assert_eq!(
+            t.replace("profile:bf2", "auto"),
+            nicflow_config(1, 2, OvEngine::NicflowTc, "vxlan")
+        );
+        assert_ne!(e[1].tag(), e[2].tag());
+        let j = serde_json::to_string(&e[2]).unwrap();
+        assert_eq!(serde_json::from_str::<OvEngine>(&j).unwrap(), e[2]);
     }
 
     #[test]
