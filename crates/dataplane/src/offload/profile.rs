@@ -147,6 +147,7 @@ pub fn convert(
     ports: &BTreeMap<u32, ModelPort>,
     drop_meters: &std::collections::BTreeSet<u32>,
 ) -> Converted {
+    let mask = &odp_mask(values, mask);
     let masked = values.masked(mask);
     let k = &masked;
     let mk = &mask.0;
@@ -283,6 +284,67 @@ pub fn convert(
         actions: convert_actions(values, actions, ports, drop_meters, &mut notes),
     };
     Converted { flow, notes }
+}
+
+/// The mask as an ODP datapath flow can carry it: only the fields of the
+/// packet's own layers. nicflow's classifier unwildcards every field of
+/// each subtable it probes (an IPv6 rule's addresses on an IPv4 flow);
+/// OVS's `odp_flow_key_from_mask()` writes a mask attribute only for the
+/// headers the key has, so those bits never reach its datapath.
+fn odp_mask(
+    values: &nicflow_flow::FlowKey,
+    mask: &nicflow_flow::FlowMask,
+) -> nicflow_flow::FlowMask {
+    let mut m = *mask;
+    let w = &mut m.0;
+    let dl = values.dl_type;
+    let (v4, v6, arp) = (dl == 0x0800, dl == 0x86dd, dl == 0x0806 || dl == 0x8035);
+    let ip = v4 || v6;
+    if !(v4 || arp) {
+        w.nw_src = 0;
+        w.nw_dst = 0;
+    }
+    if !v6 {
+        w.ipv6_src = [0; 16];
+        w.ipv6_dst = [0; 16];
+        w.ipv6_label = 0;
+    }
+    if !(ip || arp) {
+        w.nw_proto = 0;
+    }
+    if !ip {
+        w.nw_tos = 0;
+        w.nw_ttl = 0;
+        w.nw_frag = 0;
+    }
+    // L4 exists for the first fragment of TCP, UDP, SCTP, ICMP(v6) only.
+    let proto = values.nw_proto;
+    let later = values.nw_frag & nicflow_flow::key::FRAG_LATER != 0;
+    let l4 = ip
+        && !later
+        && match proto {
+            6 | 17 | 132 => true,
+            1 => v4,
+            58 => v6,
+            _ => false,
+        };
+    if !l4 {
+        w.tp_src = 0;
+        w.tp_dst = 0;
+    }
+    if !(l4 && proto == 6) {
+        w.tcp_flags = 0;
+    }
+    // ND: ICMPv6 neighbor solicitation/advertisement (type in tp_src).
+    let nd = l4 && v6 && proto == 58 && matches!(values.tp_src, 135 | 136) && values.tp_dst == 0;
+    if !nd {
+        w.nd_target = [0; 16];
+    }
+    if !(arp || nd) {
+        w.arp_sha = [0; 6];
+        w.arp_tha = [0; 6];
+    }
+    m
 }
 
 /// Header rewrites waiting for the next "commit" (an output, ct, recirc,
@@ -887,6 +949,26 @@ mod tests {
         let c = conv(k, m, &[DpAction::Output(2)], &ports(vec![rep(1)]));
         assert_eq!(c.flow.matching.vlans.len(), 1);
         assert_eq!(c.flow.matching.vlans[0].tci, m_(0x100a, 0x1fff));
+    }
+
+    /// lib/odp-util.c:odp_flow_key_from_mask (OVS v3.1.0): an IPv4 flow's
+    /// mask carries no IPv6, ND or ARP bits, whatever subtables nicflow's
+    /// classifier probed; a UDP flow none of TCP's flags.
+    #[test]
+    fn masks_of_other_layers_are_not_in_the_datapath_flow() {
+        let (mut k, mut m) = tcp_flow(1);
+        k.nw_proto = 17;
+        m.0.ipv6_src = [0xff; 16];
+        m.0.ipv6_label = 0xfffff;
+        m.0.nd_target = [0xff; 16];
+        m.0.arp_sha = [0xff; 6];
+        m.0.tcp_flags = 0xfff;
+        let c = conv(k, m, &[DpAction::Output(2)], &ports(vec![rep(1), rep(2)]));
+        let d = &c.flow.matching;
+        assert!(d.ipv6_src.is_wild() && d.ipv6_label.is_wild() && d.nd_target.is_wild());
+        assert!(d.arp_sha.is_wild() && d.tcp_flags.is_wild());
+        assert_eq!(d.tp_dst, Masked::exact(80), "UDP ports stay");
+        assert_eq!(d.ipv4_dst, Masked::exact(0xc612_0002));
     }
 
     /// The emulation admits, holds and releases: resources come back when
