@@ -49,6 +49,13 @@ command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 [ -x /usr/lib/cni/host-local ] || need_apt+=(containernetworking-plugins)
 # portmap (chained after nicflow in tests/cni/chain.rs) drives iptables.
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+# Benches: wrk against nginx in pods/namespaces (bench conntrack,
+# microservices), nftables as a baseline (bench firewall, conntrack). The
+# nginx service is kept from starting at install (policy-rc.d below).
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+need_nginx=0
+command -v nginx >/dev/null 2>&1 || { need_apt+=(nginx); need_nginx=1; }
 need_swan=0
 { [ -x /usr/lib/ipsec/charon ] && command -v swanctl >/dev/null 2>&1 \
   && [ -f /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] \
@@ -62,7 +69,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
     apt-get update -qq
     made_policy=0
-    if { [ "$need_swan" = 1 ] || [ "$need_ovs" = 1 ]; } && [ ! -e /usr/sbin/policy-rc.d ]; then
+    if { [ "$need_swan" = 1 ] || [ "$need_ovs" = 1 ] || [ "$need_nginx" = 1 ]; } && [ ! -e /usr/sbin/policy-rc.d ]; then
       printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
     fi
     apt_rc=0
