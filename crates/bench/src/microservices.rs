@@ -1344,7 +1344,9 @@ pub fn count_dp_flows(text: &str, f: &mut DpFlows) {
             f.userspace += 1;
         }
         if let Some(why) = l.split("not_offloaded:").nth(1) {
-            let why = why.split([',', ' ']).next().unwrap_or("").to_string();
+            // A profile's reason has spaces and commas: it ends where the
+            // line's next field does.
+            let why = why.split(", actions:").next().unwrap_or("").to_string();
             if !why.is_empty() && !f.reasons.contains(&why) {
                 f.reasons.push(why);
             }

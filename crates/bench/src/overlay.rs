@@ -910,7 +910,7 @@ impl OverlayLab {
                             f.userspace += 1;
                         }
                         if let Some(why) = l.split("not_offloaded:").nth(1) {
-                            let why = why.split([',', ' ']).next().unwrap_or("").to_string();
+                            let why = why.split(", actions:").next().unwrap_or("").to_string();
                             if !why.is_empty() && !f.reasons.contains(&why) {
                                 f.reasons.push(why);
                             }

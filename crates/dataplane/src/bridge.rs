@@ -214,8 +214,8 @@ pub struct PlanFlow {
 pub struct PlanInput {
     pub ports: Vec<crate::offload::profile::ModelPort>,
     pub flows: Vec<PlanFlow>,
-    /// Connections the tracker holds (the NIC's conntrack table would hold
-    /// the established ones).
+    /// Established connections the tracker holds (TCP established both
+    /// ways, others answered): what the NIC's conntrack table would hold.
     pub ct_connections: u64,
 }
 
@@ -443,7 +443,13 @@ impl Bridge {
         mode: crate::offload::OffloadMode,
     ) -> Result<(), OffloadError> {
         if self.offload_enabled() {
-            return Ok(());
+            if self.offload_mode == Some(mode) {
+                return Ok(());
+            }
+            // Another mode (`set offload=tc` under auto, a profile): the
+            // engines of the old one go first, their flows back to
+            // userspace until the new ones take them.
+            self.disable_offload();
         }
         // Pinned under the bridge's directory, or adopted from there after
         // a daemon that died (docs/offload.md, "What outlives the daemon").
@@ -1331,7 +1337,19 @@ impl Bridge {
         PlanInput {
             ports,
             flows,
-            ct_connections: self.conntrack().len() as u64,
+            ct_connections: self
+                .conntrack()
+                .dump(None, std::time::Instant::now())
+                .iter()
+                .filter(|e| match &e.tcp {
+                    // act_ct offloads established (assured) connections.
+                    Some(t) => {
+                        t.state_orig == nicflow_conntrack::TcpState::Established
+                            && t.state_reply == nicflow_conntrack::TcpState::Established
+                    }
+                    None => e.counters_reply.packets > 0,
+                })
+                .count() as u64,
         }
     }
 

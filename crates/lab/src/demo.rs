@@ -441,7 +441,7 @@ pub fn run_lab() -> Result<String> {
     let mut reasons: Vec<&str> = lines
         .iter()
         .filter_map(|l| l.split("not_offloaded:").nth(1))
-        .map(|t| t.split([',', ' ']).next().unwrap_or(""))
+        .map(|t| t.split(", actions:").next().unwrap_or(""))
         .collect();
     reasons.sort_unstable();
     reasons.dedup();

@@ -148,3 +148,89 @@ fn a_profile_keeps_what_the_nic_refuses_in_userspace_and_forwards_it() {
         assert!(resp.error.unwrap().contains(want));
     }
 }
+
+/// OVS's stateful firewall under `profile:cx7`: the NIC holds the `ct`
+/// pass and the `+est` pass (not the `+new` one: mlx5 refuses matching on
+/// ct_state +new), so an established TCP connection runs in the TC engine
+/// and takes an entry of the NIC's conntrack table; switching the mode at
+/// run time (`set offload=...`) takes effect both ways.
+#[test]
+fn established_connections_under_a_profile_and_switching_modes() {
+    if !privileged() || !common::have("iperf3") {
+        common::skipped("needs root and iperf3");
+        return;
+    }
+    let lab = Lab::up(
+        "hc",
+        "",
+        &[
+            "table=0,priority=1,actions=drop",
+            "table=0,priority=10,arp,actions=normal",
+            "table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)",
+            "table=1,priority=1,actions=drop",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2",
+            "table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2",
+            "table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1",
+        ],
+    );
+    let set = |mode: &str| {
+        lab.req(Request::Set {
+            bridge: "br0".into(),
+            key: "offload".into(),
+            value: mode.into(),
+        })
+    };
+    set("profile:cx7");
+    assert_eq!(lab.stats()["offload"]["profile"]["profile"], "cx7");
+    lab.exec("hc2", &["iperf3", "-s", "-D", "-1"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = lab.stats()["engines"]["tc_packets"].as_u64().unwrap_or(0);
+    let client = std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.ns("hc1")])
+        .args(["iperf3", "-c", "198.18.0.2", "-t", "4"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("iperf3 -c");
+    // Read while the connection lives: its entry holds the NIC's ct table.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let st = lab.stats();
+    let out = client.wait_with_output().expect("iperf3 -c");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("receiver"), "{out}");
+    let after = st["engines"]["tc_packets"].as_u64().unwrap_or(0);
+    assert!(
+        after - before > 1000,
+        "established traffic in the TC engine under cx7: {} packets\n{:#?}",
+        after - before,
+        lab.dp_flows()
+    );
+    let prof = &st["offload"]["profile"];
+    assert!(
+        prof["resources"]["ct_zones"]["used"].as_u64().unwrap() >= 1,
+        "{prof:#}"
+    );
+    let flows = lab.dp_flows();
+    let new: Vec<_> = flows
+        .iter()
+        .filter(|f| f["match"].as_str().unwrap().contains("+new"))
+        .collect();
+    assert!(!new.is_empty(), "{flows:#?}");
+    // The +new pass is nicflow's own userspace flow (it runs ct); a NIC
+    // would refuse it too: offload-plan says so in mlx5's words.
+    let plan = lab.req(Request::OffloadPlan {
+        bridge: "br0".into(),
+        profile: "cx7".into(),
+    });
+    for p in plan["flows"].as_array().unwrap() {
+        if p["match"].as_str().unwrap().contains("+new") {
+            assert_eq!(
+                p["reason"], "matching on ct_state +new isn't supported",
+                "{p}"
+            );
+        }
+    }
+    // Back to the defaults: no emulated NIC any more.
+    set("auto");
+    assert!(lab.stats()["offload"]["profile"].is_null());
+    assert_eq!(lab.stats()["offload"]["mode"], "auto");
+}

@@ -1604,12 +1604,10 @@ impl FlowOffload for OffloadManager {
         };
         // The emulated NIC decides after nicflow's own engine could: a flow
         // nicflow itself keeps in userspace keeps nicflow's reason.
-        let meters = super::profile::drop_meters(self.meters.values());
-        let admitted = match self
-            .emulation
-            .as_mut()
-            .map(|e| e.admit(matching, actions, &meters))
-        {
+        let admitted = match self.emulation.as_mut().map(|e| {
+            let meters = super::profile::drop_meters(self.meters.values());
+            e.admit(matching, actions, &meters)
+        }) {
             Some(Err(r)) => {
                 self.counters.refused += 1;
                 return Err(r);
@@ -1667,29 +1665,45 @@ impl FlowOffload for OffloadManager {
         }
         // On the NIC the connection is an entry of its conntrack table,
         // used by the two flows' filters (act_ct, then the ct_state match
-        // in the recirculation's chain): both must be held, and the table
-        // must have room. The composed entry itself is nicflow's means.
+        // in the recirculation's chain): both must be held (shared by every
+        // connection through them), and the table must have room. The
+        // composed entry itself is nicflow's means and takes no filter.
         let meters = super::profile::drop_meters(self.meters.values());
         let emu = self.emulation.as_mut().expect("checked above");
-        for (m, a) in parts {
-            if let Err(r) = emu.judge(m, a, &meters) {
+        let first = match emu.admit_part(parts[0].0, parts[0].1, &meters) {
+            Ok(k) => k,
+            Err(r) => {
                 self.counters.refused += 1;
                 return Err(r);
             }
+        };
+        let second = match emu.admit_part(parts[1].0, parts[1].1, &meters) {
+            Ok(k) => k,
+            Err(r) => {
+                emu.release_part(&first);
+                self.counters.refused += 1;
+                return Err(r);
+            }
+        };
+        if let Err(r) = emu.ct_take() {
+            emu.release_part(&first);
+            emu.release_part(&second);
+            self.counters.refused += 1;
+            return Err(r);
         }
-        emu.ct_take()?;
-        // Not through `offload`: the composed entry takes no filter.
         let saved = self.emulation.take();
         let r = self.offload(matching, actions);
         self.emulation = saved;
         let emu = self.emulation.as_mut().expect("restored");
         match r {
             Ok(id) => {
-                emu.hold_ct(id);
+                emu.hold_ct(id, [first, second]);
                 Ok(id)
             }
             Err(e) => {
                 emu.ct_give_back();
+                emu.release_part(&first);
+                emu.release_part(&second);
                 Err(e)
             }
         }
@@ -1708,11 +1722,17 @@ impl FlowOffload for OffloadManager {
         if new_kind != kind {
             return Err("engine-error");
         }
-        let meters = super::profile::drop_meters(self.meters.values());
         if let Some(emu) = self.emulation.as_mut() {
             // The NIC sees a modify as a new filter replacing the old one.
+            let meters = super::profile::drop_meters(self.meters.values());
             emu.release(id);
-            let tc = emu.admit(matching, actions, &meters)?;
+            let tc = match emu.admit(matching, actions, &meters) {
+                Ok(tc) => tc,
+                Err(r) => {
+                    self.counters.refused += 1;
+                    return Err(r);
+                }
+            };
             emu.hold(id, tc);
         }
         self.ensure_meters(kind, actions)?;

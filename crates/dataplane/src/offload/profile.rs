@@ -588,10 +588,15 @@ pub struct Emulation {
     held: std::collections::HashMap<u64, nicflow_hwprofile::tc::TcFlower>,
     /// Refusals by stage, for `stats`.
     pub refused: BTreeMap<&'static str, u64>,
-    /// Kernel ids of established connections' entries (each one entry of
-    /// the NIC's conntrack table), and how many the table holds.
-    ct_held: std::collections::HashSet<u64>,
+    /// Kernel ids of established connections' entries (one per direction;
+    /// two directions are one entry of the NIC's conntrack table) with the
+    /// keys of the two flows they were composed from.
+    ct_held: std::collections::HashMap<u64, [String; 2]>,
     ct_pending: u64,
+    /// The ct flows (the `ct` pass and the recirculated pass) the NIC holds
+    /// for the connections above, shared by all of them: the filter and
+    /// how many composed entries use it.
+    ct_parts: std::collections::HashMap<String, (nicflow_hwprofile::tc::TcFlower, u32)>,
 }
 
 impl Emulation {
@@ -603,6 +608,7 @@ impl Emulation {
             refused: BTreeMap::new(),
             ct_held: Default::default(),
             ct_pending: 0,
+            ct_parts: Default::default(),
         }
     }
 
@@ -661,35 +667,75 @@ impl Emulation {
         })
     }
 
-    fn ct_in_use(&self) -> u64 {
-        self.ct_held.len() as u64 + self.ct_pending
+    /// Connections in the NIC's table: composed entries are per direction.
+    fn ct_connections(&self) -> u64 {
+        (self.ct_held.len() as u64 + self.ct_pending).div_ceil(2)
     }
 
-    /// Room for one more connection in the NIC's conntrack table?
+    /// One flow of a connection's pair (the `ct` pass or the recirculated
+    /// pass) on the NIC: admitted (its resources, ct zone and table
+    /// reserved) the first time, shared after. The key names it for
+    /// [`Emulation::release_part`].
+    pub fn admit_part(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        drop_meters: &std::collections::BTreeSet<u32>,
+    ) -> Result<String, &'static str> {
+        let key = format!("{matching:?}|{actions:?}");
+        if let Some((_, n)) = self.ct_parts.get_mut(&key) {
+            *n += 1;
+            return Ok(key);
+        }
+        let tc = self.admit(matching, actions, drop_meters)?;
+        self.ct_parts.insert(key.clone(), (tc, 1));
+        Ok(key)
+    }
+
+    pub fn release_part(&mut self, key: &str) {
+        let gone = match self.ct_parts.get_mut(key) {
+            Some((_, n)) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some((tc, _)) = self.ct_parts.remove(key) {
+                self.nic.release(&tc);
+            }
+        }
+    }
+
+    /// Room for one more direction of a connection in the NIC's
+    /// conntrack table?
     pub fn ct_take(&mut self) -> Result<(), &'static str> {
-        let want = self.ct_in_use() + 1;
+        let before = self.ct_connections();
+        self.ct_pending += 1;
+        let want = self.ct_connections();
         let fit = self.nic.account_ct(want);
         if fit < want {
-            self.nic.account_ct(want - 1);
+            self.ct_pending -= 1;
+            self.nic.account_ct(before);
             *self.refused.entry("resource").or_default() += 1;
             return Err(intern(format!(
                 "{}/resource: conntrack offload table full ({fit} connections)",
                 self.nic.profile.name()
             )));
         }
-        self.ct_pending += 1;
         Ok(())
     }
 
     pub fn ct_give_back(&mut self) {
         self.ct_pending = self.ct_pending.saturating_sub(1);
-        self.nic.account_ct(self.ct_in_use());
+        self.nic.account_ct(self.ct_connections());
     }
 
-    /// The connection taken by [`Emulation::ct_take`] is kernel entry `id`.
-    pub fn hold_ct(&mut self, id: u64) {
+    /// The direction taken by [`Emulation::ct_take`] is kernel entry `id`,
+    /// composed from the flows of `parts` ([`Emulation::admit_part`]).
+    pub fn hold_ct(&mut self, id: u64, parts: [String; 2]) {
         self.ct_pending = self.ct_pending.saturating_sub(1);
-        self.ct_held.insert(id);
+        self.ct_held.insert(id, parts);
     }
 
     /// The flow admitted for `tc` is in the kernel as `id`.
@@ -709,8 +755,11 @@ impl Emulation {
         if let Some(tc) = self.held.remove(&id) {
             self.nic.release(&tc);
         }
-        if self.ct_held.remove(&id) {
-            self.nic.account_ct(self.ct_in_use());
+        if let Some(parts) = self.ct_held.remove(&id) {
+            for p in &parts {
+                self.release_part(p);
+            }
+            self.nic.account_ct(self.ct_connections());
         }
     }
 
@@ -969,6 +1018,61 @@ mod tests {
         assert!(d.arp_sha.is_wild() && d.tcp_flags.is_wild());
         assert_eq!(d.tp_dst, Masked::exact(80), "UDP ports stay");
         assert_eq!(d.ipv4_dst, Masked::exact(0xc612_0002));
+    }
+
+    /// An established connection under a profile: its two ct flows are
+    /// held once for all connections through them, its two directions
+    /// are one entry of the NIC's conntrack table, and everything comes
+    /// back when the entries go.
+    #[test]
+    fn emulated_connections_hold_their_ct_flows_and_one_table_entry() {
+        use nicflow_hwprofile::Profile;
+        let mut e = Emulation::new(Profile::Cx7);
+        e.ports = ports(vec![rep(1), rep(2)]);
+        let before = e.resources();
+        let none = Default::default();
+        let (k, mut m) = tcp_flow(1);
+        m.0.ct_state = 0x20;
+        let first = (
+            Match::new(k, m),
+            vec![
+                DpAction::Ct {
+                    zone: 0,
+                    commit: false,
+                    force: false,
+                    mark: None,
+                    label: None,
+                    nat: None,
+                },
+                DpAction::Recirc(1),
+            ],
+        );
+        let (mut k2, mut m2) = tcp_flow(1);
+        k2.recirc_id = 1;
+        k2.ct_state = 0x22; // +trk+est
+        m2.0.recirc_id = u32::MAX;
+        m2.0.ct_state = 0x23;
+        let second = (Match::new(k2, m2), vec![DpAction::Output(2)]);
+        for id in [10, 11] {
+            let a = e
+                .admit_part(&first.0, &first.1, &none)
+                .expect("ct pass held");
+            let b = e
+                .admit_part(&second.0, &second.1, &none)
+                .expect("+est pass held");
+            e.ct_take().expect("room in the ct table");
+            e.hold_ct(id, [a, b]);
+        }
+        assert_eq!(e.ct_parts.len(), 2, "the two ct flows, shared");
+        assert_eq!(
+            e.resources()["ct_entries"].used,
+            2,
+            "one connection, two directions"
+        );
+        e.release(10);
+        e.release(11);
+        assert_eq!(e.resources(), before);
+        assert!(e.ct_parts.is_empty());
     }
 
     /// The emulation admits, holds and releases: resources come back when
