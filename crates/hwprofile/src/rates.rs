@@ -250,7 +250,7 @@ pub const FIGURES: &[Figure] = &[
         "offloaded_pps_64b",
         55.89,
         "Mpps",
-        "as above with 4000k used entries, per-entry counters enabled: ~40% below the 64k \
+        "as above with 4000k used entries, per-entry counters enabled: ~48% below the 64k \
          case; the paper attributes the drop to the per-entry counters",
         seed003!("§IV.A.1 and §IV.A.3, Table II (BlueField-2, Counter Enable, 4000k)"),
     ),
