@@ -87,7 +87,7 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, tool_version};
-use super::hwprofile::{self, OffloadSample, Profile};
+use super::hwprofile::{self, OffloadSample, Profile, ProfileEngine};
 use super::overlay::rtnl_in;
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
@@ -1609,11 +1609,7 @@ fn offload_table(m: &mut String, r: &Results, sc: Scenario) {
                     report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
                     format!("{} ({})", o.dp.flows, o.dp.kernel_flows),
                     o.dp.established.to_string(),
-                    if e.profile().is_some() || !o.dp.reasons.is_empty() {
-                        o.dp.cell(3)
-                    } else {
-                        "—".into()
-                    },
+                    o.dp.profile_cell(e.profile().is_some()),
                 ]);
             }
         }

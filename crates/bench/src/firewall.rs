@@ -34,7 +34,7 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::{self, Engine, HostOffload};
 use super::host_tools::{self, have, loadavg, tool_version};
-use super::hwprofile::{self, OffloadSample, Profile};
+use super::hwprofile::{self, OffloadSample, Profile, ProfileEngine};
 use super::report::{self, Figure, Series};
 use super::testbed::{self, Rules, Testbed, TestbedSpec};
 use anyhow::{bail, Context};
@@ -779,11 +779,7 @@ fn offload_table(m: &mut String, r: &Results) {
                 report::cell(med(r, e, n, &|s| Some(s.machine_cores)), 2),
                 report::cell(med(r, e, n, &|s| s.switch_cores), 2),
                 format!("{} ({})", o.dp.flows, o.dp.kernel_flows + o.dp.established),
-                if e.profile().is_some() || !o.dp.reasons.is_empty() {
-                    o.dp.cell(3)
-                } else {
-                    "—".into()
-                },
+                o.dp.profile_cell(e.profile().is_some()),
             ]);
         }
     }

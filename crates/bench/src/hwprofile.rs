@@ -22,41 +22,29 @@ use nicflow::control::proto::Request;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// A NIC model of `offload=profile:NAME` (the names of
-/// `nicflow_hwprofile::Profile`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    Cx7,
-    Bf2,
-    Bf3,
-    Agilio,
+/// The NIC models of `offload=profile:NAME`: the product's own type.
+pub use nicflow_hwprofile::Profile;
+
+/// What the benches add to a profile: its `offload` value, its engine name
+/// and lab tag, and the engine names that select it.
+pub trait ProfileEngine: Sized {
+    /// The bridge's `offload` value (`profile:bf2`).
+    fn offload(self) -> &'static str;
+    /// The engine's name in the benches (`nicflow-bf2`).
+    fn engine_name(self) -> &'static str;
+    /// One letter for lab names, unlike the overlay's (k, n, x, c, t) and
+    /// the microservices' (t, u, k, o) engine tags.
+    fn tag(self) -> &'static str;
+    /// `nicflow-bf2`, `nicflow-profile:bf2` or `profile:bf2`.
+    fn parse_engine(s: &str) -> Option<Self>;
 }
 
-impl Profile {
-    pub const ALL: [Profile; 4] = [Profile::Cx7, Profile::Bf2, Profile::Bf3, Profile::Agilio];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Profile::Cx7 => "cx7",
-            Profile::Bf2 => "bf2",
-            Profile::Bf3 => "bf3",
-            Profile::Agilio => "agilio",
-        }
+impl ProfileEngine for Profile {
+    fn offload(self) -> &'static str {
+        nicflow_api::OffloadMode::Profile(self).as_str()
     }
 
-    /// The bridge's `offload` value.
-    pub fn offload(self) -> &'static str {
-        match self {
-            Profile::Cx7 => "profile:cx7",
-            Profile::Bf2 => "profile:bf2",
-            Profile::Bf3 => "profile:bf3",
-            Profile::Agilio => "profile:agilio",
-        }
-    }
-
-    /// The engine's name in the benches.
-    pub fn engine_name(self) -> &'static str {
+    fn engine_name(self) -> &'static str {
         match self {
             Profile::Cx7 => "nicflow-cx7",
             Profile::Bf2 => "nicflow-bf2",
@@ -65,9 +53,7 @@ impl Profile {
         }
     }
 
-    /// One letter for lab names, unlike the overlay's (k, n, x, c, t) and
-    /// the microservices' (t, u, k, o) engine tags.
-    pub fn tag(self) -> &'static str {
+    fn tag(self) -> &'static str {
         match self {
             Profile::Cx7 => "m",
             Profile::Bf2 => "b",
@@ -76,14 +62,13 @@ impl Profile {
         }
     }
 
-    /// `nicflow-bf2`, `nicflow-profile:bf2` or `profile:bf2`.
-    pub fn parse_engine(s: &str) -> Option<Profile> {
+    fn parse_engine(s: &str) -> Option<Profile> {
         let s = s.trim();
         let name = s
             .strip_prefix("nicflow-profile:")
             .or_else(|| s.strip_prefix("profile:"))
             .or_else(|| s.strip_prefix("nicflow-"))?;
-        Profile::ALL.into_iter().find(|p| p.name() == name)
+        Profile::parse(name)
     }
 }
 
@@ -220,6 +205,16 @@ impl Refusals {
             established: self.established + o.established,
             refused: self.refused + o.refused,
             reasons,
+        }
+    }
+
+    /// The report's "refused by profile" cell: [`Refusals::cell`] for a
+    /// profile engine or one with userspace reasons, `—` otherwise.
+    pub fn profile_cell(&self, profiled: bool) -> String {
+        if profiled || !self.reasons.is_empty() {
+            self.cell(3)
+        } else {
+            "—".into()
         }
     }
 

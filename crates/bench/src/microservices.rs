@@ -79,7 +79,7 @@
 use super::cpu::{self, Snapshot, Usage};
 use super::forward::interrupted;
 use super::forward::ovs::{Ovs, OvsBridge};
-use super::hwprofile::{self, OffloadSample, Profile};
+use super::hwprofile::{self, OffloadSample, Profile, ProfileEngine};
 use super::lab::{self, veth_between, wait_ready, Lab, ProcId};
 use super::overlay::{apply_steps, rtnl_in, run_in, NetStep};
 use super::report::{self, Figure, Series};
@@ -1738,11 +1738,7 @@ fn offload_table(s: &mut String, r: &Results) {
                 report::cell(m(|s| Some(s.cpu_us_per_request())), 0),
                 report::cell(m(Sample::switch_us_per_request), 1),
                 format!("{} ({})", off.dp.flows, off.dp.kernel_flows),
-                if e.profile().is_some() || !off.dp.reasons.is_empty() {
-                    off.dp.cell(3)
-                } else {
-                    "—".into()
-                },
+                off.dp.profile_cell(e.profile().is_some()),
             ]);
         }
     }

@@ -61,7 +61,7 @@
 use super::colocated::{self as co, FigureSpec, Get, PhaseSetup};
 use super::cpu::{self, PerfSupport};
 use super::forward::interrupted;
-use super::hwprofile::{self, OffloadSample, Profile};
+use super::hwprofile::{self, OffloadSample, Profile, ProfileEngine};
 use super::lab::{self, wait_ready, Lab, ProcId};
 use super::report::{self, Figure};
 use super::testbed;
@@ -1248,11 +1248,7 @@ fn offload_table(s: &mut String, runs: &[Run], o: &Options) {
                 report::cell(co::med(runs, e, n, co::switch), 2),
                 report::cell(co::med(runs, e, n, co::left), 0),
                 format!("{} ({})", off.dp.flows, off.dp.kernel_flows),
-                if e.profile().is_some() || !off.dp.reasons.is_empty() {
-                    off.dp.cell(3)
-                } else {
-                    "—".into()
-                },
+                off.dp.profile_cell(e.profile().is_some()),
             ]);
         }
     }

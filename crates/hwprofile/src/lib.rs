@@ -115,7 +115,7 @@ pub trait Driver {
 }
 
 /// The NICs modelled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     /// NVIDIA ConnectX-7 in switchdev mode (mlx5_core).
