@@ -58,38 +58,14 @@ impl Drop for StatsEnabled {
 /// run time and count from `/proc/PID/fdinfo`, names from the kernel's
 /// program info.
 pub fn live(pid: u32) -> Vec<ProgStat> {
-    let mut by_id: BTreeMap<u32, ProgStat> = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    for e in dir.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
-            continue;
-        };
-        let field = |k: &str| -> Option<u64> {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k)?.trim().parse().ok())
-        };
-        let (Some(id), Some(t), Some(n)) =
-            (field("prog_id:"), field("run_time_ns:"), field("run_cnt:"))
-        else {
-            continue;
-        };
-        by_id.insert(
-            id as u32,
-            ProgStat {
-                name: String::new(),
-                run_time_ns: t,
-                run_cnt: n,
-            },
-        );
-    }
-    for info in aya::programs::loaded_programs().flatten() {
-        if let Some(s) = by_id.get_mut(&info.id()) {
-            s.name = info.name_as_str().unwrap_or("?").to_string();
-        }
-    }
-    by_id.into_values().collect()
+    nicflow::offload::kernel::runstats::of_process(Some(pid))
+        .into_values()
+        .map(|s| ProgStat {
+            name: s.name,
+            run_time_ns: s.run_time_ns,
+            run_cnt: s.run_cnt,
+        })
+        .collect()
 }
 
 /// Per program name: runs and ns per run between two [`live`] snapshots.

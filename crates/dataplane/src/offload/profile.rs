@@ -781,37 +781,6 @@ impl Emulation {
     }
 }
 
-/// ns per run of the TC engine's program (`tc_dp`) as the kernel counts
-/// them (`run_time_ns / run_cnt` in the program fds' fdinfo), when
-/// `kernel.bpf_stats_enabled` is on; `None` otherwise.
-pub fn tc_dp_ns_per_packet() -> Option<f64> {
-    let ids: std::collections::HashSet<u32> = aya::programs::loaded_programs()
-        .flatten()
-        .filter(|p| p.name_as_str() == Some("tc_dp"))
-        .map(|p| p.id())
-        .collect();
-    let (mut t, mut n) = (0u64, 0u64);
-    let mut seen = std::collections::HashSet::new();
-    for e in std::fs::read_dir("/proc/self/fdinfo").ok()?.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
-            continue;
-        };
-        let field = |k: &str| -> Option<u64> {
-            text.lines()
-                .find_map(|l| l.strip_prefix(k)?.trim().parse().ok())
-        };
-        if let (Some(id), Some(rt), Some(rc)) =
-            (field("prog_id:"), field("run_time_ns:"), field("run_cnt:"))
-        {
-            if ids.contains(&(id as u32)) && seen.insert(id) {
-                t += rt;
-                n += rc;
-            }
-        }
-    }
-    (n > 0 && t > 0).then(|| t as f64 / n as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@ pub mod encode;
 pub mod engine;
 pub mod layout;
 pub mod masks;
+pub mod runstats;
 
 pub use encode::{
     encode, encode_tc, pack, EncodedFlow, NotOffloadable, PortSlots, TunnelSlot, TunnelTlv,

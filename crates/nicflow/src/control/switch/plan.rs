@@ -188,7 +188,7 @@ impl Switch {
             k_pk_nic += k * s;
         }
         let us_ns = us_cost.map(|(ns, _)| ns);
-        let k_ns = nicflow_dataplane::offload::profile::tc_dp_ns_per_packet();
+        let k_ns = nicflow_dataplane::offload::kernel::runstats::tc_dp_ns_per_run();
         let host_s =
             |u: f64, k: f64| u * us_ns.unwrap_or(0.0) / 1e9 + k * k_ns.unwrap_or(0.0) / 1e9;
         let (host_now, host_freed) = (host_s(us_pk, k_pk), host_s(us_pk_nic, k_pk_nic));
