@@ -584,6 +584,9 @@ pub fn refusal_text(profile: nicflow_hwprofile::Profile, r: &nicflow_hwprofile::
 pub struct Emulation {
     nic: nicflow_hwprofile::plan::Nic,
     ports: BTreeMap<u32, ModelPort>,
+    /// The same ports as the model takes them (kept with `ports`, not
+    /// rebuilt per flow).
+    hw_ports: Vec<hw::Port>,
     /// The filter each kernel flow (manager id) holds on the NIC.
     held: std::collections::HashMap<u64, nicflow_hwprofile::tc::TcFlower>,
     /// Refusals by stage, for `stats`.
@@ -604,6 +607,7 @@ impl Emulation {
         Emulation {
             nic: nicflow_hwprofile::plan::Nic::new(profile),
             ports: BTreeMap::new(),
+            hw_ports: Vec::new(),
             held: Default::default(),
             refused: BTreeMap::new(),
             ct_held: Default::default(),
@@ -618,10 +622,16 @@ impl Emulation {
 
     pub fn port_add(&mut self, no: u32, name: &str, hook: &OffloadHook) {
         self.ports.insert(no, model_port(no, name, hook));
+        self.sync_hw_ports();
     }
 
     pub fn port_del(&mut self, no: u32) {
         self.ports.remove(&no);
+        self.sync_hw_ports();
+    }
+
+    fn sync_hw_ports(&mut self) {
+        self.hw_ports = self.ports.values().map(|p| p.port.clone()).collect();
     }
 
     /// Would the NIC take this flow now (its resources reserved if so)?
@@ -639,29 +649,7 @@ impl Emulation {
             &self.ports,
             drop_meters,
         );
-        let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
-        self.nic.admit(&c.flow, &ports).map_err(|r| {
-            *self.refused.entry(r.stage.as_str()).or_default() += 1;
-            intern(refusal_text(self.nic.profile, &r))
-        })
-    }
-
-    /// Stages 1 and 2 only (nothing reserved): would the NIC hold this flow?
-    pub fn judge(
-        &mut self,
-        matching: &Match,
-        actions: &[DpAction],
-        drop_meters: &std::collections::BTreeSet<u32>,
-    ) -> Result<(), &'static str> {
-        let c = convert(
-            matching.key(),
-            matching.mask(),
-            actions,
-            &self.ports,
-            drop_meters,
-        );
-        let ports: Vec<hw::Port> = self.ports.values().map(|p| p.port.clone()).collect();
-        self.nic.judge(&c.flow, &ports).map(|_| ()).map_err(|r| {
+        self.nic.admit(&c.flow, &self.hw_ports).map_err(|r| {
             *self.refused.entry(r.stage.as_str()).or_default() += 1;
             intern(refusal_text(self.nic.profile, &r))
         })
@@ -998,6 +986,7 @@ mod tests {
         use nicflow_hwprofile::Profile;
         let mut e = Emulation::new(Profile::Cx7);
         e.ports = ports(vec![rep(1), rep(2)]);
+        e.sync_hw_ports();
         let before = e.resources();
         let none = Default::default();
         let (k, mut m) = tcp_flow(1);
@@ -1051,6 +1040,7 @@ mod tests {
         use nicflow_hwprofile::Profile;
         let mut e = Emulation::new(Profile::Agilio);
         e.ports = ports(vec![rep(1), rep(2)]);
+        e.sync_hw_ports();
         let used = |e: &Emulation| e.resources()["mask_ids"].used;
         let (k, m) = tcp_flow(1);
         let tc = e
