@@ -1,0 +1,17 @@
+//! nicflow-p4: P4-16 programs as nicflow's slow path.
+//!
+//! A packet that misses the datapath caches of a bridge in P4 mode comes
+//! here instead of to the OpenFlow tables. [`front`] reads the program
+//! (preprocessor, lexer, parser: the architecture files `core.p4`, `pna.p4`,
+//! `v1model.p4`, `psa.p4` unmodified) into the [`ast`]; [`check`] resolves
+//! names and widths into a program the [`interp`]reter runs per packet
+//! under one architecture model ([`arch`]: PNA_NIC, v1model, PSA). Every run
+//! records which packet and metadata bits it read and what it wrote
+//! ([`trace`]), the raw material of the megaflow the bridge caches — the
+//! idea of PISCES (SIGCOMM'16): P4 defines the slow path, the fast path
+//! caches its decisions. Tables are filled through [`runtime`] (the CLI,
+//! the STF runner, P4Runtime and the Netronome `user_config.json` all use
+//! it).
+
+pub mod ast;
+pub mod front;
