@@ -79,87 +79,28 @@ pub fn execute(
                 copy.tun = pkt.tun;
                 tx.pkts.push((*port, copy));
             }
-            DpAction::SetEthSrc(m) => {
-                rewrite::set_eth_src(pkt.data_mut(), *m);
-            }
-            DpAction::SetEthDst(m) => {
-                rewrite::set_eth_dst(pkt.data_mut(), *m);
-            }
-            DpAction::SetIpv4Src(a) => {
-                let partial = pkt.csum_partial();
-                rewrite::set_ipv4_src_ext(pkt.data_mut(), layout, *a, partial);
-            }
-            DpAction::SetIpv4Dst(a) => {
-                let partial = pkt.csum_partial();
-                rewrite::set_ipv4_dst_ext(pkt.data_mut(), layout, *a, partial);
-            }
-            DpAction::SetIpv6Src(a) => {
-                let partial = pkt.csum_partial();
-                rewrite::set_ipv6_src_ext(pkt.data_mut(), layout, *a, partial);
-            }
-            DpAction::SetIpv6Dst(a) => {
-                let partial = pkt.csum_partial();
-                rewrite::set_ipv6_dst_ext(pkt.data_mut(), layout, *a, partial);
-            }
-            DpAction::SetArpSpa(a) => {
-                rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
-            }
-            DpAction::SetArpTpa(a) => {
-                rewrite::set_arp_tpa(pkt.data_mut(), layout, *a);
-            }
-            DpAction::SetArpSha(m) => {
-                rewrite::set_arp_sha(pkt.data_mut(), layout, *m);
-            }
-            DpAction::SetArpTha(m) => {
-                rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
-            }
-            DpAction::SetArpOp(op) => {
-                rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
-            }
-            DpAction::SetNdTarget(a) => {
-                let partial = pkt.csum_partial();
-                set_nd(pkt.data_mut(), layout, NdPart::Target(a), partial);
-            }
-            DpAction::SetNdSll(m) => {
-                let partial = pkt.csum_partial();
-                set_nd(pkt.data_mut(), layout, NdPart::Option(1, m), partial);
-            }
-            DpAction::SetNdTll(m) => {
-                let partial = pkt.csum_partial();
-                set_nd(pkt.data_mut(), layout, NdPart::Option(2, m), partial);
-            }
-            DpAction::SetTos(t) => {
-                rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
-            }
-            DpAction::SetTtl(t) => {
-                rewrite::set_ttl(pkt.data_mut(), layout, *t);
-            }
-            // The key keeps ICMP/ICMPv6 type and code in the L4 port
-            // fields, so their `set_field`s arrive as these two.
-            DpAction::SetTpSrc(p) => {
-                let partial = pkt.csum_partial();
-                if !set_icmp_byte(pkt.data_mut(), layout, 0, *p, partial) {
-                    rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
-                }
-            }
-            DpAction::SetTpDst(p) => {
-                let partial = pkt.csum_partial();
-                if !set_icmp_byte(pkt.data_mut(), layout, 1, *p, partial) {
-                    rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
-                }
-            }
-            DpAction::PushVlan { tpid, tci } => {
-                rewrite::push_vlan(&mut pkt, *tpid, *tci);
-                reparse(&pkt, layout);
-            }
-            DpAction::PopVlan => {
-                rewrite::pop_vlan(&mut pkt);
-                reparse(&pkt, layout);
-            }
-            DpAction::SetVlanTci(tci) => {
-                // Keep the DEI bit of the frame; VID and PCP come from the flow.
-                rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
-                rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
+            DpAction::SetEthSrc(_)
+            | DpAction::SetEthDst(_)
+            | DpAction::SetIpv4Src(_)
+            | DpAction::SetIpv4Dst(_)
+            | DpAction::SetIpv6Src(_)
+            | DpAction::SetIpv6Dst(_)
+            | DpAction::SetArpSpa(_)
+            | DpAction::SetArpTpa(_)
+            | DpAction::SetArpSha(_)
+            | DpAction::SetArpTha(_)
+            | DpAction::SetArpOp(_)
+            | DpAction::SetNdTarget(_)
+            | DpAction::SetNdSll(_)
+            | DpAction::SetNdTll(_)
+            | DpAction::SetTos(_)
+            | DpAction::SetTtl(_)
+            | DpAction::SetTpSrc(_)
+            | DpAction::SetTpDst(_)
+            | DpAction::PushVlan { .. }
+            | DpAction::PopVlan
+            | DpAction::SetVlanTci(_) => {
+                apply_rewrite(a, &mut pkt, layout);
             }
             DpAction::Controller {
                 max_len,
@@ -667,4 +608,98 @@ mod tests {
             assert_eq!(checksum(&out[q..q + 20]), 0, "quoted IPv4 header");
         }
     }
+}
+
+/// Apply one header-rewriting action (`set(...)`, VLAN push/pop) to a
+/// frame, checksums kept right; `false` for any other action. The one place
+/// that writes a rewrite, shared by [`execute`] and by the P4 slow path,
+/// which checks that the actions it derived from a program's output give
+/// exactly that output before it caches them.
+pub fn apply_rewrite(a: &DpAction, pkt: &mut PacketBuf, layout: &mut Layout) -> bool {
+    match a {
+        DpAction::SetEthSrc(m) => {
+            rewrite::set_eth_src(pkt.data_mut(), *m);
+        }
+        DpAction::SetEthDst(m) => {
+            rewrite::set_eth_dst(pkt.data_mut(), *m);
+        }
+        DpAction::SetIpv4Src(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv4_src_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv4Dst(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv4_dst_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv6Src(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv6_src_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv6Dst(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv6_dst_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetArpSpa(a) => {
+            rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
+        }
+        DpAction::SetArpTpa(a) => {
+            rewrite::set_arp_tpa(pkt.data_mut(), layout, *a);
+        }
+        DpAction::SetArpSha(m) => {
+            rewrite::set_arp_sha(pkt.data_mut(), layout, *m);
+        }
+        DpAction::SetArpTha(m) => {
+            rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
+        }
+        DpAction::SetArpOp(op) => {
+            rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
+        }
+        DpAction::SetNdTarget(a) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Target(a), partial);
+        }
+        DpAction::SetNdSll(m) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Option(1, m), partial);
+        }
+        DpAction::SetNdTll(m) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Option(2, m), partial);
+        }
+        DpAction::SetTos(t) => {
+            rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
+        }
+        DpAction::SetTtl(t) => {
+            rewrite::set_ttl(pkt.data_mut(), layout, *t);
+        }
+        // The key keeps ICMP/ICMPv6 type and code in the L4 port
+        // fields, so their `set_field`s arrive as these two.
+        DpAction::SetTpSrc(p) => {
+            let partial = pkt.csum_partial();
+            if !set_icmp_byte(pkt.data_mut(), layout, 0, *p, partial) {
+                rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
+            }
+        }
+        DpAction::SetTpDst(p) => {
+            let partial = pkt.csum_partial();
+            if !set_icmp_byte(pkt.data_mut(), layout, 1, *p, partial) {
+                rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
+            }
+        }
+        DpAction::PushVlan { tpid, tci } => {
+            rewrite::push_vlan(pkt, *tpid, *tci);
+            reparse(pkt, layout);
+        }
+        DpAction::PopVlan => {
+            rewrite::pop_vlan(pkt);
+            reparse(pkt, layout);
+        }
+        DpAction::SetVlanTci(tci) => {
+            // Keep the DEI bit of the frame; VID and PCP come from the flow.
+            rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
+            rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
+        }
+        _ => return false,
+    }
+    true
 }
