@@ -15,3 +15,4 @@
 
 pub mod ast;
 pub mod front;
+pub mod stf;
