@@ -141,13 +141,14 @@ impl<const W: usize, T> RuleSlab<W, T> {
         idx
     }
 
-    /// Vacates a slot. A slot whose generation would wrap is retired for good
-    /// instead of being recycled, which is what makes ids never-reused.
+    /// Vacates a slot. A slot whose generation would reach `u32::MAX` is
+    /// retired for good instead of being recycled, which is what makes ids
+    /// never-reused (`u32::MAX` itself marks [`RuleId::external`] handles).
     fn release(&mut self, idx: u32) -> Rule<W, T> {
         let slot = &mut self.slots[idx as usize];
         let rule = slot.rule.take().expect("releasing a vacant slot");
         self.len -= 1;
-        if let Some(g) = slot.generation.checked_add(1) {
+        if let Some(g) = slot.generation.checked_add(1).filter(|g| *g < u32::MAX) {
             slot.generation = g;
             self.free.push(idx);
         }
@@ -1908,7 +1909,7 @@ mod tests {
     fn retired_slot_is_not_reused() {
         let mut c = Classifier::<1, u32>::new();
         let (a, _) = c.insert(&[1], &[!0], 1, 1);
-        c.rules.slots[a.index() as usize].generation = u32::MAX;
+        c.rules.slots[a.index() as usize].generation = u32::MAX - 1;
         let a = c.rules.id(a.index());
         assert_eq!(c.remove(a), Some(1));
         let (b, _) = c.insert(&[1], &[!0], 1, 2);

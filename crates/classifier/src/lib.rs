@@ -239,6 +239,27 @@ impl RuleId {
         RuleId { index, generation }
     }
 
+    /// A handle to something kept outside any classifier (the P4 slow
+    /// path's sets of counters to credit), in the same place a rule's handle
+    /// goes. No classifier ever returns one: its generation is reserved.
+    #[inline]
+    pub const fn external(n: u32) -> Self {
+        RuleId {
+            index: n,
+            generation: u32::MAX,
+        }
+    }
+
+    /// The number given to [`RuleId::external`], or `None` for a rule's.
+    #[inline]
+    pub const fn external_index(self) -> Option<u32> {
+        if self.generation == u32::MAX {
+            Some(self.index)
+        } else {
+            None
+        }
+    }
+
     #[inline]
     pub(crate) const fn index(self) -> u32 {
         self.index
