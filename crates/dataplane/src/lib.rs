@@ -21,6 +21,7 @@ pub mod datapath;
 pub mod nf;
 pub mod offload;
 pub mod ofproto;
+pub mod p4;
 
 pub use bridge::{Bridge, BridgeError};
 pub use datapath::{Datapath, DatapathConfig};

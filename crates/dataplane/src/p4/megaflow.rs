@@ -1,0 +1,411 @@
+//! From one run of a P4 program to one datapath flow (PISCES's cache).
+//!
+//! The interpreter reports which bits of the received packet its decision
+//! and its written values depended on, and the packets it sent. This
+//! module turns that into what the datapath caches: a mask over the flow
+//! key (each packet bit read maps to the key field nicflow's own parser
+//! fills from the same bytes) and a flat action list (`set(...)` for every
+//! field whose bytes changed, then `output`). A decision that reads or
+//! writes bytes no key field or action covers (the IPv4 identification, a
+//! custom header, a pushed header) is not cached: the packet is handled by
+//! the interpreter, and so is every packet after it, with the reason
+//! named. Before anything is cached the derived actions are replayed on
+//! the packet with the executor's own rewrite code: only if that gives
+//! the program's output byte for byte is the flow installed.
+
+use crate::datapath::execute::apply_rewrite;
+use crate::datapath::DpAction;
+use nicflow_flow::{Field, FlowKey, FlowMask, Match};
+use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::parse::{L3Kind, L4Kind, Layout};
+
+/// Why a P4 decision stays in the slow path (as `dump-dp-flows` shows it,
+/// after `not_offloaded:`). Reasons from the interpreter itself
+/// (`p4-register`, ...) are passed through as text.
+pub const UNKEYED_READ: &str = "p4-unkeyed-read";
+pub const UNKEYED_WRITE: &str = "p4-unkeyed-write";
+pub const HEADER_LAYOUT: &str = "p4-header-layout";
+pub const UNVERIFIED: &str = "p4-unverified-rewrite";
+pub const QINQ: &str = "p4-qinq";
+pub const UNKNOWN_PORT: &str = "p4-unknown-port";
+
+/// How a span of packet bytes maps onto the flow key.
+#[derive(Clone, Copy, Debug)]
+enum Seg {
+    /// `len` bytes holding the key field's value, big-endian.
+    Field(Field),
+    /// Bytes whose value the key fixes anyway (IPv4 version, with
+    /// `dl_type` always matched): reading them adds nothing.
+    Implied,
+    /// A checksum the executor keeps right when it rewrites a field:
+    /// reading it cannot be cached, writing it is left to the replay
+    /// check.
+    Checksum,
+}
+
+/// The byte map of one packet: (first byte, length, meaning), sorted.
+struct ByteMap {
+    segs: Vec<(usize, usize, Seg)>,
+    /// First byte of the L4 header (reads there need `nw_proto`/`nw_frag`).
+    l4: usize,
+    l3: usize,
+}
+
+impl ByteMap {
+    fn new(layout: &Layout) -> ByteMap {
+        let mut segs = vec![(0, 6, Seg::Field(Field::DlDst)), (6, 6, Seg::Field(Field::DlSrc))];
+        let mut off = 12;
+        if layout.n_vlan >= 1 {
+            // TPID: "there is a tag" — the key's present bit, always masked.
+            segs.push((12, 2, Seg::Implied));
+            segs.push((14, 2, Seg::Field(Field::VlanTci)));
+            off = 16;
+        }
+        segs.push((off, 2, Seg::Field(Field::DlType)));
+        let l3 = layout.l3_offset as usize;
+        match layout.l3 {
+            L3Kind::Ipv4 => {
+                segs.push((l3 + 1, 1, Seg::Field(Field::NwTos)));
+                segs.push((l3 + 8, 1, Seg::Field(Field::NwTtl)));
+                segs.push((l3 + 9, 1, Seg::Field(Field::NwProto)));
+                segs.push((l3 + 10, 2, Seg::Checksum));
+                segs.push((l3 + 12, 4, Seg::Field(Field::NwSrc)));
+                segs.push((l3 + 16, 4, Seg::Field(Field::NwDst)));
+            }
+            L3Kind::Ipv6 => {
+                segs.push((l3 + 7, 1, Seg::Field(Field::NwTtl)));
+                if layout.l4_offset as usize == l3 + 40 {
+                    segs.push((l3 + 6, 1, Seg::Field(Field::NwProto)));
+                }
+                segs.push((l3 + 8, 16, Seg::Field(Field::Ipv6Src)));
+                segs.push((l3 + 24, 16, Seg::Field(Field::Ipv6Dst)));
+            }
+            L3Kind::Arp => {
+                segs.push((l3, 6, Seg::Implied));
+                segs.push((l3 + 8, 6, Seg::Field(Field::ArpSha)));
+                segs.push((l3 + 14, 4, Seg::Field(Field::ArpSpa)));
+                segs.push((l3 + 18, 6, Seg::Field(Field::ArpTha)));
+                segs.push((l3 + 24, 4, Seg::Field(Field::ArpTpa)));
+            }
+            _ => {}
+        }
+        let l4 = layout.l4_offset as usize;
+        match layout.l4 {
+            L4Kind::Tcp => {
+                segs.push((l4, 2, Seg::Field(Field::TpSrc)));
+                segs.push((l4 + 2, 2, Seg::Field(Field::TpDst)));
+                segs.push((l4 + 16, 2, Seg::Checksum));
+            }
+            L4Kind::Udp => {
+                segs.push((l4, 2, Seg::Field(Field::TpSrc)));
+                segs.push((l4 + 2, 2, Seg::Field(Field::TpDst)));
+                segs.push((l4 + 6, 2, Seg::Checksum));
+            }
+            L4Kind::Icmp | L4Kind::Icmpv6 => {
+                segs.push((l4, 1, Seg::Field(Field::TpSrc)));
+                segs.push((l4 + 1, 1, Seg::Field(Field::TpDst)));
+                segs.push((l4 + 2, 2, Seg::Checksum));
+            }
+            _ => {}
+        }
+        segs.sort_by_key(|s| s.0);
+        ByteMap { segs, l4, l3 }
+    }
+
+    fn find(&self, byte: usize) -> Option<(usize, usize, Seg)> {
+        self.segs
+            .iter()
+            .copied()
+            .find(|(s, n, _)| byte >= *s && byte < s + n)
+    }
+}
+
+/// Bits of special layouts that are not whole bytes: IPv4's version
+/// nibble (implied by `dl_type`), IPv6's first word (version, traffic
+/// class = `nw_tos`, flow label), TCP flags.
+fn sub_byte(layout: &Layout, bit: usize) -> Option<(Field, u32)> {
+    let l3 = layout.l3_offset as usize * 8;
+    match layout.l3 {
+        L3Kind::Ipv6 if bit >= l3 && bit < l3 + 32 => {
+            let b = bit - l3;
+            if b < 4 {
+                None // version: implied (handled by the caller)
+            } else if b < 12 {
+                Some((Field::NwTos, (11 - b) as u32))
+            } else {
+                Some((Field::Ipv6Label, (31 - b) as u32))
+            }
+        }
+        _ => {
+            let l4 = layout.l4_offset as usize * 8;
+            if layout.l4 == L4Kind::Tcp && bit >= l4 + 100 && bit < l4 + 112 {
+                return Some((Field::TcpFlags, (l4 + 111 - bit) as u32));
+            }
+            None
+        }
+    }
+}
+
+/// What one run of the program decided, in packet terms.
+pub struct Decision<'a> {
+    /// (bit offset, bit count) ranges of the received packet it depended on.
+    pub reads: &'a [(u32, u32)],
+    pub in_port_read: bool,
+    /// Packets sent: (bridge port, bytes), in order.
+    pub outputs: &'a [(u32, Vec<u8>)],
+}
+
+/// The megaflow for `d`: the mask over the key and the actions. `Err` is
+/// the reason it cannot be cached.
+pub fn derive(
+    key: &FlowKey,
+    packet: &[u8],
+    layout: &Layout,
+    d: &Decision<'_>,
+) -> Result<(FlowMask, Vec<DpAction>), &'static str> {
+    if layout.n_vlan > 1 {
+        return Err(QINQ);
+    }
+    let map = ByteMap::new(layout);
+    let mut m = Match::catchall();
+    // The layout the byte map assumed: always part of the match.
+    m.set(Field::DlType, u128::from(key.dl_type), 0xffff);
+    m.set(Field::VlanTci, u128::from(key.vlan_tci), 0x1000);
+    let mut l4_used = false;
+    let add = |m: &mut Match, field: Field, bit_in_field: u32| {
+        m.set(field, field.read(key), 1u128 << bit_in_field);
+    };
+    let ipv4_version = |bit: usize| layout.l3 == L3Kind::Ipv4 && bit / 8 == map.l3 && bit % 8 < 4;
+    let ipv6_version =
+        |bit: usize| layout.l3 == L3Kind::Ipv6 && bit >= map.l3 * 8 && bit < map.l3 * 8 + 4;
+    for &(off, len) in d.reads {
+        for bit in off as usize..(off as usize).saturating_add(len as usize) {
+            if bit / 8 >= packet.len() {
+                return Err(UNKEYED_READ);
+            }
+            if bit / 8 >= map.l4 && layout.l4 != L4Kind::None {
+                l4_used = true;
+            }
+            if ipv4_version(bit) || ipv6_version(bit) {
+                continue;
+            }
+            if let Some((f, b)) = sub_byte(layout, bit) {
+                add(&mut m, f, b);
+                continue;
+            }
+            match map.find(bit / 8) {
+                Some((s, n, Seg::Field(f))) => {
+                    let from_end = (s + n) * 8 - 1 - bit;
+                    if f == Field::VlanTci && from_end == 12 {
+                        // The DEI bit: the key keeps "tag present" there.
+                        return Err(UNKEYED_READ);
+                    }
+                    add(&mut m, f, from_end as u32);
+                }
+                Some((_, _, Seg::Implied)) => {}
+                Some((_, _, Seg::Checksum)) | None => return Err(UNKEYED_READ),
+            }
+        }
+    }
+    if d.in_port_read {
+        m.set(Field::InPort, u128::from(key.in_port), u128::from(u32::MAX));
+    }
+    // Actions: per output, the fields that changed since the previous
+    // output, then the output; replayed to check.
+    let mut actions = Vec::new();
+    let mut work = PacketBuf::from_slice(packet);
+    let mut wl = *layout;
+    for (port, out) in d.outputs {
+        if out.len() != work.len() {
+            return Err(HEADER_LAYOUT);
+        }
+        let cur = work.data().to_vec();
+        let mut i = 0;
+        while i < out.len() {
+            if out[i] == cur[i] {
+                i += 1;
+                continue;
+            }
+            if i >= map.l4 && layout.l4 != L4Kind::None {
+                l4_used = true;
+            }
+            let (s, n, seg) = match map.find(i) {
+                Some(x) => x,
+                None => {
+                    // Sub-byte fields: IPv6 traffic class / label, TCP flags.
+                    if layout.l3 == L3Kind::Ipv6 && i >= map.l3 && i < map.l3 + 4 {
+                        let old = u32::from_be_bytes(cur[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                        let new = u32::from_be_bytes(out[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                        if (old ^ new) & 0xf00f_ffff != 0 {
+                            return Err(UNKEYED_WRITE);
+                        }
+                        actions.push(DpAction::SetTos((new >> 20) as u8));
+                        i = map.l3 + 4;
+                        continue;
+                    }
+                    return Err(UNKEYED_WRITE);
+                }
+            };
+            match seg {
+                Seg::Checksum => {}
+                Seg::Implied => return Err(UNKEYED_WRITE),
+                Seg::Field(f) => actions.push(set_action(f, &out[s..s + n])?),
+            }
+            i = s + n;
+        }
+        let start = actions
+            .iter()
+            .rposition(|a| matches!(a, DpAction::Output(_)))
+            .map_or(0, |p| p + 1);
+        for a in &actions[start..] {
+            apply_rewrite(a, &mut work, &mut wl);
+        }
+        if work.data() != out.as_slice() {
+            return Err(UNVERIFIED);
+        }
+        actions.push(DpAction::Output(*port));
+    }
+    if l4_used {
+        m.set(Field::NwProto, u128::from(key.nw_proto), 0xff);
+        m.set(Field::NwFrag, u128::from(key.nw_frag), 0xff);
+    }
+    Ok((*m.mask(), actions))
+}
+
+fn set_action(f: Field, b: &[u8]) -> Result<DpAction, &'static str> {
+    let mac = || <[u8; 6]>::try_from(b).map_err(|_| UNKEYED_WRITE);
+    let v4 = || {
+        <[u8; 4]>::try_from(b)
+            .map(u32::from_be_bytes)
+            .map_err(|_| UNKEYED_WRITE)
+    };
+    let v6 = || <[u8; 16]>::try_from(b).map_err(|_| UNKEYED_WRITE);
+    let p16 = || {
+        <[u8; 2]>::try_from(b)
+            .map(u16::from_be_bytes)
+            .map_err(|_| UNKEYED_WRITE)
+    };
+    Ok(match f {
+        Field::DlDst => DpAction::SetEthDst(mac()?),
+        Field::DlSrc => DpAction::SetEthSrc(mac()?),
+        Field::NwSrc => DpAction::SetIpv4Src(v4()?),
+        Field::NwDst => DpAction::SetIpv4Dst(v4()?),
+        Field::Ipv6Src => DpAction::SetIpv6Src(v6()?),
+        Field::Ipv6Dst => DpAction::SetIpv6Dst(v6()?),
+        Field::NwTos => DpAction::SetTos(b[0]),
+        Field::NwTtl => DpAction::SetTtl(b[0]),
+        Field::TpSrc if b.len() == 1 => DpAction::SetTpSrc(u16::from(b[0])),
+        Field::TpDst if b.len() == 1 => DpAction::SetTpDst(u16::from(b[0])),
+        Field::TpSrc => DpAction::SetTpSrc(p16()?),
+        Field::TpDst => DpAction::SetTpDst(p16()?),
+        Field::ArpSha => DpAction::SetArpSha(mac()?),
+        Field::ArpTha => DpAction::SetArpTha(mac()?),
+        Field::ArpSpa => DpAction::SetArpSpa(v4()?),
+        Field::ArpTpa => DpAction::SetArpTpa(v4()?),
+        Field::VlanTci => DpAction::SetVlanTci(p16()? | 0x1000),
+        _ => return Err(UNKEYED_WRITE),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// routing.stf's packet: Ethernet + IPv4 + UDP.
+    fn pkt() -> Vec<u8> {
+        let h = "0090fb65d6fe02030405060108004500001c0001000040116\
+                 56c0b0000010a63000104d310e10008d4c5";
+        (0..h.len() / 2)
+            .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn key_of(p: &[u8]) -> (FlowKey, Layout) {
+        let mut k = FlowKey::default();
+        let l = nicflow_flow::extract(p, 1, &mut k).unwrap();
+        (k, l)
+    }
+
+    #[test]
+    fn routing_decision_becomes_masked_sets_and_output() {
+        let p = pkt();
+        let (k, l) = key_of(&p);
+        // Expected output of routing.stf: new dst MAC, TTL 63, checksum fixed.
+        let mut out = p.clone();
+        out[0..6].copy_from_slice(&[0x13, 0x37, 0x13, 0x37, 0x13, 0x37]);
+        out[22] = 0x3f;
+        out[24] = 0x66;
+        out[25] = 0x6c;
+        // ethertype (96..112), ttl (176..184), top 8 bits of the dst (240..248).
+        let reads = [(96, 16), (176, 8), (240, 8)];
+        let outs = [(2, out)];
+        let (mask, actions) = derive(
+            &k,
+            &p,
+            &l,
+            &Decision {
+                reads: &reads,
+                in_port_read: false,
+                outputs: &outs,
+            },
+        )
+        .unwrap();
+        assert_eq!(Field::NwDst.read(&mask.0), 0xff00_0000);
+        assert_eq!(Field::NwTtl.read(&mask.0), 0xff);
+        assert_eq!(Field::NwSrc.read(&mask.0), 0);
+        assert_eq!(Field::InPort.read(&mask.0), 0);
+        assert_eq!(
+            actions,
+            vec![
+                DpAction::SetEthDst([0x13, 0x37, 0x13, 0x37, 0x13, 0x37]),
+                DpAction::SetTtl(63),
+                DpAction::Output(2)
+            ]
+        );
+    }
+
+    #[test]
+    fn unkeyed_bytes_are_refused() {
+        let p = pkt();
+        let (k, l) = key_of(&p);
+        // IPv4 identification (bytes 18-19).
+        let reads = [(18 * 8, 16)];
+        let d = Decision {
+            reads: &reads,
+            in_port_read: true,
+            outputs: &[],
+        };
+        assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_READ);
+        let mut out = p.clone();
+        out[18] ^= 1;
+        let outs = [(1, out)];
+        let d = Decision {
+            reads: &[],
+            in_port_read: false,
+            outputs: &outs,
+        };
+        assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_WRITE);
+        let outs = [(1, p[..20].to_vec())];
+        let d = Decision {
+            reads: &[],
+            in_port_read: false,
+            outputs: &outs,
+        };
+        assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), HEADER_LAYOUT);
+    }
+
+    #[test]
+    fn a_wrong_checksum_fails_the_replay() {
+        let p = pkt();
+        let (k, l) = key_of(&p);
+        let mut out = p.clone();
+        out[22] = 0x3f; // TTL 63 but the checksum left alone
+        let outs = [(1, out)];
+        let d = Decision {
+            reads: &[],
+            in_port_read: false,
+            outputs: &outs,
+        };
+        assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNVERIFIED);
+    }
+}
