@@ -13,6 +13,18 @@
 //! the STF runner, P4Runtime and the Netronome `user_config.json` all use
 //! it).
 
+pub mod arch;
 pub mod ast;
+pub mod check;
 pub mod front;
+pub mod interp;
+pub mod runtime;
 pub mod stf;
+pub mod trace;
+pub mod value;
+
+pub use arch::Arch;
+pub use check::P4Error;
+pub use interp::{Outcome, Pipeline};
+pub use runtime::{EntrySpec, KeyMatch, RuntimeError};
+pub use trace::{BitRange, EntryId, Trace};

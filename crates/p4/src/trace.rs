@@ -1,0 +1,123 @@
+//! What one run of the program depended on and did, beyond its output
+//! bytes: the raw material the bridge turns into a cached megaflow
+//! (PISCES-style). The interpreter fills a [`Trace`] while a packet goes
+//! through parser, controls and deparser; the bridge reads it to build
+//! the match mask (packet bits read, input port) and decides whether the
+//! decision may be cached at all (`uncacheable`).
+
+/// A range of bits of the packet *as received*: offset from the first bit
+/// of the frame and length, both in bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BitRange {
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// Numeric id of an entry in one table (unique within the table for the
+/// pipeline's life; never reused).
+pub type EntryId = u64;
+
+/// One table application: which table (fully qualified name) and which
+/// entry hit (`None`: miss, the default action ran).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableApply {
+    pub table: String,
+    pub entry: Option<EntryId>,
+}
+
+/// A counter cell the run incremented: an indexed counter
+/// (`Counter`/`counter`) or a direct counter (entry of a table).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CounterRef {
+    /// Indexed counter, by fully qualified instance name.
+    Indexed { name: String, index: u64 },
+    /// Direct counter of `table`'s entry `entry` (`None`: the default
+    /// action's cell, if the target keeps one).
+    Direct {
+        table: String,
+        entry: Option<EntryId>,
+    },
+}
+
+/// Everything the bridge needs to cache (or refuse to cache) one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Packet bits the run's decisions or written values depended on,
+    /// sorted and merged (overlapping/adjacent ranges joined).
+    pub read_bits: Vec<BitRange>,
+    /// The run read the input port (istd.input_port,
+    /// standard_metadata.ingress_port, ...).
+    pub in_port_read: bool,
+    /// Set when a checksum extern read or wrote packet data: the datapath
+    /// must recompute checksums instead of matching on the bits.
+    pub checksum_recomputed: bool,
+    /// `Some(tag)` when the decision depends on per-packet state and must
+    /// not be cached (`p4-register`, `p4-meter`, `p4-random`, ...).
+    pub uncacheable: Option<String>,
+    /// Tables applied, in order, with the entry hit.
+    pub tables: Vec<TableApply>,
+    /// Counter cells incremented (to credit cache hits later).
+    pub counters: Vec<CounterRef>,
+    /// The run ended on an internal error (counted drop); the message.
+    pub error: Option<String>,
+}
+
+impl Trace {
+    /// Records that the run depended on `len` bits at `offset`.
+    pub fn read(&mut self, offset: u32, len: u32) {
+        if len == 0 {
+            return;
+        }
+        self.read_bits.push(BitRange { offset, len });
+    }
+
+    /// Marks the run uncacheable; the first reason is kept.
+    pub fn set_uncacheable(&mut self, tag: impl Into<String>) {
+        if self.uncacheable.is_none() {
+            self.uncacheable = Some(tag.into());
+        }
+    }
+
+    /// Sorts and merges `read_bits` (called once at the end of a run).
+    pub fn normalize(&mut self) {
+        self.read_bits.sort();
+        let mut out: Vec<BitRange> = Vec::with_capacity(self.read_bits.len());
+        for r in self.read_bits.drain(..) {
+            if let Some(last) = out.last_mut() {
+                let end = last.offset + last.len;
+                if r.offset <= end {
+                    let new_end = end.max(r.offset + r.len);
+                    last.len = new_end - last.offset;
+                    continue;
+                }
+            }
+            out.push(r);
+        }
+        self.read_bits = out;
+    }
+
+    /// True when the bit range `[offset, offset+len)` is wholly covered by
+    /// the recorded reads (tests and the bridge's sanity checks use it).
+    pub fn covers(&self, offset: u32, len: u32) -> bool {
+        let mut want = offset;
+        let end = offset + len;
+        let mut rs = self.read_bits.clone();
+        rs.sort();
+        for r in rs {
+            if r.offset <= want && r.offset + r.len > want {
+                want = r.offset + r.len;
+            }
+            if want >= end {
+                return true;
+            }
+        }
+        want >= end
+    }
+
+    /// True when any recorded read overlaps `[offset, offset+len)`.
+    pub fn touches(&self, offset: u32, len: u32) -> bool {
+        self.read_bits
+            .iter()
+            .any(|r| r.offset < offset + len && offset < r.offset + r.len)
+    }
+}

@@ -1,0 +1,268 @@
+//! Run-time values of the interpreter: fixed-width bit vectors (`bit<W>`,
+//! `int<W>`, W <= 128, stored inline in a `u128`: no per-packet heap for
+//! scalars), booleans, compile-time integers, errors/enums and the
+//! aggregates (headers, structs, stacks, tuples) a packet's headers and
+//! metadata live in. A scalar remembers where it came from ([`Src`]) so
+//! that reading it records the packet bits the decision depended on in the
+//! [`crate::trace::Trace`].
+
+use num_bigint::{BigInt, Sign};
+use num_traits::{Signed, ToPrimitive, Zero};
+use std::sync::Arc;
+
+/// Widest `bit<W>` / `int<W>` the interpreter runs.
+pub const MAX_WIDTH: u32 = 128;
+
+/// Where a scalar's current value came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Src {
+    /// Computed, a constant, action data: reading it records nothing.
+    #[default]
+    None,
+    /// Still holds the bits extracted at this bit offset of the packet as
+    /// received (length = the value's width).
+    Packet(u32),
+    /// The packet's input port.
+    InPort,
+    /// Per-packet state the cache cannot match on; the tag is the
+    /// `uncacheable` reason.
+    Tainted(&'static str),
+}
+
+/// A `bit<W>` or `int<W>` value (two's complement in the low `width` bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bits {
+    pub width: u32,
+    pub signed: bool,
+    pub v: u128,
+    pub src: Src,
+}
+
+/// Mask of the low `w` bits.
+pub fn mask(w: u32) -> u128 {
+    if w >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << w) - 1
+    }
+}
+
+impl Bits {
+    pub fn new(width: u32, signed: bool, v: u128) -> Bits {
+        Bits {
+            width,
+            signed,
+            v: v & mask(width),
+            src: Src::None,
+        }
+    }
+
+    pub fn unsigned(width: u32, v: u128) -> Bits {
+        Bits::new(width, false, v)
+    }
+
+    /// The value as a signed integer (sign-extended from `width`).
+    pub fn as_i128(&self) -> i128 {
+        if self.signed && self.width > 0 && self.width < 128 {
+            let sign = 1u128 << (self.width - 1);
+            if self.v & sign != 0 {
+                return (self.v | !mask(self.width)) as i128;
+            }
+        }
+        self.v as i128
+    }
+
+    /// The value as an unbounded integer (signed types sign-extended).
+    pub fn to_bigint(&self) -> BigInt {
+        if self.signed {
+            BigInt::from(self.as_i128())
+        } else {
+            BigInt::from(self.v)
+        }
+    }
+
+    /// `value` wrapped into `width` bits.
+    pub fn from_bigint(width: u32, signed: bool, value: &BigInt) -> Bits {
+        let m = BigInt::from(1u8) << width;
+        let mut r = value % &m;
+        if r.is_negative() {
+            r += &m;
+        }
+        let v = r.to_u128().unwrap_or(0);
+        Bits::new(width, signed, v)
+    }
+}
+
+/// A header instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeaderVal {
+    /// The header type's name.
+    pub ty: Arc<str>,
+    pub valid: bool,
+    /// Field values in declaration order.
+    pub fields: Vec<Value>,
+    /// Field names in declaration order (shared with the type).
+    pub names: Arc<[String]>,
+}
+
+/// A header stack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackVal {
+    pub elems: Vec<Value>,
+    /// `nextIndex`.
+    pub next: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Bits(Bits),
+    /// Compile-time `int` (literals without width).
+    Int(BigInt),
+    Bool(bool, Src),
+    Str(Arc<str>),
+    /// `error.X`.
+    Error(Arc<str>, Src),
+    /// `E.X` of a non-serializable enum (type, member).
+    Enum(Arc<str>, Arc<str>),
+    MatchKind(Arc<str>),
+    Header(Box<HeaderVal>),
+    /// A struct or header union: type name, field names, values.
+    Struct(Arc<str>, Arc<[String]>, Vec<Value>),
+    Stack(Box<StackVal>),
+    Tuple(Vec<Value>),
+    /// A reference to an extern / parser / control / table instance (by
+    /// index in the pipeline's instance list).
+    Instance(usize),
+    /// Result of `t.apply()`: hit, miss, action name run.
+    ApplyResult {
+        hit: bool,
+        action: Arc<str>,
+    },
+    Void,
+}
+
+impl Value {
+    pub fn bits(width: u32, v: u128) -> Value {
+        Value::Bits(Bits::unsigned(width, v))
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Bits(b) if b.signed => "int<W>",
+            Value::Bits(_) => "bit<W>",
+            Value::Int(_) => "int",
+            Value::Bool(..) => "bool",
+            Value::Str(_) => "string",
+            Value::Error(..) => "error",
+            Value::Enum(..) => "enum",
+            Value::MatchKind(_) => "match_kind",
+            Value::Header(_) => "header",
+            Value::Struct(..) => "struct",
+            Value::Stack(_) => "header stack",
+            Value::Tuple(_) => "tuple",
+            Value::Instance(_) => "instance",
+            Value::ApplyResult { .. } => "table apply result",
+            Value::Void => "void",
+        }
+    }
+
+    /// Field of a header/struct by name.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        match self {
+            Value::Header(h) => h.names.iter().position(|n| n == name).map(|i| &h.fields[i]),
+            Value::Struct(_, names, vals) => names.iter().position(|n| n == name).map(|i| &vals[i]),
+            _ => None,
+        }
+    }
+
+    pub fn field_mut(&mut self, name: &str) -> Option<&mut Value> {
+        match self {
+            Value::Header(h) => match h.names.iter().position(|n| n == name) {
+                Some(i) => h.fields.get_mut(i),
+                None => None,
+            },
+            Value::Struct(_, names, vals) => match names.iter().position(|n| n == name) {
+                Some(i) => vals.get_mut(i),
+                None => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Total width in bits of a value made of bits (headers, structs of
+    /// bits, bits, bools count 1).
+    pub fn bit_width(&self) -> u32 {
+        match self {
+            Value::Bits(b) => b.width,
+            Value::Bool(..) => 1,
+            Value::Header(h) => h.fields.iter().map(|f| f.bit_width()).sum(),
+            Value::Struct(_, _, v) | Value::Tuple(v) => v.iter().map(|f| f.bit_width()).sum(),
+            _ => 0,
+        }
+    }
+
+    /// Sets every scalar to zero / false and headers invalid, keeping
+    /// the shape (what `out` parameters and fresh variables start as).
+    pub fn reset(&mut self) {
+        match self {
+            Value::Bits(b) => {
+                b.v = 0;
+                b.src = Src::None;
+            }
+            Value::Bool(b, s) => {
+                *b = false;
+                *s = Src::None;
+            }
+            Value::Header(h) => {
+                h.valid = false;
+                for f in h.fields.iter_mut() {
+                    f.reset();
+                }
+            }
+            Value::Struct(_, _, v) | Value::Tuple(v) => v.iter_mut().for_each(Value::reset),
+            Value::Stack(s) => {
+                s.next = 0;
+                s.elems.iter_mut().for_each(Value::reset);
+            }
+            Value::Error(e, s) => {
+                *e = Arc::from("NoError");
+                *s = Src::None;
+            }
+            _ => {}
+        }
+    }
+
+    /// An integer view for indices, sizes, widths.
+    pub fn as_u128(&self) -> Option<u128> {
+        match self {
+            Value::Bits(b) => Some(b.v),
+            Value::Int(i) => i.to_u128(),
+            Value::Bool(b, _) => Some(*b as u128),
+            _ => None,
+        }
+    }
+
+    pub fn as_bigint(&self) -> Option<BigInt> {
+        match self {
+            Value::Bits(b) => Some(b.to_bigint()),
+            Value::Int(i) => Some(i.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn is_zero_int(&self) -> bool {
+        matches!(self, Value::Int(i) if i.is_zero())
+    }
+}
+
+/// Converts a non-negative big integer to `u128` (wrapping to 128 bits).
+pub fn big_to_u128(i: &BigInt) -> u128 {
+    let (sign, mut digits) = i.to_u64_digits();
+    digits.resize(2, 0);
+    let v = (digits[0] as u128) | ((digits[1] as u128) << 64);
+    if sign == Sign::Minus {
+        v.wrapping_neg()
+    } else {
+        v
+    }
+}
