@@ -1023,11 +1023,65 @@ impl Bridge {
             let live = self.dp.recirc_ids_in_use();
             self.ofproto.retain_frozen(&live);
         }
+        if self.ofproto.p4.is_some() {
+            self.p4_tick(now);
+        }
         let expired = self.ofproto.expire(now);
         self.ofproto.mac.expire(now);
         if expired > 0 || self.ofproto.mac.generation() != self.mac_generation {
             self.dp.revalidate(&mut self.ofproto);
             self.mac_generation = self.ofproto.mac.generation();
+        }
+    }
+
+    /// Put the bridge in P4 mode: `path`'s program replaces the OpenFlow
+    /// tables as the slow path (the rules stay, unused, until
+    /// [`Bridge::p4_unload`]); the cached flows of the tables go first.
+    pub fn p4_load(&mut self, path: crate::p4::P4Path) {
+        self.dp.flush(&mut self.ofproto);
+        self.ofproto.p4 = Some(Box::new(path));
+    }
+
+    /// Back to the OpenFlow tables; `false` if the bridge was not in P4 mode.
+    pub fn p4_unload(&mut self) -> bool {
+        if self.ofproto.p4.is_none() {
+            return false;
+        }
+        self.dp.flush(&mut self.ofproto);
+        self.ofproto.p4 = None;
+        true
+    }
+
+    /// The P4 slow path, in P4 mode.
+    pub fn p4(&self) -> Option<&crate::p4::P4Path> {
+        self.ofproto.p4.as_deref()
+    }
+
+    /// Change the P4 program's tables or state through `f` (the
+    /// [`crate::p4::P4Path`] methods that change tables mark them), then
+    /// revalidate: only flows whose runs applied a changed table go.
+    /// `None` when the bridge is not in P4 mode.
+    pub fn p4_change<T>(&mut self, f: impl FnOnce(&mut crate::p4::P4Path) -> T) -> Option<T> {
+        let p4 = self.ofproto.p4.as_deref_mut()?;
+        let r = f(p4);
+        if !self.defer_revalidation {
+            self.dp.revalidate(&mut self.ofproto);
+        }
+        Some(r)
+    }
+
+    /// P4 housekeeping: the cached flows' hits become the entries' hit
+    /// times, runs of flows that left are forgotten, idle entries age out.
+    fn p4_tick(&mut self, now: Instant) {
+        self.dp.push_stats(&mut self.ofproto);
+        let live: std::collections::HashSet<nicflow_flow::FlowKey> =
+            self.dp.flows().map(|(_, f)| f.xlate_key).collect();
+        let Some(p4) = self.ofproto.p4.as_deref_mut() else {
+            return;
+        };
+        p4.retain_runs(&live);
+        if p4.expire_idle(now) > 0 {
+            self.dp.revalidate(&mut self.ofproto);
         }
     }
 

@@ -16,6 +16,7 @@
 pub mod arch;
 pub mod ast;
 pub mod check;
+pub mod entries;
 pub mod front;
 pub mod interp;
 pub mod runtime;

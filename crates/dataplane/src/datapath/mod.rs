@@ -95,6 +95,11 @@ pub struct XlateOut {
     /// (MAC learning): every cached flow must be revalidated before the next
     /// packet is processed.
     pub state_changed: bool,
+    /// Frames the slow path built itself, sent as they are instead of
+    /// running `actions` on the packet (a P4 program's deparser output
+    /// that no datapath action list expresses, e.g. a pushed header).
+    /// Only for decisions that are not installed.
+    pub emitted: Vec<(u32, Vec<u8>)>,
 }
 
 /// The slow path as the datapath sees it.
@@ -771,8 +776,26 @@ impl Datapath {
             }
             *budget -= 1;
             self.stats.upcalls += 1;
-            let out = handler.upcall(&key, pkt.data(), now);
+            let mut out = handler.upcall(&key, pkt.data(), now);
             revalidate = out.state_changed;
+            if !out.install && !out.emitted.is_empty() {
+                handler.credit(&out.rules, out.learned, 1, pkt.len() as u64, now);
+                for (port, data) in std::mem::take(&mut out.emitted) {
+                    let mut b = self
+                        .pool
+                        .pop()
+                        .unwrap_or_else(|| PacketBuf::with_capacity(execute::BUF_CAPACITY));
+                    if !b.set_data(&data) {
+                        b = PacketBuf::from_slice(&data);
+                    }
+                    tx.pkts.push((port, b));
+                }
+                give_back(&mut self.pool, pkt);
+                if revalidate {
+                    self.revalidate(handler);
+                }
+                return None;
+            }
             if self.cfg.caches_enabled && out.install && self.flows.len() < self.cfg.flow_limit {
                 hit = Some(self.install(&key, out, now));
             } else {

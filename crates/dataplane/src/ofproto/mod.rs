@@ -161,6 +161,9 @@ pub struct Ofproto {
     /// Per table: packets looked up in it and packets that hit a rule
     /// there (`OFPMP_TABLE`), credited like rule counters.
     lookups: Vec<TableCounters>,
+    /// A P4 program replaces the tables as the slow path (`nicflow p4
+    /// load`): every upcall, revalidation and credit goes to it.
+    pub p4: Option<Box<crate::p4::P4Path>>,
 }
 
 /// A table's lookup counters, as Open vSwitch counts them: every packet a
@@ -208,6 +211,7 @@ impl Ofproto {
             stats: OfprotoStats::default(),
             groups: Groups::new(),
             lookups: vec![TableCounters::default(); N_TABLES],
+            p4: None,
         }
     }
 
@@ -603,10 +607,16 @@ fn covers(filter: &Match, key: &[u64; FLOW_WORDS], mask: &[u64; FLOW_WORDS]) -> 
 
 impl UpcallHandler for Ofproto {
     fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
+        if let Some(p4) = self.p4.as_deref_mut() {
+            return p4.upcall(key, packet, now);
+        }
         self.translate_len(key, Some(packet.len()), Some(now))
     }
 
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
+        if let Some(p4) = self.p4.as_deref_mut() {
+            return p4.revalidate(key);
+        }
         self.translate(key, None)
     }
 
@@ -618,6 +628,9 @@ impl UpcallHandler for Ofproto {
         bytes: u64,
         used: Instant,
     ) {
+        if let Some(p4) = self.p4.as_deref_mut() {
+            return p4.credit(rules, learned, packets, bytes, used);
+        }
         for r in rules {
             if self.groups.credit(r, packets, bytes) {
                 continue;

@@ -159,6 +159,7 @@ pub fn translate_len(
         install: !ctx.uncacheable,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+        emitted: Vec::new(),
     }
 }
 
@@ -1361,6 +1362,7 @@ pub fn translate_actions(
         install: false,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+        emitted: Vec::new(),
     }
 }
 
@@ -1408,6 +1410,7 @@ pub fn translate_resume(
         install: false,
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
+        emitted: Vec::new(),
     }
 }
 

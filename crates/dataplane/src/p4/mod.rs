@@ -1,3 +1,402 @@
-//! P4 programs as a bridge's slow path (placeholder: filled next).
+//! P4 programs as a bridge's slow path (`nicflow p4 load`).
+//!
+//! A bridge in P4 mode sends the packets that miss its caches here instead
+//! of to the OpenFlow tables: the program (PNA, v1model or PSA, run by the
+//! `nicflow-p4` interpreter) decides, and [`megaflow`] turns the run into a
+//! datapath flow — the bits read become the mask, the changed fields
+//! become `set(...)` actions — which the same caches and engines
+//! (userspace, TC, XDP) execute from then on, as PISCES did with OVS.
+//! Decisions that depend on per-packet state (registers, meters, ...) or
+//! rewrite what no datapath action can (a pushed header) are not cached:
+//! the interpreter's own output frames are sent, for every packet, and
+//! [`P4Path::slow_path_reasons`] says why.
+//!
+//! Port numbers: the program sees a bridge port under its OpenFlow number
+//! unless a [`PortMap`] says otherwise (the STF runner maps P4 port N to
+//! bridge port N + 1, since bridge ports start at 1).
+//!
+//! Table changes revalidate exactly the cached flows whose runs applied the
+//! changed table: each cached run remembers its tables and their
+//! generation, the others keep their flows untouched.
 
 pub mod megaflow;
+
+use crate::datapath::{RuleRef, UpcallHandler, XlateOut};
+use nicflow_classifier::RuleId;
+use nicflow_flow::FlowKey;
+use nicflow_p4::{Outcome, Pipeline, Trace};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// P4 port numbers <-> bridge port numbers.
+#[derive(Clone, Debug, Default)]
+pub struct PortMap {
+    to_bridge: BTreeMap<u32, u32>,
+    to_p4: BTreeMap<u32, u32>,
+    /// Without an explicit entry, a port keeps its number.
+    pub identity: bool,
+}
+
+impl PortMap {
+    /// Every port under its own number.
+    pub fn identity() -> PortMap {
+        PortMap {
+            identity: true,
+            ..PortMap::default()
+        }
+    }
+
+    /// P4 port `p4` is bridge port `bridge`.
+    pub fn insert(&mut self, p4: u32, bridge: u32) {
+        self.to_bridge.insert(p4, bridge);
+        self.to_p4.insert(bridge, p4);
+    }
+
+    pub fn to_bridge(&self, p4: u32) -> Option<u32> {
+        match self.to_bridge.get(&p4) {
+            Some(b) => Some(*b),
+            None if self.identity => Some(p4),
+            None => None,
+        }
+    }
+
+    pub fn to_p4(&self, bridge: u32) -> Option<u32> {
+        match self.to_p4.get(&bridge) {
+            Some(p) => Some(*p),
+            None if self.identity => Some(bridge),
+            None => None,
+        }
+    }
+}
+
+/// What a cached flow came from: the tables its run applied (with their
+/// generation then), the run's trace (for crediting counters and entry
+/// hit times) and the decision, for revalidation.
+struct CachedRun {
+    tables: Vec<(String, u64)>,
+    trace: Trace,
+    out: XlateOut,
+    /// The first packet was counted by the interpreter itself: the flow's
+    /// first credited packet and bytes are skipped.
+    skip: Option<(u64, u64)>,
+}
+
+/// Counters of the P4 slow path.
+#[derive(Clone, Debug, Default)]
+pub struct P4Stats {
+    /// Packets the interpreter ran.
+    pub runs: u64,
+    /// Runs whose decision was cached as a datapath flow.
+    pub cached: u64,
+    /// Runs that ended on an interpreter error (dropped).
+    pub errors: u64,
+    /// Output copies to a port number no bridge port has (dropped).
+    pub unknown_port: u64,
+}
+
+/// The P4 slow path of one bridge.
+pub struct P4Path {
+    pipeline: Pipeline,
+    /// What was loaded (a path, or `p4runtime`), for `show`.
+    pub source: String,
+    pub ports: PortMap,
+    epoch: Instant,
+    /// Cached runs by the key of the packet that made them.
+    runs: HashMap<FlowKey, u32>,
+    credits: Vec<Option<CachedRun>>,
+    free: Vec<u32>,
+    /// Table generations: bumped on every change of the table.
+    gens: HashMap<String, u64>,
+    next_gen: u64,
+    /// Uncached runs by reason.
+    slow: BTreeMap<String, u64>,
+    pub stats: P4Stats,
+    /// Idle entries already reported, and reports not yet taken.
+    notified: std::collections::HashSet<(String, nicflow_p4::EntryId)>,
+    idle: Vec<(String, nicflow_p4::EntryId)>,
+}
+
+impl P4Path {
+    pub fn new(pipeline: Pipeline, source: String, ports: PortMap) -> P4Path {
+        P4Path {
+            pipeline,
+            source,
+            ports,
+            epoch: Instant::now(),
+            runs: HashMap::new(),
+            credits: Vec::new(),
+            free: Vec::new(),
+            gens: HashMap::new(),
+            next_gen: 1,
+            slow: BTreeMap::new(),
+            stats: P4Stats::default(),
+            notified: Default::default(),
+            idle: Vec::new(),
+        }
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The pipeline for a control-plane change of `tables` (qualified
+    /// names): their cached flows will not survive the next revalidation.
+    pub fn pipeline_mut_for(&mut self, tables: &[&str]) -> &mut Pipeline {
+        for t in tables {
+            self.bump(t);
+        }
+        &mut self.pipeline
+    }
+
+    /// The pipeline for a change that affects no cached decision (counter
+    /// and register reads, meter rates of uncached runs).
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+
+    fn bump(&mut self, table: &str) {
+        self.next_gen += 1;
+        self.gens.insert(table.to_string(), self.next_gen);
+    }
+
+    fn gen(&self, table: &str) -> u64 {
+        self.gens.get(table).copied().unwrap_or(0)
+    }
+
+    /// Nanoseconds since the path was made: the interpreter's clock.
+    pub fn now_ns(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// Uncached runs by reason (`p4-register`, `p4-header-layout`, ...).
+    pub fn slow_path_reasons(&self) -> &BTreeMap<String, u64> {
+        &self.slow
+    }
+
+    /// Run one packet through the program and map its output ports.
+    fn run(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> Option<Outcome> {
+        self.stats.runs += 1;
+        let in_port = self.ports.to_p4(key.in_port)?;
+        let mut out = self.pipeline.process(in_port, packet, self.now_ns(now));
+        if out.trace.error.is_some() {
+            self.stats.errors += 1;
+            out.outputs.clear();
+        }
+        let before = out.outputs.len();
+        out.outputs = out
+            .outputs
+            .into_iter()
+            .filter_map(|(p, d)| self.ports.to_bridge(p).map(|b| (b, d)))
+            .collect();
+        self.stats.unknown_port += (before - out.outputs.len()) as u64;
+        Some(out)
+    }
+
+    fn slow_path(&mut self, reason: &str, outputs: Vec<(u32, Vec<u8>)>) -> XlateOut {
+        *self.slow.entry(reason.to_string()).or_default() += 1;
+        XlateOut {
+            install: false,
+            emitted: outputs,
+            ..XlateOut::default()
+        }
+    }
+}
+
+impl UpcallHandler for P4Path {
+    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
+        let Some(out) = self.run(key, packet, now) else {
+            return self.slow_path(megaflow::UNKNOWN_PORT, Vec::new());
+        };
+        let Outcome { outputs, trace } = out;
+        if let Some(e) = &trace.error {
+            tracing::debug!("p4: run failed: {e}");
+            return self.slow_path("p4-error", Vec::new());
+        }
+        if let Some(reason) = trace.uncacheable.clone() {
+            let mut x = self.slow_path(&reason, outputs);
+            if reason == "p4-add-entry" {
+                // The run added an entry: flows that applied its table may
+                // be stale now.
+                for t in &trace.tables {
+                    let name = t.table.clone();
+                    self.bump(&name);
+                }
+                x.state_changed = true;
+            }
+            return x;
+        }
+        let mut k = FlowKey::default();
+        let Ok(layout) = nicflow_flow::extract(packet, key.in_port, &mut k) else {
+            return self.slow_path(megaflow::HEADER_LAYOUT, outputs);
+        };
+        let reads: Vec<(u32, u32)> = trace.read_bits.iter().map(|r| (r.offset, r.len)).collect();
+        let d = megaflow::Decision {
+            reads: &reads,
+            in_port_read: trace.in_port_read,
+            outputs: &outputs,
+        };
+        let (mask, actions) = match megaflow::derive(key, packet, &layout, &d) {
+            Ok(x) => x,
+            Err(reason) => return self.slow_path(reason, outputs),
+        };
+        self.stats.cached += 1;
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.credits.push(None);
+                (self.credits.len() - 1) as u32
+            }
+        };
+        let rules = vec![RuleRef {
+            table: 0,
+            rule: Some(RuleId::external(slot)),
+        }];
+        let out = XlateOut {
+            mask,
+            actions,
+            rules,
+            install: true,
+            ..XlateOut::default()
+        };
+        let tables = trace
+            .tables
+            .iter()
+            .map(|t| (t.table.clone(), self.gen(&t.table)))
+            .collect();
+        if let Some(old) = self.runs.insert(*key, slot) {
+            self.release(old);
+        }
+        self.credits[slot as usize] = Some(CachedRun {
+            tables,
+            trace,
+            out: out.clone(),
+            skip: Some((1, packet.len() as u64)),
+        });
+        out
+    }
+
+    fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
+        let Some(&slot) = self.runs.get(key) else {
+            return XlateOut::default();
+        };
+        let fresh = match self.credits.get(slot as usize).and_then(Option::as_ref) {
+            Some(run) => run
+                .tables
+                .iter()
+                .all(|(t, g)| self.gen(t) == *g)
+                .then(|| run.out.clone()),
+            None => None,
+        };
+        match fresh {
+            Some(out) => out,
+            None => {
+                // A table it applied changed: the flow goes and its next
+                // packet runs the program again (a rerun here would count
+                // counters and touch registers a second time).
+                self.runs.remove(key);
+                self.release(slot);
+                XlateOut::default()
+            }
+        }
+    }
+
+    fn credit(
+        &mut self,
+        rules: &[RuleRef],
+        _learned: Option<(u16, [u8; 6], u32)>,
+        packets: u64,
+        bytes: u64,
+        used: Instant,
+    ) {
+        let now_ns = self.now_ns(used);
+        for r in rules {
+            let Some(slot) = r.rule.and_then(|id| id.external_index()) else {
+                continue;
+            };
+            let Some(Some(run)) = self.credits.get_mut(slot as usize) else {
+                continue;
+            };
+            let (mut p, mut b) = (packets, bytes);
+            if let Some((sp, sb)) = run.skip.take() {
+                p = p.saturating_sub(sp);
+                b = b.saturating_sub(sb);
+            }
+            if p > 0 {
+                self.pipeline.credit(&run.trace, p, b, now_ns);
+            }
+        }
+    }
+}
+
+impl P4Path {
+    /// Change one table through `f`; on success its cached flows are
+    /// marked stale (they go at the revalidation that follows).
+    pub fn change_table<T, E>(
+        &mut self,
+        table: &str,
+        f: impl FnOnce(&mut Pipeline, &str) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<nicflow_p4::RuntimeError>,
+    {
+        let name = self.pipeline.table_info(table)?.name;
+        let r = f(&mut self.pipeline, &name)?;
+        self.bump(&name);
+        Ok(r)
+    }
+
+    /// Entries idle past their timeout: those of `add_on_miss` tables are
+    /// deleted (learned entries age out, as a learner table's do); for the
+    /// others a notification is queued for the controller
+    /// ([`P4Path::take_idle_notifications`]), once per idle period.
+    /// Returns how many entries were deleted.
+    pub fn expire_idle(&mut self, now: Instant) -> usize {
+        let now_ns = self.now_ns(now);
+        let mut deleted = 0;
+        for (table, id) in self.pipeline.expired_entries(now_ns) {
+            let learner = self
+                .pipeline
+                .table_info(&table)
+                .map(|t| t.add_on_miss)
+                .unwrap_or(false);
+            if learner {
+                if self.pipeline.table_delete(&table, id).is_ok() {
+                    self.bump(&table);
+                    deleted += 1;
+                }
+            } else if self.notified.insert((table.clone(), id)) {
+                self.idle.push((table, id));
+            }
+        }
+        deleted
+    }
+
+    /// Idle-timeout notifications not yet taken (table, entry).
+    pub fn take_idle_notifications(&mut self) -> Vec<(String, nicflow_p4::EntryId)> {
+        std::mem::take(&mut self.idle)
+    }
+
+    fn release(&mut self, slot: u32) {
+        if let Some(s) = self.credits.get_mut(slot as usize) {
+            if s.take().is_some() {
+                self.free.push(slot);
+            }
+        }
+    }
+
+    /// Forget cached runs whose flows are gone (called after the datapath
+    /// removed flows: expiry, flush). `live` holds the keys of the flows
+    /// still cached.
+    pub fn retain_runs(&mut self, live: &std::collections::HashSet<FlowKey>) {
+        let gone: Vec<(FlowKey, u32)> = self
+            .runs
+            .iter()
+            .filter(|(k, _)| !live.contains(k))
+            .map(|(k, s)| (*k, *s))
+            .collect();
+        for (k, s) in gone {
+            self.runs.remove(&k);
+            self.release(s);
+        }
+    }
+}
