@@ -530,3 +530,48 @@ mod tests {
         assert!(e.msg.contains("never came"), "{e}");
     }
 }
+
+/// Apply an STF control command (`add`, `setdefault`) to a pipeline.
+/// Returns the qualified name of the table it changed.
+pub fn apply_to(pipeline: &mut crate::Pipeline, cmd: &Command) -> Result<Option<String>, String> {
+    match cmd {
+        Command::Add(add) => {
+            let info = pipeline.table_info(&add.table).map_err(|e| e.to_string())?;
+            let spec = crate::entries::from_stf(&info, add)?;
+            pipeline
+                .table_add(&info.name, spec)
+                .map_err(|e| e.to_string())?;
+            Ok(Some(info.name))
+        }
+        Command::SetDefault { table, action } => {
+            let info = pipeline.table_info(table).map_err(|e| e.to_string())?;
+            pipeline
+                .set_default(&info.name, &action.name, action.args.clone())
+                .map_err(|e| e.to_string())?;
+            Ok(Some(info.name))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The interpreter alone as an STF target (no cache).
+pub struct InterpTarget<'a> {
+    pub pipeline: &'a mut crate::Pipeline,
+    /// The interpreter's clock: 1 µs per packet.
+    pub now_ns: u64,
+}
+
+impl StfTarget for InterpTarget<'_> {
+    fn apply(&mut self, cmd: &Command) -> Result<(), String> {
+        apply_to(self.pipeline, cmd).map(|_| ())
+    }
+
+    fn send(&mut self, port: u32, data: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, String> {
+        self.now_ns += 1_000;
+        let out = self.pipeline.process(port, data, self.now_ns);
+        if let Some(e) = out.trace.error {
+            return Err(format!("interpreter error: {e}"));
+        }
+        Ok(out.outputs)
+    }
+}

@@ -20,6 +20,7 @@
 //! generation, the others keep their flows untouched.
 
 pub mod megaflow;
+pub mod stf;
 
 use crate::datapath::{RuleRef, UpcallHandler, XlateOut};
 use nicflow_classifier::RuleId;
@@ -329,17 +330,20 @@ impl UpcallHandler for P4Path {
 }
 
 impl P4Path {
-    /// Change one table through `f`; on success its cached flows are
-    /// marked stale (they go at the revalidation that follows).
-    pub fn change_table<T, E>(
+    /// Change one table through `f` (given the pipeline and the table's
+    /// qualified name); on success its cached flows are marked stale
+    /// (they go at the revalidation that follows); on error nothing
+    /// changed.
+    pub fn change_table<T>(
         &mut self,
         table: &str,
-        f: impl FnOnce(&mut Pipeline, &str) -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        E: From<nicflow_p4::RuntimeError>,
-    {
-        let name = self.pipeline.table_info(table)?.name;
+        f: impl FnOnce(&mut Pipeline, &str) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let name = self
+            .pipeline
+            .table_info(table)
+            .map_err(|e| e.to_string())?
+            .name;
         let r = f(&mut self.pipeline, &name)?;
         self.bump(&name);
         Ok(r)
