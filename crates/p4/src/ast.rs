@@ -80,9 +80,15 @@ pub enum Decl {
         span: Span,
     },
     /// `error { A, B }` (several declarations add up).
-    Error { members: Vec<Ident>, span: Span },
+    Error {
+        members: Vec<Ident>,
+        span: Span,
+    },
     /// `match_kind { exact, ternary }`.
-    MatchKind { members: Vec<Ident>, span: Span },
+    MatchKind {
+        members: Vec<Ident>,
+        span: Span,
+    },
     /// `extern R f<T>(...);` (a function without body).
     ExternFunction(FunctionProto),
     /// `extern Name<T> { Name(...); R m(...); abstract R n(...); }`.
@@ -159,9 +165,15 @@ pub enum Type {
     DontCare,
     /// A name, with type arguments if any: `ipv4_t`, `Counter<bit<32>, bit<8>>`,
     /// `.ipv4_t` (leading dot dropped), `packet_in`.
-    Named { name: Ident, args: Vec<Type> },
+    Named {
+        name: Ident,
+        args: Vec<Type>,
+    },
     /// `T[N]` header stack / array.
-    Stack { elem: Box<Type>, size: Box<Expr> },
+    Stack {
+        elem: Box<Type>,
+        size: Box<Expr>,
+    },
     /// `tuple<A, B>`.
     Tuple(Vec<Type>),
 }
