@@ -51,6 +51,11 @@ pub enum Request {
     DumpDpFlows {
         bridge: String,
     },
+    /// `nicflow p4 ...`: a P4 program as the bridge's slow path.
+    P4 {
+        bridge: String,
+        op: P4Op,
+    },
     /// `offload-plan BR --profile NAME`: which datapath flows the NIC
     /// would hold (changes nothing).
     OffloadPlan {
@@ -594,4 +599,43 @@ mod tests {
         .to_string();
         assert!(e.contains("psk") && e.contains("not shown"), "{e}");
     }
+}
+
+/// What a [`Request::P4`] does to a bridge's P4 program.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum P4Op {
+    /// Load a program (from `path` on the daemon's host, or its `source`
+    /// text) as the bridge's slow path; `include` are `-I` directories.
+    Load {
+        path: Option<String>,
+        source: Option<String>,
+        /// `pna`, `v1model` or `psa` (default: from the program's `main`).
+        arch: Option<String>,
+        #[serde(default)]
+        include: Vec<String>,
+    },
+    /// Back to the OpenFlow tables.
+    Unload,
+    /// Tables, actions and externs of the loaded program.
+    Info,
+    /// `ACTION KEY... [=> PARAM...] [priority N]`.
+    TableAdd { table: String, words: Vec<String> },
+    /// Replace an entry's action: `ENTRY-ID ACTION [PARAM...]`.
+    TableModify { table: String, words: Vec<String> },
+    TableDel { table: String, id: u64 },
+    /// Entries of one table, or of all.
+    TableDump { table: Option<String> },
+    /// `ACTION [PARAM...]`.
+    SetDefault { table: String, words: Vec<String> },
+    CounterRead { name: String, index: Option<u64> },
+    RegisterRead { name: String, index: Option<u64> },
+    RegisterWrite { name: String, index: u64, value: String },
+    /// A Netronome RTE `user_config.json` (its text).
+    LoadConfig { json: String },
+    /// Idle-timeout notifications not yet taken (P4Runtime).
+    TakeIdle,
+    /// Send a frame out of a port as the program's controller would
+    /// (P4Runtime `PacketOut`): `data` in hex.
+    PacketOut { port: u32, data: String },
 }

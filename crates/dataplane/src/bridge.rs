@@ -1070,6 +1070,14 @@ impl Bridge {
         Some(r)
     }
 
+    /// Credit the cached flows' traffic to the P4 program's counters and
+    /// entries now (before a counter read or a table dump).
+    pub fn p4_push_stats(&mut self) {
+        if self.ofproto.p4.is_some() {
+            self.dp.push_stats(&mut self.ofproto);
+        }
+    }
+
     /// P4 housekeeping: the cached flows' hits become the entries' hit
     /// times, runs of flows that left are forgotten, idle entries age out.
     fn p4_tick(&mut self, now: Instant) {

@@ -33,6 +33,7 @@
 pub use nicflow_cni as cni;
 pub use nicflow_dataplane::bridge;
 pub mod control;
+pub mod p4cli;
 pub use nicflow_dataplane::datapath;
 pub use nicflow_dataplane::nf;
 pub use nicflow_dataplane::offload;

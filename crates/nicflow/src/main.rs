@@ -241,6 +241,12 @@ enum Cmd {
     GetSsl,
     /// Forget the TLS files (refused while ssl:/pssl: targets exist).
     DelSsl,
+    /// P4-16 programs as a bridge's slow path (PNA, v1model, PSA), their
+    /// tables and externs, and STF tests.
+    P4 {
+        #[command(subcommand)]
+        verb: nicflow::p4cli::P4Cmd,
+    },
     /// Namespace labs: hosts and nicflow switches from a topology file.
     Lab {
         #[command(subcommand)]
@@ -441,6 +447,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }),
         Cmd::DelVf { bridge, name } => ctl(Request::DelVf { bridge, name }),
         Cmd::Show => ctl(Request::Show),
+        Cmd::P4 { verb } => nicflow::p4cli::run(verb, &ctl),
         Cmd::AddFlow { bridge, flow } => ctl(Request::AddFlow { bridge, flow }),
         Cmd::AddFlows { bridge, file } => {
             let text = std::fs::read_to_string(&file)

@@ -20,6 +20,7 @@ pub mod entries;
 pub mod front;
 pub mod interp;
 pub mod runtime;
+pub mod source;
 pub mod stf;
 pub mod trace;
 pub mod value;

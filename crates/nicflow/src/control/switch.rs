@@ -40,6 +40,7 @@ mod error;
 mod groups;
 mod meters;
 mod offload;
+mod p4;
 mod persist;
 mod plan;
 mod ports;
@@ -512,6 +513,7 @@ impl Switch {
             Request::DumpFlows { bridge } => self.dump_flows(bridge),
             Request::DumpDpFlows { bridge } => self.dump_dp_flows(bridge),
             Request::OffloadPlan { bridge, profile } => self.offload_plan(&bridge, &profile),
+            Request::P4 { bridge, op } => self.p4(bridge, op),
             Request::AddGroup { bridge, group } => self.add_group(bridge, group),
             Request::AddGroups { bridge, text } => self.add_groups(bridge, text),
             Request::ModGroup { bridge, group } => self.mod_group(bridge, group),

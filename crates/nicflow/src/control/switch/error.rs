@@ -17,6 +17,10 @@ use crate::control::vf::VfError;
 pub enum SwitchError {
     #[error("no bridge `{0}`")]
     NoBridge(String),
+    /// A P4 program, entry or request was refused (its message names the
+    /// file:line, table, key or value).
+    #[error("{0}")]
+    P4(String),
     #[error("unknown profile `{0}`: cx7, bf2, bf3 or agilio")]
     UnknownProfile(String),
     #[error("bridge `{0}` already exists")]

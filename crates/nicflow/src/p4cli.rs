@@ -1,0 +1,274 @@
+//! `nicflow p4 ...`: the command line of P4 mode.
+//!
+//! Most verbs are requests to the daemon (`load`, `table-add`, ...; see
+//! `control::switch::p4`). `stf` runs locally: it checks a program against
+//! an STF test twice, through the interpreter alone and through a bridge's
+//! caches (each packet sent three times so the later copies take the
+//! cached flows), and exits non-zero naming the first difference.
+
+use crate::control::proto::{P4Op, Request};
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum P4Cmd {
+    /// Put a bridge in P4 mode: PROG.p4 replaces its OpenFlow tables as
+    /// the slow path (decisions are cached as datapath flows).
+    Load {
+        bridge: String,
+        program: PathBuf,
+        /// pna, pna-tc (P4TC's 3-block PNA), v1model or psa (default:
+        /// from the program's `main`).
+        #[arg(long)]
+        arch: Option<String>,
+        /// Include directory (the architecture files: core.p4, pna.p4, ...).
+        #[arg(short = 'I', long = "include")]
+        include: Vec<PathBuf>,
+    },
+    /// Back to the OpenFlow tables.
+    Unload { bridge: String },
+    /// The program's tables, actions, externs and slow-path counters.
+    Info { bridge: String },
+    /// Add an entry: TABLE ACTION KEY... [=> PARAM...] [priority N]
+    /// (simple_switch_CLI order; keys: v, v/len, v&&&mask, lo->hi, *;
+    /// values: numbers, IPv4/IPv6/MAC addresses, port names, v0.N VFs).
+    TableAdd {
+        bridge: String,
+        table: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        words: Vec<String>,
+    },
+    /// Replace an entry's action: TABLE ENTRY-ID ACTION [PARAM...].
+    TableModify {
+        bridge: String,
+        table: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        words: Vec<String>,
+    },
+    /// Delete an entry by its id (as table-add and table-dump print it).
+    TableDel {
+        bridge: String,
+        table: String,
+        id: u64,
+    },
+    /// Entries with their hit counts (all tables, or one).
+    TableDump {
+        bridge: String,
+        table: Option<String>,
+    },
+    /// Set a table's default action: TABLE ACTION [PARAM...].
+    SetDefault {
+        bridge: String,
+        table: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        words: Vec<String>,
+    },
+    /// Read a counter (every non-zero cell, or one).
+    CounterRead {
+        bridge: String,
+        name: String,
+        index: Option<u64>,
+    },
+    /// Read a register (every cell, or one).
+    RegisterRead {
+        bridge: String,
+        name: String,
+        index: Option<u64>,
+    },
+    /// Write a register cell.
+    RegisterWrite {
+        bridge: String,
+        name: String,
+        index: u64,
+        value: String,
+    },
+    /// Load the rules of a Netronome RTE user_config.json (all or nothing;
+    /// ports may be VF names such as v0.0).
+    LoadConfig { bridge: String, file: PathBuf },
+    /// Run an STF test (p4c's BMv2 dialect) through the interpreter and
+    /// through a bridge's cache; exit 0 when every expectation holds.
+    Stf {
+        program: PathBuf,
+        test: PathBuf,
+        #[arg(long)]
+        arch: Option<String>,
+        #[arg(short = 'I', long = "include")]
+        include: Vec<PathBuf>,
+    },
+}
+
+/// Run one `nicflow p4` verb; `ctl` sends a request to the daemon.
+pub fn run(cmd: P4Cmd, ctl: &dyn Fn(Request) -> Result<ExitCode>) -> Result<ExitCode> {
+    let req = |bridge: String, op: P4Op| ctl(Request::P4 { bridge, op });
+    match cmd {
+        P4Cmd::Load {
+            bridge,
+            program,
+            arch,
+            include,
+        } => {
+            // The daemon reads the files: absolute paths.
+            let abs = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+            let program = abs(program);
+            if !program.is_file() {
+                bail!("{}: no such file", program.display());
+            }
+            req(
+                bridge,
+                P4Op::Load {
+                    path: Some(program.display().to_string()),
+                    source: None,
+                    arch,
+                    include: include
+                        .into_iter()
+                        .map(|d| abs(d).display().to_string())
+                        .collect(),
+                },
+            )
+        }
+        P4Cmd::Unload { bridge } => req(bridge, P4Op::Unload),
+        P4Cmd::Info { bridge } => req(bridge, P4Op::Info),
+        P4Cmd::TableAdd {
+            bridge,
+            table,
+            words,
+        } => req(bridge, P4Op::TableAdd { table, words }),
+        P4Cmd::TableModify {
+            bridge,
+            table,
+            words,
+        } => req(bridge, P4Op::TableModify { table, words }),
+        P4Cmd::TableDel { bridge, table, id } => req(bridge, P4Op::TableDel { table, id }),
+        P4Cmd::TableDump { bridge, table } => req(bridge, P4Op::TableDump { table }),
+        P4Cmd::SetDefault {
+            bridge,
+            table,
+            words,
+        } => req(bridge, P4Op::SetDefault { table, words }),
+        P4Cmd::CounterRead {
+            bridge,
+            name,
+            index,
+        } => req(bridge, P4Op::CounterRead { name, index }),
+        P4Cmd::RegisterRead {
+            bridge,
+            name,
+            index,
+        } => req(bridge, P4Op::RegisterRead { name, index }),
+        P4Cmd::RegisterWrite {
+            bridge,
+            name,
+            index,
+            value,
+        } => req(bridge, P4Op::RegisterWrite { name, index, value }),
+        P4Cmd::LoadConfig { bridge, file } => {
+            let json = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            req(bridge, P4Op::LoadConfig { json })
+        }
+        P4Cmd::Stf {
+            program,
+            test,
+            arch,
+            include,
+        } => stf(&program, &test, arch.as_deref(), &include),
+    }
+}
+
+/// What `nicflow p4 stf` found.
+pub struct StfOutcome {
+    /// `Err` names the first difference (file:line: ...).
+    pub interpreter: Result<usize, String>,
+    pub cached: Result<usize, String>,
+    /// Runs of the cached pass, and how many of them were cached.
+    pub runs: u64,
+    pub cached_flows: u64,
+    /// Uncached runs by reason.
+    pub slow_path: Vec<(String, u64)>,
+}
+
+/// Run `test` against `program` both ways.
+pub fn run_stf(
+    program: &std::path::Path,
+    test: &std::path::Path,
+    arch: Option<&str>,
+    include: &[PathBuf],
+) -> Result<StfOutcome> {
+    use nicflow_p4::stf;
+    let arch = arch
+        .map(|a| a.parse::<nicflow_p4::Arch>())
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let text =
+        std::fs::read_to_string(test).with_context(|| format!("reading {}", test.display()))?;
+    let t = stf::parse(&test.display().to_string(), &text)?;
+    let load = || nicflow_p4::Pipeline::load(program, include, arch).map_err(anyhow::Error::msg);
+    let mut pl = load()?;
+    let interpreter = stf::run(
+        &t,
+        &mut stf::InterpTarget {
+            pipeline: &mut pl,
+            now_ns: 0,
+        },
+        1,
+    )
+    .map(|r| r.sent)
+    .map_err(|e| e.to_string());
+    let ports = nicflow_dataplane::p4::stf::test_ports(&t);
+    let mut target =
+        nicflow_dataplane::p4::stf::CachedTarget::new(load()?, &ports).map_err(anyhow::Error::msg)?;
+    let cached = stf::run(&t, &mut target, 3)
+        .map(|r| r.sent)
+        .map_err(|e| e.to_string());
+    let p4 = target.bridge.p4().context("bridge left P4 mode")?;
+    Ok(StfOutcome {
+        interpreter,
+        cached,
+        runs: p4.stats.runs,
+        cached_flows: p4.stats.cached,
+        slow_path: p4
+            .slow_path_reasons()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+    })
+}
+
+fn stf(
+    program: &std::path::Path,
+    test: &std::path::Path,
+    arch: Option<&str>,
+    include: &[PathBuf],
+) -> Result<ExitCode> {
+    let o = run_stf(program, test, arch, include)?;
+    let mut ok = true;
+    match &o.interpreter {
+        Ok(n) => println!("interpreter: pass ({n} packets)"),
+        Err(e) => {
+            ok = false;
+            println!("interpreter: FAIL {e}");
+        }
+    }
+    match &o.cached {
+        Ok(n) => println!("cache: pass ({n} packets, each sent 3 times)"),
+        Err(e) => {
+            ok = false;
+            println!("cache: FAIL {e}");
+        }
+    }
+    let slow: Vec<String> = o.slow_path.iter().map(|(r, n)| format!("{r}:{n}")).collect();
+    println!(
+        "slow-path runs: {} (cached as flows: {}{}{})",
+        o.runs,
+        o.cached_flows,
+        if slow.is_empty() { "" } else { "; uncached: " },
+        slow.join(" ")
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
