@@ -203,7 +203,19 @@ pub fn run_stf(
         .map_err(anyhow::Error::msg)?;
     let text =
         std::fs::read_to_string(test).with_context(|| format!("reading {}", test.display()))?;
-    let t = stf::parse(&test.display().to_string(), &text)?;
+    run_stf_text(program, &test.display().to_string(), &text, arch, include)
+}
+
+/// [`run_stf`] with the test's text given (`name` names it in failures).
+pub fn run_stf_text(
+    program: &std::path::Path,
+    name: &str,
+    text: &str,
+    arch: Option<nicflow_p4::Arch>,
+    include: &[PathBuf],
+) -> Result<StfOutcome> {
+    use nicflow_p4::stf;
+    let t = stf::parse(name, text)?;
     let load = || nicflow_p4::Pipeline::load(program, include, arch).map_err(anyhow::Error::msg);
     let mut pl = load()?;
     let interpreter = stf::run(

@@ -428,7 +428,7 @@ pub fn run(
             }
             Command::Add(_) | Command::SetDefault { .. } => target
                 .apply(cmd)
-                .map_err(|e| fail(*line, format!("{e}")))?,
+                .map_err(|e| fail(*line, e.to_string()))?,
         }
     }
     for (port, q) in &queues {

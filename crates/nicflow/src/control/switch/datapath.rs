@@ -40,6 +40,22 @@ impl Switch {
                 "not_offloaded": f.not_offloaded,
             }));
         }
+        // P4 mode: decisions that were not cached run in the program for
+        // every packet; one line per reason, with the runs it took.
+        if let Some(p4) = br.p4() {
+            for (reason, runs) in p4.slow_path_reasons() {
+                let _ = writeln!(
+                    text,
+                    "slow_path(p4), packets:{runs}, engine:interpreter, not_offloaded:{reason}"
+                );
+                data.push(json!({
+                    "slow_path": "p4",
+                    "packets": runs,
+                    "engine": "interpreter",
+                    "not_offloaded": reason,
+                }));
+            }
+        }
         Ok(Response::ok(text, json!(data)))
     }
 }
