@@ -624,6 +624,11 @@ pub enum P4Op {
     /// Replace an entry's action: `ENTRY-ID ACTION [PARAM...]`.
     TableModify { table: String, words: Vec<String> },
     TableDel { table: String, id: u64 },
+    /// Delete the entry with this match: `KEY... [priority N]` (P4Runtime
+    /// deletes by match).
+    TableDelMatch { table: String, words: Vec<String> },
+    /// Replace the action of the entry with this match (table-add syntax).
+    TableModifyMatch { table: String, words: Vec<String> },
     /// Entries of one table, or of all.
     TableDump { table: Option<String> },
     /// `ACTION [PARAM...]`.

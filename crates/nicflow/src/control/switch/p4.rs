@@ -195,6 +195,44 @@ impl Switch {
                 .map_err(p4err)?;
                 Ok(Response::ok(format!("entry {id} deleted"), json!({})))
             }
+            P4Op::TableDelMatch { table, words } => {
+                let id = br
+                    .p4_change(|p4| {
+                        p4.change_table(&table, |pl, name| {
+                            let info = pl.table_info(name).map_err(|e| e.to_string())?;
+                            let act = info
+                                .actions
+                                .first()
+                                .map(|a| a.name.clone())
+                                .ok_or("table without actions")?;
+                            let mut w = vec![act];
+                            w.extend(words.iter().cloned());
+                            let spec = entries::from_cli(&info, &w, &resolve)?;
+                            let id = find_entry(pl, name, &spec)?;
+                            pl.table_delete(name, id).map_err(|e| e.to_string())?;
+                            Ok(id)
+                        })
+                    })
+                    .ok_or_else(|| no_program(&bridge))?
+                    .map_err(p4err)?;
+                Ok(Response::ok(format!("entry {id} deleted"), json!({"id": id})))
+            }
+            P4Op::TableModifyMatch { table, words } => {
+                let id = br
+                    .p4_change(|p4| {
+                        p4.change_table(&table, |pl, name| {
+                            let info = pl.table_info(name).map_err(|e| e.to_string())?;
+                            let spec = entries::from_cli(&info, &words, &resolve)?;
+                            let id = find_entry(pl, name, &spec)?;
+                            pl.table_modify(name, id, &spec.action, spec.params)
+                                .map_err(|e| e.to_string())?;
+                            Ok(id)
+                        })
+                    })
+                    .ok_or_else(|| no_program(&bridge))?
+                    .map_err(p4err)?;
+                Ok(Response::ok(format!("entry {id} modified"), json!({"id": id})))
+            }
             P4Op::SetDefault { table, words } => {
                 br.p4_change(|p4| {
                     p4.change_table(&table, |pl, name| {
@@ -386,6 +424,16 @@ impl Switch {
             }
         }
     }
+}
+
+/// The entry of `table` with the same match and priority as `spec`.
+fn find_entry(pl: &Pipeline, table: &str, spec: &nicflow_p4::EntrySpec) -> Result<u64, String> {
+    pl.table_entries(table)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|e| !e.is_const && e.spec.keys == spec.keys && e.spec.priority == spec.priority)
+        .map(|e| e.id)
+        .ok_or_else(|| format!("table {table}: no entry with this match"))
 }
 
 fn no_program(bridge: &str) -> SwitchError {
