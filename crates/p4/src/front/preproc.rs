@@ -22,6 +22,9 @@ const MAX_INCLUDE_DEPTH: usize = 64;
 const MAX_EXPAND_DEPTH: usize = 128;
 /// Output larger than this is refused (macro bombs).
 const MAX_OUTPUT: usize = 64 << 20;
+/// Macro expansions per program beyond this are refused (exponential
+/// macro definitions would otherwise run for hours before the size limit).
+const MAX_EXPANSIONS: usize = 1 << 20;
 
 /// Preprocessed text and where each of its lines came from.
 #[derive(Clone, Debug, Default)]
@@ -75,6 +78,7 @@ struct Pre<'a> {
     out: String,
     lines: Vec<(Arc<str>, u32)>,
     depth: usize,
+    expansions: std::cell::Cell<usize>,
 }
 
 /// Preprocesses the file at `path`. `defines` are `-D NAME=VALUE`s.
@@ -208,6 +212,7 @@ impl<'a> Pre<'a> {
             out: String::new(),
             lines: Vec::new(),
             depth: 0,
+            expansions: std::cell::Cell::new(0),
         }
     }
 
@@ -547,6 +552,10 @@ impl<'a> Pre<'a> {
                         substitute(&m.body, params, &ex)
                     }
                 };
+                self.expansions.set(self.expansions.get() + 1);
+                if self.expansions.get() > MAX_EXPANSIONS {
+                    return Err("too many macro expansions (recursive macro blow-up?)".into());
+                }
                 hide.push(id);
                 let r = self.expand(&body, hide, depth + 1);
                 hide.pop();
