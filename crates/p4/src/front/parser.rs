@@ -164,7 +164,7 @@ impl<'s> Parser<'s> {
             let prev = &self.toks[self.pos - 1];
             if prev.line != self.peek().line {
                 let mut sp = prev.span.clone();
-                sp.col += (prev.end - prev.start) as u32;
+                sp.col = sp.col.saturating_add((prev.end - prev.start) as u32);
                 return self.err_at(sp, format!("expected {what} {ctx}, found {found}"));
             }
         }

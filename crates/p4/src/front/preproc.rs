@@ -323,19 +323,17 @@ impl<'a> Pre<'a> {
                             first_ident(rest).ok_or_else(|| err("#undef needs a name".into()))?;
                         self.macros.remove(n);
                     }
-                    "include" => self.include(name, dir, rest).map_err(|e| match e {
+                    "include" => self.include(dir, rest).map_err(|e| match e {
                         Ok(m) => FrontError::at(ErrorKind::Io, name, line, col, m),
                         Err(e) => e,
                     })?,
                     "error" => return Err(err(format!("#error {rest}"))),
                     "warning" | "line" | "ident" => {}
                     "pragma" => {
-                        if rest == "once" {
-                            if let Some(d) = dir {
-                                let p = d.join(name.rsplit('/').next().unwrap_or(name));
-                                let p = p.canonicalize().unwrap_or(p);
-                                self.once.insert(p);
-                            }
+                        // `#pragma once`: `name` is the path the file was read from.
+                        if rest == "once" && dir.is_some() {
+                            let p = PathBuf::from(&**name);
+                            self.once.insert(p.canonicalize().unwrap_or(p));
                         }
                     }
                     "" if rest.is_empty() => {}
@@ -387,7 +385,6 @@ impl<'a> Pre<'a> {
     /// one inside the included file.
     fn include(
         &mut self,
-        name: &Arc<str>,
         dir: Option<&Path>,
         rest: &str,
     ) -> Result<(), Result<String, FrontError>> {
@@ -439,7 +436,6 @@ impl<'a> Pre<'a> {
             ))
         })?;
         let iname: Arc<str> = Arc::from(path.display().to_string());
-        let _ = name;
         self.depth += 1;
         let r = self.file(&iname, path.parent(), &text);
         self.depth -= 1;
