@@ -60,20 +60,24 @@ const PUNCTS: &[&str] = &[
 pub fn lex(src: &Source) -> Result<Vec<Token>, FrontError> {
     let b = src.text.as_bytes();
     let mut toks = Vec::new();
-    let (mut i, mut line, mut line_start) = (0usize, 0usize, 0usize);
+    let (mut i, mut line) = (0usize, 0usize);
+    // Column of byte `col_at` (counted in characters, incrementally).
+    let (mut col_at, mut col) = (0usize, 1u32);
     while i < b.len() {
         let c = b[i];
         if c == b'\n' {
             line += 1;
             i += 1;
-            line_start = i;
+            col_at = i;
+            col = 1;
             continue;
         }
         if c.is_ascii_whitespace() {
             i += 1;
             continue;
         }
-        let col = (src.text[line_start..i].chars().count() + 1) as u32;
+        col = col.saturating_add(src.text.get(col_at..i).map_or(0, |s| s.chars().count()) as u32);
+        col_at = i;
         let span = src.span(line, col);
         let start = i;
         let kind = if c.is_ascii_alphabetic() || c == b'_' {

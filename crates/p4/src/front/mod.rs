@@ -75,8 +75,10 @@ impl FrontError {
 /// `include_dirs` in order (`#include "x"` first the including file's
 /// directory).
 pub fn parse_file(path: &Path, include_dirs: &[PathBuf]) -> Result<ast::Program, FrontError> {
-    let src = preprocess(path, include_dirs, &[])?;
-    parse_source(&src)
+    with_big_stack(|| {
+        let src = preprocess(path, include_dirs, &[])?;
+        parse_source(&src)
+    })
 }
 
 /// Same as [`parse_file`] for a program held in memory (tests, P4Runtime);
@@ -86,12 +88,49 @@ pub fn parse_str(
     text: &str,
     include_dirs: &[PathBuf],
 ) -> Result<ast::Program, FrontError> {
-    let src = preprocess_str(name, text, include_dirs, &[])?;
-    parse_source(&src)
+    with_big_stack(|| {
+        let src = preprocess_str(name, text, include_dirs, &[])?;
+        parse_source(&src)
+    })
 }
 
 /// Lexes and parses already preprocessed source.
 pub fn parse_source(src: &Source) -> Result<ast::Program, FrontError> {
-    let toks = lexer::lex(src)?;
-    parser::Parser::new(src, toks).program()
+    with_big_stack(|| {
+        let toks = lexer::lex(src)?;
+        parser::Parser::new(src, toks).program()
+    })
+}
+
+/// Stack for the recursive descent: the parser bounds its nesting
+/// (`parser::MAX_DEPTH`), and this is sized so that the bound, not the
+/// caller's thread (2 MiB for test threads, less elsewhere), is what
+/// refuses a deeply nested program — in debug builds too.
+const PARSE_STACK: usize = 64 << 20;
+
+/// Runs `f` on a scoped thread with [`PARSE_STACK`] bytes of stack (inline
+/// if no thread can be started).
+fn with_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    let cell = std::sync::Mutex::new(Some(f));
+    let take = || cell.lock().ok().and_then(|mut g| g.take());
+    let on_thread = std::thread::scope(|s| {
+        let spawned = std::thread::Builder::new()
+            .name("p4-parse".into())
+            .stack_size(PARSE_STACK)
+            .spawn_scoped(s, || take().map(|f| f()));
+        match spawned {
+            Ok(h) => match h.join() {
+                Ok(v) => v,
+                Err(p) => std::panic::resume_unwind(p),
+            },
+            Err(_) => None,
+        }
+    });
+    match on_thread {
+        Some(v) => v,
+        None => match take() {
+            Some(f) => f(),
+            None => unreachable!("the parse closure ran on its thread"),
+        },
+    }
 }

@@ -18,7 +18,7 @@ use crate::ast::*;
 use std::collections::HashSet;
 
 /// Nesting beyond this (expressions, statements, types) is refused.
-const MAX_DEPTH: usize = 256;
+const MAX_DEPTH: usize = 400;
 
 type R<T> = Result<T, FrontError>;
 
@@ -164,7 +164,7 @@ impl<'s> Parser<'s> {
             let prev = &self.toks[self.pos - 1];
             if prev.line != self.peek().line {
                 let mut sp = prev.span.clone();
-                sp.col += (prev.end - prev.start) as u32;
+                sp.col = sp.col.saturating_add((prev.end - prev.start) as u32);
                 return self.err_at(sp, format!("expected {what} {ctx}, found {found}"));
             }
         }
@@ -974,7 +974,9 @@ impl<'s> Parser<'s> {
                 }
             }
         };
+        let d0 = self.depth;
         while self.is_punct("[") {
+            self.enter()?;
             self.bump();
             let size = self.expr()?;
             self.expect_punct("]", "to close the size of a header stack type")?;
@@ -983,6 +985,7 @@ impl<'s> Parser<'s> {
                 size: Box::new(size),
             };
         }
+        self.depth = d0;
         Ok(t)
     }
 
@@ -1074,11 +1077,9 @@ impl<'s> Parser<'s> {
                     while !self.is_punct("}") {
                         let annotations = self.annotations()?;
                         let aspan = self.span();
-                        let aname = if self.eat_punct(".") {
-                            self.ident(&format!("in the actions of table {tn}"))?
-                        } else {
-                            self.ident(&format!("in the actions of table {tn}"))?
-                        };
+                        // A leading `.` (top-level name) is dropped.
+                        self.eat_punct(".");
+                        let aname = self.ident(&format!("in the actions of table {tn}"))?;
                         let args = if self.is_punct("(") {
                             self.args()?
                         } else {
@@ -1541,8 +1542,13 @@ impl<'s> Parser<'s> {
     }
 
     fn expr_prec(&mut self, min: u8) -> R<Expr> {
+        let d0 = self.depth;
         let mut lhs = self.unary()?;
         loop {
+            // Each operator deepens the tree (left-assoc chains built by
+            // this loop): counted so that dropping the tree cannot
+            // overflow the stack either.
+            self.enter()?;
             if min <= 1 && self.is_punct("?") {
                 let span = lhs.span().clone();
                 self.bump();
@@ -1569,6 +1575,7 @@ impl<'s> Parser<'s> {
             let span = lhs.span().clone();
             lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs?), span);
         }
+        self.depth = d0;
         Ok(lhs)
     }
 
@@ -1700,12 +1707,9 @@ impl<'s> Parser<'s> {
     }
 
     fn postfix(&mut self, mut e: Expr) -> R<Expr> {
-        let mut steps = 0usize;
+        let d0 = self.depth;
         loop {
-            steps += 1;
-            if steps > MAX_DEPTH {
-                return self.err("expression too long");
-            }
+            self.enter()?;
             if self.is_punct(".") {
                 self.bump();
                 let m = self.ident("after '.'")?;
@@ -1763,6 +1767,7 @@ impl<'s> Parser<'s> {
                 break;
             }
         }
+        self.depth = d0;
         Ok(e)
     }
 

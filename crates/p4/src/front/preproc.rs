@@ -22,6 +22,9 @@ const MAX_INCLUDE_DEPTH: usize = 64;
 const MAX_EXPAND_DEPTH: usize = 128;
 /// Output larger than this is refused (macro bombs).
 const MAX_OUTPUT: usize = 64 << 20;
+/// Macro expansions per program beyond this are refused (exponential
+/// macro definitions would otherwise run for hours before the size limit).
+const MAX_EXPANSIONS: usize = 1 << 20;
 
 /// Preprocessed text and where each of its lines came from.
 #[derive(Clone, Debug, Default)]
@@ -75,6 +78,7 @@ struct Pre<'a> {
     out: String,
     lines: Vec<(Arc<str>, u32)>,
     depth: usize,
+    expansions: std::cell::Cell<usize>,
 }
 
 /// Preprocesses the file at `path`. `defines` are `-D NAME=VALUE`s.
@@ -208,6 +212,7 @@ impl<'a> Pre<'a> {
             out: String::new(),
             lines: Vec::new(),
             depth: 0,
+            expansions: std::cell::Cell::new(0),
         }
     }
 
@@ -318,19 +323,17 @@ impl<'a> Pre<'a> {
                             first_ident(rest).ok_or_else(|| err("#undef needs a name".into()))?;
                         self.macros.remove(n);
                     }
-                    "include" => self.include(name, dir, rest).map_err(|e| match e {
+                    "include" => self.include(dir, rest).map_err(|e| match e {
                         Ok(m) => FrontError::at(ErrorKind::Io, name, line, col, m),
                         Err(e) => e,
                     })?,
                     "error" => return Err(err(format!("#error {rest}"))),
                     "warning" | "line" | "ident" => {}
                     "pragma" => {
-                        if rest == "once" {
-                            if let Some(d) = dir {
-                                let p = d.join(name.rsplit('/').next().unwrap_or(name));
-                                let p = p.canonicalize().unwrap_or(p);
-                                self.once.insert(p);
-                            }
+                        // `#pragma once`: `name` is the path the file was read from.
+                        if rest == "once" && dir.is_some() {
+                            let p = PathBuf::from(&**name);
+                            self.once.insert(p.canonicalize().unwrap_or(p));
                         }
                     }
                     "" if rest.is_empty() => {}
@@ -382,7 +385,6 @@ impl<'a> Pre<'a> {
     /// one inside the included file.
     fn include(
         &mut self,
-        name: &Arc<str>,
         dir: Option<&Path>,
         rest: &str,
     ) -> Result<(), Result<String, FrontError>> {
@@ -434,7 +436,6 @@ impl<'a> Pre<'a> {
             ))
         })?;
         let iname: Arc<str> = Arc::from(path.display().to_string());
-        let _ = name;
         self.depth += 1;
         let r = self.file(&iname, path.parent(), &text);
         self.depth -= 1;
@@ -547,6 +548,10 @@ impl<'a> Pre<'a> {
                         substitute(&m.body, params, &ex)
                     }
                 };
+                self.expansions.set(self.expansions.get() + 1);
+                if self.expansions.get() > MAX_EXPANSIONS {
+                    return Err("too many macro expansions (recursive macro blow-up?)".into());
+                }
                 hide.push(id);
                 let r = self.expand(&body, hide, depth + 1);
                 hide.pop();
