@@ -136,7 +136,8 @@ pub enum Value {
     /// Result of `t.apply()`: hit, miss, action name run.
     ApplyResult {
         hit: bool,
-        action: Arc<str>,
+        /// Index of the action run in the program's action list.
+        action: usize,
     },
     Void,
 }
