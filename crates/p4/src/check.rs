@@ -199,6 +199,9 @@ pub(crate) struct KeyDef {
 /// An action in a table's `actions` list.
 pub(crate) struct TableAction {
     pub action: usize,
+    /// Arguments bound in the actions list (`a(hdr.x)`) for the
+    /// directional parameters.
+    pub bound: Vec<ast::Arg>,
 }
 
 /// A compiled table entry match element (values in the key's width).
@@ -261,6 +264,8 @@ pub(crate) struct Prog {
     pub main_blocks: Vec<(String, usize)>,
     pub package: String,
     pub package_arity: usize,
+    /// Top-level instantiations used as package arguments.
+    pub used_top: Vec<String>,
 }
 
 fn span_of_type(t: &Type) -> Option<Span> {
@@ -462,6 +467,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
     let mut g = Globals::default();
     let mut top_actions: Vec<ast::ActionDecl> = Vec::new();
     let mut main: Option<ast::Instantiation> = None;
+    let mut top_insts: HashMap<String, ast::Instantiation> = HashMap::new();
     let mut functions = Vec::new();
     let mut consts = Vec::new();
     g.errors = vec![
@@ -532,13 +538,18 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
                 if i.name.name == "main" {
                     main = Some(i);
                 } else {
-                    return unsupported(&i.span, format!("top-level instantiation {}", i.name.name));
+                    top_insts.insert(i.name.name.clone(), i);
                 }
             }
         }
     }
     // Aggregates (resolved on demand, recursively).
-    let names: Vec<String> = g.agg_decls.keys().cloned().collect();
+    let names: Vec<String> = g
+        .agg_decls
+        .iter()
+        .filter(|(_, d)| d.type_params.is_empty())
+        .map(|(n, _)| n.clone())
+        .collect();
     for n in names {
         resolve_agg(&mut g, &n, 0)?;
     }
@@ -571,6 +582,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         main_blocks: Vec::new(),
         package: String::new(),
         package_arity: 0,
+        used_top: Vec::new(),
     };
     for a in top_actions {
         let idx = add_action(&mut prog, a, None, None)?;
@@ -600,7 +612,12 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             .map(|n| n.name.clone())
             .or_else(|| pnames.get(i).cloned())
             .unwrap_or_else(|| format!("arg{i}"));
-        instantiate_package_arg(&mut prog, &a.value, &pname)?;
+        instantiate_package_arg(&mut prog, &a.value, &pname, &top_insts)?;
+    }
+    for (n, i) in &top_insts {
+        if !prog.used_top.contains(n) {
+            return unsupported(&i.span, format!("top-level instantiation {n} outside main"));
+        }
     }
     Ok(prog)
 }
@@ -740,7 +757,27 @@ fn add_action(prog: &mut Prog, a: ast::ActionDecl, block: Option<usize>, prefix:
     Ok(prog.actions.len() - 1)
 }
 
-fn instantiate_package_arg(prog: &mut Prog, e: &Expr, pname: &str) -> Result<(), P4Error> {
+fn instantiate_package_arg(
+    prog: &mut Prog,
+    e: &Expr,
+    pname: &str,
+    top: &HashMap<String, ast::Instantiation>,
+) -> Result<(), P4Error> {
+    if let Expr::Path(id) = e {
+        if let Some(i) = top.get(&id.name) {
+            prog.used_top.push(id.name.clone());
+            let call = Expr::Call {
+                func: Box::new(match &i.ty {
+                    Type::Named { name, .. } => Expr::Path(name.clone()),
+                    _ => return unsupported(&i.span, "instantiation of a non-named type"),
+                }),
+                type_args: vec![],
+                args: i.args.clone(),
+                span: i.span.clone(),
+            };
+            return instantiate_package_arg(prog, &call, pname, top);
+        }
+    }
     let Expr::Call { func, args, span, .. } = e else {
         return unsupported(e.span(), "package argument that is not an instantiation");
     };
@@ -751,7 +788,7 @@ fn instantiate_package_arg(prog: &mut Prog, e: &Expr, pname: &str) -> Result<(),
         let pnames: Vec<String> = prog.g.packages[&ty.name].params.iter().map(|p| p.name.name.clone()).collect();
         for (i, a) in args.iter().enumerate() {
             let sub = pnames.get(i).cloned().unwrap_or_else(|| format!("arg{i}"));
-            instantiate_package_arg(prog, &a.value, &format!("{pname}.{sub}"))?;
+            instantiate_package_arg(prog, &a.value, &format!("{pname}.{sub}"), top)?;
         }
         return Ok(());
     }
@@ -957,14 +994,14 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
                     let Some(a) = find_action(prog, bidx, &r.name.name) else {
                         return check_err(&r.name.span, format!("no action {}", r.name.name));
                     };
-                    if !r.args.is_empty() {
-                        return unsupported(&r.span, "action with bound arguments in an actions list");
-                    }
                     let mut info = prog.actions[a].info.clone();
                     info.table_only = ann(&r.annotations, "tableonly").is_some();
                     info.default_only = ann(&r.annotations, "defaultonly").is_some();
                     action_infos.push(info);
-                    actions.push(TableAction { action: a });
+                    actions.push(TableAction {
+                        action: a,
+                        bound: r.args.clone(),
+                    });
                 }
             }
             ast::TableProperty::DefaultAction { action, is_const, span } => {

@@ -397,24 +397,24 @@ impl<'a> Run<'a> {
             },
             Expr::Member(b, m) => {
                 let base = self.lvalue(b)?;
-                match base {
-                    Value::Stack(s) if m.name == "next" => {
-                        let n = s.next;
-                        s.elems.get_mut(n).ok_or(Ctl::Reject("StackOutOfBounds".into()))
-                    }
-                    Value::Stack(s) if m.name == "last" => {
-                        let n = s.next;
-                        if n == 0 {
-                            return Err(Ctl::Reject("StackOutOfBounds".into()));
-                        }
-                        Ok(&mut s.elems[n - 1])
-                    }
-                    v => {
-                        let tn = v.type_name();
-                        v.field_mut(&m.name)
-                            .ok_or_else(|| Ctl::Fail(format!("{}: {} has no field {}", m.span, tn, m.name)))
-                    }
+                let stack_op = matches!(base, Value::Stack(_)) && (m.name == "next" || m.name == "last");
+                if stack_op {
+                    let Value::Stack(s) = base else {
+                        return fail("not a stack");
+                    };
+                    let n = s.next;
+                    let i = if m.name == "next" {
+                        n
+                    } else if n == 0 {
+                        return Err(Ctl::Reject("StackOutOfBounds".into()));
+                    } else {
+                        n - 1
+                    };
+                    return s.elems.get_mut(i).ok_or(Ctl::Reject("StackOutOfBounds".into()));
                 }
+                let tn = base.type_name();
+                base.field_mut(&m.name)
+                    .ok_or_else(|| Ctl::Fail(format!("{}: {} has no field {}", m.span, tn, m.name)))
             }
             Expr::Index(b, i, span) => {
                 let i = self.eval(i)?;

@@ -132,8 +132,9 @@ fn compile_keys(p: &Prog, t: usize, keys: &[KeyMatch]) -> Result<Vec<Km>, Runtim
         ));
     }
     let mut out = Vec::new();
-    for (k, (ki, m)) in td.info.keys.iter().zip(td.keys.iter().zip(keys)) {
-        let w = m.0.width;
+    for (k, (kd, m)) in td.info.keys.iter().zip(td.keys.iter().zip(keys)) {
+        let ki = kd;
+        let w = kd.width;
         let full = mask(w);
         let bad = |msg: String| RuntimeError::BadKey {
             table: tname.clone(),

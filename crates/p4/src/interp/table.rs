@@ -91,8 +91,8 @@ impl Run<'_> {
         }
         // Trace: the key bits the lookup examined.
         let n_entries = td.const_entries.len() + st.entries.len();
+        let mut need = vec![0u128; td.keys.len()];
         if n_entries > 0 {
-            let mut need = vec![0u128; td.keys.len()];
             for e in td.const_entries.iter().chain(st.entries.iter()) {
                 // Lower-priority entries than the winner were not examined.
                 if has_prio && best.is_some() && (e.prio as i128) < best_score {
@@ -105,9 +105,6 @@ impl Run<'_> {
                     };
                 }
             }
-            for (i, k) in td.keys.iter().enumerate() {
-                self.use_src(ksrc[i], k.width, need[i], k.width);
-            }
         }
         let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(list, idx)| {
             let e = if list == 0 {
@@ -117,6 +114,9 @@ impl Run<'_> {
             };
             (e.id, e.action, e.args.clone())
         });
+        for (i, k) in td.keys.iter().enumerate() {
+            self.use_src(ksrc[i], k.width, need[i], k.width);
+        }
         let now = self.now;
         let bytes = self.pkt.len() as u64;
         // Hit bookkeeping (runtime entries keep counts; const ones in the
@@ -149,7 +149,8 @@ impl Run<'_> {
         }
         match hit_entry {
             Some((_, a, args)) => {
-                self.call_action(a, None, Some(args))?;
+                let bound = td.actions.iter().find(|ta| ta.action == a).map(|ta| ta.bound.as_slice());
+                self.call_action(a, bound, Some(args))?;
                 Ok(Value::ApplyResult { hit: true, action: a })
             }
             None => {
@@ -157,7 +158,8 @@ impl Run<'_> {
                 if td.info.add_on_miss {
                     self.miss_ctx().push((t, kv));
                 }
-                let r = self.call_action(a, None, Some(args));
+                let bound = td.actions.iter().find(|ta| ta.action == a).map(|ta| ta.bound.as_slice());
+                let r = self.call_action(a, bound, Some(args));
                 if td.info.add_on_miss {
                     self.miss_ctx().pop();
                 }
