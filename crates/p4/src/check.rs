@@ -266,6 +266,9 @@ pub(crate) struct Prog {
     pub package_arity: usize,
     /// Top-level instantiations used as package arguments.
     pub used_top: Vec<String>,
+    /// Controls/parsers without constructor parameters, for direct
+    /// invocation (`C.apply(...)` without instantiation).
+    pub direct_blocks: HashMap<String, usize>,
 }
 
 fn span_of_type(t: &Type) -> Option<Span> {
@@ -583,6 +586,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         package: String::new(),
         package_arity: 0,
         used_top: Vec::new(),
+        direct_blocks: HashMap::new(),
     };
     for a in top_actions {
         let idx = add_action(&mut prog, a, None, None)?;
@@ -613,6 +617,36 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             .or_else(|| pnames.get(i).cloned())
             .unwrap_or_else(|| format!("arg{i}"));
         instantiate_package_arg(&mut prog, &a.value, &pname, &top_insts)?;
+    }
+    // Direct invocation targets: reuse main's instance of the same type,
+    // else instantiate (quietly skipping types that cannot be).
+    let mut names: Vec<String> = prog.g.controls.keys().chain(prog.g.parsers.keys()).cloned().collect();
+    names.sort();
+    for n in names {
+        if let Some(b) = prog.blocks.iter().position(|b| b.qname == n) {
+            prog.direct_blocks.insert(n, b);
+            continue;
+        }
+        let no_ctor = match (prog.g.controls.get(&n), prog.g.parsers.get(&n)) {
+            (Some(c), _) => c.ctor_params.is_empty() && c.type_params.is_empty(),
+            (None, Some(p)) => p.ctor_params.is_empty() && p.type_params.is_empty(),
+            _ => false,
+        };
+        if !no_ctor {
+            continue;
+        }
+        let marks = (prog.blocks.len(), prog.tables.len(), prog.externs.len(), prog.actions.len());
+        match instantiate_block(&mut prog, &n, &n, vec![], &Span::default(), 0) {
+            Ok(b) => {
+                prog.direct_blocks.insert(n, b);
+            }
+            Err(_) => {
+                prog.blocks.truncate(marks.0);
+                prog.tables.truncate(marks.1);
+                prog.externs.truncate(marks.2);
+                prog.actions.truncate(marks.3);
+            }
+        }
     }
     for (n, i) in &top_insts {
         if !prog.used_top.contains(n) {

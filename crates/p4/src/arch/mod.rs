@@ -153,7 +153,7 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         }
         "psa_egress_parser_input_metadata_t" | "psa_egress_input_metadata_t" | "psa_egress_deparser_input_metadata_t" => {
             set_field(v, "egress_port", c.egress_port as u128, Src::None);
-            set_enum_field(v, "packet_path", "NORMAL");
+            set_enum_field(v, "packet_path", "NORMAL_UNICAST");
             set_field(v, "egress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         _ => {}

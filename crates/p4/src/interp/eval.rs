@@ -619,6 +619,11 @@ impl<'a> Run<'a> {
                         match self.local(&id.name) {
                             Some(Local::Table(t)) if name == "apply" => return self.apply_table(*t),
                             Some(Local::Block(b)) if name == "apply" => return self.apply_sub_block(*b, args, span),
+                            None if name == "apply" => {
+                                if let Some(b) = self.p.direct_blocks.get(&id.name) {
+                                    return self.apply_sub_block(*b, args, span);
+                                }
+                            }
                             _ => {}
                         }
                     }
@@ -647,10 +652,7 @@ impl<'a> Run<'a> {
                 }
                 if let Some(f) = self.p.g.functions.get(n) {
                     let f = f.clone();
-                    let saved_block = self.block.take();
-                    let r = self.invoke(&f.decl.proto.params, &f.param_tys, args, None, &f.decl.body, true);
-                    self.block = saved_block;
-                    return r;
+                    return self.invoke(&f.decl.proto.params, &f.param_tys, args, None, &f.decl.body, true, Some(None));
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
                     return self.call_action(*a, Some(args), None);
@@ -667,13 +669,8 @@ impl<'a> Run<'a> {
         let p: &'a Prog = self.p;
         let ad = &p.actions[a];
         let barrier = ad.block.is_none() || ad.block != self.block;
-        let saved = self.block;
-        if barrier {
-            self.block = ad.block;
-        }
-        let r = self.invoke(&ad.decl.params, &ad.param_tys, args.unwrap_or(&[]), data, &ad.decl.body, barrier);
-        self.block = saved;
-        r
+        let callee = if barrier { Some(ad.block) } else { None };
+        self.invoke(&ad.decl.params, &ad.param_tys, args.unwrap_or(&[]), data, &ad.decl.body, barrier, callee)
     }
 
     /// Binds parameters (copy-in), runs `body`, copies out.
@@ -685,6 +682,7 @@ impl<'a> Run<'a> {
         data: Option<Vec<Value>>,
         body: &ast::Block,
         barrier: bool,
+        callee_block: Option<Option<usize>>,
     ) -> R<Value> {
         let mut frame: Vec<(String, Value)> = Vec::with_capacity(params.len());
         let mut copy_out: Vec<(String, &Expr)> = Vec::new();
@@ -739,6 +737,10 @@ impl<'a> Run<'a> {
             frame.push((p.name.name.clone(), v));
         }
         let saved_base = self.base;
+        let saved_block = self.block;
+        if let Some(b) = callee_block {
+            self.block = b;
+        }
         self.frames.push(frame);
         if barrier {
             self.base = self.frames.len() - 1;
@@ -746,6 +748,7 @@ impl<'a> Run<'a> {
         let r = body.stmts.iter().try_for_each(|s| self.exec(s));
         let frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
+        self.block = saved_block;
         let ret = match r {
             Ok(()) => Value::Void,
             Err(Ctl::Return(v)) => v,
