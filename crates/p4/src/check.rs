@@ -50,6 +50,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Ty {
     Bits(u32, bool),
+    Varbit(u32),
     Bool,
     Int,
     Error,
@@ -81,6 +82,12 @@ impl Ty {
     pub fn default_value(&self) -> Value {
         match self {
             Ty::Bits(w, s) => Value::Bits(Bits::new(*w, *s, 0)),
+            Ty::Varbit(m) => Value::Varbit(Box::new(crate::value::VarbitVal {
+                max: *m,
+                len: 0,
+                bytes: Vec::new(),
+                src: Src::None,
+            })),
             Ty::Bool => Value::Bool(false, Src::None),
             Ty::Int => Value::Int(BigInt::from(0)),
             Ty::Error => Value::Error(Arc::from("NoError"), Src::None),
@@ -282,11 +289,19 @@ fn span_of_type(t: &Type) -> Option<Span> {
 
 impl Prog {
     /// Resolves a type with block-local constants in `locals`.
-    pub fn resolve_type(&self, t: &Type, locals: Option<&HashMap<String, Local>>) -> Result<Ty, P4Error> {
+    pub fn resolve_type(
+        &self,
+        t: &Type,
+        locals: Option<&HashMap<String, Local>>,
+    ) -> Result<Ty, P4Error> {
         resolve_type(&self.g, t, locals, 0)
     }
 
-    pub fn const_eval(&self, e: &Expr, locals: Option<&HashMap<String, Local>>) -> Result<Value, P4Error> {
+    pub fn const_eval(
+        &self,
+        e: &Expr,
+        locals: Option<&HashMap<String, Local>>,
+    ) -> Result<Value, P4Error> {
         const_eval(&self.g, e, locals)
     }
 }
@@ -305,7 +320,10 @@ pub(crate) fn resolve_type(
         let v = const_eval(g, e, locals)?;
         match v.as_u128() {
             Some(w) if w as u32 <= MAX_WIDTH => Ok(w as u32),
-            Some(w) => unsupported(e.span(), format!("width {w} (widest supported: {MAX_WIDTH} bits)")),
+            Some(w) => unsupported(
+                e.span(),
+                format!("width {w} (widest supported: {MAX_WIDTH} bits)"),
+            ),
             None => check_err(e.span(), "width is not a compile-time integer"),
         }
     };
@@ -313,7 +331,15 @@ pub(crate) fn resolve_type(
         Type::Bit(e) => Ty::Bits(width(e)?, false),
         Type::Int(e) => Ty::Bits(width(e)?, true),
         Type::InfInt => Ty::Int,
-        Type::Varbit(e) => return unsupported(e.span(), "varbit"),
+        Type::Varbit(e) => {
+            let v = const_eval(g, e, locals)?;
+            match v.as_u128() {
+                Some(w) if w <= 65536 => Ty::Varbit(w as u32),
+                _ => {
+                    return check_err(e.span(), "varbit width is not a small compile-time integer")
+                }
+            }
+        }
         Type::Bool => Ty::Bool,
         Type::Error => Ty::Error,
         Type::String => Ty::Str,
@@ -359,7 +385,11 @@ pub(crate) fn resolve_type(
 }
 
 /// Evaluates a compile-time expression (widths, constants, entry keys).
-pub(crate) fn const_eval(g: &Globals, e: &Expr, locals: Option<&HashMap<String, Local>>) -> Result<Value, P4Error> {
+pub(crate) fn const_eval(
+    g: &Globals,
+    e: &Expr,
+    locals: Option<&HashMap<String, Local>>,
+) -> Result<Value, P4Error> {
     let sp = e.span();
     match e {
         Expr::Int(lit, _) => Ok(int_lit(lit)),
@@ -387,17 +417,26 @@ pub(crate) fn const_eval(g: &Globals, e: &Expr, locals: Option<&HashMap<String, 
         }
         Expr::Unary(op, a, _) => {
             let a = const_eval(g, a, locals)?;
-            crate::interp::ops::unop(*op, a).map_err(|m| P4Error::Check { span: sp.clone(), msg: m })
+            crate::interp::ops::unop(*op, a).map_err(|m| P4Error::Check {
+                span: sp.clone(),
+                msg: m,
+            })
         }
         Expr::Binary(op, a, b, _) => {
             let a = const_eval(g, a, locals)?;
             let b = const_eval(g, b, locals)?;
-            crate::interp::ops::binop(*op, a, b).map_err(|m| P4Error::Check { span: sp.clone(), msg: m })
+            crate::interp::ops::binop(*op, a, b).map_err(|m| P4Error::Check {
+                span: sp.clone(),
+                msg: m,
+            })
         }
         Expr::Cast(t, a, _) => {
             let ty = resolve_type(g, t, locals, 0)?;
             let a = const_eval(g, a, locals)?;
-            crate::interp::ops::cast(&ty, a).map_err(|m| P4Error::Check { span: sp.clone(), msg: m })
+            crate::interp::ops::cast(&ty, a).map_err(|m| P4Error::Check {
+                span: sp.clone(),
+                msg: m,
+            })
         }
         Expr::Ternary(c, a, b, _) => match const_eval(g, c, locals)? {
             Value::Bool(true, _) => const_eval(g, a, locals),
@@ -405,13 +444,19 @@ pub(crate) fn const_eval(g: &Globals, e: &Expr, locals: Option<&HashMap<String, 
             _ => check_err(sp, "condition is not a boolean"),
         },
         Expr::List(items, _) => Ok(Value::Tuple(
-            items.iter().map(|i| const_eval(g, i, locals)).collect::<Result<_, _>>()?,
+            items
+                .iter()
+                .map(|i| const_eval(g, i, locals))
+                .collect::<Result<_, _>>()?,
         )),
         Expr::Slice { expr, hi, lo, .. } => {
             let v = const_eval(g, expr, locals)?;
             let hi = const_eval(g, hi, locals)?.as_u128().unwrap_or(0) as u32;
             let lo = const_eval(g, lo, locals)?.as_u128().unwrap_or(0) as u32;
-            crate::interp::ops::slice(&v, hi, lo).map_err(|m| P4Error::Check { span: sp.clone(), msg: m })
+            crate::interp::ops::slice(&v, hi, lo).map_err(|m| P4Error::Check {
+                span: sp.clone(),
+                msg: m,
+            })
         }
         _ => check_err(sp, "not a compile-time constant"),
     }
@@ -493,11 +538,20 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             ast::Decl::Aggregate(a) => {
                 g.agg_decls.insert(a.name.name.clone(), a);
             }
-            ast::Decl::Enum { name, underlying, members, span, .. } => {
+            ast::Decl::Enum {
+                name,
+                underlying,
+                members,
+                span,
+                ..
+            } => {
                 consts.push(ast::ConstDecl {
                     annotations: vec![],
                     ty: Type::Void,
-                    name: ast::Ident { name: format!("\0enum {}", name.name), span: span.clone() },
+                    name: ast::Ident {
+                        name: format!("\0enum {}", name.name),
+                        span: span.clone(),
+                    },
                     value: Expr::Default(span.clone()),
                     span: span.clone(),
                 });
@@ -564,7 +618,10 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         }
         let ty = resolve_type(&g, &c.ty, None, 0)?;
         let v = const_eval(&g, &c.value, None)?;
-        let v = crate::interp::ops::coerce(&ty, v).map_err(|m| P4Error::Check { span: c.span.clone(), msg: m })?;
+        let v = crate::interp::ops::coerce(&ty, v).map_err(|m| P4Error::Check {
+            span: c.span.clone(),
+            msg: m,
+        })?;
         g.consts.insert(c.name.name, v);
     }
     for f in functions {
@@ -574,7 +631,10 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             .iter()
             .map(|p| resolve_type(&g, &p.ty, None, 0))
             .collect::<Result<_, _>>()?;
-        g.functions.insert(f.proto.name.name.clone(), Arc::new(FuncDef { decl: f, param_tys }));
+        g.functions.insert(
+            f.proto.name.name.clone(),
+            Arc::new(FuncDef { decl: f, param_tys }),
+        );
     }
     let mut prog = Prog {
         g,
@@ -595,7 +655,11 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
     }
     let main = match main {
         Some(m) => m,
-        None => return Err(P4Error::Arch("the program has no `main` package instantiation".into())),
+        None => {
+            return Err(P4Error::Arch(
+                "the program has no `main` package instantiation".into(),
+            ))
+        }
     };
     let pkg = match &main.ty {
         Type::Named { name, .. } => name.name.clone(),
@@ -620,7 +684,13 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
     }
     // Direct invocation targets: reuse main's instance of the same type,
     // else instantiate (quietly skipping types that cannot be).
-    let mut names: Vec<String> = prog.g.controls.keys().chain(prog.g.parsers.keys()).cloned().collect();
+    let mut names: Vec<String> = prog
+        .g
+        .controls
+        .keys()
+        .chain(prog.g.parsers.keys())
+        .cloned()
+        .collect();
     names.sort();
     for n in names {
         if let Some(b) = prog.blocks.iter().position(|b| b.qname == n) {
@@ -635,7 +705,12 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         if !no_ctor {
             continue;
         }
-        let marks = (prog.blocks.len(), prog.tables.len(), prog.externs.len(), prog.actions.len());
+        let marks = (
+            prog.blocks.len(),
+            prog.tables.len(),
+            prog.externs.len(),
+            prog.actions.len(),
+        );
         match instantiate_block(&mut prog, &n, &n, vec![], &Span::default(), 0) {
             Ok(b) => {
                 prog.direct_blocks.insert(n, b);
@@ -658,7 +733,12 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
 
 type PendingEnum = (Option<Type>, Vec<(ast::Ident, Option<Expr>)>);
 
-fn pending_enums_push(g: &mut Globals, name: String, underlying: Option<Type>, members: Vec<(ast::Ident, Option<Expr>)>) {
+fn pending_enums_push(
+    g: &mut Globals,
+    name: String,
+    underlying: Option<Type>,
+    members: Vec<(ast::Ident, Option<Expr>)>,
+) {
     g.pending_enums.insert(name, (underlying, members));
 }
 
@@ -670,7 +750,10 @@ fn finish_enum(g: &mut Globals, name: &str) -> Result<(), P4Error> {
         Some(t) => match resolve_type(g, t, None, 0)? {
             Ty::Bits(w, s) => Some((w, s)),
             _ => {
-                return check_err(&span_of_type(t).unwrap_or_default(), "enum underlying type is not bit<W>/int<W>")
+                return check_err(
+                    &span_of_type(t).unwrap_or_default(),
+                    "enum underlying type is not bit<W>/int<W>",
+                )
             }
         },
         None => None,
@@ -682,7 +765,9 @@ fn finish_enum(g: &mut Globals, name: &str) -> Result<(), P4Error> {
                 let v = const_eval(g, e, None)?;
                 match v {
                     Value::Bits(b) => b.v,
-                    Value::Int(i) => big_to_u128(&i) & crate::value::mask(under.map(|u| u.0).unwrap_or(128)),
+                    Value::Int(i) => {
+                        big_to_u128(&i) & crate::value::mask(under.map(|u| u.0).unwrap_or(128))
+                    }
                     _ => return check_err(e.span(), "enum member value is not an integer"),
                 }
             }
@@ -690,7 +775,13 @@ fn finish_enum(g: &mut Globals, name: &str) -> Result<(), P4Error> {
         };
         ms.push((m.name.clone(), v));
     }
-    g.enums.insert(name.to_string(), EnumDef { underlying: under, members: ms });
+    g.enums.insert(
+        name.to_string(),
+        EnumDef {
+            underlying: under,
+            members: ms,
+        },
+    );
     Ok(())
 }
 
@@ -729,14 +820,19 @@ fn resolve_agg(g: &mut Globals, name: &str, depth: u32) -> Result<Arc<Agg>, P4Er
             }
         }
         let ty = resolve_type(g, &f.ty, None, 0)?;
-        if d.kind == AggregateKind::Header && !matches!(ty, Ty::Bits(..) | Ty::Bool) {
+        if d.kind == AggregateKind::Header && !matches!(ty, Ty::Bits(..) | Ty::Bool | Ty::Varbit(_))
+        {
             if let Ty::Named(n) = &ty {
                 return check_err(&f.name.span, format!("unknown type {n} in header"));
             }
         }
         fields.push((f.name.name.clone(), ty));
     }
-    let names: Arc<[String]> = fields.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>().into();
+    let names: Arc<[String]> = fields
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect::<Vec<_>>()
+        .into();
     let a = Arc::new(Agg {
         name: Arc::from(name),
         kind: d.kind,
@@ -747,7 +843,12 @@ fn resolve_agg(g: &mut Globals, name: &str, depth: u32) -> Result<Arc<Agg>, P4Er
     Ok(a)
 }
 
-fn add_action(prog: &mut Prog, a: ast::ActionDecl, block: Option<usize>, prefix: Option<&str>) -> Result<usize, P4Error> {
+fn add_action(
+    prog: &mut Prog,
+    a: ast::ActionDecl,
+    block: Option<usize>,
+    prefix: Option<&str>,
+) -> Result<usize, P4Error> {
     let locals = block.map(|b| &prog.blocks[b].locals);
     let mut param_tys = Vec::new();
     let mut params = Vec::new();
@@ -757,7 +858,12 @@ fn add_action(prog: &mut Prog, a: ast::ActionDecl, block: Option<usize>, prefix:
             let w = match &t {
                 Ty::Bits(w, _) => *w,
                 Ty::Bool => 1,
-                _ => return unsupported(&p.name.span, "action data parameter that is not bit<W>/int<W>/bool"),
+                _ => {
+                    return unsupported(
+                        &p.name.span,
+                        "action data parameter that is not bit<W>/int<W>/bool",
+                    )
+                }
             };
             params.push(ParamInfo {
                 name: p.name.name.clone(),
@@ -812,14 +918,21 @@ fn instantiate_package_arg(
             return instantiate_package_arg(prog, &call, pname, top);
         }
     }
-    let Expr::Call { func, args, span, .. } = e else {
+    let Expr::Call {
+        func, args, span, ..
+    } = e
+    else {
         return unsupported(e.span(), "package argument that is not an instantiation");
     };
     let Expr::Path(ty) = &**func else {
         return unsupported(span, "package argument");
     };
     if prog.g.packages.contains_key(&ty.name) {
-        let pnames: Vec<String> = prog.g.packages[&ty.name].params.iter().map(|p| p.name.name.clone()).collect();
+        let pnames: Vec<String> = prog.g.packages[&ty.name]
+            .params
+            .iter()
+            .map(|p| p.name.name.clone())
+            .collect();
         for (i, a) in args.iter().enumerate() {
             let sub = pnames.get(i).cloned().unwrap_or_else(|| format!("arg{i}"));
             instantiate_package_arg(prog, &a.value, &format!("{pname}.{sub}"), top)?;
@@ -840,7 +953,10 @@ fn instantiate_package_arg(
         // the architecture.
         return Ok(());
     }
-    check_err(span, format!("{} is not a parser, control or package", ty.name))
+    check_err(
+        span,
+        format!("{} is not a parser, control or package", ty.name),
+    )
 }
 
 fn instantiate_block(
@@ -875,10 +991,18 @@ fn instantiate_block(
         let v = match (ctor.get(i), &p.default) {
             (Some(v), _) => v.clone(),
             (None, Some(d)) => const_eval(&prog.g, d, None)?,
-            (None, None) => return check_err(span, format!("missing constructor argument {}", p.name.name)),
+            (None, None) => {
+                return check_err(
+                    span,
+                    format!("missing constructor argument {}", p.name.name),
+                )
+            }
         };
         let t = resolve_type(&prog.g, &p.ty, None, 0)?;
-        let v = crate::interp::ops::coerce(&t, v).map_err(|m| P4Error::Check { span: span.clone(), msg: m })?;
+        let v = crate::interp::ops::coerce(&t, v).map_err(|m| P4Error::Check {
+            span: span.clone(),
+            msg: m,
+        })?;
         locals.insert(p.name.name.clone(), Local::Const(v));
     }
     let param_tys = params
@@ -886,7 +1010,12 @@ fn instantiate_block(
         .map(|p| resolve_type(&prog.g, &p.ty, Some(&locals), 0))
         .collect::<Result<Vec<_>, _>>()?;
     let states = match &kind {
-        BlockKind::Parser(p) => p.states.iter().enumerate().map(|(i, s)| (s.name.name.clone(), i)).collect(),
+        BlockKind::Parser(p) => p
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.name.clone(), i))
+            .collect(),
         BlockKind::Control(_) => HashMap::new(),
     };
     let bidx = prog.blocks.len();
@@ -904,8 +1033,13 @@ fn instantiate_block(
             ast::LocalDecl::Const(c) => {
                 let ty = resolve_type(&prog.g, &c.ty, Some(&prog.blocks[bidx].locals), 0)?;
                 let v = const_eval(&prog.g, &c.value, Some(&prog.blocks[bidx].locals))?;
-                let v = crate::interp::ops::coerce(&ty, v).map_err(|m| P4Error::Check { span: c.span.clone(), msg: m })?;
-                prog.blocks[bidx].locals.insert(c.name.name, Local::Const(v));
+                let v = crate::interp::ops::coerce(&ty, v).map_err(|m| P4Error::Check {
+                    span: c.span.clone(),
+                    msg: m,
+                })?;
+                prog.blocks[bidx]
+                    .locals
+                    .insert(c.name.name, Local::Const(v));
             }
             ast::LocalDecl::Var(v) => {
                 let ty = resolve_type(&prog.g, &v.ty, Some(&prog.blocks[bidx].locals), 0)?;
@@ -917,7 +1051,9 @@ fn instantiate_block(
                 prog.blocks[bidx].locals.insert(name, Local::Action(idx));
             }
             ast::LocalDecl::Table(t) => tables.push(t),
-            ast::LocalDecl::Function(f) => return unsupported(&f.proto.span, "function declared inside a control"),
+            ast::LocalDecl::Function(f) => {
+                return unsupported(&f.proto.span, "function declared inside a control")
+            }
             ast::LocalDecl::Instantiation(i) => {
                 let tname = match &i.ty {
                     Type::Named { name, .. } => name.name.clone(),
@@ -931,12 +1067,17 @@ fn instantiate_block(
                     .collect::<Result<_, _>>()?;
                 if prog.g.parsers.contains_key(&tname) || prog.g.controls.contains_key(&tname) {
                     let b = instantiate_block(prog, &tname, &sub_q, args, &i.span, depth + 1)?;
-                    prog.blocks[bidx].locals.insert(i.name.name.clone(), Local::Block(b));
+                    prog.blocks[bidx]
+                        .locals
+                        .insert(i.name.name.clone(), Local::Block(b));
                 } else if prog.g.externs.contains_key(&tname) {
                     let elem_ty = match &i.ty {
-                        Type::Named { args: targs, .. } if !targs.is_empty() => {
-                            Some(resolve_type(&prog.g, &targs[0], Some(&prog.blocks[bidx].locals), 0)?)
-                        }
+                        Type::Named { args: targs, .. } if !targs.is_empty() => Some(resolve_type(
+                            &prog.g,
+                            &targs[0],
+                            Some(&prog.blocks[bidx].locals),
+                            0,
+                        )?),
                         _ => None,
                     };
                     prog.externs.push(ExternDef {
@@ -1038,7 +1179,11 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
                     });
                 }
             }
-            ast::TableProperty::DefaultAction { action, is_const, span } => {
+            ast::TableProperty::DefaultAction {
+                action,
+                is_const,
+                span,
+            } => {
                 let Some((id, args)) = action_call(action) else {
                     return unsupported(span, "default action expression");
                 };
@@ -1048,14 +1193,20 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
                 let vals = action_data_args(prog, bidx, a, args, span)?;
                 default = Some((a, vals, *is_const, span.clone()));
             }
-            ast::TableProperty::Entries { entries, is_const, span } => {
+            ast::TableProperty::Entries {
+                entries,
+                is_const,
+                span,
+            } => {
                 if !is_const {
                     // Non-const initial entries are loaded as runtime
                     // entries below (same semantics for lookup).
                 }
                 entries_decl = Some((entries.clone(), *is_const, span.clone()));
             }
-            ast::TableProperty::Other { name, value, span, .. } => match name.name.as_str() {
+            ast::TableProperty::Other {
+                name, value, span, ..
+            } => match name.name.as_str() {
                 "size" => {
                     size = const_eval(&prog.g, value, Some(&prog.blocks[bidx].locals))?
                         .as_u128()
@@ -1125,7 +1276,9 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
         direct_meter,
     };
     if let Some((entries, _is_const, _)) = entries_decl {
-        let any_prio = entries.iter().any(|e| e.priority.is_some() || ann(&e.annotations, "priority").is_some());
+        let any_prio = entries
+            .iter()
+            .any(|e| e.priority.is_some() || ann(&e.annotations, "priority").is_some());
         let n = entries.len() as i64;
         for (i, e) in entries.iter().enumerate() {
             let entry = build_const_entry(prog, bidx, &td, e, i as u64, n - i as i64, any_prio)?;
@@ -1136,7 +1289,13 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     Ok(tidx)
 }
 
-fn action_data_args(prog: &Prog, bidx: usize, a: usize, args: &[ast::Arg], span: &Span) -> Result<Vec<Value>, P4Error> {
+fn action_data_args(
+    prog: &Prog,
+    bidx: usize,
+    a: usize,
+    args: &[ast::Arg],
+    span: &Span,
+) -> Result<Vec<Value>, P4Error> {
     let ad = &prog.actions[a];
     let data_params: Vec<(usize, &ast::Param)> = ad
         .decl
@@ -1150,7 +1309,12 @@ fn action_data_args(prog: &Prog, bidx: usize, a: usize, args: &[ast::Arg], span:
     if args.len() + dir_count != ad.decl.params.len() && args.len() != data_params.len() {
         return check_err(
             span,
-            format!("action {} takes {} arguments, {} given", ad.qname, data_params.len(), args.len()),
+            format!(
+                "action {} takes {} arguments, {} given",
+                ad.qname,
+                data_params.len(),
+                args.len()
+            ),
         );
     }
     let mut out = Vec::new();
@@ -1159,7 +1323,10 @@ fn action_data_args(prog: &Prog, bidx: usize, a: usize, args: &[ast::Arg], span:
             return check_err(span, format!("missing argument for action {}", ad.qname));
         };
         let v = const_eval(&prog.g, &arg.value, Some(&prog.blocks[bidx].locals))?;
-        let v = crate::interp::ops::coerce(&ad.param_tys[*pi], v).map_err(|m| P4Error::Check { span: span.clone(), msg: m })?;
+        let v = crate::interp::ops::coerce(&ad.param_tys[*pi], v).map_err(|m| P4Error::Check {
+            span: span.clone(),
+            msg: m,
+        })?;
         out.push(v);
     }
     Ok(out)
@@ -1177,8 +1344,17 @@ fn build_const_entry(
     use crate::runtime::KeyMatch;
     use num_bigint::BigUint;
     let locals = Some(&prog.blocks[bidx].locals);
-    if e.keysets.len() != td.keys.len() && !(e.keysets.len() == 1 && matches!(e.keysets[0], Expr::Default(_) | Expr::DontCare(_))) {
-        return check_err(&e.span, format!("entry has {} keys, table has {}", e.keysets.len(), td.keys.len()));
+    if e.keysets.len() != td.keys.len()
+        && !(e.keysets.len() == 1 && matches!(e.keysets[0], Expr::Default(_) | Expr::DontCare(_)))
+    {
+        return check_err(
+            &e.span,
+            format!(
+                "entry has {} keys, table has {}",
+                e.keysets.len(),
+                td.keys.len()
+            ),
+        );
     }
     let mut kms = Vec::new();
     let mut specs = Vec::new();
@@ -1203,13 +1379,19 @@ fn build_const_entry(
                     let plen = mk.count_ones();
                     (Km::Masked(v, mk), KeyMatch::Lpm(BigUint::from(v), plen))
                 } else {
-                    (Km::Masked(v, mk), KeyMatch::Ternary(BigUint::from(v), BigUint::from(mk)))
+                    (
+                        Km::Masked(v, mk),
+                        KeyMatch::Ternary(BigUint::from(v), BigUint::from(mk)),
+                    )
                 }
             }
             Expr::Range(lo, hi, _) => {
                 let lo = num(lo)?;
                 let hi = num(hi)?;
-                (Km::Range(lo, hi), KeyMatch::Range(BigUint::from(lo), BigUint::from(hi)))
+                (
+                    Km::Range(lo, hi),
+                    KeyMatch::Range(BigUint::from(lo), BigUint::from(hi)),
+                )
             }
             other => {
                 let v = num(other)?;

@@ -35,12 +35,18 @@ fn pna_calc_128() {
 
 #[test]
 fn v1model_table_entries_lpm() {
-    check_stf("v1model/table-entries-lpm-bmv2.p4", "v1model/table-entries-lpm-bmv2.stf");
+    check_stf(
+        "v1model/table-entries-lpm-bmv2.p4",
+        "v1model/table-entries-lpm-bmv2.stf",
+    );
 }
 
 #[test]
 fn v1model_table_entries_ternary() {
-    check_stf("v1model/table-entries-ternary-bmv2.p4", "v1model/table-entries-ternary-bmv2.stf");
+    check_stf(
+        "v1model/table-entries-ternary-bmv2.p4",
+        "v1model/table-entries-ternary-bmv2.stf",
+    );
 }
 
 #[test]
@@ -50,20 +56,32 @@ fn v1model_ternary2() {
 
 #[test]
 fn v1model_checksum_l4() {
-    check_stf("v1model/checksum-l4-bmv2.p4", "v1model/checksum-l4-bmv2.stf");
+    check_stf(
+        "v1model/checksum-l4-bmv2.p4",
+        "v1model/checksum-l4-bmv2.stf",
+    );
 }
 
 #[test]
 fn psa_register_read_write() {
-    check_stf("psa/psa-register-read-write-2-bmv2.p4", "psa/psa-register-read-write-2-bmv2.stf");
+    check_stf(
+        "psa/psa-register-read-write-2-bmv2.p4",
+        "psa/psa-register-read-write-2-bmv2.stf",
+    );
 }
 
 #[test]
 fn psa_recirculate() {
-    check_stf("psa/psa-recirculate-no-meta-bmv2.p4", "psa/psa-recirculate-no-meta-bmv2.stf");
+    check_stf(
+        "psa/psa-recirculate-no-meta-bmv2.p4",
+        "psa/psa-recirculate-no-meta-bmv2.stf",
+    );
 }
 
 #[test]
 fn psa_basic_counter() {
-    check_stf("psa/psa-basic-counter-bmv2.p4", "psa/psa-basic-counter-bmv2.stf");
+    check_stf(
+        "psa/psa-basic-counter-bmv2.p4",
+        "psa/psa-basic-counter-bmv2.stf",
+    );
 }

@@ -128,9 +128,15 @@ struct Ctx {
 
 /// Initial value of an architecture metadata struct.
 fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
-    let port_src = if c.pass == 0 { Src::InPort } else { Src::Tainted("p4-recirculate") };
+    let port_src = if c.pass == 0 {
+        Src::InPort
+    } else {
+        Src::Tainted("p4-recirculate")
+    };
     match key {
-        "pna_main_parser_input_metadata_t" | "pna_main_input_metadata_t" | "pna_pre_input_metadata_t" => {
+        "pna_main_parser_input_metadata_t"
+        | "pna_main_input_metadata_t"
+        | "pna_pre_input_metadata_t" => {
             set_field(v, "input_port", c.in_port as u128, port_src);
             set_field(v, "timestamp", 0, Src::Tainted("p4-timestamp"));
             set_field(v, "recirculated", (c.pass > 0) as u128, Src::None);
@@ -138,20 +144,41 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         "standard_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
             set_field(v, "packet_length", 0, Src::Tainted("p4-packet-length"));
-            set_field(v, "ingress_global_timestamp", 0, Src::Tainted("p4-timestamp"));
+            set_field(
+                v,
+                "ingress_global_timestamp",
+                0,
+                Src::Tainted("p4-timestamp"),
+            );
             set_field(v, "enq_timestamp", 0, Src::Tainted("p4-timestamp"));
-            set_field(v, "egress_global_timestamp", 0, Src::Tainted("p4-timestamp"));
-            set_field(v, "instance_type", if c.pass > 0 { 4 } else { 0 }, Src::None);
+            set_field(
+                v,
+                "egress_global_timestamp",
+                0,
+                Src::Tainted("p4-timestamp"),
+            );
+            set_field(
+                v,
+                "instance_type",
+                if c.pass > 0 { 4 } else { 0 },
+                Src::None,
+            );
         }
         "psa_ingress_parser_input_metadata_t" | "psa_ingress_input_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
-            set_enum_field(v, "packet_path", if c.pass > 0 { "RECIRCULATE" } else { "NORMAL" });
+            set_enum_field(
+                v,
+                "packet_path",
+                if c.pass > 0 { "RECIRCULATE" } else { "NORMAL" },
+            );
             set_field(v, "ingress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         "psa_ingress_output_metadata_t" => {
             set_field(v, "drop", 1, Src::None);
         }
-        "psa_egress_parser_input_metadata_t" | "psa_egress_input_metadata_t" | "psa_egress_deparser_input_metadata_t" => {
+        "psa_egress_parser_input_metadata_t"
+        | "psa_egress_input_metadata_t"
+        | "psa_egress_deparser_input_metadata_t" => {
             set_field(v, "egress_port", c.egress_port as u128, Src::None);
             set_enum_field(v, "packet_path", "NORMAL_UNICAST");
             set_field(v, "egress_timestamp", 0, Src::Tainted("p4-timestamp"));
@@ -162,7 +189,13 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
 }
 
 /// One block invocation with shared values.
-fn run_block(run: &mut Run, arch: Arch, shared: &mut Shared, b: usize, c: &Ctx) -> Result<(bool, Option<String>), Ctl> {
+fn run_block(
+    run: &mut Run,
+    arch: Arch,
+    shared: &mut Shared,
+    b: usize,
+    c: &Ctx,
+) -> Result<(bool, Option<String>), Ctl> {
     let p = run.p;
     let blk = &p.blocks[b];
     let mut vals = Vec::new();
@@ -195,7 +228,15 @@ fn run_block(run: &mut Run, arch: Arch, shared: &mut Shared, b: usize, c: &Ctx) 
         Ok((v, e)) => (v, None, e),
         Err(Ctl::Reject(e)) => {
             let v = run.reject_vals.take().unwrap_or_default();
-            (v, Some(if e.is_empty() { "NoError".to_string() } else { e }), false)
+            (
+                v,
+                Some(if e.is_empty() {
+                    "NoError".to_string()
+                } else {
+                    e
+                }),
+                false,
+            )
         }
         Err(e) => return Err(e),
     };
@@ -213,7 +254,9 @@ fn run_block(run: &mut Run, arch: Arch, shared: &mut Shared, b: usize, c: &Ctx) 
 /// Output frame: emitted headers + unparsed payload.
 fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
     if run.out.bits % 8 != 0 {
-        return Err(Ctl::Fail("deparser emitted a number of bits that is not a multiple of 8".into()));
+        return Err(Ctl::Fail(
+            "deparser emitted a number of bits that is not a multiple of 8".into(),
+        ));
     }
     if run.pos % 8 != 0 {
         return Err(Ctl::Fail("parser stopped inside a byte".into()));
@@ -235,7 +278,14 @@ fn set_parser_error(shared: &mut Shared, key: &str, err: &str) {
 }
 
 /// Runs one packet through the architecture.
-pub(crate) fn run_packet(p: &Prog, st: &mut State, arch: Arch, in_port: u32, packet: &[u8], now: u64) -> Outcome {
+pub(crate) fn run_packet(
+    p: &Prog,
+    st: &mut State,
+    arch: Arch,
+    in_port: u32,
+    packet: &[u8],
+    now: u64,
+) -> Outcome {
     let mut trace = Trace::default();
     let r = {
         let mut run = Run::new(p, st, &mut trace, packet.to_vec(), in_port, now);
@@ -252,7 +302,10 @@ pub(crate) fn run_packet(p: &Prog, st: &mut State, arch: Arch, in_port: u32, pac
                 Ctl::Fail(m) => m,
                 o => format!("{o:?}"),
             });
-            Outcome { outputs: vec![], trace }
+            Outcome {
+                outputs: vec![],
+                trace,
+            }
         }
     }
 }
@@ -267,7 +320,9 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         pass: 0,
         egress_port: 0,
     };
-    let mut sh = Shared { vals: HashMap::new() };
+    let mut sh = Shared {
+        vals: HashMap::new(),
+    };
     let (_, rej) = run_block(run, arch, &mut sh, block_at(run, 0), &c)?;
     if rej.is_some() {
         // PNA: a parser error drops the packet.
@@ -302,7 +357,9 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         run.first_pass = pass == 0;
         run.pos = 0;
         run.fwd = Default::default();
-        let mut sh = Shared { vals: HashMap::new() };
+        let mut sh = Shared {
+            vals: HashMap::new(),
+        };
         let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
         if let Some(e) = &rej {
             set_parser_error(&mut sh, "standard_metadata_t", e);
@@ -315,7 +372,11 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             }
         }
         run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
-        let sm = sh.vals.get("standard_metadata_t").cloned().unwrap_or(Value::Void);
+        let sm = sh
+            .vals
+            .get("standard_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
         if run.fwd.resubmit {
             run.tr.set_uncacheable("p4-resubmit");
             in_port = get_field(&sm, "ingress_port").unwrap_or(0) as u32;
@@ -323,7 +384,9 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             continue;
         }
         if get_field(&sm, "mcast_grp").unwrap_or(0) != 0 {
-            return Err(Ctl::Fail("unsupported: v1model multicast (mcast_grp)".into()));
+            return Err(Ctl::Fail(
+                "unsupported: v1model multicast (mcast_grp)".into(),
+            ));
         }
         let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
         if egress_spec == V1_DROP_PORT {
@@ -336,7 +399,11 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
         run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
         let bytes = deparsed(run)?;
-        let sm = sh.vals.get("standard_metadata_t").cloned().unwrap_or(Value::Void);
+        let sm = sh
+            .vals
+            .get("standard_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
         if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
             return Ok(outputs);
         }
@@ -349,7 +416,9 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         outputs.push((egress_spec, bytes));
         return Ok(outputs);
     }
-    Err(Ctl::Fail(format!("more than {MAX_PASSES} resubmit/recirculate passes")))
+    Err(Ctl::Fail(format!(
+        "more than {MAX_PASSES} resubmit/recirculate passes"
+    )))
 }
 
 fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
@@ -365,14 +434,19 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             egress_port: 0,
         };
         run.pos = 0;
-        let mut sh = Shared { vals: HashMap::new() };
+        let mut sh = Shared {
+            vals: HashMap::new(),
+        };
         let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
         if let Some(e) = &rej {
             set_parser_error(&mut sh, "psa_ingress_input_metadata_t", e);
-            let mut v = sh.vals.remove("psa_ingress_input_metadata_t").unwrap_or_else(|| {
-                // Created on first use by the control: make it now.
-                Value::Void
-            });
+            let mut v = sh
+                .vals
+                .remove("psa_ingress_input_metadata_t")
+                .unwrap_or_else(|| {
+                    // Created on first use by the control: make it now.
+                    Value::Void
+                });
             if matches!(v, Value::Void) {
                 let ty = p_type(run, block_at(run, 1), "psa_ingress_input_metadata_t");
                 if let Some(t) = ty {
@@ -388,11 +462,17 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
         run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
         let bytes = deparsed(run)?;
-        let ostd = sh.vals.get("psa_ingress_output_metadata_t").cloned().unwrap_or(Value::Void);
+        let ostd = sh
+            .vals
+            .get("psa_ingress_output_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
         if get_field(&ostd, "drop").unwrap_or(1) != 0 {
             return Ok(vec![]);
         }
-        if get_field(&ostd, "resubmit").unwrap_or(0) != 0 || get_field(&ostd, "clone").unwrap_or(0) != 0 {
+        if get_field(&ostd, "resubmit").unwrap_or(0) != 0
+            || get_field(&ostd, "clone").unwrap_or(0) != 0
+        {
             run.tr.set_uncacheable("p4-clone");
         }
         if get_field(&ostd, "multicast_group").unwrap_or(0) != 0 {
@@ -408,7 +488,9 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         run.pkt = bytes;
         run.pos = 0;
         run.first_pass = false;
-        let mut she = Shared { vals: HashMap::new() };
+        let mut she = Shared {
+            vals: HashMap::new(),
+        };
         // The egress blocks are main_blocks 3.. (ingress.{parser,control,deparser}, egress.{...}).
         let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
         if let Some(e) = &rej {
@@ -417,7 +499,11 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
         run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
         let bytes = deparsed(run)?;
-        let eostd = she.vals.get("psa_egress_output_metadata_t").cloned().unwrap_or(Value::Void);
+        let eostd = she
+            .vals
+            .get("psa_egress_output_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
         if get_field(&eostd, "drop").unwrap_or(0) != 0 {
             return Ok(vec![]);
         }
@@ -429,11 +515,17 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         }
         return Ok(vec![(egress_port, bytes)]);
     }
-    Err(Ctl::Fail(format!("more than {MAX_PASSES} recirculation passes")))
+    Err(Ctl::Fail(format!(
+        "more than {MAX_PASSES} recirculation passes"
+    )))
 }
 
 fn p_type(run: &Run, b: usize, key: &str) -> Option<Ty> {
-    run.p.blocks[b].param_tys.iter().find(|t| ty_key(t) == key).cloned()
+    run.p.blocks[b]
+        .param_tys
+        .iter()
+        .find(|t| ty_key(t) == key)
+        .cloned()
 }
 
 #[allow(dead_code)]

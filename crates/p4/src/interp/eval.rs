@@ -111,7 +111,14 @@ pub(crate) struct Run<'a> {
 const MAX_STEPS: u64 = 200_000;
 
 impl<'a> Run<'a> {
-    pub fn new(p: &'a Prog, st: &'a mut State, tr: &'a mut Trace, pkt: Vec<u8>, in_port: u32, now: u64) -> Run<'a> {
+    pub fn new(
+        p: &'a Prog,
+        st: &'a mut State,
+        tr: &'a mut Trace,
+        pkt: Vec<u8>,
+        in_port: u32,
+        now: u64,
+    ) -> Run<'a> {
         Run {
             p,
             st,
@@ -148,6 +155,13 @@ impl<'a> Run<'a> {
     pub fn use_val(&mut self, v: &Value) {
         match v {
             Value::Bits(b) => self.use_src(b.src, b.width, mask(b.width), b.width),
+            Value::Varbit(v) => {
+                if let Src::Packet(off) = v.src {
+                    self.tr.read(off, v.len);
+                } else if v.len > 0 {
+                    self.use_src(v.src, 1, 1, 1);
+                }
+            }
             Value::Bool(_, s) | Value::Error(_, s) => self.use_src(*s, 1, 1, 1),
             Value::Header(h) => h.fields.iter().for_each(|f| self.use_val(f)),
             Value::Struct(_, _, vs) | Value::Tuple(vs) => vs.iter().for_each(|f| self.use_val(f)),
@@ -224,7 +238,9 @@ impl<'a> Run<'a> {
 
     fn resolve_ty(&self, t: &ast::Type) -> R<Ty> {
         let locals = self.block.map(|b| &self.p.blocks[b].locals);
-        self.p.resolve_type(t, locals).map_err(|e| Ctl::Fail(e.to_string()))
+        self.p
+            .resolve_type(t, locals)
+            .map_err(|e| Ctl::Fail(e.to_string()))
     }
 
     // ---- expressions ---------------------------------------------------
@@ -241,13 +257,19 @@ impl<'a> Run<'a> {
             Expr::Index(base, idx, _) => {
                 let i = self.eval(idx)?;
                 self.use_val(&i);
-                let i = i.as_u128().ok_or(Ctl::Fail("index is not an integer".into()))? as usize;
+                let i = i
+                    .as_u128()
+                    .ok_or(Ctl::Fail("index is not an integer".into()))?
+                    as usize;
                 match self.eval(base)? {
                     Value::Stack(s) => match s.elems.get(i) {
                         Some(v) => Ok(v.clone()),
                         None => Err(Ctl::Reject("StackOutOfBounds".into())),
                     },
-                    Value::Tuple(t) => t.get(i).cloned().ok_or(Ctl::Fail("tuple index out of range".into())),
+                    Value::Tuple(t) => t
+                        .get(i)
+                        .cloned()
+                        .ok_or(Ctl::Fail("tuple index out of range".into())),
                     o => fail(format!("indexing a {}", o.type_name())),
                 }
             }
@@ -257,7 +279,12 @@ impl<'a> Run<'a> {
                 let lo = self.const_u32(lo)?;
                 ops::slice(&v, hi, lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
-            Expr::Call { func, type_args, args, span } => self.call(func, type_args, args, span),
+            Expr::Call {
+                func,
+                type_args,
+                args,
+                span,
+            } => self.call(func, type_args, args, span),
             Expr::Unary(op, a, span) => {
                 let a = self.eval(a)?;
                 self.use_val(&a);
@@ -300,7 +327,9 @@ impl<'a> Run<'a> {
                 }
                 ops::cast(&ty, v).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
-            Expr::List(items, _) => Ok(Value::Tuple(items.iter().map(|i| self.eval(i)).collect::<R<_>>()?)),
+            Expr::List(items, _) => Ok(Value::Tuple(
+                items.iter().map(|i| self.eval(i)).collect::<R<_>>()?,
+            )),
             Expr::StructInit(fields, _) => {
                 let mut names = Vec::new();
                 let mut vals = Vec::new();
@@ -319,7 +348,9 @@ impl<'a> Run<'a> {
 
     fn const_u32(&mut self, e: &Expr) -> R<u32> {
         let v = self.eval(e)?;
-        v.as_u128().map(|v| v as u32).ok_or(Ctl::Fail(format!("{}: not an integer", e.span())))
+        v.as_u128()
+            .map(|v| v as u32)
+            .ok_or(Ctl::Fail(format!("{}: not an integer", e.span())))
     }
 
     fn eval_path(&mut self, id: &ast::Ident) -> R<Value> {
@@ -361,19 +392,31 @@ impl<'a> Run<'a> {
             (Value::ApplyResult { hit, .. }, "hit") => Ok(Value::Bool(*hit, Src::None)),
             (Value::ApplyResult { hit, .. }, "miss") => Ok(Value::Bool(!*hit, Src::None)),
             (Value::ApplyResult { .. }, "action_run") => Ok(v),
-            (Value::Stack(s), "next") => s.elems.get(s.next).cloned().ok_or(Ctl::Reject("StackOutOfBounds".into())),
+            (Value::Stack(s), "next") => s
+                .elems
+                .get(s.next)
+                .cloned()
+                .ok_or(Ctl::Reject("StackOutOfBounds".into())),
             (Value::Stack(s), "last") => {
                 if s.next == 0 {
                     return Err(Ctl::Reject("StackOutOfBounds".into()));
                 }
                 Ok(s.elems[s.next - 1].clone())
             }
-            (Value::Stack(s), "lastIndex") => Ok(Value::Bits(Bits::unsigned(32, (s.next as u128).wrapping_sub(1)))),
+            (Value::Stack(s), "lastIndex") => Ok(Value::Bits(Bits::unsigned(
+                32,
+                (s.next as u128).wrapping_sub(1),
+            ))),
             (Value::Stack(s), "nextIndex") => Ok(Value::Bits(Bits::unsigned(32, s.next as u128))),
             (Value::Stack(s), "size") => Ok(Value::Bits(Bits::unsigned(32, s.elems.len() as u128))),
             _ => match v.field(&m.name) {
                 Some(f) => Ok(f.clone()),
-                None => fail(format!("{}: {} has no field {}", m.span, v.type_name(), m.name)),
+                None => fail(format!(
+                    "{}: {} has no field {}",
+                    m.span,
+                    v.type_name(),
+                    m.name
+                )),
             },
         }
     }
@@ -397,7 +440,8 @@ impl<'a> Run<'a> {
             },
             Expr::Member(b, m) => {
                 let base = self.lvalue(b)?;
-                let stack_op = matches!(base, Value::Stack(_)) && (m.name == "next" || m.name == "last");
+                let stack_op =
+                    matches!(base, Value::Stack(_)) && (m.name == "next" || m.name == "last");
                 if stack_op {
                     let Value::Stack(s) = base else {
                         return fail("not a stack");
@@ -410,7 +454,10 @@ impl<'a> Run<'a> {
                     } else {
                         n - 1
                     };
-                    return s.elems.get_mut(i).ok_or(Ctl::Reject("StackOutOfBounds".into()));
+                    return s
+                        .elems
+                        .get_mut(i)
+                        .ok_or(Ctl::Reject("StackOutOfBounds".into()));
                 }
                 let tn = base.type_name();
                 base.field_mut(&m.name)
@@ -423,7 +470,9 @@ impl<'a> Run<'a> {
                 match self.lvalue(b)? {
                     Value::Stack(s) => {
                         let i = usize::try_from(i).unwrap_or(usize::MAX);
-                        s.elems.get_mut(i).ok_or(Ctl::Reject("StackOutOfBounds".into()))
+                        s.elems
+                            .get_mut(i)
+                            .ok_or(Ctl::Reject("StackOutOfBounds".into()))
                     }
                     _ => fail(format!("{span}: indexing a non-stack")),
                 }
@@ -479,7 +528,12 @@ impl<'a> Run<'a> {
                 self.assign(lhs, v)
             }
             Stmt::Call(e) => self.eval(e).map(|_| ()),
-            Stmt::If { cond, then, otherwise, span } => {
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                span,
+            } => {
                 let c = self.eval(cond)?;
                 self.use_val(&c);
                 match c {
@@ -507,7 +561,8 @@ impl<'a> Run<'a> {
                 if let Some(init) = &v.init {
                     let iv = self.eval(init)?;
                     self.use_val(&iv);
-                    val = coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
+                    val =
+                        coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
                 }
                 self.declare(&v.name.name, val);
                 Ok(())
@@ -515,16 +570,25 @@ impl<'a> Run<'a> {
             Stmt::Const(c) => {
                 let ty = self.resolve_ty(&c.ty)?;
                 let iv = self.eval(&c.value)?;
-                let val = ops::coerce(&ty, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", c.span)))?;
+                let val =
+                    ops::coerce(&ty, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", c.span)))?;
                 self.declare(&c.name.name, val);
                 Ok(())
             }
-            Stmt::Instantiation(i) => fail(format!("{}: unsupported: instantiation inside a block", i.span)),
+            Stmt::Instantiation(i) => fail(format!(
+                "{}: unsupported: instantiation inside a block",
+                i.span
+            )),
             Stmt::Empty(_) => Ok(()),
         }
     }
 
-    fn exec_switch(&mut self, expr: &Expr, cases: &[ast::SwitchCase], span: &crate::ast::Span) -> R<()> {
+    fn exec_switch(
+        &mut self,
+        expr: &Expr,
+        cases: &[ast::SwitchCase],
+        span: &crate::ast::Span,
+    ) -> R<()> {
         let v = self.eval(expr)?;
         let mut matched = false;
         for c in cases {
@@ -533,7 +597,9 @@ impl<'a> Run<'a> {
                     (Expr::Default(_), _) => true,
                     (Expr::Path(id), Value::ApplyResult { action, .. }) => {
                         let a = &self.p.actions[*action];
-                        a.decl.name.name == id.name || a.qname == id.name || a.qname.ends_with(&format!(".{}", id.name))
+                        a.decl.name.name == id.name
+                            || a.qname == id.name
+                            || a.qname.ends_with(&format!(".{}", id.name))
                     }
                     (l, v) => {
                         self.use_val(v);
@@ -553,7 +619,13 @@ impl<'a> Run<'a> {
 
     // ---- calls ---------------------------------------------------------
 
-    fn call(&mut self, func: &Expr, type_args: &[ast::Type], args: &[Arg], span: &crate::ast::Span) -> R<Value> {
+    fn call(
+        &mut self,
+        func: &Expr,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
         self.depth += 1;
         if self.depth > 64 {
             self.depth -= 1;
@@ -564,7 +636,13 @@ impl<'a> Run<'a> {
         r
     }
 
-    fn call_inner(&mut self, func: &Expr, type_args: &[ast::Type], args: &[Arg], span: &crate::ast::Span) -> R<Value> {
+    fn call_inner(
+        &mut self,
+        func: &Expr,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
         match func {
             Expr::Member(obj, m) => {
                 let name = m.name.as_str();
@@ -575,8 +653,12 @@ impl<'a> Run<'a> {
                         return Ok(Value::Bool(
                             match &v {
                                 Value::Header(h) => h.valid,
-                                Value::Struct(_, _, fs) => fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid)),
-                                _ => return fail(format!("{span}: isValid on a {}", v.type_name())),
+                                Value::Struct(_, _, fs) => {
+                                    fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid))
+                                }
+                                _ => {
+                                    return fail(format!("{span}: isValid on a {}", v.type_name()))
+                                }
                             },
                             Src::None,
                         ));
@@ -590,7 +672,8 @@ impl<'a> Run<'a> {
                         return Ok(Value::Void);
                     }
                     "push_front" | "pop_front" => {
-                        let n = self.eval(&args.first().ok_or(Ctl::Fail("missing count".into()))?.value)?;
+                        let n = self
+                            .eval(&args.first().ok_or(Ctl::Fail("missing count".into()))?.value)?;
                         let n = n.as_u128().unwrap_or(0) as usize;
                         let Value::Stack(s) = self.lvalue(obj)? else {
                             return fail(format!("{span}: {name} on a non-stack"));
@@ -617,8 +700,12 @@ impl<'a> Run<'a> {
                 if let Expr::Path(id) = &**obj {
                     if self.var(&id.name).is_none() {
                         match self.local(&id.name) {
-                            Some(Local::Table(t)) if name == "apply" => return self.apply_table(*t),
-                            Some(Local::Block(b)) if name == "apply" => return self.apply_sub_block(*b, args, span),
+                            Some(Local::Table(t)) if name == "apply" => {
+                                return self.apply_table(*t)
+                            }
+                            Some(Local::Block(b)) if name == "apply" => {
+                                return self.apply_sub_block(*b, args, span)
+                            }
                             None if name == "apply" => {
                                 if let Some(b) = self.p.direct_blocks.get(&id.name) {
                                     return self.apply_sub_block(*b, args, span);
@@ -652,7 +739,15 @@ impl<'a> Run<'a> {
                 }
                 if let Some(f) = self.p.g.functions.get(n) {
                     let f = f.clone();
-                    return self.invoke(&f.decl.proto.params, &f.param_tys, args, None, &f.decl.body, true, Some(None));
+                    return self.invoke(
+                        &f.decl.proto.params,
+                        &f.param_tys,
+                        args,
+                        None,
+                        &f.decl.body,
+                        true,
+                        Some(None),
+                    );
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
                     return self.call_action(*a, Some(args), None);
@@ -665,12 +760,25 @@ impl<'a> Run<'a> {
 
     /// Runs action `a` with directional arguments `args` (direct call)
     /// and/or action data `data` (from a table).
-    pub fn call_action(&mut self, a: usize, args: Option<&[Arg]>, data: Option<Vec<Value>>) -> R<Value> {
+    pub fn call_action(
+        &mut self,
+        a: usize,
+        args: Option<&[Arg]>,
+        data: Option<Vec<Value>>,
+    ) -> R<Value> {
         let p: &'a Prog = self.p;
         let ad = &p.actions[a];
         let barrier = ad.block.is_none() || ad.block != self.block;
         let callee = if barrier { Some(ad.block) } else { None };
-        self.invoke(&ad.decl.params, &ad.param_tys, args.unwrap_or(&[]), data, &ad.decl.body, barrier, callee)
+        self.invoke(
+            &ad.decl.params,
+            &ad.param_tys,
+            args.unwrap_or(&[]),
+            data,
+            &ad.decl.body,
+            barrier,
+            callee,
+        )
     }
 
     /// Binds parameters (copy-in), runs `body`, copies out.
@@ -701,7 +809,12 @@ impl<'a> Run<'a> {
             }
             let arg = args
                 .iter()
-                .find(|a| a.name.as_ref().map(|n| n.name == p.name.name).unwrap_or(false))
+                .find(|a| {
+                    a.name
+                        .as_ref()
+                        .map(|n| n.name == p.name.name)
+                        .unwrap_or(false)
+                })
                 .or_else(|| {
                     let a = args.get(pos).filter(|a| a.name.is_none());
                     if a.is_some() {
@@ -723,13 +836,15 @@ impl<'a> Run<'a> {
                     }
                     match &ty {
                         Ty::Named(_) | Ty::Int | Ty::Void => v,
-                        t => ops::coerce(t, v).map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?,
+                        t => ops::coerce(t, v)
+                            .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?,
                     }
                 }
                 (None, _) => match &p.default {
                     Some(d) => {
                         let v = self.eval(d)?;
-                        ops::coerce(&ty, v).map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?
+                        ops::coerce(&ty, v)
+                            .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?
                     }
                     None => ty.default_value(),
                 },
@@ -778,7 +893,10 @@ impl<'a> Run<'a> {
         let params = blk.params();
         let mut vals = Vec::new();
         for (i, prm) in params.iter().enumerate() {
-            let a = args.get(i).ok_or(Ctl::Fail(format!("{span}: missing argument {}", prm.name.name)))?;
+            let a = args.get(i).ok_or(Ctl::Fail(format!(
+                "{span}: missing argument {}",
+                prm.name.name
+            )))?;
             vals.push(match prm.direction {
                 Direction::Out => blk.param_tys[i].default_value(),
                 _ => self.eval(&a.value)?,
@@ -809,7 +927,12 @@ impl<'a> Run<'a> {
         let blk = &p.blocks[b];
         let saved_block = self.block.replace(b);
         let saved_base = self.base;
-        let frame: Vec<(String, Value)> = blk.params().iter().map(|p| p.name.name.clone()).zip(vals).collect();
+        let frame: Vec<(String, Value)> = blk
+            .params()
+            .iter()
+            .map(|p| p.name.name.clone())
+            .zip(vals)
+            .collect();
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
         let r = self.run_block_body(b);
@@ -818,7 +941,11 @@ impl<'a> Run<'a> {
         let frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
-        let vals: Vec<Value> = frame.into_iter().take(blk.params().len()).map(|(_, v)| v).collect();
+        let vals: Vec<Value> = frame
+            .into_iter()
+            .take(blk.params().len())
+            .map(|(_, v)| v)
+            .collect();
         match r {
             Ok(()) => Ok((vals, false)),
             Err(Ctl::Exit) => Ok((vals, true)),
@@ -840,7 +967,8 @@ impl<'a> Run<'a> {
                 if let Some(init) = &v.init {
                     let iv = self.eval(init)?;
                     self.use_val(&iv);
-                    val = coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
+                    val =
+                        coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
                 }
                 self.declare(&v.name.name, val);
             }
@@ -914,7 +1042,12 @@ impl<'a> Run<'a> {
             keysets.iter().collect()
         };
         if ks.len() != vals.len() {
-            return fail(format!("{}: select case has {} keys for {} values", ks[0].span(), ks.len(), vals.len()));
+            return fail(format!(
+                "{}: select case has {} keys for {} values",
+                ks[0].span(),
+                ks.len(),
+                vals.len()
+            ));
         }
         for (k, v) in ks.iter().zip(vals) {
             if !self.keyset_matches(k, v)? {
@@ -931,20 +1064,26 @@ impl<'a> Run<'a> {
         };
         let num = |s: &mut Self, e: &Expr| -> R<u128> {
             let x = s.eval(e)?;
-            Ok(scalar_bits(&x, &s.p.g.errors, w).map(|b| b.v & mask(w)).unwrap_or(0))
+            Ok(scalar_bits(&x, &s.p.g.errors, w)
+                .map(|b| b.v & mask(w))
+                .unwrap_or(0))
         };
         match k {
             Expr::Default(_) | Expr::DontCare(_) => Ok(true),
             Expr::Mask(a, m, _) => {
                 let a = num(self, a)?;
                 let m = num(self, m)?;
-                let x = scalar_bits(v, &self.p.g.errors, w).map(|b| b.v).unwrap_or(0);
+                let x = scalar_bits(v, &self.p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0);
                 Ok(x & m == a & m)
             }
             Expr::Range(lo, hi, _) => {
                 let lo = num(self, lo)?;
                 let hi = num(self, hi)?;
-                let x = scalar_bits(v, &self.p.g.errors, w).map(|b| b.v).unwrap_or(0);
+                let x = scalar_bits(v, &self.p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0);
                 Ok(lo <= x && x <= hi)
             }
             e => {
@@ -956,12 +1095,26 @@ impl<'a> Run<'a> {
 
     // ---- packets -------------------------------------------------------
 
-    fn packet_in_method(&mut self, name: &str, type_args: &[ast::Type], args: &[Arg], span: &crate::ast::Span) -> R<Value> {
+    fn packet_in_method(
+        &mut self,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
         match name {
             "extract" => {
-                if args.len() != 1 {
-                    return fail(format!("{span}: unsupported: extract of a varbit header"));
+                if args.is_empty() || args.len() > 2 {
+                    return fail(format!("{span}: extract takes one or two arguments"));
                 }
+                let var_len: Option<u64> = match args.get(1) {
+                    Some(a) => {
+                        let v = self.eval(&a.value)?;
+                        self.use_val(&v);
+                        Some(v.as_u128().unwrap_or(0) as u64)
+                    }
+                    None => None,
+                };
                 let target = &args[0].value;
                 let is_next = matches!(target, Expr::Member(_, m) if m.name == "next");
                 let pos = self.pos;
@@ -973,7 +1126,19 @@ impl<'a> Run<'a> {
                     let Value::Header(h) = h else {
                         return fail(format!("{span}: extract of a non-header"));
                     };
-                    let w: u64 = h.fields.iter().map(|f| f.bit_width() as u64).sum();
+                    let mut w: u64 = 0;
+                    for f in h.fields.iter() {
+                        w += match f {
+                            Value::Varbit(vb) => {
+                                let l = var_len.unwrap_or(0);
+                                if l > vb.max as u64 {
+                                    return Err(Ctl::Reject("HeaderTooShort".into()));
+                                }
+                                l
+                            }
+                            o => o.bit_width() as u64,
+                        };
+                    }
                     if pos + w > data_len {
                         return Err(Ctl::Reject("PacketTooShort".into()));
                     }
@@ -982,13 +1147,36 @@ impl<'a> Run<'a> {
                         match f {
                             Value::Bits(b) => {
                                 b.v = read_bits(&pkt, off, b.width);
-                                b.src = if first { Src::Packet(off as u32) } else { Src::Tainted("p4-recirculate") };
+                                b.src = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
                                 off += b.width as u64;
                             }
                             Value::Bool(b, s) => {
                                 *b = read_bits(&pkt, off, 1) == 1;
-                                *s = if first { Src::Packet(off as u32) } else { Src::Tainted("p4-recirculate") };
+                                *s = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
                                 off += 1;
+                            }
+                            Value::Varbit(vb) => {
+                                let l = var_len.unwrap_or(0);
+                                let mut buf = BitBuf::default();
+                                for i in 0..l {
+                                    buf.push(read_bits(&pkt, off + i, 1), 1);
+                                }
+                                vb.len = l as u32;
+                                vb.bytes = buf.bytes;
+                                vb.src = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
+                                off += l;
                             }
                             _ => return fail(format!("{span}: unsupported header field type")),
                         }
@@ -1018,7 +1206,9 @@ impl<'a> Run<'a> {
                 Ok(Value::Void)
             }
             "lookahead" => {
-                let t = type_args.first().ok_or(Ctl::Fail(format!("{span}: lookahead without type")))?;
+                let t = type_args
+                    .first()
+                    .ok_or(Ctl::Fail(format!("{span}: lookahead without type")))?;
                 let ty = self.resolve_ty(t)?;
                 let mut v = ty.default_value();
                 let w = v.bit_width() as u64;
@@ -1035,7 +1225,12 @@ impl<'a> Run<'a> {
                 Ok(v)
             }
             "advance" => {
-                let n = self.eval(&args.first().ok_or(Ctl::Fail("advance without argument".into()))?.value)?;
+                let n = self.eval(
+                    &args
+                        .first()
+                        .ok_or(Ctl::Fail("advance without argument".into()))?
+                        .value,
+                )?;
                 self.use_val(&n);
                 let n = n.as_u128().unwrap_or(0) as u64;
                 if self.pos + n > self.pkt.len() as u64 * 8 {
@@ -1064,6 +1259,11 @@ impl<'a> Run<'a> {
                         match f {
                             Value::Bits(b) => self.out.push(b.v, b.width),
                             Value::Bool(b, _) => self.out.push(*b as u128, 1),
+                            Value::Varbit(v) => {
+                                for i in 0..v.len {
+                                    self.out.push(v.bit(i) as u128, 1);
+                                }
+                            }
                             _ => return fail("unsupported header field in emit"),
                         }
                     }
@@ -1090,6 +1290,11 @@ impl<'a> Run<'a> {
         match v {
             Value::Bits(b) => out.push(b.v, b.width),
             Value::Bool(b, _) => out.push(*b as u128, 1),
+            Value::Varbit(v) => {
+                for i in 0..v.len {
+                    out.push(v.bit(i) as u128, 1);
+                }
+            }
             Value::Header(h) => {
                 for f in &h.fields {
                     self.flatten(f, out)?;
@@ -1132,16 +1337,29 @@ fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
     match v {
         Value::Bits(b) => {
             b.v = read_bits(pkt, *off, b.width);
-            b.src = if first { Src::Packet(*off as u32) } else { Src::Tainted("p4-recirculate") };
+            b.src = if first {
+                Src::Packet(*off as u32)
+            } else {
+                Src::Tainted("p4-recirculate")
+            };
             *off += b.width as u64;
         }
         Value::Bool(b, s) => {
             *b = read_bits(pkt, *off, 1) == 1;
-            *s = if first { Src::Packet(*off as u32) } else { Src::Tainted("p4-recirculate") };
+            *s = if first {
+                Src::Packet(*off as u32)
+            } else {
+                Src::Tainted("p4-recirculate")
+            };
             *off += 1;
         }
-        Value::Header(h) => h.fields.iter_mut().for_each(|f| fill_from_packet(f, pkt, off, first)),
-        Value::Struct(_, _, fs) => fs.iter_mut().for_each(|f| fill_from_packet(f, pkt, off, first)),
+        Value::Header(h) => h
+            .fields
+            .iter_mut()
+            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+        Value::Struct(_, _, fs) => fs
+            .iter_mut()
+            .for_each(|f| fill_from_packet(f, pkt, off, first)),
         _ => {}
     }
 }
@@ -1164,7 +1382,11 @@ impl Run<'_> {
             .collect();
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
-        let vars: Vec<(String, Value)> = blk.vars.iter().map(|(v, t)| (v.name.name.clone(), t.default_value())).collect();
+        let vars: Vec<(String, Value)> = blk
+            .vars
+            .iter()
+            .map(|(v, t)| (v.name.name.clone(), t.default_value()))
+            .collect();
         self.frames.push(vars);
         let r = self.eval(e);
         self.frames.clear();

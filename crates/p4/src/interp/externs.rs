@@ -36,7 +36,11 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
     for b in data {
         c ^= *b as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xedb8_8320 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -47,7 +51,11 @@ pub(crate) fn crc16(data: &[u8]) -> u32 {
     for b in data {
         c ^= *b as u16;
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xa001 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xa001
+            } else {
+                c >> 1
+            };
         }
     }
     c as u32
@@ -57,7 +65,9 @@ pub(crate) fn crc16(data: &[u8]) -> u32 {
 /// PSA_HashAlgorithm_t / PNA_HashAlgorithm_t member).
 pub(crate) fn hash_by_name(algo: &str, buf: &BitBuf) -> Result<u128, String> {
     Ok(match algo {
-        "csum16" | "ONES_COMPLEMENT16" | "TARGET_DEFAULT" => (!fold(ones_sum(buf)) & 0xffff) as u128,
+        "csum16" | "ONES_COMPLEMENT16" | "TARGET_DEFAULT" => {
+            (!fold(ones_sum(buf)) & 0xffff) as u128
+        }
         "crc32" | "CRC32" => crc32(&buf.bytes) as u128,
         "crc16" | "CRC16" => crc16(&buf.bytes) as u128,
         "identity" | "IDENTITY" => {
@@ -117,7 +127,13 @@ impl Run<'_> {
         self.pkt.len() as u64
     }
 
-    pub(crate) fn extern_method(&mut self, i: usize, name: &str, args: &[Arg], span: &Span) -> R<Value> {
+    pub(crate) fn extern_method(
+        &mut self,
+        i: usize,
+        name: &str,
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
         let p = self.p;
         let Some(ed) = p.externs.get(i) else {
             return fail(format!("{span}: bad extern reference"));
@@ -147,12 +163,17 @@ impl Run<'_> {
                             ExternState::Csum(c) => *c,
                             _ => 0,
                         };
-                        let v = if name == "get" { !fold(c) & 0xffff } else { fold(c) };
+                        let v = if name == "get" {
+                            !fold(c) & 0xffff
+                        } else {
+                            fold(c)
+                        };
                         Value::Bits(Bits::unsigned(16, v as u128))
                     }
                     "set_state" => {
                         let v = self.arg_val(args, 0, span)?;
-                        *self.extern_state(i) = ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
+                        *self.extern_state(i) =
+                            ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
                         Value::Void
                     }
                     o => return fail(format!("{span}: unsupported: InternetChecksum.{o}")),
@@ -198,7 +219,8 @@ impl Run<'_> {
                     let buf = self.data_bits(args, 0, span)?;
                     let v = self.arg_val(args, 0, span)?;
                     self.use_val(&v);
-                    let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                    let h =
+                        hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
                     Ok(Value::Bits(Bits::unsigned(w, h)))
                 } else {
                     let base = self.arg_used(args, 0, span)?.as_u128().unwrap_or(0);
@@ -207,8 +229,13 @@ impl Run<'_> {
                     let mut buf = BitBuf::default();
                     self.flatten(&data, &mut buf)?;
                     let max = self.arg_used(args, 2, span)?.as_u128().unwrap_or(0);
-                    let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
-                    let v = if max == 0 { base } else { base.wrapping_add(h % max) };
+                    let h =
+                        hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                    let v = if max == 0 {
+                        base
+                    } else {
+                        base.wrapping_add(h % max)
+                    };
                     Ok(Value::Bits(Bits::unsigned(w, v)))
                 }
             }
@@ -216,7 +243,9 @@ impl Run<'_> {
                 let idx = self.index_arg(args, 0, span)?;
                 let bytes = self.packet_bytes();
                 if let ExternState::Counter { packets, bytes: bs } = self.extern_state(i) {
-                    if let (Some(pk), Some(b)) = (packets.get_mut(idx as usize), bs.get_mut(idx as usize)) {
+                    if let (Some(pk), Some(b)) =
+                        (packets.get_mut(idx as usize), bs.get_mut(idx as usize))
+                    {
                         *pk += 1;
                         *b += bytes;
                     }
@@ -230,7 +259,11 @@ impl Run<'_> {
             ("DirectCounter" | "direct_counter", "count") => Ok(Value::Void),
             ("Register", "read") | ("register", "read") => {
                 self.tr.set_uncacheable("p4-register");
-                let (idx_pos, out) = if ty == "register" { (1, true) } else { (0, false) };
+                let (idx_pos, out) = if ty == "register" {
+                    (1, true)
+                } else {
+                    (0, false)
+                };
                 let idx = self.index_arg(args, idx_pos, span)?;
                 let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
                 let v = match self.extern_state(i) {
@@ -243,7 +276,9 @@ impl Run<'_> {
                 }
                 b.src = Src::Tainted("p4-register");
                 if out {
-                    let a = args.first().ok_or(Ctl::Fail(format!("{span}: missing argument")))?;
+                    let a = args
+                        .first()
+                        .ok_or(Ctl::Fail(format!("{span}: missing argument")))?;
                     self.assign(&a.value, Value::Bits(b))?;
                     Ok(Value::Void)
                 } else {
@@ -255,7 +290,10 @@ impl Run<'_> {
                 let idx = self.index_arg(args, 0, span)?;
                 let v = self.arg_used(args, 1, span)?;
                 let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
-                let v = crate::interp::ops::scalar_bits(&v, &p.g.errors, w).map(|b| b.v).unwrap_or(0) & mask(w);
+                let v = crate::interp::ops::scalar_bits(&v, &p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0)
+                    & mask(w);
                 if let ExternState::Register(cells) = self.extern_state(i) {
                     if let Some(c) = cells.get_mut(idx as usize) {
                         *c = v;
@@ -274,7 +312,10 @@ impl Run<'_> {
                     _ => (self.index_arg(args, 0, span)?, None),
                 };
                 let color = match self.extern_state(i) {
-                    ExternState::Meter(ms) => ms.get_mut(idx as usize).map(|m| m.color(now, bytes)).unwrap_or(0),
+                    ExternState::Meter(ms) => ms
+                        .get_mut(idx as usize)
+                        .map(|m| m.color(now, bytes))
+                        .unwrap_or(0),
                     _ => 0,
                 };
                 if let Some(a) = out_arg {
@@ -297,14 +338,19 @@ impl Run<'_> {
                     "MeterColor_t"
                 };
                 match p.g.enums.get(ety) {
-                    Some(en) => crate::check::enum_member(ety, en, cname, span).map_err(|e| Ctl::Fail(e.to_string())),
+                    Some(en) => crate::check::enum_member(ety, en, cname, span)
+                        .map_err(|e| Ctl::Fail(e.to_string())),
                     None => Ok(Value::Bits(Bits::unsigned(2, color as u128))),
                 }
             }
             ("Random", "read") => {
                 self.tr.set_uncacheable("p4-random");
                 let lo = ed.args.first().and_then(|v| v.as_u128()).unwrap_or(0);
-                let hi = ed.args.get(1).and_then(|v| v.as_u128()).unwrap_or(u32::MAX as u128);
+                let hi = ed
+                    .args
+                    .get(1)
+                    .and_then(|v| v.as_u128())
+                    .unwrap_or(u32::MAX as u128);
                 let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
                 let r = self.st.next_random(lo, hi);
                 Ok(Value::Bits(Bits::unsigned(w, r)))
@@ -317,7 +363,13 @@ impl Run<'_> {
         }
     }
 
-    pub(crate) fn extern_function(&mut self, name: &str, _type_args: &[crate::ast::Type], args: &[Arg], span: &Span) -> R<Value> {
+    pub(crate) fn extern_function(
+        &mut self,
+        name: &str,
+        _type_args: &[crate::ast::Type],
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
         match name {
             "send_to_port" => {
                 let v = self.arg_used(args, 0, span)?;
@@ -329,13 +381,17 @@ impl Run<'_> {
                 Ok(Value::Void)
             }
             "add_entry" => self.add_entry(args, span),
-            "set_entry_expire_time" | "restart_expire_timer" | "update_expire_info" => Ok(Value::Void),
+            "set_entry_expire_time" | "restart_expire_timer" | "update_expire_info" => {
+                Ok(Value::Void)
+            }
             "is_host_port" | "is_net_port" => {
                 let _ = self.arg_used(args, 0, span)?;
                 Ok(Value::Bool(name == "is_net_port", Src::None))
             }
             "mark_to_drop" => {
-                let a = args.first().ok_or(Ctl::Fail(format!("{span}: mark_to_drop needs standard_metadata")))?;
+                let a = args.first().ok_or(Ctl::Fail(format!(
+                    "{span}: mark_to_drop needs standard_metadata"
+                )))?;
                 let target = self.lvalue(&a.value)?;
                 if let Some(Value::Bits(b)) = target.field_mut("egress_spec") {
                     b.v = crate::arch::V1_DROP_PORT as u128 & mask(b.width);
@@ -358,7 +414,10 @@ impl Run<'_> {
                 }
                 Ok(Value::Void)
             }
-            "verify_checksum" | "verify_checksum_with_payload" | "update_checksum" | "update_checksum_with_payload" => {
+            "verify_checksum"
+            | "verify_checksum_with_payload"
+            | "update_checksum"
+            | "update_checksum_with_payload" => {
                 self.tr.checksum_recomputed = true;
                 let cond = self.arg_used(args, 0, span)?;
                 if !matches!(cond, Value::Bool(true, _)) {
@@ -374,7 +433,10 @@ impl Run<'_> {
                 }
                 let algo = algo_name(&self.arg_val(args, 3, span)?);
                 let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
-                let target = &args.get(2).ok_or(Ctl::Fail(format!("{span}: missing checksum")))?.value;
+                let target = &args
+                    .get(2)
+                    .ok_or(Ctl::Fail(format!("{span}: missing checksum")))?
+                    .value;
                 if name.starts_with("verify") {
                     let cur = self.eval(target)?;
                     if cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width()) {
@@ -397,7 +459,11 @@ impl Run<'_> {
                 self.flatten(&data, &mut buf)?;
                 let max = self.arg_used(args, 4, span)?.as_u128().unwrap_or(0);
                 let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
-                let v = if max == 0 { base } else { base.wrapping_add(h % max) };
+                let v = if max == 0 {
+                    base
+                } else {
+                    base.wrapping_add(h % max)
+                };
                 let target = &args[0].value;
                 let w = self.eval(target)?.bit_width();
                 self.assign(target, Value::Bits(Bits::unsigned(w, v)))?;
@@ -408,7 +474,10 @@ impl Run<'_> {
                 let lo = self.arg_val(args, 1, span)?.as_u128().unwrap_or(0);
                 let hi = self.arg_val(args, 2, span)?.as_u128().unwrap_or(0);
                 let r = self.st.next_random(lo, hi);
-                let target = &args.first().ok_or(Ctl::Fail("random needs a result".into()))?.value;
+                let target = &args
+                    .first()
+                    .ok_or(Ctl::Fail("random needs a result".into()))?
+                    .value;
                 let w = self.eval(target)?.bit_width();
                 self.assign(target, Value::Bits(Bits::unsigned(w, r)))?;
                 Ok(Value::Void)
@@ -449,8 +518,14 @@ impl Run<'_> {
             "psa_clone_i2e" | "psa_clone_e2e" | "psa_resubmit" => Ok(Value::Bool(false, Src::None)),
             "psa_recirculate" => {
                 let v = self.arg_val(args, 0, span)?;
-                let port = v.field("egress_port").and_then(|p| p.as_u128()).unwrap_or(0);
-                Ok(Value::Bool(port == crate::arch::PSA_PORT_RECIRCULATE as u128, Src::None))
+                let port = v
+                    .field("egress_port")
+                    .and_then(|p| p.as_u128())
+                    .unwrap_or(0);
+                Ok(Value::Bool(
+                    port == crate::arch::PSA_PORT_RECIRCULATE as u128,
+                    Src::None,
+                ))
             }
             o => {
                 let _ = Expr::Default(span.clone());

@@ -101,7 +101,12 @@ impl State {
             .externs
             .iter()
             .map(|e| {
-                let n = e.args.first().and_then(|v| v.as_u128()).unwrap_or(0).min(1 << 20) as usize;
+                let n = e
+                    .args
+                    .first()
+                    .and_then(|v| v.as_u128())
+                    .unwrap_or(0)
+                    .min(1 << 20) as usize;
                 match e.ty.as_str() {
                     "Counter" | "counter" => ExternState::Counter {
                         packets: vec![0; n],
@@ -112,7 +117,9 @@ impl State {
                         ExternState::Register(vec![init; n])
                     }
                     "Meter" | "meter" => ExternState::Meter(vec![Bucket::default(); n]),
-                    "DirectMeter" | "direct_meter" => ExternState::Meter(vec![Bucket::default(); 1]),
+                    "DirectMeter" | "direct_meter" => {
+                        ExternState::Meter(vec![Bucket::default(); 1])
+                    }
                     "InternetChecksum" => ExternState::Csum(0),
                     _ => ExternState::None,
                 }
@@ -150,8 +157,13 @@ impl Pipeline {
     /// Reads, checks and instantiates a P4 program. `arch`: `None` picks
     /// it from the `main` package (PNA_NIC with 3 or 4 blocks, V1Switch,
     /// PSA_Switch).
-    pub fn load(path: &Path, include_dirs: &[PathBuf], arch: Option<Arch>) -> Result<Pipeline, P4Error> {
-        let program = crate::front::parse_file(path, include_dirs).map_err(|e| P4Error::Front(e.to_string()))?;
+    pub fn load(
+        path: &Path,
+        include_dirs: &[PathBuf],
+        arch: Option<Arch>,
+    ) -> Result<Pipeline, P4Error> {
+        let program = crate::front::parse_file(path, include_dirs)
+            .map_err(|e| P4Error::Front(e.to_string()))?;
         Self::load_program(program, arch)
     }
 
@@ -179,7 +191,8 @@ impl Pipeline {
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
-        let mut out = crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
+        let mut out =
+            crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
         if out.trace.error.is_some() {
             self.st.errors += 1;
             out.outputs.clear();
@@ -213,6 +226,8 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         Ok(Value::Error(..)) => Ok(32),
         Ok(Value::Enum(..)) => Ok(32),
         Ok(o) => crate::check::check_err(e.span(), format!("table key of type {}", o.type_name())),
-        Err(c) => crate::check::check_err(e.span(), format!("cannot type the key expression: {c:?}")),
+        Err(c) => {
+            crate::check::check_err(e.span(), format!("cannot type the key expression: {c:?}"))
+        }
     }
 }

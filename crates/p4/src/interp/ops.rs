@@ -19,8 +19,11 @@ fn to_bits_like(i: &BigInt, like: &Bits) -> Bits {
 pub fn eq_vals(a: &Value, b: &Value) -> Result<bool, String> {
     Ok(match (a, b) {
         (Value::Bits(x), Value::Bits(y)) => x.v == y.v,
-        (Value::Bits(x), Value::Int(i)) | (Value::Int(i), Value::Bits(x)) => x.v == to_bits_like(i, x).v,
+        (Value::Bits(x), Value::Int(i)) | (Value::Int(i), Value::Bits(x)) => {
+            x.v == to_bits_like(i, x).v
+        }
         (Value::Int(x), Value::Int(y)) => x == y,
+        (Value::Varbit(x), Value::Varbit(y)) => x.len == y.len && x.bytes == y.bytes,
         (Value::Bool(x, _), Value::Bool(y, _)) => x == y,
         (Value::Error(x, _), Value::Error(y, _)) => x == y,
         (Value::Enum(t1, x), Value::Enum(t2, y)) => t1 == t2 && x == y,
@@ -35,8 +38,10 @@ pub fn eq_vals(a: &Value, b: &Value) -> Result<bool, String> {
                     all
                 })
         }
-        (Value::Struct(_, _, x), Value::Struct(_, _, y)) | (Value::Tuple(x), Value::Tuple(y))
-        | (Value::Struct(_, _, x), Value::Tuple(y)) | (Value::Tuple(x), Value::Struct(_, _, y)) => {
+        (Value::Struct(_, _, x), Value::Struct(_, _, y))
+        | (Value::Tuple(x), Value::Tuple(y))
+        | (Value::Struct(_, _, x), Value::Tuple(y))
+        | (Value::Tuple(x), Value::Struct(_, _, y)) => {
             let mut all = x.len() == y.len();
             for (f, g) in x.iter().zip(y) {
                 all &= eq_vals(f, g)?;
@@ -50,7 +55,13 @@ pub fn eq_vals(a: &Value, b: &Value) -> Result<bool, String> {
             }
             all
         }
-        _ => return Err(format!("cannot compare {} with {}", a.type_name(), b.type_name())),
+        _ => {
+            return Err(format!(
+                "cannot compare {} with {}",
+                a.type_name(),
+                b.type_name()
+            ))
+        }
     })
 }
 
@@ -66,7 +77,11 @@ fn shift_amount(v: &Value) -> Result<u128, String> {
             if i.is_negative() {
                 return Err("negative shift amount".into());
             }
-            Ok(if i.bits() > 64 { u128::MAX } else { big_to_u128(i) })
+            Ok(if i.bits() > 64 {
+                u128::MAX
+            } else {
+                big_to_u128(i)
+            })
         }
         _ => Err(format!("shift amount is a {}", v.type_name())),
     }
@@ -82,7 +97,10 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
             let (Value::Bool(x, _), Value::Bool(y, _)) = (&a, &b) else {
                 return Err("&&/|| on non-booleans".into());
             };
-            return Ok(Value::Bool(if op == And { *x && *y } else { *x || *y }, Src::None));
+            return Ok(Value::Bool(
+                if op == And { *x && *y } else { *x || *y },
+                Src::None,
+            ));
         }
         Shl | Shr => {
             let n = shift_amount(&b)?;
@@ -107,7 +125,11 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
                     if n > 4096 {
                         return Err("shift of int too large".into());
                     }
-                    Value::Int(if op == Shl { i << n as usize } else { i >> n as usize })
+                    Value::Int(if op == Shl {
+                        i << n as usize
+                    } else {
+                        i >> n as usize
+                    })
                 }
                 o => return Err(format!("shift of {}", o.type_name())),
             });
@@ -120,7 +142,11 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
             if w > MAX_WIDTH {
                 return Err(format!("concatenation wider than {MAX_WIDTH} bits"));
             }
-            let v = if y.width >= 128 { y.v } else { (x.v << y.width) | y.v };
+            let v = if y.width >= 128 {
+                y.v
+            } else {
+                (x.v << y.width) | y.v
+            };
             return Ok(Value::Bits(Bits::new(w, x.signed, v)));
         }
         _ => {}
@@ -168,9 +194,21 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
         AddSat | SubSat => {
             if s {
                 let (a, b) = (x.as_i128(), y.as_i128());
-                let max = if w >= 128 { i128::MAX } else { (1i128 << (w - 1)) - 1 };
-                let min = if w >= 128 { i128::MIN } else { -(1i128 << (w - 1)) };
-                let v = if op == AddSat { a.checked_add(b) } else { a.checked_sub(b) };
+                let max = if w >= 128 {
+                    i128::MAX
+                } else {
+                    (1i128 << (w - 1)) - 1
+                };
+                let min = if w >= 128 {
+                    i128::MIN
+                } else {
+                    -(1i128 << (w - 1))
+                };
+                let v = if op == AddSat {
+                    a.checked_add(b)
+                } else {
+                    a.checked_sub(b)
+                };
                 let v = match v {
                     Some(v) => v.clamp(min, max),
                     None => {
@@ -193,7 +231,11 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
         BitOr => r(x.v | y.v),
         BitXor => r(x.v ^ y.v),
         Lt | Le | Gt | Ge => {
-            let o = if s { x.as_i128().cmp(&y.as_i128()) } else { x.v.cmp(&y.v) };
+            let o = if s {
+                x.as_i128().cmp(&y.as_i128())
+            } else {
+                x.v.cmp(&y.v)
+            };
             cmp(match op {
                 Lt => o.is_lt(),
                 Le => o.is_le(),
@@ -237,7 +279,11 @@ pub fn unop(op: UnOp, a: Value) -> Result<Value, String> {
     match (op, a) {
         (UnOp::Not, Value::Bool(b, _)) => Ok(Value::Bool(!b, Src::None)),
         (UnOp::BitNot, Value::Bits(x)) => Ok(Value::Bits(Bits::new(x.width, x.signed, !x.v))),
-        (UnOp::Neg, Value::Bits(x)) => Ok(Value::Bits(Bits::new(x.width, x.signed, x.v.wrapping_neg()))),
+        (UnOp::Neg, Value::Bits(x)) => Ok(Value::Bits(Bits::new(
+            x.width,
+            x.signed,
+            x.v.wrapping_neg(),
+        ))),
         (UnOp::Neg, Value::Int(i)) => Ok(Value::Int(-i)),
         (UnOp::Plus, v @ (Value::Bits(_) | Value::Int(_))) => Ok(strip(v)),
         (op, a) => Err(format!("{op:?} on {}", a.type_name())),
@@ -276,7 +322,11 @@ pub fn slice(v: &Value, hi: u32, lo: u32) -> Result<Value, String> {
 pub fn cast(ty: &Ty, v: Value) -> Result<Value, String> {
     match (ty, v) {
         (Ty::Bits(w, s), Value::Bits(b)) => {
-            let v = if b.signed && *w > b.width { b.as_i128() as u128 } else { b.v };
+            let v = if b.signed && *w > b.width {
+                b.as_i128() as u128
+            } else {
+                b.v
+            };
             Ok(Value::Bits(Bits::new(*w, *s, v)))
         }
         (Ty::Bits(w, s), Value::Int(i)) => Ok(Value::Bits(Bits::from_bigint(*w, *s, &i))),
@@ -303,16 +353,31 @@ pub fn coerce_like(target: &Value, v: Value) -> Result<Value, String> {
     match (target, v) {
         (Value::Bits(t), Value::Bits(b)) => {
             if t.width != b.width {
-                return Err(format!("cannot assign a {}-bit value to a {}-bit location", b.width, t.width));
+                return Err(format!(
+                    "cannot assign a {}-bit value to a {}-bit location",
+                    b.width, t.width
+                ));
             }
-            Ok(Value::Bits(Bits { signed: t.signed, ..b }))
+            Ok(Value::Bits(Bits {
+                signed: t.signed,
+                ..b
+            }))
         }
-        (Value::Bits(t), Value::Int(i)) => Ok(Value::Bits(Bits::from_bigint(t.width, t.signed, &i))),
-        (Value::Bits(t), Value::Bool(b, _)) if t.width == 1 => Ok(Value::Bits(Bits::new(1, false, b as u128))),
+        (Value::Bits(t), Value::Int(i)) => {
+            Ok(Value::Bits(Bits::from_bigint(t.width, t.signed, &i)))
+        }
+        (Value::Bits(t), Value::Bool(b, _)) if t.width == 1 => {
+            Ok(Value::Bits(Bits::new(1, false, b as u128)))
+        }
         (Value::Bool(..), v @ Value::Bool(..)) => Ok(v),
         (Value::Header(h), Value::Tuple(vals)) | (Value::Header(h), Value::Struct(_, _, vals)) => {
             if vals.len() != h.fields.len() {
-                return Err(format!("{} fields given for header {} of {}", vals.len(), h.ty, h.fields.len()));
+                return Err(format!(
+                    "{} fields given for header {} of {}",
+                    vals.len(),
+                    h.ty,
+                    h.fields.len()
+                ));
             }
             let fields = h
                 .fields
@@ -327,7 +392,9 @@ pub fn coerce_like(target: &Value, v: Value) -> Result<Value, String> {
                 names: h.names.clone(),
             })))
         }
-        (Value::Struct(n, names, tv), Value::Struct(vn, vnames, vals)) if vn.is_empty() || vn == *n => {
+        (Value::Struct(n, names, tv), Value::Struct(vn, vnames, vals))
+            if vn.is_empty() || vn == *n =>
+        {
             // By name when the initializer names fields.
             let mut out = Vec::with_capacity(tv.len());
             for (i, (name, t)) in names.iter().zip(tv).enumerate() {
@@ -342,13 +409,25 @@ pub fn coerce_like(target: &Value, v: Value) -> Result<Value, String> {
         }
         (Value::Struct(n, names, tv), Value::Tuple(vals)) => {
             if vals.len() != tv.len() {
-                return Err(format!("{} values given for struct {} of {} fields", vals.len(), n, tv.len()));
+                return Err(format!(
+                    "{} values given for struct {} of {} fields",
+                    vals.len(),
+                    n,
+                    tv.len()
+                ));
             }
-            let out = tv.iter().zip(vals).map(|(t, v)| coerce_like(t, v)).collect::<Result<_, _>>()?;
+            let out = tv
+                .iter()
+                .zip(vals)
+                .map(|(t, v)| coerce_like(t, v))
+                .collect::<Result<_, _>>()?;
             Ok(Value::Struct(n.clone(), names.clone(), out))
         }
         (Value::Tuple(tv), Value::Tuple(vals)) if tv.len() == vals.len() => Ok(Value::Tuple(
-            tv.iter().zip(vals).map(|(t, v)| coerce_like(t, v)).collect::<Result<_, _>>()?,
+            tv.iter()
+                .zip(vals)
+                .map(|(t, v)| coerce_like(t, v))
+                .collect::<Result<_, _>>()?,
         )),
         (Value::Enum(t, _), Value::Enum(t2, m)) if *t == t2 => Ok(Value::Enum(t2, m)),
         (_, v) => Ok(v),

@@ -26,7 +26,12 @@ pub(crate) fn find_table(p: &Prog, name: &str) -> Result<usize, RuntimeError> {
     }
 }
 
-fn find_extern(p: &Prog, name: &str, kinds: &[&str], kind: &'static str) -> Result<usize, RuntimeError> {
+fn find_extern(
+    p: &Prog,
+    name: &str,
+    kinds: &[&str],
+    kind: &'static str,
+) -> Result<usize, RuntimeError> {
     let cands: Vec<(usize, &str)> = p
         .externs
         .iter()
@@ -36,7 +41,10 @@ fn find_extern(p: &Prog, name: &str, kinds: &[&str], kind: &'static str) -> Resu
         .collect();
     match resolve_suffix(name, cands.iter().map(|c| c.1)) {
         Ok(n) => Ok(cands.iter().find(|c| c.1 == n).map(|c| c.0).unwrap_or(0)),
-        Err(_) => Err(RuntimeError::UnknownExtern { kind, name: name.into() }),
+        Err(_) => Err(RuntimeError::UnknownExtern {
+            kind,
+            name: name.into(),
+        }),
     }
 }
 
@@ -61,7 +69,12 @@ fn resolve_action(
             })
         }
     };
-    let ai = td.info.actions.iter().position(|a| a.name == qn).unwrap_or(0);
+    let ai = td
+        .info
+        .actions
+        .iter()
+        .position(|a| a.name == qn)
+        .unwrap_or(0);
     let info = &td.info.actions[ai];
     if as_default && info.table_only {
         return Err(RuntimeError::BadParams {
@@ -83,7 +96,11 @@ fn resolve_action(
         msg,
     };
     if params.len() != info.params.len() {
-        return Err(bad(format!("{} parameters expected, {} given", info.params.len(), params.len())));
+        return Err(bad(format!(
+            "{} parameters expected, {} given",
+            info.params.len(),
+            params.len()
+        )));
     }
     let mut vals = vec![None; info.params.len()];
     let mut next = 0usize;
@@ -94,13 +111,24 @@ fn resolve_action(
             }
             next
         } else {
-            info.params.iter().position(|pi| pi.name == *n).ok_or_else(|| bad(format!("no parameter {n}")))?
+            info.params
+                .iter()
+                .position(|pi| pi.name == *n)
+                .ok_or_else(|| bad(format!("no parameter {n}")))?
         };
-        let pi = info.params.get(i).ok_or_else(|| bad("too many parameters".into()))?;
+        let pi = info
+            .params
+            .get(i)
+            .ok_or_else(|| bad("too many parameters".into()))?;
         if vals[i].is_some() {
             return Err(bad(format!("parameter {} given twice", pi.name)));
         }
-        let x = to_u128(v, pi.width).ok_or_else(|| bad(format!("value {v} does not fit parameter {} ({} bits)", pi.name, pi.width)))?;
+        let x = to_u128(v, pi.width).ok_or_else(|| {
+            bad(format!(
+                "value {v} does not fit parameter {} ({} bits)",
+                pi.name, pi.width
+            ))
+        })?;
         vals[i] = Some(x);
     }
     let a = td.actions[ai].action;
@@ -128,7 +156,11 @@ fn compile_keys(p: &Prog, t: usize, keys: &[KeyMatch]) -> Result<Vec<Km>, Runtim
     if keys.len() != td.keys.len() {
         return Err(RuntimeError::Other(
             tname.clone(),
-            format!("{} key values given, the table has {} keys", keys.len(), td.keys.len()),
+            format!(
+                "{} key values given, the table has {} keys",
+                keys.len(),
+                td.keys.len()
+            ),
         ));
     }
     let mut out = Vec::new();
@@ -141,7 +173,9 @@ fn compile_keys(p: &Prog, t: usize, keys: &[KeyMatch]) -> Result<Vec<Km>, Runtim
             key: k.name.clone(),
             msg,
         };
-        let val = |v: &BigUint| to_u128(v, w).ok_or_else(|| bad(format!("value {v:#x} wider than {w} bits")));
+        let val = |v: &BigUint| {
+            to_u128(v, w).ok_or_else(|| bad(format!("value {v:#x} wider than {w} bits")))
+        };
         let kind = &ki.kind;
         let km = match (kind, m) {
             (_, KeyMatch::Exact(v)) if *kind != MatchKind::Range => Km::Masked(val(v)?, full),
@@ -153,7 +187,11 @@ fn compile_keys(p: &Prog, t: usize, keys: &[KeyMatch]) -> Result<Vec<Km>, Runtim
                 if *len > w {
                     return Err(bad(format!("prefix length {len} > {w}")));
                 }
-                let mk = if *len == 0 { 0 } else { full & !(mask(w - len)) };
+                let mk = if *len == 0 {
+                    0
+                } else {
+                    full & !(mask(w - len))
+                };
                 let x = val(v)?;
                 if x & !mk != 0 {
                     // Host bits set: normalised (P4Runtime would refuse;
@@ -186,7 +224,13 @@ fn compile_keys(p: &Prog, t: usize, keys: &[KeyMatch]) -> Result<Vec<Km>, Runtim
     Ok(out)
 }
 
-pub(crate) fn add_entry_spec(p: &Prog, st: &mut State, t: usize, spec: EntrySpec, now: u64) -> Result<EntryId, RuntimeError> {
+pub(crate) fn add_entry_spec(
+    p: &Prog,
+    st: &mut State,
+    t: usize,
+    spec: EntrySpec,
+    now: u64,
+) -> Result<EntryId, RuntimeError> {
     let td = &p.tables[t];
     let tname = td.info.name.clone();
     if td.info.is_const {
@@ -195,7 +239,12 @@ pub(crate) fn add_entry_spec(p: &Prog, st: &mut State, t: usize, spec: EntrySpec
     let keys = compile_keys(p, t, &spec.keys)?;
     let (a, args) = resolve_action(p, t, &spec.action, &spec.params, false)?;
     let ts = &mut st.tables[t];
-    if let Some(e) = ts.entries.iter().chain(ts.const_hits.iter()).find(|e| e.keys == keys && e.prio == spec.priority.map(|x| x as i64).unwrap_or(0)) {
+    if let Some(e) = ts
+        .entries
+        .iter()
+        .chain(ts.const_hits.iter())
+        .find(|e| e.keys == keys && e.prio == spec.priority.map(|x| x as i64).unwrap_or(0))
+    {
         return Err(RuntimeError::DuplicateKey(tname, e.id));
     }
     if (ts.entries.len() + ts.const_hits.len()) as u64 >= td.info.size.max(1) {
@@ -251,7 +300,9 @@ impl Pipeline {
         let (a, args) = &self.st.tables[t].default;
         info.default_action = (
             self.prog.actions[*a].qname.clone(),
-            args.iter().map(|v| BigUint::from(v.as_u128().unwrap_or(0))).collect(),
+            args.iter()
+                .map(|v| BigUint::from(v.as_u128().unwrap_or(0)))
+                .collect(),
         );
         Ok(info)
     }
@@ -282,7 +333,11 @@ impl Pipeline {
                 name: e.qname.clone(),
                 id: stable_id(prefix, &e.qname),
                 kind,
-                size: if direct { 0 } else { e.args.first().and_then(|v| v.as_u128()).unwrap_or(0) as u64 },
+                size: if direct {
+                    0
+                } else {
+                    e.args.first().and_then(|v| v.as_u128()).unwrap_or(0) as u64
+                },
                 width: if kind == ExternKind::Register {
                     e.elem_ty.as_ref().map(|t| t.width()).unwrap_or(0)
                 } else {
@@ -314,7 +369,12 @@ impl Pipeline {
         }
         let (a, args) = resolve_action(&self.prog, t, action, &params, false)?;
         let qn = self.prog.actions[a].qname.clone();
-        let pnames: Vec<String> = self.prog.actions[a].info.params.iter().map(|p| p.name.clone()).collect();
+        let pnames: Vec<String> = self.prog.actions[a]
+            .info
+            .params
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
         let e = self.st.tables[t]
             .entries
             .iter_mut()
@@ -338,7 +398,10 @@ impl Pipeline {
             return Err(RuntimeError::ConstTable(tname));
         }
         let es = &mut self.st.tables[t].entries;
-        let i = es.iter().position(|e| e.id == id).ok_or(RuntimeError::UnknownEntry(tname, id))?;
+        let i = es
+            .iter()
+            .position(|e| e.id == id)
+            .ok_or(RuntimeError::UnknownEntry(tname, id))?;
         es.remove(i);
         Ok(())
     }
@@ -351,10 +414,17 @@ impl Pipeline {
     }
 
     /// Sets the default action (refused when const).
-    pub fn set_default(&mut self, table: &str, action: &str, params: Vec<(String, BigUint)>) -> Result<(), RuntimeError> {
+    pub fn set_default(
+        &mut self,
+        table: &str,
+        action: &str,
+        params: Vec<(String, BigUint)>,
+    ) -> Result<(), RuntimeError> {
         let t = find_table(&self.prog, table)?;
         if self.prog.tables[t].info.const_default {
-            return Err(RuntimeError::ConstDefault(self.prog.tables[t].info.name.clone()));
+            return Err(RuntimeError::ConstDefault(
+                self.prog.tables[t].info.name.clone(),
+            ));
         }
         let (a, args) = resolve_action(&self.prog, t, action, &params, true)?;
         self.st.tables[t].default = (a, args);
@@ -365,66 +435,111 @@ impl Pipeline {
     pub fn table_entries(&self, table: &str) -> Result<Vec<EntryDump>, RuntimeError> {
         let t = find_table(&self.prog, table)?;
         let ts = &self.st.tables[t];
-        Ok(ts.const_hits.iter().chain(ts.entries.iter()).map(dump).collect())
+        Ok(ts
+            .const_hits
+            .iter()
+            .chain(ts.entries.iter())
+            .map(dump)
+            .collect())
     }
 
     /// (packets, bytes) of a counter cell.
     pub fn counter_read(&self, name: &str, index: u64) -> Result<(u64, u64), RuntimeError> {
         let i = find_extern(&self.prog, name, &["Counter", "counter"], "counter")?;
         match &self.st.externs[i] {
-            ExternState::Counter { packets, bytes } => match (packets.get(index as usize), bytes.get(index as usize)) {
-                (Some(p), Some(b)) => Ok((*p, *b)),
-                _ => Err(RuntimeError::IndexOutOfRange {
-                    name: name.into(),
-                    index,
-                    size: packets.len() as u64,
-                }),
-            },
-            _ => Err(RuntimeError::UnknownExtern { kind: "counter", name: name.into() }),
+            ExternState::Counter { packets, bytes } => {
+                match (packets.get(index as usize), bytes.get(index as usize)) {
+                    (Some(p), Some(b)) => Ok((*p, *b)),
+                    _ => Err(RuntimeError::IndexOutOfRange {
+                        name: name.into(),
+                        index,
+                        size: packets.len() as u64,
+                    }),
+                }
+            }
+            _ => Err(RuntimeError::UnknownExtern {
+                kind: "counter",
+                name: name.into(),
+            }),
         }
     }
 
     pub fn register_read(&self, name: &str, index: u64) -> Result<BigUint, RuntimeError> {
         let i = find_extern(&self.prog, name, &["Register", "register"], "register")?;
         match &self.st.externs[i] {
-            ExternState::Register(cells) => cells.get(index as usize).map(|v| BigUint::from(*v)).ok_or(RuntimeError::IndexOutOfRange {
+            ExternState::Register(cells) => cells
+                .get(index as usize)
+                .map(|v| BigUint::from(*v))
+                .ok_or(RuntimeError::IndexOutOfRange {
+                    name: name.into(),
+                    index,
+                    size: cells.len() as u64,
+                }),
+            _ => Err(RuntimeError::UnknownExtern {
+                kind: "register",
                 name: name.into(),
-                index,
-                size: cells.len() as u64,
             }),
-            _ => Err(RuntimeError::UnknownExtern { kind: "register", name: name.into() }),
         }
     }
 
-    pub fn register_write(&mut self, name: &str, index: u64, value: BigUint) -> Result<(), RuntimeError> {
+    pub fn register_write(
+        &mut self,
+        name: &str,
+        index: u64,
+        value: BigUint,
+    ) -> Result<(), RuntimeError> {
         let i = find_extern(&self.prog, name, &["Register", "register"], "register")?;
-        let w = self.prog.externs[i].elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
-        let v = to_u128(&value, w).ok_or(RuntimeError::ValueTooWide { name: name.into(), width: w })?;
+        let w = self.prog.externs[i]
+            .elem_ty
+            .as_ref()
+            .map(|t| t.width())
+            .unwrap_or(32);
+        let v = to_u128(&value, w).ok_or(RuntimeError::ValueTooWide {
+            name: name.into(),
+            width: w,
+        })?;
         match &mut self.st.externs[i] {
             ExternState::Register(cells) => {
                 let size = cells.len() as u64;
-                let c = cells.get_mut(index as usize).ok_or(RuntimeError::IndexOutOfRange {
-                    name: name.into(),
-                    index,
-                    size,
-                })?;
+                let c = cells
+                    .get_mut(index as usize)
+                    .ok_or(RuntimeError::IndexOutOfRange {
+                        name: name.into(),
+                        index,
+                        size,
+                    })?;
                 *c = v;
                 Ok(())
             }
-            _ => Err(RuntimeError::UnknownExtern { kind: "register", name: name.into() }),
+            _ => Err(RuntimeError::UnknownExtern {
+                kind: "register",
+                name: name.into(),
+            }),
         }
     }
 
-    pub fn meter_set(&mut self, name: &str, index: u64, config: MeterConfig) -> Result<(), RuntimeError> {
-        let i = find_extern(&self.prog, name, &["Meter", "meter", "DirectMeter", "direct_meter"], "meter")?;
+    pub fn meter_set(
+        &mut self,
+        name: &str,
+        index: u64,
+        config: MeterConfig,
+    ) -> Result<(), RuntimeError> {
+        let i = find_extern(
+            &self.prog,
+            name,
+            &["Meter", "meter", "DirectMeter", "direct_meter"],
+            "meter",
+        )?;
         match &mut self.st.externs[i] {
             ExternState::Meter(ms) => {
                 let size = ms.len() as u64;
-                let m = ms.get_mut(index as usize).ok_or(RuntimeError::IndexOutOfRange {
-                    name: name.into(),
-                    index,
-                    size,
-                })?;
+                let m = ms
+                    .get_mut(index as usize)
+                    .ok_or(RuntimeError::IndexOutOfRange {
+                        name: name.into(),
+                        index,
+                        size,
+                    })?;
                 *m = super::Bucket {
                     cfg: config,
                     ctokens: config.cburst,
@@ -434,7 +549,10 @@ impl Pipeline {
                 };
                 Ok(())
             }
-            _ => Err(RuntimeError::UnknownExtern { kind: "meter", name: name.into() }),
+            _ => Err(RuntimeError::UnknownExtern {
+                kind: "meter",
+                name: name.into(),
+            }),
         }
     }
 
@@ -444,9 +562,16 @@ impl Pipeline {
         for c in &trace.counters {
             match c {
                 CounterRef::Indexed { name, index } => {
-                    if let Ok(i) = find_extern(&self.prog, name, &["Counter", "counter"], "counter") {
-                        if let ExternState::Counter { packets: ps, bytes: bs } = &mut self.st.externs[i] {
-                            if let (Some(p), Some(b)) = (ps.get_mut(*index as usize), bs.get_mut(*index as usize)) {
+                    if let Ok(i) = find_extern(&self.prog, name, &["Counter", "counter"], "counter")
+                    {
+                        if let ExternState::Counter {
+                            packets: ps,
+                            bytes: bs,
+                        } = &mut self.st.externs[i]
+                        {
+                            if let (Some(p), Some(b)) =
+                                (ps.get_mut(*index as usize), bs.get_mut(*index as usize))
+                            {
                                 *p += packets;
                                 *b += bytes;
                             }
@@ -457,10 +582,17 @@ impl Pipeline {
             }
         }
         for ta in &trace.tables {
-            let Ok(t) = find_table(&self.prog, &ta.table) else { continue };
+            let Ok(t) = find_table(&self.prog, &ta.table) else {
+                continue;
+            };
             let Some(id) = ta.entry else { continue };
             let ts = &mut self.st.tables[t];
-            if let Some(e) = ts.entries.iter_mut().chain(ts.const_hits.iter_mut()).find(|e| e.id == id) {
+            if let Some(e) = ts
+                .entries
+                .iter_mut()
+                .chain(ts.const_hits.iter_mut())
+                .find(|e| e.id == id)
+            {
                 e.packets += packets;
                 e.bytes += bytes;
                 e.last_hit = Some(e.last_hit.unwrap_or(0).max(now_ns));

@@ -56,15 +56,21 @@ impl Run<'_> {
             ksrc.push(b.src);
         }
         let has_lpm = td.keys.iter().any(|k| k.kind == MatchKind::Lpm);
-        let has_prio = td
-            .keys
-            .iter()
-            .any(|k| matches!(k.kind, MatchKind::Ternary | MatchKind::Range | MatchKind::Optional));
+        let has_prio = td.keys.iter().any(|k| {
+            matches!(
+                k.kind,
+                MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
+            )
+        });
         let st = &self.st.tables[t];
         // Winner: (list 0 = const / 1 = runtime, index).
         let mut best: Option<(usize, usize)> = None;
         let mut best_score: i128 = i128::MIN;
-        let all = td.const_entries.iter().map(|e| (0usize, e)).chain(st.entries.iter().map(|e| (1usize, e)));
+        let all = td
+            .const_entries
+            .iter()
+            .map(|e| (0usize, e))
+            .chain(st.entries.iter().map(|e| (1usize, e)));
         for (idx, (list, e)) in all.enumerate() {
             if !entry_matches(e, &kv) {
                 continue;
@@ -149,31 +155,51 @@ impl Run<'_> {
         }
         match hit_entry {
             Some((_, a, args)) => {
-                let bound = td.actions.iter().find(|ta| ta.action == a).map(|ta| ta.bound.as_slice());
+                let bound = td
+                    .actions
+                    .iter()
+                    .find(|ta| ta.action == a)
+                    .map(|ta| ta.bound.as_slice());
                 self.call_action(a, bound, Some(args))?;
-                Ok(Value::ApplyResult { hit: true, action: a })
+                Ok(Value::ApplyResult {
+                    hit: true,
+                    action: a,
+                })
             }
             None => {
                 let (a, args) = self.st.tables[t].default.clone();
                 if td.info.add_on_miss {
                     self.miss_ctx().push((t, kv));
                 }
-                let bound = td.actions.iter().find(|ta| ta.action == a).map(|ta| ta.bound.as_slice());
+                let bound = td
+                    .actions
+                    .iter()
+                    .find(|ta| ta.action == a)
+                    .map(|ta| ta.bound.as_slice());
                 let r = self.call_action(a, bound, Some(args));
                 if td.info.add_on_miss {
                     self.miss_ctx().pop();
                 }
                 r?;
-                Ok(Value::ApplyResult { hit: false, action: a })
+                Ok(Value::ApplyResult {
+                    hit: false,
+                    action: a,
+                })
             }
         }
     }
 
     /// PNA `add_entry(action_name, action_params, expire_time_profile_id)`.
-    pub(crate) fn add_entry(&mut self, args: &[crate::ast::Arg], span: &crate::ast::Span) -> R<Value> {
+    pub(crate) fn add_entry(
+        &mut self,
+        args: &[crate::ast::Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
         self.tr.set_uncacheable("p4-add-entry");
         let Some((t, kv)) = self.miss_ctx().last().cloned() else {
-            return fail(format!("{span}: add_entry outside the default action of an add_on_miss table"));
+            return fail(format!(
+                "{span}: add_entry outside the default action of an add_on_miss table"
+            ));
         };
         let name = match args.first().map(|a| self.eval(&a.value)).transpose()? {
             Some(Value::Str(s)) => s.to_string(),
@@ -193,7 +219,10 @@ impl Run<'_> {
             let a = &p.actions[ta.action];
             a.decl.name.name == name || a.qname == name
         }) else {
-            return fail(format!("{span}: add_entry: {name} is not an action of {}", td.info.name));
+            return fail(format!(
+                "{span}: add_entry: {name} is not an action of {}",
+                td.info.name
+            ));
         };
         let spec = crate::runtime::EntrySpec {
             keys: kv
@@ -203,13 +232,21 @@ impl Run<'_> {
             action: p.actions[ta.action].qname.clone(),
             params: params
                 .iter()
-                .map(|v| (String::new(), num_bigint::BigUint::from(v.as_u128().unwrap_or(0))))
+                .map(|v| {
+                    (
+                        String::new(),
+                        num_bigint::BigUint::from(v.as_u128().unwrap_or(0)),
+                    )
+                })
                 .collect(),
             priority: None,
         };
         let now = self.now;
         let ok = super::runtime_ops::add_entry_spec(p, self.st, t, spec, now).is_ok();
-        Ok(Value::Bits(crate::value::Bits::unsigned(1, if ok { 0 } else { 1 })))
+        Ok(Value::Bits(crate::value::Bits::unsigned(
+            1,
+            if ok { 0 } else { 1 },
+        )))
     }
 }
 

@@ -69,7 +69,14 @@ fn parse_ternary(s: &str, width: u32) -> (BigUint, BigUint) {
     (v, m)
 }
 
-fn parse_entry(p: &Pipeline, table: &str, prio: Option<u32>, keys: &[&str], action: &str, args: &str) -> EntrySpec {
+fn parse_entry(
+    p: &Pipeline,
+    table: &str,
+    prio: Option<u32>,
+    keys: &[&str],
+    action: &str,
+    args: &str,
+) -> EntrySpec {
     let info = p.table_info(table).unwrap_or_else(|e| panic!("{e}"));
     let mut km: Vec<KeyMatch> = info
         .keys
@@ -81,7 +88,10 @@ fn parse_entry(p: &Pipeline, table: &str, prio: Option<u32>, keys: &[&str], acti
         .collect();
     for kv in keys {
         let (name, val) = kv.split_once(':').unwrap_or_else(|| panic!("bad key {kv}"));
-        let name = name.replace('$', "[").replace(".", "].").replacen("].", ".", 0);
+        let name = name
+            .replace('$', "[")
+            .replace(".", "].")
+            .replacen("].", ".", 0);
         // `extra$0.h` -> `extra[0].h`
         let name = fix_stack_name(&name, kv);
         let i = info
@@ -161,13 +171,18 @@ impl Expect {
         if gn.len() < self.nibbles.len() || (self.exact && gn.len() != self.nibbles.len()) {
             return false;
         }
-        self.nibbles.iter().zip(&gn).all(|(e, g)| e.map(|e| e == *g).unwrap_or(true))
+        self.nibbles
+            .iter()
+            .zip(&gn)
+            .all(|(e, g)| e.map(|e| e == *g).unwrap_or(true))
     }
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
     let h: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect()
+    (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
 }
 
 /// Runs an STF file against the pipeline; returns a list of failures.
@@ -223,21 +238,37 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                 }
             }
             "expect" => {
-                let (port, hex) = rest.trim().split_once(char::is_whitespace).unwrap_or((rest.trim(), ""));
+                let (port, hex) = rest
+                    .trim()
+                    .split_once(char::is_whitespace)
+                    .unwrap_or((rest.trim(), ""));
                 let mut h: String = hex.chars().filter(|c| !c.is_whitespace()).collect();
                 let exact = h.ends_with('$');
                 if exact {
                     h.pop();
                 }
-                let nibbles = h.chars().map(|c| if c == '*' { None } else { c.to_digit(16).map(|d| d as u8) }).collect();
-                expects.entry(port.parse().unwrap()).or_default().push_back((ln, Expect { nibbles, exact }));
+                let nibbles = h
+                    .chars()
+                    .map(|c| {
+                        if c == '*' {
+                            None
+                        } else {
+                            c.to_digit(16).map(|d| d as u8)
+                        }
+                    })
+                    .collect();
+                expects
+                    .entry(port.parse().unwrap())
+                    .or_default()
+                    .push_back((ln, Expect { nibbles, exact }));
             }
             "wait" => {}
             o => fails.push(format!("line {ln}: unsupported STF command {o}")),
         }
     }
     let _ = packet_lines;
-    let ports: std::collections::BTreeSet<u32> = expects.keys().chain(got.keys()).copied().collect();
+    let ports: std::collections::BTreeSet<u32> =
+        expects.keys().chain(got.keys()).copied().collect();
     for port in ports {
         let e = expects.remove(&port).unwrap_or_default();
         let g = got.remove(&port).unwrap_or_default();
@@ -251,7 +282,10 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
         }
         for ((eln, ex), (gln, gb)) in e.iter().zip(g.iter()) {
             if !ex.matches(gb) {
-                fails.push(format!("port {port}: expect line {eln} vs packet line {gln}: got {}", hex(gb)));
+                fails.push(format!(
+                    "port {port}: expect line {eln} vs packet line {gln}: got {}",
+                    hex(gb)
+                ));
             }
         }
     }
