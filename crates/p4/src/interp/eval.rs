@@ -106,6 +106,9 @@ pub(crate) struct Run<'a> {
     pub reject_vals: Option<Vec<Value>>,
     /// A v1model verify_checksum failed.
     pub checksum_error: bool,
+    /// > 0 while evaluating checksum data: reads are not recorded (the
+    /// datapath recomputes checksums).
+    pub quiet: u32,
 }
 
 const MAX_STEPS: u64 = 200_000;
@@ -138,6 +141,7 @@ impl<'a> Run<'a> {
             depth: 0,
             reject_vals: None,
             checksum_error: false,
+            quiet: 0,
         }
     }
 
@@ -156,6 +160,9 @@ impl<'a> Run<'a> {
         match v {
             Value::Bits(b) => self.use_src(b.src, b.width, mask(b.width), b.width),
             Value::Varbit(v) => {
+                if self.quiet > 0 {
+                    return;
+                }
                 if let Src::Packet(off) = v.src {
                     self.tr.read(off, v.len);
                 } else if v.len > 0 {
@@ -174,7 +181,7 @@ impl<'a> Run<'a> {
     /// is `src`; bit w-1 is the first on the wire).
     pub fn use_src(&mut self, src: Src, w: u32, need: u128, _full: u32) {
         let need = need & mask(w);
-        if need == 0 {
+        if need == 0 || self.quiet > 0 {
             return;
         }
         match src {

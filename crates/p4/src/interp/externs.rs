@@ -116,8 +116,12 @@ impl Run<'_> {
         Ok(v.as_u128().unwrap_or(u64::MAX as u128) as u64)
     }
 
+    /// Checksum data: evaluated without recording reads.
     fn data_bits(&mut self, args: &[Arg], i: usize, span: &Span) -> R<BitBuf> {
-        let v = self.arg_val(args, i, span)?;
+        self.quiet += 1;
+        let v = self.arg_val(args, i, span);
+        self.quiet -= 1;
+        let v = v?;
         let mut buf = BitBuf::default();
         self.flatten(&v, &mut buf)?;
         Ok(buf)
@@ -171,7 +175,10 @@ impl Run<'_> {
                         Value::Bits(Bits::unsigned(16, v as u128))
                     }
                     "set_state" => {
-                        let v = self.arg_val(args, 0, span)?;
+                        self.quiet += 1;
+                        let v = self.arg_val(args, 0, span);
+                        self.quiet -= 1;
+                        let v = v?;
                         *self.extern_state(i) =
                             ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
                         Value::Void
@@ -438,7 +445,10 @@ impl Run<'_> {
                     .ok_or(Ctl::Fail(format!("{span}: missing checksum")))?
                     .value;
                 if name.starts_with("verify") {
-                    let cur = self.eval(target)?;
+                    self.quiet += 1;
+                    let cur = self.eval(target);
+                    self.quiet -= 1;
+                    let cur = cur?;
                     if cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width()) {
                         self.checksum_error = true;
                     }
