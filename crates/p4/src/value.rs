@@ -105,6 +105,21 @@ pub struct HeaderVal {
     pub names: Arc<[String]>,
 }
 
+/// A `varbit<max>` value: `len` bits, MSB first in `bytes`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarbitVal {
+    pub max: u32,
+    pub len: u32,
+    pub bytes: Vec<u8>,
+    pub src: Src,
+}
+
+impl VarbitVal {
+    pub fn bit(&self, i: u32) -> u8 {
+        (self.bytes[(i / 8) as usize] >> (7 - (i % 8))) & 1
+    }
+}
+
 /// A header stack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackVal {
@@ -116,6 +131,7 @@ pub struct StackVal {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Bits(Bits),
+    Varbit(Box<VarbitVal>),
     /// Compile-time `int` (literals without width).
     Int(BigInt),
     Bool(bool, Src),
@@ -136,7 +152,8 @@ pub enum Value {
     /// Result of `t.apply()`: hit, miss, action name run.
     ApplyResult {
         hit: bool,
-        action: Arc<str>,
+        /// Index of the action run in the program's action list.
+        action: usize,
     },
     Void,
 }
@@ -150,6 +167,7 @@ impl Value {
         match self {
             Value::Bits(b) if b.signed => "int<W>",
             Value::Bits(_) => "bit<W>",
+            Value::Varbit(_) => "varbit<W>",
             Value::Int(_) => "int",
             Value::Bool(..) => "bool",
             Value::Str(_) => "string",
@@ -194,6 +212,7 @@ impl Value {
     pub fn bit_width(&self) -> u32 {
         match self {
             Value::Bits(b) => b.width,
+            Value::Varbit(v) => v.len,
             Value::Bool(..) => 1,
             Value::Header(h) => h.fields.iter().map(|f| f.bit_width()).sum(),
             Value::Struct(_, _, v) | Value::Tuple(v) => v.iter().map(|f| f.bit_width()).sum(),
@@ -212,6 +231,11 @@ impl Value {
             Value::Bool(b, s) => {
                 *b = false;
                 *s = Src::None;
+            }
+            Value::Varbit(v) => {
+                v.len = 0;
+                v.bytes.clear();
+                v.src = Src::None;
             }
             Value::Header(h) => {
                 h.valid = false;

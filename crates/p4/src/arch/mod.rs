@@ -54,3 +54,479 @@ pub const MAX_PASSES: u32 = 16;
 pub const PSA_PORT_RECIRCULATE: u32 = 0xffff_fffa;
 /// PSA_PORT_CPU.
 pub const PSA_PORT_CPU: u32 = 0xffff_fffd;
+
+use crate::check::{P4Error, Prog, Ty};
+use crate::interp::eval::{Ctl, Run, PKT_IN, PKT_OUT};
+use crate::interp::{Outcome, State};
+use crate::trace::Trace;
+use crate::value::{mask, Bits, Src, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The architecture of a checked program, from its `main` package.
+pub(crate) fn detect(p: &Prog) -> Result<Arch, P4Error> {
+    let n = p.main_blocks.len();
+    match (p.package.as_str(), n) {
+        ("PNA_NIC", 3) => Ok(Arch::PnaTc),
+        ("PNA_NIC", 4) => Ok(Arch::Pna),
+        ("V1Switch", 6) => Ok(Arch::V1Model),
+        ("PSA_Switch", 6) => Ok(Arch::Psa),
+        (pkg, n) => Err(P4Error::Arch(format!(
+            "unsupported: main package {pkg} with {n} programmable blocks (PNA_NIC, V1Switch, PSA_Switch)"
+        ))),
+    }
+}
+
+/// Values shared by the blocks of one pass, by type name (the header
+/// struct, user metadata, standard_metadata, ...).
+struct Shared {
+    vals: HashMap<String, Value>,
+}
+
+fn ty_key(t: &Ty) -> String {
+    match t {
+        Ty::Header(a) | Ty::Struct(a) => a.name.to_string(),
+        Ty::Named(n) => n.clone(),
+        o => format!("{o:?}"),
+    }
+}
+
+fn set_field(v: &mut Value, name: &str, val: u128, src: Src) {
+    if let Some(f) = v.field_mut(name) {
+        match f {
+            Value::Bits(b) => {
+                b.v = val & mask(b.width);
+                b.src = src;
+            }
+            Value::Bool(b, s) => {
+                *b = val != 0;
+                *s = src;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn get_field(v: &Value, name: &str) -> Option<u128> {
+    v.field(name).and_then(|f| match f {
+        Value::Bool(b, _) => Some(*b as u128),
+        o => o.as_u128(),
+    })
+}
+
+fn set_enum_field(v: &mut Value, name: &str, member: &str) {
+    if let Some(Value::Enum(_, m)) = v.field_mut(name) {
+        *m = Arc::from(member);
+    }
+}
+
+struct Ctx {
+    in_port: u32,
+    pass: u32,
+    egress_port: u32,
+}
+
+/// Initial value of an architecture metadata struct.
+fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
+    let port_src = if c.pass == 0 {
+        Src::InPort
+    } else {
+        Src::Tainted("p4-recirculate")
+    };
+    match key {
+        "pna_main_parser_input_metadata_t"
+        | "pna_main_input_metadata_t"
+        | "pna_pre_input_metadata_t" => {
+            set_field(v, "input_port", c.in_port as u128, port_src);
+            set_field(v, "timestamp", 0, Src::Tainted("p4-timestamp"));
+            set_field(v, "recirculated", (c.pass > 0) as u128, Src::None);
+        }
+        "standard_metadata_t" => {
+            set_field(v, "ingress_port", c.in_port as u128, port_src);
+            set_field(v, "packet_length", 0, Src::Tainted("p4-packet-length"));
+            set_field(
+                v,
+                "ingress_global_timestamp",
+                0,
+                Src::Tainted("p4-timestamp"),
+            );
+            set_field(v, "enq_timestamp", 0, Src::Tainted("p4-timestamp"));
+            set_field(
+                v,
+                "egress_global_timestamp",
+                0,
+                Src::Tainted("p4-timestamp"),
+            );
+            set_field(
+                v,
+                "instance_type",
+                if c.pass > 0 { 4 } else { 0 },
+                Src::None,
+            );
+        }
+        "psa_ingress_parser_input_metadata_t" | "psa_ingress_input_metadata_t" => {
+            set_field(v, "ingress_port", c.in_port as u128, port_src);
+            set_enum_field(
+                v,
+                "packet_path",
+                if c.pass > 0 { "RECIRCULATE" } else { "NORMAL" },
+            );
+            set_field(v, "ingress_timestamp", 0, Src::Tainted("p4-timestamp"));
+        }
+        "psa_ingress_output_metadata_t" => {
+            set_field(v, "drop", 1, Src::None);
+        }
+        "psa_egress_parser_input_metadata_t"
+        | "psa_egress_input_metadata_t"
+        | "psa_egress_deparser_input_metadata_t" => {
+            set_field(v, "egress_port", c.egress_port as u128, Src::None);
+            set_enum_field(v, "packet_path", "NORMAL_UNICAST");
+            set_field(v, "egress_timestamp", 0, Src::Tainted("p4-timestamp"));
+        }
+        _ => {}
+    }
+    let _ = arch;
+}
+
+/// One block invocation with shared values.
+fn run_block(
+    run: &mut Run,
+    arch: Arch,
+    shared: &mut Shared,
+    b: usize,
+    c: &Ctx,
+) -> Result<(bool, Option<String>), Ctl> {
+    let p = run.p;
+    let blk = &p.blocks[b];
+    let mut vals = Vec::new();
+    let mut keys = Vec::new();
+    for (prm, t) in blk.params().iter().zip(&blk.param_tys) {
+        let key = ty_key(t);
+        let v = match key.as_str() {
+            "packet_in" => Value::Instance(PKT_IN),
+            "packet_out" => Value::Instance(PKT_OUT),
+            _ => match shared.vals.get(&key) {
+                Some(v) => {
+                    let mut v = v.clone();
+                    if prm.direction == crate::ast::Direction::Out {
+                        // `out` parameters start uninitialised (headers invalid).
+                        v.reset();
+                    }
+                    v
+                }
+                None => {
+                    let mut v = t.default_value();
+                    init_meta(arch, &key, &mut v, c);
+                    v
+                }
+            },
+        };
+        vals.push(v);
+        keys.push(key);
+    }
+    let (vals, rejected, exited) = match run.run_block(b, vals) {
+        Ok((v, e)) => (v, None, e),
+        Err(Ctl::Reject(e)) => {
+            let v = run.reject_vals.take().unwrap_or_default();
+            (
+                v,
+                Some(if e.is_empty() {
+                    "NoError".to_string()
+                } else {
+                    e
+                }),
+                false,
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    for ((prm, key), v) in blk.params().iter().zip(keys).zip(vals) {
+        if key == "packet_in" || key == "packet_out" {
+            continue;
+        }
+        if prm.direction != crate::ast::Direction::In || !shared.vals.contains_key(&key) {
+            shared.vals.insert(key, v);
+        }
+    }
+    Ok((exited, rejected))
+}
+
+/// Output frame: emitted headers + unparsed payload.
+fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
+    if run.out.bits % 8 != 0 {
+        return Err(Ctl::Fail(
+            "deparser emitted a number of bits that is not a multiple of 8".into(),
+        ));
+    }
+    if run.pos % 8 != 0 {
+        return Err(Ctl::Fail("parser stopped inside a byte".into()));
+    }
+    let mut out = std::mem::take(&mut run.out.bytes);
+    run.out.bits = 0;
+    let start = (run.pos / 8) as usize;
+    out.extend_from_slice(run.pkt.get(start..).unwrap_or(&[]));
+    Ok(out)
+}
+
+fn set_parser_error(shared: &mut Shared, key: &str, err: &str) {
+    if let Some(v) = shared.vals.get_mut(key) {
+        if let Some(Value::Error(e, s)) = v.field_mut("parser_error") {
+            *e = Arc::from(err);
+            *s = Src::None;
+        }
+    }
+}
+
+/// Runs one packet through the architecture.
+pub(crate) fn run_packet(
+    p: &Prog,
+    st: &mut State,
+    arch: Arch,
+    in_port: u32,
+    packet: &[u8],
+    now: u64,
+) -> Outcome {
+    let mut trace = Trace::default();
+    let r = {
+        let mut run = Run::new(p, st, &mut trace, packet.to_vec(), in_port, now);
+        match arch {
+            Arch::Pna | Arch::PnaTc => run_pna(&mut run, arch),
+            Arch::V1Model => run_v1(&mut run),
+            Arch::Psa => run_psa(&mut run),
+        }
+    };
+    match r {
+        Ok(outputs) => Outcome { outputs, trace },
+        Err(e) => {
+            trace.error = Some(match e {
+                Ctl::Fail(m) => m,
+                o => format!("{o:?}"),
+            });
+            Outcome {
+                outputs: vec![],
+                trace,
+            }
+        }
+    }
+}
+
+fn block_at(run: &Run, i: usize) -> usize {
+    run.p.main_blocks[i].1
+}
+
+fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let c = Ctx {
+        in_port: run.in_port,
+        pass: 0,
+        egress_port: 0,
+    };
+    let mut sh = Shared {
+        vals: HashMap::new(),
+    };
+    let (_, rej) = run_block(run, arch, &mut sh, block_at(run, 0), &c)?;
+    if rej.is_some() {
+        // PNA: a parser error drops the packet.
+        return Ok(vec![]);
+    }
+    let ctl = if arch == Arch::Pna {
+        run_block(run, arch, &mut sh, block_at(run, 1), &c)?;
+        2
+    } else {
+        1
+    };
+    run_block(run, arch, &mut sh, block_at(run, ctl), &c)?;
+    run_block(run, arch, &mut sh, block_at(run, ctl + 1), &c)?;
+    let bytes = deparsed(run)?;
+    match run.fwd.pna_dest {
+        Some(Some(port)) => Ok(vec![(port, bytes)]),
+        // Neither send_to_port nor drop_packet: dropped here (targets differ).
+        _ => Ok(vec![]),
+    }
+}
+
+fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let mut in_port = run.in_port;
+    let original = run.pkt.clone();
+    let mut outputs = Vec::new();
+    for pass in 0..MAX_PASSES {
+        let c = Ctx {
+            in_port,
+            pass,
+            egress_port: 0,
+        };
+        run.first_pass = pass == 0;
+        run.pos = 0;
+        run.fwd = Default::default();
+        let mut sh = Shared {
+            vals: HashMap::new(),
+        };
+        let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
+        if let Some(e) = &rej {
+            set_parser_error(&mut sh, "standard_metadata_t", e);
+        }
+        run.checksum_error = false;
+        run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
+        if run.checksum_error {
+            if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+                set_field(sm, "checksum_error", 1, Src::None);
+            }
+        }
+        run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
+        let sm = sh
+            .vals
+            .get("standard_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
+        if run.fwd.resubmit {
+            run.tr.set_uncacheable("p4-resubmit");
+            in_port = get_field(&sm, "ingress_port").unwrap_or(0) as u32;
+            run.pkt = original.clone();
+            continue;
+        }
+        if get_field(&sm, "mcast_grp").unwrap_or(0) != 0 {
+            return Err(Ctl::Fail(
+                "unsupported: v1model multicast (mcast_grp)".into(),
+            ));
+        }
+        let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
+        if egress_spec == V1_DROP_PORT {
+            return Ok(outputs);
+        }
+        if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+            set_field(sm, "egress_port", egress_spec as u128, Src::None);
+        }
+        run_block(run, Arch::V1Model, &mut sh, block_at(run, 3), &c)?;
+        run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
+        run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
+        let bytes = deparsed(run)?;
+        let sm = sh
+            .vals
+            .get("standard_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
+        if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
+            return Ok(outputs);
+        }
+        if run.fwd.recirculate {
+            run.tr.set_uncacheable("p4-recirculate");
+            run.pkt = bytes;
+            in_port = egress_spec;
+            continue;
+        }
+        outputs.push((egress_spec, bytes));
+        return Ok(outputs);
+    }
+    Err(Ctl::Fail(format!(
+        "more than {MAX_PASSES} resubmit/recirculate passes"
+    )))
+}
+
+fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let mut in_port = run.in_port;
+    for pass in 0..MAX_PASSES {
+        run.first_pass = pass == 0;
+        if pass > 0 {
+            run.tr.set_uncacheable("p4-recirculate");
+        }
+        let c = Ctx {
+            in_port,
+            pass,
+            egress_port: 0,
+        };
+        run.pos = 0;
+        let mut sh = Shared {
+            vals: HashMap::new(),
+        };
+        let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
+        if let Some(e) = &rej {
+            set_parser_error(&mut sh, "psa_ingress_input_metadata_t", e);
+            let mut v = sh
+                .vals
+                .remove("psa_ingress_input_metadata_t")
+                .unwrap_or_else(|| {
+                    // Created on first use by the control: make it now.
+                    Value::Void
+                });
+            if matches!(v, Value::Void) {
+                let ty = p_type(run, block_at(run, 1), "psa_ingress_input_metadata_t");
+                if let Some(t) = ty {
+                    v = t.default_value();
+                    init_meta(Arch::Psa, "psa_ingress_input_metadata_t", &mut v, &c);
+                    if let Some(Value::Error(er, _)) = v.field_mut("parser_error") {
+                        *er = Arc::from(e.as_str());
+                    }
+                }
+            }
+            sh.vals.insert("psa_ingress_input_metadata_t".into(), v);
+        }
+        run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
+        run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
+        let bytes = deparsed(run)?;
+        let ostd = sh
+            .vals
+            .get("psa_ingress_output_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
+        if get_field(&ostd, "drop").unwrap_or(1) != 0 {
+            return Ok(vec![]);
+        }
+        if get_field(&ostd, "resubmit").unwrap_or(0) != 0
+            || get_field(&ostd, "clone").unwrap_or(0) != 0
+        {
+            run.tr.set_uncacheable("p4-clone");
+        }
+        if get_field(&ostd, "multicast_group").unwrap_or(0) != 0 {
+            return Err(Ctl::Fail("unsupported: PSA multicast".into()));
+        }
+        let egress_port = get_field(&ostd, "egress_port").unwrap_or(0) as u32;
+        // Egress pipeline on the deparsed packet.
+        let ce = Ctx {
+            in_port,
+            pass,
+            egress_port,
+        };
+        run.pkt = bytes;
+        run.pos = 0;
+        run.first_pass = false;
+        let mut she = Shared {
+            vals: HashMap::new(),
+        };
+        // The egress blocks are main_blocks 3.. (ingress.{parser,control,deparser}, egress.{...}).
+        let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
+        if let Some(e) = &rej {
+            set_parser_error(&mut she, "psa_egress_input_metadata_t", e);
+        }
+        run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
+        run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
+        let bytes = deparsed(run)?;
+        let eostd = she
+            .vals
+            .get("psa_egress_output_metadata_t")
+            .cloned()
+            .unwrap_or(Value::Void);
+        if get_field(&eostd, "drop").unwrap_or(0) != 0 {
+            return Ok(vec![]);
+        }
+        if egress_port == PSA_PORT_RECIRCULATE {
+            run.tr.set_uncacheable("p4-recirculate");
+            run.pkt = bytes;
+            in_port = PSA_PORT_RECIRCULATE;
+            continue;
+        }
+        return Ok(vec![(egress_port, bytes)]);
+    }
+    Err(Ctl::Fail(format!(
+        "more than {MAX_PASSES} recirculation passes"
+    )))
+}
+
+fn p_type(run: &Run, b: usize, key: &str) -> Option<Ty> {
+    run.p.blocks[b]
+        .param_tys
+        .iter()
+        .find(|t| ty_key(t) == key)
+        .cloned()
+}
+
+#[allow(dead_code)]
+fn _bits(_: Bits) {}

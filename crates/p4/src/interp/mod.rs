@@ -4,12 +4,18 @@
 //! [`Pipeline`] is the object the bridge keeps per P4 program: it owns
 //! the program, the table entries and the extern state.
 
+pub(crate) mod eval;
+pub(crate) mod externs;
+pub(crate) mod ops;
+pub(crate) mod runtime_ops;
+pub(crate) mod table;
+
 use crate::arch::Arch;
 use crate::ast;
-use crate::check::P4Error;
-use crate::runtime::*;
-use crate::trace::{EntryId, Trace};
-use num_bigint::BigUint;
+use crate::check::{Entry, P4Error, Prog};
+use crate::trace::Trace;
+use crate::value::Value;
+use eval::{BitBuf, Run};
 use std::path::{Path, PathBuf};
 
 /// Result of one packet.
@@ -20,9 +26,131 @@ pub struct Outcome {
     pub trace: Trace,
 }
 
+/// Token bucket (two-rate three-colour, simplified).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Bucket {
+    pub cfg: crate::runtime::MeterConfig,
+    pub ctokens: u64,
+    pub ptokens: u64,
+    pub last: u64,
+    pub configured: bool,
+}
+
+impl Bucket {
+    /// 0 green, 1 yellow, 2 red. Unconfigured meters are green.
+    pub fn color(&mut self, now: u64, bytes: u64) -> u32 {
+        if !self.configured {
+            return 0;
+        }
+        let dt = now.saturating_sub(self.last);
+        self.last = now;
+        let add = |rate: u64| ((rate as u128 * dt as u128) / 1_000_000_000u128) as u64;
+        self.ctokens = (self.ctokens + add(self.cfg.cir)).min(self.cfg.cburst);
+        self.ptokens = (self.ptokens + add(self.cfg.pir)).min(self.cfg.pburst);
+        if self.ptokens < bytes {
+            return 2;
+        }
+        self.ptokens -= bytes;
+        if self.ctokens < bytes {
+            return 1;
+        }
+        self.ctokens -= bytes;
+        0
+    }
+}
+
+pub(crate) enum ExternState {
+    None,
+    Csum(u32),
+    Data(BitBuf),
+    Counter { packets: Vec<u64>, bytes: Vec<u64> },
+    Register(Vec<u128>),
+    Meter(Vec<Bucket>),
+}
+
+pub(crate) struct TableState {
+    pub entries: Vec<Entry>,
+    /// Copies of the const entries (hit counts, last-hit times).
+    pub const_hits: Vec<Entry>,
+    pub default: (usize, Vec<Value>),
+    pub next_id: u64,
+}
+
+pub(crate) struct State {
+    pub tables: Vec<TableState>,
+    pub externs: Vec<ExternState>,
+    pub rng: u64,
+    pub idle_timeout_ns: u64,
+    /// Internal errors (counted drops).
+    pub errors: u64,
+}
+
+impl State {
+    pub fn new(p: &Prog) -> State {
+        let tables = p
+            .tables
+            .iter()
+            .map(|t| TableState {
+                entries: Vec::new(),
+                const_hits: t.const_entries.clone(),
+                default: (t.default_action, t.default_args.clone()),
+                next_id: t.const_entries.len() as u64,
+            })
+            .collect();
+        let externs = p
+            .externs
+            .iter()
+            .map(|e| {
+                let n = e
+                    .args
+                    .first()
+                    .and_then(|v| v.as_u128())
+                    .unwrap_or(0)
+                    .min(1 << 20) as usize;
+                match e.ty.as_str() {
+                    "Counter" | "counter" => ExternState::Counter {
+                        packets: vec![0; n],
+                        bytes: vec![0; n],
+                    },
+                    "Register" | "register" => {
+                        let init = e.args.get(1).and_then(|v| v.as_u128()).unwrap_or(0);
+                        ExternState::Register(vec![init; n])
+                    }
+                    "Meter" | "meter" => ExternState::Meter(vec![Bucket::default(); n]),
+                    "DirectMeter" | "direct_meter" => {
+                        ExternState::Meter(vec![Bucket::default(); 1])
+                    }
+                    "InternetChecksum" => ExternState::Csum(0),
+                    _ => ExternState::None,
+                }
+            })
+            .collect();
+        State {
+            tables,
+            externs,
+            rng: 0x9e37_79b9_7f4a_7c15,
+            idle_timeout_ns: 30_000_000_000,
+            errors: 0,
+        }
+    }
+
+    pub fn next_random(&mut self, lo: u128, hi: u128) -> u128 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        if hi <= lo {
+            return lo;
+        }
+        let span = hi - lo + 1;
+        lo + (self.rng as u128 % span.max(1))
+    }
+}
+
 /// A loaded program with its tables and extern state.
 pub struct Pipeline {
     arch: Arch,
+    pub(crate) prog: Prog,
+    pub(crate) st: State,
 }
 
 impl Pipeline {
@@ -34,16 +162,26 @@ impl Pipeline {
         include_dirs: &[PathBuf],
         arch: Option<Arch>,
     ) -> Result<Pipeline, P4Error> {
-        let _ = (path, include_dirs);
-        Err(P4Error::Arch(format!(
-            "frontend not available yet ({arch:?})"
-        )))
+        let program = crate::front::parse_file(path, include_dirs)
+            .map_err(|e| P4Error::Front(e.to_string()))?;
+        Self::load_program(program, arch)
     }
 
     /// Checks and instantiates an already parsed program.
     pub fn load_program(program: ast::Program, arch: Option<Arch>) -> Result<Pipeline, P4Error> {
-        let _ = program;
-        Err(P4Error::Arch(format!("not yet ({arch:?})")))
+        let prog = crate::check::check(program)?;
+        let detected = crate::arch::detect(&prog)?;
+        let arch = match arch {
+            Some(a) if a != detected => {
+                return Err(P4Error::Arch(format!(
+                    "the program's main package is {} ({detected}), not {a}",
+                    prog.package
+                )))
+            }
+            _ => detected,
+        };
+        let st = State::new(&prog);
+        Ok(Pipeline { arch, prog, st })
     }
 
     pub fn arch(&self) -> Arch {
@@ -53,121 +191,43 @@ impl Pipeline {
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
-        let _ = (in_port, packet, now_ns);
-        Outcome::default()
+        let mut out =
+            crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
+        if out.trace.error.is_some() {
+            self.st.errors += 1;
+            out.outputs.clear();
+        }
+        out.trace.normalize();
+        out
     }
 
-    /// Tables, in declaration order.
-    pub fn tables(&self) -> Vec<TableInfo> {
-        Vec::new()
+    /// Packets dropped on internal errors since load.
+    pub fn error_count(&self) -> u64 {
+        self.st.errors
     }
+}
 
-    /// One table by any dotted suffix of its qualified name.
-    pub fn table_info(&self, table: &str) -> Result<TableInfo, RuntimeError> {
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    /// Stateful externs (counters, registers, meters).
-    pub fn externs(&self) -> Vec<ExternInfo> {
-        Vec::new()
-    }
-
-    pub fn table_add(&mut self, table: &str, spec: EntrySpec) -> Result<EntryId, RuntimeError> {
-        let _ = spec;
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    /// Replaces the action and parameters of an entry.
-    pub fn table_modify(
-        &mut self,
-        table: &str,
-        id: EntryId,
-        action: &str,
-        params: Vec<(String, BigUint)>,
-    ) -> Result<(), RuntimeError> {
-        let _ = (id, action, params);
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    pub fn table_delete(&mut self, table: &str, id: EntryId) -> Result<(), RuntimeError> {
-        let _ = id;
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    /// Sets the default action (refused when const).
-    pub fn set_default(
-        &mut self,
-        table: &str,
-        action: &str,
-        params: Vec<(String, BigUint)>,
-    ) -> Result<(), RuntimeError> {
-        let _ = (action, params);
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    /// Entries (const ones first), with hit counts and last-hit times.
-    pub fn table_entries(&self, table: &str) -> Result<Vec<EntryDump>, RuntimeError> {
-        Err(RuntimeError::UnknownTable(table.into()))
-    }
-
-    /// (packets, bytes) of a counter cell.
-    pub fn counter_read(&self, name: &str, index: u64) -> Result<(u64, u64), RuntimeError> {
-        let _ = index;
-        Err(RuntimeError::UnknownExtern {
-            kind: "counter",
-            name: name.into(),
-        })
-    }
-
-    pub fn register_read(&self, name: &str, index: u64) -> Result<BigUint, RuntimeError> {
-        let _ = index;
-        Err(RuntimeError::UnknownExtern {
-            kind: "register",
-            name: name.into(),
-        })
-    }
-
-    pub fn register_write(
-        &mut self,
-        name: &str,
-        index: u64,
-        value: BigUint,
-    ) -> Result<(), RuntimeError> {
-        let _ = (index, value);
-        Err(RuntimeError::UnknownExtern {
-            kind: "register",
-            name: name.into(),
-        })
-    }
-
-    pub fn meter_set(
-        &mut self,
-        name: &str,
-        index: u64,
-        config: MeterConfig,
-    ) -> Result<(), RuntimeError> {
-        let _ = (index, config);
-        Err(RuntimeError::UnknownExtern {
-            kind: "meter",
-            name: name.into(),
-        })
-    }
-
-    /// Credits cache hits of a cached run: its counters get `packets` and
-    /// `bytes`, the table entries it hit get `now_ns` as last-hit time.
-    pub fn credit(&mut self, trace: &Trace, packets: u64, bytes: u64, now_ns: u64) {
-        let _ = (trace, packets, bytes, now_ns);
-    }
-
-    /// Sets the idle timeout of entries (default 30 s) for tables with
-    /// `pna_idle_timeout` / `support_timeout`.
-    pub fn set_idle_timeout(&mut self, timeout_ns: u64) {
-        let _ = timeout_ns;
-    }
-
-    /// Entries of idle-timeout tables not hit for the timeout as of `now_ns`.
-    pub fn expired_entries(&self, now_ns: u64) -> Vec<(String, EntryId)> {
-        let _ = now_ns;
-        Vec::new()
+/// Width of a table key expression, found by evaluating it on default
+/// values of the block's parameters and variables.
+pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, P4Error> {
+    let mut st = State {
+        tables: Vec::new(),
+        externs: Vec::new(),
+        rng: 1,
+        idle_timeout_ns: 0,
+        errors: 0,
+    };
+    let mut tr = Trace::default();
+    let mut run = Run::new(p, &mut st, &mut tr, Vec::new(), 0, 0);
+    let v = run.probe(block, e);
+    match v {
+        Ok(Value::Bits(b)) => Ok(b.width),
+        Ok(Value::Bool(..)) => Ok(1),
+        Ok(Value::Error(..)) => Ok(32),
+        Ok(Value::Enum(..)) => Ok(32),
+        Ok(o) => crate::check::check_err(e.span(), format!("table key of type {}", o.type_name())),
+        Err(c) => {
+            crate::check::check_err(e.span(), format!("cannot type the key expression: {c:?}"))
+        }
     }
 }

@@ -1,0 +1,1403 @@
+//! Statement and expression evaluation for one packet: the core of the
+//! interpreter. A [`Run`] holds the variable frames, the packet being
+//! parsed, the bytes being emitted and the per-packet forwarding state;
+//! every read of a value that still comes from the packet (or the input
+//! port, or per-packet state) is recorded in the trace here.
+
+use super::ops::{self, coerce_like, scalar_bits};
+use super::{ExternState, State};
+use crate::ast::{self, Arg, Direction, Expr, Stmt};
+use crate::check::{BlockKind, Local, Prog, Ty};
+use crate::trace::Trace;
+use crate::value::{mask, Bits, HeaderVal, Src, Value};
+use num_bigint::BigInt;
+use std::sync::Arc;
+
+/// Instance id of the packet being parsed (`packet_in`).
+pub(crate) const PKT_IN: usize = usize::MAX;
+/// Instance id of the packet being built (`packet_out`).
+pub(crate) const PKT_OUT: usize = usize::MAX - 1;
+
+/// Why evaluation stopped early.
+#[derive(Debug)]
+pub(crate) enum Ctl {
+    Exit,
+    Return(Value),
+    /// Parser error (`error` member name).
+    Reject(String),
+    /// Internal / program error: the packet is dropped and counted.
+    Fail(String),
+}
+
+pub(crate) type R<T> = Result<T, Ctl>;
+
+pub(crate) fn fail<T>(msg: impl Into<String>) -> R<T> {
+    Err(Ctl::Fail(msg.into()))
+}
+
+/// Bit-level output buffer of the deparser.
+#[derive(Default)]
+pub(crate) struct BitBuf {
+    pub bytes: Vec<u8>,
+    pub bits: u64,
+}
+
+impl BitBuf {
+    pub fn push(&mut self, v: u128, w: u32) {
+        for i in (0..w).rev() {
+            let bit = ((v >> i) & 1) as u8;
+            let byte = (self.bits / 8) as usize;
+            if byte >= self.bytes.len() {
+                self.bytes.push(0);
+            }
+            if bit != 0 {
+                self.bytes[byte] |= 0x80 >> (self.bits % 8);
+            }
+            self.bits += 1;
+        }
+    }
+}
+
+/// Reads `w` bits at bit offset `off` (caller checked the bounds).
+pub(crate) fn read_bits(data: &[u8], off: u64, w: u32) -> u128 {
+    let mut v: u128 = 0;
+    for i in 0..w as u64 {
+        let p = off + i;
+        let bit = (data[(p / 8) as usize] >> (7 - (p % 8))) & 1;
+        v = (v << 1) | bit as u128;
+    }
+    v
+}
+
+/// Forwarding decisions taken by extern calls during a pass.
+#[derive(Default, Debug, Clone)]
+pub(crate) struct Fwd {
+    /// PNA: `Some(Some(port))` send, `Some(None)` drop.
+    pub pna_dest: Option<Option<u32>>,
+    pub resubmit: bool,
+    pub recirculate: bool,
+    pub clone: Option<u32>,
+}
+
+pub(crate) struct Run<'a> {
+    pub p: &'a Prog,
+    pub st: &'a mut State,
+    pub tr: &'a mut Trace,
+    frames: Vec<Vec<(String, Value)>>,
+    base: usize,
+    block: Option<usize>,
+    /// Packet being parsed and the parser's bit position.
+    pub pkt: Vec<u8>,
+    pub pos: u64,
+    /// Offsets of extracted fields are offsets of the packet as received
+    /// (first pass); otherwise extracted bits are tainted.
+    pub first_pass: bool,
+    pub out: BitBuf,
+    pub fwd: Fwd,
+    pub now: u64,
+    pub in_port: u32,
+    steps: u64,
+    /// Stack of (table, key values) of add_on_miss tables whose default
+    /// action is running (for add_entry).
+    miss_ctx: Vec<(usize, Vec<u128>)>,
+    depth: u32,
+    /// Parameter values of a parser that rejected (its `out` headers are
+    /// still passed on by v1model/PSA).
+    pub reject_vals: Option<Vec<Value>>,
+    /// A v1model verify_checksum failed.
+    pub checksum_error: bool,
+    /// > 0 while evaluating checksum data: reads are not recorded (the
+    /// datapath recomputes checksums).
+    pub quiet: u32,
+}
+
+const MAX_STEPS: u64 = 200_000;
+
+impl<'a> Run<'a> {
+    pub fn new(
+        p: &'a Prog,
+        st: &'a mut State,
+        tr: &'a mut Trace,
+        pkt: Vec<u8>,
+        in_port: u32,
+        now: u64,
+    ) -> Run<'a> {
+        Run {
+            p,
+            st,
+            tr,
+            frames: Vec::new(),
+            base: 0,
+            block: None,
+            pkt,
+            pos: 0,
+            first_pass: true,
+            out: BitBuf::default(),
+            fwd: Fwd::default(),
+            now,
+            in_port,
+            steps: 0,
+            miss_ctx: Vec::new(),
+            depth: 0,
+            reject_vals: None,
+            checksum_error: false,
+            quiet: 0,
+        }
+    }
+
+    fn tick(&mut self) -> R<()> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return fail("step limit exceeded (loop?)");
+        }
+        Ok(())
+    }
+
+    // ---- trace -------------------------------------------------------
+
+    /// Records that the run depended on scalar `v` (all of it).
+    pub fn use_val(&mut self, v: &Value) {
+        match v {
+            Value::Bits(b) => self.use_src(b.src, b.width, mask(b.width), b.width),
+            Value::Varbit(v) => {
+                if self.quiet > 0 {
+                    return;
+                }
+                if let Src::Packet(off) = v.src {
+                    self.tr.read(off, v.len);
+                } else if v.len > 0 {
+                    self.use_src(v.src, 1, 1, 1);
+                }
+            }
+            Value::Bool(_, s) | Value::Error(_, s) => self.use_src(*s, 1, 1, 1),
+            Value::Header(h) => h.fields.iter().for_each(|f| self.use_val(f)),
+            Value::Struct(_, _, vs) | Value::Tuple(vs) => vs.iter().for_each(|f| self.use_val(f)),
+            Value::Stack(s) => s.elems.iter().for_each(|f| self.use_val(f)),
+            _ => {}
+        }
+    }
+
+    /// Records the bits of `need` (a mask over a `w`-bit value whose source
+    /// is `src`; bit w-1 is the first on the wire).
+    pub fn use_src(&mut self, src: Src, w: u32, need: u128, _full: u32) {
+        let need = need & mask(w);
+        if need == 0 || self.quiet > 0 {
+            return;
+        }
+        match src {
+            Src::None => {}
+            Src::InPort => self.tr.in_port_read = true,
+            Src::Tainted(t) => self.tr.set_uncacheable(t),
+            Src::Packet(off) => {
+                // Runs of ones, MSB first.
+                let mut i = 0u32;
+                while i < w {
+                    let bit = w - 1 - i;
+                    if (need >> bit) & 1 == 1 {
+                        let start = i;
+                        while i < w && (need >> (w - 1 - i)) & 1 == 1 {
+                            i += 1;
+                        }
+                        self.tr.read(off + start, i - start);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- frames ------------------------------------------------------
+
+    fn declare(&mut self, name: &str, v: Value) {
+        if let Some(f) = self.frames.last_mut() {
+            if let Some(slot) = f.iter_mut().find(|(n, _)| n == name) {
+                slot.1 = v;
+            } else {
+                f.push((name.to_string(), v));
+            }
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<&Value> {
+        for f in self.frames[self.base..].iter().rev() {
+            if let Some((_, v)) = f.iter().rev().find(|(n, _)| n == name) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
+        let base = self.base;
+        for f in self.frames[base..].iter_mut().rev() {
+            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| n == name) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn local(&self, name: &str) -> Option<&'a Local> {
+        let p: &'a Prog = self.p;
+        self.block.and_then(|b| p.blocks[b].locals.get(name))
+    }
+
+    fn resolve_ty(&self, t: &ast::Type) -> R<Ty> {
+        let locals = self.block.map(|b| &self.p.blocks[b].locals);
+        self.p
+            .resolve_type(t, locals)
+            .map_err(|e| Ctl::Fail(e.to_string()))
+    }
+
+    // ---- expressions ---------------------------------------------------
+
+    /// Evaluates `e` without recording anything (callers record).
+    pub fn eval(&mut self, e: &Expr) -> R<Value> {
+        self.tick()?;
+        match e {
+            Expr::Int(lit, _) => Ok(crate::check::int_lit(lit)),
+            Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
+            Expr::Str(s, _) => Ok(Value::Str(Arc::from(s.as_str()))),
+            Expr::Path(id) => self.eval_path(id),
+            Expr::Member(base, m) => self.eval_member(base, m),
+            Expr::Index(base, idx, _) => {
+                let i = self.eval(idx)?;
+                self.use_val(&i);
+                let i = i
+                    .as_u128()
+                    .ok_or(Ctl::Fail("index is not an integer".into()))?
+                    as usize;
+                match self.eval(base)? {
+                    Value::Stack(s) => match s.elems.get(i) {
+                        Some(v) => Ok(v.clone()),
+                        None => Err(Ctl::Reject("StackOutOfBounds".into())),
+                    },
+                    Value::Tuple(t) => t
+                        .get(i)
+                        .cloned()
+                        .ok_or(Ctl::Fail("tuple index out of range".into())),
+                    o => fail(format!("indexing a {}", o.type_name())),
+                }
+            }
+            Expr::Slice { expr, hi, lo, span } => {
+                let v = self.eval(expr)?;
+                let hi = self.const_u32(hi)?;
+                let lo = self.const_u32(lo)?;
+                ops::slice(&v, hi, lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
+            Expr::Call {
+                func,
+                type_args,
+                args,
+                span,
+            } => self.call(func, type_args, args, span),
+            Expr::Unary(op, a, span) => {
+                let a = self.eval(a)?;
+                self.use_val(&a);
+                ops::unop(*op, a).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
+            Expr::Binary(op, a, b, span) => {
+                // Short-circuit && and ||.
+                if matches!(op, ast::BinOp::And | ast::BinOp::Or) {
+                    let x = self.eval(a)?;
+                    self.use_val(&x);
+                    if let Value::Bool(xb, _) = x {
+                        if (*op == ast::BinOp::And && !xb) || (*op == ast::BinOp::Or && xb) {
+                            return Ok(Value::Bool(xb, Src::None));
+                        }
+                    }
+                    let y = self.eval(b)?;
+                    self.use_val(&y);
+                    return ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")));
+                }
+                let x = self.eval(a)?;
+                let y = self.eval(b)?;
+                self.use_val(&x);
+                self.use_val(&y);
+                ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
+            Expr::Ternary(c, a, b, span) => {
+                let c = self.eval(c)?;
+                self.use_val(&c);
+                match c {
+                    Value::Bool(true, _) => self.eval(a),
+                    Value::Bool(false, _) => self.eval(b),
+                    _ => fail(format!("{span}: condition is not a boolean")),
+                }
+            }
+            Expr::Cast(t, a, span) => {
+                let ty = self.resolve_ty(t)?;
+                let v = self.eval(a)?;
+                if !matches!(v, Value::Struct(..) | Value::Tuple(..) | Value::Header(..)) {
+                    self.use_val(&v);
+                }
+                ops::cast(&ty, v).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
+            Expr::List(items, _) => Ok(Value::Tuple(
+                items.iter().map(|i| self.eval(i)).collect::<R<_>>()?,
+            )),
+            Expr::StructInit(fields, _) => {
+                let mut names = Vec::new();
+                let mut vals = Vec::new();
+                for (n, e) in fields {
+                    names.push(n.name.clone());
+                    vals.push(self.eval(e)?);
+                }
+                Ok(Value::Struct(Arc::from(""), names.into(), vals))
+            }
+            Expr::TypeRef(_, span) => fail(format!("{span}: unsupported: type used as a value")),
+            Expr::Mask(_, _, s) | Expr::Range(_, _, s) | Expr::Default(s) | Expr::DontCare(s) => {
+                fail(format!("{s}: keyset expression outside select/entries"))
+            }
+        }
+    }
+
+    fn const_u32(&mut self, e: &Expr) -> R<u32> {
+        let v = self.eval(e)?;
+        v.as_u128()
+            .map(|v| v as u32)
+            .ok_or(Ctl::Fail(format!("{}: not an integer", e.span())))
+    }
+
+    fn eval_path(&mut self, id: &ast::Ident) -> R<Value> {
+        if let Some(v) = self.var(&id.name) {
+            return Ok(v.clone());
+        }
+        match self.local(&id.name) {
+            Some(Local::Const(v)) => return Ok(v.clone()),
+            Some(Local::Extern(i)) => return Ok(Value::Instance(*i)),
+            Some(_) => return fail(format!("{}: {} is not a value", id.span, id.name)),
+            None => {}
+        }
+        if let Some(v) = self.p.g.consts.get(&id.name) {
+            return Ok(v.clone());
+        }
+        fail(format!("{}: unknown name {}", id.span, id.name))
+    }
+
+    fn eval_member(&mut self, base: &Expr, m: &ast::Ident) -> R<Value> {
+        if let Expr::Path(ty) = base {
+            if self.var(&ty.name).is_none() {
+                if ty.name == "error" {
+                    return Ok(ops::err_value(&m.name));
+                }
+                if let Some(en) = self.p.g.enums.get(&ty.name) {
+                    return crate::check::enum_member(&ty.name, en, &m.name, &m.span)
+                        .map_err(|e| Ctl::Fail(e.to_string()));
+                }
+            }
+        }
+        // Fast path: borrow instead of cloning the whole aggregate.
+        if let Some(v) = self.peek(base) {
+            if let Some(f) = v.field(&m.name) {
+                return Ok(f.clone());
+            }
+        }
+        let v = self.eval(base)?;
+        match (&v, m.name.as_str()) {
+            (Value::ApplyResult { hit, .. }, "hit") => Ok(Value::Bool(*hit, Src::None)),
+            (Value::ApplyResult { hit, .. }, "miss") => Ok(Value::Bool(!*hit, Src::None)),
+            (Value::ApplyResult { .. }, "action_run") => Ok(v),
+            (Value::Stack(s), "next") => s
+                .elems
+                .get(s.next)
+                .cloned()
+                .ok_or(Ctl::Reject("StackOutOfBounds".into())),
+            (Value::Stack(s), "last") => {
+                if s.next == 0 {
+                    return Err(Ctl::Reject("StackOutOfBounds".into()));
+                }
+                Ok(s.elems[s.next - 1].clone())
+            }
+            (Value::Stack(s), "lastIndex") => Ok(Value::Bits(Bits::unsigned(
+                32,
+                (s.next as u128).wrapping_sub(1),
+            ))),
+            (Value::Stack(s), "nextIndex") => Ok(Value::Bits(Bits::unsigned(32, s.next as u128))),
+            (Value::Stack(s), "size") => Ok(Value::Bits(Bits::unsigned(32, s.elems.len() as u128))),
+            _ => match v.field(&m.name) {
+                Some(f) => Ok(f.clone()),
+                None => fail(format!(
+                    "{}: {} has no field {}",
+                    m.span,
+                    v.type_name(),
+                    m.name
+                )),
+            },
+        }
+    }
+
+    /// A reference to a variable's (sub)value without evaluation, for
+    /// plain paths and field accesses.
+    fn peek(&self, e: &Expr) -> Option<&Value> {
+        match e {
+            Expr::Path(id) => self.var(&id.name),
+            Expr::Member(b, m) => self.peek(b)?.field(&m.name),
+            _ => None,
+        }
+    }
+
+    /// A mutable reference to an lvalue.
+    pub fn lvalue(&mut self, e: &Expr) -> R<&mut Value> {
+        match e {
+            Expr::Path(id) => match self.var_mut(&id.name) {
+                Some(v) => Ok(v),
+                None => fail(format!("{}: {} is not a variable", id.span, id.name)),
+            },
+            Expr::Member(b, m) => {
+                let base = self.lvalue(b)?;
+                let stack_op =
+                    matches!(base, Value::Stack(_)) && (m.name == "next" || m.name == "last");
+                if stack_op {
+                    let Value::Stack(s) = base else {
+                        return fail("not a stack");
+                    };
+                    let n = s.next;
+                    let i = if m.name == "next" {
+                        n
+                    } else if n == 0 {
+                        return Err(Ctl::Reject("StackOutOfBounds".into()));
+                    } else {
+                        n - 1
+                    };
+                    return s
+                        .elems
+                        .get_mut(i)
+                        .ok_or(Ctl::Reject("StackOutOfBounds".into()));
+                }
+                let tn = base.type_name();
+                base.field_mut(&m.name)
+                    .ok_or_else(|| Ctl::Fail(format!("{}: {} has no field {}", m.span, tn, m.name)))
+            }
+            Expr::Index(b, i, span) => {
+                let i = self.eval(i)?;
+                self.use_val(&i);
+                let i = i.as_u128().unwrap_or(u128::MAX);
+                match self.lvalue(b)? {
+                    Value::Stack(s) => {
+                        let i = usize::try_from(i).unwrap_or(usize::MAX);
+                        s.elems
+                            .get_mut(i)
+                            .ok_or(Ctl::Reject("StackOutOfBounds".into()))
+                    }
+                    _ => fail(format!("{span}: indexing a non-stack")),
+                }
+            }
+            o => fail(format!("{}: not an lvalue", o.span())),
+        }
+    }
+
+    /// `lhs = v` (with slices and implicit conversions).
+    pub fn assign(&mut self, lhs: &Expr, v: Value) -> R<()> {
+        if let Expr::Slice { expr, hi, lo, span } = lhs {
+            let hi = self.const_u32(hi)?;
+            let lo = self.const_u32(lo)?;
+            let target = self.lvalue(expr)?;
+            let Value::Bits(t) = target else {
+                return fail(format!("{span}: slice of a non-bit value"));
+            };
+            if hi < lo || hi >= t.width {
+                return fail(format!("{span}: slice out of range"));
+            }
+            let w = hi - lo + 1;
+            let nv = match &v {
+                Value::Bits(b) => b.v,
+                Value::Int(i) => Bits::from_bigint(w, false, i).v,
+                _ => return fail(format!("{span}: assigning a {} to a slice", v.type_name())),
+            } & mask(w);
+            let m = mask(w) << lo;
+            t.v = (t.v & !m) | (nv << lo);
+            t.src = Src::None;
+            return Ok(());
+        }
+        let target = self.lvalue(lhs)?;
+        let nv = coerce_like(target, v).map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
+        *target = nv;
+        Ok(())
+    }
+
+    // ---- statements ----------------------------------------------------
+
+    pub fn exec_block(&mut self, b: &ast::Block) -> R<()> {
+        self.frames.push(Vec::new());
+        let r = b.stmts.iter().try_for_each(|s| self.exec(s));
+        self.frames.pop();
+        r
+    }
+
+    pub fn exec(&mut self, s: &Stmt) -> R<()> {
+        self.tick()?;
+        match s {
+            Stmt::Assign { lhs, rhs, .. } => {
+                let v = self.eval(rhs)?;
+                self.use_val(&v);
+                self.assign(lhs, v)
+            }
+            Stmt::Call(e) => self.eval(e).map(|_| ()),
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                span,
+            } => {
+                let c = self.eval(cond)?;
+                self.use_val(&c);
+                match c {
+                    Value::Bool(true, _) => self.exec(then),
+                    Value::Bool(false, _) => match otherwise {
+                        Some(o) => self.exec(o),
+                        None => Ok(()),
+                    },
+                    _ => fail(format!("{span}: condition is not a boolean")),
+                }
+            }
+            Stmt::Block(b) => self.exec_block(b),
+            Stmt::Switch { expr, cases, span } => self.exec_switch(expr, cases, span),
+            Stmt::Exit(_) => Err(Ctl::Exit),
+            Stmt::Return(e, _) => {
+                let v = match e {
+                    Some(e) => self.eval(e)?,
+                    None => Value::Void,
+                };
+                Err(Ctl::Return(v))
+            }
+            Stmt::Var(v) => {
+                let ty = self.resolve_ty(&v.ty)?;
+                let mut val = ty.default_value();
+                if let Some(init) = &v.init {
+                    let iv = self.eval(init)?;
+                    self.use_val(&iv);
+                    val =
+                        coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
+                }
+                self.declare(&v.name.name, val);
+                Ok(())
+            }
+            Stmt::Const(c) => {
+                let ty = self.resolve_ty(&c.ty)?;
+                let iv = self.eval(&c.value)?;
+                let val =
+                    ops::coerce(&ty, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", c.span)))?;
+                self.declare(&c.name.name, val);
+                Ok(())
+            }
+            Stmt::Instantiation(i) => fail(format!(
+                "{}: unsupported: instantiation inside a block",
+                i.span
+            )),
+            Stmt::Empty(_) => Ok(()),
+        }
+    }
+
+    fn exec_switch(
+        &mut self,
+        expr: &Expr,
+        cases: &[ast::SwitchCase],
+        span: &crate::ast::Span,
+    ) -> R<()> {
+        let v = self.eval(expr)?;
+        let mut matched = false;
+        for c in cases {
+            if !matched {
+                matched = match (&c.label, &v) {
+                    (Expr::Default(_), _) => true,
+                    (Expr::Path(id), Value::ApplyResult { action, .. }) => {
+                        let a = &self.p.actions[*action];
+                        a.decl.name.name == id.name
+                            || a.qname == id.name
+                            || a.qname.ends_with(&format!(".{}", id.name))
+                    }
+                    (l, v) => {
+                        self.use_val(v);
+                        let lv = self.eval(l)?;
+                        ops::eq_vals(&lv, v).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?
+                    }
+                };
+            }
+            if matched {
+                if let Some(b) = &c.body {
+                    return self.exec_block(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- calls ---------------------------------------------------------
+
+    fn call(
+        &mut self,
+        func: &Expr,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        self.depth += 1;
+        if self.depth > 64 {
+            self.depth -= 1;
+            return fail(format!("{span}: call depth exceeded"));
+        }
+        let r = self.call_inner(func, type_args, args, span);
+        self.depth -= 1;
+        r
+    }
+
+    fn call_inner(
+        &mut self,
+        func: &Expr,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        match func {
+            Expr::Member(obj, m) => {
+                let name = m.name.as_str();
+                // Methods on headers and stacks.
+                match name {
+                    "isValid" => {
+                        let v = self.eval(obj)?;
+                        return Ok(Value::Bool(
+                            match &v {
+                                Value::Header(h) => h.valid,
+                                Value::Struct(_, _, fs) => {
+                                    fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid))
+                                }
+                                _ => {
+                                    return fail(format!("{span}: isValid on a {}", v.type_name()))
+                                }
+                            },
+                            Src::None,
+                        ));
+                    }
+                    "setValid" | "setInvalid" => {
+                        let valid = name == "setValid";
+                        match self.lvalue(obj)? {
+                            Value::Header(h) => h.valid = valid,
+                            o => return fail(format!("{span}: {name} on a {}", o.type_name())),
+                        }
+                        return Ok(Value::Void);
+                    }
+                    "push_front" | "pop_front" => {
+                        let n = self
+                            .eval(&args.first().ok_or(Ctl::Fail("missing count".into()))?.value)?;
+                        let n = n.as_u128().unwrap_or(0) as usize;
+                        let Value::Stack(s) = self.lvalue(obj)? else {
+                            return fail(format!("{span}: {name} on a non-stack"));
+                        };
+                        let len = s.elems.len();
+                        let n = n.min(len);
+                        if name == "push_front" {
+                            s.elems.rotate_right(n);
+                            for e in s.elems.iter_mut().take(n) {
+                                e.reset();
+                            }
+                            s.next = (s.next + n).min(len);
+                        } else {
+                            s.elems.rotate_left(n);
+                            for e in s.elems.iter_mut().skip(len - n) {
+                                e.reset();
+                            }
+                            s.next = s.next.saturating_sub(n);
+                        }
+                        return Ok(Value::Void);
+                    }
+                    _ => {}
+                }
+                if let Expr::Path(id) = &**obj {
+                    if self.var(&id.name).is_none() {
+                        match self.local(&id.name) {
+                            Some(Local::Table(t)) if name == "apply" => {
+                                return self.apply_table(*t)
+                            }
+                            Some(Local::Block(b)) if name == "apply" => {
+                                return self.apply_sub_block(*b, args, span)
+                            }
+                            None if name == "apply" => {
+                                if let Some(b) = self.p.direct_blocks.get(&id.name) {
+                                    return self.apply_sub_block(*b, args, span);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                let recv = self.eval(obj)?;
+                match recv {
+                    Value::Instance(PKT_IN) => self.packet_in_method(name, type_args, args, span),
+                    Value::Instance(PKT_OUT) => {
+                        if name != "emit" {
+                            return fail(format!("{span}: unsupported: packet_out.{name}"));
+                        }
+                        for a in args {
+                            let v = self.eval(&a.value)?;
+                            self.emit(&v)?;
+                        }
+                        Ok(Value::Void)
+                    }
+                    Value::Instance(i) => self.extern_method(i, name, args, span),
+                    o => fail(format!("{span}: method {name} on a {}", o.type_name())),
+                }
+            }
+            Expr::Path(id) => {
+                let n = id.name.as_str();
+                if let Some(Local::Action(a)) = self.local(n) {
+                    return self.call_action(*a, Some(args), None);
+                }
+                if let Some(f) = self.p.g.functions.get(n) {
+                    let f = f.clone();
+                    return self.invoke(
+                        &f.decl.proto.params,
+                        &f.param_tys,
+                        args,
+                        None,
+                        &f.decl.body,
+                        true,
+                        Some(None),
+                    );
+                }
+                if let Some(a) = self.p.g.actions.get(n) {
+                    return self.call_action(*a, Some(args), None);
+                }
+                self.extern_function(n, type_args, args, span)
+            }
+            o => fail(format!("{}: unsupported call", o.span())),
+        }
+    }
+
+    /// Runs action `a` with directional arguments `args` (direct call)
+    /// and/or action data `data` (from a table).
+    pub fn call_action(
+        &mut self,
+        a: usize,
+        args: Option<&[Arg]>,
+        data: Option<Vec<Value>>,
+    ) -> R<Value> {
+        let p: &'a Prog = self.p;
+        let ad = &p.actions[a];
+        let barrier = ad.block.is_none() || ad.block != self.block;
+        let callee = if barrier { Some(ad.block) } else { None };
+        self.invoke(
+            &ad.decl.params,
+            &ad.param_tys,
+            args.unwrap_or(&[]),
+            data,
+            &ad.decl.body,
+            barrier,
+            callee,
+        )
+    }
+
+    /// Binds parameters (copy-in), runs `body`, copies out.
+    fn invoke(
+        &mut self,
+        params: &[ast::Param],
+        tys: &[Ty],
+        args: &[Arg],
+        data: Option<Vec<Value>>,
+        body: &ast::Block,
+        barrier: bool,
+        callee_block: Option<Option<usize>>,
+    ) -> R<Value> {
+        let mut frame: Vec<(String, Value)> = Vec::with_capacity(params.len());
+        let mut copy_out: Vec<(String, &Expr)> = Vec::new();
+        let mut data = data.map(|d| d.into_iter());
+        let mut pos = 0usize;
+        for (i, p) in params.iter().enumerate() {
+            let ty = tys.get(i).cloned().unwrap_or(Ty::Void);
+            // Action data comes from the table for directionless params
+            // when the call is a table's.
+            if p.direction == Direction::None {
+                if let Some(d) = data.as_mut() {
+                    let v = d.next().unwrap_or_else(|| ty.default_value());
+                    frame.push((p.name.name.clone(), v));
+                    continue;
+                }
+            }
+            let arg = args
+                .iter()
+                .find(|a| {
+                    a.name
+                        .as_ref()
+                        .map(|n| n.name == p.name.name)
+                        .unwrap_or(false)
+                })
+                .or_else(|| {
+                    let a = args.get(pos).filter(|a| a.name.is_none());
+                    if a.is_some() {
+                        pos += 1;
+                    }
+                    a
+                });
+            let v = match (arg, p.direction) {
+                (Some(a), Direction::Out) => {
+                    if !matches!(a.value, Expr::DontCare(_)) {
+                        copy_out.push((p.name.name.clone(), &a.value));
+                    }
+                    ty.default_value()
+                }
+                (Some(a), d) => {
+                    let v = self.eval(&a.value)?;
+                    if d == Direction::InOut {
+                        copy_out.push((p.name.name.clone(), &a.value));
+                    }
+                    match &ty {
+                        Ty::Named(_) | Ty::Int | Ty::Void => v,
+                        t => ops::coerce(t, v)
+                            .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?,
+                    }
+                }
+                (None, _) => match &p.default {
+                    Some(d) => {
+                        let v = self.eval(d)?;
+                        ops::coerce(&ty, v)
+                            .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?
+                    }
+                    None => ty.default_value(),
+                },
+            };
+            frame.push((p.name.name.clone(), v));
+        }
+        let saved_base = self.base;
+        let saved_block = self.block;
+        if let Some(b) = callee_block {
+            self.block = b;
+        }
+        self.frames.push(frame);
+        if barrier {
+            self.base = self.frames.len() - 1;
+        }
+        let r = body.stmts.iter().try_for_each(|s| self.exec(s));
+        let frame = self.frames.pop().unwrap_or_default();
+        self.base = saved_base;
+        self.block = saved_block;
+        let ret = match r {
+            Ok(()) => Value::Void,
+            Err(Ctl::Return(v)) => v,
+            Err(Ctl::Exit) => {
+                // Copy out, then keep exiting.
+                for (name, e) in copy_out {
+                    if let Some((_, v)) = frame.iter().find(|(n, _)| *n == name) {
+                        self.assign(e, v.clone())?;
+                    }
+                }
+                return Err(Ctl::Exit);
+            }
+            Err(e) => return Err(e),
+        };
+        for (name, e) in copy_out {
+            if let Some((_, v)) = frame.iter().find(|(n, _)| *n == name) {
+                self.assign(e, v.clone())?;
+            }
+        }
+        Ok(ret)
+    }
+
+    /// `inst.apply(args)` of a parser/control instantiated in a control.
+    fn apply_sub_block(&mut self, b: usize, args: &[Arg], span: &crate::ast::Span) -> R<Value> {
+        let p: &'a Prog = self.p;
+        let blk = &p.blocks[b];
+        let params = blk.params();
+        let mut vals = Vec::new();
+        for (i, prm) in params.iter().enumerate() {
+            let a = args.get(i).ok_or(Ctl::Fail(format!(
+                "{span}: missing argument {}",
+                prm.name.name
+            )))?;
+            vals.push(match prm.direction {
+                Direction::Out => blk.param_tys[i].default_value(),
+                _ => self.eval(&a.value)?,
+            });
+        }
+        let (vals, exited) = match self.run_block(b, vals) {
+            Ok(r) => r,
+            Err(Ctl::Reject(e)) => return Err(Ctl::Reject(e)),
+            Err(e) => return Err(e),
+        };
+        for (i, prm) in params.iter().enumerate() {
+            if matches!(prm.direction, Direction::Out | Direction::InOut) {
+                self.assign(&args[i].value, vals[i].clone())?;
+            }
+        }
+        if exited {
+            return Err(Ctl::Exit);
+        }
+        Ok(Value::Void)
+    }
+
+    /// Runs block `b` (parser or control) with parameter values `vals`;
+    /// returns the final parameter values and whether `exit` ran.
+    /// A parser's reject is `Err(Ctl::Reject(error))` — but the values
+    /// are still needed: see [`Run::run_parser`].
+    pub fn run_block(&mut self, b: usize, vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
+        let p: &'a Prog = self.p;
+        let blk = &p.blocks[b];
+        let saved_block = self.block.replace(b);
+        let saved_base = self.base;
+        let frame: Vec<(String, Value)> = blk
+            .params()
+            .iter()
+            .map(|p| p.name.name.clone())
+            .zip(vals)
+            .collect();
+        self.frames.push(frame);
+        self.base = self.frames.len() - 1;
+        let r = self.run_block_body(b);
+        // Frame 0 of the block holds the params (vars were pushed in a
+        // second frame, popped by run_block_body).
+        let frame = self.frames.pop().unwrap_or_default();
+        self.base = saved_base;
+        self.block = saved_block;
+        let vals: Vec<Value> = frame
+            .into_iter()
+            .take(blk.params().len())
+            .map(|(_, v)| v)
+            .collect();
+        match r {
+            Ok(()) => Ok((vals, false)),
+            Err(Ctl::Exit) => Ok((vals, true)),
+            Err(Ctl::Reject(e)) => {
+                self.reject_vals = Some(vals);
+                Err(Ctl::Reject(e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn run_block_body(&mut self, b: usize) -> R<()> {
+        let p: &'a Prog = self.p;
+        let blk = &p.blocks[b];
+        self.frames.push(Vec::new());
+        let r = (|| {
+            for (v, ty) in &blk.vars {
+                let mut val = ty.default_value();
+                if let Some(init) = &v.init {
+                    let iv = self.eval(init)?;
+                    self.use_val(&iv);
+                    val =
+                        coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
+                }
+                self.declare(&v.name.name, val);
+            }
+            match &blk.kind {
+                BlockKind::Control(c) => self.exec_block(&c.apply),
+                BlockKind::Parser(pd) => self.run_states(b, pd),
+            }
+        })();
+        self.frames.pop();
+        r
+    }
+
+    fn run_states(&mut self, b: usize, pd: &ast::ParserDecl) -> R<()> {
+        let p: &'a Prog = self.p;
+        let blk = &p.blocks[b];
+        let mut state = "start".to_string();
+        loop {
+            self.tick()?;
+            if state == "accept" {
+                return Ok(());
+            }
+            if state == "reject" {
+                return Err(Ctl::Reject(String::new()));
+            }
+            let Some(&si) = blk.states.get(&state) else {
+                return fail(format!("{}: no parser state {state}", pd.span));
+            };
+            let st = &pd.states[si];
+            self.frames.push(Vec::new());
+            let r = st.body.iter().try_for_each(|s| self.exec(s));
+            let next = match r {
+                Ok(()) => self.transition(st),
+                Err(e) => Err(e),
+            };
+            self.frames.pop();
+            state = next?;
+        }
+    }
+
+    fn transition(&mut self, st: &ast::ParserState) -> R<String> {
+        match &st.transition {
+            None => Ok("reject".into()),
+            Some(ast::Transition::Direct(id)) => Ok(id.name.clone()),
+            Some(ast::Transition::Select { exprs, cases, span }) => {
+                let vals: Vec<Value> = exprs.iter().map(|e| self.eval(e)).collect::<R<_>>()?;
+                for v in &vals {
+                    self.use_val(v);
+                }
+                for c in cases {
+                    if self.select_case_matches(&vals, &c.keysets)? {
+                        return Ok(c.next.name.clone());
+                    }
+                }
+                let _ = span;
+                Err(Ctl::Reject("NoMatch".into()))
+            }
+        }
+    }
+
+    fn select_case_matches(&mut self, vals: &[Value], keysets: &[Expr]) -> R<bool> {
+        if keysets.len() == 1 && matches!(keysets[0], Expr::Default(_) | Expr::DontCare(_)) {
+            return Ok(true);
+        }
+        // A tuple keyset given as one List expression.
+        let ks: Vec<&Expr> = if keysets.len() == 1 && vals.len() > 1 {
+            match &keysets[0] {
+                Expr::List(items, _) => items.iter().collect(),
+                o => vec![o],
+            }
+        } else {
+            keysets.iter().collect()
+        };
+        if ks.len() != vals.len() {
+            return fail(format!(
+                "{}: select case has {} keys for {} values",
+                ks[0].span(),
+                ks.len(),
+                vals.len()
+            ));
+        }
+        for (k, v) in ks.iter().zip(vals) {
+            if !self.keyset_matches(k, v)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn keyset_matches(&mut self, k: &Expr, v: &Value) -> R<bool> {
+        let w = match v {
+            Value::Bits(b) => b.width,
+            _ => 128,
+        };
+        let num = |s: &mut Self, e: &Expr| -> R<u128> {
+            let x = s.eval(e)?;
+            Ok(scalar_bits(&x, &s.p.g.errors, w)
+                .map(|b| b.v & mask(w))
+                .unwrap_or(0))
+        };
+        match k {
+            Expr::Default(_) | Expr::DontCare(_) => Ok(true),
+            Expr::Mask(a, m, _) => {
+                let a = num(self, a)?;
+                let m = num(self, m)?;
+                let x = scalar_bits(v, &self.p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0);
+                Ok(x & m == a & m)
+            }
+            Expr::Range(lo, hi, _) => {
+                let lo = num(self, lo)?;
+                let hi = num(self, hi)?;
+                let x = scalar_bits(v, &self.p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0);
+                Ok(lo <= x && x <= hi)
+            }
+            e => {
+                let kv = self.eval(e)?;
+                ops::eq_vals(&kv, v).map_err(|m| Ctl::Fail(format!("{}: {m}", e.span())))
+            }
+        }
+    }
+
+    // ---- packets -------------------------------------------------------
+
+    fn packet_in_method(
+        &mut self,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        match name {
+            "extract" => {
+                if args.is_empty() || args.len() > 2 {
+                    return fail(format!("{span}: extract takes one or two arguments"));
+                }
+                let var_len: Option<u64> = match args.get(1) {
+                    Some(a) => {
+                        let v = self.eval(&a.value)?;
+                        self.use_val(&v);
+                        Some(v.as_u128().unwrap_or(0) as u64)
+                    }
+                    None => None,
+                };
+                let target = &args[0].value;
+                let is_next = matches!(target, Expr::Member(_, m) if m.name == "next");
+                let pos = self.pos;
+                let data_len = self.pkt.len() as u64 * 8;
+                let first = self.first_pass;
+                let pkt = std::mem::take(&mut self.pkt);
+                let r = (|| {
+                    let h = self.lvalue(target)?;
+                    let Value::Header(h) = h else {
+                        return fail(format!("{span}: extract of a non-header"));
+                    };
+                    let mut w: u64 = 0;
+                    for f in h.fields.iter() {
+                        w += match f {
+                            Value::Varbit(vb) => {
+                                let l = var_len.unwrap_or(0);
+                                if l > vb.max as u64 {
+                                    return Err(Ctl::Reject("HeaderTooShort".into()));
+                                }
+                                l
+                            }
+                            o => o.bit_width() as u64,
+                        };
+                    }
+                    if pos + w > data_len {
+                        return Err(Ctl::Reject("PacketTooShort".into()));
+                    }
+                    let mut off = pos;
+                    for f in h.fields.iter_mut() {
+                        match f {
+                            Value::Bits(b) => {
+                                b.v = read_bits(&pkt, off, b.width);
+                                b.src = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
+                                off += b.width as u64;
+                            }
+                            Value::Bool(b, s) => {
+                                *b = read_bits(&pkt, off, 1) == 1;
+                                *s = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
+                                off += 1;
+                            }
+                            Value::Varbit(vb) => {
+                                let l = var_len.unwrap_or(0);
+                                let mut buf = BitBuf::default();
+                                for i in 0..l {
+                                    buf.push(read_bits(&pkt, off + i, 1), 1);
+                                }
+                                vb.len = l as u32;
+                                vb.bytes = buf.bytes;
+                                vb.src = if first {
+                                    Src::Packet(off as u32)
+                                } else {
+                                    Src::Tainted("p4-recirculate")
+                                };
+                                off += l;
+                            }
+                            _ => return fail(format!("{span}: unsupported header field type")),
+                        }
+                    }
+                    h.valid = true;
+                    Ok(w)
+                })();
+                self.pkt = pkt;
+                let w = match r {
+                    Ok(w) => w,
+                    Err(Ctl::Reject(e)) => {
+                        if e == "PacketTooShort" {
+                            self.tr.set_uncacheable("p4-parser-error");
+                        }
+                        return Err(Ctl::Reject(e));
+                    }
+                    Err(e) => return Err(e),
+                };
+                if is_next {
+                    if let Expr::Member(stack, _) = target {
+                        if let Value::Stack(s) = self.lvalue(stack)? {
+                            s.next += 1;
+                        }
+                    }
+                }
+                self.pos += w;
+                Ok(Value::Void)
+            }
+            "lookahead" => {
+                let t = type_args
+                    .first()
+                    .ok_or(Ctl::Fail(format!("{span}: lookahead without type")))?;
+                let ty = self.resolve_ty(t)?;
+                let mut v = ty.default_value();
+                let w = v.bit_width() as u64;
+                if self.pos + w > self.pkt.len() as u64 * 8 {
+                    self.tr.set_uncacheable("p4-parser-error");
+                    return Err(Ctl::Reject("PacketTooShort".into()));
+                }
+                let mut off = self.pos;
+                let first = self.first_pass;
+                fill_from_packet(&mut v, &self.pkt, &mut off, first);
+                if let Value::Header(h) = &mut v {
+                    h.valid = true;
+                }
+                Ok(v)
+            }
+            "advance" => {
+                let n = self.eval(
+                    &args
+                        .first()
+                        .ok_or(Ctl::Fail("advance without argument".into()))?
+                        .value,
+                )?;
+                self.use_val(&n);
+                let n = n.as_u128().unwrap_or(0) as u64;
+                if self.pos + n > self.pkt.len() as u64 * 8 {
+                    self.tr.set_uncacheable("p4-parser-error");
+                    return Err(Ctl::Reject("PacketTooShort".into()));
+                }
+                self.pos += n;
+                Ok(Value::Void)
+            }
+            "length" => Ok(Value::Bits(Bits {
+                width: 32,
+                signed: false,
+                v: self.pkt.len() as u128,
+                src: Src::Tainted("p4-packet-length"),
+            })),
+            o => fail(format!("{span}: unsupported: packet_in.{o}")),
+        }
+    }
+
+    /// `packet_out.emit(v)`: valid headers' bits, recursively.
+    pub fn emit(&mut self, v: &Value) -> R<()> {
+        match v {
+            Value::Header(h) => {
+                if h.valid {
+                    for f in &h.fields {
+                        match f {
+                            Value::Bits(b) => self.out.push(b.v, b.width),
+                            Value::Bool(b, _) => self.out.push(*b as u128, 1),
+                            Value::Varbit(v) => {
+                                for i in 0..v.len {
+                                    self.out.push(v.bit(i) as u128, 1);
+                                }
+                            }
+                            _ => return fail("unsupported header field in emit"),
+                        }
+                    }
+                }
+            }
+            Value::Stack(s) => {
+                for e in &s.elems {
+                    self.emit(e)?;
+                }
+            }
+            Value::Struct(_, _, fs) => {
+                for f in fs {
+                    self.emit(f)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Serializes data (lists, headers, structs, bits) to bits for
+    /// checksums and hashes.
+    pub fn flatten(&self, v: &Value, out: &mut BitBuf) -> R<()> {
+        match v {
+            Value::Bits(b) => out.push(b.v, b.width),
+            Value::Bool(b, _) => out.push(*b as u128, 1),
+            Value::Varbit(v) => {
+                for i in 0..v.len {
+                    out.push(v.bit(i) as u128, 1);
+                }
+            }
+            Value::Header(h) => {
+                for f in &h.fields {
+                    self.flatten(f, out)?;
+                }
+            }
+            Value::Struct(_, _, fs) | Value::Tuple(fs) => {
+                for f in fs {
+                    self.flatten(f, out)?;
+                }
+            }
+            Value::Stack(s) => {
+                for e in &s.elems {
+                    self.flatten(e, out)?;
+                }
+            }
+            Value::Int(i) => {
+                let b = Bits::from_bigint(32, false, i);
+                out.push(b.v, 32)
+            }
+            o => return fail(format!("cannot serialize a {}", o.type_name())),
+        }
+        Ok(())
+    }
+
+    pub fn extern_state(&mut self, i: usize) -> &mut ExternState {
+        &mut self.st.externs[i]
+    }
+
+    pub fn miss_ctx(&mut self) -> &mut Vec<(usize, Vec<u128>)> {
+        &mut self.miss_ctx
+    }
+
+    pub fn big(v: &Value) -> BigInt {
+        v.as_bigint().unwrap_or_default()
+    }
+}
+
+/// Fills scalars of `v` from the packet at bit `off` (lookahead).
+fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
+    match v {
+        Value::Bits(b) => {
+            b.v = read_bits(pkt, *off, b.width);
+            b.src = if first {
+                Src::Packet(*off as u32)
+            } else {
+                Src::Tainted("p4-recirculate")
+            };
+            *off += b.width as u64;
+        }
+        Value::Bool(b, s) => {
+            *b = read_bits(pkt, *off, 1) == 1;
+            *s = if first {
+                Src::Packet(*off as u32)
+            } else {
+                Src::Tainted("p4-recirculate")
+            };
+            *off += 1;
+        }
+        Value::Header(h) => h
+            .fields
+            .iter_mut()
+            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+        Value::Struct(_, _, fs) => fs
+            .iter_mut()
+            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+        _ => {}
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: HeaderVal) {}
+
+impl Run<'_> {
+    /// Evaluates `e` in block `b` over default parameter and variable
+    /// values (to learn a key's width at load time).
+    pub fn probe(&mut self, b: usize, e: &Expr) -> R<Value> {
+        let p = self.p;
+        let blk = &p.blocks[b];
+        self.block = Some(b);
+        let frame: Vec<(String, Value)> = blk
+            .params()
+            .iter()
+            .zip(&blk.param_tys)
+            .map(|(prm, t)| (prm.name.name.clone(), t.default_value()))
+            .collect();
+        self.frames.push(frame);
+        self.base = self.frames.len() - 1;
+        let vars: Vec<(String, Value)> = blk
+            .vars
+            .iter()
+            .map(|(v, t)| (v.name.name.clone(), t.default_value()))
+            .collect();
+        self.frames.push(vars);
+        let r = self.eval(e);
+        self.frames.clear();
+        self.base = 0;
+        r
+    }
+}

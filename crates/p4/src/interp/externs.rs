@@ -1,0 +1,546 @@
+//! Extern objects and functions of core.p4, PNA, v1model and PSA:
+//! checksums (recorded as `checksum_recomputed`, not as bit reads),
+//! hashes, counters, registers and meters (per-packet state: the run is
+//! marked uncacheable), random, and the forwarding functions
+//! (send_to_port, drop_packet, mark_to_drop, add_entry, ...).
+
+use super::eval::{fail, BitBuf, Ctl, Run, R};
+use super::ExternState;
+use crate::ast::{Arg, Expr, Span};
+use crate::trace::CounterRef;
+use crate::value::{mask, Bits, Src, Value};
+
+/// 16-bit ones' complement sum of `data` (bits, zero-padded to 16).
+pub(crate) fn ones_sum(buf: &BitBuf) -> u32 {
+    let mut sum: u32 = 0;
+    let mut i = 0;
+    while i < buf.bytes.len() {
+        let hi = buf.bytes[i] as u32;
+        let lo = buf.bytes.get(i + 1).copied().unwrap_or(0) as u32;
+        sum += (hi << 8) | lo;
+        sum = (sum & 0xffff) + (sum >> 16);
+        i += 2;
+    }
+    sum
+}
+
+fn fold(mut s: u32) -> u32 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s
+}
+
+pub(crate) fn crc32(data: &[u8]) -> u32 {
+    let mut c: u32 = 0xffff_ffff;
+    for b in data {
+        c ^= *b as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+pub(crate) fn crc16(data: &[u8]) -> u32 {
+    let mut c: u16 = 0;
+    for b in data {
+        c ^= *b as u16;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xa001
+            } else {
+                c >> 1
+            };
+        }
+    }
+    c as u32
+}
+
+/// Hash of serialized data by algorithm name (HashAlgorithm /
+/// PSA_HashAlgorithm_t / PNA_HashAlgorithm_t member).
+pub(crate) fn hash_by_name(algo: &str, buf: &BitBuf) -> Result<u128, String> {
+    Ok(match algo {
+        "csum16" | "ONES_COMPLEMENT16" | "TARGET_DEFAULT" => {
+            (!fold(ones_sum(buf)) & 0xffff) as u128
+        }
+        "crc32" | "CRC32" => crc32(&buf.bytes) as u128,
+        "crc16" | "CRC16" => crc16(&buf.bytes) as u128,
+        "identity" | "IDENTITY" => {
+            let mut v: u128 = 0;
+            for b in buf.bytes.iter().rev().take(16).rev() {
+                v = (v << 8) | *b as u128;
+            }
+            v
+        }
+        "xor16" | "XOR16" => {
+            let mut v: u32 = 0;
+            for c in buf.bytes.chunks(2) {
+                v ^= ((c[0] as u32) << 8) | c.get(1).copied().unwrap_or(0) as u32;
+            }
+            v as u128
+        }
+        o => return Err(format!("unsupported: hash algorithm {o}")),
+    })
+}
+
+fn algo_name(v: &Value) -> String {
+    match v {
+        Value::Enum(_, m) => m.to_string(),
+        Value::Bits(b) => b.v.to_string(),
+        _ => String::new(),
+    }
+}
+
+impl Run<'_> {
+    fn arg_val(&mut self, args: &[Arg], i: usize, span: &Span) -> R<Value> {
+        match args.get(i) {
+            Some(a) => self.eval(&a.value),
+            None => fail(format!("{span}: missing argument {}", i + 1)),
+        }
+    }
+
+    /// Evaluates argument `i` and records it as a decision input.
+    fn arg_used(&mut self, args: &[Arg], i: usize, span: &Span) -> R<Value> {
+        let v = self.arg_val(args, i, span)?;
+        self.use_val(&v);
+        Ok(v)
+    }
+
+    fn index_arg(&mut self, args: &[Arg], i: usize, span: &Span) -> R<u64> {
+        let v = self.arg_used(args, i, span)?;
+        Ok(v.as_u128().unwrap_or(u64::MAX as u128) as u64)
+    }
+
+    /// Checksum data: evaluated without recording reads.
+    fn data_bits(&mut self, args: &[Arg], i: usize, span: &Span) -> R<BitBuf> {
+        self.quiet += 1;
+        let v = self.arg_val(args, i, span);
+        self.quiet -= 1;
+        let v = v?;
+        let mut buf = BitBuf::default();
+        self.flatten(&v, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn packet_bytes(&self) -> u64 {
+        self.pkt.len() as u64
+    }
+
+    pub(crate) fn extern_method(
+        &mut self,
+        i: usize,
+        name: &str,
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
+        let p = self.p;
+        let Some(ed) = p.externs.get(i) else {
+            return fail(format!("{span}: bad extern reference"));
+        };
+        let ty = ed.ty.as_str();
+        match (ty, name) {
+            ("InternetChecksum", _) => {
+                self.tr.checksum_recomputed = true;
+                let r = match name {
+                    "clear" => {
+                        *self.extern_state(i) = ExternState::Csum(0);
+                        Value::Void
+                    }
+                    "add" | "subtract" => {
+                        let buf = self.data_bits(args, 0, span)?;
+                        let s = ones_sum(&buf);
+                        let s = if name == "add" { s } else { !fold(s) & 0xffff };
+                        if let ExternState::Csum(c) = self.extern_state(i) {
+                            *c = fold(*c + s);
+                        } else {
+                            *self.extern_state(i) = ExternState::Csum(fold(s));
+                        }
+                        Value::Void
+                    }
+                    "get" | "get_state" => {
+                        let c = match self.extern_state(i) {
+                            ExternState::Csum(c) => *c,
+                            _ => 0,
+                        };
+                        let v = if name == "get" {
+                            !fold(c) & 0xffff
+                        } else {
+                            fold(c)
+                        };
+                        Value::Bits(Bits::unsigned(16, v as u128))
+                    }
+                    "set_state" => {
+                        self.quiet += 1;
+                        let v = self.arg_val(args, 0, span);
+                        self.quiet -= 1;
+                        let v = v?;
+                        *self.extern_state(i) =
+                            ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
+                        Value::Void
+                    }
+                    o => return fail(format!("{span}: unsupported: InternetChecksum.{o}")),
+                };
+                Ok(r)
+            }
+            ("Checksum", _) => {
+                self.tr.checksum_recomputed = true;
+                match name {
+                    "clear" => {
+                        *self.extern_state(i) = ExternState::Data(BitBuf::default());
+                        Ok(Value::Void)
+                    }
+                    "update" => {
+                        let buf = self.data_bits(args, 0, span)?;
+                        if !matches!(self.extern_state(i), ExternState::Data(_)) {
+                            *self.extern_state(i) = ExternState::Data(BitBuf::default());
+                        }
+                        if let ExternState::Data(d) = self.extern_state(i) {
+                            for b in &buf.bytes {
+                                d.push(*b as u128, 8);
+                            }
+                        }
+                        Ok(Value::Void)
+                    }
+                    "get" => {
+                        let algo = ed.args.first().map(algo_name).unwrap_or_default();
+                        let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(16);
+                        let h = match self.extern_state(i) {
+                            ExternState::Data(d) => hash_by_name(&algo, d),
+                            _ => hash_by_name(&algo, &BitBuf::default()),
+                        }
+                        .map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                        Ok(Value::Bits(Bits::unsigned(w, h)))
+                    }
+                    o => fail(format!("{span}: unsupported: Checksum.{o}")),
+                }
+            }
+            ("Hash", "get_hash") => {
+                let algo = ed.args.first().map(algo_name).unwrap_or_default();
+                let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
+                if args.len() == 1 {
+                    let buf = self.data_bits(args, 0, span)?;
+                    let v = self.arg_val(args, 0, span)?;
+                    self.use_val(&v);
+                    let h =
+                        hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                    Ok(Value::Bits(Bits::unsigned(w, h)))
+                } else {
+                    let base = self.arg_used(args, 0, span)?.as_u128().unwrap_or(0);
+                    let data = self.arg_val(args, 1, span)?;
+                    self.use_val(&data);
+                    let mut buf = BitBuf::default();
+                    self.flatten(&data, &mut buf)?;
+                    let max = self.arg_used(args, 2, span)?.as_u128().unwrap_or(0);
+                    let h =
+                        hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                    let v = if max == 0 {
+                        base
+                    } else {
+                        base.wrapping_add(h % max)
+                    };
+                    Ok(Value::Bits(Bits::unsigned(w, v)))
+                }
+            }
+            ("Counter" | "counter", "count") => {
+                let idx = self.index_arg(args, 0, span)?;
+                let bytes = self.packet_bytes();
+                if let ExternState::Counter { packets, bytes: bs } = self.extern_state(i) {
+                    if let (Some(pk), Some(b)) =
+                        (packets.get_mut(idx as usize), bs.get_mut(idx as usize))
+                    {
+                        *pk += 1;
+                        *b += bytes;
+                    }
+                }
+                self.tr.counters.push(CounterRef::Indexed {
+                    name: ed.qname.clone(),
+                    index: idx,
+                });
+                Ok(Value::Void)
+            }
+            ("DirectCounter" | "direct_counter", "count") => Ok(Value::Void),
+            ("Register", "read") | ("register", "read") => {
+                self.tr.set_uncacheable("p4-register");
+                let (idx_pos, out) = if ty == "register" {
+                    (1, true)
+                } else {
+                    (0, false)
+                };
+                let idx = self.index_arg(args, idx_pos, span)?;
+                let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
+                let v = match self.extern_state(i) {
+                    ExternState::Register(cells) => cells.get(idx as usize).copied().unwrap_or(0),
+                    _ => 0,
+                };
+                let mut b = Bits::unsigned(w, v);
+                if let Some(crate::check::Ty::Bits(_, s)) = ed.elem_ty {
+                    b.signed = s;
+                }
+                b.src = Src::Tainted("p4-register");
+                if out {
+                    let a = args
+                        .first()
+                        .ok_or(Ctl::Fail(format!("{span}: missing argument")))?;
+                    self.assign(&a.value, Value::Bits(b))?;
+                    Ok(Value::Void)
+                } else {
+                    Ok(Value::Bits(b))
+                }
+            }
+            ("Register" | "register", "write") => {
+                self.tr.set_uncacheable("p4-register");
+                let idx = self.index_arg(args, 0, span)?;
+                let v = self.arg_used(args, 1, span)?;
+                let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
+                let v = crate::interp::ops::scalar_bits(&v, &p.g.errors, w)
+                    .map(|b| b.v)
+                    .unwrap_or(0)
+                    & mask(w);
+                if let ExternState::Register(cells) = self.extern_state(i) {
+                    if let Some(c) = cells.get_mut(idx as usize) {
+                        *c = v;
+                    }
+                }
+                Ok(Value::Void)
+            }
+            ("Meter" | "meter", _) | ("DirectMeter" | "direct_meter", _) => {
+                self.tr.set_uncacheable("p4-meter");
+                let bytes = self.packet_bytes();
+                let now = self.now;
+                let (idx, out_arg) = match (ty, name) {
+                    ("meter", "execute_meter") => (self.index_arg(args, 0, span)?, args.get(1)),
+                    ("direct_meter", "read") => (0, args.first()),
+                    ("DirectMeter", _) => (0, None),
+                    _ => (self.index_arg(args, 0, span)?, None),
+                };
+                let color = match self.extern_state(i) {
+                    ExternState::Meter(ms) => ms
+                        .get_mut(idx as usize)
+                        .map(|m| m.color(now, bytes))
+                        .unwrap_or(0),
+                    _ => 0,
+                };
+                if let Some(a) = out_arg {
+                    let a = a.value.clone();
+                    let target_w = match self.eval(&a)? {
+                        Value::Bits(b) => b.width,
+                        _ => 2,
+                    };
+                    self.assign(&a, Value::Bits(Bits::unsigned(target_w, color as u128)))?;
+                    return Ok(Value::Void);
+                }
+                let cname = ["GREEN", "YELLOW", "RED"][color.min(2) as usize];
+                let ety = if ty.starts_with('D') || ty == "Meter" {
+                    if p.g.enums.contains_key("PSA_MeterColor_t") {
+                        "PSA_MeterColor_t"
+                    } else {
+                        "PNA_MeterColor_t"
+                    }
+                } else {
+                    "MeterColor_t"
+                };
+                match p.g.enums.get(ety) {
+                    Some(en) => crate::check::enum_member(ety, en, cname, span)
+                        .map_err(|e| Ctl::Fail(e.to_string())),
+                    None => Ok(Value::Bits(Bits::unsigned(2, color as u128))),
+                }
+            }
+            ("Random", "read") => {
+                self.tr.set_uncacheable("p4-random");
+                let lo = ed.args.first().and_then(|v| v.as_u128()).unwrap_or(0);
+                let hi = ed
+                    .args
+                    .get(1)
+                    .and_then(|v| v.as_u128())
+                    .unwrap_or(u32::MAX as u128);
+                let w = ed.elem_ty.as_ref().map(|t| t.width()).unwrap_or(32);
+                let r = self.st.next_random(lo, hi);
+                Ok(Value::Bits(Bits::unsigned(w, r)))
+            }
+            ("Digest", "pack") => {
+                self.tr.set_uncacheable("p4-digest");
+                Ok(Value::Void)
+            }
+            (t, m) => fail(format!("{span}: unsupported: {t}.{m}")),
+        }
+    }
+
+    pub(crate) fn extern_function(
+        &mut self,
+        name: &str,
+        _type_args: &[crate::ast::Type],
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
+        match name {
+            "send_to_port" => {
+                let v = self.arg_used(args, 0, span)?;
+                self.fwd.pna_dest = Some(Some(v.as_u128().unwrap_or(0) as u32));
+                Ok(Value::Void)
+            }
+            "drop_packet" => {
+                self.fwd.pna_dest = Some(None);
+                Ok(Value::Void)
+            }
+            "add_entry" => self.add_entry(args, span),
+            "set_entry_expire_time" | "restart_expire_timer" | "update_expire_info" => {
+                Ok(Value::Void)
+            }
+            "is_host_port" | "is_net_port" => {
+                let _ = self.arg_used(args, 0, span)?;
+                Ok(Value::Bool(name == "is_net_port", Src::None))
+            }
+            "mark_to_drop" => {
+                let a = args.first().ok_or(Ctl::Fail(format!(
+                    "{span}: mark_to_drop needs standard_metadata"
+                )))?;
+                let target = self.lvalue(&a.value)?;
+                if let Some(Value::Bits(b)) = target.field_mut("egress_spec") {
+                    b.v = crate::arch::V1_DROP_PORT as u128 & mask(b.width);
+                    b.src = Src::None;
+                }
+                if let Some(Value::Bits(b)) = target.field_mut("mcast_grp") {
+                    b.v = 0;
+                }
+                Ok(Value::Void)
+            }
+            "verify" => {
+                let c = self.arg_used(args, 0, span)?;
+                if matches!(c, Value::Bool(false, _)) {
+                    let e = self.arg_val(args, 1, span)?;
+                    let en = match e {
+                        Value::Error(n, _) => n.to_string(),
+                        _ => "NoError".into(),
+                    };
+                    return Err(Ctl::Reject(en));
+                }
+                Ok(Value::Void)
+            }
+            "verify_checksum"
+            | "verify_checksum_with_payload"
+            | "update_checksum"
+            | "update_checksum_with_payload" => {
+                self.tr.checksum_recomputed = true;
+                let cond = self.arg_used(args, 0, span)?;
+                if !matches!(cond, Value::Bool(true, _)) {
+                    return Ok(Value::Void);
+                }
+                let mut buf = self.data_bits(args, 1, span)?;
+                if name.ends_with("_with_payload") {
+                    let start = (self.pos / 8) as usize;
+                    let payload: Vec<u8> = self.pkt.get(start..).unwrap_or(&[]).to_vec();
+                    for b in payload {
+                        buf.push(b as u128, 8);
+                    }
+                }
+                let algo = algo_name(&self.arg_val(args, 3, span)?);
+                let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                let target = &args
+                    .get(2)
+                    .ok_or(Ctl::Fail(format!("{span}: missing checksum")))?
+                    .value;
+                if name.starts_with("verify") {
+                    self.quiet += 1;
+                    let cur = self.eval(target);
+                    self.quiet -= 1;
+                    let cur = cur?;
+                    if cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width()) {
+                        self.checksum_error = true;
+                    }
+                } else {
+                    let cur = self.eval(target)?;
+                    let w = cur.bit_width();
+                    self.assign(target, Value::Bits(Bits::unsigned(w, h)))?;
+                }
+                Ok(Value::Void)
+            }
+            "hash" => {
+                // hash(out result, algo, base, data, max)
+                let algo = algo_name(&self.arg_val(args, 1, span)?);
+                let base = self.arg_used(args, 2, span)?.as_u128().unwrap_or(0);
+                let data = self.arg_val(args, 3, span)?;
+                self.use_val(&data);
+                let mut buf = BitBuf::default();
+                self.flatten(&data, &mut buf)?;
+                let max = self.arg_used(args, 4, span)?.as_u128().unwrap_or(0);
+                let h = hash_by_name(&algo, &buf).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+                let v = if max == 0 {
+                    base
+                } else {
+                    base.wrapping_add(h % max)
+                };
+                let target = &args[0].value;
+                let w = self.eval(target)?.bit_width();
+                self.assign(target, Value::Bits(Bits::unsigned(w, v)))?;
+                Ok(Value::Void)
+            }
+            "random" => {
+                self.tr.set_uncacheable("p4-random");
+                let lo = self.arg_val(args, 1, span)?.as_u128().unwrap_or(0);
+                let hi = self.arg_val(args, 2, span)?.as_u128().unwrap_or(0);
+                let r = self.st.next_random(lo, hi);
+                let target = &args
+                    .first()
+                    .ok_or(Ctl::Fail("random needs a result".into()))?
+                    .value;
+                let w = self.eval(target)?.bit_width();
+                self.assign(target, Value::Bits(Bits::unsigned(w, r)))?;
+                Ok(Value::Void)
+            }
+            "resubmit" | "resubmit_preserving_field_list" => {
+                self.tr.set_uncacheable("p4-resubmit");
+                self.fwd.resubmit = true;
+                Ok(Value::Void)
+            }
+            "recirculate" | "recirculate_preserving_field_list" => {
+                self.tr.set_uncacheable("p4-recirculate");
+                self.fwd.recirculate = true;
+                Ok(Value::Void)
+            }
+            "clone" | "clone3" | "clone_preserving_field_list" => {
+                self.tr.set_uncacheable("p4-clone");
+                let s = self.arg_val(args, 1, span)?.as_u128().unwrap_or(0);
+                self.fwd.clone = Some(s as u32);
+                Ok(Value::Void)
+            }
+            "digest" => {
+                self.tr.set_uncacheable("p4-digest");
+                Ok(Value::Void)
+            }
+            "truncate" => {
+                self.tr.set_uncacheable("p4-truncate");
+                Ok(Value::Void)
+            }
+            "log_msg" | "static_assert" => Ok(Value::Bool(true, Src::None)),
+            "assert" | "assume" => {
+                let c = self.arg_used(args, 0, span)?;
+                if matches!(c, Value::Bool(false, _)) {
+                    return fail(format!("{span}: {name} failed"));
+                }
+                Ok(Value::Void)
+            }
+            "psa_normal" => Ok(Value::Bool(true, Src::None)),
+            "psa_clone_i2e" | "psa_clone_e2e" | "psa_resubmit" => Ok(Value::Bool(false, Src::None)),
+            "psa_recirculate" => {
+                let v = self.arg_val(args, 0, span)?;
+                let port = v
+                    .field("egress_port")
+                    .and_then(|p| p.as_u128())
+                    .unwrap_or(0);
+                Ok(Value::Bool(
+                    port == crate::arch::PSA_PORT_RECIRCULATE as u128,
+                    Src::None,
+                ))
+            }
+            o => {
+                let _ = Expr::Default(span.clone());
+                fail(format!("{span}: unsupported: extern function {o}"))
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Table lookup (exact, lpm, ternary, range, optional; const and runtime
+//! entries, priorities) and what a lookup records in the trace: only the
+//! key bits the match kind examined. Also the data-plane `add_entry` of
+//! PNA `add_on_miss` tables.
+
+use super::eval::{fail, Ctl, Run, R};
+use crate::check::{Entry, Km};
+use crate::runtime::MatchKind;
+use crate::trace::{CounterRef, TableApply};
+use crate::value::{mask, Src, Value};
+
+/// Does entry `e` match key values `k`?
+pub(crate) fn entry_matches(e: &Entry, k: &[u128]) -> bool {
+    e.keys.iter().zip(k).all(|(m, v)| match m {
+        Km::Masked(x, mk) => v & mk == *x,
+        Km::Range(lo, hi) => lo <= v && v <= hi,
+    })
+}
+
+/// Key bits needed to tell entry `e` apart from key `v` (per key).
+fn needed(kind: &MatchKind, m: &Km, v: u128, w: u32) -> u128 {
+    let full = mask(w);
+    match (kind, m) {
+        (MatchKind::Lpm, Km::Masked(x, mk)) => {
+            let diff = (v ^ x) & mk;
+            if diff == 0 {
+                *mk
+            } else {
+                // Bits from the MSB down to the first differing one.
+                let p = 127 - diff.leading_zeros();
+                full & !((1u128 << p) - 1)
+            }
+        }
+        (_, Km::Masked(_, mk)) => *mk,
+        (_, Km::Range(..)) => full,
+    }
+}
+
+impl Run<'_> {
+    pub(crate) fn apply_table(&mut self, t: usize) -> R<Value> {
+        let p = self.p;
+        let td = &p.tables[t];
+        // Key values.
+        let mut kv: Vec<u128> = Vec::with_capacity(td.keys.len());
+        let mut ksrc: Vec<Src> = Vec::with_capacity(td.keys.len());
+        for k in &td.keys {
+            let v = self.eval(&k.expr)?;
+            let b = match crate::interp::ops::scalar_bits(&v, &p.g.errors, k.width) {
+                Some(b) => b,
+                None => match &v {
+                    Value::Enum(_, m) => crate::value::Bits::unsigned(k.width, m.len() as u128),
+                    _ => return fail(format!("{}: key of type {}", k.expr.span(), v.type_name())),
+                },
+            };
+            kv.push(b.v & mask(k.width));
+            ksrc.push(b.src);
+        }
+        let has_lpm = td.keys.iter().any(|k| k.kind == MatchKind::Lpm);
+        let has_prio = td.keys.iter().any(|k| {
+            matches!(
+                k.kind,
+                MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
+            )
+        });
+        let st = &self.st.tables[t];
+        // Winner: (list 0 = const / 1 = runtime, index).
+        let mut best: Option<(usize, usize)> = None;
+        let mut best_score: i128 = i128::MIN;
+        let all = td
+            .const_entries
+            .iter()
+            .map(|e| (0usize, e))
+            .chain(st.entries.iter().map(|e| (1usize, e)));
+        for (idx, (list, e)) in all.enumerate() {
+            if !entry_matches(e, &kv) {
+                continue;
+            }
+            let score: i128 = if has_prio {
+                e.prio as i128
+            } else if has_lpm {
+                td.keys
+                    .iter()
+                    .zip(&e.keys)
+                    .filter(|(k, _)| k.kind == MatchKind::Lpm)
+                    .map(|(_, m)| match m {
+                        Km::Masked(_, mk) => mk.count_ones() as i128,
+                        _ => 0,
+                    })
+                    .sum()
+            } else {
+                0
+            };
+            if best.is_none() || score > best_score {
+                best = Some((list, idx));
+                best_score = score;
+            }
+        }
+        // Trace: the key bits the lookup examined.
+        let n_entries = td.const_entries.len() + st.entries.len();
+        let mut need = vec![0u128; td.keys.len()];
+        if n_entries > 0 {
+            for e in td.const_entries.iter().chain(st.entries.iter()) {
+                // Lower-priority entries than the winner were not examined.
+                if has_prio && best.is_some() && (e.prio as i128) < best_score {
+                    continue;
+                }
+                for (i, (k, m)) in td.keys.iter().zip(&e.keys).enumerate() {
+                    need[i] |= match k.kind {
+                        MatchKind::Exact => mask(k.width),
+                        _ => needed(&k.kind, m, kv[i], k.width),
+                    };
+                }
+            }
+        }
+        let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(list, idx)| {
+            let e = if list == 0 {
+                &td.const_entries[idx]
+            } else {
+                &st.entries[idx - td.const_entries.len()]
+            };
+            (e.id, e.action, e.args.clone())
+        });
+        for (i, k) in td.keys.iter().enumerate() {
+            self.use_src(ksrc[i], k.width, need[i], k.width);
+        }
+        let now = self.now;
+        let bytes = self.pkt.len() as u64;
+        // Hit bookkeeping (runtime entries keep counts; const ones in the
+        // table state's const counters).
+        if let Some((list, idx)) = best {
+            let ts = &mut self.st.tables[t];
+            let e = if list == 0 {
+                ts.const_hits.get_mut(idx)
+            } else {
+                ts.entries.get_mut(idx - td.const_entries.len())
+            };
+            if let Some(e) = e {
+                e.packets += 1;
+                e.bytes += bytes;
+                e.last_hit = Some(now);
+            }
+        }
+        self.tr.tables.push(TableApply {
+            table: td.info.name.clone(),
+            entry: hit_entry.as_ref().map(|h| h.0),
+        });
+        if td.direct_counter.is_some() {
+            self.tr.counters.push(CounterRef::Direct {
+                table: td.info.name.clone(),
+                entry: hit_entry.as_ref().map(|h| h.0),
+            });
+        }
+        if td.direct_meter.is_some() {
+            self.tr.set_uncacheable("p4-meter");
+        }
+        match hit_entry {
+            Some((_, a, args)) => {
+                let bound = td
+                    .actions
+                    .iter()
+                    .find(|ta| ta.action == a)
+                    .map(|ta| ta.bound.as_slice());
+                self.call_action(a, bound, Some(args))?;
+                Ok(Value::ApplyResult {
+                    hit: true,
+                    action: a,
+                })
+            }
+            None => {
+                let (a, args) = self.st.tables[t].default.clone();
+                if td.info.add_on_miss {
+                    self.miss_ctx().push((t, kv));
+                }
+                let bound = td
+                    .actions
+                    .iter()
+                    .find(|ta| ta.action == a)
+                    .map(|ta| ta.bound.as_slice());
+                let r = self.call_action(a, bound, Some(args));
+                if td.info.add_on_miss {
+                    self.miss_ctx().pop();
+                }
+                r?;
+                Ok(Value::ApplyResult {
+                    hit: false,
+                    action: a,
+                })
+            }
+        }
+    }
+
+    /// PNA `add_entry(action_name, action_params, expire_time_profile_id)`.
+    pub(crate) fn add_entry(
+        &mut self,
+        args: &[crate::ast::Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        self.tr.set_uncacheable("p4-add-entry");
+        let Some((t, kv)) = self.miss_ctx().last().cloned() else {
+            return fail(format!(
+                "{span}: add_entry outside the default action of an add_on_miss table"
+            ));
+        };
+        let name = match args.first().map(|a| self.eval(&a.value)).transpose()? {
+            Some(Value::Str(s)) => s.to_string(),
+            _ => return fail(format!("{span}: add_entry's action name is not a string")),
+        };
+        let params = match args.get(1).map(|a| self.eval(&a.value)).transpose()? {
+            Some(Value::Struct(_, _, vs)) | Some(Value::Tuple(vs)) => vs,
+            Some(v @ Value::Bits(_)) => vec![v],
+            _ => vec![],
+        };
+        for v in &params {
+            self.use_val(v);
+        }
+        let p = self.p;
+        let td = &p.tables[t];
+        let Some(ta) = td.actions.iter().find(|ta| {
+            let a = &p.actions[ta.action];
+            a.decl.name.name == name || a.qname == name
+        }) else {
+            return fail(format!(
+                "{span}: add_entry: {name} is not an action of {}",
+                td.info.name
+            ));
+        };
+        let spec = crate::runtime::EntrySpec {
+            keys: kv
+                .iter()
+                .map(|v| crate::runtime::KeyMatch::Exact(num_bigint::BigUint::from(*v)))
+                .collect(),
+            action: p.actions[ta.action].qname.clone(),
+            params: params
+                .iter()
+                .map(|v| {
+                    (
+                        String::new(),
+                        num_bigint::BigUint::from(v.as_u128().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+            priority: None,
+        };
+        let now = self.now;
+        let ok = super::runtime_ops::add_entry_spec(p, self.st, t, spec, now).is_ok();
+        Ok(Value::Bits(crate::value::Bits::unsigned(
+            1,
+            if ok { 0 } else { 1 },
+        )))
+    }
+}
+
+#[allow(dead_code)]
+fn _c(_: Ctl) {}
