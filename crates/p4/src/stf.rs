@@ -369,7 +369,10 @@ fn hex(d: &[u8]) -> String {
 }
 
 /// Run `test` against `target`, sending every packet `repeat` times in a
-/// row (and expecting each expected packet as many times).
+/// row (and expecting each expected packet as many times). As p4c's
+/// runner does, the packets that came out are compared with the expected
+/// ones at the end, per port, in order and in number (an `expect` may
+/// come before or after the packet that causes it).
 pub fn run(
     test: &StfTest,
     target: &mut dyn StfTarget,
@@ -381,13 +384,15 @@ pub fn run(
         line,
         msg,
     };
-    let mut queues: BTreeMap<u32, VecDeque<(usize, &Pattern)>> = BTreeMap::new();
+    let mut expected: BTreeMap<u32, Vec<(usize, &Pattern)>> = BTreeMap::new();
+    // Per port: (line of the packet that caused it, copy, bytes).
+    let mut got: BTreeMap<u32, VecDeque<(usize, usize, Vec<u8>)>> = BTreeMap::new();
     let mut report = StfReport::default();
     for (line, cmd) in &test.commands {
         match cmd {
             Command::Expect { port, pattern } => {
                 for _ in 0..repeat {
-                    queues.entry(*port).or_default().push_back((*line, pattern));
+                    expected.entry(*port).or_default().push((*line, pattern));
                 }
             }
             Command::Packet { port, data } => {
@@ -396,29 +401,9 @@ pub fn run(
                         .send(*port, data)
                         .map_err(|e| fail(*line, format!("sending packet: {e}")))?;
                     report.sent += 1;
-                    for (p, got) in out {
+                    for (p, bytes) in out {
                         report.received += 1;
-                        let Some((eline, pat)) = queues.get_mut(&p).and_then(|q| q.pop_front())
-                        else {
-                            return Err(fail(
-                                *line,
-                                format!(
-                                    "copy {} of this packet: unexpected packet on port {p}: {}",
-                                    copy + 1,
-                                    hex(&got)
-                                ),
-                            ));
-                        };
-                        if !pat.matches(&got) {
-                            return Err(fail(
-                                eline,
-                                format!(
-                                    "port {p}, copy {} of the packet sent at line {line}: expected {pat}, got {}",
-                                    copy + 1,
-                                    hex(&got)
-                                ),
-                            ));
-                        }
+                        got.entry(p).or_default().push_back((*line, copy + 1, bytes));
                     }
                 }
             }
@@ -431,13 +416,42 @@ pub fn run(
                 .map_err(|e| fail(*line, e.to_string()))?,
         }
     }
-    for (port, q) in &queues {
-        if let Some((line, pat)) = q.front() {
+    for (port, outs) in &mut got {
+        let exp = expected.get(port).map(Vec::as_slice).unwrap_or(&[]);
+        for (i, (pline, copy, bytes)) in outs.iter().enumerate() {
+            match exp.get(i) {
+                None => {
+                    return Err(fail(
+                        *pline,
+                        format!(
+                            "copy {copy} of this packet: unexpected packet on port {port} (only {} expected there): {}",
+                            exp.len(),
+                            hex(bytes)
+                        ),
+                    ))
+                }
+                Some((eline, pat)) if !pat.matches(bytes) => {
+                    return Err(fail(
+                        *eline,
+                        format!(
+                            "port {port}, packet {} there (copy {copy} of the packet sent at line {pline}): expected {pat}, got {}",
+                            i + 1,
+                            hex(bytes)
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for (port, exp) in &expected {
+        let n = got.get(port).map_or(0, VecDeque::len);
+        if let Some((line, pat)) = exp.get(n) {
             return Err(fail(
                 *line,
                 format!(
                     "expected packet on port {port} never came ({} missing): {pat}",
-                    q.len()
+                    exp.len() - n
                 ),
             ));
         }

@@ -109,6 +109,18 @@ pub trait UpcallHandler {
     fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut;
     /// Decide again for an installed flow's key, without side effects.
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut;
+    /// A frame nicflow's parser refused (too short for Ethernet, bad IP
+    /// header): `None` drops it as a parse error (OpenFlow tables match
+    /// on parsed fields only); a P4 program parses frames itself and
+    /// answers with the frames it sends. Nothing is cached.
+    fn unparsed(
+        &mut self,
+        _in_port: u32,
+        _packet: &[u8],
+        _now: Instant,
+    ) -> Option<Vec<(u32, Vec<u8>)>> {
+        None
+    }
     /// Credit traffic seen by a datapath flow to the rules it came from (and
     /// keep the MAC it learned from alive).
     fn credit(
@@ -727,7 +739,13 @@ impl Datapath {
         let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
             Ok(l) => l,
             Err(e) => {
-                self.stats.parse_drops[e.index()] += 1;
+                match handler.unparsed(in_port, pkt.data(), now) {
+                    Some(frames) => {
+                        self.stats.upcalls += 1;
+                        self.emit(frames, tx);
+                    }
+                    None => self.stats.parse_drops[e.index()] += 1,
+                }
                 give_back(&mut self.pool, pkt);
                 return None;
             }
@@ -780,16 +798,7 @@ impl Datapath {
             revalidate = out.state_changed;
             if !out.install && !out.emitted.is_empty() {
                 handler.credit(&out.rules, out.learned, 1, pkt.len() as u64, now);
-                for (port, data) in std::mem::take(&mut out.emitted) {
-                    let mut b = self
-                        .pool
-                        .pop()
-                        .unwrap_or_else(|| PacketBuf::with_capacity(execute::BUF_CAPACITY));
-                    if !b.set_data(&data) {
-                        b = PacketBuf::from_slice(&data);
-                    }
-                    tx.pkts.push((port, b));
-                }
+                self.emit(std::mem::take(&mut out.emitted), tx);
                 give_back(&mut self.pool, pkt);
                 if revalidate {
                     self.revalidate(handler);
@@ -871,6 +880,20 @@ impl Datapath {
             self.revalidate(handler);
         }
         hit.map(|id| (id, key))
+    }
+
+    /// Queue frames the slow path built for transmission.
+    fn emit(&mut self, frames: Vec<(u32, Vec<u8>)>, tx: &mut TxBatch) {
+        for (port, data) in frames {
+            let mut b = self
+                .pool
+                .pop()
+                .unwrap_or_else(|| PacketBuf::with_capacity(execute::BUF_CAPACITY));
+            if !b.set_data(&data) {
+                b = PacketBuf::from_slice(&data);
+            }
+            tx.pkts.push((port, b));
+        }
     }
 
     fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {

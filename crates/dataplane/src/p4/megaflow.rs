@@ -82,6 +82,7 @@ impl ByteMap {
             }
             L3Kind::Arp => {
                 segs.push((l3, 6, Seg::Implied));
+                segs.push((l3 + 6, 2, Seg::Field(Field::ArpOp)));
                 segs.push((l3 + 8, 6, Seg::Field(Field::ArpSha)));
                 segs.push((l3 + 14, 4, Seg::Field(Field::ArpSpa)));
                 segs.push((l3 + 18, 6, Seg::Field(Field::ArpTha)));
@@ -196,6 +197,14 @@ pub fn derive(
             match map.find(bit / 8) {
                 Some((s, n, Seg::Field(f))) => {
                     let from_end = (s + n) * 8 - 1 - bit;
+                    if f == Field::ArpOp && from_end >= 8 {
+                        // The key keeps the opcode's low byte (OVS's
+                        // nw_proto); a high byte of 0 is all it can vouch for.
+                        if packet[s] == 0 {
+                            continue;
+                        }
+                        return Err(UNKEYED_READ);
+                    }
                     if f == Field::VlanTci && from_end == 12 {
                         // The DEI bit: the key keeps "tag present" there.
                         return Err(UNKEYED_READ);
@@ -303,6 +312,10 @@ fn set_action(f: Field, b: &[u8]) -> Result<DpAction, &'static str> {
         Field::ArpSpa => DpAction::SetArpSpa(v4()?),
         Field::ArpTpa => DpAction::SetArpTpa(v4()?),
         Field::VlanTci => DpAction::SetVlanTci(p16()? | 0x1000),
+        Field::ArpOp => match p16()? {
+            op @ 0..=0xff => DpAction::SetArpOp(op as u8),
+            _ => return Err(UNKEYED_WRITE),
+        },
         _ => return Err(UNKEYED_WRITE),
     })
 }

@@ -276,6 +276,19 @@ impl UpcallHandler for P4Path {
         out
     }
 
+    fn unparsed(&mut self, in_port: u32, packet: &[u8], now: Instant) -> Option<Vec<(u32, Vec<u8>)>> {
+        let key = FlowKey {
+            in_port,
+            ..FlowKey::default()
+        };
+        let outputs = match self.run(&key, packet, now) {
+            Some(o) if o.trace.error.is_none() => o.outputs,
+            _ => Vec::new(),
+        };
+        *self.slow.entry("p4-unparsed-frame".into()).or_default() += 1;
+        Some(outputs)
+    }
+
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
         let Some(&slot) = self.runs.get(key) else {
             return XlateOut::default();
