@@ -1,0 +1,129 @@
+//! The P4 slow path's cache, on p4c's own programs (../shared/p4-corpus):
+//! cache hits reach the program's counters and entries, a table change
+//! removes exactly the flows of the tables it touched, and a bad entry
+//! changes nothing.
+
+use nicflow::datapath::DpAction;
+use nicflow_dataplane::p4::stf::CachedTarget;
+use nicflow_p4::stf::{self, StfTarget};
+use nicflow_p4::Pipeline;
+use std::path::{Path, PathBuf};
+
+fn corpus() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
+    if p.join("include/core.p4").is_file() {
+        Some(p)
+    } else {
+        eprintln!("skipped: no P4 corpus at {}", p.display());
+        None
+    }
+}
+
+fn load(c: &Path, prog: &str) -> Pipeline {
+    Pipeline::load(&c.join(prog), &[c.join("include")], None).unwrap()
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn add(t: &mut CachedTarget, line: &str) {
+    let test = stf::parse("inline", line).unwrap();
+    t.apply(&test.commands[0].1).unwrap();
+}
+
+#[test]
+fn cache_hits_are_credited_to_the_programs_counter() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "psa/psa-basic-counter-bmv2.p4"), &[1, 4]).unwrap();
+    let pkt = hex("000000000001 000000000000 ffff");
+    for _ in 0..10 {
+        let out = t.send(4, &pkt).unwrap();
+        assert_eq!(out.len(), 1);
+    }
+    let p4 = t.bridge.p4().unwrap();
+    assert_eq!(p4.stats.runs, 1, "one upcall, nine cache hits");
+    t.bridge.p4_push_stats();
+    let (packets, _) = t
+        .bridge
+        .p4()
+        .unwrap()
+        .pipeline()
+        .counter_read("counter", 256)
+        .unwrap();
+    assert_eq!(packets, 10, "every packet counted once, hits included");
+    // Pushing again adds nothing.
+    t.bridge.p4_push_stats();
+    let (again, _) = t.bridge.p4().unwrap().pipeline().counter_read("counter", 256).unwrap();
+    assert_eq!(again, 10);
+}
+
+/// routing.p4 packet to 10.99.0.1 (routing.stf) and one to another /8.
+const TO_10: &str = "0090fb65 d6fe0203 04050601 08004500 001c0001 00004011 656c0b00 00010a63 000104d3 10e10008 d4c5";
+
+#[test]
+fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
+    add(&mut t, "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)");
+    add(&mut t, "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x133713371337, port:0x1)");
+    let pkt = hex(TO_10);
+    assert_eq!(t.send(0, &pkt).unwrap()[0].0, 1);
+    // Another address in 10/8 and another source: same flow (the lpm read
+    // only the top 8 bits; the source was never read).
+    let mut other = pkt.clone();
+    other[26..30].copy_from_slice(&[0xc6, 0x12, 0, 9]); // src 198.18.0.9
+    other[33] = 0x77; // dst 10.99.0.119
+    // Keep the IPv4 checksum right for the new addresses.
+    let fix = |p: &mut Vec<u8>| {
+        p[24] = 0;
+        p[25] = 0;
+        let mut sum = 0u32;
+        for i in (14..34).step_by(2) {
+            sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let c = !(sum as u16);
+        p[24..26].copy_from_slice(&c.to_be_bytes());
+    };
+    fix(&mut other);
+    assert_eq!(t.send(0, &other).unwrap().len(), 1);
+    assert_eq!(t.bridge.p4().unwrap().stats.runs, 1, "second packet hit the megaflow");
+    let flows: Vec<_> = t.bridge.dp_flows().collect();
+    assert_eq!(flows.len(), 1);
+    use nicflow_flow::Field;
+    let m = &flows[0].matching;
+    assert_eq!(m.get(Field::NwDst), (0x0a00_0000, 0xff00_0000), "dst masked to the /8");
+    assert_eq!(m.get(Field::NwSrc).1, 0, "source never read");
+    assert_eq!(m.get(Field::NwTtl).1, 0xff, "TTL read (ttl > 1, ttl - 1)");
+    assert!(flows[0]
+        .actions
+        .contains(&DpAction::SetEthDst([0x13, 0x37, 0x13, 0x37, 0x13, 0x37])));
+    // A refused entry (wrong width) changes nothing: the flow stays.
+    let bad = stf::parse("inline", "add Main.nh_table nh_index:0x1ffffffff Main.set_nh(dmac:0x1, port:0x1)").unwrap();
+    assert!(t.apply(&bad.commands[0].1).is_err());
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    // Changing nh_table removes the flow (its run applied nh_table) and
+    // the next packet gets the new MAC.
+    add(&mut t, "setdefault Main.nh_table Main.set_nh(dmac:0x020000000002, port:0x2)");
+    assert_eq!(t.bridge.dp_flows().count(), 0);
+    // A frame the parser rejects applies no table: its (drop) flow
+    // survives a table change; the IP flow, which applied nh_table, goes.
+    let mut arp = pkt.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    assert!(t.send(0, &arp).unwrap().is_empty());
+    assert_eq!(t.send(0, &pkt).unwrap()[0].0, 1);
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x2 Main.set_nh(dmac:0x020000000003, port:0x2)",
+    );
+    let left: Vec<_> = t.bridge.dp_flows().collect();
+    assert_eq!(left.len(), 1, "only the flow that applied nh_table went");
+    assert!(left[0].actions.is_empty(), "the drop flow stayed");
+}
