@@ -1,0 +1,3 @@
+//! P4Runtime server for nicflow.
+
+pub mod proto;
