@@ -10,7 +10,9 @@ use std::process::Command;
 const VENV_PYTHON: &str = "/opt/nicflow-tools/p4rt-venv/bin/python";
 
 fn main() {
-    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest = PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
+    );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let script = manifest.join("../../scripts/p4runtime_fds.py");
     println!("cargo:rerun-if-changed={}", script.display());
@@ -30,7 +32,12 @@ fn main() {
         .arg(&fds_path)
         .arg(&version_path)
         .status()
-        .unwrap_or_else(|e| panic!("cannot run {python} {}: {e}; run `bash scripts/setup.sh`", script.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {python} {}: {e}; run `bash scripts/setup.sh`",
+                script.display()
+            )
+        });
     if !status.success() {
         panic!(
             "{python} {} failed ({status}): the p4runtime Python wheel is needed to generate \

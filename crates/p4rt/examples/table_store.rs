@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:9559".into()).parse()?;
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:9559".into())
+        .parse()?;
     let target = Arc::new(nicflow_p4rt::testing::TableStore::new());
     eprintln!("P4Runtime (TableStore test double) on {addr}, device 1");
     nicflow_p4rt::serve(addr, 1, target, async {

@@ -10,6 +10,11 @@
 //! The protobuf messages are generated at build time from the descriptors of
 //! the `p4runtime` Python wheel (see build.rs and scripts/p4runtime_fds.py).
 
+// tonic::Status (176 bytes) is the error of every RPC and of the target trait:
+// it is built once per failed request and handed to gRPC as is, so boxing it
+// would only add an allocation and an unbox at every handler.
+#![allow(clippy::result_large_err)]
+
 pub mod p4info;
 pub mod proto;
 mod server;
@@ -61,7 +66,12 @@ pub trait P4RtTarget: Send + Sync {
     /// requests against. `client_p4info` is the P4Info the controller sent, if
     /// any; a target that generates its own may refuse one that disagrees (see
     /// [`p4info::differences`]).
-    fn set_pipeline(&self, mode: PipelineMode, client_p4info: Option<&P4Info>, device_config: &[u8]) -> Result<P4Info, Status>;
+    fn set_pipeline(
+        &self,
+        mode: PipelineMode,
+        client_p4info: Option<&P4Info>,
+        device_config: &[u8],
+    ) -> Result<P4Info, Status>;
 
     /// Applies one checked update (INSERT/MODIFY/DELETE of a table entry,
     /// default-entry MODIFY, counter/register/meter MODIFY, ...).

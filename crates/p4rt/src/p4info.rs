@@ -58,8 +58,14 @@ impl P4InfoIndex {
         self.counters.get(&id).and_then(|&i| info.counters.get(i))
     }
     /// The direct counter with this id.
-    pub fn direct_counter<'a>(&self, info: &'a cfg::P4Info, id: u32) -> Option<&'a cfg::DirectCounter> {
-        self.direct_counters.get(&id).and_then(|&i| info.direct_counters.get(i))
+    pub fn direct_counter<'a>(
+        &self,
+        info: &'a cfg::P4Info,
+        id: u32,
+    ) -> Option<&'a cfg::DirectCounter> {
+        self.direct_counters
+            .get(&id)
+            .and_then(|&i| info.direct_counters.get(i))
     }
     /// The indexed meter array with this id.
     pub fn meter<'a>(&self, info: &'a cfg::P4Info, id: u32) -> Option<&'a cfg::Meter> {
@@ -67,28 +73,43 @@ impl P4InfoIndex {
     }
     /// The direct meter with this id.
     pub fn direct_meter<'a>(&self, info: &'a cfg::P4Info, id: u32) -> Option<&'a cfg::DirectMeter> {
-        self.direct_meters.get(&id).and_then(|&i| info.direct_meters.get(i))
+        self.direct_meters
+            .get(&id)
+            .and_then(|&i| info.direct_meters.get(i))
     }
     /// The register array with this id.
     pub fn register<'a>(&self, info: &'a cfg::P4Info, id: u32) -> Option<&'a cfg::Register> {
         self.registers.get(&id).and_then(|&i| info.registers.get(i))
     }
     /// The direct counter attached to table `table_id`, if any.
-    pub fn direct_counter_of<'a>(&self, info: &'a cfg::P4Info, table: &cfg::Table) -> Option<&'a cfg::DirectCounter> {
-        table.direct_resource_ids.iter().find_map(|id| self.direct_counter(info, *id))
+    pub fn direct_counter_of<'a>(
+        &self,
+        info: &'a cfg::P4Info,
+        table: &cfg::Table,
+    ) -> Option<&'a cfg::DirectCounter> {
+        table
+            .direct_resource_ids
+            .iter()
+            .find_map(|id| self.direct_counter(info, *id))
     }
     /// The direct meter attached to table `table_id`, if any.
-    pub fn direct_meter_of<'a>(&self, info: &'a cfg::P4Info, table: &cfg::Table) -> Option<&'a cfg::DirectMeter> {
-        table.direct_resource_ids.iter().find_map(|id| self.direct_meter(info, *id))
+    pub fn direct_meter_of<'a>(
+        &self,
+        info: &'a cfg::P4Info,
+        table: &cfg::Table,
+    ) -> Option<&'a cfg::DirectMeter> {
+        table
+            .direct_resource_ids
+            .iter()
+            .find_map(|id| self.direct_meter(info, *id))
     }
 }
 
 /// The match kind of a P4Info match field (UNSPECIFIED for architecture-specific kinds).
 pub fn match_type(field: &cfg::MatchField) -> cfg::match_field::MatchType {
     match &field.r#match {
-        Some(cfg::match_field::Match::MatchType(t)) => {
-            cfg::match_field::MatchType::try_from(*t).unwrap_or(cfg::match_field::MatchType::Unspecified)
-        }
+        Some(cfg::match_field::Match::MatchType(t)) => cfg::match_field::MatchType::try_from(*t)
+            .unwrap_or(cfg::match_field::MatchType::Unspecified),
         _ => cfg::match_field::MatchType::Unspecified,
     }
 }
@@ -115,8 +136,12 @@ pub fn differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String> {
     }
     fn check(out: &mut Vec<String>, kind: &str, name: &str, cid: u32, oid: Option<u32>) {
         match oid {
-            None => out.push(format!("{kind} {name} (id {cid}) is not in the program's P4Info")),
-            Some(o) if o != cid => out.push(format!("{kind} {name}: client id {cid}, program id {o}")),
+            None => out.push(format!(
+                "{kind} {name} (id {cid}) is not in the program's P4Info"
+            )),
+            Some(o) if o != cid => {
+                out.push(format!("{kind} {name}: client id {cid}, program id {o}"))
+            }
             _ => {}
         }
     }
@@ -125,13 +150,24 @@ pub fn differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String> {
     for t in &client.tables {
         let name = preamble_name(&t.preamble);
         let o = tables.get(name);
-        check(&mut out, "table", name, preamble_id(&t.preamble), o.map(|o| preamble_id(&o.preamble)));
+        check(
+            &mut out,
+            "table",
+            name,
+            preamble_id(&t.preamble),
+            o.map(|o| preamble_id(&o.preamble)),
+        );
         if let Some(o) = o {
             for f in &t.match_fields {
                 match o.match_fields.iter().find(|g| g.name == f.name) {
                     Some(g) if g.id == f.id && g.bitwidth == f.bitwidth => {}
-                    Some(g) => check_push(&mut out, name, &f.name, f.id, f.bitwidth, g.id, g.bitwidth),
-                    None => out.push(format!("table {name}: key field {} is not in the program's P4Info", f.name)),
+                    Some(g) => {
+                        check_push(&mut out, name, &f.name, f.id, f.bitwidth, g.id, g.bitwidth)
+                    }
+                    None => out.push(format!(
+                        "table {name}: key field {} is not in the program's P4Info",
+                        f.name
+                    )),
                 }
             }
         }
@@ -139,13 +175,24 @@ pub fn differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String> {
     for a in &client.actions {
         let name = preamble_name(&a.preamble);
         let o = actions.get(name);
-        check(&mut out, "action", name, preamble_id(&a.preamble), o.map(|o| preamble_id(&o.preamble)));
+        check(
+            &mut out,
+            "action",
+            name,
+            preamble_id(&a.preamble),
+            o.map(|o| preamble_id(&o.preamble)),
+        );
         if let Some(o) = o {
             for p in &a.params {
                 match o.params.iter().find(|q| q.name == p.name) {
                     Some(q) if q.id == p.id && q.bitwidth == p.bitwidth => {}
-                    Some(q) => check_push(&mut out, name, &p.name, p.id, p.bitwidth, q.id, q.bitwidth),
-                    None => out.push(format!("action {name}: parameter {} is not in the program's P4Info", p.name)),
+                    Some(q) => {
+                        check_push(&mut out, name, &p.name, p.id, p.bitwidth, q.id, q.bitwidth)
+                    }
+                    None => out.push(format!(
+                        "action {name}: parameter {} is not in the program's P4Info",
+                        p.name
+                    )),
                 }
             }
         }
@@ -155,7 +202,13 @@ pub fn differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String> {
             let m = by_name(&ours.$field, |x| &x.preamble);
             for x in &client.$field {
                 let name = preamble_name(&x.preamble);
-                check(&mut out, $kind, name, preamble_id(&x.preamble), m.get(name).map(|o| preamble_id(&o.preamble)));
+                check(
+                    &mut out,
+                    $kind,
+                    name,
+                    preamble_id(&x.preamble),
+                    m.get(name).map(|o| preamble_id(&o.preamble)),
+                );
             }
         }};
     }
@@ -169,6 +222,16 @@ pub fn differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String> {
     out
 }
 
-fn check_push(out: &mut Vec<String>, owner: &str, name: &str, cid: u32, cw: i32, oid: u32, ow: i32) {
-    out.push(format!("{owner}.{name}: client id {cid} width {cw}, program id {oid} width {ow}"));
+fn check_push(
+    out: &mut Vec<String>,
+    owner: &str,
+    name: &str,
+    cid: u32,
+    cw: i32,
+    oid: u32,
+    ow: i32,
+) {
+    out.push(format!(
+        "{owner}.{name}: client id {cid} width {cw}, program id {oid} width {ow}"
+    ));
 }

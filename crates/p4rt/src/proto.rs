@@ -28,4 +28,5 @@ pub mod google {
 }
 
 /// The version of the `p4runtime` wheel the messages were generated from.
-pub const P4RUNTIME_VERSION: &str = include_str!(concat!(env!("OUT_DIR"), "/p4runtime_version.txt"));
+pub const P4RUNTIME_VERSION: &str =
+    include_str!(concat!(env!("OUT_DIR"), "/p4runtime_version.txt"));

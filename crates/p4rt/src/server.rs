@@ -101,15 +101,23 @@ pub struct P4RtService {
 }
 
 fn u128_of(id: &Option<p4::Uint128>) -> Option<u128> {
-    id.as_ref().map(|u| ((u.high as u128) << 64) | u.low as u128)
+    id.as_ref()
+        .map(|u| ((u.high as u128) << 64) | u.low as u128)
 }
 
 fn uint128(v: u128) -> p4::Uint128 {
-    p4::Uint128 { high: (v >> 64) as u64, low: v as u64 }
+    p4::Uint128 {
+        high: (v >> 64) as u64,
+        low: v as u64,
+    }
 }
 
 fn rpc_status(code: Code, message: impl Into<String>) -> grpc_rpc::Status {
-    grpc_rpc::Status { code: code as i32, message: message.into(), details: Vec::new() }
+    grpc_rpc::Status {
+        code: code as i32,
+        message: message.into(),
+        details: Vec::new(),
+    }
 }
 
 impl P4RtService {
@@ -118,7 +126,12 @@ impl P4RtService {
     /// Must be called inside a tokio runtime.
     pub fn new(device_id: u64, target: Arc<dyn P4RtTarget>) -> Self {
         let events = target.subscribe();
-        let inner = Arc::new(Inner { device_id, target, state: Mutex::new(State::default()), next_stream: AtomicU64::new(1) });
+        let inner = Arc::new(Inner {
+            device_id,
+            target,
+            state: Mutex::new(State::default()),
+            next_stream: AtomicU64::new(1),
+        });
         if let Some(mut rx) = events {
             let weak = Arc::downgrade(&inner);
             tokio::spawn(async move {
@@ -154,24 +167,42 @@ impl Inner {
 
     fn check_device(&self, device_id: u64) -> Result<(), Status> {
         if device_id != self.device_id {
-            return Err(Status::not_found(format!("no device {device_id} (this server is device {})", self.device_id)));
+            return Err(Status::not_found(format!(
+                "no device {device_id} (this server is device {})",
+                self.device_id
+            )));
         }
         Ok(())
     }
 
     /// PERMISSION_DENIED unless `election_id` is the primary's for `role`.
-    fn check_primary(state: &State, role: &str, election_id: &Option<p4::Uint128>) -> Result<(), Status> {
+    fn check_primary(
+        state: &State,
+        role: &str,
+        election_id: &Option<p4::Uint128>,
+    ) -> Result<(), Status> {
         let Some(id) = u128_of(election_id) else {
-            return Err(Status::permission_denied("no election_id: only the primary controller may write"));
+            return Err(Status::permission_denied(
+                "no election_id: only the primary controller may write",
+            ));
         };
         match state.roles.get(role).and_then(|r| r.primary()) {
             Some(p) if p == id => Ok(()),
-            Some(_) => Err(Status::permission_denied(format!("election_id {id} is not the primary's for role '{role}'"))),
-            None => Err(Status::permission_denied(format!("role '{role}' has no primary controller (open StreamChannel and arbitrate first)"))),
+            Some(_) => Err(Status::permission_denied(format!(
+                "election_id {id} is not the primary's for role '{role}'"
+            ))),
+            None => Err(Status::permission_denied(format!(
+                "role '{role}' has no primary controller (open StreamChannel and arbitrate first)"
+            ))),
         }
     }
 
-    fn arbitration_reply(&self, role: &str, rs: &RoleState, c: &Controller) -> p4::StreamMessageResponse {
+    fn arbitration_reply(
+        &self,
+        role: &str,
+        rs: &RoleState,
+        c: &Controller,
+    ) -> p4::StreamMessageResponse {
         let primary = rs.primary();
         let status = match primary {
             Some(p) if Some(p) == c.election_id => rpc_status(Code::Ok, "primary"),
@@ -181,7 +212,10 @@ impl Inner {
         p4::StreamMessageResponse {
             update: Some(Resp::Arbitration(p4::MasterArbitrationUpdate {
                 device_id: self.device_id,
-                role: (!role.is_empty()).then(|| p4::Role { name: role.to_string(), ..Default::default() }),
+                role: (!role.is_empty()).then(|| p4::Role {
+                    name: role.to_string(),
+                    ..Default::default()
+                }),
                 election_id: rs.highest.map(uint128),
                 status: Some(status),
             })),
@@ -190,7 +224,13 @@ impl Inner {
 
     /// Handles an arbitration message of stream `stream`: joins or updates it
     /// in its role and tells the controllers what changed.
-    fn arbitrate(&self, stream: u64, bound: &mut Option<String>, m: p4::MasterArbitrationUpdate, tx: &StreamTx) -> Result<(), Status> {
+    fn arbitrate(
+        &self,
+        stream: u64,
+        bound: &mut Option<String>,
+        m: p4::MasterArbitrationUpdate,
+        tx: &StreamTx,
+    ) -> Result<(), Status> {
         self.check_device(m.device_id)?;
         let role_name = m.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
         if m.role.as_ref().is_some_and(|r| r.config.is_some()) {
@@ -198,21 +238,33 @@ impl Inner {
         }
         if let Some(b) = bound {
             if *b != role_name {
-                return Err(Status::failed_precondition(format!("this stream is bound to role '{b}'; open a new stream for role '{role_name}'")));
+                return Err(Status::failed_precondition(format!(
+                    "this stream is bound to role '{b}'; open a new stream for role '{role_name}'"
+                )));
             }
         }
         let eid = u128_of(&m.election_id);
         let mut state = self.lock();
         let rs = state.roles.entry(role_name.clone()).or_default();
         if let Some(id) = eid {
-            if rs.controllers.iter().any(|c| c.stream != stream && c.election_id == Some(id)) {
-                return Err(Status::invalid_argument(format!("election_id {id} is already used by another controller of role '{role_name}'")));
+            if rs
+                .controllers
+                .iter()
+                .any(|c| c.stream != stream && c.election_id == Some(id))
+            {
+                return Err(Status::invalid_argument(format!(
+                    "election_id {id} is already used by another controller of role '{role_name}'"
+                )));
             }
         }
         let before = rs.primary();
         match rs.controllers.iter_mut().find(|c| c.stream == stream) {
             Some(c) => c.election_id = eid,
-            None => rs.controllers.push(Controller { stream, election_id: eid, tx: tx.clone() }),
+            None => rs.controllers.push(Controller {
+                stream,
+                election_id: eid,
+                tx: tx.clone(),
+            }),
         }
         if let Some(id) = eid {
             rs.highest = Some(rs.highest.map_or(id, |h| h.max(id)));
@@ -231,7 +283,9 @@ impl Inner {
     /// Removes a closed stream; if it was primary, the others learn the new state.
     fn leave(&self, stream: u64, role: &str) {
         let mut state = self.lock();
-        let Some(rs) = state.roles.get_mut(role) else { return };
+        let Some(rs) = state.roles.get_mut(role) else {
+            return;
+        };
         let before = rs.primary();
         rs.controllers.retain(|c| c.stream != stream);
         if rs.primary() != before {
@@ -245,7 +299,11 @@ impl Inner {
         let state = self.lock();
         state.roles.get(role).is_some_and(|rs| {
             let p = rs.primary();
-            p.is_some() && rs.controllers.iter().any(|c| c.stream == stream && c.election_id == p)
+            p.is_some()
+                && rs
+                    .controllers
+                    .iter()
+                    .any(|c| c.stream == stream && c.election_id == p)
         })
     }
 
@@ -260,22 +318,43 @@ impl Inner {
         let state = self.lock();
         for rs in state.roles.values() {
             let p = rs.primary();
-            for c in rs.controllers.iter().filter(|c| p.is_some() && c.election_id == p) {
+            for c in rs
+                .controllers
+                .iter()
+                .filter(|c| p.is_some() && c.election_id == p)
+            {
                 if c.tx.try_send(Ok(msg.clone())).is_err() {
-                    tracing::warn!("p4rt: controller stream {} full or closed; event dropped", c.stream);
+                    tracing::warn!(
+                        "p4rt: controller stream {} full or closed; event dropped",
+                        c.stream
+                    );
                 }
             }
         }
     }
 
-    fn stream_error(code: Code, message: String, details: Option<p4::stream_error::Details>) -> p4::StreamMessageResponse {
+    fn stream_error(
+        code: Code,
+        message: String,
+        details: Option<p4::stream_error::Details>,
+    ) -> p4::StreamMessageResponse {
         p4::StreamMessageResponse {
-            update: Some(Resp::Error(p4::StreamError { canonical_code: code as i32, message, space: String::new(), code: 0, details })),
+            update: Some(Resp::Error(p4::StreamError {
+                canonical_code: code as i32,
+                message,
+                space: String::new(),
+                code: 0,
+                details,
+            })),
         }
     }
 
     /// Runs one StreamChannel until the client closes it or breaks the protocol.
-    async fn run_stream(self: Arc<Self>, mut inbound: Streaming<p4::StreamMessageRequest>, tx: StreamTx) {
+    async fn run_stream(
+        self: Arc<Self>,
+        mut inbound: Streaming<p4::StreamMessageRequest>,
+        tx: StreamTx,
+    ) {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let mut role: Option<String> = None;
         loop {
@@ -310,25 +389,56 @@ impl Inner {
                 Some(Req::Packet(p)) => {
                     let r = role.as_deref().unwrap_or_default();
                     let res = if !self.is_primary_stream(stream, r) {
-                        Err(Status::permission_denied("only the primary controller may send packet-outs"))
+                        Err(Status::permission_denied(
+                            "only the primary controller may send packet-outs",
+                        ))
                     } else {
                         self.target.packet_out(&p)
                     };
                     if let Err(e) = res {
-                        let d = p4::stream_error::Details::PacketOut(p4::PacketOutError { packet_out: Some(p) });
-                        let _ = tx.send(Ok(Self::stream_error(e.code(), e.message().to_string(), Some(d)))).await;
+                        let d = p4::stream_error::Details::PacketOut(p4::PacketOutError {
+                            packet_out: Some(p),
+                        });
+                        let _ = tx
+                            .send(Ok(Self::stream_error(
+                                e.code(),
+                                e.message().to_string(),
+                                Some(d),
+                            )))
+                            .await;
                     }
                 }
                 Some(Req::DigestAck(a)) => {
-                    let d = p4::stream_error::Details::DigestListAck(p4::DigestListAckError { digest_list_ack: Some(a) });
-                    let _ = tx.send(Ok(Self::stream_error(Code::Unimplemented, "digests are not supported".into(), Some(d)))).await;
+                    let d = p4::stream_error::Details::DigestListAck(p4::DigestListAckError {
+                        digest_list_ack: Some(a),
+                    });
+                    let _ = tx
+                        .send(Ok(Self::stream_error(
+                            Code::Unimplemented,
+                            "digests are not supported".into(),
+                            Some(d),
+                        )))
+                        .await;
                 }
                 Some(Req::Other(any)) => {
-                    let d = p4::stream_error::Details::Other(p4::StreamOtherError { other: Some(any) });
-                    let _ = tx.send(Ok(Self::stream_error(Code::Unimplemented, "unknown stream message".into(), Some(d)))).await;
+                    let d =
+                        p4::stream_error::Details::Other(p4::StreamOtherError { other: Some(any) });
+                    let _ = tx
+                        .send(Ok(Self::stream_error(
+                            Code::Unimplemented,
+                            "unknown stream message".into(),
+                            Some(d),
+                        )))
+                        .await;
                 }
                 None => {
-                    let _ = tx.send(Ok(Self::stream_error(Code::InvalidArgument, "empty stream message".into(), None))).await;
+                    let _ = tx
+                        .send(Ok(Self::stream_error(
+                            Code::InvalidArgument,
+                            "empty stream message".into(),
+                            None,
+                        )))
+                        .await;
                 }
             }
         }
@@ -343,14 +453,34 @@ impl Inner {
         let mut state = self.lock();
         Self::check_primary(&state, &req.role, &req.election_id)?;
         let action = A::try_from(req.action).unwrap_or(A::Unspecified);
-        let load = |mode: PipelineMode, cfg: p4::ForwardingPipelineConfig| -> Result<(Option<P4Info>, Pipeline), Status> {
-            let p4info = self.target.set_pipeline(mode, cfg.p4info.as_ref(), &cfg.p4_device_config)?;
+        let load = |mode: PipelineMode,
+                    cfg: p4::ForwardingPipelineConfig|
+         -> Result<(Option<P4Info>, Pipeline), Status> {
+            let p4info =
+                self.target
+                    .set_pipeline(mode, cfg.p4info.as_ref(), &cfg.p4_device_config)?;
             let index = P4InfoIndex::new(&p4info);
-            Ok((cfg.p4info, Pipeline { p4info, index, device_config: cfg.p4_device_config, cookie: cfg.cookie }))
+            Ok((
+                cfg.p4info,
+                Pipeline {
+                    p4info,
+                    index,
+                    device_config: cfg.p4_device_config,
+                    cookie: cfg.cookie,
+                },
+            ))
         };
-        let need_config = || req.config.clone().ok_or_else(|| Status::invalid_argument(format!("{}: no config", action.as_str_name())));
+        let need_config = || {
+            req.config.clone().ok_or_else(|| {
+                Status::invalid_argument(format!("{}: no config", action.as_str_name()))
+            })
+        };
         match action {
-            A::Unspecified => return Err(Status::invalid_argument("SetForwardingPipelineConfig action unspecified")),
+            A::Unspecified => {
+                return Err(Status::invalid_argument(
+                    "SetForwardingPipelineConfig action unspecified",
+                ))
+            }
             A::Verify => {
                 load(PipelineMode::Verify, need_config()?)?;
             }
@@ -365,12 +495,20 @@ impl Inner {
             }
             A::Commit => {
                 if req.config.is_some() {
-                    return Err(Status::invalid_argument("COMMIT takes no config: it commits the one saved by VERIFY_AND_SAVE"));
+                    return Err(Status::invalid_argument(
+                        "COMMIT takes no config: it commits the one saved by VERIFY_AND_SAVE",
+                    ));
                 }
                 let Some((client, p)) = state.saved.take() else {
-                    return Err(Status::failed_precondition("COMMIT without a config saved by VERIFY_AND_SAVE"));
+                    return Err(Status::failed_precondition(
+                        "COMMIT without a config saved by VERIFY_AND_SAVE",
+                    ));
                 };
-                let cfg = p4::ForwardingPipelineConfig { p4info: client, p4_device_config: p.device_config, cookie: p.cookie };
+                let cfg = p4::ForwardingPipelineConfig {
+                    p4info: client,
+                    p4_device_config: p.device_config,
+                    cookie: p.cookie,
+                };
                 let (_, p) = load(PipelineMode::Commit, cfg)?;
                 state.pipeline = Some(p);
             }
@@ -383,15 +521,25 @@ impl Inner {
         Ok(())
     }
 
-    fn get_pipeline(&self, req: p4::GetForwardingPipelineConfigRequest) -> Result<p4::ForwardingPipelineConfig, Status> {
+    fn get_pipeline(
+        &self,
+        req: p4::GetForwardingPipelineConfigRequest,
+    ) -> Result<p4::ForwardingPipelineConfig, Status> {
         use p4::get_forwarding_pipeline_config_request::ResponseType as R;
         self.check_device(req.device_id)?;
         let state = self.lock();
         let Some(p) = &state.pipeline else {
-            return Err(Status::failed_precondition("no forwarding pipeline config has been set"));
+            return Err(Status::failed_precondition(
+                "no forwarding pipeline config has been set",
+            ));
         };
-        let rt = R::try_from(req.response_type).map_err(|_| Status::invalid_argument("unknown response_type"))?;
-        let mut cfg = p4::ForwardingPipelineConfig { p4info: None, p4_device_config: Vec::new(), cookie: p.cookie.clone() };
+        let rt = R::try_from(req.response_type)
+            .map_err(|_| Status::invalid_argument("unknown response_type"))?;
+        let mut cfg = p4::ForwardingPipelineConfig {
+            p4info: None,
+            p4_device_config: Vec::new(),
+            cookie: p.cookie,
+        };
         if matches!(rt, R::All | R::P4infoAndCookie) {
             cfg.p4info = Some(p.p4info.clone());
         }
@@ -407,16 +555,24 @@ impl Inner {
         let state = self.lock();
         Self::check_primary(&state, &req.role, &req.election_id)?;
         let Some(p) = &state.pipeline else {
-            return Err(Status::failed_precondition("no forwarding pipeline config has been set"));
+            return Err(Status::failed_precondition(
+                "no forwarding pipeline config has been set",
+            ));
         };
         match Atomicity::try_from(req.atomicity) {
             Ok(Atomicity::ContinueOnError) => {}
-            Ok(a) => return Err(Status::unimplemented(format!("atomicity {}", a.as_str_name()))),
+            Ok(a) => {
+                return Err(Status::unimplemented(format!(
+                    "atomicity {}",
+                    a.as_str_name()
+                )))
+            }
             Err(_) => return Err(Status::invalid_argument("unknown atomicity")),
         }
         let mut results = Vec::with_capacity(req.updates.len());
         for mut u in req.updates {
-            let r = validate::check_update(&p.p4info, &p.index, &mut u).and_then(|_| self.target.write(&u));
+            let r = validate::check_update(&p.p4info, &p.index, &mut u)
+                .and_then(|_| self.target.write(&u));
             results.push(r);
         }
         let failed = results.iter().filter(|r| r.is_err()).count();
@@ -427,22 +583,42 @@ impl Inner {
             .iter()
             .map(|r| {
                 let e = match r {
-                    Ok(()) => p4::Error { canonical_code: Code::Ok as i32, ..Default::default() },
-                    Err(s) => p4::Error { canonical_code: s.code() as i32, message: s.message().to_string(), ..Default::default() },
+                    Ok(()) => p4::Error {
+                        canonical_code: Code::Ok as i32,
+                        ..Default::default()
+                    },
+                    Err(s) => p4::Error {
+                        canonical_code: s.code() as i32,
+                        message: s.message().to_string(),
+                        ..Default::default()
+                    },
                 };
-                prost_types::Any { type_url: "type.googleapis.com/p4.v1.Error".into(), value: e.encode_to_vec() }
+                prost_types::Any {
+                    type_url: "type.googleapis.com/p4.v1.Error".into(),
+                    value: e.encode_to_vec(),
+                }
             })
             .collect();
         let message = format!("{failed} of {} updates failed", results.len());
-        let st = grpc_rpc::Status { code: Code::Unknown as i32, message: message.clone(), details };
-        Err(Status::with_details(Code::Unknown, message, st.encode_to_vec().into()))
+        let st = grpc_rpc::Status {
+            code: Code::Unknown as i32,
+            message: message.clone(),
+            details,
+        };
+        Err(Status::with_details(
+            Code::Unknown,
+            message,
+            st.encode_to_vec().into(),
+        ))
     }
 
     fn read(&self, req: p4::ReadRequest) -> Result<Vec<p4::Entity>, Status> {
         self.check_device(req.device_id)?;
         let state = self.lock();
         let Some(p) = &state.pipeline else {
-            return Err(Status::failed_precondition("no forwarding pipeline config has been set"));
+            return Err(Status::failed_precondition(
+                "no forwarding pipeline config has been set",
+            ));
         };
         let mut out = Vec::new();
         for mut e in req.entities {
@@ -457,14 +633,20 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 
 #[tonic::async_trait]
 impl P4Runtime for P4RtService {
-    async fn write(&self, request: Request<p4::WriteRequest>) -> Result<Response<p4::WriteResponse>, Status> {
+    async fn write(
+        &self,
+        request: Request<p4::WriteRequest>,
+    ) -> Result<Response<p4::WriteResponse>, Status> {
         self.inner.write(request.into_inner())?;
         Ok(Response::new(p4::WriteResponse {}))
     }
 
     type ReadStream = BoxStream<p4::ReadResponse>;
 
-    async fn read(&self, request: Request<p4::ReadRequest>) -> Result<Response<Self::ReadStream>, Status> {
+    async fn read(
+        &self,
+        request: Request<p4::ReadRequest>,
+    ) -> Result<Response<Self::ReadStream>, Status> {
         let entities = self.inner.read(request.into_inner())?;
         let s = tokio_stream::once(Ok(p4::ReadResponse { entities }));
         Ok(Response::new(Box::pin(s)))
@@ -483,7 +665,9 @@ impl P4Runtime for P4RtService {
         request: Request<p4::GetForwardingPipelineConfigRequest>,
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
         let config = self.inner.get_pipeline(request.into_inner())?;
-        Ok(Response::new(p4::GetForwardingPipelineConfigResponse { config: Some(config) }))
+        Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
+            config: Some(config),
+        }))
     }
 
     type StreamChannelStream = BoxStream<p4::StreamMessageResponse>;
@@ -497,8 +681,13 @@ impl P4Runtime for P4RtService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn capabilities(&self, _request: Request<p4::CapabilitiesRequest>) -> Result<Response<p4::CapabilitiesResponse>, Status> {
-        Ok(Response::new(p4::CapabilitiesResponse { p4runtime_api_version: crate::proto::P4RUNTIME_VERSION.trim().to_string() }))
+    async fn capabilities(
+        &self,
+        _request: Request<p4::CapabilitiesRequest>,
+    ) -> Result<Response<p4::CapabilitiesResponse>, Status> {
+        Ok(Response::new(p4::CapabilitiesResponse {
+            p4runtime_api_version: crate::proto::P4RUNTIME_VERSION.trim().to_string(),
+        }))
     }
 }
 
@@ -509,7 +698,9 @@ pub async fn serve(
     target: Arc<dyn P4RtTarget>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
     run(listener, device_id, target, shutdown).await
 }
 
@@ -553,12 +744,24 @@ impl ServerHandle {
 
 /// Binds `addr` (port 0: any free port) and serves P4Runtime for device
 /// `device_id` on a background task of the current tokio runtime.
-pub async fn spawn(addr: SocketAddr, device_id: u64, target: Arc<dyn P4RtTarget>) -> Result<ServerHandle, ServeError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
-    let local_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr, source })?;
+pub async fn spawn(
+    addr: SocketAddr,
+    device_id: u64,
+    target: Arc<dyn P4RtTarget>,
+) -> Result<ServerHandle, ServeError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(run(listener, device_id, target, async move {
         let _ = rx.await;
     }));
-    Ok(ServerHandle { local_addr, shutdown: Some(tx), task })
+    Ok(ServerHandle {
+        local_addr,
+        shutdown: Some(tx),
+        task,
+    })
 }

@@ -21,7 +21,10 @@ use p4::entity::Entity as E;
 type EntryKey = (Vec<u8>, i32);
 
 fn key_of(te: &p4::TableEntry) -> EntryKey {
-    let m = p4::TableEntry { r#match: te.r#match.clone(), ..Default::default() };
+    let m = p4::TableEntry {
+        r#match: te.r#match.clone(),
+        ..Default::default()
+    };
     (prost::Message::encode_to_vec(&m), te.priority)
 }
 
@@ -55,7 +58,11 @@ impl Default for TableStore {
 impl TableStore {
     /// An empty store with no pipeline.
     pub fn new() -> Self {
-        Self { store: Mutex::default(), events: broadcast::channel(256).0, packets_out: Mutex::default() }
+        Self {
+            store: Mutex::default(),
+            events: broadcast::channel(256).0,
+            packets_out: Mutex::default(),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -64,7 +71,10 @@ impl TableStore {
 
     /// Packet-outs received so far.
     pub fn packets_out(&self) -> Vec<p4::PacketOut> {
-        self.packets_out.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.packets_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sends an event to the controllers (as a real target would on a packet to
@@ -87,25 +97,36 @@ impl TableStore {
 fn zero_data(reg: &cfg::Register) -> p4::P4Data {
     use cfg::p4_data_type_spec::TypeSpec;
     match reg.type_spec.as_ref().and_then(|t| t.type_spec.as_ref()) {
-        Some(TypeSpec::Bool(_)) => p4::P4Data { data: Some(p4::p4_data::Data::Bool(false)) },
-        _ => p4::P4Data { data: Some(p4::p4_data::Data::Bitstring(vec![0])) },
+        Some(TypeSpec::Bool(_)) => p4::P4Data {
+            data: Some(p4::p4_data::Data::Bool(false)),
+        },
+        _ => p4::P4Data {
+            data: Some(p4::p4_data::Data::Bitstring(vec![0])),
+        },
     }
 }
 
 impl Store {
     fn info(&self) -> Result<&cfg::P4Info, Status> {
-        self.p4info.as_ref().ok_or_else(|| Status::failed_precondition("no pipeline"))
+        self.p4info
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("no pipeline"))
     }
 
     fn table_has_counter(&self, table_id: u32) -> bool {
         let Ok(info) = self.info() else { return false };
-        self.index.table(info, table_id).is_some_and(|t| self.index.direct_counter_of(info, t).is_some())
+        self.index
+            .table(info, table_id)
+            .is_some_and(|t| self.index.direct_counter_of(info, t).is_some())
     }
 
     fn write_table(&mut self, ty: p4::update::Type, te: &p4::TableEntry) -> Result<(), Status> {
         use p4::update::Type as T;
         let info = self.info()?;
-        let table = self.index.table(info, te.table_id).ok_or_else(|| Status::not_found("table"))?;
+        let table = self
+            .index
+            .table(info, te.table_id)
+            .ok_or_else(|| Status::not_found("table"))?;
         let tname = preamble_name(&table.preamble).to_string();
         let size = table.size;
         let has_counter = self.table_has_counter(te.table_id);
@@ -124,10 +145,14 @@ impl Store {
         match ty {
             T::Insert => {
                 if entries.contains_key(&key) {
-                    return Err(Status::already_exists(format!("table {tname}: entry already exists")));
+                    return Err(Status::already_exists(format!(
+                        "table {tname}: entry already exists"
+                    )));
                 }
                 if size > 0 && entries.len() as i64 >= size {
-                    return Err(Status::resource_exhausted(format!("table {tname} is full ({size} entries)")));
+                    return Err(Status::resource_exhausted(format!(
+                        "table {tname} is full ({size} entries)"
+                    )));
                 }
                 entries.insert(key, stored);
             }
@@ -136,7 +161,7 @@ impl Store {
                     return Err(Status::not_found(format!("table {tname}: no such entry")));
                 };
                 if te.counter_data.is_none() {
-                    stored.counter_data = old.counter_data.clone();
+                    stored.counter_data = old.counter_data;
                 }
                 *old = stored;
             }
@@ -163,7 +188,9 @@ impl Store {
             if !with_counters {
                 e.counter_data = None;
             }
-            out.push(p4::Entity { entity: Some(E::TableEntry(e)) });
+            out.push(p4::Entity {
+                entity: Some(E::TableEntry(e)),
+            });
         };
         for t in tables {
             let id = t.preamble.as_ref().map_or(0, |p| p.id);
@@ -177,13 +204,18 @@ impl Store {
                                 params: init
                                     .arguments
                                     .iter()
-                                    .map(|a| p4::action::Param { param_id: a.param_id, value: a.value.clone() })
+                                    .map(|a| p4::action::Param {
+                                        param_id: a.param_id,
+                                        value: a.value.clone(),
+                                    })
                                     .collect(),
                             };
                             push(p4::TableEntry {
                                 table_id: id,
                                 is_default_action: true,
-                                action: Some(p4::TableAction { r#type: Some(p4::table_action::Type::Action(a)) }),
+                                action: Some(p4::TableAction {
+                                    r#type: Some(p4::table_action::Type::Action(a)),
+                                }),
                                 ..Default::default()
                             });
                         }
@@ -191,7 +223,9 @@ impl Store {
                 }
                 continue;
             }
-            let Some(entries) = self.entries.get(&id) else { continue };
+            let Some(entries) = self.entries.get(&id) else {
+                continue;
+            };
             if !req.r#match.is_empty() {
                 // Exact lookup of one key (a partial key filters on the given fields).
                 for e in entries.values() {
@@ -208,7 +242,11 @@ impl Store {
         Ok(out)
     }
 
-    fn cells<'a>(&self, ids: impl Iterator<Item = (u32, i64)> + 'a, index: &Option<p4::Index>) -> Vec<(u32, i64)> {
+    fn cells<'a>(
+        &self,
+        ids: impl Iterator<Item = (u32, i64)> + 'a,
+        index: &Option<p4::Index>,
+    ) -> Vec<(u32, i64)> {
         let mut v = Vec::new();
         for (id, size) in ids {
             match index {
@@ -221,19 +259,32 @@ impl Store {
 }
 
 impl P4RtTarget for TableStore {
-    fn set_pipeline(&self, mode: PipelineMode, client_p4info: Option<&cfg::P4Info>, _device_config: &[u8]) -> Result<cfg::P4Info, Status> {
+    fn set_pipeline(
+        &self,
+        mode: PipelineMode,
+        client_p4info: Option<&cfg::P4Info>,
+        _device_config: &[u8],
+    ) -> Result<cfg::P4Info, Status> {
         let Some(info) = client_p4info else {
-            return Err(Status::invalid_argument("the TableStore test double has no compiler: send a P4Info with the config"));
+            return Err(Status::invalid_argument(
+                "the TableStore test double has no compiler: send a P4Info with the config",
+            ));
         };
         let mut s = self.lock();
         match mode {
             PipelineMode::Verify => {}
             PipelineMode::Commit => {
-                *s = Store { p4info: Some(info.clone()), index: P4InfoIndex::new(info), ..Default::default() };
+                *s = Store {
+                    p4info: Some(info.clone()),
+                    index: P4InfoIndex::new(info),
+                    ..Default::default()
+                };
             }
             PipelineMode::Reconcile => {
                 if s.p4info.as_ref() != Some(info) {
-                    return Err(Status::unimplemented("TableStore reconciles only an unchanged P4Info"));
+                    return Err(Status::unimplemented(
+                        "TableStore reconciles only an unchanged P4Info",
+                    ));
                 }
             }
         }
@@ -247,29 +298,36 @@ impl P4RtTarget for TableStore {
         match update.entity.as_ref().and_then(|e| e.entity.as_ref()) {
             Some(E::TableEntry(te)) => s.write_table(ty, te),
             Some(E::CounterEntry(c)) => {
-                let data = c.data.clone().unwrap_or_default();
+                let data = c.data.unwrap_or_default();
                 match &c.index {
                     Some(i) => {
                         s.counters.insert((c.counter_id, i.index), data);
                     }
                     None => {
-                        let size = s.info().ok().and_then(|info| s.index.counter(info, c.counter_id)).map_or(0, |c| c.size);
+                        let size = s
+                            .info()
+                            .ok()
+                            .and_then(|info| s.index.counter(info, c.counter_id))
+                            .map_or(0, |c| c.size);
                         for i in 0..size {
-                            s.counters.insert((c.counter_id, i), data.clone());
+                            s.counters.insert((c.counter_id, i), data);
                         }
                     }
                 }
                 Ok(())
             }
             Some(E::DirectCounterEntry(d)) => {
-                let te = d.table_entry.as_ref().ok_or_else(|| Status::invalid_argument("no table entry"))?;
+                let te = d
+                    .table_entry
+                    .as_ref()
+                    .ok_or_else(|| Status::invalid_argument("no table entry"))?;
                 let key = key_of(te);
                 let e = s
                     .entries
                     .get_mut(&te.table_id)
                     .and_then(|m| m.get_mut(&key))
                     .ok_or_else(|| Status::not_found("no such table entry"))?;
-                e.counter_data = Some(d.data.clone().unwrap_or_default());
+                e.counter_data = Some(d.data.unwrap_or_default());
                 Ok(())
             }
             Some(E::RegisterEntry(r)) => {
@@ -279,7 +337,11 @@ impl P4RtTarget for TableStore {
                         s.registers.insert((r.register_id, i.index), data);
                     }
                     None => {
-                        let size = s.info().ok().and_then(|info| s.index.register(info, r.register_id)).map_or(0, |r| r.size);
+                        let size = s
+                            .info()
+                            .ok()
+                            .and_then(|info| s.index.register(info, r.register_id))
+                            .map_or(0, |r| r.size);
                         for i in 0..size as i64 {
                             s.registers.insert((r.register_id, i), data.clone());
                         }
@@ -288,14 +350,18 @@ impl P4RtTarget for TableStore {
                 Ok(())
             }
             Some(E::MeterEntry(m)) => {
-                let i = m.index.as_ref().ok_or_else(|| Status::unimplemented("TableStore: meter writes need an index"))?;
+                let i = m.index.as_ref().ok_or_else(|| {
+                    Status::unimplemented("TableStore: meter writes need an index")
+                })?;
                 match &m.config {
                     Some(c) => s.meters.insert((m.meter_id, i.index), *c),
                     None => s.meters.remove(&(m.meter_id, i.index)),
                 };
                 Ok(())
             }
-            _ => Err(Status::unimplemented("TableStore stores table entries, counters, registers and meters only")),
+            _ => Err(Status::unimplemented(
+                "TableStore stores table entries, counters, registers and meters only",
+            )),
         }
     }
 
@@ -330,9 +396,12 @@ impl P4RtTarget for TableStore {
                         if !s.table_has_counter(te.table_id) {
                             continue;
                         }
-                        let data = te.counter_data.take();
-                        let stored = s.entries.get(&te.table_id).and_then(|m| m.get(&key_of(&te))).and_then(|x| x.counter_data);
-                        let _ = data;
+                        te.counter_data = None;
+                        let stored = s
+                            .entries
+                            .get(&te.table_id)
+                            .and_then(|m| m.get(&key_of(&te)))
+                            .and_then(|x| x.counter_data);
                         out.push(wrap(E::DirectCounterEntry(p4::DirectCounterEntry {
                             table_entry: Some(te),
                             data: Some(stored.unwrap_or_default()),
@@ -345,14 +414,25 @@ impl P4RtTarget for TableStore {
                 let regs: Vec<&cfg::Register> = info
                     .registers
                     .iter()
-                    .filter(|x| r.register_id == 0 || x.preamble.as_ref().map_or(0, |p| p.id) == r.register_id)
+                    .filter(|x| {
+                        r.register_id == 0
+                            || x.preamble.as_ref().map_or(0, |p| p.id) == r.register_id
+                    })
                     .collect();
                 let mut out = Vec::new();
                 for reg in regs {
                     let id = reg.preamble.as_ref().map_or(0, |p| p.id);
                     for (_, i) in s.cells(std::iter::once((id, reg.size as i64)), &r.index) {
-                        let data = s.registers.get(&(id, i)).cloned().unwrap_or_else(|| zero_data(reg));
-                        out.push(wrap(E::RegisterEntry(p4::RegisterEntry { register_id: id, index: Some(p4::Index { index: i }), data: Some(data) })));
+                        let data = s
+                            .registers
+                            .get(&(id, i))
+                            .cloned()
+                            .unwrap_or_else(|| zero_data(reg));
+                        out.push(wrap(E::RegisterEntry(p4::RegisterEntry {
+                            register_id: id,
+                            index: Some(p4::Index { index: i }),
+                            data: Some(data),
+                        })));
                     }
                 }
                 Ok(out)
@@ -375,13 +455,21 @@ impl P4RtTarget for TableStore {
                     })
                     .collect())
             }
-            _ => Err(Status::unimplemented("TableStore reads table entries, counters, registers and meters only")),
+            _ => Err(Status::unimplemented(
+                "TableStore reads table entries, counters, registers and meters only",
+            )),
         }
     }
 
     fn packet_out(&self, packet: &p4::PacketOut) -> Result<(), Status> {
-        self.packets_out.lock().unwrap_or_else(|e| e.into_inner()).push(packet.clone());
-        let _ = self.events.send(TargetEvent::PacketIn(p4::PacketIn { payload: packet.payload.clone(), metadata: packet.metadata.clone() }));
+        self.packets_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(packet.clone());
+        let _ = self.events.send(TargetEvent::PacketIn(p4::PacketIn {
+            payload: packet.payload.clone(),
+            metadata: packet.metadata.clone(),
+        }));
         Ok(())
     }
 

@@ -16,11 +16,21 @@ use p4::field_match::FieldMatchType as FM;
 /// Canonical form of a P4Runtime bitstring of width `bitwidth` (0: unknown
 /// width, e.g. a translated type): leading zero bytes dropped, at least one
 /// byte kept; INVALID_ARGUMENT when empty or wider than `bitwidth`.
-pub fn canonical(bytes: &[u8], bitwidth: i32, what: &dyn Fn() -> String) -> Result<Vec<u8>, Status> {
+pub fn canonical(
+    bytes: &[u8],
+    bitwidth: i32,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<u8>, Status> {
     if bytes.is_empty() {
-        return Err(Status::invalid_argument(format!("{}: empty byte string", what())));
+        return Err(Status::invalid_argument(format!(
+            "{}: empty byte string",
+            what()
+        )));
     }
-    let first = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len() - 1);
+    let first = bytes
+        .iter()
+        .position(|b| *b != 0)
+        .unwrap_or(bytes.len() - 1);
     let v = &bytes[first..];
     if bitwidth > 0 {
         let bits = (v.len() as i64 - 1) * 8 + (8 - v[0].leading_zeros() as i64);
@@ -55,18 +65,28 @@ fn cmp_unsigned(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 
 /// Checks a table key against the table's P4Info and canonicalizes it (fields
 /// sorted by id, canonical byte strings). `wildcard` allows a partial key (reads).
-pub fn check_match(table: &cfg::Table, entry: &mut p4::TableEntry, wildcard: bool) -> Result<(), Status> {
+pub fn check_match(
+    table: &cfg::Table,
+    entry: &mut p4::TableEntry,
+    wildcard: bool,
+) -> Result<(), Status> {
     use cfg::match_field::MatchType as M;
     let tname = preamble_name(&table.preamble).to_string();
     entry.r#match.sort_by_key(|m| m.field_id);
     for w in entry.r#match.windows(2) {
         if w[0].field_id == w[1].field_id {
-            return Err(Status::invalid_argument(format!("table {tname}: key field id {} given twice", w[0].field_id)));
+            return Err(Status::invalid_argument(format!(
+                "table {tname}: key field id {} given twice",
+                w[0].field_id
+            )));
         }
     }
     for fm in &mut entry.r#match {
         let Some(field) = table.match_fields.iter().find(|f| f.id == fm.field_id) else {
-            return Err(Status::invalid_argument(format!("table {tname}: no key field with id {}", fm.field_id)));
+            return Err(Status::invalid_argument(format!(
+                "table {tname}: no key field with id {}",
+                fm.field_id
+            )));
         };
         let w = field.bitwidth;
         let fname = format!("table {tname} key {}", field.name);
@@ -114,12 +134,16 @@ pub fn check_match(table: &cfg::Table, entry: &mut p4::TableEntry, wildcard: boo
                 r.low = canonical(&r.low, w, &what)?;
                 r.high = canonical(&r.high, w, &what)?;
                 if cmp_unsigned(&r.low, &r.high) == std::cmp::Ordering::Greater {
-                    return Err(Status::invalid_argument(format!("{fname}: range low > high")));
+                    return Err(Status::invalid_argument(format!(
+                        "{fname}: range low > high"
+                    )));
                 }
             }
             (Some(FM::Optional(o)), M::Optional) => o.value = canonical(&o.value, w, &what)?,
             (Some(FM::Other(_)), _) | (_, M::Unspecified) => {
-                return Err(Status::unimplemented(format!("{fname}: architecture-specific match kinds")))
+                return Err(Status::unimplemented(format!(
+                    "{fname}: architecture-specific match kinds"
+                )))
             }
             (None, _) => return Err(Status::invalid_argument(format!("{fname}: no match value"))),
             (Some(_), k) => {
@@ -144,51 +168,92 @@ pub fn check_match(table: &cfg::Table, entry: &mut p4::TableEntry, wildcard: boo
 }
 
 /// Checks an action call of a table entry (or a default action when `default`).
-fn check_action(info: &cfg::P4Info, index: &P4InfoIndex, table: &cfg::Table, act: &mut p4::Action, default: bool) -> Result<(), Status> {
+fn check_action(
+    info: &cfg::P4Info,
+    index: &P4InfoIndex,
+    table: &cfg::Table,
+    act: &mut p4::Action,
+    default: bool,
+) -> Result<(), Status> {
     let tname = preamble_name(&table.preamble);
     let Some(aref) = table.action_refs.iter().find(|r| r.id == act.action_id) else {
-        return Err(Status::invalid_argument(format!("table {tname}: action id {} is not one of its actions", act.action_id)));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: action id {} is not one of its actions",
+            act.action_id
+        )));
     };
     let scope = cfg::action_ref::Scope::try_from(aref.scope).unwrap_or_default();
     if default && scope == cfg::action_ref::Scope::TableOnly {
-        return Err(Status::invalid_argument(format!("table {tname}: action id {} is @tableonly", act.action_id)));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: action id {} is @tableonly",
+            act.action_id
+        )));
     }
     if !default && scope == cfg::action_ref::Scope::DefaultOnly {
-        return Err(Status::invalid_argument(format!("table {tname}: action id {} is @defaultonly", act.action_id)));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: action id {} is @defaultonly",
+            act.action_id
+        )));
     }
     let Some(action) = index.action(info, act.action_id) else {
-        return Err(Status::invalid_argument(format!("action id {} not in the P4Info", act.action_id)));
+        return Err(Status::invalid_argument(format!(
+            "action id {} not in the P4Info",
+            act.action_id
+        )));
     };
     let aname = preamble_name(&action.preamble).to_string();
     act.params.sort_by_key(|p| p.param_id);
     for w in act.params.windows(2) {
         if w[0].param_id == w[1].param_id {
-            return Err(Status::invalid_argument(format!("action {aname}: parameter id {} given twice", w[0].param_id)));
+            return Err(Status::invalid_argument(format!(
+                "action {aname}: parameter id {} given twice",
+                w[0].param_id
+            )));
         }
     }
     for p in &mut act.params {
         let Some(spec) = action.params.iter().find(|s| s.id == p.param_id) else {
-            return Err(Status::invalid_argument(format!("action {aname}: no parameter with id {}", p.param_id)));
+            return Err(Status::invalid_argument(format!(
+                "action {aname}: no parameter with id {}",
+                p.param_id
+            )));
         };
         let what = || format!("action {aname} parameter {}", spec.name);
         p.value = canonical(&p.value, spec.bitwidth, &what)?;
     }
-    if let Some(missing) = action.params.iter().find(|s| !act.params.iter().any(|p| p.param_id == s.id)) {
-        return Err(Status::invalid_argument(format!("action {aname}: parameter {} missing", missing.name)));
+    if let Some(missing) = action
+        .params
+        .iter()
+        .find(|s| !act.params.iter().any(|p| p.param_id == s.id))
+    {
+        return Err(Status::invalid_argument(format!(
+            "action {aname}: parameter {} missing",
+            missing.name
+        )));
     }
     Ok(())
 }
 
 /// Checks and canonicalizes a table entry for a write of type `ty`.
-fn check_table_write(info: &cfg::P4Info, index: &P4InfoIndex, te: &mut p4::TableEntry, ty: p4::update::Type) -> Result<(), Status> {
+fn check_table_write(
+    info: &cfg::P4Info,
+    index: &P4InfoIndex,
+    te: &mut p4::TableEntry,
+    ty: p4::update::Type,
+) -> Result<(), Status> {
     use p4::update::Type as T;
     let Some(table) = index.table(info, te.table_id) else {
-        return Err(Status::not_found(format!("no table with id {}", te.table_id)));
+        return Err(Status::not_found(format!(
+            "no table with id {}",
+            te.table_id
+        )));
     };
     let tname = preamble_name(&table.preamble);
     if te.is_default_action {
         if !te.r#match.is_empty() || te.priority != 0 {
-            return Err(Status::invalid_argument(format!("table {tname}: a default entry has no key and no priority")));
+            return Err(Status::invalid_argument(format!(
+                "table {tname}: a default entry has no key and no priority"
+            )));
         }
         if ty != T::Modify {
             return Err(Status::invalid_argument(format!(
@@ -197,12 +262,20 @@ fn check_table_write(info: &cfg::P4Info, index: &P4InfoIndex, te: &mut p4::Table
             )));
         }
         if table.const_default_action_id != 0 {
-            return Err(Status::permission_denied(format!("table {tname}: its default action is const")));
+            return Err(Status::permission_denied(format!(
+                "table {tname}: its default action is const"
+            )));
         }
         return match &mut te.action {
-            Some(p4::TableAction { r#type: Some(p4::table_action::Type::Action(a)) }) => check_action(info, index, table, a, true),
-            Some(_) => Err(Status::unimplemented(format!("table {tname}: action profiles"))),
-            None => Err(Status::invalid_argument(format!("table {tname}: default entry without action"))),
+            Some(p4::TableAction {
+                r#type: Some(p4::table_action::Type::Action(a)),
+            }) => check_action(info, index, table, a, true),
+            Some(_) => Err(Status::unimplemented(format!(
+                "table {tname}: action profiles"
+            ))),
+            None => Err(Status::invalid_argument(format!(
+                "table {tname}: default entry without action"
+            ))),
         };
     }
     if table.is_const_table {
@@ -211,55 +284,88 @@ fn check_table_write(info: &cfg::P4Info, index: &P4InfoIndex, te: &mut p4::Table
     check_match(table, te, false)?;
     let prio = needs_priority(table);
     if prio && te.priority <= 0 {
-        return Err(Status::invalid_argument(format!("table {tname}: entries need a priority > 0 (ternary/range/optional key)")));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: entries need a priority > 0 (ternary/range/optional key)"
+        )));
     }
     if !prio && te.priority != 0 {
-        return Err(Status::invalid_argument(format!("table {tname}: entries have no priority (exact/lpm key)")));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: entries have no priority (exact/lpm key)"
+        )));
     }
     if te.idle_timeout_ns != 0
         && table.idle_timeout_behavior != cfg::table::IdleTimeoutBehavior::NotifyControl as i32
     {
-        return Err(Status::invalid_argument(format!("table {tname}: idle timeout set but the table does not support idle timeouts")));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: idle timeout set but the table does not support idle timeouts"
+        )));
     }
     if te.counter_data.is_some() && index.direct_counter_of(info, table).is_none() {
-        return Err(Status::invalid_argument(format!("table {tname}: counter_data set but the table has no direct counter")));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: counter_data set but the table has no direct counter"
+        )));
     }
     if te.meter_config.is_some() && index.direct_meter_of(info, table).is_none() {
-        return Err(Status::invalid_argument(format!("table {tname}: meter_config set but the table has no direct meter")));
+        return Err(Status::invalid_argument(format!(
+            "table {tname}: meter_config set but the table has no direct meter"
+        )));
     }
     if ty == T::Delete {
         return Ok(());
     }
     match &mut te.action {
-        Some(p4::TableAction { r#type: Some(p4::table_action::Type::Action(a)) }) => {
+        Some(p4::TableAction {
+            r#type: Some(p4::table_action::Type::Action(a)),
+        }) => {
             if table.implementation_id != 0 {
-                return Err(Status::invalid_argument(format!("table {tname} uses an action profile: direct actions not allowed")));
+                return Err(Status::invalid_argument(format!(
+                    "table {tname} uses an action profile: direct actions not allowed"
+                )));
             }
             check_action(info, index, table, a, false)
         }
         Some(p4::TableAction { r#type: Some(_) }) => {
             if table.implementation_id == 0 {
-                return Err(Status::invalid_argument(format!("table {tname} has no action profile")));
+                return Err(Status::invalid_argument(format!(
+                    "table {tname} has no action profile"
+                )));
             }
             Ok(())
         }
-        _ => Err(Status::invalid_argument(format!("table {tname}: {} without action", ty.as_str_name()))),
+        _ => Err(Status::invalid_argument(format!(
+            "table {tname}: {} without action",
+            ty.as_str_name()
+        ))),
     }
 }
 
-fn check_index(idx: &Option<p4::Index>, size: i64, what: &str, required: bool) -> Result<(), Status> {
+fn check_index(
+    idx: &Option<p4::Index>,
+    size: i64,
+    what: &str,
+    required: bool,
+) -> Result<(), Status> {
     match idx {
-        Some(i) if i.index < 0 || i.index >= size => Err(Status::out_of_range(format!("{what}: index {} not in 0..{size}", i.index))),
+        Some(i) if i.index < 0 || i.index >= size => Err(Status::out_of_range(format!(
+            "{what}: index {} not in 0..{size}",
+            i.index
+        ))),
         None if required => Err(Status::invalid_argument(format!("{what}: index missing"))),
         _ => Ok(()),
     }
 }
 
 /// Checks (and canonicalizes) one update against the P4Info. Returns the update type.
-pub fn check_update(info: &cfg::P4Info, index: &P4InfoIndex, update: &mut p4::Update) -> Result<p4::update::Type, Status> {
+pub fn check_update(
+    info: &cfg::P4Info,
+    index: &P4InfoIndex,
+    update: &mut p4::Update,
+) -> Result<p4::update::Type, Status> {
     use p4::update::Type as T;
     let ty = match T::try_from(update.r#type) {
-        Ok(T::Unspecified) | Err(_) => return Err(Status::invalid_argument("update type unspecified")),
+        Ok(T::Unspecified) | Err(_) => {
+            return Err(Status::invalid_argument("update type unspecified"))
+        }
         Ok(t) => t,
     };
     let Some(entity) = update.entity.as_mut().and_then(|e| e.entity.as_mut()) else {
@@ -269,23 +375,36 @@ pub fn check_update(info: &cfg::P4Info, index: &P4InfoIndex, update: &mut p4::Up
         if ty == T::Modify {
             Ok(ty)
         } else {
-            Err(Status::invalid_argument(format!("{kind} entries can only be modified, not {}", ty.as_str_name())))
+            Err(Status::invalid_argument(format!(
+                "{kind} entries can only be modified, not {}",
+                ty.as_str_name()
+            )))
         }
     };
     match entity {
         E::TableEntry(te) => check_table_write(info, index, te, ty).map(|_| ty),
         E::CounterEntry(c) => {
             let Some(ctr) = index.counter(info, c.counter_id) else {
-                return Err(Status::not_found(format!("no counter with id {}", c.counter_id)));
+                return Err(Status::not_found(format!(
+                    "no counter with id {}",
+                    c.counter_id
+                )));
             };
             check_index(&c.index, ctr.size, preamble_name(&ctr.preamble), false)?;
             modify_only("counter")
         }
         E::DirectCounterEntry(d) => {
-            let te = d.table_entry.as_mut().ok_or_else(|| Status::invalid_argument("direct counter entry without table entry"))?;
-            let table = index.table(info, te.table_id).ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
+            let te = d.table_entry.as_mut().ok_or_else(|| {
+                Status::invalid_argument("direct counter entry without table entry")
+            })?;
+            let table = index
+                .table(info, te.table_id)
+                .ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
             if index.direct_counter_of(info, table).is_none() {
-                return Err(Status::invalid_argument(format!("table {} has no direct counter", preamble_name(&table.preamble))));
+                return Err(Status::invalid_argument(format!(
+                    "table {} has no direct counter",
+                    preamble_name(&table.preamble)
+                )));
             }
             if !te.is_default_action {
                 check_match(table, te, false)?;
@@ -294,26 +413,47 @@ pub fn check_update(info: &cfg::P4Info, index: &P4InfoIndex, update: &mut p4::Up
         }
         E::RegisterEntry(r) => {
             let Some(reg) = index.register(info, r.register_id) else {
-                return Err(Status::not_found(format!("no register with id {}", r.register_id)));
+                return Err(Status::not_found(format!(
+                    "no register with id {}",
+                    r.register_id
+                )));
             };
-            check_index(&r.index, reg.size as i64, preamble_name(&reg.preamble), false)?;
+            check_index(
+                &r.index,
+                reg.size as i64,
+                preamble_name(&reg.preamble),
+                false,
+            )?;
             if r.data.is_none() {
-                return Err(Status::invalid_argument(format!("register {}: no data", preamble_name(&reg.preamble))));
+                return Err(Status::invalid_argument(format!(
+                    "register {}: no data",
+                    preamble_name(&reg.preamble)
+                )));
             }
             modify_only("register")
         }
         E::MeterEntry(m) => {
             let Some(meter) = index.meter(info, m.meter_id) else {
-                return Err(Status::not_found(format!("no meter with id {}", m.meter_id)));
+                return Err(Status::not_found(format!(
+                    "no meter with id {}",
+                    m.meter_id
+                )));
             };
             check_index(&m.index, meter.size, preamble_name(&meter.preamble), false)?;
             modify_only("meter")
         }
         E::DirectMeterEntry(d) => {
-            let te = d.table_entry.as_mut().ok_or_else(|| Status::invalid_argument("direct meter entry without table entry"))?;
-            let table = index.table(info, te.table_id).ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
+            let te = d.table_entry.as_mut().ok_or_else(|| {
+                Status::invalid_argument("direct meter entry without table entry")
+            })?;
+            let table = index
+                .table(info, te.table_id)
+                .ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
             if index.direct_meter_of(info, table).is_none() {
-                return Err(Status::invalid_argument(format!("table {} has no direct meter", preamble_name(&table.preamble))));
+                return Err(Status::invalid_argument(format!(
+                    "table {} has no direct meter",
+                    preamble_name(&table.preamble)
+                )));
             }
             if !te.is_default_action {
                 check_match(table, te, false)?;
@@ -326,33 +466,54 @@ pub fn check_update(info: &cfg::P4Info, index: &P4InfoIndex, update: &mut p4::Up
 }
 
 /// Checks the ids of a read request's entity (0 = wildcard where P4Runtime allows it).
-pub fn check_read(info: &cfg::P4Info, index: &P4InfoIndex, entity: &mut p4::Entity) -> Result<(), Status> {
+pub fn check_read(
+    info: &cfg::P4Info,
+    index: &P4InfoIndex,
+    entity: &mut p4::Entity,
+) -> Result<(), Status> {
     let Some(e) = entity.entity.as_mut() else {
         return Err(Status::invalid_argument("read of an empty entity"));
     };
     match e {
         E::TableEntry(te) if te.table_id != 0 => {
-            let table = index.table(info, te.table_id).ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
+            let table = index
+                .table(info, te.table_id)
+                .ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
             check_match(table, te, true)
         }
         E::TableEntry(te) if !te.r#match.is_empty() || te.is_default_action => {
-            Err(Status::invalid_argument("a wildcard table read (table_id 0) cannot have a key or be a default-entry read"))
+            Err(Status::invalid_argument(
+                "a wildcard table read (table_id 0) cannot have a key or be a default-entry read",
+            ))
         }
         E::CounterEntry(c) if c.counter_id != 0 => {
-            let ctr = index.counter(info, c.counter_id).ok_or_else(|| Status::not_found(format!("no counter with id {}", c.counter_id)))?;
+            let ctr = index
+                .counter(info, c.counter_id)
+                .ok_or_else(|| Status::not_found(format!("no counter with id {}", c.counter_id)))?;
             check_index(&c.index, ctr.size, preamble_name(&ctr.preamble), false)
         }
         E::RegisterEntry(r) if r.register_id != 0 => {
-            let reg = index.register(info, r.register_id).ok_or_else(|| Status::not_found(format!("no register with id {}", r.register_id)))?;
-            check_index(&r.index, reg.size as i64, preamble_name(&reg.preamble), false)
+            let reg = index.register(info, r.register_id).ok_or_else(|| {
+                Status::not_found(format!("no register with id {}", r.register_id))
+            })?;
+            check_index(
+                &r.index,
+                reg.size as i64,
+                preamble_name(&reg.preamble),
+                false,
+            )
         }
         E::MeterEntry(m) if m.meter_id != 0 => {
-            let meter = index.meter(info, m.meter_id).ok_or_else(|| Status::not_found(format!("no meter with id {}", m.meter_id)))?;
+            let meter = index
+                .meter(info, m.meter_id)
+                .ok_or_else(|| Status::not_found(format!("no meter with id {}", m.meter_id)))?;
             check_index(&m.index, meter.size, preamble_name(&meter.preamble), false)
         }
         E::DirectCounterEntry(d) => match d.table_entry.as_mut() {
             Some(te) if te.table_id != 0 => {
-                let table = index.table(info, te.table_id).ok_or_else(|| Status::not_found(format!("no table with id {}", te.table_id)))?;
+                let table = index.table(info, te.table_id).ok_or_else(|| {
+                    Status::not_found(format!("no table with id {}", te.table_id))
+                })?;
                 check_match(table, te, true)
             }
             _ => Ok(()),

@@ -51,7 +51,9 @@ async fn p4runtime_shell_drives_the_server() {
     };
     let target = Arc::new(TableStore::new());
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
-    let server = nicflow_p4rt::spawn(addr, 1, target.clone()).await.expect("server starts");
+    let server = nicflow_p4rt::spawn(addr, 1, target.clone())
+        .await
+        .expect("server starts");
     let port = server.local_addr.port();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shell_client.py");
     let out = tokio::time::timeout(
@@ -70,8 +72,19 @@ async fn p4runtime_shell_drives_the_server() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
-    assert!(out.status.success(), "p4runtime-shell checks failed ({}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("shell_client: all checks passed"), "client stopped early:\n{stdout}");
-    assert_eq!(target.packets_out().len(), 1, "the packet-out reached the target");
+    assert!(
+        out.status.success(),
+        "p4runtime-shell checks failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("shell_client: all checks passed"),
+        "client stopped early:\n{stdout}"
+    );
+    assert_eq!(
+        target.packets_out().len(),
+        1,
+        "the packet-out reached the target"
+    );
     server.shutdown().await.expect("server stops cleanly");
 }
