@@ -55,17 +55,59 @@ struct Controller {
     tx: StreamTx,
 }
 
-/// The controllers of one role.
+/// The controllers of one role. P4Runtime (since 1.1) has no automatic
+/// failover: a controller becomes primary only by announcing an election id
+/// at least as high as any seen before for the role, and when the primary
+/// leaves or downgrades itself the role stays without primary until one does.
 #[derive(Default)]
 struct RoleState {
     controllers: Vec<Controller>,
-    /// Highest election id ever seen for the role (reported in arbitration replies).
+    /// Stream of the primary controller, if there is one.
+    primary: Option<u64>,
+    /// Highest election id ever seen for the role (`election_id_past`).
     highest: Option<u128>,
 }
 
 impl RoleState {
-    fn primary(&self) -> Option<u128> {
-        self.controllers.iter().filter_map(|c| c.election_id).max()
+    /// The primary's election id.
+    fn primary_id(&self) -> Option<u128> {
+        let p = self.primary?;
+        self.controllers
+            .iter()
+            .find(|c| c.stream == p)
+            .and_then(|c| c.election_id)
+    }
+
+    /// Sends the arbitration advisory to one controller or to all.
+    fn notify(&self, device_id: u64, role: &str, only: Option<u64>) {
+        for c in self
+            .controllers
+            .iter()
+            .filter(|c| only.is_none_or(|s| s == c.stream))
+        {
+            let status = match self.primary {
+                Some(p) if p == c.stream => rpc_status(Code::Ok, "primary"),
+                Some(_) => rpc_status(Code::AlreadyExists, "backup: another controller is primary"),
+                None => rpc_status(Code::NotFound, "backup: no primary"),
+            };
+            let msg = p4::StreamMessageResponse {
+                update: Some(Resp::Arbitration(p4::MasterArbitrationUpdate {
+                    device_id,
+                    role: (!role.is_empty()).then(|| p4::Role {
+                        name: role.to_string(),
+                        ..Default::default()
+                    }),
+                    election_id: self.highest.map(uint128),
+                    status: Some(status),
+                })),
+            };
+            if c.tx.try_send(Ok(msg)).is_err() {
+                tracing::warn!(
+                    "p4rt: controller stream {} full or closed; arbitration update dropped",
+                    c.stream
+                );
+            }
+        }
     }
 }
 
@@ -186,7 +228,7 @@ impl Inner {
                 "no election_id: only the primary controller may write",
             ));
         };
-        match state.roles.get(role).and_then(|r| r.primary()) {
+        match state.roles.get(role).and_then(|r| r.primary_id()) {
             Some(p) if p == id => Ok(()),
             Some(_) => Err(Status::permission_denied(format!(
                 "election_id {id} is not the primary's for role '{role}'"
@@ -194,31 +236,6 @@ impl Inner {
             None => Err(Status::permission_denied(format!(
                 "role '{role}' has no primary controller (open StreamChannel and arbitrate first)"
             ))),
-        }
-    }
-
-    fn arbitration_reply(
-        &self,
-        role: &str,
-        rs: &RoleState,
-        c: &Controller,
-    ) -> p4::StreamMessageResponse {
-        let primary = rs.primary();
-        let status = match primary {
-            Some(p) if Some(p) == c.election_id => rpc_status(Code::Ok, "primary"),
-            Some(_) => rpc_status(Code::AlreadyExists, "backup: another controller is primary"),
-            None => rpc_status(Code::NotFound, "no primary"),
-        };
-        p4::StreamMessageResponse {
-            update: Some(Resp::Arbitration(p4::MasterArbitrationUpdate {
-                device_id: self.device_id,
-                role: (!role.is_empty()).then(|| p4::Role {
-                    name: role.to_string(),
-                    ..Default::default()
-                }),
-                election_id: rs.highest.map(uint128),
-                status: Some(status),
-            })),
         }
     }
 
@@ -257,7 +274,6 @@ impl Inner {
                 )));
             }
         }
-        let before = rs.primary();
         match rs.controllers.iter_mut().find(|c| c.stream == stream) {
             Some(c) => c.election_id = eid,
             None => rs.controllers.push(Controller {
@@ -266,45 +282,44 @@ impl Inner {
                 tx: tx.clone(),
             }),
         }
-        if let Some(id) = eid {
-            rs.highest = Some(rs.highest.map_or(id, |h| h.max(id)));
-        }
         *bound = Some(role_name.clone());
-        if rs.primary() != before {
-            for c in &rs.controllers {
-                let _ = c.tx.try_send(Ok(self.arbitration_reply(&role_name, rs, c)));
+        let was_primary = rs.primary == Some(stream);
+        match eid {
+            Some(id) if rs.highest.is_none_or(|h| id >= h) => {
+                rs.primary = Some(stream);
+                rs.highest = Some(id);
+                rs.notify(self.device_id, &role_name, None);
             }
-        } else if let Some(c) = rs.controllers.iter().find(|c| c.stream == stream) {
-            let _ = c.tx.try_send(Ok(self.arbitration_reply(&role_name, rs, c)));
+            _ if was_primary => {
+                // The primary downgraded itself: nobody is primary now.
+                rs.primary = None;
+                rs.notify(self.device_id, &role_name, None);
+            }
+            _ => rs.notify(self.device_id, &role_name, Some(stream)),
         }
         Ok(())
     }
 
-    /// Removes a closed stream; if it was primary, the others learn the new state.
+    /// Removes a closed stream; if it was primary, the role has none now and
+    /// the others are told so.
     fn leave(&self, stream: u64, role: &str) {
         let mut state = self.lock();
         let Some(rs) = state.roles.get_mut(role) else {
             return;
         };
-        let before = rs.primary();
         rs.controllers.retain(|c| c.stream != stream);
-        if rs.primary() != before {
-            for c in &rs.controllers {
-                let _ = c.tx.try_send(Ok(self.arbitration_reply(role, rs, c)));
-            }
+        if rs.primary == Some(stream) {
+            rs.primary = None;
+            rs.notify(self.device_id, role, None);
         }
     }
 
     fn is_primary_stream(&self, stream: u64, role: &str) -> bool {
         let state = self.lock();
-        state.roles.get(role).is_some_and(|rs| {
-            let p = rs.primary();
-            p.is_some()
-                && rs
-                    .controllers
-                    .iter()
-                    .any(|c| c.stream == stream && c.election_id == p)
-        })
+        state
+            .roles
+            .get(role)
+            .is_some_and(|rs| rs.primary == Some(stream))
     }
 
     /// Sends a target event to the primary controller of every role.
@@ -317,11 +332,10 @@ impl Inner {
         };
         let state = self.lock();
         for rs in state.roles.values() {
-            let p = rs.primary();
             for c in rs
                 .controllers
                 .iter()
-                .filter(|c| p.is_some() && c.election_id == p)
+                .filter(|c| rs.primary == Some(c.stream))
             {
                 if c.tx.try_send(Ok(msg.clone())).is_err() {
                     tracing::warn!(

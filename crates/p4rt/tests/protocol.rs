@@ -603,20 +603,32 @@ async fn arbitration_pipeline_and_writes() {
         other => panic!("expected a stream error, got {other:?}"),
     }
 
-    // The primary leaves: the backup becomes primary and is told so.
+    // The primary leaves: no automatic failover (P4Runtime >= 1.1); the backup
+    // is told there is no primary, and becomes primary by announcing an
+    // election id at least as high as any seen (5).
     drop(primary);
-    assert_eq!(backup.arbitration_code().await, Code::Ok as i32);
+    assert_eq!(backup.arbitration_code().await, Code::NotFound as i32);
+    let key = lpm_entry(&v6(&[0xfe, 0x80]), 16, &[1]);
     let mut w = write_req(
         p4::update::Type::Delete,
-        vec![p4::entity::Entity::TableEntry(lpm_entry(
-            &v6(&[0xfe, 0x80]),
-            16,
-            &[1],
-        ))],
+        vec![p4::entity::Entity::TableEntry(key.clone())],
     );
     w.election_id = eid(3);
+    assert_eq!(
+        f.client.write(w.clone()).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+    backup.arbitrate(DEV, eid(6)).await;
+    assert_eq!(backup.arbitration_code().await, Code::Ok as i32);
+    w.election_id = eid(6);
     f.client.write(w).await.expect("new primary writes");
     assert_eq!(f.store.entry_count(1), 1);
+
+    // A primary that lowers its id downgrades itself.
+    backup.arbitrate(DEV, eid(4)).await;
+    assert_eq!(backup.arbitration_code().await, Code::NotFound as i32);
+    backup.arbitrate(DEV, eid(6)).await;
+    assert_eq!(backup.arbitration_code().await, Code::Ok as i32);
 
     // A stream may not switch roles.
     backup

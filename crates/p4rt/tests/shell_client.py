@@ -184,7 +184,7 @@ def ternary_tables():
     # entries P4Runtime puts in the details for the updates that succeeded, so
     # the mixed batch goes through the stub and the details are decoded here.
     wr.device_id = DEVICE
-    wr.election_id.low = 1
+    wr.election_id.low = client.election_id[1]
     try:
         client.stub.Write(wr)
         raise AssertionError("batch with bad updates succeeded")
@@ -220,8 +220,16 @@ def ternary_tables():
     ok("a backup can still read")
     other.tear_down()
     note = client.get_stream_packet("arbitration", timeout=2)
+    assert note is not None and note.arbitration.status.code == code_pb2.NOT_FOUND, note
+    ok("primary left: no automatic failover, the backup is told there is no primary (NOT_FOUND)")
+    client.election_id = (0, 3)  # used by the client for its next writes too
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.arbitration.device_id = DEVICE
+    req.arbitration.election_id.low = 3
+    client.stream_out_q.put(req)
+    note = client.get_stream_packet("arbitration", timeout=2)
     assert note is not None and note.arbitration.status.code == code_pb2.OK, note
-    ok("primary restored (OK) when the other controller leaves")
+    ok("re-arbitration with a higher election id (3) makes the shell primary again")
 
     for t in ("ingress.test1", "ingress.ex1", "ingress.tbl1"):
         sh.TableEntry(t).read(function=lambda x: x.delete())
@@ -244,7 +252,10 @@ def ternary_tables():
 
 
 def const_table():
-    setup("v1model/table-entries-lpm-bmv2.p4.p4info.txtpb", "v1model/table-entries-lpm-bmv2.p4")
+    # The server remembers the highest election id of the role (3 by now):
+    # each later session announces a higher one to be primary.
+    setup("v1model/table-entries-lpm-bmv2.p4.p4info.txtpb", "v1model/table-entries-lpm-bmv2.p4",
+          election=(0, 10))
     te = sh.TableEntry("ingress.t_lpm")(action="ingress.a_with_control_params")
     te.match["h.h.l"] = "0x10/4"
     te.action["x"] = "1"
@@ -253,7 +264,8 @@ def const_table():
 
 
 def counters():
-    setup("psa/psa-basic-counter-bmv2.p4.p4info.txtpb", "psa/psa-basic-counter-bmv2.p4")
+    setup("psa/psa-basic-counter-bmv2.p4.p4info.txtpb", "psa/psa-basic-counter-bmv2.p4",
+          election=(0, 11))
     cells = [c.msg() for c in sh.CounterEntry("cIngress.counter").read()]
     assert len(cells) == 1024 and all(c.data.packet_count == 0 for c in cells), len(cells)
     ok("CounterEntry wildcard read: 1024 cells, all zero")
@@ -273,7 +285,8 @@ def counters():
 
 
 def registers():
-    setup("psa/psa-register-read-write-2-bmv2.p4.p4info.txtpb", "psa/psa-register-read-write-2-bmv2.p4")
+    setup("psa/psa-register-read-write-2-bmv2.p4.p4info.txtpb", "psa/psa-register-read-write-2-bmv2.p4",
+          election=(1, 0))
     client = sh.client
     regs = client.get_p4info().registers  # the shell has no register verb
     assert [r.preamble.name for r in regs] == ["MyIC.reg"], regs
