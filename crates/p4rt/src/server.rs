@@ -538,14 +538,13 @@ impl Inner {
     fn get_pipeline(
         &self,
         req: p4::GetForwardingPipelineConfigRequest,
-    ) -> Result<p4::ForwardingPipelineConfig, Status> {
+    ) -> Result<Option<p4::ForwardingPipelineConfig>, Status> {
         use p4::get_forwarding_pipeline_config_request::ResponseType as R;
         self.check_device(req.device_id)?;
         let state = self.lock();
+        // No pipeline yet: the spec's answer is a response with `config` unset.
         let Some(p) = &state.pipeline else {
-            return Err(Status::failed_precondition(
-                "no forwarding pipeline config has been set",
-            ));
+            return Ok(None);
         };
         let rt = R::try_from(req.response_type)
             .map_err(|_| Status::invalid_argument("unknown response_type"))?;
@@ -560,7 +559,7 @@ impl Inner {
         if matches!(rt, R::All | R::DeviceConfigAndCookie) {
             cfg.p4_device_config = p.device_config.clone();
         }
-        Ok(cfg)
+        Ok(Some(cfg))
     }
 
     fn write(&self, req: p4::WriteRequest) -> Result<(), Status> {
@@ -680,7 +679,7 @@ impl P4Runtime for P4RtService {
     ) -> Result<Response<p4::GetForwardingPipelineConfigResponse>, Status> {
         let config = self.inner.get_pipeline(request.into_inner())?;
         Ok(Response::new(p4::GetForwardingPipelineConfigResponse {
-            config: Some(config),
+            config,
         }))
     }
 

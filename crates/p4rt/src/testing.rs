@@ -131,9 +131,14 @@ impl Store {
         let size = table.size;
         let has_counter = self.table_has_counter(te.table_id);
         if te.is_default_action {
-            let mut d = te.clone();
-            d.counter_data = None;
-            self.defaults.insert(te.table_id, d);
+            if te.action.is_none() {
+                // Reset to the program's initial default (read falls back to it).
+                self.defaults.remove(&te.table_id);
+            } else {
+                let mut d = te.clone();
+                d.counter_data = None;
+                self.defaults.insert(te.table_id, d);
+            }
             return Ok(());
         }
         let entries = self.entries.entry(te.table_id).or_default();
@@ -162,6 +167,10 @@ impl Store {
                 };
                 if te.counter_data.is_none() {
                     stored.counter_data = old.counter_data;
+                }
+                if te.action.is_none() {
+                    // Direct-resource-only MODIFY (const tables): the action stays.
+                    stored.action = old.action.clone();
                 }
                 *old = stored;
             }
@@ -236,7 +245,11 @@ impl Store {
                     }
                 }
             } else {
-                entries.values().cloned().for_each(&mut push);
+                entries
+                    .values()
+                    .filter(|e| req.priority == 0 || e.priority == req.priority)
+                    .cloned()
+                    .for_each(&mut push);
             }
         }
         Ok(out)

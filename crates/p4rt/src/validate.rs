@@ -273,13 +273,16 @@ fn check_table_write(
             Some(_) => Err(Status::unimplemented(format!(
                 "table {tname}: action profiles"
             ))),
-            None => Err(Status::invalid_argument(format!(
-                "table {tname}: default entry without action"
-            ))),
+            // No action: reset to the program's initial default action.
+            None => Ok(()),
         };
     }
-    if table.is_const_table {
-        return Err(Status::permission_denied(format!("table {tname} is const")));
+    // Const tables only take MODIFYs of an entry's direct resources (no action).
+    let resources_only = table.is_const_table && ty == T::Modify && te.action.is_none();
+    if table.is_const_table && !resources_only {
+        return Err(Status::permission_denied(format!(
+            "table {tname} is const: only direct resources of its entries may be modified"
+        )));
     }
     check_match(table, te, false)?;
     let prio = needs_priority(table);
@@ -310,7 +313,7 @@ fn check_table_write(
             "table {tname}: meter_config set but the table has no direct meter"
         )));
     }
-    if ty == T::Delete {
+    if ty == T::Delete || resources_only {
         return Ok(());
     }
     match &mut te.action {

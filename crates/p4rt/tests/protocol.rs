@@ -57,6 +57,10 @@ fn p4info() -> cfg::P4Info {
                     ..Default::default()
                 },
             ],
+            initial_default_action: Some(cfg::TableActionCall {
+                action_id: 11,
+                arguments: vec![],
+            }),
             direct_resource_ids: vec![100],
             size: 2,
             idle_timeout_behavior: cfg::table::IdleTimeoutBehavior::NotifyControl as i32,
@@ -332,15 +336,16 @@ async fn arbitration_pipeline_and_writes() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition);
-    let e = f
+    let got = f
         .client
         .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
             device_id: DEV,
             response_type: 0,
         })
         .await
-        .unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition);
+        .expect("get before any set")
+        .into_inner();
+    assert!(got.config.is_none(), "no pipeline yet: config unset");
 
     // VERIFY changes nothing; COMMIT needs a saved config; VERIFY_AND_SAVE + COMMIT loads it.
     f.client
@@ -357,19 +362,16 @@ async fn arbitration_pipeline_and_writes() {
         .set_forwarding_pipeline_config(set_config(A::VerifyAndSave, true))
         .await
         .expect("save");
-    let e = f
+    let got = f
         .client
         .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
             device_id: DEV,
             response_type: 0,
         })
         .await
-        .unwrap_err();
-    assert_eq!(
-        e.code(),
-        Code::FailedPrecondition,
-        "VERIFY_AND_SAVE does not load"
-    );
+        .expect("get")
+        .into_inner();
+    assert!(got.config.is_none(), "VERIFY_AND_SAVE does not load");
     f.client
         .set_forwarding_pipeline_config(set_config(A::Commit, false))
         .await
@@ -567,6 +569,57 @@ async fn arbitration_pipeline_and_writes() {
         ))
         .await
         .expect("default modify");
+    let read_default = |f: &mut P4RuntimeClient<Channel>| {
+        let mut f = f.clone();
+        async move {
+            let got = read(
+                &mut f,
+                p4::entity::Entity::TableEntry(p4::TableEntry {
+                    table_id: 1,
+                    is_default_action: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .expect("read default");
+            match got.as_slice() {
+                [p4::Entity {
+                    entity: Some(p4::entity::Entity::TableEntry(t)),
+                }] => match &t.action {
+                    Some(p4::TableAction {
+                        r#type: Some(p4::table_action::Type::Action(a)),
+                    }) => a.action_id,
+                    other => panic!("default entry without action: {other:?}"),
+                },
+                other => panic!("expected one default entry, got {other:?}"),
+            }
+        }
+    };
+    assert_eq!(read_default(&mut f.client).await, 11, "initial default");
+    let mut def10 = lpm_entry(&[1], 8, &[7]);
+    def10.r#match.clear();
+    def10.is_default_action = true;
+    f.client
+        .write(write_req(
+            p4::update::Type::Modify,
+            vec![p4::entity::Entity::TableEntry(def10)],
+        ))
+        .await
+        .expect("default modify to ipv6_forward");
+    assert_eq!(read_default(&mut f.client).await, 10);
+    let reset = p4::TableEntry {
+        table_id: 1,
+        is_default_action: true,
+        ..Default::default()
+    };
+    f.client
+        .write(write_req(
+            p4::update::Type::Modify,
+            vec![p4::entity::Entity::TableEntry(reset)],
+        ))
+        .await
+        .expect("default reset");
+    assert_eq!(read_default(&mut f.client).await, 11, "reset to initial");
 
     // Events go to the primary only; packet-outs from a backup are refused on the stream.
     let n = f
