@@ -120,11 +120,20 @@ struct Pipeline {
     cookie: Option<p4::forwarding_pipeline_config::Cookie>,
 }
 
+/// A config saved by VERIFY_AND_SAVE. Until COMMIT, writes are checked
+/// against its P4Info and kept here, to be replayed on the target once the
+/// program is committed (the target still runs the old program meanwhile).
+struct Saved {
+    client_p4info: Option<P4Info>,
+    pipeline: Pipeline,
+    pending: Vec<p4::Update>,
+}
+
 #[derive(Default)]
 struct State {
     pipeline: Option<Pipeline>,
-    /// Verified by VERIFY_AND_SAVE, waiting for COMMIT; with the client's P4Info.
-    saved: Option<(Option<P4Info>, Pipeline)>,
+    /// Verified by VERIFY_AND_SAVE, waiting for COMMIT.
+    saved: Option<Saved>,
     roles: HashMap<String, RoleState>,
 }
 
@@ -228,6 +237,11 @@ impl Inner {
                 "no election_id: only the primary controller may write",
             ));
         };
+        if !role.is_empty() && !state.roles.contains_key(role) {
+            return Err(Status::not_found(format!(
+                "no role '{role}' on this device"
+            )));
+        }
         match state.roles.get(role).and_then(|r| r.primary_id()) {
             Some(p) if p == id => Ok(()),
             Some(_) => Err(Status::permission_denied(format!(
@@ -499,8 +513,12 @@ impl Inner {
                 load(PipelineMode::Verify, need_config()?)?;
             }
             A::VerifyAndSave => {
-                let saved = load(PipelineMode::Verify, need_config()?)?;
-                state.saved = Some(saved);
+                let (client_p4info, pipeline) = load(PipelineMode::Verify, need_config()?)?;
+                state.saved = Some(Saved {
+                    client_p4info,
+                    pipeline,
+                    pending: Vec::new(),
+                });
             }
             A::VerifyAndCommit => {
                 let (_, p) = load(PipelineMode::Commit, need_config()?)?;
@@ -513,18 +531,32 @@ impl Inner {
                         "COMMIT takes no config: it commits the one saved by VERIFY_AND_SAVE",
                     ));
                 }
-                let Some((client, p)) = state.saved.take() else {
-                    return Err(Status::failed_precondition(
+                let Some(saved) = state.saved.take() else {
+                    return Err(Status::not_found(
                         "COMMIT without a config saved by VERIFY_AND_SAVE",
                     ));
                 };
                 let cfg = p4::ForwardingPipelineConfig {
-                    p4info: client,
-                    p4_device_config: p.device_config,
-                    cookie: p.cookie,
+                    p4info: saved.client_p4info,
+                    p4_device_config: saved.pipeline.device_config,
+                    cookie: saved.pipeline.cookie,
                 };
                 let (_, p) = load(PipelineMode::Commit, cfg)?;
                 state.pipeline = Some(p);
+                let total = saved.pending.len();
+                let failed: Vec<String> = saved
+                    .pending
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, u)| self.target.write(u).err().map(|e| format!("#{i}: {e}")))
+                    .collect();
+                if !failed.is_empty() {
+                    return Err(Status::unknown(format!(
+                        "config committed, but {} of {total} writes made since VERIFY_AND_SAVE failed on replay: {}",
+                        failed.len(),
+                        failed.join("; ")
+                    )));
+                }
             }
             A::ReconcileAndCommit => {
                 let (_, p) = load(PipelineMode::Reconcile, need_config()?)?;
@@ -565,13 +597,13 @@ impl Inner {
     fn write(&self, req: p4::WriteRequest) -> Result<(), Status> {
         use p4::write_request::Atomicity;
         self.check_device(req.device_id)?;
-        let state = self.lock();
+        let mut state = self.lock();
         Self::check_primary(&state, &req.role, &req.election_id)?;
-        let Some(p) = &state.pipeline else {
+        if state.pipeline.is_none() && state.saved.is_none() {
             return Err(Status::failed_precondition(
                 "no forwarding pipeline config has been set",
             ));
-        };
+        }
         match Atomicity::try_from(req.atomicity) {
             Ok(Atomicity::ContinueOnError) => {}
             Ok(a) => {
@@ -583,10 +615,21 @@ impl Inner {
             Err(_) => return Err(Status::invalid_argument("unknown atomicity")),
         }
         let mut results = Vec::with_capacity(req.updates.len());
-        for mut u in req.updates {
-            let r = validate::check_update(&p.p4info, &p.index, &mut u)
-                .and_then(|_| self.target.write(&u));
-            results.push(r);
+        if let Some(saved) = state.saved.as_mut() {
+            for mut u in req.updates {
+                let p = &saved.pipeline;
+                let r = validate::check_update(&p.p4info, &p.index, &mut u).map(|_| ());
+                if r.is_ok() {
+                    saved.pending.push(u);
+                }
+                results.push(r);
+            }
+        } else if let Some(p) = &state.pipeline {
+            for mut u in req.updates {
+                let r = validate::check_update(&p.p4info, &p.index, &mut u)
+                    .and_then(|_| self.target.write(&u));
+                results.push(r);
+            }
         }
         let failed = results.iter().filter(|r| r.is_err()).count();
         if failed == 0 {
@@ -628,7 +671,13 @@ impl Inner {
     fn read(&self, req: p4::ReadRequest) -> Result<Vec<p4::Entity>, Status> {
         self.check_device(req.device_id)?;
         let state = self.lock();
-        let Some(p) = &state.pipeline else {
+        // After VERIFY_AND_SAVE requests refer to the saved config's ids.
+        let Some(p) = state
+            .saved
+            .as_ref()
+            .map(|s| &s.pipeline)
+            .or(state.pipeline.as_ref())
+        else {
             return Err(Status::failed_precondition(
                 "no forwarding pipeline config has been set",
             ));

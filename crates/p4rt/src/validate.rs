@@ -183,14 +183,15 @@ fn check_action(
         )));
     };
     let scope = cfg::action_ref::Scope::try_from(aref.scope).unwrap_or_default();
+    // A valid action used outside its scope is PERMISSION_DENIED per the spec.
     if default && scope == cfg::action_ref::Scope::TableOnly {
-        return Err(Status::invalid_argument(format!(
+        return Err(Status::permission_denied(format!(
             "table {tname}: action id {} is @tableonly",
             act.action_id
         )));
     }
     if !default && scope == cfg::action_ref::Scope::DefaultOnly {
-        return Err(Status::invalid_argument(format!(
+        return Err(Status::permission_denied(format!(
             "table {tname}: action id {} is @defaultonly",
             act.action_id
         )));

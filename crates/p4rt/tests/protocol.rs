@@ -357,7 +357,7 @@ async fn arbitration_pipeline_and_writes() {
         .set_forwarding_pipeline_config(set_config(A::Commit, false))
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert_eq!(e.code(), Code::NotFound, "COMMIT with nothing saved");
     f.client
         .set_forwarding_pipeline_config(set_config(A::VerifyAndSave, true))
         .await
@@ -372,10 +372,22 @@ async fn arbitration_pipeline_and_writes() {
         .expect("get")
         .into_inner();
     assert!(got.config.is_none(), "VERIFY_AND_SAVE does not load");
+    // Writes after VERIFY_AND_SAVE use the saved P4Info and are replayed at COMMIT.
+    let fd = || p4::entity::Entity::TableEntry(lpm_entry(&v6(&[0xfd]), 8, &[1]));
+    f.client
+        .write(write_req(p4::update::Type::Insert, vec![fd()]))
+        .await
+        .expect("write against the saved config");
+    assert_eq!(f.store.entry_count(1), 0, "not applied before COMMIT");
     f.client
         .set_forwarding_pipeline_config(set_config(A::Commit, false))
         .await
         .expect("commit");
+    assert_eq!(f.store.entry_count(1), 1, "replayed at COMMIT");
+    f.client
+        .write(write_req(p4::update::Type::Delete, vec![fd()]))
+        .await
+        .expect("delete");
     let got = f
         .client
         .get_forwarding_pipeline_config(p4::GetForwardingPipelineConfigRequest {
@@ -439,7 +451,8 @@ async fn arbitration_pipeline_and_writes() {
             Code::InvalidArgument as i32
         ]
     );
-    // A DEFAULT_ONLY action in an entry; an unknown table; then a full table.
+    // A DEFAULT_ONLY action in an entry (PERMISSION_DENIED: valid action, wrong
+    // scope); an unknown table; then a full table.
     let mut e = lpm_entry(&v6(&[0xfd]), 8, &[1]);
     e.action = Some(p4::TableAction {
         r#type: Some(p4::table_action::Type::Action(p4::Action {
@@ -465,7 +478,7 @@ async fn arbitration_pipeline_and_writes() {
     assert_eq!(
         per_update_codes(&r),
         vec![
-            Code::InvalidArgument as i32,
+            Code::PermissionDenied as i32,
             Code::NotFound as i32,
             Code::Ok as i32,
             Code::ResourceExhausted as i32
