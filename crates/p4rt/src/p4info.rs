@@ -235,3 +235,52 @@ fn check_push(
         "{owner}.{name}: client id {cid} width {cw}, program id {oid} width {ow}"
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(table_id: u32, field_width: i32) -> cfg::P4Info {
+        cfg::P4Info {
+            tables: vec![cfg::Table {
+                preamble: Some(cfg::Preamble {
+                    id: table_id,
+                    name: "t".into(),
+                    ..Default::default()
+                }),
+                match_fields: vec![cfg::MatchField {
+                    id: 1,
+                    name: "k".into(),
+                    bitwidth: field_width,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            actions: vec![cfg::Action {
+                preamble: Some(cfg::Preamble {
+                    id: 5,
+                    name: "a".into(),
+                    ..Default::default()
+                }),
+                params: vec![],
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn differences_name_each_disagreement() {
+        assert!(differences(&info(1, 8), &info(1, 8)).is_empty());
+        let d = differences(&info(1, 8), &info(2, 16));
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d[0].contains("client id 1, program id 2"), "{d:?}");
+        assert!(
+            d[1].contains("width 8") && d[1].contains("width 16"),
+            "{d:?}"
+        );
+        let mut missing = info(1, 8);
+        missing.actions.clear();
+        assert!(differences(&info(1, 8), &missing)[0]
+            .contains("action a (id 5) is not in the program's P4Info"));
+    }
+}

@@ -265,7 +265,11 @@ impl Inner {
         self.check_device(m.device_id)?;
         let role_name = m.role.as_ref().map(|r| r.name.clone()).unwrap_or_default();
         if m.role.as_ref().is_some_and(|r| r.config.is_some()) {
-            return Err(Status::unimplemented("role configuration"));
+            // The spec's answer to a role.config outside the agreed scheme; this
+            // server agrees on none (every role has full pipeline access).
+            return Err(Status::invalid_argument(
+                "role.config is not supported: roles here have full pipeline access",
+            ));
         }
         if let Some(b) = bound {
             if *b != role_name {
