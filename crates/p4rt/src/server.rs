@@ -142,6 +142,9 @@ struct Inner {
     target: Arc<dyn P4RtTarget>,
     state: Mutex<State>,
     next_stream: AtomicU64,
+    /// Set when the server shuts down: every StreamChannel ends, since gRPC's
+    /// graceful shutdown would otherwise wait for controllers to hang up.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 /// The P4Runtime service for one device, to mount on a tonic server
@@ -182,6 +185,7 @@ impl P4RtService {
             target,
             state: Mutex::new(State::default()),
             next_stream: AtomicU64::new(1),
+            closing: tokio::sync::watch::channel(false).0,
         });
         if let Some(mut rx) = events {
             let weak = Arc::downgrade(&inner);
@@ -201,6 +205,12 @@ impl P4RtService {
             });
         }
         Self { inner }
+    }
+
+    /// Ends every open StreamChannel (and refuses new ones): call when the
+    /// server is shutting down. [`serve`] and [`spawn`] do.
+    pub fn close_streams(&self) {
+        self.inner.closing.send_replace(true);
     }
 
     /// The tonic service wrapper.
@@ -389,8 +399,19 @@ impl Inner {
     ) {
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let mut role: Option<String> = None;
+        let mut closing = self.closing.subscribe();
         loop {
-            let msg = match inbound.next().await {
+            if *closing.borrow_and_update() {
+                let _ = tx
+                    .send(Err(Status::unavailable("P4Runtime server shutting down")))
+                    .await;
+                break;
+            }
+            let next = tokio::select! {
+                m = inbound.next() => m,
+                _ = closing.changed() => continue,
+            };
+            let msg = match next {
                 None => break,
                 Some(Err(e)) => {
                     tracing::debug!("p4rt: stream {stream} closed: {e}");
@@ -776,10 +797,14 @@ async fn run(
     target: Arc<dyn P4RtTarget>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let svc = P4RtService::new(device_id, target).into_server();
+    let svc = P4RtService::new(device_id, target);
+    let closer = svc.clone();
     tonic::transport::Server::builder()
-        .add_service(svc)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .add_service(svc.into_server())
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.await;
+            closer.close_streams();
+        })
         .await?;
     Ok(())
 }

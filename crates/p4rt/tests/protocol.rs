@@ -715,3 +715,16 @@ async fn arbitration_pipeline_and_writes() {
 
     f.server.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn shutdown_closes_open_streams() {
+    let mut f = start().await;
+    let mut s = Stream::open(&mut f.client).await;
+    s.arbitrate(DEV, eid(1)).await;
+    assert_eq!(s.arbitration_code().await, Code::Ok as i32);
+    tokio::time::timeout(Duration::from_secs(5), f.server.shutdown())
+        .await
+        .expect("shutdown does not wait for controllers to hang up")
+        .expect("clean shutdown");
+    assert!(s.next().await.is_err(), "the stream ended");
+}
