@@ -89,6 +89,11 @@ fn p4info() -> cfg::P4Info {
                 params: vec![],
             },
         ],
+        meters: vec![cfg::Meter {
+            preamble: preamble(200, "MyIngress.m"),
+            size: 4,
+            ..Default::default()
+        }],
         direct_counters: vec![cfg::DirectCounter {
             preamble: preamble(100, "MyIngress.lpm_hits"),
             spec: Some(cfg::CounterSpec {
@@ -633,6 +638,67 @@ async fn arbitration_pipeline_and_writes() {
         .await
         .expect("default reset");
     assert_eq!(read_default(&mut f.client).await, 11, "reset to initial");
+
+    // Indexed meters: MODIFY only; wildcard and single-index reads.
+    let cfgm = p4::MeterConfig {
+        cir: 100,
+        cburst: 10,
+        pir: 200,
+        pburst: 20,
+        eburst: 0,
+    };
+    let meter = |ty| {
+        write_req(
+            ty,
+            vec![p4::entity::Entity::MeterEntry(p4::MeterEntry {
+                meter_id: 200,
+                index: Some(p4::Index { index: 2 }),
+                config: Some(cfgm),
+                counter_data: None,
+            })],
+        )
+    };
+    f.client
+        .write(meter(p4::update::Type::Modify))
+        .await
+        .expect("meter modify");
+    let r = f
+        .client
+        .write(meter(p4::update::Type::Insert))
+        .await
+        .unwrap_err();
+    assert_eq!(per_update_codes(&r), vec![Code::InvalidArgument as i32]);
+    let all = read(
+        &mut f.client,
+        p4::entity::Entity::MeterEntry(p4::MeterEntry {
+            meter_id: 200,
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("meter read");
+    assert_eq!(all.len(), 4);
+    let configured: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.entity {
+            Some(p4::entity::Entity::MeterEntry(m)) if m.config.is_some() => {
+                m.index.map(|i| (i.index, m.config))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(configured, vec![(2, Some(cfgm))]);
+    let e = read(
+        &mut f.client,
+        p4::entity::Entity::MeterEntry(p4::MeterEntry {
+            meter_id: 200,
+            index: Some(p4::Index { index: 4 }),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange);
 
     // Events go to the primary only; packet-outs from a backup are refused on the stream.
     let n = f
