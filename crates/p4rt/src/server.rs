@@ -189,9 +189,15 @@ impl P4RtService {
         });
         if let Some(mut rx) = events {
             let weak = Arc::downgrade(&inner);
+            let mut closing = inner.closing.subscribe();
             tokio::spawn(async move {
                 loop {
-                    let ev = match rx.recv().await {
+                    let next = tokio::select! {
+                        ev = rx.recv() => ev,
+                        // Shutting down (or the service is gone): stop forwarding.
+                        _ = closing.changed() => break,
+                    };
+                    let ev = match next {
                         Ok(ev) => ev,
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                             tracing::warn!("p4rt: {n} target events dropped (slow forwarding)");

@@ -15,7 +15,7 @@ use nicflow_p4rt::testing::TableStore;
 const VENV_PYTHON: &str = "/opt/nicflow-tools/p4rt-venv/bin/python";
 
 fn python() -> Option<String> {
-    let py = std::env::var("NICFLOW_P4RT_PYTHON").unwrap_or_else(|_| VENV_PYTHON.to_string());
+    let py = std::env::var("NICFLOW_P4RT_SHELL_PYTHON").unwrap_or_else(|_| VENV_PYTHON.to_string());
     let ok = Command::new(&py)
         .args(["-c", "import p4runtime_sh.shell"])
         .output()
@@ -41,7 +41,7 @@ async fn p4runtime_shell_drives_the_server() {
     let Some(py) = python() else {
         println!(
             "SKIP p4runtime_shell_drives_the_server: no p4runtime-shell at {VENV_PYTHON} \
-             (run `bash scripts/setup.sh`, or set NICFLOW_P4RT_PYTHON)"
+             (run `bash scripts/setup.sh`, or set NICFLOW_P4RT_SHELL_PYTHON)"
         );
         return;
     };
