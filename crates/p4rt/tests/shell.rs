@@ -14,14 +14,19 @@ use nicflow_p4rt::testing::TableStore;
 
 const VENV_PYTHON: &str = "/opt/nicflow-tools/p4rt-venv/bin/python";
 
-fn python() -> Option<String> {
+/// The python with p4runtime-shell, or the one tried without it.
+fn python() -> Result<String, String> {
     let py = std::env::var("NICFLOW_P4RT_SHELL_PYTHON").unwrap_or_else(|_| VENV_PYTHON.to_string());
     let ok = Command::new(&py)
         .args(["-c", "import p4runtime_sh.shell"])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    ok.then_some(py)
+    if ok {
+        Ok(py)
+    } else {
+        Err(py)
+    }
 }
 
 /// The shared P4 corpus: $NICFLOW_P4_CORPUS, else `shared/p4-corpus` beside
@@ -38,12 +43,15 @@ fn corpus() -> Option<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p4runtime_shell_drives_the_server() {
-    let Some(py) = python() else {
-        println!(
-            "SKIP p4runtime_shell_drives_the_server: no p4runtime-shell at {VENV_PYTHON} \
-             (run `bash scripts/setup.sh`, or set NICFLOW_P4RT_SHELL_PYTHON)"
-        );
-        return;
+    let py = match python() {
+        Ok(py) => py,
+        Err(tried) => {
+            println!(
+                "SKIP p4runtime_shell_drives_the_server: no p4runtime-shell in {tried} \
+                 (run `bash scripts/setup.sh`, or set NICFLOW_P4RT_SHELL_PYTHON)"
+            );
+            return;
+        }
     };
     let Some(corpus) = corpus() else {
         println!("SKIP p4runtime_shell_drives_the_server: shared/p4-corpus not found (set NICFLOW_P4_CORPUS)");
