@@ -18,6 +18,11 @@ fn main() {
     println!("cargo:rerun-if-changed={}", script.display());
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=NICFLOW_P4RT_PYTHON");
+    // A venv rebuilt by scripts/setup.sh (e.g. another wheel version) regenerates.
+    let venv_cfg = std::path::Path::new(VENV_PYTHON).with_file_name("../pyvenv.cfg");
+    if venv_cfg.exists() {
+        println!("cargo:rerun-if-changed={}", venv_cfg.display());
+    }
     let python = std::env::var("NICFLOW_P4RT_PYTHON").unwrap_or_else(|_| {
         if std::path::Path::new(VENV_PYTHON).exists() {
             VENV_PYTHON.to_string()
