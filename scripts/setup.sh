@@ -135,3 +135,20 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt 2>/dev/null || true
+
+# p4runtime (its protobuf descriptors generate crates/p4rt's messages at build
+# time) and p4runtime-shell (the real controller tests/shell.rs drives) in
+# their own venv: Debian's pip refuses system installs. Needed to build
+# nicflow-p4rt; its shell test skips without p4runtime-shell.
+p4rt_venv=/opt/nicflow-tools/p4rt-venv
+if [ "$(id -u)" -eq 0 ] && ! "$p4rt_venv/bin/python" -c 'import p4.v1.p4runtime_pb2, p4runtime_sh.shell' >/dev/null 2>&1; then
+  p4rt_mkvenv() { rm -rf "$p4rt_venv" && mkdir -p "${p4rt_venv%/*}" \
+    && /usr/bin/python3 -m venv "$p4rt_venv" >/dev/null 2>&1; }
+  { p4rt_mkvenv || { export DEBIAN_FRONTEND=noninteractive \
+      && { apt-get install -y -qq --no-install-recommends python3-venv >/dev/null 2>&1 \
+        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null 2>&1; }; } \
+      && p4rt_mkvenv; }; } \
+    && "$p4rt_venv/bin/pip" install -q --disable-pip-version-check p4runtime==1.4.1 p4runtime-shell==0.0.6 >/dev/null 2>&1 \
+    && "$p4rt_venv/bin/python" -c 'import p4.v1.p4runtime_pb2, p4runtime_sh.shell' >/dev/null 2>&1 \
+    || echo "setup: could not install p4runtime/p4runtime-shell in $p4rt_venv; nicflow-p4rt will not build" >&2
+fi
