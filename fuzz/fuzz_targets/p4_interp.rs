@@ -51,10 +51,13 @@ fuzz_target!(|data: &[u8]| {
     let mut key = nicflow_flow::FlowKey::default();
     if let Ok(layout) = nicflow_flow::extract(pkt, 1, &mut key) {
         let reads: Vec<(u32, u32)> = out.trace.read_bits.iter().map(|r| (r.offset, r.len)).collect();
+        let emitted: Vec<(u32, u32, Option<u32>)> =
+            out.trace.emitted.iter().map(|e| (e.out, e.len, e.from)).collect();
         let d = nicflow_dataplane::p4::megaflow::Decision {
             reads: &reads,
             in_port_read: out.trace.in_port_read,
             outputs: &out.outputs,
+            emitted: &emitted,
         };
         let _ = nicflow_dataplane::p4::megaflow::derive(&key, pkt, &layout, &d);
     }

@@ -39,6 +39,45 @@ pub enum CounterRef {
     },
 }
 
+/// Where a span of an output frame's bits came from: bits the deparser
+/// emitted (or the payload behind the parsed headers) at bit `out` of the
+/// frame, `len` bits, that still hold the packet's bits from bit `from` as
+/// received — or `None` when the program wrote them (a constant, action
+/// data, a computed value). The cache needs it: a field written with the
+/// value it already had looks unchanged in the bytes, yet must become a
+/// `set` action for other packets of the flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmitSpan {
+    pub out: u32,
+    pub len: u32,
+    pub from: Option<u32>,
+}
+
+/// Where the bits `[at, at + len)` of a frame described by `prov` came
+/// from: pieces of (length, bit offset in the received packet, or `None`
+/// where the program wrote them). Used when a later pipeline (PSA egress)
+/// parses the frame an earlier one built: its offsets are mapped back to
+/// the packet as received.
+pub fn map_back(prov: &[EmitSpan], at: u32, len: u32) -> Vec<(u32, Option<u32>)> {
+    let mut out = Vec::new();
+    let end = at.saturating_add(len);
+    let mut x = at;
+    while x < end {
+        match prov.iter().find(|s| x >= s.out && x < s.out + s.len) {
+            Some(s) => {
+                let n = (s.out + s.len).min(end) - x;
+                out.push((n, s.from.map(|f| f + (x - s.out))));
+                x += n;
+            }
+            None => {
+                out.push((end - x, None));
+                x = end;
+            }
+        }
+    }
+    out
+}
+
 /// Everything the bridge needs to cache (or refuse to cache) one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Trace {
@@ -60,6 +99,11 @@ pub struct Trace {
     pub counters: Vec<CounterRef>,
     /// The run ended on an internal error (counted drop); the message.
     pub error: Option<String>,
+    /// Provenance of the last frame the deparser built (see [`EmitSpan`]).
+    pub emitted: Vec<EmitSpan>,
+    /// How many frames the deparser built in this run (clones,
+    /// recirculations and multicast build several).
+    pub frames: u32,
 }
 
 impl Trace {

@@ -28,6 +28,7 @@ pub const HEADER_LAYOUT: &str = "p4-header-layout";
 pub const UNVERIFIED: &str = "p4-unverified-rewrite";
 pub const QINQ: &str = "p4-qinq";
 pub const UNKNOWN_PORT: &str = "p4-unknown-port";
+pub const MULTICAST: &str = "p4-multicast";
 
 /// How a span of packet bytes maps onto the flow key.
 #[derive(Clone, Copy, Debug)]
@@ -154,6 +155,10 @@ pub struct Decision<'a> {
     pub in_port_read: bool,
     /// Packets sent: (bridge port, bytes), in order.
     pub outputs: &'a [(u32, Vec<u8>)],
+    /// Provenance of the (last) output frame's bits: (bit offset in the
+    /// frame, bit count, bit offset in the received packet if these are
+    /// the packet's own bits unchanged, `None` if the program wrote them).
+    pub emitted: &'a [(u32, u32, Option<u32>)],
 }
 
 /// The megaflow for `d`: the mask over the key and the actions. `Err` is
@@ -179,7 +184,41 @@ pub fn derive(
     let ipv4_version = |bit: usize| layout.l3 == L3Kind::Ipv4 && bit / 8 == map.l3 && bit % 8 < 4;
     let ipv6_version =
         |bit: usize| layout.l3 == L3Kind::Ipv6 && bit >= map.l3 * 8 && bit < map.l3 * 8 + 4;
-    for &(off, len) in d.reads {
+    if d.outputs.len() > 1 {
+        return Err(MULTICAST);
+    }
+    // Output bits the program wrote; bits it moved (the packet's own bits
+    // emitted elsewhere) make the output depend on their source bits.
+    let out_len = d.outputs.first().map_or(0, |(_, o)| o.len());
+    let mut written = vec![false; out_len * 8];
+    let mut reads: Vec<(u32, u32)> = d.reads.to_vec();
+    if let Some((_, out)) = d.outputs.first() {
+        if out.len() != packet.len() {
+            return Err(HEADER_LAYOUT);
+        }
+        let mut covered = 0usize;
+        for &(at, len, from) in d.emitted {
+            let (at, len) = (at as usize, len as usize);
+            if at + len > written.len() {
+                return Err(HEADER_LAYOUT);
+            }
+            covered += len;
+            match from {
+                Some(f) if f as usize == at => {}
+                Some(f) => {
+                    reads.push((f, len as u32));
+                    written[at..at + len].iter_mut().for_each(|w| *w = true);
+                }
+                None => written[at..at + len].iter_mut().for_each(|w| *w = true),
+            }
+        }
+        if covered != written.len() {
+            // No (or partial) provenance: the byte diff alone could miss a
+            // field written with the value it had.
+            return Err(HEADER_LAYOUT);
+        }
+    }
+    for &(off, len) in &reads {
         for bit in off as usize..(off as usize).saturating_add(len as usize) {
             if bit / 8 >= packet.len() {
                 return Err(UNKEYED_READ);
@@ -219,54 +258,79 @@ pub fn derive(
     if d.in_port_read {
         m.set(Field::InPort, u128::from(key.in_port), u128::from(u32::MAX));
     }
-    // Actions: per output, the fields that changed since the previous
-    // output, then the output; replayed to check.
+    // Actions: a `set` for every key field the program wrote (even with
+    // the value it had: other packets of the flow may differ there), then
+    // the output; replayed to check.
     let mut actions = Vec::new();
-    let mut work = PacketBuf::from_slice(packet);
-    let mut wl = *layout;
-    for (port, out) in d.outputs {
-        if out.len() != work.len() {
-            return Err(HEADER_LAYOUT);
-        }
-        let cur = work.data().to_vec();
+    if let Some((port, out)) = d.outputs.first() {
+        let byte_written = |i: usize| written[i * 8..i * 8 + 8].iter().any(|w| *w);
         let mut i = 0;
         while i < out.len() {
-            if out[i] == cur[i] {
+            if !byte_written(i) && out[i] == packet[i] {
                 i += 1;
                 continue;
             }
             if i >= map.l4 && layout.l4 != L4Kind::None {
                 l4_used = true;
             }
-            let (s, n, seg) = match map.find(i) {
-                Some(x) => x,
-                None => {
-                    // Sub-byte fields: IPv6 traffic class / label, TCP flags.
-                    if layout.l3 == L3Kind::Ipv6 && i >= map.l3 && i < map.l3 + 4 {
-                        let old = u32::from_be_bytes(cur[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
-                        let new = u32::from_be_bytes(out[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
-                        if (old ^ new) & 0xf00f_ffff != 0 {
-                            return Err(UNKEYED_WRITE);
-                        }
-                        actions.push(DpAction::SetTos((new >> 20) as u8));
-                        i = map.l3 + 4;
-                        continue;
+            let Some((s, n, seg)) = map.find(i) else {
+                // Sub-byte fields: IPv6 traffic class (settable), flow
+                // label and TCP flags (not).
+                if layout.l3 == L3Kind::Ipv6 && i >= map.l3 && i < map.l3 + 4 {
+                    let w = &written[map.l3 * 8..map.l3 * 8 + 32];
+                    let old = u32::from_be_bytes(packet[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                    let new = u32::from_be_bytes(out[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                    let label_or_version_written = w[..4].iter().chain(&w[12..]).any(|b| *b);
+                    if label_or_version_written || (old ^ new) & 0xf00f_ffff != 0 {
+                        return Err(UNKEYED_WRITE);
                     }
-                    return Err(UNKEYED_WRITE);
+                    // Traffic class bits not written keep the packet's:
+                    // the flow must fix them.
+                    for (b, wb) in w[4..12].iter().enumerate() {
+                        if !wb {
+                            m.set(Field::NwTos, u128::from(key.nw_tos), 1 << (7 - b));
+                        }
+                    }
+                    actions.push(DpAction::SetTos((new >> 20) as u8));
+                    i = map.l3 + 4;
+                    continue;
                 }
+                return Err(UNKEYED_WRITE);
             };
             match seg {
                 Seg::Checksum => {}
-                Seg::Implied => return Err(UNKEYED_WRITE),
-                Seg::Field(f) => actions.push(set_action(f, &out[s..s + n])?),
+                Seg::Implied => {
+                    if out[s..s + n] != packet[s..s + n] {
+                        return Err(UNKEYED_WRITE);
+                    }
+                }
+                Seg::Field(f) => {
+                    actions.push(set_action(f, &out[s..s + n])?);
+                    // Bits of the field the program did not write keep the
+                    // packet's value: the flow must fix them, since the
+                    // `set` writes the whole field.
+                    for bit in s * 8..(s + n) * 8 {
+                        if !written[bit] {
+                            let from_end = ((s + n) * 8 - 1 - bit) as u32;
+                            if f == Field::ArpOp && from_end >= 8 {
+                                if packet[s] != 0 {
+                                    return Err(UNKEYED_WRITE);
+                                }
+                                continue;
+                            }
+                            if f == Field::VlanTci && from_end == 12 {
+                                return Err(UNKEYED_WRITE);
+                            }
+                            m.set(f, f.read(key), 1u128 << from_end);
+                        }
+                    }
+                }
             }
             i = s + n;
         }
-        let start = actions
-            .iter()
-            .rposition(|a| matches!(a, DpAction::Output(_)))
-            .map_or(0, |p| p + 1);
-        for a in &actions[start..] {
+        let mut work = PacketBuf::from_slice(packet);
+        let mut wl = *layout;
+        for a in &actions {
             apply_rewrite(a, &mut work, &mut wl);
         }
         if work.data() != out.as_slice() {
@@ -351,6 +415,15 @@ mod tests {
         out[25] = 0x6c;
         // ethertype (96..112), ttl (176..184), top 8 bits of the dst (240..248).
         let reads = [(96, 16), (176, 8), (240, 8)];
+        let total = p.len() as u32 * 8;
+        let emitted = [
+            (0, 48, None),
+            (48, 128, Some(48)),
+            (176, 8, None),
+            (184, 8, Some(184)),
+            (192, 16, None),
+            (208, total - 208, Some(208)),
+        ];
         let outs = [(2, out)];
         let (mask, actions) = derive(
             &k,
@@ -360,6 +433,7 @@ mod tests {
                 reads: &reads,
                 in_port_read: false,
                 outputs: &outs,
+                emitted: &emitted,
             },
         )
         .unwrap();
@@ -387,15 +461,18 @@ mod tests {
             reads: &reads,
             in_port_read: true,
             outputs: &[],
+            emitted: &[],
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_READ);
-        let mut out = p.clone();
-        out[18] ^= 1;
-        let outs = [(1, out)];
+        let total = p.len() as u32 * 8;
+        // The identification written with the value it had: still a write.
+        let emitted = [(0, 144, Some(0)), (144, 16, None), (160, total - 160, Some(160))];
+        let outs = [(1, p.clone())];
         let d = Decision {
             reads: &[],
             in_port_read: false,
             outputs: &outs,
+            emitted: &emitted,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_WRITE);
         let outs = [(1, p[..20].to_vec())];
@@ -403,8 +480,31 @@ mod tests {
             reads: &[],
             in_port_read: false,
             outputs: &outs,
+            emitted: &[],
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), HEADER_LAYOUT);
+    }
+
+    #[test]
+    fn a_field_written_with_its_own_value_still_becomes_a_set() {
+        let p = pkt();
+        let (k, l) = key_of(&p);
+        let total = p.len() as u32 * 8;
+        // The program wrote the destination MAC this packet already had.
+        let emitted = [(0, 48, None), (48, total - 48, Some(48))];
+        let outs = [(1, p.clone())];
+        let d = Decision {
+            reads: &[],
+            in_port_read: false,
+            outputs: &outs,
+            emitted: &emitted,
+        };
+        let (mask, actions) = derive(&k, &p, &l, &d).unwrap();
+        assert_eq!(Field::DlDst.read(&mask.0), 0, "written, not read");
+        assert_eq!(
+            actions,
+            vec![DpAction::SetEthDst([0x00, 0x90, 0xfb, 0x65, 0xd6, 0xfe]), DpAction::Output(1)]
+        );
     }
 
     #[test]
@@ -413,11 +513,14 @@ mod tests {
         let (k, l) = key_of(&p);
         let mut out = p.clone();
         out[22] = 0x3f; // TTL 63 but the checksum left alone
+        let total = p.len() as u32 * 8;
+        let emitted = [(0, 176, Some(0)), (176, 8, None), (184, total - 184, Some(184))];
         let outs = [(1, out)];
         let d = Decision {
             reads: &[],
             in_port_read: false,
             outputs: &outs,
+            emitted: &emitted,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNVERIFIED);
     }

@@ -231,10 +231,13 @@ impl UpcallHandler for P4Path {
             return self.slow_path(megaflow::HEADER_LAYOUT, outputs);
         };
         let reads: Vec<(u32, u32)> = trace.read_bits.iter().map(|r| (r.offset, r.len)).collect();
+        let emitted: Vec<(u32, u32, Option<u32>)> =
+            trace.emitted.iter().map(|e| (e.out, e.len, e.from)).collect();
         let d = megaflow::Decision {
             reads: &reads,
             in_port_read: trace.in_port_read,
             outputs: &outputs,
+            emitted: &emitted,
         };
         let (mask, actions) = match megaflow::derive(key, packet, &layout, &d) {
             Ok(x) => x,

@@ -262,9 +262,40 @@ fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
         return Err(Ctl::Fail("parser stopped inside a byte".into()));
     }
     let mut out = std::mem::take(&mut run.out.bytes);
+    let hdr_bits = run.out.bits as u32;
     run.out.bits = 0;
     let start = (run.pos / 8) as usize;
-    out.extend_from_slice(run.pkt.get(start..).unwrap_or(&[]));
+    let payload = run.pkt.get(start..).unwrap_or(&[]);
+    out.extend_from_slice(payload);
+    let mut prov = std::mem::take(&mut run.prov);
+    if !payload.is_empty() {
+        // The payload is the packet's own only on the first pass.
+        prov.push(crate::trace::EmitSpan {
+            out: hdr_bits,
+            len: payload.len() as u32 * 8,
+            from: run.first_pass.then_some(run.pos as u32),
+        });
+    }
+    if let Some(pp) = &run.pass_prov {
+        // This frame was parsed from one an earlier pipeline built: its
+        // bits' origins are that frame's.
+        let mut mapped = Vec::with_capacity(prov.len());
+        for s in &prov {
+            match s.from {
+                None => mapped.push(*s),
+                Some(f) => {
+                    let mut at = s.out;
+                    for (n, from) in crate::trace::map_back(pp, f, s.len) {
+                        mapped.push(crate::trace::EmitSpan { out: at, len: n, from });
+                        at += n;
+                    }
+                }
+            }
+        }
+        prov = mapped;
+    }
+    run.tr.emitted = prov;
+    run.tr.frames += 1;
     Ok(out)
 }
 
@@ -487,7 +518,10 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         };
         run.pkt = bytes;
         run.pos = 0;
-        run.first_pass = false;
+        // On the first pass the egress parser's offsets map back to the
+        // received packet through the ingress deparser's provenance.
+        run.first_pass = pass == 0;
+        run.pass_prov = (pass == 0).then(|| run.tr.emitted.clone());
         let mut she = Shared {
             vals: HashMap::new(),
         };
@@ -498,7 +532,9 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         }
         run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
         run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
-        let bytes = deparsed(run)?;
+        let bytes = deparsed(run);
+        run.pass_prov = None;
+        let bytes = bytes?;
         let eostd = she
             .vals
             .get("psa_egress_output_metadata_t")

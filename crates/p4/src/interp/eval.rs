@@ -93,6 +93,12 @@ pub(crate) struct Run<'a> {
     /// (first pass); otherwise extracted bits are tainted.
     pub first_pass: bool,
     pub out: BitBuf,
+    /// Where `out`'s bits came from (see [`crate::trace::EmitSpan`]).
+    pub prov: Vec<crate::trace::EmitSpan>,
+    /// When the packet being parsed is a frame an earlier pipeline built
+    /// (PSA egress after ingress), where its bits came from: offsets are
+    /// mapped back to the packet as received through it.
+    pub pass_prov: Option<Vec<crate::trace::EmitSpan>>,
     pub fwd: Fwd,
     pub now: u64,
     pub in_port: u32,
@@ -133,6 +139,8 @@ impl<'a> Run<'a> {
             pos: 0,
             first_pass: true,
             out: BitBuf::default(),
+            prov: Vec::new(),
+            pass_prov: None,
             fwd: Fwd::default(),
             now,
             in_port,
@@ -164,7 +172,7 @@ impl<'a> Run<'a> {
                     return;
                 }
                 if let Src::Packet(off) = v.src {
-                    self.tr.read(off, v.len);
+                    self.read_packet(off, v.len);
                 } else if v.len > 0 {
                     self.use_src(v.src, 1, 1, 1);
                 }
@@ -174,6 +182,21 @@ impl<'a> Run<'a> {
             Value::Struct(_, _, vs) | Value::Tuple(vs) => vs.iter().for_each(|f| self.use_val(f)),
             Value::Stack(s) => s.elems.iter().for_each(|f| self.use_val(f)),
             _ => {}
+        }
+    }
+
+    /// Records that the run depended on `len` bits at `off` of the frame
+    /// being parsed, mapped back to the packet as received.
+    fn read_packet(&mut self, off: u32, len: u32) {
+        match &self.pass_prov {
+            None => self.tr.read(off, len),
+            Some(pp) => {
+                for (n, from) in crate::trace::map_back(pp, off, len) {
+                    if let Some(f) = from {
+                        self.tr.read(f, n);
+                    }
+                }
+            }
         }
     }
 
@@ -198,7 +221,7 @@ impl<'a> Run<'a> {
                         while i < w && (need >> (w - 1 - i)) & 1 == 1 {
                             i += 1;
                         }
-                        self.tr.read(off + start, i - start);
+                        self.read_packet(off + start, i - start);
                     } else {
                         i += 1;
                     }
@@ -1263,16 +1286,29 @@ impl<'a> Run<'a> {
             Value::Header(h) => {
                 if h.valid {
                     for f in &h.fields {
-                        match f {
-                            Value::Bits(b) => self.out.push(b.v, b.width),
-                            Value::Bool(b, _) => self.out.push(*b as u128, 1),
+                        let at = self.out.bits as u32;
+                        let (len, src) = match f {
+                            Value::Bits(b) => {
+                                self.out.push(b.v, b.width);
+                                (b.width, b.src)
+                            }
+                            Value::Bool(b, _) => {
+                                self.out.push(*b as u128, 1);
+                                (1, Src::None)
+                            }
                             Value::Varbit(v) => {
                                 for i in 0..v.len {
                                     self.out.push(v.bit(i) as u128, 1);
                                 }
+                                (v.len, v.src)
                             }
                             _ => return fail("unsupported header field in emit"),
-                        }
+                        };
+                        let from = match src {
+                            Src::Packet(o) => Some(o),
+                            _ => None,
+                        };
+                        self.prov.push(crate::trace::EmitSpan { out: at, len, from });
                     }
                 }
             }
