@@ -237,7 +237,6 @@ pub(crate) struct Entry {
 
 pub(crate) struct TableDef {
     pub info: TableInfo,
-    pub block: usize,
     pub keys: Vec<KeyDef>,
     pub actions: Vec<TableAction>,
     pub default_action: usize,
@@ -254,9 +253,6 @@ pub(crate) struct ExternDef {
     pub args: Vec<Value>,
     /// Width of the register's cell type / hash output etc.
     pub elem_ty: Option<Ty>,
-    /// Bodies of abstract methods (`Register` `apply`, ...).
-    pub initializer: Vec<ast::FunctionDecl>,
-    pub block: Option<usize>,
 }
 
 /// The checked, instantiated program.
@@ -295,14 +291,6 @@ impl Prog {
         locals: Option<&HashMap<String, Local>>,
     ) -> Result<Ty, P4Error> {
         resolve_type(&self.g, t, locals, 0)
-    }
-
-    pub fn const_eval(
-        &self,
-        e: &Expr,
-        locals: Option<&HashMap<String, Local>>,
-    ) -> Result<Value, P4Error> {
-        const_eval(&self.g, e, locals)
     }
 }
 
@@ -1071,6 +1059,12 @@ fn instantiate_block(
                         .locals
                         .insert(i.name.name.clone(), Local::Block(b));
                 } else if prog.g.externs.contains_key(&tname) {
+                    if let Some(f) = i.initializer.first() {
+                        return unsupported(
+                            &f.proto.span,
+                            "extern instance with abstract method bodies",
+                        );
+                    }
                     let elem_ty = match &i.ty {
                         Type::Named { args: targs, .. } if !targs.is_empty() => Some(resolve_type(
                             &prog.g,
@@ -1085,8 +1079,6 @@ fn instantiate_block(
                         ty: tname,
                         args,
                         elem_ty,
-                        initializer: i.initializer.clone(),
-                        block: Some(bidx),
                     });
                     prog.blocks[bidx]
                         .locals
@@ -1266,7 +1258,6 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     };
     let mut td = TableDef {
         info,
-        block: bidx,
         keys,
         actions,
         default_action,
@@ -1305,8 +1296,14 @@ fn action_data_args(
         .filter(|(_, p)| p.direction == ast::Direction::None)
         .collect();
     let dir_count = ad.decl.params.len() - data_params.len();
-    // Arguments bind to directional params first (none allowed here), then data.
-    if args.len() + dir_count != ad.decl.params.len() && args.len() != data_params.len() {
+    // `a(dir_args..., data_args...)` or `a(data_args...)`: directional
+    // arguments are bound by the actions list.
+    let skip = if args.len() == ad.decl.params.len() {
+        dir_count
+    } else {
+        0
+    };
+    if args.len() - skip != data_params.len() {
         return check_err(
             span,
             format!(
@@ -1317,6 +1314,7 @@ fn action_data_args(
             ),
         );
     }
+    let args = &args[skip..];
     let mut out = Vec::new();
     for (k, (pi, _)) in data_params.iter().enumerate() {
         let Some(arg) = args.get(k) else {

@@ -443,10 +443,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             let mut v = sh
                 .vals
                 .remove("psa_ingress_input_metadata_t")
-                .unwrap_or_else(|| {
-                    // Created on first use by the control: make it now.
-                    Value::Void
-                });
+                .unwrap_or(Value::Void);
             if matches!(v, Value::Void) {
                 let ty = p_type(run, block_at(run, 1), "psa_ingress_input_metadata_t");
                 if let Some(t) = ty {

@@ -10,7 +10,6 @@ use crate::ast::{self, Arg, Direction, Expr, Stmt};
 use crate::check::{BlockKind, Local, Prog, Ty};
 use crate::trace::Trace;
 use crate::value::{mask, Bits, HeaderVal, Src, Value};
-use num_bigint::BigInt;
 use std::sync::Arc;
 
 /// Instance id of the packet being parsed (`packet_in`).
@@ -106,8 +105,8 @@ pub(crate) struct Run<'a> {
     pub reject_vals: Option<Vec<Value>>,
     /// A v1model verify_checksum failed.
     pub checksum_error: bool,
-    /// > 0 while evaluating checksum data: reads are not recorded (the
-    /// datapath recomputes checksums).
+    /// Non-zero while evaluating checksum data: reads are not recorded
+    /// (the datapath recomputes checksums).
     pub quiet: u32,
 }
 
@@ -789,6 +788,7 @@ impl<'a> Run<'a> {
     }
 
     /// Binds parameters (copy-in), runs `body`, copies out.
+    #[allow(clippy::too_many_arguments)]
     fn invoke(
         &mut self,
         params: &[ast::Param],
@@ -1260,19 +1260,17 @@ impl<'a> Run<'a> {
     /// `packet_out.emit(v)`: valid headers' bits, recursively.
     pub fn emit(&mut self, v: &Value) -> R<()> {
         match v {
-            Value::Header(h) => {
-                if h.valid {
-                    for f in &h.fields {
-                        match f {
-                            Value::Bits(b) => self.out.push(b.v, b.width),
-                            Value::Bool(b, _) => self.out.push(*b as u128, 1),
-                            Value::Varbit(v) => {
-                                for i in 0..v.len {
-                                    self.out.push(v.bit(i) as u128, 1);
-                                }
+            Value::Header(h) if h.valid => {
+                for f in &h.fields {
+                    match f {
+                        Value::Bits(b) => self.out.push(b.v, b.width),
+                        Value::Bool(b, _) => self.out.push(*b as u128, 1),
+                        Value::Varbit(v) => {
+                            for i in 0..v.len {
+                                self.out.push(v.bit(i) as u128, 1);
                             }
-                            _ => return fail("unsupported header field in emit"),
                         }
+                        _ => return fail("unsupported header field in emit"),
                     }
                 }
             }
@@ -1332,10 +1330,6 @@ impl<'a> Run<'a> {
 
     pub fn miss_ctx(&mut self) -> &mut Vec<(usize, Vec<u128>)> {
         &mut self.miss_ctx
-    }
-
-    pub fn big(v: &Value) -> BigInt {
-        v.as_bigint().unwrap_or_default()
     }
 }
 
