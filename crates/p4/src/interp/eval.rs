@@ -507,7 +507,8 @@ impl<'a> Run<'a> {
             } & mask(w);
             let m = mask(w) << lo;
             t.v = (t.v & !m) | (nv << lo);
-            t.src = Src::None;
+            // The source is kept: a later read of the whole field then
+            // records all its packet bits (a superset: correct).
             return Ok(());
         }
         let target = self.lvalue(lhs)?;
