@@ -12,12 +12,16 @@ fn n(v: u64) -> BigUint {
 
 fn hex(s: &str) -> Vec<u8> {
     let h: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect()
+    (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
 }
 
 #[test]
 fn ipip_decap_with_the_upstream_quirk_fixed() {
-    let Some(mut p) = load("pna/ipip.p4") else { return };
+    let Some(mut p) = load("pna/ipip.p4") else {
+        return;
+    };
     let text = stf_text("pna/ipip_decap.stf").unwrap();
     // The second `packet` line is the expected frame (README quirk).
     let mut seen = 0;
@@ -39,7 +43,9 @@ fn ipip_decap_with_the_upstream_quirk_fixed() {
 
 #[test]
 fn introspection_of_routing() {
-    let Some(p) = load("pna/routing.p4") else { return };
+    let Some(p) = load("pna/routing.p4") else {
+        return;
+    };
     let t = p.table_info("fib_table").unwrap();
     assert_eq!(t.name, "Main.fib_table");
     assert_eq!(t.id >> 24, 0x02);
@@ -54,14 +60,26 @@ fn introspection_of_routing() {
     assert_eq!(t.actions[0].params[0].width, 32);
     assert_eq!(t.default_action, ("Main.set_nhid".to_string(), vec![n(0)]));
     let nh = p.table_info("Main.nh_table").unwrap();
-    assert_eq!(nh.actions[1].params.iter().map(|x| x.width).collect::<Vec<_>>(), vec![48, 32]);
-    assert!(matches!(p.table_info("nope"), Err(RuntimeError::UnknownTable(_))));
+    assert_eq!(
+        nh.actions[1]
+            .params
+            .iter()
+            .map(|x| x.width)
+            .collect::<Vec<_>>(),
+        vec![48, 32]
+    );
+    assert!(matches!(
+        p.table_info("nope"),
+        Err(RuntimeError::UnknownTable(_))
+    ));
     assert_eq!(p.tables().len(), 2);
 }
 
 #[test]
 fn invalid_entries_are_refused_and_change_nothing() {
-    let Some(mut p) = load("pna/routing.p4") else { return };
+    let Some(mut p) = load("pna/routing.p4") else {
+        return;
+    };
     let good = EntrySpec {
         keys: vec![KeyMatch::Lpm(n(0x0a000000), 8)],
         action: "set_nhid".into(),
@@ -70,11 +88,16 @@ fn invalid_entries_are_refused_and_change_nothing() {
     };
     let id = p.table_add("fib_table", good.clone()).unwrap();
     // Duplicate key.
-    assert!(matches!(p.table_add("fib_table", good.clone()), Err(RuntimeError::DuplicateKey(_, x)) if x == id));
+    assert!(
+        matches!(p.table_add("fib_table", good.clone()), Err(RuntimeError::DuplicateKey(_, x)) if x == id)
+    );
     // Too wide a value.
     let mut bad = good.clone();
     bad.keys = vec![KeyMatch::Lpm(n(0x1_0000_0000), 8)];
-    assert!(matches!(p.table_add("fib_table", bad), Err(RuntimeError::BadKey { .. })));
+    assert!(matches!(
+        p.table_add("fib_table", bad),
+        Err(RuntimeError::BadKey { .. })
+    ));
     // Prefix longer than the key.
     let mut bad = good.clone();
     bad.keys = vec![KeyMatch::Lpm(n(1), 33)];
@@ -82,38 +105,66 @@ fn invalid_entries_are_refused_and_change_nothing() {
     // Wrong match kind.
     let mut bad = good.clone();
     bad.keys = vec![KeyMatch::Range(n(1), n(2))];
-    assert!(matches!(p.table_add("fib_table", bad), Err(RuntimeError::BadKey { .. })));
+    assert!(matches!(
+        p.table_add("fib_table", bad),
+        Err(RuntimeError::BadKey { .. })
+    ));
     // Unknown action / parameter / width.
     let mut bad = good.clone();
     bad.action = "set_nh".into();
-    assert!(matches!(p.table_add("fib_table", bad), Err(RuntimeError::UnknownAction { .. })));
+    assert!(matches!(
+        p.table_add("fib_table", bad),
+        Err(RuntimeError::UnknownAction { .. })
+    ));
     let mut bad = good.clone();
     bad.params = vec![("idx".into(), n(1))];
-    assert!(matches!(p.table_add("fib_table", bad), Err(RuntimeError::BadParams { .. })));
+    assert!(matches!(
+        p.table_add("fib_table", bad),
+        Err(RuntimeError::BadParams { .. })
+    ));
     let mut bad = good.clone();
     bad.params = vec![("index".into(), n(1 << 40))];
-    assert!(matches!(p.table_add("fib_table", bad), Err(RuntimeError::BadParams { .. })));
+    assert!(matches!(
+        p.table_add("fib_table", bad),
+        Err(RuntimeError::BadParams { .. })
+    ));
     // Wrong key count.
     let mut bad = good.clone();
     bad.keys.push(KeyMatch::Exact(n(1)));
     assert!(p.table_add("fib_table", bad).is_err());
     assert_eq!(p.table_entries("fib_table").unwrap().len(), 1);
     // Modify and delete.
-    p.table_modify("fib_table", id, "Main.set_nhid", vec![("index".into(), n(7))]).unwrap();
+    p.table_modify(
+        "fib_table",
+        id,
+        "Main.set_nhid",
+        vec![("index".into(), n(7))],
+    )
+    .unwrap();
     let e = p.table_entries("fib_table").unwrap();
     assert_eq!(e[0].spec.params, vec![("index".to_string(), n(7))]);
     assert!(p.table_delete("fib_table", id + 100).is_err());
     p.table_delete("fib_table", id).unwrap();
     assert!(p.table_entries("fib_table").unwrap().is_empty());
     // Default action.
-    p.set_default("fib_table", "set_nhid", vec![("index".into(), n(3))]).unwrap();
-    assert_eq!(p.table_info("fib_table").unwrap().default_action.1, vec![n(3)]);
+    p.set_default("fib_table", "set_nhid", vec![("index".into(), n(3))])
+        .unwrap();
+    assert_eq!(
+        p.table_info("fib_table").unwrap().default_action.1,
+        vec![n(3)]
+    );
 }
 
 #[test]
 fn const_tables_and_defaults_are_refused() {
-    let Some(mut p) = load("pna/calc_128.p4") else { return };
-    let t = p.tables().into_iter().find(|t| t.name.ends_with("calculate")).unwrap();
+    let Some(mut p) = load("pna/calc_128.p4") else {
+        return;
+    };
+    let t = p
+        .tables()
+        .into_iter()
+        .find(|t| t.name.ends_with("calculate"))
+        .unwrap();
     assert!(t.is_const && t.const_default);
     let spec = EntrySpec {
         keys: vec![KeyMatch::Exact(n(0x2b))],
@@ -121,16 +172,27 @@ fn const_tables_and_defaults_are_refused() {
         params: vec![],
         priority: None,
     };
-    assert!(matches!(p.table_add("calculate", spec), Err(RuntimeError::ConstTable(_))));
-    assert!(matches!(p.set_default("calculate", "operation_add", vec![]), Err(RuntimeError::ConstDefault(_))));
+    assert!(matches!(
+        p.table_add("calculate", spec),
+        Err(RuntimeError::ConstTable(_))
+    ));
+    assert!(matches!(
+        p.set_default("calculate", "operation_add", vec![]),
+        Err(RuntimeError::ConstDefault(_))
+    ));
     assert_eq!(p.table_entries("calculate").unwrap().len(), 6);
 }
 
 #[test]
 fn registers_read_and_write() {
-    let Some(mut p) = load("psa/psa-register-read-write-2-bmv2.p4") else { return };
+    let Some(mut p) = load("psa/psa-register-read-write-2-bmv2.p4") else {
+        return;
+    };
     let ex = p.externs();
-    let reg = ex.iter().find(|e| e.kind == nicflow_p4::runtime::ExternKind::Register).unwrap();
+    let reg = ex
+        .iter()
+        .find(|e| e.kind == nicflow_p4::runtime::ExternKind::Register)
+        .unwrap();
     assert_eq!(reg.size, 6);
     assert_eq!(reg.width, 16);
     p.register_write("reg", 2, n(0x1234)).unwrap();
@@ -138,14 +200,20 @@ fn registers_read_and_write() {
     assert!(p.register_write("reg", 6, n(1)).is_err());
     assert!(p.register_write("reg", 1, n(0x10000)).is_err());
     // Packet reading index 2 (action 2 = read): output word0 = 0x1234.
-    let out = p.process(4, &hex("cafe 0000 01 02 020000000000 ffff deadbeef deadbeef deadbeef deadbeef"), 1);
+    let out = p.process(
+        4,
+        &hex("cafe 0000 01 02 020000000000 ffff deadbeef deadbeef deadbeef deadbeef"),
+        1,
+    );
     assert_eq!(out.outputs.len(), 1);
     assert_eq!(&out.outputs[0].1[14..18], &[0, 0, 0x12, 0x34]);
 }
 
 #[test]
 fn pna_add_on_miss_learns_and_times_out() {
-    let Some(mut p) = load("pna/pna-dpdk-add_on_miss0.p4") else { return };
+    let Some(mut p) = load("pna/pna-dpdk-add_on_miss0.p4") else {
+        return;
+    };
     assert_eq!(p.arch(), nicflow_p4::Arch::Pna);
     let t = p.table_info("ct_tcp_table").unwrap();
     assert!(t.add_on_miss && t.idle_timeout);
@@ -156,7 +224,10 @@ fn pna_add_on_miss_learns_and_times_out() {
         params: vec![],
         priority: None,
     };
-    assert!(matches!(p.table_add("ct_tcp_table", miss), Err(RuntimeError::BadParams { .. })));
+    assert!(matches!(
+        p.table_add("ct_tcp_table", miss),
+        Err(RuntimeError::BadParams { .. })
+    ));
     p.table_add(
         "ipv4_host",
         EntrySpec {

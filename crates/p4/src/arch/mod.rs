@@ -79,6 +79,7 @@ pub(crate) fn detect(p: &Prog) -> Result<Arch, P4Error> {
 
 /// Values shared by the blocks of one pass, by type name (the header
 /// struct, user metadata, standard_metadata, ...).
+#[derive(Clone)]
 struct Shared {
     vals: HashMap<String, Value>,
 }
@@ -124,6 +125,8 @@ struct Ctx {
     in_port: u32,
     pass: u32,
     egress_port: u32,
+    /// v1model instance_type.
+    itype: u32,
 }
 
 /// Initial value of an architecture metadata struct.
@@ -157,12 +160,7 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
                 0,
                 Src::Tainted("p4-timestamp"),
             );
-            set_field(
-                v,
-                "instance_type",
-                if c.pass > 0 { 4 } else { 0 },
-                Src::None,
-            );
+            set_field(v, "instance_type", c.itype as u128, Src::None);
         }
         "psa_ingress_parser_input_metadata_t" | "psa_ingress_input_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
@@ -319,6 +317,7 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         in_port: run.in_port,
         pass: 0,
         egress_port: 0,
+        itype: 0,
     };
     let mut sh = Shared {
         vals: HashMap::new(),
@@ -344,81 +343,198 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
     }
 }
 
+/// One unit of v1model work: an ingress pass or an egress pass.
+enum V1Job {
+    Ingress {
+        pkt: Vec<u8>,
+        in_port: u32,
+        itype: u32,
+    },
+    Egress {
+        sh: Shared,
+        pkt: Vec<u8>,
+        pos: u64,
+        port: u32,
+        itype: u32,
+        rid: u32,
+    },
+}
+
+/// BMv2 instance types (simple_switch's PktInstanceType).
+const V1_NORMAL: u32 = 0;
+const V1_I2E_CLONE: u32 = 1;
+const V1_E2E_CLONE: u32 = 2;
+const V1_RECIRC: u32 = 4;
+const V1_REPLICATION: u32 = 5;
+const V1_RESUBMIT: u32 = 6;
+
 fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
-    let mut in_port = run.in_port;
-    let original = run.pkt.clone();
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(V1Job::Ingress {
+        pkt: run.pkt.clone(),
+        in_port: run.in_port,
+        itype: V1_NORMAL,
+    });
     let mut outputs = Vec::new();
-    for pass in 0..MAX_PASSES {
-        let c = Ctx {
-            in_port,
-            pass,
-            egress_port: 0,
-        };
-        run.first_pass = pass == 0;
-        run.pos = 0;
-        run.fwd = Default::default();
-        let mut sh = Shared {
-            vals: HashMap::new(),
-        };
-        let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut sh, "standard_metadata_t", e);
+    let mut jobs = 0u32;
+    while let Some(job) = queue.pop_front() {
+        jobs += 1;
+        if jobs > 4 * MAX_PASSES {
+            return Err(Ctl::Fail(format!(
+                "more than {} v1model passes (resubmit/recirculate/clone loop?)",
+                4 * MAX_PASSES
+            )));
         }
-        run.checksum_error = false;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
-        if run.checksum_error {
-            if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
-                set_field(sm, "checksum_error", 1, Src::None);
+        match job {
+            V1Job::Ingress {
+                pkt,
+                in_port,
+                itype,
+            } => {
+                let c = Ctx {
+                    in_port,
+                    pass: (jobs > 1) as u32,
+                    egress_port: 0,
+                    itype,
+                };
+                run.first_pass = jobs == 1;
+                run.pkt = pkt;
+                run.pos = 0;
+                run.fwd = Default::default();
+                let mut sh = Shared {
+                    vals: HashMap::new(),
+                };
+                let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
+                if let Some(e) = &rej {
+                    set_parser_error(&mut sh, "standard_metadata_t", e);
+                }
+                let parsed = (sh.clone(), run.pkt.clone(), run.pos);
+                run.checksum_error = false;
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
+                if run.checksum_error {
+                    if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+                        set_field(sm, "checksum_error", 1, Src::None);
+                    }
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
+                let fwd = std::mem::take(&mut run.fwd);
+                let sm = sh
+                    .vals
+                    .get("standard_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if let Some(session) = fwd.clone {
+                    if let Some(port) = run.st.mirror.get(&session).copied() {
+                        queue.push_back(V1Job::Egress {
+                            sh: parsed.0.clone(),
+                            pkt: parsed.1.clone(),
+                            pos: parsed.2,
+                            port,
+                            itype: V1_I2E_CLONE,
+                            rid: 0,
+                        });
+                    }
+                }
+                if fwd.resubmit {
+                    run.tr.set_uncacheable("p4-resubmit");
+                    queue.push_back(V1Job::Ingress {
+                        pkt: parsed.1.clone(),
+                        in_port,
+                        itype: V1_RESUBMIT,
+                    });
+                    continue;
+                }
+                let grp = get_field(&sm, "mcast_grp").unwrap_or(0) as u32;
+                if grp != 0 {
+                    run.tr.set_uncacheable("p4-multicast");
+                    let members = run.st.mcast.get(&grp).cloned().unwrap_or_default();
+                    for (port, rid) in members {
+                        queue.push_back(V1Job::Egress {
+                            sh: sh.clone(),
+                            pkt: run.pkt.clone(),
+                            pos: run.pos,
+                            port,
+                            itype: V1_REPLICATION,
+                            rid,
+                        });
+                    }
+                    continue;
+                }
+                let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
+                if egress_spec == V1_DROP_PORT {
+                    continue;
+                }
+                queue.push_back(V1Job::Egress {
+                    sh,
+                    pkt: run.pkt.clone(),
+                    pos: run.pos,
+                    port: egress_spec,
+                    itype: V1_NORMAL,
+                    rid: 0,
+                });
+            }
+            V1Job::Egress {
+                mut sh,
+                pkt,
+                pos,
+                port,
+                itype,
+                rid,
+            } => {
+                let c = Ctx {
+                    in_port: run.in_port,
+                    pass: (jobs > 2) as u32,
+                    egress_port: port,
+                    itype,
+                };
+                run.pkt = pkt;
+                run.pos = pos;
+                run.fwd = Default::default();
+                if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+                    set_field(sm, "egress_port", port as u128, Src::None);
+                    set_field(sm, "egress_spec", port as u128, Src::None);
+                    set_field(sm, "instance_type", itype as u128, Src::None);
+                    set_field(sm, "egress_rid", rid as u128, Src::None);
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 3), &c)?;
+                let fwd = std::mem::take(&mut run.fwd);
+                if let Some(session) = fwd.clone {
+                    if let Some(mport) = run.st.mirror.get(&session).copied() {
+                        queue.push_back(V1Job::Egress {
+                            sh: sh.clone(),
+                            pkt: run.pkt.clone(),
+                            pos: run.pos,
+                            port: mport,
+                            itype: V1_E2E_CLONE,
+                            rid: 0,
+                        });
+                    }
+                }
+                let sm = sh
+                    .vals
+                    .get("standard_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
+                    continue;
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
+                let bytes = deparsed(run)?;
+                if fwd.recirculate {
+                    run.tr.set_uncacheable("p4-recirculate");
+                    queue.push_back(V1Job::Ingress {
+                        pkt: bytes,
+                        in_port: port,
+                        itype: V1_RECIRC,
+                    });
+                    continue;
+                }
+                outputs.push((port, bytes));
             }
         }
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
-        let sm = sh
-            .vals
-            .get("standard_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if run.fwd.resubmit {
-            run.tr.set_uncacheable("p4-resubmit");
-            in_port = get_field(&sm, "ingress_port").unwrap_or(0) as u32;
-            run.pkt = original.clone();
-            continue;
-        }
-        if get_field(&sm, "mcast_grp").unwrap_or(0) != 0 {
-            return Err(Ctl::Fail(
-                "unsupported: v1model multicast (mcast_grp)".into(),
-            ));
-        }
-        let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
-        if egress_spec == V1_DROP_PORT {
-            return Ok(outputs);
-        }
-        if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
-            set_field(sm, "egress_port", egress_spec as u128, Src::None);
-        }
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 3), &c)?;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
-        let bytes = deparsed(run)?;
-        let sm = sh
-            .vals
-            .get("standard_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
-            return Ok(outputs);
-        }
-        if run.fwd.recirculate {
-            run.tr.set_uncacheable("p4-recirculate");
-            run.pkt = bytes;
-            in_port = egress_spec;
-            continue;
-        }
-        outputs.push((egress_spec, bytes));
-        return Ok(outputs);
     }
-    Err(Ctl::Fail(format!(
-        "more than {MAX_PASSES} resubmit/recirculate passes"
-    )))
+    Ok(outputs)
 }
 
 fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
@@ -432,6 +548,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             in_port,
             pass,
             egress_port: 0,
+            itype: 0,
         };
         run.pos = 0;
         let mut sh = Shared {
@@ -481,6 +598,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             in_port,
             pass,
             egress_port,
+            itype: 0,
         };
         run.pkt = bytes;
         run.pos = 0;

@@ -907,7 +907,11 @@ impl<'a> Run<'a> {
             )))?;
             vals.push(match prm.direction {
                 Direction::Out => blk.param_tys[i].default_value(),
-                _ => self.eval(&a.value)?,
+                _ => {
+                    let v = self.eval(&a.value)?;
+                    ops::coerce(&blk.param_tys[i], v)
+                        .map_err(|m| Ctl::Fail(format!("{span}: {m}")))?
+                }
             });
         }
         let (vals, exited) = match self.run_block(b, vals) {

@@ -83,6 +83,10 @@ pub(crate) struct State {
     pub idle_timeout_ns: u64,
     /// Internal errors (counted drops).
     pub errors: u64,
+    /// v1model clone sessions: session -> port.
+    pub mirror: std::collections::HashMap<u32, u32>,
+    /// Multicast groups: group -> (port, rid) copies.
+    pub mcast: std::collections::HashMap<u32, Vec<(u32, u32)>>,
 }
 
 impl State {
@@ -131,6 +135,8 @@ impl State {
             rng: 0x9e37_79b9_7f4a_7c15,
             idle_timeout_ns: 30_000_000_000,
             errors: 0,
+            mirror: Default::default(),
+            mcast: Default::default(),
         }
     }
 
@@ -201,6 +207,23 @@ impl Pipeline {
         out
     }
 
+    /// Clone session `session` sends its copies to `port` (BMv2
+    /// `mirroring_add`).
+    pub fn mirroring_add(&mut self, session: u32, port: u32) {
+        self.st.mirror.insert(session, port);
+    }
+
+    /// Sets multicast group `group` to copies on (port, rid) (BMv2
+    /// `mc_mgrp_create` + `mc_node_create` + `mc_node_associate`);
+    /// an empty list deletes the group.
+    pub fn multicast_group_set(&mut self, group: u32, members: Vec<(u32, u32)>) {
+        if members.is_empty() {
+            self.st.mcast.remove(&group);
+        } else {
+            self.st.mcast.insert(group, members);
+        }
+    }
+
     /// Packets dropped on internal errors since load.
     pub fn error_count(&self) -> u64 {
         self.st.errors
@@ -216,6 +239,8 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         rng: 1,
         idle_timeout_ns: 0,
         errors: 0,
+        mirror: Default::default(),
+        mcast: Default::default(),
     };
     let mut tr = Trace::default();
     let mut run = Run::new(p, &mut st, &mut tr, Vec::new(), 0, 0);
