@@ -247,13 +247,20 @@ pub fn resolve_suffix<'a>(
     }
 }
 
-/// p4c-style stable id: prefix byte and the low 24 bits of a hash of the
-/// fully qualified name (FNV-1a; stable across runs and builds).
+/// P4Info id as p4c computes it: the resource type in the top byte
+/// (P4Runtime's P4Ids: 0x01 action, 0x02 table, 0x12 counter, 0x13
+/// direct counter, 0x14 meter, 0x15 direct meter, 0x16 register) and the
+/// low 24 bits of Bob Jenkins' one-at-a-time hash of the fully qualified
+/// name. (p4c resolves the rare collisions by probing; not done here.)
 pub fn stable_id(prefix: u8, name: &str) -> u32 {
-    let mut h: u32 = 0x811c9dc5;
+    let mut h: u32 = 0;
     for b in name.bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x01000193);
+        h = h.wrapping_add(b as u32);
+        h = h.wrapping_add(h << 10);
+        h ^= h >> 6;
     }
+    h = h.wrapping_add(h << 3);
+    h ^= h >> 11;
+    h = h.wrapping_add(h << 15);
     ((prefix as u32) << 24) | (h & 0x00ff_ffff)
 }

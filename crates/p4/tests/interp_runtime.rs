@@ -263,3 +263,34 @@ fn pna_add_on_miss_learns_and_times_out() {
     assert!(p.expired_entries(now + 31_000_000_000).is_empty());
     assert_eq!(p.table_entries("ct_tcp_table").unwrap()[0].packets, 2);
 }
+
+#[test]
+fn ids_match_p4c_p4info() {
+    let Some(p) = load("v1model/table-entries-lpm-bmv2.p4") else {
+        return;
+    };
+    let t = p.table_info("t_lpm").unwrap();
+    assert_eq!(t.name, "ingress.t_lpm");
+    assert_eq!(t.id, 42140569);
+    let a = t.actions.iter().find(|a| a.name == "ingress.a").unwrap();
+    assert_eq!(a.id, 21186165);
+    let Some(p) = load("psa/psa-register-read-write-2-bmv2.p4") else {
+        return;
+    };
+    let r = p
+        .externs()
+        .into_iter()
+        .find(|e| e.name == "MyIC.reg")
+        .unwrap();
+    assert_eq!(r.id, 369588800);
+    let Some(p) = load("psa/psa-basic-counter-bmv2.p4") else {
+        return;
+    };
+    let c = p
+        .externs()
+        .into_iter()
+        .find(|e| e.name == "cIngress.counter")
+        .unwrap();
+    assert_eq!(c.id, 304351549);
+    assert_eq!(p.table_info("tbl").unwrap().id, 34888878);
+}

@@ -314,9 +314,9 @@ impl Pipeline {
             let (kind, prefix) = match e.ty.as_str() {
                 "Counter" | "counter" => (ExternKind::Counter, 0x12),
                 "DirectCounter" | "direct_counter" => (ExternKind::DirectCounter, 0x13),
-                "Register" | "register" => (ExternKind::Register, 0x17),
-                "Meter" | "meter" => (ExternKind::Meter, 0x15),
-                "DirectMeter" | "direct_meter" => (ExternKind::DirectMeter, 0x16),
+                "Register" | "register" => (ExternKind::Register, 0x16),
+                "Meter" | "meter" => (ExternKind::Meter, 0x14),
+                "DirectMeter" | "direct_meter" => (ExternKind::DirectMeter, 0x15),
                 _ => continue,
             };
             let direct = matches!(kind, ExternKind::DirectCounter | ExternKind::DirectMeter);
