@@ -711,6 +711,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             }
         }
     }
+    check_calls(&prog)?;
     for (n, i) in &top_insts {
         if !prog.used_top.contains(n) {
             return unsupported(&i.span, format!("top-level instantiation {n} outside main"));
@@ -1059,6 +1060,9 @@ fn instantiate_block(
                         .locals
                         .insert(i.name.name.clone(), Local::Block(b));
                 } else if prog.g.externs.contains_key(&tname) {
+                    if extern_methods(&tname).is_none() {
+                        return unsupported(&i.span, format!("extern {tname}"));
+                    }
                     if let Some(f) = i.initializer.first() {
                         return unsupported(
                             &f.proto.span,
@@ -1130,6 +1134,7 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     let mut entries_decl = None;
     let mut size = 1024u64;
     let mut add_on_miss = false;
+    let mut smallest_wins = false;
     let mut idle = false;
     let mut direct_counter = None;
     let mut direct_meter = None;
@@ -1205,6 +1210,7 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
                         .unwrap_or(1024) as u64
                 }
                 "add_on_miss" => add_on_miss = matches!(value, Expr::Bool(true, _)),
+                "largest_priority_wins" => smallest_wins = matches!(value, Expr::Bool(false, _)),
                 "pna_idle_timeout" | "idle_timeout_with_auto_delete" => idle = true,
                 "support_timeout" => idle = matches!(value, Expr::Bool(true, _)),
                 "counters" | "psa_direct_counter" | "pna_direct_counter" => {
@@ -1272,7 +1278,11 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
             .any(|e| e.priority.is_some() || ann(&e.annotations, "priority").is_some());
         let n = entries.len() as i64;
         for (i, e) in entries.iter().enumerate() {
-            let entry = build_const_entry(prog, bidx, &td, e, i as u64, n - i as i64, any_prio)?;
+            let mut entry =
+                build_const_entry(prog, bidx, &td, e, i as u64, n - i as i64, any_prio)?;
+            if any_prio && smallest_wins {
+                entry.prio = -entry.prio;
+            }
             td.const_entries.push(entry);
         }
     }
@@ -1447,4 +1457,190 @@ fn build_const_entry(
         bytes: 0,
         last_hit: None,
     })
+}
+
+/// Extern functions the interpreter runs.
+const EXTERN_FUNCTIONS: &[&str] = &[
+    "send_to_port",
+    "drop_packet",
+    "add_entry",
+    "set_entry_expire_time",
+    "restart_expire_timer",
+    "update_expire_info",
+    "is_host_port",
+    "is_net_port",
+    "mark_to_drop",
+    "verify",
+    "verify_checksum",
+    "verify_checksum_with_payload",
+    "update_checksum",
+    "update_checksum_with_payload",
+    "hash",
+    "random",
+    "resubmit",
+    "resubmit_preserving_field_list",
+    "recirculate",
+    "recirculate_preserving_field_list",
+    "clone",
+    "clone3",
+    "clone_preserving_field_list",
+    "digest",
+    "truncate",
+    "log_msg",
+    "static_assert",
+    "assert",
+    "assume",
+    "psa_normal",
+    "psa_clone_i2e",
+    "psa_clone_e2e",
+    "psa_resubmit",
+    "psa_recirculate",
+];
+
+/// Extern object types and the methods the interpreter runs.
+pub(crate) fn extern_methods(ty: &str) -> Option<&'static [&'static str]> {
+    Some(match ty {
+        "InternetChecksum" => &["clear", "add", "subtract", "get", "get_state", "set_state"],
+        "Checksum" => &["clear", "update", "get"],
+        "Hash" => &["get_hash"],
+        "Counter" | "counter" | "DirectCounter" | "direct_counter" => &["count"],
+        "Register" | "register" => &["read", "write"],
+        "Meter" => &["execute"],
+        "meter" => &["execute_meter"],
+        "DirectMeter" => &["execute"],
+        "direct_meter" => &["read"],
+        "Random" => &["read"],
+        "Digest" => &["pack"],
+        _ => return None,
+    })
+}
+
+/// Refuses, at load time, calls the interpreter would not run: unknown
+/// extern functions and methods of extern instances it does not model.
+fn check_calls(prog: &Prog) -> Result<(), P4Error> {
+    let mut bodies: Vec<(Option<usize>, &ast::Block)> = Vec::new();
+    for (i, b) in prog.blocks.iter().enumerate() {
+        if let BlockKind::Control(c) = &b.kind {
+            bodies.push((Some(i), &c.apply));
+        }
+    }
+    for a in &prog.actions {
+        bodies.push((a.block, &a.decl.body));
+    }
+    for f in prog.g.functions.values() {
+        bodies.push((None, &f.decl.body));
+    }
+    let mut stmts: Vec<(Option<usize>, &ast::Stmt)> = Vec::new();
+    for (b, body) in bodies {
+        stmts.extend(body.stmts.iter().map(|s| (b, s)));
+    }
+    for (i, b) in prog.blocks.iter().enumerate() {
+        if let BlockKind::Parser(p) = &b.kind {
+            for st in &p.states {
+                stmts.extend(st.body.iter().map(|s| (Some(i), s)));
+            }
+        }
+    }
+    let mut exprs: Vec<(Option<usize>, &Expr)> = Vec::new();
+    while let Some((b, s)) = stmts.pop() {
+        match s {
+            ast::Stmt::Assign { lhs, rhs, .. } => {
+                exprs.push((b, lhs));
+                exprs.push((b, rhs));
+            }
+            ast::Stmt::Call(e) => exprs.push((b, e)),
+            ast::Stmt::If {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                exprs.push((b, cond));
+                stmts.push((b, then));
+                if let Some(o) = otherwise {
+                    stmts.push((b, o));
+                }
+            }
+            ast::Stmt::Block(bl) => stmts.extend(bl.stmts.iter().map(|s| (b, s))),
+            ast::Stmt::Switch { expr, cases, .. } => {
+                exprs.push((b, expr));
+                for c in cases {
+                    if let Some(bl) = &c.body {
+                        stmts.extend(bl.stmts.iter().map(|s| (b, s)));
+                    }
+                }
+            }
+            ast::Stmt::Return(Some(e), _) => exprs.push((b, e)),
+            ast::Stmt::Var(v) => {
+                if let Some(e) = &v.init {
+                    exprs.push((b, e));
+                }
+            }
+            ast::Stmt::Const(c) => exprs.push((b, &c.value)),
+            ast::Stmt::Instantiation(i) => {
+                return unsupported(&i.span, "instantiation inside a block")
+            }
+            _ => {}
+        }
+    }
+    while let Some((b, e)) = exprs.pop() {
+        match e {
+            Expr::Call {
+                func, args, span, ..
+            } => {
+                exprs.extend(args.iter().map(|a| (b, &a.value)));
+                match &**func {
+                    Expr::Path(id) => {
+                        let n = id.name.as_str();
+                        let local_action = b
+                            .map(|b| matches!(prog.blocks[b].locals.get(n), Some(Local::Action(_))))
+                            .unwrap_or(false);
+                        if !local_action
+                            && !prog.g.actions.contains_key(n)
+                            && !prog.g.functions.contains_key(n)
+                            && !EXTERN_FUNCTIONS.contains(&n)
+                        {
+                            if prog.g.extern_fns.contains_key(n) {
+                                return unsupported(span, format!("extern function {n}"));
+                            }
+                            return check_err(span, format!("no function or action {n}"));
+                        }
+                    }
+                    Expr::Member(obj, m) => {
+                        exprs.push((b, obj));
+                        if let (Expr::Path(id), Some(b)) = (&**obj, b) {
+                            if let Some(Local::Extern(x)) = prog.blocks[b].locals.get(&id.name) {
+                                let ty = &prog.externs[*x].ty;
+                                let ok = extern_methods(ty)
+                                    .map(|ms| ms.contains(&m.name.as_str()))
+                                    .unwrap_or(false);
+                                if !ok {
+                                    return unsupported(span, format!("{ty}.{}", m.name));
+                                }
+                            }
+                        }
+                    }
+                    other => exprs.push((b, other)),
+                }
+            }
+            Expr::Member(x, _) | Expr::Unary(_, x, _) | Expr::Cast(_, x, _) => exprs.push((b, x)),
+            Expr::Index(x, y, _)
+            | Expr::Binary(_, x, y, _)
+            | Expr::Mask(x, y, _)
+            | Expr::Range(x, y, _) => {
+                exprs.push((b, x));
+                exprs.push((b, y));
+            }
+            Expr::Slice { expr, .. } => exprs.push((b, expr)),
+            Expr::Ternary(x, y, z, _) => {
+                exprs.push((b, x));
+                exprs.push((b, y));
+                exprs.push((b, z));
+            }
+            Expr::List(xs, _) => exprs.extend(xs.iter().map(|x| (b, x))),
+            Expr::StructInit(fs, _) => exprs.extend(fs.iter().map(|(_, x)| (b, x))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
