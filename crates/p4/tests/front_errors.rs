@@ -294,3 +294,23 @@ proptest! {
         let _ = parse_str("f.p4", &text.join(" "), &[]);
     }
 }
+
+#[test]
+fn newer_constructs_refused_clearly() {
+    let e = err("control C() { apply {\n  for (bit<8> i = 0; i < 4; i = i + 1) { }\n} }");
+    assert_eq!(e.kind, ErrorKind::Unsupported);
+    assert!(
+        e.to_string()
+            .starts_with("t.p4:2:3: unsupported: 'for' loop"),
+        "{e}"
+    );
+    let e = err("control C() { apply { x = y[4 +: 8]; } }");
+    assert!(
+        e.to_string().starts_with("t.p4:1:31: unsupported: '+:'"),
+        "{e}"
+    );
+    // An unknown character inside a free-form annotation is fine, outside not.
+    assert!(parse_str("t.p4", "@a( ' $ ) const bit<8> x = 1;", &[]).is_ok());
+    let e = err("@a( ' ) const bit<8> x = 1 ';");
+    assert_eq!(e.to_string(), "t.p4:1:28: unexpected character '\\''");
+}
