@@ -178,15 +178,20 @@ impl<'s> Parser<'s> {
     fn expected<T>(&self, what: &str, ctx: &str) -> R<T> {
         self.unknown_char()?;
         let found = self.peek().describe();
+        let ctx = if ctx.is_empty() {
+            String::new()
+        } else {
+            format!(" {ctx}")
+        };
         if what == "';'" && self.pos > 0 {
             let prev = &self.toks[self.pos - 1];
             if prev.line != self.peek().line {
                 let mut sp = prev.span.clone();
                 sp.col = sp.col.saturating_add((prev.end - prev.start) as u32);
-                return self.err_at(sp, format!("expected {what} {ctx}, found {found}"));
+                return self.err_at(sp, format!("expected {what}{ctx}, found {found}"));
             }
         }
-        self.err(format!("expected {what} {ctx}, found {found}"))
+        self.err(format!("expected {what}{ctx}, found {found}"))
     }
 
     fn expect_punct(&mut self, p: &str, ctx: &str) -> R<Span> {
