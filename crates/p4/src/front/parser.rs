@@ -1043,10 +1043,8 @@ impl<'s> Parser<'s> {
             return Ok(v);
         }
         loop {
-            if let TokKind::Int(l) = &self.peek().kind {
-                // A value as type argument (e.g. `bit<8>` passed as `8`) is
-                // not P4-16; refuse clearly.
-                let _ = l;
+            if matches!(self.peek().kind, TokKind::Int(_)) {
+                // A value as type argument is not P4-16; refuse clearly.
                 return self.err("expected a type argument, found integer literal");
             }
             v.push(self.ty()?);
