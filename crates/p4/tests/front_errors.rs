@@ -120,6 +120,8 @@ fn unsupported_and_syntax() {
         e.to_string().starts_with("t.p4:1:28: expected '=' or '('"),
         "{e}"
     );
+    let e = err("control C() {\n  action a() {}\n}");
+    assert_eq!(e.to_string(), "t.p4:3:1: control C has no apply block");
     let e = err("control C() { apply { } ");
     assert!(
         e.to_string().contains("expected '}' to close control C"),

@@ -629,6 +629,9 @@ impl<'s> Parser<'s> {
             if matches!(self.peek().kind, TokKind::Eof) {
                 return self.expected("'}'", &format!("to close {what} {}", proto.name.name));
             }
+            if !is_parser && self.is_punct("}") {
+                return self.err(format!("control {} has no apply block", proto.name.name));
+            }
             if !states.is_empty() {
                 return self.expected("'state' or '}'", &format!("in parser {}", proto.name.name));
             }
