@@ -112,6 +112,21 @@ fn macros() {
     )
     .unwrap();
     assert!(s.text.contains("ok"));
+    // Arguments over several lines, as cpp allows; later lines keep their numbers.
+    let s = preprocess_str(
+        "t.p4",
+        "#define F(a, b) a + b\nx = F(1,\n  2);\ny\n",
+        &[],
+        &[],
+    )
+    .unwrap();
+    let lines: Vec<&str> = s.text.split('\n').collect();
+    let i = lines.iter().position(|l| l.contains("x = 1 + 2;")).unwrap();
+    assert_eq!(s.lines[i].1, 2);
+    let i = lines.iter().position(|l| l.trim() == "y").unwrap();
+    assert_eq!(s.lines[i].1, 4);
+    let e = preprocess_str("t.p4", "#define F(a) a\nF(1,\n", &[], &[]).unwrap_err();
+    assert_eq!(e.to_string(), "t.p4:2:1: unterminated call of macro 'F'");
     let e = preprocess_str("t.p4", "#define F(a) a\nF(1, 2)\n", &[], &[]).unwrap_err();
     assert_eq!(
         e.to_string(),

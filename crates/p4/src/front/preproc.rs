@@ -20,6 +20,8 @@ use std::sync::Arc;
 const MAX_INCLUDE_DEPTH: usize = 64;
 /// Macro rescans nested deeper than this are refused.
 const MAX_EXPAND_DEPTH: usize = 128;
+/// Start of the error for a macro call without its `)` on the line.
+const UNTERMINATED_CALL: &str = "unterminated call of macro";
 /// Output larger than this is refused (macro bombs).
 const MAX_OUTPUT: usize = 64 << 20;
 /// Macro expansions per program beyond this are refused (exponential
@@ -250,7 +252,10 @@ impl<'a> Pre<'a> {
             logical.push((start, cur));
         }
         let mut conds: Vec<Cond> = Vec::new();
-        for (line, content) in &logical {
+        let mut k = 0;
+        while k < logical.len() {
+            let (line, content) = &logical[k];
+            k += 1;
             let line = *line;
             let trimmed = content.trim_start();
             let active = conds.last().is_none_or(|c| c.active);
@@ -344,9 +349,25 @@ impl<'a> Pre<'a> {
                 continue;
             }
             if active {
-                let exp = self
-                    .expand(content, &mut Vec::new(), 0)
-                    .map_err(|m| FrontError::at(ErrorKind::Preprocess, name, line, 1, m))?;
+                let mut text = content.clone();
+                let mut exp = self.expand(&text, &mut Vec::new(), 0);
+                // A macro call whose arguments continue on the next lines
+                // (as cpp allows): join them (the tokens land on the call's
+                // line) until the call closes.
+                let mut joined = 0;
+                while matches!(&exp, Err(m) if m.starts_with(UNTERMINATED_CALL))
+                    && joined < 256
+                    && k < logical.len()
+                    && !logical[k].1.trim_start().starts_with('#')
+                {
+                    text.push(' ');
+                    text.push_str(&logical[k].1);
+                    k += 1;
+                    joined += 1;
+                    exp = self.expand(&text, &mut Vec::new(), 0);
+                }
+                let exp =
+                    exp.map_err(|m| FrontError::at(ErrorKind::Preprocess, name, line, 1, m))?;
                 for l in exp.split('\n') {
                     self.emit(name, line, l);
                 }
@@ -526,7 +547,7 @@ impl<'a> Pre<'a> {
                             continue;
                         }
                         let (args, end) = collect_args(&c, j)
-                            .ok_or_else(|| format!("unterminated call of macro '{id}'"))?;
+                            .ok_or_else(|| format!("{UNTERMINATED_CALL} '{id}'"))?;
                         i = end;
                         let args: Vec<String> =
                             if params.is_empty() && args.len() == 1 && args[0].trim().is_empty() {
