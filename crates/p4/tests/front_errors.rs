@@ -194,7 +194,7 @@ fn truncated_corpus_files_only_err() {
     ] {
         let text = std::fs::read_to_string(c.join(rel)).unwrap();
         let chars: Vec<char> = text.chars().collect();
-        let step = (chars.len() / 150).max(1);
+        let step = (chars.len() / 80).max(1);
         for cut in (0..chars.len()).step_by(step) {
             let t: String = chars[..cut].iter().collect();
             let _ = parse_str(rel, &t, &inc);
