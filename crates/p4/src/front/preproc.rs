@@ -226,6 +226,7 @@ impl<'a> Pre<'a> {
     }
 
     fn file(&mut self, name: &Arc<str>, dir: Option<&Path>, text: &str) -> Result<(), FrontError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let text = strip_comments(name, text)?;
         // Logical lines: backslash-newline joins, keeping the first line's number.
         let mut logical: Vec<(u32, String)> = Vec::new();
