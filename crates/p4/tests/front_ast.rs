@@ -123,6 +123,9 @@ fn routing_fib_table() {
             assert_eq!(path_str(&exprs[0]), "hdr.ethernet.etherType");
             assert_eq!(int(&cases[0].keysets[0]), 0x0800);
             assert_eq!(cases[0].span.line, 52);
+            // Columns survive the macro's expansion.
+            assert_eq!(cases[0].keysets[0].span().col, 13);
+            assert_eq!(cases[0].next.span.col, 29);
             assert_eq!(cases[0].next.name, "parse_ipv4");
             assert!(matches!(cases[1].keysets[..], [Expr::Default(_)]));
         }

@@ -112,6 +112,16 @@ fn macros() {
     )
     .unwrap();
     assert!(s.text.contains("ok"));
+    // Columns map back through an expansion.
+    let s = preprocess_str("t.p4", "#define F(a) a\n  x = F(1) + y;\n", &[], &[]).unwrap();
+    let i = s
+        .text
+        .split('\n')
+        .position(|l| l == "  x = 1 + y;")
+        .unwrap();
+    assert_eq!(s.span(i, 3).col, 3);
+    assert_eq!(s.span(i, 7).col, 7);
+    assert_eq!(s.span(i, 11).col, 14);
     // Arguments over several lines, as cpp allows; later lines keep their numbers.
     let s = preprocess_str(
         "t.p4",

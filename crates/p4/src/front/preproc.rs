@@ -35,11 +35,33 @@ pub struct Source {
     pub text: String,
     /// For output line `i` (0-based), the original file and 1-based line.
     pub lines: Vec<(Arc<str>, u32)>,
+    /// Column maps of the output lines where macros were expanded (other
+    /// lines keep their columns): so that a token after `ETHERTYPE_IPV4:`
+    /// still reports the column it has in the file.
+    cols: HashMap<usize, Vec<ColSeg>>,
+}
+
+/// From output column `out` on, columns map to `orig` (+ offset when
+/// `verbatim`; a macro's expansion maps entirely to the macro's name).
+#[derive(Clone, Copy, Debug)]
+struct ColSeg {
+    out: u32,
+    orig: u32,
+    verbatim: bool,
 }
 
 impl Source {
     /// The span of column `col` (1-based) of output line `idx` (0-based).
     pub fn span(&self, idx: usize, col: u32) -> Span {
+        let col = match self
+            .cols
+            .get(&idx)
+            .and_then(|m| m.iter().rev().find(|s| s.out <= col))
+        {
+            Some(s) if s.verbatim => s.orig.saturating_add(col - s.out),
+            Some(s) => s.orig,
+            None => col,
+        };
         match self.lines.get(idx).or(self.lines.last()) {
             Some((f, l)) => Span {
                 file: f.clone(),
@@ -79,6 +101,7 @@ struct Pre<'a> {
     once: HashSet<PathBuf>,
     out: String,
     lines: Vec<(Arc<str>, u32)>,
+    cols: HashMap<usize, Vec<ColSeg>>,
     depth: usize,
     expansions: std::cell::Cell<usize>,
 }
@@ -213,6 +236,7 @@ impl<'a> Pre<'a> {
             once: HashSet::new(),
             out: String::new(),
             lines: Vec::new(),
+            cols: HashMap::new(),
             depth: 0,
             expansions: std::cell::Cell::new(0),
         }
@@ -222,6 +246,7 @@ impl<'a> Pre<'a> {
         Source {
             text: self.out,
             lines: self.lines,
+            cols: self.cols,
         }
     }
 
@@ -351,7 +376,8 @@ impl<'a> Pre<'a> {
             }
             if active {
                 let mut text = content.clone();
-                let mut exp = self.expand(&text, &mut Vec::new(), 0);
+                let mut segs = Vec::new();
+                let mut exp = self.expand_at(&text, &mut Vec::new(), 0, Some(&mut segs));
                 // A macro call whose arguments continue on the next lines
                 // (as cpp allows): join them (the tokens land on the call's
                 // line) until the call closes.
@@ -365,10 +391,14 @@ impl<'a> Pre<'a> {
                     text.push_str(&logical[k].1);
                     k += 1;
                     joined += 1;
-                    exp = self.expand(&text, &mut Vec::new(), 0);
+                    segs.clear();
+                    exp = self.expand_at(&text, &mut Vec::new(), 0, Some(&mut segs));
                 }
                 let exp =
                     exp.map_err(|m| FrontError::at(ErrorKind::Preprocess, name, line, 1, m))?;
+                if !segs.is_empty() && !exp.contains('\n') {
+                    self.cols.insert(self.lines.len(), segs);
+                }
                 for l in exp.split('\n') {
                     self.emit(name, line, l);
                 }
@@ -502,6 +532,18 @@ impl<'a> Pre<'a> {
     /// Expands macros in `text` (not inside strings). `hide` holds the
     /// macros being expanded (no recursion, as in C).
     fn expand(&self, text: &str, hide: &mut Vec<String>, depth: usize) -> Result<String, String> {
+        self.expand_at(text, hide, depth, None)
+    }
+
+    /// [`Self::expand`], recording in `segs` (top level only) where the
+    /// output's columns come from.
+    fn expand_at(
+        &self,
+        text: &str,
+        hide: &mut Vec<String>,
+        depth: usize,
+        mut segs: Option<&mut Vec<ColSeg>>,
+    ) -> Result<String, String> {
         if depth > MAX_EXPAND_DEPTH {
             return Err("macro expansion nested too deeply".into());
         }
@@ -577,7 +619,28 @@ impl<'a> Pre<'a> {
                 hide.push(id);
                 let r = self.expand(&body, hide, depth + 1);
                 hide.pop();
+                let before = out.chars().count() as u32 + 1;
                 out.push_str(&r?);
+                if let Some(segs) = segs.as_deref_mut() {
+                    if segs.is_empty() {
+                        segs.push(ColSeg {
+                            out: 1,
+                            orig: 1,
+                            verbatim: true,
+                        });
+                    }
+                    segs.push(ColSeg {
+                        out: before,
+                        orig: s as u32 + 1,
+                        verbatim: false,
+                    });
+                    let after = out.chars().count() as u32 + 1;
+                    segs.push(ColSeg {
+                        out: after,
+                        orig: i as u32 + 1,
+                        verbatim: true,
+                    });
+                }
                 if out.len() > MAX_OUTPUT {
                     return Err("macro expansion too large".into());
                 }
