@@ -111,6 +111,8 @@ pub(crate) struct Run<'a> {
 }
 
 const MAX_STEPS: u64 = 200_000;
+/// Recursion bound of [`Run::enter`].
+const MAX_DEPTH: u32 = 256;
 
 impl<'a> Run<'a> {
     pub fn new(
@@ -253,7 +255,27 @@ impl<'a> Run<'a> {
 
     /// Evaluates `e` without recording anything (callers record).
     pub fn eval(&mut self, e: &Expr) -> R<Value> {
+        self.enter()?;
+        let r = self.eval_inner(e);
+        self.depth -= 1;
+        r
+    }
+
+    /// Bounds the interpreter's recursion (nested expressions,
+    /// statements and calls) so that no program can overflow the stack.
+    fn enter(&mut self) -> R<()> {
         self.tick()?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth -= 1;
+            return fail(format!(
+                "nesting deeper than {MAX_DEPTH} (expressions, statements and calls)"
+            ));
+        }
+        Ok(())
+    }
+
+    fn eval_inner(&mut self, e: &Expr) -> R<Value> {
         match e {
             Expr::Int(lit, _) => Ok(crate::check::int_lit(lit)),
             Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
@@ -527,7 +549,13 @@ impl<'a> Run<'a> {
     }
 
     pub fn exec(&mut self, s: &Stmt) -> R<()> {
-        self.tick()?;
+        self.enter()?;
+        let r = self.exec_inner(s);
+        self.depth -= 1;
+        r
+    }
+
+    fn exec_inner(&mut self, s: &Stmt) -> R<()> {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
                 let v = self.eval(rhs)?;
@@ -633,11 +661,7 @@ impl<'a> Run<'a> {
         args: &[Arg],
         span: &crate::ast::Span,
     ) -> R<Value> {
-        self.depth += 1;
-        if self.depth > 64 {
-            self.depth -= 1;
-            return fail(format!("{span}: call depth exceeded"));
-        }
+        self.enter()?;
         let r = self.call_inner(func, type_args, args, span);
         self.depth -= 1;
         r
