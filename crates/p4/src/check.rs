@@ -61,8 +61,9 @@ pub(crate) enum Ty {
     /// Struct or header union.
     Struct(Arc<Agg>),
     Stack(Box<Ty>, usize),
-    /// Non-serializable enum.
-    Enum(Arc<str>),
+    /// Non-serializable enum: name and first member (the value a fresh
+    /// variable holds).
+    Enum(Arc<str>, Arc<str>),
     Tuple(Vec<Ty>),
     /// Extern, parser, control, package, `packet_in`/`packet_out`, or a
     /// type parameter.
@@ -107,7 +108,7 @@ impl Ty {
                 elems: (0..*n).map(|_| e.default_value()).collect(),
                 next: 0,
             })),
-            Ty::Enum(n) => Value::Enum(n.clone(), Arc::from("")),
+            Ty::Enum(n, first) => Value::Enum(n.clone(), first.clone()),
             Ty::Tuple(ts) => Value::Tuple(ts.iter().map(Ty::default_value).collect()),
             Ty::Void | Ty::MatchKind | Ty::Named(_) => Value::Void,
         }
@@ -364,7 +365,10 @@ pub(crate) fn resolve_type(
             if let Some(e) = g.enums.get(n) {
                 return Ok(match e.underlying {
                     Some((w, s)) => Ty::Bits(w, s),
-                    None => Ty::Enum(Arc::from(n)),
+                    None => Ty::Enum(
+                        Arc::from(n),
+                        Arc::from(e.members.first().map(|m| m.0.as_str()).unwrap_or("")),
+                    ),
                 });
             }
             Ty::Named(n.to_string())

@@ -294,3 +294,10 @@ fn ids_match_p4c_p4info() {
     assert_eq!(c.id, 304351549);
     assert_eq!(p.table_info("tbl").unwrap().id, 34888878);
 }
+
+#[test]
+fn pipeline_is_send() {
+    fn send<T: Send>() {}
+    send::<nicflow_p4::Pipeline>();
+    send::<nicflow_p4::Outcome>();
+}

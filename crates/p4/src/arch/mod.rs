@@ -143,6 +143,8 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
             set_field(v, "input_port", c.in_port as u128, port_src);
             set_field(v, "timestamp", 0, Src::Tainted("p4-timestamp"));
             set_field(v, "recirculated", (c.pass > 0) as u128, Src::None);
+            // Packets enter from the network side.
+            set_enum_field(v, "direction", "NET_TO_HOST");
         }
         "standard_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);

@@ -83,6 +83,9 @@ pub(crate) struct State {
     pub idle_timeout_ns: u64,
     /// Internal errors (counted drops).
     pub errors: u64,
+    /// Latest time seen by process()/credit(): entries added by the
+    /// control plane start their idle timer there.
+    pub clock: u64,
     /// v1model clone sessions: session -> port.
     pub mirror: std::collections::HashMap<u32, u32>,
     /// Multicast groups: group -> (port, rid) copies.
@@ -135,6 +138,7 @@ impl State {
             rng: 0x9e37_79b9_7f4a_7c15,
             idle_timeout_ns: 30_000_000_000,
             errors: 0,
+            clock: 0,
             mirror: Default::default(),
             mcast: Default::default(),
         }
@@ -197,6 +201,7 @@ impl Pipeline {
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
+        self.st.clock = self.st.clock.max(now_ns);
         let mut out =
             crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
         if out.trace.error.is_some() {
@@ -239,6 +244,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         rng: 1,
         idle_timeout_ns: 0,
         errors: 0,
+        clock: 0,
         mirror: Default::default(),
         mcast: Default::default(),
     };

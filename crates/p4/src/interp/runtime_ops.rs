@@ -351,7 +351,8 @@ impl Pipeline {
 
     pub fn table_add(&mut self, table: &str, spec: EntrySpec) -> Result<EntryId, RuntimeError> {
         let t = find_table(&self.prog, table)?;
-        add_entry_spec(&self.prog, &mut self.st, t, spec, 0)
+        let now = self.st.clock;
+        add_entry_spec(&self.prog, &mut self.st, t, spec, now)
     }
 
     /// Replaces the action and parameters of an entry.
@@ -559,6 +560,7 @@ impl Pipeline {
     /// Credits cache hits of a cached run: its counters get `packets` and
     /// `bytes`, the table entries it hit get `now_ns` as last-hit time.
     pub fn credit(&mut self, trace: &Trace, packets: u64, bytes: u64, now_ns: u64) {
+        self.st.clock = self.st.clock.max(now_ns);
         for c in &trace.counters {
             match c {
                 CounterRef::Indexed { name, index } => {
@@ -606,7 +608,9 @@ impl Pipeline {
         self.st.idle_timeout_ns = timeout_ns;
     }
 
-    /// Entries of idle-timeout tables not hit for the timeout as of `now_ns`.
+    /// Entries of idle-timeout tables not hit (nor added) for the timeout
+    /// as of `now_ns`. Control-plane entries start their timer at the
+    /// latest time process()/credit()/this call saw.
     pub fn expired_entries(&self, now_ns: u64) -> Vec<(String, EntryId)> {
         let mut out = Vec::new();
         for (t, td) in self.prog.tables.iter().enumerate() {
