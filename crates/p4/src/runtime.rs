@@ -109,6 +109,60 @@ pub struct TableInfo {
     pub direct_meter: Option<String>,
 }
 
+impl TableInfo {
+    /// Position of the key element `name`: the expression as written,
+    /// its `@name`, or a dotted suffix of the expression (`ipv4.dstAddr`
+    /// for `hdr.ipv4.dstAddr`; `$` stack notation is the caller's to
+    /// translate). Ambiguous suffixes are an error.
+    pub fn key_index(&self, name: &str) -> Result<usize, RuntimeError> {
+        if let Some(i) = self.keys.iter().position(|k| k.is_named(name)) {
+            return Ok(i);
+        }
+        let suffix = format!(".{name}");
+        let hits: Vec<usize> = (0..self.keys.len())
+            .filter(|i| self.keys[*i].name.ends_with(&suffix))
+            .collect();
+        match hits.as_slice() {
+            [i] => Ok(*i),
+            [] => Err(RuntimeError::BadKey {
+                table: self.name.clone(),
+                key: name.into(),
+                msg: format!(
+                    "no such key (keys: {})",
+                    self.keys
+                        .iter()
+                        .map(|k| k.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+            _ => Err(RuntimeError::BadKey {
+                table: self.name.clone(),
+                key: name.into(),
+                msg: "ambiguous key name".into(),
+            }),
+        }
+    }
+
+    /// The action `name` of this table (qualified name or dotted suffix).
+    pub fn action(&self, name: &str) -> Result<&ActionInfo, RuntimeError> {
+        let q = resolve_suffix(name, self.actions.iter().map(|a| a.name.as_str())).ok();
+        self.actions
+            .iter()
+            .find(|a| Some(a.name.as_str()) == q)
+            .ok_or_else(|| RuntimeError::UnknownAction {
+                table: self.name.clone(),
+                action: name.into(),
+                allowed: self
+                    .actions
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExternKind {
     Counter,

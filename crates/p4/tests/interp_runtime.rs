@@ -301,3 +301,41 @@ fn pipeline_is_send() {
     send::<nicflow_p4::Pipeline>();
     send::<nicflow_p4::Outcome>();
 }
+
+#[test]
+fn netronome_ipv6_forward_names_resolve() {
+    let Some(mut p) = load("netronome/ipv6_forward.p4") else {
+        return;
+    };
+    assert_eq!(p.arch(), nicflow_p4::Arch::V1Model);
+    // user_config.json spells ingress::ipv6_lpm and ipv6.dst_addr.
+    let t = p.table_info("ingress.ipv6_lpm").unwrap();
+    let k = t.key_index("ipv6.dst_addr").unwrap();
+    assert_eq!(t.keys[k].width, 128);
+    let a = t.action("ipv6_forward").unwrap();
+    assert_eq!(a.params.len(), 2);
+    let mut keys = vec![KeyMatch::Any; t.keys.len()];
+    keys[k] = KeyMatch::Exact(BigUint::from(0xfc00u128 << 112 | 1));
+    p.table_add(
+        "ipv6_lpm",
+        EntrySpec {
+            keys,
+            action: a.name.clone(),
+            params: vec![("dstAddr".into(), n(0x00154d000000)), ("port".into(), n(5))],
+            priority: None,
+        },
+    )
+    .unwrap();
+    // An IPv6 packet to fc00::1.
+    let mut pkt = hex("000000000001 000000000002 86dd 60000000 0000 3b 40");
+    pkt.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+    pkt.extend_from_slice(&[0; 12]);
+    pkt.extend_from_slice(&[0xfc, 0]);
+    pkt.extend_from_slice(&[0; 13]);
+    pkt.push(1);
+    let out = p.process(0, &pkt, 1);
+    assert!(out.trace.error.is_none(), "{:?}", out.trace.error);
+    assert_eq!(out.outputs.len(), 1, "{:?}", out.trace);
+    assert_eq!(out.outputs[0].0, 5);
+    assert_eq!(&out.outputs[0].1[..6], &[0, 0x15, 0x4d, 0, 0, 0]);
+}

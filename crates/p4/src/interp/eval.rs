@@ -239,6 +239,16 @@ impl<'a> Run<'a> {
         None
     }
 
+    /// The innermost variable holding a struct of type `ty`.
+    pub fn find_struct_mut(&mut self, ty: &str) -> Option<&mut Value> {
+        self.frames
+            .iter_mut()
+            .rev()
+            .flat_map(|f| f.iter_mut().rev())
+            .map(|(_, v)| v)
+            .find(|v| matches!(v, Value::Struct(n, _, _) if &**n == ty))
+    }
+
     fn local(&self, name: &str) -> Option<&'a Local> {
         let p: &'a Prog = self.p;
         self.block.and_then(|b| p.blocks[b].locals.get(name))

@@ -396,10 +396,16 @@ impl Run<'_> {
                 Ok(Value::Bool(name == "is_net_port", Src::None))
             }
             "mark_to_drop" => {
-                let a = args.first().ok_or(Ctl::Fail(format!(
-                    "{span}: mark_to_drop needs standard_metadata"
-                )))?;
-                let target = self.lvalue(&a.value)?;
+                // `mark_to_drop()` without argument (older v1model, the
+                // Netronome dialect): the standard_metadata in scope.
+                let target = match args.first() {
+                    Some(a) => self.lvalue(&a.value)?,
+                    None => self
+                        .find_struct_mut("standard_metadata_t")
+                        .ok_or(Ctl::Fail(format!(
+                            "{span}: mark_to_drop() without standard_metadata in scope"
+                        )))?,
+                };
                 if let Some(Value::Bits(b)) = target.field_mut("egress_spec") {
                     b.v = crate::arch::V1_DROP_PORT as u128 & mask(b.width);
                     b.src = Src::None;

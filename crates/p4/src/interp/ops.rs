@@ -353,10 +353,9 @@ pub fn coerce_like(target: &Value, v: Value) -> Result<Value, String> {
     match (target, v) {
         (Value::Bits(t), Value::Bits(b)) => {
             if t.width != b.width {
-                return Err(format!(
-                    "cannot assign a {}-bit value to a {}-bit location",
-                    b.width, t.width
-                ));
+                // p4c refuses this; some target dialects (Netronome's
+                // v1model programs) rely on it: converted as by a cast.
+                return cast(&Ty::Bits(t.width, t.signed), Value::Bits(b));
             }
             Ok(Value::Bits(Bits {
                 signed: t.signed,

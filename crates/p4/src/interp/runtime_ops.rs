@@ -18,8 +18,45 @@ fn to_u128(v: &BigUint, width: u32) -> Option<u128> {
     v.to_u128()
 }
 
+/// Control-plane spellings of qualified names: `::` separators
+/// (Netronome's `ingress::ipv6_lpm`) and a first component naming the
+/// block by its role (`ingress`/`egress`, or the package parameter name
+/// such as `ig`) instead of its type (`MyIngress`).
+pub(crate) fn canonical(p: &Prog, name: &str) -> String {
+    let name = name.replace("::", ".");
+    let Some((first, rest)) = name.split_once('.') else {
+        return name;
+    };
+    if p.blocks.iter().any(|b| b.qname == first) {
+        return name;
+    }
+    let role = |i: usize| {
+        p.main_blocks
+            .get(i)
+            .map(|(_, b)| p.blocks[*b].qname.clone())
+    };
+    let by_role = match (p.package.as_str(), first) {
+        ("V1Switch", "ingress") => role(2),
+        ("V1Switch", "egress") => role(3),
+        ("PSA_Switch", "ingress") => role(1),
+        ("PSA_Switch", "egress") => role(4),
+        ("PNA_NIC", "main") => role(p.main_blocks.len().saturating_sub(2)),
+        _ => None,
+    };
+    let by_param = p
+        .main_blocks
+        .iter()
+        .find(|(pn, _)| pn == first || pn.rsplit('.').next() == Some(first))
+        .map(|(_, b)| p.blocks[*b].qname.clone());
+    match by_role.or(by_param) {
+        Some(q) => format!("{q}.{rest}"),
+        None => name,
+    }
+}
+
 pub(crate) fn find_table(p: &Prog, name: &str) -> Result<usize, RuntimeError> {
-    match resolve_suffix(name, p.tables.iter().map(|t| t.info.name.as_str())) {
+    let canon = canonical(p, name);
+    match resolve_suffix(&canon, p.tables.iter().map(|t| t.info.name.as_str())) {
         Ok(n) => Ok(p.tables.iter().position(|t| t.info.name == n).unwrap_or(0)),
         Err(None) => Err(RuntimeError::UnknownTable(name.into())),
         Err(Some(c)) => Err(RuntimeError::AmbiguousTable(name.into(), c)),
@@ -32,6 +69,8 @@ fn find_extern(
     kinds: &[&str],
     kind: &'static str,
 ) -> Result<usize, RuntimeError> {
+    let canon = canonical(p, name);
+    let name = canon.as_str();
     let cands: Vec<(usize, &str)> = p
         .externs
         .iter()
@@ -59,7 +98,8 @@ fn resolve_action(
     let td = &p.tables[t];
     let tname = td.info.name.clone();
     let names: Vec<&str> = td.info.actions.iter().map(|a| a.name.as_str()).collect();
-    let qn = match resolve_suffix(action, names.iter().copied()) {
+    let canon = canonical(p, action);
+    let qn = match resolve_suffix(&canon, names.iter().copied()) {
         Ok(n) => n,
         Err(_) => {
             return Err(RuntimeError::UnknownAction {
