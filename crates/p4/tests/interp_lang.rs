@@ -282,3 +282,39 @@ fn ternary_runtime_priorities_larger_wins() {
     // The higher-priority entry's mask (all 8 bits) was examined.
     assert!(o.trace.covers(0, 8));
 }
+
+#[test]
+fn header_unions_keep_one_member_valid() {
+    let Some(mut p) = build_top(
+        "header u1_t { bit<8> x; } header u2_t { bit<16> y; } header_union u_t { u1_t a; u2_t b; }",
+        SIMPLE_PARSER,
+        r#"
+        apply {
+            u_t u;
+            u.a.setValid();
+            u.a.x = 1;
+            u.b.setValid();
+            hdr.h.a = u.a.isValid() ? 8w1 : 8w0;
+            hdr.h.b = u.b.isValid() ? 8w1 : 8w0;
+            hdr.h.c = (bit<16>)(bit<8>)(u.isValid() ? 1 : 0);
+            sm.egress_spec = 1;
+        }"#,
+    ) else {
+        return;
+    };
+    let (_, out) = run(&mut p, &[9, 9, 9, 9, 0, 0, 0, 0]);
+    assert_eq!(&out[..4], &[0, 1, 0, 1]);
+}
+
+#[test]
+fn v1model_packet_length_is_the_length_and_uncacheable() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        "apply { hdr.h.d = sm.packet_length; sm.egress_spec = 1; }",
+    ) else {
+        return;
+    };
+    let o = p.process(0, &[0; 20], 1);
+    assert_eq!(&o.outputs[0].1[4..8], &[0, 0, 0, 20]);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-packet-length"));
+}

@@ -127,6 +127,8 @@ struct Ctx {
     egress_port: u32,
     /// v1model instance_type.
     itype: u32,
+    /// Length in bytes of the packet entering the pass.
+    len: u32,
 }
 
 /// Initial value of an architecture metadata struct.
@@ -148,7 +150,21 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         }
         "standard_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
-            set_field(v, "packet_length", 0, Src::Tainted("p4-packet-length"));
+            set_field(
+                v,
+                "packet_length",
+                c.len as u128,
+                Src::Tainted("p4-packet-length"),
+            );
+            // Queueing state: per packet, never cacheable.
+            set_field(v, "enq_qdepth", 0, Src::Tainted("p4-metadata:enq_qdepth"));
+            set_field(v, "deq_qdepth", 0, Src::Tainted("p4-metadata:deq_qdepth"));
+            set_field(
+                v,
+                "deq_timedelta",
+                0,
+                Src::Tainted("p4-metadata:deq_timedelta"),
+            );
             set_field(
                 v,
                 "ingress_global_timestamp",
@@ -320,6 +336,7 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         pass: 0,
         egress_port: 0,
         itype: 0,
+        len: run.pkt.len() as u32,
     };
     let mut sh = Shared {
         vals: HashMap::new(),
@@ -398,6 +415,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     pass: (jobs > 1) as u32,
                     egress_port: 0,
                     itype,
+                    len: pkt.len() as u32,
                 };
                 run.first_pass = jobs == 1;
                 run.pkt = pkt;
@@ -488,6 +506,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     pass: (jobs > 2) as u32,
                     egress_port: port,
                     itype,
+                    len: run.pkt.len() as u32,
                 };
                 run.pkt = pkt;
                 run.pos = pos;
@@ -551,6 +570,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             pass,
             egress_port: 0,
             itype: 0,
+            len: run.pkt.len() as u32,
         };
         run.pos = 0;
         let mut sh = Shared {
@@ -601,6 +621,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
             pass,
             egress_port,
             itype: 0,
+            len: run.pkt.len() as u32,
         };
         run.pkt = bytes;
         run.pos = 0;

@@ -706,6 +706,25 @@ impl<'a> Run<'a> {
                     }
                     "setValid" | "setInvalid" => {
                         let valid = name == "setValid";
+                        // A header union member: the others become invalid.
+                        if let Expr::Member(parent, member) = &**obj {
+                            let p = self.p;
+                            if let Value::Struct(ty, names, fields) = self.lvalue(parent)? {
+                                let is_union =
+                                    p.g.aggs
+                                        .get(&**ty)
+                                        .map(|a| a.kind == crate::ast::AggregateKind::HeaderUnion)
+                                        .unwrap_or(false);
+                                if is_union {
+                                    for (n, f) in names.iter().zip(fields.iter_mut()) {
+                                        if let Value::Header(h) = f {
+                                            h.valid = *n == member.name && valid;
+                                        }
+                                    }
+                                    return Ok(Value::Void);
+                                }
+                            }
+                        }
                         match self.lvalue(obj)? {
                             Value::Header(h) => h.valid = valid,
                             o => return fail(format!("{span}: {name} on a {}", o.type_name())),
