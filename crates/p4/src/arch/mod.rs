@@ -129,6 +129,8 @@ struct Ctx {
     itype: u32,
     /// Length in bytes of the packet entering the pass.
     len: u32,
+    /// PSA packet_path member.
+    path: &'static str,
 }
 
 /// Initial value of an architecture metadata struct.
@@ -182,11 +184,7 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         }
         "psa_ingress_parser_input_metadata_t" | "psa_ingress_input_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
-            set_enum_field(
-                v,
-                "packet_path",
-                if c.pass > 0 { "RECIRCULATE" } else { "NORMAL" },
-            );
+            set_enum_field(v, "packet_path", c.path);
             set_field(v, "ingress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         "psa_ingress_output_metadata_t" => {
@@ -196,7 +194,8 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         | "psa_egress_input_metadata_t"
         | "psa_egress_deparser_input_metadata_t" => {
             set_field(v, "egress_port", c.egress_port as u128, Src::None);
-            set_enum_field(v, "packet_path", "NORMAL_UNICAST");
+            set_enum_field(v, "packet_path", c.path);
+            set_field(v, "instance", c.itype as u128, Src::None);
             set_field(v, "egress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         _ => {}
@@ -337,6 +336,7 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         egress_port: 0,
         itype: 0,
         len: run.pkt.len() as u32,
+        path: "NORMAL",
     };
     let mut sh = Shared {
         vals: HashMap::new(),
@@ -416,6 +416,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     egress_port: 0,
                     itype,
                     len: pkt.len() as u32,
+                    path: "NORMAL",
                 };
                 run.first_pass = jobs == 1;
                 run.pkt = pkt;
@@ -507,6 +508,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     egress_port: port,
                     itype,
                     len: run.pkt.len() as u32,
+                    path: "NORMAL",
                 };
                 run.pkt = pkt;
                 run.pos = pos;
@@ -558,104 +560,168 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
     Ok(outputs)
 }
 
+/// One unit of PSA work.
+enum PsaJob {
+    Ingress {
+        pkt: Vec<u8>,
+        in_port: u32,
+        path: &'static str,
+    },
+    Egress {
+        pkt: Vec<u8>,
+        port: u32,
+        path: &'static str,
+        instance: u32,
+    },
+}
+
 fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
-    let mut in_port = run.in_port;
-    for pass in 0..MAX_PASSES {
-        run.first_pass = pass == 0;
-        if pass > 0 {
-            run.tr.set_uncacheable("p4-recirculate");
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(PsaJob::Ingress {
+        pkt: run.pkt.clone(),
+        in_port: run.in_port,
+        path: "NORMAL",
+    });
+    let mut outputs = Vec::new();
+    let mut jobs = 0u32;
+    while let Some(job) = queue.pop_front() {
+        jobs += 1;
+        if jobs > 4 * MAX_PASSES {
+            return Err(Ctl::Fail(format!(
+                "more than {} PSA passes (resubmit/recirculate loop?)",
+                4 * MAX_PASSES
+            )));
         }
-        let c = Ctx {
-            in_port,
-            pass,
-            egress_port: 0,
-            itype: 0,
-            len: run.pkt.len() as u32,
-        };
-        run.pos = 0;
-        let mut sh = Shared {
-            vals: HashMap::new(),
-        };
-        let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut sh, "psa_ingress_input_metadata_t", e);
-            let mut v = sh
-                .vals
-                .remove("psa_ingress_input_metadata_t")
-                .unwrap_or(Value::Void);
-            if matches!(v, Value::Void) {
-                let ty = p_type(run, block_at(run, 1), "psa_ingress_input_metadata_t");
-                if let Some(t) = ty {
-                    v = t.default_value();
-                    init_meta(Arch::Psa, "psa_ingress_input_metadata_t", &mut v, &c);
-                    if let Some(Value::Error(er, _)) = v.field_mut("parser_error") {
-                        *er = Arc::from(e.as_str());
+        match job {
+            PsaJob::Ingress { pkt, in_port, path } => {
+                let c = Ctx {
+                    in_port,
+                    pass: (jobs > 1) as u32,
+                    egress_port: 0,
+                    itype: 0,
+                    len: pkt.len() as u32,
+                    path,
+                };
+                run.first_pass = jobs == 1;
+                run.reparse_tag = "p4-recirculate";
+                run.pkt = pkt;
+                run.pos = 0;
+                let original = run.pkt.clone();
+                let mut sh = Shared {
+                    vals: HashMap::new(),
+                };
+                let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
+                if let Some(e) = &rej {
+                    let key = "psa_ingress_input_metadata_t";
+                    if !sh.vals.contains_key(key) {
+                        if let Some(t) = p_type(run, block_at(run, 1), key) {
+                            let mut v = t.default_value();
+                            init_meta(Arch::Psa, key, &mut v, &c);
+                            sh.vals.insert(key.into(), v);
+                        }
                     }
+                    set_parser_error(&mut sh, key, e);
                 }
+                run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
+                run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
+                let bytes = deparsed(run)?;
+                let ostd = sh
+                    .vals
+                    .get("psa_ingress_output_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&ostd, "clone").unwrap_or(0) != 0 {
+                    // Clone sessions are not modelled for PSA.
+                    run.tr.set_uncacheable("p4-clone");
+                }
+                if get_field(&ostd, "drop").unwrap_or(1) != 0 {
+                    continue;
+                }
+                if get_field(&ostd, "resubmit").unwrap_or(0) != 0 {
+                    run.tr.set_uncacheable("p4-resubmit");
+                    queue.push_back(PsaJob::Ingress {
+                        pkt: original,
+                        in_port,
+                        path: "RESUBMIT",
+                    });
+                    continue;
+                }
+                let grp = get_field(&ostd, "multicast_group").unwrap_or(0) as u32;
+                if grp != 0 {
+                    run.tr.set_uncacheable("p4-multicast");
+                    for (port, rid) in run.st.mcast.get(&grp).cloned().unwrap_or_default() {
+                        queue.push_back(PsaJob::Egress {
+                            pkt: bytes.clone(),
+                            port,
+                            path: "NORMAL_MULTICAST",
+                            instance: rid,
+                        });
+                    }
+                    continue;
+                }
+                let port = get_field(&ostd, "egress_port").unwrap_or(0) as u32;
+                queue.push_back(PsaJob::Egress {
+                    pkt: bytes,
+                    port,
+                    path: "NORMAL_UNICAST",
+                    instance: 0,
+                });
             }
-            sh.vals.insert("psa_ingress_input_metadata_t".into(), v);
+            PsaJob::Egress {
+                pkt,
+                port,
+                path,
+                instance,
+            } => {
+                let ce = Ctx {
+                    in_port: run.in_port,
+                    pass: 1,
+                    egress_port: port,
+                    itype: instance,
+                    len: pkt.len() as u32,
+                    path,
+                };
+                // The egress parser reads the ingress deparser's output:
+                // its bits have no offset in the packet as received.
+                run.first_pass = false;
+                run.reparse_tag = "p4-egress-reparse";
+                run.pkt = pkt;
+                run.pos = 0;
+                let mut she = Shared {
+                    vals: HashMap::new(),
+                };
+                let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
+                if let Some(e) = &rej {
+                    set_parser_error(&mut she, "psa_egress_input_metadata_t", e);
+                }
+                run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
+                run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
+                let bytes = deparsed(run)?;
+                let eostd = she
+                    .vals
+                    .get("psa_egress_output_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&eostd, "clone").unwrap_or(0) != 0 {
+                    run.tr.set_uncacheable("p4-clone");
+                }
+                if get_field(&eostd, "drop").unwrap_or(0) != 0 {
+                    continue;
+                }
+                if port == PSA_PORT_RECIRCULATE {
+                    run.tr.set_uncacheable("p4-recirculate");
+                    queue.push_back(PsaJob::Ingress {
+                        pkt: bytes,
+                        in_port: PSA_PORT_RECIRCULATE,
+                        path: "RECIRCULATE",
+                    });
+                    continue;
+                }
+                outputs.push((port, bytes));
+            }
         }
-        run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
-        run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
-        let bytes = deparsed(run)?;
-        let ostd = sh
-            .vals
-            .get("psa_ingress_output_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&ostd, "drop").unwrap_or(1) != 0 {
-            return Ok(vec![]);
-        }
-        if get_field(&ostd, "resubmit").unwrap_or(0) != 0
-            || get_field(&ostd, "clone").unwrap_or(0) != 0
-        {
-            run.tr.set_uncacheable("p4-clone");
-        }
-        if get_field(&ostd, "multicast_group").unwrap_or(0) != 0 {
-            return Err(Ctl::Fail("unsupported: PSA multicast".into()));
-        }
-        let egress_port = get_field(&ostd, "egress_port").unwrap_or(0) as u32;
-        // Egress pipeline on the deparsed packet.
-        let ce = Ctx {
-            in_port,
-            pass,
-            egress_port,
-            itype: 0,
-            len: run.pkt.len() as u32,
-        };
-        run.pkt = bytes;
-        run.pos = 0;
-        run.first_pass = false;
-        let mut she = Shared {
-            vals: HashMap::new(),
-        };
-        // The egress blocks are main_blocks 3.. (ingress.{parser,control,deparser}, egress.{...}).
-        let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut she, "psa_egress_input_metadata_t", e);
-        }
-        run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
-        run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
-        let bytes = deparsed(run)?;
-        let eostd = she
-            .vals
-            .get("psa_egress_output_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&eostd, "drop").unwrap_or(0) != 0 {
-            return Ok(vec![]);
-        }
-        if egress_port == PSA_PORT_RECIRCULATE {
-            run.tr.set_uncacheable("p4-recirculate");
-            run.pkt = bytes;
-            in_port = PSA_PORT_RECIRCULATE;
-            continue;
-        }
-        return Ok(vec![(egress_port, bytes)]);
     }
-    Err(Ctl::Fail(format!(
-        "more than {MAX_PASSES} recirculation passes"
-    )))
+    Ok(outputs)
 }
 
 fn p_type(run: &Run, b: usize, key: &str) -> Option<Ty> {

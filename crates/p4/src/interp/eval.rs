@@ -105,6 +105,9 @@ pub(crate) struct Run<'a> {
     pub reject_vals: Option<Vec<Value>>,
     /// A v1model verify_checksum failed.
     pub checksum_error: bool,
+    /// Taint of bits extracted outside the first pass (not offsets of
+    /// the packet as received).
+    pub reparse_tag: &'static str,
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
@@ -143,6 +146,7 @@ impl<'a> Run<'a> {
             reject_vals: None,
             checksum_error: false,
             quiet: 0,
+            reparse_tag: "p4-recirculate",
         }
     }
 
@@ -1185,6 +1189,7 @@ impl<'a> Run<'a> {
                 let pos = self.pos;
                 let data_len = self.pkt.len() as u64 * 8;
                 let first = self.first_pass;
+                let reparse_tag = self.reparse_tag;
                 let pkt = std::mem::take(&mut self.pkt);
                 let r = (|| {
                     let h = self.lvalue(target)?;
@@ -1215,7 +1220,7 @@ impl<'a> Run<'a> {
                                 b.src = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += b.width as u64;
                             }
@@ -1224,7 +1229,7 @@ impl<'a> Run<'a> {
                                 *s = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += 1;
                             }
@@ -1239,7 +1244,7 @@ impl<'a> Run<'a> {
                                 vb.src = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += l;
                             }
@@ -1283,7 +1288,8 @@ impl<'a> Run<'a> {
                 }
                 let mut off = self.pos;
                 let first = self.first_pass;
-                fill_from_packet(&mut v, &self.pkt, &mut off, first);
+                let reparse_tag = self.reparse_tag;
+                fill_from_packet(&mut v, &self.pkt, &mut off, first, reparse_tag);
                 if let Value::Header(h) = &mut v {
                     h.valid = true;
                 }
@@ -1392,14 +1398,20 @@ impl<'a> Run<'a> {
 }
 
 /// Fills scalars of `v` from the packet at bit `off` (lookahead).
-fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
+fn fill_from_packet(
+    v: &mut Value,
+    pkt: &[u8],
+    off: &mut u64,
+    first: bool,
+    reparse_tag: &'static str,
+) {
     match v {
         Value::Bits(b) => {
             b.v = read_bits(pkt, *off, b.width);
             b.src = if first {
                 Src::Packet(*off as u32)
             } else {
-                Src::Tainted("p4-recirculate")
+                Src::Tainted(reparse_tag)
             };
             *off += b.width as u64;
         }
@@ -1408,17 +1420,17 @@ fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
             *s = if first {
                 Src::Packet(*off as u32)
             } else {
-                Src::Tainted("p4-recirculate")
+                Src::Tainted(reparse_tag)
             };
             *off += 1;
         }
         Value::Header(h) => h
             .fields
             .iter_mut()
-            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+            .for_each(|f| fill_from_packet(f, pkt, off, first, reparse_tag)),
         Value::Struct(_, _, fs) => fs
             .iter_mut()
-            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+            .for_each(|f| fill_from_packet(f, pkt, off, first, reparse_tag)),
         _ => {}
     }
 }

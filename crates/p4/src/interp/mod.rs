@@ -207,6 +207,8 @@ impl Pipeline {
         if out.trace.error.is_some() {
             self.st.errors += 1;
             out.outputs.clear();
+            // An internal error is never cached: the next packet reports it again.
+            out.trace.uncacheable = Some("p4-error".into());
         }
         out.trace.normalize();
         out
