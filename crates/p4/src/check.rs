@@ -1058,6 +1058,9 @@ fn instantiate_block(
                     .iter()
                     .map(|a| const_eval(&prog.g, &a.value, Some(&prog.blocks[bidx].locals)))
                     .collect::<Result<_, _>>()?;
+                if tname == "value_set" {
+                    return unsupported(&i.span, "parser value_set");
+                }
                 if prog.g.parsers.contains_key(&tname) || prog.g.controls.contains_key(&tname) {
                     let b = instantiate_block(prog, &tname, &sub_q, args, &i.span, depth + 1)?;
                     prog.blocks[bidx]
@@ -1379,6 +1382,10 @@ fn build_const_entry(
                 Value::Bits(b) => Ok(b.v & m),
                 Value::Int(i) => Ok(big_to_u128(&i) & m),
                 Value::Bool(b, _) => Ok(b as u128),
+                Value::Error(e, _) => {
+                    Ok(prog.g.errors.iter().position(|n| **n == *e).unwrap_or(0) as u128)
+                }
+                Value::Enum(t, m) => Ok(enum_index(&prog.g, &t, &m)),
                 _ => check_err(x.span(), "entry key is not an integer"),
             }
         };
@@ -1647,4 +1654,13 @@ fn check_calls(prog: &Prog) -> Result<(), P4Error> {
         }
     }
     Ok(())
+}
+
+/// A non-serializable enum member's number (declaration order), used
+/// when such a value is a table key.
+pub(crate) fn enum_index(g: &Globals, ty: &str, member: &str) -> u128 {
+    g.enums
+        .get(ty)
+        .and_then(|e| e.members.iter().position(|(n, _)| n == member))
+        .unwrap_or(0) as u128
 }

@@ -318,3 +318,29 @@ fn v1model_packet_length_is_the_length_and_uncacheable() {
     assert_eq!(&o.outputs[0].1[4..8], &[0, 0, 0, 20]);
     assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-packet-length"));
 }
+
+#[test]
+fn parser_error_as_a_table_key() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action mark(bit<8> v) { hdr.h.b = v; hdr.h.setValid(); }
+        table t {
+            key = { sm.parser_error : exact; }
+            actions = { mark; }
+            const entries = {
+                error.NoError : mark(1);
+                error.PacketTooShort : mark(2);
+            }
+        }
+        apply { t.apply(); sm.egress_spec = 1; }"#,
+    ) else {
+        return;
+    };
+    let (_, out) = run(&mut p, &[0; 8]);
+    assert_eq!(out[1], 1);
+    // Too short for h: v1model goes on with parser_error set.
+    let o = p.process(0, &[0; 3], 1);
+    assert_eq!(o.outputs[0].1[1], 2);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-parser-error"));
+}
