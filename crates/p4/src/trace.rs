@@ -60,6 +60,10 @@ pub struct Trace {
     pub counters: Vec<CounterRef>,
     /// The run ended on an internal error (counted drop); the message.
     pub error: Option<String>,
+    /// Bytes the parser required to be present (extract, lookahead,
+    /// advance) on the packet as received: a cached decision holds only
+    /// for packets at least this long (shorter ones fail to parse).
+    pub min_packet_len: u32,
 }
 
 impl Trace {

@@ -344,3 +344,40 @@ fn parser_error_as_a_table_key() {
     assert_eq!(o.outputs[0].1[1], 2);
     assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-parser-error"));
 }
+
+#[test]
+fn deciding_on_a_checksum_is_uncacheable_writing_it_is_not() {
+    let Some(c) = corpus() else { return };
+    let text = TEMPLATE
+        .replace("TOP", "")
+        .replace("PARSER", SIMPLE_PARSER)
+        .replace(
+            "control VC(inout headers hdr, inout meta_t m) { apply {} }",
+            "control VC(inout headers hdr, inout meta_t m) { apply {
+                verify_checksum(true, { hdr.h.a, hdr.h.b }, hdr.h.c, HashAlgorithm.csum16);
+            } }",
+        )
+        .replace(
+            "control CC(inout headers hdr, inout meta_t m) { apply {} }",
+            "control CC(inout headers hdr, inout meta_t m) { apply {
+                update_checksum(true, { hdr.h.a, hdr.h.b }, hdr.h.c, HashAlgorithm.csum16);
+            } }",
+        )
+        .replace(
+            "INGRESS",
+            "apply { sm.egress_spec = 1; if (hdr.h.a == 7) { if (sm.checksum_error == 1) { sm.egress_spec = 2; } } }",
+        );
+    let prog = nicflow_p4::front::parse_str("t.p4", &text, &[c.join("include")]).unwrap();
+    let mut p = Pipeline::load_program(prog, None).unwrap();
+    // a != 7: the checksum is only rewritten.
+    let o = p.process(0, &[1, 2, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.trace.uncacheable, None);
+    assert!(o.trace.checksum_recomputed);
+    assert!(!o.trace.touches(16, 16), "{:?}", o.trace.read_bits);
+    assert_eq!(&o.outputs[0].1[2..4], &[0xfe, 0xfd]);
+    assert_eq!(o.trace.min_packet_len, 8);
+    // a == 7: the output port depends on the checksum's correctness.
+    let o = p.process(0, &[7, 2, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.outputs[0].0, 2);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-checksum-verify"));
+}

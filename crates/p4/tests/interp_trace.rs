@@ -79,6 +79,8 @@ fn routing_trace_records_what_mattered() {
     assert!(!t.touches(48, 48), "source MAC recorded: {:?}", t.read_bits);
     assert!(t.checksum_recomputed);
     assert!(!t.in_port_read);
+    // Ethernet + IPv4 must be present for the decision to hold.
+    assert_eq!(t.min_packet_len, 34);
     assert_eq!(t.uncacheable, None);
     assert_eq!(t.tables.len(), 2);
     assert_eq!(t.tables[0].table, "Main.fib_table");

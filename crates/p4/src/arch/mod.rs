@@ -430,11 +430,11 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     set_parser_error(&mut sh, "standard_metadata_t", e);
                 }
                 let parsed = (sh.clone(), run.pkt.clone(), run.pos);
-                run.checksum_error = false;
+                run.checksum_error = None;
                 run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
-                if run.checksum_error {
+                if let Some(bad) = run.checksum_error {
                     if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
-                        set_field(sm, "checksum_error", 1, Src::None);
+                        set_field(sm, "checksum_error", bad as u128, Src::Checksum);
                     }
                 }
                 run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;

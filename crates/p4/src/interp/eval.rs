@@ -103,11 +103,13 @@ pub(crate) struct Run<'a> {
     /// Parameter values of a parser that rejected (its `out` headers are
     /// still passed on by v1model/PSA).
     pub reject_vals: Option<Vec<Value>>,
-    /// A v1model verify_checksum failed.
-    pub checksum_error: bool,
+    /// A v1model verify_checksum ran: `Some(failed)`.
+    pub checksum_error: Option<bool>,
     /// Taint of bits extracted outside the first pass (not offsets of
     /// the packet as received).
     pub reparse_tag: &'static str,
+    /// Set while recording the right-hand side of an assignment.
+    assigning: bool,
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
@@ -144,9 +146,10 @@ impl<'a> Run<'a> {
             miss_ctx: Vec::new(),
             depth: 0,
             reject_vals: None,
-            checksum_error: false,
+            checksum_error: None,
             quiet: 0,
             reparse_tag: "p4-recirculate",
+            assigning: false,
         }
     }
 
@@ -159,6 +162,15 @@ impl<'a> Run<'a> {
     }
 
     // ---- trace -------------------------------------------------------
+
+    /// Records that the first pass's parser needed the packet to be at
+    /// least `end_bits` long.
+    fn need_bytes(&mut self, end_bits: u64) {
+        if self.first_pass {
+            let b = end_bits.div_ceil(8).min(u32::MAX as u64) as u32;
+            self.tr.min_packet_len = self.tr.min_packet_len.max(b);
+        }
+    }
 
     /// Records that the run depended on scalar `v` (all of it).
     pub fn use_val(&mut self, v: &Value) {
@@ -193,6 +205,11 @@ impl<'a> Run<'a> {
             Src::None => {}
             Src::InPort => self.tr.in_port_read = true,
             Src::Tainted(t) => self.tr.set_uncacheable(t),
+            Src::Checksum => {
+                if !self.assigning {
+                    self.tr.set_uncacheable("p4-checksum-verify")
+                }
+            }
             Src::Packet(off) => {
                 // Runs of ones, MSB first.
                 let mut i = 0u32;
@@ -573,7 +590,10 @@ impl<'a> Run<'a> {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
                 let v = self.eval(rhs)?;
+                // Copying a computed checksum is not a decision on it.
+                self.assigning = true;
                 self.use_val(&v);
+                self.assigning = false;
                 self.assign(lhs, v)
             }
             Stmt::Call(e) => self.eval(e).map(|_| ()),
@@ -1265,6 +1285,7 @@ impl<'a> Run<'a> {
                     }
                     Err(e) => return Err(e),
                 };
+                self.need_bytes(pos + w);
                 if is_next {
                     if let Expr::Member(stack, _) = target {
                         if let Value::Stack(s) = self.lvalue(stack)? {
@@ -1286,6 +1307,7 @@ impl<'a> Run<'a> {
                     self.tr.set_uncacheable("p4-parser-error");
                     return Err(Ctl::Reject("PacketTooShort".into()));
                 }
+                self.need_bytes(self.pos + w);
                 let mut off = self.pos;
                 let first = self.first_pass;
                 let reparse_tag = self.reparse_tag;
@@ -1309,6 +1331,8 @@ impl<'a> Run<'a> {
                     return Err(Ctl::Reject("PacketTooShort".into()));
                 }
                 self.pos += n;
+                let end = self.pos;
+                self.need_bytes(end);
                 Ok(Value::Void)
             }
             "length" => Ok(Value::Bits(Bits {

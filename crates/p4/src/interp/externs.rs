@@ -172,7 +172,9 @@ impl Run<'_> {
                         } else {
                             fold(c)
                         };
-                        Value::Bits(Bits::unsigned(16, v as u128))
+                        let mut b = Bits::unsigned(16, v as u128);
+                        b.src = Src::Checksum;
+                        Value::Bits(b)
                     }
                     "set_state" => {
                         self.quiet += 1;
@@ -214,7 +216,9 @@ impl Run<'_> {
                             _ => hash_by_name(&algo, &BitBuf::default()),
                         }
                         .map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
-                        Ok(Value::Bits(Bits::unsigned(w, h)))
+                        let mut b = Bits::unsigned(w, h);
+                        b.src = Src::Checksum;
+                        Ok(Value::Bits(b))
                     }
                     o => fail(format!("{span}: unsupported: Checksum.{o}")),
                 }
@@ -455,13 +459,14 @@ impl Run<'_> {
                     let cur = self.eval(target);
                     self.quiet -= 1;
                     let cur = cur?;
-                    if cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width()) {
-                        self.checksum_error = true;
-                    }
+                    let bad = cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width());
+                    self.checksum_error = Some(self.checksum_error.unwrap_or(false) || bad);
                 } else {
                     let cur = self.eval(target)?;
                     let w = cur.bit_width();
-                    self.assign(target, Value::Bits(Bits::unsigned(w, h)))?;
+                    let mut b = Bits::unsigned(w, h);
+                    b.src = Src::Checksum;
+                    self.assign(target, Value::Bits(b))?;
                 }
                 Ok(Value::Void)
             }
