@@ -381,3 +381,29 @@ fn deciding_on_a_checksum_is_uncacheable_writing_it_is_not() {
     assert_eq!(o.outputs[0].0, 2);
     assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-checksum-verify"));
 }
+
+#[test]
+fn table_size_is_enforced() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action set_b(bit<8> v) { hdr.h.b = v; }
+        table t { key = { hdr.h.a : exact; } actions = { set_b; } size = 2; }
+        apply { t.apply(); sm.egress_spec = 1; }"#,
+    ) else {
+        return;
+    };
+    let spec = |k: u64| EntrySpec {
+        keys: vec![KeyMatch::Exact(BigUint::from(k))],
+        action: "set_b".into(),
+        params: vec![("v".into(), BigUint::from(1u8))],
+        priority: None,
+    };
+    p.table_add("t", spec(1)).unwrap();
+    p.table_add("t", spec(2)).unwrap();
+    assert!(matches!(
+        p.table_add("t", spec(3)),
+        Err(nicflow_p4::RuntimeError::TableFull(_, 2))
+    ));
+    assert_eq!(p.table_entries("t").unwrap().len(), 2);
+}
