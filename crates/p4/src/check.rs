@@ -76,6 +76,9 @@ pub(crate) struct Agg {
     pub kind: AggregateKind,
     pub fields: Vec<(String, Ty)>,
     pub names: Arc<[String]>,
+    /// v1model `@field_list(N, ...)` ids per field (preserved metadata
+    /// across resubmit/recirculate/clone).
+    pub field_lists: Vec<Vec<u64>>,
 }
 
 impl Ty {
@@ -826,11 +829,27 @@ fn resolve_agg(g: &mut Globals, name: &str, depth: u32) -> Result<Arc<Agg>, P4Er
         .map(|(n, _)| n.clone())
         .collect::<Vec<_>>()
         .into();
+    let field_lists = d
+        .fields
+        .iter()
+        .map(|f| {
+            f.annotations
+                .iter()
+                .filter(|a| a.name == "field_list")
+                .flat_map(|a| a.args.iter())
+                .filter_map(|e| match e {
+                    Expr::Int(l, _) => num_traits::ToPrimitive::to_u64(&l.value),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
     let a = Arc::new(Agg {
         name: Arc::from(name),
         kind: d.kind,
         fields,
         names,
+        field_lists,
     });
     g.aggs.insert(name.to_string(), a.clone());
     Ok(a)

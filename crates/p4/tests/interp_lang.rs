@@ -407,3 +407,32 @@ fn table_size_is_enforced() {
     ));
     assert_eq!(p.table_entries("t").unwrap().len(), 2);
 }
+
+#[test]
+fn resubmit_preserves_only_its_field_list() {
+    let Some(c) = corpus() else { return };
+    let text = TEMPLATE
+        .replace("TOP", "")
+        .replace(
+            "struct meta_t { bit<8> x; }",
+            "struct meta_t { @field_list(1) bit<8> keep; bit<8> x; }",
+        )
+        .replace("PARSER", SIMPLE_PARSER)
+        .replace(
+            "INGRESS",
+            "apply {
+                if (sm.instance_type == 0) {
+                    m.keep = 5; m.x = 6;
+                    resubmit_preserving_field_list(1);
+                } else {
+                    hdr.h.a = m.keep; hdr.h.b = m.x; sm.egress_spec = 1;
+                }
+            }",
+        );
+    let prog = nicflow_p4::front::parse_str("t.p4", &text, &[c.join("include")]).unwrap();
+    let mut p = Pipeline::load_program(prog, None).unwrap();
+    let o = p.process(0, &[9, 9, 0, 0, 0, 0, 0, 0], 1);
+    assert!(o.trace.error.is_none(), "{:?}", o.trace.error);
+    assert_eq!(&o.outputs[0].1[..2], &[5, 0]);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-resubmit"));
+}

@@ -368,6 +368,8 @@ enum V1Job {
         pkt: Vec<u8>,
         in_port: u32,
         itype: u32,
+        /// User metadata to start with (preserved field lists).
+        meta: Option<Value>,
     },
     Egress {
         sh: Shared,
@@ -377,6 +379,35 @@ enum V1Job {
         itype: u32,
         rid: u32,
     },
+}
+
+/// A fresh copy of user metadata `m` keeping only the fields annotated
+/// `@field_list(list)` (BMv2's preserving_field_list semantics; no list:
+/// everything reset).
+fn preserved(p: &Prog, m: &Value, list: Option<u64>) -> Value {
+    let Value::Struct(name, _, vals) = m else {
+        let mut v = m.clone();
+        v.reset();
+        return v;
+    };
+    let Some(agg) = p.g.aggs.get(&**name) else {
+        let mut v = m.clone();
+        v.reset();
+        return v;
+    };
+    let mut out = Ty::Struct(agg.clone()).default_value();
+    if let Value::Struct(_, _, outs) = &mut out {
+        for (i, (o, v)) in outs.iter_mut().zip(vals).enumerate() {
+            let keep =
+                list.is_some_and(|l| agg.field_lists.get(i).is_some_and(|ls| ls.contains(&l)));
+            if keep {
+                *o = v.clone();
+            } else if matches!(v, Value::Struct(..)) {
+                *o = preserved(p, v, list);
+            }
+        }
+    }
+    out
 }
 
 /// BMv2 instance types (simple_switch's PktInstanceType).
@@ -393,7 +424,13 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         pkt: run.pkt.clone(),
         in_port: run.in_port,
         itype: V1_NORMAL,
+        meta: None,
     });
+    let meta_key = run.p.blocks[block_at(run, 2)]
+        .param_tys
+        .get(1)
+        .map(ty_key)
+        .unwrap_or_default();
     let mut outputs = Vec::new();
     let mut jobs = 0u32;
     while let Some(job) = queue.pop_front() {
@@ -409,6 +446,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 pkt,
                 in_port,
                 itype,
+                meta,
             } => {
                 let c = Ctx {
                     in_port,
@@ -425,6 +463,9 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 let mut sh = Shared {
                     vals: HashMap::new(),
                 };
+                if let Some(m) = meta {
+                    sh.vals.insert(meta_key.clone(), m);
+                }
                 let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
                 if let Some(e) = &rej {
                     set_parser_error(&mut sh, "standard_metadata_t", e);
@@ -446,8 +487,13 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                     .unwrap_or(Value::Void);
                 if let Some(session) = fwd.clone {
                     if let Some(port) = run.st.mirror.get(&session).copied() {
+                        let mut csh = parsed.0.clone();
+                        if let Some(m) = sh.vals.get(&meta_key) {
+                            csh.vals
+                                .insert(meta_key.clone(), preserved(run.p, m, fwd.clone_list));
+                        }
                         queue.push_back(V1Job::Egress {
-                            sh: parsed.0.clone(),
+                            sh: csh,
                             pkt: parsed.1.clone(),
                             pos: parsed.2,
                             port,
@@ -462,6 +508,10 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                         pkt: parsed.1.clone(),
                         in_port,
                         itype: V1_RESUBMIT,
+                        meta: sh
+                            .vals
+                            .get(&meta_key)
+                            .map(|m| preserved(run.p, m, fwd.resubmit_list)),
                     });
                     continue;
                 }
@@ -523,8 +573,13 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 let fwd = std::mem::take(&mut run.fwd);
                 if let Some(session) = fwd.clone {
                     if let Some(mport) = run.st.mirror.get(&session).copied() {
+                        let mut csh = sh.clone();
+                        if let Some(m) = sh.vals.get(&meta_key) {
+                            csh.vals
+                                .insert(meta_key.clone(), preserved(run.p, m, fwd.clone_list));
+                        }
                         queue.push_back(V1Job::Egress {
-                            sh: sh.clone(),
+                            sh: csh,
                             pkt: run.pkt.clone(),
                             pos: run.pos,
                             port: mport,
@@ -550,6 +605,10 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                         pkt: bytes,
                         in_port: port,
                         itype: V1_RECIRC,
+                        meta: sh
+                            .vals
+                            .get(&meta_key)
+                            .map(|m| preserved(run.p, m, fwd.recirculate_list)),
                     });
                     continue;
                 }

@@ -76,6 +76,10 @@ pub(crate) struct Fwd {
     pub resubmit: bool,
     pub recirculate: bool,
     pub clone: Option<u32>,
+    /// Field list ids of the `*_preserving_field_list` calls.
+    pub resubmit_list: Option<u64>,
+    pub recirculate_list: Option<u64>,
+    pub clone_list: Option<u64>,
 }
 
 pub(crate) struct Run<'a> {

@@ -111,6 +111,14 @@ impl Run<'_> {
         Ok(v)
     }
 
+    /// The field list id argument of a `*_preserving_field_list` call.
+    fn list_arg(&mut self, name: &str, args: &[Arg], i: usize, span: &Span) -> R<Option<u64>> {
+        if !name.ends_with("_preserving_field_list") {
+            return Ok(None);
+        }
+        Ok(self.arg_val(args, i, span)?.as_u128().map(|v| v as u64))
+    }
+
     fn index_arg(&mut self, args: &[Arg], i: usize, span: &Span) -> R<u64> {
         let v = self.arg_used(args, i, span)?;
         Ok(v.as_u128().unwrap_or(u64::MAX as u128) as u64)
@@ -506,17 +514,20 @@ impl Run<'_> {
             "resubmit" | "resubmit_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-resubmit");
                 self.fwd.resubmit = true;
+                self.fwd.resubmit_list = self.list_arg(name, args, 0, span)?;
                 Ok(Value::Void)
             }
             "recirculate" | "recirculate_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-recirculate");
                 self.fwd.recirculate = true;
+                self.fwd.recirculate_list = self.list_arg(name, args, 0, span)?;
                 Ok(Value::Void)
             }
             "clone" | "clone3" | "clone_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-clone");
                 let s = self.arg_val(args, 1, span)?.as_u128().unwrap_or(0);
                 self.fwd.clone = Some(s as u32);
+                self.fwd.clone_list = self.list_arg(name, args, 2, span)?;
                 Ok(Value::Void)
             }
             "digest" => {

@@ -44,9 +44,17 @@ impl Bucket {
         }
         let dt = now.saturating_sub(self.last);
         self.last = now;
-        let add = |rate: u64| ((rate as u128 * dt as u128) / 1_000_000_000u128) as u64;
-        self.ctokens = (self.ctokens + add(self.cfg.cir)).min(self.cfg.cburst);
-        self.ptokens = (self.ptokens + add(self.cfg.pir)).min(self.cfg.pburst);
+        let add = |rate: u64| {
+            ((rate as u128 * dt as u128) / 1_000_000_000u128).min(u64::MAX as u128) as u64
+        };
+        self.ctokens = self
+            .ctokens
+            .saturating_add(add(self.cfg.cir))
+            .min(self.cfg.cburst);
+        self.ptokens = self
+            .ptokens
+            .saturating_add(add(self.cfg.pir))
+            .min(self.cfg.pburst);
         if self.ptokens < bytes {
             return 2;
         }

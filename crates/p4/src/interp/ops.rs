@@ -192,6 +192,9 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
             r(if op == Div { x.v / y.v } else { x.v % y.v })
         }
         AddSat | SubSat => {
+            if w == 0 {
+                return r(0);
+            }
             if s {
                 let (a, b) = (x.as_i128(), y.as_i128());
                 let max = if w >= 128 {
