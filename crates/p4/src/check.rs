@@ -61,8 +61,9 @@ pub(crate) enum Ty {
     /// Struct or header union.
     Struct(Arc<Agg>),
     Stack(Box<Ty>, usize),
-    /// Non-serializable enum.
-    Enum(Arc<str>),
+    /// Non-serializable enum: name and first member (the value a fresh
+    /// variable holds).
+    Enum(Arc<str>, Arc<str>),
     Tuple(Vec<Ty>),
     /// Extern, parser, control, package, `packet_in`/`packet_out`, or a
     /// type parameter.
@@ -75,6 +76,9 @@ pub(crate) struct Agg {
     pub kind: AggregateKind,
     pub fields: Vec<(String, Ty)>,
     pub names: Arc<[String]>,
+    /// v1model `@field_list(N, ...)` ids per field (preserved metadata
+    /// across resubmit/recirculate/clone).
+    pub field_lists: Vec<Vec<u64>>,
 }
 
 impl Ty {
@@ -107,7 +111,7 @@ impl Ty {
                 elems: (0..*n).map(|_| e.default_value()).collect(),
                 next: 0,
             })),
-            Ty::Enum(n) => Value::Enum(n.clone(), Arc::from("")),
+            Ty::Enum(n, first) => Value::Enum(n.clone(), first.clone()),
             Ty::Tuple(ts) => Value::Tuple(ts.iter().map(Ty::default_value).collect()),
             Ty::Void | Ty::MatchKind | Ty::Named(_) => Value::Void,
         }
@@ -237,7 +241,6 @@ pub(crate) struct Entry {
 
 pub(crate) struct TableDef {
     pub info: TableInfo,
-    pub block: usize,
     pub keys: Vec<KeyDef>,
     pub actions: Vec<TableAction>,
     pub default_action: usize,
@@ -254,9 +257,6 @@ pub(crate) struct ExternDef {
     pub args: Vec<Value>,
     /// Width of the register's cell type / hash output etc.
     pub elem_ty: Option<Ty>,
-    /// Bodies of abstract methods (`Register` `apply`, ...).
-    pub initializer: Vec<ast::FunctionDecl>,
-    pub block: Option<usize>,
 }
 
 /// The checked, instantiated program.
@@ -295,14 +295,6 @@ impl Prog {
         locals: Option<&HashMap<String, Local>>,
     ) -> Result<Ty, P4Error> {
         resolve_type(&self.g, t, locals, 0)
-    }
-
-    pub fn const_eval(
-        &self,
-        e: &Expr,
-        locals: Option<&HashMap<String, Local>>,
-    ) -> Result<Value, P4Error> {
-        const_eval(&self.g, e, locals)
     }
 }
 
@@ -376,7 +368,10 @@ pub(crate) fn resolve_type(
             if let Some(e) = g.enums.get(n) {
                 return Ok(match e.underlying {
                     Some((w, s)) => Ty::Bits(w, s),
-                    None => Ty::Enum(Arc::from(n)),
+                    None => Ty::Enum(
+                        Arc::from(n),
+                        Arc::from(e.members.first().map(|m| m.0.as_str()).unwrap_or("")),
+                    ),
                 });
             }
             Ty::Named(n.to_string())
@@ -723,6 +718,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
             }
         }
     }
+    check_calls(&prog)?;
     for (n, i) in &top_insts {
         if !prog.used_top.contains(n) {
             return unsupported(&i.span, format!("top-level instantiation {n} outside main"));
@@ -833,11 +829,27 @@ fn resolve_agg(g: &mut Globals, name: &str, depth: u32) -> Result<Arc<Agg>, P4Er
         .map(|(n, _)| n.clone())
         .collect::<Vec<_>>()
         .into();
+    let field_lists = d
+        .fields
+        .iter()
+        .map(|f| {
+            f.annotations
+                .iter()
+                .filter(|a| a.name == "field_list")
+                .flat_map(|a| a.args.iter())
+                .filter_map(|e| match e {
+                    Expr::Int(l, _) => num_traits::ToPrimitive::to_u64(&l.value),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
     let a = Arc::new(Agg {
         name: Arc::from(name),
         kind: d.kind,
         fields,
         names,
+        field_lists,
     });
     g.aggs.insert(name.to_string(), a.clone());
     Ok(a)
@@ -1065,12 +1077,24 @@ fn instantiate_block(
                     .iter()
                     .map(|a| const_eval(&prog.g, &a.value, Some(&prog.blocks[bidx].locals)))
                     .collect::<Result<_, _>>()?;
+                if tname == "value_set" {
+                    return unsupported(&i.span, "parser value_set");
+                }
                 if prog.g.parsers.contains_key(&tname) || prog.g.controls.contains_key(&tname) {
                     let b = instantiate_block(prog, &tname, &sub_q, args, &i.span, depth + 1)?;
                     prog.blocks[bidx]
                         .locals
                         .insert(i.name.name.clone(), Local::Block(b));
                 } else if prog.g.externs.contains_key(&tname) {
+                    if extern_methods(&tname).is_none() {
+                        return unsupported(&i.span, format!("extern {tname}"));
+                    }
+                    if let Some(f) = i.initializer.first() {
+                        return unsupported(
+                            &f.proto.span,
+                            "extern instance with abstract method bodies",
+                        );
+                    }
                     let elem_ty = match &i.ty {
                         Type::Named { args: targs, .. } if !targs.is_empty() => Some(resolve_type(
                             &prog.g,
@@ -1085,8 +1109,6 @@ fn instantiate_block(
                         ty: tname,
                         args,
                         elem_ty,
-                        initializer: i.initializer.clone(),
-                        block: Some(bidx),
                     });
                     prog.blocks[bidx]
                         .locals
@@ -1138,6 +1160,7 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     let mut entries_decl = None;
     let mut size = 1024u64;
     let mut add_on_miss = false;
+    let mut smallest_wins = false;
     let mut idle = false;
     let mut direct_counter = None;
     let mut direct_meter = None;
@@ -1213,6 +1236,7 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
                         .unwrap_or(1024) as u64
                 }
                 "add_on_miss" => add_on_miss = matches!(value, Expr::Bool(true, _)),
+                "largest_priority_wins" => smallest_wins = matches!(value, Expr::Bool(false, _)),
                 "pna_idle_timeout" | "idle_timeout_with_auto_delete" => idle = true,
                 "support_timeout" => idle = matches!(value, Expr::Bool(true, _)),
                 "counters" | "psa_direct_counter" | "pna_direct_counter" => {
@@ -1266,7 +1290,6 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     };
     let mut td = TableDef {
         info,
-        block: bidx,
         keys,
         actions,
         default_action,
@@ -1281,7 +1304,11 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
             .any(|e| e.priority.is_some() || ann(&e.annotations, "priority").is_some());
         let n = entries.len() as i64;
         for (i, e) in entries.iter().enumerate() {
-            let entry = build_const_entry(prog, bidx, &td, e, i as u64, n - i as i64, any_prio)?;
+            let mut entry =
+                build_const_entry(prog, bidx, &td, e, i as u64, n - i as i64, any_prio)?;
+            if any_prio && smallest_wins {
+                entry.prio = -entry.prio;
+            }
             td.const_entries.push(entry);
         }
     }
@@ -1305,8 +1332,14 @@ fn action_data_args(
         .filter(|(_, p)| p.direction == ast::Direction::None)
         .collect();
     let dir_count = ad.decl.params.len() - data_params.len();
-    // Arguments bind to directional params first (none allowed here), then data.
-    if args.len() + dir_count != ad.decl.params.len() && args.len() != data_params.len() {
+    // `a(dir_args..., data_args...)` or `a(data_args...)`: directional
+    // arguments are bound by the actions list.
+    let skip = if args.len() == ad.decl.params.len() {
+        dir_count
+    } else {
+        0
+    };
+    if args.len() - skip != data_params.len() {
         return check_err(
             span,
             format!(
@@ -1317,6 +1350,7 @@ fn action_data_args(
             ),
         );
     }
+    let args = &args[skip..];
     let mut out = Vec::new();
     for (k, (pi, _)) in data_params.iter().enumerate() {
         let Some(arg) = args.get(k) else {
@@ -1367,6 +1401,10 @@ fn build_const_entry(
                 Value::Bits(b) => Ok(b.v & m),
                 Value::Int(i) => Ok(big_to_u128(&i) & m),
                 Value::Bool(b, _) => Ok(b as u128),
+                Value::Error(e, _) => {
+                    Ok(prog.g.errors.iter().position(|n| **n == *e).unwrap_or(0) as u128)
+                }
+                Value::Enum(t, m) => Ok(enum_index(&prog.g, &t, &m)),
                 _ => check_err(x.span(), "entry key is not an integer"),
             }
         };
@@ -1449,4 +1487,199 @@ fn build_const_entry(
         bytes: 0,
         last_hit: None,
     })
+}
+
+/// Extern functions the interpreter runs.
+const EXTERN_FUNCTIONS: &[&str] = &[
+    "send_to_port",
+    "drop_packet",
+    "add_entry",
+    "set_entry_expire_time",
+    "restart_expire_timer",
+    "update_expire_info",
+    "is_host_port",
+    "is_net_port",
+    "mark_to_drop",
+    "verify",
+    "verify_checksum",
+    "verify_checksum_with_payload",
+    "update_checksum",
+    "update_checksum_with_payload",
+    "hash",
+    "random",
+    "resubmit",
+    "resubmit_preserving_field_list",
+    "recirculate",
+    "recirculate_preserving_field_list",
+    "clone",
+    "clone3",
+    "clone_preserving_field_list",
+    "digest",
+    "truncate",
+    "log_msg",
+    "static_assert",
+    "assert",
+    "assume",
+    "psa_normal",
+    "psa_clone_i2e",
+    "psa_clone_e2e",
+    "psa_resubmit",
+    "psa_recirculate",
+];
+
+/// Extern object types and the methods the interpreter runs.
+pub(crate) fn extern_methods(ty: &str) -> Option<&'static [&'static str]> {
+    Some(match ty {
+        "InternetChecksum" => &["clear", "add", "subtract", "get", "get_state", "set_state"],
+        "Checksum" => &["clear", "update", "get"],
+        "Hash" => &["get_hash"],
+        "Counter" | "counter" | "DirectCounter" | "direct_counter" => &["count"],
+        "Register" | "register" => &["read", "write"],
+        "Meter" => &["execute"],
+        "meter" => &["execute_meter"],
+        "DirectMeter" => &["execute"],
+        "direct_meter" => &["read"],
+        "Random" => &["read"],
+        "Digest" => &["pack"],
+        _ => return None,
+    })
+}
+
+/// Refuses, at load time, calls the interpreter would not run: unknown
+/// extern functions and methods of extern instances it does not model.
+fn check_calls(prog: &Prog) -> Result<(), P4Error> {
+    let mut bodies: Vec<(Option<usize>, &ast::Block)> = Vec::new();
+    for (i, b) in prog.blocks.iter().enumerate() {
+        if let BlockKind::Control(c) = &b.kind {
+            bodies.push((Some(i), &c.apply));
+        }
+    }
+    for a in &prog.actions {
+        bodies.push((a.block, &a.decl.body));
+    }
+    for f in prog.g.functions.values() {
+        bodies.push((None, &f.decl.body));
+    }
+    let mut stmts: Vec<(Option<usize>, &ast::Stmt)> = Vec::new();
+    for (b, body) in bodies {
+        stmts.extend(body.stmts.iter().map(|s| (b, s)));
+    }
+    for (i, b) in prog.blocks.iter().enumerate() {
+        if let BlockKind::Parser(p) = &b.kind {
+            for st in &p.states {
+                stmts.extend(st.body.iter().map(|s| (Some(i), s)));
+            }
+        }
+    }
+    let mut exprs: Vec<(Option<usize>, &Expr)> = Vec::new();
+    while let Some((b, s)) = stmts.pop() {
+        match s {
+            ast::Stmt::Assign { lhs, rhs, .. } => {
+                exprs.push((b, lhs));
+                exprs.push((b, rhs));
+            }
+            ast::Stmt::Call(e) => exprs.push((b, e)),
+            ast::Stmt::If {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                exprs.push((b, cond));
+                stmts.push((b, then));
+                if let Some(o) = otherwise {
+                    stmts.push((b, o));
+                }
+            }
+            ast::Stmt::Block(bl) => stmts.extend(bl.stmts.iter().map(|s| (b, s))),
+            ast::Stmt::Switch { expr, cases, .. } => {
+                exprs.push((b, expr));
+                for c in cases {
+                    if let Some(bl) = &c.body {
+                        stmts.extend(bl.stmts.iter().map(|s| (b, s)));
+                    }
+                }
+            }
+            ast::Stmt::Return(Some(e), _) => exprs.push((b, e)),
+            ast::Stmt::Var(v) => {
+                if let Some(e) = &v.init {
+                    exprs.push((b, e));
+                }
+            }
+            ast::Stmt::Const(c) => exprs.push((b, &c.value)),
+            ast::Stmt::Instantiation(i) => {
+                return unsupported(&i.span, "instantiation inside a block")
+            }
+            _ => {}
+        }
+    }
+    while let Some((b, e)) = exprs.pop() {
+        match e {
+            Expr::Call {
+                func, args, span, ..
+            } => {
+                exprs.extend(args.iter().map(|a| (b, &a.value)));
+                match &**func {
+                    Expr::Path(id) => {
+                        let n = id.name.as_str();
+                        let local_action = b
+                            .map(|b| matches!(prog.blocks[b].locals.get(n), Some(Local::Action(_))))
+                            .unwrap_or(false);
+                        if !local_action
+                            && !prog.g.actions.contains_key(n)
+                            && !prog.g.functions.contains_key(n)
+                            && !EXTERN_FUNCTIONS.contains(&n)
+                        {
+                            if prog.g.extern_fns.contains_key(n) {
+                                return unsupported(span, format!("extern function {n}"));
+                            }
+                            return check_err(span, format!("no function or action {n}"));
+                        }
+                    }
+                    Expr::Member(obj, m) => {
+                        exprs.push((b, obj));
+                        if let (Expr::Path(id), Some(b)) = (&**obj, b) {
+                            if let Some(Local::Extern(x)) = prog.blocks[b].locals.get(&id.name) {
+                                let ty = &prog.externs[*x].ty;
+                                let ok = extern_methods(ty)
+                                    .map(|ms| ms.contains(&m.name.as_str()))
+                                    .unwrap_or(false);
+                                if !ok {
+                                    return unsupported(span, format!("{ty}.{}", m.name));
+                                }
+                            }
+                        }
+                    }
+                    other => exprs.push((b, other)),
+                }
+            }
+            Expr::Member(x, _) | Expr::Unary(_, x, _) | Expr::Cast(_, x, _) => exprs.push((b, x)),
+            Expr::Index(x, y, _)
+            | Expr::Binary(_, x, y, _)
+            | Expr::Mask(x, y, _)
+            | Expr::Range(x, y, _) => {
+                exprs.push((b, x));
+                exprs.push((b, y));
+            }
+            Expr::Slice { expr, .. } => exprs.push((b, expr)),
+            Expr::Ternary(x, y, z, _) => {
+                exprs.push((b, x));
+                exprs.push((b, y));
+                exprs.push((b, z));
+            }
+            Expr::List(xs, _) => exprs.extend(xs.iter().map(|x| (b, x))),
+            Expr::StructInit(fs, _) => exprs.extend(fs.iter().map(|(_, x)| (b, x))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A non-serializable enum member's number (declaration order), used
+/// when such a value is a table key.
+pub(crate) fn enum_index(g: &Globals, ty: &str, member: &str) -> u128 {
+    g.enums
+        .get(ty)
+        .and_then(|e| e.members.iter().position(|(n, _)| n == member))
+        .unwrap_or(0) as u128
 }

@@ -109,6 +109,60 @@ pub struct TableInfo {
     pub direct_meter: Option<String>,
 }
 
+impl TableInfo {
+    /// Position of the key element `name`: the expression as written,
+    /// its `@name`, or a dotted suffix of the expression (`ipv4.dstAddr`
+    /// for `hdr.ipv4.dstAddr`; `$` stack notation is the caller's to
+    /// translate). Ambiguous suffixes are an error.
+    pub fn key_index(&self, name: &str) -> Result<usize, RuntimeError> {
+        if let Some(i) = self.keys.iter().position(|k| k.is_named(name)) {
+            return Ok(i);
+        }
+        let suffix = format!(".{name}");
+        let hits: Vec<usize> = (0..self.keys.len())
+            .filter(|i| self.keys[*i].name.ends_with(&suffix))
+            .collect();
+        match hits.as_slice() {
+            [i] => Ok(*i),
+            [] => Err(RuntimeError::BadKey {
+                table: self.name.clone(),
+                key: name.into(),
+                msg: format!(
+                    "no such key (keys: {})",
+                    self.keys
+                        .iter()
+                        .map(|k| k.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+            _ => Err(RuntimeError::BadKey {
+                table: self.name.clone(),
+                key: name.into(),
+                msg: "ambiguous key name".into(),
+            }),
+        }
+    }
+
+    /// The action `name` of this table (qualified name or dotted suffix).
+    pub fn action(&self, name: &str) -> Result<&ActionInfo, RuntimeError> {
+        let q = resolve_suffix(name, self.actions.iter().map(|a| a.name.as_str())).ok();
+        self.actions
+            .iter()
+            .find(|a| Some(a.name.as_str()) == q)
+            .ok_or_else(|| RuntimeError::UnknownAction {
+                table: self.name.clone(),
+                action: name.into(),
+                allowed: self
+                    .actions
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExternKind {
     Counter,
@@ -247,13 +301,20 @@ pub fn resolve_suffix<'a>(
     }
 }
 
-/// p4c-style stable id: prefix byte and the low 24 bits of a hash of the
-/// fully qualified name (FNV-1a; stable across runs and builds).
+/// P4Info id as p4c computes it: the resource type in the top byte
+/// (P4Runtime's P4Ids: 0x01 action, 0x02 table, 0x12 counter, 0x13
+/// direct counter, 0x14 meter, 0x15 direct meter, 0x16 register) and the
+/// low 24 bits of Bob Jenkins' one-at-a-time hash of the fully qualified
+/// name. (p4c resolves the rare collisions by probing; not done here.)
 pub fn stable_id(prefix: u8, name: &str) -> u32 {
-    let mut h: u32 = 0x811c9dc5;
+    let mut h: u32 = 0;
     for b in name.bytes() {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x01000193);
+        h = h.wrapping_add(b as u32);
+        h = h.wrapping_add(h << 10);
+        h ^= h >> 6;
     }
+    h = h.wrapping_add(h << 3);
+    h ^= h >> 11;
+    h = h.wrapping_add(h << 15);
     ((prefix as u32) << 24) | (h & 0x00ff_ffff)
 }

@@ -104,6 +104,10 @@ pub struct Trace {
     /// How many frames the deparser built in this run (clones,
     /// recirculations and multicast build several).
     pub frames: u32,
+    /// Bytes the parser required to be present (extract, lookahead,
+    /// advance) on the packet as received: a cached decision holds only
+    /// for packets at least this long (shorter ones fail to parse).
+    pub min_packet_len: u32,
 }
 
 impl Trace {

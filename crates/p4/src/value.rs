@@ -27,6 +27,10 @@ pub enum Src {
     /// Per-packet state the cache cannot match on; the tag is the
     /// `uncacheable` reason.
     Tainted(&'static str),
+    /// A checksum the program computed over packet data: writing it into
+    /// the packet is fine (the datapath recomputes checksums), deciding
+    /// on it is not cacheable (`p4-checksum-verify`).
+    Checksum,
 }
 
 /// A `bit<W>` or `int<W>` value (two's complement in the low `width` bits).

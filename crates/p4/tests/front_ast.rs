@@ -123,6 +123,9 @@ fn routing_fib_table() {
             assert_eq!(path_str(&exprs[0]), "hdr.ethernet.etherType");
             assert_eq!(int(&cases[0].keysets[0]), 0x0800);
             assert_eq!(cases[0].span.line, 52);
+            // Columns survive the macro's expansion.
+            assert_eq!(cases[0].keysets[0].span().col, 13);
+            assert_eq!(cases[0].next.span.col, 29);
             assert_eq!(cases[0].next.name, "parse_ipv4");
             assert!(matches!(cases[1].keysets[..], [Expr::Default(_)]));
         }
@@ -595,4 +598,59 @@ fn declarations() {
         }
         o => panic!("{o:?}"),
     }
+}
+
+#[test]
+fn newer_syntax_p4c_accepts() {
+    let c = one_control(
+        "typedef bit<8> T;
+         @scrabble(
+            - That's it. That's all there is. $
+         )
+         control C() {
+            bit<2 + 2> w;
+            apply @noWarn(\"unused\") {
+                a += 1;
+                b >>= c;
+                d |+|= 2;
+                s = \"two
+lines\";
+            }
+         }",
+    );
+    assert!(
+        matches!(&c.locals[0], LocalDecl::Var(v) if matches!(&v.ty, Type::Bit(w) if matches!(**w, Expr::Binary(BinOp::Add, ..))))
+    );
+    let s = stmts(&c);
+    match &s[0] {
+        Stmt::Assign { lhs, rhs, .. } => {
+            assert_eq!(path_str(lhs), "a");
+            assert!(
+                matches!(rhs, Expr::Binary(BinOp::Add, l, r, _) if path_str(l) == "a" && int(r) == 1)
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(rhs(&s[1]), Expr::Binary(BinOp::Shr, ..)));
+    assert!(matches!(rhs(&s[2]), Expr::Binary(BinOp::AddSat, ..)));
+    assert!(matches!(rhs(&s[3]), Expr::Str(t, _) if t == "two\nlines"));
+    assert_eq!(c.annotations[0].name, "scrabble");
+    assert!(c.annotations[0].raw.contains("That's it."));
+    assert!(c.annotations[0].args.is_empty());
+    // A span after a multi-line string is still on its real line.
+    let p = parse_str(
+        "t.p4",
+        "const string s = \"a\nb\";\nconst bit<8> x = 1;",
+        &[],
+    )
+    .unwrap();
+    match &p.decls[1] {
+        Decl::Const(c) => assert_eq!((c.name.span.line, c.name.span.col), (3, 14)),
+        o => panic!("{o:?}"),
+    }
+    // Specialized type as a call receiver.
+    let c = one_control("parser P<T>(); control C() { apply { P<bit<8>>.apply(); } }");
+    assert!(
+        matches!(&stmts(&c)[0], Stmt::Call(Expr::Call { func, .. }) if matches!(&**func, Expr::Member(r, m) if m.name == "apply" && matches!(**r, Expr::TypeRef(..))))
+    );
 }

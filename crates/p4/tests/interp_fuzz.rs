@@ -43,7 +43,11 @@ fn every_corpus_program_loads_or_is_refused_with_a_location() {
     for p in programs() {
         if let Err(e) = Pipeline::load(&p, &inc, None) {
             let m = e.to_string();
-            assert!(m.contains(".p4:"), "{}: refusal without location: {m}", p.display());
+            assert!(
+                m.contains(".p4:"),
+                "{}: refusal without location: {m}",
+                p.display()
+            );
         }
     }
 }

@@ -85,3 +85,11 @@ fn psa_basic_counter() {
         "psa/psa-basic-counter-bmv2.stf",
     );
 }
+
+#[test]
+fn v1model_special_ops() {
+    check_stf(
+        "v1model/v1model-special-ops-bmv2.p4",
+        "v1model/v1model-special-ops-bmv2.stf",
+    );
+}

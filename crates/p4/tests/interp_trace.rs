@@ -9,7 +9,9 @@ use num_bigint::BigUint;
 
 fn hex(s: &str) -> Vec<u8> {
     let h: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..h.len() / 2).map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap()).collect()
+    (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
 }
 
 fn routing() -> Option<nicflow_p4::Pipeline> {
@@ -50,17 +52,35 @@ fn routing_trace_records_what_mattered() {
     assert_eq!(out.outputs.len(), 1, "{:?}", out.trace);
     let t = &out.trace;
     // Ethertype (bits 96..112), TTL (byte 22), the /8 of dstAddr (byte 30).
-    assert!(t.covers(96, 16), "ethertype not recorded: {:?}", t.read_bits);
+    assert!(
+        t.covers(96, 16),
+        "ethertype not recorded: {:?}",
+        t.read_bits
+    );
     assert!(t.covers(176, 8), "ttl not recorded: {:?}", t.read_bits);
     assert!(t.covers(240, 8), "dst /8 not recorded: {:?}", t.read_bits);
     // Not the host part of the destination, not the identification, not
     // the checksum (recomputed), not the source MAC.
-    assert!(!t.touches(248, 24), "dst host bits recorded: {:?}", t.read_bits);
-    assert!(!t.touches(144, 16), "identification recorded: {:?}", t.read_bits);
-    assert!(!t.touches(192 + 16, 16), "checksum recorded: {:?}", t.read_bits);
+    assert!(
+        !t.touches(248, 24),
+        "dst host bits recorded: {:?}",
+        t.read_bits
+    );
+    assert!(
+        !t.touches(144, 16),
+        "identification recorded: {:?}",
+        t.read_bits
+    );
+    assert!(
+        !t.touches(192 + 16, 16),
+        "checksum recorded: {:?}",
+        t.read_bits
+    );
     assert!(!t.touches(48, 48), "source MAC recorded: {:?}", t.read_bits);
     assert!(t.checksum_recomputed);
     assert!(!t.in_port_read);
+    // Ethernet + IPv4 must be present for the decision to hold.
+    assert_eq!(t.min_packet_len, 34);
     assert_eq!(t.uncacheable, None);
     assert_eq!(t.tables.len(), 2);
     assert_eq!(t.tables[0].table, "Main.fib_table");
@@ -72,7 +92,9 @@ fn routing_trace_records_what_mattered() {
 fn routing_miss_records_the_first_differing_prefix_bit() {
     let Some(mut p) = routing() else { return };
     // dst 11.99.0.1: differs from 10/8 at the last bit of the first byte.
-    let pkt = ROUTING_PKT.replace("0a63 0001", "0b63 0001").replace("0a63000104d3", "0b63000104d3");
+    let pkt = ROUTING_PKT
+        .replace("0a63 0001", "0b63 0001")
+        .replace("0a63000104d3", "0b63000104d3");
     let mut bytes = hex(&pkt);
     bytes[30] = 0x0b;
     let out = p.process(0, &bytes, 5);
@@ -108,7 +130,9 @@ fn short_packet_is_uncacheable_parser_error() {
 
 #[test]
 fn ipip_reads_the_input_port() {
-    let Some(mut p) = load("pna/ipip.p4") else { return };
+    let Some(mut p) = load("pna/ipip.p4") else {
+        return;
+    };
     p.table_add(
         "fwd_table",
         EntrySpec {
@@ -136,7 +160,9 @@ fn ipip_reads_the_input_port() {
 
 #[test]
 fn register_program_is_uncacheable() {
-    let Some(mut p) = load("psa/psa-register-read-write-2-bmv2.p4") else { return };
+    let Some(mut p) = load("psa/psa-register-read-write-2-bmv2.p4") else {
+        return;
+    };
     let out = p.process(
         4,
         &hex("cafe 0000 01 00 010000000000 ffff deadbeef deadbeef deadbeef deadbeef"),
@@ -148,13 +174,17 @@ fn register_program_is_uncacheable() {
 
 #[test]
 fn psa_counter_is_listed_and_credited() {
-    let Some(mut p) = load("psa/psa-basic-counter-bmv2.p4") else { return };
+    let Some(mut p) = load("psa/psa-basic-counter-bmv2.p4") else {
+        return;
+    };
     let ex = p.externs();
     assert!(!ex.is_empty(), "no counters found");
     let pkt = hex("000000000001 000000000002 0800 45000014 00000000 40000000 0a000001 0a000002");
     let out = p.process(0, &pkt, 1);
     assert!(out.trace.error.is_none(), "{:?}", out.trace.error);
-    if let Some(nicflow_p4::trace::CounterRef::Indexed { name, index }) = out.trace.counters.first().cloned() {
+    if let Some(nicflow_p4::trace::CounterRef::Indexed { name, index }) =
+        out.trace.counters.first().cloned()
+    {
         let (pk, by) = p.counter_read(&name, index).unwrap();
         assert_eq!(pk, 1);
         assert_eq!(by, pkt.len() as u64);

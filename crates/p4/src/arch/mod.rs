@@ -79,6 +79,7 @@ pub(crate) fn detect(p: &Prog) -> Result<Arch, P4Error> {
 
 /// Values shared by the blocks of one pass, by type name (the header
 /// struct, user metadata, standard_metadata, ...).
+#[derive(Clone)]
 struct Shared {
     vals: HashMap<String, Value>,
 }
@@ -124,6 +125,12 @@ struct Ctx {
     in_port: u32,
     pass: u32,
     egress_port: u32,
+    /// v1model instance_type.
+    itype: u32,
+    /// Length in bytes of the packet entering the pass.
+    len: u32,
+    /// PSA packet_path member.
+    path: &'static str,
 }
 
 /// Initial value of an architecture metadata struct.
@@ -140,10 +147,26 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
             set_field(v, "input_port", c.in_port as u128, port_src);
             set_field(v, "timestamp", 0, Src::Tainted("p4-timestamp"));
             set_field(v, "recirculated", (c.pass > 0) as u128, Src::None);
+            // Packets enter from the network side.
+            set_enum_field(v, "direction", "NET_TO_HOST");
         }
         "standard_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
-            set_field(v, "packet_length", 0, Src::Tainted("p4-packet-length"));
+            set_field(
+                v,
+                "packet_length",
+                c.len as u128,
+                Src::Tainted("p4-packet-length"),
+            );
+            // Queueing state: per packet, never cacheable.
+            set_field(v, "enq_qdepth", 0, Src::Tainted("p4-metadata:enq_qdepth"));
+            set_field(v, "deq_qdepth", 0, Src::Tainted("p4-metadata:deq_qdepth"));
+            set_field(
+                v,
+                "deq_timedelta",
+                0,
+                Src::Tainted("p4-metadata:deq_timedelta"),
+            );
             set_field(
                 v,
                 "ingress_global_timestamp",
@@ -157,20 +180,11 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
                 0,
                 Src::Tainted("p4-timestamp"),
             );
-            set_field(
-                v,
-                "instance_type",
-                if c.pass > 0 { 4 } else { 0 },
-                Src::None,
-            );
+            set_field(v, "instance_type", c.itype as u128, Src::None);
         }
         "psa_ingress_parser_input_metadata_t" | "psa_ingress_input_metadata_t" => {
             set_field(v, "ingress_port", c.in_port as u128, port_src);
-            set_enum_field(
-                v,
-                "packet_path",
-                if c.pass > 0 { "RECIRCULATE" } else { "NORMAL" },
-            );
+            set_enum_field(v, "packet_path", c.path);
             set_field(v, "ingress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         "psa_ingress_output_metadata_t" => {
@@ -180,7 +194,8 @@ fn init_meta(arch: Arch, key: &str, v: &mut Value, c: &Ctx) {
         | "psa_egress_input_metadata_t"
         | "psa_egress_deparser_input_metadata_t" => {
             set_field(v, "egress_port", c.egress_port as u128, Src::None);
-            set_enum_field(v, "packet_path", "NORMAL_UNICAST");
+            set_enum_field(v, "packet_path", c.path);
+            set_field(v, "instance", c.itype as u128, Src::None);
             set_field(v, "egress_timestamp", 0, Src::Tainted("p4-timestamp"));
         }
         _ => {}
@@ -350,6 +365,9 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         in_port: run.in_port,
         pass: 0,
         egress_port: 0,
+        itype: 0,
+        len: run.pkt.len() as u32,
+        path: "NORMAL",
     };
     let mut sh = Shared {
         vals: HashMap::new(),
@@ -375,185 +393,436 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
     }
 }
 
-fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
-    let mut in_port = run.in_port;
-    let original = run.pkt.clone();
-    let mut outputs = Vec::new();
-    for pass in 0..MAX_PASSES {
-        let c = Ctx {
-            in_port,
-            pass,
-            egress_port: 0,
-        };
-        run.first_pass = pass == 0;
-        run.pos = 0;
-        run.fwd = Default::default();
-        let mut sh = Shared {
-            vals: HashMap::new(),
-        };
-        let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut sh, "standard_metadata_t", e);
-        }
-        run.checksum_error = false;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
-        if run.checksum_error {
-            if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
-                set_field(sm, "checksum_error", 1, Src::None);
+/// One unit of v1model work: an ingress pass or an egress pass.
+enum V1Job {
+    Ingress {
+        pkt: Vec<u8>,
+        in_port: u32,
+        itype: u32,
+        /// User metadata to start with (preserved field lists).
+        meta: Option<Value>,
+    },
+    Egress {
+        sh: Shared,
+        pkt: Vec<u8>,
+        pos: u64,
+        port: u32,
+        itype: u32,
+        rid: u32,
+    },
+}
+
+/// A fresh copy of user metadata `m` keeping only the fields annotated
+/// `@field_list(list)` (BMv2's preserving_field_list semantics; no list:
+/// everything reset).
+fn preserved(p: &Prog, m: &Value, list: Option<u64>) -> Value {
+    let Value::Struct(name, _, vals) = m else {
+        let mut v = m.clone();
+        v.reset();
+        return v;
+    };
+    let Some(agg) = p.g.aggs.get(&**name) else {
+        let mut v = m.clone();
+        v.reset();
+        return v;
+    };
+    let mut out = Ty::Struct(agg.clone()).default_value();
+    if let Value::Struct(_, _, outs) = &mut out {
+        for (i, (o, v)) in outs.iter_mut().zip(vals).enumerate() {
+            let keep =
+                list.is_some_and(|l| agg.field_lists.get(i).is_some_and(|ls| ls.contains(&l)));
+            if keep {
+                *o = v.clone();
+            } else if matches!(v, Value::Struct(..)) {
+                *o = preserved(p, v, list);
             }
         }
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
-        let sm = sh
-            .vals
-            .get("standard_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if run.fwd.resubmit {
-            run.tr.set_uncacheable("p4-resubmit");
-            in_port = get_field(&sm, "ingress_port").unwrap_or(0) as u32;
-            run.pkt = original.clone();
-            continue;
-        }
-        if get_field(&sm, "mcast_grp").unwrap_or(0) != 0 {
-            return Err(Ctl::Fail(
-                "unsupported: v1model multicast (mcast_grp)".into(),
-            ));
-        }
-        let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
-        if egress_spec == V1_DROP_PORT {
-            return Ok(outputs);
-        }
-        if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
-            set_field(sm, "egress_port", egress_spec as u128, Src::None);
-        }
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 3), &c)?;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
-        run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
-        let bytes = deparsed(run)?;
-        let sm = sh
-            .vals
-            .get("standard_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
-            return Ok(outputs);
-        }
-        if run.fwd.recirculate {
-            run.tr.set_uncacheable("p4-recirculate");
-            run.pkt = bytes;
-            in_port = egress_spec;
-            continue;
-        }
-        outputs.push((egress_spec, bytes));
-        return Ok(outputs);
     }
-    Err(Ctl::Fail(format!(
-        "more than {MAX_PASSES} resubmit/recirculate passes"
-    )))
+    out
+}
+
+/// BMv2 instance types (simple_switch's PktInstanceType).
+const V1_NORMAL: u32 = 0;
+const V1_I2E_CLONE: u32 = 1;
+const V1_E2E_CLONE: u32 = 2;
+const V1_RECIRC: u32 = 4;
+const V1_REPLICATION: u32 = 5;
+const V1_RESUBMIT: u32 = 6;
+
+fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(V1Job::Ingress {
+        pkt: run.pkt.clone(),
+        in_port: run.in_port,
+        itype: V1_NORMAL,
+        meta: None,
+    });
+    let meta_key = run.p.blocks[block_at(run, 2)]
+        .param_tys
+        .get(1)
+        .map(ty_key)
+        .unwrap_or_default();
+    let mut outputs = Vec::new();
+    let mut jobs = 0u32;
+    while let Some(job) = queue.pop_front() {
+        jobs += 1;
+        if jobs > 4 * MAX_PASSES {
+            return Err(Ctl::Fail(format!(
+                "more than {} v1model passes (resubmit/recirculate/clone loop?)",
+                4 * MAX_PASSES
+            )));
+        }
+        match job {
+            V1Job::Ingress {
+                pkt,
+                in_port,
+                itype,
+                meta,
+            } => {
+                let c = Ctx {
+                    in_port,
+                    pass: (jobs > 1) as u32,
+                    egress_port: 0,
+                    itype,
+                    len: pkt.len() as u32,
+                    path: "NORMAL",
+                };
+                run.first_pass = jobs == 1;
+                run.pkt = pkt;
+                run.pos = 0;
+                run.fwd = Default::default();
+                let mut sh = Shared {
+                    vals: HashMap::new(),
+                };
+                if let Some(m) = meta {
+                    sh.vals.insert(meta_key.clone(), m);
+                }
+                let (_, rej) = run_block(run, Arch::V1Model, &mut sh, block_at(run, 0), &c)?;
+                if let Some(e) = &rej {
+                    set_parser_error(&mut sh, "standard_metadata_t", e);
+                }
+                let parsed = (sh.clone(), run.pkt.clone(), run.pos);
+                run.checksum_error = None;
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 1), &c)?;
+                if let Some(bad) = run.checksum_error {
+                    if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+                        set_field(sm, "checksum_error", bad as u128, Src::Checksum);
+                    }
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 2), &c)?;
+                let fwd = std::mem::take(&mut run.fwd);
+                let sm = sh
+                    .vals
+                    .get("standard_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if let Some(session) = fwd.clone {
+                    if let Some(port) = run.st.mirror.get(&session).copied() {
+                        let mut csh = parsed.0.clone();
+                        if let Some(m) = sh.vals.get(&meta_key) {
+                            csh.vals
+                                .insert(meta_key.clone(), preserved(run.p, m, fwd.clone_list));
+                        }
+                        queue.push_back(V1Job::Egress {
+                            sh: csh,
+                            pkt: parsed.1.clone(),
+                            pos: parsed.2,
+                            port,
+                            itype: V1_I2E_CLONE,
+                            rid: 0,
+                        });
+                    }
+                }
+                if fwd.resubmit {
+                    run.tr.set_uncacheable("p4-resubmit");
+                    queue.push_back(V1Job::Ingress {
+                        pkt: parsed.1.clone(),
+                        in_port,
+                        itype: V1_RESUBMIT,
+                        meta: sh
+                            .vals
+                            .get(&meta_key)
+                            .map(|m| preserved(run.p, m, fwd.resubmit_list)),
+                    });
+                    continue;
+                }
+                let grp = get_field(&sm, "mcast_grp").unwrap_or(0) as u32;
+                if grp != 0 {
+                    run.tr.set_uncacheable("p4-multicast");
+                    let members = run.st.mcast.get(&grp).cloned().unwrap_or_default();
+                    for (port, rid) in members {
+                        queue.push_back(V1Job::Egress {
+                            sh: sh.clone(),
+                            pkt: run.pkt.clone(),
+                            pos: run.pos,
+                            port,
+                            itype: V1_REPLICATION,
+                            rid,
+                        });
+                    }
+                    continue;
+                }
+                let egress_spec = get_field(&sm, "egress_spec").unwrap_or(0) as u32;
+                if egress_spec == V1_DROP_PORT {
+                    continue;
+                }
+                queue.push_back(V1Job::Egress {
+                    sh,
+                    pkt: run.pkt.clone(),
+                    pos: run.pos,
+                    port: egress_spec,
+                    itype: V1_NORMAL,
+                    rid: 0,
+                });
+            }
+            V1Job::Egress {
+                mut sh,
+                pkt,
+                pos,
+                port,
+                itype,
+                rid,
+            } => {
+                let c = Ctx {
+                    in_port: run.in_port,
+                    pass: (jobs > 2) as u32,
+                    egress_port: port,
+                    itype,
+                    len: run.pkt.len() as u32,
+                    path: "NORMAL",
+                };
+                run.pkt = pkt;
+                run.pos = pos;
+                run.fwd = Default::default();
+                if let Some(sm) = sh.vals.get_mut("standard_metadata_t") {
+                    set_field(sm, "egress_port", port as u128, Src::None);
+                    set_field(sm, "egress_spec", port as u128, Src::None);
+                    set_field(sm, "instance_type", itype as u128, Src::None);
+                    set_field(sm, "egress_rid", rid as u128, Src::None);
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 3), &c)?;
+                let fwd = std::mem::take(&mut run.fwd);
+                if let Some(session) = fwd.clone {
+                    if let Some(mport) = run.st.mirror.get(&session).copied() {
+                        let mut csh = sh.clone();
+                        if let Some(m) = sh.vals.get(&meta_key) {
+                            csh.vals
+                                .insert(meta_key.clone(), preserved(run.p, m, fwd.clone_list));
+                        }
+                        queue.push_back(V1Job::Egress {
+                            sh: csh,
+                            pkt: run.pkt.clone(),
+                            pos: run.pos,
+                            port: mport,
+                            itype: V1_E2E_CLONE,
+                            rid: 0,
+                        });
+                    }
+                }
+                let sm = sh
+                    .vals
+                    .get("standard_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&sm, "egress_spec").unwrap_or(0) as u32 == V1_DROP_PORT {
+                    continue;
+                }
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 4), &c)?;
+                run_block(run, Arch::V1Model, &mut sh, block_at(run, 5), &c)?;
+                let bytes = deparsed(run)?;
+                if fwd.recirculate {
+                    run.tr.set_uncacheable("p4-recirculate");
+                    queue.push_back(V1Job::Ingress {
+                        pkt: bytes,
+                        in_port: port,
+                        itype: V1_RECIRC,
+                        meta: sh
+                            .vals
+                            .get(&meta_key)
+                            .map(|m| preserved(run.p, m, fwd.recirculate_list)),
+                    });
+                    continue;
+                }
+                outputs.push((port, bytes));
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+/// One unit of PSA work.
+enum PsaJob {
+    Ingress {
+        pkt: Vec<u8>,
+        in_port: u32,
+        path: &'static str,
+    },
+    Egress {
+        pkt: Vec<u8>,
+        port: u32,
+        path: &'static str,
+        instance: u32,
+        /// Provenance of `pkt` when it is the first ingress pass's output
+        /// (see [`crate::trace::EmitSpan`]).
+        prov: Option<Vec<crate::trace::EmitSpan>>,
+    },
 }
 
 fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
-    let mut in_port = run.in_port;
-    for pass in 0..MAX_PASSES {
-        run.first_pass = pass == 0;
-        if pass > 0 {
-            run.tr.set_uncacheable("p4-recirculate");
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back(PsaJob::Ingress {
+        pkt: run.pkt.clone(),
+        in_port: run.in_port,
+        path: "NORMAL",
+    });
+    let mut outputs = Vec::new();
+    let mut jobs = 0u32;
+    while let Some(job) = queue.pop_front() {
+        jobs += 1;
+        if jobs > 4 * MAX_PASSES {
+            return Err(Ctl::Fail(format!(
+                "more than {} PSA passes (resubmit/recirculate loop?)",
+                4 * MAX_PASSES
+            )));
         }
-        let c = Ctx {
-            in_port,
-            pass,
-            egress_port: 0,
-        };
-        run.pos = 0;
-        let mut sh = Shared {
-            vals: HashMap::new(),
-        };
-        let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut sh, "psa_ingress_input_metadata_t", e);
-            let mut v = sh
-                .vals
-                .remove("psa_ingress_input_metadata_t")
-                .unwrap_or_else(|| {
-                    // Created on first use by the control: make it now.
-                    Value::Void
-                });
-            if matches!(v, Value::Void) {
-                let ty = p_type(run, block_at(run, 1), "psa_ingress_input_metadata_t");
-                if let Some(t) = ty {
-                    v = t.default_value();
-                    init_meta(Arch::Psa, "psa_ingress_input_metadata_t", &mut v, &c);
-                    if let Some(Value::Error(er, _)) = v.field_mut("parser_error") {
-                        *er = Arc::from(e.as_str());
+        match job {
+            PsaJob::Ingress { pkt, in_port, path } => {
+                let c = Ctx {
+                    in_port,
+                    pass: (jobs > 1) as u32,
+                    egress_port: 0,
+                    itype: 0,
+                    len: pkt.len() as u32,
+                    path,
+                };
+                run.first_pass = jobs == 1;
+                run.reparse_tag = "p4-recirculate";
+                run.pkt = pkt;
+                run.pos = 0;
+                let original = run.pkt.clone();
+                let mut sh = Shared {
+                    vals: HashMap::new(),
+                };
+                let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
+                if let Some(e) = &rej {
+                    let key = "psa_ingress_input_metadata_t";
+                    if !sh.vals.contains_key(key) {
+                        if let Some(t) = p_type(run, block_at(run, 1), key) {
+                            let mut v = t.default_value();
+                            init_meta(Arch::Psa, key, &mut v, &c);
+                            sh.vals.insert(key.into(), v);
+                        }
                     }
+                    set_parser_error(&mut sh, key, e);
                 }
+                run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
+                run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
+                let bytes = deparsed(run)?;
+                let ostd = sh
+                    .vals
+                    .get("psa_ingress_output_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&ostd, "clone").unwrap_or(0) != 0 {
+                    // Clone sessions are not modelled for PSA.
+                    run.tr.set_uncacheable("p4-clone");
+                }
+                if get_field(&ostd, "drop").unwrap_or(1) != 0 {
+                    continue;
+                }
+                if get_field(&ostd, "resubmit").unwrap_or(0) != 0 {
+                    run.tr.set_uncacheable("p4-resubmit");
+                    queue.push_back(PsaJob::Ingress {
+                        pkt: original,
+                        in_port,
+                        path: "RESUBMIT",
+                    });
+                    continue;
+                }
+                let grp = get_field(&ostd, "multicast_group").unwrap_or(0) as u32;
+                if grp != 0 {
+                    run.tr.set_uncacheable("p4-multicast");
+                    for (port, rid) in run.st.mcast.get(&grp).cloned().unwrap_or_default() {
+                        queue.push_back(PsaJob::Egress {
+                            pkt: bytes.clone(),
+                            port,
+                            path: "NORMAL_MULTICAST",
+                            instance: rid,
+                            prov: None,
+                        });
+                    }
+                    continue;
+                }
+                let port = get_field(&ostd, "egress_port").unwrap_or(0) as u32;
+                queue.push_back(PsaJob::Egress {
+                    pkt: bytes,
+                    port,
+                    path: "NORMAL_UNICAST",
+                    instance: 0,
+                    prov: (jobs == 1).then(|| run.tr.emitted.clone()),
+                });
             }
-            sh.vals.insert("psa_ingress_input_metadata_t".into(), v);
+            PsaJob::Egress {
+                pkt,
+                port,
+                path,
+                instance,
+                prov,
+            } => {
+                let ce = Ctx {
+                    in_port: run.in_port,
+                    pass: 1,
+                    egress_port: port,
+                    itype: instance,
+                    len: pkt.len() as u32,
+                    path,
+                };
+                // The egress parser reads the ingress deparser's output:
+                // after the first ingress pass its offsets map back to the
+                // packet as received through that deparser's provenance;
+                // otherwise its bits have no offset there.
+                run.first_pass = prov.is_some();
+                run.pass_prov = prov;
+                run.reparse_tag = "p4-egress-reparse";
+                run.pkt = pkt;
+                run.pos = 0;
+                let mut she = Shared {
+                    vals: HashMap::new(),
+                };
+                let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
+                if let Some(e) = &rej {
+                    set_parser_error(&mut she, "psa_egress_input_metadata_t", e);
+                }
+                run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
+                run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
+                let bytes = deparsed(run);
+                run.pass_prov = None;
+                let bytes = bytes?;
+                let eostd = she
+                    .vals
+                    .get("psa_egress_output_metadata_t")
+                    .cloned()
+                    .unwrap_or(Value::Void);
+                if get_field(&eostd, "clone").unwrap_or(0) != 0 {
+                    run.tr.set_uncacheable("p4-clone");
+                }
+                if get_field(&eostd, "drop").unwrap_or(0) != 0 {
+                    continue;
+                }
+                if port == PSA_PORT_RECIRCULATE {
+                    run.tr.set_uncacheable("p4-recirculate");
+                    queue.push_back(PsaJob::Ingress {
+                        pkt: bytes,
+                        in_port: PSA_PORT_RECIRCULATE,
+                        path: "RECIRCULATE",
+                    });
+                    continue;
+                }
+                outputs.push((port, bytes));
+            }
         }
-        run_block(run, Arch::Psa, &mut sh, block_at(run, 1), &c)?;
-        run_block(run, Arch::Psa, &mut sh, block_at(run, 2), &c)?;
-        let bytes = deparsed(run)?;
-        let ostd = sh
-            .vals
-            .get("psa_ingress_output_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&ostd, "drop").unwrap_or(1) != 0 {
-            return Ok(vec![]);
-        }
-        if get_field(&ostd, "resubmit").unwrap_or(0) != 0
-            || get_field(&ostd, "clone").unwrap_or(0) != 0
-        {
-            run.tr.set_uncacheable("p4-clone");
-        }
-        if get_field(&ostd, "multicast_group").unwrap_or(0) != 0 {
-            return Err(Ctl::Fail("unsupported: PSA multicast".into()));
-        }
-        let egress_port = get_field(&ostd, "egress_port").unwrap_or(0) as u32;
-        // Egress pipeline on the deparsed packet.
-        let ce = Ctx {
-            in_port,
-            pass,
-            egress_port,
-        };
-        run.pkt = bytes;
-        run.pos = 0;
-        // On the first pass the egress parser's offsets map back to the
-        // received packet through the ingress deparser's provenance.
-        run.first_pass = pass == 0;
-        run.pass_prov = (pass == 0).then(|| run.tr.emitted.clone());
-        let mut she = Shared {
-            vals: HashMap::new(),
-        };
-        // The egress blocks are main_blocks 3.. (ingress.{parser,control,deparser}, egress.{...}).
-        let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
-        if let Some(e) = &rej {
-            set_parser_error(&mut she, "psa_egress_input_metadata_t", e);
-        }
-        run_block(run, Arch::Psa, &mut she, block_at(run, 4), &ce)?;
-        run_block(run, Arch::Psa, &mut she, block_at(run, 5), &ce)?;
-        let bytes = deparsed(run);
-        run.pass_prov = None;
-        let bytes = bytes?;
-        let eostd = she
-            .vals
-            .get("psa_egress_output_metadata_t")
-            .cloned()
-            .unwrap_or(Value::Void);
-        if get_field(&eostd, "drop").unwrap_or(0) != 0 {
-            return Ok(vec![]);
-        }
-        if egress_port == PSA_PORT_RECIRCULATE {
-            run.tr.set_uncacheable("p4-recirculate");
-            run.pkt = bytes;
-            in_port = PSA_PORT_RECIRCULATE;
-            continue;
-        }
-        return Ok(vec![(egress_port, bytes)]);
     }
-    Err(Ctl::Fail(format!(
-        "more than {MAX_PASSES} recirculation passes"
-    )))
+    Ok(outputs)
 }
 
 fn p_type(run: &Run, b: usize, key: &str) -> Option<Ty> {

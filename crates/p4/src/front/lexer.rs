@@ -22,6 +22,10 @@ pub enum TokKind {
     Str(String),
     /// An operator or punctuation, e.g. `&&&`, `|+|`, `..`, `{`.
     Punct(&'static str),
+    /// A character P4 does not use. Kept as a token so that free-form
+    /// annotation bodies (`@scrabble( That's it. )`) lex; the parser
+    /// refuses it anywhere else.
+    Unknown(char),
     Eof,
 }
 
@@ -44,6 +48,7 @@ impl Token {
             TokKind::Int(_) => "integer literal".into(),
             TokKind::Str(_) => "string literal".into(),
             TokKind::Punct(p) => format!("'{p}'"),
+            TokKind::Unknown(c) => format!("'{}'", c.escape_default()),
             TokKind::Eof => "end of file".into(),
         }
     }
@@ -51,9 +56,9 @@ impl Token {
 
 /// Longest first.
 const PUNCTS: &[&str] = &[
-    "&&&", "|+|", "|-|", "&&", "||", "==", "!=", "<=", ">=", "<<", "..", "++", "+", "-", "*", "/",
-    "%", "&", "|", "^", "~", "!", "<", ">", "=", "?", ":", ";", ",", ".", "(", ")", "[", "]", "{",
-    "}", "@",
+    "|+|=", "|-|=", "&&&", "|+|", "|-|", "<<=", "&&", "||", "==", "!=", "<=", ">=", "<<", "..",
+    "++", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "+", "-", "*", "/", "%", "&", "|", "^",
+    "~", "!", "<", ">", "=", "?", ":", ";", ",", ".", "(", ")", "[", "]", "{", "}", "@",
 ];
 
 /// Splits `src` into tokens, ending with one [`TokKind::Eof`].
@@ -80,6 +85,7 @@ pub fn lex(src: &Source) -> Result<Vec<Token>, FrontError> {
         col_at = i;
         let span = src.span(line, col);
         let start = i;
+        let tok_line = line;
         let kind = if c.is_ascii_alphabetic() || c == b'_' {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
@@ -98,12 +104,20 @@ pub fn lex(src: &Source) -> Result<Vec<Token>, FrontError> {
             let mut s = String::new();
             loop {
                 match b.get(i) {
-                    None | Some(b'\n') => {
+                    None => {
                         return Err(FrontError::new(
                             ErrorKind::Lex,
                             span,
                             "unterminated string literal",
                         ));
+                    }
+                    // p4c accepts strings over several lines.
+                    Some(b'\n') => {
+                        s.push('\n');
+                        i += 1;
+                        line += 1;
+                        col_at = i;
+                        col = 1;
                     }
                     Some(b'"') => {
                         i += 1;
@@ -148,11 +162,8 @@ pub fn lex(src: &Source) -> Result<Vec<Token>, FrontError> {
                 }
                 None => {
                     let ch = src.text[i..].chars().next().unwrap_or('?');
-                    return Err(FrontError::new(
-                        ErrorKind::Lex,
-                        span,
-                        format!("unexpected character '{}'", ch.escape_default()),
-                    ));
+                    i += ch.len_utf8();
+                    TokKind::Unknown(ch)
                 }
             }
         };
@@ -161,7 +172,7 @@ pub fn lex(src: &Source) -> Result<Vec<Token>, FrontError> {
             span,
             start,
             end: i,
-            line,
+            line: tok_line,
         });
     }
     let line_idx = src.lines.len().saturating_sub(1);

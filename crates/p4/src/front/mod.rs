@@ -77,7 +77,7 @@ impl FrontError {
 pub fn parse_file(path: &Path, include_dirs: &[PathBuf]) -> Result<ast::Program, FrontError> {
     with_big_stack(|| {
         let src = preprocess(path, include_dirs, &[])?;
-        parse_source(&src)
+        parse_tokens(&src)
     })
 }
 
@@ -90,16 +90,19 @@ pub fn parse_str(
 ) -> Result<ast::Program, FrontError> {
     with_big_stack(|| {
         let src = preprocess_str(name, text, include_dirs, &[])?;
-        parse_source(&src)
+        parse_tokens(&src)
     })
 }
 
 /// Lexes and parses already preprocessed source.
 pub fn parse_source(src: &Source) -> Result<ast::Program, FrontError> {
-    with_big_stack(|| {
-        let toks = lexer::lex(src)?;
-        parser::Parser::new(src, toks).program()
-    })
+    with_big_stack(|| parse_tokens(src))
+}
+
+/// Lexing and parsing proper (already on the big stack).
+fn parse_tokens(src: &Source) -> Result<ast::Program, FrontError> {
+    let toks = lexer::lex(src)?;
+    parser::Parser::new(src, toks).program()
 }
 
 /// Stack for the recursive descent: the parser bounds its nesting

@@ -61,6 +61,8 @@ pub struct Parser<'s> {
     /// Type parameters of the declarations being parsed.
     type_params: Vec<Vec<String>>,
     depth: usize,
+    /// Inside `bit<...>`: a bare `>` closes the width, it is no operator.
+    no_angle: bool,
 }
 
 fn is_base_type(name: &str) -> bool {
@@ -88,6 +90,7 @@ impl<'s> Parser<'s> {
             types: HashSet::new(),
             type_params: Vec::new(),
             depth: 0,
+            no_angle: false,
         }
     }
 
@@ -149,7 +152,21 @@ impl<'s> Parser<'s> {
     }
 
     fn err<T>(&self, msg: impl Into<String>) -> R<T> {
+        self.unknown_char()?;
         Err(FrontError::new(ErrorKind::Syntax, self.span(), msg))
+    }
+
+    /// A character outside P4 is refused as such wherever the parser
+    /// meets it (the lexer lets it through for free-form annotations).
+    fn unknown_char(&self) -> R<()> {
+        match &self.peek().kind {
+            TokKind::Unknown(c) => Err(FrontError::new(
+                ErrorKind::Lex,
+                self.span(),
+                format!("unexpected character '{}'", c.escape_default()),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn err_at<T>(&self, span: Span, msg: impl Into<String>) -> R<T> {
@@ -159,16 +176,22 @@ impl<'s> Parser<'s> {
     /// `expected X <ctx>, found Y`. A missing `;` is reported where the
     /// previous token ends (the line that lacks it), as compilers do.
     fn expected<T>(&self, what: &str, ctx: &str) -> R<T> {
+        self.unknown_char()?;
         let found = self.peek().describe();
+        let ctx = if ctx.is_empty() {
+            String::new()
+        } else {
+            format!(" {ctx}")
+        };
         if what == "';'" && self.pos > 0 {
             let prev = &self.toks[self.pos - 1];
             if prev.line != self.peek().line {
                 let mut sp = prev.span.clone();
                 sp.col = sp.col.saturating_add((prev.end - prev.start) as u32);
-                return self.err_at(sp, format!("expected {what} {ctx}, found {found}"));
+                return self.err_at(sp, format!("expected {what}{ctx}, found {found}"));
             }
         }
-        self.err(format!("expected {what} {ctx}, found {found}"))
+        self.err(format!("expected {what}{ctx}, found {found}"))
     }
 
     fn expect_punct(&mut self, p: &str, ctx: &str) -> R<Span> {
@@ -237,6 +260,7 @@ impl<'s> Parser<'s> {
         let span = self.span();
         let kw = match &self.peek().kind {
             TokKind::Ident(s) => s.clone(),
+            TokKind::Punct(".") => String::new(),
             _ => return self.expected("a declaration", "at top level"),
         };
         match kw.as_str() {
@@ -592,13 +616,21 @@ impl<'s> Parser<'s> {
                     span,
                 }));
             }
-            if !is_parser && self.is_kw("apply") && self.is_punct_at(1, "{") {
+            if !is_parser
+                && self.is_kw("apply")
+                && (self.is_punct_at(1, "{") || self.is_punct_at(1, "@"))
+            {
                 self.bump();
+                // `apply @noWarn(...) { }`: the block has no annotations in the tree.
+                let _ = self.annotations()?;
                 apply = self.block()?;
                 break;
             }
             if matches!(self.peek().kind, TokKind::Eof) {
                 return self.expected("'}'", &format!("to close {what} {}", proto.name.name));
+            }
+            if !is_parser && self.is_punct("}") {
+                return self.err(format!("control {} has no apply block", proto.name.name));
             }
             if !states.is_empty() {
                 return self.expected("'state' or '}'", &format!("in parser {}", proto.name.name));
@@ -992,19 +1024,18 @@ impl<'s> Parser<'s> {
     /// `W` in `bit<W>`: a literal, a name or a parenthesised expression.
     fn width(&mut self) -> R<Expr> {
         match &self.peek().kind {
-            TokKind::Int(l) => {
+            TokKind::Int(l) if self.is_punct_at(1, ">") => {
                 let e = Expr::Int(l.clone(), self.span());
                 self.bump();
                 Ok(e)
             }
-            TokKind::Ident(_) => Ok(Expr::Path(self.ident("")?)),
-            TokKind::Punct("(") => {
-                self.bump();
-                let e = self.expr()?;
-                self.expect_punct(")", "to close a width expression")?;
-                Ok(e)
+            _ => {
+                // `bit<W + 1>` (p4c accepts unparenthesised width expressions).
+                let saved = std::mem::replace(&mut self.no_angle, true);
+                let e = self.expr();
+                self.no_angle = saved;
+                e
             }
-            _ => self.expected("a width", "in a type"),
         }
     }
 
@@ -1015,10 +1046,8 @@ impl<'s> Parser<'s> {
             return Ok(v);
         }
         loop {
-            if let TokKind::Int(l) = &self.peek().kind {
-                // A value as type argument (e.g. `bit<8>` passed as `8`) is
-                // not P4-16; refuse clearly.
-                let _ = l;
+            if matches!(self.peek().kind, TokKind::Int(_)) {
+                // A value as type argument is not P4-16; refuse clearly.
                 return self.err("expected a type argument, found integer literal");
             }
             v.push(self.ty()?);
@@ -1261,7 +1290,7 @@ impl<'s> Parser<'s> {
                     self.bump();
                     self.bump();
                     let mut exprs = Vec::new();
-                    loop {
+                    while !self.is_punct(")") {
                         exprs.push(self.expr()?);
                         if !self.eat_punct(",") {
                             break;
@@ -1409,6 +1438,13 @@ impl<'s> Parser<'s> {
             self.bump();
             return Ok(Stmt::Switch { expr, cases, span });
         }
+        if self.is_kw("for") && self.is_punct_at(1, "(") {
+            return Err(FrontError::new(
+                ErrorKind::Unsupported,
+                span,
+                "unsupported: 'for' loop (P4-16 1.2.5)",
+            ));
+        }
         if self.eat_kw("exit") {
             self.expect_punct(";", "after 'exit'")?;
             return Ok(Stmt::Exit(span));
@@ -1443,11 +1479,47 @@ impl<'s> Parser<'s> {
             self.expect_punct(";", "after assignment")?;
             return Ok(Stmt::Assign { lhs, rhs, span });
         }
+        if let Some((op, n)) = self.compound_assign() {
+            // `a op= b` (P4-16 1.2.5) is kept as `a = a op b`.
+            let ospan = self.span();
+            for _ in 0..n {
+                self.bump();
+            }
+            let rhs = self.expr()?;
+            self.expect_punct(";", "after assignment")?;
+            let rhs = Expr::Binary(op, Box::new(lhs.clone()), Box::new(rhs), ospan);
+            return Ok(Stmt::Assign { lhs, rhs, span });
+        }
         if matches!(lhs, Expr::Call { .. }) {
             self.expect_punct(";", "after method call")?;
             return Ok(Stmt::Call(lhs));
         }
         self.expected("'=' or '('", "in a statement (assignment or call)")
+    }
+
+    /// `+=`-style operator here: its operation and token count (`>>=` is
+    /// `>` followed by `>=`).
+    fn compound_assign(&self) -> Option<(BinOp, usize)> {
+        let TokKind::Punct(p) = &self.peek().kind else {
+            return None;
+        };
+        Some(match *p {
+            "+=" => (BinOp::Add, 1),
+            "-=" => (BinOp::Sub, 1),
+            "*=" => (BinOp::Mul, 1),
+            "/=" => (BinOp::Div, 1),
+            "%=" => (BinOp::Mod, 1),
+            "&=" => (BinOp::BitAnd, 1),
+            "|=" => (BinOp::BitOr, 1),
+            "^=" => (BinOp::BitXor, 1),
+            "<<=" => (BinOp::Shl, 1),
+            "|+|=" => (BinOp::AddSat, 1),
+            "|-|=" => (BinOp::SubSat, 1),
+            ">" if self.is_punct_at(1, ">=") && self.peek_at(1).start == self.peek().end => {
+                (BinOp::Shr, 2)
+            }
+            _ => return None,
+        })
     }
 
     /// Whether a declaration starts here: `Some(false)` for `Type name`,
@@ -1517,6 +1589,7 @@ impl<'s> Parser<'s> {
             "<" => (BinOp::Lt, 8, 1),
             "<=" => (BinOp::Le, 8, 1),
             ">=" => (BinOp::Ge, 8, 1),
+            ">" if self.no_angle => return None,
             ">" => {
                 let next = self.peek_at(1);
                 if next.start == self.peek().end && matches!(next.kind, TokKind::Punct(">")) {
@@ -1530,6 +1603,8 @@ impl<'s> Parser<'s> {
             }
             "++" => (BinOp::Concat, 9, 1),
             "<<" => (BinOp::Shl, 10, 1),
+            // `[i +: w]` is an indexed part-select, not an addition.
+            "+" if self.is_punct_at(1, ":") => return None,
             "+" => (BinOp::Add, 11, 1),
             "-" => (BinOp::Sub, 11, 1),
             "|+|" => (BinOp::AddSat, 11, 1),
@@ -1643,7 +1718,10 @@ impl<'s> Parser<'s> {
             }
             TokKind::Punct("(") => {
                 self.bump();
-                let e = self.expr()?;
+                let saved = std::mem::replace(&mut self.no_angle, false);
+                let e = self.expr();
+                self.no_angle = saved;
+                let e = e?;
                 self.expect_punct(")", "to close a parenthesised expression")?;
                 Ok(e)
             }
@@ -1717,10 +1795,11 @@ impl<'s> Parser<'s> {
             } else if self.is_punct("[") {
                 let span = e.span().clone();
                 self.bump();
-                let i = self.expr()?;
-                if self.eat_punct(":") {
-                    let lo = self.expr()?;
-                    self.expect_punct("]", "to close a bit slice")?;
+                let saved = std::mem::replace(&mut self.no_angle, false);
+                let r = self.index_rest();
+                self.no_angle = saved;
+                let (i, lo) = r?;
+                if let Some(lo) = lo {
                     e = Expr::Slice {
                         expr: Box::new(e),
                         hi: Box::new(i),
@@ -1728,7 +1807,6 @@ impl<'s> Parser<'s> {
                         span,
                     };
                 } else {
-                    self.expect_punct("]", "to close an index")?;
                     e = Expr::Index(Box::new(e), Box::new(i), span);
                 }
             } else if self.is_punct("(") {
@@ -1747,6 +1825,14 @@ impl<'s> Parser<'s> {
                 self.bump();
                 let targs = self.type_args_rest();
                 match targs {
+                    Ok(t) if self.is_punct(".") && matches!(e, Expr::Path(_)) => {
+                        // `MyParser<bit>.apply(...)`: a specialized type as receiver.
+                        if let Expr::Path(name) = &e {
+                            let name = name.clone();
+                            let span = name.span.clone();
+                            e = Expr::TypeRef(Type::Named { name, args: t }, span);
+                        }
+                    }
                     Ok(t) if self.is_punct("(") => {
                         let span = e.span().clone();
                         let args = self.args()?;
@@ -1771,7 +1857,33 @@ impl<'s> Parser<'s> {
         Ok(e)
     }
 
+    /// After `[`: `i]` or `hi:lo]`.
+    fn index_rest(&mut self) -> R<(Expr, Option<Expr>)> {
+        let i = self.expr()?;
+        if self.eat_punct(":") {
+            let lo = self.expr()?;
+            self.expect_punct("]", "to close a bit slice")?;
+            return Ok((i, Some(lo)));
+        }
+        if self.is_punct("+") && self.is_punct_at(1, ":") {
+            return Err(FrontError::new(
+                ErrorKind::Unsupported,
+                self.span(),
+                "unsupported: '+:' indexed part-select",
+            ));
+        }
+        self.expect_punct("]", "to close an index")?;
+        Ok((i, None))
+    }
+
     fn args(&mut self) -> R<Vec<Arg>> {
+        let saved = std::mem::replace(&mut self.no_angle, false);
+        let r = self.args_inner();
+        self.no_angle = saved;
+        r
+    }
+
+    fn args_inner(&mut self) -> R<Vec<Arg>> {
         self.expect_punct("(", "to open arguments")?;
         let mut v = Vec::new();
         if self.eat_punct(")") {

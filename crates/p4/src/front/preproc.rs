@@ -20,6 +20,8 @@ use std::sync::Arc;
 const MAX_INCLUDE_DEPTH: usize = 64;
 /// Macro rescans nested deeper than this are refused.
 const MAX_EXPAND_DEPTH: usize = 128;
+/// Start of the error for a macro call without its `)` on the line.
+const UNTERMINATED_CALL: &str = "unterminated call of macro";
 /// Output larger than this is refused (macro bombs).
 const MAX_OUTPUT: usize = 64 << 20;
 /// Macro expansions per program beyond this are refused (exponential
@@ -33,11 +35,33 @@ pub struct Source {
     pub text: String,
     /// For output line `i` (0-based), the original file and 1-based line.
     pub lines: Vec<(Arc<str>, u32)>,
+    /// Column maps of the output lines where macros were expanded (other
+    /// lines keep their columns): so that a token after `ETHERTYPE_IPV4:`
+    /// still reports the column it has in the file.
+    cols: HashMap<usize, Vec<ColSeg>>,
+}
+
+/// From output column `out` on, columns map to `orig` (+ offset when
+/// `verbatim`; a macro's expansion maps entirely to the macro's name).
+#[derive(Clone, Copy, Debug)]
+struct ColSeg {
+    out: u32,
+    orig: u32,
+    verbatim: bool,
 }
 
 impl Source {
     /// The span of column `col` (1-based) of output line `idx` (0-based).
     pub fn span(&self, idx: usize, col: u32) -> Span {
+        let col = match self
+            .cols
+            .get(&idx)
+            .and_then(|m| m.iter().rev().find(|s| s.out <= col))
+        {
+            Some(s) if s.verbatim => s.orig.saturating_add(col - s.out),
+            Some(s) => s.orig,
+            None => col,
+        };
         match self.lines.get(idx).or(self.lines.last()) {
             Some((f, l)) => Span {
                 file: f.clone(),
@@ -77,6 +101,7 @@ struct Pre<'a> {
     once: HashSet<PathBuf>,
     out: String,
     lines: Vec<(Arc<str>, u32)>,
+    cols: HashMap<usize, Vec<ColSeg>>,
     depth: usize,
     expansions: std::cell::Cell<usize>,
 }
@@ -211,6 +236,7 @@ impl<'a> Pre<'a> {
             once: HashSet::new(),
             out: String::new(),
             lines: Vec::new(),
+            cols: HashMap::new(),
             depth: 0,
             expansions: std::cell::Cell::new(0),
         }
@@ -220,10 +246,12 @@ impl<'a> Pre<'a> {
         Source {
             text: self.out,
             lines: self.lines,
+            cols: self.cols,
         }
     }
 
     fn file(&mut self, name: &Arc<str>, dir: Option<&Path>, text: &str) -> Result<(), FrontError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let text = strip_comments(name, text)?;
         // Logical lines: backslash-newline joins, keeping the first line's number.
         let mut logical: Vec<(u32, String)> = Vec::new();
@@ -250,7 +278,10 @@ impl<'a> Pre<'a> {
             logical.push((start, cur));
         }
         let mut conds: Vec<Cond> = Vec::new();
-        for (line, content) in &logical {
+        let mut k = 0;
+        while k < logical.len() {
+            let (line, content) = &logical[k];
+            k += 1;
             let line = *line;
             let trimmed = content.trim_start();
             let active = conds.last().is_none_or(|c| c.active);
@@ -344,9 +375,30 @@ impl<'a> Pre<'a> {
                 continue;
             }
             if active {
-                let exp = self
-                    .expand(content, &mut Vec::new(), 0)
-                    .map_err(|m| FrontError::at(ErrorKind::Preprocess, name, line, 1, m))?;
+                let mut text = content.clone();
+                let mut segs = Vec::new();
+                let mut exp = self.expand_at(&text, &mut Vec::new(), 0, Some(&mut segs));
+                // A macro call whose arguments continue on the next lines
+                // (as cpp allows): join them (the tokens land on the call's
+                // line) until the call closes.
+                let mut joined = 0;
+                while matches!(&exp, Err(m) if m.starts_with(UNTERMINATED_CALL))
+                    && joined < 256
+                    && k < logical.len()
+                    && !logical[k].1.trim_start().starts_with('#')
+                {
+                    text.push(' ');
+                    text.push_str(&logical[k].1);
+                    k += 1;
+                    joined += 1;
+                    segs.clear();
+                    exp = self.expand_at(&text, &mut Vec::new(), 0, Some(&mut segs));
+                }
+                let exp =
+                    exp.map_err(|m| FrontError::at(ErrorKind::Preprocess, name, line, 1, m))?;
+                if !segs.is_empty() && !exp.contains('\n') {
+                    self.cols.insert(self.lines.len(), segs);
+                }
                 for l in exp.split('\n') {
                     self.emit(name, line, l);
                 }
@@ -480,6 +532,18 @@ impl<'a> Pre<'a> {
     /// Expands macros in `text` (not inside strings). `hide` holds the
     /// macros being expanded (no recursion, as in C).
     fn expand(&self, text: &str, hide: &mut Vec<String>, depth: usize) -> Result<String, String> {
+        self.expand_at(text, hide, depth, None)
+    }
+
+    /// [`Self::expand`], recording in `segs` (top level only) where the
+    /// output's columns come from.
+    fn expand_at(
+        &self,
+        text: &str,
+        hide: &mut Vec<String>,
+        depth: usize,
+        mut segs: Option<&mut Vec<ColSeg>>,
+    ) -> Result<String, String> {
         if depth > MAX_EXPAND_DEPTH {
             return Err("macro expansion nested too deeply".into());
         }
@@ -526,7 +590,7 @@ impl<'a> Pre<'a> {
                             continue;
                         }
                         let (args, end) = collect_args(&c, j)
-                            .ok_or_else(|| format!("unterminated call of macro '{id}'"))?;
+                            .ok_or_else(|| format!("{UNTERMINATED_CALL} '{id}'"))?;
                         i = end;
                         let args: Vec<String> =
                             if params.is_empty() && args.len() == 1 && args[0].trim().is_empty() {
@@ -555,7 +619,28 @@ impl<'a> Pre<'a> {
                 hide.push(id);
                 let r = self.expand(&body, hide, depth + 1);
                 hide.pop();
+                let before = out.chars().count() as u32 + 1;
                 out.push_str(&r?);
+                if let Some(segs) = segs.as_deref_mut() {
+                    if segs.is_empty() {
+                        segs.push(ColSeg {
+                            out: 1,
+                            orig: 1,
+                            verbatim: true,
+                        });
+                    }
+                    segs.push(ColSeg {
+                        out: before,
+                        orig: s as u32 + 1,
+                        verbatim: false,
+                    });
+                    let after = out.chars().count() as u32 + 1;
+                    segs.push(ColSeg {
+                        out: after,
+                        orig: i as u32 + 1,
+                        verbatim: true,
+                    });
+                }
                 if out.len() > MAX_OUTPUT {
                     return Err("macro expansion too large".into());
                 }

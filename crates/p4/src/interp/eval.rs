@@ -10,7 +10,6 @@ use crate::ast::{self, Arg, Direction, Expr, Stmt};
 use crate::check::{BlockKind, Local, Prog, Ty};
 use crate::trace::Trace;
 use crate::value::{mask, Bits, HeaderVal, Src, Value};
-use num_bigint::BigInt;
 use std::sync::Arc;
 
 /// Instance id of the packet being parsed (`packet_in`).
@@ -77,6 +76,10 @@ pub(crate) struct Fwd {
     pub resubmit: bool,
     pub recirculate: bool,
     pub clone: Option<u32>,
+    /// Field list ids of the `*_preserving_field_list` calls.
+    pub resubmit_list: Option<u64>,
+    pub recirculate_list: Option<u64>,
+    pub clone_list: Option<u64>,
 }
 
 pub(crate) struct Run<'a> {
@@ -110,14 +113,21 @@ pub(crate) struct Run<'a> {
     /// Parameter values of a parser that rejected (its `out` headers are
     /// still passed on by v1model/PSA).
     pub reject_vals: Option<Vec<Value>>,
-    /// A v1model verify_checksum failed.
-    pub checksum_error: bool,
-    /// > 0 while evaluating checksum data: reads are not recorded (the
-    /// datapath recomputes checksums).
+    /// A v1model verify_checksum ran: `Some(failed)`.
+    pub checksum_error: Option<bool>,
+    /// Taint of bits extracted outside the first pass (not offsets of
+    /// the packet as received).
+    pub reparse_tag: &'static str,
+    /// Set while recording the right-hand side of an assignment.
+    assigning: bool,
+    /// Non-zero while evaluating checksum data: reads are not recorded
+    /// (the datapath recomputes checksums).
     pub quiet: u32,
 }
 
 const MAX_STEPS: u64 = 200_000;
+/// Recursion bound of [`Run::enter`].
+const MAX_DEPTH: u32 = 256;
 
 impl<'a> Run<'a> {
     pub fn new(
@@ -148,8 +158,10 @@ impl<'a> Run<'a> {
             miss_ctx: Vec::new(),
             depth: 0,
             reject_vals: None,
-            checksum_error: false,
+            checksum_error: None,
             quiet: 0,
+            reparse_tag: "p4-recirculate",
+            assigning: false,
         }
     }
 
@@ -162,6 +174,15 @@ impl<'a> Run<'a> {
     }
 
     // ---- trace -------------------------------------------------------
+
+    /// Records that the first pass's parser needed the packet to be at
+    /// least `end_bits` long.
+    fn need_bytes(&mut self, end_bits: u64) {
+        if self.first_pass {
+            let b = end_bits.div_ceil(8).min(u32::MAX as u64) as u32;
+            self.tr.min_packet_len = self.tr.min_packet_len.max(b);
+        }
+    }
 
     /// Records that the run depended on scalar `v` (all of it).
     pub fn use_val(&mut self, v: &Value) {
@@ -211,6 +232,11 @@ impl<'a> Run<'a> {
             Src::None => {}
             Src::InPort => self.tr.in_port_read = true,
             Src::Tainted(t) => self.tr.set_uncacheable(t),
+            Src::Checksum => {
+                if !self.assigning {
+                    self.tr.set_uncacheable("p4-checksum-verify")
+                }
+            }
             Src::Packet(off) => {
                 // Runs of ones, MSB first.
                 let mut i = 0u32;
@@ -261,6 +287,16 @@ impl<'a> Run<'a> {
         None
     }
 
+    /// The innermost variable holding a struct of type `ty`.
+    pub fn find_struct_mut(&mut self, ty: &str) -> Option<&mut Value> {
+        self.frames
+            .iter_mut()
+            .rev()
+            .flat_map(|f| f.iter_mut().rev())
+            .map(|(_, v)| v)
+            .find(|v| matches!(v, Value::Struct(n, _, _) if &**n == ty))
+    }
+
     fn local(&self, name: &str) -> Option<&'a Local> {
         let p: &'a Prog = self.p;
         self.block.and_then(|b| p.blocks[b].locals.get(name))
@@ -277,7 +313,27 @@ impl<'a> Run<'a> {
 
     /// Evaluates `e` without recording anything (callers record).
     pub fn eval(&mut self, e: &Expr) -> R<Value> {
+        self.enter()?;
+        let r = self.eval_inner(e);
+        self.depth -= 1;
+        r
+    }
+
+    /// Bounds the interpreter's recursion (nested expressions,
+    /// statements and calls) so that no program can overflow the stack.
+    fn enter(&mut self) -> R<()> {
         self.tick()?;
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            self.depth -= 1;
+            return fail(format!(
+                "nesting deeper than {MAX_DEPTH} (expressions, statements and calls)"
+            ));
+        }
+        Ok(())
+    }
+
+    fn eval_inner(&mut self, e: &Expr) -> R<Value> {
         match e {
             Expr::Int(lit, _) => Ok(crate::check::int_lit(lit)),
             Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
@@ -531,7 +587,8 @@ impl<'a> Run<'a> {
             } & mask(w);
             let m = mask(w) << lo;
             t.v = (t.v & !m) | (nv << lo);
-            t.src = Src::None;
+            // The source is kept: a later read of the whole field then
+            // records all its packet bits (a superset: correct).
             return Ok(());
         }
         let target = self.lvalue(lhs)?;
@@ -550,11 +607,20 @@ impl<'a> Run<'a> {
     }
 
     pub fn exec(&mut self, s: &Stmt) -> R<()> {
-        self.tick()?;
+        self.enter()?;
+        let r = self.exec_inner(s);
+        self.depth -= 1;
+        r
+    }
+
+    fn exec_inner(&mut self, s: &Stmt) -> R<()> {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
                 let v = self.eval(rhs)?;
+                // Copying a computed checksum is not a decision on it.
+                self.assigning = true;
                 self.use_val(&v);
+                self.assigning = false;
                 self.assign(lhs, v)
             }
             Stmt::Call(e) => self.eval(e).map(|_| ()),
@@ -656,11 +722,7 @@ impl<'a> Run<'a> {
         args: &[Arg],
         span: &crate::ast::Span,
     ) -> R<Value> {
-        self.depth += 1;
-        if self.depth > 64 {
-            self.depth -= 1;
-            return fail(format!("{span}: call depth exceeded"));
-        }
+        self.enter()?;
         let r = self.call_inner(func, type_args, args, span);
         self.depth -= 1;
         r
@@ -695,6 +757,25 @@ impl<'a> Run<'a> {
                     }
                     "setValid" | "setInvalid" => {
                         let valid = name == "setValid";
+                        // A header union member: the others become invalid.
+                        if let Expr::Member(parent, member) = &**obj {
+                            let p = self.p;
+                            if let Value::Struct(ty, names, fields) = self.lvalue(parent)? {
+                                let is_union =
+                                    p.g.aggs
+                                        .get(&**ty)
+                                        .map(|a| a.kind == crate::ast::AggregateKind::HeaderUnion)
+                                        .unwrap_or(false);
+                                if is_union {
+                                    for (n, f) in names.iter().zip(fields.iter_mut()) {
+                                        if let Value::Header(h) = f {
+                                            h.valid = *n == member.name && valid;
+                                        }
+                                    }
+                                    return Ok(Value::Void);
+                                }
+                            }
+                        }
                         match self.lvalue(obj)? {
                             Value::Header(h) => h.valid = valid,
                             o => return fail(format!("{span}: {name} on a {}", o.type_name())),
@@ -812,6 +893,7 @@ impl<'a> Run<'a> {
     }
 
     /// Binds parameters (copy-in), runs `body`, copies out.
+    #[allow(clippy::too_many_arguments)]
     fn invoke(
         &mut self,
         params: &[ast::Param],
@@ -929,7 +1011,11 @@ impl<'a> Run<'a> {
             )))?;
             vals.push(match prm.direction {
                 Direction::Out => blk.param_tys[i].default_value(),
-                _ => self.eval(&a.value)?,
+                _ => {
+                    let v = self.eval(&a.value)?;
+                    ops::coerce(&blk.param_tys[i], v)
+                        .map_err(|m| Ctl::Fail(format!("{span}: {m}")))?
+                }
             });
         }
         let (vals, exited) = match self.run_block(b, vals) {
@@ -1150,6 +1236,7 @@ impl<'a> Run<'a> {
                 let pos = self.pos;
                 let data_len = self.pkt.len() as u64 * 8;
                 let first = self.first_pass;
+                let reparse_tag = self.reparse_tag;
                 let pkt = std::mem::take(&mut self.pkt);
                 let r = (|| {
                     let h = self.lvalue(target)?;
@@ -1180,7 +1267,7 @@ impl<'a> Run<'a> {
                                 b.src = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += b.width as u64;
                             }
@@ -1189,7 +1276,7 @@ impl<'a> Run<'a> {
                                 *s = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += 1;
                             }
@@ -1204,7 +1291,7 @@ impl<'a> Run<'a> {
                                 vb.src = if first {
                                     Src::Packet(off as u32)
                                 } else {
-                                    Src::Tainted("p4-recirculate")
+                                    Src::Tainted(reparse_tag)
                                 };
                                 off += l;
                             }
@@ -1225,6 +1312,7 @@ impl<'a> Run<'a> {
                     }
                     Err(e) => return Err(e),
                 };
+                self.need_bytes(pos + w);
                 if is_next {
                     if let Expr::Member(stack, _) = target {
                         if let Value::Stack(s) = self.lvalue(stack)? {
@@ -1246,9 +1334,11 @@ impl<'a> Run<'a> {
                     self.tr.set_uncacheable("p4-parser-error");
                     return Err(Ctl::Reject("PacketTooShort".into()));
                 }
+                self.need_bytes(self.pos + w);
                 let mut off = self.pos;
                 let first = self.first_pass;
-                fill_from_packet(&mut v, &self.pkt, &mut off, first);
+                let reparse_tag = self.reparse_tag;
+                fill_from_packet(&mut v, &self.pkt, &mut off, first, reparse_tag);
                 if let Value::Header(h) = &mut v {
                     h.valid = true;
                 }
@@ -1268,6 +1358,8 @@ impl<'a> Run<'a> {
                     return Err(Ctl::Reject("PacketTooShort".into()));
                 }
                 self.pos += n;
+                let end = self.pos;
+                self.need_bytes(end);
                 Ok(Value::Void)
             }
             "length" => Ok(Value::Bits(Bits {
@@ -1283,33 +1375,31 @@ impl<'a> Run<'a> {
     /// `packet_out.emit(v)`: valid headers' bits, recursively.
     pub fn emit(&mut self, v: &Value) -> R<()> {
         match v {
-            Value::Header(h) => {
-                if h.valid {
-                    for f in &h.fields {
-                        let at = self.out.bits as u32;
-                        let (len, src) = match f {
-                            Value::Bits(b) => {
-                                self.out.push(b.v, b.width);
-                                (b.width, b.src)
+            Value::Header(h) if h.valid => {
+                for f in &h.fields {
+                    let at = self.out.bits as u32;
+                    let (len, src) = match f {
+                        Value::Bits(b) => {
+                            self.out.push(b.v, b.width);
+                            (b.width, b.src)
+                        }
+                        Value::Bool(b, _) => {
+                            self.out.push(*b as u128, 1);
+                            (1, Src::None)
+                        }
+                        Value::Varbit(v) => {
+                            for i in 0..v.len {
+                                self.out.push(v.bit(i) as u128, 1);
                             }
-                            Value::Bool(b, _) => {
-                                self.out.push(*b as u128, 1);
-                                (1, Src::None)
-                            }
-                            Value::Varbit(v) => {
-                                for i in 0..v.len {
-                                    self.out.push(v.bit(i) as u128, 1);
-                                }
-                                (v.len, v.src)
-                            }
-                            _ => return fail("unsupported header field in emit"),
-                        };
-                        let from = match src {
-                            Src::Packet(o) => Some(o),
-                            _ => None,
-                        };
-                        self.prov.push(crate::trace::EmitSpan { out: at, len, from });
-                    }
+                            (v.len, v.src)
+                        }
+                        _ => return fail("unsupported header field in emit"),
+                    };
+                    let from = match src {
+                        Src::Packet(o) => Some(o),
+                        _ => None,
+                    };
+                    self.prov.push(crate::trace::EmitSpan { out: at, len, from });
                 }
             }
             Value::Stack(s) => {
@@ -1369,21 +1459,23 @@ impl<'a> Run<'a> {
     pub fn miss_ctx(&mut self) -> &mut Vec<(usize, Vec<u128>)> {
         &mut self.miss_ctx
     }
-
-    pub fn big(v: &Value) -> BigInt {
-        v.as_bigint().unwrap_or_default()
-    }
 }
 
 /// Fills scalars of `v` from the packet at bit `off` (lookahead).
-fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
+fn fill_from_packet(
+    v: &mut Value,
+    pkt: &[u8],
+    off: &mut u64,
+    first: bool,
+    reparse_tag: &'static str,
+) {
     match v {
         Value::Bits(b) => {
             b.v = read_bits(pkt, *off, b.width);
             b.src = if first {
                 Src::Packet(*off as u32)
             } else {
-                Src::Tainted("p4-recirculate")
+                Src::Tainted(reparse_tag)
             };
             *off += b.width as u64;
         }
@@ -1392,17 +1484,17 @@ fn fill_from_packet(v: &mut Value, pkt: &[u8], off: &mut u64, first: bool) {
             *s = if first {
                 Src::Packet(*off as u32)
             } else {
-                Src::Tainted("p4-recirculate")
+                Src::Tainted(reparse_tag)
             };
             *off += 1;
         }
         Value::Header(h) => h
             .fields
             .iter_mut()
-            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+            .for_each(|f| fill_from_packet(f, pkt, off, first, reparse_tag)),
         Value::Struct(_, _, fs) => fs
             .iter_mut()
-            .for_each(|f| fill_from_packet(f, pkt, off, first)),
+            .for_each(|f| fill_from_packet(f, pkt, off, first, reparse_tag)),
         _ => {}
     }
 }

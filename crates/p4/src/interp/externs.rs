@@ -111,6 +111,14 @@ impl Run<'_> {
         Ok(v)
     }
 
+    /// The field list id argument of a `*_preserving_field_list` call.
+    fn list_arg(&mut self, name: &str, args: &[Arg], i: usize, span: &Span) -> R<Option<u64>> {
+        if !name.ends_with("_preserving_field_list") {
+            return Ok(None);
+        }
+        Ok(self.arg_val(args, i, span)?.as_u128().map(|v| v as u64))
+    }
+
     fn index_arg(&mut self, args: &[Arg], i: usize, span: &Span) -> R<u64> {
         let v = self.arg_used(args, i, span)?;
         Ok(v.as_u128().unwrap_or(u64::MAX as u128) as u64)
@@ -172,7 +180,9 @@ impl Run<'_> {
                         } else {
                             fold(c)
                         };
-                        Value::Bits(Bits::unsigned(16, v as u128))
+                        let mut b = Bits::unsigned(16, v as u128);
+                        b.src = Src::Checksum;
+                        Value::Bits(b)
                     }
                     "set_state" => {
                         self.quiet += 1;
@@ -214,7 +224,9 @@ impl Run<'_> {
                             _ => hash_by_name(&algo, &BitBuf::default()),
                         }
                         .map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
-                        Ok(Value::Bits(Bits::unsigned(w, h)))
+                        let mut b = Bits::unsigned(w, h);
+                        b.src = Src::Checksum;
+                        Ok(Value::Bits(b))
                     }
                     o => fail(format!("{span}: unsupported: Checksum.{o}")),
                 }
@@ -396,10 +408,16 @@ impl Run<'_> {
                 Ok(Value::Bool(name == "is_net_port", Src::None))
             }
             "mark_to_drop" => {
-                let a = args.first().ok_or(Ctl::Fail(format!(
-                    "{span}: mark_to_drop needs standard_metadata"
-                )))?;
-                let target = self.lvalue(&a.value)?;
+                // `mark_to_drop()` without argument (older v1model, the
+                // Netronome dialect): the standard_metadata in scope.
+                let target = match args.first() {
+                    Some(a) => self.lvalue(&a.value)?,
+                    None => self
+                        .find_struct_mut("standard_metadata_t")
+                        .ok_or(Ctl::Fail(format!(
+                            "{span}: mark_to_drop() without standard_metadata in scope"
+                        )))?,
+                };
                 if let Some(Value::Bits(b)) = target.field_mut("egress_spec") {
                     b.v = crate::arch::V1_DROP_PORT as u128 & mask(b.width);
                     b.src = Src::None;
@@ -449,13 +467,14 @@ impl Run<'_> {
                     let cur = self.eval(target);
                     self.quiet -= 1;
                     let cur = cur?;
-                    if cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width()) {
-                        self.checksum_error = true;
-                    }
+                    let bad = cur.as_u128().unwrap_or(0) != h & mask(cur.bit_width());
+                    self.checksum_error = Some(self.checksum_error.unwrap_or(false) || bad);
                 } else {
                     let cur = self.eval(target)?;
                     let w = cur.bit_width();
-                    self.assign(target, Value::Bits(Bits::unsigned(w, h)))?;
+                    let mut b = Bits::unsigned(w, h);
+                    b.src = Src::Checksum;
+                    self.assign(target, Value::Bits(b))?;
                 }
                 Ok(Value::Void)
             }
@@ -495,17 +514,20 @@ impl Run<'_> {
             "resubmit" | "resubmit_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-resubmit");
                 self.fwd.resubmit = true;
+                self.fwd.resubmit_list = self.list_arg(name, args, 0, span)?;
                 Ok(Value::Void)
             }
             "recirculate" | "recirculate_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-recirculate");
                 self.fwd.recirculate = true;
+                self.fwd.recirculate_list = self.list_arg(name, args, 0, span)?;
                 Ok(Value::Void)
             }
             "clone" | "clone3" | "clone_preserving_field_list" => {
                 self.tr.set_uncacheable("p4-clone");
                 let s = self.arg_val(args, 1, span)?.as_u128().unwrap_or(0);
                 self.fwd.clone = Some(s as u32);
+                self.fwd.clone_list = self.list_arg(name, args, 2, span)?;
                 Ok(Value::Void)
             }
             "digest" => {

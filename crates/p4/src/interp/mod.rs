@@ -44,9 +44,17 @@ impl Bucket {
         }
         let dt = now.saturating_sub(self.last);
         self.last = now;
-        let add = |rate: u64| ((rate as u128 * dt as u128) / 1_000_000_000u128) as u64;
-        self.ctokens = (self.ctokens + add(self.cfg.cir)).min(self.cfg.cburst);
-        self.ptokens = (self.ptokens + add(self.cfg.pir)).min(self.cfg.pburst);
+        let add = |rate: u64| {
+            ((rate as u128 * dt as u128) / 1_000_000_000u128).min(u64::MAX as u128) as u64
+        };
+        self.ctokens = self
+            .ctokens
+            .saturating_add(add(self.cfg.cir))
+            .min(self.cfg.cburst);
+        self.ptokens = self
+            .ptokens
+            .saturating_add(add(self.cfg.pir))
+            .min(self.cfg.pburst);
         if self.ptokens < bytes {
             return 2;
         }
@@ -83,6 +91,13 @@ pub(crate) struct State {
     pub idle_timeout_ns: u64,
     /// Internal errors (counted drops).
     pub errors: u64,
+    /// Latest time seen by process()/credit(): entries added by the
+    /// control plane start their idle timer there.
+    pub clock: u64,
+    /// v1model clone sessions: session -> port.
+    pub mirror: std::collections::HashMap<u32, u32>,
+    /// Multicast groups: group -> (port, rid) copies.
+    pub mcast: std::collections::HashMap<u32, Vec<(u32, u32)>>,
 }
 
 impl State {
@@ -131,6 +146,9 @@ impl State {
             rng: 0x9e37_79b9_7f4a_7c15,
             idle_timeout_ns: 30_000_000_000,
             errors: 0,
+            clock: 0,
+            mirror: Default::default(),
+            mcast: Default::default(),
         }
     }
 
@@ -191,14 +209,34 @@ impl Pipeline {
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
+        self.st.clock = self.st.clock.max(now_ns);
         let mut out =
             crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
         if out.trace.error.is_some() {
             self.st.errors += 1;
             out.outputs.clear();
+            // An internal error is never cached: the next packet reports it again.
+            out.trace.uncacheable = Some("p4-error".into());
         }
         out.trace.normalize();
         out
+    }
+
+    /// Clone session `session` sends its copies to `port` (BMv2
+    /// `mirroring_add`).
+    pub fn mirroring_add(&mut self, session: u32, port: u32) {
+        self.st.mirror.insert(session, port);
+    }
+
+    /// Sets multicast group `group` to copies on (port, rid) (BMv2
+    /// `mc_mgrp_create` + `mc_node_create` + `mc_node_associate`);
+    /// an empty list deletes the group.
+    pub fn multicast_group_set(&mut self, group: u32, members: Vec<(u32, u32)>) {
+        if members.is_empty() {
+            self.st.mcast.remove(&group);
+        } else {
+            self.st.mcast.insert(group, members);
+        }
     }
 
     /// Packets dropped on internal errors since load.
@@ -216,6 +254,9 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         rng: 1,
         idle_timeout_ns: 0,
         errors: 0,
+        clock: 0,
+        mirror: Default::default(),
+        mcast: Default::default(),
     };
     let mut tr = Trace::default();
     let mut run = Run::new(p, &mut st, &mut tr, Vec::new(), 0, 0);

@@ -192,6 +192,9 @@ pub fn binop(op: BinOp, a: Value, b: Value) -> Result<Value, String> {
             r(if op == Div { x.v / y.v } else { x.v % y.v })
         }
         AddSat | SubSat => {
+            if w == 0 {
+                return r(0);
+            }
             if s {
                 let (a, b) = (x.as_i128(), y.as_i128());
                 let max = if w >= 128 {
@@ -353,10 +356,9 @@ pub fn coerce_like(target: &Value, v: Value) -> Result<Value, String> {
     match (target, v) {
         (Value::Bits(t), Value::Bits(b)) => {
             if t.width != b.width {
-                return Err(format!(
-                    "cannot assign a {}-bit value to a {}-bit location",
-                    b.width, t.width
-                ));
+                // p4c refuses this; some target dialects (Netronome's
+                // v1model programs) rely on it: converted as by a cast.
+                return cast(&Ty::Bits(t.width, t.signed), Value::Bits(b));
             }
             Ok(Value::Bits(Bits {
                 signed: t.signed,
@@ -461,4 +463,100 @@ pub fn scalar_bits(v: &Value, errors: &[String], width: u32) -> Option<Bits> {
 
 pub fn err_value(name: &str) -> Value {
     Value::Error(Arc::from(name), Src::None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(w: u32, s: bool, v: i128) -> Value {
+        Value::Bits(Bits::new(w, s, v as u128))
+    }
+
+    fn get(v: Value) -> (u128, i128) {
+        match v {
+            Value::Bits(x) => (x.v, x.as_i128()),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn saturating_signed_and_unsigned() {
+        assert_eq!(
+            get(binop(BinOp::AddSat, b(8, true, 100), b(8, true, 100)).unwrap()).1,
+            127
+        );
+        assert_eq!(
+            get(binop(BinOp::SubSat, b(8, true, -100), b(8, true, 100)).unwrap()).1,
+            -128
+        );
+        assert_eq!(
+            get(binop(BinOp::AddSat, b(8, false, 200), b(8, false, 100)).unwrap()).0,
+            255
+        );
+        assert_eq!(
+            get(binop(BinOp::SubSat, b(8, false, 5), b(8, false, 10)).unwrap()).0,
+            0
+        );
+        let max = Value::Bits(Bits::new(128, false, u128::MAX));
+        assert_eq!(
+            get(binop(BinOp::AddSat, max.clone(), b(128, false, 1)).unwrap()).0,
+            u128::MAX
+        );
+        assert_eq!(get(binop(BinOp::Add, max, b(128, false, 1)).unwrap()).0, 0);
+    }
+
+    #[test]
+    fn shifts_concat_and_casts() {
+        assert_eq!(
+            get(binop(BinOp::Shr, b(8, true, -8), b(8, false, 1)).unwrap()).1,
+            -4
+        );
+        assert_eq!(
+            get(binop(BinOp::Shr, b(8, true, -8), b(8, false, 9)).unwrap()).1,
+            -1
+        );
+        assert_eq!(
+            get(binop(BinOp::Shl, b(8, false, 0x81), b(8, false, 1)).unwrap()).0,
+            2
+        );
+        assert_eq!(
+            get(binop(BinOp::Concat, b(4, false, 0xa), b(12, false, 0xbcd)).unwrap()).0,
+            0xabcd
+        );
+        assert!(binop(BinOp::Concat, b(100, false, 0), b(29, false, 0)).is_err());
+        assert_eq!(
+            get(cast(&Ty::Bits(16, false), b(8, true, -1)).unwrap()).0,
+            0xffff
+        );
+        assert_eq!(
+            get(cast(&Ty::Bits(4, false), b(8, false, 0xab)).unwrap()).0,
+            0xb
+        );
+        assert!(binop(BinOp::Div, b(8, false, 1), b(8, false, 0)).is_err());
+        assert!(binop(BinOp::Add, b(8, false, 1), b(16, false, 1)).is_err());
+        assert_eq!(
+            get(binop(
+                BinOp::Mul,
+                Value::Bits(Bits::new(128, false, 1 << 100)),
+                b(128, false, 1 << 30)
+            )
+            .unwrap())
+            .0,
+            0
+        );
+    }
+
+    #[test]
+    fn slices_keep_the_packet_source() {
+        let mut x = Bits::new(16, false, 0xabcd);
+        x.src = Src::Packet(100);
+        match slice(&Value::Bits(x), 11, 4).unwrap() {
+            Value::Bits(s) => {
+                assert_eq!(s.v, 0xbc);
+                assert_eq!(s.src, Src::Packet(104));
+            }
+            o => panic!("{o:?}"),
+        }
+    }
 }

@@ -18,8 +18,45 @@ fn to_u128(v: &BigUint, width: u32) -> Option<u128> {
     v.to_u128()
 }
 
+/// Control-plane spellings of qualified names: `::` separators
+/// (Netronome's `ingress::ipv6_lpm`) and a first component naming the
+/// block by its role (`ingress`/`egress`, or the package parameter name
+/// such as `ig`) instead of its type (`MyIngress`).
+pub(crate) fn canonical(p: &Prog, name: &str) -> String {
+    let name = name.replace("::", ".");
+    let Some((first, rest)) = name.split_once('.') else {
+        return name;
+    };
+    if p.blocks.iter().any(|b| b.qname == first) {
+        return name;
+    }
+    let role = |i: usize| {
+        p.main_blocks
+            .get(i)
+            .map(|(_, b)| p.blocks[*b].qname.clone())
+    };
+    let by_role = match (p.package.as_str(), first) {
+        ("V1Switch", "ingress") => role(2),
+        ("V1Switch", "egress") => role(3),
+        ("PSA_Switch", "ingress") => role(1),
+        ("PSA_Switch", "egress") => role(4),
+        ("PNA_NIC", "main") => role(p.main_blocks.len().saturating_sub(2)),
+        _ => None,
+    };
+    let by_param = p
+        .main_blocks
+        .iter()
+        .find(|(pn, _)| pn == first || pn.rsplit('.').next() == Some(first))
+        .map(|(_, b)| p.blocks[*b].qname.clone());
+    match by_role.or(by_param) {
+        Some(q) => format!("{q}.{rest}"),
+        None => name,
+    }
+}
+
 pub(crate) fn find_table(p: &Prog, name: &str) -> Result<usize, RuntimeError> {
-    match resolve_suffix(name, p.tables.iter().map(|t| t.info.name.as_str())) {
+    let canon = canonical(p, name);
+    match resolve_suffix(&canon, p.tables.iter().map(|t| t.info.name.as_str())) {
         Ok(n) => Ok(p.tables.iter().position(|t| t.info.name == n).unwrap_or(0)),
         Err(None) => Err(RuntimeError::UnknownTable(name.into())),
         Err(Some(c)) => Err(RuntimeError::AmbiguousTable(name.into(), c)),
@@ -32,6 +69,8 @@ fn find_extern(
     kinds: &[&str],
     kind: &'static str,
 ) -> Result<usize, RuntimeError> {
+    let canon = canonical(p, name);
+    let name = canon.as_str();
     let cands: Vec<(usize, &str)> = p
         .externs
         .iter()
@@ -59,7 +98,8 @@ fn resolve_action(
     let td = &p.tables[t];
     let tname = td.info.name.clone();
     let names: Vec<&str> = td.info.actions.iter().map(|a| a.name.as_str()).collect();
-    let qn = match resolve_suffix(action, names.iter().copied()) {
+    let canon = canonical(p, action);
+    let qn = match resolve_suffix(&canon, names.iter().copied()) {
         Ok(n) => n,
         Err(_) => {
             return Err(RuntimeError::UnknownAction {
@@ -314,9 +354,9 @@ impl Pipeline {
             let (kind, prefix) = match e.ty.as_str() {
                 "Counter" | "counter" => (ExternKind::Counter, 0x12),
                 "DirectCounter" | "direct_counter" => (ExternKind::DirectCounter, 0x13),
-                "Register" | "register" => (ExternKind::Register, 0x17),
-                "Meter" | "meter" => (ExternKind::Meter, 0x15),
-                "DirectMeter" | "direct_meter" => (ExternKind::DirectMeter, 0x16),
+                "Register" | "register" => (ExternKind::Register, 0x16),
+                "Meter" | "meter" => (ExternKind::Meter, 0x14),
+                "DirectMeter" | "direct_meter" => (ExternKind::DirectMeter, 0x15),
                 _ => continue,
             };
             let direct = matches!(kind, ExternKind::DirectCounter | ExternKind::DirectMeter);
@@ -351,7 +391,8 @@ impl Pipeline {
 
     pub fn table_add(&mut self, table: &str, spec: EntrySpec) -> Result<EntryId, RuntimeError> {
         let t = find_table(&self.prog, table)?;
-        add_entry_spec(&self.prog, &mut self.st, t, spec, 0)
+        let now = self.st.clock;
+        add_entry_spec(&self.prog, &mut self.st, t, spec, now)
     }
 
     /// Replaces the action and parameters of an entry.
@@ -559,6 +600,7 @@ impl Pipeline {
     /// Credits cache hits of a cached run: its counters get `packets` and
     /// `bytes`, the table entries it hit get `now_ns` as last-hit time.
     pub fn credit(&mut self, trace: &Trace, packets: u64, bytes: u64, now_ns: u64) {
+        self.st.clock = self.st.clock.max(now_ns);
         for c in &trace.counters {
             match c {
                 CounterRef::Indexed { name, index } => {
@@ -606,7 +648,9 @@ impl Pipeline {
         self.st.idle_timeout_ns = timeout_ns;
     }
 
-    /// Entries of idle-timeout tables not hit for the timeout as of `now_ns`.
+    /// Entries of idle-timeout tables not hit (nor added) for the timeout
+    /// as of `now_ns`. Control-plane entries start their timer at the
+    /// latest time process()/credit()/this call saw.
     pub fn expired_entries(&self, now_ns: u64) -> Vec<(String, EntryId)> {
         let mut out = Vec::new();
         for (t, td) in self.prog.tables.iter().enumerate() {

@@ -48,7 +48,9 @@ impl Run<'_> {
             let b = match crate::interp::ops::scalar_bits(&v, &p.g.errors, k.width) {
                 Some(b) => b,
                 None => match &v {
-                    Value::Enum(_, m) => crate::value::Bits::unsigned(k.width, m.len() as u128),
+                    Value::Enum(t, m) => {
+                        crate::value::Bits::unsigned(k.width, crate::check::enum_index(&p.g, t, m))
+                    }
                     _ => return fail(format!("{}: key of type {}", k.expr.span(), v.type_name())),
                 },
             };

@@ -192,6 +192,8 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
     let mut fails = Vec::new();
     let mut now = 1_000_000_000u64;
     let mut packet_lines = 0;
+    let mut groups: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
+    let mut nodes: Vec<(u32, u32)> = Vec::new();
     for (ln, line) in stf.lines().enumerate() {
         let ln = ln + 1;
         let line = line.split('#').next().unwrap().trim();
@@ -263,6 +265,32 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                     .push_back((ln, Expect { nibbles, exact }));
             }
             "wait" => {}
+            "mirroring_add" => {
+                let v: Vec<u32> = rest
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap())
+                    .collect();
+                p.mirroring_add(v[0], v[1]);
+            }
+            "mc_mgrp_create" => {
+                groups.insert(rest.trim().parse().unwrap(), Vec::new());
+            }
+            "mc_node_create" => {
+                let v: Vec<u32> = rest
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap())
+                    .collect();
+                nodes.push((v[1], v[0]));
+            }
+            "mc_node_associate" => {
+                let v: Vec<u32> = rest
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap())
+                    .collect();
+                let g = groups.entry(v[0]).or_default();
+                g.push(nodes[v[1] as usize]);
+                p.multicast_group_set(v[0], g.clone());
+            }
             o => fails.push(format!("line {ln}: unsupported STF command {o}")),
         }
     }

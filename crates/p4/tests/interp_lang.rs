@@ -1,0 +1,438 @@
+//! Language features on small v1model programs written here: operators,
+//! slices, functions (copy-in/copy-out), exit/return, switch on
+//! action_run, header stacks, select with ranges/masks/tuples, meters,
+//! and the recursion bound.
+
+mod interp_support;
+use interp_support::corpus;
+use nicflow_p4::runtime::{EntrySpec, KeyMatch, MeterConfig};
+use nicflow_p4::Pipeline;
+use num_bigint::BigUint;
+
+const TEMPLATE: &str = r#"
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> a; bit<8> b; bit<16> c; bit<32> d; }
+header s_t { bit<8> v; }
+struct headers { h_t h; s_t[3] st; }
+struct meta_t { bit<8> x; }
+TOP
+parser P(packet_in pkt, out headers hdr, inout meta_t m, inout standard_metadata_t sm) {
+    PARSER
+}
+control VC(inout headers hdr, inout meta_t m) { apply {} }
+control I(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) {
+    INGRESS
+}
+control E(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) { apply {} }
+control CC(inout headers hdr, inout meta_t m) { apply {} }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.h); pkt.emit(hdr.st); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+
+const SIMPLE_PARSER: &str = "state start { pkt.extract(hdr.h); transition accept; }";
+
+fn build(parser: &str, ingress: &str) -> Option<Pipeline> {
+    build_top("", parser, ingress)
+}
+
+fn build_top(top: &str, parser: &str, ingress: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let text = TEMPLATE
+        .replace("TOP", top)
+        .replace("PARSER", parser)
+        .replace("INGRESS", ingress);
+    let prog = nicflow_p4::front::parse_str("test.p4", &text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn run(p: &mut Pipeline, pkt: &[u8]) -> (u32, Vec<u8>) {
+    let o = p.process(0, pkt, 1);
+    assert!(o.trace.error.is_none(), "{:?}", o.trace.error);
+    assert_eq!(o.outputs.len(), 1, "{o:?}");
+    o.outputs[0].clone()
+}
+
+#[test]
+fn operators_and_slices() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"apply {
+            hdr.h.a = hdr.h.a |+| 8w200;          // saturates at 255
+            hdr.h.b = hdr.h.b |-| 8w10;           // saturates at 0
+            int<8> s = -8s5;
+            s = s >> 1;                            // arithmetic: -3
+            hdr.h.c = (bit<16>)(int<16>)s;         // sign-extended: 0xfffd
+            hdr.h.d = hdr.h.c ++ 16w0x1234;        // 0xfffd1234
+            hdr.h.d[7:0] = 8w0xab;                 // slice as lvalue
+            hdr.h.d = hdr.h.d + ((bit<32>)(hdr.h.c[3:0] == 4w0xd ? 1 : 0) << 8);
+            sm.egress_spec = 3;
+        }"#,
+    ) else {
+        return;
+    };
+    let (port, out) = run(&mut p, &[100, 5, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(port, 3);
+    assert_eq!(out, vec![255, 0, 0xff, 0xfd, 0xff, 0xfd, 0x13, 0xab]);
+}
+
+#[test]
+fn functions_copy_in_copy_out_return_and_exit() {
+    let Some(mut p) = build_top(
+        r#"
+        bit<8> twice(in bit<8> v) { return v + v; }
+        void swap(inout bit<8> x, inout bit<8> y) { bit<8> t = x; x = y; y = t; }
+        "#,
+        SIMPLE_PARSER,
+        r#"
+        action inc(inout bit<8> v) { v = v + 1; }
+        apply {
+            hdr.h.a = twice(hdr.h.a);
+            inc(hdr.h.b);
+            swap(hdr.h.a, hdr.h.b);
+            sm.egress_spec = 2;
+            if (hdr.h.c == 1) { exit; }
+            hdr.h.c = 7;
+        }"#,
+    ) else {
+        return;
+    };
+    let (port, out) = run(&mut p, &[3, 10, 0, 0, 0, 0, 0, 0]);
+    assert_eq!((port, &out[..4]), (2, &[11u8, 6, 0, 7][..]));
+    let (port, out) = run(&mut p, &[3, 10, 0, 1, 0, 0, 0, 0]);
+    assert_eq!((port, &out[..4]), (2, &[11u8, 6, 0, 1][..]));
+}
+
+#[test]
+fn switch_on_action_run_and_hit() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action set_b(bit<8> v) { hdr.h.b = v; }
+        action nop() { }
+        table t {
+            key = { hdr.h.a : range; hdr.h.c : optional; }
+            actions = { set_b; nop; }
+            default_action = nop;
+            const entries = {
+                (1 .. 10, _) : set_b(0x11);
+                (11 .. 20, 5) : set_b(0x22);
+            }
+        }
+        apply {
+            switch (t.apply().action_run) {
+                set_b: { sm.egress_spec = 1; }
+                default: { sm.egress_spec = 9; }
+            }
+            if (t.apply().hit) { hdr.h.d = 1; } else { hdr.h.d = 2; }
+        }"#,
+    ) else {
+        return;
+    };
+    let (port, out) = run(&mut p, &[5, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!((port, out[1], out[7]), (1, 0x11, 1));
+    let (port, out) = run(&mut p, &[15, 0, 0, 5, 0, 0, 0, 0]);
+    assert_eq!((port, out[1], out[7]), (1, 0x22, 1));
+    let (port, out) = run(&mut p, &[15, 0, 0, 6, 0, 0, 0, 0]);
+    assert_eq!((port, out[1], out[7]), (9, 0, 2));
+}
+
+#[test]
+fn header_stacks_and_select() {
+    let Some(mut p) = build(
+        r#"state start {
+            pkt.extract(hdr.h);
+            transition select(hdr.h.a, hdr.h.b) {
+                (0x10 &&& 0xf0, _): stack;
+                (8w0x20 .. 8w0x2f, 1): stack;
+                default: accept;
+            }
+        }
+        state stack {
+            pkt.extract(hdr.st.next);
+            transition select(hdr.st.last.v) {
+                0: accept;
+                default: stack;
+            }
+        }"#,
+        r#"apply {
+            sm.egress_spec = 1;
+            if (hdr.st[0].isValid()) {
+                hdr.h.d = (bit<32>)hdr.st.lastIndex;
+                hdr.st.pop_front(1);
+            }
+        }"#,
+    ) else {
+        return;
+    };
+    // 0x13 matches the mask: stack of 3 -> 7, 9, 0; lastIndex 2; pop -> 9, 0.
+    let (_, out) = run(&mut p, &[0x13, 0, 0, 0, 0, 0, 0, 0, 7, 9, 0, 0xee]);
+    assert_eq!(out, vec![0x13, 0, 0, 0, 0, 0, 0, 2, 9, 0, 0xee]);
+    // 0x25 with b=1 matches the range: stack overflows on 4 non-zero bytes.
+    let o = p.process(0, &[0x25, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1], 1);
+    assert!(o.trace.error.is_none());
+    // v1model: parser errors do not drop; the stack keeps what was extracted.
+    assert_eq!(o.outputs.len(), 1);
+    // No match: accept with only h.
+    let (_, out) = run(&mut p, &[0x30, 0, 0, 0, 0, 0, 0, 0, 5]);
+    assert_eq!(out, vec![0x30, 0, 0, 0, 0, 0, 0, 0, 5]);
+}
+
+#[test]
+fn meters_mark_runs_uncacheable_and_turn_red() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        meter(4, MeterType.bytes) mt;
+        apply {
+            bit<2> color;
+            mt.execute_meter((bit<32>)hdr.h.a, color);
+            hdr.h.b = (bit<8>)color;
+            sm.egress_spec = 1;
+        }"#,
+    ) else {
+        return;
+    };
+    let (_, out) = run(&mut p, &[1, 9, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(out[1], 0, "unconfigured meters are green");
+    p.meter_set(
+        "mt",
+        1,
+        MeterConfig {
+            cir: 1,
+            cburst: 10,
+            pir: 1,
+            pburst: 20,
+        },
+    )
+    .unwrap();
+    let o = p.process(0, &[1, 9, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-meter"));
+    assert_eq!(o.outputs[0].1[1], 0);
+    let o = p.process(0, &[1, 9, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(
+        o.outputs[0].1[1], 1,
+        "yellow once the committed bucket is empty"
+    );
+    let o = p.process(0, &[1, 9, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.outputs[0].1[1], 2, "red once the peak bucket is empty");
+    assert!(p.meter_set("mt", 4, MeterConfig::default()).is_err());
+}
+
+#[test]
+fn deepest_accepted_nesting_does_not_overflow_a_small_stack() {
+    let Some(c) = corpus() else { return };
+    // The deepest expression the frontend accepts.
+    let mut depth = 400;
+    let prog = loop {
+        let mut e = String::from("hdr.h.a");
+        for _ in 0..depth {
+            e = format!("({e} + 8w1)");
+        }
+        let ingress = format!("apply {{ hdr.h.a = {e}; sm.egress_spec = 1; }}");
+        let text = TEMPLATE
+            .replace("TOP", "")
+            .replace("PARSER", SIMPLE_PARSER)
+            .replace("INGRESS", &ingress);
+        if let Ok(p) = nicflow_p4::front::parse_str("t.p4", &text, &[c.join("include")]) {
+            break p;
+        }
+        depth -= 10;
+        assert!(depth > 0);
+    };
+    let mut p = Pipeline::load_program(prog, None).unwrap();
+    let h = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || p.process(0, &[0; 8], 1))
+        .unwrap();
+    let o = h.join().expect("no stack overflow");
+    assert!(o.trace.error.is_some() || o.outputs.len() == 1);
+}
+
+#[test]
+fn ternary_runtime_priorities_larger_wins() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action set_b(bit<8> v) { hdr.h.b = v; }
+        table t { key = { hdr.h.a : ternary; } actions = { set_b; } }
+        apply { t.apply(); sm.egress_spec = 1; }"#,
+    ) else {
+        return;
+    };
+    let add = |p: &mut Pipeline, v: u64, m: u64, b: u64, prio: u32| {
+        p.table_add(
+            "t",
+            EntrySpec {
+                keys: vec![KeyMatch::Ternary(BigUint::from(v), BigUint::from(m))],
+                action: "set_b".into(),
+                params: vec![("v".into(), BigUint::from(b))],
+                priority: Some(prio),
+            },
+        )
+        .unwrap()
+    };
+    add(&mut p, 0x10, 0xf0, 1, 10);
+    add(&mut p, 0x12, 0xff, 2, 20);
+    let o = p.process(0, &[0x12, 0, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.outputs[0].1[1], 2);
+    let o = p.process(0, &[0x13, 0, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.outputs[0].1[1], 1);
+    // The higher-priority entry's mask (all 8 bits) was examined.
+    assert!(o.trace.covers(0, 8));
+}
+
+#[test]
+fn header_unions_keep_one_member_valid() {
+    let Some(mut p) = build_top(
+        "header u1_t { bit<8> x; } header u2_t { bit<16> y; } header_union u_t { u1_t a; u2_t b; }",
+        SIMPLE_PARSER,
+        r#"
+        apply {
+            u_t u;
+            u.a.setValid();
+            u.a.x = 1;
+            u.b.setValid();
+            hdr.h.a = u.a.isValid() ? 8w1 : 8w0;
+            hdr.h.b = u.b.isValid() ? 8w1 : 8w0;
+            hdr.h.c = (bit<16>)(bit<8>)(u.isValid() ? 1 : 0);
+            sm.egress_spec = 1;
+        }"#,
+    ) else {
+        return;
+    };
+    let (_, out) = run(&mut p, &[9, 9, 9, 9, 0, 0, 0, 0]);
+    assert_eq!(&out[..4], &[0, 1, 0, 1]);
+}
+
+#[test]
+fn v1model_packet_length_is_the_length_and_uncacheable() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        "apply { hdr.h.d = sm.packet_length; sm.egress_spec = 1; }",
+    ) else {
+        return;
+    };
+    let o = p.process(0, &[0; 20], 1);
+    assert_eq!(&o.outputs[0].1[4..8], &[0, 0, 0, 20]);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-packet-length"));
+}
+
+#[test]
+fn parser_error_as_a_table_key() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action mark(bit<8> v) { hdr.h.b = v; hdr.h.setValid(); }
+        table t {
+            key = { sm.parser_error : exact; }
+            actions = { mark; }
+            const entries = {
+                error.NoError : mark(1);
+                error.PacketTooShort : mark(2);
+            }
+        }
+        apply { t.apply(); sm.egress_spec = 1; }"#,
+    ) else {
+        return;
+    };
+    let (_, out) = run(&mut p, &[0; 8]);
+    assert_eq!(out[1], 1);
+    // Too short for h: v1model goes on with parser_error set.
+    let o = p.process(0, &[0; 3], 1);
+    assert_eq!(o.outputs[0].1[1], 2);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-parser-error"));
+}
+
+#[test]
+fn deciding_on_a_checksum_is_uncacheable_writing_it_is_not() {
+    let Some(c) = corpus() else { return };
+    let text = TEMPLATE
+        .replace("TOP", "")
+        .replace("PARSER", SIMPLE_PARSER)
+        .replace(
+            "control VC(inout headers hdr, inout meta_t m) { apply {} }",
+            "control VC(inout headers hdr, inout meta_t m) { apply {
+                verify_checksum(true, { hdr.h.a, hdr.h.b }, hdr.h.c, HashAlgorithm.csum16);
+            } }",
+        )
+        .replace(
+            "control CC(inout headers hdr, inout meta_t m) { apply {} }",
+            "control CC(inout headers hdr, inout meta_t m) { apply {
+                update_checksum(true, { hdr.h.a, hdr.h.b }, hdr.h.c, HashAlgorithm.csum16);
+            } }",
+        )
+        .replace(
+            "INGRESS",
+            "apply { sm.egress_spec = 1; if (hdr.h.a == 7) { if (sm.checksum_error == 1) { sm.egress_spec = 2; } } }",
+        );
+    let prog = nicflow_p4::front::parse_str("t.p4", &text, &[c.join("include")]).unwrap();
+    let mut p = Pipeline::load_program(prog, None).unwrap();
+    // a != 7: the checksum is only rewritten.
+    let o = p.process(0, &[1, 2, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.trace.uncacheable, None);
+    assert!(o.trace.checksum_recomputed);
+    assert!(!o.trace.touches(16, 16), "{:?}", o.trace.read_bits);
+    assert_eq!(&o.outputs[0].1[2..4], &[0xfe, 0xfd]);
+    assert_eq!(o.trace.min_packet_len, 8);
+    // a == 7: the output port depends on the checksum's correctness.
+    let o = p.process(0, &[7, 2, 0, 0, 0, 0, 0, 0], 1);
+    assert_eq!(o.outputs[0].0, 2);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-checksum-verify"));
+}
+
+#[test]
+fn table_size_is_enforced() {
+    let Some(mut p) = build(
+        SIMPLE_PARSER,
+        r#"
+        action set_b(bit<8> v) { hdr.h.b = v; }
+        table t { key = { hdr.h.a : exact; } actions = { set_b; } size = 2; }
+        apply { t.apply(); sm.egress_spec = 1; }"#,
+    ) else {
+        return;
+    };
+    let spec = |k: u64| EntrySpec {
+        keys: vec![KeyMatch::Exact(BigUint::from(k))],
+        action: "set_b".into(),
+        params: vec![("v".into(), BigUint::from(1u8))],
+        priority: None,
+    };
+    p.table_add("t", spec(1)).unwrap();
+    p.table_add("t", spec(2)).unwrap();
+    assert!(matches!(
+        p.table_add("t", spec(3)),
+        Err(nicflow_p4::RuntimeError::TableFull(_, 2))
+    ));
+    assert_eq!(p.table_entries("t").unwrap().len(), 2);
+}
+
+#[test]
+fn resubmit_preserves_only_its_field_list() {
+    let Some(c) = corpus() else { return };
+    let text = TEMPLATE
+        .replace("TOP", "")
+        .replace(
+            "struct meta_t { bit<8> x; }",
+            "struct meta_t { @field_list(1) bit<8> keep; bit<8> x; }",
+        )
+        .replace("PARSER", SIMPLE_PARSER)
+        .replace(
+            "INGRESS",
+            "apply {
+                if (sm.instance_type == 0) {
+                    m.keep = 5; m.x = 6;
+                    resubmit_preserving_field_list(1);
+                } else {
+                    hdr.h.a = m.keep; hdr.h.b = m.x; sm.egress_spec = 1;
+                }
+            }",
+        );
+    let prog = nicflow_p4::front::parse_str("t.p4", &text, &[c.join("include")]).unwrap();
+    let mut p = Pipeline::load_program(prog, None).unwrap();
+    let o = p.process(0, &[9, 9, 0, 0, 0, 0, 0, 0], 1);
+    assert!(o.trace.error.is_none(), "{:?}", o.trace.error);
+    assert_eq!(&o.outputs[0].1[..2], &[5, 0]);
+    assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-resubmit"));
+}
