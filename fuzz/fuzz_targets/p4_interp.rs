@@ -31,8 +31,9 @@ fn pipelines() -> &'static Mutex<Vec<nicflow_p4::Pipeline>> {
             let mut p = nicflow_p4::Pipeline::load(&dir.join(prog), &inc, None)
                 .unwrap_or_else(|e| panic!("corpus program {prog}: {e}"));
             let text = std::fs::read_to_string(dir.join(stf)).expect("corpus STF");
+            let mut pre = nicflow_p4::stf::Replication::default();
             for (_, cmd) in nicflow_p4::stf::parse(stf, &text).expect("STF").commands {
-                let _ = nicflow_p4::stf::apply_to(&mut p, &cmd);
+                let _ = nicflow_p4::stf::apply_to(&mut p, &mut pre, &cmd);
             }
             v.push(p);
         }

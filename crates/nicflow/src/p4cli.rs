@@ -225,6 +225,7 @@ pub fn run_stf_text(
         &t,
         &mut stf::InterpTarget {
             pipeline: &mut pl,
+            pre: Default::default(),
             now_ns: 0,
         },
         1,

@@ -158,8 +158,9 @@ fn check(c: &Path, case: &Case, seed: u64, n: usize) {
     let entries = stf::parse("entries", case.entries).unwrap();
     let mut alone = load();
     let mut cached = CachedTarget::new(load(), case.ports).unwrap();
+    let mut pre = stf::Replication::default();
     for (_, cmd) in &entries.commands {
-        stf::apply_to(&mut alone, cmd).unwrap();
+        stf::apply_to(&mut alone, &mut pre, cmd).unwrap();
         cached.apply(cmd).unwrap();
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

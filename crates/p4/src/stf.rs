@@ -104,6 +104,14 @@ pub enum Command {
     Expect { port: u32, pattern: Pattern },
     /// Let queued packets drain (a no-op for synchronous targets).
     Wait,
+    /// BMv2's `mirroring_add SESSION PORT`: clone session -> port.
+    MirroringAdd { session: u32, port: u32 },
+    /// `mc_mgrp_create GROUP`.
+    McGroupCreate { group: u32 },
+    /// `mc_node_create RID PORT...`: a node (handles count from 0).
+    McNodeCreate { rid: u32, ports: Vec<u32> },
+    /// `mc_node_associate GROUP NODE-HANDLE`.
+    McNodeAssociate { group: u32, node: u32 },
     /// A command this runner does not implement (BMv2 CLI commands such
     /// as `mirroring_add`, `mc_mgrp_create`, `register_read`): running a
     /// test that holds one fails naming it.
@@ -168,6 +176,47 @@ pub fn parse(file: &str, text: &str) -> Result<StfTest, StfError> {
                 }
             }
             "wait" => Command::Wait,
+            "mirroring_add" | "mc_mgrp_create" | "mc_node_create" | "mc_node_associate" => {
+                let nums = rest
+                    .split_whitespace()
+                    .map(parse_u32)
+                    .collect::<Result<Vec<u32>, String>>()
+                    .map_err(err)?;
+                let need = |n: usize| -> Result<(), StfError> {
+                    if nums.len() < n {
+                        Err(err(format!("{cmd} needs {n} numbers")))
+                    } else {
+                        Ok(())
+                    }
+                };
+                match cmd {
+                    "mirroring_add" => {
+                        need(2)?;
+                        Command::MirroringAdd {
+                            session: nums[0],
+                            port: nums[1],
+                        }
+                    }
+                    "mc_mgrp_create" => {
+                        need(1)?;
+                        Command::McGroupCreate { group: nums[0] }
+                    }
+                    "mc_node_create" => {
+                        need(1)?;
+                        Command::McNodeCreate {
+                            rid: nums[0],
+                            ports: nums[1..].to_vec(),
+                        }
+                    }
+                    _ => {
+                        need(2)?;
+                        Command::McNodeAssociate {
+                            group: nums[0],
+                            node: nums[1],
+                        }
+                    }
+                }
+            }
             other => Command::Unsupported {
                 name: other.to_string(),
             },
@@ -411,7 +460,12 @@ pub fn run(
             Command::Unsupported { name } => {
                 return Err(fail(*line, format!("unsupported STF command `{name}`")))
             }
-            Command::Add(_) | Command::SetDefault { .. } => target
+            Command::Add(_)
+            | Command::SetDefault { .. }
+            | Command::MirroringAdd { .. }
+            | Command::McGroupCreate { .. }
+            | Command::McNodeCreate { .. }
+            | Command::McNodeAssociate { .. } => target
                 .apply(cmd)
                 .map_err(|e| fail(*line, e.to_string()))?,
         }
@@ -509,7 +563,13 @@ mod tests {
         assert!(pattern.matches(&[0x0a, 0xff]));
         assert!(!pattern.matches(&[0x0a, 0xff, 0]));
         assert!(!pattern.matches(&[0x0b, 0xff]));
-        assert!(matches!(t.commands[7].1, Command::Unsupported { .. }));
+        assert!(matches!(
+            t.commands[7].1,
+            Command::MirroringAdd {
+                session: 5,
+                port: 6
+            }
+        ));
     }
 
     #[test]
@@ -545,10 +605,52 @@ mod tests {
     }
 }
 
-/// Apply an STF control command (`add`, `setdefault`) to a pipeline.
-/// Returns the qualified name of the table it changed.
-pub fn apply_to(pipeline: &mut crate::Pipeline, cmd: &Command) -> Result<Option<String>, String> {
+/// BMv2's packet replication engine as STF configures it: multicast
+/// nodes (by handle, in creation order) and groups.
+#[derive(Clone, Debug, Default)]
+pub struct Replication {
+    nodes: Vec<(u32, Vec<u32>)>,
+    groups: BTreeMap<u32, Vec<usize>>,
+}
+
+/// Apply an STF control command (`add`, `setdefault`, mirroring and
+/// multicast) to a pipeline. Returns the qualified name of the table it
+/// changed, if any.
+pub fn apply_to(
+    pipeline: &mut crate::Pipeline,
+    pre: &mut Replication,
+    cmd: &Command,
+) -> Result<Option<String>, String> {
     match cmd {
+        Command::MirroringAdd { session, port } => {
+            pipeline.mirroring_add(*session, *port);
+            Ok(None)
+        }
+        Command::McGroupCreate { group } => {
+            pre.groups.entry(*group).or_default();
+            pipeline.multicast_group_set(*group, Vec::new());
+            Ok(None)
+        }
+        Command::McNodeCreate { rid, ports } => {
+            pre.nodes.push((*rid, ports.clone()));
+            Ok(None)
+        }
+        Command::McNodeAssociate { group, node } => {
+            if *node as usize >= pre.nodes.len() {
+                return Err(format!("no multicast node {node}"));
+            }
+            let members = pre.groups.entry(*group).or_default();
+            members.push(*node as usize);
+            let list = members
+                .iter()
+                .flat_map(|n| {
+                    let (rid, ports) = &pre.nodes[*n];
+                    ports.iter().map(move |p| (*p, *rid))
+                })
+                .collect();
+            pipeline.multicast_group_set(*group, list);
+            Ok(None)
+        }
         Command::Add(add) => {
             let info = pipeline.table_info(&add.table).map_err(|e| e.to_string())?;
             let spec = crate::entries::from_stf(&info, add)?;
@@ -571,13 +673,14 @@ pub fn apply_to(pipeline: &mut crate::Pipeline, cmd: &Command) -> Result<Option<
 /// The interpreter alone as an STF target (no cache).
 pub struct InterpTarget<'a> {
     pub pipeline: &'a mut crate::Pipeline,
+    pub pre: Replication,
     /// The interpreter's clock: 1 µs per packet.
     pub now_ns: u64,
 }
 
 impl StfTarget for InterpTarget<'_> {
     fn apply(&mut self, cmd: &Command) -> Result<(), String> {
-        apply_to(self.pipeline, cmd).map(|_| ())
+        apply_to(self.pipeline, &mut self.pre, cmd).map(|_| ())
     }
 
     fn send(&mut self, port: u32, data: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, String> {

@@ -8,7 +8,7 @@
 use super::{P4Path, PortMap};
 use crate::bridge::Bridge;
 use crate::datapath::DatapathConfig;
-use nicflow_p4::stf::{apply_to, Command, StfTarget, StfTest};
+use nicflow_p4::stf::{apply_to, Command, Replication, StfTarget, StfTest};
 use nicflow_p4::Pipeline;
 use nicflow_port::mem::{MemHandle, MemPort};
 use std::collections::BTreeMap;
@@ -20,6 +20,7 @@ pub struct CachedTarget {
     pub bridge: Bridge,
     handles: BTreeMap<u32, MemHandle>,
     start: Instant,
+    pre: Replication,
 }
 
 /// Every port a test sends to or expects on.
@@ -55,6 +56,7 @@ impl CachedTarget {
             bridge,
             handles,
             start: Instant::now(),
+            pre: Replication::default(),
         })
     }
 
@@ -66,13 +68,22 @@ impl CachedTarget {
 
 impl StfTarget for CachedTarget {
     fn apply(&mut self, cmd: &Command) -> Result<(), String> {
+        let pre = &mut self.pre;
         let table = match cmd {
             Command::Add(a) => a.table.clone(),
             Command::SetDefault { table, .. } => table.clone(),
-            _ => return Ok(()),
+            // Mirroring and multicast: every run that uses them is
+            // uncached, so no cached flow depends on them.
+            _ => {
+                return self
+                    .bridge
+                    .p4_change(|p4| apply_to(p4.pipeline_mut(), pre, cmd))
+                    .ok_or("bridge not in P4 mode")?
+                    .map(|_| ())
+            }
         };
         self.bridge
-            .p4_change(|p4| p4.change_table(&table, |pl, _| apply_to(pl, cmd)))
+            .p4_change(|p4| p4.change_table(&table, |pl, _| apply_to(pl, pre, cmd)))
             .ok_or("bridge not in P4 mode")?
             .map(|_| ())
     }
