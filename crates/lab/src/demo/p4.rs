@@ -131,6 +131,9 @@ const HOSTS: [(usize, &str, &str, &str); 2] = [
     (1, "h2", "00:15:4d:00:00:01", "2001:db8:fc00::2"),
 ];
 
+/// An address in the VFs' subnet that no rule names.
+const NO_RULE: &str = "2001:db8:fc00::77";
+
 /// The P4 section on the demo's lab: a second bridge `br1` on `sw1` in P4
 /// mode, VFs v0.0 in h1 and v0.1 in h2 (v0.2..v0.6 in h2 too, unused),
 /// ping and iperf3 over IPv6 between them, and what the switch holds.
@@ -268,13 +271,67 @@ pub(super) fn section(
     let (gbps, _) = super::iperf_rate(&tcp, false)?;
     writeln!(r, "iperf3 TCP over IPv6 h1 -> h2, 2 s: {gbps:.2} Gbit/s")?;
 
+    // An address no rule names: the table misses, the default action drops.
+    super::lab_out(
+        topo,
+        "h1",
+        &[
+            "ip",
+            "-6",
+            "neigh",
+            "replace",
+            NO_RULE,
+            "lladdr",
+            "00:15:4d:00:00:77",
+            "dev",
+            "p4vf0",
+            "nud",
+            "permanent",
+        ],
+        opts,
+    )?;
+    let dropped = crate::lab::exec_output(
+        Some(topo),
+        "h1",
+        &["ping", "-6", "-c", "2", "-i", "0.2", "-W", "1", NO_RULE],
+        opts,
+    )?;
+    writeln!(
+        r,
+        "ping h1 -> {NO_RULE} (no rule: default action drop): {}",
+        if dropped.status.success() {
+            "ANSWERED (unexpected)"
+        } else {
+            "dropped"
+        }
+    )?;
+
     let dp = ok(Request::DumpDpFlows {
         bridge: "br1".into(),
     })?;
-    writeln!(r, "nicflow dump-dp-flows br1:")?;
-    for l in dp.text.lines().take(8) {
+    let packets = |l: &str| {
+        l.split("packets:")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Unicast first (the hosts' own multicast, dropped, after), busiest first.
+    let mut lines: Vec<&str> = dp.text.lines().collect();
+    lines.sort_by_key(|l| (l.contains("ipv6_dst=ff02:"), std::cmp::Reverse(packets(l))));
+    writeln!(
+        r,
+        "nicflow dump-dp-flows br1 (unicast first, busiest first):"
+    )?;
+    for l in lines.iter().take(7) {
         writeln!(r, "  {l}")?;
     }
+    let in_tc = lines.iter().filter(|l| l.contains("engine:tc")).count();
+    writeln!(
+        r,
+        "  ({} lines: {in_tc} flows in the TC engine; the drops to ff02:: are the hosts' own neighbour discovery and MLD)",
+        lines.len()
+    )?;
     let dump = p4(P4Op::TableDump { table: None })?;
     writeln!(r, "nicflow p4 table-dump br1 (entries hit so far):")?;
     for l in dump.text.lines().filter(|l| !l.contains(" packets:0 ")) {
