@@ -352,3 +352,55 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(addrs: &[&str]) -> String {
+        let rules: Vec<String> = addrs
+            .iter()
+            .map(|a| {
+                format!(
+                    r#"{{"name": "r", "match": {{ "ipv6.dst_addr" : {{ "value" : "{a}" }} }},
+                       "action": {{"type": "ingress::ipv6_forward", "data": {{"port": {{"value": "v0.0"}}}}}}}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"tables": {{"ingress::ipv6_lpm": {{"rules": [{}]}}}}}}"#,
+            rules.join(",")
+        )
+    }
+
+    #[test]
+    fn tutorial_addresses_move_into_the_lab_range() {
+        let out = lab_user_config(&rules(&["fc00::1", "fcf0:12::100", "fc20::2"])).unwrap();
+        for a in [
+            "2001:db8:fc00::1",
+            "2001:db8:fcf0:12::100",
+            "2001:db8:fc20::2",
+        ] {
+            assert!(out.contains(&format!("\"{a}\"")), "{a} in {out}");
+        }
+        // Ports and the rest are left alone.
+        assert!(out.contains("\"v0.0\""), "{out}");
+    }
+
+    #[test]
+    fn an_address_left_outside_the_lab_range_is_refused() {
+        let e = lab_user_config(&rules(&["fc00::1", "2001:db9::1"])).unwrap_err();
+        assert!(e.contains("2001:db9::1") && e.contains("outside"), "{e}");
+        assert!(lab_user_config("{").is_err());
+        assert!(lab_user_config(&rules(&["not-an-address"])).is_err());
+    }
+
+    #[test]
+    fn the_dialect_include_goes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = include_dirs(&dir.path().join("inc"), Path::new("/corpus")).unwrap();
+        assert_eq!(dirs[1], Path::new("/corpus/include"));
+        let text = std::fs::read_to_string(dirs[0].join("v1model.p4")).unwrap();
+        assert!(text.contains("bit<16> egress_spec;"), "{text}");
+    }
+}
