@@ -11,6 +11,12 @@
 //! datapath flows the slow path created, cache hits, drops by reason, and
 //! the OpenFlow rules with their counters. Output captures are left in the
 //! directory for tshark.
+//!
+//! Part one ends with P4 mode ([`p4`]): the seed's P4 tutorial program as
+//! the slow path of a second bridge whose ports are VFs in the two hosts,
+//! IPv6 between them cached as datapath flows in the TC engine.
+
+pub mod p4;
 
 use anyhow::{Context, Result};
 use nicflow_dataplane::bridge::Bridge;
@@ -459,6 +465,7 @@ pub fn run_lab() -> Result<String> {
     offload_plans(&mut r, &sock, "the learning switch's flows")?;
     stateful_firewall(&mut r, &topo, &opts, &sock)?;
     offload_plans(&mut r, &sock, "the stateful firewall's flows")?;
+    p4::section(&mut r, &topo, &opts, &sock)?;
     drop(guard);
     writeln!(r, "lab removed\n")?;
     Ok(r)
