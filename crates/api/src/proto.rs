@@ -620,27 +620,62 @@ pub enum P4Op {
     /// Tables, actions and externs of the loaded program.
     Info,
     /// `ACTION KEY... [=> PARAM...] [priority N]`.
-    TableAdd { table: String, words: Vec<String> },
+    TableAdd {
+        table: String,
+        words: Vec<String>,
+    },
     /// Replace an entry's action: `ENTRY-ID ACTION [PARAM...]`.
-    TableModify { table: String, words: Vec<String> },
-    TableDel { table: String, id: u64 },
+    TableModify {
+        table: String,
+        words: Vec<String>,
+    },
+    TableDel {
+        table: String,
+        id: u64,
+    },
     /// Delete the entry with this match: `KEY... [priority N]` (P4Runtime
     /// deletes by match).
-    TableDelMatch { table: String, words: Vec<String> },
+    TableDelMatch {
+        table: String,
+        words: Vec<String>,
+    },
     /// Replace the action of the entry with this match (table-add syntax).
-    TableModifyMatch { table: String, words: Vec<String> },
+    TableModifyMatch {
+        table: String,
+        words: Vec<String>,
+    },
     /// Entries of one table, or of all.
-    TableDump { table: Option<String> },
+    TableDump {
+        table: Option<String>,
+    },
     /// `ACTION [PARAM...]`.
-    SetDefault { table: String, words: Vec<String> },
-    CounterRead { name: String, index: Option<u64> },
-    RegisterRead { name: String, index: Option<u64> },
-    RegisterWrite { name: String, index: u64, value: String },
+    SetDefault {
+        table: String,
+        words: Vec<String>,
+    },
+    CounterRead {
+        name: String,
+        index: Option<u64>,
+    },
+    RegisterRead {
+        name: String,
+        index: Option<u64>,
+    },
+    RegisterWrite {
+        name: String,
+        index: u64,
+        value: String,
+    },
     /// A Netronome RTE `user_config.json` (its text).
-    LoadConfig { json: String },
+    LoadConfig {
+        json: String,
+    },
     /// Idle-timeout notifications not yet taken (P4Runtime).
     TakeIdle,
     /// Send a frame out of a port as the program's controller would
     /// (P4Runtime `PacketOut`): `data` in hex.
-    PacketOut { port: u32, data: String },
+    PacketOut {
+        port: u32,
+        data: String,
+    },
 }

@@ -241,8 +241,8 @@ pub fn run_stf_text(
         .any(|e| e.kind == nicflow_p4::runtime::ExternKind::Register);
     let repeat = if stateful { 1 } else { 3 };
     let ports = nicflow_dataplane::p4::stf::test_ports(&t);
-    let mut target =
-        nicflow_dataplane::p4::stf::CachedTarget::new(load()?, &ports).map_err(anyhow::Error::msg)?;
+    let mut target = nicflow_dataplane::p4::stf::CachedTarget::new(load()?, &ports)
+        .map_err(anyhow::Error::msg)?;
     let cached = stf::run(&t, &mut target, repeat)
         .map(|r| r.sent)
         .map_err(|e| e.to_string());
@@ -290,7 +290,11 @@ fn stf(
             println!("cache: FAIL {e}");
         }
     }
-    let slow: Vec<String> = o.slow_path.iter().map(|(r, n)| format!("{r}:{n}")).collect();
+    let slow: Vec<String> = o
+        .slow_path
+        .iter()
+        .map(|(r, n)| format!("{r}:{n}"))
+        .collect();
     println!(
         "slow-path runs: {} (cached as flows: {}{}{})",
         o.runs,

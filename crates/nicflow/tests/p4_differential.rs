@@ -72,13 +72,24 @@ const CASES: &[Case] = &[
 fn frame(rng: &mut impl Rng) -> (u32, Vec<u8>) {
     let port = rng.gen_range(0..3);
     let mut f = Vec::new();
-    let macs: [[u8; 6]; 3] = [[0x02, 0, 0, 0, 0, 1], [0xff; 6], [0x00, 0x90, 0xfb, 0x65, 0xd6, 0xfe]];
+    let macs: [[u8; 6]; 3] = [
+        [0x02, 0, 0, 0, 0, 1],
+        [0xff; 6],
+        [0x00, 0x90, 0xfb, 0x65, 0xd6, 0xfe],
+    ];
     f.extend_from_slice(&macs[rng.gen_range(0..3)]);
     f.extend_from_slice(&macs[rng.gen_range(0..3)]);
     if rng.gen_bool(0.1) {
         f.extend_from_slice(&[0x81, 0x00, 0x00, rng.gen_range(1..4)]);
     }
-    let addrs: [u32; 6] = [0xc612_0001, 0xc612_8101, 0xc612_80ff, 0xc613_0001, 0xc613_0002, 0x0a00_0001];
+    let addrs: [u32; 6] = [
+        0xc612_0001,
+        0xc612_8101,
+        0xc612_80ff,
+        0xc613_0001,
+        0xc613_0002,
+        0x0a00_0001,
+    ];
     match rng.gen_range(0..10) {
         0..=5 => {
             f.extend_from_slice(&[0x08, 0x00]);
@@ -110,7 +121,11 @@ fn frame(rng: &mut impl Rng) -> (u32, Vec<u8>) {
             while s > 0xffff {
                 s = (s & 0xffff) + (s >> 16);
             }
-            let c = if rng.gen_bool(0.9) { !(s as u16) } else { 0x1234 };
+            let c = if rng.gen_bool(0.9) {
+                !(s as u16)
+            } else {
+                0x1234
+            };
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             f.extend_from_slice(&ip);
             let ports = [53u16, 80, 4789, 1234];

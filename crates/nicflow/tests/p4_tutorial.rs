@@ -11,16 +11,12 @@
 //!   spare (vf4, vf5, vf6: ports the rules name, no traffic) -+    destination -> MAC + port)
 //! ```
 //!
-//! The program is loaded as written, against the Netronome dialect of
-//! `v1model.p4` it was written for (16-bit ports, `mark_to_drop()` without
-//! arguments; `nicflow::demo::p4::NETRONOME_V1MODEL`), and the rules'
-//! fc00::/7 addresses are moved into 2001:db8::/32 at load time
-//! (`nicflow::demo::p4::lab_user_config`). Against p4c's `v1model.p4`
-//! (the corpus's `include/`) nicflow loads the program but fails every
-//! packet at run time (16-bit value into the 9-bit `egress_spec`,
-//! `mark_to_drop()` without its argument): the ignored test
-//! `ipv6_forward_against_p4c_v1model_loads_consistently` says what a fix
-//! must give.
+//! The program is loaded as written, against p4c's `v1model.p4` (the
+//! corpus's `include/`; nicflow accepts the Netronome spellings the
+//! program uses: its 16-bit port into the 9-bit `egress_spec`,
+//! `mark_to_drop()` without arguments), and the rules' fc00::/7 addresses
+//! are moved into 2001:db8::/32 at load time
+//! (`nicflow::demo::p4::lab_user_config`).
 //!
 //! The program's decisions are cached as datapath flows and forwarded by
 //! the TC engine (the default offload); their hits are credited back to
@@ -131,9 +127,7 @@ fn ipv6_forward_tutorial_between_vfs() {
     let Some(corpus) = corpus() else { return };
     let program = corpus.join("netronome/ipv6_forward.p4");
     let mut lab = NsLab::new("nfp4t", "", &["sw", "c0", "c1", "c2", "c3", "spare"]);
-    // The Netronome dialect of v1model.p4 the program is written for,
-    // ahead of the corpus's include/ (see p4demo::NETRONOME_V1MODEL).
-    let include = p4demo::include_dirs(&lab.dir().join("include"), &corpus).unwrap();
+    let include = p4demo::include_dirs(&corpus);
     let mut inc_args: Vec<&str> = Vec::new();
     for d in &include {
         inc_args.extend(["-I", d.to_str().unwrap()]);
@@ -364,12 +358,10 @@ fn echo6(dst: &str) -> Vec<u8> {
 /// The tutorial against p4c's own `v1model.p4` (the corpus's include/),
 /// in process: the program assigns its `bit<16>` port to the 9-bit
 /// `egress_spec` and calls `mark_to_drop()` without arguments, which p4c's
-/// v1model does not allow. nicflow must either refuse it at load with
-/// file:line, or run it (as the Netronome dialect means it); today it
-/// loads it and then fails every packet at run time (`p4-error`), which is
-/// why the lab above loads it against the Netronome dialect include.
+/// v1model does not allow but Netronome's compiler does. nicflow must
+/// either refuse it at load with file:line, or run it as the Netronome
+/// dialect means it (it runs it): never load it and fail every packet.
 #[test]
-#[ignore = "nicflow-p4 loads ipv6_forward.p4 against p4c's v1model.p4 and fails every packet at run time (see the module doc)"]
 fn ipv6_forward_against_p4c_v1model_loads_consistently() {
     let Some(corpus) = corpus() else { return };
     let program = corpus.join("netronome/ipv6_forward.p4");

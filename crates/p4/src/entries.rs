@@ -43,7 +43,9 @@ pub fn parse_value(text: &str, resolve: Resolve<'_>) -> Result<BigUint, String> 
     }
     match resolve(t) {
         Some(v) => Ok(BigUint::from(v)),
-        None => Err(format!("`{t}` is not a number, an address, or a known name")),
+        None => Err(format!(
+            "`{t}` is not a number, an address, or a known name"
+        )),
     }
 }
 
@@ -179,7 +181,11 @@ pub fn from_stf(info: &TableInfo, add: &stf::TableAdd) -> Result<EntrySpec, Stri
 /// `nicflow p4 table-add` words after the table: `ACTION KEY... [=>
 /// PARAM...] [priority N]`, keys in key order, parameters in declaration
 /// order or as `name=value`.
-pub fn from_cli(info: &TableInfo, words: &[String], resolve: Resolve<'_>) -> Result<EntrySpec, String> {
+pub fn from_cli(
+    info: &TableInfo,
+    words: &[String],
+    resolve: Resolve<'_>,
+) -> Result<EntrySpec, String> {
     let (action, rest) = words
         .split_first()
         .ok_or_else(|| "missing action name".to_string())?;
@@ -287,17 +293,17 @@ pub fn from_user_config(
             let mut params = Vec::new();
             if let Some(d) = act.get("data").and_then(|d| d.as_object()) {
                 for (pname, pv) in d {
-                    let text = pv.get("value").map(json_text).unwrap_or_else(|| json_text(pv));
+                    let text = pv
+                        .get("value")
+                        .map(json_text)
+                        .unwrap_or_else(|| json_text(pv));
                     params.push((
                         pname.clone(),
                         parse_value(&text, resolve).map_err(|e| ctx(format!("{pname}: {e}")))?,
                     ));
                 }
             }
-            let priority = r
-                .get("priority")
-                .and_then(|p| p.as_u64())
-                .map(|p| p as u32);
+            let priority = r.get("priority").and_then(|p| p.as_u64()).map(|p| p as u32);
             Ok(EntrySpec {
                 keys,
                 action: netronome_table(aname),
@@ -305,7 +311,12 @@ pub fn from_user_config(
                 priority,
             })
         };
-        for r in t.get("rules").and_then(|r| r.as_array()).into_iter().flatten() {
+        for r in t
+            .get("rules")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+        {
             out.push((ti.name.clone(), rule(r)?, false));
         }
         if let Some(d) = t.get("default_rule") {
@@ -371,12 +382,18 @@ mod tests {
     fn values_in_every_notation() {
         let none = |_: &str| None;
         assert_eq!(parse_value("0x10", &none).unwrap(), 16u32.into());
-        assert_eq!(parse_value("10.0.0.1", &none).unwrap(), 0x0a000001u32.into());
+        assert_eq!(
+            parse_value("10.0.0.1", &none).unwrap(),
+            0x0a000001u32.into()
+        );
         assert_eq!(
             parse_value("00:15:4d:00:00:01", &none).unwrap(),
             0x00154d000001u64.into()
         );
-        assert_eq!(parse_value("fc00::1", &none).unwrap(), (0xfc00u128 << 112 | 1).into());
+        assert_eq!(
+            parse_value("fc00::1", &none).unwrap(),
+            (0xfc00u128 << 112 | 1).into()
+        );
         assert!(parse_value("v0.0", &none).is_err());
         let vf = |n: &str| (n == "v0.0").then_some(7);
         assert_eq!(parse_value("v0.0", &vf).unwrap(), 7u32.into());
@@ -415,7 +432,10 @@ mod tests {
             .map(String::from)
             .collect();
         let e = from_cli(&t, &w, &|_| None).unwrap();
-        assert_eq!(e.keys, vec![KeyMatch::Exact(BigUint::from(0xfc00u128 << 112 | 1))]);
+        assert_eq!(
+            e.keys,
+            vec![KeyMatch::Exact(BigUint::from(0xfc00u128 << 112 | 1))]
+        );
         assert_eq!(e.params.len(), 2);
         let w: Vec<String> = vec!["ipv6_forward".into()];
         assert!(from_cli(&t, &w, &|_| None).unwrap_err().contains("1 key"));

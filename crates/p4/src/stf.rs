@@ -99,23 +99,45 @@ impl fmt::Display for Pattern {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Add(TableAdd),
-    SetDefault { table: String, action: ActionCall },
-    Packet { port: u32, data: Vec<u8> },
-    Expect { port: u32, pattern: Pattern },
+    SetDefault {
+        table: String,
+        action: ActionCall,
+    },
+    Packet {
+        port: u32,
+        data: Vec<u8>,
+    },
+    Expect {
+        port: u32,
+        pattern: Pattern,
+    },
     /// Let queued packets drain (a no-op for synchronous targets).
     Wait,
     /// BMv2's `mirroring_add SESSION PORT`: clone session -> port.
-    MirroringAdd { session: u32, port: u32 },
+    MirroringAdd {
+        session: u32,
+        port: u32,
+    },
     /// `mc_mgrp_create GROUP`.
-    McGroupCreate { group: u32 },
+    McGroupCreate {
+        group: u32,
+    },
     /// `mc_node_create RID PORT...`: a node (handles count from 0).
-    McNodeCreate { rid: u32, ports: Vec<u32> },
+    McNodeCreate {
+        rid: u32,
+        ports: Vec<u32>,
+    },
     /// `mc_node_associate GROUP NODE-HANDLE`.
-    McNodeAssociate { group: u32, node: u32 },
+    McNodeAssociate {
+        group: u32,
+        node: u32,
+    },
     /// A command this runner does not implement (BMv2 CLI commands such
     /// as `mirroring_add`, `mc_mgrp_create`, `register_read`): running a
     /// test that holds one fails naming it.
-    Unsupported { name: String },
+    Unsupported {
+        name: String,
+    },
 }
 
 /// A parsed STF file.
@@ -452,7 +474,9 @@ pub fn run(
                     report.sent += 1;
                     for (p, bytes) in out {
                         report.received += 1;
-                        got.entry(p).or_default().push_back((*line, copy + 1, bytes));
+                        got.entry(p)
+                            .or_default()
+                            .push_back((*line, copy + 1, bytes));
                     }
                 }
             }
@@ -465,9 +489,9 @@ pub fn run(
             | Command::MirroringAdd { .. }
             | Command::McGroupCreate { .. }
             | Command::McNodeCreate { .. }
-            | Command::McNodeAssociate { .. } => target
-                .apply(cmd)
-                .map_err(|e| fail(*line, e.to_string()))?,
+            | Command::McNodeAssociate { .. } => {
+                target.apply(cmd).map_err(|e| fail(*line, e.to_string()))?
+            }
         }
     }
     for (port, outs) in &mut got {

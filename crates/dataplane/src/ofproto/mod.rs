@@ -620,7 +620,12 @@ impl UpcallHandler for Ofproto {
         self.translate(key, None)
     }
 
-    fn unparsed(&mut self, in_port: u32, packet: &[u8], now: Instant) -> Option<Vec<(u32, Vec<u8>)>> {
+    fn unparsed(
+        &mut self,
+        in_port: u32,
+        packet: &[u8],
+        now: Instant,
+    ) -> Option<Vec<(u32, Vec<u8>)>> {
         self.p4.as_deref_mut()?.unparsed(in_port, packet, now)
     }
 

@@ -54,7 +54,10 @@ struct ByteMap {
 
 impl ByteMap {
     fn new(layout: &Layout) -> ByteMap {
-        let mut segs = vec![(0, 6, Seg::Field(Field::DlDst)), (6, 6, Seg::Field(Field::DlSrc))];
+        let mut segs = vec![
+            (0, 6, Seg::Field(Field::DlDst)),
+            (6, 6, Seg::Field(Field::DlSrc)),
+        ];
         let mut off = 12;
         if layout.n_vlan >= 1 {
             // TPID: "there is a tag" — the key's present bit, always masked.
@@ -278,8 +281,10 @@ pub fn derive(
                 // label and TCP flags (not).
                 if layout.l3 == L3Kind::Ipv6 && i >= map.l3 && i < map.l3 + 4 {
                     let w = &written[map.l3 * 8..map.l3 * 8 + 32];
-                    let old = u32::from_be_bytes(packet[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
-                    let new = u32::from_be_bytes(out[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                    let old =
+                        u32::from_be_bytes(packet[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
+                    let new =
+                        u32::from_be_bytes(out[map.l3..map.l3 + 4].try_into().unwrap_or([0; 4]));
                     let label_or_version_written = w[..4].iter().chain(&w[12..]).any(|b| *b);
                     if label_or_version_written || (old ^ new) & 0xf00f_ffff != 0 {
                         return Err(UNKEYED_WRITE);
@@ -466,7 +471,11 @@ mod tests {
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_READ);
         let total = p.len() as u32 * 8;
         // The identification written with the value it had: still a write.
-        let emitted = [(0, 144, Some(0)), (144, 16, None), (160, total - 160, Some(160))];
+        let emitted = [
+            (0, 144, Some(0)),
+            (144, 16, None),
+            (160, total - 160, Some(160)),
+        ];
         let outs = [(1, p.clone())];
         let d = Decision {
             reads: &[],
@@ -503,7 +512,10 @@ mod tests {
         assert_eq!(Field::DlDst.read(&mask.0), 0, "written, not read");
         assert_eq!(
             actions,
-            vec![DpAction::SetEthDst([0x00, 0x90, 0xfb, 0x65, 0xd6, 0xfe]), DpAction::Output(1)]
+            vec![
+                DpAction::SetEthDst([0x00, 0x90, 0xfb, 0x65, 0xd6, 0xfe]),
+                DpAction::Output(1)
+            ]
         );
     }
 
@@ -514,7 +526,11 @@ mod tests {
         let mut out = p.clone();
         out[22] = 0x3f; // TTL 63 but the checksum left alone
         let total = p.len() as u32 * 8;
-        let emitted = [(0, 176, Some(0)), (176, 8, None), (184, total - 184, Some(184))];
+        let emitted = [
+            (0, 176, Some(0)),
+            (176, 8, None),
+            (184, total - 184, Some(184)),
+        ];
         let outs = [(1, out)];
         let d = Decision {
             reads: &[],

@@ -231,8 +231,11 @@ impl UpcallHandler for P4Path {
             return self.slow_path(megaflow::HEADER_LAYOUT, outputs);
         };
         let reads: Vec<(u32, u32)> = trace.read_bits.iter().map(|r| (r.offset, r.len)).collect();
-        let emitted: Vec<(u32, u32, Option<u32>)> =
-            trace.emitted.iter().map(|e| (e.out, e.len, e.from)).collect();
+        let emitted: Vec<(u32, u32, Option<u32>)> = trace
+            .emitted
+            .iter()
+            .map(|e| (e.out, e.len, e.from))
+            .collect();
         let d = megaflow::Decision {
             reads: &reads,
             in_port_read: trace.in_port_read,
@@ -279,7 +282,12 @@ impl UpcallHandler for P4Path {
         out
     }
 
-    fn unparsed(&mut self, in_port: u32, packet: &[u8], now: Instant) -> Option<Vec<(u32, Vec<u8>)>> {
+    fn unparsed(
+        &mut self,
+        in_port: u32,
+        packet: &[u8],
+        now: Instant,
+    ) -> Option<Vec<(u32, Vec<u8>)>> {
         let key = FlowKey {
             in_port,
             ..FlowKey::default()

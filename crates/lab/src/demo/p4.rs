@@ -8,8 +8,8 @@
 //! cached as a datapath flow that the TC engine then forwards in the
 //! kernel; the flow's hits are credited back to the table entry. The
 //! corpus (`shared/p4-corpus`, outside the repository) is read in place;
-//! the pieces here (the address rewrite of the rules, the Netronome
-//! dialect of `v1model.p4`) are shared with the `p4_tutorial` test.
+//! the pieces here (the address rewrite of the rules, the include
+//! directories) are shared with the `p4_tutorial` test.
 
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
@@ -72,56 +72,13 @@ pub fn lab_user_config(original: &str) -> Result<String, String> {
 /// `load-config` is all or nothing.
 pub const TUTORIAL_VFS: usize = 7;
 
-/// `v1model.p4` as the Netronome SDK's P4-16 dialect has it, which the
-/// tutorial program is written for: port fields of 16 bits (the program
-/// assigns its `bit<16>` port parameter to `egress_spec`) and
-/// `mark_to_drop()` without arguments. With p4c's `v1model.p4` (the
-/// corpus's `include/`) nicflow's interpreter accepts the program but fails
-/// every packet at run time (16-bit value into the 9-bit `egress_spec`;
-/// `mark_to_drop` without its `standard_metadata` argument).
-///
-/// Here the argument-less call is a macro for p4c's call on the
-/// `standard_metadata` parameter (the name the program gives it), which
-/// sets `egress_spec` to BMv2's drop port as p4c's `mark_to_drop` does.
-/// Placed first among the include directories, ahead of the corpus's
-/// `include/` (which still provides `core.p4`).
-pub const NETRONOME_V1MODEL: &str = r#"/* v1model, Netronome dialect (see nicflow's demo/p4.rs). */
-#ifndef _V1_MODEL_P4_
-#define _V1_MODEL_P4_
-#include <core.p4>
-match_kind { range, optional, selector }
-struct standard_metadata_t {
-    bit<16> ingress_port;
-    bit<16> egress_spec;
-    bit<16> egress_port;
-    bit<32> instance_type;
-    bit<32> packet_length;
-    bit<16> mcast_grp;
-    error   parser_error;
-}
-extern void mark_to_drop(inout standard_metadata_t standard_metadata);
-/* Netronome's mark_to_drop() acts on the standard metadata implicitly. */
-#define mark_to_drop() mark_to_drop(standard_metadata)
-parser Parser<H, M>(packet_in b, out H parsedHdr, inout M meta,
-                    inout standard_metadata_t standard_metadata);
-control VerifyChecksum<H, M>(inout H hdr, inout M meta);
-control Ingress<H, M>(inout H hdr, inout M meta,
-                      inout standard_metadata_t standard_metadata);
-control Egress<H, M>(inout H hdr, inout M meta,
-                     inout standard_metadata_t standard_metadata);
-control ComputeChecksum<H, M>(inout H hdr, inout M meta);
-control Deparser<H>(packet_out b, in H hdr);
-package V1Switch<H, M>(Parser<H, M> p, VerifyChecksum<H, M> vr, Ingress<H, M> ig,
-                       Egress<H, M> eg, ComputeChecksum<H, M> ck, Deparser<H> dep);
-#endif
-"#;
-
-/// Write the Netronome `v1model.p4` into `dir` (created) and return the
-/// include directories to load the tutorial with: `dir`, then the corpus's.
-pub fn include_dirs(dir: &Path, corpus: &Path) -> std::io::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("v1model.p4"), NETRONOME_V1MODEL)?;
-    Ok(vec![dir.to_path_buf(), corpus.join("include")])
+/// The include directories to load the tutorial with: the corpus's
+/// architecture files, read in place. p4c's `v1model.p4` is used as it
+/// is: nicflow's interpreter accepts the program's Netronome spellings
+/// (its `bit<16>` port assigned to the 9-bit `egress_spec`,
+/// `mark_to_drop()` without arguments) as the Netronome compiler does.
+pub fn include_dirs(corpus: &Path) -> Vec<PathBuf> {
+    vec![corpus.join("include")]
 }
 
 /// The demo's hosts on the P4 bridge: VF index, host, MAC and address (the
@@ -174,10 +131,7 @@ pub(super) fn section(
             op,
         })
     };
-    let scratch = std::env::temp_dir().join(format!("nicflow-demo-p4.{}", std::process::id()));
-    let _cleanup = Scratch(scratch.clone());
-    let include = include_dirs(&scratch.join("include"), &corpus)
-        .with_context(|| format!("writing {}", scratch.display()))?;
+    let include = include_dirs(&corpus);
 
     ok(Request::AddBr {
         bridge: "br1".into(),
@@ -343,16 +297,6 @@ pub(super) fn section(
     Ok(())
 }
 
-/// Removes the section's scratch directory (the include file) however the
-/// section ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,14 +337,5 @@ mod tests {
         assert!(e.contains("2001:db9::1") && e.contains("outside"), "{e}");
         assert!(lab_user_config("{").is_err());
         assert!(lab_user_config(&rules(&["not-an-address"])).is_err());
-    }
-
-    #[test]
-    fn the_dialect_include_goes_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let dirs = include_dirs(&dir.path().join("inc"), Path::new("/corpus")).unwrap();
-        assert_eq!(dirs[1], Path::new("/corpus/include"));
-        let text = std::fs::read_to_string(dirs[0].join("v1model.p4")).unwrap();
-        assert!(text.contains("bit<16> egress_spec;"), "{text}");
     }
 }

@@ -301,7 +301,11 @@ fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
                 Some(f) => {
                     let mut at = s.out;
                     for (n, from) in crate::trace::map_back(pp, f, s.len) {
-                        mapped.push(crate::trace::EmitSpan { out: at, len: n, from });
+                        mapped.push(crate::trace::EmitSpan {
+                            out: at,
+                            len: n,
+                            from,
+                        });
                         at += n;
                     }
                 }

@@ -1399,7 +1399,8 @@ impl<'a> Run<'a> {
                         Src::Packet(o) => Some(o),
                         _ => None,
                     };
-                    self.prov.push(crate::trace::EmitSpan { out: at, len, from });
+                    self.prov
+                        .push(crate::trace::EmitSpan { out: at, len, from });
                 }
             }
             Value::Stack(s) => {
