@@ -59,6 +59,7 @@ fuzz_target!(|data: &[u8]| {
             in_port_read: out.trace.in_port_read,
             outputs: &out.outputs,
             emitted: &emitted,
+            min_len: out.trace.min_packet_len,
         };
         let _ = nicflow_dataplane::p4::megaflow::derive(&key, pkt, &layout, &d);
     }

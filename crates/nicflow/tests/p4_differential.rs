@@ -61,6 +61,12 @@ const CASES: &[Case] = &[
         ports: &[0, 1, 2],
     },
     Case {
+        prog: "netronome/ipv6_forward.p4",
+        entries: "add ipv6_lpm dst_addr:0x20010db8000000000000000000000001 ipv6_forward(dstAddr:0x00154d000000, port:1)\n\
+                  add ipv6_lpm dst_addr:0x20010db8000000000000000000000002 ipv6_forward(dstAddr:0x00154d000001, port:2)\n",
+        ports: &[0, 1, 2],
+    },
+    Case {
         prog: "v1model/checksum-l4-bmv2.p4",
         entries: "",
         ports: &[0, 1, 2],

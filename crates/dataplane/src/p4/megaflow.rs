@@ -29,6 +29,7 @@ pub const UNVERIFIED: &str = "p4-unverified-rewrite";
 pub const QINQ: &str = "p4-qinq";
 pub const UNKNOWN_PORT: &str = "p4-unknown-port";
 pub const MULTICAST: &str = "p4-multicast";
+pub const MIN_LENGTH: &str = "p4-min-length";
 
 /// How a span of packet bytes maps onto the flow key.
 #[derive(Clone, Copy, Debug)]
@@ -162,6 +163,29 @@ pub struct Decision<'a> {
     /// frame, bit count, bit offset in the received packet if these are
     /// the packet's own bits unchanged, `None` if the program wrote them).
     pub emitted: &'a [(u32, u32, Option<u32>)],
+    /// Bytes the program's parser needed: every packet of the flow must
+    /// be at least this long, or it would have parsed differently.
+    pub min_len: u32,
+}
+
+/// Bytes every packet sharing this one's L3 kind (`dl_type`, VLAN tag
+/// present) is guaranteed to have, having passed nicflow's parser; and
+/// with the same `nw_proto` and fragment bits as well.
+fn guaranteed_len(layout: &Layout) -> (usize, usize) {
+    let l3 = layout.l3_offset as usize;
+    let (l3_min, l4_at) = match layout.l3 {
+        L3Kind::Ipv4 => (l3 + 20, l3 + 20),
+        L3Kind::Ipv6 => (l3 + 40, l3 + 40),
+        L3Kind::Arp => (l3 + 28, l3 + 28),
+        _ => (l3, l3),
+    };
+    let l4_min = match layout.l4 {
+        L4Kind::Tcp => l4_at + 20,
+        L4Kind::Udp => l4_at + 8,
+        L4Kind::Icmp | L4Kind::Icmpv6 => l4_at + 4,
+        _ => l3_min,
+    };
+    (l3_min, l4_min)
 }
 
 /// The megaflow for `d`: the mask over the key and the actions. `Err` is
@@ -257,6 +281,13 @@ pub fn derive(
                 Some((_, _, Seg::Checksum)) | None => return Err(UNKEYED_READ),
             }
         }
+    }
+    let (l3_min, l4_min) = guaranteed_len(layout);
+    if d.min_len as usize > l4_min {
+        return Err(MIN_LENGTH);
+    }
+    if d.min_len as usize > l3_min {
+        l4_used = true;
     }
     if d.in_port_read {
         m.set(Field::InPort, u128::from(key.in_port), u128::from(u32::MAX));
@@ -439,6 +470,7 @@ mod tests {
                 in_port_read: false,
                 outputs: &outs,
                 emitted: &emitted,
+                min_len: 34,
             },
         )
         .unwrap();
@@ -467,6 +499,7 @@ mod tests {
             in_port_read: true,
             outputs: &[],
             emitted: &[],
+            min_len: 0,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_READ);
         let total = p.len() as u32 * 8;
@@ -482,6 +515,7 @@ mod tests {
             in_port_read: false,
             outputs: &outs,
             emitted: &emitted,
+            min_len: 0,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNKEYED_WRITE);
         let outs = [(1, p[..20].to_vec())];
@@ -490,6 +524,7 @@ mod tests {
             in_port_read: false,
             outputs: &outs,
             emitted: &[],
+            min_len: 0,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), HEADER_LAYOUT);
     }
@@ -507,6 +542,7 @@ mod tests {
             in_port_read: false,
             outputs: &outs,
             emitted: &emitted,
+            min_len: 0,
         };
         let (mask, actions) = derive(&k, &p, &l, &d).unwrap();
         assert_eq!(Field::DlDst.read(&mask.0), 0, "written, not read");
@@ -537,6 +573,7 @@ mod tests {
             in_port_read: false,
             outputs: &outs,
             emitted: &emitted,
+            min_len: 0,
         };
         assert_eq!(derive(&k, &p, &l, &d).unwrap_err(), UNVERIFIED);
     }

@@ -241,6 +241,7 @@ impl UpcallHandler for P4Path {
             in_port_read: trace.in_port_read,
             outputs: &outputs,
             emitted: &emitted,
+            min_len: trace.min_packet_len,
         };
         let (mask, actions) = match megaflow::derive(key, packet, &layout, &d) {
             Ok(x) => x,
