@@ -154,3 +154,54 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     assert_eq!(left.len(), 1, "only the flow that applied nh_table went");
     assert!(left[0].actions.is_empty(), "the drop flow stayed");
 }
+
+/// PNA `add_on_miss` (p4c's pna-dpdk-add_on_miss0.p4): the first packet
+/// of a connection misses, the program adds the entry (that run is not
+/// cached); the second hits the new entry and is cached; once the entry
+/// has been idle past the timeout the bridge's tick deletes it (a learned
+/// entry ages out) and the flow that applied the table goes with it.
+#[test]
+fn add_on_miss_learns_then_ages_out_with_its_flows() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/pna-dpdk-add_on_miss0.p4"), &[0, 1]).unwrap();
+    add(&mut t, "add ipv4_host dst_addr:0xc6120002 send(port:0x1)");
+    t.bridge
+        .p4_change(|p4| p4.pipeline_mut().set_idle_timeout(1_000_000_000))
+        .unwrap();
+    // TCP 198.18.0.1:1000 -> 198.18.0.2:80.
+    let pkt = hex("020000000002 020000000001 0800 \
+         45000028 00010000 4006 0000 c6120001 c6120002 \
+         03e8 0050 00000000 00000000 5002 2000 0000 0000");
+    let src_low = |out: &[(u32, Vec<u8>)]| out[0].1[11];
+    assert_eq!(src_low(&t.send(0, &pkt).unwrap()), 0xa5, "miss: learned");
+    assert_eq!(
+        src_low(&t.send(0, &pkt).unwrap()),
+        0xf1,
+        "hit the learned entry"
+    );
+    assert_eq!(src_low(&t.send(0, &pkt).unwrap()), 0xf1);
+    let p4 = t.bridge.p4().unwrap();
+    assert_eq!(p4.stats.runs, 2, "the third packet took the cached flow");
+    assert_eq!(p4.slow_path_reasons().get("p4-add-entry"), Some(&1));
+    assert_eq!(
+        p4.pipeline().table_entries("ct_tcp_table").unwrap().len(),
+        1
+    );
+    // Idle for longer than the timeout: the entry and its flow go.
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    t.bridge.tick(later);
+    let p4 = t.bridge.p4().unwrap();
+    assert!(p4
+        .pipeline()
+        .table_entries("ct_tcp_table")
+        .unwrap()
+        .is_empty());
+    assert!(
+        t.bridge.dp_flows().all(|f| !f
+            .actions
+            .iter()
+            .any(|a| matches!(a, DpAction::SetEthSrc(_)))),
+        "the flow that applied the learned entry went"
+    );
+    assert_eq!(src_low(&t.send(0, &pkt).unwrap()), 0xa5, "learned again");
+}
