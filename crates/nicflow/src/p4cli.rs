@@ -199,7 +199,6 @@ pub fn run_stf(
     arch: Option<&str>,
     include: &[PathBuf],
 ) -> Result<StfOutcome> {
-    use nicflow_p4::stf;
     let arch = arch
         .map(|a| a.parse::<nicflow_p4::Arch>())
         .transpose()

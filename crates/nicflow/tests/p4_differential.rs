@@ -135,9 +135,7 @@ fn frame(rng: &mut impl Rng) -> (u32, Vec<u8>) {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             f.extend_from_slice(&ip);
             let ports = [53u16, 80, 4789, 1234];
-            for _ in 0..(total - ihl * 4) {
-                f.push(0);
-            }
+            f.resize(f.len() + (total - ihl * 4), 0);
             let l4o = f.len() - (total - ihl * 4);
             f[l4o..l4o + 2].copy_from_slice(&ports[rng.gen_range(0..4)].to_be_bytes());
             f[l4o + 2..l4o + 4].copy_from_slice(&ports[rng.gen_range(0..4)].to_be_bytes());

@@ -402,6 +402,100 @@ fn reparse(pkt: &PacketBuf, layout: &mut Layout) {
     *layout = parse::parse_with_tag_limit(pkt.data(), 8).unwrap_or_default();
 }
 
+/// Apply one header-rewriting action (`set(...)`, VLAN push/pop) to a
+/// frame, checksums kept right; `false` for any other action. The one place
+/// that writes a rewrite, shared by [`execute`] and by the P4 slow path,
+/// which checks that the actions it derived from a program's output give
+/// exactly that output before it caches them.
+pub fn apply_rewrite(a: &DpAction, pkt: &mut PacketBuf, layout: &mut Layout) -> bool {
+    match a {
+        DpAction::SetEthSrc(m) => {
+            rewrite::set_eth_src(pkt.data_mut(), *m);
+        }
+        DpAction::SetEthDst(m) => {
+            rewrite::set_eth_dst(pkt.data_mut(), *m);
+        }
+        DpAction::SetIpv4Src(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv4_src_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv4Dst(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv4_dst_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv6Src(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv6_src_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetIpv6Dst(a) => {
+            let partial = pkt.csum_partial();
+            rewrite::set_ipv6_dst_ext(pkt.data_mut(), layout, *a, partial);
+        }
+        DpAction::SetArpSpa(a) => {
+            rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
+        }
+        DpAction::SetArpTpa(a) => {
+            rewrite::set_arp_tpa(pkt.data_mut(), layout, *a);
+        }
+        DpAction::SetArpSha(m) => {
+            rewrite::set_arp_sha(pkt.data_mut(), layout, *m);
+        }
+        DpAction::SetArpTha(m) => {
+            rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
+        }
+        DpAction::SetArpOp(op) => {
+            rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
+        }
+        DpAction::SetNdTarget(a) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Target(a), partial);
+        }
+        DpAction::SetNdSll(m) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Option(1, m), partial);
+        }
+        DpAction::SetNdTll(m) => {
+            let partial = pkt.csum_partial();
+            set_nd(pkt.data_mut(), layout, NdPart::Option(2, m), partial);
+        }
+        DpAction::SetTos(t) => {
+            rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
+        }
+        DpAction::SetTtl(t) => {
+            rewrite::set_ttl(pkt.data_mut(), layout, *t);
+        }
+        // The key keeps ICMP/ICMPv6 type and code in the L4 port
+        // fields, so their `set_field`s arrive as these two.
+        DpAction::SetTpSrc(p) => {
+            let partial = pkt.csum_partial();
+            if !set_icmp_byte(pkt.data_mut(), layout, 0, *p, partial) {
+                rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
+            }
+        }
+        DpAction::SetTpDst(p) => {
+            let partial = pkt.csum_partial();
+            if !set_icmp_byte(pkt.data_mut(), layout, 1, *p, partial) {
+                rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
+            }
+        }
+        DpAction::PushVlan { tpid, tci } => {
+            rewrite::push_vlan(pkt, *tpid, *tci);
+            reparse(pkt, layout);
+        }
+        DpAction::PopVlan => {
+            rewrite::pop_vlan(pkt);
+            reparse(pkt, layout);
+        }
+        DpAction::SetVlanTci(tci) => {
+            // Keep the DEI bit of the frame; VID and PCP come from the flow.
+            rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
+            rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
+        }
+        _ => return false,
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     //! `nat_rewrite` on ICMP errors related to NATed connections: the
@@ -608,98 +702,4 @@ mod tests {
             assert_eq!(checksum(&out[q..q + 20]), 0, "quoted IPv4 header");
         }
     }
-}
-
-/// Apply one header-rewriting action (`set(...)`, VLAN push/pop) to a
-/// frame, checksums kept right; `false` for any other action. The one place
-/// that writes a rewrite, shared by [`execute`] and by the P4 slow path,
-/// which checks that the actions it derived from a program's output give
-/// exactly that output before it caches them.
-pub fn apply_rewrite(a: &DpAction, pkt: &mut PacketBuf, layout: &mut Layout) -> bool {
-    match a {
-        DpAction::SetEthSrc(m) => {
-            rewrite::set_eth_src(pkt.data_mut(), *m);
-        }
-        DpAction::SetEthDst(m) => {
-            rewrite::set_eth_dst(pkt.data_mut(), *m);
-        }
-        DpAction::SetIpv4Src(a) => {
-            let partial = pkt.csum_partial();
-            rewrite::set_ipv4_src_ext(pkt.data_mut(), layout, *a, partial);
-        }
-        DpAction::SetIpv4Dst(a) => {
-            let partial = pkt.csum_partial();
-            rewrite::set_ipv4_dst_ext(pkt.data_mut(), layout, *a, partial);
-        }
-        DpAction::SetIpv6Src(a) => {
-            let partial = pkt.csum_partial();
-            rewrite::set_ipv6_src_ext(pkt.data_mut(), layout, *a, partial);
-        }
-        DpAction::SetIpv6Dst(a) => {
-            let partial = pkt.csum_partial();
-            rewrite::set_ipv6_dst_ext(pkt.data_mut(), layout, *a, partial);
-        }
-        DpAction::SetArpSpa(a) => {
-            rewrite::set_arp_spa(pkt.data_mut(), layout, *a);
-        }
-        DpAction::SetArpTpa(a) => {
-            rewrite::set_arp_tpa(pkt.data_mut(), layout, *a);
-        }
-        DpAction::SetArpSha(m) => {
-            rewrite::set_arp_sha(pkt.data_mut(), layout, *m);
-        }
-        DpAction::SetArpTha(m) => {
-            rewrite::set_arp_tha(pkt.data_mut(), layout, *m);
-        }
-        DpAction::SetArpOp(op) => {
-            rewrite::set_arp_op(pkt.data_mut(), layout, u16::from(*op));
-        }
-        DpAction::SetNdTarget(a) => {
-            let partial = pkt.csum_partial();
-            set_nd(pkt.data_mut(), layout, NdPart::Target(a), partial);
-        }
-        DpAction::SetNdSll(m) => {
-            let partial = pkt.csum_partial();
-            set_nd(pkt.data_mut(), layout, NdPart::Option(1, m), partial);
-        }
-        DpAction::SetNdTll(m) => {
-            let partial = pkt.csum_partial();
-            set_nd(pkt.data_mut(), layout, NdPart::Option(2, m), partial);
-        }
-        DpAction::SetTos(t) => {
-            rewrite::set_ip_tos(pkt.data_mut(), layout, *t);
-        }
-        DpAction::SetTtl(t) => {
-            rewrite::set_ttl(pkt.data_mut(), layout, *t);
-        }
-        // The key keeps ICMP/ICMPv6 type and code in the L4 port
-        // fields, so their `set_field`s arrive as these two.
-        DpAction::SetTpSrc(p) => {
-            let partial = pkt.csum_partial();
-            if !set_icmp_byte(pkt.data_mut(), layout, 0, *p, partial) {
-                rewrite::set_tp_src_ext(pkt.data_mut(), layout, *p, partial);
-            }
-        }
-        DpAction::SetTpDst(p) => {
-            let partial = pkt.csum_partial();
-            if !set_icmp_byte(pkt.data_mut(), layout, 1, *p, partial) {
-                rewrite::set_tp_dst_ext(pkt.data_mut(), layout, *p, partial);
-            }
-        }
-        DpAction::PushVlan { tpid, tci } => {
-            rewrite::push_vlan(pkt, *tpid, *tci);
-            reparse(pkt, layout);
-        }
-        DpAction::PopVlan => {
-            rewrite::pop_vlan(pkt);
-            reparse(pkt, layout);
-        }
-        DpAction::SetVlanTci(tci) => {
-            // Keep the DEI bit of the frame; VID and PCP come from the flow.
-            rewrite::set_vlan_vid(pkt.data_mut(), tci & 0x0fff);
-            rewrite::set_vlan_pcp(pkt.data_mut(), (tci >> 13) as u8);
-        }
-        _ => return false,
-    }
-    true
 }

@@ -345,8 +345,8 @@ pub fn derive(
                     // Bits of the field the program did not write keep the
                     // packet's value: the flow must fix them, since the
                     // `set` writes the whole field.
-                    for bit in s * 8..(s + n) * 8 {
-                        if !written[bit] {
+                    for (bit, w) in written.iter().enumerate().take((s + n) * 8).skip(s * 8) {
+                        if !w {
                             let from_end = ((s + n) * 8 - 1 - bit) as u32;
                             if f == Field::ArpOp && from_end >= 8 {
                                 if packet[s] != 0 {
