@@ -107,10 +107,7 @@ fn max_of(width: i32) -> BigUint {
 
 /// A key text of the daemon's dump as a P4Runtime field match; `None` for a
 /// don't-care (which P4Runtime leaves out).
-fn field_match(
-    f: &cfg::MatchField,
-    text: &str,
-) -> Result<Option<p4::FieldMatch>, String> {
+fn field_match(f: &cfg::MatchField, text: &str) -> Result<Option<p4::FieldMatch>, String> {
     use cfg::match_field::MatchType as M;
     use p4::field_match::{Exact, FieldMatchType as F, Lpm, Optional, Range, Ternary};
     let bad = || format!("key {}: cannot read `{text}`", f.name);
@@ -214,12 +211,18 @@ pub fn name_differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String>
                     g.bitwidth,
                     crate::p4info::match_type(g)
                 )),
-                None => out.push(format!("table {name}: key {} is not in the program", f.name)),
+                None => out.push(format!(
+                    "table {name}: key {} is not in the program",
+                    f.name
+                )),
             }
         }
         for g in &o.match_fields {
             if !t.match_fields.iter().any(|f| f.name == g.name) {
-                out.push(format!("table {name}: the client's P4Info lacks key {}", g.name));
+                out.push(format!(
+                    "table {name}: the client's P4Info lacks key {}",
+                    g.name
+                ));
             }
         }
     }
@@ -258,7 +261,11 @@ pub fn name_differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String>
         ($field:ident, $kind:expr) => {
             for x in &client.$field {
                 let name = preamble_name(&x.preamble);
-                if !ours.$field.iter().any(|o| preamble_name(&o.preamble) == name) {
+                if !ours
+                    .$field
+                    .iter()
+                    .any(|o| preamble_name(&o.preamble) == name)
+                {
                     out.push(format!("{} {name} is not in the program", $kind));
                 }
             }
@@ -482,7 +489,8 @@ impl DaemonTarget {
             )
         };
         if req.is_default_action {
-            let tables: Vec<&cfg::Table> = table.map_or_else(|| info.tables.iter().collect(), |t| vec![t]);
+            let tables: Vec<&cfg::Table> =
+                table.map_or_else(|| info.tables.iter().collect(), |t| vec![t]);
             return Ok(tables
                 .into_iter()
                 .filter_map(|t| {
@@ -670,7 +678,12 @@ fn entry_from_dump(
         } else {
             action.params.iter().find(|q| q.name == name)
         }
-        .ok_or_else(|| format!("action {}: unknown parameter {name}", preamble_name(&action.preamble)))?;
+        .ok_or_else(|| {
+            format!(
+                "action {}: unknown parameter {name}",
+                preamble_name(&action.preamble)
+            )
+        })?;
         params.push(p4::action::Param {
             param_id: info_p.id,
             value: canon(&value),
@@ -709,9 +722,7 @@ impl P4RtTarget for DaemonTarget {
         device_config: &[u8],
     ) -> Result<cfg::P4Info, Status> {
         let text = std::str::from_utf8(device_config).map_err(|_| {
-            Status::invalid_argument(
-                "nicflow's device config is the P4-16 source text (UTF-8)",
-            )
+            Status::invalid_argument("nicflow's device config is the P4-16 source text (UTF-8)")
         })?;
         let ours = self.generate(text)?;
         let in_force = match client_p4info {
@@ -986,8 +997,12 @@ mod tests {
             assert_eq!(key_text(&m), text);
         }
         assert!(field_match(&field(M::Lpm, 32), "0x0/0").unwrap().is_none());
-        assert!(field_match(&field(M::Ternary, 8), "0x0&&&0x0").unwrap().is_none());
-        assert!(field_match(&field(M::Range, 8), "0x0->0xff").unwrap().is_none());
+        assert!(field_match(&field(M::Ternary, 8), "0x0&&&0x0")
+            .unwrap()
+            .is_none());
+        assert!(field_match(&field(M::Range, 8), "0x0->0xff")
+            .unwrap()
+            .is_none());
         assert!(field_match(&field(M::Optional, 8), "*").unwrap().is_none());
         assert!(field_match(&field(M::Exact, 8), "zz").is_err());
     }

@@ -44,8 +44,9 @@ fn p4info_descriptor() -> Result<prost_reflect::MessageDescriptor, TextError> {
 pub fn to_text(info: &cfg::P4Info) -> Result<String, TextError> {
     let desc = p4info_descriptor()?;
     let msg = DynamicMessage::decode(desc, info.encode_to_vec().as_slice())?;
-    let body =
-        msg.to_text_format_with_options(&prost_reflect::text_format::FormatOptions::new().pretty(true));
+    let body = msg.to_text_format_with_options(
+        &prost_reflect::text_format::FormatOptions::new().pretty(true),
+    );
     Ok(format!(
         "# proto-file: p4/config/v1/p4info.proto\n# proto-message: {P4INFO_MESSAGE}\n\n{body}\n"
     ))

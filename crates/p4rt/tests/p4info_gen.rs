@@ -25,7 +25,9 @@ fn action_name(info: &cfg::P4Info, id: u32) -> String {
     info.actions
         .iter()
         .find(|a| a.preamble.as_ref().is_some_and(|p| p.id == id))
-        .map_or(format!("<id {id}>"), |a| preamble_name(&a.preamble).to_string())
+        .map_or(format!("<id {id}>"), |a| {
+            preamble_name(&a.preamble).to_string()
+        })
 }
 
 /// Names of the actions some table of `info` refers to.
@@ -45,7 +47,10 @@ fn summary(info: &cfg::P4Info) -> BTreeSet<String> {
     ));
     for t in &info.tables {
         let n = preamble_name(&t.preamble);
-        out.insert(format!("table {n} size {} const {}", t.size, t.is_const_table));
+        out.insert(format!(
+            "table {n} size {} const {}",
+            t.size, t.is_const_table
+        ));
         for (i, f) in t.match_fields.iter().enumerate() {
             out.insert(format!(
                 "table {n} key #{i} {} {} {:?}",
@@ -81,19 +86,31 @@ fn summary(info: &cfg::P4Info) -> BTreeSet<String> {
         }
     }
     for c in &info.counters {
-        out.insert(format!("counter {} size {}", preamble_name(&c.preamble), c.size));
+        out.insert(format!(
+            "counter {} size {}",
+            preamble_name(&c.preamble),
+            c.size
+        ));
     }
     for c in &info.direct_counters {
         out.insert(format!("direct counter {}", preamble_name(&c.preamble)));
     }
     for c in &info.meters {
-        out.insert(format!("meter {} size {}", preamble_name(&c.preamble), c.size));
+        out.insert(format!(
+            "meter {} size {}",
+            preamble_name(&c.preamble),
+            c.size
+        ));
     }
     for c in &info.direct_meters {
         out.insert(format!("direct meter {}", preamble_name(&c.preamble)));
     }
     for r in &info.registers {
-        out.insert(format!("register {} size {}", preamble_name(&r.preamble), r.size));
+        out.insert(format!(
+            "register {} size {}",
+            preamble_name(&r.preamble),
+            r.size
+        ));
     }
     out
 }
@@ -101,7 +118,9 @@ fn summary(info: &cfg::P4Info) -> BTreeSet<String> {
 #[test]
 fn generated_p4info_matches_p4c() {
     let Some(corpus) = corpus() else {
-        println!("SKIP generated_p4info_matches_p4c: shared/p4-corpus not found (set NICFLOW_P4_CORPUS)");
+        println!(
+            "SKIP generated_p4info_matches_p4c: shared/p4-corpus not found (set NICFLOW_P4_CORPUS)"
+        );
         return;
     };
     let include = vec![corpus.join("include")];
@@ -115,7 +134,11 @@ fn generated_p4info_matches_p4c() {
         .filter(|p| p.to_string_lossy().ends_with(".p4info.txtpb"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no .p4info.txtpb in {}", corpus.display());
+    assert!(
+        !files.is_empty(),
+        "no .p4info.txtpb in {}",
+        corpus.display()
+    );
     let mut failures = Vec::new();
     let mut not_loaded = 0;
     for f in &files {
@@ -126,7 +149,10 @@ fn generated_p4info_matches_p4c() {
             Ok(pl) => pl,
             Err(e) => {
                 // The interpreter's own limits (nicflow-p4), not P4Info's.
-                println!("not compared: {}: the interpreter does not load it: {e}", prog.display());
+                println!(
+                    "not compared: {}: the interpreter does not load it: {e}",
+                    prog.display()
+                );
                 not_loaded += 1;
                 continue;
             }
