@@ -57,7 +57,13 @@ fn cache_hits_are_credited_to_the_programs_counter() {
     assert_eq!(packets, 10, "every packet counted once, hits included");
     // Pushing again adds nothing.
     t.bridge.p4_push_stats();
-    let (again, _) = t.bridge.p4().unwrap().pipeline().counter_read("counter", 256).unwrap();
+    let (again, _) = t
+        .bridge
+        .p4()
+        .unwrap()
+        .pipeline()
+        .counter_read("counter", 256)
+        .unwrap();
     assert_eq!(again, 10);
 }
 
@@ -68,8 +74,14 @@ const TO_10: &str = "0090fb65 d6fe0203 04050601 08004500 001c0001 00004011 656c0
 fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     let Some(c) = corpus() else { return };
     let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
-    add(&mut t, "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)");
-    add(&mut t, "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x133713371337, port:0x1)");
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
+    );
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x133713371337, port:0x1)",
+    );
     let pkt = hex(TO_10);
     assert_eq!(t.send(0, &pkt).unwrap()[0].0, 1);
     // Another address in 10/8 and another source: same flow (the lpm read
@@ -77,7 +89,7 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     let mut other = pkt.clone();
     other[26..30].copy_from_slice(&[0xc6, 0x12, 0, 9]); // src 198.18.0.9
     other[33] = 0x77; // dst 10.99.0.119
-    // Keep the IPv4 checksum right for the new addresses.
+                      // Keep the IPv4 checksum right for the new addresses.
     let fix = |p: &mut Vec<u8>| {
         p[24] = 0;
         p[25] = 0;
@@ -93,24 +105,39 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     };
     fix(&mut other);
     assert_eq!(t.send(0, &other).unwrap().len(), 1);
-    assert_eq!(t.bridge.p4().unwrap().stats.runs, 1, "second packet hit the megaflow");
+    assert_eq!(
+        t.bridge.p4().unwrap().stats.runs,
+        1,
+        "second packet hit the megaflow"
+    );
     let flows: Vec<_> = t.bridge.dp_flows().collect();
     assert_eq!(flows.len(), 1);
     use nicflow_flow::Field;
     let m = &flows[0].matching;
-    assert_eq!(m.get(Field::NwDst), (0x0a00_0000, 0xff00_0000), "dst masked to the /8");
+    assert_eq!(
+        m.get(Field::NwDst),
+        (0x0a00_0000, 0xff00_0000),
+        "dst masked to the /8"
+    );
     assert_eq!(m.get(Field::NwSrc).1, 0, "source never read");
     assert_eq!(m.get(Field::NwTtl).1, 0xff, "TTL read (ttl > 1, ttl - 1)");
     assert!(flows[0]
         .actions
         .contains(&DpAction::SetEthDst([0x13, 0x37, 0x13, 0x37, 0x13, 0x37])));
     // A refused entry (wrong width) changes nothing: the flow stays.
-    let bad = stf::parse("inline", "add Main.nh_table nh_index:0x1ffffffff Main.set_nh(dmac:0x1, port:0x1)").unwrap();
+    let bad = stf::parse(
+        "inline",
+        "add Main.nh_table nh_index:0x1ffffffff Main.set_nh(dmac:0x1, port:0x1)",
+    )
+    .unwrap();
     assert!(t.apply(&bad.commands[0].1).is_err());
     assert_eq!(t.bridge.dp_flows().count(), 1);
     // Changing nh_table removes the flow (its run applied nh_table) and
     // the next packet gets the new MAC.
-    add(&mut t, "setdefault Main.nh_table Main.set_nh(dmac:0x020000000002, port:0x2)");
+    add(
+        &mut t,
+        "setdefault Main.nh_table Main.set_nh(dmac:0x020000000002, port:0x2)",
+    );
     assert_eq!(t.bridge.dp_flows().count(), 0);
     // A frame the parser rejects applies no table: its (drop) flow
     // survives a table change; the IP flow, which applied nh_table, goes.

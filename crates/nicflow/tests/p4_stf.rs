@@ -33,13 +33,41 @@ const CASES: &[(&str, &str, bool)] = &[
     ("pna/ipip.p4", "pna/ipip_decap.stf", false),
     ("pna/calc_128.p4", "pna/calc_128.stf", false),
     // 5-byte frames, not Ethernet: nothing to key a flow on.
-    ("v1model/table-entries-lpm-bmv2.p4", "v1model/table-entries-lpm-bmv2.stf", false),
-    ("v1model/table-entries-ternary-bmv2.p4", "v1model/table-entries-ternary-bmv2.stf", false),
-    ("v1model/ternary2-bmv2.p4", "v1model/ternary2-bmv2.stf", false),
-    ("v1model/checksum-l4-bmv2.p4", "v1model/checksum-l4-bmv2.stf", false),
-    ("psa/psa-register-read-write-2-bmv2.p4", "psa/psa-register-read-write-2-bmv2.stf", false),
-    ("psa/psa-recirculate-no-meta-bmv2.p4", "psa/psa-recirculate-no-meta-bmv2.stf", false),
-    ("psa/psa-basic-counter-bmv2.p4", "psa/psa-basic-counter-bmv2.stf", true),
+    (
+        "v1model/table-entries-lpm-bmv2.p4",
+        "v1model/table-entries-lpm-bmv2.stf",
+        false,
+    ),
+    (
+        "v1model/table-entries-ternary-bmv2.p4",
+        "v1model/table-entries-ternary-bmv2.stf",
+        false,
+    ),
+    (
+        "v1model/ternary2-bmv2.p4",
+        "v1model/ternary2-bmv2.stf",
+        false,
+    ),
+    (
+        "v1model/checksum-l4-bmv2.p4",
+        "v1model/checksum-l4-bmv2.stf",
+        false,
+    ),
+    (
+        "psa/psa-register-read-write-2-bmv2.p4",
+        "psa/psa-register-read-write-2-bmv2.stf",
+        false,
+    ),
+    (
+        "psa/psa-recirculate-no-meta-bmv2.p4",
+        "psa/psa-recirculate-no-meta-bmv2.stf",
+        false,
+    ),
+    (
+        "psa/psa-basic-counter-bmv2.p4",
+        "psa/psa-basic-counter-bmv2.stf",
+        true,
+    ),
 ];
 
 /// Tests outside the subset, with the reason (checked: they must still

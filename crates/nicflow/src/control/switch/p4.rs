@@ -61,10 +61,7 @@ impl Switch {
                 arch,
                 include,
             } => {
-                let arch = arch
-                    .map(|a| a.parse::<Arch>())
-                    .transpose()
-                    .map_err(p4err)?;
+                let arch = arch.map(|a| a.parse::<Arch>()).transpose().map_err(p4err)?;
                 let dirs: Vec<PathBuf> = include.iter().map(PathBuf::from).collect();
                 let (pipeline, what) = match (path, source) {
                     (Some(p), None) => (
@@ -82,7 +79,9 @@ impl Switch {
                 let n_tables = pipeline.tables().len();
                 br.p4_load(P4Path::new(pipeline, what.clone(), PortMap::identity()));
                 Ok(Response::ok(
-                    format!("{bridge}: P4 program {what} ({arch}, {n_tables} tables) is the slow path"),
+                    format!(
+                        "{bridge}: P4 program {what} ({arch}, {n_tables} tables) is the slow path"
+                    ),
                     json!({"arch": arch.to_string(), "tables": n_tables}),
                 ))
             }
@@ -110,8 +109,11 @@ impl Switch {
                         .actions
                         .iter()
                         .map(|a| {
-                            let ps: Vec<String> =
-                                a.params.iter().map(|p| format!("{}<{}>", p.name, p.width)).collect();
+                            let ps: Vec<String> = a
+                                .params
+                                .iter()
+                                .map(|p| format!("{}<{}>", p.name, p.width))
+                                .collect();
                             format!("{}({})", a.name, ps.join(", "))
                         })
                         .collect();
@@ -133,7 +135,9 @@ impl Switch {
                 let mut externs = Vec::new();
                 for e in pl.externs() {
                     let _ = writeln!(text, "{:?} {} size:{}", e.kind, e.name, e.size);
-                    externs.push(json!({"name": e.name, "kind": format!("{:?}", e.kind), "size": e.size}));
+                    externs.push(
+                        json!({"name": e.name, "kind": format!("{:?}", e.kind), "size": e.size}),
+                    );
                 }
                 let slow = p4.slow_path_reasons();
                 if !slow.is_empty() {
@@ -215,7 +219,10 @@ impl Switch {
                     })
                     .ok_or_else(|| no_program(&bridge))?
                     .map_err(p4err)?;
-                Ok(Response::ok(format!("entry {id} deleted"), json!({"id": id})))
+                Ok(Response::ok(
+                    format!("entry {id} deleted"),
+                    json!({"id": id}),
+                ))
             }
             P4Op::TableModifyMatch { table, words } => {
                 let id = br
@@ -231,22 +238,27 @@ impl Switch {
                     })
                     .ok_or_else(|| no_program(&bridge))?
                     .map_err(p4err)?;
-                Ok(Response::ok(format!("entry {id} modified"), json!({"id": id})))
+                Ok(Response::ok(
+                    format!("entry {id} modified"),
+                    json!({"id": id}),
+                ))
             }
             P4Op::SetDefault { table, words } => {
                 br.p4_change(|p4| {
                     p4.change_table(&table, |pl, name| {
                         let (action, params) = words.split_first().ok_or("missing action")?;
-                        let params = params
-                            .iter()
-                            .map(|w| match w.split_once('=') {
-                                Some((n, v)) => {
-                                    entries::parse_value(v, &resolve).map(|v| (n.to_string(), v))
-                                }
-                                None => entries::parse_value(w, &resolve).map(|v| (String::new(), v)),
-                            })
-                            .collect::<Result<Vec<_>, _>>()?;
-                        pl.set_default(name, action, params).map_err(|e| e.to_string())
+                        let params =
+                            params
+                                .iter()
+                                .map(|w| match w.split_once('=') {
+                                    Some((n, v)) => entries::parse_value(v, &resolve)
+                                        .map(|v| (n.to_string(), v)),
+                                    None => entries::parse_value(w, &resolve)
+                                        .map(|v| (String::new(), v)),
+                                })
+                                .collect::<Result<Vec<_>, _>>()?;
+                        pl.set_default(name, action, params)
+                            .map_err(|e| e.to_string())
                     })
                 })
                 .ok_or_else(|| no_program(&bridge))?
@@ -281,7 +293,10 @@ impl Switch {
                             keys.join(" "),
                             e.spec.action,
                             params.join(", "),
-                            e.spec.priority.map(|p| format!(" priority:{p}")).unwrap_or_default(),
+                            e.spec
+                                .priority
+                                .map(|p| format!(" priority:{p}"))
+                                .unwrap_or_default(),
                             if e.is_const { " const" } else { "" },
                             e.packets,
                             e.bytes
@@ -403,7 +418,10 @@ impl Switch {
                     .iter()
                     .map(|(t, id)| json!({"table": t, "id": id}))
                     .collect();
-                Ok(Response::ok(format!("{} idle entries", list.len()), json!(data)))
+                Ok(Response::ok(
+                    format!("{} idle entries", list.len()),
+                    json!(data),
+                ))
             }
             P4Op::PacketOut { port, data } => {
                 let bytes = (0..data.len() / 2)
