@@ -86,6 +86,44 @@ fn ofport(show_json: &str, port: &str) -> u64 {
         .unwrap_or_else(|| panic!("no port {port} in {show_json}"))
 }
 
+/// A v1model program with a direct counter on a ternary table, a counter
+/// indexed by ingress port and a register holding the last EtherType.
+const COUNTERS_P4: &str = r#"#include <core.p4>
+#include <v1model.p4>
+
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etype; }
+struct headers { ethernet_t eth; }
+struct metadata { }
+
+parser P(packet_in pkt, out headers hdr, inout metadata m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.eth); transition accept; }
+}
+control VC(inout headers hdr, inout metadata m) { apply { } }
+control I(inout headers hdr, inout metadata m, inout standard_metadata_t sm) {
+    direct_counter(CounterType.packets_and_bytes) dmac_hits;
+    counter(16, CounterType.packets_and_bytes) port_pkts;
+    register<bit<32>>(4) last_type;
+    action fwd(bit<9> port) { sm.egress_spec = port; }
+    action drop() { mark_to_drop(sm); }
+    table dmac {
+        key = { hdr.eth.dst : ternary; }
+        actions = { fwd; drop; }
+        default_action = drop();
+        counters = dmac_hits;
+        size = 64;
+    }
+    apply {
+        port_pkts.count((bit<32>) sm.ingress_port);
+        last_type.write(0, (bit<32>) hdr.eth.etype);
+        dmac.apply();
+    }
+}
+control E(inout headers hdr, inout metadata m, inout standard_metadata_t sm) { apply { } }
+control C(inout headers hdr, inout metadata m) { apply { } }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.eth); } }
+V1Switch(P(), VC(), I(), E(), C(), D()) main;
+"#;
+
 #[test]
 fn p4runtime_shell_fills_a_bridges_tables() {
     if !common::lab_possible() {
@@ -149,25 +187,35 @@ fn p4runtime_shell_fills_a_bridges_tables() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // One p4runtime-shell session per step, each with a higher election id.
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/p4_runtime_client.py");
-    let out = Command::new(&py)
-        .arg(&script)
-        .arg(&listen)
-        .arg(&p4info)
-        .arg(&program)
-        .arg(pa.to_string())
-        .arg(pb.to_string())
-        .stdin(Stdio::null())
-        .output()
-        .expect("running p4_runtime_client.py");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "p4runtime-shell client failed:\n{stdout}\n{stderr}\nserver log:\n{}\ndaemon log:\n{}",
-        std::fs::read_to_string(&log).unwrap_or_default(),
-        lab.daemon_log()
+    let mut election = 0;
+    let mut shell = |mode: &str, args: &[&str]| {
+        election += 1;
+        let out = Command::new(&py)
+            .arg(&script)
+            .arg(mode)
+            .arg(&listen)
+            .arg(election.to_string())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running p4_runtime_client.py");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("[{mode}]\n{stdout}");
+        assert!(
+            out.status.success() && stdout.contains("DONE"),
+            "p4runtime-shell client ({mode}) failed:\n{stdout}\n{stderr}\nserver log:\n{}\ndaemon log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            lab.daemon_log()
+        );
+    };
+    let (pa_s, pb_s) = (pa.to_string(), pb.to_string());
+    let p4info_s = p4info.to_str().unwrap().to_string();
+    shell(
+        "tutorial",
+        &[&p4info_s, program.to_str().unwrap(), &pa_s, &pb_s],
     );
 
     // The daemon's view: the controller's entries are the bridge's.
@@ -242,5 +290,77 @@ fn p4runtime_shell_fills_a_bridges_tables() {
         !hit.contains("packets:0 "),
         "entry not hit by h1's packets: {hit}"
     );
+
+    // Another program's P4Info with this program: refused, nothing changes.
+    let ternary = corpus.join("v1model/ternary2-bmv2.p4");
+    let ternary_info = corpus.join("v1model/ternary2-bmv2.p4.p4info.txtpb");
+    shell(
+        "refuse",
+        &[ternary_info.to_str().unwrap(), program.to_str().unwrap()],
+    );
+    let dump = lab.cli(&["p4", "table-dump", "br0"]).unwrap();
+    assert_eq!(
+        dump.lines()
+            .filter(|l| l.contains("MyIngress.ipv6_lpm entry"))
+            .count(),
+        5,
+        "{dump}"
+    );
+
+    // p4c's own P4Info (ids unlike nicflow's) for the program it describes.
+    shell(
+        "adopt",
+        &[ternary_info.to_str().unwrap(), ternary.to_str().unwrap()],
+    );
+    let dump = lab
+        .cli(&["p4", "table-dump", "br0", "ingress.test1"])
+        .unwrap();
+    assert!(
+        dump.contains("0x101&&&0xffff") && dump.contains("priority:5"),
+        "{dump}"
+    );
+
+    // Counters and registers: a program of our own with a direct counter,
+    // an indexed counter and a register; traffic from h1 in between.
+    let counters = lab.dir().join("counters.p4");
+    std::fs::write(&counters, COUNTERS_P4).unwrap();
+    let counters_info = lab.dir().join("counters.p4info.txtpb");
+    let text = lab
+        .cli(&[
+            "p4",
+            "p4info",
+            counters.to_str().unwrap(),
+            "-I",
+            include.to_str().unwrap(),
+        ])
+        .unwrap();
+    std::fs::write(&counters_info, &text).unwrap();
+    shell(
+        "counters_fill",
+        &[
+            counters_info.to_str().unwrap(),
+            counters.to_str().unwrap(),
+            &pb_s,
+        ],
+    );
+    lab.must("h1", &["ip", "addr", "add", "198.18.0.1/24", "dev", "eth0"]);
+    lab.must(
+        "h1",
+        &[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.0.2",
+            "lladdr",
+            "00:00:00:00:00:02",
+            "dev",
+            "eth0",
+        ],
+    );
+    let _ = lab.exec(
+        "h1",
+        &["ping", "-c", "3", "-i", "0.2", "-W", "1", "198.18.0.2"],
+    );
+    shell("counters_read", &[&pa_s]);
     drop(server);
 }

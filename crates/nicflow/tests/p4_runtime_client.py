@@ -1,8 +1,13 @@
 """p4runtime-shell against `nicflow p4 runtime` (run by tests/p4_runtime.rs).
 
-Usage: p4_runtime_client.py HOST:PORT P4INFO_TXT PROGRAM_P4 PORT_A PORT_B
+Usage: p4_runtime_client.py MODE HOST:PORT ELECTION [ARGS...]; MODE is
+  tutorial P4INFO_TXT PROGRAM_P4 PORT_A PORT_B
+  refuse P4INFO_TXT PROGRAM_P4      (a P4Info of another program: INVALID_ARGUMENT)
+  adopt P4INFO_TXT PROGRAM_P4       (p4c's P4Info, other ids: adopted)
+  counters_fill P4INFO_TXT PROGRAM_P4 PORT_B
+  counters_read PORT_A              (after the test sent traffic)
 
-Sets the pipeline (P4Info = what `nicflow p4 p4info` printed, device config =
+`tutorial` sets the pipeline (P4Info = what `nicflow p4 p4info` printed, device config =
 the P4-16 source), inserts the Netronome tutorial's ipv6_lpm entries (addresses
 moved into 2001:db8::/32, ports = the bridge's port numbers), reads them back,
 modifies and deletes one, sets the default action, and checks that a malformed
@@ -10,6 +15,7 @@ entry is refused without changing anything. Prints one "ok: ..." line per check
 and exits non-zero on the first mismatch.
 """
 import ipaddress
+import os
 import sys
 import traceback
 
@@ -17,8 +23,12 @@ import grpc
 import p4runtime_sh.shell as sh
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
-ADDR, P4INFO, PROGRAM = sys.argv[1], sys.argv[2], sys.argv[3]
-PORT_A, PORT_B = int(sys.argv[4]), int(sys.argv[5])
+from p4.v1 import p4runtime_pb2
+
+MODE, ADDR, ELECTION = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ARGS = sys.argv[4:]
+# The bridge's port numbers (tutorial mode).
+PORT_A, PORT_B = (int(ARGS[2]), int(ARGS[3])) if MODE == "tutorial" else (0, 0)
 
 # The tutorial's user_config.json rules, in the lab prefix: fc00::1 -> 2001:db8:fc00::1.
 RULES = [
@@ -50,9 +60,13 @@ def mac(m):
     return int(m.replace(":", ""), 16)
 
 
-def main():
-    sh.setup(device_id=1, grpc_addr=ADDR, election_id=(0, 1),
-             config=sh.FwdPipeConfig(P4INFO, PROGRAM), verbose=False)
+def setup(p4info=None, program=None):
+    config = sh.FwdPipeConfig(p4info, program) if p4info else None
+    sh.setup(device_id=1, grpc_addr=ADDR, election_id=(0, ELECTION), config=config, verbose=False)
+
+
+def tutorial(p4info, program, _port_a, _port_b):
+    setup(p4info, program)
     ok("SetForwardingPipelineConfig with nicflow's P4Info and the P4-16 source")
 
     for dst, dmac, port in RULES:
@@ -107,8 +121,7 @@ def main():
         refused = True
     assert refused, "a 17-bit value for a 16-bit parameter was accepted"
     # The same through a raw write, so the server (not the shell) refuses it.
-    from p4.v1 import p4runtime_pb2
-    req = p4runtime_pb2.WriteRequest(device_id=1, election_id=p4runtime_pb2.Uint128(high=0, low=1))
+    req = p4runtime_pb2.WriteRequest(device_id=1, election_id=p4runtime_pb2.Uint128(high=0, low=ELECTION))
     u = req.updates.add()
     u.type = p4runtime_pb2.Update.INSERT
     good = sh.TableEntry("MyIngress.ipv6_lpm")(action="MyIngress.ipv6_forward")
@@ -154,12 +167,107 @@ def main():
     ok("default action back to MyIngress.drop")
 
     sh.teardown()
-    print("DONE", flush=True)
+
+
+def refuse(p4info, program):
+    # The shell's setup() exits on a refused config: the client it wraps instead.
+    from p4runtime_sh.p4runtime import P4RuntimeClient
+    client = P4RuntimeClient(1, ADDR, (0, ELECTION))
+    try:
+        client.set_fwd_pipe_config(p4info, program)
+    except Exception as e:
+        inner = getattr(e, "grpc_error", e)
+        assert hasattr(inner, "code") and inner.code() == grpc.StatusCode.INVALID_ARGUMENT, \
+            "expected INVALID_ARGUMENT, got %r" % (e,)
+        assert "not in the program" in inner.details(), inner.details()
+        ok("a P4Info of another program -> INVALID_ARGUMENT (%s...)" % inner.details()[:80])
+        client.tear_down()
+        return
+    raise AssertionError("a P4Info of another program was accepted")
+
+
+def adopt(p4info, program):
+    setup(p4info, program)
+    info = sh.client.get_p4info()
+    tid = [t.preamble.id for t in info.tables if t.preamble.name == "ingress.test1"]
+    assert tid, info
+    ok("p4c's P4Info (its own ids) adopted; ingress.test1 has id %d" % tid[0])
+    te = sh.TableEntry("ingress.test1")(action="ingress.setb1")
+    te.match["hdrs.data.f1"] = "0x00000101&&&0x0000ffff"
+    te.action["port"] = "2"
+    te.action["val"] = "0x7f"
+    te.priority = 5
+    te.insert()
+    got = [e for e in sh.TableEntry("ingress.test1").read()]
+    assert len(got) == 1, got
+    m = got[0].match["hdrs.data.f1"].ternary
+    assert int.from_bytes(m.value, "big") == 0x101 and int.from_bytes(m.mask, "big") == 0xffff, got[0]
+    assert got[0].priority == 5 and got[0].action.action_name == "ingress.setb1", got[0]
+    assert int.from_bytes(got[0].action["val"].value, "big") == 0x7f, got[0]
+    ok("ternary entry with priority through p4c's ids: inserted and read back")
+    sh.teardown()
+
+
+def counters_fill(p4info, program, port_b):
+    setup(p4info, program)
+    te = sh.TableEntry("I.dmac")(action="I.fwd")
+    te.match["hdr.eth.dst"] = "00:00:00:00:00:02&&&ff:ff:ff:ff:ff:ff"
+    te.action["port"] = port_b
+    te.priority = 10
+    te.insert()
+    ok("dmac entry inserted")
+    reg = [r for r in sh.client.get_p4info().registers if r.preamble.name == "I.last_type"][0]
+    u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
+    u.entity.register_entry.register_id = reg.preamble.id
+    u.entity.register_entry.index.index = 1
+    u.entity.register_entry.data.bitstring = b"\x12\x34"
+    sh.client.write_update(u)
+    ok("register cell written")
+    sh.teardown()
+
+
+def counters_read(port_a):
+    setup()
+    te = sh.TableEntry("I.dmac")
+    te.counter_data.packet_count = 0
+    got = list(te.read())
+    assert len(got) == 1, got
+    pk = got[0].counter_data.packet_count
+    assert pk > 0 and got[0].counter_data.byte_count >= 60 * pk, got[0]
+    ok("table entry counter_data (direct counter): %d packets" % pk)
+    d = [c.msg() for c in sh.DirectCounterEntry("I.dmac_hits").read()]
+    assert len(d) == 1 and d[0].data.packet_count == pk, d
+    ok("DirectCounterEntry read: %d packets" % pk)
+    c = sh.CounterEntry("I.port_pkts")
+    c.index = int(port_a)
+    cells = [x.msg() for x in c.read()]
+    assert len(cells) == 1 and cells[0].data.packet_count >= pk, cells
+    ok("CounterEntry port_pkts[%s]: %d packets" % (port_a, cells[0].data.packet_count))
+    allc = [x.msg() for x in sh.CounterEntry("I.port_pkts").read()]
+    assert len(allc) == 16, len(allc)
+    ok("CounterEntry wildcard read: 16 cells")
+    reg = [r for r in sh.client.get_p4info().registers if r.preamble.name == "I.last_type"][0]
+    cells = []
+    for rep in sh.client.read_one(p4runtime_pb2.Entity(
+            register_entry=p4runtime_pb2.RegisterEntry(register_id=reg.preamble.id))):
+        cells.extend(rep.entities)
+    vals = {c.register_entry.index.index: int.from_bytes(c.register_entry.data.bitstring, "big")
+            for c in cells}
+    assert vals.get(1) == 0x1234, vals
+    assert vals.get(0) in (0x0800, 0x86dd, 0x0806), vals
+    ok("RegisterEntry wildcard read: %r" % vals)
+    sh.teardown()
 
 
 if __name__ == "__main__":
     try:
-        main()
-    except Exception:
+        {"tutorial": tutorial, "refuse": refuse, "adopt": adopt,
+         "counters_fill": counters_fill, "counters_read": counters_read}[MODE](*ARGS)
+    except BaseException:
         traceback.print_exc()
-        sys.exit(1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The shell's stream thread would keep the process alive: leave hard.
+        os._exit(1)
+    print("DONE", flush=True)
+    os._exit(0)
