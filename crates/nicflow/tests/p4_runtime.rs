@@ -86,8 +86,9 @@ fn ofport(show_json: &str, port: &str) -> u64 {
         .unwrap_or_else(|| panic!("no port {port} in {show_json}"))
 }
 
-/// A v1model program with a direct counter on a ternary table, a counter
-/// indexed by ingress port and a register holding the last EtherType.
+/// A v1model program with a direct counter on a ternary table with idle
+/// timeout, a counter indexed by ingress port and a register holding the
+/// last EtherType.
 const COUNTERS_P4: &str = r#"#include <core.p4>
 #include <v1model.p4>
 
@@ -110,6 +111,7 @@ control I(inout headers hdr, inout metadata m, inout standard_metadata_t sm) {
         actions = { fwd; drop; }
         default_action = drop();
         counters = dmac_hits;
+        support_timeout = true;
         size = 64;
     }
     apply {
@@ -362,5 +364,8 @@ fn p4runtime_shell_fills_a_bridges_tables() {
         &["ping", "-c", "3", "-i", "0.2", "-W", "1", "198.18.0.2"],
     );
     shell("counters_read", &[&pa_s]);
+    // The dmac entry goes idle (the interpreter's 30 s timeout) after the
+    // pings: the controller gets an IdleTimeoutNotification naming it.
+    shell("idle", &[]);
     drop(server);
 }

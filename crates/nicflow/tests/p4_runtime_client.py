@@ -6,6 +6,7 @@ Usage: p4_runtime_client.py MODE HOST:PORT ELECTION [ARGS...]; MODE is
   adopt P4INFO_TXT PROGRAM_P4       (p4c's P4Info, other ids: adopted)
   counters_fill P4INFO_TXT PROGRAM_P4 PORT_B
   counters_read PORT_A              (after the test sent traffic)
+  idle                              (waits for the dmac entry's idle-timeout notification)
 
 `tutorial` sets the pipeline (P4Info = what `nicflow p4 p4info` printed, device config =
 the P4-16 source), inserts the Netronome tutorial's ipv6_lpm entries (addresses
@@ -259,10 +260,28 @@ def counters_read(port_a):
     sh.teardown()
 
 
+def idle():
+    setup()
+    info = sh.client.get_p4info()
+    t = [t for t in info.tables if t.preamble.name == "I.dmac"][0]
+    assert t.idle_timeout_behavior == t.NOTIFY_CONTROL, t
+    msg = sh.client.get_stream_packet("idle_timeout_notification", timeout=60)
+    assert msg is not None, "no idle-timeout notification within 60 s"
+    n = msg.idle_timeout_notification
+    assert len(n.table_entry) == 1, n
+    e = n.table_entry[0]
+    assert e.table_id == t.preamble.id and e.priority == 10, e
+    m = e.match[0].ternary
+    assert int.from_bytes(m.value, "big") == 2 and int.from_bytes(m.mask, "big") == (1 << 48) - 1, e
+    assert n.timestamp > 0, n
+    ok("IdleTimeoutNotification for the dmac entry")
+    sh.teardown()
+
+
 if __name__ == "__main__":
     try:
         {"tutorial": tutorial, "refuse": refuse, "adopt": adopt,
-         "counters_fill": counters_fill, "counters_read": counters_read}[MODE](*ARGS)
+         "counters_fill": counters_fill, "counters_read": counters_read, "idle": idle}[MODE](*ARGS)
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()
