@@ -275,6 +275,15 @@ def idle():
     assert int.from_bytes(m.value, "big") == 2 and int.from_bytes(m.mask, "big") == (1 << 48) - 1, e
     assert n.timestamp > 0, n
     ok("IdleTimeoutNotification for the dmac entry")
+
+    # PacketOut: this program has no packet_out controller header.
+    pkt = p4runtime_pb2.StreamMessageRequest()
+    pkt.packet.payload = bytes.fromhex("000000000002" "020000000001" "0800") + b"x" * 46
+    sh.client.stream_out_q.put(pkt)
+    err = sh.client.get_stream_packet("unknown", timeout=5)  # the shell files StreamError there
+    assert err is not None, "no StreamError for a PacketOut"
+    assert err.error.canonical_code == 12 and "packet_out" in err.error.message, err  # UNIMPLEMENTED
+    ok("PacketOut without a packet_out header -> StreamError UNIMPLEMENTED")
     sh.teardown()
 
 
