@@ -39,17 +39,102 @@ fn p4info_descriptor() -> Result<prost_reflect::MessageDescriptor, TextError> {
         .ok_or_else(|| TextError::Descriptors(format!("no message {P4INFO_MESSAGE}")))
 }
 
-/// `info` in protobuf text format (as p4c writes `.p4info.txtpb`), with the
-/// `proto-file`/`proto-message` header lines.
+/// `info` in protobuf text format as p4c writes `.p4info.txtpb` (one
+/// `field { ... }` block per repeated message, two-space indents, with the
+/// `proto-file`/`proto-message` header lines).
 pub fn to_text(info: &cfg::P4Info) -> Result<String, TextError> {
     let desc = p4info_descriptor()?;
     let msg = DynamicMessage::decode(desc, info.encode_to_vec().as_slice())?;
-    let body = msg.to_text_format_with_options(
-        &prost_reflect::text_format::FormatOptions::new().pretty(true),
-    );
-    Ok(format!(
-        "# proto-file: p4/config/v1/p4info.proto\n# proto-message: {P4INFO_MESSAGE}\n\n{body}\n"
-    ))
+    let mut out =
+        format!("# proto-file: p4/config/v1/p4info.proto\n# proto-message: {P4INFO_MESSAGE}\n\n");
+    write_message(&mut out, &msg, 0);
+    Ok(out)
+}
+
+fn write_message(out: &mut String, msg: &DynamicMessage, depth: usize) {
+    for (field, value) in msg.fields() {
+        write_field(out, &field, value, depth);
+    }
+}
+
+fn write_field(
+    out: &mut String,
+    field: &prost_reflect::FieldDescriptor,
+    value: &prost_reflect::Value,
+    depth: usize,
+) {
+    use prost_reflect::Value as V;
+    let pad = "  ".repeat(depth);
+    match value {
+        V::List(items) => {
+            for v in items {
+                write_field(out, field, v, depth);
+            }
+        }
+        V::Map(entries) => {
+            let mut entries: Vec<_> = entries.iter().collect();
+            entries.sort_by_key(|(k, _)| format!("{k:?}"));
+            for (k, v) in entries {
+                out.push_str(&format!("{pad}{} {{\n", field.name()));
+                let key = prost_reflect::Value::from(k.clone());
+                out.push_str(&format!("{pad}  key: {}\n", scalar(&key, None)));
+                match v {
+                    V::Message(m) => {
+                        out.push_str(&format!("{pad}  value {{\n"));
+                        write_message(out, m, depth + 2);
+                        out.push_str(&format!("{pad}  }}\n"));
+                    }
+                    other => out.push_str(&format!("{pad}  value: {}\n", scalar(other, None))),
+                }
+                out.push_str(&format!("{pad}}}\n"));
+            }
+        }
+        V::Message(m) => {
+            out.push_str(&format!("{pad}{} {{\n", field.name()));
+            write_message(out, m, depth + 1);
+            out.push_str(&format!("{pad}}}\n"));
+        }
+        other => out.push_str(&format!(
+            "{pad}{}: {}\n",
+            field.name(),
+            scalar(other, field.kind().as_enum())
+        )),
+    }
+}
+
+/// A scalar field value in text format (strings and bytes C-escaped,
+/// enums by name).
+fn scalar(v: &prost_reflect::Value, en: Option<&prost_reflect::EnumDescriptor>) -> String {
+    use prost_reflect::Value as V;
+    fn quote(bytes: &[u8]) -> String {
+        let mut s = String::from("\"");
+        for &b in bytes {
+            match b {
+                b'"' => s.push_str("\\\""),
+                b'\\' => s.push_str("\\\\"),
+                b'\n' => s.push_str("\\n"),
+                0x20..=0x7e => s.push(b as char),
+                _ => s.push_str(&format!("\\{b:03o}")),
+            }
+        }
+        s.push('"');
+        s
+    }
+    match v {
+        V::Bool(b) => b.to_string(),
+        V::I32(n) => n.to_string(),
+        V::I64(n) => n.to_string(),
+        V::U32(n) => n.to_string(),
+        V::U64(n) => n.to_string(),
+        V::F32(n) => n.to_string(),
+        V::F64(n) => n.to_string(),
+        V::String(s) => quote(s.as_bytes()),
+        V::Bytes(b) => quote(b),
+        V::EnumNumber(n) => en
+            .and_then(|e| e.get_value(*n))
+            .map_or_else(|| n.to_string(), |ev| ev.name().to_string()),
+        V::Message(_) | V::List(_) | V::Map(_) => String::new(),
+    }
 }
 
 /// Parses a P4Info in protobuf text format (p4c's `.p4info.txtpb`).

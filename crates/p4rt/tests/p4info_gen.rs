@@ -2,7 +2,8 @@
 //! corpus that comes with a `.p4info.txtpb`, the tables, keys, actions,
 //! parameters and externs must agree by name, bitwidth, match kind, action
 //! scope and table size (ids may differ: nicflow's stable ids are not p4c's).
-//! Also checks that our text format parses back to the same message.
+//! Also checks that our text format parses back to the same message and
+//! prints p4c's own files byte for byte.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -145,6 +146,8 @@ fn generated_p4info_matches_p4c() {
         let prog = PathBuf::from(f.to_string_lossy().trim_end_matches(".p4info.txtpb"));
         let text = std::fs::read_to_string(f).unwrap();
         let p4c = from_text(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        // Our printer writes p4c's files byte for byte (same layout).
+        assert_eq!(to_text(&p4c).unwrap(), text, "{}", f.display());
         let pl = match nicflow_p4::Pipeline::load(&prog, &include, None) {
             Ok(pl) => pl,
             Err(e) => {
