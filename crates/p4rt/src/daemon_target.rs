@@ -734,7 +734,25 @@ impl P4RtTarget for DaemonTarget {
                         d.join("; ")
                     )));
                 }
-                c.clone()
+                // Keys in the program's order: entries cross the socket
+                // (and come back from dumps) with their keys in that order.
+                let mut c = c.clone();
+                for t in &mut c.tables {
+                    let name = preamble_name(&t.preamble).to_string();
+                    if let Some(o) = ours
+                        .tables
+                        .iter()
+                        .find(|o| preamble_name(&o.preamble) == name)
+                    {
+                        t.match_fields.sort_by_key(|f| {
+                            o.match_fields
+                                .iter()
+                                .position(|g| g.name == f.name)
+                                .unwrap_or(usize::MAX)
+                        });
+                    }
+                }
+                c
             }
             None => ours,
         };
