@@ -1001,6 +1001,52 @@ mod tests {
         }
     }
 
+    fn table(name: &str, keys: &[(&str, i32)]) -> cfg::Table {
+        cfg::Table {
+            preamble: Some(cfg::Preamble {
+                id: 1,
+                name: name.into(),
+                ..Default::default()
+            }),
+            match_fields: keys
+                .iter()
+                .enumerate()
+                .map(|(i, (n, w))| cfg::MatchField {
+                    id: i as u32 + 1,
+                    name: (*n).into(),
+                    ..field(cfg::match_field::MatchType::Exact, *w)
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn name_differences_ignore_ids_not_widths() {
+        let ours = cfg::P4Info {
+            tables: vec![table("c.t", &[("a", 8), ("b", 16)])],
+            ..Default::default()
+        };
+        let mut client = ours.clone();
+        client.tables[0].preamble.as_mut().unwrap().id = 99;
+        client.tables[0].match_fields.reverse();
+        assert!(name_differences(&client, &ours).is_empty());
+        client.tables[0].match_fields[0].bitwidth = 9;
+        let d = name_differences(&client, &ours);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].contains("key b"), "{d:?}");
+        let fewer = cfg::P4Info {
+            tables: vec![table("c.t", &[("a", 8)])],
+            ..Default::default()
+        };
+        assert!(name_differences(&fewer, &ours)[0].contains("lacks key b"));
+        let other = cfg::P4Info {
+            tables: vec![table("c.u", &[("a", 8)])],
+            ..Default::default()
+        };
+        assert!(name_differences(&other, &ours)[0].contains("not in the program"));
+    }
+
     #[test]
     fn dump_keys_round_trip_through_cli_text() {
         use cfg::match_field::MatchType as M;
