@@ -54,7 +54,11 @@ struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
+        // Already reaped (std keeps its status): its pid may be reused.
+        if matches!(self.0.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
         let t0 = Instant::now();
         while self.0.try_wait().ok().flatten().is_none() {
@@ -367,5 +371,21 @@ fn p4runtime_shell_fills_a_bridges_tables() {
     // The dmac entry goes idle (the interpreter's 30 s timeout) after the
     // pings: the controller gets an IdleTimeoutNotification naming it.
     shell("idle", &[]);
-    drop(server);
+
+    // SIGTERM stops the server cleanly.
+    let mut server = server;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) };
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = server.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "server ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "server exit: {status}");
 }
