@@ -5,6 +5,10 @@
 //! an STF test twice, through the interpreter alone and through a bridge's
 //! caches (each packet sent three times so the later copies take the
 //! cached flows), and exits non-zero naming the first difference.
+//! `p4info` prints the P4Info nicflow generates for a program (what a
+//! P4Runtime controller loads with the program), and `runtime` serves
+//! P4Runtime for a bridge, turning each request into daemon requests
+//! (`nicflow_p4rt::daemon_target`).
 
 use crate::control::proto::{P4Op, Request};
 use anyhow::{bail, Context, Result};
@@ -87,6 +91,30 @@ pub enum P4Cmd {
     /// Load the rules of a Netronome RTE user_config.json (all or nothing;
     /// ports may be VF names such as v0.0).
     LoadConfig { bridge: String, file: PathBuf },
+    /// Serve P4Runtime (gRPC) for a bridge until SIGINT/SIGTERM: a
+    /// controller's SetForwardingPipelineConfig (device config = the P4-16
+    /// source) loads the program, its writes and reads go to the daemon.
+    Runtime {
+        bridge: String,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9559")]
+        listen: std::net::SocketAddr,
+        /// The P4Runtime device id controllers must use.
+        #[arg(long, default_value_t = 1)]
+        device_id: u64,
+        /// Include directory for the programs controllers send.
+        #[arg(short = 'I', long = "include")]
+        include: Vec<PathBuf>,
+    },
+    /// Print the P4Info (protobuf text format) nicflow generates for a
+    /// program: give it to a P4Runtime controller with the program.
+    P4info {
+        program: PathBuf,
+        #[arg(short = 'I', long = "include")]
+        include: Vec<PathBuf>,
+        #[arg(long)]
+        arch: Option<String>,
+    },
     /// Run an STF test (p4c's BMv2 dialect) through the interpreter and
     /// through a bridge's cache; exit 0 when every expectation holds.
     Stf {
@@ -99,8 +127,33 @@ pub enum P4Cmd {
     },
 }
 
-/// Run one `nicflow p4` verb; `ctl` sends a request to the daemon.
+/// Run one `nicflow p4` verb; `ctl` sends a request to the daemon. The
+/// control socket `runtime` connects to is taken from the command line's
+/// `--socket` (else `$NICFLOW_SOCK`, else the default); see [`run_with_socket`].
 pub fn run(cmd: P4Cmd, ctl: &dyn Fn(Request) -> Result<ExitCode>) -> Result<ExitCode> {
+    run_with_socket(cmd, ctl, socket_from_args())
+}
+
+/// The global `--socket` of this process's command line, if given.
+fn socket_from_args() -> Option<PathBuf> {
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--socket" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--socket=")) {
+            return Some(PathBuf::from(v));
+        }
+    }
+    None
+}
+
+/// [`run`] with the control socket given (`None`: `$NICFLOW_SOCK`, else the default).
+pub fn run_with_socket(
+    cmd: P4Cmd,
+    ctl: &dyn Fn(Request) -> Result<ExitCode>,
+    socket: Option<PathBuf>,
+) -> Result<ExitCode> {
     let req = |bridge: String, op: P4Op| ctl(Request::P4 { bridge, op });
     match cmd {
         P4Cmd::Load {
@@ -174,7 +227,91 @@ pub fn run(cmd: P4Cmd, ctl: &dyn Fn(Request) -> Result<ExitCode>) -> Result<Exit
             arch,
             include,
         } => stf(&program, &test, arch.as_deref(), &include),
+        P4Cmd::Runtime {
+            bridge,
+            listen,
+            device_id,
+            include,
+        } => runtime(
+            crate::control::daemon::socket_path(socket),
+            bridge,
+            listen,
+            device_id,
+            include,
+        ),
+        P4Cmd::P4info {
+            program,
+            include,
+            arch,
+        } => {
+            let arch = arch
+                .map(|a| a.parse::<nicflow_p4::Arch>())
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let pl =
+                nicflow_p4::Pipeline::load(&program, &include, arch).map_err(anyhow::Error::msg)?;
+            let info = nicflow_p4rt::p4info_gen::generate(&pl);
+            print!("{}", nicflow_p4rt::p4info_gen::to_text(&info)?);
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `nicflow p4 runtime`: the P4Runtime server over the daemon's bridge,
+/// until SIGINT or SIGTERM.
+fn runtime(
+    socket: PathBuf,
+    bridge: String,
+    listen: std::net::SocketAddr,
+    device_id: u64,
+    include: Vec<PathBuf>,
+) -> Result<ExitCode> {
+    // The daemon reads the include files too: absolute paths.
+    let include = include
+        .into_iter()
+        .map(|d| std::fs::canonicalize(&d).with_context(|| format!("include dir {}", d.display())))
+        .collect::<Result<Vec<_>>>()?;
+    // The bridge must exist (a P4 program need not be loaded yet).
+    let show = crate::control::daemon::request(&socket, &Request::Show)?;
+    let known = show.data.as_array().map(|bs| {
+        bs.iter()
+            .any(|b| b.get("name").and_then(|n| n.as_str()) == Some(bridge.as_str()))
+    });
+    if known == Some(false) {
+        bail!("the daemon at {} has no bridge {bridge}", socket.display());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let target =
+            nicflow_p4rt::daemon_target::DaemonTarget::new(socket.clone(), bridge.clone(), include);
+        let shutdown = async {
+            use tokio::signal::unix::{signal, SignalKind};
+            match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(mut i), Ok(mut t)) => {
+                    tokio::select! {
+                        _ = i.recv() => {}
+                        _ = t.recv() => {}
+                    }
+                }
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        eprintln!(
+            "nicflow: P4Runtime for bridge {bridge} (daemon {}) on {listen}, device id {device_id}",
+            socket.display()
+        );
+        nicflow_p4rt::serve(listen, device_id, target, shutdown)
+            .await
+            .context("P4Runtime server")
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What `nicflow p4 stf` found.

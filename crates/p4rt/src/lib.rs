@@ -15,7 +15,9 @@
 // would only add an allocation and an unbox at every handler.
 #![allow(clippy::result_large_err)]
 
+pub mod daemon_target;
 pub mod p4info;
+pub mod p4info_gen;
 pub mod proto;
 mod server;
 pub mod testing;
