@@ -1039,6 +1039,7 @@ impl Bridge {
     /// [`Bridge::p4_unload`]); the cached flows of the tables go first.
     pub fn p4_load(&mut self, path: crate::p4::P4Path) {
         self.dp.flush(&mut self.ofproto);
+        self.dp.bypass_odd_ip = true;
         self.ofproto.p4 = Some(Box::new(path));
     }
 
@@ -1048,6 +1049,7 @@ impl Bridge {
             return false;
         }
         self.dp.flush(&mut self.ofproto);
+        self.dp.bypass_odd_ip = false;
         self.ofproto.p4 = None;
         true
     }

@@ -99,6 +99,10 @@ pub struct Trace {
     pub counters: Vec<CounterRef>,
     /// The run ended on an internal error (counted drop); the message.
     pub error: Option<String>,
+    /// Tables the run changed (`add_entry` on an `add_on_miss` table):
+    /// cached flows that applied them must be revalidated, whatever else
+    /// the run did.
+    pub tables_changed: Vec<String>,
     /// Provenance of the last frame the deparser built (see [`EmitSpan`]).
     pub emitted: Vec<EmitSpan>,
     /// How many frames the deparser built in this run (clones,

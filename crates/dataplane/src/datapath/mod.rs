@@ -102,6 +102,18 @@ pub struct XlateOut {
     pub emitted: Vec<(u32, Vec<u8>)>,
 }
 
+/// Does the L4 header sit elsewhere than right after a fixed-size IP
+/// header (IPv4 options, IPv6 extension headers)?
+pub fn odd_ip_layout(l: &nicflow_packet::parse::Layout) -> bool {
+    use nicflow_packet::parse::L3Kind;
+    let (l3, l4) = (l.l3_offset, l.l4_offset);
+    match l.l3 {
+        L3Kind::Ipv4 => l4 != l3 + 20,
+        L3Kind::Ipv6 => l4 != l3 + 40,
+        _ => false,
+    }
+}
+
 /// The slow path as the datapath sees it.
 pub trait UpcallHandler {
     /// Decide for a packet that missed the caches. May have side effects
@@ -113,12 +125,14 @@ pub trait UpcallHandler {
     /// header): `None` drops it as a parse error (OpenFlow tables match
     /// on parsed fields only); a P4 program parses frames itself and
     /// answers with the frames it sends. Nothing is cached.
+    /// The `bool`: the slow path's state changed (a P4 program learned
+    /// an entry): cached flows must be revalidated.
     fn unparsed(
         &mut self,
         _in_port: u32,
         _packet: &[u8],
         _now: Instant,
-    ) -> Option<Vec<(u32, Vec<u8>)>> {
+    ) -> Option<(Vec<(u32, Vec<u8>)>, bool)> {
         None
     }
     /// Credit traffic seen by a datapath flow to the rules it came from (and
@@ -315,6 +329,11 @@ pub struct ControllerPacket {
 
 pub struct Datapath {
     cfg: DatapathConfig,
+    /// Packets whose L4 header does not follow a fixed-size IP header
+    /// (IPv4 options, IPv6 extension headers) skip the caches: a P4
+    /// program reads headers at the offsets its parser computes, which
+    /// the flow key cannot tell apart (set in P4 mode).
+    pub(crate) bypass_odd_ip: bool,
     flows: Classifier<FLOW_WORDS, DpFlow>,
     emc: emc::Emc,
     seed: u64,
@@ -350,6 +369,7 @@ impl Datapath {
                 0
             }),
             cfg,
+            bypass_odd_ip: false,
             flows: Classifier::new(),
             seed,
             stats: DpStats::new(),
@@ -739,14 +759,19 @@ impl Datapath {
         let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
             Ok(l) => l,
             Err(e) => {
+                let mut changed = false;
                 match handler.unparsed(in_port, pkt.data(), now) {
-                    Some(frames) => {
+                    Some((frames, c)) => {
                         self.stats.upcalls += 1;
                         self.emit(frames, tx);
+                        changed = c;
                     }
                     None => self.stats.parse_drops[e.index()] += 1,
                 }
                 give_back(&mut self.pool, pkt);
+                if changed {
+                    self.revalidate(handler);
+                }
                 return None;
             }
         };
@@ -768,7 +793,7 @@ impl Datapath {
             None => (ct::CtMeta::default(), 0),
         };
         let mut hit = None;
-        if self.cfg.caches_enabled {
+        if self.cfg.caches_enabled && !(self.bypass_odd_ip && odd_ip_layout(&layout)) {
             let hash = emc::hash_key(key.words(), self.seed);
             if let Some(id) = self.emc.lookup(hash, &key) {
                 if self.flows.get(id).is_some() {

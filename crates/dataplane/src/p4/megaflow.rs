@@ -30,6 +30,8 @@ pub const QINQ: &str = "p4-qinq";
 pub const UNKNOWN_PORT: &str = "p4-unknown-port";
 pub const MULTICAST: &str = "p4-multicast";
 pub const MIN_LENGTH: &str = "p4-min-length";
+pub const IP_OPTIONS: &str = "p4-ip-options";
+pub const L2_LENGTH: &str = "p4-802.3-length";
 
 /// How a span of packet bytes maps onto the flow key.
 #[derive(Clone, Copy, Debug)]
@@ -61,12 +63,15 @@ impl ByteMap {
         ];
         let mut off = 12;
         if layout.n_vlan >= 1 {
-            // TPID: "there is a tag" — the key's present bit, always masked.
-            segs.push((12, 2, Seg::Implied));
+            // The TPID (0x8100 or 0x88a8) is not in the key: reading it
+            // cannot be cached; the tag itself is.
             segs.push((14, 2, Seg::Field(Field::VlanTci)));
             off = 16;
         }
-        segs.push((off, 2, Seg::Field(Field::DlType)));
+        if layout.ethertype >= 0x0600 {
+            // An 802.3 length is not in the key (all lengths are 0x05ff).
+            segs.push((off, 2, Seg::Field(Field::DlType)));
+        }
         let l3 = layout.l3_offset as usize;
         match layout.l3 {
             L3Kind::Ipv4 => {
@@ -86,6 +91,9 @@ impl ByteMap {
                 segs.push((l3 + 24, 16, Seg::Field(Field::Ipv6Dst)));
             }
             L3Kind::Arp => {
+                // htype/ptype/hlen/plen: nicflow's parser fills the ARP
+                // fields only for Ethernet/IPv4 ARP, so they are implied
+                // by an ARP opcode in the key (see `derive`).
                 segs.push((l3, 6, Seg::Implied));
                 segs.push((l3 + 6, 2, Seg::Field(Field::ArpOp)));
                 segs.push((l3 + 8, 6, Seg::Field(Field::ArpSha)));
@@ -199,12 +207,23 @@ pub fn derive(
     if layout.n_vlan > 1 {
         return Err(QINQ);
     }
+    // The datapath never looks such packets up in P4 mode
+    // (`Datapath::bypass_odd_ip`): their flows would be useless, and a
+    // flow made from them would not say where L4 starts.
+    if crate::datapath::odd_ip_layout(layout) {
+        return Err(IP_OPTIONS);
+    }
+    if layout.ethertype < 0x0600 {
+        return Err(L2_LENGTH);
+    }
     let map = ByteMap::new(layout);
     let mut m = Match::catchall();
     // The layout the byte map assumed: always part of the match.
     m.set(Field::DlType, u128::from(key.dl_type), 0xffff);
     m.set(Field::VlanTci, u128::from(key.vlan_tci), 0x1000);
     let mut l4_used = false;
+    // The run read the ARP format fields or the opcode's high byte.
+    let mut arp_fixed = false;
     let add = |m: &mut Match, field: Field, bit_in_field: u32| {
         m.set(field, field.read(key), 1u128 << bit_in_field);
     };
@@ -265,11 +284,10 @@ pub fn derive(
                     let from_end = (s + n) * 8 - 1 - bit;
                     if f == Field::ArpOp && from_end >= 8 {
                         // The key keeps the opcode's low byte (OVS's
-                        // nw_proto); a high byte of 0 is all it can vouch for.
-                        if packet[s] == 0 {
-                            continue;
-                        }
-                        return Err(UNKEYED_READ);
+                        // nw_proto) when the high byte is 0: a non-zero
+                        // low byte in the key vouches for it.
+                        arp_fixed = true;
+                        continue;
                     }
                     if f == Field::VlanTci && from_end == 12 {
                         // The DEI bit: the key keeps "tag present" there.
@@ -277,10 +295,23 @@ pub fn derive(
                     }
                     add(&mut m, f, from_end as u32);
                 }
-                Some((_, _, Seg::Implied)) => {}
+                Some((_, _, Seg::Implied)) => {
+                    if layout.l3 == L3Kind::Arp {
+                        arp_fixed = true;
+                    }
+                }
                 Some((_, _, Seg::Checksum)) | None => return Err(UNKEYED_READ),
             }
         }
+    }
+    if arp_fixed {
+        // Only Ethernet/IPv4 ARP with an opcode <= 0xff has a non-zero
+        // nw_proto in the key: matching it exactly proves the format
+        // fields and the zero high byte for every packet of the flow.
+        if key.nw_proto == 0 {
+            return Err(UNKEYED_READ);
+        }
+        m.set(Field::NwProto, u128::from(key.nw_proto), 0xff);
     }
     let (l3_min, l4_min) = guaranteed_len(layout);
     if d.min_len as usize > l4_min {

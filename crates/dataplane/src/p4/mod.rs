@@ -203,28 +203,24 @@ impl P4Path {
     }
 }
 
-impl UpcallHandler for P4Path {
-    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
-        let Some(out) = self.run(key, packet, now) else {
-            return self.slow_path(megaflow::UNKNOWN_PORT, Vec::new());
-        };
+impl P4Path {
+    /// Mark the tables a run changed; true if there were any.
+    fn bump_changed(&mut self, trace: &Trace) -> bool {
+        for t in &trace.tables_changed {
+            self.bump(t);
+        }
+        !trace.tables_changed.is_empty()
+    }
+
+    /// The flow (or the uncached answer) for one run.
+    fn decide(&mut self, key: &FlowKey, packet: &[u8], out: Outcome) -> XlateOut {
         let Outcome { outputs, trace } = out;
         if let Some(e) = &trace.error {
             tracing::debug!("p4: run failed: {e}");
             return self.slow_path("p4-error", Vec::new());
         }
         if let Some(reason) = trace.uncacheable.clone() {
-            let mut x = self.slow_path(&reason, outputs);
-            if reason == "p4-add-entry" {
-                // The run added an entry: flows that applied its table may
-                // be stale now.
-                for t in &trace.tables {
-                    let name = t.table.clone();
-                    self.bump(&name);
-                }
-                x.state_changed = true;
-            }
-            return x;
+            return self.slow_path(&reason, outputs);
         }
         let mut k = FlowKey::default();
         let Ok(layout) = nicflow_flow::extract(packet, key.in_port, &mut k) else {
@@ -282,23 +278,45 @@ impl UpcallHandler for P4Path {
         });
         out
     }
+}
+
+impl UpcallHandler for P4Path {
+    fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
+        let Some(out) = self.run(key, packet, now) else {
+            return self.slow_path(megaflow::UNKNOWN_PORT, Vec::new());
+        };
+        // The run added table entries (add_on_miss): flows that applied
+        // those tables may be stale, whatever became of this run.
+        let changed = self.bump_changed(&out.trace);
+        let mut x = self.decide(key, packet, out);
+        x.state_changed |= changed;
+        x
+    }
 
     fn unparsed(
         &mut self,
         in_port: u32,
         packet: &[u8],
         now: Instant,
-    ) -> Option<Vec<(u32, Vec<u8>)>> {
+    ) -> Option<(Vec<(u32, Vec<u8>)>, bool)> {
         let key = FlowKey {
             in_port,
             ..FlowKey::default()
         };
-        let outputs = match self.run(&key, packet, now) {
-            Some(o) if o.trace.error.is_none() => o.outputs,
-            _ => Vec::new(),
+        let (outputs, changed) = match self.run(&key, packet, now) {
+            Some(o) => {
+                let changed = self.bump_changed(&o.trace);
+                let outs = if o.trace.error.is_none() {
+                    o.outputs
+                } else {
+                    Vec::new()
+                };
+                (outs, changed)
+            }
+            None => (Vec::new(), false),
         };
         *self.slow.entry("p4-unparsed-frame".into()).or_default() += 1;
-        Some(outputs)
+        Some((outputs, changed))
     }
 
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
@@ -382,7 +400,11 @@ impl P4Path {
     pub fn expire_idle(&mut self, now: Instant) -> usize {
         let now_ns = self.now_ns(now);
         let mut deleted = 0;
-        for (table, id) in self.pipeline.expired_entries(now_ns) {
+        let expired = self.pipeline.expired_entries(now_ns);
+        // An entry hit again (or deleted) since it was reported may be
+        // reported again when it next goes idle.
+        self.notified.retain(|k| expired.contains(k));
+        for (table, id) in expired {
             let learner = self
                 .pipeline
                 .table_info(&table)

@@ -587,8 +587,16 @@ impl<'a> Run<'a> {
             } & mask(w);
             let m = mask(w) << lo;
             t.v = (t.v & !m) | (nv << lo);
-            // The source is kept: a later read of the whole field then
-            // records all its packet bits (a superset: correct).
+            // The field no longer holds the packet's bits: its bits outside
+            // the slice still do, so they are recorded as read (the cache
+            // then writes the whole field and matches those bits), and
+            // the field counts as written from now on.
+            if let Src::Packet(_) = t.src {
+                let (src, width) = (t.src, t.width);
+                let keep = !m & mask(width);
+                t.src = Src::None;
+                self.use_src(src, width, keep, width);
+            }
             return Ok(());
         }
         let target = self.lvalue(lhs)?;

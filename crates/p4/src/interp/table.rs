@@ -245,6 +245,14 @@ impl Run<'_> {
         };
         let now = self.now;
         let ok = super::runtime_ops::add_entry_spec(p, self.st, t, spec, now).is_ok();
+        if ok {
+            // Whatever else makes the run uncacheable, flows that applied
+            // this table may be stale now.
+            let name = td.info.name.clone();
+            if !self.tr.tables_changed.contains(&name) {
+                self.tr.tables_changed.push(name);
+            }
+        }
         Ok(Value::Bits(crate::value::Bits::unsigned(
             1,
             if ok { 0 } else { 1 },

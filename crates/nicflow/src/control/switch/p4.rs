@@ -376,7 +376,15 @@ impl Switch {
                 let n = list.len();
                 br.p4_change(|p4| {
                     let mut added: Vec<(String, u64)> = Vec::new();
+                    // Defaults replaced so far, with what they were.
+                    let mut defaults: Vec<(String, String, Vec<num_bigint::BigUint>)> = Vec::new();
                     for (table, spec, is_default) in list {
+                        if is_default {
+                            if let Ok(info) = p4.pipeline().table_info(&table) {
+                                let (a, params) = info.default_action;
+                                defaults.push((info.name, a, params));
+                            }
+                        }
                         let r = p4.change_table(&table, |pl, name| {
                             if is_default {
                                 pl.set_default(name, &spec.action, spec.params.clone())
@@ -395,6 +403,13 @@ impl Switch {
                                 for (t, id) in added {
                                     let _ = p4.change_table(&t, |pl, name| {
                                         pl.table_delete(name, id).map_err(|e| e.to_string())
+                                    });
+                                }
+                                for (t, a, params) in defaults.into_iter().rev() {
+                                    let params =
+                                        params.into_iter().map(|v| (String::new(), v)).collect();
+                                    let _ = p4.change_table(&t, |pl, name| {
+                                        pl.set_default(name, &a, params).map_err(|e| e.to_string())
                                     });
                                 }
                                 return Err(format!("{table}: {e}"));

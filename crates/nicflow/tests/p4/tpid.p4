@@ -1,0 +1,18 @@
+#include <core.p4>
+#include <v1model.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+header vlan_t { bit<16> tci; bit<16> etherType; }
+struct headers { ethernet_t ethernet; vlan_t vlan; }
+struct metadata {}
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+  state start { pkt.extract(hdr.ethernet); transition select(hdr.ethernet.etherType) { 0x8100: vl; default: accept; } }
+  state vl { pkt.extract(hdr.vlan); transition accept; }
+}
+control VC(inout headers hdr, inout metadata meta) { apply {} }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+  apply { if (hdr.vlan.isValid()) { sm.egress_spec = 2; } else { sm.egress_spec = 3; } }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) { apply {} }
+control CC(inout headers hdr, inout metadata meta) { apply {} }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.ethernet); pkt.emit(hdr.vlan); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
