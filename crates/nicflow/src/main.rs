@@ -447,7 +447,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }),
         Cmd::DelVf { bridge, name } => ctl(Request::DelVf { bridge, name }),
         Cmd::Show => ctl(Request::Show),
-        Cmd::P4 { verb } => nicflow::p4cli::run(verb, &ctl),
+        Cmd::P4 { verb } => nicflow::p4cli::run_with_socket(verb, &ctl, cli.socket.clone()),
         Cmd::AddFlow { bridge, flow } => ctl(Request::AddFlow { bridge, flow }),
         Cmd::AddFlows { bridge, file } => {
             let text = std::fs::read_to_string(&file)

@@ -127,28 +127,9 @@ pub enum P4Cmd {
     },
 }
 
-/// Run one `nicflow p4` verb; `ctl` sends a request to the daemon. The
-/// control socket `runtime` connects to is taken from the command line's
-/// `--socket` (else `$NICFLOW_SOCK`, else the default); see [`run_with_socket`].
-pub fn run(cmd: P4Cmd, ctl: &dyn Fn(Request) -> Result<ExitCode>) -> Result<ExitCode> {
-    run_with_socket(cmd, ctl, socket_from_args())
-}
-
-/// The global `--socket` of this process's command line, if given.
-fn socket_from_args() -> Option<PathBuf> {
-    let mut args = std::env::args_os().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--socket" {
-            return args.next().map(PathBuf::from);
-        }
-        if let Some(v) = a.to_str().and_then(|s| s.strip_prefix("--socket=")) {
-            return Some(PathBuf::from(v));
-        }
-    }
-    None
-}
-
-/// [`run`] with the control socket given (`None`: `$NICFLOW_SOCK`, else the default).
+/// Run one `nicflow p4` verb; `ctl` sends a request to the daemon;
+/// `socket` is the command line's `--socket` (`runtime` connects to it,
+/// else to `$NICFLOW_SOCK`, else the default).
 pub fn run_with_socket(
     cmd: P4Cmd,
     ctl: &dyn Fn(Request) -> Result<ExitCode>,
