@@ -1263,7 +1263,21 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
     let (default_action, default_args, const_default) = match default {
         Some((a, v, c, _)) => (a, v, c),
         None => match prog.g.actions.get("NoAction") {
-            Some(a) => (*a, vec![], false),
+            Some(a) => {
+                // The implicit default: as p4c does, NoAction joins the
+                // table's actions as @defaultonly (P4Info lists it).
+                if !actions.iter().any(|ta: &TableAction| ta.action == *a) {
+                    let mut info = prog.actions[*a].info.clone();
+                    info.table_only = false;
+                    info.default_only = true;
+                    action_infos.push(info);
+                    actions.push(TableAction {
+                        action: *a,
+                        bound: Vec::new(),
+                    });
+                }
+                (*a, vec![], false)
+            }
             None => return check_err(&t.span, "table without default_action and no NoAction"),
         },
     };
