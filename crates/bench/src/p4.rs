@@ -1659,7 +1659,9 @@ mod tests {
     #[test]
     fn hit_flows_are_those_of_198_19_0_0_22() {
         assert!(is_hit_flow("ip,nw_dst=198.19.3.16/28,nw_ttl=64"));
-        assert!(is_hit_flow("ipv4(src=198.18.0.1,dst=198.19.0.0/255.255.255.240)"));
+        assert!(is_hit_flow(
+            "ipv4(src=198.18.0.1,dst=198.19.0.0/255.255.255.240)"
+        ));
         assert!(!is_hit_flow("ip,nw_dst=198.19.128.5,nw_ttl=64"));
         assert!(!is_hit_flow("arp,in_port=1"));
     }
