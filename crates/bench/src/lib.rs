@@ -24,6 +24,7 @@ pub mod openflow;
 pub mod overlay;
 pub mod ovn;
 pub mod ovs_l3;
+pub mod p4;
 pub mod pktrate;
 pub mod progcost;
 pub mod report;

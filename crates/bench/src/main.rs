@@ -91,6 +91,11 @@ enum BenchCmd {
     /// Mbit/s to 5 Gbit/s: nicflow vs Open vSwitch userspace meters
     /// (issue 14).
     Meters(nicflow_bench::meters::Args),
+    /// P4 mode (issue 32): routing.p4 vs the same OpenFlow rules vs Open
+    /// vSwitch userspace (hit packets/s, slow-path µs, megaflows), the
+    /// interpreter alone vs BMv2's published rate, add_on_miss learning
+    /// and idle-timeout accuracy.
+    P4(nicflow_bench::p4::Args),
     /// TCP throughput against ACL rule count (1-20,000 rules plus
     /// allow-established): nicflow vs nftables (linear chain, set) vs Open
     /// vSwitch userspace (document 003's stateful firewall; issue 13).
@@ -186,6 +191,7 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Ipsec(args) => nicflow_bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Openflow(args) => nicflow_bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Meters(args) => nicflow_bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::P4(args) => nicflow_bench::p4::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Microservices(args) => {
             nicflow_bench::microservices::cli(&args).map(|()| ExitCode::SUCCESS)
