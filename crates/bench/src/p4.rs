@@ -318,9 +318,10 @@ fn routing_entries(routes: usize, out_port: u32) -> String {
 
 fn apply_stf(pl: &mut Pipeline, name: &str, text: &str) -> anyhow::Result<()> {
     let test = nicflow_p4::stf::parse(name, text).map_err(|e| anyhow!("{e:?}"))?;
+    let mut pre = nicflow_p4::stf::Replication::default();
     for (line, c) in &test.commands {
         if matches!(c, StfCommand::Add(_) | StfCommand::SetDefault { .. }) {
-            apply_to(pl, c).map_err(|e| anyhow!("{name}:{line}: {e}"))?;
+            apply_to(pl, &mut pre, c).map_err(|e| anyhow!("{name}:{line}: {e}"))?;
         }
     }
     Ok(())

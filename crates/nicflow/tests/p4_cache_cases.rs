@@ -39,8 +39,13 @@ fn reviewed_cases_agree_through_the_cache() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/p4");
     let mut failures = Vec::new();
     for (prog, test) in CASES {
-        let o = nicflow::p4cli::run_stf(&dir.join(prog), &dir.join(test), None, &[corpus.clone()])
-            .unwrap_or_else(|e| panic!("{prog}: {e:#}"));
+        let o = nicflow::p4cli::run_stf(
+            &dir.join(prog),
+            &dir.join(test),
+            None,
+            std::slice::from_ref(&corpus),
+        )
+        .unwrap_or_else(|e| panic!("{prog}: {e:#}"));
         println!(
             "{test}: {:?} / {:?}, uncached {:?}",
             o.interpreter, o.cached, o.slow_path

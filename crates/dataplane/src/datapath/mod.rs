@@ -102,6 +102,9 @@ pub struct XlateOut {
     pub emitted: Vec<(u32, Vec<u8>)>,
 }
 
+/// Frames a slow path built itself: (output port, bytes).
+pub type Frames = Vec<(u32, Vec<u8>)>;
+
 /// Does the L4 header sit elsewhere than right after a fixed-size IP
 /// header (IPv4 options, IPv6 extension headers)?
 pub fn odd_ip_layout(l: &nicflow_packet::parse::Layout) -> bool {
@@ -127,12 +130,7 @@ pub trait UpcallHandler {
     /// answers with the frames it sends. Nothing is cached.
     /// The `bool`: the slow path's state changed (a P4 program learned
     /// an entry): cached flows must be revalidated.
-    fn unparsed(
-        &mut self,
-        _in_port: u32,
-        _packet: &[u8],
-        _now: Instant,
-    ) -> Option<(Vec<(u32, Vec<u8>)>, bool)> {
+    fn unparsed(&mut self, _in_port: u32, _packet: &[u8], _now: Instant) -> Option<(Frames, bool)> {
         None
     }
     /// Credit traffic seen by a datapath flow to the rules it came from (and

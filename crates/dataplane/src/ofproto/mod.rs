@@ -625,7 +625,7 @@ impl UpcallHandler for Ofproto {
         in_port: u32,
         packet: &[u8],
         now: Instant,
-    ) -> Option<(Vec<(u32, Vec<u8>)>, bool)> {
+    ) -> Option<(crate::datapath::Frames, bool)> {
         self.p4.as_deref_mut()?.unparsed(in_port, packet, now)
     }
 

@@ -298,7 +298,7 @@ impl UpcallHandler for P4Path {
         in_port: u32,
         packet: &[u8],
         now: Instant,
-    ) -> Option<(Vec<(u32, Vec<u8>)>, bool)> {
+    ) -> Option<(crate::datapath::Frames, bool)> {
         let key = FlowKey {
             in_port,
             ..FlowKey::default()
