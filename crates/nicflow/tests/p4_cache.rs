@@ -3,6 +3,8 @@
 //! removes exactly the flows of the tables it touched, and a bad entry
 //! changes nothing.
 
+mod common;
+
 use nicflow::datapath::DpAction;
 use nicflow_dataplane::p4::stf::CachedTarget;
 use nicflow_p4::stf::{self, StfTarget};
@@ -14,7 +16,7 @@ fn corpus() -> Option<PathBuf> {
     if p.join("include/core.p4").is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: no P4 corpus at {}", p.display());
+        common::skipped(&format!("no P4 corpus at {}", p.display()));
         None
     }
 }

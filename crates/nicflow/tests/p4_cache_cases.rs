@@ -12,6 +12,8 @@
 //! - learn, unparsed_learn: an entry learned by a run that is not cached
 //!   for another reason, or from a frame nicflow cannot parse
 
+mod common;
+
 use std::path::Path;
 
 const CASES: &[(&str, &str)] = &[
@@ -30,10 +32,10 @@ const CASES: &[(&str, &str)] = &[
 fn reviewed_cases_agree_through_the_cache() {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus/include");
     if !corpus.join("v1model.p4").is_file() {
-        eprintln!(
-            "skipped: the P4 architecture files are not at {}",
+        common::skipped(&format!(
+            "the P4 architecture files are not at {}",
             corpus.display()
-        );
+        ));
         return;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/p4");

@@ -5,6 +5,8 @@
 //! cached flows). The programs whose decisions are cacheable must
 //! actually be cached. Programs outside the subset are named with why.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 fn corpus() -> Option<PathBuf> {
@@ -12,10 +14,10 @@ fn corpus() -> Option<PathBuf> {
     if p.join("include/core.p4").is_file() {
         Some(p)
     } else {
-        eprintln!(
-            "skipped: the P4 corpus is not at {} (it lives beside the project, in ../shared)",
+        common::skipped(&format!(
+            "the P4 corpus is not at {} (it lives beside the project, in ../shared)",
             p.display()
-        );
+        ));
         None
     }
 }

@@ -439,6 +439,9 @@ impl Switch {
                 ))
             }
             P4Op::PacketOut { port, data } => {
+                if data.len() % 2 != 0 {
+                    return Err(p4err("packet-out: data is not hex (odd length)"));
+                }
                 let bytes = (0..data.len() / 2)
                     .map(|i| u8::from_str_radix(data.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
                     .collect::<Result<Vec<u8>, _>>()
