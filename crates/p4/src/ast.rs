@@ -1,5 +1,5 @@
 //! The syntax tree of a P4-16 program, as the [`crate::front`] parser builds
-//! it and [`crate::check`] consumes it.
+//! it and [`crate::interp::check`] consumes it.
 //!
 //! It follows the P4-16 grammar (spec §17 / appendix "P4 grammar") closely
 //! and resolves nothing: names are strings, widths are expressions, generic
@@ -301,7 +301,7 @@ pub enum LocalDecl {
     Action(ActionDecl),
     Table(TableDecl),
     /// Functions are allowed inside controls by some programs' compilers;
-    /// kept so [`crate::check`] can refuse or accept them.
+    /// kept so [`crate::interp::check`] can refuse or accept them.
     Function(FunctionDecl),
 }
 

@@ -3,9 +3,9 @@
 //! A packet that misses the datapath caches of a bridge in P4 mode comes
 //! here instead of to the OpenFlow tables. [`front`] reads the program
 //! (preprocessor, lexer, parser: the architecture files `core.p4`, `pna.p4`,
-//! `v1model.p4`, `psa.p4` unmodified) into the [`ast`]; [`check`] resolves
+//! `v1model.p4`, `psa.p4` unmodified) into the [`ast`]; [`interp::check`] resolves
 //! names and widths into a program the [`interp`]reter runs per packet
-//! under one architecture model ([`arch`]: PNA_NIC, v1model, PSA). Every run
+//! under one architecture model ([`interp::arch`]: PNA_NIC, v1model, PSA). Every run
 //! records which packet and metadata bits it read and what it wrote
 //! ([`trace`]), the raw material of the megaflow the bridge caches — the
 //! idea of PISCES (SIGCOMM'16): P4 defines the slow path, the fast path
@@ -13,9 +13,7 @@
 //! the STF runner, P4Runtime and the Netronome `user_config.json` all use
 //! it).
 
-pub mod arch;
 pub mod ast;
-pub mod check;
 pub mod entries;
 pub mod front;
 pub mod interp;
@@ -25,8 +23,8 @@ pub mod stf;
 pub mod trace;
 pub mod value;
 
-pub use arch::Arch;
-pub use check::P4Error;
+pub use interp::arch::{self, Arch};
+pub use interp::check::{self, P4Error};
 pub use interp::{Outcome, Pipeline};
 pub use runtime::{EntrySpec, KeyMatch, RuntimeError};
 pub use trace::{BitRange, EntryId, Trace};

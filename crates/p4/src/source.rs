@@ -3,8 +3,8 @@
 //! P4 source itself), and what tests write inline. Includes resolve
 //! against `include_dirs` as for a file.
 
-use crate::arch::Arch;
-use crate::check::P4Error;
+use crate::interp::arch::Arch;
+use crate::interp::check::P4Error;
 use crate::Pipeline;
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! This is the first step a P4 program takes on its way to becoming
 //! nicflow's slow path: the bridge (or P4Runtime's
 //! `SetForwardingPipelineConfig`) hands over a file or a text, and what
-//! comes out is the syntax tree [`crate::check`] resolves.
+//! comes out is the syntax tree [`crate::interp::check`] resolves.
 
 pub mod lexer;
 pub mod parser;

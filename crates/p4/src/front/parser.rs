@@ -1,5 +1,5 @@
 //! Recursive-descent parser for P4-16 over the [`super::lexer`] tokens,
-//! building the [`crate::ast`] that [`crate::check`] resolves.
+//! building the [`crate::ast`] that [`crate::interp::check`] resolves.
 //!
 //! Two ambiguities of the grammar are settled here as p4c settles them:
 //! a parenthesised type is a cast (`(bit<32>) x`) — a name counts as a

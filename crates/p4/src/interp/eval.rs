@@ -7,7 +7,7 @@
 use super::ops::{self, coerce_like, scalar_bits};
 use super::{ExternState, State};
 use crate::ast::{self, Arg, Direction, Expr, Stmt};
-use crate::check::{BlockKind, Local, Prog, Ty};
+use crate::interp::check::{BlockKind, Local, Prog, Ty};
 use crate::trace::Trace;
 use crate::value::{mask, Bits, HeaderVal, Src, Value};
 use std::sync::Arc;
@@ -335,7 +335,7 @@ impl<'a> Run<'a> {
 
     fn eval_inner(&mut self, e: &Expr) -> R<Value> {
         match e {
-            Expr::Int(lit, _) => Ok(crate::check::int_lit(lit)),
+            Expr::Int(lit, _) => Ok(crate::interp::check::int_lit(lit)),
             Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
             Expr::Str(s, _) => Ok(Value::Str(Arc::from(s.as_str()))),
             Expr::Path(id) => self.eval_path(id),
@@ -462,7 +462,7 @@ impl<'a> Run<'a> {
                     return Ok(ops::err_value(&m.name));
                 }
                 if let Some(en) = self.p.g.enums.get(&ty.name) {
-                    return crate::check::enum_member(&ty.name, en, &m.name, &m.span)
+                    return crate::interp::check::enum_member(&ty.name, en, &m.name, &m.span)
                         .map_err(|e| Ctl::Fail(e.to_string()));
                 }
             }

@@ -290,7 +290,7 @@ impl Run<'_> {
                     _ => 0,
                 };
                 let mut b = Bits::unsigned(w, v);
-                if let Some(crate::check::Ty::Bits(_, s)) = ed.elem_ty {
+                if let Some(crate::interp::check::Ty::Bits(_, s)) = ed.elem_ty {
                     b.signed = s;
                 }
                 b.src = Src::Tainted("p4-register");
@@ -357,7 +357,7 @@ impl Run<'_> {
                     "MeterColor_t"
                 };
                 match p.g.enums.get(ety) {
-                    Some(en) => crate::check::enum_member(ety, en, cname, span)
+                    Some(en) => crate::interp::check::enum_member(ety, en, cname, span)
                         .map_err(|e| Ctl::Fail(e.to_string())),
                     None => Ok(Value::Bits(Bits::unsigned(2, color as u128))),
                 }
@@ -419,7 +419,7 @@ impl Run<'_> {
                         )))?,
                 };
                 if let Some(Value::Bits(b)) = target.field_mut("egress_spec") {
-                    b.v = crate::arch::V1_DROP_PORT as u128 & mask(b.width);
+                    b.v = crate::interp::arch::V1_DROP_PORT as u128 & mask(b.width);
                     b.src = Src::None;
                 }
                 if let Some(Value::Bits(b)) = target.field_mut("mcast_grp") {
@@ -555,7 +555,7 @@ impl Run<'_> {
                     .and_then(|p| p.as_u128())
                     .unwrap_or(0);
                 Ok(Value::Bool(
-                    port == crate::arch::PSA_PORT_RECIRCULATE as u128,
+                    port == crate::interp::arch::PSA_PORT_RECIRCULATE as u128,
                     Src::None,
                 ))
             }

@@ -4,15 +4,18 @@
 //! [`Pipeline`] is the object the bridge keeps per P4 program: it owns
 //! the program, the table entries and the extern state.
 
+pub mod arch;
+pub mod check;
+
 pub(crate) mod eval;
 pub(crate) mod externs;
 pub(crate) mod ops;
 pub(crate) mod runtime_ops;
 pub(crate) mod table;
 
-use crate::arch::Arch;
 use crate::ast;
-use crate::check::{Entry, P4Error, Prog};
+use crate::interp::arch::Arch;
+use crate::interp::check::{Entry, P4Error, Prog};
 use crate::trace::Trace;
 use crate::value::Value;
 use eval::{BitBuf, Run};
@@ -187,8 +190,8 @@ impl Pipeline {
 
     /// Checks and instantiates an already parsed program.
     pub fn load_program(program: ast::Program, arch: Option<Arch>) -> Result<Pipeline, P4Error> {
-        let prog = crate::check::check(program)?;
-        let detected = crate::arch::detect(&prog)?;
+        let prog = crate::interp::check::check(program)?;
+        let detected = crate::interp::arch::detect(&prog)?;
         let arch = match arch {
             Some(a) if a != detected => {
                 return Err(P4Error::Arch(format!(
@@ -210,8 +213,14 @@ impl Pipeline {
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
         self.st.clock = self.st.clock.max(now_ns);
-        let mut out =
-            crate::arch::run_packet(&self.prog, &mut self.st, self.arch, in_port, packet, now_ns);
+        let mut out = crate::interp::arch::run_packet(
+            &self.prog,
+            &mut self.st,
+            self.arch,
+            in_port,
+            packet,
+            now_ns,
+        );
         if out.trace.error.is_some() {
             self.st.errors += 1;
             out.outputs.clear();
@@ -266,9 +275,13 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         Ok(Value::Bool(..)) => Ok(1),
         Ok(Value::Error(..)) => Ok(32),
         Ok(Value::Enum(..)) => Ok(32),
-        Ok(o) => crate::check::check_err(e.span(), format!("table key of type {}", o.type_name())),
-        Err(c) => {
-            crate::check::check_err(e.span(), format!("cannot type the key expression: {c:?}"))
-        }
+        Ok(o) => crate::interp::check::check_err(
+            e.span(),
+            format!("table key of type {}", o.type_name()),
+        ),
+        Err(c) => crate::interp::check::check_err(
+            e.span(),
+            format!("cannot type the key expression: {c:?}"),
+        ),
     }
 }

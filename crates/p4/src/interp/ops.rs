@@ -1,11 +1,11 @@
 //! Operators on run-time values (P4-16 §8): arithmetic modulo 2^W,
 //! saturating `|+|`/`|-|`, shifts, concatenation, comparisons, casts and
 //! the implicit conversions of integer literals. Shared by the constant
-//! evaluator of [`crate::check`] and the interpreter. Source tracking is
+//! evaluator of [`crate::interp::check`] and the interpreter. Source tracking is
 //! the caller's business: results carry no [`Src`].
 
 use crate::ast::{BinOp, UnOp};
-use crate::check::Ty;
+use crate::interp::check::Ty;
 use crate::value::{big_to_u128, mask, Bits, HeaderVal, Src, Value, MAX_WIDTH};
 use num_bigint::BigInt;
 use num_traits::{Signed, Zero};

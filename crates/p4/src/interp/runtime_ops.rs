@@ -4,7 +4,7 @@
 //! timeout.
 
 use super::{ExternState, Pipeline, State};
-use crate::check::{Entry, Km, Prog};
+use crate::interp::check::{Entry, Km, Prog};
 use crate::runtime::*;
 use crate::trace::{CounterRef, EntryId, Trace};
 use crate::value::{mask, Bits, Value};
@@ -182,8 +182,8 @@ fn resolve_action(
         let x = vals[k].unwrap_or(0);
         k += 1;
         out.push(match ty {
-            crate::check::Ty::Bool => Value::Bool(x != 0, crate::value::Src::None),
-            crate::check::Ty::Bits(w, s) => Value::Bits(Bits::new(*w, *s, x)),
+            crate::interp::check::Ty::Bool => Value::Bool(x != 0, crate::value::Src::None),
+            crate::interp::check::Ty::Bits(w, s) => Value::Bits(Bits::new(*w, *s, x)),
             _ => Value::Bits(Bits::unsigned(128, x)),
         });
     }

@@ -4,7 +4,7 @@
 //! PNA `add_on_miss` tables.
 
 use super::eval::{fail, Ctl, Run, R};
-use crate::check::{Entry, Km};
+use crate::interp::check::{Entry, Km};
 use crate::runtime::MatchKind;
 use crate::trace::{CounterRef, TableApply};
 use crate::value::{mask, Src, Value};
@@ -48,9 +48,10 @@ impl Run<'_> {
             let b = match crate::interp::ops::scalar_bits(&v, &p.g.errors, k.width) {
                 Some(b) => b,
                 None => match &v {
-                    Value::Enum(t, m) => {
-                        crate::value::Bits::unsigned(k.width, crate::check::enum_index(&p.g, t, m))
-                    }
+                    Value::Enum(t, m) => crate::value::Bits::unsigned(
+                        k.width,
+                        crate::interp::check::enum_index(&p.g, t, m),
+                    ),
                     _ => return fail(format!("{}: key of type {}", k.expr.span(), v.type_name())),
                 },
             };

@@ -55,7 +55,7 @@ pub const PSA_PORT_RECIRCULATE: u32 = 0xffff_fffa;
 /// PSA_PORT_CPU.
 pub const PSA_PORT_CPU: u32 = 0xffff_fffd;
 
-use crate::check::{P4Error, Prog, Ty};
+use crate::interp::check::{P4Error, Prog, Ty};
 use crate::interp::eval::{Ctl, Run, PKT_IN, PKT_OUT};
 use crate::interp::{Outcome, State};
 use crate::trace::Trace;
