@@ -772,29 +772,8 @@ fn tb_flows(tb: &mut Testbed, hit_only: bool) -> anyhow::Result<(usize, String)>
 /// The slow-path burst: one packet per flow at [`SLOW_RATE`] packets/s,
 /// slow enough that no switch drops a miss before its upcall.
 fn slow_gen(tb: &Testbed, t: &Traffic) -> anyhow::Result<()> {
-    let c = tb.client(0);
-    let s = tb.server(0);
-    let mut argv: Vec<String> = vec![
-        tb.nicflow_bin().display().to_string(),
-        "gen".into(),
-        "--iface".into(),
-        c.iface.clone(),
-        "--src-mac".into(),
-        c.mac.clone(),
-        "--dst-mac".into(),
-        s.mac.clone(),
-        "--size".into(),
-        t.size.to_string(),
-        "--flows".into(),
-        t.flows.to_string(),
-        "--vary".into(),
-        t.vary.clone(),
-        "--count".into(),
-        t.flows.to_string(),
-        "--rate".into(),
-        SLOW_RATE.to_string(),
-    ];
-    argv.extend(t.gen_args.iter().cloned());
+    let mut argv = crate::pktrate::gen_argv(tb, t, None, Some(t.flows as u64));
+    argv.extend(["--rate".into(), SLOW_RATE.to_string()]);
     let out = tb
         .client_cmd(0, &argv)
         .stdin(std::process::Stdio::null())

@@ -98,7 +98,12 @@ fn stderr_of(child: &mut Child) -> String {
     s.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
 }
 
-fn gen_argv(tb: &Testbed, t: &Traffic, duration: Option<f64>, count: Option<u64>) -> Vec<String> {
+pub(crate) fn gen_argv(
+    tb: &Testbed,
+    t: &Traffic,
+    duration: Option<f64>,
+    count: Option<u64>,
+) -> Vec<String> {
     let c = tb.client(0);
     let s = tb.server(0);
     let mut v: Vec<String> = vec![

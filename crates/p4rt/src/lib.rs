@@ -67,7 +67,7 @@ pub trait P4RtTarget: Send + Sync {
     /// P4Info that describes it, which the server then serves and checks
     /// requests against. `client_p4info` is the P4Info the controller sent, if
     /// any; a target that generates its own may refuse one that disagrees (see
-    /// [`p4info::differences`]).
+    /// [`daemon_target::name_differences`]).
     fn set_pipeline(
         &self,
         mode: PipelineMode,

@@ -314,16 +314,7 @@ impl Switch {
                 br.p4_push_stats();
                 let p4 = br.p4().ok_or_else(|| no_program(&bridge))?;
                 let pl = p4.pipeline();
-                let size = pl
-                    .externs()
-                    .into_iter()
-                    .find(|e| e.name == name || e.name.ends_with(&format!(".{name}")))
-                    .map(|e| e.size)
-                    .ok_or_else(|| p4err(format!("no counter named {name}")))?;
-                let range = match index {
-                    Some(i) => i..i + 1,
-                    None => 0..size,
-                };
+                let range = cells(pl, &name, index, "counter")?;
                 let mut text = String::new();
                 let mut data = Vec::new();
                 for i in range {
@@ -338,16 +329,7 @@ impl Switch {
             P4Op::RegisterRead { name, index } => {
                 let p4 = br.p4().ok_or_else(|| no_program(&bridge))?;
                 let pl = p4.pipeline();
-                let size = pl
-                    .externs()
-                    .into_iter()
-                    .find(|e| e.name == name || e.name.ends_with(&format!(".{name}")))
-                    .map(|e| e.size)
-                    .ok_or_else(|| p4err(format!("no register named {name}")))?;
-                let range = match index {
-                    Some(i) => i..i + 1,
-                    None => 0..size,
-                };
+                let range = cells(pl, &name, index, "register")?;
                 let mut text = String::new();
                 let mut data = Vec::new();
                 for i in range {
@@ -470,6 +452,26 @@ fn find_entry(pl: &Pipeline, table: &str, spec: &nicflow_p4::EntrySpec) -> Resul
         .find(|e| !e.is_const && e.spec.keys == spec.keys && e.spec.priority == spec.priority)
         .map(|e| e.id)
         .ok_or_else(|| format!("table {table}: no entry with this match"))
+}
+
+/// The cells a counter or register read covers: `index`, or all of the
+/// extern's cells.
+fn cells(
+    pl: &Pipeline,
+    name: &str,
+    index: Option<u64>,
+    kind: &str,
+) -> Result<std::ops::Range<u64>, SwitchError> {
+    let size = pl
+        .externs()
+        .into_iter()
+        .find(|e| e.name == name || e.name.ends_with(&format!(".{name}")))
+        .map(|e| e.size)
+        .ok_or_else(|| p4err(format!("no {kind} named {name}")))?;
+    Ok(match index {
+        Some(i) => i..i + 1,
+        None => 0..size,
+    })
 }
 
 fn no_program(bridge: &str) -> SwitchError {
