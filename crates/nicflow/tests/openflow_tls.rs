@@ -228,6 +228,16 @@ impl Pki {
         run(&[&pki, "init"]);
         run(&[&pki, "req+sign", "sc", "switch"]);
         run(&[&pki, "req+sign", "ctl", "controller"]);
+        // ovs-pki names a CA "OVS controllerca CA Certificate (DATE)" to
+        // the second: a rogue CA made in the same second would share the
+        // real one's name, and the switch would report BadSignature instead
+        // of UnknownIssuer. Start the rogue CA in the next second.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        std::thread::sleep(Duration::from_nanos(
+            1_000_000_000 - u64::from(now.subsec_nanos()) + 50_000_000,
+        ));
         run(&[&rogue, "init"]);
         run(&[&rogue, "req+sign", "rogue", "controller"]);
         Pki {
