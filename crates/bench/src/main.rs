@@ -106,6 +106,9 @@ enum BenchCmd {
     /// the reference bridge plugin with kernel VXLAN and Open vSwitch
     /// userspace (document 000's microservices experiment; issue 16).
     Microservices(nicflow_bench::microservices::Args),
+    /// What one run of the kernel datapath programs costs on a hit
+    /// (`BPF_PROG_TEST_RUN`), against bare redirect programs in the same run.
+    Progcost(nicflow_bench::progcost::Args),
     /// The `xdp-redirect` engine's process: a minimal XDP program pairing
     /// ports, held until SIGTERM (started by the experiments' testbed).
     #[command(hide = true)]
@@ -195,6 +198,9 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Microservices(args) => {
             nicflow_bench::microservices::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
+        BenchCmd::Progcost(args) => {
+            nicflow_bench::progcost::cli(&args).map(|()| ExitCode::SUCCESS)
         }
         BenchCmd::XdpRedirect(args) => {
             nicflow_bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)

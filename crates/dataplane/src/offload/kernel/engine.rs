@@ -825,7 +825,8 @@ impl XdpEngine {
         self.kind
     }
 
-    fn program_data(&self) -> Result<&aya::programs::Program, OffloadError> {
+    /// The datapath program (for `BPF_PROG_TEST_RUN`: [`prog_test_run`]).
+    pub fn program_data(&self) -> Result<&aya::programs::Program, OffloadError> {
         let name = self.kind.prog_name();
         match &self.ebpf {
             Some(e) => e.program(name),
