@@ -199,9 +199,7 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Microservices(args) => {
             nicflow_bench::microservices::cli(&args).map(|()| ExitCode::SUCCESS)
         }
-        BenchCmd::Progcost(args) => {
-            nicflow_bench::progcost::cli(&args).map(|()| ExitCode::SUCCESS)
-        }
+        BenchCmd::Progcost(args) => nicflow_bench::progcost::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::XdpRedirect(args) => {
             nicflow_bench::xdp_baseline::cli(&args).map(|()| ExitCode::SUCCESS)
         }

@@ -104,7 +104,17 @@ pub fn test_run_costs() -> Result<Vec<(String, f64)>, String> {
 
 /// As [`test_run_costs`] with `trials` trials of `runs` runs each.
 pub fn test_run_costs_with(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, String> {
-    std::thread::spawn(move || test_run_costs_here(trials.max(1), runs.max(1)))
+    test_run_costs_only(trials, runs, None)
+}
+
+/// As [`test_run_costs_with`], only the scenarios whose name contains
+/// `only` (to profile one with `perf`).
+pub fn test_run_costs_only(
+    trials: usize,
+    runs: u32,
+    only: Option<String>,
+) -> Result<Vec<(String, f64)>, String> {
+    std::thread::spawn(move || test_run_costs_here(trials.max(1), runs.max(1), only))
         .join()
         .map_err(|_| "test-run thread panicked".to_string())?
 }
@@ -116,7 +126,11 @@ pub const XDP_BARE: &str = "xdp_redirect_min (bare devmap redirect)";
 
 type Measure<'a> = Box<dyn Fn() -> Result<f64, String> + 'a>;
 
-fn test_run_costs_here(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, String> {
+fn test_run_costs_here(
+    trials: usize,
+    runs: u32,
+    only: Option<String>,
+) -> Result<Vec<(String, f64)>, String> {
     use nicflow::datapath::DpAction;
     use nicflow::offload::kernel::engine::prog_test_run;
     use nicflow::offload::kernel::{encode, encode_tc, XdpEngine, XdpEngineConfig};
@@ -172,7 +186,15 @@ fn test_run_costs_here(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, S
     let out2 = [DpAction::Output(2)];
     let e = |e: &dyn std::fmt::Display| format!("{e:#}");
     let tc_engine = |cfg: XdpEngineConfig| -> Result<XdpEngine, String> {
-        let mut tc = XdpEngine::load_tc(cfg).map_err(|x| e(&x))?;
+        let mut tc = XdpEngine::load_tc(cfg).map_err(|x| match &x {
+            // The end of the log says why (what a change to bpf/ broke).
+            nicflow::offload::kernel::OffloadError::Verifier { log, .. } => {
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("{}\n{}", e(&x), tail.join("\n"))
+            }
+            _ => e(&x),
+        })?;
         tc.set_port_upcall(in_if, 1, 0)
             .map_err(|x| format!("tc dp_ports: {}", e(&x)))?;
         tc.set_tx_port_flags(0, out_if, 0)
@@ -265,8 +287,15 @@ fn test_run_costs_here(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, S
     let bare_xdp_p = bare.program("xdp_redirect_min").ok_or("no program")?;
 
     let hit = |eng: &XdpEngine, frame: &[u8], gso: Option<(u32, u32)>| -> Result<f64, String> {
-        let o = prog_test_run(eng.program_data().map_err(|x| e(&x))?, frame, in_if, 0, gso, runs)
-            .map_err(|x| e(&x))?;
+        let o = prog_test_run(
+            eng.program_data().map_err(|x| e(&x))?,
+            frame,
+            in_if,
+            0,
+            gso,
+            runs,
+        )
+        .map_err(|x| e(&x))?;
         // A redirect verdict: anything else measured a miss or a drop.
         let redirect = if eng.kind() == nicflow::offload::kernel::EngineKind::Tc {
             7
@@ -324,6 +353,10 @@ fn test_run_costs_here(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, S
             Box::new(|| hit(&xdp, &udp64, None)),
         ),
     ];
+    let scenarios: Vec<(&str, Measure)> = scenarios
+        .into_iter()
+        .filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o)))
+        .collect();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); scenarios.len()];
     for _ in 0..trials {
         for (i, (name, f)) in scenarios.iter().enumerate() {
@@ -353,10 +386,15 @@ pub struct Args {
     /// Write the Markdown table here as well.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Only the scenarios whose name contains this (e.g. to run one under
+    /// `perf record`).
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 pub fn cli(a: &Args) -> anyhow::Result<()> {
-    let rows = test_run_costs_with(a.trials, a.runs).map_err(|e| anyhow::anyhow!(e))?;
+    let rows =
+        test_run_costs_only(a.trials, a.runs, a.only.clone()).map_err(|e| anyhow::anyhow!(e))?;
     let report = report(&rows, a);
     print!("{report}");
     if let Some(p) = &a.out {

@@ -16,36 +16,81 @@ enum {
 	DP_RES_TUNNEL,		/* *arg = index of the TUNNEL_OUTPUT action */
 };
 
-/* Masked lookup, mask slots in order; the first hit wins (the slow path's
- * megaflows do not overlap for a given packet). */
+/* The flow of `key` under mask slot i, or NULL: the hash of the masked key
+ * (dp_hash_word), one lookup of 16 bytes, and on a hit the masked key
+ * compared with the flow's stored one. Branch-free over the words: a test
+ * per word would multiply the verifier's states. */
+static __always_inline struct dp_flow *dp_probe(union dp_key *key, struct dp_flow_key *hk,
+						struct dp_config *cfg, __u32 i)
+{
+	struct dp_flow *flow;
+	struct dp_mask *m;
+	__u64 h = 0, diff = 0;
+	__u32 idx = i;
+	int w;
+
+	m = bpf_map_lookup_elem(&dp_masks, &idx);
+	if (!m || !m->active)
+		return 0;
+#pragma unroll
+	for (w = 0; w < DP_KEY_WORDS; w++)
+		h += dp_hash_word(key->w[w] & m->mask.w[w], cfg->seed[w]);
+	hk->mask_idx = i;
+	hk->hash = h;
+	flow = bpf_map_lookup_elem(&dp_flows, hk);
+	if (!flow)
+		return 0;
+#pragma unroll
+	for (w = 0; w < DP_KEY_WORDS; w++)
+		diff |= (key->w[w] & m->mask.w[w]) ^ flow->key.w[w];
+	return diff ? 0 : flow;
+}
+
+/* Masked lookup; any hit is the frame's flow (the slow path's megaflows
+ * do not overlap for a given packet). With one mask slot in use, that
+ * one. With more, the mask-hint cache first: a per-CPU direct-mapped
+ * table from the hash of the whole (unmasked) key to the mask slot the
+ * last frame with that hash hit, as OVS's kernel module caches masks by
+ * skb hash. A stale or colliding hint costs one probe; a miss there scans
+ * the slots in order and records the one that hit. */
 static __always_inline struct dp_flow *dp_lookup(union dp_key *key, struct dp_flow_key *hk,
 						 struct dp_config *cfg)
 {
-	struct dp_flow *flow = 0;
-	__u32 i, n = cfg->n_masks;
+	struct dp_mask_hint *hint = 0;
+	__u32 i, n = cfg->n_masks, tag = 0;
+	struct dp_flow *flow;
 
-#pragma clang loop unroll(disable)
-	for (i = 0; i < DP_MAX_MASKS_CAP; i++) {
-		struct dp_mask *m;
-		__u32 idx = i;
+	if (n > 1) {
+		__u64 hf = 0;
+		__u32 slot;
 		int w;
 
-		if (i >= n)
-			break;
-		m = bpf_map_lookup_elem(&dp_masks, &idx);
-		if (!m)
-			break;
-		if (!m->active)
-			continue;
-		hk->mask_idx = i;
 #pragma unroll
 		for (w = 0; w < DP_KEY_WORDS; w++)
-			hk->key.w[w] = key->w[w] & m->mask.w[w];
-		flow = bpf_map_lookup_elem(&dp_flows, hk);
-		if (flow)
-			break;
+			hf += dp_hash_word(key->w[w], cfg->seed[w]);
+		slot = hf & (DP_MASK_HINTS - 1);
+		tag = (__u32)(hf >> 32) | 1;	/* never 0: an empty entry */
+		hint = bpf_map_lookup_elem(&dp_mask_hint, &slot);
+		if (hint && hint->tag == tag && hint->mask_idx < n) {
+			flow = dp_probe(key, hk, cfg, hint->mask_idx);
+			if (flow)
+				return flow;
+		}
 	}
-	return flow;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < DP_MAX_MASKS_CAP; i++) {
+		if (i >= n)
+			break;
+		flow = dp_probe(key, hk, cfg, i);
+		if (flow) {
+			if (hint) {
+				hint->tag = tag;
+				hint->mask_idx = i;
+			}
+			return flow;
+		}
+	}
+	return 0;
 }
 
 static __always_inline int dp_precheck(struct dp_scratch *st, union dp_key *key,

@@ -656,7 +656,7 @@ int tc_dp(struct __sk_buff *ctx)
 	int res, punted;
 
 	stat_inc(DP_STAT_RX);
-	port = bpf_map_lookup_elem(&dp_ports, &ifindex);
+	port = dp_port_of(ifindex);
 	if (!port) {
 		/* Not (yet) a port of ours: the next program decides (the
 		 * port's own tc_upcall, or the host stack). */

@@ -176,7 +176,7 @@ int xdp_dp(struct xdp_md *ctx)
 	struct dp_port *port;
 
 	stat_inc(DP_STAT_RX);
-	port = bpf_map_lookup_elem(&dp_ports, &ifindex);
+	port = dp_port_of(ifindex);
 	if (!port) {
 		/* Not a port of ours (yet): the host stack's, never another
 		 * interface's socket. */

@@ -250,6 +250,8 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, counters_off_leaves_packets_and_bytes_but_not_last_used);
         $crate::engine_tests!(@one $eng, batched_counter_read_covers_every_flow);
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
+        $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
+        $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
     };
     (@one $eng:path, $name:ident) => {
         #[test]
@@ -872,4 +874,160 @@ pub fn xdp_socket() -> std::os::fd::OwnedFd {
     );
     // SAFETY: fd is a fresh descriptor nobody else owns.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+/// The lookup's mask-hint cache (a frame's hash -> the mask slot it last
+/// hit) and the hashed flow keys: six flows under six masks, each frame
+/// sent in rounds of changing order, must hit its own flow every time
+/// (per-flow counters say which flow counted it); after a flow is removed
+/// and its mask slot reused by another mask, the old frame's hint points
+/// at a slot whose flow it does not match: it misses, and the new flow's
+/// frame hits.
+pub fn mask_hints_find_every_flow_and_survive_slot_reuse(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let in_if = eng.veth("mh");
+        let o2 = eng.veth("m2");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, o2).unwrap();
+        let frame = |n: u32| {
+            FrameBuilder::new(A, B)
+                .ipv4(v4(0x100 + n), v4(0x200 + n))
+                .udp(1000 + n as u16, 2000 + n as u16)
+                .payload(b"hints")
+                .build()
+        };
+        let masks: Vec<FlowMask> = vec![
+            mask(|m| m.nw_src = u32::MAX),
+            mask(|m| m.nw_dst = u32::MAX),
+            mask(|m| {
+                m.nw_proto = 0xff;
+                m.tp_src = 0xffff;
+            }),
+            mask(|m| {
+                m.nw_proto = 0xff;
+                m.tp_dst = 0xffff;
+            }),
+            mask(|m| m.nw_dst = 0xffff_fff0),
+            mask(|m| {
+                m.nw_src = u32::MAX;
+                m.nw_dst = u32::MAX;
+            }),
+        ];
+        let flow = |f: &[u8], m: &FlowMask| {
+            let mut k = FlowKey::default();
+            extract(f, IN_PORT, &mut k).unwrap();
+            (eng.encode)(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
+        };
+        // Frames 0..6 under masks 0..6; the masks do not overlap for these
+        // frames (each field value is the frame's own).
+        let hs: Vec<_> = masks
+            .iter()
+            .enumerate()
+            .map(|(i, m)| e.install(&flow(&frame(i as u32 * 16), m)).unwrap())
+            .collect();
+        assert_eq!(e.masks().len(), 6);
+        let mut sent = [0u64; 6];
+        for round in 0..5usize {
+            for j in 0..6usize {
+                let i = (j * (round + 1) + round) % 6;
+                let f = frame(i as u32 * 16);
+                assert_eq!(
+                    e.test_run(&f, in_if, 0).unwrap().0,
+                    eng.redirect,
+                    "frame {i}"
+                );
+                sent[i] += 1;
+            }
+        }
+        for (i, h) in hs.iter().enumerate() {
+            assert_eq!(e.counters(h).unwrap().packets, sent[i], "flow {i}");
+        }
+        // Slot reuse: flow 2 (mask 2) goes, its slot takes a new mask.
+        e.remove(&hs[2]).unwrap();
+        let reuse = mask(|m| m.nw_tos = 0xff);
+        let fresh = FrameBuilder::new(A, B)
+            .ipv4(v4(0x300), v4(0x301))
+            .tos(0x20)
+            .udp(7, 7)
+            .build();
+        let h = e.install(&flow(&fresh, &reuse)).unwrap();
+        assert_eq!(h.mask_slot(), hs[2].mask_slot());
+        let old = frame(2 * 16);
+        let miss = e.stats().unwrap().miss;
+        assert_eq!(e.test_run(&old, in_if, 0).unwrap(), (eng.pass, old.clone()));
+        assert_eq!(e.stats().unwrap().miss, miss + 1);
+        assert_eq!(e.test_run(&fresh, in_if, 0).unwrap().0, eng.redirect);
+        assert_eq!(e.counters(&h).unwrap().packets, 1);
+        // The others still hit their own flows.
+        for i in [0usize, 1, 3, 4, 5] {
+            assert_eq!(
+                e.test_run(&frame(i as u32 * 16), in_if, 0).unwrap().0,
+                eng.redirect
+            );
+            assert_eq!(e.counters(&hs[i]).unwrap().packets, sent[i] + 1, "flow {i}");
+        }
+    });
+}
+
+/// Ports whose ifindexes share a slot of the program's direct-mapped port
+/// table (ifindex modulo its size): the first owns the slot, the second is
+/// found in the hash table behind it; each frame is looked up as received
+/// on its own port; when the owner goes, the other takes the slot; when
+/// both are gone, their frames are not the engine's.
+pub fn ports_sharing_a_direct_mapped_slot_are_both_served(eng: &Engine) {
+    use nicflow::offload::kernel::layout::PORT_SLOTS;
+    let eng = *eng;
+    in_netns(move || {
+        let (ia, ib) = (3001u32, 3001 + PORT_SLOTS);
+        for (i, n) in [(ia, "sa"), (ib, "sb")] {
+            let a = format!("{}-{n}", eng.ifp);
+            must(&[
+                "ip",
+                "link",
+                "add",
+                &a,
+                "index",
+                &i.to_string(),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &format!("{a}p"),
+            ]);
+            must(&["ip", "link", "set", &a, "up"]);
+            assert_eq!(ifindex(&a), i);
+        }
+        let o2 = eng.veth("s2");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, ia, 1);
+        (eng.add_port)(&mut e, ib, 3);
+        e.set_tx_port(0, o2).unwrap();
+        let f = FrameBuilder::new(A, B).ipv4(v4(1), v4(2)).udp(1, 2).build();
+        let mut k = FlowKey::default();
+        extract(&f, 1, &mut k).unwrap();
+        let by_port = mask(|m| m.in_port = u32::MAX);
+        let enc =
+            |k: &FlowKey| (eng.encode)(k, &by_port, &[DpAction::Output(2)], &ports()).unwrap();
+        let h1 = e.install(&enc(&k)).unwrap();
+        k.in_port = 3;
+        let h3 = e.install(&enc(&k)).unwrap();
+        let send = |e: &XdpEngine, i: u32| e.test_run(&f, i, 0).unwrap().0;
+        assert_eq!(send(&e, ia), eng.redirect);
+        assert_eq!(send(&e, ib), eng.redirect);
+        assert_eq!(send(&e, ib), eng.redirect);
+        assert_eq!(e.counters(&h1).unwrap().packets, 1);
+        assert_eq!(e.counters(&h3).unwrap().packets, 2);
+        e.remove_port(ia).unwrap();
+        let no_port = e.stats().unwrap().no_port;
+        assert_eq!(send(&e, ia), eng.pass);
+        assert_eq!(e.stats().unwrap().no_port, no_port + 1);
+        assert_eq!(send(&e, ib), eng.redirect);
+        assert_eq!(e.counters(&h3).unwrap().packets, 3);
+        e.remove_port(ib).unwrap();
+        assert_eq!(send(&e, ib), eng.pass);
+        assert_eq!(e.stats().unwrap().no_port, no_port + 2);
+        assert_eq!(e.counters(&h1).unwrap().packets, 1);
+    });
 }

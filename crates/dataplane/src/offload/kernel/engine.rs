@@ -10,8 +10,8 @@
 use super::encode::EncodedFlow;
 use super::layout;
 use super::layout::{
-    stat, ConfigEntry, DpKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, TunRx, TunRxKey, TunTx,
-    CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_UNDERLAY, TUN_SLOTS,
+    stat, ConfigEntry, DpKey, FlowHashKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, PortSlot,
+    TunRx, TunRxKey, TunTx, CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_SLOTS, PORT_UNDERLAY, TUN_SLOTS,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
@@ -175,10 +175,15 @@ pub enum AttachMode {
 pub struct XdpEngine {
     // Maps first: fields drop in order, and the maps only go away for good
     // once the program (inside `ebpf`) releases them too.
-    flows: BpfHashMap<MapData, FlowMapKey, FlowValue>,
+    flows: BpfHashMap<MapData, FlowHashKey, FlowValue>,
+    /// Seeds of the flow hash (`dp_config.seed`): random per engine, read
+    /// back from the map by an adopting daemon.
+    seed: [u64; super::layout::DP_KEY_WORDS],
     masks_map: Array<MapData, MaskEntry>,
     config_map: Array<MapData, ConfigEntry>,
     ports_map: BpfHashMap<MapData, u32, PortEntry>,
+    /// `dp_port_slots`: `dp_ports` direct-mapped (see [`Self::sync_port_slot`]).
+    port_slots: Array<MapData, PortSlot>,
     tun_rx: BpfHashMap<MapData, TunRxKey, TunRx>,
     tun_tx: Array<MapData, TunTx>,
     /// Meters the engine's flows use (`meter:N`), by id.
@@ -211,11 +216,12 @@ pub struct XdpEngine {
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
-const PINNED_MAPS: [&str; 10] = [
+const PINNED_MAPS: [&str; 11] = [
     "dp_flows",
     "dp_masks",
     "dp_config",
     "dp_ports",
+    "dp_port_slots",
     "dp_tx_ports",
     "dp_stats",
     "dp_tun_rx",
@@ -495,11 +501,18 @@ impl XdpEngine {
                 .map_err(|e| bpf("opening a pinned map", e))?,
         )
         .map_err(|e| bpf("pinned map type", e))?;
+        let config_map: Array<MapData, ConfigEntry> = pinned(dir, "dp_config")?;
+        let seed = config_map
+            .get(&0, 0)
+            .map_err(|e| bpf("BPF_MAP_LOOKUP_ELEM(dp_config)", e))?
+            .seed;
         let mut e = XdpEngine {
             flows: pinned(dir, "dp_flows")?,
+            seed,
             masks_map: pinned(dir, "dp_masks")?,
-            config_map: pinned(dir, "dp_config")?,
+            config_map,
             ports_map: pinned(dir, "dp_ports")?,
+            port_slots: pinned(dir, "dp_port_slots")?,
             tun_rx: pinned(dir, "dp_tun_rx")?,
             tun_tx: pinned(dir, "dp_tun_tx")?,
             meters_map: pinned(dir, "dp_meters")?,
@@ -533,17 +546,28 @@ impl XdpEngine {
     /// the maps (entries whose mask slot is inactive are stale and go),
     /// the meters, and the pinned `tc_dp` links by interface.
     fn rebuild(&mut self, dir: &Path) -> Result<(), OffloadError> {
-        let keys: Vec<FlowMapKey> = self.flows.keys().filter_map(Result::ok).collect();
+        let entries: Vec<(FlowHashKey, FlowValue)> =
+            self.flows.iter().filter_map(Result::ok).collect();
         let mut stale = Vec::new();
-        for k in keys {
+        for (hk, v) in entries {
+            let k = FlowMapKey {
+                mask_idx: hk.mask_idx,
+                pad: 0,
+                key: v.key,
+            };
+            // The entry must be where this engine's hash puts it.
             let ok = match self.masks_map.get(&k.mask_idx, 0) {
-                Ok(m) => m.active != 0 && self.masks.adopt(k.mask_idx, &m.mask),
+                Ok(m) => {
+                    m.active != 0
+                        && k.hash_key(&self.seed) == hk
+                        && self.masks.adopt(k.mask_idx, &m.mask)
+                }
                 Err(_) => false,
             };
             if ok {
                 self.installed.insert(k, ());
             } else {
-                stale.push(k);
+                stale.push(hk);
             }
         }
         for k in stale {
@@ -575,7 +599,7 @@ impl XdpEngine {
     /// Adopted XDP engine: everything emptied (its attachments and
     /// sockets went with the daemon that made it).
     fn reset_maps(&mut self) -> Result<(), OffloadError> {
-        let keys: Vec<FlowMapKey> = self.flows.keys().filter_map(Result::ok).collect();
+        let keys: Vec<FlowHashKey> = self.flows.keys().filter_map(Result::ok).collect();
         for k in keys {
             let _ = self.flows.remove(&k);
         }
@@ -585,7 +609,7 @@ impl XdpEngine {
         self.write_n_masks()?;
         let ports: Vec<u32> = self.ports_map.keys().filter_map(Result::ok).collect();
         for p in ports {
-            let _ = self.ports_map.remove(&p);
+            let _ = self.remove_port(p);
         }
         for slot in 0..self.cfg.max_tx_ports {
             let _ = self.clear_tx_port(slot);
@@ -769,6 +793,7 @@ impl XdpEngine {
         let masks_map = take(&mut ebpf, "dp_masks")?;
         let mut config_map: Array<MapData, ConfigEntry> = take(&mut ebpf, "dp_config")?;
         let ports_map = take(&mut ebpf, "dp_ports")?;
+        let port_slots = take(&mut ebpf, "dp_port_slots")?;
         let tx_ports = ebpf
             .take_map("dp_tx_ports")
             .ok_or_else(|| OffloadError::Config("BPF object has no map `dp_tx_ports`".into()))?;
@@ -780,21 +805,25 @@ impl XdpEngine {
         let tun_rx = take(&mut ebpf, "dp_tun_rx")?;
         let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
         let meters_map = take(&mut ebpf, "dp_meters")?;
+        let seed: [u64; super::layout::DP_KEY_WORDS] = rand::random();
         config_map
             .set(
                 0,
                 ConfigEntry {
                     n_masks: 0,
                     flags: config_flags(&cfg),
+                    seed,
                 },
                 0,
             )
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_config)", e))?;
         Ok(XdpEngine {
             flows,
+            seed,
             masks_map,
             config_map,
             ports_map,
+            port_slots,
             tun_rx,
             tun_tx,
             meters_map,
@@ -989,9 +1018,7 @@ impl XdpEngine {
             upcall_ifindex,
             ..PortEntry::default()
         };
-        self.ports_map
-            .insert(ifindex, e, 0)
-            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+        self.write_port(ifindex, e)
     }
 
     /// Remove the XSKMAP entry `slot` (a closed socket removes itself).
@@ -1026,9 +1053,7 @@ impl XdpEngine {
             xsk_base,
             ..PortEntry::default()
         };
-        self.ports_map
-            .insert(ifindex, e, 0)
-            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+        self.write_port(ifindex, e)
     }
 
     /// `ifindex` is a tunnel underlay with MAC `mac`: frames for a
@@ -1052,9 +1077,7 @@ impl XdpEngine {
             mtu,
             upcall_ifindex,
         };
-        self.ports_map
-            .insert(ifindex, e, 0)
-            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))
+        self.write_port(ifindex, e)
     }
 
     /// Tunnel packets matching `key` enter on tunnel port `rx.in_port`.
@@ -1156,11 +1179,85 @@ impl XdpEngine {
     }
 
     pub fn remove_port(&mut self, ifindex: u32) -> Result<(), OffloadError> {
+        // The slot first: until dp_ports loses the entry, a frame that
+        // misses the slot still finds it there.
+        self.sync_port_slot(ifindex, Some(ifindex))?;
         match self.ports_map.remove(&ifindex) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
             Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
             Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_ports)", e)),
         }
+    }
+
+    /// `dp_ports[ifindex] = e`, then its direct-mapped slot.
+    fn write_port(&mut self, ifindex: u32, e: PortEntry) -> Result<(), OffloadError> {
+        self.ports_map
+            .insert(ifindex, e, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ports)", e))?;
+        self.sync_port_slot(ifindex, None)
+    }
+
+    /// Make the `dp_port_slots` slot of `ifindex` agree with `dp_ports`
+    /// (`leaving`: a port about to be removed, not a candidate): its
+    /// owner keeps it while it is a port, else the port with the lowest
+    /// ifindex that maps there takes it, else it is emptied. A change is
+    /// three writes (owner 0 with the old entry, owner 0 with the new
+    /// entry, the new owner): a frame reading the slot meanwhile sees an
+    /// owner that is not its ifindex and goes to `dp_ports`, never half of
+    /// another entry as its own.
+    fn sync_port_slot(&mut self, ifindex: u32, leaving: Option<u32>) -> Result<(), OffloadError> {
+        let slot = ifindex & (PORT_SLOTS - 1);
+        let err = |e| bpf("BPF_MAP_UPDATE_ELEM(dp_port_slots)", e);
+        let old = self
+            .port_slots
+            .get(&slot, 0)
+            .map_err(|e| bpf("BPF_MAP_LOOKUP_ELEM(dp_port_slots)", e))?;
+        let entry = |e: &Self, i: u32| -> Option<PortEntry> {
+            (Some(i) != leaving)
+                .then(|| e.ports_map.get(&i, 0).ok())
+                .flatten()
+        };
+        let owner = if old.ifindex != 0 && entry(self, old.ifindex).is_some() {
+            old.ifindex
+        } else {
+            let mut c: Vec<u32> = self
+                .ports_map
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|i| i & (PORT_SLOTS - 1) == slot && Some(*i) != leaving)
+                .collect();
+            c.sort_unstable();
+            c.first().copied().unwrap_or(0)
+        };
+        let new = PortSlot {
+            ifindex: owner,
+            pad: 0,
+            port: if owner == 0 {
+                PortEntry::default()
+            } else {
+                entry(self, owner).unwrap_or_default()
+            },
+        };
+        if new == old {
+            return Ok(());
+        }
+        let hidden = |p: PortEntry| PortSlot {
+            ifindex: 0,
+            pad: 0,
+            port: p,
+        };
+        if old.ifindex != 0 {
+            self.port_slots
+                .set(slot, hidden(old.port), 0)
+                .map_err(err)?;
+        }
+        self.port_slots
+            .set(slot, hidden(new.port), 0)
+            .map_err(err)?;
+        if owner != 0 {
+            self.port_slots.set(slot, new, 0).map_err(err)?;
+        }
+        Ok(())
     }
 
     /// Output slot `slot` transmits on `ifindex` (XDP: devmap entry; TC:
@@ -1230,6 +1327,7 @@ impl XdpEngine {
                 ConfigEntry {
                     n_masks: n,
                     flags: config_flags(&self.cfg),
+                    seed: self.seed,
                 },
                 0,
             )
@@ -1281,7 +1379,12 @@ impl XdpEngine {
             self.modify(&handle, flow)?;
             return Ok(handle);
         }
-        match self.flows.insert(key, flow.value, BPF_NOEXIST) {
+        let mut value = flow.value;
+        value.key = key.key;
+        match self
+            .flows
+            .insert(key.hash_key(&self.seed), value, BPF_NOEXIST)
+        {
             Ok(()) => {
                 self.installed.insert(key, ());
                 Ok(handle)
@@ -1291,6 +1394,13 @@ impl XdpEngine {
                 if errno_of(&e) == Some(libc::E2BIG) {
                     Err(OffloadError::NotOffloadable {
                         reason: "flow-map-full",
+                    })
+                } else if errno_of(&e) == Some(libc::EEXIST) {
+                    // Another masked key under this mask has the same
+                    // 64-bit hash (about 2^-64 per pair with the random
+                    // seed): this one stays in userspace.
+                    Err(OffloadError::NotOffloadable {
+                        reason: "flow-hash-collision",
                     })
                 } else {
                     Err(bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e))
@@ -1305,17 +1415,19 @@ impl XdpEngine {
         if !self.installed.contains_key(&handle.0) {
             return Err(OffloadError::NotFound);
         }
+        let hk = self.hash_key(handle)?;
         let old = self
             .flows
-            .get(&handle.0, 0)
+            .get(&hk, 0)
             .map_err(|e| bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e))?;
         let mut v = flow.value;
+        v.key = handle.0.key;
         v.packets = old.packets;
         v.bytes = old.bytes;
         v.used_ns = old.used_ns;
         v.tcp_flags = old.tcp_flags;
         self.flows
-            .insert(handle.0, v, BPF_EXIST)
+            .insert(hk, v, BPF_EXIST)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e))
     }
 
@@ -1325,7 +1437,8 @@ impl XdpEngine {
             return Err(OffloadError::NotFound);
         }
         let last = self.counters(handle).unwrap_or_default();
-        match self.flows.remove(&handle.0) {
+        let hk = self.hash_key(handle)?;
+        match self.flows.remove(&hk) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
             Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
             Err(e) => return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e)),
@@ -1337,10 +1450,7 @@ impl XdpEngine {
     /// A flow's counters, last-used time converted from the kernel's
     /// monotonic clock.
     pub fn counters(&self, handle: &FlowHandle) -> Result<FlowCounters, OffloadError> {
-        let v = self.flows.get(&handle.0, 0).map_err(|e| match e {
-            aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
-            e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
-        })?;
+        let v = self.value(handle)?;
         Ok(FlowCounters::of(&v, monotonic_ns(), Instant::now()))
     }
 
@@ -1355,7 +1465,7 @@ impl XdpEngine {
         use aya::maps::IterableMap;
         const CHUNK: usize = 256;
         let fd = self.flows.map().fd().as_fd().as_raw_fd();
-        let mut keys = vec![FlowMapKey::default(); CHUNK];
+        let mut keys = vec![FlowHashKey::default(); CHUNK];
         // SAFETY: FlowValue is plain old data (all-zero is a valid value).
         let mut values: Vec<FlowValue> = vec![unsafe { std::mem::zeroed() }; CHUNK];
         let mut out = HashMap::with_capacity(self.installed.len());
@@ -1389,7 +1499,12 @@ impl XdpEngine {
             let err = (r < 0).then(std::io::Error::last_os_error);
             let n = (attr.count as usize).min(CHUNK);
             for (k, v) in keys.iter().zip(&values).take(n) {
-                out.insert(FlowHandle(*k), FlowCounters::of(v, now_ns, now));
+                let h = FlowHandle(FlowMapKey {
+                    mask_idx: k.mask_idx,
+                    pad: 0,
+                    key: v.key,
+                });
+                out.insert(h, FlowCounters::of(v, now_ns, now));
             }
             match err.and_then(|e| e.raw_os_error()) {
                 None => {}
@@ -1413,10 +1528,17 @@ impl XdpEngine {
 
     /// The raw map value of an installed flow (actions + counters).
     pub fn value(&self, handle: &FlowHandle) -> Result<FlowValue, OffloadError> {
-        self.flows.get(&handle.0, 0).map_err(|e| match e {
-            aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
-            e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
-        })
+        self.flows
+            .get(&self.hash_key(handle)?, 0)
+            .map_err(|e| match e {
+                aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
+                e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
+            })
+    }
+
+    /// The `dp_flows` key of an installed flow.
+    fn hash_key(&self, handle: &FlowHandle) -> Result<FlowHashKey, OffloadError> {
+        Ok(handle.0.hash_key(&self.seed))
     }
 
     pub fn n_flows(&self) -> usize {

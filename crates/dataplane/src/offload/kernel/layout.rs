@@ -159,8 +159,9 @@ impl DpKey {
     }
 }
 
-/// `dp_flows` key: a masked key tagged with the mask slot it was masked by,
-/// so equal masked keys under different masks are different flows.
+/// A flow's identity in userspace: its masked key tagged with the mask
+/// slot it was masked by, so equal masked keys under different masks are
+/// different flows. The map is keyed by its hash ([`FlowHashKey`]).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowMapKey {
@@ -169,6 +170,45 @@ pub struct FlowMapKey {
     pub key: DpKey,
 }
 const _: () = assert!(std::mem::size_of::<FlowMapKey>() == 120);
+
+impl FlowMapKey {
+    /// The `dp_flows` key of this flow under the engine's `seeds`.
+    pub fn hash_key(&self, seeds: &[u64; DP_KEY_WORDS]) -> FlowHashKey {
+        FlowHashKey {
+            mask_idx: self.mask_idx,
+            pad: 0,
+            hash: key_hash(&self.key, seeds),
+        }
+    }
+}
+
+/// `dp_flows` key (`struct dp_flow_key`): the mask slot and the hash of
+/// the masked key ([`key_hash`]); the masked key itself is in the value,
+/// where the program verifies it.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowHashKey {
+    pub mask_idx: u32,
+    pub pad: u32,
+    pub hash: u64,
+}
+const _: () = assert!(std::mem::size_of::<FlowHashKey>() == 16);
+
+/// Entries per CPU of the program's mask-hint cache (`DP_MASK_HINTS`;
+/// the program alone reads and writes it).
+pub const MASK_HINTS: u32 = 4096;
+
+/// `DP_HASH_MUL`.
+pub const HASH_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The program's flow hash of a masked key: the wrapping sum over its
+/// words of `dp_hash_word(word ^ seed[w])`.
+pub fn key_hash(masked: &DpKey, seeds: &[u64; DP_KEY_WORDS]) -> u64 {
+    masked.words().iter().zip(seeds).fold(0u64, |h, (w, s)| {
+        let v = (w ^ s).wrapping_mul(HASH_MUL);
+        h.wrapping_add(v ^ (v >> 32))
+    })
+}
 
 /// `dp_masks` value. `active == 0` marks a free slot the program skips.
 #[repr(C, align(8))]
@@ -280,9 +320,12 @@ pub struct FlowValue {
     pub flags: u8,
     /// Devmap slot of the flow's output (valid with [`flag::OUTPUT`]).
     pub out_slot: u32,
+    /// The masked key (the engine writes it at install): what the program
+    /// verifies a hash hit against.
+    pub key: DpKey,
     pub actions: [RawAction; MAX_ACTIONS],
 }
-const _: () = assert!(std::mem::size_of::<FlowValue>() == 32 + 24 * MAX_ACTIONS);
+const _: () = assert!(std::mem::size_of::<FlowValue>() == 32 + 112 + 24 * MAX_ACTIONS);
 
 impl Default for FlowValue {
     fn default() -> Self {
@@ -294,6 +337,7 @@ impl Default for FlowValue {
             n_actions: 0,
             flags: 0,
             out_slot: 0,
+            key: DpKey::default(),
             actions: [RawAction::default(); MAX_ACTIONS],
         }
     }
@@ -307,6 +351,8 @@ pub struct ConfigEntry {
     pub n_masks: u32,
     /// `CFG_*` bits.
     pub flags: u32,
+    /// Seeds of [`key_hash`], random per engine.
+    pub seed: [u64; DP_KEY_WORDS],
 }
 
 /// `ConfigEntry::flags`: the program leaves per-flow packet/byte counters
@@ -336,6 +382,20 @@ pub struct PortEntry {
     pub upcall_ifindex: u32,
 }
 const _: () = assert!(std::mem::size_of::<PortEntry>() == 24);
+
+/// Slots of `dp_port_slots` (`DP_PORT_SLOTS`).
+pub const PORT_SLOTS: u32 = 1024;
+
+/// `dp_port_slots` value (`struct dp_port_slot`): a port's entry
+/// direct-mapped at `ifindex & (PORT_SLOTS - 1)`, `ifindex` 0 when empty.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortSlot {
+    pub ifindex: u32,
+    pub pad: u32,
+    pub port: PortEntry,
+}
+const _: () = assert!(std::mem::size_of::<PortSlot>() == 32);
 
 /// TC engine `dp_tx_ports` value (`struct dp_tx_if`): an output slot's
 /// interface and how to reach it.
@@ -555,11 +615,13 @@ const _: () = assert!(matches!(
 // offsets in the tests) and made only of integers and byte arrays.
 unsafe impl aya::Pod for DpKey {}
 unsafe impl aya::Pod for FlowMapKey {}
+unsafe impl aya::Pod for FlowHashKey {}
 unsafe impl aya::Pod for MaskEntry {}
 unsafe impl aya::Pod for RawAction {}
 unsafe impl aya::Pod for FlowValue {}
 unsafe impl aya::Pod for ConfigEntry {}
 unsafe impl aya::Pod for PortEntry {}
+unsafe impl aya::Pod for PortSlot {}
 unsafe impl aya::Pod for TxIf {}
 unsafe impl aya::Pod for TunRxKey {}
 unsafe impl aya::Pod for TunRx {}
@@ -587,6 +649,8 @@ macro_rules! same_as_c {
 
 same_as_c! {
     DP_KEY_WORDS => DP_KEY_WORDS,
+    PORT_SLOTS => DP_PORT_SLOTS,
+    MASK_HINTS => DP_MASK_HINTS,
     MAX_ACTIONS => DP_MAX_ACTIONS,
     MAX_MASKS_CAP => DP_MAX_MASKS_CAP,
     op::NONE => DP_OP_NONE,
@@ -729,7 +793,11 @@ mod tests {
         assert_eq!(offset_of!(FlowValue, n_actions), 26);
         assert_eq!(offset_of!(FlowValue, flags), 27);
         assert_eq!(offset_of!(FlowValue, out_slot), 28);
-        assert_eq!(offset_of!(FlowValue, actions), 32);
+        assert_eq!(offset_of!(FlowValue, key), 32);
+        assert_eq!(offset_of!(FlowValue, actions), 144);
+        assert_eq!(offset_of!(FlowHashKey, hash), 8);
+        assert_eq!(offset_of!(ConfigEntry, seed), 8);
+        assert_eq!(std::mem::size_of::<ConfigEntry>(), 8 + 8 * DP_KEY_WORDS);
     }
 
     #[test]
