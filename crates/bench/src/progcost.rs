@@ -236,7 +236,7 @@ fn test_run_costs_here(
         let mut mask = l2_mask();
         mask.0.nw_proto = 0xff;
         mask.0.tp_src = 0xffff << i;
-        let mut k = k64.clone();
+        let mut k = k64;
         k.tp_src = 4000 + u16::from(i);
         install(&mut tc8, &k, &mask, &out2)?;
     }
