@@ -130,13 +130,21 @@ _Static_assert(sizeof(struct dp_mask) == 120, "dp_mask layout");
 
 /* The flow hash: the sum over the 14 words of the masked key of a
  * bijective mix of each word xored with its own random seed
- * (dp_config.seed[w], per engine): no branch, the 14 multiplies
- * independent of each other, and senders cannot choose colliding keys
- * without the seeds. Mirrored by offload::kernel::layout::key_hash. */
+ * (dp_config.seed[w], per engine): no branch, the words' mixes
+ * independent of each other. The mix is a full one (xorshift, multiply,
+ * xorshift, multiply, xorshift): with a single multiply, a difference in
+ * a word's top bit stays a fixed difference whatever the seed, and two
+ * such words cancel in the sum, which a sender could aim at. Mirrored by
+ * offload::kernel::layout::key_hash. */
 #define DP_HASH_MUL 0x9e3779b97f4a7c15ULL
+#define DP_HASH_MUL2 0xbf58476d1ce4e5b9ULL
 static __always_inline __u64 dp_hash_word(__u64 v, __u64 seed)
 {
-	v = (v ^ seed) * DP_HASH_MUL;
+	v ^= seed;
+	v ^= v >> 32;
+	v *= DP_HASH_MUL;
+	v ^= v >> 29;
+	v *= DP_HASH_MUL2;
 	return v ^ (v >> 32);
 }
 
@@ -350,7 +358,7 @@ struct dp_scratch {
 	__u32 l4;	/* DP_L4_* */
 	__u32 later_frag;
 	__u32 pad;
-	/* The frame's key and the masked lookup key: 184 bytes that would
+	/* The frame's key and the lookup key: 128 bytes that would
 	 * not fit the 512-byte BPF stack next to the parser's locals. */
 	union dp_key key;
 	struct dp_flow_key hk;
@@ -358,6 +366,8 @@ struct dp_scratch {
 	/* TC: the receiving Geneve port's TLV map, for tun_geneve_opts. */
 	__u32 n_tlv;
 	struct dp_tlv tlv[DP_TLV_MAX];
+	/* The receiving interface's dp_ports entry (dp_port_of's copy). */
+	struct dp_port port;
 };
 
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };
@@ -459,14 +469,17 @@ struct {
  * (DP_PORT_SLOTS - 1), the owner's ifindex in the slot): an array lookup
  * the verifier inlines instead of a hash lookup, which cost a fifth of a
  * hit. A slot another port owns, or an empty one (ifindex 0), sends the
- * frame to dp_ports. Userspace writes dp_ports first and the slot after,
- * and changes a slot in three writes (owner 0 with the old entry, owner 0
- * with the new one, then the new owner), so a frame never takes a half
- * written entry for its own. */
+ * frame to dp_ports. Userspace writes dp_ports first and the slot after;
+ * every write of a slot bumps its generation, and a change is three
+ * writes (owner 0 with the old entry, owner 0 with the new one, then the
+ * new owner). The program copies the entry and takes the copy only if
+ * owner and generation, read as one word, were the same before and after
+ * (a seqlock's reader): a frame never uses half of an entry, or another
+ * port's. */
 #define DP_PORT_SLOTS 1024
 struct dp_port_slot {
 	__u32 ifindex;
-	__u32 pad;
+	__u32 gen;
 	struct dp_port port;
 };
 _Static_assert(sizeof(struct dp_port_slot) == 32, "dp_port_slot layout");
@@ -478,14 +491,34 @@ struct {
 	__type(value, struct dp_port_slot);
 } dp_port_slots SEC(".maps");
 
-static __always_inline struct dp_port *dp_port_of(__u32 ifindex)
+/* The port entry of `ifindex` copied into *out: 0, or -1 when the
+ * interface is not a port. A global function: the verifier checks its
+ * paths (slot taken, slot torn, hash entry) once on their own, and the
+ * caller goes on with one state whichever was taken. */
+__attribute__((noinline)) int dp_port_of(__u32 ifindex, struct dp_port *out)
 {
 	__u32 s = ifindex & (DP_PORT_SLOTS - 1);
 	struct dp_port_slot *ps = bpf_map_lookup_elem(&dp_port_slots, &s);
+	struct dp_port *p;
 
-	if (ps && ps->ifindex == ifindex)
-		return &ps->port;
-	return bpf_map_lookup_elem(&dp_ports, &ifindex);
+	if (!out)
+		return -1;
+	if (ps) {
+		__u64 before = *(volatile __u64 *)ps, after;
+
+		if ((__u32)before == ifindex) {
+			__builtin_memcpy(out, &ps->port, sizeof(*out));
+			asm volatile("" ::: "memory");
+			after = *(volatile __u64 *)ps;
+			if (after == before)
+				return 0;
+		}
+	}
+	p = bpf_map_lookup_elem(&dp_ports, &ifindex);
+	if (!p)
+		return -1;
+	__builtin_memcpy(out, p, sizeof(*out));
+	return 0;
 }
 
 struct {

@@ -16,34 +16,80 @@ enum {
 	DP_RES_TUNNEL,		/* *arg = index of the TUNNEL_OUTPUT action */
 };
 
-/* The flow of `key` under mask slot i, or NULL: the hash of the masked key
- * (dp_hash_word), one lookup of 16 bytes, and on a hit the masked key
- * compared with the flow's stored one. Branch-free over the words: a test
- * per word would multiply the verifier's states. */
+/* The flow hash of `key` masked by `mask` (dp_hash_word over the words).
+ * Global functions, these three: the verifier checks each once on its
+ * own, instead of once per path into the mask loop times every iteration
+ * of it (the program stayed under the verifier's limit only so). */
+__attribute__((noinline)) __u64 dp_masked_hash(const union dp_key *key, const union dp_key *mask,
+					       const struct dp_config *cfg)
+{
+	__u64 h = 0;
+	int w;
+
+	if (!key || !mask || !cfg)
+		return 0;
+#pragma unroll
+	for (w = 0; w < DP_KEY_WORDS; w++)
+		h += dp_hash_word(key->w[w] & mask->w[w], cfg->seed[w]);
+	return h;
+}
+
+/* 1 when `key` masked by `mask` is `stored` (a flow's masked key). */
+__attribute__((noinline)) int dp_masked_eq(const union dp_key *key, const union dp_key *mask,
+					   const union dp_key *stored)
+{
+	__u64 diff = 0;
+	int w;
+
+	if (!key || !mask || !stored)
+		return 0;
+#pragma unroll
+	for (w = 0; w < DP_KEY_WORDS; w++)
+		diff |= (key->w[w] & mask->w[w]) ^ stored->w[w];
+	return diff == 0;
+}
+
+/* The mask-hint hash of the whole key. A light mix is enough for a hint (a
+ * collision costs a probe, never a wrong flow). tcp_flags (the top 16
+ * bits of word 4) are left out: every segment of a connection shares one
+ * hint. */
+__attribute__((noinline)) __u64 dp_hint_hash(const union dp_key *key,
+					     const struct dp_config *cfg)
+{
+	__u64 h = 0;
+	int w;
+
+	if (!key || !cfg)
+		return 0;
+#pragma unroll
+	for (w = 0; w < DP_KEY_WORDS; w++) {
+		__u64 v = (w == 4 ? key->w[w] & 0x0000ffffffffffffULL : key->w[w]) ^ cfg->seed[w];
+
+		v *= DP_HASH_MUL;
+		h += v ^ (v >> 32);
+	}
+	return h;
+}
+
+/* The flow of `key` under mask slot i, or NULL: the flow hash of the
+ * masked key, one lookup of 16 bytes, and on a hit the masked key
+ * compared with the flow's stored one. */
 static __always_inline struct dp_flow *dp_probe(union dp_key *key, struct dp_flow_key *hk,
 						struct dp_config *cfg, __u32 i)
 {
 	struct dp_flow *flow;
 	struct dp_mask *m;
-	__u64 h = 0, diff = 0;
 	__u32 idx = i;
-	int w;
 
 	m = bpf_map_lookup_elem(&dp_masks, &idx);
 	if (!m || !m->active)
 		return 0;
-#pragma unroll
-	for (w = 0; w < DP_KEY_WORDS; w++)
-		h += dp_hash_word(key->w[w] & m->mask.w[w], cfg->seed[w]);
 	hk->mask_idx = i;
-	hk->hash = h;
+	hk->hash = dp_masked_hash(key, &m->mask, cfg);
 	flow = bpf_map_lookup_elem(&dp_flows, hk);
-	if (!flow)
+	if (!flow || !dp_masked_eq(key, &m->mask, &flow->key))
 		return 0;
-#pragma unroll
-	for (w = 0; w < DP_KEY_WORDS; w++)
-		diff |= (key->w[w] & m->mask.w[w]) ^ flow->key.w[w];
-	return diff ? 0 : flow;
+	return flow;
 }
 
 /* Masked lookup; any hit is the frame's flow (the slow path's megaflows
@@ -61,13 +107,9 @@ static __always_inline struct dp_flow *dp_lookup(union dp_key *key, struct dp_fl
 	struct dp_flow *flow;
 
 	if (n > 1) {
-		__u64 hf = 0;
+		__u64 hf = dp_hint_hash(key, cfg);
 		__u32 slot;
-		int w;
 
-#pragma unroll
-		for (w = 0; w < DP_KEY_WORDS; w++)
-			hf += dp_hash_word(key->w[w], cfg->seed[w]);
 		slot = hf & (DP_MASK_HINTS - 1);
 		tag = (__u32)(hf >> 32) | 1;	/* never 0: an empty entry */
 		hint = bpf_map_lookup_elem(&dp_mask_hint, &slot);

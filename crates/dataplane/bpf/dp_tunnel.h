@@ -104,7 +104,7 @@ static __always_inline __s64 csum_bytes(DP_CTX *ctx, __u32 off, __u32 n, __s64 s
 /* The IPv4 UDP pseudo header (src, dst, protocol 17, ulen) summed. */
 static __always_inline __s64 udp4_pseudo(__u32 src, __u32 dst, __u32 ulen)
 {
-	__u8 pseudo[12];
+	__u8 pseudo[12] __attribute__((aligned(4)));
 
 	wr32(pseudo, src);
 	wr32(pseudo + 4, dst);

@@ -656,17 +656,22 @@ int tc_dp(struct __sk_buff *ctx)
 	int res, punted;
 
 	stat_inc(DP_STAT_RX);
-	port = dp_port_of(ifindex);
-	if (!port) {
+	st = bpf_map_lookup_elem(&dp_scratch, &zero);
+	if (!st)
+		return TC_ACT_UNSPEC;
+	/* The port's entry, copied into the scratch (map memory: every read
+	 * of it is a fresh unknown to the verifier, where a stack copy would
+	 * carry each branch's refinements into the states it compares). */
+	port = &st->port;
+	if (dp_port_of(ifindex, port)) {
 		/* Not (yet) a port of ours: the next program decides (the
 		 * port's own tc_upcall, or the host stack). */
 		stat_inc(DP_STAT_NO_PORT);
 		return TC_ACT_UNSPEC;
 	}
 	up = port->upcall_ifindex;
-	st = bpf_map_lookup_elem(&dp_scratch, &zero);
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
-	if (!st || !cfg)
+	if (!cfg)
 		goto to_user;
 	st->hk.pad = 0;
 	in_port = tc_key(ctx, port, st, hw_tci, gso_size != 0, &base);

@@ -176,16 +176,19 @@ int xdp_dp(struct xdp_md *ctx)
 	struct dp_port *port;
 
 	stat_inc(DP_STAT_RX);
-	port = dp_port_of(ifindex);
-	if (!port) {
+	st = bpf_map_lookup_elem(&dp_scratch, &zero);
+	if (!st)
+		return XDP_PASS;
+	/* The port's entry, copied into the scratch (see tc_dp.c). */
+	port = &st->port;
+	if (dp_port_of(ifindex, port)) {
 		/* Not a port of ours (yet): the host stack's, never another
 		 * interface's socket. */
 		stat_inc(DP_STAT_NO_PORT);
 		return XDP_PASS;
 	}
-	st = bpf_map_lookup_elem(&dp_scratch, &zero);
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
-	if (!st || !cfg)
+	if (!cfg)
 		goto to_user;
 	key = &st->key;
 	hk = &st->hk;

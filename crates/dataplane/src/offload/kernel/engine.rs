@@ -1229,33 +1229,29 @@ impl XdpEngine {
             c.sort_unstable();
             c.first().copied().unwrap_or(0)
         };
-        let new = PortSlot {
-            ifindex: owner,
-            pad: 0,
-            port: if owner == 0 {
-                PortEntry::default()
-            } else {
-                entry(self, owner).unwrap_or_default()
-            },
+        let port = if owner == 0 {
+            PortEntry::default()
+        } else {
+            entry(self, owner).unwrap_or_default()
         };
-        if new == old {
+        if owner == old.ifindex && port == old.port {
             return Ok(());
         }
-        let hidden = |p: PortEntry| PortSlot {
-            ifindex: 0,
-            pad: 0,
-            port: p,
+        // Every write a new generation: a frame that copied the entry
+        // across a write sees (owner, gen) change and takes dp_ports'.
+        let mut gen = old.gen;
+        let mut write = |e: &mut Self, ifindex: u32, port: PortEntry| {
+            gen = gen.wrapping_add(1);
+            e.port_slots
+                .set(slot, PortSlot { ifindex, gen, port }, 0)
+                .map_err(err)
         };
         if old.ifindex != 0 {
-            self.port_slots
-                .set(slot, hidden(old.port), 0)
-                .map_err(err)?;
+            write(self, 0, old.port)?;
         }
-        self.port_slots
-            .set(slot, hidden(new.port), 0)
-            .map_err(err)?;
+        write(self, 0, port)?;
         if owner != 0 {
-            self.port_slots.set(slot, new, 0).map_err(err)?;
+            write(self, owner, port)?;
         }
         Ok(())
     }
@@ -1345,7 +1341,9 @@ impl XdpEngine {
 
     /// Install an encoded flow. A flow with the same mask and masked key
     /// is replaced (its counters kept). Full maps are
-    /// `NotOffloadable { reason: "mask-table-full" | "flow-map-full" }`:
+    /// `NotOffloadable { reason: "mask-table-full" | "flow-map-full" }`, and
+    /// `"flow-hash-collision"` when another flow under the same mask has the
+    /// same key hash:
     /// nothing is installed and the flow keeps being handled in userspace.
     pub fn install(&mut self, flow: &EncodedFlow) -> Result<FlowHandle, OffloadError> {
         let acq = self
@@ -1390,6 +1388,19 @@ impl XdpEngine {
                 Ok(handle)
             }
             Err(e) => {
+                if errno_of(&e) == Some(libc::EEXIST)
+                    && self
+                        .flows
+                        .get(&key.hash_key(&self.seed), 0)
+                        .is_ok_and(|v| v.key == key.key)
+                {
+                    // This very flow, left in the map (a removal that
+                    // failed half way): take it back, with the mask
+                    // reference acquired above.
+                    self.installed.insert(key, ());
+                    self.modify(&handle, flow)?;
+                    return Ok(handle);
+                }
                 self.release_mask(acq.slot)?;
                 if errno_of(&e) == Some(libc::E2BIG) {
                     Err(OffloadError::NotOffloadable {
@@ -1397,8 +1408,8 @@ impl XdpEngine {
                     })
                 } else if errno_of(&e) == Some(libc::EEXIST) {
                     // Another masked key under this mask has the same
-                    // 64-bit hash (about 2^-64 per pair with the random
-                    // seed): this one stays in userspace.
+                    // 64-bit hash (about 2^-64 per pair; the seeds are
+                    // secret): this one stays in userspace.
                     Err(OffloadError::NotOffloadable {
                         reason: "flow-hash-collision",
                     })
