@@ -881,7 +881,11 @@ mod tests {
                     v[i] ^= bits;
                     v[j] ^= bits;
                     let b = DpKey::from_words(v);
-                    assert_ne!(key_hash(&a, &seeds), key_hash(&b, &seeds), "{i} {j} {bits:x}");
+                    assert_ne!(
+                        key_hash(&a, &seeds),
+                        key_hash(&b, &seeds),
+                        "{i} {j} {bits:x}"
+                    );
                 }
             }
         }
