@@ -475,7 +475,9 @@ struct {
  * new owner). The program copies the entry and takes the copy only if
  * owner and generation, read as one word, were the same before and after
  * (a seqlock's reader): a frame never uses half of an entry, or another
- * port's. */
+ * port's. The reads rely on loads not passing loads (x86's TSO, which the
+ * program's unaligned header loads already assume); a weakly ordered CPU
+ * would need acquire loads here. */
 #define DP_PORT_SLOTS 1024
 struct dp_port_slot {
 	__u32 ifindex;
@@ -506,6 +508,7 @@ __attribute__((noinline)) int dp_port_of(__u32 ifindex, struct dp_port *out)
 	if (ps) {
 		__u64 before = *(volatile __u64 *)ps, after;
 
+		asm volatile("" ::: "memory");
 		if ((__u32)before == ifindex) {
 			__builtin_memcpy(out, &ps->port, sizeof(*out));
 			asm volatile("" ::: "memory");

@@ -573,6 +573,19 @@ impl XdpEngine {
         for k in stale {
             let _ = self.flows.remove(&k);
         }
+        // The port slots agree with dp_ports again (a daemon that died
+        // between the two writes left a slot behind).
+        let ports: Vec<u32> = self.ports_map.keys().filter_map(Result::ok).collect();
+        for i in ports {
+            self.sync_port_slot(i, None)?;
+        }
+        for slot in 0..PORT_SLOTS {
+            if let Ok(ps) = self.port_slots.get(&slot, 0) {
+                if ps.ifindex != 0 {
+                    self.sync_port_slot(ps.ifindex, None)?;
+                }
+            }
+        }
         for slot in 0..self.cfg.max_masks {
             if self.masks.refs(slot) == 0
                 && self.masks_map.get(&slot, 0).is_ok_and(|m| m.active != 0)
@@ -1452,7 +1465,12 @@ impl XdpEngine {
         match self.flows.remove(&hk) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
             Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
-            Err(e) => return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e)),
+            Err(e) => {
+                // Still in the map, still holding its mask: still
+                // installed (a retry removes it, or an install modifies it).
+                self.installed.insert(handle.0, ());
+                return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
+            }
         }
         self.release_mask(handle.0.mask_idx)?;
         Ok(last)
