@@ -400,7 +400,9 @@ pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports) -> String 
     let peer = 3 - host;
     let p = host_end(host);
     let (offload, port_type, underlay_type) = match ports {
-        Ports::Defaults => ("", "", ""),
+        // `type` is required in the file; `auto` is what `add-port`
+        // without `--type` writes.
+        Ports::Defaults => ("", "\ntype = \"auto\"", ""),
         Ports::Afxdp => (
             "\noffload = \"none\"",
             "\ntype = \"afxdp\"",
@@ -1315,7 +1317,10 @@ mod tests {
         }
         let h1 = nicflow_config(1, Some(&k), Ports::Defaults);
         let h2 = nicflow_config(2, Some(&k), Ports::Defaults);
-        assert!(!h1.contains("offload") && !h1.contains("afxdp"), "{h1}");
+        assert!(
+            !h1.contains("offload") && !h1.contains("afxdp") && h1.contains("type = \"auto\""),
+            "{h1}"
+        );
         let x1 = nicflow_config(1, Some(&k), Ports::Afxdp);
         assert!(
             x1.contains("offload = \"none\"")

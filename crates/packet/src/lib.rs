@@ -31,6 +31,7 @@ pub mod buf;
 pub mod builder;
 pub mod checksum;
 pub mod ethernet;
+pub mod gro;
 pub mod icmp;
 pub mod icmpv6;
 pub mod ipv4;

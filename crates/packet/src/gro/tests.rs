@@ -1,0 +1,176 @@
+use super::*;
+use crate::builder::FrameBuilder;
+use proptest::prelude::*;
+
+const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+const S: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const D: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const TS: [u8; 12] = [1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9];
+
+/// Segment `i` of a stream of `mss`-byte segments (`len` bytes of payload).
+fn seg(i: u32, mss: u32, len: usize, flags: u16, df: bool) -> PacketBuf {
+    let payload: Vec<u8> = (0..len).map(|k| (k as u32 + i * 7) as u8).collect();
+    let mut b = FrameBuilder::new(A, B)
+        .ipv4(S, D)
+        .ident(100u16.wrapping_add(i as u16))
+        .tcp(40000, 5201, flags)
+        .tcp_seq(1000 + i * mss)
+        .tcp_ack(77)
+        .tcp_window(512)
+        .tcp_options(&TS)
+        .payload(&payload);
+    if df {
+        b = b.dont_fragment();
+    }
+    let f = b.build();
+    let mut p = PacketBuf::with_capacity(GRO_BUF_CAPACITY);
+    assert!(p.set_data(&f));
+    p
+}
+
+const ACK: u16 = 0x10;
+const PSH_ACK: u16 = 0x18;
+
+#[test]
+fn three_segments_become_one_super_frame() {
+    let mut h = seg(0, 1000, 1000, ACK, true);
+    assert!(is_candidate(&h));
+    merge(&mut h, &seg(1, 1000, 1000, ACK, true)).unwrap();
+    merge(&mut h, &seg(2, 1000, 300, PSH_ACK, true)).unwrap();
+    let o = h.offload.unwrap();
+    assert_eq!(
+        (o.gso_type, o.gso_size, o.csum_start, o.csum_offset),
+        (GsoType::TcpV4, 1000, 34, 16)
+    );
+    assert!(o.csum_partial);
+    let f = h.data();
+    let ip_len = rd16(f, IP + 2) as usize;
+    assert_eq!(ip_len, 20 + 32 + 2300);
+    assert_eq!(f.len(), 14 + ip_len);
+    assert_eq!(
+        fold(sum_words(&f[IP..TCP], 0)),
+        0xffff,
+        "IP header checksum"
+    );
+    assert_eq!(f[TCP + 13], PSH_ACK as u8);
+    let partial = fold(pseudo_header_ipv4(S, D, 6, (ip_len - 20) as u16));
+    assert_eq!(rd16(f, TCP + 16), partial);
+    // The payload is the three payloads in order.
+    let pay = &f[TCP + 32..];
+    assert_eq!(pay[1000], seg(1, 1000, 1000, ACK, true).data()[TCP + 32]);
+    assert_eq!(pay[2000], seg(2, 1000, 300, ACK, true).data()[TCP + 32]);
+    // After PSH nothing more.
+    assert_eq!(
+        merge(&mut h, &seg(3, 1000, 100, ACK, true)),
+        Err(Refused::No)
+    );
+}
+
+#[test]
+fn refusals_leave_the_head_unchanged() {
+    let base = seg(0, 1000, 1000, ACK, false);
+    let cases: Vec<(&str, PacketBuf)> = vec![
+        ("gap", seg(2, 1000, 1000, ACK, false)),
+        ("larger than gso_size", seg(1, 1000, 1200, ACK, false)),
+        ("FIN", seg(1, 1000, 1000, 0x11, false)),
+        ("DF differs", seg(1, 1000, 1000, ACK, true)),
+        ("other port", {
+            let mut p = seg(1, 1000, 1000, ACK, false);
+            p.data_mut()[TCP + 1] ^= 1;
+            p
+        }),
+        ("bad TCP checksum", {
+            let mut p = seg(1, 1000, 1000, ACK, false);
+            let n = p.len();
+            p.data_mut()[n - 1] ^= 0x40;
+            p
+        }),
+        ("other window", {
+            let f = FrameBuilder::new(A, B)
+                .ipv4(S, D)
+                .ident(101)
+                .tcp(40000, 5201, ACK)
+                .tcp_seq(2000)
+                .tcp_ack(77)
+                .tcp_window(513)
+                .tcp_options(&TS)
+                .payload(&[0; 1000])
+                .build();
+            PacketBuf::from_slice(&f)
+        }),
+        ("other timestamp", {
+            let mut ts = TS;
+            ts[11] = 10;
+            let f = FrameBuilder::new(A, B)
+                .ipv4(S, D)
+                .ident(101)
+                .tcp(40000, 5201, ACK)
+                .tcp_seq(2000)
+                .tcp_ack(77)
+                .tcp_window(512)
+                .tcp_options(&ts)
+                .payload(&[0; 1000])
+                .build();
+            PacketBuf::from_slice(&f)
+        }),
+        ("IP ID not counting without DF", {
+            let f = FrameBuilder::new(A, B)
+                .ipv4(S, D)
+                .ident(300)
+                .tcp(40000, 5201, ACK)
+                .tcp_seq(2000)
+                .tcp_ack(77)
+                .tcp_window(512)
+                .tcp_options(&TS)
+                .payload(&[0; 1000])
+                .build();
+            PacketBuf::from_slice(&f)
+        }),
+    ];
+    for (what, next) in cases {
+        let mut h = base.clone();
+        assert_eq!(merge(&mut h, &next), Err(Refused::No), "{what}");
+        assert_eq!(h.data(), base.data(), "{what}");
+        assert!(h.offload.is_none(), "{what}");
+    }
+    // A short segment ends the frame: the next full one is refused.
+    let mut h = base.clone();
+    merge(&mut h, &seg(1, 1000, 500, ACK, false)).unwrap();
+    assert_eq!(
+        merge(&mut h, &seg(2, 1000, 500, ACK, false)),
+        Err(Refused::No)
+    );
+}
+
+#[test]
+fn a_small_buffer_asks_for_room_and_grow_keeps_the_frame() {
+    let f = seg(0, 1000, 1000, ACK, true);
+    let mut h = PacketBuf::with_capacity(1100);
+    h.set_data(f.data());
+    let next = seg(1, 1000, 1000, ACK, true);
+    assert_eq!(merge(&mut h, &next), Err(Refused::NeedRoom));
+    assert_eq!(h.data(), f.data());
+    let old = grow(&mut h, PacketBuf::with_capacity(GRO_BUF_CAPACITY));
+    assert!(old.capacity() < GRO_BUF_CAPACITY);
+    merge(&mut h, &next).unwrap();
+    assert_eq!(h.len(), f.len() + 1000);
+}
+
+proptest! {
+    /// Arbitrary bytes never panic and never merge into a valid head
+    /// unless they are a valid next segment.
+    #[test]
+    fn arbitrary_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let mut h = seg(0, 100, 100, ACK, true);
+        let n = PacketBuf::from_slice(&bytes);
+        let _ = is_candidate(&n);
+        let _ = same_flow(h.data(), n.data());
+        let before = h.data().to_vec();
+        if merge(&mut h, &n).is_err() {
+            prop_assert_eq!(h.data(), &before[..]);
+        }
+        let mut m = PacketBuf::from_slice(&bytes);
+        let _ = merge(&mut m, &seg(0, 100, 100, ACK, true));
+    }
+}
