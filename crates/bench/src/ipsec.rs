@@ -18,9 +18,9 @@
 //!   tunnel port `vx0` (`auto` underlay: a TC port) with `ipsec=manual`
 //!   (fresh random keys per lab, SPIs mirrored), `esp_mode=tunnel`,
 //!   `esp_encap=udp`: the same packets on the wire as strongSwan's.
-//! * `nicflow-ipsec-afxdp`: the configuration of the first measurements
-//!   (issue 15): `offload = "none"`, the container veth and the underlay
-//!   AF_XDP ports.
+//! * `nicflow-ipsec-afxdp`: the configuration and path of the first
+//!   measurements (issue 15): `offload = "none"`, the container veth and
+//!   the underlay AF_XDP ports, `gro=false` on the tunnel port.
 //! * `nicflow`: `nicflow-ipsec` without IPsec (the unencrypted overlay in
 //!   the TC engine, as `bench overlay --engines nicflow`).
 //! * `strongswan`: on each host charon 5.9.8 with kernel-libipsec (ESP in
@@ -93,9 +93,10 @@ pub enum IpEngine {
     /// TC engine; the container veth and the underlay TC ports), VXLAN
     /// tunnel port with `ipsec=manual`.
     NicflowIpsec,
-    /// The same with the configuration of the first measurements (issue
-    /// 15): `offload = "none"`, the container veth and the underlay as
-    /// AF_XDP ports (copy mode on veths).
+    /// The same with the configuration and path of the first measurements
+    /// (issue 15): `offload = "none"`, the container veth and the underlay
+    /// as AF_XDP ports (copy mode on veths), no receive coalescing
+    /// (`gro=false`, which did not exist then).
     NicflowIpsecAfxdp,
     /// [`IpEngine::NicflowIpsec`] without IPsec: the unencrypted overlay
     /// with the defaults (the TC engine).
@@ -158,7 +159,8 @@ pub enum Ports {
     /// ports and the underlay of type `auto` (TC ports), what `nicflow
     /// add-port br0 IFACE` gives.
     Defaults,
-    /// `offload = "none"`, the container veth and the underlay AF_XDP.
+    /// `offload = "none"`, the container veth and the underlay AF_XDP,
+    /// no receive coalescing (`gro=false`): the path as issue 15 measured it.
     Afxdp,
 }
 
@@ -406,7 +408,7 @@ pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports) -> String 
         Ports::Afxdp => (
             "\noffload = \"none\"",
             "\ntype = \"afxdp\"",
-            ", underlay_type = \"afxdp\"",
+            ", underlay_type = \"afxdp\", gro = \"false\"",
         ),
     };
     let mut t = String::new();
@@ -1055,8 +1057,9 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          the TC engine) and `actions=normal`, the container veth a port of type `auto` (a TC \
          port), a VXLAN tunnel port on an `auto` underlay (a TC port) with `ipsec=manual` \
          (random keys per lab), `esp_mode=tunnel`, `esp_encap=udp`; `nicflow-ipsec-afxdp` = \
-         the same with the configuration of the first measurements (issue 15): `offload=none`, \
-         the container veth and the underlay AF_XDP ports; `nicflow` = `nicflow-ipsec` without \
+         the same with the configuration and path of the first measurements (issue 15): \
+         `offload=none`, the container veth and the underlay AF_XDP ports, `gro=false` (no \
+         receive coalescing, which did not exist then); `nicflow` = `nicflow-ipsec` without \
          IPsec (the unencrypted overlay runs in the TC engine); `strongswan` = charon 5.9.8 with kernel-libipsec (ESP in user \
          space through a TUN device) on each host, PSK, `install_routes = yes`, `encap = yes`, \
          with a kernel vxlan device and a Linux bridge. Traffic: one iperf3 client in c1 with N \
@@ -1263,7 +1266,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         s,
         "```sh\n{}\n\
          # nicflow-ipsec / nicflow, on host h: ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml with (H1; keys random per lab, nicflow: no ipsec options):\n{}\
-         # nicflow-ipsec-afxdp: the same with offload = \"none\" in [[bridge]], type = \"afxdp\" on the port, underlay_type = \"afxdp\" in the tunnel's options\n\
+         # nicflow-ipsec-afxdp: the same with offload = \"none\" in [[bridge]], type = \"afxdp\" on the port, underlay_type = \"afxdp\", gro = \"false\" in the tunnel's options\n\
          # strongswan, on host h in its namespace:\n{}\n\
          ip netns exec <Hh> unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /run && exec {CHARON}'   # STRONGSWAN_CONF: crates/ipsec/tests/strongswan/strongswan.conf.in, install_routes = yes\n\
          swanctl --load-all --clear --file swanctl.conf   # crates/ipsec/tests/strongswan/swanctl.conf.in, local = own underlay address\n\
@@ -1325,7 +1328,7 @@ mod tests {
         assert!(
             x1.contains("offload = \"none\"")
                 && x1.contains("type = \"afxdp\"")
-                && x1.contains("underlay_type = \"afxdp\""),
+                && x1.contains("underlay_type = \"afxdp\", gro = \"false\""),
             "{x1}"
         );
         assert!(

@@ -155,7 +155,9 @@ pub fn is_candidate(b: &PacketBuf) -> bool {
 /// docs. On success `head` is a TCP/IPv4 super-frame with a partial
 /// checksum and `next` may be recycled. On refusal nothing changed.
 pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
-    if next.offload.is_some() {
+    // Tunnel metadata is part of the flow key (a `key=flow` port receives
+    // many VNIs): frames from different tunnels never merge.
+    if next.offload.is_some() || head.tun != next.tun {
         return Err(Refused::No);
     }
     let built = match head.offload {

@@ -1653,7 +1653,10 @@ impl Port for TunnelPort {
                 };
                 self.stats.rx_packets += 1;
                 self.stats.rx_bytes += p.len() as u64;
-                if self.cfg.gro && coalesce(out, base, p, pool) {
+                if !self.cfg.gro {
+                    out.push(p);
+                    n += 1;
+                } else if coalesce(out, base, p, pool) {
                     self.gro_merged += 1;
                 } else {
                     n += 1;

@@ -134,6 +134,14 @@ fn refusals_leave_the_head_unchanged() {
         assert_eq!(h.data(), base.data(), "{what}");
         assert!(h.offload.is_none(), "{what}");
     }
+    // Another tunnel's segment (a `key=flow` port's other VNI).
+    let mut h = base.clone();
+    let mut other = seg(1, 1000, 1000, ACK, false);
+    other.tun = Some(crate::buf::TunnelMeta {
+        id: 7,
+        ..Default::default()
+    });
+    assert_eq!(merge(&mut h, &other), Err(Refused::No));
     // A short segment ends the frame: the next full one is refused.
     let mut h = base.clone();
     merge(&mut h, &seg(1, 1000, 500, ACK, false)).unwrap();
