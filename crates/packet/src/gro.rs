@@ -14,8 +14,9 @@
 //! The rules are Linux's (`tcp_gro_receive`, `inet_gro_receive`), so that
 //! re-segmenting a merged frame gives back exactly the segments that were
 //! merged: same Ethernet header, IPv4 without options or fragments, same
-//! TOS, TTL, DF and addresses, IP IDs counting up by one (or DF set, where
-//! Linux resegments with counting IDs too), same ports, ACK number, window,
+//! TOS, TTL, DF and addresses, IP IDs counting up by one (cutting the frame
+//! again counts them up from the first; Linux also merges DF segments
+//! with one fixed ID, which nicflow leaves unmerged), same ports, ACK number, window,
 //! header length and options (timestamps included), flags ACK only on all
 //! but the last (which may add PSH, and ends the super-frame), sequence
 //! numbers contiguous, every segment but the last exactly `gso_size` bytes
@@ -29,8 +30,8 @@ use std::net::Ipv4Addr;
 
 /// Largest IPv4 total length of a merged frame.
 pub const GRO_MAX_IP_LEN: usize = 65535;
-/// Most segments in one merged frame (Linux's default `gro_max_segs`-like
-/// bound; keeps the receiver's ACK clock ticking).
+/// Most segments in one merged frame: 64 KiB of 1,448-byte segments (Linux
+/// bounds by the 64 KiB alone).
 pub const GRO_MAX_SEGS: usize = 44;
 
 const ETH: usize = 14;
@@ -173,10 +174,8 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
     if !same_flow(h, n) {
         return Err(Refused::No);
     }
-    // A built head's checksum is partial: it was verified segment by
-    // segment as it grew.
-    let hs = parse(h, !built).ok_or(Refused::No)?;
-    let ns = parse(n, true).ok_or(Refused::No)?;
+    let hs = parse(h, false).ok_or(Refused::No)?;
+    let ns = parse(n, false).ok_or(Refused::No)?;
     let gso_size = match head.offload {
         Some(o) => o.gso_size as usize,
         None => hs.payload(),
@@ -191,14 +190,16 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         && hs.ip_len + np <= GRO_MAX_IP_LEN
         && hs.thl == ns.thl
         && hs.df == ns.df
-        && (hs.df || ns.id == hs.id.wrapping_add(segs as u16))
+        && ns.id == hs.id.wrapping_add(segs as u16)
         && h[IP + 1] == n[IP + 1] // TOS
         && h[IP + 8] == n[IP + 8] // TTL
         && same(TCP + 8, TCP + 12) // ACK number
         && same(TCP + 14, TCP + 16) // window
         && same(TCP + 20, TCP + hs.thl) // options
         && ns.seq == hs.seq.wrapping_add(hs.payload() as u32);
-    if !ok {
+    // Checksums last: the cheap rules refuse most frames first. A built
+    // head's checksum is partial: it was verified segment by segment.
+    if !ok || (!built && parse(h, true).is_none()) || parse(n, true).is_none() {
         return Err(Refused::No);
     }
     let h_end = ETH + hs.ip_len;
@@ -232,16 +233,24 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
     Ok(())
 }
 
-/// Moves `head`'s frame into `big` (a buffer of at least
-/// [`GRO_BUF_CAPACITY`]), trimming Ethernet padding, and returns the old
-/// buffer for recycling. Keeps the offload and tunnel metadata.
-pub fn grow(head: &mut PacketBuf, mut big: PacketBuf) -> PacketBuf {
+/// Moves `head`'s frame into `big`, trimming Ethernet padding, and returns
+/// the old buffer for recycling. Keeps the offload and tunnel metadata.
+/// `Err(big)`, `head` untouched, when the frame does not fit in `big`
+/// behind its headroom.
+pub fn grow(head: &mut PacketBuf, mut big: PacketBuf) -> Result<PacketBuf, PacketBuf> {
     let len = parse_len(head.data()).unwrap_or(head.len());
-    big.set_data(&head.data()[..len]);
+    if !big.set_data(&head.data()[..len]) {
+        return Err(big);
+    }
     big.offload = head.offload;
     big.tun = head.tun;
     std::mem::swap(head, &mut big);
-    big
+    Ok(big)
+}
+
+/// Is `b` a buffer [`grow`] can move any merged frame into?
+pub fn is_big(b: &PacketBuf) -> bool {
+    b.capacity() >= GRO_BUF_CAPACITY + PacketBuf::DEFAULT_HEADROOM
 }
 
 fn parse_len(f: &[u8]) -> Option<usize> {

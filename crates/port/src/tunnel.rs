@@ -68,16 +68,21 @@ fn coalesce(
     };
     let mut r = gro::merge(&mut out[i], &p);
     if r == Err(gro::Refused::NeedRoom) {
-        let big = match pool
-            .iter()
-            .rposition(|b| b.capacity() >= gro::GRO_BUF_CAPACITY)
-        {
+        // (Only the pool's last few buffers are looked at: big ones come
+        // back at the end, and a scan of the whole pool per merge would
+        // cost more than the allocation it saves.)
+        let from = pool.len().saturating_sub(GRO_FLOWS * 2);
+        let big = match (from..pool.len()).rev().find(|&k| gro::is_big(&pool[k])) {
             Some(k) => pool.swap_remove(k),
             None => PacketBuf::with_capacity(gro::GRO_BUF_CAPACITY),
         };
-        let old = gro::grow(&mut out[i], big);
-        pool.push(old);
-        r = gro::merge(&mut out[i], &p);
+        match gro::grow(&mut out[i], big) {
+            Ok(old) => {
+                pool.push(old);
+                r = gro::merge(&mut out[i], &p);
+            }
+            Err(big) => pool.push(big),
+        }
     }
     if r.is_ok() {
         pool.push(p);
