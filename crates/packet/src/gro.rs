@@ -83,8 +83,8 @@ fn rd32(f: &[u8], o: usize) -> u32 {
 }
 
 /// Parses `f` as Ethernet + IPv4 (no options, no fragment) + TCP with a
-/// payload and no flags but ACK and PSH. `verify`: check both checksums.
-fn parse(f: &[u8], verify: bool) -> Option<Seg> {
+/// payload and no flags but ACK and PSH.
+fn parse(f: &[u8]) -> Option<Seg> {
     if f.len() < TCP + 20 || rd16(f, 12) != 0x0800 || f[IP] != 0x45 || f[IP + 9] != 6 {
         return None;
     }
@@ -101,20 +101,6 @@ fn parse(f: &[u8], verify: bool) -> Option<Seg> {
     if flags & !(F_ACK | F_PSH) != 0 || flags & F_ACK == 0 {
         return None;
     }
-    if verify {
-        if fold(sum_words(&f[IP..TCP], 0)) != 0xffff {
-            return None;
-        }
-        let (s, d) = addrs(f);
-        let tcp_len = ip_len - 20;
-        let sum = sum_words(
-            &f[TCP..ETH + ip_len],
-            pseudo_header_ipv4(s, d, 6, tcp_len as u16),
-        );
-        if fold(sum) != 0xffff {
-            return None;
-        }
-    }
     Some(Seg {
         ip_len,
         thl,
@@ -123,6 +109,16 @@ fn parse(f: &[u8], verify: bool) -> Option<Seg> {
         id: rd16(f, IP + 4),
         df: frag & 0x4000 != 0,
     })
+}
+
+/// Are the IPv4 header and TCP checksums of `f` (parsed as `seg`) right?
+fn checksums_ok(f: &[u8], seg: &Seg) -> bool {
+    let (s, d) = addrs(f);
+    let tcp = sum_words(
+        &f[TCP..ETH + seg.ip_len],
+        pseudo_header_ipv4(s, d, 6, (seg.ip_len - 20) as u16),
+    );
+    fold(sum_words(&f[IP..TCP], 0)) == 0xffff && fold(tcp) == 0xffff
 }
 
 fn addrs(f: &[u8]) -> (Ipv4Addr, Ipv4Addr) {
@@ -148,7 +144,7 @@ pub fn same_flow(a: &[u8], b: &[u8]) -> bool {
 /// Can `b` start a merged frame (a verified TCP/IPv4 data segment)? The
 /// caller merges later segments into it with [`merge`].
 pub fn is_candidate(b: &PacketBuf) -> bool {
-    b.offload.is_none() && parse(b.data(), false).is_some()
+    b.offload.is_none() && parse(b.data()).is_some()
 }
 
 /// Appends the payload of segment `next` to `head` (a segment, or a frame
@@ -174,8 +170,8 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
     if !same_flow(h, n) {
         return Err(Refused::No);
     }
-    let hs = parse(h, false).ok_or(Refused::No)?;
-    let ns = parse(n, false).ok_or(Refused::No)?;
+    let hs = parse(h).ok_or(Refused::No)?;
+    let ns = parse(n).ok_or(Refused::No)?;
     let gso_size = match head.offload {
         Some(o) => o.gso_size as usize,
         None => hs.payload(),
@@ -199,7 +195,7 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         && ns.seq == hs.seq.wrapping_add(hs.payload() as u32);
     // Checksums last: the cheap rules refuse most frames first. A built
     // head's checksum is partial: it was verified segment by segment.
-    if !ok || (!built && parse(h, true).is_none()) || parse(n, true).is_none() {
+    if !ok || (!built && !checksums_ok(h, &hs)) || !checksums_ok(n, &ns) {
         return Err(Refused::No);
     }
     let h_end = ETH + hs.ip_len;

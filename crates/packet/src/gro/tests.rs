@@ -29,6 +29,22 @@ fn seg(i: u32, mss: u32, len: usize, flags: u16, df: bool) -> PacketBuf {
     p
 }
 
+/// The stream's second segment (seq 2000, 1000 zero bytes, no DF) with
+/// the IP ID, window and TCP options given.
+fn second(ident: u16, window: u16, options: [u8; 12]) -> PacketBuf {
+    let f = FrameBuilder::new(A, B)
+        .ipv4(S, D)
+        .ident(ident)
+        .tcp(40000, 5201, ACK)
+        .tcp_seq(2000)
+        .tcp_ack(77)
+        .tcp_window(window)
+        .tcp_options(&options)
+        .payload(&[0; 1000])
+        .build();
+    PacketBuf::from_slice(&f)
+}
+
 const ACK: u16 = 0x10;
 const PSH_ACK: u16 = 0x18;
 
@@ -86,47 +102,13 @@ fn refusals_leave_the_head_unchanged() {
             p.data_mut()[n - 1] ^= 0x40;
             p
         }),
-        ("other window", {
-            let f = FrameBuilder::new(A, B)
-                .ipv4(S, D)
-                .ident(101)
-                .tcp(40000, 5201, ACK)
-                .tcp_seq(2000)
-                .tcp_ack(77)
-                .tcp_window(513)
-                .tcp_options(&TS)
-                .payload(&[0; 1000])
-                .build();
-            PacketBuf::from_slice(&f)
-        }),
+        ("other window", second(101, 513, TS)),
         ("other timestamp", {
             let mut ts = TS;
             ts[11] = 10;
-            let f = FrameBuilder::new(A, B)
-                .ipv4(S, D)
-                .ident(101)
-                .tcp(40000, 5201, ACK)
-                .tcp_seq(2000)
-                .tcp_ack(77)
-                .tcp_window(512)
-                .tcp_options(&ts)
-                .payload(&[0; 1000])
-                .build();
-            PacketBuf::from_slice(&f)
+            second(101, 512, ts)
         }),
-        ("IP ID not counting without DF", {
-            let f = FrameBuilder::new(A, B)
-                .ipv4(S, D)
-                .ident(300)
-                .tcp(40000, 5201, ACK)
-                .tcp_seq(2000)
-                .tcp_ack(77)
-                .tcp_window(512)
-                .tcp_options(&TS)
-                .payload(&[0; 1000])
-                .build();
-            PacketBuf::from_slice(&f)
-        }),
+        ("IP ID not counting without DF", second(300, 512, TS)),
     ];
     for (what, next) in cases {
         let mut h = base.clone();
