@@ -1014,6 +1014,9 @@ impl Bridge {
     /// change is revalidated before returning.
     pub fn tick(&mut self, now: Instant) {
         self.report_overload(now);
+        for p in &mut self.ports {
+            p.port.housekeeping();
+        }
         if self.dp.offload_mut().is_some_and(|off| off.tick()) {
             self.dp.replace_flows();
         }

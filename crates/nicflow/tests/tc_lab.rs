@@ -272,3 +272,68 @@ fn peer_with_napi_is_reached_through_the_transmit_path() {
         "{flows:#?}"
     );
 }
+
+/// A root qdisc on a port (here tbf) shapes everything the switch sends out
+/// of it: the TC engine reaches the port through its transmit path, not
+/// with bpf_redirect_peer into the peer, while the qdisc is there (and with
+/// redirect_peer again once it is gone), and the daemon's own frames (the
+/// first packet of each flow) leave through it too. The qdisc's own
+/// counters prove every frame went through it.
+#[test]
+fn shaped_port_is_reached_through_its_qdisc() {
+    if !privileged() || !common::have_with("tc", "-V") {
+        common::skipped("needs root and tc");
+        return;
+    }
+    let lab = Lab::up("q", "", &["priority=0,actions=normal"]);
+    let peer_of = |lab: &Lab| -> Option<bool> {
+        lab.stats()["offload"]["tc"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "p2")
+            .map(|p| p["redirect_peer"].as_bool().unwrap())
+    };
+    let wait_for = |want: bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while peer_of(&lab) != Some(want) {
+            assert!(std::time::Instant::now() < deadline, "{}", lab.stats());
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    wait_for(true);
+    let (ns, iface) = (lab.switch_ns(), lab.switch_iface(2));
+    let tc = |args: &[&str]| {
+        let mut argv = vec!["ip", "netns", "exec", &ns, "tc"];
+        argv.extend_from_slice(args);
+        common::must(&argv)
+    };
+    tc(&[
+        "qdisc", "add", "dev", &iface, "root", "tbf", "rate", "1gbit", "burst", "256k", "latency",
+        "50ms",
+    ]);
+    wait_for(false);
+    let sent = || -> u64 {
+        let out = tc(&["-s", "-j", "qdisc", "show", "dev", &iface, "root"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        v.as_array()
+            .and_then(|a| a.iter().find(|q| q["kind"] == "tbf"))
+            .map(|q| q["packets"].as_u64().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    let before = sent();
+    let out = lab.exec("q1", &["ping", "-c", "8", "-i", "0.1", "198.18.0.2"]);
+    assert!(out.contains(" 0% packet loss"), "{out}");
+    let flows = lab.dp_flows();
+    let kernel = flows
+        .iter()
+        .filter(|f| f["engine"] == "tc" && f["match"].as_str().unwrap_or("").contains("in_port=p1"))
+        .map(|f| f["kernel_packets"].as_u64().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    assert!(kernel >= 4, "{flows:#?}");
+    // Every echo request left through p2, the offloaded ones included.
+    assert!(sent() - before >= 8, "tbf sent {} of 8", sent() - before);
+    tc(&["qdisc", "del", "dev", &iface, "root"]);
+    wait_for(true);
+}

@@ -467,6 +467,28 @@ pub struct AfPacketPort {
     /// Transmit on another interface than the one received on (a TC
     /// port: receive on its upcall device, send on its interface).
     tx_fd: Option<OwnedFd>,
+    /// The interface frames are sent on, and whether its socket bypasses
+    /// the qdisc (only while the interface has no queueing root qdisc:
+    /// [`crate::qdisc`]; re-read by `housekeeping`).
+    tx_ifindex: u32,
+    qdisc_bypass: bool,
+}
+
+/// `PACKET_QDISC_BYPASS` on `fd` as interface `ifindex`'s root qdisc
+/// allows (on unless a qdisc would queue or shape: then the frames must go
+/// through it). A qdisc that cannot be read counts as none. Returns
+/// whether the bypass is on.
+fn follow_qdisc(fd: RawFd, ifindex: u32, name: &str) -> io::Result<bool> {
+    let kind = match crate::qdisc::root_qdisc(ifindex) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::debug!(port = %name, "reading the root qdisc: {e}");
+            None
+        }
+    };
+    let bypass = !crate::qdisc::shapes(kind.as_deref());
+    setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &i32::from(bypass))?;
+    Ok(bypass)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -577,7 +599,7 @@ impl AfPacketPort {
             ),
             Err(e) => return Err(err("setsockopt(PACKET_IGNORE_OUTGOING)")(e)),
         }
-        setsockopt(raw, SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int)
+        let qdisc_bypass = follow_qdisc(raw, ifindex as u32, ifname)
             .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
         bind_packet(raw, ifindex).map_err(err("bind(AF_PACKET, ETH_P_ALL)"))?;
         if opts.promisc {
@@ -615,6 +637,8 @@ impl AfPacketPort {
             vnet: opts.vnet_hdr,
             _saved_features: saved_features,
             tx_fd: None,
+            tx_ifindex: ifindex as u32,
+            qdisc_bypass,
         })
     }
 
@@ -636,8 +660,9 @@ impl AfPacketPort {
             setsockopt(raw, SOL_PACKET, PACKET_VNET_HDR, &1 as &libc::c_int)
                 .map_err(err("setsockopt(PACKET_VNET_HDR)"))?;
         }
-        setsockopt(raw, SOL_PACKET, PACKET_QDISC_BYPASS, &1 as &libc::c_int)
+        self.qdisc_bypass = follow_qdisc(raw, ifindex as u32, ifname)
             .map_err(err("setsockopt(PACKET_QDISC_BYPASS)"))?;
+        self.tx_ifindex = ifindex as u32;
         bind_packet_proto(raw, ifindex, 0).map_err(err("bind(AF_PACKET, 0)"))?;
         if promisc {
             add_promisc(raw, ifindex)
@@ -962,6 +987,21 @@ impl Port for AfPacketPort {
     /// a ring as soon as a frame is queued.
     fn rx_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    /// Follow the sending interface's root qdisc: a qdisc added since the
+    /// last tick takes the bypass off (frames go through it), one removed
+    /// puts it back.
+    fn housekeeping(&mut self) {
+        let fd = self.tx_fd.as_ref().unwrap_or(&self.fd).as_raw_fd();
+        match follow_qdisc(fd, self.tx_ifindex, &self.name) {
+            Ok(now) if now != self.qdisc_bypass => {
+                tracing::info!(port = %self.name, "qdisc bypass: {} -> {now}", self.qdisc_bypass);
+                self.qdisc_bypass = now;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(port = %self.name, "setsockopt(PACKET_QDISC_BYPASS): {e}"),
+        }
     }
 }
 

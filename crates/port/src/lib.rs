@@ -47,6 +47,7 @@ pub mod mem;
 pub mod patch;
 pub mod pcap;
 pub mod pin;
+pub mod qdisc;
 pub mod state;
 mod sys;
 pub use sys::SavedFeatures;
@@ -145,4 +146,8 @@ pub trait Port {
     fn set_tlv_map(&mut self, _map: &[tunnel::TlvMapping]) -> bool {
         false
     }
+    /// Called by the bridge every housekeeping tick (about once a second):
+    /// re-read what may change under the port outside nicflow's control
+    /// (a packet socket follows the interface's root qdisc: [`qdisc`]).
+    fn housekeeping(&mut self) {}
 }

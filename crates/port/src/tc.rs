@@ -414,6 +414,10 @@ impl Port for TcPort {
         self.io.rx_fd()
     }
 
+    fn housekeeping(&mut self) {
+        self.io.housekeeping();
+    }
+
     fn accepts_offloads(&self) -> bool {
         self.io.accepts_offloads()
     }

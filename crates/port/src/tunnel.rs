@@ -1718,6 +1718,11 @@ impl Port for TunnelPort {
         self.underlay.borrow().port.rx_fd()
     }
 
+    /// The underlay's (shared by the tunnels on it: idempotent).
+    fn housekeeping(&mut self) {
+        self.underlay.borrow_mut().port.housekeeping();
+    }
+
     fn has_deferred_work(&self) -> bool {
         let u = self.underlay.borrow();
         !self.icmp.is_empty()

@@ -465,6 +465,25 @@ impl OffloadManager {
         })
     }
 
+    /// May the TC engine send to this veth (whose peer is in another
+    /// namespace) with `bpf_redirect_peer`? Not while the peer takes XDP
+    /// redirects (it runs NAPI: `bpf_redirect` feeds it), and not while
+    /// the port has a root qdisc that queues or shapes (`qdisc`: the
+    /// redirect to the peer would skip it). A qdisc that cannot be read
+    /// counts as none (logged).
+    fn peer_redirect_ok(&mut self, ifindex: u32) -> bool {
+        if self.accepts_redirects(ifindex) {
+            return false;
+        }
+        match nicflow_port::qdisc::root_qdisc(ifindex) {
+            Ok(kind) => !nicflow_port::qdisc::shapes(kind.as_deref()),
+            Err(e) => {
+                tracing::debug!(ifindex, "reading the root qdisc: {e}");
+                true
+            }
+        }
+    }
+
     fn accepts_redirects(&mut self, ifindex: u32) -> bool {
         match self.netdev.as_mut().map(|q| q.accepts_redirects(ifindex)) {
             Some(Ok(b)) => b,
@@ -625,7 +644,7 @@ impl OffloadManager {
             self.others.insert(no, "port:tc-engine-off");
             return Ok(());
         }
-        let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
+        let peer = peer_elsewhere && self.peer_redirect_ok(ifindex);
         let slot = self
             .tc_slot_for(ifindex)
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
@@ -1055,7 +1074,7 @@ impl OffloadManager {
             t.view.mac(),
             u16::try_from(t.view.mtu()).unwrap_or(u16::MAX),
         );
-        let peer = peer_elsewhere && !self.accepts_redirects(ifindex);
+        let peer = peer_elsewhere && self.peer_redirect_ok(ifindex);
         let slot = self
             .tc_slot_for(ifindex)
             .ok_or_else(|| OffloadError::Config("no free port slot in the TC engine".into()))?;
@@ -1200,8 +1219,9 @@ impl OffloadManager {
     /// started gets it filled. Returns true when flows must be re-placed.
     pub fn tick(&mut self) -> bool {
         let mut changed = false;
-        // TC ports: a peer that started or stopped running XDP (or GRO)
-        // switches between the transmit path and bpf_redirect_peer. No
+        // TC ports: a peer that started or stopped running XDP (or GRO),
+        // or a root qdisc added to or removed from the port, switches
+        // between the transmit path and bpf_redirect_peer. No
         // flow changes: the output slot stays, only how it is reached.
         let tcs: Vec<(u32, u32, u32, bool, bool)> = self
             .tc_ports
@@ -1303,7 +1323,7 @@ impl OffloadManager {
         elsewhere: bool,
         was: bool,
     ) -> Option<bool> {
-        let now = elsewhere && !self.accepts_redirects(ifindex);
+        let now = elsewhere && self.peer_redirect_ok(ifindex);
         if now == was {
             return None;
         }
