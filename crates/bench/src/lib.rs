@@ -28,6 +28,7 @@ pub mod p4;
 pub mod pktrate;
 pub mod progcost;
 pub mod report;
+pub mod scheduler;
 pub mod streams;
 pub mod table_scale;
 pub mod testbed;

@@ -91,6 +91,10 @@ enum BenchCmd {
     /// Mbit/s to 5 Gbit/s: nicflow vs Open vSwitch userspace meters
     /// (issue 14).
     Meters(nicflow_bench::meters::Args),
+    /// Per-packet multipath scheduling (select groups with rr/wrr/splb)
+    /// against ECMP hashing on a lab of unequal tbf paths: max and p99
+    /// flow completion time, reordering, daemon CPU (seed 003; issue 35).
+    Scheduler(nicflow_bench::scheduler::Args),
     /// P4 mode (issue 32): routing.p4 vs the same OpenFlow rules vs Open
     /// vSwitch userspace (hit packets/s, slow-path µs, megaflows), the
     /// interpreter alone vs BMv2's published rate, add_on_miss learning
@@ -194,6 +198,9 @@ fn run(which: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Ipsec(args) => nicflow_bench::ipsec::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Openflow(args) => nicflow_bench::openflow::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Meters(args) => nicflow_bench::meters::cli(&args).map(|()| ExitCode::SUCCESS),
+        BenchCmd::Scheduler(args) => {
+            nicflow_bench::scheduler::cli(&args).map(|()| ExitCode::SUCCESS)
+        }
         BenchCmd::P4(args) => nicflow_bench::p4::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Firewall(args) => nicflow_bench::firewall::cli(&args).map(|()| ExitCode::SUCCESS),
         BenchCmd::Microservices(args) => {

@@ -347,7 +347,7 @@ fn topology_text(spec: &TestbedSpec, lab: &str) -> String {
 }
 
 /// The MAC of `iface` in `ns`, as `ip link` prints it (`02:00:...`).
-fn read_mac(ns: &str, iface: &str) -> anyhow::Result<String> {
+pub fn read_mac(ns: &str, iface: &str) -> anyhow::Result<String> {
     let l = rtnl_in(ns, |rt| os::link::get(rt, iface))?;
     l.address
         .filter(|a| !a.is_empty())

@@ -1,0 +1,1031 @@
+//! `nicflow bench scheduler`: per-packet multipath scheduling (seed 003,
+//! section on the DPU packet scheduler; issue 35) against ECMP hashing, on
+//! a multipath lab with unequal paths.
+//!
+//! # Lab
+//!
+//! ```text
+//!                          ┌ pa1 ══ tbf R1 ══ pb1 ┐
+//!  c1 (eth0) ── p1 [sw]    ├ pa2 ══ tbf R2 ══ pb2 ┤   [fab] ps ── (eth0) s1
+//!   198.18.70.1            ├ ...                  ┤              198.18.70.2
+//!                          └ paN ══ tbf RN ══ pbN ┘
+//! ```
+//!
+//! Two nicflow switches in namespaces of their own: `sw`, the scheduler
+//! under test (the engine of `--engines`), and `fab`, the far end of the
+//! fabric (defaults: TC engine), joined by N parallel veth links. Each
+//! path's capacity is a `tbf` root qdisc on `sw`'s end of it (`--paths`,
+//! e.g. `1G,1G,500M,500M`: unequal paths as the issue asks; netem is not
+//! available on this kernel). nicflow keeps a port's qdisc in the path of
+//! every frame it sends (docs/offload.md), so the shaping holds for the
+//! kernel engine and for the daemon alike. `sw`'s rules send every IPv4
+//! packet from c1 to select group 1, one bucket per path (`output:paI`),
+//! and everything coming back from any path to c1; `fab` sends what
+//! arrives on any path to s1 and s1's packets back on path 1 (ACKs need no
+//! spraying). c1 and s1 have static neighbour entries: no ARP crosses the
+//! fabric.
+//!
+//! # Methods
+//!
+//! `ecmp` is the group without a selection method: a hash of the 5-tuple,
+//! one path per connection, as an ECMP fabric would (the baseline). The
+//! others are `selection_method=` values of the group: `rr` (round robin
+//! per packet), `wrr` (weighted by the buckets' weights, here the path
+//! rates), `splb` (congestion-aware). Bucket weights are the path rates in
+//! Mbit/s for every method (`ecmp` hashes in proportion to them, too).
+//!
+//! # Workload and measurements
+//!
+//! For each number of concurrent flows K (`--flows`), K TCP connections
+//! from c1 to s1 start together; each sends a size drawn from the
+//! web-search distribution (DCTCP, SIGCOMM 2010, as tabulated by pFabric:
+//! 15% of flows are 6 packets of 1,460 bytes, half are under 53, the
+//! largest 20,000) times `--size-scale`, then waits for s1's one-byte
+//! answer once s1 has read everything: its flow completion time (FCT).
+//! The sizes come from a seeded generator (`--seed`, printed): every
+//! method sees the same flows in a repetition. Per round: max and p99 FCT,
+//! goodput (bytes / time until the last flow finished), the receiver's
+//! out-of-order segments (`TcpExt.TCPOFOQueue` of s1's namespace, per
+//! 1,000 segments received) and the sender's retransmitted segments
+//! (`Tcp.RetransSegs` of c1's) and reordering detections
+//! (`TCPSACKReorder` + `TCPTSReorder` + `TCPRenoReorder`), and the `sw`
+//! daemon's CPU seconds per Gbit carried. Medians over `--reps`
+//! repetitions; methods are interleaved within each repetition.
+
+use super::forward::{interrupted, Engine};
+use super::lab::Lab;
+use super::report::{self, Figure, Series};
+use anyhow::{bail, Context};
+use nicflow::control::proto::Request;
+use nicflow::lab::{self, sys, LabOptions, Topology};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// The sender and the receiver.
+pub const C1_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 70, 1);
+pub const S1_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 70, 2);
+/// The receiver's listening port.
+pub const PORT: u16 = 5301;
+/// The bridge of both switches.
+const BRIDGE: &str = "br0";
+/// The select group.
+const GROUP: u32 = 1;
+
+/// The web-search flow size CDF (DCTCP), in packets of [`MSS`] bytes:
+/// `(size, cumulative probability)`, linearly interpolated.
+pub const WEB_SEARCH_CDF: &[(f64, f64)] = &[
+    (6.0, 0.0),
+    (6.0, 0.15),
+    (13.0, 0.2),
+    (19.0, 0.3),
+    (33.0, 0.4),
+    (53.0, 0.53),
+    (133.0, 0.6),
+    (667.0, 0.7),
+    (1333.0, 0.8),
+    (3333.0, 0.9),
+    (6667.0, 0.97),
+    (20000.0, 1.0),
+];
+/// Bytes per packet of the CDF.
+pub const MSS: f64 = 1460.0;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Scheduler engines: `nicflow` (TC engine, what `add-port` gives) and
+    /// `nicflow-afpacket` (userspace). Engines that hand frames to the
+    /// driver below any qdisc (XDP, AF_XDP) cannot be shaped: refused.
+    #[arg(long, default_value = "nicflow,nicflow-afpacket")]
+    pub engines: String,
+    /// Methods: `ecmp` (5-tuple hash, the baseline), `rr`, `wrr`, `splb`.
+    #[arg(long, default_value = "ecmp,rr,wrr,splb")]
+    pub methods: String,
+    /// Path rates (tbf on each path), bit/s with k/M/G suffixes.
+    #[arg(long, default_value = "1G,1G,500M,500M")]
+    pub paths: String,
+    /// Concurrent flows per round, comma-separated.
+    #[arg(long, default_value = "16,32,64,128")]
+    pub flows: String,
+    /// Repetitions (medians in the report).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Flow sizes are the web-search sizes times this.
+    #[arg(long, default_value_t = 1.0)]
+    pub size_scale: f64,
+    /// Seed of the flow sizes (repetition r of K flows uses seed + 1000 r + K).
+    #[arg(long, default_value_t = 20261203)]
+    pub seed: u64,
+    /// A round whose flows are not all done after this many seconds counts
+    /// its unfinished flows as timeouts.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout: f64,
+    /// tbf queue per path, in milliseconds at the path's rate.
+    #[arg(long, default_value_t = 10.0)]
+    pub queue_ms: f64,
+    /// Where the run goes, re-rendering, smoke runs.
+    #[command(flatten)]
+    pub run: super::RunArgs,
+}
+
+/// One round: one engine, method, flow count and repetition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Round {
+    pub engine: String,
+    pub method: String,
+    pub flows: usize,
+    pub rep: usize,
+    pub seed: u64,
+    /// Seconds per flow; None: not done within the timeout (or failed).
+    pub fct_s: Vec<Option<f64>>,
+    pub bytes: u64,
+    /// Seconds from the start until the last flow finished.
+    pub makespan_s: f64,
+    /// s1: segments received, segments queued out of order.
+    pub rx_segs: u64,
+    pub rx_ofo: u64,
+    /// c1: segments retransmitted, reordering detections.
+    pub retrans: u64,
+    pub reorder: u64,
+    /// CPU seconds of the `sw` daemon during the round.
+    pub daemon_cpu_s: f64,
+    /// Errors of flows that failed (first few).
+    pub errors: Vec<String>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    pub machine: String,
+    pub paths_bps: Vec<u64>,
+    pub size_scale: f64,
+    pub seed: u64,
+    pub rounds: Vec<Round>,
+    /// Methods an engine refused (e.g. a selection method it does not
+    /// have), with the error.
+    pub refused: Vec<(String, String, String)>,
+    pub commands: Vec<String>,
+}
+
+pub fn cli(args: &Args) -> anyhow::Result<()> {
+    report::cli(&args.run, "scheduler", || measure(args), figures, markdown)
+}
+
+/// A rate with k/M/G suffix (decimal), in bit/s.
+pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1e3),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1e6),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1e9),
+        _ => (s, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("rate `{s}`: a number with k/M/G"))?;
+    if v.is_nan() || v * mult < 1e6 || v * mult > 100e9 {
+        bail!("rate `{s}`: between 1M and 100G");
+    }
+    Ok((v * mult) as u64)
+}
+
+const METHODS: &[&str] = &["ecmp", "rr", "wrr", "splb"];
+
+/// The group line of `method` over paths with these rates.
+pub fn group_line(method: &str, paths_bps: &[u64]) -> String {
+    let mut g = format!("group_id={GROUP},type=select");
+    if method != "ecmp" {
+        let _ = write!(g, ",selection_method={method}");
+    }
+    for (i, r) in paths_bps.iter().enumerate() {
+        let w = (r / 1_000_000).clamp(1, 65535);
+        let _ = write!(
+            g,
+            ",bucket=bucket_id:{i},weight:{w},actions=output:pa{}",
+            i + 1
+        );
+    }
+    g
+}
+
+/// `sw`'s rules: IPv4 from c1 to the group, everything back to c1.
+pub fn sw_flows(paths: usize) -> Vec<String> {
+    let mut v = vec![format!("priority=10,ip,in_port=p1,actions=group:{GROUP}")];
+    for i in 1..=paths {
+        v.push(format!("priority=10,in_port=pa{i},actions=output:p1"));
+    }
+    v
+}
+
+/// A small, fast, seeded generator (splitmix64): the same sizes on every
+/// machine for a seed.
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> SplitMix {
+        SplitMix(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One flow size in bytes from the web-search CDF for a uniform `u`.
+pub fn web_search_size(u: f64) -> f64 {
+    let cdf = WEB_SEARCH_CDF;
+    for w in cdf.windows(2) {
+        let ((s0, p0), (s1, p1)) = (w[0], w[1]);
+        if u <= p1 {
+            if p1 <= p0 {
+                return s1 * MSS;
+            }
+            return (s0 + (s1 - s0) * (u - p0) / (p1 - p0)) * MSS;
+        }
+    }
+    cdf[cdf.len() - 1].0 * MSS
+}
+
+/// `n` flow sizes (bytes, at least 1) for `seed`.
+pub fn flow_sizes(n: usize, seed: u64, scale: f64) -> Vec<u64> {
+    let mut r = SplitMix::new(seed);
+    (0..n)
+        .map(|_| ((web_search_size(r.unit()) * scale) as u64).max(1))
+        .collect()
+}
+
+/// The `q`-quantile (0..=1) of `v` (nearest rank; `v` sorted in place).
+pub fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+fn topology_text(lab: &str, engine: Engine, paths: usize) -> anyhow::Result<String> {
+    let port_type = engine
+        .nicflow_port_type()
+        .with_context(|| format!("{} is not a nicflow engine", engine.name()))?;
+    let mut t = String::new();
+    let _ = writeln!(t, "name = \"{lab}\"");
+    for h in ["c1", "s1"] {
+        let _ = writeln!(
+            t,
+            "[[host]]\nname = \"{h}\"\nsysctl = {{ \"net.ipv6.conf.all.accept_ra\" = 0 }}"
+        );
+    }
+    let _ = writeln!(
+        t,
+        "[[switch]]\nname = \"sw\"\nport_type = \"{}\"\n{}[[switch.bridge]]\nname = \"{BRIDGE}\"\nflows = [\"priority=0,actions=drop\"]",
+        port_type.as_str(),
+        engine.nicflow_switch_toml(false)
+    );
+    let mut fab: Vec<String> = (1..=paths)
+        .map(|i| format!("\"priority=10,in_port=pb{i},actions=output:ps\""))
+        .collect();
+    fab.push("\"priority=10,in_port=ps,actions=output:pb1\"".into());
+    let _ = writeln!(
+        t,
+        "[[switch]]\nname = \"fab\"\n[[switch.bridge]]\nname = \"{BRIDGE}\"\nflows = [{}]",
+        fab.join(", ")
+    );
+    let _ = writeln!(
+        t,
+        "[[link]]\na = \"c1:eth0\"\nb = \"sw:p1\"\naddresses = [\"{C1_IP}/24\"]"
+    );
+    for i in 1..=paths {
+        let _ = writeln!(t, "[[link]]\na = \"sw:pa{i}\"\nb = \"fab:pb{i}\"");
+    }
+    let _ = writeln!(
+        t,
+        "[[link]]\na = \"fab:ps\"\nb = \"s1:eth0\"\naddresses = [\"{S1_IP}/24\"]"
+    );
+    Ok(t)
+}
+
+/// One engine's multipath lab, removed on drop.
+struct MultipathLab {
+    /// Owns the namespaces, daemons and veths: dropped last.
+    _lab: Lab,
+    c1: String,
+    s1: String,
+    sw_ns: String,
+    sw_sock: std::path::PathBuf,
+    sw_pid: Option<u32>,
+}
+
+impl MultipathLab {
+    fn up(engine: Engine, args: &Args, paths_bps: &[u64]) -> anyhow::Result<MultipathLab> {
+        let bin = super::nicflow_bin()?;
+        let opts = LabOptions::with_binary(bin);
+        let mut bench_lab = Lab::create("bench scheduler", "msch", engine.tag(), Some(&opts))?;
+        let name = bench_lab.name().to_string();
+        let text = topology_text(&name, engine, paths_bps.len())?;
+        let topo = Topology::parse(&text).with_context(|| format!("topology {name}"))?;
+        let report = lab::up(&topo, &opts).with_context(|| format!("lab up {name}"))?;
+        bench_lab.own_switch_lab(opts.clone());
+        if let Some((sw, port, why)) = report.unattached.first() {
+            bail!("nicflow port {sw}/{port} not attached: {why}");
+        }
+        let ns = |n: &str| {
+            topo.namespace_of(n)
+                .with_context(|| format!("namespace of {n}"))
+        };
+        let (c1, s1, sw_ns) = (ns("c1")?, ns("s1")?, ns("sw")?);
+        let sw_pid = report
+            .state
+            .daemons
+            .iter()
+            .find(|d| d.switch == "sw")
+            .and_then(|d| d.pid);
+        let l = MultipathLab {
+            _lab: bench_lab,
+            c1,
+            s1,
+            sw_ns,
+            sw_sock: lab::switch_socket(&name, "sw", &opts),
+            sw_pid,
+        };
+        // The paths' capacities: tbf on sw's end of each path.
+        let ports = topo.switch_ports("sw");
+        for (i, rate) in paths_bps.iter().enumerate() {
+            let port = format!("pa{}", i + 1);
+            let iface = ports
+                .iter()
+                .find(|(_, p, _)| *p == port)
+                .map(|(_, _, f)| f.clone())
+                .with_context(|| format!("sw port {port}"))?;
+            let bytes_per_ms = (*rate as f64 / 8.0 / 1000.0).max(1.0);
+            let burst = (bytes_per_ms as u64).max(96 * 1024);
+            let limit = ((bytes_per_ms * args.queue_ms) as u64).max(2 * burst);
+            let rate_s = format!("{}bit", rate);
+            let (burst_s, limit_s) = (burst.to_string(), limit.to_string());
+            let argv = [
+                "tc", "qdisc", "add", "dev", &iface, "root", "tbf", "rate", &rate_s, "burst",
+                &burst_s, "limit", &limit_s,
+            ];
+            sys::run(&mut sys::in_ns(Some(&l.sw_ns), &argv))
+                .with_context(|| format!("tbf on {port}"))?;
+        }
+        // Static neighbours: nothing but the measured flows crosses.
+        let mac = |ns: &str| super::testbed::read_mac(ns, "eth0");
+        let (c1_mac, s1_mac) = (mac(&l.c1)?, mac(&l.s1)?);
+        for (ns, ip, m) in [(&l.c1, S1_IP, &s1_mac), (&l.s1, C1_IP, &c1_mac)] {
+            let ip = ip.to_string();
+            let argv = [
+                "ip",
+                "neigh",
+                "replace",
+                &ip,
+                "lladdr",
+                m,
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ];
+            sys::run(&mut sys::in_ns(Some(ns), &argv)).context("static neighbour")?;
+        }
+        // Both switches re-read qdiscs every tick: wait until the TC
+        // engine reaches every shaped path through its qdisc.
+        std::thread::sleep(Duration::from_millis(2500));
+        Ok(l)
+    }
+
+    fn request(&self, req: &Request) -> anyhow::Result<()> {
+        let r = nicflow::control::daemon::request(&self.sw_sock, req)?;
+        if !r.ok {
+            bail!("{}", r.error.unwrap_or_else(|| "failed".into()));
+        }
+        Ok(())
+    }
+
+    /// Empty `sw` and give it `method`'s group and the rules.
+    fn program(&self, method: &str, paths_bps: &[u64]) -> anyhow::Result<()> {
+        let bridge = BRIDGE.to_string();
+        self.request(&Request::DelFlows {
+            bridge: bridge.clone(),
+            filter: None,
+        })?;
+        self.request(&Request::DelGroups {
+            bridge: bridge.clone(),
+            filter: None,
+        })?;
+        self.request(&Request::AddGroups {
+            bridge: bridge.clone(),
+            text: group_line(method, paths_bps),
+        })?;
+        self.request(&Request::AddFlows {
+            bridge,
+            text: sw_flows(paths_bps.len()).join("\n"),
+        })
+    }
+}
+
+/// `TcpExt`/`Tcp` counters of namespace `ns` (its `/proc/net/netstat` and
+/// `/proc/net/snmp`, read by a thread inside it).
+fn tcp_counters(ns: &str) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+    nicflow::os::netns::run_in(Some(ns), || {
+        let mut m = std::collections::BTreeMap::new();
+        for f in ["netstat", "snmp"] {
+            let t = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")).map_err(
+                |source| nicflow::os::OsError::Sys {
+                    op: "read",
+                    target: f.into(),
+                    source,
+                },
+            )?;
+            parse_proc_pairs(&t, &mut m);
+        }
+        Ok(m)
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `/proc/net/{netstat,snmp}`: pairs of lines `Prefix: names...` and
+/// `Prefix: values...`, as `Prefix.name -> value`.
+pub fn parse_proc_pairs(text: &str, out: &mut std::collections::BTreeMap<String, u64>) {
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.chunks(2) {
+        let [names, values] = pair else { continue };
+        let (Some((p, n)), Some((q, v))) = (names.split_once(':'), values.split_once(':')) else {
+            continue;
+        };
+        if p != q {
+            continue;
+        }
+        for (k, x) in n.split_whitespace().zip(v.split_whitespace()) {
+            if let Ok(x) = x.parse::<u64>() {
+                out.insert(format!("{p}.{k}"), x);
+            }
+        }
+    }
+}
+
+fn delta(
+    a: &std::collections::BTreeMap<String, u64>,
+    b: &std::collections::BTreeMap<String, u64>,
+    keys: &[&str],
+) -> u64 {
+    keys.iter()
+        .map(|k| {
+            b.get(*k)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(a.get(*k).copied().unwrap_or(0))
+        })
+        .sum()
+}
+
+/// The receiver: accepts connections in s1, reads each to its end, answers
+/// one byte. Stops (and its threads end) when dropped.
+struct FctServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FctServer {
+    fn start(ns: &str) -> anyhow::Result<FctServer> {
+        let listener = nicflow::os::netns::run_in(Some(ns), || {
+            TcpListener::bind(SocketAddrV4::new(S1_IP, PORT)).map_err(|source| {
+                nicflow::os::OsError::Sys {
+                    op: "bind",
+                    target: "fct server".into(),
+                    source,
+                }
+            })
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        std::thread::spawn(move || {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
+                            let mut buf = vec![0u8; 256 * 1024];
+                            loop {
+                                match s.read(&mut buf) {
+                                    Ok(0) => break,
+                                    Ok(_) => {}
+                                    Err(_) => return,
+                                }
+                            }
+                            let _ = s.write_all(&[1]);
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Ok(FctServer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for FctServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One flow from c1: connect, send `size` bytes, close the sending side,
+/// wait for the answer. Its FCT in seconds.
+fn one_flow(size: u64, timeout: Duration) -> Result<f64, String> {
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect_timeout(&SocketAddrV4::new(S1_IP, PORT).into(), timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = s.set_write_timeout(Some(timeout));
+    let _ = s.set_read_timeout(Some(timeout));
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(ZEROS.len() as u64) as usize;
+        s.write_all(&ZEROS[..n]).map_err(|e| format!("send: {e}"))?;
+        left -= n as u64;
+    }
+    s.shutdown(std::net::Shutdown::Write)
+        .map_err(|e| format!("shutdown: {e}"))?;
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(1) => Ok(t0.elapsed().as_secs_f64()),
+        Ok(_) => Err("no answer".into()),
+        Err(e) => Err(format!("answer: {e}")),
+    }
+}
+
+/// K flows of `sizes` from c1, started together; their FCTs (None where
+/// one failed, with the error) and the time until the last one ended.
+fn run_flows(
+    c1: &str,
+    sizes: &[u64],
+    timeout: Duration,
+) -> anyhow::Result<(Vec<Result<f64, String>>, f64)> {
+    let path = nicflow::os::netns::path(c1).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let barrier = Arc::new(Barrier::new(sizes.len() + 1));
+    let mut handles = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let (barrier, path) = (barrier.clone(), path.clone());
+        handles.push(std::thread::spawn(move || -> Result<f64, String> {
+            let f = std::fs::File::open(&path).map_err(|e| format!("open netns: {e}"));
+            let joined = f.and_then(|f| {
+                // SAFETY: setns on this thread only, with a namespace
+                // descriptor we own for the call.
+                let r =
+                    unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&f), libc::CLONE_NEWNET) };
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("setns: {}", std::io::Error::last_os_error()))
+                }
+            });
+            barrier.wait();
+            joined?;
+            one_flow(size, timeout)
+        }));
+    }
+    barrier.wait();
+    let t0 = Instant::now();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(
+            h.join()
+                .unwrap_or_else(|_| Err("flow thread panicked".into())),
+        );
+    }
+    Ok((out, t0.elapsed().as_secs_f64()))
+}
+
+fn daemon_cpu(pid: Option<u32>) -> f64 {
+    pid.and_then(super::cpu::read_pid)
+        .map(|c| c.user + c.system)
+        .unwrap_or(f64::NAN)
+}
+
+fn parse_list(s: &str, what: &str) -> anyhow::Result<Vec<usize>> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{what} `{s}`: comma-separated counts"))?;
+    if v.is_empty() || v.iter().any(|&k| k == 0 || k > 1024) {
+        bail!("{what} `{s}`: counts between 1 and 1024");
+    }
+    Ok(v)
+}
+
+fn measure(args: &Args) -> anyhow::Result<Results> {
+    let engines = super::testbed::parse_engines(&args.engines)?;
+    for e in &engines {
+        if !matches!(e, Engine::NicflowTc | Engine::NicflowAfpacket) {
+            bail!(
+                "engine {}: its frames reach the driver below any qdisc, so the lab's tbf paths \
+                 cannot shape them (use nicflow, nicflow-afpacket)",
+                e.name()
+            );
+        }
+    }
+    let methods: Vec<String> = args
+        .methods
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .collect();
+    for m in &methods {
+        if !METHODS.contains(&m.as_str()) {
+            bail!("method `{m}`: one of {}", METHODS.join(", "));
+        }
+    }
+    let paths_bps: Vec<u64> = args
+        .paths
+        .split(',')
+        .map(parse_rate)
+        .collect::<anyhow::Result<_>>()?;
+    if !(2..=16).contains(&paths_bps.len()) {
+        bail!("--paths: 2 to 16 paths");
+    }
+    let mut flows = parse_list(&args.flows, "--flows")?;
+    let mut reps = args.reps.max(1);
+    if args.run.quick {
+        flows.truncate(1);
+        reps = 1;
+    }
+    if args.size_scale.is_nan() || args.size_scale <= 0.0 {
+        bail!("--size-scale must be positive");
+    }
+    let timeout = Duration::from_secs_f64(args.timeout.max(1.0));
+    println!(
+        "bench scheduler: seed {} (sizes of repetition r with K flows: seed + 1000 r + K)",
+        args.seed
+    );
+    let mut res = Results {
+        machine: super::machine_description(),
+        paths_bps: paths_bps.clone(),
+        size_scale: args.size_scale,
+        seed: args.seed,
+        rounds: Vec::new(),
+        refused: Vec::new(),
+        commands: Vec::new(),
+    };
+    for engine in engines {
+        let l = MultipathLab::up(engine, args, &paths_bps)
+            .with_context(|| format!("multipath lab for {}", engine.name()))?;
+        let _server = FctServer::start(&l.s1)?;
+        let mut usable: Vec<String> = Vec::new();
+        for m in &methods {
+            match l.program(m, &paths_bps) {
+                Ok(()) => usable.push(m.clone()),
+                Err(e) => {
+                    println!("{}: {m} refused: {e:#}", engine.name());
+                    res.refused
+                        .push((engine.name().to_string(), m.clone(), format!("{e:#}")));
+                }
+            }
+        }
+        for rep in 0..reps {
+            for &k in &flows {
+                let seed = args.seed + 1000 * rep as u64 + k as u64;
+                let sizes = flow_sizes(k, seed, args.size_scale);
+                for m in &usable {
+                    if interrupted() {
+                        bail!("interrupted");
+                    }
+                    l.program(m, &paths_bps)?;
+                    // Warm the path up (first packets through the slow path).
+                    let _ = run_flows(&l.c1, &[64 * 1024], timeout);
+                    let (c0, s0) = (tcp_counters(&l.c1)?, tcp_counters(&l.s1)?);
+                    let cpu0 = daemon_cpu(l.sw_pid);
+                    let (fcts, makespan) = run_flows(&l.c1, &sizes, timeout)?;
+                    let cpu1 = daemon_cpu(l.sw_pid);
+                    let (c1, s1) = (tcp_counters(&l.c1)?, tcp_counters(&l.s1)?);
+                    let errors: Vec<String> = fcts
+                        .iter()
+                        .filter_map(|r| r.as_ref().err().cloned())
+                        .take(3)
+                        .collect();
+                    let r = Round {
+                        engine: engine.name().to_string(),
+                        method: m.clone(),
+                        flows: k,
+                        rep,
+                        seed,
+                        fct_s: fcts.iter().map(|r| r.as_ref().ok().copied()).collect(),
+                        bytes: sizes.iter().sum(),
+                        makespan_s: makespan,
+                        rx_segs: delta(&s0, &s1, &["Tcp.InSegs"]),
+                        rx_ofo: delta(&s0, &s1, &["TcpExt.TCPOFOQueue"]),
+                        retrans: delta(&c0, &c1, &["Tcp.RetransSegs"]),
+                        reorder: delta(
+                            &c0,
+                            &c1,
+                            &[
+                                "TcpExt.TCPSACKReorder",
+                                "TcpExt.TCPTSReorder",
+                                "TcpExt.TCPRenoReorder",
+                            ],
+                        ),
+                        daemon_cpu_s: cpu1 - cpu0,
+                        errors,
+                    };
+                    let mut f: Vec<f64> = r.fct_s.iter().flatten().copied().collect();
+                    println!(
+                        "{} {m} K={k} rep {rep}: max FCT {:.1} ms, p99 {:.1} ms, {:.2} Gbit/s, \
+                         ofo {} / {} segs, retrans {}{}",
+                        engine.name(),
+                        1e3 * f.iter().cloned().fold(0.0, f64::max),
+                        1e3 * quantile(&mut f, 0.99),
+                        r.bytes as f64 * 8.0 / r.makespan_s / 1e9,
+                        r.rx_ofo,
+                        r.rx_segs,
+                        r.retrans,
+                        if r.errors.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", failed: {}", r.errors.join("; "))
+                        }
+                    );
+                    res.rounds.push(r);
+                }
+            }
+        }
+        res.commands
+            .push(format!("{}: sw daemon in {}", engine.name(), l.sw_ns));
+        drop(l);
+    }
+    Ok(res)
+}
+
+/// Per (engine, method, K): medians over repetitions of the round figures.
+#[derive(Clone, Debug, Default)]
+struct Summary {
+    max_fct_ms: f64,
+    p99_fct_ms: f64,
+    mean_fct_ms: f64,
+    gbps: f64,
+    ofo_per_1k: f64,
+    retrans: f64,
+    reorder: f64,
+    cpu_s_per_gbit: f64,
+    timeouts: usize,
+}
+
+fn summarize(rounds: &[&Round]) -> Summary {
+    let med = |mut v: Vec<f64>| super::median(&mut v);
+    let mut s = Summary::default();
+    let per = |f: &dyn Fn(&Round) -> f64| -> f64 { med(rounds.iter().map(|r| f(r)).collect()) };
+    let fcts = |r: &Round| -> Vec<f64> {
+        // A flow that never finished counts as the timeout's length.
+        r.fct_s
+            .iter()
+            .map(|x| x.unwrap_or(r.makespan_s.max(1.0)))
+            .collect()
+    };
+    s.max_fct_ms = per(&|r| 1e3 * fcts(r).into_iter().fold(0.0, f64::max));
+    s.p99_fct_ms = per(&|r| 1e3 * quantile(&mut fcts(r), 0.99));
+    s.mean_fct_ms = per(&|r| {
+        let f = fcts(r);
+        1e3 * f.iter().sum::<f64>() / f.len().max(1) as f64
+    });
+    s.gbps = per(&|r| r.bytes as f64 * 8.0 / r.makespan_s.max(1e-9) / 1e9);
+    s.ofo_per_1k = per(&|r| 1e3 * r.rx_ofo as f64 / r.rx_segs.max(1) as f64);
+    s.retrans = per(&|r| r.retrans as f64);
+    s.reorder = per(&|r| r.reorder as f64);
+    s.cpu_s_per_gbit = per(&|r| r.daemon_cpu_s / (r.bytes as f64 * 8.0 / 1e9).max(1e-9));
+    s.timeouts = rounds
+        .iter()
+        .map(|r| r.fct_s.iter().filter(|x| x.is_none()).count())
+        .sum();
+    s
+}
+
+fn groups(r: &Results) -> Vec<((String, String, usize), Summary)> {
+    let mut keys: Vec<(String, String, usize)> = Vec::new();
+    for x in &r.rounds {
+        let k = (x.engine.clone(), x.method.clone(), x.flows);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|k| {
+            let rs: Vec<&Round> = r
+                .rounds
+                .iter()
+                .filter(|x| x.engine == k.0 && x.method == k.1 && x.flows == k.2)
+                .collect();
+            (k, summarize(&rs))
+        })
+        .collect()
+}
+
+fn figures(r: &Results) -> Vec<Figure> {
+    let g = groups(r);
+    let mut engines: Vec<String> = Vec::new();
+    for ((e, _, _), _) in &g {
+        if !engines.contains(e) {
+            engines.push(e.clone());
+        }
+    }
+    let mut figs = Vec::new();
+    for (id, title, y, f) in [
+        (
+            "max_fct",
+            "Max FCT",
+            "max flow completion time (ms)",
+            (|s: &Summary| s.max_fct_ms) as fn(&Summary) -> f64,
+        ),
+        ("p99_fct", "p99 FCT", "p99 flow completion time (ms)", |s| {
+            s.p99_fct_ms
+        }),
+    ] {
+        for e in &engines {
+            let mut methods: Vec<String> = Vec::new();
+            for ((ee, m, _), _) in &g {
+                if ee == e && !methods.contains(m) {
+                    methods.push(m.clone());
+                }
+            }
+            figs.push(Figure {
+                id: format!("{id}-{e}"),
+                title: format!("{title} vs concurrent flows ({e})"),
+                x_label: "concurrent TCP flows".into(),
+                y_label: y.into(),
+                log_x: false,
+                series: methods
+                    .iter()
+                    .map(|m| Series {
+                        name: m.clone(),
+                        points: g
+                            .iter()
+                            .filter(|((ee, mm, _), _)| ee == e && mm == m)
+                            .map(|((_, _, k), s)| (*k as f64, Some(f(s))))
+                            .collect(),
+                    })
+                    .collect(),
+            });
+        }
+    }
+    figs
+}
+
+fn markdown(r: &Results, figs: &[Figure]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# bench scheduler: per-packet multipath vs ECMP\n");
+    let _ = writeln!(s, "{}\n", report::machine_section(""));
+    let rates: Vec<String> = r
+        .paths_bps
+        .iter()
+        .map(|b| format!("{} Mbit/s", b / 1_000_000))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Paths: {} (tbf on the scheduler's end of each). Flow sizes: web-search \
+         distribution x {}, seed {}. Baseline: `ecmp` (5-tuple hash) in the same run; \
+         ratios are method / ecmp (below 1: the method is better).\n",
+        rates.join(", "),
+        r.size_scale,
+        r.seed
+    );
+    let g = groups(r);
+    let head = [
+        ("engine", false),
+        ("method", false),
+        ("flows", true),
+        ("max FCT ms", true),
+        ("p99 FCT ms", true),
+        ("mean FCT ms", true),
+        ("max vs ecmp", true),
+        ("p99 vs ecmp", true),
+        ("Gbit/s", true),
+        ("OFO per 1k segs", true),
+        ("retrans", true),
+        ("reorder events", true),
+        ("daemon CPU s/Gbit", true),
+        ("timeouts", true),
+    ];
+    let rows: Vec<Vec<String>> = g
+        .iter()
+        .map(|((e, m, k), x)| {
+            let base = g
+                .iter()
+                .find(|((ee, mm, kk), _)| ee == e && mm == "ecmp" && kk == k)
+                .map(|(_, b)| b.clone());
+            let ratio = |a: f64, b: Option<f64>| -> String {
+                b.filter(|b| *b > 0.0)
+                    .map(|b| format!("{:.2}", a / b))
+                    .unwrap_or_else(|| "-".into())
+            };
+            vec![
+                e.clone(),
+                m.clone(),
+                k.to_string(),
+                format!("{:.1}", x.max_fct_ms),
+                format!("{:.1}", x.p99_fct_ms),
+                format!("{:.1}", x.mean_fct_ms),
+                ratio(x.max_fct_ms, base.as_ref().map(|b| b.max_fct_ms)),
+                ratio(x.p99_fct_ms, base.as_ref().map(|b| b.p99_fct_ms)),
+                format!("{:.2}", x.gbps),
+                format!("{:.1}", x.ofo_per_1k),
+                format!("{:.0}", x.retrans),
+                format!("{:.0}", x.reorder),
+                format!("{:.3}", x.cpu_s_per_gbit),
+                x.timeouts.to_string(),
+            ]
+        })
+        .collect();
+    let _ = writeln!(s, "## Results (medians)\n");
+    s.push_str(&report::table(&head, &rows));
+    if !r.refused.is_empty() {
+        let _ = writeln!(s, "\n## Methods an engine refused\n");
+        for (e, m, why) in &r.refused {
+            let _ = writeln!(s, "- {e} / {m}: {why}");
+        }
+    }
+    for f in figs {
+        let _ = writeln!(s, "\n## {}\n", f.title);
+        s.push_str(&f.markdown(1));
+    }
+    report::write_list(&mut s, "Lab", &r.commands);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn web_search_sizes_follow_the_cdf() {
+        assert_eq!(web_search_size(0.0), 6.0 * MSS);
+        assert_eq!(web_search_size(0.1), 6.0 * MSS);
+        assert_eq!(web_search_size(1.0), 20000.0 * MSS);
+        let mid = web_search_size(0.465);
+        assert!((33.0 * MSS..53.0 * MSS).contains(&mid), "{mid}");
+        // Seeded: the same sizes every time; half the flows at most 53
+        // packets, as the CDF says (within sampling error).
+        let a = flow_sizes(4000, 7, 1.0);
+        assert_eq!(a, flow_sizes(4000, 7, 1.0));
+        let small = a.iter().filter(|&&b| b as f64 <= 53.0 * MSS).count() as f64 / 4000.0;
+        assert!((0.49..0.57).contains(&small), "{small}");
+        assert!(a.iter().all(|&b| b >= (6.0 * MSS) as u64));
+    }
+
+    #[test]
+    fn groups_and_rules_name_every_path() {
+        let g = group_line("ecmp", &[1_000_000_000, 500_000_000]);
+        assert_eq!(
+            g,
+            "group_id=1,type=select,bucket=bucket_id:0,weight:1000,actions=output:pa1,\
+             bucket=bucket_id:1,weight:500,actions=output:pa2"
+        );
+        assert!(group_line("rr", &[1_000_000_000]).contains("selection_method=rr"));
+        let f = sw_flows(3);
+        assert_eq!(f.len(), 4);
+        assert!(f[3].contains("in_port=pa3"));
+        // The group line parses as nicflow's (and OVS's) group syntax.
+        nicflow_ofctl::parse_group(&g, &nicflow_ofctl::AutoPorts::default()).unwrap();
+    }
+
+    #[test]
+    fn rates_and_quantiles() {
+        assert_eq!(parse_rate("500M").unwrap(), 500_000_000);
+        assert_eq!(parse_rate("1G").unwrap(), 1_000_000_000);
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("fast").is_err());
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&mut v, 0.99), 99.0);
+        assert_eq!(quantile(&mut v, 1.0), 100.0);
+    }
+
+    #[test]
+    fn proc_counter_pairs() {
+        let t = "TcpExt: SyncookiesSent TCPOFOQueue\nTcpExt: 0 42\nIpExt: InNoRoutes\nIpExt: 3\n";
+        let mut m = std::collections::BTreeMap::new();
+        parse_proc_pairs(t, &mut m);
+        assert_eq!(m["TcpExt.TCPOFOQueue"], 42);
+        assert_eq!(m["IpExt.InNoRoutes"], 3);
+    }
+}
