@@ -1376,14 +1376,15 @@ impl Bridge {
                     matching: nicflow_ofctl::format_match(&f.matching, &self.names),
                     actions: format_actions(&f.actions),
                     recirc_id: f.matching.key().recirc_id,
-                    recircs: f
-                        .actions
-                        .iter()
-                        .filter_map(|a| match a {
-                            crate::datapath::DpAction::Recirc(id) => Some(*id),
-                            _ => None,
-                        })
-                        .collect(),
+                    recircs: {
+                        let mut ids = Vec::new();
+                        crate::datapath::action::walk(&f.actions, &mut |a| {
+                            if let crate::datapath::DpAction::Recirc(id) = a {
+                                ids.push(*id);
+                            }
+                        });
+                        ids
+                    },
                     packets: t.packets,
                     bytes: t.bytes,
                     kernel_packets: k.packets,

@@ -145,6 +145,7 @@ pub fn userspace_exec_metered(
         &mut VecDeque::new(),
         16,
         meters,
+        &mut nicflow::datapath::select::SelectStates::default(),
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     (r, tx)

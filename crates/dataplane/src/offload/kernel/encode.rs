@@ -26,6 +26,7 @@
 //! | `action:push-vlan-before-tunnel` | a frame that grows before encapsulation could outgrow the MTU pre-check |
 //! | `action:tun-opts` | hand-packed lists only: a tunnel output whose Geneve option chunks (`TunOpts`) are not right before it |
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
+//! | `select:userspace` | a per-packet select group (`selection_method=rr`, `wrr`, `splb`): the choice runs in the userspace executor |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
 //! full, the offload manager `meter:unknown` and `meter-map-full` for a
@@ -769,6 +770,9 @@ fn encode_engine(
             DpAction::PushVlan { tpid, tci } => XdpAction::PushVlan { tpid, tci },
             DpAction::PopVlan => XdpAction::PopVlan,
             DpAction::SetVlanTci(t) => XdpAction::SetVlanTci(t),
+            // The choice needs per-group state the programs do not keep
+            // yet: the flow stays with the userspace executor.
+            DpAction::Select { .. } => return Err(no("select:userspace")),
         };
         out.push(x);
     }
