@@ -1600,6 +1600,48 @@ impl Bridge {
         self.ofproto.dump_groups()
     }
 
+    /// The congestion-aware (`selection_method=splb`) groups, each with,
+    /// per bucket in group order, its weight and the name of the port its
+    /// first output goes to (`None`: no output to a port), for the daemon's
+    /// sampler to measure.
+    pub fn splb_paths(&self) -> Vec<(u32, Vec<(u16, Option<String>)>)> {
+        use nicflow_ofctl::{ports::PortMap, SelectionMethod};
+        self.ofproto
+            .groups
+            .iter()
+            .filter(|g| g.spec.selection_method == Some(SelectionMethod::Splb))
+            .map(|g| {
+                let buckets = g
+                    .spec
+                    .buckets
+                    .iter()
+                    .map(|b| {
+                        let port = b.actions.iter().find_map(|a| match a {
+                            nicflow_flow::Action::Output(p) => Some(*p),
+                            nicflow_flow::Action::OutputMaxLen { port, .. } => Some(*port),
+                            _ => None,
+                        });
+                        (b.weight, port.and_then(|p| self.names.port_name(p)))
+                    })
+                    .collect();
+                (g.spec.group_id, buckets)
+            })
+            .collect()
+    }
+
+    /// Publish splb weights for group `group` (by bucket position): the
+    /// userspace executor and the kernel engines choose by them from the
+    /// next packet on.
+    pub fn publish_splb(&mut self, group: u32, weights: &[u32]) {
+        if self.dp.select.published(group) == Some(weights) {
+            return;
+        }
+        self.dp.select.publish(group, weights);
+        if let Some(off) = self.dp.offload_mut() {
+            off.publish_select(group, weights);
+        }
+    }
+
     /// Per table (index = table id): its rules and its lookup counters
     /// with the datapath's flows' traffic folded in, for `OFPMP_TABLE`.
     pub fn table_stats(&mut self) -> Vec<(u32, crate::ofproto::TableCounters)> {

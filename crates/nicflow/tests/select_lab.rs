@@ -3,7 +3,8 @@
 //! each bucket rewriting the UDP source port a multipath fabric would hash
 //! on, on the userspace engine (`offload=none`) and on the TC engine (the
 //! default for veth ports, where the kernel picks the bucket per packet).
-//! Packets are counted at the two receiving hosts.
+//! Packets are counted at the two receiving hosts. And `selection_method=
+//! splb` moving most of a flow off a path whose qdisc backs up (TC engine).
 //!
 //! Root only; one namespace lab per engine (`nfsl<pid><tag>`), torn down
 //! by its guard even when an assertion fails.
@@ -125,4 +126,108 @@ fn rr_select_sprays_one_flow_userspace() {
 #[test]
 fn rr_select_sprays_one_flow_tc() {
     rr_select_sprays_one_flow("t", "tc", "tc");
+}
+
+/// splb: path p2 is shaped to 2 Mbit/s (a `tbf` root qdisc on the switch's
+/// port) while one flow offers about 16 Mbit/s: the daemon sees p2's
+/// backlog and drops and moves most packets to p3 (round robin would give
+/// each half). TC engine only: the userspace engine's AF_PACKET transmit
+/// bypasses the qdisc (see docs/groups.md).
+fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &str) {
+    if !common::lab_possible() || !common::have("tc") || !common::have_with("ethtool", "--version")
+    {
+        common::skipped("needs root, tc and ethtool");
+        return;
+    }
+    let mut lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.veth("p3", "sw", "eth0", "h3");
+    for h in ["h1", "h2", "h3"] {
+        lab.must(h, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    // GRO on the receivers: the TC engine then reaches them through the
+    // switch ports' transmit path (and their qdiscs) instead of entering
+    // their namespace directly (`redirect_peer`), which no qdisc sees.
+    for h in ["h2", "h3"] {
+        lab.must(h, &["ethtool", "-K", "eth0", "gro", "on"]);
+    }
+    lab.must(
+        "sw",
+        &[
+            "tc", "qdisc", "add", "dev", "p2", "root", "tbf", "rate", "2mbit", "burst", "4k",
+            "limit", "100k",
+        ],
+    );
+    lab.restart_daemon();
+    lab.cli(&["add-br", "br0"]).unwrap();
+    for p in ["p1", "p2", "p3"] {
+        lab.cli(&["add-port", "br0", p])
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    }
+    lab.cli(&["set", "br0", &format!("offload={offload}")])
+        .unwrap();
+    lab.cli(&[
+        "add-group",
+        "br0",
+        "group_id=7,type=select,selection_method=splb,\
+         bucket=actions=mod_tp_src:1001,output:p2,\
+         bucket=actions=mod_tp_src:1002,output:p3",
+    ])
+    .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    lab.cli(&[
+        "add-flow",
+        "br0",
+        "priority=10,udp,in_port=p1,actions=group:7",
+    ])
+    .unwrap();
+    lab.cli(&["add-flow", "br0", "priority=0,actions=drop"])
+        .unwrap();
+    // The engine notices the receivers' GRO within a manager tick.
+    std::thread::sleep(Duration::from_millis(1500));
+    let tx = raw_socket(&lab.ns("h1"));
+    // Counted by the hosts' interfaces (a capture socket's buffer would
+    // overflow): the drop rule leaves them nothing else.
+    let rx = |h: &str| -> usize {
+        lab.must(h, &["cat", "/sys/class/net/eth0/statistics/rx_packets"])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (b2, b3) = (rx("h2"), rx("h3"));
+    let frame = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(Ipv4Addr::new(198, 18, 8, 1), Ipv4Addr::new(198, 18, 8, 2))
+        .udp(40000, 4791)
+        .payload(&[0x5a; 1000])
+        .build();
+    const M: usize = 3000;
+    for _ in 0..M {
+        send(&tx, &frame);
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (n2, n3) = (rx("h2") - b2, rx("h3") - b3);
+    eprintln!(
+        "select_lab splb {engine}: {M} packets at ~16 Mbit/s, p2 shaped to 2 Mbit/s: \
+         {n3} took p3 ({:.0}%; round robin: 50%), {n2} arrived by p2",
+        100.0 * n3 as f64 / M as f64
+    );
+    assert!(n3 >= M * 7 / 10, "splb kept {n3} of {M} on the free path");
+    let flows = lab.cli(&["--json", "dump-dp-flows", "br0"]).unwrap();
+    let flows: Vec<Value> = serde_json::from_str(&flows).unwrap();
+    let f = flows
+        .iter()
+        .find(|f| {
+            f["actions"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("select(splb,g=7,")
+        })
+        .unwrap_or_else(|| panic!("no select flow: {flows:#?}"));
+    assert_eq!(f["engine"], engine, "{f}");
+}
+
+#[test]
+fn splb_moves_packets_off_a_congested_path_tc() {
+    splb_moves_packets_off_a_congested_path("st", "tc", "tc");
 }
