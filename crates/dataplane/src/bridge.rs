@@ -175,6 +175,10 @@ impl PortMap for BridgePorts {
     }
 }
 
+/// One bucket of an splb group as the daemon's sampler measures it: its
+/// weight and the name of the port its first output goes to.
+pub type SplbPath = (u16, Option<String>);
+
 /// One datapath flow as `dump-dp-flows` shows it.
 #[derive(Clone, Debug)]
 pub struct DpFlowDump {
@@ -1604,7 +1608,7 @@ impl Bridge {
     /// per bucket in group order, its weight and the name of the port its
     /// first output goes to (`None`: no output to a port), for the daemon's
     /// sampler to measure.
-    pub fn splb_paths(&self) -> Vec<(u32, Vec<(u16, Option<String>)>)> {
+    pub fn splb_paths(&self) -> Vec<(u32, Vec<SplbPath>)> {
         use nicflow_ofctl::{ports::PortMap, SelectionMethod};
         self.ofproto
             .groups

@@ -64,7 +64,8 @@ impl SplbSampler {
             return;
         }
         self.next = Some(now + PERIOD);
-        let groups: Vec<(String, Vec<(u32, Vec<(u16, Option<String>)>)>)> = sw
+        type Groups = Vec<(u32, Vec<nicflow_dataplane::bridge::SplbPath>)>;
+        let groups: Vec<(String, Groups)> = sw
             .bridges_mut()
             .map(|b| (b.name.clone(), b.splb_paths()))
             .filter(|(_, g)| !g.is_empty())
