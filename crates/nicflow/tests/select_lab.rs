@@ -132,7 +132,7 @@ fn rr_select_sprays_one_flow_tc() {
 /// port) while one flow offers about 16 Mbit/s: the daemon sees p2's
 /// backlog and drops and moves most packets to p3 (round robin would give
 /// each half). TC engine only: the userspace engine's AF_PACKET transmit
-/// bypasses the qdisc (see docs/groups.md).
+/// bypasses the qdisc (see docs/openflow.md).
 fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &str) {
     if !common::lab_possible() || !common::have("tc") || !common::have_with("ethtool", "--version")
     {
