@@ -760,9 +760,16 @@ impl OffloadManager {
         let handles: Vec<FlowHandle> = tc.flows().filter(|h| !ours.contains(h)).collect();
         let mut dropped = 0;
         for h in handles {
+            // A per-packet select flow names a `dp_select` slot the
+            // previous daemon gave its group, which this one does not know:
+            // it goes, and comes back through an upcall with this
+            // daemon's slot.
+            let select = tc
+                .value(&h)
+                .is_ok_and(|v| v.flags & super::kernel::layout::flag::SELECT != 0);
             let decoded = tc
                 .decode(&h)
-                .filter(|(k, _)| !emulating && same_port(k.in_port));
+                .filter(|(k, _)| !emulating && !select && same_port(k.in_port));
             let Some((key, mask)) = decoded else {
                 let _ = tc.remove(&h);
                 dropped += 1;
