@@ -1682,4 +1682,85 @@ mod tests {
         .unwrap();
         assert_eq!(actions_of(&v).len(), 3);
     }
+
+    /// Ports 2 and 3, select group g in slot g + 10.
+    struct SelSlots;
+    impl PortSlots for SelSlots {
+        fn slot(&self, port: u32) -> Option<u32> {
+            ports().get(&port).copied()
+        }
+        fn select_slot(&self, group: u32) -> Option<u32> {
+            Some(group + 10)
+        }
+    }
+
+    #[test]
+    fn per_packet_select_is_one_action_and_a_flow_per_bucket() {
+        use crate::datapath::action::{SelectBucket, SelectMethod};
+        let (k, m) = tcp_flow();
+        let acts = vec![
+            DpAction::SetTtl(9),
+            DpAction::Select {
+                group: 4,
+                method: SelectMethod::Weighted,
+                buckets: vec![
+                    SelectBucket {
+                        index: 0,
+                        weight: 3,
+                        actions: vec![DpAction::SetTpSrc(1001), DpAction::Output(2)],
+                    },
+                    SelectBucket {
+                        index: 2,
+                        weight: 1,
+                        actions: vec![DpAction::Output(3)],
+                    },
+                ],
+            },
+        ];
+        let e = encode(&k, &m, &acts, &SelSlots).unwrap();
+        assert_eq!(
+            actions_of(&e.value),
+            vec![XdpAction::Select {
+                slot: 14,
+                method: sel::WRR,
+                n: 2
+            }]
+        );
+        // The select flow pre-checks for its buckets (SET_TP from bucket 0).
+        assert_eq!(e.value.flags, flag::SELECT | flag::SET_TP);
+        assert_eq!(e.buckets.len(), 2);
+        assert_eq!(
+            actions_of(&e.buckets[0]),
+            vec![
+                XdpAction::SetTtl(9),
+                XdpAction::SetTpSrc(1001),
+                XdpAction::Output { slot: 1 }
+            ]
+        );
+        assert_eq!(
+            actions_of(&e.buckets[1]),
+            vec![XdpAction::SetTtl(9), XdpAction::Output { slot: 2 }]
+        );
+        assert_eq!(e.buckets[1].flags, flag::OUTPUT);
+        assert_eq!(e.buckets[1].out_slot, 2);
+        // Without a slot from the engine: userspace.
+        assert_eq!(
+            encode(&k, &m, &acts, &ports()).unwrap_err().reason,
+            "select:no-slot"
+        );
+        // A select inside a bucket.
+        let nested = vec![DpAction::Select {
+            group: 1,
+            method: SelectMethod::RoundRobin,
+            buckets: vec![SelectBucket {
+                index: 0,
+                weight: 1,
+                actions: vec![acts[1].clone()],
+            }],
+        }];
+        assert_eq!(
+            encode(&k, &m, &nested, &SelSlots).unwrap_err().reason,
+            "select:nested"
+        );
+    }
 }
