@@ -882,6 +882,7 @@ impl Bridge {
         let id = nicflow_ofctl::parse_group_filter(text)?;
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
+        self.forget_select_state();
         self.dp.revalidate(&mut self.ofproto);
         Ok(n)
     }
@@ -1593,10 +1594,17 @@ impl Bridge {
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
+        self.forget_select_state();
         if !self.defer_revalidation {
             self.dp.revalidate(&mut self.ofproto);
         }
         n
+    }
+
+    /// Per-packet select state of groups that are gone goes with them.
+    fn forget_select_state(&mut self) {
+        let groups = &self.ofproto.groups;
+        self.dp.select.retain(|g| groups.contains(g));
     }
 
     /// The groups as their specs (`GROUP_DESC`).

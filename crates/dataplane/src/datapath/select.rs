@@ -102,10 +102,14 @@ impl SelectStates {
         self.groups.get(&group)?.published.as_deref()
     }
 
-    /// Forget a group's state (the group was deleted or modified: its
-    /// rotation starts afresh, as the kernel's does).
+    /// Forget a group's state (its rotation starts afresh).
     pub fn forget(&mut self, group: u32) {
         self.groups.remove(&group);
+    }
+
+    /// Keep the state of the groups `keep` says still exist.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.groups.retain(|g, _| keep(*g));
     }
 
     /// Forget every group's state.
