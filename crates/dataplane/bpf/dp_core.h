@@ -115,7 +115,7 @@ _Static_assert(sizeof(union dp_key) == 112, "dp_key layout");
  * frame whose masked key merely hashes alike misses. */
 struct dp_flow_key {
 	__u32 mask_idx;
-	__u32 pad;	/* always 0 */
+	__u32 pad;	/* 0; 1 + b: bucket b of a select flow (DP_F_SELECT) */
 	__u64 hash;
 };
 _Static_assert(sizeof(struct dp_flow_key) == 16, "dp_flow_key layout");
@@ -181,6 +181,11 @@ enum {
 	 * holds 16 bytes of the options block userspace built from the
 	 * tunnel's TLV map; chunk arg16 of them. A no-op in the loop. */
 	DP_OP_TUN_OPTS = 23,
+	/* A per-packet select group (dp_exec.h dp_select_pick): arg32 = its
+	 * dp_select slot, arg16 = method (DP_SEL_*) | buckets << 8. A select
+	 * flow's only action; each bucket's actions are a flow of their own
+	 * (dp_select_bucket). Never run by the action loop. */
+	DP_OP_SELECT = 24,
 };
 
 /* Where DP_OP_TUNNEL_OUTPUT takes the VNI from. */
@@ -209,6 +214,8 @@ _Static_assert(sizeof(struct dp_action) == 24, "dp_action layout");
 #define DP_F_TUNNEL	0x08	/* has TUNNEL_OUTPUT via dp_tun_tx[out_slot]: no
 				 * resolved header, no underlay slot or an
 				 * inner frame over the tunnel's MTU -> userspace */
+#define DP_F_SELECT	0x10	/* a select flow: its frames run the chosen
+				 * bucket's flow (dp_select_bucket) */
 
 /* dp_flows value: counters (updated here with atomic adds, read by
  * userspace) then the action list. */
@@ -575,6 +582,40 @@ struct {
 	__type(key, __u32);
 	__type(value, struct dp_mask_hint);
 } dp_mask_hint SEC(".maps");
+
+/* Per-packet select groups (DP_OP_SELECT). The rotation is per CPU and per
+ * group slot (the encoder's), as userspace's datapath::select keeps it per
+ * group: rr counts packets, wrr/splb keep nginx's smooth weighted round
+ * robin values. Weights (wrr: the buckets'; splb: what the daemon
+ * publishes from the paths' congestion) come from dp_select_w, by the
+ * bucket's position in the action. */
+#define DP_SELECT_MAX	8
+#define DP_SELECT_SLOTS	256
+enum { DP_SEL_RR = 0, DP_SEL_WRR = 1, DP_SEL_SPLB = 2 };
+
+struct dp_select_state {
+	__u32 next;
+	__u32 pad;
+	__s64 cur[DP_SELECT_MAX];
+};
+
+struct dp_select_weights {
+	__u32 w[DP_SELECT_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_SELECT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dp_select_state);
+} dp_select SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DP_SELECT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct dp_select_weights);
+} dp_select_w SEC(".maps");
 
 /* ---- helpers ------------------------------------------------------------ */
 static __always_inline void stat_inc(__u32 idx)

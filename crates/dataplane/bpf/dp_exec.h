@@ -284,6 +284,78 @@ static __always_inline int dp_meter(__u32 id, __u64 packets, __u64 bytes)
 	return kind == DP_METER_DROP ? -1 : 1 + (int)prec;
 }
 
+/* A select flow's bucket for this frame: advance the group's per-CPU
+ * rotation (the same arithmetic as userspace's datapath::select) and
+ * return the bucket's index, ~0 when the action is not what the encoder
+ * writes. A global function, verified once on its own: inlined, its
+ * weighted loop's paths multiplied the program's past the verifier's
+ * budget. */
+__attribute__((noinline)) __u32 dp_select_pick(struct dp_flow *flow)
+{
+	struct dp_select_weights *w;
+	struct dp_select_state *s;
+	struct dp_action *a;
+	__u32 slot, n, b = 0, j;
+	__s64 total = 0, best_v = 0;
+	int found = 0;
+
+	if (!flow)
+		return ~0U;
+	a = &flow->actions[0];
+	if (flow->n_actions != 1 || a->op != DP_OP_SELECT)
+		return ~0U;
+	slot = a->arg32;
+	n = a->arg16 >> 8;
+	if (n == 0 || n > DP_SELECT_MAX)
+		return ~0U;
+	s = bpf_map_lookup_elem(&dp_select, &slot);
+	if (!s)
+		return ~0U;
+	if ((a->arg16 & 0xff) == DP_SEL_RR) {
+		b = s->next % n;
+		s->next++;
+		return b;
+	}
+	w = bpf_map_lookup_elem(&dp_select_w, &slot);
+	if (!w)
+		return ~0U;
+#pragma unroll
+	for (j = 0; j < DP_SELECT_MAX; j++) {
+		__s64 wj;
+
+		if (j >= n)
+			break;
+		wj = w->w[j];
+		total += wj;
+		s->cur[j] += wj;
+		if (wj > 0 && (!found || s->cur[j] > best_v)) {
+			b = j;
+			best_v = s->cur[j];
+			found = 1;
+		}
+	}
+	s->cur[b & (DP_SELECT_MAX - 1)] -= total;
+	return b;
+}
+
+/* The flow a select flow's frame runs: its chosen bucket's, a flow of its
+ * own in dp_flows under the select flow's key with pad = 1 + bucket (the
+ * flow's own actions, then the bucket's: what userspace runs for that
+ * choice). The same map, so the verifier sees the same kind of pointer
+ * on both paths. NULL: the frame goes up untouched. */
+static __always_inline struct dp_flow *dp_select_bucket(struct dp_scratch *st,
+							struct dp_flow *flow)
+{
+	__u32 b = dp_select_pick(flow);
+
+	if (b >= DP_SELECT_MAX)
+		return 0;
+	/* The lookup key in the scratch (map memory, no stack state for the
+	 * verifier to tell apart from the other path's). */
+	st->hk.pad = 1 + b;
+	return bpf_map_lookup_elem(&dp_flows, &st->hk);
+}
+
 /* Run the flow's actions up to the first that ends the frame; `packets`
  * and `bytes` are what dp_count counted (the frame's size for meters). */
 static __always_inline int dp_exec(DP_CTX *ctx, struct dp_scratch *st, struct dp_flow *flow,

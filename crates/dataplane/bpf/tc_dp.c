@@ -700,6 +700,13 @@ int tc_dp(struct __sk_buff *ctx)
 			goto punt;
 		goto to_user;
 	}
+	/* A per-packet select: the frame runs, and is counted by, its chosen
+	 * bucket's flow (userspace sums the buckets' counters). */
+	if (flow->flags & DP_F_SELECT) {
+		flow = dp_select_bucket(st, flow);
+		if (!flow)
+			goto punt;
+	}
 	if (flow->flags & DP_F_TUNNEL) {
 		/* Tunnel to tunnel and tags in skb metadata: userspace (the
 		 * encoder refuses the first). */

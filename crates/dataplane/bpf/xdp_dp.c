@@ -223,6 +223,13 @@ int xdp_dp(struct xdp_md *ctx)
 			goto punt;
 		goto to_user;
 	}
+	/* A per-packet select: the frame runs, and is counted by, its chosen
+	 * bucket's flow (userspace sums the buckets' counters). */
+	if (flow->flags & DP_F_SELECT) {
+		flow = dp_select_bucket(st, flow);
+		if (!flow)
+			goto punt;
+	}
 
 	if (flow->flags & DP_F_OUTPUT) {
 		__u32 slot = flow->out_slot;

@@ -175,6 +175,10 @@ impl PortMap for BridgePorts {
     }
 }
 
+/// One bucket of an splb group as the daemon's sampler measures it: its
+/// weight and the name of the port its first output goes to.
+pub type SplbPath = (u16, Option<String>);
+
 /// One datapath flow as `dump-dp-flows` shows it.
 #[derive(Clone, Debug)]
 pub struct DpFlowDump {
@@ -878,6 +882,7 @@ impl Bridge {
         let id = nicflow_ofctl::parse_group_filter(text)?;
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
+        self.forget_select_state();
         self.dp.revalidate(&mut self.ofproto);
         Ok(n)
     }
@@ -1379,14 +1384,15 @@ impl Bridge {
                     matching: nicflow_ofctl::format_match(&f.matching, &self.names),
                     actions: format_actions(&f.actions),
                     recirc_id: f.matching.key().recirc_id,
-                    recircs: f
-                        .actions
-                        .iter()
-                        .filter_map(|a| match a {
-                            crate::datapath::DpAction::Recirc(id) => Some(*id),
-                            _ => None,
-                        })
-                        .collect(),
+                    recircs: {
+                        let mut ids = Vec::new();
+                        crate::datapath::action::walk(&f.actions, &mut |a| {
+                            if let crate::datapath::DpAction::Recirc(id) = a {
+                                ids.push(*id);
+                            }
+                        });
+                        ids
+                    },
                     packets: t.packets,
                     bytes: t.bytes,
                     kernel_packets: k.packets,
@@ -1591,15 +1597,64 @@ impl Bridge {
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
+        self.forget_select_state();
         if !self.defer_revalidation {
             self.dp.revalidate(&mut self.ofproto);
         }
         n
     }
 
+    /// Per-packet select state of groups that are gone goes with them.
+    fn forget_select_state(&mut self) {
+        let groups = &self.ofproto.groups;
+        self.dp.select.retain(|g| groups.contains(g));
+    }
+
     /// The groups as their specs (`GROUP_DESC`).
     pub fn group_specs(&self) -> Vec<nicflow_ofctl::GroupSpec> {
         self.ofproto.dump_groups()
+    }
+
+    /// The congestion-aware (`selection_method=splb`) groups, each with,
+    /// per bucket in group order, its weight and the name of the port its
+    /// first output goes to (`None`: no output to a port), for the daemon's
+    /// sampler to measure.
+    pub fn splb_paths(&self) -> Vec<(u32, Vec<SplbPath>)> {
+        use nicflow_ofctl::{ports::PortMap, SelectionMethod};
+        self.ofproto
+            .groups
+            .iter()
+            .filter(|g| g.spec.selection_method == Some(SelectionMethod::Splb))
+            .map(|g| {
+                let buckets = g
+                    .spec
+                    .buckets
+                    .iter()
+                    .map(|b| {
+                        let port = b.actions.iter().find_map(|a| match a {
+                            nicflow_flow::Action::Output(p) => Some(*p),
+                            nicflow_flow::Action::OutputMaxLen { port, .. } => Some(*port),
+                            _ => None,
+                        });
+                        (b.weight, port.and_then(|p| self.names.port_name(p)))
+                    })
+                    .collect();
+                (g.spec.group_id, buckets)
+            })
+            .collect()
+    }
+
+    /// Publish splb weights for group `group` (by bucket position): the
+    /// userspace executor and the kernel engines choose by them from the
+    /// next packet on.
+    pub fn publish_splb(&mut self, group: u32, weights: &[u32]) {
+        if self.dp.select.published(group) == Some(weights) {
+            return;
+        }
+        self.dp.select.publish(group, weights);
+        if let Some(off) = self.dp.offload_mut() {
+            off.publish_select(group, weights);
+        }
     }
 
     /// Per table (index = table id): its rules and its lookup counters

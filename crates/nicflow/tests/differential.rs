@@ -1753,3 +1753,86 @@ fn regression_push_vlan_then_lookup_and_normal() {
         panic!("{e}");
     }
 }
+
+/// Per-packet select groups (`rr`, `wrr`, `splb`) give the cached path —
+/// one datapath flow whose `select` action chooses per packet — the same
+/// outputs, packet for packet, as translating every packet: buckets with
+/// rewrites that must not leak into the actions after the group, a
+/// per-packet group inside an `all` group's bucket, and several flows
+/// sharing one group's rotation within and across batches.
+#[test]
+fn per_packet_select_groups_agree() {
+    let groups = [
+        "group_id=1,type=select,selection_method=rr,\
+         bucket=actions=mod_vlan_vid:30,output:p2,\
+         bucket=actions=mod_tp_src:8080,output:p3,\
+         bucket=actions=mod_nw_src:198.18.9.1,output:p4",
+        "group_id=2,type=select,selection_method=wrr,\
+         bucket=weight:3,actions=mod_dl_dst:02:00:00:00:00:a1,output:p2,\
+         bucket=weight:1,actions=output:p3",
+        "group_id=3,type=all,bucket=actions=group:1,bucket=actions=output:p4",
+        "group_id=4,type=select,selection_method=splb,\
+         bucket=weight:2,actions=output:p2,bucket=actions=output:p3",
+    ];
+    let mut pair = Pair::new();
+    for g in groups {
+        for side in [&mut pair.cached, &mut pair.reference] {
+            side.br.add_groups_str(g, false, pair.now).unwrap();
+        }
+    }
+    let r = (|| -> Result<(), String> {
+        for r in [
+            "priority=10,udp,tp_dst=2000,actions=group:1,output:p1",
+            "priority=10,udp,tp_dst=53,actions=group:2",
+            "priority=10,tcp,actions=group:3",
+            "priority=5,ip,actions=group:4",
+            "priority=0,actions=drop",
+        ] {
+            pair.add(r)
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("`{r}`: {e}"))?;
+        }
+        let frames = [
+            udp_frame(A, B),
+            FrameBuilder::new(B, A)
+                .ipv4(IP4[1], IP4[2])
+                .udp(5000, 53)
+                .build(),
+            FrameBuilder::new(A, C)
+                .ipv4(IP4[0], IP4[3])
+                .tcp(1000, 80, 0x10)
+                .build(),
+            FrameBuilder::new(C, A)
+                .ipv4(IP4[2], IP4[0])
+                .udp(7, 9)
+                .build(),
+            FrameBuilder::new(A, B)
+                .ipv4(IP4[0], IP4[1])
+                .udp(1001, 2000)
+                .build(),
+        ];
+        for n in 0..12 {
+            // Varying mixes: a flow's packets within one batch, and flows
+            // interleaved on one group.
+            let batch: Vec<Input> = (0..=n % 4)
+                .flat_map(|k| {
+                    frames
+                        .iter()
+                        .enumerate()
+                        .filter(move |(i, _)| (i + n + k) % 3 != 0)
+                        .map(|(_, f)| input(0, f.clone()))
+                })
+                .collect();
+            pair.batch(n, &batch).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+    let flows = pair.cached.br.dump_dp_flows(pair.now);
+    assert!(
+        flows.iter().any(|f| f.actions.contains("select(rr,g=1,")),
+        "{flows:#?}"
+    );
+}

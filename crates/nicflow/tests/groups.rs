@@ -571,3 +571,131 @@ fn fan_out_of_groups_is_bounded() {
         "{drops:?}"
     );
 }
+
+fn vid(f: &[u8]) -> Option<u16> {
+    (u16::from_be_bytes([f[12], f[13]]) == 0x8100)
+        .then(|| u16::from_be_bytes([f[14], f[15]]) & 0xfff)
+}
+
+/// Which of ports p2..p4 each of `n` packets of one flow left by (index
+/// into `h`), with the frames.
+fn spray(
+    br: &mut nicflow::bridge::Bridge,
+    h: &[nicflow::port::mem::MemHandle],
+    n: usize,
+    now: Instant,
+) -> Vec<(usize, Vec<u8>)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        h[0].inject(&udp(1000, 53));
+        br.run_until_idle(now);
+        let got: Vec<(usize, Vec<Vec<u8>>)> = (1..h.len())
+            .map(|p| (p, h[p].take_tx()))
+            .filter(|(_, f)| !f.is_empty())
+            .collect();
+        assert_eq!(got.len(), 1, "packet {i}: one bucket per packet: {got:?}");
+        assert_eq!(got[0].1.len(), 1);
+        out.push((got[0].0, got[0].1[0].clone()));
+    }
+    out
+}
+
+#[test]
+fn rr_select_sprays_one_flow_per_packet_from_one_cached_flow() {
+    let (mut br, h) = bridge(4);
+    let now = Instant::now();
+    br.add_groups_str(
+        "group_id=1,type=select,selection_method=rr,\
+         bucket=actions=mod_vlan_vid:10,output:p2,bucket=actions=mod_vlan_vid:20,output:p3",
+        false,
+        now,
+    )
+    .unwrap();
+    br.add_flow_str("in_port=p1,actions=group:1", now).unwrap();
+    let got = spray(&mut br, &h, 6, now);
+    let ports: Vec<usize> = got.iter().map(|g| g.0).collect();
+    assert_eq!(ports, vec![1, 2, 1, 2, 1, 2], "buckets in turn");
+    for (p, f) in &got {
+        assert_eq!(vid(f), Some(if *p == 1 { 10 } else { 20 }));
+        assert!(all_checksums_valid(f));
+    }
+    assert_eq!(br.dp_stats().upcalls, 1, "one flow carries every packet");
+    let flows = br.dump_dp_flows(now);
+    assert_eq!(flows.len(), 1);
+    for f in ["nw_src", "nw_dst", "tp_src", "tp_dst"] {
+        assert!(
+            !flows[0].matching.contains(f),
+            "no hash field in the megaflow: {}",
+            flows[0].matching
+        );
+    }
+    assert_eq!(
+        flows[0].actions,
+        "select(rr,g=1,[push_vlan(tpid=0x8100,vid=10,pcp=0),2],[push_vlan(tpid=0x8100,vid=20,pcp=0),3])"
+    );
+    assert_eq!(br.group_stats(now)[0].packets, 6);
+}
+
+#[test]
+fn wrr_select_follows_weights_per_packet() {
+    let (mut br, h) = bridge(3);
+    let now = Instant::now();
+    br.add_groups_str(
+        "group_id=1,type=select,selection_method=wrr,\
+         bucket=weight:3,actions=output:p2,bucket=weight:1,actions=output:p3",
+        false,
+        now,
+    )
+    .unwrap();
+    br.add_flow_str("in_port=p1,actions=group:1", now).unwrap();
+    let got: Vec<usize> = spray(&mut br, &h, 400, now).iter().map(|g| g.0).collect();
+    assert_eq!(&got[..8], &[1, 1, 2, 1, 1, 1, 2, 1], "smooth: a a b a");
+    let first = got.iter().filter(|p| **p == 1).count();
+    assert_eq!((first, 400 - first), (300, 100), "3:1");
+}
+
+#[test]
+fn per_packet_select_skips_dead_buckets_and_its_rewrites_do_not_leak() {
+    let (mut br, h) = bridge(4);
+    let now = Instant::now();
+    br.add_groups_str(
+        "group_id=1,type=select,selection_method=rr,\
+         bucket=watch_port:p2,actions=mod_nw_src:198.18.9.9,mod_vlan_vid:7,output:p2,\
+         bucket=actions=output:p3",
+        false,
+        now,
+    )
+    .unwrap();
+    // After the group the packet is the one the group received.
+    br.add_flow_str("in_port=p1,actions=group:1,output:p4", now)
+        .unwrap();
+    for round in 0..4 {
+        h[0].inject(&udp(1000, 53));
+        br.run_until_idle(now);
+        let (a, b, c) = (h[1].take_tx(), h[2].take_tx(), h[3].take_tx());
+        assert_eq!(a.len() + b.len(), 1, "round {round}");
+        assert_eq!(a.len(), usize::from(round % 2 == 0), "round {round}");
+        if let Some(f) = a.first() {
+            assert_eq!(nw_src(f), Ipv4Addr::new(198, 18, 9, 9));
+            assert_eq!(vid(f), Some(7));
+        }
+        assert_eq!(c.len(), 1);
+        assert_eq!(nw_src(&c[0]), IP_A, "no leak from the bucket");
+        assert_eq!(vid(&c[0]), None, "no tag leaks from the bucket");
+        assert!(all_checksums_valid(&c[0]));
+    }
+    // p2 goes: its bucket is dead, every packet takes p3 (revalidated).
+    br.del_port("p2").unwrap();
+    for _ in 0..3 {
+        h[0].inject(&udp(1000, 53));
+        br.run_until_idle(now);
+        assert_eq!(h[2].take_tx().len(), 1);
+        assert_eq!(h[3].take_tx().len(), 1);
+    }
+    let flows = br.dump_dp_flows(now);
+    assert!(
+        flows[0].actions.starts_with("select(rr,g=1,[3])"),
+        "{}",
+        flows[0].actions
+    );
+}

@@ -185,6 +185,34 @@ fn ovs_ofctl_15_drives_the_switch() {
     assert!(e.contains("OFPGMFC_UNKNOWN_BUCKET"), "{e}");
     of15_must(&lab, &["mod-flows", OF, "in_port=1,actions=group:1"]);
     assert!(pings(&lab, 2), "ping through the 1.5 group failed");
+    // nicflow's per-packet methods travel in the same property: ovs-ofctl
+    // sends them (the switch keeps them), though its own decoder refuses
+    // names other than hash/dp_hash in a GROUP_DESC reply, so they are
+    // read back with nicflow's CLI here (docs/openflow.md).
+    for m in ["rr", "wrr", "splb"] {
+        of15_must(
+            &lab,
+            &[
+                "add-group",
+                OF,
+                &format!(
+                    "group_id=2,type=select,selection_method={m},\
+                     bucket=bucket_id:0,weight:3,actions=output:2"
+                ),
+            ],
+        );
+        let groups = lab.cli(&["dump-groups", "br0"]).unwrap();
+        assert!(
+            groups.contains(&format!("group_id=2,type=select,selection_method={m}")),
+            "{groups}"
+        );
+        of15_must(&lab, &["del-groups", OF, "group_id=2"]);
+    }
+    let groups = of15_must(&lab, &["--no-names", "dump-groups", OF]);
+    assert!(
+        groups.contains("selection_method=dp_hash") && !groups.contains("group_id=2"),
+        "{groups}"
+    );
 
     // Meters.
     of15_must(

@@ -6,8 +6,11 @@
 //!
 //! * `group_id=N` (0..=0xffffff00) and `type=all|select|indirect|fast_failover`
 //!   (`ff` too) are required.
-//! * `selection_method=hash|dp_hash` and `selection_method_param=N` (select
-//!   groups only); `fields=F` or `fields(F1,F2[=MASK],...)` only with
+//! * `selection_method=hash|dp_hash|rr|wrr|splb` and
+//!   `selection_method_param=N` (select groups only): `hash`/`dp_hash` pick
+//!   one bucket per flow, `rr`/`wrr`/`splb` one per packet
+//!   ([`SelectionMethod::per_packet`]); `fields=F` or
+//!   `fields(F1,F2[=MASK],...)` only with
 //!   `selection_method=hash`. Field names are those of the rule language plus
 //!   OVS's `ip_src`, `ip_dst`, `eth_src`, `eth_dst`, `eth_type`, `ip_proto`,
 //!   `tcp_src`, `tcp_dst`, `udp_src`, `udp_dst`, `sctp_src`, `sctp_dst`.
@@ -87,14 +90,51 @@ pub enum SelectionMethod {
     /// OVS's datapath hash; in nicflow a hash of the L3/L4 5-tuple, the same
     /// as no method at all.
     DpHash,
+    /// Round robin per packet: the live buckets in turn, weights ignored
+    /// (a weight of 0 still means never). A nicflow extension, for spraying
+    /// one flow's packets over several paths.
+    RoundRobin,
+    /// Weighted round robin per packet: nginx's smooth weighted round robin
+    /// over the buckets' weights (3:1 gives 3 packets in 4 to the first).
+    Weighted,
+    /// Congestion-aware per packet (SPLB): smooth weighted round robin over
+    /// weights the daemon derives from each bucket's output port's measured
+    /// congestion, so the least congested path takes most packets.
+    Splb,
 }
 
 impl SelectionMethod {
+    /// Every method, in the order error messages list them.
+    pub const ALL: [SelectionMethod; 5] = [
+        SelectionMethod::Hash,
+        SelectionMethod::DpHash,
+        SelectionMethod::RoundRobin,
+        SelectionMethod::Weighted,
+        SelectionMethod::Splb,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             SelectionMethod::Hash => "hash",
             SelectionMethod::DpHash => "dp_hash",
+            SelectionMethod::RoundRobin => "rr",
+            SelectionMethod::Weighted => "wrr",
+            SelectionMethod::Splb => "splb",
         }
+    }
+
+    /// The method named `s` (as `name` prints it).
+    pub fn from_name(s: &str) -> Option<SelectionMethod> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// Does the method choose per packet (so the choice is made by the
+    /// datapath, not cached with the flow)?
+    pub fn per_packet(self) -> bool {
+        matches!(
+            self,
+            SelectionMethod::RoundRobin | SelectionMethod::Weighted | SelectionMethod::Splb
+        )
     }
 }
 
@@ -391,16 +431,13 @@ pub fn parse_group(text: &str, ports: &dyn PortMap) -> Result<GroupSpec, RuleErr
             }
             ("selection_method", Some('=')) => {
                 method_piece = piece;
-                method = Some(match arg {
-                    "hash" => SelectionMethod::Hash,
-                    "dp_hash" => SelectionMethod::DpHash,
-                    _ => {
-                        return err(
-                            piece,
-                            format!("unknown selection method {arg} (hash, dp_hash)"),
-                        )
-                    }
-                });
+                method = Some(SelectionMethod::from_name(arg).ok_or_else(|| {
+                    let names: Vec<&str> = SelectionMethod::ALL.iter().map(|m| m.name()).collect();
+                    RuleError::new(
+                        piece,
+                        format!("unknown selection method {arg} ({})", names.join(", ")),
+                    )
+                })?);
             }
             ("selection_method_param", Some('=')) => {
                 param = Some((

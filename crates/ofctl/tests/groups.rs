@@ -104,6 +104,66 @@ fn every_action_in_buckets() {
 }
 
 #[test]
+fn per_packet_selection_methods_round_trip() {
+    round(
+        "group_id=40,type=select,selection_method=rr,bucket=output:p1,bucket=output:p2",
+        "group_id=40,type=select,selection_method=rr,bucket=bucket_id:0,actions=output:p1,bucket=bucket_id:1,actions=output:p2",
+    );
+    round(
+        "group_id=41,type=select,selection_method=wrr,bucket=weight:3,actions=mod_vlan_vid:10,output:p1,bucket=weight:1,actions=mod_vlan_vid:20,output:p1",
+        "group_id=41,type=select,selection_method=wrr,bucket=bucket_id:0,weight:3,actions=mod_vlan_vid:10,output:p1,bucket=bucket_id:1,actions=mod_vlan_vid:20,output:p1",
+    );
+    round(
+        "group_id=42,type=select,selection_method=splb,bucket=output:p1,bucket=output:p2,bucket=output:p3",
+        "group_id=42,type=select,selection_method=splb,bucket=bucket_id:0,actions=output:p1,bucket=bucket_id:1,actions=output:p2,bucket=bucket_id:2,actions=output:p3",
+    );
+    for (text, m) in [
+        ("rr", SelectionMethod::RoundRobin),
+        ("wrr", SelectionMethod::Weighted),
+        ("splb", SelectionMethod::Splb),
+    ] {
+        let g = parse_group(
+            &format!("group_id=1,type=select,selection_method={text},bucket=output:p1"),
+            &ports(),
+        )
+        .unwrap();
+        assert_eq!(g.selection_method, Some(m));
+        assert!(m.per_packet());
+    }
+    assert!(!SelectionMethod::Hash.per_packet());
+    assert!(!SelectionMethod::DpHash.per_packet());
+    // Unknown names list every method; fields only go with hash.
+    let e = parse_group(
+        "group_id=1,type=select,selection_method=random,bucket=output:p1",
+        &ports(),
+    )
+    .unwrap_err();
+    assert!(
+        e.reason.contains("hash, dp_hash, rr, wrr, splb"),
+        "{}",
+        e.reason
+    );
+    for m in ["rr", "wrr", "splb"] {
+        let e = parse_group(
+            &format!("group_id=1,type=select,selection_method={m},fields(nw_src),bucket=output:p1"),
+            &ports(),
+        )
+        .unwrap_err();
+        assert!(
+            e.reason.contains("selection_method=hash"),
+            "{m}: {}",
+            e.reason
+        );
+        let e = parse_group(
+            &format!("group_id=1,type=all,selection_method={m},bucket=output:p1"),
+            &ports(),
+        )
+        .unwrap_err();
+        assert!(e.reason.contains("select groups"), "{m}: {}", e.reason);
+    }
+}
+
+#[test]
 fn selection_methods_and_fields() {
     round(
         "group_id=30,type=select,selection_method=hash,fields(ip_src,tcp_dst),bucket=output:p1,bucket=output:p2",

@@ -34,6 +34,7 @@ pub mod link;
 pub mod neigh;
 pub mod netlink;
 pub mod netns;
+pub mod qdisc;
 pub mod route;
 pub mod sysctl;
 

@@ -166,6 +166,49 @@ pub enum DpAction {
     Recirc(u32),
     /// Forget the packet's connection-tracking verdict.
     CtClear,
+    /// A select group that chooses per packet (`selection_method=rr`,
+    /// `wrr`, `splb`): run one of `buckets` — each a complete action list
+    /// that leaves the packet as it found it — chosen by `method` with
+    /// state kept per `group` by the executor, then go on with the next
+    /// action. Only live buckets of non-zero weight are here.
+    Select {
+        group: u32,
+        method: SelectMethod,
+        buckets: Vec<SelectBucket>,
+    },
+}
+
+/// How a [`DpAction::Select`] chooses its bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SelectMethod {
+    /// The buckets in turn.
+    RoundRobin,
+    /// Smooth weighted round robin (nginx's) over the buckets' weights.
+    Weighted,
+    /// Smooth weighted round robin over the weights the daemon publishes
+    /// from the measured congestion of each bucket's path (the buckets'
+    /// own weights until it has).
+    Splb,
+}
+
+impl SelectMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectMethod::RoundRobin => "rr",
+            SelectMethod::Weighted => "wrr",
+            SelectMethod::Splb => "splb",
+        }
+    }
+}
+
+/// One bucket of a [`DpAction::Select`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelectBucket {
+    /// The bucket's position in the group (what splb weights are
+    /// published by).
+    pub index: u16,
+    pub weight: u16,
+    pub actions: Vec<DpAction>,
 }
 
 fn mac(f: &mut fmt::Formatter<'_>, m: &[u8; 6]) -> fmt::Result {
@@ -283,6 +326,21 @@ impl fmt::Display for DpAction {
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
             DpAction::CtClear => f.write_str("ct_clear"),
+            DpAction::Select {
+                group,
+                method,
+                buckets,
+            } => {
+                write!(f, "select({},g={group}", method.name())?;
+                for b in buckets {
+                    f.write_str(",")?;
+                    if *method != SelectMethod::RoundRobin {
+                        write!(f, "{}:", b.weight)?;
+                    }
+                    write!(f, "[{}]", format_actions(&b.actions))?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }
@@ -310,6 +368,20 @@ fn format_dp_nat(n: &nicflow_conntrack::NatAction) -> String {
     }
     s.push(')');
     s
+}
+
+/// Every action of `actions`, those inside a [`DpAction::Select`]'s
+/// buckets included (depth first), for questions about a whole list such
+/// as "which recirculation ids does it use".
+pub fn walk<'a>(actions: &'a [DpAction], f: &mut impl FnMut(&'a DpAction)) {
+    for a in actions {
+        f(a);
+        if let DpAction::Select { buckets, .. } = a {
+            for b in buckets {
+                walk(&b.actions, f);
+            }
+        }
+    }
 }
 
 /// Print an action list; an empty one is `drop`.

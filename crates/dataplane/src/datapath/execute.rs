@@ -8,6 +8,7 @@
 
 use super::action::{DpAction, DropReason};
 use super::ct::{CtMeta, CtStage};
+use super::select::SelectStates;
 use super::ControllerPacket;
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::parse::{self, Layout};
@@ -39,17 +40,41 @@ pub struct ExecResult {
     pub leftover: Option<PacketBuf>,
 }
 
+/// What the rest of the frame's walk gets from one action list.
+enum Flow {
+    /// The list ran out: go on with the frame.
+    Next(PacketBuf),
+    /// The frame itself went out (or into a recirculation) as the list's
+    /// last action, with nothing after it.
+    Taken,
+    /// A drop: nothing after runs.
+    Stop(PacketBuf),
+}
+
+/// Everything but the frame and its actions that [`execute`] needs.
+struct Env<'a, 'b> {
+    in_port: u32,
+    tx: &'a mut TxBatch,
+    pool: &'a mut Vec<PacketBuf>,
+    controller: &'a mut VecDeque<ControllerPacket>,
+    controller_cap: usize,
+    meters: &'a mut super::meter::Meters,
+    select: &'a mut SelectStates,
+    ct: &'a mut CtStage<'b>,
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn execute(
     actions: &[DpAction],
-    _in_port: u32,
-    mut pkt: PacketBuf,
+    in_port: u32,
+    pkt: PacketBuf,
     layout: &mut Layout,
     tx: &mut TxBatch,
     pool: &mut Vec<PacketBuf>,
     controller: &mut VecDeque<ControllerPacket>,
     controller_cap: usize,
     meters: &mut super::meter::Meters,
+    select: &mut SelectStates,
     ct: &mut CtStage<'_>,
 ) -> ExecResult {
     let mut r = ExecResult::default();
@@ -58,13 +83,57 @@ pub fn execute(
         r.leftover = Some(pkt);
         return r;
     }
+    let mut env = Env {
+        in_port,
+        tx,
+        pool,
+        controller,
+        controller_cap,
+        meters,
+        select,
+        ct,
+    };
+    match run(actions, true, pkt, layout, &mut env, &mut r) {
+        Flow::Next(p) | Flow::Stop(p) => r.leftover = Some(p),
+        Flow::Taken => {}
+    }
+    r
+}
+
+/// Run one action list on the frame. `tail`: nothing runs after this list,
+/// so its last output may hand the frame itself over. A
+/// [`DpAction::Select`]'s bucket runs here too, inline, as the rest of its
+/// list (a bucket leaves the frame as it found it).
+fn run(
+    actions: &[DpAction],
+    tail: bool,
+    mut pkt: PacketBuf,
+    layout: &mut Layout,
+    env: &mut Env<'_, '_>,
+    r: &mut ExecResult,
+) -> Flow {
+    let Env {
+        in_port: _in_port,
+        tx,
+        pool,
+        controller,
+        controller_cap,
+        meters,
+        select,
+        ct,
+    } = env;
+    let controller_cap = *controller_cap;
+    let _in_port = *_in_port;
+    if actions.is_empty() {
+        return Flow::Next(pkt);
+    }
     let last = actions.len() - 1;
     for (i, a) in actions.iter().enumerate() {
         match a {
             DpAction::Output(port) => {
-                if i == last {
+                if tail && i == last {
                     tx.pkts.push((*port, pkt));
-                    return r;
+                    return Flow::Taken;
                 }
                 let mut copy = pool
                     .pop()
@@ -147,7 +216,7 @@ pub fn execute(
             }
             DpAction::Drop(reason) => {
                 r.drop = Some(*reason);
-                break;
+                return Flow::Stop(pkt);
             }
             DpAction::Meter(id) => {
                 // A meter removed since this flow was cached meters nothing
@@ -160,7 +229,7 @@ pub fn execute(
                     super::meter::Verdict::Pass => {}
                     super::meter::Verdict::Drop => {
                         r.drop = Some(DropReason::Meter);
-                        break;
+                        return Flow::Stop(pkt);
                     }
                     super::meter::Verdict::Remark(prec) => remark(&mut pkt, layout, prec),
                 }
@@ -205,9 +274,9 @@ pub fn execute(
             }
             DpAction::CtClear => ct.meta = CtMeta::default(),
             DpAction::Recirc(id) => {
-                if i == last {
+                if tail && i == last {
                     ct.recirc.push(((pkt, ct.meta, *id), ct.depth));
-                    return r;
+                    return Flow::Taken;
                 }
                 let mut copy = pool
                     .pop()
@@ -219,10 +288,25 @@ pub fn execute(
                 copy.tun = pkt.tun;
                 ct.recirc.push(((copy, ct.meta, *id), ct.depth));
             }
+            DpAction::Select {
+                group,
+                method,
+                buckets,
+            } => {
+                let Some(b) = select.choose(*group, *method, buckets) else {
+                    continue;
+                };
+                match run(&buckets[b].actions, tail && i == last, pkt, layout, env, r) {
+                    Flow::Next(p) => pkt = p,
+                    done => return done,
+                }
+                // The rest of the list runs after the bucket, as a list of
+                // its own (so `env` is lent to one walk at a time).
+                return run(&actions[i + 1..], tail, pkt, layout, env, r);
+            }
         }
     }
-    r.leftover = Some(pkt);
-    r
+    Flow::Next(pkt)
 }
 
 /// Write what NAT decided into the frame. Same-size fields, so the layout
@@ -548,6 +632,7 @@ mod tests {
             &mut controller,
             0,
             &mut crate::datapath::meter::Meters::default(),
+            &mut crate::datapath::select::SelectStates::default(),
             &mut scratch.stage(Instant::now()),
         );
         assert!(r.drop.is_none() && !r.policy_drop);
@@ -701,5 +786,129 @@ mod tests {
             let q = usize::from(l.l4_offset) + 8;
             assert_eq!(checksum(&out[q..q + 20]), 0, "quoted IPv4 header");
         }
+    }
+
+    fn select(
+        method: crate::datapath::action::SelectMethod,
+        buckets: Vec<(u16, Vec<DpAction>)>,
+    ) -> DpAction {
+        DpAction::Select {
+            group: 7,
+            method,
+            buckets: buckets
+                .into_iter()
+                .enumerate()
+                .map(
+                    |(i, (weight, actions))| crate::datapath::action::SelectBucket {
+                        index: i as u16,
+                        weight,
+                        actions,
+                    },
+                )
+                .collect(),
+        }
+    }
+
+    /// Run `actions` on one frame with `sel`'s state: (port, frame) sent,
+    /// and whether the frame itself was left over.
+    fn run_sel(
+        actions: &[DpAction],
+        frame: &[u8],
+        sel: &mut SelectStates,
+        meters: &mut crate::datapath::meter::Meters,
+    ) -> (Vec<(u32, Vec<u8>)>, ExecResult) {
+        let mut layout = parse::parse(frame).unwrap();
+        let mut tx = TxBatch::default();
+        let mut scratch = CtScratch::default();
+        let r = execute(
+            actions,
+            1,
+            PacketBuf::from_slice(frame),
+            &mut layout,
+            &mut tx,
+            &mut Vec::new(),
+            &mut VecDeque::new(),
+            0,
+            meters,
+            sel,
+            &mut scratch.stage(Instant::now()),
+        );
+        let out = tx
+            .pkts
+            .drain(..)
+            .map(|(p, b)| (p, b.data().to_vec()))
+            .collect();
+        (out, r)
+    }
+
+    #[test]
+    fn select_runs_one_bucket_per_packet_then_the_rest() {
+        use crate::datapath::action::SelectMethod;
+        let frame = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 1].into(), [198, 18, 0, 2].into())
+            .udp(1000, 53)
+            .payload(b"select")
+            .build();
+        // A bucket that tags and puts the frame back, as xlate builds it.
+        let acts = vec![
+            select(
+                SelectMethod::RoundRobin,
+                vec![
+                    (
+                        1,
+                        vec![
+                            DpAction::PushVlan {
+                                tpid: 0x8100,
+                                tci: 10,
+                            },
+                            DpAction::Output(2),
+                            DpAction::PopVlan,
+                        ],
+                    ),
+                    (1, vec![DpAction::Output(3)]),
+                ],
+            ),
+            DpAction::Output(4),
+        ];
+        let mut sel = SelectStates::default();
+        let mut meters = crate::datapath::meter::Meters::default();
+        for n in 0..4 {
+            let (out, r) = run_sel(&acts, &frame, &mut sel, &mut meters);
+            let ports: Vec<u32> = out.iter().map(|o| o.0).collect();
+            assert_eq!(ports, vec![if n % 2 == 0 { 2 } else { 3 }, 4], "packet {n}");
+            if n % 2 == 0 {
+                assert_eq!(&out[0].1[12..16], &[0x81, 0, 0, 10]);
+            }
+            assert_eq!(out[1].1, frame, "the frame after the group is as it came");
+            assert!(r.leftover.is_none(), "the last output takes the frame");
+        }
+        // Select last: the bucket's own last output takes the frame.
+        let last = vec![select(
+            SelectMethod::Weighted,
+            vec![
+                (3, vec![DpAction::Output(2)]),
+                (1, vec![DpAction::Output(3)]),
+            ],
+        )];
+        let mut ports = Vec::new();
+        for _ in 0..8 {
+            let (out, r) = run_sel(&last, &frame, &mut sel, &mut meters);
+            assert!(r.leftover.is_none());
+            assert_eq!(out.len(), 1);
+            ports.push(out[0].0);
+        }
+        assert_eq!(ports, vec![2, 2, 3, 2, 2, 2, 3, 2]);
+        // A drop inside a bucket ends the whole list, as it would inline.
+        let dropping = vec![
+            select(
+                SelectMethod::RoundRobin,
+                vec![(1, vec![DpAction::Drop(DropReason::TtlExceeded)])],
+            ),
+            DpAction::Output(4),
+        ];
+        let (out, r) = run_sel(&dropping, &frame, &mut sel, &mut meters);
+        assert!(out.is_empty());
+        assert_eq!(r.drop, Some(DropReason::TtlExceeded));
+        assert!(r.leftover.is_some());
     }
 }

@@ -25,6 +25,7 @@ pub mod emc;
 pub mod execute;
 pub mod meter;
 pub mod offload;
+pub mod select;
 
 pub use action::{format_actions, DpAction, DropReason};
 pub use execute::TxBatch;
@@ -340,6 +341,8 @@ pub struct Datapath {
     controller: VecDeque<ControllerPacket>,
     /// The bridge's meters (`meter:N`), shared by every flow naming them.
     pub meters: meter::Meters,
+    /// Per-packet select groups' rotation state (`DpAction::Select`).
+    pub select: select::SelectStates,
     /// The engine flows are offloaded to (the bridge's XDP program), if any.
     offload: Option<Box<dyn FlowOffload>>,
     /// The bridge's connection tracker, run by `ct` datapath actions.
@@ -374,6 +377,7 @@ impl Datapath {
             pool: Vec::new(),
             controller: VecDeque::new(),
             meters: meter::Meters::default(),
+            select: select::SelectStates::default(),
             offload: None,
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
@@ -567,11 +571,11 @@ impl Datapath {
             if f.matching.key().recirc_id != 0 {
                 ids.insert(f.matching.key().recirc_id);
             }
-            for a in &f.actions {
+            action::walk(&f.actions, &mut |a| {
                 if let DpAction::Recirc(id) = a {
                     ids.insert(*id);
                 }
-            }
+            });
         }
         ids
     }
@@ -877,6 +881,7 @@ impl Datapath {
             &mut self.controller,
             self.cfg.controller_queue_len,
             &mut self.meters,
+            &mut self.select,
             &mut stage,
         );
         // The packet went through the tracker here: if it ended or changed
@@ -1131,6 +1136,7 @@ impl Datapath {
             &mut self.controller,
             self.cfg.controller_queue_len,
             &mut self.meters,
+            &mut self.select,
             &mut stage,
         );
         self.stats.controller_packets += r.controller as u64;

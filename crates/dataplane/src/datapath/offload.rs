@@ -139,6 +139,10 @@ pub trait FlowOffload {
     fn set_meter(&mut self, _spec: &nicflow_ofctl::meter::MeterSpec) {}
     /// Meter `id` is gone (its rules and flows go with it).
     fn remove_meter(&mut self, _id: u32) {}
+    /// splb weights for per-packet select group `group`, by bucket
+    /// position in the group, measured by the daemon: engines running the
+    /// group's flows choose by them from now on.
+    fn publish_select(&mut self, _group: u32, _weights: &[u32]) {}
     /// Meter `id`'s counters in the kernel (every engine's summed), if any
     /// engine holds it.
     fn meter_counters(&self, _id: u32) -> Option<super::meter::MeterCounters> {

@@ -79,6 +79,7 @@ use super::kernel::{
 };
 use super::netdev::NetdevQuery;
 use super::OffloadMode;
+use crate::datapath::action::SelectMethod;
 use crate::datapath::meter::MeterCounters;
 pub use crate::datapath::ManagerCounters;
 use crate::datapath::{
@@ -259,6 +260,15 @@ pub struct OffloadManager {
     /// The bridge's meters: each goes into an engine's `dp_meters` when
     /// the first flow naming it is offloaded there.
     meters: BTreeMap<u32, MeterSpec>,
+    /// Per-packet select groups' `dp_select` slots (the same in both
+    /// engines), by group id; given once per group id, never reused.
+    select_slots: BTreeMap<u32, u32>,
+    /// Each such group's method and buckets (position in the group,
+    /// weight) as its last offloaded flow had them, for rewriting the
+    /// weights when splb ones are published.
+    select_buckets: BTreeMap<u32, (SelectMethod, Vec<(u16, u16)>)>,
+    /// splb weights published per group, by bucket position in the group.
+    select_published: BTreeMap<u32, Vec<u32>>,
     /// Set while an engine adopted from pins is being taken over.
     adoption: Option<Adoption>,
     /// `offload = profile:NAME`: the modelled NIC admits each flow before
@@ -370,6 +380,9 @@ impl OffloadManager {
             prefetched: HashMap::new(),
             counters: ManagerCounters::default(),
             meters: BTreeMap::new(),
+            select_slots: BTreeMap::new(),
+            select_buckets: BTreeMap::new(),
+            select_published: BTreeMap::new(),
             emulation: mode.profile().map(super::profile::Emulation::new),
         })
     }
@@ -766,9 +779,16 @@ impl OffloadManager {
         let handles: Vec<FlowHandle> = tc.flows().filter(|h| !ours.contains(h)).collect();
         let mut dropped = 0;
         for h in handles {
+            // A per-packet select flow names a `dp_select` slot the
+            // previous daemon gave its group, which this one does not know:
+            // it goes, and comes back through an upcall with this
+            // daemon's slot.
+            let select = tc
+                .value(&h)
+                .is_ok_and(|v| v.flags & super::kernel::layout::flag::SELECT != 0);
             let decoded = tc
                 .decode(&h)
-                .filter(|(k, _)| !emulating && same_port(k.in_port));
+                .filter(|(k, _)| !emulating && !select && same_port(k.in_port));
             let Some((key, mask)) = decoded else {
                 let _ = tc.remove(&h);
                 dropped += 1;
@@ -1501,6 +1521,76 @@ impl OffloadManager {
         Ok(())
     }
 
+    /// Give every per-packet select group in `actions` a `dp_select`
+    /// slot (before the encoder looks for it).
+    fn ensure_select_slots(&mut self, actions: &[DpAction]) -> Result<(), &'static str> {
+        for a in actions {
+            if let DpAction::Select { group, .. } = a {
+                if !self.select_slots.contains_key(group) {
+                    let next = self.select_slots.len() as u32;
+                    if next >= super::kernel::layout::SELECT_SLOTS {
+                        return Err("select:no-slot");
+                    }
+                    self.select_slots.insert(*group, next);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the weights the selects in `actions` choose by into engine
+    /// `kind`'s `dp_select_w`: wrr the buckets' weights, splb what was
+    /// published (the buckets' weights until then), by position in the
+    /// action.
+    fn write_select_weights(
+        &mut self,
+        kind: EngineKind,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str> {
+        for a in actions {
+            if let DpAction::Select {
+                group,
+                method,
+                buckets,
+            } = a
+            {
+                let b: Vec<(u16, u16)> = buckets.iter().map(|b| (b.index, b.weight)).collect();
+                self.select_buckets.insert(*group, (*method, b));
+                self.sync_select(kind, *group)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrite group `group`'s weights in engine `kind` from what is known
+    /// of it.
+    fn sync_select(&mut self, kind: EngineKind, group: u32) -> Result<(), &'static str> {
+        let (Some(slot), Some((method, buckets))) = (
+            self.select_slots.get(&group).copied(),
+            self.select_buckets.get(&group),
+        ) else {
+            return Ok(());
+        };
+        let published = self.select_published.get(&group);
+        let mut w = super::kernel::layout::SelectWeights::default();
+        for (d, (index, weight)) in w.w.iter_mut().zip(buckets) {
+            *d = match method {
+                SelectMethod::RoundRobin => 1,
+                SelectMethod::Weighted => u32::from(*weight),
+                SelectMethod::Splb => published
+                    .and_then(|p| p.get(usize::from(*index)).copied())
+                    .unwrap_or(u32::from(*weight)),
+            };
+        }
+        let engine = self.engine_mut(kind).ok_or("engine-error")?;
+        engine.set_select_weights(slot, w).map_err(|e| {
+            e.reason().unwrap_or_else(|| {
+                tracing::warn!("kernel select weights write failed: {e}");
+                "engine-error"
+            })
+        })
+    }
+
     fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
         match kind {
             EngineKind::Xdp => Some(&mut self.engine),
@@ -1524,6 +1614,10 @@ impl PortSlots for TcSlots<'_> {
     fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
         tunnel_slot(self.0, port, EngineKind::Tc)
     }
+
+    fn select_slot(&self, group: u32) -> Option<u32> {
+        self.0.select_slots.get(&group).copied()
+    }
 }
 
 /// The manager's ports as the encoder sees them.
@@ -1540,6 +1634,10 @@ impl PortSlots for Slots<'_> {
 
     fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
         tunnel_slot(self.0, port, EngineKind::Xdp)
+    }
+
+    fn select_slot(&self, group: u32) -> Option<u32> {
+        self.0.select_slots.get(&group).copied()
     }
 }
 
@@ -1615,6 +1713,10 @@ impl FlowOffload for OffloadManager {
                 }
             }
         }
+        if let Err(r) = self.ensure_select_slots(actions) {
+            self.counters.refused += 1;
+            return Err(r);
+        }
         let (kind, enc) = match self.decide(matching, actions) {
             Ok(e) => e,
             Err(r) => {
@@ -1640,7 +1742,10 @@ impl FlowOffload for OffloadManager {
                 emu.give_back(&tc);
             }
         };
-        if let Err(r) = self.ensure_meters(kind, actions) {
+        if let Err(r) = self
+            .ensure_meters(kind, actions)
+            .and_then(|()| self.write_select_weights(kind, actions))
+        {
             self.counters.refused += 1;
             give_back(self, admitted);
             return Err(r);
@@ -1738,6 +1843,7 @@ impl FlowOffload for OffloadManager {
         let Some((kind, h)) = self.flows.get(&id).copied() else {
             return Err("engine-error");
         };
+        self.ensure_select_slots(actions)?;
         let (new_kind, enc) = self.decide(matching, actions)?;
         if new_kind != kind {
             return Err("engine-error");
@@ -1756,6 +1862,7 @@ impl FlowOffload for OffloadManager {
             emu.hold(id, tc);
         }
         self.ensure_meters(kind, actions)?;
+        self.write_select_weights(kind, actions)?;
         let Some(engine) = self.engine_mut(kind) else {
             return Err("engine-error");
         };
@@ -1812,6 +1919,17 @@ impl FlowOffload for OffloadManager {
             if let Some(e) = self.engine_mut(kind) {
                 if let Err(err) = e.remove_meter(id) {
                     tracing::warn!(meter = id, "kernel meter removal failed: {err}");
+                }
+            }
+        }
+    }
+
+    fn publish_select(&mut self, group: u32, weights: &[u32]) {
+        self.select_published.insert(group, weights.to_vec());
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if self.engine_mut(kind).is_some() {
+                if let Err(r) = self.sync_select(kind, group) {
+                    tracing::warn!(group, "kernel splb weights not written: {r}");
                 }
             }
         }

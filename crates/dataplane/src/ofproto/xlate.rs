@@ -145,6 +145,7 @@ pub fn translate_len(
         }
     }
     ctx.finish_freeze();
+    trim_select_tails(&mut ctx.actions);
     if ctx.work > MAX_RESUBMITS {
         // Too much work is an error of the rule set, not a decision: the
         // whole translation is dropped, as OVS drops a translation that
@@ -160,6 +161,49 @@ pub fn translate_len(
         learned: ctx.learned,
         state_changed: ctx.mac_changed,
         emitted: Vec::new(),
+    }
+}
+
+/// A per-packet select that ends the action list need not put the packet
+/// back after its bucket: nothing reads it afterwards. Drop the trailing
+/// header writes of each bucket there (recursively), so a bucket's output
+/// is its last action, as the kernel engines want it.
+fn trim_select_tails(actions: &mut [DpAction]) {
+    let Some(DpAction::Select { buckets, .. }) = actions.last_mut() else {
+        return;
+    };
+    for b in buckets {
+        while b.actions.last().is_some_and(|a| {
+            matches!(
+                a,
+                DpAction::SetEthSrc(_)
+                    | DpAction::SetEthDst(_)
+                    | DpAction::SetIpv4Src(_)
+                    | DpAction::SetIpv4Dst(_)
+                    | DpAction::SetIpv6Src(_)
+                    | DpAction::SetIpv6Dst(_)
+                    | DpAction::SetArpSpa(_)
+                    | DpAction::SetArpTpa(_)
+                    | DpAction::SetArpSha(_)
+                    | DpAction::SetArpTha(_)
+                    | DpAction::SetArpOp(_)
+                    | DpAction::SetNdTarget(_)
+                    | DpAction::SetNdSll(_)
+                    | DpAction::SetNdTll(_)
+                    | DpAction::SetTos(_)
+                    | DpAction::SetTtl(_)
+                    | DpAction::SetTpSrc(_)
+                    | DpAction::SetTpDst(_)
+                    | DpAction::PushVlan { .. }
+                    | DpAction::PopVlan
+                    | DpAction::SetVlanTci(_)
+                    | DpAction::SetTunnelId(_)
+                    | DpAction::SetTunnelMetadata { .. }
+            )
+        }) {
+            b.actions.pop();
+        }
+        trim_select_tails(&mut b.actions);
     }
 }
 
@@ -1072,6 +1116,17 @@ impl Ctx<'_> {
             .refs(id)
             .map(<[_]>::to_vec)
             .unwrap_or_default();
+        if spec.kind == GroupType::Select
+            && spec
+                .selection_method
+                .is_some_and(nicflow_ofctl::SelectionMethod::per_packet)
+        {
+            if let Some(r) = refs.first() {
+                self.rules.push(*r);
+            }
+            self.select_per_packet(&spec, table_id);
+            return;
+        }
         let chosen: Vec<usize> = match spec.kind {
             GroupType::All | GroupType::Indirect => (0..spec.buckets.len()).collect(),
             GroupType::Select => self.select_bucket(&spec).into_iter().collect(),
@@ -1097,6 +1152,60 @@ impl Ctx<'_> {
                 self.stop = false;
             }
         }
+    }
+
+    /// A select group that chooses per packet (`rr`, `wrr`, `splb`): every
+    /// live bucket of non-zero weight is translated, each on its own copy
+    /// of the packet as `all` buckets are, into a [`DpAction::Select`] the
+    /// executor picks from for each packet. No hash field joins the
+    /// megaflow mask: the one flow carries all its packets over every
+    /// bucket. Each bucket's list ends with the packet put back as it found
+    /// it (field writes undone), so what follows the group sees the same
+    /// packet whichever bucket ran; [`trim_select_tails`] drops those
+    /// undoings when nothing follows. Bucket counters are not credited
+    /// (the flow's traffic is split at run time); the group's are.
+    fn select_per_packet(&mut self, g: &nicflow_ofctl::GroupSpec, table_id: u8) {
+        use crate::datapath::action::{SelectBucket, SelectMethod};
+        let method = match g.selection_method {
+            Some(nicflow_ofctl::SelectionMethod::Weighted) => SelectMethod::Weighted,
+            Some(nicflow_ofctl::SelectionMethod::Splb) => SelectMethod::Splb,
+            _ => SelectMethod::RoundRobin,
+        };
+        let live: Vec<usize> = (0..g.buckets.len())
+            .filter(|&i| g.buckets[i].weight > 0 && self.bucket_live(&g.buckets[i], 0))
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        self.commit();
+        let outer = std::mem::take(&mut self.actions);
+        let committed = self.committed;
+        let mut buckets = Vec::with_capacity(live.len());
+        for i in live {
+            if self.bucket(&g.buckets[i].actions, table_id) {
+                self.stop = false;
+            }
+            let stopped = self.stop;
+            if !stopped {
+                // Put the packet back for whatever follows the group.
+                self.commit();
+            }
+            self.committed = committed;
+            buckets.push(SelectBucket {
+                index: i as u16,
+                weight: g.buckets[i].weight,
+                actions: std::mem::take(&mut self.actions),
+            });
+            if stopped {
+                break;
+            }
+        }
+        self.actions = outer;
+        self.actions.push(DpAction::Select {
+            group: g.group_id,
+            method,
+            buckets,
+        });
     }
 
     /// Run one bucket on a copy of the packet: what it changes in the key

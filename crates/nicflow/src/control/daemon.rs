@@ -152,6 +152,7 @@ pub fn run_with(
     let mut last_tick = Instant::now();
     let mut last_moved = Instant::now();
     let mut moved_last_round = false;
+    let mut splb = super::splb::SplbSampler::default();
     let mut rounds_without_poll = 0u32;
     let mut last_poll = Instant::now();
     let mut budget_spent = false;
@@ -209,7 +210,9 @@ pub fn run_with(
                 0
             } else {
                 let to_tick = TICK.saturating_sub(since_tick);
-                (to_tick.as_millis() as libc::c_int).clamp(1, 100)
+                // splb groups are measured every few milliseconds.
+                let to_splb = splb.wait_ms(Instant::now()).unwrap_or(u64::MAX);
+                (to_tick.as_millis().min(u128::from(to_splb)) as libc::c_int).clamp(1, 100)
             };
             // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
@@ -242,6 +245,7 @@ pub fn run_with(
         if moved_last_round {
             last_moved = now;
         }
+        splb.sample(&mut sw, now);
         if polled {
             // Control I/O never waits (see `clients`): a silent or flooding
             // client cannot hold up the next round of forwarding.

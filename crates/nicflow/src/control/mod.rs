@@ -11,6 +11,7 @@ pub use nicflow_api::config;
 pub mod daemon;
 pub mod openflow;
 mod peer;
+pub mod splb;
 pub use nicflow_api::proto;
 pub mod switch;
 pub mod vf;

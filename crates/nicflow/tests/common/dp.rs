@@ -145,6 +145,34 @@ pub fn userspace_exec_metered(
         &mut VecDeque::new(),
         16,
         meters,
+        &mut nicflow::datapath::select::SelectStates::default(),
+        &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
+    );
+    (r, tx)
+}
+
+/// [`userspace_exec_metered`] with per-packet select state kept by the
+/// caller across packets.
+pub fn userspace_exec_select(
+    frame: &[u8],
+    actions: &[DpAction],
+    meters: &mut nicflow::datapath::meter::Meters,
+    select: &mut nicflow::datapath::select::SelectStates,
+) -> (ExecResult, TxBatch) {
+    let mut key = FlowKey::default();
+    let mut layout = extract(frame, IN_PORT, &mut key).expect("test frame parses");
+    let mut tx = TxBatch::default();
+    let r = execute(
+        actions,
+        IN_PORT,
+        PacketBuf::from_slice(frame),
+        &mut layout,
+        &mut tx,
+        &mut Vec::new(),
+        &mut VecDeque::new(),
+        16,
+        meters,
+        select,
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     (r, tx)

@@ -252,6 +252,7 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
         $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
         $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
+        $crate::engine_tests!(@one $eng, per_packet_select_matches_userspace_executor);
     };
     (@one $eng:path, $name:ident) => {
         #[test]
@@ -1029,5 +1030,191 @@ pub fn ports_sharing_a_direct_mapped_slot_are_both_served(eng: &Engine) {
         assert_eq!(send(&e, ib), eng.pass);
         assert_eq!(e.stats().unwrap().no_port, no_port + 2);
         assert_eq!(e.counters(&h1).unwrap().packets, 1);
+    });
+}
+
+/// The output ports of [`ports`], and select group `g` in slot `g`.
+struct SelectSlots;
+
+impl PortSlots for SelectSlots {
+    fn slot(&self, port: u32) -> Option<u32> {
+        ports().get(&port).copied()
+    }
+    fn select_slot(&self, group: u32) -> Option<u32> {
+        Some(group)
+    }
+}
+
+/// Pin the calling thread to CPU 0: the kernel's select rotation is per
+/// CPU, and `BPF_PROG_TEST_RUN` runs on the caller's CPU, so one CPU's
+/// state sees the whole sequence, as userspace's one state does.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t with CPU 0 set, for this thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Per-packet select groups (rr, wrr 3:1:2, splb with published weights)
+/// in the kernel engine give, packet after packet, the bucket and bytes
+/// the userspace executor gives with its own per-group state: the same
+/// rotation arithmetic on both sides. Buckets rewrite the UDP source port
+/// (what a multipath fabric hashes on) and the destination MAC, and go out
+/// by different ports, so each output frame says which bucket ran. Also:
+/// the flow's counters are the sum of its buckets', a select in the middle
+/// of a list or with a bucket that floods stays in userspace with its
+/// reason, and the buckets go with the flow.
+pub fn per_packet_select_matches_userspace_executor(eng: &Engine) {
+    use nicflow::datapath::action::{SelectBucket, SelectMethod};
+    use nicflow::datapath::select::SelectStates;
+    use nicflow::offload::kernel::layout::SelectWeights;
+    let eng = *eng;
+    in_netns(move || {
+        pin_to_cpu0();
+        let in_if = eng.veth("in");
+        let o2 = eng.veth("o2");
+        let o3 = eng.veth("o3");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, o2).unwrap();
+        e.set_tx_port(1, o3).unwrap();
+        let bucket = |index: u16, weight: u16, sport: u16, port: u32| SelectBucket {
+            index,
+            weight,
+            actions: vec![
+                DpAction::SetEthDst([2, 0, 0, 0, 0x5e, index as u8]),
+                DpAction::SetTpSrc(sport),
+                DpAction::Output(port),
+            ],
+        };
+        let cases = [
+            (1u32, SelectMethod::RoundRobin, [1u16, 1, 1], None),
+            (2, SelectMethod::Weighted, [3, 1, 2], None),
+            (3, SelectMethod::Splb, [1, 1, 1], Some([0u32, 5, 1])),
+        ];
+        let mut sel = SelectStates::default();
+        let mut meters = nicflow::datapath::meter::Meters::default();
+        for (n, (group, method, weights, published)) in cases.into_iter().enumerate() {
+            let frame = FrameBuilder::new(A, B)
+                .ipv4(v4(0x0900 + n as u32), v4(0x0a01))
+                .udp(40000, 4789)
+                .payload(b"per-packet select")
+                .build();
+            let mut key = FlowKey::default();
+            extract(&frame, IN_PORT, &mut key).unwrap();
+            let m = mask(|m| {
+                m.nw_proto = 0xff;
+                m.nw_src = u32::MAX;
+            });
+            // A rewrite before the group, in every bucket's flow.
+            let actions = vec![
+                DpAction::SetTos(0x20),
+                DpAction::Select {
+                    group,
+                    method,
+                    buckets: vec![
+                        bucket(0, weights[0], 1001, 2),
+                        bucket(1, weights[1], 1002, 3),
+                        bucket(2, weights[2], 1003, 2),
+                    ],
+                },
+            ];
+            let enc = (eng.encode)(&key, &m, &actions, &SelectSlots).unwrap();
+            assert_eq!(enc.buckets.len(), 3);
+            let mut w = SelectWeights::default();
+            for (i, d) in w.w.iter_mut().take(3).enumerate() {
+                *d = match (method, published) {
+                    (SelectMethod::Splb, Some(p)) => p[i],
+                    (SelectMethod::RoundRobin, _) => 1,
+                    _ => u32::from(weights[i]),
+                };
+            }
+            e.set_select_weights(group, w).unwrap();
+            if let Some(p) = published {
+                sel.publish(group, &p);
+            }
+            let h = e.install(&enc).unwrap();
+            let mut seen = Vec::new();
+            for i in 0..24 {
+                let (verdict, out) = e.test_run(&frame, in_if, 0).unwrap();
+                let (r, mut tx) = userspace_exec_select(&frame, &actions, &mut meters, &mut sel);
+                let (_, want) = tx.pkts.pop().expect("userspace sends every packet");
+                assert!(r.drop.is_none());
+                assert_eq!(verdict, eng.redirect, "{method:?} packet {i}: verdict");
+                assert_eq!(
+                    out,
+                    want.data(),
+                    "{method:?} packet {i}: the kernel chose another bucket or bytes"
+                );
+                assert!(all_checksums_valid(&out));
+                seen.push(out[5]);
+            }
+            let count = |b: u8| seen.iter().filter(|x| **x == b).count();
+            match method {
+                SelectMethod::RoundRobin => assert_eq!(&seen[..4], &[0, 1, 2, 0]),
+                SelectMethod::Weighted => {
+                    assert_eq!((count(0), count(1), count(2)), (12, 4, 8), "3:1:2")
+                }
+                SelectMethod::Splb => {
+                    assert_eq!((count(0), count(1), count(2)), (0, 20, 4), "0:5:1")
+                }
+            }
+            let c = e.counters(&h).unwrap();
+            assert_eq!(c.packets, 24, "{method:?}: the buckets count the flow");
+            assert_eq!(c.bytes, 24 * frame.len() as u64);
+            let batch = e.counters_batch().unwrap().expect("batched reads");
+            assert_eq!(batch[&h].packets, 24);
+            e.remove(&h).unwrap();
+            assert_eq!(e.n_flows(), 0);
+        }
+        // What stays in userspace, and why.
+        let frame = FrameBuilder::new(A, B)
+            .ipv4(v4(0x0901), v4(0x0a01))
+            .udp(40000, 4789)
+            .build();
+        let mut key = FlowKey::default();
+        extract(&frame, IN_PORT, &mut key).unwrap();
+        let m = mask(|m| m.nw_proto = 0xff);
+        let sel_of = |buckets: Vec<Vec<DpAction>>| DpAction::Select {
+            group: 1,
+            method: SelectMethod::RoundRobin,
+            buckets: buckets
+                .into_iter()
+                .enumerate()
+                .map(|(i, actions)| SelectBucket {
+                    index: i as u16,
+                    weight: 1,
+                    actions,
+                })
+                .collect(),
+        };
+        let one = || sel_of(vec![vec![DpAction::Output(2)], vec![DpAction::Output(3)]]);
+        for (actions, reason) in [
+            (vec![one(), DpAction::Output(3)], "select:not-last"),
+            (
+                vec![sel_of(vec![vec![DpAction::Output(2), DpAction::Output(3)]])],
+                "multiple-outputs",
+            ),
+            (
+                vec![sel_of(vec![vec![DpAction::SetTpSrc(1)]])],
+                "select:bucket-output",
+            ),
+            (
+                vec![sel_of(vec![vec![DpAction::Output(2)]; 9])],
+                "select:too-many-buckets",
+            ),
+        ] {
+            let err = (eng.encode)(&key, &m, &actions, &SelectSlots).unwrap_err();
+            assert_eq!(err.reason, reason, "{actions:?}");
+        }
+        let err = (eng.encode)(&key, &m, &[one()], &ports()).unwrap_err();
+        assert_eq!(err.reason, "select:no-slot");
     });
 }

@@ -111,6 +111,7 @@ pub fn userspace_on(
         &mut ctl,
         16,
         &mut nicflow::datapath::meter::Meters::default(),
+        &mut nicflow::datapath::select::SelectStates::default(),
         &mut nicflow::datapath::ct::CtScratch::default().stage(std::time::Instant::now()),
     );
     match tx.pkts.pop() {

@@ -26,14 +26,19 @@
 //! | `action:push-vlan-before-tunnel` | a frame that grows before encapsulation could outgrow the MTU pre-check |
 //! | `action:tun-opts` | hand-packed lists only: a tunnel output whose Geneve option chunks (`TunOpts`) are not right before it |
 //! | `too-many-actions` | more than [`MAX_ACTIONS`] actions |
+//! | `select:not-last` | a per-packet select group (`selection_method=rr`, `wrr`, `splb`) with actions after it |
+//! | `select:nested` | a select inside a select's bucket |
+//! | `select:too-many-buckets` | more than [`SELECT_MAX`] live buckets |
+//! | `select:bucket-output` | a bucket that does not end in exactly one plain output (drops, floods, tunnel outputs) |
+//! | `select:no-slot` | the engine has no `dp_select` slot for the group (more than [`super::layout::SELECT_SLOTS`] groups) |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
 //! full, the offload manager `meter:unknown` and `meter-map-full` for a
 //! meter it cannot put in `dp_meters` ([`super::OffloadError::NotOffloadable`] carries all of them).
 
 use super::layout::{
-    flag, op, tun_vni, DpKey, FlowValue, MeterBand, MeterEntry, RawAction, GENEVE_OPT_MAX,
-    MAX_ACTIONS, METER_BANDS, METER_DROP, METER_REMARK, METER_UNIT, TUN_OPT_CRIT_AT,
+    flag, op, sel, tun_vni, DpKey, FlowValue, MeterBand, MeterEntry, RawAction, GENEVE_OPT_MAX,
+    MAX_ACTIONS, METER_BANDS, METER_DROP, METER_REMARK, METER_UNIT, SELECT_MAX, TUN_OPT_CRIT_AT,
     TUN_OPT_LEN_AT,
 };
 use crate::datapath::{DpAction, DropReason};
@@ -105,6 +110,11 @@ pub trait PortSlots {
     /// If `port` is a tunnel port the program can encapsulate for: its
     /// slot in `dp_tun_tx`.
     fn tunnel(&self, _port: u32) -> Option<TunnelSlot> {
+        None
+    }
+    /// The `dp_select` slot of per-packet select group `group`, if the
+    /// engine has given it one (`None`: the flow stays in userspace).
+    fn select_slot(&self, _group: u32) -> Option<u32> {
         None
     }
 }
@@ -194,12 +204,16 @@ impl PortSlots for BTreeMap<u32, u32> {
 }
 
 /// A flow ready for the maps: masked key, mask, and value (counters zero).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EncodedFlow {
     /// `key & mask`.
     pub key: DpKey,
     pub mask: DpKey,
     pub value: FlowValue,
+    /// A per-packet select flow's buckets (its value holds only the
+    /// `SELECT`): bucket b's flow, the flow's own actions then the
+    /// bucket's, stored under the flow's map key with `pad` = 1 + b.
+    pub buckets: Vec<FlowValue>,
 }
 
 /// One XDP action, before packing into a [`RawAction`]. A superset of what
@@ -259,6 +273,15 @@ pub enum XdpAction {
     Meter {
         id: u32,
     },
+    /// Choose one of `n` buckets per packet with `dp_select[slot]`'s
+    /// rotation (`method`: one of [`super::layout::sel`]) and run that
+    /// bucket's flow ([`EncodedFlow::buckets`]). A select flow's only
+    /// action.
+    Select {
+        slot: u32,
+        method: u16,
+        n: u8,
+    },
 }
 
 impl XdpAction {
@@ -277,6 +300,11 @@ impl XdpAction {
             XdpAction::Meter { id } => {
                 r.op = op::METER;
                 r.arg32 = id;
+            }
+            XdpAction::Select { slot, method, n } => {
+                r.op = op::SELECT;
+                r.arg32 = slot;
+                r.arg16 = method | u16::from(n) << 8;
             }
             XdpAction::SetEthSrc(m) => {
                 r.op = op::SET_ETH_SRC;
@@ -382,6 +410,11 @@ impl XdpAction {
             op::OUTPUT => XdpAction::Output { slot: r.arg32 },
             op::DROP => XdpAction::Drop { reason: r.arg16 },
             op::METER => XdpAction::Meter { id: r.arg32 },
+            op::SELECT => XdpAction::Select {
+                slot: r.arg32,
+                method: r.arg16 & 0xff,
+                n: (r.arg16 >> 8) as u8,
+            },
             op::SET_ETH_SRC => XdpAction::SetEthSrc(m),
             op::SET_ETH_DST => XdpAction::SetEthDst(m),
             op::SET_IPV4_SRC => XdpAction::SetIpv4Src(r.arg32),
@@ -437,6 +470,15 @@ pub fn pack(actions: &[XdpAction]) -> Result<FlowValue, NotOffloadable> {
     let mut set_ttl = false;
     for (i, a) in actions.iter().enumerate() {
         match a {
+            XdpAction::Select { n, .. } => {
+                if actions.len() != 1 {
+                    return Err(no("select:not-last"));
+                }
+                if *n == 0 || usize::from(*n) > SELECT_MAX {
+                    return Err(no("select:too-many-buckets"));
+                }
+                v.flags |= flag::SELECT;
+            }
             XdpAction::Output { slot } => {
                 if i + 1 != actions.len() {
                     return Err(no("action-after-output"));
@@ -657,14 +699,67 @@ fn encode_engine(
     // frames (as SCTP ones).
     let icmp = mask.0.nw_proto == 0xff && matches!(key.nw_proto, 1 | 58);
     let mut out: Vec<XdpAction> = Vec::with_capacity(actions.len());
-    let mut outputs = 0;
-    // The last `set_tunnel` so far: the VNI a `key=flow` port sends with.
-    let mut set_tun: Option<u64> = None;
-    // tun_metadata slots set so far (TC), as the executor keeps them in
-    // the frame's tunnel metadata for a Geneve output.
-    let (mut md, mut md_present) = ([0u32; 8], 0u8);
-    for a in actions {
-        if outputs > 0 {
+    let cx = ListCx {
+        ports,
+        tc,
+        icmp,
+        sctp,
+    };
+    let mut buckets = Vec::new();
+    encode_list(
+        actions,
+        &cx,
+        &mut ListState::default(),
+        &mut out,
+        Some(&mut buckets),
+    )?;
+    let mut value = pack(&out)?;
+    // The select flow's own pre-checks are its buckets': the program runs
+    // them on the flow it looked up, before choosing.
+    for b in &buckets {
+        value.flags |= b.flags & (flag::DEC_TTL | flag::SET_TP);
+    }
+    let m = DpKey::from_flow_key(&mask.0);
+    Ok(EncodedFlow {
+        key: DpKey::from_flow_key(key).masked(&m),
+        mask: m,
+        value,
+        buckets,
+    })
+}
+
+/// What [`encode_list`] needs to know of the flow.
+struct ListCx<'a> {
+    ports: &'a dyn PortSlots,
+    tc: bool,
+    /// The flow is ICMP / SCTP only (its port rewrites are refused).
+    icmp: bool,
+    sctp: bool,
+}
+
+/// What the actions so far did, as later ones need it.
+#[derive(Clone, Copy, Default)]
+struct ListState {
+    outputs: usize,
+    /// The last `set_tunnel` so far: the VNI a `key=flow` port sends with.
+    set_tun: Option<u64>,
+    /// tun_metadata slots set so far (TC), as the executor keeps them in
+    /// the frame's tunnel metadata for a Geneve output.
+    md: [u32; 8],
+    md_present: u8,
+}
+
+/// Encode one action list into `out`. `buckets`: where a select's bucket
+/// flows go (`None` inside a bucket: no select there).
+fn encode_list(
+    actions: &[DpAction],
+    cx: &ListCx<'_>,
+    st: &mut ListState,
+    out: &mut Vec<XdpAction>,
+    mut buckets: Option<&mut Vec<FlowValue>>,
+) -> Result<(), NotOffloadable> {
+    for (at, a) in actions.iter().enumerate() {
+        if st.outputs > 0 {
             // Anything after the output: another output is a clone/flood,
             // anything else would have to happen after the frame left.
             return Err(no(if matches!(a, DpAction::Output(_)) {
@@ -675,9 +770,9 @@ fn encode_engine(
         }
         let x = match *a {
             DpAction::Output(p) => {
-                outputs += 1;
-                if let Some(t) = ports.tunnel(p) {
-                    let vni = match (t.flow_key, set_tun) {
+                st.outputs += 1;
+                if let Some(t) = cx.ports.tunnel(p) {
+                    let vni = match (t.flow_key, st.set_tun) {
                         (false, _) => TunnelVni::Template,
                         (true, Some(v)) => TunnelVni::Set(v as u32 & 0xff_ffff),
                         (true, None) => TunnelVni::FromKey,
@@ -687,8 +782,8 @@ fn encode_engine(
                     let mut buf = [0u8; nicflow_port::tunnel::GENEVE_OPTIONS_MAX];
                     let n = nicflow_port::tunnel::geneve_options(
                         t.tlv.as_slice(),
-                        md_present,
-                        &md,
+                        st.md_present,
+                        &st.md,
                         &mut buf,
                     );
                     let opts = &buf[..n];
@@ -709,7 +804,7 @@ fn encode_engine(
                         critical,
                     }
                 } else {
-                    let slot = ports.slot(p).ok_or(no("action:output-unmapped"))?;
+                    let slot = cx.ports.slot(p).ok_or(no("action:output-unmapped"))?;
                     XdpAction::Output { slot }
                 }
             }
@@ -727,19 +822,19 @@ fn encode_engine(
             DpAction::Ct { .. } | DpAction::Recirc(_) | DpAction::CtClear => {
                 return Err(no("ct:userspace"))
             }
-            DpAction::SetTunnelMetadata { slot, value } if tc => {
+            DpAction::SetTunnelMetadata { slot, value } if cx.tc => {
                 // Metadata only, as set_tunnel: it reaches the wire as a
                 // Geneve option of a tunnel output.
                 let i = usize::from(slot & 7);
-                md[i] = value;
-                md_present |= 1 << i;
+                st.md[i] = value;
+                st.md_present |= 1 << i;
                 continue;
             }
             DpAction::SetTunnelMetadata { .. } => return Err(no("action:set-tun-metadata")),
             DpAction::SetTunnelId(v) => {
                 // Metadata only: it reaches the wire through a tunnel
                 // output's VNI (above), nowhere else.
-                set_tun = Some(v);
+                st.set_tun = Some(v);
                 continue;
             }
             DpAction::SetEthSrc(m) => XdpAction::SetEthSrc(m),
@@ -758,10 +853,10 @@ fn encode_engine(
             }
             DpAction::SetTos(t) => XdpAction::SetTos(t),
             DpAction::SetTtl(t) => XdpAction::SetTtl(t),
-            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if icmp => {
+            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if cx.icmp => {
                 return Err(no("action:set-icmp"));
             }
-            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if sctp => {
+            DpAction::SetTpSrc(_) | DpAction::SetTpDst(_) if cx.sctp => {
                 return Err(no("action:set-sctp-port"));
             }
             DpAction::SetTpSrc(p) => XdpAction::SetTpSrc(p),
@@ -769,16 +864,78 @@ fn encode_engine(
             DpAction::PushVlan { tpid, tci } => XdpAction::PushVlan { tpid, tci },
             DpAction::PopVlan => XdpAction::PopVlan,
             DpAction::SetVlanTci(t) => XdpAction::SetVlanTci(t),
+            DpAction::Select {
+                group,
+                method,
+                buckets: ref buckets_of,
+            } => {
+                let Some(values) = buckets.as_deref_mut() else {
+                    return Err(no("select:nested"));
+                };
+                encode_select(
+                    group,
+                    method,
+                    buckets_of,
+                    at + 1 == actions.len(),
+                    cx,
+                    st,
+                    out,
+                    values,
+                )?;
+                continue;
+            }
         };
         out.push(x);
     }
-    let value = pack(&out)?;
-    let m = DpKey::from_flow_key(&mask.0);
-    Ok(EncodedFlow {
-        key: DpKey::from_flow_key(key).masked(&m),
-        mask: m,
-        value,
-    })
+    Ok(())
+}
+
+/// A per-packet select, the flow's last action: the flow's own list becomes
+/// the one `SELECT`, and each bucket a flow of its own (into `values`): the
+/// actions before the select, then the bucket's, from the state those left,
+/// ending in one plain output. At most [`SELECT_MAX`] buckets.
+#[allow(clippy::too_many_arguments)]
+fn encode_select(
+    group: u32,
+    method: crate::datapath::action::SelectMethod,
+    buckets: &[crate::datapath::action::SelectBucket],
+    last: bool,
+    cx: &ListCx<'_>,
+    st: &mut ListState,
+    out: &mut Vec<XdpAction>,
+    values: &mut Vec<FlowValue>,
+) -> Result<(), NotOffloadable> {
+    use crate::datapath::action::SelectMethod;
+    if !last {
+        return Err(no("select:not-last"));
+    }
+    if buckets.is_empty() || buckets.len() > SELECT_MAX {
+        return Err(no("select:too-many-buckets"));
+    }
+    let slot = cx.ports.select_slot(group).ok_or(no("select:no-slot"))?;
+    for bucket in buckets {
+        let mut list = out.clone();
+        let mut bs = *st;
+        encode_list(&bucket.actions, cx, &mut bs, &mut list, None)?;
+        if !matches!(list.last(), Some(XdpAction::Output { .. })) || bs.outputs != 1 {
+            // A bucket that drops, or sends into a tunnel: the program
+            // pre-checks plain outputs only here.
+            return Err(no("select:bucket-output"));
+        }
+        values.push(pack(&list)?);
+    }
+    out.clear();
+    out.push(XdpAction::Select {
+        slot,
+        method: match method {
+            SelectMethod::RoundRobin => sel::RR,
+            SelectMethod::Weighted => sel::WRR,
+            SelectMethod::Splb => sel::SPLB,
+        },
+        n: buckets.len() as u8,
+    });
+    st.outputs += 1;
+    Ok(())
 }
 
 /// [`encode`] for the TC engine (`bpf/tc_dp.c`). Same encoding, plus
@@ -802,17 +959,21 @@ pub fn encode_tc(
     ports: &dyn PortSlots,
 ) -> Result<EncodedFlow, NotOffloadable> {
     let from_tunnel = ports.tunnel(key.in_port).is_some();
-    for a in actions {
-        match a {
-            DpAction::SetArpSpa(_)
-            | DpAction::SetArpTpa(_)
-            | DpAction::SetArpSha(_)
-            | DpAction::SetArpTha(_) => return Err(no("tc:arp-rewrite")),
-            DpAction::Output(p) if from_tunnel && ports.tunnel(*p).is_some() => {
-                return Err(no("tc:tunnel-to-tunnel"))
-            }
-            _ => {}
+    let mut refused = None;
+    crate::datapath::action::walk(actions, &mut |a| match a {
+        DpAction::SetArpSpa(_)
+        | DpAction::SetArpTpa(_)
+        | DpAction::SetArpSha(_)
+        | DpAction::SetArpTha(_) => {
+            refused.get_or_insert("tc:arp-rewrite");
         }
+        DpAction::Output(p) if from_tunnel && ports.tunnel(*p).is_some() => {
+            refused.get_or_insert("tc:tunnel-to-tunnel");
+        }
+        _ => {}
+    });
+    if let Some(r) = refused {
+        return Err(no(r));
     }
     let (k, m) = (key, &mask.0);
     if k.vlan_tci & m.vlan_tci != 0 {
@@ -1520,5 +1681,86 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(actions_of(&v).len(), 3);
+    }
+
+    /// Ports 2 and 3, select group g in slot g + 10.
+    struct SelSlots;
+    impl PortSlots for SelSlots {
+        fn slot(&self, port: u32) -> Option<u32> {
+            ports().get(&port).copied()
+        }
+        fn select_slot(&self, group: u32) -> Option<u32> {
+            Some(group + 10)
+        }
+    }
+
+    #[test]
+    fn per_packet_select_is_one_action_and_a_flow_per_bucket() {
+        use crate::datapath::action::{SelectBucket, SelectMethod};
+        let (k, m) = tcp_flow();
+        let acts = vec![
+            DpAction::SetTtl(9),
+            DpAction::Select {
+                group: 4,
+                method: SelectMethod::Weighted,
+                buckets: vec![
+                    SelectBucket {
+                        index: 0,
+                        weight: 3,
+                        actions: vec![DpAction::SetTpSrc(1001), DpAction::Output(2)],
+                    },
+                    SelectBucket {
+                        index: 2,
+                        weight: 1,
+                        actions: vec![DpAction::Output(3)],
+                    },
+                ],
+            },
+        ];
+        let e = encode(&k, &m, &acts, &SelSlots).unwrap();
+        assert_eq!(
+            actions_of(&e.value),
+            vec![XdpAction::Select {
+                slot: 14,
+                method: sel::WRR,
+                n: 2
+            }]
+        );
+        // The select flow pre-checks for its buckets (SET_TP from bucket 0).
+        assert_eq!(e.value.flags, flag::SELECT | flag::SET_TP);
+        assert_eq!(e.buckets.len(), 2);
+        assert_eq!(
+            actions_of(&e.buckets[0]),
+            vec![
+                XdpAction::SetTtl(9),
+                XdpAction::SetTpSrc(1001),
+                XdpAction::Output { slot: 1 }
+            ]
+        );
+        assert_eq!(
+            actions_of(&e.buckets[1]),
+            vec![XdpAction::SetTtl(9), XdpAction::Output { slot: 2 }]
+        );
+        assert_eq!(e.buckets[1].flags, flag::OUTPUT);
+        assert_eq!(e.buckets[1].out_slot, 2);
+        // Without a slot from the engine: userspace.
+        assert_eq!(
+            encode(&k, &m, &acts, &ports()).unwrap_err().reason,
+            "select:no-slot"
+        );
+        // A select inside a bucket.
+        let nested = vec![DpAction::Select {
+            group: 1,
+            method: SelectMethod::RoundRobin,
+            buckets: vec![SelectBucket {
+                index: 0,
+                weight: 1,
+                actions: vec![acts[1].clone()],
+            }],
+        }];
+        assert_eq!(
+            encode(&k, &m, &nested, &SelSlots).unwrap_err().reason,
+            "select:nested"
+        );
     }
 }

@@ -128,6 +128,18 @@ pub struct FlowCounters {
 
 impl FlowCounters {
     /// From a map value, with the kernel clock and `Instant` read now.
+    /// Add `o` (another bucket of the same select flow) to these.
+    fn merge(&mut self, o: FlowCounters) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+        self.tcp_flags |= o.tcp_flags;
+        self.idle = match (self.idle, o.idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.used = self.used.max(o.used);
+    }
+
     fn of(v: &FlowValue, now_ns: u64, now: Instant) -> FlowCounters {
         let (idle, used) = if v.used_ns == 0 {
             (None, None)
@@ -190,6 +202,8 @@ pub struct XdpEngine {
     meters_map: BpfHashMap<MapData, u32, layout::MeterEntry>,
     /// Ids written to `meters_map`.
     meter_ids: std::collections::BTreeSet<u32>,
+    /// `dp_select_w`: the weights of per-packet select groups, by slot.
+    select_w: Array<MapData, layout::SelectWeights>,
     tx_ports: Map,
     /// XDP only: the AF_XDP sockets misses go to.
     xsks: Option<XskMap<MapData>>,
@@ -216,7 +230,7 @@ pub struct XdpEngine {
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
-const PINNED_MAPS: [&str; 11] = [
+const PINNED_MAPS: [&str; 12] = [
     "dp_flows",
     "dp_masks",
     "dp_config",
@@ -228,6 +242,7 @@ const PINNED_MAPS: [&str; 11] = [
     "dp_tun_tx",
     "dp_meters",
     "dp_xsks",
+    "dp_select_w",
 ];
 
 /// A pinned map, typed.
@@ -516,6 +531,7 @@ impl XdpEngine {
             tun_rx: pinned(dir, "dp_tun_rx")?,
             tun_tx: pinned(dir, "dp_tun_tx")?,
             meters_map: pinned(dir, "dp_meters")?,
+            select_w: pinned(dir, "dp_select_w")?,
             meter_ids: Default::default(),
             tx_ports,
             xsks: match kind {
@@ -549,7 +565,13 @@ impl XdpEngine {
         let entries: Vec<(FlowHashKey, FlowValue)> =
             self.flows.iter().filter_map(Result::ok).collect();
         let mut stale = Vec::new();
+        let mut buckets = Vec::new();
         for (hk, v) in entries {
+            if hk.pad != 0 {
+                // A select flow's bucket: kept with its flow (below).
+                buckets.push((hk, v.key));
+                continue;
+            }
             let k = FlowMapKey {
                 mask_idx: hk.mask_idx,
                 pad: 0,
@@ -567,6 +589,16 @@ impl XdpEngine {
             if ok {
                 self.installed.insert(k, ());
             } else {
+                stale.push(hk);
+            }
+        }
+        for (hk, key) in buckets {
+            let k = FlowMapKey {
+                mask_idx: hk.mask_idx,
+                pad: 0,
+                key,
+            };
+            if !self.installed.contains_key(&k) {
                 stale.push(hk);
             }
         }
@@ -818,6 +850,7 @@ impl XdpEngine {
         let tun_rx = take(&mut ebpf, "dp_tun_rx")?;
         let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
         let meters_map = take(&mut ebpf, "dp_meters")?;
+        let select_w = take(&mut ebpf, "dp_select_w")?;
         let seed: [u64; super::layout::DP_KEY_WORDS] = rand::random();
         config_map
             .set(
@@ -840,6 +873,7 @@ impl XdpEngine {
             tun_rx,
             tun_tx,
             meters_map,
+            select_w,
             meter_ids: Default::default(),
             tx_ports,
             xsks,
@@ -1186,6 +1220,28 @@ impl XdpEngine {
         self.meters_map.get(&id, BPF_F_LOCK).ok()
     }
 
+    /// Write the weights select slot `slot` chooses by (wrr: the buckets'
+    /// own; splb: what the daemon measured), by bucket position.
+    pub fn set_select_weights(
+        &mut self,
+        slot: u32,
+        w: layout::SelectWeights,
+    ) -> Result<(), OffloadError> {
+        if slot >= layout::SELECT_SLOTS {
+            return Err(OffloadError::NotOffloadable {
+                reason: "select:slots-full",
+            });
+        }
+        self.select_w
+            .set(slot, w, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_select_w)", e))
+    }
+
+    /// The weights of select slot `slot`.
+    pub fn select_weights(&self, slot: u32) -> Option<layout::SelectWeights> {
+        self.select_w.get(&slot, 0).ok()
+    }
+
     /// Slots of `dp_tun_tx`.
     pub fn tunnel_slots(&self) -> u32 {
         TUN_SLOTS
@@ -1392,6 +1448,11 @@ impl XdpEngine {
         }
         let mut value = flow.value;
         value.key = key.key;
+        if let Err(e) = self.write_buckets(&key, flow) {
+            self.remove_buckets(&key, 0);
+            self.release_mask(acq.slot)?;
+            return Err(e);
+        }
         match self
             .flows
             .insert(key.hash_key(&self.seed), value, BPF_NOEXIST)
@@ -1414,6 +1475,7 @@ impl XdpEngine {
                     self.modify(&handle, flow)?;
                     return Ok(handle);
                 }
+                self.remove_buckets(&key, 0);
                 self.release_mask(acq.slot)?;
                 if errno_of(&e) == Some(libc::E2BIG) {
                     Err(OffloadError::NotOffloadable {
@@ -1450,9 +1512,61 @@ impl XdpEngine {
         v.bytes = old.bytes;
         v.used_ns = old.used_ns;
         v.tcp_flags = old.tcp_flags;
+        // Buckets first, so the select flow never names a missing one.
+        // Buckets that go leave their counts to the flow's own entry.
+        for b in flow.buckets.len()..layout::SELECT_MAX {
+            let mut bk = hk;
+            bk.pad = 1 + b as u32;
+            if let Ok(o) = self.flows.get(&bk, 0) {
+                v.packets += o.packets;
+                v.bytes += o.bytes;
+                v.used_ns = v.used_ns.max(o.used_ns);
+                v.tcp_flags |= o.tcp_flags;
+            }
+        }
+        self.write_buckets(&handle.0, flow)?;
+        self.remove_buckets(&handle.0, flow.buckets.len());
         self.flows
             .insert(hk, v, BPF_EXIST)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e))
+    }
+
+    /// Write a select flow's bucket flows (`EncodedFlow::buckets`) under
+    /// its key with `pad` = 1 + bucket.
+    fn write_buckets(&mut self, key: &FlowMapKey, flow: &EncodedFlow) -> Result<(), OffloadError> {
+        for (b, v) in flow.buckets.iter().enumerate() {
+            let mut hk = key.hash_key(&self.seed);
+            hk.pad = 1 + b as u32;
+            let mut v = *v;
+            v.key = key.key;
+            // A bucket rewritten in place keeps what it counted.
+            if let Ok(o) = self.flows.get(&hk, 0) {
+                v.packets = o.packets;
+                v.bytes = o.bytes;
+                v.used_ns = o.used_ns;
+                v.tcp_flags = o.tcp_flags;
+            }
+            if let Err(e) = self.flows.insert(hk, v, 0) {
+                return Err(if errno_of(&e) == Some(libc::E2BIG) {
+                    OffloadError::NotOffloadable {
+                        reason: "flow-map-full",
+                    }
+                } else {
+                    bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e)
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove the bucket flows `from..` of the flow with `key` (those
+    /// there are).
+    fn remove_buckets(&mut self, key: &FlowMapKey, from: usize) {
+        for b in from..layout::SELECT_MAX {
+            let mut hk = key.hash_key(&self.seed);
+            hk.pad = 1 + b as u32;
+            let _ = self.flows.remove(&hk);
+        }
     }
 
     /// Remove a flow; returns its final counters.
@@ -1460,10 +1574,17 @@ impl XdpEngine {
         if self.installed.remove(&handle.0).is_none() {
             return Err(OffloadError::NotFound);
         }
+        let select = self
+            .value(handle)
+            .is_ok_and(|v| v.flags & layout::flag::SELECT != 0);
         let last = self.counters(handle).unwrap_or_default();
         let hk = self.hash_key(handle)?;
         match self.flows.remove(&hk) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
+                if select {
+                    self.remove_buckets(&handle.0, 0);
+                }
+            }
             Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
             Err(e) => {
                 // Still in the map, still holding its mask: still
@@ -1480,7 +1601,19 @@ impl XdpEngine {
     /// monotonic clock.
     pub fn counters(&self, handle: &FlowHandle) -> Result<FlowCounters, OffloadError> {
         let v = self.value(handle)?;
-        Ok(FlowCounters::of(&v, monotonic_ns(), Instant::now()))
+        let (now_ns, now) = (monotonic_ns(), Instant::now());
+        let mut c = FlowCounters::of(&v, now_ns, now);
+        if v.flags & layout::flag::SELECT != 0 {
+            // Its frames are counted by the bucket that ran them.
+            for b in 0..layout::SELECT_MAX {
+                let mut hk = self.hash_key(handle)?;
+                hk.pad = 1 + b as u32;
+                if let Ok(bv) = self.flows.get(&hk, 0) {
+                    c.merge(FlowCounters::of(&bv, now_ns, now));
+                }
+            }
+        }
+        Ok(c)
     }
 
     /// Every installed flow's counters, read with `BPF_MAP_LOOKUP_BATCH`
@@ -1528,12 +1661,16 @@ impl XdpEngine {
             let err = (r < 0).then(std::io::Error::last_os_error);
             let n = (attr.count as usize).min(CHUNK);
             for (k, v) in keys.iter().zip(&values).take(n) {
+                // A select flow's buckets (pad != 0) count its frames.
                 let h = FlowHandle(FlowMapKey {
                     mask_idx: k.mask_idx,
                     pad: 0,
                     key: v.key,
                 });
-                out.insert(h, FlowCounters::of(v, now_ns, now));
+                let c = FlowCounters::of(v, now_ns, now);
+                out.entry(h)
+                    .and_modify(|o: &mut FlowCounters| o.merge(c))
+                    .or_insert(c);
             }
             match err.and_then(|e| e.raw_os_error()) {
                 None => {}

@@ -263,6 +263,32 @@ pub mod op {
     /// 16 bytes (`data`) of the Geneve options block of the
     /// `TUNNEL_OUTPUT` that follows, chunk `arg16` (TC only).
     pub const TUN_OPTS: u8 = 23;
+    /// A per-packet select group: `arg32` its `dp_select` slot, `arg16`
+    /// the method ([`super::sel`]) | buckets << 8, `data[b]` the index of
+    /// bucket b's first action. The flow's last own action; the buckets'
+    /// actions follow, each ending in its `OUTPUT`.
+    pub const SELECT: u8 = 24;
+}
+
+/// `SELECT`'s methods (`DP_SEL_*`).
+pub mod sel {
+    pub const RR: u16 = 0;
+    pub const WRR: u16 = 1;
+    pub const SPLB: u16 = 2;
+}
+
+/// Most buckets of an offloaded select (`DP_SELECT_MAX`).
+pub const SELECT_MAX: usize = 8;
+/// Slots of `dp_select` / `dp_select_w` (`DP_SELECT_SLOTS`): select groups
+/// an engine runs at once.
+pub const SELECT_SLOTS: u32 = 256;
+
+/// `dp_select_w` value: the weights a `SELECT` with method wrr or splb
+/// uses, by the bucket's position in the action.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelectWeights {
+    pub w: [u32; SELECT_MAX],
 }
 
 /// `TUNNEL_OUTPUT`'s `data[TUN_OPT_LEN_AT]`: the Geneve option bytes the
@@ -304,6 +330,9 @@ pub mod flag {
     /// header, a missing underlay slot or a frame over the tunnel's MTU
     /// goes to userspace.
     pub const TUNNEL: u8 = 0x08;
+    /// Has `SELECT` at `actions[out_slot]`: the output is the chosen
+    /// bucket's, pre-checked as `OUTPUT`'s.
+    pub const SELECT: u8 = 0x10;
 }
 
 /// One encoded action (`struct dp_action`, 24 bytes).
@@ -640,6 +669,7 @@ unsafe impl aya::Pod for TunRxKey {}
 unsafe impl aya::Pod for TunRx {}
 unsafe impl aya::Pod for TunTx {}
 unsafe impl aya::Pod for MeterEntry {}
+unsafe impl aya::Pod for SelectWeights {}
 
 /// The C program's constants, read from `bpf/xdp_dp.c` by `build.rs`.
 pub mod c_abi {
@@ -690,6 +720,13 @@ same_as_c! {
     op::TUNNEL_OUTPUT => DP_OP_TUNNEL_OUTPUT,
     op::METER => DP_OP_METER,
     op::TUN_OPTS => DP_OP_TUN_OPTS,
+    op::SELECT => DP_OP_SELECT,
+    sel::RR => DP_SEL_RR,
+    sel::WRR => DP_SEL_WRR,
+    sel::SPLB => DP_SEL_SPLB,
+    SELECT_MAX => DP_SELECT_MAX,
+    SELECT_SLOTS => DP_SELECT_SLOTS,
+    flag::SELECT => DP_F_SELECT,
     TUN_OPT_LEN_AT => DP_TUN_OPT_LEN_AT,
     TUN_OPT_CRIT_AT => DP_TUN_OPT_CRIT_AT,
     GENEVE_OPT_MAX => DP_GENEVE_OPT_MAX,

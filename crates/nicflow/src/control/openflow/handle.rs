@@ -499,6 +499,18 @@ pub(super) fn group_mod(br: &mut Bridge, gm: &msg::GroupMod, now: Instant) -> Re
         Some(m) if m.method == "dp_hash" && m.fields.is_empty() => {
             (Some(nicflow_ofctl::group::SelectionMethod::DpHash), m.param)
         }
+        // nicflow's per-packet methods (rr, wrr, splb) travel in the same
+        // NTR property; they take no fields.
+        Some(m)
+            if m.fields.is_empty()
+                && nicflow_ofctl::group::SelectionMethod::from_name(&m.method)
+                    .is_some_and(|s| s.per_packet()) =>
+        {
+            (
+                nicflow_ofctl::group::SelectionMethod::from_name(&m.method),
+                m.param,
+            )
+        }
         Some(m) if m.method.is_empty() => (None, 0),
         // `hash` with fields: not mapped from OXM here.
         Some(_) => {
