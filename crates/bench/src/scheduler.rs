@@ -33,6 +33,8 @@
 //! per packet), `wrr` (weighted by the buckets' weights, here the path
 //! rates), `splb` (congestion-aware). Bucket weights are the path rates in
 //! Mbit/s for every method (`ecmp` hashes in proportion to them, too).
+//! `single` is no group at all, every packet to path 1: plain forwarding,
+//! for the cost of scheduling on unshaped paths (`--paths none,none`).
 //!
 //! # Workload and measurements
 //!
@@ -102,10 +104,13 @@ pub struct Args {
     /// driver below any qdisc (XDP, AF_XDP) cannot be shaped: refused.
     #[arg(long, default_value = "nicflow,nicflow-afpacket")]
     pub engines: String,
-    /// Methods: `ecmp` (5-tuple hash, the baseline), `rr`, `wrr`, `splb`.
+    /// Methods: `ecmp` (5-tuple hash, the baseline), `rr`, `wrr`, `splb`,
+    /// and `single` (plain forwarding to path 1, no group: the cost of
+    /// scheduling at all, on unshaped paths).
     #[arg(long, default_value = "ecmp,rr,wrr,splb")]
     pub methods: String,
-    /// Path rates (tbf on each path), bit/s with k/M/G suffixes.
+    /// Path rates (tbf on each path), bit/s with k/M/G suffixes; `none`:
+    /// an unshaped path (the forwarding capacity).
     #[arg(long, default_value = "1G,1G,500M,500M")]
     pub paths: String,
     /// Concurrent flows per round, comma-separated.
@@ -193,7 +198,7 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
     Ok((v * mult) as u64)
 }
 
-const METHODS: &[&str] = &["ecmp", "rr", "wrr", "splb"];
+const METHODS: &[&str] = &["single", "ecmp", "rr", "wrr", "splb"];
 
 /// The group line of `method` over paths with these rates.
 pub fn group_line(method: &str, paths_bps: &[u64]) -> String {
@@ -202,7 +207,12 @@ pub fn group_line(method: &str, paths_bps: &[u64]) -> String {
         let _ = write!(g, ",selection_method={method}");
     }
     for (i, r) in paths_bps.iter().enumerate() {
-        let w = (r / 1_000_000).clamp(1, 65535);
+        // Unshaped paths (0): equal weights.
+        let w = if *r == 0 {
+            1
+        } else {
+            (r / 1_000_000).clamp(1, 65535)
+        };
         let _ = write!(
             g,
             ",bucket=bucket_id:{i},weight:{w},actions=output:pa{}",
@@ -212,9 +222,15 @@ pub fn group_line(method: &str, paths_bps: &[u64]) -> String {
     g
 }
 
-/// `sw`'s rules: IPv4 from c1 to the group, everything back to c1.
-pub fn sw_flows(paths: usize) -> Vec<String> {
-    let mut v = vec![format!("priority=10,ip,in_port=p1,actions=group:{GROUP}")];
+/// `sw`'s rules: IPv4 from c1 to the group (`single`: plain forwarding
+/// to path 1, no group), everything back to c1.
+pub fn sw_flows(method: &str, paths: usize) -> Vec<String> {
+    let first = if method == "single" {
+        "priority=10,ip,in_port=p1,actions=output:pa1".to_string()
+    } else {
+        format!("priority=10,ip,in_port=p1,actions=group:{GROUP}")
+    };
+    let mut v = vec![first];
     for i in 1..=paths {
         v.push(format!("priority=10,in_port=pa{i},actions=output:p1"));
     }
@@ -363,6 +379,9 @@ impl MultipathLab {
         // The paths' capacities: tbf on sw's end of each path.
         let ports = topo.switch_ports("sw");
         for (i, rate) in paths_bps.iter().enumerate() {
+            if *rate == 0 {
+                continue;
+            }
             let port = format!("pa{}", i + 1);
             let iface = ports
                 .iter()
@@ -425,13 +444,15 @@ impl MultipathLab {
             bridge: bridge.clone(),
             filter: None,
         })?;
-        self.request(&Request::AddGroups {
-            bridge: bridge.clone(),
-            text: group_line(method, paths_bps),
-        })?;
+        if method != "single" {
+            self.request(&Request::AddGroups {
+                bridge: bridge.clone(),
+                text: group_line(method, paths_bps),
+            })?;
+        }
         self.request(&Request::AddFlows {
             bridge,
-            text: sw_flows(paths_bps.len()).join("\n"),
+            text: sw_flows(method, paths_bps.len()).join("\n"),
         })
     }
 }
@@ -663,7 +684,13 @@ fn measure(args: &Args) -> anyhow::Result<Results> {
     let paths_bps: Vec<u64> = args
         .paths
         .split(',')
-        .map(parse_rate)
+        .map(|p| {
+            if p.trim() == "none" {
+                Ok(0)
+            } else {
+                parse_rate(p)
+            }
+        })
         .collect::<anyhow::Result<_>>()?;
     if !(2..=16).contains(&paths_bps.len()) {
         bail!("--paths: 2 to 16 paths");
@@ -894,18 +921,29 @@ fn figures(r: &Results) -> Vec<Figure> {
 
 fn markdown(r: &Results, figs: &[Figure]) -> String {
     let mut s = String::new();
+    let base_m = if r.rounds.iter().any(|x| x.method == "ecmp") {
+        "ecmp"
+    } else {
+        "single"
+    };
     let _ = writeln!(s, "# bench scheduler: per-packet multipath vs ECMP\n");
     let _ = writeln!(s, "{}\n", report::machine_section(""));
     let rates: Vec<String> = r
         .paths_bps
         .iter()
-        .map(|b| format!("{} Mbit/s", b / 1_000_000))
+        .map(|b| {
+            if *b == 0 {
+                "unshaped".to_string()
+            } else {
+                format!("{} Mbit/s", b / 1_000_000)
+            }
+        })
         .collect();
     let _ = writeln!(
         s,
         "Paths: {} (tbf on the scheduler's end of each). Flow sizes: web-search \
-         distribution x {}, seed {}. Baseline: `ecmp` (5-tuple hash) in the same run; \
-         ratios are method / ecmp (below 1: the method is better).\n",
+         distribution x {}, seed {}. Baseline (\"base\"): `{base_m}` in the same run; \
+         ratios are method / base (below 1: the method is better).\n",
         rates.join(", "),
         r.size_scale,
         r.seed
@@ -918,8 +956,8 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         ("max FCT ms", true),
         ("p99 FCT ms", true),
         ("mean FCT ms", true),
-        ("max vs ecmp", true),
-        ("p99 vs ecmp", true),
+        ("max vs base", true),
+        ("p99 vs base", true),
         ("Gbit/s", true),
         ("OFO per 1k segs", true),
         ("retrans", true),
@@ -932,7 +970,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         .map(|((e, m, k), x)| {
             let base = g
                 .iter()
-                .find(|((ee, mm, kk), _)| ee == e && mm == "ecmp" && kk == k)
+                .find(|((ee, mm, kk), _)| ee == e && mm == base_m && kk == k)
                 .map(|(_, b)| b.clone());
             let ratio = |a: f64, b: Option<f64>| -> String {
                 b.filter(|b| *b > 0.0)
@@ -1002,9 +1040,11 @@ mod tests {
              bucket=bucket_id:1,weight:500,actions=output:pa2"
         );
         assert!(group_line("rr", &[1_000_000_000]).contains("selection_method=rr"));
-        let f = sw_flows(3);
+        let f = sw_flows("rr", 3);
         assert_eq!(f.len(), 4);
+        assert!(f[0].contains("group:1"));
         assert!(f[3].contains("in_port=pa3"));
+        assert!(sw_flows("single", 2)[0].ends_with("output:pa1"));
         // The group line parses as nicflow's (and OVS's) group syntax.
         nicflow_ofctl::parse_group(&g, &nicflow_ofctl::AutoPorts::default()).unwrap();
     }

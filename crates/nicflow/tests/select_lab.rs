@@ -131,8 +131,8 @@ fn rr_select_sprays_one_flow_tc() {
 /// splb: path p2 is shaped to 2 Mbit/s (a `tbf` root qdisc on the switch's
 /// port) while one flow offers about 16 Mbit/s: the daemon sees p2's
 /// backlog and drops and moves most packets to p3 (round robin would give
-/// each half). TC engine only: the userspace engine's AF_PACKET transmit
-/// bypasses the qdisc (see docs/openflow.md).
+/// each half). On both engines: the TC engine and the daemon's packet
+/// sockets send through a port's qdisc (docs/offload.md).
 fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &str) {
     if !common::lab_possible() || !common::have("tc") || !common::have_with("ethtool", "--version")
     {
@@ -230,4 +230,9 @@ fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &st
 #[test]
 fn splb_moves_packets_off_a_congested_path_tc() {
     splb_moves_packets_off_a_congested_path("st", "tc", "tc");
+}
+
+#[test]
+fn splb_moves_packets_off_a_congested_path_userspace() {
+    splb_moves_packets_off_a_congested_path("su", "none", "userspace");
 }

@@ -19,11 +19,19 @@ pub struct QueueStats {
     pub drops: u32,
 }
 
-/// Every interface's root qdisc counters, by ifindex. Interfaces without a
-/// queue (`noqueue`, a veth's default) report zeros or are absent. A root
-/// qdisc's counters include its children's (classful qdiscs, `mq`), so
-/// only roots are read.
-pub fn root_queue_stats(rt: &mut Rtnl) -> Result<HashMap<u32, QueueStats>> {
+/// One interface's root qdisc: its kind (`noqueue`, `tbf`, `htb`, ...) and
+/// queue counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RootQdisc {
+    pub kind: String,
+    pub stats: QueueStats,
+}
+
+/// Every interface's root qdisc, by ifindex, from one dump. A root qdisc's
+/// counters include its children's (classful qdiscs, `mq`), so only roots
+/// are read; clsact and ingress hang off `TC_H_INGRESS` and are not in the
+/// transmit path.
+pub fn root_qdiscs(rt: &mut Rtnl) -> Result<HashMap<u32, RootQdisc>> {
     let replies = rt.dump(
         "RTM_GETQDISC",
         "qdiscs",
@@ -37,21 +45,39 @@ pub fn root_queue_stats(rt: &mut Rtnl) -> Result<HashMap<u32, QueueStats>> {
         if m.header.parent != TcHandle::ROOT || m.header.index <= 0 {
             continue;
         }
-        let mut s = QueueStats::default();
+        let mut q = RootQdisc::default();
         for a in &m.attributes {
-            if let TcAttribute::Stats2(v) = a {
-                for st in v {
-                    if let TcStats2::Queue(q) = st {
-                        s = QueueStats {
-                            backlog: q.backlog,
-                            qlen: q.qlen,
-                            drops: q.drops,
-                        };
+            match a {
+                TcAttribute::Kind(k) => q.kind = k.clone(),
+                TcAttribute::Stats2(v) => {
+                    for st in v {
+                        if let TcStats2::Queue(s) = st {
+                            q.stats = QueueStats {
+                                backlog: s.backlog,
+                                qlen: s.qlen,
+                                drops: s.drops,
+                            };
+                        }
                     }
                 }
+                _ => {}
             }
         }
-        out.insert(m.header.index as u32, s);
+        out.insert(m.header.index as u32, q);
     }
     Ok(out)
+}
+
+/// Every interface's root qdisc counters, by ifindex. Interfaces without a
+/// queue (`noqueue`, a veth's default) report zeros or are absent.
+pub fn root_queue_stats(rt: &mut Rtnl) -> Result<HashMap<u32, QueueStats>> {
+    Ok(root_qdiscs(rt)?
+        .into_iter()
+        .map(|(i, q)| (i, q.stats))
+        .collect())
+}
+
+/// The kind of `ifindex`'s root qdisc; None when the dump has none.
+pub fn root_kind(rt: &mut Rtnl, ifindex: u32) -> Result<Option<String>> {
+    Ok(root_qdiscs(rt)?.remove(&ifindex).map(|q| q.kind))
 }
