@@ -104,17 +104,20 @@ pub fn test_run_costs() -> Result<Vec<(String, f64)>, String> {
 
 /// As [`test_run_costs`] with `trials` trials of `runs` runs each.
 pub fn test_run_costs_with(trials: usize, runs: u32) -> Result<Vec<(String, f64)>, String> {
-    test_run_costs_only(trials, runs, None)
+    test_run_costs_only(trials, runs, None, Vec::new())
 }
 
 /// As [`test_run_costs_with`], only the scenarios whose name contains
-/// `only` (to profile one with `perf`).
+/// `only` (to profile one with `perf`), plus a 1-mask hit of each TC
+/// variant in `variants` (other builds of `tc_dp.c`, named by their file
+/// stem: e.g. the stage floors `-DDP_PROF_STOP=n`).
 pub fn test_run_costs_only(
     trials: usize,
     runs: u32,
     only: Option<String>,
+    variants: Vec<(String, Vec<u8>)>,
 ) -> Result<Vec<(String, f64)>, String> {
-    std::thread::spawn(move || test_run_costs_here(trials.max(1), runs.max(1), only))
+    std::thread::spawn(move || test_run_costs_here(trials.max(1), runs.max(1), only, variants))
         .join()
         .map_err(|_| "test-run thread panicked".to_string())?
 }
@@ -130,6 +133,7 @@ fn test_run_costs_here(
     trials: usize,
     runs: u32,
     only: Option<String>,
+    variants: Vec<(String, Vec<u8>)>,
 ) -> Result<Vec<(String, f64)>, String> {
     use nicflow::datapath::DpAction;
     use nicflow::offload::kernel::engine::prog_test_run;
@@ -263,6 +267,18 @@ fn test_run_costs_here(
         )?;
     }
     install(&mut tc1, &kgso, &l2_mask(), &out2)?;
+    // Other builds of tc_dp.c, each with the 1-mask flow.
+    let mut tcv = Vec::new();
+    for (name, obj) in &variants {
+        let mut eng =
+            nicflow::offload::kernel::XdpEngine::load_tc_object(obj, XdpEngineConfig::default())
+                .map_err(|x| format!("variant {name}: {}", e(&x)))?;
+        eng.set_port_upcall(in_if, 1, 0)
+            .and_then(|()| eng.set_tx_port_flags(0, out_if, 0))
+            .map_err(|x| format!("variant {name}: {}", e(&x)))?;
+        install(&mut eng, &k64, &l2_mask(), &out2)?;
+        tcv.push((format!("tc_dp variant {name} (hit, 1 mask)"), eng));
+    }
     let bare_tc = nicflow::port::tc::load_upcall_programs(out_if).map_err(|x| e(&x))?;
     let bare_tc_p = bare_tc.program("tc_upcall").ok_or("no tc_upcall")?;
 
@@ -313,7 +329,7 @@ fn test_run_costs_here(
         }
         Ok(o.ns_per_run)
     };
-    let scenarios: Vec<(&str, Measure)> = vec![
+    let mut scenarios: Vec<(&str, Measure)> = vec![
         (
             TC_BARE,
             Box::new(|| {
@@ -355,9 +371,12 @@ fn test_run_costs_here(
             Box::new(|| hit(&xdp, &udp64, None)),
         ),
     ];
+    for (name, eng) in &tcv {
+        scenarios.push((name.as_str(), Box::new(|| hit(eng, &udp64, None))));
+    }
     let scenarios: Vec<(&str, Measure)> = scenarios
         .into_iter()
-        .filter(|(n, _)| only.as_deref().is_none_or(|o| n.contains(o)))
+        .filter(|(n, _)| *n == TC_BARE || only.as_deref().is_none_or(|o| n.contains(o)))
         .collect();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); scenarios.len()];
     for _ in 0..trials {
@@ -389,14 +408,27 @@ pub struct Args {
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
     /// Only the scenarios whose name contains this (e.g. to run one under
-    /// `perf record`).
+    /// `perf record`), and the bare TC redirect (the ratios' baseline).
     #[arg(long)]
     pub only: Option<String>,
+    /// Also measure this build of `tc_dp.c` (an object file with the same
+    /// maps, e.g. compiled with `-DDP_PROF_STOP=n`: see
+    /// docs/results/forward.md, issue 33) on the 1-mask hit; repeatable.
+    #[arg(long = "tc-variant")]
+    pub tc_variant: Vec<std::path::PathBuf>,
 }
 
 pub fn cli(a: &Args) -> anyhow::Result<()> {
-    let rows =
-        test_run_costs_only(a.trials, a.runs, a.only.clone()).map_err(|e| anyhow::anyhow!(e))?;
+    let mut variants = Vec::new();
+    for p in &a.tc_variant {
+        let name = p
+            .file_stem()
+            .map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into());
+        let obj = std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        variants.push((name, obj));
+    }
+    let rows = test_run_costs_only(a.trials, a.runs, a.only.clone(), variants)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let report = report(&rows, a);
     print!("{report}");
     if let Some(p) = &a.out {

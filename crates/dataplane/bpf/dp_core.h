@@ -128,10 +128,12 @@ struct dp_mask {
 };
 _Static_assert(sizeof(struct dp_mask) == 120, "dp_mask layout");
 
-/* The flow hash: the sum over the 14 words of the masked key of a
+/* The flow hash: the sum over the non-zero words of the masked key of a
  * bijective mix of each word xored with its own random seed
- * (dp_config.seed[w], per engine): no branch, the words' mixes
- * independent of each other. The mix is a full one (xorshift, multiply,
+ * (dp_config.seed[w], per engine), the words' mixes independent of each
+ * other. Zero words are skipped (they add nothing): a megaflow's mask
+ * leaves most words out (a learning switch's: 2 of 14), and mixing each
+ * was most of the hash's cost (issue 33). The mix is a full one (xorshift, multiply,
  * xorshift, multiply, xorshift): with a single multiply, a difference in
  * a word's top bit stays a fixed difference whatever the seed, and two
  * such words cancel in the sum, which a sender could aim at. Mirrored by
@@ -375,6 +377,10 @@ struct dp_scratch {
 	struct dp_tlv tlv[DP_TLV_MAX];
 	/* The receiving interface's dp_ports entry (dp_port_of's copy). */
 	struct dp_port port;
+	/* dp_coarse_now's cache: jiffies when this CPU last read the coarse
+	 * clock, and what it read. */
+	__u64 clk_jiffies;
+	__u64 clk_ns;
 };
 
 enum { DP_L3_NONE = 0, DP_L3_IPV4, DP_L3_IPV6, DP_L3_ARP, DP_L3_OTHER };
@@ -620,6 +626,9 @@ struct {
 /* ---- helpers ------------------------------------------------------------ */
 static __always_inline void stat_inc(__u32 idx)
 {
+#ifdef DP_PROF_NO_STATS	/* profiling builds only (tc_dp.c, DP_PROF_STOP) */
+	return;
+#endif
 	__u64 *v = bpf_map_lookup_elem(&dp_stats, &idx);
 
 	if (v)

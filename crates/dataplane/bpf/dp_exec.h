@@ -16,7 +16,8 @@ enum {
 	DP_RES_TUNNEL,		/* *arg = index of the TUNNEL_OUTPUT action */
 };
 
-/* The flow hash of `key` masked by `mask` (dp_hash_word over the words).
+/* The flow hash of `key` masked by `mask` (dp_hash_word over the
+ * non-zero masked words).
  * Global functions, these three: the verifier checks each once on its
  * own, instead of once per path into the mask loop times every iteration
  * of it (the program stayed under the verifier's limit only so). */
@@ -29,8 +30,12 @@ __attribute__((noinline)) __u64 dp_masked_hash(const union dp_key *key, const un
 	if (!key || !mask || !cfg)
 		return 0;
 #pragma unroll
-	for (w = 0; w < DP_KEY_WORDS; w++)
-		h += dp_hash_word(key->w[w] & mask->w[w], cfg->seed[w]);
+	for (w = 0; w < DP_KEY_WORDS; w++) {
+		__u64 v = key->w[w] & mask->w[w];
+
+		if (v)
+			h += dp_hash_word(v, cfg->seed[w]);
+	}
 	return h;
 }
 
@@ -176,25 +181,46 @@ static __always_inline int dp_precheck(struct dp_scratch *st, union dp_key *key,
 	return 0;
 }
 
-/* A hit: the flow's counters (`packets` frames of `bytes` bytes). */
-static __always_inline void dp_count(struct dp_config *cfg, struct dp_flow *flow,
-				     union dp_key *key, __u64 packets, __u64 bytes)
+/* The coarse clock (CLOCK_MONOTONIC_COARSE), read once per jiffy per CPU:
+ * bpf_jiffies64 (a load of jiffies behind the helper call) tells whether
+ * the tick moved since this CPU last read bpf_ktime_get_coarse_ns, whose
+ * value only changes at a tick anyway. The clock helper cost ~15-30 ns a
+ * hit (issue 33: `bench progcost`, a -DDP_PROF_NO_CLOCK build); the
+ * cached value is at most a tick behind the coarse clock (the tick moves
+ * jiffies just before the timekeeper), two behind real time: nothing for
+ * idle timeouts in seconds. */
+static __always_inline __u64 dp_coarse_now(struct dp_scratch *st)
 {
+	__u64 j = bpf_jiffies64();
+
+	if (st->clk_jiffies != j) {	/* 0 at first: jiffies never is */
+		st->clk_jiffies = j;
+		st->clk_ns = bpf_ktime_get_coarse_ns();
+	}
+	return st->clk_ns;
+}
+
+/* A hit: the flow's counters (`packets` frames of `bytes` bytes). */
+static __always_inline void dp_count(struct dp_config *cfg, struct dp_scratch *st,
+				     struct dp_flow *flow, __u64 packets, __u64 bytes)
+{
+	union dp_key *key = &st->key;
+
 	stat_inc(DP_STAT_HIT);
 	if (!(cfg->flags & DP_CFG_NO_COUNTERS)) {
 		__sync_fetch_and_add(&flow->packets, packets);
 		__sync_fetch_and_add(&flow->bytes, bytes);
 	}
+#ifndef DP_PROF_NO_CLOCK	/* profiling builds only (tc_dp.c, DP_PROF_STOP) */
 	{
-		/* The coarse clock (CLOCK_MONOTONIC_COARSE: one tick behind at
-		 * most, plenty for idle timeouts in seconds) costs no clock
-		 * source read, and the store is skipped while the tick has not
-		 * moved, so most packets leave the flow's line clean. */
-		__u64 now = bpf_ktime_get_coarse_ns();
+		/* The store is skipped while the tick has not moved, so most
+		 * packets leave the flow's line clean. */
+		__u64 now = dp_coarse_now(st);
 
 		if (flow->used_ns != now)
 			flow->used_ns = now;
 	}
+#endif
 	if (key->f.tcp_flags & ~flow->tcp_flags)
 		flow->tcp_flags |= key->f.tcp_flags;
 }

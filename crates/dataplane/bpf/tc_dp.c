@@ -638,6 +638,26 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 	return 0;
 }
 
+/* Profiling builds (issue 33's breakdown; never the shipped object):
+ * -DDP_PROF_STOP=n ends a hit early with a redirect to output slot 0, so
+ * `nicflow bench progcost --tc-variant` can measure what each stage adds:
+ * 0 at entry, 1 after the port and config lookups, 2 after the parse,
+ * 3 after the flow hash, 4 after the flow table lookup, 5 after the
+ * compare and pre-checks (dp_find) and the output slot, 6 after the
+ * counters. */
+#ifdef DP_PROF_STOP
+#define DP_PROF_AT(n)                                                          \
+	do {                                                                   \
+		if (DP_PROF_STOP == (n)) {                                     \
+			__u32 s0 = 0;                                          \
+			struct dp_tx_if *t = bpf_map_lookup_elem(&dp_tx_ports, &s0); \
+			return t ? bpf_redirect(t->ifindex, 0) : TC_ACT_SHOT;  \
+		}                                                              \
+	} while (0)
+#else
+#define DP_PROF_AT(n) do { } while (0)
+#endif
+
 SEC("classifier")
 int tc_dp(struct __sk_buff *ctx)
 {
@@ -655,6 +675,7 @@ int tc_dp(struct __sk_buff *ctx)
 	struct dp_tx_if *tx;
 	int res, punted;
 
+	DP_PROF_AT(0);
 	stat_inc(DP_STAT_RX);
 	st = bpf_map_lookup_elem(&dp_scratch, &zero);
 	if (!st)
@@ -673,6 +694,7 @@ int tc_dp(struct __sk_buff *ctx)
 	cfg = bpf_map_lookup_elem(&dp_config, &zero);
 	if (!cfg)
 		goto to_user;
+	DP_PROF_AT(1);
 	st->hk.pad = 0;
 	in_port = tc_key(ctx, port, st, hw_tci, gso_size != 0, &base);
 	if (in_port < 0) {
@@ -694,6 +716,21 @@ int tc_dp(struct __sk_buff *ctx)
 			goto to_user;
 		}
 	}
+	DP_PROF_AT(2);
+#if defined(DP_PROF_STOP) && (DP_PROF_STOP == 3 || DP_PROF_STOP == 4)
+	{
+		__u32 m0 = 0;
+		struct dp_mask *m = bpf_map_lookup_elem(&dp_masks, &m0);
+
+		if (!m)
+			goto to_user;
+		st->hk.mask_idx = 0;
+		st->hk.hash = dp_masked_hash(&st->key, &m->mask, cfg);
+		if (DP_PROF_STOP == 4 && !bpf_map_lookup_elem(&dp_flows, &st->hk))
+			goto to_user;
+		DP_PROF_AT(DP_PROF_STOP);
+	}
+#endif
 	flow = dp_find(st, cfg, &punted);
 	if (!flow) {
 		if (punted)
@@ -724,6 +761,7 @@ int tc_dp(struct __sk_buff *ctx)
 		out_if = tx->ifindex;
 		out_flags = tx->flags;
 	}
+	DP_PROF_AT(5);
 
 	/* A GSO super-frame is as many packets as it will be segments; its
 	 * bytes are the super-frame's (the inner frame's, for a tunnel
@@ -734,7 +772,8 @@ int tc_dp(struct __sk_buff *ctx)
 	{
 		__u64 segs = gso_segs > 1 ? gso_segs : 1, bytes = len - base + (vlan ? 4 : 0);
 
-		dp_count(cfg, flow, &st->key, segs, bytes);
+		dp_count(cfg, st, flow, segs, bytes);
+		DP_PROF_AT(6);
 		res = dp_exec(ctx, st, flow, &arg, segs, bytes);
 	}
 	if (res == DP_RES_OUTPUT) {

@@ -252,7 +252,7 @@ int xdp_dp(struct xdp_md *ctx)
 			goto punt;
 	}
 
-	dp_count(cfg, flow, key, 1, bpf_xdp_get_buff_len(ctx));
+	dp_count(cfg, st, flow, 1, bpf_xdp_get_buff_len(ctx));
 	res = dp_exec(ctx, st, flow, &arg, 1, bpf_xdp_get_buff_len(ctx));
 	if (res == DP_RES_OUTPUT)
 		return bpf_redirect_map(&dp_tx_ports, arg, 0);

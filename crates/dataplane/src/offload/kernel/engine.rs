@@ -488,7 +488,15 @@ impl XdpEngine {
                 }
             }
         }
-        Self::load_fresh(kind, cfg, dir)
+        Self::load_fresh(kind, cfg, dir, None)
+    }
+
+    /// A TC engine from another build of `tc_dp.c` (the same maps and
+    /// layouts, e.g. compiled with profiling `-D` flags that end the
+    /// program early): `nicflow bench progcost --tc-variant` measures such
+    /// objects beside the real one. Not pinned, never adopted.
+    pub fn load_tc_object(obj: &[u8], cfg: XdpEngineConfig) -> Result<XdpEngine, OffloadError> {
+        Self::load_fresh(EngineKind::Tc, cfg, None, Some(obj))
     }
 
     /// Open the program and maps pinned in `dir` and rebuild the
@@ -759,6 +767,7 @@ impl XdpEngine {
         kind: EngineKind,
         cfg: XdpEngineConfig,
         pin_dir: Option<PathBuf>,
+        obj: Option<&[u8]>,
     ) -> Result<XdpEngine, OffloadError> {
         if cfg.max_masks == 0 || cfg.max_masks > MAX_MASKS_CAP {
             return Err(OffloadError::Config(format!(
@@ -785,10 +794,10 @@ impl XdpEngine {
         let mut ebpf = match kind {
             EngineKind::Xdp => loader
                 .map_max_entries("dp_xsks", cfg.max_queues)
-                .load(XDP_DP_OBJ)
+                .load(obj.unwrap_or(XDP_DP_OBJ))
                 .map_err(|e| bpf("loading the BPF object xdp_dp.o", e))?,
             EngineKind::Tc => loader
-                .load(TC_DP_OBJ)
+                .load(obj.unwrap_or(TC_DP_OBJ))
                 .map_err(|e| bpf("loading the BPF object tc_dp.o", e))?,
         };
         let verifier = |r: Result<(), ProgramError>| match r {

@@ -213,12 +213,14 @@ pub fn hash_word(w: u64, seed: u64) -> u64 {
 }
 
 /// The program's flow hash of a masked key: the wrapping sum over its
-/// words of [`hash_word`].
+/// non-zero words of [`hash_word`] (zero words are skipped: a mask leaves
+/// most words out, and the program mixes only the others).
 pub fn key_hash(masked: &DpKey, seeds: &[u64; DP_KEY_WORDS]) -> u64 {
     masked
         .words()
         .iter()
         .zip(seeds)
+        .filter(|(w, _)| **w != 0)
         .fold(0u64, |h, (w, s)| h.wrapping_add(hash_word(*w, *s)))
 }
 
