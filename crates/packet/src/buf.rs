@@ -21,6 +21,9 @@ pub enum GsoType {
     TcpV4,
     /// TCP over IPv6.
     TcpV6,
+    /// UDP datagrams of one flow (`SKB_GSO_UDP_L4`), cut at `gso_size`
+    /// payload bytes (`udp_gso`).
+    UdpL4,
 }
 
 /// Offload metadata a frame carries from a port that received it with the
