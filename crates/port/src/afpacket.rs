@@ -69,9 +69,14 @@
 //! [`PacketBuf::offload`] and forwarded whole; on transmit a header built
 //! from that metadata goes in front of the frame (two iovecs per message),
 //! so the kernel receives the super-frame as `CHECKSUM_PARTIAL` + GSO and
-//! handles it like the Linux bridge would (a veth passes it on whole). UDP
-//! GSO and anything else the header describes that the switch does not
-//! carry takes the software path. Ports that cannot carry offloads
+//! handles it like the Linux bridge would (a veth passes it on whole). A
+//! UDP super-frame (`GSO_UDP_L4`: a local UDP GSO sender, or a nicflow
+//! peer's ESP in UDP, `esp_gso`) is cut into its datagrams on receive
+//! (`nicflow_packet::udp_gso`; malformed ones dropped and counted in
+//! `rx_udp_gso_malformed`), and a frame whose offload state says
+//! [`GsoType::UdpL4`] goes out behind a `GSO_UDP_L4` header. Anything
+//! else the header describes that the switch does not carry takes the
+//! software path. Ports that cannot carry offloads
 //! ([`Port::accepts_offloads`] false: AF_XDP, tap, pcap, mem, AF_PACKET
 //! without `vnet_hdr`) get finished frames from the bridge
 //! (`port::finish_offloads`). In this mode `open` turns the interface's
