@@ -286,6 +286,20 @@ impl PacketBuf {
         Some(new)
     }
 
+    /// Appends a copy of `data` at the back, taken from the tailroom
+    /// (written once: no zeroing first, unlike [`extend_back`](Self::extend_back)
+    /// followed by a copy). `false`, leaving the buffer unchanged, if the
+    /// tailroom is too small.
+    pub fn append(&mut self, data: &[u8]) -> bool {
+        if data.len() > self.tailroom() {
+            return false;
+        }
+        let end = self.start + self.len;
+        self.storage[end..end + data.len()].copy_from_slice(data);
+        self.len += data.len();
+        true
+    }
+
     /// Makes sure at least `n` bytes of headroom are available, reallocating
     /// (the slow path; the frame is copied) only if they are not. Use before
     /// an unusually deep encapsulation; ordinary pushes fit the default.

@@ -189,10 +189,9 @@ pub fn append(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         return Err(Refused::NeedRoom);
     }
     let from = ns.payload_at();
-    let Some(dst) = head.extend_back(np) else {
+    if !head.append(&next.data()[from..from + np]) {
         return Err(Refused::NeedRoom);
-    };
-    dst.copy_from_slice(&next.data()[from..from + np]);
+    }
     let ip_len = hs.ip_len + np;
     let udp_len = ip_len - hs.ihl;
     let l3 = hs.l3;
@@ -298,10 +297,9 @@ impl Cut {
         if !out.set_data(&frame[..hdr_end]) {
             return false;
         }
-        let Some(dst) = out.extend_back(end - from) else {
+        if !out.append(&frame[from..end]) {
             return false;
-        };
-        dst.copy_from_slice(&frame[from..end]);
+        }
         let (l3, l4) = (h.l3, h.l4());
         let udp_len = UDP_HLEN + (end - from);
         let ip_len = h.ihl + udp_len;

@@ -79,15 +79,7 @@ fn fill_into(b: &mut PacketBuf, parts: &[&[u8]]) -> bool {
     if !b.set_data(first) || b.tailroom() < rest_len {
         return false;
     }
-    let Some(mut tail) = b.extend_back(rest_len) else {
-        return false;
-    };
-    for p in rest {
-        let (head, t) = tail.split_at_mut(p.len());
-        head.copy_from_slice(p);
-        tail = t;
-    }
-    true
+    rest.iter().all(|p| b.append(p))
 }
 
 pub(super) fn be16(d: &[u8], off: usize) -> Option<u16> {

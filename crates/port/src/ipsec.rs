@@ -1236,22 +1236,20 @@ impl UnderlayEsp {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
         pkt.truncate(0);
-        let Some(buf) = pkt.extend_back(keep + udp + self.scratch.len()) else {
+        if pkt.tailroom() < keep + udp + self.scratch.len() {
             *self.counters.tx_drops.entry("too_big").or_default() += 1;
             return Err("too_big");
-        };
-        buf[..keep].copy_from_slice(&h[..keep]);
-        if udp > 0 {
-            let u = &mut buf[keep..keep + 8];
-            u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-            u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-            u[4..6].copy_from_slice(&((8 + self.scratch.len()) as u16).to_be_bytes());
-            // RFC 3948 2.1: the checksum SHOULD be zero.
-            u[6..8].fill(0);
         }
-        buf[keep + udp..].copy_from_slice(&self.scratch);
+        // (Written once each, no zeroing: `append` copies straight in.)
+        let mut u = [0u8; 8];
+        u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+        u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+        u[4..6].copy_from_slice(&((8 + self.scratch.len()) as u16).to_be_bytes());
+        // RFC 3948 2.1: the checksum SHOULD be zero (u[6..8]).
+        let ok = pkt.append(&h[..keep]) && pkt.append(&u[..udp]) && pkt.append(&self.scratch);
+        debug_assert!(ok, "tailroom checked above");
         self.counters.tx_packets += 1;
-        self.counters.tx_bytes += buf.len() as u64;
+        self.counters.tx_bytes += pkt.len() as u64;
         Ok(())
     }
 }
