@@ -454,6 +454,21 @@ mod tests {
     }
 
     #[test]
+    fn append_copies_behind_the_frame_or_changes_nothing() {
+        let mut b = PacketBuf::with_headroom(2, 6);
+        b.set_data(&[1, 2]);
+        assert!(b.append(&[3, 4, 5]));
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert!(!b.append(&[6, 7]), "one byte of room");
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert!(b.append(&[6]) && b.append(&[]));
+        assert_eq!((b.data(), b.tailroom()), (&[1, 2, 3, 4, 5, 6][..], 0));
+        b.truncate(0);
+        assert!(b.append(&[9; 6]));
+        assert_eq!(b.data(), &[9; 6]);
+    }
+
+    #[test]
     fn reserve_headroom_reallocates_once() {
         let mut b = PacketBuf::with_headroom(0, 4);
         b.set_data(&[1, 2, 3]);
