@@ -1561,18 +1561,6 @@ impl TunnelPort {
         let mut sent = 0;
         // One ARP lookup per batch: every frame goes to the same remote.
         let mut resolved: Option<Option<[u8; 6]>> = None;
-        // ESP in UDP to glue into super-frames (`esp_gso`): only for an
-        // underlay port that passes a virtio-net header to the kernel.
-        let glue = self.cfg.ipsec.is_some() && u.esp.sends_udp_gso(self.id);
-        let glue = if glue && !u.port.accepts_offloads() {
-            self.esp_gso_fallback += pkts.len() as u64;
-            false
-        } else {
-            glue
-        };
-        // The super-frame being built in `u.tx` (its index).
-        let mut head: Option<usize> = None;
-        let mut glued = 0u64;
         if self.cfg.ipsec.is_some() && pkts.iter().any(|p| p.offload.is_some()) {
             // ESP hides the inner headers from any later segmentation or
             // checksum offload: finish both before encrypting (super-frames
@@ -1584,6 +1572,19 @@ impl TunnelPort {
             }
             *pkts = finished;
         }
+        // ESP in UDP to glue into super-frames (`esp_gso`): only for an
+        // underlay port that passes a virtio-net header to the kernel
+        // (counted after the cut above: one per ESP packet).
+        let glue = self.cfg.ipsec.is_some() && u.esp.sends_udp_gso(self.id);
+        let glue = if glue && !u.port.accepts_offloads() {
+            self.esp_gso_fallback += pkts.len() as u64;
+            false
+        } else {
+            glue
+        };
+        // The super-frame being built in `u.tx` (its index).
+        let mut head: Option<usize> = None;
+        let mut glued = 0u64;
         for mut pkt in pkts.drain(..) {
             if pkt.len().saturating_sub(14) > inner_mtu {
                 self.tx_drop_mtu += 1;
