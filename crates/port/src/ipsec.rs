@@ -1289,12 +1289,16 @@ mod tests {
         assert_eq!((m.spi_out, m.spi_in), (0x1001, 0x1002));
         assert_eq!(c.replay_window, 64);
         assert_eq!(c.mode, EspMode::Transport);
+        assert!(c.gso, "esp_gso defaults to on");
+        let off = IpsecConfig::from_options(&manual(&[("esp_gso", "false")]));
+        assert!(!off.unwrap().unwrap().gso);
         assert!(!format!("{c:?}").contains("0102"), "{c:?}");
         for (o, want) in [
             (manual(&[("esp_spi_out", "255")]), "reserved"),
             (manual(&[("esp_replay_window", "5000")]), "0..=4096"),
             (manual(&[("esp_aead", "aes-gcm-256")]), "needs 36"),
             (manual(&[("esp_encap", "tcp")]), "none or udp"),
+            (manual(&[("esp_gso", "maybe")]), "true or false"),
             (
                 opts(&[("esp_spi_in", "0x1002")]),
                 "needs ipsec=manual or ipsec=ike",
