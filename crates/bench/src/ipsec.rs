@@ -98,6 +98,12 @@ pub enum IpEngine {
     /// as AF_XDP ports (copy mode on veths), no receive coalescing
     /// (`gro=false`, which did not exist then).
     NicflowIpsecAfxdp,
+    /// [`IpEngine::NicflowIpsec`] with `esp_gso=false`: every ESP-in-UDP
+    /// packet a sendmmsg message of its own (the path before UDP GSO).
+    NicflowIpsecNogso,
+    /// [`IpEngine::NicflowIpsec`] with `esp_encap=none`: ESP as IP
+    /// protocol 50, which UDP GSO cannot glue.
+    NicflowIpsecEsp,
     /// [`IpEngine::NicflowIpsec`] without IPsec: the unencrypted overlay
     /// with the defaults (the TC engine).
     Nicflow,
@@ -110,6 +116,8 @@ impl IpEngine {
         match self {
             IpEngine::NicflowIpsec => "nicflow-ipsec",
             IpEngine::NicflowIpsecAfxdp => "nicflow-ipsec-afxdp",
+            IpEngine::NicflowIpsecNogso => "nicflow-ipsec-nogso",
+            IpEngine::NicflowIpsecEsp => "nicflow-ipsec-esp",
             IpEngine::Nicflow => "nicflow",
             IpEngine::Strongswan => "strongswan",
         }
@@ -119,6 +127,8 @@ impl IpEngine {
         Some(match s.trim() {
             "nicflow-ipsec" | "ipsec" => IpEngine::NicflowIpsec,
             "nicflow-ipsec-afxdp" | "ipsec-afxdp" => IpEngine::NicflowIpsecAfxdp,
+            "nicflow-ipsec-nogso" | "ipsec-nogso" => IpEngine::NicflowIpsecNogso,
+            "nicflow-ipsec-esp" | "ipsec-esp" => IpEngine::NicflowIpsecEsp,
             "nicflow" => IpEngine::Nicflow,
             "strongswan" | "charon" | "libipsec" => IpEngine::Strongswan,
             _ => return None,
@@ -129,6 +139,8 @@ impl IpEngine {
         match self {
             IpEngine::NicflowIpsec => "e",
             IpEngine::NicflowIpsecAfxdp => "x",
+            IpEngine::NicflowIpsecNogso => "g",
+            IpEngine::NicflowIpsecEsp => "p",
             IpEngine::Nicflow => "n",
             IpEngine::Strongswan => "s",
         }
@@ -139,7 +151,22 @@ impl IpEngine {
     }
 
     fn is_ipsec(self) -> bool {
-        matches!(self, IpEngine::NicflowIpsec | IpEngine::NicflowIpsecAfxdp)
+        matches!(
+            self,
+            IpEngine::NicflowIpsec
+                | IpEngine::NicflowIpsecAfxdp
+                | IpEngine::NicflowIpsecNogso
+                | IpEngine::NicflowIpsecEsp
+        )
+    }
+
+    /// How the engine's ESP travels.
+    fn wire(self) -> EspWire {
+        match self {
+            IpEngine::NicflowIpsecNogso => EspWire::Udp,
+            IpEngine::NicflowIpsecEsp => EspWire::Esp,
+            _ => EspWire::UdpGso,
+        }
     }
 
     /// The daemons' port configuration.
@@ -150,6 +177,17 @@ impl IpEngine {
             Ports::Defaults
         }
     }
+}
+
+/// How a nicflow engine's ESP travels between the hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EspWire {
+    /// `esp_encap=udp` with the default `esp_gso` (on).
+    UdpGso,
+    /// `esp_encap=udp`, `esp_gso=false`.
+    Udp,
+    /// `esp_encap=none` (IP protocol 50).
+    Esp,
 }
 
 /// How a nicflow engine's daemons attach their interfaces.
@@ -173,7 +211,8 @@ impl co::Named for IpEngine {
 fn parse_engines(list: &str) -> anyhow::Result<Vec<IpEngine>> {
     testbed::parse_engine_list(
         list,
-        "nicflow-ipsec, nicflow-ipsec-afxdp, nicflow, strongswan",
+        "nicflow-ipsec, nicflow-ipsec-afxdp, nicflow-ipsec-nogso, nicflow-ipsec-esp, nicflow, \
+         strongswan",
         IpEngine::parse,
     )
 }
@@ -181,7 +220,8 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<IpEngine>> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Engines, comma-separated: nicflow-ipsec, nicflow-ipsec-afxdp,
-    /// nicflow, strongswan.
+    /// nicflow-ipsec-nogso (esp_gso=false), nicflow-ipsec-esp
+    /// (esp_encap=none), nicflow, strongswan.
     #[arg(
         long,
         default_value = "nicflow-ipsec,nicflow-ipsec-afxdp,nicflow,strongswan"
@@ -398,7 +438,7 @@ impl Keys {
 }
 
 /// The nicflow daemon's config on host 1 or 2 (`keys`: with IPsec).
-pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports) -> String {
+pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports, wire: EspWire) -> String {
     let peer = 3 - host;
     let p = host_end(host);
     let (offload, port_type, underlay_type) = match ports {
@@ -428,9 +468,14 @@ pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports) -> String 
             } else {
                 (k.spi_21, &k.key_21, k.spi_12, &k.key_12)
             };
+            let encap = match wire {
+                EspWire::UdpGso => "esp_encap = \"udp\"",
+                EspWire::Udp => "esp_encap = \"udp\", esp_gso = \"false\"",
+                EspWire::Esp => "esp_encap = \"none\"",
+            };
             format!(
                 ", ipsec = \"manual\", esp_spi_out = \"{so:#x}\", esp_key_out = \"{ko}\", \
-                 esp_spi_in = \"{si:#x}\", esp_key_in = \"{ki}\", esp_mode = \"tunnel\", esp_encap = \"udp\""
+                 esp_spi_in = \"{si:#x}\", esp_key_in = \"{ki}\", esp_mode = \"tunnel\", {encap}"
             )
         }
     };
@@ -613,7 +658,11 @@ impl IpsecLab {
                     bail!("charon did not establish the SA: {out}\n{}", self.logs());
                 }
             }
-            IpEngine::Nicflow | IpEngine::NicflowIpsec | IpEngine::NicflowIpsecAfxdp => {
+            IpEngine::Nicflow
+            | IpEngine::NicflowIpsec
+            | IpEngine::NicflowIpsecAfxdp
+            | IpEngine::NicflowIpsecNogso
+            | IpEngine::NicflowIpsecEsp => {
                 let keys = if self.engine.is_ipsec() {
                     Some(Keys::random()?)
                 } else {
@@ -704,8 +753,11 @@ impl IpsecLab {
 
     fn start_daemon(&mut self, bin: &Path, host: usize, keys: Option<&Keys>) -> anyhow::Result<()> {
         let cfg = self.lab.dir().join(format!("h{host}.toml"));
-        std::fs::write(&cfg, nicflow_config(host, keys, self.engine.ports()))
-            .with_context(|| format!("writing {}", cfg.display()))?;
+        std::fs::write(
+            &cfg,
+            nicflow_config(host, keys, self.engine.ports(), self.engine.wire()),
+        )
+        .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.lab.dir().join(format!("h{host}.sock"));
         let log = self.lab.dir().join(format!("h{host}.log"));
         let proc = self.lab.spawn_daemon(
@@ -1059,7 +1111,9 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          (random keys per lab), `esp_mode=tunnel`, `esp_encap=udp`; `nicflow-ipsec-afxdp` = \
          the same with the configuration and path of the first measurements (issue 15): \
          `offload=none`, the container veth and the underlay AF_XDP ports, `gro=false` (no \
-         receive coalescing, which did not exist then); `nicflow` = `nicflow-ipsec` without \
+         receive coalescing, which did not exist then); `nicflow-ipsec-nogso` / \
+         `nicflow-ipsec-esp` = `nicflow-ipsec` with `esp_gso=false` (no UDP GSO) / \
+         `esp_encap=none` (ESP as IP protocol 50); `nicflow` = `nicflow-ipsec` without \
          IPsec (the unencrypted overlay runs in the TC engine); `strongswan` = charon 5.9.8 with kernel-libipsec (ESP in user \
          space through a TUN device) on each host, PSK, `install_routes = yes`, `encap = yes`, \
          with a kernel vxlan device and a Linux bridge. Traffic: one iperf3 client in c1 with N \
@@ -1164,6 +1218,59 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         ],
         &rows,
     ));
+
+    // UDP GSO: the same engine with the ESP wire varied.
+    if o.engines
+        .iter()
+        .any(|e| matches!(e, IpEngine::NicflowIpsecNogso | IpEngine::NicflowIpsecEsp))
+    {
+        let _ = writeln!(
+            s,
+            "\n## UDP GSO for ESP in UDP (same run)\n\n`nicflow-ipsec` glues the ESP-in-UDP \
+             packets of a batch into UDP super-frames (`esp_gso`, default on); \
+             `nicflow-ipsec-nogso` sends each one as its own message (`esp_gso=false`); \
+             `nicflow-ipsec-esp` sends ESP as IP protocol 50 (`esp_encap=none`). CPU: the \
+             machine's busy CPU seconds per Gbit carried; daemons: the two daemons' own.\n"
+        );
+        let mut rows = Vec::new();
+        for &n in &o.streams {
+            let e3 = [
+                IpEngine::NicflowIpsec,
+                IpEngine::NicflowIpsecNogso,
+                IpEngine::NicflowIpsecEsp,
+            ];
+            let mut row = vec![n.to_string()];
+            for e in e3 {
+                row.push(report::cell(g(e, n), 2));
+            }
+            row.push(ratio_cell(g(e3[0], n), g(e3[1], n)));
+            row.push(ratio_cell(g(e3[0], n), g(IpEngine::Nicflow, n)));
+            for e in e3 {
+                row.push(report::cell(med(runs, e, n, co::s_gbit), 2));
+            }
+            for e in e3 {
+                row.push(report::cell(med(runs, e, n, switch_s_gbit), 2));
+            }
+            rows.push(row);
+        }
+        s.push_str(&report::table(
+            &[
+                ("streams", true),
+                ("gso Gbit/s", true),
+                ("nogso Gbit/s", true),
+                ("esp (proto 50) Gbit/s", true),
+                ("gso ÷ nogso", true),
+                ("gso ÷ unencrypted", true),
+                ("machine s/Gbit gso", true),
+                ("nogso", true),
+                ("esp", true),
+                ("daemons s/Gbit gso", true),
+                ("nogso", true),
+                ("esp", true),
+            ],
+            &rows,
+        ));
+    }
 
     // ESP cost per packet.
     let _ = writeln!(s, "\n## ESP cost per packet\n");
@@ -1282,7 +1389,8 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 spi_21: 0x2101,
                 key_21: "0x<20 random bytes>".into(),
             }),
-            Ports::Defaults
+            Ports::Defaults,
+            EspWire::UdpGso
         ),
         kernel_commands(1)
             .iter()
@@ -1312,19 +1420,32 @@ mod tests {
                 (Some(&k), Ports::Defaults),
                 (Some(&k), Ports::Afxdp),
             ] {
-                let t = nicflow_config(host, keys, ports);
+                let t = nicflow_config(host, keys, ports, EspWire::UdpGso);
                 let cfg: nicflow::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
             }
         }
-        let h1 = nicflow_config(1, Some(&k), Ports::Defaults);
-        let h2 = nicflow_config(2, Some(&k), Ports::Defaults);
+        let h1 = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::UdpGso);
+        let h2 = nicflow_config(2, Some(&k), Ports::Defaults, EspWire::UdpGso);
+        assert!(h1.contains("esp_encap = \"udp\"") && !h1.contains("esp_gso"));
+        let g = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Udp);
+        assert!(
+            g.contains("esp_encap = \"udp\", esp_gso = \"false\""),
+            "{g}"
+        );
+        let p = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Esp);
+        assert!(p.contains("esp_encap = \"none\""), "{p}");
+        for t in [g, p] {
+            let cfg: nicflow::control::config::Config =
+                toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+            assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
+        }
         assert!(
             !h1.contains("offload") && !h1.contains("afxdp") && h1.contains("type = \"auto\""),
             "{h1}"
         );
-        let x1 = nicflow_config(1, Some(&k), Ports::Afxdp);
+        let x1 = nicflow_config(1, Some(&k), Ports::Afxdp, EspWire::UdpGso);
         assert!(
             x1.contains("offload = \"none\"")
                 && x1.contains("type = \"afxdp\"")
@@ -1340,7 +1461,7 @@ mod tests {
             "{h2}"
         );
         assert!(h2.contains("local_ip = \"198.18.52.2\", remote_ip = \"198.18.52.1\""));
-        assert!(!nicflow_config(1, None, Ports::Defaults).contains("ipsec"));
+        assert!(!nicflow_config(1, None, Ports::Defaults, EspWire::UdpGso).contains("ipsec"));
         let sw = swanctl_conf(2);
         assert!(
             sw.contains("local_addrs = 198.18.52.2") && sw.contains("remote_addrs = 198.18.52.1")

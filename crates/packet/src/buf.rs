@@ -21,6 +21,9 @@ pub enum GsoType {
     TcpV4,
     /// TCP over IPv6.
     TcpV6,
+    /// UDP datagrams of one flow (`SKB_GSO_UDP_L4`), cut at `gso_size`
+    /// payload bytes (`udp_gso`).
+    UdpL4,
 }
 
 /// Offload metadata a frame carries from a port that received it with the
@@ -283,6 +286,20 @@ impl PacketBuf {
         Some(new)
     }
 
+    /// Appends a copy of `data` at the back, taken from the tailroom
+    /// (written once: no zeroing first, unlike [`extend_back`](Self::extend_back)
+    /// followed by a copy). `false`, leaving the buffer unchanged, if the
+    /// tailroom is too small.
+    pub fn append(&mut self, data: &[u8]) -> bool {
+        if data.len() > self.tailroom() {
+            return false;
+        }
+        let end = self.start + self.len;
+        self.storage[end..end + data.len()].copy_from_slice(data);
+        self.len += data.len();
+        true
+    }
+
     /// Makes sure at least `n` bytes of headroom are available, reallocating
     /// (the slow path; the frame is copied) only if they are not. Use before
     /// an unusually deep encapsulation; ordinary pushes fit the default.
@@ -434,6 +451,21 @@ mod tests {
         b.truncate(1);
         assert_eq!(b.data(), &[1]);
         assert_eq!(b.tailroom(), 5);
+    }
+
+    #[test]
+    fn append_copies_behind_the_frame_or_changes_nothing() {
+        let mut b = PacketBuf::with_headroom(2, 6);
+        b.set_data(&[1, 2]);
+        assert!(b.append(&[3, 4, 5]));
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert!(!b.append(&[6, 7]), "one byte of room");
+        assert_eq!(b.data(), &[1, 2, 3, 4, 5]);
+        assert!(b.append(&[6]) && b.append(&[]));
+        assert_eq!((b.data(), b.tailroom()), (&[1, 2, 3, 4, 5, 6][..], 0));
+        b.truncate(0);
+        assert!(b.append(&[9; 6]));
+        assert_eq!(b.data(), &[9; 6]);
     }
 
     #[test]

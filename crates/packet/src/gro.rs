@@ -204,10 +204,9 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         return Err(Refused::NeedRoom);
     }
     let payload_at = TCP + ns.thl;
-    let Some(dst) = head.extend_back(np) else {
+    if !head.append(&next.data()[payload_at..payload_at + np]) {
         return Err(Refused::NeedRoom);
-    };
-    dst.copy_from_slice(&next.data()[payload_at..payload_at + np]);
+    }
     let ip_len = hs.ip_len + np;
     let (s, d) = addrs(head.data());
     let f = head.data_mut();

@@ -42,6 +42,7 @@ pub mod sctp;
 pub mod tcp;
 pub mod tunnel;
 pub mod udp;
+pub mod udp_gso;
 pub mod vlan;
 
 mod fuzz;

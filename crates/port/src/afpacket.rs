@@ -69,9 +69,14 @@
 //! [`PacketBuf::offload`] and forwarded whole; on transmit a header built
 //! from that metadata goes in front of the frame (two iovecs per message),
 //! so the kernel receives the super-frame as `CHECKSUM_PARTIAL` + GSO and
-//! handles it like the Linux bridge would (a veth passes it on whole). UDP
-//! GSO and anything else the header describes that the switch does not
-//! carry takes the software path. Ports that cannot carry offloads
+//! handles it like the Linux bridge would (a veth passes it on whole). A
+//! UDP super-frame (`GSO_UDP_L4`: a local UDP GSO sender, or a nicflow
+//! peer's ESP in UDP, `esp_gso`) is cut into its datagrams on receive
+//! (`nicflow_packet::udp_gso`; malformed ones dropped and counted in
+//! `rx_udp_gso_malformed`), and a frame whose offload state says
+//! [`GsoType::UdpL4`] goes out behind a `GSO_UDP_L4` header. Anything
+//! else the header describes that the switch does not carry takes the
+//! software path. Ports that cannot carry offloads
 //! ([`Port::accepts_offloads`] false: AF_XDP, tap, pcap, mem, AF_PACKET
 //! without `vnet_hdr`) get finished frames from the bridge
 //! (`port::finish_offloads`). In this mode `open` turns the interface's
@@ -86,7 +91,9 @@
 //! local peer are shaped by the *peer's* offloads, hence the software
 //! fix-ups above.
 
-use super::fixup::{complete_l4_checksum, deliver_oversize, fill, max_frame_len, RxCount, RxSide};
+use super::fixup::{
+    complete_l4_checksum, deliver_oversize, fill, max_frame_len, RxCount, RxSide, RX_BUF_CAPACITY,
+};
 use super::sys::{self, cvt, setsockopt, Mapping};
 use super::{Port, PortStats};
 use nicflow_packet::buf::{GsoType, Offload, PacketBuf};
@@ -140,6 +147,7 @@ const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 const VIRTIO_NET_HDR_GSO_NONE: u8 = 0;
 const VIRTIO_NET_HDR_GSO_TCPV4: u8 = 1;
 const VIRTIO_NET_HDR_GSO_TCPV6: u8 = 4;
+const VIRTIO_NET_HDR_GSO_UDP_L4: u8 = 5;
 const VIRTIO_NET_HDR_GSO_ECN: u8 = 0x80;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 
@@ -434,6 +442,16 @@ pub struct AfPacketCounters {
     pub tx_gso_frames: u64,
     /// (`vnet_hdr`) Frames transmitted with a partial checksum.
     pub tx_csum_partial: u64,
+    /// (`vnet_hdr`) UDP super-frames (`GSO_UDP_L4`) received whole and
+    /// cut into their datagrams here (`nicflow_packet::udp_gso`).
+    pub rx_udp_gso_frames: u64,
+    /// Datagrams cut from them.
+    pub rx_udp_gso_segments: u64,
+    /// UDP super-frames dropped: not UDP over IPv4, lengths that disagree,
+    /// a `gso_size` of 0 or one that makes too many datagrams.
+    pub rx_udp_gso_malformed: u64,
+    /// (`vnet_hdr`) UDP super-frames transmitted whole (`GSO_UDP_L4`).
+    pub tx_udp_gso_frames: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -515,6 +533,7 @@ struct RxState {
     /// Transmit counters for `vnet_hdr` (kept here with the others).
     tx_gso_frames: u64,
     tx_csum_partial: u64,
+    tx_udp_gso_frames: u64,
 }
 
 /// `sendmmsg` vectors, kept between calls to avoid allocating per batch.
@@ -630,6 +649,7 @@ impl AfPacketPort {
                 warned_oversize: false,
                 tx_gso_frames: 0,
                 tx_csum_partial: 0,
+                tx_udp_gso_frames: 0,
             },
             kernel_drops: Cell::new(0),
             tx: TxScratch::default(),
@@ -696,6 +716,7 @@ impl AfPacketPort {
         c.kernel_drops = self.kernel_drops.get();
         c.tx_gso_frames = self.rx.tx_gso_frames;
         c.tx_csum_partial = self.rx.tx_csum_partial;
+        c.tx_udp_gso_frames = self.rx.tx_udp_gso_frames;
         c
     }
 
@@ -859,6 +880,7 @@ impl Port for AfPacketPort {
             for p in pkts.iter() {
                 let (h, gso, partial) = vnet_hdr_for(p);
                 self.rx.tx_gso_frames += u64::from(gso);
+                self.rx.tx_udp_gso_frames += u64::from(gso && h[1] == VIRTIO_NET_HDR_GSO_UDP_L4);
                 self.rx.tx_csum_partial += u64::from(partial);
                 tx.vnet.push(h);
             }
@@ -974,6 +996,10 @@ impl Port for AfPacketPort {
             ("rx_csum_partial", c.rx_csum_partial),
             ("tx_gso_frames", c.tx_gso_frames),
             ("tx_csum_partial", c.tx_csum_partial),
+            ("rx_udp_gso_frames", c.rx_udp_gso_frames),
+            ("rx_udp_gso_segments", c.rx_udp_gso_segments),
+            ("rx_udp_gso_malformed", c.rx_udp_gso_malformed),
+            ("tx_udp_gso_frames", c.tx_udp_gso_frames),
         ]
     }
 
@@ -1029,6 +1055,9 @@ impl RxState {
             return 0;
         }
         let tag = vlan_tag(hdr).filter(|_| data.len() >= ETH_ALEN2);
+        if v[1] & !VIRTIO_NET_HDR_GSO_ECN == VIRTIO_NET_HDR_GSO_UDP_L4 {
+            return self.deliver_udp_gso(&v, tag, data, out, room, pool);
+        }
         let Some(offload) = offload_from_vnet(&v, tag.is_some()) else {
             return self.deliver(hdr, data, out, room, pool);
         };
@@ -1055,6 +1084,76 @@ impl RxState {
         }
         buf.offload = offload;
         self.push(buf, out, room)
+    }
+
+    /// A UDP super-frame (`GSO_UDP_L4`: a local sender's UDP GSO, or ESP
+    /// in UDP that a nicflow peer glued, kept whole by a veth) cut at its
+    /// `gso_size` into the datagrams it stands for, each with its own
+    /// lengths, IP ID and checksums: partial again when the frame's was
+    /// (`CHECKSUM_PARTIAL`, carried in each datagram's offload state), else
+    /// computed. A frame that cannot be cut is dropped and counted in
+    /// `rx_udp_gso_malformed`.
+    fn deliver_udp_gso(
+        &mut self,
+        v: &[u8; VNET_HDR_LEN],
+        tag: Option<[u8; 4]>,
+        data: &[u8],
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> usize {
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        let wire_len = data.len() + tag.map_or(0, |t| t.len());
+        self.counters.max_frame_len = self.counters.max_frame_len.max(wire_len as u64);
+        // The tag goes back in front of the IP header first (the cut's
+        // offsets then hold for every segment).
+        let mut big = std::mem::take(&mut self.big);
+        let frame: &[u8] = match tag {
+            Some(t) => {
+                self.counters.vlan_restored += 1;
+                big.clear();
+                big.extend_from_slice(&data[..ETH_ALEN2]);
+                big.extend_from_slice(&t);
+                big.extend_from_slice(&data[ETH_ALEN2..]);
+                &big
+            }
+            None => data,
+        };
+        let gso_size = u16::from_le_bytes([v[4], v[5]]);
+        let csum = if v[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            SegCsum::Partial
+        } else {
+            SegCsum::Full
+        };
+        let mut n = 0;
+        match plan(frame, gso_size) {
+            Ok(cut) => {
+                self.counters.rx_udp_gso_frames += 1;
+                for i in 0..cut.segments() {
+                    let mut b = pool
+                        .pop()
+                        .unwrap_or_else(|| PacketBuf::with_capacity(RX_BUF_CAPACITY));
+                    if !cut.write(frame, i, &mut b, csum) {
+                        // A pooled buffer too small for a datagram (a
+                        // jumbo `gso_size`): one sized for it.
+                        b = PacketBuf::with_capacity(frame.len().max(RX_BUF_CAPACITY));
+                        if !cut.write(frame, i, &mut b, csum) {
+                            self.stats.rx_dropped += 1;
+                            continue;
+                        }
+                    }
+                    self.counters.rx_udp_gso_segments += 1;
+                    n += self.push(b, out, room.saturating_sub(n));
+                }
+            }
+            Err(e) => {
+                self.counters.rx_udp_gso_malformed += 1;
+                self.stats.rx_dropped += 1;
+                tracing::trace!(port = %self.name, reason = e.name(), "UDP super-frame dropped");
+            }
+        }
+        self.big = big;
+        n
     }
 
     /// Turn one ring frame into switch frames: appended to `out` while
@@ -1211,7 +1310,16 @@ fn vnet_hdr_for(p: &PacketBuf) -> ([u8; VNET_HDR_LEN], bool, bool) {
     put(&mut h, 8, o.csum_offset);
     let mut hdr_len = o.csum_start.saturating_add(o.csum_offset).saturating_add(2);
     let mut gso = false;
-    if o.is_gso() && o.gso_size > 0 {
+    if o.gso_type == GsoType::UdpL4 && o.gso_size > 0 && o.csum_offset == 6 {
+        // UDP: the headers end behind the 8-byte UDP header.
+        let hl = usize::from(o.csum_start) + 8;
+        if p.len() > hl + usize::from(o.gso_size) {
+            h[1] = VIRTIO_NET_HDR_GSO_UDP_L4;
+            put(&mut h, 4, o.gso_size);
+            hdr_len = hl as u16;
+            gso = true;
+        }
+    } else if o.is_gso() && o.gso_size > 0 {
         let d = p.data();
         let cs = usize::from(o.csum_start);
         if let Some(doff) = d.get(cs + 12).map(|b| usize::from(b >> 4) * 4) {
@@ -1879,6 +1987,7 @@ mod tests {
             warned_oversize: false,
             tx_gso_frames: 0,
             tx_csum_partial: 0,
+            tx_udp_gso_frames: 0,
         }
     }
 
@@ -1979,5 +2088,104 @@ mod tests {
         // No metadata: an all-zero header.
         b.offload = None;
         assert_eq!(vnet_hdr_for(&b), ([0; VNET_HDR_LEN], false, false));
+    }
+
+    /// A UDP super-frame (`GSO_UDP_L4`) comes in whole and leaves as its
+    /// datagrams, with partial checksums when the frame's was; one that
+    /// cannot be cut is dropped and counted. On transmit, the header a
+    /// glued frame gets asks the kernel for UDP segmentation.
+    #[test]
+    fn udp_super_frames_are_cut_on_receive_and_glued_on_transmit() {
+        use nicflow_packet::udp_gso;
+        let dgram = |i: usize, len: usize| {
+            let f = FrameBuilder::new(MAC_A, MAC_B)
+                .ipv4(V4A, V4B)
+                .ident(10 + i as u16)
+                .udp(4500, 4500)
+                .payload(&vec![i as u8; len])
+                .build();
+            PacketBuf::from_slice(&f)
+        };
+        let ds: Vec<PacketBuf> = (0..6)
+            .map(|i| dgram(i, if i == 5 { 77 } else { 1300 }))
+            .collect();
+        let mut sf = ds[0].clone();
+        grow_for_test(&mut sf);
+        for d in &ds[1..] {
+            udp_gso::append(&mut sf, d).unwrap();
+        }
+        let o = sf.offload.unwrap();
+        // Transmit header: GSO_UDP_L4, gso_size, headers to the UDP end.
+        let (h, gso, partial) = vnet_hdr_for(&sf);
+        assert!(gso && partial);
+        assert_eq!(
+            (h[0], h[1]),
+            (VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_UDP_L4)
+        );
+        let le = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+        assert_eq!((le(2), le(4), le(6), le(8)), (42, 1300, 34, 6));
+        // Receive: the kernel hands the same header and frame.
+        let mut rx = rx_state(1500);
+        let mut hdr = hdr_with(0, 0, 0);
+        hdr.tp_len = sf.len() as u32;
+        hdr.tp_snaplen = hdr.tp_len;
+        let (mut out, mut pool) = (Vec::new(), Vec::new());
+        assert_eq!(
+            rx.deliver_vnet(&hdr, Some(h), sf.data(), &mut out, 4, &mut pool),
+            4
+        );
+        out.extend(rx.pending.drain(..));
+        assert_eq!(out.len(), 6);
+        for (got, want) in out.iter().zip(&ds) {
+            let g = got.offload.unwrap();
+            assert!(g.csum_partial && !g.is_gso());
+            let mut done = got.data().to_vec();
+            let c = nicflow_packet::checksum::udp_fixup(nicflow_packet::checksum::checksum(
+                &done[34..],
+            ));
+            done[40..42].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(done, want.data());
+        }
+        assert_eq!(
+            (
+                rx.counters.rx_udp_gso_frames,
+                rx.counters.rx_udp_gso_segments
+            ),
+            (1, 6)
+        );
+        assert_eq!(rx.stats.rx_packets, 6);
+        // Without NEEDS_CSUM: full checksums, no offload state.
+        let mut nh = h;
+        nh[0] = 0;
+        out.clear();
+        rx.deliver_vnet(&hdr, Some(nh), sf.data(), &mut out, 64, &mut pool);
+        assert_eq!(
+            out.iter().map(|b| b.data().to_vec()).collect::<Vec<_>>(),
+            ds.iter().map(|b| b.data().to_vec()).collect::<Vec<_>>()
+        );
+        assert!(out.iter().all(|b| b.offload.is_none()));
+        // Malformed: a UDP length that disagrees, a gso_size of 0.
+        let mut bad = sf.data().to_vec();
+        bad[38] ^= 1;
+        out.clear();
+        assert_eq!(
+            rx.deliver_vnet(&hdr, Some(h), &bad, &mut out, 64, &mut pool),
+            0
+        );
+        let mut z = h;
+        z[4..6].fill(0);
+        assert_eq!(
+            rx.deliver_vnet(&hdr, Some(z), sf.data(), &mut out, 64, &mut pool),
+            0
+        );
+        assert_eq!(rx.counters.rx_udp_gso_malformed, 2);
+        assert_eq!(rx.stats.rx_dropped, 2);
+        assert!(out.is_empty());
+        let _ = o;
+    }
+
+    fn grow_for_test(b: &mut PacketBuf) {
+        let big = PacketBuf::with_capacity(nicflow_packet::udp_gso::UDP_GSO_BUF_CAPACITY);
+        let _ = nicflow_packet::udp_gso::grow(b, big).unwrap();
     }
 }

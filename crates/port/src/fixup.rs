@@ -14,7 +14,7 @@
 //! the two completion functions. Pure functions over byte slices, unit
 //! tested without root.
 
-use nicflow_packet::buf::{Offload, PacketBuf};
+use nicflow_packet::buf::{GsoType, Offload, PacketBuf};
 use nicflow_packet::checksum::{
     checksum, fold, l4_checksum_ipv4, l4_checksum_ipv6, pseudo_header_ipv4, pseudo_header_ipv6,
     udp_fixup,
@@ -79,15 +79,7 @@ fn fill_into(b: &mut PacketBuf, parts: &[&[u8]]) -> bool {
     if !b.set_data(first) || b.tailroom() < rest_len {
         return false;
     }
-    let Some(mut tail) = b.extend_back(rest_len) else {
-        return false;
-    };
-    for p in rest {
-        let (head, t) = tail.split_at_mut(p.len());
-        head.copy_from_slice(p);
-        tail = t;
-    }
-    true
+    rest.iter().all(|p| b.append(p))
 }
 
 pub(super) fn be16(d: &[u8], off: usize) -> Option<u16> {
@@ -497,6 +489,31 @@ pub(crate) fn finish_frame(
         out.push(b);
         return;
     };
+    if o.gso_type == GsoType::UdpL4 {
+        // A UDP super-frame (a tunnel's ESP in UDP, glued for a port with
+        // offloads, that ended up on one without): its datagrams.
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        if let Ok(cut) = plan(b.data(), o.gso_size) {
+            let before = out.len();
+            for i in 0..cut.segments() {
+                let mut s = pool
+                    .pop()
+                    .unwrap_or_else(|| PacketBuf::with_capacity(RX_BUF_CAPACITY));
+                if !cut.write(b.data(), i, &mut s, SegCsum::Full) {
+                    s = PacketBuf::with_capacity(b.len());
+                    if !cut.write(b.data(), i, &mut s, SegCsum::Full) {
+                        continue;
+                    }
+                }
+                s.tun = b.tun;
+                out.push(s);
+            }
+            done.gso_frames += 1;
+            done.gso_segments += (out.len() - before) as u64;
+            pool.push(b);
+            return;
+        }
+    }
     let Ok(layout) = parse::parse(b.data()) else {
         out.push(b);
         return;

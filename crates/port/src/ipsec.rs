@@ -59,6 +59,7 @@ pub const OPTIONS: &[&str] = &[
     "esp_esn",
     "esp_replay_window",
     "esp_mode",
+    "esp_gso",
     "psk",
     "ike_local_id",
     "ike_remote_id",
@@ -148,6 +149,10 @@ pub struct IpsecConfig {
     pub esn: bool,
     pub replay_window: u32,
     pub mode: EspMode,
+    /// `esp_gso` (default on): ESP-in-UDP packets of one batch to the
+    /// peer go to the underlay glued into UDP super-frames
+    /// (`nicflow_packet::udp_gso`) when the underlay port takes offloads.
+    pub gso: bool,
 }
 
 /// Why IPsec could not be set up on a tunnel port. Each variant names the
@@ -373,6 +378,7 @@ impl IpsecConfig {
             esn: flag("esp_esn")?,
             replay_window,
             mode,
+            gso: options.get("esp_gso").is_none() || flag("esp_gso")?,
         };
         // The library's own checks, so a port is refused at add-port
         // rather than when its first frame goes out.
@@ -995,6 +1001,14 @@ impl UnderlayEsp {
             .any(|e| e.local == local && e.remote == remote)
     }
 
+    /// Does endpoint `id` send ESP in UDP now (the option, or IKE's
+    /// decision), and want its packets glued (`esp_gso`)?
+    pub fn sends_udp_gso(&self, id: u64) -> bool {
+        self.endpoints
+            .get(&id)
+            .is_some_and(|e| e.encap_udp && e.cfg.gso)
+    }
+
     pub fn count_rx_drop(&mut self, reason: &'static str) {
         *self.counters.rx_drops.entry(reason).or_default() += 1;
     }
@@ -1065,6 +1079,10 @@ impl UnderlayEsp {
         let r = self.open(pkt, &at);
         match r {
             Ok(id) => {
+                // Offload state (a partial UDP checksum of ESP in UDP, a
+                // cut UDP super-frame's) described the outer headers,
+                // which are gone.
+                pkt.offload = None;
                 self.counters.rx_packets += 1;
                 self.counters.rx_bytes += pkt.len() as u64;
                 Ok(Some(id))
@@ -1206,6 +1224,7 @@ impl UnderlayEsp {
         let udp = if ep.encap_udp { 8 } else { 0 };
         let total = ihl + udp + self.scratch.len();
         if total > usize::from(u16::MAX) {
+            *self.counters.tx_drops.entry("too_big").or_default() += 1;
             return Err("too_big");
         }
         {
@@ -1217,21 +1236,20 @@ impl UnderlayEsp {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
         pkt.truncate(0);
-        let Some(buf) = pkt.extend_back(keep + udp + self.scratch.len()) else {
+        if pkt.tailroom() < keep + udp + self.scratch.len() {
+            *self.counters.tx_drops.entry("too_big").or_default() += 1;
             return Err("too_big");
-        };
-        buf[..keep].copy_from_slice(&h[..keep]);
-        if udp > 0 {
-            let u = &mut buf[keep..keep + 8];
-            u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-            u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-            u[4..6].copy_from_slice(&((8 + self.scratch.len()) as u16).to_be_bytes());
-            // RFC 3948 2.1: the checksum SHOULD be zero.
-            u[6..8].fill(0);
         }
-        buf[keep + udp..].copy_from_slice(&self.scratch);
+        // (Written once each, no zeroing: `append` copies straight in.)
+        let mut u = [0u8; 8];
+        u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+        u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+        u[4..6].copy_from_slice(&((8 + self.scratch.len()) as u16).to_be_bytes());
+        // RFC 3948 2.1: the checksum SHOULD be zero (u[6..8]).
+        let ok = pkt.append(&h[..keep]) && pkt.append(&u[..udp]) && pkt.append(&self.scratch);
+        debug_assert!(ok, "tailroom checked above");
         self.counters.tx_packets += 1;
-        self.counters.tx_bytes += buf.len() as u64;
+        self.counters.tx_bytes += pkt.len() as u64;
         Ok(())
     }
 }
@@ -1271,12 +1289,16 @@ mod tests {
         assert_eq!((m.spi_out, m.spi_in), (0x1001, 0x1002));
         assert_eq!(c.replay_window, 64);
         assert_eq!(c.mode, EspMode::Transport);
+        assert!(c.gso, "esp_gso defaults to on");
+        let off = IpsecConfig::from_options(&manual(&[("esp_gso", "false")]));
+        assert!(!off.unwrap().unwrap().gso);
         assert!(!format!("{c:?}").contains("0102"), "{c:?}");
         for (o, want) in [
             (manual(&[("esp_spi_out", "255")]), "reserved"),
             (manual(&[("esp_replay_window", "5000")]), "0..=4096"),
             (manual(&[("esp_aead", "aes-gcm-256")]), "needs 36"),
             (manual(&[("esp_encap", "tcp")]), "none or udp"),
+            (manual(&[("esp_gso", "maybe")]), "true or false"),
             (
                 opts(&[("esp_spi_in", "0x1002")]),
                 "needs ipsec=manual or ipsec=ike",

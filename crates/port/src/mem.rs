@@ -7,7 +7,7 @@
 //! the datapath benchmark drives.
 
 use super::{Port, PortStats};
-use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::buf::{Offload, PacketBuf};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,11 @@ struct State {
     replay: Vec<Vec<u8>>,
     replay_pos: usize,
     stats: PortStats,
+    /// Take frames with offload work, as a port with virtio-net headers
+    /// does ([`MemPort::with_offloads`]); their offload state is kept in
+    /// `tx_offloads` beside `tx`.
+    offloads: bool,
+    tx_offloads: Vec<Option<Offload>>,
 }
 
 /// The test's side of a [`MemPort`].
@@ -39,7 +44,17 @@ impl MemHandle {
 
     /// Take every frame transmitted so far.
     pub fn take_tx(&self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.0.lock().expect("mem port").tx)
+        let mut s = self.0.lock().expect("mem port");
+        s.tx_offloads.clear();
+        std::mem::take(&mut s.tx)
+    }
+
+    /// Take every frame transmitted so far with its offload state (a port
+    /// made [`MemPort::with_offloads`]).
+    pub fn take_tx_offloads(&self) -> Vec<(Vec<u8>, Option<Offload>)> {
+        let mut s = self.0.lock().expect("mem port");
+        let o = std::mem::take(&mut s.tx_offloads);
+        std::mem::take(&mut s.tx).into_iter().zip(o).collect()
     }
 
     pub fn rx_pending(&self) -> usize {
@@ -70,6 +85,14 @@ impl MemPort {
             },
             MemHandle(state),
         )
+    }
+
+    /// A capturing port that takes frames with offload work whole
+    /// ([`Port::accepts_offloads`]), as AF_PACKET with `vnet_hdr` does.
+    pub fn with_offloads(name: &str) -> (MemPort, MemHandle) {
+        let (p, h) = MemPort::new(name);
+        p.state.lock().expect("mem port").offloads = true;
+        (p, h)
     }
 
     /// A port that receives `frames` round-robin forever and only counts
@@ -147,6 +170,7 @@ impl Port for MemPort {
             s.stats.tx_bytes += p.len() as u64;
             if s.capture {
                 s.tx.push(p.data().to_vec());
+                s.tx_offloads.push(p.offload);
             }
             done.push(p);
         }
@@ -160,5 +184,9 @@ impl Port for MemPort {
     fn rx_exhausted(&self) -> bool {
         let s = self.state.lock().expect("mem port");
         s.replay.is_empty() && s.rx.is_empty()
+    }
+
+    fn accepts_offloads(&self) -> bool {
+        self.state.lock().expect("mem port").offloads
     }
 }

@@ -30,7 +30,7 @@
 use super::ipsec::{IpsecConfig, UnderlayEsp};
 use super::{Port, PortStats};
 use nicflow_api::config::{PortConfig, PortType};
-use nicflow_packet::buf::{PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
+use nicflow_packet::buf::{GsoType, PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
 use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::checksum;
 use nicflow_packet::tunnel::{self, Encap, TunnelError, TunnelKind};
@@ -104,6 +104,8 @@ const ARP_RETRY: Duration = Duration::from_millis(500);
 const ARP_PENDING_MAX: usize = 64;
 /// Frames read from the underlay per poll.
 const POLL_BATCH: usize = 64;
+/// Big buffers an underlay keeps for its UDP super-frames of ESP.
+const GSO_BUFS_KEPT: usize = 8;
 /// Decapsulated frames waiting per endpoint; beyond it they are dropped
 /// and counted (a tunnel port polled less often than its peers cannot make
 /// the queue grow without bound).
@@ -691,6 +693,9 @@ pub struct Underlay {
     esp: UnderlayEsp,
     /// IKE datagrams to send, reused between polls.
     ike_out: Vec<(Ipv4Addr, Ipv4Addr, nicflow_ipsec::ike::Datagram)>,
+    /// Buffers big enough for a UDP super-frame of ESP (`esp_gso`), kept
+    /// from one send to the next: no allocation per batch once warm.
+    gso_bufs: Vec<PacketBuf>,
 }
 
 thread_local! {
@@ -771,6 +776,7 @@ impl Underlay {
             next_id: 1,
             esp: UnderlayEsp::default(),
             ike_out: Vec::new(),
+            gso_bufs: Vec::new(),
         }
     }
 
@@ -1315,6 +1321,42 @@ impl Underlay {
         }
     }
 
+    /// Glues the sealed ESP-in-UDP packet `pkt` to the super-frame at
+    /// `tx[i]` (`nicflow_packet::udp_gso::append`), moving that frame into
+    /// a big buffer first if it needs room. `false`: not glued (another
+    /// size, or the frame is complete), `pkt` goes on its own.
+    fn glue(&mut self, i: usize, pkt: &PacketBuf) -> bool {
+        use nicflow_packet::udp_gso;
+        let mut r = udp_gso::append(&mut self.tx[i], pkt);
+        if r == Err(udp_gso::Refused::NeedRoom) {
+            let big = self
+                .gso_bufs
+                .pop()
+                .unwrap_or_else(|| PacketBuf::with_capacity(udp_gso::UDP_GSO_BUF_CAPACITY));
+            match udp_gso::grow(&mut self.tx[i], big) {
+                Ok(old) => {
+                    self.done.push(old);
+                    r = udp_gso::append(&mut self.tx[i], pkt);
+                }
+                Err(big) => self.gso_bufs.push(big),
+            }
+        }
+        r.is_ok()
+    }
+
+    /// Takes the big buffers of sent super-frames back from `done` (a few:
+    /// one per super-frame of a batch), for the next batch.
+    fn keep_gso_bufs(&mut self) {
+        let mut k = 0;
+        while k < self.done.len() && self.gso_bufs.len() < GSO_BUFS_KEPT {
+            if nicflow_packet::udp_gso::is_big(&self.done[k]) {
+                self.gso_bufs.push(self.done.swap_remove(k));
+            } else {
+                k += 1;
+            }
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         if self.tx.is_empty() {
             return Ok(());
@@ -1441,6 +1483,13 @@ pub struct TunnelPort {
     tx_drop_no_arp: u64,
     /// Received segments glued into the frame before them (`gro`).
     gro_merged: u64,
+    /// `esp_gso`: UDP super-frames of ESP handed to the underlay, and the
+    /// ESP packets in them.
+    esp_gso_frames: u64,
+    esp_gso_packets: u64,
+    /// `esp_gso` on, ESP in UDP, but the underlay port takes no offloads
+    /// (AF_XDP, AF_PACKET without `vnet_hdr`): packets sent one by one.
+    esp_gso_fallback: u64,
 }
 
 impl TunnelPort {
@@ -1477,6 +1526,9 @@ impl TunnelPort {
             icmp_too_big_ratelimited: 0,
             tx_drop_no_arp: 0,
             gro_merged: 0,
+            esp_gso_frames: 0,
+            esp_gso_packets: 0,
+            esp_gso_fallback: 0,
         })
     }
 
@@ -1520,6 +1572,19 @@ impl TunnelPort {
             }
             *pkts = finished;
         }
+        // ESP in UDP to glue into super-frames (`esp_gso`): only for an
+        // underlay port that passes a virtio-net header to the kernel
+        // (counted after the cut above: one per ESP packet).
+        let glue = self.cfg.ipsec.is_some() && u.esp.sends_udp_gso(self.id);
+        let glue = if glue && !u.port.accepts_offloads() {
+            self.esp_gso_fallback += pkts.len() as u64;
+            false
+        } else {
+            glue
+        };
+        // The super-frame being built in `u.tx` (its index).
+        let mut head: Option<usize> = None;
+        let mut glued = 0u64;
         for mut pkt in pkts.drain(..) {
             if pkt.len().saturating_sub(14) > inner_mtu {
                 self.tx_drop_mtu += 1;
@@ -1597,7 +1662,17 @@ impl TunnelPort {
             self.stats.tx_packets += 1;
             self.stats.tx_bytes += len as u64;
             sent += 1;
-            if remote_mac.is_some() {
+            if remote_mac.is_some() && glue {
+                if let Some(i) = head {
+                    if u.glue(i, &pkt) {
+                        glued += 1;
+                        done.push(pkt);
+                        continue;
+                    }
+                }
+                head = Some(u.tx.len());
+                u.tx.push(pkt);
+            } else if remote_mac.is_some() {
                 u.tx.push(pkt);
             } else if let Some(p) = u.hold(self.cfg.remote_ip, pkt, now) {
                 self.tx_drop_no_arp += 1;
@@ -1608,7 +1683,16 @@ impl TunnelPort {
                 done.push(p);
             }
         }
+        if glued > 0 {
+            let frames =
+                u.tx.iter()
+                    .filter(|p| p.offload.is_some_and(|o| o.gso_type == GsoType::UdpL4))
+                    .count() as u64;
+            self.esp_gso_frames += frames;
+            self.esp_gso_packets += frames + glued;
+        }
         let r = u.flush();
+        u.keep_gso_bufs();
         done.append(&mut u.done);
         r.map(|_| sent)
     }
@@ -1691,6 +1775,9 @@ impl Port for TunnelPort {
         vec![
             ("tx_drop_mtu", self.tx_drop_mtu),
             ("rx_gro_merged", self.gro_merged),
+            ("esp_tx_gso_frames", self.esp_gso_frames),
+            ("esp_tx_gso_packets", self.esp_gso_packets),
+            ("esp_tx_gso_fallback", self.esp_gso_fallback),
             ("icmp_too_big_sent", self.icmp_too_big_sent),
             ("icmp_too_big_ratelimited", self.icmp_too_big_ratelimited),
             ("tx_drop_arp_pending", self.tx_drop_no_arp),
@@ -2353,5 +2440,151 @@ mod tests {
         assert_eq!(u.borrow().mtu(), lo_mtu);
         assert_eq!(counter(&p, "tx_drop_mtu"), 1);
         assert_eq!(p.inner_mtu(), lo_mtu - 50);
+    }
+
+    /// `esp_gso`: the ESP-in-UDP packets a batch seals for the peer leave
+    /// as one UDP super-frame (same size each, the last may be shorter;
+    /// a packet after a short one starts anew), which cut as the kernel
+    /// or the receiving port cuts it opens into the very frames sent. An
+    /// underlay port without offloads, or `esp_gso=false`, sends them one
+    /// by one (the former counted as fallback).
+    #[test]
+    fn esp_in_udp_batches_leave_as_one_udp_super_frame_and_open_back() {
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        let dir = std::env::temp_dir().join(format!("nf-esp-gso-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        super::super::ipsec::set_state_dir(Some(dir.clone()));
+        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
+        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
+        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
+        let t0 = Instant::now();
+        let end = |port: crate::mem::MemPort,
+                   mac: [u8; 6],
+                   local: &str,
+                   remote: &str,
+                   spis: (&str, &str),
+                   keys: (&str, &str),
+                   gso: &str| {
+            let u = Rc::new(RefCell::new(Underlay::new(
+                "mem0".into(),
+                Box::new(port),
+                mac,
+                1500,
+                None,
+                t0,
+            )));
+            let cfg = TunnelConfig::from_options(
+                TunnelKind::Vxlan,
+                &opts(&[
+                    ("underlay", "mem0"),
+                    ("local_ip", local),
+                    ("remote_ip", remote),
+                    ("key", "10"),
+                    ("ipsec", "manual"),
+                    ("esp_spi_out", spis.0),
+                    ("esp_key_out", keys.0),
+                    ("esp_spi_in", spis.1),
+                    ("esp_key_in", keys.1),
+                    ("esp_encap", "udp"),
+                    ("esp_mode", "tunnel"),
+                    ("esp_gso", gso),
+                ]),
+            )
+            .unwrap();
+            let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
+            (u, p)
+        };
+        let inner = |i: usize, len: usize| {
+            let mut f = vec![(i * 7) as u8; len];
+            f[0..6].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
+            f[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 1]);
+            f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+            let mut b = PacketBuf::with_capacity(2048);
+            b.set_data(&f);
+            b
+        };
+        // 10 full frames, a short one, one more full.
+        let lens: Vec<usize> = (0..12).map(|i| if i == 10 { 500 } else { 1000 }).collect();
+        for (offloads, gso, glued) in [
+            (true, "true", true),
+            (false, "true", false),
+            (true, "false", false),
+        ] {
+            let (tx_port, tx_h) = if offloads {
+                crate::mem::MemPort::with_offloads("underlay:a")
+            } else {
+                crate::mem::MemPort::new("underlay:a")
+            };
+            let (a, mut pa) = end(
+                tx_port,
+                ma,
+                "198.18.0.1",
+                "198.18.0.2",
+                ("0x2001", "0x2002"),
+                (K1, K2),
+                gso,
+            );
+            let mut e = ArpEntry::new();
+            e.mac = Some(mb);
+            e.confirmed = Some(t0);
+            a.borrow_mut().arp.insert(Ipv4Addr::new(198, 18, 0, 2), e);
+            let (rx_port, rx_h) = crate::mem::MemPort::new("underlay:b");
+            let (_b, mut pb) = end(
+                rx_port,
+                mb,
+                "198.18.0.2",
+                "198.18.0.1",
+                ("0x2002", "0x2001"),
+                (K2, K1),
+                gso,
+            );
+            let sent: Vec<PacketBuf> = lens.iter().enumerate().map(|(i, &l)| inner(i, l)).collect();
+            let mut pkts = sent.clone();
+            let mut done = Vec::new();
+            let n = pa.send_batch_at(&mut pkts, &mut done, t0).unwrap();
+            assert_eq!(n, 12, "{:?} {:?}", pa.extra_counters(), pa.stats());
+            let out = tx_h.take_tx_offloads();
+            let mut wire = Vec::new();
+            if glued {
+                assert_eq!(out.len(), 2, "one super-frame of 11, one packet");
+                let o = out[0].1.expect("super-frame");
+                assert_eq!(o.gso_type, GsoType::UdpL4);
+                assert!(out[1].1.is_none());
+                let cut = plan(&out[0].0, o.gso_size).unwrap();
+                assert_eq!(cut.segments(), 11);
+                for i in 0..11 {
+                    let mut b = PacketBuf::with_capacity(2048);
+                    assert!(cut.write(&out[0].0, i, &mut b, SegCsum::Partial));
+                    wire.push(b.data().to_vec());
+                }
+                wire.push(out[1].0.clone());
+                assert_eq!(counter(&pa, "esp_tx_gso_frames"), 1);
+                assert_eq!(counter(&pa, "esp_tx_gso_packets"), 11);
+            } else {
+                assert_eq!(out.len(), 12);
+                assert!(out.iter().all(|(_, o)| o.is_none()));
+                wire.extend(out.into_iter().map(|(f, _)| f));
+                assert_eq!(counter(&pa, "esp_tx_gso_frames"), 0);
+            }
+            let fallback = if !offloads { 12 } else { 0 };
+            assert_eq!(
+                counter(&pa, "esp_tx_gso_fallback"),
+                fallback,
+                "{offloads} {gso}"
+            );
+            for f in &wire {
+                rx_h.inject(f);
+            }
+            let mut got = Vec::new();
+            let mut pool = Vec::new();
+            pb.recv_batch(&mut got, 64, &mut pool).unwrap();
+            assert_eq!(got.len(), 12, "{offloads} {gso}");
+            for (g, s) in got.iter().zip(&sent) {
+                assert_eq!(g.data(), s.data());
+            }
+            assert_eq!(counter(&pb, "esp_rx_packets"), 12);
+        }
+        super::super::ipsec::set_state_dir(None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
