@@ -571,3 +571,52 @@ mod tests {
         assert!(page_size().is_power_of_two());
     }
 }
+
+/// Does this kernel take `VIRTIO_NET_HDR_GSO_UDP_L4` in a packet socket's
+/// virtio-net header? Linux 6.2 and later (`virtio_net_hdr_to_skb`); an
+/// older one refuses the frame with EINVAL, so UDP super-frames must not
+/// be built for it. Read once from `uname`.
+pub fn kernel_takes_udp_gso() -> bool {
+    static TAKES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TAKES.get_or_init(|| {
+        // SAFETY: utsname is plain bytes; all zeros is a valid value.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: uname fills the struct we own, for its size.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        let rel: Vec<u8> = u
+            .release
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
+        release_at_least(&String::from_utf8_lossy(&rel), 6, 2)
+    })
+}
+
+/// `release` (`uname -r`, e.g. `6.1.0-18-amd64`) is at least `major.minor`.
+pub fn release_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse::<u32>().ok());
+    match (it.next().flatten(), it.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(!release_at_least("6.1.0-18-amd64", 6, 2));
+        assert!(release_at_least("6.2.0", 6, 2));
+        assert!(release_at_least("6.18.44-fc-v1098", 6, 2));
+        assert!(release_at_least("7.0", 6, 2));
+        assert!(!release_at_least("5.19.17", 6, 2));
+        assert!(!release_at_least("garbage", 6, 2));
+    }
+}

@@ -1573,10 +1573,11 @@ impl TunnelPort {
             *pkts = finished;
         }
         // ESP in UDP to glue into super-frames (`esp_gso`): only for an
-        // underlay port that passes a virtio-net header to the kernel
-        // (counted after the cut above: one per ESP packet).
+        // underlay port that passes a virtio-net header to a kernel that
+        // takes GSO_UDP_L4 in one (counted after the cut above: one per
+        // ESP packet).
         let glue = self.cfg.ipsec.is_some() && u.esp.sends_udp_gso(self.id);
-        let glue = if glue && !u.port.accepts_offloads() {
+        let glue = if glue && (!u.port.accepts_offloads() || !crate::sys::kernel_takes_udp_gso()) {
             self.esp_gso_fallback += pkts.len() as u64;
             false
         } else {

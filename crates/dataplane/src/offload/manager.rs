@@ -1501,10 +1501,15 @@ impl OffloadManager {
         kind: EngineKind,
         actions: &[DpAction],
     ) -> Result<(), &'static str> {
-        for a in actions {
-            let DpAction::Meter(id) = *a else {
-                continue;
-            };
+        // Meters inside a select's buckets too: each bucket runs as a
+        // kernel flow of its own and finds its meter in the map.
+        let mut ids = Vec::new();
+        crate::datapath::action::walk(actions, &mut |a| {
+            if let DpAction::Meter(id) = *a {
+                ids.push(id);
+            }
+        });
+        for id in ids {
             let spec = self.meters.get(&id).ok_or("meter:unknown")?;
             let entry = encode::encode_meter(spec).ok_or("meter:too-many-bands")?;
             let engine = self.engine_mut(kind).ok_or("engine-error")?;

@@ -142,7 +142,9 @@ impl SplbSampler {
             .prev
             .insert(name.to_string(), (q.drops, tx_dropped))
             .unwrap_or((q.drops, tx_dropped));
-        let dropped = u64::from(q.drops.wrapping_sub(qd)) + tx_dropped.saturating_sub(td);
+        // A counter that went down was reset (the qdisc replaced or gone):
+        // no drops in this period, never a wrap-around's billions.
+        let dropped = u64::from(q.drops.saturating_sub(qd)) + tx_dropped.saturating_sub(td);
         u64::from(q.backlog) + dropped * DROP_COST
     }
 }
