@@ -820,7 +820,7 @@ impl XdpEngine {
                     .ok_or_else(|| missing(name))?
                     .try_into()
                     .map_err(|e| bpf("BPF program type", e))?;
-                verifier(prog.load())?;
+                verifier(load_retrying(|| prog.load()))?;
             }
             EngineKind::Tc => {
                 let prog: &mut SchedClassifier = ebpf
@@ -828,7 +828,7 @@ impl XdpEngine {
                     .ok_or_else(|| missing(name))?
                     .try_into()
                     .map_err(|e| bpf("BPF program type", e))?;
-                verifier(prog.load())?;
+                verifier(load_retrying(|| prog.load()))?;
             }
         }
         // Pinned before the maps are taken out of the object.
@@ -1849,4 +1849,23 @@ fn pin_object(ebpf: &mut Ebpf, kind: EngineKind, dir: &Path) -> Result<(), Offlo
         }
     }
     Ok(())
+}
+
+/// `BPF_PROG_LOAD`, retried while the kernel answers EAGAIN: the verifier
+/// gives up with EAGAIN when a signal is pending for the loading thread
+/// (a child of the process exiting, a timer), and the same load passes a
+/// moment later. libbpf retries the same way, up to 5 attempts; seen here
+/// as a one-off "Resource temporarily unavailable" in the test suite.
+fn load_retrying(mut load: impl FnMut() -> Result<(), ProgramError>) -> Result<(), ProgramError> {
+    let mut attempts = 1;
+    loop {
+        match load() {
+            Err(ProgramError::LoadError { ref io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempts < 5 =>
+            {
+                attempts += 1;
+            }
+            r => return r,
+        }
+    }
 }
