@@ -1248,8 +1248,10 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
             ]
         })
         .collect();
-    let _ = writeln!(s, "## Results (medians)\n");
-    s.push_str(&report::table(&head, &rows));
+    if !r.rounds.is_empty() {
+        let _ = writeln!(s, "## Results (medians)\n");
+        s.push_str(&report::table(&head, &rows));
+    }
     rate_tables(r, &mut s);
     if !r.refused.is_empty() {
         let _ = writeln!(s, "\n## Methods an engine refused\n");

@@ -201,6 +201,26 @@ mod tests {
     }
 
     #[test]
+    fn bucket_counts_are_taken_once_by_group_position() {
+        let mut st = SelectStates::default();
+        // Buckets at group positions 1 and 3 (0 and 2 dead or weight 0).
+        let mut b = buckets(&[1, 1]);
+        b[0].index = 1;
+        b[1].index = 3;
+        for _ in 0..10 {
+            let i = st.choose(5, SelectMethod::RoundRobin, &b).unwrap();
+            st.count(5, b[i].index, 100);
+        }
+        let mut c = st.take_counts();
+        c.sort();
+        assert_eq!(c, vec![(5, 1, 5, 500), (5, 3, 5, 500)]);
+        assert!(st.take_counts().is_empty(), "taken counts restart at zero");
+        // A group the executor never chose for has nothing to count.
+        st.count(6, 0, 100);
+        assert!(st.take_counts().is_empty());
+    }
+
+    #[test]
     fn rr_takes_buckets_in_turn_ignoring_weights() {
         let mut s = SelectStates::default();
         let b = buckets(&[5, 1, 1]);
