@@ -205,6 +205,26 @@ pub fn warm_up(tb: &Testbed, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
     warm_up_on(&Ends::of(tb)?, t, rounds)
 }
 
+/// Start the generator of `e` for `t.seconds` at `rate` frames/s (`None`:
+/// as fast as it can) without a sink: background load under another
+/// measurement (`bench scheduler`'s ping-pong). Its report goes to
+/// `out`; the caller waits for the child.
+pub fn spawn_load(e: &Ends, t: &Traffic, rate: Option<f64>, out: &Path) -> anyhow::Result<Child> {
+    let mut argv = gen_argv_of(
+        &e.bin,
+        &e.client_iface,
+        &e.client_mac,
+        &e.server_mac,
+        t,
+        Some(t.seconds),
+        None,
+    );
+    if let Some(r) = rate {
+        argv.extend(["--rate".into(), format!("{r:.0}")]);
+    }
+    spawn_to(e.client_cmd(&argv), out)
+}
+
 /// [`warm_up`] between two [`Ends`].
 pub fn warm_up_on(e: &Ends, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
     let count = t.flows as u64 * rounds;

@@ -71,7 +71,12 @@
 //! generator's time-stamped frames through both switches (median and
 //! p99 of each burst, medians over repetitions). The generator's own
 //! frames are the measured flow: latency at a packet rate, as the seed's
-//! Table V; not a separate ping-pong over background load.
+//! Table V. With `--pingpong`, also the seed's ping-pong measure (Table
+//! IV) under that load: the generator alone (no sink: s1's stack takes
+//! its frames) sends the background at each load while `ping -i 0.005`
+//! from c1 to s1 measures round trips through both switches (the echo
+//! requests take the scheduler's group, the replies come back on path 1),
+//! median and p99 of each round's RTTs.
 
 use super::forward::{interrupted, Engine};
 use super::lab::Lab;
@@ -172,6 +177,10 @@ pub struct Args {
     /// UDP flows of the generator (distinct source ports).
     #[arg(long, default_value_t = 16)]
     pub pps_flows: u32,
+    /// With `--latency-loads`: also ping-pong RTTs (ping c1 -> s1) over
+    /// the generator's load at each load.
+    #[arg(long)]
+    pub pingpong: bool,
     /// Where the run goes, re-rendering, smoke runs.
     #[command(flatten)]
     pub run: super::RunArgs,
@@ -232,13 +241,37 @@ pub struct RateRound {
     pub load: Option<f64>,
     /// The generator's `--rate` (None: unlimited).
     pub offered_pps: Option<f64>,
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub sent_pps: f64,
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub rx_pps: f64,
     pub lost: u64,
     pub latency_p50_ns: u64,
     pub latency_p99_ns: u64,
     /// Cores the `sw` daemon used during the burst.
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
     pub switch_cores: f64,
+    /// A ping-pong round (`--pingpong`): RTTs of pings over the load
+    /// (the sink figures above are then unset).
+    #[serde(default)]
+    pub pingpong: bool,
+    #[serde(default, deserialize_with = "super::forward::nan_if_null")]
+    pub rtt_p50_us: f64,
+    #[serde(default, deserialize_with = "super::forward::nan_if_null")]
+    pub rtt_p99_us: f64,
+    #[serde(default)]
+    pub pings_lost: u64,
+}
+
+/// Round-trip times (µs) in `ping`'s output (`time=0.045 ms` lines).
+pub fn ping_rtts_us(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|l| {
+            let t = l.split("time=").nth(1)?;
+            let v: f64 = t.split_whitespace().next()?.parse().ok()?;
+            Some(v * 1e3)
+        })
+        .collect()
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
@@ -996,6 +1029,10 @@ fn rate_rounds(
             latency_p50_ns: b.latency_p50_ns,
             latency_p99_ns: b.latency_p99_ns,
             switch_cores: b.switch_cores,
+            pingpong: false,
+            rtt_p50_us: 0.0,
+            rtt_p99_us: 0.0,
+            pings_lost: 0,
         };
         println!(
             "{} {m} {size} B rep {rep}{}: sent {:.0} pps, received {:.0} pps ({:.2} Gbit/s), \
@@ -1053,10 +1090,120 @@ fn rate_rounds(
                 }
             }
         }
+        if !args.pingpong {
+            return Ok(());
+        }
+        for rep in 0..reps {
+            for &load in loads {
+                let rate = (load < 1.0).then_some(load * full);
+                for m in methods {
+                    out.push(ping_round(
+                        l,
+                        engine,
+                        &ends,
+                        paths_bps,
+                        &traffic(64),
+                        m,
+                        rep,
+                        load,
+                        rate,
+                    )?);
+                }
+            }
+        }
         Ok(())
     })();
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// One ping-pong round: the generator's load at `rate` (no sink) and
+/// pings from c1 to s1 across it.
+#[allow(clippy::too_many_arguments)]
+fn ping_round(
+    l: &MultipathLab,
+    engine: Engine,
+    ends: &super::pktrate::Ends,
+    paths_bps: &[u64],
+    t: &super::pktrate::Traffic,
+    m: &str,
+    rep: usize,
+    load: f64,
+    rate: Option<f64>,
+) -> anyhow::Result<RateRound> {
+    use super::pktrate;
+    if interrupted() {
+        bail!("interrupted");
+    }
+    l.program(m, paths_bps)?;
+    pktrate::warm_up_on(ends, t, 3).context("warm-up")?;
+    const PINGS: usize = 200;
+    let mut t = t.clone();
+    // The load outlasts the pings (200 at 5 ms: 1 s) with a margin.
+    t.seconds = t.seconds.max(1.0) + 1.0;
+    let gen_out = ends.scratch.join("load-gen.json");
+    let mut gen = pktrate::spawn_load(ends, &t, rate, &gen_out)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let dst = S1_IP.to_string();
+    let count = PINGS.to_string();
+    let argv = [
+        "ping", "-n", "-i", "0.005", "-c", &count, "-W", "1", "-s", "56", &dst,
+    ];
+    let ping = sys::in_ns(Some(&l.c1), &argv).output();
+    let deadline = Instant::now() + Duration::from_secs_f64(t.seconds + 30.0);
+    let gen_ok = loop {
+        if let Some(st) = gen.try_wait()? {
+            break st.success();
+        }
+        if Instant::now() >= deadline {
+            let _ = gen.kill();
+            let _ = gen.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !gen_ok {
+        bail!("load generator failed");
+    }
+    let ping = ping.context("ping")?;
+    let mut rtts = ping_rtts_us(&String::from_utf8_lossy(&ping.stdout));
+    let got = rtts.len();
+    let sent_pps = std::fs::read_to_string(&gen_out)
+        .ok()
+        .and_then(|s| {
+            let line = s
+                .lines()
+                .rev()
+                .find(|l| l.trim_start().starts_with('{'))?
+                .to_string();
+            serde_json::from_str::<serde_json::Value>(&line).ok()
+        })
+        .and_then(|v| v.get("pps").and_then(|x| x.as_f64()))
+        .unwrap_or(f64::NAN);
+    let r = RateRound {
+        engine: engine.name().to_string(),
+        method: m.to_string(),
+        size: t.size,
+        rep,
+        load: Some(load),
+        offered_pps: rate,
+        sent_pps,
+        rx_pps: f64::NAN,
+        lost: 0,
+        latency_p50_ns: 0,
+        latency_p99_ns: 0,
+        switch_cores: f64::NAN,
+        pingpong: true,
+        rtt_p50_us: quantile(&mut rtts, 0.5),
+        rtt_p99_us: quantile(&mut rtts, 0.99),
+        pings_lost: (PINGS - got.min(PINGS)) as u64,
+    };
+    println!(
+        "{} {m} ping-pong rep {rep} load {load}: background {:.0} pps, RTT p50 {:.1} us \
+         p99 {:.1} us, {} of {PINGS} pings lost",
+        r.engine, r.sent_pps, r.rtt_p50_us, r.rtt_p99_us, r.pings_lost
+    );
+    Ok(r)
 }
 
 /// Per (engine, method, K): medians over repetitions of the round figures.
@@ -1274,7 +1421,7 @@ fn rate_tables(r: &Results, s: &mut String) {
         return;
     }
     let mut keys: Vec<(String, String, usize, Option<u64>)> = Vec::new();
-    for b in &r.bursts {
+    for b in r.bursts.iter().filter(|b| !b.pingpong) {
         let k = (
             b.engine.clone(),
             b.method.clone(),
@@ -1290,7 +1437,8 @@ fn rate_tables(r: &Results, s: &mut String) {
             .bursts
             .iter()
             .filter(|b| {
-                b.engine == k.0
+                !b.pingpong
+                    && b.engine == k.0
                     && b.method == k.1
                     && b.size == k.2
                     && b.load.map(|x| (x * 1e6) as u64) == k.3
@@ -1376,7 +1524,8 @@ fn rate_tables(r: &Results, s: &mut String) {
                     .bursts
                     .iter()
                     .find(|b| {
-                        b.engine == k.0
+                        !b.pingpong
+                            && b.engine == k.0
                             && b.method == k.1
                             && b.load.map(|x| (x * 1e6) as u64) == k.3
                     })
@@ -1401,6 +1550,82 @@ fn rate_tables(r: &Results, s: &mut String) {
             .collect();
         s.push_str(&report::table(&head, &rows));
     }
+    ping_table(r, s);
+}
+
+/// The ping-pong table (`--pingpong`): RTT medians over repetitions of
+/// each round's p50 and p99; ratio to `single` at the same load.
+fn ping_table(r: &Results, s: &mut String) {
+    let pings: Vec<&RateRound> = r.bursts.iter().filter(|b| b.pingpong).collect();
+    if pings.is_empty() {
+        return;
+    }
+    let mut keys: Vec<(String, String, u64)> = Vec::new();
+    for b in &pings {
+        let k = (
+            b.engine.clone(),
+            b.method.clone(),
+            (b.load.unwrap_or(0.0) * 1e6) as u64,
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let med = |k: &(String, String, u64), f: &dyn Fn(&RateRound) -> f64| -> f64 {
+        let mut v: Vec<f64> = pings
+            .iter()
+            .filter(|b| {
+                b.engine == k.0 && b.method == k.1 && (b.load.unwrap_or(0.0) * 1e6) as u64 == k.2
+            })
+            .map(|b| f(b))
+            .filter(|x| x.is_finite())
+            .collect();
+        super::median(&mut v)
+    };
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 && a.is_finite() {
+            format!("{:.2}", a / b)
+        } else {
+            "-".into()
+        }
+    };
+    let _ = writeln!(
+        s,
+        "\n## Ping-pong RTT over the generator's load (64 B background)\n\n\
+         `ping -i 0.005` (200 pings) from c1 to s1 while the generator sends at the \
+         load (no sink: s1's stack takes the frames; 1: unlimited). Medians over \
+         repetitions of each round's p50 and p99. Ratio: method / `single`.\n"
+    );
+    let head = [
+        ("engine", false),
+        ("method", false),
+        ("load", true),
+        ("background pps", true),
+        ("RTT p50 us", true),
+        ("RTT p99 us", true),
+        ("p50 vs single", true),
+        ("p99 vs single", true),
+        ("pings lost", true),
+    ];
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| {
+            let base = (k.0.clone(), "single".to_string(), k.2);
+            let (p50, p99) = (med(k, &|b| b.rtt_p50_us), med(k, &|b| b.rtt_p99_us));
+            vec![
+                k.0.clone(),
+                k.1.clone(),
+                format!("{}", k.2 as f64 / 1e6),
+                format!("{:.0}", med(k, &|b| b.sent_pps)),
+                format!("{p50:.1}"),
+                format!("{p99:.1}"),
+                ratio(p50, med(&base, &|b| b.rtt_p50_us)),
+                ratio(p99, med(&base, &|b| b.rtt_p99_us)),
+                format!("{:.0}", med(k, &|b| b.pings_lost as f64)),
+            ]
+        })
+        .collect();
+    s.push_str(&report::table(&head, &rows));
 }
 
 #[cfg(test)]
@@ -1450,6 +1675,21 @@ mod tests {
         let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(quantile(&mut v, 0.99), 99.0);
         assert_eq!(quantile(&mut v, 1.0), 100.0);
+    }
+
+    #[test]
+    fn ping_output_gives_rtts() {
+        let t = "PING 198.18.70.2 (198.18.70.2) 56(84) bytes of data.\n\
+                 64 bytes from 198.18.70.2: icmp_seq=1 ttl=64 time=0.045 ms\n\
+                 64 bytes from 198.18.70.2: icmp_seq=2 ttl=64 time=1.50 ms\n\n\
+                 --- 198.18.70.2 ping statistics ---\n\
+                 2 packets transmitted, 2 received, 0% packet loss, time 5ms\n";
+        let v = ping_rtts_us(t);
+        assert_eq!(v.len(), 2);
+        assert!(
+            (v[0] - 45.0).abs() < 1e-9 && (v[1] - 1500.0).abs() < 1e-9,
+            "{v:?}"
+        );
     }
 
     #[test]
