@@ -98,6 +98,50 @@ fn stderr_of(child: &mut Child) -> String {
     s.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
 }
 
+/// Where a burst runs: the generator's and the sink's namespaces,
+/// interfaces and MACs, the `nicflow` binary, a scratch directory and the
+/// switch process whose CPU is counted. A [`Testbed`]'s c1 and s1
+/// ([`Ends::of`]), or another lab's two hosts (`bench scheduler`'s
+/// multipath lab).
+#[derive(Clone, Debug)]
+pub struct Ends {
+    pub bin: std::path::PathBuf,
+    pub client_ns: String,
+    pub client_iface: String,
+    pub client_mac: String,
+    pub server_ns: String,
+    pub server_iface: String,
+    pub server_mac: String,
+    pub scratch: std::path::PathBuf,
+    pub switch_pid: Option<u32>,
+}
+
+impl Ends {
+    /// Client 0 and server 0 of `tb`.
+    pub fn of(tb: &Testbed) -> anyhow::Result<Ends> {
+        let (c, s) = (tb.client(0), tb.server(0));
+        Ok(Ends {
+            bin: tb.nicflow_bin().to_path_buf(),
+            client_ns: c.netns.clone(),
+            client_iface: c.iface.clone(),
+            client_mac: c.mac.clone(),
+            server_ns: s.netns.clone(),
+            server_iface: s.iface.clone(),
+            server_mac: s.mac.clone(),
+            scratch: tb.scratch_dir()?,
+            switch_pid: tb.switch_pid(),
+        })
+    }
+
+    fn client_cmd(&self, argv: &[String]) -> Command {
+        nicflow::lab::sys::in_ns(Some(&self.client_ns), argv)
+    }
+
+    fn server_cmd(&self, argv: &[String]) -> Command {
+        nicflow::lab::sys::in_ns(Some(&self.server_ns), argv)
+    }
+}
+
 pub(crate) fn gen_argv(
     tb: &Testbed,
     t: &Traffic,
@@ -106,15 +150,35 @@ pub(crate) fn gen_argv(
 ) -> Vec<String> {
     let c = tb.client(0);
     let s = tb.server(0);
+    gen_argv_of(
+        tb.nicflow_bin(),
+        &c.iface,
+        &c.mac,
+        &s.mac,
+        t,
+        duration,
+        count,
+    )
+}
+
+fn gen_argv_of(
+    bin: &Path,
+    iface: &str,
+    src_mac: &str,
+    dst_mac: &str,
+    t: &Traffic,
+    duration: Option<f64>,
+    count: Option<u64>,
+) -> Vec<String> {
     let mut v: Vec<String> = vec![
-        tb.nicflow_bin().display().to_string(),
+        bin.display().to_string(),
         "gen".into(),
         "--iface".into(),
-        c.iface.clone(),
+        iface.to_string(),
         "--src-mac".into(),
-        c.mac.clone(),
+        src_mac.to_string(),
         "--dst-mac".into(),
-        s.mac.clone(),
+        dst_mac.to_string(),
         "--size".into(),
         t.size.to_string(),
         "--flows".into(),
@@ -138,12 +202,45 @@ pub(crate) fn gen_argv(
 /// Send every flow `rounds` times at a bounded rate so the switch has
 /// them all cached before the measured burst.
 pub fn warm_up(tb: &Testbed, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
+    warm_up_on(&Ends::of(tb)?, t, rounds)
+}
+
+/// Start the generator of `e` for `t.seconds` at `rate` frames/s (`None`:
+/// as fast as it can) without a sink: background load under another
+/// measurement (`bench scheduler`'s ping-pong). Its report goes to
+/// `out`; the caller waits for the child.
+pub fn spawn_load(e: &Ends, t: &Traffic, rate: Option<f64>, out: &Path) -> anyhow::Result<Child> {
+    let mut argv = gen_argv_of(
+        &e.bin,
+        &e.client_iface,
+        &e.client_mac,
+        &e.server_mac,
+        t,
+        Some(t.seconds),
+        None,
+    );
+    if let Some(r) = rate {
+        argv.extend(["--rate".into(), format!("{r:.0}")]);
+    }
+    spawn_to(e.client_cmd(&argv), out)
+}
+
+/// [`warm_up`] between two [`Ends`].
+pub fn warm_up_on(e: &Ends, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
     let count = t.flows as u64 * rounds;
-    let mut argv = gen_argv(tb, t, None, Some(count));
+    let mut argv = gen_argv_of(
+        &e.bin,
+        &e.client_iface,
+        &e.client_mac,
+        &e.server_mac,
+        t,
+        None,
+        Some(count),
+    );
     // Gentle enough that a slow path installing one flow per packet keeps up.
     argv.extend(["--rate".into(), "200000".into()]);
-    let out = tb.scratch_dir()?.join("warmup-gen.json");
-    let mut child = spawn_to(tb.client_cmd(0, &argv), &out)?;
+    let out = e.scratch.join("warmup-gen.json");
+    let mut child = spawn_to(e.client_cmd(&argv), &out)?;
     let secs = count as f64 / 200_000.0 + 30.0;
     let st = wait_until(&mut child, Instant::now() + Duration::from_secs_f64(secs))
         .context("warm-up generator")?;
@@ -156,15 +253,20 @@ pub fn warm_up(tb: &Testbed, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
 /// One measured burst: sink up, CPU snapshot, generator for
 /// `t.seconds`, CPU snapshot, sink drained.
 pub fn burst(tb: &Testbed, t: &Traffic) -> anyhow::Result<Burst> {
-    let dir = tb.scratch_dir()?;
+    burst_on(&Ends::of(tb)?, t, None)
+}
+
+/// [`burst`] between two [`Ends`]; `rate`: the generator's `--rate`
+/// (frames/s; `None`: as fast as it can).
+pub fn burst_on(e: &Ends, t: &Traffic, rate: Option<f64>) -> anyhow::Result<Burst> {
+    let dir = e.scratch.clone();
     let ready = dir.join("sink.ready");
     let _ = std::fs::remove_file(&ready);
-    let s = tb.server(0);
     let sink_argv: Vec<String> = vec![
-        tb.nicflow_bin().display().to_string(),
+        e.bin.display().to_string(),
         "sink".into(),
         "--iface".into(),
-        s.iface.clone(),
+        e.server_iface.clone(),
         "--duration".into(),
         format!("{}", t.seconds + 20.0),
         "--idle-exit".into(),
@@ -176,7 +278,7 @@ pub fn burst(tb: &Testbed, t: &Traffic) -> anyhow::Result<Burst> {
         "--json".into(),
     ];
     let sink_out = dir.join("sink.json");
-    let mut sink = spawn_to(tb.server_cmd(0, &sink_argv), &sink_out)?;
+    let mut sink = spawn_to(e.server_cmd(&sink_argv), &sink_out)?;
     let deadline = Instant::now() + Duration::from_secs(15);
     while !ready.exists() {
         if let Some(st) = sink.try_wait()? {
@@ -189,14 +291,25 @@ pub fn burst(tb: &Testbed, t: &Traffic) -> anyhow::Result<Burst> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let procs: Vec<(String, u32)> = tb
-        .switch_pid()
+    let procs: Vec<(String, u32)> = e
+        .switch_pid
         .map(|p| vec![("switch".to_string(), p)])
         .unwrap_or_default();
     let gen_out = dir.join("gen.json");
-    let argv = gen_argv(tb, t, Some(t.seconds), None);
+    let mut argv = gen_argv_of(
+        &e.bin,
+        &e.client_iface,
+        &e.client_mac,
+        &e.server_mac,
+        t,
+        Some(t.seconds),
+        None,
+    );
+    if let Some(r) = rate {
+        argv.extend(["--rate".into(), format!("{r:.0}")]);
+    }
     let a = Snapshot::take(&procs);
-    let mut gen = spawn_to(tb.client_cmd(0, &argv), &gen_out)?;
+    let mut gen = spawn_to(e.client_cmd(&argv), &gen_out)?;
     let gen_st = wait_until(
         &mut gen,
         Instant::now() + Duration::from_secs_f64(t.seconds + 30.0),

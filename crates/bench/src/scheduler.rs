@@ -53,6 +53,30 @@
 //! (`TCPSACKReorder` + `TCPTSReorder` + `TCPRenoReorder`), and the `sw`
 //! daemon's CPU seconds per Gbit carried. Medians over `--reps`
 //! repetitions; methods are interleaved within each repetition.
+//!
+//! # Packet rate and latency (`--pps-sizes`, `--latency-loads`)
+//!
+//! The seed's other scheduler figures: the bandwidth and packet rate of the
+//! scheduler against plain forwarding, and latency at several packet
+//! rates (its Tables IV and V). On the same lab (run it with unshaped
+//! paths, `--paths none,...`), `nicflow gen` in c1 sends UDP frames of
+//! each size as fast as it can for `--burst-secs`, after a warm-up that
+//! installs the flows, and `nicflow sink` (AF_XDP) in s1 counts them
+//! (`pktrate::burst_on`, the step `ovs-l3` and `table-scale` use), for
+//! each of `--pps-methods` (`single`, plain forwarding to path 1, is the
+//! baseline; `rr` the scheduler). Latency: 64-byte frames at each load
+//! of `--latency-loads`, a fraction of the lower of the methods' median
+//! 64-byte maximum rates (both methods offered the same rate; 1 = each
+//! method at its own maximum), the sink's one-way latency of the
+//! generator's time-stamped frames through both switches (median and
+//! p99 of each burst, medians over repetitions). The generator's own
+//! frames are the measured flow: latency at a packet rate, as the seed's
+//! Table V. With `--pingpong`, also the seed's ping-pong measure (Table
+//! IV) under that load: the generator alone (no sink: s1's stack takes
+//! its frames) sends the background at each load while `ping -i 0.005`
+//! from c1 to s1 measures round trips through both switches (the echo
+//! requests take the scheduler's group, the replies come back on path 1),
+//! median and p99 of each round's RTTs.
 
 use super::forward::{interrupted, Engine};
 use super::lab::Lab;
@@ -132,6 +156,31 @@ pub struct Args {
     /// tbf queue per path, in milliseconds at the path's rate.
     #[arg(long, default_value_t = 10.0)]
     pub queue_ms: f64,
+    /// Skip the FCT rounds (only the packet-rate and latency parts).
+    #[arg(long)]
+    pub no_fct: bool,
+    /// Frame sizes (with FCS) of the packet-rate part, comma-separated
+    /// (e.g. `64,1500`); empty: no packet-rate part.
+    #[arg(long, default_value = "")]
+    pub pps_sizes: String,
+    /// Methods of the packet-rate and latency parts (`single`, plain
+    /// forwarding, is the baseline of the ratios).
+    #[arg(long, default_value = "single,rr")]
+    pub pps_methods: String,
+    /// Loads of the latency part, fractions of the maximum 64-byte rate
+    /// (e.g. `0.05,0.5,1`); empty: no latency part.
+    #[arg(long, default_value = "")]
+    pub latency_loads: String,
+    /// Seconds of each packet-rate or latency burst.
+    #[arg(long, default_value_t = 2.0)]
+    pub burst_secs: f64,
+    /// UDP flows of the generator (distinct source ports).
+    #[arg(long, default_value_t = 16)]
+    pub pps_flows: u32,
+    /// With `--latency-loads`: also ping-pong RTTs (ping c1 -> s1) over
+    /// the generator's load at each load.
+    #[arg(long)]
+    pub pingpong: bool,
     /// Where the run goes, re-rendering, smoke runs.
     #[command(flatten)]
     pub run: super::RunArgs,
@@ -174,6 +223,55 @@ pub struct Results {
     /// have), with the error.
     pub refused: Vec<(String, String, String)>,
     pub commands: Vec<String>,
+    /// Packet-rate and latency bursts (`--pps-sizes`, `--latency-loads`).
+    #[serde(default)]
+    pub bursts: Vec<RateRound>,
+}
+
+/// One packet-rate or latency burst.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RateRound {
+    pub engine: String,
+    pub method: String,
+    /// Frame size with FCS.
+    pub size: usize,
+    pub rep: usize,
+    /// The latency part's load (fraction of the maximum rate); `None`: a
+    /// packet-rate burst (as fast as the generator can).
+    pub load: Option<f64>,
+    /// The generator's `--rate` (None: unlimited).
+    pub offered_pps: Option<f64>,
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
+    pub sent_pps: f64,
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
+    pub rx_pps: f64,
+    pub lost: u64,
+    pub latency_p50_ns: u64,
+    pub latency_p99_ns: u64,
+    /// Cores the `sw` daemon used during the burst.
+    #[serde(deserialize_with = "super::forward::nan_if_null")]
+    pub switch_cores: f64,
+    /// A ping-pong round (`--pingpong`): RTTs of pings over the load
+    /// (the sink figures above are then unset).
+    #[serde(default)]
+    pub pingpong: bool,
+    #[serde(default, deserialize_with = "super::forward::nan_if_null")]
+    pub rtt_p50_us: f64,
+    #[serde(default, deserialize_with = "super::forward::nan_if_null")]
+    pub rtt_p99_us: f64,
+    #[serde(default)]
+    pub pings_lost: u64,
+}
+
+/// Round-trip times (µs) in `ping`'s output (`time=0.045 ms` lines).
+pub fn ping_rtts_us(text: &str) -> Vec<f64> {
+    text.lines()
+        .filter_map(|l| {
+            let t = l.split("time=").nth(1)?;
+            let v: f64 = t.split_whitespace().next()?.parse().ok()?;
+            Some(v * 1e3)
+        })
+        .collect()
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
@@ -717,7 +815,45 @@ fn measure(args: &Args) -> anyhow::Result<Results> {
         rounds: Vec::new(),
         refused: Vec::new(),
         commands: Vec::new(),
+        bursts: Vec::new(),
     };
+    let pps_sizes: Vec<usize> = if args.pps_sizes.trim().is_empty() {
+        Vec::new()
+    } else {
+        args.pps_sizes
+            .split(',')
+            .map(|x| x.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("--pps-sizes `{}`", args.pps_sizes))?
+    };
+    if pps_sizes.iter().any(|&z| !(64..=9000).contains(&z)) {
+        bail!("--pps-sizes: frame sizes from 64 to 9000");
+    }
+    let loads: Vec<f64> = if args.latency_loads.trim().is_empty() {
+        Vec::new()
+    } else {
+        args.latency_loads
+            .split(',')
+            .map(|x| x.trim().parse::<f64>())
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("--latency-loads `{}`", args.latency_loads))?
+    };
+    if loads.iter().any(|l| !(*l > 0.0 && *l <= 1.0)) {
+        bail!("--latency-loads: fractions in (0, 1]");
+    }
+    let pps_methods: Vec<String> = args
+        .pps_methods
+        .split(',')
+        .map(|m| m.trim().to_string())
+        .collect();
+    for m in &pps_methods {
+        if !METHODS.contains(&m.as_str()) {
+            bail!("--pps-methods `{m}`: one of {}", METHODS.join(", "));
+        }
+    }
+    if args.no_fct && pps_sizes.is_empty() && loads.is_empty() {
+        bail!("--no-fct with neither --pps-sizes nor --latency-loads: nothing to measure");
+    }
     for engine in engines {
         let l = MultipathLab::up(engine, args, &paths_bps)
             .with_context(|| format!("multipath lab for {}", engine.name()))?;
@@ -733,7 +869,7 @@ fn measure(args: &Args) -> anyhow::Result<Results> {
                 }
             }
         }
-        for rep in 0..reps {
+        for rep in 0..if args.no_fct { 0 } else { reps } {
             for &k in &flows {
                 let seed = args.seed + 1000 * rep as u64 + k as u64;
                 let sizes = flow_sizes(k, seed, args.size_scale);
@@ -799,11 +935,275 @@ fn measure(args: &Args) -> anyhow::Result<Results> {
                 }
             }
         }
+        if !pps_sizes.is_empty() || !loads.is_empty() {
+            let usable_pps: Vec<String> = pps_methods
+                .iter()
+                .filter(|m| *m == "single" || usable.contains(m))
+                .cloned()
+                .collect();
+            rate_rounds(
+                &l,
+                engine,
+                args,
+                &paths_bps,
+                &pps_sizes,
+                &loads,
+                &usable_pps,
+                reps,
+                &mut res.bursts,
+            )?;
+        }
         res.commands
             .push(format!("{}: sw daemon in {}", engine.name(), l.sw_ns));
         drop(l);
     }
     Ok(res)
+}
+
+/// The packet-rate bursts (each size, each method, as fast as the
+/// generator can), then the latency bursts (64-byte frames at each load),
+/// methods interleaved within each repetition (module docs).
+#[allow(clippy::too_many_arguments)]
+fn rate_rounds(
+    l: &MultipathLab,
+    engine: Engine,
+    args: &Args,
+    paths_bps: &[u64],
+    sizes: &[usize],
+    loads: &[f64],
+    methods: &[String],
+    reps: usize,
+    out: &mut Vec<RateRound>,
+) -> anyhow::Result<()> {
+    use super::pktrate::{self, Ends, Traffic};
+    let scratch =
+        std::env::temp_dir().join(format!("nicflow-bench-scheduler-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let mac = |ns: &str| super::testbed::read_mac(ns, "eth0");
+    let ends = Ends {
+        bin: super::nicflow_bin()?,
+        client_ns: l.c1.clone(),
+        client_iface: "eth0".into(),
+        client_mac: mac(&l.c1)?,
+        server_ns: l.s1.clone(),
+        server_iface: "eth0".into(),
+        server_mac: mac(&l.s1)?,
+        scratch: scratch.clone(),
+        switch_pid: l.sw_pid,
+    };
+    let traffic = |size: usize| Traffic {
+        flows: args.pps_flows.max(1),
+        vary: "src-port".into(),
+        gen_args: vec![
+            "--src-ip".into(),
+            C1_IP.to_string(),
+            "--dst-ip".into(),
+            S1_IP.to_string(),
+        ],
+        size,
+        seconds: args.burst_secs.max(0.5),
+    };
+    let one = |m: &str,
+               size: usize,
+               rep: usize,
+               load: Option<f64>,
+               rate: Option<f64>|
+     -> anyhow::Result<RateRound> {
+        if interrupted() {
+            bail!("interrupted");
+        }
+        l.program(m, paths_bps)?;
+        let t = traffic(size);
+        pktrate::warm_up_on(&ends, &t, 3).context("warm-up")?;
+        let b = pktrate::burst_on(&ends, &t, rate).context("burst")?;
+        let r = RateRound {
+            engine: engine.name().to_string(),
+            method: m.to_string(),
+            size,
+            rep,
+            load,
+            offered_pps: rate,
+            sent_pps: b.sent_pps,
+            rx_pps: b.rx_pps,
+            lost: b.lost,
+            latency_p50_ns: b.latency_p50_ns,
+            latency_p99_ns: b.latency_p99_ns,
+            switch_cores: b.switch_cores,
+            pingpong: false,
+            rtt_p50_us: 0.0,
+            rtt_p99_us: 0.0,
+            pings_lost: 0,
+        };
+        println!(
+            "{} {m} {size} B rep {rep}{}: sent {:.0} pps, received {:.0} pps ({:.2} Gbit/s), \
+             latency p50 {:.1} us p99 {:.1} us",
+            r.engine,
+            load.map(|x| format!(" load {x}")).unwrap_or_default(),
+            r.sent_pps,
+            r.rx_pps,
+            r.rx_pps * size as f64 * 8.0 / 1e9,
+            r.latency_p50_ns as f64 / 1e3,
+            r.latency_p99_ns as f64 / 1e3,
+        );
+        Ok(r)
+    };
+    let result = (|| -> anyhow::Result<()> {
+        for rep in 0..reps {
+            for &size in sizes {
+                for m in methods {
+                    out.push(one(m, size, rep, None, None)?);
+                }
+            }
+        }
+        if loads.is_empty() {
+            return Ok(());
+        }
+        // The loads' 100%: the lower of the methods' median 64-byte
+        // maxima, measured now if the packet-rate part did not.
+        let max_of = |out: &[RateRound], m: &str| -> f64 {
+            let mut v: Vec<f64> = out
+                .iter()
+                .filter(|r| r.engine == engine.name() && r.method == m && r.size == 64)
+                .filter(|r| r.load.is_none())
+                .map(|r| r.rx_pps)
+                .collect();
+            super::median(&mut v)
+        };
+        if !sizes.contains(&64) {
+            for m in methods {
+                out.push(one(m, 64, 0, None, None)?);
+            }
+        }
+        let full = methods
+            .iter()
+            .map(|m| max_of(out, m))
+            .fold(f64::INFINITY, f64::min);
+        if !full.is_finite() || full <= 0.0 {
+            bail!("no 64-byte maximum rate to base the latency loads on");
+        }
+        println!("{}: latency loads of {full:.0} pps (64 B)", engine.name());
+        for rep in 0..reps {
+            for &load in loads {
+                let rate = (load < 1.0).then_some(load * full);
+                for m in methods {
+                    out.push(one(m, 64, rep, Some(load), rate)?);
+                }
+            }
+        }
+        if !args.pingpong {
+            return Ok(());
+        }
+        for rep in 0..reps {
+            for &load in loads {
+                let rate = (load < 1.0).then_some(load * full);
+                for m in methods {
+                    out.push(ping_round(
+                        l,
+                        engine,
+                        &ends,
+                        paths_bps,
+                        &traffic(64),
+                        m,
+                        rep,
+                        load,
+                        rate,
+                    )?);
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// One ping-pong round: the generator's load at `rate` (no sink) and
+/// pings from c1 to s1 across it.
+#[allow(clippy::too_many_arguments)]
+fn ping_round(
+    l: &MultipathLab,
+    engine: Engine,
+    ends: &super::pktrate::Ends,
+    paths_bps: &[u64],
+    t: &super::pktrate::Traffic,
+    m: &str,
+    rep: usize,
+    load: f64,
+    rate: Option<f64>,
+) -> anyhow::Result<RateRound> {
+    use super::pktrate;
+    if interrupted() {
+        bail!("interrupted");
+    }
+    l.program(m, paths_bps)?;
+    pktrate::warm_up_on(ends, t, 3).context("warm-up")?;
+    const PINGS: usize = 200;
+    let mut t = t.clone();
+    // The load outlasts the pings (200 at 5 ms: 1 s) with a margin.
+    t.seconds = t.seconds.max(1.0) + 1.0;
+    let gen_out = ends.scratch.join("load-gen.json");
+    let mut gen = pktrate::spawn_load(ends, &t, rate, &gen_out)?;
+    std::thread::sleep(Duration::from_millis(300));
+    let dst = S1_IP.to_string();
+    let count = PINGS.to_string();
+    let argv = [
+        "ping", "-n", "-i", "0.005", "-c", &count, "-W", "1", "-s", "56", &dst,
+    ];
+    let ping = sys::in_ns(Some(&l.c1), &argv).output();
+    let deadline = Instant::now() + Duration::from_secs_f64(t.seconds + 30.0);
+    let gen_ok = loop {
+        if let Some(st) = gen.try_wait()? {
+            break st.success();
+        }
+        if Instant::now() >= deadline {
+            let _ = gen.kill();
+            let _ = gen.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if !gen_ok {
+        bail!("load generator failed");
+    }
+    let ping = ping.context("ping")?;
+    let mut rtts = ping_rtts_us(&String::from_utf8_lossy(&ping.stdout));
+    let got = rtts.len();
+    let sent_pps = std::fs::read_to_string(&gen_out)
+        .ok()
+        .and_then(|s| {
+            let line = s
+                .lines()
+                .rev()
+                .find(|l| l.trim_start().starts_with('{'))?
+                .to_string();
+            serde_json::from_str::<serde_json::Value>(&line).ok()
+        })
+        .and_then(|v| v.get("pps").and_then(|x| x.as_f64()))
+        .unwrap_or(f64::NAN);
+    let r = RateRound {
+        engine: engine.name().to_string(),
+        method: m.to_string(),
+        size: t.size,
+        rep,
+        load: Some(load),
+        offered_pps: rate,
+        sent_pps,
+        rx_pps: f64::NAN,
+        lost: 0,
+        latency_p50_ns: 0,
+        latency_p99_ns: 0,
+        switch_cores: f64::NAN,
+        pingpong: true,
+        rtt_p50_us: quantile(&mut rtts, 0.5),
+        rtt_p99_us: quantile(&mut rtts, 0.99),
+        pings_lost: (PINGS - got.min(PINGS)) as u64,
+    };
+    println!(
+        "{} {m} ping-pong rep {rep} load {load}: background {:.0} pps, RTT p50 {:.1} us \
+         p99 {:.1} us, {} of {PINGS} pings lost",
+        r.engine, r.sent_pps, r.rtt_p50_us, r.rtt_p99_us, r.pings_lost
+    );
+    Ok(r)
 }
 
 /// Per (engine, method, K): medians over repetitions of the round figures.
@@ -995,8 +1395,11 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
             ]
         })
         .collect();
-    let _ = writeln!(s, "## Results (medians)\n");
-    s.push_str(&report::table(&head, &rows));
+    if !r.rounds.is_empty() {
+        let _ = writeln!(s, "## Results (medians)\n");
+        s.push_str(&report::table(&head, &rows));
+    }
+    rate_tables(r, &mut s);
     if !r.refused.is_empty() {
         let _ = writeln!(s, "\n## Methods an engine refused\n");
         for (e, m, why) in &r.refused {
@@ -1009,6 +1412,220 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
     }
     report::write_list(&mut s, "Lab", &r.commands);
     s
+}
+
+/// The packet-rate and latency tables (medians over repetitions; ratios
+/// to `single`, plain forwarding, in the same run).
+fn rate_tables(r: &Results, s: &mut String) {
+    if r.bursts.is_empty() {
+        return;
+    }
+    let mut keys: Vec<(String, String, usize, Option<u64>)> = Vec::new();
+    for b in r.bursts.iter().filter(|b| !b.pingpong) {
+        let k = (
+            b.engine.clone(),
+            b.method.clone(),
+            b.size,
+            b.load.map(|x| (x * 1e6) as u64),
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let med = |k: &(String, String, usize, Option<u64>), f: &dyn Fn(&RateRound) -> f64| -> f64 {
+        let mut v: Vec<f64> = r
+            .bursts
+            .iter()
+            .filter(|b| {
+                !b.pingpong
+                    && b.engine == k.0
+                    && b.method == k.1
+                    && b.size == k.2
+                    && b.load.map(|x| (x * 1e6) as u64) == k.3
+            })
+            .map(f)
+            .collect();
+        super::median(&mut v)
+    };
+    let base =
+        |k: &(String, String, usize, Option<u64>)| (k.0.clone(), "single".to_string(), k.2, k.3);
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 && a.is_finite() {
+            format!("{:.2}", a / b)
+        } else {
+            "-".into()
+        }
+    };
+    let max_keys: Vec<_> = keys.iter().filter(|k| k.3.is_none()).collect();
+    if !max_keys.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Packet rate and throughput (medians; unlimited generator)\n\n\
+             Received frames/s at the sink and the bit rate of those frames; ratio: \
+             method / `single` (plain forwarding) of the same engine and size.\n"
+        );
+        let head = [
+            ("engine", false),
+            ("method", false),
+            ("frame B", true),
+            ("sent Mpps", true),
+            ("received Mpps", true),
+            ("Gbit/s", true),
+            ("vs single", true),
+            ("sw cores", true),
+        ];
+        let rows: Vec<Vec<String>> = max_keys
+            .iter()
+            .map(|k| {
+                let rx = med(k, &|b| b.rx_pps);
+                let b = med(&base(k), &|b| b.rx_pps);
+                vec![
+                    k.0.clone(),
+                    k.1.clone(),
+                    k.2.to_string(),
+                    format!("{:.3}", med(k, &|b| b.sent_pps) / 1e6),
+                    format!("{:.3}", rx / 1e6),
+                    format!("{:.2}", rx * k.2 as f64 * 8.0 / 1e9),
+                    ratio(rx, b),
+                    format!("{:.2}", med(k, &|b| b.switch_cores)),
+                ]
+            })
+            .collect();
+        s.push_str(&report::table(&head, &rows));
+    }
+    let lat_keys: Vec<_> = keys.iter().filter(|k| k.3.is_some()).collect();
+    if !lat_keys.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Latency at a packet rate (64 B; medians of the bursts' p50 and p99)\n\n\
+             One-way, c1 to s1 through both switches, of the generator's time-stamped \
+             frames. Load: fraction of the lower of the methods' 64-byte maxima (1: each \
+             at its own maximum). Ratio: method / `single`.\n"
+        );
+        let head = [
+            ("engine", false),
+            ("method", false),
+            ("load", true),
+            ("offered pps", true),
+            ("received pps", true),
+            ("p50 us", true),
+            ("p99 us", true),
+            ("p50 vs single", true),
+            ("p99 vs single", true),
+        ];
+        let rows: Vec<Vec<String>> = lat_keys
+            .iter()
+            .map(|k| {
+                let p50 = med(k, &|b| b.latency_p50_ns as f64) / 1e3;
+                let p99 = med(k, &|b| b.latency_p99_ns as f64) / 1e3;
+                let b50 = med(&base(k), &|b| b.latency_p50_ns as f64) / 1e3;
+                let b99 = med(&base(k), &|b| b.latency_p99_ns as f64) / 1e3;
+                let offered = r
+                    .bursts
+                    .iter()
+                    .find(|b| {
+                        !b.pingpong
+                            && b.engine == k.0
+                            && b.method == k.1
+                            && b.load.map(|x| (x * 1e6) as u64) == k.3
+                    })
+                    .and_then(|b| b.offered_pps)
+                    .unwrap_or(f64::NAN);
+                vec![
+                    k.0.clone(),
+                    k.1.clone(),
+                    format!("{}", k.3.unwrap_or(0) as f64 / 1e6),
+                    if offered.is_finite() {
+                        format!("{offered:.0}")
+                    } else {
+                        "max".into()
+                    },
+                    format!("{:.0}", med(k, &|b| b.rx_pps)),
+                    format!("{p50:.1}"),
+                    format!("{p99:.1}"),
+                    ratio(p50, b50),
+                    ratio(p99, b99),
+                ]
+            })
+            .collect();
+        s.push_str(&report::table(&head, &rows));
+    }
+    ping_table(r, s);
+}
+
+/// The ping-pong table (`--pingpong`): RTT medians over repetitions of
+/// each round's p50 and p99; ratio to `single` at the same load.
+fn ping_table(r: &Results, s: &mut String) {
+    let pings: Vec<&RateRound> = r.bursts.iter().filter(|b| b.pingpong).collect();
+    if pings.is_empty() {
+        return;
+    }
+    let mut keys: Vec<(String, String, u64)> = Vec::new();
+    for b in &pings {
+        let k = (
+            b.engine.clone(),
+            b.method.clone(),
+            (b.load.unwrap_or(0.0) * 1e6) as u64,
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let med = |k: &(String, String, u64), f: &dyn Fn(&RateRound) -> f64| -> f64 {
+        let mut v: Vec<f64> = pings
+            .iter()
+            .filter(|b| {
+                b.engine == k.0 && b.method == k.1 && (b.load.unwrap_or(0.0) * 1e6) as u64 == k.2
+            })
+            .map(|b| f(b))
+            .filter(|x| x.is_finite())
+            .collect();
+        super::median(&mut v)
+    };
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 && a.is_finite() {
+            format!("{:.2}", a / b)
+        } else {
+            "-".into()
+        }
+    };
+    let _ = writeln!(
+        s,
+        "\n## Ping-pong RTT over the generator's load (64 B background)\n\n\
+         `ping -i 0.005` (200 pings) from c1 to s1 while the generator sends at the \
+         load (no sink: s1's stack takes the frames; 1: unlimited). Medians over \
+         repetitions of each round's p50 and p99. Ratio: method / `single`.\n"
+    );
+    let head = [
+        ("engine", false),
+        ("method", false),
+        ("load", true),
+        ("background pps", true),
+        ("RTT p50 us", true),
+        ("RTT p99 us", true),
+        ("p50 vs single", true),
+        ("p99 vs single", true),
+        ("pings lost", true),
+    ];
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| {
+            let base = (k.0.clone(), "single".to_string(), k.2);
+            let (p50, p99) = (med(k, &|b| b.rtt_p50_us), med(k, &|b| b.rtt_p99_us));
+            vec![
+                k.0.clone(),
+                k.1.clone(),
+                format!("{}", k.2 as f64 / 1e6),
+                format!("{:.0}", med(k, &|b| b.sent_pps)),
+                format!("{p50:.1}"),
+                format!("{p99:.1}"),
+                ratio(p50, med(&base, &|b| b.rtt_p50_us)),
+                ratio(p99, med(&base, &|b| b.rtt_p99_us)),
+                format!("{:.0}", med(k, &|b| b.pings_lost as f64)),
+            ]
+        })
+        .collect();
+    s.push_str(&report::table(&head, &rows));
 }
 
 #[cfg(test)]
@@ -1058,6 +1675,21 @@ mod tests {
         let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
         assert_eq!(quantile(&mut v, 0.99), 99.0);
         assert_eq!(quantile(&mut v, 1.0), 100.0);
+    }
+
+    #[test]
+    fn ping_output_gives_rtts() {
+        let t = "PING 198.18.70.2 (198.18.70.2) 56(84) bytes of data.\n\
+                 64 bytes from 198.18.70.2: icmp_seq=1 ttl=64 time=0.045 ms\n\
+                 64 bytes from 198.18.70.2: icmp_seq=2 ttl=64 time=1.50 ms\n\n\
+                 --- 198.18.70.2 ping statistics ---\n\
+                 2 packets transmitted, 2 received, 0% packet loss, time 5ms\n";
+        let v = ping_rtts_us(t);
+        assert_eq!(v.len(), 2);
+        assert!(
+            (v[0] - 45.0).abs() < 1e-9 && (v[1] - 1500.0).abs() < 1e-9,
+            "{v:?}"
+        );
     }
 
     #[test]

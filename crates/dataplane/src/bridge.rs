@@ -176,8 +176,9 @@ impl PortMap for BridgePorts {
 }
 
 /// One bucket of an splb group as the daemon's sampler measures it: its
-/// weight and the name of the port its first output goes to.
-pub type SplbPath = (u16, Option<String>);
+/// weight and the interface index of the port its first output goes to
+/// (by index, not name: a name can pass to another interface).
+pub type SplbPath = (u16, Option<u32>);
 
 /// One datapath flow as `dump-dp-flows` shows it.
 #[derive(Clone, Debug)]
@@ -869,9 +870,16 @@ impl Bridge {
         now: Instant,
     ) -> Result<(), BridgeError> {
         self.dp.push_stats(&mut self.ofproto);
+        self.credit_select_buckets();
         self.ofproto.add_groups(specs, modify, now)?;
         if !self.defer_revalidation {
             self.dp.revalidate(&mut self.ofproto);
+            if modify {
+                // Modified groups' bucket counters restart: what their old
+                // buckets counted until the flows were re-placed is not
+                // the new buckets'.
+                self.take_select_counts();
+            }
         }
         Ok(())
     }
@@ -882,8 +890,8 @@ impl Bridge {
         let id = nicflow_ofctl::parse_group_filter(text)?;
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
-        self.forget_select_state();
         self.dp.revalidate(&mut self.ofproto);
+        self.forget_select_state();
         Ok(n)
     }
 
@@ -899,7 +907,25 @@ impl Bridge {
     /// Group counters, up to date.
     pub fn group_stats(&mut self, now: Instant) -> Vec<crate::ofproto::group::GroupStats> {
         self.dp.push_stats(&mut self.ofproto);
+        self.credit_select_buckets();
         self.ofproto.group_stats(now)
+    }
+
+    /// Credit per-packet select groups' buckets with what was sent through
+    /// each since the last time (executor and kernel engines).
+    fn credit_select_buckets(&mut self) {
+        let counts = self.take_select_counts();
+        self.ofproto.groups.credit_buckets(&counts);
+    }
+
+    /// The per-bucket counts of per-packet select groups since the last
+    /// call, userspace's and the kernel engines'.
+    fn take_select_counts(&mut self) -> Vec<(u32, u16, u64, u64)> {
+        let mut counts = self.dp.select.take_counts();
+        if let Some(off) = self.dp.offload_mut() {
+            counts.extend(off.take_select_counts());
+        }
+        counts
     }
 
     /// One poll round over every port. Returns the number of frames
@@ -1597,10 +1623,10 @@ impl Bridge {
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
         let n = self.ofproto.del_groups(id);
-        self.forget_select_state();
         if !self.defer_revalidation {
             self.dp.revalidate(&mut self.ofproto);
         }
+        self.forget_select_state();
         n
     }
 
@@ -1608,6 +1634,9 @@ impl Bridge {
     fn forget_select_state(&mut self) {
         let groups = &self.ofproto.groups;
         self.dp.select.retain(|g| groups.contains(g));
+        if let Some(off) = self.dp.offload_mut() {
+            off.retain_selects(&|g| groups.contains(g));
+        }
     }
 
     /// The groups as their specs (`GROUP_DESC`).
@@ -1616,11 +1645,11 @@ impl Bridge {
     }
 
     /// The congestion-aware (`selection_method=splb`) groups, each with,
-    /// per bucket in group order, its weight and the name of the port its
-    /// first output goes to (`None`: no output to a port), for the daemon's
-    /// sampler to measure.
+    /// per bucket in group order, its weight and the interface index of the
+    /// port its first output goes to (`None`: no output to a port with an
+    /// interface), for the daemon's sampler to measure.
     pub fn splb_paths(&self) -> Vec<(u32, Vec<SplbPath>)> {
-        use nicflow_ofctl::{ports::PortMap, SelectionMethod};
+        use nicflow_ofctl::SelectionMethod;
         self.ofproto
             .groups
             .iter()
@@ -1636,7 +1665,13 @@ impl Bridge {
                             nicflow_flow::Action::OutputMaxLen { port, .. } => Some(*port),
                             _ => None,
                         });
-                        (b.weight, port.and_then(|p| self.names.port_name(p)))
+                        let ifindex = port.and_then(|no| {
+                            self.ports
+                                .iter()
+                                .find(|s| s.no == no)
+                                .and_then(|s| s.port.ifindex())
+                        });
+                        (b.weight, ifindex)
                     })
                     .collect();
                 (g.spec.group_id, buckets)

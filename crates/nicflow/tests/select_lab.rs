@@ -116,6 +116,38 @@ fn rr_select_sprays_one_flow(tag: &str, offload: &str, engine: &str) {
         );
     }
     assert_eq!(f["packets"].as_u64(), Some(N as u64), "{f}");
+    // The group's bucket counters split the flow as the hosts saw it:
+    // the kernel's bucket entries plus the executor's first packet.
+    let st = lab.cli(&["--json", "dump-group-stats", "br0"]).unwrap();
+    let st: Vec<Value> = serde_json::from_str(&st).unwrap();
+    let g = st
+        .iter()
+        .find(|g| g["group_id"] == 1)
+        .unwrap_or_else(|| panic!("no group 1: {st:#?}"));
+    let b: Vec<u64> = g["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["packet_count"].as_u64().unwrap())
+        .collect();
+    eprintln!("select_lab {engine}: bucket counters {b:?}");
+    assert_eq!(b.iter().sum::<u64>(), N as u64, "{g}");
+    assert_eq!(
+        b,
+        [n2 as u64, n3 as u64],
+        "bucket counters vs arrivals: {g}"
+    );
+    let bytes: Vec<u64> = g["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["byte_count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        bytes,
+        [b[0] * frame.len() as u64, b[1] * frame.len() as u64],
+        "{g}"
+    );
 }
 
 #[test]
@@ -126,6 +158,112 @@ fn rr_select_sprays_one_flow_userspace() {
 #[test]
 fn rr_select_sprays_one_flow_tc() {
     rr_select_sprays_one_flow("t", "tc", "tc");
+}
+
+/// Select groups come and go: more of them over time than the engine has
+/// `dp_select` slots (256), each one's flow offloaded in turn, and the
+/// last still offloaded and forwarding (a group's slot is freed with its
+/// last flow, which the group's deletion removes).
+fn select_slots_outlive_their_groups(tag: &str, offload: &str, engine: &str) {
+    if !common::lab_possible() {
+        return;
+    }
+    const GROUPS: u32 = 300;
+    let mut lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.veth("p3", "sw", "eth0", "h3");
+    for h in ["h1", "h2", "h3"] {
+        lab.must(h, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
+    }
+    lab.restart_daemon();
+    lab.cli(&["add-br", "br0"]).unwrap();
+    for p in ["p1", "p2", "p3"] {
+        lab.cli(&["add-port", "br0", p])
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
+    }
+    lab.cli(&["set", "br0", &format!("offload={offload}")])
+        .unwrap();
+    lab.cli(&["add-flow", "br0", "priority=0,actions=drop"])
+        .unwrap();
+    let tx = raw_socket(&lab.ns("h1"));
+    let frame = FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(Ipv4Addr::new(198, 18, 8, 1), Ipv4Addr::new(198, 18, 8, 2))
+        .udp(40000, 4791)
+        .payload(b"groups come and go")
+        .build();
+    // The select flow of group `g`, once the datapath has it.
+    let select_flow = |g: u32| -> Option<Value> {
+        let flows = lab.cli(&["--json", "dump-dp-flows", "br0"]).ok()?;
+        let flows: Vec<Value> = serde_json::from_str(&flows).ok()?;
+        let head = format!("select(rr,g={g},");
+        flows
+            .into_iter()
+            .find(|f| f["actions"].as_str().unwrap_or("").starts_with(&head))
+    };
+    for g in 1..=GROUPS {
+        lab.cli(&[
+            "add-group",
+            "br0",
+            &format!(
+                "group_id={g},type=select,selection_method=rr,\
+                 bucket=actions=mod_tp_src:1001,output:p2,\
+                 bucket=actions=mod_tp_src:1002,output:p3"
+            ),
+        ])
+        .unwrap_or_else(|e| panic!("group {g}: {e}\n{}", lab.daemon_log()));
+        lab.cli(&[
+            "add-flow",
+            "br0",
+            &format!("priority=10,udp,in_port=p1,actions=group:{g}"),
+        ])
+        .unwrap();
+        // Wait for the group's flow to be placed (one packet installs
+        // it); in the kernel engine it holds a slot until deleted.
+        let mut placed = None;
+        for _ in 0..50 {
+            send(&tx, &frame);
+            std::thread::sleep(Duration::from_millis(10));
+            if let Some(f) = select_flow(g) {
+                placed = Some(f);
+                break;
+            }
+        }
+        let f = placed.unwrap_or_else(|| panic!("group {g}: no select flow\n{}", lab.daemon_log()));
+        assert_eq!(f["engine"], engine, "group {g}: {f}");
+        if g < GROUPS {
+            lab.cli(&["del-groups", "br0", &format!("group_id={g}")])
+                .unwrap();
+        }
+    }
+    let rx2 = raw_socket(&lab.ns("h2"));
+    let rx3 = raw_socket(&lab.ns("h3"));
+    for _ in 0..N {
+        send(&tx, &frame);
+    }
+    let ours = |f: &[u8]| udp_src(f).is_some_and(|p| p == 1001 || p == 1002);
+    let got2 = capture(&rx2, Duration::from_millis(500), ours);
+    let got3 = capture(&rx3, Duration::from_millis(200), ours);
+    eprintln!(
+        "select_lab {engine}: group {GROUPS} after {} deleted ones: p2 {}, p3 {}",
+        GROUPS - 1,
+        got2.len(),
+        got3.len()
+    );
+    assert_eq!(got2.len() + got3.len(), N, "the last group forwards");
+    assert!(got2.len() >= N * 2 / 5 && got3.len() >= N * 2 / 5);
+    let f = select_flow(GROUPS).expect("the last group's flow");
+    assert_eq!(f["engine"], engine, "{f}\n{}", lab.daemon_log());
+}
+
+#[test]
+fn select_slots_outlive_their_groups_tc() {
+    select_slots_outlive_their_groups("gt", "tc", "tc");
+}
+
+#[test]
+fn select_slots_outlive_their_groups_userspace() {
+    select_slots_outlive_their_groups("gu", "none", "userspace");
 }
 
 /// splb: path p2 is shaped to 2 Mbit/s (a `tbf` root qdisc on the switch's

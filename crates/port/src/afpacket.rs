@@ -769,6 +769,10 @@ impl AfPacketPort {
 }
 
 impl Port for AfPacketPort {
+    fn ifindex(&self) -> Option<u32> {
+        u32::try_from(self.ifindex).ok()
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

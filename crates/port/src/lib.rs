@@ -150,4 +150,10 @@ pub trait Port {
     /// re-read what may change under the port outside nicflow's control
     /// (a packet socket follows the interface's root qdisc: [`qdisc`]).
     fn housekeeping(&mut self) {}
+    /// The kernel interface the port sends through, by index, if it has
+    /// one: what measures of the interface (qdisc, drop counters) are
+    /// keyed by, since a name can pass to another interface.
+    fn ifindex(&self) -> Option<u32> {
+        None
+    }
 }

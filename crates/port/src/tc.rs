@@ -373,6 +373,10 @@ impl Drop for TcPort {
 }
 
 impl Port for TcPort {
+    fn ifindex(&self) -> Option<u32> {
+        Some(TcPort::ifindex(self))
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

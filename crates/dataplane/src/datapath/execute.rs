@@ -296,6 +296,7 @@ fn run(
                 let Some(b) = select.choose(*group, *method, buckets) else {
                     continue;
                 };
+                select.count(*group, buckets[b].index, pkt.len());
                 match run(&buckets[b].actions, tail && i == last, pkt, layout, env, r) {
                     Flow::Next(p) => pkt = p,
                     done => return done,

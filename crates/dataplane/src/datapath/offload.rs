@@ -143,6 +143,17 @@ pub trait FlowOffload {
     /// position in the group, measured by the daemon: engines running the
     /// group's flows choose by them from now on.
     fn publish_select(&mut self, _group: u32, _weights: &[u32]) {}
+    /// Forget what is known of the per-packet select groups `keep` says
+    /// are gone (published weights, uncredited bucket counts): a group
+    /// added again under the same id starts afresh.
+    fn retain_selects(&mut self, _keep: &dyn Fn(u32) -> bool) {}
+    /// What the engine's flows sent through each bucket of each per-packet
+    /// select group since the last call, as (group, bucket position in the
+    /// group, packets, bytes): the kernel's share of the groups' bucket
+    /// counters.
+    fn take_select_counts(&mut self) -> Vec<(u32, u16, u64, u64)> {
+        Vec::new()
+    }
     /// Meter `id`'s counters in the kernel (every engine's summed), if any
     /// engine holds it.
     fn meter_counters(&self, _id: u32) -> Option<super::meter::MeterCounters> {

@@ -35,6 +35,9 @@ struct GroupState {
     current: Vec<i64>,
     /// Published splb weights by bucket position in the group, if any.
     published: Option<Vec<u32>>,
+    /// (packets, bytes) sent through each bucket, by position in the group,
+    /// since [`SelectStates::take_counts`] last took them.
+    counts: Vec<(u64, u64)>,
 }
 
 /// Selection state of every per-packet select group of a datapath.
@@ -78,6 +81,37 @@ impl SelectStates {
                 }))
             }
         }
+    }
+
+    /// Count a packet of `bytes` sent through bucket `index` (position in
+    /// the group) of `group`, after [`Self::choose`] chose it: the group's
+    /// bucket counters (the flow's own counters cannot split its traffic).
+    /// Grows the counts once per new bucket position, not per packet.
+    pub fn count(&mut self, group: u32, index: u16, bytes: usize) {
+        let Some(st) = self.groups.get_mut(&group) else {
+            return;
+        };
+        let i = usize::from(index);
+        if st.counts.len() <= i {
+            st.counts.resize(i + 1, (0, 0));
+        }
+        st.counts[i].0 += 1;
+        st.counts[i].1 += bytes as u64;
+    }
+
+    /// Every group's per-bucket counts since the last call, as (group,
+    /// bucket position, packets, bytes); the counts restart at zero.
+    pub fn take_counts(&mut self) -> Vec<(u32, u16, u64, u64)> {
+        let mut out = Vec::new();
+        for (g, st) in &mut self.groups {
+            for (i, c) in st.counts.iter_mut().enumerate() {
+                if c.0 > 0 {
+                    out.push((*g, i as u16, c.0, c.1));
+                    *c = (0, 0);
+                }
+            }
+        }
+        out
     }
 
     /// Publish splb weights for `group`, by bucket position in the group
@@ -164,6 +198,26 @@ mod tests {
 
     fn run(s: &mut SelectStates, m: SelectMethod, b: &[SelectBucket], n: usize) -> Vec<usize> {
         (0..n).map(|_| s.choose(1, m, b).unwrap()).collect()
+    }
+
+    #[test]
+    fn bucket_counts_are_taken_once_by_group_position() {
+        let mut st = SelectStates::default();
+        // Buckets at group positions 1 and 3 (0 and 2 dead or weight 0).
+        let mut b = buckets(&[1, 1]);
+        b[0].index = 1;
+        b[1].index = 3;
+        for _ in 0..10 {
+            let i = st.choose(5, SelectMethod::RoundRobin, &b).unwrap();
+            st.count(5, b[i].index, 100);
+        }
+        let mut c = st.take_counts();
+        c.sort();
+        assert_eq!(c, vec![(5, 1, 5, 500), (5, 3, 5, 500)]);
+        assert!(st.take_counts().is_empty(), "taken counts restart at zero");
+        // A group the executor never chose for has nothing to count.
+        st.count(6, 0, 100);
+        assert!(st.take_counts().is_empty());
     }
 
     #[test]

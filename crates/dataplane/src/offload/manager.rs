@@ -261,8 +261,17 @@ pub struct OffloadManager {
     /// the first flow naming it is offloaded there.
     meters: BTreeMap<u32, MeterSpec>,
     /// Per-packet select groups' `dp_select` slots (the same in both
-    /// engines), by group id; given once per group id, never reused.
-    select_slots: BTreeMap<u32, u32>,
+    /// engines), by group id: held while an offloaded flow runs the group,
+    /// freed with its last such flow (a deleted group's flows are removed
+    /// by revalidation, a removed bridge's by the datapath's flush), so
+    /// any number of groups over time fit the engine's
+    /// [`SELECT_SLOTS`](super::kernel::layout::SELECT_SLOTS).
+    select_slots: BTreeMap<u32, SelectSlot>,
+    /// The select each offloaded flow runs (at most one: its last action).
+    flow_selects: HashMap<u64, FlowSelect>,
+    /// Kernel traffic per group and bucket position in the group not yet
+    /// taken by [`FlowOffload::take_select_counts`].
+    select_credit: BTreeMap<u32, Vec<(u64, u64)>>,
     /// Each such group's method and buckets (position in the group,
     /// weight) as its last offloaded flow had them, for rewriting the
     /// weights when splb ones are published.
@@ -274,6 +283,23 @@ pub struct OffloadManager {
     /// `offload = profile:NAME`: the modelled NIC admits each flow before
     /// the TC engine takes it (`super::profile`).
     emulation: Option<super::profile::Emulation>,
+}
+
+/// A select group's kernel slot and how many offloaded flows run it.
+#[derive(Clone, Copy, Debug)]
+struct SelectSlot {
+    slot: u32,
+    users: u32,
+}
+
+/// The per-packet select an offloaded flow runs.
+#[derive(Clone, Debug)]
+struct FlowSelect {
+    group: u32,
+    /// Each bucket's position in the group, by its position in the action.
+    index: Vec<u16>,
+    /// Each bucket entry's kernel counters already credited to the group.
+    seen: Vec<(u64, u64)>,
 }
 
 impl std::fmt::Debug for OffloadManager {
@@ -381,6 +407,8 @@ impl OffloadManager {
             counters: ManagerCounters::default(),
             meters: BTreeMap::new(),
             select_slots: BTreeMap::new(),
+            flow_selects: HashMap::new(),
+            select_credit: BTreeMap::new(),
             select_buckets: BTreeMap::new(),
             select_published: BTreeMap::new(),
             emulation: mode.profile().map(super::profile::Emulation::new),
@@ -1527,20 +1555,133 @@ impl OffloadManager {
     }
 
     /// Give every per-packet select group in `actions` a `dp_select`
-    /// slot (before the encoder looks for it).
+    /// slot (before the encoder looks for it): the lowest free one, its
+    /// rotation zeroed in both engines. It stays held only once a flow
+    /// running it is installed ([`Self::attach_select`]); a refused flow's
+    /// fresh slot is freed again by [`Self::release_unused_selects`].
     fn ensure_select_slots(&mut self, actions: &[DpAction]) -> Result<(), &'static str> {
         for a in actions {
             if let DpAction::Select { group, .. } = a {
-                if !self.select_slots.contains_key(group) {
-                    let next = self.select_slots.len() as u32;
-                    if next >= super::kernel::layout::SELECT_SLOTS {
-                        return Err("select:no-slot");
-                    }
-                    self.select_slots.insert(*group, next);
+                if self.select_slots.contains_key(group) {
+                    continue;
                 }
+                let slot = (0..super::kernel::layout::SELECT_SLOTS)
+                    .find(|s| self.select_slots.values().all(|x| x.slot != *s))
+                    .ok_or("select:no-slot")?;
+                for kind in [EngineKind::Xdp, EngineKind::Tc] {
+                    if let Some(e) = self.engine_mut(kind) {
+                        if let Err(err) = e.reset_select_state(slot) {
+                            tracing::warn!(group, slot, "kernel select state not reset: {err}");
+                            return Err("engine-error");
+                        }
+                    }
+                }
+                self.select_slots
+                    .insert(*group, SelectSlot { slot, users: 0 });
             }
         }
         Ok(())
+    }
+
+    /// Free the slots no installed flow runs (given for a flow that was
+    /// then refused, or left by the last flow of their group).
+    fn release_unused_selects(&mut self) {
+        let gone: Vec<u32> = self
+            .select_slots
+            .iter()
+            .filter(|(_, s)| s.users == 0)
+            .map(|(g, _)| *g)
+            .collect();
+        for g in gone {
+            self.select_slots.remove(&g);
+            self.select_buckets.remove(&g);
+        }
+    }
+
+    /// Installed flow `id` runs the select of `actions` (if any): it holds
+    /// the group's slot, and its buckets' counters are credited from what
+    /// they hold now.
+    fn attach_select(&mut self, id: u64, actions: &[DpAction]) {
+        let Some((group, index)) = actions.iter().find_map(|a| match a {
+            DpAction::Select { group, buckets, .. } => {
+                Some((*group, buckets.iter().map(|b| b.index).collect::<Vec<_>>()))
+            }
+            _ => None,
+        }) else {
+            return;
+        };
+        if let Some(s) = self.select_slots.get_mut(&group) {
+            s.users += 1;
+        }
+        let seen = self
+            .read_buckets(id)
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
+        self.flow_selects
+            .insert(id, FlowSelect { group, index, seen });
+    }
+
+    /// Flow `id` no longer runs its select: credit what its buckets counted
+    /// since the last credit, and let go of the group's slot (freed with
+    /// its last flow).
+    fn detach_select(&mut self, id: u64) {
+        self.credit_select(id);
+        let Some(fs) = self.flow_selects.remove(&id) else {
+            return;
+        };
+        if let Some(s) = self.select_slots.get_mut(&fs.group) {
+            s.users = s.users.saturating_sub(1);
+        }
+        self.release_unused_selects();
+    }
+
+    /// Flow `id`'s bucket entries' kernel counters, by position.
+    fn read_buckets(&self, id: u64) -> Vec<Option<(u64, u64)>> {
+        let Some((kind, h)) = self.flows.get(&id) else {
+            return Vec::new();
+        };
+        let e = match kind {
+            EngineKind::Xdp => Some(&self.engine),
+            EngineKind::Tc => self.tc.as_ref(),
+        };
+        e.and_then(|e| e.bucket_counters(h).ok())
+            .unwrap_or_default()
+    }
+
+    /// Credit to flow `id`'s group what each of its buckets counted since
+    /// the last credit.
+    fn credit_select(&mut self, id: u64) {
+        if !self.flow_selects.contains_key(&id) {
+            return;
+        }
+        let now = self.read_buckets(id);
+        let Some(fs) = self.flow_selects.get_mut(&id) else {
+            return;
+        };
+        let credit = self.select_credit.entry(fs.group).or_default();
+        for (pos, index) in fs.index.iter().enumerate() {
+            let Some(Some((p, b))) = now.get(pos).copied() else {
+                continue;
+            };
+            let Some(seen) = fs.seen.get_mut(pos) else {
+                continue;
+            };
+            // An entry rewritten in place keeps its counts; one that went
+            // down was replaced: all it holds is new.
+            let (dp, db) = if p >= seen.0 && b >= seen.1 {
+                (p - seen.0, b - seen.1)
+            } else {
+                (p, b)
+            };
+            *seen = (p, b);
+            let i = usize::from(*index);
+            if credit.len() <= i {
+                credit.resize(i + 1, (0, 0));
+            }
+            credit[i].0 += dp;
+            credit[i].1 += db;
+        }
     }
 
     /// Write the weights the selects in `actions` choose by into engine
@@ -1571,7 +1712,7 @@ impl OffloadManager {
     /// of it.
     fn sync_select(&mut self, kind: EngineKind, group: u32) -> Result<(), &'static str> {
         let (Some(slot), Some((method, buckets))) = (
-            self.select_slots.get(&group).copied(),
+            self.select_slots.get(&group).map(|s| s.slot),
             self.select_buckets.get(&group),
         ) else {
             return Ok(());
@@ -1596,119 +1737,12 @@ impl OffloadManager {
         })
     }
 
-    fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
-        match kind {
-            EngineKind::Xdp => Some(&mut self.engine),
-            EngineKind::Tc => self.tc.as_mut(),
-        }
-    }
-}
-
-/// The TC ports' output slots as the encoder sees them (tunnel ports are
-/// refused by `encode_tc`).
-struct TcSlots<'a>(&'a OffloadManager);
-
-impl PortSlots for TcSlots<'_> {
-    fn slot(&self, port: u32) -> Option<u32> {
-        match self.0.tc_ports.get(&port) {
-            Some(p) => Some(p.slot),
-            None => self.0.ports.get(&port).and_then(|x| x.tc_slot),
-        }
-    }
-
-    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-        tunnel_slot(self.0, port, EngineKind::Tc)
-    }
-
-    fn select_slot(&self, group: u32) -> Option<u32> {
-        self.0.select_slots.get(&group).copied()
-    }
-}
-
-/// The manager's ports as the encoder sees them.
-struct Slots<'a>(&'a OffloadManager);
-
-impl PortSlots for Slots<'_> {
-    fn slot(&self, port: u32) -> Option<u32> {
-        self.0
-            .ports
-            .get(&port)
-            .filter(|x| x.redirect_ok)
-            .map(|x| x.slot)
-    }
-
-    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
-        tunnel_slot(self.0, port, EngineKind::Xdp)
-    }
-
-    fn select_slot(&self, group: u32) -> Option<u32> {
-        self.0.select_slots.get(&group).copied()
-    }
-}
-
-/// Tunnel port `port`'s header slot in `engine` (None: not a tunnel of
-/// that engine).
-fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<TunnelSlot> {
-    m.tunnels
-        .get(&port)
-        .filter(|t| t.engine == engine)
-        .map(|t| TunnelSlot {
-            tlv: super::kernel::TunnelTlv::new(&t.cfg.tlv_map),
-            slot: t.slot,
-            flow_key: t.cfg.key == TunnelKey::Flow,
-        })
-}
-
-impl Drop for OffloadManager {
-    fn drop(&mut self) {
-        if !self.ports.is_empty() || !self.tunnels.is_empty() || !self.tc_ports.is_empty() {
-            // The bridge detaches every port first; a port still attached
-            // here gets its own XDP program back when the engine drops
-            // (`XdpEngine`'s drop), but its maps' entries go with it.
-            tracing::warn!(
-                ports = self.ports.len(),
-                "XDP offload engine dropped with ports attached"
-            );
-        }
-    }
-}
-
-impl FlowOffload for OffloadManager {
-    fn adopting(&self) -> bool {
-        self.adoption.is_some()
-    }
-
-    fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
-        OffloadManager::finish_adoption(self)
-    }
-
-    fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
-        mask.0.in_port = u32::MAX;
-        if self.emulation.is_some() {
-            // What OVS's datapath flow always matches (xlate_wc_init: the
-            // EtherType, the fragment bits of IP), the IP protocol its TC
-            // translation reads, and a present tag whole (a pop or rewrite
-            // matches all of it): the emulated NIC judges these values.
-            mask.0.dl_type = 0xffff;
-            if is_ip(key.dl_type) {
-                mask.0.nw_frag |= 3;
-                mask.0.nw_proto = 0xff;
-            }
-            if key.vlan_tci & 0x1000 != 0 {
-                mask.0.vlan_tci = 0xffff;
-            }
-        }
-        if self.in_tc(key.in_port) {
-            // The TC engine decides nothing by protocol.
-            return;
-        }
-        mask.0.dl_type = 0xffff;
-        if is_ip(key.dl_type) {
-            mask.0.nw_proto = 0xff;
-        }
-    }
-
-    fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
+    /// [`FlowOffload::offload`] without the select slots' bookkeeping.
+    fn offload_flow(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<u64, &'static str> {
         // A tunnel's header may have become valid since the last tick (the
         // first packet's ARP exchange): write it before the flow needs it.
         for a in actions {
@@ -1784,6 +1818,172 @@ impl FlowOffload for OffloadManager {
         }
     }
 
+    /// [`FlowOffload::modify`] without the select slots' bookkeeping.
+    fn modify_flow(
+        &mut self,
+        id: u64,
+        matching: &Match,
+        actions: &[DpAction],
+    ) -> Result<(), &'static str> {
+        let Some((kind, h)) = self.flows.get(&id).copied() else {
+            return Err("engine-error");
+        };
+        self.ensure_select_slots(actions)?;
+        let (new_kind, enc) = self.decide(matching, actions)?;
+        if new_kind != kind {
+            return Err("engine-error");
+        }
+        if let Some(emu) = self.emulation.as_mut() {
+            // The NIC sees a modify as a new filter replacing the old one.
+            let meters = super::profile::drop_meters(self.meters.values());
+            emu.release(id);
+            let tc = match emu.admit(matching, actions, &meters) {
+                Ok(tc) => tc,
+                Err(r) => {
+                    self.counters.refused += 1;
+                    return Err(r);
+                }
+            };
+            emu.hold(id, tc);
+        }
+        self.ensure_meters(kind, actions)?;
+        self.write_select_weights(kind, actions)?;
+        let Some(engine) = self.engine_mut(kind) else {
+            return Err("engine-error");
+        };
+        match engine.modify(&h, &enc) {
+            Ok(()) => {
+                self.counters.modified += 1;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("kernel flow modify failed: {e}");
+                Err("engine-error")
+            }
+        }
+    }
+
+    fn engine_mut(&mut self, kind: EngineKind) -> Option<&mut XdpEngine> {
+        match kind {
+            EngineKind::Xdp => Some(&mut self.engine),
+            EngineKind::Tc => self.tc.as_mut(),
+        }
+    }
+}
+
+/// The TC ports' output slots as the encoder sees them (tunnel ports are
+/// refused by `encode_tc`).
+struct TcSlots<'a>(&'a OffloadManager);
+
+impl PortSlots for TcSlots<'_> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        match self.0.tc_ports.get(&port) {
+            Some(p) => Some(p.slot),
+            None => self.0.ports.get(&port).and_then(|x| x.tc_slot),
+        }
+    }
+
+    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+        tunnel_slot(self.0, port, EngineKind::Tc)
+    }
+
+    fn select_slot(&self, group: u32) -> Option<u32> {
+        self.0.select_slots.get(&group).map(|s| s.slot)
+    }
+}
+
+/// The manager's ports as the encoder sees them.
+struct Slots<'a>(&'a OffloadManager);
+
+impl PortSlots for Slots<'_> {
+    fn slot(&self, port: u32) -> Option<u32> {
+        self.0
+            .ports
+            .get(&port)
+            .filter(|x| x.redirect_ok)
+            .map(|x| x.slot)
+    }
+
+    fn tunnel(&self, port: u32) -> Option<TunnelSlot> {
+        tunnel_slot(self.0, port, EngineKind::Xdp)
+    }
+
+    fn select_slot(&self, group: u32) -> Option<u32> {
+        self.0.select_slots.get(&group).map(|s| s.slot)
+    }
+}
+
+/// Tunnel port `port`'s header slot in `engine` (None: not a tunnel of
+/// that engine).
+fn tunnel_slot(m: &OffloadManager, port: u32, engine: EngineKind) -> Option<TunnelSlot> {
+    m.tunnels
+        .get(&port)
+        .filter(|t| t.engine == engine)
+        .map(|t| TunnelSlot {
+            tlv: super::kernel::TunnelTlv::new(&t.cfg.tlv_map),
+            slot: t.slot,
+            flow_key: t.cfg.key == TunnelKey::Flow,
+        })
+}
+
+impl Drop for OffloadManager {
+    fn drop(&mut self) {
+        if !self.ports.is_empty() || !self.tunnels.is_empty() || !self.tc_ports.is_empty() {
+            // The bridge detaches every port first; a port still attached
+            // here gets its own XDP program back when the engine drops
+            // (`XdpEngine`'s drop), but its maps' entries go with it.
+            tracing::warn!(
+                ports = self.ports.len(),
+                "XDP offload engine dropped with ports attached"
+            );
+        }
+    }
+}
+
+impl FlowOffload for OffloadManager {
+    fn adopting(&self) -> bool {
+        self.adoption.is_some()
+    }
+
+    fn finish_adoption(&mut self) -> Vec<AdoptedFlow> {
+        OffloadManager::finish_adoption(self)
+    }
+
+    fn refine_mask(&self, key: &FlowKey, mask: &mut FlowMask) {
+        mask.0.in_port = u32::MAX;
+        if self.emulation.is_some() {
+            // What OVS's datapath flow always matches (xlate_wc_init: the
+            // EtherType, the fragment bits of IP), the IP protocol its TC
+            // translation reads, and a present tag whole (a pop or rewrite
+            // matches all of it): the emulated NIC judges these values.
+            mask.0.dl_type = 0xffff;
+            if is_ip(key.dl_type) {
+                mask.0.nw_frag |= 3;
+                mask.0.nw_proto = 0xff;
+            }
+            if key.vlan_tci & 0x1000 != 0 {
+                mask.0.vlan_tci = 0xffff;
+            }
+        }
+        if self.in_tc(key.in_port) {
+            // The TC engine decides nothing by protocol.
+            return;
+        }
+        mask.0.dl_type = 0xffff;
+        if is_ip(key.dl_type) {
+            mask.0.nw_proto = 0xff;
+        }
+    }
+
+    fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
+        let r = self.offload_flow(matching, actions);
+        match r {
+            Ok(id) => self.attach_select(id, actions),
+            Err(_) => self.release_unused_selects(),
+        }
+        r
+    }
+
     fn offload_ct(
         &mut self,
         matching: &Match,
@@ -1845,46 +2045,32 @@ impl FlowOffload for OffloadManager {
         matching: &Match,
         actions: &[DpAction],
     ) -> Result<(), &'static str> {
-        let Some((kind, h)) = self.flows.get(&id).copied() else {
-            return Err("engine-error");
-        };
-        self.ensure_select_slots(actions)?;
-        let (new_kind, enc) = self.decide(matching, actions)?;
-        if new_kind != kind {
-            return Err("engine-error");
-        }
-        if let Some(emu) = self.emulation.as_mut() {
-            // The NIC sees a modify as a new filter replacing the old one.
-            let meters = super::profile::drop_meters(self.meters.values());
-            emu.release(id);
-            let tc = match emu.admit(matching, actions, &meters) {
-                Ok(tc) => tc,
-                Err(r) => {
-                    self.counters.refused += 1;
-                    return Err(r);
-                }
-            };
-            emu.hold(id, tc);
-        }
-        self.ensure_meters(kind, actions)?;
-        self.write_select_weights(kind, actions)?;
-        let Some(engine) = self.engine_mut(kind) else {
-            return Err("engine-error");
-        };
-        match engine.modify(&h, &enc) {
+        // The buckets' counts so far belong to the buckets as they were.
+        self.credit_select(id);
+        let r = self.modify_flow(id, matching, actions);
+        match r {
             Ok(()) => {
-                self.counters.modified += 1;
-                Ok(())
+                // The new group first, so a group the flow keeps never
+                // drops to no user (and loses its slot) in between.
+                let old = self.flow_selects.remove(&id);
+                self.attach_select(id, actions);
+                if let Some(s) = old.and_then(|o| self.select_slots.get_mut(&o.group)) {
+                    s.users = s.users.saturating_sub(1);
+                }
+                self.release_unused_selects();
             }
-            Err(e) => {
-                tracing::warn!("kernel flow modify failed: {e}");
-                Err("engine-error")
-            }
+            // The caller removes the flow ([`FlowOffload::remove`]): it
+            // lets go of its old group there.
+            Err(_) => self.release_unused_selects(),
         }
+        r
     }
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
+        // Its buckets' last counts go to the group before the entries go.
+        self.credit_select(id);
         let (kind, h) = self.flows.remove(&id)?;
+        self.detach_select(id);
         if let Some(emu) = self.emulation.as_mut() {
             emu.release(id);
         }
@@ -1938,6 +2124,27 @@ impl FlowOffload for OffloadManager {
                 }
             }
         }
+    }
+
+    fn retain_selects(&mut self, keep: &dyn Fn(u32) -> bool) {
+        self.select_published.retain(|g, _| keep(*g));
+        self.select_credit.retain(|g, _| keep(*g));
+    }
+
+    fn take_select_counts(&mut self) -> Vec<(u32, u16, u64, u64)> {
+        let ids: Vec<u64> = self.flow_selects.keys().copied().collect();
+        for id in ids {
+            self.credit_select(id);
+        }
+        let mut out = Vec::new();
+        for (group, buckets) in std::mem::take(&mut self.select_credit) {
+            for (i, (p, b)) in buckets.into_iter().enumerate() {
+                if p > 0 || b > 0 {
+                    out.push((group, i as u16, p, b));
+                }
+            }
+        }
+        out
     }
 
     fn meter_counters(&self, id: u32) -> Option<MeterCounters> {

@@ -218,6 +218,24 @@ impl Groups {
         ids
     }
 
+    /// Credit per-packet select groups' buckets with what the executor and
+    /// the kernel engines counted per bucket (group, bucket position,
+    /// packets, bytes): such a group's flows split their traffic at run
+    /// time, so no translation reference names a bucket. Groups that are
+    /// gone are skipped.
+    pub fn credit_buckets(&mut self, counts: &[(u32, u16, u64, u64)]) {
+        for &(gid, i, packets, bytes) in counts {
+            if let Some(b) = self
+                .groups
+                .get_mut(&gid)
+                .and_then(|g| g.buckets.get_mut(usize::from(i)))
+            {
+                b.0 += packets;
+                b.1 += bytes;
+            }
+        }
+    }
+
     /// Credit a translation's group reference; false if `r` is not one.
     pub fn credit(&mut self, r: &RuleRef, packets: u64, bytes: u64) -> bool {
         if r.table != GROUP_TABLE {

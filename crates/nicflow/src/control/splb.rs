@@ -9,8 +9,10 @@
 //! them. The measure of a path is its congestion at the transmit side:
 //! the bytes its root qdisc holds (`RTM_GETQDISC` backlog), plus an MTU's
 //! worth for every packet the qdisc or the device dropped on transmit
-//! since the last sample (qdisc `drops`, `/sys/class/net/*/statistics/
-//! tx_dropped`). A path's weight is its bucket's weight × [`SCALE`],
+//! since the last sample (qdisc `drops`, the link's `tx_dropped` from one
+//! `RTM_GETLINK` dump). Paths are interfaces by index, as the bridge's
+//! ports hold them: an interface deleted and created again under the same
+//! name is another path, never measured with the old one's counters. A path's weight is its bucket's weight × [`SCALE`],
 //! halved for every [`HALF_COST`] bytes of that measure, never below 1 (a
 //! congested path still sees a trickle, so its recovery is seen too).
 
@@ -45,8 +47,8 @@ pub struct SplbSampler {
     active: bool,
     rtnl: Option<Rtnl>,
     rtnl_failed: bool,
-    /// Per interface: (qdisc drops, tx_dropped) at the last sample.
-    prev: HashMap<String, (u32, u64)>,
+    /// Per interface index: (qdisc drops, tx_dropped) at the last sample.
+    prev: HashMap<u32, (u32, u64)>,
 }
 
 impl SplbSampler {
@@ -75,18 +77,22 @@ impl SplbSampler {
             self.prev.clear();
             return;
         }
-        let qdiscs = self.qdiscs();
-        let mut costs: HashMap<String, u64> = HashMap::new();
+        let (qdiscs, tx_dropped) = self.read_counters();
+        let mut costs: HashMap<u32, u64> = HashMap::new();
         for (_, gs) in &groups {
             for (_, buckets) in gs {
-                for name in buckets.iter().filter_map(|b| b.1.as_ref()) {
-                    if !costs.contains_key(name) {
-                        let c = self.cost(name, &qdiscs);
-                        costs.insert(name.clone(), c);
+                for ifindex in buckets.iter().filter_map(|b| b.1) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = costs.entry(ifindex) {
+                        let q = qdiscs.get(&ifindex).copied().unwrap_or_default();
+                        let td = tx_dropped.get(&ifindex).copied().unwrap_or(0);
+                        e.insert(cost(&mut self.prev, ifindex, q, td));
                     }
                 }
             }
         }
+        // Interfaces no bucket goes to any more are forgotten (an index
+        // can be given to a new interface later).
+        self.prev.retain(|i, _| costs.contains_key(i));
         for br in sw.bridges_mut() {
             let Some((_, gs)) = groups.iter().find(|(n, _)| *n == br.name) else {
                 continue;
@@ -95,7 +101,7 @@ impl SplbSampler {
                 let w: Vec<u32> = buckets
                     .iter()
                     .map(|(w, port)| {
-                        let c = port.as_ref().and_then(|p| costs.get(p)).copied();
+                        let c = port.and_then(|p| costs.get(&p)).copied();
                         weight(*w, c.unwrap_or(0))
                     })
                     .collect();
@@ -104,49 +110,48 @@ impl SplbSampler {
         }
     }
 
-    /// Root qdisc counters by ifindex (empty when they cannot be read: the
-    /// paths are then measured by their devices' drops alone).
-    fn qdiscs(&mut self) -> HashMap<u32, QueueStats> {
+    /// Root qdisc counters and devices' `tx_dropped`, by ifindex (empty
+    /// when they cannot be read: the paths then look uncongested).
+    fn read_counters(&mut self) -> (HashMap<u32, QueueStats>, HashMap<u32, u64>) {
         if self.rtnl.is_none() && !self.rtnl_failed {
             match Rtnl::open_here() {
                 Ok(r) => self.rtnl = Some(r),
                 Err(e) => {
-                    tracing::warn!("splb: no netlink socket, qdiscs not measured: {e}");
+                    tracing::warn!("splb: no netlink socket, paths not measured: {e}");
                     self.rtnl_failed = true;
                 }
             }
         }
         let Some(rt) = self.rtnl.as_mut() else {
-            return HashMap::new();
+            return (HashMap::new(), HashMap::new());
         };
-        root_queue_stats(rt).unwrap_or_else(|e| {
+        let qdiscs = root_queue_stats(rt).unwrap_or_else(|e| {
             tracing::debug!("splb: qdisc dump: {e}");
             HashMap::new()
-        })
+        });
+        let links = nicflow_os::link::list(rt).unwrap_or_else(|e| {
+            tracing::debug!("splb: link dump: {e}");
+            Vec::new()
+        });
+        let tx_dropped = links
+            .iter()
+            .filter_map(|l| Some((l.index, l.stats?.tx_dropped)))
+            .collect();
+        (qdiscs, tx_dropped)
     }
+}
 
-    /// Interface `name`'s congestion in bytes (see the module docs).
-    fn cost(&mut self, name: &str, qdiscs: &HashMap<u32, QueueStats>) -> u64 {
-        let read = |what: &str| -> Option<u64> {
-            std::fs::read_to_string(format!("/sys/class/net/{name}/{what}"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        };
-        let q = read("ifindex")
-            .and_then(|i| qdiscs.get(&(i as u32)).copied())
-            .unwrap_or_default();
-        let tx_dropped = read("statistics/tx_dropped").unwrap_or(0);
-        let (qd, td) = self
-            .prev
-            .insert(name.to_string(), (q.drops, tx_dropped))
-            .unwrap_or((q.drops, tx_dropped));
-        // A counter that went down was reset (the qdisc replaced or gone):
-        // no drops in this period, never a wrap-around's billions.
-        let dropped = u64::from(q.drops.saturating_sub(qd)) + tx_dropped.saturating_sub(td);
-        u64::from(q.backlog) + dropped * DROP_COST
-    }
+/// Interface `ifindex`'s congestion in bytes (see the module docs), from
+/// its root qdisc `q` and its device's `tx_dropped`; `prev` keeps the drop
+/// counters of the last sample.
+fn cost(prev: &mut HashMap<u32, (u32, u64)>, ifindex: u32, q: QueueStats, tx_dropped: u64) -> u64 {
+    let (qd, td) = prev
+        .insert(ifindex, (q.drops, tx_dropped))
+        .unwrap_or((q.drops, tx_dropped));
+    // A counter that went down was reset (the qdisc replaced or gone): no
+    // drops in this period, never a wrap-around's billions.
+    let dropped = u64::from(q.drops.saturating_sub(qd)) + tx_dropped.saturating_sub(td);
+    u64::from(q.backlog) + dropped * DROP_COST
 }
 
 #[cfg(test)]
@@ -161,5 +166,23 @@ mod tests {
         assert_eq!(weight(1, 3 * HALF_COST), SCALE / 4);
         assert_eq!(weight(1, 1 << 40), 1);
         assert!(weight(1, 100) > weight(1, 5000));
+    }
+
+    #[test]
+    fn drops_are_counted_per_interface_index() {
+        let mut prev = HashMap::new();
+        let q = |backlog, drops| QueueStats {
+            backlog,
+            drops,
+            ..QueueStats::default()
+        };
+        // First sample: only the backlog counts.
+        assert_eq!(cost(&mut prev, 7, q(500, 10), 3), 500);
+        // Two more drops on 7.
+        assert_eq!(cost(&mut prev, 7, q(0, 12), 3), 2 * DROP_COST);
+        // Another interface with bigger counters is not compared with 7's.
+        assert_eq!(cost(&mut prev, 9, q(0, 1000), 50), 0);
+        // Counters that went down (a new qdisc) are no drops.
+        assert_eq!(cost(&mut prev, 7, q(0, 1), 0), 0);
     }
 }

@@ -936,6 +936,10 @@ impl AfXdpPort {
 }
 
 impl Port for AfXdpPort {
+    fn ifindex(&self) -> Option<u32> {
+        Some(AfXdpPort::ifindex(self))
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -30,7 +30,7 @@
 //! | `select:nested` | a select inside a select's bucket |
 //! | `select:too-many-buckets` | more than [`SELECT_MAX`] live buckets |
 //! | `select:bucket-output` | a bucket that does not end in exactly one plain output (drops, floods, tunnel outputs) |
-//! | `select:no-slot` | the engine has no `dp_select` slot for the group (more than [`super::layout::SELECT_SLOTS`] groups) |
+//! | `select:no-slot` | the engine has no `dp_select` slot for the group (more than [`super::layout::SELECT_SLOTS`] groups with offloaded flows at once) |
 //!
 //! The engine adds `mask-table-full` and `flow-map-full` when the maps are
 //! full, the offload manager `meter:unknown` and `meter-map-full` for a

@@ -204,6 +204,10 @@ pub struct XdpEngine {
     meter_ids: std::collections::BTreeSet<u32>,
     /// `dp_select_w`: the weights of per-packet select groups, by slot.
     select_w: Array<MapData, layout::SelectWeights>,
+    /// `dp_select`: the slots' per-CPU rotations (`None`: an engine adopted
+    /// from pins of a daemon that did not pin it; its slots keep whatever
+    /// rotation they had).
+    select_state: Option<PerCpuArray<MapData, layout::SelectState>>,
     tx_ports: Map,
     /// XDP only: the AF_XDP sockets misses go to.
     xsks: Option<XskMap<MapData>>,
@@ -230,7 +234,7 @@ pub struct XdpEngine {
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
-const PINNED_MAPS: [&str; 12] = [
+const PINNED_MAPS: [&str; 13] = [
     "dp_flows",
     "dp_masks",
     "dp_config",
@@ -243,6 +247,7 @@ const PINNED_MAPS: [&str; 12] = [
     "dp_meters",
     "dp_xsks",
     "dp_select_w",
+    "dp_select",
 ];
 
 /// A pinned map, typed.
@@ -540,6 +545,7 @@ impl XdpEngine {
             tun_tx: pinned(dir, "dp_tun_tx")?,
             meters_map: pinned(dir, "dp_meters")?,
             select_w: pinned(dir, "dp_select_w")?,
+            select_state: pinned(dir, "dp_select").ok(),
             meter_ids: Default::default(),
             tx_ports,
             xsks: match kind {
@@ -860,6 +866,7 @@ impl XdpEngine {
         let tun_tx = take(&mut ebpf, "dp_tun_tx")?;
         let meters_map = take(&mut ebpf, "dp_meters")?;
         let select_w = take(&mut ebpf, "dp_select_w")?;
+        let select_state = Some(take(&mut ebpf, "dp_select")?);
         let seed: [u64; super::layout::DP_KEY_WORDS] = rand::random();
         config_map
             .set(
@@ -883,6 +890,7 @@ impl XdpEngine {
             tun_tx,
             meters_map,
             select_w,
+            select_state,
             meter_ids: Default::default(),
             tx_ports,
             xsks,
@@ -1244,6 +1252,30 @@ impl XdpEngine {
         self.select_w
             .set(slot, w, 0)
             .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_select_w)", e))
+    }
+
+    /// Zero select slot `slot`'s rotation on every CPU: a slot freed by one
+    /// group and given to another must not carry the old group's smooth
+    /// WRR values (they would skew the new group's first rounds).
+    pub fn reset_select_state(&mut self, slot: u32) -> Result<(), OffloadError> {
+        let Some(m) = self.select_state.as_mut() else {
+            return Ok(());
+        };
+        let n = aya::util::nr_cpus()
+            .map_err(|(what, e)| OffloadError::Config(format!("{what}: {e}")))?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![layout::SelectState::default(); n])
+            .map_err(|e| OffloadError::Config(format!("dp_select values: {e}")))?;
+        m.set(slot, zeros, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_select)", e))
+    }
+
+    /// Select slot `slot`'s rotation as each CPU left it.
+    pub fn select_state(&self, slot: u32) -> Vec<layout::SelectState> {
+        self.select_state
+            .as_ref()
+            .and_then(|m| m.get(&slot, 0).ok())
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// The weights of select slot `slot`.
@@ -1623,6 +1655,27 @@ impl XdpEngine {
             }
         }
         Ok(c)
+    }
+
+    /// A select flow's counters per bucket, by the bucket's position in its
+    /// `SELECT` (`None`: no bucket there), for the group's bucket
+    /// counters. Empty for a flow that is not a select.
+    pub fn bucket_counters(
+        &self,
+        handle: &FlowHandle,
+    ) -> Result<Vec<Option<(u64, u64)>>, OffloadError> {
+        let v = self.value(handle)?;
+        if v.flags & layout::flag::SELECT == 0 {
+            return Ok(Vec::new());
+        }
+        let hk = self.hash_key(handle)?;
+        Ok((0..layout::SELECT_MAX)
+            .map(|b| {
+                let mut bk = hk;
+                bk.pad = 1 + b as u32;
+                self.flows.get(&bk, 0).ok().map(|bv| (bv.packets, bv.bytes))
+            })
+            .collect())
     }
 
     /// Every installed flow's counters, read with `BPF_MAP_LOOKUP_BATCH`

@@ -293,6 +293,16 @@ pub struct SelectWeights {
     pub w: [u32; SELECT_MAX],
 }
 
+/// `dp_select` value (per CPU): a slot's rotation, zeroed when the slot is
+/// given to another group so the new group starts its own round.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelectState {
+    pub next: u32,
+    pub pad: u32,
+    pub cur: [i64; SELECT_MAX],
+}
+
 /// `TUNNEL_OUTPUT`'s `data[TUN_OPT_LEN_AT]`: the Geneve option bytes the
 /// `TUN_OPTS` actions before it hold; `data[TUN_OPT_CRIT_AT]`: 0x40 (the
 /// header's C bit) when one of them is critical.
@@ -672,6 +682,7 @@ unsafe impl aya::Pod for TunRx {}
 unsafe impl aya::Pod for TunTx {}
 unsafe impl aya::Pod for MeterEntry {}
 unsafe impl aya::Pod for SelectWeights {}
+unsafe impl aya::Pod for SelectState {}
 
 /// The C program's constants, read from `bpf/xdp_dp.c` by `build.rs`.
 pub mod c_abi {
