@@ -64,16 +64,13 @@ pub(crate) fn locate(runtime: &[Entry], o: Order) -> Option<(bool, usize)> {
     }
 }
 
-fn entry_at<'a>(consts: &'a [Entry], runtime: &'a [Entry], o: Order) -> Option<&'a Entry> {
-    match locate(runtime, o)? {
-        (false, i) => consts.get(i),
-        (true, i) => runtime.get(i),
-    }
-}
-
 /// Does entry `e` match key values `k`?
 pub(crate) fn entry_matches(e: &Entry, k: &[u128]) -> bool {
-    e.keys.iter().zip(k).all(|(m, v)| match m {
+    keys_match(&e.keys, k)
+}
+
+fn keys_match(keys: &[Km], k: &[u128]) -> bool {
+    keys.iter().zip(k).all(|(m, v)| match m {
         Km::Masked(x, mk) => v & mk == *x,
         Km::Range(lo, hi) => lo <= v && v <= hi,
     })
@@ -176,7 +173,9 @@ impl Hasher for Ident {
     }
 }
 
-type HashIdx = HashMap<u64, Vec<Order>, BuildHasherDefault<Ident>>;
+/// Masked key hash -> (order, the entry's key values) in table order:
+/// the lookup compares the values here and never touches the entries.
+type HashIdx = HashMap<u64, Vec<(Order, Box<[u128]>)>, BuildHasherDefault<Ident>>;
 
 fn mix(mut z: u64) -> u64 {
     // splitmix64's finalizer.
@@ -298,7 +297,7 @@ pub(crate) enum TableIndex {
     Prio {
         keys: Vec<(MatchKind, u32)>,
         /// (priority, order), highest priority first, then table order.
-        sorted: Vec<(i64, Order)>,
+        sorted: Vec<(i64, Order, Box<[Km]>)>,
     },
     Scan {
         keys: Vec<(MatchKind, u32)>,
@@ -420,12 +419,15 @@ impl TableIndex {
                 let g = &mut groups[gi];
                 g.n += 1;
                 let bucket = g.map.entry(hash_masked(&vals, &masks)).or_default();
-                let at = bucket.partition_point(|x| *x < o);
-                bucket.insert(at, o);
+                let at = bucket.partition_point(|x| x.0 < o);
+                // As given (bits outside the mask make an entry that never
+                // matches, as in the scan).
+                bucket.insert(at, (o, vals.into_boxed_slice()));
             }
             TableIndex::Prio { sorted, .. } => {
-                let at = sorted.partition_point(|(p, x)| *p > e.prio || (*p == e.prio && *x < o));
-                sorted.insert(at, (e.prio, o));
+                let at =
+                    sorted.partition_point(|(p, x, _)| *p > e.prio || (*p == e.prio && *x < o));
+                sorted.insert(at, (e.prio, o, e.keys.clone().into_boxed_slice()));
             }
             TableIndex::Scan { .. } => {}
         }
@@ -460,7 +462,7 @@ impl TableIndex {
                 let Some(bucket) = g.map.get_mut(&h) else {
                     return;
                 };
-                let Some(at) = bucket.iter().position(|x| *x == o) else {
+                let Some(at) = bucket.iter().position(|x| x.0 == o) else {
                     return;
                 };
                 bucket.remove(at);
@@ -476,7 +478,7 @@ impl TableIndex {
                 }
             }
             TableIndex::Prio { sorted, .. } => {
-                if let Some(at) = sorted.iter().position(|(_, x)| *x == o) {
+                if let Some(at) = sorted.iter().position(|(_, x, _)| *x == o) {
                     sorted.remove(at);
                 }
             }
@@ -513,8 +515,14 @@ impl TableIndex {
                     };
                     // The bucket is in table order: its first match is its
                     // best (hash collisions are told apart here).
-                    for &o in bucket {
-                        if entry_at(consts, runtime, o).is_some_and(|e| entry_matches(e, kv)) {
+                    for (o, vals) in bucket {
+                        let o = *o;
+                        if vals
+                            .iter()
+                            .zip(&g.masks)
+                            .zip(kv)
+                            .all(|((x, m), v)| v & m == *x)
+                        {
                             if best.is_none_or(|(bs, bo)| g.score > bs || o < bo) {
                                 best = Some((g.score, o));
                             }
@@ -538,17 +546,15 @@ impl TableIndex {
             TableIndex::Prio { keys, sorted } => {
                 need.iter_mut().for_each(|n| *n = 0);
                 let mut best: Option<(i64, Order)> = None;
-                for &(prio, o) in sorted {
+                for (prio, o, ekeys) in sorted {
+                    let (prio, o) = (*prio, *o);
                     if matches!(best, Some((bp, _)) if prio < bp) {
                         break;
                     }
-                    let Some(e) = entry_at(consts, runtime, o) else {
-                        continue;
-                    };
-                    if best.is_none() && entry_matches(e, kv) {
+                    if best.is_none() && keys_match(ekeys, kv) {
                         best = Some((prio, o));
                     }
-                    for (i, (k, m)) in keys.iter().zip(&e.keys).enumerate() {
+                    for (i, (k, m)) in keys.iter().zip(ekeys.iter()).enumerate() {
                         if let Some(nd) = need.get_mut(i) {
                             *nd |= needed(&k.0, m, kv[i], k.1);
                         }
