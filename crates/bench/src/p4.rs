@@ -82,6 +82,11 @@ pub struct Args {
     /// routes).
     #[arg(long, default_value_t = 900)]
     pub testbed_slow_flows: usize,
+    /// Run only part 3, the interpreter alone (no bridge, no learning, no
+    /// idle timeout, no testbed): the short run used to compare two
+    /// builds of the interpreter.
+    #[arg(long)]
+    pub interp_only: bool,
     #[command(flatten)]
     pub run: super::RunArgs,
 }
@@ -1090,6 +1095,14 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         load_end: String::new(),
     };
     for rep in 0..reps {
+        if args.interp_only {
+            for routes in [None, Some(args.routes)] {
+                let s = interp_phase(args, routes, rep)?;
+                eprintln!("[p4] interpreter {}: {:.0} pps", s.table, s.pps);
+                r.interp.push(s);
+            }
+            continue;
+        }
         let order = if rep % 2 == 0 {
             [Variant::P4, Variant::OpenFlow]
         } else {
@@ -1127,6 +1140,10 @@ fn run(args: &Args) -> anyhow::Result<Results> {
             s.entries, s.seconds
         );
         r.learn.push(s);
+    }
+    if args.interp_only {
+        r.load_end = super::host_tools::loadavg();
+        return Ok(r);
     }
     for tick in [Duration::from_secs(1), Duration::from_millis(10)] {
         let s = idle_phase(args, tick)?;

@@ -8,6 +8,7 @@
 
 use num_bigint::{BigInt, Sign};
 use num_traits::{Signed, ToPrimitive, Zero};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 /// Widest `bit<W>` / `int<W>` the interpreter runs.
@@ -253,7 +254,7 @@ impl Value {
                 s.elems.iter_mut().for_each(Value::reset);
             }
             Value::Error(e, s) => {
-                *e = Arc::from("NoError");
+                *e = no_error();
                 *s = Src::None;
             }
             _ => {}
@@ -281,6 +282,44 @@ impl Value {
     pub fn is_zero_int(&self) -> bool {
         matches!(self, Value::Int(i) if i.is_zero())
     }
+}
+
+/// The interpreter's name maps (locals, globals, shared block values):
+/// looked up by name several times per packet, where SipHash's cost
+/// showed in profiles. Keys are program names, not attacker-chosen.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// FxHash (rustc's): a multiply-rotate over 8-byte words.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+    }
+}
+
+/// `error.NoError`, shared: every fresh header, struct and variable
+/// starts with it, and a new `Arc<str>` each time was an allocation per
+/// packet.
+pub fn no_error() -> Arc<str> {
+    static NO_ERROR: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NO_ERROR.get_or_init(|| Arc::from("NoError")).clone()
 }
 
 /// Converts a non-negative big integer to `u128` (wrapping to 128 bits).

@@ -59,8 +59,8 @@ use crate::interp::check::{P4Error, Prog, Ty};
 use crate::interp::eval::{Ctl, Run, PKT_IN, PKT_OUT};
 use crate::interp::{Outcome, State};
 use crate::trace::Trace;
+use crate::value::FastMap as HashMap;
 use crate::value::{mask, Bits, Src, Value};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The architecture of a checked program, from its `main` package.
@@ -215,26 +215,38 @@ fn run_block(
     let blk = &p.blocks[b];
     let mut vals = Vec::new();
     let mut keys = Vec::new();
+    let all_keys: Vec<String> = blk.param_tys.iter().map(ty_key).collect();
     for (prm, t) in blk.params().iter().zip(&blk.param_tys) {
         let key = ty_key(t);
+        let shared_once = all_keys.iter().filter(|k| **k == key).count() == 1;
         let v = match key.as_str() {
             "packet_in" => Value::Instance(PKT_IN),
             "packet_out" => Value::Instance(PKT_OUT),
-            _ => match shared.vals.get(&key) {
-                Some(v) => {
-                    let mut v = v.clone();
-                    if prm.direction == crate::ast::Direction::Out {
-                        // `out` parameters start uninitialised (headers invalid).
-                        v.reset();
+            _ => {
+                let taken = match prm.direction {
+                    // Written back after the block: moved in, not copied
+                    // (the headers and metadata are the bulk of a packet's
+                    // allocations).
+                    crate::ast::Direction::Out | crate::ast::Direction::InOut if shared_once => {
+                        shared.vals.remove(&key)
                     }
-                    v
+                    _ => shared.vals.get(&key).cloned(),
+                };
+                match taken {
+                    Some(mut v) => {
+                        if prm.direction == crate::ast::Direction::Out {
+                            // `out` parameters start uninitialised (headers invalid).
+                            v.reset();
+                        }
+                        v
+                    }
+                    None => {
+                        let mut v = t.default_value();
+                        init_meta(arch, &key, &mut v, c);
+                        v
+                    }
                 }
-                None => {
-                    let mut v = t.default_value();
-                    init_meta(arch, &key, &mut v, c);
-                    v
-                }
-            },
+            }
         };
         vals.push(v);
         keys.push(key);
@@ -374,7 +386,7 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         path: "NORMAL",
     };
     let mut sh = Shared {
-        vals: HashMap::new(),
+        vals: HashMap::default(),
     };
     let (_, rej) = run_block(run, arch, &mut sh, block_at(run, 0), &c)?;
     if rej.is_some() {
@@ -496,7 +508,7 @@ fn run_v1(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 run.pos = 0;
                 run.fwd = Default::default();
                 let mut sh = Shared {
-                    vals: HashMap::new(),
+                    vals: HashMap::default(),
                 };
                 if let Some(m) = meta {
                     sh.vals.insert(meta_key.clone(), m);
@@ -705,7 +717,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 run.pos = 0;
                 let original = run.pkt.clone();
                 let mut sh = Shared {
-                    vals: HashMap::new(),
+                    vals: HashMap::default(),
                 };
                 let (_, rej) = run_block(run, Arch::Psa, &mut sh, block_at(run, 0), &c)?;
                 if let Some(e) = &rej {
@@ -791,7 +803,7 @@ fn run_psa(run: &mut Run) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
                 run.pkt = pkt;
                 run.pos = 0;
                 let mut she = Shared {
-                    vals: HashMap::new(),
+                    vals: HashMap::default(),
                 };
                 let (_, rej) = run_block(run, Arch::Psa, &mut she, block_at(run, 3), &ce)?;
                 if let Some(e) = &rej {

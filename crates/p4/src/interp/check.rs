@@ -41,9 +41,9 @@ pub(crate) fn check_err<T>(span: &Span, msg: impl Into<String>) -> Result<T, P4E
 
 use crate::ast::{self, AggregateKind, Expr, Type};
 use crate::runtime::{ActionInfo, MatchKind, ParamInfo, TableInfo};
+use crate::value::FastMap as HashMap;
 use crate::value::{big_to_u128, Bits, Src, Value, MAX_WIDTH};
 use num_bigint::BigInt;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A resolved type.
@@ -94,7 +94,7 @@ impl Ty {
             })),
             Ty::Bool => Value::Bool(false, Src::None),
             Ty::Int => Value::Int(BigInt::from(0)),
-            Ty::Error => Value::Error(Arc::from("NoError"), Src::None),
+            Ty::Error => Value::Error(crate::value::no_error(), Src::None),
             Ty::Str => Value::Str(Arc::from("")),
             Ty::Header(a) => Value::Header(Box::new(crate::value::HeaderVal {
                 ty: a.name.clone(),
@@ -510,7 +510,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
     let mut g = Globals::default();
     let mut top_actions: Vec<ast::ActionDecl> = Vec::new();
     let mut main: Option<ast::Instantiation> = None;
-    let mut top_insts: HashMap<String, ast::Instantiation> = HashMap::new();
+    let mut top_insts: HashMap<String, ast::Instantiation> = HashMap::default();
     let mut functions = Vec::new();
     let mut consts = Vec::new();
     g.errors = vec![
@@ -641,7 +641,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         package: String::new(),
         package_arity: 0,
         used_top: Vec::new(),
-        direct_blocks: HashMap::new(),
+        direct_blocks: HashMap::default(),
     };
     for a in top_actions {
         let idx = add_action(&mut prog, a, None, None)?;
@@ -998,7 +998,7 @@ fn instantiate_block(
     }
     let params = params.clone();
     let locals_decl = locals_decl.clone();
-    let mut locals: HashMap<String, Local> = HashMap::new();
+    let mut locals: HashMap<String, Local> = HashMap::default();
     for (i, p) in ctor_params.iter().enumerate() {
         let v = match (ctor.get(i), &p.default) {
             (Some(v), _) => v.clone(),
@@ -1028,7 +1028,7 @@ fn instantiate_block(
             .enumerate()
             .map(|(i, s)| (s.name.name.clone(), i))
             .collect(),
-        BlockKind::Control(_) => HashMap::new(),
+        BlockKind::Control(_) => HashMap::default(),
     };
     let bidx = prog.blocks.len();
     prog.blocks.push(Block {

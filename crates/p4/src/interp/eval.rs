@@ -42,28 +42,47 @@ pub(crate) struct BitBuf {
 }
 
 impl BitBuf {
+    /// Appends the low `w` bits of `v`, MSB first, a byte's worth at a
+    /// time.
     pub fn push(&mut self, v: u128, w: u32) {
-        for i in (0..w).rev() {
-            let bit = ((v >> i) & 1) as u8;
+        // Wider than a u128: leading zeros.
+        let mut pad = w.saturating_sub(128);
+        while pad > 0 {
+            let n = pad.min(64);
+            self.push(0, n);
+            pad -= n;
+        }
+        let mut left = w.min(128);
+        while left > 0 {
             let byte = (self.bits / 8) as usize;
-            if byte >= self.bytes.len() {
+            while byte >= self.bytes.len() {
                 self.bytes.push(0);
             }
-            if bit != 0 {
-                self.bytes[byte] |= 0x80 >> (self.bits % 8);
-            }
-            self.bits += 1;
+            let used = (self.bits % 8) as u32;
+            let room = 8 - used;
+            let n = room.min(left);
+            let chunk = ((v >> (left - n)) as u8) & (((1u16 << n) - 1) as u8);
+            self.bytes[byte] |= chunk << (room - n);
+            self.bits += u64::from(n);
+            left -= n;
         }
     }
 }
 
-/// Reads `w` bits at bit offset `off` (caller checked the bounds).
+/// Reads `w` bits at bit offset `off` (caller checked the bounds), a
+/// byte's worth at a time; of more than 128 bits the last 128 remain.
 pub(crate) fn read_bits(data: &[u8], off: u64, w: u32) -> u128 {
     let mut v: u128 = 0;
-    for i in 0..w as u64 {
-        let p = off + i;
-        let bit = (data[(p / 8) as usize] >> (7 - (p % 8))) & 1;
-        v = (v << 1) | bit as u128;
+    let mut p = off;
+    let mut left = u64::from(w);
+    while left > 0 {
+        let room = 8 - p % 8;
+        let n = room.min(left);
+        let b = data[(p / 8) as usize];
+        let chunk = (b >> (room - n)) & (((1u16 << n) - 1) as u8);
+        v = (v << n) | u128::from(chunk);
+        p += n;
+        left -= n;
     }
     v
 }
@@ -1536,5 +1555,53 @@ impl Run<'_> {
         self.frames.clear();
         self.base = 0;
         r
+    }
+}
+
+#[cfg(test)]
+mod bit_tests {
+    use super::{read_bits, BitBuf};
+
+    #[test]
+    fn push_and_read_bits_agree_with_bit_by_bit() {
+        let mut x = 0x1234_5678_9abc_def0_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..2000 {
+            let mut fast = BitBuf::default();
+            let mut slow = BitBuf::default();
+            let mut fields = Vec::new();
+            for _ in 0..(next() % 8) {
+                let w = (next() % 129) as u32;
+                let v = (u128::from(next()) << 64) | u128::from(next());
+                fast.push(v, w);
+                for i in (0..w).rev() {
+                    let byte = (slow.bits / 8) as usize;
+                    if byte >= slow.bytes.len() {
+                        slow.bytes.push(0);
+                    }
+                    if (v >> i) & 1 == 1 {
+                        slow.bytes[byte] |= 0x80 >> (slow.bits % 8);
+                    }
+                    slow.bits += 1;
+                }
+                fields.push((v, w));
+            }
+            assert_eq!((fast.bits, &fast.bytes), (slow.bits, &slow.bytes));
+            let mut off = 0u64;
+            for (v, w) in fields {
+                let m = if w >= 128 {
+                    u128::MAX
+                } else {
+                    (1u128 << w) - 1
+                };
+                assert_eq!(read_bits(&fast.bytes, off, w), v & m, "w {w} at {off}");
+                off += u64::from(w);
+            }
+        }
     }
 }

@@ -9,6 +9,7 @@ pub mod check;
 
 pub(crate) mod eval;
 pub(crate) mod externs;
+pub(crate) mod index;
 pub(crate) mod ops;
 pub(crate) mod runtime_ops;
 pub(crate) mod table;
@@ -80,11 +81,58 @@ pub(crate) enum ExternState {
 }
 
 pub(crate) struct TableState {
+    /// Runtime entries in insertion order (ids grow): change them only
+    /// through `push_entry`/`remove_entry`/`clear_entries`, which keep
+    /// `index` in sync.
     pub entries: Vec<Entry>,
     /// Copies of the const entries (hit counts, last-hit times).
     pub const_hits: Vec<Entry>,
     pub default: (usize, Vec<Value>),
     pub next_id: u64,
+    /// How lookups find the winner without scanning (`apply_table`).
+    pub index: index::TableIndex,
+}
+
+impl TableState {
+    fn new(t: &check::TableDef) -> TableState {
+        let shape: Vec<_> = t.keys.iter().map(|k| (k.kind.clone(), k.width)).collect();
+        TableState {
+            entries: Vec::new(),
+            const_hits: t.const_entries.clone(),
+            default: (t.default_action, t.default_args.clone()),
+            next_id: t.const_entries.len() as u64,
+            index: index::TableIndex::new(&shape, &t.const_entries),
+        }
+    }
+
+    /// Appends a runtime entry (its id must be above every present one:
+    /// `next_id`).
+    pub fn push_entry(&mut self, e: Entry) {
+        if self.entries.last().is_some_and(|l| l.id >= e.id) {
+            // Not in id order: the index's table order would be wrong;
+            // keep the entries sorted and rebuild.
+            let at = self.entries.partition_point(|x| x.id < e.id);
+            self.entries.insert(at, e);
+            self.index.rebuild(&self.const_hits, &self.entries);
+            return;
+        }
+        self.index.insert(index::runtime_order(e.id), &e);
+        self.entries.push(e);
+    }
+
+    /// Removes the runtime entry `id`.
+    pub fn remove_entry(&mut self, id: u64) -> Option<Entry> {
+        let i = self.entries.iter().position(|e| e.id == id)?;
+        let e = self.entries.remove(i);
+        self.index.remove(index::runtime_order(id), &e);
+        Some(e)
+    }
+
+    /// Removes every runtime entry.
+    pub fn clear_entries(&mut self) {
+        self.entries.clear();
+        self.index.rebuild(&self.const_hits, &self.entries);
+    }
 }
 
 pub(crate) struct State {
@@ -105,16 +153,7 @@ pub(crate) struct State {
 
 impl State {
     pub fn new(p: &Prog) -> State {
-        let tables = p
-            .tables
-            .iter()
-            .map(|t| TableState {
-                entries: Vec::new(),
-                const_hits: t.const_entries.clone(),
-                default: (t.default_action, t.default_args.clone()),
-                next_id: t.const_entries.len() as u64,
-            })
-            .collect();
+        let tables = p.tables.iter().map(TableState::new).collect();
         let externs = p
             .externs
             .iter()

@@ -301,7 +301,7 @@ pub(crate) fn add_entry_spec(
         .zip(&args)
         .map(|(pi, v)| (pi.name.clone(), BigUint::from(v.as_u128().unwrap_or(0))))
         .collect();
-    ts.entries.push(Entry {
+    ts.push_entry(Entry {
         id,
         keys,
         action: a,
@@ -438,19 +438,16 @@ impl Pipeline {
         if self.prog.tables[t].info.is_const {
             return Err(RuntimeError::ConstTable(tname));
         }
-        let es = &mut self.st.tables[t].entries;
-        let i = es
-            .iter()
-            .position(|e| e.id == id)
+        self.st.tables[t]
+            .remove_entry(id)
             .ok_or(RuntimeError::UnknownEntry(tname, id))?;
-        es.remove(i);
         Ok(())
     }
 
     /// Removes every runtime entry of a table.
     pub fn table_clear(&mut self, table: &str) -> Result<(), RuntimeError> {
         let t = find_table(&self.prog, table)?;
-        self.st.tables[t].entries.clear();
+        self.st.tables[t].clear_entries();
         Ok(())
     }
 

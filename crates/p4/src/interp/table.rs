@@ -4,37 +4,9 @@
 //! PNA `add_on_miss` tables.
 
 use super::eval::{fail, Ctl, Run, R};
-use crate::interp::check::{Entry, Km};
-use crate::runtime::MatchKind;
+use super::index;
 use crate::trace::{CounterRef, TableApply};
 use crate::value::{mask, Src, Value};
-
-/// Does entry `e` match key values `k`?
-pub(crate) fn entry_matches(e: &Entry, k: &[u128]) -> bool {
-    e.keys.iter().zip(k).all(|(m, v)| match m {
-        Km::Masked(x, mk) => v & mk == *x,
-        Km::Range(lo, hi) => lo <= v && v <= hi,
-    })
-}
-
-/// Key bits needed to tell entry `e` apart from key `v` (per key).
-fn needed(kind: &MatchKind, m: &Km, v: u128, w: u32) -> u128 {
-    let full = mask(w);
-    match (kind, m) {
-        (MatchKind::Lpm, Km::Masked(x, mk)) => {
-            let diff = (v ^ x) & mk;
-            if diff == 0 {
-                *mk
-            } else {
-                // Bits from the MSB down to the first differing one.
-                let p = 127 - diff.leading_zeros();
-                full & !((1u128 << p) - 1)
-            }
-        }
-        (_, Km::Masked(_, mk)) => *mk,
-        (_, Km::Range(..)) => full,
-    }
-}
 
 impl Run<'_> {
     pub(crate) fn apply_table(&mut self, t: usize) -> R<Value> {
@@ -58,68 +30,18 @@ impl Run<'_> {
             kv.push(b.v & mask(k.width));
             ksrc.push(b.src);
         }
-        let has_lpm = td.keys.iter().any(|k| k.kind == MatchKind::Lpm);
-        let has_prio = td.keys.iter().any(|k| {
-            matches!(
-                k.kind,
-                MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
-            )
-        });
         let st = &self.st.tables[t];
-        // Winner: (list 0 = const / 1 = runtime, index).
-        let mut best: Option<(usize, usize)> = None;
-        let mut best_score: i128 = i128::MIN;
-        let all = td
-            .const_entries
-            .iter()
-            .map(|e| (0usize, e))
-            .chain(st.entries.iter().map(|e| (1usize, e)));
-        for (idx, (list, e)) in all.enumerate() {
-            if !entry_matches(e, &kv) {
-                continue;
-            }
-            let score: i128 = if has_prio {
-                e.prio as i128
-            } else if has_lpm {
-                td.keys
-                    .iter()
-                    .zip(&e.keys)
-                    .filter(|(k, _)| k.kind == MatchKind::Lpm)
-                    .map(|(_, m)| match m {
-                        Km::Masked(_, mk) => mk.count_ones() as i128,
-                        _ => 0,
-                    })
-                    .sum()
-            } else {
-                0
-            };
-            if best.is_none() || score > best_score {
-                best = Some((list, idx));
-                best_score = score;
-            }
-        }
-        // Trace: the key bits the lookup examined.
-        let n_entries = td.const_entries.len() + st.entries.len();
+        // Winner (table order) and the key bits the lookup examined.
         let mut need = vec![0u128; td.keys.len()];
-        if n_entries > 0 {
-            for e in td.const_entries.iter().chain(st.entries.iter()) {
-                // Lower-priority entries than the winner were not examined.
-                if has_prio && best.is_some() && (e.prio as i128) < best_score {
-                    continue;
-                }
-                for (i, (k, m)) in td.keys.iter().zip(&e.keys).enumerate() {
-                    need[i] |= match k.kind {
-                        MatchKind::Exact => mask(k.width),
-                        _ => needed(&k.kind, m, kv[i], k.width),
-                    };
-                }
-            }
-        }
-        let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(list, idx)| {
-            let e = if list == 0 {
-                &td.const_entries[idx]
+        let best = st
+            .index
+            .lookup(&td.const_entries, &st.entries, &kv, &mut need)
+            .and_then(|o| index::locate(&st.entries, o));
+        let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(runtime, idx)| {
+            let e = if runtime {
+                &st.entries[idx]
             } else {
-                &st.entries[idx - td.const_entries.len()]
+                &td.const_entries[idx]
             };
             (e.id, e.action, e.args.clone())
         });
@@ -130,12 +52,12 @@ impl Run<'_> {
         let bytes = self.pkt.len() as u64;
         // Hit bookkeeping (runtime entries keep counts; const ones in the
         // table state's const counters).
-        if let Some((list, idx)) = best {
+        if let Some((runtime, idx)) = best {
             let ts = &mut self.st.tables[t];
-            let e = if list == 0 {
-                ts.const_hits.get_mut(idx)
+            let e = if runtime {
+                ts.entries.get_mut(idx)
             } else {
-                ts.entries.get_mut(idx - td.const_entries.len())
+                ts.const_hits.get_mut(idx)
             };
             if let Some(e) = e {
                 e.packets += 1;

@@ -1,0 +1,872 @@
+//! Table indexes: how `apply_table` finds the winning entry and the key
+//! bits the decision depended on without scanning every entry.
+//!
+//! A packet that reaches a table in the interpreter (an upcall of a P4
+//! bridge, or every packet of an uncached run) looks the key up here. Two
+//! answers are needed: the winner (the entry the match rules pick, ties
+//! to the first in table order) and, per key, the bits a classifier must
+//! compare to reach the same decision (the trace's "examined" bits, which
+//! become the megaflow's mask). Both must equal what a scan over all
+//! entries gives ([`scan`], kept as the reference and as the fallback),
+//! bit for bit: the megaflow cache is only correct if the mask is.
+//!
+//! - Tables with only exact and lpm keys: tuple space. Entries are
+//!   grouped by their mask tuple; each group is a hash map from the
+//!   masked key to the entries (table order) with that key. Groups are
+//!   probed by decreasing prefix-length sum and the probe stops once a
+//!   hit is found and the remaining groups score lower. The examined bits
+//!   do not depend on which groups were probed: for an exact key they are
+//!   the whole key (when the table has entries), for an lpm key they are
+//!   the longest prefix over all entries of min(prefix length, bits in
+//!   common with the key + 1), which a binary trie of the prefixes gives
+//!   in one walk of at most the key's width.
+//! - Tables with ternary, range or optional keys: entries kept sorted by
+//!   priority (then table order); the scan stops at the first match
+//!   after the entries of its priority (entries of lower priority were
+//!   not examined, as in the reference).
+//! - Anything else (target-specific match kinds): the reference scan.
+//!
+//! The indexes change only through [`TableState`](super::TableState)'s
+//! `push_entry`/`remove_entry`/`clear_entries`, the single place table
+//! entries change.
+
+use crate::interp::check::{Entry, Km};
+use crate::runtime::MatchKind;
+use crate::value::mask;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// An entry's place in table order: const entries (by index) come before
+/// runtime entries (by id; ids grow with insertion and the runtime list
+/// keeps insertion order).
+pub(crate) type Order = u64;
+const RUNTIME: Order = 1 << 63;
+
+pub(crate) fn const_order(i: usize) -> Order {
+    i as Order
+}
+
+pub(crate) fn runtime_order(id: u64) -> Order {
+    RUNTIME | id
+}
+
+/// Where the entry of `o` is: `(false, index in const entries)` or
+/// `(true, index in runtime entries)`.
+pub(crate) fn locate(runtime: &[Entry], o: Order) -> Option<(bool, usize)> {
+    if o & RUNTIME == 0 {
+        Some((false, o as usize))
+    } else {
+        let id = o & !RUNTIME;
+        runtime
+            .binary_search_by_key(&id, |e| e.id)
+            .ok()
+            .map(|p| (true, p))
+    }
+}
+
+/// Does entry `e` match key values `k`?
+pub(crate) fn entry_matches(e: &Entry, k: &[u128]) -> bool {
+    keys_match(&e.keys, k)
+}
+
+fn keys_match(keys: &[Km], k: &[u128]) -> bool {
+    keys.iter().zip(k).all(|(m, v)| match m {
+        Km::Masked(x, mk) => v & mk == *x,
+        Km::Range(lo, hi) => lo <= v && v <= hi,
+    })
+}
+
+/// Key bits needed to tell entry `e` apart from key `v` (per key).
+pub(crate) fn needed(kind: &MatchKind, m: &Km, v: u128, w: u32) -> u128 {
+    let full = mask(w);
+    match (kind, m) {
+        (MatchKind::Exact, _) => full,
+        (MatchKind::Lpm, Km::Masked(x, mk)) => {
+            let diff = (v ^ x) & mk;
+            if diff == 0 {
+                *mk
+            } else {
+                // Bits from the MSB down to the first differing one.
+                let p = 127 - diff.leading_zeros();
+                full & !((1u128 << p) - 1)
+            }
+        }
+        (_, Km::Masked(_, mk)) => *mk,
+        (_, Km::Range(..)) => full,
+    }
+}
+
+/// The match kind and width of each key.
+pub(crate) type KeyShape = [(MatchKind, u32)];
+
+/// The reference lookup: every entry, in table order. Returns the winner
+/// and, per key, the bits examined (`need`, zeroed first).
+pub(crate) fn scan<'a>(
+    keys: &KeyShape,
+    entries: impl Iterator<Item = (Order, &'a Entry)> + Clone,
+    kv: &[u128],
+    need: &mut [u128],
+) -> Option<Order> {
+    let has_lpm = keys.iter().any(|k| k.0 == MatchKind::Lpm);
+    let has_prio = keys.iter().any(|k| {
+        matches!(
+            k.0,
+            MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
+        )
+    });
+    let mut best: Option<Order> = None;
+    let mut best_score: i128 = i128::MIN;
+    for (o, e) in entries.clone() {
+        if !entry_matches(e, kv) {
+            continue;
+        }
+        let score: i128 = if has_prio {
+            e.prio as i128
+        } else if has_lpm {
+            keys.iter()
+                .zip(&e.keys)
+                .filter(|(k, _)| k.0 == MatchKind::Lpm)
+                .map(|(_, m)| match m {
+                    Km::Masked(_, mk) => mk.count_ones() as i128,
+                    _ => 0,
+                })
+                .sum()
+        } else {
+            0
+        };
+        if best.is_none() || score > best_score {
+            best = Some(o);
+            best_score = score;
+        }
+    }
+    need.iter_mut().for_each(|n| *n = 0);
+    for (_, e) in entries {
+        // Lower-priority entries than the winner were not examined.
+        if has_prio && best.is_some() && (e.prio as i128) < best_score {
+            continue;
+        }
+        for (i, (k, m)) in keys.iter().zip(&e.keys).enumerate() {
+            if let Some(n) = need.get_mut(i) {
+                *n |= needed(&k.0, m, kv[i], k.1);
+            }
+        }
+    }
+    best
+}
+
+/// Passes a precomputed 64-bit hash through (the map's keys are already
+/// well-mixed hashes of masked keys).
+#[derive(Default)]
+struct Ident(u64);
+
+impl Hasher for Ident {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, b: &[u8]) {
+        for x in b {
+            self.0 = (self.0 << 8) | u64::from(*x);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+/// Masked key hash -> (order, the entry's key values) in table order:
+/// the lookup compares the values here and never touches the entries.
+type HashIdx = HashMap<u64, Vec<(Order, Box<[u128]>)>, BuildHasherDefault<Ident>>;
+
+fn mix(mut z: u64) -> u64 {
+    // splitmix64's finalizer.
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn hash_masked(kv: &[u128], masks: &[u128]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
+    for (v, m) in kv.iter().zip(masks) {
+        let x = v & m;
+        h = mix(h ^ x as u64);
+        h = mix(h ^ (x >> 64) as u64);
+    }
+    h
+}
+
+/// Entries of one mask tuple.
+pub(crate) struct Group {
+    masks: Vec<u128>,
+    /// Sum of the lpm keys' prefix lengths (the match rule's score).
+    score: u32,
+    map: HashIdx,
+    n: usize,
+}
+
+/// A binary trie of one lpm key's prefixes, counting the entries through
+/// each node (a node with count 0 is absent).
+pub(crate) struct Trie {
+    w: u32,
+    /// `[child 0, child 1, count]`; node 0 is the root. Child 0 = none.
+    nodes: Vec<[u32; 3]>,
+}
+
+impl Trie {
+    fn new(w: u32) -> Trie {
+        Trie {
+            w,
+            nodes: vec![[0, 0, 0]],
+        }
+    }
+
+    fn bit(&self, x: u128, d: u32) -> usize {
+        ((x >> (self.w - 1 - d)) & 1) as usize
+    }
+
+    fn change(&mut self, x: u128, len: u32, add: bool) {
+        let step = |c: &mut u32| {
+            if add {
+                *c += 1
+            } else {
+                *c = c.saturating_sub(1)
+            }
+        };
+        step(&mut self.nodes[0][2]);
+        let mut cur = 0usize;
+        for d in 0..len.min(self.w) {
+            let b = self.bit(x, d);
+            let mut c = self.nodes[cur][b] as usize;
+            if c == 0 {
+                if !add {
+                    return;
+                }
+                self.nodes.push([0, 0, 0]);
+                c = self.nodes.len() - 1;
+                self.nodes[cur][b] = c as u32;
+            }
+            cur = c;
+            step(&mut self.nodes[cur][2]);
+        }
+    }
+
+    fn live(&self, c: u32) -> bool {
+        c != 0 && self.nodes[c as usize][2] > 0
+    }
+
+    /// The longest over all prefixes of min(length, bits in common with
+    /// `v` + 1): how many leading bits of `v` a scan compared.
+    fn need_len(&self, v: u128) -> u32 {
+        if self.nodes[0][2] == 0 {
+            return 0;
+        }
+        let mut cur = 0usize;
+        let mut d = 0u32;
+        while d < self.w {
+            let b = self.bit(v, d);
+            let n = self.nodes[cur];
+            if self.live(n[b]) {
+                cur = n[b] as usize;
+                d += 1;
+            } else if self.live(n[1 - b]) {
+                return d + 1;
+            } else {
+                return d;
+            }
+        }
+        d
+    }
+}
+
+fn prefix_mask(w: u32, len: u32) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        mask(w) & !mask(w - len.min(w))
+    }
+}
+
+/// A table's lookup structure (see the module doc).
+pub(crate) enum TableIndex {
+    Tuples {
+        keys: Vec<(MatchKind, u32)>,
+        groups: Vec<Group>,
+        /// One per lpm key (by key position).
+        tries: Vec<Option<Trie>>,
+        n: usize,
+    },
+    Prio {
+        keys: Vec<(MatchKind, u32)>,
+        /// (priority, order), highest priority first, then table order.
+        sorted: Vec<(i64, Order, Box<[Km]>)>,
+    },
+    Scan {
+        keys: Vec<(MatchKind, u32)>,
+    },
+}
+
+impl TableIndex {
+    /// The index of a table with key `keys` and const entries `consts`.
+    pub(crate) fn new(keys: &KeyShape, consts: &[Entry]) -> TableIndex {
+        let keys = keys.to_vec();
+        let mut ix = if keys
+            .iter()
+            .all(|k| matches!(k.0, MatchKind::Exact | MatchKind::Lpm))
+            && keys.iter().all(|k| k.1 > 0 && k.1 <= 128)
+        {
+            TableIndex::Tuples {
+                tries: keys
+                    .iter()
+                    .map(|k| (k.0 == MatchKind::Lpm).then(|| Trie::new(k.1)))
+                    .collect(),
+                keys,
+                groups: Vec::new(),
+                n: 0,
+            }
+        } else if keys.iter().all(|k| {
+            matches!(
+                k.0,
+                MatchKind::Exact
+                    | MatchKind::Lpm
+                    | MatchKind::Ternary
+                    | MatchKind::Range
+                    | MatchKind::Optional
+            )
+        }) {
+            TableIndex::Prio {
+                keys,
+                sorted: Vec::new(),
+            }
+        } else {
+            TableIndex::Scan { keys }
+        };
+        for (i, e) in consts.iter().enumerate() {
+            ix.insert(const_order(i), e);
+        }
+        ix
+    }
+
+    fn keys(&self) -> &[(MatchKind, u32)] {
+        match self {
+            TableIndex::Tuples { keys, .. }
+            | TableIndex::Prio { keys, .. }
+            | TableIndex::Scan { keys } => keys,
+        }
+    }
+
+    /// Adds entry `e` at `o`, which must come after every entry present
+    /// (const entries in order, then runtime entries by growing id).
+    pub(crate) fn insert(&mut self, o: Order, e: &Entry) {
+        match self {
+            TableIndex::Tuples {
+                keys,
+                groups,
+                tries,
+                n,
+            } => {
+                let mut masks = Vec::with_capacity(e.keys.len());
+                for m in &e.keys {
+                    match m {
+                        Km::Masked(_, mk) => masks.push(*mk),
+                        Km::Range(..) => {
+                            // Not an exact/lpm entry: the scan is always right.
+                            *self = TableIndex::Scan { keys: keys.clone() };
+                            return;
+                        }
+                    }
+                }
+                let shaped = keys.iter().zip(&masks).all(|(k, mk)| match k.0 {
+                    MatchKind::Lpm => prefix_mask(k.1, mk.count_ones()) == *mk,
+                    _ => *mk == mask(k.1),
+                });
+                if masks.len() != keys.len() || !shaped {
+                    *self = TableIndex::Scan { keys: keys.clone() };
+                    return;
+                }
+                let vals: Vec<u128> = e
+                    .keys
+                    .iter()
+                    .map(|m| match m {
+                        Km::Masked(x, _) => *x,
+                        Km::Range(lo, _) => *lo,
+                    })
+                    .collect();
+                for (i, t) in tries.iter_mut().enumerate() {
+                    if let Some(t) = t {
+                        t.change(vals[i], masks[i].count_ones(), true);
+                    }
+                }
+                *n += 1;
+                let gi = match groups.iter().position(|g| g.masks == masks) {
+                    Some(gi) => gi,
+                    None => {
+                        let score = keys
+                            .iter()
+                            .zip(&masks)
+                            .filter(|(k, _)| k.0 == MatchKind::Lpm)
+                            .map(|(_, m)| m.count_ones())
+                            .sum();
+                        groups.push(Group {
+                            masks: masks.clone(),
+                            score,
+                            map: HashIdx::default(),
+                            n: 0,
+                        });
+                        // Stable: equal scores keep creation order.
+                        groups.sort_by_key(|g| std::cmp::Reverse(g.score));
+                        groups.iter().position(|g| g.masks == masks).unwrap_or(0)
+                    }
+                };
+                let g = &mut groups[gi];
+                g.n += 1;
+                let bucket = g.map.entry(hash_masked(&vals, &masks)).or_default();
+                let at = bucket.partition_point(|x| x.0 < o);
+                // As given (bits outside the mask make an entry that never
+                // matches, as in the scan).
+                bucket.insert(at, (o, vals.into_boxed_slice()));
+            }
+            TableIndex::Prio { sorted, .. } => {
+                let at =
+                    sorted.partition_point(|(p, x, _)| *p > e.prio || (*p == e.prio && *x < o));
+                sorted.insert(at, (e.prio, o, e.keys.clone().into_boxed_slice()));
+            }
+            TableIndex::Scan { .. } => {}
+        }
+    }
+
+    /// Removes entry `e` at `o`.
+    pub(crate) fn remove(&mut self, o: Order, e: &Entry) {
+        match self {
+            TableIndex::Tuples {
+                groups, tries, n, ..
+            } => {
+                let masks: Vec<u128> = e
+                    .keys
+                    .iter()
+                    .map(|m| match m {
+                        Km::Masked(_, mk) => *mk,
+                        Km::Range(..) => 0,
+                    })
+                    .collect();
+                let vals: Vec<u128> = e
+                    .keys
+                    .iter()
+                    .map(|m| match m {
+                        Km::Masked(x, _) => *x,
+                        Km::Range(lo, _) => *lo,
+                    })
+                    .collect();
+                let Some(g) = groups.iter_mut().find(|g| g.masks == masks) else {
+                    return;
+                };
+                let h = hash_masked(&vals, &masks);
+                let Some(bucket) = g.map.get_mut(&h) else {
+                    return;
+                };
+                let Some(at) = bucket.iter().position(|x| x.0 == o) else {
+                    return;
+                };
+                bucket.remove(at);
+                if bucket.is_empty() {
+                    g.map.remove(&h);
+                }
+                g.n -= 1;
+                *n -= 1;
+                for (i, t) in tries.iter_mut().enumerate() {
+                    if let Some(t) = t {
+                        t.change(vals[i], masks[i].count_ones(), false);
+                    }
+                }
+            }
+            TableIndex::Prio { sorted, .. } => {
+                if let Some(at) = sorted.iter().position(|(_, x, _)| *x == o) {
+                    sorted.remove(at);
+                }
+            }
+            TableIndex::Scan { .. } => {}
+        }
+    }
+
+    /// The winner for key values `kv` (masked to their widths) and, in
+    /// `need`, the key bits examined: exactly what [`scan`] gives.
+    pub(crate) fn lookup(
+        &self,
+        consts: &[Entry],
+        runtime: &[Entry],
+        kv: &[u128],
+        need: &mut [u128],
+    ) -> Option<Order> {
+        match self {
+            TableIndex::Tuples {
+                keys,
+                groups,
+                tries,
+                n,
+            } => {
+                let mut best: Option<(u32, Order)> = None;
+                for g in groups {
+                    if g.n == 0 {
+                        continue;
+                    }
+                    if matches!(best, Some((bs, _)) if g.score < bs) {
+                        break;
+                    }
+                    let Some(bucket) = g.map.get(&hash_masked(kv, &g.masks)) else {
+                        continue;
+                    };
+                    // The bucket is in table order: its first match is its
+                    // best (hash collisions are told apart here).
+                    for (o, vals) in bucket {
+                        let o = *o;
+                        if vals
+                            .iter()
+                            .zip(&g.masks)
+                            .zip(kv)
+                            .all(|((x, m), v)| v & m == *x)
+                        {
+                            if best.is_none_or(|(bs, bo)| g.score > bs || o < bo) {
+                                best = Some((g.score, o));
+                            }
+                            break;
+                        }
+                    }
+                }
+                for (i, k) in keys.iter().enumerate() {
+                    let Some(nd) = need.get_mut(i) else { break };
+                    *nd = if *n == 0 {
+                        0
+                    } else {
+                        match &tries[i] {
+                            Some(t) => prefix_mask(k.1, t.need_len(kv[i])),
+                            None => mask(k.1),
+                        }
+                    };
+                }
+                best.map(|b| b.1)
+            }
+            TableIndex::Prio { keys, sorted } => {
+                need.iter_mut().for_each(|n| *n = 0);
+                let mut best: Option<(i64, Order)> = None;
+                for (prio, o, ekeys) in sorted {
+                    let (prio, o) = (*prio, *o);
+                    if matches!(best, Some((bp, _)) if prio < bp) {
+                        break;
+                    }
+                    if best.is_none() && keys_match(ekeys, kv) {
+                        best = Some((prio, o));
+                    }
+                    for (i, (k, m)) in keys.iter().zip(ekeys.iter()).enumerate() {
+                        if let Some(nd) = need.get_mut(i) {
+                            *nd |= needed(&k.0, m, kv[i], k.1);
+                        }
+                    }
+                }
+                best.map(|b| b.1)
+            }
+            TableIndex::Scan { keys } => {
+                let all = consts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (const_order(i), e))
+                    .chain(runtime.iter().map(|e| (runtime_order(e.id), e)));
+                scan(keys, all, kv, need)
+            }
+        }
+    }
+
+    /// Rebuilt from scratch (after the runtime entries were cleared).
+    pub(crate) fn rebuild(&mut self, consts: &[Entry], runtime: &[Entry]) {
+        let keys = self.keys().to_vec();
+        *self = TableIndex::new(&keys, consts);
+        for e in runtime {
+            self.insert(runtime_order(e.id), e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::EntrySpec;
+
+    fn entry(id: u64, keys: Vec<Km>, prio: i64) -> Entry {
+        Entry {
+            id,
+            keys,
+            action: 0,
+            args: Vec::new(),
+            prio,
+            is_const: false,
+            spec: EntrySpec {
+                keys: Vec::new(),
+                action: String::new(),
+                params: Vec::new(),
+                priority: None,
+            },
+            packets: 0,
+            bytes: 0,
+            last_hit: None,
+        }
+    }
+
+    /// A table under test: index and the entries it indexes.
+    struct T {
+        keys: Vec<(MatchKind, u32)>,
+        consts: Vec<Entry>,
+        rt: Vec<Entry>,
+        ix: TableIndex,
+        next: u64,
+    }
+
+    impl T {
+        fn new(keys: Vec<(MatchKind, u32)>, consts: Vec<Entry>) -> T {
+            let ix = TableIndex::new(&keys, &consts);
+            let next = consts.len() as u64;
+            T {
+                keys,
+                consts,
+                rt: Vec::new(),
+                ix,
+                next,
+            }
+        }
+        fn add(&mut self, keys: Vec<Km>, prio: i64) -> u64 {
+            let id = self.next;
+            self.next += 1;
+            let e = entry(id, keys, prio);
+            self.ix.insert(runtime_order(id), &e);
+            self.rt.push(e);
+            id
+        }
+        fn del(&mut self, id: u64) {
+            let p = self.rt.iter().position(|e| e.id == id).unwrap();
+            let e = self.rt.remove(p);
+            self.ix.remove(runtime_order(id), &e);
+        }
+        fn reference(&self, kv: &[u128]) -> (Option<Order>, Vec<u128>) {
+            let mut need = vec![0; self.keys.len()];
+            let all = self
+                .consts
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (const_order(i), e))
+                .chain(self.rt.iter().map(|e| (runtime_order(e.id), e)));
+            let b = scan(&self.keys, all, kv, &mut need);
+            (b, need)
+        }
+        fn look(&self, kv: &[u128]) -> (Option<Order>, Vec<u128>) {
+            let mut need = vec![0xdead; self.keys.len()];
+            let b = self.ix.lookup(&self.consts, &self.rt, kv, &mut need);
+            (b, need)
+        }
+        fn check(&self, kv: &[u128]) -> (Option<Order>, Vec<u128>) {
+            let a = self.look(kv);
+            assert_eq!(a, self.reference(kv), "key {kv:x?}");
+            a
+        }
+    }
+
+    fn lpm(x: u128, len: u32, w: u32) -> Km {
+        let m = prefix_mask(w, len);
+        Km::Masked(x & m, m)
+    }
+
+    #[test]
+    fn lpm_longest_prefix_with_overlaps() {
+        let mut t = T::new(vec![(MatchKind::Lpm, 32)], Vec::new());
+        let a = t.add(vec![lpm(0x0a00_0000, 8, 32)], 0);
+        let b = t.add(vec![lpm(0x0a01_0000, 16, 32)], 0);
+        let c = t.add(vec![lpm(0x0a01_0200, 24, 32)], 0);
+        let d = t.add(vec![lpm(0, 0, 32)], 0);
+        assert!(matches!(t.ix, TableIndex::Tuples { .. }));
+        assert_eq!(t.check(&[0x0a01_0203]).0, Some(runtime_order(c)));
+        assert_eq!(t.check(&[0x0a01_0303]).0, Some(runtime_order(b)));
+        assert_eq!(t.check(&[0x0a02_0303]).0, Some(runtime_order(a)));
+        assert_eq!(t.check(&[0x0b00_0000]).0, Some(runtime_order(d)));
+        // Examined: 0x0a010303 shares 23 bits with 10.1.2.0/24: 24 bits.
+        assert_eq!(t.check(&[0x0a01_0303]).1, vec![prefix_mask(32, 24)]);
+        t.del(c);
+        assert_eq!(t.check(&[0x0a01_0203]).0, Some(runtime_order(b)));
+        assert_eq!(t.check(&[0x0a01_0303]).1, vec![prefix_mask(32, 16)]);
+        t.del(b);
+        t.del(a);
+        t.del(d);
+        assert_eq!(t.check(&[0x0a01_0203]), (None, vec![0]));
+    }
+
+    #[test]
+    fn exact_keys_of_different_widths() {
+        let full = |w: u32| mask(w);
+        let mut t = T::new(
+            vec![(MatchKind::Exact, 9), (MatchKind::Exact, 48)],
+            Vec::new(),
+        );
+        assert_eq!(t.check(&[1, 2]), (None, vec![0, 0]));
+        let a = t.add(
+            vec![Km::Masked(0x1ff, full(9)), Km::Masked(0xaabb, full(48))],
+            0,
+        );
+        let b = t.add(
+            vec![Km::Masked(3, full(9)), Km::Masked(0xaabb, full(48))],
+            0,
+        );
+        assert_eq!(t.check(&[0x1ff, 0xaabb]).0, Some(runtime_order(a)));
+        assert_eq!(t.check(&[3, 0xaabb]).0, Some(runtime_order(b)));
+        assert_eq!(t.check(&[3, 0xaabc]), (None, vec![full(9), full(48)]));
+        t.del(a);
+        assert_eq!(t.check(&[0x1ff, 0xaabb]).0, None);
+    }
+
+    #[test]
+    fn duplicate_keys_first_in_table_order_wins() {
+        // Same key, different priorities in a non-priority table: the
+        // first added wins; after deleting it, the second.
+        let mut t = T::new(
+            vec![(MatchKind::Exact, 8)],
+            vec![entry(0, vec![Km::Masked(5, 0xff)], 0)],
+        );
+        let a = t.add(vec![Km::Masked(5, 0xff)], 7);
+        assert_eq!(t.check(&[5]).0, Some(const_order(0)));
+        t.consts.clear();
+        t.ix.rebuild(&t.consts, &t.rt);
+        assert_eq!(t.check(&[5]).0, Some(runtime_order(a)));
+    }
+
+    #[test]
+    fn priority_ties_and_examined_bits() {
+        let mut t = T::new(vec![(MatchKind::Ternary, 16)], Vec::new());
+        let a = t.add(vec![Km::Masked(0x0100, 0xff00)], 10);
+        let b = t.add(vec![Km::Masked(0x0001, 0x00ff)], 10);
+        let c = t.add(vec![Km::Masked(0x0000, 0x0000)], 1);
+        let _d = t.add(vec![Km::Masked(0x0101, 0xf0f0)], 20);
+        assert!(matches!(t.ix, TableIndex::Prio { .. }));
+        // Both a and b match 0x0101 at priority 10: a (first) wins, c is
+        // lower and not examined.
+        assert_eq!(
+            t.check(&[0x0101]),
+            (Some(runtime_order(a)), vec![0xffff | 0xf0f0])
+        );
+        t.del(a);
+        assert_eq!(t.check(&[0x0101]).0, Some(runtime_order(b)));
+        assert_eq!(t.check(&[0x0202]).0, Some(runtime_order(c)));
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            mix(self.0)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        fn bits(&mut self, w: u32) -> u128 {
+            (((self.next() as u128) << 64) | self.next() as u128) & mask(w)
+        }
+    }
+
+    /// A random key value near the entries (so lookups hit and share
+    /// prefixes), or anywhere.
+    fn near(r: &mut Rng, t: &T, i: usize, w: u32) -> u128 {
+        let es: Vec<&Entry> = t.consts.iter().chain(&t.rt).collect();
+        if es.is_empty() || r.below(4) == 0 {
+            return r.bits(w);
+        }
+        let e = es[r.below(es.len() as u64) as usize];
+        let base = match e.keys[i] {
+            Km::Masked(x, _) => x,
+            Km::Range(lo, hi) => lo + (hi - lo) / 2,
+        };
+        // Flip a few low bits.
+        base ^ (r.bits(w) & mask(r.below(u64::from(w) + 1) as u32))
+    }
+
+    fn random_km(r: &mut Rng, kind: &MatchKind, w: u32) -> Km {
+        // Few distinct values so entries overlap.
+        let v = r.bits(w) & !mask(w.saturating_sub(4)) | (r.bits(w) & 3);
+        match kind {
+            MatchKind::Exact => Km::Masked(v & mask(w), mask(w)),
+            MatchKind::Lpm => lpm(v, r.below(u64::from(w) + 1) as u32, w),
+            MatchKind::Ternary => {
+                let m = r.bits(w) & r.bits(w);
+                Km::Masked(v & m, m)
+            }
+            MatchKind::Optional => {
+                if r.below(2) == 0 {
+                    Km::Masked(0, 0)
+                } else {
+                    Km::Masked(v & mask(w), mask(w))
+                }
+            }
+            _ => {
+                let a = v & mask(w);
+                let b = a.saturating_add(r.bits(w.min(8))) & mask(w);
+                Km::Range(a.min(b), a.max(b))
+            }
+        }
+    }
+
+    #[test]
+    fn index_equals_the_scan_on_random_tables() {
+        let seed = std::env::var("P4_INDEX_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        println!("index_equals_the_scan_on_random_tables: seed {seed} (P4_INDEX_SEED)");
+        let mut r = Rng(seed);
+        let kinds = [
+            MatchKind::Exact,
+            MatchKind::Lpm,
+            MatchKind::Ternary,
+            MatchKind::Range,
+            MatchKind::Optional,
+        ];
+        for _table in 0..300 {
+            let nk = 1 + r.below(3) as usize;
+            let exact_lpm_only = r.below(2) == 0;
+            let keys: Vec<(MatchKind, u32)> = (0..nk)
+                .map(|_| {
+                    let kind = if exact_lpm_only {
+                        kinds[r.below(2) as usize].clone()
+                    } else {
+                        kinds[r.below(5) as usize].clone()
+                    };
+                    let w = [1u32, 3, 8, 9, 16, 32, 48, 64, 128][r.below(9) as usize];
+                    (kind, w)
+                })
+                .collect();
+            let consts: Vec<Entry> = (0..r.below(3))
+                .map(|i| {
+                    let ks = keys.iter().map(|k| random_km(&mut r, &k.0, k.1)).collect();
+                    entry(i, ks, r.below(4) as i64)
+                })
+                .collect();
+            let mut t = T::new(keys.clone(), consts);
+            for _op in 0..60 {
+                match r.below(10) {
+                    0..=5 => {
+                        let ks = keys.iter().map(|k| random_km(&mut r, &k.0, k.1)).collect();
+                        t.add(ks, r.below(4) as i64);
+                    }
+                    6 if !t.rt.is_empty() => {
+                        let id = t.rt[r.below(t.rt.len() as u64) as usize].id;
+                        t.del(id);
+                    }
+                    7 if r.below(8) == 0 => {
+                        t.rt.clear();
+                        t.ix.rebuild(&t.consts, &t.rt);
+                    }
+                    _ => {}
+                }
+                for _ in 0..8 {
+                    let kv: Vec<u128> = (0..nk).map(|i| near(&mut r, &t, i, keys[i].1)).collect();
+                    t.check(&kv);
+                }
+            }
+        }
+    }
+}
