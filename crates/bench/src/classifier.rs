@@ -701,7 +701,7 @@ fn run_reference(bin: &Path, rules: &Path, trace: &Path) -> Result<RefFigures, S
     let field = |name: &str| -> Result<f64, String> {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(name))
-            .and_then(|v| v.trim().split_whitespace().next()?.parse::<f64>().ok())
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
             .ok_or_else(|| format!("no `{name}` in the reference's output: {text}"))
     };
     let secs = field("Classification time:")?;

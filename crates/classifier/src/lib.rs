@@ -177,6 +177,29 @@
 //! has mask `M_T`, so `wc` is exactly the OR of the subtable masks, as
 //! before.
 //!
+//! ## Port ranges
+//!
+//! [`Classifier::insert_ranges`] adds a rule with up to [`MAX_RANGES`] range
+//! conditions on 16-bit fields ([`FieldRange`], e.g. `tp_dst` in `1000..=1999`)
+//! instead of the up to 30 prefix masks per range (900 per rule with two) an
+//! OpenFlow match needs. The rule's mask holds the longest prefix the range's
+//! bounds share (`/16` for one port, `/0` for `1..=65535`), so tables hash on
+//! it as on any mask bits, as TupleMerge places a range in a tuple whose port
+//! length covers it; a range that is itself a prefix block is just mask bits.
+//! The bucket chain compares the real range after the mask. A range is part
+//! of a match's identity, so rules differing only in their ranges are separate
+//! groups of one bucket: no table mask can tell them apart, and such a bucket
+//! may exceed the collision limit (nothing else can).
+//!
+//! Wildcard tracking stays exact: a range test ORs into `wc` the field prefix
+//! its answer depends on ([`FieldRange::decisive_len`]): inside the range, the
+//! largest aligned block around the value that lies within it; below `lo`
+//! (above `hi`), the prefix one bit longer than the one the value shares with
+//! `lo` (`hi`), since every value with it is below `lo` (above `hi`) too. Every
+//! key agreeing on those bits gets the same answer from the test, so the
+//! induction below goes through unchanged. The OpenFlow tables, whose matches
+//! are masks, never insert ranges.
+//!
 //! ## Complexity
 //!
 //! With `S` tables, `P` distinct priorities in a table, `w` non-zero mask
@@ -189,8 +212,11 @@
 //!   c))`) and, rarely, a split (`O(c^3)` to choose `M'`, then one move per
 //!   group). The `S` term is moving a table within the sorted table vector
 //!   when its `max_priority` changes, or creating/dropping a table.
-//! * Memory: one slab slot per rule (key, priority, value, a few indices)
-//!   plus an 8-byte hash entry per bucket.
+//! * Memory: one slab slot per rule (key, priority, value, a few indices,
+//!   and a compact copy of the key on its mask's non-zero words, up to 8,
+//!   which is what a lookup reads: a rule's first two cache lines instead
+//!   of the scattered words of a 39-word `FlowKey`) plus an 8-byte hash
+//!   entry per bucket.
 //!
 //! ## Thread safety
 //!
