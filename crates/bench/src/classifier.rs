@@ -19,7 +19,7 @@ use super::{median, ns};
 use nicflow::bridge::Bridge;
 use nicflow::datapath::DatapathConfig;
 use nicflow::port::mem::MemPort;
-use nicflow_classifier::{Classifier, LinearClassifier};
+use nicflow_classifier::{Classifier, FieldRange, LinearClassifier};
 use nicflow_flow::FLOW_WORDS;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,11 @@ pub struct Options {
     /// reference's `pout=` format) to time as well (default:
     /// `$NICFLOW_CLASSBENCH_TRACES`).
     pub classbench_traces: Option<PathBuf>,
+    /// The TupleMerge reference's `main` binary (github.com/drjdaly/tuplemerge,
+    /// built outside the project), run on the same rule file and trace
+    /// alternately with nicflow's timed trace passes (default:
+    /// `$NICFLOW_CLASSBENCH_REFERENCE`).
+    pub classbench_reference: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -72,6 +77,8 @@ impl Default for Options {
             flows: 1_000,
             classbench: std::env::var("NICFLOW_CLASSBENCH").ok(),
             classbench_traces: std::env::var_os("NICFLOW_CLASSBENCH_TRACES").map(PathBuf::from),
+            classbench_reference: std::env::var_os("NICFLOW_CLASSBENCH_REFERENCE")
+                .map(PathBuf::from),
         }
     }
 }
@@ -90,6 +97,32 @@ fn time_lookups<F: FnMut(&[u64; FLOW_WORDS]) -> bool>(
     }
     black_box(hits);
     ns(t.elapsed(), n as u64)
+}
+
+/// ns per lookup over a whole packet trace, in order: each packet's five
+/// header fields are written into one `FlowKey` buffer and that is looked
+/// up, as the datapath's key extraction fills its key. (Keeping a 312-byte
+/// key per packet of a 500,000-packet trace instead streams 150 MB through
+/// the caches, where the reference reads 20-byte packets.)
+fn time_trace<F: FnMut(&[u64; FLOW_WORDS]) -> bool>(packets: &[CbPacket], mut f: F) -> f64 {
+    let mut k = nicflow_flow::FlowKey {
+        dl_type: 0x0800,
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let mut hits = 0u64;
+    for p in packets {
+        k.nw_src = p.src;
+        k.nw_dst = p.dst;
+        k.nw_proto = p.proto;
+        k.tp_src = p.sport;
+        k.tp_dst = p.dport;
+        if f(black_box(k.words())) {
+            hits += 1;
+        }
+    }
+    black_box(hits);
+    ns(t.elapsed(), packets.len() as u64)
 }
 
 /// Packets/s through a bridge with these rules, replaying `frames` on port 1.
@@ -129,6 +162,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Vec<ClassifierRow>
         return run_classbench(
             &files,
             opts.classbench_traces.as_deref(),
+            opts.classbench_reference.as_deref(),
             opts.reps,
             opts.lookups,
             progress,
@@ -483,6 +517,42 @@ pub fn expand_rule(r: &CbRule) -> Vec<([u64; FLOW_WORDS], [u64; FLOW_WORDS])> {
     out
 }
 
+/// The one classifier entry of a rule with its port ranges kept
+/// ([`Classifier::insert_ranges`]): addresses and protocol as masks, the two
+/// ports as [`FieldRange`]s over `FlowKey`'s `tp_src` / `tp_dst`.
+pub fn native_rule(r: &CbRule) -> ([u64; FLOW_WORDS], [u64; FLOW_WORDS], [FieldRange; 2]) {
+    use nicflow_classifier::bench_support as bs;
+    use nicflow_flow::FlowKey;
+    let key = FlowKey {
+        dl_type: 0x0800,
+        nw_src: r.src.0,
+        nw_dst: r.dst.0,
+        nw_proto: r.proto.0,
+        ..FlowKey::default()
+    };
+    let mask = FlowKey {
+        dl_type: 0xffff,
+        nw_src: r.src.1,
+        nw_dst: r.dst.1,
+        nw_proto: r.proto.1,
+        ..FlowKey::default()
+    };
+    let range = |word: usize, shift: u32, (lo, hi): (u16, u16)| FieldRange {
+        word: word as u8,
+        shift: shift as u8,
+        lo,
+        hi,
+    };
+    (
+        *key.words(),
+        *mask.words(),
+        [
+            range(bs::TP_SRC_WORD, bs::TP_SRC_SHIFT, r.sport),
+            range(bs::TP_DST_WORD, bs::TP_DST_SHIFT, r.dport),
+        ],
+    )
+}
+
 fn packet_key(p: &CbPacket) -> [u64; FLOW_WORDS] {
     let k = nicflow_flow::FlowKey {
         dl_type: 0x0800,
@@ -548,6 +618,8 @@ fn packets_random(n: usize, seed: u64) -> Vec<CbPacket> {
 /// Figures of one classifier mode on one rule set.
 #[derive(Clone, Debug, Default)]
 pub struct ModeFigures {
+    /// Classifier entries (rules after any port-range expansion).
+    pub entries: usize,
     pub tables: usize,
     pub hit_ns: f64,
     pub random_ns: f64,
@@ -582,7 +654,68 @@ pub struct ClassbenchRow {
     pub tss: ModeFigures,
     pub merge: ModeFigures,
     /// Every mode measured, TSS and TupleMerge included, with its label.
+    /// The first is the one timed alternately with the reference.
     pub modes: Vec<(String, ModeFigures)>,
+    /// The TupleMerge reference on the same rules and trace (medians).
+    pub reference: Option<RefFigures>,
+    /// Why the reference was not measured, if it was asked for.
+    pub reference_error: Option<String>,
+}
+
+/// The TupleMerge reference's figures on one rule set (`TupleMerge-Online`,
+/// collision limit [`REF_COLLISION_LIMIT`]), medians over the runs.
+#[derive(Clone, Debug, Default)]
+pub struct RefFigures {
+    pub runs: usize,
+    /// Its `Classification time` over the trace / packets.
+    pub trace_ns: f64,
+    pub tables: usize,
+    /// Its `Average tables queried`.
+    pub probes: f64,
+    /// Its `Size(bytes)`: the index only, not the rules.
+    pub size_bytes: usize,
+    pub construction_ms: f64,
+}
+
+/// The reference's collision limit (its default, `TM.Limit.Collide=10`).
+pub const REF_COLLISION_LIMIT: usize = 10;
+
+/// One run of the reference binary on `rules` and `trace`.
+fn run_reference(bin: &Path, rules: &Path, trace: &Path) -> Result<RefFigures, String> {
+    let out = std::process::Command::new(bin)
+        .arg(format!("f={}", rules.display()))
+        .arg("c=TMOnline")
+        .arg(format!("TM.Limit.Collide={REF_COLLISION_LIMIT}"))
+        .arg(format!("p={}", trace.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "{} exited with {}: {text}",
+            bin.display(),
+            out.status
+        ));
+    }
+    let field = |name: &str| -> Result<f64, String> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .ok_or_else(|| format!("no `{name}` in the reference's output: {text}"))
+    };
+    let secs = field("Classification time:")?;
+    let probes = field("Average tables queried:")?;
+    let queried = field("Total tables queried:")?;
+    Ok(RefFigures {
+        runs: 1,
+        // packets = total queried / average queried.
+        trace_ns: secs * 1e9 / (queried / probes).max(1.0),
+        tables: field("Tables:")? as usize,
+        probes,
+        size_bytes: field("Size(bytes):")? as usize,
+        construction_ms: field("Construction time:")?,
+    })
 }
 
 /// `spec`: a file, a directory (every `*.rules`, `*.rules.gz` in it, by
@@ -618,6 +751,21 @@ pub fn classbench_files(spec: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// A plain-text copy of a rule file for the reference (which cannot read
+/// `.gz`): the file itself if it is plain, else a temporary file.
+fn plain_rules(file: &Path, text: &str) -> Result<PathBuf, String> {
+    if !file.to_string_lossy().ends_with(".gz") {
+        return Ok(file.to_path_buf());
+    }
+    let p = std::env::temp_dir().join(format!(
+        "nicflow-cb-{}-{}.rules",
+        std::process::id(),
+        stem(file)
+    ));
+    std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(p)
+}
+
 fn read_text(p: &Path) -> Result<String, String> {
     if p.extension().is_some_and(|e| e == "gz") {
         let out = std::process::Command::new("gzip")
@@ -648,27 +796,90 @@ type Entries = Vec<([u64; FLOW_WORDS], [u64; FLOW_WORDS], u32, u32)>;
 
 type Relax = fn(&[u64; FLOW_WORDS]) -> [u64; FLOW_WORDS];
 
-/// The modes measured: TSS, TupleMerge with the relaxation the OpenFlow
-/// tables use, and TupleMerge with a relaxation modelled on the TupleMerge
-/// reference's (`bench_support::relax_flowkey_tm`), a candidate measured
-/// side by side in the same run.
-fn classbench_modes() -> Vec<(String, Option<(Relax, usize)>)> {
+/// One rule per entry with its port ranges kept.
+type NativeEntries = Vec<(
+    [u64; FLOW_WORDS],
+    [u64; FLOW_WORDS],
+    [FieldRange; 2],
+    u32,
+    u32,
+)>;
+
+/// How a mode builds its classifier.
+#[derive(Clone, Copy)]
+struct CbMode {
+    /// `None`: tuple space search.
+    merge: Option<(Relax, usize)>,
+    /// Port ranges kept ([`native_rule`]) rather than expanded into prefixes.
+    native: bool,
+}
+
+/// The modes measured, the first one timed alternately with the reference.
+/// `NICFLOW_CLASSBENCH_MODES` (comma-separated, in that order) picks among
+/// `native` (TupleMerge with the OpenFlow tables' relaxation, port ranges
+/// kept: the default first), `merge` (the same with ranges expanded into
+/// prefix masks, as OpenFlow matches carry them), `tm` (expanded, with the
+/// reference-style relaxation `bench_support::relax_flowkey_tm`) and `tss`
+/// (tuple space search, expanded; slow on fw sets). Default `native,merge`.
+/// `NICFLOW_CLASSBENCH_LIMITS=10,16` adds native modes with other collision
+/// limits.
+fn classbench_modes() -> Vec<(String, CbMode)> {
     use nicflow_classifier::bench_support as bs;
     let tables = nicflow_classifier::relax_flowkey as Relax;
     let tm = bs::relax_flowkey_tm as Relax;
     let limit = nicflow_classifier::DEFAULT_COLLISION_LIMIT;
-    let mut modes = vec![
-        ("TSS".to_string(), None),
-        ("TupleMerge".to_string(), Some((tables, limit))),
-        ("TupleMerge, ref-style relax".to_string(), Some((tm, limit))),
-    ];
-    // Other collision limits to compare, e.g. NICFLOW_CLASSBENCH_LIMITS=10,16.
+    let spec = std::env::var("NICFLOW_CLASSBENCH_MODES").unwrap_or_else(|_| "native,merge".into());
+    let mut modes = Vec::new();
+    for m in spec.split(',').map(str::trim) {
+        let (label, mode) = match m {
+            "native" => (
+                "TupleMerge, native ranges",
+                CbMode {
+                    merge: Some((tables, limit)),
+                    native: true,
+                },
+            ),
+            "merge" => (
+                "TupleMerge, expanded",
+                CbMode {
+                    merge: Some((tables, limit)),
+                    native: false,
+                },
+            ),
+            "tm" => (
+                "TupleMerge, expanded, ref-style relax",
+                CbMode {
+                    merge: Some((tm, limit)),
+                    native: false,
+                },
+            ),
+            "native-tm" => (
+                "TupleMerge, native ranges, ref-style relax",
+                CbMode {
+                    merge: Some((tm, limit)),
+                    native: true,
+                },
+            ),
+            "tss" => (
+                "TSS, expanded",
+                CbMode {
+                    merge: None,
+                    native: false,
+                },
+            ),
+            _ => continue,
+        };
+        modes.push((label.to_string(), mode));
+    }
     if let Ok(v) = std::env::var("NICFLOW_CLASSBENCH_LIMITS") {
         for l in v.split(',').filter_map(|x| x.trim().parse::<usize>().ok()) {
             if l >= 1 {
                 modes.push((
-                    format!("TupleMerge, collision limit {l}"),
-                    Some((tables, l)),
+                    format!("TupleMerge, native ranges, collision limit {l}"),
+                    CbMode {
+                        merge: Some((tables, l)),
+                        native: true,
+                    },
                 ));
             }
         }
@@ -679,24 +890,51 @@ fn classbench_modes() -> Vec<(String, Option<(Relax, usize)>)> {
 #[allow(clippy::too_many_arguments)]
 fn measure_mode(
     label: &str,
-    relax: Option<(Relax, usize)>,
-    entries: &Entries,
+    mode: CbMode,
+    (expanded, native): (&Entries, &NativeEntries),
     keysets: [&[[u64; FLOW_WORDS]]; 4],
+    trace_pkts: &[CbPacket],
     check: &[(CbPacket, Option<u32>)],
     reps: usize,
     lookups: usize,
     progress: &mut impl FnMut(&str),
+    mut between: Option<&mut dyn FnMut()>,
 ) -> ModeFigures {
     let new = || -> Classifier<FLOW_WORDS, u32> {
-        match relax {
+        match mode.merge {
             Some((r, limit)) => Classifier::with_relax(r).with_collision_limit(limit),
             None => Classifier::new(),
         }
     };
-    let mut f = ModeFigures::default();
+    let n_entries = if mode.native {
+        native.len()
+    } else {
+        expanded.len()
+    };
+    let fill = |c: &mut Classifier<FLOW_WORDS, u32>| -> Vec<nicflow_classifier::RuleId> {
+        if mode.native {
+            native
+                .iter()
+                .map(|(k, m, r, p, v)| {
+                    c.insert_ranges(k, m, r, *p, *v)
+                        .expect("ClassBench ranges are valid")
+                        .0
+                })
+                .collect()
+        } else {
+            expanded
+                .iter()
+                .map(|(k, m, p, v)| c.insert(k, m, *p, *v).0)
+                .collect()
+        }
+    };
+    let mut f = ModeFigures {
+        entries: n_entries,
+        ..ModeFigures::default()
+    };
     // Inserts and deletes: build from empty, then empty it in a random
     // order (the same order every rep).
-    let mut order: Vec<usize> = (0..entries.len()).collect();
+    let mut order: Vec<usize> = (0..n_entries).collect();
     let mut rng = Mix(77);
     for i in (1..order.len()).rev() {
         order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -707,20 +945,17 @@ fn measure_mode(
     for rep in 0..reps.max(1) {
         let mut c = new();
         let t = Instant::now();
-        let ids: Vec<_> = entries
-            .iter()
-            .map(|(k, m, p, v)| c.insert(k, m, *p, *v))
-            .collect();
-        ins.push(entries.len() as f64 / t.elapsed().as_secs_f64());
+        let ids = fill(&mut c);
+        ins.push(n_entries as f64 / t.elapsed().as_secs_f64());
         if rep + 1 == reps.max(1) {
             cls = c;
             break;
         }
         let t = Instant::now();
         for &i in &order {
-            black_box(c.remove(ids[i].0));
+            black_box(c.remove(ids[i]));
         }
-        del.push(entries.len() as f64 / t.elapsed().as_secs_f64());
+        del.push(n_entries as f64 / t.elapsed().as_secs_f64());
         assert!(c.is_empty());
     }
     if del.is_empty() {
@@ -731,7 +966,7 @@ fn measure_mode(
         for id in ids {
             black_box(c.remove(id));
         }
-        del.push(entries.len() as f64 / t.elapsed().as_secs_f64());
+        del.push(n_entries as f64 / t.elapsed().as_secs_f64());
     }
     f.inserts_per_s = median(&mut ins);
     f.deletes_per_s = median(&mut del);
@@ -776,8 +1011,12 @@ fn measure_mode(
         r.push(time_lookups(random, lookups, look));
         m.push(time_lookups(miss, lookups, look));
         if !trace.is_empty() {
+            // The reference's run of the same trace, right before ours.
+            if let Some(b) = between.as_deref_mut() {
+                b();
+            }
             // The whole trace once, in order, as the reference times it.
-            t.push(time_lookups(trace, trace.len(), look));
+            t.push(time_trace(trace_pkts, look));
         }
     }
     f.hit_ns = median(&mut h);
@@ -798,6 +1037,7 @@ fn measure_mode(
 pub fn run_classbench(
     files: &[PathBuf],
     traces: Option<&Path>,
+    reference: Option<&Path>,
     reps: usize,
     lookups: usize,
     mut progress: impl FnMut(&str),
@@ -810,16 +1050,21 @@ pub fn run_classbench(
         let rules = parse_classbench(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let n = rules.len() as u32;
         let mut entries: Entries = Vec::new();
+        let mut native: NativeEntries = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             for (k, m) in expand_rule(r) {
                 entries.push((k, m, n - i as u32, i as u32));
             }
+            let (k, m, ranges) = native_rule(r);
+            native.push((k, m, ranges, n - i as u32, i as u32));
         }
-        let trace_pkts: Vec<CbPacket> = traces
+        let trace_path = traces
             .map(|d| d.join(format!("{name}.trace")))
-            .filter(|p| p.exists())
+            .filter(|p| p.exists());
+        let trace_pkts: Vec<CbPacket> = trace_path
+            .as_ref()
             .map(|p| {
-                read_text(&p)
+                read_text(p)
                     .and_then(|t| parse_cb_trace(&t))
                     .unwrap_or_else(|e| panic!("{e}"))
             })
@@ -858,24 +1103,72 @@ pub fn run_classbench(
             trace_k.len()
         ));
         let sets = [&hit_k[..], &rand_k[..], &miss_k[..], &trace_k[..]];
-        let modes: Vec<(String, ModeFigures)> = classbench_modes()
-            .into_iter()
-            .map(|(label, relax)| {
-                let f = measure_mode(
-                    &label,
-                    relax,
-                    &entries,
-                    sets,
-                    &check,
-                    reps,
-                    lookups,
-                    &mut progress,
-                );
-                (label, f)
-            })
-            .collect();
-        let tss = modes[0].1.clone();
-        let merge = modes[1].1.clone();
+        // The reference reads plain text only.
+        let mut ref_runs: Vec<RefFigures> = Vec::new();
+        let mut reference_error = None;
+        let ref_input = match (reference, &trace_path) {
+            (Some(bin), Some(tp)) => plain_rules(file, &text).map(|f| (bin, f, tp.clone())),
+            _ => Err(String::new()),
+        };
+        if let (Some(_), Err(e)) = (reference, &ref_input) {
+            reference_error = Some(if e.is_empty() {
+                format!("no trace {name}.trace")
+            } else {
+                e.clone()
+            });
+        }
+        let mut run_ref = || {
+            if let Ok((bin, rf, tp)) = &ref_input {
+                match run_reference(bin, rf, tp) {
+                    Ok(r) => ref_runs.push(r),
+                    Err(e) => reference_error = Some(e),
+                }
+            }
+        };
+        let mut modes: Vec<(String, ModeFigures)> = Vec::new();
+        for (i, (label, mode)) in classbench_modes().into_iter().enumerate() {
+            let between: Option<&mut dyn FnMut()> = if i == 0 { Some(&mut run_ref) } else { None };
+            let f = measure_mode(
+                &label,
+                mode,
+                (&entries, &native),
+                sets,
+                &trace_pkts,
+                &check,
+                reps,
+                lookups,
+                &mut progress,
+                between,
+            );
+            modes.push((label, f));
+        }
+        if let Ok((_, rf, _)) = &ref_input {
+            if rf != file {
+                let _ = std::fs::remove_file(rf);
+            }
+        }
+        let reference = (!ref_runs.is_empty()).then(|| {
+            let mut ns: Vec<f64> = ref_runs.iter().map(|r| r.trace_ns).collect();
+            let mut pr: Vec<f64> = ref_runs.iter().map(|r| r.probes).collect();
+            let mut ms: Vec<f64> = ref_runs.iter().map(|r| r.construction_ms).collect();
+            RefFigures {
+                runs: ref_runs.len(),
+                trace_ns: median(&mut ns),
+                tables: ref_runs[0].tables,
+                probes: median(&mut pr),
+                size_bytes: ref_runs[0].size_bytes,
+                construction_ms: median(&mut ms),
+            }
+        });
+        let by_label = |want: &str| {
+            modes
+                .iter()
+                .find(|(l, _)| l.starts_with(want))
+                .map(|(_, f)| f.clone())
+                .unwrap_or_default()
+        };
+        let tss = by_label("TSS");
+        let merge = by_label("TupleMerge");
         rows.push(ClassbenchRow {
             name,
             rules: rules.len(),
@@ -885,6 +1178,8 @@ pub fn run_classbench(
             tss,
             merge,
             modes,
+            reference,
+            reference_error,
         });
     }
     rows
@@ -896,12 +1191,61 @@ pub fn report_classbench(rows: &[ClassbenchRow], reps: usize) -> String {
     s.push_str("# nicflow bench classifier: ClassBench rule sets\n\n");
     s.push_str(&format!("Machine: {}\n\n", super::machine_description()));
     s.push_str(&format!(
-        "Medians of {reps} runs. Port ranges expanded into prefix masks (one entry per \
-         (src prefix, dst prefix) pair, the rule's priority; first rule highest). Keys: \
-         *hit* = inside a random rule (4,096 keys), *random* = uniform headers, *miss* = \
-         IPv6 (no rule matches; every table probed), *trace* = the TupleMerge reference's \
-         trace, whole, in order. ns per lookup (tables probed per lookup).\n\n"
+        "Medians of {reps} runs. *native ranges*: one entry per rule, port ranges kept \
+         (`Classifier::insert_ranges`); *expanded*: port ranges split into prefix masks (one \
+         entry per (src prefix, dst prefix) pair), as OpenFlow matches carry them. Every entry \
+         has its rule's priority (first rule highest).\n\n"
     ));
+    if rows
+        .iter()
+        .any(|r| r.reference.is_some() || r.reference_error.is_some())
+    {
+        s.push_str(&format!(
+            "## Against the TupleMerge reference, same rules and trace\n\n\
+             Reference: `TupleMerge-Online`, collision limit {REF_COLLISION_LIMIT}, run once \
+             before each of nicflow's timed passes over the trace (mode: the first below). \
+             ns per lookup = the whole trace's time / packets, both. *Ratio* = nicflow / \
+             reference (medians). Memory: nicflow's `memory_bytes` (rules included); the \
+             reference's `Size(bytes)` (its index only).\n\n"
+        ));
+        s.push_str("| set | rules | trace packets | nicflow tables | ref tables | nicflow probed | ref probed | nicflow ns | ref ns | ratio | nicflow MB | ref MB (index) | ref runs |\n");
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for r in rows {
+            let (Some(f), Some(rf)) = (r.modes.first().map(|m| &m.1), &r.reference) else {
+                if let Some(e) = &r.reference_error {
+                    s.push_str(&format!(
+                        "| {} | reference not measured: {} |\n",
+                        r.name,
+                        e.replace('\n', " ")
+                    ));
+                }
+                continue;
+            };
+            let ns = f.trace_ns.unwrap_or(f64::NAN);
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2}x | {:.1} | {:.2} | {} |\n",
+                r.name,
+                r.rules,
+                r.trace_packets,
+                f.tables,
+                rf.tables,
+                f.probes_trace.unwrap_or(f64::NAN),
+                rf.probes,
+                ns,
+                rf.trace_ns,
+                ns / rf.trace_ns,
+                f.memory_bytes as f64 / 1e6,
+                rf.size_bytes as f64 / 1e6,
+                rf.runs,
+            ));
+        }
+        s.push('\n');
+    }
+    s.push_str(
+        "## Every mode\n\nKeys: *hit* = inside a random rule (4,096 keys), *random* = uniform \
+         headers, *miss* = IPv6 (no rule matches; every table probed), *trace* = the trace, \
+         whole, in order. ns per lookup (tables probed per lookup).\n\n",
+    );
     s.push_str("| set | rules | entries | mode | tables | hit | random | miss | trace | insert/s | delete/s | memory MB | wc bits | checked (wrong) |\n");
     s.push_str("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in rows {
@@ -914,7 +1258,7 @@ pub fn report_classbench(rows: &[ClassbenchRow], reps: usize) -> String {
                 "| {} | {} | {} | {} | {} | {:.0} ({:.1}) | {:.0} ({:.1}) | {:.0} ({:.1}) | {} | {:.2}M | {:.2}M | {:.1} | {:.1} | {} ({}) |\n",
                 r.name,
                 r.rules,
-                r.entries,
+                f.entries,
                 mode,
                 f.tables,
                 f.hit_ns,
@@ -979,7 +1323,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("tiny.rules");
         std::fs::write(&f, text).unwrap();
-        let rows = run_classbench(&[f], None, 1, 1000, |_| {});
+        let rows = run_classbench(&[f], None, None, 1, 1000, |_| {});
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(rows[0].entries, 6 + 1);
         for (_, m) in &rows[0].modes {

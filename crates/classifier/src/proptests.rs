@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
-use crate::{masked_eq, Classifier, LinearClassifier, RuleId};
+use crate::{masked_eq, Classifier, FieldRange, LinearClassifier, RuleId};
 
 const W: usize = 4;
 type Key = [u64; W];
@@ -474,4 +474,227 @@ proptest! {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Port ranges (`insert_ranges`): against a brute-force scan, and the
+// wildcard guarantee.
+// ---------------------------------------------------------------------------
+
+/// The two 16-bit range fields of the test keys: word 2's top quarter (where
+/// a common mask also looks) and word 3's low quarter.
+const RANGE_FIELDS: [(u8, u8); 2] = [(2, 48), (3, 0)];
+
+/// Bounds from a small alphabet (prefix edges, neighbours of each other)
+/// most of the time, so ranges overlap, nest and touch.
+fn bound() -> impl Strategy<Value = u16> {
+    prop_oneof![
+        4 => select(&[0u16, 1, 2, 3, 4, 7, 8, 0xff, 0x100, 0x3ff, 0x400, 0x7fff, 0x8000, 0xfffe, 0xffff][..]),
+        1 => any::<u16>(),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct RangedRule {
+    key: Key,
+    mask: Key,
+    ranges: Vec<FieldRange>,
+}
+
+fn ranged_rule() -> impl Strategy<Value = RangedRule> {
+    (
+        key(),
+        mask(),
+        prop::collection::vec((0..2usize, bound(), bound()), 0..=2),
+    )
+        .prop_map(|(key, mask, rs)| {
+            let mut ranges: Vec<FieldRange> = Vec::new();
+            for (f, a, b) in rs {
+                let (word, shift) = RANGE_FIELDS[f];
+                if ranges.iter().all(|r| r.word != word) {
+                    ranges.push(FieldRange {
+                        word,
+                        shift,
+                        lo: a.min(b),
+                        hi: a.max(b),
+                    });
+                }
+            }
+            RangedRule { key, mask, ranges }
+        })
+}
+
+impl RangedRule {
+    /// The meaning of the rule, computed without the classifier: the key
+    /// agrees with the rule's key under the mask *outside* the range fields,
+    /// and each range field lies in its range.
+    fn matches(&self, k: &Key) -> bool {
+        let mut m = self.mask;
+        for r in &self.ranges {
+            m[r.word as usize] &= !(0xffffu64 << r.shift);
+        }
+        masked_eq(k, &self.key, &m) && self.ranges.iter().all(|r| r.contains(k))
+    }
+}
+
+/// Keys near the rules' range bounds (and their bits elsewhere), so range
+/// tests go both ways.
+fn ranged_probe(rules: &[RangedRule], pick: &Index, edge: u8, noise: &Key) -> Key {
+    if rules.is_empty() {
+        return *noise;
+    }
+    let r = pick.get(rules);
+    let mut k: Key = std::array::from_fn(|w| (r.key[w] & r.mask[w]) | (noise[w] & !r.mask[w]));
+    for fr in &r.ranges {
+        let v = match edge % 5 {
+            0 => fr.lo.wrapping_sub(1),
+            1 => fr.lo,
+            2 => fr.hi,
+            3 => fr.hi.wrapping_add(1),
+            _ => noise[0] as u16,
+        };
+        let w = fr.word as usize;
+        k[w] = (k[w] & !(0xffffu64 << fr.shift)) | (u64::from(v) << fr.shift);
+    }
+    k
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Distinct priorities (rule i has priority i + 1, so the answer is the
+    /// matching rule of highest index): every lookup equals the brute-force
+    /// scan, before and after removals, and every key agreeing with a looked
+    /// up key on `lookup_wc`'s mask gets the same answer.
+    #[test]
+    fn ranges_match_brute_force_and_wildcards_are_sound(
+        rules in prop::collection::vec(ranged_rule(), 0..40),
+        probes in prop::collection::vec((any::<Index>(), 0u8..5, key()), 1..24),
+        noises in prop::collection::vec(key(), 4),
+        removals in prop::collection::vec(any::<bool>(), 40),
+        merge in merge_mode(),
+    ) {
+        for mode in modes(merge) {
+            let mut cls: Classifier<W, u32> = match mode {
+                Mode::Tss => Classifier::new(),
+                Mode::Merge(relax, limit) => {
+                    Classifier::with_relax(RELAXES[relax]).with_collision_limit(limit)
+                }
+            };
+            let mut live: Vec<Option<RuleId>> = Vec::new();
+            for (i, r) in rules.iter().enumerate() {
+                let (id, old) = cls.insert_ranges(&r.key, &r.mask, &r.ranges, i as u32 + 1, i as u32).unwrap();
+                prop_assert!(old.is_none());
+                live.push(Some(id));
+            }
+            cls.check_invariants();
+            let keys: Vec<Key> = probes.iter().map(|(p, e, n)| ranged_probe(&rules, p, *e, n)).collect();
+            for round in 0..2 {
+                let expect = |k: &Key| {
+                    (0..rules.len()).rev().find(|&i| live[i].is_some() && rules[i].matches(k)).map(|i| i as u32)
+                };
+                for k in &keys {
+                    let mut wc = [0u64; W];
+                    let got = cls.lookup_wc(k, &mut wc).map(|r| *r.1);
+                    prop_assert_eq!(got, expect(k), "key {:x?} ({:?}, round {})", k, mode, round);
+                    prop_assert_eq!(cls.lookup(k).map(|r| *r.1), got);
+                    for noise in &noises {
+                        let k2: Key = std::array::from_fn(|w| (k[w] & wc[w]) | (noise[w] & !wc[w]));
+                        prop_assert_eq!(expect(&k2), got,
+                            "{:x?} agrees with {:x?} on wc {:x?} but matches differently ({:?})", k2, k, wc, mode);
+                    }
+                    // Every range bound's neighbours too: the likeliest
+                    // keys to cross a range edge inside the megaflow.
+                    for r in rules.iter().flat_map(|r| &r.ranges) {
+                        for v in [r.lo.wrapping_sub(1), r.lo, r.hi, r.hi.wrapping_add(1)] {
+                            let w = r.word as usize;
+                            let mut k2 = *k;
+                            k2[w] = (k2[w] & !(0xffffu64 << r.shift)) | (u64::from(v) << r.shift);
+                            if masked_eq(k, &k2, &wc) {
+                                prop_assert_eq!(expect(&k2), got, "edge {:x?} in wc {:x?}", k2, wc);
+                            }
+                        }
+                    }
+                }
+                for (i, rm) in removals.iter().enumerate().take(rules.len()) {
+                    if *rm && round == 0 {
+                        if let Some(id) = live[i].take() {
+                            prop_assert_eq!(cls.remove(id), Some(i as u32));
+                        }
+                    }
+                }
+                cls.check_invariants();
+            }
+        }
+    }
+}
+
+#[test]
+fn ranges_replace_and_reject() {
+    let mut c: Classifier<W, u32> = Classifier::with_relax(|_| [0; W]).with_collision_limit(1);
+    let r = |lo, hi| FieldRange {
+        word: 3,
+        shift: 0,
+        lo,
+        hi,
+    };
+    let (a, _) = c
+        .insert_ranges(&[0; W], &[0; W], &[r(10, 20)], 5, 1)
+        .unwrap();
+    // Same match and priority: replaced.
+    let (b, old) = c
+        .insert_ranges(&[0; W], &[0; W], &[r(10, 20)], 5, 2)
+        .unwrap();
+    assert_eq!(old, Some(1));
+    assert!(!c.contains(a) && c.contains(b));
+    assert_eq!(c.ranges(b), Some(&[r(10, 20)][..]));
+    // Other ranges: other matches, however many (no table tells them apart).
+    for i in 0..5u16 {
+        c.insert_ranges(&[0; W], &[0; W], &[r(30 + i, 40 + i)], 4, 10 + u32::from(i))
+            .unwrap();
+    }
+    c.check_invariants();
+    assert_eq!(c.len(), 6);
+    assert_eq!(c.lookup(&[0, 0, 0, 15]).map(|r| *r.1), Some(2));
+    assert_eq!(c.lookup(&[0, 0, 0, 44]).map(|r| *r.1), Some(14));
+    assert_eq!(c.lookup(&[0, 0, 0, 45]), None);
+    // A prefix block is a mask: 0..=65535 is no condition at all.
+    let (d, _) = c
+        .insert_ranges(&[0; W], &[0; W], &[r(0, 0xffff)], 1, 99)
+        .unwrap();
+    assert_eq!(c.ranges(d), Some(&[][..]));
+    assert_eq!(c.find_exact(&[0; W], &[0; W], 1), Some(d));
+    // Refused, and nothing changed.
+    let n = c.len();
+    assert!(c.insert_ranges(&[0; W], &[0; W], &[r(5, 4)], 1, 0).is_err());
+    assert!(c
+        .insert_ranges(&[0; W], &[0; W], &[r(1, 4), r(2, 3)], 1, 0)
+        .is_err());
+    assert!(c
+        .insert_ranges(&[0; W], &[0; W], &[FieldRange { word: 4, ..r(1, 2) }], 1, 0)
+        .is_err());
+    assert!(c
+        .insert_ranges(&[0; W], &[0; W], &[r(1, 2); 3], 1, 0)
+        .is_err());
+    assert_eq!(c.len(), n);
+}
+
+#[test]
+fn range_wildcards_are_the_decisive_prefix() {
+    let mut c: Classifier<W, u32> = Classifier::with_relax(|_| [0; W]);
+    let r = FieldRange {
+        word: 3,
+        shift: 0,
+        lo: 1000,
+        hi: 1999,
+    };
+    c.insert_ranges(&[0; W], &[0; W], &[r], 1, 1).unwrap();
+    // 1024 lies in the aligned block 1024..=1535 (/7 of 16 bits).
+    let mut wc = [0u64; W];
+    assert!(c.lookup_wc(&[0, 0, 0, 1024], &mut wc).is_some());
+    assert_eq!(wc[3], 0xfe00);
+    // 3000 parts from 1999 at bit 4 (from the top): /5 decides "above".
+    let mut wc = [0u64; W];
+    assert!(c.lookup_wc(&[0, 0, 0, 3000], &mut wc).is_none());
+    assert_eq!(wc[3], 0xf800);
 }
