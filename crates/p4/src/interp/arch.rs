@@ -85,10 +85,16 @@ struct Shared {
 }
 
 fn ty_key(t: &Ty) -> String {
+    ty_key_ref(t).into_owned()
+}
+
+/// [`ty_key`] borrowed where the type has a name (headers, structs,
+/// named types): the per-block lookups of shared values allocate nothing.
+fn ty_key_ref(t: &Ty) -> std::borrow::Cow<'_, str> {
     match t {
-        Ty::Header(a) | Ty::Struct(a) => a.name.to_string(),
-        Ty::Named(n) => n.clone(),
-        o => format!("{o:?}"),
+        Ty::Header(a) | Ty::Struct(a) => std::borrow::Cow::Borrowed(&a.name),
+        Ty::Named(n) => std::borrow::Cow::Borrowed(n.as_str()),
+        o => std::borrow::Cow::Owned(format!("{o:?}")),
     }
 }
 
@@ -213,13 +219,21 @@ fn run_block(
 ) -> Result<(bool, Option<String>), Ctl> {
     let p = run.p;
     let blk = &p.blocks[b];
-    let mut vals = Vec::new();
-    let mut keys = Vec::new();
-    let all_keys: Vec<String> = blk.param_tys.iter().map(ty_key).collect();
+    let mut vals = Vec::with_capacity(blk.param_tys.len());
+    // Each parameter's key, owned when it was taken out of the map (given
+    // back on write-back: no String per block and packet).
+    let mut keys: Vec<(std::borrow::Cow<'_, str>, Option<String>)> =
+        Vec::with_capacity(blk.param_tys.len());
     for (prm, t) in blk.params().iter().zip(&blk.param_tys) {
-        let key = ty_key(t);
-        let shared_once = all_keys.iter().filter(|k| **k == key).count() == 1;
-        let v = match key.as_str() {
+        let key = ty_key_ref(t);
+        let mut owned_key = None;
+        let shared_once = blk
+            .param_tys
+            .iter()
+            .filter(|t| ty_key_ref(t) == key)
+            .count()
+            == 1;
+        let v = match &*key {
             "packet_in" => Value::Instance(PKT_IN),
             "packet_out" => Value::Instance(PKT_OUT),
             _ => {
@@ -228,9 +242,12 @@ fn run_block(
                     // (the headers and metadata are the bulk of a packet's
                     // allocations).
                     crate::ast::Direction::Out | crate::ast::Direction::InOut if shared_once => {
-                        shared.vals.remove(&key)
+                        shared.vals.remove_entry(&*key).map(|(k, v)| {
+                            owned_key = Some(k);
+                            v
+                        })
                     }
-                    _ => shared.vals.get(&key).cloned(),
+                    _ => shared.vals.get(&*key).cloned(),
                 };
                 match taken {
                     Some(mut v) => {
@@ -249,7 +266,7 @@ fn run_block(
             }
         };
         vals.push(v);
-        keys.push(key);
+        keys.push((key, owned_key));
     }
     let (vals, rejected, exited) = match run.run_block(b, vals) {
         Ok((v, e)) => (v, None, e),
@@ -267,12 +284,20 @@ fn run_block(
         }
         Err(e) => return Err(e),
     };
-    for ((prm, key), v) in blk.params().iter().zip(keys).zip(vals) {
+    for ((prm, (key, owned)), v) in blk.params().iter().zip(keys).zip(vals) {
         if key == "packet_in" || key == "packet_out" {
             continue;
         }
-        if prm.direction != crate::ast::Direction::In || !shared.vals.contains_key(&key) {
-            shared.vals.insert(key, v);
+        if let Some(k) = owned {
+            shared.vals.insert(k, v);
+        } else if prm.direction != crate::ast::Direction::In {
+            if let Some(slot) = shared.vals.get_mut(&*key) {
+                *slot = v;
+            } else {
+                shared.vals.insert(key.into_owned(), v);
+            }
+        } else if !shared.vals.contains_key(&*key) {
+            shared.vals.insert(key.into_owned(), v);
         }
     }
     Ok((exited, rejected))

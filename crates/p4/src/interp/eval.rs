@@ -105,7 +105,12 @@ pub(crate) struct Run<'a> {
     pub p: &'a Prog,
     pub st: &'a mut State,
     pub tr: &'a mut Trace,
-    frames: Vec<Vec<(String, Value)>>,
+    /// Variable frames; names borrow the program's AST (no per-packet
+    /// String per binding).
+    frames: Vec<Vec<(&'a str, Value)>>,
+    /// Emptied frames kept for reuse, so entering a block or action does
+    /// not allocate once the run has warmed up.
+    spare: Vec<Vec<(&'a str, Value)>>,
     base: usize,
     block: Option<usize>,
     /// Packet being parsed and the parser's bit position.
@@ -162,6 +167,7 @@ impl<'a> Run<'a> {
             st,
             tr,
             frames: Vec::new(),
+            spare: Vec::new(),
             base: 0,
             block: None,
             pkt,
@@ -277,29 +283,43 @@ impl<'a> Run<'a> {
 
     // ---- frames ------------------------------------------------------
 
-    fn declare(&mut self, name: &str, v: Value) {
+    fn declare(&mut self, name: &'a str, v: Value) {
         if let Some(f) = self.frames.last_mut() {
-            if let Some(slot) = f.iter_mut().find(|(n, _)| n == name) {
+            if let Some(slot) = f.iter_mut().find(|(n, _)| *n == name) {
                 slot.1 = v;
             } else {
-                f.push((name.to_string(), v));
+                f.push((name, v));
             }
         }
     }
 
-    fn var(&self, name: &str) -> Option<&Value> {
-        for f in self.frames[self.base..].iter().rev() {
-            if let Some((_, v)) = f.iter().rev().find(|(n, _)| n == name) {
-                return Some(v);
-            }
+    /// An empty frame, reused from an earlier block if one is spare.
+    fn new_frame(&mut self) -> Vec<(&'a str, Value)> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Pops the innermost frame, keeping its storage for reuse.
+    fn pop_frame(&mut self) {
+        if let Some(mut f) = self.frames.pop() {
+            f.clear();
+            self.spare.push(f);
         }
-        None
+    }
+
+    /// Keeps `f`'s storage for reuse.
+    fn recycle(&mut self, mut f: Vec<(&'a str, Value)>) {
+        f.clear();
+        self.spare.push(f);
+    }
+
+    fn var(&self, name: &str) -> Option<&Value> {
+        var_in(&self.frames[self.base..], name)
     }
 
     fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
         let base = self.base;
         for f in self.frames[base..].iter_mut().rev() {
-            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| n == name) {
+            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| *n == name) {
                 return Some(v);
             }
         }
@@ -529,11 +549,7 @@ impl<'a> Run<'a> {
     /// A reference to a variable's (sub)value without evaluation, for
     /// plain paths and field accesses.
     fn peek(&self, e: &Expr) -> Option<&Value> {
-        match e {
-            Expr::Path(id) => self.var(&id.name),
-            Expr::Member(b, m) => self.peek(b)?.field(&m.name),
-            _ => None,
-        }
+        peek_in(&self.frames[self.base..], e)
     }
 
     /// A mutable reference to an lvalue.
@@ -626,21 +642,22 @@ impl<'a> Run<'a> {
 
     // ---- statements ----------------------------------------------------
 
-    pub fn exec_block(&mut self, b: &ast::Block) -> R<()> {
-        self.frames.push(Vec::new());
+    pub fn exec_block(&mut self, b: &'a ast::Block) -> R<()> {
+        let f = self.new_frame();
+        self.frames.push(f);
         let r = b.stmts.iter().try_for_each(|s| self.exec(s));
-        self.frames.pop();
+        self.pop_frame();
         r
     }
 
-    pub fn exec(&mut self, s: &Stmt) -> R<()> {
+    pub fn exec(&mut self, s: &'a Stmt) -> R<()> {
         self.enter()?;
         let r = self.exec_inner(s);
         self.depth -= 1;
         r
     }
 
-    fn exec_inner(&mut self, s: &Stmt) -> R<()> {
+    fn exec_inner(&mut self, s: &'a Stmt) -> R<()> {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
                 let v = self.eval(rhs)?;
@@ -709,7 +726,7 @@ impl<'a> Run<'a> {
     fn exec_switch(
         &mut self,
         expr: &Expr,
-        cases: &[ast::SwitchCase],
+        cases: &'a [ast::SwitchCase],
         span: &crate::ast::Span,
     ) -> R<()> {
         let v = self.eval(expr)?;
@@ -768,9 +785,18 @@ impl<'a> Run<'a> {
                 // Methods on headers and stacks.
                 match name {
                     "isValid" => {
-                        let v = self.eval(obj)?;
+                        // Borrow the header when it is a plain path
+                        // (cloning it costs a Vec per call).
+                        let owned;
+                        let v = match self.peek(obj) {
+                            Some(v) => v,
+                            None => {
+                                owned = self.eval(obj)?;
+                                &owned
+                            }
+                        };
                         return Ok(Value::Bool(
-                            match &v {
+                            match v {
                                 Value::Header(h) => h.valid,
                                 Value::Struct(_, _, fs) => {
                                     fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid))
@@ -861,8 +887,14 @@ impl<'a> Run<'a> {
                             return fail(format!("{span}: unsupported: packet_out.{name}"));
                         }
                         for a in args {
-                            let v = self.eval(&a.value)?;
-                            self.emit(&v)?;
+                            // Emit the header in place when it is a plain
+                            // path (no clone of the aggregate).
+                            if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
+                                emit_into(&mut self.out, &mut self.prov, v)?;
+                            } else {
+                                let v = self.eval(&a.value)?;
+                                self.emit(&v)?;
+                            }
                         }
                         Ok(Value::Void)
                     }
@@ -875,8 +907,9 @@ impl<'a> Run<'a> {
                 if let Some(Local::Action(a)) = self.local(n) {
                     return self.call_action(*a, Some(args), None);
                 }
-                if let Some(f) = self.p.g.functions.get(n) {
-                    let f = f.clone();
+                let p: &'a Prog = self.p;
+                if let Some(f) = p.g.functions.get(n) {
+                    let f: &'a crate::interp::check::FuncDef = f;
                     return self.invoke(
                         &f.decl.proto.params,
                         &f.param_tys,
@@ -923,16 +956,16 @@ impl<'a> Run<'a> {
     #[allow(clippy::too_many_arguments)]
     fn invoke(
         &mut self,
-        params: &[ast::Param],
+        params: &'a [ast::Param],
         tys: &[Ty],
         args: &[Arg],
         data: Option<Vec<Value>>,
-        body: &ast::Block,
+        body: &'a ast::Block,
         barrier: bool,
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
-        let mut frame: Vec<(String, Value)> = Vec::with_capacity(params.len());
-        let mut copy_out: Vec<(String, &Expr)> = Vec::new();
+        let mut frame = self.new_frame();
+        let mut copy_out: Vec<(&'a str, &Expr)> = Vec::new();
         let mut data = data.map(|d| d.into_iter());
         let mut pos = 0usize;
         for (i, p) in params.iter().enumerate() {
@@ -942,7 +975,7 @@ impl<'a> Run<'a> {
             if p.direction == Direction::None {
                 if let Some(d) = data.as_mut() {
                     let v = d.next().unwrap_or_else(|| ty.default_value());
-                    frame.push((p.name.name.clone(), v));
+                    frame.push((p.name.name.as_str(), v));
                     continue;
                 }
             }
@@ -964,14 +997,14 @@ impl<'a> Run<'a> {
             let v = match (arg, p.direction) {
                 (Some(a), Direction::Out) => {
                     if !matches!(a.value, Expr::DontCare(_)) {
-                        copy_out.push((p.name.name.clone(), &a.value));
+                        copy_out.push((p.name.name.as_str(), &a.value));
                     }
                     ty.default_value()
                 }
                 (Some(a), d) => {
                     let v = self.eval(&a.value)?;
                     if d == Direction::InOut {
-                        copy_out.push((p.name.name.clone(), &a.value));
+                        copy_out.push((p.name.name.as_str(), &a.value));
                     }
                     match &ty {
                         Ty::Named(_) | Ty::Int | Ty::Void => v,
@@ -988,7 +1021,7 @@ impl<'a> Run<'a> {
                     None => ty.default_value(),
                 },
             };
-            frame.push((p.name.name.clone(), v));
+            frame.push((p.name.name.as_str(), v));
         }
         let saved_base = self.base;
         let saved_block = self.block;
@@ -1000,7 +1033,7 @@ impl<'a> Run<'a> {
             self.base = self.frames.len() - 1;
         }
         let r = body.stmts.iter().try_for_each(|s| self.exec(s));
-        let frame = self.frames.pop().unwrap_or_default();
+        let mut frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
         let ret = match r {
@@ -1009,19 +1042,21 @@ impl<'a> Run<'a> {
             Err(Ctl::Exit) => {
                 // Copy out, then keep exiting.
                 for (name, e) in copy_out {
-                    if let Some((_, v)) = frame.iter().find(|(n, _)| *n == name) {
-                        self.assign(e, v.clone())?;
+                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+                        self.assign(e, std::mem::replace(v, Value::Void))?;
                     }
                 }
+                self.recycle(frame);
                 return Err(Ctl::Exit);
             }
             Err(e) => return Err(e),
         };
         for (name, e) in copy_out {
-            if let Some((_, v)) = frame.iter().find(|(n, _)| *n == name) {
-                self.assign(e, v.clone())?;
+            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+                self.assign(e, std::mem::replace(v, Value::Void))?;
             }
         }
+        self.recycle(frame);
         Ok(ret)
     }
 
@@ -1070,25 +1105,22 @@ impl<'a> Run<'a> {
         let blk = &p.blocks[b];
         let saved_block = self.block.replace(b);
         let saved_base = self.base;
-        let frame: Vec<(String, Value)> = blk
-            .params()
-            .iter()
-            .map(|p| p.name.name.clone())
-            .zip(vals)
-            .collect();
+        let mut frame = self.new_frame();
+        frame.extend(blk.params().iter().map(|p| p.name.name.as_str()).zip(vals));
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
         let r = self.run_block_body(b);
         // Frame 0 of the block holds the params (vars were pushed in a
         // second frame, popped by run_block_body).
-        let frame = self.frames.pop().unwrap_or_default();
+        let mut frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
         let vals: Vec<Value> = frame
-            .into_iter()
+            .drain(..)
             .take(blk.params().len())
             .map(|(_, v)| v)
             .collect();
+        self.recycle(frame);
         match r {
             Ok(()) => Ok((vals, false)),
             Err(Ctl::Exit) => Ok((vals, true)),
@@ -1103,7 +1135,8 @@ impl<'a> Run<'a> {
     fn run_block_body(&mut self, b: usize) -> R<()> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
-        self.frames.push(Vec::new());
+        let f = self.new_frame();
+        self.frames.push(f);
         let r = (|| {
             for (v, ty) in &blk.vars {
                 let mut val = ty.default_value();
@@ -1120,14 +1153,14 @@ impl<'a> Run<'a> {
                 BlockKind::Parser(pd) => self.run_states(b, pd),
             }
         })();
-        self.frames.pop();
+        self.pop_frame();
         r
     }
 
-    fn run_states(&mut self, b: usize, pd: &ast::ParserDecl) -> R<()> {
+    fn run_states(&mut self, b: usize, pd: &'a ast::ParserDecl) -> R<()> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
-        let mut state = "start".to_string();
+        let mut state: &'a str = "start";
         loop {
             self.tick()?;
             if state == "accept" {
@@ -1136,25 +1169,26 @@ impl<'a> Run<'a> {
             if state == "reject" {
                 return Err(Ctl::Reject(String::new()));
             }
-            let Some(&si) = blk.states.get(&state) else {
+            let Some(&si) = blk.states.get(state) else {
                 return fail(format!("{}: no parser state {state}", pd.span));
             };
             let st = &pd.states[si];
-            self.frames.push(Vec::new());
+            let f = self.new_frame();
+            self.frames.push(f);
             let r = st.body.iter().try_for_each(|s| self.exec(s));
             let next = match r {
                 Ok(()) => self.transition(st),
                 Err(e) => Err(e),
             };
-            self.frames.pop();
+            self.pop_frame();
             state = next?;
         }
     }
 
-    fn transition(&mut self, st: &ast::ParserState) -> R<String> {
+    fn transition(&mut self, st: &'a ast::ParserState) -> R<&'a str> {
         match &st.transition {
-            None => Ok("reject".into()),
-            Some(ast::Transition::Direct(id)) => Ok(id.name.clone()),
+            None => Ok("reject"),
+            Some(ast::Transition::Direct(id)) => Ok(id.name.as_str()),
             Some(ast::Transition::Select { exprs, cases, span }) => {
                 let vals: Vec<Value> = exprs.iter().map(|e| self.eval(e)).collect::<R<_>>()?;
                 for v in &vals {
@@ -1162,7 +1196,7 @@ impl<'a> Run<'a> {
                 }
                 for c in cases {
                     if self.select_case_matches(&vals, &c.keysets)? {
-                        return Ok(c.next.name.clone());
+                        return Ok(c.next.name.as_str());
                     }
                 }
                 let _ = span;
@@ -1401,48 +1435,7 @@ impl<'a> Run<'a> {
 
     /// `packet_out.emit(v)`: valid headers' bits, recursively.
     pub fn emit(&mut self, v: &Value) -> R<()> {
-        match v {
-            Value::Header(h) if h.valid => {
-                for f in &h.fields {
-                    let at = self.out.bits as u32;
-                    let (len, src) = match f {
-                        Value::Bits(b) => {
-                            self.out.push(b.v, b.width);
-                            (b.width, b.src)
-                        }
-                        Value::Bool(b, _) => {
-                            self.out.push(*b as u128, 1);
-                            (1, Src::None)
-                        }
-                        Value::Varbit(v) => {
-                            for i in 0..v.len {
-                                self.out.push(v.bit(i) as u128, 1);
-                            }
-                            (v.len, v.src)
-                        }
-                        _ => return fail("unsupported header field in emit"),
-                    };
-                    let from = match src {
-                        Src::Packet(o) => Some(o),
-                        _ => None,
-                    };
-                    self.prov
-                        .push(crate::trace::EmitSpan { out: at, len, from });
-                }
-            }
-            Value::Stack(s) => {
-                for e in &s.elems {
-                    self.emit(e)?;
-                }
-            }
-            Value::Struct(_, _, fs) => {
-                for f in fs {
-                    self.emit(f)?;
-                }
-            }
-            _ => {}
-        }
-        Ok(())
+        emit_into(&mut self.out, &mut self.prov, v)
     }
 
     /// Serializes data (lists, headers, structs, bits) to bits for
@@ -1487,6 +1480,72 @@ impl<'a> Run<'a> {
     pub fn miss_ctx(&mut self) -> &mut Vec<(usize, Vec<u128>)> {
         &mut self.miss_ctx
     }
+}
+
+/// The variable `name` in `frames`, innermost first.
+fn var_in<'f>(frames: &'f [Vec<(&str, Value)>], name: &str) -> Option<&'f Value> {
+    for f in frames.iter().rev() {
+        if let Some((_, v)) = f.iter().rev().find(|(n, _)| *n == name) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// A reference to a variable's (sub)value in `frames` without
+/// evaluation, for plain paths and field accesses.
+fn peek_in<'f>(frames: &'f [Vec<(&str, Value)>], e: &Expr) -> Option<&'f Value> {
+    match e {
+        Expr::Path(id) => var_in(frames, &id.name),
+        Expr::Member(b, m) => peek_in(frames, b)?.field(&m.name),
+        _ => None,
+    }
+}
+
+/// Appends `v`'s valid headers to `out`, recording where their bits
+/// came from in `prov`.
+fn emit_into(out: &mut BitBuf, prov: &mut Vec<crate::trace::EmitSpan>, v: &Value) -> R<()> {
+    match v {
+        Value::Header(h) if h.valid => {
+            for f in &h.fields {
+                let at = out.bits as u32;
+                let (len, src) = match f {
+                    Value::Bits(b) => {
+                        out.push(b.v, b.width);
+                        (b.width, b.src)
+                    }
+                    Value::Bool(b, _) => {
+                        out.push(*b as u128, 1);
+                        (1, Src::None)
+                    }
+                    Value::Varbit(v) => {
+                        for i in 0..v.len {
+                            out.push(v.bit(i) as u128, 1);
+                        }
+                        (v.len, v.src)
+                    }
+                    _ => return fail("unsupported header field in emit"),
+                };
+                let from = match src {
+                    Src::Packet(o) => Some(o),
+                    _ => None,
+                };
+                prov.push(crate::trace::EmitSpan { out: at, len, from });
+            }
+        }
+        Value::Stack(s) => {
+            for e in &s.elems {
+                emit_into(out, prov, e)?;
+            }
+        }
+        Value::Struct(_, _, fs) => {
+            for f in fs {
+                emit_into(out, prov, f)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Fills scalars of `v` from the packet at bit `off` (lookahead).
@@ -1537,18 +1596,18 @@ impl Run<'_> {
         let p = self.p;
         let blk = &p.blocks[b];
         self.block = Some(b);
-        let frame: Vec<(String, Value)> = blk
+        let frame: Vec<(&str, Value)> = blk
             .params()
             .iter()
             .zip(&blk.param_tys)
-            .map(|(prm, t)| (prm.name.name.clone(), t.default_value()))
+            .map(|(prm, t)| (prm.name.name.as_str(), t.default_value()))
             .collect();
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
-        let vars: Vec<(String, Value)> = blk
+        let vars: Vec<(&str, Value)> = blk
             .vars
             .iter()
-            .map(|(v, t)| (v.name.name.clone(), t.default_value()))
+            .map(|(v, t)| (v.name.name.as_str(), t.default_value()))
             .collect();
         self.frames.push(vars);
         let r = self.eval(e);
