@@ -269,6 +269,11 @@ pub struct Bridge {
     /// `del_groups_id` leave the datapath alone until it is done, so no
     /// packet (kernel-offloaded ones included) sees half of it.
     defer_revalidation: bool,
+    /// Per-packet select groups modified or deleted while revalidation was
+    /// deferred: their bucket counts up to the revalidation are the old
+    /// buckets', dropped at [`Bridge::end_deferred`] (other groups' are
+    /// credited as usual).
+    deferred_group_resets: std::collections::BTreeSet<u32>,
     /// The switch-wide Geneve option map (OpenFlow TLV table), given to
     /// every port (Geneve ones take it), ports added later included.
     tlv_map: Vec<nicflow_port::tunnel::TlvMapping>,
@@ -295,6 +300,7 @@ impl Bridge {
             rounds_deferred: 0,
             overload: OverloadLog::default(),
             defer_revalidation: false,
+            deferred_group_resets: Default::default(),
             tlv_map: Vec::new(),
         }
     }
@@ -733,9 +739,24 @@ impl Bridge {
     /// [`Bridge::restore_rules`] (which revalidates against the old tables).
     pub fn end_deferred(&mut self, revalidate: bool) {
         self.defer_revalidation = false;
+        let reset = std::mem::take(&mut self.deferred_group_resets);
         if revalidate {
             self.dp.revalidate(&mut self.ofproto);
         }
+        self.settle_group_counts(&reset);
+    }
+
+    /// After a revalidation that followed a group change: credit what
+    /// every per-packet select group counted, except the groups in `reset`
+    /// (modified or deleted: those counts were their old buckets'), then
+    /// drop the per-packet state of groups that are gone. Taking the
+    /// counts drains every group's, so they must not be thrown away
+    /// wholesale.
+    fn settle_group_counts(&mut self, reset: &std::collections::BTreeSet<u32>) {
+        let mut counts = self.take_select_counts();
+        counts.retain(|c| !reset.contains(&c.0));
+        self.ofproto.groups.credit_buckets(&counts);
+        self.forget_select_state();
     }
 
     /// Rules a flow-statistics request selects, with up-to-date counters.
@@ -872,14 +893,18 @@ impl Bridge {
         self.dp.push_stats(&mut self.ofproto);
         self.credit_select_buckets();
         self.ofproto.add_groups(specs, modify, now)?;
-        if !self.defer_revalidation {
+        // Modified groups' bucket counters restart: what their old buckets
+        // counted until the flows were re-placed is not the new buckets'.
+        let reset: std::collections::BTreeSet<u32> = if modify {
+            specs.iter().map(|g| g.group_id).collect()
+        } else {
+            Default::default()
+        };
+        if self.defer_revalidation {
+            self.deferred_group_resets.extend(reset);
+        } else {
             self.dp.revalidate(&mut self.ofproto);
-            if modify {
-                // Modified groups' bucket counters restart: what their old
-                // buckets counted until the flows were re-placed is not
-                // the new buckets'.
-                self.take_select_counts();
-            }
+            self.settle_group_counts(&reset);
         }
         Ok(())
     }
@@ -888,11 +913,7 @@ impl Bridge {
     /// Returns (groups, rules) removed.
     pub fn del_groups_str(&mut self, text: &str) -> Result<(usize, usize), BridgeError> {
         let id = nicflow_ofctl::parse_group_filter(text)?;
-        self.dp.push_stats(&mut self.ofproto);
-        let n = self.ofproto.del_groups(id);
-        self.dp.revalidate(&mut self.ofproto);
-        self.forget_select_state();
-        Ok(n)
+        Ok(self.del_groups_id(id))
     }
 
     /// `dump-groups` lines, as `ovs-ofctl dump-groups` prints them.
@@ -1622,11 +1643,22 @@ impl Bridge {
     /// the datapath is revalidated. Returns (groups, rules) removed.
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
+        self.credit_select_buckets();
+        let before: std::collections::BTreeSet<u32> =
+            self.ofproto.groups.iter().map(|g| g.spec.group_id).collect();
         let n = self.ofproto.del_groups(id);
-        if !self.defer_revalidation {
+        // A deleted group's counts (and those of a group re-added under the
+        // same id before the revalidation) are the old buckets'.
+        let reset: std::collections::BTreeSet<u32> = before
+            .into_iter()
+            .filter(|g| !self.ofproto.groups.contains(*g))
+            .collect();
+        if self.defer_revalidation {
+            self.deferred_group_resets.extend(reset);
+        } else {
             self.dp.revalidate(&mut self.ofproto);
+            self.settle_group_counts(&reset);
         }
-        self.forget_select_state();
         n
     }
 

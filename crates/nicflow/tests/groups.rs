@@ -636,6 +636,40 @@ fn rr_select_sprays_one_flow_per_packet_from_one_cached_flow() {
     assert_eq!(br.group_stats(now)[0].packets, 6);
 }
 
+/// `mod-group` restarts the modified group's bucket counters only: what
+/// the other per-packet groups counted meanwhile is still theirs (taking
+/// the counts drains every group's).
+#[test]
+fn mod_group_restarts_its_own_bucket_counters_only() {
+    let (mut br, h) = bridge(4);
+    let now = Instant::now();
+    br.add_groups_str(
+        "group_id=1,type=select,selection_method=rr,bucket=actions=output:p2,bucket=actions=output:p3\n\
+         group_id=2,type=select,selection_method=rr,bucket=actions=output:p2,bucket=actions=output:p3",
+        false,
+        now,
+    )
+    .unwrap();
+    br.add_flow_str("in_port=p1,actions=group:1", now).unwrap();
+    br.add_flow_str("in_port=p4,actions=group:2", now).unwrap();
+    for _ in 0..4 {
+        h[0].inject(&udp(1000, 53));
+        h[3].inject(&udp(1000, 53));
+        br.run_until_idle(now);
+    }
+    br.add_groups_str(
+        "group_id=1,type=select,selection_method=rr,bucket=actions=output:p3,bucket=actions=output:p2",
+        true,
+        now,
+    )
+    .unwrap();
+    let stats = br.group_stats(now);
+    let g = |id: u32| stats.iter().find(|s| s.group_id == id).unwrap().clone();
+    let packets = |id: u32| g(id).buckets.iter().map(|b| b.0).collect::<Vec<_>>();
+    assert_eq!(packets(1), vec![0, 0], "the modified group's buckets restart");
+    assert_eq!(packets(2), vec![2, 2], "the other group keeps its counts");
+}
+
 #[test]
 fn wrr_select_follows_weights_per_packet() {
     let (mut br, h) = bridge(3);

@@ -75,6 +75,9 @@ pub struct TapPort {
     /// `tap`, or `internal` for the bridge's own interface.
     kind: &'static str,
     dev: File,
+    /// The device's interface index, read once it exists (splb measures
+    /// paths by index).
+    ifindex: Option<u32>,
     stats: PortStats,
     scratch: Box<[u8]>,
 }
@@ -96,10 +99,12 @@ impl TapPort {
             return Err(io::Error::new(e.kind(), format!("TUNSETIFF {ifname}: {e}")));
         }
         set_link_up(ifname).map_err(|e| io::Error::new(e.kind(), format!("{ifname} up: {e}")))?;
+        let ifindex = crate::sys::if_index(ifname).ok();
         Ok(TapPort {
             name: name.to_string(),
             kind: "tap",
             dev,
+            ifindex,
             stats: PortStats::default(),
             scratch: vec![0u8; 65536].into_boxed_slice(),
         })
@@ -117,6 +122,10 @@ impl TapPort {
 impl Port for TapPort {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn ifindex(&self) -> Option<u32> {
+        self.ifindex
     }
 
     fn kind(&self) -> &'static str {

@@ -1614,7 +1614,7 @@ impl OffloadManager {
             s.users += 1;
         }
         let seen = self
-            .read_buckets(id)
+            .read_buckets(id, index.len())
             .into_iter()
             .map(Option::unwrap_or_default)
             .collect();
@@ -1636,8 +1636,10 @@ impl OffloadManager {
         self.release_unused_selects();
     }
 
-    /// Flow `id`'s bucket entries' kernel counters, by position.
-    fn read_buckets(&self, id: u64) -> Vec<Option<(u64, u64)>> {
+    /// Flow `id`'s first `n` bucket entries' kernel counters, by position
+    /// (`n`: the buckets of its select, which the manager knows: no read of
+    /// the flow's own entry, no probe past its last bucket).
+    fn read_buckets(&self, id: u64, n: usize) -> Vec<Option<(u64, u64)>> {
         let Some((kind, h)) = self.flows.get(&id) else {
             return Vec::new();
         };
@@ -1645,7 +1647,7 @@ impl OffloadManager {
             EngineKind::Xdp => Some(&self.engine),
             EngineKind::Tc => self.tc.as_ref(),
         };
-        e.and_then(|e| e.bucket_counters(h).ok())
+        e.and_then(|e| e.bucket_counters(h, n).ok())
             .unwrap_or_default()
     }
 
@@ -1655,7 +1657,8 @@ impl OffloadManager {
         if !self.flow_selects.contains_key(&id) {
             return;
         }
-        let now = self.read_buckets(id);
+        let n = self.flow_selects.get(&id).map_or(0, |fs| fs.index.len());
+        let now = self.read_buckets(id, n);
         let Some(fs) = self.flow_selects.get_mut(&id) else {
             return;
         };

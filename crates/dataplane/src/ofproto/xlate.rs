@@ -1162,8 +1162,10 @@ impl Ctx<'_> {
     /// bucket. Each bucket's list ends with the packet put back as it found
     /// it (field writes undone), so what follows the group sees the same
     /// packet whichever bucket ran; [`trim_select_tails`] drops those
-    /// undoings when nothing follows. Bucket counters are not credited
-    /// (the flow's traffic is split at run time); the group's are.
+    /// undoings when nothing follows. The flow's counters credit the group
+    /// only: its traffic is split at run time, so the buckets' counters come
+    /// from the executor's and kernel engines' per-bucket counts
+    /// (`Bridge::group_stats`).
     fn select_per_packet(&mut self, g: &nicflow_ofctl::GroupSpec, table_id: u8) {
         use crate::datapath::action::{SelectBucket, SelectMethod};
         let method = match g.selection_method {

@@ -1657,19 +1657,17 @@ impl XdpEngine {
         Ok(c)
     }
 
-    /// A select flow's counters per bucket, by the bucket's position in its
-    /// `SELECT` (`None`: no bucket there), for the group's bucket
-    /// counters. Empty for a flow that is not a select.
+    /// A select flow's counters per bucket for its first `n` buckets
+    /// (the caller knows how many its `SELECT` has), by the bucket's
+    /// position (`None`: no entry there), for the group's bucket counters.
+    /// One lookup per bucket.
     pub fn bucket_counters(
         &self,
         handle: &FlowHandle,
+        n: usize,
     ) -> Result<Vec<Option<(u64, u64)>>, OffloadError> {
-        let v = self.value(handle)?;
-        if v.flags & layout::flag::SELECT == 0 {
-            return Ok(Vec::new());
-        }
         let hk = self.hash_key(handle)?;
-        Ok((0..layout::SELECT_MAX)
+        Ok((0..n.min(layout::SELECT_MAX))
             .map(|b| {
                 let mut bk = hk;
                 bk.pad = 1 + b as u32;

@@ -302,6 +302,8 @@ pub struct SelectState {
     pub pad: u32,
     pub cur: [i64; SELECT_MAX],
 }
+// `struct dp_select_state` in bpf/dp_core.h: u32, u32, i64[DP_SELECT_MAX].
+const _: () = assert!(std::mem::size_of::<SelectState>() == 8 + 8 * SELECT_MAX);
 
 /// `TUNNEL_OUTPUT`'s `data[TUN_OPT_LEN_AT]`: the Geneve option bytes the
 /// `TUN_OPTS` actions before it hold; `data[TUN_OPT_CRIT_AT]`: 0x40 (the
