@@ -1644,8 +1644,12 @@ impl Bridge {
     pub fn del_groups_id(&mut self, id: Option<u32>) -> (usize, usize) {
         self.dp.push_stats(&mut self.ofproto);
         self.credit_select_buckets();
-        let before: std::collections::BTreeSet<u32> =
-            self.ofproto.groups.iter().map(|g| g.spec.group_id).collect();
+        let before: std::collections::BTreeSet<u32> = self
+            .ofproto
+            .groups
+            .iter()
+            .map(|g| g.spec.group_id)
+            .collect();
         let n = self.ofproto.del_groups(id);
         // A deleted group's counts (and those of a group re-added under the
         // same id before the revalidation) are the old buckets'.

@@ -666,7 +666,11 @@ fn mod_group_restarts_its_own_bucket_counters_only() {
     let stats = br.group_stats(now);
     let g = |id: u32| stats.iter().find(|s| s.group_id == id).unwrap().clone();
     let packets = |id: u32| g(id).buckets.iter().map(|b| b.0).collect::<Vec<_>>();
-    assert_eq!(packets(1), vec![0, 0], "the modified group's buckets restart");
+    assert_eq!(
+        packets(1),
+        vec![0, 0],
+        "the modified group's buckets restart"
+    );
     assert_eq!(packets(2), vec![2, 2], "the other group keeps its counts");
 }
 
