@@ -205,11 +205,9 @@ pub fn warm_up(tb: &Testbed, t: &Traffic, rounds: u64) -> anyhow::Result<()> {
     warm_up_on(&Ends::of(tb)?, t, rounds)
 }
 
-/// Start the generator of `e` for `t.seconds` at `rate` frames/s (`None`:
-/// as fast as it can) without a sink: background load under another
-/// measurement (`bench scheduler`'s ping-pong). Its report goes to
-/// `out`; the caller waits for the child.
-pub fn spawn_load(e: &Ends, t: &Traffic, rate: Option<f64>, out: &Path) -> anyhow::Result<Child> {
+/// The generator's command line for a `t.seconds` burst at `rate`
+/// frames/s (`None`: as fast as it can) between `e`'s two hosts.
+fn timed_gen_argv(e: &Ends, t: &Traffic, rate: Option<f64>) -> Vec<String> {
     let mut argv = gen_argv_of(
         &e.bin,
         &e.client_iface,
@@ -222,6 +220,15 @@ pub fn spawn_load(e: &Ends, t: &Traffic, rate: Option<f64>, out: &Path) -> anyho
     if let Some(r) = rate {
         argv.extend(["--rate".into(), format!("{r:.0}")]);
     }
+    argv
+}
+
+/// Start the generator of `e` for `t.seconds` at `rate` frames/s (`None`:
+/// as fast as it can) without a sink: background load under another
+/// measurement (`bench scheduler`'s ping-pong). Its report goes to
+/// `out`; the caller waits for the child.
+pub fn spawn_load(e: &Ends, t: &Traffic, rate: Option<f64>, out: &Path) -> anyhow::Result<Child> {
+    let argv = timed_gen_argv(e, t, rate);
     spawn_to(e.client_cmd(&argv), out)
 }
 
@@ -296,18 +303,7 @@ pub fn burst_on(e: &Ends, t: &Traffic, rate: Option<f64>) -> anyhow::Result<Burs
         .map(|p| vec![("switch".to_string(), p)])
         .unwrap_or_default();
     let gen_out = dir.join("gen.json");
-    let mut argv = gen_argv_of(
-        &e.bin,
-        &e.client_iface,
-        &e.client_mac,
-        &e.server_mac,
-        t,
-        Some(t.seconds),
-        None,
-    );
-    if let Some(r) = rate {
-        argv.extend(["--rate".into(), format!("{r:.0}")]);
-    }
+    let argv = timed_gen_argv(e, t, rate);
     let a = Snapshot::take(&procs);
     let mut gen = spawn_to(e.client_cmd(&argv), &gen_out)?;
     let gen_st = wait_until(

@@ -26,19 +26,21 @@ fn udp_src(f: &[u8]) -> Option<u16> {
         .then(|| u16::from_be_bytes([f[o], f[o + 1]]))
 }
 
-/// One body for both engines: `offload` is the bridge's setting, `engine`
-/// the engine the flow must run in.
-fn rr_select_sprays_one_flow(tag: &str, offload: &str, engine: &str) {
-    if !common::lab_possible() {
-        return;
-    }
-    let mut lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
+/// A switch namespace `sw` and hosts h1-h3, each behind switch port p1-p3
+/// (IPv6 off on the hosts: no stray router solicitations in the counts).
+fn three_hosts(tag: &str) -> common::NsLab {
+    let lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
     lab.veth("p1", "sw", "eth0", "h1");
     lab.veth("p2", "sw", "eth0", "h2");
     lab.veth("p3", "sw", "eth0", "h3");
     for h in ["h1", "h2", "h3"] {
         lab.must(h, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
     }
+    lab
+}
+
+/// The daemon with bridge br0 over p1-p3 and its `offload` setting.
+fn switch_on(lab: &mut common::NsLab, offload: &str) {
     lab.restart_daemon();
     lab.cli(&["add-br", "br0"]).unwrap();
     for p in ["p1", "p2", "p3"] {
@@ -47,6 +49,16 @@ fn rr_select_sprays_one_flow(tag: &str, offload: &str, engine: &str) {
     }
     lab.cli(&["set", "br0", &format!("offload={offload}")])
         .unwrap();
+}
+
+/// One body for both engines: `offload` is the bridge's setting, `engine`
+/// the engine the flow must run in.
+fn rr_select_sprays_one_flow(tag: &str, offload: &str, engine: &str) {
+    if !common::lab_possible() {
+        return;
+    }
+    let mut lab = three_hosts(tag);
+    switch_on(&mut lab, offload);
     lab.cli(&[
         "add-group",
         "br0",
@@ -169,21 +181,8 @@ fn select_slots_outlive_their_groups(tag: &str, offload: &str, engine: &str) {
         return;
     }
     const GROUPS: u32 = 300;
-    let mut lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
-    lab.veth("p1", "sw", "eth0", "h1");
-    lab.veth("p2", "sw", "eth0", "h2");
-    lab.veth("p3", "sw", "eth0", "h3");
-    for h in ["h1", "h2", "h3"] {
-        lab.must(h, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-    }
-    lab.restart_daemon();
-    lab.cli(&["add-br", "br0"]).unwrap();
-    for p in ["p1", "p2", "p3"] {
-        lab.cli(&["add-port", "br0", p])
-            .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
-    }
-    lab.cli(&["set", "br0", &format!("offload={offload}")])
-        .unwrap();
+    let mut lab = three_hosts(tag);
+    switch_on(&mut lab, offload);
     lab.cli(&["add-flow", "br0", "priority=0,actions=drop"])
         .unwrap();
     let tx = raw_socket(&lab.ns("h1"));
@@ -277,13 +276,7 @@ fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &st
         common::skipped("needs root, tc and ethtool");
         return;
     }
-    let mut lab = common::NsLab::new("nfsl", tag, &["sw", "h1", "h2", "h3"]);
-    lab.veth("p1", "sw", "eth0", "h1");
-    lab.veth("p2", "sw", "eth0", "h2");
-    lab.veth("p3", "sw", "eth0", "h3");
-    for h in ["h1", "h2", "h3"] {
-        lab.must(h, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]);
-    }
+    let mut lab = three_hosts(tag);
     // GRO on the receivers: the TC engine then reaches them through the
     // switch ports' transmit path (and their qdiscs) instead of entering
     // their namespace directly (`redirect_peer`), which no qdisc sees.
@@ -297,14 +290,7 @@ fn splb_moves_packets_off_a_congested_path(tag: &str, offload: &str, engine: &st
             "limit", "100k",
         ],
     );
-    lab.restart_daemon();
-    lab.cli(&["add-br", "br0"]).unwrap();
-    for p in ["p1", "p2", "p3"] {
-        lab.cli(&["add-port", "br0", p])
-            .unwrap_or_else(|e| panic!("{e}\n{}", lab.daemon_log()));
-    }
-    lab.cli(&["set", "br0", &format!("offload={offload}")])
-        .unwrap();
+    switch_on(&mut lab, offload);
     lab.cli(&[
         "add-group",
         "br0",

@@ -382,14 +382,7 @@ impl TableIndex {
                     *self = TableIndex::Scan { keys: keys.clone() };
                     return;
                 }
-                let vals: Vec<u128> = e
-                    .keys
-                    .iter()
-                    .map(|m| match m {
-                        Km::Masked(x, _) => *x,
-                        Km::Range(lo, _) => *lo,
-                    })
-                    .collect();
+                let vals = key_values(e);
                 for (i, t) in tries.iter_mut().enumerate() {
                     if let Some(t) = t {
                         t.change(vals[i], masks[i].count_ones(), true);
@@ -447,14 +440,7 @@ impl TableIndex {
                         Km::Range(..) => 0,
                     })
                     .collect();
-                let vals: Vec<u128> = e
-                    .keys
-                    .iter()
-                    .map(|m| match m {
-                        Km::Masked(x, _) => *x,
-                        Km::Range(lo, _) => *lo,
-                    })
-                    .collect();
+                let vals = key_values(e);
                 let Some(g) = groups.iter_mut().find(|g| g.masks == masks) else {
                     return;
                 };
@@ -581,6 +567,18 @@ impl TableIndex {
             self.insert(runtime_order(e.id), e);
         }
     }
+}
+
+/// Entry `e`'s key values as a tuple's hash key holds them (a range's
+/// low bound: such an entry never reaches a tuple).
+fn key_values(e: &Entry) -> Vec<u128> {
+    e.keys
+        .iter()
+        .map(|m| match m {
+            Km::Masked(x, _) => *x,
+            Km::Range(lo, _) => *lo,
+        })
+        .collect()
 }
 
 #[cfg(test)]
