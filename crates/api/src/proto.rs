@@ -614,6 +614,10 @@ pub enum P4Op {
         arch: Option<String>,
         #[serde(default)]
         include: Vec<String>,
+        /// The program's CPU port number (P4Runtime PacketIn/PacketOut):
+        /// copies sent to it are queued for the controller.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpu_port: Option<u32>,
     },
     /// Back to the OpenFlow tables.
     Unload,
@@ -676,6 +680,17 @@ pub enum P4Op {
     /// (P4Runtime `PacketOut`): `data` in hex.
     PacketOut {
         port: u32,
+        data: String,
+    },
+    /// Frames the program sent to the CPU port, not yet taken (at most
+    /// `max`, oldest first; `data` in hex).
+    TakePacketIns {
+        max: usize,
+    },
+    /// Run a controller's frame (`data` in hex, its `packet_out` header in
+    /// front) through the program as arriving on the CPU port (P4Runtime
+    /// `PacketOut`, BMv2's `--cpu-port` semantics).
+    Inject {
         data: String,
     },
 }

@@ -841,6 +841,7 @@ fn tb_setup_mode(tb: &Testbed, mode: &str) -> anyhow::Result<()> {
             ),
             arch: None,
             include: vec![tb_corpus().join("include").display().to_string()],
+            cpu_port: None,
         },
     )?;
     p4_add(

@@ -30,6 +30,10 @@ pub enum P4Cmd {
         /// Include directory (the architecture files: core.p4, pna.p4, ...).
         #[arg(short = 'I', long = "include")]
         include: Vec<PathBuf>,
+        /// The program's CPU port number: copies it sends there are queued
+        /// for a P4Runtime controller (PacketIn) instead of transmitted.
+        #[arg(long)]
+        cpu_port: Option<u32>,
     },
     /// Back to the OpenFlow tables.
     Unload { bridge: String },
@@ -105,6 +109,14 @@ pub enum P4Cmd {
         /// Include directory for the programs controllers send.
         #[arg(short = 'I', long = "include")]
         include: Vec<PathBuf>,
+        /// The programs' CPU port number (as BMv2's `--cpu-port`): copies
+        /// sent there reach the controller as PacketIn (their
+        /// `packet_in` header becomes the metadata); a PacketOut enters the
+        /// program from it with its `packet_out` header in front. Without
+        /// it, PacketIn is never sent and a PacketOut goes straight out of
+        /// its `egress_port`.
+        #[arg(long)]
+        cpu_port: Option<u32>,
     },
     /// Print the P4Info (protobuf text format) nicflow generates for a
     /// program: give it to a P4Runtime controller with the program.
@@ -142,6 +154,7 @@ pub fn run_with_socket(
             program,
             arch,
             include,
+            cpu_port,
         } => {
             // The daemon reads the files: absolute paths.
             let abs = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
@@ -159,6 +172,7 @@ pub fn run_with_socket(
                         .into_iter()
                         .map(|d| abs(d).display().to_string())
                         .collect(),
+                    cpu_port,
                 },
             )
         }
@@ -213,12 +227,14 @@ pub fn run_with_socket(
             listen,
             device_id,
             include,
+            cpu_port,
         } => runtime(
             crate::control::daemon::socket_path(socket),
             bridge,
             listen,
             device_id,
             include,
+            cpu_port,
         ),
         P4Cmd::P4info {
             program,
@@ -246,6 +262,7 @@ fn runtime(
     listen: std::net::SocketAddr,
     device_id: u64,
     include: Vec<PathBuf>,
+    cpu_port: Option<u32>,
 ) -> Result<ExitCode> {
     // The daemon reads the include files too: absolute paths.
     let include = include
@@ -267,8 +284,12 @@ fn runtime(
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let target =
-            nicflow_p4rt::daemon_target::DaemonTarget::new(socket.clone(), bridge.clone(), include);
+        let target = nicflow_p4rt::daemon_target::DaemonTarget::with_cpu_port(
+            socket.clone(),
+            bridge.clone(),
+            include,
+            cpu_port,
+        );
         let shutdown = async {
             use tokio::signal::unix::{signal, SignalKind};
             match (

@@ -130,6 +130,71 @@ control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.eth); } }
 V1Switch(P(), VC(), I(), E(), C(), D()) main;
 "#;
 
+/// Starts `nicflow p4 runtime br0` for the lab's daemon (with `extra`
+/// arguments) and waits until it listens: the server (killed on drop), its
+/// address and its log.
+fn serve(lab: &common::NsLab, include: &Path, extra: &[&str]) -> (Server, String, PathBuf) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = lab.dir().join("p4rt.log");
+    let server = Server(
+        Command::new(common::nicflow_bin())
+            .arg("--socket")
+            .arg(lab.sock())
+            .args(["p4", "runtime", "br0", "--listen", &listen])
+            .args(extra)
+            .arg("-I")
+            .arg(include)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .spawn()
+            .expect("starting nicflow p4 runtime"),
+    );
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "P4Runtime server did not come up:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (server, listen, log)
+}
+
+/// One p4runtime-shell session (tests/p4_runtime_client.py MODE) with
+/// election id `election`; fails the test unless it printed DONE.
+fn run_shell(
+    py: &str,
+    lab: &common::NsLab,
+    listen: &str,
+    log: &Path,
+    election: u32,
+    mode: &str,
+    args: &[&str],
+) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/p4_runtime_client.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(mode)
+        .arg(listen)
+        .arg(election.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running p4_runtime_client.py");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("[{mode}]\n{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "p4runtime-shell client ({mode}) failed:\n{stdout}\n{stderr}\nserver log:\n{}\ndaemon log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default(),
+        lab.daemon_log()
+    );
+}
+
 #[test]
 fn p4runtime_shell_fills_a_bridges_tables() {
     if !common::lab_possible() {
@@ -168,54 +233,11 @@ fn p4runtime_shell_fills_a_bridges_tables() {
     assert!(text.contains("name: \"MyIngress.ipv6_lpm\""), "{text}");
     std::fs::write(&p4info, &text).unwrap();
 
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let log = lab.dir().join("p4rt.log");
-    let server = Server(
-        Command::new(common::nicflow_bin())
-            .arg("--socket")
-            .arg(lab.sock())
-            .args(["p4", "runtime", "br0", "--listen", &listen, "-I"])
-            .arg(&include)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-            .spawn()
-            .expect("starting nicflow p4 runtime"),
-    );
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "P4Runtime server did not come up:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-
-    // One p4runtime-shell session per step, each with a higher election id.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/p4_runtime_client.py");
+    let (server, listen, log) = serve(&lab, &include, &[]);
     let mut election = 0;
     let mut shell = |mode: &str, args: &[&str]| {
         election += 1;
-        let out = Command::new(&py)
-            .arg(&script)
-            .arg(mode)
-            .arg(&listen)
-            .arg(election.to_string())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("running p4_runtime_client.py");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        println!("[{mode}]\n{stdout}");
-        assert!(
-            out.status.success() && stdout.contains("DONE"),
-            "p4runtime-shell client ({mode}) failed:\n{stdout}\n{stderr}\nserver log:\n{}\ndaemon log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default(),
-            lab.daemon_log()
-        );
+        run_shell(&py, &lab, &listen, &log, election, mode, args)
     };
     let (pa_s, pb_s) = (pa.to_string(), pb.to_string());
     let p4info_s = p4info.to_str().unwrap().to_string();
@@ -388,4 +410,132 @@ fn p4runtime_shell_fills_a_bridges_tables() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "server exit: {status}");
+}
+
+/// A v1model program with BMv2-style controller headers: frames of
+/// EtherType 0x88b5 go to the CPU port (255) with a `packet_in` header
+/// naming their ingress port; frames from the CPU port carry a
+/// `packet_out` header whose `egress_port` the program obeys.
+const PKTIO_P4: &str = r#"#include <core.p4>
+#include <v1model.p4>
+
+#define CPU_PORT 255
+
+@controller_header("packet_in")
+header packet_in_t { bit<9> ingress_port; bit<7> _pad; }
+@controller_header("packet_out")
+header packet_out_t { bit<9> egress_port; bit<7> _pad; }
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etype; }
+struct headers { packet_out_t packet_out; packet_in_t packet_in; ethernet_t eth; }
+struct metadata { }
+
+parser P(packet_in pkt, out headers hdr, inout metadata m, inout standard_metadata_t sm) {
+    state start {
+        transition select(sm.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+    state parse_packet_out { pkt.extract(hdr.packet_out); transition parse_ethernet; }
+    state parse_ethernet { pkt.extract(hdr.eth); transition accept; }
+}
+control VC(inout headers hdr, inout metadata m) { apply { } }
+control I(inout headers hdr, inout metadata m, inout standard_metadata_t sm) {
+    apply {
+        if (hdr.packet_out.isValid()) {
+            sm.egress_spec = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+        } else if (hdr.eth.etype == 0x88b5) {
+            sm.egress_spec = CPU_PORT;
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = sm.ingress_port;
+            hdr.packet_in._pad = 0;
+        } else {
+            mark_to_drop(sm);
+        }
+    }
+}
+control E(inout headers hdr, inout metadata m, inout standard_metadata_t sm) { apply { } }
+control C(inout headers hdr, inout metadata m) { apply { } }
+control D(packet_out pkt, in headers hdr) {
+    apply { pkt.emit(hdr.packet_in); pkt.emit(hdr.eth); }
+}
+V1Switch(P(), VC(), I(), E(), C(), D()) main;
+"#;
+
+/// PacketIn and PacketOut through the CPU port (`--cpu-port 255`), with
+/// the real p4runtime-shell: a frame from h1 reaches the controller with
+/// its ingress port as metadata, and a controller's frame leaves towards
+/// h2 through the program; such runs are never cached.
+#[test]
+fn packet_in_and_packet_out_cross_the_cpu_port() {
+    if !common::lab_possible() {
+        return;
+    }
+    let Some(py) = python() else { return };
+    let Some(corpus) = corpus() else { return };
+    let include = corpus.join("include");
+
+    let mut lab = common::NsLab::new("nfp4pio", "", &["sw", "h1", "h2"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.restart_daemon();
+    for c in [
+        &["add-br", "br0"][..],
+        &["add-port", "br0", "p1"],
+        &["add-port", "br0", "p2"],
+    ] {
+        lab.cli(c).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let show = lab.cli(&["--json", "show"]).unwrap();
+    let (pa, pb) = (ofport(&show, "p1"), ofport(&show, "p2"));
+
+    let program = lab.dir().join("pktio.p4");
+    std::fs::write(&program, PKTIO_P4).unwrap();
+    let p4info = lab.dir().join("pktio.p4info.txtpb");
+    let text = lab
+        .cli(&[
+            "p4",
+            "p4info",
+            program.to_str().unwrap(),
+            "-I",
+            include.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(
+        text.contains("controller_packet_metadata") && text.contains("name: \"egress_port\""),
+        "{text}"
+    );
+    std::fs::write(&p4info, &text).unwrap();
+
+    let (_server, listen, log) = serve(&lab, &include, &["--cpu-port", "255"]);
+    run_shell(
+        &py,
+        &lab,
+        &listen,
+        &log,
+        1,
+        "pktio",
+        &[
+            p4info.to_str().unwrap(),
+            program.to_str().unwrap(),
+            &lab.ns("h1"),
+            &lab.ns("h2"),
+            &pa.to_string(),
+            &pb.to_string(),
+        ],
+    );
+
+    // The daemon counted the packet-ins and cached none of those runs.
+    let info = lab.cli(&["p4", "info", "br0"]).unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("cpu_port:255"))
+        .unwrap_or_else(|| panic!("{info}"));
+    assert!(
+        !line.contains("packet_in:0 ") && line.ends_with("packet_in_dropped:0"),
+        "{info}"
+    );
+    assert!(info.contains("p4-packet-in:"), "{info}");
+    assert!(info.contains("p4-packet-out:"), "{info}");
 }

@@ -7,6 +7,8 @@ Usage: p4_runtime_client.py MODE HOST:PORT ELECTION [ARGS...]; MODE is
   counters_fill P4INFO_TXT PROGRAM_P4 PORT_B
   counters_read PORT_A              (after the test sent traffic)
   idle                              (waits for the dmac entry's idle-timeout notification)
+  pktio P4INFO_TXT PROGRAM_P4 NS_H1 NS_H2 PORT_A PORT_B
+                                    (PacketIn from h1, PacketOut to h2, through the CPU port)
 
 `tutorial` sets the pipeline (P4Info = what `nicflow p4 p4info` printed, device config =
 the P4-16 source), inserts the Netronome tutorial's ipv6_lpm entries (addresses
@@ -17,7 +19,9 @@ and exits non-zero on the first mismatch.
 """
 import ipaddress
 import os
+import subprocess
 import sys
+import time
 import traceback
 
 import grpc
@@ -287,10 +291,71 @@ def idle():
     sh.teardown()
 
 
+# Sends one raw frame (hex) out of eth0 in a namespace (stdlib only).
+SEND_RAW = ("import socket,sys; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+            "s.bind(('eth0', 0)); s.send(bytes.fromhex(sys.argv[1]))")
+# Prints the first frame of EtherType 0x88b6 seen on eth0 (hex), within 10 s.
+RECV_RAW = ("import socket; s=socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x88b6)); "
+            "s.bind(('eth0', 0x88b6)); s.settimeout(10); print('GOT', s.recv(2048).hex(), flush=True)")
+
+
+def pktio(p4info, program, ns1, ns2, port_a, port_b):
+    setup(p4info, program)
+    names = sorted(m.preamble.name for m in sh.client.get_p4info().controller_packet_metadata)
+    assert names == ["packet_in", "packet_out"], names
+    ok("P4Info with packet_in and packet_out controller metadata")
+
+    pin = sh.PacketIn()
+    frame = bytes.fromhex("020000000099" "020000000001" "88b5") + b"nicflow packet-in test" + bytes(28)
+    got = []
+    for _ in range(3):
+        subprocess.run(["ip", "netns", "exec", ns1, "python3", "-c", SEND_RAW, frame.hex()], check=True)
+        got = [m.packet for m in pin.sniff(timeout=2) if m.packet.payload == frame]
+        if got:
+            break
+    assert got, "no PacketIn carrying h1's frame"
+    info = sh.client.get_p4info()
+    md = [m for m in info.controller_packet_metadata if m.preamble.name == "packet_in"][0]
+    port_id = [f.id for f in md.metadata if f.name == "ingress_port"][0]
+    ports = [int.from_bytes(m.value, "big") for m in got[0].metadata if m.metadata_id == port_id]
+    assert ports == [int(port_a)], (ports, got[0])
+    ok("PacketIn: h1's frame, header stripped, metadata ingress_port=%s" % port_a)
+
+    out = bytes.fromhex("020000000002" "020000000099" "88b6") + b"nicflow packet-out test" + bytes(27)
+    rx = subprocess.Popen(["ip", "netns", "exec", ns2, "python3", "-c", RECV_RAW],
+                          stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    for _ in range(5):
+        po = sh.PacketOut(payload=out)
+        po.metadata["egress_port"] = port_b
+        po.send()
+        try:
+            rx.wait(timeout=1)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    line = rx.communicate(timeout=15)[0]
+    assert line.strip() == "GOT " + out.hex(), line
+    ok("PacketOut(egress_port=%s) through the program: h2 received the payload unchanged" % port_b)
+
+    # A metadata value wider than the field is refused by the server.
+    bad = p4runtime_pb2.StreamMessageRequest()
+    bad.packet.payload = out
+    po_md = [m for m in info.controller_packet_metadata if m.preamble.name == "packet_out"][0]
+    eg = [f.id for f in po_md.metadata if f.name == "egress_port"][0]
+    bad.packet.metadata.add(metadata_id=eg, value=b"\x7f\xff")
+    sh.client.stream_out_q.put(bad)
+    err = sh.client.get_stream_packet("unknown", timeout=5)
+    assert err is not None and err.error.canonical_code == 3, err  # INVALID_ARGUMENT
+    ok("PacketOut with egress_port wider than 9 bits -> StreamError INVALID_ARGUMENT")
+    sh.teardown()
+
+
 if __name__ == "__main__":
     try:
         {"tutorial": tutorial, "refuse": refuse, "adopt": adopt,
-         "counters_fill": counters_fill, "counters_read": counters_read, "idle": idle}[MODE](*ARGS)
+         "counters_fill": counters_fill, "counters_read": counters_read, "idle": idle,
+         "pktio": pktio}[MODE](*ARGS)
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()

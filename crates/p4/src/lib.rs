@@ -14,6 +14,7 @@
 //! it).
 
 pub mod ast;
+pub mod controller;
 pub mod entries;
 pub mod front;
 pub mod interp;
@@ -23,6 +24,7 @@ pub mod stf;
 pub mod trace;
 pub mod value;
 
+pub use controller::{ControllerError, ControllerHeader};
 pub use interp::arch::{self, Arch};
 pub use interp::check::{self, P4Error};
 pub use interp::{Outcome, Pipeline};

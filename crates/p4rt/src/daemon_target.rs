@@ -12,6 +12,13 @@
 //! `ACTION KEY... => name=VALUE... [priority N]`) and come back from
 //! `TableDump` as key texts (`0x..`, `0x../LEN`, `0x..&&&0x..`,
 //! `0x..->0x..`, `*`), which are parsed back into P4Runtime matches here.
+//!
+//! With a CPU port (`nicflow p4 runtime --cpu-port N`, BMv2's `--cpu-port`),
+//! copies the program sends to port N are collected from the daemon (a poll
+//! every few milliseconds while the program has a `packet_in` controller
+//! header) and sent to the controllers as PacketIn, the `packet_in` header's
+//! fields as metadata; a PacketOut's metadata become a `packet_out` header
+//! in front of its payload, and the frame enters the program from port N.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,6 +39,11 @@ use p4::entity::Entity as E;
 
 /// How often idle-timeout notifications are collected from the daemon.
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// How often packet-ins are collected from the daemon when none were
+/// waiting (a poll that found some polls again at once).
+const PACKET_IN_POLL: Duration = Duration::from_millis(10);
+/// Packet-ins taken from the daemon per request.
+const PACKET_IN_BATCH: usize = 64;
 
 /// The pipeline in force: the P4Info the controller uses (ids) and the
 /// source it was generated from.
@@ -47,6 +59,32 @@ struct State {
     defaults: HashMap<u32, p4::TableEntry>,
     /// Some table has an idle timeout: poll the daemon for notifications.
     idle_tables: bool,
+    /// The `packet_in` / `packet_out` controller headers of the P4Info in
+    /// force (its metadata ids by field name), when it has them.
+    packet_in: Option<(nicflow_p4::ControllerHeader, Vec<u32>)>,
+    packet_out: Option<(nicflow_p4::ControllerHeader, Vec<u32>)>,
+}
+
+/// The controller header `name` of `info`: fields in P4Info order with
+/// their widths, and their metadata ids.
+fn controller_header(
+    info: &cfg::P4Info,
+    name: &str,
+) -> Option<(nicflow_p4::ControllerHeader, Vec<u32>)> {
+    let m = info
+        .controller_packet_metadata
+        .iter()
+        .find(|m| preamble_name(&m.preamble) == name)?;
+    let header = nicflow_p4::ControllerHeader {
+        name: name.to_string(),
+        type_name: String::new(),
+        fields: m
+            .metadata
+            .iter()
+            .map(|f| (f.name.clone(), f.bitwidth.max(0) as u32))
+            .collect(),
+    };
+    Some((header, m.metadata.iter().map(|f| f.id).collect()))
 }
 
 /// A [`P4RtTarget`] that forwards to a nicflow daemon's bridge; see the
@@ -59,6 +97,8 @@ pub struct DaemonTarget {
     /// `-I` directories for the program's includes (core.p4, v1model.p4, ...),
     /// used here and by the daemon (give absolute paths).
     pub include_dirs: Vec<PathBuf>,
+    /// The programs' CPU port (PacketIn/PacketOut), if any.
+    pub cpu_port: Option<u32>,
     state: Mutex<State>,
     events: broadcast::Sender<TargetEvent>,
 }
@@ -280,20 +320,34 @@ pub fn name_differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String>
 }
 
 impl DaemonTarget {
-    /// A target for `bridge` of the daemon at `socket`; starts the thread
-    /// that collects idle-timeout notifications (it ends with the target).
+    /// A target for `bridge` of the daemon at `socket`, without a CPU
+    /// port; see [`DaemonTarget::with_cpu_port`].
     pub fn new(socket: PathBuf, bridge: String, include_dirs: Vec<PathBuf>) -> Arc<Self> {
+        Self::with_cpu_port(socket, bridge, include_dirs, None)
+    }
+
+    /// A target for `bridge` of the daemon at `socket` whose programs send
+    /// packets for the controller to `cpu_port`; starts the thread that
+    /// collects packet-ins and idle-timeout notifications (it ends with
+    /// the target).
+    pub fn with_cpu_port(
+        socket: PathBuf,
+        bridge: String,
+        include_dirs: Vec<PathBuf>,
+        cpu_port: Option<u32>,
+    ) -> Arc<Self> {
         let t = Arc::new(Self {
             socket,
             bridge,
             include_dirs,
+            cpu_port,
             state: Mutex::default(),
             events: broadcast::channel(256).0,
         });
         let weak = Arc::downgrade(&t);
         let _ = std::thread::Builder::new()
-            .name("p4rt-idle".into())
-            .spawn(move || idle_poller(weak));
+            .name("p4rt-poll".into())
+            .spawn(move || poller(weak));
         t
     }
 
@@ -530,6 +584,48 @@ impl DaemonTarget {
         Ok((info, s.index.clone()))
     }
 
+    /// Collects the frames the program sent to the CPU port and sends them
+    /// to the controllers as PacketIn, the `packet_in` header's fields as
+    /// metadata. True when a whole batch came (more may be waiting).
+    /// Frames too short for the header are dropped with a debug log.
+    fn poll_packet_ins(&self) -> Result<bool, Status> {
+        let Some((header, ids)) = self.lock().packet_in.clone() else {
+            return Ok(false);
+        };
+        let data = self.call(P4Op::TakePacketIns {
+            max: PACKET_IN_BATCH,
+        })?;
+        let frames: Vec<Vec<u8>> = data
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| unhex(v.get("data")?.as_str()?))
+            .collect();
+        let full = frames.len() == PACKET_IN_BATCH;
+        for f in frames {
+            let (fields, payload) = match header.unpack(&f) {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!("p4runtime: packet-in dropped: {e}");
+                    continue;
+                }
+            };
+            let metadata = fields
+                .into_iter()
+                .zip(&ids)
+                .map(|((_, v), id)| p4::PacketMetadata {
+                    metadata_id: *id,
+                    value: canonical_bytes(v),
+                })
+                .collect();
+            let _ = self.events.send(TargetEvent::PacketIn(p4::PacketIn {
+                payload: payload.to_vec(),
+                metadata,
+            }));
+        }
+        Ok(full)
+    }
+
     /// Collects idle-timeout notifications and sends them to the controllers.
     fn poll_idle(&self) -> Result<(), Status> {
         if !self.lock().idle_tables {
@@ -584,14 +680,57 @@ impl DaemonTarget {
     }
 }
 
-fn idle_poller(target: Weak<DaemonTarget>) {
+/// Collects packet-ins (when the target has a CPU port) and idle-timeout
+/// notifications until the target goes.
+fn poller(target: Weak<DaemonTarget>) {
+    let mut last_idle = std::time::Instant::now();
     loop {
-        std::thread::sleep(IDLE_POLL);
         let Some(t) = target.upgrade() else { return };
-        if let Err(e) = t.poll_idle() {
-            tracing::debug!("p4runtime idle poll: {}", e.message());
+        let mut more = false;
+        if t.cpu_port.is_some() {
+            match t.poll_packet_ins() {
+                Ok(full) => more = full,
+                Err(e) => tracing::debug!("p4runtime packet-in poll: {}", e.message()),
+            }
+        }
+        if last_idle.elapsed() >= IDLE_POLL {
+            last_idle = std::time::Instant::now();
+            if let Err(e) = t.poll_idle() {
+                tracing::debug!("p4runtime idle poll: {}", e.message());
+            }
+        }
+        let pause = if t.cpu_port.is_some() {
+            PACKET_IN_POLL
+        } else {
+            IDLE_POLL
+        };
+        drop(t);
+        if !more {
+            std::thread::sleep(pause);
         }
     }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+/// P4Runtime's canonical byte string: no leading zero bytes (zero is one
+/// 0 byte).
+fn canonical_bytes(v: Vec<u8>) -> Vec<u8> {
+    let first = v
+        .iter()
+        .position(|b| *b != 0)
+        .unwrap_or(v.len().saturating_sub(1));
+    if v.is_empty() {
+        return vec![0];
+    }
+    v[first..].to_vec()
 }
 
 fn action_of(te: &p4::TableEntry) -> Option<&p4::Action> {
@@ -778,9 +917,12 @@ impl P4RtTarget for DaemonTarget {
                 .iter()
                 .map(|d| d.display().to_string())
                 .collect(),
+            cpu_port: self.cpu_port,
         })?;
         let mut s = self.lock();
         *s = State {
+            packet_in: controller_header(&in_force, "packet_in"),
+            packet_out: controller_header(&in_force, "packet_out"),
             index: P4InfoIndex::new(&in_force),
             idle_tables: in_force.tables.iter().any(|t| {
                 t.idle_timeout_behavior == cfg::table::IdleTimeoutBehavior::NotifyControl as i32
@@ -956,6 +1098,41 @@ impl P4RtTarget for DaemonTarget {
     }
 
     fn packet_out(&self, packet: &p4::PacketOut) -> Result<(), Status> {
+        if self.cpu_port.is_some() {
+            // BMv2's semantics: the metadata become the program's
+            // packet_out header and the frame enters from the CPU port.
+            let (header, ids) = {
+                let s = self.lock();
+                if s.info.is_none() {
+                    return Err(Status::failed_precondition("no pipeline"));
+                }
+                s.packet_out.clone().ok_or_else(|| {
+                    Status::invalid_argument(
+                        "nicflow: PacketOut needs the program's @controller_header(\"packet_out\") \
+                         header in the P4Info",
+                    )
+                })?
+            };
+            let mut values = Vec::with_capacity(packet.metadata.len());
+            for m in &packet.metadata {
+                let i = ids
+                    .iter()
+                    .position(|id| *id == m.metadata_id)
+                    .ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "PacketOut: no packet_out metadata with id {}",
+                            m.metadata_id
+                        ))
+                    })?;
+                values.push((header.fields[i].0.clone(), m.value.clone()));
+            }
+            let frame = header
+                .pack(&values, &packet.payload)
+                .map_err(|e| Status::invalid_argument(format!("PacketOut: {e}")))?;
+            let data: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+            self.call(P4Op::Inject { data })?;
+            return Ok(());
+        }
         let (info, _) = self.info()?;
         let meta = info
             .controller_packet_metadata

@@ -199,9 +199,10 @@ fn preamble(id: u32, name: &str, alias: &HashMap<String, String>) -> Option<cfg:
 
 /// The P4Info of `pipeline`: its tables (declaration order), the actions
 /// they use (with `@tableonly`/`@defaultonly` scopes), counters, direct
-/// counters, meters, direct meters and registers, and the architecture.
-/// Controller packet metadata, digests, value sets and action profiles are
-/// not generated (the interpreter does not expose them).
+/// counters, meters, direct meters and registers, the controller packet
+/// metadata (`@controller_header` headers), and the architecture. Digests,
+/// value sets and action profiles are not generated (the interpreter does
+/// not expose them).
 pub fn generate(pipeline: &Pipeline) -> cfg::P4Info {
     let tables: Vec<TableInfo> = pipeline
         .tables()
@@ -366,6 +367,31 @@ pub fn generate(pipeline: &Pipeline) -> cfg::P4Info {
                 ..Default::default()
             }),
         }
+    }
+    // Controller headers: id prefix 0x04 (P4Ids' CONTROLLER_HEADER), named
+    // by the annotation as p4c names them; fields numbered from 1.
+    for h in pipeline.controller_headers() {
+        info.controller_packet_metadata
+            .push(cfg::ControllerPacketMetadata {
+                preamble: Some(cfg::Preamble {
+                    id: nicflow_p4::runtime::stable_id(0x04, &h.name),
+                    name: h.name.clone(),
+                    alias: h.name.clone(),
+                    annotations: vec![format!("@controller_header(\"{}\")", h.name)],
+                    ..Default::default()
+                }),
+                metadata: h
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, w))| cfg::controller_packet_metadata::Metadata {
+                        id: i as u32 + 1,
+                        name: n.clone(),
+                        bitwidth: *w as i32,
+                        ..Default::default()
+                    })
+                    .collect(),
+            });
     }
     info
 }

@@ -28,6 +28,8 @@ pub const HEADER_LAYOUT: &str = "p4-header-layout";
 pub const UNVERIFIED: &str = "p4-unverified-rewrite";
 pub const QINQ: &str = "p4-qinq";
 pub const UNKNOWN_PORT: &str = "p4-unknown-port";
+/// A copy went to the CPU port: each packet must reach the controller.
+pub const PACKET_IN: &str = "p4-packet-in";
 pub const MULTICAST: &str = "p4-multicast";
 pub const MIN_LENGTH: &str = "p4-min-length";
 pub const IP_OPTIONS: &str = "p4-ip-options";

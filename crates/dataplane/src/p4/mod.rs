@@ -18,6 +18,13 @@
 //! Table changes revalidate exactly the cached flows whose runs applied the
 //! changed table: each cached run remembers its tables and their
 //! generation, the others keep their flows untouched.
+//!
+//! The CPU port (P4Runtime's PacketIn/PacketOut, BMv2's `--cpu-port`): a
+//! copy the program sends to it is queued for the controller instead of
+//! transmitted (with its `packet_in` header in front, which the P4Runtime
+//! server strips), and such runs are never cached: every packet has to
+//! reach the controller. [`P4Path::inject`] runs a controller's frame into
+//! the program as arriving on the CPU port.
 
 pub mod megaflow;
 pub mod stf;
@@ -93,7 +100,16 @@ pub struct P4Stats {
     pub errors: u64,
     /// Output copies to a port number no bridge port has (dropped).
     pub unknown_port: u64,
+    /// Copies sent to the CPU port, queued for the controller.
+    pub packet_in: u64,
+    /// Copies to the CPU port dropped because the queue was full (no
+    /// controller is taking them, or not fast enough).
+    pub packet_in_dropped: u64,
 }
+
+/// Frames to the CPU port kept for the controller at most; more are
+/// dropped and counted (`packet_in_dropped`).
+pub const PACKET_IN_QUEUE: usize = 1024;
 
 /// The P4 slow path of one bridge.
 pub struct P4Path {
@@ -115,6 +131,10 @@ pub struct P4Path {
     /// Idle entries already reported, and reports not yet taken.
     notified: std::collections::HashSet<(String, nicflow_p4::EntryId)>,
     idle: Vec<(String, nicflow_p4::EntryId)>,
+    /// The program's CPU port number, if the controller has one.
+    cpu_port: Option<u32>,
+    /// Frames the program sent to the CPU port, oldest first.
+    packet_ins: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl P4Path {
@@ -133,7 +153,70 @@ impl P4Path {
             stats: P4Stats::default(),
             notified: Default::default(),
             idle: Vec::new(),
+            cpu_port: None,
+            packet_ins: Default::default(),
         }
+    }
+
+    /// P4 port `port` is the CPU port (None: the program has none): its
+    /// copies go to the controller ([`P4Path::take_packet_ins`]).
+    pub fn set_cpu_port(&mut self, port: Option<u32>) {
+        self.cpu_port = port;
+    }
+
+    pub fn cpu_port(&self) -> Option<u32> {
+        self.cpu_port
+    }
+
+    /// Frames sent to the CPU port not yet taken, oldest first.
+    pub fn take_packet_ins(&mut self, max: usize) -> Vec<Vec<u8>> {
+        let n = max.min(self.packet_ins.len());
+        self.packet_ins.drain(..n).collect()
+    }
+
+    /// Runs a controller's frame (PacketOut, its `packet_out` header
+    /// already in front) through the program as arriving on the CPU port.
+    /// Returns the copies for bridge ports; copies back to the CPU port
+    /// are queued as packet-ins. Nothing is cached: the frame did not come
+    /// from a port. Tables the run changed (add_on_miss) are marked.
+    pub fn inject(&mut self, packet: &[u8], now: Instant) -> Result<Vec<(u32, Vec<u8>)>, String> {
+        let cpu = self
+            .cpu_port
+            .ok_or("the bridge's P4 program has no CPU port (load it with --cpu-port)")?;
+        self.stats.runs += 1;
+        let out = self.pipeline.process(cpu, packet, self.now_ns(now));
+        self.bump_changed(&out.trace);
+        if let Some(e) = &out.trace.error {
+            self.stats.errors += 1;
+            return Err(format!("the program failed on the frame: {e}"));
+        }
+        let (outputs, _) = self.map_outputs(out.outputs);
+        *self.slow.entry("p4-packet-out".into()).or_default() += 1;
+        Ok(outputs)
+    }
+
+    /// Maps the program's output ports to bridge ports: copies to the CPU
+    /// port are queued for the controller, copies to unknown ports are
+    /// dropped and counted. The flag says a copy went to the CPU port.
+    fn map_outputs(&mut self, outputs: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, Vec<u8>)>, bool) {
+        let mut to_cpu = false;
+        let mut mapped = Vec::with_capacity(outputs.len());
+        for (p, d) in outputs {
+            if Some(p) == self.cpu_port {
+                to_cpu = true;
+                if self.packet_ins.len() < PACKET_IN_QUEUE {
+                    self.stats.packet_in += 1;
+                    self.packet_ins.push_back(d);
+                } else {
+                    self.stats.packet_in_dropped += 1;
+                }
+            } else if let Some(b) = self.ports.to_bridge(p) {
+                mapped.push((b, d));
+            } else {
+                self.stats.unknown_port += 1;
+            }
+        }
+        (mapped, to_cpu)
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -174,8 +257,9 @@ impl P4Path {
         &self.slow
     }
 
-    /// Run one packet through the program and map its output ports.
-    fn run(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> Option<Outcome> {
+    /// Run one packet through the program and map its output ports; the
+    /// flag says a copy went to the CPU port (the run must not be cached).
+    fn run(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> Option<(Outcome, bool)> {
         self.stats.runs += 1;
         let in_port = self.ports.to_p4(key.in_port)?;
         let mut out = self.pipeline.process(in_port, packet, self.now_ns(now));
@@ -183,14 +267,9 @@ impl P4Path {
             self.stats.errors += 1;
             out.outputs.clear();
         }
-        let before = out.outputs.len();
-        out.outputs = out
-            .outputs
-            .into_iter()
-            .filter_map(|(p, d)| self.ports.to_bridge(p).map(|b| (b, d)))
-            .collect();
-        self.stats.unknown_port += (before - out.outputs.len()) as u64;
-        Some(out)
+        let (outputs, to_cpu) = self.map_outputs(std::mem::take(&mut out.outputs));
+        out.outputs = outputs;
+        Some((out, to_cpu))
     }
 
     fn slow_path(&mut self, reason: &str, outputs: Vec<(u32, Vec<u8>)>) -> XlateOut {
@@ -282,12 +361,18 @@ impl P4Path {
 
 impl UpcallHandler for P4Path {
     fn upcall(&mut self, key: &FlowKey, packet: &[u8], now: Instant) -> XlateOut {
-        let Some(out) = self.run(key, packet, now) else {
+        let Some((out, to_cpu)) = self.run(key, packet, now) else {
             return self.slow_path(megaflow::UNKNOWN_PORT, Vec::new());
         };
         // The run added table entries (add_on_miss): flows that applied
         // those tables may be stale, whatever became of this run.
         let changed = self.bump_changed(&out.trace);
+        if to_cpu && out.trace.error.is_none() {
+            // Every packet of such a flow must reach the controller.
+            let mut x = self.slow_path(megaflow::PACKET_IN, out.outputs);
+            x.state_changed |= changed;
+            return x;
+        }
         let mut x = self.decide(key, packet, out);
         x.state_changed |= changed;
         x
@@ -304,7 +389,7 @@ impl UpcallHandler for P4Path {
             ..FlowKey::default()
         };
         let (outputs, changed) = match self.run(&key, packet, now) {
-            Some(o) => {
+            Some((o, _)) => {
                 let changed = self.bump_changed(&o.trace);
                 let outs = if o.trace.error.is_none() {
                     o.outputs

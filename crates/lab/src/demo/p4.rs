@@ -156,6 +156,7 @@ pub(super) fn section(
         source: None,
         arch: None,
         include: include.iter().map(|d| d.display().to_string()).collect(),
+        cpu_port: None,
     })?;
     writeln!(
         r,

@@ -60,6 +60,7 @@ impl Switch {
                 source,
                 arch,
                 include,
+                cpu_port,
             } => {
                 let arch = arch.map(|a| a.parse::<Arch>()).transpose().map_err(p4err)?;
                 let dirs: Vec<PathBuf> = include.iter().map(PathBuf::from).collect();
@@ -77,7 +78,9 @@ impl Switch {
                 };
                 let arch = pipeline.arch();
                 let n_tables = pipeline.tables().len();
-                br.p4_load(P4Path::new(pipeline, what.clone(), PortMap::identity()));
+                let mut path = P4Path::new(pipeline, what.clone(), PortMap::identity());
+                path.set_cpu_port(cpu_port);
+                br.p4_load(path);
                 Ok(Response::ok(
                     format!(
                         "{bridge}: P4 program {what} ({arch}, {n_tables} tables) is the slow path"
@@ -152,10 +155,19 @@ impl Switch {
                     "runs:{} cached:{} errors:{} unknown_port:{}",
                     s.runs, s.cached, s.errors, s.unknown_port
                 );
+                if let Some(cpu) = p4.cpu_port() {
+                    let _ = writeln!(
+                        text,
+                        "cpu_port:{cpu} packet_in:{} packet_in_dropped:{}",
+                        s.packet_in, s.packet_in_dropped
+                    );
+                }
                 Ok(Response::ok(
                     text,
                     json!({"arch": pl.arch().to_string(), "tables": tables, "externs": externs,
-                           "slow_path": slow, "runs": s.runs, "cached": s.cached, "errors": s.errors}),
+                           "slow_path": slow, "runs": s.runs, "cached": s.cached, "errors": s.errors,
+                           "cpu_port": p4.cpu_port(), "packet_in": s.packet_in,
+                           "packet_in_dropped": s.packet_in_dropped}),
                 ))
             }
             P4Op::TableAdd { table, words } => {
@@ -420,14 +432,47 @@ impl Switch {
                     json!(data),
                 ))
             }
-            P4Op::PacketOut { port, data } => {
-                if data.len() % 2 != 0 {
-                    return Err(p4err("packet-out: data is not hex (odd length)"));
+            P4Op::TakePacketIns { max } => {
+                let frames = br
+                    .p4_change(|p4| p4.take_packet_ins(max))
+                    .ok_or_else(|| no_program(&bridge))?;
+                let data: Vec<_> = frames
+                    .iter()
+                    .map(|f| json!({"data": hex_bytes(f)}))
+                    .collect();
+                Ok(Response::ok(
+                    format!("{} packet-ins", frames.len()),
+                    json!(data),
+                ))
+            }
+            P4Op::Inject { data } => {
+                let bytes = unhex(&data, "inject")?;
+                let now = super::now();
+                let outputs = br
+                    .p4_change(|p4| p4.inject(&bytes, now))
+                    .ok_or_else(|| no_program(&bridge))?
+                    .map_err(p4err)?;
+                // Each copy leaves as the program built it, as an OpenFlow
+                // PACKET_OUT from the controller would.
+                const OFPP_CONTROLLER: u32 = 0xffff_fffd;
+                let mut sent = 0;
+                for (port, frame) in &outputs {
+                    if br.packet_out(
+                        OFPP_CONTROLLER,
+                        frame,
+                        &[nicflow_flow::Action::Output(*port)],
+                        now,
+                    ) {
+                        sent += 1;
+                    }
                 }
-                let bytes = (0..data.len() / 2)
-                    .map(|i| u8::from_str_radix(data.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
-                    .collect::<Result<Vec<u8>, _>>()
-                    .map_err(|_| p4err("packet-out: data is not hex"))?;
+                Ok(Response::ok(
+                    format!("{sent} copies sent"),
+                    json!({"sent": sent}),
+                ))
+            }
+            P4Op::PacketOut { port, data } => {
+                let bytes = unhex(&data, "packet-out")?;
                 // From the controller's port, as an OpenFlow PACKET_OUT.
                 const OFPP_CONTROLLER: u32 = 0xffff_fffd;
                 if !br.packet_out(
@@ -442,6 +487,21 @@ impl Switch {
             }
         }
     }
+}
+
+fn hex_bytes(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A frame given in hex over the control socket.
+fn unhex(data: &str, what: &str) -> Result<Vec<u8>, SwitchError> {
+    if !data.len().is_multiple_of(2) {
+        return Err(p4err(format!("{what}: data is not hex (odd length)")));
+    }
+    (0..data.len() / 2)
+        .map(|i| u8::from_str_radix(data.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| p4err(format!("{what}: data is not hex")))
 }
 
 /// The entry of `table` with the same match and priority as `spec`.
