@@ -627,6 +627,10 @@ pub enum P4Op {
     TableAdd {
         table: String,
         words: Vec<String>,
+        /// The entry's own idle timeout (P4Runtime `idle_timeout_ns`; 0:
+        /// never), instead of the table's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_timeout_ns: Option<u64>,
     },
     /// Replace an entry's action: `ENTRY-ID ACTION [PARAM...]`.
     TableModify {
@@ -647,6 +651,9 @@ pub enum P4Op {
     TableModifyMatch {
         table: String,
         words: Vec<String>,
+        /// As for `TableAdd`; absent: the entry keeps its timeout.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idle_timeout_ns: Option<u64>,
     },
     /// Entries of one table, or of all.
     TableDump {

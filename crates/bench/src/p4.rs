@@ -716,6 +716,7 @@ fn p4_add(tb: &Testbed, table: &str, words: &[String]) -> anyhow::Result<()> {
         P4Op::TableAdd {
             table: table.into(),
             words: words.to_vec(),
+            idle_timeout_ns: None,
         },
     )
 }

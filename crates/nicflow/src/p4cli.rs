@@ -182,7 +182,14 @@ pub fn run_with_socket(
             bridge,
             table,
             words,
-        } => req(bridge, P4Op::TableAdd { table, words }),
+        } => req(
+            bridge,
+            P4Op::TableAdd {
+                table,
+                words,
+                idle_timeout_ns: None,
+            },
+        ),
         P4Cmd::TableModify {
             bridge,
             table,

@@ -390,9 +390,9 @@ fn p4runtime_shell_fills_a_bridges_tables() {
         &["ping", "-c", "3", "-i", "0.2", "-W", "1", "198.18.0.2"],
     );
     shell("counters_read", &[&pa_s]);
-    // The dmac entry goes idle (the interpreter's 30 s timeout) after the
-    // pings: the controller gets an IdleTimeoutNotification naming it.
-    shell("idle", &[]);
+    // The dmac entry (TTL 0: never idle) gets a 2-s TTL: the controller
+    // gets an IdleTimeoutNotification naming it.
+    shell("idle", &[&pb_s]);
 
     // SIGTERM stops the server cleanly.
     let mut server = server;

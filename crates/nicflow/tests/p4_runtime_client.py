@@ -6,7 +6,7 @@ Usage: p4_runtime_client.py MODE HOST:PORT ELECTION [ARGS...]; MODE is
   adopt P4INFO_TXT PROGRAM_P4       (p4c's P4Info, other ids: adopted)
   counters_fill P4INFO_TXT PROGRAM_P4 PORT_B
   counters_read PORT_A              (after the test sent traffic)
-  idle                              (waits for the dmac entry's idle-timeout notification)
+  idle PORT_B                       (gives the dmac entry a 2-s TTL, waits for its notification)
   pktio P4INFO_TXT PROGRAM_P4 NS_H1 NS_H2 PORT_A PORT_B
                                     (PacketIn from h1, PacketOut to h2, through the CPU port)
 
@@ -34,6 +34,8 @@ MODE, ADDR, ELECTION = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ARGS = sys.argv[4:]
 # The bridge's port numbers (tutorial mode).
 PORT_A, PORT_B = (int(ARGS[2]), int(ARGS[3])) if MODE == "tutorial" else (0, 0)
+# The dmac entry's port (idle mode: its action is given again on MODIFY).
+PORT_B_IDLE = ARGS[0] if MODE == "idle" else "0"
 
 # The tutorial's user_config.json rules, in the lab prefix: fc00::1 -> 2001:db8:fc00::1.
 RULES = [
@@ -219,8 +221,15 @@ def counters_fill(p4info, program, port_b):
     te.match["hdr.eth.dst"] = "00:00:00:00:00:02&&&ff:ff:ff:ff:ff:ff"
     te.action["port"] = port_b
     te.priority = 10
+    te.idle_timeout_ns = 0
     te.insert()
-    ok("dmac entry inserted")
+    ok("dmac entry inserted (idle_timeout_ns 0: never expires)")
+    never = sh.TableEntry("I.dmac")(action="I.drop")
+    never.match["hdr.eth.dst"] = "00:00:00:00:00:09&&&ff:ff:ff:ff:ff:ff"
+    never.priority = 5
+    never.idle_timeout_ns = 0
+    never.insert()
+    ok("second dmac entry inserted (idle_timeout_ns 0)")
     reg = [r for r in sh.client.get_p4info().registers if r.preamble.name == "I.last_type"][0]
     u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY)
     u.entity.register_entry.register_id = reg.preamble.id
@@ -235,12 +244,19 @@ def counters_read(port_a):
     setup()
     te = sh.TableEntry("I.dmac")
     te.counter_data.packet_count = 0
+    te.priority = 10
+    te.time_since_last_hit.elapsed_ns = 0
     got = list(te.read())
     assert len(got) == 1, got
+    assert got[0].idle_timeout_ns == 0, got[0]
+    elapsed = got[0].time_since_last_hit.elapsed_ns
+    assert 0 <= elapsed < 20_000_000_000, got[0]
+    ok("idle_timeout_ns read back; time_since_last_hit %.2f s after the pings" % (elapsed / 1e9))
     pk = got[0].counter_data.packet_count
     assert pk > 0 and got[0].counter_data.byte_count >= 60 * pk, got[0]
     ok("table entry counter_data (direct counter): %d packets" % pk)
-    d = [c.msg() for c in sh.DirectCounterEntry("I.dmac_hits").read()]
+    d = [c.msg() for c in sh.DirectCounterEntry("I.dmac_hits").read()
+         if c.msg().table_entry.priority == 10]
     assert len(d) == 1 and d[0].data.packet_count == pk, d
     ok("DirectCounterEntry read: %d packets" % pk)
     c = sh.CounterEntry("I.port_pkts")
@@ -264,17 +280,26 @@ def counters_read(port_a):
     sh.teardown()
 
 
-def idle():
+def idle(_port_b):
     setup()
     info = sh.client.get_p4info()
     t = [t for t in info.tables if t.preamble.name == "I.dmac"][0]
     assert t.idle_timeout_behavior == t.NOTIFY_CONTROL, t
-    msg = sh.client.get_stream_packet("idle_timeout_notification", timeout=60)
-    assert msg is not None, "no idle-timeout notification within 60 s"
+    # The entry never expired (TTL 0); with a TTL of 2 s it goes idle.
+    te = sh.TableEntry("I.dmac")(action="I.fwd")
+    te.match["hdr.eth.dst"] = "00:00:00:00:00:02&&&ff:ff:ff:ff:ff:ff"
+    te.action["port"] = PORT_B_IDLE
+    te.priority = 10
+    te.idle_timeout_ns = 2_000_000_000
+    te.modify()
+    ok("dmac entry modified: idle_timeout_ns 2 s")
+    msg = sh.client.get_stream_packet("idle_timeout_notification", timeout=30)
+    assert msg is not None, "no idle-timeout notification within 30 s"
     n = msg.idle_timeout_notification
     assert len(n.table_entry) == 1, n
     e = n.table_entry[0]
     assert e.table_id == t.preamble.id and e.priority == 10, e
+    assert e.idle_timeout_ns == 2_000_000_000, e
     m = e.match[0].ternary
     assert int.from_bytes(m.value, "big") == 2 and int.from_bytes(m.mask, "big") == (1 << 48) - 1, e
     assert n.timestamp > 0, n

@@ -473,10 +473,27 @@ impl DaemonTarget {
             self.lock().defaults.insert(te.table_id, d);
             return Ok(());
         }
+        // The entry's TTL (0: never expires) for tables with idle timeout;
+        // elsewhere only 0 is valid.
+        let ttl = u64::try_from(te.idle_timeout_ns)
+            .map_err(|_| Status::invalid_argument("idle_timeout_ns is negative"))?;
+        let notify = index.table(&info, te.table_id).is_some_and(|t| {
+            t.idle_timeout_behavior == cfg::table::IdleTimeoutBehavior::NotifyControl as i32
+        });
+        if ttl > 0 && !notify {
+            return Err(Status::invalid_argument(
+                "idle_timeout_ns set for a table without idle timeout (NO_TIMEOUT in the P4Info)",
+            ));
+        }
+        let idle_timeout_ns = notify.then_some(ttl);
         match ty {
             T::Insert => {
                 let (table, words) = Self::words(&info, &index, te, true)?;
-                self.call(P4Op::TableAdd { table, words })?;
+                self.call(P4Op::TableAdd {
+                    table,
+                    words,
+                    idle_timeout_ns,
+                })?;
             }
             T::Modify => {
                 if action_of(te).is_none() {
@@ -485,7 +502,11 @@ impl DaemonTarget {
                     ));
                 }
                 let (table, words) = Self::words(&info, &index, te, true)?;
-                self.call(P4Op::TableModifyMatch { table, words })?;
+                self.call(P4Op::TableModifyMatch {
+                    table,
+                    words,
+                    idle_timeout_ns,
+                })?;
             }
             T::Delete => {
                 let (table, words) = Self::words(&info, &index, te, false)?;
@@ -555,6 +576,7 @@ impl DaemonTarget {
                 .collect());
         }
         let with_counters = req.counter_data.is_some();
+        let with_elapsed = req.time_since_last_hit.is_some();
         Ok(self
             .dump(&info, table)?
             .into_iter()
@@ -569,6 +591,13 @@ impl DaemonTarget {
                     .is_some_and(|t| index.direct_counter_of(&info, t).is_some());
                 if !with_counters || !has_counter {
                     e.counter_data = None;
+                }
+                // Only when asked, and only for tables with idle timeout.
+                let notify = index.table(&info, e.table_id).is_some_and(|t| {
+                    t.idle_timeout_behavior == cfg::table::IdleTimeoutBehavior::NotifyControl as i32
+                });
+                if !with_elapsed || !notify {
+                    e.time_since_last_hit = None;
                 }
                 wrap(e)
             })
@@ -661,6 +690,7 @@ impl DaemonTarget {
             for (id, mut e) in self.dump(&info, Some(t))? {
                 if list.iter().any(|(n, i)| n == tname && *i == id) {
                     e.counter_data = None;
+                    e.time_since_last_hit = None;
                     entries.push(e);
                 }
             }
@@ -848,6 +878,14 @@ fn entry_from_dump(
                 byte_count: e.get("bytes").and_then(Value::as_i64).unwrap_or(0),
                 packet_count: e.get("packets").and_then(Value::as_i64).unwrap_or(0),
             }),
+            idle_timeout_ns: e
+                .get("idle_timeout_ns")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+            time_since_last_hit: e
+                .get("elapsed_ns")
+                .and_then(Value::as_i64)
+                .map(|elapsed_ns| p4::table_entry::IdleTimeout { elapsed_ns }),
             ..Default::default()
         },
     ))

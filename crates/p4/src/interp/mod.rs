@@ -140,6 +140,10 @@ pub(crate) struct State {
     pub externs: Vec<ExternState>,
     pub rng: u64,
     pub idle_timeout_ns: u64,
+    /// Per-entry idle timeouts (P4Runtime's `idle_timeout_ns`: 0 = never)
+    /// by (table index, entry id); entries without one use
+    /// `idle_timeout_ns`.
+    pub entry_ttl: std::collections::HashMap<(usize, u64), u64>,
     /// Internal errors (counted drops).
     pub errors: u64,
     /// Latest time seen by process()/credit(): entries added by the
@@ -187,6 +191,7 @@ impl State {
             externs,
             rng: 0x9e37_79b9_7f4a_7c15,
             idle_timeout_ns: 30_000_000_000,
+            entry_ttl: Default::default(),
             errors: 0,
             clock: 0,
             mirror: Default::default(),
@@ -301,6 +306,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         externs: Vec::new(),
         rng: 1,
         idle_timeout_ns: 0,
+        entry_ttl: Default::default(),
         errors: 0,
         clock: 0,
         mirror: Default::default(),

@@ -441,6 +441,7 @@ impl Pipeline {
         self.st.tables[t]
             .remove_entry(id)
             .ok_or(RuntimeError::UnknownEntry(tname, id))?;
+        self.st.entry_ttl.remove(&(t, id));
         Ok(())
     }
 
@@ -448,6 +449,7 @@ impl Pipeline {
     pub fn table_clear(&mut self, table: &str) -> Result<(), RuntimeError> {
         let t = find_table(&self.prog, table)?;
         self.st.tables[t].clear_entries();
+        self.st.entry_ttl.retain(|(tt, _), _| *tt != t);
         Ok(())
     }
 
@@ -645,9 +647,58 @@ impl Pipeline {
         self.st.idle_timeout_ns = timeout_ns;
     }
 
-    /// Entries of idle-timeout tables not hit (nor added) for the timeout
-    /// as of `now_ns`. Control-plane entries start their timer at the
-    /// latest time process()/credit()/this call saw.
+    /// Gives one entry its own idle timeout (P4Runtime's per-entry
+    /// `idle_timeout_ns`; `Some(0)`: the entry never times out), or back
+    /// to the table's (`None`). A non-zero timeout on a table without
+    /// `pna_idle_timeout` / `support_timeout` is refused.
+    pub fn set_entry_idle_timeout(
+        &mut self,
+        table: &str,
+        id: EntryId,
+        ttl_ns: Option<u64>,
+    ) -> Result<(), RuntimeError> {
+        let t = find_table(&self.prog, table)?;
+        let tname = self.prog.tables[t].info.name.clone();
+        if !self.st.tables[t].entries.iter().any(|e| e.id == id) {
+            return Err(RuntimeError::UnknownEntry(tname, id));
+        }
+        match ttl_ns {
+            Some(v) if v > 0 && !self.prog.tables[t].info.idle_timeout => Err(RuntimeError::Other(
+                tname,
+                "the table does not support idle timeouts (no pna_idle_timeout / support_timeout)"
+                    .into(),
+            )),
+            Some(v) => {
+                self.st.entry_ttl.insert((t, id), v);
+                Ok(())
+            }
+            None => {
+                self.st.entry_ttl.remove(&(t, id));
+                Ok(())
+            }
+        }
+    }
+
+    /// The idle timeout of entries without their own (default 30 s).
+    pub fn idle_timeout(&self) -> u64 {
+        self.st.idle_timeout_ns
+    }
+
+    /// The entry's own idle timeout, if it has one.
+    pub fn entry_idle_timeout(&self, table: &str, id: EntryId) -> Option<u64> {
+        let t = find_table(&self.prog, table).ok()?;
+        self.st.entry_ttl.get(&(t, id)).copied()
+    }
+
+    /// The interpreter's clock: the latest time process()/credit() saw.
+    pub fn clock_ns(&self) -> u64 {
+        self.st.clock
+    }
+
+    /// Entries of idle-timeout tables not hit (nor added) for their
+    /// timeout (the entry's own, else the table's) as of `now_ns`; entries
+    /// whose own timeout is 0 never expire. Control-plane entries start
+    /// their timer at the latest time process()/credit()/this call saw.
     pub fn expired_entries(&self, now_ns: u64) -> Vec<(String, EntryId)> {
         let mut out = Vec::new();
         for (t, td) in self.prog.tables.iter().enumerate() {
@@ -655,7 +706,13 @@ impl Pipeline {
                 continue;
             }
             for e in &self.st.tables[t].entries {
-                if now_ns.saturating_sub(e.last_hit.unwrap_or(0)) >= self.st.idle_timeout_ns {
+                let ttl = self
+                    .st
+                    .entry_ttl
+                    .get(&(t, e.id))
+                    .copied()
+                    .unwrap_or(self.st.idle_timeout_ns);
+                if ttl > 0 && now_ns.saturating_sub(e.last_hit.unwrap_or(0)) >= ttl {
                     out.push((td.info.name.clone(), e.id));
                 }
             }

@@ -170,13 +170,25 @@ impl Switch {
                            "packet_in_dropped": s.packet_in_dropped}),
                 ))
             }
-            P4Op::TableAdd { table, words } => {
+            P4Op::TableAdd {
+                table,
+                words,
+                idle_timeout_ns,
+            } => {
                 let id = br
                     .p4_change(|p4| {
                         p4.change_table(&table, |pl, name| {
                             let info = pl.table_info(name).map_err(|e| e.to_string())?;
                             let spec = entries::from_cli(&info, &words, &resolve)?;
-                            pl.table_add(name, spec).map_err(|e| e.to_string())
+                            let id = pl.table_add(name, spec).map_err(|e| e.to_string())?;
+                            if let Some(ttl) = idle_timeout_ns {
+                                // Refused: the entry goes again, nothing changed.
+                                if let Err(e) = pl.set_entry_idle_timeout(name, id, Some(ttl)) {
+                                    let _ = pl.table_delete(name, id);
+                                    return Err(e.to_string());
+                                }
+                            }
+                            Ok(id)
                         })
                     })
                     .ok_or_else(|| no_program(&bridge))?
@@ -236,15 +248,31 @@ impl Switch {
                     json!({"id": id}),
                 ))
             }
-            P4Op::TableModifyMatch { table, words } => {
+            P4Op::TableModifyMatch {
+                table,
+                words,
+                idle_timeout_ns,
+            } => {
                 let id = br
                     .p4_change(|p4| {
                         p4.change_table(&table, |pl, name| {
                             let info = pl.table_info(name).map_err(|e| e.to_string())?;
                             let spec = entries::from_cli(&info, &words, &resolve)?;
                             let id = find_entry(pl, name, &spec)?;
+                            // The timeout first: refused, nothing changed.
+                            if let Some(ttl) = idle_timeout_ns {
+                                if ttl > 0 && !info.idle_timeout {
+                                    return Err(format!(
+                                        "table {name}: the table does not support idle timeouts"
+                                    ));
+                                }
+                            }
                             pl.table_modify(name, id, &spec.action, spec.params)
                                 .map_err(|e| e.to_string())?;
+                            if let Some(ttl) = idle_timeout_ns {
+                                pl.set_entry_idle_timeout(name, id, Some(ttl))
+                                    .map_err(|e| e.to_string())?;
+                            }
                             Ok(id)
                         })
                     })
@@ -283,6 +311,7 @@ impl Switch {
                 br.p4_push_stats();
                 let p4 = br.p4().ok_or_else(|| no_program(&bridge))?;
                 let pl = p4.pipeline();
+                let now_ns = p4.now_ns(super::now());
                 let tables: Vec<String> = match table {
                     Some(t) => vec![pl.table_info(&t).map_err(p4err)?.name],
                     None => pl.tables().into_iter().map(|t| t.name).collect(),
@@ -290,6 +319,7 @@ impl Switch {
                 let mut text = String::new();
                 let mut data = Vec::new();
                 for t in tables {
+                    let idle_table = pl.table_info(&t).map_err(p4err)?.idle_timeout;
                     for e in pl.table_entries(&t).map_err(p4err)? {
                         let keys: Vec<String> = e.spec.keys.iter().map(key_text).collect();
                         let params: Vec<String> = e
@@ -316,7 +346,10 @@ impl Switch {
                         data.push(json!({"table": t, "id": e.id, "keys": keys, "action": e.spec.action,
                             "params": e.spec.params.iter().map(|(n, v)| json!({"name": n, "value": hex(v)})).collect::<Vec<_>>(),
                             "priority": e.spec.priority, "const": e.is_const,
-                            "packets": e.packets, "bytes": e.bytes}));
+                            "packets": e.packets, "bytes": e.bytes,
+                            // In force: the entry's own, else the table's.
+                            "idle_timeout_ns": pl.entry_idle_timeout(&t, e.id).or(idle_table.then(|| pl.idle_timeout())),
+                            "elapsed_ns": e.last_hit_ns.map(|h| now_ns.saturating_sub(h))}));
                     }
                 }
                 Ok(Response::ok(text, json!(data)))
