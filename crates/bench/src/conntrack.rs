@@ -117,6 +117,11 @@ pub struct Args {
     /// to it.
     #[arg(long)]
     pub engines: Option<String>,
+    /// Modes, comma-separated: cps (new connections/s), tps
+    /// (transactions/s on persistent connections). `--modes cps` halves a
+    /// run that is about connection setup.
+    #[arg(long, default_value = "cps,tps")]
+    pub modes: String,
     /// Concurrent wrk connections, comma-separated (one point each).
     #[arg(long, default_value = "32")]
     pub connections: String,
@@ -225,6 +230,25 @@ impl Scenario {
             Scenario::Lb => LB_BACKENDS,
         }
     }
+}
+
+/// `--modes`: `cps`, `tps`, in the order given, each once.
+pub fn parse_modes(list: &str) -> anyhow::Result<Vec<Mode>> {
+    let mut v = Vec::new();
+    for m in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let m = match m {
+            "cps" => Mode::Cps,
+            "tps" => Mode::Tps,
+            _ => bail!("unknown mode `{m}` (cps, tps)"),
+        };
+        if !v.contains(&m) {
+            v.push(m);
+        }
+    }
+    if v.is_empty() {
+        bail!("no mode");
+    }
+    Ok(v)
 }
 
 pub fn parse_scenarios(list: &str) -> anyhow::Result<Vec<Scenario>> {
@@ -1160,6 +1184,7 @@ fn run_scenario(
     scenario: Scenario,
     engines: &[CtEngine],
     conns: &[usize],
+    modes: &[Mode],
     seconds: f64,
     reps: usize,
     offload: HostOffload,
@@ -1186,7 +1211,7 @@ fn run_scenario(
     }
     // Warm-up: ARP, caches, nginx and wrk paths, one second of each mode.
     for l in &labs {
-        for mode in [Mode::Cps, Mode::Tps] {
+        for &mode in modes {
             if !forward::interrupted() {
                 let _ = measure(l, mode, conns[0], 1.0, 0);
             }
@@ -1194,7 +1219,7 @@ fn run_scenario(
     }
     'reps: for rep in 0..reps {
         for &c in conns {
-            for mode in [Mode::Cps, Mode::Tps] {
+            for &mode in modes {
                 for l in &labs {
                     if forward::interrupted() {
                         break 'reps;
@@ -1255,6 +1280,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         bail!("--seconds {seconds}: give 0 < s <= 3600");
     }
     let offload = testbed::parse_host_offload(&args.host_offload)?;
+    let modes = parse_modes(&args.modes)?;
     for t in ["wrk", "nginx"] {
         if !have(t) {
             bail!("`{t}` is missing: apt-get install wrk nginx-light");
@@ -1277,7 +1303,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
     if all.contains(&CtEngine::Ovs) {
         tools.push(tool_version(&["ovs-vswitchd", "--version"]));
     }
-    let runs = all.len() * conns.len() * 2 * reps;
+    let runs = all.len() * conns.len() * modes.len() * reps;
     eprintln!(
         "[conntrack] {runs} wrk runs of {seconds} s in {} scenario(s): about {:.0} min",
         plan.len(),
@@ -1308,7 +1334,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         if forward::interrupted() {
             break;
         }
-        let out = run_scenario(s, &engines, &conns, seconds, reps, offload);
+        let out = run_scenario(s, &engines, &conns, &modes, seconds, reps, offload);
         r.samples.extend(out.samples);
         match s {
             Scenario::Firewall => {
