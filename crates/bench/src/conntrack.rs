@@ -2078,6 +2078,17 @@ Transfer/sec:      1.41MB
     }
 
     #[test]
+    fn modes_parse_in_order_once() {
+        assert_eq!(parse_modes("cps").unwrap(), vec![Mode::Cps]);
+        assert_eq!(
+            parse_modes("tps, cps,tps").unwrap(),
+            vec![Mode::Tps, Mode::Cps]
+        );
+        assert!(parse_modes("rps").is_err());
+        assert!(parse_modes(" , ").is_err());
+    }
+
+    #[test]
     fn scenarios_and_their_engines() {
         assert_eq!(
             parse_scenarios("lb, firewall,lb").unwrap(),
