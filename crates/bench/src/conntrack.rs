@@ -1741,7 +1741,10 @@ fn firewall_md(r: &Results, m: &mut String) {
     let _ = writeln!(
         m,
         "*switch µs*: the switch process's CPU per {} / {} (nicflow daemon, ovs-vswitchd; the \
-         kernel bridge's work is softirq, inside *machine*). *errors*: wrk connect + write + \
+         kernel bridge's work is softirq, inside *machine*). It includes the softirq a send \
+         runs at once in the switch's context: for frames the switch sends from userspace to a \
+         host's veth, the receiving host's TCP stack (about half of nicflow's daemon CPU in \
+         connections/s runs, by `perf`). *errors*: wrk connect + write + \
          timeout errors and non-2xx responses over all repetitions; in parentheses wrk's read \
          errors, which with `Connection: close` mostly count the server's close.\n",
         Mode::Cps.unit(),
