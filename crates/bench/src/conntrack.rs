@@ -1773,6 +1773,19 @@ fn firewall_md(r: &Results, m: &mut String) {
             "nicflow cps >= 2x ovs".into(),
             check(nf, g(CtEngine::Ovs, Mode::Cps), 2.0),
         ]);
+        // What no stateful nicflow can beat on this machine: itself
+        // without ct (the hosts' share of the cores is the limit).
+        let noct = g(CtEngine::NicflowNoct, Mode::Cps);
+        rows.push(vec![
+            c.to_string(),
+            "ceiling: nicflow-noct cps / linux-bridge-nft".into(),
+            ratio_cell(noct, g(CtEngine::LinuxBridgeNft, Mode::Cps)),
+        ]);
+        rows.push(vec![
+            c.to_string(),
+            "ceiling: nicflow-noct cps / ovs".into(),
+            ratio_cell(noct, g(CtEngine::Ovs, Mode::Cps)),
+        ]);
         rows.push(vec![
             c.to_string(),
             "nicflow cps / nicflow-noct (cost of ct)".into(),
