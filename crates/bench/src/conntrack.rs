@@ -1504,6 +1504,7 @@ fn mode_table(
         ("switch cores", true),
         ("switch µs", true),
         ("nginx cores", true),
+        ("wrk cores", true),
         ("latency avg ms", true),
         ("errors (read)", true),
     ]);
@@ -1562,6 +1563,13 @@ fn mode_table(
                 report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
                 report::cell(med(r, sc, e, mode, c, &Sample::switch_us), 1),
                 report::cell(med(r, sc, e, mode, c, &|s| s.nginx_cores), 2),
+                // The client is one wrk thread: near 1.00 it is the limit.
+                report::cell(
+                    med(r, sc, e, mode, c, &|s| {
+                        Some(s.wrk_cores).filter(|w| w.is_finite())
+                    }),
+                    2,
+                ),
                 report::cell(
                     med(r, sc, e, mode, c, &|s| {
                         s.wrk.as_ref().map(|w| w.latency_avg_us / 1e3)
