@@ -6,13 +6,14 @@
 //!
 //! `cargo run --release -p nicflow-classifier --example cbprobe -- RULES TRACE [LIMIT]`
 //! (plain-text files; `CBPROBE_TABLES=1` lists the tables,
+//! `CBPROBE_NATIVE=1` keeps port ranges (`Classifier::insert_ranges`),
 //! `CBPROBE_TM_RELAX=1` uses `bench_support::relax_flowkey_tm`). The real
 //! measurement is `nicflow bench classifier`; this one builds in seconds.
 
 use std::time::Instant;
 
 use nicflow_classifier::bench_support::*;
-use nicflow_classifier::Classifier;
+use nicflow_classifier::{Classifier, FieldRange};
 
 #[derive(Clone, Copy)]
 struct R {
@@ -115,7 +116,32 @@ fn main() {
         .with_collision_limit(limit);
     let t = Instant::now();
     let mut entries = 0;
+    let native = std::env::var_os("CBPROBE_NATIVE").is_some();
     for (i, r) in rules.iter().enumerate() {
+        if native {
+            let k = key(r.src.0, r.dst.0, 0, 0, r.proto.0);
+            let mut m = key(r.src.1, r.dst.1, 0, 0, r.proto.1);
+            m[DL_TYPE_WORD] = 0xffff << DL_TYPE_SHIFT;
+            let fr = |word: usize, shift: u32, (lo, hi): (u16, u16)| FieldRange {
+                word: word as u8,
+                shift: shift as u8,
+                lo,
+                hi,
+            };
+            c.insert_ranges(
+                &k,
+                &m,
+                &[
+                    fr(TP_SRC_WORD, TP_SRC_SHIFT, r.sp),
+                    fr(TP_DST_WORD, TP_DST_SHIFT, r.dp),
+                ],
+                n - i as u32,
+                i as u32,
+            )
+            .unwrap();
+            entries += 1;
+            continue;
+        }
         for (sp, spm) in ranges(r.sp.0, r.sp.1) {
             for (dp, dpm) in ranges(r.dp.0, r.dp.1) {
                 let k = key(r.src.0, r.dst.0, sp, dp, r.proto.0);
