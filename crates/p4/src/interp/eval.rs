@@ -147,6 +147,10 @@ pub(crate) struct Run<'a> {
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
+    /// Runs the reference paths only (the evaluator as it was before
+    /// the per-packet fast paths): the differential test compares the
+    /// two on the corpus. Never set on the data path.
+    pub reference: bool,
 }
 
 const MAX_STEPS: u64 = 200_000;
@@ -162,12 +166,15 @@ impl<'a> Run<'a> {
         in_port: u32,
         now: u64,
     ) -> Run<'a> {
+        // Frames kept from the pipeline's earlier packets: entering a
+        // block or action allocates nothing once the pipeline is warm.
+        let spare = relabel(std::mem::take(&mut st.pool.frames));
         Run {
             p,
             st,
             tr,
             frames: Vec::new(),
-            spare: Vec::new(),
+            spare,
             base: 0,
             block: None,
             pkt,
@@ -187,7 +194,21 @@ impl<'a> Run<'a> {
             quiet: 0,
             reparse_tag: "p4-recirculate",
             assigning: false,
+            reference: false,
         }
+    }
+
+    /// Gives the run's reusable buffers (frames, the packet buffer) back
+    /// to the pipeline for its next packet.
+    pub fn recycle_buffers(&mut self) {
+        let mut frames = std::mem::take(&mut self.spare);
+        frames.append(&mut self.frames);
+        let mut pool = relabel(frames);
+        pool.truncate(64);
+        self.st.pool.frames = pool;
+        let mut pkt = std::mem::take(&mut self.pkt);
+        pkt.clear();
+        self.st.pool.pkt = pkt;
     }
 
     fn tick(&mut self) -> R<()> {
@@ -374,7 +395,16 @@ impl<'a> Run<'a> {
 
     fn eval_inner(&mut self, e: &Expr) -> R<Value> {
         match e {
-            Expr::Int(lit, _) => Ok(crate::interp::check::int_lit(lit)),
+            Expr::Int(lit, _) => {
+                if !self.reference {
+                    if let Some((w, s)) = lit.width {
+                        if let Some(b) = lit_bits(lit, w, s) {
+                            return Ok(Value::Bits(b));
+                        }
+                    }
+                }
+                Ok(crate::interp::check::int_lit(lit))
+            }
             Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
             Expr::Str(s, _) => Ok(Value::Str(Arc::from(s.as_str()))),
             Expr::Path(id) => self.eval_path(id),
@@ -430,6 +460,23 @@ impl<'a> Run<'a> {
                     return ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")));
                 }
                 let x = self.eval(a)?;
+                // `field op 1`: the unsized literal converted to the
+                // field's type without a big integer (as ops::binop
+                // would convert it).
+                if let (false, Value::Bits(xb), Expr::Int(lit, _)) = (self.reference, &x, &**b) {
+                    if lit.width.is_none()
+                        && !matches!(op, ast::BinOp::Shl | ast::BinOp::Shr | ast::BinOp::Concat)
+                    {
+                        if let Some(yb) = lit_bits(lit, xb.width, xb.signed) {
+                            // What evaluating the literal would count.
+                            self.enter()?;
+                            self.depth -= 1;
+                            self.use_val(&x);
+                            return ops::binop(*op, x, Value::Bits(yb))
+                                .map_err(|m| Ctl::Fail(format!("{span}: {m}")));
+                        }
+                    }
+                }
                 let y = self.eval(b)?;
                 self.use_val(&x);
                 self.use_val(&y);
@@ -966,15 +1013,20 @@ impl<'a> Run<'a> {
     ) -> R<Value> {
         let mut frame = self.new_frame();
         let mut copy_out: Vec<(&'a str, &Expr)> = Vec::new();
-        let mut data = data.map(|d| d.into_iter());
+        let mut data = data;
+        let mut next_data = 0usize;
         let mut pos = 0usize;
         for (i, p) in params.iter().enumerate() {
-            let ty = tys.get(i).cloned().unwrap_or(Ty::Void);
+            let ty = tys.get(i).unwrap_or(&Ty::Void);
             // Action data comes from the table for directionless params
             // when the call is a table's.
             if p.direction == Direction::None {
                 if let Some(d) = data.as_mut() {
-                    let v = d.next().unwrap_or_else(|| ty.default_value());
+                    let v = match d.get_mut(next_data) {
+                        Some(v) => std::mem::replace(v, Value::Void),
+                        None => ty.default_value(),
+                    };
+                    next_data += 1;
                     frame.push((p.name.name.as_str(), v));
                     continue;
                 }
@@ -1006,7 +1058,7 @@ impl<'a> Run<'a> {
                     if d == Direction::InOut {
                         copy_out.push((p.name.name.as_str(), &a.value));
                     }
-                    match &ty {
+                    match ty {
                         Ty::Named(_) | Ty::Int | Ty::Void => v,
                         t => ops::coerce(t, v)
                             .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?,
@@ -1015,13 +1067,20 @@ impl<'a> Run<'a> {
                 (None, _) => match &p.default {
                     Some(d) => {
                         let v = self.eval(d)?;
-                        ops::coerce(&ty, v)
+                        ops::coerce(ty, v)
                             .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?
                     }
                     None => ty.default_value(),
                 },
             };
             frame.push((p.name.name.as_str(), v));
+        }
+        if let Some(mut d) = data {
+            // The action data's vector, for the next table hit.
+            if !self.reference && self.st.pool.data.len() < 16 {
+                d.clear();
+                self.st.pool.data.push(d);
+            }
         }
         let saved_base = self.base;
         let saved_block = self.block;
@@ -1480,6 +1539,39 @@ impl<'a> Run<'a> {
     pub fn miss_ctx(&mut self) -> &mut Vec<(usize, Vec<u128>)> {
         &mut self.miss_ctx
     }
+}
+
+/// Empties `frames`' frames and relabels the (unused) lifetime of their
+/// names so that the pipeline can keep their storage between packets.
+/// Collecting a mapped `vec::IntoIter` into a vector of a type of the
+/// same layout reuses the allocation (std's in-place collection), and the
+/// frames are empty, so nothing is converted.
+fn relabel<'x, 'y>(frames: Vec<Vec<(&'x str, Value)>>) -> Vec<Vec<(&'y str, Value)>> {
+    frames
+        .into_iter()
+        .map(|mut f| {
+            f.clear();
+            f.into_iter()
+                .map(|(_, v)| ("", v))
+                .collect::<Vec<(&'y str, Value)>>()
+        })
+        .collect()
+}
+
+/// Integer literal `lit` as a `w`-bit value (what `Bits::from_bigint`
+/// gives), without a big integer; `None` when it does not fit 128 bits.
+fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
+    if w > crate::value::MAX_WIDTH || lit.value.bits() > 128 {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for (i, d) in lit.value.iter_u64_digits().enumerate() {
+        v |= u128::from(d) << (64 * i);
+    }
+    if lit.negative {
+        v = v.wrapping_neg();
+    }
+    Some(Bits::new(w, signed, v))
 }
 
 /// The variable `name` in `frames`, innermost first.
