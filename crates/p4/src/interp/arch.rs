@@ -221,7 +221,8 @@ fn run_block(
 ) -> Result<(bool, Option<String>), Ctl> {
     let p = run.p;
     let blk = &p.blocks[b];
-    let mut vals = Vec::with_capacity(blk.param_tys.len());
+    let mut vals = run.st.pool.data.pop().unwrap_or_default();
+    vals.clear();
     // Each parameter's key, owned when it was taken out of the map (given
     // back on write-back: no String per block and packet).
     // The third member: a key reused from the pipeline's spare values.
@@ -303,7 +304,8 @@ fn run_block(
         }
         Err(e) => return Err(e),
     };
-    for ((prm, (key, owned, spare)), v) in blk.params().iter().zip(keys).zip(vals) {
+    let mut vals = vals;
+    for ((prm, (key, owned, spare)), v) in blk.params().iter().zip(keys).zip(vals.drain(..)) {
         if key == "packet_in" || key == "packet_out" {
             continue;
         }
@@ -322,6 +324,9 @@ fn run_block(
                 .vals
                 .insert(spare.unwrap_or_else(|| key.into_owned()), v);
         }
+    }
+    if run.st.pool.data.len() < 16 {
+        run.st.pool.data.push(vals);
     }
     Ok((exited, rejected))
 }

@@ -9,7 +9,7 @@ use super::{ExternState, State};
 use crate::ast::{self, Arg, Direction, Expr, Stmt};
 use crate::interp::check::{BlockKind, Local, Prog, Ty};
 use crate::trace::Trace;
-use crate::value::{mask, Bits, HeaderVal, Src, Value};
+use crate::value::{mask, name_eq, Bits, HeaderVal, Src, Value};
 use std::sync::Arc;
 
 /// Instance id of the packet being parsed (`packet_in`).
@@ -306,7 +306,7 @@ impl<'a> Run<'a> {
 
     fn declare(&mut self, name: &'a str, v: Value) {
         if let Some(f) = self.frames.last_mut() {
-            if let Some(slot) = f.iter_mut().find(|(n, _)| *n == name) {
+            if let Some(slot) = f.iter_mut().find(|(n, _)| name_eq(n, name)) {
                 slot.1 = v;
             } else {
                 f.push((name, v));
@@ -340,7 +340,7 @@ impl<'a> Run<'a> {
     fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
         let base = self.base;
         for f in self.frames[base..].iter_mut().rev() {
-            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| *n == name) {
+            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| name_eq(n, name)) {
                 return Some(v);
             }
         }
@@ -1101,7 +1101,7 @@ impl<'a> Run<'a> {
             Err(Ctl::Exit) => {
                 // Copy out, then keep exiting.
                 for (name, e) in copy_out {
-                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
                         self.assign(e, std::mem::replace(v, Value::Void))?;
                     }
                 }
@@ -1111,7 +1111,7 @@ impl<'a> Run<'a> {
             Err(e) => return Err(e),
         };
         for (name, e) in copy_out {
-            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
                 self.assign(e, std::mem::replace(v, Value::Void))?;
             }
         }
@@ -1165,7 +1165,16 @@ impl<'a> Run<'a> {
         let saved_block = self.block.replace(b);
         let saved_base = self.base;
         let mut frame = self.new_frame();
-        frame.extend(blk.params().iter().map(|p| p.name.name.as_str()).zip(vals));
+        let mut vals = vals;
+        frame.extend(
+            blk.params()
+                .iter()
+                .map(|p| p.name.name.as_str())
+                .zip(vals.drain(..)),
+        );
+        if self.st.pool.data.len() < 16 {
+            self.st.pool.data.push(vals);
+        }
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
         let r = self.run_block_body(b);
@@ -1174,11 +1183,9 @@ impl<'a> Run<'a> {
         let mut frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
-        let vals: Vec<Value> = frame
-            .drain(..)
-            .take(blk.params().len())
-            .map(|(_, v)| v)
-            .collect();
+        let mut vals: Vec<Value> = self.st.pool.data.pop().unwrap_or_default();
+        vals.clear();
+        vals.extend(frame.drain(..).take(blk.params().len()).map(|(_, v)| v));
         self.recycle(frame);
         match r {
             Ok(()) => Ok((vals, false)),
@@ -1577,7 +1584,7 @@ fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
 /// The variable `name` in `frames`, innermost first.
 fn var_in<'f>(frames: &'f [Vec<(&str, Value)>], name: &str) -> Option<&'f Value> {
     for f in frames.iter().rev() {
-        if let Some((_, v)) = f.iter().rev().find(|(n, _)| *n == name) {
+        if let Some((_, v)) = f.iter().rev().find(|(n, _)| name_eq(n, name)) {
             return Some(v);
         }
     }
