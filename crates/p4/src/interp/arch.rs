@@ -288,7 +288,7 @@ fn run_block(
         vals.push(v);
         keys.push((key, owned_key, spare_key));
     }
-    let (vals, rejected, exited) = match run.run_block(b, vals) {
+    let (mut vals, rejected, exited) = match run.run_block(b, vals) {
         Ok((v, e)) => (v, None, e),
         Err(Ctl::Reject(e)) => {
             let v = run.reject_vals.take().unwrap_or_default();
@@ -304,7 +304,6 @@ fn run_block(
         }
         Err(e) => return Err(e),
     };
-    let mut vals = vals;
     for ((prm, (key, owned, spare)), v) in blk.params().iter().zip(keys).zip(vals.drain(..)) {
         if key == "packet_in" || key == "packet_out" {
             continue;
@@ -477,7 +476,6 @@ fn run_pna_blocks(
     sh: &mut Shared,
     c: &Ctx,
 ) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
-    let (sh, c) = (sh, c);
     let (_, rej) = run_block(run, arch, sh, block_at(run, 0), c)?;
     if rej.is_some() {
         // PNA: a parser error drops the packet.

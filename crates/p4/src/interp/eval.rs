@@ -1006,14 +1006,13 @@ impl<'a> Run<'a> {
         params: &'a [ast::Param],
         tys: &[Ty],
         args: &[Arg],
-        data: Option<Vec<Value>>,
+        mut data: Option<Vec<Value>>,
         body: &'a ast::Block,
         barrier: bool,
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
         let mut copy_out: Vec<(&'a str, &Expr)> = Vec::new();
-        let mut data = data;
         let mut next_data = 0usize;
         let mut pos = 0usize;
         for (i, p) in params.iter().enumerate() {
@@ -1159,13 +1158,12 @@ impl<'a> Run<'a> {
     /// returns the final parameter values and whether `exit` ran.
     /// A parser's reject is `Err(Ctl::Reject(error))` — but the values
     /// are still needed: see [`Run::run_parser`].
-    pub fn run_block(&mut self, b: usize, vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
+    pub fn run_block(&mut self, b: usize, mut vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
         let saved_block = self.block.replace(b);
         let saved_base = self.base;
         let mut frame = self.new_frame();
-        let mut vals = vals;
         frame.extend(
             blk.params()
                 .iter()

@@ -192,15 +192,15 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
     })
 }
 
+/// How [`run_stf_on`] runs one STF packet: (pipelines, port, frame, time).
+pub type ProcessFn<'a> =
+    dyn FnMut(&mut [&mut Pipeline], u32, &[u8], u64) -> nicflow_p4::Outcome + 'a;
+
 /// Runs an STF file with its table, mirroring and multicast commands
 /// applied to every pipeline of `ps` and its packets given to `process`
 /// (which decides which pipelines run them); the expectations are
 /// checked against what `process` returns.
-pub fn run_stf_on(
-    ps: &mut [&mut Pipeline],
-    stf: &str,
-    process: &mut dyn FnMut(&mut [&mut Pipeline], u32, &[u8], u64) -> nicflow_p4::Outcome,
-) -> Vec<String> {
+pub fn run_stf_on(ps: &mut [&mut Pipeline], stf: &str, process: &mut ProcessFn<'_>) -> Vec<String> {
     let mut expects: BTreeMap<u32, VecDeque<(usize, Expect)>> = BTreeMap::new();
     let mut got: BTreeMap<u32, VecDeque<(usize, Vec<u8>)>> = BTreeMap::new();
     let mut fails = Vec::new();
