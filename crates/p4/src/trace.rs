@@ -132,10 +132,14 @@ impl Trace {
 
     /// Sorts and merges `read_bits` (called once at the end of a run).
     pub fn normalize(&mut self) {
-        self.read_bits.sort();
-        let mut out: Vec<BitRange> = Vec::with_capacity(self.read_bits.len());
-        for r in self.read_bits.drain(..) {
-            if let Some(last) = out.last_mut() {
+        // Merged in place (no second vector per packet).
+        self.read_bits.sort_unstable();
+        let rs = &mut self.read_bits;
+        let mut kept = 0usize;
+        for i in 0..rs.len() {
+            let r = rs[i];
+            if kept > 0 {
+                let last = &mut rs[kept - 1];
                 let end = last.offset + last.len;
                 if r.offset <= end {
                     let new_end = end.max(r.offset + r.len);
@@ -143,9 +147,10 @@ impl Trace {
                     continue;
                 }
             }
-            out.push(r);
+            rs[kept] = r;
+            kept += 1;
         }
-        self.read_bits = out;
+        rs.truncate(kept);
     }
 
     /// True when the bit range `[offset, offset+len)` is wholly covered by
@@ -171,5 +176,53 @@ impl Trace {
         self.read_bits
             .iter()
             .any(|r| r.offset < offset + len && offset < r.offset + r.len)
+    }
+}
+
+#[cfg(test)]
+mod normalize_tests {
+    use super::{BitRange, Trace};
+
+    /// The merge as it was (into a second vector), as the reference.
+    fn merged(mut rs: Vec<BitRange>) -> Vec<BitRange> {
+        rs.sort();
+        let mut out: Vec<BitRange> = Vec::new();
+        for r in rs {
+            if let Some(last) = out.last_mut() {
+                let end = last.offset + last.len;
+                if r.offset <= end {
+                    last.len = end.max(r.offset + r.len) - last.offset;
+                    continue;
+                }
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    #[test]
+    fn in_place_merge_equals_the_reference() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n) as u32
+        };
+        for _ in 0..5000 {
+            let n = next(12);
+            let rs: Vec<BitRange> = (0..n)
+                .map(|_| BitRange {
+                    offset: next(200),
+                    len: next(40) + 1,
+                })
+                .collect();
+            let mut t = Trace {
+                read_bits: rs.clone(),
+                ..Trace::default()
+            };
+            t.normalize();
+            assert_eq!(t.read_bits, merged(rs));
+        }
     }
 }

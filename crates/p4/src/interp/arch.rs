@@ -123,7 +123,9 @@ fn get_field(v: &Value, name: &str) -> Option<u128> {
 
 fn set_enum_field(v: &mut Value, name: &str, member: &str) {
     if let Some(Value::Enum(_, m)) = v.field_mut(name) {
-        *m = Arc::from(member);
+        if **m != *member {
+            *m = Arc::from(member);
+        }
     }
 }
 
@@ -219,14 +221,18 @@ fn run_block(
 ) -> Result<(bool, Option<String>), Ctl> {
     let p = run.p;
     let blk = &p.blocks[b];
-    let mut vals = Vec::with_capacity(blk.param_tys.len());
+    let mut vals = run.st.pool.data.pop().unwrap_or_default();
+    vals.clear();
     // Each parameter's key, owned when it was taken out of the map (given
     // back on write-back: no String per block and packet).
-    let mut keys: Vec<(std::borrow::Cow<'_, str>, Option<String>)> =
+    // The third member: a key reused from the pipeline's spare values.
+    #[allow(clippy::type_complexity)]
+    let mut keys: Vec<(std::borrow::Cow<'_, str>, Option<String>, Option<String>)> =
         Vec::with_capacity(blk.param_tys.len());
     for (prm, t) in blk.params().iter().zip(&blk.param_tys) {
         let key = ty_key_ref(t);
         let mut owned_key = None;
+        let mut spare_key: Option<String> = None;
         let shared_once = blk
             .param_tys
             .iter()
@@ -258,7 +264,21 @@ fn run_block(
                         v
                     }
                     None => {
-                        let mut v = t.default_value();
+                        // The value the last packet left under this key,
+                        // reset to the default (no fresh allocation).
+                        let spare = if run.reference {
+                            None
+                        } else {
+                            run.st.pool.shared_spare.remove_entry(&*key)
+                        };
+                        let mut v = match spare {
+                            Some((k, mut v)) => {
+                                spare_key = Some(k);
+                                t.reset_value(&mut v);
+                                v
+                            }
+                            None => t.default_value(),
+                        };
                         init_meta(arch, &key, &mut v, c);
                         v
                     }
@@ -266,9 +286,9 @@ fn run_block(
             }
         };
         vals.push(v);
-        keys.push((key, owned_key));
+        keys.push((key, owned_key, spare_key));
     }
-    let (vals, rejected, exited) = match run.run_block(b, vals) {
+    let (mut vals, rejected, exited) = match run.run_block(b, vals) {
         Ok((v, e)) => (v, None, e),
         Err(Ctl::Reject(e)) => {
             let v = run.reject_vals.take().unwrap_or_default();
@@ -284,7 +304,7 @@ fn run_block(
         }
         Err(e) => return Err(e),
     };
-    for ((prm, (key, owned)), v) in blk.params().iter().zip(keys).zip(vals) {
+    for ((prm, (key, owned, spare)), v) in blk.params().iter().zip(keys).zip(vals.drain(..)) {
         if key == "packet_in" || key == "packet_out" {
             continue;
         }
@@ -294,11 +314,18 @@ fn run_block(
             if let Some(slot) = shared.vals.get_mut(&*key) {
                 *slot = v;
             } else {
-                shared.vals.insert(key.into_owned(), v);
+                shared
+                    .vals
+                    .insert(spare.unwrap_or_else(|| key.into_owned()), v);
             }
         } else if !shared.vals.contains_key(&*key) {
-            shared.vals.insert(key.into_owned(), v);
+            shared
+                .vals
+                .insert(spare.unwrap_or_else(|| key.into_owned()), v);
         }
+    }
+    if run.st.pool.data.len() < 16 {
+        run.st.pool.data.push(vals);
     }
     Ok((exited, rejected))
 }
@@ -372,15 +399,29 @@ pub(crate) fn run_packet(
     in_port: u32,
     packet: &[u8],
     now: u64,
+    reference: bool,
 ) -> Outcome {
     let mut trace = Trace::default();
     let r = {
-        let mut run = Run::new(p, st, &mut trace, packet.to_vec(), in_port, now);
-        match arch {
+        let pkt = if reference {
+            packet.to_vec()
+        } else {
+            let mut b = std::mem::take(&mut st.pool.pkt);
+            b.clear();
+            b.extend_from_slice(packet);
+            b
+        };
+        let mut run = Run::new(p, st, &mut trace, pkt, in_port, now);
+        run.reference = reference;
+        let r = match arch {
             Arch::Pna | Arch::PnaTc => run_pna(&mut run, arch),
             Arch::V1Model => run_v1(&mut run),
             Arch::Psa => run_psa(&mut run),
+        };
+        if !reference {
+            run.recycle_buffers();
         }
+        r
     };
     match r {
         Ok(outputs) => Outcome { outputs, trace },
@@ -411,21 +452,43 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         path: "NORMAL",
     };
     let mut sh = Shared {
-        vals: HashMap::default(),
+        vals: if run.reference {
+            HashMap::default()
+        } else {
+            run.st.pool.shared_map.take().unwrap_or_default()
+        },
     };
-    let (_, rej) = run_block(run, arch, &mut sh, block_at(run, 0), &c)?;
+    let r = run_pna_blocks(run, arch, &mut sh, &c);
+    if !run.reference {
+        // Keep the headers and metadata (and the map) for the next packet.
+        let pool = &mut run.st.pool;
+        for (k, v) in sh.vals.drain() {
+            pool.shared_spare.insert(k, v);
+        }
+        pool.shared_map = Some(sh.vals);
+    }
+    r
+}
+
+fn run_pna_blocks(
+    run: &mut Run,
+    arch: Arch,
+    sh: &mut Shared,
+    c: &Ctx,
+) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let (_, rej) = run_block(run, arch, sh, block_at(run, 0), c)?;
     if rej.is_some() {
         // PNA: a parser error drops the packet.
         return Ok(vec![]);
     }
     let ctl = if arch == Arch::Pna {
-        run_block(run, arch, &mut sh, block_at(run, 1), &c)?;
+        run_block(run, arch, sh, block_at(run, 1), c)?;
         2
     } else {
         1
     };
-    run_block(run, arch, &mut sh, block_at(run, ctl), &c)?;
-    run_block(run, arch, &mut sh, block_at(run, ctl + 1), &c)?;
+    run_block(run, arch, sh, block_at(run, ctl), c)?;
+    run_block(run, arch, sh, block_at(run, ctl + 1), c)?;
     let bytes = deparsed(run)?;
     match run.fwd.pna_dest {
         Some(Some(port)) => Ok(vec![(port, bytes)]),

@@ -117,6 +117,68 @@ impl Ty {
         }
     }
 
+    /// Makes `v` equal to [`Ty::default_value`] in place, keeping its
+    /// allocations where its shape is already this type's (the headers
+    /// and metadata a pipeline reuses from packet to packet).
+    pub fn reset_value(&self, v: &mut Value) {
+        match (self, &mut *v) {
+            (Ty::Bits(w, s), Value::Bits(b)) => *b = Bits::new(*w, *s, 0),
+            (Ty::Bool, Value::Bool(b, s)) => {
+                *b = false;
+                *s = Src::None;
+            }
+            (Ty::Varbit(m), Value::Varbit(vb)) => {
+                vb.max = *m;
+                vb.len = 0;
+                vb.bytes.clear();
+                vb.src = Src::None;
+            }
+            (Ty::Header(a), Value::Header(h)) if h.fields.len() == a.fields.len() => {
+                if !Arc::ptr_eq(&h.ty, &a.name) {
+                    h.ty = a.name.clone();
+                }
+                if !Arc::ptr_eq(&h.names, &a.names) {
+                    h.names = a.names.clone();
+                }
+                h.valid = false;
+                for ((_, t), f) in a.fields.iter().zip(h.fields.iter_mut()) {
+                    t.reset_value(f);
+                }
+            }
+            (Ty::Struct(a), Value::Struct(n, names, fs)) if fs.len() == a.fields.len() => {
+                if !Arc::ptr_eq(n, &a.name) {
+                    *n = a.name.clone();
+                }
+                if !Arc::ptr_eq(names, &a.names) {
+                    *names = a.names.clone();
+                }
+                for ((_, t), f) in a.fields.iter().zip(fs.iter_mut()) {
+                    t.reset_value(f);
+                }
+            }
+            (Ty::Stack(e, n), Value::Stack(st)) if st.elems.len() == *n => {
+                st.next = 0;
+                for x in st.elems.iter_mut() {
+                    e.reset_value(x);
+                }
+            }
+            (Ty::Tuple(ts), Value::Tuple(xs)) if xs.len() == ts.len() => {
+                for (t, x) in ts.iter().zip(xs.iter_mut()) {
+                    t.reset_value(x);
+                }
+            }
+            (Ty::Enum(n, first), Value::Enum(vn, vm)) => {
+                if **vn != **n {
+                    *vn = n.clone();
+                }
+                if **vm != **first {
+                    *vm = first.clone();
+                }
+            }
+            _ => *v = self.default_value(),
+        }
+    }
+
     pub fn width(&self) -> u32 {
         match self {
             Ty::Bits(w, _) => *w,

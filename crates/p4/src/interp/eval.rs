@@ -9,7 +9,7 @@ use super::{ExternState, State};
 use crate::ast::{self, Arg, Direction, Expr, Stmt};
 use crate::interp::check::{BlockKind, Local, Prog, Ty};
 use crate::trace::Trace;
-use crate::value::{mask, Bits, HeaderVal, Src, Value};
+use crate::value::{mask, name_eq, Bits, HeaderVal, Src, Value};
 use std::sync::Arc;
 
 /// Instance id of the packet being parsed (`packet_in`).
@@ -147,6 +147,10 @@ pub(crate) struct Run<'a> {
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
+    /// Runs the reference paths only (the evaluator as it was before
+    /// the per-packet fast paths): the differential test compares the
+    /// two on the corpus. Never set on the data path.
+    pub reference: bool,
 }
 
 const MAX_STEPS: u64 = 200_000;
@@ -162,12 +166,15 @@ impl<'a> Run<'a> {
         in_port: u32,
         now: u64,
     ) -> Run<'a> {
+        // Frames kept from the pipeline's earlier packets: entering a
+        // block or action allocates nothing once the pipeline is warm.
+        let spare = relabel(std::mem::take(&mut st.pool.frames));
         Run {
             p,
             st,
             tr,
             frames: Vec::new(),
-            spare: Vec::new(),
+            spare,
             base: 0,
             block: None,
             pkt,
@@ -187,7 +194,21 @@ impl<'a> Run<'a> {
             quiet: 0,
             reparse_tag: "p4-recirculate",
             assigning: false,
+            reference: false,
         }
+    }
+
+    /// Gives the run's reusable buffers (frames, the packet buffer) back
+    /// to the pipeline for its next packet.
+    pub fn recycle_buffers(&mut self) {
+        let mut frames = std::mem::take(&mut self.spare);
+        frames.append(&mut self.frames);
+        let mut pool = relabel(frames);
+        pool.truncate(64);
+        self.st.pool.frames = pool;
+        let mut pkt = std::mem::take(&mut self.pkt);
+        pkt.clear();
+        self.st.pool.pkt = pkt;
     }
 
     fn tick(&mut self) -> R<()> {
@@ -285,7 +306,7 @@ impl<'a> Run<'a> {
 
     fn declare(&mut self, name: &'a str, v: Value) {
         if let Some(f) = self.frames.last_mut() {
-            if let Some(slot) = f.iter_mut().find(|(n, _)| *n == name) {
+            if let Some(slot) = f.iter_mut().find(|(n, _)| name_eq(n, name)) {
                 slot.1 = v;
             } else {
                 f.push((name, v));
@@ -319,7 +340,7 @@ impl<'a> Run<'a> {
     fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
         let base = self.base;
         for f in self.frames[base..].iter_mut().rev() {
-            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| *n == name) {
+            if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| name_eq(n, name)) {
                 return Some(v);
             }
         }
@@ -374,7 +395,16 @@ impl<'a> Run<'a> {
 
     fn eval_inner(&mut self, e: &Expr) -> R<Value> {
         match e {
-            Expr::Int(lit, _) => Ok(crate::interp::check::int_lit(lit)),
+            Expr::Int(lit, _) => {
+                if !self.reference {
+                    if let Some((w, s)) = lit.width {
+                        if let Some(b) = lit_bits(lit, w, s) {
+                            return Ok(Value::Bits(b));
+                        }
+                    }
+                }
+                Ok(crate::interp::check::int_lit(lit))
+            }
             Expr::Bool(b, _) => Ok(Value::Bool(*b, Src::None)),
             Expr::Str(s, _) => Ok(Value::Str(Arc::from(s.as_str()))),
             Expr::Path(id) => self.eval_path(id),
@@ -430,6 +460,23 @@ impl<'a> Run<'a> {
                     return ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")));
                 }
                 let x = self.eval(a)?;
+                // `field op 1`: the unsized literal converted to the
+                // field's type without a big integer (as ops::binop
+                // would convert it).
+                if let (false, Value::Bits(xb), Expr::Int(lit, _)) = (self.reference, &x, &**b) {
+                    if lit.width.is_none()
+                        && !matches!(op, ast::BinOp::Shl | ast::BinOp::Shr | ast::BinOp::Concat)
+                    {
+                        if let Some(yb) = lit_bits(lit, xb.width, xb.signed) {
+                            // What evaluating the literal would count.
+                            self.enter()?;
+                            self.depth -= 1;
+                            self.use_val(&x);
+                            return ops::binop(*op, x, Value::Bits(yb))
+                                .map_err(|m| Ctl::Fail(format!("{span}: {m}")));
+                        }
+                    }
+                }
                 let y = self.eval(b)?;
                 self.use_val(&x);
                 self.use_val(&y);
@@ -959,22 +1006,26 @@ impl<'a> Run<'a> {
         params: &'a [ast::Param],
         tys: &[Ty],
         args: &[Arg],
-        data: Option<Vec<Value>>,
+        mut data: Option<Vec<Value>>,
         body: &'a ast::Block,
         barrier: bool,
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
         let mut copy_out: Vec<(&'a str, &Expr)> = Vec::new();
-        let mut data = data.map(|d| d.into_iter());
+        let mut next_data = 0usize;
         let mut pos = 0usize;
         for (i, p) in params.iter().enumerate() {
-            let ty = tys.get(i).cloned().unwrap_or(Ty::Void);
+            let ty = tys.get(i).unwrap_or(&Ty::Void);
             // Action data comes from the table for directionless params
             // when the call is a table's.
             if p.direction == Direction::None {
                 if let Some(d) = data.as_mut() {
-                    let v = d.next().unwrap_or_else(|| ty.default_value());
+                    let v = match d.get_mut(next_data) {
+                        Some(v) => std::mem::replace(v, Value::Void),
+                        None => ty.default_value(),
+                    };
+                    next_data += 1;
                     frame.push((p.name.name.as_str(), v));
                     continue;
                 }
@@ -1006,7 +1057,7 @@ impl<'a> Run<'a> {
                     if d == Direction::InOut {
                         copy_out.push((p.name.name.as_str(), &a.value));
                     }
-                    match &ty {
+                    match ty {
                         Ty::Named(_) | Ty::Int | Ty::Void => v,
                         t => ops::coerce(t, v)
                             .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?,
@@ -1015,13 +1066,20 @@ impl<'a> Run<'a> {
                 (None, _) => match &p.default {
                     Some(d) => {
                         let v = self.eval(d)?;
-                        ops::coerce(&ty, v)
+                        ops::coerce(ty, v)
                             .map_err(|m| Ctl::Fail(format!("{}: {m}", p.name.span)))?
                     }
                     None => ty.default_value(),
                 },
             };
             frame.push((p.name.name.as_str(), v));
+        }
+        if let Some(mut d) = data {
+            // The action data's vector, for the next table hit.
+            if !self.reference && self.st.pool.data.len() < 16 {
+                d.clear();
+                self.st.pool.data.push(d);
+            }
         }
         let saved_base = self.base;
         let saved_block = self.block;
@@ -1042,7 +1100,7 @@ impl<'a> Run<'a> {
             Err(Ctl::Exit) => {
                 // Copy out, then keep exiting.
                 for (name, e) in copy_out {
-                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
                         self.assign(e, std::mem::replace(v, Value::Void))?;
                     }
                 }
@@ -1052,7 +1110,7 @@ impl<'a> Run<'a> {
             Err(e) => return Err(e),
         };
         for (name, e) in copy_out {
-            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| *n == name) {
+            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
                 self.assign(e, std::mem::replace(v, Value::Void))?;
             }
         }
@@ -1100,13 +1158,21 @@ impl<'a> Run<'a> {
     /// returns the final parameter values and whether `exit` ran.
     /// A parser's reject is `Err(Ctl::Reject(error))` — but the values
     /// are still needed: see [`Run::run_parser`].
-    pub fn run_block(&mut self, b: usize, vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
+    pub fn run_block(&mut self, b: usize, mut vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
         let saved_block = self.block.replace(b);
         let saved_base = self.base;
         let mut frame = self.new_frame();
-        frame.extend(blk.params().iter().map(|p| p.name.name.as_str()).zip(vals));
+        frame.extend(
+            blk.params()
+                .iter()
+                .map(|p| p.name.name.as_str())
+                .zip(vals.drain(..)),
+        );
+        if self.st.pool.data.len() < 16 {
+            self.st.pool.data.push(vals);
+        }
         self.frames.push(frame);
         self.base = self.frames.len() - 1;
         let r = self.run_block_body(b);
@@ -1115,11 +1181,9 @@ impl<'a> Run<'a> {
         let mut frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
-        let vals: Vec<Value> = frame
-            .drain(..)
-            .take(blk.params().len())
-            .map(|(_, v)| v)
-            .collect();
+        let mut vals: Vec<Value> = self.st.pool.data.pop().unwrap_or_default();
+        vals.clear();
+        vals.extend(frame.drain(..).take(blk.params().len()).map(|(_, v)| v));
         self.recycle(frame);
         match r {
             Ok(()) => Ok((vals, false)),
@@ -1482,10 +1546,43 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Empties `frames`' frames and relabels the (unused) lifetime of their
+/// names so that the pipeline can keep their storage between packets.
+/// Collecting a mapped `vec::IntoIter` into a vector of a type of the
+/// same layout reuses the allocation (std's in-place collection), and the
+/// frames are empty, so nothing is converted.
+fn relabel<'x, 'y>(frames: Vec<Vec<(&'x str, Value)>>) -> Vec<Vec<(&'y str, Value)>> {
+    frames
+        .into_iter()
+        .map(|mut f| {
+            f.clear();
+            f.into_iter()
+                .map(|(_, v)| ("", v))
+                .collect::<Vec<(&'y str, Value)>>()
+        })
+        .collect()
+}
+
+/// Integer literal `lit` as a `w`-bit value (what `Bits::from_bigint`
+/// gives), without a big integer; `None` when it does not fit 128 bits.
+fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
+    if w > crate::value::MAX_WIDTH || lit.value.bits() > 128 {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for (i, d) in lit.value.iter_u64_digits().enumerate() {
+        v |= u128::from(d) << (64 * i);
+    }
+    if lit.negative {
+        v = v.wrapping_neg();
+    }
+    Some(Bits::new(w, signed, v))
+}
+
 /// The variable `name` in `frames`, innermost first.
 fn var_in<'f>(frames: &'f [Vec<(&str, Value)>], name: &str) -> Option<&'f Value> {
     for f in frames.iter().rev() {
-        if let Some((_, v)) = f.iter().rev().find(|(n, _)| *n == name) {
+        if let Some((_, v)) = f.iter().rev().find(|(n, _)| name_eq(n, name)) {
             return Some(v);
         }
     }

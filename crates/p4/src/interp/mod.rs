@@ -153,6 +153,31 @@ pub(crate) struct State {
     pub mirror: std::collections::HashMap<u32, u32>,
     /// Multicast groups: group -> (port, rid) copies.
     pub mcast: std::collections::HashMap<u32, Vec<(u32, u32)>>,
+    /// Buffers a run gives back for the next packet (no per-packet
+    /// allocation for them once warm).
+    pub pool: Pool,
+}
+
+/// Per-pipeline storage reused from packet to packet.
+#[derive(Default)]
+pub(crate) struct Pool {
+    /// Empty variable frames (their names' lifetime is the run's; see
+    /// `eval::relabel`).
+    pub frames: Vec<Vec<(&'static str, Value)>>,
+    /// The packet buffer.
+    pub pkt: Vec<u8>,
+    /// Table key values, their sources and the bits a lookup examined.
+    pub keys: Vec<u128>,
+    pub key_srcs: Vec<crate::value::Src>,
+    pub need: Vec<u128>,
+    /// Action data handed to an action, block parameter values.
+    pub data: Vec<Vec<Value>>,
+    /// The values the blocks of the last packet shared (headers,
+    /// metadata) with their keys, reset and reused by the next packet
+    /// instead of building fresh ones.
+    pub shared_spare: crate::value::FastMap<String, Value>,
+    /// An empty map for the next packet's shared values.
+    pub shared_map: Option<crate::value::FastMap<String, Value>>,
 }
 
 impl State {
@@ -196,6 +221,7 @@ impl State {
             clock: 0,
             mirror: Default::default(),
             mcast: Default::default(),
+            pool: Pool::default(),
         }
     }
 
@@ -256,6 +282,25 @@ impl Pipeline {
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
+        self.process_with(in_port, packet, now_ns, false)
+    }
+
+    /// [`Pipeline::process`] on the evaluator's reference paths (the
+    /// per-packet fast paths off): for the differential test that checks
+    /// the fast paths give the same outputs and traces. Not for the data
+    /// path.
+    #[doc(hidden)]
+    pub fn process_reference(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
+        self.process_with(in_port, packet, now_ns, true)
+    }
+
+    fn process_with(
+        &mut self,
+        in_port: u32,
+        packet: &[u8],
+        now_ns: u64,
+        reference: bool,
+    ) -> Outcome {
         self.st.clock = self.st.clock.max(now_ns);
         let mut out = crate::interp::arch::run_packet(
             &self.prog,
@@ -264,6 +309,7 @@ impl Pipeline {
             in_port,
             packet,
             now_ns,
+            reference,
         );
         if out.trace.error.is_some() {
             self.st.errors += 1;
@@ -311,6 +357,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         clock: 0,
         mirror: Default::default(),
         mcast: Default::default(),
+        pool: Pool::default(),
     };
     let mut tr = Trace::default();
     let mut run = Run::new(p, &mut st, &mut tr, Vec::new(), 0, 0);

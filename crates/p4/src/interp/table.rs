@@ -10,11 +10,30 @@ use crate::value::{mask, Src, Value};
 
 impl Run<'_> {
     pub(crate) fn apply_table(&mut self, t: usize) -> R<Value> {
+        // Key values (in buffers the pipeline keeps between packets).
+        let mut kv: Vec<u128> = std::mem::take(&mut self.st.pool.keys);
+        let mut ksrc: Vec<Src> = std::mem::take(&mut self.st.pool.key_srcs);
+        let mut need: Vec<u128> = std::mem::take(&mut self.st.pool.need);
+        kv.clear();
+        ksrc.clear();
+        need.clear();
+        let r = self.apply_table_with(t, &mut kv, &mut ksrc, &mut need);
+        let pool = &mut self.st.pool;
+        pool.keys = kv;
+        pool.key_srcs = ksrc;
+        pool.need = need;
+        r
+    }
+
+    fn apply_table_with(
+        &mut self,
+        t: usize,
+        kv: &mut Vec<u128>,
+        ksrc: &mut Vec<Src>,
+        need: &mut Vec<u128>,
+    ) -> R<Value> {
         let p = self.p;
         let td = &p.tables[t];
-        // Key values.
-        let mut kv: Vec<u128> = Vec::with_capacity(td.keys.len());
-        let mut ksrc: Vec<Src> = Vec::with_capacity(td.keys.len());
         for k in &td.keys {
             let v = self.eval(&k.expr)?;
             let b = match crate::interp::ops::scalar_bits(&v, &p.g.errors, k.width) {
@@ -32,18 +51,28 @@ impl Run<'_> {
         }
         let st = &self.st.tables[t];
         // Winner (table order) and the key bits the lookup examined.
-        let mut need = vec![0u128; td.keys.len()];
+        need.resize(td.keys.len(), 0);
         let best = st
             .index
-            .lookup(&td.const_entries, &st.entries, &kv, &mut need)
+            .lookup(&td.const_entries, &st.entries, kv, need)
             .and_then(|o| index::locate(&st.entries, o));
+        let mut spare = self.st.pool.data.pop();
+        let st = &self.st.tables[t];
         let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(runtime, idx)| {
             let e = if runtime {
                 &st.entries[idx]
             } else {
                 &td.const_entries[idx]
             };
-            (e.id, e.action, e.args.clone())
+            let args = match spare.take() {
+                Some(mut a) => {
+                    a.clear();
+                    a.extend(e.args.iter().cloned());
+                    a
+                }
+                None => e.args.clone(),
+            };
+            (e.id, e.action, args)
         });
         for (i, k) in td.keys.iter().enumerate() {
             self.use_src(ksrc[i], k.width, need[i], k.width);
@@ -92,9 +121,18 @@ impl Run<'_> {
                 })
             }
             None => {
-                let (a, args) = self.st.tables[t].default.clone();
+                let (a, dargs) = &self.st.tables[t].default;
+                let a = *a;
+                let args = match spare {
+                    Some(mut v) => {
+                        v.clear();
+                        v.extend(dargs.iter().cloned());
+                        v
+                    }
+                    None => dargs.clone(),
+                };
                 if td.info.add_on_miss {
-                    self.miss_ctx().push((t, kv));
+                    self.miss_ctx().push((t, kv.clone()));
                 }
                 let bound = td
                     .actions

@@ -187,6 +187,20 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 
 /// Runs an STF file against the pipeline; returns a list of failures.
 pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
+    run_stf_on(&mut [p], stf, &mut |ps, port, bytes, now| {
+        ps[0].process(port, bytes, now)
+    })
+}
+
+/// How [`run_stf_on`] runs one STF packet: (pipelines, port, frame, time).
+pub type ProcessFn<'a> =
+    dyn FnMut(&mut [&mut Pipeline], u32, &[u8], u64) -> nicflow_p4::Outcome + 'a;
+
+/// Runs an STF file with its table, mirroring and multicast commands
+/// applied to every pipeline of `ps` and its packets given to `process`
+/// (which decides which pipelines run them); the expectations are
+/// checked against what `process` returns.
+pub fn run_stf_on(ps: &mut [&mut Pipeline], stf: &str, process: &mut ProcessFn<'_>) -> Vec<String> {
     let mut expects: BTreeMap<u32, VecDeque<(usize, Expect)>> = BTreeMap::new();
     let mut got: BTreeMap<u32, VecDeque<(usize, Vec<u8>)>> = BTreeMap::new();
     let mut fails = Vec::new();
@@ -209,8 +223,10 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                 let table = toks[0];
                 let action = toks[toks.len() - 1];
                 if cmd == "setdefault" {
-                    if let Err(e) = p.set_default(table, action, parse_args(args)) {
-                        fails.push(format!("line {ln}: {e}"));
+                    for p in ps.iter_mut() {
+                        if let Err(e) = p.set_default(table, action, parse_args(args)) {
+                            fails.push(format!("line {ln}: {e}"));
+                        }
                     }
                     continue;
                 }
@@ -222,16 +238,18 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                         rest_toks = &rest_toks[1..];
                     }
                 }
-                let spec = parse_entry(p, table, prio, rest_toks, action, args);
-                if let Err(e) = p.table_add(table, spec) {
-                    fails.push(format!("line {ln}: {e}"));
+                for p in ps.iter_mut() {
+                    let spec = parse_entry(p, table, prio, rest_toks, action, args);
+                    if let Err(e) = p.table_add(table, spec) {
+                        fails.push(format!("line {ln}: {e}"));
+                    }
                 }
             }
             "packet" => {
                 let (port, hex) = rest.trim().split_once(char::is_whitespace).unwrap();
                 now += 1000;
                 packet_lines += 1;
-                let out = p.process(port.parse().unwrap(), &hex_bytes(hex), now);
+                let out = process(ps, port.parse().unwrap(), &hex_bytes(hex), now);
                 if let Some(e) = &out.trace.error {
                     fails.push(format!("line {ln}: internal error: {e}"));
                 }
@@ -270,7 +288,9 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                     .split_whitespace()
                     .map(|x| x.parse().unwrap())
                     .collect();
-                p.mirroring_add(v[0], v[1]);
+                for p in ps.iter_mut() {
+                    p.mirroring_add(v[0], v[1]);
+                }
             }
             "mc_mgrp_create" => {
                 groups.insert(rest.trim().parse().unwrap(), Vec::new());
@@ -289,7 +309,9 @@ pub fn run_stf(p: &mut Pipeline, stf: &str) -> Vec<String> {
                     .collect();
                 let g = groups.entry(v[0]).or_default();
                 g.push(nodes[v[1] as usize]);
-                p.multicast_group_set(v[0], g.clone());
+                for p in ps.iter_mut() {
+                    p.multicast_group_set(v[0], g.clone());
+                }
             }
             o => fails.push(format!("line {ln}: unsupported STF command {o}")),
         }
