@@ -19,7 +19,9 @@
 //! away the GCM authentication key.
 //!
 //! Neither side allocates per packet: `seal` writes into a caller-owned
-//! `Vec` whose capacity is reused, `open` works in place.
+//! `Vec` whose capacity is reused, [`OutboundSa::seal_in_place`] builds
+//! the packet around a payload that already lies in the caller's buffer
+//! (no copy of it at all: the tunnel port's path), `open` works in place.
 
 use std::fmt;
 use std::ops::Range;
