@@ -19,7 +19,9 @@
 //! away the GCM authentication key.
 //!
 //! Neither side allocates per packet: `seal` writes into a caller-owned
-//! `Vec` whose capacity is reused, `open` works in place.
+//! `Vec` whose capacity is reused, [`OutboundSa::seal_in_place`] builds
+//! the packet around a payload that already lies in the caller's buffer
+//! (no copy of it at all: the tunnel port's path), `open` works in place.
 
 use std::fmt;
 use std::ops::Range;
@@ -640,6 +642,66 @@ impl OutboundSa {
         self.stats.packets += 1;
         self.stats.bytes += plaintext.len() as u64;
         Ok(())
+    }
+
+    /// Bytes of buffer [`seal_in_place`](Self::seal_in_place) needs for a
+    /// payload of `plaintext_len` bytes: the whole ESP packet.
+    pub const fn sealed_len(&self, plaintext_len: usize) -> usize {
+        plaintext_len + esp_overhead(self.aead, plaintext_len)
+    }
+
+    /// [`seal`](Self::seal) without copying the payload: the caller has put
+    /// the plaintext at `esp[ESP_HEADER_LEN + ESP_IV_LEN..][..plaintext_len]`
+    /// (where it lies in the packet being built, e.g. behind room left for
+    /// the outer headers), and the ESP packet is built around it in the same
+    /// buffer: header and IV in front, padding, trailer and ICV behind,
+    /// the payload encrypted where it lies. Returns the ESP packet's length,
+    /// `esp[..n]`; the bytes are those `seal` would give for the same
+    /// sequence number.
+    ///
+    /// `esp` must hold at least [`sealed_len`](Self::sealed_len) bytes;
+    /// a shorter one is refused as [`SealError::TooLong`] (nothing written,
+    /// no sequence number used), as is any refusal of `seal`.
+    pub fn seal_in_place(
+        &mut self,
+        next_header: u8,
+        esp: &mut [u8],
+        plaintext_len: usize,
+    ) -> Result<usize, SealError> {
+        if let Err(e) = self.admit(plaintext_len) {
+            return Err(self.fail(e));
+        }
+        let total = self.sealed_len(plaintext_len);
+        if esp.len() < total {
+            return Err(self.fail(SealError::TooLong));
+        }
+        let seq = self.last_seq + 1;
+        let iv = seq.to_be_bytes();
+        let pad = pad_len(plaintext_len);
+        esp[..4].copy_from_slice(&self.spi.to_be_bytes());
+        esp[4..8].copy_from_slice(&(seq as u32).to_be_bytes());
+        esp[8..16].copy_from_slice(&iv);
+        let start = ESP_HEADER_LEN + ESP_IV_LEN;
+        let t = start + plaintext_len;
+        esp[t..t + pad].copy_from_slice(&PAD_PATTERN[..pad]);
+        esp[t + pad] = pad as u8;
+        esp[t + pad + 1] = next_header;
+        let body_end = t + pad + ESP_TRAILER_LEN;
+        let (a, alen) = aad(self.spi, seq, self.esn);
+        let tag = match self.key.seal_in_place_separate_tag(
+            nonce(&self.salt, &iv),
+            Aad::from(&a[..alen]),
+            &mut esp[start..body_end],
+        ) {
+            Ok(tag) => tag,
+            Err(_) => return Err(self.fail(SealError::TooLong)),
+        };
+        esp[body_end..body_end + ESP_ICV_LEN].copy_from_slice(tag.as_ref());
+        debug_assert_eq!(body_end + ESP_ICV_LEN, total);
+        self.last_seq = seq;
+        self.stats.packets += 1;
+        self.stats.bytes += plaintext_len as u64;
+        Ok(total)
     }
 }
 

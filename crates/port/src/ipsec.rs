@@ -36,6 +36,10 @@ use nicflow_ipsec::ike::{
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::checksum;
 use std::collections::{BTreeMap, HashMap};
+
+/// A hash map with foldhash's fast (randomly seeded) hasher, for maps
+/// looked up per packet.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -636,9 +640,11 @@ struct EspAt {
 /// by SPI.
 #[derive(Default)]
 pub struct UnderlayEsp {
-    endpoints: HashMap<u64, EspEndpoint>,
+    // (foldhash: both are looked up once per packet, and SipHash's cost
+    // showed in profiles; keys come from configuration, not the wire.)
+    endpoints: FastMap<u64, EspEndpoint>,
     /// Inbound SPI -> (endpoint id, SA).
-    inbound: HashMap<u32, (u64, InboundSa)>,
+    inbound: FastMap<u32, (u64, InboundSa)>,
     /// `seal`'s output, reused: no allocation per packet.
     scratch: Vec<u8>,
     pub counters: EspCounters,
@@ -1178,6 +1184,9 @@ impl UnderlayEsp {
         }
         let ihl = usize::from(data[14] & 0x0f) * 4;
         let hdr = 14 + ihl;
+        if ihl < 20 || hdr > data.len() {
+            return Err("malformed");
+        }
         let (next_header, plain_from) = match ep.mode {
             EspMode::Transport => (data[14 + 9], hdr),
             EspMode::Tunnel => (4, 14),
@@ -1204,11 +1213,6 @@ impl UnderlayEsp {
                 None => ep.reserved = u64::MAX,
             }
         }
-        if let Err(e) = out.seal(next_header, &data[plain_from..], &mut self.scratch) {
-            let reason = e.name();
-            *self.counters.tx_drops.entry(reason).or_default() += 1;
-            return Err(reason);
-        }
         // New outer header: the encapsulation's own (tunnel mode keeps a
         // copy of it as the outer header, options dropped).
         let mut h = [0u8; 14 + 60];
@@ -1220,9 +1224,10 @@ impl UnderlayEsp {
         if ep.mode == EspMode::Tunnel {
             h[14] = 0x45;
         }
-        let ihl = keep - 14;
         let udp = if ep.encap_udp { 8 } else { 0 };
-        let total = ihl + udp + self.scratch.len();
+        let plain_len = data.len() - plain_from;
+        let esp_len = out.sealed_len(plain_len);
+        let total = keep - 14 + udp + esp_len;
         if total > usize::from(u16::MAX) {
             *self.counters.tx_drops.entry("too_big").or_default() += 1;
             return Err("too_big");
@@ -1235,19 +1240,45 @@ impl UnderlayEsp {
             let c = checksum::checksum(ip);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
-        pkt.truncate(0);
-        if pkt.tailroom() < keep + udp + self.scratch.len() {
-            *self.counters.tx_drops.entry("too_big").or_default() += 1;
-            return Err("too_big");
-        }
-        // (Written once each, no zeroing: `append` copies straight in.)
         let mut u = [0u8; 8];
         u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
         u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-        u[4..6].copy_from_slice(&((8 + self.scratch.len()) as u16).to_be_bytes());
+        u[4..6].copy_from_slice(&((8 + esp_len) as u16).to_be_bytes());
         // RFC 3948 2.1: the checksum SHOULD be zero (u[6..8]).
-        let ok = pkt.append(&h[..keep]) && pkt.append(&u[..udp]) && pkt.append(&self.scratch);
-        debug_assert!(ok, "tailroom checked above");
+        // In place when the buffer has the room (frames from the bridge
+        // do: the default headroom): the payload stays where it lies, the
+        // headers go in front of it into the headroom, trailer and ICV
+        // behind it, and it is encrypted there. Otherwise it is sealed
+        // into a scratch buffer and copied back.
+        let esp_at = keep + udp;
+        let shift = esp_at + esp::ESP_HEADER_LEN + esp::ESP_IV_LEN - plain_from;
+        let grow = esp_len - esp::ESP_HEADER_LEN - esp::ESP_IV_LEN - plain_len;
+        if pkt.headroom() >= shift && pkt.tailroom() >= grow {
+            let ok = pkt.push_front(shift).is_some() && pkt.extend_back(grow).is_some();
+            debug_assert!(ok, "room checked above");
+            let d = pkt.data_mut();
+            d[..keep].copy_from_slice(&h[..keep]);
+            d[keep..esp_at].copy_from_slice(&u[..udp]);
+            if let Err(e) = out.seal_in_place(next_header, &mut d[esp_at..], plain_len) {
+                let reason = e.name();
+                *self.counters.tx_drops.entry(reason).or_default() += 1;
+                return Err(reason);
+            }
+        } else {
+            if let Err(e) = out.seal(next_header, &data[plain_from..], &mut self.scratch) {
+                let reason = e.name();
+                *self.counters.tx_drops.entry(reason).or_default() += 1;
+                return Err(reason);
+            }
+            pkt.truncate(0);
+            if pkt.tailroom() < keep + udp + self.scratch.len() {
+                *self.counters.tx_drops.entry("too_big").or_default() += 1;
+                return Err("too_big");
+            }
+            // (Written once each, no zeroing: `append` copies straight in.)
+            let ok = pkt.append(&h[..keep]) && pkt.append(&u[..udp]) && pkt.append(&self.scratch);
+            debug_assert!(ok, "tailroom checked above");
+        }
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += pkt.len() as u64;
         Ok(())
@@ -1398,6 +1429,57 @@ mod tests {
             assert_eq!(b.decrypt(&mut q), Ok(Some(7)));
             assert!(b.decrypt(&mut q2).is_err());
             assert_eq!(b.counters.rx_drops.values().sum::<u64>(), 1);
+        }
+    }
+
+    /// A frame with headroom and tailroom for the ESP headers is sealed
+    /// where it lies; one without is sealed through the scratch buffer.
+    /// Both give the same bytes for the same sequence number (every mode,
+    /// every payload length mod 4), and both open back.
+    #[test]
+    fn in_place_and_scratch_seal_give_the_same_packet() {
+        for extra in [
+            &[][..],
+            &[("esp_encap", "udp")][..],
+            &[("esp_mode", "tunnel")][..],
+            &[("esp_mode", "tunnel"), ("esp_encap", "udp")][..],
+        ] {
+            for pad in 0..4usize {
+                let (mut a, mut b) = pair(extra);
+                let (mut a2, _) = pair(extra);
+                let mut plain = tunnel_frame([198, 18, 0, 1], [198, 18, 0, 2]);
+                // Grow the VXLAN payload by `pad` bytes (lengths fixed up).
+                assert!(plain.append(&vec![0x5a; pad]));
+                let n = plain.len();
+                let d = plain.data_mut();
+                d[16..18].copy_from_slice(&((n - 14) as u16).to_be_bytes());
+                d[24..26].fill(0);
+                let c = checksum::checksum(&d[14..34]);
+                d[24..26].copy_from_slice(&c.to_be_bytes());
+                d[38..40].copy_from_slice(&((n - 34) as u16).to_be_bytes());
+                d[40..42].fill(0);
+                // Room: the in-place path.
+                let mut roomy = plain.clone();
+                let before = roomy.headroom();
+                a.encrypt(1, &mut roomy).unwrap();
+                assert!(roomy.headroom() < before, "sealed in place {extra:?}");
+                // No headroom: the scratch path.
+                let mut tight = PacketBuf::with_headroom(0, 2048);
+                tight.set_data(plain.data());
+                a2.encrypt(1, &mut tight).unwrap();
+                assert_eq!(roomy.data(), tight.data(), "{extra:?} {pad}");
+                assert_eq!(a.counters.tx_bytes, roomy.len() as u64);
+                let l = nicflow_packet::parse(roomy.data()).unwrap();
+                assert_eq!(checksum::verify_ipv4_header(roomy.data(), &l), Some(true));
+                assert_eq!(b.decrypt(&mut roomy), Ok(Some(7)), "{extra:?}");
+                assert_eq!(roomy.data(), plain.data(), "{extra:?} {pad}");
+                // Tampered in the payload or the ICV: dropped, counted.
+                let mut t = plain.clone();
+                a.encrypt(1, &mut t).unwrap();
+                let m = t.len();
+                t.data_mut()[m - 20] ^= 0x10;
+                assert_eq!(b.decrypt(&mut t).unwrap_err(), "auth_failed");
+            }
         }
     }
 

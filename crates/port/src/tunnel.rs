@@ -27,7 +27,7 @@
 //! dropped and counted (no outer fragmentation). The underlay MTU is read
 //! again once a second, so an `ip link set mtu` on it takes effect.
 
-use super::ipsec::{IpsecConfig, UnderlayEsp};
+use super::ipsec::{FastMap, IpsecConfig, UnderlayEsp};
 use super::{Port, PortStats};
 use nicflow_api::config::{PortConfig, PortType};
 use nicflow_packet::buf::{GsoType, PacketBuf, TunnelMeta, TUN_F_CSUM, TUN_F_KEY, TUN_F_OAM};
@@ -676,13 +676,13 @@ pub struct Underlay {
     /// `endpoints` by what a received frame carries: one or two hash
     /// lookups per frame instead of scanning every endpoint (one per remote
     /// and VNI). Rebuilt with `udp_ports` whenever `endpoints` changes.
-    by_key: HashMap<EndpointKey, usize>,
+    by_key: FastMap<EndpointKey, usize>,
     /// The encapsulation of each UDP port the endpoints listen on (one per
     /// port: `add_endpoint` refuses a second), for `parse_tunnel`, which
     /// asks for every UDP frame. An underlay has a port or two, so a short
     /// vector beats hashing.
     udp_ports: Vec<(u16, TunnelKind)>,
-    queues: HashMap<u64, VecDeque<PacketBuf>>,
+    queues: FastMap<u64, VecDeque<PacketBuf>>,
     arp: HashMap<Ipv4Addr, ArpEntry>,
     tx: Vec<PacketBuf>,
     rx: Vec<PacketBuf>,
@@ -765,9 +765,9 @@ impl Underlay {
             ctl,
             mtu_checked: now,
             endpoints: Vec::new(),
-            by_key: HashMap::new(),
+            by_key: FastMap::default(),
             udp_ports: Vec::new(),
-            queues: HashMap::new(),
+            queues: FastMap::default(),
             arp: HashMap::new(),
             tx: Vec::new(),
             rx: Vec::with_capacity(POLL_BATCH),
