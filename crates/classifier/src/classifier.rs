@@ -2534,9 +2534,6 @@ mod tests {
         let _ = Classifier::<2, u32>::new().with_collision_limit(4);
     }
 
-    /// Masks with more non-zero words than a rule's compact key holds
-    /// ([`SPARSE`]) fall back to the full key, in the bucket check and the
-    /// chain compare: both modes against the linear scan.
     /// A new, coarser table takes in the specific tables made before it
     /// when their groups fit its buckets, and not when they would not.
     #[test]
@@ -2570,6 +2567,9 @@ mod tests {
         }
     }
 
+    /// Masks with more non-zero words than a rule's compact key holds
+    /// ([`SPARSE`]) fall back to the full key, in the bucket check and the
+    /// chain compare: both modes against the linear scan.
     #[test]
     fn wide_masks_use_the_full_key() {
         const WW: usize = 12;

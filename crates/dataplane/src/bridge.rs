@@ -1127,6 +1127,14 @@ impl Bridge {
         Some(r)
     }
 
+    /// The P4 path for a change that affects no table and no cached
+    /// decision (taking queued packet-ins or idle notifications): no
+    /// revalidation, which would walk every cached flow. `None` when the
+    /// bridge is not in P4 mode.
+    pub fn p4_mut(&mut self) -> Option<&mut crate::p4::P4Path> {
+        self.ofproto.p4.as_deref_mut()
+    }
+
     /// Credit the cached flows' traffic to the P4 program's counters and
     /// entries now (before a counter read or a table dump).
     pub fn p4_push_stats(&mut self) {

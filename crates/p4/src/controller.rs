@@ -15,6 +15,10 @@ use crate::interp::check::Ty;
 use crate::Pipeline;
 use thiserror::Error;
 
+/// Controller headers wider than this (in bits) are refused: real ones
+/// are a few bytes, and the width comes from a controller's P4Info.
+pub const MAX_BITS: u32 = 8 * 1024;
+
 /// One `@controller_header` header type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControllerHeader {
@@ -45,19 +49,22 @@ pub enum ControllerError {
         field: String,
         width: u32,
     },
-    #[error("{name} header is {bits} bits, not a whole number of bytes")]
+    #[error("{name} header is {bits} bits: not a whole number of bytes, or over {MAX_BITS}")]
     NotBytes { name: String, bits: u32 },
 }
 
 impl ControllerHeader {
-    /// Width of the whole header in bits.
+    /// Width of the whole header in bits (saturating: a description with
+    /// absurd widths is refused by `pack`/`unpack`, never wrapped).
     pub fn bits(&self) -> u32 {
-        self.fields.iter().map(|(_, w)| w).sum()
+        self.fields
+            .iter()
+            .fold(0u32, |acc, (_, w)| acc.saturating_add(*w))
     }
 
     fn bytes(&self) -> Result<usize, ControllerError> {
         let bits = self.bits();
-        if bits % 8 != 0 {
+        if bits % 8 != 0 || bits > MAX_BITS {
             return Err(ControllerError::NotBytes {
                 name: self.name.clone(),
                 bits,
@@ -231,6 +238,20 @@ mod tests {
             h.unpack(&[0x80]),
             Err(ControllerError::Short { need: 2, .. })
         ));
+        // Widths that would overflow the sum are refused, not wrapped.
+        let absurd = ControllerHeader {
+            fields: vec![
+                ("a".into(), u32::MAX),
+                ("b".into(), 8),
+                ("c".into(), u32::MAX),
+            ],
+            ..hdr()
+        };
+        assert!(matches!(
+            absurd.unpack(&[0; 4]),
+            Err(ControllerError::NotBytes { .. })
+        ));
+        assert!(absurd.pack(&[], b"").is_err());
     }
 
     #[test]

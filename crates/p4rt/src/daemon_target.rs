@@ -44,6 +44,12 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 const PACKET_IN_POLL: Duration = Duration::from_millis(10);
 /// Packet-ins taken from the daemon per request.
 const PACKET_IN_BATCH: usize = 64;
+/// Events (packet-ins, idle notifications) waiting for the controllers'
+/// streams at most. Packet-ins are not taken from the daemon while half
+/// of it is used, so a burst of them cannot push an idle notification out
+/// (an entry reported once is not reported again until it is hit): they
+/// wait in the daemon's queue, which drops and counts the excess.
+const EVENTS: usize = 256;
 
 /// The pipeline in force: the P4Info the controller uses (ids) and the
 /// source it was generated from.
@@ -311,6 +317,32 @@ pub fn name_differences(client: &cfg::P4Info, ours: &cfg::P4Info) -> Vec<String>
             }
         };
     }
+    // Controller headers: the server packs and unpacks them by the P4Info
+    // in force, so it must lay them out exactly as the program does.
+    for m in &client.controller_packet_metadata {
+        let name = preamble_name(&m.preamble);
+        let Some(o) = ours
+            .controller_packet_metadata
+            .iter()
+            .find(|o| preamble_name(&o.preamble) == name)
+        else {
+            out.push(format!("controller header {name} is not in the program"));
+            continue;
+        };
+        let layout = |x: &cfg::ControllerPacketMetadata| {
+            x.metadata
+                .iter()
+                .map(|f| (f.name.clone(), f.bitwidth))
+                .collect::<Vec<_>>()
+        };
+        if layout(m) != layout(o) {
+            out.push(format!(
+                "controller header {name}: client fields {:?}, program {:?}",
+                layout(m),
+                layout(o)
+            ));
+        }
+    }
     named!(counters, "counter");
     named!(direct_counters, "direct counter");
     named!(meters, "meter");
@@ -342,7 +374,7 @@ impl DaemonTarget {
             include_dirs,
             cpu_port,
             state: Mutex::default(),
-            events: broadcast::channel(256).0,
+            events: broadcast::channel(EVENTS).0,
         });
         let weak = Arc::downgrade(&t);
         let _ = std::thread::Builder::new()
@@ -621,6 +653,9 @@ impl DaemonTarget {
         let Some((header, ids)) = self.lock().packet_in.clone() else {
             return Ok(false);
         };
+        if self.events.len() >= EVENTS / 2 {
+            return Ok(false);
+        }
         let data = self.call(P4Op::TakePacketIns {
             max: PACKET_IN_BATCH,
         })?;
@@ -1260,6 +1295,56 @@ mod tests {
             ..Default::default()
         };
         assert!(name_differences(&other, &ours)[0].contains("not in the program"));
+    }
+
+    #[test]
+    fn controller_headers_must_be_laid_out_as_the_programs() {
+        let header = |widths: &[(&str, i32)]| cfg::ControllerPacketMetadata {
+            preamble: Some(cfg::Preamble {
+                id: 1,
+                name: "packet_in".into(),
+                ..Default::default()
+            }),
+            metadata: widths
+                .iter()
+                .enumerate()
+                .map(|(i, (n, w))| cfg::controller_packet_metadata::Metadata {
+                    id: i as u32 + 1,
+                    name: n.to_string(),
+                    bitwidth: *w,
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let ours = cfg::P4Info {
+            controller_packet_metadata: vec![header(&[("ingress_port", 9), ("_pad", 7)])],
+            ..Default::default()
+        };
+        let mut client = ours.clone();
+        client.controller_packet_metadata[0]
+            .preamble
+            .as_mut()
+            .unwrap()
+            .id = 42;
+        assert!(name_differences(&client, &ours).is_empty());
+        for bad in [
+            header(&[("ingress_port", 16), ("_pad", 0)]),
+            header(&[("_pad", 7), ("ingress_port", 9)]),
+            header(&[("ingress_port", i32::MAX), ("_pad", i32::MAX)]),
+        ] {
+            client.controller_packet_metadata = vec![bad];
+            let d = name_differences(&client, &ours);
+            assert!(
+                d.len() == 1 && d[0].contains("controller header packet_in"),
+                "{d:?}"
+            );
+        }
+        client.controller_packet_metadata[0]
+            .preamble
+            .as_mut()
+            .unwrap()
+            .name = "digest_t".into();
+        assert!(name_differences(&client, &ours)[0].contains("not in the program"));
     }
 
     #[test]

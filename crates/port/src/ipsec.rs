@@ -1174,6 +1174,9 @@ impl UnderlayEsp {
     /// Encrypt an encapsulated frame of endpoint `id` in place: the outer
     /// IPv4 packet's payload (transport) or the packet itself (tunnel)
     /// becomes an ESP packet of the endpoint's outbound SA.
+    /// On `Err` (the reason, counted by the caller) the frame may already
+    /// hold outer headers around its plaintext: drop it, never send it.
+    /// No sequence number is used by a refusal.
     pub fn encrypt(&mut self, id: u64, pkt: &mut PacketBuf) -> Result<(), &'static str> {
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return Err("no_sa");

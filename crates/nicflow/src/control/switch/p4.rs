@@ -63,6 +63,15 @@ impl Switch {
                 cpu_port,
             } => {
                 let arch = arch.map(|a| a.parse::<Arch>()).transpose().map_err(p4err)?;
+                // The CPU port must not be a bridge port: its copies would
+                // go to the controller, its frames look like PacketOuts.
+                if let Some(cpu) = cpu_port {
+                    if let Some((_, name, _)) = br.of_ports().into_iter().find(|p| p.0 == cpu) {
+                        return Err(p4err(format!(
+                            "cpu port {cpu} is bridge port {name}: choose a number no port has"
+                        )));
+                    }
+                }
                 let dirs: Vec<PathBuf> = include.iter().map(PathBuf::from).collect();
                 let (pipeline, what) = match (path, source) {
                     (Some(p), None) => (
@@ -454,7 +463,8 @@ impl Switch {
             }
             P4Op::TakeIdle => {
                 let list = br
-                    .p4_change(|p4| p4.take_idle_notifications())
+                    .p4_mut()
+                    .map(|p4| p4.take_idle_notifications())
                     .ok_or_else(|| no_program(&bridge))?;
                 let data: Vec<_> = list
                     .iter()
@@ -467,7 +477,8 @@ impl Switch {
             }
             P4Op::TakePacketIns { max } => {
                 let frames = br
-                    .p4_change(|p4| p4.take_packet_ins(max))
+                    .p4_mut()
+                    .map(|p4| p4.take_packet_ins(max))
                     .ok_or_else(|| no_program(&bridge))?;
                 let data: Vec<_> = frames
                     .iter()
