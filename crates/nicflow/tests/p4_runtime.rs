@@ -508,6 +508,25 @@ fn packet_in_and_packet_out_cross_the_cpu_port() {
     );
     std::fs::write(&p4info, &text).unwrap();
 
+    // A CPU port that is a bridge port is refused.
+    let e = lab
+        .cli(&[
+            "p4",
+            "load",
+            "br0",
+            program.to_str().unwrap(),
+            "--cpu-port",
+            &pa.to_string(),
+            "-I",
+            include.to_str().unwrap(),
+        ])
+        .unwrap_err();
+    assert!(e.contains("is bridge port p1"), "{e}");
+    assert!(
+        lab.cli(&["p4", "info", "br0"]).is_err(),
+        "no program loaded"
+    );
+
     let (_server, listen, log) = serve(&lab, &include, &["--cpu-port", "255"]);
     run_shell(
         &py,
