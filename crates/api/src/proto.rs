@@ -601,6 +601,28 @@ mod tests {
     }
 }
 
+/// A frame as it crosses the control socket in [`P4Op`]s (`PacketOut`,
+/// `Inject`, `TakePacketIns`' answer): lowercase hex.
+pub fn frame_to_hex(frame: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(frame.len() * 2);
+    for b in frame {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// The frame a [`frame_to_hex`] string holds; `None` when it is not hex
+/// (odd length, other characters).
+pub fn frame_from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
 /// What a [`Request::P4`] does to a bridge's P4 program.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]

@@ -130,6 +130,47 @@ control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.eth); } }
 V1Switch(P(), VC(), I(), E(), C(), D()) main;
 "#;
 
+/// A daemon with bridge br0 and two ports, p1 and p2, veths to hosts h1
+/// and h2 (namespaces); the lab and the ports' OpenFlow numbers.
+fn two_host_bridge(tag: &str) -> (common::NsLab, u64, u64) {
+    let mut lab = common::NsLab::new(tag, "", &["sw", "h1", "h2"]);
+    lab.veth("p1", "sw", "eth0", "h1");
+    lab.veth("p2", "sw", "eth0", "h2");
+    lab.restart_daemon();
+    for c in [
+        &["add-br", "br0"][..],
+        &["add-port", "br0", "p1"],
+        &["add-port", "br0", "p2"],
+    ] {
+        lab.cli(c).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let show = lab.cli(&["--json", "show"]).unwrap();
+    let (pa, pb) = (ofport(&show, "p1"), ofport(&show, "p2"));
+    (lab, pa, pb)
+}
+
+/// The P4Info `nicflow p4 p4info` prints for `program` (what the
+/// controller will send), written beside it in the lab directory: its path
+/// and text.
+fn write_p4info(lab: &common::NsLab, program: &Path, include: &Path) -> (PathBuf, String) {
+    let text = lab
+        .cli(&[
+            "p4",
+            "p4info",
+            program.to_str().unwrap(),
+            "-I",
+            include.to_str().unwrap(),
+        ])
+        .unwrap();
+    let stem = program
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("prog");
+    let path = lab.dir().join(format!("{stem}.p4info.txtpb"));
+    std::fs::write(&path, &text).unwrap();
+    (path, text)
+}
+
 /// Starts `nicflow p4 runtime br0` for the lab's daemon (with `extra`
 /// arguments) and waits until it listens: the server (killed on drop), its
 /// address and its log.
@@ -205,33 +246,11 @@ fn p4runtime_shell_fills_a_bridges_tables() {
     let program = corpus.join("netronome/ipv6_forward.p4");
     let include = corpus.join("include");
 
-    let mut lab = common::NsLab::new("nfp4rt", "", &["sw", "h1", "h2"]);
-    lab.veth("p1", "sw", "eth0", "h1");
-    lab.veth("p2", "sw", "eth0", "h2");
-    lab.restart_daemon();
-    for c in [
-        &["add-br", "br0"][..],
-        &["add-port", "br0", "p1"],
-        &["add-port", "br0", "p2"],
-    ] {
-        lab.cli(c).unwrap_or_else(|e| panic!("{e}"));
-    }
-    let show = lab.cli(&["--json", "show"]).unwrap();
-    let (pa, pb) = (ofport(&show, "p1"), ofport(&show, "p2"));
+    let (lab, pa, pb) = two_host_bridge("nfp4rt");
 
     // The P4Info the controller will send, as nicflow prints it.
-    let p4info = lab.dir().join("ipv6_forward.p4info.txtpb");
-    let text = lab
-        .cli(&[
-            "p4",
-            "p4info",
-            program.to_str().unwrap(),
-            "-I",
-            include.to_str().unwrap(),
-        ])
-        .unwrap();
+    let (p4info, text) = write_p4info(&lab, &program, &include);
     assert!(text.contains("name: \"MyIngress.ipv6_lpm\""), "{text}");
-    std::fs::write(&p4info, &text).unwrap();
 
     let (server, listen, log) = serve(&lab, &include, &[]);
     let mut election = 0;
@@ -352,17 +371,7 @@ fn p4runtime_shell_fills_a_bridges_tables() {
     // an indexed counter and a register; traffic from h1 in between.
     let counters = lab.dir().join("counters.p4");
     std::fs::write(&counters, COUNTERS_P4).unwrap();
-    let counters_info = lab.dir().join("counters.p4info.txtpb");
-    let text = lab
-        .cli(&[
-            "p4",
-            "p4info",
-            counters.to_str().unwrap(),
-            "-I",
-            include.to_str().unwrap(),
-        ])
-        .unwrap();
-    std::fs::write(&counters_info, &text).unwrap();
+    let (counters_info, _) = write_p4info(&lab, &counters, &include);
     shell(
         "counters_fill",
         &[
@@ -476,37 +485,15 @@ fn packet_in_and_packet_out_cross_the_cpu_port() {
     let Some(corpus) = corpus() else { return };
     let include = corpus.join("include");
 
-    let mut lab = common::NsLab::new("nfp4pio", "", &["sw", "h1", "h2"]);
-    lab.veth("p1", "sw", "eth0", "h1");
-    lab.veth("p2", "sw", "eth0", "h2");
-    lab.restart_daemon();
-    for c in [
-        &["add-br", "br0"][..],
-        &["add-port", "br0", "p1"],
-        &["add-port", "br0", "p2"],
-    ] {
-        lab.cli(c).unwrap_or_else(|e| panic!("{e}"));
-    }
-    let show = lab.cli(&["--json", "show"]).unwrap();
-    let (pa, pb) = (ofport(&show, "p1"), ofport(&show, "p2"));
+    let (lab, pa, pb) = two_host_bridge("nfp4pio");
 
     let program = lab.dir().join("pktio.p4");
     std::fs::write(&program, PKTIO_P4).unwrap();
-    let p4info = lab.dir().join("pktio.p4info.txtpb");
-    let text = lab
-        .cli(&[
-            "p4",
-            "p4info",
-            program.to_str().unwrap(),
-            "-I",
-            include.to_str().unwrap(),
-        ])
-        .unwrap();
+    let (p4info, text) = write_p4info(&lab, &program, &include);
     assert!(
         text.contains("controller_packet_metadata") && text.contains("name: \"egress_port\""),
         "{text}"
     );
-    std::fs::write(&p4info, &text).unwrap();
 
     // A CPU port that is a bridge port is refused.
     let e = lab

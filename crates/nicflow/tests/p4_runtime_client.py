@@ -34,8 +34,6 @@ MODE, ADDR, ELECTION = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ARGS = sys.argv[4:]
 # The bridge's port numbers (tutorial mode).
 PORT_A, PORT_B = (int(ARGS[2]), int(ARGS[3])) if MODE == "tutorial" else (0, 0)
-# The dmac entry's port (idle mode: its action is given again on MODIFY).
-PORT_B_IDLE = ARGS[0] if MODE == "idle" else "0"
 
 # The tutorial's user_config.json rules, in the lab prefix: fc00::1 -> 2001:db8:fc00::1.
 RULES = [
@@ -215,14 +213,19 @@ def adopt(p4info, program):
     sh.teardown()
 
 
-def counters_fill(p4info, program, port_b):
-    setup(p4info, program)
+def dmac_entry(port_b, ttl_ns):
+    """The counters program's dmac entry (00:00:00:00:00:02 -> port_b, priority 10)."""
     te = sh.TableEntry("I.dmac")(action="I.fwd")
     te.match["hdr.eth.dst"] = "00:00:00:00:00:02&&&ff:ff:ff:ff:ff:ff"
     te.action["port"] = port_b
     te.priority = 10
-    te.idle_timeout_ns = 0
-    te.insert()
+    te.idle_timeout_ns = ttl_ns
+    return te
+
+
+def counters_fill(p4info, program, port_b):
+    setup(p4info, program)
+    dmac_entry(port_b, 0).insert()
     ok("dmac entry inserted (idle_timeout_ns 0: never expires)")
     never = sh.TableEntry("I.dmac")(action="I.drop")
     never.match["hdr.eth.dst"] = "00:00:00:00:00:09&&&ff:ff:ff:ff:ff:ff"
@@ -280,18 +283,13 @@ def counters_read(port_a):
     sh.teardown()
 
 
-def idle(_port_b):
+def idle(port_b):
     setup()
     info = sh.client.get_p4info()
     t = [t for t in info.tables if t.preamble.name == "I.dmac"][0]
     assert t.idle_timeout_behavior == t.NOTIFY_CONTROL, t
     # The entry never expired (TTL 0); with a TTL of 2 s it goes idle.
-    te = sh.TableEntry("I.dmac")(action="I.fwd")
-    te.match["hdr.eth.dst"] = "00:00:00:00:00:02&&&ff:ff:ff:ff:ff:ff"
-    te.action["port"] = PORT_B_IDLE
-    te.priority = 10
-    te.idle_timeout_ns = 2_000_000_000
-    te.modify()
+    dmac_entry(port_b, 2_000_000_000).modify()
     ok("dmac entry modified: idle_timeout_ns 2 s")
     msg = sh.client.get_stream_packet("idle_timeout_notification", timeout=30)
     assert msg is not None, "no idle-timeout notification within 30 s"

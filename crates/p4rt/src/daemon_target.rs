@@ -663,7 +663,7 @@ impl DaemonTarget {
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|v| unhex(v.get("data")?.as_str()?))
+            .filter_map(|v| nicflow_api::proto::frame_from_hex(v.get("data")?.as_str()?))
             .collect();
         let full = frames.len() == PACKET_IN_BATCH;
         for f in frames {
@@ -679,7 +679,7 @@ impl DaemonTarget {
                 .zip(&ids)
                 .map(|((_, v), id)| p4::PacketMetadata {
                     metadata_id: *id,
-                    value: canonical_bytes(v),
+                    value: crate::p4info_gen::canonical(v),
                 })
                 .collect();
             let _ = self.events.send(TargetEvent::PacketIn(p4::PacketIn {
@@ -774,28 +774,6 @@ fn poller(target: Weak<DaemonTarget>) {
             std::thread::sleep(pause);
         }
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
-        .collect()
-}
-
-/// P4Runtime's canonical byte string: no leading zero bytes (zero is one
-/// 0 byte).
-fn canonical_bytes(v: Vec<u8>) -> Vec<u8> {
-    let first = v
-        .iter()
-        .position(|b| *b != 0)
-        .unwrap_or(v.len().saturating_sub(1));
-    if v.is_empty() {
-        return vec![0];
-    }
-    v[first..].to_vec()
 }
 
 fn action_of(te: &p4::TableEntry) -> Option<&p4::Action> {
@@ -1202,7 +1180,7 @@ impl P4RtTarget for DaemonTarget {
             let frame = header
                 .pack(&values, &packet.payload)
                 .map_err(|e| Status::invalid_argument(format!("PacketOut: {e}")))?;
-            let data: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+            let data = nicflow_api::proto::frame_to_hex(&frame);
             self.call(P4Op::Inject { data })?;
             return Ok(());
         }
@@ -1227,7 +1205,7 @@ impl P4RtTarget for DaemonTarget {
             .ok_or_else(|| Status::invalid_argument("PacketOut without egress_port metadata"))?;
         let port = u32::try_from(port)
             .map_err(|_| Status::invalid_argument("PacketOut: egress_port does not fit 32 bits"))?;
-        let data: String = packet.payload.iter().map(|b| format!("{b:02x}")).collect();
+        let data = nicflow_api::proto::frame_to_hex(&packet.payload);
         self.call(P4Op::PacketOut { port, data })?;
         Ok(())
     }

@@ -411,7 +411,7 @@ fn bitstring(width: u32) -> cfg::P4DataTypeSpec {
 }
 
 /// P4Runtime's canonical byte string: no leading zero bytes (zero is one 0 byte).
-fn canonical(mut v: Vec<u8>) -> Vec<u8> {
+pub(crate) fn canonical(mut v: Vec<u8>) -> Vec<u8> {
     while v.len() > 1 && v[0] == 0 {
         v.remove(0);
     }

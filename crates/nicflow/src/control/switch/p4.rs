@@ -482,7 +482,7 @@ impl Switch {
                     .ok_or_else(|| no_program(&bridge))?;
                 let data: Vec<_> = frames
                     .iter()
-                    .map(|f| json!({"data": hex_bytes(f)}))
+                    .map(|f| json!({"data": nicflow_api::proto::frame_to_hex(f)}))
                     .collect();
                 Ok(Response::ok(
                     format!("{} packet-ins", frames.len()),
@@ -533,19 +533,10 @@ impl Switch {
     }
 }
 
-fn hex_bytes(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// A frame given in hex over the control socket.
 fn unhex(data: &str, what: &str) -> Result<Vec<u8>, SwitchError> {
-    if !data.len().is_multiple_of(2) {
-        return Err(p4err(format!("{what}: data is not hex (odd length)")));
-    }
-    (0..data.len() / 2)
-        .map(|i| u8::from_str_radix(data.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| p4err(format!("{what}: data is not hex")))
+    nicflow_api::proto::frame_from_hex(data)
+        .ok_or_else(|| p4err(format!("{what}: data is not hex")))
 }
 
 /// The entry of `table` with the same match and priority as `spec`.
