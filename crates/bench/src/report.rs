@@ -221,6 +221,9 @@ pub fn write_run<T: Serialize>(
         "samples.json",
         &serde_json::to_string_pretty(samples).context("serialising samples")?,
     )?;
+    // The load average belongs to the measurement, not to a later
+    // `--render`: kept beside the samples so a re-render repeats it.
+    write(LOAD_FILE, &load_average())?;
     write(
         "figures.json",
         &serde_json::to_string_pretty(figures).context("serialising figures")?,
@@ -269,6 +272,16 @@ pub fn load_render<T: serde::de::DeserializeOwned>(
         .with_context(|| format!("reading {}", samples.display()))?;
     let r: T = serde_json::from_str(&text)
         .with_context(|| format!("{}: not this experiment's samples.json", samples.display()))?;
+    // The report's machine line must say the load of the run, not of now.
+    let recorded = samples
+        .parent()
+        .and_then(|d| std::fs::read_to_string(d.join(LOAD_FILE)).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "not recorded (report re-rendered from samples.json)".into());
+    if let Ok(mut g) = RECORDED_LOAD.lock() {
+        *g = Some(recorded);
+    }
     let dir = out
         .map(Path::to_path_buf)
         .or_else(|| samples.parent().map(Path::to_path_buf))
@@ -320,11 +333,28 @@ pub fn cli<T: Serialize + serde::de::DeserializeOwned>(
     publish(&dir, &r, &figs, &markdown(&r, &figs))
 }
 
+/// The file of a run directory that keeps the load average at the end of
+/// the measurement, for `--render`.
+const LOAD_FILE: &str = "machine-load.txt";
+
+/// The load average a re-rendered report shows: the one recorded with its
+/// samples (set by [`load_render`]); `None` while measuring.
+static RECORDED_LOAD: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The load average (1/5/15 min) of the run being reported: the recorded
+/// one when re-rendering, else the machine's now (the end of the run).
+fn load_average() -> String {
+    if let Some(l) = RECORDED_LOAD.lock().ok().and_then(|g| g.clone()) {
+        return l;
+    }
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 /// The machine section every report opens with.
 pub fn machine_section(perf: &str) -> String {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
+    let load = load_average();
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| {
@@ -424,6 +454,19 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_rerendered_report_shows_the_runs_load_average() {
+        let dir = std::env::temp_dir().join(format!("nicflow-report-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("samples.json"), "{}").unwrap();
+        std::fs::write(dir.join(LOAD_FILE), "9.99 8.88 7.77\n").unwrap();
+        let (_v, out) = load_render::<serde_json::Value>(&dir.join("samples.json"), None).unwrap();
+        assert_eq!(out, dir);
+        let m = machine_section("x");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(m.contains("at the end: 9.99 8.88 7.77."), "{m}");
     }
 
     #[test]
