@@ -220,7 +220,13 @@ struct Slot {
 /// May a datagram of `np` payload bytes, whose headers `n` (Ethernet at 0,
 /// IPv4 at `n_l3` with `n_ihl` bytes, then UDP) start, be glued to
 /// `head`? The rules of [`append`]; `n` need only hold the headers.
-fn admit(head: &PacketBuf, n: &[u8], n_l3: usize, n_ihl: usize, np: usize) -> Result<Slot, Refused> {
+fn admit(
+    head: &PacketBuf,
+    n: &[u8],
+    n_l3: usize,
+    n_ihl: usize,
+    np: usize,
+) -> Result<Slot, Refused> {
     let h = head.data();
     let hs = parse(h).map_err(|_| Refused::No)?;
     let gso_size = match head.offload {

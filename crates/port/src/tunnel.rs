@@ -1490,6 +1490,9 @@ pub struct TunnelPort {
     /// `esp_gso` on, ESP in UDP, but the underlay port takes no offloads
     /// (AF_XDP, AF_PACKET without `vnet_hdr`): packets sent one by one.
     esp_gso_fallback: u64,
+    /// ESP packets of TCP super-frames sealed straight into their UDP
+    /// super-frame (`seal_super_frame`: one copy of the payload).
+    esp_gso_in_place: u64,
     /// A transmit batch's frames finished in software (reused).
     finished: Vec<PacketBuf>,
     /// The tunnel headers of a super-frame sealed segment by segment are
@@ -1534,6 +1537,7 @@ impl TunnelPort {
             esp_gso_frames: 0,
             esp_gso_packets: 0,
             esp_gso_fallback: 0,
+            esp_gso_in_place: 0,
             finished: Vec::new(),
             encap_scratch: PacketBuf::with_capacity(256),
         })
@@ -1867,7 +1871,9 @@ impl TunnelPort {
                 ue.seal_planned(id, &plan, slot)
             };
             let mut r = match b.head {
-                Some(h) => udp_gso::append_with(&mut tx[h], plan.headers(), plan.esp_len, &mut write),
+                Some(h) => {
+                    udp_gso::append_with(&mut tx[h], plan.headers(), plan.esp_len, &mut write)
+                }
                 None => Err(Refused::No),
             };
             if r == Err(Refused::NeedRoom) {
@@ -1925,6 +1931,7 @@ impl TunnelPort {
                 Ok(()) => {
                     self.stats.tx_packets += 1;
                     self.stats.tx_bytes += len as u64;
+                    self.esp_gso_in_place += 1;
                     b.sent += 1;
                 }
                 Err(reason) => {
@@ -2041,6 +2048,7 @@ impl Port for TunnelPort {
             ("esp_tx_gso_frames", self.esp_gso_frames),
             ("esp_tx_gso_packets", self.esp_gso_packets),
             ("esp_tx_gso_fallback", self.esp_gso_fallback),
+            ("esp_tx_gso_in_place", self.esp_gso_in_place),
             ("icmp_too_big_sent", self.icmp_too_big_sent),
             ("icmp_too_big_ratelimited", self.icmp_too_big_ratelimited),
             ("tx_drop_arp_pending", self.tx_drop_no_arp),
@@ -2887,9 +2895,21 @@ mod tests {
             super::super::ipsec::set_state_dir(Some(base.join(run.to_string())));
             let (port, h) = crate::mem::MemPort::with_offloads("underlay:m");
             let (mac, local, remote, spis, keys) = if sender {
-                (ma, "198.18.0.1", "198.18.0.2", ("0x2001", "0x2002"), (K1, K2))
+                (
+                    ma,
+                    "198.18.0.1",
+                    "198.18.0.2",
+                    ("0x2001", "0x2002"),
+                    (K1, K2),
+                )
             } else {
-                (mb, "198.18.0.2", "198.18.0.1", ("0x2002", "0x2001"), (K2, K1))
+                (
+                    mb,
+                    "198.18.0.2",
+                    "198.18.0.1",
+                    ("0x2002", "0x2001"),
+                    (K2, K1),
+                )
             };
             let u = Rc::new(RefCell::new(Underlay::new(
                 "mem0".into(),
@@ -2920,7 +2940,11 @@ mod tests {
             let mut e = ArpEntry::new();
             e.mac = Some(if sender { mb } else { ma });
             e.confirmed = Some(t0);
-            let peer = if sender { [198, 18, 0, 2] } else { [198, 18, 0, 1] };
+            let peer = if sender {
+                [198, 18, 0, 2]
+            } else {
+                [198, 18, 0, 1]
+            };
             u.borrow_mut().arp.insert(Ipv4Addr::from(peer), e);
             let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
             (p, h)
@@ -2938,10 +2962,16 @@ mod tests {
                 .tcp_seq(seq)
                 .payload(&payload)
                 .build();
-            let mut p = PacketBuf::from_slice(&f);
+            // Room behind the frame, as the bridge's buffers have.
+            let mut p = PacketBuf::with_capacity(f.len() + 2048);
+            assert!(p.set_data(&f));
             if gso > 0 || partial {
                 p.offload = Some(Offload {
-                    gso_type: if gso > 0 { GsoType::TcpV4 } else { GsoType::None },
+                    gso_type: if gso > 0 {
+                        GsoType::TcpV4
+                    } else {
+                        GsoType::None
+                    },
                     gso_size: gso,
                     hdr_len: 14 + 20 + 20,
                     csum_start: 14 + 20,
@@ -3006,12 +3036,32 @@ mod tests {
                     assert_eq!(g.1, w.1, "{mode} {what}: frame {k} offload");
                     assert!(g.0 == w.0, "{mode} {what}: frame {k} bytes differ");
                 }
-                assert_eq!(fused.extra_counters(), plain.extra_counters(), "{mode} {what}");
+                // The same counters, but the one that says which way
+                // the segments went.
+                let in_place = counter(&fused, "esp_tx_gso_in_place");
+                assert_eq!(counter(&plain, "esp_tx_gso_in_place"), 0);
+                let others = |p: &TunnelPort| {
+                    let mut c = p.extra_counters();
+                    c.retain(|(k, _)| *k != "esp_tx_gso_in_place");
+                    c
+                };
+                assert_eq!(others(&fused), others(&plain), "{mode} {what}");
                 assert_eq!(fused.stats(), plain.stats(), "{mode} {what}");
                 if what.contains("too big") {
                     assert_eq!(counter(&fused, "tx_drop_mtu"), 3, "{mode}");
+                    assert_eq!(in_place, 0, "{mode}: the ordinary way drops them");
                     continue;
                 }
+                let cut: u64 = batch
+                    .iter()
+                    .filter(|p| p.offload.is_some_and(|o| o.is_gso()))
+                    .map(|p| {
+                        let l = nicflow_packet::parse(p.data()).unwrap();
+                        let hdrs = usize::from(l.l4_offset) + 20;
+                        (p.len() - hdrs).div_ceil(usize::from(p.offload.unwrap().gso_size)) as u64
+                    })
+                    .sum();
+                assert_eq!(in_place, cut, "{mode} {what}: every segment in place");
                 assert!(counter(&fused, "esp_tx_gso_frames") >= 1, "{mode} {what}");
                 // The receiver opens every ESP packet back into its segment.
                 let (mut rx, rh) = end(mode, false);
@@ -3030,7 +3080,13 @@ mod tests {
                 }
                 let mut out = Vec::new();
                 while rx.recv_batch(&mut out, 64, &mut pool).unwrap() > 0 {}
-                assert_eq!(out.len(), segments.len(), "{mode} {what}");
+                assert_eq!(
+                    out.len(),
+                    segments.len(),
+                    "{mode} {what}: {:?} {:?}",
+                    rx.extra_counters(),
+                    rx.stats()
+                );
                 for (o, s) in out.iter().zip(&segments) {
                     assert_eq!(o.data(), s.data(), "{mode} {what}");
                 }

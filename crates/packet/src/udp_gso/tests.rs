@@ -132,7 +132,14 @@ fn append_with_builds_the_same_frame_in_place_or_changes_nothing() {
     let mut small = ds[0].clone();
     let room = small.tailroom();
     let r = append_with(&mut small, &ds[1].data()[..42], 900, |_| Ok::<(), ()>(()));
-    assert_eq!(r, if room < 900 { Err(Refused::NeedRoom) } else { Ok(Ok(())) });
+    assert_eq!(
+        r,
+        if room < 900 {
+            Err(Refused::NeedRoom)
+        } else {
+            Ok(Ok(()))
+        }
+    );
     // A failing write: the head is unchanged, the error handed back.
     let mut h3 = PacketBuf::with_capacity(UDP_GSO_BUF_CAPACITY);
     h3.set_data(ds[0].data());
