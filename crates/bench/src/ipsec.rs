@@ -316,6 +316,10 @@ pub struct Packets {
     pub underlay_rx: u64,
     /// ESP drops of any reason, both daemons.
     pub esp_drops: u64,
+    /// ESP packets of TCP super-frames sealed straight into their UDP
+    /// super-frame (`esp_tx_gso_in_place`), both daemons.
+    #[serde(default)]
+    pub esp_tx_in_place: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -831,6 +835,7 @@ impl IpsecLab {
             if let Some(t) = ports.iter().find(|x| x["name"] == TUNNEL) {
                 let c = |k: &str| t["counters"][k].as_u64().unwrap_or(0);
                 p.esp_tx += c("esp_tx_packets");
+                p.esp_tx_in_place += c("esp_tx_gso_in_place");
                 p.esp_rx += c("esp_rx_packets");
                 p.tunnel_tx += t["tx_packets"].as_u64().unwrap_or(0);
                 p.tunnel_rx += t["rx_packets"].as_u64().unwrap_or(0);
@@ -933,6 +938,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                     underlay_tx: a.underlay_tx.saturating_sub(b.underlay_tx),
                     underlay_rx: a.underlay_rx.saturating_sub(b.underlay_rx),
                     esp_drops: a.esp_drops.saturating_sub(b.esp_drops),
+                    esp_tx_in_place: a.esp_tx_in_place.saturating_sub(b.esp_tx_in_place),
                 });
             }
             Ok(ph)
@@ -944,8 +950,15 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
     run.extra.packets = packets;
     if let Some(p) = &run.extra.packets {
         progress(&format!(
-            "{name} {streams} streams: packets esp tx {} rx {} (drops {}), tunnel tx {} rx {}, underlay tx {} rx {}",
-            p.esp_tx, p.esp_rx, p.esp_drops, p.tunnel_tx, p.tunnel_rx, p.underlay_tx, p.underlay_rx
+            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}), tunnel tx {} rx {}, underlay tx {} rx {}",
+            p.esp_tx,
+            p.esp_rx,
+            p.esp_drops,
+            p.esp_tx_in_place,
+            p.tunnel_tx,
+            p.tunnel_rx,
+            p.underlay_tx,
+            p.underlay_rx
         ));
     }
     drop(server);
@@ -1155,14 +1168,19 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             runs,
             &o.streams,
             cols,
-            &["packets (esp tx/rx, underlay tx)"],
+            &["packets (esp tx/rx, underlay tx; esp sealed in place)"],
             |e, n| {
                 let p = runs
                     .iter()
                     .find(|x| x.engine == e && x.pairs == n && x.error.is_none())
                     .and_then(|x| x.extra.packets.clone());
                 vec![p
-                    .map(|p| format!("{}/{}, {}", p.esp_tx, p.esp_rx, p.underlay_tx))
+                    .map(|p| {
+                        format!(
+                            "{}/{}, {}; {}",
+                            p.esp_tx, p.esp_rx, p.underlay_tx, p.esp_tx_in_place
+                        )
+                    })
                     .unwrap_or_else(|| "—".into())]
             },
         )

@@ -286,6 +286,21 @@ impl PacketBuf {
         Some(new)
     }
 
+    /// Grows the frame by `n` bytes at the back, like
+    /// [`extend_back`](Self::extend_back), but returns them as they are
+    /// (stale bytes of an earlier frame, never uninitialised memory), for
+    /// a caller that overwrites every one of them: a slot of a super-frame
+    /// written in place costs no zeroing pass over 64 KiB. `None`, leaving
+    /// the buffer unchanged, if the tailroom is too small.
+    pub fn extend_back_unzeroed(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.tailroom() {
+            return None;
+        }
+        let end = self.start + self.len;
+        self.len += n;
+        Some(&mut self.storage[end..end + n])
+    }
+
     /// Appends a copy of `data` at the back, taken from the tailroom
     /// (written once: no zeroing first, unlike [`extend_back`](Self::extend_back)
     /// followed by a copy). `false`, leaving the buffer unchanged, if the
@@ -466,6 +481,19 @@ mod tests {
         b.truncate(0);
         assert!(b.append(&[9; 6]));
         assert_eq!(b.data(), &[9; 6]);
+    }
+
+    #[test]
+    fn extend_back_unzeroed_grows_without_touching_or_changes_nothing() {
+        let mut b = PacketBuf::with_headroom(2, 6);
+        b.set_data(&[1, 2, 3, 4, 5]);
+        b.truncate(2);
+        let slot = b.extend_back_unzeroed(3).expect("room for 3");
+        assert_eq!(slot, &[3, 4, 5], "stale bytes left as they were");
+        slot.copy_from_slice(&[7, 8, 9]);
+        assert_eq!(b.data(), &[1, 2, 7, 8, 9]);
+        assert!(b.extend_back_unzeroed(2).is_none(), "one byte of room");
+        assert_eq!((b.len(), b.tailroom()), (5, 1));
     }
 
     #[test]

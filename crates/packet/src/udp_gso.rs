@@ -153,9 +153,82 @@ pub fn append(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
     if next.offload.is_some() || head.tun != next.tun {
         return Err(Refused::No);
     }
-    let (h, n) = (head.data(), next.data());
-    let hs = parse(h).map_err(|_| Refused::No)?;
+    let n = next.data();
     let ns = parse(n).map_err(|_| Refused::No)?;
+    let np = ns.payload();
+    let from = ns.payload_at();
+    let slot = admit(head, n, ns.l3, ns.ihl, np)?;
+    if !head.append(&n[from..from + np]) {
+        return Err(Refused::NeedRoom);
+    }
+    commit(head, slot);
+    Ok(())
+}
+
+/// [`append`] for a datagram that does not exist yet: `write` builds its
+/// `np` payload bytes straight into the head's tailroom (an ESP packet
+/// sealed where it lies), so the payload is written once instead of
+/// built elsewhere and copied. `next_hdrs` is the datagram's Ethernet,
+/// IPv4 and UDP headers as it would be sent on its own (lengths, ID and
+/// checksums are not compared), checked against the head as `append`
+/// checks a datagram. The head's buffer may be any size the caller chose.
+///
+/// `Err(refused)`: nothing changed, `write` not called. `Ok(Err(e))`:
+/// `write` failed, the head is as it was (whatever `write` left in the
+/// tailroom is not part of the frame). `Ok(Ok(()))`: glued.
+pub fn append_with<E>(
+    head: &mut PacketBuf,
+    next_hdrs: &[u8],
+    np: usize,
+    write: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Result<(), E>, Refused> {
+    if next_hdrs.len() < ETH + 20 + UDP_HLEN {
+        return Err(Refused::No);
+    }
+    let l3 = match rd16(next_hdrs, 12) {
+        0x0800 => ETH,
+        0x8100 if next_hdrs.len() >= ETH + 4 + 20 + UDP_HLEN && rd16(next_hdrs, 16) == 0x0800 => {
+            ETH + 4
+        }
+        _ => return Err(Refused::No),
+    };
+    let ihl = usize::from(next_hdrs[l3] & 0x0f) * 4;
+    if next_hdrs[l3] >> 4 != 4 || ihl < 20 || next_hdrs.len() < l3 + ihl + UDP_HLEN {
+        return Err(Refused::No);
+    }
+    let slot = admit(head, next_hdrs, l3, ihl, np)?;
+    let at = head.len();
+    let Some(room) = head.extend_back_unzeroed(np) else {
+        return Err(Refused::NeedRoom);
+    };
+    if let Err(e) = write(room) {
+        head.truncate(at);
+        return Ok(Err(e));
+    }
+    commit(head, slot);
+    Ok(Ok(()))
+}
+
+/// What [`admit`] found: the head's headers and segment size, and the
+/// payload bytes about to be glued.
+struct Slot {
+    hs: Hdrs,
+    gso_size: usize,
+    np: usize,
+}
+
+/// May a datagram of `np` payload bytes, whose headers `n` (Ethernet at 0,
+/// IPv4 at `n_l3` with `n_ihl` bytes, then UDP) start, be glued to
+/// `head`? The rules of [`append`]; `n` need only hold the headers.
+fn admit(
+    head: &PacketBuf,
+    n: &[u8],
+    n_l3: usize,
+    n_ihl: usize,
+    np: usize,
+) -> Result<Slot, Refused> {
+    let h = head.data();
+    let hs = parse(h).map_err(|_| Refused::No)?;
     let gso_size = match head.offload {
         None => hs.payload(),
         Some(o)
@@ -168,30 +241,35 @@ pub fn append(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         Some(_) => return Err(Refused::No),
     };
     let segs = hs.payload().div_ceil(gso_size.max(1));
-    let np = ns.payload();
     let l4 = hs.l4();
-    let ok = hs.l3 == ns.l3
-        && hs.ihl == ns.ihl
+    let ok = hs.l3 == n_l3
+        && hs.ihl == n_ihl
+        && n.len() >= l4 + 4
+        && n[hs.l3 + 9] == 17
         && gso_size > 0
         && np > 0
         && np <= gso_size
         && hs.payload() == segs * gso_size
         && segs < UDP_GSO_MAX_SEGS
         && hs.ip_len + np <= UDP_GSO_MAX_IP_LEN
-        && h[..hs.l3 + 2] == n[..ns.l3 + 2] // Ethernet, version, IHL, TOS
+        && h[..hs.l3 + 2] == n[..hs.l3 + 2] // Ethernet, version, IHL, TOS
         && h[hs.l3 + 6..hs.l3 + 10] == n[hs.l3 + 6..hs.l3 + 10] // flags, TTL, proto
         && h[hs.l3 + 12..l4 + 4] == n[hs.l3 + 12..l4 + 4]; // addresses, options, ports
     if !ok {
         return Err(Refused::No);
     }
-    let h_end = hs.l3 + hs.ip_len;
-    if head.len() != h_end || head.tailroom() < np {
+    if head.len() != hs.l3 + hs.ip_len || head.tailroom() < np {
         return Err(Refused::NeedRoom);
     }
-    let from = ns.payload_at();
-    if !head.append(&next.data()[from..from + np]) {
-        return Err(Refused::NeedRoom);
-    }
+    Ok(Slot { hs, gso_size, np })
+}
+
+/// The head's headers after `slot.np` payload bytes were added behind it:
+/// IPv4 length and checksum, UDP length, the partial UDP checksum, and
+/// the `GSO_UDP_L4` offload state.
+fn commit(head: &mut PacketBuf, slot: Slot) {
+    let Slot { hs, gso_size, np } = slot;
+    let l4 = hs.l4();
     let ip_len = hs.ip_len + np;
     let udp_len = ip_len - hs.ihl;
     let l3 = hs.l3;
@@ -212,7 +290,6 @@ pub fn append(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         csum_offset: 6,
         csum_partial: true,
     });
-    Ok(())
 }
 
 /// Moves `head`'s frame into `big` (trimming anything behind the IPv4

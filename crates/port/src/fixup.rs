@@ -288,69 +288,164 @@ pub(super) fn segment_tcp(
     pool: &mut Vec<PacketBuf>,
     segs: &mut Vec<PacketBuf>,
 ) -> bool {
-    if layout.l4 != L4Kind::Tcp || layout.is_fragment() || !layout.is_ip() {
-        return false;
-    }
-    let l3 = usize::from(layout.l3_offset);
-    let l4 = usize::from(layout.l4_offset);
-    let end = layout.l4_end();
-    let Some(doff) = frame.get(l4 + 12).map(|b| usize::from(b >> 4) * 4) else {
+    let Some(cut) = TcpCut::plan(frame, layout, mtu) else {
         return false;
     };
-    let hdr_end = l4 + doff;
-    if doff < 20 || hdr_end > end || end > frame.len() {
-        return false;
-    }
-    let ip_hdrs = l4 - l3;
-    let mss = match mtu.checked_sub(ip_hdrs + doff) {
-        Some(m) if m >= 8 => m,
-        _ => return false,
-    };
-    let (Some(seq0), Some(id0)) = (be32(frame, l4 + 4), be16(frame, l3 + 4)) else {
-        return false;
-    };
-    if layout.l3 == L3Kind::Ipv6 && v6_addrs(frame, layout).is_none() {
-        return false;
-    }
-    let flags0 = frame[l4 + 13];
-    let payload = &frame[hdr_end..end];
-    let n = payload.len().div_ceil(mss).max(1);
     let first = segs.len();
-    for i in 0..n {
-        let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
-        let mut b = fill(pool, &[&frame[..hdr_end], chunk]);
-        let d = b.data_mut();
-        let ip_len = ip_hdrs + doff + chunk.len();
-        if layout.l3 == L3Kind::Ipv4 {
+    for i in 0..cut.segments() {
+        let (hdrs, chunk) = cut.parts(frame, i);
+        let mut b = fill(pool, &[hdrs, chunk]);
+        if !cut.fix(b.data_mut(), i) {
+            segs.truncate(first);
+            return false;
+        }
+        segs.push(b);
+    }
+    true
+}
+
+/// How [`segment_tcp`] cuts one TCP super-frame: where its headers are,
+/// the MSS and the fields each segment gets its own value of. Shared by
+/// `segment_tcp` (each segment into a buffer of its own) and the
+/// encrypted tunnel's transmit path, which writes each segment straight
+/// into its slot of a UDP super-frame (`tunnel`, `esp_gso`), so both cut
+/// a super-frame into the same bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TcpCut {
+    layout: Layout,
+    l3: usize,
+    l4: usize,
+    /// End of the TCP header: every segment starts with `frame[..hdr_end]`.
+    hdr_end: usize,
+    /// End of the TCP payload (the IP length's end).
+    end: usize,
+    mss: usize,
+    n: usize,
+    seq0: u32,
+    id0: u16,
+    flags0: u8,
+}
+
+impl TcpCut {
+    /// The cut of `frame` (which `layout` describes) into segments of at
+    /// most `mtu` bytes of IP datagram; `None` when the frame is not an
+    /// unfragmented TCP segment over IPv4/IPv6 that `segment_tcp` can cut.
+    pub(crate) fn plan(frame: &[u8], layout: &Layout, mtu: usize) -> Option<TcpCut> {
+        if layout.l4 != L4Kind::Tcp || layout.is_fragment() || !layout.is_ip() {
+            return None;
+        }
+        let l3 = usize::from(layout.l3_offset);
+        let l4 = usize::from(layout.l4_offset);
+        let end = layout.l4_end();
+        let doff = frame.get(l4 + 12).map(|b| usize::from(b >> 4) * 4)?;
+        let hdr_end = l4 + doff;
+        if doff < 20 || hdr_end > end || end > frame.len() {
+            return None;
+        }
+        let mss = match mtu.checked_sub((l4 - l3) + doff) {
+            Some(m) if m >= 8 => m,
+            _ => return None,
+        };
+        let (seq0, id0) = (be32(frame, l4 + 4)?, be16(frame, l3 + 4)?);
+        if layout.l3 == L3Kind::Ipv6 && v6_addrs(frame, layout).is_none() {
+            return None;
+        }
+        let n = (end - hdr_end).div_ceil(mss).max(1);
+        Some(TcpCut {
+            layout: *layout,
+            l3,
+            l4,
+            hdr_end,
+            end,
+            mss,
+            n,
+            seq0,
+            id0,
+            flags0: frame[l4 + 13],
+        })
+    }
+
+    /// The cut of a frame carrying TCP GSO offload state `o` (its own
+    /// `gso_size`), as `finish_frame` cuts it; `None` when it would not.
+    pub(crate) fn of_offload(frame: &[u8], layout: &Layout, o: &Offload) -> Option<TcpCut> {
+        if !o.is_gso() {
+            return None;
+        }
+        TcpCut::plan(frame, layout, gso_mtu(frame, layout, o)?)
+    }
+
+    /// How many segments.
+    pub(crate) fn segments(&self) -> usize {
+        self.n
+    }
+
+    /// Length of segment `i` (< [`segments`](Self::segments)).
+    pub(crate) fn seg_len(&self, i: usize) -> usize {
+        let payload = self.end - self.hdr_end;
+        let from = (i * self.mss).min(payload);
+        let to = ((i + 1) * self.mss).min(payload);
+        self.hdr_end + (to - from)
+    }
+
+    /// Segment `i`'s bytes before [`fix`](Self::fix): the super-frame's
+    /// headers and its payload chunk (`frame` the one planned).
+    pub(crate) fn parts<'a>(&self, frame: &'a [u8], i: usize) -> (&'a [u8], &'a [u8]) {
+        let payload = &frame[self.hdr_end..self.end];
+        let from = (i * self.mss).min(payload.len());
+        let to = ((i + 1) * self.mss).min(payload.len());
+        (&frame[..self.hdr_end], &payload[from..to])
+    }
+
+    /// Writes segment `i` of `frame` into `out` (exactly
+    /// [`seg_len`](Self::seg_len) bytes) with every field fixed: one copy
+    /// of its headers and payload. `false` as [`fix`](Self::fix).
+    pub(crate) fn write(&self, frame: &[u8], i: usize, out: &mut [u8]) -> bool {
+        let (hdrs, chunk) = self.parts(frame, i);
+        if out.len() != hdrs.len() + chunk.len() {
+            return false;
+        }
+        out[..hdrs.len()].copy_from_slice(hdrs);
+        out[hdrs.len()..].copy_from_slice(chunk);
+        self.fix(out, i)
+    }
+
+    /// Fixes segment `i`'s fields in `d` (its headers and chunk, as
+    /// [`parts`](Self::parts) gives them): IPv4 total length, ID
+    /// (incremented per segment) and header checksum, IPv6 payload length,
+    /// sequence number, FIN/PSH (last segment only), CWR (first only) and
+    /// the TCP checksum. `false` when the pseudo header cannot be built.
+    pub(crate) fn fix(&self, d: &mut [u8], i: usize) -> bool {
+        let (l3, l4) = (self.l3, self.l4);
+        let ip_len = d.len() - l3;
+        if self.layout.l3 == L3Kind::Ipv4 {
             put16(d, l3 + 2, ip_len as u16);
-            put16(d, l3 + 4, id0.wrapping_add(i as u16));
+            put16(d, l3 + 4, self.id0.wrapping_add(i as u16));
             put16(d, l3 + 10, 0);
             let c = checksum(&d[l3..l4]);
             put16(d, l3 + 10, c);
         } else {
             put16(d, l3 + 4, (ip_len - 40) as u16);
         }
-        d[l4 + 4..l4 + 8].copy_from_slice(&seq0.wrapping_add((i * mss) as u32).to_be_bytes());
-        let mut flags = flags0;
+        d[l4 + 4..l4 + 8]
+            .copy_from_slice(&self.seq0.wrapping_add((i * self.mss) as u32).to_be_bytes());
+        let mut flags = self.flags0;
         if i > 0 {
             flags &= !TCP_CWR;
         }
-        if i + 1 < n {
+        if i + 1 < self.n {
             flags &= !(TCP_FIN | TCP_PSH);
         }
         d[l4 + 13] = flags;
         put16(d, l4 + 16, 0);
         let total = d.len();
-        match l4_sum(d, layout, IPPROTO_TCP, l4, total) {
-            Some(c) => put16(d, l4 + 16, c),
-            None => {
-                segs.truncate(first);
-                return false;
+        match l4_sum(d, &self.layout, IPPROTO_TCP, l4, total) {
+            Some(c) => {
+                put16(d, l4 + 16, c);
+                true
             }
+            None => false,
         }
-        segs.push(b);
     }
-    true
 }
 
 /// A counter [`deliver_oversize`] adds to (see [`RxSide::count`]).

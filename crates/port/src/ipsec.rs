@@ -1178,11 +1178,62 @@ impl UnderlayEsp {
     /// hold outer headers around its plaintext: drop it, never send it.
     /// No sequence number is used by a refusal.
     pub fn encrypt(&mut self, id: u64, pkt: &mut PacketBuf) -> Result<(), &'static str> {
+        let plan = self.plan_seal(id, pkt.data(), pkt.len())?;
+        // In place when the buffer has the room (frames from the bridge
+        // do: the default headroom): the payload stays where it lies, the
+        // headers go in front of it into the headroom, trailer and ICV
+        // behind it, and it is encrypted there. Otherwise it is sealed
+        // into a scratch buffer and copied back.
+        let esp_in = esp::ESP_HEADER_LEN + esp::ESP_IV_LEN;
+        let shift = plan.hdr_len + esp_in - plan.plain_from;
+        let grow = plan.esp_len - esp_in - plan.plain_len;
+        if pkt.headroom() >= shift && pkt.tailroom() >= grow {
+            let ok = pkt.push_front(shift).is_some() && pkt.extend_back(grow).is_some();
+            debug_assert!(ok, "room checked above");
+            let d = pkt.data_mut();
+            d[..plan.hdr_len].copy_from_slice(plan.headers());
+            self.seal_planned(id, &plan, &mut d[plan.hdr_len..])
+        } else {
+            if pkt.capacity() - pkt.headroom() < plan.hdr_len + plan.esp_len {
+                *self.counters.tx_drops.entry("too_big").or_default() += 1;
+                return Err("too_big");
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(&[0; 16][..esp_in]);
+            scratch.extend_from_slice(&pkt.data()[plan.plain_from..]);
+            scratch.resize(plan.esp_len, 0);
+            let r = self.seal_planned(id, &plan, &mut scratch);
+            if r.is_ok() {
+                pkt.truncate(0);
+                // (Written once each, no zeroing: `append` copies straight in.)
+                let ok = pkt.append(plan.headers()) && pkt.append(&scratch);
+                debug_assert!(ok, "room checked above");
+            }
+            self.scratch = scratch;
+            r
+        }
+    }
+
+    /// How the next ESP packet of endpoint `id` is built around the
+    /// encapsulated frame that starts with `frame` (its Ethernet and IPv4
+    /// headers at least; `frame_len` the whole frame's length, which the
+    /// caller may not have written yet: the encrypted tunnel's transmit
+    /// path seals segments straight into a UDP super-frame). Takes the
+    /// next block of sequence numbers (written down first) when the SA
+    /// reaches the end of the last; uses none. Refusals are counted
+    /// (but an unknown endpoint).
+    pub(crate) fn plan_seal(
+        &mut self,
+        id: u64,
+        frame: &[u8],
+        frame_len: usize,
+    ) -> Result<SealPlan, &'static str> {
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return Err("no_sa");
         };
-        let data = pkt.data();
-        if data.len() < 14 + 20 {
+        let data = frame;
+        if data.len() < 14 + 20 || frame_len < data.len() {
             return Err("malformed");
         }
         let ihl = usize::from(data[14] & 0x0f) * 4;
@@ -1218,7 +1269,7 @@ impl UnderlayEsp {
         }
         // New outer header: the encapsulation's own (tunnel mode keeps a
         // copy of it as the outer header, options dropped).
-        let mut h = [0u8; 14 + 60];
+        let mut h = [0u8; SEAL_HDR_MAX];
         let keep = match ep.mode {
             EspMode::Transport => hdr,
             EspMode::Tunnel => 14 + 20,
@@ -1228,7 +1279,7 @@ impl UnderlayEsp {
             h[14] = 0x45;
         }
         let udp = if ep.encap_udp { 8 } else { 0 };
-        let plain_len = data.len() - plain_from;
+        let plain_len = frame_len - plain_from;
         let esp_len = out.sealed_len(plain_len);
         let total = keep - 14 + udp + esp_len;
         if total > usize::from(u16::MAX) {
@@ -1243,48 +1294,73 @@ impl UnderlayEsp {
             let c = checksum::checksum(ip);
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
-        let mut u = [0u8; 8];
-        u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-        u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
-        u[4..6].copy_from_slice(&((8 + esp_len) as u16).to_be_bytes());
-        // RFC 3948 2.1: the checksum SHOULD be zero (u[6..8]).
-        // In place when the buffer has the room (frames from the bridge
-        // do: the default headroom): the payload stays where it lies, the
-        // headers go in front of it into the headroom, trailer and ICV
-        // behind it, and it is encrypted there. Otherwise it is sealed
-        // into a scratch buffer and copied back.
-        let esp_at = keep + udp;
-        let shift = esp_at + esp::ESP_HEADER_LEN + esp::ESP_IV_LEN - plain_from;
-        let grow = esp_len - esp::ESP_HEADER_LEN - esp::ESP_IV_LEN - plain_len;
-        if pkt.headroom() >= shift && pkt.tailroom() >= grow {
-            let ok = pkt.push_front(shift).is_some() && pkt.extend_back(grow).is_some();
-            debug_assert!(ok, "room checked above");
-            let d = pkt.data_mut();
-            d[..keep].copy_from_slice(&h[..keep]);
-            d[keep..esp_at].copy_from_slice(&u[..udp]);
-            if let Err(e) = out.seal_in_place(next_header, &mut d[esp_at..], plain_len) {
-                let reason = e.name();
-                *self.counters.tx_drops.entry(reason).or_default() += 1;
-                return Err(reason);
-            }
-        } else {
-            if let Err(e) = out.seal(next_header, &data[plain_from..], &mut self.scratch) {
-                let reason = e.name();
-                *self.counters.tx_drops.entry(reason).or_default() += 1;
-                return Err(reason);
-            }
-            pkt.truncate(0);
-            if pkt.tailroom() < keep + udp + self.scratch.len() {
-                *self.counters.tx_drops.entry("too_big").or_default() += 1;
-                return Err("too_big");
-            }
-            // (Written once each, no zeroing: `append` copies straight in.)
-            let ok = pkt.append(&h[..keep]) && pkt.append(&u[..udp]) && pkt.append(&self.scratch);
-            debug_assert!(ok, "tailroom checked above");
+        if udp > 0 {
+            let u = &mut h[keep..keep + 8];
+            u[0..2].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+            u[2..4].copy_from_slice(&NAT_T_PORT.to_be_bytes());
+            u[4..6].copy_from_slice(&((8 + esp_len) as u16).to_be_bytes());
+            // RFC 3948 2.1: the checksum SHOULD be zero (u[6..8]).
+        }
+        Ok(SealPlan {
+            hdr: h,
+            hdr_len: keep + udp,
+            next_header,
+            plain_from,
+            plain_len,
+            esp_len,
+        })
+    }
+
+    /// Seals the ESP packet `plan` describes in `esp` (at least
+    /// `plan.esp_len` bytes; the plaintext already at
+    /// `esp[ESP_HEADER_LEN + ESP_IV_LEN..][..plan.plain_len]`) with endpoint
+    /// `id`'s outbound SA, and counts it (or the refusal, by reason).
+    pub(crate) fn seal_planned(
+        &mut self,
+        id: u64,
+        plan: &SealPlan,
+        esp: &mut [u8],
+    ) -> Result<(), &'static str> {
+        let Some(out) = self.endpoints.get_mut(&id).and_then(|e| e.out.as_mut()) else {
+            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
+            return Err("no_sa");
+        };
+        if let Err(e) = out.seal_in_place(plan.next_header, esp, plan.plain_len) {
+            let reason = e.name();
+            *self.counters.tx_drops.entry(reason).or_default() += 1;
+            return Err(reason);
         }
         self.counters.tx_packets += 1;
-        self.counters.tx_bytes += pkt.len() as u64;
+        self.counters.tx_bytes += (plan.hdr_len + plan.esp_len) as u64;
         Ok(())
+    }
+}
+
+/// Longest outer header in front of an ESP packet: Ethernet, IPv4 with
+/// options, UDP.
+const SEAL_HDR_MAX: usize = 14 + 60 + 8;
+
+/// How one ESP packet is built ([`UnderlayEsp::plan_seal`]).
+pub(crate) struct SealPlan {
+    /// The outer Ethernet, IPv4 (and UDP 4500) headers in front of the ESP
+    /// header, lengths and checksum final.
+    hdr: [u8; SEAL_HDR_MAX],
+    pub(crate) hdr_len: usize,
+    next_header: u8,
+    /// Where the plaintext starts in the encapsulated frame (behind the
+    /// Ethernet header in tunnel mode, behind the IPv4 header in
+    /// transport mode), and its length.
+    pub(crate) plain_from: usize,
+    pub(crate) plain_len: usize,
+    /// The ESP packet's length: header, IV, plaintext, padding, trailer,
+    /// ICV.
+    pub(crate) esp_len: usize,
+}
+
+impl SealPlan {
+    /// The outer headers, `hdr_len` bytes.
+    pub(crate) fn headers(&self) -> &[u8] {
+        &self.hdr[..self.hdr_len]
     }
 }
 

@@ -92,6 +92,67 @@ fn built_super_frame_cuts_back_into_the_datagrams_short_last() {
     }
 }
 
+/// `append_with` writes the payload in place and gives the bytes `append`
+/// gives; it refuses what `append` refuses without calling `write`, and a
+/// failing `write` leaves the head as it was.
+#[test]
+fn append_with_builds_the_same_frame_in_place_or_changes_nothing() {
+    let ds: Vec<PacketBuf> = (0..4)
+        .map(|i| dgram(i, if i == 3 { 77 } else { 900 }, 4500))
+        .collect();
+    let want = build(&ds);
+    let mut head = PacketBuf::with_capacity(UDP_GSO_BUF_CAPACITY);
+    head.set_data(ds[0].data());
+    for d in &ds[1..] {
+        let (hdrs, payload) = d.data().split_at(42);
+        let r = append_with(&mut head, hdrs, payload.len(), |slot| {
+            slot.copy_from_slice(payload);
+            Ok::<(), ()>(())
+        });
+        assert_eq!(r, Ok(Ok(())));
+    }
+    assert_eq!(head.data(), want.data());
+    assert_eq!(head.offload, want.offload);
+    // Refused (the frame is closed by the short one): `write` not called.
+    let before = head.data().to_vec();
+    let hdrs = &ds[1].data()[..42];
+    let r = append_with(&mut head, hdrs, 10, |_| -> Result<(), ()> {
+        panic!("write called on a refusal")
+    });
+    assert_eq!(r, Err(Refused::No));
+    // Another flow's headers are refused too.
+    let mut h2 = PacketBuf::with_capacity(UDP_GSO_BUF_CAPACITY);
+    h2.set_data(ds[0].data());
+    let other = dgram(1, 900, 4501);
+    let r = append_with(&mut h2, &other.data()[..42], 900, |_| Ok::<(), ()>(()));
+    assert_eq!(r, Err(Refused::No));
+    let r = append_with(&mut h2, &other.data()[..30], 900, |_| Ok::<(), ()>(()));
+    assert_eq!(r, Err(Refused::No), "headers cut short");
+    // No room in a small buffer: NeedRoom, nothing written.
+    let mut small = ds[0].clone();
+    let room = small.tailroom();
+    let r = append_with(&mut small, &ds[1].data()[..42], 900, |_| Ok::<(), ()>(()));
+    assert_eq!(
+        r,
+        if room < 900 {
+            Err(Refused::NeedRoom)
+        } else {
+            Ok(Ok(()))
+        }
+    );
+    // A failing write: the head is unchanged, the error handed back.
+    let mut h3 = PacketBuf::with_capacity(UDP_GSO_BUF_CAPACITY);
+    h3.set_data(ds[0].data());
+    let r = append_with(&mut h3, &ds[1].data()[..42], 900, |slot| {
+        slot.fill(0xee);
+        Err("seal failed")
+    });
+    assert_eq!(r, Ok(Err("seal failed")));
+    assert_eq!(h3.data(), ds[0].data());
+    assert!(h3.offload.is_none());
+    assert_eq!(head.data(), &before[..]);
+}
+
 #[test]
 fn a_short_datagram_closes_the_frame_and_bigger_ones_are_refused() {
     let mut h = dgram(0, 1000, 4500);
