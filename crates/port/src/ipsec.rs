@@ -1321,10 +1321,27 @@ impl UnderlayEsp {
         plan: &SealPlan,
         esp: &mut [u8],
     ) -> Result<(), &'static str> {
-        let Some(out) = self.endpoints.get_mut(&id).and_then(|e| e.out.as_mut()) else {
+        let Some(ep) = self.endpoints.get_mut(&id) else {
             *self.counters.tx_drops.entry("no_sa").or_default() += 1;
             return Err("no_sa");
         };
+        let reserved = ep.reserved;
+        let Some(out) = ep.out.as_mut() else {
+            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
+            return Err("no_sa");
+        };
+        // The sequence number (the GCM nonce) about to be used must lie in
+        // the block written down by `plan_seal`: a plan sealed twice, or
+        // not made right before, would otherwise pass the persisted
+        // reservation and, after a crash, use a nonce a second time.
+        if out.last_seq() >= reserved {
+            *self
+                .counters
+                .tx_drops
+                .entry("seq_not_persisted")
+                .or_default() += 1;
+            return Err("seq_not_persisted");
+        }
         if let Err(e) = out.seal_in_place(plan.next_header, esp, plan.plain_len) {
             let reason = e.name();
             *self.counters.tx_drops.entry(reason).or_default() += 1;
@@ -1375,7 +1392,7 @@ mod tests {
     const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
     const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
 
-    fn manual(extra: &[(&str, &str)]) -> PortOptions {
+    pub(super) fn manual(extra: &[(&str, &str)]) -> PortOptions {
         let mut o = opts(&[
             ("ipsec", "manual"),
             ("esp_spi_out", "0x1001"),
@@ -1650,6 +1667,35 @@ mod seq_tests {
         assert!(matches!(**source, IpsecError::SeqFile { .. }), "{source:?}");
         let io = std::error::Error::source(&**source).expect("io cause");
         assert!(io.downcast_ref::<std::io::Error>().is_some(), "{io:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_plan_sealed_past_its_reservation_is_refused() {
+        let dir = std::env::temp_dir().join(format!("nf-esp-plan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = IpsecConfig::from_options(&super::tests::manual(&[]))
+            .unwrap()
+            .unwrap();
+        let (l, r) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let mut u = UnderlayEsp::default();
+        u.add_with_state(1, &cfg, l, r, Some(dir.join("p.seq")), Instant::now())
+            .unwrap();
+        let f = nicflow_packet::builder::FrameBuilder::new([2; 6], [4; 6])
+            .ipv4(l, r)
+            .udp(1, 4789)
+            .payload(&[0; 16])
+            .build();
+        let plan = u.plan_seal(1, &f, f.len()).unwrap();
+        let mut esp = vec![0u8; plan.esp_len];
+        // The block written down ends right after the next number.
+        let ep = u.endpoints.get_mut(&1).unwrap();
+        ep.reserved = ep.out.as_ref().unwrap().last_seq() + 1;
+        assert_eq!(u.seal_planned(1, &plan, &mut esp), Ok(()));
+        // The same plan again would use a number nobody wrote down.
+        assert_eq!(u.seal_planned(1, &plan, &mut esp), Err("seq_not_persisted"));
+        assert_eq!(u.counters.tx_drops.get("seq_not_persisted"), Some(&1));
+        assert_eq!(u.counters.tx_packets, 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

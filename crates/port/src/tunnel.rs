@@ -1496,7 +1496,9 @@ pub struct TunnelPort {
     /// A transmit batch's frames finished in software (reused).
     finished: Vec<PacketBuf>,
     /// The tunnel headers of a super-frame sealed segment by segment are
-    /// built here once (`seal_super_frame`).
+    /// built here once (`seal_super_frame`); headroom for the longest
+    /// encapsulation (Geneve with 256 bytes of options), so no super-frame
+    /// falls back to the ordinary way for want of room.
     encap_scratch: PacketBuf,
 }
 
@@ -1539,7 +1541,7 @@ impl TunnelPort {
             esp_gso_fallback: 0,
             esp_gso_in_place: 0,
             finished: Vec::new(),
-            encap_scratch: PacketBuf::with_capacity(256),
+            encap_scratch: PacketBuf::with_headroom(ENCAP_MAX, 256),
         })
     }
 
