@@ -84,11 +84,15 @@
 //!   different masks, sorted by the priority of their heads (highest first;
 //!   equal priorities in insertion order). A table lookup finds the bucket of
 //!   `key & M_T` and walks the chain: the first head with
-//!   `key & rule.mask == rule.key` is the table's best match. A head whose
-//!   mask *is* `M_T` needs no comparison (the bucket probe checked it), which
-//!   is how tuple space search is the special case with one group per
-//!   bucket. The walk also stops at the first head that cannot beat the
-//!   best match of earlier tables.
+//!   `key & rule.mask == rule.key` is the table's best match. A bucket is
+//!   found by the 32-bit hash of `key & M_T` alone, with no key check of
+//!   its own: each compared head is checked on its whole mask, which
+//!   contains `M_T`, and carries that mask and its key words inline, so a
+//!   probe reads the hash table and then the rules it compares, nothing
+//!   else (masked keys that share a 32-bit hash share a bucket; the seed is
+//!   random per classifier). Tuple space search is the special case with
+//!   one group per bucket. The walk also stops at the first head that
+//!   cannot beat the best match of earlier tables.
 //! * **Placement.** A new rule joins its match group if it has one;
 //!   otherwise it goes to the existing table with the most specific `M_T`
 //!   that can hold it (the oldest on a tie), and if there is none, to a new
@@ -173,10 +177,10 @@
 //! best match before a table, both make the same early-exit decision (it
 //! depends only on `max_priority` and the best match). If the table is
 //! examined, `M_T ⊆ wc`, so `k2 & M_T == k & M_T`: both probe the same
-//! bucket, or both find none. Walking the chain, both stop at the same head
-//! for "cannot beat the best" (priority only); a head whose mask is `M_T`
-//! matches both; any other head compared has its mask in `wc`, so it matches
-//! `k2` iff it matches `k`. Heads after the one that matched are not looked
+//! bucket (the same hash), or both find none. Walking the chain, both stop at
+//! the same head for "cannot beat the best" (priority only); every head
+//! compared has its mask in `wc` (a head whose mask is `M_T` adds nothing),
+//! so it matches `k2` iff it matches `k`. Heads after the one that matched are not looked
 //! at by either lookup. So both leave the table with the same best match,
 //! and end with the same answer. Rules never compared (other groups'
 //! members, later heads, skipped tables) cannot matter: the lookup of `k2`
