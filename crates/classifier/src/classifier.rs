@@ -9,13 +9,14 @@ use std::hash::{BuildHasher, Hasher};
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use crate::buckets::{Buckets, Entry};
 use crate::{
     apply_mask, mask_is_subset, masked_eq, FieldRange, RangeError, RuleId, RuleRef, MAX_RANGES,
 };
 
 /// "No rule" / "no table" in the intrusive index links. Slot indices never
 /// reach it.
-const NIL: u32 = u32::MAX;
+pub(crate) const NIL: u32 = u32::MAX;
 
 /// Collision limit of a TupleMerge classifier unless
 /// [`Classifier::with_collision_limit`] says otherwise: the most distinct
@@ -526,15 +527,6 @@ impl<const W: usize> MaskSet<W> {
     }
 }
 
-/// A hash-table entry: the head of a bucket chain. The 32-bit hash is kept so
-/// that growing the table never rehashes keys and so that most probes that
-/// land on the wrong key are rejected without touching the rule slab.
-#[derive(Clone, Copy)]
-struct Entry {
-    hash: u32,
-    head: u32,
-}
-
 /// One hash table: the rules whose mask contains its table mask `M_T`,
 /// hashed by `key & M_T`.
 // repr(C) keeps the fields a lookup reads (table, words, mask) together at
@@ -542,7 +534,8 @@ struct Entry {
 #[repr(C)]
 #[derive(Clone)]
 struct Subtable {
-    table: HashTable<Entry>,
+    /// Bucket heads by hash ([`Buckets`]).
+    table: Buckets,
     /// Non-zero words of `M_T`, in index order: all hashing and comparing
     /// on the hot path goes through this short list.
     words: Box<[MaskWord]>,
@@ -582,14 +575,6 @@ enum Mode<const W: usize> {
         /// Most match groups per bucket.
         limit: u32,
     },
-}
-
-/// Widens a 32-bit hash for hashbrown, which takes the bucket index from the
-/// low bits and the 7-bit tag from the top bits: replicating the value puts
-/// independent bits in both places (for tables below 2^25 buckets).
-#[inline(always)]
-fn widen(h: u32) -> u64 {
-    (u64::from(h) << 32) | u64::from(h)
 }
 
 /// Hash of `key & mask` over the non-zero mask words only.
@@ -642,7 +627,7 @@ fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
 #[inline(always)]
 fn bucket_head<const W: usize>(seed: &RandomState, st: &Subtable, key: &[u64; W]) -> Option<u32> {
     let h = hash_masked(seed, &st.words, key);
-    st.table.find(widen(h), |e| e.hash == h).map(|e| e.head)
+    st.table.find(h)
 }
 
 /// Does group head `a` come before group head `b` in a bucket chain?
@@ -662,14 +647,13 @@ fn link_head<const W: usize, T>(
 ) -> usize {
     let Subtable { table, words, .. } = st;
     let h = hash_masked(seed, words, rules.key(idx));
-    let found = table.find_mut(widen(h), |e| e.hash == h);
-    let Some(entry) = found else {
+    let Some(head) = table.find_mut(h) else {
         rules.at_mut(idx).next = NIL;
-        table.insert_unique(widen(h), Entry { hash: h, head: idx }, |e| widen(e.hash));
+        table.insert(h, idx);
         return 1;
     };
     let mut prev = NIL;
-    let mut cur = entry.head;
+    let mut cur = *head;
     let mut n = 1;
     while cur != NIL && !chain_before(rules.at(idx), rules.at(cur)) {
         prev = cur;
@@ -678,7 +662,7 @@ fn link_head<const W: usize, T>(
     }
     rules.at_mut(idx).next = cur;
     if prev == NIL {
-        entry.head = idx;
+        *head = idx;
     } else {
         rules.at_mut(prev).next = idx;
     }
@@ -699,17 +683,15 @@ fn unlink_head<const W: usize, T>(
 ) {
     let Subtable { table, words, .. } = st;
     let h = hash_masked(seed, words, rules.key(idx));
-    let entry = table.find_entry(widen(h), |e| e.hash == h);
-    let Ok(mut entry) = entry else {
+    let Some(&mut head) = table.find_mut(h) else {
         unreachable!("rule missing from its table")
     };
     let next = rules.at(idx).next;
-    let head = entry.get().head;
     if head == idx {
         if next == NIL {
-            entry.remove();
-        } else {
-            entry.get_mut().head = next;
+            table.remove(h);
+        } else if let Some(head) = table.find_mut(h) {
+            *head = next;
         }
     } else {
         let mut prev = head;
@@ -873,7 +855,7 @@ impl<const W: usize, T> Classifier<W, T> {
             return info.table;
         }
         let st = Subtable {
-            table: HashTable::new(),
+            table: Buckets::new(),
             words: info.words.clone(),
             mask: mi,
             max_priority: 0,
@@ -1612,8 +1594,7 @@ impl<const W: usize, T> Classifier<W, T> {
             .iter()
             .flatten()
             .map(|st| {
-                // hashbrown: one entry plus one control byte per bucket.
-                st.table.capacity() * (size_of::<Entry>() + 1)
+                st.table.capacity() * size_of::<Entry>()
                     + st.words.len() * size_of::<MaskWord>()
                     // A BTreeMap<u32, u32> entry, node overhead included.
                     + st.priorities.len() * 16

@@ -244,6 +244,7 @@
 //! a newer rule; it just yields `None`. Handles are specific to the
 //! classifier that issued them.
 
+mod buckets;
 mod classifier;
 mod linear;
 #[cfg(test)]
