@@ -1219,7 +1219,7 @@ impl<const W: usize, T> Classifier<W, T> {
 
     /// Merges into the new, still empty table `t` every existing table
     /// whose table mask strictly contains `t`'s, when all of that table's
-    /// match groups fit in `t`'s buckets at most `limit / 2` to a bucket
+    /// match groups fit in `t`'s buckets at most `limit / 4` to a bucket
     /// (at least 1).
     ///
     /// Why: a lookup probes every table whose top priority can still beat
@@ -1231,12 +1231,16 @@ impl<const W: usize, T> Classifier<W, T> {
     /// whose answer is a lower rule probes them all (fw2 10K: 19 tables,
     /// 9.6 probes, where the TupleMerge reference, which inserts the rules
     /// in random order, has 16 tables and 4.2 probes). Merging two tables
-    /// never adds a probe for any packet; it costs chain length, hence the
-    /// half limit (a full one measured no fewer probes and slower chains).
+    /// never adds a probe for any packet; it costs chain length, hence a
+    /// fraction of the limit: a full one measured no fewer probes and slower
+    /// chains; a half made chains of up to 16 groups that a lookup walks
+    /// (acl1 1K: 18 rules compared per lookup; 10 at a quarter, with fewer
+    /// probes too; measured on all 24 ClassBench files of
+    /// docs/results/classifier-classbench.md, sitting D).
     /// Runs only when a table is created, and each rule moves only to a
     /// strictly coarser table mask.
     fn absorb(&mut self, t: u32, limit: usize) {
-        let lim = (limit / 2).max(1);
+        let lim = (limit / 4).max(1);
         let mt = self.masks.at(self.subtable(t).mask).mask;
         let words = self.subtable(t).words.clone();
         let cands: Vec<u32> = self
@@ -2606,7 +2610,7 @@ mod tests {
     #[test]
     fn new_table_absorbs_more_specific_tables() {
         let ident: fn(&[u64; 2]) -> [u64; 2] = |m| *m;
-        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(4);
+        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(8);
         // Two specific tables, high priorities first.
         c.insert(&[0x0102, 7], &[0xffff, 0xff], 100, 0);
         c.insert(&[0x0130, 0x0500], &[0xfff0, 0xff00], 90, 1);
@@ -2620,9 +2624,9 @@ mod tests {
         assert_eq!(c.lookup(&[0x0102, 8]), None);
         assert_eq!(c.lookup(&[0x02aa, 8]).map(|r| *r.1), Some(2));
 
-        // Three groups in one bucket of the coarser mask exceed half the
-        // limit (2): that table stays.
-        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(4);
+        // Three groups in one bucket of the coarser mask exceed a quarter
+        // of the limit (2): that table stays.
+        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(8);
         for i in 0..3u32 {
             c.insert(&[0x0100 + u64::from(i), 0], &[0xffff, 0], 100 - i, i);
         }

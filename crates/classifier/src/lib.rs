@@ -101,7 +101,7 @@
 //!   (see `bench_support::relax_flowkey_5tuple` for `FlowKey`). All 64 masks
 //!   of the benchmark then fit in 3 tables. A new table first *absorbs*
 //!   every existing table whose `M_T` strictly contains its own, when all
-//!   of that table's match groups fit its buckets at half the collision
+//!   of that table's match groups fit its buckets at a quarter of the collision
 //!   limit: rules mostly arrive from the highest priority down, so without
 //!   this the specific tables made first keep high top priorities and
 //!   every lookup whose answer is a lower rule probes them (ClassBench fw2
