@@ -223,11 +223,11 @@
 //!   c))`) and, rarely, a split (`O(c^3)` to choose `M'`, then one move per
 //!   group). The `S` term is moving a table within the sorted table vector
 //!   when its `max_priority` changes, or creating/dropping a table.
-//! * Memory: one slab slot per rule (key, priority, value, a few indices,
-//!   and a compact copy of the key on its mask's non-zero words, up to 8,
-//!   which is what a lookup reads: a rule's first two cache lines instead
-//!   of the scattered words of a 39-word `FlowKey`) plus an 8-byte hash
-//!   entry per bucket.
+//! * Memory: per rule, a 128-byte record that is all a lookup reads
+//!   (priority, links, ranges, the key on its mask's non-zero words, up to
+//!   8) in a dense array, and apart from it the full key and the value;
+//!   per bucket, an 8-byte hash entry in a table kept at most half full;
+//!   per distinct mask, 64 bytes of mask words shared by its rules.
 //!
 //! ## Thread safety
 //!
