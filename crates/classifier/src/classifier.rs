@@ -539,8 +539,7 @@ struct Subtable {
     /// Non-zero words of `M_T`, in index order: all hashing and comparing
     /// on the hot path goes through this short list.
     words: Box<[MaskWord]>,
-    /// Registry index of `M_T`. A rule with this very mask index is matched
-    /// by the bucket probe alone.
+    /// Registry index of `M_T`.
     mask: u32,
     max_priority: u32,
     /// Rules, counting same-match duplicates.
