@@ -9,13 +9,14 @@ use std::hash::{BuildHasher, Hasher};
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use crate::buckets::{Buckets, Entry};
 use crate::{
     apply_mask, mask_is_subset, masked_eq, FieldRange, RangeError, RuleId, RuleRef, MAX_RANGES,
 };
 
 /// "No rule" / "no table" in the intrusive index links. Slot indices never
 /// reach it.
-const NIL: u32 = u32::MAX;
+pub(crate) const NIL: u32 = u32::MAX;
 
 /// Collision limit of a TupleMerge classifier unless
 /// [`Classifier::with_collision_limit`] says otherwise: the most distinct
@@ -126,110 +127,148 @@ pub(crate) fn fold_ranges<const W: usize>(
     Ok(out)
 }
 
-/// Most non-zero mask words a rule's compact copy of its key holds
-/// ([`Rule::sparse`]); an IPv6 5-tuple has 8.
+/// Most non-zero mask words a rule holds inline ([`Rule::keys`]); an IPv6
+/// 5-tuple has 8.
 const SPARSE: usize = 8;
 
-/// `key & w.mask` for each word of `words`, in order, when they fit in
-/// [`SPARSE`] words (zeros otherwise: the full key is used then).
-fn sparse_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> [u64; SPARSE] {
-    let mut out = [0; SPARSE];
+/// [`Rule::n`] of a rule whose mask has more than [`SPARSE`] non-zero words
+/// (or one beyond word 255): it is compared through the mask registry and
+/// the full key instead.
+const WIDE: u8 = u8::MAX;
+
+/// A rule's masked key on its mask's non-zero words, inline: `(n, word
+/// indices, key words)`. Unused entries are 0 with index 0 (and mask 0 in
+/// [`MaskSet::dense`]), so a compare may run over all [`SPARSE`] of them.
+type Inline = (u8, [u8; SPARSE], [u64; SPARSE]);
+
+fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
+    let mut idx = [0u8; SPARSE];
+    let mut keys = [0u64; SPARSE];
+    if words.len() > SPARSE || words.iter().any(|w| w.index > u32::from(u8::MAX)) {
+        return (WIDE, idx, keys);
+    }
+    for ((i, k), w) in idx.iter_mut().zip(keys.iter_mut()).zip(words) {
+        *i = w.index as u8;
+        *k = key[w.index as usize] & w.mask;
+    }
+    (words.len() as u8, idx, keys)
+}
+
+/// The mask words of [`inline_of`]'s entries (0 beyond them).
+fn dense_of(words: &[MaskWord]) -> [u64; SPARSE] {
+    let mut out = [0u64; SPARSE];
     if words.len() <= SPARSE {
         for (o, w) in out.iter_mut().zip(words) {
-            *o = key[w.index as usize] & w.mask;
+            *o = w.mask;
         }
     }
     out
 }
 
-/// One rule, stored in the slab.
+/// One rule, as the lookup and the index structures see it: 128 bytes,
+/// aligned to a cache line, in a dense array of its own
+/// ([`RuleSlab::rules`]). The full `W`-word key and the value (312 bytes
+/// and more for a `FlowKey`) live apart ([`Cold`]), read only by inserts,
+/// removals and the one rule a lookup returns.
 ///
-/// `repr(C)` with what a lookup reads first: the priority, the chain links,
-/// the ranges and the compact key fit in the slot's first two cache lines,
-/// while the full `W`-word key (312 bytes for a `FlowKey`) is read only by
-/// inserts and removals. Measured on ClassBench traces, the misses on a
-/// rule's scattered key words were the largest cost of a probe.
-#[derive(Clone)]
-#[repr(C)]
-struct Rule<const W: usize, T> {
+/// Why: a probe's largest cost on ClassBench traces was the first touch of
+/// each rule it compares (perf on acl1 1K: 11% of the lookup on the one
+/// load that checked the slot, with 520-byte slots whose 909 rules did not
+/// fit the L2 cache). 128-byte rules keep a 1K-rule set within L2, and
+/// a compare reads the rule's two cache lines and the (shared, hot) mask
+/// words of [`MaskSet::dense`], nothing else.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Rule {
     priority: u32,
-    /// Slab index of the table holding the rule.
-    table: u32,
-    /// Index of the rule's mask in the mask registry.
-    mask: u32,
     /// Next *match group* in the same hash bucket (see [`Classifier`]'s
     /// bucket layout); `NIL` at the end of the chain and in non-heads.
     next: u32,
+    /// Index of the rule's mask in the mask registry.
+    mask: u32,
+    /// Number of used entries of `idx` / `keys`, or [`WIDE`].
+    n: u8,
+    /// Key word index of each entry of `keys`.
+    idx: [u8; SPARSE],
+    /// Range conditions beyond the mask; usually none.
+    ranges: Ranges,
+    /// Slab index of the table holding the rule.
+    table: u32,
     /// Next rule with the same key and mask, lower priority. An intrusive
     /// chain rather than a vector: it keeps hash entries at 8 bytes and needs
     /// no allocation per key.
     dup: u32,
-    /// Range conditions beyond the mask; usually none.
-    ranges: Ranges,
-    /// The rule's key on its mask's non-zero words, in the order of
-    /// [`MaskInfo::words`], when there are at most [`SPARSE`] of them: what
-    /// a lookup compares.
-    sparse: [u64; SPARSE],
     /// Insertion sequence number: orders equal-priority groups in a chain.
     /// A replacing rule inherits the sequence number of the rule it replaces.
     seq: u64,
+    /// The masked key on each non-zero word of the rule's mask, in index
+    /// order: what a lookup compares.
+    keys: [u64; SPARSE],
+}
+
+/// What a lookup does not read of a rule.
+#[derive(Clone)]
+struct Cold<const W: usize, T> {
     /// Masked with the rule's own mask, so comparing against a packet key
     /// needs the mask on the packet side only.
     key: [u64; W],
-    value: T,
-}
-
-impl<const W: usize, T> Rule<W, T> {
-    /// Does `key` agree with the rule on its mask, whose non-zero words are
-    /// `words`?
-    #[inline(always)]
-    fn agrees(&self, words: &[MaskWord], key: &[u64; W]) -> bool {
-        if words.len() > SPARSE {
-            return agree(words, key, &self.key);
-        }
-        words
-            .iter()
-            .zip(&self.sparse)
-            .all(|(w, v)| key[w.index as usize] & w.mask == *v)
-    }
-
-    /// Does `key` agree with the rule on the table mask `table` (a subset of
-    /// the rule's mask, whose non-zero words are `words`)? The bucket check.
-    #[inline(always)]
-    fn agrees_on(&self, table: &[MaskWord], words: &[MaskWord], key: &[u64; W]) -> bool {
-        if words.len() > SPARSE {
-            return agree(table, key, &self.key);
-        }
-        let mut j = 0;
-        for t in table {
-            while j < words.len() && words[j].index != t.index {
-                j += 1;
-            }
-            let Some(v) = self.sparse.get(j) else {
-                return agree(table, key, &self.key);
-            };
-            if (key[t.index as usize] ^ v) & t.mask != 0 {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-#[derive(Clone)]
-#[repr(C)]
-struct Slot<const W: usize, T> {
-    /// First: a lookup reads the rule's head (see [`Rule`]).
-    rule: Option<Rule<W, T>>,
+    /// `None`: the slot is vacant.
+    value: Option<T>,
     /// Bumped every time the slot is vacated, so old [`RuleId`]s go stale.
     generation: u32,
 }
 
+/// Does `key` match rule `idx` (`r`) on its mask (ranges aside)? Inline
+/// rules compare all [`SPARSE`] entries without a branch per word (unused
+/// entries are 0 under a 0 mask); wide ones go through the mask registry
+/// and the full key.
+#[inline(always)]
+fn rule_matches<const W: usize, T>(
+    rules: &RuleSlab<W, T>,
+    masks: &MaskSet<W>,
+    idx: u32,
+    r: &Rule,
+    key: &[u64; W],
+) -> bool {
+    if r.n == WIDE {
+        return agree(&masks.at(r.mask).words, key, rules.key(idx));
+    }
+    if W == 0 {
+        // Unused entries point at word 0; a zero-width key has none.
+        return true;
+    }
+    let m = &masks.dense[r.mask as usize];
+    let mut acc = 0;
+    for ((&i, m), v) in r.idx.iter().zip(m).zip(&r.keys) {
+        acc |= (key[i as usize] & m) ^ v;
+    }
+    acc == 0
+}
+
+/// ORs rule `r`'s mask into `wc`.
+#[inline(always)]
+fn rule_mask_into<const W: usize>(masks: &MaskSet<W>, r: &Rule, wc: &mut [u64; W]) {
+    if r.n == WIDE {
+        for w in masks.at(r.mask).words.iter() {
+            wc[w.index as usize] |= w.mask;
+        }
+        return;
+    }
+    if W == 0 {
+        return;
+    }
+    for (&i, m) in r.idx.iter().zip(&masks.dense[r.mask as usize]) {
+        wc[i as usize] |= m;
+    }
+}
+
 /// Rule storage: rules never move, so indices can link them together and
-/// [`RuleId`] can be a plain index + generation.
+/// [`RuleId`] can be a plain index + generation. Two parallel arrays: what
+/// lookups read ([`Rule`]) and the rest ([`Cold`]).
 #[derive(Clone)]
 struct RuleSlab<const W: usize, T> {
-    slots: Vec<Slot<W, T>>,
+    rules: Vec<Rule>,
+    cold: Vec<Cold<W, T>>,
     free: Vec<u32>,
     len: usize,
 }
@@ -237,90 +276,99 @@ struct RuleSlab<const W: usize, T> {
 impl<const W: usize, T> RuleSlab<W, T> {
     const fn new() -> Self {
         RuleSlab {
-            slots: Vec::new(),
+            rules: Vec::new(),
+            cold: Vec::new(),
             free: Vec::new(),
             len: 0,
         }
     }
 
+    /// Is slot `idx` occupied?
+    #[inline]
+    fn live(&self, idx: usize) -> bool {
+        self.cold.get(idx).is_some_and(|c| c.value.is_some())
+    }
+
     /// The slot index behind `id`, if `id` names a live rule.
     #[inline]
     fn index_of(&self, id: RuleId) -> Option<u32> {
-        let slot = self.slots.get(id.index() as usize)?;
-        (slot.generation == id.generation() && slot.rule.is_some()).then_some(id.index())
+        let c = self.cold.get(id.index() as usize)?;
+        (c.generation == id.generation() && c.value.is_some()).then_some(id.index())
     }
 
-    #[inline]
-    fn get(&self, id: RuleId) -> Option<&Rule<W, T>> {
-        let slot = self.slots.get(id.index() as usize)?;
-        if slot.generation == id.generation() {
-            slot.rule.as_ref()
-        } else {
-            None
-        }
-    }
-
-    #[inline]
-    fn get_mut(&mut self, id: RuleId) -> Option<&mut Rule<W, T>> {
-        let slot = self.slots.get_mut(id.index() as usize)?;
-        if slot.generation == id.generation() {
-            slot.rule.as_mut()
-        } else {
-            None
-        }
-    }
-
-    /// A rule the index structures point at; such a slot is always occupied.
+    /// A rule the index structures point at; such a slot is always
+    /// occupied (a vacant one keeps its last rule's fields, unlinked).
     #[inline(always)]
-    fn at(&self, idx: u32) -> &Rule<W, T> {
-        match &self.slots[idx as usize].rule {
-            Some(rule) => rule,
+    fn at(&self, idx: u32) -> &Rule {
+        &self.rules[idx as usize]
+    }
+
+    #[inline]
+    fn at_mut(&mut self, idx: u32) -> &mut Rule {
+        &mut self.rules[idx as usize]
+    }
+
+    #[inline]
+    fn key(&self, idx: u32) -> &[u64; W] {
+        &self.cold[idx as usize].key
+    }
+
+    #[inline]
+    fn value(&self, idx: u32) -> &T {
+        match &self.cold[idx as usize].value {
+            Some(v) => v,
             None => unreachable!("classifier index points at a vacant slot"),
         }
     }
 
     #[inline]
-    fn at_mut(&mut self, idx: u32) -> &mut Rule<W, T> {
-        match &mut self.slots[idx as usize].rule {
-            Some(rule) => rule,
+    fn value_mut(&mut self, idx: u32) -> &mut T {
+        match &mut self.cold[idx as usize].value {
+            Some(v) => v,
             None => unreachable!("classifier index points at a vacant slot"),
         }
     }
 
     #[inline(always)]
     fn id(&self, idx: u32) -> RuleId {
-        RuleId::new(idx, self.slots[idx as usize].generation)
+        RuleId::new(idx, self.cold[idx as usize].generation)
     }
 
-    fn alloc(&mut self, rule: Rule<W, T>) -> u32 {
+    fn alloc(&mut self, rule: Rule, key: [u64; W], value: T) -> u32 {
         self.len += 1;
         if let Some(idx) = self.free.pop() {
-            self.slots[idx as usize].rule = Some(rule);
+            self.rules[idx as usize] = rule;
+            let c = &mut self.cold[idx as usize];
+            c.key = key;
+            c.value = Some(value);
             return idx;
         }
-        let idx = u32::try_from(self.slots.len())
+        let idx = u32::try_from(self.rules.len())
             .ok()
             .filter(|&i| i != NIL)
             .expect("classifier: more than 2^32-1 rule slots");
-        self.slots.push(Slot {
+        self.rules.push(rule);
+        self.cold.push(Cold {
+            key,
+            value: Some(value),
             generation: 0,
-            rule: Some(rule),
         });
         idx
     }
 
-    /// Vacates a slot. A slot whose generation would reach `u32::MAX` is
-    /// retired for good instead of being recycled, which is what makes ids
-    /// never-reused (`u32::MAX` itself marks [`RuleId::external`] handles).
-    fn release(&mut self, idx: u32) -> Rule<W, T> {
-        let slot = &mut self.slots[idx as usize];
-        let rule = slot.rule.take().expect("releasing a vacant slot");
+    /// Vacates a slot, returning its value. A slot whose generation would
+    /// reach `u32::MAX` is retired for good instead of being recycled, which
+    /// is what makes ids never-reused (`u32::MAX` itself marks
+    /// [`RuleId::external`] handles).
+    fn release(&mut self, idx: u32) -> T {
+        let c = &mut self.cold[idx as usize];
+        let value = c.value.take().expect("releasing a vacant slot");
         self.len -= 1;
-        if let Some(g) = slot.generation.checked_add(1).filter(|g| *g < u32::MAX) {
-            slot.generation = g;
+        if let Some(g) = c.generation.checked_add(1).filter(|g| *g < u32::MAX) {
+            c.generation = g;
             self.free.push(idx);
         }
-        rule
+        value
     }
 }
 
@@ -378,6 +426,10 @@ struct MaskInfo<const W: usize> {
 #[derive(Clone)]
 struct MaskSet<const W: usize> {
     slots: Vec<Option<MaskInfo<W>>>,
+    /// Per mask index, the mask words of a rule's inline entries
+    /// ([`dense_of`]): 64 bytes per mask, shared by all its rules, so the
+    /// few a lookup compares stay in cache.
+    dense: Vec<[u64; SPARSE]>,
     free: Vec<u32>,
     index: HashTable<u32>,
 }
@@ -386,6 +438,7 @@ impl<const W: usize> MaskSet<W> {
     const fn new() -> Self {
         MaskSet {
             slots: Vec::new(),
+            dense: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
         }
@@ -424,13 +477,16 @@ impl<const W: usize> MaskSet<W> {
             n_rules: 0,
             table: NIL,
         };
+        let dense = dense_of(&info.words);
         let idx = match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(info);
+                self.dense[i as usize] = dense;
                 i
             }
             None => {
                 self.slots.push(Some(info));
+                self.dense.push(dense);
                 u32::try_from(self.slots.len() - 1)
                     .ok()
                     .filter(|&i| i != NIL)
@@ -465,18 +521,10 @@ impl<const W: usize> MaskSet<W> {
 
     fn clear(&mut self) {
         self.slots.clear();
+        self.dense.clear();
         self.free.clear();
         self.index.clear();
     }
-}
-
-/// A hash-table entry: the head of a bucket chain. The 32-bit hash is kept so
-/// that growing the table never rehashes keys and so that most probes that
-/// land on the wrong key are rejected without touching the rule slab.
-#[derive(Clone, Copy)]
-struct Entry {
-    hash: u32,
-    head: u32,
 }
 
 /// One hash table: the rules whose mask contains its table mask `M_T`,
@@ -486,12 +534,12 @@ struct Entry {
 #[repr(C)]
 #[derive(Clone)]
 struct Subtable {
-    table: HashTable<Entry>,
+    /// Bucket heads by hash ([`Buckets`]).
+    table: Buckets,
     /// Non-zero words of `M_T`, in index order: all hashing and comparing
     /// on the hot path goes through this short list.
     words: Box<[MaskWord]>,
-    /// Registry index of `M_T`. A rule with this very mask index is matched
-    /// by the bucket probe alone.
+    /// Registry index of `M_T`.
     mask: u32,
     max_priority: u32,
     /// Rules, counting same-match duplicates.
@@ -526,14 +574,6 @@ enum Mode<const W: usize> {
         /// Most match groups per bucket.
         limit: u32,
     },
-}
-
-/// Widens a 32-bit hash for hashbrown, which takes the bucket index from the
-/// low bits and the 7-bit tag from the top bits: replicating the value puts
-/// independent bits in both places (for tables below 2^25 buckets).
-#[inline(always)]
-fn widen(h: u32) -> u64 {
-    (u64::from(h) << 32) | u64::from(h)
 }
 
 /// Hash of `key & mask` over the non-zero mask words only.
@@ -576,28 +616,22 @@ fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
 }
 
 /// Head of the bucket chain for `key` in `st`.
+///
+/// A bucket is identified by the 32-bit hash of the masked key alone: the
+/// chain compare checks each rule's whole mask, which contains `M_T`, so a
+/// separate check that the head agrees with `key` on `M_T` would only
+/// repeat part of it (and read the head's mask from the registry). Keys
+/// whose masked values share a 32-bit hash share a bucket; with a random
+/// seed per classifier that is rare and cannot be aimed at.
 #[inline(always)]
-fn bucket_head<const W: usize, T>(
-    seed: &RandomState,
-    st: &Subtable,
-    rules: &RuleSlab<W, T>,
-    masks: &MaskSet<W>,
-    key: &[u64; W],
-) -> Option<u32> {
+fn bucket_head<const W: usize>(seed: &RandomState, st: &Subtable, key: &[u64; W]) -> Option<u32> {
     let h = hash_masked(seed, &st.words, key);
-    st.table
-        .find(widen(h), |e| {
-            e.hash == h && {
-                let r = rules.at(e.head);
-                r.agrees_on(&st.words, &masks.at(r.mask).words, key)
-            }
-        })
-        .map(|e| e.head)
+    st.table.find(h)
 }
 
 /// Does group head `a` come before group head `b` in a bucket chain?
 #[inline]
-fn chain_before<const W: usize, T>(a: &Rule<W, T>, b: &Rule<W, T>) -> bool {
+fn chain_before(a: &Rule, b: &Rule) -> bool {
     (a.priority, Reverse(a.seq)) > (b.priority, Reverse(b.seq))
 }
 
@@ -611,17 +645,14 @@ fn link_head<const W: usize, T>(
     idx: u32,
 ) -> usize {
     let Subtable { table, words, .. } = st;
-    let h = hash_masked(seed, words, &rules.at(idx).key);
-    let found = table.find_mut(widen(h), |e| {
-        e.hash == h && agree(words, &rules.at(idx).key, &rules.at(e.head).key)
-    });
-    let Some(entry) = found else {
+    let h = hash_masked(seed, words, rules.key(idx));
+    let Some(head) = table.find_mut(h) else {
         rules.at_mut(idx).next = NIL;
-        table.insert_unique(widen(h), Entry { hash: h, head: idx }, |e| widen(e.hash));
+        table.insert(h, idx);
         return 1;
     };
     let mut prev = NIL;
-    let mut cur = entry.head;
+    let mut cur = *head;
     let mut n = 1;
     while cur != NIL && !chain_before(rules.at(idx), rules.at(cur)) {
         prev = cur;
@@ -630,7 +661,7 @@ fn link_head<const W: usize, T>(
     }
     rules.at_mut(idx).next = cur;
     if prev == NIL {
-        entry.head = idx;
+        *head = idx;
     } else {
         rules.at_mut(prev).next = idx;
     }
@@ -650,20 +681,16 @@ fn unlink_head<const W: usize, T>(
     idx: u32,
 ) {
     let Subtable { table, words, .. } = st;
-    let h = hash_masked(seed, words, &rules.at(idx).key);
-    let entry = table.find_entry(widen(h), |e| {
-        e.hash == h && (e.head == idx || agree(words, &rules.at(idx).key, &rules.at(e.head).key))
-    });
-    let Ok(mut entry) = entry else {
+    let h = hash_masked(seed, words, rules.key(idx));
+    let Some(&mut head) = table.find_mut(h) else {
         unreachable!("rule missing from its table")
     };
     let next = rules.at(idx).next;
-    let head = entry.get().head;
     if head == idx {
         if next == NIL {
-            entry.remove();
-        } else {
-            entry.get_mut().head = next;
+            table.remove(h);
+        } else if let Some(head) = table.find_mut(h) {
+            *head = next;
         }
     } else {
         let mut prev = head;
@@ -827,7 +854,7 @@ impl<const W: usize, T> Classifier<W, T> {
             return info.table;
         }
         let st = Subtable {
-            table: HashTable::new(),
+            table: Buckets::new(),
             words: info.words.clone(),
             mask: mi,
             max_priority: 0,
@@ -933,10 +960,10 @@ impl<const W: usize, T> Classifier<W, T> {
         mask: u32,
         ranges: &Ranges,
     ) -> Option<u32> {
-        let mut cur = bucket_head(&self.seed, st, &self.rules, &self.masks, masked)?;
+        let mut cur = bucket_head(&self.seed, st, masked)?;
         while cur != NIL {
             let r = self.rules.at(cur);
-            if r.mask == mask && r.key == *masked && r.ranges == *ranges {
+            if r.mask == mask && r.ranges == *ranges && self.rules.key(cur) == masked {
                 return Some(cur);
             }
             cur = r.next;
@@ -970,7 +997,12 @@ impl<const W: usize, T> Classifier<W, T> {
     /// Head of the match group that rule `idx` belongs to.
     fn group_head_of(&self, idx: u32) -> u32 {
         let r = self.rules.at(idx);
-        match self.group_in(self.subtable(r.table), &r.key, r.mask, &r.ranges) {
+        match self.group_in(
+            self.subtable(r.table),
+            self.rules.key(idx),
+            r.mask,
+            &r.ranges,
+        ) {
             Some(h) => h,
             None => unreachable!("rule missing from its table"),
         }
@@ -1021,7 +1053,8 @@ impl<const W: usize, T> Classifier<W, T> {
     /// The range conditions of a rule beyond its mask (empty for most
     /// rules; see [`insert_ranges`](Self::insert_ranges)).
     pub fn ranges(&self, id: RuleId) -> Option<&[FieldRange]> {
-        self.rules.get(id).map(|r| r.ranges.as_slice())
+        let idx = self.rules.index_of(id)?;
+        Some(self.rules.at(idx).ranges.as_slice())
     }
 
     fn insert_folded(
@@ -1044,19 +1077,23 @@ impl<const W: usize, T> Classifier<W, T> {
         };
         let seq = self.next_rule_seq;
         self.next_rule_seq += 1;
-        let sparse = sparse_of(&self.masks.at(mi).words, &masked);
-        let idx = self.rules.alloc(Rule {
-            sparse,
-            key: masked,
-            priority,
-            table: t,
-            mask: mi,
-            next: NIL,
-            dup: NIL,
-            seq,
-            ranges,
+        let (n, widx, keys) = inline_of(&self.masks.at(mi).words, &masked);
+        let idx = self.rules.alloc(
+            Rule {
+                n,
+                idx: widx,
+                keys,
+                priority,
+                table: t,
+                mask: mi,
+                next: NIL,
+                dup: NIL,
+                seq,
+                ranges,
+            },
+            masked,
             value,
-        });
+        );
         let Classifier {
             subtables,
             rules,
@@ -1086,8 +1123,9 @@ impl<const W: usize, T> Classifier<W, T> {
             prev = cur;
             cur = self.rules.at(cur).dup;
         }
-        let h = self.rules.at(head);
-        let (key, t, mi, ranges, sparse) = (h.key, h.table, h.mask, h.ranges, h.sparse);
+        let h = *self.rules.at(head);
+        let key = *self.rules.key(head);
+        let (t, mi) = (h.table, h.mask);
         let Classifier {
             subtables,
             rules,
@@ -1108,40 +1146,38 @@ impl<const W: usize, T> Classifier<W, T> {
             if prev == NIL {
                 unlink_head(seed, st, rules, cur);
             }
-            let new_idx = rules.alloc(Rule {
-                sparse,
+            let new_idx = rules.alloc(
+                Rule {
+                    priority,
+                    next: NIL,
+                    dup,
+                    seq,
+                    ..h
+                },
                 key,
-                priority,
-                table: t,
-                mask: mi,
-                next: NIL,
-                dup,
-                seq,
-                ranges,
                 value,
-            });
+            );
             if prev == NIL {
                 link_head(seed, st, rules, new_idx);
             } else {
                 rules.at_mut(prev).dup = new_idx;
             }
             let old = rules.release(cur);
-            return (rules.id(new_idx), Some(old.value));
+            return (rules.id(new_idx), Some(old));
         }
         let seq = *next_rule_seq;
         *next_rule_seq += 1;
-        let new_idx = rules.alloc(Rule {
-            sparse,
+        let new_idx = rules.alloc(
+            Rule {
+                priority,
+                next: NIL,
+                dup: cur,
+                seq,
+                ..h
+            },
             key,
-            priority,
-            table: t,
-            mask: mi,
-            next: NIL,
-            dup: cur,
-            seq,
-            ranges,
             value,
-        });
+        );
         if prev == NIL {
             // The new rule heads the group: its priority moves the group
             // within the chain.
@@ -1182,7 +1218,7 @@ impl<const W: usize, T> Classifier<W, T> {
 
     /// Merges into the new, still empty table `t` every existing table
     /// whose table mask strictly contains `t`'s, when all of that table's
-    /// match groups fit in `t`'s buckets at most `limit / 2` to a bucket
+    /// match groups fit in `t`'s buckets at most `limit / 4` to a bucket
     /// (at least 1).
     ///
     /// Why: a lookup probes every table whose top priority can still beat
@@ -1194,12 +1230,16 @@ impl<const W: usize, T> Classifier<W, T> {
     /// whose answer is a lower rule probes them all (fw2 10K: 19 tables,
     /// 9.6 probes, where the TupleMerge reference, which inserts the rules
     /// in random order, has 16 tables and 4.2 probes). Merging two tables
-    /// never adds a probe for any packet; it costs chain length, hence the
-    /// half limit (a full one measured no fewer probes and slower chains).
+    /// never adds a probe for any packet; it costs chain length, hence a
+    /// fraction of the limit: a full one measured no fewer probes and slower
+    /// chains; a half made chains of up to 16 groups that a lookup walks
+    /// (acl1 1K: 18 rules compared per lookup; 10 at a quarter, with fewer
+    /// probes too; measured on all 24 ClassBench files of
+    /// docs/results/classifier-classbench.md, sitting D).
     /// Runs only when a table is created, and each rule moves only to a
     /// strictly coarser table mask.
     fn absorb(&mut self, t: u32, limit: usize) {
-        let lim = (limit / 2).max(1);
+        let lim = (limit / 4).max(1);
         let mt = self.masks.at(self.subtable(t).mask).mask;
         let words = self.subtable(t).words.clone();
         let cands: Vec<u32> = self
@@ -1222,12 +1262,12 @@ impl<const W: usize, T> Classifier<W, T> {
                     cur = self.rules.at(cur).next;
                 }
             }
-            // Buckets counted by their 32-bit hash: two keys sharing one
-            // only make the count err high, i.e. refuse a merge.
+            // Buckets counted by their 32-bit hash, which is what
+            // identifies a bucket.
             let mut trial = counts.clone();
             let fits = heads.iter().all(|&h| {
                 let c = trial
-                    .entry(hash_masked(&self.seed, &words, &self.rules.at(h).key))
+                    .entry(hash_masked(&self.seed, &words, self.rules.key(h)))
                     .or_insert(0);
                 *c += 1;
                 *c <= lim
@@ -1261,7 +1301,7 @@ impl<const W: usize, T> Classifier<W, T> {
                 for &h in &heads {
                     let m = &self.masks.at(self.rules.at(h).mask).mask;
                     if mask_is_subset(&target_mask, m) && self.move_group(h, t, target) > limit {
-                        work.push((target, self.rules.at(h).key));
+                        work.push((target, *self.rules.key(h)));
                     }
                 }
             }
@@ -1283,7 +1323,7 @@ impl<const W: usize, T> Classifier<W, T> {
         let Some(Some(st)) = self.subtables.get(t as usize) else {
             return false;
         };
-        let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, &self.masks, key) else {
+        let Some(mut cur) = bucket_head(&self.seed, st, key) else {
             return false;
         };
         while cur != NIL {
@@ -1374,7 +1414,7 @@ impl<const W: usize, T> Classifier<W, T> {
                     .iter()
                     .zip(&masks)
                     .filter(|(_, m)| mask_is_subset(&c, m))
-                    .map(|(&h, _)| &self.rules.at(h).key),
+                    .map(|(&h, _)| self.rules.key(h)),
             );
             let fullest = movers
                 .iter()
@@ -1476,21 +1516,23 @@ impl<const W: usize, T> Classifier<W, T> {
             }
             rules.at_mut(prev).dup = dup;
         }
-        let rule = rules.release(idx);
+        let value = rules.release(idx);
         masks.at_mut(mi).n_rules -= 1;
         masks.release_if_unused(seed, mi);
         self.count_out(t, priority);
-        rule.value
+        value
     }
 
     #[inline]
     pub fn get(&self, id: RuleId) -> Option<&T> {
-        self.rules.get(id).map(|r| &r.value)
+        let idx = self.rules.index_of(id)?;
+        Some(self.rules.value(idx))
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: RuleId) -> Option<&mut T> {
-        self.rules.get_mut(id).map(|r| &mut r.value)
+        let idx = self.rules.index_of(id)?;
+        Some(self.rules.value_mut(idx))
     }
 
     #[inline]
@@ -1509,10 +1551,10 @@ impl<const W: usize, T> Classifier<W, T> {
         let r = self.rules.at(idx);
         RuleRef {
             id: self.rules.id(idx),
-            key: &r.key,
+            key: self.rules.key(idx),
             mask: &self.masks.at(r.mask).mask,
             priority: r.priority,
-            value: &r.value,
+            value: self.rules.value(idx),
         }
     }
 
@@ -1527,8 +1569,17 @@ impl<const W: usize, T> Classifier<W, T> {
     #[doc(hidden)]
     pub fn lookup_probes(&self, key: &[u64; W]) -> (Option<(RuleId, &T)>, usize) {
         let mut n = 0;
-        let r = self.lookup_impl(key, None, Some(&mut n));
+        let r = self.lookup_impl(key, None, Some((&mut n, &mut 0)));
         (r, n)
+    }
+
+    /// Tables probed and rules compared (bucket chain entries examined) by
+    /// a lookup of `key`. For benchmarks.
+    #[doc(hidden)]
+    pub fn lookup_cost(&self, key: &[u64; W]) -> (usize, usize) {
+        let (mut n, mut c) = (0, 0);
+        self.lookup_impl(key, None, Some((&mut n, &mut c)));
+        (n, c)
     }
 
     /// Approximate heap and inline bytes used by the classifier: rule slab,
@@ -1538,15 +1589,15 @@ impl<const W: usize, T> Classifier<W, T> {
     #[doc(hidden)]
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
-        let slab = self.rules.slots.capacity() * size_of::<Slot<W, T>>()
+        let slab = self.rules.rules.capacity() * size_of::<Rule>()
+            + self.rules.cold.capacity() * size_of::<Cold<W, T>>()
             + self.rules.free.capacity() * size_of::<u32>();
         let tables: usize = self
             .subtables
             .iter()
             .flatten()
             .map(|st| {
-                // hashbrown: one entry plus one control byte per bucket.
-                st.table.capacity() * (size_of::<Entry>() + 1)
+                st.table.capacity() * size_of::<Entry>()
                     + st.words.len() * size_of::<MaskWord>()
                     // A BTreeMap<u32, u32> entry, node overhead included.
                     + st.priorities.len() * 16
@@ -1562,6 +1613,7 @@ impl<const W: usize, T> Classifier<W, T> {
             .map(|m| m.words.len() * size_of::<MaskWord>())
             .sum::<usize>()
             + self.masks.slots.capacity() * size_of::<Option<MaskInfo<W>>>()
+            + self.masks.dense.capacity() * size_of::<[u64; SPARSE]>()
             + self.masks.index.capacity() * (size_of::<u32>() + 1);
         size_of::<Self>() + slab + tables + masks
     }
@@ -1582,7 +1634,7 @@ impl<const W: usize, T> Classifier<W, T> {
         &self,
         key: &[u64; W],
         mut wc: Option<&mut [u64; W]>,
-        mut probes: Option<&mut usize>,
+        mut probes: Option<(&mut usize, &mut usize)>,
     ) -> Option<(RuleId, &T)> {
         // Best priority found so far plus one; 0 = nothing yet. The offset
         // makes every test below a single comparison.
@@ -1594,15 +1646,15 @@ impl<const W: usize, T> Classifier<W, T> {
                 break;
             }
             let st = self.subtable(rank.subtable);
-            if let Some(n) = probes.as_deref_mut() {
-                *n += 1;
+            if let Some((n, _)) = probes.as_mut() {
+                **n += 1;
             }
             if let Some(wc) = wc.as_deref_mut() {
                 for w in st.words.iter() {
                     wc[w.index as usize] |= w.mask;
                 }
             }
-            let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, &self.masks, key) else {
+            let Some(mut cur) = bucket_head(&self.seed, st, key) else {
                 continue;
             };
             // The chain is in priority order: the first rule that matches is
@@ -1613,16 +1665,17 @@ impl<const W: usize, T> Classifier<W, T> {
                 if p < best {
                     break;
                 }
-                let hit = (r.mask == st.mask || {
-                    // A merged rule: compare the bits beyond M_T too.
-                    let m = &self.masks.at(r.mask).words;
-                    if let Some(wc) = wc.as_deref_mut() {
-                        for w in m.iter() {
-                            wc[w.index as usize] |= w.mask;
-                        }
-                    }
-                    r.agrees(m, key)
-                }) && (r.ranges.is_empty() || r.ranges.contains(key, wc.as_deref_mut()));
+                if let Some((_, c)) = probes.as_mut() {
+                    **c += 1;
+                }
+                // The whole mask is compared (it contains M_T: the bucket
+                // was found by hash alone) and, for wildcard tracking,
+                // un-wildcarded; for a rule of mask M_T that adds nothing.
+                if let Some(wc) = wc.as_deref_mut() {
+                    rule_mask_into(&self.masks, r, wc);
+                }
+                let hit = rule_matches(&self.rules, &self.masks, cur, r, key)
+                    && (r.ranges.is_empty() || r.ranges.contains(key, wc.as_deref_mut()));
                 if hit {
                     best = p + 1;
                     best_idx = cur;
@@ -1637,7 +1690,7 @@ impl<const W: usize, T> Classifier<W, T> {
         if best_idx == NIL {
             return None;
         }
-        Some((self.rules.id(best_idx), &self.rules.at(best_idx).value))
+        Some((self.rules.id(best_idx), self.rules.value(best_idx)))
     }
 
     /// Calls `f(id, priority, value)` for every rule that matches `key`
@@ -1664,7 +1717,7 @@ impl<const W: usize, T> Classifier<W, T> {
             for w in st.words.iter() {
                 wc[w.index as usize] |= w.mask;
             }
-            let Some(mut cur) = bucket_head(&self.seed, st, &self.rules, &self.masks, key) else {
+            let Some(mut cur) = bucket_head(&self.seed, st, key) else {
                 continue;
             };
             loop {
@@ -1672,13 +1725,9 @@ impl<const W: usize, T> Classifier<W, T> {
                 if r.priority < min_priority {
                     break;
                 }
-                let hit = (r.mask == st.mask || {
-                    let m = &self.masks.at(r.mask).words;
-                    for w in m.iter() {
-                        wc[w.index as usize] |= w.mask;
-                    }
-                    r.agrees(m, key)
-                }) && (r.ranges.is_empty() || r.ranges.contains(key, Some(&mut *wc)));
+                rule_mask_into(&self.masks, r, wc);
+                let hit = rule_matches(&self.rules, &self.masks, cur, r, key)
+                    && (r.ranges.is_empty() || r.ranges.contains(key, Some(&mut *wc)));
                 if hit {
                     // The whole match group: same key and mask, lower
                     // priorities along `dup`.
@@ -1688,7 +1737,7 @@ impl<const W: usize, T> Classifier<W, T> {
                         if dr.priority < min_priority {
                             break;
                         }
-                        f(self.rules.id(d), dr.priority, &dr.value);
+                        f(self.rules.id(d), dr.priority, self.rules.value(d));
                         d = dr.dup;
                         if d == NIL {
                             break;
@@ -1705,12 +1754,9 @@ impl<const W: usize, T> Classifier<W, T> {
 
     /// All rules, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = RuleRef<'_, W, T>> {
-        self.rules
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.rule.is_some())
-            .map(|(i, _)| self.rule_ref(i as u32))
+        (0..self.rules.cold.len())
+            .filter(|&i| self.rules.live(i))
+            .map(|i| self.rule_ref(i as u32))
     }
 
     /// Handles of all rules, in the order of [`iter`](Self::iter).
@@ -1734,19 +1780,20 @@ impl<const W: usize, T> Classifier<W, T> {
     /// Removes every rule for which `f(id, key, mask, priority, value)`
     /// returns false. `f` may modify the values it keeps.
     pub fn retain(&mut self, mut f: impl FnMut(RuleId, &[u64; W], &[u64; W], u32, &mut T) -> bool) {
-        for i in 0..self.rules.slots.len() {
+        for i in 0..self.rules.cold.len() {
             let idx = i as u32;
-            let slot = &mut self.rules.slots[i];
-            let generation = slot.generation;
-            let Some(r) = slot.rule.as_mut() else {
+            let r = self.rules.rules[i];
+            let c = &mut self.rules.cold[i];
+            let generation = c.generation;
+            let Some(value) = c.value.as_mut() else {
                 continue;
             };
             let keep = f(
                 RuleId::new(idx, generation),
-                &r.key,
+                &c.key,
                 &self.masks.at(r.mask).mask,
                 r.priority,
-                &mut r.value,
+                value,
             );
             if !keep {
                 self.remove_at(idx);
@@ -1757,8 +1804,8 @@ impl<const W: usize, T> Classifier<W, T> {
     /// Removes every rule. Outstanding ids go stale (they are not reused).
     /// The mode (and collision limit) stays.
     pub fn clear(&mut self) {
-        for i in 0..self.rules.slots.len() {
-            if self.rules.slots[i].rule.is_some() {
+        for i in 0..self.rules.cold.len() {
+            if self.rules.live(i) {
                 self.rules.release(i as u32);
             }
         }
@@ -1775,7 +1822,7 @@ impl<const W: usize, T> Classifier<W, T> {
     /// order, insertion sequence number)`. Among matching rules of equal
     /// highest priority, the lookup returns the one with the smallest rank.
     pub(crate) fn tie_rank(&self, id: RuleId) -> Option<(usize, u64)> {
-        let r = self.rules.get(id)?;
+        let r = self.rules.at(self.rules.index_of(id)?);
         let pos = self.order.iter().position(|x| x.subtable == r.table)?;
         Some((pos, r.seq))
     }
@@ -1797,6 +1844,10 @@ impl<const W: usize, T> Classifier<W, T> {
         max
     }
 
+    fn mode_is_merge(&self) -> bool {
+        matches!(self.mode, Mode::Merge { .. })
+    }
+
     /// Checks every internal invariant.
     pub(crate) fn check_invariants(&self) {
         use std::collections::{HashMap, HashSet};
@@ -1804,12 +1855,16 @@ impl<const W: usize, T> Classifier<W, T> {
         // Rules: masked keys, placement, reachability, match groups.
         let mut n = 0;
         let mut per_mask: HashMap<u32, u32> = HashMap::new();
-        for (i, s) in self.rules.slots.iter().enumerate() {
-            let Some(r) = &s.rule else { continue };
+        for i in 0..self.rules.cold.len() {
+            if !self.rules.live(i) {
+                continue;
+            }
+            let r = self.rules.at(i as u32);
+            let rkey = self.rules.key(i as u32);
             n += 1;
             *per_mask.entry(r.mask).or_insert(0) += 1;
             let m = &self.masks.at(r.mask).mask;
-            assert_eq!(apply_mask(&r.key, m), r.key, "stored key not masked");
+            assert_eq!(apply_mask(rkey, m), *rkey, "stored key not masked");
             let st = self.subtable(r.table);
             assert!(
                 mask_is_subset(&self.masks.at(st.mask).mask, m),
@@ -1819,7 +1874,7 @@ impl<const W: usize, T> Classifier<W, T> {
                 assert_eq!(r.mask, st.mask, "TSS rule in a foreign table");
             }
             let head = self
-                .group_in(st, &r.key, r.mask, &r.ranges)
+                .group_in(st, rkey, r.mask, &r.ranges)
                 .expect("rule not reachable");
             let mut cur = head;
             let mut found = false;
@@ -1831,8 +1886,8 @@ impl<const W: usize, T> Classifier<W, T> {
                     "group not strictly descending"
                 );
                 assert_eq!(
-                    (c.key, c.mask, c.table, c.ranges),
-                    (r.key, r.mask, r.table, r.ranges)
+                    (self.rules.key(cur), c.mask, c.table, c.ranges),
+                    (rkey, r.mask, r.table, r.ranges)
                 );
                 if cur != head {
                     assert_eq!(c.next, NIL, "duplicate linked into a chain");
@@ -1851,35 +1906,50 @@ impl<const W: usize, T> Classifier<W, T> {
         for rank in &self.order {
             let st = self.subtable(rank.subtable);
             for e in st.table.iter() {
-                let key0 = self.rules.at(e.head).key;
-                assert_eq!(e.hash, hash_masked(&self.seed, &st.words, &key0));
                 let mut len = 0;
                 // Groups that differ only in their ranges (mask M_T, same
                 // key): no table mask tells them apart, so they may exceed
                 // the collision limit (and share a TSS bucket).
                 let mut only_ranges = true;
-                let mut plain = 0;
+                // Range-free groups per key on M_T (more than one key only
+                // on a 32-bit hash collision).
+                let mut plain: Vec<[u64; W]> = Vec::new();
                 let mut prev = NIL;
                 let mut cur = e.head;
                 while cur != NIL {
                     let r = self.rules.at(cur);
+                    let rkey = self.rules.key(cur);
                     assert_eq!(r.table, rank.subtable);
-                    assert!(agree(&st.words, &key0, &r.key), "foreign key in bucket");
+                    assert_eq!(
+                        e.hash,
+                        hash_masked(&self.seed, &st.words, rkey),
+                        "foreign key in bucket"
+                    );
+                    let inline = inline_of(&self.masks.at(r.mask).words, rkey);
+                    assert_eq!((r.n, r.idx, r.keys), inline, "inline key out of sync");
+                    assert_eq!(
+                        self.masks.dense[r.mask as usize],
+                        dense_of(&self.masks.at(r.mask).words)
+                    );
                     if prev != NIL {
                         assert!(chain_before(self.rules.at(prev), r), "chain out of order");
                     }
                     assert!(
-                        groups.insert((r.key, r.mask, r.ranges)),
+                        groups.insert((*rkey, r.mask, r.ranges)),
                         "one match, two groups"
                     );
                     only_ranges &= r.mask == st.mask;
-                    plain += usize::from(r.ranges.is_empty());
+                    if r.ranges.is_empty() {
+                        let k = apply_mask(rkey, &self.masks.at(st.mask).mask);
+                        assert!(!plain.contains(&k) || self.mode_is_merge());
+                        plain.push(k);
+                    }
                     len += 1;
                     prev = cur;
                     cur = r.next;
                 }
                 match self.mode {
-                    Mode::Tss => assert!(plain <= 1),
+                    Mode::Tss => assert!(only_ranges, "TSS rule of a foreign mask"),
                     Mode::Merge { limit, .. } => {
                         assert!(
                             len <= limit as usize || only_ranges,
@@ -1919,10 +1989,10 @@ impl<const W: usize, T> Classifier<W, T> {
             );
             let in_table = self
                 .rules
-                .slots
+                .rules
                 .iter()
-                .filter_map(|s| s.rule.as_ref())
-                .filter(|r| r.table == rank.subtable)
+                .enumerate()
+                .filter(|&(i, r)| self.rules.live(i) && r.table == rank.subtable)
                 .count();
             assert_eq!(in_table, st.n_rules as usize);
             total += st.n_rules as usize;
@@ -2222,7 +2292,7 @@ mod tests {
     fn retired_slot_is_not_reused() {
         let mut c = Classifier::<1, u32>::new();
         let (a, _) = c.insert(&[1], &[!0], 1, 1);
-        c.rules.slots[a.index() as usize].generation = u32::MAX - 1;
+        c.rules.cold[a.index() as usize].generation = u32::MAX - 1;
         let a = c.rules.id(a.index());
         assert_eq!(c.remove(a), Some(1));
         let (b, _) = c.insert(&[1], &[!0], 1, 2);
@@ -2279,12 +2349,12 @@ mod tests {
     fn chain<T: Copy>(c: &Classifier<2, T>, mt: &[u64; 2], key: &[u64; 2]) -> Vec<(T, u32)> {
         let t = c.masks.at(c.masks.find(&c.seed, mt).unwrap()).table;
         let mut out = Vec::new();
-        let Some(mut cur) = bucket_head(&c.seed, c.subtable(t), &c.rules, &c.masks, key) else {
+        let Some(mut cur) = bucket_head(&c.seed, c.subtable(t), key) else {
             return out;
         };
         while cur != NIL {
             let r = c.rules.at(cur);
-            out.push((r.value, r.priority));
+            out.push((*c.rules.value(cur), r.priority));
             cur = r.next;
         }
         out
@@ -2539,7 +2609,7 @@ mod tests {
     #[test]
     fn new_table_absorbs_more_specific_tables() {
         let ident: fn(&[u64; 2]) -> [u64; 2] = |m| *m;
-        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(4);
+        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(8);
         // Two specific tables, high priorities first.
         c.insert(&[0x0102, 7], &[0xffff, 0xff], 100, 0);
         c.insert(&[0x0130, 0x0500], &[0xfff0, 0xff00], 90, 1);
@@ -2553,9 +2623,9 @@ mod tests {
         assert_eq!(c.lookup(&[0x0102, 8]), None);
         assert_eq!(c.lookup(&[0x02aa, 8]).map(|r| *r.1), Some(2));
 
-        // Three groups in one bucket of the coarser mask exceed half the
-        // limit (2): that table stays.
-        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(4);
+        // Three groups in one bucket of the coarser mask exceed a quarter
+        // of the limit (2): that table stays.
+        let mut c: Classifier<2, u32> = Classifier::with_relax(ident).with_collision_limit(8);
         for i in 0..3u32 {
             c.insert(&[0x0100 + u64::from(i), 0], &[0xffff, 0], 100 - i, i);
         }

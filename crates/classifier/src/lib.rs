@@ -84,11 +84,15 @@
 //!   different masks, sorted by the priority of their heads (highest first;
 //!   equal priorities in insertion order). A table lookup finds the bucket of
 //!   `key & M_T` and walks the chain: the first head with
-//!   `key & rule.mask == rule.key` is the table's best match. A head whose
-//!   mask *is* `M_T` needs no comparison (the bucket probe checked it), which
-//!   is how tuple space search is the special case with one group per
-//!   bucket. The walk also stops at the first head that cannot beat the
-//!   best match of earlier tables.
+//!   `key & rule.mask == rule.key` is the table's best match. A bucket is
+//!   found by the 32-bit hash of `key & M_T` alone, with no key check of
+//!   its own: each compared head is checked on its whole mask, which
+//!   contains `M_T`, and carries that mask and its key words inline, so a
+//!   probe reads the hash table and then the rules it compares, nothing
+//!   else (masked keys that share a 32-bit hash share a bucket; the seed is
+//!   random per classifier). Tuple space search is the special case with
+//!   one group per bucket. The walk also stops at the first head that
+//!   cannot beat the best match of earlier tables.
 //! * **Placement.** A new rule joins its match group if it has one;
 //!   otherwise it goes to the existing table with the most specific `M_T`
 //!   that can hold it (the oldest on a tie), and if there is none, to a new
@@ -97,7 +101,7 @@
 //!   (see `bench_support::relax_flowkey_5tuple` for `FlowKey`). All 64 masks
 //!   of the benchmark then fit in 3 tables. A new table first *absorbs*
 //!   every existing table whose `M_T` strictly contains its own, when all
-//!   of that table's match groups fit its buckets at half the collision
+//!   of that table's match groups fit its buckets at a quarter of the collision
 //!   limit: rules mostly arrive from the highest priority down, so without
 //!   this the specific tables made first keep high top priorities and
 //!   every lookup whose answer is a lower rule probes them (ClassBench fw2
@@ -173,10 +177,10 @@
 //! best match before a table, both make the same early-exit decision (it
 //! depends only on `max_priority` and the best match). If the table is
 //! examined, `M_T ⊆ wc`, so `k2 & M_T == k & M_T`: both probe the same
-//! bucket, or both find none. Walking the chain, both stop at the same head
-//! for "cannot beat the best" (priority only); a head whose mask is `M_T`
-//! matches both; any other head compared has its mask in `wc`, so it matches
-//! `k2` iff it matches `k`. Heads after the one that matched are not looked
+//! bucket (the same hash), or both find none. Walking the chain, both stop at
+//! the same head for "cannot beat the best" (priority only); every head
+//! compared has its mask in `wc` (a head whose mask is `M_T` adds nothing),
+//! so it matches `k2` iff it matches `k`. Heads after the one that matched are not looked
 //! at by either lookup. So both leave the table with the same best match,
 //! and end with the same answer. Rules never compared (other groups'
 //! members, later heads, skipped tables) cannot matter: the lookup of `k2`
@@ -219,11 +223,11 @@
 //!   c))`) and, rarely, a split (`O(c^3)` to choose `M'`, then one move per
 //!   group). The `S` term is moving a table within the sorted table vector
 //!   when its `max_priority` changes, or creating/dropping a table.
-//! * Memory: one slab slot per rule (key, priority, value, a few indices,
-//!   and a compact copy of the key on its mask's non-zero words, up to 8,
-//!   which is what a lookup reads: a rule's first two cache lines instead
-//!   of the scattered words of a 39-word `FlowKey`) plus an 8-byte hash
-//!   entry per bucket.
+//! * Memory: per rule, a 128-byte record that is all a lookup reads
+//!   (priority, links, ranges, the key on its mask's non-zero words, up to
+//!   8) in a dense array, and apart from it the full key and the value;
+//!   per bucket, an 8-byte hash entry in a table kept at most half full;
+//!   per distinct mask, 64 bytes of mask words shared by its rules.
 //!
 //! ## Thread safety
 //!
@@ -240,6 +244,7 @@
 //! a newer rule; it just yields `None`. Handles are specific to the
 //! classifier that issued them.
 
+mod buckets;
 mod classifier;
 mod linear;
 #[cfg(test)]
