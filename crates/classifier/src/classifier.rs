@@ -206,6 +206,10 @@ struct Rule {
     keys: [u64; SPARSE],
 }
 
+// A lookup reads two cache lines per compared rule; a field added to
+// `Rule` must not silently make it three.
+const _: () = assert!(std::mem::size_of::<Rule>() == 128);
+
 /// What a lookup does not read of a rule.
 #[derive(Clone)]
 struct Cold<const W: usize, T> {
@@ -300,11 +304,21 @@ impl<const W: usize, T> RuleSlab<W, T> {
     /// occupied (a vacant one keeps its last rule's fields, unlinked).
     #[inline(always)]
     fn at(&self, idx: u32) -> &Rule {
+        // A vacant slot keeps its last rule's fields: an index that
+        // outlived its rule would read them silently.
+        debug_assert!(
+            self.live(idx as usize),
+            "classifier index points at a removed rule"
+        );
         &self.rules[idx as usize]
     }
 
     #[inline]
     fn at_mut(&mut self, idx: u32) -> &mut Rule {
+        debug_assert!(
+            self.live(idx as usize),
+            "classifier index points at a removed rule"
+        );
         &mut self.rules[idx as usize]
     }
 
@@ -594,7 +608,20 @@ fn hash_masked<const W: usize>(seed: &RandomState, words: &[MaskWord], key: &[u6
         h.write_u64(word(last));
     }
     let x = h.finish();
-    (x ^ (x >> 32)) as u32
+    let h = (x ^ (x >> 32)) as u32;
+    #[cfg(test)]
+    if TINY_BUCKET_HASH.with(std::cell::Cell::get) {
+        return h & 7;
+    }
+    h
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: bucket hashes cut to 3 bits on this thread, so masked
+    /// keys share buckets all the time and the paths a real 32-bit
+    /// collision takes (merged chains, splits of them) are exercised.
+    pub(crate) static TINY_BUCKET_HASH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Do `a` and `b` agree on the bits of the sparse mask `words`? With `b` a
@@ -621,8 +648,12 @@ fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
 /// chain compare checks each rule's whole mask, which contains `M_T`, so a
 /// separate check that the head agrees with `key` on `M_T` would only
 /// repeat part of it (and read the head's mask from the registry). Keys
-/// whose masked values share a 32-bit hash share a bucket; with a random
-/// seed per classifier that is rare and cannot be aimed at.
+/// whose masked values share a 32-bit hash share a bucket: not rare in a
+/// big table (about one such pair is expected among 100,000 buckets), but
+/// it costs only a longer chain (and possibly a split, and megaflows as
+/// wide as the merged chain's compares make them), never a wrong answer;
+/// with a random seed per classifier it cannot be aimed at. The property
+/// tests run with 3-bit hashes too (`TINY_BUCKET_HASH`).
 #[inline(always)]
 fn bucket_head<const W: usize>(seed: &RandomState, st: &Subtable, key: &[u64; W]) -> Option<u32> {
     let h = hash_masked(seed, &st.words, key);
@@ -1293,7 +1324,8 @@ impl<const W: usize, T> Classifier<W, T> {
         while let Some((t, key)) = work.pop() {
             while self.overflowing_chain(t, &key, limit, &mut heads) {
                 // None: every group has mask M_T, i.e. they differ only in
-                // their ranges; no table can tell them apart by hashing.
+                // their ranges or their masked keys share a 32-bit hash; no
+                // more specific table can tell them apart.
                 let Some(target_mask) = self.split_mask(t, &heads, relax, limit) else {
                     break;
                 };
