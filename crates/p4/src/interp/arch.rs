@@ -510,8 +510,17 @@ pub(crate) fn run_packet(
             b.extend_from_slice(packet);
             b
         };
+        if !reference {
+            // The trace's vectors sized once for a usual packet instead of
+            // grown push by push (4, 8, 16 ... each a reallocation).
+            trace.read_bits.reserve(16);
+            trace.tables.reserve(4);
+        }
         let mut run = Run::new(p, st, &mut trace, pkt, in_port, now);
         run.reference = reference;
+        if !reference {
+            run.prov.reserve(32);
+        }
         let r = match arch {
             Arch::Pna | Arch::PnaTc => run_pna(&mut run, arch),
             Arch::V1Model => run_v1(&mut run),

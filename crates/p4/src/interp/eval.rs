@@ -55,6 +55,14 @@ impl BitBuf {
             pad -= n;
         }
         let mut left = w.min(128);
+        if self.bits % 8 == 0 && self.bytes.len() as u64 * 8 == self.bits {
+            // Byte-aligned: whole bytes appended as they are.
+            while left >= 8 {
+                self.bytes.push((v >> (left - 8)) as u8);
+                self.bits += 8;
+                left -= 8;
+            }
+        }
         while left > 0 {
             let byte = (self.bits / 8) as usize;
             while byte >= self.bytes.len() {
@@ -68,6 +76,23 @@ impl BitBuf {
             self.bits += u64::from(n);
             left -= n;
         }
+    }
+}
+
+/// Calls `f(start, len)` for each run of ones of the `w`-bit mask
+/// `need`, MSB (the first bit on the wire, position 0) first; found with
+/// `leading_zeros`, not bit by bit (a 48-bit field was 48 steps).
+pub(crate) fn ones_runs(need: u128, w: u32, mut f: impl FnMut(u32, u32)) {
+    let mut x = (need & mask(w)) << (128 - w.min(128));
+    let mut i = w.saturating_sub(128);
+    while x != 0 {
+        let z = x.leading_zeros();
+        x <<= z;
+        i += z;
+        let ones = (!x).leading_zeros();
+        f(i, ones);
+        i += ones;
+        x = if ones >= 128 { 0 } else { x << ones };
     }
 }
 
@@ -293,22 +318,7 @@ impl<'a> Run<'a> {
                     self.tr.set_uncacheable("p4-checksum-verify")
                 }
             }
-            Src::Packet(off) => {
-                // Runs of ones, MSB first.
-                let mut i = 0u32;
-                while i < w {
-                    let bit = w - 1 - i;
-                    if (need >> bit) & 1 == 1 {
-                        let start = i;
-                        while i < w && (need >> (w - 1 - i)) & 1 == 1 {
-                            i += 1;
-                        }
-                        self.read_packet(off + start, i - start);
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
+            Src::Packet(off) => ones_runs(need, w, |start, len| self.read_packet(off + start, len)),
         }
     }
 
@@ -1753,7 +1763,50 @@ impl Run<'_> {
 
 #[cfg(test)]
 mod bit_tests {
-    use super::{read_bits, BitBuf};
+    use super::{ones_runs, read_bits, BitBuf};
+
+    /// The runs of ones as `use_src` found them before: bit by bit.
+    fn runs_bit_by_bit(need: u128, w: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut i = 0u32;
+        while i < w {
+            if (need >> (w - 1 - i)) & 1 == 1 {
+                let start = i;
+                while i < w && (need >> (w - 1 - i)) & 1 == 1 {
+                    i += 1;
+                }
+                out.push((start, i - start));
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn ones_runs_equal_the_bit_by_bit_scan() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for k in 0..20000 {
+            let w = (next() % 128) as u32 + 1;
+            let r = (u128::from(next()) << 64) | u128::from(next());
+            // Random masks, and runs (prefixes, suffixes, all ones).
+            let need = match k % 4 {
+                0 => r,
+                1 => !0u128 << (r % 128),
+                2 => !0u128 >> (r % 128),
+                _ => u128::MAX,
+            } & super::mask(w);
+            let mut got = Vec::new();
+            ones_runs(need, w, |s, l| got.push((s, l)));
+            assert_eq!(got, runs_bit_by_bit(need, w), "need {need:#x} w {w}");
+        }
+    }
 
     #[test]
     fn push_and_read_bits_agree_with_bit_by_bit() {

@@ -21,11 +21,11 @@
 //! [`CStmt::Walk`]); `Pipeline::process_reference` never uses this form
 //! (`crates/p4/tests/interp_differential.rs` compares the two).
 
-use super::{fail, lit_bits, peek_in, Ctl, Run, R};
+use super::{fail, lit_bits, Ctl, Run, R};
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
-use crate::value::{FastMap, Src, Value};
+use crate::value::{name_eq, FastMap, Src, Value};
 use std::sync::Arc;
 
 /// A compiled expression.
@@ -34,7 +34,7 @@ pub(crate) enum CExpr {
     Lit(Value),
     /// A variable or a field chain of one (`hdr.ip.ttl`): borrowed from
     /// the frames; when it is not there, the walker evaluates the AST.
-    Peek(Expr),
+    Peek(Chain, Expr),
     /// A name that is a block constant, an extern instance or a global
     /// constant unless a variable of that name is in scope at run time
     /// (the walker looks variables up first).
@@ -71,9 +71,25 @@ pub(crate) enum CExpr {
     Walk(Expr),
 }
 
+/// A variable's field chain (`hdr.ip.ttl`) with each field's index
+/// guessed at load from the variable's declared type: at run time a guess
+/// is used only when the value's field-name array is the very one of that
+/// type (`Arc::ptr_eq`), which makes the index the one the walker's name
+/// search finds; otherwise the name is searched as the walker does.
+pub(crate) struct Chain {
+    pub root: String,
+    pub steps: Vec<Step>,
+}
+
+pub(crate) struct Step {
+    pub name: String,
+    pub guess: Option<(Arc<[String]>, usize)>,
+}
+
 /// A compiled statement.
 pub(crate) enum CStmt {
-    Assign(Expr, CExpr),
+    /// `lhs = rhs`; the chain when the left side is a plain field chain.
+    Assign(Expr, Option<Chain>, CExpr),
     Call(CExpr),
     If(CExpr, Box<CStmt>, Option<Box<CStmt>>, ast::Span),
     /// A nested block (its own variable frame).
@@ -169,6 +185,8 @@ struct Cx<'p> {
     p: &'p Prog,
     block: Option<usize>,
     fns: &'p FastMap<String, usize>,
+    /// Declared types of the names in scope (for the field guesses).
+    scope: Vec<(String, Ty)>,
 }
 
 /// Compiles every body of `p`.
@@ -187,22 +205,33 @@ pub(crate) fn compile(p: &Prog) -> Code {
             p,
             block: None,
             fns: &fns,
+            scope: params_scope(&f.decl.proto.params, &f.param_tys),
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
     for a in &p.actions {
+        let mut scope = a.block.map(|b| block_scope(p, b)).unwrap_or_default();
+        scope.extend(params_scope(&a.decl.params, &a.param_tys));
         let cx = Cx {
             p,
             block: a.block,
             fns: &fns,
+            scope,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
     }
-    for t in &p.tables {
+    for (ti, t) in p.tables.iter().enumerate() {
+        // The block that declares the table: its names are the keys'.
+        let owner = p.blocks.iter().position(|b| {
+            b.locals
+                .values()
+                .any(|l| matches!(l, Local::Table(x) if *x == ti))
+        });
         let cx = Cx {
             p,
             block: None,
             fns: &fns,
+            scope: owner.map(|b| block_scope(p, b)).unwrap_or_default(),
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -212,6 +241,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
             p,
             block: Some(b),
             fns: &fns,
+            scope: block_scope(p, b),
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -240,13 +270,53 @@ impl Cx<'_> {
         self.block.and_then(|b| self.p.blocks[b].locals.get(name))
     }
 
+    /// `e` as a field chain of a variable, with the guesses its declared
+    /// type gives (none for names not in `scope`).
+    fn chain(&self, e: &Expr) -> Option<Chain> {
+        let mut names = Vec::new();
+        let mut x = e;
+        let root = loop {
+            match x {
+                Expr::Path(id) => break id.name.clone(),
+                Expr::Member(b, m) => {
+                    names.push(m.name.clone());
+                    x = b;
+                }
+                _ => return None,
+            }
+        };
+        names.reverse();
+        let mut ty = self
+            .scope
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == root)
+            .map(|(_, t)| t);
+        let mut steps = Vec::with_capacity(names.len());
+        for name in names {
+            let agg = match ty {
+                Some(Ty::Header(a)) | Some(Ty::Struct(a)) => Some(a),
+                _ => None,
+            };
+            let found = agg.and_then(|a| Some((a, a.names.iter().position(|n| *n == name)?)));
+            ty = found.and_then(|(a, i)| a.fields.get(i)).map(|(_, t)| t);
+            steps.push(Step {
+                guess: found.map(|(a, i)| (a.names.clone(), i)),
+                name,
+            });
+        }
+        Some(Chain { root, steps })
+    }
+
     fn stmts(&self, s: &[Stmt]) -> Vec<CStmt> {
         s.iter().map(|s| self.stmt(s)).collect()
     }
 
     fn stmt(&self, s: &Stmt) -> CStmt {
         match s {
-            Stmt::Assign { lhs, rhs, .. } => CStmt::Assign(lhs.clone(), self.expr(rhs)),
+            Stmt::Assign { lhs, rhs, .. } => {
+                CStmt::Assign(lhs.clone(), self.chain(lhs), self.expr(rhs))
+            }
             Stmt::Call(e) => CStmt::Call(self.expr(e)),
             Stmt::If {
                 cond,
@@ -296,9 +366,15 @@ impl Cx<'_> {
             Expr::Bool(b, _) => CExpr::Lit(Value::Bool(*b, Src::None)),
             Expr::Path(id) => match self.named(id) {
                 Some(v) => CExpr::Named(id.clone(), v),
-                None => CExpr::Peek(e.clone()),
+                None => match self.chain(e) {
+                    Some(c) => CExpr::Peek(c, e.clone()),
+                    None => CExpr::Walk(e.clone()),
+                },
             },
-            Expr::Member(..) if plain_chain(e) => CExpr::Peek(e.clone()),
+            Expr::Member(..) => match self.chain(e) {
+                Some(c) => CExpr::Peek(c, e.clone()),
+                None => CExpr::Walk(e.clone()),
+            },
             Expr::Unary(op, a, span) => CExpr::Unary(*op, Box::new(self.expr(a)), span.clone()),
             Expr::Binary(op, a, b, span) => {
                 let shortcut = matches!(op, BinOp::And | BinOp::Or);
@@ -434,6 +510,27 @@ impl Cx<'_> {
     }
 }
 
+/// Names and declared types of a parameter list.
+fn params_scope(params: &[ast::Param], tys: &[Ty]) -> Vec<(String, Ty)> {
+    params
+        .iter()
+        .zip(tys)
+        .map(|(p, t)| (p.name.name.clone(), t.clone()))
+        .collect()
+}
+
+/// A block's parameters and variables with their types.
+fn block_scope(p: &Prog, b: usize) -> Vec<(String, Ty)> {
+    let blk = &p.blocks[b];
+    let mut s = params_scope(blk.params(), &blk.param_tys);
+    s.extend(
+        blk.vars
+            .iter()
+            .map(|(v, t)| (v.name.name.clone(), t.clone())),
+    );
+    s
+}
+
 /// The slots of the main blocks' shared values (by the same type-name
 /// keys as `arch::run_block`).
 fn shared_layout(p: &Prog) -> SharedLayout {
@@ -468,12 +565,36 @@ fn shared_layout(p: &Prog) -> SharedLayout {
     l
 }
 
-/// `a`, `a.b`, `a.b.c`: what `peek_in` can borrow.
-fn plain_chain(e: &Expr) -> bool {
-    match e {
-        Expr::Path(_) => true,
-        Expr::Member(b, _) => plain_chain(b),
-        _ => false,
+/// One step of a [`Chain`]: the field the walker's name search finds.
+fn step<'v>(v: &'v Value, s: &Step) -> Option<&'v Value> {
+    if let Some((names, i)) = &s.guess {
+        match v {
+            Value::Header(h) if Arc::ptr_eq(&h.names, names) => return h.fields.get(*i),
+            Value::Struct(_, n, vals) if Arc::ptr_eq(n, names) => return vals.get(*i),
+            _ => {}
+        }
+    }
+    v.field(&s.name)
+}
+
+/// [`step`] for writing; `None` for stacks (their `next`/`last` are the
+/// walker's).
+fn step_mut<'v>(v: &'v mut Value, s: &Step) -> Option<&'v mut Value> {
+    let pick = |names: &Arc<[String]>| match &s.guess {
+        Some((g, i)) if Arc::ptr_eq(names, g) => Some(*i),
+        _ => names.iter().position(|n| name_eq(n, &s.name)),
+    };
+    // The index first (shared borrow), then the field (the walker's
+    // `field_mut`: nothing for other values, stacks included).
+    let i = match &*v {
+        Value::Header(h) => pick(&h.names)?,
+        Value::Struct(_, names, _) => pick(names)?,
+        _ => return None,
+    };
+    match v {
+        Value::Header(h) => h.fields.get_mut(i),
+        Value::Struct(_, _, vals) => vals.get_mut(i),
+        _ => None,
     }
 }
 
@@ -487,6 +608,25 @@ impl<'a> Run<'a> {
         p.fast.as_ref()
     }
 
+    /// What `peek_in` borrows for the chain's expression.
+    fn peek_chain(&self, c: &Chain) -> Option<&Value> {
+        let mut v = super::var_in(&self.frames[self.base..], &c.root)?;
+        for s in &c.steps {
+            v = step(v, s)?;
+        }
+        Some(v)
+    }
+
+    /// What the walker's `lvalue` gives for the chain's expression, or
+    /// `None` (then the walker's `assign` decides, errors included).
+    fn chain_mut(&mut self, c: &Chain) -> Option<&mut Value> {
+        let mut v = self.var_mut(&c.root)?;
+        for s in &c.steps {
+            v = step_mut(v, s)?;
+        }
+        Some(v)
+    }
+
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
@@ -498,7 +638,7 @@ impl<'a> Run<'a> {
     fn ceval_inner(&mut self, e: &'a CExpr) -> R<Value> {
         match e {
             CExpr::Lit(v) => Ok(v.clone()),
-            CExpr::Peek(x) => match peek_in(&self.frames[self.base..], x) {
+            CExpr::Peek(c, x) => match self.peek_chain(c) {
                 Some(v) => Ok(v.clone()),
                 None => self.eval(x),
             },
@@ -609,12 +749,19 @@ impl<'a> Run<'a> {
 
     fn cexec_inner(&mut self, s: &'a CStmt) -> R<()> {
         match s {
-            CStmt::Assign(lhs, rhs) => {
+            CStmt::Assign(lhs, chain, rhs) => {
                 let v = self.ceval(rhs)?;
                 // Copying a computed checksum is not a decision on it.
                 self.assigning = true;
                 self.use_val(&v);
                 self.assigning = false;
+                if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
+                    // The walker's `assign` of a plain lvalue.
+                    let nv = coerce_like(target, v)
+                        .map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
+                    *target = nv;
+                    return Ok(());
+                }
                 self.assign(lhs, v)
             }
             CStmt::Call(e) => self.ceval(e).map(|_| ()),
