@@ -83,6 +83,9 @@ impl BitBuf {
 /// `need`, MSB (the first bit on the wire, position 0) first; found with
 /// `leading_zeros`, not bit by bit (a 48-bit field was 48 steps).
 pub(crate) fn ones_runs(need: u128, w: u32, mut f: impl FnMut(u32, u32)) {
+    if w == 0 {
+        return;
+    }
     let mut x = (need & mask(w)) << (128 - w.min(128));
     let mut i = w.saturating_sub(128);
     while x != 0 {

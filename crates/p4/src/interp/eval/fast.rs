@@ -198,8 +198,10 @@ pub(crate) fn compile(p: &Prog) -> Code {
         .enumerate()
         .map(|(i, (n, _))| ((*n).clone(), i))
         .collect();
-    let mut code = Code::default();
-    code.shared = shared_layout(p);
+    let mut code = Code {
+        shared: shared_layout(p),
+        ..Code::default()
+    };
     for (_, f) in &names {
         let cx = Cx {
             p,
