@@ -84,7 +84,7 @@ struct Shared {
     vals: HashMap<String, Value>,
 }
 
-fn ty_key(t: &Ty) -> String {
+pub(crate) fn ty_key(t: &Ty) -> String {
     ty_key_ref(t).into_owned()
 }
 
@@ -330,6 +330,94 @@ fn run_block(
     Ok((exited, rejected))
 }
 
+/// [`run_block`] of main block number `pos` (in `Prog::main_blocks`) with
+/// the shared values in `slots` (by the layout compiled at load) instead
+/// of a map keyed by type name: the same values taken, reset, initialised
+/// and written back, without hashing a name per parameter and block.
+/// `spare`: the values the last packet left, reset and reused.
+fn run_block_slots(
+    run: &mut Run,
+    arch: Arch,
+    layout: &crate::interp::eval::fast::SharedLayout,
+    slots: &mut [Option<Value>],
+    spare: &mut [Option<Value>],
+    pos: usize,
+    c: &Ctx,
+) -> Result<(bool, Option<String>), Ctl> {
+    use crate::interp::eval::fast::ParamSlot;
+    let p = run.p;
+    let b = block_at(run, pos);
+    let blk = &p.blocks[b];
+    let Some(ps) = layout.params.get(pos) else {
+        return Err(Ctl::Fail("no slot layout for a main block".into()));
+    };
+    let mut vals = run.st.pool.data.pop().unwrap_or_default();
+    vals.clear();
+    for ((prm, t), ps) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
+        let v = match *ps {
+            ParamSlot::PktIn => Value::Instance(PKT_IN),
+            ParamSlot::PktOut => Value::Instance(PKT_OUT),
+            ParamSlot::Shared { slot, once } => {
+                let taken = match prm.direction {
+                    crate::ast::Direction::Out | crate::ast::Direction::InOut if once => {
+                        slots[slot].take()
+                    }
+                    _ => slots[slot].clone(),
+                };
+                match taken {
+                    Some(mut v) => {
+                        if prm.direction == crate::ast::Direction::Out {
+                            v.reset();
+                        }
+                        v
+                    }
+                    None => {
+                        let mut v = match spare[slot].take() {
+                            Some(mut v) => {
+                                t.reset_value(&mut v);
+                                v
+                            }
+                            None => t.default_value(),
+                        };
+                        init_meta(arch, &layout.keys[slot], &mut v, c);
+                        v
+                    }
+                }
+            }
+        };
+        vals.push(v);
+    }
+    let (mut vals, rejected, exited) = match run.run_block(b, vals) {
+        Ok((v, e)) => (v, None, e),
+        Err(Ctl::Reject(e)) => {
+            let v = run.reject_vals.take().unwrap_or_default();
+            (
+                v,
+                Some(if e.is_empty() {
+                    "NoError".to_string()
+                } else {
+                    e
+                }),
+                false,
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    for ((prm, ps), v) in blk.params().iter().zip(ps).zip(vals.drain(..)) {
+        if let ParamSlot::Shared { slot, .. } = *ps {
+            // As the map: written back unless an `in` parameter's value
+            // is already there.
+            if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
+                slots[slot] = Some(v);
+            }
+        }
+    }
+    if run.st.pool.data.len() < 16 {
+        run.st.pool.data.push(vals);
+    }
+    Ok((exited, rejected))
+}
+
 /// Output frame: emitted headers + unparsed payload.
 fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
     if run.out.bits % 8 != 0 {
@@ -340,12 +428,23 @@ fn deparsed(run: &mut Run) -> Result<Vec<u8>, Ctl> {
     if run.pos % 8 != 0 {
         return Err(Ctl::Fail("parser stopped inside a byte".into()));
     }
-    let mut out = std::mem::take(&mut run.out.bytes);
     let hdr_bits = run.out.bits as u32;
     run.out.bits = 0;
     let start = (run.pos / 8) as usize;
     let payload = run.pkt.get(start..).unwrap_or(&[]);
-    out.extend_from_slice(payload);
+    let out = if run.reference {
+        let mut out = std::mem::take(&mut run.out.bytes);
+        out.extend_from_slice(payload);
+        out
+    } else {
+        // One allocation of the frame's size; the deparser's buffer is
+        // kept for the next frame (`Pool::out`).
+        let mut out = Vec::with_capacity(run.out.bytes.len() + payload.len());
+        out.extend_from_slice(&run.out.bytes);
+        out.extend_from_slice(payload);
+        run.out.bytes.clear();
+        out
+    };
     let mut prov = std::mem::take(&mut run.prov);
     if !payload.is_empty() {
         // The payload is the packet's own only on the first pass.
@@ -411,8 +510,17 @@ pub(crate) fn run_packet(
             b.extend_from_slice(packet);
             b
         };
+        if !reference {
+            // The trace's vectors sized once for a usual packet instead of
+            // grown push by push (4, 8, 16 ... each a reallocation).
+            trace.read_bits.reserve(16);
+            trace.tables.reserve(4);
+        }
         let mut run = Run::new(p, st, &mut trace, pkt, in_port, now);
         run.reference = reference;
+        if !reference {
+            run.prov.reserve(32);
+        }
         let r = match arch {
             Arch::Pna | Arch::PnaTc => run_pna(&mut run, arch),
             Arch::V1Model => run_v1(&mut run),
@@ -451,6 +559,25 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         len: run.pkt.len() as u32,
         path: "NORMAL",
     };
+    if let Some(code) = run.code() {
+        let layout = &code.shared;
+        let n = layout.keys.len();
+        let mut slots = std::mem::take(&mut run.st.pool.slots);
+        let mut spare = std::mem::take(&mut run.st.pool.slot_spare);
+        slots.clear();
+        slots.resize_with(n, || None);
+        spare.resize_with(n, || None);
+        let r = run_pna_slots(run, arch, layout, &mut slots, &mut spare, &c);
+        // Keep the headers and metadata for the next packet.
+        for (s, x) in slots.iter_mut().zip(spare.iter_mut()) {
+            if let Some(v) = s.take() {
+                *x = Some(v);
+            }
+        }
+        run.st.pool.slots = slots;
+        run.st.pool.slot_spare = spare;
+        return r;
+    }
     let mut sh = Shared {
         vals: if run.reference {
             HashMap::default()
@@ -489,6 +616,36 @@ fn run_pna_blocks(
     };
     run_block(run, arch, sh, block_at(run, ctl), c)?;
     run_block(run, arch, sh, block_at(run, ctl + 1), c)?;
+    let bytes = deparsed(run)?;
+    match run.fwd.pna_dest {
+        Some(Some(port)) => Ok(vec![(port, bytes)]),
+        // Neither send_to_port nor drop_packet: dropped here (targets differ).
+        _ => Ok(vec![]),
+    }
+}
+
+/// [`run_pna_blocks`] with the shared values in slots.
+fn run_pna_slots(
+    run: &mut Run,
+    arch: Arch,
+    layout: &crate::interp::eval::fast::SharedLayout,
+    slots: &mut [Option<Value>],
+    spare: &mut [Option<Value>],
+    c: &Ctx,
+) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
+    let (_, rej) = run_block_slots(run, arch, layout, slots, spare, 0, c)?;
+    if rej.is_some() {
+        // PNA: a parser error drops the packet.
+        return Ok(vec![]);
+    }
+    let ctl = if arch == Arch::Pna {
+        run_block_slots(run, arch, layout, slots, spare, 1, c)?;
+        2
+    } else {
+        1
+    };
+    run_block_slots(run, arch, layout, slots, spare, ctl, c)?;
+    run_block_slots(run, arch, layout, slots, spare, ctl + 1, c)?;
     let bytes = deparsed(run)?;
     match run.fwd.pna_dest {
         Some(Some(port)) => Ok(vec![(port, bytes)]),

@@ -338,6 +338,10 @@ pub(crate) struct Prog {
     /// Controls/parsers without constructor parameters, for direct
     /// invocation (`C.apply(...)` without instantiation).
     pub direct_blocks: HashMap<String, usize>,
+    /// The bodies compiled at load for the data path
+    /// (`crate::interp::eval::fast`); `None` while the program is being
+    /// checked.
+    pub fast: Option<crate::interp::eval::fast::Code>,
 }
 
 fn span_of_type(t: &Type) -> Option<Span> {
@@ -704,6 +708,7 @@ pub(crate) fn check(program: ast::Program) -> Result<Prog, P4Error> {
         package_arity: 0,
         used_top: Vec::new(),
         direct_blocks: HashMap::default(),
+        fast: None,
     };
     for a in top_actions {
         let idx = add_action(&mut prog, a, None, None)?;

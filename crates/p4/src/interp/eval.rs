@@ -12,6 +12,8 @@ use crate::trace::Trace;
 use crate::value::{mask, name_eq, Bits, HeaderVal, Src, Value};
 use std::sync::Arc;
 
+pub(crate) mod fast;
+
 /// Instance id of the packet being parsed (`packet_in`).
 pub(crate) const PKT_IN: usize = usize::MAX;
 /// Instance id of the packet being built (`packet_out`).
@@ -53,6 +55,14 @@ impl BitBuf {
             pad -= n;
         }
         let mut left = w.min(128);
+        if self.bits % 8 == 0 && self.bytes.len() as u64 * 8 == self.bits {
+            // Byte-aligned: whole bytes appended as they are.
+            while left >= 8 {
+                self.bytes.push((v >> (left - 8)) as u8);
+                self.bits += 8;
+                left -= 8;
+            }
+        }
         while left > 0 {
             let byte = (self.bits / 8) as usize;
             while byte >= self.bytes.len() {
@@ -66,6 +76,26 @@ impl BitBuf {
             self.bits += u64::from(n);
             left -= n;
         }
+    }
+}
+
+/// Calls `f(start, len)` for each run of ones of the `w`-bit mask
+/// `need`, MSB (the first bit on the wire, position 0) first; found with
+/// `leading_zeros`, not bit by bit (a 48-bit field was 48 steps).
+pub(crate) fn ones_runs(need: u128, w: u32, mut f: impl FnMut(u32, u32)) {
+    if w == 0 {
+        return;
+    }
+    let mut x = (need & mask(w)) << (128 - w.min(128));
+    let mut i = w.saturating_sub(128);
+    while x != 0 {
+        let z = x.leading_zeros();
+        x <<= z;
+        i += z;
+        let ones = (!x).leading_zeros();
+        f(i, ones);
+        i += ones;
+        x = if ones >= 128 { 0 } else { x << ones };
     }
 }
 
@@ -169,6 +199,8 @@ impl<'a> Run<'a> {
         // Frames kept from the pipeline's earlier packets: entering a
         // block or action allocates nothing once the pipeline is warm.
         let spare = relabel(std::mem::take(&mut st.pool.frames));
+        let mut out_bytes = std::mem::take(&mut st.pool.out);
+        out_bytes.clear();
         Run {
             p,
             st,
@@ -180,7 +212,10 @@ impl<'a> Run<'a> {
             pkt,
             pos: 0,
             first_pass: true,
-            out: BitBuf::default(),
+            out: BitBuf {
+                bytes: out_bytes,
+                bits: 0,
+            },
             prov: Vec::new(),
             pass_prov: None,
             fwd: Fwd::default(),
@@ -209,6 +244,9 @@ impl<'a> Run<'a> {
         let mut pkt = std::mem::take(&mut self.pkt);
         pkt.clear();
         self.st.pool.pkt = pkt;
+        let mut out = std::mem::take(&mut self.out.bytes);
+        out.clear();
+        self.st.pool.out = out;
     }
 
     fn tick(&mut self) -> R<()> {
@@ -283,22 +321,7 @@ impl<'a> Run<'a> {
                     self.tr.set_uncacheable("p4-checksum-verify")
                 }
             }
-            Src::Packet(off) => {
-                // Runs of ones, MSB first.
-                let mut i = 0u32;
-                while i < w {
-                    let bit = w - 1 - i;
-                    if (need >> bit) & 1 == 1 {
-                        let start = i;
-                        while i < w && (need >> (w - 1 - i)) & 1 == 1 {
-                            i += 1;
-                        }
-                        self.read_packet(off + start, i - start);
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
+            Src::Packet(off) => ones_runs(need, w, |start, len| self.read_packet(off + start, len)),
         }
     }
 
@@ -831,30 +854,7 @@ impl<'a> Run<'a> {
                 let name = m.name.as_str();
                 // Methods on headers and stacks.
                 match name {
-                    "isValid" => {
-                        // Borrow the header when it is a plain path
-                        // (cloning it costs a Vec per call).
-                        let owned;
-                        let v = match self.peek(obj) {
-                            Some(v) => v,
-                            None => {
-                                owned = self.eval(obj)?;
-                                &owned
-                            }
-                        };
-                        return Ok(Value::Bool(
-                            match v {
-                                Value::Header(h) => h.valid,
-                                Value::Struct(_, _, fs) => {
-                                    fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid))
-                                }
-                                _ => {
-                                    return fail(format!("{span}: isValid on a {}", v.type_name()))
-                                }
-                            },
-                            Src::None,
-                        ));
-                    }
+                    "isValid" => return self.is_valid(obj, span),
                     "setValid" | "setInvalid" => {
                         let valid = name == "setValid";
                         // A header union member: the others become invalid.
@@ -927,27 +927,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 let recv = self.eval(obj)?;
-                match recv {
-                    Value::Instance(PKT_IN) => self.packet_in_method(name, type_args, args, span),
-                    Value::Instance(PKT_OUT) => {
-                        if name != "emit" {
-                            return fail(format!("{span}: unsupported: packet_out.{name}"));
-                        }
-                        for a in args {
-                            // Emit the header in place when it is a plain
-                            // path (no clone of the aggregate).
-                            if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
-                                emit_into(&mut self.out, &mut self.prov, v)?;
-                            } else {
-                                let v = self.eval(&a.value)?;
-                                self.emit(&v)?;
-                            }
-                        }
-                        Ok(Value::Void)
-                    }
-                    Value::Instance(i) => self.extern_method(i, name, args, span),
-                    o => fail(format!("{span}: method {name} on a {}", o.type_name())),
-                }
+                self.call_method(recv, name, type_args, args, span)
             }
             Expr::Path(id) => {
                 let n = id.name.as_str();
@@ -963,6 +943,7 @@ impl<'a> Run<'a> {
                         args,
                         None,
                         &f.decl.body,
+                        None,
                         true,
                         Some(None),
                     );
@@ -973,6 +954,62 @@ impl<'a> Run<'a> {
                 self.extern_function(n, type_args, args, span)
             }
             o => fail(format!("{}: unsupported call", o.span())),
+        }
+    }
+
+    /// `obj.isValid()`: borrows the header when it is a plain path
+    /// (cloning it costs a Vec per call).
+    fn is_valid(&mut self, obj: &Expr, span: &crate::ast::Span) -> R<Value> {
+        let owned;
+        let v = match self.peek(obj) {
+            Some(v) => v,
+            None => {
+                owned = self.eval(obj)?;
+                &owned
+            }
+        };
+        Ok(Value::Bool(
+            match v {
+                Value::Header(h) => h.valid,
+                Value::Struct(_, _, fs) => {
+                    fs.iter().any(|f| matches!(f, Value::Header(h) if h.valid))
+                }
+                _ => return fail(format!("{span}: isValid on a {}", v.type_name())),
+            },
+            Src::None,
+        ))
+    }
+
+    /// A method call on an evaluated receiver: the packet being parsed or
+    /// built, or an extern instance.
+    fn call_method(
+        &mut self,
+        recv: Value,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        match recv {
+            Value::Instance(PKT_IN) => self.packet_in_method(name, type_args, args, span),
+            Value::Instance(PKT_OUT) => {
+                if name != "emit" {
+                    return fail(format!("{span}: unsupported: packet_out.{name}"));
+                }
+                for a in args {
+                    // Emit the header in place when it is a plain
+                    // path (no clone of the aggregate).
+                    if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
+                        emit_into(&mut self.out, &mut self.prov, v)?;
+                    } else {
+                        let v = self.eval(&a.value)?;
+                        self.emit(&v)?;
+                    }
+                }
+                Ok(Value::Void)
+            }
+            Value::Instance(i) => self.extern_method(i, name, args, span),
+            o => fail(format!("{span}: method {name} on a {}", o.type_name())),
         }
     }
 
@@ -988,18 +1025,21 @@ impl<'a> Run<'a> {
         let ad = &p.actions[a];
         let barrier = ad.block.is_none() || ad.block != self.block;
         let callee = if barrier { Some(ad.block) } else { None };
+        let compiled = self.code().map(|c| c.actions[a].as_slice());
         self.invoke(
             &ad.decl.params,
             &ad.param_tys,
             args.unwrap_or(&[]),
             data,
             &ad.decl.body,
+            compiled,
             barrier,
             callee,
         )
     }
 
-    /// Binds parameters (copy-in), runs `body`, copies out.
+    /// Binds parameters (copy-in), runs `body` (its compiled form
+    /// `compiled` when there is one), copies out.
     #[allow(clippy::too_many_arguments)]
     fn invoke(
         &mut self,
@@ -1008,6 +1048,7 @@ impl<'a> Run<'a> {
         args: &[Arg],
         mut data: Option<Vec<Value>>,
         body: &'a ast::Block,
+        compiled: Option<&'a [fast::CStmt]>,
         barrier: bool,
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
@@ -1090,7 +1131,10 @@ impl<'a> Run<'a> {
         if barrier {
             self.base = self.frames.len() - 1;
         }
-        let r = body.stmts.iter().try_for_each(|s| self.exec(s));
+        let r = match compiled {
+            Some(c) => c.iter().try_for_each(|s| self.cexec(s)),
+            None => body.stmts.iter().try_for_each(|s| self.exec(s)),
+        };
         let mut frame = self.frames.pop().unwrap_or_default();
         self.base = saved_base;
         self.block = saved_block;
@@ -1213,8 +1257,14 @@ impl<'a> Run<'a> {
                 self.declare(&v.name.name, val);
             }
             match &blk.kind {
-                BlockKind::Control(c) => self.exec_block(&c.apply),
-                BlockKind::Parser(pd) => self.run_states(b, pd),
+                BlockKind::Control(c) => match self.code().and_then(|k| k.controls[b].as_ref()) {
+                    Some(body) => self.cexec_block(body),
+                    None => self.exec_block(&c.apply),
+                },
+                BlockKind::Parser(pd) => match self.code().and_then(|k| k.states[b].as_ref()) {
+                    Some(states) => self.crun_states(b, states, &pd.span),
+                    None => self.run_states(b, pd),
+                },
             }
         })();
         self.pop_frame();
@@ -1716,7 +1766,50 @@ impl Run<'_> {
 
 #[cfg(test)]
 mod bit_tests {
-    use super::{read_bits, BitBuf};
+    use super::{ones_runs, read_bits, BitBuf};
+
+    /// The runs of ones as `use_src` found them before: bit by bit.
+    fn runs_bit_by_bit(need: u128, w: u32) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        let mut i = 0u32;
+        while i < w {
+            if (need >> (w - 1 - i)) & 1 == 1 {
+                let start = i;
+                while i < w && (need >> (w - 1 - i)) & 1 == 1 {
+                    i += 1;
+                }
+                out.push((start, i - start));
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn ones_runs_equal_the_bit_by_bit_scan() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for k in 0..20000 {
+            let w = (next() % 128) as u32 + 1;
+            let r = (u128::from(next()) << 64) | u128::from(next());
+            // Random masks, and runs (prefixes, suffixes, all ones).
+            let need = match k % 4 {
+                0 => r,
+                1 => !0u128 << (r % 128),
+                2 => !0u128 >> (r % 128),
+                _ => u128::MAX,
+            } & super::mask(w);
+            let mut got = Vec::new();
+            ones_runs(need, w, |s, l| got.push((s, l)));
+            assert_eq!(got, runs_bit_by_bit(need, w), "need {need:#x} w {w}");
+        }
+    }
 
     #[test]
     fn push_and_read_bits_agree_with_bit_by_bit() {

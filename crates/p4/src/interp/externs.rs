@@ -126,6 +126,15 @@ impl Run<'_> {
 
     /// Checksum data: evaluated without recording reads.
     fn data_bits(&mut self, args: &[Arg], i: usize, span: &Span) -> R<BitBuf> {
+        if !self.reference {
+            if let Some(Arg {
+                value: crate::ast::Expr::List(items, _),
+                ..
+            }) = args.get(i)
+            {
+                return self.list_bits(items);
+            }
+        }
         self.quiet += 1;
         let v = self.arg_val(args, i, span);
         self.quiet -= 1;
@@ -133,6 +142,43 @@ impl Run<'_> {
         let mut buf = BitBuf::default();
         self.flatten(&v, &mut buf)?;
         Ok(buf)
+    }
+
+    /// [`Run::data_bits`] of a list `{ a, b }` (the usual checksum
+    /// argument): its items evaluated in order as the tuple's would be,
+    /// then serialized, in buffers the pipeline keeps (no tuple and no
+    /// fresh buffer per call).
+    fn list_bits(&mut self, items: &[crate::ast::Expr]) -> R<BitBuf> {
+        let mut vals = self.st.pool.data.pop().unwrap_or_default();
+        vals.clear();
+        self.quiet += 1;
+        let mut r = Ok(());
+        for e in items {
+            match self.eval(e) {
+                Ok(v) => vals.push(v),
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        self.quiet -= 1;
+        let mut buf = std::mem::take(&mut self.st.pool.bits);
+        buf.bytes.clear();
+        buf.bits = 0;
+        let r = r.and_then(|()| vals.iter().try_for_each(|v| self.flatten(v, &mut buf)));
+        if self.st.pool.data.len() < 16 {
+            vals.clear();
+            self.st.pool.data.push(vals);
+        }
+        r.map(|()| buf)
+    }
+
+    /// Keeps a buffer [`Run::data_bits`] gave for the next call.
+    fn give_back(&mut self, buf: BitBuf) {
+        if !self.reference {
+            self.st.pool.bits = buf;
+        }
     }
 
     fn packet_bytes(&self) -> u64 {
@@ -162,6 +208,7 @@ impl Run<'_> {
                     "add" | "subtract" => {
                         let buf = self.data_bits(args, 0, span)?;
                         let s = ones_sum(&buf);
+                        self.give_back(buf);
                         let s = if name == "add" { s } else { !fold(s) & 0xffff };
                         if let ExternState::Csum(c) = self.extern_state(i) {
                             *c = fold(*c + s);

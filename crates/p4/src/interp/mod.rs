@@ -166,6 +166,8 @@ pub(crate) struct Pool {
     pub frames: Vec<Vec<(&'static str, Value)>>,
     /// The packet buffer.
     pub pkt: Vec<u8>,
+    /// The deparser's output buffer.
+    pub out: Vec<u8>,
     /// Table key values, their sources and the bits a lookup examined.
     pub keys: Vec<u128>,
     pub key_srcs: Vec<crate::value::Src>,
@@ -176,6 +178,12 @@ pub(crate) struct Pool {
     /// metadata) with their keys, reset and reused by the next packet
     /// instead of building fresh ones.
     pub shared_spare: crate::value::FastMap<String, Value>,
+    /// The serialized checksum data of the last `add`/`subtract`.
+    pub bits: eval::BitBuf,
+    /// The shared values of a PNA packet by slot
+    /// (`arch::run_block_slots`), and those the last packet left.
+    pub slots: Vec<Option<Value>>,
+    pub slot_spare: Vec<Option<Value>>,
     /// An empty map for the next packet's shared values.
     pub shared_map: Option<crate::value::FastMap<String, Value>>,
 }
@@ -260,7 +268,8 @@ impl Pipeline {
 
     /// Checks and instantiates an already parsed program.
     pub fn load_program(program: ast::Program, arch: Option<Arch>) -> Result<Pipeline, P4Error> {
-        let prog = crate::interp::check::check(program)?;
+        let mut prog = crate::interp::check::check(program)?;
+        prog.fast = Some(eval::fast::compile(&prog));
         let detected = crate::interp::arch::detect(&prog)?;
         let arch = match arch {
             Some(a) if a != detected => {

@@ -346,6 +346,15 @@ pub fn cast(ty: &Ty, v: Value) -> Result<Value, String> {
 pub fn coerce(ty: &Ty, v: Value) -> Result<Value, String> {
     match ty {
         Ty::Int | Ty::Named(_) | Ty::Void | Ty::MatchKind => Ok(v),
+        // `coerce_like` changes a value for an aggregate target only when
+        // it is a list or a struct initializer: anything else (a header
+        // passed to a header parameter) is returned as it is, without
+        // building the type's default value (a Vec per call).
+        Ty::Header(_) | Ty::Struct(_) | Ty::Stack(..)
+            if !matches!(v, Value::Tuple(_) | Value::Struct(..)) =>
+        {
+            Ok(v)
+        }
         _ => coerce_like(&ty.default_value(), v),
     }
 }

@@ -34,8 +34,12 @@ impl Run<'_> {
     ) -> R<Value> {
         let p = self.p;
         let td = &p.tables[t];
-        for k in &td.keys {
-            let v = self.eval(&k.expr)?;
+        let code = self.code();
+        for (i, k) in td.keys.iter().enumerate() {
+            let v = match code.and_then(|c| c.keys.get(t)).and_then(|ks| ks.get(i)) {
+                Some(ce) => self.ceval(ce)?,
+                None => self.eval(&k.expr)?,
+            };
             let b = match crate::interp::ops::scalar_bits(&v, &p.g.errors, k.width) {
                 Some(b) => b,
                 None => match &v {
