@@ -436,3 +436,33 @@ fn resubmit_preserves_only_its_field_list() {
     assert_eq!(&o.outputs[0].1[..2], &[5, 0]);
     assert_eq!(o.trace.uncacheable.as_deref(), Some("p4-resubmit"));
 }
+
+/// A table key is evaluated in its control: a control-level constant hides
+/// a program-wide one of the same name (the compiled key once took the
+/// program-wide value, and the walker the control's).
+#[test]
+fn table_keys_see_their_controls_constants() {
+    let Some(mut p) = build_top(
+        "const bit<8> K = 1;",
+        SIMPLE_PARSER,
+        r#"
+        const bit<8> K = 2;
+        action set_b(bit<8> v) { hdr.h.b = v; sm.egress_spec = 1; }
+        action nop() { sm.egress_spec = 9; }
+        table t {
+            key = { hdr.h.a ^ K : exact; }
+            actions = { set_b; nop; }
+            default_action = nop;
+            const entries = { 0 : set_b(0x33); }
+        }
+        apply { t.apply(); }"#,
+    ) else {
+        return;
+    };
+    let pkt = [2, 0, 0, 0, 0, 0, 0, 0];
+    let reference = p.process_reference(0, &pkt, 1);
+    assert_eq!(reference.outputs.len(), 1, "{reference:?}");
+    assert_eq!(reference.outputs[0].0, 1, "the walker hits with K = 2");
+    let (port, out) = run(&mut p, &pkt);
+    assert_eq!((port, out[1]), (1, 0x33));
+}

@@ -231,7 +231,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
         });
         let cx = Cx {
             p,
-            block: None,
+            block: owner,
             fns: &fns,
             scope: owner.map(|b| block_scope(p, b)).unwrap_or_default(),
         };
