@@ -58,6 +58,10 @@ pub(crate) struct Conn {
     /// tracked without the window check from then on, as Linux marks
     /// offloaded connections `IP_CT_TCP_FLAG_BE_LIBERAL`.
     pub liberal: bool,
+    /// A kernel engine set the connection up (`Conntrack::kernel_setup`):
+    /// it forwards the handshake and the close, and the tracker learns
+    /// them from the TCP flags it reports, up to a tick late.
+    pub kernel_setup: bool,
 }
 
 /// `valid_new`: may this packet create a connection?
@@ -101,6 +105,7 @@ impl Conn {
             bytes: [u64::from(p.l3_len), 0],
             nat: None,
             liberal: false,
+            kernel_setup: false,
         }
     }
 
@@ -115,6 +120,21 @@ impl Conn {
         tcp_seq_chk: bool,
     ) -> Update {
         let res = match (&mut self.proto, p.tcp.as_ref()) {
+            // A connection set up in the kernel may have closed there
+            // since the tracker last heard (the flags arrive each tick),
+            // so a bare SYN from the originator's side may be a new
+            // connection reusing the tuple: it replaces this one (as a SYN
+            // on a closed one does). A retransmitted SYN is replaced too:
+            // it is `+new` either way, and the new connection is set up
+            // afresh.
+            (ProtoState::Tcp(_), Some(seg))
+                if self.kernel_setup
+                    && !reply
+                    && seg.flags & (tcp::TCP_SYN | tcp::TCP_ACK | tcp::TCP_RST | tcp::TCP_FIN)
+                        == tcp::TCP_SYN =>
+            {
+                Update::New
+            }
             (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk && !self.liberal),
             // A TCP connection always gets TCP segments (same key, same
             // protocol); this arm only keeps the match total.
@@ -145,7 +165,9 @@ impl Conn {
     /// The timer of an established connection (what traffic refreshes).
     pub(crate) fn established_timer(&self) -> Tm {
         match &self.proto {
-            ProtoState::Tcp(_) => Tm::TcpEstablished,
+            // Established both ways this is TCP_ESTABLISHED; a
+            // connection set up in the kernel may be opening or closing.
+            ProtoState::Tcp(t) => t.timer(),
             ProtoState::Other(_) => Tm::OtherBidir,
             ProtoState::Icmp(_) => Tm::IcmpReply,
         }

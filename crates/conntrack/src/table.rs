@@ -45,6 +45,10 @@ enum Removal {
 /// Minimum interval between two "table full" warnings.
 const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Most replaced kernel-set-up connections held for
+/// [`Conntrack::take_replaced`].
+const REPLACED_MAX: usize = 4096;
+
 /// Fewest slots one [`Conntrack::sweep`] call examines.
 const MIN_SWEEP_BATCH: usize = 1024;
 
@@ -64,6 +68,9 @@ pub struct Conntrack {
     nat_seed: RandomState,
     /// `random_uint32()` state for NAT port searches.
     rng: u64,
+    /// Connections set up in a kernel engine that a new SYN replaced
+    /// (see [`Conntrack::take_replaced`]).
+    replaced: Vec<crate::ConnHandle>,
 }
 
 impl Conntrack {
@@ -85,6 +92,7 @@ impl Conntrack {
                 use std::hash::BuildHasher;
                 RandomState::default().hash_one(0x006e_6174_u64) | 1
             },
+            replaced: Vec::new(),
         }
     }
 
@@ -201,6 +209,19 @@ impl Conntrack {
                         conn_slot = Some(slot);
                     }
                     Update::New => {
+                        // Bounded: a caller that never drains loses only
+                        // the early removal (its sync removes them too).
+                        let room = self.replaced.len() < REPLACED_MAX;
+                        if let Some(c) = self.slot(slot).filter(|c| c.kernel_setup && room) {
+                            // Its kernel entries must go before the new
+                            // connection's are installed.
+                            self.replaced.push(ConnHandle {
+                                slot,
+                                id: c.id,
+                                reply: false,
+                                related: false,
+                            });
+                        }
                         self.remove(slot, Removal::Removed);
                         create = true;
                     }
@@ -355,6 +376,10 @@ impl Conntrack {
         };
         Some(crate::OffloadInfo {
             established: c.established(),
+            ended: match &c.proto {
+                ProtoState::Tcp(t) => t.ended(),
+                _ => false,
+            },
             tcp: matches!(c.proto, ProtoState::Tcp(_)),
             nat: [nat(false), nat(true)],
             packets: c.packets[0] + c.packets[1],
@@ -395,6 +420,60 @@ impl Conntrack {
             }
         }
         !c.expired(now)
+    }
+
+    /// A kernel engine now carries the connection behind `h` from its
+    /// first packet on (`ct_offload`'s set-up in the kernel): the
+    /// handshake and the close are forwarded there, so the connection is
+    /// tracked without the window check and learns its TCP states from
+    /// [`Conntrack::kernel_tcp_flags`]. Returns false if it is gone.
+    pub fn kernel_setup(&mut self, h: crate::ConnHandle) -> bool {
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        c.liberal = true;
+        c.kernel_setup = true;
+        true
+    }
+
+    /// The TCP flags a kernel engine saw on the connection behind `h`
+    /// (`seen`: OR per direction, original first, cumulative since its
+    /// entries were installed), with `used` its last hit: the peers' states
+    /// advance as the segments would have moved them (see
+    /// `TcpConn::kernel_flags`), and a state change sets the timeout from
+    /// `used`. Returns whether the connection is still alive at `now`.
+    pub fn kernel_tcp_flags(
+        &mut self,
+        h: crate::ConnHandle,
+        seen: [u16; 2],
+        used: Instant,
+        now: Instant,
+    ) -> bool {
+        let timeouts = self.cfg.timeouts;
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        if c.expired(now) {
+            return false;
+        }
+        if let ProtoState::Tcp(t) = &mut c.proto {
+            if t.kernel_flags(seen) {
+                c.expiration = used + timeouts.get(t.timer());
+            }
+        }
+        !c.expired(now)
+    }
+
+    /// Connections set up in a kernel engine that a new SYN replaced since
+    /// the last call (their kernel entries must go at once: the new
+    /// connection has the same tuple).
+    pub fn take_replaced(&mut self) -> impl Iterator<Item = crate::ConnHandle> + '_ {
+        self.replaced.drain(..)
+    }
+
+    /// Whether [`Conntrack::take_replaced`] has anything.
+    pub fn has_replaced(&self) -> bool {
+        !self.replaced.is_empty()
     }
 
     /// `nat_packet` for a packet of the connection in `slot`, if it has NAT;

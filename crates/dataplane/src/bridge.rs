@@ -1317,6 +1317,18 @@ impl Bridge {
         &self.dp.conntrack
     }
 
+    /// Hand the tracker what the kernel entries of its connections saw
+    /// (counters, and the TCP flags of connections set up there), as each
+    /// tick does; before a dump, so it is not a tick late.
+    pub fn sync_ct_offloads(&mut self) {
+        self.dp.sync_ct_offloads(Instant::now());
+    }
+
+    /// Connections in the kernel engine (`ct_offload`), for `stats`.
+    pub fn ct_offloads(&self) -> &crate::datapath::ct_offload::CtOffloads {
+        &self.dp.ct_offloads
+    }
+
     /// The most connections the tracker holds (`dpctl/ct-set-maxconns`).
     pub fn set_conntrack_limit(&mut self, limit: usize) {
         self.dp.conntrack.set_limit(limit);

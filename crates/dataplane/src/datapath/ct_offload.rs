@@ -21,10 +21,30 @@
 //! entry goes when the connection is no longer established (a FIN or RST
 //! reached the tracker), when it is gone (flush, expiry), or when either
 //! flow it was built from changes or goes (revalidation, aging).
+//!
+//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36): a short
+//! connection never reaches the packet count above, so every packet of it
+//! would cross the daemon. When the first packet of a TCP connection (a
+//! bare SYN) is committed and the flows its later packets will take are
+//! already cached — the `+trk+est` second pass of its direction, and the
+//! first and `+trk+est+rpl` second passes of the reply, found by looking
+//! the keys those packets will have up in the megaflow cache — all of the
+//! connection's entries are installed at once, before the SYN is sent on:
+//! one per direction that lets everything but SYN and RST through (FIN
+//! too), and one for the reply's SYN-ACK. The handshake, the data and the
+//! close then run in the kernel; the engine ORs the TCP flags each entry
+//! saw into its counters, and each sync hands them to the tracker
+//! (`Conntrack::kernel_tcp_flags`), which moves the connection to
+//! ESTABLISHED, then to TIME_WAIT when both FINs went, when its entries
+//! go. A RST still goes up. A megaflow guarantees its actions for every
+//! key its mask covers, so an entry composed from the megaflows a guessed
+//! key hits is exact for every packet that matches the entry; a packet
+//! that differs where a mask looks (another MAC, say) just misses it and
+//! goes up as before.
 
 use super::{DpAction, DpFlow, FlowOffload};
 use nicflow_classifier::{Classifier, RuleId};
-use nicflow_conntrack::{ConnHandle, Conntrack, NatRewrite};
+use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -36,6 +56,20 @@ use std::time::Instant;
 /// calls invalid (`tcp_invalid_flags`): all must reach it.
 const TCP_CHECKED: u16 = 0x017;
 const TCP_ACK: u16 = 0x010;
+const TCP_SYN: u16 = 0x002;
+const TCP_FIN: u16 = 0x001;
+const TCP_RST: u16 = 0x004;
+
+/// TCP flags a set-up entry looks at (see [`CtOffloads::setup`]): ACK
+/// set, SYN and RST clear. FIN passes: the tracker learns it from the
+/// entry's flags. A segment with ACK and without SYN/RST is never one
+/// the tracker calls invalid by its flags (`tcp_invalid_flags`).
+const SETUP_CHECKED: u16 = TCP_SYN | TCP_RST | TCP_ACK;
+
+/// Which entry of a connection's direction: the one every kind of entry
+/// has, or a set-up reply direction's second one, for its SYN-ACK.
+const MAIN: u8 = 0;
+const SYNACK: u8 = 1;
 
 /// Packets a connection must have carried before it moves: installing and
 /// removing its two kernel entries costs four map updates and a counter
@@ -58,6 +92,22 @@ pub struct CtOffload {
     mark_label: (u32, u128),
     /// Engine counters already credited (packets, bytes).
     credited: (u64, u64),
+    /// Installed at the connection's first packet ([`CtOffloads::setup`]):
+    /// it carries the handshake and the close, and stays until the
+    /// connection ends rather than while it is established.
+    pub setup: bool,
+}
+
+impl CtOffload {
+    /// Whether the connection (`info`, `None` if gone) still allows the
+    /// entry: the same mark and label, and established (an entry set up
+    /// in the kernel: not yet closed both ways).
+    fn holds(&self, info: Option<OffloadInfo>) -> bool {
+        info.is_some_and(|i| {
+            (i.mark, i.label) == self.mark_label
+                && if self.setup { !i.ended } else { i.established }
+        })
+    }
 }
 
 impl CtOffload {
@@ -68,9 +118,8 @@ impl CtOffload {
 }
 
 /// The datapath's table of offloaded connection directions.
-#[derive(Default)]
 pub struct CtOffloads {
-    live: HashMap<ConnHandle, CtOffload>,
+    live: HashMap<(ConnHandle, u8), CtOffload>,
     /// Directions the engine or the composition refused, with the reason,
     /// so the attempt is not repeated for every packet. Forgotten when
     /// flows change.
@@ -78,6 +127,30 @@ pub struct CtOffloads {
     /// Totals for `stats`.
     pub offloaded: u64,
     pub removed: u64,
+    /// Connections set up in the kernel at their first packet.
+    pub set_up: u64,
+    /// Set-up in the kernel on (the default); off, connections move only
+    /// once established ([`MIN_PACKETS`]).
+    pub setup_enabled: bool,
+}
+
+impl Default for CtOffloads {
+    fn default() -> Self {
+        CtOffloads {
+            live: HashMap::new(),
+            refused: HashMap::new(),
+            offloaded: 0,
+            removed: 0,
+            set_up: 0,
+            setup_enabled: setup_default(),
+        }
+    }
+}
+
+/// `NICFLOW_CT_SETUP=0` turns set-up in the kernel off (for measuring it
+/// against the established-only offload with the same binary).
+fn setup_default() -> bool {
+    std::env::var("NICFLOW_CT_SETUP").map_or(true, |v| v != "0")
 }
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a
@@ -111,7 +184,7 @@ impl CtOffloads {
         now: Instant,
     ) {
         let h = h.direction_key();
-        if self.live.contains_key(&h) || self.refused.contains_key(&h) {
+        if self.live.contains_key(&(h, MAIN)) || self.refused.contains_key(&h) {
             return;
         }
         let Some(info) = tracker.offload_info(h, now) else {
@@ -126,7 +199,7 @@ impl CtOffloads {
             first.1,
             first.2,
             second.1,
-            info.tcp,
+            info.tcp.then_some((TCP_CHECKED, TCP_ACK)),
             info.nat[usize::from(reply)],
         );
         let (mut matching, actions) = match composed {
@@ -149,7 +222,7 @@ impl CtOffloads {
                 tracker.credit(h, reply, 0, 0, now, now);
                 self.offloaded += 1;
                 self.live.insert(
-                    h,
+                    (h, MAIN),
                     CtOffload {
                         kernel_id,
                         flows: [
@@ -161,11 +234,169 @@ impl CtOffloads {
                         reply,
                         mark_label: (info.mark, info.label),
                         credited: (0, 0),
+                        setup: false,
                     },
                 );
             }
             Err(why) => self.refuse(h, why),
         }
+    }
+
+    /// A bare TCP SYN just committed connection `h` (its second pass
+    /// done): install the entries of both directions now, if the flows
+    /// their packets will take are cached and allow it (see the module
+    /// doc). `first` is the SYN's first-pass flow and key, `second_key`
+    /// its recirculated pass's key (with the verdict in its ct fields).
+    #[allow(clippy::too_many_arguments)]
+    pub fn setup(
+        &mut self,
+        h: ConnHandle,
+        first: (RuleId, &FlowKey),
+        second_key: &FlowKey,
+        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        now: Instant,
+    ) {
+        let h = h.direction_key();
+        let key = first.1;
+        if !self.setup_enabled
+            || h.is_reply()
+            || key.nw_proto != 6
+            || key.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) != TCP_SYN
+            || self.live.contains_key(&(h, MAIN))
+            || self.live.contains_key(&(h.reversed(), MAIN))
+            || self.refused.contains_key(&h)
+        {
+            return;
+        }
+        let Some(info) = tracker.offload_info(h, now) else {
+            return;
+        };
+        match self.compose_setup(key, second_key, flows, info) {
+            Ok(mut entries) => {
+                for (_, _, e) in &mut entries {
+                    let mut mask = *e.matching.mask();
+                    off.refine_mask(e.matching.key(), &mut mask);
+                    e.matching = Match::new(*e.matching.key(), mask);
+                }
+                let mut ids: Vec<(u8, bool, u64)> = Vec::with_capacity(3);
+                for (slot, reply, e) in &entries {
+                    match off.offload_ct(&e.matching, &e.actions, e.parts()) {
+                        Ok(id) => ids.push((*slot, *reply, id)),
+                        Err(why) => {
+                            for (_, _, id) in ids {
+                                off.remove(id);
+                            }
+                            self.refuse(h, why);
+                            return;
+                        }
+                    }
+                }
+                if !tracker.kernel_setup(h) {
+                    for (_, _, id) in ids {
+                        off.remove(id);
+                    }
+                    return;
+                }
+                self.set_up += 1;
+                for ((slot, reply, e), (_, _, kernel_id)) in entries.into_iter().zip(ids) {
+                    self.offloaded += 1;
+                    let d = if reply { h.reversed() } else { h };
+                    self.live.insert(
+                        (d, slot),
+                        CtOffload {
+                            kernel_id,
+                            flows: e.flows,
+                            matching: e.matching,
+                            actions: e.actions,
+                            reply,
+                            mark_label: (info.mark, info.label),
+                            credited: (0, 0),
+                            setup: true,
+                        },
+                    );
+                }
+            }
+            Err(why) => self.refuse(h, why),
+        }
+    }
+
+    /// The three entries of [`CtOffloads::setup`] (orig, reply, reply
+    /// SYN-ACK), each with its slot and direction, or why not.
+    fn compose_setup(
+        &self,
+        key: &FlowKey,
+        second_key: &FlowKey,
+        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        info: OffloadInfo,
+    ) -> Result<Vec<(u8, bool, SetupEntry)>, &'static str> {
+        if !info.tcp || info.ended {
+            return Err("ct:setup-not-tcp");
+        }
+        if !info.nat.iter().all(NatRewrite::is_empty) {
+            // The reply's keys would be the translated tuple's.
+            return Err("ct:setup-nat");
+        }
+        let zone = second_key.ct_zone;
+        // The originator's later segments.
+        let mut k1 = *key;
+        k1.tcp_flags = TCP_ACK;
+        let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
+        // The verdict later packets get: established, with the mark and
+        // label the commit left (the SYN's own key has them from before).
+        let mut k2 = *second_key;
+        k2.tcp_flags = TCP_ACK;
+        k2.recirc_id = r1;
+        k2.ct_state = state::TRK | state::EST;
+        k2.ct_mark = info.mark;
+        k2.ct_label = info.label.to_be_bytes();
+        let f2 = cached(flows, &k2)?;
+        let out = match f2.1.actions.as_slice() {
+            [DpAction::Output(p)] if *p != key.in_port => *p,
+            _ => return Err("ct:setup-output"),
+        };
+        let orig = SetupEntry::compose(f1, &k1, f2, (SETUP_CHECKED, TCP_ACK))?;
+        // The responder's: from the port the originator's go out of, the
+        // addresses the other way round.
+        let reply_key = |flags: u16| -> Result<(FlowKey, FlowKey), &'static str> {
+            let mut k = *key;
+            k.in_port = out;
+            std::mem::swap(&mut k.dl_src, &mut k.dl_dst);
+            std::mem::swap(&mut k.nw_src, &mut k.nw_dst);
+            std::mem::swap(&mut k.ipv6_src, &mut k.ipv6_dst);
+            std::mem::swap(&mut k.tp_src, &mut k.tp_dst);
+            k.tcp_flags = flags;
+            let mut k2 = k;
+            k2.ct_state = state::TRK | state::EST | state::RPL;
+            k2.ct_zone = second_key.ct_zone;
+            k2.ct_mark = info.mark;
+            k2.ct_label = info.label.to_be_bytes();
+            k2.ct_nw_src = second_key.ct_nw_src;
+            k2.ct_nw_dst = second_key.ct_nw_dst;
+            k2.ct_ipv6_src = second_key.ct_ipv6_src;
+            k2.ct_ipv6_dst = second_key.ct_ipv6_dst;
+            k2.ct_nw_proto = second_key.ct_nw_proto;
+            k2.ct_tp_src = second_key.ct_tp_src;
+            k2.ct_tp_dst = second_key.ct_tp_dst;
+            Ok((k, k2))
+        };
+        let mut entries = vec![(MAIN, false, orig)];
+        for (slot, flags, checked) in [
+            (MAIN, TCP_ACK, SETUP_CHECKED),
+            (SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED),
+        ] {
+            let (k1, mut k2) = reply_key(flags)?;
+            let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
+            k2.recirc_id = r1;
+            let f2 = cached(flows, &k2)?;
+            entries.push((
+                slot,
+                true,
+                SetupEntry::compose(f1, &k1, f2, (checked, flags))?,
+            ));
+        }
+        Ok(entries)
     }
 
     fn refuse(&mut self, h: ConnHandle, why: &'static str) {
@@ -186,7 +417,10 @@ impl CtOffloads {
         now: Instant,
     ) {
         let mut gone = Vec::new();
-        for (h, o) in self.live.iter_mut() {
+        // Set-up connections: the flags their entries saw, per direction,
+        // and the last hit (keyed by the original direction).
+        let mut seen: HashMap<ConnHandle, ([u16; 2], Instant)> = HashMap::new();
+        for (&(h, slot), o) in self.live.iter_mut() {
             let c = off.counters(o.kernel_id).unwrap_or_default();
             let (dp, db) = (
                 c.packets.saturating_sub(o.credited.0),
@@ -194,7 +428,13 @@ impl CtOffloads {
             );
             o.credited = (c.packets.max(o.credited.0), c.bytes.max(o.credited.1));
             let used = c.used.unwrap_or(now);
-            let alive = tracker.credit(*h, o.reply, dp, db, used, now);
+            let alive = tracker.credit(h, o.reply, dp, db, used, now);
+            if o.setup && c.used.is_some() {
+                let orig = if o.reply { h.reversed() } else { h };
+                let e = seen.entry(orig).or_insert(([0; 2], used));
+                e.0[usize::from(o.reply)] |= c.tcp_flags;
+                e.1 = e.1.max(used);
+            }
             let mut flows_ok = true;
             for (id, actions) in &o.flows {
                 match flows.get_mut(*id) {
@@ -211,15 +451,21 @@ impl CtOffloads {
                     None => flows_ok = false,
                 }
             }
-            let still = tracker
-                .offload_info(*h, now)
-                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
-            if !alive || !still || !flows_ok {
-                gone.push(*h);
+            if !alive || !flows_ok {
+                gone.push((h, slot));
             }
         }
-        for h in gone {
-            self.remove(h, tracker, off, flows, now);
+        for (h, (flags, used)) in seen {
+            tracker.kernel_tcp_flags(h, flags, used, now);
+        }
+        for (&(h, slot), o) in &self.live {
+            if !o.holds(tracker.offload_info(h, now)) {
+                gone.push((h, slot));
+            }
+        }
+        // (An entry listed twice is removed once: the second finds nothing.)
+        for k in gone {
+            self.remove(k, tracker, off, flows, now);
         }
         // Refusals hold until the next tick: some are the engine's of the
         // moment (a full map, a port not yet taking redirects).
@@ -242,19 +488,20 @@ impl CtOffloads {
             return;
         }
         for d in [h.direction_key(), h.reversed()] {
-            let Some(o) = self.live.get(&d) else {
-                continue;
-            };
-            let still = tracker
-                .offload_info(d, now)
-                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
-            if !still {
-                self.remove(d, tracker, off, flows, now);
+            for slot in [MAIN, SYNACK] {
+                let Some(o) = self.live.get(&(d, slot)) else {
+                    continue;
+                };
+                if !o.holds(tracker.offload_info(d, now)) {
+                    self.remove((d, slot), tracker, off, flows, now);
+                }
             }
         }
     }
 
-    fn remove(
+    /// Connection `h` is gone (replaced by a new one with its tuple): its
+    /// entries go now, before the new connection's are installed.
+    pub fn forget(
         &mut self,
         h: ConnHandle,
         tracker: &mut Conntrack,
@@ -262,11 +509,33 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        if let Some(o) = self.live.remove(&h) {
+        for d in [h.direction_key(), h.reversed()] {
+            for slot in [MAIN, SYNACK] {
+                self.remove((d, slot), tracker, off, flows, now);
+            }
+        }
+    }
+
+    fn remove(
+        &mut self,
+        (h, slot): (ConnHandle, u8),
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if let Some(o) = self.live.remove(&(h, slot)) {
             if let Some(c) = off.remove(o.kernel_id) {
                 let dp = c.packets.saturating_sub(o.credited.0);
                 let db = c.bytes.saturating_sub(o.credited.1);
                 let used = c.used.unwrap_or(now);
+                if o.setup && c.used.is_some() {
+                    // What the entry saw last, before it is forgotten.
+                    let mut f = [0; 2];
+                    f[usize::from(o.reply)] = c.tcp_flags;
+                    let orig = if o.reply { h.reversed() } else { h };
+                    tracker.kernel_tcp_flags(orig, f, used, now);
+                }
                 tracker.credit(h, o.reply, dp, db, used, now);
                 if dp > 0 {
                     for (id, _) in &o.flows {
@@ -292,7 +561,7 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        let hs: Vec<ConnHandle> = self.live.keys().copied().collect();
+        let hs: Vec<(ConnHandle, u8)> = self.live.keys().copied().collect();
         for h in hs {
             self.remove(h, tracker, off, flows, now);
         }
@@ -306,11 +575,80 @@ impl CtOffloads {
 }
 
 /// The kernel entry for one direction: match and actions, or why not.
+/// One entry [`CtOffloads::setup`] installs: the flows it was composed
+/// from (with their matches, for the engine's judgement), its match and
+/// actions.
+struct SetupEntry {
+    flows: [(RuleId, Vec<DpAction>); 2],
+    parts: [Match; 2],
+    matching: Match,
+    actions: Vec<DpAction>,
+}
+
+impl SetupEntry {
+    fn compose(
+        f1: (RuleId, &DpFlow),
+        k1: &FlowKey,
+        f2: (RuleId, &DpFlow),
+        tcp: (u16, u16),
+    ) -> Result<SetupEntry, &'static str> {
+        let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), NatRewrite::default())?;
+        Ok(SetupEntry {
+            flows: [(f1.0, f1.1.actions.clone()), (f2.0, f2.1.actions.clone())],
+            parts: [f1.1.matching, f2.1.matching],
+            matching,
+            actions,
+        })
+    }
+
+    fn parts(&self) -> [(&Match, &[DpAction]); 2] {
+        [
+            (&self.parts[0], self.flows[0].1.as_slice()),
+            (&self.parts[1], self.flows[1].1.as_slice()),
+        ]
+    }
+}
+
+/// The cached flow a key hits.
+fn cached<'a>(
+    flows: &'a Classifier<FLOW_WORDS, DpFlow>,
+    k: &FlowKey,
+) -> Result<(RuleId, &'a DpFlow), &'static str> {
+    flows.lookup(k.words()).ok_or("ct:setup-not-cached")
+}
+
+/// The cached first-pass flow `k` hits, if it is exactly "track in `zone`
+/// without NAT, then recirculate": its recirculation id.
+fn plain_first_pass<'a>(
+    flows: &'a Classifier<FLOW_WORDS, DpFlow>,
+    k: &FlowKey,
+    zone: u16,
+) -> Result<((RuleId, &'a DpFlow), u32), &'static str> {
+    let f = cached(flows, k)?;
+    match f.1.actions.as_slice() {
+        [DpAction::Ct {
+            zone: z,
+            commit: false,
+            force: false,
+            mark: None,
+            label: None,
+            nat: None,
+        }, DpAction::Recirc(r)]
+            if *z == zone =>
+        {
+            Ok((f, *r))
+        }
+        _ => Err("ct:setup-first-pass"),
+    }
+}
+
+/// Compose one direction's entry from its two passes' flows and the key of
+/// a packet of it. `tcp`: the TCP flags the entry checks (mask, value).
 fn compose(
     f1: &DpFlow,
     key: &FlowKey,
     f2: &DpFlow,
-    tcp: bool,
+    tcp: Option<(u16, u16)>,
     nat: NatRewrite,
 ) -> Result<(Match, Vec<DpAction>), &'static str> {
     // The first pass must be exactly "track, then recirculate": anything
@@ -338,8 +676,10 @@ fn compose(
     }) {
         return Err("ct:second-pass-not-plain");
     }
-    if tcp && key.tcp_flags & TCP_CHECKED != TCP_ACK {
-        return Err("ct:control-segment");
+    if let Some((mask, value)) = tcp {
+        if key.tcp_flags & mask != value {
+            return Err("ct:control-segment");
+        }
     }
     let nat = if nat_in_ct {
         nat
@@ -377,8 +717,8 @@ fn compose(
     m.tp_src = 0xffff;
     m.tp_dst = 0xffff;
     m.nw_frag = 0xff;
-    if tcp {
-        m.tcp_flags |= TCP_CHECKED;
+    if let Some((mask, _)) = tcp {
+        m.tcp_flags |= mask;
     }
     let mut actions = Vec::with_capacity(f2.actions.len() + 4);
     match nat.src {
@@ -423,6 +763,9 @@ mod tests {
             ct_kernel: (0, 0),
         }
     }
+
+    /// The established entries' TCP check.
+    const EST: Option<(u16, u16)> = Some((TCP_CHECKED, TCP_ACK));
 
     fn ct(nat: bool) -> DpAction {
         DpAction::Ct {
@@ -471,7 +814,7 @@ mod tests {
     #[test]
     fn composes_the_exact_connection_and_the_second_pass() {
         let (f1, f2) = passes(vec![DpAction::Output(2)]);
-        let (m, a) = compose(&f1, &key(0x018), &f2, true, NatRewrite::default()).unwrap();
+        let (m, a) = compose(&f1, &key(0x018), &f2, EST, NatRewrite::default()).unwrap();
         assert_eq!(a, vec![DpAction::Output(2)]);
         let mask = &m.mask().0;
         // The connection exactly, what either pass looked at, and the TCP
@@ -498,10 +841,10 @@ mod tests {
             ..Default::default()
         };
         // Without `nat` in the first pass's ct, userspace writes nothing.
-        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        let (_, a) = compose(&f1, &key(0x010), &f2, EST, rw).unwrap();
         assert_eq!(a, vec![DpAction::Output(2)]);
         f1.actions[0] = ct(true);
-        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        let (_, a) = compose(&f1, &key(0x010), &f2, EST, rw).unwrap();
         assert_eq!(
             a,
             vec![
@@ -515,7 +858,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            compose(&f1, &key(0x010), &f2, true, icmp).unwrap_err(),
+            compose(&f1, &key(0x010), &f2, EST, icmp).unwrap_err(),
             "ct:icmp-nat"
         );
     }
@@ -525,7 +868,7 @@ mod tests {
         let (f1, f2) = passes(vec![DpAction::Output(2)]);
         for flags in [0x002, 0x011, 0x014, 0x000, 0x008] {
             assert_eq!(
-                compose(&f1, &key(flags), &f2, true, NatRewrite::default()).unwrap_err(),
+                compose(&f1, &key(flags), &f2, EST, NatRewrite::default()).unwrap_err(),
                 "ct:control-segment",
                 "flags {flags:#x}"
             );
@@ -540,12 +883,12 @@ mod tests {
             nat: None,
         };
         assert_eq!(
-            compose(&c1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            compose(&c1, &key(0x010), &f2, EST, NatRewrite::default()).unwrap_err(),
             "ct:first-pass-not-plain"
         );
         let (f1, f2) = passes(vec![ct(false), DpAction::Recirc(2)]);
         assert_eq!(
-            compose(&f1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            compose(&f1, &key(0x010), &f2, EST, NatRewrite::default()).unwrap_err(),
             "ct:second-pass-not-plain"
         );
     }

@@ -352,6 +352,9 @@ pub struct Datapath {
     recirc: Vec<(ct::Recirculated, u32)>,
     /// Established connections running in the offload engine.
     pub ct_offloads: ct_offload::CtOffloads,
+    /// The tracker's verdict at the end of the last pass (after its
+    /// actions: a `ct(commit)` there names the connection it created).
+    pass_ct: Option<nicflow_conntrack::CtResult>,
     /// Where the flows run, kept up to date as they move (for `stats`).
     placements: PlacementCounts,
 }
@@ -382,6 +385,7 @@ impl Datapath {
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
             ct_offloads: Default::default(),
+            pass_ct: None,
             placements: PlacementCounts::default(),
         }
     }
@@ -557,8 +561,13 @@ impl Datapath {
     /// of connections that ended, changed or went (after a flush).
     pub fn sync_ct_offloads(&mut self, now: Instant) {
         if let Some(off) = self.offload.as_deref_mut() {
+            if self.ct_offloads.is_empty() {
+                return;
+            }
+            off.prefetch_counters();
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
+            off.drop_prefetched();
         }
     }
 
@@ -703,9 +712,10 @@ impl Datapath {
                 budget,
                 passes,
             );
+            let after = self.pass_ct.take();
             passes[at..].reverse();
             if depth == 1 {
-                self.consider_ct_offload(first, second, &meta, now);
+                self.consider_ct_offload(first, second, &meta, after, now);
             }
         }
     }
@@ -718,9 +728,10 @@ impl Datapath {
         first: Option<(RuleId, FlowKey)>,
         second: Option<(RuleId, FlowKey)>,
         meta: &ct::CtMeta,
+        after: Option<nicflow_conntrack::CtResult>,
         now: Instant,
     ) {
-        let (Some((f1, key)), Some((f2, _))) = (first, second) else {
+        let (Some((f1, key)), Some((f2, key2))) = (first, second) else {
             return;
         };
         let Some(off) = self.offload.as_deref_mut() else {
@@ -729,6 +740,27 @@ impl Datapath {
         let Some(r) = meta.result else {
             return;
         };
+        if r.state & nicflow_conntrack::state::NEW != 0 {
+            // A new connection, committed by the second pass (its own
+            // verdict names it): set it up in the kernel if the flows of
+            // its later packets are cached.
+            let Some(h) = after
+                .filter(|a| a.state & nicflow_conntrack::state::NEW != 0 && a.zone == r.zone)
+                .and_then(|a| a.conn)
+            else {
+                return;
+            };
+            self.ct_offloads.setup(
+                h,
+                (f1, &key),
+                &key2,
+                &self.flows,
+                &mut self.conntrack,
+                off,
+                now,
+            );
+            return;
+        }
         let Some(h) = r.conn else {
             return;
         };
@@ -757,6 +789,7 @@ impl Datapath {
         budget: &mut usize,
         passes: &mut Vec<(ct::Recirculated, u32)>,
     ) -> Option<(RuleId, FlowKey)> {
+        self.pass_ct = None;
         let mut key = FlowKey::default();
         let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
             Ok(l) => l,
@@ -886,7 +919,19 @@ impl Datapath {
         );
         // The packet went through the tracker here: if it ended or changed
         // an offloaded connection, its kernel entries go now.
+        self.pass_ct = stage.meta.result;
         let tracked = stage.meta.result.and_then(|r| r.conn);
+        if self.conntrack.has_replaced() {
+            // A new SYN replaced a connection set up in the kernel: its
+            // entries have the new one's tuple, so they go first.
+            let gone: Vec<_> = self.conntrack.take_replaced().collect();
+            if let Some(off) = self.offload.as_deref_mut() {
+                for old in gone {
+                    self.ct_offloads
+                        .forget(old, &mut self.conntrack, off, &mut self.flows, now);
+                }
+            }
+        }
         if let (Some(h), Some(off)) = (tracked, self.offload.as_deref_mut()) {
             self.ct_offloads
                 .check(h, &mut self.conntrack, off, &mut self.flows, now);

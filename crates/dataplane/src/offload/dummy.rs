@@ -116,6 +116,18 @@ impl DummyHandle {
         true
     }
 
+    /// As [`DummyHandle::hit`], the frames' TCP flags ORed into the
+    /// entry's, as the kernel engines do.
+    pub fn hit_tcp(&self, id: u64, packets: u64, bytes: u64, flags: u16) -> bool {
+        if !self.hit(id, packets, bytes) {
+            return false;
+        }
+        if let Some(f) = self.0.borrow_mut().flows.get_mut(&id) {
+            f.counters.tcp_flags |= flags;
+        }
+        true
+    }
+
     /// The entries now, by id.
     pub fn flows(&self) -> BTreeMap<u64, DummyFlow> {
         self.0.borrow().flows.clone()
@@ -635,5 +647,218 @@ mod tests {
             "no entry runs a deleted meter: {:?}",
             h.flows()
         );
+    }
+
+    const SYN: u16 = 0x02;
+    const ACK: u16 = 0x10;
+    const PSH: u16 = 0x08;
+    const FIN: u16 = 0x01;
+
+    /// OVS's stateful firewall: p1 opens connections to p2.
+    const FIREWALL: &str = "\
+table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)
+table=1,priority=1,actions=drop
+table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2
+table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2
+table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
+";
+
+    /// A TCP segment between 198.18.0.1:`port` (p1's host, `from_a`) and
+    /// 198.18.0.2:80.
+    fn seg(from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let (sm, dm, si, di, sp, dp) = if from_a {
+            (MAC_A, MAC_B, a, b, port, 80)
+        } else {
+            (MAC_B, MAC_A, b, a, 80, port)
+        };
+        FrameBuilder::new(sm, dm)
+            .ipv4(si, di)
+            .tcp(sp, dp, flags)
+            .tcp_seq(seq)
+            .tcp_ack(ack)
+            .tcp_window(65535)
+            .build()
+    }
+
+    struct CtLab {
+        br: Bridge,
+        eng: DummyHandle,
+        p: [MemHandle; 2],
+        now: Instant,
+    }
+
+    impl CtLab {
+        fn new() -> CtLab {
+            let now = Instant::now();
+            let mut br = Bridge::new("br-ct", DatapathConfig::default());
+            let (p1, h1) = MemPort::new("p1");
+            let (p2, h2) = MemPort::new("p2");
+            br.add_port(Box::new(Hooked(p1, tc(8)))).unwrap();
+            br.add_port(Box::new(Hooked(p2, tc(9)))).unwrap();
+            let (engine, eng) = DummyOffload::new(1000);
+            br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+            br.add_flows_str(FIREWALL, now).unwrap();
+            CtLab {
+                br,
+                eng,
+                p: [h1, h2],
+                now,
+            }
+        }
+
+        /// One segment through the bridge: how many frames left the
+        /// other side.
+        fn send(&mut self, from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> usize {
+            let (i, o) = if from_a { (0, 1) } else { (1, 0) };
+            self.p[i].inject(&seg(from_a, port, flags, seq, ack));
+            self.br.run_until_idle(self.now);
+            self.p[o].take_tx().len()
+        }
+
+        /// The engine's entries of the connection from `port`: (orig,
+        /// reply, reply SYN-ACK) ids.
+        fn entries(&self, port: u16) -> Option<(u64, u64, u64)> {
+            let fl = self.eng.flows();
+            let find = |orig: bool, syn: bool| {
+                fl.iter()
+                    .find(|(_, f)| {
+                        let k = f.matching.key();
+                        (if orig { k.tp_src } else { k.tp_dst }) == port
+                            && (k.tcp_flags & SYN != 0) == syn
+                    })
+                    .map(|(id, _)| *id)
+            };
+            Some((find(true, false)?, find(false, false)?, find(false, true)?))
+        }
+
+        /// `dump-conntrack -s`'s line of the connection from `port`.
+        fn conn(&mut self, port: u16) -> Option<String> {
+            self.br.sync_ct_offloads();
+            self.br
+                .conntrack()
+                .dump(None, Instant::now())
+                .iter()
+                .map(|e| e.format(false, true))
+                .find(|l| l.contains(&format!("sport={port},")))
+        }
+    }
+
+    /// Issue 36: after a first connection has cached the flows, a new
+    /// one's SYN installs the entries of both directions, the handshake,
+    /// data and close run in the engine, and the tracker learns their
+    /// flags at the sync: counted, TIME_WAIT, entries gone. A flush, a
+    /// rule change and a new SYN on the same tuple remove them too.
+    #[test]
+    fn connections_are_set_up_in_the_engine_at_their_first_packet() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        // The first connection goes through userspace and caches the flows.
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+            (false, ACK | FIN, y + 1, x + 1),
+            (true, ACK | FIN, x + 1, y + 2),
+            (false, ACK, y + 2, x + 2),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        assert!(lab.eng.flows().is_empty(), "{:#?}", lab.eng.flows());
+        assert_eq!(lab.br.ct_offloads().set_up, 0);
+        let upcalls = lab.br.dp_stats().upcalls;
+
+        // The second: its SYN is forwarded by the daemon and sets it up.
+        assert_eq!(lab.send(true, 40001, SYN, x, 0), 1);
+        assert_eq!(
+            lab.br.dp_stats().upcalls,
+            upcalls,
+            "the SYN hit cached flows"
+        );
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        let (o, r, sa) = lab.entries(40001).expect("three entries");
+        let fl = lab.eng.flows();
+        assert_eq!(fl.len(), 3, "{fl:#?}");
+        // SYN and RST go up; FIN stays; the SYN-ACK entry is exact.
+        for (id, mask, value) in [(o, 0x016, ACK), (r, 0x016, ACK), (sa, 0x017, SYN | ACK)] {
+            let m = fl[&id].matching;
+            assert_eq!(
+                (m.mask().0.tcp_flags, m.key().tcp_flags),
+                (mask, value),
+                "{m:?}"
+            );
+            assert_eq!((m.mask().0.nw_src, m.mask().0.tp_dst), (u32::MAX, 0xffff));
+        }
+        assert_eq!(
+            fl[&o].actions,
+            vec![DpAction::Output(fl[&r].matching.key().in_port)]
+        );
+        assert_eq!(
+            fl[&r].actions,
+            vec![DpAction::Output(fl[&o].matching.key().in_port)]
+        );
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
+
+        // The engine carries the rest: SYN-ACK, ACK, request, response, the
+        // close both ways.
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 2, 120, ACK | PSH);
+        lab.eng.hit_tcp(r, 1, 400, ACK | PSH);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+        lab.eng.hit_tcp(r, 1, 60, ACK | FIN);
+        lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=TIME_WAIT"), "{line}");
+        assert!(
+            line.contains("dport=80,packets=5,") && line.contains("dport=40001,packets=3,"),
+            "the engine's packets credited: {line}"
+        );
+        assert!(lab.eng.flows().is_empty(), "closed: entries gone");
+        assert!(lab.br.ct_offloads().is_empty());
+
+        // A flush removes a live connection's entries.
+        assert_eq!(lab.send(true, 40002, SYN, x, 0), 1);
+        let (_, _, sa) = lab.entries(40002).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.br.flush_conntrack(&Default::default());
+        assert!(lab.eng.flows().is_empty(), "{:#?}", lab.eng.flows());
+        assert!(lab.conn(40002).is_none());
+
+        // A rule change: the reply direction's entries go before it returns.
+        assert_eq!(lab.send(true, 40003, SYN, x, 0), 1);
+        assert!(lab.entries(40003).is_some());
+        lab.br
+            .add_flow_str(
+                "table=1,priority=20,in_port=p2,ip,ct_state=+trk+est,actions=drop",
+                lab.now,
+            )
+            .unwrap();
+        let fl = lab.eng.flows();
+        assert!(
+            fl.values().all(|f| f.matching.key().tp_dst != 40003),
+            "{fl:#?}"
+        );
+        // ... and the reply that would have matched them goes up, dropped.
+        assert_eq!(lab.send(false, 40003, SYN | ACK, y, x + 1), 0);
+        lab.br
+            .del_flows_str("table=1,priority=20,in_port=p2,ip,ct_state=+trk+est")
+            .unwrap();
+
+        // A new SYN on the tuple of a connection the engine closed (before
+        // any sync told the tracker): the old entries go, the new
+        // connection is set up afresh.
+        assert_eq!(lab.send(true, 40004, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40004).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 3, 180, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        assert_eq!(lab.send(true, 40004, SYN, x + 7, 0), 1);
+        let (o2, r2, sa2) = lab.entries(40004).expect("set up afresh");
+        assert!(![o, r, sa].contains(&o2) && ![o, r, sa].contains(&r2) && sa2 != sa);
+        assert_eq!(lab.eng.flows()[&o2].counters.packets, 0);
+        let line = lab.conn(40004).unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
     }
 }

@@ -71,6 +71,19 @@ impl Switch {
                     .join(" ")
             }
         );
+        let cto = br.ct_offloads();
+        let _ = writeln!(
+            text,
+            "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{}",
+            cto.len(),
+            cto.set_up,
+            cto.offloaded,
+            cto.removed
+        );
+        let ct_kernel = json!({
+            "live": cto.len(), "set_up": cto.set_up,
+            "installed": cto.offloaded, "removed": cto.removed,
+        });
         let limits_json = limits(&br.limits(), text);
         let mut ports = port_stats(br, text);
         // Configured ports whose interface is missing (see `tick`).
@@ -93,6 +106,7 @@ impl Switch {
                 "drops": drops,
             },
             "engines": engines,
+            "ct_kernel": ct_kernel,
             "limits": limits_json,
             "offload": offload_json,
             "ports": ports,
