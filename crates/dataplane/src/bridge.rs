@@ -1324,6 +1324,12 @@ impl Bridge {
         self.dp.sync_ct_offloads(Instant::now());
     }
 
+    /// Turn connection set-up in the kernel on or off (off by default,
+    /// `NICFLOW_CT_SETUP=1` in the environment turns it on).
+    pub fn set_ct_setup(&mut self, on: bool) {
+        self.dp.ct_offloads.setup_enabled = on;
+    }
+
     /// Connections in the kernel engine (`ct_offload`), for `stats`.
     pub fn ct_offloads(&self) -> &crate::datapath::ct_offload::CtOffloads {
         &self.dp.ct_offloads

@@ -129,8 +129,8 @@ pub struct CtOffloads {
     pub removed: u64,
     /// Connections set up in the kernel at their first packet.
     pub set_up: u64,
-    /// Set-up in the kernel on (the default); off, connections move only
-    /// once established ([`MIN_PACKETS`]).
+    /// Set-up in the kernel on; off (the default, see [`setup_default`]),
+    /// connections move only once established ([`MIN_PACKETS`]).
     pub setup_enabled: bool,
 }
 
@@ -147,10 +147,15 @@ impl Default for CtOffloads {
     }
 }
 
-/// `NICFLOW_CT_SETUP=0` turns set-up in the kernel off (for measuring it
-/// against the established-only offload with the same binary).
+/// Set-up in the kernel is off unless `NICFLOW_CT_SETUP=1` is in the
+/// daemon's environment: measured with `nicflow bench conntrack --modes
+/// cps` it lowered new connections/s (0.93x the established-only offload,
+/// docs/results/conntrack.md): the daemon's CPU per connection hardly
+/// fell, the three installs and removals costing about what the nine
+/// upcalls they save did, and closed connections' entries waiting up to a
+/// tick to go filled the kernel map at 20,000 connections/s.
 fn setup_default() -> bool {
-    std::env::var("NICFLOW_CT_SETUP").map_or(true, |v| v != "0")
+    std::env::var("NICFLOW_CT_SETUP").is_ok_and(|v| v == "1")
 }
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a

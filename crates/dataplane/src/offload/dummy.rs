@@ -699,6 +699,7 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
             let (engine, eng) = DummyOffload::new(1000);
             br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
             br.add_flows_str(FIREWALL, now).unwrap();
+            br.set_ct_setup(true);
             CtLab {
                 br,
                 eng,
