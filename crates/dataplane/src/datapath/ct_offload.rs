@@ -46,7 +46,7 @@ use super::{DpAction, DpFlow, FlowOffload};
 use nicflow_classifier::{Classifier, RuleId};
 use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -129,6 +129,9 @@ pub struct CtOffloads {
     pub removed: u64,
     /// Connections set up in the kernel at their first packet.
     pub set_up: u64,
+    /// Connections set up in the kernel, in the order they were, for
+    /// [`CtOffloads::poll_setup`] (original direction, when).
+    setup_queue: VecDeque<(ConnHandle, Instant)>,
     /// Set-up in the kernel on; off (the default, see [`setup_default`]),
     /// connections move only once established ([`MIN_PACKETS`]).
     pub setup_enabled: bool,
@@ -142,6 +145,7 @@ impl Default for CtOffloads {
             offloaded: 0,
             removed: 0,
             set_up: 0,
+            setup_queue: VecDeque::new(),
             setup_enabled: setup_default(),
         }
     }
@@ -157,6 +161,15 @@ impl Default for CtOffloads {
 fn setup_default() -> bool {
     std::env::var("NICFLOW_CT_SETUP").is_ok_and(|v| v == "1")
 }
+
+/// How old a connection set up in the kernel is when
+/// [`CtOffloads::poll_setup`] looks at it: long enough for a one-request
+/// exchange on a local network to be over.
+pub const SETUP_POLL_AGE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
+/// tick's sync alone handles them).
+const SETUP_QUEUE_MAX: usize = 1 << 20;
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a
 /// retry costs one composition, so nothing is lost but a little CPU).
@@ -305,6 +318,9 @@ impl CtOffloads {
                     return;
                 }
                 self.set_up += 1;
+                if self.setup_queue.len() < SETUP_QUEUE_MAX {
+                    self.setup_queue.push_back((h, now));
+                }
                 for ((slot, reply, e), (_, _, kernel_id)) in entries.into_iter().zip(ids) {
                     self.offloaded += 1;
                     let d = if reply { h.reversed() } else { h };
@@ -475,6 +491,55 @@ impl CtOffloads {
         // Refusals hold until the next tick: some are the engine's of the
         // moment (a full map, a port not yet taking redirects).
         self.refused.clear();
+    }
+
+    /// Look once at connections set up in the kernel at least
+    /// [`SETUP_POLL_AGE`] ago, oldest first, at most `budget` of them:
+    /// read their entries' flags (one counter read each) and hand them to
+    /// the tracker; the entries of those that closed go now, instead of
+    /// at the next tick's sync. A short connection is over by then, so its
+    /// entries do not pile up in the kernel map for a second and are not
+    /// all removed in one burst. Those still open are left to the sync.
+    pub fn poll_setup(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+        budget: usize,
+    ) {
+        let mut n = 0;
+        while n < budget {
+            let Some(&(h, at)) = self.setup_queue.front() else {
+                break;
+            };
+            if now.saturating_duration_since(at) < SETUP_POLL_AGE {
+                break;
+            }
+            self.setup_queue.pop_front();
+            let keys = [(h, MAIN), (h.reversed(), MAIN), (h.reversed(), SYNACK)];
+            let mut seen = [0u16; 2];
+            let mut used = None;
+            for k in keys {
+                let Some(o) = self.live.get(&k).filter(|o| o.setup) else {
+                    continue;
+                };
+                if let Some(c) = off.counters(o.kernel_id) {
+                    seen[usize::from(o.reply)] |= c.tcp_flags;
+                    used = used.max(c.used);
+                }
+            }
+            n += 1;
+            if let Some(u) = used {
+                tracker.kernel_tcp_flags(h, seen, u, now);
+            }
+            let info = tracker.offload_info(h, now);
+            for k in keys {
+                if self.live.get(&k).is_some_and(|o| !o.holds(info)) {
+                    self.remove(k, tracker, off, flows, now);
+                }
+            }
+        }
     }
 
     /// A packet of connection `h` just went through the tracker in

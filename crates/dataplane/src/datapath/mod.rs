@@ -669,6 +669,11 @@ impl Datapath {
             self.recirculate(in_port, first, &mut passes, handler, now, tx, &mut budget);
         }
         self.recirc = passes;
+        if let Some(off) = self.offload.as_deref_mut() {
+            // Connections set up in the kernel that are likely over.
+            self.ct_offloads
+                .poll_setup(&mut self.conntrack, off, &mut self.flows, now, 64);
+        }
     }
 
     /// Run the copies a packet's actions recirculated (`passes`), in the
