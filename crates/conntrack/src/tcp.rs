@@ -193,18 +193,18 @@ impl TcpConn {
     /// a state changed.
     pub(crate) fn kernel_flags(&mut self, seen: [u16; 2]) -> bool {
         let before = self.peer.map(|p| p.state);
-        for d in 0..2 {
-            if seen[d] & TCP_SYN != 0 && self.peer[d].state < TcpState::SynSent {
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_SYN != 0 && self.peer[d].state < TcpState::SynSent {
                 self.peer[d].state = TcpState::SynSent;
             }
         }
-        for d in 0..2 {
-            if seen[d] & TCP_ACK != 0 && self.peer[1 - d].state == TcpState::SynSent {
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_ACK != 0 && self.peer[1 - d].state == TcpState::SynSent {
                 self.peer[1 - d].state = TcpState::Established;
             }
         }
-        for d in 0..2 {
-            if seen[d] & TCP_FIN != 0 && self.peer[d].state < TcpState::Closing {
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_FIN != 0 && self.peer[d].state < TcpState::Closing {
                 self.peer[d].state = TcpState::Closing;
             }
         }
