@@ -869,5 +869,29 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert_eq!(lab.eng.flows()[&o2].counters.packets, 0);
         let line = lab.conn(40004).unwrap();
         assert!(line.contains("state=SYN_SENT"), "{line}");
+
+        // 20 ms after its set-up a connection is looked at again when
+        // frames come in: one the engine closed goes then, before any sync.
+        assert_eq!(lab.send(true, 40005, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40005).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        lab.now += std::time::Duration::from_millis(30);
+        // Any frame will do: p2 may not open connections, so this one is
+        // dropped.
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40005).is_none(), "{:#?}", lab.ct_entries());
+        let line = lab
+            .br
+            .conntrack()
+            .dump(None, lab.now)
+            .iter()
+            .map(|e| e.format(false, false))
+            .find(|l| l.contains("sport=40005,"))
+            .unwrap();
+        assert!(line.contains("state=TIME_WAIT"), "{line}");
+        // The one still open is left to the sync.
+        assert!(lab.entries(40004).is_some());
     }
 }
