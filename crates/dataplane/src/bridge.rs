@@ -1324,8 +1324,8 @@ impl Bridge {
         self.dp.sync_ct_offloads(Instant::now());
     }
 
-    /// Turn connection set-up in the kernel on or off (off by default,
-    /// `NICFLOW_CT_SETUP=1` in the environment turns it on).
+    /// Turn connection set-up in the kernel on or off (on by default,
+    /// `NICFLOW_CT_SETUP=0` in the environment turns it off).
     pub fn set_ct_setup(&mut self, on: bool) {
         self.dp.ct_offloads.setup_enabled = on;
     }

@@ -630,9 +630,6 @@ fn short_connections_are_set_up_in_the_kernel() {
         }
         return;
     }
-    // Off by default (it did not raise connections/s): the daemon the lab
-    // starts inherits this.
-    std::env::set_var("NICFLOW_CT_SETUP", "1");
     let lab = Lab::up("ks", "", FIREWALL);
     let (h1, h2) = (lab.ns("ks1"), lab.ns("ks2"));
     let _web = http_server(&h2, "198.18.0.2");

@@ -132,7 +132,7 @@ pub struct CtOffloads {
     /// Connections set up in the kernel, in the order they were, for
     /// [`CtOffloads::poll_setup`] (original direction, when).
     setup_queue: VecDeque<(ConnHandle, Instant)>,
-    /// Set-up in the kernel on; off (the default, see [`setup_default`]),
+    /// Set-up in the kernel on (the default, see [`setup_default`]); off,
     /// connections move only once established ([`MIN_PACKETS`]).
     pub setup_enabled: bool,
 }
@@ -151,25 +151,16 @@ impl Default for CtOffloads {
     }
 }
 
-/// Set-up in the kernel is off unless `NICFLOW_CT_SETUP=1` is in the
-/// daemon's environment: measured with `nicflow bench conntrack --modes
-/// cps` it lowered new connections/s (0.93x the established-only offload,
-/// docs/results/conntrack.md): the daemon's CPU per connection hardly
-/// fell, the three installs and removals costing about what the nine
-/// upcalls they save did, and closed connections' entries waiting up to a
-/// tick to go filled the kernel map at 20,000 connections/s.
+/// Set-up in the kernel is on unless `NICFLOW_CT_SETUP=0` is in the
+/// daemon's environment. Measured with `nicflow bench conntrack --modes
+/// cps` (docs/results/conntrack.md, 2026-12-04): with the entries of
+/// closed connections left for the 1-s tick it lowered connections/s
+/// (0.93x; the kernel map filled and the tick removed tens of thousands
+/// of entries at once); with [`CtOffloads::poll_setup`] it raised them
+/// 1.09-1.12x, the daemon's CPU per connection down by a quarter.
 fn setup_default() -> bool {
-    std::env::var("NICFLOW_CT_SETUP").is_ok_and(|v| v == "1")
+    std::env::var("NICFLOW_CT_SETUP").map_or(true, |v| v != "0")
 }
-
-/// How old a connection set up in the kernel is when
-/// [`CtOffloads::poll_setup`] looks at it: long enough for a one-request
-/// exchange on a local network to be over.
-pub const SETUP_POLL_AGE: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
-/// tick's sync alone handles them).
-const SETUP_QUEUE_MAX: usize = 1 << 20;
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a
 /// retry costs one composition, so nothing is lost but a little CPU).
