@@ -159,8 +159,17 @@ impl Default for CtOffloads {
 /// of entries at once); with [`CtOffloads::poll_setup`] it raised them
 /// 1.09-1.12x, the daemon's CPU per connection down by a quarter.
 fn setup_default() -> bool {
-    std::env::var("NICFLOW_CT_SETUP").map_or(true, |v| v != "0")
+    !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
 }
+
+/// How old a connection set up in the kernel is when
+/// [`CtOffloads::poll_setup`] looks at it: long enough for a one-request
+/// exchange on a local network to be over.
+pub const SETUP_POLL_AGE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
+/// tick's sync alone handles them).
+const SETUP_QUEUE_MAX: usize = 1 << 20;
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a
 /// retry costs one composition, so nothing is lost but a little CPU).
