@@ -155,8 +155,8 @@ impl Default for CtOffloads {
 /// daemon's environment. Measured with `nicflow bench conntrack --modes
 /// cps` (docs/results/conntrack.md, 2026-12-04): with the entries of
 /// closed connections left for the 1-s tick it lowered connections/s
-/// (0.93x; the kernel map filled and the tick removed tens of thousands
-/// of entries at once); with [`CtOffloads::poll_setup`] it raised them
+/// (0.93x; up to 60,000 entries waited in the kernel map and the tick
+/// removed them all at once); with [`CtOffloads::poll_setup`] it raised them
 /// 1.09-1.12x, the daemon's CPU per connection down by a quarter.
 fn setup_default() -> bool {
     !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
