@@ -33,7 +33,8 @@
 //! one per direction that lets everything but SYN and RST through (FIN
 //! too), and one for the reply's SYN-ACK. The handshake, the data and the
 //! close then run in the kernel; the engine ORs the TCP flags each entry
-//! saw into its counters, and each sync hands them to the tracker
+//! saw into its counters, and a poll 20 ms after the set-up
+//! ([`CtOffloads::poll_setup`]) and each sync hand them to the tracker
 //! (`Conntrack::kernel_tcp_flags`), which moves the connection to
 //! ESTABLISHED, then to TIME_WAIT when both FINs went, when its entries
 //! go. A RST still goes up. A megaflow guarantees its actions for every
