@@ -60,8 +60,14 @@ pub(crate) struct Conn {
     pub liberal: bool,
     /// A kernel engine set the connection up (`Conntrack::kernel_setup`):
     /// it forwards the handshake and the close, and the tracker learns
-    /// them from the TCP flags it reports, up to a tick late.
+    /// them from the TCP flags it reports. Cleared when its last kernel
+    /// entry goes (`Conntrack::kernel_entries_gone`).
     pub kernel_setup: bool,
+    /// The connection has kernel entries (set up there, or established
+    /// and moved there): when it leaves the table its handle goes to
+    /// `Conntrack::take_replaced`, so the entries go before a new
+    /// connection with the same tuple installs its own.
+    pub in_kernel: bool,
 }
 
 /// `valid_new`: may this packet create a connection?
@@ -106,6 +112,7 @@ impl Conn {
             nat: None,
             liberal: false,
             kernel_setup: false,
+            in_kernel: false,
         }
     }
 
@@ -120,21 +127,11 @@ impl Conn {
         tcp_seq_chk: bool,
     ) -> Update {
         let res = match (&mut self.proto, p.tcp.as_ref()) {
-            // A connection set up in the kernel may have closed there
-            // since the tracker last heard (the flags arrive each tick),
-            // so a bare SYN from the originator's side may be a new
-            // connection reusing the tuple: it replaces this one (as a SYN
-            // on a closed one does). A retransmitted SYN is replaced too:
-            // it is `+new` either way, and the new connection is set up
-            // afresh.
-            (ProtoState::Tcp(_), Some(seg))
-                if self.kernel_setup
-                    && !reply
-                    && seg.flags & (tcp::TCP_SYN | tcp::TCP_ACK | tcp::TCP_RST | tcp::TCP_FIN)
-                        == tcp::TCP_SYN =>
-            {
-                Update::New
-            }
+            // A connection set up in the kernel is brought up to date
+            // from its entries before a bare SYN reaches here (the
+            // caller's `Conntrack::kernel_tcp_flags`), so a SYN is judged
+            // as on any connection: it replaces one closed both ways,
+            // and is a retransmission while the SYN is unanswered.
             (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk && !self.liberal),
             // A TCP connection always gets TCP segments (same key, same
             // protocol); this arm only keeps the match total.

@@ -45,7 +45,7 @@ enum Removal {
 /// Minimum interval between two "table full" warnings.
 const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Most replaced kernel-set-up connections held for
+/// Most removed connections with kernel entries held for
 /// [`Conntrack::take_replaced`].
 const REPLACED_MAX: usize = 4096;
 
@@ -68,8 +68,8 @@ pub struct Conntrack {
     nat_seed: RandomState,
     /// `random_uint32()` state for NAT port searches.
     rng: u64,
-    /// Connections set up in a kernel engine that a new SYN replaced
-    /// (see [`Conntrack::take_replaced`]).
+    /// Connections with kernel entries that left the table (see
+    /// [`Conntrack::take_replaced`]).
     replaced: Vec<crate::ConnHandle>,
 }
 
@@ -209,19 +209,8 @@ impl Conntrack {
                         conn_slot = Some(slot);
                     }
                     Update::New => {
-                        // Bounded: a caller that never drains loses only
-                        // the early removal (its sync removes them too).
-                        let room = self.replaced.len() < REPLACED_MAX;
-                        if let Some(c) = self.slot(slot).filter(|c| c.kernel_setup && room) {
-                            // Its kernel entries must go before the new
-                            // connection's are installed.
-                            self.replaced.push(ConnHandle {
-                                slot,
-                                id: c.id,
-                                reply: false,
-                                related: false,
-                            });
-                        }
+                        // Its kernel entries, if any, are handed to
+                        // `take_replaced` by `remove`.
                         self.remove(slot, Removal::Removed);
                         create = true;
                     }
@@ -433,7 +422,36 @@ impl Conntrack {
         };
         c.liberal = true;
         c.kernel_setup = true;
+        c.in_kernel = true;
         true
+    }
+
+    /// A kernel engine now holds an entry of the connection behind `h`
+    /// (an established direction moved there): see
+    /// [`Conntrack::take_replaced`]. Returns false if it is gone.
+    pub fn kernel_entries(&mut self, h: crate::ConnHandle) -> bool {
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        c.in_kernel = true;
+        true
+    }
+
+    /// The last kernel entry of the connection behind `h` went: the
+    /// tracker sees its every packet again (it stays liberal: its windows
+    /// are stale).
+    pub fn kernel_entries_gone(&mut self, h: crate::ConnHandle) {
+        if let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) {
+            c.in_kernel = false;
+            c.kernel_setup = false;
+        }
+    }
+
+    /// Whether the connection behind `h` is set up in a kernel engine
+    /// (its TCP states come from the entries' flags).
+    pub fn is_kernel_setup(&self, h: crate::ConnHandle) -> bool {
+        self.slot(h.slot)
+            .is_some_and(|c| c.id == h.id && c.kernel_setup)
     }
 
     /// The TCP flags a kernel engine saw on the connection behind `h`
@@ -464,9 +482,10 @@ impl Conntrack {
         !c.expired(now)
     }
 
-    /// Connections set up in a kernel engine that a new SYN replaced since
-    /// the last call (their kernel entries must go at once: the new
-    /// connection has the same tuple).
+    /// Connections with kernel entries that left the table since the last
+    /// call, for whatever reason (replaced by a new SYN, expired, swept,
+    /// flushed): their entries must go at once, before a new connection
+    /// with the same tuple installs entries with the same match.
     pub fn take_replaced(&mut self) -> impl Iterator<Item = crate::ConnHandle> + '_ {
         self.replaced.drain(..)
     }
@@ -624,6 +643,20 @@ impl Conntrack {
         let Some(c) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return;
         };
+        // Whatever the reason (expiry, sweep, flush, replaced by a new
+        // SYN, `force`), a connection with kernel entries is handed to
+        // the caller: its entries must go before a new connection with
+        // its tuple installs entries with the same match. Bounded: a
+        // caller that never drains loses only the early removal (its
+        // sync removes them too).
+        if c.in_kernel && self.replaced.len() < REPLACED_MAX {
+            self.replaced.push(ConnHandle {
+                slot,
+                id: c.id,
+                reply: false,
+                related: false,
+            });
+        }
         for k in &c.keys {
             if self.map.get(k).is_some_and(|r| r.slot == slot) {
                 self.map.remove(k);

@@ -1074,6 +1074,8 @@ impl Bridge {
         }
         self.dp.expire(now, &mut self.ofproto);
         self.dp.conntrack.sweep(now);
+        // Kernel entries of the connections that expired go now.
+        self.dp.forget_gone_conns(now);
         if self.ofproto.n_frozen() > 0 {
             let live = self.dp.recirc_ids_in_use();
             self.ofproto.retain_frozen(&live);
@@ -1333,6 +1335,11 @@ impl Bridge {
     /// Connections in the kernel engine (`ct_offload`), for `stats`.
     pub fn ct_offloads(&self) -> &crate::datapath::ct_offload::CtOffloads {
         &self.dp.ct_offloads
+    }
+
+    /// The same, to change its limits (tests).
+    pub fn ct_offloads_mut(&mut self) -> &mut crate::datapath::ct_offload::CtOffloads {
+        &mut self.dp.ct_offloads
     }
 
     /// The most connections the tracker holds (`dpctl/ct-set-maxconns`).

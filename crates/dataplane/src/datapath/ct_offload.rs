@@ -118,9 +118,83 @@ impl CtOffload {
     }
 }
 
+/// A set-up connection's original-direction tuple (addresses, ports,
+/// EtherType; TCP), what a bare SYN of it is found by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Tuple {
+    dl_type: u16,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+}
+
+impl Tuple {
+    fn of(k: &FlowKey) -> Tuple {
+        let (src, dst) = if k.dl_type == 0x86dd {
+            (k.ipv6_src, k.ipv6_dst)
+        } else {
+            let mut s = [0; 16];
+            let mut d = [0; 16];
+            s[..4].copy_from_slice(&k.nw_src.to_be_bytes());
+            d[..4].copy_from_slice(&k.nw_dst.to_be_bytes());
+            (s, d)
+        };
+        Tuple {
+            dl_type: k.dl_type,
+            src,
+            dst,
+            sport: k.tp_src,
+            dport: k.tp_dst,
+        }
+    }
+
+    fn reversed(&self) -> Tuple {
+        Tuple {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..*self
+        }
+    }
+}
+
+/// A connection set up in the kernel (keyed by its original direction).
+#[derive(Clone, Copy, Debug)]
+struct SetupConn {
+    tuple: Tuple,
+    /// The reply's SYN-ACK was seen (its entries no longer count against
+    /// [`CtOffloads::setup_pending_max`]).
+    answered: bool,
+}
+
 /// The datapath's table of offloaded connection directions.
 pub struct CtOffloads {
     live: HashMap<(ConnHandle, u8), CtOffload>,
+    /// Connections set up in the kernel that still have entries, and the
+    /// same by original tuple: one at a time per tuple (a second would
+    /// install entries with the same match), found by a bare SYN.
+    setup_conns: HashMap<ConnHandle, SetupConn>,
+    by_tuple: HashMap<Tuple, ConnHandle>,
+    /// Set-up connections whose SYN-ACK has not been seen yet.
+    pending: usize,
+    /// Most of those at once (3 entries each): beyond it set-up is refused
+    /// (`ct:setup-pending-full`), so a SYN flood cannot fill the map the
+    /// established and megaflow entries need. A quarter of the default
+    /// 65,536-entry map.
+    pub setup_pending_max: usize,
+    /// Set-up refusals by reason (counted, not remembered: the next SYN
+    /// of the kind tries again).
+    pub setup_refused: std::collections::BTreeMap<&'static str, u64>,
+    /// Set-up connections whose entries went because the handshake did
+    /// not complete within [`SETUP_HANDSHAKE_MAX`].
+    pub setup_timeouts: u64,
+    /// When [`CtOffloads::poll_setup`] may run next.
+    next_poll: Option<Instant>,
+    /// Set-up connections still unanswered at their first poll, looked at
+    /// again [`SETUP_HANDSHAKE_MAX`] after their set-up.
+    handshake_queue: VecDeque<(ConnHandle, Instant)>,
     /// Directions the engine or the composition refused, with the reason,
     /// so the attempt is not repeated for every packet. Forgotten when
     /// flows change.
@@ -142,6 +216,14 @@ impl Default for CtOffloads {
     fn default() -> Self {
         CtOffloads {
             live: HashMap::new(),
+            setup_conns: HashMap::new(),
+            by_tuple: HashMap::new(),
+            pending: 0,
+            setup_pending_max: SETUP_PENDING_MAX,
+            setup_refused: Default::default(),
+            setup_timeouts: 0,
+            next_poll: None,
+            handshake_queue: VecDeque::new(),
             refused: HashMap::new(),
             offloaded: 0,
             removed: 0,
@@ -167,6 +249,23 @@ fn setup_default() -> bool {
 /// [`CtOffloads::poll_setup`] looks at it: long enough for a one-request
 /// exchange on a local network to be over.
 pub const SETUP_POLL_AGE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Default of [`CtOffloads::setup_pending_max`]: unanswered set-up
+/// connections' entries take at most a quarter of a 65,536-entry map.
+pub const SETUP_PENDING_MAX: usize = 65_536 / 4 / 3;
+
+/// How long a set-up connection may wait for its SYN-ACK: after that its
+/// entries go and the tracker carries it in userspace (a SYN scan's
+/// unanswered connections hold no entries for their 30-s opening timer).
+pub const SETUP_HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`CtOffloads::poll_setup`] runs at most this often: each run is a few
+/// map reads (a system call each) on the packet path.
+pub const SETUP_POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Most wall-clock time one [`CtOffloads::poll_setup`] spends reading
+/// counters.
+const SETUP_POLL_TIME: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
 /// tick's sync alone handles them).
@@ -239,6 +338,7 @@ impl CtOffloads {
             Ok(kernel_id) => {
                 // From now on the tracker does not see every segment.
                 tracker.credit(h, reply, 0, 0, now, now);
+                tracker.kernel_entries(h);
                 self.offloaded += 1;
                 self.live.insert(
                     (h, MAIN),
@@ -285,13 +385,26 @@ impl CtOffloads {
             || key.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) != TCP_SYN
             || self.live.contains_key(&(h, MAIN))
             || self.live.contains_key(&(h.reversed(), MAIN))
-            || self.refused.contains_key(&h)
         {
             return;
         }
         let Some(info) = tracker.offload_info(h, now) else {
             return;
         };
+        // Entries of another connection with this tuple (either way
+        // round) are still in the engine (it left the tracker, its
+        // entries not yet removed): new ones would have the same match,
+        // and the engine would replace them in place, counters, flags
+        // and all.
+        let tuple = Tuple::of(key);
+        if self.by_tuple.contains_key(&tuple) || self.by_tuple.contains_key(&tuple.reversed()) {
+            self.refuse_setup("ct:setup-tuple-busy");
+            return;
+        }
+        if self.pending >= self.setup_pending_max {
+            self.refuse_setup("ct:setup-pending-full");
+            return;
+        }
         match self.compose_setup(key, second_key, flows, info) {
             Ok(mut entries) => {
                 for (_, _, e) in &mut entries {
@@ -307,7 +420,7 @@ impl CtOffloads {
                             for (_, _, id) in ids {
                                 off.remove(id);
                             }
-                            self.refuse(h, why);
+                            self.refuse_setup(why);
                             return;
                         }
                     }
@@ -319,6 +432,15 @@ impl CtOffloads {
                     return;
                 }
                 self.set_up += 1;
+                self.pending += 1;
+                self.setup_conns.insert(
+                    h,
+                    SetupConn {
+                        tuple,
+                        answered: false,
+                    },
+                );
+                self.by_tuple.insert(tuple, h);
                 if self.setup_queue.len() < SETUP_QUEUE_MAX {
                     self.setup_queue.push_back((h, now));
                 }
@@ -340,8 +462,12 @@ impl CtOffloads {
                     );
                 }
             }
-            Err(why) => self.refuse(h, why),
+            Err(why) => self.refuse_setup(why),
         }
+    }
+
+    fn refuse_setup(&mut self, why: &'static str) {
+        *self.setup_refused.entry(why).or_default() += 1;
     }
 
     /// The three entries of [`CtOffloads::setup`] (orig, reply, reply
@@ -438,6 +564,7 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
+        self.forget_gone(tracker, off, flows, now);
         let mut gone = Vec::new();
         // Set-up connections: the flags their entries saw, per direction,
         // and the last hit (keyed by the original direction).
@@ -479,6 +606,7 @@ impl CtOffloads {
         }
         for (h, (flags, used)) in seen {
             tracker.kernel_tcp_flags(h, flags, used, now);
+            self.note_flags(h, flags);
         }
         for (&(h, slot), o) in &self.live {
             if !o.holds(tracker.offload_info(h, now)) {
@@ -494,13 +622,18 @@ impl CtOffloads {
         self.refused.clear();
     }
 
-    /// Look once at connections set up in the kernel at least
-    /// [`SETUP_POLL_AGE`] ago, oldest first, at most `budget` of them:
-    /// read their entries' flags (one counter read each) and hand them to
-    /// the tracker; the entries of those that closed go now, instead of
-    /// at the next tick's sync. A short connection is over by then, so its
-    /// entries do not pile up in the kernel map for a second and are not
-    /// all removed in one burst. Those still open are left to the sync.
+    /// Look at connections set up in the kernel at least
+    /// [`SETUP_POLL_AGE`] ago, oldest first, at most `budget` of them and
+    /// for at most [`SETUP_POLL_TIME`], at most every
+    /// [`SETUP_POLL_EVERY`]: read their entries' flags (one counter read
+    /// each) and hand them to the tracker; the entries of those that
+    /// closed go now, instead of at the next tick's sync. A short
+    /// connection is over by then, so its entries do not pile up in the
+    /// kernel map for a second and are not all removed in one burst.
+    /// Those still open are left to the sync, except those whose SYN-ACK
+    /// was not seen: they are looked at again [`SETUP_HANDSHAKE_MAX`]
+    /// after their set-up, and if still unanswered their entries go (the
+    /// tracker carries them in userspace).
     pub fn poll_setup(
         &mut self,
         tracker: &mut Conntrack,
@@ -509,37 +642,136 @@ impl CtOffloads {
         now: Instant,
         budget: usize,
     ) {
-        let mut n = 0;
-        while n < budget {
-            let Some(&(h, at)) = self.setup_queue.front() else {
-                break;
+        self.forget_gone(tracker, off, flows, now);
+        if self.setup_queue.is_empty() && self.handshake_queue.is_empty() {
+            return;
+        }
+        if self.next_poll.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_poll = Some(now + SETUP_POLL_EVERY);
+        let started = Instant::now();
+        let (mut n, mut skipped) = (0, 0);
+        while n < budget && skipped < 16 * budget.max(1) && started.elapsed() < SETUP_POLL_TIME {
+            let due = |q: &VecDeque<(ConnHandle, Instant)>, age| {
+                q.front()
+                    .copied()
+                    .filter(|(_, at)| now.saturating_duration_since(*at) >= age)
             };
-            if now.saturating_duration_since(at) < SETUP_POLL_AGE {
-                break;
-            }
-            self.setup_queue.pop_front();
-            let keys = [(h, MAIN), (h.reversed(), MAIN), (h.reversed(), SYNACK)];
-            let mut seen = [0u16; 2];
-            let mut used = None;
-            for k in keys {
-                let Some(o) = self.live.get(&k).filter(|o| o.setup) else {
-                    continue;
+            let (h, at, last) =
+                if let Some((h, at)) = due(&self.handshake_queue, SETUP_HANDSHAKE_MAX) {
+                    self.handshake_queue.pop_front();
+                    (h, at, true)
+                } else if let Some((h, at)) = due(&self.setup_queue, SETUP_POLL_AGE) {
+                    self.setup_queue.pop_front();
+                    (h, at, false)
+                } else {
+                    break;
                 };
-                if let Some(c) = off.counters(o.kernel_id) {
-                    seen[usize::from(o.reply)] |= c.tcp_flags;
-                    used = used.max(c.used);
-                }
+            if !self.setup_conns.contains_key(&h) {
+                // Its entries already went (the sync, a FIN or RST seen
+                // in userspace): nothing to read.
+                skipped += 1;
+                continue;
             }
             n += 1;
-            if let Some(u) = used {
-                tracker.kernel_tcp_flags(h, seen, u, now);
-            }
-            let info = tracker.offload_info(h, now);
-            for k in keys {
-                if self.live.get(&k).is_some_and(|o| !o.holds(info)) {
-                    self.remove(k, tracker, off, flows, now);
+            self.look(h, tracker, off, flows, now);
+            if self.setup_conns.get(&h).is_some_and(|c| !c.answered) {
+                if last {
+                    self.setup_timeouts += 1;
+                    self.forget(h, tracker, off, flows, now);
+                } else if self.handshake_queue.len() < SETUP_QUEUE_MAX {
+                    self.handshake_queue.push_back((h, at));
                 }
             }
+        }
+    }
+
+    /// A bare TCP SYN (first-pass key `key`) is about to reach the
+    /// tracker: if a connection with its tuple is set up in the kernel,
+    /// the tracker first learns what the entries saw (so the SYN is
+    /// judged against the connection's real state: replacing it if it
+    /// closed, a retransmission if it is still opening), and the entries
+    /// of a connection that ended go.
+    pub fn refresh_for_syn(
+        &mut self,
+        key: &FlowKey,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if let Some(&h) = self.by_tuple.get(&Tuple::of(key)) {
+            self.look(h, tracker, off, flows, now);
+        }
+    }
+
+    /// Whether any connection is set up in the kernel now.
+    pub fn has_setup(&self) -> bool {
+        !self.setup_conns.is_empty()
+    }
+
+    /// Read the entries of set-up connection `h` (original direction),
+    /// hand their flags to the tracker, and remove those that no longer
+    /// hold.
+    fn look(
+        &mut self,
+        h: ConnHandle,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        let keys = [(h, MAIN), (h.reversed(), MAIN), (h.reversed(), SYNACK)];
+        let mut seen = [0u16; 2];
+        let mut used = None;
+        for k in keys {
+            let Some(o) = self.live.get(&k).filter(|o| o.setup) else {
+                continue;
+            };
+            if let Some(c) = off.counters(o.kernel_id) {
+                seen[usize::from(o.reply)] |= c.tcp_flags;
+                used = used.max(c.used);
+            }
+        }
+        if let Some(u) = used {
+            tracker.kernel_tcp_flags(h, seen, u, now);
+            self.note_flags(h, seen);
+        }
+        let info = tracker.offload_info(h, now);
+        for k in keys {
+            if self.live.get(&k).is_some_and(|o| !o.holds(info)) {
+                self.remove(k, tracker, off, flows, now);
+            }
+        }
+    }
+
+    /// Flags the entries of set-up connection `h` saw: a SYN back means
+    /// the handshake was answered.
+    fn note_flags(&mut self, h: ConnHandle, seen: [u16; 2]) {
+        if seen[1] & TCP_SYN != 0 {
+            if let Some(c) = self.setup_conns.get_mut(&h).filter(|c| !c.answered) {
+                c.answered = true;
+                self.pending = self.pending.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Remove the entries of connections that left the tracker
+    /// (`Conntrack::take_replaced`: replaced, expired, swept, flushed).
+    pub fn forget_gone(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if !tracker.has_replaced() {
+            return;
+        }
+        let gone: Vec<_> = tracker.take_replaced().collect();
+        for h in gone {
+            self.forget(h, tracker, off, flows, now);
         }
     }
 
@@ -606,6 +838,7 @@ impl CtOffloads {
                     f[usize::from(o.reply)] = c.tcp_flags;
                     let orig = if o.reply { h.reversed() } else { h };
                     tracker.kernel_tcp_flags(orig, f, used, now);
+                    self.note_flags(orig, f);
                 }
                 tracker.credit(h, o.reply, dp, db, used, now);
                 if dp > 0 {
@@ -621,6 +854,22 @@ impl CtOffloads {
                 }
             }
             self.removed += 1;
+            let orig = if o.reply { h.reversed() } else { h };
+            let any = [MAIN, SYNACK].iter().any(|&s| {
+                self.live.contains_key(&(orig, s)) || self.live.contains_key(&(orig.reversed(), s))
+            });
+            if !any {
+                // Its last entry: the tracker sees every packet again.
+                tracker.kernel_entries_gone(orig);
+                if let Some(sc) = self.setup_conns.remove(&orig) {
+                    if !sc.answered {
+                        self.pending = self.pending.saturating_sub(1);
+                    }
+                    if self.by_tuple.get(&sc.tuple) == Some(&orig) {
+                        self.by_tuple.remove(&sc.tuple);
+                    }
+                }
+            }
         }
     }
 

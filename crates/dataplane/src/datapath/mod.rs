@@ -560,6 +560,7 @@ impl Datapath {
     /// Credit offloaded connections' kernel traffic and remove the entries
     /// of connections that ended, changed or went (after a flush).
     pub fn sync_ct_offloads(&mut self, now: Instant) {
+        self.forget_gone_conns(now);
         if let Some(off) = self.offload.as_deref_mut() {
             if self.ct_offloads.is_empty() {
                 return;
@@ -568,6 +569,21 @@ impl Datapath {
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
             off.drop_prefetched();
+        }
+    }
+
+    /// Remove the kernel entries of connections that left the tracker
+    /// (`Conntrack::take_replaced`); without an engine there are none.
+    pub fn forget_gone_conns(&mut self, now: Instant) {
+        if !self.conntrack.has_replaced() {
+            return;
+        }
+        match self.offload.as_deref_mut() {
+            Some(off) => {
+                self.ct_offloads
+                    .forget_gone(&mut self.conntrack, off, &mut self.flows, now)
+            }
+            None => self.conntrack.take_replaced().for_each(drop),
         }
     }
 
@@ -824,6 +840,7 @@ impl Datapath {
             key.tun_flags = t.flags;
             key.tun_metadata = t.metadata;
         }
+        let first_pass = recirc.is_none();
         let (meta, depth) = match recirc {
             Some((meta, id, depth)) => {
                 key.recirc_id = id;
@@ -832,6 +849,23 @@ impl Datapath {
             }
             None => (ct::CtMeta::default(), 0),
         };
+        if first_pass
+            && key.nw_proto == 6
+            && key.tcp_flags & 0x017 == 0x002
+            && self.ct_offloads.has_setup()
+        {
+            // A bare SYN of a connection set up in the kernel: the tracker
+            // learns what the kernel saw before it judges the SYN.
+            if let Some(off) = self.offload.as_deref_mut() {
+                self.ct_offloads.refresh_for_syn(
+                    &key,
+                    &mut self.conntrack,
+                    off,
+                    &mut self.flows,
+                    now,
+                );
+            }
+        }
         let mut hit = None;
         if self.cfg.caches_enabled && !(self.bypass_odd_ip && odd_ip_layout(&layout)) {
             let hash = emc::hash_key(key.words(), self.seed);
@@ -926,17 +960,10 @@ impl Datapath {
         // an offloaded connection, its kernel entries go now.
         self.pass_ct = stage.meta.result;
         let tracked = stage.meta.result.and_then(|r| r.conn);
-        if self.conntrack.has_replaced() {
-            // A new SYN replaced a connection set up in the kernel: its
-            // entries have the new one's tuple, so they go first.
-            let gone: Vec<_> = self.conntrack.take_replaced().collect();
-            if let Some(off) = self.offload.as_deref_mut() {
-                for old in gone {
-                    self.ct_offloads
-                        .forget(old, &mut self.conntrack, off, &mut self.flows, now);
-                }
-            }
-        }
+        // A connection with kernel entries left the tracker (a new SYN
+        // replaced it, it expired): its entries have the tuple a new
+        // connection may take now, so they go first.
+        self.forget_gone_conns(now);
         if let (Some(h), Some(off)) = (tracked, self.offload.as_deref_mut()) {
             self.ct_offloads
                 .check(h, &mut self.conntrack, off, &mut self.flows, now);

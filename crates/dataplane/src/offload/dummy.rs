@@ -24,6 +24,10 @@
 //!   `max_flows` entries (`flow-map-full`). A modify is decided afresh the
 //!   same way, so new actions the engine cannot run are refused.
 //! * meters: held as given; a flow's hits count in its meters' `packets_in`.
+//! * an install whose match equals an entry's replaces that entry's
+//!   actions in place, keeping its counters and TCP flags, under a new id
+//!   that names the same entry (removing either id removes it), as the TC
+//!   and XDP engines do with a second install of the same masked key.
 
 use super::kind_reason;
 use crate::datapath::meter::MeterCounters;
@@ -57,6 +61,9 @@ struct State {
     /// Port names whose `port_add` fails.
     fail: BTreeSet<String>,
     flows: BTreeMap<u64, DummyFlow>,
+    /// Ids handed out for an install of an entry's match: the id the
+    /// entry is held under.
+    alias: BTreeMap<u64, u64>,
     next_id: u64,
     max_flows: usize,
     meters: BTreeMap<u32, MeterSpec>,
@@ -98,6 +105,7 @@ impl DummyHandle {
     pub fn hit(&self, id: u64, packets: u64, bytes: u64) -> bool {
         let mut s = self.0.borrow_mut();
         let s = &mut *s;
+        let id = s.resolve(id);
         let Some(f) = s.flows.get_mut(&id) else {
             return false;
         };
@@ -122,7 +130,9 @@ impl DummyHandle {
         if !self.hit(id, packets, bytes) {
             return false;
         }
-        if let Some(f) = self.0.borrow_mut().flows.get_mut(&id) {
+        let mut s = self.0.borrow_mut();
+        let id = s.resolve(id);
+        if let Some(f) = s.flows.get_mut(&id) {
             f.counters.tcp_flags |= flags;
         }
         true
@@ -130,7 +140,14 @@ impl DummyHandle {
 
     /// The entries now, by id.
     pub fn flows(&self) -> BTreeMap<u64, DummyFlow> {
-        self.0.borrow().flows.clone()
+        let s = self.0.borrow();
+        let mut fl = s.flows.clone();
+        for (a, id) in &s.alias {
+            if let Some(f) = s.flows.get(id) {
+                fl.insert(*a, f.clone());
+            }
+        }
+        fl
     }
 
     /// Ports the engine runs on (number, name).
@@ -155,6 +172,11 @@ impl DummyHandle {
 }
 
 impl State {
+    /// The id entry `id` is held under.
+    fn resolve(&self, id: u64) -> u64 {
+        self.alias.get(&id).copied().unwrap_or(id)
+    }
+
     fn port_reason(&self, no: u32) -> &'static str {
         self.others.get(&no).copied().unwrap_or("port:unknown")
     }
@@ -216,7 +238,7 @@ impl FlowOffload for DummyOffload {
     fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
         let mut s = self.0.borrow_mut();
         let r = s.decide(matching, actions).and_then(|()| {
-            if s.flows.len() >= s.max_flows {
+            if s.flows.len() >= s.max_flows && !s.flows.values().any(|f| f.matching == *matching) {
                 Err("flow-map-full")
             } else {
                 Ok(())
@@ -228,6 +250,18 @@ impl FlowOffload for DummyOffload {
         }
         let id = s.next_id;
         s.next_id += 1;
+        let same = s
+            .flows
+            .iter()
+            .find(|(_, f)| f.matching == *matching)
+            .map(|(i, _)| *i);
+        if let Some(held) = same {
+            // The engine's in-place replace: same entry, counters kept.
+            s.flows.get_mut(&held).expect("found above").actions = actions.to_vec();
+            s.alias.insert(id, held);
+            s.counters.installed += 1;
+            return Ok(id);
+        }
         s.flows.insert(
             id,
             DummyFlow {
@@ -247,6 +281,7 @@ impl FlowOffload for DummyOffload {
         actions: &[DpAction],
     ) -> Result<(), &'static str> {
         let mut s = self.0.borrow_mut();
+        let id = s.resolve(id);
         if !s.flows.contains_key(&id) {
             return Err("engine-error");
         }
@@ -259,13 +294,16 @@ impl FlowOffload for DummyOffload {
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
         let mut s = self.0.borrow_mut();
-        let f = s.flows.remove(&id)?;
+        let held = s.resolve(id);
+        s.alias.remove(&id);
+        let f = s.flows.remove(&held)?;
         s.counters.removed += 1;
         Some(f.counters)
     }
 
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
-        self.0.borrow().flows.get(&id).map(|f| f.counters)
+        let s = self.0.borrow();
+        s.flows.get(&s.resolve(id)).map(|f| f.counters)
     }
 
     fn set_meter(&mut self, spec: &MeterSpec) {
@@ -286,7 +324,8 @@ impl FlowOffload for DummyOffload {
     }
 
     fn engine_name(&self, id: u64) -> &'static str {
-        match self.0.borrow().flows.contains_key(&id) {
+        let s = self.0.borrow();
+        match s.flows.contains_key(&s.resolve(id)) {
             true => "dummy",
             false => "userspace",
         }
@@ -893,5 +932,139 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert!(line.contains("state=TIME_WAIT"), "{line}");
         // The one still open is left to the sync.
         assert!(lab.entries(40004).is_some());
+    }
+
+    /// The entries of a set-up connection, by id: packets and flags.
+    fn counted(lab: &CtLab, ids: [u64; 3]) -> Vec<(u64, u16)> {
+        let fl = lab.eng.flows();
+        ids.iter()
+            .map(|id| {
+                fl.get(id).map_or((u64::MAX, 0), |f| {
+                    (f.counters.packets, f.counters.tcp_flags)
+                })
+            })
+            .collect()
+    }
+
+    /// A set-up connection that expires while its entries are still in
+    /// the engine (no sync since it closed there): a new SYN on its tuple
+    /// gets entries of its own, with nothing of the old one's counters or
+    /// flags (the engine replaces an entry with the same match in place),
+    /// and they outlive the old connection's clean-up.
+    #[test]
+    fn an_expired_set_up_connection_leaves_nothing_to_its_successor() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        assert_eq!(lab.send(true, 40010, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40010).expect("set up");
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 3, 180, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        // Long after: the tracker never heard (no sync), the connection
+        // expired in its SYN_SENT timer.
+        lab.now += std::time::Duration::from_secs(120);
+        assert_eq!(lab.send(true, 40010, SYN, x + 9, 0), 1);
+        let (o2, r2, sa2) = lab.entries(40010).expect("set up afresh");
+        assert_eq!(
+            counted(&lab, [o2, r2, sa2]),
+            vec![(0, 0); 3],
+            "nothing inherited: {:#?}",
+            lab.ct_entries()
+        );
+        assert_eq!(lab.ct_entries().len(), 3, "{:#?}", lab.ct_entries());
+        // The next sync (the old one's clean-up) leaves them.
+        lab.br.sync_ct_offloads();
+        assert_eq!(lab.entries(40010), Some((o2, r2, sa2)));
+        let line = lab
+            .br
+            .conntrack()
+            .dump(None, lab.now)
+            .iter()
+            .map(|e| e.format(false, false))
+            .find(|l| l.contains("sport=40010,"))
+            .unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
+    }
+
+    /// A bare SYN on a connection set up in the kernel is judged against
+    /// what the engine saw: a late SYN after the handshake is part of the
+    /// established connection (its entries stay), a retransmitted one
+    /// before the SYN-ACK is the same connection.
+    #[test]
+    fn a_late_or_retransmitted_syn_keeps_a_set_up_connection() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        // Retransmitted before any answer.
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        let ids = lab.entries(40011).expect("set up");
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        assert_eq!(lab.entries(40011), Some(ids), "the same connection");
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        // Handshake done in the engine, then a late SYN: forwarded as
+        // part of the connection, which stays ESTABLISHED with its entries.
+        let (o, r, sa) = ids;
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 1, 60, ACK);
+        lab.eng.hit_tcp(r, 1, 60, ACK);
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        assert_eq!(lab.entries(40011), Some(ids));
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        let line = lab.conn(40011).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+    }
+
+    /// Unanswered set-up connections hold a bounded share of the map, and
+    /// their entries go once the handshake is overdue; the connection goes
+    /// on in userspace.
+    #[test]
+    fn unanswered_set_ups_are_bounded_and_time_out() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        lab.br.ct_offloads_mut().setup_pending_max = 1;
+        assert_eq!(lab.send(true, 40020, SYN, x, 0), 1);
+        let (_, _, sa) = lab.entries(40020).expect("set up");
+        assert_eq!(lab.send(true, 40021, SYN, x, 0), 1, "still forwarded");
+        assert!(lab.entries(40021).is_none());
+        let cto = lab.br.ct_offloads();
+        assert_eq!(cto.setup_refused.get("ct:setup-pending-full"), Some(&1));
+        // 40020 answered: room again once the poll has seen it.
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert_eq!(lab.send(true, 40022, SYN, x, 0), 1);
+        assert!(lab.entries(40022).is_some());
+        assert!(lab.entries(40020).is_some(), "answered: left to the sync");
+        // 40022 is never answered: its entries go after the handshake
+        // limit, the connection stays in the tracker.
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40022).is_some());
+        lab.now += crate::datapath::ct_offload::SETUP_HANDSHAKE_MAX;
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40022).is_none(), "{:#?}", lab.ct_entries());
+        assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
+        // A late SYN-ACK goes through userspace.
+        assert_eq!(lab.send(false, 40022, SYN | ACK, y, x + 1), 1);
     }
 }
