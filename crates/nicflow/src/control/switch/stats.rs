@@ -72,17 +72,27 @@ impl Switch {
             }
         );
         let cto = br.ct_offloads();
+        let refused = cto
+            .setup_refused
+            .iter()
+            .map(|(k, v)| format!(" {k}:{v}"))
+            .collect::<String>();
         let _ = writeln!(
             text,
-            "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{}",
+            "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{} \
+             setup_timeouts:{}{}",
             cto.len(),
             cto.set_up,
             cto.offloaded,
-            cto.removed
+            cto.removed,
+            cto.setup_timeouts,
+            refused
         );
         let ct_kernel = json!({
-            "live": cto.len(), "set_up": cto.set_up,
+            "entries": cto.len(), "set_up": cto.set_up,
             "installed": cto.offloaded, "removed": cto.removed,
+            "setup_timeouts": cto.setup_timeouts,
+            "setup_refused": cto.setup_refused,
         });
         let limits_json = limits(&br.limits(), text);
         let mut ports = port_stats(br, text);
