@@ -668,9 +668,14 @@ impl CtOffloads {
                 } else {
                     break;
                 };
-            if !self.setup_conns.contains_key(&h) {
+            let Some(sc) = self.setup_conns.get(&h) else {
                 // Its entries already went (the sync, a FIN or RST seen
                 // in userspace): nothing to read.
+                skipped += 1;
+                continue;
+            };
+            if last && sc.answered {
+                // Answered since (a sync saw the SYN-ACK): the sync's.
                 skipped += 1;
                 continue;
             }
