@@ -744,6 +744,11 @@ impl CtOffloads {
             self.note_flags(h, seen);
         }
         let info = tracker.offload_info(h, now);
+        if info.is_some_and(|i| i.established) {
+            // Answered, maybe by a SYN-ACK that missed its entry and went
+            // through userspace.
+            self.answered(h);
+        }
         for k in keys {
             if self.live.get(&k).is_some_and(|o| !o.holds(info)) {
                 self.remove(k, tracker, off, flows, now);
@@ -755,10 +760,16 @@ impl CtOffloads {
     /// the handshake was answered.
     fn note_flags(&mut self, h: ConnHandle, seen: [u16; 2]) {
         if seen[1] & TCP_SYN != 0 {
-            if let Some(c) = self.setup_conns.get_mut(&h).filter(|c| !c.answered) {
-                c.answered = true;
-                self.pending = self.pending.saturating_sub(1);
-            }
+            self.answered(h);
+        }
+    }
+
+    /// Set-up connection `h`'s handshake was answered: its entries no
+    /// longer count as pending.
+    fn answered(&mut self, h: ConnHandle) {
+        if let Some(c) = self.setup_conns.get_mut(&h).filter(|c| !c.answered) {
+            c.answered = true;
+            self.pending = self.pending.saturating_sub(1);
         }
     }
 

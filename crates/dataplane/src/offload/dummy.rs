@@ -1066,5 +1066,18 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
         // A late SYN-ACK goes through userspace.
         assert_eq!(lab.send(false, 40022, SYN | ACK, y, x + 1), 1);
+        // One answered by a SYN-ACK that went through userspace (it missed
+        // its entry), then the ACK in the engine: not timed out.
+        lab.br.ct_offloads_mut().setup_pending_max = 10;
+        assert_eq!(lab.send(true, 40023, SYN, x, 0), 1);
+        let (o, _, _) = lab.entries(40023).expect("set up");
+        assert_eq!(lab.send(false, 40023, SYN | ACK, y, x + 1), 1);
+        lab.eng.hit_tcp(o, 1, 60, ACK);
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        lab.now += crate::datapath::ct_offload::SETUP_HANDSHAKE_MAX;
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40023).is_some(), "answered: kept");
+        assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
     }
 }
