@@ -58,6 +58,16 @@ pub(crate) struct Conn {
     /// tracked without the window check from then on, as Linux marks
     /// offloaded connections `IP_CT_TCP_FLAG_BE_LIBERAL`.
     pub liberal: bool,
+    /// A kernel engine set the connection up (`Conntrack::kernel_setup`):
+    /// it forwards the handshake and the close, and the tracker learns
+    /// them from the TCP flags it reports. Cleared when its last kernel
+    /// entry goes (`Conntrack::kernel_entries_gone`).
+    pub kernel_setup: bool,
+    /// The connection has kernel entries (set up there, or established
+    /// and moved there): when it leaves the table its handle goes to
+    /// `Conntrack::take_replaced`, so the entries go before a new
+    /// connection with the same tuple installs its own.
+    pub in_kernel: bool,
 }
 
 /// `valid_new`: may this packet create a connection?
@@ -101,6 +111,8 @@ impl Conn {
             bytes: [u64::from(p.l3_len), 0],
             nat: None,
             liberal: false,
+            kernel_setup: false,
+            in_kernel: false,
         }
     }
 
@@ -115,6 +127,11 @@ impl Conn {
         tcp_seq_chk: bool,
     ) -> Update {
         let res = match (&mut self.proto, p.tcp.as_ref()) {
+            // A connection set up in the kernel is brought up to date
+            // from its entries before a bare SYN reaches here (the
+            // caller's `Conntrack::kernel_tcp_flags`), so a SYN is judged
+            // as on any connection: it replaces one closed both ways,
+            // and is a retransmission while the SYN is unanswered.
             (ProtoState::Tcp(t), Some(seg)) => t.update(seg, reply, tcp_seq_chk && !self.liberal),
             // A TCP connection always gets TCP segments (same key, same
             // protocol); this arm only keeps the match total.
@@ -145,7 +162,9 @@ impl Conn {
     /// The timer of an established connection (what traffic refreshes).
     pub(crate) fn established_timer(&self) -> Tm {
         match &self.proto {
-            ProtoState::Tcp(_) => Tm::TcpEstablished,
+            // Established both ways this is TCP_ESTABLISHED; a
+            // connection set up in the kernel may be opening or closing.
+            ProtoState::Tcp(t) => t.timer(),
             ProtoState::Other(_) => Tm::OtherBidir,
             ProtoState::Icmp(_) => Tm::IcmpReply,
         }

@@ -416,6 +416,8 @@ impl ConnHandle {
 pub struct OffloadInfo {
     /// Established both ways (see `Conntrack::offload_info`).
     pub established: bool,
+    /// TCP: both peers sent a FIN, or a RST closed it.
+    pub ended: bool,
     /// TCP: the engine must hand SYN/FIN/RST segments up so the tracker
     /// sees the connection end.
     pub tcp: bool,

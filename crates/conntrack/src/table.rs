@@ -45,6 +45,10 @@ enum Removal {
 /// Minimum interval between two "table full" warnings.
 const LIMIT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Most removed connections with kernel entries held for
+/// [`Conntrack::take_replaced`].
+const REPLACED_MAX: usize = 4096;
+
 /// Fewest slots one [`Conntrack::sweep`] call examines.
 const MIN_SWEEP_BATCH: usize = 1024;
 
@@ -64,6 +68,9 @@ pub struct Conntrack {
     nat_seed: RandomState,
     /// `random_uint32()` state for NAT port searches.
     rng: u64,
+    /// Connections with kernel entries that left the table (see
+    /// [`Conntrack::take_replaced`]).
+    replaced: Vec<crate::ConnHandle>,
 }
 
 impl Conntrack {
@@ -85,6 +92,7 @@ impl Conntrack {
                 use std::hash::BuildHasher;
                 RandomState::default().hash_one(0x006e_6174_u64) | 1
             },
+            replaced: Vec::new(),
         }
     }
 
@@ -201,6 +209,8 @@ impl Conntrack {
                         conn_slot = Some(slot);
                     }
                     Update::New => {
+                        // Its kernel entries, if any, are handed to
+                        // `take_replaced` by `remove`.
                         self.remove(slot, Removal::Removed);
                         create = true;
                     }
@@ -355,6 +365,10 @@ impl Conntrack {
         };
         Some(crate::OffloadInfo {
             established: c.established(),
+            ended: match &c.proto {
+                ProtoState::Tcp(t) => t.ended(),
+                _ => false,
+            },
             tcp: matches!(c.proto, ProtoState::Tcp(_)),
             nat: [nat(false), nat(true)],
             packets: c.packets[0] + c.packets[1],
@@ -395,6 +409,90 @@ impl Conntrack {
             }
         }
         !c.expired(now)
+    }
+
+    /// A kernel engine now carries the connection behind `h` from its
+    /// first packet on (`ct_offload`'s set-up in the kernel): the
+    /// handshake and the close are forwarded there, so the connection is
+    /// tracked without the window check and learns its TCP states from
+    /// [`Conntrack::kernel_tcp_flags`]. Returns false if it is gone.
+    pub fn kernel_setup(&mut self, h: crate::ConnHandle) -> bool {
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        c.liberal = true;
+        c.kernel_setup = true;
+        c.in_kernel = true;
+        true
+    }
+
+    /// A kernel engine now holds an entry of the connection behind `h`
+    /// (an established direction moved there): see
+    /// [`Conntrack::take_replaced`]. Returns false if it is gone.
+    pub fn kernel_entries(&mut self, h: crate::ConnHandle) -> bool {
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        c.in_kernel = true;
+        true
+    }
+
+    /// The last kernel entry of the connection behind `h` went: the
+    /// tracker sees its every packet again (it stays liberal: its windows
+    /// are stale).
+    pub fn kernel_entries_gone(&mut self, h: crate::ConnHandle) {
+        if let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) {
+            c.in_kernel = false;
+            c.kernel_setup = false;
+        }
+    }
+
+    /// Whether the connection behind `h` is set up in a kernel engine
+    /// (its TCP states come from the entries' flags).
+    pub fn is_kernel_setup(&self, h: crate::ConnHandle) -> bool {
+        self.slot(h.slot)
+            .is_some_and(|c| c.id == h.id && c.kernel_setup)
+    }
+
+    /// The TCP flags a kernel engine saw on the connection behind `h`
+    /// (`seen`: OR per direction, original first, cumulative since its
+    /// entries were installed), with `used` its last hit: the peers' states
+    /// advance as the segments would have moved them (see
+    /// `TcpConn::kernel_flags`), and a state change sets the timeout from
+    /// `used`. Returns whether the connection is still alive at `now`.
+    pub fn kernel_tcp_flags(
+        &mut self,
+        h: crate::ConnHandle,
+        seen: [u16; 2],
+        used: Instant,
+        now: Instant,
+    ) -> bool {
+        let timeouts = self.cfg.timeouts;
+        let Some(c) = self.slot_mut(h.slot).filter(|c| c.id == h.id) else {
+            return false;
+        };
+        if c.expired(now) {
+            return false;
+        }
+        if let ProtoState::Tcp(t) = &mut c.proto {
+            if t.kernel_flags(seen) {
+                c.expiration = used + timeouts.get(t.timer());
+            }
+        }
+        !c.expired(now)
+    }
+
+    /// Connections with kernel entries that left the table since the last
+    /// call, for whatever reason (replaced by a new SYN, expired, swept,
+    /// flushed): their entries must go at once, before a new connection
+    /// with the same tuple installs entries with the same match.
+    pub fn take_replaced(&mut self) -> impl Iterator<Item = crate::ConnHandle> + '_ {
+        self.replaced.drain(..)
+    }
+
+    /// Whether [`Conntrack::take_replaced`] has anything.
+    pub fn has_replaced(&self) -> bool {
+        !self.replaced.is_empty()
     }
 
     /// `nat_packet` for a packet of the connection in `slot`, if it has NAT;
@@ -545,6 +643,20 @@ impl Conntrack {
         let Some(c) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return;
         };
+        // Whatever the reason (expiry, sweep, flush, replaced by a new
+        // SYN, `force`), a connection with kernel entries is handed to
+        // the caller: its entries must go before a new connection with
+        // its tuple installs entries with the same match. Bounded: a
+        // caller that never drains loses only the early removal (its
+        // sync removes them too).
+        if c.in_kernel && self.replaced.len() < REPLACED_MAX {
+            self.replaced.push(ConnHandle {
+                slot,
+                id: c.id,
+                reply: false,
+                related: false,
+            });
+        }
         for k in &c.keys {
             if self.map.get(k).is_some_and(|r| r.slot == slot) {
                 self.map.remove(k);

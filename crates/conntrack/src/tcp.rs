@@ -153,7 +153,71 @@ pub(crate) fn valid_new(seg: &TcpSeg) -> bool {
     !invalid_flags(seg.flags) && !synack
 }
 
+/// The timer `tcp_conn_update` sets for a connection whose peers are in
+/// states `a` and `b` (symmetric).
+fn timer(a: TcpState, b: TcpState) -> Tm {
+    if a >= TcpState::FinWait2 && b >= TcpState::FinWait2 {
+        Tm::TcpClosed
+    } else if a >= TcpState::Closing && b >= TcpState::Closing {
+        Tm::TcpFinWait
+    } else if a < TcpState::Established || b < TcpState::Established {
+        Tm::TcpOpening
+    } else if a >= TcpState::Closing || b >= TcpState::Closing {
+        Tm::TcpClosing
+    } else {
+        Tm::TcpEstablished
+    }
+}
+
 impl TcpConn {
+    /// The timer the peers' states call for (what traffic the tracker did
+    /// not see refreshes: see [`TcpConn::kernel_flags`]).
+    pub(crate) fn timer(&self) -> Tm {
+        timer(self.peer[0].state, self.peer[1].state)
+    }
+
+    /// Both peers have sent a FIN (or a RST closed the connection).
+    pub(crate) fn ended(&self) -> bool {
+        self.peer.iter().all(|p| p.state >= TcpState::Closing)
+    }
+
+    /// Advance the peers' states from the TCP flags a kernel engine saw
+    /// and the tracker did not: `seen[d]` is the OR of the flags of every
+    /// segment forwarded in direction `d` (0: original) since the
+    /// connection's entries were installed. An OR has no order, so this
+    /// assumes the order every TCP exchange has: SYN before ACK, and a
+    /// FIN each way (in these flags or earlier ones) means both were
+    /// acknowledged (the last ACK, if it comes after the entries went,
+    /// reaches the tracker). Idempotent: the
+    /// same `seen` twice changes nothing the second time. Returns whether
+    /// a state changed.
+    pub(crate) fn kernel_flags(&mut self, seen: [u16; 2]) -> bool {
+        let before = self.peer.map(|p| p.state);
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_SYN != 0 && self.peer[d].state < TcpState::SynSent {
+                self.peer[d].state = TcpState::SynSent;
+            }
+        }
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_ACK != 0 && self.peer[1 - d].state == TcpState::SynSent {
+                self.peer[1 - d].state = TcpState::Established;
+            }
+        }
+        for (d, f) in seen.iter().enumerate() {
+            if f & TCP_FIN != 0 && self.peer[d].state < TcpState::Closing {
+                self.peer[d].state = TcpState::Closing;
+            }
+        }
+        if self.ended() {
+            for p in &mut self.peer {
+                if p.state == TcpState::Closing {
+                    p.state = TcpState::FinWait2;
+                }
+            }
+        }
+        before != self.peer.map(|p| p.state)
+    }
+
     /// `tcp_new_conn`. The caller sets the expiration to
     /// `CT_TM_TCP_FIRST_PACKET`.
     pub(crate) fn new(seg: &TcpSeg) -> TcpConn {
@@ -350,18 +414,7 @@ impl TcpConn {
                 src.state = TcpState::TimeWait;
                 dst.state = TcpState::TimeWait;
             }
-            let tm = if src.state >= TcpState::FinWait2 && dst.state >= TcpState::FinWait2 {
-                Tm::TcpClosed
-            } else if src.state >= TcpState::Closing && dst.state >= TcpState::Closing {
-                Tm::TcpFinWait
-            } else if src.state < TcpState::Established || dst.state < TcpState::Established {
-                Tm::TcpOpening
-            } else if src.state >= TcpState::Closing || dst.state >= TcpState::Closing {
-                Tm::TcpClosing
-            } else {
-                Tm::TcpEstablished
-            };
-            Update::Valid(Some(tm))
+            Update::Valid(Some(timer(src.state, dst.state)))
         } else if (dst.state < TcpState::SynSent
             || dst.state >= TcpState::FinWait2
             || src.state >= TcpState::FinWait2)
@@ -425,6 +478,54 @@ mod tests {
         // Zero-length option must not loop forever.
         assert_eq!(get_wscale(&[9, 0, 9, 0, 9, 0]), 0);
         assert_eq!(get_wscale(&[]), 0);
+    }
+
+    fn syn_sent() -> TcpConn {
+        let mut c = TcpConn::default();
+        c.peer[0].state = TcpState::SynSent;
+        c
+    }
+
+    #[test]
+    fn kernel_flags_follow_a_whole_exchange() {
+        let mut c = syn_sent();
+        // SYN-ACK back, ACK and data forth: both established.
+        assert!(c.kernel_flags([TCP_ACK | TCP_PSH, TCP_SYN | TCP_ACK]));
+        assert_eq!(c.peer.map(|p| p.state), [TcpState::Established; 2]);
+        assert_eq!(c.timer(), Tm::TcpEstablished);
+        assert!(!c.ended());
+        // The same flags again: nothing new.
+        assert!(!c.kernel_flags([TCP_ACK | TCP_PSH, TCP_SYN | TCP_ACK]));
+        // The server closes first.
+        assert!(c.kernel_flags([TCP_ACK, TCP_SYN | TCP_ACK | TCP_FIN]));
+        assert_eq!(
+            c.peer.map(|p| p.state),
+            [TcpState::Established, TcpState::Closing]
+        );
+        assert_eq!(c.timer(), Tm::TcpClosing);
+        // Then the client: both FIN_WAIT_2 (dumped as TIME_WAIT).
+        assert!(c.kernel_flags([TCP_ACK | TCP_FIN, TCP_SYN | TCP_ACK | TCP_FIN]));
+        assert_eq!(c.peer.map(|p| p.state), [TcpState::FinWait2; 2]);
+        assert_eq!(c.timer(), Tm::TcpClosed);
+        assert!(c.ended());
+    }
+
+    #[test]
+    fn kernel_flags_all_at_once_and_half_open() {
+        // Everything within one sync.
+        let mut c = syn_sent();
+        c.kernel_flags([TCP_ACK | TCP_FIN, TCP_SYN | TCP_ACK | TCP_FIN]);
+        assert_eq!(c.peer.map(|p| p.state), [TcpState::FinWait2; 2]);
+        // No SYN-ACK yet: the responder has not answered, nothing moves
+        // but what the originator's own segments say.
+        let mut c = syn_sent();
+        assert!(!c.kernel_flags([0, 0]));
+        c.kernel_flags([TCP_ACK, 0]);
+        assert_eq!(
+            c.peer.map(|p| p.state),
+            [TcpState::SynSent, TcpState::Closed]
+        );
+        assert_eq!(c.timer(), Tm::TcpOpening);
     }
 
     #[test]

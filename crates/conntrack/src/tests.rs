@@ -1330,3 +1330,89 @@ fn struct_sizes() {
     assert_eq!(key, 44);
     assert!(conn <= 208, "{conn}");
 }
+
+/// Every way a connection with kernel entries leaves the table hands it
+/// to `take_replaced` (its entries must go before a successor with its
+/// tuple installs its own); one without entries, or whose entries went,
+/// is not handed over.
+#[test]
+fn connections_with_kernel_entries_are_handed_over_however_they_go() {
+    let t0 = Instant::now();
+    let syn = |port: u16| {
+        let mut t = Tcp::v4();
+        t.ap = port;
+        t.seg(false, TCP_SYN, 0)
+    };
+    let mut ct = ct();
+    let handle = |ct: &mut Conntrack, port: u16| {
+        ct.process(syn(port).0, &syn(port).1, &commit(0), t0)
+            .conn
+            .unwrap()
+    };
+    let expired = handle(&mut ct, 40001);
+    let swept = handle(&mut ct, 40002);
+    let flushed = handle(&mut ct, 40003);
+    let plain = handle(&mut ct, 40004);
+    let gone = handle(&mut ct, 40005);
+    for h in [expired, swept, flushed, gone] {
+        assert!(ct.kernel_setup(h));
+    }
+    assert!(ct.is_kernel_setup(gone));
+    ct.kernel_entries_gone(gone);
+    assert!(!ct.is_kernel_setup(gone), "its last entry went");
+    assert!(!ct.has_replaced());
+    // Expired, found by a lookup (a new SYN on its tuple).
+    let later = t0 + Duration::from_secs(31);
+    go(&mut ct, &syn(40001), &CtRequest::default(), later);
+    let got: Vec<_> = ct.take_replaced().collect();
+    assert_eq!(got, vec![expired.direction_key()]);
+    // Flushed.
+    let filter = FlushFilter {
+        sport: Some(40003),
+        ..FlushFilter::default()
+    };
+    assert_eq!(ct.flush(&filter), 1);
+    assert_eq!(
+        ct.take_replaced().collect::<Vec<_>>(),
+        vec![flushed.direction_key()]
+    );
+    // Swept.
+    ct.sweep(later);
+    assert_eq!(
+        ct.take_replaced().collect::<Vec<_>>(),
+        vec![swept.direction_key()],
+        "not the plain one, nor the one whose entries went"
+    );
+    assert!(ct.offload_info(plain, later).is_none(), "swept too");
+}
+
+/// A bare SYN on a connection set up in the kernel is judged as on any
+/// connection once the kernel's flags are in: a retransmission while
+/// unanswered, `+est` after the handshake, a new connection once closed.
+#[test]
+fn a_syn_on_a_kernel_set_up_connection_is_judged_by_its_state() {
+    let t0 = Instant::now();
+    let mut ct = ct();
+    let mut t = Tcp::v4();
+    let syn = t.seg(false, TCP_SYN, 0);
+    let h = ct.process(syn.0, &syn.1, &commit(0), t0).conn.unwrap();
+    assert!(ct.kernel_setup(h));
+    assert_eq!(
+        go(&mut ct, &syn, &commit(0), t0),
+        TRK | NEW,
+        "retransmitted"
+    );
+    assert!(!ct.has_replaced());
+    ct.kernel_tcp_flags(h, [TCP_ACK, TCP_SYN | TCP_ACK], t0, t0);
+    assert_eq!(go(&mut ct, &syn, &commit(0), t0), TRK | EST, "late SYN");
+    assert!(!ct.has_replaced());
+    assert_eq!(ct.len(), 1);
+    ct.kernel_tcp_flags(h, [TCP_ACK | TCP_FIN, TCP_SYN | TCP_ACK | TCP_FIN], t0, t0);
+    assert_eq!(go(&mut ct, &syn, &commit(0), t0), TRK | NEW, "reuse");
+    assert_eq!(
+        ct.take_replaced().collect::<Vec<_>>(),
+        vec![h.direction_key()]
+    );
+    assert!(ct.offload_info(h, t0).is_none(), "replaced");
+    assert_eq!(ct.len(), 1);
+}

@@ -225,16 +225,36 @@ struct dp_flow {
 	__u64 packets;
 	__u64 bytes;
 	__u64 used_ns;		/* bpf_ktime_get_coarse_ns() of the last hit, 0 = never */
-	__u16 tcp_flags;	/* OR of the TCP flags seen (racy OR, see docs) */
-	__u8 n_actions;
-	__u8 flags;		/* DP_F_* */
-	__u32 out_slot;
+	/* tcp_flags (the OR of the TCP flags seen) is ORed in with one atomic
+	 * 64-bit OR on tcp_flags_word (the other fields OR with zero; clang's
+	 * default BPF CPU has no 32-bit atomics): hits on two CPUs at once
+	 * lose no flag (the tracker learns FINs from it). */
+	union {
+		__u64 tcp_flags_word;
+		struct {
+			__u16 tcp_flags;
+			__u8 n_actions;
+			__u8 flags;		/* DP_F_* */
+			__u32 out_slot;
+		};
+	};
 	/* The masked key the flow matches (words its mask leaves out are 0):
 	 * what a lookup verifies a hash hit against. */
 	union dp_key key;
 	struct dp_action actions[DP_MAX_ACTIONS];
 };
 _Static_assert(sizeof(struct dp_flow) == 32 + 112 + 24 * DP_MAX_ACTIONS, "dp_flow layout");
+
+/* TCP flags as they sit in dp_flow.tcp_flags_word (the BPF target has the
+ * host's byte order). */
+static __always_inline __u64 dp_tcp_flags_word(__u16 f)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return f;
+#else
+	return (__u64)f << 48;
+#endif
+}
 
 /* dp_config.flags: per-flow packet/byte counters off (the table-scale
  * experiment's "counters off"; the last-used time is still stored, aging

@@ -222,7 +222,8 @@ static __always_inline void dp_count(struct dp_config *cfg, struct dp_scratch *s
 	}
 #endif
 	if (key->f.tcp_flags & ~flow->tcp_flags)
-		flow->tcp_flags |= key->f.tcp_flags;
+		__sync_fetch_and_or(&flow->tcp_flags_word,
+				    dp_tcp_flags_word(key->f.tcp_flags));
 }
 
 /* A dscp_remark band fired: raise the AF drop precedence (RFC 2597: AFxy

@@ -1074,6 +1074,8 @@ impl Bridge {
         }
         self.dp.expire(now, &mut self.ofproto);
         self.dp.conntrack.sweep(now);
+        // Kernel entries of the connections that expired go now.
+        self.dp.forget_gone_conns(now);
         if self.ofproto.n_frozen() > 0 {
             let live = self.dp.recirc_ids_in_use();
             self.ofproto.retain_frozen(&live);
@@ -1315,6 +1317,29 @@ impl Bridge {
     /// The bridge's connection tracker (`ct` actions of its flows).
     pub fn conntrack(&self) -> &nicflow_conntrack::Conntrack {
         &self.dp.conntrack
+    }
+
+    /// Hand the tracker what the kernel entries of its connections saw
+    /// (counters, and the TCP flags of connections set up there), as each
+    /// tick does; before a dump, so it is not a tick late.
+    pub fn sync_ct_offloads(&mut self) {
+        self.dp.sync_ct_offloads(Instant::now());
+    }
+
+    /// Turn connection set-up in the kernel on or off (on by default,
+    /// `NICFLOW_CT_SETUP=0` in the environment turns it off).
+    pub fn set_ct_setup(&mut self, on: bool) {
+        self.dp.ct_offloads.setup_enabled = on;
+    }
+
+    /// Connections in the kernel engine (`ct_offload`), for `stats`.
+    pub fn ct_offloads(&self) -> &crate::datapath::ct_offload::CtOffloads {
+        &self.dp.ct_offloads
+    }
+
+    /// The same, to change its limits (tests).
+    pub fn ct_offloads_mut(&mut self) -> &mut crate::datapath::ct_offload::CtOffloads {
+        &mut self.dp.ct_offloads
     }
 
     /// The most connections the tracker holds (`dpctl/ct-set-maxconns`).

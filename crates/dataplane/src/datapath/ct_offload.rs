@@ -21,12 +21,33 @@
 //! entry goes when the connection is no longer established (a FIN or RST
 //! reached the tracker), when it is gone (flush, expiry), or when either
 //! flow it was built from changes or goes (revalidation, aging).
+//!
+//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36): a short
+//! connection never reaches the packet count above, so every packet of it
+//! would cross the daemon. When the first packet of a TCP connection (a
+//! bare SYN) is committed and the flows its later packets will take are
+//! already cached — the `+trk+est` second pass of its direction, and the
+//! first and `+trk+est+rpl` second passes of the reply, found by looking
+//! the keys those packets will have up in the megaflow cache — all of the
+//! connection's entries are installed at once, before the SYN is sent on:
+//! one per direction that lets everything but SYN and RST through (FIN
+//! too), and one for the reply's SYN-ACK. The handshake, the data and the
+//! close then run in the kernel; the engine ORs the TCP flags each entry
+//! saw into its counters, and a poll 20 ms after the set-up
+//! ([`CtOffloads::poll_setup`]) and each sync hand them to the tracker
+//! (`Conntrack::kernel_tcp_flags`), which moves the connection to
+//! ESTABLISHED, then to TIME_WAIT when both FINs went, when its entries
+//! go. A RST still goes up. A megaflow guarantees its actions for every
+//! key its mask covers, so an entry composed from the megaflows a guessed
+//! key hits is exact for every packet that matches the entry; a packet
+//! that differs where a mask looks (another MAC, say) just misses it and
+//! goes up as before.
 
 use super::{DpAction, DpFlow, FlowOffload};
 use nicflow_classifier::{Classifier, RuleId};
-use nicflow_conntrack::{ConnHandle, Conntrack, NatRewrite};
+use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -36,6 +57,20 @@ use std::time::Instant;
 /// calls invalid (`tcp_invalid_flags`): all must reach it.
 const TCP_CHECKED: u16 = 0x017;
 const TCP_ACK: u16 = 0x010;
+const TCP_SYN: u16 = 0x002;
+const TCP_FIN: u16 = 0x001;
+const TCP_RST: u16 = 0x004;
+
+/// TCP flags a set-up entry looks at (see [`CtOffloads::setup`]): ACK
+/// set, SYN and RST clear. FIN passes: the tracker learns it from the
+/// entry's flags. A segment with ACK and without SYN/RST is never one
+/// the tracker calls invalid by its flags (`tcp_invalid_flags`).
+const SETUP_CHECKED: u16 = TCP_SYN | TCP_RST | TCP_ACK;
+
+/// Which entry of a connection's direction: the one every kind of entry
+/// has, or a set-up reply direction's second one, for its SYN-ACK.
+const MAIN: u8 = 0;
+const SYNACK: u8 = 1;
 
 /// Packets a connection must have carried before it moves: installing and
 /// removing its two kernel entries costs four map updates and a counter
@@ -58,6 +93,22 @@ pub struct CtOffload {
     mark_label: (u32, u128),
     /// Engine counters already credited (packets, bytes).
     credited: (u64, u64),
+    /// Installed at the connection's first packet ([`CtOffloads::setup`]):
+    /// it carries the handshake and the close, and stays until the
+    /// connection ends rather than while it is established.
+    pub setup: bool,
+}
+
+impl CtOffload {
+    /// Whether the connection (`info`, `None` if gone) still allows the
+    /// entry: the same mark and label, and established (an entry set up
+    /// in the kernel: not yet closed both ways).
+    fn holds(&self, info: Option<OffloadInfo>) -> bool {
+        info.is_some_and(|i| {
+            (i.mark, i.label) == self.mark_label
+                && if self.setup { !i.ended } else { i.established }
+        })
+    }
 }
 
 impl CtOffload {
@@ -67,10 +118,83 @@ impl CtOffload {
     }
 }
 
+/// A set-up connection's original-direction tuple (addresses, ports,
+/// EtherType; TCP), what a bare SYN of it is found by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Tuple {
+    dl_type: u16,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+}
+
+impl Tuple {
+    fn of(k: &FlowKey) -> Tuple {
+        let (src, dst) = if k.dl_type == 0x86dd {
+            (k.ipv6_src, k.ipv6_dst)
+        } else {
+            let mut s = [0; 16];
+            let mut d = [0; 16];
+            s[..4].copy_from_slice(&k.nw_src.to_be_bytes());
+            d[..4].copy_from_slice(&k.nw_dst.to_be_bytes());
+            (s, d)
+        };
+        Tuple {
+            dl_type: k.dl_type,
+            src,
+            dst,
+            sport: k.tp_src,
+            dport: k.tp_dst,
+        }
+    }
+
+    fn reversed(&self) -> Tuple {
+        Tuple {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..*self
+        }
+    }
+}
+
+/// A connection set up in the kernel (keyed by its original direction).
+#[derive(Clone, Copy, Debug)]
+struct SetupConn {
+    tuple: Tuple,
+    /// The reply's SYN-ACK was seen (its entries no longer count against
+    /// [`CtOffloads::setup_pending_max`]).
+    answered: bool,
+}
+
 /// The datapath's table of offloaded connection directions.
-#[derive(Default)]
 pub struct CtOffloads {
-    live: HashMap<ConnHandle, CtOffload>,
+    live: HashMap<(ConnHandle, u8), CtOffload>,
+    /// Connections set up in the kernel that still have entries, and the
+    /// same by original tuple: one at a time per tuple (a second would
+    /// install entries with the same match), found by a bare SYN.
+    setup_conns: HashMap<ConnHandle, SetupConn>,
+    by_tuple: HashMap<Tuple, ConnHandle>,
+    /// Set-up connections whose SYN-ACK has not been seen yet.
+    pending: usize,
+    /// Most of those at once (3 entries each): beyond it set-up is refused
+    /// (`ct:setup-pending-full`), so a SYN flood cannot fill the map the
+    /// established and megaflow entries need. A quarter of the default
+    /// 65,536-entry map.
+    pub setup_pending_max: usize,
+    /// Set-up refusals by reason (counted, not remembered: the next SYN
+    /// of the kind tries again).
+    pub setup_refused: std::collections::BTreeMap<&'static str, u64>,
+    /// Set-up connections whose entries went because the handshake did
+    /// not complete within [`SETUP_HANDSHAKE_MAX`].
+    pub setup_timeouts: u64,
+    /// When [`CtOffloads::poll_setup`] may run next.
+    next_poll: Option<Instant>,
+    /// Set-up connections still unanswered at their first poll, looked at
+    /// again [`SETUP_HANDSHAKE_MAX`] after their set-up.
+    handshake_queue: VecDeque<(ConnHandle, Instant)>,
     /// Directions the engine or the composition refused, with the reason,
     /// so the attempt is not repeated for every packet. Forgotten when
     /// flows change.
@@ -78,7 +202,74 @@ pub struct CtOffloads {
     /// Totals for `stats`.
     pub offloaded: u64,
     pub removed: u64,
+    /// Connections set up in the kernel at their first packet.
+    pub set_up: u64,
+    /// Connections set up in the kernel, in the order they were, for
+    /// [`CtOffloads::poll_setup`] (original direction, when).
+    setup_queue: VecDeque<(ConnHandle, Instant)>,
+    /// Set-up in the kernel on (the default, see [`setup_default`]); off,
+    /// connections move only once established ([`MIN_PACKETS`]).
+    pub setup_enabled: bool,
 }
+
+impl Default for CtOffloads {
+    fn default() -> Self {
+        CtOffloads {
+            live: HashMap::new(),
+            setup_conns: HashMap::new(),
+            by_tuple: HashMap::new(),
+            pending: 0,
+            setup_pending_max: SETUP_PENDING_MAX,
+            setup_refused: Default::default(),
+            setup_timeouts: 0,
+            next_poll: None,
+            handshake_queue: VecDeque::new(),
+            refused: HashMap::new(),
+            offloaded: 0,
+            removed: 0,
+            set_up: 0,
+            setup_queue: VecDeque::new(),
+            setup_enabled: setup_default(),
+        }
+    }
+}
+
+/// Set-up in the kernel is on unless `NICFLOW_CT_SETUP=0` is in the
+/// daemon's environment. Measured with `nicflow bench conntrack --modes
+/// cps` (docs/results/conntrack.md, 2026-12-04): with the entries of
+/// closed connections left for the 1-s tick it lowered connections/s
+/// (0.93x; up to 60,000 entries waited in the kernel map and the tick
+/// removed them all at once); with [`CtOffloads::poll_setup`] it raised them
+/// 1.09-1.12x, the daemon's CPU per connection down by a quarter.
+fn setup_default() -> bool {
+    !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
+}
+
+/// How old a connection set up in the kernel is when
+/// [`CtOffloads::poll_setup`] looks at it: long enough for a one-request
+/// exchange on a local network to be over.
+pub const SETUP_POLL_AGE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Default of [`CtOffloads::setup_pending_max`]: unanswered set-up
+/// connections' entries take at most a quarter of a 65,536-entry map.
+pub const SETUP_PENDING_MAX: usize = 65_536 / 4 / 3;
+
+/// How long a set-up connection may wait for its SYN-ACK: after that its
+/// entries go and the tracker carries it in userspace (a SYN scan's
+/// unanswered connections hold no entries for their 30-s opening timer).
+pub const SETUP_HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`CtOffloads::poll_setup`] runs at most this often: each run is a few
+/// map reads (a system call each) on the packet path.
+pub const SETUP_POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Most wall-clock time one [`CtOffloads::poll_setup`] spends reading
+/// counters.
+const SETUP_POLL_TIME: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
+/// tick's sync alone handles them).
+const SETUP_QUEUE_MAX: usize = 1 << 20;
 
 /// Most refusals remembered; beyond it they are forgotten wholesale (a
 /// retry costs one composition, so nothing is lost but a little CPU).
@@ -111,7 +302,7 @@ impl CtOffloads {
         now: Instant,
     ) {
         let h = h.direction_key();
-        if self.live.contains_key(&h) || self.refused.contains_key(&h) {
+        if self.live.contains_key(&(h, MAIN)) || self.refused.contains_key(&h) {
             return;
         }
         let Some(info) = tracker.offload_info(h, now) else {
@@ -126,7 +317,7 @@ impl CtOffloads {
             first.1,
             first.2,
             second.1,
-            info.tcp,
+            info.tcp.then_some((TCP_CHECKED, TCP_ACK)),
             info.nat[usize::from(reply)],
         );
         let (mut matching, actions) = match composed {
@@ -147,9 +338,10 @@ impl CtOffloads {
             Ok(kernel_id) => {
                 // From now on the tracker does not see every segment.
                 tracker.credit(h, reply, 0, 0, now, now);
+                tracker.kernel_entries(h);
                 self.offloaded += 1;
                 self.live.insert(
-                    h,
+                    (h, MAIN),
                     CtOffload {
                         kernel_id,
                         flows: [
@@ -161,11 +353,198 @@ impl CtOffloads {
                         reply,
                         mark_label: (info.mark, info.label),
                         credited: (0, 0),
+                        setup: false,
                     },
                 );
             }
             Err(why) => self.refuse(h, why),
         }
+    }
+
+    /// A bare TCP SYN just committed connection `h` (its second pass
+    /// done): install the entries of both directions now, if the flows
+    /// their packets will take are cached and allow it (see the module
+    /// doc). `first` is the SYN's first-pass flow and key, `second_key`
+    /// its recirculated pass's key (with the verdict in its ct fields).
+    #[allow(clippy::too_many_arguments)]
+    pub fn setup(
+        &mut self,
+        h: ConnHandle,
+        first: (RuleId, &FlowKey),
+        second_key: &FlowKey,
+        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        now: Instant,
+    ) {
+        let h = h.direction_key();
+        let key = first.1;
+        if !self.setup_enabled
+            || h.is_reply()
+            || key.nw_proto != 6
+            || key.tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) != TCP_SYN
+            || self.live.contains_key(&(h, MAIN))
+            || self.live.contains_key(&(h.reversed(), MAIN))
+        {
+            return;
+        }
+        let Some(info) = tracker.offload_info(h, now) else {
+            return;
+        };
+        // Entries of another connection with this tuple (either way
+        // round) are still in the engine (it left the tracker, its
+        // entries not yet removed): new ones would have the same match,
+        // and the engine would replace them in place, counters, flags
+        // and all.
+        let tuple = Tuple::of(key);
+        if self.by_tuple.contains_key(&tuple) || self.by_tuple.contains_key(&tuple.reversed()) {
+            self.refuse_setup("ct:setup-tuple-busy");
+            return;
+        }
+        if self.pending >= self.setup_pending_max {
+            self.refuse_setup("ct:setup-pending-full");
+            return;
+        }
+        match self.compose_setup(key, second_key, flows, info) {
+            Ok(mut entries) => {
+                for (_, _, e) in &mut entries {
+                    let mut mask = *e.matching.mask();
+                    off.refine_mask(e.matching.key(), &mut mask);
+                    e.matching = Match::new(*e.matching.key(), mask);
+                }
+                let mut ids: Vec<(u8, bool, u64)> = Vec::with_capacity(3);
+                for (slot, reply, e) in &entries {
+                    match off.offload_ct(&e.matching, &e.actions, e.parts()) {
+                        Ok(id) => ids.push((*slot, *reply, id)),
+                        Err(why) => {
+                            for (_, _, id) in ids {
+                                off.remove(id);
+                            }
+                            self.refuse_setup(why);
+                            return;
+                        }
+                    }
+                }
+                if !tracker.kernel_setup(h) {
+                    for (_, _, id) in ids {
+                        off.remove(id);
+                    }
+                    return;
+                }
+                self.set_up += 1;
+                self.pending += 1;
+                self.setup_conns.insert(
+                    h,
+                    SetupConn {
+                        tuple,
+                        answered: false,
+                    },
+                );
+                self.by_tuple.insert(tuple, h);
+                if self.setup_queue.len() < SETUP_QUEUE_MAX {
+                    self.setup_queue.push_back((h, now));
+                }
+                for ((slot, reply, e), (_, _, kernel_id)) in entries.into_iter().zip(ids) {
+                    self.offloaded += 1;
+                    let d = if reply { h.reversed() } else { h };
+                    self.live.insert(
+                        (d, slot),
+                        CtOffload {
+                            kernel_id,
+                            flows: e.flows,
+                            matching: e.matching,
+                            actions: e.actions,
+                            reply,
+                            mark_label: (info.mark, info.label),
+                            credited: (0, 0),
+                            setup: true,
+                        },
+                    );
+                }
+            }
+            Err(why) => self.refuse_setup(why),
+        }
+    }
+
+    fn refuse_setup(&mut self, why: &'static str) {
+        *self.setup_refused.entry(why).or_default() += 1;
+    }
+
+    /// The three entries of [`CtOffloads::setup`] (orig, reply, reply
+    /// SYN-ACK), each with its slot and direction, or why not.
+    fn compose_setup(
+        &self,
+        key: &FlowKey,
+        second_key: &FlowKey,
+        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        info: OffloadInfo,
+    ) -> Result<Vec<(u8, bool, SetupEntry)>, &'static str> {
+        if !info.tcp || info.ended {
+            return Err("ct:setup-not-tcp");
+        }
+        if !info.nat.iter().all(NatRewrite::is_empty) {
+            // The reply's keys would be the translated tuple's.
+            return Err("ct:setup-nat");
+        }
+        let zone = second_key.ct_zone;
+        // The originator's later segments.
+        let mut k1 = *key;
+        k1.tcp_flags = TCP_ACK;
+        let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
+        // The verdict later packets get: established, with the mark and
+        // label the commit left (the SYN's own key has them from before).
+        let mut k2 = *second_key;
+        k2.tcp_flags = TCP_ACK;
+        k2.recirc_id = r1;
+        k2.ct_state = state::TRK | state::EST;
+        k2.ct_mark = info.mark;
+        k2.ct_label = info.label.to_be_bytes();
+        let f2 = cached(flows, &k2)?;
+        let out = match f2.1.actions.as_slice() {
+            [DpAction::Output(p)] if *p != key.in_port => *p,
+            _ => return Err("ct:setup-output"),
+        };
+        let orig = SetupEntry::compose(f1, &k1, f2, (SETUP_CHECKED, TCP_ACK))?;
+        // The responder's: from the port the originator's go out of, the
+        // addresses the other way round.
+        let reply_key = |flags: u16| -> Result<(FlowKey, FlowKey), &'static str> {
+            let mut k = *key;
+            k.in_port = out;
+            std::mem::swap(&mut k.dl_src, &mut k.dl_dst);
+            std::mem::swap(&mut k.nw_src, &mut k.nw_dst);
+            std::mem::swap(&mut k.ipv6_src, &mut k.ipv6_dst);
+            std::mem::swap(&mut k.tp_src, &mut k.tp_dst);
+            k.tcp_flags = flags;
+            let mut k2 = k;
+            k2.ct_state = state::TRK | state::EST | state::RPL;
+            k2.ct_zone = second_key.ct_zone;
+            k2.ct_mark = info.mark;
+            k2.ct_label = info.label.to_be_bytes();
+            k2.ct_nw_src = second_key.ct_nw_src;
+            k2.ct_nw_dst = second_key.ct_nw_dst;
+            k2.ct_ipv6_src = second_key.ct_ipv6_src;
+            k2.ct_ipv6_dst = second_key.ct_ipv6_dst;
+            k2.ct_nw_proto = second_key.ct_nw_proto;
+            k2.ct_tp_src = second_key.ct_tp_src;
+            k2.ct_tp_dst = second_key.ct_tp_dst;
+            Ok((k, k2))
+        };
+        let mut entries = vec![(MAIN, false, orig)];
+        for (slot, flags, checked) in [
+            (MAIN, TCP_ACK, SETUP_CHECKED),
+            (SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED),
+        ] {
+            let (k1, mut k2) = reply_key(flags)?;
+            let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
+            k2.recirc_id = r1;
+            let f2 = cached(flows, &k2)?;
+            entries.push((
+                slot,
+                true,
+                SetupEntry::compose(f1, &k1, f2, (checked, flags))?,
+            ));
+        }
+        Ok(entries)
     }
 
     fn refuse(&mut self, h: ConnHandle, why: &'static str) {
@@ -185,8 +564,12 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
+        self.forget_gone(tracker, off, flows, now);
         let mut gone = Vec::new();
-        for (h, o) in self.live.iter_mut() {
+        // Set-up connections: the flags their entries saw, per direction,
+        // and the last hit (keyed by the original direction).
+        let mut seen: HashMap<ConnHandle, ([u16; 2], Instant)> = HashMap::new();
+        for (&(h, slot), o) in self.live.iter_mut() {
             let c = off.counters(o.kernel_id).unwrap_or_default();
             let (dp, db) = (
                 c.packets.saturating_sub(o.credited.0),
@@ -194,7 +577,13 @@ impl CtOffloads {
             );
             o.credited = (c.packets.max(o.credited.0), c.bytes.max(o.credited.1));
             let used = c.used.unwrap_or(now);
-            let alive = tracker.credit(*h, o.reply, dp, db, used, now);
+            let alive = tracker.credit(h, o.reply, dp, db, used, now);
+            if o.setup && c.used.is_some() {
+                let orig = if o.reply { h.reversed() } else { h };
+                let e = seen.entry(orig).or_insert(([0; 2], used));
+                e.0[usize::from(o.reply)] |= c.tcp_flags;
+                e.1 = e.1.max(used);
+            }
             let mut flows_ok = true;
             for (id, actions) in &o.flows {
                 match flows.get_mut(*id) {
@@ -211,19 +600,195 @@ impl CtOffloads {
                     None => flows_ok = false,
                 }
             }
-            let still = tracker
-                .offload_info(*h, now)
-                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
-            if !alive || !still || !flows_ok {
-                gone.push(*h);
+            if !alive || !flows_ok {
+                gone.push((h, slot));
             }
         }
-        for h in gone {
-            self.remove(h, tracker, off, flows, now);
+        for (h, (flags, used)) in seen {
+            tracker.kernel_tcp_flags(h, flags, used, now);
+            self.note_flags(h, flags);
+        }
+        for (&(h, slot), o) in &self.live {
+            if !o.holds(tracker.offload_info(h, now)) {
+                gone.push((h, slot));
+            }
+        }
+        // (An entry listed twice is removed once: the second finds nothing.)
+        for k in gone {
+            self.remove(k, tracker, off, flows, now);
         }
         // Refusals hold until the next tick: some are the engine's of the
         // moment (a full map, a port not yet taking redirects).
         self.refused.clear();
+    }
+
+    /// Look at connections set up in the kernel at least
+    /// [`SETUP_POLL_AGE`] ago, oldest first, at most `budget` of them and
+    /// for at most [`SETUP_POLL_TIME`], at most every
+    /// [`SETUP_POLL_EVERY`]: read their entries' flags (one counter read
+    /// each) and hand them to the tracker; the entries of those that
+    /// closed go now, instead of at the next tick's sync. A short
+    /// connection is over by then, so its entries do not pile up in the
+    /// kernel map for a second and are not all removed in one burst.
+    /// Those still open are left to the sync, except those whose SYN-ACK
+    /// was not seen: they are looked at again [`SETUP_HANDSHAKE_MAX`]
+    /// after their set-up, and if still unanswered their entries go (the
+    /// tracker carries them in userspace).
+    pub fn poll_setup(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+        budget: usize,
+    ) {
+        self.forget_gone(tracker, off, flows, now);
+        if self.setup_queue.is_empty() && self.handshake_queue.is_empty() {
+            return;
+        }
+        if self.next_poll.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_poll = Some(now + SETUP_POLL_EVERY);
+        let started = Instant::now();
+        let (mut n, mut skipped) = (0, 0);
+        while n < budget && skipped < 16 * budget.max(1) && started.elapsed() < SETUP_POLL_TIME {
+            let due = |q: &VecDeque<(ConnHandle, Instant)>, age| {
+                q.front()
+                    .copied()
+                    .filter(|(_, at)| now.saturating_duration_since(*at) >= age)
+            };
+            let (h, at, last) =
+                if let Some((h, at)) = due(&self.handshake_queue, SETUP_HANDSHAKE_MAX) {
+                    self.handshake_queue.pop_front();
+                    (h, at, true)
+                } else if let Some((h, at)) = due(&self.setup_queue, SETUP_POLL_AGE) {
+                    self.setup_queue.pop_front();
+                    (h, at, false)
+                } else {
+                    break;
+                };
+            let Some(sc) = self.setup_conns.get(&h) else {
+                // Its entries already went (the sync, a FIN or RST seen
+                // in userspace): nothing to read.
+                skipped += 1;
+                continue;
+            };
+            if last && sc.answered {
+                // Answered since (a sync saw the SYN-ACK): the sync's.
+                skipped += 1;
+                continue;
+            }
+            n += 1;
+            self.look(h, tracker, off, flows, now);
+            if self.setup_conns.get(&h).is_some_and(|c| !c.answered) {
+                if last {
+                    self.setup_timeouts += 1;
+                    self.forget(h, tracker, off, flows, now);
+                } else if self.handshake_queue.len() < SETUP_QUEUE_MAX {
+                    self.handshake_queue.push_back((h, at));
+                }
+            }
+        }
+    }
+
+    /// A bare TCP SYN (first-pass key `key`) is about to reach the
+    /// tracker: if a connection with its tuple is set up in the kernel,
+    /// the tracker first learns what the entries saw (so the SYN is
+    /// judged against the connection's real state: replacing it if it
+    /// closed, a retransmission if it is still opening), and the entries
+    /// of a connection that ended go.
+    pub fn refresh_for_syn(
+        &mut self,
+        key: &FlowKey,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if let Some(&h) = self.by_tuple.get(&Tuple::of(key)) {
+            self.look(h, tracker, off, flows, now);
+        }
+    }
+
+    /// Whether any connection is set up in the kernel now.
+    pub fn has_setup(&self) -> bool {
+        !self.setup_conns.is_empty()
+    }
+
+    /// Read the entries of set-up connection `h` (original direction),
+    /// hand their flags to the tracker, and remove those that no longer
+    /// hold.
+    fn look(
+        &mut self,
+        h: ConnHandle,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        let keys = [(h, MAIN), (h.reversed(), MAIN), (h.reversed(), SYNACK)];
+        let mut seen = [0u16; 2];
+        let mut used = None;
+        for k in keys {
+            let Some(o) = self.live.get(&k).filter(|o| o.setup) else {
+                continue;
+            };
+            if let Some(c) = off.counters(o.kernel_id) {
+                seen[usize::from(o.reply)] |= c.tcp_flags;
+                used = used.max(c.used);
+            }
+        }
+        if let Some(u) = used {
+            tracker.kernel_tcp_flags(h, seen, u, now);
+            self.note_flags(h, seen);
+        }
+        let info = tracker.offload_info(h, now);
+        if info.is_some_and(|i| i.established) {
+            // Answered, maybe by a SYN-ACK that missed its entry and went
+            // through userspace.
+            self.answered(h);
+        }
+        for k in keys {
+            if self.live.get(&k).is_some_and(|o| !o.holds(info)) {
+                self.remove(k, tracker, off, flows, now);
+            }
+        }
+    }
+
+    /// Flags the entries of set-up connection `h` saw: a SYN back means
+    /// the handshake was answered.
+    fn note_flags(&mut self, h: ConnHandle, seen: [u16; 2]) {
+        if seen[1] & TCP_SYN != 0 {
+            self.answered(h);
+        }
+    }
+
+    /// Set-up connection `h`'s handshake was answered: its entries no
+    /// longer count as pending.
+    fn answered(&mut self, h: ConnHandle) {
+        if let Some(c) = self.setup_conns.get_mut(&h).filter(|c| !c.answered) {
+            c.answered = true;
+            self.pending = self.pending.saturating_sub(1);
+        }
+    }
+
+    /// Remove the entries of connections that left the tracker
+    /// (`Conntrack::take_replaced`: replaced, expired, swept, flushed).
+    pub fn forget_gone(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if !tracker.has_replaced() {
+            return;
+        }
+        let gone: Vec<_> = tracker.take_replaced().collect();
+        for h in gone {
+            self.forget(h, tracker, off, flows, now);
+        }
     }
 
     /// A packet of connection `h` just went through the tracker in
@@ -242,19 +807,20 @@ impl CtOffloads {
             return;
         }
         for d in [h.direction_key(), h.reversed()] {
-            let Some(o) = self.live.get(&d) else {
-                continue;
-            };
-            let still = tracker
-                .offload_info(d, now)
-                .is_some_and(|i| i.established && (i.mark, i.label) == o.mark_label);
-            if !still {
-                self.remove(d, tracker, off, flows, now);
+            for slot in [MAIN, SYNACK] {
+                let Some(o) = self.live.get(&(d, slot)) else {
+                    continue;
+                };
+                if !o.holds(tracker.offload_info(d, now)) {
+                    self.remove((d, slot), tracker, off, flows, now);
+                }
             }
         }
     }
 
-    fn remove(
+    /// Connection `h` is gone (replaced by a new one with its tuple): its
+    /// entries go now, before the new connection's are installed.
+    pub fn forget(
         &mut self,
         h: ConnHandle,
         tracker: &mut Conntrack,
@@ -262,11 +828,34 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        if let Some(o) = self.live.remove(&h) {
+        for d in [h.direction_key(), h.reversed()] {
+            for slot in [MAIN, SYNACK] {
+                self.remove((d, slot), tracker, off, flows, now);
+            }
+        }
+    }
+
+    fn remove(
+        &mut self,
+        (h, slot): (ConnHandle, u8),
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if let Some(o) = self.live.remove(&(h, slot)) {
             if let Some(c) = off.remove(o.kernel_id) {
                 let dp = c.packets.saturating_sub(o.credited.0);
                 let db = c.bytes.saturating_sub(o.credited.1);
                 let used = c.used.unwrap_or(now);
+                if o.setup && c.used.is_some() {
+                    // What the entry saw last, before it is forgotten.
+                    let mut f = [0; 2];
+                    f[usize::from(o.reply)] = c.tcp_flags;
+                    let orig = if o.reply { h.reversed() } else { h };
+                    tracker.kernel_tcp_flags(orig, f, used, now);
+                    self.note_flags(orig, f);
+                }
                 tracker.credit(h, o.reply, dp, db, used, now);
                 if dp > 0 {
                     for (id, _) in &o.flows {
@@ -281,6 +870,22 @@ impl CtOffloads {
                 }
             }
             self.removed += 1;
+            let orig = if o.reply { h.reversed() } else { h };
+            let any = [MAIN, SYNACK].iter().any(|&s| {
+                self.live.contains_key(&(orig, s)) || self.live.contains_key(&(orig.reversed(), s))
+            });
+            if !any {
+                // Its last entry: the tracker sees every packet again.
+                tracker.kernel_entries_gone(orig);
+                if let Some(sc) = self.setup_conns.remove(&orig) {
+                    if !sc.answered {
+                        self.pending = self.pending.saturating_sub(1);
+                    }
+                    if self.by_tuple.get(&sc.tuple) == Some(&orig) {
+                        self.by_tuple.remove(&sc.tuple);
+                    }
+                }
+            }
         }
     }
 
@@ -292,7 +897,7 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        let hs: Vec<ConnHandle> = self.live.keys().copied().collect();
+        let hs: Vec<(ConnHandle, u8)> = self.live.keys().copied().collect();
         for h in hs {
             self.remove(h, tracker, off, flows, now);
         }
@@ -306,11 +911,80 @@ impl CtOffloads {
 }
 
 /// The kernel entry for one direction: match and actions, or why not.
+/// One entry [`CtOffloads::setup`] installs: the flows it was composed
+/// from (with their matches, for the engine's judgement), its match and
+/// actions.
+struct SetupEntry {
+    flows: [(RuleId, Vec<DpAction>); 2],
+    parts: [Match; 2],
+    matching: Match,
+    actions: Vec<DpAction>,
+}
+
+impl SetupEntry {
+    fn compose(
+        f1: (RuleId, &DpFlow),
+        k1: &FlowKey,
+        f2: (RuleId, &DpFlow),
+        tcp: (u16, u16),
+    ) -> Result<SetupEntry, &'static str> {
+        let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), NatRewrite::default())?;
+        Ok(SetupEntry {
+            flows: [(f1.0, f1.1.actions.clone()), (f2.0, f2.1.actions.clone())],
+            parts: [f1.1.matching, f2.1.matching],
+            matching,
+            actions,
+        })
+    }
+
+    fn parts(&self) -> [(&Match, &[DpAction]); 2] {
+        [
+            (&self.parts[0], self.flows[0].1.as_slice()),
+            (&self.parts[1], self.flows[1].1.as_slice()),
+        ]
+    }
+}
+
+/// The cached flow a key hits.
+fn cached<'a>(
+    flows: &'a Classifier<FLOW_WORDS, DpFlow>,
+    k: &FlowKey,
+) -> Result<(RuleId, &'a DpFlow), &'static str> {
+    flows.lookup(k.words()).ok_or("ct:setup-not-cached")
+}
+
+/// The cached first-pass flow `k` hits, if it is exactly "track in `zone`
+/// without NAT, then recirculate": its recirculation id.
+fn plain_first_pass<'a>(
+    flows: &'a Classifier<FLOW_WORDS, DpFlow>,
+    k: &FlowKey,
+    zone: u16,
+) -> Result<((RuleId, &'a DpFlow), u32), &'static str> {
+    let f = cached(flows, k)?;
+    match f.1.actions.as_slice() {
+        [DpAction::Ct {
+            zone: z,
+            commit: false,
+            force: false,
+            mark: None,
+            label: None,
+            nat: None,
+        }, DpAction::Recirc(r)]
+            if *z == zone =>
+        {
+            Ok((f, *r))
+        }
+        _ => Err("ct:setup-first-pass"),
+    }
+}
+
+/// Compose one direction's entry from its two passes' flows and the key of
+/// a packet of it. `tcp`: the TCP flags the entry checks (mask, value).
 fn compose(
     f1: &DpFlow,
     key: &FlowKey,
     f2: &DpFlow,
-    tcp: bool,
+    tcp: Option<(u16, u16)>,
     nat: NatRewrite,
 ) -> Result<(Match, Vec<DpAction>), &'static str> {
     // The first pass must be exactly "track, then recirculate": anything
@@ -338,8 +1012,10 @@ fn compose(
     }) {
         return Err("ct:second-pass-not-plain");
     }
-    if tcp && key.tcp_flags & TCP_CHECKED != TCP_ACK {
-        return Err("ct:control-segment");
+    if let Some((mask, value)) = tcp {
+        if key.tcp_flags & mask != value {
+            return Err("ct:control-segment");
+        }
     }
     let nat = if nat_in_ct {
         nat
@@ -377,8 +1053,8 @@ fn compose(
     m.tp_src = 0xffff;
     m.tp_dst = 0xffff;
     m.nw_frag = 0xff;
-    if tcp {
-        m.tcp_flags |= TCP_CHECKED;
+    if let Some((mask, _)) = tcp {
+        m.tcp_flags |= mask;
     }
     let mut actions = Vec::with_capacity(f2.actions.len() + 4);
     match nat.src {
@@ -423,6 +1099,9 @@ mod tests {
             ct_kernel: (0, 0),
         }
     }
+
+    /// The established entries' TCP check.
+    const EST: Option<(u16, u16)> = Some((TCP_CHECKED, TCP_ACK));
 
     fn ct(nat: bool) -> DpAction {
         DpAction::Ct {
@@ -471,7 +1150,7 @@ mod tests {
     #[test]
     fn composes_the_exact_connection_and_the_second_pass() {
         let (f1, f2) = passes(vec![DpAction::Output(2)]);
-        let (m, a) = compose(&f1, &key(0x018), &f2, true, NatRewrite::default()).unwrap();
+        let (m, a) = compose(&f1, &key(0x018), &f2, EST, NatRewrite::default()).unwrap();
         assert_eq!(a, vec![DpAction::Output(2)]);
         let mask = &m.mask().0;
         // The connection exactly, what either pass looked at, and the TCP
@@ -498,10 +1177,10 @@ mod tests {
             ..Default::default()
         };
         // Without `nat` in the first pass's ct, userspace writes nothing.
-        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        let (_, a) = compose(&f1, &key(0x010), &f2, EST, rw).unwrap();
         assert_eq!(a, vec![DpAction::Output(2)]);
         f1.actions[0] = ct(true);
-        let (_, a) = compose(&f1, &key(0x010), &f2, true, rw).unwrap();
+        let (_, a) = compose(&f1, &key(0x010), &f2, EST, rw).unwrap();
         assert_eq!(
             a,
             vec![
@@ -515,7 +1194,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            compose(&f1, &key(0x010), &f2, true, icmp).unwrap_err(),
+            compose(&f1, &key(0x010), &f2, EST, icmp).unwrap_err(),
             "ct:icmp-nat"
         );
     }
@@ -525,7 +1204,7 @@ mod tests {
         let (f1, f2) = passes(vec![DpAction::Output(2)]);
         for flags in [0x002, 0x011, 0x014, 0x000, 0x008] {
             assert_eq!(
-                compose(&f1, &key(flags), &f2, true, NatRewrite::default()).unwrap_err(),
+                compose(&f1, &key(flags), &f2, EST, NatRewrite::default()).unwrap_err(),
                 "ct:control-segment",
                 "flags {flags:#x}"
             );
@@ -540,12 +1219,12 @@ mod tests {
             nat: None,
         };
         assert_eq!(
-            compose(&c1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            compose(&c1, &key(0x010), &f2, EST, NatRewrite::default()).unwrap_err(),
             "ct:first-pass-not-plain"
         );
         let (f1, f2) = passes(vec![ct(false), DpAction::Recirc(2)]);
         assert_eq!(
-            compose(&f1, &key(0x010), &f2, true, NatRewrite::default()).unwrap_err(),
+            compose(&f1, &key(0x010), &f2, EST, NatRewrite::default()).unwrap_err(),
             "ct:second-pass-not-plain"
         );
     }

@@ -352,6 +352,9 @@ pub struct Datapath {
     recirc: Vec<(ct::Recirculated, u32)>,
     /// Established connections running in the offload engine.
     pub ct_offloads: ct_offload::CtOffloads,
+    /// The tracker's verdict at the end of the last pass (after its
+    /// actions: a `ct(commit)` there names the connection it created).
+    pass_ct: Option<nicflow_conntrack::CtResult>,
     /// Where the flows run, kept up to date as they move (for `stats`).
     placements: PlacementCounts,
 }
@@ -382,6 +385,7 @@ impl Datapath {
             conntrack: nicflow_conntrack::Conntrack::new(Default::default()),
             recirc: Vec::new(),
             ct_offloads: Default::default(),
+            pass_ct: None,
             placements: PlacementCounts::default(),
         }
     }
@@ -556,9 +560,30 @@ impl Datapath {
     /// Credit offloaded connections' kernel traffic and remove the entries
     /// of connections that ended, changed or went (after a flush).
     pub fn sync_ct_offloads(&mut self, now: Instant) {
+        self.forget_gone_conns(now);
         if let Some(off) = self.offload.as_deref_mut() {
+            if self.ct_offloads.is_empty() {
+                return;
+            }
+            off.prefetch_counters();
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
+            off.drop_prefetched();
+        }
+    }
+
+    /// Remove the kernel entries of connections that left the tracker
+    /// (`Conntrack::take_replaced`); without an engine there are none.
+    pub fn forget_gone_conns(&mut self, now: Instant) {
+        if !self.conntrack.has_replaced() {
+            return;
+        }
+        match self.offload.as_deref_mut() {
+            Some(off) => {
+                self.ct_offloads
+                    .forget_gone(&mut self.conntrack, off, &mut self.flows, now)
+            }
+            None => self.conntrack.take_replaced().for_each(drop),
         }
     }
 
@@ -660,6 +685,11 @@ impl Datapath {
             self.recirculate(in_port, first, &mut passes, handler, now, tx, &mut budget);
         }
         self.recirc = passes;
+        if let Some(off) = self.offload.as_deref_mut() {
+            // Connections set up in the kernel that are likely over.
+            self.ct_offloads
+                .poll_setup(&mut self.conntrack, off, &mut self.flows, now, 64);
+        }
     }
 
     /// Run the copies a packet's actions recirculated (`passes`), in the
@@ -703,9 +733,10 @@ impl Datapath {
                 budget,
                 passes,
             );
+            let after = self.pass_ct.take();
             passes[at..].reverse();
             if depth == 1 {
-                self.consider_ct_offload(first, second, &meta, now);
+                self.consider_ct_offload(first, second, &meta, after, now);
             }
         }
     }
@@ -718,9 +749,10 @@ impl Datapath {
         first: Option<(RuleId, FlowKey)>,
         second: Option<(RuleId, FlowKey)>,
         meta: &ct::CtMeta,
+        after: Option<nicflow_conntrack::CtResult>,
         now: Instant,
     ) {
-        let (Some((f1, key)), Some((f2, _))) = (first, second) else {
+        let (Some((f1, key)), Some((f2, key2))) = (first, second) else {
             return;
         };
         let Some(off) = self.offload.as_deref_mut() else {
@@ -729,6 +761,27 @@ impl Datapath {
         let Some(r) = meta.result else {
             return;
         };
+        if r.state & nicflow_conntrack::state::NEW != 0 {
+            // A new connection, committed by the second pass (its own
+            // verdict names it): set it up in the kernel if the flows of
+            // its later packets are cached.
+            let Some(h) = after
+                .filter(|a| a.state & nicflow_conntrack::state::NEW != 0 && a.zone == r.zone)
+                .and_then(|a| a.conn)
+            else {
+                return;
+            };
+            self.ct_offloads.setup(
+                h,
+                (f1, &key),
+                &key2,
+                &self.flows,
+                &mut self.conntrack,
+                off,
+                now,
+            );
+            return;
+        }
         let Some(h) = r.conn else {
             return;
         };
@@ -757,6 +810,7 @@ impl Datapath {
         budget: &mut usize,
         passes: &mut Vec<(ct::Recirculated, u32)>,
     ) -> Option<(RuleId, FlowKey)> {
+        self.pass_ct = None;
         let mut key = FlowKey::default();
         let mut layout = match nicflow_flow::extract(pkt.data(), in_port, &mut key) {
             Ok(l) => l,
@@ -786,6 +840,7 @@ impl Datapath {
             key.tun_flags = t.flags;
             key.tun_metadata = t.metadata;
         }
+        let first_pass = recirc.is_none();
         let (meta, depth) = match recirc {
             Some((meta, id, depth)) => {
                 key.recirc_id = id;
@@ -794,6 +849,23 @@ impl Datapath {
             }
             None => (ct::CtMeta::default(), 0),
         };
+        if first_pass
+            && key.nw_proto == 6
+            && key.tcp_flags & 0x017 == 0x002
+            && self.ct_offloads.has_setup()
+        {
+            // A bare SYN of a connection set up in the kernel: the tracker
+            // learns what the kernel saw before it judges the SYN.
+            if let Some(off) = self.offload.as_deref_mut() {
+                self.ct_offloads.refresh_for_syn(
+                    &key,
+                    &mut self.conntrack,
+                    off,
+                    &mut self.flows,
+                    now,
+                );
+            }
+        }
         let mut hit = None;
         if self.cfg.caches_enabled && !(self.bypass_odd_ip && odd_ip_layout(&layout)) {
             let hash = emc::hash_key(key.words(), self.seed);
@@ -886,7 +958,12 @@ impl Datapath {
         );
         // The packet went through the tracker here: if it ended or changed
         // an offloaded connection, its kernel entries go now.
+        self.pass_ct = stage.meta.result;
         let tracked = stage.meta.result.and_then(|r| r.conn);
+        // A connection with kernel entries left the tracker (a new SYN
+        // replaced it, it expired): its entries have the tuple a new
+        // connection may take now, so they go first.
+        self.forget_gone_conns(now);
         if let (Some(h), Some(off)) = (tracked, self.offload.as_deref_mut()) {
             self.ct_offloads
                 .check(h, &mut self.conntrack, off, &mut self.flows, now);

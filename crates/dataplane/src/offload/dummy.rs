@@ -24,6 +24,10 @@
 //!   `max_flows` entries (`flow-map-full`). A modify is decided afresh the
 //!   same way, so new actions the engine cannot run are refused.
 //! * meters: held as given; a flow's hits count in its meters' `packets_in`.
+//! * an install whose match equals an entry's replaces that entry's
+//!   actions in place, keeping its counters and TCP flags, under a new id
+//!   that names the same entry (removing either id removes it), as the TC
+//!   and XDP engines do with a second install of the same masked key.
 
 use super::kind_reason;
 use crate::datapath::meter::MeterCounters;
@@ -57,6 +61,9 @@ struct State {
     /// Port names whose `port_add` fails.
     fail: BTreeSet<String>,
     flows: BTreeMap<u64, DummyFlow>,
+    /// Ids handed out for an install of an entry's match: the id the
+    /// entry is held under.
+    alias: BTreeMap<u64, u64>,
     next_id: u64,
     max_flows: usize,
     meters: BTreeMap<u32, MeterSpec>,
@@ -98,6 +105,7 @@ impl DummyHandle {
     pub fn hit(&self, id: u64, packets: u64, bytes: u64) -> bool {
         let mut s = self.0.borrow_mut();
         let s = &mut *s;
+        let id = s.resolve(id);
         let Some(f) = s.flows.get_mut(&id) else {
             return false;
         };
@@ -116,9 +124,30 @@ impl DummyHandle {
         true
     }
 
+    /// As [`DummyHandle::hit`], the frames' TCP flags ORed into the
+    /// entry's, as the kernel engines do.
+    pub fn hit_tcp(&self, id: u64, packets: u64, bytes: u64, flags: u16) -> bool {
+        if !self.hit(id, packets, bytes) {
+            return false;
+        }
+        let mut s = self.0.borrow_mut();
+        let id = s.resolve(id);
+        if let Some(f) = s.flows.get_mut(&id) {
+            f.counters.tcp_flags |= flags;
+        }
+        true
+    }
+
     /// The entries now, by id.
     pub fn flows(&self) -> BTreeMap<u64, DummyFlow> {
-        self.0.borrow().flows.clone()
+        let s = self.0.borrow();
+        let mut fl = s.flows.clone();
+        for (a, id) in &s.alias {
+            if let Some(f) = s.flows.get(id) {
+                fl.insert(*a, f.clone());
+            }
+        }
+        fl
     }
 
     /// Ports the engine runs on (number, name).
@@ -143,6 +172,11 @@ impl DummyHandle {
 }
 
 impl State {
+    /// The id entry `id` is held under.
+    fn resolve(&self, id: u64) -> u64 {
+        self.alias.get(&id).copied().unwrap_or(id)
+    }
+
     fn port_reason(&self, no: u32) -> &'static str {
         self.others.get(&no).copied().unwrap_or("port:unknown")
     }
@@ -204,7 +238,7 @@ impl FlowOffload for DummyOffload {
     fn offload(&mut self, matching: &Match, actions: &[DpAction]) -> Result<u64, &'static str> {
         let mut s = self.0.borrow_mut();
         let r = s.decide(matching, actions).and_then(|()| {
-            if s.flows.len() >= s.max_flows {
+            if s.flows.len() >= s.max_flows && !s.flows.values().any(|f| f.matching == *matching) {
                 Err("flow-map-full")
             } else {
                 Ok(())
@@ -216,6 +250,18 @@ impl FlowOffload for DummyOffload {
         }
         let id = s.next_id;
         s.next_id += 1;
+        let same = s
+            .flows
+            .iter()
+            .find(|(_, f)| f.matching == *matching)
+            .map(|(i, _)| *i);
+        if let Some(held) = same {
+            // The engine's in-place replace: same entry, counters kept.
+            s.flows.get_mut(&held).expect("found above").actions = actions.to_vec();
+            s.alias.insert(id, held);
+            s.counters.installed += 1;
+            return Ok(id);
+        }
         s.flows.insert(
             id,
             DummyFlow {
@@ -235,6 +281,7 @@ impl FlowOffload for DummyOffload {
         actions: &[DpAction],
     ) -> Result<(), &'static str> {
         let mut s = self.0.borrow_mut();
+        let id = s.resolve(id);
         if !s.flows.contains_key(&id) {
             return Err("engine-error");
         }
@@ -247,13 +294,16 @@ impl FlowOffload for DummyOffload {
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
         let mut s = self.0.borrow_mut();
-        let f = s.flows.remove(&id)?;
+        let held = s.resolve(id);
+        s.alias.remove(&id);
+        let f = s.flows.remove(&held)?;
         s.counters.removed += 1;
         Some(f.counters)
     }
 
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
-        self.0.borrow().flows.get(&id).map(|f| f.counters)
+        let s = self.0.borrow();
+        s.flows.get(&s.resolve(id)).map(|f| f.counters)
     }
 
     fn set_meter(&mut self, spec: &MeterSpec) {
@@ -274,7 +324,8 @@ impl FlowOffload for DummyOffload {
     }
 
     fn engine_name(&self, id: u64) -> &'static str {
-        match self.0.borrow().flows.contains_key(&id) {
+        let s = self.0.borrow();
+        match s.flows.contains_key(&s.resolve(id)) {
             true => "dummy",
             false => "userspace",
         }
@@ -635,5 +686,398 @@ mod tests {
             "no entry runs a deleted meter: {:?}",
             h.flows()
         );
+    }
+
+    const SYN: u16 = 0x02;
+    const ACK: u16 = 0x10;
+    const PSH: u16 = 0x08;
+    const FIN: u16 = 0x01;
+
+    /// OVS's stateful firewall: p1 opens connections to p2.
+    const FIREWALL: &str = "\
+table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1)
+table=1,priority=1,actions=drop
+table=1,priority=10,in_port=p1,ip,ct_state=+trk+new,actions=ct(commit),output:p2
+table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2
+table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
+";
+
+    /// A TCP segment between 198.18.0.1:`port` (p1's host, `from_a`) and
+    /// 198.18.0.2:80.
+    fn seg(from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let (sm, dm, si, di, sp, dp) = if from_a {
+            (MAC_A, MAC_B, a, b, port, 80)
+        } else {
+            (MAC_B, MAC_A, b, a, 80, port)
+        };
+        FrameBuilder::new(sm, dm)
+            .ipv4(si, di)
+            .tcp(sp, dp, flags)
+            .tcp_seq(seq)
+            .tcp_ack(ack)
+            .tcp_window(65535)
+            .build()
+    }
+
+    struct CtLab {
+        br: Bridge,
+        eng: DummyHandle,
+        p: [MemHandle; 2],
+        now: Instant,
+    }
+
+    impl CtLab {
+        fn new() -> CtLab {
+            let now = Instant::now();
+            let mut br = Bridge::new("br-ct", DatapathConfig::default());
+            let (p1, h1) = MemPort::new("p1");
+            let (p2, h2) = MemPort::new("p2");
+            br.add_port(Box::new(Hooked(p1, tc(8)))).unwrap();
+            br.add_port(Box::new(Hooked(p2, tc(9)))).unwrap();
+            let (engine, eng) = DummyOffload::new(1000);
+            br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
+            br.add_flows_str(FIREWALL, now).unwrap();
+            br.set_ct_setup(true);
+            CtLab {
+                br,
+                eng,
+                p: [h1, h2],
+                now,
+            }
+        }
+
+        /// One segment through the bridge: how many frames left the
+        /// other side.
+        fn send(&mut self, from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> usize {
+            let (i, o) = if from_a { (0, 1) } else { (1, 0) };
+            self.p[i].inject(&seg(from_a, port, flags, seq, ack));
+            self.br.run_until_idle(self.now);
+            self.p[o].take_tx().len()
+        }
+
+        /// The engine's connection entries (exact addresses; the dummy
+        /// engine also takes the megaflows of recirculated passes).
+        fn ct_entries(&self) -> BTreeMap<u64, DummyFlow> {
+            let mut fl = self.eng.flows();
+            fl.retain(|_, f| f.matching.mask().0.nw_src == u32::MAX);
+            fl
+        }
+
+        /// The engine's entries of the connection from `port`: (orig,
+        /// reply, reply SYN-ACK) ids.
+        fn entries(&self, port: u16) -> Option<(u64, u64, u64)> {
+            let fl = self.ct_entries();
+            let find = |orig: bool, syn: bool| {
+                fl.iter()
+                    .find(|(_, f)| {
+                        let k = f.matching.key();
+                        (if orig { k.tp_src } else { k.tp_dst }) == port
+                            && (k.tcp_flags & SYN != 0) == syn
+                    })
+                    .map(|(id, _)| *id)
+            };
+            Some((find(true, false)?, find(false, false)?, find(false, true)?))
+        }
+
+        /// `dump-conntrack -s`'s line of the connection from `port`.
+        fn conn(&mut self, port: u16) -> Option<String> {
+            self.br.sync_ct_offloads();
+            self.br
+                .conntrack()
+                .dump(None, Instant::now())
+                .iter()
+                .map(|e| e.format(false, true))
+                .find(|l| l.contains(&format!("sport={port},")))
+        }
+    }
+
+    /// Issue 36: after a first connection has cached the flows, a new
+    /// one's SYN installs the entries of both directions, the handshake,
+    /// data and close run in the engine, and the tracker learns their
+    /// flags at the sync: counted, TIME_WAIT, entries gone. A flush, a
+    /// rule change and a new SYN on the same tuple remove them too.
+    #[test]
+    fn connections_are_set_up_in_the_engine_at_their_first_packet() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        // The first connection goes through userspace and caches the flows.
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+            (false, ACK | FIN, y + 1, x + 1),
+            (true, ACK | FIN, x + 1, y + 2),
+            (false, ACK, y + 2, x + 2),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        assert!(lab.ct_entries().is_empty(), "{:#?}", lab.ct_entries());
+        assert_eq!(lab.br.ct_offloads().set_up, 0);
+        let upcalls = lab.br.dp_stats().upcalls;
+
+        // The second: its SYN is forwarded by the daemon and sets it up.
+        assert_eq!(lab.send(true, 40001, SYN, x, 0), 1);
+        assert_eq!(
+            lab.br.dp_stats().upcalls,
+            upcalls,
+            "the SYN hit cached flows"
+        );
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        let (o, r, sa) = lab.entries(40001).expect("three entries");
+        let fl = lab.ct_entries();
+        assert_eq!(fl.len(), 3, "{fl:#?}");
+        // SYN and RST go up; FIN stays; the SYN-ACK entry is exact.
+        for (id, mask, value) in [(o, 0x016, ACK), (r, 0x016, ACK), (sa, 0x017, SYN | ACK)] {
+            let m = fl[&id].matching;
+            assert_eq!(
+                (m.mask().0.tcp_flags, m.key().tcp_flags),
+                (mask, value),
+                "{m:?}"
+            );
+            assert_eq!((m.mask().0.nw_src, m.mask().0.tp_dst), (u32::MAX, 0xffff));
+        }
+        assert_eq!(
+            fl[&o].actions,
+            vec![DpAction::Output(fl[&r].matching.key().in_port)]
+        );
+        assert_eq!(
+            fl[&r].actions,
+            vec![DpAction::Output(fl[&o].matching.key().in_port)]
+        );
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
+
+        // The engine carries the rest: SYN-ACK, ACK, request, response, the
+        // close both ways.
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 2, 120, ACK | PSH);
+        lab.eng.hit_tcp(r, 1, 400, ACK | PSH);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+        lab.eng.hit_tcp(r, 1, 60, ACK | FIN);
+        lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=TIME_WAIT"), "{line}");
+        assert!(
+            line.contains("dport=80,packets=5,") && line.contains("dport=40001,packets=3,"),
+            "the engine's packets credited: {line}"
+        );
+        assert!(lab.ct_entries().is_empty(), "closed: entries gone");
+        assert!(lab.br.ct_offloads().is_empty());
+
+        // A flush removes a live connection's entries.
+        assert_eq!(lab.send(true, 40002, SYN, x, 0), 1);
+        let (_, _, sa) = lab.entries(40002).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.br.flush_conntrack(&Default::default());
+        assert!(lab.ct_entries().is_empty(), "{:#?}", lab.ct_entries());
+        assert!(lab.conn(40002).is_none());
+
+        // A rule change: the reply direction's entries go before it returns.
+        assert_eq!(lab.send(true, 40003, SYN, x, 0), 1);
+        assert!(lab.entries(40003).is_some());
+        lab.br
+            .add_flow_str(
+                "table=1,priority=20,in_port=p2,ip,ct_state=+trk+est,actions=drop",
+                lab.now,
+            )
+            .unwrap();
+        let fl = lab.ct_entries();
+        assert!(
+            fl.values().all(|f| f.matching.key().tp_dst != 40003),
+            "{fl:#?}"
+        );
+        // ... and the reply that would have matched them goes up, dropped.
+        assert_eq!(lab.send(false, 40003, SYN | ACK, y, x + 1), 0);
+        lab.br
+            .del_flows_str("table=1,priority=20,in_port=p2,ip,ct_state=+trk+est")
+            .unwrap();
+
+        // A new SYN on the tuple of a connection the engine closed (before
+        // any sync told the tracker): the old entries go, the new
+        // connection is set up afresh.
+        assert_eq!(lab.send(true, 40004, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40004).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 3, 180, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        assert_eq!(lab.send(true, 40004, SYN, x + 7, 0), 1);
+        let (o2, r2, sa2) = lab.entries(40004).expect("set up afresh");
+        assert!(![o, r, sa].contains(&o2) && ![o, r, sa].contains(&r2) && sa2 != sa);
+        assert_eq!(lab.eng.flows()[&o2].counters.packets, 0);
+        let line = lab.conn(40004).unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
+
+        // 20 ms after its set-up a connection is looked at again when
+        // frames come in: one the engine closed goes then, before any sync.
+        assert_eq!(lab.send(true, 40005, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40005).unwrap();
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        lab.now += std::time::Duration::from_millis(30);
+        // Any frame will do: p2 may not open connections, so this one is
+        // dropped.
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40005).is_none(), "{:#?}", lab.ct_entries());
+        let line = lab
+            .br
+            .conntrack()
+            .dump(None, lab.now)
+            .iter()
+            .map(|e| e.format(false, false))
+            .find(|l| l.contains("sport=40005,"))
+            .unwrap();
+        assert!(line.contains("state=TIME_WAIT"), "{line}");
+        // The one still open is left to the sync.
+        assert!(lab.entries(40004).is_some());
+    }
+
+    /// The entries of a set-up connection, by id: packets and flags.
+    fn counted(lab: &CtLab, ids: [u64; 3]) -> Vec<(u64, u16)> {
+        let fl = lab.eng.flows();
+        ids.iter()
+            .map(|id| {
+                fl.get(id).map_or((u64::MAX, 0), |f| {
+                    (f.counters.packets, f.counters.tcp_flags)
+                })
+            })
+            .collect()
+    }
+
+    /// A set-up connection that expires while its entries are still in
+    /// the engine (no sync since it closed there): a new SYN on its tuple
+    /// gets entries of its own, with nothing of the old one's counters or
+    /// flags (the engine replaces an entry with the same match in place),
+    /// and they outlive the old connection's clean-up.
+    #[test]
+    fn an_expired_set_up_connection_leaves_nothing_to_its_successor() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        assert_eq!(lab.send(true, 40010, SYN, x, 0), 1);
+        let (o, r, sa) = lab.entries(40010).expect("set up");
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 3, 180, ACK | FIN);
+        lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+        // Long after: the tracker never heard (no sync), the connection
+        // expired in its SYN_SENT timer.
+        lab.now += std::time::Duration::from_secs(120);
+        assert_eq!(lab.send(true, 40010, SYN, x + 9, 0), 1);
+        let (o2, r2, sa2) = lab.entries(40010).expect("set up afresh");
+        assert_eq!(
+            counted(&lab, [o2, r2, sa2]),
+            vec![(0, 0); 3],
+            "nothing inherited: {:#?}",
+            lab.ct_entries()
+        );
+        assert_eq!(lab.ct_entries().len(), 3, "{:#?}", lab.ct_entries());
+        // The next sync (the old one's clean-up) leaves them.
+        lab.br.sync_ct_offloads();
+        assert_eq!(lab.entries(40010), Some((o2, r2, sa2)));
+        let line = lab
+            .br
+            .conntrack()
+            .dump(None, lab.now)
+            .iter()
+            .map(|e| e.format(false, false))
+            .find(|l| l.contains("sport=40010,"))
+            .unwrap();
+        assert!(line.contains("state=SYN_SENT"), "{line}");
+    }
+
+    /// A bare SYN on a connection set up in the kernel is judged against
+    /// what the engine saw: a late SYN after the handshake is part of the
+    /// established connection (its entries stay), a retransmitted one
+    /// before the SYN-ACK is the same connection.
+    #[test]
+    fn a_late_or_retransmitted_syn_keeps_a_set_up_connection() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        // Retransmitted before any answer.
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        let ids = lab.entries(40011).expect("set up");
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        assert_eq!(lab.entries(40011), Some(ids), "the same connection");
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        // Handshake done in the engine, then a late SYN: forwarded as
+        // part of the connection, which stays ESTABLISHED with its entries.
+        let (o, r, sa) = ids;
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 1, 60, ACK);
+        lab.eng.hit_tcp(r, 1, 60, ACK);
+        assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
+        assert_eq!(lab.entries(40011), Some(ids));
+        assert_eq!(lab.br.ct_offloads().set_up, 1);
+        let line = lab.conn(40011).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+    }
+
+    /// Unanswered set-up connections hold a bounded share of the map, and
+    /// their entries go once the handshake is overdue; the connection goes
+    /// on in userspace.
+    #[test]
+    fn unanswered_set_ups_are_bounded_and_time_out() {
+        let mut lab = CtLab::new();
+        let (x, y) = (1000, 5000);
+        for (a, f, s, k) in [
+            (true, SYN, x, 0),
+            (false, SYN | ACK, y, x + 1),
+            (true, ACK, x + 1, y + 1),
+        ] {
+            assert_eq!(lab.send(a, 40000, f, s, k), 1);
+        }
+        lab.br.ct_offloads_mut().setup_pending_max = 1;
+        assert_eq!(lab.send(true, 40020, SYN, x, 0), 1);
+        let (_, _, sa) = lab.entries(40020).expect("set up");
+        assert_eq!(lab.send(true, 40021, SYN, x, 0), 1, "still forwarded");
+        assert!(lab.entries(40021).is_none());
+        let cto = lab.br.ct_offloads();
+        assert_eq!(cto.setup_refused.get("ct:setup-pending-full"), Some(&1));
+        // 40020 answered: room again once the poll has seen it.
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert_eq!(lab.send(true, 40022, SYN, x, 0), 1);
+        assert!(lab.entries(40022).is_some());
+        assert!(lab.entries(40020).is_some(), "answered: left to the sync");
+        // 40022 is never answered: its entries go after the handshake
+        // limit, the connection stays in the tracker.
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40022).is_some());
+        lab.now += crate::datapath::ct_offload::SETUP_HANDSHAKE_MAX;
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40022).is_none(), "{:#?}", lab.ct_entries());
+        assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
+        // A late SYN-ACK goes through userspace.
+        assert_eq!(lab.send(false, 40022, SYN | ACK, y, x + 1), 1);
+        // One answered by a SYN-ACK that went through userspace (it missed
+        // its entry), then the ACK in the engine: not timed out.
+        lab.br.ct_offloads_mut().setup_pending_max = 10;
+        assert_eq!(lab.send(true, 40023, SYN, x, 0), 1);
+        let (o, _, _) = lab.entries(40023).expect("set up");
+        assert_eq!(lab.send(false, 40023, SYN | ACK, y, x + 1), 1);
+        lab.eng.hit_tcp(o, 1, 60, ACK);
+        lab.now += std::time::Duration::from_millis(30);
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        lab.now += crate::datapath::ct_offload::SETUP_HANDSHAKE_MAX;
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        assert!(lab.entries(40023).is_some(), "answered: kept");
+        assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
     }
 }

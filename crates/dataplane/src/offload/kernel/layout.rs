@@ -370,6 +370,10 @@ pub struct FlowValue {
     pub bytes: u64,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) of the last hit; 0 = never.
     pub used_ns: u64,
+    /// OR of the TCP flags seen. With `n_actions`, `flags` and
+    /// `out_slot` it is the program's `tcp_flags_word`, the 64-bit word
+    /// it ORs a frame's flags into atomically (tcp_flags its low half on
+    /// a little-endian host): these four must stay one aligned u64.
     pub tcp_flags: u16,
     pub n_actions: u8,
     pub flags: u8,
@@ -855,6 +859,7 @@ mod tests {
         assert_eq!(offset_of!(RawAction, data), 8);
         assert_eq!(offset_of!(FlowValue, used_ns), 16);
         assert_eq!(offset_of!(FlowValue, tcp_flags), 24);
+        assert_eq!(offset_of!(FlowValue, tcp_flags) % 8, 0, "tcp_flags_word");
         assert_eq!(offset_of!(FlowValue, n_actions), 26);
         assert_eq!(offset_of!(FlowValue, flags), 27);
         assert_eq!(offset_of!(FlowValue, out_slot), 28);

@@ -16,6 +16,9 @@ impl Switch {
         stats: bool,
     ) -> Result<Response, SwitchError> {
         let br = self.bridge(&bridge)?;
+        // Connections set up in the kernel learn their TCP states from the
+        // entries' flags: read them now rather than at the next tick.
+        br.sync_ct_offloads();
         let mut text = String::new();
         let mut data = Vec::new();
         for e in br.conntrack().dump(zone, now()) {

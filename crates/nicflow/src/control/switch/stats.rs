@@ -71,6 +71,29 @@ impl Switch {
                     .join(" ")
             }
         );
+        let cto = br.ct_offloads();
+        let refused = cto
+            .setup_refused
+            .iter()
+            .map(|(k, v)| format!(" {k}:{v}"))
+            .collect::<String>();
+        let _ = writeln!(
+            text,
+            "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{} \
+             setup_timeouts:{}{}",
+            cto.len(),
+            cto.set_up,
+            cto.offloaded,
+            cto.removed,
+            cto.setup_timeouts,
+            refused
+        );
+        let ct_kernel = json!({
+            "entries": cto.len(), "set_up": cto.set_up,
+            "installed": cto.offloaded, "removed": cto.removed,
+            "setup_timeouts": cto.setup_timeouts,
+            "setup_refused": cto.setup_refused,
+        });
         let limits_json = limits(&br.limits(), text);
         let mut ports = port_stats(br, text);
         // Configured ports whose interface is missing (see `tick`).
@@ -93,6 +116,7 @@ impl Switch {
                 "drops": drops,
             },
             "engines": engines,
+            "ct_kernel": ct_kernel,
             "limits": limits_json,
             "offload": offload_json,
             "ports": ports,
