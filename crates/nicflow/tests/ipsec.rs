@@ -220,6 +220,12 @@ fn esp_with_a_scapy_peer(tag: &str, extra: &str, flags: &[&str]) {
         return;
     }
     let lab = up(tag, extra);
+    // The peer reads the wire with a packet socket, as tcpdump does, and a
+    // packet socket on a veth sees a UDP GSO super-frame (`esp_gso`) whole,
+    // several ESP packets in one datagram, where a NIC would cut it on the
+    // wire and a UDP socket gets them one by one. So the kernel cuts the
+    // super-frames before u0, as a NIC's segmentation offload would.
+    lab.must("sw", &["ethtool", "-K", "u0", "tx-udp-segmentation", "off"]);
     let peer = spawn_in(
         &lab,
         "k",
