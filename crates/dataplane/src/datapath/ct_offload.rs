@@ -167,7 +167,15 @@ struct SetupConn {
     /// The reply's SYN-ACK was seen (its entries no longer count against
     /// [`CtOffloads::setup_pending_max`]).
     answered: bool,
+    /// When a bare SYN last made the entries be read
+    /// ([`CtOffloads::refresh_for_syn`]): a flood of SYNs on one tuple
+    /// reads them at most once per [`SYN_REFRESH_MIN`], not per packet.
+    syn_read: Option<Instant>,
 }
+
+/// Least time between two reads of a set-up connection's entries on
+/// behalf of bare SYNs (each read is three system calls).
+const SYN_REFRESH_MIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The datapath's table of offloaded connection directions.
 pub struct CtOffloads {
@@ -438,6 +446,7 @@ impl CtOffloads {
                     SetupConn {
                         tuple,
                         answered: false,
+                        syn_read: None,
                     },
                 );
                 self.by_tuple.insert(tuple, h);
@@ -706,9 +715,19 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        if let Some(&h) = self.by_tuple.get(&Tuple::of(key)) {
-            self.look(h, tracker, off, flows, now);
+        let Some(&h) = self.by_tuple.get(&Tuple::of(key)) else {
+            return;
+        };
+        if let Some(sc) = self.setup_conns.get_mut(&h) {
+            if sc
+                .syn_read
+                .is_some_and(|t| now.saturating_duration_since(t) < SYN_REFRESH_MIN)
+            {
+                return;
+            }
+            sc.syn_read = Some(now);
         }
+        self.look(h, tracker, off, flows, now);
     }
 
     /// Whether any connection is set up in the kernel now.
