@@ -516,6 +516,11 @@ impl AfXdpOptions {
     }
 }
 
+/// How long and how often [`AfXdpPort::open`] waits for a queue that a
+/// closed socket still holds (bind says EBUSY): 20 x 10 ms at most.
+const BIND_BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+const BIND_BUSY_WAITS: u32 = 20;
+
 /// `sxdp_flags` as text, for logs and errors.
 fn bind_flags_text(flags: u16) -> String {
     let mut parts = Vec::new();
@@ -683,7 +688,12 @@ impl AfXdpPort {
         // reusable, so each attempt starts from a fresh one.
         let attempts = opts.bind_attempts();
         let mut bound = None;
-        for (i, &flags) in attempts.iter().enumerate() {
+        // A socket on this queue that was just closed (a failed open, a
+        // port just deleted) releases the queue asynchronously: until then
+        // bind says EBUSY. Wait for it, briefly, before calling it taken.
+        let mut busy_waits = 0u32;
+        let mut i = 0;
+        while let Some(&flags) = attempts.get(i) {
             let xsk = Xsk::create(&umem, opts.ring_size).map_err(|(op, e)| {
                 if op.starts_with("socket")
                     && matches!(
@@ -723,8 +733,15 @@ impl AfXdpPort {
                         opts.queue,
                         bind_flags_text(flags)
                     );
+                    if e.raw_os_error() == Some(libc::EBUSY) && busy_waits < BIND_BUSY_WAITS {
+                        busy_waits += 1;
+                        drop(xsk);
+                        std::thread::sleep(BIND_BUSY_WAIT);
+                        continue;
+                    }
                     if fallback && i + 1 < attempts.len() {
                         tracing::debug!(port = %ifname, "{op} refused ({}); trying the next mode", Errno(&e));
+                        i += 1;
                         continue;
                     }
                     return Err(AfXdpError::sys(op, ifname, e));
