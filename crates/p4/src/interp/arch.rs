@@ -338,13 +338,13 @@ fn run_block(
 fn run_block_slots(
     run: &mut Run,
     arch: Arch,
-    layout: &crate::interp::eval::fast::SharedLayout,
+    layout: &crate::interp::fast::SharedLayout,
     slots: &mut [Option<Value>],
     spare: &mut [Option<Value>],
     pos: usize,
     c: &Ctx,
 ) -> Result<(bool, Option<String>), Ctl> {
-    use crate::interp::eval::fast::ParamSlot;
+    use crate::interp::fast::ParamSlot;
     let p = run.p;
     let b = block_at(run, pos);
     let blk = &p.blocks[b];
@@ -628,7 +628,7 @@ fn run_pna_blocks(
 fn run_pna_slots(
     run: &mut Run,
     arch: Arch,
-    layout: &crate::interp::eval::fast::SharedLayout,
+    layout: &crate::interp::fast::SharedLayout,
     slots: &mut [Option<Value>],
     spare: &mut [Option<Value>],
     c: &Ctx,

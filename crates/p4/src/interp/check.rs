@@ -339,9 +339,9 @@ pub(crate) struct Prog {
     /// invocation (`C.apply(...)` without instantiation).
     pub direct_blocks: HashMap<String, usize>,
     /// The bodies compiled at load for the data path
-    /// (`crate::interp::eval::fast`); `None` while the program is being
+    /// (`crate::interp::fast`); `None` while the program is being
     /// checked.
-    pub fast: Option<crate::interp::eval::fast::Code>,
+    pub fast: Option<crate::interp::fast::Code>,
 }
 
 fn span_of_type(t: &Type) -> Option<Span> {

@@ -12,8 +12,6 @@ use crate::trace::Trace;
 use crate::value::{mask, name_eq, Bits, HeaderVal, Src, Value};
 use std::sync::Arc;
 
-pub(crate) mod fast;
-
 /// Instance id of the packet being parsed (`packet_in`).
 pub(crate) const PKT_IN: usize = usize::MAX;
 /// Instance id of the packet being built (`packet_out`).
@@ -137,11 +135,11 @@ pub(crate) struct Run<'a> {
     pub tr: &'a mut Trace,
     /// Variable frames; names borrow the program's AST (no per-packet
     /// String per binding).
-    frames: Vec<Vec<(&'a str, Value)>>,
+    pub(super) frames: Vec<Vec<(&'a str, Value)>>,
     /// Emptied frames kept for reuse, so entering a block or action does
     /// not allocate once the run has warmed up.
     spare: Vec<Vec<(&'a str, Value)>>,
-    base: usize,
+    pub(super) base: usize,
     block: Option<usize>,
     /// Packet being parsed and the parser's bit position.
     pub pkt: Vec<u8>,
@@ -163,7 +161,7 @@ pub(crate) struct Run<'a> {
     /// Stack of (table, key values) of add_on_miss tables whose default
     /// action is running (for add_entry).
     miss_ctx: Vec<(usize, Vec<u128>)>,
-    depth: u32,
+    pub(super) depth: u32,
     /// Parameter values of a parser that rejected (its `out` headers are
     /// still passed on by v1model/PSA).
     pub reject_vals: Option<Vec<Value>>,
@@ -173,7 +171,7 @@ pub(crate) struct Run<'a> {
     /// the packet as received).
     pub reparse_tag: &'static str,
     /// Set while recording the right-hand side of an assignment.
-    assigning: bool,
+    pub(super) assigning: bool,
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
@@ -249,7 +247,7 @@ impl<'a> Run<'a> {
         self.st.pool.out = out;
     }
 
-    fn tick(&mut self) -> R<()> {
+    pub(super) fn tick(&mut self) -> R<()> {
         self.steps += 1;
         if self.steps > MAX_STEPS {
             return fail("step limit exceeded (loop?)");
@@ -327,7 +325,7 @@ impl<'a> Run<'a> {
 
     // ---- frames ------------------------------------------------------
 
-    fn declare(&mut self, name: &'a str, v: Value) {
+    pub(super) fn declare(&mut self, name: &'a str, v: Value) {
         if let Some(f) = self.frames.last_mut() {
             if let Some(slot) = f.iter_mut().find(|(n, _)| name_eq(n, name)) {
                 slot.1 = v;
@@ -338,12 +336,12 @@ impl<'a> Run<'a> {
     }
 
     /// An empty frame, reused from an earlier block if one is spare.
-    fn new_frame(&mut self) -> Vec<(&'a str, Value)> {
+    pub(super) fn new_frame(&mut self) -> Vec<(&'a str, Value)> {
         self.spare.pop().unwrap_or_default()
     }
 
     /// Pops the innermost frame, keeping its storage for reuse.
-    fn pop_frame(&mut self) {
+    pub(super) fn pop_frame(&mut self) {
         if let Some(mut f) = self.frames.pop() {
             f.clear();
             self.spare.push(f);
@@ -356,11 +354,11 @@ impl<'a> Run<'a> {
         self.spare.push(f);
     }
 
-    fn var(&self, name: &str) -> Option<&Value> {
+    pub(super) fn var(&self, name: &str) -> Option<&Value> {
         var_in(&self.frames[self.base..], name)
     }
 
-    fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
+    pub(super) fn var_mut(&mut self, name: &str) -> Option<&mut Value> {
         let base = self.base;
         for f in self.frames[base..].iter_mut().rev() {
             if let Some((_, v)) = f.iter_mut().rev().find(|(n, _)| name_eq(n, name)) {
@@ -404,7 +402,7 @@ impl<'a> Run<'a> {
 
     /// Bounds the interpreter's recursion (nested expressions,
     /// statements and calls) so that no program can overflow the stack.
-    fn enter(&mut self) -> R<()> {
+    pub(super) fn enter(&mut self) -> R<()> {
         self.tick()?;
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -959,7 +957,7 @@ impl<'a> Run<'a> {
 
     /// `obj.isValid()`: borrows the header when it is a plain path
     /// (cloning it costs a Vec per call).
-    fn is_valid(&mut self, obj: &Expr, span: &crate::ast::Span) -> R<Value> {
+    pub(super) fn is_valid(&mut self, obj: &Expr, span: &crate::ast::Span) -> R<Value> {
         let owned;
         let v = match self.peek(obj) {
             Some(v) => v,
@@ -982,7 +980,7 @@ impl<'a> Run<'a> {
 
     /// A method call on an evaluated receiver: the packet being parsed or
     /// built, or an extern instance.
-    fn call_method(
+    pub(super) fn call_method(
         &mut self,
         recv: Value,
         name: &str,
@@ -1041,14 +1039,14 @@ impl<'a> Run<'a> {
     /// Binds parameters (copy-in), runs `body` (its compiled form
     /// `compiled` when there is one), copies out.
     #[allow(clippy::too_many_arguments)]
-    fn invoke(
+    pub(super) fn invoke(
         &mut self,
         params: &'a [ast::Param],
         tys: &[Ty],
         args: &[Arg],
         mut data: Option<Vec<Value>>,
         body: &'a ast::Block,
-        compiled: Option<&'a [fast::CStmt]>,
+        compiled: Option<&'a [super::fast::CStmt]>,
         barrier: bool,
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
@@ -1319,7 +1317,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn select_case_matches(&mut self, vals: &[Value], keysets: &[Expr]) -> R<bool> {
+    pub(super) fn select_case_matches(&mut self, vals: &[Value], keysets: &[Expr]) -> R<bool> {
         if keysets.len() == 1 && matches!(keysets[0], Expr::Default(_) | Expr::DontCare(_)) {
             return Ok(true);
         }
@@ -1348,7 +1346,7 @@ impl<'a> Run<'a> {
         Ok(true)
     }
 
-    fn keyset_matches(&mut self, k: &Expr, v: &Value) -> R<bool> {
+    pub(super) fn keyset_matches(&mut self, k: &Expr, v: &Value) -> R<bool> {
         let w = match v {
             Value::Bits(b) => b.width,
             _ => 128,
@@ -1615,7 +1613,7 @@ fn relabel<'x, 'y>(frames: Vec<Vec<(&'x str, Value)>>) -> Vec<Vec<(&'y str, Valu
 
 /// Integer literal `lit` as a `w`-bit value (what `Bits::from_bigint`
 /// gives), without a big integer; `None` when it does not fit 128 bits.
-fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
+pub(super) fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
     if w > crate::value::MAX_WIDTH || lit.value.bits() > 128 {
         return None;
     }
@@ -1630,7 +1628,7 @@ fn lit_bits(lit: &ast::IntLit, w: u32, signed: bool) -> Option<Bits> {
 }
 
 /// The variable `name` in `frames`, innermost first.
-fn var_in<'f>(frames: &'f [Vec<(&str, Value)>], name: &str) -> Option<&'f Value> {
+pub(super) fn var_in<'f>(frames: &'f [Vec<(&str, Value)>], name: &str) -> Option<&'f Value> {
     for f in frames.iter().rev() {
         if let Some((_, v)) = f.iter().rev().find(|(n, _)| name_eq(n, name)) {
             return Some(v);

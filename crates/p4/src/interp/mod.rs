@@ -9,6 +9,7 @@ pub mod check;
 
 pub(crate) mod eval;
 pub(crate) mod externs;
+pub(crate) mod fast;
 pub(crate) mod index;
 pub(crate) mod ops;
 pub(crate) mod runtime_ops;
@@ -269,7 +270,7 @@ impl Pipeline {
     /// Checks and instantiates an already parsed program.
     pub fn load_program(program: ast::Program, arch: Option<Arch>) -> Result<Pipeline, P4Error> {
         let mut prog = crate::interp::check::check(program)?;
-        prog.fast = Some(eval::fast::compile(&prog));
+        prog.fast = Some(fast::compile(&prog));
         let detected = crate::interp::arch::detect(&prog)?;
         let arch = match arch {
             Some(a) if a != detected => {

@@ -1,5 +1,5 @@
 //! The load-time compiled form of a program's bodies (control `apply`
-//! blocks, parser states, actions, functions): what [`super::Run`] walks
+//! blocks, parser states, actions, functions): what [`super::eval::Run`] walks
 //! per packet instead of the AST on the data path.
 //!
 //! Why: the AST walker decides per packet what every name and call is
@@ -21,7 +21,7 @@
 //! [`CStmt::Walk`]); `Pipeline::process_reference` never uses this form
 //! (`crates/p4/tests/interp_differential.rs` compares the two).
 
-use super::{fail, lit_bits, Ctl, Run, R};
+use super::eval::{fail, lit_bits, Ctl, Run, R};
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
@@ -612,7 +612,7 @@ impl<'a> Run<'a> {
 
     /// What `peek_in` borrows for the chain's expression.
     fn peek_chain(&self, c: &Chain) -> Option<&Value> {
-        let mut v = super::var_in(&self.frames[self.base..], &c.root)?;
+        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
         for s in &c.steps {
             v = step(v, s)?;
         }
