@@ -747,6 +747,21 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
             }
         }
 
+        /// The first connection (port 40000): its handshake goes through
+        /// userspace and caches the flows the next connections' set-up
+        /// looks up. Returns the initial sequence numbers (client, server).
+        fn first_handshake(&mut self) -> (u32, u32) {
+            let (x, y) = (1000, 5000);
+            for (a, f, s, k) in [
+                (true, SYN, x, 0),
+                (false, SYN | ACK, y, x + 1),
+                (true, ACK, x + 1, y + 1),
+            ] {
+                assert_eq!(self.send(a, 40000, f, s, k), 1);
+            }
+            (x, y)
+        }
+
         /// One segment through the bridge: how many frames left the
         /// other side.
         fn send(&mut self, from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> usize {
@@ -954,14 +969,7 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
     #[test]
     fn an_expired_set_up_connection_leaves_nothing_to_its_successor() {
         let mut lab = CtLab::new();
-        let (x, y) = (1000, 5000);
-        for (a, f, s, k) in [
-            (true, SYN, x, 0),
-            (false, SYN | ACK, y, x + 1),
-            (true, ACK, x + 1, y + 1),
-        ] {
-            assert_eq!(lab.send(a, 40000, f, s, k), 1);
-        }
+        let (x, _) = lab.first_handshake();
         assert_eq!(lab.send(true, 40010, SYN, x, 0), 1);
         let (o, r, sa) = lab.entries(40010).expect("set up");
         lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
@@ -1000,14 +1008,7 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
     #[test]
     fn a_late_or_retransmitted_syn_keeps_a_set_up_connection() {
         let mut lab = CtLab::new();
-        let (x, y) = (1000, 5000);
-        for (a, f, s, k) in [
-            (true, SYN, x, 0),
-            (false, SYN | ACK, y, x + 1),
-            (true, ACK, x + 1, y + 1),
-        ] {
-            assert_eq!(lab.send(a, 40000, f, s, k), 1);
-        }
+        let (x, _) = lab.first_handshake();
         // Retransmitted before any answer.
         assert_eq!(lab.send(true, 40011, SYN, x, 0), 1);
         let ids = lab.entries(40011).expect("set up");
@@ -1033,14 +1034,7 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
     #[test]
     fn unanswered_set_ups_are_bounded_and_time_out() {
         let mut lab = CtLab::new();
-        let (x, y) = (1000, 5000);
-        for (a, f, s, k) in [
-            (true, SYN, x, 0),
-            (false, SYN | ACK, y, x + 1),
-            (true, ACK, x + 1, y + 1),
-        ] {
-            assert_eq!(lab.send(a, 40000, f, s, k), 1);
-        }
+        let (x, y) = lab.first_handshake();
         lab.br.ct_offloads_mut().setup_pending_max = 1;
         assert_eq!(lab.send(true, 40020, SYN, x, 0), 1);
         let (_, _, sa) = lab.entries(40020).expect("set up");
