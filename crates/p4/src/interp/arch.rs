@@ -288,22 +288,7 @@ fn run_block(
         vals.push(v);
         keys.push((key, owned_key, spare_key));
     }
-    let (mut vals, rejected, exited) = match run.run_block(b, vals) {
-        Ok((v, e)) => (v, None, e),
-        Err(Ctl::Reject(e)) => {
-            let v = run.reject_vals.take().unwrap_or_default();
-            (
-                v,
-                Some(if e.is_empty() {
-                    "NoError".to_string()
-                } else {
-                    e
-                }),
-                false,
-            )
-        }
-        Err(e) => return Err(e),
-    };
+    let (mut vals, rejected, exited) = run_block_outcome(run, b, vals)?;
     for ((prm, (key, owned, spare)), v) in blk.params().iter().zip(keys).zip(vals.drain(..)) {
         if key == "packet_in" || key == "packet_out" {
             continue;
@@ -387,22 +372,7 @@ fn run_block_slots(
         };
         vals.push(v);
     }
-    let (mut vals, rejected, exited) = match run.run_block(b, vals) {
-        Ok((v, e)) => (v, None, e),
-        Err(Ctl::Reject(e)) => {
-            let v = run.reject_vals.take().unwrap_or_default();
-            (
-                v,
-                Some(if e.is_empty() {
-                    "NoError".to_string()
-                } else {
-                    e
-                }),
-                false,
-            )
-        }
-        Err(e) => return Err(e),
-    };
+    let (mut vals, rejected, exited) = run_block_outcome(run, b, vals)?;
     for ((prm, ps), v) in blk.params().iter().zip(ps).zip(vals.drain(..)) {
         if let ParamSlot::Shared { slot, .. } = *ps {
             // As the map: written back unless an `in` parameter's value
@@ -1096,3 +1066,26 @@ fn p_type(run: &Run, b: usize, key: &str) -> Option<Ty> {
 
 #[allow(dead_code)]
 fn _bits(_: Bits) {}
+
+/// Runs block `b` on `vals`: the parameters' values after it, the parser
+/// error it rejected with (`NoError` for a bare reject), and whether it
+/// exited. Other errors pass through.
+fn run_block_outcome(
+    run: &mut Run<'_>,
+    b: usize,
+    vals: Vec<Value>,
+) -> super::eval::R<(Vec<Value>, Option<String>, bool)> {
+    match run.run_block(b, vals) {
+        Ok((v, e)) => Ok((v, None, e)),
+        Err(Ctl::Reject(e)) => {
+            let v = run.reject_vals.take().unwrap_or_default();
+            let e = if e.is_empty() {
+                "NoError".to_string()
+            } else {
+                e
+            };
+            Ok((v, Some(e), false))
+        }
+        Err(e) => Err(e),
+    }
+}

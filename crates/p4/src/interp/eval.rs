@@ -402,6 +402,21 @@ impl<'a> Run<'a> {
 
     /// Bounds the interpreter's recursion (nested expressions,
     /// statements and calls) so that no program can overflow the stack.
+    /// `x op literal` with the literal already converted to `x`'s width:
+    /// counts and records what evaluating the literal operand would have.
+    pub(super) fn binop_lit(
+        &mut self,
+        op: ast::BinOp,
+        x: Value,
+        yb: Bits,
+        span: &crate::ast::Span,
+    ) -> R<Value> {
+        self.enter()?;
+        self.depth -= 1;
+        self.use_val(&x);
+        ops::binop(op, x, Value::Bits(yb)).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+    }
+
     pub(super) fn enter(&mut self) -> R<()> {
         self.tick()?;
         self.depth += 1;
@@ -489,12 +504,7 @@ impl<'a> Run<'a> {
                         && !matches!(op, ast::BinOp::Shl | ast::BinOp::Shr | ast::BinOp::Concat)
                     {
                         if let Some(yb) = lit_bits(lit, xb.width, xb.signed) {
-                            // What evaluating the literal would count.
-                            self.enter()?;
-                            self.depth -= 1;
-                            self.use_val(&x);
-                            return ops::binop(*op, x, Value::Bits(yb))
-                                .map_err(|m| Ctl::Fail(format!("{span}: {m}")));
+                            return self.binop_lit(*op, x, yb, span);
                         }
                     }
                 }

@@ -676,12 +676,7 @@ impl<'a> Run<'a> {
                 let x = self.ceval(a)?;
                 if let Value::Bits(xb) = &x {
                     if let Some(yb) = lit_bits(lit, xb.width, xb.signed) {
-                        // What evaluating the literal would count.
-                        self.enter()?;
-                        self.depth -= 1;
-                        self.use_val(&x);
-                        return ops::binop(*op, x, Value::Bits(yb))
-                            .map_err(|m| Ctl::Fail(format!("{span}: {m}")));
+                        return self.binop_lit(*op, x, yb, span);
                     }
                 }
                 let y = self.ceval(b)?;
