@@ -2731,6 +2731,43 @@ mod tests {
     /// or the receiving port cuts it opens into the very frames sent. An
     /// underlay port without offloads, or `esp_gso=false`, sends them one
     /// by one (the former counted as fallback).
+    /// A VXLAN port (key 10) with manual-key ESP in UDP over a fresh
+    /// in-memory underlay `mem0` on `port`: the underlay and the port's
+    /// configuration, `extra` options last.
+    fn esp_vxlan_over_mem(
+        port: crate::mem::MemPort,
+        mac: [u8; 6],
+        (local, remote): (&str, &str),
+        spis: (&str, &str),
+        keys: (&str, &str),
+        extra: &[(&str, &str)],
+        t0: Instant,
+    ) -> (Rc<RefCell<Underlay>>, TunnelConfig) {
+        let u = Rc::new(RefCell::new(Underlay::new(
+            "mem0".into(),
+            Box::new(port),
+            mac,
+            1500,
+            None,
+            t0,
+        )));
+        let mut o = vec![
+            ("underlay", "mem0"),
+            ("local_ip", local),
+            ("remote_ip", remote),
+            ("key", "10"),
+            ("ipsec", "manual"),
+            ("esp_spi_out", spis.0),
+            ("esp_key_out", keys.0),
+            ("esp_spi_in", spis.1),
+            ("esp_key_in", keys.1),
+            ("esp_encap", "udp"),
+        ];
+        o.extend_from_slice(extra);
+        let cfg = TunnelConfig::from_options(TunnelKind::Vxlan, &opts(&o)).unwrap();
+        (u, cfg)
+    }
+
     #[test]
     fn esp_in_udp_batches_leave_as_one_udp_super_frame_and_open_back() {
         use nicflow_packet::udp_gso::{plan, SegCsum};
@@ -2748,32 +2785,15 @@ mod tests {
                    spis: (&str, &str),
                    keys: (&str, &str),
                    gso: &str| {
-            let u = Rc::new(RefCell::new(Underlay::new(
-                "mem0".into(),
-                Box::new(port),
+            let (u, cfg) = esp_vxlan_over_mem(
+                port,
                 mac,
-                1500,
-                None,
+                (local, remote),
+                spis,
+                keys,
+                &[("esp_mode", "tunnel"), ("esp_gso", gso)],
                 t0,
-            )));
-            let cfg = TunnelConfig::from_options(
-                TunnelKind::Vxlan,
-                &opts(&[
-                    ("underlay", "mem0"),
-                    ("local_ip", local),
-                    ("remote_ip", remote),
-                    ("key", "10"),
-                    ("ipsec", "manual"),
-                    ("esp_spi_out", spis.0),
-                    ("esp_key_out", keys.0),
-                    ("esp_spi_in", spis.1),
-                    ("esp_key_in", keys.1),
-                    ("esp_encap", "udp"),
-                    ("esp_mode", "tunnel"),
-                    ("esp_gso", gso),
-                ]),
-            )
-            .unwrap();
+            );
             let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
             (u, p)
         };
@@ -2913,32 +2933,15 @@ mod tests {
                     (K2, K1),
                 )
             };
-            let u = Rc::new(RefCell::new(Underlay::new(
-                "mem0".into(),
-                Box::new(port),
+            let (u, cfg) = esp_vxlan_over_mem(
+                port,
                 mac,
-                1500,
-                None,
+                (local, remote),
+                spis,
+                keys,
+                &[("esp_mode", mode), ("gro", "false")],
                 t0,
-            )));
-            let cfg = TunnelConfig::from_options(
-                TunnelKind::Vxlan,
-                &opts(&[
-                    ("underlay", "mem0"),
-                    ("local_ip", local),
-                    ("remote_ip", remote),
-                    ("key", "10"),
-                    ("ipsec", "manual"),
-                    ("esp_spi_out", spis.0),
-                    ("esp_key_out", keys.0),
-                    ("esp_spi_in", spis.1),
-                    ("esp_key_in", keys.1),
-                    ("esp_encap", "udp"),
-                    ("esp_mode", mode),
-                    ("gro", "false"),
-                ]),
-            )
-            .unwrap();
+            );
             let mut e = ArpEntry::new();
             e.mac = Some(if sender { mb } else { ma });
             e.confirmed = Some(t0);
