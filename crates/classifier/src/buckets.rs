@@ -18,6 +18,13 @@ pub(crate) struct Entry {
     pub(crate) head: u32,
 }
 
+/// A lookup under way: the slot it reached and the entry read there.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Probe {
+    slot: usize,
+    entry: Entry,
+}
+
 const EMPTY: Entry = Entry { hash: 0, head: NIL };
 
 /// Smallest number of slots once the table holds anything.
@@ -71,6 +78,41 @@ impl Buckets {
                 return Some(i);
             }
             i = (i + 1) & m;
+        }
+    }
+
+    /// The first step of a lookup of `hash`: its home slot and that slot's
+    /// entry, loaded now. A classifier lookup starts the next table's probe
+    /// before it walks the current table's chain, so this load (and the
+    /// hash before it) overlap that walk instead of following it.
+    #[inline(always)]
+    pub(crate) fn start(&self, hash: u32) -> Probe {
+        match self.slots.get(self.home(hash)) {
+            Some(&e) => Probe {
+                slot: self.home(hash),
+                entry: e,
+            },
+            None => Probe {
+                slot: 0,
+                entry: EMPTY,
+            },
+        }
+    }
+
+    /// Head of the bucket with this hash, going on from [`start`](Self::start).
+    #[inline(always)]
+    pub(crate) fn find_from(&self, hash: u32, p: Probe) -> Option<u32> {
+        let (mut i, mut e) = (p.slot, p.entry);
+        let m = self.slots.len().wrapping_sub(1);
+        loop {
+            if e.head == NIL {
+                return None;
+            }
+            if e.hash == hash {
+                return Some(e.head);
+            }
+            i = (i + 1) & m;
+            e = self.slots[i];
         }
     }
 

@@ -127,7 +127,8 @@ pub(crate) fn fold_ranges<const W: usize>(
     Ok(out)
 }
 
-/// Most non-zero mask words a rule holds inline ([`Rule::keys`]); an IPv6
+/// Most non-zero mask words a rule holds inline ([`Rule::key0`] and
+/// [`Rule::rest`]); an IPv6
 /// 5-tuple has 8.
 const SPARSE: usize = 8;
 
@@ -138,7 +139,7 @@ const WIDE: u8 = u8::MAX;
 
 /// A rule's masked key on its mask's non-zero words, inline: `(n, word
 /// indices, key words)`. Unused entries are 0 with index 0 (and mask 0 in
-/// [`MaskSet::dense`]), so a compare may run over all [`SPARSE`] of them.
+/// [`MaskSet::dense`]). Entries are in [`inline_order`].
 type Inline = (u8, [u8; SPARSE], [u64; SPARSE]);
 
 fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
@@ -147,18 +148,45 @@ fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
     if words.len() > SPARSE || words.iter().any(|w| w.index > u32::from(u8::MAX)) {
         return (WIDE, idx, keys);
     }
-    for ((i, k), w) in idx.iter_mut().zip(keys.iter_mut()).zip(words) {
+    for ((i, k), w) in idx.iter_mut().zip(keys.iter_mut()).zip(inline_order(words)) {
         *i = w.index as u8;
         *k = key[w.index as usize] & w.mask;
     }
     (words.len() as u8, idx, keys)
 }
 
+/// The order of a mask's words in the inline entries: the word with the
+/// most mask bits first (the first such), then the others in index order.
+/// The first entry is the rule's filter ([`Rule::key0`], in the rule's
+/// first cache line): on a `FlowKey` 5-tuple it is the address word. The
+/// bucket already makes a rule agree with the key on the table mask (hash
+/// collisions aside), so the filter decides only on the word's bits beyond
+/// it; with `relax_flowkey`, which shortens address prefixes, the rules of
+/// a chain keep address bits beyond the table mask, and on the ClassBench
+/// sets this order was measured faster (sitting E in
+/// docs/results/classifier-classbench.md). The word with the most bits
+/// beyond the table mask would be a finer choice, but the table changes
+/// (splits, absorbs) and the order would have to follow it.
+fn inline_order(words: &[MaskWord]) -> impl Iterator<Item = &MaskWord> {
+    let first = words
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, w)| (w.mask.count_ones(), Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+    words.get(first).into_iter().chain(
+        words
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != first)
+            .map(|(_, w)| w),
+    )
+}
+
 /// The mask words of [`inline_of`]'s entries (0 beyond them).
 fn dense_of(words: &[MaskWord]) -> [u64; SPARSE] {
     let mut out = [0u64; SPARSE];
     if words.len() <= SPARSE {
-        for (o, w) in out.iter_mut().zip(words) {
+        for (o, w) in out.iter_mut().zip(inline_order(words)) {
             *o = w.mask;
         }
     }
@@ -175,7 +203,8 @@ fn dense_of(words: &[MaskWord]) -> [u64; SPARSE] {
 /// each rule it compares (perf on acl1 1K: 11% of the lookup on the one
 /// load that checked the slot, with 520-byte slots whose 909 rules did not
 /// fit the L2 cache). 128-byte rules keep a 1K-rule set within L2, and
-/// a compare reads the rule's two cache lines and the (shared, hot) mask
+/// a compare reads the rule's first cache line (the second only when the
+/// filter word [`Rule::key0`] agrees) and the (shared, hot) mask
 /// words of [`MaskSet::dense`], nothing else.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -186,9 +215,9 @@ struct Rule {
     next: u32,
     /// Index of the rule's mask in the mask registry.
     mask: u32,
-    /// Number of used entries of `idx` / `keys`, or [`WIDE`].
+    /// Number of used entries of `idx` (and of `key0` then `rest`), or [`WIDE`].
     n: u8,
-    /// Key word index of each entry of `keys`.
+    /// Key word index of each inline entry: `key0`'s, then `rest`'s.
     idx: [u8; SPARSE],
     /// Range conditions beyond the mask; usually none.
     ranges: Ranges,
@@ -198,17 +227,40 @@ struct Rule {
     /// chain rather than a vector: it keeps hash entries at 8 bytes and needs
     /// no allocation per key.
     dup: u32,
+    /// The masked key on the first inline entry (the mask's widest word,
+    /// [`inline_order`]), in the first cache line with everything else a
+    /// compare needs first: a compare that fails on it reads one line.
+    key0: u64,
     /// Insertion sequence number: orders equal-priority groups in a chain.
     /// A replacing rule inherits the sequence number of the rule it replaces.
     seq: u64,
-    /// The masked key on each non-zero word of the rule's mask, in index
-    /// order: what a lookup compares.
-    keys: [u64; SPARSE],
+    /// The masked key on the other inline entries ([`inline_order`]).
+    rest: [u64; SPARSE - 1],
 }
 
-// A lookup reads two cache lines per compared rule; a field added to
+impl Rule {
+    /// All inline key entries, as [`inline_of`] gives them.
+    #[cfg(test)]
+    fn keys(&self) -> [u64; SPARSE] {
+        let mut k = [self.key0; SPARSE];
+        k[1..].copy_from_slice(&self.rest);
+        k
+    }
+
+    /// Splits [`inline_of`]'s keys into [`Rule::key0`] and [`Rule::rest`].
+    fn split_keys(keys: [u64; SPARSE]) -> (u64, [u64; SPARSE - 1]) {
+        let mut rest = [0; SPARSE - 1];
+        rest.copy_from_slice(&keys[1..]);
+        (keys[0], rest)
+    }
+}
+
+// A lookup reads at most two cache lines per compared rule; a field added to
 // `Rule` must not silently make it three.
 const _: () = assert!(std::mem::size_of::<Rule>() == 128);
+// Everything a compare reads before the filter word decides sits in the
+// first cache line.
+const _: () = assert!(std::mem::offset_of!(Rule, key0) + 8 <= 64);
 
 /// What a lookup does not read of a rule.
 #[derive(Clone)]
@@ -223,9 +275,9 @@ struct Cold<const W: usize, T> {
 }
 
 /// Does `key` match rule `idx` (`r`) on its mask (ranges aside)? Inline
-/// rules compare all [`SPARSE`] entries without a branch per word (unused
-/// entries are 0 under a 0 mask); wide ones go through the mask registry
-/// and the full key.
+/// rules compare the filter word [`Rule::key0`] first and return on a
+/// mismatch, then the other `n - 1` entries without a branch per word;
+/// wide ones go through the mask registry and the full key.
 #[inline(always)]
 fn rule_matches<const W: usize, T>(
     rules: &RuleSlab<W, T>,
@@ -242,8 +294,14 @@ fn rule_matches<const W: usize, T>(
         return true;
     }
     let m = &masks.dense[r.mask as usize];
+    // The filter word first: most failing compares end here, on the rule's
+    // first cache line.
+    if (key[r.idx[0] as usize] & m[0]) != r.key0 {
+        return false;
+    }
+    let n = usize::from(r.n).clamp(1, SPARSE);
     let mut acc = 0;
-    for ((&i, m), v) in r.idx.iter().zip(m).zip(&r.keys) {
+    for ((&i, m), v) in r.idx[1..n].iter().zip(&m[1..n]).zip(&r.rest) {
         acc |= (key[i as usize] & m) ^ v;
     }
     acc == 0
@@ -569,12 +627,66 @@ struct Subtable {
     priorities: BTreeMap<u32, u32>,
 }
 
+/// Most table mask words a [`Rank`] holds inline; a `FlowKey` 5-tuple table
+/// has up to 5 (`dl_type`, the address word, both ports, `nw_proto`).
+const RANK_WORDS: usize = 6;
+
 /// An element of the lookup order: enough to decide on the early exit
-/// without touching the table itself.
+/// without touching the table itself, and to hash the key for it.
+///
+/// Why the table mask's words are copied here: a lookup's first step on a
+/// table was a chain of dependent loads (the order entry, then the
+/// [`Subtable`], then its boxed word list, then the key words, then the
+/// hash); at the start of a lookup nothing overlaps it, since the previous
+/// lookup's last mispredicted branch ends it. With the words here the hash
+/// needs the order entry and the key alone, and the `Subtable` (for the
+/// bucket array) loads beside it. A table's mask never changes, so the
+/// copy cannot go stale; a table with more words than [`RANK_WORDS`]
+/// (`n == u8::MAX`) is hashed through [`Subtable::words`].
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 struct Rank {
     max_priority: u32,
     subtable: u32,
+    /// Used entries of `idx` and `mask`, or `u8::MAX` (see above).
+    n: u8,
+    /// Key word index of each table mask word, as in [`Subtable::words`].
+    idx: [u8; RANK_WORDS],
+    /// The table mask's non-zero words, in [`Subtable::words`]' order.
+    mask: [u64; RANK_WORDS],
+}
+
+const _: () = assert!(std::mem::size_of::<Rank>() == 64);
+
+impl Rank {
+    fn new(max_priority: u32, subtable: u32, words: &[MaskWord]) -> Self {
+        let mut r = Rank {
+            max_priority,
+            subtable,
+            n: u8::MAX,
+            idx: [0; RANK_WORDS],
+            mask: [0; RANK_WORDS],
+        };
+        if words.len() <= RANK_WORDS && words.iter().all(|w| w.index <= u32::from(u8::MAX)) {
+            r.n = words.len() as u8;
+            for ((i, m), w) in r.idx.iter_mut().zip(r.mask.iter_mut()).zip(words) {
+                *i = w.index as u8;
+                *m = w.mask;
+            }
+        }
+        r
+    }
+
+    /// [`hash_masked`] of `key` on the table's mask, from the inline copy
+    /// when there is one.
+    #[inline(always)]
+    fn hash<const W: usize>(&self, seed: &RandomState, st: &Subtable, key: &[u64; W]) -> u32 {
+        if self.n == u8::MAX {
+            return hash_masked(seed, &st.words, key);
+        }
+        let n = usize::from(self.n).min(RANK_WORDS);
+        hash_values(seed, n, |i| key[usize::from(self.idx[i])] & self.mask[i])
+    }
 }
 
 /// How rules are assigned to tables.
@@ -598,14 +710,25 @@ enum Mode<const W: usize> {
 /// instead of 65 ns.
 #[inline(always)]
 fn hash_masked<const W: usize>(seed: &RandomState, words: &[MaskWord], key: &[u64; W]) -> u32 {
+    hash_values(seed, words.len(), |i| {
+        let w = &words[i];
+        key[w.index as usize] & w.mask
+    })
+}
+
+/// The hash of [`hash_masked`] over the `n` values `word(0..n)`: the one
+/// definition both the table's word list and a [`Rank`]'s inline copy go
+/// through, so they agree bit for bit.
+#[inline(always)]
+fn hash_values(seed: &RandomState, n: usize, word: impl Fn(usize) -> u64) -> u32 {
     let mut h = seed.build_hasher();
-    let word = |w: &MaskWord| key[w.index as usize] & w.mask;
-    let mut pairs = words.chunks_exact(2);
-    for p in &mut pairs {
-        h.write_u128(u128::from(word(&p[0])) | (u128::from(word(&p[1])) << 64));
+    let mut i = 0;
+    while i + 1 < n {
+        h.write_u128(u128::from(word(i)) | (u128::from(word(i + 1)) << 64));
+        i += 2;
     }
-    if let [last] = pairs.remainder() {
-        h.write_u64(word(last));
+    if i < n {
+        h.write_u64(word(i));
     }
     let x = h.finish();
     let h = (x ^ (x >> 32)) as u32;
@@ -924,13 +1047,8 @@ impl<const W: usize, T> Classifier<W, T> {
         let pos = self.order.partition_point(|r| {
             r.max_priority > p || (r.max_priority == p && self.subtable(r.subtable).seq < seq)
         });
-        self.order.insert(
-            pos,
-            Rank {
-                max_priority: p,
-                subtable: idx,
-            },
-        );
+        let rank = Rank::new(p, idx, &st.words);
+        self.order.insert(pos, rank);
     }
 
     fn drop_subtable(&mut self, idx: u32) {
@@ -1109,11 +1227,13 @@ impl<const W: usize, T> Classifier<W, T> {
         let seq = self.next_rule_seq;
         self.next_rule_seq += 1;
         let (n, widx, keys) = inline_of(&self.masks.at(mi).words, &masked);
+        let (key0, rest) = Rule::split_keys(keys);
         let idx = self.rules.alloc(
             Rule {
                 n,
                 idx: widx,
-                keys,
+                key0,
+                rest,
                 priority,
                 table: t,
                 mask: mi,
@@ -1672,12 +1792,31 @@ impl<const W: usize, T> Classifier<W, T> {
         // makes every test below a single comparison.
         let mut best: u64 = 0;
         let mut best_idx = NIL;
-        for rank in &self.order {
+        let order = &self.order;
+        // The next table's hash and first bucket slot are read before the
+        // current table's chain is walked: they do not depend on it, so the
+        // CPU overlaps them with the walk (whose branches are the
+        // unpredictable ones) instead of starting them after it.
+        let start = |rank: &Rank| {
+            let st = self.subtable(rank.subtable);
+            let h = rank.hash(&self.seed, st, key);
+            (st, h, st.table.start(h))
+        };
+        let mut next = order.first().map(start);
+        for (i, rank) in order.iter().enumerate() {
             if u64::from(rank.max_priority) < best {
                 // No later table can beat (or, on a tie, precede) the best.
                 break;
             }
-            let st = self.subtable(rank.subtable);
+            let Some((st, h, probe)) = next else {
+                break;
+            };
+            // `best` only grows, so a next table that cannot beat it now
+            // will not be probed: no hash for it.
+            next = order
+                .get(i + 1)
+                .filter(|r| u64::from(r.max_priority) >= best)
+                .map(start);
             if let Some((n, _)) = probes.as_mut() {
                 **n += 1;
             }
@@ -1686,7 +1825,7 @@ impl<const W: usize, T> Classifier<W, T> {
                     wc[w.index as usize] |= w.mask;
                 }
             }
-            let Some(mut cur) = bucket_head(&self.seed, st, key) else {
+            let Some(mut cur) = st.table.find_from(h, probe) else {
                 continue;
             };
             // The chain is in priority order: the first rule that matches is
@@ -1958,7 +2097,7 @@ impl<const W: usize, T> Classifier<W, T> {
                         "foreign key in bucket"
                     );
                     let inline = inline_of(&self.masks.at(r.mask).words, rkey);
-                    assert_eq!((r.n, r.idx, r.keys), inline, "inline key out of sync");
+                    assert_eq!((r.n, r.idx, r.keys()), inline, "inline key out of sync");
                     assert_eq!(
                         self.masks.dense[r.mask as usize],
                         dense_of(&self.masks.at(r.mask).words)
@@ -2003,6 +2142,12 @@ impl<const W: usize, T> Classifier<W, T> {
         for rank in &self.order {
             let st = self.subtable(rank.subtable);
             assert_eq!(rank.max_priority, st.max_priority);
+            let inline = Rank::new(rank.max_priority, rank.subtable, &st.words);
+            assert_eq!(
+                (rank.n, rank.idx, rank.mask),
+                (inline.n, inline.idx, inline.mask),
+                "rank's inline table mask out of sync"
+            );
             assert!(st.n_rules > 0);
             assert_eq!(st.priorities.values().sum::<u32>(), st.n_rules);
             assert_eq!(*st.priorities.last_key_value().unwrap().0, st.max_priority);
@@ -2672,6 +2817,71 @@ mod tests {
     /// Masks with more non-zero words than a rule's compact key holds
     /// ([`SPARSE`]) fall back to the full key, in the bucket check and the
     /// chain compare: both modes against the linear scan.
+    #[test]
+    fn inline_masks_of_five_to_eight_words() {
+        // 5-8 non-zero words (the inline form's upper range, e.g. an IPv6
+        // 5-tuple), the widest word anywhere but first, so the filter word
+        // (`key0`) and the `rest` entries are exercised in every position,
+        // against a linear scan, with `lookup_wc`'s mask checked by
+        // flipping every bit outside it.
+        const WW: usize = 10;
+        let mut x = 0x0fed_cba9_8765_4321u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for relax in [
+            None,
+            Some((|_: &[u64; WW]| [0; WW]) as fn(&[u64; WW]) -> [u64; WW]),
+            Some(
+                (|m: &[u64; WW]| {
+                    let mut r = *m;
+                    r[0] = 0;
+                    r
+                }) as fn(&[u64; WW]) -> [u64; WW],
+            ),
+        ] {
+            let mut c: Classifier<WW, u32> = match relax {
+                None => Classifier::new(),
+                Some(r) => Classifier::with_relax(r).with_collision_limit(3),
+            };
+            let mut lin: crate::LinearClassifier<WW, u32> = crate::LinearClassifier::new();
+            let mut keys = Vec::new();
+            for i in 0..300u32 {
+                let n = 5 + (next() % 4) as usize;
+                // Which words: a random n of the 10 (rotated start).
+                let first = (next() % WW as u64) as usize;
+                let wide = (next() % n as u64) as usize;
+                let mut mask = [0u64; WW];
+                for j in 0..n {
+                    // Narrow masks except one wide word at a random place.
+                    mask[(first + j) % WW] = if j == wide { 0xffff } else { 0x3 << (j % 4) };
+                }
+                let key: [u64; WW] = std::array::from_fn(|_| next() % 4);
+                c.insert(&key, &mask, i, i);
+                lin.insert(&key, &mask, i, i);
+                keys.push(key);
+            }
+            c.check_invariants();
+            for (n, k) in keys.iter().chain([&[0; WW], &[1; WW]]).enumerate() {
+                let want = lin.lookup(k).map(|r| *r.1);
+                assert_eq!(c.lookup(k).map(|r| *r.1), want);
+                let mut wc = [0; WW];
+                assert_eq!(c.lookup_wc(k, &mut wc).map(|r| *r.1), want);
+                let noise: [u64; WW] = std::array::from_fn(|_| next());
+                let k2: [u64; WW] = std::array::from_fn(|w| k[w] ^ (noise[w] & !wc[w]));
+                assert_eq!(
+                    c.lookup(&k2).map(|r| *r.1),
+                    lin.lookup(&k2).map(|r| *r.1),
+                    "key {n}"
+                );
+                assert_eq!(c.lookup(&k2).map(|r| *r.1), want, "wc too narrow, key {n}");
+            }
+        }
+    }
+
     #[test]
     fn wide_masks_use_the_full_key() {
         const WW: usize = 12;

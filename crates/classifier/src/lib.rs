@@ -225,7 +225,9 @@
 //!   when its `max_priority` changes, or creating/dropping a table.
 //! * Memory: per rule, a 128-byte record that is all a lookup reads
 //!   (priority, links, ranges, the key on its mask's non-zero words, up to
-//!   8) in a dense array, and apart from it the full key and the value;
+//!   8, the widest word in the first cache line so that most failing
+//!   compares read only that line) in a dense array, and apart from it the
+//!   full key and the value;
 //!   per bucket, an 8-byte hash entry in a table kept at most half full;
 //!   per distinct mask, 64 bytes of mask words shared by its rules.
 //!
