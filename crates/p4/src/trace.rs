@@ -21,7 +21,9 @@ pub type EntryId = u64;
 /// entry hit (`None`: miss, the default action ran).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableApply {
-    pub table: String,
+    /// Shared with the table's definition: recording an apply clones a
+    /// pointer, not the name (two per packet on the routing program).
+    pub table: std::sync::Arc<str>,
     pub entry: Option<EntryId>,
 }
 

@@ -189,6 +189,42 @@ impl Value {
         }
     }
 
+    /// `*dst = self.clone()`, reusing `dst`'s field vectors when it is a
+    /// header or struct of the same shape (a block's `in` metadata is
+    /// copied per packet into the copy the last packet left: no
+    /// allocation).
+    pub fn clone_into_value(&self, dst: &mut Value) {
+        match (self, &mut *dst) {
+            (Value::Struct(n, names, vals), Value::Struct(dn, dnames, dvals))
+                if dvals.len() == vals.len() =>
+            {
+                if !Arc::ptr_eq(n, dn) {
+                    *dn = n.clone();
+                }
+                if !Arc::ptr_eq(names, dnames) {
+                    *dnames = names.clone();
+                }
+                for (s, d) in vals.iter().zip(dvals.iter_mut()) {
+                    s.clone_into_value(d);
+                }
+            }
+            (Value::Header(h), Value::Header(dh)) if dh.fields.len() == h.fields.len() => {
+                if !Arc::ptr_eq(&h.ty, &dh.ty) {
+                    dh.ty = h.ty.clone();
+                }
+                if !Arc::ptr_eq(&h.names, &dh.names) {
+                    dh.names = h.names.clone();
+                }
+                dh.valid = h.valid;
+                for (s, d) in h.fields.iter().zip(dh.fields.iter_mut()) {
+                    s.clone_into_value(d);
+                }
+            }
+            (Value::Bits(b), Value::Bits(d)) => *d = *b,
+            _ => *dst = self.clone(),
+        }
+    }
+
     /// Field of a header/struct by name.
     pub fn field(&self, name: &str) -> Option<&Value> {
         match self {
@@ -357,5 +393,51 @@ pub fn big_to_u128(i: &BigInt) -> u128 {
         v.wrapping_neg()
     } else {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(valid: bool, a: u128, b: u128) -> Value {
+        Value::Header(Box::new(HeaderVal {
+            ty: Arc::from("h_t"),
+            valid,
+            fields: vec![Value::bits(8, a), Value::Bool(b == 1, Src::InPort)],
+            names: Arc::from(vec!["a".to_string(), "b".to_string()]),
+        }))
+    }
+
+    fn meta(fields: Vec<Value>) -> Value {
+        let names: Vec<String> = (0..fields.len()).map(|i| format!("f{i}")).collect();
+        Value::Struct(Arc::from("m_t"), Arc::from(names), fields)
+    }
+
+    #[test]
+    fn clone_into_value_equals_clone_whatever_it_overwrites() {
+        let mut src_bits = Bits::unsigned(16, 0xbeef);
+        src_bits.src = Src::Packet(112);
+        let src = meta(vec![
+            Value::Bits(src_bits),
+            hdr(true, 7, 1),
+            Value::Error(Arc::from("NoError"), Src::None),
+        ]);
+        // Same shape (vectors reused), other shapes, other variants.
+        let dsts = [
+            meta(vec![
+                Value::bits(16, 1),
+                hdr(false, 0, 0),
+                Value::Error(Arc::from("PacketTooShort"), Src::Tainted("x")),
+            ]),
+            meta(vec![Value::bits(16, 1)]),
+            meta(vec![Value::Void, Value::Void, Value::Void]),
+            hdr(true, 1, 1),
+            Value::Void,
+        ];
+        for mut d in dsts {
+            src.clone_into_value(&mut d);
+            assert_eq!(d, src);
+        }
     }
 }

@@ -83,7 +83,7 @@ fn routing_trace_records_what_mattered() {
     assert_eq!(t.min_packet_len, 34);
     assert_eq!(t.uncacheable, None);
     assert_eq!(t.tables.len(), 2);
-    assert_eq!(t.tables[0].table, "Main.fib_table");
+    assert_eq!(&*t.tables[0].table, "Main.fib_table");
     assert!(t.tables[0].entry.is_some());
     assert!(t.error.is_none());
 }

@@ -81,7 +81,7 @@ impl PortMap {
 /// generation then), the run's trace (for crediting counters and entry
 /// hit times) and the decision, for revalidation.
 struct CachedRun {
-    tables: Vec<(String, u64)>,
+    tables: Vec<(std::sync::Arc<str>, u64)>,
     trace: Trace,
     out: XlateOut,
     /// The first packet was counted by the interpreter itself: the flow's

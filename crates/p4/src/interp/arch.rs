@@ -347,7 +347,20 @@ fn run_block_slots(
                     crate::ast::Direction::Out | crate::ast::Direction::InOut if once => {
                         slots[slot].take()
                     }
-                    _ => slots[slot].clone(),
+                    _ => match &slots[slot] {
+                        Some(v) => {
+                            let mut d = run
+                                .st
+                                .pool
+                                .in_spare
+                                .get_mut(slot)
+                                .and_then(Option::take)
+                                .unwrap_or(Value::Void);
+                            v.clone_into_value(&mut d);
+                            Some(d)
+                        }
+                        None => None,
+                    },
                 };
                 match taken {
                     Some(mut v) => {
@@ -379,6 +392,9 @@ fn run_block_slots(
             // is already there.
             if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
                 slots[slot] = Some(v);
+            } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
+                // The copy, for the next packet's `in` copy.
+                *x = Some(v);
             }
         }
     }
@@ -537,6 +553,7 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         slots.clear();
         slots.resize_with(n, || None);
         spare.resize_with(n, || None);
+        run.st.pool.in_spare.resize_with(n, || None);
         let r = run_pna_slots(run, arch, layout, &mut slots, &mut spare, &c);
         // Keep the headers and metadata for the next packet.
         for (s, x) in slots.iter_mut().zip(spare.iter_mut()) {

@@ -303,6 +303,8 @@ pub(crate) struct Entry {
 
 pub(crate) struct TableDef {
     pub info: TableInfo,
+    /// `info.name`, shared with every trace that records an apply.
+    pub qname: std::sync::Arc<str>,
     pub keys: Vec<KeyDef>,
     pub actions: Vec<TableAction>,
     pub default_action: usize,
@@ -1370,6 +1372,7 @@ fn build_table(prog: &mut Prog, bidx: usize, t: ast::TableDecl) -> Result<usize,
         direct_meter: direct_meter.map(|e: usize| prog.externs[e].qname.clone()),
     };
     let mut td = TableDef {
+        qname: std::sync::Arc::from(info.name.as_str()),
         info,
         keys,
         actions,

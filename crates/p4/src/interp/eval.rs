@@ -54,7 +54,16 @@ impl BitBuf {
         }
         let mut left = w.min(128);
         if self.bits % 8 == 0 && self.bytes.len() as u64 * 8 == self.bits {
-            // Byte-aligned: whole bytes appended as they are.
+            // Byte-aligned: whole bytes appended as they are, in one copy.
+            let n = (left / 8) as usize;
+            if n > 0 {
+                // The n bytes ending `left % 8` bits above the low end.
+                let low = left % 8;
+                let word = ((v & crate::value::mask(left)) >> low).to_be_bytes();
+                self.bytes.extend_from_slice(&word[16 - n..]);
+                self.bits += 8 * n as u64;
+                left -= 8 * n as u32;
+            }
             while left >= 8 {
                 self.bytes.push((v >> (left - 8)) as u8);
                 self.bits += 8;
@@ -97,9 +106,22 @@ pub(crate) fn ones_runs(need: u128, w: u32, mut f: impl FnMut(u32, u32)) {
     }
 }
 
-/// Reads `w` bits at bit offset `off` (caller checked the bounds), a
+/// Reads `w` bits at bit offset `off` (caller checked the bounds): one
+/// 16-byte load when the packet has them, else a
 /// byte's worth at a time; of more than 128 bits the last 128 remain.
 pub(crate) fn read_bits(data: &[u8], off: u64, w: u32) -> u128 {
+    // Fast path: the field and its leading bits within one byte fit a
+    // u128 and 16 bytes follow its first byte: one big-endian load and
+    // a shift instead of a loop over its bytes.
+    let first = (off / 8) as usize;
+    let lead = (off % 8) as u32;
+    if w > 0 && lead + w <= 128 {
+        if let Some(b) = data.get(first..first + 16) {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(b);
+            return (u128::from_be_bytes(a) >> (128 - lead - w)) & crate::value::mask(w);
+        }
+    }
     let mut v: u128 = 0;
     let mut p = off;
     let mut left = u64::from(w);
@@ -196,7 +218,9 @@ impl<'a> Run<'a> {
     ) -> Run<'a> {
         // Frames kept from the pipeline's earlier packets: entering a
         // block or action allocates nothing once the pipeline is warm.
-        let spare = relabel(std::mem::take(&mut st.pool.frames));
+        // `&'static str` frames are `&'a str` frames (covariance): no
+        // conversion this way, only back in `recycle_buffers`.
+        let spare: Vec<Vec<(&'a str, Value)>> = std::mem::take(&mut st.pool.frames);
         let mut out_bytes = std::mem::take(&mut st.pool.out);
         out_bytes.clear();
         Run {
@@ -236,8 +260,8 @@ impl<'a> Run<'a> {
     pub fn recycle_buffers(&mut self) {
         let mut frames = std::mem::take(&mut self.spare);
         frames.append(&mut self.frames);
-        let mut pool = relabel(frames);
-        pool.truncate(64);
+        frames.truncate(64);
+        let pool = relabel(frames);
         self.st.pool.frames = pool;
         let mut pkt = std::mem::take(&mut self.pkt);
         pkt.clear();
@@ -714,7 +738,15 @@ impl<'a> Run<'a> {
         }
         let target = self.lvalue(lhs)?;
         let nv = coerce_like(target, v).map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
-        *target = nv;
+        let old = std::mem::replace(target, nv);
+        // A replaced header or struct (a function's `inout` header copied
+        // out) is kept for the next copy-in instead of freed.
+        if !self.reference
+            && matches!(old, Value::Header(_) | Value::Struct(..))
+            && self.st.pool.agg_spare.len() < 8
+        {
+            self.st.pool.agg_spare.push(old);
+        }
         Ok(())
     }
 
@@ -1061,7 +1093,10 @@ impl<'a> Run<'a> {
         callee_block: Option<Option<usize>>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
-        let mut copy_out: Vec<(&'a str, &Expr)> = Vec::new();
+        // (parameter, argument) pairs to copy out, in a vector the
+        // pipeline keeps (no allocation per call).
+        let mut copy_out: Vec<(usize, usize)> = self.st.pool.copy_outs.pop().unwrap_or_default();
+        copy_out.clear();
         let mut next_data = 0usize;
         let mut pos = 0usize;
         for (i, p) in params.iter().enumerate() {
@@ -1081,30 +1116,30 @@ impl<'a> Run<'a> {
             }
             let arg = args
                 .iter()
-                .find(|a| {
+                .position(|a| {
                     a.name
                         .as_ref()
                         .map(|n| n.name == p.name.name)
                         .unwrap_or(false)
                 })
                 .or_else(|| {
-                    let a = args.get(pos).filter(|a| a.name.is_none());
+                    let a = args.get(pos).filter(|a| a.name.is_none()).map(|_| pos);
                     if a.is_some() {
                         pos += 1;
                     }
                     a
                 });
-            let v = match (arg, p.direction) {
-                (Some(a), Direction::Out) => {
+            let v = match (arg.map(|ai| (ai, &args[ai])), p.direction) {
+                (Some((ai, a)), Direction::Out) => {
                     if !matches!(a.value, Expr::DontCare(_)) {
-                        copy_out.push((p.name.name.as_str(), &a.value));
+                        copy_out.push((i, ai));
                     }
                     ty.default_value()
                 }
-                (Some(a), d) => {
-                    let v = self.eval(&a.value)?;
+                (Some((ai, a)), d) => {
+                    let v = self.eval_copy_in(&a.value, ty)?;
                     if d == Direction::InOut {
-                        copy_out.push((p.name.name.as_str(), &a.value));
+                        copy_out.push((i, ai));
                     }
                     match ty {
                         Ty::Named(_) | Ty::Int | Ty::Void => v,
@@ -1151,23 +1186,67 @@ impl<'a> Run<'a> {
             Err(Ctl::Return(v)) => v,
             Err(Ctl::Exit) => {
                 // Copy out, then keep exiting.
-                for (name, e) in copy_out {
-                    if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
-                        self.assign(e, std::mem::replace(v, Value::Void))?;
-                    }
-                }
+                self.copy_out(params, args, &mut frame, &mut copy_out)?;
                 self.recycle(frame);
                 return Err(Ctl::Exit);
             }
             Err(e) => return Err(e),
         };
-        for (name, e) in copy_out {
-            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
-                self.assign(e, std::mem::replace(v, Value::Void))?;
-            }
-        }
+        self.copy_out(params, args, &mut frame, &mut copy_out)?;
         self.recycle(frame);
         Ok(ret)
+    }
+
+    /// Assigns the `out`/`inout` parameters of `frame` listed in `list`
+    /// to their arguments, in parameter order; `list` goes back to the
+    /// pool.
+    fn copy_out(
+        &mut self,
+        params: &'a [ast::Param],
+        args: &[Arg],
+        frame: &mut [(&'a str, Value)],
+        list: &mut Vec<(usize, usize)>,
+    ) -> R<()> {
+        let mut r = Ok(());
+        for &(pi, ai) in list.iter() {
+            let name = params[pi].name.name.as_str();
+            if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
+                r = self.assign(&args[ai].value, std::mem::replace(v, Value::Void));
+                if r.is_err() {
+                    break;
+                }
+            }
+        }
+        let l = std::mem::take(list);
+        if self.st.pool.copy_outs.len() < 16 {
+            self.st.pool.copy_outs.push(l);
+        }
+        r
+    }
+
+    /// An `in`/`inout` argument's value: `self.eval(e)`, except that a
+    /// header or struct read from a variable (`hdr.ip`) is copied into a
+    /// value the pipeline kept from an earlier copy-out (its field
+    /// vector reused) instead of a fresh clone; the same count and depth
+    /// check as `eval`.
+    fn eval_copy_in(&mut self, e: &Expr, ty: &Ty) -> R<Value> {
+        if self.reference || !matches!(ty, Ty::Header(_) | Ty::Struct(_)) {
+            return self.eval(e);
+        }
+        let Some(src) = peek_in(&self.frames[self.base..], e) else {
+            return self.eval(e);
+        };
+        if !matches!(src, Value::Header(_) | Value::Struct(..)) {
+            return self.eval(e);
+        }
+        let mut d = self.st.pool.agg_spare.pop().unwrap_or(Value::Void);
+        src.clone_into_value(&mut d);
+        if let Err(x) = self.enter() {
+            self.st.pool.agg_spare.push(d);
+            return Err(x);
+        }
+        self.depth -= 1;
+        Ok(d)
     }
 
     /// `inst.apply(args)` of a parser/control instantiated in a control.
@@ -1849,6 +1928,9 @@ mod bit_tests {
                 fields.push((v, w));
             }
             assert_eq!((fast.bits, &fast.bytes), (slow.bits, &slow.bytes));
+            // With bytes behind the fields, reads take the one-load path.
+            let mut padded = fast.bytes.clone();
+            padded.extend_from_slice(&[0xa5; 17]);
             let mut off = 0u64;
             for (v, w) in fields {
                 let m = if w >= 128 {
@@ -1857,6 +1939,7 @@ mod bit_tests {
                     (1u128 << w) - 1
                 };
                 assert_eq!(read_bits(&fast.bytes, off, w), v & m, "w {w} at {off}");
+                assert_eq!(read_bits(&padded, off, w), v & m, "padded, w {w} at {off}");
                 off += u64::from(w);
             }
         }

@@ -18,8 +18,8 @@
 //!   do not depend on which groups were probed: for an exact key they are
 //!   the whole key (when the table has entries), for an lpm key they are
 //!   the longest prefix over all entries of min(prefix length, bits in
-//!   common with the key + 1), which a binary trie of the prefixes gives
-//!   in one walk of at most the key's width.
+//!   common with the key + 1), which [`Prefixes`] gives with one ordered
+//!   search per distinct prefix length.
 //! - Tables with ternary, range or optional keys: entries kept sorted by
 //!   priority (then table order); the scan stops at the first match
 //!   after the entries of its priority (entries of lower priority were
@@ -33,7 +33,7 @@
 use crate::interp::check::{Entry, Km};
 use crate::runtime::MatchKind;
 use crate::value::mask;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// An entry's place in table order: const entries (by index) come before
@@ -57,6 +57,15 @@ pub(crate) fn locate(runtime: &[Entry], o: Order) -> Option<(bool, usize)> {
         Some((false, o as usize))
     } else {
         let id = o & !RUNTIME;
+        // Ids are consecutive unless entries were deleted: the guess from
+        // the first id is then the place, checked; else a binary search.
+        let guess = runtime
+            .first()
+            .and_then(|f| usize::try_from(id.checked_sub(f.id)?).ok())
+            .filter(|&g| runtime.get(g).is_some_and(|e| e.id == id));
+        if let Some(g) = guess {
+            return Some((true, g));
+        }
         runtime
             .binary_search_by_key(&id, |e| e.id)
             .ok()
@@ -203,77 +212,99 @@ pub(crate) struct Group {
     n: usize,
 }
 
-/// A binary trie of one lpm key's prefixes, counting the entries through
-/// each node (a node with count 0 is absent).
-pub(crate) struct Trie {
+/// One lpm key's prefixes, by length: per distinct prefix length, the
+/// prefix values (masked to the length) in a sorted map counting the
+/// entries with that prefix (a value with count 0 is absent).
+///
+/// Why not a binary trie: the examined bits need, per packet, the
+/// longest common prefix of the key with the prefixes. A trie walks the
+/// key bit by bit (up to the key's width in dependent loads, the walk was
+/// most of `lookup`'s time on 1,000 /28 routes); here each length costs
+/// one ordered-map search, because among values of one length sorted as
+/// integers the longest common prefix with the key is reached at the
+/// key's two neighbours. Lengths are visited longest first and the visit
+/// stops once no shorter length can beat the best so far, so a table of
+/// one prefix length costs one search.
+pub(crate) struct Prefixes {
     w: u32,
-    /// `[child 0, child 1, count]`; node 0 is the root. Child 0 = none.
-    nodes: Vec<[u32; 3]>,
+    /// (length, prefix -> count), longest length first.
+    by_len: Vec<(u32, BTreeMap<u128, u32>)>,
+    /// Entries in all lengths.
+    total: usize,
 }
 
-impl Trie {
-    fn new(w: u32) -> Trie {
-        Trie {
+impl Prefixes {
+    fn new(w: u32) -> Prefixes {
+        Prefixes {
             w,
-            nodes: vec![[0, 0, 0]],
+            by_len: Vec::new(),
+            total: 0,
         }
-    }
-
-    fn bit(&self, x: u128, d: u32) -> usize {
-        ((x >> (self.w - 1 - d)) & 1) as usize
     }
 
     fn change(&mut self, x: u128, len: u32, add: bool) {
-        let step = |c: &mut u32| {
-            if add {
-                *c += 1
-            } else {
-                *c = c.saturating_sub(1)
+        let len = len.min(self.w);
+        let x = x & prefix_mask(self.w, len);
+        let at = self.by_len.partition_point(|(l, _)| *l > len);
+        if add {
+            if self.by_len.get(at).is_none_or(|(l, _)| *l != len) {
+                self.by_len.insert(at, (len, BTreeMap::new()));
             }
-        };
-        step(&mut self.nodes[0][2]);
-        let mut cur = 0usize;
-        for d in 0..len.min(self.w) {
-            let b = self.bit(x, d);
-            let mut c = self.nodes[cur][b] as usize;
-            if c == 0 {
-                if !add {
-                    return;
-                }
-                self.nodes.push([0, 0, 0]);
-                c = self.nodes.len() - 1;
-                self.nodes[cur][b] = c as u32;
+            *self.by_len[at].1.entry(x).or_insert(0) += 1;
+            self.total += 1;
+        } else {
+            let Some((l, m)) = self.by_len.get_mut(at) else {
+                return;
+            };
+            if *l != len {
+                return;
             }
-            cur = c;
-            step(&mut self.nodes[cur][2]);
+            let Some(c) = m.get_mut(&x) else { return };
+            *c -= 1;
+            if *c == 0 {
+                m.remove(&x);
+            }
+            self.total = self.total.saturating_sub(1);
+            if m.is_empty() {
+                self.by_len.remove(at);
+            }
         }
-    }
-
-    fn live(&self, c: u32) -> bool {
-        c != 0 && self.nodes[c as usize][2] > 0
     }
 
     /// The longest over all prefixes of min(length, bits in common with
     /// `v` + 1): how many leading bits of `v` a scan compared.
     fn need_len(&self, v: u128) -> u32 {
-        if self.nodes[0][2] == 0 {
+        if self.total == 0 {
             return 0;
         }
-        let mut cur = 0usize;
-        let mut d = 0u32;
-        while d < self.w {
-            let b = self.bit(v, d);
-            let n = self.nodes[cur];
-            if self.live(n[b]) {
-                cur = n[b] as usize;
-                d += 1;
-            } else if self.live(n[1 - b]) {
-                return d + 1;
-            } else {
-                return d;
+        let w = self.w;
+        let mut best = 0u32;
+        for (len, m) in &self.by_len {
+            let len = *len;
+            if best >= len {
+                // Lengths only get shorter: min(length, ...) <= best.
+                break;
             }
+            let vm = v & prefix_mask(w, len);
+            // Bits in common, within the key's width, capped at `len`.
+            let common = |x: u128| -> u32 {
+                let d = (x ^ vm) & mask(w);
+                if d == 0 {
+                    len
+                } else {
+                    (d.leading_zeros() - (128 - w)).min(len)
+                }
+            };
+            let mut c = 0u32;
+            if let Some((x, _)) = m.range(vm..).next() {
+                c = c.max(common(*x));
+            }
+            if let Some((x, _)) = m.range(..vm).next_back() {
+                c = c.max(common(*x));
+            }
+            best = best.max(len.min(c + 1));
         }
-        d
+        best
     }
 }
 
@@ -291,7 +322,7 @@ pub(crate) enum TableIndex {
         keys: Vec<(MatchKind, u32)>,
         groups: Vec<Group>,
         /// One per lpm key (by key position).
-        tries: Vec<Option<Trie>>,
+        tries: Vec<Option<Prefixes>>,
         n: usize,
     },
     Prio {
@@ -316,7 +347,7 @@ impl TableIndex {
             TableIndex::Tuples {
                 tries: keys
                     .iter()
-                    .map(|k| (k.0 == MatchKind::Lpm).then(|| Trie::new(k.1)))
+                    .map(|k| (k.0 == MatchKind::Lpm).then(|| Prefixes::new(k.1)))
                     .collect(),
                 keys,
                 groups: Vec::new(),
@@ -604,6 +635,23 @@ mod tests {
             bytes: 0,
             last_hit: None,
         }
+    }
+
+    /// `locate`'s guess from the first id is checked: with gaps (deleted
+    /// entries) it falls back to the search, and absent ids are `None`.
+    #[test]
+    fn locate_by_guess_and_by_search_after_deletions() {
+        let rt: Vec<Entry> = [3, 4, 6, 7].map(|id| entry(id, Vec::new(), 0)).into();
+        let at = |id| locate(&rt, runtime_order(id));
+        assert_eq!(at(3), Some((true, 0)));
+        assert_eq!(at(4), Some((true, 1)), "guess right");
+        assert_eq!(at(6), Some((true, 2)), "guess wrong, search");
+        assert_eq!(at(7), Some((true, 3)));
+        assert_eq!(at(5), None);
+        assert_eq!(at(2), None);
+        assert_eq!(at(u64::MAX >> 1), None);
+        assert_eq!(locate(&[], runtime_order(3)), None);
+        assert_eq!(locate(&rt, const_order(2)), Some((false, 2)));
     }
 
     /// A table under test: index and the entries it indexes.

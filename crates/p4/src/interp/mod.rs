@@ -185,8 +185,16 @@ pub(crate) struct Pool {
     /// (`arch::run_block_slots`), and those the last packet left.
     pub slots: Vec<Option<Value>>,
     pub slot_spare: Vec<Option<Value>>,
+    /// The copies of `in` shared values the blocks of the last packet
+    /// got (by slot), overwritten in place for the next packet.
+    pub in_spare: Vec<Option<Value>>,
     /// An empty map for the next packet's shared values.
     pub shared_map: Option<crate::value::FastMap<String, Value>>,
+    /// The (parameter, argument) lists of `invoke`'s copy-out.
+    pub copy_outs: Vec<Vec<(usize, usize)>>,
+    /// Headers/structs replaced by an assignment, reused by the next
+    /// copy-in of an `in`/`inout` argument (`Run::eval_copy_in`).
+    pub agg_spare: Vec<Value>,
 }
 
 impl State {

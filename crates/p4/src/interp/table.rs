@@ -99,7 +99,7 @@ impl Run<'_> {
             }
         }
         self.tr.tables.push(TableApply {
-            table: td.info.name.clone(),
+            table: td.qname.clone(),
             entry: hit_entry.as_ref().map(|h| h.0),
         });
         if td.direct_counter.is_some() {
