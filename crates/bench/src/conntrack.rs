@@ -1146,7 +1146,7 @@ fn end_state(lab: &EngineSetup) -> serde_json::Value {
             let Some(sock) = lab.tb.nicflow_socket() else {
                 return serde_json::Value::Null;
             };
-            match nicflow::control::daemon::request(
+            let ct = match nicflow::control::daemon::request(
                 &sock,
                 &Request::ConntrackStats {
                     bridge: testbed::BRIDGE.into(),
@@ -1154,6 +1154,20 @@ fn end_state(lab: &EngineSetup) -> serde_json::Value {
             ) {
                 Ok(r) => serde_json::json!({ "conntrack-stats": r.data, "text": r.text }),
                 Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+            };
+            // The switch's `stats` too: set-up refusals by reason,
+            // timeouts, installs and removals, the engines' packets and
+            // drops, which explain a rate the tracker's counts do not.
+            let stats = match nicflow::control::daemon::request(&sock, &Request::Stats) {
+                Ok(r) => serde_json::json!({ "data": r.data, "text": r.text }),
+                Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+            };
+            match ct {
+                serde_json::Value::Object(mut m) => {
+                    m.insert("stats".into(), stats);
+                    serde_json::Value::Object(m)
+                }
+                other => other,
             }
         }
         CtEngine::LinuxBridgeNft => {
@@ -1672,6 +1686,16 @@ fn end_state_list(m: &mut String, title: &str, list: &[(CtEngine, serde_json::Va
             .unwrap_or_else(|| v.to_string());
         let t: String = t.chars().take(600).collect();
         let _ = writeln!(m, "- {}: {t}", e.name());
+        // The switch's kernel-conntrack and engine lines from `stats`.
+        let stats = v.pointer("/stats/text").and_then(|t| t.as_str());
+        for line in stats.into_iter().flat_map(str::lines).filter(|l| {
+            let l = l.trim_start();
+            l.starts_with("conntrack in kernel")
+                || l.starts_with("engines:")
+                || l.starts_with("drops:")
+        }) {
+            let _ = writeln!(m, "  - {}", line.trim());
+        }
     }
     let _ = writeln!(m);
 }

@@ -424,6 +424,10 @@ pub struct OffloadInfo {
     /// The NAT rewrite of the [original, reply] direction (empty without
     /// NAT).
     pub nat: [NatRewrite; 2],
+    /// The `ct_state` bit (`+snat`/`+dnat`) a packet of the [original,
+    /// reply] direction gets from a `ct` with `nat` (0 without NAT): part
+    /// of the key its next pass is looked up with.
+    pub nat_state: [u32; 2],
     /// Packets the tracker has seen so far, both directions.
     pub packets: u64,
     /// The connection's mark and label now: a kernel entry was decided

@@ -360,7 +360,7 @@ impl Conntrack {
             .filter(|c| c.id == h.id && !c.expired(now))?;
         let nat = |reply| {
             c.nat
-                .map(|k| nat::rewrite(&c.keys, k, reply).1)
+                .map(|k| nat::rewrite(&c.keys, k, reply))
                 .unwrap_or_default()
         };
         Some(crate::OffloadInfo {
@@ -370,7 +370,8 @@ impl Conntrack {
                 _ => false,
             },
             tcp: matches!(c.proto, ProtoState::Tcp(_)),
-            nat: [nat(false), nat(true)],
+            nat: [nat(false).1, nat(true).1],
+            nat_state: [nat(false).0, nat(true).0],
             packets: c.packets[0] + c.packets[1],
             mark: c.mark,
             label: c.label,

@@ -986,6 +986,8 @@ impl Bridge {
             self.dp
                 .process_batch(in_port, &mut self.rx, &mut self.ofproto, now, &mut self.tx);
             self.transmit();
+            // After the batch's frames left, not before them.
+            self.dp.poll_ct_setup(now);
             let spare = std::mem::take(&mut self.done);
             self.done = self.dp.recycle(spare);
             // Learning during the batch was revalidated by the datapath.
@@ -1326,10 +1328,16 @@ impl Bridge {
         self.dp.sync_ct_offloads(Instant::now());
     }
 
-    /// Turn connection set-up in the kernel on or off (on by default,
-    /// `NICFLOW_CT_SETUP=0` in the environment turns it off).
+    /// Turn connection set-up in the kernel on or off (off by default,
+    /// `NICFLOW_CT_SETUP=1` in the environment turns it on).
     pub fn set_ct_setup(&mut self, on: bool) {
         self.dp.ct_offloads.setup_enabled = on;
+    }
+
+    /// Turn set-up in the kernel of NATed connections on or off (off by
+    /// default, `NICFLOW_CT_SETUP_NAT=1` in the environment turns it on).
+    pub fn set_ct_setup_nat(&mut self, on: bool) {
+        self.dp.ct_offloads.setup_nat = on;
     }
 
     /// Connections in the kernel engine (`ct_offload`), for `stats`.

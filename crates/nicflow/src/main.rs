@@ -206,7 +206,8 @@ enum Cmd {
     /// packets per engine (XDP / userspace).
     Stats,
     /// Change a bridge setting: `offload=auto|tc|xdp|none`,
-    /// `protocols=OpenFlow13,OpenFlow15` (persisted).
+    /// `protocols=OpenFlow13,OpenFlow15`, `flow_limit=N` (persisted);
+    /// `ct_setup=on|off`, `ct_setup_nat=on|off` (not persisted).
     Set {
         bridge: String,
         /// KEY=VALUE

@@ -22,7 +22,8 @@
 //! reached the tracker), when it is gone (flush, expiry), or when either
 //! flow it was built from changes or goes (revalidation, aging).
 //!
-//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36): a short
+//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36; off by default,
+//! see [`setup_default`]): a short
 //! connection never reaches the packet count above, so every packet of it
 //! would cross the daemon. When the first packet of a TCP connection (a
 //! bare SYN) is committed and the flows its later packets will take are
@@ -42,6 +43,15 @@
 //! key hits is exact for every packet that matches the entry; a packet
 //! that differs where a mask looks (another MAC, say) just misses it and
 //! goes up as before.
+//!
+//! With NAT (a load balancer's DNAT) the keys are those each pass sees:
+//! the first pass's the packet as it arrives, the second's with the
+//! direction's rewrite written in (the first pass's `ct(nat)` translated
+//! it); each entry matches the untranslated packet and does the rewrite,
+//! then the second pass's actions, as an established NATed direction's
+//! does. The reply is guessed from the originator's packet as it leaves
+//! (translated, its MACs rewritten), the other way round. A reply flow
+//! that is not cached is translated ahead (`Datapath::install_for_setup`).
 
 use super::{DpAction, DpFlow, FlowOffload};
 use nicflow_classifier::{Classifier, RuleId};
@@ -163,7 +173,9 @@ impl Tuple {
 /// A connection set up in the kernel (keyed by its original direction).
 #[derive(Clone, Copy, Debug)]
 struct SetupConn {
-    tuple: Tuple,
+    /// Its original tuple, and the tuple its packets leave with (the
+    /// same without NAT; translated with it, the reply entries' match).
+    tuples: [Tuple; 2],
     /// The reply's SYN-ACK was seen (its entries no longer count against
     /// [`CtOffloads::setup_pending_max`]).
     answered: bool,
@@ -198,8 +210,10 @@ pub struct CtOffloads {
     /// Set-up connections whose entries went because the handshake did
     /// not complete within [`SETUP_HANDSHAKE_MAX`].
     pub setup_timeouts: u64,
-    /// When [`CtOffloads::poll_setup`] may run next.
-    next_poll: Option<Instant>,
+    /// Connections set up since the last [`CtOffloads::poll_setup`]: the
+    /// least it looks at in its next call (if that many are due), so the
+    /// poll keeps pace with the set-ups whatever its time bound.
+    setups_since_poll: usize,
     /// Set-up connections still unanswered at their first poll, looked at
     /// again [`SETUP_HANDSHAKE_MAX`] after their set-up.
     handshake_queue: VecDeque<(ConnHandle, Instant)>,
@@ -212,12 +226,18 @@ pub struct CtOffloads {
     pub removed: u64,
     /// Connections set up in the kernel at their first packet.
     pub set_up: u64,
+    /// Flows a set-up translated and cached for packets not yet seen
+    /// (`Datapath::install_for_setup`).
+    pub setup_xlates: u64,
     /// Connections set up in the kernel, in the order they were, for
     /// [`CtOffloads::poll_setup`] (original direction, when).
     setup_queue: VecDeque<(ConnHandle, Instant)>,
-    /// Set-up in the kernel on (the default, see [`setup_default`]); off,
-    /// connections move only once established ([`MIN_PACKETS`]).
+    /// Set-up in the kernel on (off by default, see [`setup_default`]);
+    /// off, connections move only once established ([`MIN_PACKETS`]).
     pub setup_enabled: bool,
+    /// Set-up of NATed connections on (off by default: it lowered the
+    /// load balancer's connections/s, see [`setup_nat_default`]).
+    pub setup_nat: bool,
 }
 
 impl Default for CtOffloads {
@@ -230,27 +250,40 @@ impl Default for CtOffloads {
             setup_pending_max: SETUP_PENDING_MAX,
             setup_refused: Default::default(),
             setup_timeouts: 0,
-            next_poll: None,
+            setups_since_poll: 0,
             handshake_queue: VecDeque::new(),
             refused: HashMap::new(),
             offloaded: 0,
             removed: 0,
             set_up: 0,
+            setup_xlates: 0,
             setup_queue: VecDeque::new(),
             setup_enabled: setup_default(),
+            setup_nat: setup_nat_default(),
         }
     }
 }
 
-/// Set-up in the kernel is on unless `NICFLOW_CT_SETUP=0` is in the
-/// daemon's environment. Measured with `nicflow bench conntrack --modes
-/// cps` (docs/results/conntrack.md, 2026-12-04): with the entries of
-/// closed connections left for the 1-s tick it lowered connections/s
-/// (0.93x; up to 60,000 entries waited in the kernel map and the tick
-/// removed them all at once); with [`CtOffloads::poll_setup`] it raised them
-/// 1.09-1.12x, the daemon's CPU per connection down by a quarter.
+/// Set-up in the kernel is off unless `NICFLOW_CT_SETUP=1` is in the
+/// daemon's environment (or `set BRIDGE ct_setup=on`). Measured with
+/// `nicflow bench conntrack --modes cps` (docs/results/conntrack.md,
+/// 2026-12-04): with the poll keeping pace with the set-ups it takes the
+/// daemon's CPU per connection down by a third and finishes nine frames in
+/// ten in the TC engine, but connections/s were 1.00-1.04x those of set-up
+/// off in the same sitting (ranges overlapping): issue 36 keeps it only if
+/// they rise.
 fn setup_default() -> bool {
-    !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
+    matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("1"))
+}
+
+/// Set-up of NATed connections is off unless `NICFLOW_CT_SETUP_NAT=1` is
+/// in the daemon's environment (or `set BRIDGE ct_setup_nat=on`).
+/// Measured with `nicflow bench conntrack --scenario lb --modes cps`
+/// (docs/results/conntrack.md, 2026-12-04, NAT): 0.94x main's
+/// connections/s, half the frames in the TC engine instead of nine in ten
+/// (not understood yet), so it stays off.
+fn setup_nat_default() -> bool {
+    matches!(std::env::var("NICFLOW_CT_SETUP_NAT").as_deref(), Ok("1"))
 }
 
 /// How old a connection set up in the kernel is when
@@ -267,12 +300,22 @@ pub const SETUP_PENDING_MAX: usize = 65_536 / 4 / 3;
 /// unanswered connections hold no entries for their 30-s opening timer).
 pub const SETUP_HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// [`CtOffloads::poll_setup`] runs at most this often: each run is a few
-/// map reads (a system call each) on the packet path.
-pub const SETUP_POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// Most wall-clock time one [`CtOffloads::poll_setup`] spends reading
-/// counters.
+/// Most wall-clock time one [`CtOffloads::poll_setup`] spends on
+/// connections beyond those it owes (one per connection set up since its
+/// last call).
+///
+/// Not a bound on the poll's throughput: each closed connection costs
+/// about a dozen system calls (three counter reads, three removals of two
+/// reads and a delete each), some 15-20 µs on the bench's VM, so a fixed
+/// 250 µs every 2 ms (the first version of this bound) polled about 6,000
+/// connections a second. Set up faster than that, the unpolled
+/// connections held their entries until the tick, counted as unanswered
+/// until then, filled [`SETUP_PENDING_MAX`] within a fraction of a second
+/// (every later SYN refused as `ct:setup-pending-full`, its connection
+/// carried in userspace), and the tick's sync then removed thousands of
+/// entries in one stall: 0.94x the connections/s of set-up off
+/// (docs/results/conntrack.md, "Connection set-up in the kernel: why it
+/// lowered connections/s").
 const SETUP_POLL_TIME: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// Most connections queued for [`CtOffloads::poll_setup`] (beyond it, the
@@ -374,6 +417,10 @@ impl CtOffloads {
     /// their packets will take are cached and allow it (see the module
     /// doc). `first` is the SYN's first-pass flow and key, `second_key`
     /// its recirculated pass's key (with the verdict in its ct fields).
+    /// Returns the key of a later packet whose flow is not cached, for
+    /// the datapath to translate and install before it calls again (or
+    /// to give up on: [`CtOffloads::refuse_setup`] with
+    /// `ct:setup-not-cached`); other refusals are counted here.
     #[allow(clippy::too_many_arguments)]
     pub fn setup(
         &mut self,
@@ -384,7 +431,7 @@ impl CtOffloads {
         tracker: &mut Conntrack,
         off: &mut dyn FlowOffload,
         now: Instant,
-    ) {
+    ) -> Option<Box<FlowKey>> {
         let h = h.direction_key();
         let key = first.1;
         if !self.setup_enabled
@@ -394,11 +441,9 @@ impl CtOffloads {
             || self.live.contains_key(&(h, MAIN))
             || self.live.contains_key(&(h.reversed(), MAIN))
         {
-            return;
+            return None;
         }
-        let Some(info) = tracker.offload_info(h, now) else {
-            return;
-        };
+        let info = tracker.offload_info(h, now)?;
         // Entries of another connection with this tuple (either way
         // round) are still in the engine (it left the tracker, its
         // entries not yet removed): new ones would have the same match,
@@ -407,14 +452,23 @@ impl CtOffloads {
         let tuple = Tuple::of(key);
         if self.by_tuple.contains_key(&tuple) || self.by_tuple.contains_key(&tuple.reversed()) {
             self.refuse_setup("ct:setup-tuple-busy");
-            return;
+            return None;
         }
         if self.pending >= self.setup_pending_max {
             self.refuse_setup("ct:setup-pending-full");
-            return;
+            return None;
         }
         match self.compose_setup(key, second_key, flows, info) {
-            Ok(mut entries) => {
+            Ok((mut entries, sent)) => {
+                // A NATed connection's reply entries match the translated
+                // tuple: it must not be another set-up connection's either.
+                if sent != tuple
+                    && (self.by_tuple.contains_key(&sent)
+                        || self.by_tuple.contains_key(&sent.reversed()))
+                {
+                    self.refuse_setup("ct:setup-tuple-busy");
+                    return None;
+                }
                 for (_, _, e) in &mut entries {
                     let mut mask = *e.matching.mask();
                     off.refine_mask(e.matching.key(), &mut mask);
@@ -429,7 +483,7 @@ impl CtOffloads {
                                 off.remove(id);
                             }
                             self.refuse_setup(why);
-                            return;
+                            return None;
                         }
                     }
                 }
@@ -437,19 +491,21 @@ impl CtOffloads {
                     for (_, _, id) in ids {
                         off.remove(id);
                     }
-                    return;
+                    return None;
                 }
                 self.set_up += 1;
                 self.pending += 1;
+                self.setups_since_poll += 1;
                 self.setup_conns.insert(
                     h,
                     SetupConn {
-                        tuple,
+                        tuples: [tuple, sent],
                         answered: false,
                         syn_read: None,
                     },
                 );
                 self.by_tuple.insert(tuple, h);
+                self.by_tuple.insert(sent, h);
                 if self.setup_queue.len() < SETUP_QUEUE_MAX {
                     self.setup_queue.push_back((h, now));
                 }
@@ -471,89 +527,121 @@ impl CtOffloads {
                     );
                 }
             }
-            Err(why) => self.refuse_setup(why),
+            Err(Refusal::Why(why)) => self.refuse_setup(why),
+            Err(Refusal::NotCached(k)) => return Some(k),
         }
+        None
     }
 
-    fn refuse_setup(&mut self, why: &'static str) {
+    /// Count a set-up refusal (`stats`: `ct:setup-...:N`).
+    pub fn refuse_setup(&mut self, why: &'static str) {
         *self.setup_refused.entry(why).or_default() += 1;
     }
 
     /// The three entries of [`CtOffloads::setup`] (orig, reply, reply
-    /// SYN-ACK), each with its slot and direction, or why not.
+    /// SYN-ACK), each with its slot and direction, and the tuple the
+    /// originator's packets leave with (translated, for a NATed
+    /// connection: the reply entries match it the other way round), or
+    /// why not.
     fn compose_setup(
         &self,
         key: &FlowKey,
         second_key: &FlowKey,
         flows: &Classifier<FLOW_WORDS, DpFlow>,
         info: OffloadInfo,
-    ) -> Result<Vec<(u8, bool, SetupEntry)>, &'static str> {
+    ) -> Result<(SetupEntries, Tuple), Refusal> {
         if !info.tcp || info.ended {
-            return Err("ct:setup-not-tcp");
+            return Err("ct:setup-not-tcp".into());
         }
-        if !info.nat.iter().all(NatRewrite::is_empty) {
-            // The reply's keys would be the translated tuple's.
-            return Err("ct:setup-nat");
+        if info
+            .nat
+            .iter()
+            .any(|n| n.icmp_id.is_some() || n.inner.is_some())
+        {
+            return Err("ct:icmp-nat".into());
+        }
+        if !self.setup_nat && info.nat_state.iter().any(|b| *b != 0) {
+            return Err("ct:setup-nat".into());
         }
         let zone = second_key.ct_zone;
-        // The originator's later segments.
+        // What the tracker writes into every later packet's second-pass
+        // key: the verdict, the mark and label the commit left (the SYN's
+        // own key has them from before), and the connection's original
+        // tuple — the SYN's, untranslated.
+        let ct_fields = |k2: &mut FlowKey, st: u32| {
+            k2.ct_state = st;
+            k2.ct_zone = zone;
+            k2.ct_mark = info.mark;
+            k2.ct_label = info.label.to_be_bytes();
+            k2.ct_nw_src = 0;
+            k2.ct_nw_dst = 0;
+            k2.ct_ipv6_src = [0; 16];
+            k2.ct_ipv6_dst = [0; 16];
+            if key.dl_type == 0x86dd {
+                k2.ct_ipv6_src = key.ipv6_src;
+                k2.ct_ipv6_dst = key.ipv6_dst;
+            } else {
+                k2.ct_nw_src = key.nw_src;
+                k2.ct_nw_dst = key.nw_dst;
+            }
+            k2.ct_nw_proto = key.nw_proto;
+            k2.ct_tp_src = key.tp_src;
+            k2.ct_tp_dst = key.tp_dst;
+        };
+        // The originator's later segments: the first pass (its `ct(nat)`,
+        // if any, translates them), then the `+trk+est` second pass on
+        // the translated packet.
         let mut k1 = *key;
         k1.tcp_flags = TCP_ACK;
-        let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
-        // The verdict later packets get: established, with the mark and
-        // label the commit left (the SYN's own key has them from before).
-        let mut k2 = *second_key;
-        k2.tcp_flags = TCP_ACK;
+        // The originator's flows must be cached: a connection of the kind
+        // went through userspace before (only the reply's are translated
+        // ahead, see `Refusal::NotCached`).
+        let (f1, r1, (bit, nat1)) =
+            plain_first_pass(flows, &k1, zone, (info.nat_state[0], info.nat[0]))
+                .map_err(Refusal::orig)?;
+        let mut k2 = k1;
         k2.recirc_id = r1;
-        k2.ct_state = state::TRK | state::EST;
-        k2.ct_mark = info.mark;
-        k2.ct_label = info.label.to_be_bytes();
-        let f2 = cached(flows, &k2)?;
-        let out = match f2.1.actions.as_slice() {
-            [DpAction::Output(p)] if *p != key.in_port => *p,
-            _ => return Err("ct:setup-output"),
-        };
-        let orig = SetupEntry::compose(f1, &k1, f2, (SETUP_CHECKED, TCP_ACK))?;
-        // The responder's: from the port the originator's go out of, the
-        // addresses the other way round.
-        let reply_key = |flags: u16| -> Result<(FlowKey, FlowKey), &'static str> {
-            let mut k = *key;
+        apply_nat(&mut k2, &nat1);
+        ct_fields(&mut k2, state::TRK | state::EST | bit);
+        let f2 = cached(flows, &k2).map_err(Refusal::orig)?;
+        // The packet as it leaves: translated, with the second pass's
+        // MAC rewrites (a load balancer's `mod_dl_dst`).
+        let (out, sent) = leaves(&f2.1.actions, &k2, key.in_port)?;
+        let orig = SetupEntry::compose(f1, &k1, f2, (SETUP_CHECKED, TCP_ACK), nat1)?;
+        // The responder's: in on the port the originator's go out of, to
+        // what they came from — the packet as sent, the other way round.
+        let reply_key = |flags: u16| -> FlowKey {
+            let mut k = sent;
+            k.recirc_id = 0;
+            k.clear_ct();
             k.in_port = out;
             std::mem::swap(&mut k.dl_src, &mut k.dl_dst);
             std::mem::swap(&mut k.nw_src, &mut k.nw_dst);
             std::mem::swap(&mut k.ipv6_src, &mut k.ipv6_dst);
             std::mem::swap(&mut k.tp_src, &mut k.tp_dst);
             k.tcp_flags = flags;
-            let mut k2 = k;
-            k2.ct_state = state::TRK | state::EST | state::RPL;
-            k2.ct_zone = second_key.ct_zone;
-            k2.ct_mark = info.mark;
-            k2.ct_label = info.label.to_be_bytes();
-            k2.ct_nw_src = second_key.ct_nw_src;
-            k2.ct_nw_dst = second_key.ct_nw_dst;
-            k2.ct_ipv6_src = second_key.ct_ipv6_src;
-            k2.ct_ipv6_dst = second_key.ct_ipv6_dst;
-            k2.ct_nw_proto = second_key.ct_nw_proto;
-            k2.ct_tp_src = second_key.ct_tp_src;
-            k2.ct_tp_dst = second_key.ct_tp_dst;
-            Ok((k, k2))
+            k
         };
         let mut entries = vec![(MAIN, false, orig)];
         for (slot, flags, checked) in [
             (MAIN, TCP_ACK, SETUP_CHECKED),
             (SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED),
         ] {
-            let (k1, mut k2) = reply_key(flags)?;
-            let (f1, r1) = plain_first_pass(flows, &k1, zone)?;
+            let k1 = reply_key(flags);
+            let (f1, r1, (bit, nat1)) =
+                plain_first_pass(flows, &k1, zone, (info.nat_state[1], info.nat[1]))?;
+            let mut k2 = k1;
             k2.recirc_id = r1;
+            apply_nat(&mut k2, &nat1);
+            ct_fields(&mut k2, state::TRK | state::EST | state::RPL | bit);
             let f2 = cached(flows, &k2)?;
             entries.push((
                 slot,
                 true,
-                SetupEntry::compose(f1, &k1, f2, (checked, flags))?,
+                SetupEntry::compose(f1, &k1, f2, (checked, flags), nat1)?,
             ));
         }
-        Ok(entries)
+        Ok((entries, Tuple::of(&sent)))
     }
 
     fn refuse(&mut self, h: ConnHandle, why: &'static str) {
@@ -632,11 +720,13 @@ impl CtOffloads {
     }
 
     /// Look at connections set up in the kernel at least
-    /// [`SETUP_POLL_AGE`] ago, oldest first, at most `budget` of them and
-    /// for at most [`SETUP_POLL_TIME`], at most every
-    /// [`SETUP_POLL_EVERY`]: read their entries' flags (one counter read
-    /// each) and hand them to the tracker; the entries of those that
-    /// closed go now, instead of at the next tick's sync. A short
+    /// [`SETUP_POLL_AGE`] ago, oldest first: as many as were set up since
+    /// the last call (so the poll keeps pace with the set-ups: each call's
+    /// own share is what the batch before it added), and beyond those at
+    /// most `budget` and for at most [`SETUP_POLL_TIME`] (a backlog is
+    /// worked off a bounded slice at a time). Read their entries' flags
+    /// (one counter read each) and hand them to the tracker; the entries
+    /// of those that closed go now, instead of at the next tick's sync. A short
     /// connection is over by then, so its entries do not pile up in the
     /// kernel map for a second and are not all removed in one burst.
     /// Those still open are left to the sync, except those whose SYN-ACK
@@ -652,16 +742,16 @@ impl CtOffloads {
         budget: usize,
     ) {
         self.forget_gone(tracker, off, flows, now);
+        let owed = std::mem::take(&mut self.setups_since_poll);
         if self.setup_queue.is_empty() && self.handshake_queue.is_empty() {
             return;
         }
-        if self.next_poll.is_some_and(|t| now < t) {
-            return;
-        }
-        self.next_poll = Some(now + SETUP_POLL_EVERY);
         let started = Instant::now();
         let (mut n, mut skipped) = (0, 0);
-        while n < budget && skipped < 16 * budget.max(1) && started.elapsed() < SETUP_POLL_TIME {
+        let skip_max = 16 * budget.max(owed).max(1);
+        while skipped < skip_max
+            && (n < owed || (n < owed + budget && started.elapsed() < SETUP_POLL_TIME))
+        {
             let due = |q: &VecDeque<(ConnHandle, Instant)>, age| {
                 q.front()
                     .copied()
@@ -715,10 +805,16 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        let Some(&h) = self.by_tuple.get(&Tuple::of(key)) else {
+        let t = Tuple::of(key);
+        let Some(&h) = self.by_tuple.get(&t) else {
             return;
         };
         if let Some(sc) = self.setup_conns.get_mut(&h) {
+            if sc.tuples[0] != t {
+                // The translated tuple of a NATed connection (kept for
+                // the busy check): this SYN is another connection's.
+                return;
+            }
             if sc
                 .syn_read
                 .is_some_and(|t| now.saturating_duration_since(t) < SYN_REFRESH_MIN)
@@ -900,8 +996,10 @@ impl CtOffloads {
                     if !sc.answered {
                         self.pending = self.pending.saturating_sub(1);
                     }
-                    if self.by_tuple.get(&sc.tuple) == Some(&orig) {
-                        self.by_tuple.remove(&sc.tuple);
+                    for t in sc.tuples {
+                        if self.by_tuple.get(&t) == Some(&orig) {
+                            self.by_tuple.remove(&t);
+                        }
                     }
                 }
             }
@@ -929,7 +1027,44 @@ impl CtOffloads {
     }
 }
 
-/// The kernel entry for one direction: match and actions, or why not.
+/// Why a set-up was not possible: a reason for `stats`, or the key of a
+/// reply packet whose flow is not cached (the datapath may translate it
+/// and try again, see [`CtOffloads::setup`]). Only the reply's: a load
+/// balancer's reply megaflows carry the client's port (its table looks at
+/// the destination port for the VIP's new connections, so the reply's
+/// lookup un-wildcards it), so no earlier connection cached them; the
+/// originator's must be cached, so that the first connection of a kind
+/// still goes through userspace.
+#[derive(Debug)]
+enum Refusal {
+    Why(&'static str),
+    NotCached(Box<FlowKey>),
+}
+
+impl Refusal {
+    /// A miss of the originator's flows is a plain refusal: the first
+    /// connection of a kind goes through userspace.
+    fn orig(r: Refusal) -> Refusal {
+        match r {
+            Refusal::NotCached(_) => Refusal::Why("ct:setup-not-cached"),
+            r => r,
+        }
+    }
+}
+
+impl From<&'static str> for Refusal {
+    fn from(why: &'static str) -> Refusal {
+        Refusal::Why(why)
+    }
+}
+
+/// A set-up's entries: slot, reply direction, entry.
+type SetupEntries = Vec<(u8, bool, SetupEntry)>;
+
+/// A first pass found for a set-up: the flow, its recirculation id, and
+/// the `ct_state` NAT bit and rewrite it gives the packet.
+type FirstPass<'a> = ((RuleId, &'a DpFlow), u32, (u32, NatRewrite));
+
 /// One entry [`CtOffloads::setup`] installs: the flows it was composed
 /// from (with their matches, for the engine's judgement), its match and
 /// actions.
@@ -946,8 +1081,9 @@ impl SetupEntry {
         k1: &FlowKey,
         f2: (RuleId, &DpFlow),
         tcp: (u16, u16),
+        nat: NatRewrite,
     ) -> Result<SetupEntry, &'static str> {
-        let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), NatRewrite::default())?;
+        let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), nat)?;
         Ok(SetupEntry {
             flows: [(f1.0, f1.1.actions.clone()), (f2.0, f2.1.actions.clone())],
             parts: [f1.1.matching, f2.1.matching],
@@ -968,17 +1104,23 @@ impl SetupEntry {
 fn cached<'a>(
     flows: &'a Classifier<FLOW_WORDS, DpFlow>,
     k: &FlowKey,
-) -> Result<(RuleId, &'a DpFlow), &'static str> {
-    flows.lookup(k.words()).ok_or("ct:setup-not-cached")
+) -> Result<(RuleId, &'a DpFlow), Refusal> {
+    flows
+        .lookup(k.words())
+        .ok_or_else(|| Refusal::NotCached(Box::new(*k)))
 }
 
 /// The cached first-pass flow `k` hits, if it is exactly "track in `zone`
-/// without NAT, then recirculate": its recirculation id.
+/// (translating, with `nat`), then recirculate": its recirculation id and
+/// the `ct_state` NAT bit and rewrite it gives the connection's packets
+/// (`conn_nat`, the connection's for that direction, if the `ct` has
+/// `nat`; none if not).
 fn plain_first_pass<'a>(
     flows: &'a Classifier<FLOW_WORDS, DpFlow>,
     k: &FlowKey,
     zone: u16,
-) -> Result<((RuleId, &'a DpFlow), u32), &'static str> {
+    conn_nat: (u32, NatRewrite),
+) -> Result<FirstPass<'a>, Refusal> {
     let f = cached(flows, k)?;
     match f.1.actions.as_slice() {
         [DpAction::Ct {
@@ -987,13 +1129,61 @@ fn plain_first_pass<'a>(
             force: false,
             mark: None,
             label: None,
-            nat: None,
+            nat,
         }, DpAction::Recirc(r)]
             if *z == zone =>
         {
-            Ok((f, *r))
+            // With `nat`, the packet is translated and its verdict gets
+            // the connection's `+snat`/`+dnat` bit.
+            let rw = if nat.is_some() {
+                conn_nat
+            } else {
+                (0, NatRewrite::default())
+            };
+            Ok((f, *r, rw))
         }
-        _ => Err("ct:setup-first-pass"),
+        _ => Err(Refusal::Why("ct:setup-first-pass")),
+    }
+}
+
+/// Write a NAT rewrite into a key, as the executor writes it into the
+/// packet (so the key is what the next pass extracts).
+fn apply_nat(k: &mut FlowKey, nat: &NatRewrite) {
+    match nat.src {
+        Some(IpAddr::V4(a)) => k.nw_src = u32::from(a),
+        Some(IpAddr::V6(a)) => k.ipv6_src = a.octets(),
+        None => {}
+    }
+    match nat.dst {
+        Some(IpAddr::V4(a)) => k.nw_dst = u32::from(a),
+        Some(IpAddr::V6(a)) => k.ipv6_dst = a.octets(),
+        None => {}
+    }
+    if let Some(p) = nat.sport {
+        k.tp_src = p;
+    }
+    if let Some(p) = nat.dport {
+        k.tp_dst = p;
+    }
+}
+
+/// A set-up connection's second pass must send the packet out of exactly
+/// one port other than the one it came in on, with at most MAC rewrites
+/// before (a load balancer's `mod_dl_dst`): that port and the key as the
+/// packet leaves, from which its peer's reply is guessed.
+fn leaves(actions: &[DpAction], k: &FlowKey, in_port: u32) -> Result<(u32, FlowKey), &'static str> {
+    let mut sent = *k;
+    let (last, sets) = actions.split_last().ok_or("ct:setup-output")?;
+    for a in sets {
+        match a {
+            DpAction::SetEthSrc(m) => sent.dl_src = *m,
+            DpAction::SetEthDst(m) => sent.dl_dst = *m,
+            _ => return Err("ct:setup-output"),
+        }
+    }
+    match last {
+        DpAction::Output(p) if *p != in_port => Ok((*p, sent)),
+        _ => Err("ct:setup-output"),
     }
 }
 
@@ -1102,6 +1292,20 @@ fn compose(
 mod tests {
     use super::*;
     use nicflow_flow::FlowMask;
+
+    /// Set-up in the kernel, with and without NAT, is off unless the
+    /// environment turns it on (issue 36: it did not raise connections/s).
+    #[test]
+    fn set_up_is_off_by_default() {
+        if std::env::var_os("NICFLOW_CT_SETUP").is_none() {
+            assert!(!setup_default());
+            assert!(!CtOffloads::default().setup_enabled);
+        }
+        if std::env::var_os("NICFLOW_CT_SETUP_NAT").is_none() {
+            assert!(!setup_nat_default());
+            assert!(!CtOffloads::default().setup_nat);
+        }
+    }
 
     fn flow(mask: FlowMask, actions: Vec<DpAction>) -> DpFlow {
         DpFlow {

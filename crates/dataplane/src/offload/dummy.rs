@@ -169,6 +169,18 @@ impl DummyHandle {
     pub fn meters(&self) -> Vec<u32> {
         self.0.borrow().meters.keys().copied().collect()
     }
+
+    /// The `n` entries installed last (highest ids first), without
+    /// copying the others: for tests that install thousands.
+    pub fn newest(&self, n: usize) -> Vec<(u64, DummyFlow)> {
+        let s = self.0.borrow();
+        s.flows
+            .iter()
+            .rev()
+            .take(n)
+            .map(|(id, f)| (*id, f.clone()))
+            .collect()
+    }
 }
 
 impl State {
@@ -702,6 +714,24 @@ table=1,priority=10,in_port=p1,ip,ct_state=+trk+est,actions=output:p2
 table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
 ";
 
+    /// A TCP segment with these MACs, addresses, ports, flags, sequence
+    /// and acknowledgement numbers (window 65535).
+    fn tcp_frame(
+        (sm, dm): ([u8; 6], [u8; 6]),
+        (si, di): (Ipv4Addr, Ipv4Addr),
+        (sp, dp): (u16, u16),
+        flags: u16,
+        (seq, ack): (u32, u32),
+    ) -> Vec<u8> {
+        FrameBuilder::new(sm, dm)
+            .ipv4(si, di)
+            .tcp(sp, dp, flags)
+            .tcp_seq(seq)
+            .tcp_ack(ack)
+            .tcp_window(65535)
+            .build()
+    }
+
     /// A TCP segment between 198.18.0.1:`port` (p1's host, `from_a`) and
     /// 198.18.0.2:80.
     fn seg(from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
@@ -711,13 +741,7 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         } else {
             (MAC_B, MAC_A, b, a, 80, port)
         };
-        FrameBuilder::new(sm, dm)
-            .ipv4(si, di)
-            .tcp(sp, dp, flags)
-            .tcp_seq(seq)
-            .tcp_ack(ack)
-            .tcp_window(65535)
-            .build()
+        tcp_frame((sm, dm), (si, di), (sp, dp), flags, (seq, ack))
     }
 
     struct CtLab {
@@ -729,16 +753,31 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
 
     impl CtLab {
         fn new() -> CtLab {
+            CtLab::with("", FIREWALL)
+        }
+
+        /// A lab with `groups` (if any) and `flows` instead of the
+        /// firewall.
+        fn with(groups: &str, flows: &str) -> CtLab {
+            CtLab::sized(groups, flows, 1000)
+        }
+
+        /// As [`CtLab::with`], the engine holding `max_flows` entries.
+        fn sized(groups: &str, flows: &str, max_flows: usize) -> CtLab {
             let now = Instant::now();
             let mut br = Bridge::new("br-ct", DatapathConfig::default());
             let (p1, h1) = MemPort::new("p1");
             let (p2, h2) = MemPort::new("p2");
             br.add_port(Box::new(Hooked(p1, tc(8)))).unwrap();
             br.add_port(Box::new(Hooked(p2, tc(9)))).unwrap();
-            let (engine, eng) = DummyOffload::new(1000);
+            let (engine, eng) = DummyOffload::new(max_flows);
             br.enable_offload_provider(Box::new(engine), OffloadMode::Auto);
-            br.add_flows_str(FIREWALL, now).unwrap();
+            if !groups.is_empty() {
+                br.add_groups_str(groups, false, now).unwrap();
+            }
+            br.add_flows_str(flows, now).unwrap();
             br.set_ct_setup(true);
+            br.set_ct_setup_nat(true);
             CtLab {
                 br,
                 eng,
@@ -1073,5 +1112,265 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
         assert!(lab.entries(40023).is_some(), "answered: kept");
         assert_eq!(lab.br.ct_offloads().setup_timeouts, 1);
+    }
+
+    /// Issue 36's regression: the poll of set-up connections must keep
+    /// pace with the set-ups. Gated to 64 connections every 2 ms (and,
+    /// on the bench's VM, to about a dozen by its 250-µs slice), it fell
+    /// behind under wrk's load: connections it had not looked at held
+    /// their entries and counted as unanswered until the tick, the cap on
+    /// those refused every later SYN (`ct:setup-pending-full`: half the
+    /// frames went up), and the tick's sync removed thousands of entries
+    /// in one stall; set-up lowered connections/s. Here 3,000 connections
+    /// are set up 20 µs apart (50,000 a second) and each is answered and
+    /// closed in the engine at once: every one must be set up (none
+    /// refused by a cap of 1,200 unanswered), and no more than about the
+    /// last 20 ms of them (1,000) may hold entries at any moment.
+    #[test]
+    fn the_poll_keeps_pace_with_the_set_ups() {
+        let mut lab = CtLab::sized("", FIREWALL, 20_000);
+        let (x, _) = lab.first_handshake();
+        lab.br.ct_offloads_mut().setup_pending_max = 1200;
+        // (The first connection's SYN found nothing cached.)
+        let refused = lab.br.ct_offloads().setup_refused.clone();
+        let mut most = 0;
+        for port in 41_000..44_000u16 {
+            lab.now += std::time::Duration::from_micros(20);
+            assert_eq!(lab.send(true, port, SYN, x, 0), 1);
+            let new = lab.eng.newest(3);
+            for (id, f) in &new {
+                let k = f.matching.key();
+                assert!(k.tp_src == port || k.tp_dst == port, "{new:#?}");
+                let flags = if k.tcp_flags & SYN != 0 {
+                    SYN | ACK
+                } else {
+                    ACK | FIN
+                };
+                lab.eng.hit_tcp(*id, 1, 60, flags);
+            }
+            most = most.max(lab.br.ct_offloads().len());
+        }
+        let cto = lab.br.ct_offloads();
+        assert_eq!(cto.setup_refused, refused);
+        assert_eq!(cto.set_up, 3000);
+        assert!(
+            most <= 3 * 1_100,
+            "entries of closed connections piled up: {most}"
+        );
+        assert_eq!(cto.setup_timeouts, 0);
+    }
+
+    /// OVS's load-balancer pattern (the bench's `--scenario lb`): the
+    /// VIP's new connections go to a select group whose bucket commits
+    /// them with a DNAT (port too) and goes on in table 2, which rewrites
+    /// the destination MAC; later packets are translated by the first
+    /// pass's `ct(nat)` and forwarded by the `+trk+est` flows.
+    const LB: &str = "\
+table=0,priority=100,ip,ct_state=-trk,actions=ct(table=1,nat)
+table=1,priority=1,actions=drop
+table=1,priority=20,in_port=p1,tcp,nw_dst=198.18.0.100,tp_dst=80,ct_state=+trk+new,actions=group:1
+table=1,priority=10,ip,ct_state=+trk+est,actions=resubmit(,2)
+table=2,priority=1,actions=drop
+table=2,priority=10,ip,nw_dst=198.18.0.2,actions=mod_dl_dst:02:00:00:00:00:0b,output:p2
+table=2,priority=10,ip,nw_dst=198.18.0.1,actions=output:p1
+";
+    const LB_GROUP: &str =
+        "group_id=1,type=select,bucket=actions=ct(commit,nat(dst=198.18.0.2:8080),table=2)";
+    const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 100);
+    const MAC_VIP: [u8; 6] = [0x02, 0, 0, 0, 0, 0x64];
+
+    /// A TCP segment of a load-balanced connection as it is on the wire
+    /// on its side: 198.18.0.1:`port` -> VIP:80 from p1's host (to the
+    /// VIP's MAC), 198.18.0.2:8080 -> 198.18.0.1:`port` from the backend.
+    fn lb_seg(from_a: bool, port: u16, flags: u16, seq: u32, ack: u32) -> Vec<u8> {
+        let (a, b) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let (sm, dm, si, di, sp, dp) = if from_a {
+            (MAC_A, MAC_VIP, a, VIP, port, 80)
+        } else {
+            (MAC_B, MAC_A, b, a, 8080, port)
+        };
+        tcp_frame((sm, dm), (si, di), (sp, dp), flags, (seq, ack))
+    }
+
+    impl CtLab {
+        /// One load-balanced segment through the bridge: the frames that
+        /// left the other side.
+        fn send_lb(
+            &mut self,
+            from_a: bool,
+            port: u16,
+            flags: u16,
+            seq: u32,
+            ack: u32,
+        ) -> Vec<Vec<u8>> {
+            let (i, o) = if from_a { (0, 1) } else { (1, 0) };
+            self.p[i].inject(&lb_seg(from_a, port, flags, seq, ack));
+            self.br.run_until_idle(self.now);
+            self.p[o].take_tx()
+        }
+    }
+
+    /// Addresses and ports of a frame: (src, dst, sport, dport).
+    fn tuple_of(f: &[u8]) -> (Ipv4Addr, Ipv4Addr, u16, u16) {
+        let ip = |o: usize| Ipv4Addr::new(f[o], f[o + 1], f[o + 2], f[o + 3]);
+        let port = |o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
+        (ip(26), ip(30), port(34), port(36))
+    }
+
+    /// Issue 36 with DNAT: a load-balanced connection's SYN installs
+    /// entries that translate as userspace does — the originator's to the
+    /// backend (address, port and MAC), the backend's replies back from
+    /// the VIP — matched on the untranslated packets as they arrive; the
+    /// engine then carries the connection and the tracker learns it.
+    #[test]
+    fn dnat_connections_are_set_up_in_the_engine() {
+        let mut lab = CtLab::with(LB_GROUP, LB);
+        let (x, y) = (1000, 5000);
+        let backend = Ipv4Addr::new(198, 18, 0, 2);
+        // The first connection goes through userspace and caches the
+        // flows; its frames are translated both ways.
+        let out = lab.send_lb(true, 40000, SYN, x, 0);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            tuple_of(&out[0]),
+            (Ipv4Addr::new(198, 18, 0, 1), backend, 40000, 8080)
+        );
+        assert_eq!(out[0][..6], MAC_B);
+        let back = lab.send_lb(false, 40000, SYN | ACK, y, x + 1);
+        assert_eq!(back.len(), 1);
+        assert_eq!(
+            tuple_of(&back[0]),
+            (VIP, Ipv4Addr::new(198, 18, 0, 1), 80, 40000)
+        );
+        assert_eq!(lab.send_lb(true, 40000, ACK, x + 1, y + 1).len(), 1);
+        assert_eq!(lab.br.ct_offloads().set_up, 0);
+
+        // The second: set up in the engine at its SYN.
+        assert_eq!(lab.send_lb(true, 40001, SYN, x, 0).len(), 1);
+        assert_eq!(
+            lab.br.ct_offloads().set_up,
+            1,
+            "{:?}",
+            lab.br.ct_offloads().setup_refused
+        );
+        let (o, r, sa) = lab.entries(40001).expect("three entries");
+        let fl = lab.ct_entries();
+        assert_eq!(fl.len(), 3, "{fl:#?}");
+        let (p1, p2) = (
+            fl[&r].actions.last().cloned(),
+            fl[&o].actions.last().cloned(),
+        );
+        let (Some(DpAction::Output(p1)), Some(DpAction::Output(p2))) = (p1, p2) else {
+            panic!("{fl:#?}");
+        };
+        // The originator's: matched as sent (to the VIP), translated.
+        let k = fl[&o].matching.key();
+        assert_eq!((k.in_port, k.nw_dst, k.tp_dst), (p1, u32::from(VIP), 80));
+        assert_eq!(
+            fl[&o].actions,
+            vec![
+                DpAction::SetIpv4Dst(u32::from(backend)),
+                DpAction::SetTpDst(8080),
+                DpAction::SetEthDst(MAC_B),
+                DpAction::Output(p2)
+            ]
+        );
+        // The backend's: matched as it answers, from the VIP again.
+        for id in [r, sa] {
+            let k = fl[&id].matching.key();
+            assert_eq!(
+                (k.in_port, k.nw_src, k.tp_src, k.tp_dst),
+                (p2, u32::from(backend), 8080, 40001)
+            );
+            assert_eq!(
+                fl[&id].actions,
+                vec![
+                    DpAction::SetIpv4Src(u32::from(VIP)),
+                    DpAction::SetTpSrc(80),
+                    DpAction::Output(p1)
+                ]
+            );
+        }
+        // The engine carries the rest; the tracker follows.
+        lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+        lab.eng.hit_tcp(o, 2, 120, ACK | PSH);
+        lab.eng.hit_tcp(r, 1, 400, ACK | PSH);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+        assert!(
+            line.contains("dst=198.18.0.100,sport=40001,dport=80,")
+                && line.contains("reply=(src=198.18.0.2,dst=198.18.0.1,sport=8080,dport=40001,"),
+            "{line}"
+        );
+        lab.eng.hit_tcp(r, 1, 60, ACK | FIN);
+        lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+        let line = lab.conn(40001).unwrap();
+        assert!(line.contains("state=TIME_WAIT"), "{line}");
+        assert!(lab.ct_entries().is_empty(), "closed: entries gone");
+
+        assert!(
+            lab.br.ct_offloads().setup_xlates >= 1,
+            "reply flows translated ahead"
+        );
+        // A flush removes a live load-balanced connection's entries.
+        assert_eq!(lab.send_lb(true, 40002, SYN, x, 0).len(), 1);
+        assert!(lab.entries(40002).is_some());
+        lab.br.flush_conntrack(&Default::default());
+        assert!(lab.ct_entries().is_empty(), "{:#?}", lab.ct_entries());
+    }
+
+    /// The second-pass keys of a NATed connection carry the `+dnat`
+    /// (originator) and `+snat` (reply) bits its packets get from the
+    /// first pass's `ct(nat)`: with rules that look at them, the entries
+    /// forward as userspace does (a key without the bits would hit the
+    /// `+est` drop below them).
+    #[test]
+    fn dnat_set_up_keys_carry_the_nat_state_bits() {
+        let flows = LB.replace(
+            "table=1,priority=10,ip,ct_state=+trk+est,actions=resubmit(,2)",
+            "table=1,priority=15,ip,ct_state=+trk+est+dnat,actions=resubmit(,2)\n\
+             table=1,priority=15,ip,ct_state=+trk+est+snat,actions=resubmit(,2)\n\
+             table=1,priority=10,ip,ct_state=+trk+est,actions=drop",
+        );
+        let mut lab = CtLab::with(LB_GROUP, &flows);
+        let (x, y) = (1000, 5000);
+        assert_eq!(lab.send_lb(true, 40000, SYN, x, 0).len(), 1);
+        assert_eq!(lab.send_lb(false, 40000, SYN | ACK, y, x + 1).len(), 1);
+        assert_eq!(lab.send_lb(true, 40000, ACK, x + 1, y + 1).len(), 1);
+        assert_eq!(lab.send_lb(true, 40001, SYN, x, 0).len(), 1);
+        assert_eq!(
+            lab.br.ct_offloads().set_up,
+            1,
+            "{:?}",
+            lab.br.ct_offloads().setup_refused
+        );
+        let (o, r, sa) = lab.entries(40001).expect("three entries");
+        let fl = lab.ct_entries();
+        for id in [o, r, sa] {
+            assert!(
+                matches!(fl[&id].actions.last(), Some(DpAction::Output(_))),
+                "{fl:#?}"
+            );
+        }
+    }
+
+    /// Set-up of NATed connections is off unless turned on: the SYN is
+    /// refused as `ct:setup-nat` and nothing is translated ahead.
+    #[test]
+    fn dnat_set_up_is_off_unless_turned_on() {
+        let mut lab = CtLab::with(LB_GROUP, LB);
+        lab.br.set_ct_setup_nat(false);
+        let (x, y) = (1000, 5000);
+        assert_eq!(lab.send_lb(true, 40000, SYN, x, 0).len(), 1);
+        assert_eq!(lab.send_lb(false, 40000, SYN | ACK, y, x + 1).len(), 1);
+        assert_eq!(lab.send_lb(true, 40000, ACK, x + 1, y + 1).len(), 1);
+        assert_eq!(lab.send_lb(true, 40001, SYN, x, 0).len(), 1);
+        let cto = lab.br.ct_offloads();
+        assert_eq!((cto.set_up, cto.setup_xlates), (0, 0));
+        assert!(cto
+            .setup_refused
+            .get("ct:setup-nat")
+            .is_some_and(|n| *n >= 1));
+        assert!(lab.ct_entries().is_empty());
     }
 }

@@ -160,6 +160,21 @@ impl FlowCounters {
 /// `BPF_MAP_LOOKUP_BATCH` (bpf(2) command 24).
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 
+/// `BPF_MAP_LOOKUP_AND_DELETE_ELEM` (bpf(2) command 21; hash maps since
+/// Linux 5.14).
+const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
+
+/// The element members of `union bpf_attr` (`map_fd`, `key`, `value`,
+/// `flags`).
+#[repr(C, align(8))]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
 /// The `batch` member of `union bpf_attr`.
 #[repr(C, align(8))]
 struct BatchAttr {
@@ -231,6 +246,10 @@ pub struct XdpEngine {
     pin_dir: Option<PathBuf>,
     /// Taken over from the pins of a daemon that died (not loaded).
     adopted: bool,
+    /// `remove` reads and deletes with one `BPF_MAP_LOOKUP_AND_DELETE_ELEM`
+    /// (hash maps: Linux >= 5.14); cleared at the first refusal, said
+    /// once, so an older kernel does not pay a failing call per removal.
+    lookup_delete: bool,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
@@ -564,6 +583,7 @@ impl XdpEngine {
             tc_links: HashMap::new(),
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
+            lookup_delete: true,
         };
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
@@ -906,6 +926,7 @@ impl XdpEngine {
             tc_links: HashMap::new(),
             pin_dir,
             adopted: false,
+            lookup_delete: true,
         })
     }
 
@@ -1615,11 +1636,69 @@ impl XdpEngine {
         if self.installed.remove(&handle.0).is_none() {
             return Err(OffloadError::NotFound);
         }
-        let select = self
-            .value(handle)
-            .is_ok_and(|v| v.flags & layout::flag::SELECT != 0);
-        let last = self.counters(handle).unwrap_or_default();
         let hk = self.hash_key(handle)?;
+        let taken = if self.lookup_delete {
+            self.take_flow(&hk)
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        };
+        match taken {
+            // Read and deleted in one system call (set-up connections
+            // remove three entries each, tens of thousands a second): its
+            // last counters are exact, no frame counted between a read
+            // and the delete.
+            Ok(Some(v)) => {
+                let (now_ns, now) = (monotonic_ns(), Instant::now());
+                let mut last = FlowCounters::of(&v, now_ns, now);
+                if v.flags & layout::flag::SELECT != 0 {
+                    // Its frames are counted by the bucket that ran them.
+                    for b in 0..layout::SELECT_MAX {
+                        let mut bk = hk;
+                        bk.pad = 1 + b as u32;
+                        if let Ok(bv) = self.flows.get(&bk, 0) {
+                            last.merge(FlowCounters::of(&bv, now_ns, now));
+                        }
+                    }
+                    self.remove_buckets(&handle.0, 0);
+                }
+                self.release_mask(handle.0.mask_idx)?;
+                return Ok(last);
+            }
+            // Already gone from the map.
+            Ok(None) => {
+                self.release_mask(handle.0.mask_idx)?;
+                return Ok(FlowCounters::default());
+            }
+            // An older kernel: read, then delete (said once).
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(524)
+                ) =>
+            {
+                if self.lookup_delete {
+                    self.lookup_delete = false;
+                    tracing::info!(
+                        error = %e,
+                        "BPF_MAP_LOOKUP_AND_DELETE_ELEM on dp_flows refused: flows are read, then deleted"
+                    );
+                }
+            }
+            Err(e) => {
+                self.installed.insert(handle.0, ());
+                return Err(bpf("BPF_MAP_LOOKUP_AND_DELETE_ELEM(dp_flows)", e));
+            }
+        }
+        // One read of the value for both the flag and the counters (a
+        // system call each): set-up connections remove three entries
+        // each, tens of thousands a second.
+        let v = self.value(handle).ok();
+        let select = v.is_some_and(|v| v.flags & layout::flag::SELECT != 0);
+        let last = match v {
+            Some(_) if select => self.counters(handle).unwrap_or_default(),
+            Some(v) => FlowCounters::of(&v, monotonic_ns(), Instant::now()),
+            None => FlowCounters::default(),
+        };
         match self.flows.remove(&hk) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
                 if select {
@@ -1636,6 +1715,40 @@ impl XdpEngine {
         }
         self.release_mask(handle.0.mask_idx)?;
         Ok(last)
+    }
+
+    /// Read and delete `dp_flows`' entry `hk` at once
+    /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`): its value, `None` if there is
+    /// no such entry.
+    fn take_flow(&self, hk: &FlowHashKey) -> Result<Option<FlowValue>, std::io::Error> {
+        use aya::maps::IterableMap;
+        // SAFETY: FlowValue is plain old data (all-zero is a valid value).
+        let mut v: FlowValue = unsafe { std::mem::zeroed() };
+        let attr = ElemAttr {
+            map_fd: self.flows.map().fd().as_fd().as_raw_fd() as u32,
+            _pad: 0,
+            key: hk as *const FlowHashKey as u64,
+            value: &mut v as *mut FlowValue as u64,
+            flags: 0,
+        };
+        // SAFETY: the attribute points at a key and a value of the map's
+        // sizes, alive for the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_AND_DELETE_ELEM,
+                &attr as *const ElemAttr,
+                std::mem::size_of::<ElemAttr>(),
+            )
+        };
+        if r == 0 {
+            return Ok(Some(v));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => Ok(None),
+            _ => Err(e),
+        }
     }
 
     /// A flow's counters, last-used time converted from the kernel's

@@ -125,7 +125,11 @@ pub enum SwitchError {
     WithoutOpenFlow13(String),
     #[error("flow_limit={0}: expected a positive number of flows")]
     BadFlowLimit(String),
-    #[error("unknown bridge setting `{0}` (offload, protocols, flow_limit)")]
+    #[error("{key}={value}: expected on or off")]
+    BadOnOff { key: &'static str, value: String },
+    #[error(
+        "unknown bridge setting `{0}` (offload, protocols, flow_limit, ct_setup, ct_setup_nat)"
+    )]
     UnknownSetting(String),
     #[error("fail mode `{0}`: expected standalone or secure")]
     BadFailMode(String),

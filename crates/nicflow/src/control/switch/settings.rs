@@ -1,6 +1,7 @@
 //! Bridge settings: `set BRIDGE KEY=VALUE` for `offload` (see
-//! [`super::offload`]), `protocols` and `flow_limit`. Each is written
-//! before it is acknowledged.
+//! [`super::offload`]), `protocols` and `flow_limit`, each written
+//! before it is acknowledged; `ct_setup` and `ct_setup_nat`, not kept
+//! (for experiments and tests).
 
 use super::{Switch, SwitchError};
 use crate::control::proto::Response;
@@ -64,6 +65,18 @@ pub(super) fn parse_flow_limit(value: &str) -> Result<usize, SwitchError> {
         .ok_or_else(|| SwitchError::BadFlowLimit(value.to_string()))
 }
 
+/// An on/off setting's value (`on`, `true`, `1` / `off`, `false`, `0`).
+fn parse_on_off(key: &'static str, value: &str) -> Result<bool, SwitchError> {
+    match value {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(SwitchError::BadOnOff {
+            key,
+            value: value.to_string(),
+        }),
+    }
+}
+
 impl Switch {
     /// `set BRIDGE KEY=VALUE`: one handler per key.
     pub(super) fn set(
@@ -76,8 +89,29 @@ impl Switch {
             "offload" => self.set_offload(&bridge, &value),
             "protocols" => self.set_protocols(&bridge, &value),
             "flow_limit" => self.set_flow_limit(&bridge, &value),
+            "ct_setup" => self.set_ct_setup(&bridge, &value),
+            "ct_setup_nat" => self.set_ct_setup_nat(&bridge, &value),
             _ => Err(SwitchError::UnknownSetting(key)),
         }
+    }
+
+    /// `set BRIDGE ct_setup=on|off`: connection set-up in the kernel
+    /// (`NICFLOW_CT_SETUP` gives the default, see docs/conntrack.md). Not
+    /// kept in the config: for experiments and tests.
+    fn set_ct_setup(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
+        let on = parse_on_off("ct_setup", value)?;
+        self.bridge(bridge)?.set_ct_setup(on);
+        Ok(Response::ok("", json!({ "ct_setup": on })))
+    }
+
+    /// `set BRIDGE ct_setup_nat=on|off`: set-up in the kernel of NATed
+    /// connections (off by default: measured slower, see
+    /// docs/conntrack.md). Not kept in the config: for experiments and
+    /// tests.
+    fn set_ct_setup_nat(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
+        let on = parse_on_off("ct_setup_nat", value)?;
+        self.bridge(bridge)?.set_ct_setup_nat(on);
+        Ok(Response::ok("", json!({ "ct_setup_nat": on })))
     }
 
     /// `set BRIDGE protocols=LIST`: kept in the config (and put back when
@@ -150,5 +184,14 @@ mod tests {
             );
         }
         assert_eq!(parse_flow_limit("200000").unwrap(), 200_000);
+        for (v, on) in [("on", true), ("1", true), ("off", false), ("false", false)] {
+            assert_eq!(parse_on_off("ct_setup", v).unwrap(), on);
+        }
+        assert_eq!(
+            parse_on_off("ct_setup_nat", "bogus")
+                .unwrap_err()
+                .to_string(),
+            "ct_setup_nat=bogus: expected on or off"
+        );
     }
 }

@@ -80,18 +80,20 @@ impl Switch {
         let _ = writeln!(
             text,
             "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{} \
-             setup_timeouts:{}{}",
+             setup_timeouts:{} setup_xlates:{}{}",
             cto.len(),
             cto.set_up,
             cto.offloaded,
             cto.removed,
             cto.setup_timeouts,
+            cto.setup_xlates,
             refused
         );
         let ct_kernel = json!({
             "entries": cto.len(), "set_up": cto.set_up,
             "installed": cto.offloaded, "removed": cto.removed,
             "setup_timeouts": cto.setup_timeouts,
+            "setup_xlates": cto.setup_xlates,
             "setup_refused": cto.setup_refused,
         });
         let limits_json = limits(&br.limits(), text);
