@@ -21,6 +21,10 @@
 //! * `nicflow-ipsec-afxdp`: the configuration and path of the first
 //!   measurements (issue 15): `offload = "none"`, the container veth and
 //!   the underlay AF_XDP ports, `gro=false` on the tunnel port.
+//! * `nicflow-ipsec-transport`: `nicflow-ipsec` with `esp_mode=transport`
+//!   (nicflow's default; the other engines run tunnel mode, the only one
+//!   strongSwan's kernel-libipsec has), so both modes are measured in one
+//!   run.
 //! * `nicflow`: `nicflow-ipsec` without IPsec (the unencrypted overlay in
 //!   the TC engine, as `bench overlay --engines nicflow`).
 //! * `strongswan`: on each host charon 5.9.8 with kernel-libipsec (ESP in
@@ -44,6 +48,11 @@
 //! the report sets beside the raw AES-GCM cost of `cargo bench -p
 //! nicflow-ipsec --bench esp` (`--esp-bench`).
 //!
+//! `--mode pps` measures a packet rate instead (64-byte frames by
+//! default): `nicflow gen` in c1, `nicflow sink` in s1 ([`super::pktrate`]),
+//! frames delivered to s1 per second beside the ESP packets sealed on H1
+//! and opened on H2 over the same burst (section "Packet rate" below).
+//!
 //! Names: namespaces `nfbip<pid>x<seq><tag>-h1`, `-h2`, `-c1`, `-s1`;
 //! configs, sockets, logs, charon's files in `$TMPDIR/nfbip<pid>x<seq><tag>`.
 //! Dropping the lab (also on error and Ctrl-C) stops the daemons and
@@ -57,6 +66,7 @@ use super::forward::measure::IfaceCounters;
 use super::lab::{self, wait_ready, Lab, ProcId};
 use super::nicflow_bin;
 use super::overlay::{apply_steps, run_in, start_server, NetStep};
+use super::pktrate;
 use super::report::{self, Figure};
 use super::testbed;
 use anyhow::{bail, Context};
@@ -77,6 +87,9 @@ pub const CONTAINER_MTU: u32 = 1350;
 /// Most parallel streams of one iperf3 client.
 pub const MAX_STREAMS: usize = 128;
 const DEFAULT_STREAMS: &str = "1,4,16";
+const DEFAULT_FLOWS: &str = "1,16,256";
+/// Most distinct flows of the pps mode (source ports from 10000 up).
+pub const MAX_FLOWS: usize = 50_000;
 const PORT: u16 = 5201;
 const BRIDGE: &str = "br0";
 const TUNNEL: &str = "vx0";
@@ -104,6 +117,10 @@ pub enum IpEngine {
     /// [`IpEngine::NicflowIpsec`] with `esp_encap=none`: ESP as IP
     /// protocol 50, which UDP GSO cannot glue.
     NicflowIpsecEsp,
+    /// [`IpEngine::NicflowIpsec`] with `esp_mode=transport` (nicflow's
+    /// own default; the other engines use tunnel mode for strongSwan's
+    /// sake): ESP protects the outer UDP payload, 20 bytes less per packet.
+    NicflowIpsecTransport,
     /// [`IpEngine::NicflowIpsec`] without IPsec: the unencrypted overlay
     /// with the defaults (the TC engine).
     Nicflow,
@@ -118,6 +135,7 @@ impl IpEngine {
             IpEngine::NicflowIpsecAfxdp => "nicflow-ipsec-afxdp",
             IpEngine::NicflowIpsecNogso => "nicflow-ipsec-nogso",
             IpEngine::NicflowIpsecEsp => "nicflow-ipsec-esp",
+            IpEngine::NicflowIpsecTransport => "nicflow-ipsec-transport",
             IpEngine::Nicflow => "nicflow",
             IpEngine::Strongswan => "strongswan",
         }
@@ -129,6 +147,7 @@ impl IpEngine {
             "nicflow-ipsec-afxdp" | "ipsec-afxdp" => IpEngine::NicflowIpsecAfxdp,
             "nicflow-ipsec-nogso" | "ipsec-nogso" => IpEngine::NicflowIpsecNogso,
             "nicflow-ipsec-esp" | "ipsec-esp" => IpEngine::NicflowIpsecEsp,
+            "nicflow-ipsec-transport" | "ipsec-transport" => IpEngine::NicflowIpsecTransport,
             "nicflow" => IpEngine::Nicflow,
             "strongswan" | "charon" | "libipsec" => IpEngine::Strongswan,
             _ => return None,
@@ -141,6 +160,7 @@ impl IpEngine {
             IpEngine::NicflowIpsecAfxdp => "x",
             IpEngine::NicflowIpsecNogso => "g",
             IpEngine::NicflowIpsecEsp => "p",
+            IpEngine::NicflowIpsecTransport => "t",
             IpEngine::Nicflow => "n",
             IpEngine::Strongswan => "s",
         }
@@ -157,7 +177,17 @@ impl IpEngine {
                 | IpEngine::NicflowIpsecAfxdp
                 | IpEngine::NicflowIpsecNogso
                 | IpEngine::NicflowIpsecEsp
+                | IpEngine::NicflowIpsecTransport
         )
+    }
+
+    /// The ESP mode of a nicflow engine with IPsec.
+    fn esp_mode(self) -> EspMode {
+        if self == IpEngine::NicflowIpsecTransport {
+            EspMode::Transport
+        } else {
+            EspMode::Tunnel
+        }
     }
 
     /// How the engine's ESP travels.
@@ -190,6 +220,26 @@ pub enum EspWire {
     Esp,
 }
 
+/// `esp_mode` of a nicflow engine's tunnel port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EspMode {
+    /// `esp_mode=tunnel`: the whole outer IPv4 packet inside ESP, as
+    /// strongSwan's kernel-libipsec does it.
+    Tunnel,
+    /// `esp_mode=transport`: the outer IPv4 header stays, ESP protects its
+    /// payload (nicflow's default).
+    Transport,
+}
+
+impl EspMode {
+    fn word(self) -> &'static str {
+        match self {
+            EspMode::Tunnel => "tunnel",
+            EspMode::Transport => "transport",
+        }
+    }
+}
+
 /// How a nicflow engine's daemons attach their interfaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ports {
@@ -211,8 +261,8 @@ impl co::Named for IpEngine {
 fn parse_engines(list: &str) -> anyhow::Result<Vec<IpEngine>> {
     testbed::parse_engine_list(
         list,
-        "nicflow-ipsec, nicflow-ipsec-afxdp, nicflow-ipsec-nogso, nicflow-ipsec-esp, nicflow, \
-         strongswan",
+        "nicflow-ipsec, nicflow-ipsec-afxdp, nicflow-ipsec-nogso, nicflow-ipsec-esp, \
+         nicflow-ipsec-transport, nicflow, strongswan",
         IpEngine::parse,
     )
 }
@@ -221,12 +271,26 @@ fn parse_engines(list: &str) -> anyhow::Result<Vec<IpEngine>> {
 pub struct Args {
     /// Engines, comma-separated: nicflow-ipsec, nicflow-ipsec-afxdp,
     /// nicflow-ipsec-nogso (esp_gso=false), nicflow-ipsec-esp
-    /// (esp_encap=none), nicflow, strongswan.
+    /// (esp_encap=none), nicflow-ipsec-transport (esp_mode=transport),
+    /// nicflow, strongswan.
     #[arg(
         long,
         default_value = "nicflow-ipsec,nicflow-ipsec-afxdp,nicflow,strongswan"
     )]
     pub engines: String,
+    /// What to measure: `throughput` (iperf3 TCP streams) or `pps`
+    /// (small UDP frames from c1 to s1, packets per second delivered to
+    /// s1; `--flows`, `--size`).
+    #[arg(long, value_enum, default_value_t = Mode::Throughput)]
+    pub mode: Mode,
+    /// pps: distinct UDP flows (source ports) of the generator,
+    /// comma-separated counts (one lab per count).
+    #[arg(long, default_value = DEFAULT_FLOWS)]
+    pub flows: String,
+    /// pps: Ethernet frame size with FCS as the container sends it (64:
+    /// 18 bytes of UDP payload).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
     /// Parallel TCP stream counts of the one container pair (iperf3 -P),
     /// up to 128.
     #[arg(long, default_value = DEFAULT_STREAMS)]
@@ -248,6 +312,18 @@ pub struct Args {
     /// Where the run goes, re-rendering, smoke runs.
     #[command(flatten)]
     pub run: super::RunArgs,
+}
+
+/// What `bench ipsec` measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// iperf3 TCP streams: Gbit/s, CPU per Gbit, CPU left to a load.
+    #[default]
+    Throughput,
+    /// Small UDP frames as fast as `nicflow gen` sends them: packets per
+    /// second delivered to the receiving container.
+    Pps,
 }
 
 /// One line of the esp bench's summary table (ns per packet).
@@ -320,6 +396,18 @@ pub struct Packets {
     /// super-frame (`esp_tx_gso_in_place`), both daemons.
     #[serde(default)]
     pub esp_tx_in_place: u64,
+    /// ESP packets opened where they lay in a received UDP super-frame
+    /// (`esp_rx_in_place`), both daemons.
+    #[serde(default)]
+    pub esp_rx_in_place: u64,
+    /// Receive buffers the underlay ports allocated for whole UDP
+    /// super-frames (`underlay_rx_buf_allocs`), both daemons.
+    #[serde(default)]
+    pub underlay_rx_buf_allocs: u64,
+    /// The ESP drop counters by name (`esp_rx_drop_replay`, ...), both
+    /// daemons, the non-zero ones.
+    #[serde(default)]
+    pub drops_by: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -376,8 +464,16 @@ fn options(a: &Args) -> anyhow::Result<Options> {
 }
 
 pub fn cli(args: &Args) -> anyhow::Result<()> {
-    let measure = || run(&options(args)?);
-    report::cli(&args.run, "ipsec", measure, figures, markdown)
+    match args.mode {
+        Mode::Throughput => {
+            let measure = || run(&options(args)?);
+            report::cli(&args.run, "ipsec", measure, figures, markdown)
+        }
+        Mode::Pps => {
+            let measure = || run_pps(&pps_options(args)?);
+            report::cli(&args.run, "ipsec-pps", measure, pps_figures, pps_markdown)
+        }
+    }
 }
 
 fn progress(s: &str) {
@@ -442,7 +538,13 @@ impl Keys {
 }
 
 /// The nicflow daemon's config on host 1 or 2 (`keys`: with IPsec).
-pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports, wire: EspWire) -> String {
+pub fn nicflow_config(
+    host: usize,
+    keys: Option<&Keys>,
+    ports: Ports,
+    wire: EspWire,
+    mode: EspMode,
+) -> String {
     let peer = 3 - host;
     let p = host_end(host);
     let (offload, port_type, underlay_type) = match ports {
@@ -479,7 +581,8 @@ pub fn nicflow_config(host: usize, keys: Option<&Keys>, ports: Ports, wire: EspW
             };
             format!(
                 ", ipsec = \"manual\", esp_spi_out = \"{so:#x}\", esp_key_out = \"{ko}\", \
-                 esp_spi_in = \"{si:#x}\", esp_key_in = \"{ki}\", esp_mode = \"tunnel\", {encap}"
+                 esp_spi_in = \"{si:#x}\", esp_key_in = \"{ki}\", esp_mode = \"{}\", {encap}",
+                mode.word()
             )
         }
     };
@@ -666,7 +769,8 @@ impl IpsecLab {
             | IpEngine::NicflowIpsec
             | IpEngine::NicflowIpsecAfxdp
             | IpEngine::NicflowIpsecNogso
-            | IpEngine::NicflowIpsecEsp => {
+            | IpEngine::NicflowIpsecEsp
+            | IpEngine::NicflowIpsecTransport => {
                 let keys = if self.engine.is_ipsec() {
                     Some(Keys::random()?)
                 } else {
@@ -759,7 +863,13 @@ impl IpsecLab {
         let cfg = self.lab.dir().join(format!("h{host}.toml"));
         std::fs::write(
             &cfg,
-            nicflow_config(host, keys, self.engine.ports(), self.engine.wire()),
+            nicflow_config(
+                host,
+                keys,
+                self.engine.ports(),
+                self.engine.wire(),
+                self.engine.esp_mode(),
+            ),
         )
         .with_context(|| format!("writing {}", cfg.display()))?;
         let sock = self.lab.dir().join(format!("h{host}.sock"));
@@ -825,32 +935,50 @@ impl IpsecLab {
 
     /// ESP, tunnel port and underlay counters now, both hosts.
     fn packets(&self) -> Packets {
+        self.packets_on(&[1, 2])
+    }
+
+    /// [`Self::packets`] summed over `hosts` only.
+    fn packets_on(&self, hosts: &[usize]) -> Packets {
         let mut p = Packets::default();
-        for d in &self.procs {
+        for d in self.procs.iter().filter(|d| hosts.contains(&d.host)) {
             let Some(sock) = &d.sock else { continue };
-            let Ok(r) = nicflow::control::daemon::request(sock, &Request::Stats) else {
-                continue;
+            let r = match nicflow::control::daemon::request(sock, &Request::Stats) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Counted as 0: say so, or a delta would silently span
+                    // the daemon's lifetime (or be 0).
+                    eprintln!(
+                        "bench ipsec: warning: stats of H{}'s daemon not read ({e:#}); its ESP counters count as 0 in this reading",
+                        d.host
+                    );
+                    continue;
+                }
             };
             let ports = r.data[0]["ports"].as_array().cloned().unwrap_or_default();
             if let Some(t) = ports.iter().find(|x| x["name"] == TUNNEL) {
                 let c = |k: &str| t["counters"][k].as_u64().unwrap_or(0);
                 p.esp_tx += c("esp_tx_packets");
                 p.esp_tx_in_place += c("esp_tx_gso_in_place");
+                p.esp_rx_in_place += c("esp_rx_in_place");
+                p.underlay_rx_buf_allocs += c("underlay_rx_buf_allocs");
                 p.esp_rx += c("esp_rx_packets");
                 p.tunnel_tx += t["tx_packets"].as_u64().unwrap_or(0);
                 p.tunnel_rx += t["rx_packets"].as_u64().unwrap_or(0);
                 if let Some(m) = t["counters"].as_object() {
-                    p.esp_drops += m
-                        .iter()
-                        .filter(|(k, _)| {
-                            k.starts_with("esp_rx_drop_") || k.starts_with("esp_tx_drop_")
-                        })
-                        .filter_map(|(_, v)| v.as_u64())
-                        .sum::<u64>();
+                    for (k, v) in m {
+                        let Some(v) = v.as_u64().filter(|&v| v > 0) else {
+                            continue;
+                        };
+                        if k.starts_with("esp_rx_drop_") || k.starts_with("esp_tx_drop_") {
+                            p.esp_drops += v;
+                            *p.drops_by.entry(k.clone()).or_default() += v;
+                        }
+                    }
                 }
             }
         }
-        for host in [1, 2] {
+        for &host in hosts {
             if let Some(c) =
                 IfaceCounters::read(&self.ns(&format!("h{host}")), &underlay_iface(host))
             {
@@ -869,6 +997,23 @@ impl IpsecLab {
 // ---------------------------------------------------------------------------
 // iperf3 and the measurement
 // ---------------------------------------------------------------------------
+
+/// `after - before` of named counters, the non-zero differences.
+pub fn counters_between(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, &v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
 
 fn client_argv(seconds: u64, streams: usize) -> Vec<String> {
     let p = if streams > 1 {
@@ -939,6 +1084,11 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                     underlay_rx: a.underlay_rx.saturating_sub(b.underlay_rx),
                     esp_drops: a.esp_drops.saturating_sub(b.esp_drops),
                     esp_tx_in_place: a.esp_tx_in_place.saturating_sub(b.esp_tx_in_place),
+                    esp_rx_in_place: a.esp_rx_in_place.saturating_sub(b.esp_rx_in_place),
+                    underlay_rx_buf_allocs: a
+                        .underlay_rx_buf_allocs
+                        .saturating_sub(b.underlay_rx_buf_allocs),
+                    drops_by: counters_between(&b.drops_by, &a.drops_by),
                 });
             }
             Ok(ph)
@@ -950,11 +1100,13 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
     run.extra.packets = packets;
     if let Some(p) = &run.extra.packets {
         progress(&format!(
-            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}), tunnel tx {} rx {}, underlay tx {} rx {}",
+            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}, opened in place {}, receive buffers allocated {}), tunnel tx {} rx {}, underlay tx {} rx {}",
             p.esp_tx,
             p.esp_rx,
             p.esp_drops,
             p.esp_tx_in_place,
+            p.esp_rx_in_place,
+            p.underlay_rx_buf_allocs,
             p.tunnel_tx,
             p.tunnel_rx,
             p.underlay_tx,
@@ -1014,7 +1166,20 @@ fn med(runs: &[Run], e: IpEngine, n: usize, f: Get<Run>) -> Option<f64> {
 }
 
 /// Figure id, title, y label, getter.
-type Spec = (&'static str, &'static str, &'static str, Get<Run>);
+/// A figure's id, title, y label and value, as the tables below list them.
+type Spec<R = Run> = (&'static str, &'static str, &'static str, Get<R>);
+
+/// The specs of a table above as `colocated::figures` takes them.
+fn figure_specs<R>(rows: &[Spec<R>]) -> Vec<FigureSpec<'static, R>> {
+    rows.iter()
+        .map(|&(id, title, y_label, get)| FigureSpec {
+            id,
+            title,
+            y_label,
+            get,
+        })
+        .collect()
+}
 
 const SPECS: [Spec; 5] = [
     (
@@ -1050,15 +1215,7 @@ const SPECS: [Spec; 5] = [
 ];
 
 pub fn figures(r: &Results) -> Vec<Figure> {
-    let specs: Vec<FigureSpec<Run>> = SPECS
-        .iter()
-        .map(|s| FigureSpec {
-            id: s.0,
-            title: s.1,
-            y_label: s.2,
-            get: s.3,
-        })
-        .collect();
+    let specs = figure_specs(&SPECS);
     co::figures(
         &r.runs,
         &r.options.streams,
@@ -1126,7 +1283,8 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
          `offload=none`, the container veth and the underlay AF_XDP ports, `gro=false` (no \
          receive coalescing, which did not exist then); `nicflow-ipsec-nogso` / \
          `nicflow-ipsec-esp` = `nicflow-ipsec` with `esp_gso=false` (no UDP GSO) / \
-         `esp_encap=none` (ESP as IP protocol 50); `nicflow` = `nicflow-ipsec` without \
+         `esp_encap=none` (ESP as IP protocol 50); `nicflow-ipsec-transport` = `nicflow-ipsec` \
+         with `esp_mode=transport`; `nicflow` = `nicflow-ipsec` without \
          IPsec (the unencrypted overlay runs in the TC engine); `strongswan` = charon 5.9.8 with kernel-libipsec (ESP in user \
          space through a TUN device) on each host, PSK, `install_routes = yes`, `encap = yes`, \
          with a kernel vxlan device and a Linux bridge. Traffic: one iperf3 client in c1 with N \
@@ -1168,7 +1326,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             runs,
             &o.streams,
             cols,
-            &["packets (esp tx/rx, underlay tx; esp sealed in place)"],
+            &["packets (esp tx/rx, underlay tx; esp sealed in place, opened in place)"],
             |e, n| {
                 let p = runs
                     .iter()
@@ -1177,8 +1335,8 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 vec![p
                     .map(|p| {
                         format!(
-                            "{}/{}, {}; {}",
-                            p.esp_tx, p.esp_rx, p.underlay_tx, p.esp_tx_in_place
+                            "{}/{}, {}; {}, {}",
+                            p.esp_tx, p.esp_rx, p.underlay_tx, p.esp_tx_in_place, p.esp_rx_in_place
                         )
                     })
                     .unwrap_or_else(|| "—".into())]
@@ -1236,6 +1394,57 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         ],
         &rows,
     ));
+
+    // Tunnel and transport mode.
+    if o.engines.contains(&IpEngine::NicflowIpsecTransport) {
+        let _ = writeln!(
+            s,
+            "\n## Tunnel and transport mode (same run)\n\n`nicflow-ipsec` = `esp_mode=tunnel` (the \
+             whole outer IPv4 packet inside ESP, a second IPv4 header: what strongSwan's \
+             kernel-libipsec does); `nicflow-ipsec-transport` = `esp_mode=transport` (nicflow's \
+             default: ESP between the outer IPv4 header and its UDP payload, 20 bytes less per \
+             packet); everything else the same. Machine: busy CPU seconds per Gbit; daemons: the \
+             two daemons' own.\n"
+        );
+        let (tu, tr) = (IpEngine::NicflowIpsec, IpEngine::NicflowIpsecTransport);
+        let rows: Vec<Vec<String>> = o
+            .streams
+            .iter()
+            .map(|&n| {
+                vec![
+                    n.to_string(),
+                    report::cell(g(tu, n), 2),
+                    report::cell(g(tr, n), 2),
+                    ratio_cell(g(tr, n), g(tu, n)),
+                    ratio_cell(g(tr, n), g(IpEngine::Nicflow, n)),
+                    ratio_cell(g(tr, n), g(IpEngine::Strongswan, n)),
+                    report::cell(med(runs, tu, n, co::s_gbit), 2),
+                    report::cell(med(runs, tr, n, co::s_gbit), 2),
+                    report::cell(med(runs, tu, n, switch_s_gbit), 2),
+                    report::cell(med(runs, tr, n, switch_s_gbit), 2),
+                    report::cell(med(runs, tu, n, ns_per_wire_packet), 0),
+                    report::cell(med(runs, tr, n, ns_per_wire_packet), 0),
+                ]
+            })
+            .collect();
+        s.push_str(&report::table(
+            &[
+                ("streams", true),
+                ("tunnel Gbit/s", true),
+                ("transport Gbit/s", true),
+                ("transport ÷ tunnel", true),
+                ("transport ÷ unencrypted", true),
+                ("transport ÷ strongswan", true),
+                ("machine s/Gbit tunnel", true),
+                ("transport", true),
+                ("daemons s/Gbit tunnel", true),
+                ("transport", true),
+                ("ns/wire pkt tunnel", true),
+                ("transport", true),
+            ],
+            &rows,
+        ));
+    }
 
     // UDP GSO: the same engine with the ESP wire varied.
     if o.engines
@@ -1359,7 +1568,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             .join(", ")
     };
     let inv: Vec<Option<f64>> = ratios.iter().map(|r| r.map(|x| 1.5 / x)).collect();
-    let items = vec![
+    let mut items = vec![
         format!(
             "nicflow-ipsec ≥ 10× strongSwan's userspace ESP (issue 34; issue 15: 3×): {} ({})",
             verdict(&vs_swan, 10.0),
@@ -1381,6 +1590,37 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             fmt(&ratios)
         ),
     ];
+    if o.engines.contains(&IpEngine::NicflowIpsecTransport) {
+        let tr = IpEngine::NicflowIpsecTransport;
+        let per =
+            |f: &dyn Fn(usize) -> Option<f64>| o.streams.iter().map(|&n| f(n)).collect::<Vec<_>>();
+        let sw = per(&|n| {
+            g(tr, n)
+                .zip(g(IpEngine::Strongswan, n))
+                .filter(|x| x.1 > 0.0)
+                .map(|(a, b)| a / b)
+        });
+        let pl = per(&|n| {
+            g(tr, n)
+                .zip(g(IpEngine::Nicflow, n))
+                .filter(|x| x.1 > 0.0)
+                .map(|(a, b)| a / b)
+        });
+        let cg = per(&|n| {
+            med(runs, tr, n, co::s_gbit)
+                .filter(|x| *x > 0.0)
+                .map(|x| 0.3 / x)
+        });
+        items.push(format!(
+            "transport mode: ≥ 10× strongSwan: {} ({}); machine CPU s per Gbit below 0.3 (as 0.3 ÷ s/Gbit): {} ({}); ≥ 0.5× unencrypted: {} ({})",
+            verdict(&sw, 10.0),
+            fmt(&sw),
+            verdict(&cg, 1.0),
+            fmt(&cg),
+            verdict(&pl, 0.5),
+            fmt(&pl)
+        ));
+    }
     for i in items {
         let _ = writeln!(s, "- {i}");
     }
@@ -1392,6 +1632,7 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
         "```sh\n{}\n\
          # nicflow-ipsec / nicflow, on host h: ip netns exec <Hh> nicflow --socket hh.sock daemon --config hh.toml with (H1; keys random per lab, nicflow: no ipsec options):\n{}\
          # nicflow-ipsec-afxdp: the same with offload = \"none\" in [[bridge]], type = \"afxdp\" on the port, underlay_type = \"afxdp\", gro = \"false\" in the tunnel's options\n\
+         # nicflow-ipsec-transport: the same with esp_mode = \"transport\"; -nogso: esp_gso = \"false\"; -esp: esp_encap = \"none\"\n\
          # strongswan, on host h in its namespace:\n{}\n\
          ip netns exec <Hh> unshare -m --propagation private sh -c 'mount -t tmpfs tmpfs /run && exec {CHARON}'   # STRONGSWAN_CONF: crates/ipsec/tests/strongswan/strongswan.conf.in, install_routes = yes\n\
          swanctl --load-all --clear --file swanctl.conf   # crates/ipsec/tests/strongswan/swanctl.conf.in, local = own underlay address\n\
@@ -1408,7 +1649,8 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
                 key_21: "0x<20 random bytes>".into(),
             }),
             Ports::Defaults,
-            EspWire::UdpGso
+            EspWire::UdpGso,
+            EspMode::Tunnel
         ),
         kernel_commands(1)
             .iter()
@@ -1416,6 +1658,449 @@ pub fn markdown(r: &Results, figs: &[Figure]) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         client_argv(o.seconds, 0).join(" ").replace(" -J", " -P N -J")
+    );
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Packet rate (`--mode pps`)
+// ---------------------------------------------------------------------------
+//
+// Small UDP frames through the encrypted overlay: `nicflow gen` in c1
+// writes them onto c1's eth0 as fast as it can (AF_XDP, else an AF_PACKET
+// tx ring; source ports varied over `flows` flows), `nicflow sink` in s1
+// takes them off s1's eth0 (AF_XDP) and counts those carrying the
+// generator's sequence numbers: the figure is packets delivered to the
+// receiving container, never packets sent. Beside it the ESP packets H1
+// sealed and H2 opened (and the underlay veth's packets) over the same
+// burst, so the report can show that what was delivered went through ESP.
+
+/// Options of a pps run (its samples.json).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PpsOptions {
+    pub engines: Vec<IpEngine>,
+    pub reps: usize,
+    pub seconds: u64,
+    pub flows: Vec<usize>,
+    /// Frame size with FCS at the container.
+    pub size: usize,
+}
+
+/// Counters over one pps burst, per direction: H1 seals, H2 opens.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PpsWire {
+    /// ESP packets H1's daemon sealed.
+    pub esp_tx_h1: u64,
+    /// ESP packets H2's daemon opened.
+    pub esp_rx_h2: u64,
+    /// ESP drops of any reason, both daemons.
+    pub esp_drops: u64,
+    /// Packets H1's underlay veth sent / H2's received (every engine:
+    /// strongSwan's ESP in UDP, the unencrypted overlay's VXLAN).
+    pub underlay_tx_h1: u64,
+    pub underlay_rx_h2: u64,
+    /// ESP drop counters by name over the burst, both daemons.
+    #[serde(default)]
+    pub drops_by: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PpsExtra {
+    pub flows: usize,
+    pub burst: Option<pktrate::Burst>,
+    pub wire: Option<PpsWire>,
+}
+
+pub type PpsRun = co::Run<IpEngine, PpsExtra>;
+pub type PpsResults = co::Results<PpsOptions, PpsRun>;
+
+/// The pps mode's options from the command line.
+pub fn pps_options(a: &Args) -> anyhow::Result<PpsOptions> {
+    let mut flows = testbed::parse_counts(&a.flows).context("--flows")?;
+    if let Some(n) = flows.iter().find(|&&n| n == 0 || n > MAX_FLOWS) {
+        bail!("--flows {n}: from 1 to {MAX_FLOWS} flows");
+    }
+    // The frame must fit the container's MTU (IP packet = frame - 14 - 4).
+    let max_size = CONTAINER_MTU as usize + 18;
+    if a.size < 64 || a.size > max_size {
+        bail!("--size {}: from 64 to {max_size} bytes (frame with FCS, container MTU {CONTAINER_MTU})", a.size);
+    }
+    let (reps, seconds) = if a.run.quick {
+        flows.truncate(1);
+        (1, 2)
+    } else {
+        (a.reps.max(1), a.seconds.max(1))
+    };
+    Ok(PpsOptions {
+        engines: parse_engines(&a.engines)?,
+        reps,
+        seconds,
+        flows,
+        size: a.size,
+    })
+}
+
+/// The generator's traffic: UDP from c1 to s1, source ports varied.
+pub fn pps_traffic(o: &PpsOptions, flows: usize) -> pktrate::Traffic {
+    pktrate::Traffic {
+        flows: flows as u32,
+        vary: "src-port".into(),
+        gen_args: vec![
+            "--src-ip".into(),
+            container_ip(false).to_string(),
+            "--dst-ip".into(),
+            container_ip(true).to_string(),
+        ],
+        size: o.size,
+        seconds: o.seconds as f64,
+    }
+}
+
+pub fn run_pps(o: &PpsOptions) -> anyhow::Result<PpsResults> {
+    let progress_pps = |s: &str| {
+        let s = s
+            .replacen(" pair(s),", " flow(s),", 1)
+            .replacen(" pairs rep ", " flows rep ", 1);
+        eprintln!("[ipsec pps] {s}");
+    };
+    co::sweep(o, (o.reps, &o.flows, &o.engines), progress_pps, |_, run| {
+        pps_body(o, run)
+    })
+}
+
+fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
+    let flows = run.pairs;
+    run.extra.flows = flows;
+    let lab = IpsecLab::up(run.engine)?;
+    run.lab = lab.lab.name().to_string();
+    let scratch = lab.lab.dir().join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let (c1, s1) = (lab.ns("c1"), lab.ns("s1"));
+    let ends = pktrate::Ends {
+        bin: nicflow_bin()?,
+        client_mac: testbed::read_mac(&c1, "eth0")?,
+        client_ns: c1,
+        client_iface: "eth0".into(),
+        server_mac: testbed::read_mac(&s1, "eth0")?,
+        server_ns: s1,
+        server_iface: "eth0".into(),
+        scratch,
+        switch_pid: None,
+    };
+    let t = pps_traffic(o, flows);
+    pktrate::warm_up_on(&ends, &t, 2).context("warm-up")?;
+    let (b1, b2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
+    let burst = pktrate::burst_counting(&ends, &t, None, &lab.switch_pids())?;
+    let (a1, a2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
+    let wire = PpsWire {
+        esp_tx_h1: a1.esp_tx.saturating_sub(b1.esp_tx),
+        esp_rx_h2: a2.esp_rx.saturating_sub(b2.esp_rx),
+        esp_drops: (a1.esp_drops + a2.esp_drops).saturating_sub(b1.esp_drops + b2.esp_drops),
+        underlay_tx_h1: a1.underlay_tx.saturating_sub(b1.underlay_tx),
+        underlay_rx_h2: a2.underlay_rx.saturating_sub(b2.underlay_rx),
+        drops_by: counters_between(
+            &b1.drops_by.iter().chain(&b2.drops_by).fold(
+                std::collections::BTreeMap::new(),
+                |mut m, (k, v)| {
+                    *m.entry(k.clone()).or_default() += v;
+                    m
+                },
+            ),
+            &a1.drops_by.iter().chain(&a2.drops_by).fold(
+                std::collections::BTreeMap::new(),
+                |mut m, (k, v)| {
+                    *m.entry(k.clone()).or_default() += v;
+                    m
+                },
+            ),
+        ),
+    };
+    eprintln!(
+        "[ipsec pps] {} {flows} flows: sent {} ({:.0}/s, {}), delivered {} ({:.0}/s), esp sealed {} opened {} drops {} {:?}, underlay tx {} rx {}, machine {:.2} cores, daemons {:.2} cores",
+        run.engine.name(),
+        burst.sent,
+        burst.sent_pps,
+        burst.gen_engine,
+        burst.received,
+        burst.rx_pps,
+        wire.esp_tx_h1,
+        wire.esp_rx_h2,
+        wire.esp_drops,
+        wire.drops_by,
+        wire.underlay_tx_h1,
+        wire.underlay_rx_h2,
+        burst.machine_cores,
+        burst.switch_cores,
+    );
+    run.extra.burst = Some(burst);
+    run.extra.wire = Some(wire);
+    lab.down()
+}
+
+fn burst_of(r: &PpsRun) -> Option<&pktrate::Burst> {
+    r.extra.burst.as_ref().filter(|b| b.received > 0)
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// Packets per second delivered to s1, in millions.
+fn rx_mpps(r: &PpsRun) -> Option<f64> {
+    finite(burst_of(r)?.rx_pps / 1e6)
+}
+
+/// Packets per second the generator sent, in millions.
+fn sent_mpps(r: &PpsRun) -> Option<f64> {
+    finite(r.extra.burst.as_ref()?.sent_pps / 1e6)
+}
+
+/// Delivered ÷ sent.
+fn delivered_share(r: &PpsRun) -> Option<f64> {
+    let b = r.extra.burst.as_ref()?;
+    (b.sent > 0).then(|| b.received as f64 / b.sent as f64)
+}
+
+/// Busy cores of the machine during the burst (generator included).
+fn pps_machine_cores(r: &PpsRun) -> Option<f64> {
+    finite(burst_of(r)?.machine_cores)
+}
+
+/// The two daemons' (charons') cores during the burst.
+fn pps_daemon_cores(r: &PpsRun) -> Option<f64> {
+    finite(burst_of(r)?.switch_cores)
+}
+
+/// The two daemons' (charons') CPU per delivered packet (µs).
+fn pps_daemon_us(r: &PpsRun) -> Option<f64> {
+    finite(burst_of(r)?.switch_us_per_pkt)
+}
+
+/// The machine's busy CPU per delivered packet (µs; the generator's and
+/// the sink's included).
+fn pps_machine_us(r: &PpsRun) -> Option<f64> {
+    let b = burst_of(r)?;
+    finite(b.usage.busy_s * 1e6 / b.received as f64)
+}
+
+/// Packets delivered ÷ ESP packets H2 opened (nicflow with IPsec): at most
+/// 1 when everything delivered went through ESP.
+pub fn delivered_per_esp(received: u64, esp_rx: u64) -> Option<f64> {
+    (esp_rx > 0).then(|| received as f64 / esp_rx as f64)
+}
+
+fn delivered_per_opened(r: &PpsRun) -> Option<f64> {
+    if !r.engine.is_ipsec() {
+        return None;
+    }
+    delivered_per_esp(burst_of(r)?.received, r.extra.wire.as_ref()?.esp_rx_h2)
+}
+
+/// Packets delivered ÷ packets H2's underlay received (not for nicflow's
+/// IPsec engines: with `esp_gso` the underlay carries UDP super-frames of
+/// many ESP packets each).
+fn delivered_per_underlay(r: &PpsRun) -> Option<f64> {
+    if r.engine.is_ipsec() && r.engine.wire() == EspWire::UdpGso {
+        return None;
+    }
+    delivered_per_esp(burst_of(r)?.received, r.extra.wire.as_ref()?.underlay_rx_h2)
+}
+
+const PPS_SPECS: [Spec<PpsRun>; 4] = [
+    (
+        "pps",
+        "VXLAN over IPsec: small UDP frames delivered per second",
+        "frames delivered to the receiving container (Mpps)",
+        rx_mpps,
+    ),
+    (
+        "pps-daemon-us",
+        "VXLAN over IPsec: daemons' / charons' CPU per delivered frame",
+        "CPU µs of the two daemons (charons) per delivered frame",
+        pps_daemon_us,
+    ),
+    (
+        "pps-machine-cores",
+        "VXLAN over IPsec: machine busy cores during the burst",
+        "busy cores (all CPUs, /proc/stat; generator included)",
+        pps_machine_cores,
+    ),
+    (
+        "pps-daemon-cores",
+        "VXLAN over IPsec: daemons' / charons' cores during the burst",
+        "cores used by the two daemons (charons), utime+stime",
+        pps_daemon_cores,
+    ),
+];
+
+pub fn pps_figures(r: &PpsResults) -> Vec<Figure> {
+    let specs = figure_specs(&PPS_SPECS);
+    co::figures(
+        &r.runs,
+        &r.options.flows,
+        "distinct UDP flows (source ports)",
+        &specs,
+    )
+}
+
+fn pps_command_line(o: &PpsOptions) -> String {
+    format!(
+        "nicflow bench ipsec --mode pps --engines {} --flows {} --size {} --reps {} --seconds {}",
+        report::join(&o.engines.iter().map(|e| e.name()).collect::<Vec<_>>(), ","),
+        report::join(&o.flows, ","),
+        o.size,
+        o.reps,
+        o.seconds,
+    )
+}
+
+pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
+    let o = &r.options;
+    let runs = &r.runs;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# nicflow bench ipsec --mode pps: small frames through VXLAN over IPsec\n"
+    );
+    let _ = writeln!(s, "{}", report::machine_section(&r.perf));
+    let _ = writeln!(
+        s,
+        "{} repetition(s); per engine and flow count ({}): a fresh lab of `bench ipsec` (two hosts \
+         H1, H2 joined by a veth underlay, container c1 behind H1, s1 behind H2, MTU \
+         {CONTAINER_MTU}, one VXLAN segment, ESP AES-GCM-128 in UDP 4500; engines as in the \
+         throughput report: `nicflow-ipsec` tunnel mode, `nicflow-ipsec-transport` transport \
+         mode, `nicflow` no IPsec, `strongswan` charon kernel-libipsec). Traffic: `nicflow gen` \
+         in c1 writes {}-byte frames (with FCS; {} bytes of UDP payload) from {} to {} onto c1's \
+         eth0 as fast as it can for {} s, source ports varied over the flows (a warm-up of 2 \
+         frames per flow first); `nicflow sink` in s1 takes them off s1's eth0 (AF_XDP) and \
+         counts the frames carrying the generator's sequence numbers. **delivered Mpps** = \
+         frames the sink counted ÷ the generator's seconds: what came out of the encrypted \
+         tunnel, not what was sent. Beside it the ESP packets H1's daemon sealed and H2's \
+         opened over the same burst, and H2's underlay veth's received packets. CPU: \
+         /proc/stat over the burst (the generator's busy loop is one of the busy cores) and \
+         the two daemons' (charons') utime+stime. Medians over repetitions.\n",
+        o.reps,
+        report::join(&o.flows, ", "),
+        o.size,
+        o.size.saturating_sub(46),
+        container_ip(false),
+        container_ip(true),
+        o.seconds,
+    );
+    co::write_figures(&mut s, figs, &[3, 2, 2, 2]);
+
+    let _ = writeln!(s, "## Details (medians)\n");
+    let cols: &[(&str, Get<PpsRun>, usize)] = &[
+        ("delivered Mpps", rx_mpps, 3),
+        ("sent Mpps", sent_mpps, 3),
+        ("delivered ÷ sent", delivered_share, 3),
+        ("delivered ÷ ESP opened", delivered_per_opened, 3),
+        ("delivered ÷ underlay rx", delivered_per_underlay, 3),
+        ("machine cores", pps_machine_cores, 2),
+        ("daemon cores", pps_daemon_cores, 2),
+        ("daemon µs/pkt", pps_daemon_us, 2),
+        ("machine µs/pkt", pps_machine_us, 2),
+    ];
+    s.push_str(
+        &co::details_table(
+            runs,
+            &o.flows,
+            cols,
+            &["last rep: sent, delivered; esp sealed H1 / opened H2 (drops by reason); underlay tx H1 / rx H2; generator"],
+            |e, n| {
+                let last = runs
+                    .iter()
+                    .rev()
+                    .find(|x| x.engine == e && x.pairs == n && x.error.is_none());
+                vec![last
+                    .and_then(|x| Some((x.extra.burst.as_ref()?, x.extra.wire.as_ref()?)))
+                    .map(|(b, w)| {
+                        format!(
+                            "{}, {}; {} / {} ({}); {} / {}; {}",
+                            b.sent,
+                            b.received,
+                            w.esp_tx_h1,
+                            w.esp_rx_h2,
+                            if w.drops_by.is_empty() {
+                                w.esp_drops.to_string()
+                            } else {
+                                w.drops_by
+                                    .iter()
+                                    .map(|(k, v)| format!("{k} {v}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            },
+                            w.underlay_tx_h1,
+                            w.underlay_rx_h2,
+                            b.gen_engine
+                        )
+                    })
+                    .unwrap_or_else(|| "—".into())]
+            },
+        )
+        .replacen("| engine | pairs |", "| engine | flows |", 1),
+    );
+
+    let _ = writeln!(s, "\n## Ratios (same run, delivered packets/s)\n");
+    let g = |e, n| co::med(runs, e, n, rx_mpps);
+    let (tu, tr, pl, sw) = (
+        IpEngine::NicflowIpsec,
+        IpEngine::NicflowIpsecTransport,
+        IpEngine::Nicflow,
+        IpEngine::Strongswan,
+    );
+    let rows: Vec<Vec<String>> = o
+        .flows
+        .iter()
+        .map(|&n| {
+            vec![
+                n.to_string(),
+                report::cell(g(tu, n), 3),
+                report::cell(g(tr, n), 3),
+                report::cell(g(pl, n), 3),
+                report::cell(g(sw, n), 3),
+                ratio_cell(g(tr, n), g(tu, n)),
+                ratio_cell(g(tu, n), g(pl, n)),
+                ratio_cell(g(tr, n), g(pl, n)),
+                ratio_cell(g(tu, n), g(sw, n)),
+                ratio_cell(g(tr, n), g(sw, n)),
+            ]
+        })
+        .collect();
+    s.push_str(&report::table(
+        &[
+            ("flows", true),
+            ("tunnel Mpps", true),
+            ("transport Mpps", true),
+            ("unencrypted Mpps", true),
+            ("strongswan Mpps", true),
+            ("transport ÷ tunnel", true),
+            ("tunnel ÷ unencrypted", true),
+            ("transport ÷ unencrypted", true),
+            ("tunnel ÷ strongswan", true),
+            ("transport ÷ strongswan", true),
+        ],
+        &rows,
+    ));
+    let _ = writeln!(
+        s,
+        "\ntunnel = `nicflow-ipsec`, transport = `nicflow-ipsec-transport`, unencrypted = \
+         `nicflow`, strongswan = `strongswan`.\n"
+    );
+    co::write_failures(&mut s, runs, true);
+    let _ = writeln!(s, "\n## Commands\n");
+    let _ = writeln!(
+        s,
+        "```sh\n{}\n# per lab (the daemons and charons as in `nicflow bench ipsec`'s report):\n\
+         ip netns exec <s1> nicflow sink --iface eth0 --duration {} --idle-exit 1000 --flows N --json\n\
+         ip netns exec <c1> nicflow gen --iface eth0 --src-mac <c1 eth0> --dst-mac <s1 eth0> --size {} \
+         --flows N --vary src-port --json --src-ip {} --dst-ip {} --duration {}\n```",
+        pps_command_line(o),
+        o.seconds + 20,
+        o.size,
+        container_ip(false),
+        container_ip(true),
+        o.seconds,
     );
     s
 }
@@ -1438,21 +2123,33 @@ mod tests {
                 (Some(&k), Ports::Defaults),
                 (Some(&k), Ports::Afxdp),
             ] {
-                let t = nicflow_config(host, keys, ports, EspWire::UdpGso);
+                let t = nicflow_config(host, keys, ports, EspWire::UdpGso, EspMode::Tunnel);
                 let cfg: nicflow::control::config::Config =
                     toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
                 assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
             }
         }
-        let h1 = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::UdpGso);
-        let h2 = nicflow_config(2, Some(&k), Ports::Defaults, EspWire::UdpGso);
+        let h1 = nicflow_config(
+            1,
+            Some(&k),
+            Ports::Defaults,
+            EspWire::UdpGso,
+            EspMode::Tunnel,
+        );
+        let h2 = nicflow_config(
+            2,
+            Some(&k),
+            Ports::Defaults,
+            EspWire::UdpGso,
+            EspMode::Tunnel,
+        );
         assert!(h1.contains("esp_encap = \"udp\"") && !h1.contains("esp_gso"));
-        let g = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Udp);
+        let g = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Udp, EspMode::Tunnel);
         assert!(
             g.contains("esp_encap = \"udp\", esp_gso = \"false\""),
             "{g}"
         );
-        let p = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Esp);
+        let p = nicflow_config(1, Some(&k), Ports::Defaults, EspWire::Esp, EspMode::Tunnel);
         assert!(p.contains("esp_encap = \"none\""), "{p}");
         for t in [g, p] {
             let cfg: nicflow::control::config::Config =
@@ -1463,7 +2160,7 @@ mod tests {
             !h1.contains("offload") && !h1.contains("afxdp") && h1.contains("type = \"auto\""),
             "{h1}"
         );
-        let x1 = nicflow_config(1, Some(&k), Ports::Afxdp, EspWire::UdpGso);
+        let x1 = nicflow_config(1, Some(&k), Ports::Afxdp, EspWire::UdpGso, EspMode::Tunnel);
         assert!(
             x1.contains("offload = \"none\"")
                 && x1.contains("type = \"afxdp\"")
@@ -1479,7 +2176,10 @@ mod tests {
             "{h2}"
         );
         assert!(h2.contains("local_ip = \"198.18.52.2\", remote_ip = \"198.18.52.1\""));
-        assert!(!nicflow_config(1, None, Ports::Defaults, EspWire::UdpGso).contains("ipsec"));
+        assert!(
+            !nicflow_config(1, None, Ports::Defaults, EspWire::UdpGso, EspMode::Tunnel)
+                .contains("ipsec")
+        );
         let sw = swanctl_conf(2);
         assert!(
             sw.contains("local_addrs = 198.18.52.2") && sw.contains("remote_addrs = 198.18.52.1")
@@ -1525,5 +2225,229 @@ mod tests {
         );
         assert_eq!(verdict(&[Some(2.0)], 3.0), "**not met**");
         assert_eq!(verdict(&[None], 3.0), "not measured at every stream count");
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn args(argv: &[&str]) -> Args {
+        use clap::Parser;
+        let mut v = vec!["ipsec"];
+        v.extend_from_slice(argv);
+        Cli::try_parse_from(v)
+            .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+            .a
+    }
+
+    #[test]
+    fn transport_engine() {
+        assert_eq!(
+            parse_engines("nicflow-ipsec-transport,ipsec-transport").unwrap_or_default(),
+            vec![IpEngine::NicflowIpsecTransport],
+            "an alias names the same engine once"
+        );
+        let e = parse_engines("nicflow-ipsec,nicflow-ipsec-transport").unwrap_or_default();
+        assert_eq!(
+            e,
+            vec![IpEngine::NicflowIpsec, IpEngine::NicflowIpsecTransport]
+        );
+        let tr = IpEngine::NicflowIpsecTransport;
+        assert!(tr.is_ipsec() && tr.is_nicflow());
+        assert_eq!(
+            (tr.esp_mode(), tr.wire(), tr.ports()),
+            (EspMode::Transport, EspWire::UdpGso, Ports::Defaults)
+        );
+        assert_eq!(IpEngine::NicflowIpsec.esp_mode(), EspMode::Tunnel);
+        // Distinct lab names per engine.
+        let tags: std::collections::BTreeSet<_> = [
+            IpEngine::NicflowIpsec,
+            IpEngine::NicflowIpsecAfxdp,
+            IpEngine::NicflowIpsecNogso,
+            IpEngine::NicflowIpsecEsp,
+            tr,
+            IpEngine::Nicflow,
+            IpEngine::Strongswan,
+        ]
+        .iter()
+        .map(|e| e.tag())
+        .collect();
+        assert_eq!(tags.len(), 7);
+        let k = Keys {
+            spi_12: 0x1201,
+            key_12: "0x00112233445566778899aabbccddeeff01020304".into(),
+            spi_21: 0x2101,
+            key_21: "0xffeeddccbbaa99887766554433221100a0b0c0d0".into(),
+        };
+        let t = nicflow_config(2, Some(&k), tr.ports(), tr.wire(), tr.esp_mode());
+        assert!(
+            t.contains("esp_mode = \"transport\", esp_encap = \"udp\""),
+            "{t}"
+        );
+        let cfg: nicflow::control::config::Config =
+            toml::from_str(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+        assert_eq!(cfg.bridges[0].ports.len(), 2, "{t}");
+        let tu = nicflow_config(
+            2,
+            Some(&k),
+            Ports::Defaults,
+            EspWire::UdpGso,
+            EspMode::Tunnel,
+        );
+        assert!(
+            tu.contains("esp_mode = \"tunnel\"") && !tu.contains("transport"),
+            "{tu}"
+        );
+    }
+
+    #[test]
+    fn pps_arguments() {
+        let a = args(&[]);
+        assert_eq!(a.mode, Mode::Throughput);
+        let a = args(&[
+            "--mode",
+            "pps",
+            "--flows",
+            "1,256",
+            "--reps",
+            "2",
+            "--seconds",
+            "3",
+        ]);
+        assert_eq!(a.mode, Mode::Pps);
+        let o = pps_options(&a).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(
+            (o.flows.clone(), o.size, o.reps, o.seconds),
+            (vec![1, 256], 64, 2, 3)
+        );
+        let t = pps_traffic(&o, 256);
+        assert_eq!((t.flows, t.size, t.vary.as_str()), (256, 64, "src-port"));
+        assert_eq!(
+            t.gen_args.join(" "),
+            "--src-ip 198.18.62.1 --dst-ip 198.18.62.101"
+        );
+        // Defaults: 64-byte frames over 1, 16, 256 flows.
+        let o = pps_options(&args(&["--mode", "pps"])).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((o.flows, o.size), (vec![1, 16, 256], 64));
+        let q = pps_options(&args(&["--mode", "pps", "--quick", "--flows", "4,8"]))
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((q.flows, q.reps, q.seconds), (vec![4], 1, 2));
+        for bad in [
+            &["--mode", "pps", "--flows", "0"][..],
+            &["--mode", "pps", "--flows", "50001"],
+            &["--mode", "pps", "--size", "63"],
+            &["--mode", "pps", "--size", "1369"],
+            &["--mode", "pps", "--engines", "nicflow,bogus"],
+        ] {
+            assert!(pps_options(&args(bad)).is_err(), "{bad:?}");
+        }
+        assert!(pps_options(&args(&["--mode", "pps", "--size", "1368"])).is_ok());
+        {
+            use clap::Parser;
+            assert!(Cli::try_parse_from(["ipsec", "--mode", "bogus"]).is_err());
+        }
+    }
+
+    #[test]
+    fn counters_and_cross_check() {
+        let m = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let d = counters_between(
+            &m(&[("esp_rx_drop_replay", 3), ("esp_tx_drop_queue", 5)]),
+            &m(&[
+                ("esp_rx_drop_replay", 3),
+                ("esp_tx_drop_queue", 9),
+                ("esp_rx_drop_icv", 1),
+            ]),
+        );
+        assert_eq!(d, m(&[("esp_tx_drop_queue", 4), ("esp_rx_drop_icv", 1)]));
+        assert_eq!(delivered_per_esp(90, 100), Some(0.9));
+        assert_eq!(delivered_per_esp(5, 0), None);
+    }
+
+    fn pps_run(engine: IpEngine, flows: usize, rep: usize, sent: u64, received: u64) -> PpsRun {
+        let burst = pktrate::Burst {
+            sent,
+            received,
+            sent_pps: sent as f64 / 5.0,
+            rx_pps: received as f64 / 5.0,
+            machine_cores: 2.0,
+            switch_cores: 1.0,
+            switch_us_per_pkt: 5e6 / received as f64,
+            ..Default::default()
+        };
+        co::Run {
+            engine,
+            pairs: flows,
+            rep,
+            lab: String::new(),
+            error: None,
+            point: Default::default(),
+            extra: PpsExtra {
+                flows,
+                burst: Some(burst),
+                wire: Some(PpsWire {
+                    esp_tx_h1: if engine.is_ipsec() { sent } else { 0 },
+                    esp_rx_h2: if engine.is_ipsec() { received + 10 } else { 0 },
+                    underlay_rx_h2: received * 2,
+                    ..Default::default()
+                }),
+            },
+        }
+    }
+
+    #[test]
+    fn pps_report() {
+        let o = PpsOptions {
+            engines: vec![
+                IpEngine::NicflowIpsec,
+                IpEngine::NicflowIpsecTransport,
+                IpEngine::Nicflow,
+                IpEngine::Strongswan,
+            ],
+            reps: 2,
+            seconds: 5,
+            flows: vec![16],
+            size: 64,
+        };
+        // Medians over two repetitions: 1.0 and 1.2 Mpps -> 1.1 (tunnel).
+        let runs = vec![
+            pps_run(IpEngine::NicflowIpsec, 16, 0, 6_000_000, 5_000_000),
+            pps_run(IpEngine::NicflowIpsec, 16, 1, 7_000_000, 6_000_000),
+            pps_run(IpEngine::NicflowIpsecTransport, 16, 0, 7_000_000, 5_500_000),
+            pps_run(IpEngine::Nicflow, 16, 0, 12_000_000, 11_000_000),
+            pps_run(IpEngine::Strongswan, 16, 0, 2_000_000, 550_000),
+        ];
+        let r = PpsResults {
+            machine: String::new(),
+            perf: String::new(),
+            options: o,
+            started_unix: 0,
+            runs,
+        };
+        let figs = pps_figures(&r);
+        assert_eq!(figs.len(), 4);
+        assert_eq!(figs[0].series.len(), 4);
+        assert_eq!(figs[0].series[0].points, vec![(16.0, Some(1.1))]);
+        let md = pps_markdown(&r, &figs);
+        assert!(
+            md.contains(
+                "| 16 | 1.100 | 1.100 | 2.200 | 0.110 | 1.00 | 0.50 | 0.50 | 10.00 | 10.00 |"
+            ),
+            "{md}"
+        );
+        // Cross-check column: delivered ÷ ESP opened for the IPsec
+        // engines only; the unencrypted overlay's underlay ratio.
+        assert!(md.contains("| nicflow-ipsec | 16 | 1.100 |"), "{md}");
+        assert!(
+            md.contains("7000000, 6000000; 7000000 / 6000010 (0)"),
+            "{md}"
+        );
+        assert!(md.contains("--mode pps --engines nicflow-ipsec,nicflow-ipsec-transport,nicflow,strongswan --flows 16 --size 64"), "{md}");
     }
 }

@@ -266,6 +266,23 @@ pub fn burst(tb: &Testbed, t: &Traffic) -> anyhow::Result<Burst> {
 /// [`burst`] between two [`Ends`]; `rate`: the generator's `--rate`
 /// (frames/s; `None`: as fast as it can).
 pub fn burst_on(e: &Ends, t: &Traffic, rate: Option<f64>) -> anyhow::Result<Burst> {
+    let procs: Vec<(String, u32)> = e
+        .switch_pid
+        .map(|p| vec![("switch".to_string(), p)])
+        .unwrap_or_default();
+    burst_counting(e, t, rate, &procs)
+}
+
+/// [`burst_on`] counting the CPU of `procs` (label, pid) rather than
+/// `e.switch_pid`: a switch of several processes (`bench ipsec`'s two
+/// daemons, one per host). Labels starting with `switch` make
+/// [`Burst::switch_cores`] and [`Burst::switch_us_per_pkt`].
+pub fn burst_counting(
+    e: &Ends,
+    t: &Traffic,
+    rate: Option<f64>,
+    procs: &[(String, u32)],
+) -> anyhow::Result<Burst> {
     let dir = e.scratch.clone();
     let ready = dir.join("sink.ready");
     let _ = std::fs::remove_file(&ready);
@@ -298,19 +315,15 @@ pub fn burst_on(e: &Ends, t: &Traffic, rate: Option<f64>) -> anyhow::Result<Burs
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let procs: Vec<(String, u32)> = e
-        .switch_pid
-        .map(|p| vec![("switch".to_string(), p)])
-        .unwrap_or_default();
     let gen_out = dir.join("gen.json");
     let argv = timed_gen_argv(e, t, rate);
-    let a = Snapshot::take(&procs);
+    let a = Snapshot::take(procs);
     let mut gen = spawn_to(e.client_cmd(&argv), &gen_out)?;
     let gen_st = wait_until(
         &mut gen,
         Instant::now() + Duration::from_secs_f64(t.seconds + 30.0),
     );
-    let b = Snapshot::take(&procs);
+    let b = Snapshot::take(procs);
     let gen_err = stderr_of(&mut gen);
     let sink_st = wait_until(
         &mut sink,

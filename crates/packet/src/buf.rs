@@ -184,6 +184,14 @@ impl PacketBuf {
         self.start
     }
 
+    /// Headroom [`set_data`](Self::set_data) and [`clear`](Self::clear)
+    /// restore: a buffer reused as a receive slot must have its room
+    /// behind that.
+    #[inline]
+    pub fn reserved_headroom(&self) -> usize {
+        self.reserve
+    }
+
     /// Bytes available behind the frame.
     #[inline]
     pub fn tailroom(&self) -> usize {
@@ -329,6 +337,23 @@ impl PacketBuf {
         self.storage = storage;
         self.start = n;
         self.reserve = self.reserve.max(n);
+    }
+
+    /// Makes sure at least `n` bytes of tailroom are available, reallocating
+    /// (the slow path; the frame is copied where it lies, headroom kept)
+    /// only if they are not. For a buffer that turns out smaller than the
+    /// frame must grow (one allocated to fit a short frame and recycled):
+    /// it stays the bigger size afterwards, so a caller that grows it to a
+    /// receive buffer's size does this once per such buffer, not once per
+    /// frame.
+    pub fn reserve_tailroom(&mut self, n: usize) {
+        if self.tailroom() >= n {
+            return;
+        }
+        let end = self.start + self.len;
+        let mut storage = vec![0u8; end.saturating_add(n)].into_boxed_slice();
+        storage[self.start..end].copy_from_slice(self.data());
+        self.storage = storage;
     }
 }
 
@@ -506,6 +531,22 @@ mod tests {
         assert_eq!(b.tailroom(), 1);
         b.clear();
         assert_eq!(b.headroom(), 16);
+    }
+
+    #[test]
+    fn reserve_tailroom_reallocates_once_keeping_the_headroom() {
+        let mut b = PacketBuf::from_slice(&[1, 2, 3]);
+        assert_eq!(b.tailroom(), 0);
+        assert!(b.pull_front(1));
+        b.reserve_tailroom(10);
+        assert_eq!((b.headroom(), b.data()), (129, &[2u8, 3][..]));
+        assert_eq!(b.tailroom(), 10);
+        let cap = b.capacity();
+        b.reserve_tailroom(10);
+        assert_eq!(b.capacity(), cap, "enough room: no reallocation");
+        assert!(b.extend_back(10).is_some());
+        b.clear();
+        assert_eq!(b.headroom(), 128);
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! is merged: the merged frame carries a partial checksum
 //! (`CHECKSUM_PARTIAL`), so a corrupted segment must not hide in it.
 
-use crate::buf::{GsoType, Offload, PacketBuf};
+use crate::buf::{GsoType, Offload, PacketBuf, TunnelMeta};
 use crate::checksum::{fold, pseudo_header_ipv4, sum_words};
 use std::net::Ipv4Addr;
 
@@ -152,9 +152,24 @@ pub fn is_candidate(b: &PacketBuf) -> bool {
 /// docs. On success `head` is a TCP/IPv4 super-frame with a partial
 /// checksum and `next` may be recycled. On refusal nothing changed.
 pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
+    if next.offload.is_some() {
+        return Err(Refused::No);
+    }
+    merge_slice(head, next.data(), next.tun)
+}
+
+/// [`merge`] of a segment that is not in a buffer of its own: `next` is
+/// the frame's bytes (no offload state), `next_tun` its tunnel metadata.
+/// A tunnel underlay glues the segments it opened inside a received UDP
+/// super-frame straight from there, with one copy of each payload.
+pub fn merge_slice(
+    head: &mut PacketBuf,
+    next: &[u8],
+    next_tun: Option<TunnelMeta>,
+) -> Result<(), Refused> {
     // Tunnel metadata is part of the flow key (a `key=flow` port receives
     // many VNIs): frames from different tunnels never merge.
-    if next.offload.is_some() || head.tun != next.tun {
+    if head.tun != next_tun {
         return Err(Refused::No);
     }
     let built = match head.offload {
@@ -166,7 +181,7 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         }
         Some(_) => return Err(Refused::No),
     };
-    let (h, n) = (head.data(), next.data());
+    let (h, n) = (head.data(), next);
     if !same_flow(h, n) {
         return Err(Refused::No);
     }
@@ -204,7 +219,7 @@ pub fn merge(head: &mut PacketBuf, next: &PacketBuf) -> Result<(), Refused> {
         return Err(Refused::NeedRoom);
     }
     let payload_at = TCP + ns.thl;
-    if !head.append(&next.data()[payload_at..payload_at + np]) {
+    if !head.append(&next[payload_at..payload_at + np]) {
         return Err(Refused::NeedRoom);
     }
     let ip_len = hs.ip_len + np;

@@ -359,6 +359,28 @@ impl Cut {
         self.segs
     }
 
+    /// Offset of the IPv4 header in the frame.
+    pub fn l3_offset(&self) -> usize {
+        self.hdrs.l3
+    }
+
+    /// Offset of the UDP header in the frame.
+    pub fn l4_offset(&self) -> usize {
+        self.hdrs.l4()
+    }
+
+    /// Where datagram `i`'s UDP payload lies in the frame (`None` when
+    /// `i` is out of range): a reader that needs only the payloads (ESP
+    /// opened where it lies) takes them from there without a cut.
+    pub fn payload_range(&self, i: usize) -> Option<std::ops::Range<usize>> {
+        let h = self.hdrs;
+        if i >= self.segs {
+            return None;
+        }
+        let from = h.payload_at() + i * self.gso_size;
+        Some(from..(from + self.gso_size).min(h.l3 + h.ip_len))
+    }
+
     /// Writes datagram `i` (< [`segments`](Self::segments)) of `frame` (the
     /// frame [`plan`] checked) into `out`, replacing what it held. `false`,
     /// `out` unusable until refilled, when it has no room (or `i` is out of

@@ -73,7 +73,10 @@
 //! UDP super-frame (`GSO_UDP_L4`: a local UDP GSO sender, or a nicflow
 //! peer's ESP in UDP, `esp_gso`) is cut into its datagrams on receive
 //! (`nicflow_packet::udp_gso`; malformed ones dropped and counted in
-//! `rx_udp_gso_malformed`), and a frame whose offload state says
+//! `rx_udp_gso_malformed`), or, without a ring and when the consumer asks
+//! ([`Port::keep_udp_super_frames`]: a tunnel underlay, which opens ESP
+//! where it lies), handed over whole in the buffer `recvmmsg` wrote it
+//! into, and a frame whose offload state says
 //! [`GsoType::UdpL4`] goes out behind a `GSO_UDP_L4` header. Anything
 //! else the header describes that the switch does not carry takes the
 //! software path. Ports that cannot carry offloads
@@ -452,6 +455,14 @@ pub struct AfPacketCounters {
     pub rx_udp_gso_malformed: u64,
     /// (`vnet_hdr`) UDP super-frames transmitted whole (`GSO_UDP_L4`).
     pub tx_udp_gso_frames: u64,
+    /// Of `rx_udp_gso_frames`, those handed over whole in the buffer the
+    /// kernel wrote them into ([`Port::keep_udp_super_frames`]; their
+    /// datagrams are still counted in `rx_udp_gso_segments`).
+    pub rx_udp_gso_whole: u64,
+    /// Receive buffers allocated because no spare one was at hand for a
+    /// slot whose buffer was handed over whole (a few until warm; growing
+    /// with the traffic means buffers are not coming back).
+    pub rx_buf_allocs: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -534,6 +545,8 @@ struct RxState {
     tx_gso_frames: u64,
     tx_csum_partial: u64,
     tx_udp_gso_frames: u64,
+    /// Hand UDP super-frames over whole ([`Port::keep_udp_super_frames`]).
+    keep_udp_gso: bool,
 }
 
 /// `sendmmsg` vectors, kept between calls to avoid allocating per batch.
@@ -650,6 +663,7 @@ impl AfPacketPort {
                 tx_gso_frames: 0,
                 tx_csum_partial: 0,
                 tx_udp_gso_frames: 0,
+                keep_udp_gso: false,
             },
             kernel_drops: Cell::new(0),
             tx: TxScratch::default(),
@@ -740,6 +754,8 @@ impl AfPacketPort {
     /// `recv_batch` without a ring: one `recvmmsg` for up to `max` frames
     /// (at most [`SOCK_BATCH`]), each handed to the same `deliver` path as
     /// a ring frame, with the ring header's fields from `PACKET_AUXDATA`.
+    /// `max` is a budget in [`rx_units`]: what is beyond it waits in
+    /// `pending`. Returns how many frames went to `out`.
     fn recv_socket(
         &mut self,
         out: &mut Vec<PacketBuf>,
@@ -756,13 +772,27 @@ impl AfPacketPort {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
             Err(e) => return Err(e),
         };
-        let mut n = 0;
+        let (mut n, mut used) = (0, 0);
         for i in 0..got {
             let Some((hdr, vnet, data)) = sr.frame(i) else {
                 self.rx.stats.rx_dropped += 1;
                 continue;
             };
-            n += self.rx.deliver_vnet(&hdr, vnet, data, out, max - n, pool);
+            let room = max.saturating_sub(used);
+            if let Some(v) = vnet {
+                if let Some(cut) = self.rx.whole_udp_gso(&hdr, &v, data) {
+                    let units = cut.segments();
+                    let (buf, allocated) = sr.take(i, pool);
+                    self.rx.counters.rx_buf_allocs += u64::from(allocated);
+                    let k = self.rx.deliver_whole_udp_gso(&v, cut, buf, out, room);
+                    n += k;
+                    used += k * units;
+                    continue;
+                }
+            }
+            let k = self.rx.deliver_vnet(&hdr, vnet, data, out, room, pool);
+            n += k;
+            used += k;
         }
         Ok(n)
     }
@@ -783,17 +813,22 @@ impl Port for AfPacketPort {
 
     /// Also returns segments left over from a super-frame by the previous
     /// call first. A caller woken by [`rx_fd`](Port::rx_fd) must call again
-    /// while it gets `max` frames: leftovers do not make the fd readable.
+    /// while it gets `max` frames or [`has_deferred_work`](Port::has_deferred_work)
+    /// says so: leftovers do not make the fd readable. A UDP super-frame
+    /// handed over whole counts against `max` as the datagrams it holds
+    /// ([`rx_units`]), so a batch carries about as many datagrams as when
+    /// they were cut (a consumer's queues fill no faster).
     fn recv_batch(
         &mut self,
         out: &mut Vec<PacketBuf>,
         max: usize,
         pool: &mut Vec<PacketBuf>,
     ) -> io::Result<usize> {
-        let mut n = 0;
-        while n < max {
+        let (mut n, mut used) = (0, 0);
+        while used < max {
             match self.rx.pending.pop_front() {
                 Some(b) => {
+                    used += rx_units(&b);
                     out.push(b);
                     n += 1;
                 }
@@ -801,8 +836,8 @@ impl Port for AfPacketPort {
             }
         }
         if self.ring.is_none() {
-            if n < max {
-                n += self.recv_socket(out, max - n, pool)?;
+            if used < max {
+                n += self.recv_socket(out, max - used, pool)?;
             }
             return Ok(n);
         }
@@ -1004,12 +1039,36 @@ impl Port for AfPacketPort {
             ("rx_udp_gso_segments", c.rx_udp_gso_segments),
             ("rx_udp_gso_malformed", c.rx_udp_gso_malformed),
             ("tx_udp_gso_frames", c.tx_udp_gso_frames),
+            ("rx_udp_gso_whole", c.rx_udp_gso_whole),
+            ("rx_buf_allocs", c.rx_buf_allocs),
         ]
     }
 
     /// With `vnet_hdr` the kernel takes partial checksums and super-frames.
     fn accepts_offloads(&self) -> bool {
         self.vnet
+    }
+
+    /// Frames received but not yet returned (`pending`: segments beyond a
+    /// batch, super-frames beyond its budget) do not make the fd readable.
+    fn has_deferred_work(&self) -> bool {
+        !self.rx.pending.is_empty()
+    }
+
+    /// Only without a ring (`recvmmsg` into buffers of ours, as a TC port
+    /// reads its upcall device) and with `vnet_hdr`: the super-frame is
+    /// handed over in the very buffer the kernel wrote it into, and its
+    /// receive slot takes a spare one ([`give_back_rx_buf`]).
+    fn keep_udp_super_frames(&mut self) -> bool {
+        self.rx.keep_udp_gso = self.vnet && self.sock_rx.is_some();
+        self.rx.keep_udp_gso
+    }
+
+    fn give_back_rx_buf(&mut self, buf: PacketBuf) -> Option<PacketBuf> {
+        match self.sock_rx.as_mut() {
+            Some(sr) => sr.give_back(buf),
+            None => Some(buf),
+        }
     }
 
     /// The packet socket: readable when a ring block has been retired to
@@ -1087,6 +1146,62 @@ impl RxState {
             }
         }
         buf.offload = offload;
+        self.push(buf, out, room)
+    }
+
+    /// The cut of a received UDP super-frame that goes up whole
+    /// (`keep_udp_gso`): complete, untagged (a VLAN tag would have to be
+    /// put back in front of it, a copy) and cut-able. Anything else takes
+    /// [`deliver_vnet`](Self::deliver_vnet) (cut there, or dropped and
+    /// counted as malformed).
+    fn whole_udp_gso(
+        &self,
+        hdr: &Tpacket3Hdr,
+        v: &[u8; VNET_HDR_LEN],
+        data: &[u8],
+    ) -> Option<nicflow_packet::udp_gso::Cut> {
+        if !self.keep_udp_gso
+            || v[1] & !VIRTIO_NET_HDR_GSO_ECN != VIRTIO_NET_HDR_GSO_UDP_L4
+            || hdr.tp_snaplen < hdr.tp_len
+            || vlan_tag(hdr).is_some()
+        {
+            return None;
+        }
+        nicflow_packet::udp_gso::plan(data, u16::from_le_bytes([v[4], v[5]])).ok()
+    }
+
+    /// Hands over a UDP super-frame whole in `buf` (the buffer it was
+    /// received into), with [`GsoType::UdpL4`] offload state: `gso_size`,
+    /// and a partial UDP checksum when the frame's was. Counted as
+    /// [`deliver_udp_gso`](Self::deliver_udp_gso) counts a cut one: the
+    /// port's packets and bytes are the datagrams' (each with its own
+    /// headers), plus `rx_udp_gso_whole`.
+    fn deliver_whole_udp_gso(
+        &mut self,
+        v: &[u8; VNET_HDR_LEN],
+        cut: nicflow_packet::udp_gso::Cut,
+        mut buf: PacketBuf,
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+    ) -> usize {
+        self.counters.max_frame_len = self.counters.max_frame_len.max(buf.len() as u64);
+        self.counters.rx_udp_gso_frames += 1;
+        self.counters.rx_udp_gso_whole += 1;
+        self.counters.rx_udp_gso_segments += cut.segments() as u64;
+        let l4 = cut.l4_offset();
+        // `push` counts the frame once; the cut way counted every datagram
+        // with its copy of the headers.
+        let more = cut.segments() as u64 - 1;
+        self.stats.rx_packets += more;
+        self.stats.rx_bytes += more * (l4 + 8) as u64;
+        buf.offload = Some(Offload {
+            gso_type: GsoType::UdpL4,
+            gso_size: u16::from_le_bytes([v[4], v[5]]),
+            hdr_len: (l4 + 8) as u16,
+            csum_start: l4 as u16,
+            csum_offset: 6,
+            csum_partial: v[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0,
+        });
         self.push(buf, out, room)
     }
 
@@ -1262,6 +1377,20 @@ impl RxSide for RxState {
             self.pending.push_back(buf);
             0
         }
+    }
+}
+
+/// What a received frame counts for against a receive batch's `max`: a
+/// UDP super-frame handed over whole (`GsoType::UdpL4`) as the datagrams
+/// it holds, anything else as one.
+fn rx_units(b: &PacketBuf) -> usize {
+    match b.offload {
+        Some(o) if o.gso_type == GsoType::UdpL4 && o.gso_size > 0 => b
+            .len()
+            .saturating_sub(usize::from(o.hdr_len))
+            .div_ceil(usize::from(o.gso_size))
+            .max(1),
+        _ => 1,
     }
 }
 
@@ -1497,45 +1626,135 @@ type SockFrame<'a> = (Tpacket3Hdr, Option<[u8; VNET_HDR_LEN]>, &'a [u8]);
 /// Receive without a ring ([`AfPacketOptions::rx_ring`] off): the buffers,
 /// control-message space and `mmsghdr`s of one `recvmmsg`, allocated once
 /// at open and reused for every batch.
+///
+/// Each message lands in two pieces: its virtio-net header (`vnet_hdr`) in
+/// `vnets`, the frame in slot buffer `slots[i]`, a [`PacketBuf`] with its
+/// ordinary headroom, so that a frame handed over whole (a kept UDP
+/// super-frame) leaves in the buffer the kernel wrote it into, with no
+/// copy: the slot takes a spare buffer in its place ([`SockRx::take`]).
 struct SockRx {
-    bufs: Vec<u8>,
+    slots: Vec<PacketBuf>,
+    /// Buffers given back ([`SockRx::give_back`]) for slots to take.
+    spare: Vec<PacketBuf>,
+    vnets: Vec<u8>,
     cmsgs: Vec<u8>,
+    /// Two per message: virtio-net header, frame.
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     vnet: bool,
 }
 
-// SAFETY: the iovecs and message headers point into `bufs`/`cmsgs`, heap
-// blocks owned by the same value that move with it (a Vec's buffer does not
-// move when the Vec does); nothing is shared with another thread.
+// SAFETY: the iovecs and message headers point into `slots`' storage,
+// `vnets`, `cmsgs` and `iovs`, heap blocks owned by the same value that move
+// with it (a Vec's or a PacketBuf's heap block does not move when its owner
+// does); nothing is shared with another thread.
 unsafe impl Send for SockRx {}
+
+/// Bytes of frame a receive slot holds: the longest GSO frame (64 KiB of
+/// IP plus its Ethernet and VLAN headers) and slack. A pooled GRO or UDP
+/// GSO buffer (`GRO_BUF_CAPACITY`, `UDP_GSO_BUF_CAPACITY`) is big enough.
+const SLOT_ROOM: usize = 65_560;
+
+/// Can `b` be a receive slot's buffer: room for [`SLOT_ROOM`] bytes behind
+/// the headroom it restores (a pooled buffer may reserve more than the
+/// default)?
+fn slot_sized(b: &PacketBuf) -> bool {
+    b.capacity() >= b.reserved_headroom() + SLOT_ROOM
+}
 
 impl SockRx {
     fn new(vnet: bool) -> SockRx {
         let mut sr = SockRx {
-            bufs: vec![0; SOCK_BATCH * SOCK_SLOT],
+            slots: (0..SOCK_BATCH)
+                .map(|_| PacketBuf::with_capacity(SOCK_SLOT - VNET_HDR_LEN))
+                .collect(),
+            spare: Vec::new(),
+            vnets: vec![0; SOCK_BATCH * VNET_HDR_LEN],
             cmsgs: vec![0; SOCK_BATCH * SOCK_CMSG],
-            iovs: Vec::with_capacity(SOCK_BATCH),
+            iovs: Vec::with_capacity(2 * SOCK_BATCH),
             msgs: Vec::with_capacity(SOCK_BATCH),
             vnet,
         };
         for i in 0..SOCK_BATCH {
             sr.iovs.push(libc::iovec {
-                // SAFETY: slot i lies inside `bufs` (SOCK_BATCH slots).
-                iov_base: unsafe { sr.bufs.as_mut_ptr().add(i * SOCK_SLOT) }.cast(),
-                iov_len: SOCK_SLOT,
+                // SAFETY: header i lies inside `vnets` (SOCK_BATCH headers).
+                iov_base: unsafe { sr.vnets.as_mut_ptr().add(i * VNET_HDR_LEN) }.cast(),
+                iov_len: if vnet { VNET_HDR_LEN } else { 0 },
             });
+            sr.iovs.push(libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            });
+            sr.point_slot(i);
         }
         for i in 0..SOCK_BATCH {
             // SAFETY: all-zero is a valid msghdr/mmsghdr.
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_iov = &mut sr.iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_iov = &mut sr.iovs[2 * i];
+            m.msg_hdr.msg_iovlen = 2;
             // SAFETY: control slot i lies inside `cmsgs`.
             m.msg_hdr.msg_control = unsafe { sr.cmsgs.as_mut_ptr().add(i * SOCK_CMSG) }.cast();
             sr.msgs.push(m);
         }
         sr
+    }
+
+    /// Points message `i`'s frame iovec at the room behind slot `i`'s
+    /// headroom.
+    fn point_slot(&mut self, i: usize) {
+        let b = &mut self.slots[i];
+        b.clear();
+        let room = b.tailroom();
+        let (ptr, len) = match b.extend_back_unzeroed(room) {
+            Some(r) => (r.as_mut_ptr(), r.len()),
+            None => (std::ptr::null_mut(), 0),
+        };
+        b.clear();
+        self.iovs[2 * i + 1] = libc::iovec {
+            iov_base: ptr.cast(),
+            iov_len: len,
+        };
+    }
+
+    /// Slot `i`'s buffer, holding the frame of the last `recv` (the frame
+    /// [`frame`](Self::frame) showed), for the caller to keep; the slot
+    /// takes a spare buffer, one from `pool`'s last few if big enough, or
+    /// a new one (`true`: allocated).
+    fn take(&mut self, i: usize, pool: &mut Vec<PacketBuf>) -> (PacketBuf, bool) {
+        let from = pool.len().saturating_sub(16);
+        let found = match self.spare.pop() {
+            Some(b) => Some(b),
+            None => (from..pool.len())
+                .rev()
+                .find(|&k| slot_sized(&pool[k]))
+                .map(|k| pool.swap_remove(k)),
+        };
+        let (next, allocated) = match found {
+            Some(b) => (b, false),
+            None => (PacketBuf::with_capacity(SOCK_SLOT - VNET_HDR_LEN), true),
+        };
+        let buf = std::mem::replace(&mut self.slots[i], next);
+        self.point_slot(i);
+        (buf, allocated)
+    }
+
+    /// Keeps `buf` as a spare for [`take`](Self::take) when it is big
+    /// enough and fewer than a batch's worth are kept; else gives it back.
+    fn give_back(&mut self, buf: PacketBuf) -> Option<PacketBuf> {
+        if self.spare.len() < SOCK_BATCH && slot_sized(&buf) {
+            self.spare.push(buf);
+            None
+        } else {
+            Some(buf)
+        }
+    }
+
+    /// Bytes of frame (behind the virtio-net header) message `i` of the
+    /// last `recv` put in its slot.
+    fn frame_len(&self, i: usize) -> usize {
+        let real = self.msgs[i].msg_len as usize;
+        let hdr = if self.vnet { VNET_HDR_LEN } else { 0 };
+        real.saturating_sub(hdr).min(self.iovs[2 * i + 1].iov_len)
     }
 
     /// One non-blocking `recvmmsg` of up to `want` frames; the count.
@@ -1546,9 +1765,11 @@ impl SockRx {
             m.msg_hdr.msg_flags = 0;
             m.msg_len = 0;
         }
-        // SAFETY: `want` headers, each with one iovec into `bufs` and a
-        // control buffer of SOCK_CMSG bytes, all owned by `self` and live
-        // for the call. MSG_TRUNC makes msg_len the frame's real length.
+        // SAFETY: `want` headers, each with two iovecs (into `vnets` and
+        // behind the headroom of the slot's buffer, owned by `self.slots`
+        // and not moved or resized since `point_slot`) and a control
+        // buffer of SOCK_CMSG bytes, all owned by `self` and live for the
+        // call. MSG_TRUNC makes msg_len the frame's real length.
         let r = cvt(unsafe {
             libc::recvmmsg(
                 fd,
@@ -1558,7 +1779,15 @@ impl SockRx {
                 std::ptr::null_mut(),
             )
         })?;
-        Ok(r as usize)
+        let got = r as usize;
+        for i in 0..got {
+            // The frame is what the kernel wrote behind the headroom.
+            let len = self.frame_len(i);
+            let b = &mut self.slots[i];
+            b.clear();
+            let _ = b.extend_back_unzeroed(len);
+        }
+        Ok(got)
     }
 
     /// Message `i` of the last `recv` as a ring frame would be seen: the
@@ -1586,20 +1815,18 @@ impl SockRx {
             }
         }
         let aux = aux?;
-        let slot = &self.bufs[i * SOCK_SLOT..(i + 1) * SOCK_SLOT];
         let real = m.msg_len as usize;
-        let copied = real.min(SOCK_SLOT);
         let (vnet, data_off) = if self.vnet {
-            if copied < VNET_HDR_LEN {
+            if real < VNET_HDR_LEN {
                 return None;
             }
             let mut v = [0u8; VNET_HDR_LEN];
-            v.copy_from_slice(&slot[..VNET_HDR_LEN]);
+            v.copy_from_slice(&self.vnets[i * VNET_HDR_LEN..(i + 1) * VNET_HDR_LEN]);
             (Some(v), VNET_HDR_LEN)
         } else {
             (None, 0)
         };
-        let data = &slot[data_off..copied];
+        let data = self.slots[i].data();
         let hdr = Tpacket3Hdr {
             tp_status: aux.tp_status,
             // Truncated by our slot: `deliver` drops it and counts it.
@@ -1992,6 +2219,7 @@ mod tests {
             tx_gso_frames: 0,
             tx_csum_partial: 0,
             tx_udp_gso_frames: 0,
+            keep_udp_gso: false,
         }
     }
 
@@ -2186,6 +2414,150 @@ mod tests {
         assert_eq!(rx.stats.rx_dropped, 2);
         assert!(out.is_empty());
         let _ = o;
+    }
+
+    /// Kept whole (`keep_udp_super_frames`): a UDP super-frame that can be
+    /// cut goes up in one buffer with `UdpL4` offload state (`gso_size`,
+    /// the partial checksum as the header said), counted as a cut one
+    /// would be plus `rx_udp_gso_whole`; a malformed one, a tagged one, one
+    /// truncated by the slot or any frame while not asked take the way
+    /// that cuts (or drops and counts).
+    #[test]
+    fn udp_super_frames_go_up_whole_when_asked() {
+        use nicflow_packet::udp_gso;
+        let dgram = |i: usize, len: usize| {
+            let f = FrameBuilder::new(MAC_A, MAC_B)
+                .ipv4(V4A, V4B)
+                .ident(10 + i as u16)
+                .udp(4500, 4500)
+                .payload(&vec![i as u8; len])
+                .build();
+            PacketBuf::from_slice(&f)
+        };
+        let mut sf = dgram(0, 1300);
+        grow_for_test(&mut sf);
+        for i in 1..5 {
+            udp_gso::append(&mut sf, &dgram(i, if i == 4 { 99 } else { 1300 })).unwrap();
+        }
+        let (h, _, _) = vnet_hdr_for(&sf);
+        let mut hdr = hdr_with(0, 0, 0);
+        hdr.tp_len = sf.len() as u32;
+        hdr.tp_snaplen = hdr.tp_len;
+        let mut rx = rx_state(1500);
+        assert!(rx.whole_udp_gso(&hdr, &h, sf.data()).is_none(), "not asked");
+        rx.keep_udp_gso = true;
+        let cut = rx.whole_udp_gso(&hdr, &h, sf.data()).expect("whole");
+        assert_eq!(cut.segments(), 5);
+        let mut out = Vec::new();
+        let buf = PacketBuf::from_slice(sf.data());
+        assert_eq!(rx.deliver_whole_udp_gso(&h, cut, buf, &mut out, 4), 1);
+        let o = out[0].offload.unwrap();
+        assert_eq!(o.gso_type, GsoType::UdpL4);
+        assert_eq!((o.gso_size, o.csum_start, o.csum_offset), (1300, 34, 6));
+        assert!(o.csum_partial);
+        assert!(out[0].data() == sf.data());
+        let c = &rx.counters;
+        assert_eq!(
+            (
+                c.rx_udp_gso_frames,
+                c.rx_udp_gso_segments,
+                c.rx_udp_gso_whole
+            ),
+            (1, 5, 1)
+        );
+        // The port's packets and bytes are the datagrams', as if cut.
+        assert_eq!(rx.stats.rx_packets, 5);
+        assert_eq!(rx.stats.rx_bytes, (sf.len() + 4 * 42) as u64);
+        // Not whole: a frame that cannot be cut, a VLAN tag to put back,
+        // a frame the slot cut short, a TCP super-frame.
+        let mut bad = sf.data().to_vec();
+        bad[38] ^= 1;
+        assert!(rx.whole_udp_gso(&hdr, &h, &bad).is_none());
+        let tagged = hdr_with(TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID, 7, 0x8100);
+        let mut tagged = tagged;
+        tagged.tp_len = hdr.tp_len;
+        tagged.tp_snaplen = hdr.tp_snaplen;
+        assert!(rx.whole_udp_gso(&tagged, &h, sf.data()).is_none());
+        let mut short = hdr;
+        short.tp_len += 1;
+        assert!(rx.whole_udp_gso(&short, &h, sf.data()).is_none());
+        let mut tcp = h;
+        tcp[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        assert!(rx.whole_udp_gso(&hdr, &tcp, sf.data()).is_none());
+    }
+
+    /// The socket receive path's slots: each message lands behind its
+    /// buffer's headroom (the virtio-net header in its own slot), a slot
+    /// whose buffer was taken receives into the spare it took (one given
+    /// back first, else a big one from the pool's end, else a new one,
+    /// counted), and frames of the next `recvmmsg` land there. (A datagram
+    /// socket pair stands in for the packet socket: `recvmmsg` is the
+    /// same.)
+    #[test]
+    fn socket_slots_hand_buffers_over_and_take_spares() {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two fds into `fds`.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, fds.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: both fds were just created and are owned here only.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let send = |bytes: &[u8]| {
+            // SAFETY: a valid buffer of that length.
+            let n = unsafe { libc::send(a.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+            assert_eq!(n as usize, bytes.len());
+        };
+        let msg = |tag: u8, len: usize| -> Vec<u8> {
+            (0..len).map(|k| (k as u8).wrapping_mul(7) ^ tag).collect()
+        };
+        let mut sr = SockRx::new(true);
+        // Three frames, each behind its 12-byte virtio-net header.
+        let frames = [msg(1, 60), msg(2, 40_000), msg(3, 1500)];
+        for f in &frames {
+            let mut m = vec![0xa5; VNET_HDR_LEN];
+            m.extend_from_slice(f);
+            send(&m);
+        }
+        assert_eq!(sr.recv(b.as_raw_fd(), 8).unwrap(), 3);
+        for (i, f) in frames.iter().enumerate() {
+            assert!(sr.slots[i].data() == &f[..], "slot {i}");
+            assert_eq!(sr.slots[i].headroom(), PacketBuf::DEFAULT_HEADROOM);
+            assert_eq!(sr.vnets[i * VNET_HDR_LEN], 0xa5);
+        }
+        // Slot 1's buffer leaves with its frame; with no spare and a pool
+        // of small buffers the slot allocates (counted).
+        let mut pool = vec![PacketBuf::with_capacity(2048)];
+        let (big, allocated) = sr.take(1, &mut pool);
+        assert!(allocated);
+        assert!(big.data() == &frames[1][..]);
+        assert_eq!(pool.len(), 1);
+        // Given back, it is the spare the next take uses.
+        assert!(sr.give_back(big).is_none());
+        assert!(
+            sr.give_back(PacketBuf::with_capacity(2048)).is_some(),
+            "too small"
+        );
+        let (again, allocated) = sr.take(1, &mut pool);
+        assert!(!allocated);
+        assert!(sr.spare.is_empty());
+        // A big buffer at the pool's end is taken before allocating.
+        pool.push(PacketBuf::with_capacity(SLOT_ROOM));
+        let (_, allocated) = sr.take(0, &mut pool);
+        assert!(!allocated);
+        assert_eq!(pool.len(), 1);
+        // The slots receive into the buffers they took.
+        let next = [msg(4, 30_000), msg(5, 100)];
+        for f in &next {
+            let mut m = vec![0; VNET_HDR_LEN];
+            m.extend_from_slice(f);
+            send(&m);
+        }
+        assert_eq!(sr.recv(b.as_raw_fd(), 8).unwrap(), 2);
+        assert!(sr.slots[0].data() == &next[0][..]);
+        assert!(sr.slots[1].data() == &next[1][..]);
+        // What the second take handed over is the buffer the first put in
+        // the slot, which received nothing meanwhile.
+        assert!(again.is_empty());
     }
 
     fn grow_for_test(b: &mut PacketBuf) {

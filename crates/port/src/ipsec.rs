@@ -35,6 +35,7 @@ use nicflow_ipsec::ike::{
 };
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::checksum;
+use nicflow_packet::udp_gso;
 use std::collections::{BTreeMap, HashMap};
 
 /// A hash map with foldhash's fast (randomly seeded) hasher, for maps
@@ -563,6 +564,13 @@ pub struct EspCounters {
     pub ike_failures: u64,
     pub ike_rx: u64,
     pub ike_tx: u64,
+    /// Of `rx_packets`, those opened where they lay in a received UDP
+    /// super-frame ([`UnderlayEsp::open_in_frame`]).
+    pub rx_in_place: u64,
+    /// Frames whose buffer was too small for their ESP packet and was
+    /// reallocated ([`UnderlayEsp::encrypt`]; a buffer sized to fit a short
+    /// frame, recycled into a pool).
+    pub tx_buf_grown: u64,
 }
 
 /// Counter names for drop reasons (port counters are static strings).
@@ -605,6 +613,8 @@ impl EspCounters {
             ("ike_failures", self.ike_failures),
             ("ike_rx_messages", self.ike_rx),
             ("ike_tx_messages", self.ike_tx),
+            ("esp_rx_in_place", self.rx_in_place),
+            ("esp_tx_buf_grown", self.tx_buf_grown),
         ];
         let name = |table: &[(&str, &'static str)], r: &str, other: &'static str| {
             table
@@ -634,6 +644,30 @@ struct EspAt {
     udp_len: Option<usize>,
     src: Ipv4Addr,
     dst: Ipv4Addr,
+}
+
+/// What [`UnderlayEsp::super_frame`] found in a received UDP super-frame
+/// of ESP: the outer headers (kept aside: opening overwrites the frame's),
+/// and the outer addresses the SAs are checked against.
+pub struct EspSuperFrame {
+    /// Ethernet, IPv4 and UDP headers as received.
+    hdr: [u8; 14 + 60 + 8],
+    /// Ethernet and IPv4 headers' length (the UDP header follows).
+    hdr_len: usize,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+}
+
+impl EspSuperFrame {
+    /// Puts the super-frame's own headers back at the front of `frame`
+    /// (an opening in transport mode may have overwritten them), so that a
+    /// datagram can be cut from it again.
+    pub fn restore(&self, frame: &mut [u8]) {
+        let n = self.hdr_len + 8;
+        if let Some(f) = frame.get_mut(..n) {
+            f.copy_from_slice(&self.hdr[..n]);
+        }
+    }
 }
 
 /// The ESP state of one underlay: outbound SAs by endpoint, inbound SAs
@@ -1105,15 +1139,7 @@ impl UnderlayEsp {
         if checksum::checksum(&pkt.data()[at.ip..at.ip + at.ihl]) != 0 {
             return Err("malformed");
         }
-        let spi = esp::spi_of(&pkt.data()[at.esp..]).ok_or("malformed")?;
-        let (id, sa) = self.inbound.get_mut(&spi).ok_or("unknown_spi")?;
-        let id = *id;
-        let ep = self.endpoints.get(&id).ok_or("unknown_spi")?;
-        // The SA belongs to one pair of addresses.
-        if at.src != ep.remote || at.dst != ep.local {
-            return Err("sa_mismatch");
-        }
-        let mode = ep.mode;
+        let (spi, id) = self.lookup(&pkt.data()[at.esp..], at.src, at.dst)?;
         // The IP total length bounds the ESP packet (Ethernet padding of
         // short frames is not ciphertext).
         let tot = usize::from(u16::from_be_bytes([
@@ -1130,45 +1156,150 @@ impl UnderlayEsp {
             return Err("malformed");
         }
         pkt.truncate(at.ip + tot);
-        let opened = sa
-            .open(&mut pkt.data_mut()[at.esp..])
-            .map_err(|e| e.name())?;
-        let start = at.esp + opened.payload.start;
+        let mut hdr = [0u8; 14 + 60];
+        let hl = 14 + at.ihl;
+        hdr[..hl].copy_from_slice(&pkt.data()[..hl]);
+        let inner = self.open_located(pkt.data_mut(), at.esp, spi, id, &hdr[..hl])?;
+        pkt.truncate(inner.end);
+        pkt.pull_front(inner.start);
+        Ok(id)
+    }
+
+    /// The inbound SA's SPI and endpoint for the ESP packet `esp` between
+    /// `src` and `dst` (the outer addresses): `unknown_spi`, or
+    /// `sa_mismatch` when the SA belongs to another pair of addresses.
+    fn lookup(&self, esp: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> Result<(u32, u64), &'static str> {
+        let spi = esp::spi_of(esp).ok_or("malformed")?;
+        let (id, _) = self.inbound.get(&spi).ok_or("unknown_spi")?;
+        let ep = self.endpoints.get(id).ok_or("unknown_spi")?;
+        // The SA belongs to one pair of addresses.
+        if src != ep.remote || dst != ep.local {
+            return Err("sa_mismatch");
+        }
+        Ok((spi, *id))
+    }
+
+    /// Opens the ESP packet that fills `buf[esp_at..]` (SA `spi` of
+    /// endpoint `id`, found by [`lookup`](Self::lookup)) where it lies and
+    /// puts the frame it protected right in front of the plaintext:
+    /// `hdr` (the outer Ethernet and IPv4 headers as received) shortened
+    /// to the Ethernet header (tunnel mode) or with the IPv4 header turned
+    /// into the payload's (transport mode). Returns where that frame lies
+    /// in `buf`; bytes in front of it may have been overwritten (up to
+    /// `hdr.len()` bytes before the plaintext).
+    fn open_located(
+        &mut self,
+        buf: &mut [u8],
+        esp_at: usize,
+        spi: u32,
+        id: u64,
+        hdr: &[u8],
+    ) -> Result<std::ops::Range<usize>, &'static str> {
+        let mode = self.endpoints.get(&id).ok_or("unknown_spi")?.mode;
+        let (_, sa) = self.inbound.get_mut(&spi).ok_or("unknown_spi")?;
+        let opened = sa.open(&mut buf[esp_at..]).map_err(|e| e.name())?;
+        let start = esp_at + opened.payload.start;
         let len = opened.payload.len();
         match (mode, opened.next_header) {
             (EspMode::Transport, nh) if nh != 4 && nh != 41 => {
-                // Move Ethernet + IPv4 header up against the payload,
-                // with the payload's protocol and length.
-                let hdr = 14 + at.ihl;
+                // Ethernet + IPv4 header up against the payload, with the
+                // payload's protocol and length.
+                let hl = hdr.len();
+                let ihl = hl - 14;
                 let mut h = [0u8; 14 + 60];
-                h[..hdr].copy_from_slice(&pkt.data()[..hdr]);
-                let ip = &mut h[14..hdr];
+                h[..hl].copy_from_slice(hdr);
+                let ip = &mut h[14..hl];
                 ip[9] = nh;
-                let total = (at.ihl + len) as u16;
+                let total = (ihl + len) as u16;
                 ip[2..4].copy_from_slice(&total.to_be_bytes());
                 ip[10..12].fill(0);
                 let c = checksum::checksum(ip);
                 ip[10..12].copy_from_slice(&c.to_be_bytes());
-                let base = start - hdr;
-                pkt.data_mut()[base..start].copy_from_slice(&h[..hdr]);
-                pkt.truncate(start + len);
-                pkt.pull_front(base);
+                let base = start - hl;
+                buf[base..start].copy_from_slice(&h[..hl]);
+                Ok(base..start + len)
             }
             (EspMode::Tunnel, 4) => {
                 // The inner IPv4 packet behind the outer Ethernet header.
-                let mut eth = [0u8; 14];
-                eth.copy_from_slice(&pkt.data()[..14]);
                 if len < 20 {
                     return Err("malformed");
                 }
                 let base = start - 14;
-                pkt.data_mut()[base..start].copy_from_slice(&eth);
-                pkt.truncate(start + len);
-                pkt.pull_front(base);
+                buf[base..start].copy_from_slice(&hdr[..14]);
+                Ok(base..start + len)
             }
-            _ => return Err("wrong_next_header"),
+            _ => Err("wrong_next_header"),
         }
-        Ok(id)
+    }
+
+    /// The ESP-in-UDP packets of a received UDP super-frame (`frame`, cut
+    /// as `cut` says; see `udp_gso::plan`), for
+    /// [`open_in_frame`](Self::open_in_frame): `None` when the frame is
+    /// not ESP in UDP to an SA of ours (no SA at all, not UDP to 4500, IP
+    /// options or fragments), which the caller cuts and takes as
+    /// datagrams. The outer Ethernet and IPv4 headers are copied out: the
+    /// openings overwrite the frame's own.
+    ///
+    /// The outer IPv4 header checksum is not checked here (`open` checks a
+    /// single datagram's): the super-frame's header is the sender's GSO
+    /// template, and the cut way rewrote each datagram's checksum anyway,
+    /// so it never reached `open` unchecked-and-wrong either.
+    pub fn super_frame(&self, frame: &[u8], cut: &udp_gso::Cut) -> Option<EspSuperFrame> {
+        if self.inbound.is_empty() || cut.l3_offset() != 14 {
+            return None;
+        }
+        let at = Self::locate(frame)?;
+        if at.udp_len.is_none() || at.esp != cut.l4_offset() + 8 {
+            return None;
+        }
+        let mut hdr = [0u8; 14 + 60 + 8];
+        let hl = 14 + at.ihl;
+        hdr[..hl + 8].copy_from_slice(frame.get(..hl + 8)?);
+        Some(EspSuperFrame {
+            hdr,
+            hdr_len: hl,
+            src: at.src,
+            dst: at.dst,
+        })
+    }
+
+    /// Opens datagram `i` of a UDP super-frame of ESP in place (its
+    /// payload, the ESP packet, lies at `esp` in `frame`) as
+    /// [`decrypt`](Self::decrypt) opens one datagram: `Ok(Some((endpoint,
+    /// range)))` with the range of `frame` that now holds the frame it
+    /// protected (Ethernet header first); `Ok(None)`: this datagram is not
+    /// ESP (IKE's marker, a keepalive), untouched, for the caller to take
+    /// as a datagram of its own; `Err(reason)`: dropped (counted here).
+    /// Bytes of `frame` in front of the returned range, down to the
+    /// previous datagram's, may have been overwritten: open the datagrams
+    /// in order and take each frame out before opening the next.
+    pub fn open_in_frame(
+        &mut self,
+        sf: &EspSuperFrame,
+        frame: &mut [u8],
+        esp: std::ops::Range<usize>,
+    ) -> Result<Option<(u64, std::ops::Range<usize>)>, &'static str> {
+        let body = &frame[esp.clone()];
+        if body.len() < 8 || body[..4] == [0; 4] {
+            return Ok(None);
+        }
+        let r = self.lookup(body, sf.src, sf.dst).and_then(|(spi, id)| {
+            let hdr = &sf.hdr[..sf.hdr_len];
+            self.open_located(&mut frame[..esp.end], esp.start, spi, id, hdr)
+                .map(|r| (id, r))
+        });
+        match r {
+            Ok((id, inner)) => {
+                self.counters.rx_packets += 1;
+                self.counters.rx_in_place += 1;
+                self.counters.rx_bytes += inner.len() as u64;
+                Ok(Some((id, inner)))
+            }
+            Err(reason) => {
+                self.count_rx_drop(reason);
+                Err(reason)
+            }
+        }
     }
 
     /// Encrypt an encapsulated frame of endpoint `id` in place: the outer
@@ -1183,21 +1314,33 @@ impl UnderlayEsp {
         // do: the default headroom): the payload stays where it lies, the
         // headers go in front of it into the headroom, trailer and ICV
         // behind it, and it is encrypted there. Otherwise it is sealed
-        // into a scratch buffer and copied back.
+        // into a scratch buffer and copied back. A buffer too small for
+        // the ESP packet is reallocated first (`esp_tx_buf_grown`).
         let esp_in = esp::ESP_HEADER_LEN + esp::ESP_IV_LEN;
         let shift = plan.hdr_len + esp_in - plan.plain_from;
         let grow = plan.esp_len - esp_in - plan.plain_len;
-        if pkt.headroom() >= shift && pkt.tailroom() >= grow {
+        let fits = |p: &PacketBuf| p.headroom() >= shift && p.tailroom() >= grow;
+        if !fits(pkt) && pkt.capacity() - pkt.headroom() < plan.hdr_len + plan.esp_len {
+            // A buffer too small for the ESP packet altogether (one made
+            // to fit a short frame, then recycled as a receive buffer):
+            // grown once, counted, rather than dropping its frame, and
+            // every later one it holds (issue 34). Sealed in place then if
+            // the headroom allows, else through the scratch buffer (room
+            // for `shift + grow` more bytes is room for the ESP packet).
+            // Grown to a receive buffer's size, so that a slightly longer
+            // frame it holds later does not grow it again.
+            pkt.reserve_tailroom(
+                (shift + grow).max(crate::fixup::RX_BUF_CAPACITY.saturating_sub(pkt.len())),
+            );
+            self.counters.tx_buf_grown += 1;
+        }
+        if fits(pkt) {
             let ok = pkt.push_front(shift).is_some() && pkt.extend_back(grow).is_some();
             debug_assert!(ok, "room checked above");
             let d = pkt.data_mut();
             d[..plan.hdr_len].copy_from_slice(plan.headers());
             self.seal_planned(id, &plan, &mut d[plan.hdr_len..])
         } else {
-            if pkt.capacity() - pkt.headroom() < plan.hdr_len + plan.esp_len {
-                *self.counters.tx_drops.entry("too_big").or_default() += 1;
-                return Err("too_big");
-            }
             let mut scratch = std::mem::take(&mut self.scratch);
             scratch.clear();
             scratch.extend_from_slice(&[0; 16][..esp_in]);
@@ -1209,6 +1352,13 @@ impl UnderlayEsp {
                 // (Written once each, no zeroing: `append` copies straight in.)
                 let ok = pkt.append(plan.headers()) && pkt.append(&scratch);
                 debug_assert!(ok, "room checked above");
+                if !ok {
+                    // Never send a short packet, whatever the room check
+                    // above becomes.
+                    self.scratch = scratch;
+                    *self.counters.tx_drops.entry("too_big").or_default() += 1;
+                    return Err("too_big");
+                }
             }
             self.scratch = scratch;
             r
@@ -1564,6 +1714,27 @@ mod tests {
                 tight.set_data(plain.data());
                 a2.encrypt(1, &mut tight).unwrap();
                 assert_eq!(roomy.data(), tight.data(), "{extra:?} {pad}");
+                // No room at all (a buffer sized to the frame): grown once,
+                // counted, the same packet.
+                let (mut a3, _) = pair(extra);
+                let mut exact = PacketBuf::from_slice(plain.data());
+                a3.encrypt(1, &mut exact).unwrap();
+                assert_eq!(roomy.data(), exact.data(), "{extra:?} {pad}");
+                assert_eq!(a3.counters.tx_buf_grown, 1);
+                // Grown to a receive buffer's size: a longer frame later
+                // needs no second growth.
+                assert!(exact.capacity() >= crate::fixup::RX_BUF_CAPACITY);
+                // Sized to the frame and no headroom: grown, then sealed
+                // through the scratch buffer, the same packet.
+                let (mut a4, _) = pair(extra);
+                let mut bare = PacketBuf::with_headroom(0, plain.len());
+                assert!(bare.set_data(plain.data()));
+                a4.encrypt(1, &mut bare).unwrap();
+                assert_eq!(roomy.data(), bare.data(), "bare {extra:?} {pad}");
+                assert_eq!(a4.counters.tx_buf_grown, 1);
+                assert!(a4.counters.tx_drops.is_empty());
+                assert_eq!(a.counters.tx_buf_grown + a2.counters.tx_buf_grown, 0);
+                assert!(a3.counters.tx_drops.is_empty());
                 assert_eq!(a.counters.tx_bytes, roomy.len() as u64);
                 let l = nicflow_packet::parse(roomy.data()).unwrap();
                 assert_eq!(checksum::verify_ipv4_header(roomy.data(), &l), Some(true));

@@ -156,4 +156,22 @@ pub trait Port {
     fn ifindex(&self) -> Option<u32> {
         None
     }
+    /// Asks the port to hand over a received UDP super-frame
+    /// (`GSO_UDP_L4`) whole, in one buffer with [`GsoType::UdpL4`] offload
+    /// state, instead of cutting it into its datagrams: a tunnel underlay
+    /// opens the ESP packets of a nicflow peer's super-frame where they
+    /// lie (`tunnel::Underlay`). Returns whether the port will (the
+    /// default: no; a port without virtio-net headers never sees one).
+    ///
+    /// [`GsoType::UdpL4`]: nicflow_packet::buf::GsoType::UdpL4
+    fn keep_udp_super_frames(&mut self) -> bool {
+        false
+    }
+    /// Gives back a buffer that carried a super-frame this port handed over
+    /// whole ([`keep_udp_super_frames`](Self::keep_udp_super_frames)), so
+    /// that the port receives into it again instead of allocating; `Some`
+    /// (for the caller's pool) when the port does not take it.
+    fn give_back_rx_buf(&mut self, buf: PacketBuf) -> Option<PacketBuf> {
+        Some(buf)
+    }
 }

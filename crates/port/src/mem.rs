@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 struct State {
     rx: VecDeque<Vec<u8>>,
+    /// Offload state of each frame in `rx` (`inject_with_offload`).
+    rx_offloads: VecDeque<Option<Offload>>,
     tx: Vec<Vec<u8>>,
     /// Keep transmitted frames (false: only count them).
     capture: bool,
@@ -35,11 +37,15 @@ pub struct MemHandle(Arc<Mutex<State>>);
 impl MemHandle {
     /// Queue a frame for the bridge to receive.
     pub fn inject(&self, frame: &[u8]) {
-        self.0
-            .lock()
-            .expect("mem port")
-            .rx
-            .push_back(frame.to_vec());
+        self.inject_with_offload(frame, None);
+    }
+
+    /// Queue a frame with offload state (a whole UDP super-frame, as a
+    /// port with virtio-net headers hands one over when asked to keep it).
+    pub fn inject_with_offload(&self, frame: &[u8], offload: Option<Offload>) {
+        let mut s = self.0.lock().expect("mem port");
+        s.rx.push_back(frame.to_vec());
+        s.rx_offloads.push_back(offload);
     }
 
     /// Take every frame transmitted so far.
@@ -124,6 +130,7 @@ impl Port for MemPort {
         while n < max {
             let frame: &[u8];
             let owned;
+            let mut offload = None;
             if !s.replay.is_empty() {
                 let i = s.replay_pos;
                 s.replay_pos = (i + 1) % s.replay.len();
@@ -132,6 +139,7 @@ impl Port for MemPort {
             } else {
                 match s.rx.pop_front() {
                     Some(f) => {
+                        offload = s.rx_offloads.pop_front().flatten();
                         owned = Some(f);
                         frame = owned.as_deref().unwrap_or(&[]);
                     }
@@ -149,6 +157,8 @@ impl Port for MemPort {
                 }
                 None => PacketBuf::from_slice(frame),
             };
+            let mut buf = buf;
+            buf.offload = offload;
             out.push(buf);
             n += 1;
             drop(owned);
@@ -187,6 +197,13 @@ impl Port for MemPort {
     }
 
     fn accepts_offloads(&self) -> bool {
+        self.state.lock().expect("mem port").offloads
+    }
+
+    /// A port made [`MemPort::with_offloads`] says yes; any port hands
+    /// over the offload state of what was injected with it
+    /// ([`MemHandle::inject_with_offload`]), asked or not.
+    fn keep_udp_super_frames(&mut self) -> bool {
         self.state.lock().expect("mem port").offloads
     }
 }

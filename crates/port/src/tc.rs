@@ -434,6 +434,14 @@ impl Port for TcPort {
         self.io.has_deferred_work()
     }
 
+    fn keep_udp_super_frames(&mut self) -> bool {
+        self.io.keep_udp_super_frames()
+    }
+
+    fn give_back_rx_buf(&mut self, buf: PacketBuf) -> Option<PacketBuf> {
+        self.io.give_back_rx_buf(buf)
+    }
+
     fn offload_hook(&self) -> crate::OffloadHook {
         crate::OffloadHook::Tc(crate::hook::TcHook {
             ifindex: self.ifindex,

@@ -49,24 +49,42 @@ const GRO_FLOWS: usize = 8;
 /// Receive coalescing of a tunnel port's decapsulated frames (`gro`):
 /// appends `p` to `out[base..]`, or glues it to the latest frame of its TCP
 /// connection there when `nicflow_packet::gro` allows (true: merged, `p`
-/// recycled into `pool`). A head without room moves into a large buffer
-/// from `pool` (allocated only until the pool holds enough of them).
+/// recycled into `pool`).
 fn coalesce(
     out: &mut Vec<PacketBuf>,
     base: usize,
     p: PacketBuf,
     pool: &mut Vec<PacketBuf>,
 ) -> bool {
-    use nicflow_packet::gro;
     let lo = base.max(out.len().saturating_sub(GRO_FLOWS));
-    let Some(i) = (lo..out.len())
+    let head = (lo..out.len())
         .rev()
-        .find(|&i| gro::same_flow(out[i].data(), p.data()))
-    else {
+        .find(|&i| nicflow_packet::gro::same_flow(out[i].data(), p.data()));
+    if p.offload.is_none()
+        && head.is_some_and(|i| glue_segment(&mut out[i], p.data(), p.tun, pool).is_some())
+    {
+        pool.push(p);
+        true
+    } else {
         out.push(p);
-        return false;
-    };
-    let mut r = gro::merge(&mut out[i], &p);
+        false
+    }
+}
+
+/// Glues segment `next` (tunnel metadata `tun`) to `head`, the latest
+/// frame of its TCP connection, when `nicflow_packet::gro` allows: the
+/// payload bytes appended when merged. A head without room moves into a
+/// large buffer from `pool` (allocated only until the pool holds enough of
+/// them).
+fn glue_segment(
+    head: &mut PacketBuf,
+    next: &[u8],
+    tun: Option<TunnelMeta>,
+    pool: &mut Vec<PacketBuf>,
+) -> Option<usize> {
+    use nicflow_packet::gro;
+    let mut before = head.len();
+    let mut r = gro::merge_slice(head, next, tun);
     if r == Err(gro::Refused::NeedRoom) {
         // (Only the pool's last few buffers are looked at: big ones come
         // back at the end, and a scan of the whole pool per merge would
@@ -76,21 +94,16 @@ fn coalesce(
             Some(k) => pool.swap_remove(k),
             None => PacketBuf::with_capacity(gro::GRO_BUF_CAPACITY),
         };
-        match gro::grow(&mut out[i], big) {
+        match gro::grow(head, big) {
             Ok(old) => {
                 pool.push(old);
-                r = gro::merge(&mut out[i], &p);
+                before = head.len();
+                r = gro::merge_slice(head, next, tun);
             }
             Err(big) => pool.push(big),
         }
     }
-    if r.is_ok() {
-        pool.push(p);
-        true
-    } else {
-        out.push(p);
-        false
-    }
+    r.ok().map(|()| head.len() - before)
 }
 
 /// An ARP entry is used without question this long after it was learned...
@@ -592,6 +605,9 @@ struct Endpoint {
     remote: Ipv4Addr,
     key: TunnelKey,
     dst_port: u16,
+    /// The port's `gro`: segments opened inside a UDP super-frame are
+    /// glued in the endpoint's queue (`Underlay::queue_slice`).
+    gro: bool,
 }
 
 /// What selects the endpoint of a received frame: its outer headers and,
@@ -683,6 +699,9 @@ pub struct Underlay {
     /// vector beats hashing.
     udp_ports: Vec<(u16, TunnelKind)>,
     queues: FastMap<u64, VecDeque<PacketBuf>>,
+    /// Per endpoint, segments (and their bytes) glued into a frame of its
+    /// queue (`queue_slice`), for its port's receive counters.
+    queue_merged: FastMap<u64, (u64, u64)>,
     arp: HashMap<Ipv4Addr, ArpEntry>,
     tx: Vec<PacketBuf>,
     rx: Vec<PacketBuf>,
@@ -751,12 +770,17 @@ impl Underlay {
     /// MTU of `iface` is re-read through (None: never re-read).
     fn new(
         iface: String,
-        port: Box<dyn Port>,
+        mut port: Box<dyn Port>,
         mac: [u8; 6],
         mtu: usize,
         ctl: Option<OwnedFd>,
         now: Instant,
     ) -> Underlay {
+        // UDP super-frames (a nicflow peer's ESP in UDP, `esp_gso`) come
+        // whole where the port can: `dispatch_udp_super_frame` opens the
+        // ESP packets where they lie.
+        let kept = port.keep_udp_super_frames();
+        tracing::debug!(%iface, kept, "UDP super-frames handed over whole");
         Underlay {
             iface,
             port,
@@ -768,6 +792,7 @@ impl Underlay {
             by_key: FastMap::default(),
             udp_ports: Vec::new(),
             queues: FastMap::default(),
+            queue_merged: FastMap::default(),
             arp: HashMap::new(),
             tx: Vec::new(),
             rx: Vec::with_capacity(POLL_BATCH),
@@ -865,8 +890,10 @@ impl Underlay {
             remote: cfg.remote_ip,
             key: cfg.key,
             dst_port: cfg.dst_port,
+            gro: cfg.gro,
         });
         self.queues.insert(id, VecDeque::new());
+        self.queue_merged.insert(id, (0, 0));
         self.reindex();
         Ok(id)
     }
@@ -883,6 +910,7 @@ impl Underlay {
         self.endpoints.retain(|e| e.id != id);
         self.reindex();
         self.queues.remove(&id);
+        self.queue_merged.remove(&id);
         // ARP state (and held frames) of remotes no endpoint uses any more.
         let eps = &self.endpoints;
         self.arp.retain(|ip, _| eps.iter().any(|e| e.remote == *ip));
@@ -933,6 +961,10 @@ impl Underlay {
     }
 
     fn dispatch(&mut self, mut pkt: PacketBuf, pool: &mut Vec<PacketBuf>, now: Instant) {
+        if pkt.offload.is_some_and(|o| o.gso_type == GsoType::UdpL4) {
+            self.dispatch_udp_super_frame(pkt, pool, now);
+            return;
+        }
         let data = pkt.data();
         if data.len() < 14 || data[6..12] == self.mac {
             self.counters.rx_not_tunnel += 1;
@@ -965,6 +997,173 @@ impl Underlay {
                 return;
             }
         };
+        let mut offload = pkt.offload;
+        let Some((id, inner_off, tun, _)) = self.decap(pkt.data_mut(), &mut offload, decrypted)
+        else {
+            pool.push(pkt);
+            return;
+        };
+        pkt.offload = offload;
+        pkt.pull_front(inner_off);
+        // Offload state (a partial inner checksum, a TCP super-frame from a
+        // local sender) stays: its offsets followed the pull.
+        pkt.tun = Some(tun);
+        match self.queues.get_mut(&id) {
+            Some(q) if q.len() < QUEUE_MAX => q.push_back(pkt),
+            _ => {
+                self.counters.rx_queue_full += 1;
+                pool.push(pkt);
+            }
+        }
+    }
+
+    /// A UDP super-frame the underlay port handed over whole
+    /// ([`Port::keep_udp_super_frames`]). ESP in UDP to our SAs (a nicflow
+    /// peer's `esp_gso`) is opened datagram by datagram where it lies in
+    /// the frame, and each opened tunnel frame is decapsulated there and
+    /// copied once, into its endpoint's queue (`queue_slice`: glued to the
+    /// frame of its TCP connection with `gro`): the datagrams are never cut
+    /// into buffers of their own. Anything else (not for us, not ESP, a
+    /// datagram that is not ESP) is cut into its datagrams and each taken
+    /// as `dispatch` takes a frame, as if the port had cut it: the same
+    /// frames, drops and counters either way. The buffer goes back to the
+    /// port to receive into.
+    fn dispatch_udp_super_frame(
+        &mut self,
+        mut pkt: PacketBuf,
+        pool: &mut Vec<PacketBuf>,
+        now: Instant,
+    ) {
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        let o = pkt.offload.unwrap_or_default();
+        let cut = match plan(pkt.data(), o.gso_size) {
+            Ok(c) => c,
+            Err(e) => {
+                // (The port checked it already: only a port that did not.)
+                tracing::debug!(iface = %self.iface, reason = e.name(), "UDP super-frame dropped");
+                self.counters.rx_bad_tunnel += 1;
+                self.recycle_whole(pkt, pool);
+                return;
+            }
+        };
+        let csum = if o.csum_partial {
+            SegCsum::Partial
+        } else {
+            SegCsum::Full
+        };
+        let d = pkt.data();
+        let ours =
+            d.len() >= 14 && d[6..12] != self.mac && (d[0..6] == self.mac || d[0..6] == [0xff; 6]);
+        let sf = if ours {
+            self.esp.super_frame(d, &cut)
+        } else {
+            None
+        };
+        for i in 0..cut.segments() {
+            if let (Some(sf), Some(esp)) = (&sf, cut.payload_range(i)) {
+                match self.esp.open_in_frame(sf, pkt.data_mut(), esp) {
+                    Ok(Some((id, inner))) => {
+                        let f = &mut pkt.data_mut()[inner];
+                        let mut offload = None;
+                        if let Some((id, at, tun, gro)) = self.decap(f, &mut offload, Some(id)) {
+                            self.queue_slice(id, &f[at..], tun, gro, pool);
+                        }
+                        continue;
+                    }
+                    Ok(None) => {
+                        // Not ESP: cut from the frame's own headers (the
+                        // first opening may have overwritten them).
+                        sf.restore(pkt.data_mut());
+                    }
+                    Err(reason) => {
+                        tracing::trace!(iface = %self.iface, reason, "ESP packet dropped");
+                        continue;
+                    }
+                }
+            }
+            let mut b = pool
+                .pop()
+                .unwrap_or_else(|| PacketBuf::with_capacity(super::fixup::RX_BUF_CAPACITY));
+            if !cut.write(pkt.data(), i, &mut b, csum) {
+                b = PacketBuf::with_capacity(pkt.len().max(super::fixup::RX_BUF_CAPACITY));
+                if !cut.write(pkt.data(), i, &mut b, csum) {
+                    self.counters.rx_bad_tunnel += 1;
+                    continue;
+                }
+            }
+            self.dispatch(b, pool, now);
+        }
+        self.recycle_whole(pkt, pool);
+    }
+
+    /// A buffer that carried a whole UDP super-frame back to the port that
+    /// received it (else to the pool).
+    fn recycle_whole(&mut self, pkt: PacketBuf, pool: &mut Vec<PacketBuf>) {
+        if let Some(b) = self.port.give_back_rx_buf(pkt) {
+            pool.push(b);
+        }
+    }
+
+    /// Queues inner frame `f` (tunnel metadata `tun`) for endpoint `id`:
+    /// with `gro`, glued to the latest queued frame of its TCP connection
+    /// when `nicflow_packet::gro` allows (as the port's own coalescing
+    /// would glue it: one copy of the payload, straight from where it was
+    /// opened), else copied into a buffer of the queue's own.
+    fn queue_slice(
+        &mut self,
+        id: u64,
+        f: &[u8],
+        tun: TunnelMeta,
+        gro: bool,
+        pool: &mut Vec<PacketBuf>,
+    ) {
+        let Some(q) = self.queues.get_mut(&id) else {
+            self.counters.rx_queue_full += 1;
+            return;
+        };
+        if gro {
+            let lo = q.len().saturating_sub(GRO_FLOWS);
+            let head = (lo..q.len())
+                .rev()
+                .find(|&i| nicflow_packet::gro::same_flow(q[i].data(), f));
+            let merged = head.and_then(|i| glue_segment(&mut q[i], f, Some(tun), pool));
+            if let Some(payload) = merged {
+                // (The frame's payload is in its head's length when that
+                // is taken from the queue: its headers are counted here.)
+                if let Some(m) = self.queue_merged.get_mut(&id) {
+                    m.0 += 1;
+                    m.1 += (f.len() - payload) as u64;
+                }
+                return;
+            }
+        }
+        if q.len() >= QUEUE_MAX {
+            self.counters.rx_queue_full += 1;
+            return;
+        }
+        let mut b = match pool.pop() {
+            Some(b) => b,
+            None => PacketBuf::with_capacity(super::fixup::RX_BUF_CAPACITY),
+        };
+        if !b.set_data(f) {
+            b = rx_sized(f);
+        }
+        b.tun = Some(tun);
+        q.push_back(b);
+    }
+
+    /// The tunnel frame `f` (outer Ethernet header first; ESP already
+    /// opened, by endpoint `decrypted`, or none) checked against the
+    /// endpoints: the endpoint's id, where the inner frame starts, its
+    /// tunnel metadata and the endpoint's `gro`; `None` when it is dropped
+    /// (counted here). `offload` is the frame's offload state, finished or
+    /// kept as the frame's checksums need.
+    fn decap(
+        &mut self,
+        f: &mut [u8],
+        offload: &mut Option<nicflow_packet::buf::Offload>,
+        decrypted: Option<u64>,
+    ) -> Option<(u64, usize, TunnelMeta, bool)> {
         // A local sender (the kernel's vxlan device on a veth) hands over
         // frames with checksum offload pending: CHECKSUM_PARTIAL on the
         // inner TCP/UDP header with the outer UDP checksum computed as if
@@ -973,28 +1172,28 @@ impl Underlay {
         // super-frame keeps its offload (inner offsets follow the pull);
         // its outer checksum can only be right per segment, so it is
         // cleared (allowed on IPv4) rather than checked.
-        if let Some(o) = pkt.offload {
+        if let Some(o) = *offload {
             if o.is_gso() {
-                if let Ok(l) = nicflow_packet::parse(pkt.data()) {
+                if let Ok(l) = nicflow_packet::parse(f) {
                     let at = l.l4_offset as usize + 6;
-                    if l.l3 == nicflow_packet::L3Kind::Ipv4 && at + 2 <= pkt.len() {
-                        pkt.data_mut()[at..at + 2].fill(0);
+                    if l.l3 == nicflow_packet::L3Kind::Ipv4 && at + 2 <= f.len() {
+                        f[at..at + 2].fill(0);
                     }
                 }
             } else if o.csum_partial {
                 let start = o.csum_start as usize;
                 let field = start + o.csum_offset as usize;
-                if field + 2 <= pkt.len() {
-                    let mut c = checksum::checksum(&pkt.data()[start..]);
+                if field + 2 <= f.len() {
+                    let mut c = checksum::checksum(&f[start..]);
                     if c == 0 {
                         c = 0xffff;
                     }
-                    pkt.data_mut()[field..field + 2].copy_from_slice(&c.to_be_bytes());
+                    f[field..field + 2].copy_from_slice(&c.to_be_bytes());
                 }
-                pkt.offload = None;
+                *offload = None;
             }
         }
-        let parsed = self.parse_tunnel(pkt.data());
+        let parsed = self.parse_tunnel(f);
         // Without checksum metadata (AF_XDP: bytes only) a local sender's
         // inner checksum may still be partial while the outer UDP checksum
         // already counts it as done (local checksum offload), so the outer
@@ -1004,18 +1203,18 @@ impl Underlay {
         // Frames whose checksums are right take one parse.
         let mut outer_csum = None;
         let parsed = match parsed {
-            Err(TunnelError::BadUdpChecksum) if pkt.offload.is_none() => {
-                match nicflow_packet::parse(pkt.data()) {
+            Err(TunnelError::BadUdpChecksum) if offload.is_none() => {
+                match nicflow_packet::parse(f) {
                     Ok(l)
                         if l.l3 == nicflow_packet::L3Kind::Ipv4
                             && l.l4 == nicflow_packet::L4Kind::Udp
-                            && l.l4_offset as usize + 8 <= pkt.len() =>
+                            && l.l4_offset as usize + 8 <= f.len() =>
                     {
                         let at = l.l4_offset as usize + 6;
-                        let v = u16::from_be_bytes([pkt.data()[at], pkt.data()[at + 1]]);
-                        pkt.data_mut()[at..at + 2].fill(0);
+                        let v = u16::from_be_bytes([f[at], f[at + 1]]);
+                        f[at..at + 2].fill(0);
                         outer_csum = Some((l.l4_offset as usize, v));
-                        self.parse_tunnel(pkt.data())
+                        self.parse_tunnel(f)
                     }
                     _ => Err(TunnelError::BadUdpChecksum),
                 }
@@ -1026,20 +1225,17 @@ impl Underlay {
             Ok(Some(d)) => d,
             Ok(None) => {
                 self.counters.rx_not_tunnel += 1;
-                pool.push(pkt);
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::debug!(iface = %self.iface, "malformed tunnel packet: {e}");
                 self.counters.rx_bad_tunnel += 1;
-                pool.push(pkt);
-                return;
+                return None;
             }
         };
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (d.ip_src, d.ip_dst) else {
             self.counters.rx_not_tunnel += 1;
-            pool.push(pkt);
-            return;
+            return None;
         };
         // The endpoint with the frame's VNI, else the key=flow one.
         let fixed = EndpointKey {
@@ -1062,8 +1258,7 @@ impl Underlay {
             } else {
                 self.counters.rx_no_endpoint += 1;
             }
-            pool.push(pkt);
-            return;
+            return None;
         };
         // A protected endpoint takes only what its own SA decrypted; an
         // SA's packet carries only its endpoint's tunnel.
@@ -1073,8 +1268,7 @@ impl Underlay {
             } else {
                 "plaintext"
             });
-            pool.push(pkt);
-            return;
+            return None;
         }
         // Options: the port's TLV map turns 4-byte ones into
         // tun_metadata0..7; RFC 8926 §3.5: a critical option the receiver
@@ -1083,7 +1277,7 @@ impl Underlay {
         let mut md_present = 0u8;
         let mut unknown_critical = false;
         if d.options_len > 0 {
-            let opts = d.options(pkt.data());
+            let opts = d.options(f);
             for o in tunnel::geneve_options(opts) {
                 let mapped = ep
                     .tlv
@@ -1106,55 +1300,45 @@ impl Underlay {
         }
         if unknown_critical {
             self.counters.rx_geneve_critical += 1;
-            pool.push(pkt);
-            return;
+            return None;
         }
         let id = ep.id;
+        let gro = ep.gro;
         let mut flags = TUN_F_KEY;
         if d.udp_csum_present {
             flags |= TUN_F_CSUM;
         }
         if let Some((udp, want)) = outer_csum {
             flags |= TUN_F_CSUM;
-            let inner = &mut pkt.data_mut()[d.inner_off..];
+            let inner = &mut f[d.inner_off..];
             if let Ok(il) = nicflow_packet::parse(inner) {
                 super::fixup::complete_partial_checksum(inner, &il);
             }
-            let mut got = checksum::l4_checksum_ipv4(src, dst, 17, &pkt.data()[udp..]);
+            let mut got = checksum::l4_checksum_ipv4(src, dst, 17, &f[udp..]);
             if got == 0 {
                 got = 0xffff;
             }
             if got != want {
                 self.counters.rx_bad_tunnel += 1;
-                pool.push(pkt);
-                return;
+                return None;
             }
         }
         if d.geneve_oam {
             flags |= TUN_F_OAM;
         }
-        if !pkt.pull_front(d.inner_off) {
+        if d.inner_off > f.len() {
             self.counters.rx_bad_tunnel += 1;
-            pool.push(pkt);
-            return;
+            return None;
         }
-        // Offload state (a partial inner checksum, a TCP super-frame from a
-        // local sender) stays: its offsets followed the pull.
-        pkt.tun = Some(TunnelMeta {
+        let tun = TunnelMeta {
             id: d.vni as u64,
             src: u32::from(src),
             dst: u32::from(dst),
             flags,
             md_present,
             metadata,
-        });
-        match self.queues.get_mut(&id) {
-            Some(q) if q.len() < QUEUE_MAX => q.push_back(pkt),
-            _ => {
-                self.counters.rx_queue_full += 1;
-                pool.push(pkt);
-            }
-        }
+        };
+        Some((id, d.inner_off, tun, gro))
     }
 
     /// The underlay port's own offload hook: an engine decapsulates on
@@ -1237,11 +1421,7 @@ impl Underlay {
             }
         }
         if op == 1 {
-            let mut reply = self
-                .done
-                .pop()
-                .unwrap_or_else(|| PacketBuf::with_capacity(64));
-            reply.set_data(&arp_frame(2, self.mac, tpa, sha, spa, sha));
+            let reply = self.buf_for(&arp_frame(2, self.mac, tpa, sha, spa, sha));
             self.tx.push(reply);
             self.counters.arp_requests_answered += 1;
         }
@@ -1269,12 +1449,7 @@ impl Underlay {
                 .is_none_or(|t| now.saturating_duration_since(t) >= ARP_RETRY)
         {
             e.last_request = Some(now);
-            let mac = self.mac;
-            let mut req = self
-                .done
-                .pop()
-                .unwrap_or_else(|| PacketBuf::with_capacity(64));
-            req.set_data(&arp_frame(1, mac, local, [0; 6], remote, [0xff; 6]));
+            let req = self.buf_for(&arp_frame(1, self.mac, local, [0; 6], remote, [0xff; 6]));
             self.tx.push(req);
             self.counters.arp_requests_sent += 1;
         }
@@ -1307,18 +1482,29 @@ impl Underlay {
             .udp(d.src_port, d.dst_port)
             .payload(&d.payload)
             .build();
-        let mut pkt = self
-            .done
-            .pop()
-            .unwrap_or_else(|| PacketBuf::with_capacity(frame.len().max(2048)));
-        if !pkt.set_data(&frame) {
-            pkt = PacketBuf::from_slice(&frame);
-        }
+        let pkt = self.buf_for(&frame);
         if mac.is_some() {
             self.tx.push(pkt);
         } else if let Some(p) = self.hold(remote, pkt, now) {
             self.done.push(p);
         }
+    }
+
+    /// A buffer holding `frame` (ARP, IKE) for the underlay to send: a
+    /// spare one of `done`, else a new one of receive size. Sent buffers
+    /// end up in the bridge's pool and come back as receive buffers, so
+    /// one sized to fit a short frame (an ARP request's 42 bytes) would
+    /// later hold a small frame with no room for its encapsulation and
+    /// ESP trailer: `esp_tx_drop_too_big` once per batch, for as long as
+    /// it circulated (issue 34).
+    fn buf_for(&mut self, frame: &[u8]) -> PacketBuf {
+        if let Some(mut b) = self.done.pop() {
+            if b.set_data(frame) {
+                return b;
+            }
+            self.done.push(b);
+        }
+        rx_sized(frame)
     }
 
     /// Glues the sealed ESP-in-UDP packet `pkt` to the super-frame at
@@ -1371,6 +1557,18 @@ impl Underlay {
         }
         r.map(|_| ())
     }
+}
+
+/// A new buffer of receive size ([`super::fixup::RX_BUF_CAPACITY`], more
+/// for a longer frame) holding `frame`: what the tunnel port allocates for
+/// a frame it makes or receives, never one sized to the frame, since every
+/// buffer is recycled into a pool that hands it out for any frame that
+/// fits (see [`Underlay::buf_for`]).
+fn rx_sized(frame: &[u8]) -> PacketBuf {
+    let mut b = PacketBuf::with_capacity(frame.len().max(super::fixup::RX_BUF_CAPACITY));
+    let ok = b.set_data(frame);
+    debug_assert!(ok, "sized for the frame");
+    b
 }
 
 pub(crate) fn kind_name(k: TunnelKind) -> &'static str {
@@ -1651,7 +1849,7 @@ impl TunnelPort {
                 self.icmp_too_big_ratelimited += 1;
             } else if let Some(reply) = reply {
                 self.icmp_too_big_sent += 1;
-                let mut r = PacketBuf::from_slice(&reply);
+                let mut r = rx_sized(&reply);
                 // As if it came back through the tunnel, so rules that
                 // match tun_id see it like the flow's other packets.
                 let vni = match self.cfg.key {
@@ -2006,6 +2204,14 @@ impl Port for TunnelPort {
         } else {
             Ok(())
         };
+        // Segments the underlay glued in the queue (`queue_slice`) count
+        // as received and merged, as if glued here.
+        if let Some(m) = u.queue_merged.get_mut(&self.id) {
+            let (segs, bytes) = std::mem::take(m);
+            self.stats.rx_packets += segs;
+            self.stats.rx_bytes += bytes;
+            self.gro_merged += segs;
+        }
         if let Some(q) = u.queues.get_mut(&self.id) {
             let base = out.len();
             while n < max {
@@ -2071,6 +2277,16 @@ impl Port for TunnelPort {
         } else {
             Vec::new()
         })
+        // The underlay port's own receive of whole super-frames: how many,
+        // and buffers it had to allocate for them (a few until warm).
+        .chain(u.port.extra_counters().into_iter().filter_map(|(k, v)| {
+            let name = match k {
+                "rx_udp_gso_whole" => "underlay_rx_udp_gso_whole",
+                "rx_buf_allocs" => "underlay_rx_buf_allocs",
+                _ => return None,
+            };
+            Some((name, v))
+        }))
         .collect()
     }
 
@@ -2725,12 +2941,52 @@ mod tests {
         assert_eq!(p.inner_mtu(), lo_mtu - 50);
     }
 
-    /// `esp_gso`: the ESP-in-UDP packets a batch seals for the peer leave
-    /// as one UDP super-frame (same size each, the last may be shorter;
-    /// a packet after a short one starts anew), which cut as the kernel
-    /// or the receiving port cuts it opens into the very frames sent. An
-    /// underlay port without offloads, or `esp_gso=false`, sends them one
-    /// by one (the former counted as fallback).
+    /// One end of the ESP tunnel pair the in-memory tests build: the
+    /// sender (198.18.0.1, SPI 0x2001 out) or the receiver (198.18.0.2),
+    /// with `extra` options, the peer's MAC already known, sequence
+    /// numbers from 1 (its own state directory `dir`).
+    fn esp_end_over_mem(
+        dir: std::path::PathBuf,
+        extra: &[(&str, &str)],
+        sender: bool,
+        t0: Instant,
+    ) -> (TunnelPort, crate::mem::MemHandle) {
+        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
+        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
+        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
+        super::super::ipsec::set_state_dir(Some(dir));
+        let (port, h) = crate::mem::MemPort::with_offloads("underlay:m");
+        let (mac, local, remote, spis, keys) = if sender {
+            (
+                ma,
+                "198.18.0.1",
+                "198.18.0.2",
+                ("0x2001", "0x2002"),
+                (K1, K2),
+            )
+        } else {
+            (
+                mb,
+                "198.18.0.2",
+                "198.18.0.1",
+                ("0x2002", "0x2001"),
+                (K2, K1),
+            )
+        };
+        let (u, cfg) = esp_vxlan_over_mem(port, mac, (local, remote), spis, keys, extra, t0);
+        let mut e = ArpEntry::new();
+        e.mac = Some(if sender { mb } else { ma });
+        e.confirmed = Some(t0);
+        let peer = if sender {
+            [198, 18, 0, 2]
+        } else {
+            [198, 18, 0, 1]
+        };
+        u.borrow_mut().arp.insert(Ipv4Addr::from(peer), e);
+        let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
+        (p, h)
+    }
+
     /// A VXLAN port (key 10) with manual-key ESP in UDP over a fresh
     /// in-memory underlay `mem0` on `port`: the underlay and the port's
     /// configuration, `extra` options last.
@@ -2768,6 +3024,12 @@ mod tests {
         (u, cfg)
     }
 
+    /// `esp_gso`: the ESP-in-UDP packets a batch seals for the peer leave
+    /// as one UDP super-frame (same size each, the last may be shorter;
+    /// a packet after a short one starts anew), which cut as the kernel
+    /// or the receiving port cuts it opens into the very frames sent. An
+    /// underlay port without offloads, or `esp_gso=false`, sends them one
+    /// by one (the former counted as fallback).
     #[test]
     fn esp_in_udp_batches_leave_as_one_udp_super_frame_and_open_back() {
         use nicflow_packet::udp_gso::{plan, SegCsum};
@@ -2891,6 +3153,146 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Small frames over many batches with `esp_gso`, their buffers taken
+    /// from what the port gave back (`done`), last in first out, as the
+    /// bridge's pool hands them out (`fill`: one that does not fit is put
+    /// back and a receive-sized one allocated). The ARP refresh at the
+    /// start of the run must not leave a buffer in that pool too small
+    /// for a frame's ESP packet (issue 34: one ESP packet per UDP
+    /// super-frame dropped as `esp_tx_drop_too_big`); every frame is
+    /// sealed, glued and opened back, in both ESP modes.
+    #[test]
+    fn small_frames_over_many_batches_all_sealed_from_recycled_buffers() {
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        let dir = std::env::temp_dir().join(format!("nf-esp-small-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        super::super::ipsec::set_state_dir(Some(dir.clone()));
+        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
+        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
+        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
+        let t0 = Instant::now();
+        // A 60-byte UDP frame (64 on the wire with the FCS), as the
+        // packet-rate benchmark's generator sends.
+        let inner = |n: u32| {
+            let mut f = vec![0u8; 60];
+            f[0..6].copy_from_slice(&[2, 0, 0, 0, 1, 2]);
+            f[6..12].copy_from_slice(&[2, 0, 0, 0, 1, 1]);
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[14] = 0x45;
+            f[16..18].copy_from_slice(&46u16.to_be_bytes());
+            f[22] = 64;
+            f[23] = 17;
+            f[26..30].copy_from_slice(&[198, 18, 62, 1]);
+            f[30..34].copy_from_slice(&[198, 18, 62, 101]);
+            let c = checksum::checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+            f[34..36].copy_from_slice(&9000u16.to_be_bytes());
+            f[36..38].copy_from_slice(&9001u16.to_be_bytes());
+            f[38..40].copy_from_slice(&26u16.to_be_bytes());
+            f[42..46].copy_from_slice(&n.to_be_bytes());
+            f
+        };
+        for mode in ["tunnel", "transport"] {
+            let end = |port, mac, local, remote, spis, keys| {
+                let (u, cfg) = esp_vxlan_over_mem(
+                    port,
+                    mac,
+                    (local, remote),
+                    spis,
+                    keys,
+                    &[("esp_mode", mode)],
+                    t0,
+                );
+                let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
+                (u, p)
+            };
+            let (tx_port, tx_h) = crate::mem::MemPort::with_offloads("underlay:a");
+            let (a, mut pa) = end(
+                tx_port,
+                ma,
+                "198.18.0.1",
+                "198.18.0.2",
+                ("0x2001", "0x2002"),
+                (K1, K2),
+            );
+            // The peer's MAC is known but old: the first batch asks again
+            // (an ARP request goes out with it).
+            let mut e = ArpEntry::new();
+            e.mac = Some(mb);
+            e.confirmed = Some(t0);
+            a.borrow_mut().arp.insert(Ipv4Addr::new(198, 18, 0, 2), e);
+            let (rx_port, rx_h) = crate::mem::MemPort::new("underlay:b");
+            let (_b, mut pb) = end(
+                rx_port,
+                mb,
+                "198.18.0.2",
+                "198.18.0.1",
+                ("0x2002", "0x2001"),
+                (K2, K1),
+            );
+            let now = t0 + ARP_REFRESH + Duration::from_secs(1);
+            let mut pool: Vec<PacketBuf> = Vec::new();
+            let (batches, per_batch) = (20u32, 40u32);
+            let (mut sent, mut got) = (Vec::new(), Vec::new());
+            let mut rx_pool = Vec::new();
+            for k in 0..batches {
+                let mut pkts = Vec::new();
+                for i in 0..per_batch {
+                    let f = inner(k * per_batch + i);
+                    let mut b = pool.pop().unwrap_or_default();
+                    if !b.set_data(&f) {
+                        pool.push(b);
+                        b = PacketBuf::with_capacity(crate::fixup::RX_BUF_CAPACITY);
+                        assert!(b.set_data(&f));
+                    }
+                    sent.push(f);
+                    pkts.push(b);
+                }
+                let n = pa.send_batch_at(&mut pkts, &mut pool, now).unwrap();
+                assert_eq!(
+                    n,
+                    per_batch as usize,
+                    "{mode} batch {k}: {:?}",
+                    pa.extra_counters()
+                );
+                for (f, o) in tx_h.take_tx_offloads() {
+                    match o {
+                        Some(o) => {
+                            let cut = plan(&f, o.gso_size).unwrap();
+                            for i in 0..cut.segments() {
+                                let mut b = PacketBuf::with_capacity(2048);
+                                assert!(cut.write(&f, i, &mut b, SegCsum::Partial));
+                                rx_h.inject(b.data());
+                            }
+                        }
+                        // The ARP request.
+                        None if f[12..14] == [0x08, 0x06] => {}
+                        None => rx_h.inject(&f),
+                    }
+                }
+                while rx_h.rx_pending() > 0 {
+                    pb.recv_batch(&mut got, 256, &mut rx_pool).unwrap();
+                }
+            }
+            let c = pa.extra_counters();
+            assert!(
+                c.iter()
+                    .all(|(n, v)| !n.starts_with("esp_tx_drop") || *v == 0),
+                "{mode}: {c:?}"
+            );
+            // No buffer too small for its frame's ESP packet came round.
+            assert_eq!(counter(&pa, "esp_tx_buf_grown"), 0, "{mode}");
+            assert_eq!(counter(&pa, "esp_tx_packets"), (batches * per_batch) as u64);
+            assert!(counter(&pa, "esp_tx_gso_frames") >= batches as u64);
+            assert_eq!(got.len(), sent.len(), "{mode}: {:?}", pb.extra_counters());
+            for (g, s) in got.iter().zip(&sent) {
+                assert_eq!(g.data(), &s[..], "{mode}");
+            }
+        }
+        super::super::ipsec::set_state_dir(None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A TCP super-frame sealed segment by segment straight into the UDP
     /// super-frame (`seal_super_frame`) gives exactly the frames of the
     /// ordinary way (the bridge cuts it, each segment is encapsulated,
@@ -2905,54 +3307,18 @@ mod tests {
         use nicflow_packet::udp_gso::{plan, SegCsum};
         let base = std::env::temp_dir().join(format!("nf-esp-fused-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
-        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
-        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
-        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
         let t0 = Instant::now();
         let mut run = 0;
         // A port of a fresh underlay, sequence numbers from 1 (its own
         // state directory).
         let mut end = |mode: &str, sender: bool| {
             run += 1;
-            super::super::ipsec::set_state_dir(Some(base.join(run.to_string())));
-            let (port, h) = crate::mem::MemPort::with_offloads("underlay:m");
-            let (mac, local, remote, spis, keys) = if sender {
-                (
-                    ma,
-                    "198.18.0.1",
-                    "198.18.0.2",
-                    ("0x2001", "0x2002"),
-                    (K1, K2),
-                )
-            } else {
-                (
-                    mb,
-                    "198.18.0.2",
-                    "198.18.0.1",
-                    ("0x2002", "0x2001"),
-                    (K2, K1),
-                )
-            };
-            let (u, cfg) = esp_vxlan_over_mem(
-                port,
-                mac,
-                (local, remote),
-                spis,
-                keys,
+            esp_end_over_mem(
+                base.join(run.to_string()),
                 &[("esp_mode", mode), ("gro", "false")],
+                sender,
                 t0,
-            );
-            let mut e = ArpEntry::new();
-            e.mac = Some(if sender { mb } else { ma });
-            e.confirmed = Some(t0);
-            let peer = if sender {
-                [198, 18, 0, 2]
-            } else {
-                [198, 18, 0, 1]
-            };
-            u.borrow_mut().arp.insert(Ipv4Addr::from(peer), e);
-            let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
-            (p, h)
+            )
         };
         let (a, b): (Ipv4Addr, Ipv4Addr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
         let (m1, m2) = ([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2]);
@@ -3096,6 +3462,199 @@ mod tests {
                     assert_eq!(o.data(), s.data(), "{mode} {what}");
                 }
             }
+        }
+        super::super::ipsec::set_state_dir(None);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// UDP super-frames of ESP handed over whole and opened where they lie
+    /// (`dispatch_udp_super_frame`, segments glued in the queue) give
+    /// exactly what the port's cut gave (each datagram in a buffer of its
+    /// own, opened, glued by the port's coalescing): the same frames,
+    /// offload state and tunnel metadata included, and the same counters,
+    /// drops by reason included, with a forged datagram, one of an unknown
+    /// SPI and a replayed super-frame in the input, in both ESP modes.
+    #[test]
+    fn udp_super_frames_opened_in_place_equal_the_cut_way() {
+        use nicflow_packet::buf::Offload;
+        use nicflow_packet::udp_gso::{plan, SegCsum};
+        let base = std::env::temp_dir().join(format!("nf-esp-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let t0 = Instant::now();
+        let mut run = 0;
+        let mut end = |mode: &str, gro: &str, sender: bool| {
+            run += 1;
+            esp_end_over_mem(
+                base.join(run.to_string()),
+                &[("esp_mode", mode), ("gro", gro)],
+                sender,
+                t0,
+            )
+        };
+        let (a, b): (Ipv4Addr, Ipv4Addr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        let (m1, m2) = ([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2]);
+        let tcp = |seq: u32, len: usize, gso: u16| {
+            let payload: Vec<u8> = (0..len).map(|k| (k * 13 + seq as usize) as u8).collect();
+            let f = FrameBuilder::new(m1, m2)
+                .ipv4(a, b)
+                .ident(seq as u16)
+                .tcp(40000, 5201, 0x10)
+                .tcp_seq(seq)
+                .payload(&payload)
+                .build();
+            let mut p = PacketBuf::with_capacity(f.len() + 2048);
+            assert!(p.set_data(&f));
+            if gso > 0 {
+                p.offload = Some(Offload {
+                    gso_type: GsoType::TcpV4,
+                    gso_size: gso,
+                    hdr_len: 14 + 20 + 20,
+                    csum_start: 14 + 20,
+                    csum_offset: 16,
+                    csum_partial: true,
+                });
+            }
+            p
+        };
+        for (mode, gro) in [
+            ("tunnel", "true"),
+            ("transport", "true"),
+            ("tunnel", "false"),
+        ] {
+            let (mut tx, th) = end(mode, gro, true);
+            let mss = tx.inner_mtu() - 40;
+            let g = mss as u16;
+            let s1 = 10 * mss as u32 + 500;
+            let batch = vec![
+                tcp(1, 0, 0),
+                tcp(100, 10 * mss + 500, g),
+                tcp(100 + s1, 8 * mss, g),
+                tcp(200_000, 5 * mss + 100, g),
+                tcp(2, 0, 0),
+            ];
+            let mut pkts = batch.clone();
+            let mut done = Vec::new();
+            tx.send_batch_at(&mut pkts, &mut done, t0).unwrap();
+            let wire = th.take_tx_offloads();
+            let supers: Vec<usize> = (0..wire.len()).filter(|&k| wire[k].1.is_some()).collect();
+            assert!(!supers.is_empty(), "{mode}: {wire:?}");
+            // A forged copy of the first super-frame (datagram 2's
+            // ciphertext flipped, datagram 3's SPI unknown) first, the
+            // real frames, then the first super-frame replayed.
+            let (f0, o0) = wire[supers[0]].clone();
+            let o0 = o0.unwrap();
+            let cut = plan(&f0, o0.gso_size).unwrap();
+            assert!(cut.segments() > 4, "{mode}");
+            let mut forged = f0.clone();
+            let r2 = cut.payload_range(2).unwrap();
+            forged[r2.start + 40] ^= 1;
+            let r3 = cut.payload_range(3).unwrap();
+            forged[r3.start] ^= 0x80;
+            // Two more: the first super-frame with datagram 1 turned into
+            // IKE's non-ESP marker (taken as a datagram of its own, after
+            // the opening of datagram 0 overwrote the frame's headers in
+            // transport mode), and cut short so that its last datagram has
+            // 5 bytes (not ESP either).
+            let mut marker = f0.clone();
+            let r1 = cut.payload_range(1).unwrap();
+            marker[r1.start..r1.start + 4].fill(0);
+            let last = cut.payload_range(4).unwrap();
+            marker.truncate(last.start + 5);
+            let ip_len = (marker.len() - 14) as u16;
+            marker[16..18].copy_from_slice(&ip_len.to_be_bytes());
+            marker[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+            assert_eq!(plan(&marker, o0.gso_size).unwrap().segments(), 5);
+            let mut input = vec![(forged, Some(o0))];
+            input.extend(wire.iter().cloned());
+            input.push((f0, Some(o0)));
+            input.push((marker, Some(o0)));
+            // The cut way: each datagram injected on its own, as the
+            // port cut it; in place: super-frames whole.
+            let (mut cut_rx, ch) = end(mode, gro, false);
+            let (mut whole_rx, wh) = end(mode, gro, false);
+            let mut datagrams = 0;
+            for (f, o) in &input {
+                match o {
+                    Some(o) => {
+                        let mut offload = *o;
+                        offload.gso_type = GsoType::UdpL4;
+                        wh.inject_with_offload(f, Some(offload));
+                        let c = plan(f, o.gso_size).unwrap();
+                        for i in 0..c.segments() {
+                            let mut d = PacketBuf::with_capacity(2048);
+                            assert!(c.write(f, i, &mut d, SegCsum::Partial));
+                            ch.inject_with_offload(d.data(), d.offload);
+                            datagrams += 1;
+                        }
+                    }
+                    None => {
+                        wh.inject(f);
+                        ch.inject(f);
+                        datagrams += 1;
+                    }
+                }
+            }
+            // (One underlay poll takes every datagram of the cut way, so
+            // both coalesce over the same frames.)
+            assert!(datagrams <= POLL_BATCH, "{mode}: {datagrams}");
+            let mut pool = Vec::new();
+            let (mut got_cut, mut got_whole) = (Vec::new(), Vec::new());
+            while cut_rx.recv_batch(&mut got_cut, 64, &mut pool).unwrap() > 0 {}
+            while whole_rx.recv_batch(&mut got_whole, 64, &mut pool).unwrap() > 0 {}
+            assert_eq!(got_cut.len(), got_whole.len(), "{mode}");
+            for (k, (c, w)) in got_cut.iter().zip(&got_whole).enumerate() {
+                assert!(c.data() == w.data(), "{mode}: frame {k} bytes differ");
+                assert_eq!(c.offload, w.offload, "{mode}: frame {k}");
+                assert_eq!(c.tun, w.tun, "{mode}: frame {k}");
+            }
+            let others = |p: &TunnelPort| {
+                let mut c = p.extra_counters();
+                c.retain(|(k, _)| *k != "esp_rx_in_place");
+                c
+            };
+            assert_eq!(others(&cut_rx), others(&whole_rx), "{mode}");
+            assert_eq!(cut_rx.stats(), whole_rx.stats(), "{mode}");
+            assert_eq!(counter(&cut_rx, "esp_rx_in_place"), 0);
+            let opened = counter(&whole_rx, "esp_rx_packets");
+            let singles = (wire.len() - supers.len()) as u64;
+            assert_eq!(
+                counter(&whole_rx, "esp_rx_in_place"),
+                opened - singles,
+                "{mode}"
+            );
+            assert_eq!(counter(&whole_rx, "esp_rx_drop_auth_failed"), 1, "{mode}");
+            assert_eq!(counter(&whole_rx, "esp_rx_drop_unknown_spi"), 1, "{mode}");
+            // Replayed: the real first super-frame's datagrams but the
+            // two the forged copy did not get through, then all of it,
+            // then the three ESP datagrams of the marked copy.
+            let replayed = 2 * cut.segments() as u64 - 2 + 3;
+            assert_eq!(
+                counter(&whole_rx, "underlay_rx_drop_not_tunnel"),
+                2,
+                "{mode}"
+            );
+            assert_eq!(
+                counter(&whole_rx, "esp_rx_drop_replayed"),
+                replayed,
+                "{mode}"
+            );
+            assert_eq!(
+                counter(&whole_rx, "rx_gro_merged") > 0,
+                gro == "true",
+                "{mode}"
+            );
+            // And what came out is the batch's payload, every byte once
+            // (the forged copy's good datagrams came first, so not in
+            // order).
+            let payload = |ps: &[PacketBuf]| -> usize {
+                ps.iter()
+                    .map(|p| {
+                        let l = nicflow_packet::parse(p.data()).unwrap();
+                        p.len() - (usize::from(l.l4_offset) + 20)
+                    })
+                    .sum()
+            };
+            assert_eq!(payload(&got_whole), payload(&batch), "{mode}");
         }
         super::super::ipsec::set_state_dir(None);
         let _ = std::fs::remove_dir_all(&base);

@@ -66,6 +66,11 @@ pub const MAX_RECIRC: u32 = 6;
 /// k^5 passes).
 pub const MAX_PASSES: u32 = 64;
 
+/// Most flows one connection's set-up in the kernel translates and caches
+/// ahead of its packets (`install_for_setup`): the originator's two passes
+/// and the reply's two, for its ACK and its SYN-ACK.
+const SETUP_XLATE_MAX: usize = 6;
+
 /// Reference from a datapath flow to what its translation went through, so
 /// the flow's counters can be credited there (OVS's xlate cache): one per
 /// table lookup, with the rule it hit (`dump-flows`) or `None` for a miss
@@ -685,8 +690,17 @@ impl Datapath {
             self.recirculate(in_port, first, &mut passes, handler, now, tx, &mut budget);
         }
         self.recirc = passes;
+    }
+
+    /// Connections set up in the kernel that are likely over: their
+    /// entries are read and those of closed connections removed
+    /// (`CtOffloads::poll_setup`). The bridge calls this after each
+    /// received batch, once the batch's frames are sent: the poll's map
+    /// reads and removals (about a dozen system calls per connection)
+    /// would otherwise delay them, a just set-up connection's SYN among
+    /// them.
+    pub fn poll_ct_setup(&mut self, now: Instant) {
         if let Some(off) = self.offload.as_deref_mut() {
-            // Connections set up in the kernel that are likely over.
             self.ct_offloads
                 .poll_setup(&mut self.conntrack, off, &mut self.flows, now, 64);
         }
@@ -736,7 +750,7 @@ impl Datapath {
             let after = self.pass_ct.take();
             passes[at..].reverse();
             if depth == 1 {
-                self.consider_ct_offload(first, second, &meta, after, now);
+                self.consider_ct_offload(first, second, &meta, after, handler, now);
             }
         }
     }
@@ -750,14 +764,15 @@ impl Datapath {
         second: Option<(RuleId, FlowKey)>,
         meta: &ct::CtMeta,
         after: Option<nicflow_conntrack::CtResult>,
+        handler: &mut dyn UpcallHandler,
         now: Instant,
     ) {
         let (Some((f1, key)), Some((f2, key2))) = (first, second) else {
             return;
         };
-        let Some(off) = self.offload.as_deref_mut() else {
+        if self.offload.is_none() {
             return;
-        };
+        }
         let Some(r) = meta.result else {
             return;
         };
@@ -771,17 +786,42 @@ impl Datapath {
             else {
                 return;
             };
-            self.ct_offloads.setup(
-                h,
-                (f1, &key),
-                &key2,
-                &self.flows,
-                &mut self.conntrack,
-                off,
-                now,
-            );
+            // A flow the connection's later packets will take that is not
+            // cached yet is translated now, as revalidation translates
+            // (no side effects), and installed; then the set-up tries
+            // again. A load balancer's reply flows need this: its table
+            // looks at the destination port for the VIP's new
+            // connections, so the replies' megaflows carry the client's
+            // port and no earlier connection cached them.
+            for i in 0..=SETUP_XLATE_MAX {
+                let Some(off) = self.offload.as_deref_mut() else {
+                    return;
+                };
+                let Some(miss) = self.ct_offloads.setup(
+                    h,
+                    (f1, &key),
+                    &key2,
+                    &self.flows,
+                    &mut self.conntrack,
+                    off,
+                    now,
+                ) else {
+                    return;
+                };
+                if i == SETUP_XLATE_MAX {
+                    break;
+                }
+                if !self.install_for_setup(&miss, handler, now) {
+                    self.ct_offloads.refuse_setup("ct:setup-xlate-refused");
+                    return;
+                }
+            }
+            self.ct_offloads.refuse_setup("ct:setup-not-cached");
             return;
         }
+        let Some(off) = self.offload.as_deref_mut() else {
+            return;
+        };
         let Some(h) = r.conn else {
             return;
         };
@@ -999,6 +1039,33 @@ impl Datapath {
             }
             tx.pkts.push((port, b));
         }
+    }
+
+    /// Translate `key` (a later packet of a connection being set up in
+    /// the kernel) without side effects and cache the decision, as an
+    /// upcall of that packet would. Only a decision that can be cached
+    /// and learns nothing (no MAC learning, no state change: those must
+    /// happen when the packet is really seen) is installed. Whether it
+    /// was.
+    fn install_for_setup(
+        &mut self,
+        key: &FlowKey,
+        handler: &mut dyn UpcallHandler,
+        now: Instant,
+    ) -> bool {
+        // Flows installed ahead stay until idle expiry even if the set-up
+        // fails: never more than half the cache, so that a SYN flood
+        // cannot keep real upcalls from installing.
+        if !self.cfg.caches_enabled || self.flows.len() >= self.cfg.flow_limit / 2 {
+            return false;
+        }
+        let out = handler.revalidate(key);
+        if !out.install || out.learned.is_some() || out.state_changed || !out.emitted.is_empty() {
+            return false;
+        }
+        self.ct_offloads.setup_xlates += 1;
+        self.install(key, out, now);
+        true
     }
 
     fn install(&mut self, key: &FlowKey, out: XlateOut, now: Instant) -> RuleId {
@@ -1235,19 +1302,29 @@ impl Datapath {
     }
 
     /// Give transmitted buffers back (the pool keeps at most
-    /// [`POOL_MAX`] of them).
+    /// [`POOL_MAX`] of them, and only full-size ones: see [`poolable`]).
     pub fn recycle(&mut self, mut bufs: Vec<PacketBuf>) -> Vec<PacketBuf> {
-        let room = POOL_MAX.saturating_sub(self.pool.len());
-        let n = bufs.len().min(room);
-        self.pool.extend(bufs.drain(..n));
-        bufs.clear();
+        for buf in bufs.drain(..) {
+            give_back(&mut self.pool, buf);
+        }
         bufs
     }
 }
 
+/// May `buf` go into the pool? Every buffer the pool hands out must hold
+/// any frame a port receives and any growth on the way out (tunnel and
+/// ESP headers in place): a buffer some path sized to one short frame
+/// (an ARP reply, a copied frame) would otherwise come back for a frame
+/// it cannot hold (issue 34: small ESP frames dropped as too big). Such
+/// buffers are freed instead.
+#[inline]
+fn poolable(buf: &PacketBuf) -> bool {
+    buf.capacity() >= execute::BUF_CAPACITY
+}
+
 #[inline]
 fn give_back(pool: &mut Vec<PacketBuf>, buf: PacketBuf) {
-    if pool.len() < POOL_MAX {
+    if pool.len() < POOL_MAX && poolable(&buf) {
         pool.push(buf);
     }
 }
@@ -1259,5 +1336,22 @@ fn credit(f: &mut DpFlow, handler: &mut dyn UpcallHandler) {
     if dp > 0 {
         handler.credit(&f.rules, f.learned, dp, db, t.used.unwrap_or(f.created));
         f.credited = (t.packets, t.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer sized to one short frame is freed, not pooled: the pool
+    /// must only hand out buffers that hold any frame (issue 34).
+    #[test]
+    fn the_pool_keeps_full_size_buffers_only() {
+        let mut pool = Vec::new();
+        give_back(&mut pool, PacketBuf::from_slice(&[0; 60]));
+        assert!(pool.is_empty(), "a frame-sized buffer was pooled");
+        give_back(&mut pool, PacketBuf::with_capacity(execute::BUF_CAPACITY));
+        assert_eq!(pool.len(), 1);
+        assert!(poolable(&pool[0]));
     }
 }
