@@ -405,9 +405,23 @@ pub struct Packets {
     #[serde(default)]
     pub underlay_rx_buf_allocs: u64,
     /// The ESP drop counters by name (`esp_rx_drop_replay`, ...), both
-    /// daemons, the non-zero ones.
+    /// daemons, the non-zero ones; beside them (not in `esp_drops`: they
+    /// count frames, not ESP packets) the underlay port's receive drops
+    /// (`underlay_rx_drop_ring_full`, ...: frames the kernel dropped before
+    /// the daemon read them, a UDP super-frame being many ESP packets) and
+    /// the container ports' (`vc1:rx_drop_ring_full`, ...).
     #[serde(default)]
     pub drops_by: std::collections::BTreeMap<String, u64>,
+    /// Frames the underlay ports lost before the daemon read them (the sum
+    /// of `underlay_rx_drop_*`), both daemons.
+    #[serde(default)]
+    pub underlay_rx_drops: u64,
+    /// UDP super-frames of ESP sent and the ESP packets in them
+    /// (`esp_tx_gso_frames`, `esp_tx_gso_packets`), both daemons.
+    #[serde(default)]
+    pub esp_gso_frames: u64,
+    #[serde(default)]
+    pub esp_gso_packets: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -973,6 +987,25 @@ impl IpsecLab {
                         if k.starts_with("esp_rx_drop_") || k.starts_with("esp_tx_drop_") {
                             p.esp_drops += v;
                             *p.drops_by.entry(k.clone()).or_default() += v;
+                        } else if k.starts_with("underlay_rx_drop_") {
+                            p.underlay_rx_drops += v;
+                            *p.drops_by.entry(k.clone()).or_default() += v;
+                        }
+                    }
+                }
+                p.esp_gso_frames += c("esp_tx_gso_frames");
+                p.esp_gso_packets += c("esp_tx_gso_packets");
+            }
+            // The container's port: what it lost before the daemon read it
+            // (the generator outrunning H1's daemon), by reason.
+            let port = host_end(d.host);
+            if let Some(c) = ports.iter().find(|x| x["name"] == port) {
+                if let Some(m) = c["counters"].as_object() {
+                    for (k, v) in m {
+                        if k.starts_with("rx_drop_") {
+                            if let Some(v) = v.as_u64().filter(|&v| v > 0) {
+                                *p.drops_by.entry(format!("{port}:{k}")).or_default() += v;
+                            }
                         }
                     }
                 }
@@ -1089,6 +1122,9 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                         .underlay_rx_buf_allocs
                         .saturating_sub(b.underlay_rx_buf_allocs),
                     drops_by: counters_between(&b.drops_by, &a.drops_by),
+                    underlay_rx_drops: a.underlay_rx_drops.saturating_sub(b.underlay_rx_drops),
+                    esp_gso_frames: a.esp_gso_frames.saturating_sub(b.esp_gso_frames),
+                    esp_gso_packets: a.esp_gso_packets.saturating_sub(b.esp_gso_packets),
                 });
             }
             Ok(ph)
@@ -1699,9 +1735,41 @@ pub struct PpsWire {
     /// strongSwan's ESP in UDP, the unencrypted overlay's VXLAN).
     pub underlay_tx_h1: u64,
     pub underlay_rx_h2: u64,
-    /// ESP drop counters by name over the burst, both daemons.
+    /// ESP drop counters by name over the burst, both daemons (and the
+    /// underlay and container ports' receive drops, see [`Packets::drops_by`]).
     #[serde(default)]
     pub drops_by: std::collections::BTreeMap<String, u64>,
+    /// Frames H2's underlay port lost before H2's daemon read them (the
+    /// kernel's drops, `underlay_rx_drop_*`), over the burst.
+    #[serde(default)]
+    pub underlay_rx_drops_h2: u64,
+    /// ESP packets per UDP super-frame H1 sent over the burst
+    /// (`esp_tx_gso_packets ÷ esp_tx_gso_frames`; 1 without super-frames).
+    #[serde(default)]
+    pub esp_per_frame_h1: Option<f64>,
+}
+
+impl PpsWire {
+    /// ESP packets sealed on H1 that H2's daemon never opened nor dropped
+    /// by an ESP reason.
+    pub fn esp_lost(&self) -> u64 {
+        self.esp_tx_h1
+            .saturating_sub(self.esp_rx_h2)
+            .saturating_sub(self.esp_drops)
+    }
+
+    /// ESP packets in the frames H2's underlay port lost (the kernel counts
+    /// frames: each is taken as H1's average super-frame).
+    pub fn esp_in_underlay_drops(&self) -> Option<f64> {
+        Some(self.underlay_rx_drops_h2 as f64 * self.esp_per_frame_h1?)
+    }
+
+    /// Of the ESP packets lost, the share the underlay's drop counters
+    /// account for (about 1 when they explain the loss).
+    pub fn lost_accounted(&self) -> Option<f64> {
+        let lost = self.esp_lost();
+        (lost > 0).then(|| self.esp_in_underlay_drops().unwrap_or(0.0) / lost as f64)
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -1792,7 +1860,17 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
     let (b1, b2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
     let burst = pktrate::burst_counting(&ends, &t, None, &lab.switch_pids())?;
     let (a1, a2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
+    let gso_frames = a1.esp_gso_frames.saturating_sub(b1.esp_gso_frames);
+    let gso_packets = a1.esp_gso_packets.saturating_sub(b1.esp_gso_packets);
     let wire = PpsWire {
+        underlay_rx_drops_h2: a2.underlay_rx_drops.saturating_sub(b2.underlay_rx_drops),
+        esp_per_frame_h1: if gso_frames > 0 {
+            Some(gso_packets as f64 / gso_frames as f64)
+        } else if run.engine.is_ipsec() {
+            Some(1.0)
+        } else {
+            None
+        },
         esp_tx_h1: a1.esp_tx.saturating_sub(b1.esp_tx),
         esp_rx_h2: a2.esp_rx.saturating_sub(b2.esp_rx),
         esp_drops: (a1.esp_drops + a2.esp_drops).saturating_sub(b1.esp_drops + b2.esp_drops),
@@ -1816,7 +1894,7 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
         ),
     };
     eprintln!(
-        "[ipsec pps] {} {flows} flows: sent {} ({:.0}/s, {}), delivered {} ({:.0}/s), esp sealed {} opened {} drops {} {:?}, underlay tx {} rx {}, machine {:.2} cores, daemons {:.2} cores",
+        "[ipsec pps] {} {flows} flows: sent {} ({:.0}/s, {}), delivered {} ({:.0}/s), esp sealed {} opened {} drops {} {:?}, lost {} (H2 underlay dropped {} frames, ~{:.0} ESP), underlay tx {} rx {}, machine {:.2} cores, daemons {:.2} cores",
         run.engine.name(),
         burst.sent,
         burst.sent_pps,
@@ -1827,6 +1905,9 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
         wire.esp_rx_h2,
         wire.esp_drops,
         wire.drops_by,
+        wire.esp_lost(),
+        wire.underlay_rx_drops_h2,
+        wire.esp_in_underlay_drops().unwrap_or(0.0),
         wire.underlay_tx_h1,
         wire.underlay_rx_h2,
         burst.machine_cores,
@@ -1906,6 +1987,21 @@ fn delivered_per_underlay(r: &PpsRun) -> Option<f64> {
     delivered_per_esp(burst_of(r)?.received, r.extra.wire.as_ref()?.underlay_rx_h2)
 }
 
+/// ESP packets H2 opened ÷ H1 sealed (nicflow with IPsec).
+fn opened_per_sealed(r: &PpsRun) -> Option<f64> {
+    let w = r.extra.wire.as_ref()?;
+    (r.engine.is_ipsec() && w.esp_tx_h1 > 0).then(|| w.esp_rx_h2 as f64 / w.esp_tx_h1 as f64)
+}
+
+/// ESP packets in the frames H2's underlay port counted as dropped ÷ ESP
+/// packets sealed and neither opened nor dropped by an ESP reason.
+fn lost_accounted(r: &PpsRun) -> Option<f64> {
+    if !r.engine.is_ipsec() {
+        return None;
+    }
+    r.extra.wire.as_ref()?.lost_accounted()
+}
+
 const PPS_SPECS: [Spec<PpsRun>; 4] = [
     (
         "pps",
@@ -1976,7 +2072,12 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
          counts the frames carrying the generator's sequence numbers. **delivered Mpps** = \
          frames the sink counted ÷ the generator's seconds: what came out of the encrypted \
          tunnel, not what was sent. Beside it the ESP packets H1's daemon sealed and H2's \
-         opened over the same burst, and H2's underlay veth's received packets. CPU: \
+         opened over the same burst, and H2's underlay veth's received packets. **ESP lost \
+         accounted**: the ESP packets sealed but neither opened nor dropped by an ESP reason, \
+         against the frames H2's underlay port lost before its daemon read them \
+         (`underlay_rx_drop_*`: the kernel's drops, e.g. the upcall socket's receive queue \
+         full), each taken as H1's average UDP super-frame of ESP packets (about 1 when the \
+         counters explain the loss). CPU: \
          /proc/stat over the burst (the generator's busy loop is one of the busy cores) and \
          the two daemons' (charons') utime+stime. Medians over repetitions.\n",
         o.reps,
@@ -1996,6 +2097,8 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
         ("delivered ÷ sent", delivered_share, 3),
         ("delivered ÷ ESP opened", delivered_per_opened, 3),
         ("delivered ÷ underlay rx", delivered_per_underlay, 3),
+        ("ESP opened ÷ sealed", opened_per_sealed, 3),
+        ("ESP lost accounted", lost_accounted, 2),
         ("machine cores", pps_machine_cores, 2),
         ("daemon cores", pps_daemon_cores, 2),
         ("daemon µs/pkt", pps_daemon_us, 2),
@@ -2368,6 +2471,26 @@ mod tests {
         assert_eq!(d, m(&[("esp_tx_drop_queue", 4), ("esp_rx_drop_icv", 1)]));
         assert_eq!(delivered_per_esp(90, 100), Some(0.9));
         assert_eq!(delivered_per_esp(5, 0), None);
+        // 1,000 sealed, 600 opened, 10 dropped by ESP: 390 lost; H2's
+        // underlay dropped 13 super-frames of 30 ESP packets each.
+        let w = PpsWire {
+            esp_tx_h1: 1000,
+            esp_rx_h2: 600,
+            esp_drops: 10,
+            underlay_rx_drops_h2: 13,
+            esp_per_frame_h1: Some(30.0),
+            ..Default::default()
+        };
+        assert_eq!(w.esp_lost(), 390);
+        assert_eq!(w.esp_in_underlay_drops(), Some(390.0));
+        assert_eq!(w.lost_accounted(), Some(1.0));
+        // Nothing lost: nothing to account for.
+        let none = PpsWire {
+            esp_tx_h1: 10,
+            esp_rx_h2: 10,
+            ..Default::default()
+        };
+        assert_eq!(none.lost_accounted(), None);
     }
 
     fn pps_run(engine: IpEngine, flows: usize, rep: usize, sent: u64, received: u64) -> PpsRun {

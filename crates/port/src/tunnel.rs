@@ -2168,6 +2168,43 @@ struct TxBatch {
     sent: usize,
 }
 
+/// The underlay port's receive drops by reason, named `underlay_rx_drop_*`:
+/// what never reached the underlay's ESP open or tunnel lookup, and so no
+/// `esp_rx_drop_*` counter sees. The one that matters under load is
+/// `underlay_rx_drop_ring_full`: the kernel's drops for a full packet
+/// socket receive queue or ring (AF_PACKET `PACKET_STATISTICS`, e.g. a TC
+/// underlay's upcall socket when the daemon falls behind) or AF_XDP ring
+/// (`XDP_STATISTICS`). Counted in frames as the kernel counts them: one
+/// dropped UDP super-frame is all the ESP packets it carried.
+/// `underlay_rx_drop_other` is what the port counts as dropped without a
+/// reason (its `rx_dropped` beyond the named ones), as the bridge's drop
+/// summary does for its own ports.
+fn underlay_port_rx_drops(port: &dyn Port) -> Vec<(&'static str, u64)> {
+    let mut named = 0u64;
+    let mut out: Vec<(&'static str, u64)> = port
+        .extra_counters()
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let name = match k {
+                "rx_drop_ring_full" => "underlay_rx_drop_ring_full",
+                "rx_drop_kernel" => "underlay_rx_drop_kernel",
+                "rx_drop_truncated" => "underlay_rx_drop_truncated",
+                "rx_drop_oversize" => "underlay_rx_drop_oversize",
+                "rx_drop_invalid_desc" => "underlay_rx_drop_invalid_desc",
+                "rx_udp_gso_malformed" => "underlay_rx_drop_udp_gso_malformed",
+                _ => return None,
+            };
+            named += v;
+            Some((name, v))
+        })
+        .collect();
+    out.push((
+        "underlay_rx_drop_other",
+        port.stats().rx_dropped.saturating_sub(named),
+    ));
+    out
+}
+
 impl Drop for TunnelPort {
     fn drop(&mut self) {
         self.underlay.borrow_mut().remove_endpoint(self.id);
@@ -2287,6 +2324,7 @@ impl Port for TunnelPort {
             };
             Some((name, v))
         }))
+        .chain(underlay_port_rx_drops(u.port.as_ref()))
         .collect()
     }
 
@@ -2819,6 +2857,76 @@ mod tests {
             .find(|(n, _)| *n == name)
             .unwrap_or_else(|| panic!("no counter {name}"))
             .1
+    }
+
+    /// An underlay port whose kernel dropped frames before they reached
+    /// it (as a full upcall socket does): only its counters matter.
+    struct DroppingPort;
+
+    impl Port for DroppingPort {
+        fn name(&self) -> &str {
+            "underlay:drop0"
+        }
+        fn recv_batch(
+            &mut self,
+            _out: &mut Vec<PacketBuf>,
+            _max: usize,
+            _pool: &mut Vec<PacketBuf>,
+        ) -> io::Result<usize> {
+            Ok(0)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> io::Result<usize> {
+            let n = pkts.len();
+            done.append(pkts);
+            Ok(n)
+        }
+        fn stats(&self) -> PortStats {
+            // 7 + 2 named below, 3 without a reason.
+            PortStats {
+                rx_dropped: 12,
+                ..PortStats::default()
+            }
+        }
+        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+            vec![
+                ("rx_drop_ring_full", 7),
+                ("rx_udp_gso_malformed", 2),
+                ("rx_gso_frames", 5),
+            ]
+        }
+    }
+
+    /// Frames the underlay port lost (the kernel's full receive queue of
+    /// its socket, malformed super-frames, unnamed ones) show on the tunnel
+    /// port by reason: no ESP counter sees them, and without these the
+    /// ESP packets in a super-frame the kernel dropped went uncounted
+    /// (issue 34, `bench ipsec --mode pps`).
+    #[test]
+    fn underlay_port_receive_drops_show_on_the_tunnel_port_by_reason() {
+        let t0 = Instant::now();
+        let u = Rc::new(RefCell::new(Underlay::new(
+            "drop0".into(),
+            Box::new(DroppingPort),
+            [2, 0, 0, 0, 0, 0xaa],
+            1500,
+            None,
+            t0,
+        )));
+        let mut cfg = tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10");
+        cfg.underlay = "drop0".into();
+        let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
+        assert_eq!(counter(&p, "underlay_rx_drop_ring_full"), 7);
+        assert_eq!(counter(&p, "underlay_rx_drop_udp_gso_malformed"), 2);
+        assert_eq!(counter(&p, "underlay_rx_drop_other"), 3);
+        // Not a drop: not renamed into one.
+        assert!(p
+            .extra_counters()
+            .iter()
+            .all(|(n, _)| !n.contains("gso_frames") || !n.starts_with("underlay_")));
     }
 
     #[test]
