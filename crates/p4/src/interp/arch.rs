@@ -320,8 +320,8 @@ fn run_block(
 /// of a map keyed by type name: the same values taken, reset, initialised
 /// and written back, without hashing a name per parameter and block.
 /// `spare`: the values the last packet left, reset and reused.
-fn run_block_slots(
-    run: &mut Run,
+fn run_block_slots<'a>(
+    run: &mut Run<'a>,
     arch: Arch,
     layout: &crate::interp::fast::SharedLayout,
     slots: &mut [Option<Value>],
@@ -330,14 +330,16 @@ fn run_block_slots(
     c: &Ctx,
 ) -> Result<(bool, Option<String>), Ctl> {
     use crate::interp::fast::ParamSlot;
-    let p = run.p;
+    let p: &'a Prog = run.p;
     let b = block_at(run, pos);
     let blk = &p.blocks[b];
     let Some(ps) = layout.params.get(pos) else {
         return Err(Ctl::Fail("no slot layout for a main block".into()));
     };
-    let mut vals = run.st.pool.data.pop().unwrap_or_default();
-    vals.clear();
+    // The parameters bound straight into the block's frame and written
+    // back from it (no parameter vector in between: each 56-byte value
+    // moves once in and once out).
+    let mut frame = run.new_frame();
     for ((prm, t), ps) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
         let v = match *ps {
             ParamSlot::PktIn => Value::Instance(PKT_IN),
@@ -383,10 +385,18 @@ fn run_block_slots(
                 }
             }
         };
-        vals.push(v);
+        frame.push((prm.name.name.as_str(), v));
     }
-    let (mut vals, rejected, exited) = run_block_outcome(run, b, vals)?;
-    for ((prm, ps), v) in blk.params().iter().zip(ps).zip(vals.drain(..)) {
+    let (mut frame, r) = run.run_block_frame(b, frame);
+    let (rejected, exited) = match r {
+        Ok(exited) => (None, exited),
+        Err(Ctl::Reject(e)) => (Some(reject_error(e)), false),
+        Err(e) => {
+            run.recycle(frame);
+            return Err(e);
+        }
+    };
+    for ((prm, ps), (_, v)) in blk.params().iter().zip(ps).zip(frame.drain(..)) {
         if let ParamSlot::Shared { slot, .. } = *ps {
             // As the map: written back unless an `in` parameter's value
             // is already there.
@@ -398,9 +408,7 @@ fn run_block_slots(
             }
         }
     }
-    if run.st.pool.data.len() < 16 {
-        run.st.pool.data.push(vals);
-    }
+    run.recycle(frame);
     Ok((exited, rejected))
 }
 
@@ -1096,13 +1104,17 @@ fn run_block_outcome(
         Ok((v, e)) => Ok((v, None, e)),
         Err(Ctl::Reject(e)) => {
             let v = run.reject_vals.take().unwrap_or_default();
-            let e = if e.is_empty() {
-                "NoError".to_string()
-            } else {
-                e
-            };
-            Ok((v, Some(e), false))
+            Ok((v, Some(reject_error(e)), false))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The parser error a reject carries (`NoError` for a bare reject).
+fn reject_error(e: String) -> String {
+    if e.is_empty() {
+        "NoError".to_string()
+    } else {
+        e
     }
 }

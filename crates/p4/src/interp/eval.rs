@@ -373,7 +373,7 @@ impl<'a> Run<'a> {
     }
 
     /// Keeps `f`'s storage for reuse.
-    fn recycle(&mut self, mut f: Vec<(&'a str, Value)>) {
+    pub(super) fn recycle(&mut self, mut f: Vec<(&'a str, Value)>) {
         f.clear();
         self.spare.push(f);
     }
@@ -1325,6 +1325,35 @@ impl<'a> Run<'a> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// [`Run::run_block`] with the parameters already bound in `frame`
+    /// (name, value, in the block's parameter order): the caller moves
+    /// each value into the frame and out of it once, where `run_block`
+    /// also moves it through a parameter vector each way (the main
+    /// blocks' headers and metadata, per block and packet). Gives the
+    /// frame back whatever the outcome (its first entries are the
+    /// parameters after the block, also after a parser's reject) with
+    /// whether `exit` ran.
+    pub(super) fn run_block_frame(
+        &mut self,
+        b: usize,
+        frame: Vec<(&'a str, Value)>,
+    ) -> (Vec<(&'a str, Value)>, R<bool>) {
+        let saved_block = self.block.replace(b);
+        let saved_base = self.base;
+        self.frames.push(frame);
+        self.base = self.frames.len() - 1;
+        let r = self.run_block_body(b);
+        let frame = self.frames.pop().unwrap_or_default();
+        self.base = saved_base;
+        self.block = saved_block;
+        let r = match r {
+            Ok(()) => Ok(false),
+            Err(Ctl::Exit) => Ok(true),
+            Err(e) => Err(e),
+        };
+        (frame, r)
     }
 
     fn run_block_body(&mut self, b: usize) -> R<()> {
