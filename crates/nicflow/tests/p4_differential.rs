@@ -15,13 +15,13 @@ use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 
 fn corpus() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
-    if p.join("include/core.p4").is_file() {
-        Some(p)
-    } else {
-        common::skipped(&format!("no P4 corpus at {}", p.display()));
-        None
+    let found = nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))]);
+    if found.is_none() {
+        common::skipped(
+            "no P4 corpus (shared/p4-corpus beside the checkout, or $NICFLOW_P4_CORPUS)",
+        );
     }
+    found
 }
 
 /// A program with entries (STF `add`/`setdefault` lines) and its ports.

@@ -41,10 +41,8 @@ use std::time::Duration;
 /// the tutorial.
 fn corpus() -> Option<PathBuf> {
     let found = p4demo::corpus().or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/p4-corpus"))
-            .find(|c| c.join("netronome/ipv6_forward.p4").is_file())
+        nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))])
+            .filter(|c| c.join("netronome/ipv6_forward.p4").is_file())
     });
     if found.is_none() {
         skipped("no P4 corpus with netronome/ipv6_forward.p4 (shared/p4-corpus)");

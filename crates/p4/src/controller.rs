@@ -274,10 +274,8 @@ control C(inout headers hdr, inout metadata m) { apply { } }
 control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.eth); } }
 V1Switch(P(), VC(), I(), E(), C(), D()) main;
 "#;
-        let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/p4-corpus/include"))
-            .find(|p| p.join("v1model.p4").exists());
+        let inc = crate::corpus::find_corpus(&[std::path::Path::new(env!("CARGO_MANIFEST_DIR"))])
+            .map(|c| c.join("include"));
         let Some(inc) = inc else {
             eprintln!("SKIPPED: shared/p4-corpus/include not found");
             return;

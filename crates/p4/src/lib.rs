@@ -15,6 +15,7 @@
 
 pub mod ast;
 pub mod controller;
+pub mod corpus;
 pub mod entries;
 pub mod front;
 pub mod interp;

@@ -7,16 +7,13 @@ use nicflow_p4::front::{parse_file, parse_str};
 use std::path::{Path, PathBuf};
 
 fn corpus() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
-    let q = PathBuf::from("/work/shared/p4-corpus");
-    match (p.is_dir(), q.is_dir()) {
-        (true, _) => Some(p),
-        (_, true) => Some(q),
-        _ => {
-            println!("skipping: P4 corpus not found at {}", p.display());
-            None
-        }
+    let found = nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))]);
+    if found.is_none() {
+        println!(
+            "skipping: no P4 corpus (shared/p4-corpus beside the checkout, or $NICFLOW_P4_CORPUS)"
+        );
     }
+    found
 }
 
 fn parse_corpus(rel: &str) -> Option<Program> {

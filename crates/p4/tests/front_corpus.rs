@@ -7,18 +7,13 @@ use std::path::{Path, PathBuf};
 
 /// The corpus sits next to the repository: `<repo>/../shared/p4-corpus`.
 fn corpus() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        let q = PathBuf::from("/work/shared/p4-corpus");
-        if q.is_dir() {
-            Some(q)
-        } else {
-            println!("skipping: P4 corpus not found at {}", p.display());
-            None
-        }
+    let found = nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))]);
+    if found.is_none() {
+        println!(
+            "skipping: no P4 corpus (shared/p4-corpus beside the checkout, or $NICFLOW_P4_CORPUS)"
+        );
     }
+    found
 }
 
 #[test]

@@ -171,9 +171,7 @@ fn deep_nesting_is_refused_not_overflowed() {
 }
 
 fn corpus() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
-    let q = PathBuf::from("/work/shared/p4-corpus");
-    [p, q].into_iter().find(|d| d.is_dir())
+    nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))])
 }
 
 #[test]

@@ -13,13 +13,7 @@ use nicflow_p4rt::p4info_gen::{from_text, generate, to_text};
 use nicflow_p4rt::proto::p4::config::v1 as cfg;
 
 fn corpus() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("NICFLOW_P4_CORPUS") {
-        return Some(PathBuf::from(p));
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|a| a.join("shared/p4-corpus"))
-        .find(|p| p.join("include/core.p4").exists())
+    nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))])
 }
 
 fn action_name(info: &cfg::P4Info, id: u32) -> String {

@@ -32,13 +32,8 @@ fn python() -> Result<String, String> {
 /// The shared P4 corpus: $NICFLOW_P4_CORPUS, else `shared/p4-corpus` beside
 /// the repository or one of its parents (CI puts shared/ next to the clone).
 fn corpus() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("NICFLOW_P4_CORPUS") {
-        return Some(PathBuf::from(p));
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|a| a.join("shared/p4-corpus"))
-        .find(|p| p.join("v1model/ternary2-bmv2.p4.p4info.txtpb").exists())
+    nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))])
+        .filter(|p| p.join("v1model/ternary2-bmv2.p4.p4info.txtpb").exists())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,18 +11,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
 pub fn corpus() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/p4-corpus");
-    if p.join("README.md").exists() {
-        Some(p)
-    } else {
-        let alt = PathBuf::from("/work/shared/p4-corpus");
-        if alt.join("README.md").exists() {
-            Some(alt)
-        } else {
-            eprintln!("p4 corpus not found; skipping");
-            None
-        }
+    let found =
+        nicflow_p4::corpus::find_corpus(&[std::path::Path::new(env!("CARGO_MANIFEST_DIR"))]);
+    if found.is_none() {
+        eprintln!("p4 corpus not found; skipping");
     }
+    found
 }
 
 pub fn load(rel: &str) -> Option<Pipeline> {
