@@ -1703,10 +1703,10 @@ fn end_state_list(m: &mut String, title: &str, list: &[(CtEngine, serde_json::Va
 fn engine_what(sc: Scenario, e: CtEngine) -> &'static str {
     match (sc, e) {
         (Scenario::Firewall, CtEngine::Nicflow) => {
-            "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; new connections go through the tracker in userspace, established ones move to the TC engine"
+            "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; a new TCP connection's SYN goes through the tracker in userspace, which sets the connection up in the TC engine (both directions; `NICFLOW_CT_SETUP=0` in the daemon's environment turns that off), the rest of it runs there"
         }
         (Scenario::Lb, CtEngine::Nicflow) => {
-            "nicflow with the defaults (nicflow-tc), the load-balancer tables and group below; new connections in userspace, established ones (24 packets and more) in the TC engine with the NAT rewrite"
+            "nicflow with the defaults (nicflow-tc), the load-balancer tables and group below; a new connection's SYN in userspace, which sets the connection up in the TC engine with the NAT rewrite (`NICFLOW_CT_SETUP_NAT=0` turns that off: then established connections, 24 packets and more, move there)"
         }
         (_, CtEngine::NicflowNooffload) => {
             "the same nicflow switch with `nicflow set br0 offload=none`: every packet through the userspace datapath"

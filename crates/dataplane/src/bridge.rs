@@ -1328,14 +1328,14 @@ impl Bridge {
         self.dp.sync_ct_offloads(Instant::now());
     }
 
-    /// Turn connection set-up in the kernel on or off (off by default,
-    /// `NICFLOW_CT_SETUP=1` in the environment turns it on).
+    /// Turn connection set-up in the kernel on or off (on by default,
+    /// `NICFLOW_CT_SETUP=0` in the environment turns it off).
     pub fn set_ct_setup(&mut self, on: bool) {
         self.dp.ct_offloads.setup_enabled = on;
     }
 
-    /// Turn set-up in the kernel of NATed connections on or off (off by
-    /// default, `NICFLOW_CT_SETUP_NAT=1` in the environment turns it on).
+    /// Turn set-up in the kernel of NATed connections on or off (on by
+    /// default, `NICFLOW_CT_SETUP_NAT=0` in the environment turns it off).
     pub fn set_ct_setup_nat(&mut self, on: bool) {
         self.dp.ct_offloads.setup_nat = on;
     }

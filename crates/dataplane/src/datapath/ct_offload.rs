@@ -22,7 +22,7 @@
 //! reached the tracker), when it is gone (flush, expiry), or when either
 //! flow it was built from changes or goes (revalidation, aging).
 //!
-//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36; off by default,
+//! **Set-up in the kernel** ([`CtOffloads::setup`], issue 36; on by default,
 //! see [`setup_default`]): a short
 //! connection never reaches the packet count above, so every packet of it
 //! would cross the daemon. When the first packet of a TCP connection (a
@@ -232,11 +232,11 @@ pub struct CtOffloads {
     /// Connections set up in the kernel, in the order they were, for
     /// [`CtOffloads::poll_setup`] (original direction, when).
     setup_queue: VecDeque<(ConnHandle, Instant)>,
-    /// Set-up in the kernel on (off by default, see [`setup_default`]);
+    /// Set-up in the kernel on (on by default, see [`setup_default`]);
     /// off, connections move only once established ([`MIN_PACKETS`]).
     pub setup_enabled: bool,
-    /// Set-up of NATed connections on (off by default: it lowered the
-    /// load balancer's connections/s, see [`setup_nat_default`]).
+    /// Set-up of NATed connections on (on by default: it raised the load
+    /// balancer's connections/s, see [`setup_nat_default`]).
     pub setup_nat: bool,
 }
 
@@ -264,26 +264,26 @@ impl Default for CtOffloads {
     }
 }
 
-/// Set-up in the kernel is off unless `NICFLOW_CT_SETUP=1` is in the
-/// daemon's environment (or `set BRIDGE ct_setup=on`). Measured with
+/// Set-up in the kernel is on unless `NICFLOW_CT_SETUP=0` is in the
+/// daemon's environment (or `set BRIDGE ct_setup=off`). Measured with
 /// `nicflow bench conntrack --modes cps` (docs/results/conntrack.md,
-/// 2026-12-04): with the poll keeping pace with the set-ups it takes the
-/// daemon's CPU per connection down by a third and finishes nine frames in
-/// ten in the TC engine, but connections/s were 1.00-1.04x those of set-up
-/// off in the same sitting (ranges overlapping): issue 36 keeps it only if
-/// they rise.
+/// 2026-12-05, an Intel Xeon host): 1.24-1.33x the firewall's
+/// connections/s of set-up off, above nftables. (On 2026-12-04, on an AMD EPYC host where
+/// the client rather than the daemon was the limit, it was 1.00-1.04x, and
+/// off by default; issue 36 keeps it where connections/s rise.)
 fn setup_default() -> bool {
-    matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("1"))
+    !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
 }
 
-/// Set-up of NATed connections is off unless `NICFLOW_CT_SETUP_NAT=1` is
-/// in the daemon's environment (or `set BRIDGE ct_setup_nat=on`).
-/// Measured with `nicflow bench conntrack --scenario lb --modes cps`
-/// (docs/results/conntrack.md, 2026-12-04, NAT): 0.94x main's
-/// connections/s, half the frames in the TC engine instead of nine in ten
-/// (not understood yet), so it stays off.
+/// Set-up of NATed connections is on unless `NICFLOW_CT_SETUP_NAT=0` is
+/// in the daemon's environment (or `set BRIDGE ct_setup_nat=off`); it
+/// needs set-up itself on. Measured with `nicflow bench conntrack
+/// --scenario lb --modes cps` (docs/results/conntrack.md, 2026-12-05):
+/// 1.18x the load balancer's connections/s of set-up off, nine frames
+/// in ten in the TC engine. (Its 0.94x of 2026-12-04 was the slow poll's,
+/// since fixed.)
 fn setup_nat_default() -> bool {
-    matches!(std::env::var("NICFLOW_CT_SETUP_NAT").as_deref(), Ok("1"))
+    !matches!(std::env::var("NICFLOW_CT_SETUP_NAT").as_deref(), Ok("0"))
 }
 
 /// How old a connection set up in the kernel is when
@@ -1293,17 +1293,17 @@ mod tests {
     use super::*;
     use nicflow_flow::FlowMask;
 
-    /// Set-up in the kernel, with and without NAT, is off unless the
-    /// environment turns it on (issue 36: it did not raise connections/s).
+    /// Set-up in the kernel, with and without NAT, is on unless the
+    /// environment turns it off (issue 36: it raised connections/s).
     #[test]
-    fn set_up_is_off_by_default() {
+    fn set_up_is_on_by_default() {
         if std::env::var_os("NICFLOW_CT_SETUP").is_none() {
-            assert!(!setup_default());
-            assert!(!CtOffloads::default().setup_enabled);
+            assert!(setup_default());
+            assert!(CtOffloads::default().setup_enabled);
         }
         if std::env::var_os("NICFLOW_CT_SETUP_NAT").is_none() {
-            assert!(!setup_nat_default());
-            assert!(!CtOffloads::default().setup_nat);
+            assert!(setup_nat_default());
+            assert!(CtOffloads::default().setup_nat);
         }
     }
 

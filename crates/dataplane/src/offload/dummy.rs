@@ -1354,10 +1354,10 @@ table=2,priority=10,ip,nw_dst=198.18.0.1,actions=output:p1
         }
     }
 
-    /// Set-up of NATed connections is off unless turned on: the SYN is
+    /// Set-up of NATed connections (on by default) turned off: the SYN is
     /// refused as `ct:setup-nat` and nothing is translated ahead.
     #[test]
-    fn dnat_set_up_is_off_unless_turned_on() {
+    fn dnat_set_up_turned_off() {
         let mut lab = CtLab::with(LB_GROUP, LB);
         lab.br.set_ct_setup_nat(false);
         let (x, y) = (1000, 5000);

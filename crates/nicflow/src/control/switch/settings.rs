@@ -105,7 +105,7 @@ impl Switch {
     }
 
     /// `set BRIDGE ct_setup_nat=on|off`: set-up in the kernel of NATed
-    /// connections (off by default: measured slower, see
+    /// connections (on by default: measured faster, see
     /// docs/conntrack.md). Not kept in the config: for experiments and
     /// tests.
     fn set_ct_setup_nat(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
