@@ -228,7 +228,7 @@
 //!   8, the widest word in the first cache line so that most failing
 //!   compares read only that line) in a dense array, and apart from it the
 //!   full key and the value;
-//!   per bucket, an 8-byte hash entry in a table kept at most half full;
+//!   per bucket, an 8-byte hash entry in a table kept at most a quarter full;
 //!   per distinct mask, 64 bytes of mask words shared by its rules.
 //!
 //! ## Thread safety
