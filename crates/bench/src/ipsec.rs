@@ -416,6 +416,10 @@ pub struct Packets {
     /// of `underlay_rx_drop_*`), both daemons.
     #[serde(default)]
     pub underlay_rx_drops: u64,
+    /// Frames the daemons' container-side ports (`vc1`, `vs1`) could not
+    /// send (their `tx_dropped`), both daemons.
+    #[serde(default)]
+    pub end_tx_drops: u64,
     /// UDP super-frames of ESP sent and the ESP packets in them
     /// (`esp_tx_gso_frames`, `esp_tx_gso_packets`), both daemons.
     #[serde(default)]
@@ -1000,6 +1004,7 @@ impl IpsecLab {
             // (the generator outrunning H1's daemon), by reason.
             let port = host_end(d.host);
             if let Some(c) = ports.iter().find(|x| x["name"] == port) {
+                p.end_tx_drops += c["tx_dropped"].as_u64().unwrap_or(0);
                 if let Some(m) = c["counters"].as_object() {
                     for (k, v) in m {
                         if k.starts_with("rx_drop_") {
@@ -1123,6 +1128,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                         .saturating_sub(b.underlay_rx_buf_allocs),
                     drops_by: counters_between(&b.drops_by, &a.drops_by),
                     underlay_rx_drops: a.underlay_rx_drops.saturating_sub(b.underlay_rx_drops),
+                    end_tx_drops: a.end_tx_drops.saturating_sub(b.end_tx_drops),
                     esp_gso_frames: a.esp_gso_frames.saturating_sub(b.esp_gso_frames),
                     esp_gso_packets: a.esp_gso_packets.saturating_sub(b.esp_gso_packets),
                 });
@@ -1747,6 +1753,19 @@ pub struct PpsWire {
     /// (`esp_tx_gso_packets ÷ esp_tx_gso_frames`; 1 without super-frames).
     #[serde(default)]
     pub esp_per_frame_h1: Option<f64>,
+    /// Frames H2's daemon could not send on its port `vs1` (`tx_dropped`).
+    #[serde(default)]
+    pub vs1_tx_drops_daemon: u64,
+    /// Frames the kernel dropped on H2's veth `vs1` (`ip -s link` TX
+    /// dropped: the peer's queue full).
+    #[serde(default)]
+    pub vs1_tx_drops_kernel: u64,
+    /// Frames s1's eth0 received but dropped (`ip -s link` RX dropped): on
+    /// this veth with the sink's XDP program, frames the program redirected
+    /// to the sink's AF_XDP socket when its receive ring was full (or its
+    /// fill ring empty): `ethtool -S` `rx_queue_0_drops`.
+    #[serde(default)]
+    pub sink_rx_drops: u64,
 }
 
 impl PpsWire {
@@ -1769,6 +1788,24 @@ impl PpsWire {
     pub fn lost_accounted(&self) -> Option<f64> {
         let lost = self.esp_lost();
         (lost > 0).then(|| self.esp_in_underlay_drops().unwrap_or(0.0) / lost as f64)
+    }
+
+    /// Frames H2's daemon opened that the sink did not count (`delivered`).
+    pub fn opened_lost(&self, delivered: u64) -> u64 {
+        self.esp_rx_h2.saturating_sub(delivered)
+    }
+
+    /// The drops counted between H2's daemon and the sink: the daemon's
+    /// `vs1` port, the kernel's veth, s1's eth0 (the sink's socket).
+    pub fn opened_drops(&self) -> u64 {
+        self.vs1_tx_drops_daemon + self.vs1_tx_drops_kernel + self.sink_rx_drops
+    }
+
+    /// Of the frames opened and not delivered, the share those drops
+    /// account for (about 1 when they explain the loss).
+    pub fn opened_lost_accounted(&self, delivered: u64) -> Option<f64> {
+        let lost = self.opened_lost(delivered);
+        (lost > 0).then(|| self.opened_drops() as f64 / lost as f64)
     }
 }
 
@@ -1857,13 +1894,26 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
     };
     let t = pps_traffic(o, flows);
     pktrate::warm_up_on(&ends, &t, 2).context("warm-up")?;
+    let h2 = lab.ns("h2");
+    // Between H2's daemon and the sink: H2's veth vs1, s1's eth0.
+    let veths = || {
+        (
+            IfaceCounters::read(&h2, host_end(2)).unwrap_or_default(),
+            IfaceCounters::read(&ends.server_ns, "eth0").unwrap_or_default(),
+        )
+    };
     let (b1, b2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
+    let (bv, bs) = veths();
     let burst = pktrate::burst_counting(&ends, &t, None, &lab.switch_pids())?;
+    let (av, as_) = veths();
     let (a1, a2) = (lab.packets_on(&[1]), lab.packets_on(&[2]));
     let gso_frames = a1.esp_gso_frames.saturating_sub(b1.esp_gso_frames);
     let gso_packets = a1.esp_gso_packets.saturating_sub(b1.esp_gso_packets);
     let wire = PpsWire {
         underlay_rx_drops_h2: a2.underlay_rx_drops.saturating_sub(b2.underlay_rx_drops),
+        vs1_tx_drops_daemon: a2.end_tx_drops.saturating_sub(b2.end_tx_drops),
+        vs1_tx_drops_kernel: av.tx_dropped.saturating_sub(bv.tx_dropped),
+        sink_rx_drops: as_.rx_dropped.saturating_sub(bs.rx_dropped),
         esp_per_frame_h1: if gso_frames > 0 {
             Some(gso_packets as f64 / gso_frames as f64)
         } else if run.engine.is_ipsec() {
@@ -1894,7 +1944,7 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
         ),
     };
     eprintln!(
-        "[ipsec pps] {} {flows} flows: sent {} ({:.0}/s, {}), delivered {} ({:.0}/s), esp sealed {} opened {} drops {} {:?}, lost {} (H2 underlay dropped {} frames, ~{:.0} ESP), underlay tx {} rx {}, machine {:.2} cores, daemons {:.2} cores",
+        "[ipsec pps] {} {flows} flows: sent {} ({:.0}/s, {}), delivered {} ({:.0}/s), esp sealed {} opened {} drops {} {:?}, lost {} (H2 underlay dropped {} frames, ~{:.0} ESP), opened not delivered {} (vs1 tx drops daemon {} kernel {}, s1 eth0 rx drops {}), underlay tx {} rx {}, machine {:.2} cores, daemons {:.2} cores",
         run.engine.name(),
         burst.sent,
         burst.sent_pps,
@@ -1908,6 +1958,10 @@ fn pps_body(o: &PpsOptions, run: &mut PpsRun) -> anyhow::Result<()> {
         wire.esp_lost(),
         wire.underlay_rx_drops_h2,
         wire.esp_in_underlay_drops().unwrap_or(0.0),
+        wire.opened_lost(burst.received),
+        wire.vs1_tx_drops_daemon,
+        wire.vs1_tx_drops_kernel,
+        wire.sink_rx_drops,
         wire.underlay_tx_h1,
         wire.underlay_rx_h2,
         burst.machine_cores,
@@ -2000,6 +2054,18 @@ fn lost_accounted(r: &PpsRun) -> Option<f64> {
         return None;
     }
     r.extra.wire.as_ref()?.lost_accounted()
+}
+
+/// Frames H2 opened and the sink did not count: the share H2's `vs1` drops
+/// (daemon, kernel) and s1's eth0 receive drops account for.
+fn opened_lost_accounted(r: &PpsRun) -> Option<f64> {
+    if !r.engine.is_ipsec() {
+        return None;
+    }
+    r.extra
+        .wire
+        .as_ref()?
+        .opened_lost_accounted(r.extra.burst.as_ref()?.received)
 }
 
 const PPS_SPECS: [Spec<PpsRun>; 4] = [
@@ -2099,6 +2165,7 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
         ("delivered ÷ underlay rx", delivered_per_underlay, 3),
         ("ESP opened ÷ sealed", opened_per_sealed, 3),
         ("ESP lost accounted", lost_accounted, 2),
+        ("opened not delivered accounted", opened_lost_accounted, 2),
         ("machine cores", pps_machine_cores, 2),
         ("daemon cores", pps_daemon_cores, 2),
         ("daemon µs/pkt", pps_daemon_us, 2),
@@ -2109,7 +2176,7 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
             runs,
             &o.flows,
             cols,
-            &["last rep: sent, delivered; esp sealed H1 / opened H2 (drops by reason); underlay tx H1 / rx H2; generator"],
+            &["last rep: sent, delivered; esp sealed H1 / opened H2 (drops by reason); underlay tx H1 / rx H2; opened not delivered (vs1 tx drops daemon / kernel, s1 eth0 rx drops); generator"],
             |e, n| {
                 let last = runs
                     .iter()
@@ -2119,7 +2186,7 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
                     .and_then(|x| Some((x.extra.burst.as_ref()?, x.extra.wire.as_ref()?)))
                     .map(|(b, w)| {
                         format!(
-                            "{}, {}; {} / {} ({}); {} / {}; {}",
+                            "{}, {}; {} / {} ({}); {} / {}; {} ({} / {}, {}); {}",
                             b.sent,
                             b.received,
                             w.esp_tx_h1,
@@ -2135,6 +2202,10 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
                             },
                             w.underlay_tx_h1,
                             w.underlay_rx_h2,
+                            w.opened_lost(b.received),
+                            w.vs1_tx_drops_daemon,
+                            w.vs1_tx_drops_kernel,
+                            w.sink_rx_drops,
                             b.gen_engine
                         )
                     })
@@ -2491,6 +2562,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(none.lost_accounted(), None);
+        // 600 opened, 520 delivered: 80 lost, 70 of them dropped at s1's
+        // eth0 (the sink's socket full), 10 by H2's daemon on vs1.
+        let w = PpsWire {
+            esp_rx_h2: 600,
+            sink_rx_drops: 70,
+            vs1_tx_drops_daemon: 10,
+            ..Default::default()
+        };
+        assert_eq!(w.opened_lost(520), 80);
+        assert_eq!(w.opened_lost_accounted(520), Some(1.0));
+        assert_eq!(w.opened_lost_accounted(600), None);
     }
 
     fn pps_run(engine: IpEngine, flows: usize, rep: usize, sent: u64, received: u64) -> PpsRun {

@@ -50,9 +50,19 @@ struct Round {
 
 /// Every drop of a bridge by reason: the userspace datapath's, the kernel
 /// engines', and the ports' (ring overflows, truncation, transmit
-/// errors), summed over ports. Names are the counters' own
-/// (`rx_drop_ring_full` is the ports' counter of that name).
+/// errors), summed over ports, and tunnel ports' underlay and ESP drops
+/// (`underlay_rx_drop_*`, `esp_rx_drop_*`...), once per shared underlay.
+/// Names are the counters' own (`rx_drop_ring_full` is the ports' counter
+/// of that name).
 pub type Drops = BTreeMap<&'static str, u64>;
+
+/// A drop counter of a port's shared source (a tunnel's underlay and its
+/// ESP state, see `Port::shared_counters_id`): `underlay_rx_drop_*`,
+/// `underlay_tx_drop_*`, `underlay_tx_dropped`, `esp_rx_drop_*`,
+/// `esp_tx_drop_*`.
+fn is_shared_drop(name: &str) -> bool {
+    (name.starts_with("underlay_") || name.starts_with("esp_")) && name.contains("_drop")
+}
 
 /// The limits of a bridge and how often they were hit, for `stats` and
 /// the log.
@@ -1185,8 +1195,21 @@ impl Bridge {
                 add("kernel_aborted", e.aborted);
             }
         }
+        // Tunnel ports' shared underlays (and their ESP state), each once.
+        let mut shared_seen: Vec<usize> = Vec::new();
+        let (mut rx_other, mut tx_other) = (0u64, 0u64);
+        // ESP seal failures: in the underlay's `esp_tx_drop_*` and in the
+        // sending tunnel port's `tx_dropped` both.
+        let mut esp_tx = 0u64;
         for p in &self.ports {
             let st = p.port.stats();
+            let shared_new = p
+                .port
+                .shared_counters_id()
+                .filter(|id| !shared_seen.contains(id));
+            if let Some(id) = shared_new {
+                shared_seen.push(id);
+            }
             let (mut rx, mut tx) = (0u64, 0u64);
             for (name, n) in p.port.extra_counters() {
                 if name.starts_with("rx_drop_") {
@@ -1195,12 +1218,19 @@ impl Bridge {
                 } else if name.starts_with("tx_drop_") {
                     tx += n;
                     add(name, n);
+                } else if shared_new.is_some() && is_shared_drop(name) {
+                    if name.starts_with("esp_tx_drop_") {
+                        esp_tx += n;
+                    }
+                    add(name, n);
                 }
             }
             // Whatever a port counts as dropped without naming why.
-            add("rx_drop_other", st.rx_dropped.saturating_sub(rx));
-            add("tx_drop_other", st.tx_dropped.saturating_sub(tx));
+            rx_other += st.rx_dropped.saturating_sub(rx);
+            tx_other += st.tx_dropped.saturating_sub(tx);
         }
+        add("rx_drop_other", rx_other);
+        add("tx_drop_other", tx_other.saturating_sub(esp_tx));
         drops
     }
 
@@ -1954,6 +1984,83 @@ mod overload_tests {
         let (parse, n) = br.dp_stats().drops()[0];
         assert_eq!((d.get(parse), n), (Some(&1), 1), "{d:?}");
         assert_eq!(d.len(), 4, "{d:?}");
+    }
+
+    /// A tunnel port as the bridge sees it: its own drops, and the
+    /// counters of the underlay `shared` it shares with other ports.
+    struct OnUnderlay {
+        port: MemPort,
+        shared: usize,
+        tx_dropped: u64,
+        tx_drop_arp_pending: u64,
+    }
+
+    impl Port for OnUnderlay {
+        fn name(&self) -> &str {
+            self.port.name()
+        }
+        fn recv_batch(
+            &mut self,
+            out: &mut Vec<PacketBuf>,
+            max: usize,
+            pool: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.port.recv_batch(out, max, pool)
+        }
+        fn send_batch(
+            &mut self,
+            pkts: &mut Vec<PacketBuf>,
+            done: &mut Vec<PacketBuf>,
+        ) -> std::io::Result<usize> {
+            self.port.send_batch(pkts, done)
+        }
+        fn stats(&self) -> PortStats {
+            PortStats {
+                tx_dropped: self.tx_dropped,
+                ..Default::default()
+            }
+        }
+        fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+            vec![
+                ("tx_drop_arp_pending", self.tx_drop_arp_pending),
+                ("underlay_rx_drop_ring_full", 5),
+                ("underlay_tx_dropped", 1),
+                ("underlay_rx_udp_gso_whole", 40),
+                ("esp_rx_drop_auth_failed", 2),
+                ("esp_tx_drop_too_big", 3),
+                ("esp_rx_packets", 100),
+            ]
+        }
+        fn shared_counters_id(&self) -> Option<usize> {
+            Some(self.shared)
+        }
+    }
+
+    #[test]
+    fn tunnel_underlay_and_esp_drops_are_in_the_summary_once_per_underlay() {
+        let (mut br, _, _) = bridge(DatapathConfig::default());
+        // Two tunnel ports on underlay 1 (the first sealed the 3 frames
+        // ESP refused: its tx_dropped counts them), one on underlay 2.
+        for (shared, tx_dropped, arp) in [(1, 4, 1), (1, 1, 1), (2, 4, 1)] {
+            let name = format!("t{}", br.ports.len());
+            br.add_port(Box::new(OnUnderlay {
+                port: MemPort::new(&name).0,
+                shared,
+                tx_dropped,
+                tx_drop_arp_pending: arp,
+            }))
+            .unwrap();
+        }
+        let d = br.drops();
+        assert_eq!(d.get("underlay_rx_drop_ring_full"), Some(&10), "{d:?}");
+        assert_eq!(d.get("underlay_tx_dropped"), Some(&2), "{d:?}");
+        assert_eq!(d.get("esp_rx_drop_auth_failed"), Some(&4), "{d:?}");
+        assert_eq!(d.get("esp_tx_drop_too_big"), Some(&6), "{d:?}");
+        assert_eq!(d.get("tx_drop_arp_pending"), Some(&3), "{d:?}");
+        // The ports' tx_dropped (9) are their ARP (3) and ESP (6) drops.
+        assert!(!d.contains_key("tx_drop_other"), "{d:?}");
+        assert!(!d.contains_key("underlay_rx_udp_gso_whole") && !d.contains_key("esp_rx_packets"));
+        assert_eq!(d.len(), 5, "{d:?}");
     }
 }
 

@@ -102,6 +102,14 @@ pub trait Port {
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Which shared source the port's `underlay_*` and `esp_*` counters
+    /// come from: tunnel ports on one underlay all show that underlay's
+    /// (and its ESP state's) counters, so a summary over ports must add
+    /// them once per source, not once per port. `None` (the default): the
+    /// port has no such counters.
+    fn shared_counters_id(&self) -> Option<usize> {
+        None
+    }
     /// A file descriptor that becomes readable when frames are waiting, for
     /// the daemon's poll loop (None: the port must be polled by calling
     /// `recv_batch`).

@@ -572,6 +572,9 @@ struct UnderlayCounters {
     rx_no_endpoint: u64,
     rx_geneve_critical: u64,
     rx_queue_full: u64,
+    /// Frames held for an ARP answer that never came (stale), and IKE
+    /// datagrams beyond the hold limit; a tunnel port's frames beyond the
+    /// limit are its own `tx_drop_arp_pending`.
     tx_arp_pending_drops: u64,
     tx_dropped: u64,
 }
@@ -1459,7 +1462,8 @@ impl Underlay {
     fn hold(&mut self, remote: Ipv4Addr, pkt: PacketBuf, now: Instant) -> Option<PacketBuf> {
         let e = self.arp.get_mut(&remote)?;
         if e.pending.len() >= ARP_PENDING_MAX {
-            self.counters.tx_arp_pending_drops += 1;
+            // Counted by the caller: a tunnel port's frame as its own
+            // `tx_drop_arp_pending` (not twice, in the underlay's too).
             return Some(pkt);
         }
         e.pending_since.get_or_insert(now);
@@ -1486,6 +1490,7 @@ impl Underlay {
         if mac.is_some() {
             self.tx.push(pkt);
         } else if let Some(p) = self.hold(remote, pkt, now) {
+            self.counters.tx_arp_pending_drops += 1;
             self.done.push(p);
         }
     }
@@ -2326,6 +2331,12 @@ impl Port for TunnelPort {
         }))
         .chain(underlay_port_rx_drops(u.port.as_ref()))
         .collect()
+    }
+
+    /// The shared underlay's address: every tunnel port on it reports the
+    /// same `underlay_*` / `esp_*` counters.
+    fn shared_counters_id(&self) -> Option<usize> {
+        Some(Rc::as_ptr(&self.underlay) as *const () as usize)
     }
 
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
