@@ -407,13 +407,13 @@ pub struct Packets {
     /// The ESP drop counters by name (`esp_rx_drop_replay`, ...), both
     /// daemons, the non-zero ones; beside them (not in `esp_drops`: they
     /// count frames, not ESP packets) the underlay port's receive drops
-    /// (`underlay_rx_drop_ring_full`, ...: frames the kernel dropped before
-    /// the daemon read them, a UDP super-frame being many ESP packets) and
+    /// (`underlay_port_rx_drop_ring_full`, ...: frames the kernel or the port
+    /// dropped before the tunnel read them, a UDP super-frame being many ESP packets) and
     /// the container ports' (`vc1:rx_drop_ring_full`, ...).
     #[serde(default)]
     pub drops_by: std::collections::BTreeMap<String, u64>,
     /// Frames the underlay ports lost before the daemon read them (the sum
-    /// of `underlay_rx_drop_*`), both daemons.
+    /// of `underlay_port_rx_drop_*`), both daemons.
     #[serde(default)]
     pub underlay_rx_drops: u64,
     /// Frames the daemons' container-side ports (`vc1`, `vs1`) could not
@@ -991,7 +991,7 @@ impl IpsecLab {
                         if k.starts_with("esp_rx_drop_") || k.starts_with("esp_tx_drop_") {
                             p.esp_drops += v;
                             *p.drops_by.entry(k.clone()).or_default() += v;
-                        } else if k.starts_with("underlay_rx_drop_") {
+                        } else if k.starts_with("underlay_port_rx_drop_") {
                             p.underlay_rx_drops += v;
                             *p.drops_by.entry(k.clone()).or_default() += v;
                         }
@@ -1746,7 +1746,7 @@ pub struct PpsWire {
     #[serde(default)]
     pub drops_by: std::collections::BTreeMap<String, u64>,
     /// Frames H2's underlay port lost before H2's daemon read them (the
-    /// kernel's drops, `underlay_rx_drop_*`), over the burst.
+    /// kernel's drops, `underlay_port_rx_drop_*`), over the burst.
     #[serde(default)]
     pub underlay_rx_drops_h2: u64,
     /// ESP packets per UDP super-frame H1 sent over the burst
@@ -2141,7 +2141,7 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
          opened over the same burst, and H2's underlay veth's received packets. **ESP lost \
          accounted**: the ESP packets sealed but neither opened nor dropped by an ESP reason, \
          against the frames H2's underlay port lost before its daemon read them \
-         (`underlay_rx_drop_*`: the kernel's drops, e.g. the upcall socket's receive queue \
+         (`underlay_port_rx_drop_*`: the kernel's drops, e.g. the upcall socket's receive queue \
          full), each taken as H1's average UDP super-frame of ESP packets (about 1 when the \
          counters explain the loss). CPU: \
          /proc/stat over the burst (the generator's busy loop is one of the busy cores) and \

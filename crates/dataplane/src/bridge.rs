@@ -51,13 +51,15 @@ struct Round {
 /// Every drop of a bridge by reason: the userspace datapath's, the kernel
 /// engines', and the ports' (ring overflows, truncation, transmit
 /// errors), summed over ports, and tunnel ports' underlay and ESP drops
-/// (`underlay_rx_drop_*`, `esp_rx_drop_*`...), once per shared underlay.
+/// (`underlay_port_rx_drop_*`, `underlay_rx_drop_*`, `esp_rx_drop_*`...),
+/// once per shared underlay.
 /// Names are the counters' own (`rx_drop_ring_full` is the ports' counter
 /// of that name).
 pub type Drops = BTreeMap<&'static str, u64>;
 
 /// A drop counter of a port's shared source (a tunnel's underlay and its
-/// ESP state, see `Port::shared_counters_id`): `underlay_rx_drop_*`,
+/// ESP state, see `Port::shared_counters_id`): `underlay_port_rx_drop_*`,
+/// `underlay_rx_drop_*`,
 /// `underlay_tx_drop_*`, `underlay_tx_dropped`, `esp_rx_drop_*`,
 /// `esp_tx_drop_*`.
 fn is_shared_drop(name: &str) -> bool {
@@ -2023,7 +2025,7 @@ mod overload_tests {
         fn extra_counters(&self) -> Vec<(&'static str, u64)> {
             vec![
                 ("tx_drop_arp_pending", self.tx_drop_arp_pending),
-                ("underlay_rx_drop_ring_full", 5),
+                ("underlay_port_rx_drop_ring_full", 5),
                 ("underlay_tx_dropped", 1),
                 ("underlay_rx_udp_gso_whole", 40),
                 ("esp_rx_drop_auth_failed", 2),
@@ -2052,7 +2054,7 @@ mod overload_tests {
             .unwrap();
         }
         let d = br.drops();
-        assert_eq!(d.get("underlay_rx_drop_ring_full"), Some(&10), "{d:?}");
+        assert_eq!(d.get("underlay_port_rx_drop_ring_full"), Some(&10), "{d:?}");
         assert_eq!(d.get("underlay_tx_dropped"), Some(&2), "{d:?}");
         assert_eq!(d.get("esp_rx_drop_auth_failed"), Some(&4), "{d:?}");
         assert_eq!(d.get("esp_tx_drop_too_big"), Some(&6), "{d:?}");

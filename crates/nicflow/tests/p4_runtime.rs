@@ -34,15 +34,8 @@ fn python() -> Option<String> {
 }
 
 fn corpus() -> Option<PathBuf> {
-    let found = std::env::var("NICFLOW_P4_CORPUS")
-        .ok()
-        .map(PathBuf::from)
-        .or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .ancestors()
-                .map(|a| a.join("shared/p4-corpus"))
-                .find(|p| p.join("netronome/ipv6_forward.p4").exists())
-        });
+    let found = nicflow_p4::corpus::find_corpus(&[Path::new(env!("CARGO_MANIFEST_DIR"))])
+        .filter(|p| p.join("netronome/ipv6_forward.p4").exists());
     if found.is_none() {
         common::skipped("shared/p4-corpus not found (set NICFLOW_P4_CORPUS)");
     }

@@ -4,7 +4,7 @@
 //!
 //! One lookup for every user, so a checkout that is not beside `shared/`
 //! (a git worktree, a CI clone elsewhere) finds the same corpus instead of
-//! some callers silently skipping: `$NICFLOW_P4_CORPUS`, then
+//! some callers silently skipping: `$NICFLOW_P4_CORPUS` (alone, when set), then
 //! `shared/p4-corpus` in any ancestor of the given start directories, then
 //! `/work/shared/p4-corpus`.
 
@@ -16,15 +16,26 @@ pub const DEFAULT_CORPUS: &str = "/work/shared/p4-corpus";
 /// The corpus directory (it holds `include/core.p4`), searched from
 /// `starts` (e.g. `env!("CARGO_MANIFEST_DIR")`, the current directory);
 /// `None` when there is none.
+/// A `$NICFLOW_P4_CORPUS` that holds no corpus is not passed over for
+/// another one: it gives `None` (and says so on stderr), as the user asked
+/// for that directory.
 pub fn find_corpus(starts: &[&Path]) -> Option<PathBuf> {
-    let env = std::env::var_os("NICFLOW_P4_CORPUS").map(PathBuf::from);
-    let beside = starts
+    let is_corpus = |c: &PathBuf| c.join("include/core.p4").is_file();
+    if let Some(env) = std::env::var_os("NICFLOW_P4_CORPUS").map(PathBuf::from) {
+        if is_corpus(&env) {
+            return Some(env);
+        }
+        eprintln!(
+            "NICFLOW_P4_CORPUS={} holds no P4 corpus (no include/core.p4)",
+            env.display()
+        );
+        return None;
+    }
+    starts
         .iter()
-        .flat_map(|s| s.ancestors().map(|a| a.join("shared/p4-corpus")));
-    env.into_iter()
-        .chain(beside)
+        .flat_map(|s| s.ancestors().map(|a| a.join("shared/p4-corpus")))
         .chain(std::iter::once(PathBuf::from(DEFAULT_CORPUS)))
-        .find(|c| c.join("include/core.p4").is_file())
+        .find(is_corpus)
 }
 
 #[cfg(test)]

@@ -2173,39 +2173,54 @@ struct TxBatch {
     sent: usize,
 }
 
-/// The underlay port's receive drops by reason, named `underlay_rx_drop_*`:
-/// what never reached the underlay's ESP open or tunnel lookup, and so no
-/// `esp_rx_drop_*` counter sees. The one that matters under load is
-/// `underlay_rx_drop_ring_full`: the kernel's drops for a full packet
+/// The underlay port's own counters, renamed for the tunnel port's list,
+/// from one read of them (`extra_counters` of an AF_PACKET port reads and
+/// resets the kernel's `PACKET_STATISTICS`, so a second read would split a
+/// burst of drops between the two).
+///
+/// Its receive of whole super-frames (`underlay_rx_udp_gso_whole`, and
+/// `underlay_rx_buf_allocs`: buffers it had to allocate for them, a few
+/// until warm) and its receive drops by reason, named
+/// `underlay_port_rx_drop_*`: what the kernel or the port dropped before
+/// the tunnel read it, so no `esp_rx_drop_*` or `underlay_rx_drop_*`
+/// counter (the tunnel's own, after the read) sees it. The one that
+/// matters under load is `underlay_port_rx_drop_ring_full`: a full packet
 /// socket receive queue or ring (AF_PACKET `PACKET_STATISTICS`, e.g. a TC
 /// underlay's upcall socket when the daemon falls behind) or AF_XDP ring
 /// (`XDP_STATISTICS`). Counted in frames as the kernel counts them: one
 /// dropped UDP super-frame is all the ESP packets it carried.
-/// `underlay_rx_drop_other` is what the port counts as dropped without a
-/// reason (its `rx_dropped` beyond the named ones), as the bridge's drop
-/// summary does for its own ports.
-fn underlay_port_rx_drops(port: &dyn Port) -> Vec<(&'static str, u64)> {
+/// `underlay_port_rx_drop_other` is what the port counts as dropped
+/// without a reason (its `rx_dropped` beyond the named ones), as the
+/// bridge's drop summary does for its own ports; `stats` is read before
+/// the named counters, so a drop between the two reads can only make it
+/// smaller, never a count that falls later.
+fn underlay_port_counters(port: &dyn Port) -> Vec<(&'static str, u64)> {
+    let rx_dropped = port.stats().rx_dropped;
     let mut named = 0u64;
     let mut out: Vec<(&'static str, u64)> = port
         .extra_counters()
         .into_iter()
         .filter_map(|(k, v)| {
-            let name = match k {
-                "rx_drop_ring_full" => "underlay_rx_drop_ring_full",
-                "rx_drop_kernel" => "underlay_rx_drop_kernel",
-                "rx_drop_truncated" => "underlay_rx_drop_truncated",
-                "rx_drop_oversize" => "underlay_rx_drop_oversize",
-                "rx_drop_invalid_desc" => "underlay_rx_drop_invalid_desc",
-                "rx_udp_gso_malformed" => "underlay_rx_drop_udp_gso_malformed",
+            let (name, drop) = match k {
+                "rx_udp_gso_whole" => ("underlay_rx_udp_gso_whole", false),
+                "rx_buf_allocs" => ("underlay_rx_buf_allocs", false),
+                "rx_drop_ring_full" => ("underlay_port_rx_drop_ring_full", true),
+                "rx_drop_kernel" => ("underlay_port_rx_drop_kernel", true),
+                "rx_drop_truncated" => ("underlay_port_rx_drop_truncated", true),
+                "rx_drop_oversize" => ("underlay_port_rx_drop_oversize", true),
+                "rx_drop_invalid_desc" => ("underlay_port_rx_drop_invalid_desc", true),
+                "rx_udp_gso_malformed" => ("underlay_port_rx_drop_udp_gso_malformed", true),
                 _ => return None,
             };
-            named += v;
+            if drop {
+                named += v;
+            }
             Some((name, v))
         })
         .collect();
     out.push((
-        "underlay_rx_drop_other",
-        port.stats().rx_dropped.saturating_sub(named),
+        "underlay_port_rx_drop_other",
+        rx_dropped.saturating_sub(named),
     ));
     out
 }
@@ -2319,17 +2334,7 @@ impl Port for TunnelPort {
         } else {
             Vec::new()
         })
-        // The underlay port's own receive of whole super-frames: how many,
-        // and buffers it had to allocate for them (a few until warm).
-        .chain(u.port.extra_counters().into_iter().filter_map(|(k, v)| {
-            let name = match k {
-                "rx_udp_gso_whole" => "underlay_rx_udp_gso_whole",
-                "rx_buf_allocs" => "underlay_rx_buf_allocs",
-                _ => return None,
-            };
-            Some((name, v))
-        }))
-        .chain(underlay_port_rx_drops(u.port.as_ref()))
+        .chain(underlay_port_counters(u.port.as_ref()))
         .collect()
     }
 
@@ -2930,9 +2935,9 @@ mod tests {
         let mut cfg = tun_cfg(TunnelKind::Vxlan, [198, 18, 0, 2], "10");
         cfg.underlay = "drop0".into();
         let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
-        assert_eq!(counter(&p, "underlay_rx_drop_ring_full"), 7);
-        assert_eq!(counter(&p, "underlay_rx_drop_udp_gso_malformed"), 2);
-        assert_eq!(counter(&p, "underlay_rx_drop_other"), 3);
+        assert_eq!(counter(&p, "underlay_port_rx_drop_ring_full"), 7);
+        assert_eq!(counter(&p, "underlay_port_rx_drop_udp_gso_malformed"), 2);
+        assert_eq!(counter(&p, "underlay_port_rx_drop_other"), 3);
         // Not a drop: not renamed into one.
         assert!(p
             .extra_counters()

@@ -272,7 +272,7 @@ impl Default for CtOffloads {
 /// the client rather than the daemon was the limit, it was 1.00-1.04x, and
 /// off by default; issue 36 keeps it where connections/s rise.)
 fn setup_default() -> bool {
-    !matches!(std::env::var("NICFLOW_CT_SETUP").as_deref(), Ok("0"))
+    env_switch("NICFLOW_CT_SETUP", true)
 }
 
 /// Set-up of NATed connections is on unless `NICFLOW_CT_SETUP_NAT=0` is
@@ -283,7 +283,31 @@ fn setup_default() -> bool {
 /// in ten in the TC engine. (Its 0.94x of 2026-12-04 was the slow poll's,
 /// since fixed.)
 fn setup_nat_default() -> bool {
-    !matches!(std::env::var("NICFLOW_CT_SETUP_NAT").as_deref(), Ok("0"))
+    env_switch("NICFLOW_CT_SETUP_NAT", true)
+}
+
+/// An on/off switch from the environment: `0|off|false|no` and
+/// `1|on|true|yes` (as `set BRIDGE ct_setup=...` takes them); unset: the
+/// default; anything else: the default, with a warning, so a mistyped
+/// "turn it off" is not silently ignored.
+fn env_switch(var: &str, default: bool) -> bool {
+    let Some(v) = std::env::var_os(var) else {
+        return default;
+    };
+    parse_switch(&v.to_string_lossy()).unwrap_or_else(|| {
+        tracing::warn!(
+            "{var}={v:?} is neither on (1/on/true/yes) nor off (0/off/false/no): using {default}"
+        );
+        default
+    })
+}
+
+fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "false" | "no" => Some(false),
+        "1" | "on" | "true" | "yes" => Some(true),
+        _ => None,
+    }
 }
 
 /// How old a connection set up in the kernel is when
@@ -1292,6 +1316,21 @@ fn compose(
 mod tests {
     use super::*;
     use nicflow_flow::FlowMask;
+
+    /// The environment's words for on and off, as `set BRIDGE ct_setup=`
+    /// takes them; anything else is no answer (the default, warned).
+    #[test]
+    fn env_switch_words() {
+        for v in ["0", "off", "OFF", "false", "no", " no "] {
+            assert_eq!(parse_switch(v), Some(false), "{v:?}");
+        }
+        for v in ["1", "on", "true", "Yes"] {
+            assert_eq!(parse_switch(v), Some(true), "{v:?}");
+        }
+        for v in ["", "2", "disable", "of"] {
+            assert_eq!(parse_switch(v), None, "{v:?}");
+        }
+    }
 
     /// Set-up in the kernel, with and without NAT, is on unless the
     /// environment turns it off (issue 36: it raised connections/s).

@@ -1292,8 +1292,6 @@ impl<'a> Run<'a> {
     pub fn run_block(&mut self, b: usize, mut vals: Vec<Value>) -> R<(Vec<Value>, bool)> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
-        let saved_block = self.block.replace(b);
-        let saved_base = self.base;
         let mut frame = self.new_frame();
         frame.extend(
             blk.params()
@@ -1304,21 +1302,15 @@ impl<'a> Run<'a> {
         if self.st.pool.data.len() < 16 {
             self.st.pool.data.push(vals);
         }
-        self.frames.push(frame);
-        self.base = self.frames.len() - 1;
-        let r = self.run_block_body(b);
+        let (mut frame, r) = self.run_block_frame(b, frame);
         // Frame 0 of the block holds the params (vars were pushed in a
         // second frame, popped by run_block_body).
-        let mut frame = self.frames.pop().unwrap_or_default();
-        self.base = saved_base;
-        self.block = saved_block;
         let mut vals: Vec<Value> = self.st.pool.data.pop().unwrap_or_default();
         vals.clear();
         vals.extend(frame.drain(..).take(blk.params().len()).map(|(_, v)| v));
         self.recycle(frame);
         match r {
-            Ok(()) => Ok((vals, false)),
-            Err(Ctl::Exit) => Ok((vals, true)),
+            Ok(exited) => Ok((vals, exited)),
             Err(Ctl::Reject(e)) => {
                 self.reject_vals = Some(vals);
                 Err(Ctl::Reject(e))
