@@ -2202,6 +2202,17 @@ impl<const W: usize, T> Classifier<W, T> {
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator from `seed`: the random tests' fixed,
+    /// repeatable draws.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     type C = Classifier<2, &'static str>;
 
     const EXACT: [u64; 2] = [!0, !0];
@@ -2720,13 +2731,7 @@ mod tests {
             [0xff, 0xff00],
             [!0, 0xffff],
         ];
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0u64);
         type Relax = fn(&[u64; 2]) -> [u64; 2];
         let relaxes: [Relax; 3] = [relax_all, relax_second, relax_none];
         for limit in 1..=4 {
@@ -2825,13 +2830,7 @@ mod tests {
         // against a linear scan, with `lookup_wc`'s mask checked by
         // flipping every bit outside it.
         const WW: usize = 10;
-        let mut x = 0x0fed_cba9_8765_4321u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x0fed_cba9_8765_4321u64);
         for relax in [
             None,
             Some((|_: &[u64; WW]| [0; WW]) as fn(&[u64; WW]) -> [u64; WW]),
@@ -2885,13 +2884,7 @@ mod tests {
     #[test]
     fn wide_masks_use_the_full_key() {
         const WW: usize = 12;
-        let mut x = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x1234_5678_9abc_def0u64);
         for relax in [
             None,
             Some((|_: &[u64; WW]| [0; WW]) as fn(&[u64; WW]) -> [u64; WW]),

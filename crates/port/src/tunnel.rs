@@ -3065,6 +3065,10 @@ mod tests {
         assert_eq!(p.inner_mtu(), lo_mtu - 50);
     }
 
+    /// The MACs of the two ends of the in-memory ESP tunnel pair.
+    const ESP_MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 0xa1];
+    const ESP_MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 0xb2];
+
     /// One end of the ESP tunnel pair the in-memory tests build: the
     /// sender (198.18.0.1, SPI 0x2001 out) or the receiver (198.18.0.2),
     /// with `extra` options, the peer's MAC already known, sequence
@@ -3075,31 +3079,11 @@ mod tests {
         sender: bool,
         t0: Instant,
     ) -> (TunnelPort, crate::mem::MemHandle) {
-        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
-        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
-        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
         super::super::ipsec::set_state_dir(Some(dir));
         let (port, h) = crate::mem::MemPort::with_offloads("underlay:m");
-        let (mac, local, remote, spis, keys) = if sender {
-            (
-                ma,
-                "198.18.0.1",
-                "198.18.0.2",
-                ("0x2001", "0x2002"),
-                (K1, K2),
-            )
-        } else {
-            (
-                mb,
-                "198.18.0.2",
-                "198.18.0.1",
-                ("0x2002", "0x2001"),
-                (K2, K1),
-            )
-        };
-        let (u, cfg) = esp_vxlan_over_mem(port, mac, (local, remote), spis, keys, extra, t0);
+        let (u, p) = esp_end_on(port, extra, sender, t0);
         let mut e = ArpEntry::new();
-        e.mac = Some(if sender { mb } else { ma });
+        e.mac = Some(if sender { ESP_MAC_B } else { ESP_MAC_A });
         e.confirmed = Some(t0);
         let peer = if sender {
             [198, 18, 0, 2]
@@ -3107,8 +3091,39 @@ mod tests {
             [198, 18, 0, 1]
         };
         u.borrow_mut().arp.insert(Ipv4Addr::from(peer), e);
-        let p = TunnelPort::attach("vx0", cfg, u, t0).unwrap();
         (p, h)
+    }
+
+    /// [`esp_end_over_mem`]'s end on a given underlay `port`, with no ARP
+    /// entry and the state directory as it is: the underlay and the port.
+    fn esp_end_on(
+        port: crate::mem::MemPort,
+        extra: &[(&str, &str)],
+        sender: bool,
+        t0: Instant,
+    ) -> (Rc<RefCell<Underlay>>, TunnelPort) {
+        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
+        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
+        let (mac, local, remote, spis, keys) = if sender {
+            (
+                ESP_MAC_A,
+                "198.18.0.1",
+                "198.18.0.2",
+                ("0x2001", "0x2002"),
+                (K1, K2),
+            )
+        } else {
+            (
+                ESP_MAC_B,
+                "198.18.0.2",
+                "198.18.0.1",
+                ("0x2002", "0x2001"),
+                (K2, K1),
+            )
+        };
+        let (u, cfg) = esp_vxlan_over_mem(port, mac, (local, remote), spis, keys, extra, t0);
+        let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
+        (u, p)
     }
 
     /// A VXLAN port (key 10) with manual-key ESP in UDP over a fresh
@@ -3160,28 +3175,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nf-esp-gso-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         super::super::ipsec::set_state_dir(Some(dir.clone()));
-        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
-        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
-        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
         let t0 = Instant::now();
-        let end = |port: crate::mem::MemPort,
-                   mac: [u8; 6],
-                   local: &str,
-                   remote: &str,
-                   spis: (&str, &str),
-                   keys: (&str, &str),
-                   gso: &str| {
-            let (u, cfg) = esp_vxlan_over_mem(
+        let end = |port: crate::mem::MemPort, sender: bool, gso: &str| {
+            esp_end_on(
                 port,
-                mac,
-                (local, remote),
-                spis,
-                keys,
                 &[("esp_mode", "tunnel"), ("esp_gso", gso)],
+                sender,
                 t0,
-            );
-            let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
-            (u, p)
+            )
         };
         let inner = |i: usize, len: usize| {
             let mut f = vec![(i * 7) as u8; len];
@@ -3204,29 +3205,13 @@ mod tests {
             } else {
                 crate::mem::MemPort::new("underlay:a")
             };
-            let (a, mut pa) = end(
-                tx_port,
-                ma,
-                "198.18.0.1",
-                "198.18.0.2",
-                ("0x2001", "0x2002"),
-                (K1, K2),
-                gso,
-            );
+            let (a, mut pa) = end(tx_port, true, gso);
             let mut e = ArpEntry::new();
-            e.mac = Some(mb);
+            e.mac = Some(ESP_MAC_B);
             e.confirmed = Some(t0);
             a.borrow_mut().arp.insert(Ipv4Addr::new(198, 18, 0, 2), e);
             let (rx_port, rx_h) = crate::mem::MemPort::new("underlay:b");
-            let (_b, mut pb) = end(
-                rx_port,
-                mb,
-                "198.18.0.2",
-                "198.18.0.1",
-                ("0x2002", "0x2001"),
-                (K2, K1),
-                gso,
-            );
+            let (_b, mut pb) = end(rx_port, false, gso);
             let sent: Vec<PacketBuf> = lens.iter().enumerate().map(|(i, &l)| inner(i, l)).collect();
             let mut pkts = sent.clone();
             let mut done = Vec::new();
@@ -3291,9 +3276,6 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nf-esp-small-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         super::super::ipsec::set_state_dir(Some(dir.clone()));
-        const K1: &str = "0x0102030405060708090a0b0c0d0e0f1011121314";
-        const K2: &str = "0x1112131415161718191a1b1c1d1e1f2021222324";
-        let (ma, mb) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
         let t0 = Instant::now();
         // A 60-byte UDP frame (64 on the wire with the FCS), as the
         // packet-rate benchmark's generator sends.
@@ -3317,43 +3299,17 @@ mod tests {
             f
         };
         for mode in ["tunnel", "transport"] {
-            let end = |port, mac, local, remote, spis, keys| {
-                let (u, cfg) = esp_vxlan_over_mem(
-                    port,
-                    mac,
-                    (local, remote),
-                    spis,
-                    keys,
-                    &[("esp_mode", mode)],
-                    t0,
-                );
-                let p = TunnelPort::attach("vx0", cfg, u.clone(), t0).unwrap();
-                (u, p)
-            };
+            let end = |port, sender| esp_end_on(port, &[("esp_mode", mode)], sender, t0);
             let (tx_port, tx_h) = crate::mem::MemPort::with_offloads("underlay:a");
-            let (a, mut pa) = end(
-                tx_port,
-                ma,
-                "198.18.0.1",
-                "198.18.0.2",
-                ("0x2001", "0x2002"),
-                (K1, K2),
-            );
+            let (a, mut pa) = end(tx_port, true);
             // The peer's MAC is known but old: the first batch asks again
             // (an ARP request goes out with it).
             let mut e = ArpEntry::new();
-            e.mac = Some(mb);
+            e.mac = Some(ESP_MAC_B);
             e.confirmed = Some(t0);
             a.borrow_mut().arp.insert(Ipv4Addr::new(198, 18, 0, 2), e);
             let (rx_port, rx_h) = crate::mem::MemPort::new("underlay:b");
-            let (_b, mut pb) = end(
-                rx_port,
-                mb,
-                "198.18.0.2",
-                "198.18.0.1",
-                ("0x2002", "0x2001"),
-                (K2, K1),
-            );
+            let (_b, mut pb) = end(rx_port, false);
             let now = t0 + ARP_REFRESH + Duration::from_secs(1);
             let mut pool: Vec<PacketBuf> = Vec::new();
             let (batches, per_batch) = (20u32, 40u32);
