@@ -400,22 +400,13 @@ fn established_connections_run_in_the_kernel() {
     let biggest = ct
         .iter()
         .filter(|l| l.starts_with("tcp,") && l.contains("dport=5201,"))
-        .max_by_key(|l| {
-            l.split("packets=")
-                .nth(1)
-                .and_then(|p| p.split(',').next())
-                .and_then(|p| p.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
+        .max_by_key(|l| orig_packets(l))
         .cloned()
         .unwrap_or_default();
-    let orig_packets: u64 = biggest
-        .split("packets=")
-        .nth(1)
-        .and_then(|p| p.split(',').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    assert!(orig_packets > 1000, "kernel packets credited: {biggest}");
+    assert!(
+        orig_packets(&biggest) > 1000,
+        "kernel packets credited: {biggest}"
+    );
     assert!(
         !biggest.contains("state=ESTABLISHED"),
         "the FIN reached the tracker: {biggest}"
@@ -664,13 +655,9 @@ fn short_connections_are_set_up_in_the_kernel() {
         return;
     }
     let lab = Lab::up("ks", "", FIREWALL);
-    // Off by default (measured no faster, docs/conntrack.md): on for this
-    // bridge.
-    lab.req(Request::Set {
-        bridge: "br0".into(),
-        key: "ct_setup".into(),
-        value: "on".into(),
-    });
+    // On by default (docs/conntrack.md); set here so the test holds
+    // whatever the default.
+    set(&lab, "ct_setup", "on");
     let (h1, h2) = (lab.ns("ks1"), lab.ns("ks2"));
     let _web = http_server(&h2, "198.18.0.2");
     let url = "http://198.18.0.2:8080/";
@@ -684,11 +671,7 @@ fn short_connections_are_set_up_in_the_kernel() {
     let n = 5u64;
     let mut runs = Vec::new();
     for mode in ["tc", "none"] {
-        lab.req(Request::Set {
-            bridge: "br0".into(),
-            key: "offload".into(),
-            value: mode.into(),
-        });
+        set(&lab, "offload", mode);
         // A warm-up connection in this mode (the flows were flushed).
         assert_eq!(curl(&h1, url, 3).as_deref(), Ok("200"));
         counted_connections(&lab, &h1, url, n, mode);
@@ -697,12 +680,7 @@ fn short_connections_are_set_up_in_the_kernel() {
         assert_eq!(states.len() as u64, n, "{mode}: {ct:#?}");
         // Every packet credited to its connection, kernel ones included.
         for l in ct.iter().filter(|l| l.contains("dport=8080,")) {
-            let orig: u64 = l
-                .split("packets=")
-                .nth(1)
-                .and_then(|p| p.split(',').next())
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(0);
+            let orig = orig_packets(l);
             assert!(orig >= 5, "{mode}: {l}");
         }
         runs.push(states);
@@ -711,11 +689,7 @@ fn short_connections_are_set_up_in_the_kernel() {
     assert!(runs[0].iter().all(|s| s == "TIME_WAIT"), "{runs:?}");
 
     // A connection held open: entries until a flush, then none.
-    lab.req(Request::Set {
-        bridge: "br0".into(),
-        key: "offload".into(),
-        value: "tc".into(),
-    });
+    set(&lab, "offload", "tc");
     let server = "import socket,time\n\
 s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
 s.bind(('198.18.0.2', 9000)); s.listen(8)\n\
@@ -781,15 +755,7 @@ c.recv(10); time.sleep({secs})\n"
         flow: "table=1,priority=20,in_port=p2,tcp,tp_src=9000,ct_state=+trk+est,actions=drop"
             .into(),
     });
-    let left: Vec<serde_json::Value> = lab
-        .dp_flows()
-        .into_iter()
-        .filter(|f| {
-            f["match"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("established:") && m.contains("tp_src=9000"))
-        })
-        .collect();
+    let left = established_entries(&lab, "tp_src=9000");
     assert!(
         left.is_empty(),
         "the replies' entries must be gone: {left:#?}"
@@ -932,14 +898,10 @@ fn short_lb_connections_are_set_up_in_the_kernel() {
             flow: f,
         });
     }
-    // Both off by default (measured slower, or no faster): on for this
-    // bridge.
+    // Both on by default (docs/conntrack.md); set here so the test holds
+    // whatever the default.
     for key in ["ct_setup", "ct_setup_nat"] {
-        lab.req(Request::Set {
-            bridge: "br0".into(),
-            key: key.into(),
-            value: "on".into(),
-        });
+        set(&lab, key, "on");
     }
     let _web = http_server(&h2, "0.0.0.0");
     let url = "http://198.18.0.100/";
@@ -972,11 +934,7 @@ fn short_lb_connections_are_set_up_in_the_kernel() {
     let n = 6u64;
     let mut runs = Vec::new();
     for mode in ["tc", "none"] {
-        lab.req(Request::Set {
-            bridge: "br0".into(),
-            key: "offload".into(),
-            value: mode.into(),
-        });
+        set(&lab, "offload", mode);
         warm(mode);
         counted_connections(&lab, &h1, url, n, mode);
         let ct = conntrack(&lab);
@@ -992,11 +950,7 @@ fn short_lb_connections_are_set_up_in_the_kernel() {
 
     // A held connection (opened, no request sent): its three entries
     // until a flush, then none.
-    lab.req(Request::Set {
-        bridge: "br0".into(),
-        key: "offload".into(),
-        value: "tc".into(),
-    });
+    set(&lab, "offload", "tc");
     warm("tc");
     std::thread::sleep(Duration::from_millis(1500));
     let hold = || {
@@ -1043,19 +997,43 @@ c=socket.create_connection(('198.18.0.100', 80)); time.sleep(30)\n",
         bridge: "br0".into(),
         flow: "table=1,priority=20,in_port=p2,tcp,ct_state=+trk+est,actions=drop".into(),
     });
-    let left: Vec<serde_json::Value> = lab
-        .dp_flows()
-        .into_iter()
-        .filter(|f| {
-            f["match"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("established:") && m.contains("tp_src=8080"))
-        })
-        .collect();
+    let left = established_entries(&lab, "tp_src=8080");
     assert!(
         left.is_empty(),
         "the replies' entries must be gone: {left:#?}"
     );
+}
+
+/// `nicflow set br0 KEY=VALUE`.
+fn set(lab: &Lab, key: &str, value: &str) {
+    lab.req(Request::Set {
+        bridge: "br0".into(),
+        key: key.into(),
+        value: value.into(),
+    });
+}
+
+/// The packets of a `dump-conntrack` line's original direction (0 when
+/// the line has none).
+fn orig_packets(l: &str) -> u64 {
+    l.split("packets=")
+        .nth(1)
+        .and_then(|p| p.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The kernel entries of established connections (`established:` flows)
+/// whose match mentions `needle`.
+fn established_entries(lab: &Lab, needle: &str) -> Vec<serde_json::Value> {
+    lab.dp_flows()
+        .into_iter()
+        .filter(|f| {
+            f["match"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("established:") && m.contains(needle))
+        })
+        .collect()
 }
 
 /// [`lb_states`] of `ct`, checked: `n` connections, each with every
@@ -1068,12 +1046,7 @@ fn lab_states_checked(
     let (states, seen) = lb_states(ct);
     assert_eq!(states.len() as u64, n, "{mode}: {ct:#?}");
     for l in ct.iter().filter(|l| l.contains("dst=198.18.0.100,")) {
-        let orig: u64 = l
-            .split("packets=")
-            .nth(1)
-            .and_then(|p| p.split(',').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
+        let orig = orig_packets(l);
         assert!(orig >= 5, "{mode}: {l}");
     }
     (states, seen)
