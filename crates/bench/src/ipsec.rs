@@ -426,6 +426,17 @@ pub struct Packets {
     pub esp_gso_frames: u64,
     #[serde(default)]
     pub esp_gso_packets: u64,
+    /// TCP super-frames the container-side ports (`vc1`, `vs1`) received
+    /// (`rx_gso_kept`), of them those handed over in their receive buffer
+    /// (`rx_gso_whole`: not copied out), and the receive buffers those
+    /// ports allocated because none came back in time (`rx_buf_allocs`),
+    /// both daemons.
+    #[serde(default)]
+    pub end_rx_gso_kept: u64,
+    #[serde(default)]
+    pub end_rx_gso_whole: u64,
+    #[serde(default)]
+    pub end_rx_buf_allocs: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -1005,6 +1016,10 @@ impl IpsecLab {
             let port = host_end(d.host);
             if let Some(c) = ports.iter().find(|x| x["name"] == port) {
                 p.end_tx_drops += c["tx_dropped"].as_u64().unwrap_or(0);
+                let n = |k: &str| c["counters"][k].as_u64().unwrap_or(0);
+                p.end_rx_gso_kept += n("rx_gso_kept");
+                p.end_rx_gso_whole += n("rx_gso_whole");
+                p.end_rx_buf_allocs += n("rx_buf_allocs");
                 if let Some(m) = c["counters"].as_object() {
                     for (k, v) in m {
                         if k.starts_with("rx_drop_") {
@@ -1131,6 +1146,9 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                     end_tx_drops: a.end_tx_drops.saturating_sub(b.end_tx_drops),
                     esp_gso_frames: a.esp_gso_frames.saturating_sub(b.esp_gso_frames),
                     esp_gso_packets: a.esp_gso_packets.saturating_sub(b.esp_gso_packets),
+                    end_rx_gso_kept: a.end_rx_gso_kept.saturating_sub(b.end_rx_gso_kept),
+                    end_rx_gso_whole: a.end_rx_gso_whole.saturating_sub(b.end_rx_gso_whole),
+                    end_rx_buf_allocs: a.end_rx_buf_allocs.saturating_sub(b.end_rx_buf_allocs),
                 });
             }
             Ok(ph)
@@ -1142,7 +1160,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
     run.extra.packets = packets;
     if let Some(p) = &run.extra.packets {
         progress(&format!(
-            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}, opened in place {}, receive buffers allocated {}), tunnel tx {} rx {}, underlay tx {} rx {}",
+            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}, opened in place {}, receive buffers allocated {}), tunnel tx {} rx {}, underlay tx {} rx {}; container ports: TCP super-frames {} (in their receive buffer {}), receive buffers allocated {}",
             p.esp_tx,
             p.esp_rx,
             p.esp_drops,
@@ -1152,7 +1170,10 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
             p.tunnel_tx,
             p.tunnel_rx,
             p.underlay_tx,
-            p.underlay_rx
+            p.underlay_rx,
+            p.end_rx_gso_kept,
+            p.end_rx_gso_whole,
+            p.end_rx_buf_allocs
         ));
     }
     drop(server);

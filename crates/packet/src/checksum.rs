@@ -28,26 +28,50 @@ use crate::{bytes, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 ///
 /// The accumulator never overflows: 32-bit words are added into 64 bits and
 /// folded back, which is congruent modulo 0xffff because 2^16 ≡ 1.
+///
+/// Why the words are read little-endian: the ones'-complement sum does not
+/// depend on byte order (RFC 1071 §2(B)), so the data is summed as the CPU
+/// loads it, in four independent lanes, and the folded 16 bits are swapped
+/// once at the end, instead of swapping every word. Without the per-word
+/// swap the compiler vectorises the loop; the checksum of every TCP segment
+/// sealed or glued by an IPsec tunnel is a pass of its own over the payload
+/// (issue 34: 4-5 % of the daemons' samples on each side).
 pub fn sum_words(data: &[u8], initial: u32) -> u32 {
-    let mut acc: u64 = u64::from(initial);
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        acc += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+    let word = |c: &[u8]| u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    let mut lanes = [0u64; 4];
+    let mut blocks = data.chunks_exact(16);
+    for b in &mut blocks {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            *lane += word(&b[4 * k..4 * k + 4]);
+        }
     }
-    let rest = chunks.remainder();
+    // Each lane gains less than 2^32 per 16 bytes: no overflow below 2^62
+    // bytes of data.
+    let mut acc = lanes.iter().fold(0u64, |a, &l| a.wrapping_add(l));
+    let rest = blocks.remainder();
+    let mut words = rest.chunks_exact(4);
+    for c in &mut words {
+        acc += word(c);
+    }
+    let tail = words.remainder();
     let mut i = 0;
-    while i + 1 < rest.len() {
-        acc += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+    while i + 1 < tail.len() {
+        acc += u64::from(u16::from_le_bytes([tail[i], tail[i + 1]]));
         i += 2;
     }
-    if i < rest.len() {
-        acc += u64::from(rest[i]) << 8;
+    if i < tail.len() {
+        // The high byte of a big-endian word is the low byte here.
+        acc += u64::from(tail[i]);
     }
-    // Fold 64 -> 32 keeping the value congruent mod 0xffff.
-    while acc > u64::from(u32::MAX) {
-        acc = (acc & 0xffff_ffff) + (acc >> 32);
+    // Fold to 16 bits (0 only for all-zero data), back to network order.
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
     }
-    acc as u32
+    let mut sum = u64::from(initial) + u64::from((acc as u16).swap_bytes());
+    while sum > u64::from(u32::MAX) {
+        sum = (sum & 0xffff_ffff) + (sum >> 32);
+    }
+    sum as u32
 }
 
 /// Folds a running sum to 16 bits with end-around carry. Not complemented:
@@ -291,6 +315,63 @@ mod tests {
             let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
             assert_eq!(checksum(&data), reference(&data), "len {len}");
         }
+    }
+
+    /// The little-endian lanes give what a sum of big-endian words gives
+    /// (modulo 0xffff, and 0 only for all-zero data with no initial sum)
+    /// for every length, alignment and initial sum, chained or not.
+    #[test]
+    fn sum_words_matches_the_big_endian_sum() {
+        fn be_sum(data: &[u8], initial: u32) -> u64 {
+            let mut acc = u64::from(initial);
+            for c in data.chunks(2) {
+                acc += u64::from(c[0]) << 8 | c.get(1).map_or(0, |&b| u64::from(b));
+            }
+            acc
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let buf: Vec<u8> = (0..3004).map(|_| next() as u8).collect();
+        for len in (0..200).chain([1448, 1449, 1500, 2999]) {
+            for off in 0..3 {
+                let d = &buf[off..off + len];
+                let init = match len % 3 {
+                    0 => 0,
+                    1 => next() as u32,
+                    _ => u32::MAX,
+                };
+                let s = sum_words(d, init);
+                assert_eq!(
+                    u64::from(s) % 0xffff,
+                    be_sum(d, init) % 0xffff,
+                    "len {len} off {off}"
+                );
+                assert_eq!(
+                    fold(s),
+                    {
+                        let mut v = be_sum(d, init);
+                        while v > 0xffff {
+                            v = (v & 0xffff) + (v >> 16);
+                        }
+                        v as u16
+                    },
+                    "len {len} off {off}"
+                );
+                // Chained over an even split.
+                let cut = (len / 2) & !1;
+                assert_eq!(
+                    fold(sum_words(&d[cut..], sum_words(&d[..cut], init))),
+                    fold(s)
+                );
+            }
+        }
+        assert_eq!(sum_words(&[0; 100], 0), 0);
+        assert_eq!(fold(sum_words(&[0xff; 64], 0)), 0xffff);
     }
 
     #[test]

@@ -463,6 +463,10 @@ pub struct AfPacketCounters {
     /// slot whose buffer was handed over whole (a few until warm; growing
     /// with the traffic means buffers are not coming back).
     pub rx_buf_allocs: u64,
+    /// Of `rx_gso_kept`, TCP super-frames handed over in the buffer
+    /// `recvmmsg` wrote them into (no ring): not copied out in userspace.
+    /// Their buffers come back through the bridge's pool.
+    pub rx_gso_whole: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -774,25 +778,14 @@ impl AfPacketPort {
         };
         let (mut n, mut used) = (0, 0);
         for i in 0..got {
-            let Some((hdr, vnet, data)) = sr.frame(i) else {
+            let Some((hdr, vnet, _)) = sr.frame(i) else {
                 self.rx.stats.rx_dropped += 1;
                 continue;
             };
             let room = max.saturating_sub(used);
-            if let Some(v) = vnet {
-                if let Some(cut) = self.rx.whole_udp_gso(&hdr, &v, data) {
-                    let units = cut.segments();
-                    let (buf, allocated) = sr.take(i, pool);
-                    self.rx.counters.rx_buf_allocs += u64::from(allocated);
-                    let k = self.rx.deliver_whole_udp_gso(&v, cut, buf, out, room);
-                    n += k;
-                    used += k * units;
-                    continue;
-                }
-            }
-            let k = self.rx.deliver_vnet(&hdr, vnet, data, out, room, pool);
+            let (k, units) = self.rx.deliver_slot(sr, i, &hdr, vnet, out, room, pool);
             n += k;
-            used += k;
+            used += units;
         }
         Ok(n)
     }
@@ -1041,6 +1034,7 @@ impl Port for AfPacketPort {
             ("tx_udp_gso_frames", c.tx_udp_gso_frames),
             ("rx_udp_gso_whole", c.rx_udp_gso_whole),
             ("rx_buf_allocs", c.rx_buf_allocs),
+            ("rx_gso_whole", c.rx_gso_whole),
         ]
     }
 
@@ -1136,17 +1130,95 @@ impl RxState {
             Some(t) => fill(pool, &[&data[..ETH_ALEN2], &t, &data[ETH_ALEN2..]]),
             None => fill(pool, &[data]),
         };
-        if let Some(o) = offload {
-            if o.is_gso() {
-                self.counters.rx_gso_kept += 1;
-            }
-            if o.csum_partial {
-                self.counters.csum_not_ready += 1;
-                self.counters.rx_csum_partial += 1;
-            }
+        if let Some(o) = &offload {
+            self.count_kept(o);
         }
         buf.offload = offload;
         self.push(buf, out, room)
+    }
+
+    /// The counters of a frame kept with its offload state.
+    fn count_kept(&mut self, o: &Offload) {
+        if o.is_gso() {
+            self.counters.rx_gso_kept += 1;
+        }
+        if o.csum_partial {
+            self.counters.csum_not_ready += 1;
+            self.counters.rx_csum_partial += 1;
+        }
+    }
+
+    /// The offload state of a received TCP super-frame that can leave in
+    /// the buffer `recvmmsg` wrote it into (no ring): complete, untagged (a
+    /// VLAN tag would have to go back in front of it, a copy) and kept
+    /// whole by [`deliver_vnet`](Self::deliver_vnet) (TCP GSO with a
+    /// partial checksum). `None`: anything else, which takes
+    /// `deliver_vnet` (copied out, or cut, or dropped and counted there).
+    ///
+    /// Why only super-frames: they are the copy worth saving (up to 64
+    /// KiB each, the seal side's whole payload), while a small frame
+    /// leaving in a 64 KiB slot buffer would take a big buffer out of
+    /// circulation for a few bytes and make the slot find another.
+    fn whole_tcp_gso(&self, hdr: &Tpacket3Hdr, v: &[u8; VNET_HDR_LEN]) -> Option<Offload> {
+        if hdr.tp_snaplen < hdr.tp_len || vlan_tag(hdr).is_some() {
+            return None;
+        }
+        let o = offload_from_vnet(v, false)??;
+        matches!(o.gso_type, GsoType::TcpV4 | GsoType::TcpV6).then_some(o)
+    }
+
+    /// Hands over a TCP super-frame whole in `buf` (the buffer it was
+    /// received into) with offload state `o`, counted as
+    /// [`deliver_vnet`](Self::deliver_vnet) counts one it copied, plus
+    /// `rx_gso_whole`.
+    fn deliver_whole_tcp_gso(
+        &mut self,
+        o: Offload,
+        mut buf: PacketBuf,
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+    ) -> usize {
+        self.counters.max_frame_len = self.counters.max_frame_len.max(buf.len() as u64);
+        self.count_kept(&o);
+        self.counters.rx_gso_whole += 1;
+        buf.offload = Some(o);
+        self.push(buf, out, room)
+    }
+
+    /// Message `i` of `sr`'s last `recvmmsg` (its ring-header fields
+    /// `hdr`, its virtio-net header `vnet`): a UDP super-frame kept whole
+    /// or a TCP super-frame leaves in the slot's buffer (the slot takes a
+    /// spare, [`SockRx::take`]), anything else is copied out by
+    /// [`deliver_vnet`](Self::deliver_vnet). Returns the frames put in
+    /// `out` and the receive-budget units they use ([`rx_units`]).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_slot(
+        &mut self,
+        sr: &mut SockRx,
+        i: usize,
+        hdr: &Tpacket3Hdr,
+        vnet: Option<[u8; VNET_HDR_LEN]>,
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> (usize, usize) {
+        if let Some(v) = vnet {
+            if let Some(cut) = self.whole_udp_gso(hdr, &v, sr.slots[i].data()) {
+                let units = cut.segments();
+                let (buf, allocated) = sr.take(i, pool);
+                self.counters.rx_buf_allocs += u64::from(allocated);
+                let k = self.deliver_whole_udp_gso(&v, cut, buf, out, room);
+                return (k, k * units);
+            }
+            if let Some(o) = self.whole_tcp_gso(hdr, &v) {
+                let (buf, allocated) = sr.take(i, pool);
+                self.counters.rx_buf_allocs += u64::from(allocated);
+                let k = self.deliver_whole_tcp_gso(o, buf, out, room);
+                return (k, k);
+            }
+        }
+        let k = self.deliver_vnet(hdr, vnet, sr.slots[i].data(), out, room, pool);
+        (k, k)
     }
 
     /// The cut of a received UDP super-frame that goes up whole
@@ -2558,6 +2630,170 @@ mod tests {
         // What the second take handed over is the buffer the first put in
         // the slot, which received nothing meanwhile.
         assert!(again.is_empty());
+    }
+
+    /// TCP super-frames leave in the buffer `recvmmsg` wrote them into
+    /// (`deliver_slot`): no copy (the very buffer), the same bytes, offload
+    /// state and counters as the copying way (`deliver_vnet`) plus
+    /// `rx_gso_whole`, untouched by the next `recvmmsg`; small frames,
+    /// tagged or truncated super-frames are still copied out. Buffers go
+    /// round through a pool as the bridge recycles them: over 40 batches
+    /// no buffer leaks and none is allocated after the first batch (a slot
+    /// that did not get one back would allocate every batch).
+    #[test]
+    fn tcp_super_frames_leave_in_their_receive_buffer() {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two fds into `fds`.
+        let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, fds.as_mut_ptr()) };
+        assert_eq!(r, 0);
+        // SAFETY: both fds were just created and are owned here only.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let send = |v: &[u8; VNET_HDR_LEN], f: &[u8]| {
+            let mut m = v.to_vec();
+            m.extend_from_slice(f);
+            // SAFETY: a valid buffer of that length.
+            let n = unsafe { libc::send(a.as_raw_fd(), m.as_ptr().cast(), m.len(), 0) };
+            assert_eq!(n as usize, m.len());
+        };
+        let tcp = |round: u8, len: usize| {
+            let payload: Vec<u8> = (0..len)
+                .map(|k| (k as u8).wrapping_mul(13) ^ round)
+                .collect();
+            FrameBuilder::new(MAC_A, MAC_B)
+                .ipv4(V4A, V4B)
+                .tcp(40_000, 5201, 0x18)
+                .payload(&payload)
+                .build()
+        };
+        // What the kernel writes for a TCPv4 super-frame; none for an ACK.
+        let mut gso = [0u8; VNET_HDR_LEN];
+        gso[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+        gso[1] = VIRTIO_NET_HDR_GSO_TCPV4;
+        gso[2..4].copy_from_slice(&54u16.to_le_bytes());
+        gso[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        gso[6..8].copy_from_slice(&34u16.to_le_bytes());
+        gso[8..10].copy_from_slice(&16u16.to_le_bytes());
+        let plain = [0u8; VNET_HDR_LEN];
+        let ptr = |b: &PacketBuf| b.data().as_ptr() as usize;
+
+        let mut sr = SockRx::new(true);
+        let (mut whole, mut copied) = (rx_state(1500), rx_state(1500));
+        let (mut pool, mut pool2): (Vec<PacketBuf>, Vec<PacketBuf>) = (Vec::new(), Vec::new());
+        let mut held: Vec<(PacketBuf, Vec<u8>)> = Vec::new();
+        let mut buffers_after_first = 0;
+        for round in 0..40u8 {
+            // Two super-frames, an ACK between them and a last super-frame
+            // the slot truncated (its real length is longer: the copying
+            // way drops and counts it).
+            let frames = [
+                (gso, tcp(round, 40_000)),
+                (plain, tcp(round, 0)),
+                (gso, tcp(round, 20_000 + usize::from(round))),
+                (gso, tcp(round, 3_000)),
+            ];
+            for (v, f) in &frames {
+                send(v, f);
+            }
+            assert_eq!(sr.recv(b.as_raw_fd(), 8).unwrap(), frames.len());
+            // The buffers handed over last batch kept their bytes.
+            for (buf, want) in held.drain(..) {
+                assert!(buf.data() == &want[..], "overwritten by the next recvmmsg");
+                if buf.capacity() >= RX_BUF_CAPACITY {
+                    pool.push(buf);
+                }
+            }
+            // The bridge's receive: small buffers on top of its pool too.
+            pool.push(PacketBuf::with_capacity(RX_BUF_CAPACITY));
+            let (mut out, mut out2) = (Vec::new(), Vec::new());
+            for (i, (v, f)) in frames.iter().enumerate() {
+                let mut hdr = hdr_with(0, 0, 0);
+                hdr.tp_len = f.len() as u32;
+                hdr.tp_snaplen = hdr.tp_len;
+                if i == 3 {
+                    hdr.tp_len += 1;
+                }
+                let slot = ptr(&sr.slots[i]);
+                let before = out.len();
+                let (k, units) =
+                    whole.deliver_slot(&mut sr, i, &hdr, Some(*v), &mut out, 64, &mut pool);
+                assert_eq!((k, units), (usize::from(i != 3), usize::from(i != 3)));
+                let k2 = copied.deliver_vnet(&hdr, Some(*v), f, &mut out2, 64, &mut pool2);
+                assert_eq!(k, k2, "frame {i}");
+                let kept = i == 0 || i == 2;
+                if k == 1 {
+                    assert_eq!(
+                        ptr(&out[before]) == slot,
+                        kept,
+                        "frame {i}: the slot's own buffer"
+                    );
+                    assert_eq!(
+                        ptr(&sr.slots[i]) != slot,
+                        kept,
+                        "frame {i}: the slot took another"
+                    );
+                }
+            }
+            assert_eq!(out.len(), out2.len());
+            for (x, y) in out.iter().zip(&out2) {
+                assert!(x.data() == y.data());
+                assert_eq!(x.offload, y.offload);
+                assert_eq!(x.headroom(), PacketBuf::DEFAULT_HEADROOM);
+            }
+            assert!(out[0].offload.is_some_and(|o| o.gso_type == GsoType::TcpV4));
+            held.extend(out.into_iter().map(|b| {
+                let want = b.data().to_vec();
+                (b, want)
+            }));
+            pool2.extend(out2);
+            // Every buffer is in a slot, a spare, the pool or held.
+            let buffers = sr.slots.len() + sr.spare.len() + pool.len() + held.len();
+            if round == 0 {
+                buffers_after_first = buffers;
+            } else {
+                assert_eq!(
+                    buffers,
+                    buffers_after_first + usize::from(round),
+                    "round {round}: a buffer leaked"
+                );
+            }
+        }
+        // Allocated in the first batch only (one per kept super-frame).
+        assert_eq!(whole.counters.rx_buf_allocs, 2);
+        assert_eq!(whole.counters.rx_gso_whole, 80);
+        let mut c = whole.counters.clone();
+        (c.rx_gso_whole, c.rx_buf_allocs) = (0, 0);
+        assert_eq!(c, copied.counters);
+        assert_eq!(
+            (
+                whole.stats.rx_packets,
+                whole.stats.rx_bytes,
+                whole.stats.rx_dropped
+            ),
+            (
+                copied.stats.rx_packets,
+                copied.stats.rx_bytes,
+                copied.stats.rx_dropped
+            )
+        );
+        assert_eq!(whole.stats.rx_dropped, 40);
+        // Not whole: a VLAN tag to put back, a frame cut short, no GSO, UDP
+        // GSO, GSO without a partial checksum.
+        let mut hdr = hdr_with(TP_STATUS_VLAN_VALID, 7, 0);
+        (hdr.tp_len, hdr.tp_snaplen) = (40_054, 40_054);
+        assert!(whole.whole_tcp_gso(&hdr, &gso).is_none());
+        hdr = hdr_with(0, 0, 0);
+        (hdr.tp_len, hdr.tp_snaplen) = (40_054, 40_054);
+        assert!(whole.whole_tcp_gso(&hdr, &gso).is_some());
+        hdr.tp_len += 1;
+        assert!(whole.whole_tcp_gso(&hdr, &gso).is_none());
+        hdr.tp_len -= 1;
+        assert!(whole.whole_tcp_gso(&hdr, &plain).is_none());
+        let (mut udp, mut full) = (gso, gso);
+        udp[1] = VIRTIO_NET_HDR_GSO_UDP_L4;
+        full[0] = 0;
+        assert!(whole.whole_tcp_gso(&hdr, &udp).is_none());
+        assert!(whole.whole_tcp_gso(&hdr, &full).is_none());
     }
 
     fn grow_for_test(b: &mut PacketBuf) {
