@@ -499,17 +499,37 @@ impl CtOffloads {
                     e.matching = Match::new(*e.matching.key(), mask);
                 }
                 let mut ids: Vec<(u8, bool, u64)> = Vec::with_capacity(3);
+                // The three entries go to the kernel together, at the
+                // commit: one system call instead of three.
+                off.begin_ct();
+                let mut refused = None;
                 for (slot, reply, e) in &entries {
                     match off.offload_ct(&e.matching, &e.actions, e.parts()) {
                         Ok(id) => ids.push((*slot, *reply, id)),
                         Err(why) => {
-                            for (_, _, id) in ids {
-                                off.remove(id);
-                            }
-                            self.refuse_setup(why);
-                            return None;
+                            refused = Some(why);
+                            break;
                         }
                     }
+                }
+                if refused.is_some() {
+                    // Before the commit: entries not written yet are just
+                    // dropped.
+                    for &(_, _, id) in &ids {
+                        off.remove(id);
+                    }
+                }
+                if let Err(why) = off.commit_ct() {
+                    if refused.is_none() {
+                        for &(_, _, id) in &ids {
+                            off.remove(id);
+                        }
+                        refused = Some(why);
+                    }
+                }
+                if let Some(why) = refused {
+                    self.refuse_setup(why);
+                    return None;
                 }
                 if !tracker.kernel_setup(h) {
                     for (_, _, id) in ids {

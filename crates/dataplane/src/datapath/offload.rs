@@ -115,6 +115,18 @@ pub trait FlowOffload {
         let _ = parts;
         self.offload(matching, actions)
     }
+    /// The [`FlowOffload::offload_ct`] calls from now until
+    /// [`FlowOffload::commit_ct`] belong together (the three entries of a
+    /// connection set up at its SYN): an engine may write them to the
+    /// kernel together at the commit, in one system call instead of one
+    /// each. Nothing but `offload_ct` and `remove` is asked in between.
+    fn begin_ct(&mut self) {}
+    /// Write what [`FlowOffload::begin_ct`] started. On `Err` (the reason)
+    /// some may be written and some not: the caller removes every flow it
+    /// offloaded since `begin_ct`.
+    fn commit_ct(&mut self) -> Result<(), &'static str> {
+        Ok(())
+    }
     /// New actions for offloaded flow `id` (same match). On `Err` the
     /// caller removes the entry: the flow stays in userspace for the reason.
     fn modify(

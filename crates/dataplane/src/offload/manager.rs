@@ -2042,6 +2042,33 @@ impl FlowOffload for OffloadManager {
         }
     }
 
+    fn begin_ct(&mut self) {
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if let Some(e) = self.engine_mut(kind) {
+                e.begin_staging();
+            }
+        }
+    }
+
+    fn commit_ct(&mut self) -> Result<(), &'static str> {
+        let mut r = Ok(());
+        // Both engines end their staging, whatever the first one said.
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if let Some(Err(e)) = self.engine_mut(kind).map(|e| e.commit_staged()) {
+                if r.is_ok() {
+                    r = Err(match e.reason() {
+                        Some(why) => why,
+                        None => {
+                            tracing::warn!("kernel flow install failed: {e}");
+                            "engine-error"
+                        }
+                    });
+                }
+            }
+        }
+        r
+    }
+
     fn modify(
         &mut self,
         id: u64,

@@ -249,6 +249,7 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, full_maps_refuse_installs_and_traffic_still_reaches_userspace);
         $crate::engine_tests!(@one $eng, counters_off_leaves_packets_and_bytes_but_not_last_used);
         $crate::engine_tests!(@one $eng, batched_counter_read_covers_every_flow);
+        $crate::engine_tests!(@one $eng, staged_installs_leave_the_map_single_installs_leave);
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
         $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
         $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
@@ -791,6 +792,97 @@ pub fn batched_counter_read_covers_every_flow(eng: &Engine) {
                 (want, want * frame.len() as u64),
                 "flow {i}"
             );
+        }
+    });
+}
+
+/// Installs staged and committed together (`begin_staging`,
+/// `commit_staged`: a connection set up at its SYN) leave the same flows,
+/// values and forwarding as installs one by one, whether the commit writes
+/// them with `BPF_MAP_UPDATE_BATCH` or, as on a kernel that refuses it,
+/// one update each; a staged flow removed before the commit never reaches
+/// the map, and one installed again while staged is written, then
+/// modified in place.
+pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let mut mask = FlowMask::exact();
+        mask.0.clear_userspace_only();
+        mask.0.tun_metadata = [0; 8];
+        let frame = |src: u32| {
+            FrameBuilder::new(A, B)
+                .ipv4(v4(src), v4(2))
+                .udp(1000, 2000)
+                .payload(b"staged")
+                .build()
+        };
+        // 24 flows staged eight at a time, then the 25th twice in one
+        // staging; the single installs install it twice too.
+        let frames: Vec<Vec<u8>> = (0..25u32).map(|i| frame(0x0100 + i)).collect();
+        let gone: Vec<Vec<u8>> = (0..3u32).map(|i| frame(0x0900 + i)).collect();
+        let encoded = |frame: &[u8]| {
+            let mut k = FlowKey::default();
+            extract(frame, IN_PORT, &mut k).unwrap();
+            (eng.encode)(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap()
+        };
+        // (mode, engine, handles by frame)
+        let mut runs = Vec::new();
+        for (mode, tag) in [("single", "s"), ("batch", "b"), ("one-by-one", "o")] {
+            let in_if = eng.veth(&format!("{tag}i"));
+            let out_if = eng.veth(&format!("{tag}2"));
+            let mut e = eng.load(XdpEngineConfig::default());
+            (eng.add_port)(&mut e, in_if, IN_PORT);
+            e.set_tx_port(0, out_if).unwrap();
+            let mut handles = Vec::new();
+            let (last, rest) = frames.split_last().unwrap();
+            if mode == "single" {
+                for f in rest {
+                    handles.push(e.install(&encoded(f)).unwrap());
+                }
+                handles.push(e.install(&encoded(last)).unwrap());
+                assert_eq!(e.install(&encoded(last)).unwrap(), handles[24]);
+            } else {
+                e.set_update_batch(mode == "batch");
+                for (chunk, g) in rest.chunks(8).zip(&gone) {
+                    e.begin_staging();
+                    // A flow staged, then removed before the commit.
+                    let h = e.install(&encoded(g)).unwrap();
+                    e.remove(&h).unwrap();
+                    for f in chunk {
+                        handles.push(e.install(&encoded(f)).unwrap());
+                    }
+                    e.commit_staged().unwrap();
+                }
+                // Installed again while staged: written, then modified.
+                e.begin_staging();
+                handles.push(e.install(&encoded(last)).unwrap());
+                assert_eq!(e.install(&encoded(last)).unwrap(), handles[24], "{mode}");
+                e.commit_staged().unwrap();
+            }
+            assert_eq!(e.n_flows(), frames.len(), "{mode}");
+            for f in &frames {
+                assert_eq!(e.test_run(f, in_if, 0).unwrap().0, eng.redirect, "{mode}");
+            }
+            for g in &gone {
+                assert_ne!(e.test_run(g, in_if, 0).unwrap().0, eng.redirect, "{mode}");
+            }
+            runs.push((mode, e, handles));
+        }
+        let (_, single, want) = &runs[0];
+        for (mode, e, handles) in &runs[1..] {
+            assert_eq!(handles, want, "{mode}");
+            // Every entry in the map is one of these flows, with the
+            // values the single installs wrote (one packet counted each).
+            let batch = e.counters_batch().unwrap().expect("batched reads");
+            assert_eq!(batch.len(), frames.len(), "{mode}");
+            for (i, h) in handles.iter().enumerate() {
+                let (mut a, mut b) = (single.value(h).unwrap(), e.value(h).unwrap());
+                assert_eq!((a.packets, b.packets), (1, 1), "{mode} flow {i}");
+                a.used_ns = 0;
+                b.used_ns = 0;
+                assert_eq!(a, b, "{mode} flow {i}");
+                assert_eq!(batch[h].packets, 1, "{mode} flow {i}");
+            }
         }
     });
 }

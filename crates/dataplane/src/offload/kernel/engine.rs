@@ -21,7 +21,7 @@ use aya::{Ebpf, EbpfLoader};
 use nicflow_port::attach::{self, ProgRef};
 use nicflow_port::hook::XdpLinkRef;
 use nicflow_port::pin::{self, HeldLink};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -164,6 +164,9 @@ const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 /// Linux 5.14).
 const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
 
+/// `BPF_MAP_UPDATE_BATCH` (bpf(2) command 26; hash maps since Linux 5.6).
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+
 /// The element members of `union bpf_attr` (`map_fd`, `key`, `value`,
 /// `flags`).
 #[repr(C, align(8))]
@@ -250,6 +253,23 @@ pub struct XdpEngine {
     /// (hash maps: Linux >= 5.14); cleared at the first refusal, said
     /// once, so an older kernel does not pay a failing call per removal.
     lookup_delete: bool,
+    /// The `dp_flows` keys of `installed` (bucket entries aside): a staged
+    /// install is written without `BPF_NOEXIST` (a batched update takes no
+    /// such flag), so it checks here that no other flow holds its key
+    /// (the 64-bit hash collision `BPF_NOEXIST` tells a single install).
+    hashes: HashSet<FlowHashKey>,
+    /// Between [`Self::begin_staging`] and [`Self::commit_staged`]:
+    /// installs queue their `dp_flows` entry in `staged` instead of writing
+    /// it, and the commit writes them all with one `BPF_MAP_UPDATE_BATCH`
+    /// (a connection set up in the kernel installs three entries at once).
+    staging: bool,
+    /// The staged entries' keys and values, apart: the batched update
+    /// takes them as two arrays.
+    staged_keys: Vec<FlowHashKey>,
+    staged_values: Vec<FlowValue>,
+    /// Staged entries are written with `BPF_MAP_UPDATE_BATCH`; cleared at
+    /// the kernel's first refusal (said once): then one update each.
+    update_batch: bool,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
@@ -584,6 +604,11 @@ impl XdpEngine {
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
             lookup_delete: true,
+            hashes: HashSet::new(),
+            staging: false,
+            staged_keys: Vec::new(),
+            staged_values: Vec::new(),
+            update_batch: true,
         };
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
@@ -622,6 +647,7 @@ impl XdpEngine {
             };
             if ok {
                 self.installed.insert(k, ());
+                self.hashes.insert(hk);
             } else {
                 stale.push(hk);
             }
@@ -927,6 +953,11 @@ impl XdpEngine {
             pin_dir,
             adopted: false,
             lookup_delete: true,
+            hashes: HashSet::new(),
+            staging: false,
+            staged_keys: Vec::new(),
+            staged_values: Vec::new(),
+            update_batch: true,
         })
     }
 
@@ -1505,22 +1536,37 @@ impl XdpEngine {
         let handle = FlowHandle(key);
         if self.installed.contains_key(&key) {
             self.masks.release(acq.slot); // the flow already holds one
+                                          // (It may be staged: written first, then modified in place.)
+            self.write_staged()?;
             self.modify(&handle, flow)?;
             return Ok(handle);
         }
         let mut value = flow.value;
         value.key = key.key;
+        let hk = key.hash_key(&self.seed);
+        if self.staging && flow.buckets.is_empty() {
+            if self.hashes.contains(&hk) {
+                // Another flow under this mask has the same 64-bit hash.
+                self.release_mask(acq.slot)?;
+                return Err(OffloadError::NotOffloadable {
+                    reason: "flow-hash-collision",
+                });
+            }
+            self.staged_keys.push(hk);
+            self.staged_values.push(value);
+            self.installed.insert(key, ());
+            self.hashes.insert(hk);
+            return Ok(handle);
+        }
         if let Err(e) = self.write_buckets(&key, flow) {
             self.remove_buckets(&key, 0);
             self.release_mask(acq.slot)?;
             return Err(e);
         }
-        match self
-            .flows
-            .insert(key.hash_key(&self.seed), value, BPF_NOEXIST)
-        {
+        match self.flows.insert(hk, value, BPF_NOEXIST) {
             Ok(()) => {
                 self.installed.insert(key, ());
+                self.hashes.insert(hk);
                 Ok(handle)
             }
             Err(e) => {
@@ -1534,6 +1580,7 @@ impl XdpEngine {
                     // failed half way): take it back, with the mask
                     // reference acquired above.
                     self.installed.insert(key, ());
+                    self.hashes.insert(hk);
                     self.modify(&handle, flow)?;
                     return Ok(handle);
                 }
@@ -1637,6 +1684,14 @@ impl XdpEngine {
             return Err(OffloadError::NotFound);
         }
         let hk = self.hash_key(handle)?;
+        self.hashes.remove(&hk);
+        if let Some(i) = self.staged_keys.iter().position(|k| *k == hk) {
+            // Staged, not written yet: nothing in the map, nothing counted.
+            self.staged_keys.swap_remove(i);
+            self.staged_values.swap_remove(i);
+            self.release_mask(handle.0.mask_idx)?;
+            return Ok(FlowCounters::default());
+        }
         let taken = if self.lookup_delete {
             self.take_flow(&hk)
         } else {
@@ -1686,6 +1741,7 @@ impl XdpEngine {
             }
             Err(e) => {
                 self.installed.insert(handle.0, ());
+                self.hashes.insert(hk);
                 return Err(bpf("BPF_MAP_LOOKUP_AND_DELETE_ELEM(dp_flows)", e));
             }
         }
@@ -1710,11 +1766,139 @@ impl XdpEngine {
                 // Still in the map, still holding its mask: still
                 // installed (a retry removes it, or an install modifies it).
                 self.installed.insert(handle.0, ());
+                self.hashes.insert(hk);
                 return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
             }
         }
         self.release_mask(handle.0.mask_idx)?;
         Ok(last)
+    }
+
+    /// From now until [`Self::commit_staged`], installs of flows without
+    /// buckets queue their `dp_flows` entry instead of writing it (their
+    /// handles are valid at once; a removal before the commit just drops
+    /// the queued entry). Nothing else may be asked of the engine in
+    /// between: a staged flow is not in the map yet.
+    pub fn begin_staging(&mut self) {
+        self.staging = true;
+    }
+
+    /// Write the entries staged since [`Self::begin_staging`]: one
+    /// `BPF_MAP_UPDATE_BATCH` system call for all of them (one update each
+    /// on a kernel that refuses it). On `Err` some may be written and some
+    /// not: the caller removes every flow it staged (a removal of one not
+    /// written finds nothing).
+    pub fn commit_staged(&mut self) -> Result<(), OffloadError> {
+        self.staging = false;
+        self.write_staged()
+    }
+
+    /// Whether staged entries are written with `BPF_MAP_UPDATE_BATCH`
+    /// (`false`: one update each, as on a kernel that refuses it; the
+    /// tests compare the two).
+    pub fn set_update_batch(&mut self, on: bool) {
+        self.update_batch = on;
+    }
+
+    fn write_staged(&mut self) -> Result<(), OffloadError> {
+        if self.staged_keys.is_empty() {
+            return Ok(());
+        }
+        let keys = std::mem::take(&mut self.staged_keys);
+        let values = std::mem::take(&mut self.staged_values);
+        let r = self.write_entries(&keys, &values);
+        // Their buffers are reused by the next staging.
+        self.staged_keys = keys;
+        self.staged_values = values;
+        self.staged_keys.clear();
+        self.staged_values.clear();
+        r
+    }
+
+    /// Write `keys[i]` = `values[i]` to `dp_flows` (each created or
+    /// replaced, as a batched update does), in one system call when the
+    /// kernel batches.
+    fn write_entries(
+        &mut self,
+        keys: &[FlowHashKey],
+        values: &[FlowValue],
+    ) -> Result<(), OffloadError> {
+        let full = |e: &std::io::Error| e.raw_os_error() == Some(libc::E2BIG);
+        if self.update_batch && keys.len() > 1 {
+            match self.update_batch_call(keys, values) {
+                Ok(()) => return Ok(()),
+                // Refused as a command (EINVAL/EOPNOTSUPP, or the kernel's
+                // internal ENOTSUPP, 524) before any entry was written.
+                Err((0, e))
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(524)
+                    ) =>
+                {
+                    self.update_batch = false;
+                    tracing::info!(
+                        error = %e,
+                        "BPF_MAP_UPDATE_BATCH on dp_flows refused: staged flows are written one by one"
+                    );
+                }
+                Err((_, e)) if full(&e) => {
+                    return Err(OffloadError::NotOffloadable {
+                        reason: "flow-map-full",
+                    })
+                }
+                Err((_, e)) => return Err(bpf("BPF_MAP_UPDATE_BATCH(dp_flows)", e)),
+            }
+        }
+        for (hk, v) in keys.iter().zip(values) {
+            if let Err(e) = self.flows.insert(*hk, *v, 0) {
+                return Err(if errno_of(&e) == Some(libc::E2BIG) {
+                    OffloadError::NotOffloadable {
+                        reason: "flow-map-full",
+                    }
+                } else {
+                    bpf("BPF_MAP_UPDATE_ELEM(dp_flows)", e)
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// One `BPF_MAP_UPDATE_BATCH` of `keys[i]` = `values[i]` into
+    /// `dp_flows` (flags 0: created or replaced); on failure, how many
+    /// were written first.
+    fn update_batch_call(
+        &self,
+        keys: &[FlowHashKey],
+        values: &[FlowValue],
+    ) -> Result<(), (usize, std::io::Error)> {
+        use aya::maps::IterableMap;
+        let n = keys.len().min(values.len());
+        let mut attr = BatchAttr {
+            in_batch: 0,
+            out_batch: 0,
+            keys: keys.as_ptr() as u64,
+            values: values.as_ptr() as u64,
+            count: n as u32,
+            map_fd: self.flows.map().fd().as_fd().as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: the attribute points at `count` keys and values of the
+        // map's sizes (arrays of the map's key and value types), alive for
+        // the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(((attr.count as usize).min(n), e));
+        }
+        Ok(())
     }
 
     /// Read and delete `dp_flows`' entry `hk` at once
