@@ -77,9 +77,15 @@
 //! ([`Port::keep_udp_super_frames`]: a tunnel underlay, which opens ESP
 //! where it lies), handed over whole in the buffer `recvmmsg` wrote it
 //! into, and a frame whose offload state says
-//! [`GsoType::UdpL4`] goes out behind a `GSO_UDP_L4` header. Anything
-//! else the header describes that the switch does not carry takes the
-//! software path. Ports that cannot carry offloads
+//! [`GsoType::UdpL4`] goes out behind a `GSO_UDP_L4` header. Without a
+//! ring a kept TCP super-frame also leaves in the buffer `recvmmsg` wrote
+//! it into (no copy; counted in `rx_gso_whole`; the receive slot takes a
+//! spare buffer, counted in `rx_buf_allocs` when it has to allocate one);
+//! a tagged one, small frames and anything read from the ring are copied
+//! out. Anything else the header describes that the switch does not
+//! carry takes the software path. One function decides each frame's
+//! fate (dropped, cut, kept, kept in its own buffer, software path) for
+//! both ways of receiving. Ports that cannot carry offloads
 //! ([`Port::accepts_offloads`] false: AF_XDP, tap, pcap, mem, AF_PACKET
 //! without `vnet_hdr`) get finished frames from the bridge
 //! (`port::finish_offloads`). In this mode `open` turns the interface's
@@ -1088,12 +1094,87 @@ impl Port for AfPacketPort {
     }
 }
 
+/// What becomes of a frame received behind a virtio-net header (`vnet_hdr`):
+/// decided in one place, [`RxState::vnet_fate`], for a frame copied out of
+/// the ring or a receive slot and for one handed over in its slot's buffer
+/// alike, so that a check added there holds on both paths.
+#[derive(Debug)]
+enum VnetFate {
+    /// Captured short of its length (`tp_snaplen < tp_len`): dropped,
+    /// counted in `truncated` and `rx_dropped`.
+    Truncated,
+    /// A UDP super-frame (`GSO_UDP_L4`): cut into its datagrams with the
+    /// VLAN tag `tag` put back ([`RxState::deliver_udp_gso`]; dropped and
+    /// counted there if it cannot be cut), or, with `whole` (its cut),
+    /// handed over whole in the buffer it was received into.
+    UdpGso {
+        tag: Option<[u8; 4]>,
+        whole: Option<nicflow_packet::udp_gso::Cut>,
+    },
+    /// Forwarded as it is, tag `tag` put back, with offload state `offload`
+    /// (`None`: a plain frame that fits the MTU); `whole`: a TCP
+    /// super-frame that may leave in the buffer it was received into.
+    Keep {
+        tag: Option<[u8; 4]>,
+        offload: Option<Offload>,
+        whole: bool,
+    },
+    /// What the switch does not carry as it is (GSO without a partial
+    /// checksum, an unknown GSO type, a plain frame longer than the MTU):
+    /// the software path, [`RxState::deliver`].
+    Software,
+}
+
 impl RxState {
+    /// The fate of a frame (`data`, ring-header fields `hdr`) received
+    /// behind virtio-net header `v`. `in_slot`: the frame lies in a receive
+    /// slot's buffer (`recvmmsg`, no ring), which it may leave in.
+    ///
+    /// Only complete, untagged super-frames leave whole (a VLAN tag would
+    /// have to go back in front of them, a copy): a UDP one when the
+    /// consumer asked (`keep_udp_gso`) and it can be cut, a TCP one with
+    /// a partial checksum. Why only super-frames: they are the copy worth
+    /// saving (up to 64 KiB each, the seal side's whole payload), while a
+    /// small frame leaving in a 64 KiB slot buffer would take a big buffer
+    /// out of circulation for a few bytes and make the slot find another.
+    fn vnet_fate(
+        &self,
+        hdr: &Tpacket3Hdr,
+        v: &[u8; VNET_HDR_LEN],
+        data: &[u8],
+        in_slot: bool,
+    ) -> VnetFate {
+        if hdr.tp_snaplen < hdr.tp_len {
+            return VnetFate::Truncated;
+        }
+        let tag = vlan_tag(hdr).filter(|_| data.len() >= ETH_ALEN2);
+        if v[1] & !VIRTIO_NET_HDR_GSO_ECN == VIRTIO_NET_HDR_GSO_UDP_L4 {
+            let whole = (in_slot && self.keep_udp_gso && tag.is_none())
+                .then(|| nicflow_packet::udp_gso::plan(data, u16::from_le_bytes([v[4], v[5]])).ok())
+                .flatten();
+            return VnetFate::UdpGso { tag, whole };
+        }
+        let Some(offload) = offload_from_vnet(v, tag.is_some()) else {
+            return VnetFate::Software;
+        };
+        let wire_len = data.len() + tag.map_or(0, |t| t.len());
+        if offload.is_none() && wire_len > max_frame_len(self.mtu, None) {
+            return VnetFate::Software;
+        }
+        let whole = in_slot && tag.is_none() && offload.is_some_and(|o| o.is_gso());
+        VnetFate::Keep {
+            tag,
+            offload,
+            whole,
+        }
+    }
+
     /// [`deliver`](Self::deliver) for a frame that came with a virtio-net
-    /// header (`vnet_hdr`; `None` otherwise): a TCP super-frame or a frame
-    /// with a partial checksum is kept as it is, the offload state carried
-    /// in [`PacketBuf::offload`]; anything the header describes that the
-    /// switch does not carry (UDP GSO...) takes the software path.
+    /// header (`vnet_hdr`; `None` otherwise), copied out of `data`: a TCP
+    /// super-frame or a frame with a partial checksum is kept as it is,
+    /// the offload state carried in [`PacketBuf::offload`]; anything the
+    /// header describes that the switch does not carry (UDP GSO...) takes
+    /// the software path ([`vnet_fate`](Self::vnet_fate)).
     fn deliver_vnet(
         &mut self,
         hdr: &Tpacket3Hdr,
@@ -1106,30 +1187,56 @@ impl RxState {
         let Some(v) = vnet else {
             return self.deliver(hdr, data, out, room, pool);
         };
-        if hdr.tp_snaplen < hdr.tp_len {
-            self.counters.truncated += 1;
-            self.stats.rx_dropped += 1;
-            return 0;
+        let fate = self.vnet_fate(hdr, &v, data, false);
+        self.deliver_copied(fate, hdr, &v, data, out, room, pool)
+    }
+
+    /// Carries out `fate` ([`vnet_fate`](Self::vnet_fate)) for a frame
+    /// copied out of `data` (a frame allowed to leave whole is copied too:
+    /// same bytes, offload state and counters but `rx_gso_whole` and
+    /// `rx_udp_gso_whole`).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver_copied(
+        &mut self,
+        fate: VnetFate,
+        hdr: &Tpacket3Hdr,
+        v: &[u8; VNET_HDR_LEN],
+        data: &[u8],
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+        pool: &mut Vec<PacketBuf>,
+    ) -> usize {
+        match fate {
+            VnetFate::Truncated => {
+                self.counters.truncated += 1;
+                self.stats.rx_dropped += 1;
+                0
+            }
+            VnetFate::UdpGso { tag, .. } => self.deliver_udp_gso(v, tag, data, out, room, pool),
+            VnetFate::Software => self.deliver(hdr, data, out, room, pool),
+            VnetFate::Keep { tag, offload, .. } => {
+                if tag.is_some() {
+                    self.counters.vlan_restored += 1;
+                }
+                let buf = match tag {
+                    Some(t) => fill(pool, &[&data[..ETH_ALEN2], &t, &data[ETH_ALEN2..]]),
+                    None => fill(pool, &[data]),
+                };
+                self.deliver_kept(buf, offload, out, room)
+            }
         }
-        let tag = vlan_tag(hdr).filter(|_| data.len() >= ETH_ALEN2);
-        if v[1] & !VIRTIO_NET_HDR_GSO_ECN == VIRTIO_NET_HDR_GSO_UDP_L4 {
-            return self.deliver_udp_gso(&v, tag, data, out, room, pool);
-        }
-        let Some(offload) = offload_from_vnet(&v, tag.is_some()) else {
-            return self.deliver(hdr, data, out, room, pool);
-        };
-        let wire_len = data.len() + tag.map_or(0, |t| t.len());
-        self.counters.max_frame_len = self.counters.max_frame_len.max(wire_len as u64);
-        if offload.is_none() && wire_len > max_frame_len(self.mtu, None) {
-            return self.deliver(hdr, data, out, room, pool);
-        }
-        if tag.is_some() {
-            self.counters.vlan_restored += 1;
-        }
-        let mut buf = match tag {
-            Some(t) => fill(pool, &[&data[..ETH_ALEN2], &t, &data[ETH_ALEN2..]]),
-            None => fill(pool, &[data]),
-        };
+    }
+
+    /// Hands over `buf`, a frame kept as it is (tag back in place), with
+    /// offload state `offload`, copied or the buffer it was received into.
+    fn deliver_kept(
+        &mut self,
+        mut buf: PacketBuf,
+        offload: Option<Offload>,
+        out: &mut Vec<PacketBuf>,
+        room: usize,
+    ) -> usize {
+        self.counters.max_frame_len = self.counters.max_frame_len.max(buf.len() as u64);
         if let Some(o) = &offload {
             self.count_kept(o);
         }
@@ -1148,49 +1255,14 @@ impl RxState {
         }
     }
 
-    /// The offload state of a received TCP super-frame that can leave in
-    /// the buffer `recvmmsg` wrote it into (no ring): complete, untagged (a
-    /// VLAN tag would have to go back in front of it, a copy) and kept
-    /// whole by [`deliver_vnet`](Self::deliver_vnet) (TCP GSO with a
-    /// partial checksum). `None`: anything else, which takes
-    /// `deliver_vnet` (copied out, or cut, or dropped and counted there).
-    ///
-    /// Why only super-frames: they are the copy worth saving (up to 64
-    /// KiB each, the seal side's whole payload), while a small frame
-    /// leaving in a 64 KiB slot buffer would take a big buffer out of
-    /// circulation for a few bytes and make the slot find another.
-    fn whole_tcp_gso(&self, hdr: &Tpacket3Hdr, v: &[u8; VNET_HDR_LEN]) -> Option<Offload> {
-        if hdr.tp_snaplen < hdr.tp_len || vlan_tag(hdr).is_some() {
-            return None;
-        }
-        let o = offload_from_vnet(v, false)??;
-        matches!(o.gso_type, GsoType::TcpV4 | GsoType::TcpV6).then_some(o)
-    }
-
-    /// Hands over a TCP super-frame whole in `buf` (the buffer it was
-    /// received into) with offload state `o`, counted as
-    /// [`deliver_vnet`](Self::deliver_vnet) counts one it copied, plus
-    /// `rx_gso_whole`.
-    fn deliver_whole_tcp_gso(
-        &mut self,
-        o: Offload,
-        mut buf: PacketBuf,
-        out: &mut Vec<PacketBuf>,
-        room: usize,
-    ) -> usize {
-        self.counters.max_frame_len = self.counters.max_frame_len.max(buf.len() as u64);
-        self.count_kept(&o);
-        self.counters.rx_gso_whole += 1;
-        buf.offload = Some(o);
-        self.push(buf, out, room)
-    }
-
     /// Message `i` of `sr`'s last `recvmmsg` (its ring-header fields
-    /// `hdr`, its virtio-net header `vnet`): a UDP super-frame kept whole
-    /// or a TCP super-frame leaves in the slot's buffer (the slot takes a
-    /// spare, [`SockRx::take`]), anything else is copied out by
-    /// [`deliver_vnet`](Self::deliver_vnet). Returns the frames put in
-    /// `out` and the receive-budget units they use ([`rx_units`]).
+    /// `hdr`, its virtio-net header `vnet`): a super-frame that
+    /// [`vnet_fate`](Self::vnet_fate) lets leave whole (a UDP one kept
+    /// whole, a TCP one, counted in `rx_gso_whole`) leaves in the slot's
+    /// buffer (the slot takes a spare, [`SockRx::take`]), anything else is
+    /// copied out ([`deliver_copied`](Self::deliver_copied)). Returns the
+    /// frames put in `out` and the receive-budget units they use
+    /// ([`rx_units`]).
     #[allow(clippy::too_many_arguments)]
     fn deliver_slot(
         &mut self,
@@ -1202,44 +1274,36 @@ impl RxState {
         room: usize,
         pool: &mut Vec<PacketBuf>,
     ) -> (usize, usize) {
-        if let Some(v) = vnet {
-            if let Some(cut) = self.whole_udp_gso(hdr, &v, sr.slots[i].data()) {
+        let Some(v) = vnet else {
+            let k = self.deliver(hdr, sr.slots[i].data(), out, room, pool);
+            return (k, k);
+        };
+        match self.vnet_fate(hdr, &v, sr.slots[i].data(), true) {
+            VnetFate::UdpGso {
+                whole: Some(cut), ..
+            } => {
                 let units = cut.segments();
                 let (buf, allocated) = sr.take(i, pool);
                 self.counters.rx_buf_allocs += u64::from(allocated);
                 let k = self.deliver_whole_udp_gso(&v, cut, buf, out, room);
-                return (k, k * units);
+                (k, k * units)
             }
-            if let Some(o) = self.whole_tcp_gso(hdr, &v) {
+            VnetFate::Keep {
+                offload,
+                whole: true,
+                ..
+            } => {
                 let (buf, allocated) = sr.take(i, pool);
                 self.counters.rx_buf_allocs += u64::from(allocated);
-                let k = self.deliver_whole_tcp_gso(o, buf, out, room);
-                return (k, k);
+                self.counters.rx_gso_whole += 1;
+                let k = self.deliver_kept(buf, offload, out, room);
+                (k, k)
+            }
+            fate => {
+                let k = self.deliver_copied(fate, hdr, &v, sr.slots[i].data(), out, room, pool);
+                (k, k)
             }
         }
-        let k = self.deliver_vnet(hdr, vnet, sr.slots[i].data(), out, room, pool);
-        (k, k)
-    }
-
-    /// The cut of a received UDP super-frame that goes up whole
-    /// (`keep_udp_gso`): complete, untagged (a VLAN tag would have to be
-    /// put back in front of it, a copy) and cut-able. Anything else takes
-    /// [`deliver_vnet`](Self::deliver_vnet) (cut there, or dropped and
-    /// counted as malformed).
-    fn whole_udp_gso(
-        &self,
-        hdr: &Tpacket3Hdr,
-        v: &[u8; VNET_HDR_LEN],
-        data: &[u8],
-    ) -> Option<nicflow_packet::udp_gso::Cut> {
-        if !self.keep_udp_gso
-            || v[1] & !VIRTIO_NET_HDR_GSO_ECN != VIRTIO_NET_HDR_GSO_UDP_L4
-            || hdr.tp_snaplen < hdr.tp_len
-            || vlan_tag(hdr).is_some()
-        {
-            return None;
-        }
-        nicflow_packet::udp_gso::plan(data, u16::from_le_bytes([v[4], v[5]])).ok()
     }
 
     /// Hands over a UDP super-frame whole in `buf` (the buffer it was
@@ -1702,8 +1766,9 @@ type SockFrame<'a> = (Tpacket3Hdr, Option<[u8; VNET_HDR_LEN]>, &'a [u8]);
 /// Each message lands in two pieces: its virtio-net header (`vnet_hdr`) in
 /// `vnets`, the frame in slot buffer `slots[i]`, a [`PacketBuf`] with its
 /// ordinary headroom, so that a frame handed over whole (a kept UDP
-/// super-frame) leaves in the buffer the kernel wrote it into, with no
-/// copy: the slot takes a spare buffer in its place ([`SockRx::take`]).
+/// super-frame, or a TCP super-frame: `rx_udp_gso_whole`, `rx_gso_whole`)
+/// leaves in the buffer the kernel wrote it into, with no copy: the slot
+/// takes a spare buffer in its place ([`SockRx::take`]).
 struct SockRx {
     slots: Vec<PacketBuf>,
     /// Buffers given back ([`SockRx::give_back`]) for slots to take.
@@ -2516,9 +2581,9 @@ mod tests {
         hdr.tp_len = sf.len() as u32;
         hdr.tp_snaplen = hdr.tp_len;
         let mut rx = rx_state(1500);
-        assert!(rx.whole_udp_gso(&hdr, &h, sf.data()).is_none(), "not asked");
+        assert!(whole_udp(&rx, &hdr, &h, sf.data()).is_none(), "not asked");
         rx.keep_udp_gso = true;
-        let cut = rx.whole_udp_gso(&hdr, &h, sf.data()).expect("whole");
+        let cut = whole_udp(&rx, &hdr, &h, sf.data()).expect("whole");
         assert_eq!(cut.segments(), 5);
         let mut out = Vec::new();
         let buf = PacketBuf::from_slice(sf.data());
@@ -2544,18 +2609,18 @@ mod tests {
         // a frame the slot cut short, a TCP super-frame.
         let mut bad = sf.data().to_vec();
         bad[38] ^= 1;
-        assert!(rx.whole_udp_gso(&hdr, &h, &bad).is_none());
+        assert!(whole_udp(&rx, &hdr, &h, &bad).is_none());
         let tagged = hdr_with(TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID, 7, 0x8100);
         let mut tagged = tagged;
         tagged.tp_len = hdr.tp_len;
         tagged.tp_snaplen = hdr.tp_snaplen;
-        assert!(rx.whole_udp_gso(&tagged, &h, sf.data()).is_none());
+        assert!(whole_udp(&rx, &tagged, &h, sf.data()).is_none());
         let mut short = hdr;
         short.tp_len += 1;
-        assert!(rx.whole_udp_gso(&short, &h, sf.data()).is_none());
+        assert!(whole_udp(&rx, &short, &h, sf.data()).is_none());
         let mut tcp = h;
         tcp[1] = VIRTIO_NET_HDR_GSO_TCPV4;
-        assert!(rx.whole_udp_gso(&hdr, &tcp, sf.data()).is_none());
+        assert!(whole_udp(&rx, &hdr, &tcp, sf.data()).is_none());
     }
 
     /// The socket receive path's slots: each message lands behind its
@@ -2639,7 +2704,9 @@ mod tests {
     /// tagged or truncated super-frames are still copied out. Buffers go
     /// round through a pool as the bridge recycles them: over 40 batches
     /// no buffer leaks and none is allocated after the first batch (a slot
-    /// that did not get one back would allocate every batch).
+    /// that did not get one back would allocate every batch). One beyond
+    /// the batch's room waits in `pending` in its own buffer, and its slot
+    /// takes the spare given back.
     #[test]
     fn tcp_super_frames_leave_in_their_receive_buffer() {
         use std::os::fd::FromRawFd;
@@ -2758,9 +2825,40 @@ mod tests {
                 );
             }
         }
+        // A super-frame beyond the batch's room waits in `pending`, still
+        // in its receive buffer, as the copying way queues its copy; the
+        // slot takes the buffer given back (the spare), not one from the
+        // pool nor a new one.
+        let f = tcp(40, 30_000);
+        send(&gso, &f);
+        assert_eq!(sr.recv(b.as_raw_fd(), 8).unwrap(), 1);
+        assert!(sr
+            .give_back(PacketBuf::with_capacity(SOCK_SLOT - VNET_HDR_LEN))
+            .is_none());
+        let (slot, in_pool) = (ptr(&sr.slots[0]), pool.len());
+        let mut hdr = hdr_with(0, 0, 0);
+        (hdr.tp_len, hdr.tp_snaplen) = (f.len() as u32, f.len() as u32);
+        let (mut out, mut out2) = (Vec::new(), Vec::new());
+        let ku = whole.deliver_slot(&mut sr, 0, &hdr, Some(gso), &mut out, 0, &mut pool);
+        assert_eq!(ku, (0, 0));
+        assert_eq!(
+            copied.deliver_vnet(&hdr, Some(gso), &f, &mut out2, 0, &mut pool2),
+            0
+        );
+        assert!(out.is_empty() && out2.is_empty());
+        let (w, c) = (
+            whole.pending.pop_front().unwrap(),
+            copied.pending.pop_front().unwrap(),
+        );
+        assert!(whole.pending.is_empty() && copied.pending.is_empty());
+        assert_eq!(ptr(&w), slot, "the slot's own buffer");
+        assert!(w.data() == &f[..] && c.data() == &f[..]);
+        assert_eq!(w.offload, c.offload);
+        assert!(sr.spare.is_empty(), "the spare went to the slot");
+        assert_eq!(pool.len(), in_pool);
         // Allocated in the first batch only (one per kept super-frame).
         assert_eq!(whole.counters.rx_buf_allocs, 2);
-        assert_eq!(whole.counters.rx_gso_whole, 80);
+        assert_eq!(whole.counters.rx_gso_whole, 81);
         let mut c = whole.counters.clone();
         (c.rx_gso_whole, c.rx_buf_allocs) = (0, 0);
         assert_eq!(c, copied.counters);
@@ -2778,22 +2876,49 @@ mod tests {
         );
         assert_eq!(whole.stats.rx_dropped, 40);
         // Not whole: a VLAN tag to put back, a frame cut short, no GSO, UDP
-        // GSO, GSO without a partial checksum.
-        let mut hdr = hdr_with(TP_STATUS_VLAN_VALID, 7, 0);
+        // GSO, GSO without a partial checksum; nor any frame copied out of
+        // a ring.
+        let f = tcp(0, 40_000);
+        hdr = hdr_with(TP_STATUS_VLAN_VALID, 7, 0);
         (hdr.tp_len, hdr.tp_snaplen) = (40_054, 40_054);
-        assert!(whole.whole_tcp_gso(&hdr, &gso).is_none());
+        assert!(!whole_tcp(&whole, &hdr, &gso, &f));
         hdr = hdr_with(0, 0, 0);
         (hdr.tp_len, hdr.tp_snaplen) = (40_054, 40_054);
-        assert!(whole.whole_tcp_gso(&hdr, &gso).is_some());
+        assert!(whole_tcp(&whole, &hdr, &gso, &f));
+        let copied_only = whole.vnet_fate(&hdr, &gso, &f, false);
+        assert!(matches!(copied_only, VnetFate::Keep { whole: false, .. }));
         hdr.tp_len += 1;
-        assert!(whole.whole_tcp_gso(&hdr, &gso).is_none());
+        assert!(!whole_tcp(&whole, &hdr, &gso, &f));
         hdr.tp_len -= 1;
-        assert!(whole.whole_tcp_gso(&hdr, &plain).is_none());
+        assert!(!whole_tcp(&whole, &hdr, &plain, &f));
         let (mut udp, mut full) = (gso, gso);
         udp[1] = VIRTIO_NET_HDR_GSO_UDP_L4;
         full[0] = 0;
-        assert!(whole.whole_tcp_gso(&hdr, &udp).is_none());
-        assert!(whole.whole_tcp_gso(&hdr, &full).is_none());
+        assert!(!whole_tcp(&whole, &hdr, &udp, &f));
+        assert!(!whole_tcp(&whole, &hdr, &full, &f));
+    }
+
+    /// The cut of a UDP super-frame [`RxState::vnet_fate`] lets leave in
+    /// its receive slot's buffer, if it does.
+    fn whole_udp(
+        rx: &RxState,
+        hdr: &Tpacket3Hdr,
+        v: &[u8; VNET_HDR_LEN],
+        data: &[u8],
+    ) -> Option<nicflow_packet::udp_gso::Cut> {
+        match rx.vnet_fate(hdr, v, data, true) {
+            VnetFate::UdpGso { whole, .. } => whole,
+            _ => None,
+        }
+    }
+
+    /// Does [`RxState::vnet_fate`] let a TCP super-frame leave in its
+    /// receive slot's buffer?
+    fn whole_tcp(rx: &RxState, hdr: &Tpacket3Hdr, v: &[u8; VNET_HDR_LEN], data: &[u8]) -> bool {
+        matches!(
+            rx.vnet_fate(hdr, v, data, true),
+            VnetFate::Keep { whole: true, .. }
+        )
     }
 
     fn grow_for_test(b: &mut PacketBuf) {

@@ -2178,9 +2178,11 @@ struct TxBatch {
 /// resets the kernel's `PACKET_STATISTICS`, so a second read would split a
 /// burst of drops between the two).
 ///
-/// Its receive of whole super-frames (`underlay_rx_udp_gso_whole`, and
-/// `underlay_rx_buf_allocs`: buffers it had to allocate for them, a few
-/// until warm) and its receive drops by reason, named
+/// Its receive of whole super-frames (`underlay_rx_udp_gso_whole`,
+/// `underlay_rx_gso_whole`: UDP and TCP super-frames handed over in the
+/// buffer they were received into, and `underlay_rx_buf_allocs`: buffers
+/// its receive slots had to allocate in their place, a few until warm)
+/// and its receive drops by reason, named
 /// `underlay_port_rx_drop_*`: what the kernel or the port dropped before
 /// the tunnel read it, so no `esp_rx_drop_*` or `underlay_rx_drop_*`
 /// counter (the tunnel's own, after the read) sees it. The one that
@@ -2203,6 +2205,7 @@ fn underlay_port_counters(port: &dyn Port) -> Vec<(&'static str, u64)> {
         .filter_map(|(k, v)| {
             let (name, drop) = match k {
                 "rx_udp_gso_whole" => ("underlay_rx_udp_gso_whole", false),
+                "rx_gso_whole" => ("underlay_rx_gso_whole", false),
                 "rx_buf_allocs" => ("underlay_rx_buf_allocs", false),
                 "rx_drop_ring_full" => ("underlay_port_rx_drop_ring_full", true),
                 "rx_drop_kernel" => ("underlay_port_rx_drop_kernel", true),
@@ -2912,6 +2915,7 @@ mod tests {
                 ("rx_drop_ring_full", 7),
                 ("rx_udp_gso_malformed", 2),
                 ("rx_gso_frames", 5),
+                ("rx_gso_whole", 4),
             ]
         }
     }
@@ -2938,6 +2942,8 @@ mod tests {
         assert_eq!(counter(&p, "underlay_port_rx_drop_ring_full"), 7);
         assert_eq!(counter(&p, "underlay_port_rx_drop_udp_gso_malformed"), 2);
         assert_eq!(counter(&p, "underlay_port_rx_drop_other"), 3);
+        // Not a drop, shown as the port's receive of whole super-frames.
+        assert_eq!(counter(&p, "underlay_rx_gso_whole"), 4);
         // Not a drop: not renamed into one.
         assert!(p
             .extra_counters()
