@@ -119,11 +119,16 @@ pub trait FlowOffload {
     /// [`FlowOffload::commit_ct`] belong together (the three entries of a
     /// connection set up at its SYN): an engine may write them to the
     /// kernel together at the commit, in one system call instead of one
-    /// each. Nothing but `offload_ct` and `remove` is asked in between.
+    /// each. The contract in between: nothing reads or modifies the
+    /// kernel entry of a flow offloaded since `begin_ct` (`counters`,
+    /// `modify`...: it may not be written yet); `remove` may drop one.
+    /// The engine may do its own work on other maps meanwhile (tunnels,
+    /// meters, select weights for the flows it installs).
     fn begin_ct(&mut self) {}
     /// Write what [`FlowOffload::begin_ct`] started. On `Err` (the reason)
     /// some may be written and some not: the caller removes every flow it
-    /// offloaded since `begin_ct`.
+    /// offloaded since `begin_ct` (the engine counts them refused, not
+    /// installed and removed).
     fn commit_ct(&mut self) -> Result<(), &'static str> {
         Ok(())
     }

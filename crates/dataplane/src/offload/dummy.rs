@@ -70,6 +70,16 @@ struct State {
     meter_counters: BTreeMap<u32, MeterCounters>,
     counters: ManagerCounters,
     stats: EngineStats,
+    /// Between `begin_ct` and `commit_ct`: the first id handed out since.
+    ct_first: Option<u64>,
+    /// `commit_ct` calls so far.
+    ct_commits: u64,
+    /// `commit_ct` fails with this reason (a test's stand-in for a kernel
+    /// that could not write the staged entries).
+    ct_commit_fails: Option<&'static str>,
+    /// Entries of a failed `commit_ct`: never installed, so their removal
+    /// is not counted.
+    ct_uncommitted: BTreeSet<u64>,
 }
 
 /// The engine (give it to [`crate::bridge::Bridge::enable_offload_provider`]
@@ -168,6 +178,21 @@ impl DummyHandle {
     /// Meters the engine was given.
     pub fn meters(&self) -> Vec<u32> {
         self.0.borrow().meters.keys().copied().collect()
+    }
+
+    /// From now on `commit_ct` fails with `why` (`None`: it succeeds).
+    pub fn fail_ct_commits(&self, why: Option<&'static str>) {
+        self.0.borrow_mut().ct_commit_fails = why;
+    }
+
+    /// How many times `commit_ct` was called.
+    pub fn ct_commits(&self) -> u64 {
+        self.0.borrow().ct_commits
+    }
+
+    /// The engine's installed, removed and refused counts.
+    pub fn counters(&self) -> ManagerCounters {
+        self.0.borrow().counters
     }
 
     /// The `n` entries installed last (highest ids first), without
@@ -286,6 +311,34 @@ impl FlowOffload for DummyOffload {
         Ok(id)
     }
 
+    fn begin_ct(&mut self) {
+        let mut s = self.0.borrow_mut();
+        s.ct_first = Some(s.next_id);
+    }
+
+    /// On a failure the entries installed since `begin_ct` are counted
+    /// refused rather than installed, as the kernel engines' manager
+    /// counts them; unlike the manager, which removes them itself, they
+    /// stay until the caller removes them (not counted removed then), so
+    /// a test sees whether it does.
+    fn commit_ct(&mut self) -> Result<(), &'static str> {
+        let mut s = self.0.borrow_mut();
+        let s = &mut *s;
+        s.ct_commits += 1;
+        let first = s.ct_first.take().unwrap_or(s.next_id);
+        let Some(why) = s.ct_commit_fails else {
+            return Ok(());
+        };
+        for id in first..s.next_id {
+            if s.alias.contains_key(&id) || s.flows.contains_key(&id) {
+                s.counters.installed -= 1;
+                s.counters.refused += 1;
+                s.ct_uncommitted.insert(id);
+            }
+        }
+        Err(why)
+    }
+
     fn modify(
         &mut self,
         id: u64,
@@ -309,7 +362,9 @@ impl FlowOffload for DummyOffload {
         let held = s.resolve(id);
         s.alias.remove(&id);
         let f = s.flows.remove(&held)?;
-        s.counters.removed += 1;
+        if !s.ct_uncommitted.remove(&id) {
+            s.counters.removed += 1;
+        }
         Some(f.counters)
     }
 
@@ -1065,6 +1120,45 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert_eq!(lab.br.ct_offloads().set_up, 1);
         let line = lab.conn(40011).unwrap();
         assert!(line.contains("state=ESTABLISHED"), "{line}");
+    }
+
+    /// A set-up whose commit fails (the engine could not write the entries
+    /// staged since `begin_ct`): every entry offloaded for it goes, the
+    /// set-up is refused for the engine's reason and counted refused (not
+    /// installed and removed), and the connection goes on in userspace;
+    /// the next SYN, with the commit working again, is set up.
+    #[test]
+    fn a_failed_commit_leaves_no_entry_and_counts_the_refusal() {
+        let mut lab = CtLab::new();
+        let (x, y) = lab.first_handshake();
+        let (flows, counters) = (lab.eng.flows(), lab.eng.counters());
+        let (commits, set_up) = (lab.eng.ct_commits(), lab.br.ct_offloads().set_up);
+        let refused = |lab: &CtLab| {
+            let r = &lab.br.ct_offloads().setup_refused;
+            r.get("flow-map-full").copied()
+        };
+        assert_eq!(refused(&lab), None);
+        lab.eng.fail_ct_commits(Some("flow-map-full"));
+        assert_eq!(lab.send(true, 40030, SYN, x, 0), 1, "still forwarded");
+        assert_eq!(lab.eng.ct_commits(), commits + 1, "the set-up committed");
+        let ids: Vec<u64> = lab.eng.flows().keys().copied().collect();
+        assert_eq!(ids, flows.keys().copied().collect::<Vec<_>>());
+        assert!(lab.entries(40030).is_none(), "{:#?}", lab.ct_entries());
+        assert_eq!(refused(&lab), Some(1));
+        assert_eq!(lab.br.ct_offloads().set_up, set_up);
+        let now = lab.eng.counters();
+        assert_eq!(
+            (now.installed, now.removed, now.refused),
+            (counters.installed, counters.removed, counters.refused + 3),
+            "{now:?}"
+        );
+        // The connection is the tracker's: its SYN-ACK goes up.
+        assert_eq!(lab.send(false, 40030, SYN | ACK, y, x + 1), 1);
+        lab.eng.fail_ct_commits(None);
+        assert_eq!(lab.send(true, 40031, SYN, x, 0), 1);
+        assert!(lab.entries(40031).is_some(), "{:#?}", lab.ct_entries());
+        assert_eq!(lab.br.ct_offloads().set_up, set_up + 1);
+        assert_eq!(refused(&lab), Some(1));
     }
 
     /// Unanswered set-up connections hold a bounded share of the map, and

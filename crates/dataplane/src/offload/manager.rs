@@ -253,6 +253,9 @@ pub struct OffloadManager {
     others: BTreeMap<u32, &'static str>,
     flows: HashMap<u64, (EngineKind, FlowHandle)>,
     next_id: u64,
+    /// Between `begin_ct` and `commit_ct`: the first id handed out since
+    /// `begin_ct` (ids only grow: the flows staged are those from it on).
+    ct_first: Option<u64>,
     counters: ManagerCounters,
     /// Counters read in one batch per engine for a sweep over all flows
     /// (`prefetch_counters`), by flow id; empty outside a sweep.
@@ -403,6 +406,7 @@ impl OffloadManager {
             others: BTreeMap::new(),
             flows: HashMap::new(),
             next_id: 1,
+            ct_first: None,
             prefetched: HashMap::new(),
             counters: ManagerCounters::default(),
             meters: BTreeMap::new(),
@@ -1821,6 +1825,30 @@ impl OffloadManager {
         }
     }
 
+    /// [`FlowOffload::remove`] without counting it removed (a flow of a
+    /// failed `commit_ct` was never installed).
+    fn drop_flow(&mut self, id: u64) -> Option<KernelCounters> {
+        // Its buckets' last counts go to the group before the entries go.
+        self.credit_select(id);
+        let (kind, h) = self.flows.remove(&id)?;
+        self.detach_select(id);
+        if let Some(emu) = self.emulation.as_mut() {
+            emu.release(id);
+        }
+        match self.engine_mut(kind)?.remove(&h) {
+            Ok(c) => Some(KernelCounters {
+                packets: c.packets,
+                bytes: c.bytes,
+                used: c.used,
+                tcp_flags: c.tcp_flags,
+            }),
+            Err(e) => {
+                tracing::warn!("kernel flow remove failed: {e}");
+                None
+            }
+        }
+    }
+
     /// [`FlowOffload::modify`] without the select slots' bookkeeping.
     fn modify_flow(
         &mut self,
@@ -2043,6 +2071,7 @@ impl FlowOffload for OffloadManager {
     }
 
     fn begin_ct(&mut self) {
+        self.ct_first = Some(self.next_id);
         for kind in [EngineKind::Xdp, EngineKind::Tc] {
             if let Some(e) = self.engine_mut(kind) {
                 e.begin_staging();
@@ -2051,6 +2080,7 @@ impl FlowOffload for OffloadManager {
     }
 
     fn commit_ct(&mut self) -> Result<(), &'static str> {
+        let first = self.ct_first.take().unwrap_or(self.next_id);
         let mut r = Ok(());
         // Both engines end their staging, whatever the first one said.
         for kind in [EngineKind::Xdp, EngineKind::Tc] {
@@ -2063,6 +2093,19 @@ impl FlowOffload for OffloadManager {
                             "engine-error"
                         }
                     });
+                }
+            }
+        }
+        if r.is_err() {
+            // The flows staged since `begin_ct` were never installed: like
+            // a failed single install, each is counted refused, not
+            // installed and removed. Removed here, quietly; the caller's
+            // removals then find nothing.
+            for id in first..self.next_id {
+                if self.flows.contains_key(&id) {
+                    self.counters.installed = self.counters.installed.saturating_sub(1);
+                    self.counters.refused += 1;
+                    self.drop_flow(id);
                 }
             }
         }
@@ -2097,26 +2140,10 @@ impl FlowOffload for OffloadManager {
     }
 
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
-        // Its buckets' last counts go to the group before the entries go.
-        self.credit_select(id);
-        let (kind, h) = self.flows.remove(&id)?;
-        self.detach_select(id);
-        if let Some(emu) = self.emulation.as_mut() {
-            emu.release(id);
+        if self.flows.contains_key(&id) {
+            self.counters.removed += 1;
         }
-        self.counters.removed += 1;
-        match self.engine_mut(kind)?.remove(&h) {
-            Ok(c) => Some(KernelCounters {
-                packets: c.packets,
-                bytes: c.bytes,
-                used: c.used,
-                tcp_flags: c.tcp_flags,
-            }),
-            Err(e) => {
-                tracing::warn!("kernel flow remove failed: {e}");
-                None
-            }
-        }
+        self.drop_flow(id)
     }
 
     fn set_meter(&mut self, spec: &MeterSpec) {

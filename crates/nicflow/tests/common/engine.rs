@@ -250,6 +250,7 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, counters_off_leaves_packets_and_bytes_but_not_last_used);
         $crate::engine_tests!(@one $eng, batched_counter_read_covers_every_flow);
         $crate::engine_tests!(@one $eng, staged_installs_leave_the_map_single_installs_leave);
+        $crate::engine_tests!(@one $eng, a_staged_commit_into_a_full_map_leaves_nothing);
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
         $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
         $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
@@ -848,8 +849,18 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
                     // A flow staged, then removed before the commit.
                     let h = e.install(&encoded(g)).unwrap();
                     e.remove(&h).unwrap();
+                    let from = handles.len();
                     for f in chunk {
                         handles.push(e.install(&encoded(f)).unwrap());
+                    }
+                    // Staged, not written: their frames miss, the map
+                    // holds none of them.
+                    for f in chunk {
+                        assert_eq!(e.test_run(f, in_if, 0).unwrap().0, eng.pass, "{mode}");
+                    }
+                    let batch = e.counters_batch().unwrap().expect("batched reads");
+                    for h in &handles[from..] {
+                        assert!(!batch.contains_key(h), "{mode}: staged, yet in the map");
                     }
                     e.commit_staged().unwrap();
                 }
@@ -860,6 +871,10 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
                 e.commit_staged().unwrap();
             }
             assert_eq!(e.n_flows(), frames.len(), "{mode}");
+            // Three chunks in one `BPF_MAP_UPDATE_BATCH` each (the 25th,
+            // alone when written, takes a single update); none without.
+            let batches = if mode == "batch" { 3 } else { 0 };
+            assert_eq!(e.update_batches(), batches, "{mode}");
             for f in &frames {
                 assert_eq!(e.test_run(f, in_if, 0).unwrap().0, eng.redirect, "{mode}");
             }
@@ -883,6 +898,68 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
                 assert_eq!(a, b, "{mode} flow {i}");
                 assert_eq!(batch[h].packets, 1, "{mode} flow {i}");
             }
+        }
+    });
+}
+
+/// A commit of staged flows into a map without room for them all
+/// (`BPF_MAP_UPDATE_BATCH` or one update each) is refused as
+/// `flow-map-full`; once the caller removes every flow it staged, nothing
+/// is left: no entry, no flow, no mask slot, and the room there is takes
+/// the next install.
+pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let mut mask = FlowMask::exact();
+        mask.0.clear_userspace_only();
+        mask.0.tun_metadata = [0; 8];
+        let frames: Vec<Vec<u8>> = (0..3u32)
+            .map(|i| {
+                FrameBuilder::new(A, B)
+                    .ipv4(v4(0x0100 + i), v4(2))
+                    .udp(1000, 2000)
+                    .payload(b"full")
+                    .build()
+            })
+            .collect();
+        let encoded = |frame: &[u8]| {
+            let mut k = FlowKey::default();
+            extract(frame, IN_PORT, &mut k).unwrap();
+            (eng.encode)(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap()
+        };
+        for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
+            let in_if = eng.veth(&format!("{tag}i"));
+            let out_if = eng.veth(&format!("{tag}2"));
+            let mut e = eng.load(XdpEngineConfig {
+                max_flows: 1,
+                ..XdpEngineConfig::default()
+            });
+            (eng.add_port)(&mut e, in_if, IN_PORT);
+            e.set_tx_port(0, out_if).unwrap();
+            e.set_update_batch(mode == "batch");
+            e.begin_staging();
+            let hs: Vec<_> = frames
+                .iter()
+                .map(|f| e.install(&encoded(f)).unwrap())
+                .collect();
+            assert_eq!((e.n_flows(), e.masks().len()), (3, 1), "{mode}");
+            let err = e.commit_staged().unwrap_err();
+            assert_eq!(err.reason(), Some("flow-map-full"), "{mode}: {err}");
+            assert_eq!(e.update_batches(), 0, "{mode}");
+            for h in &hs {
+                e.remove(h).unwrap();
+            }
+            assert_eq!(e.n_flows(), 0, "{mode}");
+            assert!(e.masks().is_empty(), "{mode}: mask slot held");
+            let left = e.counters_batch().unwrap().expect("batched reads");
+            assert!(left.is_empty(), "{mode}: {left:?}");
+            for f in &frames {
+                assert_eq!(e.test_run(f, in_if, 0).unwrap().0, eng.pass, "{mode}");
+            }
+            // The map's one entry is free again.
+            let h = e.install(&encoded(&frames[2])).unwrap();
+            assert_eq!(e.test_run(&frames[2], in_if, 0).unwrap().0, eng.redirect);
+            e.remove(&h).unwrap();
         }
     });
 }

@@ -270,6 +270,8 @@ pub struct XdpEngine {
     /// Staged entries are written with `BPF_MAP_UPDATE_BATCH`; cleared at
     /// the kernel's first refusal (said once): then one update each.
     update_batch: bool,
+    /// Successful `BPF_MAP_UPDATE_BATCH` calls ([`Self::update_batches`]).
+    update_batches: u64,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
@@ -343,6 +345,22 @@ fn errno_of(e: &aya::maps::MapError) -> Option<i32> {
         _ => None,
     }
 }
+
+/// Whether a map command failed because this kernel refuses the command
+/// itself (`EINVAL`: a command it does not know; `EOPNOTSUPP`, or its
+/// internal `ENOTSUPP`, 524: a map without it), not because of an entry.
+/// Such a refusal is for good: the caller falls back to the older
+/// commands, and does not try again.
+fn refuses_command(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(ENOTSUPP)
+    )
+}
+
+/// The kernel's internal `ENOTSUPP` (not in libc): what a map without a
+/// batched command answers through the `bpf` system call.
+const ENOTSUPP: i32 = 524;
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, OffloadError>
 where
@@ -609,6 +627,7 @@ impl XdpEngine {
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
             update_batch: true,
+            update_batches: 0,
         };
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
@@ -958,6 +977,7 @@ impl XdpEngine {
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
             update_batch: true,
+            update_batches: 0,
         })
     }
 
@@ -1535,8 +1555,9 @@ impl XdpEngine {
         };
         let handle = FlowHandle(key);
         if self.installed.contains_key(&key) {
-            self.masks.release(acq.slot); // the flow already holds one
-                                          // (It may be staged: written first, then modified in place.)
+            // The flow already holds a mask reference.
+            self.masks.release(acq.slot);
+            // It may be staged: written first, then modified in place.
             self.write_staged()?;
             self.modify(&handle, flow)?;
             return Ok(handle);
@@ -1544,14 +1565,17 @@ impl XdpEngine {
         let mut value = flow.value;
         value.key = key.key;
         let hk = key.hash_key(&self.seed);
+        if self.hashes.contains(&hk) {
+            // Another flow under this mask has the same 64-bit hash. Checked
+            // here for both paths: `BPF_NOEXIST` below cannot see a staged
+            // flow's entry (not in the map until the commit), and a staged
+            // install has no such flag at all.
+            self.release_mask(acq.slot)?;
+            return Err(OffloadError::NotOffloadable {
+                reason: "flow-hash-collision",
+            });
+        }
         if self.staging && flow.buckets.is_empty() {
-            if self.hashes.contains(&hk) {
-                // Another flow under this mask has the same 64-bit hash.
-                self.release_mask(acq.slot)?;
-                return Err(OffloadError::NotOffloadable {
-                    reason: "flow-hash-collision",
-                });
-            }
             self.staged_keys.push(hk);
             self.staged_values.push(value);
             self.installed.insert(key, ());
@@ -1725,12 +1749,7 @@ impl XdpEngine {
                 return Ok(FlowCounters::default());
             }
             // An older kernel: read, then delete (said once).
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(524)
-                ) =>
-            {
+            Err(e) if refuses_command(&e) => {
                 if self.lookup_delete {
                     self.lookup_delete = false;
                     tracing::info!(
@@ -1777,8 +1796,13 @@ impl XdpEngine {
     /// From now until [`Self::commit_staged`], installs of flows without
     /// buckets queue their `dp_flows` entry instead of writing it (their
     /// handles are valid at once; a removal before the commit just drops
-    /// the queued entry). Nothing else may be asked of the engine in
-    /// between: a staged flow is not in the map yet.
+    /// the queued entry; an install of the same flow again writes the
+    /// staged entries first, then modifies it in place). The contract in
+    /// between: nothing reads or modifies a staged flow's `dp_flows` entry
+    /// (`value`, `counters`, `modify`...: it is not in the map yet). Other
+    /// engine calls may run (the manager's `sync_tunnel`, `ensure_meters`
+    /// and `write_select_weights` do, for the flows it installs), and
+    /// flows with buckets are written at once.
     pub fn begin_staging(&mut self) {
         self.staging = true;
     }
@@ -1826,27 +1850,27 @@ impl XdpEngine {
         let full = |e: &std::io::Error| e.raw_os_error() == Some(libc::E2BIG);
         if self.update_batch && keys.len() > 1 {
             match self.update_batch_call(keys, values) {
-                Ok(()) => return Ok(()),
-                // Refused as a command (EINVAL/EOPNOTSUPP, or the kernel's
-                // internal ENOTSUPP, 524) before any entry was written.
-                Err((0, e))
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(524)
-                    ) =>
-                {
+                Ok(()) => {
+                    self.update_batches += 1;
+                    return Ok(());
+                }
+                // Refused as a command: the kernel then writes no count
+                // back (it stays `keys.len()`), so whatever it says, all
+                // are written again one by one (each created or replaced:
+                // repeating one already written is harmless).
+                Err(e) if refuses_command(&e) => {
                     self.update_batch = false;
                     tracing::info!(
                         error = %e,
                         "BPF_MAP_UPDATE_BATCH on dp_flows refused: staged flows are written one by one"
                     );
                 }
-                Err((_, e)) if full(&e) => {
+                Err(e) if full(&e) => {
                     return Err(OffloadError::NotOffloadable {
                         reason: "flow-map-full",
                     })
                 }
-                Err((_, e)) => return Err(bpf("BPF_MAP_UPDATE_BATCH(dp_flows)", e)),
+                Err(e) => return Err(bpf("BPF_MAP_UPDATE_BATCH(dp_flows)", e)),
             }
         }
         for (hk, v) in keys.iter().zip(values) {
@@ -1864,13 +1888,14 @@ impl XdpEngine {
     }
 
     /// One `BPF_MAP_UPDATE_BATCH` of `keys[i]` = `values[i]` into
-    /// `dp_flows` (flags 0: created or replaced); on failure, how many
-    /// were written first.
+    /// `dp_flows` (flags 0: created or replaced). On failure some may be
+    /// written: the caller does not rely on how many (the count the
+    /// kernel writes back is not written when it refuses the command).
     fn update_batch_call(
         &self,
         keys: &[FlowHashKey],
         values: &[FlowValue],
-    ) -> Result<(), (usize, std::io::Error)> {
+    ) -> Result<(), std::io::Error> {
         use aya::maps::IterableMap;
         let n = keys.len().min(values.len());
         let mut attr = BatchAttr {
@@ -1895,10 +1920,15 @@ impl XdpEngine {
             )
         };
         if r < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(((attr.count as usize).min(n), e));
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// How many `BPF_MAP_UPDATE_BATCH` calls wrote staged entries (the
+    /// tests tell the batched commit from its one-by-one fallback).
+    pub fn update_batches(&self) -> u64 {
+        self.update_batches
     }
 
     /// Read and delete `dp_flows`' entry `hk` at once
@@ -2215,5 +2245,25 @@ fn load_retrying(mut load: impl FnMut() -> Result<(), ProgramError>) -> Result<(
             }
             r => return r,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused command (unknown, or a map without it) falls back
+    /// whatever count the kernel left; a full map or any other error of
+    /// an entry does not.
+    #[test]
+    fn refused_commands_are_told_from_failed_entries() {
+        let io = std::io::Error::from_raw_os_error;
+        for errno in [libc::EINVAL, libc::EOPNOTSUPP, ENOTSUPP] {
+            assert!(refuses_command(&io(errno)), "{errno}");
+        }
+        for errno in [libc::E2BIG, libc::ENOMEM, libc::EEXIST, libc::EPERM] {
+            assert!(!refuses_command(&io(errno)), "{errno}");
+        }
+        assert!(!refuses_command(&std::io::Error::other("no errno")));
     }
 }
