@@ -613,12 +613,18 @@ fn counted_connections(lab: &Lab, h1: &str, url: &str, n: u64, mode: &str) {
 /// usually faster than curl's exit, with its entries in the kernel the
 /// dump's sync can come first (a failure seen in the suite, 2026-12-05).
 fn closed_conntrack(lab: &Lab, n: u64, states: impl Fn(&[String]) -> Vec<String>) -> Vec<String> {
-    let mut ct = conntrack(lab);
-    eventually(Duration::from_secs(5), || {
+    let mut ct = Vec::new();
+    let settled = eventually(Duration::from_secs(5), || {
         ct = conntrack(lab);
         let s = states(&ct);
         s.len() as u64 == n && s.iter().all(|s| s == "TIME_WAIT")
     });
+    if !settled {
+        eprintln!(
+            "the 5-s wait for {n} TIME_WAIT connections ran out: {:?}",
+            states(&ct)
+        );
+    }
     ct
 }
 

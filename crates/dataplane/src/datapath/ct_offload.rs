@@ -512,28 +512,19 @@ impl CtOffloads {
                         }
                     }
                 }
-                if refused.is_some() {
-                    // Before the commit: entries not written yet are just
-                    // dropped.
+                // The commit always ends the staging. A refused install,
+                // a failed commit or a tracker that will not take the
+                // set-up: every entry offloaded for it goes, once (a
+                // refused install's earlier entries are written by the
+                // commit, then removed: a rare path, kept simple).
+                let committed = off.commit_ct();
+                let refused = refused.or(committed.err());
+                if refused.is_some() || !tracker.kernel_setup(h) {
                     for &(_, _, id) in &ids {
                         off.remove(id);
                     }
-                }
-                if let Err(why) = off.commit_ct() {
-                    if refused.is_none() {
-                        for &(_, _, id) in &ids {
-                            off.remove(id);
-                        }
-                        refused = Some(why);
-                    }
-                }
-                if let Some(why) = refused {
-                    self.refuse_setup(why);
-                    return None;
-                }
-                if !tracker.kernel_setup(h) {
-                    for (_, _, id) in ids {
-                        off.remove(id);
+                    if let Some(why) = refused {
+                        self.refuse_setup(why);
                     }
                     return None;
                 }
