@@ -191,6 +191,32 @@ struct BatchAttr {
     flags: u64,
 }
 
+impl BatchAttr {
+    /// `bpf(cmd, self)`: a batched map command (`BPF_MAP_*_BATCH`); the
+    /// kernel writes `count` (and the cursor) back into `self`.
+    ///
+    /// # Safety
+    /// `keys`, `values` and the batch cursors must point at buffers of
+    /// `count` keys and values of the map's sizes (and 8 bytes per
+    /// cursor), alive for the call.
+    unsafe fn call(&mut self, cmd: libc::c_long) -> std::io::Result<()> {
+        // SAFETY: the caller's contract; the attribute itself is live.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                self as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>(),
+            )
+        };
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
 pub use crate::datapath::offload::EngineStats;
 
 /// How the program is attached to an interface.
@@ -1911,18 +1937,7 @@ impl XdpEngine {
         // SAFETY: the attribute points at `count` keys and values of the
         // map's sizes (arrays of the map's key and value types), alive for
         // the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_BATCH,
-                &mut attr as *mut BatchAttr,
-                std::mem::size_of::<BatchAttr>(),
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        unsafe { attr.call(BPF_MAP_UPDATE_BATCH) }
     }
 
     /// How many `BPF_MAP_UPDATE_BATCH` calls wrote staged entries (the
@@ -2037,15 +2052,7 @@ impl XdpEngine {
             // SAFETY: the attribute points at buffers of `count` keys and
             // values of the map's sizes and at a cursor of 8 bytes, all
             // alive for the call.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_MAP_LOOKUP_BATCH,
-                    &mut attr as *mut BatchAttr,
-                    std::mem::size_of::<BatchAttr>(),
-                )
-            };
-            let err = (r < 0).then(std::io::Error::last_os_error);
+            let err = unsafe { attr.call(BPF_MAP_LOOKUP_BATCH) }.err();
             let n = (attr.count as usize).min(CHUNK);
             for (k, v) in keys.iter().zip(&values).take(n) {
                 // A select flow's buckets (pad != 0) count its frames.
