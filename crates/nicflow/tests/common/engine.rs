@@ -861,6 +861,15 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
                     let batch = e.counters_batch().unwrap().expect("batched reads");
                     for h in &handles[from..] {
                         assert!(!batch.contains_key(h), "{mode}: staged, yet in the map");
+                        // Read while staged: the value it will be written
+                        // with, nothing counted.
+                        let v = e.value(h).expect("a staged flow's value");
+                        assert_eq!((v.packets, v.bytes), (0, 0), "{mode}");
+                    }
+                    if from == 0 {
+                        // Modified while staged: the staging is written
+                        // first (in one batch), then the entry replaced.
+                        e.modify(&handles[0], &encoded(&chunk[0])).unwrap();
                     }
                     e.commit_staged().unwrap();
                 }

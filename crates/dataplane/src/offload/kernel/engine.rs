@@ -263,8 +263,9 @@ pub struct XdpEngine {
     kind: EngineKind,
     cfg: XdpEngineConfig,
     masks: MaskTable,
-    /// Installed flows -> their mask slot's reference is held.
-    installed: HashMap<FlowMapKey, ()>,
+    /// Installed flows (each holds its mask slot's reference), with
+    /// their `dp_flows` keys.
+    installed: Installed,
     links: HashMap<u32, aya::programs::xdp::XdpLinkId>,
     /// XDP only: ports' links switched to `xdp_dp` ([`Self::adopt_link`]).
     lent: HashMap<u32, XdpLinkRef>,
@@ -279,11 +280,6 @@ pub struct XdpEngine {
     /// (hash maps: Linux >= 5.14); cleared at the first refusal, said
     /// once, so an older kernel does not pay a failing call per removal.
     lookup_delete: bool,
-    /// The `dp_flows` keys of `installed` (bucket entries aside): a staged
-    /// install is written without `BPF_NOEXIST` (a batched update takes no
-    /// such flag), so it checks here that no other flow holds its key
-    /// (the 64-bit hash collision `BPF_NOEXIST` tells a single install).
-    hashes: HashSet<FlowHashKey>,
     /// Between [`Self::begin_staging`] and [`Self::commit_staged`]:
     /// installs queue their `dp_flows` entry in `staged` instead of writing
     /// it, and the commit writes them all with one `BPF_MAP_UPDATE_BATCH`
@@ -377,6 +373,50 @@ fn errno_of(e: &aya::maps::MapError) -> Option<i32> {
 /// internal `ENOTSUPP`, 524: a map without it), not because of an entry.
 /// Such a refusal is for good: the caller falls back to the older
 /// commands, and does not try again.
+/// The flows an engine installed, by masked key, and the set of their
+/// `dp_flows` keys, kept in step by one insert and one remove: a staged
+/// install is written without `BPF_NOEXIST` (a batched update takes no
+/// such flag), so it checks here that no other flow holds its key (the
+/// 64-bit hash collision `BPF_NOEXIST` tells a single install).
+#[derive(Default)]
+struct Installed {
+    keys: HashSet<FlowMapKey>,
+    hashes: HashSet<FlowHashKey>,
+}
+
+impl Installed {
+    fn insert(&mut self, key: FlowMapKey, hk: FlowHashKey) {
+        self.keys.insert(key);
+        self.hashes.insert(hk);
+    }
+
+    /// Whether `key` was installed (its hash goes with it).
+    fn remove(&mut self, key: &FlowMapKey, hk: &FlowHashKey) -> bool {
+        let was = self.keys.remove(key);
+        if was {
+            self.hashes.remove(hk);
+        }
+        was
+    }
+
+    fn contains(&self, key: &FlowMapKey) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Whether an installed flow's `dp_flows` key is `hk`.
+    fn holds_hash(&self, hk: &FlowHashKey) -> bool {
+        self.hashes.contains(hk)
+    }
+
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = FlowMapKey> + '_ {
+        self.keys.iter().copied()
+    }
+}
+
 fn refuses_command(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -641,14 +681,13 @@ impl XdpEngine {
             kind,
             cfg,
             masks: MaskTable::new(cfg.max_masks),
-            installed: HashMap::new(),
+            installed: Installed::default(),
             links: HashMap::new(),
             lent: HashMap::new(),
             tc_links: HashMap::new(),
             pin_dir: Some(dir.to_path_buf()),
             adopted: true,
             lookup_delete: true,
-            hashes: HashSet::new(),
             staging: false,
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
@@ -691,8 +730,7 @@ impl XdpEngine {
                 Err(_) => false,
             };
             if ok {
-                self.installed.insert(k, ());
-                self.hashes.insert(hk);
+                self.installed.insert(k, hk);
             } else {
                 stale.push(hk);
             }
@@ -703,7 +741,7 @@ impl XdpEngine {
                 pad: 0,
                 key,
             };
-            if !self.installed.contains_key(&k) {
+            if !self.installed.contains(&k) {
                 stale.push(hk);
             }
         }
@@ -991,14 +1029,13 @@ impl XdpEngine {
             kind,
             cfg,
             masks: MaskTable::new(cfg.max_masks),
-            installed: HashMap::new(),
+            installed: Installed::default(),
             links: HashMap::new(),
             lent: HashMap::new(),
             tc_links: HashMap::new(),
             pin_dir,
             adopted: false,
             lookup_delete: true,
-            hashes: HashSet::new(),
             staging: false,
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
@@ -1580,7 +1617,7 @@ impl XdpEngine {
             key: flow.key.masked(&flow.mask),
         };
         let handle = FlowHandle(key);
-        if self.installed.contains_key(&key) {
+        if self.installed.contains(&key) {
             // The flow already holds a mask reference.
             self.masks.release(acq.slot);
             // It may be staged: written first, then modified in place.
@@ -1591,7 +1628,7 @@ impl XdpEngine {
         let mut value = flow.value;
         value.key = key.key;
         let hk = key.hash_key(&self.seed);
-        if self.hashes.contains(&hk) {
+        if self.installed.holds_hash(&hk) {
             // Another flow under this mask has the same 64-bit hash. Checked
             // here for both paths: `BPF_NOEXIST` below cannot see a staged
             // flow's entry (not in the map until the commit), and a staged
@@ -1604,8 +1641,7 @@ impl XdpEngine {
         if self.staging && flow.buckets.is_empty() {
             self.staged_keys.push(hk);
             self.staged_values.push(value);
-            self.installed.insert(key, ());
-            self.hashes.insert(hk);
+            self.installed.insert(key, hk);
             return Ok(handle);
         }
         if let Err(e) = self.write_buckets(&key, flow) {
@@ -1615,8 +1651,7 @@ impl XdpEngine {
         }
         match self.flows.insert(hk, value, BPF_NOEXIST) {
             Ok(()) => {
-                self.installed.insert(key, ());
-                self.hashes.insert(hk);
+                self.installed.insert(key, hk);
                 Ok(handle)
             }
             Err(e) => {
@@ -1629,8 +1664,7 @@ impl XdpEngine {
                     // This very flow, left in the map (a removal that
                     // failed half way): take it back, with the mask
                     // reference acquired above.
-                    self.installed.insert(key, ());
-                    self.hashes.insert(hk);
+                    self.installed.insert(key, hk);
                     self.modify(&handle, flow)?;
                     return Ok(handle);
                 }
@@ -1657,10 +1691,16 @@ impl XdpEngine {
     /// Replace an installed flow's actions, keeping its counters (hits
     /// between reading them and writing the new value are not counted).
     pub fn modify(&mut self, handle: &FlowHandle, flow: &EncodedFlow) -> Result<(), OffloadError> {
-        if !self.installed.contains_key(&handle.0) {
+        if !self.installed.contains(&handle.0) {
             return Err(OffloadError::NotFound);
         }
         let hk = self.hash_key(handle)?;
+        if self.staged_keys.contains(&hk) {
+            // Staged, not in the map yet: the staged entries are written
+            // first (as a second install of a staged flow does), so the
+            // modification has an entry to replace.
+            self.write_staged()?;
+        }
         let old = self
             .flows
             .get(&hk, 0)
@@ -1730,11 +1770,10 @@ impl XdpEngine {
 
     /// Remove a flow; returns its final counters.
     pub fn remove(&mut self, handle: &FlowHandle) -> Result<FlowCounters, OffloadError> {
-        if self.installed.remove(&handle.0).is_none() {
+        let hk = self.hash_key(handle)?;
+        if !self.installed.remove(&handle.0, &hk) {
             return Err(OffloadError::NotFound);
         }
-        let hk = self.hash_key(handle)?;
-        self.hashes.remove(&hk);
         if let Some(i) = self.staged_keys.iter().position(|k| *k == hk) {
             // Staged, not written yet: nothing in the map, nothing counted.
             self.staged_keys.swap_remove(i);
@@ -1785,8 +1824,7 @@ impl XdpEngine {
                 }
             }
             Err(e) => {
-                self.installed.insert(handle.0, ());
-                self.hashes.insert(hk);
+                self.installed.insert(handle.0, hk);
                 return Err(bpf("BPF_MAP_LOOKUP_AND_DELETE_ELEM(dp_flows)", e));
             }
         }
@@ -1810,8 +1848,7 @@ impl XdpEngine {
             Err(e) => {
                 // Still in the map, still holding its mask: still
                 // installed (a retry removes it, or an install modifies it).
-                self.installed.insert(handle.0, ());
-                self.hashes.insert(hk);
+                self.installed.insert(handle.0, hk);
                 return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
             }
         }
@@ -1823,10 +1860,10 @@ impl XdpEngine {
     /// buckets queue their `dp_flows` entry instead of writing it (their
     /// handles are valid at once; a removal before the commit just drops
     /// the queued entry; an install of the same flow again writes the
-    /// staged entries first, then modifies it in place). The contract in
-    /// between: nothing reads or modifies a staged flow's `dp_flows` entry
-    /// (`value`, `counters`, `modify`...: it is not in the map yet). Other
-    /// engine calls may run (the manager's `sync_tunnel`, `ensure_meters`
+    /// staged entries first, then modifies it in place, as `modify` does;
+    /// `value` and `counters` of a staged flow give the value it will be
+    /// written with, nothing counted; a batched read of the map
+    /// (`counters_batch`) does not see it yet). Other engine calls may run (the manager's `sync_tunnel`, `ensure_meters`
     /// and `write_select_weights` do, for the flows it installs), and
     /// flows with buckets are written at once.
     pub fn begin_staging(&mut self) {
@@ -2086,14 +2123,18 @@ impl XdpEngine {
         }
     }
 
-    /// The raw map value of an installed flow (actions + counters).
+    /// The raw map value of an installed flow (actions + counters). A
+    /// flow staged and not yet written has the value it will be written
+    /// with (nothing counted yet).
     pub fn value(&self, handle: &FlowHandle) -> Result<FlowValue, OffloadError> {
-        self.flows
-            .get(&self.hash_key(handle)?, 0)
-            .map_err(|e| match e {
-                aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
-                e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
-            })
+        let hk = self.hash_key(handle)?;
+        if let Some(i) = self.staged_keys.iter().position(|k| *k == hk) {
+            return Ok(self.staged_values[i]);
+        }
+        self.flows.get(&hk, 0).map_err(|e| match e {
+            aya::maps::MapError::KeyNotFound => OffloadError::NotFound,
+            e => bpf("BPF_MAP_LOOKUP_ELEM(dp_flows)", e),
+        })
     }
 
     /// The `dp_flows` key of an installed flow.
@@ -2110,7 +2151,7 @@ impl XdpEngine {
     }
 
     pub fn flows(&self) -> impl Iterator<Item = FlowHandle> + '_ {
-        self.installed.keys().map(|k| FlowHandle(*k))
+        self.installed.keys().map(FlowHandle)
     }
 
     /// The program's global counters, summed over CPUs.
