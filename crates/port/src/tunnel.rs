@@ -2481,6 +2481,57 @@ mod tests {
         }
     }
 
+    /// A receive batch of ten segments of one connection where segments 1
+    /// and 6 have a wrong TCP checksum (one against a head without room,
+    /// one after a head already glued: the payload is summed as it is
+    /// copied, so that one is taken off again). Neither is merged nor
+    /// merged into: the batch gives five frames, five segments counted
+    /// merged (`coalesce` true, the port's `gro_merged`), the bad segments
+    /// unchanged, and cut again the frames are exactly the ten segments.
+    #[test]
+    fn bad_checksum_segments_in_a_batch_are_not_merged_and_are_counted() {
+        use nicflow_packet::builder::FrameBuilder;
+        let mut frames: Vec<Vec<u8>> = (0..10u32)
+            .map(|i| {
+                let payload: Vec<u8> = (0..1000u32).map(|k| (k * 3 + i) as u8).collect();
+                FrameBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                    .ipv4(Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2))
+                    .dont_fragment()
+                    .ident(7 + i as u16)
+                    .tcp(40000, 5201, 0x10)
+                    .tcp_seq(1000 + 1000 * i)
+                    .tcp_ack(1)
+                    .tcp_window(100)
+                    .payload(&payload)
+                    .build()
+            })
+            .collect();
+        for bad in [1, 6] {
+            let at = frames[bad].len() - 500;
+            frames[bad][at] ^= 0x08;
+        }
+        let (mut out, mut pool) = (Vec::new(), Vec::new());
+        let mut merged = Vec::new();
+        for f in &frames {
+            let mut b = PacketBuf::with_capacity(2048);
+            assert!(b.set_data(f));
+            merged.push(coalesce(&mut out, 0, b, &mut pool));
+        }
+        let want_merged = [
+            false, false, false, true, true, true, false, false, true, true,
+        ];
+        assert_eq!(merged, want_merged);
+        assert_eq!(merged.iter().filter(|&&m| m).count(), 5);
+        assert_eq!(out.len(), 5);
+        assert_eq!(out[1].data(), &frames[1][..]);
+        assert_eq!(out[3].data(), &frames[6][..]);
+        assert_eq!(out[2].len(), frames[2].len() + 3 * 1000);
+        assert_eq!(out[4].len(), frames[7].len() + 2 * 1000);
+        crate::finish_offloads(&mut out, &mut pool);
+        let got: Vec<Vec<u8>> = out.iter().map(|b| b.data().to_vec()).collect();
+        assert_eq!(got, frames);
+    }
+
     fn opts(kv: &[(&str, &str)]) -> nicflow_api::proto::PortOptions {
         kv.iter().copied().collect()
     }

@@ -133,6 +133,54 @@ fn refusals_leave_the_head_unchanged() {
     );
 }
 
+/// The payload's checksum is summed as it is appended to a built
+/// super-frame: a segment whose sum is wrong (TCP payload, TCP header or
+/// IP header) is refused and its bytes taken off again, leaving the head
+/// exactly as before (bytes, length, offload), and the right segment
+/// merges after it as if the bad one had never come. Against a head
+/// without room, a bad segment is refused outright (not `NeedRoom`).
+#[test]
+fn a_bad_segment_after_a_built_head_is_taken_off_again() {
+    let mut h = seg(0, 1000, 1000, ACK, false);
+    merge(&mut h, &seg(1, 1000, 1000, ACK, false)).unwrap();
+    let (before, offload) = (h.data().to_vec(), h.offload);
+    let corrupt = |at: usize| {
+        let mut p = seg(2, 1000, 1000, ACK, false);
+        p.data_mut()[at] ^= 0x40;
+        p
+    };
+    let n = seg(2, 1000, 1000, ACK, false).len();
+    for (what, bad) in [
+        ("last payload byte", corrupt(n - 1)),
+        ("first payload byte", corrupt(TCP + 32)),
+        ("TCP urgent pointer", corrupt(TCP + 18)),
+        ("IP header checksum", corrupt(IP + 10)),
+    ] {
+        assert_eq!(merge(&mut h, &bad), Err(Refused::No), "{what}");
+        assert_eq!(h.data(), &before[..], "{what}");
+        assert_eq!(h.offload, offload, "{what}");
+    }
+    merge(&mut h, &seg(2, 1000, 1000, ACK, false)).unwrap();
+    let mut want = seg(0, 1000, 1000, ACK, false);
+    for i in 1..3 {
+        merge(&mut want, &seg(i, 1000, 1000, ACK, false)).unwrap();
+    }
+    assert_eq!(h.data(), want.data());
+    // A head without room: a bad segment is refused, a good one asks.
+    let f = seg(0, 1000, 1000, ACK, true);
+    let mut small = PacketBuf::with_capacity(1100);
+    small.set_data(f.data());
+    let mut bad = seg(1, 1000, 1000, ACK, true);
+    let end = bad.len() - 1;
+    bad.data_mut()[end] ^= 1;
+    assert_eq!(merge(&mut small, &bad), Err(Refused::No));
+    assert_eq!(small.data(), f.data());
+    assert_eq!(
+        merge(&mut small, &seg(1, 1000, 1000, ACK, true)),
+        Err(Refused::NeedRoom)
+    );
+}
+
 #[test]
 fn a_small_buffer_asks_for_room_and_grow_keeps_the_frame() {
     let f = seg(0, 1000, 1000, ACK, true);
