@@ -138,6 +138,26 @@ pub struct LearnSample {
     pub slow_path_reasons: String,
 }
 
+/// Learning with traffic: connection i's first packet is learned while
+/// the `established` connections before it each send one more packet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MixedSample {
+    pub rep: usize,
+    /// `exact` (the change logs) or `per-table` (every flow that applied
+    /// the learner table goes at each learning).
+    pub revalidation: String,
+    pub connections: usize,
+    pub established: usize,
+    pub packets: usize,
+    /// Interpreter runs (upcalls that ran the program).
+    pub runs: u64,
+    pub runs_per_connection: f64,
+    pub packets_per_s: f64,
+    /// Flows revalidation kept / removed.
+    pub kept: u64,
+    pub removed: u64,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IdleResult {
     pub tick_ms: f64,
@@ -183,6 +203,9 @@ pub struct Results {
     pub slow: Vec<SlowSample>,
     pub interp: Vec<InterpSample>,
     pub learn: Vec<LearnSample>,
+    /// Learning while established connections keep sending.
+    #[serde(default)]
+    pub mixed: Vec<MixedSample>,
     pub idle: Vec<IdleResult>,
     pub testbed: Vec<TbPoint>,
     pub testbed_errors: Vec<(String, String)>,
@@ -568,6 +591,50 @@ fn learn_phase(args: &Args, rep: usize) -> anyhow::Result<LearnSample> {
             .map(|(k, v)| format!("{k}:{v}"))
             .collect::<Vec<_>>()
             .join(" "),
+    })
+}
+
+/// Learning while established connections keep sending: round i injects
+/// connection i's first packet (learned) and one more packet of each of
+/// the `established` connections before it. With per-table revalidation
+/// every learning removes their cached flows and each of those packets
+/// runs the program again; with the change logs they stay cached.
+fn mixed_phase(
+    args: &Args,
+    rep: usize,
+    coarse: bool,
+    established: usize,
+) -> anyhow::Result<MixedSample> {
+    let n = LEARN_BATCH.min(args.learn.max(1));
+    let (p1, h1) = MemPort::new("p1");
+    let mut br = learn_bridge(args, p1, None)?;
+    br.p4_mut()
+        .context("not in P4 mode")?
+        .set_coarse_revalidation(coarse);
+    let mut packets = 0usize;
+    let t = Instant::now();
+    for i in 0..n {
+        h1.inject(&learn_frame(i));
+        packets += 1;
+        for j in i.saturating_sub(established)..i {
+            h1.inject(&learn_frame(j));
+            packets += 1;
+        }
+        br.run_until_idle(Instant::now());
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let p4 = br.p4().context("not in P4 mode")?;
+    Ok(MixedSample {
+        rep,
+        revalidation: if coarse { "per-table" } else { "exact" }.into(),
+        connections: n,
+        established,
+        packets,
+        runs: p4.stats.runs,
+        runs_per_connection: p4.stats.runs as f64 / n as f64,
+        packets_per_s: packets as f64 / secs,
+        kept: p4.stats.kept,
+        removed: p4.stats.stale,
     })
 }
 
@@ -1087,6 +1154,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         slow: Vec::new(),
         interp: Vec::new(),
         learn: Vec::new(),
+        mixed: Vec::new(),
         idle: Vec::new(),
         testbed: Vec::new(),
         testbed_errors: Vec::new(),
@@ -1142,6 +1210,20 @@ fn run(args: &Args) -> anyhow::Result<Results> {
             s.entries, s.seconds
         );
         r.learn.push(s);
+        let order = if rep % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for coarse in order {
+            let s = mixed_phase(args, rep, coarse, 16)?;
+            eprintln!(
+                "[p4] add_on_miss with traffic ({} revalidation): {:.2} runs/connection, \
+                 {:.0} packets/s",
+                s.revalidation, s.runs_per_connection, s.packets_per_s
+            );
+            r.mixed.push(s);
+        }
     }
     if args.interp_only {
         r.load_end = super::host_tools::loadavg();
@@ -1603,6 +1685,33 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
         );
     }
     let _ = writeln!(m, "\nMedian: {} entries/s.\n", f(lm, 0));
+    if !r.mixed.is_empty() {
+        let _ = writeln!(
+            m,
+            "Learning with traffic: connection i's SYN is learned while the 16 connections \
+             before it each send one more packet (one `run_until_idle` per round).\n"
+        );
+        let _ = writeln!(
+            m,
+            "| revalidation | connections | packets | runs | runs/connection | packets/s | kept | removed |"
+        );
+        let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for s in &r.mixed {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} | {:.2} | {:.0} | {} | {} |",
+                s.revalidation,
+                s.connections,
+                s.packets,
+                s.runs,
+                s.runs_per_connection,
+                s.packets_per_s,
+                s.kept,
+                s.removed
+            );
+        }
+        let _ = writeln!(m);
+    }
     let _ = writeln!(
         m,
         "Idle timeout: `Pipeline::set_idle_timeout(5 s)`; entries learned 1 ms apart on a \

@@ -134,27 +134,193 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     .unwrap();
     assert!(t.apply(&bad.commands[0].1).is_err());
     assert_eq!(t.bridge.dp_flows().count(), 1);
-    // Changing nh_table removes the flow (its run applied nh_table) and
-    // the next packet gets the new MAC.
+    // A fib entry that matches the flow's keys (10.99/16 inside its 10/8)
+    // removes the flow (its run applied fib_table) and the next packet
+    // gets the new next hop.
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x2 Main.set_nh(dmac:0x020000000002, port:0x2)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 1, "nh_index 2 cannot match");
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a630000/16 Main.set_nhid(index:0x2)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 0);
+    // A frame the parser rejects applies no table: its (drop) flow
+    // survives a table change; the IP flow, which applied fib_table, goes.
+    let mut arp = pkt.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    assert!(t.send(0, &arp).unwrap().is_empty());
+    assert_eq!(t.send(0, &pkt).unwrap()[0].0, 2);
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a630000/24 Main.set_nhid(index:0x1)",
+    );
+    let left: Vec<_> = t.bridge.dp_flows().collect();
+    assert_eq!(left.len(), 1, "only the flow that applied fib_table went");
+    assert!(left[0].actions.is_empty(), "the drop flow stayed");
+}
+
+/// routing.p4's TO_10 with another destination (IPv4 checksum fixed).
+fn to(dst: [u8; 4]) -> Vec<u8> {
+    let mut p = hex(TO_10);
+    p[30..34].copy_from_slice(&dst);
+    p[24] = 0;
+    p[25] = 0;
+    let mut sum = 0u32;
+    for i in (14..34).step_by(2) {
+        sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    p
+}
+
+fn runs(t: &CachedTarget) -> u64 {
+    t.bridge.p4().unwrap().stats.runs
+}
+
+/// The id of `table`'s runtime entry whose first key is `value`.
+fn entry_id(t: &CachedTarget, table: &str, value: u64) -> u64 {
+    let p4 = t.bridge.p4().unwrap();
+    let es = p4.pipeline().table_entries(table).unwrap();
+    es.iter()
+        .find(|e| match &e.spec.keys[0] {
+            nicflow_p4::KeyMatch::Exact(v) | nicflow_p4::KeyMatch::Lpm(v, _) => *v == value.into(),
+            _ => false,
+        })
+        .map(|e| e.id)
+        .unwrap()
+}
+
+fn delete(t: &mut CachedTarget, table: &str, id: u64) {
+    t.bridge
+        .p4_change(|p4| {
+            p4.change_table(table, |pl, name| {
+                pl.table_delete(name, id).map_err(|e| e.to_string())
+            })
+        })
+        .unwrap()
+        .unwrap();
+}
+
+/// Issue 32: a table change revalidates exactly the cached flows it
+/// could affect. Adds that cannot match a flow's keys, deletes of
+/// entries it did not hit and default-action changes of tables it hit
+/// leave it cached (its packets still hit in the datapath, no second
+/// run); the others remove it and its next packet gets the new result.
+#[test]
+fn table_changes_remove_only_the_flows_they_could_affect() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
+    );
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x020000000001, port:0x1)",
+    );
+    let ten = to([10, 99, 0, 1]);
+    let eleven = to([11, 0, 0, 1]);
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    // 11.0.0.1 misses fib_table (default: next hop 0) and nh_table (drop).
+    assert!(t.send(0, &eleven).unwrap().is_empty());
+    assert_eq!(runs(&t), 2);
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+
+    // 12/8 can match neither flow's destination: both stay.
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0c000000/8 Main.set_nhid(index:0x1)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    assert!(t.send(0, &eleven).unwrap().is_empty());
+    assert_eq!(runs(&t), 2, "both packets hit their cached flows");
+    let kept = t.bridge.p4().unwrap().stats.kept;
+    assert!(kept >= 2, "kept {kept}");
+
+    // Deleting the entry no flow hit changes nothing.
+    let twelve = entry_id(&t, "Main.fib_table", 0x0c00_0000);
+    delete(&mut t, "Main.fib_table", twelve);
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+
+    // nh_table's default changes what the 11/8 flow (a miss) does, not
+    // what the 10/8 flow (a hit) does.
     add(
         &mut t,
         "setdefault Main.nh_table Main.set_nh(dmac:0x020000000002, port:0x2)",
     );
-    assert_eq!(t.bridge.dp_flows().count(), 0);
-    // A frame the parser rejects applies no table: its (drop) flow
-    // survives a table change; the IP flow, which applied nh_table, goes.
-    let mut arp = pkt.clone();
-    arp[12..14].copy_from_slice(&[0x08, 0x06]);
-    assert!(t.send(0, &arp).unwrap().is_empty());
-    assert_eq!(t.send(0, &pkt).unwrap()[0].0, 1);
-    assert_eq!(t.bridge.dp_flows().count(), 2);
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    assert_eq!(runs(&t), 2, "the 10/8 flow stayed");
+    let out = t.send(0, &eleven).unwrap();
+    assert_eq!(out[0].0, 2, "the 11/8 flow ran again: the new default");
+    assert_eq!(runs(&t), 3);
+
+    // 11.0.0.0/8 matches the 11/8 flow only.
     add(
         &mut t,
-        "add Main.nh_table nh_index:0x2 Main.set_nh(dmac:0x020000000003, port:0x2)",
+        "add Main.fib_table prefix:0x0b000000/8 Main.set_nhid(index:0x1)",
     );
-    let left: Vec<_> = t.bridge.dp_flows().collect();
-    assert_eq!(left.len(), 1, "only the flow that applied nh_table went");
-    assert!(left[0].actions.is_empty(), "the drop flow stayed");
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    assert_eq!(t.send(0, &eleven).unwrap()[0].0, 1, "now via next hop 1");
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    assert_eq!(runs(&t), 4, "one more run: the 11/8 flow's");
+
+    // Deleting the entry both hit (next hop 1) removes both; their next
+    // packets take nh_table's default (port 2).
+    let nh1 = entry_id(&t, "Main.nh_table", 1);
+    delete(&mut t, "Main.nh_table", nh1);
+    assert_eq!(t.bridge.dp_flows().count(), 0);
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 2);
+    assert_eq!(t.send(0, &eleven).unwrap()[0].0, 2);
+    assert_eq!(runs(&t), 6);
+    // The runs stayed counted once per packet: no rerun by revalidation.
+    let p4 = t.bridge.p4().unwrap();
+    assert!(p4.stats.stale >= 4, "stale {}", p4.stats.stale);
+}
+
+/// PNA `add_on_miss`: learning a new connection adds an entry to the
+/// table every established connection's flow applied; the entry (exact
+/// on the new connection) cannot match them, so their flows stay.
+#[test]
+fn learning_a_connection_keeps_the_other_connections_flows() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/pna-dpdk-add_on_miss0.p4"), &[0, 1]).unwrap();
+    add(&mut t, "add ipv4_host dst_addr:0xc6120002 send(port:0x1)");
+    // TCP 198.18.0.1:sport -> 198.18.0.2:80.
+    let conn = |sport: u16| {
+        let mut p = hex("020000000002 020000000001 0800 \
+             45000028 00010000 4006 0000 c6120001 c6120002 \
+             03e8 0050 00000000 00000000 5002 2000 0000 0000");
+        p[34..36].copy_from_slice(&sport.to_be_bytes());
+        p
+    };
+    let src_low = |out: &[(u32, Vec<u8>)]| out[0].1[11];
+    let n = 8u16;
+    for s in 0..n {
+        let p = conn(1000 + s);
+        assert_eq!(src_low(&t.send(0, &p).unwrap()), 0xa5, "miss: learned");
+        assert_eq!(src_low(&t.send(0, &p).unwrap()), 0xf1, "hit, cached");
+    }
+    assert_eq!(runs(&t), 2 * u64::from(n), "two runs per connection");
+    // Every connection's cached flow survived the later learnings.
+    for s in 0..n {
+        assert_eq!(src_low(&t.send(0, &conn(1000 + s)).unwrap()), 0xf1);
+    }
+    let p4 = t.bridge.p4().unwrap();
+    assert_eq!(p4.stats.runs, 2 * u64::from(n), "all hits in the datapath");
+    assert_eq!(p4.stats.stale, 0);
+    assert_eq!(
+        p4.pipeline().table_entries("ct_tcp_table").unwrap().len(),
+        usize::from(n)
+    );
 }
 
 /// PNA `add_on_miss` (p4c's pna-dpdk-add_on_miss0.p4): the first packet

@@ -11,6 +11,7 @@ mod common;
 use nicflow_dataplane::p4::stf::CachedTarget;
 use nicflow_p4::stf::{self, StfTarget};
 use nicflow_p4::Pipeline;
+use num_bigint::BigUint;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 
@@ -238,4 +239,240 @@ fn cache_and_interpreter_agree_on_random_packets() {
     for case in CASES {
         check(&c, case, seed, 3000);
     }
+}
+
+/// One control-plane change, applied to both pipelines alike.
+#[derive(Debug)]
+enum Op {
+    Add(&'static str, nicflow_p4::EntrySpec),
+    Del(&'static str, u64),
+    Modify(&'static str, u64, &'static str, Vec<(String, BigUint)>),
+    Default(&'static str, &'static str, Vec<(String, BigUint)>),
+    Clear(&'static str),
+}
+
+impl Op {
+    fn table(&self) -> &'static str {
+        match self {
+            Op::Add(t, _)
+            | Op::Del(t, _)
+            | Op::Modify(t, ..)
+            | Op::Default(t, ..)
+            | Op::Clear(t) => t,
+        }
+    }
+
+    fn apply(&self, pl: &mut Pipeline) -> Result<(), String> {
+        let r = match self {
+            Op::Add(t, spec) => pl.table_add(t, spec.clone()).map(|_| ()),
+            Op::Del(t, id) => pl.table_delete(t, *id),
+            Op::Modify(t, id, a, ps) => pl.table_modify(t, *id, a, ps.clone()),
+            Op::Default(t, a, ps) => pl.set_default(t, a, ps.clone()),
+            Op::Clear(t) => pl.table_clear(t),
+        };
+        r.map_err(|e| e.to_string())
+    }
+}
+
+fn param(v: u128) -> (String, BigUint) {
+    (String::new(), BigUint::from(v))
+}
+
+/// A table change for routing.p4: lpm routes to next hops, next hops to
+/// ports, from small sets so that they often match the packets' keys.
+fn routing_op(rng: &mut impl Rng, alone: &Pipeline) -> Op {
+    let fib = "Main.fib_table";
+    let nh = "Main.nh_table";
+    let table = if rng.gen_bool(0.6) { fib } else { nh };
+    let ids: Vec<u64> = alone
+        .table_entries(table)
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let nh_params = |rng: &mut dyn rand::RngCore| {
+        vec![
+            param(0x0200_0000_0000 | u128::from(rng.gen_range(0..4u8))),
+            param(u128::from(rng.gen_range(0..3u8))),
+        ]
+    };
+    match rng.gen_range(0..10) {
+        0..=3 => {
+            let spec = if table == fib {
+                let addrs: [u32; 7] = [
+                    0xc612_0000,
+                    0xc612_8000,
+                    0xc612_8100,
+                    0xc613_0001,
+                    0x0a00_0000,
+                    0xc612_80ff,
+                    0xc600_0000,
+                ];
+                let len = [0u32, 8, 15, 16, 17, 24, 25, 31, 32][rng.gen_range(0..9)];
+                let a = addrs[rng.gen_range(0..addrs.len())] & (!0u64 << (32 - len)) as u32;
+                nicflow_p4::EntrySpec {
+                    keys: vec![nicflow_p4::KeyMatch::Lpm(BigUint::from(a), len)],
+                    action: "Main.set_nhid".into(),
+                    params: vec![param(rng.gen_range(0..4))],
+                    priority: None,
+                }
+            } else {
+                nicflow_p4::EntrySpec {
+                    keys: vec![nicflow_p4::KeyMatch::Exact(BigUint::from(
+                        rng.gen_range(0..5u8),
+                    ))],
+                    action: "Main.set_nh".into(),
+                    params: nh_params(rng),
+                    priority: None,
+                }
+            };
+            Op::Add(table, spec)
+        }
+        4..=5 if !ids.is_empty() => Op::Del(table, ids[rng.gen_range(0..ids.len())]),
+        6..=7 if !ids.is_empty() => {
+            let id = ids[rng.gen_range(0..ids.len())];
+            if table == fib {
+                Op::Modify(fib, id, "Main.set_nhid", vec![param(rng.gen_range(0..4))])
+            } else if rng.gen_bool(0.2) {
+                Op::Modify(nh, id, "Main.drop", vec![])
+            } else {
+                Op::Modify(nh, id, "Main.set_nh", nh_params(rng))
+            }
+        }
+        8 => {
+            if table == fib {
+                Op::Default(fib, "Main.set_nhid", vec![param(rng.gen_range(0..4))])
+            } else if rng.gen_bool(0.3) {
+                Op::Default(nh, "Main.drop", vec![])
+            } else {
+                Op::Default(nh, "Main.set_nh", nh_params(rng))
+            }
+        }
+        _ => {
+            if rng.gen_bool(0.2) {
+                Op::Clear(table)
+            } else {
+                Op::Del(table, u64::MAX)
+            }
+        }
+    }
+}
+
+/// A table change for add_on_miss0.p4: host routes (exact) added and
+/// deleted, learned connections deleted (the data plane adds them).
+fn learner_op(rng: &mut impl Rng, alone: &Pipeline) -> Op {
+    let table = if rng.gen_bool(0.5) {
+        "ipv4_host"
+    } else {
+        "ct_tcp_table"
+    };
+    let ids: Vec<u64> = alone
+        .table_entries(table)
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    if table == "ipv4_host" && (ids.is_empty() || rng.gen_bool(0.5)) {
+        let addrs: [u32; 4] = [0xc612_0001, 0xc612_8101, 0xc613_0002, 0x0a00_0001];
+        let spec = nicflow_p4::EntrySpec {
+            keys: vec![nicflow_p4::KeyMatch::Exact(BigUint::from(
+                addrs[rng.gen_range(0..4)],
+            ))],
+            action: "send".into(),
+            params: vec![param(rng.gen_range(0..3))],
+            priority: None,
+        };
+        return Op::Add(table, spec);
+    }
+    match ids.len() {
+        0 => Op::Clear(table),
+        n if rng.gen_bool(0.8) => Op::Del(table, ids[rng.gen_range(0..n)]),
+        n => Op::Modify(table, ids[rng.gen_range(0..n)], "send", vec![param(2)]),
+    }
+}
+
+/// Table changes interleaved with packets: the cached path (which now
+/// keeps the flows a change cannot affect) must still give what the
+/// interpreter alone gives, packet by packet.
+fn check_with_changes(
+    c: &Path,
+    prog: &str,
+    entries: &str,
+    op: fn(&mut rand::rngs::StdRng, &Pipeline) -> Op,
+    seed: u64,
+    n: usize,
+) {
+    let ports = [0u32, 1, 2];
+    let inc = vec![c.join("include")];
+    let load = || Pipeline::load(&c.join(prog), &inc, None).unwrap();
+    let entries = stf::parse("entries", entries).unwrap();
+    let mut alone = load();
+    let mut cached = CachedTarget::new(load(), &ports).unwrap();
+    let mut pre = stf::Replication::default();
+    for (_, cmd) in &entries.commands {
+        stf::apply_to(&mut alone, &mut pre, cmd).unwrap();
+        cached.apply(cmd).unwrap();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut changes = 0;
+    for i in 0..n {
+        if rng.gen_bool(0.05) {
+            let o = op(&mut rng, &alone);
+            let want = o.apply(&mut alone);
+            let got = cached
+                .bridge
+                .p4_change(|p4| p4.change_table(o.table(), |pl, _| o.apply(pl)))
+                .unwrap();
+            assert_eq!(got.is_ok(), want.is_ok(), "{prog} seed {seed}: {o:?}");
+            changes += usize::from(want.is_ok());
+        }
+        let (port, pkt) = frame(&mut rng);
+        let mut want: Vec<(u32, Vec<u8>)> = alone
+            .process(port, &pkt, i as u64)
+            .outputs
+            .into_iter()
+            .filter(|(p, _)| ports.contains(p))
+            .collect();
+        let mut got = cached.send(port, &pkt).unwrap();
+        got.sort_by_key(|(p, _)| *p);
+        want.sort_by_key(|(p, _)| *p);
+        assert_eq!(
+            got, want,
+            "{prog} seed {seed}, packet {i} from port {port}: {pkt:02x?}"
+        );
+    }
+    let p4 = cached.bridge.p4().unwrap();
+    assert!(p4.stats.cached > 0, "{prog}: nothing was cached");
+    println!(
+        "{prog}: {n} packets, {changes} table changes, {} runs ({} cached), \
+         revalidation kept {} and removed {} flows",
+        p4.stats.runs, p4.stats.cached, p4.stats.kept, p4.stats.stale
+    );
+}
+
+#[test]
+fn cache_and_interpreter_agree_under_table_changes() {
+    let Some(c) = corpus() else { return };
+    let seed = std::env::var("NICFLOW_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    println!("NICFLOW_SEED={seed}");
+    check_with_changes(
+        &c,
+        "pna/routing.p4",
+        CASES[0].entries,
+        routing_op,
+        seed,
+        4000,
+    );
+    check_with_changes(
+        &c,
+        "pna/pna-dpdk-add_on_miss0.p4",
+        "add ipv4_host dst_addr:0xc6120002 send(port:0x1)\n\
+         add ipv4_host dst_addr:0xc6128101 send(port:0x2)\n",
+        learner_op,
+        seed,
+        4000,
+    );
 }

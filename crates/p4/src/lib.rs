@@ -30,4 +30,4 @@ pub use interp::arch::{self, Arch};
 pub use interp::check::{self, P4Error};
 pub use interp::{Outcome, Pipeline};
 pub use runtime::{EntrySpec, KeyMatch, RuntimeError};
-pub use trace::{BitRange, EntryId, Trace};
+pub use trace::{BitRange, EntryId, LookupKey, TableApply, Trace};

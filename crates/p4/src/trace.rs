@@ -25,6 +25,25 @@ pub struct TableApply {
     /// pointer, not the name (two per packet on the routing program).
     pub table: std::sync::Arc<str>,
     pub entry: Option<EntryId>,
+    /// The table's index in the pipeline: revalidation finds its change
+    /// log without a name lookup per cached flow.
+    pub index: u32,
+    /// Where the key values this lookup used are in [`Trace::keys`]
+    /// (one per key, in the table's key order); empty when the pipeline
+    /// was not recording them (see `Pipeline::record_table_keys`), in
+    /// which case a change of the table removes the flow as before.
+    pub keys: std::ops::Range<u32>,
+}
+
+/// One key value a table lookup used, and the bits of it the lookup
+/// examined. Every packet of the megaflow a run becomes has the same key
+/// on the examined bits (they are in the mask); the other bits may
+/// differ from packet to packet. Revalidation needs both: a new entry
+/// leaves the flow alone only if it can match none of those keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LookupKey {
+    pub value: u128,
+    pub examined: u128,
 }
 
 /// A counter cell the run incremented: an indexed counter
@@ -97,6 +116,10 @@ pub struct Trace {
     pub uncacheable: Option<String>,
     /// Tables applied, in order, with the entry hit.
     pub tables: Vec<TableApply>,
+    /// The key values of the applies in `tables` (each apply names its
+    /// range), recorded only when the pipeline traces for a cache: a
+    /// table change revalidates a cached flow against them.
+    pub keys: Vec<LookupKey>,
     /// Counter cells incremented (to credit cache hits later).
     pub counters: Vec<CounterRef>,
     /// The run ended on an internal error (counted drop); the message.
@@ -123,6 +146,14 @@ impl Trace {
             return;
         }
         self.read_bits.push(BitRange { offset, len });
+    }
+
+    /// The key values table apply `a` (one of `tables`) used; empty when
+    /// they were not recorded.
+    pub fn apply_keys(&self, a: &TableApply) -> &[LookupKey] {
+        self.keys
+            .get(a.keys.start as usize..a.keys.end as usize)
+            .unwrap_or(&[])
     }
 
     /// Marks the run uncacheable; the first reason is kept.

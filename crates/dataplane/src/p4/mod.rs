@@ -15,9 +15,14 @@
 //! unless a [`PortMap`] says otherwise (the STF runner maps P4 port N to
 //! bridge port N + 1, since bridge ports start at 1).
 //!
-//! Table changes revalidate exactly the cached flows whose runs applied the
-//! changed table: each cached run remembers its tables and their
-//! generation, the others keep their flows untouched.
+//! Table changes revalidate only the cached flows they could affect: each
+//! cached run remembers, per table it applied, the table's generation,
+//! the pipeline's change sequence number, the entry it hit and the key
+//! values it looked up. Flows whose tables did not change are untouched;
+//! for the others the pipeline's change log decides
+//! ([`Pipeline::apply_unaffected`]): a flow stays when no change since
+//! its run could alter any lookup it made (an added entry that cannot
+//! match its keys, a deleted one it did not hit, ...), else it goes.
 //!
 //! The CPU port (P4Runtime's PacketIn/PacketOut, BMv2's `--cpu-port`): a
 //! copy the program sends to it is queued for the controller instead of
@@ -81,7 +86,9 @@ impl PortMap {
 /// generation then), the run's trace (for crediting counters and entry
 /// hit times) and the decision, for revalidation.
 struct CachedRun {
-    tables: Vec<(std::sync::Arc<str>, u64)>,
+    /// Per apply of `trace.tables` (same order): the bridge's generation
+    /// of the table and the pipeline's change sequence number then.
+    tables: Vec<(std::sync::Arc<str>, u64, u64)>,
     trace: Trace,
     out: XlateOut,
     /// The first packet was counted by the interpreter itself: the flow's
@@ -96,6 +103,12 @@ pub struct P4Stats {
     pub runs: u64,
     /// Runs whose decision was cached as a datapath flow.
     pub cached: u64,
+    /// Revalidations of a flow whose tables changed that kept it: no
+    /// change since its run could alter its lookups.
+    pub kept: u64,
+    /// Revalidations that removed a flow because a change could alter its
+    /// run (its next packet runs the program again).
+    pub stale: u64,
     /// Runs that ended on an interpreter error (dropped).
     pub errors: u64,
     /// Output copies to a port number no bridge port has (dropped).
@@ -135,10 +148,16 @@ pub struct P4Path {
     cpu_port: Option<u32>,
     /// Frames the program sent to the CPU port, oldest first.
     packet_ins: std::collections::VecDeque<Vec<u8>>,
+    /// Revalidation removes every flow that applied a changed table, as
+    /// before the change logs (`set_coarse_revalidation`).
+    coarse: bool,
 }
 
 impl P4Path {
-    pub fn new(pipeline: Pipeline, source: String, ports: PortMap) -> P4Path {
+    pub fn new(mut pipeline: Pipeline, source: String, ports: PortMap) -> P4Path {
+        // Revalidation compares table changes with the keys each cached
+        // run looked up.
+        pipeline.record_table_keys(true);
         P4Path {
             pipeline,
             source,
@@ -155,7 +174,17 @@ impl P4Path {
             idle: Vec::new(),
             cpu_port: None,
             packet_ins: Default::default(),
+            coarse: false,
         }
+    }
+
+    /// Per-table revalidation (every flow that applied a changed table
+    /// goes, whatever the change) instead of the change logs: what
+    /// nicflow did before, kept so that the benchmark can measure both
+    /// on one build. Not for use otherwise.
+    #[doc(hidden)]
+    pub fn set_coarse_revalidation(&mut self, on: bool) {
+        self.coarse = on;
     }
 
     /// P4 port `port` is the CPU port (None: the program has none): its
@@ -344,7 +373,13 @@ impl P4Path {
         let tables = trace
             .tables
             .iter()
-            .map(|t| (t.table.clone(), self.gen(&t.table)))
+            .map(|t| {
+                (
+                    t.table.clone(),
+                    self.gen(&t.table),
+                    self.pipeline.table_change_seq(t.index),
+                )
+            })
             .collect();
         if let Some(old) = self.runs.insert(*key, slot) {
             self.release(old);
@@ -408,17 +443,43 @@ impl UpcallHandler for P4Path {
         let Some(&slot) = self.runs.get(key) else {
             return XlateOut::default();
         };
-        let fresh = match self.credits.get(slot as usize).and_then(Option::as_ref) {
-            Some(run) => run
-                .tables
-                .iter()
-                .all(|(t, g)| self.gen(t) == *g)
-                .then(|| run.out.clone()),
+        // Per apply: unchanged, changed in no way that matters (then
+        // brought up to date), or affected.
+        let (pipeline, gens, coarse) = (&self.pipeline, &self.gens, self.coarse);
+        let gen = |t: &str| gens.get(t).copied().unwrap_or(0);
+        let fresh = match self.credits.get_mut(slot as usize).and_then(Option::as_mut) {
+            Some(run) => {
+                let mut changed = false;
+                let fresh = run
+                    .tables
+                    .iter()
+                    .zip(&run.trace.tables)
+                    .all(|((t, g, s), a)| {
+                        if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
+                            return true;
+                        }
+                        changed = true;
+                        !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
+                    });
+                if fresh && changed {
+                    for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
+                        *g = gen(t);
+                        *s = pipeline.table_change_seq(a.index);
+                    }
+                }
+                fresh.then(|| (run.out.clone(), changed))
+            }
             None => None,
         };
         match fresh {
-            Some(out) => out,
+            Some((out, changed)) => {
+                if changed {
+                    self.stats.kept += 1;
+                }
+                out
+            }
             None => {
+                self.stats.stale += 1;
                 // A table it applied changed: the flow goes and its next
                 // packet runs the program again (a rerun here would count
                 // counters and touch registers a second time).

@@ -5,6 +5,7 @@
 //! the program, the table entries and the extern state.
 
 pub mod arch;
+pub(crate) mod changes;
 pub mod check;
 
 pub(crate) mod eval;
@@ -92,6 +93,9 @@ pub(crate) struct TableState {
     pub next_id: u64,
     /// How lookups find the winner without scanning (`apply_table`).
     pub index: index::TableIndex,
+    /// What changed, for revalidating cached runs one by one: every
+    /// change of `entries` or `default` is recorded here.
+    pub log: changes::ChangeLog,
 }
 
 impl TableState {
@@ -103,12 +107,16 @@ impl TableState {
             default: (t.default_action, t.default_args.clone()),
             next_id: t.const_entries.len() as u64,
             index: index::TableIndex::new(&shape, &t.const_entries),
+            log: changes::ChangeLog::default(),
         }
     }
 
     /// Appends a runtime entry (its id must be above every present one:
     /// `next_id`).
     pub fn push_entry(&mut self, e: Entry) {
+        self.log.record(changes::Change::Added {
+            keys: e.keys.clone().into_boxed_slice(),
+        });
         if self.entries.last().is_some_and(|l| l.id >= e.id) {
             // Not in id order: the index's table order would be wrong;
             // keep the entries sorted and rebuild.
@@ -126,11 +134,13 @@ impl TableState {
         let i = self.entries.iter().position(|e| e.id == id)?;
         let e = self.entries.remove(i);
         self.index.remove(index::runtime_order(id), &e);
+        self.log.record(changes::Change::Deleted(id));
         Some(e)
     }
 
     /// Removes every runtime entry.
     pub fn clear_entries(&mut self) {
+        self.log.record(changes::Change::Cleared);
         self.entries.clear();
         self.index.rebuild(&self.const_hits, &self.entries);
     }
@@ -157,6 +167,9 @@ pub(crate) struct State {
     /// Buffers a run gives back for the next packet (no per-packet
     /// allocation for them once warm).
     pub pool: Pool,
+    /// Table lookups record their key values in the trace
+    /// (`Pipeline::record_table_keys`).
+    pub record_keys: bool,
 }
 
 /// Per-pipeline storage reused from packet to packet.
@@ -239,6 +252,7 @@ impl State {
             mirror: Default::default(),
             mcast: Default::default(),
             pool: Pool::default(),
+            record_keys: false,
         }
     }
 
@@ -376,6 +390,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         mirror: Default::default(),
         mcast: Default::default(),
         pool: Pool::default(),
+        record_keys: false,
     };
     let mut tr = Trace::default();
     let mut run = Run::new(p, &mut st, &mut tr, Vec::new(), 0, 0);

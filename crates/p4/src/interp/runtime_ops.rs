@@ -429,6 +429,9 @@ impl Pipeline {
             .collect();
         e.action = a;
         e.args = args;
+        self.st.tables[t]
+            .log
+            .record(super::changes::Change::Modified(id));
         Ok(())
     }
 
@@ -468,6 +471,9 @@ impl Pipeline {
         }
         let (a, args) = resolve_action(&self.prog, t, action, &params, true)?;
         self.st.tables[t].default = (a, args);
+        self.st.tables[t]
+            .log
+            .record(super::changes::Change::Default);
         Ok(())
     }
 

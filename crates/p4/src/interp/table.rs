@@ -98,9 +98,22 @@ impl Run<'_> {
                 e.last_hit = Some(now);
             }
         }
+        // The key values and examined bits, for revalidation, only when
+        // the pipeline traces for a cache (the trace's one vector grows
+        // with the run; nothing is allocated when not recording).
+        let start = self.tr.keys.len() as u32;
+        if self.st.record_keys {
+            self.tr.keys.extend(
+                kv.iter()
+                    .zip(need.iter())
+                    .map(|(&value, &examined)| crate::trace::LookupKey { value, examined }),
+            );
+        }
         self.tr.tables.push(TableApply {
             table: td.qname.clone(),
             entry: hit_entry.as_ref().map(|h| h.0),
+            index: t as u32,
+            keys: start..self.tr.keys.len() as u32,
         });
         if td.direct_counter.is_some() {
             self.tr.counters.push(CounterRef::Direct {
