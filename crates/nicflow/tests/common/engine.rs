@@ -868,7 +868,16 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
                     }
                     if from == 0 {
                         // Modified while staged: the staging is written
-                        // first (in one batch), then the entry replaced.
+                        // first (in one batch), then the entry replaced
+                        // (here by a drop, then back to the output, so
+                        // that the comparison below still holds).
+                        let mut k = FlowKey::default();
+                        extract(&chunk[0], IN_PORT, &mut k).unwrap();
+                        let drop = (eng.encode)(&k, &mask, &[], &ports()).unwrap();
+                        e.modify(&handles[0], &drop).unwrap();
+                        let v = e.value(&handles[0]).unwrap();
+                        assert_eq!(v.n_actions, drop.value.n_actions, "{mode}");
+                        assert_ne!(v, e.value(&handles[1]).unwrap(), "{mode}");
                         e.modify(&handles[0], &encoded(&chunk[0])).unwrap();
                     }
                     e.commit_staged().unwrap();
@@ -968,6 +977,31 @@ pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
             // The map's one entry is free again.
             let h = e.install(&encoded(&frames[2])).unwrap();
             assert_eq!(e.test_run(&frames[2], in_if, 0).unwrap().0, eng.redirect);
+            e.remove(&h).unwrap();
+
+            // The staging written before the commit (a second install of
+            // a staged flow), and refused there: the commit fails too,
+            // though nothing is left to write.
+            e.begin_staging();
+            let hs: Vec<_> = frames
+                .iter()
+                .map(|f| e.install(&encoded(f)).unwrap())
+                .collect();
+            let err = e.install(&encoded(&frames[0])).unwrap_err();
+            assert_eq!(err.reason(), Some("flow-map-full"), "{mode}: {err}");
+            let err = e.commit_staged().unwrap_err();
+            assert_eq!(err.reason(), Some("flow-staging-failed"), "{mode}: {err}");
+            for h in &hs {
+                e.remove(h).unwrap();
+            }
+            assert_eq!((e.n_flows(), e.masks().len()), (0, 0), "{mode}");
+            let left = e.counters_batch().unwrap().expect("batched reads");
+            assert!(left.is_empty(), "{mode}: {left:?}");
+            // The next staging starts clean.
+            e.begin_staging();
+            let h = e.install(&encoded(&frames[1])).unwrap();
+            e.commit_staged().unwrap();
+            assert_eq!(e.test_run(&frames[1], in_if, 0).unwrap().0, eng.redirect);
             e.remove(&h).unwrap();
         }
     });

@@ -289,6 +289,11 @@ pub struct XdpEngine {
     /// takes them as two arrays.
     staged_keys: Vec<FlowHashKey>,
     staged_values: Vec<FlowValue>,
+    /// A write of staged entries before the commit (a second install or a
+    /// `modify` of a staged flow) failed since [`Self::begin_staging`]:
+    /// some of the staging may not be in the map, so the commit fails too
+    /// and the caller removes every flow it staged.
+    staged_failed: bool,
     /// Staged entries are written with `BPF_MAP_UPDATE_BATCH`; cleared at
     /// the kernel's first refusal (said once): then one update each.
     update_batch: bool,
@@ -368,11 +373,6 @@ fn errno_of(e: &aya::maps::MapError) -> Option<i32> {
     }
 }
 
-/// Whether a map command failed because this kernel refuses the command
-/// itself (`EINVAL`: a command it does not know; `EOPNOTSUPP`, or its
-/// internal `ENOTSUPP`, 524: a map without it), not because of an entry.
-/// Such a refusal is for good: the caller falls back to the older
-/// commands, and does not try again.
 /// The flows an engine installed, by masked key, and the set of their
 /// `dp_flows` keys, kept in step by one insert and one remove: a staged
 /// install is written without `BPF_NOEXIST` (a batched update takes no
@@ -417,6 +417,11 @@ impl Installed {
     }
 }
 
+/// Whether a map command failed because this kernel refuses the command
+/// itself (`EINVAL`: a command it does not know; `EOPNOTSUPP`, or its
+/// internal `ENOTSUPP`, 524: a map without it), not because of an entry.
+/// Such a refusal is for good: the caller falls back to the older
+/// commands, and does not try again.
 fn refuses_command(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -691,6 +696,7 @@ impl XdpEngine {
             staging: false,
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
+            staged_failed: false,
             update_batch: true,
             update_batches: 0,
         };
@@ -1039,6 +1045,7 @@ impl XdpEngine {
             staging: false,
             staged_keys: Vec::new(),
             staged_values: Vec::new(),
+            staged_failed: false,
             update_batch: true,
             update_batches: 0,
         })
@@ -1863,21 +1870,31 @@ impl XdpEngine {
     /// staged entries first, then modifies it in place, as `modify` does;
     /// `value` and `counters` of a staged flow give the value it will be
     /// written with, nothing counted; a batched read of the map
-    /// (`counters_batch`) does not see it yet). Other engine calls may run (the manager's `sync_tunnel`, `ensure_meters`
-    /// and `write_select_weights` do, for the flows it installs), and
-    /// flows with buckets are written at once.
+    /// (`counters_batch`) does not see it yet). Other engine calls may
+    /// run (the manager's `sync_tunnel`, `ensure_meters` and
+    /// `write_select_weights` do, for the flows it installs), and flows
+    /// with buckets are written at once.
     pub fn begin_staging(&mut self) {
         self.staging = true;
+        self.staged_failed = false;
     }
 
     /// Write the entries staged since [`Self::begin_staging`]: one
     /// `BPF_MAP_UPDATE_BATCH` system call for all of them (one update each
     /// on a kernel that refuses it). On `Err` some may be written and some
     /// not: the caller removes every flow it staged (a removal of one not
-    /// written finds nothing).
+    /// written finds nothing). It fails too when a write of the staging
+    /// before it failed (`flow-staging-failed`), even with nothing left
+    /// to write.
     pub fn commit_staged(&mut self) -> Result<(), OffloadError> {
         self.staging = false;
-        self.write_staged()
+        let r = self.write_staged();
+        if std::mem::take(&mut self.staged_failed) && r.is_ok() {
+            return Err(OffloadError::NotOffloadable {
+                reason: "flow-staging-failed",
+            });
+        }
+        r
     }
 
     /// Whether staged entries are written with `BPF_MAP_UPDATE_BATCH`
@@ -1899,6 +1916,11 @@ impl XdpEngine {
         self.staged_values = values;
         self.staged_keys.clear();
         self.staged_values.clear();
+        if r.is_err() && self.staging {
+            // Written in part, or not at all, before the commit: the
+            // commit says so (its caller removes the staged flows).
+            self.staged_failed = true;
+        }
         r
     }
 
