@@ -113,12 +113,21 @@ fn parse(f: &[u8]) -> Option<Seg> {
 
 /// Are the IPv4 header and TCP checksums of `f` (parsed as `seg`) right?
 fn checksums_ok(f: &[u8], seg: &Seg) -> bool {
+    header_sums(f, seg)
+        .is_some_and(|h| fold(sum_words(&f[TCP + seg.thl..ETH + seg.ip_len], h)) == 0xffff)
+}
+
+/// `None` when the IPv4 header checksum of `f` (parsed as `seg`) is
+/// wrong; else the TCP checksum's sum so far: the pseudo header and the
+/// TCP header (the payload, summed on, completes it: [`checksums_ok`], or
+/// [`merge`] while it copies the payload).
+fn header_sums(f: &[u8], seg: &Seg) -> Option<u32> {
+    if fold(sum_words(&f[IP..TCP], 0)) != 0xffff {
+        return None;
+    }
     let (s, d) = addrs(f);
-    let tcp = sum_words(
-        &f[TCP..ETH + seg.ip_len],
-        pseudo_header_ipv4(s, d, 6, (seg.ip_len - 20) as u16),
-    );
-    fold(sum_words(&f[IP..TCP], 0)) == 0xffff && fold(tcp) == 0xffff
+    let pseudo = pseudo_header_ipv4(s, d, 6, (seg.ip_len - 20) as u16);
+    Some(sum_words(&f[TCP..TCP + seg.thl], pseudo))
 }
 
 fn addrs(f: &[u8]) -> (Ipv4Addr, Ipv4Addr) {
@@ -228,12 +237,9 @@ pub fn merge_slice(
     // opening daemon's samples): headers and pseudo header first, then the
     // payload as it is appended; a wrong sum takes the payload off again.
     let payload_at = TCP + ns.thl;
-    let (s, d) = addrs(n);
-    let pseudo = pseudo_header_ipv4(s, d, 6, (ns.ip_len - 20) as u16);
-    if fold(sum_words(&n[IP..TCP], 0)) != 0xffff {
+    let Some(head_sum) = header_sums(n, &ns) else {
         return Err(Refused::No);
-    }
-    let head_sum = sum_words(&n[TCP..payload_at], pseudo);
+    };
     let Some(dst) = head.extend_back_unzeroed(np) else {
         return Err(Refused::NeedRoom);
     };
