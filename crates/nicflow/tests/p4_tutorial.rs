@@ -164,7 +164,8 @@ fn ipv6_forward_tutorial_between_vfs() {
     assert!(
         info.contains("ipv6_forward.p4 (v1model)")
             && info.contains("ipv6_lpm")
-            && info.contains("ipv6_forward(dstAddr<48>, port<16>)"),
+            && info.contains("ipv6_forward(dstAddr<48>, port<16>)")
+            && info.contains("revalidation kept:0 removed:0"),
         "{info}"
     );
 

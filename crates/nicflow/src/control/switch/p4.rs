@@ -164,6 +164,9 @@ impl Switch {
                     "runs:{} cached:{} errors:{} unknown_port:{}",
                     s.runs, s.cached, s.errors, s.unknown_port
                 );
+                // Revalidations after table changes: cached flows kept
+                // (no change could alter their run) and removed.
+                let _ = writeln!(text, "revalidation kept:{} removed:{}", s.kept, s.stale);
                 if let Some(cpu) = p4.cpu_port() {
                     let _ = writeln!(
                         text,
@@ -175,6 +178,7 @@ impl Switch {
                     text,
                     json!({"arch": pl.arch().to_string(), "tables": tables, "externs": externs,
                            "slow_path": slow, "runs": s.runs, "cached": s.cached, "errors": s.errors,
+                           "revalidation_kept": s.kept, "revalidation_removed": s.stale,
                            "cpu_port": p4.cpu_port(), "packet_in": s.packet_in,
                            "packet_in_dropped": s.packet_in_dropped}),
                 ))
