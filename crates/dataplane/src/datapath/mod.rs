@@ -372,14 +372,16 @@ pub struct Datapath {
     pass_ct: Option<nicflow_conntrack::CtResult>,
     /// Where the flows run, kept up to date as they move (for `stats`).
     placements: PlacementCounts,
-    /// Flows by translation key, for revalidating the few flows a slow
-    /// path's state change could affect ([`UpcallHandler::changed_scope`])
-    /// without walking the cache. Entries may be stale (checked on use:
-    /// the flow must exist and have that key).
-    by_xlate: HashMap<FlowKey, RuleId>,
-    /// Two live flows had the same translation key, which `by_xlate`
-    /// cannot tell apart: scoped revalidations walk every flow until the
-    /// next flush.
+    /// Flows by the hash of their translation key (the EMC's hash: a
+    /// 312-byte key hashed by SipHash at every install cost the learning
+    /// phase ~10%), for revalidating the few flows a slow path's state
+    /// change could affect ([`UpcallHandler::changed_scope`]) without
+    /// walking the cache. Entries may be stale (checked on use: the flow
+    /// must exist and have that key).
+    by_xlate: HashMap<u64, RuleId>,
+    /// Two live flows had the same translation key (or key hash), which
+    /// `by_xlate` cannot tell apart: scoped revalidations walk every flow
+    /// until the next flush.
     xlate_dups: bool,
     /// Translation keys of a scoped revalidation, reused.
     scope: Vec<FlowKey>,
@@ -1149,8 +1151,9 @@ impl Datapath {
 
     /// Record that flow `id` was translated from `key`.
     fn index_xlate(&mut self, key: FlowKey, id: RuleId) {
-        if let Some(old) = self.by_xlate.insert(key, id) {
-            if old != id && self.flows.get(old).is_some_and(|f| f.xlate_key == key) {
+        let h = emc::hash_key(key.words(), self.seed);
+        if let Some(old) = self.by_xlate.insert(h, id) {
+            if old != id && self.flows.get(old).is_some() {
                 self.xlate_dups = true;
             }
         }
@@ -1158,17 +1161,19 @@ impl Datapath {
 
     /// Forget `key`'s index entry if its flow went or has another key.
     fn prune_xlate(&mut self, key: &FlowKey) {
-        if let Some(&id) = self.by_xlate.get(key) {
+        let h = emc::hash_key(key.words(), self.seed);
+        if let Some(&id) = self.by_xlate.get(&h) {
             if !self.flows.get(id).is_some_and(|f| f.xlate_key == *key) {
-                self.by_xlate.remove(key);
+                self.by_xlate.remove(&h);
             }
         }
     }
 
     /// Forget `key`'s index entry if it names flow `id`.
     fn unindex_xlate(&mut self, key: &FlowKey, id: RuleId) {
-        if self.by_xlate.get(key) == Some(&id) {
-            self.by_xlate.remove(key);
+        let h = emc::hash_key(key.words(), self.seed);
+        if self.by_xlate.get(&h) == Some(&id) {
+            self.by_xlate.remove(&h);
         }
     }
 
@@ -1209,14 +1214,15 @@ impl Datapath {
             }
         }
         for key in &keys {
-            let Some(&id) = self.by_xlate.get(key) else {
+            let h = emc::hash_key(key.words(), self.seed);
+            let Some(&id) = self.by_xlate.get(&h) else {
                 continue;
             };
             if self.flows.get(id).is_some_and(|f| f.xlate_key == *key) {
                 self.revalidate_flow(id, handler, &mut counts);
-            } else {
+            } else if self.flows.get(id).is_none() {
                 // Its flow went (expiry, replaced): nothing to revalidate.
-                self.by_xlate.remove(key);
+                self.by_xlate.remove(&h);
             }
         }
         self.scope = keys;

@@ -98,6 +98,38 @@ struct CachedRun {
     skip: Option<(u64, u64)>,
 }
 
+/// Is `run` still what its packet would give (every table it applied
+/// unchanged, or changed in no way that matters to it)? Returns (fresh,
+/// changed): a fresh run whose tables changed is brought up to date.
+/// `coarse`: any change of a table it applied makes it stale.
+fn refresh(
+    run: &mut CachedRun,
+    pipeline: &Pipeline,
+    gens: &HashMap<String, u64>,
+    coarse: bool,
+) -> (bool, bool) {
+    let gen = |t: &str| gens.get(t).copied().unwrap_or(0);
+    let mut changed = false;
+    let fresh = run
+        .tables
+        .iter()
+        .zip(&run.trace.tables)
+        .all(|((t, g, s), a)| {
+            if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
+                return true;
+            }
+            changed = true;
+            !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
+        });
+    if fresh && changed {
+        for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
+            *g = gen(t);
+            *s = pipeline.table_change_seq(a.index);
+        }
+    }
+    (fresh, changed)
+}
+
 /// Counters of the P4 slow path.
 #[derive(Clone, Debug, Default)]
 pub struct P4Stats {
@@ -182,7 +214,9 @@ impl P4Path {
             .map(|(i, t)| (t.name, i as u32))
             .collect();
         let n = index.len();
-        let seen_seq = (0..n as u32).map(|i| pipeline.table_change_seq(i)).collect();
+        let seen_seq = (0..n as u32)
+            .map(|i| pipeline.table_change_seq(i))
+            .collect();
         P4Path {
             pipeline,
             source,
@@ -480,9 +514,13 @@ impl UpcallHandler for P4Path {
     }
 
     /// The cached flows that applied a table marked or changed since the
-    /// last call: a flow that applied none cannot be affected (its
-    /// revalidation compares exactly those tables' generations and change
-    /// sequence numbers).
+    /// last call and that the changes could affect: a flow that applied
+    /// none cannot be (its revalidation compares exactly those tables'
+    /// generations and change sequence numbers), and one the change logs
+    /// show unaffected is brought up to date here, as its revalidation
+    /// would, without the datapath touching it (its decision stays the
+    /// same: nothing to fix). Only the others are named, for the datapath
+    /// to revalidate (they go).
     fn changed_scope(&mut self, keys: &mut Vec<FlowKey>) -> bool {
         let unknown = std::mem::take(&mut self.pending_unknown);
         for (i, seen) in self.seen_seq.iter_mut().enumerate() {
@@ -496,8 +534,12 @@ impl UpcallHandler for P4Path {
                 continue;
             }
             for &slot in &self.applied[i] {
-                if let Some(Some(run)) = self.credits.get(slot as usize) {
-                    keys.push(run.key);
+                let Some(Some(run)) = self.credits.get_mut(slot as usize) else {
+                    continue;
+                };
+                match refresh(run, &self.pipeline, &self.gens, self.coarse) {
+                    (true, changed) => self.stats.kept += changed as u64,
+                    (false, _) => keys.push(run.key),
                 }
             }
         }
@@ -511,27 +553,9 @@ impl UpcallHandler for P4Path {
         // Per apply: unchanged, changed in no way that matters (then
         // brought up to date), or affected.
         let (pipeline, gens, coarse) = (&self.pipeline, &self.gens, self.coarse);
-        let gen = |t: &str| gens.get(t).copied().unwrap_or(0);
         let fresh = match self.credits.get_mut(slot as usize).and_then(Option::as_mut) {
             Some(run) => {
-                let mut changed = false;
-                let fresh = run
-                    .tables
-                    .iter()
-                    .zip(&run.trace.tables)
-                    .all(|((t, g, s), a)| {
-                        if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
-                            return true;
-                        }
-                        changed = true;
-                        !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
-                    });
-                if fresh && changed {
-                    for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
-                        *g = gen(t);
-                        *s = pipeline.table_change_seq(a.index);
-                    }
-                }
+                let (fresh, changed) = refresh(run, pipeline, gens, coarse);
                 fresh.then(|| (run.out.clone(), changed))
             }
             None => None,
