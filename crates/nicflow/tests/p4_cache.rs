@@ -373,3 +373,52 @@ fn add_on_miss_learns_then_ages_out_with_its_flows() {
     );
     assert_eq!(src_low(&t.send(0, &pkt).unwrap()), 0xa5, "learned again");
 }
+
+/// Issue 32: a learning revalidates only the flows that applied the
+/// table it changed, and must not skip one of them. With per-table
+/// (coarse) revalidation every such flow goes at a learning: the
+/// established connection's flow must go (its next packet runs the
+/// program again), while a UDP flow, which never applied
+/// `ct_tcp_table`, stays cached.
+#[test]
+fn learning_revalidates_every_flow_of_the_changed_table_and_no_other() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/pna-dpdk-add_on_miss0.p4"), &[0, 1]).unwrap();
+    add(&mut t, "add ipv4_host dst_addr:0xc6120002 send(port:0x1)");
+    t.bridge
+        .p4_change(|p4| p4.set_coarse_revalidation(true))
+        .unwrap();
+    let conn = |sport: u16| {
+        let mut p = hex("020000000002 020000000001 0800 \
+             45000028 00010000 4006 0000 c6120001 c6120002 \
+             03e8 0050 00000000 00000000 5002 2000 0000 0000");
+        p[34..36].copy_from_slice(&sport.to_be_bytes());
+        p
+    };
+    // UDP 198.18.0.1:1000 -> 198.18.0.2:53: ipv4_host only.
+    let udp = hex("020000000002 020000000001 0800 \
+         4500001c 00010000 4011 0000 c6120001 c6120002 \
+         03e8 0035 0008 0000");
+    let src_low = |out: &[(u32, Vec<u8>)]| out[0].1[11];
+    let a = conn(1000);
+    assert_eq!(src_low(&t.send(0, &a).unwrap()), 0xa5, "miss: learned");
+    assert_eq!(src_low(&t.send(0, &a).unwrap()), 0xf1, "hit, cached");
+    assert_eq!(t.send(0, &udp).unwrap()[0].0, 1, "udp: sent");
+    assert_eq!(t.send(0, &udp).unwrap()[0].0, 1);
+    assert_eq!(runs(&t), 3, "both flows cached");
+    assert_eq!(t.bridge.dp_flows().count(), 2);
+
+    // Learning another connection changes ct_tcp_table.
+    assert_eq!(src_low(&t.send(0, &conn(1001)).unwrap()), 0xa5);
+    assert_eq!(runs(&t), 4);
+    assert_eq!(
+        t.bridge.dp_flows().count(),
+        1,
+        "the flow that applied ct_tcp_table went, the UDP flow stayed"
+    );
+    assert_eq!(t.send(0, &udp).unwrap()[0].0, 1);
+    assert_eq!(runs(&t), 4, "the UDP flow was not touched");
+    assert_eq!(src_low(&t.send(0, &a).unwrap()), 0xf1);
+    assert_eq!(runs(&t), 5, "the connection's flow ran again");
+    assert!(t.bridge.p4().unwrap().stats.stale >= 1);
+}

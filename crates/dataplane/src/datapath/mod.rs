@@ -38,7 +38,7 @@ use nicflow_classifier::{Classifier, RuleId};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use nicflow_packet::buf::PacketBuf;
 use nicflow_packet::parse::ParseError;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Default most datapath flows a bridge caches (`flow_limit`), as OVS's
@@ -138,6 +138,16 @@ pub trait UpcallHandler {
     /// an entry): cached flows must be revalidated.
     fn unparsed(&mut self, _in_port: u32, _packet: &[u8], _now: Instant) -> Option<(Frames, bool)> {
         None
+    }
+    /// Which cached flows the state changes since the last call could
+    /// affect, so that a change reported by an upcall (`state_changed`)
+    /// re-translates those flows only instead of every cached one: their
+    /// translation keys are pushed onto `keys` and `true` is returned.
+    /// `false` (the default, as for OpenFlow's MAC learning, which any
+    /// flow may depend on): any flow, revalidate them all. Each call
+    /// starts a new period of changes.
+    fn changed_scope(&mut self, _keys: &mut Vec<FlowKey>) -> bool {
+        false
     }
     /// Credit traffic seen by a datapath flow to the rules it came from (and
     /// keep the MAC it learned from alive).
@@ -362,6 +372,19 @@ pub struct Datapath {
     pass_ct: Option<nicflow_conntrack::CtResult>,
     /// Where the flows run, kept up to date as they move (for `stats`).
     placements: PlacementCounts,
+    /// Flows by the hash of their translation key (the EMC's hash: a
+    /// 312-byte key hashed by SipHash at every install cost the learning
+    /// phase ~10%), for revalidating the few flows a slow path's state
+    /// change could affect ([`UpcallHandler::changed_scope`]) without
+    /// walking the cache. Entries may be stale (checked on use: the flow
+    /// must exist and have that key).
+    by_xlate: HashMap<u64, RuleId>,
+    /// Two live flows had the same translation key (or key hash), which
+    /// `by_xlate` cannot tell apart: scoped revalidations walk every flow
+    /// until the next flush.
+    xlate_dups: bool,
+    /// Translation keys of a scoped revalidation, reused.
+    scope: Vec<FlowKey>,
 }
 
 impl Datapath {
@@ -392,6 +415,9 @@ impl Datapath {
             ct_offloads: Default::default(),
             pass_ct: None,
             placements: PlacementCounts::default(),
+            by_xlate: HashMap::new(),
+            xlate_dups: false,
+            scope: Vec::new(),
         }
     }
 
@@ -550,13 +576,15 @@ impl Datapath {
             self.placements.add(flow.placement);
             offload::update(off, &mut flow, &mut self.placements);
             self.stats.flows_installed += 1;
-            let (_, old) =
+            let (new_id, old) =
                 self.flows
                     .insert(matching.key().words(), matching.mask().words(), 0, flow);
             if let Some(mut old) = old {
                 offload::unplace(off, &mut old, &mut self.placements);
                 self.placements.sub(old.placement);
+                self.prune_xlate(&old.xlate_key);
             }
+            self.index_xlate(key, new_id);
             kept += 1;
         }
         (kept, removed)
@@ -866,7 +894,7 @@ impl Datapath {
                 }
                 give_back(&mut self.pool, pkt);
                 if changed {
-                    self.revalidate(handler);
+                    self.revalidate_changed(handler);
                 }
                 return None;
             }
@@ -940,7 +968,7 @@ impl Datapath {
                 self.emit(std::mem::take(&mut out.emitted), tx);
                 give_back(&mut self.pool, pkt);
                 if revalidate {
-                    self.revalidate(handler);
+                    self.revalidate_changed(handler);
                 }
                 return None;
             }
@@ -1022,7 +1050,7 @@ impl Datapath {
             give_back(&mut self.pool, p);
         }
         if revalidate {
-            self.revalidate(handler);
+            self.revalidate_changed(handler);
         }
         hit.map(|id| (id, key))
     }
@@ -1091,7 +1119,9 @@ impl Datapath {
         let (id, old) = self
             .flows
             .insert(matching.key().words(), matching.mask().words(), 0, flow);
+        self.index_xlate(*key, id);
         if let Some(mut old) = old {
+            self.prune_xlate(&old.xlate_key);
             self.stats.flows_removed += 1;
             // Its kernel entry has the same map key as the new flow's:
             // remove it before the new one is offloaded.
@@ -1119,54 +1149,136 @@ impl Datapath {
         }
     }
 
+    /// Record that flow `id` was translated from `key`.
+    fn index_xlate(&mut self, key: FlowKey, id: RuleId) {
+        let h = emc::hash_key(key.words(), self.seed);
+        if let Some(old) = self.by_xlate.insert(h, id) {
+            if old != id && self.flows.get(old).is_some() {
+                self.xlate_dups = true;
+            }
+        }
+    }
+
+    /// Forget `key`'s index entry if its flow went or has another key.
+    fn prune_xlate(&mut self, key: &FlowKey) {
+        let h = emc::hash_key(key.words(), self.seed);
+        if let Some(&id) = self.by_xlate.get(&h) {
+            if !self.flows.get(id).is_some_and(|f| f.xlate_key == *key) {
+                self.by_xlate.remove(&h);
+            }
+        }
+    }
+
+    /// Forget `key`'s index entry if it names flow `id`.
+    fn unindex_xlate(&mut self, key: &FlowKey, id: RuleId) {
+        let h = emc::hash_key(key.words(), self.seed);
+        if self.by_xlate.get(&h) == Some(&id) {
+            self.by_xlate.remove(&h);
+        }
+    }
+
     /// Re-translate every flow; fix those whose actions changed and whose
     /// mask still covers what the new decision depends on, remove the rest.
     /// Returns (fixed, removed).
     pub fn revalidate(&mut self, handler: &mut dyn UpcallHandler) -> (usize, usize) {
         self.stats.revalidations += 1;
-        let mut fixed = 0;
-        let mut removed = 0;
+        let mut counts = (0, 0);
         if let Some(off) = self.offload.as_deref_mut() {
             off.prefetch_counters();
         }
         for id in self.flows.ids() {
-            let Some(f) = self.flows.get_mut(id) else {
-                continue;
-            };
+            self.revalidate_flow(id, handler, &mut counts);
+        }
+        self.revalidated(counts)
+    }
+
+    /// After an upcall changed the slow path's state: re-translate only
+    /// the flows the handler says the change could affect
+    /// ([`UpcallHandler::changed_scope`]; a P4 program's learning touches
+    /// the flows that applied the tables it added to, not the thousands
+    /// of others), or every flow when it cannot say. Every other flow is
+    /// untouched: its traffic is credited later, as usual.
+    fn revalidate_changed(&mut self, handler: &mut dyn UpcallHandler) -> (usize, usize) {
+        let mut keys = std::mem::take(&mut self.scope);
+        keys.clear();
+        let scoped = handler.changed_scope(&mut keys);
+        if !scoped || self.xlate_dups {
+            self.scope = keys;
+            return self.revalidate(handler);
+        }
+        self.stats.revalidations += 1;
+        let mut counts = (0, 0);
+        if !keys.is_empty() {
             if let Some(off) = self.offload.as_deref_mut() {
-                offload::sync(off, f);
-            }
-            credit(f, handler);
-            let out = handler.revalidate(&f.xlate_key);
-            let keep = out.install && out.mask.is_subset_of(f.matching.mask());
-            if keep {
-                let changed = out.actions != f.actions;
-                if changed || out.rules != f.rules {
-                    f.actions = out.actions;
-                    f.rules = out.rules;
-                    f.learned = out.learned;
-                    let t = f.total();
-                    f.credited = (t.packets, t.bytes);
-                    fixed += 1;
-                }
-                // In the same round as userspace: the kernel entry gets the
-                // new actions (or goes), a userspace flow whose reason went
-                // away is offloaded.
-                if let Some(off) = self.offload.as_deref_mut() {
-                    if changed || !matches!(f.placement, Some(Placement::Kernel(_))) {
-                        offload::update(off, f, &mut self.placements);
-                    }
-                }
-            } else {
-                if let Some(mut f) = self.flows.remove(id) {
-                    if let Some(off) = self.offload.as_deref_mut() {
-                        offload::unplace(off, &mut f, &mut self.placements);
-                    }
-                    self.placements.sub(f.placement);
-                }
-                removed += 1;
+                off.prefetch_counters();
             }
         }
+        for key in &keys {
+            let h = emc::hash_key(key.words(), self.seed);
+            let Some(&id) = self.by_xlate.get(&h) else {
+                continue;
+            };
+            if self.flows.get(id).is_some_and(|f| f.xlate_key == *key) {
+                self.revalidate_flow(id, handler, &mut counts);
+            } else if self.flows.get(id).is_none() {
+                // Its flow went (expiry, replaced): nothing to revalidate.
+                self.by_xlate.remove(&h);
+            }
+        }
+        self.scope = keys;
+        self.revalidated(counts)
+    }
+
+    /// Re-translate flow `id`: fix it, or remove it; counted in
+    /// `counts` (fixed, removed).
+    fn revalidate_flow(
+        &mut self,
+        id: RuleId,
+        handler: &mut dyn UpcallHandler,
+        counts: &mut (usize, usize),
+    ) {
+        let Some(f) = self.flows.get_mut(id) else {
+            return;
+        };
+        if let Some(off) = self.offload.as_deref_mut() {
+            offload::sync(off, f);
+        }
+        credit(f, handler);
+        let out = handler.revalidate(&f.xlate_key);
+        let keep = out.install && out.mask.is_subset_of(f.matching.mask());
+        if keep {
+            let changed = out.actions != f.actions;
+            if changed || out.rules != f.rules {
+                f.actions = out.actions;
+                f.rules = out.rules;
+                f.learned = out.learned;
+                let t = f.total();
+                f.credited = (t.packets, t.bytes);
+                counts.0 += 1;
+            }
+            // In the same round as userspace: the kernel entry gets the
+            // new actions (or goes), a userspace flow whose reason went
+            // away is offloaded.
+            if let Some(off) = self.offload.as_deref_mut() {
+                if changed || !matches!(f.placement, Some(Placement::Kernel(_))) {
+                    offload::update(off, f, &mut self.placements);
+                }
+            }
+        } else {
+            if let Some(mut f) = self.flows.remove(id) {
+                if let Some(off) = self.offload.as_deref_mut() {
+                    offload::unplace(off, &mut f, &mut self.placements);
+                }
+                self.placements.sub(f.placement);
+                self.unindex_xlate(&f.xlate_key, id);
+            }
+            counts.1 += 1;
+        }
+    }
+
+    /// The end of a revalidation (full or scoped) that fixed and removed
+    /// `counts` flows.
+    fn revalidated(&mut self, (fixed, removed): (usize, usize)) -> (usize, usize) {
         self.stats.flows_fixed += fixed as u64;
         self.stats.flows_removed += removed as u64;
         // Connection entries built from flows that changed or went must
@@ -1209,7 +1321,9 @@ impl Datapath {
                 }
                 credit(f, handler);
                 self.placements.sub(f.placement);
+                let key = f.xlate_key;
                 self.flows.remove(id);
+                self.unindex_xlate(&key, id);
                 n += 1;
             }
         }
@@ -1234,6 +1348,8 @@ impl Datapath {
         self.push_stats(handler);
         self.stats.flows_removed += self.flows.len() as u64;
         self.flows.clear();
+        self.by_xlate.clear();
+        self.xlate_dups = false;
         self.placements.kernel = 0;
         self.placements.userspace.clear();
         self.emc.clear();

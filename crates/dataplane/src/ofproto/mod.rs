@@ -629,6 +629,14 @@ impl UpcallHandler for Ofproto {
         self.p4.as_deref_mut()?.unparsed(in_port, packet, now)
     }
 
+    fn changed_scope(&mut self, keys: &mut Vec<FlowKey>) -> bool {
+        // MAC learning may change any flow's decision: all of them.
+        match self.p4.as_deref_mut() {
+            Some(p4) => p4.changed_scope(keys),
+            None => false,
+        }
+    }
+
     fn credit(
         &mut self,
         rules: &[RuleRef],

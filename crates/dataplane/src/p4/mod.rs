@@ -86,6 +86,8 @@ impl PortMap {
 /// generation then), the run's trace (for crediting counters and entry
 /// hit times) and the decision, for revalidation.
 struct CachedRun {
+    /// The key of the packet that made it (its flow's translation key).
+    key: FlowKey,
     /// Per apply of `trace.tables` (same order): the bridge's generation
     /// of the table and the pipeline's change sequence number then.
     tables: Vec<(std::sync::Arc<str>, u64, u64)>,
@@ -94,6 +96,38 @@ struct CachedRun {
     /// The first packet was counted by the interpreter itself: the flow's
     /// first credited packet and bytes are skipped.
     skip: Option<(u64, u64)>,
+}
+
+/// Is `run` still what its packet would give (every table it applied
+/// unchanged, or changed in no way that matters to it)? Returns (fresh,
+/// changed): a fresh run whose tables changed is brought up to date.
+/// `coarse`: any change of a table it applied makes it stale.
+fn refresh(
+    run: &mut CachedRun,
+    pipeline: &Pipeline,
+    gens: &HashMap<String, u64>,
+    coarse: bool,
+) -> (bool, bool) {
+    let gen = |t: &str| gens.get(t).copied().unwrap_or(0);
+    let mut changed = false;
+    let fresh = run
+        .tables
+        .iter()
+        .zip(&run.trace.tables)
+        .all(|((t, g, s), a)| {
+            if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
+                return true;
+            }
+            changed = true;
+            !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
+        });
+    if fresh && changed {
+        for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
+            *g = gen(t);
+            *s = pipeline.table_change_seq(a.index);
+        }
+    }
+    (fresh, changed)
 }
 
 /// Counters of the P4 slow path.
@@ -151,6 +185,21 @@ pub struct P4Path {
     /// Revalidation removes every flow that applied a changed table, as
     /// before the change logs (`set_coarse_revalidation`).
     coarse: bool,
+    /// Per table index: the slots of the cached runs that applied it, so
+    /// that a change of a few tables names the few flows it could affect
+    /// ([`UpcallHandler::changed_scope`]).
+    applied: Vec<std::collections::HashSet<u32>>,
+    /// Table indices by qualified name (for the tables changes name).
+    index: HashMap<String, u32>,
+    /// Per table index: marked (`bump`) since the last `changed_scope`.
+    pending: Vec<bool>,
+    /// A table that is not the program's was marked: the scope is every
+    /// flow.
+    pending_unknown: bool,
+    /// Per table index: its change sequence number at the last
+    /// `changed_scope` (a change made through `pipeline_mut`, which marks
+    /// nothing, is still seen).
+    seen_seq: Vec<u64>,
 }
 
 impl P4Path {
@@ -158,6 +207,16 @@ impl P4Path {
         // Revalidation compares table changes with the keys each cached
         // run looked up.
         pipeline.record_table_keys(true);
+        let index: HashMap<String, u32> = pipeline
+            .tables()
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t.name, i as u32))
+            .collect();
+        let n = index.len();
+        let seen_seq = (0..n as u32)
+            .map(|i| pipeline.table_change_seq(i))
+            .collect();
         P4Path {
             pipeline,
             source,
@@ -175,6 +234,11 @@ impl P4Path {
             cpu_port: None,
             packet_ins: Default::default(),
             coarse: false,
+            applied: vec![Default::default(); n],
+            index,
+            pending: vec![false; n],
+            pending_unknown: false,
+            seen_seq,
         }
     }
 
@@ -270,6 +334,10 @@ impl P4Path {
     fn bump(&mut self, table: &str) {
         self.next_gen += 1;
         self.gens.insert(table.to_string(), self.next_gen);
+        match self.index.get(table) {
+            Some(&i) => self.pending[i as usize] = true,
+            None => self.pending_unknown = true,
+        }
     }
 
     fn gen(&self, table: &str) -> u64 {
@@ -384,7 +452,13 @@ impl P4Path {
         if let Some(old) = self.runs.insert(*key, slot) {
             self.release(old);
         }
+        for t in &trace.tables {
+            if let Some(set) = self.applied.get_mut(t.index as usize) {
+                set.insert(slot);
+            }
+        }
         self.credits[slot as usize] = Some(CachedRun {
+            key: *key,
             tables,
             trace,
             out: out.clone(),
@@ -439,6 +513,39 @@ impl UpcallHandler for P4Path {
         Some((outputs, changed))
     }
 
+    /// The cached flows that applied a table marked or changed since the
+    /// last call and that the changes could affect: a flow that applied
+    /// none cannot be (its revalidation compares exactly those tables'
+    /// generations and change sequence numbers), and one the change logs
+    /// show unaffected is brought up to date here, as its revalidation
+    /// would, without the datapath touching it (its decision stays the
+    /// same: nothing to fix). Only the others are named, for the datapath
+    /// to revalidate (they go).
+    fn changed_scope(&mut self, keys: &mut Vec<FlowKey>) -> bool {
+        let unknown = std::mem::take(&mut self.pending_unknown);
+        for (i, seen) in self.seen_seq.iter_mut().enumerate() {
+            let seq = self.pipeline.table_change_seq(i as u32);
+            let marked = std::mem::take(&mut self.pending[i]);
+            if !marked && seq == *seen {
+                continue;
+            }
+            *seen = seq;
+            if unknown {
+                continue;
+            }
+            for &slot in &self.applied[i] {
+                let Some(Some(run)) = self.credits.get_mut(slot as usize) else {
+                    continue;
+                };
+                match refresh(run, &self.pipeline, &self.gens, self.coarse) {
+                    (true, changed) => self.stats.kept += changed as u64,
+                    (false, _) => keys.push(run.key),
+                }
+            }
+        }
+        !unknown
+    }
+
     fn revalidate(&mut self, key: &FlowKey) -> XlateOut {
         let Some(&slot) = self.runs.get(key) else {
             return XlateOut::default();
@@ -446,27 +553,9 @@ impl UpcallHandler for P4Path {
         // Per apply: unchanged, changed in no way that matters (then
         // brought up to date), or affected.
         let (pipeline, gens, coarse) = (&self.pipeline, &self.gens, self.coarse);
-        let gen = |t: &str| gens.get(t).copied().unwrap_or(0);
         let fresh = match self.credits.get_mut(slot as usize).and_then(Option::as_mut) {
             Some(run) => {
-                let mut changed = false;
-                let fresh = run
-                    .tables
-                    .iter()
-                    .zip(&run.trace.tables)
-                    .all(|((t, g, s), a)| {
-                        if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
-                            return true;
-                        }
-                        changed = true;
-                        !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
-                    });
-                if fresh && changed {
-                    for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
-                        *g = gen(t);
-                        *s = pipeline.table_change_seq(a.index);
-                    }
-                }
+                let (fresh, changed) = refresh(run, pipeline, gens, coarse);
                 fresh.then(|| (run.out.clone(), changed))
             }
             None => None,
@@ -575,7 +664,12 @@ impl P4Path {
 
     fn release(&mut self, slot: u32) {
         if let Some(s) = self.credits.get_mut(slot as usize) {
-            if s.take().is_some() {
+            if let Some(run) = s.take() {
+                for t in &run.trace.tables {
+                    if let Some(set) = self.applied.get_mut(t.index as usize) {
+                        set.remove(&slot);
+                    }
+                }
                 self.free.push(slot);
             }
         }

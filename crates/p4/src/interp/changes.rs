@@ -152,9 +152,22 @@ impl Pipeline {
         if *td.qname != *apply.table {
             return false;
         }
-        let widths: Vec<u32> = td.keys.iter().map(|k| k.width).collect();
+        // Called for every cached flow of a changed table at each change
+        // (each learning): the widths go on the stack unless the table
+        // has more keys than any program here.
+        let mut buf = [0u32; 16];
+        let heap: Vec<u32>;
+        let widths: &[u32] = if td.keys.len() <= buf.len() {
+            for (w, k) in buf.iter_mut().zip(&td.keys) {
+                *w = k.width;
+            }
+            &buf[..td.keys.len()]
+        } else {
+            heap = td.keys.iter().map(|k| k.width).collect();
+            &heap
+        };
         !ts.log
-            .could_alter(since, apply.entry, trace.apply_keys(apply), &widths)
+            .could_alter(since, apply.entry, trace.apply_keys(apply), widths)
     }
 }
 
