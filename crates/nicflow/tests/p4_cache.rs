@@ -286,6 +286,37 @@ fn table_changes_remove_only_the_flows_they_could_affect() {
     assert!(p4.stats.stale >= 4, "stale {}", p4.stats.stale);
 }
 
+/// A control-plane change of a table that its change log does not
+/// describe (`pipeline_mut_for` and an edit no table operation records)
+/// removes the flows that applied the table, and only those: the log
+/// cannot say the change leaves them alone.
+#[test]
+fn a_change_the_log_does_not_describe_removes_the_tables_flows() {
+    let Some(c) = corpus() else { return };
+    let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
+    );
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x020000000001, port:0x1)",
+    );
+    let ten = to([10, 99, 0, 1]);
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    // Marked changed, nothing logged (what a future edit through the
+    // raw pipeline would look like).
+    t.bridge
+        .p4_change(|p4| {
+            p4.pipeline_mut_for(&["Main.nh_table"]);
+        })
+        .unwrap();
+    assert_eq!(t.bridge.dp_flows().count(), 0, "the flow applied nh_table");
+    assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
+    assert_eq!(runs(&t), 2, "its next packet ran the program again");
+}
+
 /// PNA `add_on_miss`: learning a new connection adds an entry to the
 /// table every established connection's flow applied; the entry (exact
 /// on the new connection) cannot match them, so their flows stay.

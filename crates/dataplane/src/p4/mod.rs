@@ -115,11 +115,15 @@ fn refresh(
         .iter()
         .zip(&run.trace.tables)
         .all(|((t, g, s), a)| {
-            if gen(t) == *g && pipeline.table_change_seq(a.index) == *s {
+            let seq = pipeline.table_change_seq(a.index);
+            if gen(t) == *g && seq == *s {
                 return true;
             }
             changed = true;
-            !coarse && pipeline.apply_unaffected(&run.trace, a, *s)
+            // A generation moved with nothing in the table's log: a change
+            // the log does not describe (`pipeline_mut_for` with a change
+            // no table operation records): it may alter anything.
+            !coarse && seq != *s && pipeline.apply_unaffected(&run.trace, a, *s)
         });
     if fresh && changed {
         for ((t, g, s), a) in run.tables.iter_mut().zip(&run.trace.tables) {
@@ -317,7 +321,10 @@ impl P4Path {
     }
 
     /// The pipeline for a control-plane change of `tables` (qualified
-    /// names): their cached flows will not survive the next revalidation.
+    /// names). Their cached flows are checked against the tables' change
+    /// logs at the next revalidation; a flow of a table whose log shows
+    /// no change since its run goes (the change, whatever it was, is not
+    /// one the log describes).
     pub fn pipeline_mut_for(&mut self, tables: &[&str]) -> &mut Pipeline {
         for t in tables {
             self.bump(t);
