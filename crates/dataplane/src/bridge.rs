@@ -1111,6 +1111,7 @@ impl Bridge {
     pub fn p4_load(&mut self, path: crate::p4::P4Path) {
         self.dp.flush(&mut self.ofproto);
         self.dp.bypass_odd_ip = true;
+        self.dp.scoped_revalidation = true;
         self.ofproto.p4 = Some(Box::new(path));
     }
 
@@ -1121,6 +1122,7 @@ impl Bridge {
         }
         self.dp.flush(&mut self.ofproto);
         self.dp.bypass_odd_ip = false;
+        self.dp.scoped_revalidation = false;
         self.ofproto.p4 = None;
         true
     }

@@ -439,9 +439,16 @@ fn learning_revalidates_every_flow_of_the_changed_table_and_no_other() {
     assert_eq!(runs(&t), 3, "both flows cached");
     assert_eq!(t.bridge.dp_flows().count(), 2);
 
-    // Learning another connection changes ct_tcp_table.
+    // Learning another connection changes ct_tcp_table: the flows that
+    // applied it are named, not every flow walked.
+    let scoped = t.bridge.dp_stats().scoped_revalidations;
     assert_eq!(src_low(&t.send(0, &conn(1001)).unwrap()), 0xa5);
     assert_eq!(runs(&t), 4);
+    assert_eq!(
+        t.bridge.dp_stats().scoped_revalidations,
+        scoped + 1,
+        "a scoped revalidation"
+    );
     assert_eq!(
         t.bridge.dp_flows().count(),
         1,

@@ -278,6 +278,9 @@ pub struct DpStats {
     pub controller_packets: u64,
     pub controller_queue_drops: u64,
     pub revalidations: u64,
+    /// Revalidations of only the flows a slow path's state change named
+    /// ([`UpcallHandler::changed_scope`]; counted in `revalidations` too).
+    pub scoped_revalidations: u64,
     pub flows_fixed: u64,
     /// Passes made by recirculated packets (after `ct(table=N)`).
     pub recirculations: u64,
@@ -348,6 +351,13 @@ pub struct Datapath {
     /// program reads headers at the offsets its parser computes, which
     /// the flow key cannot tell apart (set in P4 mode).
     pub(crate) bypass_odd_ip: bool,
+    /// Flows are indexed by their translation key (`by_xlate`) for
+    /// revalidating only those a state change names
+    /// ([`UpcallHandler::changed_scope`]). Set in P4 mode, the one slow
+    /// path that names them: elsewhere the index would cost every install
+    /// and removal (the OpenFlow slow path ~9 % per upcall) for nothing.
+    /// Changed only with the cache empty (after a flush).
+    pub(crate) scoped_revalidation: bool,
     flows: Classifier<FLOW_WORDS, DpFlow>,
     emc: emc::Emc,
     seed: u64,
@@ -402,6 +412,7 @@ impl Datapath {
             }),
             cfg,
             bypass_odd_ip: false,
+            scoped_revalidation: false,
             flows: Classifier::new(),
             seed,
             stats: DpStats::new(),
@@ -1151,6 +1162,9 @@ impl Datapath {
 
     /// Record that flow `id` was translated from `key`.
     fn index_xlate(&mut self, key: FlowKey, id: RuleId) {
+        if !self.scoped_revalidation {
+            return;
+        }
         let h = emc::hash_key(key.words(), self.seed);
         if let Some(old) = self.by_xlate.insert(h, id) {
             if old != id && self.flows.get(old).is_some() {
@@ -1159,11 +1173,17 @@ impl Datapath {
         }
     }
 
-    /// Forget `key`'s index entry if its flow went or has another key.
+    /// Forget `key`'s index entry if its flow went. An entry naming a
+    /// live flow stays, whatever that flow's key: the entry is the only
+    /// way to it (a flow with another key under the same hash, indexed
+    /// just before, must not lose its entry).
     fn prune_xlate(&mut self, key: &FlowKey) {
+        if !self.scoped_revalidation {
+            return;
+        }
         let h = emc::hash_key(key.words(), self.seed);
         if let Some(&id) = self.by_xlate.get(&h) {
-            if !self.flows.get(id).is_some_and(|f| f.xlate_key == *key) {
+            if self.flows.get(id).is_none() {
                 self.by_xlate.remove(&h);
             }
         }
@@ -1171,6 +1191,9 @@ impl Datapath {
 
     /// Forget `key`'s index entry if it names flow `id`.
     fn unindex_xlate(&mut self, key: &FlowKey, id: RuleId) {
+        if !self.scoped_revalidation {
+            return;
+        }
         let h = emc::hash_key(key.words(), self.seed);
         if self.by_xlate.get(&h) == Some(&id) {
             self.by_xlate.remove(&h);
@@ -1202,11 +1225,12 @@ impl Datapath {
         let mut keys = std::mem::take(&mut self.scope);
         keys.clear();
         let scoped = handler.changed_scope(&mut keys);
-        if !scoped || self.xlate_dups {
+        if !scoped || self.xlate_dups || !self.scoped_revalidation {
             self.scope = keys;
             return self.revalidate(handler);
         }
         self.stats.revalidations += 1;
+        self.stats.scoped_revalidations += 1;
         let mut counts = (0, 0);
         if !keys.is_empty() {
             if let Some(off) = self.offload.as_deref_mut() {

@@ -26,7 +26,7 @@ impl Switch {
         let _ = writeln!(text, "bridge {name}:");
         let _ = writeln!(
             text,
-            "  datapath: packets:{} emc_hits:{} megaflow_hits:{} upcalls:{} flows:{} installed:{} removed:{} revalidations:{}",
+            "  datapath: packets:{} emc_hits:{} megaflow_hits:{} upcalls:{} flows:{} installed:{} removed:{} revalidations:{} (scoped:{})",
             s.packets,
             s.emc_hits,
             s.megaflow_hits,
@@ -34,7 +34,8 @@ impl Switch {
             br.n_dp_flows(),
             s.flows_installed,
             s.flows_removed,
-            s.revalidations
+            s.revalidations,
+            s.scoped_revalidations
         );
         // Packets per engine: the userspace datapath saw `s.packets`
         // (misses of the XDP program included); the XDP program
@@ -115,6 +116,7 @@ impl Switch {
                 "megaflow_hits": s.megaflow_hits, "upcalls": s.upcalls,
                 "flows": br.n_dp_flows(), "flows_installed": s.flows_installed,
                 "flows_removed": s.flows_removed, "revalidations": s.revalidations,
+                "scoped_revalidations": s.scoped_revalidations,
                 "drops": drops,
             },
             "engines": engines,
