@@ -163,6 +163,20 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     assert!(left[0].actions.is_empty(), "the drop flow stayed");
 }
 
+/// routing.p4 on ports 0-2 with 10.0.0.0/8 -> next hop 1 -> port 1.
+fn routing_10_via_port_1(c: &Path) -> CachedTarget {
+    let mut t = CachedTarget::new(load(c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
+    add(
+        &mut t,
+        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
+    );
+    add(
+        &mut t,
+        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x020000000001, port:0x1)",
+    );
+    t
+}
+
 /// routing.p4's TO_10 with another destination (IPv4 checksum fixed).
 fn to(dst: [u8; 4]) -> Vec<u8> {
     let mut p = hex(TO_10);
@@ -216,15 +230,7 @@ fn delete(t: &mut CachedTarget, table: &str, id: u64) {
 #[test]
 fn table_changes_remove_only_the_flows_they_could_affect() {
     let Some(c) = corpus() else { return };
-    let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
-    add(
-        &mut t,
-        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
-    );
-    add(
-        &mut t,
-        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x020000000001, port:0x1)",
-    );
+    let mut t = routing_10_via_port_1(&c);
     let ten = to([10, 99, 0, 1]);
     let eleven = to([11, 0, 0, 1]);
     assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
@@ -293,15 +299,7 @@ fn table_changes_remove_only_the_flows_they_could_affect() {
 #[test]
 fn a_change_the_log_does_not_describe_removes_the_tables_flows() {
     let Some(c) = corpus() else { return };
-    let mut t = CachedTarget::new(load(&c, "pna/routing.p4"), &[0, 1, 2]).unwrap();
-    add(
-        &mut t,
-        "add Main.fib_table prefix:0x0a000000/8 Main.set_nhid(index:0x1)",
-    );
-    add(
-        &mut t,
-        "add Main.nh_table nh_index:0x1 Main.set_nh(dmac:0x020000000001, port:0x1)",
-    );
+    let mut t = routing_10_via_port_1(&c);
     let ten = to([10, 99, 0, 1]);
     assert_eq!(t.send(0, &ten).unwrap()[0].0, 1);
     assert_eq!(t.bridge.dp_flows().count(), 1);

@@ -228,14 +228,21 @@ fn check(c: &Path, case: &Case, seed: u64, n: usize) {
     );
 }
 
-#[test]
-fn cache_and_interpreter_agree_on_random_packets() {
-    let Some(c) = corpus() else { return };
+/// The test's seed: `NICFLOW_SEED` when set, else a fresh one; printed
+/// either way (`NICFLOW_SEED=N` replays a failure).
+fn seed() -> u64 {
     let seed = std::env::var("NICFLOW_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random::<u64>);
     println!("NICFLOW_SEED={seed}");
+    seed
+}
+
+#[test]
+fn cache_and_interpreter_agree_on_random_packets() {
+    let Some(c) = corpus() else { return };
+    let seed = seed();
     for case in CASES {
         check(&c, case, seed, 3000);
     }
@@ -453,11 +460,7 @@ fn check_with_changes(
 #[test]
 fn cache_and_interpreter_agree_under_table_changes() {
     let Some(c) = corpus() else { return };
-    let seed = std::env::var("NICFLOW_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random::<u64>);
-    println!("NICFLOW_SEED={seed}");
+    let seed = seed();
     check_with_changes(
         &c,
         "pna/routing.p4",

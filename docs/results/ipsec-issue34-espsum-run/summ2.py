@@ -1,7 +1,8 @@
 # Medians per binary over all of a sitting's runs (python3 summ2.py s1; dirs s1-K-base, s1-K-new),
-# as markdown table rows, with new ÷ base. Uses summ.py's load().
+# as markdown table rows, with new ÷ base. Uses ../ipsec-issue34-espcopy-run/summ.py's load().
 import sys, glob, statistics as st
-exec(open(__file__.replace('summ2.py', 'summ.py')).read().split('for p in sys.argv')[0])
+import os
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'ipsec-issue34-espcopy-run', 'summ.py')).read().split('for p in sys.argv')[0])
 S = sys.argv[1]
 runs = {b: [load(d) for d in sorted(glob.glob(f'{S}-[0-9]*-{b}'))] for b in ('base', 'new')}
 def pool(b, k):
