@@ -7,7 +7,10 @@
 //! `cargo run --release -p nicflow-classifier --example cbprobe -- RULES TRACE [LIMIT]`
 //! (plain-text files; `CBPROBE_TABLES=1` lists the tables,
 //! `CBPROBE_NATIVE=1` keeps port ranges (`Classifier::insert_ranges`),
-//! `CBPROBE_TM_RELAX=1` uses `bench_support::relax_flowkey_tm`). The real
+//! `CBPROBE_TM_RELAX=1` uses `bench_support::relax_flowkey_tm`,
+//! `CBPROBE_REPS=N` times the trace N times instead of 3, so that the
+//! difference between two runs under `perf stat` or cachegrind that differ
+//! only in N gives the timed loop's counts per lookup). The real
 //! measurement is `nicflow bench classifier`; this one builds in seconds.
 
 use std::time::Instant;
@@ -184,8 +187,11 @@ fn main() {
         c.lookup_wc(k, &mut wc);
         wcbits += wc.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
     }
+    let reps: usize = std::env::var("CBPROBE_REPS")
+        .ok()
+        .map_or(3, |s| s.parse().expect("CBPROBE_REPS: a number"));
     let mut best = f64::MAX;
-    for _ in 0..3 {
+    for _ in 0..reps {
         let t = Instant::now();
         let mut h = 0u64;
         // One key buffer, each packet's fields written into it, as
@@ -203,13 +209,14 @@ fn main() {
         best = best.min(t.elapsed().as_nanos() as f64 / keys.len() as f64);
     }
     println!(
-        "{} rules {} entries: tables {} probed {:.2} compared {:.2} ns {:.0} (best of 3) wcbits {:.1} build {:.0} ms wrong {}",
+        "{} rules {} entries: tables {} probed {:.2} compared {:.2} ns {:.0} (best of {}) wcbits {:.1} build {:.0} ms wrong {}",
         rules.len(),
         entries,
         c.n_subtables(),
         probes as f64 / keys.len() as f64,
         compared as f64 / keys.len() as f64,
         best,
+        reps,
         wcbits as f64 / keys.len().div_ceil(10) as f64,
         build.as_secs_f64() * 1e3,
         wrong
