@@ -404,6 +404,11 @@ pub struct Packets {
     /// super-frames (`underlay_rx_buf_allocs`), both daemons.
     #[serde(default)]
     pub underlay_rx_buf_allocs: u64,
+    /// Big buffers the tunnel ports allocated for UDP super-frames of ESP
+    /// to send (`underlay_tx_gso_buf_allocs`; 0 from a daemon that does
+    /// not count them), both daemons.
+    #[serde(default)]
+    pub underlay_tx_buf_allocs: u64,
     /// The ESP drop counters by name (`esp_rx_drop_replay`, ...), both
     /// daemons, the non-zero ones; beside them (not in `esp_drops`: they
     /// count frames, not ESP packets) the underlay port's receive drops
@@ -991,6 +996,7 @@ impl IpsecLab {
                 p.esp_tx_in_place += c("esp_tx_gso_in_place");
                 p.esp_rx_in_place += c("esp_rx_in_place");
                 p.underlay_rx_buf_allocs += c("underlay_rx_buf_allocs");
+                p.underlay_tx_buf_allocs += c("underlay_tx_gso_buf_allocs");
                 p.esp_rx += c("esp_rx_packets");
                 p.tunnel_tx += t["tx_packets"].as_u64().unwrap_or(0);
                 p.tunnel_rx += t["rx_packets"].as_u64().unwrap_or(0);
@@ -1141,6 +1147,9 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                     underlay_rx_buf_allocs: a
                         .underlay_rx_buf_allocs
                         .saturating_sub(b.underlay_rx_buf_allocs),
+                    underlay_tx_buf_allocs: a
+                        .underlay_tx_buf_allocs
+                        .saturating_sub(b.underlay_tx_buf_allocs),
                     drops_by: counters_between(&b.drops_by, &a.drops_by),
                     underlay_rx_drops: a.underlay_rx_drops.saturating_sub(b.underlay_rx_drops),
                     end_tx_drops: a.end_tx_drops.saturating_sub(b.end_tx_drops),
@@ -1160,13 +1169,14 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
     run.extra.packets = packets;
     if let Some(p) = &run.extra.packets {
         progress(&format!(
-            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}, opened in place {}, receive buffers allocated {}), tunnel tx {} rx {}, underlay tx {} rx {}; container ports: TCP super-frames {} (in their receive buffer {}), receive buffers allocated {}",
+            "{name} {streams} streams: packets esp tx {} rx {} (drops {}, sealed in place {}, opened in place {}, receive buffers allocated {}, send buffers allocated {}), tunnel tx {} rx {}, underlay tx {} rx {}; container ports: TCP super-frames {} (in their receive buffer {}), receive buffers allocated {}",
             p.esp_tx,
             p.esp_rx,
             p.esp_drops,
             p.esp_tx_in_place,
             p.esp_rx_in_place,
             p.underlay_rx_buf_allocs,
+            p.underlay_tx_buf_allocs,
             p.tunnel_tx,
             p.tunnel_rx,
             p.underlay_tx,

@@ -117,8 +117,15 @@ const ARP_RETRY: Duration = Duration::from_millis(500);
 const ARP_PENDING_MAX: usize = 64;
 /// Frames read from the underlay per poll.
 const POLL_BATCH: usize = 64;
-/// Big buffers an underlay keeps for its UDP super-frames of ESP.
-const GSO_BUFS_KEPT: usize = 8;
+/// Big buffers an underlay keeps for its UDP super-frames of ESP: a
+/// transmit batch of the bridge's 32 TCP super-frames of 64 KiB seals
+/// into about 33 UDP super-frames, so with 8 (as before) every batch of
+/// more than 8 allocated (and zeroed) a 64 KiB buffer per extra
+/// super-frame, about half of them at 4 streams (issue 34's profile).
+const GSO_BUFS_KEPT: usize = 80;
+/// How far back [`take_gso_buf`] looks in a batch's finished frames for a
+/// big buffer: the TCP super-frame just sealed is the last one.
+const GSO_BUF_LOOKBACK: usize = 4;
 /// Decapsulated frames waiting per endpoint; beyond it they are dropped
 /// and counted (a tunnel port polled less often than its peers cannot make
 /// the queue grow without bound).
@@ -577,6 +584,10 @@ struct UnderlayCounters {
     /// limit are its own `tx_drop_arp_pending`.
     tx_arp_pending_drops: u64,
     tx_dropped: u64,
+    /// Big buffers allocated for UDP super-frames of ESP because none was
+    /// kept or free in the batch (`underlay_tx_gso_buf_allocs`): a few
+    /// while warming up, then none.
+    tx_gso_buf_allocs: u64,
 }
 
 struct ArpEntry {
@@ -1520,10 +1531,11 @@ impl Underlay {
         use nicflow_packet::udp_gso;
         let mut r = udp_gso::append(&mut self.tx[i], pkt);
         if r == Err(udp_gso::Refused::NeedRoom) {
-            let big = self
-                .gso_bufs
-                .pop()
-                .unwrap_or_else(|| PacketBuf::with_capacity(udp_gso::UDP_GSO_BUF_CAPACITY));
+            let big = take_gso_buf(
+                &mut self.gso_bufs,
+                &mut self.done,
+                &mut self.counters.tx_gso_buf_allocs,
+            );
             match udp_gso::grow(&mut self.tx[i], big) {
                 Ok(old) => {
                     self.done.push(old);
@@ -1562,6 +1574,32 @@ impl Underlay {
         }
         r.map(|_| ())
     }
+}
+
+/// A buffer for a UDP super-frame of ESP: a kept one (`gso_bufs`), else
+/// a big one among the last [`GSO_BUF_LOOKBACK`] finished frames of the
+/// batch (`done`: a TCP super-frame sealed into the UDP super-frame leaves
+/// its 64 KiB receive buffer there), else a new one, counted in `allocs`.
+/// A new one is zeroed 64 KiB: taken for every super-frame of a long batch
+/// it was 2 % of the sealing daemon's time.
+fn take_gso_buf(
+    gso_bufs: &mut Vec<PacketBuf>,
+    done: &mut Vec<PacketBuf>,
+    allocs: &mut u64,
+) -> PacketBuf {
+    use nicflow_packet::udp_gso;
+    if let Some(b) = gso_bufs.pop() {
+        return b;
+    }
+    let from = done.len().saturating_sub(GSO_BUF_LOOKBACK);
+    if let Some(k) = (from..done.len())
+        .rev()
+        .find(|&k| udp_gso::is_big(&done[k]))
+    {
+        return done.swap_remove(k);
+    }
+    *allocs += 1;
+    PacketBuf::with_capacity(udp_gso::UDP_GSO_BUF_CAPACITY)
 }
 
 /// A new buffer of receive size ([`super::fixup::RX_BUF_CAPACITY`], more
@@ -2042,6 +2080,7 @@ impl TunnelPort {
             tx,
             esp: ue,
             gso_bufs,
+            counters,
             ..
         } = u;
         let frame = pkt.data();
@@ -2084,9 +2123,7 @@ impl TunnelPort {
             if r == Err(Refused::NeedRoom) {
                 // A head the ordinary way started in a small buffer.
                 if let Some(h) = b.head {
-                    let big = gso_bufs
-                        .pop()
-                        .unwrap_or_else(|| PacketBuf::with_capacity(udp_gso::UDP_GSO_BUF_CAPACITY));
+                    let big = take_gso_buf(gso_bufs, done, &mut counters.tx_gso_buf_allocs);
                     match udp_gso::grow(&mut tx[h], big) {
                         Ok(old) => {
                             done.push(old);
@@ -2111,9 +2148,7 @@ impl TunnelPort {
                 Err(_) => {
                     // A new head: this packet whole, at the start of a
                     // buffer big enough for the super-frame it may begin.
-                    let mut big = gso_bufs
-                        .pop()
-                        .unwrap_or_else(|| PacketBuf::with_capacity(udp_gso::UDP_GSO_BUF_CAPACITY));
+                    let mut big = take_gso_buf(gso_bufs, done, &mut counters.tx_gso_buf_allocs);
                     big.clear();
                     let whole = plan.hdr_len + plan.esp_len;
                     let r = match big.extend_back_unzeroed(whole) {
@@ -2327,6 +2362,7 @@ impl Port for TunnelPort {
             ("underlay_rx_drop_queue_full", c.rx_queue_full),
             ("underlay_tx_drop_arp_pending", c.tx_arp_pending_drops),
             ("underlay_tx_dropped", c.tx_dropped),
+            ("underlay_tx_gso_buf_allocs", c.tx_gso_buf_allocs),
             ("underlay_arp_requests_answered", c.arp_requests_answered),
             ("underlay_arp_requests_sent", c.arp_requests_sent),
             ("underlay_arp_replies_learned", c.arp_replies_learned),
@@ -3430,6 +3466,88 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Full transmit batches of TCP super-frames (32 of ~60 KB, as the
+    /// bridge hands over at 4 streams) sealed into UDP super-frames,
+    /// batch after batch, with the finished buffers recycled as the bridge
+    /// does: big buffers are allocated for the first batch only
+    /// (`underlay_tx_gso_buf_allocs`), and every segment is sealed in
+    /// place with no drop. Before, an underlay kept 8 big buffers and
+    /// allocated a zeroed 64 KiB one for every UDP super-frame beyond 8 in
+    /// every batch.
+    #[test]
+    fn full_batches_of_super_frames_allocate_no_big_buffer_once_warm() {
+        use nicflow_packet::buf::Offload;
+        let dir = std::env::temp_dir().join(format!("nf-esp-warm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let t0 = Instant::now();
+        let (a, b): (Ipv4Addr, Ipv4Addr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        for mode in ["tunnel", "transport"] {
+            let (mut pa, h) = esp_end_over_mem(dir.join(mode), &[("esp_mode", mode)], true, t0);
+            let mss = pa.inner_mtu() - 40;
+            let segs_per = 60_000 / mss;
+            let payload: Vec<u8> = (0..segs_per * mss).map(|k| (k * 7) as u8).collect();
+            let frame = FrameBuilder::new([2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 1, 2])
+                .ipv4(a, b)
+                .tcp(40000, 5201, 0x18)
+                .payload(&payload)
+                .build();
+            // The bridge's pool: what the port hands back, reused for the
+            // next batch's super-frames (receive buffers of a slot's size).
+            let mut pool: Vec<PacketBuf> = Vec::new();
+            let (batches, per_batch) = (12, 32);
+            let mut after_first = 0;
+            for k in 0..batches {
+                let mut pkts = Vec::new();
+                for _ in 0..per_batch {
+                    let mut p = match pool.iter().rposition(nicflow_packet::udp_gso::is_big) {
+                        Some(i) => pool.swap_remove(i),
+                        None => PacketBuf::with_capacity(65_792),
+                    };
+                    assert!(p.set_data(&frame));
+                    p.offload = Some(Offload {
+                        gso_type: GsoType::TcpV4,
+                        gso_size: mss as u16,
+                        hdr_len: 14 + 20 + 20,
+                        csum_start: 14 + 20,
+                        csum_offset: 16,
+                        csum_partial: true,
+                    });
+                    pkts.push(p);
+                }
+                let n = pa.send_batch_at(&mut pkts, &mut pool, t0).unwrap();
+                assert_eq!(n, per_batch * segs_per, "{mode} batch {k}");
+                let sent = h.take_tx_offloads();
+                assert!(
+                    sent.len() > 8 && sent.len() <= per_batch + 2,
+                    "{mode} batch {k}: {} UDP super-frames",
+                    sent.len()
+                );
+                if k == 0 {
+                    after_first = counter(&pa, "underlay_tx_gso_buf_allocs");
+                    assert!(after_first <= sent.len() as u64, "{mode}");
+                }
+            }
+            assert_eq!(
+                counter(&pa, "underlay_tx_gso_buf_allocs"),
+                after_first,
+                "{mode}: big buffers allocated after the first batch"
+            );
+            assert_eq!(
+                counter(&pa, "esp_tx_gso_in_place"),
+                (batches * per_batch * segs_per) as u64,
+                "{mode}"
+            );
+            let c = pa.extra_counters();
+            assert!(
+                c.iter().all(|(n, v)| !n.contains("drop") || *v == 0),
+                "{mode}: {c:?}"
+            );
+            assert_eq!(pa.stats().tx_dropped, 0, "{mode}");
+        }
+        super::super::ipsec::set_state_dir(None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A TCP super-frame sealed segment by segment straight into the UDP
     /// super-frame (`seal_super_frame`) gives exactly the frames of the
     /// ordinary way (the bridge cuts it, each segment is encapsulated,
@@ -3545,12 +3663,15 @@ mod tests {
                     assert!(g.0 == w.0, "{mode} {what}: frame {k} bytes differ");
                 }
                 // The same counters, but the one that says which way
-                // the segments went.
+                // the segments went and the big buffers allocated (the
+                // two ways find different buffers at hand).
                 let in_place = counter(&fused, "esp_tx_gso_in_place");
                 assert_eq!(counter(&plain, "esp_tx_gso_in_place"), 0);
                 let others = |p: &TunnelPort| {
                     let mut c = p.extra_counters();
-                    c.retain(|(k, _)| *k != "esp_tx_gso_in_place");
+                    c.retain(|(k, _)| {
+                        *k != "esp_tx_gso_in_place" && *k != "underlay_tx_gso_buf_allocs"
+                    });
                     c
                 };
                 assert_eq!(others(&fused), others(&plain), "{mode} {what}");
