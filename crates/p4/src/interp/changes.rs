@@ -110,7 +110,6 @@ impl ChangeLog {
         if since < self.trimmed || keys.len() != shape.len() {
             return true;
         }
-        let ranking = Ranking::of(shape);
         self.log
             .iter()
             .rev()
@@ -127,7 +126,9 @@ impl ChangeLog {
                     may_match(m, keys, shape)
                         && hit.is_none_or(|h| {
                             winner(h).is_none_or(|w| {
-                                let r = ranking.rank(shape, m, *prio);
+                                // Worked out only here: most checks (a
+                                // learned exact entry) end at may_match.
+                                let r = Ranking::of(shape).rank(shape, m, *prio);
                                 r > w.rank || (r == w.rank && *order < w.order)
                             })
                         })
