@@ -458,3 +458,155 @@ fn learning_revalidates_every_flow_of_the_changed_table_and_no_other() {
     assert_eq!(runs(&t), 5, "the connection's flow ran again");
     assert!(t.bridge.p4().unwrap().stats.stale >= 1);
 }
+
+/// One of nicflow's own test programs (tests/p4/), with the corpus's
+/// architecture includes.
+fn own(c: &Path, name: &str) -> CachedTarget {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/p4")
+        .join(name);
+    CachedTarget::new(load(c, path.to_str().unwrap()), &[0, 1, 2]).unwrap()
+}
+
+/// Ethernet + IPv4 (checksum right) + a TCP header to `dport`.
+fn tcp4(src: [u8; 4], dst: [u8; 4], dport: u16) -> Vec<u8> {
+    let mut p = hex("020000000009 020000000008 0800 \
+         45000028 00010000 4006 0000 00000000 00000000 \
+         1234 0000 00000000 00000000 5002 2000 0000 0000");
+    p[26..30].copy_from_slice(&src);
+    p[30..34].copy_from_slice(&dst);
+    p[36..38].copy_from_slice(&dport.to_be_bytes());
+    let mut sum = 0u32;
+    for i in (14..34).step_by(2) {
+        sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    p
+}
+
+/// (port, low byte of the destination MAC) of the one copy sent.
+fn sent(t: &mut CachedTarget, p: &[u8]) -> (u32, u8) {
+    let out = t.send(0, p).unwrap();
+    assert_eq!(out.len(), 1, "{out:02x?}");
+    (out[0].0, out[0].1[5])
+}
+
+/// Issue 32, priorities (acl_prio.p4, ternary): an added entry that may
+/// match a flow's packets takes it only if it outranks the entry the run
+/// hit; a lower priority, or an equal one (the tie goes to the entry
+/// first in table order: the program's initial entries come first)
+/// leaves the flow cached; a higher one removes it. A clear removes the
+/// runtime entries only: a flow that hit an initial entry stays.
+#[test]
+fn an_added_entry_that_cannot_outrank_the_hit_keeps_the_flow() {
+    let Some(c) = corpus() else { return };
+    let mut t = own(&c, "acl_prio.p4");
+    // 198.18.0.1 -> 10.0.0.1: the initial priority-10 entry (198.18/16).
+    let a = tcp4([198, 18, 0, 1], [10, 0, 0, 1], 80);
+    // 10.0.0.9 -> 198.19.0.1, TCP: the initial priority-5 entry.
+    let b = tcp4([10, 0, 0, 9], [198, 19, 0, 1], 80);
+    assert_eq!(sent(&mut t, &a), (1, 0x01));
+    assert_eq!(sent(&mut t, &b), (2, 0x02));
+    assert_eq!(runs(&t), 2);
+    // Matches a's packets, priority 5 < 10: a stays; b (hit at 5, source
+    // not 198.18.0/24) stays too.
+    add(
+        &mut t,
+        "add acl 5 src:0xc6120000&&&0xffffff00 dst:0&&&0 protocol:0&&&0 fwd(port:0, dmac:0x020000000003)",
+    );
+    // Priority 10, a's packets: the tie goes to the initial entry.
+    add(
+        &mut t,
+        "add acl 10 src:0&&&0 dst:0x0a000000&&&0xff000000 protocol:0&&&0 fwd(port:0, dmac:0x020000000004)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 2, "neither can win");
+    assert_eq!(sent(&mut t, &a), (1, 0x01));
+    assert_eq!(sent(&mut t, &b), (2, 0x02));
+    assert_eq!(runs(&t), 2, "both hit their cached flows");
+    assert!(t.bridge.p4().unwrap().stats.kept >= 2);
+    // Priority 11 on a's packets: a goes, b (another source) stays.
+    add(
+        &mut t,
+        "add acl 11 src:0xc6120000&&&0xffff0000 dst:0&&&0 protocol:6&&&0xff fwd(port:2, dmac:0x020000000005)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 1, "a's flow went");
+    assert_eq!(sent(&mut t, &a), (2, 0x05), "the new entry won");
+    assert_eq!(sent(&mut t, &b), (2, 0x02));
+    assert_eq!(runs(&t), 3, "a ran again, b hit its flow");
+    // A clear: a (now on a runtime entry) goes, b (initial entry) stays.
+    t.bridge
+        .p4_change(|p4| {
+            p4.change_table("acl", |pl, n| pl.table_clear(n).map_err(|e| e.to_string()))
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    assert_eq!(sent(&mut t, &b), (2, 0x02));
+    assert_eq!(runs(&t), 3, "b's flow stayed");
+    assert_eq!(sent(&mut t, &a), (1, 0x01), "a back on the initial entry");
+    assert_eq!(runs(&t), 4);
+}
+
+/// Issue 32, prefix lengths (range_lpm.p4's `route`, lpm): a shorter
+/// prefix that may match a flow's packets cannot beat the prefix the run
+/// hit (the flow stays); a longer one can (it goes); for a run that
+/// missed, any prefix that may match wins, the shortest included.
+#[test]
+fn an_added_prefix_shorter_than_the_hit_keeps_the_flow() {
+    let Some(c) = corpus() else { return };
+    let mut t = own(&c, "range_lpm.p4");
+    add(&mut t, "add route dst:0x0a000000/8 set_port(port:2)");
+    let ten = tcp4([198, 18, 0, 1], [10, 1, 2, 3], 80);
+    let eleven = tcp4([198, 18, 0, 1], [11, 1, 2, 3], 80);
+    assert_eq!(sent(&mut t, &ten).0, 2);
+    assert_eq!(sent(&mut t, &eleven).0, 0, "missed: default port 0");
+    assert_eq!(runs(&t), 2);
+    // 10.0.0.0/7 holds 10.1.2.3 and 11.1.2.3: shorter than the /8 (the
+    // 10/8 flow stays), and the 11/8 flow had missed (it goes).
+    add(&mut t, "add route dst:0x0a000000/7 set_port(port:1)");
+    assert_eq!(t.bridge.dp_flows().count(), 1);
+    assert_eq!(sent(&mut t, &ten).0, 2);
+    assert_eq!(runs(&t), 2, "the 10/8 flow stayed");
+    assert_eq!(sent(&mut t, &eleven).0, 1, "the /7 now");
+    assert_eq!(runs(&t), 3);
+    // 10.1.0.0/16: longer, holds 10.1.2.3: the 10/8 flow goes.
+    add(&mut t, "add route dst:0x0a010000/16 set_port(port:0)");
+    assert_eq!(sent(&mut t, &ten).0, 0);
+    assert_eq!(sent(&mut t, &eleven).0, 1);
+    assert_eq!(runs(&t), 4, "only the 10/8 flow ran again");
+}
+
+/// Issue 32, range keys compared per key (range_lpm.p4's `svc`): the
+/// initial entry masks the destination port with 0xffef, so a flow of
+/// port 0x0100 also holds port 0x0110 and nothing in between. A range
+/// entry between the two (0x0101..0x010f) cannot match the flow's
+/// packets, although the flow's span (0x0100..0x0110) overlaps it: the
+/// flow stays. A range holding 0x0110 removes it.
+#[test]
+fn a_range_between_a_flows_keys_keeps_the_flow() {
+    let Some(c) = corpus() else { return };
+    let mut t = own(&c, "range_lpm.p4");
+    add(&mut t, "add route dst:0x0a000000/8 set_port(port:2)");
+    let p100 = tcp4([198, 18, 0, 1], [10, 1, 2, 3], 0x0100);
+    let p110 = tcp4([198, 18, 0, 1], [10, 1, 2, 3], 0x0110);
+    assert_eq!(sent(&mut t, &p100), (2, 0xaa), "the initial entry");
+    assert_eq!(sent(&mut t, &p110), (2, 0xaa), "same flow");
+    assert_eq!(runs(&t), 1);
+    add(
+        &mut t,
+        "add svc 20 dport:0x0101->0x010f src:0/0 tag(dmac:0x0200000000bb)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 1, "between the flow's keys");
+    assert_eq!(sent(&mut t, &p110), (2, 0xaa));
+    assert_eq!(runs(&t), 1);
+    add(
+        &mut t,
+        "add svc 20 dport:0x0110->0x0120 src:0/0 tag(dmac:0x0200000000cc)",
+    );
+    assert_eq!(t.bridge.dp_flows().count(), 0, "0x0110 is in the range");
+    assert_eq!(sent(&mut t, &p110), (2, 0xcc));
+    assert_eq!(sent(&mut t, &p100), (2, 0xaa));
+}

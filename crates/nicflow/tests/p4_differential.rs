@@ -146,11 +146,14 @@ fn frame(rng: &mut impl Rng) -> (u32, Vec<u8>) {
             };
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             f.extend_from_slice(&ip);
-            let ports = [53u16, 80, 4789, 1234];
+            // 0x0100 and 0x0110: the two ports of range_lpm.p4's masked
+            // range entry, 0x0108 between them.
+            let ports = [53u16, 80, 4789, 1234, 0x0100, 0x0110, 0x0108];
             f.resize(f.len() + (total - ihl * 4), 0);
             let l4o = f.len() - (total - ihl * 4);
-            f[l4o..l4o + 2].copy_from_slice(&ports[rng.gen_range(0..4)].to_be_bytes());
-            f[l4o + 2..l4o + 4].copy_from_slice(&ports[rng.gen_range(0..4)].to_be_bytes());
+            let n = ports.len();
+            f[l4o..l4o + 2].copy_from_slice(&ports[rng.gen_range(0..n)].to_be_bytes());
+            f[l4o + 2..l4o + 4].copy_from_slice(&ports[rng.gen_range(0..n)].to_be_bytes());
         }
         6..=7 => {
             f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, rng.gen_range(1..3)]);
@@ -267,6 +270,16 @@ impl Op {
             | Op::Default(t, ..)
             | Op::Clear(t) => t,
         }
+    }
+
+    /// An add of action `tag` gets `params` (NoAction none).
+    fn with_params(mut self, params: Vec<(String, BigUint)>) -> Op {
+        if let Op::Add(_, spec) = &mut self {
+            if spec.action == "tag" {
+                spec.params = params;
+            }
+        }
+        self
     }
 
     fn apply(&self, pl: &mut Pipeline) -> Result<(), String> {
@@ -398,6 +411,186 @@ fn learner_op(rng: &mut impl Rng, alone: &Pipeline) -> Op {
     }
 }
 
+/// The ids of `table`'s runtime entries.
+fn runtime_ids(alone: &Pipeline, table: &str) -> Vec<u64> {
+    alone
+        .table_entries(table)
+        .unwrap()
+        .iter()
+        .filter(|e| !e.is_const)
+        .map(|e| e.id)
+        .collect()
+}
+
+/// A priority from a small set, so that ties happen.
+fn priority(rng: &mut impl Rng) -> Option<u32> {
+    Some([0u32, 5, 10, 10, 15, 20][rng.gen_range(0..6)])
+}
+
+/// A table change for acl_prio.p4 (nicflow's own ternary ACL with
+/// priorities): entries over the frames' addresses with masks of a few
+/// lengths, priorities that tie with each other and with the initial
+/// entries (5 and 10).
+fn acl_op(rng: &mut impl Rng, alone: &Pipeline) -> Op {
+    let t = "acl";
+    let ids = runtime_ids(alone, t);
+    let fwd = |rng: &mut dyn rand::RngCore| {
+        vec![
+            param(u128::from(rng.gen_range(0..3u8))),
+            param(0x0200_0000_0000 | u128::from(rng.gen_range(0..8u8))),
+        ]
+    };
+    let addr = |rng: &mut dyn rand::RngCore| {
+        let a = [0xc612_0001u32, 0xc612_8101, 0xc613_0002, 0x0a00_0001, 0][rng.gen_range(0..5)];
+        let m = [
+            0u32,
+            0xff00_0000,
+            0xffff_0000,
+            0xffff_ff00,
+            0xffff_ffff,
+            0x00ff_0000,
+        ][rng.gen_range(0..6)];
+        nicflow_p4::KeyMatch::Ternary(BigUint::from(a & m), BigUint::from(m))
+    };
+    match rng.gen_range(0..10) {
+        0..=4 => {
+            let proto = match rng.gen_range(0..3) {
+                0 => nicflow_p4::KeyMatch::Ternary(BigUint::from(0u8), BigUint::from(0u8)),
+                1 => nicflow_p4::KeyMatch::Ternary(BigUint::from(6u8), BigUint::from(0xffu8)),
+                _ => nicflow_p4::KeyMatch::Ternary(BigUint::from(17u8), BigUint::from(0xffu8)),
+            };
+            let (action, params) = if rng.gen_bool(0.8) {
+                ("fwd", fwd(rng))
+            } else {
+                ("deny", vec![])
+            };
+            Op::Add(
+                t,
+                nicflow_p4::EntrySpec {
+                    keys: vec![addr(rng), addr(rng), proto],
+                    action: action.into(),
+                    params,
+                    priority: priority(rng),
+                },
+            )
+        }
+        5..=6 if !ids.is_empty() => Op::Del(t, ids[rng.gen_range(0..ids.len())]),
+        7 if !ids.is_empty() => {
+            let id = ids[rng.gen_range(0..ids.len())];
+            if rng.gen_bool(0.2) {
+                Op::Modify(t, id, "deny", vec![])
+            } else {
+                Op::Modify(t, id, "fwd", fwd(rng))
+            }
+        }
+        8 => Op::Default(t, "fwd", fwd(rng)),
+        _ => {
+            if rng.gen_bool(0.3) {
+                Op::Clear(t)
+            } else {
+                Op::Del(t, u64::MAX)
+            }
+        }
+    }
+}
+
+/// A table change for range_lpm.p4 (nicflow's own): lpm routes of many
+/// lengths over the frames' addresses, and service entries ranking a
+/// range on the destination port and an lpm on the source by priority
+/// (bounds around the frames' ports and the masked initial entry's).
+fn range_lpm_op(rng: &mut impl Rng, alone: &Pipeline) -> Op {
+    let route = rng.gen_bool(0.5);
+    let t = if route { "route" } else { "svc" };
+    let ids = runtime_ids(alone, t);
+    let prefix = |rng: &mut dyn rand::RngCore| {
+        let a = [
+            0xc612_0000u32,
+            0xc612_8100,
+            0xc613_0001,
+            0x0a00_0000,
+            0xc600_0000,
+        ][rng.gen_range(0..5)];
+        let len = [0u32, 7, 8, 15, 16, 17, 24, 31, 32][rng.gen_range(0..9)];
+        let a = a & (!0u64 << (32 - len)) as u32;
+        nicflow_p4::KeyMatch::Lpm(BigUint::from(a), len)
+    };
+    let tag = |rng: &mut dyn rand::RngCore| {
+        vec![param(0x0200_0000_00a0 | u128::from(rng.gen_range(0..8u8)))]
+    };
+    match rng.gen_range(0..10) {
+        0..=4 if route => Op::Add(
+            t,
+            nicflow_p4::EntrySpec {
+                keys: vec![prefix(rng)],
+                action: if rng.gen_bool(0.8) {
+                    "set_port"
+                } else {
+                    "deny"
+                }
+                .into(),
+                params: if rng.gen_bool(0.8) {
+                    vec![param(u128::from(rng.gen_range(0..3u8)))]
+                } else {
+                    vec![]
+                },
+                priority: None,
+            },
+        ),
+        0..=4 => {
+            let bounds = [
+                0u16, 53, 80, 0x0100, 0x0101, 0x0108, 0x010f, 0x0110, 0x0111, 1234, 4789, 0xffff,
+            ];
+            let (a, b) = (
+                bounds[rng.gen_range(0..bounds.len())],
+                bounds[rng.gen_range(0..bounds.len())],
+            );
+            Op::Add(
+                t,
+                nicflow_p4::EntrySpec {
+                    keys: vec![
+                        nicflow_p4::KeyMatch::Range(
+                            BigUint::from(a.min(b)),
+                            BigUint::from(a.max(b)),
+                        ),
+                        prefix(rng),
+                    ],
+                    action: if rng.gen_bool(0.8) { "tag" } else { "NoAction" }.into(),
+                    params: vec![],
+                    priority: priority(rng),
+                },
+            )
+            .with_params(tag(rng))
+        }
+        5..=6 if !ids.is_empty() => Op::Del(t, ids[rng.gen_range(0..ids.len())]),
+        7 if !ids.is_empty() => {
+            let id = ids[rng.gen_range(0..ids.len())];
+            if route {
+                Op::Modify(
+                    t,
+                    id,
+                    "set_port",
+                    vec![param(u128::from(rng.gen_range(0..3u8)))],
+                )
+            } else {
+                Op::Modify(t, id, "tag", tag(rng))
+            }
+        }
+        8 if route => Op::Default(
+            t,
+            "set_port",
+            vec![param(u128::from(rng.gen_range(0..3u8)))],
+        ),
+        8 => Op::Default(t, "tag", tag(rng)),
+        _ => {
+            if rng.gen_bool(0.3) {
+                Op::Clear(t)
+            } else {
+                Op::Del(t, u64::MAX)
+            }
+        }
+    }
+}
+
 /// Table changes interleaved with packets: the cached path (which now
 /// keeps the flows a change cannot affect) must still give what the
 /// interpreter alone gives, packet by packet.
@@ -475,6 +668,28 @@ fn cache_and_interpreter_agree_under_table_changes() {
         "add ipv4_host dst_addr:0xc6120002 send(port:0x1)\n\
          add ipv4_host dst_addr:0xc6128101 send(port:0x2)\n",
         learner_op,
+        seed,
+        4000,
+    );
+}
+
+/// nicflow's own ternary (priorities, initial entries) and range/lpm
+/// programs under random table changes: revalidation keeps a flow only
+/// when an added entry cannot outrank what its run hit, and compares
+/// range entries with the flow's keys one by one.
+#[test]
+fn cache_and_interpreter_agree_under_priority_and_range_changes() {
+    let Some(c) = corpus() else { return };
+    let seed = seed();
+    let own = |name: &str| format!("{}/tests/p4/{name}", env!("CARGO_MANIFEST_DIR"));
+    check_with_changes(&c, &own("acl_prio.p4"), "", acl_op, seed, 4000);
+    check_with_changes(
+        &c,
+        &own("range_lpm.p4"),
+        "add route dst:0xc6120000/16 set_port(port:1)\n\
+         add route dst:0x0a000000/8 set_port(port:2)\n\
+         add svc 5 dport:0x0050->0x0050 src:0/0 tag(dmac:0x0200000000b0)\n",
+        range_lpm_op,
         seed,
         4000,
     );

@@ -196,3 +196,59 @@ fn psa_counter_is_listed_and_credited() {
         panic!("no counter in trace {:?}", out.trace);
     }
 }
+
+/// Revalidation records every lookup's key values (`record_table_keys`),
+/// but a run already known to be uncacheable (here: a register read)
+/// becomes no flow: its lookups record nothing.
+#[test]
+fn an_uncacheable_run_records_no_lookup_keys() {
+    let Some(c) = interp_support::corpus() else {
+        return;
+    };
+    let src = r#"
+#include <core.p4>
+#include <v1model.p4>
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> etherType; }
+struct headers { ethernet_t ethernet; }
+struct metadata {}
+parser P(packet_in pkt, out headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+  state start { pkt.extract(hdr.ethernet); transition accept; }
+}
+control VC(inout headers hdr, inout metadata meta) { apply {} }
+control I(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) {
+  register<bit<8>>(4) r;
+  table t {
+    key = { hdr.ethernet.etherType: exact; }
+    actions = { NoAction; }
+    default_action = NoAction();
+  }
+  apply {
+    bit<8> x = 0;
+    if (hdr.ethernet.src == 1) { r.read(x, 0); }
+    t.apply();
+    sm.egress_spec = 1;
+  }
+}
+control E(inout headers hdr, inout metadata meta, inout standard_metadata_t sm) { apply {} }
+control CC(inout headers hdr, inout metadata meta) { apply {} }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.ethernet); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+    let dir = std::env::temp_dir().join(format!("nicflow-p4-nokeys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("nokeys.p4");
+    std::fs::write(&path, src).unwrap();
+    let mut p = nicflow_p4::Pipeline::load(&path, &[c.join("include")], None).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    p.record_table_keys(true);
+    // Source 1 reads the register first: uncacheable, no keys.
+    let out = p.process(0, &hex("000000000002 000000000001 0800"), 1);
+    assert!(out.trace.uncacheable.is_some(), "{:?}", out.trace);
+    assert_eq!(out.trace.tables.len(), 1);
+    assert!(out.trace.tables[0].keys.is_empty());
+    assert!(out.trace.keys.is_empty());
+    // Another source: cacheable, its key recorded.
+    let out = p.process(0, &hex("000000000002 000000000009 0800"), 2);
+    assert!(out.trace.uncacheable.is_none(), "{:?}", out.trace);
+    assert_eq!(out.trace.apply_keys(&out.trace.tables[0]).len(), 1);
+}

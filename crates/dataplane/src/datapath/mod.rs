@@ -1226,7 +1226,7 @@ impl Datapath {
         keys.clear();
         let scoped = handler.changed_scope(&mut keys);
         if !scoped || self.xlate_dups || !self.scoped_revalidation {
-            self.scope = keys;
+            self.scope = bounded_scope(keys);
             return self.revalidate(handler);
         }
         self.stats.revalidations += 1;
@@ -1249,7 +1249,7 @@ impl Datapath {
                 self.by_xlate.remove(&h);
             }
         }
-        self.scope = keys;
+        self.scope = bounded_scope(keys);
         self.revalidated(counts)
     }
 
@@ -1479,9 +1479,34 @@ fn credit(f: &mut DpFlow, handler: &mut dyn UpcallHandler) {
     }
 }
 
+/// Translation keys the reused scope buffer keeps room for between
+/// revalidations (312 bytes each: about 80 KB). A learning names a few
+/// flows; one that named thousands (a change of a table every flow
+/// applied) must not pin their memory for the datapath's lifetime.
+const SCOPE_KEEP: usize = 256;
+
+/// The scope buffer emptied for reuse, its room cut to [`SCOPE_KEEP`].
+fn bounded_scope(mut keys: Vec<FlowKey>) -> Vec<FlowKey> {
+    keys.clear();
+    keys.shrink_to(SCOPE_KEEP);
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scope buffer keeps its room up to the bound (no allocation
+    /// per learning) and gives back what a large scope made it take.
+    #[test]
+    fn the_scope_buffer_is_bounded() {
+        let small = bounded_scope(vec![FlowKey::default(); 10]);
+        assert!(small.is_empty());
+        assert!(small.capacity() >= 10, "small room kept for reuse");
+        let big = bounded_scope(vec![FlowKey::default(); 5 * SCOPE_KEEP]);
+        assert!(big.is_empty());
+        assert!(big.capacity() <= SCOPE_KEEP, "room {}", big.capacity());
+    }
 
     /// A buffer sized to one short frame is freed, not pooled: the pool
     /// must only hand out buffers that hold any frame (issue 34).

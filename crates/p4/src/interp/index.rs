@@ -108,6 +108,57 @@ pub(crate) fn needed(kind: &MatchKind, m: &Km, v: u128, w: u32) -> u128 {
 /// The match kind and width of each key.
 pub(crate) type KeyShape = [(MatchKind, u32)];
 
+/// How a table ranks the entries that match a key: the highest rank
+/// wins, ties go to the first in table order ([`Order`]). One rule for
+/// the lookup ([`scan`], which the indexes equal) and for revalidation,
+/// which must know whether an added entry could beat the one a cached
+/// run hit (`changes.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ranking {
+    /// A ternary, range or optional key: the entries' priorities (larger
+    /// wins; `Entry::prio` already says it that way round, whatever the
+    /// program's or the control plane's direction).
+    Priority,
+    /// lpm keys and no priority: the sum of the lpm keys' prefix lengths.
+    PrefixLength,
+    /// Exact keys only: every match ranks the same.
+    None,
+}
+
+impl Ranking {
+    pub(crate) fn of(keys: &KeyShape) -> Ranking {
+        if keys.iter().any(|k| {
+            matches!(
+                k.0,
+                MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
+            )
+        }) {
+            Ranking::Priority
+        } else if keys.iter().any(|k| k.0 == MatchKind::Lpm) {
+            Ranking::PrefixLength
+        } else {
+            Ranking::None
+        }
+    }
+
+    /// The rank of an entry with match `m` and priority `prio`.
+    pub(crate) fn rank(self, keys: &KeyShape, m: &[Km], prio: i64) -> i128 {
+        match self {
+            Ranking::Priority => prio as i128,
+            Ranking::PrefixLength => keys
+                .iter()
+                .zip(m)
+                .filter(|(k, _)| k.0 == MatchKind::Lpm)
+                .map(|(_, m)| match m {
+                    Km::Masked(_, mk) => mk.count_ones() as i128,
+                    _ => 0,
+                })
+                .sum(),
+            Ranking::None => 0,
+        }
+    }
+}
+
 /// The reference lookup: every entry, in table order. Returns the winner
 /// and, per key, the bits examined (`need`, zeroed first).
 pub(crate) fn scan<'a>(
@@ -116,33 +167,15 @@ pub(crate) fn scan<'a>(
     kv: &[u128],
     need: &mut [u128],
 ) -> Option<Order> {
-    let has_lpm = keys.iter().any(|k| k.0 == MatchKind::Lpm);
-    let has_prio = keys.iter().any(|k| {
-        matches!(
-            k.0,
-            MatchKind::Ternary | MatchKind::Range | MatchKind::Optional
-        )
-    });
+    let ranking = Ranking::of(keys);
+    let has_prio = ranking == Ranking::Priority;
     let mut best: Option<Order> = None;
     let mut best_score: i128 = i128::MIN;
     for (o, e) in entries.clone() {
         if !entry_matches(e, kv) {
             continue;
         }
-        let score: i128 = if has_prio {
-            e.prio as i128
-        } else if has_lpm {
-            keys.iter()
-                .zip(&e.keys)
-                .filter(|(k, _)| k.0 == MatchKind::Lpm)
-                .map(|(_, m)| match m {
-                    Km::Masked(_, mk) => mk.count_ones() as i128,
-                    _ => 0,
-                })
-                .sum()
-        } else {
-            0
-        };
+        let score = ranking.rank(keys, &e.keys, e.prio);
         if best.is_none() || score > best_score {
             best = Some(o);
             best_score = score;
@@ -376,7 +409,8 @@ impl TableIndex {
         ix
     }
 
-    fn keys(&self) -> &[(MatchKind, u32)] {
+    /// The match kind and width of each key.
+    pub(crate) fn keys(&self) -> &KeyShape {
         match self {
             TableIndex::Tuples { keys, .. }
             | TableIndex::Prio { keys, .. }

@@ -116,6 +116,8 @@ impl TableState {
     pub fn push_entry(&mut self, e: Entry) {
         self.log.record(changes::Change::Added {
             keys: e.keys.clone().into_boxed_slice(),
+            prio: e.prio,
+            order: index::runtime_order(e.id),
         });
         if self.entries.last().is_some_and(|l| l.id >= e.id) {
             // Not in id order: the index's table order would be wrong;

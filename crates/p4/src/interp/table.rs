@@ -100,9 +100,11 @@ impl Run<'_> {
         }
         // The key values and examined bits, for revalidation, only when
         // the pipeline traces for a cache (the trace's one vector grows
-        // with the run; nothing is allocated when not recording).
+        // with the run; nothing is allocated when not recording), and
+        // not once the run is known to be uncacheable (no flow will
+        // need them).
         let start = self.tr.keys.len() as u32;
-        if self.st.record_keys {
+        if self.st.record_keys && self.tr.uncacheable.is_none() {
             self.tr.keys.extend(
                 kv.iter()
                     .zip(need.iter())
