@@ -221,13 +221,15 @@ impl<'a> Run<'a> {
         // `&'static str` frames are `&'a str` frames (covariance): no
         // conversion this way, only back in `recycle_buffers`.
         let spare: Vec<Vec<(&'a str, Value)>> = std::mem::take(&mut st.pool.frames);
+        let mut stack: Vec<Vec<(&'a str, Value)>> = std::mem::take(&mut st.pool.frame_stack);
+        stack.clear();
         let mut out_bytes = std::mem::take(&mut st.pool.out);
         out_bytes.clear();
         Run {
             p,
             st,
             tr,
-            frames: Vec::new(),
+            frames: stack,
             spare,
             base: 0,
             block: None,
@@ -263,6 +265,9 @@ impl<'a> Run<'a> {
         frames.truncate(64);
         let pool = relabel(frames);
         self.st.pool.frames = pool;
+        // The emptied stack (its capacity kept: `relabel` collects in
+        // place).
+        self.st.pool.frame_stack = relabel(std::mem::take(&mut self.frames));
         let mut pkt = std::mem::take(&mut self.pkt);
         pkt.clear();
         self.st.pool.pkt = pkt;
