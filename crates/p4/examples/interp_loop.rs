@@ -116,16 +116,6 @@ fn main() {
             .map(|i| frame(0xc613_f001, base(i * 7919 % routes) + 1))
             .collect()
     };
-    // Warm-up pass (pools, spare values), then allocations over one pass
-    // of the frames.
-    for f in &frames {
-        black_box(pl.process(0, black_box(f), 0));
-    }
-    let a0 = ALLOCS.load(Ordering::Relaxed);
-    for f in &frames {
-        black_box(pl.process(0, black_box(f), 0));
-    }
-    let per_pkt = (ALLOCS.load(Ordering::Relaxed) - a0) as f64 / frames.len() as f64;
     // One pass over the frames to warm the pipeline's pools up, then the
     // allocations of a second pass.
     for f in &frames {
