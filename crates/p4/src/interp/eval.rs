@@ -288,7 +288,7 @@ impl<'a> Run<'a> {
 
     /// Records that the first pass's parser needed the packet to be at
     /// least `end_bits` long.
-    fn need_bytes(&mut self, end_bits: u64) {
+    pub(super) fn need_bytes(&mut self, end_bits: u64) {
         if self.first_pass {
             let b = end_bits.div_ceil(8).min(u32::MAX as u64) as u32;
             self.tr.min_packet_len = self.tr.min_packet_len.max(b);
@@ -1042,19 +1042,23 @@ impl<'a> Run<'a> {
                     return fail(format!("{span}: unsupported: packet_out.{name}"));
                 }
                 for a in args {
-                    // Emit the header in place when it is a plain
-                    // path (no clone of the aggregate).
-                    if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
-                        emit_into(&mut self.out, &mut self.prov, v)?;
-                    } else {
-                        let v = self.eval(&a.value)?;
-                        self.emit(&v)?;
-                    }
+                    self.emit_arg(a)?;
                 }
                 Ok(Value::Void)
             }
             Value::Instance(i) => self.extern_method(i, name, args, span),
             o => fail(format!("{span}: method {name} on a {}", o.type_name())),
+        }
+    }
+
+    /// Emits one argument of `packet_out.emit`: the header in place when
+    /// it is a plain path (no clone of the aggregate), else its value.
+    pub(super) fn emit_arg(&mut self, a: &Arg) -> R<()> {
+        if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
+            emit_into(&mut self.out, &mut self.prov, v)
+        } else {
+            let v = self.eval(&a.value)?;
+            self.emit(&v)
         }
     }
 
@@ -1764,7 +1768,11 @@ fn peek_in<'f>(frames: &'f [Vec<(&str, Value)>], e: &Expr) -> Option<&'f Value> 
 
 /// Appends `v`'s valid headers to `out`, recording where their bits
 /// came from in `prov`.
-fn emit_into(out: &mut BitBuf, prov: &mut Vec<crate::trace::EmitSpan>, v: &Value) -> R<()> {
+pub(super) fn emit_into(
+    out: &mut BitBuf,
+    prov: &mut Vec<crate::trace::EmitSpan>,
+    v: &Value,
+) -> R<()> {
     match v {
         Value::Header(h) if h.valid => {
             for f in &h.fields {
