@@ -221,13 +221,15 @@ impl<'a> Run<'a> {
         // `&'static str` frames are `&'a str` frames (covariance): no
         // conversion this way, only back in `recycle_buffers`.
         let spare: Vec<Vec<(&'a str, Value)>> = std::mem::take(&mut st.pool.frames);
+        let mut stack: Vec<Vec<(&'a str, Value)>> = std::mem::take(&mut st.pool.frame_stack);
+        stack.clear();
         let mut out_bytes = std::mem::take(&mut st.pool.out);
         out_bytes.clear();
         Run {
             p,
             st,
             tr,
-            frames: Vec::new(),
+            frames: stack,
             spare,
             base: 0,
             block: None,
@@ -263,6 +265,9 @@ impl<'a> Run<'a> {
         frames.truncate(64);
         let pool = relabel(frames);
         self.st.pool.frames = pool;
+        // The emptied stack (its capacity kept: `relabel` collects in
+        // place).
+        self.st.pool.frame_stack = relabel(std::mem::take(&mut self.frames));
         let mut pkt = std::mem::take(&mut self.pkt);
         pkt.clear();
         self.st.pool.pkt = pkt;
@@ -283,7 +288,7 @@ impl<'a> Run<'a> {
 
     /// Records that the first pass's parser needed the packet to be at
     /// least `end_bits` long.
-    fn need_bytes(&mut self, end_bits: u64) {
+    pub(super) fn need_bytes(&mut self, end_bits: u64) {
         if self.first_pass {
             let b = end_bits.div_ceil(8).min(u32::MAX as u64) as u32;
             self.tr.min_packet_len = self.tr.min_packet_len.max(b);
@@ -1037,19 +1042,23 @@ impl<'a> Run<'a> {
                     return fail(format!("{span}: unsupported: packet_out.{name}"));
                 }
                 for a in args {
-                    // Emit the header in place when it is a plain
-                    // path (no clone of the aggregate).
-                    if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
-                        emit_into(&mut self.out, &mut self.prov, v)?;
-                    } else {
-                        let v = self.eval(&a.value)?;
-                        self.emit(&v)?;
-                    }
+                    self.emit_arg(a)?;
                 }
                 Ok(Value::Void)
             }
             Value::Instance(i) => self.extern_method(i, name, args, span),
             o => fail(format!("{span}: method {name} on a {}", o.type_name())),
+        }
+    }
+
+    /// Emits one argument of `packet_out.emit`: the header in place when
+    /// it is a plain path (no clone of the aggregate), else its value.
+    pub(super) fn emit_arg(&mut self, a: &Arg) -> R<()> {
+        if let Some(v) = peek_in(&self.frames[self.base..], &a.value) {
+            emit_into(&mut self.out, &mut self.prov, v)
+        } else {
+            let v = self.eval(&a.value)?;
+            self.emit(&v)
         }
     }
 
@@ -1759,7 +1768,11 @@ fn peek_in<'f>(frames: &'f [Vec<(&str, Value)>], e: &Expr) -> Option<&'f Value> 
 
 /// Appends `v`'s valid headers to `out`, recording where their bits
 /// came from in `prov`.
-fn emit_into(out: &mut BitBuf, prov: &mut Vec<crate::trace::EmitSpan>, v: &Value) -> R<()> {
+pub(super) fn emit_into(
+    out: &mut BitBuf,
+    prov: &mut Vec<crate::trace::EmitSpan>,
+    v: &Value,
+) -> R<()> {
     match v {
         Value::Header(h) if h.valid => {
             for f in &h.fields {

@@ -21,7 +21,7 @@
 //! [`CStmt::Walk`]); `Pipeline::process_reference` never uses this form
 //! (`crates/p4/tests/interp_differential.rs` compares the two).
 
-use super::eval::{fail, lit_bits, Ctl, Run, R};
+use super::eval::{fail, lit_bits, read_bits, Ctl, Run, PKT_IN, PKT_OUT, R};
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
@@ -52,6 +52,24 @@ pub(crate) enum CExpr {
         obj: Box<CExpr>,
         name: String,
         type_args: Vec<ast::Type>,
+        args: Vec<Arg>,
+        span: ast::Span,
+    },
+    /// `obj.extract(chain)` with one argument, a field chain: when `obj`
+    /// is the packet and the chain finds a header whose fields are all
+    /// `bit<W>`/`bool`, the header is filled where it sits (no name
+    /// search by `lvalue`, no method dispatch); otherwise as `Method`.
+    Extract {
+        obj: Box<CExpr>,
+        chain: Chain,
+        args: Vec<Arg>,
+        span: ast::Span,
+    },
+    /// `obj.emit(a, ...)`: when `obj` is the packet, each argument that is
+    /// a field chain is emitted where it sits; otherwise as `Method`.
+    Emit {
+        obj: Box<CExpr>,
+        chains: Vec<Option<Chain>>,
         args: Vec<Arg>,
         span: ast::Span,
     },
@@ -412,6 +430,24 @@ impl Cx<'_> {
         }
     }
 
+    /// `obj.name(args)` left to `Run::call_method`.
+    fn method(
+        &self,
+        obj: &Expr,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+        span: &ast::Span,
+    ) -> CExpr {
+        CExpr::Method {
+            obj: Box::new(self.expr(obj)),
+            name: name.to_string(),
+            type_args: type_args.to_vec(),
+            args: args.to_vec(),
+            span: span.clone(),
+        }
+    }
+
     /// A call resolved as `Run::call_inner` resolves it per packet.
     fn call(
         &self,
@@ -433,6 +469,23 @@ impl Cx<'_> {
                         _ => CExpr::Walk(whole.clone()),
                     },
                     _ => CExpr::Walk(whole.clone()),
+                },
+                "extract" if args.len() == 1 && type_args.is_empty() => {
+                    match self.chain(&args[0].value) {
+                        Some(chain) => CExpr::Extract {
+                            obj: Box::new(self.expr(obj)),
+                            chain,
+                            args: args.to_vec(),
+                            span: span.clone(),
+                        },
+                        None => self.method(obj, "extract", type_args, args, span),
+                    }
+                }
+                "emit" if type_args.is_empty() => CExpr::Emit {
+                    obj: Box::new(self.expr(obj)),
+                    chains: args.iter().map(|a| self.chain(&a.value)).collect(),
+                    args: args.to_vec(),
+                    span: span.clone(),
                 },
                 name => CExpr::Method {
                     obj: Box::new(self.expr(obj)),
@@ -567,6 +620,54 @@ fn shared_layout(p: &Prog) -> SharedLayout {
     l
 }
 
+/// The walker's `extract` into header `h` from bit `pos` of `pkt` when
+/// every field is a `bit<W>` or a `bool`: `Some(Some(width))` after
+/// filling it (values, sources, validity), `Some(None)` when the packet is
+/// too short (nothing written), `None` when a field is of another kind
+/// (nothing written: the walker handles varbits and errors).
+fn fill_fixed(
+    h: &mut crate::value::HeaderVal,
+    pkt: &[u8],
+    pos: u64,
+    first: bool,
+    tag: &'static str,
+) -> Option<Option<u64>> {
+    let mut w = 0u64;
+    for f in &h.fields {
+        w += match f {
+            Value::Bits(b) => u64::from(b.width),
+            Value::Bool(..) => 1,
+            _ => return None,
+        };
+    }
+    if pos + w > pkt.len() as u64 * 8 {
+        return Some(None);
+    }
+    let mut off = pos;
+    for f in h.fields.iter_mut() {
+        let src = if first {
+            Src::Packet(off as u32)
+        } else {
+            Src::Tainted(tag)
+        };
+        match f {
+            Value::Bits(b) => {
+                b.v = read_bits(pkt, off, b.width);
+                b.src = src;
+                off += u64::from(b.width);
+            }
+            Value::Bool(b, s) => {
+                *b = read_bits(pkt, off, 1) == 1;
+                *s = src;
+                off += 1;
+            }
+            _ => {}
+        }
+    }
+    h.valid = true;
+    Some(Some(w))
+}
+
 /// One step of a [`Chain`]: the field the walker's name search finds.
 fn step<'v>(v: &'v Value, s: &Step) -> Option<&'v Value> {
     if let Some((names, i)) = &s.guess {
@@ -627,6 +728,43 @@ impl<'a> Run<'a> {
             v = step_mut(v, s)?;
         }
         Some(v)
+    }
+
+    /// The walker's `extract` of one header argument when `c` finds a
+    /// header whose fields are all `bit<W>`/`bool` (same bits, sources,
+    /// validity, position, packet length needed and reject); `None`, with
+    /// nothing changed, when it does not (the walker decides then).
+    fn cextract(&mut self, c: &Chain) -> Option<R<Value>> {
+        let pos = self.pos;
+        let first = self.first_pass;
+        let tag = self.reparse_tag;
+        let pkt = std::mem::take(&mut self.pkt);
+        let r = match self.chain_mut(c) {
+            Some(Value::Header(h)) => fill_fixed(h, &pkt, pos, first, tag),
+            _ => None,
+        };
+        self.pkt = pkt;
+        match r? {
+            Some(w) => {
+                self.need_bytes(pos + w);
+                self.pos += w;
+                Some(Ok(Value::Void))
+            }
+            None => {
+                self.tr.set_uncacheable("p4-parser-error");
+                Some(Err(Ctl::Reject("PacketTooShort".into())))
+            }
+        }
+    }
+
+    /// Emits the value `c` finds; `None` (nothing emitted) when it finds
+    /// none.
+    fn emit_chain(&mut self, c: &Chain) -> Option<R<()>> {
+        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
+        for s in &c.steps {
+            v = step(v, s)?;
+        }
+        Some(super::eval::emit_into(&mut self.out, &mut self.prov, v))
     }
 
     /// [`Run::eval`] of a compiled expression.
@@ -701,6 +839,40 @@ impl<'a> Run<'a> {
             } => {
                 let recv = self.ceval(obj)?;
                 self.call_method(recv, name, type_args, args, span)
+            }
+            CExpr::Extract {
+                obj,
+                chain,
+                args,
+                span,
+            } => {
+                let recv = self.ceval(obj)?;
+                if matches!(recv, Value::Instance(PKT_IN)) {
+                    if let Some(r) = self.cextract(chain) {
+                        return r;
+                    }
+                }
+                self.call_method(recv, "extract", &[], args, span)
+            }
+            CExpr::Emit {
+                obj,
+                chains,
+                args,
+                span,
+            } => {
+                let recv = self.ceval(obj)?;
+                if !matches!(recv, Value::Instance(PKT_OUT)) {
+                    return self.call_method(recv, "emit", &[], args, span);
+                }
+                for (c, a) in chains.iter().zip(args) {
+                    // The header where the chain finds it; the walker's
+                    // way (name search, or evaluation) when it does not.
+                    match c.as_ref().and_then(|c| self.emit_chain(c)) {
+                        Some(r) => r?,
+                        None => self.emit_arg(a)?,
+                    }
+                }
+                Ok(Value::Void)
             }
             CExpr::Action(a, args) => self.call_action(*a, Some(args), None),
             CExpr::Func(f, i, args) => {

@@ -180,6 +180,10 @@ pub(crate) struct Pool {
     /// Empty variable frames (their names' lifetime is the run's; see
     /// `eval::relabel`).
     pub frames: Vec<Vec<(&'static str, Value)>>,
+    /// The (empty) stack those frames are pushed on while a packet runs:
+    /// kept so that the first blocks and actions of a packet do not grow
+    /// a fresh one (two allocations per packet on routing.p4).
+    pub frame_stack: Vec<Vec<(&'static str, Value)>>,
     /// The packet buffer.
     pub pkt: Vec<u8>,
     /// The deparser's output buffer.

@@ -1,0 +1,112 @@
+//! Allocations per packet of a warm pipeline (issue 32): the interpreter
+//! keeps its per-packet storage (frames and the stack they are pushed on,
+//! headers and metadata, buffers) between packets, so a forwarded
+//! routing.p4 packet allocates only what the returned `Outcome` owns.
+//! A counting allocator (per thread: the test harness runs tests on
+//! threads of its own) makes a regression visible as a count, not as a
+//! benchmark figure.
+
+mod interp_support;
+use interp_support::load;
+use nicflow_p4::runtime::{EntrySpec, KeyMatch};
+use num_bigint::BigUint;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    /// Allocations (`alloc` and `realloc` calls) made by this thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: the thread's storage may be gone while it exits.
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        count();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+/// A 60-byte IPv4/UDP frame to `dst` (ttl 64).
+fn frame(dst: u32) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[12] = 8;
+    f[14] = 0x45;
+    f[22] = 64;
+    f[23] = 17;
+    f[30..34].copy_from_slice(&dst.to_be_bytes());
+    f
+}
+
+#[test]
+fn warm_routing_packet_allocates_only_its_outcome() {
+    let Some(mut p) = load("pna/routing.p4") else {
+        return;
+    };
+    p.table_add(
+        "fib_table",
+        EntrySpec {
+            keys: vec![KeyMatch::Lpm(BigUint::from(0x0a00_0000u32), 8)],
+            action: "set_nhid".into(),
+            params: vec![("index".into(), BigUint::from(1u8))],
+            priority: None,
+        },
+    )
+    .unwrap();
+    p.table_add(
+        "nh_table",
+        EntrySpec {
+            keys: vec![KeyMatch::Exact(BigUint::from(1u8))],
+            action: "set_nh".into(),
+            params: vec![
+                ("dmac".into(), BigUint::from(1u8)),
+                ("port".into(), BigUint::from(2u8)),
+            ],
+            priority: None,
+        },
+    )
+    .unwrap();
+    let pkts: Vec<Vec<u8>> = (0..8).map(|i| frame(0x0a00_0100 + i)).collect();
+    for (i, f) in pkts.iter().enumerate() {
+        let o = p.process(0, f, i as u64);
+        assert_eq!(o.outputs.len(), 1, "warm-up packet {i} not forwarded");
+    }
+    let mut per_packet = Vec::new();
+    for (i, f) in pkts.iter().enumerate() {
+        let before = allocs();
+        let o = p.process(0, f, 100 + i as u64);
+        per_packet.push(allocs() - before);
+        assert_eq!(o.outputs.len(), 1);
+        assert_eq!(o.outputs[0].0, 2);
+    }
+    // What the Outcome owns: the outputs vector, the output frame and the
+    // trace's read bits, tables and emitted spans. Anything more is
+    // per-packet interpreter storage that was not reused.
+    assert!(
+        per_packet.iter().all(|&n| n <= 5),
+        "allocations per warm packet: {per_packet:?} (at most 5 expected)"
+    );
+}
