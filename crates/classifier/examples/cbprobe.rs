@@ -189,7 +189,10 @@ fn main() {
     }
     let reps: usize = std::env::var("CBPROBE_REPS")
         .ok()
-        .map_or(3, |s| s.parse().expect("CBPROBE_REPS: a number"));
+        .map_or(3, |s| match s.parse() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("CBPROBE_REPS: a number above 0, not {s:?}"),
+        });
     let mut best = f64::MAX;
     for _ in 0..reps {
         let t = Instant::now();

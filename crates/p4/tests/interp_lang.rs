@@ -512,3 +512,145 @@ fn inout_arguments_copy_in_and_out_through_kept_buffers() {
         assert_eq!(out[7], b.wrapping_add(1), "d = a + 4");
     }
 }
+
+/// Parses one program of its own (not the template) with the corpus's
+/// include files; `None` when the corpus is not on this machine.
+fn build_program(text: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let prog = nicflow_p4::front::parse_str("test.p4", text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A bool header field extracted and emitted unchanged still holds the
+/// packet's bit: its emitted span names where it came from. (It was
+/// recorded as written by the program: the cache would have set this
+/// packet's bit on every packet of the flow without matching it.)
+#[test]
+fn an_unchanged_bool_field_is_emitted_as_the_packets_bit() {
+    const PROG: &str = r#"
+#include <core.p4>
+#include <v1model.p4>
+header a_t { bit<7> x; bool f; }
+struct headers { a_t a; }
+struct meta_t { bit<8> x; }
+parser P(packet_in pkt, out headers hdr, inout meta_t m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.a); transition accept; }
+}
+control VC(inout headers hdr, inout meta_t m) { apply {} }
+control I(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) { apply { sm.egress_spec = 1; } }
+control E(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) { apply {} }
+control CC(inout headers hdr, inout meta_t m) { apply {} }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.a); } }
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+    let Some(mut p) = build_program(PROG) else {
+        eprintln!("skipped: the P4 corpus (../shared/p4-corpus) is not on this machine");
+        return;
+    };
+    for o in [
+        p.process(0, &[0x01, 0xaa], 1),
+        p.process_reference(0, &[0x01, 0xaa], 1),
+    ] {
+        assert!(o.trace.read_bits.is_empty(), "{:?}", o.trace.read_bits);
+        let mut bits = 0;
+        for s in &o.trace.emitted {
+            assert_eq!(
+                s.from,
+                Some(s.out),
+                "a span the program did not write: {s:?}"
+            );
+            bits += s.len;
+        }
+        assert!(bits >= 8, "header's 8 bits emitted: {:?}", o.trace.emitted);
+    }
+}
+
+/// Extract and emit as compiled at load against the walker
+/// (`process_reference`) on random packets of 0-47 bytes: bool, odd
+/// widths, int<7>, bit<128>/bit<64> fields, a header in a nested struct,
+/// a union member, stack `.next` and `[i]`, a header extracted twice, a
+/// local header, the parser error; the corpus holds none of these in a
+/// parser.
+#[test]
+fn compiled_extract_and_emit_equal_the_walker() {
+    const PROG: &str = r#"
+#include <core.p4>
+#include <v1model.p4>
+header a_t { bit<3> x; bool f; bit<4> y; bit<1> z; int<7> s; bit<16> w; }
+header w_t { bit<128> big; bit<64> mid; bit<8> t; }
+header b_t { bit<8> v; }
+header c_t { bit<16> v; }
+header_union u_t { b_t b; c_t c; }
+struct inner_t { b_t x; a_t a; }
+struct outer_t { inner_t i; }
+struct headers { a_t a; w_t w; outer_t o; u_t u; b_t[3] st; b_t last; }
+struct meta_t { bit<8> x; bit<8> err; }
+parser P(packet_in pkt, out headers hdr, inout meta_t m, inout standard_metadata_t sm) {
+    b_t loc;
+    state start {
+        pkt.extract(hdr.a);
+        transition select(hdr.a.x) {
+            0: s_w; 1: s_nest; 2: s_union; 3: s_stack; 4: s_twice; default: s_loc;
+        }
+    }
+    state s_w { pkt.extract(hdr.w); transition accept; }
+    state s_nest { pkt.extract(hdr.o.i.x); pkt.extract(hdr.o.i.a); transition accept; }
+    state s_union { transition select(hdr.a.f) { true: s_ub; false: s_uc; } }
+    state s_ub { pkt.extract(hdr.u.c); pkt.extract(hdr.u.b); transition accept; }
+    state s_uc { pkt.extract(hdr.u.c); transition accept; }
+    state s_stack {
+        pkt.extract(hdr.st.next);
+        pkt.extract(hdr.st[2]);
+        transition select(hdr.st.last.v) { 0: accept; default: s_stack2; }
+    }
+    state s_stack2 { pkt.extract(hdr.st.next); transition accept; }
+    state s_twice { pkt.extract(hdr.last); pkt.extract(hdr.last); transition accept; }
+    state s_loc { pkt.extract(loc); hdr.last = loc; transition accept; }
+}
+control VC(inout headers hdr, inout meta_t m) { apply {} }
+control I(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 1;
+        if (sm.parser_error == error.PacketTooShort) { sm.egress_spec = 2; }
+        else if (sm.parser_error != error.NoError) { sm.egress_spec = 3; }
+        if (hdr.a.f) { hdr.a.y = hdr.a.y + 1; }
+    }
+}
+control E(inout headers hdr, inout meta_t m, inout standard_metadata_t sm) { apply {} }
+control CC(inout headers hdr, inout meta_t m) { apply {} }
+control D(packet_out pkt, in headers hdr) {
+    apply {
+        pkt.emit(hdr.a); pkt.emit(hdr.w); pkt.emit(hdr.o); pkt.emit(hdr.u);
+        pkt.emit(hdr.st); pkt.emit(hdr.last); pkt.emit(hdr.o.i.a); pkt.emit(hdr);
+    }
+}
+V1Switch(P(), VC(), I(), E(), CC(), D()) main;
+"#;
+    let (Some(mut compiled), Some(mut walker)) = (build_program(PROG), build_program(PROG)) else {
+        eprintln!("skipped: the P4 corpus (../shared/p4-corpus) is not on this machine");
+        return;
+    };
+    let mut seed = 0x1234_5678_9abc_def1u64;
+    let mut rnd = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut paths = std::collections::BTreeSet::new();
+    for round in 0..4000u64 {
+        let len = (rnd() % 48) as usize;
+        let mut p: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        if let Some(b) = p.first_mut() {
+            // Every parser branch (hdr.a.x is the first 3 bits).
+            *b = (*b & 0x1f) | (((round % 7) as u8) << 5);
+        }
+        let a = compiled.process(0, &p, round);
+        let b = walker.process_reference(0, &p, round);
+        assert_eq!(a, b, "packet {p:02x?}");
+        paths.insert((p.first().map(|b| b >> 5), a.outputs.first().map(|o| o.0)));
+    }
+    // Each branch reached, both accepted and too short.
+    assert!(paths.len() >= 12, "{paths:?}");
+}

@@ -1505,7 +1505,12 @@ mod tests {
         assert!(small.capacity() >= 10, "small room kept for reuse");
         let big = bounded_scope(vec![FlowKey::default(); 5 * SCOPE_KEEP]);
         assert!(big.is_empty());
-        assert!(big.capacity() <= SCOPE_KEEP, "room {}", big.capacity());
+        // `shrink_to` promises at least the room asked for, not exactly it.
+        assert!(
+            big.capacity() <= SCOPE_KEEP.next_power_of_two(),
+            "room {}",
+            big.capacity()
+        );
     }
 
     /// A buffer sized to one short frame is freed, not pooled: the pool

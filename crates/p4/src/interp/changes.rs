@@ -110,6 +110,10 @@ impl ChangeLog {
         if since < self.trimmed || keys.len() != shape.len() {
             return true;
         }
+        // The hit entry's rank, worked out once and only when a change
+        // needs it (most checks, a learned exact entry, end at may_match).
+        let won = std::cell::OnceCell::new();
+        let won = || *won.get_or_init(|| hit.and_then(&winner));
         self.log
             .iter()
             .rev()
@@ -124,14 +128,11 @@ impl ChangeLog {
                     order,
                 } => {
                     may_match(m, keys, shape)
-                        && hit.is_none_or(|h| {
-                            winner(h).is_none_or(|w| {
-                                // Worked out only here: most checks (a
-                                // learned exact entry) end at may_match.
+                        && (hit.is_none()
+                            || won().is_none_or(|w| {
                                 let r = Ranking::of(shape).rank(shape, m, *prio);
                                 r > w.rank || (r == w.rank && *order < w.order)
-                            })
-                        })
+                            }))
                 }
                 // Removing or rewriting an entry other than the winner
                 // leaves the winner: it still matches and still beats
@@ -140,7 +141,7 @@ impl ChangeLog {
                 Change::Default => hit.is_none(),
                 // A miss stays a miss when entries go; a `const entries`
                 // winner stays (and still beats what is left).
-                Change::Cleared => hit.is_some_and(|h| winner(h).is_none_or(|w| w.runtime)),
+                Change::Cleared => hit.is_some() && won().is_none_or(|w| w.runtime),
             })
     }
 }
@@ -492,5 +493,231 @@ mod tests {
         }
         assert!(alters(&log, 0, 1, 0, &k, &w), "trimmed past it");
         assert!(!alters(&log, 1, 1, 0, &k, &w), "still in the log");
+    }
+
+    /// Brute force over small random tables of 7 key shapes (const and
+    /// runtime entries, small priorities so ties happen): after 1-3
+    /// random adds, deletes or clears, every "unaffected" answer is
+    /// checked against a new lookup of every packet of the run's
+    /// megaflow (a wrong keep would leave a stale cached result), and
+    /// the index against `scan`. Seed printed; `NICFLOW_SEED` replays.
+    #[test]
+    fn every_keep_gives_the_lookups_own_result_brute_force() {
+        use super::super::check::Entry;
+        use super::index::TableIndex;
+        use crate::runtime::EntrySpec;
+
+        struct Rng(u64);
+        impl Rng {
+            fn n(&mut self) -> u64 {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0
+            }
+            fn r(&mut self, k: u64) -> u64 {
+                self.n() % k
+            }
+        }
+        fn entry(id: u64, keys: Vec<Km>, prio: i64) -> Entry {
+            Entry {
+                id,
+                keys,
+                action: 0,
+                args: Vec::new(),
+                prio,
+                is_const: false,
+                spec: EntrySpec {
+                    keys: Vec::new(),
+                    action: String::new(),
+                    params: Vec::new(),
+                    priority: None,
+                },
+                packets: 0,
+                bytes: 0,
+                last_hit: None,
+            }
+        }
+        fn km(rng: &mut Rng, kind: &MatchKind, w: u32) -> Km {
+            let full = mask(w);
+            match kind {
+                MatchKind::Exact => Km::Masked(rng.n() as u128 & full & 0x7, full),
+                MatchKind::Lpm => {
+                    let len = rng.r(w as u64 + 1) as u32;
+                    let mk = if len == 0 { 0 } else { full & !mask(w - len) };
+                    Km::Masked(rng.n() as u128 & mk, mk)
+                }
+                MatchKind::Range if rng.r(4) != 0 => {
+                    let (a, b) = (rng.n() as u128 & full, rng.n() as u128 & full);
+                    Km::Range(a.min(b), a.max(b))
+                }
+                _ => {
+                    let mk = rng.n() as u128 & full;
+                    Km::Masked(rng.n() as u128 & mk, mk)
+                }
+            }
+        }
+        /// The winner's id and the examined bits, the index checked
+        /// against `scan`.
+        fn lookup(
+            ix: &TableIndex,
+            c: &[Entry],
+            rt: &[Entry],
+            kv: &[u128],
+        ) -> (Option<u64>, Vec<u128>) {
+            let mut need = vec![0; kv.len()];
+            let o = ix.lookup(c, rt, kv, &mut need);
+            let mut need2 = vec![0; kv.len()];
+            let all = c
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (index::const_order(i), e))
+                .chain(rt.iter().map(|e| (index::runtime_order(e.id), e)));
+            assert_eq!(
+                o,
+                index::scan(ix.keys(), all, kv, &mut need2),
+                "index vs scan"
+            );
+            let id = o.map(|o| match index::locate(rt, o).unwrap() {
+                (false, i) => c[i].id,
+                (true, i) => rt[i].id,
+            });
+            (id, need)
+        }
+
+        let seed = std::env::var("NICFLOW_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        eprintln!("every_keep_gives_the_lookups_own_result_brute_force: NICFLOW_SEED={seed}");
+        use MatchKind::*;
+        let shapes: [&[(MatchKind, u32)]; 7] = [
+            &[(Ternary, 4), (Range, 4)],
+            &[(Lpm, 5), (Exact, 3)],
+            &[(Lpm, 4), (Lpm, 4)],
+            &[(Ternary, 4), (Lpm, 4)],
+            &[(Range, 6)],
+            &[(Lpm, 7)],
+            &[(Exact, 3), (Exact, 3)],
+        ];
+        let mut rng = Rng(seed);
+        let mut keeps = 0;
+        for i in 0..20_000 {
+            let shape = shapes[i % shapes.len()];
+            let by_prio = Ranking::of(shape) == Ranking::Priority;
+            let prio = |rng: &mut Rng| {
+                if by_prio || rng.r(3) == 0 {
+                    [0, 1, 2, 2, 3, -1][rng.r(6) as usize]
+                } else {
+                    0
+                }
+            };
+            let new_keys =
+                |rng: &mut Rng| -> Vec<Km> { shape.iter().map(|(k, w)| km(rng, k, *w)).collect() };
+            let consts: Vec<Entry> = (0..rng.r(3))
+                .map(|id| {
+                    let k = new_keys(&mut rng);
+                    let mut e = entry(id, k, prio(&mut rng));
+                    e.is_const = true;
+                    e
+                })
+                .collect();
+            let mut ix = TableIndex::new(shape, &consts);
+            let mut rt: Vec<Entry> = Vec::new();
+            let mut next = consts.len() as u64;
+            let mut add = |rng: &mut Rng, ix: &mut TableIndex, rt: &mut Vec<Entry>| {
+                let k = new_keys(rng);
+                let e = entry(next, k, prio(rng));
+                next += 1;
+                ix.insert(index::runtime_order(e.id), &e);
+                let c = Change::Added {
+                    keys: e.keys.clone().into_boxed_slice(),
+                    prio: e.prio,
+                    order: index::runtime_order(e.id),
+                };
+                rt.push(e);
+                c
+            };
+            for _ in 0..rng.r(6) {
+                add(&mut rng, &mut ix, &mut rt);
+            }
+            let kv: Vec<u128> = shape
+                .iter()
+                .map(|&(_, w)| rng.n() as u128 & mask(w))
+                .collect();
+            let (hit, need) = lookup(&ix, &consts, &rt, &kv);
+            let keys: Vec<LookupKey> = kv.iter().zip(&need).map(|(&v, &e)| key(v, e)).collect();
+            let total: u32 = shape.iter().map(|&(_, w)| w).sum();
+            let megaflow: Vec<Vec<u128>> = (0..1u128 << total)
+                .filter_map(|x| {
+                    let mut off = 0;
+                    let v: Vec<u128> = shape
+                        .iter()
+                        .map(|&(_, w)| {
+                            off += w;
+                            (x >> (off - w)) & mask(w)
+                        })
+                        .collect();
+                    v.iter()
+                        .zip(&keys)
+                        .all(|(a, k)| (a ^ k.value) & k.examined == 0)
+                        .then_some(v)
+                })
+                .collect();
+            for p in &megaflow {
+                assert_eq!(lookup(&ix, &consts, &rt, p).0, hit, "megaflow not uniform");
+            }
+            let mut log = ChangeLog::default();
+            for _ in 0..1 + rng.r(3) {
+                match rng.r(10) {
+                    0..=6 => {
+                        let c = add(&mut rng, &mut ix, &mut rt);
+                        log.record(c);
+                    }
+                    7 | 8 if !rt.is_empty() => {
+                        let e = rt.remove(rng.r(rt.len() as u64) as usize);
+                        ix.remove(index::runtime_order(e.id), &e);
+                        log.record(Change::Deleted(e.id));
+                    }
+                    _ => {
+                        rt.clear();
+                        ix.rebuild(&consts, &rt);
+                        log.record(Change::Cleared);
+                    }
+                }
+            }
+            // As `apply_unaffected` finds the hit entry.
+            let winner = |id: u64| {
+                let (e, order, runtime) = match consts.get(id as usize) {
+                    Some(e) if e.id == id => (e, index::const_order(id as usize), false),
+                    _ => {
+                        let (_, i) = index::locate(&rt, index::runtime_order(id))?;
+                        (rt.get(i)?, index::runtime_order(id), true)
+                    }
+                };
+                Some(Winner {
+                    rank: Ranking::of(shape).rank(shape, &e.keys, e.prio),
+                    order,
+                    runtime,
+                })
+            };
+            if !log.could_alter(0, hit, &keys, shape, winner) {
+                keeps += 1;
+                for p in &megaflow {
+                    assert_eq!(
+                        lookup(&ix, &consts, &rt, p).0,
+                        hit,
+                        "wrong keep (NICFLOW_SEED={seed}, case {i}): shape {shape:?} key {kv:?} \
+                         examined {need:?} packet {p:?} log {log:?}"
+                    );
+                }
+            }
+        }
+        assert!(keeps > 1_000, "too few keeps to test anything: {keeps}");
     }
 }

@@ -1782,9 +1782,12 @@ pub(super) fn emit_into(
                         out.push(b.v, b.width);
                         (b.width, b.src)
                     }
-                    Value::Bool(b, _) => {
+                    Value::Bool(b, src) => {
                         out.push(*b as u128, 1);
-                        (1, Src::None)
+                        // Its own source: `None` would tell the cache the
+                        // program wrote the bit (a set action carrying
+                        // this packet's value for every packet of the flow).
+                        (1, *src)
                     }
                     Value::Varbit(v) => {
                         for i in 0..v.len {

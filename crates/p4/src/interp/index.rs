@@ -386,16 +386,22 @@ impl TableIndex {
                 groups: Vec::new(),
                 n: 0,
             }
-        } else if keys.iter().all(|k| {
-            matches!(
-                k.0,
-                MatchKind::Exact
-                    | MatchKind::Lpm
-                    | MatchKind::Ternary
-                    | MatchKind::Range
-                    | MatchKind::Optional
-            )
-        }) {
+        } else if Ranking::of(&keys) == Ranking::Priority
+            && keys.iter().all(|k| {
+                matches!(
+                    k.0,
+                    MatchKind::Exact
+                        | MatchKind::Lpm
+                        | MatchKind::Ternary
+                        | MatchKind::Range
+                        | MatchKind::Optional
+                )
+            })
+        {
+            // Only a table ranked by priority: an exact/lpm table the
+            // tuples cannot hold (a key of width 0 or over 128) ranks by
+            // prefix length, as `scan` and revalidation do, so it scans.
+
             TableIndex::Prio {
                 keys,
                 sorted: Vec::new(),
