@@ -135,6 +135,16 @@ fn rekeyed(ev: &[IkeEvent]) -> (u32, u32, ChildKeys, ChildKeys) {
         .unwrap_or_else(|| panic!("no ChildSaRekeyed in {ev:?}"))
 }
 
+/// The `responder` flag of the rekey in `ev`.
+fn answered(ev: &[IkeEvent]) -> bool {
+    ev.iter()
+        .find_map(|e| match e {
+            IkeEvent::ChildSaRekeyed { responder, .. } => Some(*responder),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no ChildSaRekeyed in {ev:?}"))
+}
+
 fn deleted(ev: &[IkeEvent]) -> Vec<(u32, u32)> {
     ev.iter()
         .filter_map(|e| match e {
@@ -294,6 +304,8 @@ fn child_rekey_from_either_side() {
     assert_ne!(a_out2.key, a_out.key);
     assert_eq!(deleted(&ea), vec![(a_in.spi, a_out.spi)]);
     assert_eq!(deleted(&eb), vec![(a_out.spi, a_in.spi)]);
+    // Who answered holds its new outbound SA back; who asked does not.
+    assert_eq!((answered(&ea), answered(&eb)), (false, true));
 
     // B (the IKE responder) rekeys the new child.
     p.b.rekey_child(a_out2.spi, p.now);

@@ -454,6 +454,10 @@ struct EspEndpoint {
     remote: Ipv4Addr,
     /// The SA frames go out with (IKE: none until a child SA is up).
     out: Option<OutboundSa>,
+    /// A rekey we answered: its new outbound SA, held back until the
+    /// initiator deletes the old child SA, a packet opens on the new
+    /// inbound SA, or the deadline (see [`IkeEvent::ChildSaRekeyed`]).
+    next_out: Option<(OutboundSa, Instant)>,
     /// How ESP travels now: the option (manual) or IKE's decision.
     encap_udp: bool,
     mode: EspMode,
@@ -464,6 +468,12 @@ struct EspEndpoint {
     seq_file: Option<PathBuf>,
     reserved: u64,
 }
+
+/// The longest a rekey we answered keeps sending on the old outbound SA
+/// when neither the initiator's Delete of the old child nor a packet on
+/// the new inbound SA comes (the initiator has surely installed the new
+/// SAs by then, or the rekey failed and its old SA still works).
+const REKEY_SWITCH_MAX: Duration = Duration::from_secs(2);
 
 /// Sequence numbers reserved per write of the state file: a restart skips
 /// at most this many, a busy SA writes the file once per this many packets.
@@ -724,6 +734,7 @@ impl UnderlayEsp {
             local,
             remote,
             out: None,
+            next_out: None,
             encap_udp: cfg.encap_udp,
             mode: cfg.mode,
             ike: None,
@@ -842,13 +853,18 @@ impl UnderlayEsp {
             .collect();
         for id in ids {
             if let Some(ep) = self.endpoints.get_mut(&id) {
+                if ep.next_out.as_ref().is_some_and(|(_, t)| now >= *t) {
+                    Self::switch_to_next_out(ep, "no Delete of the old one in time");
+                }
                 let needs_rekey = ep.out.as_ref().is_some_and(|o| o.needs_rekey());
                 if let Some(st) = ep.ike.as_mut() {
                     if st.retry_at.is_some_and(|t| now >= t) {
                         st.retry_at = None;
                         st.session.connect(now);
                     }
-                    if needs_rekey && !st.rekey_asked {
+                    // (Not while a rekey we answered waits to switch: the
+                    // old SA's limit would rekey the new child.)
+                    if needs_rekey && !st.rekey_asked && ep.next_out.is_none() {
                         if let Some(spi) = st.child_in {
                             st.session.rekey_child(spi, now);
                             st.rekey_asked = true;
@@ -893,36 +909,27 @@ impl UnderlayEsp {
                     encap_udp,
                     outbound,
                     inbound,
-                } => self.install_child(id, mode, encap_udp, &outbound, &inbound, false),
+                } => self.install_child(id, mode, encap_udp, &outbound, &inbound, None, now),
                 IkeEvent::ChildSaRekeyed {
                     mode,
                     encap_udp,
                     outbound,
                     inbound,
+                    responder,
                     ..
-                } => self.install_child(id, mode, encap_udp, &outbound, &inbound, true),
+                } => self.install_child(
+                    id,
+                    mode,
+                    encap_udp,
+                    &outbound,
+                    &inbound,
+                    Some(responder),
+                    now,
+                ),
                 IkeEvent::ChildSaDeleted {
                     inbound_spi,
                     outbound_spi,
-                } => {
-                    if self
-                        .inbound
-                        .get(&inbound_spi)
-                        .is_some_and(|(e, _)| *e == id)
-                    {
-                        self.inbound.remove(&inbound_spi);
-                    }
-                    if ep.out.as_ref().is_some_and(|o| o.spi() == outbound_spi) {
-                        ep.out = None;
-                    }
-                    if let Some(st) = ep.ike.as_mut() {
-                        if st.child_in == Some(inbound_spi) {
-                            st.child_in = None;
-                        }
-                    }
-                    tracing::info!(%local, %remote, spi_in = format_args!("{inbound_spi:#010x}"),
-                        "IPsec child SA deleted");
-                }
+                } => self.child_deleted(id, inbound_spi, outbound_spi),
                 IkeEvent::IkeFailed { reason } => {
                     self.counters.ike_failures += 1;
                     let retry = ep.ike.as_ref().map_or(IKE_RETRY_MIN, |st| st.backoff);
@@ -938,11 +945,53 @@ impl UnderlayEsp {
         }
     }
 
+    /// IKE deleted a child SA: both directions go. When it is the one a
+    /// rekey we answered replaced, the new outbound SA takes over (the
+    /// initiator deletes the old child only after installing the new).
+    fn child_deleted(&mut self, id: u64, inbound_spi: u32, outbound_spi: u32) {
+        let Some(ep) = self.endpoints.get_mut(&id) else {
+            return;
+        };
+        let (local, remote) = (ep.local, ep.remote);
+        if self
+            .inbound
+            .get(&inbound_spi)
+            .is_some_and(|(e, _)| *e == id)
+        {
+            self.inbound.remove(&inbound_spi);
+        }
+        if ep.out.as_ref().is_some_and(|o| o.spi() == outbound_spi) {
+            ep.out = ep.next_out.take().map(|(o, _)| o);
+            if let Some(o) = &ep.out {
+                tracing::info!(%local, %remote, spi_out = format_args!("{:#010x}", o.spi()),
+                    "IPsec rekey: sending on the new outbound SA (the old one deleted)");
+            }
+        }
+        if let Some(st) = ep.ike.as_mut() {
+            if st.child_in == Some(inbound_spi) {
+                st.child_in = None;
+            }
+        }
+        tracing::info!(%local, %remote, spi_in = format_args!("{inbound_spi:#010x}"),
+            "IPsec child SA deleted");
+    }
+
+    /// A rekey we answered: send on the new outbound SA from now on.
+    fn switch_to_next_out(ep: &mut EspEndpoint, why: &'static str) {
+        if let Some((o, _)) = ep.next_out.take() {
+            tracing::info!(local = %ep.local, remote = %ep.remote,
+                spi_out = format_args!("{:#010x}", o.spi()),
+                "IPsec rekey: sending on the new outbound SA ({why})");
+            ep.out = Some(o);
+        }
+    }
+
     /// No IKE SA: no ESP either, and a new attempt after the backoff.
     fn ike_down(&mut self, id: u64, now: Instant) {
         self.inbound.retain(|_, (e, _)| *e != id);
         if let Some(ep) = self.endpoints.get_mut(&id) {
             ep.out = None;
+            ep.next_out = None;
             if let Some(st) = ep.ike.as_mut() {
                 st.child_in = None;
                 st.rekey_asked = false;
@@ -954,9 +1003,13 @@ impl UnderlayEsp {
         }
     }
 
-    /// Install a child SA IKE negotiated: frames go out with the new
-    /// outbound SA at once; a rekeyed SA's old inbound half stays until
-    /// IKE deletes it (packets in flight still authenticate).
+    /// Install a child SA IKE negotiated (`rekey`: `None` a new one,
+    /// `Some(responder)` a rekey): frames go out with the new outbound SA
+    /// at once, unless we answered the rekey with an SA to send on: then
+    /// it waits in `next_out` (see [`IkeEvent::ChildSaRekeyed`]). A
+    /// rekeyed SA's old inbound half stays until IKE deletes it (packets
+    /// in flight still authenticate).
+    #[allow(clippy::too_many_arguments)]
     fn install_child(
         &mut self,
         id: u64,
@@ -964,7 +1017,8 @@ impl UnderlayEsp {
         encap_udp: bool,
         outbound: &ChildKeys,
         inbound: &ChildKeys,
-        rekey: bool,
+        rekey: Option<bool>,
+        now: Instant,
     ) {
         let Some(ep) = self.endpoints.get_mut(&id) else {
             return;
@@ -993,7 +1047,12 @@ impl UnderlayEsp {
                 return;
             }
         };
-        ep.out = Some(out);
+        if rekey == Some(true) && ep.out.is_some() {
+            ep.next_out = Some((out, now + REKEY_SWITCH_MAX));
+        } else {
+            ep.out = Some(out);
+            ep.next_out = None;
+        }
         ep.encap_udp = encap_udp;
         ep.mode = match mode {
             ChildMode::Transport => EspMode::Transport,
@@ -1004,6 +1063,7 @@ impl UnderlayEsp {
             st.rekey_asked = false;
         }
         self.inbound.insert(inbound.spi, (id, inb));
+        let rekey = rekey.is_some();
         if rekey {
             self.counters.ike_rekeys += 1;
         } else {
@@ -1195,9 +1255,18 @@ impl UnderlayEsp {
         id: u64,
         hdr: &[u8],
     ) -> Result<std::ops::Range<usize>, &'static str> {
-        let mode = self.endpoints.get(&id).ok_or("unknown_spi")?.mode;
+        let ep = self.endpoints.get(&id).ok_or("unknown_spi")?;
+        let mode = ep.mode;
+        let switch =
+            ep.next_out.is_some() && ep.ike.as_ref().is_some_and(|st| st.child_in == Some(spi));
         let (_, sa) = self.inbound.get_mut(&spi).ok_or("unknown_spi")?;
         let opened = sa.open(&mut buf[esp_at..]).map_err(|e| e.name())?;
+        if switch {
+            // The peer sends on the new SAs: it has installed them.
+            if let Some(ep) = self.endpoints.get_mut(&id) {
+                Self::switch_to_next_out(ep, "traffic on the new inbound SA");
+            }
+        }
         let start = esp_at + opened.payload.start;
         let len = opened.payload.len();
         match (mode, opened.next_header) {
@@ -1627,6 +1696,83 @@ mod tests {
         let mut p = PacketBuf::with_headroom(128, 2048);
         p.set_data(&f);
         p
+    }
+
+    /// A rekey we answered keeps sending on the old outbound SA until the
+    /// initiator deletes the old child, a packet opens on the new inbound
+    /// SA, or the deadline; a rekey we started sends on the new one at
+    /// once. (Sending on the new SA at once lost a ping under
+    /// strongSwan's rekey in `ike_with_strongswan_traffic_rekey_and_wrong_psk`:
+    /// charon installs its new inbound SA only when our answer arrives.)
+    #[test]
+    fn a_rekey_we_answered_switches_only_once_the_initiator_has_the_new_sa() {
+        let cfg = IpsecConfig::from_options(&opts(&[
+            ("ipsec", "ike"),
+            ("psk", "a-lab-secret"),
+            ("esp_mode", "tunnel"),
+        ]))
+        .unwrap()
+        .unwrap();
+        let (la, lb) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let t0 = Instant::now();
+        let keys = |spi: u32, b: u8| ChildKeys {
+            spi,
+            key: vec![b; 20],
+            esn: false,
+        };
+        let (old_ab, old_ba, new_ab, new_ba) = (
+            keys(0x100, 1),
+            keys(0x200, 2),
+            keys(0x101, 3),
+            keys(0x201, 4),
+        );
+        let spi_out = |u: &UnderlayEsp, id: u64| u.endpoints[&id].out.as_ref().map(|o| o.spi());
+        // A frame sealed by `u`'s endpoint `id` (a = 1 sends from .1).
+        let sent_spi = |u: &mut UnderlayEsp, id: u64| {
+            let mut p = if id == 1 {
+                tunnel_frame([198, 18, 0, 1], [198, 18, 0, 2])
+            } else {
+                tunnel_frame([198, 18, 0, 2], [198, 18, 0, 1])
+            };
+            u.encrypt(id, &mut p).unwrap();
+            p
+        };
+        // How the rekey ends: 0 the old child's Delete, 1 traffic on the
+        // new inbound SA, 2 the deadline.
+        for end in 0..3 {
+            let tun = ChildMode::Tunnel;
+            let mut a = UnderlayEsp::default();
+            a.add_with_state(1, &cfg, la, lb, None, t0).unwrap();
+            let mut b = UnderlayEsp::default();
+            b.add_with_state(7, &cfg, lb, la, None, t0).unwrap();
+            a.install_child(1, tun, false, &old_ab, &old_ba, None, t0);
+            b.install_child(7, tun, false, &old_ba, &old_ab, None, t0);
+            // b asks, a answers: a holds the new outbound SA back.
+            a.install_child(1, tun, false, &new_ab, &new_ba, Some(true), t0);
+            assert_eq!(spi_out(&a, 1), Some(0x100), "answered: old SA still");
+            let mut p = sent_spi(&mut a, 1);
+            assert_eq!(b.decrypt(&mut p), Ok(Some(7)), "b has the old inbound");
+            // Traffic on the old inbound SA does not switch.
+            let mut q = sent_spi(&mut b, 7);
+            assert_eq!(a.decrypt(&mut q), Ok(Some(1)));
+            assert_eq!(spi_out(&a, 1), Some(0x100));
+            a.poll_ike(t0 + Duration::from_millis(100), &mut Vec::new());
+            assert_eq!(spi_out(&a, 1), Some(0x100), "before the deadline");
+            // b gets the answer: a rekey it started sends on the new SA.
+            b.install_child(7, tun, false, &new_ba, &new_ab, Some(false), t0);
+            assert_eq!(spi_out(&b, 7), Some(0x201), "started: new SA at once");
+            match end {
+                0 => a.child_deleted(1, 0x200, 0x100),
+                1 => {
+                    let mut r = sent_spi(&mut b, 7);
+                    assert_eq!(a.decrypt(&mut r), Ok(Some(1)));
+                }
+                _ => a.poll_ike(t0 + REKEY_SWITCH_MAX, &mut Vec::new()),
+            }
+            assert_eq!(spi_out(&a, 1), Some(0x101), "end {end}: switched");
+            let mut p = sent_spi(&mut a, 1);
+            assert_eq!(b.decrypt(&mut p), Ok(Some(7)), "end {end}");
+        }
     }
 
     /// Two underlays' worth of SAs, mirror images, for round trips.

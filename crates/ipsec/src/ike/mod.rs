@@ -235,11 +235,18 @@ pub enum IkeEvent {
         outbound: ChildKeys,
         inbound: ChildKeys,
     },
-    /// A child SA was replaced: send on the new outbound SA from now on,
-    /// keep accepting on the old inbound SA until its `ChildSaDeleted`.
+    /// A child SA was replaced: accept on the new inbound SA now, keep
+    /// accepting on the old one until its `ChildSaDeleted`. The initiator
+    /// of the rekey sends on the new outbound SA at once; the responder
+    /// (`responder`) should keep sending on the old one until the
+    /// initiator deletes it or traffic arrives on the new inbound SA: the
+    /// initiator installs the new SAs only when our answer reaches it, so
+    /// a packet sent on them before then is lost (as strongSwan does).
     ChildSaRekeyed {
         old_inbound_spi: u32,
         old_outbound_spi: u32,
+        /// We answered the peer's CREATE_CHILD_SA (see above).
+        responder: bool,
         mode: ChildMode,
         encap_udp: bool,
         outbound: ChildKeys,

@@ -1171,7 +1171,9 @@ impl IkeSa {
         )
     }
 
-    fn child_up(&mut self, out: &mut Out, c: Child, old: Option<(u32, u32)>) {
+    /// `old`: the child SA this one replaces (its inbound and outbound
+    /// SPIs); `we_answered`: the peer asked for the rekey.
+    fn child_up(&mut self, out: &mut Out, c: Child, old: Option<(u32, u32)>, we_answered: bool) {
         let (outbound, inbound) = self.child_keys(&c);
         tracing::info!(
             inbound = format_args!("{:#010x}", c.in_spi),
@@ -1189,6 +1191,7 @@ impl IkeSa {
             Some((old_in, old_out)) => IkeEvent::ChildSaRekeyed {
                 old_inbound_spi: old_in,
                 old_outbound_spi: old_out,
+                responder: we_answered,
                 mode: c.mode,
                 encap_udp: self.nat,
                 outbound,
@@ -1258,7 +1261,7 @@ impl IkeSa {
                 pls.extend(cpls);
                 let (ni, nr) = (self.ni.clone(), self.nr.clone());
                 self.key_child(ctx, &mut child, None, (&ni, &nr), false, now);
-                self.child_up(out, child, None);
+                self.child_up(out, child, None, false);
             }
             Err((n, reason)) => {
                 pls.push(notify(n, 0, &[], &[]));
@@ -1396,7 +1399,7 @@ impl IkeSa {
             .expect("found above");
         old.rekeyed = true;
         old.rekey_at = None;
-        self.child_up(out, child, Some((old_in, old_out)));
+        self.child_up(out, child, Some((old_in, old_out)), true);
         (pls, SaAction::None)
     }
 
@@ -1552,7 +1555,7 @@ impl IkeSa {
                     o.rekeyed = true;
                     o.rekey_at = None;
                 }
-                self.child_up(out, c, Some((old_in, old_out)));
+                self.child_up(out, c, Some((old_in, old_out)), false);
                 self.queue.push_front(Want::DeleteChild(old_in));
                 SaAction::None
             }
@@ -1674,7 +1677,7 @@ impl IkeSa {
                 };
                 let (ni, nr) = (self.ni.clone(), self.nr.clone());
                 self.key_child(ctx, &mut c, None, (&ni, &nr), true, now);
-                self.child_up(out, c, None);
+                self.child_up(out, c, None, false);
             }
             Err(reason) => {
                 // An IKE SA without its child protects nothing: close it.
