@@ -7,9 +7,7 @@
 //! benchmark figure.
 
 mod interp_support;
-use interp_support::load;
-use nicflow_p4::runtime::{EntrySpec, KeyMatch};
-use num_bigint::BigUint;
+use interp_support::{add_routes, load};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -66,29 +64,8 @@ fn warm_routing_packet_allocates_only_its_outcome() {
     let Some(mut p) = load("pna/routing.p4") else {
         return;
     };
-    p.table_add(
-        "fib_table",
-        EntrySpec {
-            keys: vec![KeyMatch::Lpm(BigUint::from(0x0a00_0000u32), 8)],
-            action: "set_nhid".into(),
-            params: vec![("index".into(), BigUint::from(1u8))],
-            priority: None,
-        },
-    )
-    .unwrap();
-    p.table_add(
-        "nh_table",
-        EntrySpec {
-            keys: vec![KeyMatch::Exact(BigUint::from(1u8))],
-            action: "set_nh".into(),
-            params: vec![
-                ("dmac".into(), BigUint::from(1u8)),
-                ("port".into(), BigUint::from(2u8)),
-            ],
-            priority: None,
-        },
-    )
-    .unwrap();
+    // 10/8 -> next hop 1 -> port 2.
+    add_routes(&mut p, &[(0x0a00_0000, 8)], 2);
     let pkts: Vec<Vec<u8>> = (0..8).map(|i| frame(0x0a00_0100 + i)).collect();
     for (i, f) in pkts.iter().enumerate() {
         let o = p.process(0, f, i as u64);

@@ -2,9 +2,7 @@
 //! --nocapture`, preferably in release).
 
 mod interp_support;
-use interp_support::load;
-use nicflow_p4::runtime::{EntrySpec, KeyMatch};
-use num_bigint::BigUint;
+use interp_support::{add_routes, load};
 
 #[test]
 #[ignore]
@@ -12,31 +10,9 @@ fn routing_packets_per_second() {
     let Some(mut p) = load("pna/routing.p4") else {
         return;
     };
-    for i in 0..64u32 {
-        p.table_add(
-            "fib_table",
-            EntrySpec {
-                keys: vec![KeyMatch::Lpm(BigUint::from(0x0a000000u32 + (i << 16)), 16)],
-                action: "set_nhid".into(),
-                params: vec![("index".into(), BigUint::from(1u8))],
-                priority: None,
-            },
-        )
-        .unwrap();
-    }
-    p.table_add(
-        "nh_table",
-        EntrySpec {
-            keys: vec![KeyMatch::Exact(BigUint::from(1u8))],
-            action: "set_nh".into(),
-            params: vec![
-                ("dmac".into(), BigUint::from(1u8)),
-                ("port".into(), BigUint::from(1u8)),
-            ],
-            priority: None,
-        },
-    )
-    .unwrap();
+    // 64 /16 routes in 10/8 -> next hop 1 -> port 1.
+    let routes: Vec<(u32, u32)> = (0..64u32).map(|i| (0x0a00_0000 + (i << 16), 16)).collect();
+    add_routes(&mut p, &routes, 1);
     let mut pkt: Vec<u8> = (0..42u8).collect();
     pkt[12] = 8;
     pkt[13] = 0;

@@ -504,8 +504,8 @@ mod tests {
     #[test]
     fn every_keep_gives_the_lookups_own_result_brute_force() {
         use super::super::check::Entry;
+        use super::index::tests::entry;
         use super::index::TableIndex;
-        use crate::runtime::EntrySpec;
 
         struct Rng(u64);
         impl Rng {
@@ -517,25 +517,6 @@ mod tests {
             }
             fn r(&mut self, k: u64) -> u64 {
                 self.n() % k
-            }
-        }
-        fn entry(id: u64, keys: Vec<Km>, prio: i64) -> Entry {
-            Entry {
-                id,
-                keys,
-                action: 0,
-                args: Vec::new(),
-                prio,
-                is_const: false,
-                spec: EntrySpec {
-                    keys: Vec::new(),
-                    action: String::new(),
-                    params: Vec::new(),
-                    priority: None,
-                },
-                packets: 0,
-                bytes: 0,
-                last_hit: None,
             }
         }
         fn km(rng: &mut Rng, kind: &MatchKind, w: u32) -> Km {

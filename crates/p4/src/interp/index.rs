@@ -653,11 +653,13 @@ fn key_values(e: &Entry) -> Vec<u128> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::runtime::EntrySpec;
 
-    fn entry(id: u64, keys: Vec<Km>, prio: i64) -> Entry {
+    /// A runtime entry with match `keys` and priority `prio` (action 0,
+    /// no data), for the index's and the change log's tests.
+    pub(crate) fn entry(id: u64, keys: Vec<Km>, prio: i64) -> Entry {
         Entry {
             id,
             keys,

@@ -28,6 +28,39 @@ pub fn load(rel: &str) -> Option<Pipeline> {
     }
 }
 
+/// routing.p4's tables filled for forwarding: one `fib_table` route per
+/// `(prefix, length)`, all to next hop 1, which sends out of `port` with
+/// destination MAC 1.
+#[allow(dead_code)] // not every test binary that includes this uses it
+pub fn add_routes(p: &mut Pipeline, routes: &[(u32, u32)], port: u8) {
+    use nicflow_p4::runtime::{EntrySpec, KeyMatch};
+    for &(prefix, len) in routes {
+        p.table_add(
+            "fib_table",
+            EntrySpec {
+                keys: vec![KeyMatch::Lpm(BigUint::from(prefix), len)],
+                action: "set_nhid".into(),
+                params: vec![("index".into(), BigUint::from(1u8))],
+                priority: None,
+            },
+        )
+        .unwrap();
+    }
+    p.table_add(
+        "nh_table",
+        EntrySpec {
+            keys: vec![KeyMatch::Exact(BigUint::from(1u8))],
+            action: "set_nh".into(),
+            params: vec![
+                ("dmac".into(), BigUint::from(1u8)),
+                ("port".into(), BigUint::from(port)),
+            ],
+            priority: None,
+        },
+    )
+    .unwrap();
+}
+
 fn parse_num(s: &str) -> BigUint {
     let s = s.trim();
     if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
