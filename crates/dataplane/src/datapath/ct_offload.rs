@@ -58,6 +58,9 @@ use nicflow_classifier::{Classifier, RuleId};
 use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use std::collections::{HashMap, VecDeque};
+
+/// A hash map with foldhash's randomly seeded hasher.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -190,13 +193,16 @@ struct SetupConn {
 const SYN_REFRESH_MIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The datapath's table of offloaded connection directions.
+/// Its maps hash with foldhash (randomly seeded, as the tracker's table)
+/// rather than SipHash: a set-up connection inserts, looks up and removes
+/// several entries in each.
 pub struct CtOffloads {
-    live: HashMap<(ConnHandle, u8), CtOffload>,
+    live: Map<(ConnHandle, u8), CtOffload>,
     /// Connections set up in the kernel that still have entries, and the
     /// same by original tuple: one at a time per tuple (a second would
     /// install entries with the same match), found by a bare SYN.
-    setup_conns: HashMap<ConnHandle, SetupConn>,
-    by_tuple: HashMap<Tuple, ConnHandle>,
+    setup_conns: Map<ConnHandle, SetupConn>,
+    by_tuple: Map<Tuple, ConnHandle>,
     /// Set-up connections whose SYN-ACK has not been seen yet.
     pending: usize,
     /// Most of those at once (3 entries each): beyond it set-up is refused
@@ -220,7 +226,7 @@ pub struct CtOffloads {
     /// Directions the engine or the composition refused, with the reason,
     /// so the attempt is not repeated for every packet. Forgotten when
     /// flows change.
-    refused: HashMap<ConnHandle, &'static str>,
+    refused: Map<ConnHandle, &'static str>,
     /// Totals for `stats`.
     pub offloaded: u64,
     pub removed: u64,
@@ -243,16 +249,16 @@ pub struct CtOffloads {
 impl Default for CtOffloads {
     fn default() -> Self {
         CtOffloads {
-            live: HashMap::new(),
-            setup_conns: HashMap::new(),
-            by_tuple: HashMap::new(),
+            live: Map::default(),
+            setup_conns: Map::default(),
+            by_tuple: Map::default(),
             pending: 0,
             setup_pending_max: SETUP_PENDING_MAX,
             setup_refused: Default::default(),
             setup_timeouts: 0,
             setups_since_poll: 0,
             handshake_queue: VecDeque::new(),
-            refused: HashMap::new(),
+            refused: Map::default(),
             offloaded: 0,
             removed: 0,
             set_up: 0,
@@ -700,7 +706,7 @@ impl CtOffloads {
         let mut gone = Vec::new();
         // Set-up connections: the flags their entries saw, per direction,
         // and the last hit (keyed by the original direction).
-        let mut seen: HashMap<ConnHandle, ([u16; 2], Instant)> = HashMap::new();
+        let mut seen: Map<ConnHandle, ([u16; 2], Instant)> = Map::default();
         for (&(h, slot), o) in self.live.iter_mut() {
             let c = off.counters(o.kernel_id).unwrap_or_default();
             let (dp, db) = (

@@ -378,10 +378,15 @@ fn errno_of(e: &aya::maps::MapError) -> Option<i32> {
 /// install is written without `BPF_NOEXIST` (a batched update takes no
 /// such flag), so it checks here that no other flow holds its key (the
 /// 64-bit hash collision `BPF_NOEXIST` tells a single install).
+///
+/// Hashed with foldhash (randomly seeded, as the tracker's table), not
+/// SipHash: each set-up connection inserts and removes three 120-byte
+/// keys in both sets, and SipHash there was 7-8 % of the daemon's CPU in
+/// the load balancer's connections/s run (docs/results/conntrack.md).
 #[derive(Default)]
 struct Installed {
-    keys: HashSet<FlowMapKey>,
-    hashes: HashSet<FlowHashKey>,
+    keys: HashSet<FlowMapKey, foldhash::fast::RandomState>,
+    hashes: HashSet<FlowHashKey, foldhash::fast::RandomState>,
 }
 
 impl Installed {

@@ -21,7 +21,8 @@ struct Slot {
 #[derive(Debug, Default)]
 pub struct MaskTable {
     slots: Vec<Option<Slot>>,
-    by_mask: HashMap<DpKey, u32>,
+    /// foldhash, not SipHash: acquired and released per installed flow.
+    by_mask: HashMap<DpKey, u32, foldhash::fast::RandomState>,
     capacity: u32,
 }
 
@@ -38,7 +39,7 @@ impl MaskTable {
     pub fn new(capacity: u32) -> MaskTable {
         MaskTable {
             slots: Vec::new(),
-            by_mask: HashMap::new(),
+            by_mask: HashMap::default(),
             capacity,
         }
     }
