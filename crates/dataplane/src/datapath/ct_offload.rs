@@ -58,11 +58,11 @@ use nicflow_classifier::{Classifier, RuleId};
 use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Instant;
 
 /// A hash map with foldhash's randomly seeded hasher.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-use std::net::IpAddr;
-use std::time::Instant;
 
 /// TCP flags the kernel entry looks at: SYN, FIN, RST must be clear and
 /// ACK set. Segments with SYN/FIN/RST change the connection's state, and
