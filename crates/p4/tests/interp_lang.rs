@@ -306,6 +306,44 @@ fn header_unions_keep_one_member_valid() {
     assert_eq!(&out[..4], &[0, 1, 0, 1]);
 }
 
+/// Extracting a header union's member makes the other members invalid,
+/// as `setValid` does (P4-16 8.20: at most one member is valid): a union
+/// held in a parser local and one in the headers, each extracted twice
+/// into different members, give only the last member valid; the walker
+/// (`process_reference`) agrees.
+#[test]
+fn extracting_a_union_member_invalidates_the_others() {
+    let prog = |p: &mut Pipeline, reference: bool| {
+        let pkt = [9u8, 9, 9, 9, 0, 0, 0, 0, 0xaa, 0xbb, 0xcc];
+        let o = if reference {
+            p.process_reference(0, &pkt, 1)
+        } else {
+            p.process(0, &pkt, 1)
+        };
+        assert!(o.trace.error.is_none(), "{:?}", o.trace.error);
+        o.outputs[0].1.clone()
+    };
+    let Some(mut p) = build_top(
+        "header u1_t { bit<8> x; } header u2_t { bit<16> y; } header_union u_t { u1_t a; u2_t b; }",
+        r#"u_t u;
+        state start {
+            pkt.extract(hdr.h);
+            pkt.extract(u.a);
+            pkt.extract(u.b);
+            hdr.h.a = u.a.isValid() ? 8w1 : 8w0;
+            hdr.h.b = u.b.isValid() ? 8w1 : 8w0;
+            transition accept;
+        }"#,
+        "apply { sm.egress_spec = 1; }",
+    ) else {
+        return;
+    };
+    for reference in [false, true] {
+        let out = prog(&mut p, reference);
+        assert_eq!(&out[..2], &[0, 1], "reference {reference}");
+    }
+}
+
 #[test]
 fn v1model_packet_length_is_the_length_and_uncacheable() {
     let Some(mut p) = build(

@@ -905,20 +905,8 @@ impl<'a> Run<'a> {
                         // A header union member: the others become invalid.
                         if let Expr::Member(parent, member) = &**obj {
                             let p = self.p;
-                            if let Value::Struct(ty, names, fields) = self.lvalue(parent)? {
-                                let is_union =
-                                    p.g.aggs
-                                        .get(&**ty)
-                                        .map(|a| a.kind == crate::ast::AggregateKind::HeaderUnion)
-                                        .unwrap_or(false);
-                                if is_union {
-                                    for (n, f) in names.iter().zip(fields.iter_mut()) {
-                                        if let Value::Header(h) = f {
-                                            h.valid = *n == member.name && valid;
-                                        }
-                                    }
-                                    return Ok(Value::Void);
-                                }
+                            if union_select(p, self.lvalue(parent)?, &member.name, valid) {
+                                return Ok(Value::Void);
                             }
                         }
                         match self.lvalue(obj)? {
@@ -1594,6 +1582,16 @@ impl<'a> Run<'a> {
                     Ok(w)
                 })();
                 self.pkt = pkt;
+                // A header union's member: extracting it makes the others
+                // invalid, as `setValid` does (BMv2 alike).
+                if r.is_ok() {
+                    if let Expr::Member(parent, member) = target {
+                        let p = self.p;
+                        if let Ok(u) = self.lvalue(parent) {
+                            union_select(p, u, &member.name, true);
+                        }
+                    }
+                }
                 let w = match r {
                     Ok(w) => w,
                     Err(Ctl::Reject(e)) => {
@@ -1886,6 +1884,31 @@ impl Run<'_> {
         self.base = 0;
         r
     }
+}
+
+
+/// When `parent` is a header union: makes its member `member` valid
+/// (`valid`) and every other member invalid, or (`!valid`) every member
+/// invalid, and says `true`; `false`, changing nothing, for anything else.
+/// One rule for `setValid`/`setInvalid` on a member and for `extract`
+/// into one (P4-16 8.20: at most one member of a union is valid).
+pub(crate) fn union_select(p: &Prog, parent: &mut Value, member: &str, valid: bool) -> bool {
+    let Value::Struct(ty, names, fields) = parent else {
+        return false;
+    };
+    let is_union = p
+        .g
+        .aggs
+        .get(&**ty)
+        .is_some_and(|a| a.kind == crate::ast::AggregateKind::HeaderUnion);
+    if is_union {
+        for (n, f) in names.iter().zip(fields.iter_mut()) {
+            if let Value::Header(h) = f {
+                h.valid = valid && *n == member;
+            }
+        }
+    }
+    is_union
 }
 
 #[cfg(test)]

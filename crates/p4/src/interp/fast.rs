@@ -64,6 +64,10 @@ pub(crate) enum CExpr {
         chain: Chain,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The program declares a `header_union`: the chain may end at a
+        /// union's member, whose siblings the extract makes invalid (a
+        /// look at the parent after the fill; none in other programs).
+        unions: bool,
     },
     /// `obj.emit(a, ...)`: when `obj` is the packet, each argument that is
     /// a field chain is emitted where it sits; otherwise as `Method`.
@@ -477,6 +481,9 @@ impl Cx<'_> {
                             chain,
                             args: args.to_vec(),
                             span: span.clone(),
+                            unions: self.p.g.aggs.values().any(|a| {
+                                a.kind == ast::AggregateKind::HeaderUnion
+                            }),
                         },
                         None => self.method(obj, "extract", type_args, args, span),
                     }
@@ -757,6 +764,26 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// After `c`'s header was extracted: when its parent is a header
+    /// union, the union's other members become invalid (as the walker's
+    /// extract does, `union_select`).
+    fn union_extracted(&mut self, c: &Chain) {
+        let Some((last, init)) = c.steps.split_last() else {
+            return;
+        };
+        let p = self.p;
+        let Some(mut v) = self.var_mut(&c.root) else {
+            return;
+        };
+        for s in init {
+            let Some(next) = step_mut(v, s) else {
+                return;
+            };
+            v = next;
+        }
+        super::eval::union_select(p, v, &last.name, true);
+    }
+
     /// Emits the value `c` finds; `None` (nothing emitted) when it finds
     /// none.
     fn emit_chain(&mut self, c: &Chain) -> Option<R<()>> {
@@ -845,10 +872,14 @@ impl<'a> Run<'a> {
                 chain,
                 args,
                 span,
+                unions,
             } => {
                 let recv = self.ceval(obj)?;
                 if matches!(recv, Value::Instance(PKT_IN)) {
                     if let Some(r) = self.cextract(chain) {
+                        if *unions && r.is_ok() {
+                            self.union_extracted(chain);
+                        }
                         return r;
                     }
                 }
