@@ -308,39 +308,52 @@ fn header_unions_keep_one_member_valid() {
 
 /// Extracting a header union's member makes the other members invalid,
 /// as `setValid` does (P4-16 8.20: at most one member is valid): a union
-/// held in a parser local and one in the headers, each extracted twice
-/// into different members, give only the last member valid; the walker
-/// (`process_reference`) agrees.
+/// held in a parser local (the compiled extract's parent is the chain's
+/// root) and one inside the headers (reached through a step), each with
+/// one member extracted and then the other, give only the last member
+/// valid, through the compiled run and the walker (`process_reference`).
 #[test]
 fn extracting_a_union_member_invalidates_the_others() {
-    let prog = |p: &mut Pipeline, reference: bool| {
-        let pkt = [9u8, 9, 9, 9, 0, 0, 0, 0, 0xaa, 0xbb, 0xcc];
-        let o = if reference {
-            p.process_reference(0, &pkt, 1)
-        } else {
-            p.process(0, &pkt, 1)
-        };
-        assert!(o.trace.error.is_none(), "{:?}", o.trace.error);
-        o.outputs[0].1.clone()
-    };
-    let Some(mut p) = build_top(
-        "header u1_t { bit<8> x; } header u2_t { bit<16> y; } header_union u_t { u1_t a; u2_t b; }",
-        r#"u_t u;
-        state start {
+    const UNION: &str =
+        "header u1_t { bit<8> x; } header u2_t { bit<16> y; } header_union u_t { u1_t a; u2_t b; }";
+    const STATE: &str = r#"state start {
             pkt.extract(hdr.h);
-            pkt.extract(u.a);
-            pkt.extract(u.b);
-            hdr.h.a = u.a.isValid() ? 8w1 : 8w0;
-            hdr.h.b = u.b.isValid() ? 8w1 : 8w0;
+            pkt.extract(U.a);
+            pkt.extract(U.b);
+            hdr.h.a = U.a.isValid() ? 8w1 : 8w0;
+            hdr.h.b = U.b.isValid() ? 8w1 : 8w0;
             transition accept;
-        }"#,
-        "apply { sm.egress_spec = 1; }",
-    ) else {
+        }"#;
+    let local = format!("u_t u; {}", STATE.replace('U', "u"));
+    let Some(in_local) = build_top(UNION, &local, "apply { sm.egress_spec = 1; }") else {
         return;
     };
-    for reference in [false, true] {
-        let out = prog(&mut p, reference);
-        assert_eq!(&out[..2], &[0, 1], "reference {reference}");
+    let in_headers = TEMPLATE
+        .replace(
+            "struct headers { h_t h; s_t[3] st; }",
+            &format!("{UNION} struct headers {{ h_t h; s_t[3] st; u_t u; }}"),
+        )
+        .replace("TOP", "")
+        .replace("PARSER", &STATE.replace('U', "hdr.u"))
+        .replace("INGRESS", "apply { sm.egress_spec = 1; }");
+    let Some(in_headers) = build_program(&in_headers) else {
+        return;
+    };
+    let pkt = [9u8, 9, 9, 9, 0, 0, 0, 0, 0xaa, 0xbb, 0xcc];
+    for (name, mut p) in [("local", in_local), ("headers", in_headers)] {
+        for reference in [false, true] {
+            let o = if reference {
+                p.process_reference(0, &pkt, 1)
+            } else {
+                p.process(0, &pkt, 1)
+            };
+            assert!(o.trace.error.is_none(), "{name}: {:?}", o.trace.error);
+            assert_eq!(
+                &o.outputs[0].1[..2],
+                &[0, 1],
+                "{name}, reference {reference}"
+            );
+        }
     }
 }
 

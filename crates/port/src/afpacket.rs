@@ -1799,8 +1799,8 @@ const SLOT_ROOM: usize = 65_560;
 /// and since the underlay keeps its own UDP super-frame buffers (issue
 /// 34) no extra big buffers refill the top. Looking at the last 16 the
 /// sealing host's container port allocated 87-544 buffers per 5-s phase
-/// (11-94 before). A miss costs a scan of this many entries (a few
-/// hundred nanoseconds), far less than the zeroed 64 KiB it avoids.
+/// (11-94 before). A miss costs a scan of this many buffer headers (not
+/// timed: some KiB of reads, against the 64 KiB zeroed by an allocation).
 const SLOT_LOOKBACK: usize = 512;
 
 /// Can `b` be a receive slot's buffer: room for [`SLOT_ROOM`] bytes behind

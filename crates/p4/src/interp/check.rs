@@ -356,6 +356,22 @@ fn span_of_type(t: &Type) -> Option<Span> {
 }
 
 impl Prog {
+    /// Is the type named `name` a `header_union`?
+    pub(crate) fn is_header_union(&self, name: &str) -> bool {
+        self.g
+            .aggs
+            .get(name)
+            .is_some_and(|a| a.kind == AggregateKind::HeaderUnion)
+    }
+
+    /// Does the program declare a `header_union`?
+    pub(crate) fn has_header_unions(&self) -> bool {
+        self.g
+            .aggs
+            .values()
+            .any(|a| a.kind == AggregateKind::HeaderUnion)
+    }
+
     /// Resolves a type with block-local constants in `locals`.
     pub fn resolve_type(
         &self,

@@ -1886,7 +1886,6 @@ impl Run<'_> {
     }
 }
 
-
 /// When `parent` is a header union: makes its member `member` valid
 /// (`valid`) and every other member invalid, or (`!valid`) every member
 /// invalid, and says `true`; `false`, changing nothing, for anything else.
@@ -1896,11 +1895,7 @@ pub(crate) fn union_select(p: &Prog, parent: &mut Value, member: &str, valid: bo
     let Value::Struct(ty, names, fields) = parent else {
         return false;
     };
-    let is_union = p
-        .g
-        .aggs
-        .get(&**ty)
-        .is_some_and(|a| a.kind == crate::ast::AggregateKind::HeaderUnion);
+    let is_union = p.is_header_union(ty);
     if is_union {
         for (n, f) in names.iter().zip(fields.iter_mut()) {
             if let Value::Header(h) = f {

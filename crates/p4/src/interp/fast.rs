@@ -481,9 +481,7 @@ impl Cx<'_> {
                             chain,
                             args: args.to_vec(),
                             span: span.clone(),
-                            unions: self.p.g.aggs.values().any(|a| {
-                                a.kind == ast::AggregateKind::HeaderUnion
-                            }),
+                            unions: self.p.has_header_unions(),
                         },
                         None => self.method(obj, "extract", type_args, args, span),
                     }
@@ -730,8 +728,13 @@ impl<'a> Run<'a> {
     /// What the walker's `lvalue` gives for the chain's expression, or
     /// `None` (then the walker's `assign` decides, errors included).
     fn chain_mut(&mut self, c: &Chain) -> Option<&mut Value> {
+        self.chain_prefix_mut(c, c.steps.len())
+    }
+
+    /// The value `c`'s root and its first `n` steps find.
+    fn chain_prefix_mut(&mut self, c: &Chain, n: usize) -> Option<&mut Value> {
         let mut v = self.var_mut(&c.root)?;
-        for s in &c.steps {
+        for s in &c.steps[..n] {
             v = step_mut(v, s)?;
         }
         Some(v)
@@ -768,20 +771,13 @@ impl<'a> Run<'a> {
     /// union, the union's other members become invalid (as the walker's
     /// extract does, `union_select`).
     fn union_extracted(&mut self, c: &Chain) {
-        let Some((last, init)) = c.steps.split_last() else {
+        let Some(last) = c.steps.last() else {
             return;
         };
         let p = self.p;
-        let Some(mut v) = self.var_mut(&c.root) else {
-            return;
-        };
-        for s in init {
-            let Some(next) = step_mut(v, s) else {
-                return;
-            };
-            v = next;
+        if let Some(v) = self.chain_prefix_mut(c, c.steps.len() - 1) {
+            super::eval::union_select(p, v, &last.name, true);
         }
-        super::eval::union_select(p, v, &last.name, true);
     }
 
     /// Emits the value `c` finds; `None` (nothing emitted) when it finds
