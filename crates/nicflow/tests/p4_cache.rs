@@ -92,20 +92,7 @@ fn routing_flows_are_masked_and_a_table_change_removes_only_its_flows() {
     other[26..30].copy_from_slice(&[0xc6, 0x12, 0, 9]); // src 198.18.0.9
     other[33] = 0x77; // dst 10.99.0.119
                       // Keep the IPv4 checksum right for the new addresses.
-    let fix = |p: &mut Vec<u8>| {
-        p[24] = 0;
-        p[25] = 0;
-        let mut sum = 0u32;
-        for i in (14..34).step_by(2) {
-            sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
-        }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        let c = !(sum as u16);
-        p[24..26].copy_from_slice(&c.to_be_bytes());
-    };
-    fix(&mut other);
+    fix_ipv4_checksum(&mut other);
     assert_eq!(t.send(0, &other).unwrap().len(), 1);
     assert_eq!(
         t.bridge.p4().unwrap().stats.runs,
@@ -181,8 +168,14 @@ fn routing_10_via_port_1(c: &Path) -> CachedTarget {
 fn to(dst: [u8; 4]) -> Vec<u8> {
     let mut p = hex(TO_10);
     p[30..34].copy_from_slice(&dst);
-    p[24] = 0;
-    p[25] = 0;
+    fix_ipv4_checksum(&mut p);
+    p
+}
+
+/// Rewrites the IPv4 header checksum of an untagged Ethernet frame whose
+/// 20-byte IPv4 header starts at byte 14.
+fn fix_ipv4_checksum(p: &mut [u8]) {
+    p[24..26].fill(0);
     let mut sum = 0u32;
     for i in (14..34).step_by(2) {
         sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
@@ -191,7 +184,6 @@ fn to(dst: [u8; 4]) -> Vec<u8> {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     p[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    p
 }
 
 fn runs(t: &CachedTarget) -> u64 {
@@ -476,14 +468,7 @@ fn tcp4(src: [u8; 4], dst: [u8; 4], dport: u16) -> Vec<u8> {
     p[26..30].copy_from_slice(&src);
     p[30..34].copy_from_slice(&dst);
     p[36..38].copy_from_slice(&dport.to_be_bytes());
-    let mut sum = 0u32;
-    for i in (14..34).step_by(2) {
-        sum += u32::from(u16::from_be_bytes([p[i], p[i + 1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    fix_ipv4_checksum(&mut p);
     p
 }
 

@@ -504,37 +504,25 @@ mod tests {
     #[test]
     fn every_keep_gives_the_lookups_own_result_brute_force() {
         use super::super::check::Entry;
-        use super::index::tests::entry;
+        use super::index::tests::{entry, seed_from_env, Rng};
         use super::index::TableIndex;
 
-        struct Rng(u64);
-        impl Rng {
-            fn n(&mut self) -> u64 {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                self.0
-            }
-            fn r(&mut self, k: u64) -> u64 {
-                self.n() % k
-            }
-        }
         fn km(rng: &mut Rng, kind: &MatchKind, w: u32) -> Km {
             let full = mask(w);
             match kind {
-                MatchKind::Exact => Km::Masked(rng.n() as u128 & full & 0x7, full),
+                MatchKind::Exact => Km::Masked(rng.next() as u128 & full & 0x7, full),
                 MatchKind::Lpm => {
-                    let len = rng.r(w as u64 + 1) as u32;
+                    let len = rng.below(w as u64 + 1) as u32;
                     let mk = if len == 0 { 0 } else { full & !mask(w - len) };
-                    Km::Masked(rng.n() as u128 & mk, mk)
+                    Km::Masked(rng.next() as u128 & mk, mk)
                 }
-                MatchKind::Range if rng.r(4) != 0 => {
-                    let (a, b) = (rng.n() as u128 & full, rng.n() as u128 & full);
+                MatchKind::Range if rng.below(4) != 0 => {
+                    let (a, b) = (rng.next() as u128 & full, rng.next() as u128 & full);
                     Km::Range(a.min(b), a.max(b))
                 }
                 _ => {
-                    let mk = rng.n() as u128 & full;
-                    Km::Masked(rng.n() as u128 & mk, mk)
+                    let mk = rng.next() as u128 & full;
+                    Km::Masked(rng.next() as u128 & mk, mk)
                 }
             }
         }
@@ -566,16 +554,10 @@ mod tests {
             (id, need)
         }
 
-        let seed = std::env::var("NICFLOW_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-                    | 1
-            });
-        eprintln!("every_keep_gives_the_lookups_own_result_brute_force: NICFLOW_SEED={seed}");
+        let seed = seed_from_env(
+            "NICFLOW_SEED",
+            "every_keep_gives_the_lookups_own_result_brute_force",
+        );
         use MatchKind::*;
         let shapes: [&[(MatchKind, u32)]; 7] = [
             &[(Ternary, 4), (Range, 4)],
@@ -592,15 +574,15 @@ mod tests {
             let shape = shapes[i % shapes.len()];
             let by_prio = Ranking::of(shape) == Ranking::Priority;
             let prio = |rng: &mut Rng| {
-                if by_prio || rng.r(3) == 0 {
-                    [0, 1, 2, 2, 3, -1][rng.r(6) as usize]
+                if by_prio || rng.below(3) == 0 {
+                    [0, 1, 2, 2, 3, -1][rng.below(6) as usize]
                 } else {
                     0
                 }
             };
             let new_keys =
                 |rng: &mut Rng| -> Vec<Km> { shape.iter().map(|(k, w)| km(rng, k, *w)).collect() };
-            let consts: Vec<Entry> = (0..rng.r(3))
+            let consts: Vec<Entry> = (0..rng.below(3))
                 .map(|id| {
                     let k = new_keys(&mut rng);
                     let mut e = entry(id, k, prio(&mut rng));
@@ -624,12 +606,12 @@ mod tests {
                 rt.push(e);
                 c
             };
-            for _ in 0..rng.r(6) {
+            for _ in 0..rng.below(6) {
                 add(&mut rng, &mut ix, &mut rt);
             }
             let kv: Vec<u128> = shape
                 .iter()
-                .map(|&(_, w)| rng.n() as u128 & mask(w))
+                .map(|&(_, w)| rng.next() as u128 & mask(w))
                 .collect();
             let (hit, need) = lookup(&ix, &consts, &rt, &kv);
             let keys: Vec<LookupKey> = kv.iter().zip(&need).map(|(&v, &e)| key(v, e)).collect();
@@ -654,14 +636,14 @@ mod tests {
                 assert_eq!(lookup(&ix, &consts, &rt, p).0, hit, "megaflow not uniform");
             }
             let mut log = ChangeLog::default();
-            for _ in 0..1 + rng.r(3) {
-                match rng.r(10) {
+            for _ in 0..1 + rng.below(3) {
+                match rng.below(10) {
                     0..=6 => {
                         let c = add(&mut rng, &mut ix, &mut rt);
                         log.record(c);
                     }
                     7 | 8 if !rt.is_empty() => {
-                        let e = rt.remove(rng.r(rt.len() as u64) as usize);
+                        let e = rt.remove(rng.below(rt.len() as u64) as usize);
                         ix.remove(index::runtime_order(e.id), &e);
                         log.record(Change::Deleted(e.id));
                     }

@@ -838,13 +838,14 @@ pub(crate) mod tests {
         assert_eq!(t.check(&[0x0202]).0, Some(runtime_order(c)));
     }
 
-    struct Rng(u64);
+    /// The random tests' generator (splitmix64: any seed will do).
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
             mix(self.0)
         }
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.next() % n.max(1)
         }
         fn bits(&mut self, w: u32) -> u128 {
@@ -893,18 +894,24 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn index_equals_the_scan_on_random_tables() {
-        let seed = std::env::var("P4_INDEX_SEED")
+    /// A random test's seed: `var` from the environment (to replay a
+    /// failure), else the clock; printed with the test's name.
+    pub(crate) fn seed_from_env(var: &str, test: &str) -> u64 {
+        let seed = std::env::var(var)
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
+                    .map_or(1, |d| d.as_nanos() as u64)
             });
-        println!("index_equals_the_scan_on_random_tables: seed {seed} (P4_INDEX_SEED)");
+        println!("{test}: {var}={seed}");
+        seed
+    }
+
+    #[test]
+    fn index_equals_the_scan_on_random_tables() {
+        let seed = seed_from_env("P4_INDEX_SEED", "index_equals_the_scan_on_random_tables");
         let mut r = Rng(seed);
         let kinds = [
             MatchKind::Exact,
