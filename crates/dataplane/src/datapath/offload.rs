@@ -132,6 +132,22 @@ pub trait FlowOffload {
     fn commit_ct(&mut self) -> Result<(), &'static str> {
         Ok(())
     }
+    /// The [`FlowOffload::remove`] calls from now until
+    /// [`FlowOffload::commit_removals`] of flows whose counters a
+    /// [`FlowOffload::counters`] call read since `begin_removals` may be
+    /// deleted together at the commit, in one system call instead of one
+    /// each (the set-up poll removes the three entries of each closed
+    /// connection). Such a `remove` returns the counters that read gave as
+    /// the flow's last: frames the kernel counts on it between the read
+    /// and the commit's delete are lost to its counters (microseconds;
+    /// for a closed connection at most its last ACK). The contract in
+    /// between: nothing installs a flow (an engine that finds a queued
+    /// entry reinstalled deletes it first, one system call).
+    fn begin_removals(&mut self) {}
+    /// Delete what the removals since [`FlowOffload::begin_removals`]
+    /// queued. The flows are gone for the caller either way: an entry the
+    /// engine fails to delete is said in its log, as a failed `remove`.
+    fn commit_removals(&mut self) {}
     /// New actions for offloaded flow `id` (same match). On `Err` the
     /// caller removes the entry: the flow stays in userspace for the reason.
     fn modify(

@@ -80,6 +80,16 @@ struct State {
     /// Entries of a failed `commit_ct`: never installed, so their removal
     /// is not counted.
     ct_uncommitted: BTreeSet<u64>,
+    /// Between `begin_removals` and `commit_removals`: the ids whose
+    /// counters were read since (their removal is queued).
+    removal_reads: Option<BTreeSet<u64>>,
+    /// Removals queued since `begin_removals`.
+    removal_queue: usize,
+    /// The size of each batch `commit_removals` deleted (empty ones not
+    /// listed).
+    removal_batches: Vec<usize>,
+    /// Removals of an entry made at once, one each (not queued).
+    single_removals: u64,
 }
 
 /// The engine (give it to [`crate::bridge::Bridge::enable_offload_provider`]
@@ -188,6 +198,14 @@ impl DummyHandle {
     /// How many times `commit_ct` was called.
     pub fn ct_commits(&self) -> u64 {
         self.0.borrow().ct_commits
+    }
+
+    /// The sizes of the batches of removals deleted so far (a kernel
+    /// engine's `BPF_MAP_DELETE_BATCH` each), and how many entries were
+    /// removed one at a time.
+    pub fn removals(&self) -> (Vec<usize>, u64) {
+        let s = self.0.borrow();
+        (s.removal_batches.clone(), s.single_removals)
     }
 
     /// The engine's installed, removed and refused counts.
@@ -357,20 +375,50 @@ impl FlowOffload for DummyOffload {
         Ok(())
     }
 
+    /// Between `begin_removals` and `commit_removals`, the removal of an
+    /// entry read since is queued (counted in the commit's batch); the
+    /// entry goes at once all the same, with its counters (exact here: no
+    /// frame runs between a test's reads).
     fn remove(&mut self, id: u64) -> Option<KernelCounters> {
         let mut s = self.0.borrow_mut();
+        let s = &mut *s;
         let held = s.resolve(id);
         s.alias.remove(&id);
         let f = s.flows.remove(&held)?;
         if !s.ct_uncommitted.remove(&id) {
             s.counters.removed += 1;
         }
+        let queued = s.removal_reads.as_mut().is_some_and(|r| r.remove(&id));
+        if queued {
+            s.removal_queue += 1;
+        } else {
+            s.single_removals += 1;
+        }
         Some(f.counters)
     }
 
+    fn begin_removals(&mut self) {
+        let mut s = self.0.borrow_mut();
+        s.removal_reads = Some(BTreeSet::new());
+        s.removal_queue = 0;
+    }
+
+    fn commit_removals(&mut self) {
+        let mut s = self.0.borrow_mut();
+        s.removal_reads = None;
+        let n = std::mem::take(&mut s.removal_queue);
+        if n > 0 {
+            s.removal_batches.push(n);
+        }
+    }
+
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
-        let s = self.0.borrow();
-        s.flows.get(&s.resolve(id)).map(|f| f.counters)
+        let mut s = self.0.borrow_mut();
+        let c = s.flows.get(&s.resolve(id)).map(|f| f.counters)?;
+        if let Some(read) = s.removal_reads.as_mut() {
+            read.insert(id);
+        }
+        Some(c)
     }
 
     fn set_meter(&mut self, spec: &MeterSpec) {
@@ -1041,6 +1089,49 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert!(line.contains("state=TIME_WAIT"), "{line}");
         // The one still open is left to the sync.
         assert!(lab.entries(40004).is_some());
+    }
+
+    /// The set-up poll removes the entries of the connections it finds
+    /// closed in one batch (a kernel engine's `BPF_MAP_DELETE_BATCH`):
+    /// three per connection, none one at a time, and the counters it read
+    /// before are credited as the entries' last.
+    #[test]
+    fn the_poll_removes_closed_connections_in_one_batch() {
+        const N: u16 = 5;
+        let mut lab = CtLab::new();
+        let (x, y) = lab.first_handshake();
+        let mut ids = Vec::new();
+        for port in 40100..40100 + N {
+            assert_eq!(lab.send(true, port, SYN, x, 0), 1);
+            let (o, r, sa) = lab.entries(port).expect("set up");
+            lab.eng.hit_tcp(sa, 1, 60, SYN | ACK);
+            lab.eng.hit_tcp(o, 2, 120, ACK | FIN);
+            lab.eng.hit_tcp(r, 2, 120, ACK | FIN);
+            ids.extend([o, r, sa]);
+        }
+        let (batches, singles) = lab.eng.removals();
+        lab.now += std::time::Duration::from_millis(30);
+        // Any frame will do (dropped: p2 may not open connections); the
+        // poll runs after it.
+        assert_eq!(lab.send(false, 40099, SYN, y, 0), 0);
+        let fl = lab.eng.flows();
+        assert!(ids.iter().all(|id| !fl.contains_key(id)), "{fl:#?}");
+        let (now_batches, now_singles) = lab.eng.removals();
+        assert_eq!(
+            now_batches[batches.len()..],
+            [3 * N as usize],
+            "one batch of every entry"
+        );
+        assert_eq!(now_singles, singles, "no removal one at a time");
+        for port in 40100..40100 + N {
+            let line = lab.conn(port).unwrap();
+            assert!(line.contains("state=TIME_WAIT"), "{line}");
+            assert!(
+                line.contains("dport=80,packets=3,")
+                    && line.contains(&format!("dport={port},packets=3,")),
+                "the entries' last counters credited: {line}"
+            );
+        }
     }
 
     /// The entries of a set-up connection, by id: packets and flags.

@@ -260,6 +260,12 @@ pub struct OffloadManager {
     /// Counters read in one batch per engine for a sweep over all flows
     /// (`prefetch_counters`), by flow id; empty outside a sweep.
     prefetched: HashMap<u64, KernelCounters>,
+    /// Between `begin_removals` and `commit_removals`.
+    removing: bool,
+    /// Meanwhile, the counters each `counters(id)` call read, by flow id:
+    /// a `remove` of such a flow takes them as its last and queues its
+    /// entry for the engine's batched delete. Empty outside.
+    removal_reads: HashMap<u64, KernelCounters>,
     /// The bridge's meters: each goes into an engine's `dp_meters` when
     /// the first flow naming it is offloaded there.
     meters: BTreeMap<u32, MeterSpec>,
@@ -408,6 +414,8 @@ impl OffloadManager {
             next_id: 1,
             ct_first: None,
             prefetched: HashMap::new(),
+            removing: false,
+            removal_reads: HashMap::new(),
             counters: ManagerCounters::default(),
             meters: BTreeMap::new(),
             select_slots: BTreeMap::new(),
@@ -1825,6 +1833,35 @@ impl OffloadManager {
         }
     }
 
+    /// Between `begin_removals` and `commit_removals`: remove flow `id`,
+    /// read since `begin_removals`, without a system call: its entry is
+    /// queued for the engine's batched delete at the commit, and the
+    /// counters read are its last (frames the kernel counts on it until
+    /// the delete are lost to them). `None`: not such a flow (not read,
+    /// a per-packet select flow, whose buckets' entries go with it, or
+    /// staged): the caller removes it at once.
+    fn queue_removal(&mut self, id: u64) -> Option<KernelCounters> {
+        if !self.removing || self.flow_selects.contains_key(&id) {
+            return None;
+        }
+        let last = self.removal_reads.remove(&id)?;
+        let (kind, h) = *self.flows.get(&id)?;
+        match self.engine_mut(kind)?.queue_removal(&h) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                // Not installed in the engine: forgotten, as `drop_flow`
+                // does with an engine's failed removal.
+                tracing::warn!("kernel flow remove failed: {e}");
+            }
+        }
+        self.flows.remove(&id);
+        if let Some(emu) = self.emulation.as_mut() {
+            emu.release(id);
+        }
+        Some(last)
+    }
+
     /// [`FlowOffload::remove`] without counting it removed (a flow of a
     /// failed `commit_ct` was never installed).
     fn drop_flow(&mut self, id: u64) -> Option<KernelCounters> {
@@ -2143,7 +2180,25 @@ impl FlowOffload for OffloadManager {
         if self.flows.contains_key(&id) {
             self.counters.removed += 1;
         }
+        if let Some(c) = self.queue_removal(id) {
+            return Some(c);
+        }
         self.drop_flow(id)
+    }
+
+    fn begin_removals(&mut self) {
+        self.removing = true;
+        self.removal_reads.clear();
+    }
+
+    fn commit_removals(&mut self) {
+        self.removing = false;
+        self.removal_reads.clear();
+        for kind in [EngineKind::Xdp, EngineKind::Tc] {
+            if let Some(Err(e)) = self.engine_mut(kind).map(|e| e.commit_removals()) {
+                tracing::warn!("kernel flow remove failed: {e}");
+            }
+        }
     }
 
     fn set_meter(&mut self, spec: &MeterSpec) {
@@ -2265,17 +2320,23 @@ impl FlowOffload for OffloadManager {
     }
 
     fn counters(&mut self, id: u64) -> Option<KernelCounters> {
-        if let Some(c) = self.prefetched.remove(&id) {
-            return Some(c);
+        let c = match self.prefetched.remove(&id) {
+            Some(c) => c,
+            None => {
+                let (kind, h) = *self.flows.get(&id)?;
+                let c = self.engine_mut(kind)?.counters(&h).ok()?;
+                KernelCounters {
+                    packets: c.packets,
+                    bytes: c.bytes,
+                    used: c.used,
+                    tcp_flags: c.tcp_flags,
+                }
+            }
+        };
+        if self.removing {
+            self.removal_reads.insert(id, c);
         }
-        let (kind, h) = *self.flows.get(&id)?;
-        let c = self.engine_mut(kind)?.counters(&h).ok()?;
-        Some(KernelCounters {
-            packets: c.packets,
-            bytes: c.bytes,
-            used: c.used,
-            tcp_flags: c.tcp_flags,
-        })
+        Some(c)
     }
 
     fn engine_name(&self, id: u64) -> &'static str {

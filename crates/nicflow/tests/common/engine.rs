@@ -251,6 +251,7 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, batched_counter_read_covers_every_flow);
         $crate::engine_tests!(@one $eng, staged_installs_leave_the_map_single_installs_leave);
         $crate::engine_tests!(@one $eng, a_staged_commit_into_a_full_map_leaves_nothing);
+        $crate::engine_tests!(@one $eng, queued_removals_are_deleted_at_the_commit);
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
         $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
         $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
@@ -1003,6 +1004,95 @@ pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
             e.commit_staged().unwrap();
             assert_eq!(e.test_run(&frames[1], in_if, 0).unwrap().0, eng.redirect);
             e.remove(&h).unwrap();
+        }
+    });
+}
+
+/// Removals queued (`queue_removal`: the set-up poll's closed
+/// connections) stay in the map until `commit_removals`, which deletes
+/// them all with one `BPF_MAP_DELETE_BATCH` (or, as on a kernel that
+/// refuses it, one delete each) and only then frees the mask slot of
+/// their last flow; the other flows keep their entries and counters; a
+/// queued flow installed again before the commit keeps the new entry.
+pub fn queued_removals_are_deleted_at_the_commit(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let mut exact = FlowMask::exact();
+        exact.0.clear_userspace_only();
+        exact.0.tun_metadata = [0; 8];
+        // A second mask (source port wildcarded) held by one flow only.
+        let mut wide = exact;
+        wide.0.tp_src = 0;
+        let frame = |src: u32| {
+            FrameBuilder::new(A, B)
+                .ipv4(v4(src), v4(2))
+                .udp(1000, 2000)
+                .payload(b"removed")
+                .build()
+        };
+        let frames: Vec<Vec<u8>> = (0..13u32).map(|i| frame(0x0100 + i)).collect();
+        let encoded = |frame: &[u8], mask: &FlowMask| {
+            let mut k = FlowKey::default();
+            extract(frame, IN_PORT, &mut k).unwrap();
+            (eng.encode)(&k, mask, &[DpAction::Output(2)], &ports()).unwrap()
+        };
+        for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
+            let in_if = eng.veth(&format!("{tag}i"));
+            let out_if = eng.veth(&format!("{tag}2"));
+            let mut e = eng.load(XdpEngineConfig::default());
+            (eng.add_port)(&mut e, in_if, IN_PORT);
+            e.set_tx_port(0, out_if).unwrap();
+            e.set_delete_batch(mode == "batch");
+            // Flows 0..12 exact, 12 under the wide mask; one frame each.
+            let hs: Vec<_> = frames
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let m = if i == 12 { &wide } else { &exact };
+                    e.install(&encoded(f, m)).unwrap()
+                })
+                .collect();
+            assert_eq!(e.masks().len(), 2, "{mode}");
+            for f in &frames {
+                assert_eq!(e.test_run(f, in_if, 0).unwrap().0, eng.redirect, "{mode}");
+            }
+            // The odd flows and the wide one go; 1 is installed again
+            // before the commit.
+            let gone: Vec<usize> = (1..13).filter(|i| i % 2 == 1 || *i == 12).collect();
+            for &i in &gone {
+                assert_eq!(e.counters(&hs[i]).unwrap().packets, 1, "{mode}");
+                assert!(e.queue_removal(&hs[i]).unwrap(), "{mode}");
+            }
+            assert_eq!(e.n_flows(), 13 - gone.len(), "{mode}");
+            // Not deleted yet: the entries still forward, the wide mask
+            // is still held.
+            for &i in &gone {
+                assert_eq!(e.test_run(&frames[i], in_if, 0).unwrap().0, eng.redirect);
+            }
+            assert_eq!(e.masks().len(), 2, "{mode}");
+            let again = e.install(&encoded(&frames[1], &exact)).unwrap();
+            assert_eq!(again, hs[1], "{mode}");
+            e.commit_removals().unwrap();
+            let batches = if mode == "batch" { 1 } else { 0 };
+            assert_eq!(e.delete_batches(), batches, "{mode}");
+            assert_eq!(e.n_flows(), 13 - gone.len() + 1, "{mode}");
+            assert_eq!(e.masks().len(), 1, "{mode}: the wide mask's slot is free");
+            for (i, f) in frames.iter().enumerate() {
+                let kept = i == 1 || !gone.contains(&i);
+                let want = if kept { eng.redirect } else { eng.pass };
+                assert_eq!(e.test_run(f, in_if, 0).unwrap().0, want, "{mode} flow {i}");
+            }
+            // Only the kept flows are in the map: two frames each; the one
+            // installed again started afresh (one frame since).
+            let left = e.counters_batch().unwrap().expect("batched reads");
+            assert_eq!(left.len(), 13 - gone.len() + 1, "{mode}: {left:?}");
+            for (i, h) in hs.iter().enumerate().filter(|(i, _)| !gone.contains(i)) {
+                assert_eq!(left[h].packets, 2, "{mode} flow {i}");
+            }
+            assert_eq!(left[&hs[1]].packets, 1, "{mode}");
+            // An empty commit costs nothing.
+            e.commit_removals().unwrap();
+            assert_eq!(e.delete_batches(), batches, "{mode}");
         }
     });
 }

@@ -167,6 +167,9 @@ const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
 /// `BPF_MAP_UPDATE_BATCH` (bpf(2) command 26; hash maps since Linux 5.6).
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
+/// `BPF_MAP_DELETE_BATCH` (bpf(2) command 27; hash maps since Linux 5.6).
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+
 /// The element members of `union bpf_attr` (`map_fd`, `key`, `value`,
 /// `flags`).
 #[repr(C, align(8))]
@@ -299,6 +302,19 @@ pub struct XdpEngine {
     update_batch: bool,
     /// Successful `BPF_MAP_UPDATE_BATCH` calls ([`Self::update_batches`]).
     update_batches: u64,
+    /// `dp_flows` keys of flows removed by [`Self::queue_removal`], not
+    /// deleted yet: [`Self::commit_removals`] deletes them with one
+    /// `BPF_MAP_DELETE_BATCH`.
+    removal_keys: Vec<FlowHashKey>,
+    /// The mask slots those flows held, released only after the delete (a
+    /// slot freed earlier could be taken by another mask while the old
+    /// entry, with the old slot's index, is still in the map).
+    removal_masks: Vec<u32>,
+    /// Queued removals are deleted with `BPF_MAP_DELETE_BATCH`; cleared at
+    /// the kernel's first refusal (said once): then one delete each.
+    delete_batch: bool,
+    /// `BPF_MAP_DELETE_BATCH` calls made ([`Self::delete_batches`]).
+    delete_batches: u64,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
@@ -704,6 +720,10 @@ impl XdpEngine {
             staged_failed: false,
             update_batch: true,
             update_batches: 0,
+            removal_keys: Vec::new(),
+            removal_masks: Vec::new(),
+            delete_batch: true,
+            delete_batches: 0,
         };
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
@@ -1053,6 +1073,10 @@ impl XdpEngine {
             staged_failed: false,
             update_batch: true,
             update_batches: 0,
+            removal_keys: Vec::new(),
+            removal_masks: Vec::new(),
+            delete_batch: true,
+            delete_batches: 0,
         })
     }
 
@@ -1640,6 +1664,20 @@ impl XdpEngine {
         let mut value = flow.value;
         value.key = key.key;
         let hk = key.hash_key(&self.seed);
+        if let Some(i) = self.removal_keys.iter().position(|k| *k == hk) {
+            // Removed and queued for the batched delete, installed again
+            // before it (outside the contract, see `queue_removal`): the
+            // old entry goes now, so the commit cannot take the new one.
+            self.removal_keys.swap_remove(i);
+            match self.flows.remove(&hk) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    self.release_mask(acq.slot)?;
+                    return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
+                }
+            }
+        }
         if self.installed.holds_hash(&hk) {
             // Another flow under this mask has the same 64-bit hash. Checked
             // here for both paths: `BPF_NOEXIST` below cannot see a staged
@@ -1866,6 +1904,147 @@ impl XdpEngine {
         }
         self.release_mask(handle.0.mask_idx)?;
         Ok(last)
+    }
+
+    /// Remove a flow without touching the map: its entry is deleted, and
+    /// its mask slot released, by the next [`Self::commit_removals`] (one
+    /// `BPF_MAP_DELETE_BATCH` for every flow queued). For flows whose
+    /// counters the caller has just read: frames counted between that
+    /// read and the commit are lost with the entry. `Ok(false)`: not
+    /// queued, the caller removes it with [`Self::remove`] (a staged flow,
+    /// not in the map yet). The caller must not queue a flow with buckets
+    /// (a per-packet select flow: its buckets' entries would stay).
+    /// Nothing may install the flow again before the commit (an install
+    /// that finds it queued deletes the old entry first).
+    pub fn queue_removal(&mut self, handle: &FlowHandle) -> Result<bool, OffloadError> {
+        let hk = self.hash_key(handle)?;
+        if self.staged_keys.contains(&hk) {
+            return Ok(false);
+        }
+        if !self.installed.remove(&handle.0, &hk) {
+            return Err(OffloadError::NotFound);
+        }
+        self.removal_keys.push(hk);
+        self.removal_masks.push(handle.0.mask_idx);
+        Ok(true)
+    }
+
+    /// Delete the entries [`Self::queue_removal`] queued: one
+    /// `BPF_MAP_DELETE_BATCH` for all of them (the kernel stops at the
+    /// first key that fails: one already gone, `ENOENT`, is skipped and
+    /// the rest deleted by the next call), one delete each on a kernel
+    /// that refuses the command; then release their mask slots. An entry
+    /// that cannot be deleted (any other error) stays installed, holding
+    /// its mask, as after a failed [`Self::remove`]: the error is the
+    /// first such.
+    pub fn commit_removals(&mut self) -> Result<(), OffloadError> {
+        if self.removal_keys.is_empty() && self.removal_masks.is_empty() {
+            return Ok(());
+        }
+        let keys = std::mem::take(&mut self.removal_keys);
+        let mut masks = std::mem::take(&mut self.removal_masks);
+        let mut first_err = None;
+        let mut i = 0;
+        while self.delete_batch && keys.len() - i > 1 {
+            match self.delete_batch_call(&keys[i..]) {
+                (_, Ok(())) => {
+                    i = keys.len();
+                    break;
+                }
+                (_, Err(e)) if refuses_command(&e) => {
+                    // Nothing deleted as a batch: the rest one by one.
+                    self.delete_batch = false;
+                    tracing::info!(
+                        error = %e,
+                        "BPF_MAP_DELETE_BATCH on dp_flows refused: removals are deleted one by one"
+                    );
+                }
+                // Key `i + done` is not in the map (deleted by someone
+                // else): skip it, go on with the next.
+                (done, Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => i += done + 1,
+                // Key `i + done` failed: the one-by-one deletes below say
+                // which and keep it.
+                (done, Err(_)) => {
+                    i += done;
+                    break;
+                }
+            }
+        }
+        for (k, hk) in keys.iter().enumerate().skip(i) {
+            match self.flows.remove(hk) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    // Still in the map: its slot stays held (not
+                    // released below), the entry installed.
+                    let slot = masks[k];
+                    masks[k] = u32::MAX;
+                    let key = self.flows.get(hk, 0).ok().map(|v| FlowMapKey {
+                        mask_idx: slot,
+                        pad: 0,
+                        key: v.key,
+                    });
+                    if let Some(key) = key {
+                        self.installed.insert(key, *hk);
+                    }
+                    first_err.get_or_insert(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
+                }
+            }
+        }
+        for &slot in masks.iter().filter(|s| **s != u32::MAX) {
+            if let Err(e) = self.release_mask(slot) {
+                first_err.get_or_insert(e);
+            }
+        }
+        // Their buffers are reused by the next batch.
+        self.removal_keys = keys;
+        self.removal_keys.clear();
+        masks.clear();
+        self.removal_masks = masks;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// One `BPF_MAP_DELETE_BATCH` of `keys` from `dp_flows`: how many the
+    /// kernel deleted (those before the first that failed) and its answer.
+    fn delete_batch_call(&mut self, keys: &[FlowHashKey]) -> (usize, Result<(), std::io::Error>) {
+        use aya::maps::IterableMap;
+        let n = keys.len();
+        let mut attr = BatchAttr {
+            in_batch: 0,
+            out_batch: 0,
+            keys: keys.as_ptr() as u64,
+            values: 0,
+            count: n as u32,
+            map_fd: self.flows.map().fd().as_fd().as_raw_fd() as u32,
+            elem_flags: 0,
+            flags: 0,
+        };
+        // SAFETY: the attribute points at `count` keys of the map's key
+        // size (an array of its key type), alive for the call; a delete
+        // reads no values.
+        let r = unsafe { attr.call(BPF_MAP_DELETE_BATCH) };
+        self.delete_batches += 1;
+        // On a refused command the count is left as given: nothing was
+        // deleted then.
+        let done = if r.as_ref().is_err_and(refuses_command) {
+            0
+        } else {
+            (attr.count as usize).min(n)
+        };
+        (done, r)
+    }
+
+    /// Whether queued removals are deleted with `BPF_MAP_DELETE_BATCH`
+    /// (`false`: one delete each, as on a kernel that refuses it; the
+    /// tests compare the two).
+    pub fn set_delete_batch(&mut self, on: bool) {
+        self.delete_batch = on;
+    }
+
+    /// How many `BPF_MAP_DELETE_BATCH` calls [`Self::commit_removals`]
+    /// made (the tests tell the batch from its one-by-one fallback).
+    pub fn delete_batches(&self) -> u64 {
+        self.delete_batches
     }
 
     /// From now until [`Self::commit_staged`], installs of flows without
