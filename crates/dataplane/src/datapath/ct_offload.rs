@@ -330,21 +330,25 @@ pub const SETUP_PENDING_MAX: usize = 65_536 / 4 / 3;
 /// unanswered connections hold no entries for their 30-s opening timer).
 pub const SETUP_HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Most wall-clock time one [`CtOffloads::poll_setup`] spends on
+/// Most wall-clock time one [`CtOffloads::poll_setup`] spends looking at
 /// connections beyond those it owes (one per connection set up since its
-/// last call).
+/// last call). The batched delete of the closed connections' entries at
+/// the end of the poll falls outside it: one system call for the whole
+/// poll, made after the last time check, its time not measured on its
+/// own (the daemon's whole cost per connection with it is in
+/// docs/results/conntrack.md's ctdel section).
 ///
-/// Not a bound on the poll's throughput: each closed connection cost
-/// about a dozen system calls then (three counter reads, three removals of
-/// two reads and a delete each; now three reads and its share of one
-/// batched delete per poll), some 15-20 µs on the bench's VM, so a fixed
-/// 250 µs every 2 ms (the first version of this bound) polled about 6,000
-/// connections a second. Set up faster than that, the unpolled
-/// connections held their entries until the tick, counted as unanswered
-/// until then, filled [`SETUP_PENDING_MAX`] within a fraction of a second
-/// (every later SYN refused as `ct:setup-pending-full`, its connection
-/// carried in userspace), and the tick's sync then removed thousands of
-/// entries in one stall: 0.94x the connections/s of set-up off
+/// Not a bound on the poll's throughput: before that batch, each closed
+/// connection cost about a dozen system calls (three counter reads, three
+/// removals of two reads and a delete each), some 15-20 µs on the bench's
+/// VM (now three reads and its share of the batch, not measured apart),
+/// so a fixed 250 µs every 2 ms (the first version of this bound) polled
+/// about 6,000 connections a second. Set up faster than that, the
+/// unpolled connections held their entries until the tick, counted as
+/// unanswered until then, filled [`SETUP_PENDING_MAX`] within a fraction
+/// of a second (every later SYN refused as `ct:setup-pending-full`, its
+/// connection carried in userspace), and the tick's sync then removed
+/// thousands of entries in one stall: 0.94x the connections/s of set-up off
 /// (docs/results/conntrack.md, "Connection set-up in the kernel: why it
 /// lowered connections/s").
 const SETUP_POLL_TIME: std::time::Duration = std::time::Duration::from_micros(250);
@@ -774,9 +778,10 @@ impl CtOffloads {
     /// Those still open are left to the sync, except those whose SYN-ACK
     /// was not seen: they are looked at again [`SETUP_HANDSHAKE_MAX`]
     /// after their set-up, and if still unanswered their entries go (the
-    /// tracker carries them in userspace). The entries removed go to the
-    /// engine together ([`FlowOffload::begin_removals`]): one batched
-    /// delete per call.
+    /// tracker carries them in userspace). The entries of closed
+    /// connections go to the engine together
+    /// ([`FlowOffload::begin_removals`]): one batched delete at the end of
+    /// the call; those of timed-out (open) ones at once.
     pub fn poll_setup(
         &mut self,
         tracker: &mut Conntrack,
@@ -793,9 +798,13 @@ impl CtOffloads {
         // The entries of the connections found closed go in one batched
         // delete at the end (three per connection: one system call for
         // them all instead of one each); their counters are those `look`
-        // reads, so frames the kernel counts on them between that read
-        // and the delete (microseconds; for a closed connection at most
-        // its last ACK) are lost to the connection's and flows' counters.
+        // reads, and they forward until the delete: frames the kernel
+        // counts on them in between (up to the rest of this poll; for a
+        // closed connection at most its last ACK) are lost to the
+        // connection's and flows' counters. An open connection's entries
+        // (a handshake timed out) go at once instead: a SYN-ACK they
+        // forwarded meanwhile would reach the client unseen by the
+        // tracker.
         off.begin_removals();
         let started = Instant::now();
         let (mut n, mut skipped) = (0, 0);
@@ -834,7 +843,7 @@ impl CtOffloads {
             if self.setup_conns.get(&h).is_some_and(|c| !c.answered) {
                 if last {
                     self.setup_timeouts += 1;
-                    self.forget(h, tracker, off, flows, now);
+                    self.forget_at_once(h, tracker, off, flows, now);
                 } else if self.handshake_queue.len() < SETUP_QUEUE_MAX {
                     self.handshake_queue.push_back((h, at));
                 }
@@ -1000,6 +1009,28 @@ impl CtOffloads {
                 self.remove((d, slot), tracker, off, flows, now);
             }
         }
+    }
+
+    /// [`Self::forget`] inside the poll's batch of removals, for an open
+    /// connection: its entries are deleted at once, not at the commit (a
+    /// frame they forward until then, a SYN-ACK, would be unseen by the
+    /// tracker).
+    fn forget_at_once(
+        &mut self,
+        h: ConnHandle,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        for d in [h.direction_key(), h.reversed()] {
+            for slot in [MAIN, SYNACK] {
+                if let Some(o) = self.live.get(&(d, slot)) {
+                    off.exempt_from_batch(o.kernel_id);
+                }
+            }
+        }
+        self.forget(h, tracker, off, flows, now);
     }
 
     fn remove(

@@ -138,12 +138,21 @@ pub trait FlowOffload {
     /// deleted together at the commit, in one system call instead of one
     /// each (the set-up poll removes the three entries of each closed
     /// connection). Such a `remove` returns the counters that read gave as
-    /// the flow's last: frames the kernel counts on it between the read
-    /// and the commit's delete are lost to its counters (microseconds;
-    /// for a closed connection at most its last ACK). The contract in
-    /// between: nothing installs a flow (an engine that finds a queued
-    /// entry reinstalled deletes it first, one system call).
+    /// the flow's last, and its entry keeps forwarding until the commit:
+    /// frames the kernel counts on it between the read and the commit's
+    /// delete (up to the rest of the caller's work, a whole poll) are lost
+    /// to its counters and unseen by its owner. Only for flows that carry
+    /// no more frames that matter (a closed connection's: at most its
+    /// last ACK); one that may (an open connection) goes through
+    /// [`FlowOffload::exempt_from_batch`] first. The contract in between:
+    /// nothing installs a flow (an engine that finds a queued entry
+    /// reinstalled deletes it first, one system call).
     fn begin_removals(&mut self) {}
+    /// Between [`FlowOffload::begin_removals`] and the commit: the next
+    /// `remove` of flow `id` deletes its entry at once, with its last
+    /// counters read in the same call, instead of queueing it (for a flow
+    /// that may still carry frames its owner must see).
+    fn exempt_from_batch(&mut self, _id: u64) {}
     /// Delete what the removals since [`FlowOffload::begin_removals`]
     /// queued. The flows are gone for the caller either way: an entry the
     /// engine fails to delete is said in its log, as a failed `remove`.

@@ -2191,6 +2191,12 @@ impl FlowOffload for OffloadManager {
         self.removal_reads.clear();
     }
 
+    fn exempt_from_batch(&mut self, id: u64) {
+        // Not read as far as the queue knows: `remove` takes the exact
+        // path (one lookup-and-delete).
+        self.removal_reads.remove(&id);
+    }
+
     fn commit_removals(&mut self) {
         self.removing = false;
         self.removal_reads.clear();

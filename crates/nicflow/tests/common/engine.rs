@@ -252,6 +252,8 @@ macro_rules! engine_tests {
         $crate::engine_tests!(@one $eng, staged_installs_leave_the_map_single_installs_leave);
         $crate::engine_tests!(@one $eng, a_staged_commit_into_a_full_map_leaves_nothing);
         $crate::engine_tests!(@one $eng, queued_removals_are_deleted_at_the_commit);
+        $crate::engine_tests!(@one $eng, a_queued_removal_already_gone_is_skipped);
+        $crate::engine_tests!(@one $eng, a_queued_flow_installed_again_keeps_its_slot);
         $crate::engine_tests!(@one $eng, tunnel_decap_and_encap_match_userspace);
         $crate::engine_tests!(@one $eng, mask_hints_find_every_flow_and_survive_slot_reuse);
         $crate::engine_tests!(@one $eng, ports_sharing_a_direct_mapped_slot_are_both_served);
@@ -1094,6 +1096,124 @@ pub fn queued_removals_are_deleted_at_the_commit(eng: &Engine) {
             e.commit_removals().unwrap();
             assert_eq!(e.delete_batches(), batches, "{mode}");
         }
+    });
+}
+
+/// Flows and frames for the queued-removal tests: `n` UDP flows under
+/// the exact mask (the last `wide` of them with the source port
+/// wildcarded, a second mask), their frames.
+fn removal_flows(eng: &Engine, n: u32, wide: usize) -> (Vec<EncodedFlow>, Vec<Vec<u8>>) {
+    let mut exact = FlowMask::exact();
+    exact.0.clear_userspace_only();
+    exact.0.tun_metadata = [0; 8];
+    let mut wide_mask = exact;
+    wide_mask.0.tp_src = 0;
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            FrameBuilder::new(A, B)
+                .ipv4(v4(0x0200 + i), v4(2))
+                .udp(1000, 2000)
+                .payload(b"queued")
+                .build()
+        })
+        .collect();
+    let flows = frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut k = FlowKey::default();
+            extract(f, IN_PORT, &mut k).unwrap();
+            let m = if i + wide >= n as usize {
+                &wide_mask
+            } else {
+                &exact
+            };
+            (eng.encode)(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
+        })
+        .collect();
+    (flows, frames)
+}
+
+/// A queued removal whose entry someone else deleted first: the batched
+/// delete stops at it (`ENOENT`), skips it and deletes the rest with a
+/// second call; every slot is freed and nothing is left installed. One
+/// by one (a kernel that refuses the batch), the same.
+pub fn a_queued_removal_already_gone_is_skipped(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        let (flows, frames) = removal_flows(&eng, 4, 0);
+        for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
+            let in_if = eng.veth(&format!("{tag}i"));
+            let out_if = eng.veth(&format!("{tag}2"));
+            let mut e = eng.load(XdpEngineConfig::default());
+            (eng.add_port)(&mut e, in_if, IN_PORT);
+            e.set_tx_port(0, out_if).unwrap();
+            e.set_delete_batch(mode == "batch");
+            let hs: Vec<_> = flows.iter().map(|f| e.install(f).unwrap()).collect();
+            for h in &hs {
+                assert!(e.queue_removal(h).unwrap(), "{mode}");
+            }
+            // The second one's entry goes behind the engine's back.
+            e.delete_entry_only(&hs[1]).unwrap();
+            e.commit_removals().unwrap();
+            // Batch: the first call deletes flow 0 and stops at 1; the
+            // second deletes 2 and 3.
+            let batches = if mode == "batch" { 1 } else { 0 };
+            assert_eq!(e.delete_batches(), batches, "{mode}");
+            assert_eq!(e.n_flows(), 0, "{mode}");
+            assert_eq!(e.masks().len(), 0, "{mode}: the slot is free");
+            for (i, f) in frames.iter().enumerate() {
+                assert_eq!(
+                    e.test_run(f, in_if, 0).unwrap().0,
+                    eng.pass,
+                    "{mode} flow {i}"
+                );
+            }
+            let left = e.counters_batch().unwrap().expect("batched reads");
+            assert!(left.is_empty(), "{mode}: {left:?}");
+        }
+    });
+}
+
+/// A queued flow installed again before the commit: its old entry is
+/// deleted at once and its old mask reference released with it, so the
+/// new flow holds the slot alone (removing it frees the slot, before any
+/// commit), and the commit neither deletes the new entry nor frees a
+/// slot twice.
+pub fn a_queued_flow_installed_again_keeps_its_slot(eng: &Engine) {
+    let eng = *eng;
+    in_netns(move || {
+        // Flows 0, 1 exact, 2 under the wide mask.
+        let (flows, frames) = removal_flows(&eng, 3, 1);
+        let in_if = eng.veth("ri");
+        let out_if = eng.veth("r2");
+        let mut e = eng.load(XdpEngineConfig::default());
+        (eng.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, out_if).unwrap();
+        let hs: Vec<_> = flows.iter().map(|f| e.install(f).unwrap()).collect();
+        assert_eq!(e.masks().len(), 2);
+        for h in &hs {
+            assert!(e.queue_removal(h).unwrap());
+        }
+        // 2 and 0 installed again (2 swapped off the queue's end, 0 off
+        // its front: the queue's order changes).
+        let w = e.install(&flows[2]).unwrap();
+        let x = e.install(&flows[0]).unwrap();
+        assert_eq!((w, x), (hs[2], hs[0]));
+        assert_eq!(e.masks().len(), 2);
+        // The wide mask is held by flow 2 alone now: removing it frees
+        // the slot at once.
+        e.remove(&w).unwrap();
+        assert_eq!(e.masks().len(), 1, "the wide slot is free");
+        e.commit_removals().unwrap();
+        assert_eq!(e.n_flows(), 1);
+        assert_eq!(e.masks().len(), 1, "flow 0 holds the exact mask");
+        let want = [eng.redirect, eng.pass, eng.pass];
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(e.test_run(f, in_if, 0).unwrap().0, want[i], "flow {i}");
+        }
+        e.remove(&x).unwrap();
+        assert_eq!(e.masks().len(), 0, "every slot free");
     });
 }
 

@@ -302,18 +302,21 @@ pub struct XdpEngine {
     update_batch: bool,
     /// Successful `BPF_MAP_UPDATE_BATCH` calls ([`Self::update_batches`]).
     update_batches: u64,
-    /// `dp_flows` keys of flows removed by [`Self::queue_removal`], not
-    /// deleted yet: [`Self::commit_removals`] deletes them with one
+    /// Flows removed by [`Self::queue_removal`], not deleted yet: their
+    /// `dp_flows` key and their key (its mask slot, released only after
+    /// the delete: a slot freed earlier could be taken by another mask
+    /// while the old entry, with the old slot's index, is still in the
+    /// map). One vector of pairs, so a flow taken off the queue takes its
+    /// slot with it. [`Self::commit_removals`] deletes them with one
     /// `BPF_MAP_DELETE_BATCH`.
+    removals: Vec<(FlowHashKey, FlowMapKey)>,
+    /// The `dp_flows` keys of `removals` side by side, as the batch call
+    /// reads them (a buffer reused by every commit).
     removal_keys: Vec<FlowHashKey>,
-    /// The mask slots those flows held, released only after the delete (a
-    /// slot freed earlier could be taken by another mask while the old
-    /// entry, with the old slot's index, is still in the map).
-    removal_masks: Vec<u32>,
     /// Queued removals are deleted with `BPF_MAP_DELETE_BATCH`; cleared at
     /// the kernel's first refusal (said once): then one delete each.
     delete_batch: bool,
-    /// `BPF_MAP_DELETE_BATCH` calls made ([`Self::delete_batches`]).
+    /// Successful `BPF_MAP_DELETE_BATCH` calls ([`Self::delete_batches`]).
     delete_batches: u64,
 }
 
@@ -720,8 +723,8 @@ impl XdpEngine {
             staged_failed: false,
             update_batch: true,
             update_batches: 0,
+            removals: Vec::new(),
             removal_keys: Vec::new(),
-            removal_masks: Vec::new(),
             delete_batch: true,
             delete_batches: 0,
         };
@@ -1073,8 +1076,8 @@ impl XdpEngine {
             staged_failed: false,
             update_batch: true,
             update_batches: 0,
+            removals: Vec::new(),
             removal_keys: Vec::new(),
-            removal_masks: Vec::new(),
             delete_batch: true,
             delete_batches: 0,
         })
@@ -1664,19 +1667,20 @@ impl XdpEngine {
         let mut value = flow.value;
         value.key = key.key;
         let hk = key.hash_key(&self.seed);
-        if let Some(i) = self.removal_keys.iter().position(|k| *k == hk) {
+        if let Some(i) = self.removals.iter().position(|(k, _)| *k == hk) {
             // Removed and queued for the batched delete, installed again
             // before it (outside the contract, see `queue_removal`): the
-            // old entry goes now, so the commit cannot take the new one.
-            self.removal_keys.swap_remove(i);
-            match self.flows.remove(&hk) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
-                Err(e) => {
-                    self.release_mask(acq.slot)?;
-                    return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
-                }
+            // old entry goes now, so the commit cannot take the new one,
+            // and with it off the queue its mask reference (the same
+            // slot: the hash key holds it; the install holds its own).
+            // Taken off only once deleted: on an error it stays queued,
+            // for the commit to delete or keep as installed.
+            if let Err(e) = self.delete_entry(&hk) {
+                self.release_mask(acq.slot)?;
+                return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
             }
+            let (_, old) = self.removals.swap_remove(i);
+            self.release_mask(old.mask_idx)?;
         }
         if self.installed.holds_hash(&hk) {
             // Another flow under this mask has the same 64-bit hash. Checked
@@ -1888,13 +1892,12 @@ impl XdpEngine {
             Some(v) => FlowCounters::of(&v, monotonic_ns(), Instant::now()),
             None => FlowCounters::default(),
         };
-        match self.flows.remove(&hk) {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {
+        match self.delete_entry(&hk) {
+            Ok(()) => {
                 if select {
                     self.remove_buckets(&handle.0, 0);
                 }
             }
-            Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
             Err(e) => {
                 // Still in the map, still holding its mask: still
                 // installed (a retry removes it, or an install modifies it).
@@ -1924,8 +1927,7 @@ impl XdpEngine {
         if !self.installed.remove(&handle.0, &hk) {
             return Err(OffloadError::NotFound);
         }
-        self.removal_keys.push(hk);
-        self.removal_masks.push(handle.0.mask_idx);
+        self.removals.push((hk, handle.0));
         Ok(true)
     }
 
@@ -1938,11 +1940,13 @@ impl XdpEngine {
     /// its mask, as after a failed [`Self::remove`]: the error is the
     /// first such.
     pub fn commit_removals(&mut self) -> Result<(), OffloadError> {
-        if self.removal_keys.is_empty() && self.removal_masks.is_empty() {
+        if self.removals.is_empty() {
             return Ok(());
         }
-        let keys = std::mem::take(&mut self.removal_keys);
-        let mut masks = std::mem::take(&mut self.removal_masks);
+        let mut removals = std::mem::take(&mut self.removals);
+        let mut keys = std::mem::take(&mut self.removal_keys);
+        keys.clear();
+        keys.extend(removals.iter().map(|(hk, _)| *hk));
         let mut first_err = None;
         let mut i = 0;
         while self.delete_batch && keys.len() - i > 1 {
@@ -1970,38 +1974,52 @@ impl XdpEngine {
                 }
             }
         }
-        for (k, hk) in keys.iter().enumerate().skip(i) {
-            match self.flows.remove(hk) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(e) if errno_of(&e) == Some(libc::ENOENT) => {}
-                Err(e) => {
-                    // Still in the map: its slot stays held (not
-                    // released below), the entry installed.
-                    let slot = masks[k];
-                    masks[k] = u32::MAX;
-                    let key = self.flows.get(hk, 0).ok().map(|v| FlowMapKey {
-                        mask_idx: slot,
-                        pad: 0,
-                        key: v.key,
-                    });
-                    if let Some(key) = key {
-                        self.installed.insert(key, *hk);
-                    }
-                    first_err.get_or_insert(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
-                }
+        // The flows whose entry could not be deleted (none but on an
+        // error: no allocation then).
+        let mut kept = Vec::new();
+        for (k, (hk, key)) in removals.iter().enumerate().skip(i) {
+            if let Err(e) = self.delete_entry(hk) {
+                // Still in the map: still installed, holding its slot
+                // (not released below), as after a failed `remove`.
+                self.installed.insert(*key, *hk);
+                kept.push(k);
+                first_err.get_or_insert(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
             }
         }
-        for &slot in masks.iter().filter(|s| **s != u32::MAX) {
-            if let Err(e) = self.release_mask(slot) {
+        for (k, (_, key)) in removals.iter().enumerate() {
+            if kept.contains(&k) {
+                continue;
+            }
+            if let Err(e) = self.release_mask(key.mask_idx) {
                 first_err.get_or_insert(e);
             }
         }
         // Their buffers are reused by the next batch.
+        removals.clear();
+        self.removals = removals;
         self.removal_keys = keys;
-        self.removal_keys.clear();
-        masks.clear();
-        self.removal_masks = masks;
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Delete `hk`'s entry from `dp_flows`; one already gone is no error.
+    fn delete_entry(&mut self, hk: &FlowHashKey) -> Result<(), aya::maps::MapError> {
+        match self.flows.remove(hk) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Delete flow `handle`'s `dp_flows` entry and nothing else (it stays
+    /// installed, holding its slot): what another writer of the map would
+    /// do; the tests use it to make a queued removal's delete find its
+    /// entry gone.
+    #[doc(hidden)]
+    pub fn delete_entry_only(&mut self, handle: &FlowHandle) -> Result<(), OffloadError> {
+        let hk = self.hash_key(handle)?;
+        self.flows
+            .remove(&hk)
+            .map_err(|e| bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e))
     }
 
     /// One `BPF_MAP_DELETE_BATCH` of `keys` from `dp_flows`: how many the
@@ -2023,7 +2041,9 @@ impl XdpEngine {
         // size (an array of its key type), alive for the call; a delete
         // reads no values.
         let r = unsafe { attr.call(BPF_MAP_DELETE_BATCH) };
-        self.delete_batches += 1;
+        if r.is_ok() {
+            self.delete_batches += 1;
+        }
         // On a refused command the count is left as given: nothing was
         // deleted then.
         let done = if r.as_ref().is_err_and(refuses_command) {
