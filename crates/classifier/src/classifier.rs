@@ -183,11 +183,20 @@ fn word_index_ok<const W: usize>(index: u32) -> bool {
 ///
 /// `usize::from(i) < W`. The lookup passes the used entries of a
 /// [`Rank::idx`] (`..n`, `n != u8::MAX`) and entry 0 of an inline
-/// [`Rule::idx`] (`n != WIDE`, `W > 0`): used entries are written only by
-/// [`Rank::new`] and [`inline_of`], which store an index only if
-/// [`word_index_ok`] holds and make the table or rule wide otherwise, and
-/// unused entries are 0. `check_invariants` (run by the property tests
-/// after every step) asserts it of every live rule and table.
+/// [`Rule::idx`] (`n != WIDE`, `W > 0`): used entries are built only by
+/// [`Rank::new`] and [`inline_of`] (other rules are copies of such a rule
+/// of the same classifier, `..h` in `insert_into_group`), which store an
+/// index only if [`word_index_ok`] holds and make the table or rule wide
+/// otherwise, and unused entries are 0. `Rank` and `Rule` are not generic
+/// over `W`: this holds because a classifier builds and reads its entries
+/// with its own `W` only — a `Rank::hash::<V>` or `rule_matches` with
+/// another width than the entry was built with would break it.
+/// `check_invariants` (run by the property tests after every step)
+/// re-checks the indexes of every table and of every rule linked into a
+/// chain (the only rules the lookup compares); the equality checks against
+/// `inline_of`/`Rank::new` just before already imply it, so these are
+/// defence, not what catches a wrong index (the lookup-against-linear
+/// tests are).
 #[inline(always)]
 unsafe fn key_word<const W: usize>(key: &[u64; W], i: u8) -> u64 {
     debug_assert!(usize::from(i) < W, "key word index {i} out of {W}");
@@ -330,7 +339,9 @@ fn rule_matches<const W: usize, T>(
         return agree(&masks.at(r.mask).words, key, rules.key(idx));
     }
     if W == 0 {
-        // Unused entries point at word 0; a zero-width key has none.
+        // Unused entries point at word 0; a zero-width key has none. This
+        // guard is a safety precondition of the `key_word` read below, not
+        // only a shortcut.
         return true;
     }
     let m = &masks.dense[r.mask as usize];
@@ -2961,6 +2972,13 @@ mod tests {
     fn key_word_indexes_beyond_a_u8_go_wide() {
         assert!(word_index_ok::<4>(3) && !word_index_ok::<4>(4));
         assert!(word_index_ok::<300>(255) && !word_index_ok::<300>(256));
+        // Both builders test `< W`, not only the `u8` fit.
+        let beyond = [MaskWord { mask: 1, index: 4 }];
+        assert_eq!(inline_of::<4>(&beyond, &[0; 4]).0, WIDE);
+        assert_eq!(Rank::new::<4>(0, 0, &beyond).n, u8::MAX);
+        let inside = [MaskWord { mask: 1, index: 3 }];
+        assert_eq!(inline_of::<4>(&inside, &[0; 4]).0, 1);
+        assert_eq!(Rank::new::<4>(0, 0, &inside).n, 1);
         const WW: usize = 300;
         let mut next = xorshift(0x0bad_cafe_f00d_1234u64);
         for relax in [
