@@ -197,6 +197,11 @@ pub(crate) struct Run<'a> {
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
+    /// The flat headers' layout while the main blocks run with them
+    /// (`arch::run_block_slots`); their values are `st.pool.flat`.
+    pub(crate) flat: Option<&'a super::fast::FlatLayout>,
+    /// The name the running main block gives the flat headers.
+    pub(crate) flat_root: &'a str,
     /// Runs the reference paths only (the evaluator as it was before
     /// the per-packet fast paths): the differential test compares the
     /// two on the corpus. Never set on the data path.
@@ -253,6 +258,8 @@ impl<'a> Run<'a> {
             quiet: 0,
             reparse_tag: "p4-recirculate",
             assigning: false,
+            flat: None,
+            flat_root: "",
             reference: false,
         }
     }
@@ -1208,7 +1215,12 @@ impl<'a> Run<'a> {
         for &(pi, ai) in list.iter() {
             let name = params[pi].name.name.as_str();
             if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
-                r = self.assign(&args[ai].value, std::mem::replace(v, Value::Void));
+                let v = std::mem::replace(v, Value::Void);
+                let e = &args[ai].value;
+                r = match self.flat_arg(e) {
+                    Some((fl, at)) => self.flat_write(fl, at, v, e.span()),
+                    None => self.assign(e, v),
+                };
                 if r.is_err() {
                     break;
                 }
@@ -1227,6 +1239,19 @@ impl<'a> Run<'a> {
     /// vector reused) instead of a fresh clone; the same count and depth
     /// check as `eval`.
     fn eval_copy_in(&mut self, e: &Expr, ty: &Ty) -> R<Value> {
+        if let Some((fl, at)) = self.flat_arg(e) {
+            // A header or field of the flat headers, built into a value
+            // an earlier copy-out left.
+            self.enter()?;
+            self.depth -= 1;
+            let d = match at {
+                super::fast::FlatAt::Header(_) => {
+                    self.st.pool.agg_spare.pop().unwrap_or(Value::Void)
+                }
+                super::fast::FlatAt::Field { .. } => Value::Void,
+            };
+            return Ok(self.flat_read(fl, at, d));
+        }
         if self.reference || !matches!(ty, Ty::Header(_) | Ty::Struct(_)) {
             return self.eval(e);
         }

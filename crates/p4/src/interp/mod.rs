@@ -214,6 +214,8 @@ pub(crate) struct Pool {
     /// Headers/structs replaced by an assignment, reused by the next
     /// copy-in of an `in`/`inout` argument (`Run::eval_copy_in`).
     pub agg_spare: Vec<Value>,
+    /// The flat headers of the packet being run (`fast::FlatLayout`).
+    pub flat: fast::FlatStore,
 }
 
 impl State {
@@ -315,6 +317,23 @@ impl Pipeline {
 
     pub fn arch(&self) -> Arch {
         self.arch
+    }
+
+    /// Whether the data path holds this program's headers struct as one
+    /// flat array per packet (`Ok`) or as a `Value` tree (`Err`: why).
+    /// Only PNA programs run with it; the reference evaluator never does.
+    pub fn flat_headers(&self) -> Result<(), &'static str> {
+        match &self.prog.fast {
+            Some(c) if c.flat.is_some() => {
+                if matches!(self.arch, Arch::Pna | Arch::PnaTc) {
+                    Ok(())
+                } else {
+                    Err("not a PNA program")
+                }
+            }
+            Some(c) => Err(c.flat_off.unwrap_or("no flat layout")),
+            None => Err("no compiled form"),
+        }
     }
 
     /// Runs one packet received on `in_port` at time `now_ns`. Never

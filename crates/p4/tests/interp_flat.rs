@@ -1,0 +1,195 @@
+//! The flat headers (`Pipeline::flat_headers`): PNA programs whose
+//! headers struct is held as one array per packet on the data path must
+//! give the walker's (`process_reference`) outputs and whole traces, and
+//! programs the flat layout cannot hold must say so and still agree.
+
+mod interp_support;
+use interp_support::{add_routes, corpus, load};
+use nicflow_p4::Pipeline;
+
+/// A PNA program using what the flat path compiles: extract/emit, field
+/// reads and writes, `bool`, `int<7>`, `bit<128>`, isValid, a whole
+/// header assigned, a header passed `inout` to a function, a field
+/// passed `inout` to an action, a table key. `EXTRA` goes into the
+/// headers struct, `MAIN` at the start of the main control's apply.
+const TEMPLATE: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+header b_t { bool f; int<7> n; bit<128> w; bit<8> x; bit<8> y; }
+struct headers_t { a_t a; b_t b; b_t c; EXTRA }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start {
+        pkt.extract(hdr.a);
+        transition select(hdr.a.t) { 0x0800: pb; 0x0801: pbc; default: accept; }
+    }
+    state pb { pkt.extract(hdr.b); transition accept; }
+    state pbc { pkt.extract(hdr.b); pkt.extract(hdr.c); transition accept; }
+}
+void swap(inout b_t b, out bit<8> old) { old = b.x; b.x = b.y; b.y = old; }
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    bit<8> keep;
+    action bump(inout bit<8> v) { v = v + 1; }
+    action fwd(PortId_t port) { send_to_port(port); }
+    table t { key = { hdr.b.x : exact; } actions = { fwd; } default_action = fwd((PortId_t)1); }
+    apply {
+        MAIN
+        if (hdr.b.isValid()) {
+            if (hdr.b.f) {
+                swap(hdr.b, keep);
+                hdr.a.s = (bit<48>) keep;
+            } else {
+                bump(hdr.b.y);
+                hdr.b.n = hdr.b.n - 1;
+            }
+            if (!hdr.c.isValid()) {
+                hdr.c = hdr.b;
+                hdr.c.w = hdr.c.w + 1;
+            }
+            t.apply();
+        } else {
+            send_to_port((PortId_t)2);
+        }
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.a); pkt.emit(hdr.b); pkt.emit(hdr.c); }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+fn build(extra: &str, main: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let text = TEMPLATE.replace("EXTRA", extra).replace("MAIN", main);
+    let prog = nicflow_p4::front::parse_str("flat.p4", &text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Packets for the template: ethertypes that parse one, two or no `b_t`,
+/// lengths from empty to a few bytes past two `b_t`s (short ones reject).
+fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|_| {
+            let len = (next() % 60) as usize;
+            let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if len >= 14 {
+                let t: u16 = [0x0800, 0x0801, 0x0806][(next() % 3) as usize];
+                p[12..14].copy_from_slice(&t.to_be_bytes());
+            }
+            p
+        })
+        .collect()
+}
+
+/// Each packet through `fast.process` and `reference.process_reference`:
+/// outputs and whole traces equal.
+fn agree(what: &str, fast: &mut Pipeline, reference: &mut Pipeline, pkts: &[Vec<u8>]) -> usize {
+    let mut sent = 0;
+    for (i, p) in pkts.iter().enumerate() {
+        let port = (i % 3) as u32;
+        let a = fast.process(port, p, i as u64);
+        let b = reference.process_reference(port, p, i as u64);
+        assert_eq!(a, b, "{what}: packet {i} {p:02x?}: flat path != walker");
+        sent += a.outputs.len();
+    }
+    assert_eq!(fast.error_count(), reference.error_count(), "{what}");
+    sent
+}
+
+#[test]
+fn flat_headers_agree_with_the_walker() {
+    let (Some(mut fast), Some(mut reference)) = (build("", ""), build("", "")) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    let sent = agree("template", &mut fast, &mut reference, &packets(7, 400));
+    assert!(
+        sent > 100,
+        "too few packets forwarded ({sent}) to compare much"
+    );
+}
+
+#[test]
+fn routing_holds_its_headers_flat_and_agrees_with_the_walker() {
+    let (Some(mut fast), Some(mut reference)) = (load("pna/routing.p4"), load("pna/routing.p4"))
+    else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    let routes = [(0xc612_0000, 16), (0xc613_0100, 24)];
+    add_routes(&mut fast, &routes, 3);
+    add_routes(&mut reference, &routes, 3);
+    let mut ip = vec![
+        0u8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00, // ethernet
+        0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 198, 18, 0, 1, 198, 19, 1, 9,
+    ];
+    let mut pkts = vec![ip.clone()];
+    ip[22] = 1; // ttl 1: dropped
+    pkts.push(ip.clone());
+    ip[22] = 9;
+    ip[31] = 2; // no route but the default
+    pkts.push(ip.clone());
+    pkts.push(ip[..20].to_vec()); // short: parser error
+    ip[12] = 0x86; // not IPv4
+    pkts.push(ip.clone());
+    pkts.extend(packets(11, 200));
+    let sent = agree("routing.p4", &mut fast, &mut reference, &pkts);
+    assert!(sent >= 1, "routing.p4 forwarded nothing");
+}
+
+#[test]
+fn programs_the_flat_layout_cannot_hold_take_the_tree() {
+    // A header stack in the struct: no flat layout.
+    let (Some(mut fast), Some(mut reference)) = (build("b_t[2] st;", ""), build("b_t[2] st;", ""))
+    else {
+        return;
+    };
+    let why = fast.flat_headers().unwrap_err();
+    assert!(why.contains("fixed-width headers"), "{why}");
+    agree("stack", &mut fast, &mut reference, &packets(3, 200));
+    // The headers handed to the walker (setInvalid is not compiled).
+    let main = "if (hdr.a.t == 0x0801) { hdr.c.setInvalid(); }";
+    let (Some(mut fast), Some(mut reference)) = (build("", main), build("", main)) else {
+        return;
+    };
+    let why = fast.flat_headers().unwrap_err();
+    assert!(why.contains("walker"), "{why}");
+    agree("setInvalid", &mut fast, &mut reference, &packets(5, 200));
+}
+
+#[test]
+fn which_corpus_programs_hold_their_headers_flat() {
+    // Visible in the test log (`--nocapture`); at least routing.p4 is.
+    let Some(c) = corpus() else { return };
+    let mut flat = 0;
+    for dir in ["pna", "psa", "v1model", "netronome"] {
+        let Ok(rd) = std::fs::read_dir(c.join(dir)) else {
+            continue;
+        };
+        let mut names: Vec<_> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "p4"))
+            .collect();
+        names.sort();
+        for p in names {
+            if let Ok(pl) = Pipeline::load(&p, &[c.join("include")], None) {
+                let r = pl.flat_headers();
+                flat += r.is_ok() as usize;
+                eprintln!("{}: {:?}", p.display(), r);
+            }
+        }
+    }
+    assert!(flat >= 1);
+}
