@@ -10,8 +10,12 @@ use nicflow_p4::Pipeline;
 /// A PNA program using what the flat path compiles: extract/emit, field
 /// reads and writes, `bool`, `int<7>`, `bit<128>`, isValid, a whole
 /// header assigned, a header passed `inout` to a function, a field
-/// passed `inout` to an action, a table key. `EXTRA` goes into the
-/// headers struct, `MAIN` at the start of the main control's apply.
+/// passed `inout` to an action, a table key; functions taking headers
+/// `inout` (compiled for the flat array: `Pipeline::flat_calls`), one
+/// of them reading them in checksum method arguments, one passing its
+/// parameter on, one (`inval`, called only by some `MAIN`s) that cannot
+/// be compiled so. `EXTRA` goes into the headers struct, `MAIN` at the
+/// start of the main control's apply.
 const TEMPLATE: &str = r#"
 #include <core.p4>
 #include <tc/pna.p4>
@@ -29,6 +33,16 @@ parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
     state pbc { pkt.extract(hdr.b); pkt.extract(hdr.c); transition accept; }
 }
 void swap(inout b_t b, out bit<8> old) { old = b.x; b.x = b.y; b.y = old; }
+void twice(inout b_t b, out bit<8> o) { swap(b, o); b.x = b.x + o; swap(b, o); }
+void csum(InternetChecksum chk, inout a_t a, inout b_t b) {
+    chk.clear();
+    chk.set_state(~a.t);
+    chk.add({ a.t, b.x, b.w });
+    chk.subtract(b.y);
+    b.y = chk.get()[7:0];
+    a.t = a.t ^ chk.get();
+}
+void inval(inout b_t b) { b.setInvalid(); }
 control Main(inout headers_t hdr, inout metadata_t meta,
              in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
     bit<8> keep;
@@ -57,7 +71,15 @@ control Main(inout headers_t hdr, inout metadata_t meta,
 }
 control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
                  in pna_main_output_metadata_t ostd) {
-    apply { pkt.emit(hdr.a); pkt.emit(hdr.b); pkt.emit(hdr.c); }
+    InternetChecksum() chk;
+    bit<8> k2;
+    apply {
+        pkt.emit(hdr.a);
+        if (hdr.b.isValid()) { csum(chk, hdr.a, hdr.b); }
+        if (hdr.c.isValid()) { twice(hdr.c, k2); }
+        pkt.emit(hdr.b);
+        pkt.emit(hdr.c);
+    }
 }
 PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
@@ -114,11 +136,22 @@ fn flat_headers_agree_with_the_walker() {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
+    // swap(hdr.b, ..), csum, twice(hdr.c, ..) and swap(hdr.c, ..) in it.
+    assert_eq!(fast.flat_calls(), 4);
     let sent = agree("template", &mut fast, &mut reference, &packets(7, 400));
     assert!(
         sent > 100,
         "too few packets forwarded ({sent}) to compare much"
     );
+    // A function whose body hands its header to the walker: copied in
+    // and out as before, the rest still flat.
+    let main = "if (hdr.a.t == 0x0801) { inval(hdr.c); }";
+    let (Some(mut fast), Some(mut reference)) = (build("", main), build("", main)) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    assert_eq!(fast.flat_calls(), 4);
+    agree("inval", &mut fast, &mut reference, &packets(9, 400));
 }
 
 #[test]
@@ -128,6 +161,8 @@ fn routing_holds_its_headers_flat_and_agrees_with_the_walker() {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
+    // ip_ttl_dec(chk, hdr.ip) on the array.
+    assert_eq!(fast.flat_calls(), 1);
     let routes = [(0xc612_0000, 16), (0xc613_0100, 24)];
     add_routes(&mut fast, &routes, 3);
     add_routes(&mut reference, &routes, 3);
@@ -147,6 +182,90 @@ fn routing_holds_its_headers_flat_and_agrees_with_the_walker() {
     pkts.extend(packets(11, 200));
     let sent = agree("routing.p4", &mut fast, &mut reference, &pkts);
     assert!(sent >= 1, "routing.p4 forwarded nothing");
+    // No block names its metadata: only the packet and the (flat)
+    // headers are bound.
+    let unbound = fast.unbound_params();
+    assert_eq!(unbound.len(), 7, "{unbound:?}");
+    for p in ["meta", "istd", "ostd"] {
+        assert!(
+            unbound.iter().any(|u| u.ends_with(&format!(".{p}"))),
+            "{unbound:?}"
+        );
+    }
+}
+
+/// A PNA program whose metadata are named by some main blocks and not
+/// by others: the parser writes `meta`, `MAIN_META` in the main control
+/// may name it (or not), the deparser reads it; `istd` is named by the
+/// main control only, `ostd` by none. `MAIN_META` goes at the start of
+/// the main control's apply.
+const META: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t { bit<8> m; bool seen; bit<16> port; }
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+struct headers_t { a_t a; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start {
+        pkt.extract(hdr.a);
+        meta.m = hdr.a.t[7:0];
+        meta.seen = true;
+        transition accept;
+    }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    apply {
+        MAIN_META
+        if (hdr.a.t[0:0] == 1) {
+            send_to_port(istd.input_port);
+        } else {
+            send_to_port((PortId_t)7);
+        }
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply {
+        if (meta.seen) { hdr.a.s = (bit<48>) meta.m + (bit<48>) meta.port; }
+        pkt.emit(hdr.a);
+    }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+fn build_meta(main: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let text = META.replace("MAIN_META", main);
+    let prog = nicflow_p4::front::parse_str("meta.p4", &text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+#[test]
+fn metadata_no_block_names_are_not_bound_and_agree_with_the_walker() {
+    // The main control does not name `meta`: the parser's writes must
+    // still reach the deparser.
+    let (Some(mut fast), Some(mut reference)) = (build_meta(""), build_meta("")) else {
+        return;
+    };
+    let unbound = fast.unbound_params();
+    assert_eq!(unbound.len(), 4, "{unbound:?}");
+    assert!(unbound.iter().all(|u| !u.ends_with(".hdr")), "{unbound:?}");
+    let sent = agree("meta unnamed", &mut fast, &mut reference, &packets(13, 300));
+    assert!(sent > 100, "too few packets forwarded ({sent})");
+    // The main control writes `meta` too: bound there, not in the
+    // parser's `istd` nor anyone's `ostd`.
+    let main = "meta.port = (bit<16>) istd.input_port; meta.m = meta.m + 1;";
+    let (Some(mut fast), Some(mut reference)) = (build_meta(main), build_meta(main)) else {
+        return;
+    };
+    let unbound = fast.unbound_params();
+    assert_eq!(unbound.len(), 3, "{unbound:?}");
+    assert!(unbound.iter().all(|u| !u.ends_with(".meta")), "{unbound:?}");
+    let sent = agree("meta named", &mut fast, &mut reference, &packets(17, 300));
+    assert!(sent > 100, "too few packets forwarded ({sent})");
 }
 
 #[test]

@@ -360,7 +360,24 @@ fn run_block_slots<'a>(
                 frame.push(("", Value::Void));
                 continue;
             }
-            ParamSlot::Shared { slot, once } => {
+            ParamSlot::Shared {
+                slot,
+                unnamed: true,
+                ..
+            } => {
+                // Named nowhere in the block: nothing bound; the slot
+                // keeps its value for the next block (reset for an `out`
+                // parameter, as binding it would; an empty slot is
+                // initialised by the first block that names it, as here).
+                if prm.direction == crate::ast::Direction::Out {
+                    if let Some(v) = slots[slot].as_mut() {
+                        v.reset();
+                    }
+                }
+                frame.push(("", Value::Void));
+                continue;
+            }
+            ParamSlot::Shared { slot, once, .. } => {
                 let taken = match prm.direction {
                     crate::ast::Direction::Out | crate::ast::Direction::InOut if once => {
                         slots[slot].take()
@@ -414,8 +431,8 @@ fn run_block_slots<'a>(
         }
     };
     for ((prm, ps), (_, v)) in blk.params().iter().zip(ps).zip(frame.drain(..)) {
-        if let ParamSlot::Shared { slot, .. } = *ps {
-            if flat.is_some_and(|f| f.slot == slot) {
+        if let ParamSlot::Shared { slot, unnamed, .. } = *ps {
+            if unnamed || flat.is_some_and(|f| f.slot == slot) {
                 continue;
             }
             // As the map: written back unless an `in` parameter's value

@@ -202,6 +202,10 @@ pub(crate) struct Run<'a> {
     pub(crate) flat: Option<&'a super::fast::FlatLayout>,
     /// The name the running main block gives the flat headers.
     pub(crate) flat_root: &'a str,
+    /// The compiled arguments of the extern method being called
+    /// (`fast::CExpr::Method`'s `cargs`): `arg_val` and `data_bits`
+    /// evaluate these instead of the AST.
+    pub(crate) cargs: Option<&'a [super::fast::CArg]>,
     /// Runs the reference paths only (the evaluator as it was before
     /// the per-packet fast paths): the differential test compares the
     /// two on the corpus. Never set on the data path.
@@ -260,6 +264,7 @@ impl<'a> Run<'a> {
             assigning: false,
             flat: None,
             flat_root: "",
+            cargs: None,
             reference: false,
         }
     }
@@ -986,6 +991,7 @@ impl<'a> Run<'a> {
                         None,
                         true,
                         Some(None),
+                        None,
                     );
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
@@ -1079,11 +1085,14 @@ impl<'a> Run<'a> {
             compiled,
             barrier,
             callee,
+            None,
         )
     }
 
     /// Binds parameters (copy-in), runs `body` (its compiled form
-    /// `compiled` when there is one), copies out.
+    /// `compiled` when there is one), copies out. `alias`: per parameter,
+    /// the flat header it stands for in a specialised body
+    /// (`fast::FlatSpec`): nothing bound, copied in or out for it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn invoke(
         &mut self,
@@ -1095,6 +1104,7 @@ impl<'a> Run<'a> {
         compiled: Option<&'a [super::fast::CStmt]>,
         barrier: bool,
         callee_block: Option<Option<usize>>,
+        alias: Option<&[Option<usize>]>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
         // (parameter, argument) pairs to copy out, in a vector the
@@ -1133,6 +1143,11 @@ impl<'a> Run<'a> {
                     }
                     a
                 });
+            if alias.is_some_and(|al| al.get(i).is_some_and(Option::is_some)) {
+                // The body reads and writes the flat header itself.
+                frame.push(("", Value::Void));
+                continue;
+            }
             let v = match (arg.map(|ai| (ai, &args[ai])), p.direction) {
                 (Some((ai, a)), Direction::Out) => {
                     if !matches!(a.value, Expr::DontCare(_)) {

@@ -54,6 +54,11 @@ pub(crate) enum CExpr {
         type_args: Vec<ast::Type>,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The arguments compiled, when they name a flat header parameter
+        /// of a specialised function ([`FlatSpec`]) and the extern method
+        /// takes every argument `in` (the extern reads them through
+        /// `Run::cargs`: the walker knows no such parameter).
+        cargs: Option<Vec<CArg>>,
     },
     /// `obj.extract(chain)` with one argument, a field chain: when `obj`
     /// is the packet and the chain finds a header whose fields are all
@@ -82,6 +87,10 @@ pub(crate) enum CExpr {
     /// A call of a function with its compiled body (index in
     /// [`Code::functions`]).
     Func(Arc<FuncDef>, usize, Vec<Arg>),
+    /// A call of a function whose `inout` header parameters are given
+    /// headers of the flat headers: its body compiled for those (index in
+    /// [`Code::specs`]), nothing copied in or out for them.
+    FuncFlat(Arc<FuncDef>, usize, Vec<Arg>),
     /// An extern function (`send_to_port`, `drop_packet`, ...).
     ExternFn {
         name: String,
@@ -91,6 +100,28 @@ pub(crate) enum CExpr {
     },
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
+}
+
+/// A compiled extern method argument.
+pub(crate) enum CArg {
+    One(CExpr),
+    /// A list `{ a, b }` (checksum data): its items.
+    List(Vec<CExpr>),
+}
+
+/// A function's body compiled for a call whose `inout` header arguments
+/// are headers of the flat headers (`ip_ttl_dec(chk, hdr.ip)`): the
+/// parameter's chains (`ip.ttl`) are places in the flat array, so the
+/// call builds no header tree and writes none back. Why: copying
+/// `hdr.ip` into a tree and out again was the flat layout's largest new
+/// cost (docs/results/p4.md 2j). Only where aliasing cannot be told
+/// apart from copy-in/copy-out: `inout` parameters, distinct headers, no
+/// other argument naming them, the body never handing the parameter to
+/// the walker.
+pub(crate) struct FlatSpec {
+    pub body: Vec<CStmt>,
+    /// Per parameter: the flat header it stands for.
+    pub alias: Vec<Option<usize>>,
 }
 
 /// A variable's field chain (`hdr.ip.ttl`) with each field's index
@@ -183,6 +214,8 @@ pub(crate) struct Code {
     pub flat: Option<FlatLayout>,
     /// Why the program's headers are not held flat.
     pub flat_off: Option<&'static str>,
+    /// Function bodies specialised for flat header arguments.
+    pub specs: Vec<FlatSpec>,
 }
 
 /// The main blocks' headers struct (`headers_t`: a struct of headers
@@ -334,10 +367,13 @@ pub(crate) enum ParamSlot {
     PktIn,
     PktOut,
     /// Shared value `slot` (index in [`SharedLayout::keys`]); `once`:
-    /// no other parameter of the block has the same type.
+    /// no other parameter of the block has the same type; `unnamed`:
+    /// the block's bodies never name the parameter (see
+    /// [`param_unnamed`]), so nothing is bound for it.
     Shared {
         slot: usize,
         once: bool,
+        unnamed: bool,
     },
 }
 
@@ -365,6 +401,18 @@ struct Cx<'p> {
     /// Set when the region hands that name to the walker (see
     /// [`Cx::note`]): the program then keeps the tree.
     bad: &'p std::cell::Cell<Option<&'static str>>,
+    /// In a specialised function body ([`FlatSpec`]): the layout, its
+    /// parameters that stand for flat headers, and the flag set when the
+    /// body hands one to the walker (the call then copies as before).
+    alias: Option<(
+        &'p FlatLayout,
+        Vec<(String, usize)>,
+        &'p std::cell::Cell<bool>,
+    )>,
+    /// The specialisations compiled so far (shared by the whole compile).
+    specs: &'p std::cell::RefCell<Vec<(usize, FlatSpec)>>,
+    /// Nesting of specialised bodies being compiled.
+    depth: u32,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -421,7 +469,7 @@ fn flat_layout(p: &Prog, shared: &SharedLayout) -> Result<FlatLayout, &'static s
     for ((_, b), ps) in p.main_blocks.iter().zip(&shared.params) {
         let blk = &p.blocks[*b];
         for ((prm, t), s) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
-            let (ParamSlot::Shared { slot, once }, Ty::Struct(a)) = (s, t) else {
+            let (ParamSlot::Shared { slot, once, .. }, Ty::Struct(a)) = (s, t) else {
                 continue;
             };
             let all_headers = !a.fields.is_empty()
@@ -493,6 +541,7 @@ fn compile_with(
         .map(|(i, (n, _))| ((*n).clone(), i))
         .collect();
     let mut code = Code::default();
+    let specs = std::cell::RefCell::new(Vec::new());
     // The flat headers' name in block `b`'s region (its bodies, actions,
     // table keys), when no action of the block declares that name too.
     let flat_in = |b: Option<usize>| -> Option<(&str, &FlatLayout)> {
@@ -523,6 +572,9 @@ fn compile_with(
             scope: params_scope(&f.decl.proto.params, &f.param_tys),
             flat: None,
             bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
@@ -536,6 +588,9 @@ fn compile_with(
             scope,
             flat: flat_in(a.block),
             bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
     }
@@ -553,6 +608,9 @@ fn compile_with(
             scope: owner.map(|b| block_scope(p, b)).unwrap_or_default(),
             flat: flat_in(owner),
             bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -565,6 +623,9 @@ fn compile_with(
             scope: block_scope(p, b),
             flat: flat_in(Some(b)),
             bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -585,6 +646,7 @@ fn compile_with(
             }
         }
     }
+    code.specs = specs.into_inner().into_iter().map(|(_, s)| s).collect();
     code
 }
 
@@ -599,17 +661,26 @@ impl Cx<'_> {
     /// array). Conservative: any identifier of that name counts (a field
     /// of that name too).
     fn note(&self, e: &Expr) {
-        if let Some((root, _)) = self.flat {
-            if names_ident(&format!("{e:?}"), root) {
-                self.bad.set(Some("the headers handed to the walker"));
-            }
+        if self.flat.is_some() || self.alias.is_some() {
+            self.note_text(&format!("{e:?}"));
         }
     }
 
     fn note_stmt(&self, st: &Stmt) {
+        if self.flat.is_some() || self.alias.is_some() {
+            self.note_text(&format!("{st:?}"));
+        }
+    }
+
+    fn note_text(&self, text: &str) {
         if let Some((root, _)) = self.flat {
-            if names_ident(&format!("{st:?}"), root) {
+            if names_ident(text, root) {
                 self.bad.set(Some("the headers handed to the walker"));
+            }
+        }
+        if let Some((_, names, spec_bad)) = &self.alias {
+            if names.iter().any(|(n, _)| names_ident(text, n)) {
+                spec_bad.set(true);
             }
         }
     }
@@ -621,6 +692,23 @@ impl Cx<'_> {
     /// Where chain `root.steps` is in the flat headers: `Some(None)` when
     /// the root is not the flat headers' name.
     fn flat_at(&self, root: &str, names: &[String]) -> Option<Option<FlatAt>> {
+        if let Some((fl, al, _)) = &self.alias {
+            if let Some(&(_, h)) = al.iter().find(|(n, _)| n == root) {
+                return match names {
+                    [] => Some(Some(FlatAt::Header(h))),
+                    [f] => {
+                        let fh = &fl.headers[h];
+                        let k = fh.agg.names.iter().position(|n| n == f)?;
+                        Some(Some(FlatAt::Field {
+                            h,
+                            i: fh.first + k,
+                            k,
+                        }))
+                    }
+                    _ => None,
+                };
+            }
+        }
         let Some((r, fl)) = self.flat else {
             return Some(None);
         };
@@ -725,6 +813,11 @@ impl Cx<'_> {
                     self.bad
                         .set(Some("the headers' name declared again in a block"));
                 }
+                if let Some((_, names, spec_bad)) = &self.alias {
+                    if names.iter().any(|(n, _)| *n == v.name.name) {
+                        spec_bad.set(true);
+                    }
+                }
                 match self.p.resolve_type(&v.ty, locals) {
                     Ok(ty) => CStmt::Var(
                         v.name.name.clone(),
@@ -824,14 +917,151 @@ impl Cx<'_> {
         args: &[Arg],
         span: &ast::Span,
     ) -> CExpr {
-        self.note_args(args);
+        let cargs = self.method_cargs(obj, name, type_args, args);
+        if cargs.is_none() {
+            self.note_args(args);
+        }
         CExpr::Method {
             obj: Box::new(self.expr(obj)),
             name: name.to_string(),
             type_args: type_args.to_vec(),
             args: args.to_vec(),
             span: span.clone(),
+            cargs,
         }
+    }
+
+    /// The arguments of extern method call `obj.name(args)` compiled, in
+    /// a specialised body ([`FlatSpec`]) when they name a flat header
+    /// parameter and the extern declares every parameter of the method
+    /// `in` (or directionless): the extern then only evaluates them
+    /// (`Run::arg_val`, `Run::data_bits`). `None`: left to the walker.
+    fn method_cargs(
+        &self,
+        obj: &Expr,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+    ) -> Option<Vec<CArg>> {
+        let (_, names, _) = self.alias.as_ref()?;
+        let text = format!("{args:?}");
+        if !names.iter().any(|(n, _)| names_ident(&text, n)) || !type_args.is_empty() {
+            return None;
+        }
+        // The instance's extern type: a block's instance or a parameter.
+        let Expr::Path(id) = obj else { return None };
+        let ty = match self.scope.iter().rev().find(|(n, _)| *n == id.name) {
+            Some((_, Ty::Named(t))) => t.as_str(),
+            Some(_) => return None,
+            None => match self.local(&id.name) {
+                Some(Local::Extern(i)) => self.p.externs.get(*i)?.ty.as_str(),
+                _ => return None,
+            },
+        };
+        let decl = self.p.g.externs.get(ty)?;
+        let mut ms = decl
+            .methods
+            .iter()
+            .filter(|m| m.name.name == name && m.params.len() == args.len());
+        let m = ms.next()?;
+        if ms.next().is_some()
+            || args.iter().any(|a| a.name.is_some())
+            || !m
+                .params
+                .iter()
+                .all(|p| matches!(p.direction, ast::Direction::In | ast::Direction::None))
+        {
+            return None;
+        }
+        Some(
+            args.iter()
+                .map(|a| match &a.value {
+                    Expr::List(items, _) => {
+                        CArg::List(items.iter().map(|e| self.expr(e)).collect())
+                    }
+                    e => CArg::One(self.expr(e)),
+                })
+                .collect(),
+        )
+    }
+
+    /// `f(args)` specialised for its flat header arguments ([`FlatSpec`]),
+    /// or `None` when no argument qualifies or the body does not allow
+    /// it.
+    fn func_flat(&self, f: &Arc<FuncDef>, i: usize, args: &[Arg]) -> Option<CExpr> {
+        let fl = match (self.flat, &self.alias) {
+            (Some((_, fl)), _) => fl,
+            (None, Some((fl, _, _))) => *fl,
+            _ => return None,
+        };
+        if self.depth >= 8 || args.iter().any(|a| a.name.is_some()) {
+            return None;
+        }
+        let params = &f.decl.proto.params;
+        if params.len() != args.len() {
+            return None;
+        }
+        let mut alias: Vec<Option<usize>> = vec![None; params.len()];
+        let mut names = Vec::new();
+        for (k, (p, a)) in params.iter().zip(args).enumerate() {
+            if p.direction != ast::Direction::InOut
+                || !matches!(f.param_tys.get(k), Some(Ty::Header(_)))
+            {
+                continue;
+            }
+            if let Some(FlatAt::Header(h)) = self.chain(&a.value).and_then(|c| c.flat) {
+                if alias.contains(&Some(h)) {
+                    return None;
+                }
+                alias[k] = Some(h);
+                names.push((p.name.name.clone(), h));
+            }
+        }
+        if names.is_empty() {
+            return None;
+        }
+        // No other argument may name an aliased header (its copy-in
+        // would see the header before the body's writes).
+        for (k, a) in args.iter().enumerate() {
+            if alias[k].is_some() {
+                continue;
+            }
+            match self.chain(&a.value).and_then(|c| c.flat) {
+                Some(FlatAt::Field { h, .. }) | Some(FlatAt::Header(h))
+                    if alias.contains(&Some(h)) =>
+                {
+                    return None
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = self
+            .specs
+            .borrow()
+            .iter()
+            .position(|(fi, s)| *fi == i && s.alias == alias)
+        {
+            return Some(CExpr::FuncFlat(f.clone(), s, args.to_vec()));
+        }
+        let spec_bad = std::cell::Cell::new(false);
+        let cx = Cx {
+            p: self.p,
+            block: None,
+            fns: self.fns,
+            scope: params_scope(params, &f.param_tys),
+            flat: None,
+            bad: self.bad,
+            alias: Some((fl, names, &spec_bad)),
+            specs: self.specs,
+            depth: self.depth + 1,
+        };
+        let body = cx.stmts(&f.decl.body.stmts);
+        if spec_bad.get() {
+            return None;
+        }
+        let mut specs = self.specs.borrow_mut();
+        specs.push((i, FlatSpec { body, alias }));
+        Some(CExpr::FuncFlat(f.clone(), specs.len() - 1, args.to_vec()))
     }
 
     /// A call resolved as `Run::call_inner` resolves it per packet.
@@ -914,10 +1144,20 @@ impl Cx<'_> {
                 }
                 if let Some(f) = self.p.g.functions.get(n) {
                     return match self.fns.get(n) {
-                        Some(&i) => {
-                            self.note_call_args(args);
-                            CExpr::Func(f.clone(), i, args.to_vec())
-                        }
+                        Some(&i) => match self.func_flat(f, i, args) {
+                            Some(c) => {
+                                // Its other arguments name no aliased
+                                // header (checked there).
+                                if self.alias.is_none() {
+                                    self.note_call_args(args);
+                                }
+                                c
+                            }
+                            None => {
+                                self.note_call_args(args);
+                                CExpr::Func(f.clone(), i, args.to_vec())
+                            }
+                        },
                         None => self.walk(whole),
                     };
                 }
@@ -941,6 +1181,11 @@ impl Cx<'_> {
     /// header or field in and out itself ([`Run::flat_arg`]); anything
     /// else naming the headers is the walker's.
     fn note_call_args(&self, args: &[Arg]) {
+        if self.alias.is_some() {
+            // `invoke` copies only the block's flat headers itself: an
+            // aliased parameter passed on is the walker's.
+            return self.note_args(args);
+        }
         for a in args {
             let flat = self.chain(&a.value).is_some_and(|c| c.flat.is_some());
             if !flat {
@@ -1033,6 +1278,7 @@ fn shared_layout(p: &Prog) -> SharedLayout {
     let mut l = SharedLayout::default();
     for (_, b) in &p.main_blocks {
         let blk = &p.blocks[*b];
+        let prms = blk.params();
         let keys: Vec<String> = blk
             .param_tys
             .iter()
@@ -1040,7 +1286,8 @@ fn shared_layout(p: &Prog) -> SharedLayout {
             .collect();
         let params = keys
             .iter()
-            .map(|k| match k.as_str() {
+            .enumerate()
+            .map(|(pi, k)| match k.as_str() {
                 "packet_in" => ParamSlot::PktIn,
                 "packet_out" => ParamSlot::PktOut,
                 _ => {
@@ -1052,13 +1299,50 @@ fn shared_layout(p: &Prog) -> SharedLayout {
                         }
                     };
                     let once = keys.iter().filter(|x| *x == k).count() == 1;
-                    ParamSlot::Shared { slot, once }
+                    let prm = &prms[pi];
+                    // Skipped only where the order of several copies
+                    // cannot matter: one parameter of the type, or `in`.
+                    let unnamed = (once || prm.direction == crate::ast::Direction::In)
+                        && param_unnamed(p, *b, &prm.name.name);
+                    ParamSlot::Shared {
+                        slot,
+                        once,
+                        unnamed,
+                    }
                 }
             })
             .collect();
         l.params.push(params);
     }
     l
+}
+
+/// Whether no body of block `b` (its states or `apply`, its local
+/// declarations: actions, tables, variables, instances) nor any
+/// top-level action or function names identifier `name`. Why: a main
+/// block's metadata parameter that nothing reads or writes (routing.p4's
+/// `meta`, `istd`, `ostd`) need not be moved into and out of its frame
+/// per packet (`arch::run_block_slots`: that binding was its largest
+/// cost, docs/results/p4.md 2j). Conservative: any identifier of that
+/// name counts (a field or a local of that name too).
+fn param_unnamed(p: &Prog, b: usize, name: &str) -> bool {
+    let text = match &p.blocks[b].kind {
+        BlockKind::Parser(d) => format!("{:?}{:?}", d.locals, d.states),
+        BlockKind::Control(c) => format!("{:?}{:?}", c.locals, c.apply),
+    };
+    if names_ident(&text, name) {
+        return false;
+    }
+    let elsewhere = p
+        .actions
+        .iter()
+        .filter(|a| a.block.is_none())
+        .any(|a| names_ident(&format!("{:?}", a.decl.body), name))
+        || p.g
+            .functions
+            .values()
+            .any(|f| names_ident(&format!("{:?}", f.decl.body), name));
+    !elsewhere
 }
 
 /// The walker's `extract` into header `h` from bit `pos` of `pkt` when
@@ -1465,9 +1749,18 @@ impl<'a> Run<'a> {
                 type_args,
                 args,
                 span,
+                cargs,
             } => {
                 let recv = self.ceval(obj)?;
-                self.call_method(recv, name, type_args, args, span)
+                match cargs {
+                    Some(ca) => {
+                        let saved = self.cargs.replace(ca);
+                        let r = self.call_method(recv, name, type_args, args, span);
+                        self.cargs = saved;
+                        r
+                    }
+                    None => self.call_method(recv, name, type_args, args, span),
+                }
             }
             CExpr::Extract {
                 obj,
@@ -1534,6 +1827,24 @@ impl<'a> Run<'a> {
                     body,
                     true,
                     Some(None),
+                    None,
+                )
+            }
+            CExpr::FuncFlat(f, s, args) => {
+                let f: &'a FuncDef = f;
+                let Some(spec) = self.code().and_then(|c| c.specs.get(*s)) else {
+                    return fail(format!("{}: no specialised body", f.decl.proto.name.span));
+                };
+                self.invoke(
+                    &f.decl.proto.params,
+                    &f.param_tys,
+                    args,
+                    None,
+                    &f.decl.body,
+                    Some(&spec.body),
+                    true,
+                    Some(None),
+                    Some(&spec.alias),
                 )
             }
             CExpr::ExternFn {

@@ -336,6 +336,39 @@ impl Pipeline {
         }
     }
 
+    /// How many function bodies were compiled for flat header arguments
+    /// (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and writes
+    /// `hdr.ip` in the flat array, no header copied in or out).
+    pub fn flat_calls(&self) -> usize {
+        match &self.prog.fast {
+            Some(c) if c.flat.is_some() => c.specs.len(),
+            _ => 0,
+        }
+    }
+
+    /// The main blocks' parameters the data path binds nothing for, as
+    /// `block.param`: metadata their bodies never name (see
+    /// `fast::ParamSlot::Shared`'s `unnamed`). PNA programs only (the
+    /// others' runs do not use the slot layout).
+    pub fn unbound_params(&self) -> Vec<String> {
+        let Some(c) = &self.prog.fast else {
+            return Vec::new();
+        };
+        if !matches!(self.arch, Arch::Pna | Arch::PnaTc) {
+            return Vec::new();
+        }
+        let p = &self.prog;
+        let mut out = Vec::new();
+        for ((bname, b), ps) in p.main_blocks.iter().zip(&c.shared.params) {
+            for (prm, s) in p.blocks[*b].params().iter().zip(ps) {
+                if matches!(s, fast::ParamSlot::Shared { unnamed: true, .. }) {
+                    out.push(format!("{bname}.{}", prm.name.name));
+                }
+            }
+        }
+        out
+    }
+
     /// Runs one packet received on `in_port` at time `now_ns`. Never
     /// panics: internal errors give a drop with `trace.error` set.
     pub fn process(&mut self, in_port: u32, packet: &[u8], now_ns: u64) -> Outcome {
