@@ -10,7 +10,7 @@ use nicflow_p4::Pipeline;
 /// A PNA program using what the flat path compiles: extract/emit, field
 /// reads and writes, `bool`, `int<7>`, `bit<128>`, isValid, a whole
 /// header assigned, a header passed `inout` to a function, a field
-/// passed `inout` to an action, a table key; functions taking headers
+/// passed `inout` to an action, a table key; an action and functions taking headers
 /// `inout` (compiled for the flat array: `Pipeline::flat_calls`), one
 /// of them reading them in checksum method arguments, one passing its
 /// parameter on, one (`inval`, called only by some `MAIN`s) that cannot
@@ -47,6 +47,8 @@ control Main(inout headers_t hdr, inout metadata_t meta,
              in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
     bit<8> keep;
     action bump(inout bit<8> v) { v = v + 1; }
+    action hbump(inout b_t bb) { bb.x = bb.x + 3; hdr.a.d = hdr.a.d + 1; }
+    action hclash(inout b_t bb) { bb.x = bb.x + 1; hdr.c.x = 7; }
     action fwd(PortId_t port) { send_to_port(port); }
     table t { key = { hdr.b.x : exact; } actions = { fwd; } default_action = fwd((PortId_t)1); }
     apply {
@@ -63,6 +65,7 @@ control Main(inout headers_t hdr, inout metadata_t meta,
                 hdr.c = hdr.b;
                 hdr.c.w = hdr.c.w + 1;
             }
+            hbump(hdr.c);
             t.apply();
         } else {
             send_to_port((PortId_t)2);
@@ -136,8 +139,9 @@ fn flat_headers_agree_with_the_walker() {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
-    // swap(hdr.b, ..), csum, twice(hdr.c, ..) and swap(hdr.c, ..) in it.
-    assert_eq!(fast.flat_calls(), 4);
+    // swap(hdr.b, ..), hbump(hdr.c), csum, twice(hdr.c, ..) and
+    // swap(hdr.c, ..) in it.
+    assert_eq!(fast.flat_calls(), 5);
     let sent = agree("template", &mut fast, &mut reference, &packets(7, 400));
     assert!(
         sent > 100,
@@ -150,8 +154,17 @@ fn flat_headers_agree_with_the_walker() {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
-    assert_eq!(fast.flat_calls(), 4);
+    assert_eq!(fast.flat_calls(), 5);
     agree("inval", &mut fast, &mut reference, &packets(9, 400));
+    // An action writing its header argument's header through `hdr` too:
+    // copied in and out (the copy-out wins), not compiled for the array.
+    let main = "if (hdr.c.isValid()) { hclash(hdr.c); }";
+    let (Some(mut fast), Some(mut reference)) = (build("", main), build("", main)) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    assert_eq!(fast.flat_calls(), 5);
+    agree("hclash", &mut fast, &mut reference, &packets(19, 400));
 }
 
 #[test]
@@ -311,4 +324,75 @@ fn which_corpus_programs_hold_their_headers_flat() {
         }
     }
     assert!(flat >= 1);
+}
+
+/// A PSA program whose headers the flat layout could hold and whose
+/// function takes a header `inout`: PSA runs keep the tree, so the call
+/// compiled for the flat array must fall back to copying (and agree).
+const PSA: &str = r#"
+#include <core.p4>
+#include "bmv2/psa.p4"
+header ethernet_t { bit<48> dstAddr; bit<48> srcAddr; bit<16> etherType; }
+struct empty_metadata_t {}
+struct metadata_t {}
+struct headers_t { ethernet_t ethernet; }
+void f(inout ethernet_t e) { e.srcAddr = e.dstAddr; e.etherType = e.etherType + 1; }
+parser IngressParserImpl(packet_in pkt, out headers_t hdr, inout metadata_t user_meta,
+                         in psa_ingress_parser_input_metadata_t istd,
+                         in empty_metadata_t resubmit_meta,
+                         in empty_metadata_t recirculate_meta) {
+    state start { pkt.extract(hdr.ethernet); transition accept; }
+}
+control cIngress(inout headers_t hdr, inout metadata_t user_meta,
+                 in psa_ingress_input_metadata_t istd,
+                 inout psa_ingress_output_metadata_t ostd) {
+    apply {
+        f(hdr.ethernet);
+        send_to_port(ostd, (PortId_t) 1);
+    }
+}
+parser EgressParserImpl(packet_in buffer, out headers_t hdr, inout metadata_t user_meta,
+                        in psa_egress_parser_input_metadata_t istd,
+                        in empty_metadata_t normal_meta,
+                        in empty_metadata_t clone_i2e_meta,
+                        in empty_metadata_t clone_e2e_meta) {
+    state start { buffer.extract(hdr.ethernet); transition accept; }
+}
+control cEgress(inout headers_t hdr, inout metadata_t user_meta,
+                in psa_egress_input_metadata_t istd,
+                inout psa_egress_output_metadata_t ostd) {
+    apply { }
+}
+control IngressDeparserImpl(packet_out buffer, out empty_metadata_t clone_i2e_meta,
+                            out empty_metadata_t resubmit_meta,
+                            out empty_metadata_t normal_meta,
+                            inout headers_t hdr, in metadata_t meta,
+                            in psa_ingress_output_metadata_t istd) {
+    apply { buffer.emit(hdr.ethernet); }
+}
+control EgressDeparserImpl(packet_out buffer, out empty_metadata_t clone_e2e_meta,
+                           out empty_metadata_t recirculate_meta,
+                           inout headers_t hdr, in metadata_t meta,
+                           in psa_egress_output_metadata_t istd,
+                           in psa_egress_deparser_input_metadata_t edstd) {
+    apply { buffer.emit(hdr.ethernet); }
+}
+IngressPipeline(IngressParserImpl(), cIngress(), IngressDeparserImpl()) ip;
+EgressPipeline(EgressParserImpl(), cEgress(), EgressDeparserImpl()) ep;
+PSA_Switch(ip, PacketReplicationEngine(), ep, BufferingQueueingEngine()) main;
+"#;
+
+#[test]
+fn a_flat_call_in_a_program_run_with_the_tree_copies_and_agrees() {
+    let Some(c) = corpus() else { return };
+    let load = || {
+        let prog = nicflow_p4::front::parse_str("psa.p4", PSA, &[c.join("include")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (mut fast, mut reference) = (load(), load());
+    assert_eq!(fast.flat_headers(), Err("not a PNA program"));
+    assert_eq!(fast.flat_calls(), 1);
+    let sent = agree("psa", &mut fast, &mut reference, &packets(23, 200));
+    assert!(sent > 50, "too few packets forwarded ({sent})");
 }

@@ -1071,11 +1071,26 @@ impl<'a> Run<'a> {
         args: Option<&[Arg]>,
         data: Option<Vec<Value>>,
     ) -> R<Value> {
+        self.call_action_with(a, args, data, None)
+    }
+
+    /// [`Run::call_action`], with the body `spec` compiled for flat
+    /// header arguments when given.
+    pub(crate) fn call_action_with(
+        &mut self,
+        a: usize,
+        args: Option<&[Arg]>,
+        data: Option<Vec<Value>>,
+        spec: Option<&'a super::fast::FlatSpec>,
+    ) -> R<Value> {
         let p: &'a Prog = self.p;
         let ad = &p.actions[a];
         let barrier = ad.block.is_none() || ad.block != self.block;
         let callee = if barrier { Some(ad.block) } else { None };
-        let compiled = self.code().map(|c| c.actions[a].as_slice());
+        let compiled = match spec {
+            Some(s) => Some(s.body.as_slice()),
+            None => self.code().map(|c| c.actions[a].as_slice()),
+        };
         self.invoke(
             &ad.decl.params,
             &ad.param_tys,
@@ -1085,7 +1100,7 @@ impl<'a> Run<'a> {
             compiled,
             barrier,
             callee,
-            None,
+            spec.map(|s| s.alias.as_slice()),
         )
     }
 

@@ -84,13 +84,19 @@ pub(crate) enum CExpr {
     },
     /// A direct call of action `a`.
     Action(usize, Vec<Arg>),
+    /// A direct call of action `a` specialised for its flat header
+    /// arguments (index in [`Code::specs`], as [`CExpr::FuncFlat`]; the
+    /// plain call when the run does not hold the headers flat).
+    ActionFlat(usize, usize, Vec<Arg>),
     /// A call of a function with its compiled body (index in
     /// [`Code::functions`]).
     Func(Arc<FuncDef>, usize, Vec<Arg>),
     /// A call of a function whose `inout` header parameters are given
     /// headers of the flat headers: its body compiled for those (index in
-    /// [`Code::specs`]), nothing copied in or out for them.
-    FuncFlat(Arc<FuncDef>, usize, Vec<Arg>),
+    /// [`Code::specs`]), nothing copied in or out for them; as
+    /// [`CExpr::Func`] (the index in [`Code::functions`] first) when the
+    /// run does not hold the headers flat (a non-PNA program).
+    FuncFlat(Arc<FuncDef>, usize, usize, Vec<Arg>),
     /// An extern function (`send_to_port`, `drop_packet`, ...).
     ExternFn {
         name: String,
@@ -109,7 +115,7 @@ pub(crate) enum CArg {
     List(Vec<CExpr>),
 }
 
-/// A function's body compiled for a call whose `inout` header arguments
+/// A function's or action's body compiled for a call whose `inout` header arguments
 /// are headers of the flat headers (`ip_ttl_dec(chk, hdr.ip)`): the
 /// parameter's chains (`ip.ttl`) are places in the flat array, so the
 /// call builds no header tree and writes none back. Why: copying
@@ -122,6 +128,14 @@ pub(crate) struct FlatSpec {
     pub body: Vec<CStmt>,
     /// Per parameter: the flat header it stands for.
     pub alias: Vec<Option<usize>>,
+}
+
+/// What [`Cx::spec_flat`] specialises: a function (with its index in
+/// [`Code::functions`]) or an action.
+#[derive(Clone, Copy)]
+enum Callee<'x> {
+    Func(&'x Arc<FuncDef>, usize),
+    Action(usize),
 }
 
 /// A variable's field chain (`hdr.ip.ttl`) with each field's index
@@ -409,8 +423,9 @@ struct Cx<'p> {
         Vec<(String, usize)>,
         &'p std::cell::Cell<bool>,
     )>,
-    /// The specialisations compiled so far (shared by the whole compile).
-    specs: &'p std::cell::RefCell<Vec<(usize, FlatSpec)>>,
+    /// The specialisations compiled so far (shared by the whole compile),
+    /// each with its callee (an action's index: `true`).
+    specs: &'p std::cell::RefCell<Vec<((bool, usize), FlatSpec)>>,
     /// Nesting of specialised bodies being compiled.
     depth: u32,
 }
@@ -985,10 +1000,10 @@ impl Cx<'_> {
         )
     }
 
-    /// `f(args)` specialised for its flat header arguments ([`FlatSpec`]),
-    /// or `None` when no argument qualifies or the body does not allow
-    /// it.
-    fn func_flat(&self, f: &Arc<FuncDef>, i: usize, args: &[Arg]) -> Option<CExpr> {
+    /// A call of function `Callee` specialised for its flat header
+    /// arguments ([`FlatSpec`]): the index in [`Code::specs`], or `None`
+    /// when no argument qualifies or the body does not allow it.
+    fn spec_flat(&self, callee: Callee, args: &[Arg]) -> Option<usize> {
         let fl = match (self.flat, &self.alias) {
             (Some((_, fl)), _) => fl,
             (None, Some((fl, _, _))) => *fl,
@@ -997,16 +1012,44 @@ impl Cx<'_> {
         if self.depth >= 8 || args.iter().any(|a| a.name.is_some()) {
             return None;
         }
-        let params = &f.decl.proto.params;
+        let (params, tys, stmts, block, key) = match callee {
+            Callee::Func(f, i) => (
+                &f.decl.proto.params,
+                &f.param_tys,
+                &f.decl.body.stmts,
+                None,
+                (false, i),
+            ),
+            Callee::Action(a) => {
+                let ad = &self.p.actions[a];
+                (
+                    &ad.decl.params,
+                    &ad.param_tys,
+                    &ad.decl.body.stmts,
+                    ad.block,
+                    (true, a),
+                )
+            }
+        };
+        // An action sees its block's names: the flat headers too when it
+        // is the caller's block's (and no parameter hides them).
+        let flat = match block {
+            None => None,
+            Some(_) if block == self.block => self.flat,
+            Some(_) => return None,
+        };
+        if let Some((root, _)) = flat {
+            if params.iter().any(|p| p.name.name == root) {
+                return None;
+            }
+        }
         if params.len() != args.len() {
             return None;
         }
         let mut alias: Vec<Option<usize>> = vec![None; params.len()];
         let mut names = Vec::new();
         for (k, (p, a)) in params.iter().zip(args).enumerate() {
-            if p.direction != ast::Direction::InOut
-                || !matches!(f.param_tys.get(k), Some(Ty::Header(_)))
-            {
+            if p.direction != ast::Direction::InOut || !matches!(tys.get(k), Some(Ty::Header(_))) {
                 continue;
             }
             if let Some(FlatAt::Header(h)) = self.chain(&a.value).and_then(|c| c.flat) {
@@ -1019,6 +1062,16 @@ impl Cx<'_> {
         }
         if names.is_empty() {
             return None;
+        }
+        // An action that also names an aliased header through the block's
+        // name for the headers would see its writes, not the copy's.
+        if let Some((root, fl)) = flat {
+            let text = format!("{stmts:?}");
+            if names_ident(&text, root)
+                && names.iter().any(|(_, h)| names_ident(&text, &fl.names[*h]))
+            {
+                return None;
+            }
         }
         // No other argument may name an aliased header (its copy-in
         // would see the header before the body's writes).
@@ -1039,29 +1092,47 @@ impl Cx<'_> {
             .specs
             .borrow()
             .iter()
-            .position(|(fi, s)| *fi == i && s.alias == alias)
+            .position(|(k, s)| *k == key && s.alias == alias)
         {
-            return Some(CExpr::FuncFlat(f.clone(), s, args.to_vec()));
+            return Some(s);
         }
         let spec_bad = std::cell::Cell::new(false);
+        let mut scope = block.map(|b| block_scope(self.p, b)).unwrap_or_default();
+        scope.extend(params_scope(params, tys));
         let cx = Cx {
             p: self.p,
-            block: None,
+            block,
             fns: self.fns,
-            scope: params_scope(params, &f.param_tys),
-            flat: None,
+            scope,
+            flat,
             bad: self.bad,
             alias: Some((fl, names, &spec_bad)),
             specs: self.specs,
             depth: self.depth + 1,
         };
-        let body = cx.stmts(&f.decl.body.stmts);
+        let body = cx.stmts(stmts);
         if spec_bad.get() {
             return None;
         }
         let mut specs = self.specs.borrow_mut();
-        specs.push((i, FlatSpec { body, alias }));
-        Some(CExpr::FuncFlat(f.clone(), specs.len() - 1, args.to_vec()))
+        specs.push((key, FlatSpec { body, alias }));
+        Some(specs.len() - 1)
+    }
+
+    /// A direct call of action `a` (specialised when it can be).
+    fn action_call(&self, a: usize, args: &[Arg]) -> CExpr {
+        match self.spec_flat(Callee::Action(a), args) {
+            Some(s) => {
+                if self.alias.is_none() {
+                    self.note_call_args(args);
+                }
+                CExpr::ActionFlat(a, s, args.to_vec())
+            }
+            None => {
+                self.note_call_args(args);
+                CExpr::Action(a, args.to_vec())
+            }
+        }
     }
 
     /// A call resolved as `Run::call_inner` resolves it per packet.
@@ -1139,19 +1210,18 @@ impl Cx<'_> {
             Expr::Path(id) => {
                 let n = id.name.as_str();
                 if let Some(Local::Action(a)) = self.local(n) {
-                    self.note_call_args(args);
-                    return CExpr::Action(*a, args.to_vec());
+                    return self.action_call(*a, args);
                 }
                 if let Some(f) = self.p.g.functions.get(n) {
                     return match self.fns.get(n) {
-                        Some(&i) => match self.func_flat(f, i, args) {
-                            Some(c) => {
+                        Some(&i) => match self.spec_flat(Callee::Func(f, i), args) {
+                            Some(s) => {
                                 // Its other arguments name no aliased
                                 // header (checked there).
                                 if self.alias.is_none() {
                                     self.note_call_args(args);
                                 }
-                                c
+                                CExpr::FuncFlat(f.clone(), i, s, args.to_vec())
                             }
                             None => {
                                 self.note_call_args(args);
@@ -1162,8 +1232,7 @@ impl Cx<'_> {
                     };
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
-                    self.note_call_args(args);
-                    return CExpr::Action(*a, args.to_vec());
+                    return self.action_call(*a, args);
                 }
                 self.note_args(args);
                 CExpr::ExternFn {
@@ -1815,6 +1884,13 @@ impl<'a> Run<'a> {
                 Ok(Value::Void)
             }
             CExpr::Action(a, args) => self.call_action(*a, Some(args), None),
+            CExpr::ActionFlat(a, s, args) => {
+                // The plain call when the run does not hold the headers
+                // flat (a non-PNA program).
+                let spec = self.code().and_then(|c| c.specs.get(*s));
+                let spec = spec.filter(|_| self.flat.is_some());
+                self.call_action_with(*a, Some(args), None, spec)
+            }
             CExpr::Func(f, i, args) => {
                 let f: &'a FuncDef = f;
                 let body = self.code().map(|c| c.functions[*i].as_slice());
@@ -1830,10 +1906,22 @@ impl<'a> Run<'a> {
                     None,
                 )
             }
-            CExpr::FuncFlat(f, s, args) => {
+            CExpr::FuncFlat(f, i, s, args) => {
                 let f: &'a FuncDef = f;
-                let Some(spec) = self.code().and_then(|c| c.specs.get(*s)) else {
-                    return fail(format!("{}: no specialised body", f.decl.proto.name.span));
+                let spec = self.code().and_then(|c| c.specs.get(*s));
+                let Some(spec) = spec.filter(|_| self.flat.is_some()) else {
+                    let body = self.code().map(|c| c.functions[*i].as_slice());
+                    return self.invoke(
+                        &f.decl.proto.params,
+                        &f.param_tys,
+                        args,
+                        None,
+                        &f.decl.body,
+                        body,
+                        true,
+                        Some(None),
+                        None,
+                    );
                 };
                 self.invoke(
                     &f.decl.proto.params,

@@ -336,9 +336,9 @@ impl Pipeline {
         }
     }
 
-    /// How many function bodies were compiled for flat header arguments
-    /// (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and writes
-    /// `hdr.ip` in the flat array, no header copied in or out).
+    /// How many function or action bodies were compiled for flat header
+    /// arguments (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and
+    /// writes `hdr.ip` in the flat array, no header copied in or out).
     pub fn flat_calls(&self) -> usize {
         match &self.prog.fast {
             Some(c) if c.flat.is_some() => c.specs.len(),
