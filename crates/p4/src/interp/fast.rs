@@ -402,6 +402,15 @@ pub(crate) struct SharedLayout {
     pub params: Vec<Vec<ParamSlot>>,
 }
 
+/// A specialised body's flat header parameters ([`Cx`]'s `alias`): the
+/// layout, (parameter name, header) pairs, the flag set when the body
+/// hands one to the walker.
+type Alias<'p> = (
+    &'p FlatLayout,
+    Vec<(String, usize)>,
+    &'p std::cell::Cell<bool>,
+);
+
 /// What the compiler needs to resolve names: the program, the block whose
 /// locals are in scope (`None` in functions) and the functions' indices.
 struct Cx<'p> {
@@ -418,11 +427,7 @@ struct Cx<'p> {
     /// In a specialised function body ([`FlatSpec`]): the layout, its
     /// parameters that stand for flat headers, and the flag set when the
     /// body hands one to the walker (the call then copies as before).
-    alias: Option<(
-        &'p FlatLayout,
-        Vec<(String, usize)>,
-        &'p std::cell::Cell<bool>,
-    )>,
+    alias: Option<Alias<'p>>,
     /// The specialisations compiled so far (shared by the whole compile),
     /// each with its callee (an action's index: `true`).
     specs: &'p std::cell::RefCell<Vec<((bool, usize), FlatSpec)>>,
@@ -804,7 +809,7 @@ impl Cx<'_> {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
                 let c = self.chain(lhs);
-                if c.as_ref().map_or(true, |c| c.flat.is_none()) {
+                if c.as_ref().is_none_or(|c| c.flat.is_none()) {
                     self.note(lhs);
                 }
                 CStmt::Assign(lhs.clone(), c, self.expr(rhs))
@@ -1574,13 +1579,14 @@ impl<'a> Run<'a> {
             // A header of this very type (a function's `inout` copy-out):
             // `coerce_like` would keep it as it is.
             let fh = &fl.headers[h];
-            if Arc::ptr_eq(&x.names, &fh.agg.names) && Arc::ptr_eq(&x.ty, &fh.agg.name) {
-                if self.st.pool.flat.set_header(fl, h, &v) {
-                    if self.st.pool.agg_spare.len() < 16 {
-                        self.st.pool.agg_spare.push(v);
-                    }
-                    return Ok(());
+            if Arc::ptr_eq(&x.names, &fh.agg.names)
+                && Arc::ptr_eq(&x.ty, &fh.agg.name)
+                && self.st.pool.flat.set_header(fl, h, &v)
+            {
+                if self.st.pool.agg_spare.len() < 16 {
+                    self.st.pool.agg_spare.push(v);
                 }
+                return Ok(());
             }
         }
         let d = match at {
