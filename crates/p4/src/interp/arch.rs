@@ -340,11 +340,44 @@ fn run_block_slots<'a>(
     // back from it (no parameter vector in between: each 56-byte value
     // moves once in and once out).
     let mut frame = run.new_frame();
+    let flat = run.code().and_then(|c| c.flat.as_ref());
+    let saved_root = run.flat_root;
     for ((prm, t), ps) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
         let v = match *ps {
             ParamSlot::PktIn => Value::Instance(PKT_IN),
             ParamSlot::PktOut => Value::Instance(PKT_OUT),
-            ParamSlot::Shared { slot, once } => {
+            ParamSlot::Shared { slot, .. } if flat.is_some_and(|f| f.slot == slot) => {
+                // The flat headers: nothing bound (the compiled chains
+                // read and write `pool.flat`); an `out` parameter starts
+                // reset, as the tree would.
+                if let Some(fl) = flat {
+                    if prm.direction == crate::ast::Direction::Out {
+                        run.st.pool.flat.reset(fl);
+                    }
+                }
+                run.flat = flat;
+                run.flat_root = prm.name.name.as_str();
+                frame.push(("", Value::Void));
+                continue;
+            }
+            ParamSlot::Shared {
+                slot,
+                unnamed: true,
+                ..
+            } => {
+                // Named nowhere in the block: nothing bound; the slot
+                // keeps its value for the next block (reset for an `out`
+                // parameter, as binding it would; an empty slot is
+                // initialised by the first block that names it, as here).
+                if prm.direction == crate::ast::Direction::Out {
+                    if let Some(v) = slots[slot].as_mut() {
+                        v.reset();
+                    }
+                }
+                frame.push(("", Value::Void));
+                continue;
+            }
+            ParamSlot::Shared { slot, once, .. } => {
                 let taken = match prm.direction {
                     crate::ast::Direction::Out | crate::ast::Direction::InOut if once => {
                         slots[slot].take()
@@ -388,6 +421,7 @@ fn run_block_slots<'a>(
         frame.push((prm.name.name.as_str(), v));
     }
     let (mut frame, r) = run.run_block_frame(b, frame);
+    run.flat_root = saved_root;
     let (rejected, exited) = match r {
         Ok(exited) => (None, exited),
         Err(Ctl::Reject(e)) => (Some(reject_error(e)), false),
@@ -397,7 +431,10 @@ fn run_block_slots<'a>(
         }
     };
     for ((prm, ps), (_, v)) in blk.params().iter().zip(ps).zip(frame.drain(..)) {
-        if let ParamSlot::Shared { slot, .. } = *ps {
+        if let ParamSlot::Shared { slot, unnamed, .. } = *ps {
+            if unnamed || flat.is_some_and(|f| f.slot == slot) {
+                continue;
+            }
             // As the map: written back unless an `in` parameter's value
             // is already there.
             if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
@@ -562,7 +599,13 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         slots.resize_with(n, || None);
         spare.resize_with(n, || None);
         run.st.pool.in_spare.resize_with(n, || None);
+        if let Some(fl) = &code.flat {
+            // Fresh headers for a first block that takes them `inout`
+            // (the parser's `out` resets them again).
+            run.st.pool.flat.reset(fl);
+        }
         let r = run_pna_slots(run, arch, layout, &mut slots, &mut spare, &c);
+        run.flat = None;
         // Keep the headers and metadata for the next packet.
         for (s, x) in slots.iter_mut().zip(spare.iter_mut()) {
             if let Some(v) = s.take() {

@@ -197,6 +197,15 @@ pub(crate) struct Run<'a> {
     /// Non-zero while evaluating checksum data: reads are not recorded
     /// (the datapath recomputes checksums).
     pub quiet: u32,
+    /// The flat headers' layout while the main blocks run with them
+    /// (`arch::run_block_slots`); their values are `st.pool.flat`.
+    pub(crate) flat: Option<&'a super::fast::FlatLayout>,
+    /// The name the running main block gives the flat headers.
+    pub(crate) flat_root: &'a str,
+    /// The compiled arguments of the extern method being called
+    /// (`fast::CExpr::Method`'s `cargs`): `arg_val` and `data_bits`
+    /// evaluate these instead of the AST.
+    pub(crate) cargs: Option<&'a [super::fast::CArg]>,
     /// Runs the reference paths only (the evaluator as it was before
     /// the per-packet fast paths): the differential test compares the
     /// two on the corpus. Never set on the data path.
@@ -253,6 +262,9 @@ impl<'a> Run<'a> {
             quiet: 0,
             reparse_tag: "p4-recirculate",
             assigning: false,
+            flat: None,
+            flat_root: "",
+            cargs: None,
             reference: false,
         }
     }
@@ -979,6 +991,7 @@ impl<'a> Run<'a> {
                         None,
                         true,
                         Some(None),
+                        None,
                     );
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
@@ -1058,11 +1071,26 @@ impl<'a> Run<'a> {
         args: Option<&[Arg]>,
         data: Option<Vec<Value>>,
     ) -> R<Value> {
+        self.call_action_with(a, args, data, None)
+    }
+
+    /// [`Run::call_action`], with the body `spec` compiled for flat
+    /// header arguments when given.
+    pub(crate) fn call_action_with(
+        &mut self,
+        a: usize,
+        args: Option<&[Arg]>,
+        data: Option<Vec<Value>>,
+        spec: Option<&'a super::fast::FlatSpec>,
+    ) -> R<Value> {
         let p: &'a Prog = self.p;
         let ad = &p.actions[a];
         let barrier = ad.block.is_none() || ad.block != self.block;
         let callee = if barrier { Some(ad.block) } else { None };
-        let compiled = self.code().map(|c| c.actions[a].as_slice());
+        let compiled = match spec {
+            Some(s) => Some(s.body.as_slice()),
+            None => self.code().map(|c| c.actions[a].as_slice()),
+        };
         self.invoke(
             &ad.decl.params,
             &ad.param_tys,
@@ -1072,11 +1100,14 @@ impl<'a> Run<'a> {
             compiled,
             barrier,
             callee,
+            spec.map(|s| s.alias.as_slice()),
         )
     }
 
     /// Binds parameters (copy-in), runs `body` (its compiled form
-    /// `compiled` when there is one), copies out.
+    /// `compiled` when there is one), copies out. `alias`: per parameter,
+    /// the flat header it stands for in a specialised body
+    /// (`fast::FlatSpec`): nothing bound, copied in or out for it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn invoke(
         &mut self,
@@ -1088,6 +1119,7 @@ impl<'a> Run<'a> {
         compiled: Option<&'a [super::fast::CStmt]>,
         barrier: bool,
         callee_block: Option<Option<usize>>,
+        alias: Option<&[Option<usize>]>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
         // (parameter, argument) pairs to copy out, in a vector the
@@ -1126,6 +1158,11 @@ impl<'a> Run<'a> {
                     }
                     a
                 });
+            if alias.is_some_and(|al| al.get(i).is_some_and(Option::is_some)) {
+                // The body reads and writes the flat header itself.
+                frame.push(("", Value::Void));
+                continue;
+            }
             let v = match (arg.map(|ai| (ai, &args[ai])), p.direction) {
                 (Some((ai, a)), Direction::Out) => {
                     if !matches!(a.value, Expr::DontCare(_)) {
@@ -1208,7 +1245,12 @@ impl<'a> Run<'a> {
         for &(pi, ai) in list.iter() {
             let name = params[pi].name.name.as_str();
             if let Some((_, v)) = frame.iter_mut().find(|(n, _)| name_eq(n, name)) {
-                r = self.assign(&args[ai].value, std::mem::replace(v, Value::Void));
+                let v = std::mem::replace(v, Value::Void);
+                let e = &args[ai].value;
+                r = match self.flat_arg(e) {
+                    Some((fl, at)) => self.flat_write(fl, at, v, e.span()),
+                    None => self.assign(e, v),
+                };
                 if r.is_err() {
                     break;
                 }
@@ -1227,6 +1269,19 @@ impl<'a> Run<'a> {
     /// vector reused) instead of a fresh clone; the same count and depth
     /// check as `eval`.
     fn eval_copy_in(&mut self, e: &Expr, ty: &Ty) -> R<Value> {
+        if let Some((fl, at)) = self.flat_arg(e) {
+            // A header or field of the flat headers, built into a value
+            // an earlier copy-out left.
+            self.enter()?;
+            self.depth -= 1;
+            let d = match at {
+                super::fast::FlatAt::Header(_) => {
+                    self.st.pool.agg_spare.pop().unwrap_or(Value::Void)
+                }
+                super::fast::FlatAt::Field { .. } => Value::Void,
+            };
+            return Ok(self.flat_read(fl, at, d));
+        }
         if self.reference || !matches!(ty, Ty::Header(_) | Ty::Struct(_)) {
             return self.eval(e);
         }

@@ -96,8 +96,26 @@ fn algo_name(v: &Value) -> String {
     }
 }
 
-impl Run<'_> {
+/// The items of a checksum list: the AST's (the walker evaluates them)
+/// or compiled ones (`fast::CArg::List`).
+#[derive(Clone, Copy)]
+enum Items<'x, 'a> {
+    Ast(&'x [Expr]),
+    Compiled(&'a [crate::interp::fast::CExpr]),
+}
+
+impl<'a> Run<'a> {
     fn arg_val(&mut self, args: &[Arg], i: usize, span: &Span) -> R<Value> {
+        if let Some(ca) = self.cargs {
+            if let Some(crate::interp::fast::CArg::One(e)) = ca.get(i) {
+                // Compiled (it names a flat header parameter): evaluated
+                // with no compiled arguments of its own in force.
+                self.cargs = None;
+                let r = self.ceval(e);
+                self.cargs = Some(ca);
+                return r;
+            }
+        }
         match args.get(i) {
             Some(a) => self.eval(&a.value),
             None => fail(format!("{span}: missing argument {}", i + 1)),
@@ -126,13 +144,21 @@ impl Run<'_> {
 
     /// Checksum data: evaluated without recording reads.
     fn data_bits(&mut self, args: &[Arg], i: usize, span: &Span) -> R<BitBuf> {
+        if let Some(ca) = self.cargs {
+            if let Some(crate::interp::fast::CArg::List(items)) = ca.get(i) {
+                self.cargs = None;
+                let r = self.list_bits(Items::Compiled(items));
+                self.cargs = Some(ca);
+                return r;
+            }
+        }
         if !self.reference {
             if let Some(Arg {
                 value: crate::ast::Expr::List(items, _),
                 ..
             }) = args.get(i)
             {
-                return self.list_bits(items);
+                return self.list_bits(Items::Ast(items));
             }
         }
         self.quiet += 1;
@@ -148,13 +174,21 @@ impl Run<'_> {
     /// argument): its items evaluated in order as the tuple's would be,
     /// then serialized, in buffers the pipeline keeps (no tuple and no
     /// fresh buffer per call).
-    fn list_bits(&mut self, items: &[crate::ast::Expr]) -> R<BitBuf> {
+    fn list_bits(&mut self, items: Items<'_, 'a>) -> R<BitBuf> {
         let mut vals = self.st.pool.data.pop().unwrap_or_default();
         vals.clear();
         self.quiet += 1;
         let mut r = Ok(());
-        for e in items {
-            match self.eval(e) {
+        let n = match items {
+            Items::Ast(x) => x.len(),
+            Items::Compiled(x) => x.len(),
+        };
+        for k in 0..n {
+            let v = match items {
+                Items::Ast(x) => self.eval(&x[k]),
+                Items::Compiled(x) => self.ceval(&x[k]),
+            };
+            match v {
                 Ok(v) => vals.push(v),
                 Err(e) => {
                     r = Err(e);

@@ -23,7 +23,7 @@
 
 use super::eval::{fail, lit_bits, read_bits, Ctl, Run, PKT_IN, PKT_OUT, R};
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
-use crate::interp::check::{BlockKind, FuncDef, Local, Prog, Ty};
+use crate::interp::check::{Agg, BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
 use crate::value::{name_eq, FastMap, Src, Value};
 use std::sync::Arc;
@@ -43,8 +43,8 @@ pub(crate) enum CExpr {
     Binary(BinOp, Box<CExpr>, Box<CExpr>, ast::Span),
     /// `x op N` with an unsized literal N (converted to x's type).
     BinLit(BinOp, Box<CExpr>, ast::IntLit, Box<CExpr>, ast::Span),
-    /// `e.isValid()`.
-    IsValid(Expr, ast::Span),
+    /// `e.isValid()`; the chain when `e` is a header of the flat headers.
+    IsValid(Expr, Option<Chain>, ast::Span),
     /// `t.apply()` of table `t` (unless a variable shadows its name).
     Apply(ast::Ident, usize, Expr),
     /// `obj.m(args)` on an extern instance or the packet.
@@ -54,6 +54,11 @@ pub(crate) enum CExpr {
         type_args: Vec<ast::Type>,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The arguments compiled, when they name a flat header parameter
+        /// of a specialised function ([`FlatSpec`]) and the extern method
+        /// takes every argument `in` (the extern reads them through
+        /// `Run::cargs`: the walker knows no such parameter).
+        cargs: Option<Vec<CArg>>,
     },
     /// `obj.extract(chain)` with one argument, a field chain: when `obj`
     /// is the packet and the chain finds a header whose fields are all
@@ -79,9 +84,19 @@ pub(crate) enum CExpr {
     },
     /// A direct call of action `a`.
     Action(usize, Vec<Arg>),
+    /// A direct call of action `a` specialised for its flat header
+    /// arguments (index in [`Code::specs`], as [`CExpr::FuncFlat`]; the
+    /// plain call when the run does not hold the headers flat).
+    ActionFlat(usize, usize, Vec<Arg>),
     /// A call of a function with its compiled body (index in
     /// [`Code::functions`]).
     Func(Arc<FuncDef>, usize, Vec<Arg>),
+    /// A call of a function whose `inout` header parameters are given
+    /// headers of the flat headers: its body compiled for those (index in
+    /// [`Code::specs`]), nothing copied in or out for them; as
+    /// [`CExpr::Func`] (the index in [`Code::functions`] first) when the
+    /// run does not hold the headers flat (a non-PNA program).
+    FuncFlat(Arc<FuncDef>, usize, usize, Vec<Arg>),
     /// An extern function (`send_to_port`, `drop_packet`, ...).
     ExternFn {
         name: String,
@@ -93,6 +108,36 @@ pub(crate) enum CExpr {
     Walk(Expr),
 }
 
+/// A compiled extern method argument.
+pub(crate) enum CArg {
+    One(CExpr),
+    /// A list `{ a, b }` (checksum data): its items.
+    List(Vec<CExpr>),
+}
+
+/// A function's or action's body compiled for a call whose `inout` header arguments
+/// are headers of the flat headers (`ip_ttl_dec(chk, hdr.ip)`): the
+/// parameter's chains (`ip.ttl`) are places in the flat array, so the
+/// call builds no header tree and writes none back. Why: copying
+/// `hdr.ip` into a tree and out again was the flat layout's largest new
+/// cost (docs/results/p4.md 2j). Only where aliasing cannot be told
+/// apart from copy-in/copy-out: `inout` parameters, distinct headers, no
+/// other argument naming them, the body never handing the parameter to
+/// the walker.
+pub(crate) struct FlatSpec {
+    pub body: Vec<CStmt>,
+    /// Per parameter: the flat header it stands for.
+    pub alias: Vec<Option<usize>>,
+}
+
+/// What [`Cx::spec_flat`] specialises: a function (with its index in
+/// [`Code::functions`]) or an action.
+#[derive(Clone, Copy)]
+enum Callee<'x> {
+    Func(&'x Arc<FuncDef>, usize),
+    Action(usize),
+}
+
 /// A variable's field chain (`hdr.ip.ttl`) with each field's index
 /// guessed at load from the variable's declared type: at run time a guess
 /// is used only when the value's field-name array is the very one of that
@@ -101,6 +146,9 @@ pub(crate) enum CExpr {
 pub(crate) struct Chain {
     pub root: String,
     pub steps: Vec<Step>,
+    /// Where the chain is in the flat headers ([`FlatLayout`]) when its
+    /// root is the block's flat headers parameter (decided at load).
+    pub flat: Option<FlatAt>,
 }
 
 pub(crate) struct Step {
@@ -175,6 +223,156 @@ pub(crate) struct Code {
     pub keys: Vec<Vec<CExpr>>,
     /// The values the main blocks share, as slots (PNA's run).
     pub shared: SharedLayout,
+    /// The headers struct held flat (`None`: every shared value is a
+    /// `Value` tree; [`Code::flat_off`] says why).
+    pub flat: Option<FlatLayout>,
+    /// Why the program's headers are not held flat.
+    pub flat_off: Option<&'static str>,
+    /// Function bodies specialised for flat header arguments.
+    pub specs: Vec<FlatSpec>,
+}
+
+/// The main blocks' headers struct (`headers_t`: a struct of headers
+/// whose fields are all `bit<W>`/`int<W>`/`bool`) held as one flat array
+/// per packet instead of a `Value` tree: each field a `u128` at a fixed
+/// index with its [`Src`], each header a validity flag. Why: moving the
+/// tree into and out of every main block's frame, resetting it per
+/// packet and cloning/dropping its fields were the largest costs left in
+/// profiles (docs/results/p4.md 2i); here the parser's reset is three
+/// fills, no block binds it and the compiled chains read and write
+/// fields by index. Only the compiled paths know this array: a program
+/// whose bodies hand the headers to the walker anywhere (see
+/// [`Cx::note`]) keeps the tree ([`Code::flat_off`]).
+pub(crate) struct FlatLayout {
+    /// The shared slot (in [`SharedLayout::keys`]) it replaces.
+    pub slot: usize,
+    /// The struct's field names (the headers).
+    pub names: Arc<[String]>,
+    pub headers: Vec<FlatHdr>,
+    /// Number of fields over all headers.
+    pub nfields: usize,
+}
+
+/// One header of a [`FlatLayout`].
+pub(crate) struct FlatHdr {
+    pub agg: Arc<Agg>,
+    /// Index of its first field in the flat array.
+    pub first: usize,
+    /// Per field: width, signed, bool.
+    pub kinds: Vec<(u32, bool, bool)>,
+    /// Total width in bits.
+    pub width: u64,
+}
+
+/// A place in the flat headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlatAt {
+    /// Header `h` (index in [`FlatLayout::headers`]).
+    Header(usize),
+    /// Field `i` (index in the flat array) of header `h`, `k`-th of it.
+    Field { h: usize, i: usize, k: usize },
+}
+
+/// The flat headers of the packet being run (kept in the pipeline's
+/// pool: reset, not reallocated, per packet).
+#[derive(Default)]
+pub(crate) struct FlatStore {
+    pub v: Vec<u128>,
+    pub src: Vec<Src>,
+    pub valid: Vec<bool>,
+}
+
+impl FlatStore {
+    /// Every field zero with no source, every header invalid: what
+    /// `reset_value` makes of the tree.
+    pub fn reset(&mut self, l: &FlatLayout) {
+        self.v.clear();
+        self.v.resize(l.nfields, 0);
+        self.src.clear();
+        self.src.resize(l.nfields, Src::None);
+        self.valid.clear();
+        self.valid.resize(l.headers.len(), false);
+    }
+
+    /// Field `i` (the `k`-th of header `h`) as the tree holds it.
+    pub fn field(&self, l: &FlatLayout, h: usize, i: usize, k: usize) -> Value {
+        let (w, signed, is_bool) = l.headers[h].kinds[k];
+        if is_bool {
+            Value::Bool(self.v[i] != 0, self.src[i])
+        } else {
+            Value::Bits(crate::value::Bits {
+                width: w,
+                signed,
+                v: self.v[i],
+                src: self.src[i],
+            })
+        }
+    }
+
+    /// Header `h` as a tree, written into `d` (its field vector reused
+    /// when it is a header of the same type).
+    pub fn header_into(&self, l: &FlatLayout, h: usize, d: &mut Value) {
+        let fh = &l.headers[h];
+        let fresh = !matches!(&*d, Value::Header(x) if Arc::ptr_eq(&x.names, &fh.agg.names)
+            && x.fields.len() == fh.kinds.len());
+        if fresh {
+            *d = Ty::Header(fh.agg.clone()).default_value();
+        }
+        if let Value::Header(x) = d {
+            if !Arc::ptr_eq(&x.ty, &fh.agg.name) {
+                x.ty = fh.agg.name.clone();
+            }
+            x.valid = self.valid[h];
+            for (k, f) in x.fields.iter_mut().enumerate() {
+                let i = fh.first + k;
+                // In place when the field already has the right kind (no
+                // drop of the old value, no new one built).
+                match (f, fh.kinds[k]) {
+                    (Value::Bits(b), (w, signed, false)) if b.width == w && b.signed == signed => {
+                        b.v = self.v[i];
+                        b.src = self.src[i];
+                    }
+                    (Value::Bool(b, s), (_, _, true)) => {
+                        *b = self.v[i] != 0;
+                        *s = self.src[i];
+                    }
+                    (f, _) => *f = self.field(l, h, i, k),
+                }
+            }
+        }
+    }
+
+    /// Stores `v` (already of the field's type) into field `i`.
+    pub fn set_field(&mut self, i: usize, v: &Value) -> bool {
+        match v {
+            Value::Bits(b) => {
+                self.v[i] = b.v;
+                self.src[i] = b.src;
+            }
+            Value::Bool(b, s) => {
+                self.v[i] = *b as u128;
+                self.src[i] = *s;
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Stores header value `v` (of header `h`'s type) into header `h`.
+    pub fn set_header(&mut self, l: &FlatLayout, h: usize, v: &Value) -> bool {
+        let fh = &l.headers[h];
+        let Value::Header(x) = v else { return false };
+        if x.fields.len() != fh.kinds.len() {
+            return false;
+        }
+        for (k, f) in x.fields.iter().enumerate() {
+            if !self.set_field(fh.first + k, f) {
+                return false;
+            }
+        }
+        self.valid[h] = x.valid;
+        true
+    }
 }
 
 /// How a main block's parameter gets its value.
@@ -183,10 +381,13 @@ pub(crate) enum ParamSlot {
     PktIn,
     PktOut,
     /// Shared value `slot` (index in [`SharedLayout::keys`]); `once`:
-    /// no other parameter of the block has the same type.
+    /// no other parameter of the block has the same type; `unnamed`:
+    /// the block's bodies never name the parameter (see
+    /// [`param_unnamed`]), so nothing is bound for it.
     Shared {
         slot: usize,
         once: bool,
+        unnamed: bool,
     },
 }
 
@@ -201,6 +402,15 @@ pub(crate) struct SharedLayout {
     pub params: Vec<Vec<ParamSlot>>,
 }
 
+/// A specialised body's flat header parameters ([`Cx`]'s `alias`): the
+/// layout, (parameter name, header) pairs, the flag set when the body
+/// hands one to the walker.
+type Alias<'p> = (
+    &'p FlatLayout,
+    Vec<(String, usize)>,
+    &'p std::cell::Cell<bool>,
+);
+
 /// What the compiler needs to resolve names: the program, the block whose
 /// locals are in scope (`None` in functions) and the functions' indices.
 struct Cx<'p> {
@@ -209,10 +419,140 @@ struct Cx<'p> {
     fns: &'p FastMap<String, usize>,
     /// Declared types of the names in scope (for the field guesses).
     scope: Vec<(String, Ty)>,
+    /// The flat headers and the name the region's block binds them to.
+    flat: Option<(&'p str, &'p FlatLayout)>,
+    /// Set when the region hands that name to the walker (see
+    /// [`Cx::note`]): the program then keeps the tree.
+    bad: &'p std::cell::Cell<Option<&'static str>>,
+    /// In a specialised function body ([`FlatSpec`]): the layout, its
+    /// parameters that stand for flat headers, and the flag set when the
+    /// body hands one to the walker (the call then copies as before).
+    alias: Option<Alias<'p>>,
+    /// The specialisations compiled so far (shared by the whole compile),
+    /// each with its callee (an action's index: `true`).
+    specs: &'p std::cell::RefCell<Vec<((bool, usize), FlatSpec)>>,
+    /// Nesting of specialised bodies being compiled.
+    depth: u32,
 }
 
-/// Compiles every body of `p`.
+/// Compiles every body of `p`, with the headers flat when the program
+/// allows it ([`FlatLayout`]).
 pub(crate) fn compile(p: &Prog) -> Code {
+    let shared = shared_layout(p);
+    match flat_layout(p, &shared) {
+        Ok(fl) => {
+            let bad = std::cell::Cell::new(None);
+            let mut code = compile_with(p, Some(&fl), &bad);
+            match bad.get() {
+                None => {
+                    code.shared = shared;
+                    code.flat = Some(fl);
+                    code
+                }
+                Some(why) => {
+                    let mut code = compile_with(p, None, &bad);
+                    code.shared = shared;
+                    code.flat_off = Some(why);
+                    code
+                }
+            }
+        }
+        Err(why) => {
+            let bad = std::cell::Cell::new(None);
+            let mut code = compile_with(p, None, &bad);
+            code.shared = shared;
+            code.flat_off = Some(why);
+            code
+        }
+    }
+}
+
+/// The name block `b` binds the flat headers to, if it is a main block
+/// that takes them.
+fn flat_root<'p>(p: &'p Prog, fl: Option<&FlatLayout>, b: usize) -> Option<&'p str> {
+    let fl = fl?;
+    let pos = p.main_blocks.iter().position(|(_, x)| *x == b)?;
+    let shared = shared_layout(p);
+    let ps = shared.params.get(pos)?;
+    p.blocks[b]
+        .params()
+        .iter()
+        .zip(ps)
+        .find(|(_, s)| matches!(s, ParamSlot::Shared { slot, .. } if *slot == fl.slot))
+        .map(|(prm, _)| prm.name.name.as_str())
+}
+
+/// The flat layout of the main blocks' headers struct, or why there is
+/// none.
+fn flat_layout(p: &Prog, shared: &SharedLayout) -> Result<FlatLayout, &'static str> {
+    let mut found: Option<(usize, Arc<Agg>)> = None;
+    for ((_, b), ps) in p.main_blocks.iter().zip(&shared.params) {
+        let blk = &p.blocks[*b];
+        for ((prm, t), s) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
+            let (ParamSlot::Shared { slot, once, .. }, Ty::Struct(a)) = (s, t) else {
+                continue;
+            };
+            let all_headers = !a.fields.is_empty()
+                && a.fields.iter().all(|(_, t)| match t {
+                    Ty::Header(h) => h.fields.iter().all(|(_, f)| {
+                        matches!(f, Ty::Bool) || matches!(f, Ty::Bits(w, _) if *w <= 128)
+                    }),
+                    _ => false,
+                });
+            if !all_headers {
+                continue;
+            }
+            if !once
+                || prm.direction == crate::ast::Direction::In
+                || prm.direction == crate::ast::Direction::None
+            {
+                return Err("headers passed as `in` or twice to a block");
+            }
+            match &found {
+                Some((s, _)) if s != slot => return Err("two header structs"),
+                _ => found = Some((*slot, a.clone())),
+            }
+        }
+    }
+    let Some((slot, a)) = found else {
+        return Err("no struct of fixed-width headers among the main blocks' parameters");
+    };
+    let mut headers = Vec::new();
+    let mut first = 0;
+    for (_, t) in &a.fields {
+        let Ty::Header(h) = t else {
+            return Err("a struct field that is not a header");
+        };
+        let kinds: Vec<(u32, bool, bool)> = h
+            .fields
+            .iter()
+            .map(|(_, f)| match f {
+                Ty::Bits(w, s) => (*w, *s, false),
+                _ => (1, false, true),
+            })
+            .collect();
+        let width = kinds.iter().map(|k| u64::from(k.0)).sum();
+        headers.push(FlatHdr {
+            agg: h.clone(),
+            first,
+            width,
+            kinds,
+        });
+        first += h.fields.len();
+    }
+    Ok(FlatLayout {
+        slot,
+        names: a.names.clone(),
+        headers,
+        nfields: first,
+    })
+}
+
+fn compile_with(
+    p: &Prog,
+    fl: Option<&FlatLayout>,
+    bad: &std::cell::Cell<Option<&'static str>>,
+) -> Code {
     let mut names: Vec<(&String, &Arc<FuncDef>)> = p.g.functions.iter().collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
     let fns: FastMap<String, usize> = names
@@ -220,9 +560,29 @@ pub(crate) fn compile(p: &Prog) -> Code {
         .enumerate()
         .map(|(i, (n, _))| ((*n).clone(), i))
         .collect();
-    let mut code = Code {
-        shared: shared_layout(p),
-        ..Code::default()
+    let mut code = Code::default();
+    let specs = std::cell::RefCell::new(Vec::new());
+    // The flat headers' name in block `b`'s region (its bodies, actions,
+    // table keys), when no action of the block declares that name too.
+    let flat_in = |b: Option<usize>| -> Option<(&str, &FlatLayout)> {
+        let b = b?;
+        let root = flat_root(p, fl, b)?;
+        let shadowed = p
+            .actions
+            .iter()
+            .any(|a| a.block == Some(b) && a.decl.params.iter().any(|x| x.name.name == root))
+            || p.blocks[b].vars.iter().any(|(v, _)| {
+                // A block variable's initialiser is the walker's.
+                v.name.name == root
+                    || v.init
+                        .as_ref()
+                        .is_some_and(|e| names_ident(&format!("{e:?}"), root))
+            });
+        if shadowed {
+            bad.set(Some("the headers' name declared again in a block"));
+            return None;
+        }
+        Some((root, fl?))
     };
     for (_, f) in &names {
         let cx = Cx {
@@ -230,6 +590,11 @@ pub(crate) fn compile(p: &Prog) -> Code {
             block: None,
             fns: &fns,
             scope: params_scope(&f.decl.proto.params, &f.param_tys),
+            flat: None,
+            bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
@@ -241,6 +606,11 @@ pub(crate) fn compile(p: &Prog) -> Code {
             block: a.block,
             fns: &fns,
             scope,
+            flat: flat_in(a.block),
+            bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
     }
@@ -256,6 +626,11 @@ pub(crate) fn compile(p: &Prog) -> Code {
             block: owner,
             fns: &fns,
             scope: owner.map(|b| block_scope(p, b)).unwrap_or_default(),
+            flat: flat_in(owner),
+            bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -266,6 +641,11 @@ pub(crate) fn compile(p: &Prog) -> Code {
             block: Some(b),
             fns: &fns,
             scope: block_scope(p, b),
+            flat: flat_in(Some(b)),
+            bad,
+            alias: None,
+            specs: &specs,
+            depth: 0,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -286,10 +666,91 @@ pub(crate) fn compile(p: &Prog) -> Code {
             }
         }
     }
+    code.specs = specs.into_inner().into_iter().map(|(_, s)| s).collect();
     code
 }
 
+/// Whether `text` (an AST's `Debug` form) names identifier `root`.
+fn names_ident(text: &str, root: &str) -> bool {
+    text.contains(&format!("name: {root:?}"))
+}
+
 impl Cx<'_> {
+    /// `e` is kept as an AST the walker evaluates: when it names the flat
+    /// headers the program keeps the tree (the walker knows no flat
+    /// array). Conservative: any identifier of that name counts (a field
+    /// of that name too).
+    fn note(&self, e: &Expr) {
+        if self.flat.is_some() || self.alias.is_some() {
+            self.note_text(&format!("{e:?}"));
+        }
+    }
+
+    fn note_stmt(&self, st: &Stmt) {
+        if self.flat.is_some() || self.alias.is_some() {
+            self.note_text(&format!("{st:?}"));
+        }
+    }
+
+    fn note_text(&self, text: &str) {
+        if let Some((root, _)) = self.flat {
+            if names_ident(text, root) {
+                self.bad.set(Some("the headers handed to the walker"));
+            }
+        }
+        if let Some((_, names, spec_bad)) = &self.alias {
+            if names.iter().any(|(n, _)| names_ident(text, n)) {
+                spec_bad.set(true);
+            }
+        }
+    }
+
+    fn note_args(&self, args: &[Arg]) {
+        args.iter().for_each(|a| self.note(&a.value));
+    }
+
+    /// Where chain `root.steps` is in the flat headers: `Some(None)` when
+    /// the root is not the flat headers' name.
+    fn flat_at(&self, root: &str, names: &[String]) -> Option<Option<FlatAt>> {
+        if let Some((fl, al, _)) = &self.alias {
+            if let Some(&(_, h)) = al.iter().find(|(n, _)| n == root) {
+                return match names {
+                    [] => Some(Some(FlatAt::Header(h))),
+                    [f] => {
+                        let fh = &fl.headers[h];
+                        let k = fh.agg.names.iter().position(|n| n == f)?;
+                        Some(Some(FlatAt::Field {
+                            h,
+                            i: fh.first + k,
+                            k,
+                        }))
+                    }
+                    _ => None,
+                };
+            }
+        }
+        let Some((r, fl)) = self.flat else {
+            return Some(None);
+        };
+        if r != root {
+            return Some(None);
+        }
+        let h = fl.names.iter().position(|n| Some(n) == names.first())?;
+        match names.len() {
+            1 => Some(Some(FlatAt::Header(h))),
+            2 => {
+                let fh = &fl.headers[h];
+                let k = fh.agg.names.iter().position(|n| *n == names[1])?;
+                Some(Some(FlatAt::Field {
+                    h,
+                    i: fh.first + k,
+                    k,
+                }))
+            }
+            _ => None,
+        }
+    }
+
     fn local(&self, name: &str) -> Option<&Local> {
         self.block.and_then(|b| self.p.blocks[b].locals.get(name))
     }
@@ -310,6 +771,14 @@ impl Cx<'_> {
             }
         };
         names.reverse();
+        let flat = match self.flat_at(&root, &names) {
+            Some(f) => f,
+            None => {
+                // The flat headers' name, but not one header or field.
+                self.note(e);
+                None
+            }
+        };
         let mut ty = self
             .scope
             .iter()
@@ -329,7 +798,7 @@ impl Cx<'_> {
                 name,
             });
         }
-        Some(Chain { root, steps })
+        Some(Chain { root, steps, flat })
     }
 
     fn stmts(&self, s: &[Stmt]) -> Vec<CStmt> {
@@ -339,7 +808,11 @@ impl Cx<'_> {
     fn stmt(&self, s: &Stmt) -> CStmt {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
-                CStmt::Assign(lhs.clone(), self.chain(lhs), self.expr(rhs))
+                let c = self.chain(lhs);
+                if c.as_ref().is_none_or(|c| c.flat.is_none()) {
+                    self.note(lhs);
+                }
+                CStmt::Assign(lhs.clone(), c, self.expr(rhs))
             }
             Stmt::Call(e) => CStmt::Call(self.expr(e)),
             Stmt::If {
@@ -356,6 +829,15 @@ impl Cx<'_> {
             Stmt::Block(b) => CStmt::Block(self.stmts(&b.stmts)),
             Stmt::Var(v) => {
                 let locals = self.block.map(|b| &self.p.blocks[b].locals);
+                if self.flat.is_some_and(|(r, _)| r == v.name.name) {
+                    self.bad
+                        .set(Some("the headers' name declared again in a block"));
+                }
+                if let Some((_, names, spec_bad)) = &self.alias {
+                    if names.iter().any(|(n, _)| *n == v.name.name) {
+                        spec_bad.set(true);
+                    }
+                }
                 match self.p.resolve_type(&v.ty, locals) {
                     Ok(ty) => CStmt::Var(
                         v.name.name.clone(),
@@ -366,7 +848,10 @@ impl Cx<'_> {
                     Err(_) => CStmt::Walk(s.clone()),
                 }
             }
-            o => CStmt::Walk(o.clone()),
+            o => {
+                self.note_stmt(o);
+                CStmt::Walk(o.clone())
+            }
         }
     }
 
@@ -385,19 +870,22 @@ impl Cx<'_> {
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
                 Some(b) => CExpr::Lit(Value::Bits(b)),
-                None => CExpr::Walk(e.clone()),
+                None => self.walk(e),
             },
             Expr::Bool(b, _) => CExpr::Lit(Value::Bool(*b, Src::None)),
             Expr::Path(id) => match self.named(id) {
-                Some(v) => CExpr::Named(id.clone(), v),
+                Some(v) => {
+                    self.note(e);
+                    CExpr::Named(id.clone(), v)
+                }
                 None => match self.chain(e) {
                     Some(c) => CExpr::Peek(c, e.clone()),
-                    None => CExpr::Walk(e.clone()),
+                    None => self.walk(e),
                 },
             },
             Expr::Member(..) => match self.chain(e) {
                 Some(c) => CExpr::Peek(c, e.clone()),
-                None => CExpr::Walk(e.clone()),
+                None => self.walk(e),
             },
             Expr::Unary(op, a, span) => CExpr::Unary(*op, Box::new(self.expr(a)), span.clone()),
             Expr::Binary(op, a, b, span) => {
@@ -430,8 +918,14 @@ impl Cx<'_> {
                 args,
                 span,
             } => self.call(e, func, type_args, args, span),
-            o => CExpr::Walk(o.clone()),
+            o => self.walk(o),
         }
+    }
+
+    /// `e` left to the walker.
+    fn walk(&self, e: &Expr) -> CExpr {
+        self.note(e);
+        CExpr::Walk(e.clone())
     }
 
     /// `obj.name(args)` left to `Run::call_method`.
@@ -443,12 +937,206 @@ impl Cx<'_> {
         args: &[Arg],
         span: &ast::Span,
     ) -> CExpr {
+        let cargs = self.method_cargs(obj, name, type_args, args);
+        if cargs.is_none() {
+            self.note_args(args);
+        }
         CExpr::Method {
             obj: Box::new(self.expr(obj)),
             name: name.to_string(),
             type_args: type_args.to_vec(),
             args: args.to_vec(),
             span: span.clone(),
+            cargs,
+        }
+    }
+
+    /// The arguments of extern method call `obj.name(args)` compiled, in
+    /// a specialised body ([`FlatSpec`]) when they name a flat header
+    /// parameter and the extern declares every parameter of the method
+    /// `in` (or directionless): the extern then only evaluates them
+    /// (`Run::arg_val`, `Run::data_bits`). `None`: left to the walker.
+    fn method_cargs(
+        &self,
+        obj: &Expr,
+        name: &str,
+        type_args: &[ast::Type],
+        args: &[Arg],
+    ) -> Option<Vec<CArg>> {
+        let (_, names, _) = self.alias.as_ref()?;
+        let text = format!("{args:?}");
+        if !names.iter().any(|(n, _)| names_ident(&text, n)) || !type_args.is_empty() {
+            return None;
+        }
+        // The instance's extern type: a block's instance or a parameter.
+        let Expr::Path(id) = obj else { return None };
+        let ty = match self.scope.iter().rev().find(|(n, _)| *n == id.name) {
+            Some((_, Ty::Named(t))) => t.as_str(),
+            Some(_) => return None,
+            None => match self.local(&id.name) {
+                Some(Local::Extern(i)) => self.p.externs.get(*i)?.ty.as_str(),
+                _ => return None,
+            },
+        };
+        let decl = self.p.g.externs.get(ty)?;
+        let mut ms = decl
+            .methods
+            .iter()
+            .filter(|m| m.name.name == name && m.params.len() == args.len());
+        let m = ms.next()?;
+        if ms.next().is_some()
+            || args.iter().any(|a| a.name.is_some())
+            || !m
+                .params
+                .iter()
+                .all(|p| matches!(p.direction, ast::Direction::In | ast::Direction::None))
+        {
+            return None;
+        }
+        Some(
+            args.iter()
+                .map(|a| match &a.value {
+                    Expr::List(items, _) => {
+                        CArg::List(items.iter().map(|e| self.expr(e)).collect())
+                    }
+                    e => CArg::One(self.expr(e)),
+                })
+                .collect(),
+        )
+    }
+
+    /// A call of function `Callee` specialised for its flat header
+    /// arguments ([`FlatSpec`]): the index in [`Code::specs`], or `None`
+    /// when no argument qualifies or the body does not allow it.
+    fn spec_flat(&self, callee: Callee, args: &[Arg]) -> Option<usize> {
+        let fl = match (self.flat, &self.alias) {
+            (Some((_, fl)), _) => fl,
+            (None, Some((fl, _, _))) => *fl,
+            _ => return None,
+        };
+        if self.depth >= 8 || args.iter().any(|a| a.name.is_some()) {
+            return None;
+        }
+        let (params, tys, stmts, block, key) = match callee {
+            Callee::Func(f, i) => (
+                &f.decl.proto.params,
+                &f.param_tys,
+                &f.decl.body.stmts,
+                None,
+                (false, i),
+            ),
+            Callee::Action(a) => {
+                let ad = &self.p.actions[a];
+                (
+                    &ad.decl.params,
+                    &ad.param_tys,
+                    &ad.decl.body.stmts,
+                    ad.block,
+                    (true, a),
+                )
+            }
+        };
+        // An action sees its block's names: the flat headers too when it
+        // is the caller's block's (and no parameter hides them).
+        let flat = match block {
+            None => None,
+            Some(_) if block == self.block => self.flat,
+            Some(_) => return None,
+        };
+        if let Some((root, _)) = flat {
+            if params.iter().any(|p| p.name.name == root) {
+                return None;
+            }
+        }
+        if params.len() != args.len() {
+            return None;
+        }
+        let mut alias: Vec<Option<usize>> = vec![None; params.len()];
+        let mut names = Vec::new();
+        for (k, (p, a)) in params.iter().zip(args).enumerate() {
+            if p.direction != ast::Direction::InOut || !matches!(tys.get(k), Some(Ty::Header(_))) {
+                continue;
+            }
+            if let Some(FlatAt::Header(h)) = self.chain(&a.value).and_then(|c| c.flat) {
+                if alias.contains(&Some(h)) {
+                    return None;
+                }
+                alias[k] = Some(h);
+                names.push((p.name.name.clone(), h));
+            }
+        }
+        if names.is_empty() {
+            return None;
+        }
+        // An action that also names an aliased header through the block's
+        // name for the headers would see its writes, not the copy's.
+        if let Some((root, fl)) = flat {
+            let text = format!("{stmts:?}");
+            if names_ident(&text, root)
+                && names.iter().any(|(_, h)| names_ident(&text, &fl.names[*h]))
+            {
+                return None;
+            }
+        }
+        // No other argument may name an aliased header (its copy-in
+        // would see the header before the body's writes).
+        for (k, a) in args.iter().enumerate() {
+            if alias[k].is_some() {
+                continue;
+            }
+            match self.chain(&a.value).and_then(|c| c.flat) {
+                Some(FlatAt::Field { h, .. }) | Some(FlatAt::Header(h))
+                    if alias.contains(&Some(h)) =>
+                {
+                    return None
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = self
+            .specs
+            .borrow()
+            .iter()
+            .position(|(k, s)| *k == key && s.alias == alias)
+        {
+            return Some(s);
+        }
+        let spec_bad = std::cell::Cell::new(false);
+        let mut scope = block.map(|b| block_scope(self.p, b)).unwrap_or_default();
+        scope.extend(params_scope(params, tys));
+        let cx = Cx {
+            p: self.p,
+            block,
+            fns: self.fns,
+            scope,
+            flat,
+            bad: self.bad,
+            alias: Some((fl, names, &spec_bad)),
+            specs: self.specs,
+            depth: self.depth + 1,
+        };
+        let body = cx.stmts(stmts);
+        if spec_bad.get() {
+            return None;
+        }
+        let mut specs = self.specs.borrow_mut();
+        specs.push((key, FlatSpec { body, alias }));
+        Some(specs.len() - 1)
+    }
+
+    /// A direct call of action `a` (specialised when it can be).
+    fn action_call(&self, a: usize, args: &[Arg]) -> CExpr {
+        match self.spec_flat(Callee::Action(a), args) {
+            Some(s) => {
+                if self.alias.is_none() {
+                    self.note_call_args(args);
+                }
+                CExpr::ActionFlat(a, s, args.to_vec())
+            }
+            None => {
+                self.note_call_args(args);
+                CExpr::Action(a, args.to_vec())
+            }
         }
     }
 
@@ -463,57 +1151,95 @@ impl Cx<'_> {
     ) -> CExpr {
         match func {
             Expr::Member(obj, m) => match m.name.as_str() {
-                "isValid" => CExpr::IsValid((**obj).clone(), span.clone()),
-                "setValid" | "setInvalid" | "push_front" | "pop_front" => {
-                    CExpr::Walk(whole.clone())
+                "isValid" => {
+                    let c = self
+                        .chain(obj)
+                        .filter(|c| matches!(c.flat, Some(FlatAt::Header(_))));
+                    if c.is_none() {
+                        self.note(obj);
+                    }
+                    CExpr::IsValid((**obj).clone(), c, span.clone())
                 }
+                "setValid" | "setInvalid" | "push_front" | "pop_front" => self.walk(whole),
                 "apply" => match &**obj {
                     Expr::Path(id) => match self.local(&id.name) {
-                        Some(Local::Table(t)) => CExpr::Apply(id.clone(), *t, whole.clone()),
-                        _ => CExpr::Walk(whole.clone()),
+                        Some(Local::Table(t)) => {
+                            self.note(whole);
+                            CExpr::Apply(id.clone(), *t, whole.clone())
+                        }
+                        _ => self.walk(whole),
                     },
-                    _ => CExpr::Walk(whole.clone()),
+                    _ => self.walk(whole),
                 },
                 "extract" if args.len() == 1 && type_args.is_empty() => {
                     match self.chain(&args[0].value) {
-                        Some(chain) => CExpr::Extract {
-                            obj: Box::new(self.expr(obj)),
-                            chain,
-                            args: args.to_vec(),
-                            span: span.clone(),
-                            unions: self.p.has_header_unions(),
-                        },
-                        None => self.method(obj, "extract", type_args, args, span),
+                        Some(chain)
+                            if chain.flat.is_none()
+                                || (matches!(chain.flat, Some(FlatAt::Header(_)))
+                                    && self.packet_param(obj)) =>
+                        {
+                            if chain.flat.is_none() {
+                                self.note_args(args);
+                            }
+                            CExpr::Extract {
+                                obj: Box::new(self.expr(obj)),
+                                chain,
+                                args: args.to_vec(),
+                                span: span.clone(),
+                                unions: self.p.has_header_unions(),
+                            }
+                        }
+                        _ => self.method(obj, "extract", type_args, args, span),
                     }
                 }
-                "emit" if type_args.is_empty() => CExpr::Emit {
-                    obj: Box::new(self.expr(obj)),
-                    chains: args.iter().map(|a| self.chain(&a.value)).collect(),
-                    args: args.to_vec(),
-                    span: span.clone(),
-                },
-                name => CExpr::Method {
-                    obj: Box::new(self.expr(obj)),
-                    name: name.to_string(),
-                    type_args: type_args.to_vec(),
-                    args: args.to_vec(),
-                    span: span.clone(),
-                },
+                "emit" if type_args.is_empty() => {
+                    let chains: Vec<Option<Chain>> =
+                        args.iter().map(|a| self.chain(&a.value)).collect();
+                    for (c, a) in chains.iter().zip(args) {
+                        // A flat header is emitted only by the compiled
+                        // path, on the packet itself.
+                        let flat = c.as_ref().is_some_and(|c| c.flat.is_some());
+                        if !flat || !self.packet_param(obj) {
+                            self.note(&a.value);
+                        }
+                    }
+                    CExpr::Emit {
+                        obj: Box::new(self.expr(obj)),
+                        chains,
+                        args: args.to_vec(),
+                        span: span.clone(),
+                    }
+                }
+                name => self.method(obj, name, type_args, args, span),
             },
             Expr::Path(id) => {
                 let n = id.name.as_str();
                 if let Some(Local::Action(a)) = self.local(n) {
-                    return CExpr::Action(*a, args.to_vec());
+                    return self.action_call(*a, args);
                 }
                 if let Some(f) = self.p.g.functions.get(n) {
                     return match self.fns.get(n) {
-                        Some(&i) => CExpr::Func(f.clone(), i, args.to_vec()),
-                        None => CExpr::Walk(whole.clone()),
+                        Some(&i) => match self.spec_flat(Callee::Func(f, i), args) {
+                            Some(s) => {
+                                // Its other arguments name no aliased
+                                // header (checked there).
+                                if self.alias.is_none() {
+                                    self.note_call_args(args);
+                                }
+                                CExpr::FuncFlat(f.clone(), i, s, args.to_vec())
+                            }
+                            None => {
+                                self.note_call_args(args);
+                                CExpr::Func(f.clone(), i, args.to_vec())
+                            }
+                        },
+                        None => self.walk(whole),
                     };
                 }
                 if let Some(a) = self.p.g.actions.get(n) {
-                    return CExpr::Action(*a, args.to_vec());
+                    return self.action_call(*a, args);
                 }
+                self.note_args(args);
                 CExpr::ExternFn {
                     name: n.to_string(),
                     type_args: type_args.to_vec(),
@@ -521,8 +1247,36 @@ impl Cx<'_> {
                     span: span.clone(),
                 }
             }
-            _ => CExpr::Walk(whole.clone()),
+            _ => self.walk(whole),
         }
+    }
+
+    /// Arguments of a function or action call: `invoke` copies a flat
+    /// header or field in and out itself ([`Run::flat_arg`]); anything
+    /// else naming the headers is the walker's.
+    fn note_call_args(&self, args: &[Arg]) {
+        if self.alias.is_some() {
+            // `invoke` copies only the block's flat headers itself: an
+            // aliased parameter passed on is the walker's.
+            return self.note_args(args);
+        }
+        for a in args {
+            let flat = self.chain(&a.value).is_some_and(|c| c.flat.is_some());
+            if !flat {
+                self.note(&a.value);
+            }
+        }
+    }
+
+    /// Whether `obj` is the block's `packet_in`/`packet_out` parameter.
+    fn packet_param(&self, obj: &Expr) -> bool {
+        let Expr::Path(id) = obj else { return false };
+        let Some(b) = self.block else { return false };
+        let blk = &self.p.blocks[b];
+        blk.params().iter().zip(&blk.param_tys).any(|(prm, t)| {
+            prm.name.name == id.name
+                && matches!(t, Ty::Named(n) if n == "packet_in" || n == "packet_out")
+        })
     }
 
     fn next(&self, b: usize, name: &str) -> Next {
@@ -550,6 +1304,7 @@ impl Cx<'_> {
                         if ks.len() == 1 && matches!(ks[0], Expr::Default(_) | Expr::DontCare(_)) {
                             return CCase::Default(next);
                         }
+                        ks.iter().for_each(|k| self.note(k));
                         if ks.len() != n || (ks.len() == 1 && n > 1) {
                             return CCase::Walk(ks.clone(), next);
                         }
@@ -597,6 +1352,7 @@ fn shared_layout(p: &Prog) -> SharedLayout {
     let mut l = SharedLayout::default();
     for (_, b) in &p.main_blocks {
         let blk = &p.blocks[*b];
+        let prms = blk.params();
         let keys: Vec<String> = blk
             .param_tys
             .iter()
@@ -604,7 +1360,8 @@ fn shared_layout(p: &Prog) -> SharedLayout {
             .collect();
         let params = keys
             .iter()
-            .map(|k| match k.as_str() {
+            .enumerate()
+            .map(|(pi, k)| match k.as_str() {
                 "packet_in" => ParamSlot::PktIn,
                 "packet_out" => ParamSlot::PktOut,
                 _ => {
@@ -616,13 +1373,50 @@ fn shared_layout(p: &Prog) -> SharedLayout {
                         }
                     };
                     let once = keys.iter().filter(|x| *x == k).count() == 1;
-                    ParamSlot::Shared { slot, once }
+                    let prm = &prms[pi];
+                    // Skipped only where the order of several copies
+                    // cannot matter: one parameter of the type, or `in`.
+                    let unnamed = (once || prm.direction == crate::ast::Direction::In)
+                        && param_unnamed(p, *b, &prm.name.name);
+                    ParamSlot::Shared {
+                        slot,
+                        once,
+                        unnamed,
+                    }
                 }
             })
             .collect();
         l.params.push(params);
     }
     l
+}
+
+/// Whether no body of block `b` (its states or `apply`, its local
+/// declarations: actions, tables, variables, instances) nor any
+/// top-level action or function names identifier `name`. Why: a main
+/// block's metadata parameter that nothing reads or writes (routing.p4's
+/// `meta`, `istd`, `ostd`) need not be moved into and out of its frame
+/// per packet (`arch::run_block_slots`: that binding was its largest
+/// cost, docs/results/p4.md 2j). Conservative: any identifier of that
+/// name counts (a field or a local of that name too).
+fn param_unnamed(p: &Prog, b: usize, name: &str) -> bool {
+    let text = match &p.blocks[b].kind {
+        BlockKind::Parser(d) => format!("{:?}{:?}", d.locals, d.states),
+        BlockKind::Control(c) => format!("{:?}{:?}", c.locals, c.apply),
+    };
+    if names_ident(&text, name) {
+        return false;
+    }
+    let elsewhere = p
+        .actions
+        .iter()
+        .filter(|a| a.block.is_none())
+        .any(|a| names_ident(&format!("{:?}", a.decl.body), name))
+        || p.g
+            .functions
+            .values()
+            .any(|f| names_ident(&format!("{:?}", f.decl.body), name));
+    !elsewhere
 }
 
 /// The walker's `extract` into header `h` from bit `pos` of `pkt` when
@@ -716,6 +1510,162 @@ impl<'a> Run<'a> {
         p.fast.as_ref()
     }
 
+    /// The flat headers' layout and place of `c`, when this run holds
+    /// the headers flat and `c` is in them.
+    #[inline]
+    fn flat_of(&self, c: &Chain) -> Option<(&'a FlatLayout, FlatAt)> {
+        Some((self.flat?, c.flat?))
+    }
+
+    /// `invoke`'s argument `e` when it is a header or field of the flat
+    /// headers (`hdr.ip` in `ip_ttl_dec(chk, hdr.ip)`): resolved by name,
+    /// as the walker's `lvalue` would, unless a variable hides the name.
+    pub(crate) fn flat_arg(&self, e: &Expr) -> Option<(&'a FlatLayout, FlatAt)> {
+        let fl = self.flat?;
+        let (h, f) = match e {
+            Expr::Member(b, f) => match &**b {
+                Expr::Path(r) if r.name == self.flat_root => (f, None),
+                Expr::Member(b2, h) => match &**b2 {
+                    Expr::Path(r) if r.name == self.flat_root => (h, Some(f)),
+                    _ => return None,
+                },
+                _ => return None,
+            },
+            _ => return None,
+        };
+        if self.var(self.flat_root).is_some() {
+            return None;
+        }
+        let hi = fl.names.iter().position(|n| *n == h.name)?;
+        match f {
+            None => Some((fl, FlatAt::Header(hi))),
+            Some(f) => {
+                let fh = &fl.headers[hi];
+                let k = fh.agg.names.iter().position(|n| *n == f.name)?;
+                Some((
+                    fl,
+                    FlatAt::Field {
+                        h: hi,
+                        i: fh.first + k,
+                        k,
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The value at flat place `at` (a header built into `d`'s storage).
+    pub(crate) fn flat_read(&self, fl: &FlatLayout, at: FlatAt, d: Value) -> Value {
+        let st = &self.st.pool.flat;
+        match at {
+            FlatAt::Field { h, i, k } => st.field(fl, h, i, k),
+            FlatAt::Header(h) => {
+                let mut d = d;
+                st.header_into(fl, h, &mut d);
+                d
+            }
+        }
+    }
+
+    /// The walker's `assign` of `v` to flat place `at`.
+    pub(crate) fn flat_write(
+        &mut self,
+        fl: &FlatLayout,
+        at: FlatAt,
+        v: Value,
+        span: &ast::Span,
+    ) -> R<()> {
+        if let (FlatAt::Header(h), Value::Header(x)) = (at, &v) {
+            // A header of this very type (a function's `inout` copy-out):
+            // `coerce_like` would keep it as it is.
+            let fh = &fl.headers[h];
+            if Arc::ptr_eq(&x.names, &fh.agg.names)
+                && Arc::ptr_eq(&x.ty, &fh.agg.name)
+                && self.st.pool.flat.set_header(fl, h, &v)
+            {
+                if self.st.pool.agg_spare.len() < 16 {
+                    self.st.pool.agg_spare.push(v);
+                }
+                return Ok(());
+            }
+        }
+        let d = match at {
+            FlatAt::Header(_) => self.st.pool.agg_spare.pop().unwrap_or(Value::Void),
+            FlatAt::Field { .. } => Value::Void,
+        };
+        let cur = self.flat_read(fl, at, d);
+        let nv = coerce_like(&cur, v).map_err(|m| Ctl::Fail(format!("{span}: {m}")))?;
+        let st = &mut self.st.pool.flat;
+        let ok = match at {
+            FlatAt::Field { i, .. } => st.set_field(i, &nv),
+            FlatAt::Header(h) => st.set_header(fl, h, &nv),
+        };
+        if !ok {
+            return fail(format!("{span}: cannot assign a {}", nv.type_name()));
+        }
+        if let FlatAt::Header(_) = at {
+            // Both headers' storage, for the next copy-in and write.
+            for x in [cur, nv] {
+                if self.st.pool.agg_spare.len() < 16 {
+                    self.st.pool.agg_spare.push(x);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The walker's extract into flat header `h`.
+    fn flat_extract(&mut self, fl: &FlatLayout, h: usize) -> R<Value> {
+        let fh = &fl.headers[h];
+        let pos = self.pos;
+        let w = fh.width;
+        if pos + w > self.pkt.len() as u64 * 8 {
+            self.tr.set_uncacheable("p4-parser-error");
+            return Err(Ctl::Reject("PacketTooShort".into()));
+        }
+        let first = self.first_pass;
+        let tag = self.reparse_tag;
+        let st = &mut self.st.pool.flat;
+        let mut off = pos;
+        for (k, &(fw, _, _)) in fh.kinds.iter().enumerate() {
+            let i = fh.first + k;
+            st.v[i] = read_bits(&self.pkt, off, fw);
+            st.src[i] = if first {
+                Src::Packet(off as u32)
+            } else {
+                Src::Tainted(tag)
+            };
+            off += u64::from(fw);
+        }
+        st.valid[h] = true;
+        self.need_bytes(pos + w);
+        self.pos += w;
+        Ok(Value::Void)
+    }
+
+    /// `emit_into` of flat header `h`.
+    fn flat_emit(&mut self, fl: &FlatLayout, h: usize) {
+        let st = &self.st.pool.flat;
+        if !st.valid[h] {
+            return;
+        }
+        let fh = &fl.headers[h];
+        for (k, &(w, _, _)) in fh.kinds.iter().enumerate() {
+            let i = fh.first + k;
+            let at = self.out.bits as u32;
+            self.out.push(st.v[i], w);
+            let from = match st.src[i] {
+                Src::Packet(o) => Some(o),
+                _ => None,
+            };
+            self.prov.push(crate::trace::EmitSpan {
+                out: at,
+                len: w,
+                from,
+            });
+        }
+    }
+
     /// What `peek_in` borrows for the chain's expression.
     fn peek_chain(&self, c: &Chain) -> Option<&Value> {
         let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
@@ -801,9 +1751,18 @@ impl<'a> Run<'a> {
     fn ceval_inner(&mut self, e: &'a CExpr) -> R<Value> {
         match e {
             CExpr::Lit(v) => Ok(v.clone()),
-            CExpr::Peek(c, x) => match self.peek_chain(c) {
-                Some(v) => Ok(v.clone()),
-                None => self.eval(x),
+            CExpr::Peek(c, x) => match self.flat_of(c) {
+                Some((fl, at)) => {
+                    let d = match at {
+                        FlatAt::Header(_) => self.st.pool.agg_spare.pop().unwrap_or(Value::Void),
+                        FlatAt::Field { .. } => Value::Void,
+                    };
+                    Ok(self.flat_read(fl, at, d))
+                }
+                None => match self.peek_chain(c) {
+                    Some(v) => Ok(v.clone()),
+                    None => self.eval(x),
+                },
             },
             CExpr::Named(id, v) => match self.var(&id.name) {
                 Some(x) => Ok(x.clone()),
@@ -845,7 +1804,13 @@ impl<'a> Run<'a> {
                 self.use_val(&y);
                 ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
-            CExpr::IsValid(obj, span) => self.is_valid(obj, span),
+            CExpr::IsValid(obj, c, span) => match c.as_ref().and_then(|c| self.flat_of(c)) {
+                Some((_, FlatAt::Header(h))) => {
+                    Ok(Value::Bool(self.st.pool.flat.valid[h], Src::None))
+                }
+                Some((_, FlatAt::Field { .. })) => fail(format!("{span}: isValid on a field")),
+                None => self.is_valid(obj, span),
+            },
             CExpr::Apply(id, t, whole) => {
                 if self.var(&id.name).is_none() {
                     self.apply_table(*t)
@@ -859,9 +1824,18 @@ impl<'a> Run<'a> {
                 type_args,
                 args,
                 span,
+                cargs,
             } => {
                 let recv = self.ceval(obj)?;
-                self.call_method(recv, name, type_args, args, span)
+                match cargs {
+                    Some(ca) => {
+                        let saved = self.cargs.replace(ca);
+                        let r = self.call_method(recv, name, type_args, args, span);
+                        self.cargs = saved;
+                        r
+                    }
+                    None => self.call_method(recv, name, type_args, args, span),
+                }
             }
             CExpr::Extract {
                 obj,
@@ -872,6 +1846,11 @@ impl<'a> Run<'a> {
             } => {
                 let recv = self.ceval(obj)?;
                 if matches!(recv, Value::Instance(PKT_IN)) {
+                    match self.flat_of(chain) {
+                        Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
+                        Some(_) => return fail(format!("{span}: extract of a field")),
+                        None => {}
+                    }
                     if let Some(r) = self.cextract(chain) {
                         if *unions && r.is_ok() {
                             self.union_extracted(chain);
@@ -894,6 +1873,15 @@ impl<'a> Run<'a> {
                 for (c, a) in chains.iter().zip(args) {
                     // The header where the chain finds it; the walker's
                     // way (name search, or evaluation) when it does not.
+                    match c.as_ref().and_then(|c| self.flat_of(c)) {
+                        Some((fl, FlatAt::Header(h))) => {
+                            self.flat_emit(fl, h);
+                            continue;
+                        }
+                        // A scalar emits nothing (as `emit_into`).
+                        Some(_) => continue,
+                        None => {}
+                    }
                     match c.as_ref().and_then(|c| self.emit_chain(c)) {
                         Some(r) => r?,
                         None => self.emit_arg(a)?,
@@ -902,6 +1890,13 @@ impl<'a> Run<'a> {
                 Ok(Value::Void)
             }
             CExpr::Action(a, args) => self.call_action(*a, Some(args), None),
+            CExpr::ActionFlat(a, s, args) => {
+                // The plain call when the run does not hold the headers
+                // flat (a non-PNA program).
+                let spec = self.code().and_then(|c| c.specs.get(*s));
+                let spec = spec.filter(|_| self.flat.is_some());
+                self.call_action_with(*a, Some(args), None, spec)
+            }
             CExpr::Func(f, i, args) => {
                 let f: &'a FuncDef = f;
                 let body = self.code().map(|c| c.functions[*i].as_slice());
@@ -914,6 +1909,36 @@ impl<'a> Run<'a> {
                     body,
                     true,
                     Some(None),
+                    None,
+                )
+            }
+            CExpr::FuncFlat(f, i, s, args) => {
+                let f: &'a FuncDef = f;
+                let spec = self.code().and_then(|c| c.specs.get(*s));
+                let Some(spec) = spec.filter(|_| self.flat.is_some()) else {
+                    let body = self.code().map(|c| c.functions[*i].as_slice());
+                    return self.invoke(
+                        &f.decl.proto.params,
+                        &f.param_tys,
+                        args,
+                        None,
+                        &f.decl.body,
+                        body,
+                        true,
+                        Some(None),
+                        None,
+                    );
+                };
+                self.invoke(
+                    &f.decl.proto.params,
+                    &f.param_tys,
+                    args,
+                    None,
+                    &f.decl.body,
+                    Some(&spec.body),
+                    true,
+                    Some(None),
+                    Some(&spec.alias),
                 )
             }
             CExpr::ExternFn {
@@ -951,6 +1976,9 @@ impl<'a> Run<'a> {
                 self.assigning = true;
                 self.use_val(&v);
                 self.assigning = false;
+                if let Some((fl, at)) = chain.as_ref().and_then(|c| self.flat_of(c)) {
+                    return self.flat_write(fl, at, v, lhs.span());
+                }
                 if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
                     // The walker's `assign` of a plain lvalue.
                     let nv = coerce_like(target, v)

@@ -214,6 +214,8 @@ pub(crate) struct Pool {
     /// Headers/structs replaced by an assignment, reused by the next
     /// copy-in of an `in`/`inout` argument (`Run::eval_copy_in`).
     pub agg_spare: Vec<Value>,
+    /// The flat headers of the packet being run (`fast::FlatLayout`).
+    pub flat: fast::FlatStore,
 }
 
 impl State {
@@ -315,6 +317,56 @@ impl Pipeline {
 
     pub fn arch(&self) -> Arch {
         self.arch
+    }
+
+    /// Whether the data path holds this program's headers struct as one
+    /// flat array per packet (`Ok`) or as a `Value` tree (`Err`: why).
+    /// Only PNA programs run with it; the reference evaluator never does.
+    pub fn flat_headers(&self) -> Result<(), &'static str> {
+        match &self.prog.fast {
+            Some(c) if c.flat.is_some() => {
+                if matches!(self.arch, Arch::Pna | Arch::PnaTc) {
+                    Ok(())
+                } else {
+                    Err("not a PNA program")
+                }
+            }
+            Some(c) => Err(c.flat_off.unwrap_or("no flat layout")),
+            None => Err("no compiled form"),
+        }
+    }
+
+    /// How many function or action bodies were compiled for flat header
+    /// arguments (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and
+    /// writes `hdr.ip` in the flat array, no header copied in or out).
+    pub fn flat_calls(&self) -> usize {
+        match &self.prog.fast {
+            Some(c) if c.flat.is_some() => c.specs.len(),
+            _ => 0,
+        }
+    }
+
+    /// The main blocks' parameters the data path binds nothing for, as
+    /// `block.param`: metadata their bodies never name (see
+    /// `fast::ParamSlot::Shared`'s `unnamed`). PNA programs only (the
+    /// others' runs do not use the slot layout).
+    pub fn unbound_params(&self) -> Vec<String> {
+        let Some(c) = &self.prog.fast else {
+            return Vec::new();
+        };
+        if !matches!(self.arch, Arch::Pna | Arch::PnaTc) {
+            return Vec::new();
+        }
+        let p = &self.prog;
+        let mut out = Vec::new();
+        for ((bname, b), ps) in p.main_blocks.iter().zip(&c.shared.params) {
+            for (prm, s) in p.blocks[*b].params().iter().zip(ps) {
+                if matches!(s, fast::ParamSlot::Shared { unnamed: true, .. }) {
+                    out.push(format!("{bname}.{}", prm.name.name));
+                }
+            }
+        }
+        out
     }
 
     /// Runs one packet received on `in_port` at time `now_ns`. Never
