@@ -442,6 +442,42 @@ pub struct Packets {
     pub end_rx_gso_whole: u64,
     #[serde(default)]
     pub end_rx_buf_allocs: u64,
+    /// The daemons' socket calls over the phase, per host and port:
+    /// `h1:vc1:rx_recvmmsg_calls`, `h2:underlay:tx_sendmmsg_calls`, ...
+    /// (`recvmmsg` calls, those that found nothing, frames they returned;
+    /// `sendmmsg` calls, and `tx_packets` beside them): the batch sizes
+    /// and how often each daemon looked for work (issue 34's idle). Empty
+    /// from daemons that do not count them.
+    #[serde(default)]
+    pub syscalls: std::collections::BTreeMap<String, u64>,
+}
+
+/// The socket-call counters [`Packets::syscalls`] keeps, as a port reports
+/// them (the tunnel reports its underlay's with an `underlay_` prefix).
+const SYSCALL_COUNTERS: [&str; 4] = [
+    "rx_recvmmsg_calls",
+    "rx_recvmmsg_empty",
+    "rx_recvmmsg_frames",
+    "tx_sendmmsg_calls",
+];
+
+/// Frames per call of one host and port in [`Packets::syscalls`]: receive
+/// (frames per `recvmmsg` that found any) and transmit (frames per
+/// `sendmmsg`), and the share of `recvmmsg` calls that found nothing;
+/// `None` where the daemon did not count.
+pub fn batch_sizes(
+    s: &std::collections::BTreeMap<String, u64>,
+    key: &str,
+) -> Option<(f64, f64, f64)> {
+    let g = |k: &str| s.get(&format!("{key}:{k}")).copied().unwrap_or(0) as f64;
+    let calls = g("rx_recvmmsg_calls");
+    if calls == 0.0 {
+        return None;
+    }
+    let empty = g("rx_recvmmsg_empty");
+    let rx = g("rx_recvmmsg_frames") / (calls - empty).max(1.0);
+    let tx = g("tx_packets") / g("tx_sendmmsg_calls").max(1.0);
+    Some((rx, tx, empty / calls))
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -1016,6 +1052,15 @@ impl IpsecLab {
                 }
                 p.esp_gso_frames += c("esp_tx_gso_frames");
                 p.esp_gso_packets += c("esp_tx_gso_packets");
+                for k in SYSCALL_COUNTERS {
+                    let v = c(&format!("underlay_{k}"));
+                    p.syscalls.insert(format!("h{}:underlay:{k}", d.host), v);
+                }
+                // The underlay's frames sent (the tunnel's `tx_packets` are
+                // inner frames, many per UDP super-frame).
+                let v = c("underlay_tx_frames");
+                p.syscalls
+                    .insert(format!("h{}:underlay:tx_packets", d.host), v);
             }
             // The container's port: what it lost before the daemon read it
             // (the generator outrunning H1's daemon), by reason.
@@ -1026,6 +1071,13 @@ impl IpsecLab {
                 p.end_rx_gso_kept += n("rx_gso_kept");
                 p.end_rx_gso_whole += n("rx_gso_whole");
                 p.end_rx_buf_allocs += n("rx_buf_allocs");
+                for k in SYSCALL_COUNTERS {
+                    p.syscalls.insert(format!("h{}:{port}:{k}", d.host), n(k));
+                }
+                p.syscalls.insert(
+                    format!("h{}:{port}:tx_packets", d.host),
+                    c["tx_packets"].as_u64().unwrap_or(0),
+                );
                 if let Some(m) = c["counters"].as_object() {
                     for (k, v) in m {
                         if k.starts_with("rx_drop_") {
@@ -1158,6 +1210,7 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
                     end_rx_gso_kept: a.end_rx_gso_kept.saturating_sub(b.end_rx_gso_kept),
                     end_rx_gso_whole: a.end_rx_gso_whole.saturating_sub(b.end_rx_gso_whole),
                     end_rx_buf_allocs: a.end_rx_buf_allocs.saturating_sub(b.end_rx_buf_allocs),
+                    syscalls: counters_between(&b.syscalls, &a.syscalls),
                 });
             }
             Ok(ph)
@@ -1185,6 +1238,21 @@ fn body(opts: &Options, perf: &PerfSupport, run: &mut Run) -> anyhow::Result<()>
             p.end_rx_gso_whole,
             p.end_rx_buf_allocs
         ));
+        let mut b = Vec::new();
+        for key in ["h1:vc1", "h1:underlay", "h2:underlay", "h2:vs1"] {
+            if let Some((rx, tx, empty)) = batch_sizes(&p.syscalls, key) {
+                b.push(format!(
+                    "{key} rx {rx:.1}/recvmmsg ({:.0} % empty) tx {tx:.1}/sendmmsg",
+                    empty * 100.0
+                ));
+            }
+        }
+        if !b.is_empty() {
+            progress(&format!(
+                "{name} {streams} streams: batches {}",
+                b.join("; ")
+            ));
+        }
     }
     drop(server);
     lab.down()
@@ -2313,6 +2381,32 @@ pub fn pps_markdown(r: &PpsResults, figs: &[Figure]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Batch sizes: receive frames per `recvmmsg` that found any (the empty
+    /// ones left out of the divisor), transmit frames per `sendmmsg`, the
+    /// empty share; nothing for a port the daemon did not count.
+    #[test]
+    fn batch_sizes_leave_empty_calls_out_of_the_receive_batch() {
+        let s: std::collections::BTreeMap<String, u64> = [
+            ("h2:underlay:rx_recvmmsg_calls", 100),
+            ("h2:underlay:rx_recvmmsg_empty", 60),
+            ("h2:underlay:rx_recvmmsg_frames", 120),
+            ("h2:underlay:tx_sendmmsg_calls", 10),
+            ("h2:underlay:tx_packets", 45),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(batch_sizes(&s, "h2:underlay"), Some((3.0, 4.5, 0.6)));
+        assert_eq!(batch_sizes(&s, "h1:vc1"), None);
+        // Every call empty, nothing sent: no division by zero.
+        let mut e = s.clone();
+        e.insert("h2:underlay:rx_recvmmsg_empty".into(), 100);
+        e.insert("h2:underlay:rx_recvmmsg_frames".into(), 0);
+        e.remove("h2:underlay:tx_sendmmsg_calls");
+        e.remove("h2:underlay:tx_packets");
+        assert_eq!(batch_sizes(&e, "h2:underlay"), Some((0.0, 0.0, 1.0)));
+    }
 
     #[test]
     fn configs_parse_and_mirror() {

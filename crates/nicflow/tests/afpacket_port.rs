@@ -23,6 +23,8 @@ use common::{have, lab_possible, must};
 use nicflow::port::afpacket::{AfPacketOptions, AfPacketPort};
 use nicflow::port::tap::TapPort;
 use nicflow::port::Port;
+use nicflow_packet::buf::PacketBuf;
+use nicflow_packet::builder::FrameBuilder;
 use nicflow_packet::parse::{parse, L4Kind};
 use std::time::{Duration, Instant};
 
@@ -107,6 +109,76 @@ mod socket_rx {
             32,
             "w",
         );
+    }
+
+    /// The socket-call counters (issue 34's batch sizes): every
+    /// `recv_batch` that reaches the socket is one `recvmmsg`, counted,
+    /// an empty one also as empty, and the frames they returned; every
+    /// `send_batch` one `sendmmsg`.
+    #[test]
+    fn socket_receive_counts_its_calls() {
+        if !lab_possible() {
+            return;
+        }
+        let net = 36;
+        let lab = PortLab::new("nfas", "k", 1, net);
+        let ns = lab.ns[0].as_str();
+        let mut port = AfPacketPort::open(
+            &lab.sw[0],
+            AfPacketOptions {
+                rx_ring: false,
+                ..software_fixups()
+            },
+        )
+        .unwrap_or_else(|e| panic!("open: {e}"));
+        let (peer_mac, peer_ip, _) = fake_peer(ns, net);
+        let fd = port.rx_fd().expect("rx fd");
+        let mut pool = Vec::new();
+        let c = |p: &AfPacketPort, k: &str| counter(&p.extra_counters(), k).unwrap_or(u64::MAX);
+        let (c0, e0, f0, t0) = (
+            c(&port, "rx_recvmmsg_calls"),
+            c(&port, "rx_recvmmsg_empty"),
+            c(&port, "rx_recvmmsg_frames"),
+            c(&port, "tx_sendmmsg_calls"),
+        );
+        udp_burst(ns, peer_ip, "k");
+        assert!(poll_readable(&[fd], 1000), "rx fd never became readable");
+        let (mut calls, mut empty, mut frames, mut udp) = (0u64, 0u64, 0u64, 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while udp < BURST_N && Instant::now() < deadline {
+            let mut out = Vec::new();
+            // Small frames: none is cut, none waits in `pending`, so each
+            // call reaches the socket and returns what it read.
+            let n = port.recv_batch(&mut out, 8, &mut pool).unwrap();
+            calls += 1;
+            frames += n as u64;
+            if n == 0 {
+                empty += 1;
+                poll_readable(&[fd], 10);
+            }
+            udp += out
+                .iter()
+                .filter(|b| parse(b.data()).is_ok_and(|l| l.l4 == L4Kind::Udp))
+                .count();
+        }
+        assert_eq!(udp, BURST_N);
+        assert!(calls >= (BURST_N / 8) as u64);
+        assert_eq!(
+            (
+                c(&port, "rx_recvmmsg_calls") - c0,
+                c(&port, "rx_recvmmsg_empty") - e0,
+                c(&port, "rx_recvmmsg_frames") - f0
+            ),
+            (calls, empty, frames)
+        );
+        let f = FrameBuilder::new(peer_mac, [0x02, 0, 0, 0, net, 0x01])
+            .ipv4(peer_ip, peer_ip)
+            .udp(9, 9)
+            .payload(b"k")
+            .build();
+        let mut pkts = vec![PacketBuf::from_slice(&f), PacketBuf::from_slice(&f)];
+        assert_eq!(port.send_batch(&mut pkts, &mut Vec::new()).unwrap(), 2);
+        assert_eq!(c(&port, "tx_sendmmsg_calls") - t0, 1);
     }
 
     /// A frame crosses a socket-receive port at once: one ping through

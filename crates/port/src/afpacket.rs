@@ -473,6 +473,16 @@ pub struct AfPacketCounters {
     /// `recvmmsg` wrote them into (no ring): not copied out in userspace.
     /// Their buffers come back through the bridge's pool.
     pub rx_gso_whole: u64,
+    /// (no ring) `recvmmsg` calls made, those that found nothing
+    /// (`EAGAIN`), and the frames the others returned: frames per call is
+    /// the receive batch the kernel hands over, calls that find nothing
+    /// the rounds the daemon spent looking (issue 34's idle analysis).
+    pub rx_recvmmsg_calls: u64,
+    pub rx_recvmmsg_empty: u64,
+    pub rx_recvmmsg_frames: u64,
+    /// `sendmmsg` calls made (frames sent are `tx_packets`): frames per
+    /// call is the transmit batch, and each call may wake the receiver.
+    pub tx_sendmmsg_calls: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -776,12 +786,18 @@ impl AfPacketPort {
             return Ok(0);
         };
         let want = max.min(SOCK_BATCH);
+        let c = &mut self.rx.counters;
+        c.rx_recvmmsg_calls += 1;
         let got = match sr.recv(self.fd.as_raw_fd(), want) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.rx_recvmmsg_empty += 1;
+                return Ok(0);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
             Err(e) => return Err(e),
         };
+        c.rx_recvmmsg_frames += got as u64;
         let (mut n, mut used) = (0, 0);
         for i in 0..got {
             let Some((hdr, vnet, _)) = sr.frame(i) else {
@@ -954,6 +970,7 @@ impl Port for AfPacketPort {
         while idx < total {
             let chunk = (total - idx).min(libc::UIO_MAXIOV as usize);
             let fd = self.tx_fd.as_ref().unwrap_or(&self.fd).as_raw_fd();
+            self.rx.counters.tx_sendmmsg_calls += 1;
             match sendmmsg(fd, &mut tx.msgs[idx..idx + chunk]) {
                 Ok(k) if k > 0 => {
                     for p in &pkts[idx..idx + k] {
@@ -1041,6 +1058,10 @@ impl Port for AfPacketPort {
             ("rx_udp_gso_whole", c.rx_udp_gso_whole),
             ("rx_buf_allocs", c.rx_buf_allocs),
             ("rx_gso_whole", c.rx_gso_whole),
+            ("rx_recvmmsg_calls", c.rx_recvmmsg_calls),
+            ("rx_recvmmsg_empty", c.rx_recvmmsg_empty),
+            ("rx_recvmmsg_frames", c.rx_recvmmsg_frames),
+            ("tx_sendmmsg_calls", c.tx_sendmmsg_calls),
         ]
     }
 

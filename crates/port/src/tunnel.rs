@@ -115,8 +115,16 @@ const ARP_EXPIRE: Duration = Duration::from_secs(120);
 const ARP_RETRY: Duration = Duration::from_millis(500);
 /// Frames held per remote while its MAC is being resolved.
 const ARP_PENDING_MAX: usize = 64;
-/// Frames read from the underlay per poll.
-const POLL_BATCH: usize = 64;
+/// Frames read from the underlay per poll, in datagrams (a UDP super-frame
+/// counts as the ~33 ESP packets it holds, see the AF_PACKET port's
+/// `rx_units`). At 64 a poll took about two UDP super-frames, which GRO
+/// turned into one or two TCP super-frames, each round's own `sendmmsg` to
+/// the container: the receiving iperf3 was woken ~6,800 times a second,
+/// and each wake-up preempted a daemon on this 2-core machine (issue 34:
+/// the sealing daemon waited for a CPU 17 % of the time, two thirds of it
+/// behind the opening daemon and the woken iperf3). 256 (about eight
+/// super-frames) gives the container ~9.5 frames per `sendmmsg`.
+const POLL_BATCH: usize = 256;
 /// Big buffers an underlay keeps for its UDP super-frames of ESP: a
 /// transmit batch of the bridge's 32 TCP super-frames of 64 KiB seals
 /// into about 33 UDP super-frames, so with 8 (as before) every batch of
@@ -2232,7 +2240,11 @@ struct TxBatch {
 /// the named counters, so a drop between the two reads can only make it
 /// smaller, never a count that falls later.
 fn underlay_port_counters(port: &dyn Port) -> Vec<(&'static str, u64)> {
-    let rx_dropped = port.stats().rx_dropped;
+    let PortStats {
+        rx_dropped,
+        tx_packets,
+        ..
+    } = port.stats();
     let mut named = 0u64;
     let mut out: Vec<(&'static str, u64)> = port
         .extra_counters()
@@ -2242,6 +2254,10 @@ fn underlay_port_counters(port: &dyn Port) -> Vec<(&'static str, u64)> {
                 "rx_udp_gso_whole" => ("underlay_rx_udp_gso_whole", false),
                 "rx_gso_whole" => ("underlay_rx_gso_whole", false),
                 "rx_buf_allocs" => ("underlay_rx_buf_allocs", false),
+                "rx_recvmmsg_calls" => ("underlay_rx_recvmmsg_calls", false),
+                "rx_recvmmsg_empty" => ("underlay_rx_recvmmsg_empty", false),
+                "rx_recvmmsg_frames" => ("underlay_rx_recvmmsg_frames", false),
+                "tx_sendmmsg_calls" => ("underlay_tx_sendmmsg_calls", false),
                 "rx_drop_ring_full" => ("underlay_port_rx_drop_ring_full", true),
                 "rx_drop_kernel" => ("underlay_port_rx_drop_kernel", true),
                 "rx_drop_truncated" => ("underlay_port_rx_drop_truncated", true),
@@ -2260,6 +2276,9 @@ fn underlay_port_counters(port: &dyn Port) -> Vec<(&'static str, u64)> {
         "underlay_port_rx_drop_other",
         rx_dropped.saturating_sub(named),
     ));
+    // Frames (UDP super-frames counted once) the underlay port sent: with
+    // `underlay_tx_sendmmsg_calls`, the transmit batch.
+    out.push(("underlay_tx_frames", tx_packets));
     out
 }
 
