@@ -145,9 +145,7 @@ type Inline = (u8, [u8; SPARSE], [u64; SPARSE]);
 fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
     let mut idx = [0u8; SPARSE];
     let mut keys = [0u64; SPARSE];
-    // `< W` is what makes [`key_word`] sound; `mask_words` of a
-    // `[u64; W]` gives nothing else, but the lookup must not rest on that.
-    if words.len() > SPARSE || words.iter().any(|w| !word_index_ok::<W>(w.index)) {
+    if words.len() > SPARSE || words.iter().any(|w| w.index > u32::from(u8::MAX)) {
         return (WIDE, idx, keys);
     }
     for ((i, k), w) in idx.iter_mut().zip(keys.iter_mut()).zip(inline_order(words)) {
@@ -155,53 +153,6 @@ fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
         *k = key[w.index as usize] & w.mask;
     }
     (words.len() as u8, idx, keys)
-}
-
-/// May a key word index be stored in a [`Rule::idx`] or [`Rank::idx`]
-/// entry: does it fit a `u8` and lie within a `W`-word key? The one check
-/// behind [`key_word`]'s unchecked read, made where the entries are built
-/// ([`inline_of`], [`Rank::new`]).
-#[inline]
-fn word_index_ok<const W: usize>(index: u32) -> bool {
-    index <= u32::from(u8::MAX) && (index as usize) < W
-}
-
-/// Word `i` of `key`, without a bounds check: the lookup's reads of the
-/// key for each table's hash and each compared rule's filter word.
-///
-/// Why `unsafe`: those indexes are `u8`s loaded from a [`Rank`] or a
-/// [`Rule`], which the compiler cannot see are `< W`. Without the checks a
-/// fw4 1K lookup runs 5% fewer instructions, 11% fewer branches and 22%
-/// fewer stores (sitting N in docs/results/classifier-classbench.md). A
-/// safe copy of the key into a `[u64; 64]` indexed `& 63` removed the
-/// checks too but was slower than them; reading the rule's other words
-/// unchecked as well made the compiler keep more of the lookup loop on the
-/// stack (more loads and stores than the checks saved), so those stay
-/// checked.
-///
-/// # Safety
-///
-/// `usize::from(i) < W`. The lookup passes the used entries of a
-/// [`Rank::idx`] (`..n`, `n != u8::MAX`) and entry 0 of an inline
-/// [`Rule::idx`] (`n != WIDE`, `W > 0`): used entries are built only by
-/// [`Rank::new`] and [`inline_of`] (other rules are copies of such a rule
-/// of the same classifier, `..h` in `insert_into_group`), which store an
-/// index only if [`word_index_ok`] holds and make the table or rule wide
-/// otherwise, and unused entries are 0. `Rank` and `Rule` are not generic
-/// over `W`: this holds because a classifier builds and reads its entries
-/// with its own `W` only — a `Rank::hash::<V>` or `rule_matches` with
-/// another width than the entry was built with would break it.
-/// `check_invariants` (run by the property tests after every step)
-/// re-checks the indexes of every table and of every rule linked into a
-/// chain (the only rules the lookup compares); the equality checks against
-/// `inline_of`/`Rank::new` just before already imply it, so these are
-/// defence, not what catches a wrong index (the lookup-against-linear
-/// tests are).
-#[inline(always)]
-unsafe fn key_word<const W: usize>(key: &[u64; W], i: u8) -> u64 {
-    debug_assert!(usize::from(i) < W, "key word index {i} out of {W}");
-    // SAFETY: the caller guarantees `i < W` (see above).
-    unsafe { *key.get_unchecked(usize::from(i)) }
 }
 
 /// The order of a mask's words in the inline entries: the word with the
@@ -339,23 +290,19 @@ fn rule_matches<const W: usize, T>(
         return agree(&masks.at(r.mask).words, key, rules.key(idx));
     }
     if W == 0 {
-        // Unused entries point at word 0; a zero-width key has none. This
-        // guard is a safety precondition of the `key_word` read below, not
-        // only a shortcut.
+        // Unused entries point at word 0; a zero-width key has none.
         return true;
     }
     let m = &masks.dense[r.mask as usize];
     // The filter word first: most failing compares end here, on the rule's
     // first cache line.
-    // SAFETY: `r.n != WIDE` and `W > 0` (both tested above): entry 0 of
-    // an inline rule's `idx` is `< W` ([`key_word`]).
-    if (unsafe { key_word(key, r.idx[0]) } & m[0]) != r.key0 {
+    if (key[r.idx[0] as usize] & m[0]) != r.key0 {
         return false;
     }
     let n = usize::from(r.n).clamp(1, SPARSE);
     let mut acc = 0;
     for ((&i, m), v) in r.idx[1..n].iter().zip(&m[1..n]).zip(&r.rest) {
-        acc |= (key[usize::from(i)] & m) ^ v;
+        acc |= (key[i as usize] & m) ^ v;
     }
     acc == 0
 }
@@ -712,7 +659,7 @@ struct Rank {
 const _: () = assert!(std::mem::size_of::<Rank>() == 64);
 
 impl Rank {
-    fn new<const W: usize>(max_priority: u32, subtable: u32, words: &[MaskWord]) -> Self {
+    fn new(max_priority: u32, subtable: u32, words: &[MaskWord]) -> Self {
         let mut r = Rank {
             max_priority,
             subtable,
@@ -720,8 +667,7 @@ impl Rank {
             idx: [0; RANK_WORDS],
             mask: [0; RANK_WORDS],
         };
-        // `word_index_ok` is what makes `hash`'s unchecked reads sound.
-        if words.len() <= RANK_WORDS && words.iter().all(|w| word_index_ok::<W>(w.index)) {
+        if words.len() <= RANK_WORDS && words.iter().all(|w| w.index <= u32::from(u8::MAX)) {
             r.n = words.len() as u8;
             for ((i, m), w) in r.idx.iter_mut().zip(r.mask.iter_mut()).zip(words) {
                 *i = w.index as u8;
@@ -739,13 +685,7 @@ impl Rank {
             return hash_masked(seed, &st.words, key);
         }
         let n = usize::from(self.n).min(RANK_WORDS);
-        // SAFETY: `n != u8::MAX`, so `new` stored `idx[..n]` after checking
-        // each with `word_index_ok::<W>` ([`key_word`]).
-        hash_values(
-            seed,
-            n,
-            |i| unsafe { key_word(key, self.idx[i]) } & self.mask[i],
-        )
+        hash_values(seed, n, |i| key[usize::from(self.idx[i])] & self.mask[i])
     }
 }
 
@@ -1107,7 +1047,7 @@ impl<const W: usize, T> Classifier<W, T> {
         let pos = self.order.partition_point(|r| {
             r.max_priority > p || (r.max_priority == p && self.subtable(r.subtable).seq < seq)
         });
-        let rank = Rank::new::<W>(p, idx, &st.words);
+        let rank = Rank::new(p, idx, &st.words);
         self.order.insert(pos, rank);
     }
 
@@ -2169,13 +2109,6 @@ impl<const W: usize, T> Classifier<W, T> {
                     );
                     let inline = inline_of(&self.masks.at(r.mask).words, rkey);
                     assert_eq!((r.n, r.idx, r.keys()), inline, "inline key out of sync");
-                    if r.n != WIDE && W > 0 {
-                        // What `rule_matches`' unchecked read of the filter
-                        // word rests on (unused entries are 0).
-                        for &i in &r.idx {
-                            assert!(usize::from(i) < W, "rule word index {i} out of the key");
-                        }
-                    }
                     assert_eq!(
                         self.masks.dense[r.mask as usize],
                         dense_of(&self.masks.at(r.mask).words)
@@ -2220,13 +2153,7 @@ impl<const W: usize, T> Classifier<W, T> {
         for rank in &self.order {
             let st = self.subtable(rank.subtable);
             assert_eq!(rank.max_priority, st.max_priority);
-            let inline = Rank::new::<W>(rank.max_priority, rank.subtable, &st.words);
-            if rank.n != u8::MAX {
-                // What `Rank::hash`'s unchecked key reads rest on.
-                for &i in &rank.idx[..usize::from(rank.n)] {
-                    assert!(usize::from(i) < W, "rank word index {i} out of the key");
-                }
-            }
+            let inline = Rank::new(rank.max_priority, rank.subtable, &st.words);
             assert_eq!(
                 (rank.n, rank.idx, rank.mask),
                 (inline.n, inline.idx, inline.mask),
@@ -2965,51 +2892,54 @@ mod tests {
         }
     }
 
-    /// The lookup reads key words unchecked through `u8` indexes
-    /// (`key_word`): an index that does not fit one, or not the key, must
-    /// make the rule or table wide instead of being stored truncated.
+    /// Rules and tables keep their mask's word indexes inline as `u8`s: an
+    /// index that does not fit one must make the rule or table wide instead
+    /// of being stored truncated.
     #[test]
-    fn key_word_indexes_beyond_a_u8_go_wide() {
-        assert!(word_index_ok::<4>(3) && !word_index_ok::<4>(4));
-        assert!(word_index_ok::<300>(255) && !word_index_ok::<300>(256));
-        // Both builders test `< W`, not only the `u8` fit.
-        let beyond = [MaskWord { mask: 1, index: 4 }];
-        assert_eq!(inline_of::<4>(&beyond, &[0; 4]).0, WIDE);
-        assert_eq!(Rank::new::<4>(0, 0, &beyond).n, u8::MAX);
-        let inside = [MaskWord { mask: 1, index: 3 }];
-        assert_eq!(inline_of::<4>(&inside, &[0; 4]).0, 1);
-        assert_eq!(Rank::new::<4>(0, 0, &inside).n, 1);
-        const WW: usize = 300;
-        let mut next = xorshift(0x0bad_cafe_f00d_1234u64);
+    fn word_indexes_beyond_a_u8_go_wide() {
+        // One or two words each, from both sides of index 255 (256 would
+        // truncate to 0, 299 to 43).
+        agrees_with_linear::<300>(0x0bad_cafe_f00d_1234, |next| {
+            let words = [0, 43, 255, 256, 299];
+            let a = words[(next() % 5) as usize];
+            let b = words[(next() % 5) as usize];
+            let mut mask = [0u64; 300];
+            mask[a] = 0xff;
+            mask[b] |= 0xf0;
+            mask
+        });
+    }
+
+    /// 200 rules with masks from `mask_of` (keys of few values per word)
+    /// in TSS and in TupleMerge against the linear classifier: every
+    /// lookup, with and without wildcards, agrees; the invariants hold.
+    fn agrees_with_linear<const W: usize>(
+        seed: u64,
+        mut mask_of: impl FnMut(&mut dyn FnMut() -> u64) -> [u64; W],
+    ) {
+        let mut next = xorshift(seed);
         for relax in [
             None,
-            Some((|_: &[u64; WW]| [0; WW]) as fn(&[u64; WW]) -> [u64; WW]),
+            Some((|_: &[u64; W]| [0; W]) as fn(&[u64; W]) -> [u64; W]),
         ] {
-            let mut c: Classifier<WW, u32> = match relax {
+            let mut c: Classifier<W, u32> = match relax {
                 None => Classifier::new(),
                 Some(r) => Classifier::with_relax(r).with_collision_limit(2),
             };
-            let mut lin: crate::LinearClassifier<WW, u32> = crate::LinearClassifier::new();
+            let mut lin: crate::LinearClassifier<W, u32> = crate::LinearClassifier::new();
             let mut keys = Vec::new();
             for i in 0..200u32 {
-                // One or two words each, from both sides of index 255
-                // (256 would truncate to 0, 299 to 43).
-                let words = [0, 43, 255, 256, 299];
-                let a = words[(next() % 5) as usize];
-                let b = words[(next() % 5) as usize];
-                let mut mask = [0u64; WW];
-                mask[a] = 0xff;
-                mask[b] |= 0xf0;
-                let key: [u64; WW] = std::array::from_fn(|_| next() % 3);
+                let mask = mask_of(&mut next);
+                let key: [u64; W] = std::array::from_fn(|_| next() % 3);
                 c.insert(&key, &mask, i, i);
                 lin.insert(&key, &mask, i, i);
                 keys.push(key);
             }
             c.check_invariants();
-            for k in keys.iter().chain([&[0; WW], &[1; WW]]) {
+            for k in keys.iter().chain([&[0; W], &[1; W]]) {
                 let want = lin.lookup(k).map(|r| *r.1);
                 assert_eq!(c.lookup(k).map(|r| *r.1), want);
-                let mut wc = [0; WW];
+                let mut wc = [0; W];
                 assert_eq!(c.lookup_wc(k, &mut wc).map(|r| *r.1), want);
             }
         }
@@ -3017,36 +2947,10 @@ mod tests {
 
     #[test]
     fn wide_masks_use_the_full_key() {
-        const WW: usize = 12;
-        let mut next = xorshift(0x1234_5678_9abc_def0u64);
-        for relax in [
-            None,
-            Some((|_: &[u64; WW]| [0; WW]) as fn(&[u64; WW]) -> [u64; WW]),
-        ] {
-            let mut c: Classifier<WW, u32> = match relax {
-                None => Classifier::new(),
-                Some(r) => Classifier::with_relax(r).with_collision_limit(2),
-            };
-            let mut lin: crate::LinearClassifier<WW, u32> = crate::LinearClassifier::new();
-            let mut keys = Vec::new();
-            for i in 0..200u32 {
-                // 9-12 non-zero words, few distinct values per word.
-                let n = 9 + (next() % 4) as usize;
-                let mask: [u64; WW] = std::array::from_fn(|w| if w < n { 0xff } else { 0 });
-                let key: [u64; WW] = std::array::from_fn(|_| next() % 3);
-                c.insert(&key, &mask, i, i);
-                lin.insert(&key, &mask, i, i);
-                keys.push(key);
-            }
-            c.check_invariants();
-            for k in keys.iter().chain([&[0; WW], &[1; WW]]) {
-                assert_eq!(c.lookup(k).map(|r| *r.1), lin.lookup(k).map(|r| *r.1));
-                let mut wc = [0; WW];
-                assert_eq!(
-                    c.lookup_wc(k, &mut wc).map(|r| *r.1),
-                    lin.lookup(k).map(|r| *r.1)
-                );
-            }
-        }
+        // 9-12 non-zero words, few distinct values per word.
+        agrees_with_linear::<12>(0x1234_5678_9abc_def0, |next| {
+            let n = 9 + (next() % 4) as usize;
+            std::array::from_fn(|w| if w < n { 0xff } else { 0 })
+        });
     }
 }
