@@ -85,6 +85,13 @@ const SETUP_CHECKED: u16 = TCP_SYN | TCP_RST | TCP_ACK;
 const MAIN: u8 = 0;
 const SYNACK: u8 = 1;
 
+/// The `live` keys a connection's entries may have: both directions, each
+/// with its main and its SYN-ACK slot.
+fn live_keys(h: ConnHandle) -> [(ConnHandle, u8); 4] {
+    let (a, b) = (h.direction_key(), h.reversed());
+    [(a, MAIN), (a, SYNACK), (b, MAIN), (b, SYNACK)]
+}
+
 /// Packets a connection must have carried before it moves: installing and
 /// removing its two kernel entries costs four map updates and a counter
 /// read per tick, more than a short request/response exchange (an
@@ -982,14 +989,12 @@ impl CtOffloads {
         if self.live.is_empty() {
             return;
         }
-        for d in [h.direction_key(), h.reversed()] {
-            for slot in [MAIN, SYNACK] {
-                let Some(o) = self.live.get(&(d, slot)) else {
-                    continue;
-                };
-                if !o.holds(tracker.offload_info(d, now)) {
-                    self.remove((d, slot), tracker, off, flows, now);
-                }
+        for (d, slot) in live_keys(h) {
+            let Some(o) = self.live.get(&(d, slot)) else {
+                continue;
+            };
+            if !o.holds(tracker.offload_info(d, now)) {
+                self.remove((d, slot), tracker, off, flows, now);
             }
         }
     }
@@ -1004,10 +1009,8 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        for d in [h.direction_key(), h.reversed()] {
-            for slot in [MAIN, SYNACK] {
-                self.remove((d, slot), tracker, off, flows, now);
-            }
+        for key in live_keys(h) {
+            self.remove(key, tracker, off, flows, now);
         }
     }
 
@@ -1023,11 +1026,9 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        for d in [h.direction_key(), h.reversed()] {
-            for slot in [MAIN, SYNACK] {
-                if let Some(o) = self.live.get(&(d, slot)) {
-                    off.exempt_from_batch(o.kernel_id);
-                }
+        for key in live_keys(h) {
+            if let Some(o) = self.live.get(&key) {
+                off.exempt_from_batch(o.kernel_id);
             }
         }
         self.forget(h, tracker, off, flows, now);

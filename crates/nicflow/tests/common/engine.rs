@@ -648,11 +648,7 @@ pub fn full_maps_refuse_installs_and_traffic_still_reaches_userspace(eng: &Engin
             m.nw_proto = 0xff;
             m.tp_dst = 0xffff;
         });
-        let flow = |f: &[u8], m: &FlowMask| {
-            let mut k = FlowKey::default();
-            extract(f, IN_PORT, &mut k).unwrap();
-            (eng.encode)(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
-        };
+        let flow = |f: &[u8], m: &FlowMask| output2(&eng, f, m);
         let mut hs = Vec::new();
         for n in 0..4 {
             hs.push(e.install(&flow(&frame(n), &by_port)).unwrap());
@@ -754,19 +750,11 @@ pub fn batched_counter_read_covers_every_flow(eng: &Engine) {
         let mut e = eng.load(XdpEngineConfig::default());
         (eng.add_port)(&mut e, in_if, IN_PORT);
         e.set_tx_port(0, o2).unwrap();
-        let mut mask = FlowMask::exact();
-        mask.0.clear_userspace_only();
-        mask.0.tun_metadata = [0; 8];
+        let mask = exact_mask();
         let mut flows = Vec::new();
         for i in 0..700u32 {
-            let frame = FrameBuilder::new(A, B)
-                .ipv4(v4(0x0100 + i), v4(2))
-                .udp(1000, 2000)
-                .payload(b"batched")
-                .build();
-            let mut k = FlowKey::default();
-            extract(&frame, IN_PORT, &mut k).unwrap();
-            let enc = (eng.encode)(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap();
+            let frame = udp_frame(0x0100 + i, b"batched");
+            let enc = output2(&eng, &frame, &mask);
             flows.push((e.install(&enc).unwrap(), frame));
         }
         // Every seventh flow gets i % 3 + 1 packets.
@@ -810,25 +798,13 @@ pub fn batched_counter_read_covers_every_flow(eng: &Engine) {
 pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let mut mask = FlowMask::exact();
-        mask.0.clear_userspace_only();
-        mask.0.tun_metadata = [0; 8];
-        let frame = |src: u32| {
-            FrameBuilder::new(A, B)
-                .ipv4(v4(src), v4(2))
-                .udp(1000, 2000)
-                .payload(b"staged")
-                .build()
-        };
+        let mask = exact_mask();
+        let frame = |src: u32| udp_frame(src, b"staged");
         // 24 flows staged eight at a time, then the 25th twice in one
         // staging; the single installs install it twice too.
         let frames: Vec<Vec<u8>> = (0..25u32).map(|i| frame(0x0100 + i)).collect();
         let gone: Vec<Vec<u8>> = (0..3u32).map(|i| frame(0x0900 + i)).collect();
-        let encoded = |frame: &[u8]| {
-            let mut k = FlowKey::default();
-            extract(frame, IN_PORT, &mut k).unwrap();
-            (eng.encode)(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap()
-        };
+        let encoded = |frame: &[u8]| output2(&eng, frame, &mask);
         // (mode, engine, handles by frame)
         let mut runs = Vec::new();
         for (mode, tag) in [("single", "s"), ("batch", "b"), ("one-by-one", "o")] {
@@ -931,23 +907,9 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
 pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let mut mask = FlowMask::exact();
-        mask.0.clear_userspace_only();
-        mask.0.tun_metadata = [0; 8];
-        let frames: Vec<Vec<u8>> = (0..3u32)
-            .map(|i| {
-                FrameBuilder::new(A, B)
-                    .ipv4(v4(0x0100 + i), v4(2))
-                    .udp(1000, 2000)
-                    .payload(b"full")
-                    .build()
-            })
-            .collect();
-        let encoded = |frame: &[u8]| {
-            let mut k = FlowKey::default();
-            extract(frame, IN_PORT, &mut k).unwrap();
-            (eng.encode)(&k, &mask, &[DpAction::Output(2)], &ports()).unwrap()
-        };
+        let mask = exact_mask();
+        let frames: Vec<Vec<u8>> = (0..3u32).map(|i| udp_frame(0x0100 + i, b"full")).collect();
+        let encoded = |frame: &[u8]| output2(&eng, frame, &mask);
         for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
             let in_if = eng.veth(&format!("{tag}i"));
             let out_if = eng.veth(&format!("{tag}2"));
@@ -1019,25 +981,13 @@ pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
 pub fn queued_removals_are_deleted_at_the_commit(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let mut exact = FlowMask::exact();
-        exact.0.clear_userspace_only();
-        exact.0.tun_metadata = [0; 8];
+        let exact = exact_mask();
         // A second mask (source port wildcarded) held by one flow only.
         let mut wide = exact;
         wide.0.tp_src = 0;
-        let frame = |src: u32| {
-            FrameBuilder::new(A, B)
-                .ipv4(v4(src), v4(2))
-                .udp(1000, 2000)
-                .payload(b"removed")
-                .build()
-        };
+        let frame = |src: u32| udp_frame(src, b"removed");
         let frames: Vec<Vec<u8>> = (0..13u32).map(|i| frame(0x0100 + i)).collect();
-        let encoded = |frame: &[u8], mask: &FlowMask| {
-            let mut k = FlowKey::default();
-            extract(frame, IN_PORT, &mut k).unwrap();
-            (eng.encode)(&k, mask, &[DpAction::Output(2)], &ports()).unwrap()
-        };
+        let encoded = |frame: &[u8], mask: &FlowMask| output2(&eng, frame, mask);
         for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
             let in_if = eng.veth(&format!("{tag}i"));
             let out_if = eng.veth(&format!("{tag}2"));
@@ -1099,36 +1049,50 @@ pub fn queued_removals_are_deleted_at_the_commit(eng: &Engine) {
     });
 }
 
+/// The exact mask the engine tests install under: the fields only
+/// userspace matches, and the tunnel metadata, cleared (the engines hold
+/// neither).
+fn exact_mask() -> FlowMask {
+    let mut mask = FlowMask::exact();
+    mask.0.clear_userspace_only();
+    mask.0.tun_metadata = [0; 8];
+    mask
+}
+
+/// A UDP frame A -> B, 1000 -> 2000, from `v4(src)` to `v4(2)`.
+fn udp_frame(src: u32, payload: &[u8]) -> Vec<u8> {
+    FrameBuilder::new(A, B)
+        .ipv4(v4(src), v4(2))
+        .udp(1000, 2000)
+        .payload(payload)
+        .build()
+}
+
+/// `frame`'s flow under `mask`, output to port 2, encoded for `eng`.
+fn output2(eng: &Engine, frame: &[u8], mask: &FlowMask) -> EncodedFlow {
+    let mut k = FlowKey::default();
+    extract(frame, IN_PORT, &mut k).unwrap();
+    (eng.encode)(&k, mask, &[DpAction::Output(2)], &ports()).unwrap()
+}
+
 /// Flows and frames for the queued-removal tests: `n` UDP flows under
 /// the exact mask (the last `wide` of them with the source port
 /// wildcarded, a second mask), their frames.
 fn removal_flows(eng: &Engine, n: u32, wide: usize) -> (Vec<EncodedFlow>, Vec<Vec<u8>>) {
-    let mut exact = FlowMask::exact();
-    exact.0.clear_userspace_only();
-    exact.0.tun_metadata = [0; 8];
+    let exact = exact_mask();
     let mut wide_mask = exact;
     wide_mask.0.tp_src = 0;
-    let frames: Vec<Vec<u8>> = (0..n)
-        .map(|i| {
-            FrameBuilder::new(A, B)
-                .ipv4(v4(0x0200 + i), v4(2))
-                .udp(1000, 2000)
-                .payload(b"queued")
-                .build()
-        })
-        .collect();
+    let frames: Vec<Vec<u8>> = (0..n).map(|i| udp_frame(0x0200 + i, b"queued")).collect();
     let flows = frames
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let mut k = FlowKey::default();
-            extract(f, IN_PORT, &mut k).unwrap();
             let m = if i + wide >= n as usize {
                 &wide_mask
             } else {
                 &exact
             };
-            (eng.encode)(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
+            output2(eng, f, m)
         })
         .collect();
     (flows, frames)
@@ -1344,11 +1308,7 @@ pub fn mask_hints_find_every_flow_and_survive_slot_reuse(eng: &Engine) {
                 m.nw_dst = u32::MAX;
             }),
         ];
-        let flow = |f: &[u8], m: &FlowMask| {
-            let mut k = FlowKey::default();
-            extract(f, IN_PORT, &mut k).unwrap();
-            (eng.encode)(&k, m, &[DpAction::Output(2)], &ports()).unwrap()
-        };
+        let flow = |f: &[u8], m: &FlowMask| output2(&eng, f, m);
         // Frames 0..6 under masks 0..6; the masks do not overlap for these
         // frames (each field value is the frame's own).
         let hs: Vec<_> = masks
