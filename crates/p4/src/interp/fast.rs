@@ -978,6 +978,11 @@ impl Cx<'_> {
                 _ => return None,
             },
         };
+        // `packet_in`/`packet_out` methods (`advance`, `lookahead`, ...)
+        // evaluate their AST arguments themselves, never `Run::cargs`.
+        if matches!(ty, "packet_in" | "packet_out") {
+            return None;
+        }
         let decl = self.p.g.externs.get(ty)?;
         let mut ms = decl
             .methods
@@ -1115,8 +1120,12 @@ impl Cx<'_> {
             specs: self.specs,
             depth: self.depth + 1,
         };
+        let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
         if spec_bad.get() {
+            // The nested specs compiled for this body are not used: drop
+            // them (`Pipeline::flat_calls` counts the specs).
+            self.specs.borrow_mut().truncate(before);
             return None;
         }
         let mut specs = self.specs.borrow_mut();
@@ -1126,11 +1135,17 @@ impl Cx<'_> {
 
     /// A direct call of action `a` (specialised when it can be).
     fn action_call(&self, a: usize, args: &[Arg]) -> CExpr {
+        // A specialised body writes its aliased headers in place: a block
+        // action it calls could name them through the block's headers
+        // (`hdr.c`) and would see those writes, not the copy-in's header.
+        if let Some((_, _, spec_bad)) = &self.alias {
+            if self.p.actions[a].block.is_some() {
+                spec_bad.set(true);
+            }
+        }
         match self.spec_flat(Callee::Action(a), args) {
             Some(s) => {
-                if self.alias.is_none() {
-                    self.note_call_args(args);
-                }
+                self.note_flat_call_args(s, args);
                 CExpr::ActionFlat(a, s, args.to_vec())
             }
             None => {
@@ -1221,11 +1236,7 @@ impl Cx<'_> {
                     return match self.fns.get(n) {
                         Some(&i) => match self.spec_flat(Callee::Func(f, i), args) {
                             Some(s) => {
-                                // Its other arguments name no aliased
-                                // header (checked there).
-                                if self.alias.is_none() {
-                                    self.note_call_args(args);
-                                }
+                                self.note_flat_call_args(s, args);
                                 CExpr::FuncFlat(f.clone(), i, s, args.to_vec())
                             }
                             None => {
@@ -1248,6 +1259,23 @@ impl Cx<'_> {
                 }
             }
             _ => self.walk(whole),
+        }
+    }
+
+    /// Arguments of a specialised call (spec `s`): in a block, as any
+    /// call's; in a specialised body, those not aliased (the walker
+    /// evaluates them, e.g. `g(b, b.y + 1)`) must not name an aliased
+    /// parameter.
+    fn note_flat_call_args(&self, s: usize, args: &[Arg]) {
+        if self.alias.is_none() {
+            return self.note_call_args(args);
+        }
+        let specs = self.specs.borrow();
+        let alias = &specs[s].1.alias;
+        for (k, a) in args.iter().enumerate() {
+            if alias.get(k).copied().flatten().is_none() {
+                self.note(&a.value);
+            }
         }
     }
 
