@@ -217,6 +217,17 @@ impl Engine {
         super::dp::load(self.kind, cfg)
     }
 
+    /// An engine between two new veths (`<tag>i`, port IN_PORT, and
+    /// `<tag>2`, the output port 2's): the engine and the input's ifindex.
+    pub fn load_between(&self, tag: &str, cfg: XdpEngineConfig) -> (XdpEngine, u32) {
+        let in_if = self.veth(&format!("{tag}i"));
+        let out_if = self.veth(&format!("{tag}2"));
+        let mut e = self.load(cfg);
+        (self.add_port)(&mut e, in_if, IN_PORT);
+        e.set_tx_port(0, out_if).unwrap();
+        (e, in_if)
+    }
+
     /// The engine tests need root; says why not.
     pub fn skip(&self) -> bool {
         super::dp::skip(self.name)
@@ -808,11 +819,7 @@ pub fn staged_installs_leave_the_map_single_installs_leave(eng: &Engine) {
         // (mode, engine, handles by frame)
         let mut runs = Vec::new();
         for (mode, tag) in [("single", "s"), ("batch", "b"), ("one-by-one", "o")] {
-            let in_if = eng.veth(&format!("{tag}i"));
-            let out_if = eng.veth(&format!("{tag}2"));
-            let mut e = eng.load(XdpEngineConfig::default());
-            (eng.add_port)(&mut e, in_if, IN_PORT);
-            e.set_tx_port(0, out_if).unwrap();
+            let (mut e, in_if) = eng.load_between(tag, XdpEngineConfig::default());
             let mut handles = Vec::new();
             let (last, rest) = frames.split_last().unwrap();
             if mode == "single" {
@@ -911,14 +918,13 @@ pub fn a_staged_commit_into_a_full_map_leaves_nothing(eng: &Engine) {
         let frames: Vec<Vec<u8>> = (0..3u32).map(|i| udp_frame(0x0100 + i, b"full")).collect();
         let encoded = |frame: &[u8]| output2(&eng, frame, &mask);
         for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
-            let in_if = eng.veth(&format!("{tag}i"));
-            let out_if = eng.veth(&format!("{tag}2"));
-            let mut e = eng.load(XdpEngineConfig {
-                max_flows: 1,
-                ..XdpEngineConfig::default()
-            });
-            (eng.add_port)(&mut e, in_if, IN_PORT);
-            e.set_tx_port(0, out_if).unwrap();
+            let (mut e, in_if) = eng.load_between(
+                tag,
+                XdpEngineConfig {
+                    max_flows: 1,
+                    ..XdpEngineConfig::default()
+                },
+            );
             e.set_update_batch(mode == "batch");
             e.begin_staging();
             let hs: Vec<_> = frames
@@ -989,11 +995,7 @@ pub fn queued_removals_are_deleted_at_the_commit(eng: &Engine) {
         let frames: Vec<Vec<u8>> = (0..13u32).map(|i| frame(0x0100 + i)).collect();
         let encoded = |frame: &[u8], mask: &FlowMask| output2(&eng, frame, mask);
         for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
-            let in_if = eng.veth(&format!("{tag}i"));
-            let out_if = eng.veth(&format!("{tag}2"));
-            let mut e = eng.load(XdpEngineConfig::default());
-            (eng.add_port)(&mut e, in_if, IN_PORT);
-            e.set_tx_port(0, out_if).unwrap();
+            let (mut e, in_if) = eng.load_between(tag, XdpEngineConfig::default());
             e.set_delete_batch(mode == "batch");
             // Flows 0..12 exact, 12 under the wide mask; one frame each.
             let hs: Vec<_> = frames
@@ -1107,11 +1109,7 @@ pub fn a_queued_removal_already_gone_is_skipped(eng: &Engine) {
     in_netns(move || {
         let (flows, frames) = removal_flows(&eng, 4, 0);
         for (mode, tag) in [("batch", "b"), ("one-by-one", "o")] {
-            let in_if = eng.veth(&format!("{tag}i"));
-            let out_if = eng.veth(&format!("{tag}2"));
-            let mut e = eng.load(XdpEngineConfig::default());
-            (eng.add_port)(&mut e, in_if, IN_PORT);
-            e.set_tx_port(0, out_if).unwrap();
+            let (mut e, in_if) = eng.load_between(tag, XdpEngineConfig::default());
             e.set_delete_batch(mode == "batch");
             let hs: Vec<_> = flows.iter().map(|f| e.install(f).unwrap()).collect();
             for h in &hs {
@@ -1149,11 +1147,7 @@ pub fn a_queued_flow_installed_again_keeps_its_slot(eng: &Engine) {
     in_netns(move || {
         // Flows 0, 1 exact, 2 under the wide mask.
         let (flows, frames) = removal_flows(&eng, 3, 1);
-        let in_if = eng.veth("ri");
-        let out_if = eng.veth("r2");
-        let mut e = eng.load(XdpEngineConfig::default());
-        (eng.add_port)(&mut e, in_if, IN_PORT);
-        e.set_tx_port(0, out_if).unwrap();
+        let (mut e, in_if) = eng.load_between("r", XdpEngineConfig::default());
         let hs: Vec<_> = flows.iter().map(|f| e.install(f).unwrap()).collect();
         assert_eq!(e.masks().len(), 2);
         for h in &hs {

@@ -1925,9 +1925,21 @@ impl<'a> Run<'a> {
                 let spec = spec.filter(|_| self.flat.is_some());
                 self.call_action_with(*a, Some(args), None, spec)
             }
-            CExpr::Func(f, i, args) => {
+            CExpr::Func(f, i, args) | CExpr::FuncFlat(f, i, _, args) => {
                 let f: &'a FuncDef = f;
-                let body = self.code().map(|c| c.functions[*i].as_slice());
+                // A specialised call runs its flat body only when this run
+                // holds the flat headers (not PSA); otherwise the plain one.
+                let spec = match e {
+                    CExpr::FuncFlat(_, _, s, _) => self
+                        .code()
+                        .and_then(|c| c.specs.get(*s))
+                        .filter(|_| self.flat.is_some()),
+                    _ => None,
+                };
+                let (body, alias) = match spec {
+                    Some(spec) => (Some(spec.body.as_slice()), Some(spec.alias.as_slice())),
+                    None => (self.code().map(|c| c.functions[*i].as_slice()), None),
+                };
                 self.invoke(
                     &f.decl.proto.params,
                     &f.param_tys,
@@ -1937,36 +1949,7 @@ impl<'a> Run<'a> {
                     body,
                     true,
                     Some(None),
-                    None,
-                )
-            }
-            CExpr::FuncFlat(f, i, s, args) => {
-                let f: &'a FuncDef = f;
-                let spec = self.code().and_then(|c| c.specs.get(*s));
-                let Some(spec) = spec.filter(|_| self.flat.is_some()) else {
-                    let body = self.code().map(|c| c.functions[*i].as_slice());
-                    return self.invoke(
-                        &f.decl.proto.params,
-                        &f.param_tys,
-                        args,
-                        None,
-                        &f.decl.body,
-                        body,
-                        true,
-                        Some(None),
-                        None,
-                    );
-                };
-                self.invoke(
-                    &f.decl.proto.params,
-                    &f.param_tys,
-                    args,
-                    None,
-                    &f.decl.body,
-                    Some(&spec.body),
-                    true,
-                    Some(None),
-                    Some(&spec.alias),
+                    alias,
                 )
             }
             CExpr::ExternFn {
