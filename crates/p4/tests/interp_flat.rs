@@ -420,6 +420,9 @@ control Main(inout headers_t hdr, inout metadata_t meta,
              in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
     action peek() { hdr.p.y = hdr.q.x; hdr.q.x = 9; }
     action set_then_peek(inout p_t h) { h.x = 5; peek(); }
+    Hash<bit<8>>(PNA_HashAlgorithm_t.CRC16) hs;
+    action hash_into(inout p_t h) { h.y = hs.get_hash({ h.x }); }
+    action put_other(inout p_t h) { put(h, hdr.q.x); }
     apply {
         send_to_port((PortId_t)1);
         MAIN
@@ -497,4 +500,22 @@ fn packet_in_methods_in_a_flat_body_do_not_take_compiled_arguments() {
 #[test]
 fn a_plain_nested_flat_call_is_still_specialised() {
     aliasing_agrees("", "", "put_three(hdr.p);", 2);
+}
+
+/// A list argument of an extern method in a specialised body
+/// (`hs.get_hash({ h.x })`, `h` aliased): the extern reads the list as
+/// one value, which must come from the compiled items (the walker knows
+/// no `h`; the packet was dropped with `unknown name h`).
+#[test]
+fn a_list_argument_in_a_flat_body_is_evaluated_compiled() {
+    aliasing_agrees("", "", "hash_into(hdr.p);", 1);
+}
+
+/// A specialised body handing the block's headers to the walker
+/// (`put(h, hdr.q.x)` in an action given `hdr.p`) refuses only that
+/// specialisation: the program keeps its flat headers (it lost them
+/// all).
+#[test]
+fn a_refused_specialisation_keeps_the_flat_headers() {
+    aliasing_agrees("", "", "put_other(hdr.p);", 0);
 }

@@ -107,11 +107,28 @@ enum Items<'x, 'a> {
 impl<'a> Run<'a> {
     fn arg_val(&mut self, args: &[Arg], i: usize, span: &Span) -> R<Value> {
         if let Some(ca) = self.cargs {
-            if let Some(crate::interp::fast::CArg::One(e)) = ca.get(i) {
-                // Compiled (it names a flat header parameter): evaluated
-                // with no compiled arguments of its own in force.
-                self.cargs = None;
-                let r = self.ceval(e);
+            // Compiled (it names a flat header parameter): evaluated with
+            // no compiled arguments of its own in force; a list as the
+            // walker's `Expr::List` (a tuple), for externs that read their
+            // data as one value (`Hash.get_hash`).
+            let r = match ca.get(i) {
+                Some(crate::interp::fast::CArg::One(e)) => {
+                    self.cargs = None;
+                    Some(self.ceval(e))
+                }
+                Some(crate::interp::fast::CArg::List(items)) => {
+                    self.cargs = None;
+                    Some(
+                        items
+                            .iter()
+                            .map(|e| self.ceval(e))
+                            .collect::<R<_>>()
+                            .map(Value::Tuple),
+                    )
+                }
+                None => None,
+            };
+            if let Some(r) = r {
                 self.cargs = Some(ca);
                 return r;
             }

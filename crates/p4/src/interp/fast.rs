@@ -695,7 +695,13 @@ impl Cx<'_> {
     fn note_text(&self, text: &str) {
         if let Some((root, _)) = self.flat {
             if names_ident(text, root) {
-                self.bad.set(Some("the headers handed to the walker"));
+                match &self.alias {
+                    // In a trial specialisation only the specialisation is
+                    // refused: the call then runs the plain body, compiled
+                    // (and noted for the program) on its own.
+                    Some((_, _, spec_bad)) => spec_bad.set(true),
+                    None => self.bad.set(Some("the headers handed to the walker")),
+                }
             }
         }
         if let Some((_, names, spec_bad)) = &self.alias {
