@@ -319,11 +319,7 @@ pub fn verifier_accepts_the_program_and_map_sizes(eng: &Engine) {
 pub fn meters_match_the_userspace_datapath(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let in_if = eng.veth("m");
-        let out_if = eng.veth("mo");
-        let mut e = eng.load(XdpEngineConfig::default());
-        (eng.add_port)(&mut e, in_if, IN_PORT);
-        e.set_tx_port(0, out_if).unwrap();
+        let (mut e, in_if) = eng.load_between("m", XdpEngineConfig::default());
         meter_differential(
             &mut e,
             eng.redirect,
@@ -756,11 +752,7 @@ pub fn counters_off_leaves_packets_and_bytes_but_not_last_used(eng: &Engine) {
 pub fn batched_counter_read_covers_every_flow(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let in_if = eng.veth("bi");
-        let o2 = eng.veth("b2");
-        let mut e = eng.load(XdpEngineConfig::default());
-        (eng.add_port)(&mut e, in_if, IN_PORT);
-        e.set_tx_port(0, o2).unwrap();
+        let (mut e, in_if) = eng.load_between("b", XdpEngineConfig::default());
         let mask = exact_mask();
         let mut flows = Vec::new();
         for i in 0..700u32 {
@@ -1273,11 +1265,7 @@ pub fn xdp_socket() -> std::os::fd::OwnedFd {
 pub fn mask_hints_find_every_flow_and_survive_slot_reuse(eng: &Engine) {
     let eng = *eng;
     in_netns(move || {
-        let in_if = eng.veth("mh");
-        let o2 = eng.veth("m2");
-        let mut e = eng.load(XdpEngineConfig::default());
-        (eng.add_port)(&mut e, in_if, IN_PORT);
-        e.set_tx_port(0, o2).unwrap();
+        let (mut e, in_if) = eng.load_between("mh", XdpEngineConfig::default());
         let frame = |n: u32| {
             FrameBuilder::new(A, B)
                 .ipv4(v4(0x100 + n), v4(0x200 + n))
