@@ -264,6 +264,22 @@ pub(crate) struct FlatHdr {
     pub width: u64,
 }
 
+impl FlatLayout {
+    /// The place of header `h` (`field` `None`) or of its field `field`.
+    pub(crate) fn place(&self, h: usize, field: Option<&str>) -> Option<FlatAt> {
+        let Some(f) = field else {
+            return Some(FlatAt::Header(h));
+        };
+        let fh = &self.headers[h];
+        let k = fh.agg.names.iter().position(|n| n == f)?;
+        Some(FlatAt::Field {
+            h,
+            i: fh.first + k,
+            k,
+        })
+    }
+}
+
 /// A place in the flat headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FlatAt {
@@ -442,7 +458,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
     match flat_layout(p, &shared) {
         Ok(fl) => {
             let bad = std::cell::Cell::new(None);
-            let mut code = compile_with(p, Some(&fl), &bad);
+            let mut code = compile_with(p, &shared, Some(&fl), &bad);
             match bad.get() {
                 None => {
                     code.shared = shared;
@@ -450,7 +466,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
                     code
                 }
                 Some(why) => {
-                    let mut code = compile_with(p, None, &bad);
+                    let mut code = compile_with(p, &shared, None, &bad);
                     code.shared = shared;
                     code.flat_off = Some(why);
                     code
@@ -459,7 +475,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
         }
         Err(why) => {
             let bad = std::cell::Cell::new(None);
-            let mut code = compile_with(p, None, &bad);
+            let mut code = compile_with(p, &shared, None, &bad);
             code.shared = shared;
             code.flat_off = Some(why);
             code
@@ -469,10 +485,14 @@ pub(crate) fn compile(p: &Prog) -> Code {
 
 /// The name block `b` binds the flat headers to, if it is a main block
 /// that takes them.
-fn flat_root<'p>(p: &'p Prog, fl: Option<&FlatLayout>, b: usize) -> Option<&'p str> {
+fn flat_root<'p>(
+    p: &'p Prog,
+    shared: &SharedLayout,
+    fl: Option<&FlatLayout>,
+    b: usize,
+) -> Option<&'p str> {
     let fl = fl?;
     let pos = p.main_blocks.iter().position(|(_, x)| *x == b)?;
-    let shared = shared_layout(p);
     let ps = shared.params.get(pos)?;
     p.blocks[b]
         .params()
@@ -550,6 +570,7 @@ fn flat_layout(p: &Prog, shared: &SharedLayout) -> Result<FlatLayout, &'static s
 
 fn compile_with(
     p: &Prog,
+    shared: &SharedLayout,
     fl: Option<&FlatLayout>,
     bad: &std::cell::Cell<Option<&'static str>>,
 ) -> Code {
@@ -566,7 +587,7 @@ fn compile_with(
     // table keys), when no action of the block declares that name too.
     let flat_in = |b: Option<usize>| -> Option<(&str, &FlatLayout)> {
         let b = b?;
-        let root = flat_root(p, fl, b)?;
+        let root = flat_root(p, shared, fl, b)?;
         let shadowed = p
             .actions
             .iter()
@@ -722,15 +743,7 @@ impl Cx<'_> {
             if let Some(&(_, h)) = al.iter().find(|(n, _)| n == root) {
                 return match names {
                     [] => Some(Some(FlatAt::Header(h))),
-                    [f] => {
-                        let fh = &fl.headers[h];
-                        let k = fh.agg.names.iter().position(|n| n == f)?;
-                        Some(Some(FlatAt::Field {
-                            h,
-                            i: fh.first + k,
-                            k,
-                        }))
-                    }
+                    [f] => Some(Some(fl.place(h, Some(f))?)),
                     _ => None,
                 };
             }
@@ -742,17 +755,9 @@ impl Cx<'_> {
             return Some(None);
         }
         let h = fl.names.iter().position(|n| Some(n) == names.first())?;
-        match names.len() {
-            1 => Some(Some(FlatAt::Header(h))),
-            2 => {
-                let fh = &fl.headers[h];
-                let k = fh.agg.names.iter().position(|n| *n == names[1])?;
-                Some(Some(FlatAt::Field {
-                    h,
-                    i: fh.first + k,
-                    k,
-                }))
-            }
+        match names {
+            [_] => Some(Some(FlatAt::Header(h))),
+            [_, f] => Some(Some(fl.place(h, Some(f))?)),
             _ => None,
         }
     }
@@ -1571,21 +1576,7 @@ impl<'a> Run<'a> {
             return None;
         }
         let hi = fl.names.iter().position(|n| *n == h.name)?;
-        match f {
-            None => Some((fl, FlatAt::Header(hi))),
-            Some(f) => {
-                let fh = &fl.headers[hi];
-                let k = fh.agg.names.iter().position(|n| *n == f.name)?;
-                Some((
-                    fl,
-                    FlatAt::Field {
-                        h: hi,
-                        i: fh.first + k,
-                        k,
-                    },
-                ))
-            }
-        }
+        Some((fl, fl.place(hi, f.map(|f| f.name.as_str()))?))
     }
 
     /// The value at flat place `at` (a header built into `d`'s storage).
