@@ -532,13 +532,13 @@ impl<const W: usize> MaskSet<W> {
         }
     }
 
-    fn find(&self, seed: &Seed, mask: &[u64; W]) -> Option<u32> {
+    fn find(&self, seed: &RandomState, mask: &[u64; W]) -> Option<u32> {
         self.index
             .find(hash_mask(seed, mask), |&i| self.at(i).mask == *mask)
             .copied()
     }
 
-    fn intern(&mut self, seed: &Seed, mask: &[u64; W]) -> u32 {
+    fn intern(&mut self, seed: &RandomState, mask: &[u64; W]) -> u32 {
         if let Some(i) = self.find(seed, mask) {
             return i;
         }
@@ -575,7 +575,7 @@ impl<const W: usize> MaskSet<W> {
     }
 
     /// Forgets mask `i` if no rule and no table uses it any more.
-    fn release_if_unused(&mut self, seed: &Seed, i: u32) {
+    fn release_if_unused(&mut self, seed: &RandomState, i: u32) {
         let m = self.at(i);
         if m.n_rules != 0 || m.table != NIL {
             return;
@@ -680,7 +680,7 @@ impl Rank {
     /// [`hash_masked`] of `key` on the table's mask, from the inline copy
     /// when there is one.
     #[inline(always)]
-    fn hash<const W: usize>(&self, seed: &Seed, st: &Subtable, key: &[u64; W]) -> u32 {
+    fn hash<const W: usize>(&self, seed: &RandomState, st: &Subtable, key: &[u64; W]) -> u32 {
         if self.n == u8::MAX {
             return hash_masked(seed, &st.words, key);
         }
@@ -709,78 +709,29 @@ enum Mode<const W: usize> {
 /// variable-length sponge, whose shifts made a 9-subtable miss take 100 ns
 /// instead of 65 ns.
 #[inline(always)]
-fn hash_masked<const W: usize>(seed: &Seed, words: &[MaskWord], key: &[u64; W]) -> u32 {
+fn hash_masked<const W: usize>(seed: &RandomState, words: &[MaskWord], key: &[u64; W]) -> u32 {
     hash_values(seed, words.len(), |i| {
         let w = &words[i];
         key[w.index as usize] & w.mask
     })
 }
 
-/// The per-classifier random seeds: foldhash's for the mask registry, and
-/// two words of its output for the table hash ([`hash_values`]).
-#[derive(Clone)]
-struct Seed {
-    fold: RandomState,
-    keys: [u64; 2],
-}
-
-impl Seed {
-    fn new() -> Self {
-        let fold = RandomState::default();
-        let keys = [fold.hash_one(0u64), fold.hash_one(1u64)];
-        Seed { fold, keys }
-    }
-}
-
-impl BuildHasher for Seed {
-    type Hasher = <RandomState as BuildHasher>::Hasher;
-
-    fn build_hasher(&self) -> Self::Hasher {
-        self.fold.build_hasher()
-    }
-}
-
-/// Full 64 x 64 -> 128-bit product, high half xor low half (foldhash's
-/// mixing step): every input bit reaches the middle bits.
-#[inline(always)]
-fn folded_multiply(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
-}
-
 /// The hash of [`hash_masked`] over the `n` values `word(0..n)`: the one
 /// definition both the table's word list and a [`Rank`]'s inline copy go
 /// through, so they agree bit for bit.
-///
-/// Each pair of words, xored with the seed's two words, is one folded
-/// multiply, and the running sum is rotated before each pair's product is
-/// added (so the pairs' order counts: a reply's swapped addresses hash
-/// apart). The multiplies of a table's pairs do not wait on each other,
-/// only the rotate-and-add (two cycles a pair) does. foldhash's
-/// `write_u128` chains them through its accumulator, and its odd last word
-/// took another folded multiply after them (`finish`), so a 3-word table
-/// (most ClassBench tables: `dl_type`, the address word, `nw_proto`)
-/// waited on two multiplies in a row on the way hash -> bucket slot ->
-/// rule, and the hasher's state went through memory (cachegrind, fw4 1K:
-/// 1428 -> 1399 instructions, 80.5 -> 68.3 stores per lookup;
-/// docs/results/classifier-classbench.md, sitting O).
 #[inline(always)]
-fn hash_values(seed: &Seed, n: usize, word: impl Fn(usize) -> u64) -> u32 {
-    let (k0, k1) = (seed.keys[0], seed.keys[1]);
-    let mut acc = 0u64;
+fn hash_values(seed: &RandomState, n: usize, word: impl Fn(usize) -> u64) -> u32 {
+    let mut h = seed.build_hasher();
     let mut i = 0;
     while i + 1 < n {
-        acc = acc
-            .rotate_left(21)
-            .wrapping_add(folded_multiply(word(i) ^ k0, word(i + 1) ^ k1));
+        h.write_u128(u128::from(word(i)) | (u128::from(word(i + 1)) << 64));
         i += 2;
     }
     if i < n {
-        acc = acc
-            .rotate_left(21)
-            .wrapping_add(folded_multiply(word(i) ^ k0, k1));
+        h.write_u64(word(i));
     }
-    let h = (acc ^ (acc >> 32)) as u32;
+    let x = h.finish();
+    let h = (x ^ (x >> 32)) as u32;
     #[cfg(test)]
     if TINY_BUCKET_HASH.with(std::cell::Cell::get) {
         return h & 7;
@@ -806,7 +757,7 @@ fn agree<const W: usize>(words: &[MaskWord], a: &[u64; W], b: &[u64; W]) -> bool
         .all(|w| (a[w.index as usize] ^ b[w.index as usize]) & w.mask == 0)
 }
 
-fn hash_mask<const W: usize>(seed: &Seed, mask: &[u64; W]) -> u64 {
+fn hash_mask<const W: usize>(seed: &RandomState, mask: &[u64; W]) -> u64 {
     let mut h = seed.build_hasher();
     for &m in mask {
         h.write_u64(m);
@@ -827,7 +778,7 @@ fn hash_mask<const W: usize>(seed: &Seed, mask: &[u64; W]) -> u64 {
 /// with a random seed per classifier it cannot be aimed at. The property
 /// tests run with 3-bit hashes too (`TINY_BUCKET_HASH`).
 #[inline(always)]
-fn bucket_head<const W: usize>(seed: &Seed, st: &Subtable, key: &[u64; W]) -> Option<u32> {
+fn bucket_head<const W: usize>(seed: &RandomState, st: &Subtable, key: &[u64; W]) -> Option<u32> {
     let h = hash_masked(seed, &st.words, key);
     st.table.find(h)
 }
@@ -842,7 +793,7 @@ fn chain_before(a: &Rule, b: &Rule) -> bool {
 /// its bucket of `st`, at its place in chain order. Returns the number of
 /// groups in the bucket afterwards.
 fn link_head<const W: usize, T>(
-    seed: &Seed,
+    seed: &RandomState,
     st: &mut Subtable,
     rules: &mut RuleSlab<W, T>,
     idx: u32,
@@ -878,7 +829,7 @@ fn link_head<const W: usize, T>(
 /// Unlinks match group `idx` (a group head) from its bucket chain in `st`,
 /// dropping the bucket if it empties. The group's duplicates stay attached.
 fn unlink_head<const W: usize, T>(
-    seed: &Seed,
+    seed: &RandomState,
     st: &mut Subtable,
     rules: &mut RuleSlab<W, T>,
     idx: u32,
@@ -918,7 +869,7 @@ pub struct Classifier<const W: usize, T> {
     rules: RuleSlab<W, T>,
     masks: MaskSet<W>,
     /// Per-classifier random hash seed.
-    seed: Seed,
+    seed: RandomState,
     free_subtables: Vec<u32>,
     next_seq: u64,
     next_rule_seq: u64,
@@ -1006,7 +957,7 @@ impl<const W: usize, T> Classifier<W, T> {
             subtables: Vec::new(),
             rules: RuleSlab::new(),
             masks: MaskSet::new(),
-            seed: Seed::new(),
+            seed: RandomState::default(),
             free_subtables: Vec::new(),
             next_seq: 0,
             next_rule_seq: 0,
@@ -2281,14 +2232,18 @@ mod tests {
 
     /// The table hash depends on every bit of every word and on the
     /// words' order: one bit flipped anywhere, or two words or two pairs of
-    /// words swapped (a reply's addresses), gives another hash. Each case
-    /// fails by chance with probability 2^-32 per seed.
+    /// words swapped (a reply's addresses), gives another hash, and the
+    /// bucket's home slot (the hash's low bits) sees each word's top bit
+    /// (the destination address sits in the address word's top half). A
+    /// replacement hash must keep this (docs/results/classifier-classbench.md,
+    /// sitting O: a sum of per-pair products without a rotate would not).
+    /// Each case fails by chance with probability 2^-32 per seed.
     #[test]
-    fn table_hash_every_bit_and_position() {
+    fn table_hash_sees_every_bit_and_position() {
         let mut rnd = xorshift(0x5eed_1e55_0000_0001);
         let (mut same_low, mut cases) = (0, 0);
         for _ in 0..8 {
-            let seed = Seed::new();
+            let seed = RandomState::default();
             for n in 1..=12 {
                 let words: Vec<u64> = (0..n).map(|_| rnd()).collect();
                 let h = |w: &[u64]| hash_values(&seed, w.len(), |i| w[i]);
@@ -2304,22 +2259,17 @@ mod tests {
                         w.swap(i, j);
                         assert_ne!(h(&w), base, "n {n} words {i} and {j} swapped");
                     }
-                }
-                if n >= 4 {
-                    let mut w = words.clone();
-                    w[..4].rotate_left(2);
-                    assert_ne!(h(&w), base, "n {n} pairs swapped");
-                }
-                // The bucket's home slot is the hash's low bits: they too
-                // must see the words' high bits (the destination address
-                // sits in the address word's top half).
-                for i in 0..n {
                     let mut w = words.clone();
                     w[i] ^= 1 << 63;
                     if h(&w) & 0xffff == base & 0xffff {
                         same_low += 1;
                     }
                     cases += 1;
+                }
+                if n >= 4 {
+                    let mut w = words.clone();
+                    w[..4].rotate_left(2);
+                    assert_ne!(h(&w), base, "n {n} pairs swapped");
                 }
             }
         }
