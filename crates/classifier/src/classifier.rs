@@ -2230,6 +2230,53 @@ mod tests {
     const FIRST: [u64; 2] = [!0, 0];
     const ANY: [u64; 2] = [0, 0];
 
+    /// The table hash depends on every bit of every word and on the
+    /// words' order: one bit flipped anywhere, or two words or two pairs of
+    /// words swapped (a reply's addresses), gives another hash, and the
+    /// bucket's home slot (the hash's low bits) sees each word's top bit
+    /// (the destination address sits in the address word's top half). A
+    /// replacement hash must keep this (docs/results/classifier-classbench.md,
+    /// sitting O: a sum of per-pair products without a rotate would not).
+    /// Each case fails by chance with probability 2^-32 per seed.
+    #[test]
+    fn table_hash_sees_every_bit_and_position() {
+        let mut rnd = xorshift(0x5eed_1e55_0000_0001);
+        let (mut same_low, mut cases) = (0, 0);
+        for _ in 0..8 {
+            let seed = RandomState::default();
+            for n in 1..=12 {
+                let words: Vec<u64> = (0..n).map(|_| rnd()).collect();
+                let h = |w: &[u64]| hash_values(&seed, w.len(), |i| w[i]);
+                let base = h(&words);
+                for i in 0..n {
+                    for bit in 0..64 {
+                        let mut w = words.clone();
+                        w[i] ^= 1 << bit;
+                        assert_ne!(h(&w), base, "n {n} word {i} bit {bit}");
+                    }
+                    for j in i + 1..n {
+                        let mut w = words.clone();
+                        w.swap(i, j);
+                        assert_ne!(h(&w), base, "n {n} words {i} and {j} swapped");
+                    }
+                    let mut w = words.clone();
+                    w[i] ^= 1 << 63;
+                    if h(&w) & 0xffff == base & 0xffff {
+                        same_low += 1;
+                    }
+                    cases += 1;
+                }
+                if n >= 4 {
+                    let mut w = words.clone();
+                    w[..4].rotate_left(2);
+                    assert_ne!(h(&w), base, "n {n} pairs swapped");
+                }
+            }
+        }
+        // 624 cases, about 0.01 expected to agree by chance.
+        assert!(same_low <= 3, "{same_low} of {cases}");
+    }
+
     fn val<T: Copy>(r: Option<(RuleId, &T)>) -> Option<T> {
         r.map(|(_, v)| *v)
     }
