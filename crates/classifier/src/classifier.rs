@@ -2237,11 +2237,15 @@ mod tests {
     /// (the destination address sits in the address word's top half). A
     /// replacement hash must keep this (docs/results/classifier-classbench.md,
     /// sitting O: a sum of per-pair products without a rotate would not).
-    /// Each case fails by chance with probability 2^-32 per seed.
+    /// The seeds are random (the classifier's own), so each comparison
+    /// agrees by chance with probability 2^-32: the test counts agreements
+    /// and allows two of its ~42,000 comparisons (a hash blind to one bit or
+    /// to an order agrees on every seed, hundreds of times) rather than
+    /// failing on one.
     #[test]
     fn table_hash_sees_every_bit_and_position() {
         let mut rnd = xorshift(0x5eed_1e55_0000_0001);
-        let (mut same_low, mut cases) = (0, 0);
+        let (mut same_low, mut cases, mut same) = (0, 0, Vec::new());
         for _ in 0..8 {
             let seed = RandomState::default();
             for n in 1..=12 {
@@ -2252,12 +2256,16 @@ mod tests {
                     for bit in 0..64 {
                         let mut w = words.clone();
                         w[i] ^= 1 << bit;
-                        assert_ne!(h(&w), base, "n {n} word {i} bit {bit}");
+                        if h(&w) == base {
+                            same.push(format!("n {n} word {i} bit {bit}"));
+                        }
                     }
                     for j in i + 1..n {
                         let mut w = words.clone();
                         w.swap(i, j);
-                        assert_ne!(h(&w), base, "n {n} words {i} and {j} swapped");
+                        if h(&w) == base {
+                            same.push(format!("n {n} words {i} and {j} swapped"));
+                        }
                     }
                     let mut w = words.clone();
                     w[i] ^= 1 << 63;
@@ -2269,10 +2277,13 @@ mod tests {
                 if n >= 4 {
                     let mut w = words.clone();
                     w[..4].rotate_left(2);
-                    assert_ne!(h(&w), base, "n {n} pairs swapped");
+                    if h(&w) == base {
+                        same.push(format!("n {n} pairs swapped"));
+                    }
                 }
             }
         }
+        assert!(same.len() <= 2, "the hash did not change: {same:?}");
         // 624 cases, about 0.01 expected to agree by chance.
         assert!(same_low <= 3, "{same_low} of {cases}");
     }
