@@ -516,14 +516,19 @@ impl CtOffloads {
                     off.refine_mask(e.matching.key(), &mut mask);
                     e.matching = Match::new(*e.matching.key(), mask);
                 }
-                let mut ids: Vec<(u8, bool, u64)> = Vec::with_capacity(3);
                 // The three entries go to the kernel together, at the
-                // commit: one system call instead of three.
+                // commit: one system call instead of three. `ids[..n]`:
+                // the kernel ids of those offloaded so far.
+                let mut ids = [0u64; 3];
+                let mut n = 0;
                 off.begin_ct();
                 let mut refused = None;
-                for (slot, reply, e) in &entries {
+                for (_, _, e) in &entries {
                     match off.offload_ct(&e.matching, &e.actions, e.parts()) {
-                        Ok(id) => ids.push((*slot, *reply, id)),
+                        Ok(id) => {
+                            ids[n] = id;
+                            n += 1;
+                        }
                         Err(why) => {
                             refused = Some(why);
                             break;
@@ -538,7 +543,7 @@ impl CtOffloads {
                 let committed = off.commit_ct();
                 let refused = refused.or(committed.err());
                 if refused.is_some() || !tracker.kernel_setup(h) {
-                    for &(_, _, id) in &ids {
+                    for &id in &ids[..n] {
                         off.remove(id);
                     }
                     if let Some(why) = refused {
@@ -562,14 +567,14 @@ impl CtOffloads {
                 if self.setup_queue.len() < SETUP_QUEUE_MAX {
                     self.setup_queue.push_back((h, now));
                 }
-                for ((slot, reply, e), (_, _, kernel_id)) in entries.into_iter().zip(ids) {
+                for ((slot, reply, e), kernel_id) in entries.into_iter().zip(ids) {
                     self.offloaded += 1;
                     let d = if reply { h.reversed() } else { h };
                     self.live.insert(
                         (d, slot),
                         CtOffload {
                             kernel_id,
-                            flows: e.flows,
+                            flows: e.kept_flows(),
                             matching: e.matching,
                             actions: e.actions,
                             reply,
@@ -596,13 +601,13 @@ impl CtOffloads {
     /// originator's packets leave with (translated, for a NATed
     /// connection: the reply entries match it the other way round), or
     /// why not.
-    fn compose_setup(
+    fn compose_setup<'a>(
         &self,
         key: &FlowKey,
         second_key: &FlowKey,
-        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        flows: &'a Classifier<FLOW_WORDS, DpFlow>,
         info: OffloadInfo,
-    ) -> Result<(SetupEntries, Tuple), Refusal> {
+    ) -> Result<(SetupEntries<'a>, Tuple), Refusal> {
         if !info.tcp || info.ended {
             return Err("ct:setup-not-tcp".into());
         }
@@ -675,25 +680,37 @@ impl CtOffloads {
             k.tcp_flags = flags;
             k
         };
-        let mut entries = vec![(MAIN, false, orig)];
-        for (slot, flags, checked) in [
-            (MAIN, TCP_ACK, SETUP_CHECKED),
-            (SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED),
-        ] {
+        // The reply's two passes for a segment with `flags`, or those of
+        // the reply's other segment (`prev`) when neither looked at the
+        // SYN bit, the only bit the two keys differ in: the keys hit the
+        // same flows, with the same decision, so two lookups are saved.
+        let reply = |slot: u8,
+                     flags: u16,
+                     checked: u16,
+                     prev: Option<ReplyPasses<'a>>|
+         -> Result<_, Refusal> {
             let k1 = reply_key(flags);
-            let (f1, r1, (bit, nat1)) =
-                plain_first_pass(flows, &k1, zone, (info.nat_state[1], info.nat[1]))?;
+            let first = match prev {
+                Some((p, _)) => p,
+                None => plain_first_pass(flows, &k1, zone, (info.nat_state[1], info.nat[1]))?,
+            };
+            let (f1, r1, (bit, nat1)) = first;
             let mut k2 = k1;
             k2.recirc_id = r1;
             apply_nat(&mut k2, &nat1);
             ct_fields(&mut k2, state::TRK | state::EST | state::RPL | bit);
-            let f2 = cached(flows, &k2)?;
-            entries.push((
-                slot,
-                true,
-                SetupEntry::compose(f1, &k1, f2, (checked, flags), nat1)?,
-            ));
-        }
+            let f2 = match prev {
+                Some((_, p)) => p,
+                None => cached(flows, &k2)?,
+            };
+            let e = SetupEntry::compose(f1, &k1, f2, (checked, flags), nat1)?;
+            Ok(((slot, true, e), (first, f2)))
+        };
+        let (ack, passes) = reply(MAIN, TCP_ACK, SETUP_CHECKED, None)?;
+        let syn_free = |f: &DpFlow| f.matching.mask().0.tcp_flags & TCP_SYN == 0;
+        let prev = (syn_free(passes.0 .0 .1) && syn_free(passes.1 .1)).then_some(passes);
+        let (synack, _) = reply(SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED, prev)?;
+        let entries = [(MAIN, false, orig), ack, synack];
         Ok((entries, Tuple::of(&sent)))
     }
 
@@ -1143,44 +1160,58 @@ impl From<&'static str> for Refusal {
 }
 
 /// A set-up's entries: slot, reply direction, entry.
-type SetupEntries = Vec<(u8, bool, SetupEntry)>;
+type SetupEntries<'a> = [(u8, bool, SetupEntry<'a>); 3];
 
 /// A first pass found for a set-up: the flow, its recirculation id, and
 /// the `ct_state` NAT bit and rewrite it gives the packet.
 type FirstPass<'a> = ((RuleId, &'a DpFlow), u32, (u32, NatRewrite));
 
+/// A reply segment's first pass and second-pass flow, as
+/// [`CtOffloads::compose_setup`] found them.
+type ReplyPasses<'a> = (FirstPass<'a>, (RuleId, &'a DpFlow));
+
 /// One entry [`CtOffloads::setup`] installs: the flows it was composed
 /// from (with their matches, for the engine's judgement), its match and
 /// actions.
-struct SetupEntry {
-    flows: [(RuleId, Vec<DpAction>); 2],
-    parts: [Match; 2],
+/// The two flows are borrowed from the cache (it does not change during a
+/// set-up): their actions are cloned only into the [`CtOffload`] of an
+/// entry actually installed, and their matches (624 bytes each) are not
+/// copied at all.
+struct SetupEntry<'a> {
+    flows: [(RuleId, &'a DpFlow); 2],
     matching: Match,
     actions: Vec<DpAction>,
 }
 
-impl SetupEntry {
+impl<'a> SetupEntry<'a> {
     fn compose(
-        f1: (RuleId, &DpFlow),
+        f1: (RuleId, &'a DpFlow),
         k1: &FlowKey,
-        f2: (RuleId, &DpFlow),
+        f2: (RuleId, &'a DpFlow),
         tcp: (u16, u16),
         nat: NatRewrite,
-    ) -> Result<SetupEntry, &'static str> {
+    ) -> Result<SetupEntry<'a>, &'static str> {
         let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), nat)?;
         Ok(SetupEntry {
-            flows: [(f1.0, f1.1.actions.clone()), (f2.0, f2.1.actions.clone())],
-            parts: [f1.1.matching, f2.1.matching],
+            flows: [f1, f2],
             matching,
             actions,
         })
     }
 
-    fn parts(&self) -> [(&Match, &[DpAction]); 2] {
+    fn parts(&self) -> [(&'a Match, &'a [DpAction]); 2] {
+        let [a, b] = self.flows;
         [
-            (&self.parts[0], self.flows[0].1.as_slice()),
-            (&self.parts[1], self.flows[1].1.as_slice()),
+            (&a.1.matching, a.1.actions.as_slice()),
+            (&b.1.matching, b.1.actions.as_slice()),
         ]
+    }
+
+    /// The flows with the actions the entry was composed from, as a
+    /// [`CtOffload`] keeps them (to notice a flow that changed).
+    fn kept_flows(&self) -> [(RuleId, Vec<DpAction>); 2] {
+        let [a, b] = self.flows;
+        [(a.0, a.1.actions.clone()), (b.0, b.1.actions.clone())]
     }
 }
 

@@ -1195,6 +1195,29 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert!(line.contains("state=SYN_SENT"), "{line}");
     }
 
+    /// The reply's SYN-ACK entry reuses the ACK's flows only when they did
+    /// not look at the SYN bit. Here a rule marks the reply's SYN-ACKs
+    /// (`mod_nw_tos`): the ACK's flows then match on it, and the SYN-ACK
+    /// entry gets the SYN-ACK's own actions (with the reuse unchecked it
+    /// would forward the SYN-ACK unmarked, as the ACK).
+    #[test]
+    fn a_syn_ack_rule_of_its_own_keeps_its_own_entry_actions() {
+        let flows = format!(
+            "{FIREWALL}table=1,priority=20,in_port=p2,tcp,tcp_flags=+syn+ack,\
+             ct_state=+trk+est,actions=mod_nw_tos:32,output:p1\n"
+        );
+        let mut lab = CtLab::with("", &flows);
+        let (x, _) = lab.first_handshake();
+        assert_eq!(lab.send(true, 40020, SYN, x, 0), 1);
+        let (_, r, sa) = lab.entries(40020).expect("set up");
+        let fl = lab.ct_entries();
+        let out = fl[&r].actions.clone();
+        assert_eq!(out.len(), 1, "{fl:#?}");
+        assert_eq!(fl[&sa].actions.len(), 2, "{fl:#?}");
+        assert_eq!(fl[&sa].actions.last(), out.last(), "{fl:#?}");
+        assert_ne!(fl[&sa].actions, out, "{fl:#?}");
+    }
+
     /// A bare SYN on a connection set up in the kernel is judged against
     /// what the engine saw: a late SYN after the handshake is part of the
     /// established connection (its entries stay), a retransmitted one
