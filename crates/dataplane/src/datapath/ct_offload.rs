@@ -423,11 +423,8 @@ impl CtOffloads {
         let mut mask = *matching.mask();
         off.refine_mask(matching.key(), &mut mask);
         matching = Match::new(*matching.key(), mask);
-        let parts = [
-            (&first.1.matching, first.1.actions.as_slice()),
-            (&second.1.matching, second.1.actions.as_slice()),
-        ];
-        match off.offload_ct(&matching, &actions, parts) {
+        let from = ComposedFrom([(first.0, first.1), second]);
+        match off.offload_ct(&matching, &actions, from.parts()) {
             Ok(kernel_id) => {
                 // From now on the tracker does not see every segment.
                 tracker.credit(h, reply, 0, 0, now, now);
@@ -437,10 +434,7 @@ impl CtOffloads {
                     (h, MAIN),
                     CtOffload {
                         kernel_id,
-                        flows: [
-                            (first.0, first.1.actions.clone()),
-                            (second.0, second.1.actions.clone()),
-                        ],
+                        flows: from.kept(),
                         matching,
                         actions,
                         reply,
@@ -524,7 +518,7 @@ impl CtOffloads {
                 off.begin_ct();
                 let mut refused = None;
                 for (_, _, e) in &entries {
-                    match off.offload_ct(&e.matching, &e.actions, e.parts()) {
+                    match off.offload_ct(&e.matching, &e.actions, e.from.parts()) {
                         Ok(id) => {
                             ids[n] = id;
                             n += 1;
@@ -567,6 +561,9 @@ impl CtOffloads {
                 if self.setup_queue.len() < SETUP_QUEUE_MAX {
                     self.setup_queue.push_back((h, now));
                 }
+                // Nothing refused: all three installed, so the zip below
+                // pairs every entry with its own kernel id.
+                debug_assert_eq!(n, entries.len());
                 for ((slot, reply, e), kernel_id) in entries.into_iter().zip(ids) {
                     self.offloaded += 1;
                     let d = if reply { h.reversed() } else { h };
@@ -574,7 +571,7 @@ impl CtOffloads {
                         (d, slot),
                         CtOffload {
                             kernel_id,
-                            flows: e.kept_flows(),
+                            flows: e.from.kept(),
                             matching: e.matching,
                             actions: e.actions,
                             reply,
@@ -680,36 +677,51 @@ impl CtOffloads {
             k.tcp_flags = flags;
             k
         };
-        // The reply's two passes for a segment with `flags`, or those of
-        // the reply's other segment (`prev`) when neither looked at the
-        // SYN bit, the only bit the two keys differ in: the keys hit the
-        // same flows, with the same decision, so two lookups are saved.
-        let reply = |slot: u8,
-                     flags: u16,
-                     checked: u16,
-                     prev: Option<ReplyPasses<'a>>|
-         -> Result<_, Refusal> {
-            let k1 = reply_key(flags);
-            let first = match prev {
-                Some((p, _)) => p,
-                None => plain_first_pass(flows, &k1, zone, (info.nat_state[1], info.nat[1]))?,
-            };
-            let (f1, r1, (bit, nat1)) = first;
-            let mut k2 = k1;
+        // The two passes a reply segment (first-pass key `k1`) takes: its
+        // first-pass flow, then the second-pass flow its translated,
+        // tracked key hits.
+        let passes = |k1: &FlowKey| -> Result<ReplyPasses<'a>, Refusal> {
+            let first = plain_first_pass(flows, k1, zone, (info.nat_state[1], info.nat[1]))?;
+            let (_, r1, (bit, nat1)) = first;
+            let mut k2 = *k1;
             k2.recirc_id = r1;
             apply_nat(&mut k2, &nat1);
             ct_fields(&mut k2, state::TRK | state::EST | state::RPL | bit);
-            let f2 = match prev {
-                Some((_, p)) => p,
-                None => cached(flows, &k2)?,
-            };
-            let e = SetupEntry::compose(f1, &k1, f2, (checked, flags), nat1)?;
-            Ok(((slot, true, e), (first, f2)))
+            Ok((first, cached(flows, &k2)?))
         };
-        let (ack, passes) = reply(MAIN, TCP_ACK, SETUP_CHECKED, None)?;
+        // A reply entry for the segment `k1` (its `flags` checked as
+        // `checked`) from the passes it takes.
+        let entry = |slot: u8,
+                     k1: &FlowKey,
+                     checked: u16,
+                     ((f1, _, (_, nat1)), f2): ReplyPasses<'a>|
+         -> Result<_, Refusal> {
+            let e = SetupEntry::compose(f1, k1, f2, (checked, k1.tcp_flags), nat1)?;
+            Ok((slot, true, e))
+        };
+        let ack_key = reply_key(TCP_ACK);
+        let ack_passes = passes(&ack_key)?;
+        let ack = entry(MAIN, &ack_key, SETUP_CHECKED, ack_passes)?;
+        // The SYN-ACK's key differs from the ACK's in the SYN bit only:
+        // when neither of the ACK's flows looks at it, the SYN-ACK's key
+        // hits them too, with the same decision, and two lookups are
+        // saved. This assumes the cached flows do not overlap (the cache
+        // has no priorities: a lookup returns any flow that matches).
+        // Revalidation may leave a stale flow that does look at SYN
+        // beside the ACK's, which a lookup of the SYN-ACK's key could hit
+        // instead; the reuse takes the ACK's flow, which the rules
+        // translated for a key with either SYN bit. A flow the entry was
+        // composed from that changes or goes removes the entry at the
+        // sync.
         let syn_free = |f: &DpFlow| f.matching.mask().0.tcp_flags & TCP_SYN == 0;
-        let prev = (syn_free(passes.0 .0 .1) && syn_free(passes.1 .1)).then_some(passes);
-        let (synack, _) = reply(SYNACK, TCP_SYN | TCP_ACK, TCP_CHECKED, prev)?;
+        let ((ack_f1, _, _), ack_f2) = ack_passes;
+        let synack_key = reply_key(TCP_SYN | TCP_ACK);
+        let synack_passes = if syn_free(ack_f1.1) && syn_free(ack_f2.1) {
+            ack_passes
+        } else {
+            passes(&synack_key)?
+        };
+        let synack = entry(SYNACK, &synack_key, TCP_CHECKED, synack_passes)?;
         let entries = [(MAIN, false, orig), ack, synack];
         Ok((entries, Tuple::of(&sent)))
     }
@@ -1178,7 +1190,7 @@ type ReplyPasses<'a> = (FirstPass<'a>, (RuleId, &'a DpFlow));
 /// entry actually installed, and their matches (624 bytes each) are not
 /// copied at all.
 struct SetupEntry<'a> {
-    flows: [(RuleId, &'a DpFlow); 2],
+    from: ComposedFrom<'a>,
     matching: Match,
     actions: Vec<DpAction>,
 }
@@ -1193,25 +1205,32 @@ impl<'a> SetupEntry<'a> {
     ) -> Result<SetupEntry<'a>, &'static str> {
         let (matching, actions) = compose(f1.1, k1, f2.1, Some(tcp), nat)?;
         Ok(SetupEntry {
-            flows: [f1, f2],
+            from: ComposedFrom([f1, f2]),
             matching,
             actions,
         })
     }
+}
 
-    fn parts(&self) -> [(&'a Match, &'a [DpAction]); 2] {
-        let [a, b] = self.flows;
-        [
-            (&a.1.matching, a.1.actions.as_slice()),
-            (&b.1.matching, b.1.actions.as_slice()),
-        ]
+/// The two cached flows (first pass, second pass) a connection entry is
+/// composed from, borrowed from the cache. [`CtOffloads::consider`] and
+/// [`CtOffloads::setup`] both hand them to the engine and keep them the
+/// same way; one place builds both forms.
+#[derive(Clone, Copy)]
+struct ComposedFrom<'a>([(RuleId, &'a DpFlow); 2]);
+
+impl<'a> ComposedFrom<'a> {
+    /// Their matches and actions, for the engine's judgement of the
+    /// composed entry ([`FlowOffload::offload_ct`]); nothing copied.
+    fn parts(self) -> [(&'a Match, &'a [DpAction]); 2] {
+        self.0.map(|(_, f)| (&f.matching, f.actions.as_slice()))
     }
 
-    /// The flows with the actions the entry was composed from, as a
-    /// [`CtOffload`] keeps them (to notice a flow that changed).
-    fn kept_flows(&self) -> [(RuleId, Vec<DpAction>); 2] {
-        let [a, b] = self.flows;
-        [(a.0, a.1.actions.clone()), (b.0, b.1.actions.clone())]
+    /// Their ids with the actions the entry was composed from, as a
+    /// [`CtOffload`] keeps them (to notice a flow that changed): cloned
+    /// only for an entry actually installed.
+    fn kept(self) -> [(RuleId, Vec<DpAction>); 2] {
+        self.0.map(|(id, f)| (id, f.actions.clone()))
     }
 }
 

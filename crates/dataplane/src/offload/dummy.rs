@@ -1218,6 +1218,38 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
         assert_ne!(fl[&sa].actions, out, "{fl:#?}");
     }
 
+    /// The other half of the reuse check: a table-0 rule of the reply's
+    /// SYN-ACKs' own (here a `ct(commit)`, not the plain "track, then
+    /// recirculate" a set-up composes) makes the reply ACK's first-pass
+    /// flow look at the SYN bit, so the SYN-ACK's first pass is looked up,
+    /// found not plain, and the set-up refused (`ct:setup-first-pass`):
+    /// nothing installed, the connection carried in userspace. With the
+    /// reuse unchecked on the first pass, the SYN-ACK would take the ACK's
+    /// plain first pass and be set up without its commit.
+    #[test]
+    fn a_syn_ack_first_pass_of_its_own_refuses_the_set_up() {
+        let flows = format!(
+            "{FIREWALL}table=0,priority=200,in_port=p2,tcp,tcp_flags=+syn+ack,\
+             ct_state=-trk,actions=ct(commit,table=1)\n"
+        );
+        let mut lab = CtLab::with("", &flows);
+        let (x, y) = lab.first_handshake();
+        let refused = |lab: &CtLab| {
+            let r = &lab.br.ct_offloads().setup_refused;
+            r.get("ct:setup-first-pass").copied().unwrap_or(0)
+        };
+        let before = refused(&lab);
+        assert_eq!(lab.send(true, 40020, SYN, x, 0), 1);
+        assert!(lab.ct_entries().is_empty(), "{:#?}", lab.ct_entries());
+        assert!(lab.entries(40020).is_none());
+        assert_eq!(refused(&lab), before + 1);
+        assert_eq!(lab.br.ct_offloads().set_up, 0);
+        // The connection is the tracker's: its SYN-ACK goes up.
+        assert_eq!(lab.send(false, 40020, SYN | ACK, y, x + 1), 1);
+        let line = lab.conn(40020).unwrap();
+        assert!(line.contains("state=ESTABLISHED"), "{line}");
+    }
+
     /// A bare SYN on a connection set up in the kernel is judged against
     /// what the engine saw: a late SYN after the handshake is part of the
     /// established connection (its entries stay), a retransmitted one
