@@ -42,9 +42,8 @@ pub(crate) enum CExpr {
     Named(ast::Ident, Value),
     Unary(ast::UnOp, Box<CExpr>, ast::Span),
     Binary(BinOp, Box<CExpr>, Box<CExpr>, ast::Span),
-    /// `x op N` with an unsized literal N (converted to x's type): N's
-    /// bits before narrowing ([`lit_raw`], `None` past 128 bits).
-    BinLit(BinOp, Box<CExpr>, Option<u128>, Box<CExpr>, ast::Span),
+    /// `x op N` with an unsized literal N (converted to x's type).
+    BinLit(BinOp, Box<CExpr>, ast::IntLit, Box<CExpr>, ast::Span),
     /// `e.isValid()`; the chain when `e` is a header of the flat headers.
     IsValid(Expr, Option<Chain>, ast::Span),
     /// `t.apply()` of table `t` (unless a variable shadows its name).
@@ -113,19 +112,6 @@ pub(crate) enum CExpr {
     },
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
-}
-
-/// Integer literal `lit`'s two's complement bits before narrowing to a
-/// width (what [`lit_bits`] masks), decided at load instead of
-/// converting the big integer at each evaluation; `None` when it needs
-/// more than 128 bits (then `lit_bits` gives `None` for every width).
-fn lit_raw(lit: &ast::IntLit) -> Option<u128> {
-    lit_bits(lit, crate::value::MAX_WIDTH, false).map(|b| b.v)
-}
-
-/// [`lit_bits`] of the literal whose [`lit_raw`] is `raw`.
-fn narrow(raw: u128, w: u32, signed: bool) -> Option<crate::value::Bits> {
-    (w <= crate::value::MAX_WIDTH).then(|| crate::value::Bits::new(w, signed, raw))
 }
 
 /// A compiled extern method argument.
@@ -203,9 +189,8 @@ pub(crate) enum Next {
 pub(crate) enum CKey {
     /// `default` / `_`.
     Any,
-    /// An integer literal compared with a bit value: its width, if it
-    /// has one, and its bits before narrowing ([`lit_raw`]).
-    Lit(Option<(u32, bool)>, Option<u128>, Expr),
+    /// An integer literal compared with a bit value.
+    Lit(ast::IntLit, Expr),
     /// Anything else: the walker's `keyset_matches`.
     Walk(Expr),
 }
@@ -931,7 +916,7 @@ impl Cx<'_> {
                         CExpr::BinLit(
                             *op,
                             Box::new(self.expr(a)),
-                            lit_raw(lit),
+                            lit.clone(),
                             Box::new(self.expr(b)),
                             span.clone(),
                         )
@@ -1383,7 +1368,7 @@ impl Cx<'_> {
                             .iter()
                             .map(|k| match k {
                                 Expr::Default(_) | Expr::DontCare(_) => CKey::Any,
-                                Expr::Int(lit, _) => CKey::Lit(lit.width, lit_raw(lit), k.clone()),
+                                Expr::Int(lit, _) => CKey::Lit(lit.clone(), k.clone()),
                                 o => CKey::Walk(o.clone()),
                             })
                             .collect();
@@ -1727,21 +1712,10 @@ impl<'a> Run<'a> {
             return;
         }
         let fh = &fl.headers[h];
-        // Consecutive fields are pushed together, up to 128 bits at a
-        // time (`BitBuf::push` appends the same bits either way): the
-        // IPv4 header is two pushes instead of twelve, most of them whole
-        // bytes; each field keeps its own provenance span.
-        let (mut acc, mut n) = (0u128, 0u32);
         for (k, &(w, _, _)) in fh.kinds.iter().enumerate() {
             let i = fh.first + k;
-            let at = self.out.bits as u32 + n;
-            if n + w > 128 {
-                self.out.push(acc, n);
-                (acc, n) = (0, 0);
-            }
-            let x = st.v[i] & crate::value::mask(w);
-            acc = if w >= 128 { x } else { (acc << w) | x };
-            n += w;
+            let at = self.out.bits as u32;
+            self.out.push(st.v[i], w);
             let from = match st.src[i] {
                 Src::Packet(o) => Some(o),
                 _ => None,
@@ -1751,9 +1725,6 @@ impl<'a> Run<'a> {
                 len: w,
                 from,
             });
-        }
-        if n > 0 {
-            self.out.push(acc, n);
         }
     }
 
@@ -1883,10 +1854,10 @@ impl<'a> Run<'a> {
                 self.use_val(&y);
                 ops::binop(*op, x, y).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
-            CExpr::BinLit(op, a, raw, b, span) => {
+            CExpr::BinLit(op, a, lit, b, span) => {
                 let x = self.ceval(a)?;
-                if let (Value::Bits(xb), Some(raw)) = (&x, raw) {
-                    if let Some(yb) = narrow(*raw, xb.width, xb.signed) {
+                if let Value::Bits(xb) = &x {
+                    if let Some(yb) = lit_bits(lit, xb.width, xb.signed) {
                         return self.binop_lit(*op, x, yb, span);
                     }
                 }
@@ -2186,11 +2157,11 @@ impl<'a> Run<'a> {
                     for (k, v) in ks.iter().zip(vals.iter()) {
                         let m = match (k, v) {
                             (CKey::Any, _) => true,
-                            (CKey::Lit(width, raw, x), Value::Bits(b)) => {
+                            (CKey::Lit(lit, x), Value::Bits(b)) => {
                                 // The walker's eval + eq_vals, without a
                                 // big integer.
-                                let (w, s) = width.unwrap_or((b.width, b.signed));
-                                match raw.and_then(|r| narrow(r, w, s)) {
+                                let (w, s) = lit.width.unwrap_or((b.width, b.signed));
+                                match lit_bits(lit, w, s) {
                                     Some(l) => {
                                         self.tick()?;
                                         l.v == b.v
@@ -2198,7 +2169,7 @@ impl<'a> Run<'a> {
                                     None => self.keyset_matches(x, v)?,
                                 }
                             }
-                            (CKey::Lit(_, _, x), _) | (CKey::Walk(x), _) => {
+                            (CKey::Lit(_, x), _) | (CKey::Walk(x), _) => {
                                 self.keyset_matches(x, v)?
                             }
                         };
