@@ -96,6 +96,69 @@ fn algo_name(v: &Value) -> String {
     }
 }
 
+/// An `InternetChecksum` method, resolved at load (`fast::CExpr::Method`'s
+/// `csum`) instead of matched by name per call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CsumOp {
+    Clear,
+    Add,
+    Subtract,
+    Get,
+    GetState,
+    SetState,
+}
+
+impl CsumOp {
+    /// The method called `name` (`None`: not one `extern_method` runs).
+    pub(crate) fn of(name: &str) -> Option<CsumOp> {
+        Some(match name {
+            "clear" => CsumOp::Clear,
+            "add" => CsumOp::Add,
+            "subtract" => CsumOp::Subtract,
+            "get" => CsumOp::Get,
+            "get_state" => CsumOp::GetState,
+            "set_state" => CsumOp::SetState,
+            _ => return None,
+        })
+    }
+}
+
+/// The ones' complement sum [`ones_sum`] gives for the bits of `vals`
+/// serialized in order, when they are all `bit<W>`/`int<W>`/`bool` and
+/// 128 bits or fewer in all (`None`: the caller serializes them).
+fn ones_sum_of(vals: &[Value]) -> Option<u32> {
+    let mut acc: u128 = 0;
+    let mut n: u32 = 0;
+    for v in vals {
+        let (x, w) = match v {
+            Value::Bits(b) => (b.v & mask(b.width), b.width),
+            Value::Bool(b, _) => (u128::from(*b), 1),
+            _ => return None,
+        };
+        if n + w > 128 {
+            return None;
+        }
+        if w > 0 {
+            acc = if w == 128 { x } else { (acc << w) | x };
+        }
+        n += w;
+    }
+    // Zero-padded to whole 16-bit words, summed first word first with
+    // the carry folded after each word, as `ones_sum` does over bytes.
+    let words = n.div_ceil(16);
+    if words == 0 {
+        return Some(0);
+    }
+    let pad = words * 16 - n;
+    let data = if pad == 0 { acc } else { acc << pad };
+    let mut sum: u32 = 0;
+    for k in (0..words).rev() {
+        sum += ((data >> (16 * k)) & 0xffff) as u32;
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    Some(sum)
+}
+
 /// The items of a checksum list: the AST's (the walker evaluates them)
 /// or compiled ones (`fast::CArg::List`).
 #[derive(Clone, Copy)]
@@ -193,6 +256,21 @@ impl<'a> Run<'a> {
     /// fresh buffer per call).
     fn list_bits(&mut self, items: Items<'_, 'a>) -> R<BitBuf> {
         let mut vals = self.st.pool.data.pop().unwrap_or_default();
+        let r = self.list_vals(items, &mut vals);
+        let mut buf = std::mem::take(&mut self.st.pool.bits);
+        buf.bytes.clear();
+        buf.bits = 0;
+        let r = r.and_then(|()| vals.iter().try_for_each(|v| self.flatten(v, &mut buf)));
+        if self.st.pool.data.len() < 16 {
+            vals.clear();
+            self.st.pool.data.push(vals);
+        }
+        r.map(|()| buf)
+    }
+
+    /// A checksum list's items evaluated in order into `vals` (emptied
+    /// first), reads not recorded.
+    fn list_vals(&mut self, items: Items<'_, 'a>, vals: &mut Vec<Value>) -> R<()> {
         vals.clear();
         self.quiet += 1;
         let mut r = Ok(());
@@ -214,15 +292,110 @@ impl<'a> Run<'a> {
             }
         }
         self.quiet -= 1;
-        let mut buf = std::mem::take(&mut self.st.pool.bits);
-        buf.bytes.clear();
-        buf.bits = 0;
-        let r = r.and_then(|()| vals.iter().try_for_each(|v| self.flatten(v, &mut buf)));
+        r
+    }
+
+    /// `ones_sum` of [`Run::data_bits`] of argument 0: a list's items
+    /// summed from their values when they fit 128 bits (no buffer, no
+    /// byte loop), otherwise serialized as `data_bits` does.
+    fn data_sum(&mut self, args: &[Arg], span: &Span) -> R<u32> {
+        let compiled = match self.cargs.and_then(|ca| ca.first()) {
+            Some(crate::interp::fast::CArg::List(items)) => Some(items),
+            _ => None,
+        };
+        let items = match (compiled, args.first()) {
+            (Some(x), _) => Some(Items::Compiled(x)),
+            (
+                None,
+                Some(Arg {
+                    value: Expr::List(x, _),
+                    ..
+                }),
+            ) if self.cargs.is_none() && !self.reference => Some(Items::Ast(x)),
+            _ => None,
+        };
+        let Some(items) = items else {
+            let buf = self.data_bits(args, 0, span)?;
+            let s = ones_sum(&buf);
+            self.give_back(buf);
+            return Ok(s);
+        };
+        let saved = self.cargs.take();
+        let mut vals = self.st.pool.data.pop().unwrap_or_default();
+        let r = self.list_vals(items, &mut vals);
+        self.cargs = saved;
+        let r = r.and_then(|()| match ones_sum_of(&vals) {
+            Some(s) => Ok(s),
+            None => {
+                let mut buf = std::mem::take(&mut self.st.pool.bits);
+                buf.bytes.clear();
+                buf.bits = 0;
+                let r = vals.iter().try_for_each(|v| self.flatten(v, &mut buf));
+                let s = ones_sum(&buf);
+                self.give_back(buf);
+                r.map(|()| s)
+            }
+        });
         if self.st.pool.data.len() < 16 {
             vals.clear();
             self.st.pool.data.push(vals);
         }
-        r.map(|()| buf)
+        r
+    }
+
+    /// The walker's `InternetChecksum` methods (`extern_method`) for a
+    /// method resolved at load: the same state changes, results and
+    /// trace, without the dispatch by type and method name.
+    pub(crate) fn csum_method(
+        &mut self,
+        i: usize,
+        op: CsumOp,
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
+        self.tr.checksum_recomputed = true;
+        Ok(match op {
+            CsumOp::Clear => {
+                *self.extern_state(i) = ExternState::Csum(0);
+                Value::Void
+            }
+            CsumOp::Add | CsumOp::Subtract => {
+                let s = self.data_sum(args, span)?;
+                let s = if op == CsumOp::Add {
+                    s
+                } else {
+                    !fold(s) & 0xffff
+                };
+                if let ExternState::Csum(c) = self.extern_state(i) {
+                    *c = fold(*c + s);
+                } else {
+                    *self.extern_state(i) = ExternState::Csum(fold(s));
+                }
+                Value::Void
+            }
+            CsumOp::Get | CsumOp::GetState => {
+                let c = match self.extern_state(i) {
+                    ExternState::Csum(c) => *c,
+                    _ => 0,
+                };
+                let v = if op == CsumOp::Get {
+                    !fold(c) & 0xffff
+                } else {
+                    fold(c)
+                };
+                let mut b = Bits::unsigned(16, v as u128);
+                b.src = Src::Checksum;
+                Value::Bits(b)
+            }
+            CsumOp::SetState => {
+                self.quiet += 1;
+                let v = self.arg_val(args, 0, span);
+                self.quiet -= 1;
+                let v = v?;
+                *self.extern_state(i) = ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
+                Value::Void
+            }
+        })
     }
 
     /// Keeps a buffer [`Run::data_bits`] gave for the next call.

@@ -22,6 +22,7 @@
 //! (`crates/p4/tests/interp_differential.rs` compares the two).
 
 use super::eval::{fail, lit_bits, read_bits, Ctl, Run, PKT_IN, PKT_OUT, R};
+pub(crate) use super::externs::CsumOp;
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{Agg, BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
@@ -59,6 +60,11 @@ pub(crate) enum CExpr {
         /// takes every argument `in` (the extern reads them through
         /// `Run::cargs`: the walker knows no such parameter).
         cargs: Option<Vec<CArg>>,
+        /// The method when `obj` is an `InternetChecksum` (decided at
+        /// load from the instance's declared type): run by
+        /// `Run::csum_method` without the extern dispatch by name and
+        /// without serializing the data list into a buffer.
+        csum: Option<CsumOp>,
     },
     /// `obj.extract(chain)` with one argument, a field chain: when `obj`
     /// is the packet and the chain finds a header whose fields are all
@@ -952,6 +958,10 @@ impl Cx<'_> {
         if cargs.is_none() {
             self.note_args(args);
         }
+        let csum = match self.extern_ty(obj) {
+            Some("InternetChecksum") if type_args.is_empty() => CsumOp::of(name),
+            _ => None,
+        };
         CExpr::Method {
             obj: Box::new(self.expr(obj)),
             name: name.to_string(),
@@ -959,6 +969,21 @@ impl Cx<'_> {
             args: args.to_vec(),
             span: span.clone(),
             cargs,
+            csum,
+        }
+    }
+
+    /// The extern type of method receiver `obj`: a block's instance or a
+    /// parameter of a named type (`None`: anything else).
+    fn extern_ty(&self, obj: &Expr) -> Option<&str> {
+        let Expr::Path(id) = obj else { return None };
+        match self.scope.iter().rev().find(|(n, _)| *n == id.name) {
+            Some((_, Ty::Named(t))) => Some(t.as_str()),
+            Some(_) => None,
+            None => match self.local(&id.name) {
+                Some(Local::Extern(i)) => Some(self.p.externs.get(*i)?.ty.as_str()),
+                _ => None,
+            },
         }
     }
 
@@ -980,15 +1005,7 @@ impl Cx<'_> {
             return None;
         }
         // The instance's extern type: a block's instance or a parameter.
-        let Expr::Path(id) = obj else { return None };
-        let ty = match self.scope.iter().rev().find(|(n, _)| *n == id.name) {
-            Some((_, Ty::Named(t))) => t.as_str(),
-            Some(_) => return None,
-            None => match self.local(&id.name) {
-                Some(Local::Extern(i)) => self.p.externs.get(*i)?.ty.as_str(),
-                _ => return None,
-            },
-        };
+        let ty = self.extern_ty(obj)?;
         // `packet_in`/`packet_out` methods (`advance`, `lookahead`, ...)
         // evaluate their AST arguments themselves, never `Run::cargs`.
         if matches!(ty, "packet_in" | "packet_out") {
@@ -1600,6 +1617,26 @@ impl<'a> Run<'a> {
         v: Value,
         span: &ast::Span,
     ) -> R<()> {
+        if let FlatAt::Field { h, i, k } = at {
+            // A value of the field's own kind (`ip.ttl = ip.ttl - 1`):
+            // `coerce_like` would keep its bits and source, so they are
+            // stored without reading the field back first.
+            let (w, _, is_bool) = fl.headers[h].kinds[k];
+            let st = &mut self.st.pool.flat;
+            match &v {
+                Value::Bits(b) if !is_bool && b.width == w => {
+                    st.v[i] = b.v;
+                    st.src[i] = b.src;
+                    return Ok(());
+                }
+                Value::Bool(b, s) if is_bool => {
+                    st.v[i] = u128::from(*b);
+                    st.src[i] = *s;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
         if let (FlatAt::Header(h), Value::Header(x)) = (at, &v) {
             // A header of this very type (a function's `inout` copy-out):
             // `coerce_like` would keep it as it is.
@@ -1850,8 +1887,29 @@ impl<'a> Run<'a> {
                 args,
                 span,
                 cargs,
+                csum,
             } => {
                 let recv = self.ceval(obj)?;
+                if let (Some(op), Value::Instance(i)) = (csum, &recv) {
+                    let p: &'a Prog = self.p;
+                    if p.externs
+                        .get(*i)
+                        .is_some_and(|x| x.ty == "InternetChecksum")
+                    {
+                        let i = *i;
+                        // The compiled arguments in force as for
+                        // `call_method` below.
+                        return match cargs {
+                            Some(ca) => {
+                                let saved = self.cargs.replace(ca);
+                                let r = self.csum_method(i, *op, args, span);
+                                self.cargs = saved;
+                                r
+                            }
+                            None => self.csum_method(i, *op, args, span),
+                        };
+                    }
+                }
                 match cargs {
                     Some(ca) => {
                         let saved = self.cargs.replace(ca);
