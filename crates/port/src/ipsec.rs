@@ -167,8 +167,12 @@ pub struct IpsecConfig {
 }
 
 /// Threads that encrypt a batch's ESP packets by default
-/// (`esp_seal_workers`).
-pub const SEAL_WORKERS_DEFAULT: u8 = 2;
+/// (`esp_seal_workers`). One: in the 2026-12-05 sitting
+/// (`docs/results/ipsec.md`, branch `espworker`) two gave no more
+/// throughput on this two-CPU lab (0.96-1.01x) for 0.03 more machine CPU
+/// s/Gbit: the second CPU is not free while the tunnel runs (the opening
+/// daemon and the TCP endpoints use it).
+pub const SEAL_WORKERS_DEFAULT: u8 = 1;
 
 /// Why IPsec could not be set up on a tunnel port. Each variant names the
 /// option, file or peering that failed and carries the cause; no message

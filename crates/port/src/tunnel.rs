@@ -3610,11 +3610,15 @@ mod tests {
         let mut run = 0;
         // A port of a fresh underlay, sequence numbers from 1 (its own
         // state directory).
-        let mut end = |mode: &str, sender: bool| {
+        let mut end = |mode: &str, workers: &str, sender: bool| {
             run += 1;
             esp_end_over_mem(
                 base.join(run.to_string()),
-                &[("esp_mode", mode), ("gro", "false")],
+                &[
+                    ("esp_mode", mode),
+                    ("gro", "false"),
+                    ("esp_seal_workers", workers),
+                ],
                 sender,
                 t0,
             )
@@ -3651,8 +3655,16 @@ mod tests {
             }
             p
         };
-        for mode in ["tunnel", "transport"] {
-            let (probe, _) = end(mode, true);
+        // (Both sealing settings: with two threads the packets sealed in
+        // place are encrypted by the worker or the daemon's thread, and
+        // the bytes must not change.)
+        for (mode, workers) in [
+            ("tunnel", "1"),
+            ("tunnel", "2"),
+            ("transport", "1"),
+            ("transport", "2"),
+        ] {
+            let (probe, _) = end(mode, workers, true);
             let mss = probe.inner_mtu() - 40;
             drop(probe);
             let g = mss as u16;
@@ -3687,13 +3699,13 @@ mod tests {
                 ),
             ];
             for (what, batch) in cases {
-                let (mut fused, fh) = end(mode, true);
+                let (mut fused, fh) = end(mode, workers, true);
                 let mut pkts = batch.clone();
                 let mut done = Vec::new();
                 let n = fused.send_batch_at(&mut pkts, &mut done, t0).unwrap();
                 let got = fh.take_tx_offloads();
                 // The ordinary way: the bridge finishes the batch first.
-                let (mut plain, ph) = end(mode, true);
+                let (mut plain, ph) = end(mode, workers, true);
                 let mut pkts = batch.clone();
                 let mut pool = Vec::new();
                 crate::finish_offloads(&mut pkts, &mut pool);
@@ -3728,6 +3740,12 @@ mod tests {
                     assert_eq!(in_place, 0, "{mode}: the ordinary way drops them");
                     continue;
                 }
+                // Two threads: every packet sealed in place was encrypted
+                // by one of them (and none with one).
+                let shared = counter(&fused, "esp_tx_sealed_by_worker")
+                    + counter(&fused, "esp_tx_sealed_by_main");
+                let want_shared = if workers == "2" { in_place } else { 0 };
+                assert_eq!(shared, want_shared, "{mode} {workers} {what}");
                 let cut: u64 = batch
                     .iter()
                     .filter(|p| p.offload.is_some_and(|o| o.is_gso()))
@@ -3740,7 +3758,7 @@ mod tests {
                 assert_eq!(in_place, cut, "{mode} {what}: every segment in place");
                 assert!(counter(&fused, "esp_tx_gso_frames") >= 1, "{mode} {what}");
                 // The receiver opens every ESP packet back into its segment.
-                let (mut rx, rh) = end(mode, false);
+                let (mut rx, rh) = end(mode, workers, false);
                 for (f, o) in &got {
                     match o {
                         Some(o) => {
