@@ -25,6 +25,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_128_GCM, AES_256_GCM, NONCE_LEN};
 
@@ -458,8 +459,9 @@ pub struct OutboundSa {
     spi: u32,
     aead: Aead,
     esn: bool,
-    key: LessSafeKey,
-    salt: [u8; SALT_LEN],
+    /// The key schedule, shared with the sealing worker that encrypts
+    /// packets this SA numbered ([`reserve`](Self::reserve)).
+    key: Arc<SealKey>,
     /// Last sequence number used (0: none yet).
     last_seq: u64,
     lifetime_bytes: Option<u64>,
@@ -490,8 +492,13 @@ impl OutboundSa {
             spi: cfg.spi,
             aead: cfg.aead,
             esn: cfg.esn,
-            key,
-            salt,
+            key: Arc::new(SealKey {
+                spi: cfg.spi,
+                aead: cfg.aead,
+                esn: cfg.esn,
+                key,
+                salt,
+            }),
             last_seq: 0,
             lifetime_bytes: cfg.lifetime_bytes,
             lifetime_packets: cfg.lifetime_packets,
@@ -626,8 +633,8 @@ impl OutboundSa {
         trailer[pad + 1] = next_header;
         out.extend_from_slice(&trailer[..pad + ESP_TRAILER_LEN]);
         let (a, alen) = aad(self.spi, seq, self.esn);
-        let tag = match self.key.seal_in_place_separate_tag(
-            nonce(&self.salt, &iv),
+        let tag = match self.key.key.seal_in_place_separate_tag(
+            nonce(&self.key.salt, &iv),
             Aad::from(&a[..alen]),
             &mut out[ESP_HEADER_LEN + ESP_IV_LEN..],
         ) {
@@ -668,14 +675,80 @@ impl OutboundSa {
         esp: &mut [u8],
         plaintext_len: usize,
     ) -> Result<usize, SealError> {
+        let seq = self.reserve(esp.len(), plaintext_len)?;
+        let r = self.key.seal_at(seq, next_header, esp, plaintext_len);
+        r.map_err(|e| self.fail(e))
+    }
+
+    /// The numbering half of [`seal_in_place`](Self::seal_in_place): every
+    /// check, the next sequence number taken and counted as sent, nothing
+    /// written. The caller (or a worker it hands the packet to) seals with
+    /// [`SealKey::seal_at`] on [`seal_key`](Self::seal_key) and that
+    /// number, exactly once: numbers are only ever handed out here, by the
+    /// SA's one owner, so two workers sealing one SA's packets can never
+    /// use a nonce twice. `esp_room` is the buffer's length (at least
+    /// [`sealed_len`](Self::sealed_len) bytes, or `TooLong`).
+    pub fn reserve(&mut self, esp_room: usize, plaintext_len: usize) -> Result<u64, SealError> {
         if let Err(e) = self.admit(plaintext_len) {
             return Err(self.fail(e));
         }
-        let total = self.sealed_len(plaintext_len);
-        if esp.len() < total {
+        if esp_room < self.sealed_len(plaintext_len) {
             return Err(self.fail(SealError::TooLong));
         }
         let seq = self.last_seq + 1;
+        self.last_seq = seq;
+        self.stats.packets += 1;
+        self.stats.bytes += plaintext_len as u64;
+        Ok(seq)
+    }
+
+    /// The key packets numbered by [`reserve`](Self::reserve) are sealed
+    /// with (a new SA, e.g. after a rekey, has its own: a packet keeps the
+    /// key of the SA that numbered it).
+    pub fn seal_key(&self) -> &Arc<SealKey> {
+        &self.key
+    }
+}
+
+/// An outbound SA's key schedule, salt, SPI and ESN flag: everything
+/// sealing a packet needs once its sequence number is known
+/// ([`OutboundSa::reserve`]). Immutable and `Sync`, so a second thread can
+/// seal packets of the same SA while the SA's owner numbers the next ones.
+pub struct SealKey {
+    spi: u32,
+    aead: Aead,
+    esn: bool,
+    key: LessSafeKey,
+    salt: [u8; SALT_LEN],
+}
+
+/// Shows the SPI only: the key schedule stays private.
+impl fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SealKey")
+            .field("spi", &format_args!("{:#010x}", self.spi))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SealKey {
+    /// Seals the ESP packet with sequence number `seq` around the
+    /// plaintext at `esp[ESP_HEADER_LEN + ESP_IV_LEN..][..plaintext_len]`,
+    /// as [`OutboundSa::seal_in_place`] does; returns its length. `seq`
+    /// must come from [`OutboundSa::reserve`] of this key's SA, used once
+    /// (the caller's contract: this cannot check it). `TooLong` if `esp` is
+    /// too short (nothing written) or AES-GCM refuses the length.
+    pub fn seal_at(
+        &self,
+        seq: u64,
+        next_header: u8,
+        esp: &mut [u8],
+        plaintext_len: usize,
+    ) -> Result<usize, SealError> {
+        let total = plaintext_len + esp_overhead(self.aead, plaintext_len);
+        if esp.len() < total {
+            return Err(SealError::TooLong);
+        }
         let iv = seq.to_be_bytes();
         let pad = pad_len(plaintext_len);
         esp[..4].copy_from_slice(&self.spi.to_be_bytes());
@@ -688,19 +761,16 @@ impl OutboundSa {
         esp[t + pad + 1] = next_header;
         let body_end = t + pad + ESP_TRAILER_LEN;
         let (a, alen) = aad(self.spi, seq, self.esn);
-        let tag = match self.key.seal_in_place_separate_tag(
-            nonce(&self.salt, &iv),
-            Aad::from(&a[..alen]),
-            &mut esp[start..body_end],
-        ) {
-            Ok(tag) => tag,
-            Err(_) => return Err(self.fail(SealError::TooLong)),
-        };
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(
+                nonce(&self.salt, &iv),
+                Aad::from(&a[..alen]),
+                &mut esp[start..body_end],
+            )
+            .map_err(|_| SealError::TooLong)?;
         esp[body_end..body_end + ESP_ICV_LEN].copy_from_slice(tag.as_ref());
         debug_assert_eq!(body_end + ESP_ICV_LEN, total);
-        self.last_seq = seq;
-        self.stats.packets += 1;
-        self.stats.bytes += plaintext_len as u64;
         Ok(total)
     }
 }

@@ -65,6 +65,7 @@ pub const OPTIONS: &[&str] = &[
     "esp_replay_window",
     "esp_mode",
     "esp_gso",
+    "esp_seal_workers",
     "psk",
     "ike_local_id",
     "ike_remote_id",
@@ -158,7 +159,20 @@ pub struct IpsecConfig {
     /// peer go to the underlay glued into UDP super-frames
     /// (`nicflow_packet::udp_gso`) when the underlay port takes offloads.
     pub gso: bool,
+    /// `esp_seal_workers` (1 or 2, default [`SEAL_WORKERS_DEFAULT`]):
+    /// with 2, the AES-GCM of the UDP super-frames a transmit batch seals
+    /// is shared between the daemon's thread and a worker thread
+    /// ([`crate::sealer`]); the daemon's thread still numbers every packet.
+    pub seal_workers: u8,
 }
+
+/// Threads that encrypt a batch's ESP packets by default
+/// (`esp_seal_workers`). One: in the 2026-12-05 sitting
+/// (`docs/results/ipsec.md`, branch `espworker`) two gave no more
+/// throughput on this two-CPU lab (0.96-1.01x) for 0.03 more machine CPU
+/// s/Gbit: the second CPU is not free while the tunnel runs (the opening
+/// daemon and the TCP endpoints use it).
+pub const SEAL_WORKERS_DEFAULT: u8 = 1;
 
 /// Why IPsec could not be set up on a tunnel port. Each variant names the
 /// option, file or peering that failed and carries the cause; no message
@@ -384,6 +398,12 @@ impl IpsecConfig {
             replay_window,
             mode,
             gso: options.get("esp_gso").is_none() || flag("esp_gso")?,
+            seal_workers: match options.get("esp_seal_workers").map(String::as_str) {
+                None => SEAL_WORKERS_DEFAULT,
+                Some("1") => 1,
+                Some("2") => 2,
+                Some(v) => return Err(bad_value("esp_seal_workers", v, "1 or 2")),
+            },
         };
         // The library's own checks, so a port is refused at add-port
         // rather than when its first frame goes out.
@@ -581,6 +601,14 @@ pub struct EspCounters {
     /// reallocated ([`UnderlayEsp::encrypt`]; a buffer sized to fit a short
     /// frame, recycled into a pool).
     pub tx_buf_grown: u64,
+    /// `esp_seal_workers=2` ([`crate::sealer`]): transmit batches whose
+    /// encryption two threads shared, ESP packets the worker encrypted
+    /// and the daemon's thread (of those batches), and the times the
+    /// daemon's thread slept waiting for the worker's last packets.
+    pub tx_seal_batches: u64,
+    pub tx_sealed_by_worker: u64,
+    pub tx_sealed_by_main: u64,
+    pub tx_seal_waits: u64,
 }
 
 /// Counter names for drop reasons (port counters are static strings).
@@ -607,6 +635,7 @@ const TX_DROP_NAMES: &[(&str, &str)] = &[
     ("too_big", "esp_tx_drop_too_big"),
     ("too_long", "esp_tx_drop_too_long"),
     ("seq_not_persisted", "esp_tx_drop_seq_not_persisted"),
+    ("seal_failed", "esp_tx_drop_seal_failed"),
 ];
 
 impl EspCounters {
@@ -625,6 +654,10 @@ impl EspCounters {
             ("ike_tx_messages", self.ike_tx),
             ("esp_rx_in_place", self.rx_in_place),
             ("esp_tx_buf_grown", self.tx_buf_grown),
+            ("esp_tx_seal_batches", self.tx_seal_batches),
+            ("esp_tx_sealed_by_worker", self.tx_sealed_by_worker),
+            ("esp_tx_sealed_by_main", self.tx_sealed_by_main),
+            ("esp_tx_seal_waits", self.tx_seal_waits),
         ];
         let name = |table: &[(&str, &'static str)], r: &str, other: &'static str| {
             table
@@ -692,6 +725,9 @@ pub struct UnderlayEsp {
     /// `seal`'s output, reused: no allocation per packet.
     scratch: Vec<u8>,
     pub counters: EspCounters,
+    /// The packets of the batch being built whose encryption waits for
+    /// [`seal_deferred`](Self::seal_deferred) (`esp_seal_workers=2`).
+    sealer: crate::sealer::Sealer,
 }
 
 impl UnderlayEsp {
@@ -1570,6 +1606,101 @@ impl UnderlayEsp {
         self.counters.tx_bytes += (plan.hdr_len + plan.esp_len) as u64;
         Ok(())
     }
+
+    /// [`seal_planned`](Self::seal_planned), but for an endpoint with
+    /// `esp_seal_workers=2` only numbered and counted here (every check and
+    /// drop reason the same, the sequence number taken from the persisted
+    /// reservation by this thread alone), the encryption left to the next
+    /// [`seal_deferred`](Self::seal_deferred), which two threads share.
+    /// Sealed at once with one worker or when the batch is full.
+    ///
+    /// # Safety
+    /// With a deferred seal, `esp` must stay where it is, neither read,
+    /// written, moved nor freed until `seal_deferred` (the
+    /// [`Sealer::push`](crate::sealer::Sealer::push) contract): the
+    /// underlay calls it before it sends, grows or drops a buffer of the
+    /// batch.
+    pub(crate) unsafe fn seal_planned_deferred(
+        &mut self,
+        id: u64,
+        plan: &SealPlan,
+        esp: &mut [u8],
+    ) -> Result<(), &'static str> {
+        let defer = self.sealer.has_room()
+            && self
+                .endpoints
+                .get(&id)
+                .is_some_and(|ep| ep.cfg.seal_workers > 1);
+        if !defer {
+            return self.seal_planned(id, plan, esp);
+        }
+        let Some(ep) = self.endpoints.get_mut(&id) else {
+            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
+            return Err("no_sa");
+        };
+        let reserved = ep.reserved;
+        let Some(out) = ep.out.as_mut() else {
+            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
+            return Err("no_sa");
+        };
+        // As in `seal_planned`: only a number of the persisted block.
+        if out.last_seq() >= reserved {
+            *self
+                .counters
+                .tx_drops
+                .entry("seq_not_persisted")
+                .or_default() += 1;
+            return Err("seq_not_persisted");
+        }
+        let seq = match out.reserve(esp.len(), plan.plain_len) {
+            Ok(seq) => seq,
+            Err(e) => {
+                let reason = e.name();
+                *self.counters.tx_drops.entry(reason).or_default() += 1;
+                return Err(reason);
+            }
+        };
+        // SAFETY: the caller's contract, above.
+        unsafe {
+            self.sealer
+                .push(out.seal_key(), seq, plan.next_header, esp, plan.plain_len)
+        };
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += (plan.hdr_len + plan.esp_len) as u64;
+        Ok(())
+    }
+
+    /// Packets deferred so far in this batch ([`publish_deferred`](Self::publish_deferred)).
+    pub(crate) fn deferred(&self) -> usize {
+        self.sealer.pending()
+    }
+
+    /// Hands the first `upto` packets deferred in this batch to the
+    /// sealing worker, which encrypts them while this thread goes on: the
+    /// caller is done with the buffers they lie in (a finished UDP
+    /// super-frame) until [`seal_deferred`](Self::seal_deferred).
+    pub(crate) fn publish_deferred(&mut self, upto: usize) {
+        self.sealer.publish(upto);
+    }
+
+    /// Encrypts every packet [`seal_planned_deferred`](Self::seal_planned_deferred)
+    /// left, on this thread and the worker; their buffers are the
+    /// caller's again when it returns. Cheap when nothing waits.
+    pub(crate) fn seal_deferred(&mut self) {
+        if self.sealer.pending() == 0 {
+            return;
+        }
+        self.sealer.seal_all();
+        let c = self.sealer.counters;
+        self.counters.tx_seal_batches = c.batches;
+        self.counters.tx_sealed_by_worker = c.by_worker;
+        self.counters.tx_sealed_by_main = c.by_main;
+        self.counters.tx_seal_waits = c.main_sleeps;
+        if c.failed > 0 {
+            let f = self.counters.tx_drops.entry("seal_failed").or_default();
+            *f = c.failed;
+        }
+    }
 }
 
 /// Longest outer header in front of an ESP packet: Ethernet, IPv4 with
@@ -2013,6 +2144,97 @@ mod seq_tests {
         assert_eq!(u.seal_planned(1, &plan, &mut esp), Err("seq_not_persisted"));
         assert_eq!(u.counters.tx_drops.get("seq_not_persisted"), Some(&1));
         assert_eq!(u.counters.tx_packets, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `esp_seal_workers=2`: packets numbered by the daemon's thread and
+    /// encrypted by either thread carry every number once, in order, from
+    /// the persisted block only (a deferred plan past the block is
+    /// refused like a sealed one), and a restart resumes after the block:
+    /// the receiver opens all of both runs, no number seen twice. Fails if
+    /// the worker numbered packets itself from a block of its own, or
+    /// sealed one twice.
+    #[test]
+    fn deferred_seals_use_each_number_once_across_a_restart() {
+        let dir = std::env::temp_dir().join(format!("nf-esp-defer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let o = super::tests::manual(&[("esp_seal_workers", "2")]);
+        let cfg = IpsecConfig::from_options(&o).unwrap().unwrap();
+        assert_eq!(cfg.seal_workers, 2);
+        let (l, r) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        let file = dir.join("d.seq");
+        let f = nicflow_packet::builder::FrameBuilder::new([2; 6], [4; 6])
+            .ipv4(l, r)
+            .udp(1, 4789)
+            .payload(&[7; 200])
+            .build();
+        let mut seen = std::collections::HashSet::new();
+        for run in 0..2u64 {
+            let mut u = UnderlayEsp::default();
+            u.add_with_state(1, &cfg, l, r, Some(file.clone()), Instant::now())
+                .unwrap();
+            let plan = u.plan_seal(1, &f, f.len()).unwrap();
+            let n = 300;
+            // One buffer per "super-frame" of 30 packets.
+            let mut bufs: Vec<Vec<u8>> =
+                (0..n / 30).map(|_| vec![0u8; plan.esp_len * 30]).collect();
+            for (g, buf) in bufs.iter_mut().enumerate() {
+                for esp in buf.chunks_mut(plan.esp_len) {
+                    let at = nicflow_ipsec::esp::ESP_HEADER_LEN + nicflow_ipsec::esp::ESP_IV_LEN;
+                    esp[at..at + plan.plain_len].copy_from_slice(&f[plan.plain_from..]);
+                    let plan = u.plan_seal(1, &f, f.len()).unwrap();
+                    // SAFETY: `bufs` outlives the `seal_deferred` below and
+                    // this group is not touched once published.
+                    unsafe { u.seal_planned_deferred(1, &plan, esp) }.unwrap();
+                }
+                assert_eq!(u.deferred(), (g + 1) * 30);
+                u.publish_deferred(usize::MAX);
+            }
+            u.seal_deferred();
+            assert_eq!(u.deferred(), 0);
+            let c = &u.counters;
+            assert_eq!(c.tx_sealed_by_worker + c.tx_sealed_by_main, n as u64);
+            assert_eq!(c.tx_packets, n as u64);
+            // The receiver (a fresh inbound SA per run: the window is
+            // not what is tested) opens every packet; numbers never repeat.
+            let Keying::Manual(m) = &cfg.keying else {
+                panic!("manual")
+            };
+            let mut inb =
+                nicflow_ipsec::esp::InboundSa::new(cfg.sa_config(m.spi_out, &m.key_out.0)).unwrap();
+            let mut k = 0u64;
+            for buf in &mut bufs {
+                for esp in buf.chunks_mut(plan.esp_len) {
+                    let o = inb.open(esp).unwrap();
+                    assert_eq!(o.seq, run * SEQ_RESERVE + 1 + k, "run {run}");
+                    assert!(seen.insert(o.seq), "sequence number {} twice", o.seq);
+                    k += 1;
+                }
+            }
+            assert_eq!(read_seq(&file).unwrap(), (run + 1) * SEQ_RESERVE);
+            // The block's end: a deferred seal past it is refused, counted.
+            let ep = u.endpoints.get_mut(&1).unwrap();
+            ep.reserved = ep.out.as_ref().unwrap().last_seq();
+            let mut esp = vec![0u8; plan.esp_len];
+            // SAFETY: refused, nothing deferred.
+            let e = unsafe { u.seal_planned_deferred(1, &plan, &mut esp) };
+            assert_eq!(e, Err("seq_not_persisted"));
+            assert_eq!(u.deferred(), 0);
+        }
+        // One worker: sealed at once, nothing deferred.
+        let o1 = super::tests::manual(&[("esp_seal_workers", "1")]);
+        let cfg1 = IpsecConfig::from_options(&o1).unwrap().unwrap();
+        let mut u = UnderlayEsp::default();
+        u.add_with_state(1, &cfg1, l, r, Some(dir.join("one.seq")), Instant::now())
+            .unwrap();
+        let plan = u.plan_seal(1, &f, f.len()).unwrap();
+        let mut esp = vec![0u8; plan.esp_len];
+        // SAFETY: sealed at once with one worker.
+        unsafe { u.seal_planned_deferred(1, &plan, &mut esp) }.unwrap();
+        assert_eq!(u.deferred(), 0);
+        assert!(
+            IpsecConfig::from_options(&super::tests::manual(&[("esp_seal_workers", "3")])).is_err()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

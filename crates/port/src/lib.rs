@@ -48,6 +48,7 @@ pub mod patch;
 pub mod pcap;
 pub mod pin;
 pub mod qdisc;
+pub(crate) mod sealer;
 pub mod state;
 mod sys;
 pub use sys::SavedFeatures;

@@ -1539,6 +1539,9 @@ impl Underlay {
         use nicflow_packet::udp_gso;
         let mut r = udp_gso::append(&mut self.tx[i], pkt);
         if r == Err(udp_gso::Refused::NeedRoom) {
+            // Growing copies the head elsewhere: its packets still waiting
+            // for encryption are sealed first, where they lie.
+            self.esp.seal_deferred();
             let big = take_gso_buf(
                 &mut self.gso_bufs,
                 &mut self.done,
@@ -1569,6 +1572,9 @@ impl Underlay {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        // Packets of the batch still waiting for encryption
+        // (`esp_seal_workers=2`): sealed before anything is sent.
+        self.esp.seal_deferred();
         if self.tx.is_empty() {
             return Ok(());
         }
@@ -1962,6 +1968,9 @@ impl TunnelPort {
                     return;
                 }
             }
+            // The head this one replaces is finished: its packets waiting
+            // for encryption go to the sealing worker.
+            u.esp.publish_deferred(usize::MAX);
             b.head = Some(u.tx.len());
             u.tx.push(pkt);
         } else if remote_mac.is_some() {
@@ -2113,24 +2122,34 @@ impl TunnelPort {
             let tunnel_hdrs = &enc[plan.plain_from..];
             // ESP header and IV, tunnel headers, the segment, padding,
             // trailer and ICV: the ESP packet, sealed where it lies.
-            let mut write = |slot: &mut [u8]| -> Result<(), &'static str> {
+            // (With `esp_seal_workers=2` the encryption waits for the
+            // underlay's `seal_deferred`, before the batch is sent or a
+            // buffer of it grown: the slot stays in a buffer of `tx`.)
+            let write = |ue: &mut UnderlayEsp, slot: &mut [u8]| -> Result<(), &'static str> {
                 let at = nicflow_ipsec::esp::ESP_HEADER_LEN + nicflow_ipsec::esp::ESP_IV_LEN;
                 let k = at + tunnel_hdrs.len();
                 slot[at..k].copy_from_slice(tunnel_hdrs);
                 if !cut.write(frame, i, &mut slot[k..k + len]) {
                     return Err("malformed");
                 }
-                ue.seal_planned(id, &plan, slot)
+                // SAFETY: the slot lies in a head of `tx` (or in the new
+                // head pushed onto `tx` right after when this succeeds),
+                // which stays put until `Underlay::flush` or a `grow`,
+                // both of which call `seal_deferred` first.
+                unsafe { ue.seal_planned_deferred(id, &plan, slot) }
             };
             let mut r = match b.head {
                 Some(h) => {
-                    udp_gso::append_with(&mut tx[h], plan.headers(), plan.esp_len, &mut write)
+                    udp_gso::append_with(&mut tx[h], plan.headers(), plan.esp_len, |s| write(ue, s))
                 }
                 None => Err(Refused::No),
             };
             if r == Err(Refused::NeedRoom) {
                 // A head the ordinary way started in a small buffer.
                 if let Some(h) = b.head {
+                    // Growing copies the head elsewhere: its packets still
+                    // waiting for encryption are sealed first.
+                    ue.seal_deferred();
                     let big = take_gso_buf(gso_bufs, done, &mut counters.tx_gso_buf_allocs);
                     match udp_gso::grow(&mut tx[h], big) {
                         Ok(old) => {
@@ -2139,7 +2158,7 @@ impl TunnelPort {
                                 &mut tx[h],
                                 plan.headers(),
                                 plan.esp_len,
-                                &mut write,
+                                |s| write(ue, s),
                             );
                         }
                         Err(big) => gso_bufs.push(big),
@@ -2158,15 +2177,21 @@ impl TunnelPort {
                     // buffer big enough for the super-frame it may begin.
                     let mut big = take_gso_buf(gso_bufs, done, &mut counters.tx_gso_buf_allocs);
                     big.clear();
+                    let before = ue.deferred();
                     let whole = plan.hdr_len + plan.esp_len;
                     let r = match big.extend_back_unzeroed(whole) {
                         Some(d) => {
                             d[..plan.hdr_len].copy_from_slice(plan.headers());
-                            write(&mut d[plan.hdr_len..])
+                            write(ue, &mut d[plan.hdr_len..])
                         }
                         None => Err("too_big"),
                     };
                     if r.is_ok() {
+                        // The head this one replaces is finished: its
+                        // packets waiting for encryption go to the sealing
+                        // worker (this head's first stays: it is written
+                        // further).
+                        ue.publish_deferred(before);
                         b.head = Some(tx.len());
                         tx.push(big);
                     } else {
@@ -3585,11 +3610,15 @@ mod tests {
         let mut run = 0;
         // A port of a fresh underlay, sequence numbers from 1 (its own
         // state directory).
-        let mut end = |mode: &str, sender: bool| {
+        let mut end = |mode: &str, workers: &str, sender: bool| {
             run += 1;
             esp_end_over_mem(
                 base.join(run.to_string()),
-                &[("esp_mode", mode), ("gro", "false")],
+                &[
+                    ("esp_mode", mode),
+                    ("gro", "false"),
+                    ("esp_seal_workers", workers),
+                ],
                 sender,
                 t0,
             )
@@ -3626,8 +3655,16 @@ mod tests {
             }
             p
         };
-        for mode in ["tunnel", "transport"] {
-            let (probe, _) = end(mode, true);
+        // (Both sealing settings: with two threads the packets sealed in
+        // place are encrypted by the worker or the daemon's thread, and
+        // the bytes must not change.)
+        for (mode, workers) in [
+            ("tunnel", "1"),
+            ("tunnel", "2"),
+            ("transport", "1"),
+            ("transport", "2"),
+        ] {
+            let (probe, _) = end(mode, workers, true);
             let mss = probe.inner_mtu() - 40;
             drop(probe);
             let g = mss as u16;
@@ -3662,13 +3699,13 @@ mod tests {
                 ),
             ];
             for (what, batch) in cases {
-                let (mut fused, fh) = end(mode, true);
+                let (mut fused, fh) = end(mode, workers, true);
                 let mut pkts = batch.clone();
                 let mut done = Vec::new();
                 let n = fused.send_batch_at(&mut pkts, &mut done, t0).unwrap();
                 let got = fh.take_tx_offloads();
                 // The ordinary way: the bridge finishes the batch first.
-                let (mut plain, ph) = end(mode, true);
+                let (mut plain, ph) = end(mode, workers, true);
                 let mut pkts = batch.clone();
                 let mut pool = Vec::new();
                 crate::finish_offloads(&mut pkts, &mut pool);
@@ -3682,14 +3719,17 @@ mod tests {
                     assert!(g.0 == w.0, "{mode} {what}: frame {k} bytes differ");
                 }
                 // The same counters, but the one that says which way
-                // the segments went and the big buffers allocated (the
-                // two ways find different buffers at hand).
+                // the segments went, the big buffers allocated (the
+                // two ways find different buffers at hand) and the
+                // sealing worker's (only the in-place way defers).
                 let in_place = counter(&fused, "esp_tx_gso_in_place");
                 assert_eq!(counter(&plain, "esp_tx_gso_in_place"), 0);
                 let others = |p: &TunnelPort| {
                     let mut c = p.extra_counters();
                     c.retain(|(k, _)| {
-                        *k != "esp_tx_gso_in_place" && *k != "underlay_tx_gso_buf_allocs"
+                        *k != "esp_tx_gso_in_place"
+                            && *k != "underlay_tx_gso_buf_allocs"
+                            && !k.starts_with("esp_tx_seal")
                     });
                     c
                 };
@@ -3700,6 +3740,12 @@ mod tests {
                     assert_eq!(in_place, 0, "{mode}: the ordinary way drops them");
                     continue;
                 }
+                // Two threads: every packet sealed in place was encrypted
+                // by one of them (and none with one).
+                let shared = counter(&fused, "esp_tx_sealed_by_worker")
+                    + counter(&fused, "esp_tx_sealed_by_main");
+                let want_shared = if workers == "2" { in_place } else { 0 };
+                assert_eq!(shared, want_shared, "{mode} {workers} {what}");
                 let cut: u64 = batch
                     .iter()
                     .filter(|p| p.offload.is_some_and(|o| o.is_gso()))
@@ -3712,7 +3758,7 @@ mod tests {
                 assert_eq!(in_place, cut, "{mode} {what}: every segment in place");
                 assert!(counter(&fused, "esp_tx_gso_frames") >= 1, "{mode} {what}");
                 // The receiver opens every ESP packet back into its segment.
-                let (mut rx, rh) = end(mode, false);
+                let (mut rx, rh) = end(mode, workers, false);
                 for (f, o) in &got {
                     match o {
                         Some(o) => {

@@ -1,0 +1,548 @@
+//! A second thread for the sealing direction of an encrypted tunnel
+//! (issue 34, `esp_seal_workers=2`).
+//!
+//! Why: the sealing daemon is the pipeline's one serial stage. While it
+//! runs, the other CPU is often idle (63 % of the machine's idle in a
+//! 4-stream tunnel, `docs/results/ipsec.md`), and about a quarter of its
+//! time is AES-GCM. Here the daemon's thread numbers the packets of a
+//! transmit batch (every check, the sequence number, the counters: one
+//! owner per SA, so a nonce is never used twice, across workers or
+//! restarts: the persisted reservation is taken before numbering, as on
+//! the one-thread path) and writes them into the outgoing UDP super-frames
+//! as before, but leaves the encryption ([`SealKey::seal_at`]) as a
+//! [`SealJob`]. Each finished super-frame's jobs are handed to this worker
+//! ([`Sealer::publish`]), which encrypts them while the daemon's thread
+//! writes the next; before the batch goes to the socket
+//! ([`Sealer::seal_all`]) the daemon's thread encrypts what is left
+//! together with the worker, each claiming the next few jobs from a shared
+//! counter. The packets keep their places in the super-frames, so the wire
+//! order is that of the one-thread path and the receiver's anti-replay
+//! window sees nothing new.
+//!
+//! The daemon's thread never waits for the worker to start: if the worker
+//! is not running (the other CPU is busy), the daemon's thread claims every
+//! job left itself. It waits only for the few jobs the worker has claimed
+//! and not finished: a short spin, then it sleeps (so a preempted worker
+//! can run on its CPU) until the worker's last job wakes it. The worker
+//! spins briefly between super-frames of an open batch, then sleeps.
+//!
+//! No allocation per packet: the job slots are made once, with the
+//! worker; a job holds the packet's place (a pointer into a buffer of the
+//! batch) and a reference-counted handle of its SA's key.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle, Thread};
+
+use nicflow_ipsec::esp::SealKey;
+
+/// Most jobs one batch defers; beyond it packets are sealed at once by the
+/// daemon's thread (the claim counter's fields are 16 bits). A batch of the
+/// bridge's 32 TCP super-frames is at most ~1,500 ESP packets.
+pub(crate) const JOBS_MAX: usize = 4096;
+
+/// Jobs a thread claims at a time: few enough that the daemon's thread
+/// rarely waits long for the worker's last claim, enough that the two
+/// threads do not pass the claim counter's cache line for every packet.
+const CLAIM: u64 = 4;
+
+/// Spins of the daemon's thread waiting for the worker's last claimed jobs
+/// before it sleeps (a claim of [`CLAIM`] packets takes a microsecond or
+/// two when the worker runs).
+const MAIN_SPINS: u32 = 2_000;
+
+/// Spins of the worker, while a batch is open and nothing is published,
+/// before it sleeps: the next super-frame of the batch is usually
+/// published within a few tens of microseconds, and a sleep and wake-up
+/// per super-frame would cost the daemon's thread a `futex` call each.
+const WORKER_SPINS: u32 = 1_000;
+
+/// One ESP packet to encrypt: its place, numbered and ready
+/// (`OutboundSa::reserve`; the plaintext at `ESP_HEADER_LEN +
+/// ESP_IV_LEN`).
+pub(crate) struct SealJob {
+    esp: *mut u8,
+    len: usize,
+    plain_len: usize,
+    next_header: u8,
+    seq: u64,
+    key: Arc<SealKey>,
+}
+
+impl SealJob {
+    fn run(&self) -> bool {
+        // SAFETY: `Sealer::push`'s contract: `esp..esp+len` is a live
+        // buffer region nobody else touches from its publication until
+        // the batch is sealed, and each job is run by exactly one thread
+        // (the claim counter).
+        let esp = unsafe { std::slice::from_raw_parts_mut(self.esp, self.len) };
+        match self
+            .key
+            .seal_at(self.seq, self.next_header, esp, self.plain_len)
+        {
+            Ok(_) => true,
+            Err(_) => {
+                // Cannot happen after `reserve`'s checks; never let the
+                // plaintext out if it does.
+                esp.fill(0);
+                false
+            }
+        }
+    }
+}
+
+/// The job slots and the claim state the daemon's thread and the worker
+/// share.
+struct Shared {
+    /// Job slots of the batch being sealed. Slot `i` is written by the
+    /// daemon's thread only while it is not published (`i` at or beyond
+    /// the published count, or the batch closed), and read by whichever
+    /// thread claimed it.
+    jobs: Box<[UnsafeCell<Option<SealJob>>]>,
+    /// Epoch (high 32 bits) | jobs published (16) | next job to claim
+    /// (16). The epoch changes with every batch, so a stale claim fails.
+    word: AtomicU64,
+    /// A batch is open: jobs may still be published.
+    open: AtomicBool,
+    /// Jobs the worker finished in the current batch.
+    worker_done: AtomicU32,
+    /// Jobs that failed to seal (zeroed; see [`SealJob::run`]).
+    failed: AtomicU64,
+    /// The daemon's thread sleeps waiting for the worker.
+    main_waiting: AtomicBool,
+    stop: AtomicBool,
+    main: Thread,
+}
+
+// SAFETY: see `Shared::jobs`: a slot is only touched by one thread at a
+// time, handed over by the release/acquire of `word` (publication and
+// claim) and of `worker_done` (completion); the raw pointers in jobs are
+// into buffers the owner leaves alone from publication until the batch is
+// sealed.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+fn unpack(w: u64) -> (u64, u64, u64) {
+    (w >> 32, (w >> 16) & 0xffff, w & 0xffff)
+}
+
+impl Shared {
+    /// Claims up to [`CLAIM`] published jobs of batch `epoch` (any batch
+    /// if `None`): their range and the batch's epoch, or `None` when
+    /// nothing published is left.
+    fn claim(&self, epoch: Option<u64>) -> Option<(u64, std::ops::Range<usize>)> {
+        let mut w = self.word.load(Ordering::Acquire);
+        loop {
+            let (e, published, next) = unpack(w);
+            if epoch.is_some_and(|x| x != e) || next >= published {
+                return None;
+            }
+            let to = (next + CLAIM).min(published);
+            match self.word.compare_exchange_weak(
+                w,
+                (w & !0xffff) | to,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((e, next as usize..to as usize)),
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Runs jobs `r` (claimed); the number that failed.
+    fn run(&self, r: std::ops::Range<usize>) -> u64 {
+        let mut failed = 0;
+        for slot in &self.jobs[r] {
+            // SAFETY: see `Shared::jobs`: the claim made the slot ours.
+            if let Some(j) = unsafe { &*slot.get() } {
+                if !j.run() {
+                    failed += 1;
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// The worker's loop: claim and seal while a batch has jobs published,
+/// spin a little while the batch is open, sleep otherwise.
+fn worker(s: Arc<Shared>) {
+    loop {
+        if s.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let mut idle = 0;
+        loop {
+            if let Some((e, r)) = s.claim(None) {
+                idle = 0;
+                let n = r.len() as u32;
+                let failed = s.run(r);
+                if failed > 0 {
+                    s.failed.fetch_add(failed, Ordering::Relaxed);
+                }
+                // (Still batch `e`: the daemon's thread closes it only
+                // once these are counted.)
+                debug_assert_eq!(unpack(s.word.load(Ordering::Acquire)).0, e);
+                s.worker_done.fetch_add(n, Ordering::SeqCst);
+                if s.main_waiting.load(Ordering::SeqCst) {
+                    s.main.unpark();
+                }
+                continue;
+            }
+            if !s.open.load(Ordering::Acquire) || idle >= WORKER_SPINS {
+                break;
+            }
+            idle += 1;
+            std::hint::spin_loop();
+        }
+        thread::park();
+    }
+}
+
+/// Counters of a [`Sealer`], for the port's list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SealerCounters {
+    /// Batches sealed with the worker's help (any jobs deferred).
+    pub batches: u64,
+    /// ESP packets the worker encrypted, and the daemon's thread.
+    pub by_worker: u64,
+    pub by_main: u64,
+    /// Times the daemon's thread slept for the worker's last jobs.
+    pub main_sleeps: u64,
+    /// Jobs that failed to seal (zeroed on the wire: cannot happen).
+    pub failed: u64,
+}
+
+/// The daemon thread's end: the deferred jobs of the batch being built and
+/// the worker (both made with the first job).
+#[derive(Default)]
+pub(crate) struct Sealer {
+    shared: Option<Arc<Shared>>,
+    worker: Option<JoinHandle<()>>,
+    epoch: u64,
+    /// Jobs written in this batch's slots, and of them published.
+    pushed: usize,
+    published: usize,
+    pub(crate) counters: SealerCounters,
+}
+
+impl Sealer {
+    /// Whether another job fits this batch.
+    pub(crate) fn has_room(&self) -> bool {
+        self.pushed < JOBS_MAX
+    }
+
+    /// Jobs deferred in this batch (published or not).
+    pub(crate) fn pending(&self) -> usize {
+        self.pushed
+    }
+
+    fn shared(&mut self) -> &Arc<Shared> {
+        let s = self.shared.get_or_insert_with(|| {
+            Arc::new(Shared {
+                jobs: (0..JOBS_MAX).map(|_| UnsafeCell::new(None)).collect(),
+                word: AtomicU64::new(0),
+                open: AtomicBool::new(false),
+                worker_done: AtomicU32::new(0),
+                failed: AtomicU64::new(0),
+                main_waiting: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+                main: thread::current(),
+            })
+        });
+        if self.worker.is_none() {
+            let w = Arc::clone(s);
+            match thread::Builder::new()
+                .name("esp-seal".into())
+                .spawn(move || worker(w))
+            {
+                Ok(h) => self.worker = Some(h),
+                Err(e) => {
+                    // No second thread: this one seals alone (every
+                    // packet counted as its own).
+                    tracing::warn!("ESP sealing worker not started: {e}");
+                }
+            }
+        }
+        s
+    }
+
+    /// Defers the sealing of the ESP packet in `esp` (numbered `seq` by
+    /// `key`'s SA, plaintext in place) to [`publish`](Self::publish) and
+    /// [`seal_all`](Self::seal_all).
+    ///
+    /// # Safety
+    /// From the job's publication on, `esp` must stay where it is,
+    /// untouched (not read, written, moved or freed) until the next
+    /// `seal_all`: the caller publishes only packets of buffers it is
+    /// done writing, does not grow or reuse them, and calls `seal_all`
+    /// before a buffer is sent or dropped. The caller checked
+    /// [`has_room`](Self::has_room).
+    pub(crate) unsafe fn push(
+        &mut self,
+        key: &Arc<SealKey>,
+        seq: u64,
+        next_header: u8,
+        esp: &mut [u8],
+        plain_len: usize,
+    ) {
+        assert!(self.has_room(), "sealer: job slots full");
+        let i = self.pushed;
+        let slot = &self.shared().jobs[i];
+        // SAFETY: slot `i` is not published (see `Shared::jobs`).
+        unsafe {
+            *slot.get() = Some(SealJob {
+                esp: esp.as_mut_ptr(),
+                len: esp.len(),
+                plain_len,
+                next_header,
+                seq,
+                key: Arc::clone(key),
+            })
+        };
+        self.pushed += 1;
+    }
+
+    /// Hands the worker the first `upto` deferred jobs of the batch (those
+    /// not yet handed over): their buffers are done with until
+    /// [`seal_all`](Self::seal_all). The worker encrypts them while this
+    /// thread builds the rest of the batch.
+    pub(crate) fn publish(&mut self, upto: usize) {
+        let upto = upto.min(self.pushed);
+        if upto <= self.published {
+            return;
+        }
+        let Some(s) = self.shared.as_ref() else {
+            return;
+        };
+        if self.published == 0 {
+            // A new batch.
+            self.epoch = (self.epoch + 1) & 0xffff_ffff;
+            s.worker_done.store(0, Ordering::Relaxed);
+            s.open.store(true, Ordering::Release);
+            s.word.store(
+                (self.epoch << 32) | ((upto as u64) << 16),
+                Ordering::Release,
+            );
+        } else {
+            s.word
+                .fetch_add(((upto - self.published) as u64) << 16, Ordering::Release);
+        }
+        self.published = upto;
+        if let Some(w) = &self.worker {
+            w.thread().unpark();
+        }
+    }
+
+    /// Seals every deferred job, with the worker's help, and returns once
+    /// all are sealed (the buffers they lie in are the caller's again).
+    pub(crate) fn seal_all(&mut self) {
+        let n = self.pushed;
+        if n == 0 {
+            return;
+        }
+        self.publish(n);
+        let Some(s) = self.shared.clone() else {
+            return;
+        };
+        let e = self.epoch;
+        self.counters.batches += 1;
+        let mut mine = 0u64;
+        let mut failed = 0u64;
+        while let Some((_, r)) = s.claim(Some(e)) {
+            mine += r.len() as u64;
+            failed += s.run(r);
+        }
+        let theirs = n as u64 - mine;
+        let mut spins = 0;
+        while u64::from(s.worker_done.load(Ordering::Acquire)) < theirs {
+            if spins < MAIN_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            s.main_waiting.store(true, Ordering::SeqCst);
+            if u64::from(s.worker_done.load(Ordering::SeqCst)) < theirs {
+                self.counters.main_sleeps += 1;
+                // (A timeout as a safety net only: the worker wakes it.)
+                thread::park_timeout(std::time::Duration::from_millis(1));
+            }
+            s.main_waiting.store(false, Ordering::SeqCst);
+        }
+        // Closed: every claim finished, none can succeed any more; the
+        // slots are this thread's again. Emptied now, so a finished batch
+        // does not keep an old SA's key alive.
+        s.open.store(false, Ordering::Release);
+        for slot in &s.jobs[..n] {
+            // SAFETY: the batch is closed (see `Shared::jobs`).
+            unsafe { *slot.get() = None };
+        }
+        self.pushed = 0;
+        self.published = 0;
+        self.counters.by_main += mine;
+        self.counters.by_worker += theirs;
+        self.counters.failed += failed + s.failed.swap(0, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Sealer {
+    fn drop(&mut self) {
+        // Jobs left (a batch dropped unsent) reference buffers about to
+        // go: seal them first, so nothing the worker might touch is freed
+        // under it.
+        self.seal_all();
+        if let Some(s) = &self.shared {
+            s.stop.store(true, Ordering::Release);
+        }
+        if let Some(w) = self.worker.take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicflow_ipsec::esp::{Aead, InboundSa, OutboundSa, SaConfig};
+
+    fn sa(spi: u32, k: u8) -> SaConfig {
+        SaConfig::new(
+            0x1000 + spi,
+            Aead::AesGcm128,
+            (0..20).map(|i| i ^ k).collect(),
+        )
+    }
+
+    /// A batch of UDP super-frames (buffers holding ESP packets back to
+    /// back), each handed to the worker once written, the next written
+    /// while the worker seals it: sealed by the two threads, every packet
+    /// is byte for byte what the one-thread path (`seal_in_place`) gives,
+    /// in place, numbered 1..=n once each; the worker's and the daemon
+    /// thread's shares add up.
+    #[test]
+    fn two_threads_seal_what_one_seals_in_order() {
+        let mut one = OutboundSa::new(sa(7, 1)).unwrap();
+        let mut two = OutboundSa::new(sa(7, 1)).unwrap();
+        let mut sealer = Sealer::default();
+        let mut inb = InboundSa::new(sa(7, 1)).unwrap();
+        let mut total = 0u64;
+        for batch in 0..200usize {
+            let groups = 1 + batch % 5;
+            let lens: Vec<Vec<usize>> = (0..groups)
+                .map(|g| {
+                    (0..(batch + g) % 40 + 1)
+                        .map(|k| 100 + (k * 97 + g) % 1300)
+                        .collect()
+                })
+                .collect();
+            let sizes: Vec<Vec<usize>> = lens
+                .iter()
+                .map(|l| l.iter().map(|&l| one.sealed_len(l)).collect())
+                .collect();
+            let mut frames: Vec<Vec<u8>> =
+                sizes.iter().map(|s| vec![0u8; s.iter().sum()]).collect();
+            let mut want: Vec<Vec<u8>> = Vec::new();
+            for g in 0..groups {
+                let mut w = Vec::new();
+                let mut at = 0;
+                for (&l, &sz) in lens[g].iter().zip(&sizes[g]) {
+                    let mut p = vec![0u8; sz];
+                    for (i, b) in p[16..16 + l].iter_mut().enumerate() {
+                        *b = (i + batch) as u8;
+                    }
+                    frames[g][at..at + sz].copy_from_slice(&p);
+                    one.seal_in_place(4, &mut p, l).unwrap();
+                    w.extend_from_slice(&p);
+                    let seq = two.reserve(sz, l).unwrap();
+                    // SAFETY: `frames[g]` is not touched again before the
+                    // `seal_all` below, and outlives it.
+                    unsafe { sealer.push(two.seal_key(), seq, 4, &mut frames[g][at..at + sz], l) };
+                    at += sz;
+                }
+                want.push(w);
+                // This frame is done: the worker may seal it while the next
+                // is written.
+                sealer.publish(sealer.pending());
+            }
+            let n: usize = lens.iter().map(Vec::len).sum();
+            assert_eq!(sealer.pending(), n);
+            sealer.seal_all();
+            assert_eq!(sealer.pending(), 0);
+            for g in 0..groups {
+                assert!(
+                    frames[g] == want[g],
+                    "batch {batch} frame {g}: bytes differ"
+                );
+                let mut at = 0;
+                for &sz in &sizes[g] {
+                    let o = inb.open(&mut frames[g][at..at + sz]).unwrap();
+                    assert_eq!(o.seq, total + 1);
+                    total += 1;
+                    at += sz;
+                }
+            }
+        }
+        let c = sealer.counters;
+        assert_eq!(c.by_main + c.by_worker, total);
+        assert_eq!((c.batches, c.failed), (200, 0));
+        assert_eq!(two.last_seq(), total);
+    }
+
+    /// A rekey between numbering and sealing (the SA replaced while its
+    /// packets wait in the batch) seals each packet with the key of the SA
+    /// that numbered it: the old SA's packets open with the old inbound
+    /// SA, the new one's with the new, each from 1.
+    #[test]
+    fn packets_keep_the_key_that_numbered_them_across_a_rekey() {
+        let mut old = OutboundSa::new(sa(1, 1)).unwrap();
+        let mut sealer = Sealer::default();
+        let l = 500;
+        let sz = old.sealed_len(l);
+        let mut frame = vec![0x5au8; sz * 6];
+        let mut spis = Vec::new();
+        for (k, chunk) in frame.chunks_mut(sz).enumerate() {
+            if k == 3 {
+                old = OutboundSa::new(sa(2, 2)).unwrap();
+            }
+            let seq = old.reserve(sz, l).unwrap();
+            spis.push((old.spi(), seq));
+            // SAFETY: `frame` outlives the `seal_all` below, untouched.
+            unsafe { sealer.push(old.seal_key(), seq, 4, chunk, l) };
+        }
+        drop(old);
+        sealer.seal_all();
+        let mut in1 = InboundSa::new(sa(1, 1)).unwrap();
+        let mut in2 = InboundSa::new(sa(2, 2)).unwrap();
+        for (chunk, (spi, seq)) in frame.chunks_mut(sz).zip(spis) {
+            let inb = if spi == 0x1001 { &mut in1 } else { &mut in2 };
+            let o = inb.open(chunk).unwrap();
+            assert_eq!(o.seq, seq);
+            assert!(chunk[o.payload].iter().all(|&b| b == 0x5a));
+        }
+    }
+
+    /// Dropping a sealer with jobs left seals them first (the worker
+    /// never touches a freed buffer) and stops the worker.
+    #[test]
+    fn a_dropped_sealer_finishes_its_jobs_and_stops_its_worker() {
+        let mut out = OutboundSa::new(sa(3, 3)).unwrap();
+        let mut frame = vec![1u8; out.sealed_len(64) * 2];
+        let sz = out.sealed_len(64);
+        {
+            let mut sealer = Sealer::default();
+            sealer.seal_all();
+            for chunk in frame.chunks_mut(sz) {
+                let seq = out.reserve(sz, 64).unwrap();
+                // SAFETY: `frame` outlives the sealer.
+                unsafe { sealer.push(out.seal_key(), seq, 4, chunk, 64) };
+            }
+        }
+        let mut inb = InboundSa::new(sa(3, 3)).unwrap();
+        for chunk in frame.chunks_mut(sz) {
+            assert!(inb.open(chunk).is_ok());
+        }
+    }
+}
