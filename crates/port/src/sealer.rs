@@ -9,7 +9,7 @@
 //! owner per SA, so a nonce is never used twice, across workers or
 //! restarts: the persisted reservation is taken before numbering, as on
 //! the one-thread path) and writes them into the outgoing UDP super-frames
-//! as before, but leaves the encryption ([`SealKey::seal_at`]) as a
+//! as before, but leaves the encryption ([`Reserved::seal_at`]) as a
 //! [`SealJob`]. Each finished super-frame's jobs are handed to this worker
 //! ([`Sealer::publish`]), which encrypts them while the daemon's thread
 //! writes the next; before the batch goes to the socket
@@ -667,9 +667,9 @@ mod tests {
         }
     }
 
-    /// Waits (at most a minute) until `cond` holds.
+    /// Waits (at most half a minute) until `cond` holds.
     fn wait_for(what: &str, cond: impl Fn() -> bool) {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !cond() {
             assert!(
                 std::time::Instant::now() < until,

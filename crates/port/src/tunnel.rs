@@ -2818,7 +2818,7 @@ mod tests {
         use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig};
         let u = mem_underlay(1500, Instant::now());
         let mut u = Rc::try_unwrap(u).ok().unwrap().into_inner();
-        let mut out = OutboundSa::new(SaConfig::new(0x77, Aead::AesGcm128, vec![9; 20])).unwrap();
+        let mut out = OutboundSa::new(SaConfig::new(0x1077, Aead::AesGcm128, vec![9; 20])).unwrap();
         let sz = out.sealed_len(64);
         u.tx.push(PacketBuf::from_slice(&vec![0u8; 4 * sz]));
         for k in 0..4 {
