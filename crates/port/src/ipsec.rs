@@ -1123,6 +1123,21 @@ impl UnderlayEsp {
     pub fn remove(&mut self, id: u64) {
         self.endpoints.remove(&id);
         self.inbound.retain(|_, (e, _)| *e != id);
+        if !self.endpoints.values().any(|e| e.cfg.seal_workers > 1) {
+            self.stop_sealer();
+        }
+    }
+
+    /// No endpoint left defers its sealing: the worker thread (if one was
+    /// started) is stopped now rather than when the underlay goes, after
+    /// what waits is sealed. The counters carry over; a later endpoint
+    /// with `esp_seal_workers=2` starts a worker again.
+    fn stop_sealer(&mut self) {
+        self.seal_deferred();
+        let counters = self.sealer.counters;
+        // (Dropping the old sealer joins its worker; nothing is pending.)
+        self.sealer = crate::sealer::Sealer::default();
+        self.sealer.counters = counters;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1668,6 +1683,10 @@ impl UnderlayEsp {
             self.sealer
                 .push(ticket, plan.next_header, esp, plan.plain_len)
         };
+        // Counted as sent now. Should its sealing fail later (it cannot
+        // after `reserve`'s checks, or the worker panics), it stays
+        // counted as sent, goes out zeroed (the receiver drops it) and is
+        // counted again under `seal_failed`.
         self.count_sent(plan);
         Ok(())
     }
@@ -2230,6 +2249,13 @@ mod seq_tests {
             let e = unsafe { u.seal_planned_deferred(1, &plan, &mut esp) };
             assert_eq!(e, Err("seq_not_persisted"));
             assert_eq!(u.deferred(), 0);
+            // The last endpoint deferring its sealing goes: so does the
+            // worker, the counters stay.
+            assert!(u.sealer.has_worker());
+            u.remove(1);
+            assert!(!u.sealer.has_worker());
+            let c = &u.counters;
+            assert_eq!(c.tx_sealed_by_worker + c.tx_sealed_by_main, n as u64);
         }
         // One worker: sealed at once, nothing deferred.
         let o1 = super::tests::manual(&[("esp_seal_workers", "1")]);

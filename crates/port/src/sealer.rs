@@ -71,6 +71,12 @@ const WORKER_SPINS: u32 = 1_000;
 /// of `OutboundSa::reserve`; the plaintext at `ESP_HEADER_LEN +
 /// ESP_IV_LEN`).
 pub(crate) struct SealJob {
+    /// A raw pointer, not a borrow: the bytes are a `PacketBuf`'s heap
+    /// buffer, and the `PacketBuf` itself may move while the job waits (a
+    /// new head pushed onto the underlay's `tx` reallocates the vector);
+    /// the heap bytes do not move, so the pointer stays valid. (Under
+    /// Miri's Stacked Borrows moving the owning `Box` retags it and could
+    /// be reported; not run under Miri.)
     esp: *mut u8,
     len: usize,
     plain_len: usize,
@@ -370,6 +376,12 @@ impl Sealer {
             }
         }
         s
+    }
+
+    /// Tests: a worker thread was started (and not yet joined).
+    #[cfg(test)]
+    pub(crate) fn has_worker(&self) -> bool {
+        self.worker.is_some()
     }
 
     /// The worker is not running: never started, panicked, or ended.
