@@ -675,20 +675,16 @@ impl OutboundSa {
         esp: &mut [u8],
         plaintext_len: usize,
     ) -> Result<usize, SealError> {
-        let seq = self.reserve(esp.len(), plaintext_len)?;
+        let seq = self.number(esp.len(), plaintext_len)?;
         let r = self.key.seal_at(seq, next_header, esp, plaintext_len);
         r.map_err(|e| self.fail(e))
     }
 
-    /// The numbering half of [`seal_in_place`](Self::seal_in_place): every
-    /// check, the next sequence number taken and counted as sent, nothing
-    /// written. The caller (or a worker it hands the packet to) seals with
-    /// [`SealKey::seal_at`] on [`seal_key`](Self::seal_key) and that
-    /// number, exactly once: numbers are only ever handed out here, by the
-    /// SA's one owner, so two workers sealing one SA's packets can never
-    /// use a nonce twice. `esp_room` is the buffer's length (at least
-    /// [`sealed_len`](Self::sealed_len) bytes, or `TooLong`).
-    pub fn reserve(&mut self, esp_room: usize, plaintext_len: usize) -> Result<u64, SealError> {
+    /// Every check, the next sequence number taken and counted as sent:
+    /// the numbering [`seal_in_place`](Self::seal_in_place) and
+    /// [`reserve`](Self::reserve) share (the former without a ticket, so
+    /// the one-thread path does not touch the key's reference count).
+    fn number(&mut self, esp_room: usize, plaintext_len: usize) -> Result<u64, SealError> {
         if let Err(e) = self.admit(plaintext_len) {
             return Err(self.fail(e));
         }
@@ -702,19 +698,87 @@ impl OutboundSa {
         Ok(seq)
     }
 
-    /// The key packets numbered by [`reserve`](Self::reserve) are sealed
-    /// with (a new SA, e.g. after a rekey, has its own: a packet keeps the
-    /// key of the SA that numbered it).
-    pub fn seal_key(&self) -> &Arc<SealKey> {
-        &self.key
+    /// The numbering half of [`seal_in_place`](Self::seal_in_place): every
+    /// check, the next sequence number taken and counted as sent, nothing
+    /// written. The packet is sealed with the returned ticket
+    /// ([`Reserved::seal_at`]), by this thread or a worker it hands the
+    /// ticket to. Numbers are only ever handed out here, by the SA's one
+    /// owner, and a ticket is move-only and consumed by sealing, so safe
+    /// code cannot use a nonce twice, whichever threads seal. `esp_room` is
+    /// the buffer's length (at least [`sealed_len`](Self::sealed_len)
+    /// bytes, or `TooLong`).
+    ///
+    /// A ticket seals once; a second use does not compile:
+    /// ```compile_fail,E0382
+    /// # use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig};
+    /// let mut sa = OutboundSa::new(SaConfig::new(1, Aead::AesGcm128, vec![7; 20])).unwrap();
+    /// let mut a = vec![0u8; sa.sealed_len(10)];
+    /// let mut b = a.clone();
+    /// let t = sa.reserve(a.len(), 10).unwrap();
+    /// t.seal_at(4, &mut a, 10).unwrap();
+    /// t.seal_at(4, &mut b, 10).unwrap(); // the same nonce again: refused
+    /// ```
+    /// nor can it be copied:
+    /// ```compile_fail,E0599
+    /// # use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig};
+    /// let mut sa = OutboundSa::new(SaConfig::new(1, Aead::AesGcm128, vec![7; 20])).unwrap();
+    /// let t = sa.reserve(100, 10).unwrap();
+    /// let u = t.clone();
+    /// ```
+    pub fn reserve(
+        &mut self,
+        esp_room: usize,
+        plaintext_len: usize,
+    ) -> Result<Reserved, SealError> {
+        let seq = self.number(esp_room, plaintext_len)?;
+        Ok(Reserved {
+            seq,
+            key: Arc::clone(&self.key),
+        })
+    }
+}
+
+/// A sequence number [`OutboundSa::reserve`] handed out, with the key of
+/// the SA that numbered it (after a rekey the packet keeps its old key):
+/// the right to seal one packet. Neither `Clone` nor `Copy`, and
+/// [`seal_at`](Self::seal_at) consumes it, so one number (one GCM nonce)
+/// seals at most one packet. `Send`: a worker thread may seal it.
+#[derive(Debug)]
+#[must_use = "a reserved number is counted as sent: seal the packet"]
+pub struct Reserved {
+    seq: u64,
+    key: Arc<SealKey>,
+}
+
+impl Reserved {
+    /// The sequence number reserved.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Seals the ESP packet around the plaintext at
+    /// `esp[ESP_HEADER_LEN + ESP_IV_LEN..][..plaintext_len]`, as
+    /// [`OutboundSa::seal_in_place`] does, with this ticket's number and
+    /// key; returns its length. `TooLong` if `esp` is too short (nothing
+    /// written) or AES-GCM refuses the length; either way the number is
+    /// spent.
+    pub fn seal_at(
+        self,
+        next_header: u8,
+        esp: &mut [u8],
+        plaintext_len: usize,
+    ) -> Result<usize, SealError> {
+        self.key.seal_at(self.seq, next_header, esp, plaintext_len)
     }
 }
 
 /// An outbound SA's key schedule, salt, SPI and ESN flag: everything
 /// sealing a packet needs once its sequence number is known
 /// ([`OutboundSa::reserve`]). Immutable and `Sync`, so a second thread can
-/// seal packets of the same SA while the SA's owner numbers the next ones.
-pub struct SealKey {
+/// seal packets of the same SA (through their [`Reserved`] tickets) while
+/// the SA's owner numbers the next ones. Private to this module: sealing
+/// with a number goes through a ticket, never a bare `u64`.
+struct SealKey {
     spi: u32,
     aead: Aead,
     esn: bool,
@@ -735,10 +799,11 @@ impl SealKey {
     /// Seals the ESP packet with sequence number `seq` around the
     /// plaintext at `esp[ESP_HEADER_LEN + ESP_IV_LEN..][..plaintext_len]`,
     /// as [`OutboundSa::seal_in_place`] does; returns its length. `seq`
-    /// must come from [`OutboundSa::reserve`] of this key's SA, used once
-    /// (the caller's contract: this cannot check it). `TooLong` if `esp` is
-    /// too short (nothing written) or AES-GCM refuses the length.
-    pub fn seal_at(
+    /// must have been numbered by this key's SA and be used once: only
+    /// `seal_in_place` (right after numbering) and [`Reserved::seal_at`]
+    /// (consuming its ticket) call it. `TooLong` if `esp` is too short
+    /// (nothing written) or AES-GCM refuses the length.
+    fn seal_at(
         &self,
         seq: u64,
         next_header: u8,

@@ -609,6 +609,10 @@ pub struct EspCounters {
     pub tx_sealed_by_worker: u64,
     pub tx_sealed_by_main: u64,
     pub tx_seal_waits: u64,
+    /// The sealing worker panicked (its packets dropped, zeroed; the
+    /// daemon's thread seals alone since), and could not be started.
+    pub tx_seal_worker_lost: u64,
+    pub tx_seal_spawn_failed: u64,
 }
 
 /// Counter names for drop reasons (port counters are static strings).
@@ -658,6 +662,8 @@ impl EspCounters {
             ("esp_tx_sealed_by_worker", self.tx_sealed_by_worker),
             ("esp_tx_sealed_by_main", self.tx_sealed_by_main),
             ("esp_tx_seal_waits", self.tx_seal_waits),
+            ("esp_tx_seal_worker_lost", self.tx_seal_worker_lost),
+            ("esp_tx_seal_spawn_failed", self.tx_seal_spawn_failed),
         ];
         let name = |table: &[(&str, &'static str)], r: &str, other: &'static str| {
             table
@@ -1117,6 +1123,21 @@ impl UnderlayEsp {
     pub fn remove(&mut self, id: u64) {
         self.endpoints.remove(&id);
         self.inbound.retain(|_, (e, _)| *e != id);
+        if !self.endpoints.values().any(|e| e.cfg.seal_workers > 1) {
+            self.stop_sealer();
+        }
+    }
+
+    /// No endpoint left defers its sealing: the worker thread (if one was
+    /// started) is stopped now rather than when the underlay goes, after
+    /// what waits is sealed. The counters carry over; a later endpoint
+    /// with `esp_seal_workers=2` starts a worker again.
+    fn stop_sealer(&mut self) {
+        self.seal_deferred();
+        let counters = self.sealer.counters;
+        // (Dropping the old sealer joins its worker; nothing is pending.)
+        self.sealer = crate::sealer::Sealer::default();
+        self.sealer.counters = counters;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1576,12 +1597,24 @@ impl UnderlayEsp {
         plan: &SealPlan,
         esp: &mut [u8],
     ) -> Result<(), &'static str> {
-        let Some(ep) = self.endpoints.get_mut(&id) else {
-            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
-            return Err("no_sa");
-        };
-        let reserved = ep.reserved;
-        let Some(out) = ep.out.as_mut() else {
+        let out = self.numbering(id)?;
+        if let Err(e) = out.seal_in_place(plan.next_header, esp, plan.plain_len) {
+            return Err(self.refused(e));
+        }
+        self.count_sent(plan);
+        Ok(())
+    }
+
+    /// The checks both sealing paths make before numbering a packet of
+    /// endpoint `id`: its outbound SA, if there is one and its next
+    /// sequence number lies in the persisted block; the drop counted
+    /// otherwise.
+    fn numbering(&mut self, id: u64) -> Result<&mut OutboundSa, &'static str> {
+        let Some((reserved, out)) = self
+            .endpoints
+            .get_mut(&id)
+            .and_then(|ep| Some((ep.reserved, ep.out.as_mut()?)))
+        else {
             *self.counters.tx_drops.entry("no_sa").or_default() += 1;
             return Err("no_sa");
         };
@@ -1597,14 +1630,20 @@ impl UnderlayEsp {
                 .or_default() += 1;
             return Err("seq_not_persisted");
         }
-        if let Err(e) = out.seal_in_place(plan.next_header, esp, plan.plain_len) {
-            let reason = e.name();
-            *self.counters.tx_drops.entry(reason).or_default() += 1;
-            return Err(reason);
-        }
+        Ok(out)
+    }
+
+    /// Counts a refusal of the outbound SA by reason.
+    fn refused(&mut self, e: esp::SealError) -> &'static str {
+        let reason = e.name();
+        *self.counters.tx_drops.entry(reason).or_default() += 1;
+        reason
+    }
+
+    /// Counts a packet sealed (or numbered for a deferred seal) as sent.
+    fn count_sent(&mut self, plan: &SealPlan) {
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += (plan.hdr_len + plan.esp_len) as u64;
-        Ok(())
     }
 
     /// [`seal_planned`](Self::seal_planned), but for an endpoint with
@@ -1634,40 +1673,28 @@ impl UnderlayEsp {
         if !defer {
             return self.seal_planned(id, plan, esp);
         }
-        let Some(ep) = self.endpoints.get_mut(&id) else {
-            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
-            return Err("no_sa");
-        };
-        let reserved = ep.reserved;
-        let Some(out) = ep.out.as_mut() else {
-            *self.counters.tx_drops.entry("no_sa").or_default() += 1;
-            return Err("no_sa");
-        };
-        // As in `seal_planned`: only a number of the persisted block.
-        if out.last_seq() >= reserved {
-            *self
-                .counters
-                .tx_drops
-                .entry("seq_not_persisted")
-                .or_default() += 1;
-            return Err("seq_not_persisted");
-        }
-        let seq = match out.reserve(esp.len(), plan.plain_len) {
-            Ok(seq) => seq,
-            Err(e) => {
-                let reason = e.name();
-                *self.counters.tx_drops.entry(reason).or_default() += 1;
-                return Err(reason);
-            }
+        let out = self.numbering(id)?;
+        let ticket = match out.reserve(esp.len(), plan.plain_len) {
+            Ok(t) => t,
+            Err(e) => return Err(self.refused(e)),
         };
         // SAFETY: the caller's contract, above.
         unsafe {
             self.sealer
-                .push(out.seal_key(), seq, plan.next_header, esp, plan.plain_len)
+                .push(ticket, plan.next_header, esp, plan.plain_len)
         };
-        self.counters.tx_packets += 1;
-        self.counters.tx_bytes += (plan.hdr_len + plan.esp_len) as u64;
+        // Counted as sent now. Should its sealing fail later (it cannot
+        // after `reserve`'s checks, or the worker panics), it stays
+        // counted as sent, goes out zeroed (the receiver drops it) and is
+        // counted again under `seal_failed`.
+        self.count_sent(plan);
         Ok(())
+    }
+
+    /// Tests: the sealer, to defer packets directly.
+    #[cfg(test)]
+    pub(crate) fn sealer_mut(&mut self) -> &mut crate::sealer::Sealer {
+        &mut self.sealer
     }
 
     /// Packets deferred so far in this batch ([`publish_deferred`](Self::publish_deferred)).
@@ -1696,6 +1723,8 @@ impl UnderlayEsp {
         self.counters.tx_sealed_by_worker = c.by_worker;
         self.counters.tx_sealed_by_main = c.by_main;
         self.counters.tx_seal_waits = c.main_sleeps;
+        self.counters.tx_seal_worker_lost = c.worker_lost;
+        self.counters.tx_seal_spawn_failed = c.spawn_failed;
         if c.failed > 0 {
             let f = self.counters.tx_drops.entry("seal_failed").or_default();
             *f = c.failed;
@@ -2220,6 +2249,13 @@ mod seq_tests {
             let e = unsafe { u.seal_planned_deferred(1, &plan, &mut esp) };
             assert_eq!(e, Err("seq_not_persisted"));
             assert_eq!(u.deferred(), 0);
+            // The last endpoint deferring its sealing goes: so does the
+            // worker, the counters stay.
+            assert!(u.sealer.has_worker());
+            u.remove(1);
+            assert!(!u.sealer.has_worker());
+            let c = &u.counters;
+            assert_eq!(c.tx_sealed_by_worker + c.tx_sealed_by_main, n as u64);
         }
         // One worker: sealed at once, nothing deferred.
         let o1 = super::tests::manual(&[("esp_seal_workers", "1")]);

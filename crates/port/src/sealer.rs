@@ -9,7 +9,7 @@
 //! owner per SA, so a nonce is never used twice, across workers or
 //! restarts: the persisted reservation is taken before numbering, as on
 //! the one-thread path) and writes them into the outgoing UDP super-frames
-//! as before, but leaves the encryption ([`SealKey::seal_at`]) as a
+//! as before, but leaves the encryption ([`Reserved::seal_at`]) as a
 //! [`SealJob`]. Each finished super-frame's jobs are handed to this worker
 //! ([`Sealer::publish`]), which encrypts them while the daemon's thread
 //! writes the next; before the batch goes to the socket
@@ -28,14 +28,23 @@
 //!
 //! No allocation per packet: the job slots are made once, with the
 //! worker; a job holds the packet's place (a pointer into a buffer of the
-//! batch) and a reference-counted handle of its SA's key.
+//! batch) and its number's ticket ([`Reserved`]: the SA's key, sealed with
+//! once).
+//!
+//! The worker failing never stops the datapath: a panic while sealing is
+//! caught, the packets it had claimed are zeroed and counted as failed
+//! (never sent in clear), and the daemon's thread seals every later batch
+//! alone; a worker that cannot be started is tried once, then the daemon's
+//! thread seals alone as well.
 
 use std::cell::UnsafeCell;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle, Thread};
 
-use nicflow_ipsec::esp::SealKey;
+use nicflow_ipsec::esp::Reserved;
 
 /// Most jobs one batch defers; beyond it packets are sealed at once by the
 /// daemon's thread (the claim counter's fields are 16 bits). A batch of the
@@ -58,37 +67,52 @@ const MAIN_SPINS: u32 = 2_000;
 /// per super-frame would cost the daemon's thread a `futex` call each.
 const WORKER_SPINS: u32 = 1_000;
 
-/// One ESP packet to encrypt: its place, numbered and ready
-/// (`OutboundSa::reserve`; the plaintext at `ESP_HEADER_LEN +
+/// One ESP packet to encrypt: its place, numbered and ready (the ticket
+/// of `OutboundSa::reserve`; the plaintext at `ESP_HEADER_LEN +
 /// ESP_IV_LEN`).
 pub(crate) struct SealJob {
+    /// A raw pointer, not a borrow: the bytes are a `PacketBuf`'s heap
+    /// buffer, and the `PacketBuf` itself may move while the job waits (a
+    /// new head pushed onto the underlay's `tx` reallocates the vector);
+    /// the heap bytes do not move, so the pointer stays valid. (Under
+    /// Miri's Stacked Borrows moving the owning `Box` retags it and could
+    /// be reported; not run under Miri.)
     esp: *mut u8,
     len: usize,
     plain_len: usize,
     next_header: u8,
-    seq: u64,
-    key: Arc<SealKey>,
+    /// Taken (consumed) by the one sealing: a job cannot seal twice.
+    ticket: Option<Reserved>,
 }
 
 impl SealJob {
-    fn run(&self) -> bool {
-        // SAFETY: `Sealer::push`'s contract: `esp..esp+len` is a live
-        // buffer region nobody else touches from its publication until
-        // the batch is sealed, and each job is run by exactly one thread
-        // (the claim counter).
-        let esp = unsafe { std::slice::from_raw_parts_mut(self.esp, self.len) };
-        match self
-            .key
-            .seal_at(self.seq, self.next_header, esp, self.plain_len)
-        {
-            Ok(_) => true,
-            Err(_) => {
-                // Cannot happen after `reserve`'s checks; never let the
-                // plaintext out if it does.
-                esp.fill(0);
-                false
-            }
+    /// The packet's bytes.
+    ///
+    /// # Safety
+    /// `Sealer::push`'s contract: `esp..esp+len` is a live buffer region
+    /// nobody else touches from its publication until the batch is sealed,
+    /// and each job is run by exactly one thread (the claim counter). The
+    /// lifetime is the caller's to bound: not beyond the batch's sealing.
+    unsafe fn bytes<'a>(&self) -> &'a mut [u8] {
+        // SAFETY: the caller's contract, above.
+        unsafe { std::slice::from_raw_parts_mut(self.esp, self.len) }
+    }
+
+    /// # Safety
+    /// As [`bytes`](Self::bytes).
+    unsafe fn run(&mut self) -> bool {
+        // SAFETY: the caller's contract.
+        let esp = unsafe { self.bytes() };
+        let sealed = self
+            .ticket
+            .take()
+            .is_some_and(|t| t.seal_at(self.next_header, esp, self.plain_len).is_ok());
+        if !sealed {
+            // Cannot happen after `reserve`'s checks; never let the
+            // plaintext out if it does.
+            esp.fill(0);
         }
+        sealed
     }
 }
 
@@ -109,6 +133,12 @@ struct Shared {
     worker_done: AtomicU32,
     /// Jobs that failed to seal (zeroed; see [`SealJob::run`]).
     failed: AtomicU64,
+    /// The worker panicked (its claimed jobs zeroed and counted) and is
+    /// gone: the daemon's thread seals alone from now on.
+    lost: AtomicBool,
+    /// Tests: the worker panics at its next claim.
+    #[cfg(test)]
+    panic_next: AtomicBool,
     /// The daemon's thread sleeps waiting for the worker.
     main_waiting: AtomicBool,
     stop: AtomicBool,
@@ -152,23 +182,53 @@ impl Shared {
     }
 
     /// Runs jobs `r` (claimed); the number that failed.
-    fn run(&self, r: std::ops::Range<usize>) -> u64 {
+    fn run(&self, r: Range<usize>) -> u64 {
         let mut failed = 0;
         for slot in &self.jobs[r] {
-            // SAFETY: see `Shared::jobs`: the claim made the slot ours.
-            if let Some(j) = unsafe { &*slot.get() } {
-                if !j.run() {
+            // SAFETY: see `Shared::jobs`: the claim made the slot and its
+            // packet's bytes ours.
+            if let Some(j) = unsafe { &mut *slot.get() } {
+                if !unsafe { j.run() } {
                     failed += 1;
                 }
             }
         }
         failed
     }
+
+    /// Zeroes the packets of jobs `r` (claimed, or the batch closed),
+    /// whatever state a panic left them in: none goes out in clear.
+    fn zero(&self, r: Range<usize>) {
+        for slot in &self.jobs[r] {
+            // SAFETY: as in `run`.
+            if let Some(j) = unsafe { &mut *slot.get() } {
+                j.ticket = None;
+                unsafe { j.bytes() }.fill(0);
+            }
+        }
+    }
+}
+
+/// Blocks every signal on the calling thread: a process-directed signal
+/// (SIGTERM, SIGHUP...) is then delivered to the daemon's thread, whose
+/// handling expects it, never to the worker.
+fn block_signals() {
+    // SAFETY: plain libc calls on a local set; they only change this
+    // thread's mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
 }
 
 /// The worker's loop: claim and seal while a batch has jobs published,
 /// spin a little while the batch is open, sleep otherwise.
+/// A panic while sealing is caught: the claimed jobs are zeroed and
+/// counted (failed, and done, so the daemon's thread does not wait for
+/// them), and the worker leaves for good.
 fn worker(s: Arc<Shared>) {
+    block_signals();
     loop {
         if s.stop.load(Ordering::Acquire) {
             return;
@@ -178,7 +238,18 @@ fn worker(s: Arc<Shared>) {
             if let Some((e, r)) = s.claim(None) {
                 idle = 0;
                 let n = r.len() as u32;
-                let failed = s.run(r);
+                let run = catch_unwind(AssertUnwindSafe(|| {
+                    #[cfg(test)]
+                    if s.panic_next.swap(false, Ordering::AcqRel) {
+                        panic!("test: the sealing worker dies");
+                    }
+                    s.run(r.clone())
+                }));
+                let failed = run.unwrap_or_else(|_| {
+                    s.zero(r);
+                    s.lost.store(true, Ordering::Release);
+                    u64::from(n)
+                });
                 if failed > 0 {
                     s.failed.fetch_add(failed, Ordering::Relaxed);
                 }
@@ -188,6 +259,10 @@ fn worker(s: Arc<Shared>) {
                 s.worker_done.fetch_add(n, Ordering::SeqCst);
                 if s.main_waiting.load(Ordering::SeqCst) {
                     s.main.unpark();
+                }
+                if s.lost.load(Ordering::Acquire) {
+                    tracing::error!("ESP sealing worker panicked: its packets dropped, the daemon's thread seals alone");
+                    return;
                 }
                 continue;
             }
@@ -213,6 +288,17 @@ pub(crate) struct SealerCounters {
     pub main_sleeps: u64,
     /// Jobs that failed to seal (zeroed on the wire: cannot happen).
     pub failed: u64,
+    /// The worker was lost (it panicked; 0 or 1).
+    pub worker_lost: u64,
+    /// The worker could not be started (tried once; 0 or 1).
+    pub spawn_failed: u64,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Sealers dropped on this thread with jobs still deferred: their
+    /// owner let their buffers go first (see `Underlay`'s `Drop`).
+    pub(crate) static DROPPED_WITH_JOBS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The daemon thread's end: the deferred jobs of the batch being built and
@@ -225,7 +311,13 @@ pub(crate) struct Sealer {
     /// Jobs written in this batch's slots, and of them published.
     pushed: usize,
     published: usize,
+    /// The worker could not be started: not tried again (a `warn!` and a
+    /// `spawn` per packet otherwise); this thread seals alone.
+    spawn_failed: bool,
     pub(crate) counters: SealerCounters,
+    /// Tests: starting the worker fails.
+    #[cfg(test)]
+    fail_spawn: bool,
 }
 
 impl Sealer {
@@ -247,26 +339,54 @@ impl Sealer {
                 open: AtomicBool::new(false),
                 worker_done: AtomicU32::new(0),
                 failed: AtomicU64::new(0),
+                lost: AtomicBool::new(false),
+                #[cfg(test)]
+                panic_next: AtomicBool::new(false),
                 main_waiting: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 main: thread::current(),
             })
         });
-        if self.worker.is_none() {
+        if self.worker.is_none() && !self.spawn_failed {
             let w = Arc::clone(s);
-            match thread::Builder::new()
-                .name("esp-seal".into())
-                .spawn(move || worker(w))
-            {
+            let spawn = || {
+                thread::Builder::new()
+                    .name("esp-seal".into())
+                    .spawn(move || worker(w))
+            };
+            #[cfg(test)]
+            let started = if self.fail_spawn {
+                Err(std::io::Error::other("test: no thread"))
+            } else {
+                spawn()
+            };
+            #[cfg(not(test))]
+            let started = spawn();
+            match started {
                 Ok(h) => self.worker = Some(h),
                 Err(e) => {
                     // No second thread: this one seals alone (every
-                    // packet counted as its own).
-                    tracing::warn!("ESP sealing worker not started: {e}");
+                    // packet counted as its own), without trying again.
+                    self.spawn_failed = true;
+                    self.counters.spawn_failed += 1;
+                    tracing::warn!(
+                        "ESP sealing worker not started ({e}): the daemon's thread seals alone"
+                    );
                 }
             }
         }
         s
+    }
+
+    /// Tests: a worker thread was started (and not yet joined).
+    #[cfg(test)]
+    pub(crate) fn has_worker(&self) -> bool {
+        self.worker.is_some()
+    }
+
+    /// The worker is not running: never started, panicked, or ended.
+    fn worker_gone(&self) -> bool {
+        self.worker.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     /// Defers the sealing of the ESP packet in `esp` (numbered `seq` by
@@ -282,8 +402,7 @@ impl Sealer {
     /// [`has_room`](Self::has_room).
     pub(crate) unsafe fn push(
         &mut self,
-        key: &Arc<SealKey>,
-        seq: u64,
+        ticket: Reserved,
         next_header: u8,
         esp: &mut [u8],
         plain_len: usize,
@@ -298,8 +417,7 @@ impl Sealer {
                 len: esp.len(),
                 plain_len,
                 next_header,
-                seq,
-                key: Arc::clone(key),
+                ticket: Some(ticket),
             })
         };
         self.pushed += 1;
@@ -332,7 +450,9 @@ impl Sealer {
         }
         self.published = upto;
         if let Some(w) = &self.worker {
-            w.thread().unpark();
+            if !s.lost.load(Ordering::Relaxed) {
+                w.thread().unpark();
+            }
         }
     }
 
@@ -365,6 +485,19 @@ impl Sealer {
             }
             s.main_waiting.store(true, Ordering::SeqCst);
             if u64::from(s.worker_done.load(Ordering::SeqCst)) < theirs {
+                if self.worker_gone() && u64::from(s.worker_done.load(Ordering::SeqCst)) < theirs {
+                    // Gone without counting its claims (a panic is caught
+                    // and counted, so this is a safety net): nobody touches
+                    // the slots any more, but which packets it sealed is
+                    // unknown. Drop the whole batch, zeroed, as failed.
+                    s.main_waiting.store(false, Ordering::SeqCst);
+                    s.zero(0..n);
+                    s.lost.store(true, Ordering::Release);
+                    failed = n as u64;
+                    s.failed.store(0, Ordering::Relaxed);
+                    s.worker_done.store(theirs as u32, Ordering::Relaxed);
+                    break;
+                }
                 self.counters.main_sleeps += 1;
                 // (A timeout as a safety net only: the worker wakes it.)
                 thread::park_timeout(std::time::Duration::from_millis(1));
@@ -384,14 +517,20 @@ impl Sealer {
         self.counters.by_main += mine;
         self.counters.by_worker += theirs;
         self.counters.failed += failed + s.failed.swap(0, Ordering::AcqRel);
+        self.counters.worker_lost = u64::from(s.lost.load(Ordering::Acquire));
     }
 }
 
 impl Drop for Sealer {
     fn drop(&mut self) {
-        // Jobs left (a batch dropped unsent) reference buffers about to
-        // go: seal them first, so nothing the worker might touch is freed
-        // under it.
+        // Jobs left (a batch dropped unsent): their buffers must still be
+        // alive here (the owner seals before it lets them go: `Underlay`'s
+        // `Drop`); seal them, so the worker is done with them before it
+        // is stopped.
+        #[cfg(test)]
+        if self.pushed > 0 {
+            DROPPED_WITH_JOBS.with(|d| d.set(d.get() + 1));
+        }
         self.seal_all();
         if let Some(s) = &self.shared {
             s.stop.store(true, Ordering::Release);
@@ -456,10 +595,10 @@ mod tests {
                     frames[g][at..at + sz].copy_from_slice(&p);
                     one.seal_in_place(4, &mut p, l).unwrap();
                     w.extend_from_slice(&p);
-                    let seq = two.reserve(sz, l).unwrap();
+                    let t = two.reserve(sz, l).unwrap();
                     // SAFETY: `frames[g]` is not touched again before the
                     // `seal_all` below, and outlives it.
-                    unsafe { sealer.push(two.seal_key(), seq, 4, &mut frames[g][at..at + sz], l) };
+                    unsafe { sealer.push(t, 4, &mut frames[g][at..at + sz], l) };
                     at += sz;
                 }
                 want.push(w);
@@ -507,10 +646,10 @@ mod tests {
             if k == 3 {
                 old = OutboundSa::new(sa(2, 2)).unwrap();
             }
-            let seq = old.reserve(sz, l).unwrap();
-            spis.push((old.spi(), seq));
+            let t = old.reserve(sz, l).unwrap();
+            spis.push((old.spi(), t.seq()));
             // SAFETY: `frame` outlives the `seal_all` below, untouched.
-            unsafe { sealer.push(old.seal_key(), seq, 4, chunk, l) };
+            unsafe { sealer.push(t, 4, chunk, l) };
         }
         drop(old);
         sealer.seal_all();
@@ -524,6 +663,154 @@ mod tests {
         }
     }
 
+    /// Runs `f` on a thread of its own and fails if it has not returned
+    /// within a minute (a hung datapath), else passes its panic on.
+    fn bounded(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the daemon's thread still waits for the worker")
+            }
+            _ => h.join().unwrap(),
+        }
+    }
+
+    /// Waits (at most half a minute) until `cond` holds.
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !cond() {
+            assert!(
+                std::time::Instant::now() < until,
+                "timed out waiting: {what}"
+            );
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Defers `n` packets of `len` bytes (plaintext `fill`) in `frame`.
+    fn defer(sealer: &mut Sealer, out: &mut OutboundSa, frame: &mut [u8], len: usize) {
+        let sz = out.sealed_len(len);
+        for chunk in frame.chunks_mut(sz) {
+            chunk[16..16 + len].fill(0x33);
+            let t = out.reserve(sz, len).unwrap();
+            // SAFETY: the callers' frames outlive the next `seal_all`,
+            // untouched until then.
+            unsafe { sealer.push(t, 4, chunk, len) };
+        }
+    }
+
+    /// The worker seals when it runs (a sealer whose worker did nothing
+    /// would pass every other test: the daemon's thread claims what is
+    /// left), and is gone once its sealer is dropped.
+    #[test]
+    fn the_worker_seals_and_stops_with_its_sealer() {
+        bounded(|| {
+            let mut out = OutboundSa::new(sa(4, 4)).unwrap();
+            let mut frame = vec![0u8; out.sealed_len(300) * 64];
+            let mut sealer = Sealer::default();
+            defer(&mut sealer, &mut out, &mut frame, 300);
+            sealer.publish(64);
+            let s = Arc::clone(sealer.shared.as_ref().unwrap());
+            wait_for("the worker's first jobs", || {
+                s.worker_done.load(Ordering::Acquire) > 0
+            });
+            sealer.seal_all();
+            let c = sealer.counters;
+            assert!(c.by_worker > 0, "{c:?}");
+            assert_eq!((c.by_worker + c.by_main, c.failed), (64, 0));
+            let mut inb = InboundSa::new(sa(4, 4)).unwrap();
+            for chunk in frame.chunks_mut(out.sealed_len(300)) {
+                assert!(inb.open(chunk).is_ok());
+            }
+            let weak = Arc::downgrade(&s);
+            drop(s);
+            drop(sealer);
+            assert!(weak.upgrade().is_none(), "the worker outlived its sealer");
+        });
+    }
+
+    /// A worker that panics while sealing does not hang the datapath: the
+    /// daemon's thread gets the batch back, the worker's claimed packets
+    /// zeroed (never sent in clear) and counted as failed, the rest
+    /// sealed; later batches are sealed by the daemon's thread alone.
+    #[test]
+    fn a_panicking_worker_costs_its_packets_not_the_datapath() {
+        bounded(|| {
+            let mut out = OutboundSa::new(sa(5, 5)).unwrap();
+            let sz = out.sealed_len(200);
+            let mut inb = InboundSa::new(sa(5, 5)).unwrap();
+            let mut sealer = Sealer::default();
+            let mut frame = vec![0u8; sz * 8];
+            defer(&mut sealer, &mut out, &mut frame, 200);
+            let s = Arc::clone(sealer.shared.as_ref().unwrap());
+            s.panic_next.store(true, Ordering::Release);
+            sealer.publish(8);
+            wait_for("the worker's claim", || {
+                unpack(s.word.load(Ordering::Acquire)).2 > 0
+            });
+            sealer.seal_all();
+            let c = sealer.counters;
+            assert_eq!((c.worker_lost, c.failed), (1, CLAIM), "{c:?}");
+            let zeroed = frame
+                .chunks_mut(sz)
+                .filter_map(|p| {
+                    if p.iter().all(|&b| b == 0) {
+                        return Some(());
+                    }
+                    assert!(inb.open(p).is_ok());
+                    None
+                })
+                .count();
+            assert_eq!(zeroed as u64, CLAIM);
+            wait_for("the worker's end", || sealer.worker_gone());
+            for _ in 0..3 {
+                let mut frame = vec![0u8; sz * 8];
+                defer(&mut sealer, &mut out, &mut frame, 200);
+                sealer.publish(4);
+                sealer.seal_all();
+                for p in frame.chunks_mut(sz) {
+                    assert!(inb.open(p).is_ok());
+                }
+            }
+            let d = sealer.counters;
+            assert_eq!(
+                (d.by_worker, d.by_main - c.by_main, d.failed),
+                (c.by_worker, 24, CLAIM)
+            );
+        });
+    }
+
+    /// A worker that cannot be started is tried once, not per packet:
+    /// the daemon's thread seals alone, the failure counted once.
+    #[test]
+    fn a_failed_worker_start_is_not_retried_per_packet() {
+        let mut out = OutboundSa::new(sa(6, 6)).unwrap();
+        let sz = out.sealed_len(100);
+        let mut inb = InboundSa::new(sa(6, 6)).unwrap();
+        let mut sealer = Sealer::default();
+        sealer.fail_spawn = true;
+        for _ in 0..3 {
+            let mut frame = vec![0u8; sz * 5];
+            defer(&mut sealer, &mut out, &mut frame, 100);
+            sealer.publish(3);
+            sealer.seal_all();
+            for p in frame.chunks_mut(sz) {
+                assert!(inb.open(p).is_ok());
+            }
+        }
+        let c = sealer.counters;
+        assert_eq!(
+            (c.spawn_failed, c.by_worker, c.by_main),
+            (1, 0, 15),
+            "{c:?}"
+        );
+        assert!(sealer.worker.is_none());
+    }
+
     /// Dropping a sealer with jobs left seals them first (the worker
     /// never touches a freed buffer) and stops the worker.
     #[test]
@@ -535,9 +822,9 @@ mod tests {
             let mut sealer = Sealer::default();
             sealer.seal_all();
             for chunk in frame.chunks_mut(sz) {
-                let seq = out.reserve(sz, 64).unwrap();
+                let t = out.reserve(sz, 64).unwrap();
                 // SAFETY: `frame` outlives the sealer.
-                unsafe { sealer.push(out.seal_key(), seq, 4, chunk, 64) };
+                unsafe { sealer.push(t, 4, chunk, 64) };
             }
         }
         let mut inb = InboundSa::new(sa(3, 3)).unwrap();

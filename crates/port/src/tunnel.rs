@@ -739,6 +739,17 @@ pub struct Underlay {
     gso_bufs: Vec<PacketBuf>,
 }
 
+/// Packets still waiting for encryption (`esp_seal_workers=2`, a batch
+/// dropped unsent, e.g. on a panic's unwind) lie in buffers of `tx` and
+/// `gso_bufs`, and the sealing worker may be writing them: they are sealed
+/// (the worker done with them) here, before any field, and so any of
+/// those buffers, is dropped.
+impl Drop for Underlay {
+    fn drop(&mut self) {
+        self.esp.seal_deferred();
+    }
+}
+
 thread_local! {
     /// Underlays in use by this thread's (the daemon's) tunnel ports, by
     /// interface name: a second tunnel port on the same interface shares it.
@@ -2796,6 +2807,35 @@ mod tests {
         let mut nodf = f.clone();
         nodf[14 + 6] = 0;
         assert!(too_big_reply(&nodf, 1450).is_none());
+    }
+
+    /// An underlay dropped with packets deferred for the sealing worker
+    /// (a batch abandoned, as on a panic's unwind) seals them before its
+    /// buffers go: its sealer is never dropped with jobs left (which would
+    /// seal into the freed buffers of `tx`, declared before `esp`).
+    #[test]
+    fn an_underlay_dropped_mid_batch_seals_before_its_buffers_go() {
+        use nicflow_ipsec::esp::{Aead, OutboundSa, SaConfig};
+        let u = mem_underlay(1500, Instant::now());
+        let mut u = Rc::try_unwrap(u).ok().unwrap().into_inner();
+        let mut out = OutboundSa::new(SaConfig::new(0x1077, Aead::AesGcm128, vec![9; 20])).unwrap();
+        let sz = out.sealed_len(64);
+        u.tx.push(PacketBuf::from_slice(&vec![0u8; 4 * sz]));
+        for k in 0..4 {
+            let t = out.reserve(sz, 64).unwrap();
+            let slot = &mut u.tx[0].data_mut()[k * sz..(k + 1) * sz];
+            // SAFETY: `tx[0]` is neither touched nor moved until the
+            // underlay drops; its `Drop` seals first.
+            unsafe { u.esp.sealer_mut().push(t, 4, slot, 64) };
+        }
+        u.esp.sealer_mut().publish(2);
+        let before = crate::sealer::DROPPED_WITH_JOBS.with(std::cell::Cell::get);
+        drop(u);
+        assert_eq!(
+            crate::sealer::DROPPED_WITH_JOBS.with(std::cell::Cell::get),
+            before,
+            "the sealer outlived the buffers of its jobs"
+        );
     }
 
     /// An underlay on an in-memory port (no interface, MTU never re-read).

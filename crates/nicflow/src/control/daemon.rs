@@ -1,6 +1,8 @@
 //! `nicflow daemon`: the poll loop that forwards traffic and serves the CLI.
 //!
-//! One thread does everything: it sleeps in `poll(2)` on every port's
+//! One thread does everything (but for the optional ESP sealing worker of
+//! a tunnel port with `esp_seal_workers=2`, which only encrypts packets
+//! this thread numbered, and blocks all signals): it sleeps in `poll(2)` on every port's
 //! receive descriptor and the control socket, forwards whatever arrived in
 //! batches through each bridge, and applies control requests between
 //! batches; control connections are non-blocking and served between
