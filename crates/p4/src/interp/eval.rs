@@ -1771,9 +1771,12 @@ impl<'a> Run<'a> {
 ///
 /// Why not safe code: the previous version collected a mapped
 /// `vec::IntoIter` per frame (std's in-place collection, no
-/// allocation), but that machinery ran per frame per packet and cost
-/// about 4% of routing.p4's interpreter time (docs/results/p4.md 2l);
-/// here the outer vector is taken over as it is.
+/// allocation), but that machinery ran per frame per packet: 4.2% of
+/// the samples of routing.p4's packet loop (the `interp_loop` example,
+/// 1,000 routes, inclusive; `vec::IntoIter::try_fold`, 1.3-1.5% self in
+/// the bench's profile, gone after), docs/results/p4.md 2l and its
+/// `p4-interp-run13/loop-main-inclusive.txt`. Its share of 2l's speed-up
+/// was not measured apart. Here the outer vector is taken over as it is.
 fn relabel<'x, 'y>(mut frames: Vec<Vec<(&'x str, Value)>>) -> Vec<Vec<(&'y str, Value)>> {
     for f in frames.iter_mut() {
         f.clear();

@@ -297,7 +297,10 @@ impl<'a> Run<'a> {
 
     /// `ones_sum` of [`Run::data_bits`] of argument 0: a list's items
     /// summed from their values when they fit 128 bits (no buffer, no
-    /// byte loop), otherwise serialized as `data_bits` does.
+    /// byte loop), otherwise serialized as `data_bits` does (the
+    /// fallback below repeats its flattening of the list on purpose: it
+    /// has the values already evaluated, `data_bits` would evaluate the
+    /// items again).
     fn data_sum(&mut self, args: &[Arg], span: &Span) -> R<u32> {
         let compiled = match self.cargs.and_then(|ca| ca.first()) {
             Some(crate::interp::fast::CArg::List(items)) => Some(items),
@@ -305,6 +308,11 @@ impl<'a> Run<'a> {
         };
         let items = match (compiled, args.first()) {
             (Some(x), _) => Some(Items::Compiled(x)),
+            // `!self.reference` is never false here: only `csum_method`
+            // calls this, and only the compiled form calls that, which a
+            // reference run never has (`Run::code`). Kept so that a later
+            // caller on the reference path still gets `data_bits`, the
+            // walker's own serialization.
             (
                 None,
                 Some(Arg {
@@ -346,6 +354,13 @@ impl<'a> Run<'a> {
     /// The walker's `InternetChecksum` methods (`extern_method`) for a
     /// method resolved at load: the same state changes, results and
     /// trace, without the dispatch by type and method name.
+    ///
+    /// The state updates below are a copy of `extern_method`'s arm, kept
+    /// on purpose: that arm is the oracle the reference run
+    /// (`Pipeline::process_reference`) and the differential tests compare
+    /// this path with, so it must not call into it; a helper both shared
+    /// would make a mistake in it invisible to those tests. A change to
+    /// one copy must be made to the other.
     pub(crate) fn csum_method(
         &mut self,
         i: usize,
@@ -835,5 +850,88 @@ impl<'a> Run<'a> {
                 fail(format!("{span}: unsupported: extern function {o}"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What the walker sums for `vals` (`Run::flatten` into a buffer,
+    /// then `ones_sum`): the oracle of [`ones_sum_of`].
+    fn walker_sum(vals: &[Value]) -> u32 {
+        let mut buf = BitBuf::default();
+        for v in vals {
+            match v {
+                Value::Bits(b) => buf.push(b.v, b.width),
+                Value::Bool(b, _) => buf.push(u128::from(*b), 1),
+                o => panic!("not a list item here: {}", o.type_name()),
+            }
+        }
+        ones_sum(&buf)
+    }
+
+    /// A `bit<W>`/`int<W>` with `v` kept as given: bits above the width
+    /// set, as a value may carry them (no `Bits::new` masking).
+    fn raw(width: u32, signed: bool, v: u128) -> Value {
+        Value::Bits(Bits {
+            width,
+            signed,
+            v,
+            src: Src::None,
+        })
+    }
+
+    fn item() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<bool>().prop_map(|b| Value::Bool(b, Src::None)),
+            (0u32..=128, any::<bool>(), any::<u128>()).prop_map(|(w, s, v)| raw(w, s, v)),
+            // Wide items often, so lists near and at 128 bits are common.
+            (96u32..=128, any::<u128>()).prop_map(|(w, v)| raw(w, false, v)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+        /// Lists of 0-5 items: the walker's sum when they fit 128 bits,
+        /// `None` (the caller serializes) when they do not.
+        #[test]
+        fn ones_sum_of_is_the_walkers_sum(vals in prop::collection::vec(item(), 0..=5)) {
+            let bits: u32 = vals
+                .iter()
+                .map(|v| match v {
+                    Value::Bits(b) => b.width,
+                    _ => 1,
+                })
+                .sum();
+            let got = ones_sum_of(&vals);
+            if bits <= 128 {
+                prop_assert_eq!(got, Some(walker_sum(&vals)));
+            } else {
+                prop_assert_eq!(got, None);
+            }
+        }
+    }
+
+    /// The `w == 128` case (a shift by 128 would overflow), alone and
+    /// after zero-width items; an empty list; a value that is not bits.
+    #[test]
+    fn ones_sum_of_edges() {
+        let all = raw(128, false, u128::MAX);
+        let odd = raw(128, true, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        for vals in [
+            vec![all.clone()],
+            vec![odd.clone()],
+            vec![raw(0, false, 7), odd.clone(), raw(0, true, u128::MAX)],
+            vec![Value::Bool(true, Src::None); 5],
+            vec![raw(3, false, u128::MAX), raw(125, false, u128::MAX)],
+        ] {
+            assert_eq!(ones_sum_of(&vals), Some(walker_sum(&vals)), "{vals:?}");
+        }
+        assert_eq!(ones_sum_of(&[all.clone(), raw(1, false, 1)]), None);
+        assert_eq!(ones_sum_of(&[]), Some(0));
+        assert_eq!(ones_sum_of(&[raw(8, false, 1), Value::Tuple(vec![])]), None);
     }
 }

@@ -238,6 +238,95 @@ pub(crate) struct Code {
     pub specs: Vec<FlatSpec>,
 }
 
+impl Code {
+    /// How many `InternetChecksum` method calls were resolved at load
+    /// ([`CExpr::Method`]'s `csum`) over every compiled body, a
+    /// specialised body's sites counted again. Why: the compiled methods
+    /// give the walker's results by design, so a test comparing outputs
+    /// alone cannot tell whether they ran; this count says they were
+    /// compiled (read at load, never on the data path).
+    pub fn csum_sites(&self) -> usize {
+        let bodies = self
+            .controls
+            .iter()
+            .flatten()
+            .chain(&self.actions)
+            .chain(&self.functions)
+            .chain(self.specs.iter().map(|s| &s.body));
+        let states = self.states.iter().flatten().flatten();
+        bodies.map(|b| stmts_csum_sites(b)).sum::<usize>()
+            + states
+                .map(|s| {
+                    stmts_csum_sites(&s.body)
+                        + match &s.trans {
+                            CTrans::Go(_) => 0,
+                            CTrans::Select(es, _) => es.iter().map(expr_csum_sites).sum(),
+                        }
+                })
+                .sum::<usize>()
+            + self
+                .keys
+                .iter()
+                .flatten()
+                .map(expr_csum_sites)
+                .sum::<usize>()
+    }
+}
+
+/// [`Code::csum_sites`] of statements.
+fn stmts_csum_sites(b: &[CStmt]) -> usize {
+    b.iter()
+        .map(|s| match s {
+            CStmt::Assign(_, _, e) | CStmt::Call(e) | CStmt::Var(_, _, Some(e), _) => {
+                expr_csum_sites(e)
+            }
+            CStmt::If(c, t, e, _) => {
+                expr_csum_sites(c)
+                    + stmts_csum_sites(std::slice::from_ref(t))
+                    + e.as_deref()
+                        .map_or(0, |e| stmts_csum_sites(std::slice::from_ref(e)))
+            }
+            CStmt::Block(b) => stmts_csum_sites(b),
+            CStmt::Var(_, _, None, _) | CStmt::Walk(_) => 0,
+        })
+        .sum()
+}
+
+/// [`Code::csum_sites`] of an expression and its compiled operands.
+fn expr_csum_sites(e: &CExpr) -> usize {
+    match e {
+        CExpr::Unary(_, x, _) => expr_csum_sites(x),
+        CExpr::Binary(_, x, y, _) | CExpr::BinLit(_, x, _, y, _) => {
+            expr_csum_sites(x) + expr_csum_sites(y)
+        }
+        CExpr::Method {
+            obj, cargs, csum, ..
+        } => {
+            let args: usize = cargs
+                .iter()
+                .flatten()
+                .map(|a| match a {
+                    CArg::One(x) => expr_csum_sites(x),
+                    CArg::List(xs) => xs.iter().map(expr_csum_sites).sum(),
+                })
+                .sum();
+            usize::from(csum.is_some()) + expr_csum_sites(obj) + args
+        }
+        CExpr::Extract { obj, .. } | CExpr::Emit { obj, .. } => expr_csum_sites(obj),
+        CExpr::Lit(_)
+        | CExpr::Peek(..)
+        | CExpr::Named(..)
+        | CExpr::IsValid(..)
+        | CExpr::Apply(..)
+        | CExpr::Action(..)
+        | CExpr::ActionFlat(..)
+        | CExpr::Func(..)
+        | CExpr::FuncFlat(..)
+        | CExpr::ExternFn { .. }
+        | CExpr::Walk(_) => 0,
+    }
+}
+
 /// The main blocks' headers struct (`headers_t`: a struct of headers
 /// whose fields are all `bit<W>`/`int<W>`/`bool`) held as one flat array
 /// per packet instead of a `Value` tree: each field a `u128` at a fixed

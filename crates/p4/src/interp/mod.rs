@@ -336,6 +336,13 @@ impl Pipeline {
         }
     }
 
+    /// How many `InternetChecksum` method calls were resolved at load
+    /// (`fast::CsumOp`, run by `Run::csum_method` without the dispatch by
+    /// name), over every compiled body; 0 without a compiled form.
+    pub fn csum_sites(&self) -> usize {
+        self.prog.fast.as_ref().map_or(0, |c| c.csum_sites())
+    }
+
     /// How many function or action bodies were compiled for flat header
     /// arguments (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and
     /// writes `hdr.ip` in the flat array, no header copied in or out).
