@@ -529,8 +529,9 @@ fn a_refused_specialisation_keeps_the_flat_headers() {
 /// would not be the compiled one), `set_state`, calls in a
 /// control's own body (AST arguments, on the block's variables: naming
 /// `hdr` there would hand the headers to the walker) and in a function
-/// taking a flat header (compiled arguments), a `bool` field written, a field given a
-/// value of another width (the cast `coerce_like` makes). Every shape
+/// taking a flat header (compiled arguments), a `bool` field written and a
+/// field written with its own width (a value of another width needs a
+/// cast, which is the walker's: not in this program). Every shape
 /// must give the walker's outputs and traces.
 const CSUM: &str = r#"
 #include <core.p4>
