@@ -311,6 +311,18 @@ pub(crate) struct Sealer {
     /// Jobs written in this batch's slots, and of them published.
     pushed: usize,
     published: usize,
+    /// Jobs of this batch this thread claimed, kept in the `Sealer` (not a
+    /// local of `seal_all`) so that a `seal_all` a panic interrupted and
+    /// the one the unwinding `Underlay`'s `Drop` makes agree on how many
+    /// the worker holds: counted as the worker's, they would be waited
+    /// for forever.
+    claimed: u64,
+    /// The claim this thread was running when a panic interrupted it: its
+    /// packets are zeroed by the next `seal_all` (never sent in clear).
+    in_hand: Option<Range<usize>>,
+    /// Tests: this thread panics after its next claim.
+    #[cfg(test)]
+    panic_next: bool,
     /// The worker could not be started: not tried again (a `warn!` and a
     /// `spawn` per packet otherwise); this thread seals alone.
     spawn_failed: bool,
@@ -469,12 +481,23 @@ impl Sealer {
         };
         let e = self.epoch;
         self.counters.batches += 1;
-        let mut mine = 0u64;
         let mut failed = 0u64;
-        while let Some((_, r)) = s.claim(Some(e)) {
-            mine += r.len() as u64;
-            failed += s.run(r);
+        if let Some(r) = self.in_hand.take() {
+            // A panic left this claim half sealed.
+            failed += r.len() as u64;
+            s.zero(r);
         }
+        while let Some((_, r)) = s.claim(Some(e)) {
+            self.claimed += r.len() as u64;
+            self.in_hand = Some(r.clone());
+            #[cfg(test)]
+            if std::mem::take(&mut self.panic_next) {
+                panic!("test: the daemon's thread panics while sealing");
+            }
+            failed += s.run(r);
+            self.in_hand = None;
+        }
+        let mine = std::mem::take(&mut self.claimed);
         let theirs = n as u64 - mine;
         let mut spins = 0;
         while u64::from(s.worker_done.load(Ordering::Acquire)) < theirs {
@@ -781,6 +804,50 @@ mod tests {
                 (d.by_worker, d.by_main - c.by_main, d.failed),
                 (c.by_worker, 24, CLAIM)
             );
+        });
+    }
+
+    /// A panic on the daemon's thread while it seals its own claim does
+    /// not hang the `seal_all` the unwinding owner's `Drop` makes: the
+    /// interrupted claim counts as this thread's (not waited for from the
+    /// worker) and its packets are zeroed, never left half sealed. Hangs
+    /// (the bound fires) with the claim count a local of `seal_all`.
+    #[test]
+    fn a_panic_in_the_daemons_own_sealing_does_not_hang_the_drop() {
+        bounded(|| {
+            let mut out = OutboundSa::new(sa(6, 6)).unwrap();
+            let sz = out.sealed_len(200);
+            let mut inb = InboundSa::new(sa(6, 6)).unwrap();
+            // The worker, woken by the publish, may claim all eight before
+            // this thread claims one (then nothing panics): a fresh batch
+            // until this thread's claim panics.
+            let mut tries = 0;
+            let (mut sealer, mut frame) = loop {
+                tries += 1;
+                assert!(tries <= 50, "the worker claimed every batch first");
+                let mut sealer = Sealer::default();
+                let mut frame = vec![0u8; sz * 8];
+                defer(&mut sealer, &mut out, &mut frame, 200);
+                sealer.panic_next = true;
+                if catch_unwind(AssertUnwindSafe(|| sealer.seal_all())).is_err() {
+                    break (sealer, frame);
+                }
+            };
+            assert!(sealer.in_hand.is_some());
+            // What the unwinding `Underlay`'s `Drop` does.
+            sealer.seal_all();
+            let c = sealer.counters;
+            let mut zeroed = 0;
+            for p in frame.chunks_mut(sz) {
+                if p.iter().all(|&b| b == 0) {
+                    zeroed += 1;
+                } else {
+                    assert!(inb.open(p).is_ok());
+                }
+            }
+            assert_eq!(zeroed, c.failed, "{c:?}");
+            assert!(zeroed > 0 && zeroed <= CLAIM, "{c:?}");
+            drop(sealer);
         });
     }
 
