@@ -522,7 +522,9 @@ impl AfXdpOptions {
 /// ms was not enough on this 2-core host under a load of 5-8 (the suite
 /// beside builds: `auto_mode_falls_back_to_generic`'s second open, right
 /// after a refused native one, failed with EBUSY once, 2026-12-05). A queue
-/// another live socket holds fails after the 2 s.
+/// another live socket holds fails after the 2 s — during which the
+/// daemon's one thread, opening the port, forwards nothing: the price of
+/// not failing an `add-port` right after a `del-port` of the same queue.
 const BIND_BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 const BIND_BUSY_WAITS: u32 = 200;
 
