@@ -540,7 +540,12 @@ impl Sealer {
         self.counters.by_main += mine;
         self.counters.by_worker += theirs;
         self.counters.failed += failed + s.failed.swap(0, Ordering::AcqRel);
-        self.counters.worker_lost = u64::from(s.lost.load(Ordering::Acquire));
+        // Sticky: a worker started again after `stop_sealer` has a fresh
+        // `Shared` whose `lost` is false; the earlier loss stays counted.
+        self.counters.worker_lost = self
+            .counters
+            .worker_lost
+            .max(u64::from(s.lost.load(Ordering::Acquire)));
     }
 }
 
