@@ -1584,6 +1584,7 @@ impl UnderlayEsp {
             plain_from,
             plain_len,
             esp_len,
+            defer: ep.cfg.seal_workers > 1,
         })
     }
 
@@ -1665,12 +1666,7 @@ impl UnderlayEsp {
         plan: &SealPlan,
         esp: &mut [u8],
     ) -> Result<(), &'static str> {
-        let defer = self.sealer.has_room()
-            && self
-                .endpoints
-                .get(&id)
-                .is_some_and(|ep| ep.cfg.seal_workers > 1);
-        if !defer {
+        if !(plan.defer && self.sealer.has_room()) {
             return self.seal_planned(id, plan, esp);
         }
         let out = self.numbering(id)?;
@@ -1751,6 +1747,10 @@ pub(crate) struct SealPlan {
     /// The ESP packet's length: header, IV, plaintext, padding, trailer,
     /// ICV.
     pub(crate) esp_len: usize,
+    /// The endpoint seals with a worker (`esp_seal_workers=2`): read from
+    /// the endpoint by `plan_seal`, which looks it up anyway, so that
+    /// `seal_planned_deferred` does not look it up a second time per packet.
+    defer: bool,
 }
 
 impl SealPlan {
