@@ -41,10 +41,6 @@ use crate::{bytes, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 /// of the daemons' samples on each side).
 pub fn sum_words(data: &[u8], initial: u32) -> u32 {
     let mut lanes = [0u64; 4];
-    // The 64-byte blocks with AVX2 where the CPU has it (see `wide`).
-    let (wide, done) = wide::sum(data);
-    lanes[0] = wide;
-    let data = &data[done..];
     let mut blocks = data.chunks_exact(16);
     for b in &mut blocks {
         for (k, lane) in lanes.iter_mut().enumerate() {
@@ -71,10 +67,6 @@ pub fn sum_words(data: &[u8], initial: u32) -> u32 {
 pub fn copy_sum_words(dst: &mut [u8], src: &[u8], initial: u32) -> u32 {
     assert_eq!(dst.len(), src.len(), "copy_sum_words: lengths differ");
     let mut lanes = [0u64; 4];
-    // The 64-byte blocks with AVX2 where the CPU has it (see `wide`).
-    let (wide, done) = wide::copy_sum(dst, src);
-    lanes[0] = wide;
-    let (dst, src) = (&mut dst[done..], &src[done..]);
     let mut from = src.chunks_exact(16);
     let mut to = dst.chunks_exact_mut(16);
     for (s, d) in (&mut from).zip(&mut to) {
@@ -88,139 +80,6 @@ pub fn copy_sum_words(dst: &mut [u8], src: &[u8], initial: u32) -> u32 {
     let rest = from.remainder();
     to.into_remainder().copy_from_slice(rest);
     finish_lanes(lanes, rest, initial)
-}
-
-/// The bulk of [`sum_words`] and [`copy_sum_words`] with AVX2: the same
-/// little-endian 32-bit words added into 64-bit lanes, 64 bytes a step.
-///
-/// Why: on x86-64 the crate is built for the baseline (SSE2), where the
-/// compiler's vectorisation of the portable loops above is poor (it has no
-/// cheap 32-to-64-bit widening): `copy_sum_words` ran at ~8 bytes/ns on
-/// the lab's CPU against ~70 for a plain copy, so the sum, not the copy,
-/// was the cost of the one copy of every TCP segment an IPsec tunnel seals
-/// (`TcpCut::write`) or glues after opening (`gro::merge_slice`): ~170 ns
-/// per 1,400-byte segment, near AES-GCM's own ~200 (issue 34). With AVX2
-/// (checked at run time, the answer cached by std) a step is two 32-byte
-/// loads (and, copying, two stores), four unpacks against zero and four
-/// 64-bit adds.
-///
-/// The sum is bit for bit the portable loops' (the same words are added,
-/// only grouped differently; no lane can wrap below 2^32 words), so
-/// callers and chained sums see no difference. The only `unsafe` code of
-/// this crate: the intrinsics need it. What keeps it sound: AVX2 is
-/// checked before the `target_feature` functions are called, and the
-/// loops load and store whole 64-byte blocks below `len - len % 64` only,
-/// inside the slices.
-#[allow(unsafe_code)]
-mod wide {
-    /// Bytes taken per step; below this the portable loop does it all.
-    const STEP: usize = 64;
-
-    /// `(sum, n)`: the sum of the first `n` bytes of `data` (a multiple of
-    /// 64, possibly 0) as 64-bit lanes added up; the caller sums the rest.
-    #[inline]
-    pub(super) fn sum(data: &[u8]) -> (u64, usize) {
-        #[cfg(target_arch = "x86_64")]
-        if data.len() >= STEP && std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 is present (checked just above).
-            return unsafe { x86::sum_avx2(data) };
-        }
-        let _ = data;
-        (0, 0)
-    }
-
-    /// [`sum`], copying the same bytes from `src` into `dst` (same length,
-    /// checked by the caller).
-    #[inline]
-    pub(super) fn copy_sum(dst: &mut [u8], src: &[u8]) -> (u64, usize) {
-        #[cfg(target_arch = "x86_64")]
-        if src.len() >= STEP && std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 is present (checked just above).
-            return unsafe { x86::copy_sum_avx2(dst, src) };
-        }
-        let _ = (dst, src);
-        (0, 0)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    mod x86 {
-        use super::STEP;
-        use std::arch::x86_64::{
-            __m256i, _mm256_add_epi64, _mm256_loadu_si256, _mm256_setzero_si256,
-            _mm256_storeu_si256, _mm256_unpackhi_epi32, _mm256_unpacklo_epi32,
-        };
-
-        /// The four 64-bit lanes of each accumulator added up.
-        #[target_feature(enable = "avx2")]
-        fn total(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> u64 {
-            let s = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-            let mut o = [0u64; 4];
-            // SAFETY: `o` is 32 bytes, the store is unaligned.
-            unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), s) };
-            // No overflow: each lane holds less than 2^32 per word added
-            // and a slice has far fewer than 2^30 words.
-            o[0] + o[1] + o[2] + o[3]
-        }
-
-        /// # Safety
-        /// The CPU must have AVX2.
-        #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn sum_avx2(data: &[u8]) -> (u64, usize) {
-            let n = data.len() - data.len() % STEP;
-            let z = _mm256_setzero_si256();
-            let (mut a, mut b, mut c, mut d) = (z, z, z, z);
-            let p = data.as_ptr();
-            let mut i = 0;
-            while i < n {
-                // SAFETY: i + 64 <= n <= data.len(): both 32-byte
-                // unaligned loads are inside `data`.
-                let (v, w) = unsafe {
-                    (
-                        _mm256_loadu_si256(p.add(i).cast::<__m256i>()),
-                        _mm256_loadu_si256(p.add(i + 32).cast::<__m256i>()),
-                    )
-                };
-                a = _mm256_add_epi64(a, _mm256_unpacklo_epi32(v, z));
-                b = _mm256_add_epi64(b, _mm256_unpackhi_epi32(v, z));
-                c = _mm256_add_epi64(c, _mm256_unpacklo_epi32(w, z));
-                d = _mm256_add_epi64(d, _mm256_unpackhi_epi32(w, z));
-                i += STEP;
-            }
-            (total(a, b, c, d), n)
-        }
-
-        /// # Safety
-        /// The CPU must have AVX2; `dst` and `src` must have the same
-        /// length (else only the shorter one's blocks are done, which is
-        /// still in bounds, but the caller's copy would be short).
-        #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn copy_sum_avx2(dst: &mut [u8], src: &[u8]) -> (u64, usize) {
-            let len = src.len().min(dst.len());
-            let n = len - len % STEP;
-            let z = _mm256_setzero_si256();
-            let (mut a, mut b, mut c, mut d) = (z, z, z, z);
-            let (p, q) = (src.as_ptr(), dst.as_mut_ptr());
-            let mut i = 0;
-            while i < n {
-                // SAFETY: i + 64 <= n <= both lengths: the loads are
-                // inside `src`, the stores inside `dst` (a `&mut`, so no
-                // other reference sees them; `src` cannot overlap it).
-                let (v, w) = unsafe {
-                    let v = _mm256_loadu_si256(p.add(i).cast::<__m256i>());
-                    let w = _mm256_loadu_si256(p.add(i + 32).cast::<__m256i>());
-                    _mm256_storeu_si256(q.add(i).cast::<__m256i>(), v);
-                    _mm256_storeu_si256(q.add(i + 32).cast::<__m256i>(), w);
-                    (v, w)
-                };
-                a = _mm256_add_epi64(a, _mm256_unpacklo_epi32(v, z));
-                b = _mm256_add_epi64(b, _mm256_unpackhi_epi32(v, z));
-                c = _mm256_add_epi64(c, _mm256_unpacklo_epi32(w, z));
-                d = _mm256_add_epi64(d, _mm256_unpackhi_epi32(w, z));
-                i += STEP;
-            }
-            (total(a, b, c, d), n)
-        }
-    }
 }
 
 #[inline(always)]
@@ -598,57 +457,6 @@ mod tests {
                         assert_eq!(fold(both), fold(sum_words(src, init)), "{what} chained");
                         assert_eq!(&out[..len], src, "{what} chained");
                     }
-                }
-            }
-        }
-    }
-
-    /// Both sums against the plain big-endian word sum of RFC 1071 (not
-    /// against each other, so a fault the AVX2 loops of `wide` share
-    /// cannot hide), for lengths on both sides of its 64-byte steps and
-    /// a 64 KiB super-frame's, at four alignments; and where the CPU has
-    /// AVX2, that those loops really took every whole block.
-    #[test]
-    fn wide_steps_match_the_big_endian_sum() {
-        let be = |data: &[u8]| -> u16 {
-            let mut acc: u64 = data
-                .chunks(2)
-                .map(|c| u64::from(c[0]) << 8 | c.get(1).map_or(0, |&b| u64::from(b)))
-                .sum();
-            while acc > 0xffff {
-                acc = (acc & 0xffff) + (acc >> 16);
-            }
-            acc as u16
-        };
-        let mut x: u64 = 0x6a09_e667_f3bc_c909;
-        let buf: Vec<u8> = (0..65_600)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let mut out = vec![0u8; 65_600];
-        let lens = [
-            63, 64, 65, 95, 127, 128, 129, 191, 192, 255, 256, 257, 1400, 1448, 8999,
-        ];
-        for len in lens.into_iter().chain([65_535, 65_536]) {
-            for off in 0..4 {
-                let d = &buf[off..off + len];
-                let what = format!("len {len} off {off}");
-                assert_eq!(fold(sum_words(d, 0)), be(d), "{what}");
-                let c = copy_sum_words(&mut out[..len], d, 0);
-                assert_eq!(fold(c), be(d), "{what} copied");
-                assert_eq!(&out[..len], d, "{what} copied");
-                #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    assert_eq!(super::wide::sum(d).1, len - len % 64, "{what}");
-                    assert_eq!(
-                        super::wide::copy_sum(&mut out[..len], d).1,
-                        len - len % 64,
-                        "{what}"
-                    );
                 }
             }
         }

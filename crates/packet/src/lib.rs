@@ -23,9 +23,7 @@
 //! Nothing on the parse or rewrite path allocates, and no function in this
 //! crate panics on malformed input; [`fuzz_parse`] exists to keep it that way.
 
-// `deny`, not `forbid`: the checksum's AVX2 loop (`checksum::wide`) is
-// the one module allowed `unsafe` (intrinsics); everything else stays safe.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod arp;
