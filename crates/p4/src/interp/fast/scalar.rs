@@ -453,6 +453,37 @@ impl Run<'_> {
         self.seval(&s.e)
     }
 
+    /// `ones_sum_of` of compiled checksum list items when all are in the
+    /// scalar tier and 128 bits or fewer in all: their bits concatenated
+    /// in a `u128`, no `Value` per item (reads not recorded: checksum
+    /// data, as `list_vals`). `None`: the `Value` path evaluates them
+    /// (again, quietly: nothing recorded twice).
+    pub(crate) fn scalar_sum(&mut self, items: &[super::CExpr]) -> Option<u32> {
+        self.quiet += 1;
+        let r = self.scalar_concat(items);
+        self.quiet -= 1;
+        let (acc, n) = r?;
+        Some(crate::interp::externs::ones_sum_bits(acc, n))
+    }
+
+    fn scalar_concat(&mut self, items: &[super::CExpr]) -> Option<(u128, u32)> {
+        let (mut acc, mut n) = (0u128, 0u32);
+        for it in items {
+            let super::CExpr::Scalar(s, _) = it else {
+                return None;
+            };
+            let w = s.e.ty.width();
+            if n + w > 128 {
+                return None;
+            }
+            let (v, _) = self.scalar(s)?;
+            let v = v & mask(w);
+            acc = if w == 128 { v } else { (acc << w) | v };
+            n += w;
+        }
+        Some((acc, n))
+    }
+
     /// What `use_val` records for an operand of type `ty`.
     #[inline]
     pub(crate) fn suse(&mut self, ty: STy, src: Src) {
