@@ -179,7 +179,7 @@ pub(crate) struct Run<'a> {
     pub fwd: Fwd,
     pub now: u64,
     pub in_port: u32,
-    steps: u64,
+    pub(super) steps: u64,
     /// Stack of (table, key values) of add_on_miss tables whose default
     /// action is running (for add_entry).
     miss_ctx: Vec<(usize, Vec<u128>)>,
@@ -212,9 +212,9 @@ pub(crate) struct Run<'a> {
     pub reference: bool,
 }
 
-const MAX_STEPS: u64 = 200_000;
+pub(super) const MAX_STEPS: u64 = 200_000;
 /// Recursion bound of [`Run::enter`].
-const MAX_DEPTH: u32 = 256;
+pub(super) const MAX_DEPTH: u32 = 256;
 
 impl<'a> Run<'a> {
     pub fn new(

@@ -143,11 +143,16 @@ fn ones_sum_of(vals: &[Value]) -> Option<u32> {
         }
         n += w;
     }
+    Some(ones_sum_bits(acc, n))
+}
+
+/// [`ones_sum`] of the `n` (<= 128) bits `acc` holds.
+pub(crate) fn ones_sum_bits(acc: u128, n: u32) -> u32 {
     // Zero-padded to whole 16-bit words, summed first word first with
     // the carry folded after each word, as `ones_sum` does over bytes.
     let words = n.div_ceil(16);
     if words == 0 {
-        return Some(0);
+        return 0;
     }
     let pad = words * 16 - n;
     let data = if pad == 0 { acc } else { acc << pad };
@@ -156,7 +161,7 @@ fn ones_sum_of(vals: &[Value]) -> Option<u32> {
         sum += ((data >> (16 * k)) & 0xffff) as u32;
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    Some(sum)
+    sum
 }
 
 /// The items of a checksum list: the AST's (the walker evaluates them)
@@ -328,6 +333,11 @@ impl<'a> Run<'a> {
             self.give_back(buf);
             return Ok(s);
         };
+        if let Items::Compiled(xs) = items {
+            if let Some(s) = self.scalar_sum(xs) {
+                return Ok(s);
+            }
+        }
         let saved = self.cargs.take();
         let mut vals = self.st.pool.data.pop().unwrap_or_default();
         let r = self.list_vals(items, &mut vals);

@@ -29,6 +29,9 @@ use crate::interp::ops::{self, coerce_like};
 use crate::value::{name_eq, FastMap, Src, Value};
 use std::sync::Arc;
 
+mod scalar;
+pub(crate) use scalar::{STy, Scalar};
+
 /// A compiled expression.
 pub(crate) enum CExpr {
     /// A literal or a boolean (what the walker's evaluation gives).
@@ -110,6 +113,14 @@ pub(crate) enum CExpr {
         args: Vec<Arg>,
         span: ast::Span,
     },
+    /// `(T) e` (the walker's cast, `T` resolved at load).
+    Cast(Ty, Box<CExpr>, ast::Span),
+    /// `e[hi:lo]` with literal bounds.
+    Slice(Box<CExpr>, u32, u32, ast::Span),
+    /// An expression of the scalar tier ([`scalar`]): evaluated on
+    /// `u128` with the second form, the same expression compiled as
+    /// above, as the fallback when the tier cannot run it.
+    Scalar(Box<Scalar>, Box<CExpr>),
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
 }
@@ -206,7 +217,16 @@ pub(crate) enum CCase {
 
 pub(crate) enum CTrans {
     Go(Next),
-    Select(Vec<CExpr>, Vec<CCase>),
+    /// The keys, the cases and, when every key is in the scalar tier
+    /// and every case is `default` or literals, the cases' values.
+    Select(Vec<CExpr>, Vec<CCase>, Option<SSelect>),
+}
+
+/// A select on scalar keys ([`CExpr::Scalar`]): per case of the
+/// [`CTrans::Select`], `None` for a default, else per key the literal's
+/// value as `cselect` converts it (`None`: `_`/`default`).
+pub(crate) struct SSelect {
+    pub cases: Vec<Option<Vec<Option<u128>>>>,
 }
 
 pub(crate) struct CState {
@@ -260,7 +280,7 @@ impl Code {
                     stmts_csum_sites(&s.body)
                         + match &s.trans {
                             CTrans::Go(_) => 0,
-                            CTrans::Select(es, _) => es.iter().map(expr_csum_sites).sum(),
+                            CTrans::Select(es, _, _) => es.iter().map(expr_csum_sites).sum(),
                         }
                 })
                 .sum::<usize>()
@@ -270,6 +290,108 @@ impl Code {
                 .flatten()
                 .map(expr_csum_sites)
                 .sum::<usize>()
+    }
+}
+
+impl Code {
+    /// The scalar tier's share of the compiled value sites: `(scalar,
+    /// all)` over every compiled body (a specialised body counted again),
+    /// a site being an assignment's right side, an `if` condition, a
+    /// variable's initialiser, a select key, a table key or a compiled
+    /// extern argument (a list's items each). Why: the tier gives the
+    /// `Value` path's results by design, so a test comparing outputs
+    /// cannot tell whether it ran; this count says it was compiled (read
+    /// at load, never on the data path).
+    pub fn scalar_sites(&self) -> (usize, usize) {
+        let mut n = (0, 0);
+        let mut site = |e: &CExpr| {
+            n.0 += usize::from(matches!(e, CExpr::Scalar(..)));
+            n.1 += 1;
+        };
+        let bodies = self
+            .controls
+            .iter()
+            .flatten()
+            .chain(&self.actions)
+            .chain(&self.functions)
+            .chain(self.specs.iter().map(|s| &s.body));
+        for b in bodies {
+            stmts_sites(b, &mut site);
+        }
+        for st in self.states.iter().flatten().flatten() {
+            stmts_sites(&st.body, &mut site);
+            if let CTrans::Select(es, _, _) = &st.trans {
+                for e in es {
+                    site(e);
+                    expr_sites(e, &mut site);
+                }
+            }
+        }
+        for e in self.keys.iter().flatten() {
+            site(e);
+            expr_sites(e, &mut site);
+        }
+        n
+    }
+}
+
+/// Calls `f` on each value site of `b` ([`Code::scalar_sites`]).
+fn stmts_sites(b: &[CStmt], f: &mut impl FnMut(&CExpr)) {
+    for s in b {
+        match s {
+            CStmt::Assign(_, _, e) | CStmt::Var(_, _, Some(e), _) => {
+                f(e);
+                expr_sites(e, f);
+            }
+            CStmt::Call(e) => expr_sites(e, f),
+            CStmt::If(c, t, e, _) => {
+                f(c);
+                expr_sites(c, f);
+                stmts_sites(std::slice::from_ref(t), f);
+                if let Some(e) = e {
+                    stmts_sites(std::slice::from_ref(e), f);
+                }
+            }
+            CStmt::Block(b) => stmts_sites(b, f),
+            CStmt::Var(_, _, None, _) | CStmt::Walk(_) => {}
+        }
+    }
+}
+
+/// The value sites inside `e` (its compiled extern arguments).
+fn expr_sites(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
+    match e {
+        CExpr::Unary(_, x, _) | CExpr::Cast(_, x, _) | CExpr::Slice(x, _, _, _) => expr_sites(x, f),
+        CExpr::Binary(_, x, y, _) | CExpr::BinLit(_, x, _, y, _) => {
+            expr_sites(x, f);
+            expr_sites(y, f);
+        }
+        CExpr::Method { obj, cargs, .. } => {
+            expr_sites(obj, f);
+            for a in cargs.iter().flatten() {
+                let items = match a {
+                    CArg::One(x) => std::slice::from_ref(x),
+                    CArg::List(xs) => xs.as_slice(),
+                };
+                for x in items {
+                    f(x);
+                    expr_sites(x, f);
+                }
+            }
+        }
+        CExpr::Extract { obj, .. } | CExpr::Emit { obj, .. } => expr_sites(obj, f),
+        CExpr::Scalar(..)
+        | CExpr::Lit(_)
+        | CExpr::Peek(..)
+        | CExpr::Named(..)
+        | CExpr::IsValid(..)
+        | CExpr::Apply(..)
+        | CExpr::Action(..)
+        | CExpr::ActionFlat(..)
+        | CExpr::Func(..)
+        | CExpr::FuncFlat(..)
+        | CExpr::ExternFn { .. }
+        | CExpr::Walk(_) => {}
     }
 }
 
@@ -295,7 +417,10 @@ fn stmts_csum_sites(b: &[CStmt]) -> usize {
 /// [`Code::csum_sites`] of an expression and its compiled operands.
 fn expr_csum_sites(e: &CExpr) -> usize {
     match e {
-        CExpr::Unary(_, x, _) => expr_csum_sites(x),
+        CExpr::Unary(_, x, _) | CExpr::Cast(_, x, _) | CExpr::Slice(x, _, _, _) => {
+            expr_csum_sites(x)
+        }
+        CExpr::Scalar(_, x) => expr_csum_sites(x),
         CExpr::Binary(_, x, y, _) | CExpr::BinLit(_, x, _, y, _) => {
             expr_csum_sites(x) + expr_csum_sites(y)
         }
@@ -544,6 +669,12 @@ struct Cx<'p> {
     specs: &'p std::cell::RefCell<Vec<((bool, usize), FlatSpec)>>,
     /// Nesting of specialised bodies being compiled.
     depth: u32,
+    /// Set while compiling the `Value` fallback of a scalar expression
+    /// (its parts are not wrapped again).
+    plain: std::cell::Cell<bool>,
+    /// Variables the body being compiled declared so far, with their
+    /// types (the scalar tier's leaves; the field guesses too).
+    locals: std::cell::RefCell<Vec<(String, Ty)>>,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -711,6 +842,8 @@ fn compile_with(
             alias: None,
             specs: &specs,
             depth: 0,
+            plain: Default::default(),
+            locals: Default::default(),
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
@@ -727,6 +860,8 @@ fn compile_with(
             alias: None,
             specs: &specs,
             depth: 0,
+            plain: Default::default(),
+            locals: Default::default(),
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
     }
@@ -747,6 +882,8 @@ fn compile_with(
             alias: None,
             specs: &specs,
             depth: 0,
+            plain: Default::default(),
+            locals: Default::default(),
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -762,6 +899,8 @@ fn compile_with(
             alias: None,
             specs: &specs,
             depth: 0,
+            plain: Default::default(),
+            locals: Default::default(),
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -885,12 +1024,8 @@ impl Cx<'_> {
                 None
             }
         };
-        let mut ty = self
-            .scope
-            .iter()
-            .rev()
-            .find(|(n, _)| *n == root)
-            .map(|(_, t)| t);
+        let declared = self.declared(&root);
+        let mut ty = declared.as_ref();
         let mut steps = Vec::with_capacity(names.len());
         for name in names {
             let agg = match ty {
@@ -908,7 +1043,24 @@ impl Cx<'_> {
     }
 
     fn stmts(&self, s: &[Stmt]) -> Vec<CStmt> {
-        s.iter().map(|s| self.stmt(s)).collect()
+        // The body's declarations go out of scope at its end.
+        let n = self.locals.borrow().len();
+        let r = s.iter().map(|s| self.stmt(s)).collect();
+        self.locals.borrow_mut().truncate(n);
+        r
+    }
+
+    /// The declared type of name `root` in scope: a variable the body
+    /// declared, else a parameter or block variable.
+    fn declared(&self, root: &str) -> Option<Ty> {
+        if let Some((_, t)) = self.locals.borrow().iter().rev().find(|(n, _)| n == root) {
+            return Some(t.clone());
+        }
+        self.scope
+            .iter()
+            .rev()
+            .find(|(n, _)| n == root)
+            .map(|(_, t)| t.clone())
     }
 
     fn stmt(&self, s: &Stmt) -> CStmt {
@@ -945,12 +1097,13 @@ impl Cx<'_> {
                     }
                 }
                 match self.p.resolve_type(&v.ty, locals) {
-                    Ok(ty) => CStmt::Var(
-                        v.name.name.clone(),
-                        ty,
-                        v.init.as_ref().map(|e| self.expr(e)),
-                        v.span.clone(),
-                    ),
+                    Ok(ty) => {
+                        let init = v.init.as_ref().map(|e| self.expr(e));
+                        self.locals
+                            .borrow_mut()
+                            .push((v.name.name.clone(), ty.clone()));
+                        CStmt::Var(v.name.name.clone(), ty, init, v.span.clone())
+                    }
                     Err(_) => CStmt::Walk(s.clone()),
                 }
             }
@@ -972,7 +1125,24 @@ impl Cx<'_> {
         self.p.g.consts.get(&id.name).cloned()
     }
 
+    /// `e` compiled; in the scalar tier ([`CExpr::Scalar`]) when it
+    /// is of its shapes (a literal alone is left a literal).
     fn expr(&self, e: &Expr) -> CExpr {
+        if !self.plain.get() {
+            if let Some(s) = self.scalar(e) {
+                if !matches!(s.e.node, scalar::SNode::Const(_)) {
+                    self.plain.set(true);
+                    let fb = self.expr_value(e);
+                    self.plain.set(false);
+                    return CExpr::Scalar(Box::new(s), Box::new(fb));
+                }
+            }
+        }
+        self.expr_value(e)
+    }
+
+    /// `e` compiled on [`Value`]s.
+    fn expr_value(&self, e: &Expr) -> CExpr {
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
                 Some(b) => CExpr::Lit(Value::Bits(b)),
@@ -1024,6 +1194,19 @@ impl Cx<'_> {
                 args,
                 span,
             } => self.call(e, func, type_args, args, span),
+            Expr::Cast(t, a, span) => {
+                let locals = self.block.map(|b| &self.p.blocks[b].locals);
+                match self.p.resolve_type(t, locals) {
+                    Ok(ty) => CExpr::Cast(ty, Box::new(self.expr(a)), span.clone()),
+                    Err(_) => self.walk(e),
+                }
+            }
+            Expr::Slice { expr, hi, lo, span } => match (slice_bound(hi), slice_bound(lo)) {
+                (Some(hi), Some(lo)) => {
+                    CExpr::Slice(Box::new(self.expr(expr)), hi, lo, span.clone())
+                }
+                _ => self.walk(e),
+            },
             o => self.walk(o),
         }
     }
@@ -1236,6 +1419,8 @@ impl Cx<'_> {
             alias: Some((fl, names, &spec_bad)),
             specs: self.specs,
             depth: self.depth + 1,
+            plain: Default::default(),
+            locals: Default::default(),
         };
         let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
@@ -1441,7 +1626,7 @@ impl Cx<'_> {
             Some(ast::Transition::Direct(id)) => CTrans::Go(self.next(b, &id.name)),
             Some(ast::Transition::Select { exprs, cases, .. }) => {
                 let n = exprs.len();
-                let cases = cases
+                let cases: Vec<CCase> = cases
                     .iter()
                     .map(|c| {
                         let next = self.next(b, &c.next.name);
@@ -1464,7 +1649,9 @@ impl Cx<'_> {
                         CCase::Keys(keys, next)
                     })
                     .collect();
-                CTrans::Select(exprs.iter().map(|e| self.expr(e)).collect(), cases)
+                let keys: Vec<CExpr> = exprs.iter().map(|e| self.expr(e)).collect();
+                let sel = scalar_select(&keys, &cases);
+                CTrans::Select(keys, cases, sel)
             }
         }
     }
@@ -2102,8 +2289,106 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => self.extern_function(name, type_args, args, span),
+            CExpr::Scalar(s, fb) => match self.scalar(s) {
+                Some((v, src)) => Ok(s.e.ty.value(v, src)),
+                None => self.ceval_inner(fb),
+            },
+            CExpr::Cast(ty, a, span) => {
+                // The walker's `Expr::Cast`.
+                let v = self.ceval(a)?;
+                if !matches!(v, Value::Struct(..) | Value::Tuple(..) | Value::Header(..)) {
+                    self.use_val(&v);
+                }
+                ops::cast(ty, v).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
+            CExpr::Slice(a, hi, lo, span) => {
+                // The walker's `Expr::Slice` (its bounds' two evaluations
+                // counted as steps).
+                let v = self.ceval(a)?;
+                self.tick()?;
+                self.tick()?;
+                ops::slice(&v, *hi, *lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
+            }
             CExpr::Walk(x) => self.eval(x),
         }
+    }
+
+    /// [`Run::ceval`] of `e`'s `Value` form (a scalar's fallback).
+    fn ceval_value(&mut self, e: &'a CExpr) -> R<Value> {
+        match e {
+            CExpr::Scalar(_, fb) => self.ceval(fb),
+            o => self.ceval(o),
+        }
+    }
+
+    /// The walker's assignment of `v` (already evaluated) to `lhs`.
+    fn cassign(&mut self, lhs: &'a Expr, chain: &'a Option<Chain>, v: Value) -> R<()> {
+        // Copying a computed checksum is not a decision on it.
+        self.assigning = true;
+        self.use_val(&v);
+        self.assigning = false;
+        if let Some((fl, at)) = chain.as_ref().and_then(|c| self.flat_of(c)) {
+            return self.flat_write(fl, at, v, lhs.span());
+        }
+        if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
+            // The walker's `assign` of a plain lvalue.
+            let nv =
+                coerce_like(target, v).map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
+            *target = nv;
+            return Ok(());
+        }
+        self.assign(lhs, v)
+    }
+
+    /// [`Run::cassign`] of a scalar value of type `ty`: its bits and
+    /// source stored where the target already holds that type (what
+    /// `coerce_like` keeps), no `Value` built.
+    fn cassign_scalar(
+        &mut self,
+        lhs: &'a Expr,
+        chain: &'a Option<Chain>,
+        ty: STy,
+        v: u128,
+        src: Src,
+    ) -> R<()> {
+        self.assigning = true;
+        self.suse(ty, src);
+        self.assigning = false;
+        if let Some((fl, at)) = chain.as_ref().and_then(|c| self.flat_of(c)) {
+            if let FlatAt::Field { h, i, k } = at {
+                let (w, _, is_bool) = fl.headers[h].kinds[k];
+                let fits = match ty {
+                    STy::Bits(sw, _) => !is_bool && sw == w,
+                    STy::Bool => is_bool,
+                };
+                if fits {
+                    let st = &mut self.st.pool.flat;
+                    st.v[i] = v;
+                    st.src[i] = src;
+                    return Ok(());
+                }
+            }
+            return self.flat_write(fl, at, ty.value(v, src), lhs.span());
+        }
+        if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
+            match (target, ty) {
+                (Value::Bits(t), STy::Bits(w, _)) if t.width == w => {
+                    t.v = v;
+                    t.src = src;
+                }
+                (Value::Bool(b, s), STy::Bool) => {
+                    *b = v != 0;
+                    *s = src;
+                }
+                (target, _) => {
+                    let nv = coerce_like(target, ty.value(v, src))
+                        .map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
+                    *target = nv;
+                }
+            }
+            return Ok(());
+        }
+        self.assign(lhs, ty.value(v, src))
     }
 
     /// [`Run::exec`] of a compiled statement.
@@ -2126,26 +2411,29 @@ impl<'a> Run<'a> {
     fn cexec_inner(&mut self, s: &'a CStmt) -> R<()> {
         match s {
             CStmt::Assign(lhs, chain, rhs) => {
-                let v = self.ceval(rhs)?;
-                // Copying a computed checksum is not a decision on it.
-                self.assigning = true;
-                self.use_val(&v);
-                self.assigning = false;
-                if let Some((fl, at)) = chain.as_ref().and_then(|c| self.flat_of(c)) {
-                    return self.flat_write(fl, at, v, lhs.span());
+                if let CExpr::Scalar(s, _) = rhs {
+                    if let Some((v, src)) = self.scalar(s) {
+                        return self.cassign_scalar(lhs, chain, s.e.ty, v, src);
+                    }
                 }
-                if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
-                    // The walker's `assign` of a plain lvalue.
-                    let nv = coerce_like(target, v)
-                        .map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
-                    *target = nv;
-                    return Ok(());
-                }
-                self.assign(lhs, v)
+                let v = self.ceval_value(rhs)?;
+                self.cassign(lhs, chain, v)
             }
             CStmt::Call(e) => self.ceval(e).map(|_| ()),
             CStmt::If(cond, then, otherwise, span) => {
-                let c = self.ceval(cond)?;
+                if let CExpr::Scalar(s, _) = cond {
+                    if s.e.ty == STy::Bool {
+                        if let Some((v, src)) = self.scalar(s) {
+                            self.suse(STy::Bool, src);
+                            return match (v != 0, otherwise) {
+                                (true, _) => self.cexec(then),
+                                (false, Some(o)) => self.cexec(o),
+                                (false, None) => Ok(()),
+                            };
+                        }
+                    }
+                }
+                let c = self.ceval_value(cond)?;
                 self.use_val(&c);
                 match c {
                     Value::Bool(true, _) => self.cexec(then),
@@ -2211,7 +2499,13 @@ impl<'a> Run<'a> {
     fn ctransition(&mut self, t: &'a CTrans) -> R<&'a Next> {
         match t {
             CTrans::Go(n) => Ok(n),
-            CTrans::Select(exprs, cases) => {
+            CTrans::Select(exprs, cases, sel) => {
+                if let Some(r) = sel
+                    .as_ref()
+                    .and_then(|sel| self.cselect_scalar(exprs, cases, sel))
+                {
+                    return r;
+                }
                 let mut vals = self.st.pool.data.pop().unwrap_or_default();
                 vals.clear();
                 let r = self.cselect(exprs, cases, &mut vals);
@@ -2276,4 +2570,109 @@ impl<'a> Run<'a> {
         }
         Err(Ctl::Reject("NoMatch".into()))
     }
+
+    /// [`Run::cselect`] on scalar keys and literal cases ([`SSelect`]):
+    /// the keys as `u128`s, no `Value`s; `None` (the `Value` path then
+    /// evaluates the keys again, see [`scalar`]) when the tier cannot
+    /// evaluate a key.
+    fn cselect_scalar(
+        &mut self,
+        exprs: &'a [CExpr],
+        cases: &'a [CCase],
+        sel: &SSelect,
+    ) -> Option<R<&'a Next>> {
+        let mut keys = [(0u128, Src::None, STy::Bool); SELECT_KEYS];
+        for (k, e) in exprs.iter().enumerate() {
+            let CExpr::Scalar(s, _) = e else { return None };
+            let (v, src) = self.scalar(s)?;
+            *keys.get_mut(k)? = (v, src, s.e.ty);
+        }
+        for &(_, src, ty) in &keys[..exprs.len()] {
+            self.suse(ty, src);
+        }
+        for (c, lits) in cases.iter().zip(&sel.cases) {
+            let next = match c {
+                CCase::Default(n) | CCase::Keys(_, n) | CCase::Walk(_, n) => n,
+            };
+            let Some(lits) = lits else {
+                return Some(Ok(next));
+            };
+            let mut all = true;
+            for (l, key) in lits.iter().zip(&keys) {
+                if let Some(l) = l {
+                    // `cselect`'s step per literal compared.
+                    if let Err(e) = self.tick() {
+                        return Some(Err(e));
+                    }
+                    if *l != key.0 {
+                        all = false;
+                        break;
+                    }
+                }
+            }
+            if all {
+                return Some(Ok(next));
+            }
+        }
+        Some(Err(Ctl::Reject("NoMatch".into())))
+    }
+}
+
+/// Most select keys [`SSelect`] takes.
+const SELECT_KEYS: usize = 4;
+
+/// The [`SSelect`] of a select with compiled keys `keys` and cases
+/// `cases`, when every key is a scalar `bit<W>`/`int<W>` and every case a
+/// `default` or literals (`_` among them): each literal's value as
+/// `cselect` gives it (`lit_bits` in the literal's own type, else the
+/// key's).
+fn scalar_select(keys: &[CExpr], cases: &[CCase]) -> Option<SSelect> {
+    if keys.len() > SELECT_KEYS {
+        return None;
+    }
+    let tys: Vec<(u32, bool)> = keys
+        .iter()
+        .map(|k| match k {
+            CExpr::Scalar(s, _) => match s.e.ty {
+                STy::Bits(w, signed) => Some((w, signed)),
+                STy::Bool => None,
+            },
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let cases = cases
+        .iter()
+        .map(|c| match c {
+            CCase::Default(_) => Some(None),
+            CCase::Keys(ks, _) if ks.len() == tys.len() => ks
+                .iter()
+                .zip(&tys)
+                .map(|(k, &(w, signed))| match k {
+                    CKey::Any => Some(None),
+                    CKey::Lit(lit, _) => {
+                        let (w, s) = lit.width.unwrap_or((w, signed));
+                        Some(Some(lit_bits(lit, w, s)?.v))
+                    }
+                    CKey::Walk(_) => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(Some),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(SSelect { cases })
+}
+
+/// A slice bound the walker's `const_u32` reads: a non-negative literal
+/// that fits a `u32`.
+fn slice_bound(e: &Expr) -> Option<u32> {
+    let Expr::Int(lit, _) = e else { return None };
+    let v = match lit.width {
+        // A sized literal is its value in its width (`lit_bits`).
+        Some((w, false)) => lit_bits(lit, w, false)?.v,
+        Some((_, true)) => return None,
+        None if !lit.negative => lit_bits(lit, 128, false)?.v,
+        None => return None,
+    };
+    u32::try_from(v).ok()
 }

@@ -343,6 +343,13 @@ impl Pipeline {
         self.prog.fast.as_ref().map_or(0, |c| c.csum_sites())
     }
 
+    /// The scalar tier's share of the compiled value sites, `(scalar,
+    /// all)` (`fast::Code::scalar_sites`; `(0, 0)` without compiled
+    /// code): decided at load, so tests can say the tier is in use.
+    pub fn scalar_sites(&self) -> (usize, usize) {
+        self.prog.fast.as_ref().map_or((0, 0), |c| c.scalar_sites())
+    }
+
     /// How many function or action bodies were compiled for flat header
     /// arguments (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and
     /// writes `hdr.ip` in the flat array, no header copied in or out).

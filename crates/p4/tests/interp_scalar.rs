@@ -1,0 +1,307 @@
+//! The scalar tier (`fast::scalar`): expressions on `bit<W>`/`int<W>`/
+//! `bool` evaluated on `u128` must give the walker's
+//! (`process_reference`) outputs and whole traces, for every operator
+//! the tier takes at widths 1 to 128, signed and unsigned (wrap-around,
+//! shifts by the width and more, slices, casts, signed comparisons), in
+//! flat header fields and in local variables, in `if` conditions,
+//! assignments, select keys and table keys; and the tier must be in use
+//! (`Pipeline::scalar_sites`).
+
+mod interp_support;
+use interp_support::{corpus, load};
+use nicflow_p4::Pipeline;
+use proptest::prelude::*;
+
+const WIDTHS: [u32; 10] = [1, 7, 8, 16, 31, 32, 48, 63, 64, 128];
+
+/// One input and one output header per (width, signedness), the main
+/// control computing every operator into the output's fields.
+fn program() -> String {
+    let mut hdrs = String::new();
+    let mut members = String::new();
+    let mut extracts = String::new();
+    let mut emits = String::new();
+    let mut body = String::new();
+    for w in WIDTHS {
+        for signed in [false, true] {
+            let id = format!("{}{w}", if signed { "s" } else { "u" });
+            let t = format!("{}<{w}>", if signed { "int" } else { "bit" });
+            let half = w / 2;
+            let sw = w - half;
+            let cat = if w <= 64 {
+                format!("{}<{}> cat;", if signed { "int" } else { "bit" }, 2 * w)
+            } else {
+                String::new()
+            };
+            hdrs.push_str(&format!(
+                "header i{id}_t {{ {t} a; {t} b; bit<8> n; }}\n\
+                 header o{id}_t {{ {t} add; {t} sub; {t} mul; {t} band; {t} bor; {t} bxor;\n\
+                   {t} bnot; {t} neg; {t} pos; {t} shl; {t} shr; {t} shl3; {t} shr3; {t} shlw;\n\
+                   {t} shrw; {t} addl; {t} subl; {t} x1; {t} x2; {t} sel; bool eq; bool ne;\n\
+                   bool lt; bool le; bool gt; bool ge; bool lg; bit<1> c1; bit<{sw}> sl;\n\
+                   bit<1> top; bit<8> c8; bit<128> c128; int<64> s64; {t} back; {cat} }}\n"
+            ));
+            members.push_str(&format!("    i{id}_t i{id}; o{id}_t o{id};\n"));
+            extracts.push_str(&format!(
+                "        pkt.extract(hdr.i{id}); pkt.extract(hdr.o{id});\n"
+            ));
+            emits.push_str(&format!(
+                "        pkt.emit(hdr.i{id}); pkt.emit(hdr.o{id});\n"
+            ));
+            let i = format!("hdr.i{id}");
+            let o = format!("hdr.o{id}");
+            let cat_line = if w <= 64 {
+                format!("{o}.cat = {i}.a ++ {i}.b;")
+            } else {
+                String::new()
+            };
+            // bit<W> <-> int<W> for the casts that change the width: the
+            // checker's rule (a cast changes the sign or the width).
+            let (to_bits, from_bits) = if signed {
+                (
+                    format!("(bit<{w}>) {i}.a"),
+                    format!("(int<{w}>) {o}.c128[{}:0]", w - 1),
+                )
+            } else {
+                (format!("{i}.a"), format!("{o}.c128[{}:0]", w - 1))
+            };
+            body.push_str(&format!(
+                "        {{
+            {o}.add = {i}.a + {i}.b;
+            {o}.sub = {i}.a - {i}.b;
+            {o}.mul = {i}.a * {i}.b;
+            {o}.band = {i}.a & {i}.b;
+            {o}.bor = {i}.a | {i}.b;
+            {o}.bxor = {i}.a ^ {i}.b;
+            {o}.bnot = ~{i}.a;
+            {o}.neg = -{i}.a;
+            {o}.pos = +{i}.b;
+            {o}.shl = {i}.a << {i}.n;
+            {o}.shr = {i}.a >> {i}.n;
+            {o}.shl3 = {i}.a << 3;
+            {o}.shr3 = {i}.b >> 3;
+            {o}.shlw = {i}.a << {w};
+            {o}.shrw = {i}.b >> 200;
+            {o}.addl = {i}.a + 1;
+            {o}.subl = 3 - {i}.b;
+            {o}.eq = {i}.a == {i}.b;
+            {o}.ne = {i}.a != {i}.b;
+            {o}.lt = {i}.a < {i}.b;
+            {o}.le = {i}.a <= {i}.b;
+            {o}.gt = {i}.a > {i}.b;
+            {o}.ge = {i}.a >= 0;
+            {o}.lg = !({i}.a < {i}.b) && {o}.ne || {i}.n[0:0] == 1;
+            {o}.c1 = (bit<1>) ({i}.a < {i}.b);
+            {o}.sl = (bit<{sw}>) ({to_bits})[{hi}:{half}];
+            {o}.top = ((bit<{w}>) ({to_bits}))[{hi}:{hi}];
+            {o}.c8 = (bit<8>) ({to_bits});
+            {o}.c128 = (bit<128>) ({to_bits}) + (bit<128>) {i}.n;
+            {o}.s64 = (int<64>) {i}.b;
+            {o}.back = {from_bits} ^ {i}.b;
+            {cat_line}
+            if ({i}.a > {i}.b && !({i}.a == 0) || {i}.n > 200) {{
+                {o}.sel = {i}.a;
+            }} else {{
+                {o}.sel = {i}.b - 1;
+            }}
+            {t} x = {i}.a;
+            {t} y = {i}.b;
+            {o}.x1 = x * y + (x ^ 5) - (y >> {i}.n);
+            x = x + y;
+            if (x < y || x == 0) {{ x = ~x; }}
+            {o}.x2 = x;
+        }}
+",
+                hi = w - 1,
+            ));
+        }
+    }
+    format!(
+        r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {{}}
+header k_t {{ bit<8> k; }}
+header pad_t {{ bit<{pad}> p; }}
+{hdrs}
+struct headers_t {{
+    k_t k0; k_t k1;
+{members}    pad_t pad;
+}}
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {{
+    state start {{
+        pkt.extract(hdr.iu8);
+        transition select(hdr.iu8.a[1:0], hdr.iu8.n[0:0] ^ hdr.iu8.b[7:7]) {{
+            (2w0, _): p0;
+            (2w1, 1w1): p1;
+            (3, 0): p1;
+            default: rest;
+        }}
+    }}
+    state p0 {{ pkt.extract(hdr.k0); transition rest; }}
+    state p1 {{ pkt.extract(hdr.k1); transition rest; }}
+    state rest {{
+        pkt.extract(hdr.ou8);
+{extracts}        pkt.extract(hdr.pad);
+        transition accept;
+    }}
+}}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {{
+    action nop() {{ }}
+    table t {{
+        key = {{ hdr.iu8.a ^ hdr.iu8.b : exact; hdr.is16.a[7:0] + 1 : exact; }}
+        actions = {{ nop; }}
+        default_action = nop;
+    }}
+    apply {{
+{body}        t.apply();
+        send_to_port((PortId_t) 1);
+    }}
+}}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {{
+    apply {{
+        pkt.emit(hdr.k0);
+        pkt.emit(hdr.k1);
+{emits}        pkt.emit(hdr.pad);
+    }}
+}}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#,
+        pad = pad_bits()
+    )
+    .replace("        pkt.extract(hdr.iu8); pkt.extract(hdr.ou8);\n", "")
+}
+
+fn build() -> Option<Pipeline> {
+    let c = corpus()?;
+    let prog = nicflow_p4::front::parse_str("scalar.p4", &program(), &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Bits of the input and output headers over all (width, signedness).
+fn header_bits() -> u32 {
+    let per: u32 = WIDTHS.iter().map(|w| 2 * w + 8).sum::<u32>() * 2;
+    let out: u32 = WIDTHS
+        .iter()
+        .map(|&w| {
+            let cat = if w <= 64 { 2 * w } else { 0 };
+            20 * w + 7 + 1 + (w - w / 2) + 1 + 8 + 128 + 64 + w + cat
+        })
+        .sum::<u32>()
+        * 2;
+    per + out
+}
+
+/// The last header's width: the emitted bits a whole number of bytes.
+fn pad_bits() -> u32 {
+    8 + (8 - header_bits() % 8) % 8
+}
+
+/// Bytes of all headers (one `k_t` of the parser's optional ones), and two.
+fn packet_len() -> usize {
+    ((header_bits() + pad_bits() + 8) / 8 + 2) as usize
+}
+
+/// `seed`'s packets: random bytes, some with the shift amounts small or
+/// the operands equal, some cut short (the parser rejects them).
+fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let len = packet_len();
+    (0..n)
+        .map(|k| {
+            let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            match k % 5 {
+                // Small values everywhere (shift amounts below the width,
+                // equal and zero operands more often).
+                0 => p.iter_mut().for_each(|b| *b &= 0x03),
+                1 => p
+                    .iter_mut()
+                    .for_each(|b| *b = if *b & 1 == 0 { 0 } else { 0xff }),
+                2 => p.truncate((next() as usize) % len),
+                _ => {}
+            }
+            p
+        })
+        .collect()
+}
+
+/// Each packet through `fast.process` and `reference.process_reference`:
+/// outputs and whole traces equal.
+fn agree(fast: &mut Pipeline, reference: &mut Pipeline, pkts: &[Vec<u8>]) -> usize {
+    let mut sent = 0;
+    for (i, p) in pkts.iter().enumerate() {
+        let a = fast.process(0, p, i as u64);
+        let b = reference.process_reference(0, p, i as u64);
+        if i < 4 && std::env::var("SCALAR_DEBUG").is_ok() {
+            eprintln!("{i}: {} bytes: {a:?}", p.len());
+        }
+        assert_eq!(
+            a,
+            b,
+            "packet {i} ({} bytes): scalar tier != walker",
+            p.len()
+        );
+        sent += a.outputs.len();
+    }
+    assert_eq!(fast.error_count(), reference.error_count());
+    sent
+}
+
+#[test]
+fn every_operator_at_every_width_agrees_with_the_walker() {
+    let (Some(mut fast), Some(mut reference)) = (build(), build()) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    let (scalar, all) = fast.scalar_sites();
+    // Every assignment, condition, initialiser, select key and table key
+    // of the program is of the tier's shapes.
+    assert_eq!(scalar, all, "{scalar} of {all} sites in the scalar tier");
+    assert!(scalar > 20 * WIDTHS.len() * 2, "{scalar}");
+    let sent = agree(&mut fast, &mut reference, &packets(7, 300));
+    assert!(sent >= 100, "only {sent} forwarded");
+}
+
+#[test]
+fn routing_uses_the_scalar_tier() {
+    let Some(p) = load("pna/routing.p4") else {
+        return;
+    };
+    // routing.p4's compiled value sites: the `if` condition, the select
+    // key, both table keys, the actions' two assignments, and in
+    // `ip_ttl_dec` (its plain body and its body for the flat `hdr.ip`)
+    // `ip.ttl = ip.ttl - 1`, the `set_state` argument and the four
+    // checksum list items; only `ip.hdrChecksum = chk.get()` (twice) is
+    // not of the tier's shapes.
+    assert_eq!(p.scalar_sites(), (13, 15));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_values_agree_with_the_walker(bytes in proptest::collection::vec(any::<u8>(), 16..64), fill in any::<u8>()) {
+        let (Some(mut fast), Some(mut reference)) = (build(), build()) else {
+            return Ok(());
+        };
+        // The random bytes repeated over the whole packet, every other
+        // repetition xored with `fill` (operands equal or not).
+        let len = packet_len();
+        let p: Vec<u8> = (0..len)
+            .map(|i| bytes[i % bytes.len()] ^ if (i / bytes.len()) % 2 == 1 { fill } else { 0 })
+            .collect();
+        let a = fast.process(0, &p, 1);
+        let b = reference.process_reference(0, &p, 1);
+        prop_assert_eq!(a, b);
+    }
+}
