@@ -52,6 +52,21 @@
 //! does. The reply is guessed from the originator's packet as it leaves
 //! (translated, its MACs rewritten), the other way round. A reply flow
 //! that is not cached is translated ahead (`Datapath::install_for_setup`).
+//!
+//! **Set-up in the program** (`setup_bpf`, off by default, see
+//! [`setup_bpf_default`]): a daemon set-up without NAT also writes a
+//! *template* for the SYN's input port and EtherType
+//! ([`CtOffloads::write_template`]): the three entries' values and mask
+//! slots, and what every flow involved looked at as fields of the SYN's
+//! key. The TC program then sets a later bare SYN that agrees with it up
+//! itself (`tc_dp.c`, `dp_ct_setup`: the entries inserted with
+//! `BPF_NOEXIST` after a report was reserved in its ring buffer, the SYN
+//! forwarded), and the daemon takes the reports in
+//! ([`CtOffloads::take_events`]): the tracker commits the SYN, and the
+//! entries are taken into the books only if they are exactly what
+//! [`CtOffloads::setup`] would have installed from the flows cached now
+//! (deleted otherwise). A template goes when a flow it came from changes or
+//! goes ([`CtOffloads::check_templates`], at every revalidation).
 
 use super::offload::{CtEvent, CtTemplateSpec, FlowHashKey};
 use super::{DpAction, DpFlow, FlowOffload};
