@@ -995,12 +995,12 @@ impl CtOffloads {
         let mut kept = Vec::with_capacity(8);
         for (id, f) in [(s1, f1), (s2, f2)] {
             fold_mask(&mut vmask, &f.matching.mask().0, false, true);
-            kept.push((id, f.matching.clone(), f.actions.clone()));
+            kept.push((id, f.matching, f.actions.clone()));
         }
         for (_, reply, e) in entries {
             for (id, f) in e.from.0 {
                 fold_mask(&mut vmask, &f.matching.mask().0, *reply, false);
-                kept.push((id, f.matching.clone(), f.actions.clone()));
+                kept.push((id, f.matching, f.actions.clone()));
             }
         }
         vmask.in_port = u32::MAX;
@@ -1019,7 +1019,7 @@ impl CtOffloads {
         }
         let gen = self.next_gen;
         self.next_gen += 1;
-        let entry = |i: usize| (entries[i].2.matching.clone(), entries[i].2.actions.clone());
+        let entry = |i: usize| (entries[i].2.matching, entries[i].2.actions.clone());
         let spec = CtTemplateSpec {
             gen,
             in_port: key.in_port,
