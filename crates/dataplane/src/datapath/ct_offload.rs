@@ -2002,6 +2002,34 @@ mod tests {
         }
     }
 
+    /// A template's vmask reads each flow's mask as fields of the SYN's
+    /// key: a reply flow's source is the SYN's destination (addresses,
+    /// ports, MACs), its in_port and TCP flags are the template's own, and
+    /// the original tuple's ct fields are the SYN's whichever way round.
+    #[test]
+    fn a_reply_flow_constrains_the_syn_the_other_way_round() {
+        let mut m = FlowKey::default();
+        m.nw_src = u32::MAX;
+        m.tp_src = 0xffff;
+        m.dl_src = [0xff; 6];
+        m.in_port = u32::MAX;
+        m.tcp_flags = 0x012;
+        m.ct_tp_dst = 0xffff;
+        m.ct_state = 0xff;
+        let mut v = FlowKey::default();
+        fold_mask(&mut v, &m, true, false);
+        assert_eq!((v.nw_src, v.nw_dst), (0, u32::MAX));
+        assert_eq!((v.tp_src, v.tp_dst), (0, 0xffff));
+        assert_eq!((v.dl_src, v.dl_dst), ([0; 6], [0xff; 6]));
+        assert_eq!((v.in_port, v.tcp_flags, v.ct_state), (0, 0, 0));
+        // The SYN's own flow: the same way round, its flags too.
+        let mut w = FlowKey::default();
+        fold_mask(&mut w, &m, false, true);
+        assert_eq!((w.nw_src, w.nw_dst), (u32::MAX, 0));
+        assert_eq!((w.tp_src, w.tp_dst), (0xffff, 0xffff));
+        assert_eq!((w.in_port, w.tcp_flags), (u32::MAX, 0x012));
+    }
+
     fn flow(mask: FlowMask, actions: Vec<DpAction>) -> DpFlow {
         DpFlow {
             matching: Match::new(FlowKey::default(), mask),
