@@ -2008,14 +2008,16 @@ mod tests {
     /// the original tuple's ct fields are the SYN's whichever way round.
     #[test]
     fn a_reply_flow_constrains_the_syn_the_other_way_round() {
-        let mut m = FlowKey::default();
-        m.nw_src = u32::MAX;
-        m.tp_src = 0xffff;
-        m.dl_src = [0xff; 6];
-        m.in_port = u32::MAX;
-        m.tcp_flags = 0x012;
-        m.ct_tp_dst = 0xffff;
-        m.ct_state = 0xff;
+        let m = FlowKey {
+            nw_src: u32::MAX,
+            tp_src: 0xffff,
+            dl_src: [0xff; 6],
+            in_port: u32::MAX,
+            tcp_flags: 0x012,
+            ct_tp_dst: 0xffff,
+            ct_state: 0xff,
+            ..FlowKey::default()
+        };
         let mut v = FlowKey::default();
         fold_mask(&mut v, &m, true, false);
         assert_eq!((v.nw_src, v.nw_dst), (0, u32::MAX));
