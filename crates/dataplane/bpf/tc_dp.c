@@ -638,6 +638,209 @@ static __always_inline int tc_tunnel_precheck(struct __sk_buff *ctx, struct dp_s
 	return 0;
 }
 
+/* ---- connection set-up in the program (issue 36, `ct_setup_bpf`) --------
+ * The daemon sets a TCP connection up in this engine at its SYN
+ * (datapath::ct_offload, "set-up in the kernel"): three exact entries
+ * composed from cached megaflows, then the SYN sent on. When such a set-up
+ * came from cached megaflows without NAT or MAC rewrites, it also writes a
+ * *template* for the SYN's input port and EtherType: what those megaflows
+ * looked at, as fields of the SYN's key (vmask, and the SYN's values
+ * there, vkey), the three entries' mask slots, key TCP flags and values
+ * (actions), and where the SYN goes. A later bare SYN that misses and
+ * agrees with the template where vmask looks would take the very same
+ * megaflows in userspace, so the program builds and inserts the three
+ * entries itself (BPF_NOEXIST: an entry already there, another CPU's or
+ * a connection's with the same tuple, wins and the SYN goes up, every entry
+ * this one inserted deleted again), reports the SYN (its frame) through
+ * the dp_ct_events ring buffer, and forwards it. The daemon creates the
+ * tracker's connection from the report and takes the entries into its
+ * books; it stays the authority (removes them when the connection ends,
+ * on a rule change, ...). The ring space is reserved before anything is
+ * inserted: with the ring full the SYN goes up instead, so no entry
+ * exists that the daemon does not hear of. The daemon removes a template
+ * as soon as a flow it came from changes or goes. */
+#define DP_CT_EV_FRAME 192	/* longest SYN frame reported (and set up) */
+
+struct dp_ct_tpl_key {
+	__u32 in_port;
+	__u16 dl_type;
+	__u16 pad;	/* 0 */
+};
+
+struct dp_ct_tpl {
+	__u64 gen;		/* the daemon's id of this template */
+	__u32 out_port;		/* in_port of the reply entries */
+	__u32 syn_slot;		/* dp_tx_ports slot the SYN leaves by */
+	__u32 mask_idx[3];	/* entries: orig, reply, reply SYN-ACK */
+	__u16 tcp_flags[3];	/* each entry key's TCP flags */
+	__u16 pad;
+	__u32 pad2;
+	union dp_key vmask;
+	union dp_key vkey;	/* the source SYN's key & vmask */
+	struct dp_flow entry[3];	/* values: actions, flags, out_slot */
+};
+_Static_assert(sizeof(struct dp_ct_tpl) == 40 + 224 + 3 * sizeof(struct dp_flow),
+	       "dp_ct_tpl layout");
+
+struct dp_ct_event {
+	__u64 gen;
+	struct dp_flow_key hk[3];
+	__u32 in_port;
+	__u32 len;
+	__u8 frame[DP_CT_EV_FRAME];
+};
+_Static_assert(sizeof(struct dp_ct_event) == 256, "dp_ct_event layout");
+
+struct dp_ct_scratch {
+	union dp_key key;
+	struct dp_flow v;
+	struct dp_flow_key hk[3];
+};
+
+/* dp_ct_stats: set up, ring full (SYN up), lost race or collision (SYN up),
+ * template there but not agreeing (SYN up). */
+enum { DP_CT_ST_SETUP = 0, DP_CT_ST_RING_FULL, DP_CT_ST_EXISTS, DP_CT_ST_MISMATCH, DP_CT_ST_N };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct dp_ct_tpl_key);
+	__type(value, struct dp_ct_tpl);
+} dp_ct_tpl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);	/* the loader may set it */
+} dp_ct_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dp_ct_scratch);
+} dp_ct_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DP_CT_ST_N);
+	__type(key, __u32);
+	__type(value, __u64);
+} dp_ct_stats SEC(".maps");
+
+static __always_inline void ct_stat(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&dp_ct_stats, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+/* A bare TCP SYN (parsed into the scratch) missed: set its connection up
+ * from the template of its port and EtherType. Returns the SYN's output
+ * (ifindex << 1 | 1 for bpf_redirect_peer), or -1: it goes up as before.
+ * A global function: verified once, on its own. */
+__attribute__((noinline)) int dp_ct_setup(struct __sk_buff *ctx)
+{
+	__u32 zero = 0, len, slot, idx, n = 0, i;
+	struct dp_scratch *st = bpf_map_lookup_elem(&dp_scratch, &zero);
+	struct dp_ct_scratch *cs = bpf_map_lookup_elem(&dp_ct_scratch, &zero);
+	struct dp_config *cfg = bpf_map_lookup_elem(&dp_config, &zero);
+	struct dp_ct_tpl_key tk = {};
+	struct dp_ct_event *ev;
+	struct dp_ct_tpl *t;
+	struct dp_tx_if *tx;
+	union dp_key *k, *o;
+	struct dp_mask *m;
+	int w, out;
+
+	if (!st || !cs || !cfg)
+		return -1;
+	k = &st->key;
+	if (RD32(st->l4) != DP_L4_TCP || (k->f.tcp_flags & 0x17) != 0x02 || k->f.nw_frag ||
+	    k->f.vlan_tci)
+		return -1;
+	tk.in_port = k->f.in_port;
+	tk.dl_type = k->f.dl_type;
+	t = bpf_map_lookup_elem(&dp_ct_tpl, &tk);
+	if (!t)
+		return -1;
+	if (!dp_masked_eq(k, &t->vmask, &t->vkey)) {
+		ct_stat(DP_CT_ST_MISMATCH);
+		return -1;
+	}
+	len = ctx->len;
+	if (len < 14 || len > DP_CT_EV_FRAME)
+		return -1;
+	slot = t->syn_slot;
+	tx = bpf_map_lookup_elem(&dp_tx_ports, &slot);
+	if (!tx || !tx->ifindex || tx->ifindex > 0x3fffffff)
+		return -1;
+	out = (int)(tx->ifindex << 1) | ((tx->flags & DP_TX_PEER) ? 1 : 0);
+	ev = bpf_ringbuf_reserve(&dp_ct_events, sizeof(*ev), 0);
+	if (!ev) {
+		ct_stat(DP_CT_ST_RING_FULL);
+		return -1;
+	}
+	o = &cs->key;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 3; i++) {
+		__builtin_memcpy(o, k, sizeof(*o));
+		if (i) {
+			__builtin_memcpy(o->f.dl_dst, k->f.dl_src, 6);
+			__builtin_memcpy(o->f.dl_src, k->f.dl_dst, 6);
+			o->f.nw_src = k->f.nw_dst;
+			o->f.nw_dst = k->f.nw_src;
+			__builtin_memcpy(o->f.ipv6_src, k->f.ipv6_dst, 16);
+			__builtin_memcpy(o->f.ipv6_dst, k->f.ipv6_src, 16);
+			o->f.tp_src = k->f.tp_dst;
+			o->f.tp_dst = k->f.tp_src;
+			o->f.in_port = t->out_port;
+		}
+		o->f.tcp_flags = t->tcp_flags[i];
+		idx = t->mask_idx[i];
+		m = bpf_map_lookup_elem(&dp_masks, &idx);
+		if (!m || !m->active)
+			goto undo;
+		__builtin_memcpy(&cs->v, &t->entry[i], sizeof(cs->v));
+		cs->v.packets = 0;
+		cs->v.bytes = 0;
+		cs->v.used_ns = 0;
+		cs->v.tcp_flags = 0;
+#pragma unroll
+		for (w = 0; w < DP_KEY_WORDS; w++)
+			cs->v.key.w[w] = o->w[w] & m->mask.w[w];
+		cs->hk[i].mask_idx = idx;
+		cs->hk[i].pad = 0;
+		cs->hk[i].hash = dp_masked_hash(o, &m->mask, cfg);
+		if (bpf_map_update_elem(&dp_flows, &cs->hk[i], &cs->v, BPF_NOEXIST)) {
+			ct_stat(DP_CT_ST_EXISTS);
+			goto undo;
+		}
+		n = i + 1;
+	}
+	len &= 0xff;
+	if (len < 14 || len > DP_CT_EV_FRAME)
+		goto undo;
+	if (bpf_skb_load_bytes(ctx, 0, ev->frame, len))
+		goto undo;
+	ev->gen = t->gen;
+	__builtin_memcpy(ev->hk, cs->hk, sizeof(ev->hk));
+	ev->in_port = tk.in_port;
+	ev->len = len;
+	bpf_ringbuf_submit(ev, 0);
+	ct_stat(DP_CT_ST_SETUP);
+	return out;
+undo:
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 3; i++) {
+		if (i >= n)
+			break;
+		bpf_map_delete_elem(&dp_flows, &cs->hk[i]);
+	}
+	bpf_ringbuf_discard(ev, 0);
+	return -1;
+}
+
 /* Profiling builds (issue 33's breakdown; never the shipped object):
  * -DDP_PROF_STOP=n ends a hit early with a redirect to output slot 0, so
  * `nicflow bench progcost --tc-variant` can measure what each stage adds:
@@ -735,6 +938,18 @@ int tc_dp(struct __sk_buff *ctx)
 	if (!flow) {
 		if (punted)
 			goto punt;
+		/* A bare TCP SYN (its flags in the key): set up from a template
+		 * if there is one (dp_ct_setup), then forwarded. */
+		if (!base && !vlan && (st->key.f.tcp_flags & 0x17) == 0x02 &&
+		    st->key.f.nw_proto == 6) {
+			int o = dp_ct_setup(ctx);
+
+			if (o > 0) {
+				if ((o & 1) && plain_ip)
+					return bpf_redirect_peer((__u32)o >> 1, 0);
+				return bpf_redirect((__u32)o >> 1, 0);
+			}
+		}
 		goto to_user;
 	}
 	/* A per-packet select: the frame runs, and is counted by, its chosen

@@ -616,7 +616,11 @@ impl Bridge {
 
     /// Receive descriptors of the ports that have one, for the daemon's poll.
     pub fn rx_fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
-        self.ports.iter().filter_map(|p| p.port.rx_fd())
+        // The TC program's set-up reports wake the daemon too.
+        self.ports
+            .iter()
+            .filter_map(|p| p.port.rx_fd())
+            .chain(self.dp.ct_events_fd())
     }
 
     /// Does any port profit from a short spin after traffic stops?
@@ -965,6 +969,8 @@ impl Bridge {
     /// received.
     pub fn run_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
+        // Connections the TC program set up since the last round.
+        self.dp.take_ct_events(now);
         let n_ports = self.ports.len();
         // Outside a budgeted round (tests, captures) ports go in order.
         let first = match self.round {
@@ -1368,10 +1374,27 @@ impl Bridge {
         self.dp.ct_offloads.setup_enabled = on;
     }
 
+    /// Turn set-up in the BPF program (templates) on or off (off by
+    /// default, `NICFLOW_CT_SETUP_BPF=1` in the environment turns it on).
+    /// Off, the templates go at once.
+    pub fn set_ct_setup_bpf(&mut self, on: bool) {
+        self.dp.ct_offloads.setup_bpf = on;
+        self.dp.ct_offloads.events_held = false;
+        self.dp.sync_ct_offloads(Instant::now());
+    }
+
     /// Turn set-up in the kernel of NATed connections on or off (on by
     /// default, `NICFLOW_CT_SETUP_NAT=0` in the environment turns it off).
     pub fn set_ct_setup_nat(&mut self, on: bool) {
         self.dp.ct_offloads.setup_nat = on;
+    }
+
+    /// The TC program's own set-up counters (`layout::ct_stat`).
+    pub fn ct_program_stats(&self) -> [u64; 4] {
+        self.dp
+            .offload()
+            .map(|o| o.ct_program_stats())
+            .unwrap_or_default()
     }
 
     /// Connections in the kernel engine (`ct_offload`), for `stats`.

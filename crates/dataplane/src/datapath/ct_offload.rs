@@ -52,10 +52,26 @@
 //! does. The reply is guessed from the originator's packet as it leaves
 //! (translated, its MACs rewritten), the other way round. A reply flow
 //! that is not cached is translated ahead (`Datapath::install_for_setup`).
+//!
+//! **Set-up in the program** (`setup_bpf`, off by default, see
+//! [`setup_bpf_default`]): a daemon set-up without NAT also writes a
+//! *template* for the SYN's input port and EtherType
+//! ([`CtOffloads::write_template`]): the three entries' values and mask
+//! slots, and what every flow involved looked at as fields of the SYN's
+//! key. The TC program then sets a later bare SYN that agrees with it up
+//! itself (`tc_dp.c`, `dp_ct_setup`: the entries inserted with
+//! `BPF_NOEXIST` after a report was reserved in its ring buffer, the SYN
+//! forwarded), and the daemon takes the reports in
+//! ([`CtOffloads::take_events`]): the tracker commits the SYN, and the
+//! entries are taken into the books only if they are exactly what
+//! [`CtOffloads::setup`] would have installed from the flows cached now
+//! (deleted otherwise). A template goes when a flow it came from changes or
+//! goes ([`CtOffloads::check_templates`], at every revalidation).
 
+use super::offload::{CtEvent, CtTemplateSpec, FlowHashKey};
 use super::{DpAction, DpFlow, FlowOffload};
 use nicflow_classifier::{Classifier, RuleId};
-use nicflow_conntrack::{state, ConnHandle, Conntrack, NatRewrite, OffloadInfo};
+use nicflow_conntrack::{state, ConnHandle, Conntrack, CtRequest, NatRewrite, OffloadInfo};
 use nicflow_flow::{FlowKey, FlowMask, Match, FLOW_WORDS};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -251,6 +267,139 @@ pub struct CtOffloads {
     /// Set-up of NATed connections on (on by default: it raised the load
     /// balancer's connections/s, see [`setup_nat_default`]).
     pub setup_nat: bool,
+    /// Set-up in the BPF program itself (templates, see
+    /// [`CtOffloads::take_events`]); needs `setup_enabled`. Default: see
+    /// [`setup_bpf_default`].
+    pub setup_bpf: bool,
+    /// Templates written to the engine, by (input port, EtherType).
+    templates: Map<(u32, u16), Template>,
+    /// The next template's id (the program's reports name it).
+    next_gen: u64,
+    /// Connections the program set up (reported, taken in).
+    pub bpf_set_up: u64,
+    /// Reports whose entries were deleted instead (`setup_refused` says
+    /// why: `ct:bpf-...`).
+    pub bpf_undone: u64,
+    /// Templates written and removed.
+    pub templates_written: u64,
+    pub templates_removed: u64,
+    /// The reports' buffer, reused.
+    events: Vec<CtEvent>,
+    /// Tests only (`set BRIDGE ct_setup_bpf=hold`): the program's reports
+    /// are left in its ring buffer, which fills (then SYNs go up).
+    pub events_held: bool,
+    /// Templates replaced or removed lately, for reports made from them
+    /// before ([`CtOffloads::retire`]).
+    retired: VecDeque<TemplateCore>,
+}
+
+/// A set-up template written to the engine ([`FlowOffload::set_ct_template`]):
+/// what the daemon needs to take in the program's reports of it, and to
+/// notice when it no longer holds.
+#[derive(Clone, Debug)]
+struct Template {
+    gen: u64,
+    /// Every flow it was derived from (the SYN's two passes, each entry's
+    /// two), with its match and actions as they were: a flow that changes
+    /// (revalidation: its actions, or its mask) or goes removes it.
+    flows: Vec<(RuleId, Match, Vec<DpAction>)>,
+    /// The SYN's two flows, credited with each SYN the program forwards.
+    syn_flows: [RuleId; 2],
+    /// The commit the SYN's second pass makes: the tracker is asked the
+    /// same for each reported SYN.
+    req: CtRequest,
+    /// The SYN's first pass's recirculation id (its second-pass key's).
+    recirc: u32,
+    /// vmask/vkey as written (a set-up whose template would be the same
+    /// writes nothing).
+    vmask: FlowKey,
+    vkey: FlowKey,
+}
+
+/// What taking in a template's reports needs (kept after it is gone).
+#[derive(Clone, Copy, Debug)]
+struct TemplateCore {
+    gen: u64,
+    syn_flows: [RuleId; 2],
+    req: CtRequest,
+    recirc: u32,
+}
+
+impl TemplateCore {
+    fn of(t: &Template) -> TemplateCore {
+        TemplateCore {
+            gen: t.gen,
+            syn_flows: t.syn_flows,
+            req: t.req,
+            recirc: t.recirc,
+        }
+    }
+}
+
+/// Removed templates kept for late reports.
+const RETIRED_MAX: usize = 16;
+
+/// Fold a flow's mask `m` into a template's `vmask`, as fields of the
+/// SYN's key: a flow of a reply packet looked at the SYN's fields the
+/// other way round (addresses, ports, MACs swapped; its `in_port` and
+/// TCP flags are the template's constants, as are the flags of the
+/// originator's later segments: `syn` says whether the flow is one of
+/// the SYN's own). The connection's original tuple (`ct_nw_src`...) is
+/// the SYN's, in either direction. What only userspace has (registers,
+/// metadata, the ct state, zone, mark and label, the recirculation) is
+/// the same for every SYN the template takes: fixed by the flows
+/// themselves and the commit's fixed zone and mark.
+fn fold_mask(v: &mut FlowKey, m: &FlowKey, reply: bool, syn: bool) {
+    fn or<const N: usize>(a: &mut [u8; N], b: &[u8; N]) {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x |= *y;
+        }
+    }
+    v.dl_type |= m.dl_type;
+    v.vlan_tci |= m.vlan_tci;
+    v.vlan_tci2 |= m.vlan_tci2;
+    or(&mut v.arp_sha, &m.arp_sha);
+    or(&mut v.arp_tha, &m.arp_tha);
+    v.ipv6_label |= m.ipv6_label;
+    v.nw_proto |= m.nw_proto;
+    v.nw_tos |= m.nw_tos;
+    v.nw_ttl |= m.nw_ttl;
+    v.nw_frag |= m.nw_frag;
+    v.tun_id |= m.tun_id;
+    v.tun_src |= m.tun_src;
+    v.tun_dst |= m.tun_dst;
+    v.tun_flags |= m.tun_flags;
+    v.tun_metadata[0] |= m.tun_metadata[0];
+    if reply {
+        or(&mut v.dl_dst, &m.dl_src);
+        or(&mut v.dl_src, &m.dl_dst);
+        v.nw_src |= m.nw_dst;
+        v.nw_dst |= m.nw_src;
+        or(&mut v.ipv6_src, &m.ipv6_dst);
+        or(&mut v.ipv6_dst, &m.ipv6_src);
+        v.tp_src |= m.tp_dst;
+        v.tp_dst |= m.tp_src;
+    } else {
+        v.in_port |= m.in_port;
+        or(&mut v.dl_dst, &m.dl_dst);
+        or(&mut v.dl_src, &m.dl_src);
+        v.nw_src |= m.nw_src;
+        v.nw_dst |= m.nw_dst;
+        or(&mut v.ipv6_src, &m.ipv6_src);
+        or(&mut v.ipv6_dst, &m.ipv6_dst);
+        v.tp_src |= m.tp_src;
+        v.tp_dst |= m.tp_dst;
+    }
+    if syn {
+        v.tcp_flags |= m.tcp_flags;
+    }
+    v.nw_src |= m.ct_nw_src;
+    v.nw_dst |= m.ct_nw_dst;
+    or(&mut v.ipv6_src, &m.ct_ipv6_src);
+    or(&mut v.ipv6_dst, &m.ct_ipv6_dst);
+    v.tp_src |= m.ct_tp_src;
+    v.tp_dst |= m.ct_tp_dst;
+    v.nw_proto |= m.ct_nw_proto;
 }
 
 impl Default for CtOffloads {
@@ -273,6 +422,16 @@ impl Default for CtOffloads {
             setup_queue: VecDeque::new(),
             setup_enabled: setup_default(),
             setup_nat: setup_nat_default(),
+            setup_bpf: setup_bpf_default(),
+            templates: Map::default(),
+            next_gen: 1,
+            bpf_set_up: 0,
+            bpf_undone: 0,
+            templates_written: 0,
+            templates_removed: 0,
+            events: Vec::new(),
+            events_held: false,
+            retired: VecDeque::new(),
         }
     }
 }
@@ -297,6 +456,14 @@ fn setup_default() -> bool {
 /// since fixed.)
 fn setup_nat_default() -> bool {
     env_switch("NICFLOW_CT_SETUP_NAT", true)
+}
+
+/// Set-up in the BPF program is off unless `NICFLOW_CT_SETUP_BPF=1` is in
+/// the daemon's environment (or `set BRIDGE ct_setup_bpf=on`); it needs
+/// set-up itself on. Decided by `nicflow bench conntrack --modes cps`
+/// (docs/results/conntrack.md, "ctbpf").
+fn setup_bpf_default() -> bool {
+    env_switch("NICFLOW_CT_SETUP_BPF", false)
 }
 
 /// An on/off switch from the environment: `0|off|false|no` and
@@ -462,12 +629,13 @@ impl CtOffloads {
         &mut self,
         h: ConnHandle,
         first: (RuleId, &FlowKey),
-        second_key: &FlowKey,
+        second: (RuleId, &FlowKey),
         flows: &Classifier<FLOW_WORDS, DpFlow>,
         tracker: &mut Conntrack,
         off: &mut dyn FlowOffload,
         now: Instant,
     ) -> Option<Box<FlowKey>> {
+        let second_key = second.1;
         let h = h.direction_key();
         let key = first.1;
         if !self.setup_enabled
@@ -546,6 +714,33 @@ impl CtOffloads {
                     return None;
                 }
                 self.set_up += 1;
+                if self.setup_bpf && sent == tuple {
+                    self.write_template(key, (first.0, second.0), &entries, flows, off);
+                }
+                self.record_setup(h, [tuple, sent], entries, ids, n, info, now);
+            }
+            Err(Refusal::Why(why)) => self.refuse_setup(why),
+            Err(Refusal::NotCached(k)) => return Some(k),
+        }
+        None
+    }
+
+    /// The books of a connection set up in the kernel whose three entries
+    /// (`entries`, kernel ids `ids[..n]`) are installed: its tuples, the
+    /// poll's queue, the live entries.
+    #[allow(clippy::too_many_arguments)]
+    fn record_setup(
+        &mut self,
+        h: ConnHandle,
+        [tuple, sent]: [Tuple; 2],
+        entries: SetupEntries<'_>,
+        ids: [u64; 3],
+        n: usize,
+        info: OffloadInfo,
+        now: Instant,
+    ) {
+        {
+            {
                 self.pending += 1;
                 self.setups_since_poll += 1;
                 self.setup_conns.insert(
@@ -582,10 +777,7 @@ impl CtOffloads {
                     );
                 }
             }
-            Err(Refusal::Why(why)) => self.refuse_setup(why),
-            Err(Refusal::NotCached(k)) => return Some(k),
         }
-        None
     }
 
     /// Count a set-up refusal (`stats`: `ct:setup-...:N`).
@@ -726,6 +918,356 @@ impl CtOffloads {
         Ok((entries, Tuple::of(&sent)))
     }
 
+    /// Set-up in the program: after the daemon set connection `key` up
+    /// from cached flows (`syn_flows`: the SYN's two; `entries`: the three
+    /// entries composed, masks refined), write a template for the SYN's
+    /// port and EtherType, unless the one there is the same. Only for a
+    /// connection without NAT whose packets leave with the MACs they came
+    /// with (the program builds the reply's keys by swapping the SYN's),
+    /// untagged, not from a tunnel, and whose SYN's second pass is exactly
+    /// "commit (no NAT) in the first pass's zone, then one output".
+    fn write_template(
+        &mut self,
+        key: &FlowKey,
+        (s1, s2): (RuleId, RuleId),
+        entries: &SetupEntries<'_>,
+        flows: &Classifier<FLOW_WORDS, DpFlow>,
+        off: &mut dyn FlowOffload,
+    ) {
+        if key.vlan_tci != 0
+            || key.vlan_tci2 != 0
+            || key.tun_id != 0
+            || key.tun_flags != 0
+            || key.tun_src != 0
+            || key.tun_dst != 0
+        {
+            self.refuse_setup("ct:bpf-tagged");
+            return;
+        }
+        let (Some(f1), Some(f2)) = (flows.get(s1), flows.get(s2)) else {
+            return;
+        };
+        let (req, syn_out) = match f2.actions.as_slice() {
+            [DpAction::Ct {
+                zone,
+                commit: true,
+                force,
+                mark,
+                label,
+                nat: None,
+            }, DpAction::Output(p)]
+                if *p != key.in_port =>
+            {
+                (
+                    CtRequest {
+                        zone: *zone,
+                        commit: true,
+                        force: *force,
+                        set_mark: *mark,
+                        set_label: *label,
+                        nat: None,
+                    },
+                    *p,
+                )
+            }
+            _ => {
+                self.refuse_setup("ct:bpf-syn-actions");
+                return;
+            }
+        };
+        let recirc = match f1.actions.as_slice() {
+            [DpAction::Ct {
+                zone,
+                commit: false,
+                nat: None,
+                ..
+            }, DpAction::Recirc(r)]
+                if *zone == req.zone =>
+            {
+                *r
+            }
+            _ => {
+                self.refuse_setup("ct:bpf-syn-first-pass");
+                return;
+            }
+        };
+        let mut vmask = FlowKey::default();
+        let mut kept = Vec::with_capacity(8);
+        for (id, f) in [(s1, f1), (s2, f2)] {
+            fold_mask(&mut vmask, &f.matching.mask().0, false, true);
+            kept.push((id, f.matching, f.actions.clone()));
+        }
+        for (_, reply, e) in entries {
+            for (id, f) in e.from.0 {
+                fold_mask(&mut vmask, &f.matching.mask().0, *reply, false);
+                kept.push((id, f.matching, f.actions.clone()));
+            }
+        }
+        vmask.in_port = u32::MAX;
+        vmask.dl_type = 0xffff;
+        let mut vkey = *key;
+        for (a, b) in vkey.words_mut().iter_mut().zip(vmask.words()) {
+            *a &= b;
+        }
+        let at = (key.in_port, key.dl_type);
+        if self
+            .templates
+            .get(&at)
+            .is_some_and(|t| t.vmask == vmask && t.vkey == vkey && t.flows == kept)
+        {
+            return;
+        }
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        let entry = |i: usize| (entries[i].2.matching, entries[i].2.actions.clone());
+        let spec = CtTemplateSpec {
+            gen,
+            in_port: key.in_port,
+            dl_type: key.dl_type,
+            vmask,
+            vkey,
+            entries: [entry(0), entry(1), entry(2)],
+            out_port: entries[1].2.matching.key().in_port,
+            tcp_flags: [0, 1, 2].map(|i| entries[i].2.matching.key().tcp_flags),
+            syn_out,
+        };
+        match off.set_ct_template(&spec) {
+            Ok(()) => {
+                self.templates_written += 1;
+                let t = Template {
+                    gen,
+                    flows: kept,
+                    syn_flows: [s1, s2],
+                    req,
+                    recirc,
+                    vmask,
+                    vkey,
+                };
+                if let Some(old) = self.templates.insert(at, t) {
+                    self.retire(old);
+                }
+            }
+            Err(why) => self.refuse_setup(why),
+        }
+    }
+
+    /// Keep a replaced or removed template's core for a while: the
+    /// program may have reported set-ups from it not taken in yet.
+    fn retire(&mut self, t: Template) {
+        if self.retired.len() >= RETIRED_MAX {
+            self.retired.pop_front();
+        }
+        self.retired.push_back(TemplateCore::of(&t));
+    }
+
+    /// Remove the templates that no longer hold (a flow they came from
+    /// changed or went; or set-up in the program was turned off), then
+    /// take in what the program reported before.
+    pub fn check_templates(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if self.templates.is_empty() {
+            return;
+        }
+        let on = self.setup_bpf && self.setup_enabled;
+        let stale: Vec<(u32, u16)> = self
+            .templates
+            .iter()
+            .filter(|(_, t)| {
+                !on || t.flows.iter().any(|(id, m, a)| {
+                    flows
+                        .get(*id)
+                        .is_none_or(|f| f.matching != *m || f.actions != *a)
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        for k in stale {
+            off.remove_ct_template(k.0, k.1);
+            if let Some(t) = self.templates.remove(&k) {
+                self.templates_removed += 1;
+                self.retire(t);
+            }
+        }
+        self.take_events(tracker, off, flows, now);
+    }
+
+    /// Remove every template (the engine goes, set-up turned off).
+    fn drop_templates(&mut self, off: &mut dyn FlowOffload) {
+        let keys: Vec<(u32, u16)> = self.templates.keys().copied().collect();
+        for k in keys {
+            off.remove_ct_template(k.0, k.1);
+            if let Some(t) = self.templates.remove(&k) {
+                self.templates_removed += 1;
+                self.retire(t);
+            }
+        }
+    }
+
+    /// Templates in the engine now.
+    pub fn n_templates(&self) -> usize {
+        self.templates.len()
+    }
+
+    /// Take in the set-ups the program reported (see the module doc): for
+    /// each, the tracker commits the SYN as its second pass would have
+    /// (the program forwarded it), and the three entries the program
+    /// inserted are taken into the books as if [`Self::setup`] had
+    /// installed them, after checking that they are exactly what it would
+    /// have composed for this SYN from the flows cached now; otherwise
+    /// they are deleted and the connection goes on in userspace.
+    pub fn take_events(
+        &mut self,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        if self.events_held || (self.templates.is_empty() && self.retired.is_empty()) {
+            return;
+        }
+        loop {
+            let mut evs = std::mem::take(&mut self.events);
+            off.drain_ct_events(&mut evs, 256);
+            if evs.is_empty() {
+                self.events = evs;
+                return;
+            }
+            for ev in evs.drain(..) {
+                self.take_event(&ev, tracker, off, flows, now);
+            }
+            self.events = evs;
+        }
+    }
+
+    fn take_event(
+        &mut self,
+        ev: &CtEvent,
+        tracker: &mut Conntrack,
+        off: &mut dyn FlowOffload,
+        flows: &mut Classifier<FLOW_WORDS, DpFlow>,
+        now: Instant,
+    ) {
+        let hks = ev.hk;
+        let core = self
+            .templates
+            .values()
+            .find(|t| t.gen == ev.gen)
+            .map(TemplateCore::of)
+            .or_else(|| self.retired.iter().find(|t| t.gen == ev.gen).copied());
+        let Some(core) = core else {
+            self.undo(off, &hks, "ct:bpf-unknown-template");
+            return;
+        };
+        let frame = ev.frame();
+        let mut key = FlowKey::default();
+        let Ok(layout) = nicflow_flow::extract(frame, ev.in_port, &mut key) else {
+            self.undo(off, &hks, "ct:bpf-unparsed");
+            return;
+        };
+        // The program forwarded the SYN: the tracker and the SYN's flows
+        // see it as if it had crossed userspace.
+        let l3 = frame.get(usize::from(layout.l3_offset)..).unwrap_or(&[]);
+        let res = tracker.process(layout.ethertype, l3, &core.req, now);
+        for id in core.syn_flows {
+            if let Some(f) = flows.get_mut(id) {
+                f.stats.packets += 1;
+                f.stats.bytes += u64::from(ev.len);
+                f.stats.used = Some(f.stats.used.map_or(now, |u| u.max(now)));
+            }
+        }
+        let h = match res.conn {
+            Some(c) if res.state & state::NEW != 0 && !c.is_reply() => c.direction_key(),
+            _ => {
+                self.undo(off, &hks, "ct:bpf-not-new");
+                return;
+            }
+        };
+        // A connection the SYN replaced loses its entries first.
+        self.forget_gone(tracker, off, flows, now);
+        if self.pending >= self.setup_pending_max {
+            self.undo(off, &hks, "ct:setup-pending-full");
+            // The program's set-ups resume with the daemon's next one.
+            self.drop_templates(off);
+            return;
+        }
+        let tuple = Tuple::of(&key);
+        if self.by_tuple.contains_key(&tuple) || self.by_tuple.contains_key(&tuple.reversed()) {
+            self.undo(off, &hks, "ct:setup-tuple-busy");
+            return;
+        }
+        let Some(info) = tracker.offload_info(h, now) else {
+            self.undo(off, &hks, "ct:bpf-gone");
+            return;
+        };
+        let mut k2 = key;
+        k2.recirc_id = core.recirc;
+        k2.ct_zone = core.req.zone;
+        let flows: &Classifier<FLOW_WORDS, DpFlow> = flows;
+        let (mut entries, sent) = match self.compose_setup(&key, &k2, flows, info) {
+            Ok((e, sent)) if sent == tuple => (e, sent),
+            Ok(_) => {
+                self.undo(off, &hks, "ct:bpf-nat");
+                return;
+            }
+            Err(Refusal::Why(why)) => {
+                self.undo(off, &hks, why);
+                return;
+            }
+            Err(Refusal::NotCached(_)) => {
+                self.undo(off, &hks, "ct:bpf-not-cached");
+                return;
+            }
+        };
+        for (_, _, e) in &mut entries {
+            let mut mask = *e.matching.mask();
+            off.refine_mask(e.matching.key(), &mut mask);
+            e.matching = Match::new(*e.matching.key(), mask);
+        }
+        let mut ids = [0u64; 3];
+        let mut n = 0;
+        let mut failed = None;
+        for (i, (_, _, e)) in entries.iter().enumerate() {
+            match off.adopt_ct(&e.matching, &e.actions, &hks[i]) {
+                Ok(id) => {
+                    ids[i] = id;
+                    n += 1;
+                }
+                Err(why) => {
+                    failed = Some(why);
+                    break;
+                }
+            }
+        }
+        let failed = failed.or_else(|| (!tracker.kernel_setup(h)).then_some("ct:bpf-gone"));
+        if let Some(why) = failed {
+            for &id in &ids[..n] {
+                off.remove(id);
+            }
+            self.undo(off, &hks[n..], why);
+            return;
+        }
+        self.bpf_set_up += 1;
+        self.record_setup(h, [tuple, sent], entries, ids, n, info, now);
+    }
+
+    /// Delete entries the program inserted that are not taken, and count
+    /// why.
+    fn undo(&mut self, off: &mut dyn FlowOffload, hks: &[FlowHashKey], why: &'static str) {
+        for hk in hks {
+            off.delete_ct_entry(hk);
+        }
+        self.bpf_undone += 1;
+        self.refuse_setup(why);
+    }
+
     fn refuse(&mut self, h: ConnHandle, why: &'static str) {
         if self.refused.len() >= REFUSED_MAX {
             self.refused.clear();
@@ -743,6 +1285,8 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
+        self.check_templates(tracker, off, flows, now);
+        self.take_events(tracker, off, flows, now);
         self.forget_gone(tracker, off, flows, now);
         let mut gone = Vec::new();
         // Set-up connections: the flags their entries saw, per direction,
@@ -1127,6 +1671,8 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
+        self.drop_templates(off);
+        self.take_events(tracker, off, flows, now);
         let hs: Vec<(ConnHandle, u8)> = self.live.keys().copied().collect();
         for h in hs {
             self.remove(h, tracker, off, flows, now);
@@ -1454,6 +2000,36 @@ mod tests {
             assert!(setup_nat_default());
             assert!(CtOffloads::default().setup_nat);
         }
+    }
+
+    /// A template's vmask reads each flow's mask as fields of the SYN's
+    /// key: a reply flow's source is the SYN's destination (addresses,
+    /// ports, MACs), its in_port and TCP flags are the template's own, and
+    /// the original tuple's ct fields are the SYN's whichever way round.
+    #[test]
+    fn a_reply_flow_constrains_the_syn_the_other_way_round() {
+        let m = FlowKey {
+            nw_src: u32::MAX,
+            tp_src: 0xffff,
+            dl_src: [0xff; 6],
+            in_port: u32::MAX,
+            tcp_flags: 0x012,
+            ct_tp_dst: 0xffff,
+            ct_state: 0xff,
+            ..FlowKey::default()
+        };
+        let mut v = FlowKey::default();
+        fold_mask(&mut v, &m, true, false);
+        assert_eq!((v.nw_src, v.nw_dst), (0, u32::MAX));
+        assert_eq!((v.tp_src, v.tp_dst), (0, 0xffff));
+        assert_eq!((v.dl_src, v.dl_dst), ([0; 6], [0xff; 6]));
+        assert_eq!((v.in_port, v.tcp_flags, v.ct_state), (0, 0, 0));
+        // The SYN's own flow: the same way round, its flags too.
+        let mut w = FlowKey::default();
+        fold_mask(&mut w, &m, false, true);
+        assert_eq!((w.nw_src, w.nw_dst), (u32::MAX, 0));
+        assert_eq!((w.tp_src, w.tp_dst), (0xffff, 0xffff));
+        assert_eq!((w.in_port, w.tcp_flags), (u32::MAX, 0x012));
     }
 
     fn flow(mask: FlowMask, actions: Vec<DpAction>) -> DpFlow {

@@ -606,7 +606,7 @@ impl Datapath {
     pub fn sync_ct_offloads(&mut self, now: Instant) {
         self.forget_gone_conns(now);
         if let Some(off) = self.offload.as_deref_mut() {
-            if self.ct_offloads.is_empty() {
+            if self.ct_offloads.is_empty() && self.ct_offloads.n_templates() == 0 {
                 return;
             }
             off.prefetch_counters();
@@ -614,6 +614,21 @@ impl Datapath {
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
             off.drop_prefetched();
         }
+    }
+
+    /// Take in the connections the TC program set up itself and reported
+    /// (`CtOffloads::take_events`). The bridge calls this before each
+    /// round of receives: the tracker learns of them at once.
+    pub fn take_ct_events(&mut self, now: Instant) {
+        if let Some(off) = self.offload.as_deref_mut() {
+            self.ct_offloads
+                .take_events(&mut self.conntrack, off, &mut self.flows, now);
+        }
+    }
+
+    /// The descriptor readable when the TC program reported a set-up.
+    pub fn ct_events_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.offload.as_deref().and_then(|o| o.ct_events_fd())
     }
 
     /// Remove the kernel entries of connections that left the tracker
@@ -839,7 +854,7 @@ impl Datapath {
                 let Some(miss) = self.ct_offloads.setup(
                     h,
                     (f1, &key),
-                    &key2,
+                    (f2, &key2),
                     &self.flows,
                     &mut self.conntrack,
                     off,

@@ -24,6 +24,7 @@
 //! two last-used times, so a flow busy in the kernel is never aged out.
 
 use super::{DpAction, DpFlow, FlowStats};
+pub use crate::offload::kernel::layout::{CtEvent, FlowHashKey};
 use nicflow_flow::{FlowKey, FlowMask, Match};
 use nicflow_port::OffloadHook;
 use std::collections::BTreeMap;
@@ -114,6 +115,49 @@ pub trait FlowOffload {
     ) -> Result<u64, &'static str> {
         let _ = parts;
         self.offload(matching, actions)
+    }
+    /// Set-up in the program (TC engine, `ct_offload`'s templates): write
+    /// `t` for frames from `t.in_port` with `t.dl_type`, replacing any
+    /// template there; the engine holds the entries' mask slots until it
+    /// is removed. `Err`: why this engine cannot (the set-up stays the
+    /// daemon's).
+    fn set_ct_template(&mut self, t: &CtTemplateSpec) -> Result<(), &'static str> {
+        let _ = t;
+        Err("ct:bpf-unsupported")
+    }
+    /// Remove the template of (`in_port`, `dl_type`) and let go of its
+    /// mask slots. The caller has taken in the reports made from it.
+    fn remove_ct_template(&mut self, in_port: u32, dl_type: u16) {
+        let _ = (in_port, dl_type);
+    }
+    /// The set-ups the program reported since the last call (at most `max`).
+    fn drain_ct_events(&mut self, out: &mut Vec<CtEvent>, max: usize) {
+        let _ = (out, max);
+    }
+    /// Take an entry the program inserted (`dp_flows` key `hk`) as an
+    /// offloaded flow with `matching`/`actions`: its id, or why not (the
+    /// caller then deletes it with [`FlowOffload::delete_ct_entry`]).
+    fn adopt_ct(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        hk: &FlowHashKey,
+    ) -> Result<u64, &'static str> {
+        let _ = (matching, actions, hk);
+        Err("ct:bpf-unsupported")
+    }
+    /// Delete an entry the program inserted that is not taken.
+    fn delete_ct_entry(&mut self, hk: &FlowHashKey) {
+        let _ = hk;
+    }
+    /// The descriptor that becomes readable when the program reports a
+    /// set-up, for the daemon's poll.
+    fn ct_events_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// The program's set-up counters (`layout::ct_stat`).
+    fn ct_program_stats(&self) -> [u64; 4] {
+        [0; 4]
     }
     /// The [`FlowOffload::offload_ct`] calls from now until
     /// [`FlowOffload::commit_ct`] belong together (the three entries of a
@@ -486,4 +530,24 @@ mod tests {
         c.sub(Some(Placement::Userspace("flow-map-full")));
         assert!(c.userspace.is_empty(), "{c:?}");
     }
+}
+
+/// A set-up template as the datapath composes it
+/// ([`FlowOffload::set_ct_template`]): the SYN's port and EtherType, what
+/// the megaflows it came from looked at as fields of the SYN's key
+/// (`vmask`) and the SYN's values there, the three entries (orig, reply,
+/// reply SYN-ACK: their match as composed for the source SYN, masks
+/// refined, and actions), the reply entries' `in_port`, each entry key's
+/// TCP flags, and the port the SYN is sent out of.
+#[derive(Clone, Debug)]
+pub struct CtTemplateSpec {
+    pub gen: u64,
+    pub in_port: u32,
+    pub dl_type: u16,
+    pub vmask: FlowKey,
+    pub vkey: FlowKey,
+    pub entries: [(Match, Vec<DpAction>); 3],
+    pub out_port: u32,
+    pub tcp_flags: [u16; 3],
+    pub syn_out: u32,
 }

@@ -81,6 +81,7 @@ use super::netdev::NetdevQuery;
 use super::OffloadMode;
 use crate::datapath::action::SelectMethod;
 use crate::datapath::meter::MeterCounters;
+use crate::datapath::offload::{CtEvent, CtTemplateSpec, FlowHashKey};
 pub use crate::datapath::ManagerCounters;
 use crate::datapath::{
     DpAction, FlowOffload, KernelCounters, PortOffload, PortOffloadError, ProviderStatus,
@@ -193,6 +194,7 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
         match k.as_str() {
             "max_flows" => c.max_flows = n,
             "max_masks" => c.max_masks = n,
+            "ct_events_bytes" => c.ct_events_bytes = n,
             "max_ports" => {
                 c.max_tx_ports = n;
                 c.max_ifaces = n;
@@ -292,6 +294,9 @@ pub struct OffloadManager {
     /// `offload = profile:NAME`: the modelled NIC admits each flow before
     /// the TC engine takes it (`super::profile`).
     emulation: Option<super::profile::Emulation>,
+    /// Set-up templates written to the TC engine, with the mask slots
+    /// each holds.
+    ct_templates: BTreeMap<(u32, u16), [u32; 3]>,
 }
 
 /// A select group's kernel slot and how many offloaded flows run it.
@@ -413,6 +418,7 @@ impl OffloadManager {
             flows: HashMap::new(),
             next_id: 1,
             ct_first: None,
+            ct_templates: BTreeMap::new(),
             prefetched: HashMap::new(),
             removing: false,
             removal_reads: HashMap::new(),
@@ -2105,6 +2111,142 @@ impl FlowOffload for OffloadManager {
                 Err(e)
             }
         }
+    }
+
+    fn set_ct_template(&mut self, t: &CtTemplateSpec) -> Result<(), &'static str> {
+        use super::kernel::layout::{CtTpl, CtTplKey, DpKey, FlowValue};
+        if self.emulation.is_some() {
+            return Err("ct:bpf-emulated-nic");
+        }
+        if !self.in_tc(t.in_port) || !self.tc.as_ref().is_some_and(|e| e.ct_templates()) {
+            return Err("ct:bpf-unsupported");
+        }
+        let mut encoded = Vec::with_capacity(3);
+        for (m, a) in &t.entries {
+            match self.decide(m, a)? {
+                (EngineKind::Tc, e) if e.buckets.is_empty() => encoded.push(e),
+                _ => return Err("ct:bpf-unsupported"),
+            }
+        }
+        // Where the SYN leaves: the slot an `output` to its port has.
+        let out = match self.decide(&t.entries[0].0, &[DpAction::Output(t.syn_out)])? {
+            (EngineKind::Tc, e) if e.value.flags & super::kernel::layout::flag::OUTPUT != 0 => {
+                e.value.out_slot
+            }
+            _ => return Err("ct:bpf-unsupported"),
+        };
+        let engine = self.tc.as_mut().ok_or("ct:bpf-unsupported")?;
+        let mut slots = [0u32; 3];
+        for (i, e) in encoded.iter().enumerate() {
+            match engine.hold_mask(&e.mask) {
+                Ok(s) => slots[i] = s,
+                Err(_) => {
+                    for &s in &slots[..i] {
+                        let _ = engine.drop_mask(s);
+                    }
+                    return Err("mask-table-full");
+                }
+            }
+        }
+        let value = |e: &super::kernel::EncodedFlow| FlowValue {
+            key: DpKey::default(),
+            ..e.value
+        };
+        let vmask = DpKey::from_flow_key(&t.vmask);
+        let tpl = CtTpl {
+            gen: t.gen,
+            out_port: t.out_port,
+            syn_slot: out,
+            mask_idx: slots,
+            tcp_flags: t.tcp_flags,
+            pad: 0,
+            pad2: 0,
+            vmask,
+            vkey: DpKey::from_flow_key(&t.vkey).masked(&vmask),
+            entry: [value(&encoded[0]), value(&encoded[1]), value(&encoded[2])],
+        };
+        let key = CtTplKey {
+            in_port: t.in_port,
+            dl_type: t.dl_type,
+            pad: 0,
+        };
+        if let Err(e) = engine.set_ct_template(key, &tpl) {
+            tracing::warn!("writing a set-up template failed: {e}");
+            for s in slots {
+                let _ = engine.drop_mask(s);
+            }
+            return Err("engine-error");
+        }
+        // The template it replaced lets go of its slots after the new
+        // one holds its own (a slot both use is never freed in between).
+        if let Some(old) = self.ct_templates.insert((t.in_port, t.dl_type), slots) {
+            for s in old {
+                let _ = engine.drop_mask(s);
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_ct_template(&mut self, in_port: u32, dl_type: u16) {
+        let Some(slots) = self.ct_templates.remove(&(in_port, dl_type)) else {
+            return;
+        };
+        if let Some(engine) = self.tc.as_mut() {
+            let key = super::kernel::layout::CtTplKey {
+                in_port,
+                dl_type,
+                pad: 0,
+            };
+            if let Err(e) = engine.remove_ct_template(&key) {
+                tracing::warn!("removing a set-up template failed: {e}");
+            }
+            for s in slots {
+                let _ = engine.drop_mask(s);
+            }
+        }
+    }
+
+    fn drain_ct_events(&mut self, out: &mut Vec<CtEvent>, max: usize) {
+        if let Some(e) = self.tc.as_mut() {
+            e.drain_ct_events(out, max);
+        }
+    }
+
+    fn adopt_ct(
+        &mut self,
+        matching: &Match,
+        actions: &[DpAction],
+        hk: &FlowHashKey,
+    ) -> Result<u64, &'static str> {
+        let enc = match self.decide(matching, actions)? {
+            (EngineKind::Tc, e) if e.buckets.is_empty() => e,
+            _ => return Err("ct:bpf-unsupported"),
+        };
+        let engine = self.tc.as_mut().ok_or("ct:bpf-unsupported")?;
+        match engine.adopt_ct_entry(&enc, hk) {
+            Ok(h) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.flows.insert(id, (EngineKind::Tc, h));
+                self.counters.installed += 1;
+                Ok(id)
+            }
+            Err(e) => Err(e.reason().unwrap_or("engine-error")),
+        }
+    }
+
+    fn delete_ct_entry(&mut self, hk: &FlowHashKey) {
+        if let Some(e) = self.tc.as_mut() {
+            e.delete_ct_entry(hk);
+        }
+    }
+
+    fn ct_events_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.tc.as_ref().and_then(|e| e.ct_events_fd())
+    }
+
+    fn ct_program_stats(&self) -> [u64; 4] {
+        self.tc.as_ref().map(|e| e.ct_stats()).unwrap_or_default()
     }
 
     fn begin_ct(&mut self) {

@@ -301,6 +301,7 @@ pub fn verifier_accepts_the_program_and_map_sizes(eng: &Engine) {
         max_ifaces: 2,
         max_queues: 1,
         counters: true,
+        ct_events_bytes: 4096,
     });
     assert_eq!(small.config().max_masks, 64);
     assert!(XdpEngine::load_kind(

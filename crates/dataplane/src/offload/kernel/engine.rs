@@ -10,8 +10,9 @@
 use super::encode::EncodedFlow;
 use super::layout;
 use super::layout::{
-    stat, ConfigEntry, DpKey, FlowHashKey, FlowMapKey, FlowValue, MaskEntry, PortEntry, PortSlot,
-    TunRx, TunRxKey, TunTx, CFG_NO_COUNTERS, MAX_MASKS_CAP, PORT_SLOTS, PORT_UNDERLAY, TUN_SLOTS,
+    ct_stat, stat, ConfigEntry, CtEvent, CtTpl, CtTplKey, DpKey, FlowHashKey, FlowMapKey,
+    FlowValue, MaskEntry, PortEntry, PortSlot, TunRx, TunRxKey, TunTx, CFG_NO_COUNTERS,
+    MAX_MASKS_CAP, PORT_SLOTS, PORT_UNDERLAY, TUN_SLOTS,
 };
 use super::masks::MaskTable;
 use super::OffloadError;
@@ -84,6 +85,10 @@ pub struct XdpEngineConfig {
     /// only the packets userspace saw, and aging still works because the
     /// last-used time is stored either way.
     pub counters: bool,
+    /// Bytes of the TC program's `dp_ct_events` ring buffer (a power of
+    /// two, at least a page): 256 bytes per connection it sets up, until
+    /// the daemon reads them.
+    pub ct_events_bytes: u32,
 }
 
 impl Default for XdpEngineConfig {
@@ -95,6 +100,7 @@ impl Default for XdpEngineConfig {
             max_ifaces: 256,
             max_queues: 64,
             counters: true,
+            ct_events_bytes: 256 * 1024,
         }
     }
 }
@@ -318,6 +324,17 @@ pub struct XdpEngine {
     delete_batch: bool,
     /// Successful `BPF_MAP_DELETE_BATCH` calls ([`Self::delete_batches`]).
     delete_batches: u64,
+    /// TC, loaded fresh: connection set-up in the program
+    /// (`datapath::ct_offload`, issue 36): the templates, the ring buffer
+    /// the program reports set-ups through, and its counters. `None` for
+    /// an XDP engine and an engine adopted from pins (its set-ups stay
+    /// the daemon's).
+    ct_tpl: Option<BpfHashMap<MapData, CtTplKey, CtTpl>>,
+    ct_events: Option<aya::maps::RingBuf<MapData>>,
+    ct_stats: Option<PerCpuArray<MapData, u64>>,
+    /// Templates written (removed when the engine drops: no set-up is
+    /// left to a program nobody reads the reports of).
+    ct_tpl_keys: BTreeSet<CtTplKey>,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
@@ -727,6 +744,10 @@ impl XdpEngine {
             removal_keys: Vec::new(),
             delete_batch: true,
             delete_batches: 0,
+            ct_tpl: None,
+            ct_events: None,
+            ct_stats: None,
+            ct_tpl_keys: BTreeSet::new(),
         };
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
@@ -966,6 +987,7 @@ impl XdpEngine {
                 .load(obj.unwrap_or(XDP_DP_OBJ))
                 .map_err(|e| bpf("loading the BPF object xdp_dp.o", e))?,
             EngineKind::Tc => loader
+                .map_max_entries("dp_ct_events", cfg.ct_events_bytes)
                 .load(obj.unwrap_or(TC_DP_OBJ))
                 .map_err(|e| bpf("loading the BPF object tc_dp.o", e))?,
         };
@@ -1030,6 +1052,16 @@ impl XdpEngine {
         let meters_map = take(&mut ebpf, "dp_meters")?;
         let select_w = take(&mut ebpf, "dp_select_w")?;
         let select_state = Some(take(&mut ebpf, "dp_select")?);
+        // An object without them (a profiling build) has no set-up in
+        // the program.
+        let (ct_tpl, ct_events, ct_stats) = match kind {
+            EngineKind::Tc => (
+                take(&mut ebpf, "dp_ct_tpl").ok(),
+                take(&mut ebpf, "dp_ct_events").ok(),
+                take(&mut ebpf, "dp_ct_stats").ok(),
+            ),
+            EngineKind::Xdp => (None, None, None),
+        };
         let seed: [u64; super::layout::DP_KEY_WORDS] = rand::random();
         config_map
             .set(
@@ -1080,6 +1112,10 @@ impl XdpEngine {
             removal_keys: Vec::new(),
             delete_batch: true,
             delete_batches: 0,
+            ct_tpl,
+            ct_events,
+            ct_stats,
+            ct_tpl_keys: BTreeSet::new(),
         })
     }
 
@@ -1740,6 +1776,151 @@ impl XdpEngine {
                 }
             }
         }
+    }
+
+    /// TC: whether the program sets connections up from templates.
+    pub fn ct_templates(&self) -> bool {
+        self.ct_tpl.is_some() && self.ct_events.is_some()
+    }
+
+    /// Write the set-up template of `key` (see `layout::CtTpl`).
+    pub fn set_ct_template(&mut self, key: CtTplKey, tpl: &CtTpl) -> Result<(), OffloadError> {
+        let m = self
+            .ct_tpl
+            .as_mut()
+            .ok_or_else(|| OffloadError::Config("no set-up templates in this engine".into()))?;
+        m.insert(key, *tpl, 0)
+            .map_err(|e| bpf("BPF_MAP_UPDATE_ELEM(dp_ct_tpl)", e))?;
+        self.ct_tpl_keys.insert(key);
+        Ok(())
+    }
+
+    /// Remove the set-up template of `key` (none there: nothing to do).
+    pub fn remove_ct_template(&mut self, key: &CtTplKey) -> Result<(), OffloadError> {
+        self.ct_tpl_keys.remove(key);
+        let Some(m) = self.ct_tpl.as_mut() else {
+            return Ok(());
+        };
+        match m.remove(key) {
+            Ok(()) => Ok(()),
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(bpf("BPF_MAP_DELETE_ELEM(dp_ct_tpl)", e)),
+        }
+    }
+
+    /// A reference on the mask slot of `mask` (written to the map if it
+    /// is new), for a template: the program inserts entries under it.
+    pub fn hold_mask(&mut self, mask: &DpKey) -> Result<u32, OffloadError> {
+        let acq = self
+            .masks
+            .acquire(mask)
+            .ok_or(OffloadError::NotOffloadable {
+                reason: "mask-table-full",
+            })?;
+        if acq.new {
+            let entry = MaskEntry {
+                active: 1,
+                pad: 0,
+                mask: *mask,
+            };
+            if let Err(e) = self
+                .write_mask(acq.slot, entry)
+                .and_then(|()| self.write_n_masks())
+            {
+                self.masks.release(acq.slot);
+                return Err(e);
+            }
+        }
+        Ok(acq.slot)
+    }
+
+    /// Let go of a [`Self::hold_mask`] reference.
+    pub fn drop_mask(&mut self, slot: u32) -> Result<(), OffloadError> {
+        self.release_mask(slot)
+    }
+
+    /// The ring buffer's descriptor, readable when the program reported a
+    /// set-up (for the daemon's poll).
+    pub fn ct_events_fd(&self) -> Option<RawFd> {
+        self.ct_events.as_ref().map(|r| r.as_raw_fd())
+    }
+
+    /// The set-ups the program reported since the last call, oldest
+    /// first (at most `max`).
+    pub fn drain_ct_events(&mut self, out: &mut Vec<CtEvent>, max: usize) {
+        let Some(r) = self.ct_events.as_mut() else {
+            return;
+        };
+        while out.len() < max {
+            let Some(item) = r.next() else {
+                break;
+            };
+            if let Some(ev) = CtEvent::from_bytes(&item) {
+                out.push(ev);
+            }
+        }
+    }
+
+    /// Take an entry the program inserted (its `dp_flows` key `hk`) into
+    /// the books, as if [`Self::install`] had written `flow`: the same
+    /// mask slot and hash, or an error (nothing taken).
+    pub fn adopt_ct_entry(
+        &mut self,
+        flow: &EncodedFlow,
+        hk: &FlowHashKey,
+    ) -> Result<FlowHandle, OffloadError> {
+        let mismatch = OffloadError::NotOffloadable {
+            reason: "ct:bpf-entry-mismatch",
+        };
+        let acq = self
+            .masks
+            .acquire(&flow.mask)
+            .ok_or(OffloadError::NotOffloadable {
+                reason: "mask-table-full",
+            })?;
+        // A new slot was never written: released from the table alone.
+        if acq.new || acq.slot != hk.mask_idx {
+            self.masks.release(acq.slot);
+            return Err(mismatch);
+        }
+        let key = FlowMapKey {
+            mask_idx: acq.slot,
+            pad: 0,
+            key: flow.key.masked(&flow.mask),
+        };
+        if key.hash_key(&self.seed) != *hk
+            || self.installed.contains(&key)
+            || self.installed.holds_hash(hk)
+        {
+            self.release_mask(acq.slot)?;
+            return Err(mismatch);
+        }
+        self.installed.insert(key, *hk);
+        Ok(FlowHandle(key))
+    }
+
+    /// Delete an entry the program inserted that the daemon does not take
+    /// (never one it installed: those go with [`Self::remove`]).
+    pub fn delete_ct_entry(&mut self, hk: &FlowHashKey) {
+        if self.installed.holds_hash(hk) {
+            return;
+        }
+        if let Err(e) = self.delete_entry(hk) {
+            if errno_of(&e) != Some(libc::ENOENT) {
+                tracing::warn!("deleting a set-up entry failed: {e}");
+            }
+        }
+    }
+
+    /// The program's set-up counters (`layout::ct_stat`), summed over CPUs.
+    pub fn ct_stats(&self) -> [u64; ct_stat::N as usize] {
+        let mut r = [0; ct_stat::N as usize];
+        if let Some(m) = self.ct_stats.as_ref() {
+            for (i, n) in r.iter_mut().enumerate() {
+                *n = m.get(&(i as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+            }
+        }
+        r
     }
 
     /// Replace an installed flow's actions, keeping its counters (hits
@@ -2457,6 +2638,13 @@ impl Drop for XdpEngine {
     /// Detach and unpin everything, unless the thread is panicking: a
     /// crash leaves the pins (and the fast path) for the next daemon.
     fn drop(&mut self) {
+        // No set-up left to a program whose reports nobody reads (its
+        // pins may outlive this daemon, even a crashed one).
+        for k in std::mem::take(&mut self.ct_tpl_keys) {
+            if let Some(m) = self.ct_tpl.as_mut() {
+                let _ = m.remove(&k);
+            }
+        }
         let crash = std::thread::panicking();
         if !crash {
             // Ports' links go back to their own programs rather than keep

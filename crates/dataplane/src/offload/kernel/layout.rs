@@ -671,6 +671,84 @@ const _: () = assert!(matches!(
     crate::datapath::DropReason::Meter
 ));
 
+/// `dp_ct_tpl` key (TC): a set-up template's input port and EtherType.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CtTplKey {
+    pub in_port: u32,
+    pub dl_type: u16,
+    pub pad: u16,
+}
+const _: () = assert!(std::mem::size_of::<CtTplKey>() == 8);
+
+/// `dp_ct_tpl` value (`struct dp_ct_tpl`, tc_dp.c): what the TC program
+/// needs to set a bare SYN's connection up itself (see
+/// `datapath::ct_offload`, "set-up in the program").
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtTpl {
+    pub gen: u64,
+    /// `in_port` of the reply entries' keys.
+    pub out_port: u32,
+    /// `dp_tx_ports` slot the SYN leaves by.
+    pub syn_slot: u32,
+    /// Mask slot of each entry (orig, reply, reply SYN-ACK).
+    pub mask_idx: [u32; 3],
+    /// Each entry key's TCP flags.
+    pub tcp_flags: [u16; 3],
+    pub pad: u16,
+    pub pad2: u32,
+    /// What the megaflows the set-up came from looked at, as fields of the
+    /// SYN's key, and the source SYN's values there.
+    pub vmask: DpKey,
+    pub vkey: DpKey,
+    /// The entries' values (counters and key written by the program).
+    pub entry: [FlowValue; 3],
+}
+const _: () =
+    assert!(std::mem::size_of::<CtTpl>() == 40 + 224 + 3 * std::mem::size_of::<FlowValue>());
+
+/// One `dp_ct_events` record (`struct dp_ct_event`): a SYN the program
+/// set up, its three entries' `dp_flows` keys and its frame.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug)]
+pub struct CtEvent {
+    pub gen: u64,
+    pub hk: [FlowHashKey; 3],
+    pub in_port: u32,
+    pub len: u32,
+    pub frame: [u8; CT_EV_FRAME],
+}
+/// Longest SYN frame the program sets up (`DP_CT_EV_FRAME`).
+pub const CT_EV_FRAME: usize = 192;
+const _: () = assert!(std::mem::size_of::<CtEvent>() == 256);
+
+impl CtEvent {
+    /// The record from the ring's bytes (`None`: too short).
+    pub fn from_bytes(b: &[u8]) -> Option<CtEvent> {
+        if b.len() < std::mem::size_of::<CtEvent>() {
+            return None;
+        }
+        // SAFETY: CtEvent is repr(C), made only of integers and byte
+        // arrays (any bit pattern is valid); read unaligned.
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<CtEvent>()) })
+    }
+
+    /// The SYN's frame as the program read it.
+    pub fn frame(&self) -> &[u8] {
+        &self.frame[..(self.len as usize).min(CT_EV_FRAME)]
+    }
+}
+
+/// Indices of the TC program's `dp_ct_stats` (`DP_CT_ST_*`).
+pub mod ct_stat {
+    pub const SETUP: u32 = 0;
+    pub const RING_FULL: u32 = 1;
+    pub const EXISTS: u32 = 2;
+    pub const MISMATCH: u32 = 3;
+    pub const N: u32 = 4;
+}
+
 // SAFETY: all of these are repr(C), padding free (sizes asserted above and
 // offsets in the tests) and made only of integers and byte arrays.
 unsafe impl aya::Pod for DpKey {}
@@ -689,6 +767,8 @@ unsafe impl aya::Pod for TunTx {}
 unsafe impl aya::Pod for MeterEntry {}
 unsafe impl aya::Pod for SelectWeights {}
 unsafe impl aya::Pod for SelectState {}
+unsafe impl aya::Pod for CtTplKey {}
+unsafe impl aya::Pod for CtTpl {}
 
 /// The C program's constants, read from `bpf/xdp_dp.c` by `build.rs`.
 pub mod c_abi {
@@ -785,6 +865,12 @@ same_as_c! {
     stat::DROP_POLICY => DP_STAT_DROP_POLICY,
     stat::DROP_REASON => DP_STAT_DROP_REASON,
     stat::N => DP_STAT_N,
+    CT_EV_FRAME => DP_CT_EV_FRAME,
+    ct_stat::SETUP => DP_CT_ST_SETUP,
+    ct_stat::RING_FULL => DP_CT_ST_RING_FULL,
+    ct_stat::EXISTS => DP_CT_ST_EXISTS,
+    ct_stat::MISMATCH => DP_CT_ST_MISMATCH,
+    ct_stat::N => DP_CT_ST_N,
 }
 
 #[cfg(test)]

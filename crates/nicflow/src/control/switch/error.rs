@@ -128,7 +128,7 @@ pub enum SwitchError {
     #[error("{key}={value}: expected on or off")]
     BadOnOff { key: &'static str, value: String },
     #[error(
-        "unknown bridge setting `{0}` (offload, protocols, flow_limit, ct_setup, ct_setup_nat)"
+        "unknown bridge setting `{0}` (offload, protocols, flow_limit, ct_setup, ct_setup_nat, ct_setup_bpf)"
     )]
     UnknownSetting(String),
     #[error("fail mode `{0}`: expected standalone or secure")]

@@ -91,6 +91,7 @@ impl Switch {
             "flow_limit" => self.set_flow_limit(&bridge, &value),
             "ct_setup" => self.set_ct_setup(&bridge, &value),
             "ct_setup_nat" => self.set_ct_setup_nat(&bridge, &value),
+            "ct_setup_bpf" => self.set_ct_setup_bpf(&bridge, &value),
             _ => Err(SwitchError::UnknownSetting(key)),
         }
     }
@@ -112,6 +113,23 @@ impl Switch {
         let on = parse_on_off("ct_setup_nat", value)?;
         self.bridge(bridge)?.set_ct_setup_nat(on);
         Ok(Response::ok("", json!({ "ct_setup_nat": on })))
+    }
+
+    /// `set BRIDGE ct_setup_bpf=on|off`: set-up in the BPF program itself
+    /// (templates; `NICFLOW_CT_SETUP_BPF` gives the default, see
+    /// docs/conntrack.md). Not kept in the config: for experiments and
+    /// tests.
+    fn set_ct_setup_bpf(&mut self, bridge: &str, value: &str) -> Result<Response, SwitchError> {
+        // `hold` (tests): on, with the program's reports left unread.
+        if value == "hold" {
+            let br = self.bridge(bridge)?;
+            br.set_ct_setup_bpf(true);
+            br.ct_offloads_mut().events_held = true;
+            return Ok(Response::ok("", json!({ "ct_setup_bpf": "hold" })));
+        }
+        let on = parse_on_off("ct_setup_bpf", value)?;
+        self.bridge(bridge)?.set_ct_setup_bpf(on);
+        Ok(Response::ok("", json!({ "ct_setup_bpf": on })))
     }
 
     /// `set BRIDGE protocols=LIST`: kept in the config (and put back when

@@ -78,16 +78,28 @@ impl Switch {
             .iter()
             .map(|(k, v)| format!(" {k}:{v}"))
             .collect::<String>();
+        let prog = br.ct_program_stats();
         let _ = writeln!(
             text,
             "  conntrack in kernel: entries:{} set_up:{} installed:{} removed:{} \
-             setup_timeouts:{} setup_xlates:{}{}",
+             setup_timeouts:{} setup_xlates:{} bpf_set_up:{} bpf_undone:{} templates:{} \
+             templates_written:{} templates_removed:{} prog_set_up:{} prog_ring_full:{} \
+             prog_exists:{} prog_mismatch:{}{}",
             cto.len(),
             cto.set_up,
             cto.offloaded,
             cto.removed,
             cto.setup_timeouts,
             cto.setup_xlates,
+            cto.bpf_set_up,
+            cto.bpf_undone,
+            cto.n_templates(),
+            cto.templates_written,
+            cto.templates_removed,
+            prog[0],
+            prog[1],
+            prog[2],
+            prog[3],
             refused
         );
         let ct_kernel = json!({
@@ -96,6 +108,15 @@ impl Switch {
             "setup_timeouts": cto.setup_timeouts,
             "setup_xlates": cto.setup_xlates,
             "setup_refused": cto.setup_refused,
+            "bpf_set_up": cto.bpf_set_up,
+            "bpf_undone": cto.bpf_undone,
+            "templates": cto.n_templates(),
+            "templates_written": cto.templates_written,
+            "templates_removed": cto.templates_removed,
+            "prog_set_up": prog[0],
+            "prog_ring_full": prog[1],
+            "prog_exists": prog[2],
+            "prog_mismatch": prog[3],
         });
         let limits_json = limits(&br.limits(), text);
         let mut ports = port_stats(br, text);
