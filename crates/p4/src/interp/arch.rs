@@ -337,8 +337,13 @@ fn run_block_slots<'a>(
         return Err(Ctl::Fail("no slot layout for a main block".into()));
     };
     // The parameters bound straight into the block's frame and written
-    // back from it (no parameter vector in between: each 56-byte value
-    // moves once in and once out).
+    // back from it (no parameter vector in between: each 64-byte value
+    // moves once in and once out). Only the parameters the block names
+    // are in the frame (the flat headers and unnamed metadata get no
+    // entry: names are searched, never positions, and the write-back
+    // below skips the same parameters), so a block that binds nothing
+    // (routing.p4's main control) pushes and drains nothing; it was four
+    // 80-byte placeholder entries per block and packet.
     let mut frame = run.new_frame();
     let flat = run.code().and_then(|c| c.flat.as_ref());
     let saved_root = run.flat_root;
@@ -357,7 +362,6 @@ fn run_block_slots<'a>(
                 }
                 run.flat = flat;
                 run.flat_root = prm.name.name.as_str();
-                frame.push(("", Value::Void));
                 continue;
             }
             ParamSlot::Shared {
@@ -374,7 +378,6 @@ fn run_block_slots<'a>(
                         v.reset();
                     }
                 }
-                frame.push(("", Value::Void));
                 continue;
             }
             ParamSlot::Shared { slot, once, .. } => {
@@ -430,21 +433,35 @@ fn run_block_slots<'a>(
             return Err(e);
         }
     };
-    for ((prm, ps), (_, v)) in blk.params().iter().zip(ps).zip(frame.drain(..)) {
-        if let ParamSlot::Shared { slot, unnamed, .. } = *ps {
-            if unnamed || flat.is_some_and(|f| f.slot == slot) {
+    // The frame's entries are the bound parameters in parameter order:
+    // the same parameters are skipped here as above.
+    let mut bound = frame.drain(..);
+    for (prm, ps) in blk.params().iter().zip(ps) {
+        let slot = match *ps {
+            ParamSlot::PktIn | ParamSlot::PktOut => {
+                bound.next();
                 continue;
             }
-            // As the map: written back unless an `in` parameter's value
-            // is already there.
-            if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
-                slots[slot] = Some(v);
-            } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
-                // The copy, for the next packet's `in` copy.
-                *x = Some(v);
+            ParamSlot::Shared { slot, unnamed, .. } => {
+                if unnamed || flat.is_some_and(|f| f.slot == slot) {
+                    continue;
+                }
+                slot
             }
+        };
+        let Some((_, v)) = bound.next() else {
+            break;
+        };
+        // As the map: written back unless an `in` parameter's value is
+        // already there.
+        if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
+            slots[slot] = Some(v);
+        } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
+            // The copy, for the next packet's `in` copy.
+            *x = Some(v);
         }
     }
+    drop(bound);
     run.recycle(frame);
     Ok((exited, rejected))
 }

@@ -35,8 +35,17 @@ impl Run<'_> {
         let p = self.p;
         let td = &p.tables[t];
         let code = self.code();
+        let ckeys = code.and_then(|c| c.keys.get(t));
         for (i, k) in td.keys.iter().enumerate() {
-            let v = match code.and_then(|c| c.keys.get(t)).and_then(|ks| ks.get(i)) {
+            let ce = ckeys.and_then(|ks| ks.get(i));
+            // A field or variable: its bits as they sit (no `Value`).
+            if let Some(r) = ce.and_then(|ce| self.key_bits(ce)) {
+                let (v, src) = r?;
+                kv.push(v & mask(k.width));
+                ksrc.push(src);
+                continue;
+            }
+            let v = match ce {
                 Some(ce) => self.ceval(ce)?,
                 None => self.eval(&k.expr)?,
             };
