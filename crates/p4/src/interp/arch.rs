@@ -617,9 +617,20 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         spare.resize_with(n, || None);
         run.st.pool.in_spare.resize_with(n, || None);
         if let Some(fl) = &code.flat {
-            // Fresh headers for a first block that takes them `inout`
-            // (the parser's `out` resets them again).
-            run.st.pool.flat.reset(fl);
+            // Fresh headers for a first block that takes them `inout` or
+            // not at all; a first block that takes them `out` (the usual
+            // parser) resets them itself (`run_block_slots`), so they are
+            // not reset twice per packet.
+            let b0 = &run.p.blocks[block_at(run, 0)];
+            let out_first = layout.params.first().is_some_and(|ps| {
+                b0.params().iter().zip(ps).any(|(prm, s)| {
+                    matches!(s, crate::interp::fast::ParamSlot::Shared { slot, .. } if *slot == fl.slot)
+                        && prm.direction == crate::ast::Direction::Out
+                })
+            });
+            if !out_first {
+                run.st.pool.flat.reset(fl);
+            }
         }
         let r = run_pna_slots(run, arch, layout, &mut slots, &mut spare, &c);
         run.flat = None;
