@@ -1,10 +1,11 @@
 #!/bin/sh
 # One sitting: main's bench (base, copied before any change) and this
-# branch's build(s) (VARIANTS) alternating, 3 rounds, 2 s per table (the
-# bench's two tables: routing.stf's entries, 1,000 /28 routes).
-# Usage (exclusive lock): flock -x /work/wt/quiet.lock sit.sh OUTDIR "new"
+# branch's last build (the last of VARIANTS) alternating, 3 rounds, 2 s
+# per table (the bench's two tables: routing.stf's entries, 1,000 /28
+# routes). Only the last variant runs: the lock came late (queue).
+# Usage (exclusive lock): flock -x /work/wt/quiet.lock sit.sh OUTDIR "new2 new3"
 O=${1:-/work/wt/p4frame/docs/results/p4-interp-run15/sitting1}
-V=${2:-new}
+V=$(echo "${2:-new}" | awk '{print $NF}')
 mkdir -p $O
 for i in 1 2 3; do for b in base $V; do
   echo "# $b-$i $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
