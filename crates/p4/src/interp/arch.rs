@@ -337,8 +337,13 @@ fn run_block_slots<'a>(
         return Err(Ctl::Fail("no slot layout for a main block".into()));
     };
     // The parameters bound straight into the block's frame and written
-    // back from it (no parameter vector in between: each 56-byte value
-    // moves once in and once out).
+    // back from it (no parameter vector in between: each 64-byte value
+    // moves once in and once out). Only the parameters the block names
+    // are in the frame (the flat headers and unnamed metadata get no
+    // entry: names are searched, never positions, and the write-back
+    // below skips the same parameters), so a block that binds nothing
+    // (routing.p4's main control) pushes and drains nothing; it was four
+    // 80-byte placeholder entries per block and packet.
     let mut frame = run.new_frame();
     let flat = run.code().and_then(|c| c.flat.as_ref());
     let saved_root = run.flat_root;
@@ -357,7 +362,6 @@ fn run_block_slots<'a>(
                 }
                 run.flat = flat;
                 run.flat_root = prm.name.name.as_str();
-                frame.push(("", Value::Void));
                 continue;
             }
             ParamSlot::Shared {
@@ -374,7 +378,6 @@ fn run_block_slots<'a>(
                         v.reset();
                     }
                 }
-                frame.push(("", Value::Void));
                 continue;
             }
             ParamSlot::Shared { slot, once, .. } => {
@@ -430,21 +433,35 @@ fn run_block_slots<'a>(
             return Err(e);
         }
     };
-    for ((prm, ps), (_, v)) in blk.params().iter().zip(ps).zip(frame.drain(..)) {
-        if let ParamSlot::Shared { slot, unnamed, .. } = *ps {
-            if unnamed || flat.is_some_and(|f| f.slot == slot) {
+    // The frame's entries are the bound parameters in parameter order:
+    // the same parameters are skipped here as above.
+    let mut bound = frame.drain(..);
+    for (prm, ps) in blk.params().iter().zip(ps) {
+        let slot = match *ps {
+            ParamSlot::PktIn | ParamSlot::PktOut => {
+                bound.next();
                 continue;
             }
-            // As the map: written back unless an `in` parameter's value
-            // is already there.
-            if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
-                slots[slot] = Some(v);
-            } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
-                // The copy, for the next packet's `in` copy.
-                *x = Some(v);
+            ParamSlot::Shared { slot, unnamed, .. } => {
+                if unnamed || flat.is_some_and(|f| f.slot == slot) {
+                    continue;
+                }
+                slot
             }
+        };
+        let Some((_, v)) = bound.next() else {
+            break;
+        };
+        // As the map: written back unless an `in` parameter's value is
+        // already there.
+        if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
+            slots[slot] = Some(v);
+        } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
+            // The copy, for the next packet's `in` copy.
+            *x = Some(v);
         }
     }
+    drop(bound);
     run.recycle(frame);
     Ok((exited, rejected))
 }
@@ -600,9 +617,20 @@ fn run_pna(run: &mut Run, arch: Arch) -> Result<Vec<(u32, Vec<u8>)>, Ctl> {
         spare.resize_with(n, || None);
         run.st.pool.in_spare.resize_with(n, || None);
         if let Some(fl) = &code.flat {
-            // Fresh headers for a first block that takes them `inout`
-            // (the parser's `out` resets them again).
-            run.st.pool.flat.reset(fl);
+            // Fresh headers for a first block that takes them `inout` or
+            // not at all; a first block that takes them `out` (the usual
+            // parser) resets them itself (`run_block_slots`), so they are
+            // not reset twice per packet.
+            let b0 = &run.p.blocks[block_at(run, 0)];
+            let out_first = layout.params.first().is_some_and(|ps| {
+                b0.params().iter().zip(ps).any(|(prm, s)| {
+                    matches!(s, crate::interp::fast::ParamSlot::Shared { slot, .. } if *slot == fl.slot)
+                        && prm.direction == crate::ast::Direction::Out
+                })
+            });
+            if !out_first {
+                run.st.pool.flat.reset(fl);
+            }
         }
         let r = run_pna_slots(run, arch, layout, &mut slots, &mut spare, &c);
         run.flat = None;

@@ -1199,22 +1199,7 @@ impl<'a> Run<'a> {
                 self.st.pool.data.push(d);
             }
         }
-        let saved_base = self.base;
-        let saved_block = self.block;
-        if let Some(b) = callee_block {
-            self.block = b;
-        }
-        self.frames.push(frame);
-        if barrier {
-            self.base = self.frames.len() - 1;
-        }
-        let r = match compiled {
-            Some(c) => c.iter().try_for_each(|s| self.cexec(s)),
-            None => body.stmts.iter().try_for_each(|s| self.exec(s)),
-        };
-        let mut frame = self.frames.pop().unwrap_or_default();
-        self.base = saved_base;
-        self.block = saved_block;
+        let (mut frame, r) = self.run_frame(frame, body, compiled, barrier, callee_block);
         let ret = match r {
             Ok(()) => Value::Void,
             Err(Ctl::Return(v)) => v,
@@ -1229,6 +1214,93 @@ impl<'a> Run<'a> {
         self.copy_out(params, args, &mut frame, &mut copy_out)?;
         self.recycle(frame);
         Ok(ret)
+    }
+
+    /// Runs `body` (its compiled form `compiled` when there is one) with
+    /// the parameters bound in `frame` (`invoke`'s barrier and callee
+    /// block); gives the frame back with the outcome.
+    fn run_frame(
+        &mut self,
+        frame: Vec<(&'a str, Value)>,
+        body: &'a ast::Block,
+        compiled: Option<&'a [super::fast::CStmt]>,
+        barrier: bool,
+        callee_block: Option<Option<usize>>,
+    ) -> (Vec<(&'a str, Value)>, R<()>) {
+        let saved_base = self.base;
+        let saved_block = self.block;
+        if let Some(b) = callee_block {
+            self.block = b;
+        }
+        self.frames.push(frame);
+        if barrier {
+            self.base = self.frames.len() - 1;
+        }
+        let r = match compiled {
+            Some(c) => c.iter().try_for_each(|s| self.cexec(s)),
+            None => body.stmts.iter().try_for_each(|s| self.exec(s)),
+        };
+        let frame = self.frames.pop().unwrap_or_default();
+        self.base = saved_base;
+        self.block = saved_block;
+        (frame, r)
+    }
+
+    /// A table's call of action `a` with the action data of the entry at
+    /// `entry` of table `t` (`(runtime?, index)`; `None`: the table's
+    /// default action data), when every parameter of the action is
+    /// directionless (action data only, nothing bound in the table's
+    /// actions list): each parameter is bound in the frame straight from
+    /// the data where it sits, in order (a missing datum gives the type's
+    /// default, as `invoke`), with no vector of values in between, no
+    /// argument search and nothing to copy out. `None` when the action
+    /// does not qualify or this is the reference run: the caller then
+    /// calls `call_action` (the walker's way, which this must equal).
+    /// Why: every table hit of a packet went through `invoke`'s general
+    /// path (docs/results/p4.md 2n).
+    pub(crate) fn call_table_action(
+        &mut self,
+        t: usize,
+        a: usize,
+        entry: Option<(bool, usize)>,
+    ) -> Option<R<Value>> {
+        let p: &'a Prog = self.p;
+        let ad = &p.actions[a];
+        let params: &'a [ast::Param] = &ad.decl.params;
+        if self.reference || params.iter().any(|x| x.direction != Direction::None) {
+            return None;
+        }
+        let mut frame = self.new_frame();
+        {
+            let ts = self.st.tables.get(t)?;
+            let data: &[Value] = match entry {
+                Some((true, i)) => &ts.entries.get(i)?.args,
+                Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
+                None => &ts.default.1,
+            };
+            for (i, prm) in params.iter().enumerate() {
+                let v = match data.get(i) {
+                    Some(v) => v.clone(),
+                    None => ad.param_tys.get(i).unwrap_or(&Ty::Void).default_value(),
+                };
+                frame.push((prm.name.name.as_str(), v));
+            }
+        }
+        let barrier = ad.block.is_none() || ad.block != self.block;
+        let callee = if barrier { Some(ad.block) } else { None };
+        let compiled = self.code().map(|c| c.actions[a].as_slice());
+        let (frame, r) = self.run_frame(frame, &ad.decl.body, compiled, barrier, callee);
+        let ret = match r {
+            Ok(()) => Value::Void,
+            Err(Ctl::Return(v)) => v,
+            Err(Ctl::Exit) => {
+                self.recycle(frame);
+                return Some(Err(Ctl::Exit));
+            }
+            Err(e) => return Some(Err(e)),
+        };
+        self.recycle(frame);
+        Some(Ok(ret))
     }
 
     /// Assigns the `out`/`inout` parameters of `frame` listed in `list`

@@ -1849,6 +1849,39 @@ impl<'a> Run<'a> {
         Some((self.flat?, c.flat?))
     }
 
+    /// A table key's bits and source straight from where they sit, when
+    /// key expression `e` is a field of the flat headers or a variable
+    /// (or a field chain of one) holding a `bit<W>`/`int<W>`/`bool`:
+    /// what `ceval(e)` and `scalar_bits` give, the same step counted and
+    /// nothing recorded, without building a `Value` for it. `None`: any
+    /// other expression or value (`apply_table` evaluates it then). Why:
+    /// `apply_table` built, converted and dropped a `Value` per key (a
+    /// field read by `flat_read`, a variable cloned), per table and
+    /// packet; only the bits and the source are used.
+    pub(crate) fn key_bits(&mut self, e: &'a CExpr) -> Option<R<(u128, Src)>> {
+        let CExpr::Peek(c, _) = e else {
+            return None;
+        };
+        let (v, src) = match self.flat_of(c) {
+            Some((_, FlatAt::Field { i, .. })) => {
+                let st = &self.st.pool.flat;
+                (*st.v.get(i)?, *st.src.get(i)?)
+            }
+            Some((_, FlatAt::Header(_))) => return None,
+            None => match self.peek_chain(c)? {
+                Value::Bits(b) => (b.v, b.src),
+                Value::Bool(b, s) => (u128::from(*b), *s),
+                _ => return None,
+            },
+        };
+        // `ceval`'s step and depth check.
+        if let Err(x) = self.enter() {
+            return Some(Err(x));
+        }
+        self.depth -= 1;
+        Some(Ok((v, src)))
+    }
+
     /// `invoke`'s argument `e` when it is a header or field of the flat
     /// headers (`hdr.ip` in `ip_ttl_dec(chk, hdr.ip)`): resolved by name,
     /// as the walker's `lvalue` would, unless a variable hides the name.

@@ -332,8 +332,13 @@ impl Prefixes {
             if let Some((x, _)) = m.range(vm..).next() {
                 c = c.max(common(*x));
             }
-            if let Some((x, _)) = m.range(..vm).next_back() {
-                c = c.max(common(*x));
+            // A prefix equal to the key's (the usual hit) already has
+            // every bit in common: the lower neighbour cannot beat it,
+            // so the second search of the map is skipped.
+            if c < len {
+                if let Some((x, _)) = m.range(..vm).next_back() {
+                    c = c.max(common(*x));
+                }
             }
             best = best.max(len.min(c + 1));
         }

@@ -35,8 +35,17 @@ impl Run<'_> {
         let p = self.p;
         let td = &p.tables[t];
         let code = self.code();
+        let ckeys = code.and_then(|c| c.keys.get(t));
         for (i, k) in td.keys.iter().enumerate() {
-            let v = match code.and_then(|c| c.keys.get(t)).and_then(|ks| ks.get(i)) {
+            let ce = ckeys.and_then(|ks| ks.get(i));
+            // A field or variable: its bits as they sit (no `Value`).
+            if let Some(r) = ce.and_then(|ce| self.key_bits(ce)) {
+                let (v, src) = r?;
+                kv.push(v & mask(k.width));
+                ksrc.push(src);
+                continue;
+            }
+            let v = match ce {
                 Some(ce) => self.ceval(ce)?,
                 None => self.eval(&k.expr)?,
             };
@@ -60,23 +69,16 @@ impl Run<'_> {
             .index
             .lookup(&td.const_entries, &st.entries, kv, need)
             .and_then(|o| index::locate(&st.entries, o));
-        let mut spare = self.st.pool.data.pop();
         let st = &self.st.tables[t];
-        let hit_entry: Option<(u64, usize, Vec<Value>)> = best.map(|(runtime, idx)| {
+        // The hit entry's id and action (its data is bound when the
+        // action is called, below).
+        let hit_entry: Option<(u64, usize)> = best.map(|(runtime, idx)| {
             let e = if runtime {
                 &st.entries[idx]
             } else {
                 &td.const_entries[idx]
             };
-            let args = match spare.take() {
-                Some(mut a) => {
-                    a.clear();
-                    a.extend(e.args.iter().cloned());
-                    a
-                }
-                None => e.args.clone(),
-            };
-            (e.id, e.action, args)
+            (e.id, e.action)
         });
         for (i, k) in td.keys.iter().enumerate() {
             self.use_src(ksrc[i], k.width, need[i], k.width);
@@ -127,38 +129,19 @@ impl Run<'_> {
             self.tr.set_uncacheable("p4-meter");
         }
         match hit_entry {
-            Some((_, a, args)) => {
-                let bound = td
-                    .actions
-                    .iter()
-                    .find(|ta| ta.action == a)
-                    .map(|ta| ta.bound.as_slice());
-                self.call_action(a, bound, Some(args))?;
+            Some((_, a)) => {
+                self.call_with_data(t, a, best)?;
                 Ok(Value::ApplyResult {
                     hit: true,
                     action: a,
                 })
             }
             None => {
-                let (a, dargs) = &self.st.tables[t].default;
-                let a = *a;
-                let args = match spare {
-                    Some(mut v) => {
-                        v.clear();
-                        v.extend(dargs.iter().cloned());
-                        v
-                    }
-                    None => dargs.clone(),
-                };
+                let a = self.st.tables[t].default.0;
                 if td.info.add_on_miss {
                     self.miss_ctx().push((t, kv.clone()));
                 }
-                let bound = td
-                    .actions
-                    .iter()
-                    .find(|ta| ta.action == a)
-                    .map(|ta| ta.bound.as_slice());
-                let r = self.call_action(a, bound, Some(args));
+                let r = self.call_with_data(t, a, None);
                 if td.info.add_on_miss {
                     self.miss_ctx().pop();
                 }
@@ -169,6 +152,39 @@ impl Run<'_> {
                 })
             }
         }
+    }
+
+    /// Calls table `t`'s action `a` with the action data of the entry at
+    /// `entry` (`None`: the default action's): bound straight from the
+    /// table when the action allows it (`call_table_action`), otherwise
+    /// copied into a vector for `call_action` with the arguments the
+    /// table's actions list binds.
+    fn call_with_data(&mut self, t: usize, a: usize, entry: Option<(bool, usize)>) -> R<Value> {
+        if let Some(r) = self.call_table_action(t, a, entry) {
+            return r;
+        }
+        let p = self.p;
+        let td = &p.tables[t];
+        let ts = &self.st.tables[t];
+        let data: &[Value] = match entry {
+            Some((true, i)) => &ts.entries[i].args,
+            Some((false, i)) => &td.const_entries[i].args,
+            None => &ts.default.1,
+        };
+        let args = match self.st.pool.data.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.extend(data.iter().cloned());
+                v
+            }
+            None => data.to_vec(),
+        };
+        let bound = td
+            .actions
+            .iter()
+            .find(|ta| ta.action == a)
+            .map(|ta| ta.bound.as_slice());
+        self.call_action(a, bound, Some(args))
     }
 
     /// PNA `add_entry(action_name, action_params, expire_time_profile_id)`.
