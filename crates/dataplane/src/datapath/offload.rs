@@ -24,7 +24,6 @@
 //! two last-used times, so a flow busy in the kernel is never aged out.
 
 use super::{DpAction, DpFlow, FlowStats};
-pub use crate::offload::kernel::layout::{CtEvent, FlowHashKey};
 use nicflow_flow::{FlowKey, FlowMask, Match};
 use nicflow_port::OffloadHook;
 use std::collections::BTreeMap;
@@ -504,6 +503,55 @@ pub(crate) fn update(off: &mut dyn FlowOffload, f: &mut DpFlow, counts: &mut Pla
         }
     }
     counts.add(f.placement);
+}
+
+// The kernel engine's records that this interface carries (their layout is
+// the BPF programs' `struct dp_flow_key` and `struct dp_ct_event`, see
+// `offload::kernel::layout`); defined here so that the interface does not
+// import the engine.
+
+/// `dp_flows` key (`struct dp_flow_key`): the mask slot and the hash of
+/// the masked key ([`key_hash`]); the masked key itself is in the value,
+/// where the program verifies it.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowHashKey {
+    pub mask_idx: u32,
+    pub pad: u32,
+    pub hash: u64,
+}
+const _: () = assert!(std::mem::size_of::<FlowHashKey>() == 16);
+
+/// One `dp_ct_events` record (`struct dp_ct_event`): a SYN the program
+/// set up, its three entries' `dp_flows` keys and its frame.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug)]
+pub struct CtEvent {
+    pub gen: u64,
+    pub hk: [FlowHashKey; 3],
+    pub in_port: u32,
+    pub len: u32,
+    pub frame: [u8; CT_EV_FRAME],
+}
+/// Longest SYN frame the program sets up (`DP_CT_EV_FRAME`).
+pub const CT_EV_FRAME: usize = 192;
+const _: () = assert!(std::mem::size_of::<CtEvent>() == 256);
+
+impl CtEvent {
+    /// The record from the ring's bytes (`None`: too short).
+    pub fn from_bytes(b: &[u8]) -> Option<CtEvent> {
+        if b.len() < std::mem::size_of::<CtEvent>() {
+            return None;
+        }
+        // SAFETY: CtEvent is repr(C), made only of integers and byte
+        // arrays (any bit pattern is valid); read unaligned.
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<CtEvent>()) })
+    }
+
+    /// The SYN's frame as the program read it.
+    pub fn frame(&self) -> &[u8] {
+        &self.frame[..(self.len as usize).min(CT_EV_FRAME)]
+    }
 }
 
 #[cfg(test)]

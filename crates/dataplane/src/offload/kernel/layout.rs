@@ -8,6 +8,9 @@
 //! differ.
 
 use nicflow_flow::FlowKey;
+// The two records the engine-neutral offload interface carries are defined
+// beside it (`datapath::offload`): the interface sits below the engines.
+pub use crate::datapath::offload::{CtEvent, FlowHashKey, CT_EV_FRAME};
 
 /// Words of [`DpKey`] (the C side masks it word by word).
 pub const DP_KEY_WORDS: usize = 14;
@@ -181,18 +184,6 @@ impl FlowMapKey {
         }
     }
 }
-
-/// `dp_flows` key (`struct dp_flow_key`): the mask slot and the hash of
-/// the masked key ([`key_hash`]); the masked key itself is in the value,
-/// where the program verifies it.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FlowHashKey {
-    pub mask_idx: u32,
-    pub pad: u32,
-    pub hash: u64,
-}
-const _: () = assert!(std::mem::size_of::<FlowHashKey>() == 16);
 
 /// Entries per CPU of the program's mask-hint cache (`DP_MASK_HINTS`;
 /// the program alone reads and writes it).
@@ -707,38 +698,6 @@ pub struct CtTpl {
 }
 const _: () =
     assert!(std::mem::size_of::<CtTpl>() == 40 + 224 + 3 * std::mem::size_of::<FlowValue>());
-
-/// One `dp_ct_events` record (`struct dp_ct_event`): a SYN the program
-/// set up, its three entries' `dp_flows` keys and its frame.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug)]
-pub struct CtEvent {
-    pub gen: u64,
-    pub hk: [FlowHashKey; 3],
-    pub in_port: u32,
-    pub len: u32,
-    pub frame: [u8; CT_EV_FRAME],
-}
-/// Longest SYN frame the program sets up (`DP_CT_EV_FRAME`).
-pub const CT_EV_FRAME: usize = 192;
-const _: () = assert!(std::mem::size_of::<CtEvent>() == 256);
-
-impl CtEvent {
-    /// The record from the ring's bytes (`None`: too short).
-    pub fn from_bytes(b: &[u8]) -> Option<CtEvent> {
-        if b.len() < std::mem::size_of::<CtEvent>() {
-            return None;
-        }
-        // SAFETY: CtEvent is repr(C), made only of integers and byte
-        // arrays (any bit pattern is valid); read unaligned.
-        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<CtEvent>()) })
-    }
-
-    /// The SYN's frame as the program read it.
-    pub fn frame(&self) -> &[u8] {
-        &self.frame[..(self.len as usize).min(CT_EV_FRAME)]
-    }
-}
 
 /// Indices of the TC program's `dp_ct_stats` (`DP_CT_ST_*`).
 pub mod ct_stat {
