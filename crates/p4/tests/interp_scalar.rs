@@ -4,8 +4,11 @@
 //! the tier takes at widths 1 to 128, signed and unsigned (wrap-around,
 //! shifts by the width and more, slices, casts, signed comparisons), in
 //! flat header fields and in local variables, in `if` conditions,
-//! assignments, select keys and table keys; and the tier must be in use
-//! (`Pipeline::scalar_sites`).
+//! assignments, select keys and table keys; bool fields and variables,
+//! `isValid`, constants and invalid headers' fields, flat and in a tree;
+//! the tier must be in use (`Pipeline::scalar_sites`) and run per packet
+//! (`Pipeline::scalar_runs`), and count the walker's steps (a parser
+//! loop fails with the step limit at the walker's iteration).
 
 mod interp_support;
 use interp_support::{corpus, load};
@@ -316,7 +319,7 @@ proptest! {
 /// does not reach (after the p4scalar review's own test): reads of an
 /// invalid header's fields, `isValid` on flat headers and on a header
 /// variable, block constants, `bool` variables and `bool` header fields
-/// in `&&`/`||`/`if` (their sources recorded), a field read only through
+/// in `&&`/`||`/`if` (each read there only: its source must be recorded there), a field read only through
 /// a local (the variable leaf's source), unary `-` compared and shifted
 /// (its mask), slices of slices, huge shift literals, `int<128>`.
 fn misc_program(body: &str) -> String {
@@ -328,7 +331,7 @@ struct metadata_t {{}}
 const bit<8> KC = 7;
 const int<8> KS = -3;
 header a_t {{ bit<8> x; bit<8> y; int<8> s; int<8> t; bit<8> n; bit<1> one; bit<7> r;
-  bit<128> w; int<128> sw; bit<16> x16; bool f; bool g; bit<6> r2; bit<8> lo; bit<8> lo2; }}
+  bit<128> w; int<128> sw; bit<16> x16; bool f; bool g; bool h; bool k; bit<4> r2; bit<8> lo; bit<8> lo2; }}
 header b_t {{ bit<8> x; bit<8> y; int<8> s; bit<8> n; }}
 header l_t {{ bit<8> v; }}
 header o_t {{ bit<8> o1; bit<8> o2; bit<8> o3; bit<8> o4; bit<8> o5; bit<8> o6; bit<8> o7; bit<8> o8;
@@ -381,8 +384,8 @@ const MISC_BODY: &str = r#"
         hdr.o.o8 = (bit<8>) fl + (bit<8>) (bit<1>) g;
         if (hdr.a.f) { hdr.o.m1 = 1; }
         if (hdr.a.x16 == 3 && hdr.a.g) { hdr.o.m2 = 2; }
-        if (hdr.a.x16 == 5 || hdr.a.f) { hdr.o.m3 = 3; }
-        bool hf = hdr.a.g;
+        if (hdr.a.x16 == 5 || hdr.a.h) { hdr.o.m3 = 3; }
+        bool hf = hdr.a.k;
         if (hf) { hdr.o.m4 = hdr.o.m4 + 1; }
         bit<8> only = hdr.a.lo;
         if (only == 2) { hdr.o.m4 = hdr.o.m4 ^ 8; }

@@ -4,6 +4,9 @@
 //! metadata fields, block variables, `bool` and `int<W>` keys, next to
 //! keys that are evaluated), exact/lpm/ternary/range tables, actions
 //! with 0 to 3 parameters of odd widths, default actions with data,
+//! actions that `exit` or `return`, an action with a parameter bound by
+//! the table next to one from the data, defaults set at run time with
+//! data, the recorded lookup keys and examined bits (`record_table_keys`),
 //! `switch (t.apply().action_run)`, `if (t.apply().hit)`, and main blocks
 //! whose frames hold only the parameters they name (the headers flat,
 //! some metadata bound, some not), with and without a block variable.

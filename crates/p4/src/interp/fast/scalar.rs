@@ -16,7 +16,8 @@
 //! `use_val` records it, operator results carry no source, slices narrow
 //! a packet source, `bool` casts keep theirs, so outputs and whole traces
 //! are the walker's (`tests/interp_scalar.rs` compares them with
-//! `process_reference`). Every consumer keeps the compiled `Value` form
+//! `process_reference`), and so are the steps counted ([`SExpr::cost`]:
+//! a loop meets `MAX_STEPS` at the walker's iteration, not later). Every consumer keeps the compiled `Value` form
 //! as its fallback ([`CExpr::Scalar`]'s second field): it runs when the
 //! run does not hold the headers flat, when a variable does not hold the
 //! type the load assumed (then the tree stops at that leaf; the operands
