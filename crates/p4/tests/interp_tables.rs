@@ -4,6 +4,9 @@
 //! metadata fields, block variables, `bool` and `int<W>` keys, next to
 //! keys that are evaluated), exact/lpm/ternary/range tables, actions
 //! with 0 to 3 parameters of odd widths, default actions with data,
+//! actions that `exit` or `return`, an action with a parameter bound by
+//! the table next to one from the data, defaults set at run time with
+//! data, the recorded lookup keys and examined bits (`record_table_keys`),
 //! `switch (t.apply().action_run)`, `if (t.apply().hit)`, and main blocks
 //! whose frames hold only the parameters they name (the headers flat,
 //! some metadata bound, some not), with and without a block variable.
@@ -41,6 +44,16 @@ control Main(inout headers_t hdr, inout metadata_t meta,
         hdr.b.x = p; VV = q; hdr.b.port = port; meta.m = meta.m + 1;
     }
     action gone() { drop_packet(); }
+    // `exit` and `return` in a table's action (the compiled call's
+    // early ends).
+    action ax(bit<7> p) {
+        if (p == 1) { exit; }
+        if (p == 2) { return; }
+        hdr.b.x = hdr.b.x ^ p;
+    }
+    // A directional parameter bound by the table next to one from the
+    // entry's data (not `call_table_action`: its fallback).
+    action am(inout bit<9> w, bit<9> q) { w = w + q; hdr.b.port = hdr.b.port + 1; }
     table t_exact {
         key = { hdr.b.y : exact; meta.m : exact; }
         actions = { a1; a2; nop; }
@@ -68,7 +81,12 @@ control Main(inout headers_t hdr, inout metadata_t meta,
     }
     table t_expr {
         key = { hdr.b.y + 1 : exact @name("y1"); }
-        actions = { a1; nop; }
+        actions = { a1; ax; nop; }
+        default_action = nop();
+    }
+    table t_mix {
+        key = { hdr.b.n : exact; }
+        actions = { am(VV); ax; nop; }
         default_action = nop();
     }
     apply {
@@ -88,6 +106,7 @@ control Main(inout headers_t hdr, inout metadata_t meta,
             if (!t_tern.apply().hit) {
                 t_lpm.apply();
             }
+            t_mix.apply();
             hdr.b.y = VV;
             hdr.b.m = meta.m;
             EXTRA
@@ -125,6 +144,14 @@ add t_range 1 hdr.b.port:0->0xffff vv:0x1ff hdr.b.n:0 a1(p:9)
 add t_dflt hdr.a.s:0x020000000009 nop()
 add t_expr y1:2 a1(p:0x40)
 add t_expr y1:5 nop()
+add t_expr y1:3 ax(p:1)
+add t_expr y1:4 ax(p:2)
+add t_expr y1:0x1ff ax(p:0x33)
+add t_mix hdr.b.n:0xff am(q:0x21)
+add t_mix hdr.b.n:0x7f ax(p:1)
+add t_mix hdr.b.n:0x80 ax(p:0x0c)
+setdefault t_mix am(q:0x101)
+setdefault t_exact a1(p:0x2a)
 ";
 
 fn build(vdecl: &str, vv: &str, extra: &str) -> Option<Pipeline> {
@@ -199,8 +226,13 @@ fn agree(what: &str, fast: &mut Pipeline, reference: &mut Pipeline) -> usize {
         &mut |ps, port, p, now| ps[0].process(port, p, now),
     );
     assert!(fails.is_empty(), "{what}: {fails:?}");
+    // The lookup keys and their examined bits (the revalidation input)
+    // are in the traces compared.
+    fast.record_table_keys(true);
+    reference.record_table_keys(true);
     let mut sent = 0;
     let mut hit = 0;
+    let mut keys = 0;
     for (i, p) in packets(0x5eed ^ what.len() as u64, 3000).iter().enumerate() {
         let port = (i % 3) as u32;
         let a = fast.process(port, p, i as u64);
@@ -209,10 +241,12 @@ fn agree(what: &str, fast: &mut Pipeline, reference: &mut Pipeline) -> usize {
         assert!(a.trace.error.is_none(), "{what}: {:?}", a.trace.error);
         sent += a.outputs.len();
         hit += a.trace.tables.iter().filter(|t| t.entry.is_some()).count();
+        keys += a.trace.keys.len();
     }
     assert_eq!(fast.error_count(), reference.error_count(), "{what}");
     // The entries are reached (not only the defaults).
     assert!(hit > 1000, "{what}: only {hit} table hits");
+    assert!(keys > 3000, "{what}: only {keys} lookup keys recorded");
     sent
 }
 

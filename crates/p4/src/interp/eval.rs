@@ -1271,20 +1271,28 @@ impl<'a> Run<'a> {
             return None;
         }
         let mut frame = self.new_frame();
-        {
-            let ts = self.st.tables.get(t)?;
-            let data: &[Value] = match entry {
+        let tables = &self.st.tables;
+        let data: Option<&[Value]> = (|| {
+            let ts = tables.get(t)?;
+            let d: &[Value] = match entry {
                 Some((true, i)) => &ts.entries.get(i)?.args,
                 Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
                 None => &ts.default.1,
             };
-            for (i, prm) in params.iter().enumerate() {
-                let v = match data.get(i) {
-                    Some(v) => v.clone(),
-                    None => ad.param_tys.get(i).unwrap_or(&Ty::Void).default_value(),
-                };
-                frame.push((prm.name.name.as_str(), v));
-            }
+            Some(d)
+        })();
+        let Some(data) = data else {
+            // An entry `locate` did not give (unreachable today): the
+            // pooled frame goes back to the pool, not dropped.
+            self.recycle(frame);
+            return None;
+        };
+        for (i, prm) in params.iter().enumerate() {
+            let v = match data.get(i) {
+                Some(v) => v.clone(),
+                None => ad.param_tys.get(i).unwrap_or(&Ty::Void).default_value(),
+            };
+            frame.push((prm.name.name.as_str(), v));
         }
         let barrier = ad.block.is_none() || ad.block != self.block;
         let callee = if barrier { Some(ad.block) } else { None };

@@ -2114,8 +2114,30 @@ impl<'a> Run<'a> {
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
+        // A call is two levels in the walker (`eval`, then `call`'s own
+        // `enter`): the same steps and depth here, so that the step and
+        // depth limits fall where the walker's do.
+        let call = matches!(
+            e,
+            CExpr::IsValid(..)
+                | CExpr::Apply(..)
+                | CExpr::Method { .. }
+                | CExpr::Extract { .. }
+                | CExpr::Emit { .. }
+                | CExpr::Action(..)
+                | CExpr::ActionFlat(..)
+                | CExpr::Func(..)
+                | CExpr::FuncFlat(..)
+                | CExpr::ExternFn { .. }
+        );
+        if call {
+            if let Err(x) = self.enter() {
+                self.depth -= 1;
+                return Err(x);
+            }
+        }
         let r = self.ceval_inner(e);
-        self.depth -= 1;
+        self.depth -= 1 + u32::from(call);
         r
     }
 

@@ -159,6 +159,11 @@ pub(crate) struct State {
     pub entry_ttl: std::collections::HashMap<(usize, u64), u64>,
     /// Internal errors (counted drops).
     pub errors: u64,
+    /// Expressions the scalar tier evaluated to the end since load
+    /// (`fast::scalar`): its results equal the `Value` path's by design,
+    /// so only this count tells a test that it ran (one add per tier
+    /// evaluation, no cost worth a `cfg`).
+    pub scalar_runs: u64,
     /// Latest time seen by process()/credit(): entries added by the
     /// control plane start their idle timer there.
     pub clock: u64,
@@ -256,6 +261,7 @@ impl State {
             idle_timeout_ns: 30_000_000_000,
             entry_ttl: Default::default(),
             errors: 0,
+            scalar_runs: 0,
             clock: 0,
             mirror: Default::default(),
             mcast: Default::default(),
@@ -446,6 +452,13 @@ impl Pipeline {
     pub fn error_count(&self) -> u64 {
         self.st.errors
     }
+
+    /// Expressions the scalar tier evaluated since load (its results are
+    /// the `Value` path's, so tests read this to know it ran per packet;
+    /// [`Pipeline::scalar_sites`] only says it was compiled).
+    pub fn scalar_runs(&self) -> u64 {
+        self.st.scalar_runs
+    }
 }
 
 /// Width of a table key expression, found by evaluating it on default
@@ -458,6 +471,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         idle_timeout_ns: 0,
         entry_ttl: Default::default(),
         errors: 0,
+        scalar_runs: 0,
         clock: 0,
         mirror: Default::default(),
         mcast: Default::default(),

@@ -16,7 +16,8 @@
 //! `use_val` records it, operator results carry no source, slices narrow
 //! a packet source, `bool` casts keep theirs, so outputs and whole traces
 //! are the walker's (`tests/interp_scalar.rs` compares them with
-//! `process_reference`). Every consumer keeps the compiled `Value` form
+//! `process_reference`), and so are the steps counted ([`SExpr::cost`]:
+//! a loop meets `MAX_STEPS` at the walker's iteration, not later). Every consumer keeps the compiled `Value` form
 //! as its fallback ([`CExpr::Scalar`]'s second field): it runs when the
 //! run does not hold the headers flat, when a variable does not hold the
 //! type the load assumed (then the tree stops at that leaf; the operands
@@ -72,7 +73,7 @@ impl STy {
 /// first.
 pub(crate) struct Scalar {
     pub e: SExpr,
-    /// Nodes (the steps an evaluation may count).
+    /// The steps an evaluation may count (the nodes' [`SExpr::cost`]s).
     pub nodes: u32,
     /// Nesting depth.
     pub depth: u32,
@@ -82,6 +83,12 @@ pub(crate) struct Scalar {
 
 pub(crate) struct SExpr {
     pub ty: STy,
+    /// The walker's steps for this node alone (its `eval` ticks): 3 for
+    /// a slice (its two bounds are evaluated), 2 for `isValid()` (the
+    /// call's own `enter`) and for a cast of an unsized literal (folded
+    /// into one constant here), 1 otherwise; so that a run counts the
+    /// walker's steps and meets `MAX_STEPS` where the walker does.
+    pub cost: u8,
     pub node: SNode,
 }
 
@@ -133,7 +140,11 @@ fn unsized_lit(e: &Expr) -> Option<&crate::ast::IntLit> {
 }
 
 fn node(ty: STy, node: SNode) -> Option<SExpr> {
-    Some(SExpr { ty, node })
+    costed(ty, 1, node)
+}
+
+fn costed(ty: STy, cost: u8, node: SNode) -> Option<SExpr> {
+    Some(SExpr { ty, cost, node })
 }
 
 impl Cx<'_> {
@@ -152,7 +163,7 @@ impl Cx<'_> {
         let e = self.sexpr(e)?;
         let (mut nodes, mut depth, mut flat) = (0, 0, false);
         walk(&e, 1, &mut |n, d| {
-            nodes += 1;
+            nodes += u32::from(n.cost);
             depth = depth.max(d);
             flat |= matches!(n.node, SNode::Field(_) | SNode::Valid(_));
         });
@@ -240,7 +251,8 @@ impl Cx<'_> {
                         STy::Bits(..) => lit_in(lit, to)?,
                         STy::Bool => u128::from(lit.value.bits() != 0),
                     };
-                    return node(to, SNode::Const(v));
+                    // The walker evaluates the cast and the literal.
+                    return costed(to, 2, SNode::Const(v));
                 }
                 let a = self.sexpr(a)?;
                 node(to, SNode::Cast(Box::new(a)))
@@ -252,8 +264,9 @@ impl Cx<'_> {
                 if hi < lo || hi >= w {
                     return None;
                 }
-                node(
+                costed(
                     STy::Bits(hi - lo + 1, false),
+                    3,
                     SNode::Slice(Box::new(a), hi, lo),
                 )
             }
@@ -271,14 +284,14 @@ impl Cx<'_> {
                 }
                 let c = self.chain(obj)?;
                 match c.flat {
-                    Some(FlatAt::Header(h)) => node(STy::Bool, SNode::Valid(h)),
+                    Some(FlatAt::Header(h)) => costed(STy::Bool, 2, SNode::Valid(h)),
                     Some(FlatAt::Field { .. }) => None,
                     None => {
                         // Only a variable declared as a header.
                         if !self.chain_is_header(&c) {
                             return None;
                         }
-                        node(STy::Bool, SNode::VarValid(Box::new(c)))
+                        costed(STy::Bool, 2, SNode::VarValid(Box::new(c)))
                     }
                 }
             }
@@ -333,6 +346,7 @@ impl Cx<'_> {
                         };
                         SExpr {
                             ty: STy::Bits(128, false),
+                            cost: 1,
                             node: SNode::Const(n),
                         }
                     }
@@ -370,6 +384,7 @@ impl Cx<'_> {
                             x,
                             SExpr {
                                 ty,
+                                cost: 1,
                                 node: SNode::Const(v),
                             },
                         )
@@ -381,6 +396,7 @@ impl Cx<'_> {
                         (
                             SExpr {
                                 ty,
+                                cost: 1,
                                 node: SNode::Const(v),
                             },
                             y,
@@ -450,7 +466,11 @@ impl Run<'_> {
         {
             return None;
         }
-        self.seval(&s.e)
+        let r = self.seval(&s.e);
+        if r.is_some() {
+            self.st.scalar_runs = self.st.scalar_runs.wrapping_add(1);
+        }
+        r
     }
 
     /// `ones_sum_of` of compiled checksum list items when all are in the
@@ -494,7 +514,7 @@ impl Run<'_> {
     }
 
     fn seval(&mut self, e: &SExpr) -> Option<(u128, Src)> {
-        self.steps += 1;
+        self.steps += u64::from(e.cost);
         Some(match &e.node {
             SNode::Const(v) => (*v, Src::None),
             SNode::Field(i) => {
