@@ -703,6 +703,12 @@ enum { DP_CT_ST_SETUP = 0, DP_CT_ST_RING_FULL, DP_CT_ST_EXISTS, DP_CT_ST_MISMATC
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	/* Not preallocated: an update replaces the element and frees the old
+	 * one after an RCU grace period, so a program that looked a template
+	 * up reads it whole even while the daemon rewrites it twice (a
+	 * preallocated map reuses the replaced element at the next update:
+	 * torn reads, review of ctbpf MUST-FIX 4). */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 256);
 	__type(key, struct dp_ct_tpl_key);
 	__type(value, struct dp_ct_tpl);

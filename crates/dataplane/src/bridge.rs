@@ -969,8 +969,11 @@ impl Bridge {
     /// received.
     pub fn run_once(&mut self, now: Instant) -> usize {
         let mut total = 0;
-        // Connections the TC program set up since the last round.
+        // Connections the TC program set up since the last round, then
+        // the poll of set-up connections: with the program setting them up
+        // the daemon receives almost no batch to poll after.
         self.dp.take_ct_events(now);
+        self.dp.poll_ct_setup(now);
         let n_ports = self.ports.len();
         // Outside a budgeted round (tests, captures) ports go in order.
         let first = match self.round {

@@ -593,3 +593,65 @@ fn partial_checksum_frames_get_the_outer_checksum_from_the_headers() {
     assert_eq!(finished, userspace_encap(&gn, &uframe, utun));
     assert_eq!((stats.encap, stats.aborted), (1, 0));
 }
+
+/// Review of ctbpf, MUST-FIX 2: a daemon that dies without unwinding
+/// (no Drop: SIGKILL, OOM, abort) leaves its set-up templates in the
+/// pinned program's map. The next daemon adopts the engine from the pins:
+/// it must see the template map (pinned with the others) and find it
+/// cleared, so no SYN is set up by the dead daemon's rules.
+#[test]
+fn templates_of_a_daemon_that_died_are_cleared_on_adoption() {
+    use nicflow::offload::kernel::layout::{CtTpl, CtTplKey};
+    use nicflow::offload::kernel::{DpKey, FlowValue};
+    if skip() {
+        return;
+    }
+    let dir = std::path::PathBuf::from(format!("/sys/fs/bpf/nf-ctpin-{}", std::process::id()));
+    if !nicflow::offload::pin::is_bpffs(std::path::Path::new("/sys/fs/bpf")) {
+        eprintln!("SKIPPED: no bpffs at /sys/fs/bpf");
+        return;
+    }
+    // The pins go whatever the asserts say.
+    struct Unpin(std::path::PathBuf);
+    impl Drop for Unpin {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _unpin = Unpin(dir.clone());
+    let cfg = XdpEngineConfig::default();
+    let mut first = XdpEngine::open_kind(EngineKind::Tc, cfg, Some(&dir)).unwrap();
+    assert!(first.ct_templates(), "the engine has no set-up templates");
+    let tpl = CtTpl {
+        gen: 7,
+        out_port: 2,
+        syn_slot: 0,
+        mask_idx: [0; 3],
+        tcp_flags: [0; 3],
+        pad: 0,
+        pad2: 0,
+        vmask: DpKey::default(),
+        vkey: DpKey::default(),
+        entry: [FlowValue::default(); 3],
+    };
+    let key = CtTplKey {
+        in_port: 1,
+        dl_type: 0x0800,
+        pad: 0,
+    };
+    first.set_ct_template(key, &tpl).unwrap();
+    assert_eq!(first.ct_template_count(), 1);
+    // The daemon dies: no Drop, the pins and the template stay.
+    std::mem::forget(first);
+    let second = XdpEngine::open_kind(EngineKind::Tc, cfg, Some(&dir)).unwrap();
+    assert!(
+        second.ct_templates(),
+        "the adopted engine does not see the template map (not pinned)"
+    );
+    assert_eq!(
+        second.ct_template_count(),
+        0,
+        "the dead daemon's template survived the adoption"
+    );
+    drop(second);
+}

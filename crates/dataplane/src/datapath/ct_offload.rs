@@ -290,7 +290,72 @@ pub struct CtOffloads {
     pub events_held: bool,
     /// Templates replaced or removed lately, for reports made from them
     /// before ([`CtOffloads::retire`]).
-    retired: VecDeque<TemplateCore>,
+    retired: Retired<TemplateCore>,
+}
+
+/// Cores of removed templates, kept by drains of the report ring, not by
+/// count: a core goes only after the ring was found empty twice since it
+/// was retired, the two at least `RETIRED_TICK` apart (every report made
+/// from it has been taken by then; a program instance that looked the
+/// template up before its delete ends within microseconds, and `sync`
+/// drains twice in a row, hence the tick). Keeping a fixed number (16 before) lost the
+/// core of a template whose reports waited behind more than that many
+/// rewrites (a loaded round, per-service templates alternating on one
+/// port): the SYN, already forwarded, was never committed (review of
+/// ctbpf, MUST-FIX 3). `RETIRED_CAP` only bounds memory.
+#[derive(Debug)]
+struct Retired<T> {
+    items: VecDeque<(u64, T)>,
+    /// Times the ring was found empty, `RETIRED_TICK` apart.
+    drains: u64,
+    last_drain: Option<Instant>,
+}
+
+impl<T> Default for Retired<T> {
+    fn default() -> Self {
+        Retired {
+            items: VecDeque::new(),
+            drains: 0,
+            last_drain: None,
+        }
+    }
+}
+
+impl<T> Retired<T> {
+    fn push(&mut self, t: T) {
+        if self.items.len() >= RETIRED_CAP {
+            self.items.pop_front();
+        }
+        self.items.push_back((self.drains, t));
+    }
+
+    /// The ring was found empty: forget what was retired before the
+    /// previous such drain.
+    fn drained(&mut self, now: Instant) {
+        if self
+            .last_drain
+            .is_some_and(|l| now.saturating_duration_since(l) < RETIRED_TICK)
+        {
+            return;
+        }
+        self.last_drain = Some(now);
+        self.drains += 1;
+        while self
+            .items
+            .front()
+            .is_some_and(|(d, _)| d + 2 <= self.drains)
+        {
+            self.items.pop_front();
+        }
+    }
+
+    fn find(&self, f: impl Fn(&T) -> bool) -> Option<&T> {
+        self.items.iter().map(|(_, t)| t).find(|t| f(t))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
 }
 
 /// A set-up template written to the engine ([`FlowOffload::set_ct_template`]):
@@ -336,8 +401,12 @@ impl TemplateCore {
     }
 }
 
-/// Removed templates kept for late reports.
-const RETIRED_MAX: usize = 16;
+/// Removed templates' cores kept at most (memory bound only, see
+/// [`Retired`]): far more than the rewrites of one round.
+const RETIRED_CAP: usize = 4096;
+
+/// Least time between two drains that count for [`Retired`].
+const RETIRED_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Fold a flow's mask `m` into a template's `vmask`, as fields of the
 /// SYN's key: a flow of a reply packet looked at the SYN's fields the
@@ -431,7 +500,7 @@ impl Default for CtOffloads {
             templates_removed: 0,
             events: Vec::new(),
             events_held: false,
-            retired: VecDeque::new(),
+            retired: Retired::default(),
         }
     }
 }
@@ -1054,10 +1123,7 @@ impl CtOffloads {
     /// Keep a replaced or removed template's core for a while: the
     /// program may have reported set-ups from it not taken in yet.
     fn retire(&mut self, t: Template) {
-        if self.retired.len() >= RETIRED_MAX {
-            self.retired.pop_front();
-        }
-        self.retired.push_back(TemplateCore::of(&t));
+        self.retired.push(TemplateCore::of(&t));
     }
 
     /// Remove the templates that no longer hold (a flow they came from
@@ -1138,6 +1204,7 @@ impl CtOffloads {
             off.drain_ct_events(&mut evs, 256);
             if evs.is_empty() {
                 self.events = evs;
+                self.retired.drained(now);
                 return;
             }
             for ev in evs.drain(..) {
@@ -1161,7 +1228,7 @@ impl CtOffloads {
             .values()
             .find(|t| t.gen == ev.gen)
             .map(TemplateCore::of)
-            .or_else(|| self.retired.iter().find(|t| t.gen == ev.gen).copied());
+            .or_else(|| self.retired.find(|t| t.gen == ev.gen).copied());
         let Some(core) = core else {
             self.undo(off, &hks, "ct:bpf-unknown-template");
             return;
@@ -1194,8 +1261,6 @@ impl CtOffloads {
         self.forget_gone(tracker, off, flows, now);
         if self.pending >= self.setup_pending_max {
             self.undo(off, &hks, "ct:setup-pending-full");
-            // The program's set-ups resume with the daemon's next one.
-            self.drop_templates(off);
             return;
         }
         let tuple = Tuple::of(&key);
@@ -1972,6 +2037,31 @@ fn compose(
 mod tests {
     use super::*;
     use nicflow_flow::FlowMask;
+
+    /// MUST-FIX 3 of the ctbpf review: a retired template's core stays
+    /// however many templates are retired after it until the ring was
+    /// found empty twice (17 rewrites in one round lost it before).
+    #[test]
+    fn retired_cores_stay_until_two_drains() {
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let mut r = Retired::<u64>::default();
+        for g in 0..100 {
+            r.push(g);
+        }
+        assert!(r.find(|&g| g == 0).is_some(), "evicted by count");
+        r.drained(t0);
+        r.push(100);
+        assert!(r.find(|&g| g == 0).is_some(), "gone at the first drain");
+        // `sync` drains twice in a row: the second does not count.
+        r.drained(t0 + ms(1));
+        assert!(r.find(|&g| g == 0).is_some(), "gone within a tick");
+        r.drained(t0 + ms(20));
+        assert!(r.find(|&g| g == 0).is_none(), "kept past the second drain");
+        assert!(r.find(|&g| g == 100).is_some());
+        r.drained(t0 + ms(40));
+        assert!(r.is_empty());
+    }
 
     /// The environment's words for on and off, as `set BRIDGE ct_setup=`
     /// takes them; anything else is no answer (the default, warned).

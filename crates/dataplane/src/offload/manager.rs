@@ -297,6 +297,38 @@ pub struct OffloadManager {
     /// Set-up templates written to the TC engine, with the mask slots
     /// each holds.
     ct_templates: BTreeMap<(u32, u16), [u32; 3]>,
+    /// Mask slots of replaced or removed templates, released only after
+    /// the ring was drained twice since (see [`SlotLimbo`]).
+    ct_limbo: SlotLimbo,
+}
+
+/// Mask slots a template let go of, held until the report ring was
+/// drained twice: a program instance that looked the old template up
+/// before its replacement or delete (RCU) may still insert entries under
+/// its `mask_idx`; were the slot freed and reused for another mask at
+/// once, such an entry would be "masked" by a foreign, maybe broader mask
+/// with the connection's actions (review of ctbpf, MUST-FIX 4). After the
+/// second drain every such instance has long finished and its report was
+/// taken (its entries undone or adopted under the slot still held).
+#[derive(Debug, Default)]
+struct SlotLimbo {
+    /// Retired since the last drain.
+    retiring: Vec<u32>,
+    /// Retired before the last drain: released at the next one.
+    draining: Vec<u32>,
+}
+
+impl SlotLimbo {
+    fn retire(&mut self, slots: [u32; 3]) {
+        self.retiring.extend_from_slice(&slots);
+    }
+
+    /// A drain happened: the slots now free to release.
+    fn drained(&mut self) -> Vec<u32> {
+        let free = std::mem::take(&mut self.draining);
+        self.draining = std::mem::take(&mut self.retiring);
+        free
+    }
 }
 
 /// A select group's kernel slot and how many offloaded flows run it.
@@ -419,6 +451,7 @@ impl OffloadManager {
             next_id: 1,
             ct_first: None,
             ct_templates: BTreeMap::new(),
+            ct_limbo: SlotLimbo::default(),
             prefetched: HashMap::new(),
             removing: false,
             removal_reads: HashMap::new(),
@@ -2180,9 +2213,7 @@ impl FlowOffload for OffloadManager {
         // The template it replaced lets go of its slots after the new
         // one holds its own (a slot both use is never freed in between).
         if let Some(old) = self.ct_templates.insert((t.in_port, t.dl_type), slots) {
-            for s in old {
-                let _ = engine.drop_mask(s);
-            }
+            self.ct_limbo.retire(old);
         }
         Ok(())
     }
@@ -2200,15 +2231,16 @@ impl FlowOffload for OffloadManager {
             if let Err(e) = engine.remove_ct_template(&key) {
                 tracing::warn!("removing a set-up template failed: {e}");
             }
-            for s in slots {
-                let _ = engine.drop_mask(s);
-            }
+            self.ct_limbo.retire(slots);
         }
     }
 
     fn drain_ct_events(&mut self, out: &mut Vec<CtEvent>, max: usize) {
         if let Some(e) = self.tc.as_mut() {
             e.drain_ct_events(out, max);
+            for s in self.ct_limbo.drained() {
+                let _ = e.drop_mask(s);
+            }
         }
     }
 
@@ -2529,6 +2561,20 @@ impl FlowOffload for OffloadManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retired template's mask slots are released only at the second
+    /// drain after (MUST-FIX 4 of the ctbpf review): a program instance
+    /// still holding the old template inserts under a slot still held.
+    #[test]
+    fn retired_template_slots_wait_for_two_drains() {
+        let mut l = SlotLimbo::default();
+        l.retire([1, 2, 3]);
+        assert!(l.drained().is_empty(), "freed at the first drain");
+        l.retire([4, 5, 6]);
+        assert_eq!(l.drained(), vec![1, 2, 3]);
+        assert_eq!(l.drained(), vec![4, 5, 6]);
+        assert!(l.drained().is_empty());
+    }
 
     fn opts(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()

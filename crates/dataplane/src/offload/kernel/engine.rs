@@ -335,10 +335,12 @@ pub struct XdpEngine {
     /// Templates written (removed when the engine drops: no set-up is
     /// left to a program nobody reads the reports of).
     ct_tpl_keys: BTreeSet<CtTplKey>,
+    /// See [`Self::ct_entries_rewritten`].
+    ct_entries_rewritten: u64,
 }
 
 /// Maps pinned with the program (every map userspace reads or writes).
-const PINNED_MAPS: [&str; 13] = [
+const PINNED_MAPS: [&str; 16] = [
     "dp_flows",
     "dp_masks",
     "dp_config",
@@ -352,6 +354,11 @@ const PINNED_MAPS: [&str; 13] = [
     "dp_xsks",
     "dp_select_w",
     "dp_select",
+    // Set-up in the program: the next daemon clears the templates a
+    // daemon that died without unwinding left (see `Self::adopt`).
+    "dp_ct_tpl",
+    "dp_ct_events",
+    "dp_ct_stats",
 ];
 
 /// A pinned map, typed.
@@ -378,6 +385,8 @@ fn engine_hash(kind: EngineKind, cfg: &XdpEngineConfig) -> u64 {
         cfg.max_ifaces,
         cfg.max_queues,
         cfg.counters as u32,
+        // A pinned ring of another size is not this configuration's.
+        cfg.ct_events_bytes,
     ];
     let sizes: Vec<u8> = sizes.iter().flat_map(|n| n.to_le_bytes()).collect();
     pin::hash(&[obj, &sizes])
@@ -744,11 +753,26 @@ impl XdpEngine {
             removal_keys: Vec::new(),
             delete_batch: true,
             delete_batches: 0,
-            ct_tpl: None,
-            ct_events: None,
-            ct_stats: None,
+            ct_tpl: match kind {
+                EngineKind::Tc => pinned(dir, "dp_ct_tpl").ok(),
+                EngineKind::Xdp => None,
+            },
+            ct_events: match kind {
+                EngineKind::Tc => pinned(dir, "dp_ct_events").ok(),
+                EngineKind::Xdp => None,
+            },
+            ct_stats: match kind {
+                EngineKind::Tc => pinned(dir, "dp_ct_stats").ok(),
+                EngineKind::Xdp => None,
+            },
             ct_tpl_keys: BTreeSet::new(),
+            ct_entries_rewritten: 0,
         };
+        // Templates a daemon left that died without unwinding (SIGKILL,
+        // OOM, abort: no Drop) would keep setting connections up by its
+        // rules, with nobody reading the reports: cleared before the
+        // books are rebuilt (review of ctbpf, MUST-FIX 2).
+        e.clear_ct_templates();
         match kind {
             EngineKind::Xdp => e.reset_maps()?,
             EngineKind::Tc => e.rebuild(dir)?,
@@ -1116,6 +1140,7 @@ impl XdpEngine {
             ct_events,
             ct_stats,
             ct_tpl_keys: BTreeSet::new(),
+            ct_entries_rewritten: 0,
         })
     }
 
@@ -1795,6 +1820,27 @@ impl XdpEngine {
         Ok(())
     }
 
+    /// Remove every set-up template in the map, this daemon's or not.
+    fn clear_ct_templates(&mut self) {
+        self.ct_tpl_keys.clear();
+        let Some(m) = self.ct_tpl.as_mut() else {
+            return;
+        };
+        let keys: Vec<CtTplKey> = m.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            if let Err(e) = m.remove(&k) {
+                if errno_of(&e) != Some(libc::ENOENT) {
+                    tracing::warn!("clearing a set-up template failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// The set-up templates in the map (tests: none left after adoption).
+    pub fn ct_template_count(&self) -> usize {
+        self.ct_tpl.as_ref().map_or(0, |m| m.keys().count())
+    }
+
     /// Remove the set-up template of `key` (none there: nothing to do).
     pub fn remove_ct_template(&mut self, key: &CtTplKey) -> Result<(), OffloadError> {
         self.ct_tpl_keys.remove(key);
@@ -1895,8 +1941,42 @@ impl XdpEngine {
             self.release_mask(acq.slot)?;
             return Err(mismatch);
         }
+        // The key is the program's; the value is the template's, written
+        // when the template was. A rule change between the program's
+        // insert and this adoption (the template retired, the flows'
+        // actions replaced with the mask kept) leaves the entry with the
+        // old actions while the books get the composed ones: the value is
+        // compared and, if it differs, overwritten (counters kept), so
+        // the connection never runs on actions the books do not hold.
+        let stored = match self.flows.get(hk, 0) {
+            Ok(v) => v,
+            Err(_) => {
+                self.release_mask(acq.slot)?;
+                return Err(mismatch);
+            }
+        };
+        if stale_entry_value(&stored, &flow.value) {
+            let mut v = flow.value;
+            v.key = key.key;
+            v.packets = stored.packets;
+            v.bytes = stored.bytes;
+            v.used_ns = stored.used_ns;
+            v.tcp_flags = stored.tcp_flags;
+            if let Err(e) = self.flows.insert(*hk, v, BPF_EXIST) {
+                self.release_mask(acq.slot)?;
+                tracing::warn!("rewriting a set-up entry failed: {e}");
+                return Err(mismatch);
+            }
+            self.ct_entries_rewritten += 1;
+        }
         self.installed.insert(key, *hk);
         Ok(FlowHandle(key))
+    }
+
+    /// Set-up entries whose value [`Self::adopt_ct_entry`] found differing
+    /// from the composed one and rewrote (a rule change raced a report).
+    pub fn ct_entries_rewritten(&self) -> u64 {
+        self.ct_entries_rewritten
     }
 
     /// Delete an entry the program inserted that the daemon does not take
@@ -2710,9 +2790,52 @@ fn load_retrying(mut load: impl FnMut() -> Result<(), ProgramError>) -> Result<(
     }
 }
 
+/// Whether a set-up entry's stored value forwards differently from the
+/// composed one (`composed`): the actions, their count, the flags and the
+/// output slot (not the counters, the key or the TCP flags the program
+/// ORs in).
+fn stale_entry_value(stored: &FlowValue, composed: &FlowValue) -> bool {
+    stored.n_actions != composed.n_actions
+        || stored.flags != composed.flags
+        || stored.out_slot != composed.out_slot
+        || stored.actions != composed.actions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// MUST-FIX 1 of the ctbpf review: an adopted entry whose actions are
+    /// the template's old ones is told from the composed value (and then
+    /// rewritten); counters, TCP flags and key alone are not a difference.
+    #[test]
+    fn a_set_up_entry_with_old_actions_is_stale() {
+        let mut composed = FlowValue {
+            n_actions: 1,
+            flags: 1,
+            out_slot: 3,
+            ..FlowValue::default()
+        };
+        composed.actions[0].op = 1;
+        let mut stored = composed;
+        stored.packets = 5;
+        stored.bytes = 500;
+        stored.used_ns = 7;
+        stored.tcp_flags = 0x12;
+        assert!(!stale_entry_value(&stored, &composed));
+        let mut old = stored;
+        old.actions[0].op = 2;
+        assert!(stale_entry_value(&old, &composed));
+        let mut old = stored;
+        old.out_slot = 4;
+        assert!(stale_entry_value(&old, &composed));
+        let mut old = stored;
+        old.n_actions = 2;
+        assert!(stale_entry_value(&old, &composed));
+        let mut old = stored;
+        old.flags = 0;
+        assert!(stale_entry_value(&old, &composed));
+    }
 
     /// A refused command (unknown, or a map without it) falls back
     /// whatever count the kernel left; a full map or any other error of
