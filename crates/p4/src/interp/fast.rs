@@ -1858,9 +1858,35 @@ impl<'a> Run<'a> {
     /// `apply_table` built, converted and dropped a `Value` per key (a
     /// field read by `flat_read`, a variable cloned), per table and
     /// packet; only the bits and the source are used.
+    ///
+    /// Since table keys are compiled by `Cx::expr`, a field or variable
+    /// key is a [`CExpr::Scalar`]: its bits come from the scalar tier,
+    /// inside the same step and depth as `ceval` counts. When the tier
+    /// declines, the steps and depth are put back and `None` returned,
+    /// so `apply_table`'s `ceval` counts them once, as before.
     pub(crate) fn key_bits(&mut self, e: &'a CExpr) -> Option<R<(u128, Src)>> {
-        let CExpr::Peek(c, _) = e else {
-            return None;
+        let c = match e {
+            CExpr::Peek(c, _) => c,
+            CExpr::Scalar(s, _) => {
+                let steps = self.steps;
+                // `ceval`'s step and depth check, then its `Scalar` arm.
+                if let Err(x) = self.enter() {
+                    return Some(Err(x));
+                }
+                let r = self.scalar(s);
+                self.depth -= 1;
+                let Some((v, src)) = r else {
+                    self.steps = steps;
+                    return None;
+                };
+                let v = match s.e.ty {
+                    STy::Bool => u128::from(v != 0),
+                    STy::Bits(..) => v,
+                };
+                self.st.key_bits_reads = self.st.key_bits_reads.wrapping_add(1);
+                return Some(Ok((v, src)));
+            }
+            _ => return None,
         };
         let (v, src) = match self.flat_of(c) {
             Some((_, FlatAt::Field { i, .. })) => {
@@ -1879,6 +1905,7 @@ impl<'a> Run<'a> {
             return Some(Err(x));
         }
         self.depth -= 1;
+        self.st.key_bits_reads = self.st.key_bits_reads.wrapping_add(1);
         Some(Ok((v, src)))
     }
 

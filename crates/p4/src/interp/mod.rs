@@ -164,6 +164,10 @@ pub(crate) struct State {
     /// so only this count tells a test that it ran (one add per tier
     /// evaluation, no cost worth a `cfg`).
     pub scalar_runs: u64,
+    /// Table keys `Run::key_bits` read without a `Value` since load
+    /// (results equal the `Value` path's, so only this count tells a test
+    /// that the fast path ran; one add per key).
+    pub key_bits_reads: u64,
     /// Latest time seen by process()/credit(): entries added by the
     /// control plane start their idle timer there.
     pub clock: u64,
@@ -262,6 +266,7 @@ impl State {
             entry_ttl: Default::default(),
             errors: 0,
             scalar_runs: 0,
+            key_bits_reads: 0,
             clock: 0,
             mirror: Default::default(),
             mcast: Default::default(),
@@ -459,6 +464,13 @@ impl Pipeline {
     pub fn scalar_runs(&self) -> u64 {
         self.st.scalar_runs
     }
+
+    /// Table keys read as bits where they sit (`Run::key_bits`, no
+    /// `Value` built) since load: tests read this to know the fast path
+    /// was not bypassed (its results are the `Value` path's).
+    pub fn key_bits_reads(&self) -> u64 {
+        self.st.key_bits_reads
+    }
 }
 
 /// Width of a table key expression, found by evaluating it on default
@@ -472,6 +484,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         entry_ttl: Default::default(),
         errors: 0,
         scalar_runs: 0,
+        key_bits_reads: 0,
         clock: 0,
         mirror: Default::default(),
         mcast: Default::default(),
