@@ -259,6 +259,17 @@ pub(crate) struct Code {
 }
 
 impl Code {
+    /// Every compiled body: the controls', the actions', the functions'
+    /// and the specialised ones (what the load-time site counts walk).
+    fn bodies(&self) -> impl Iterator<Item = &Vec<CStmt>> + '_ {
+        self.controls
+            .iter()
+            .flatten()
+            .chain(&self.actions)
+            .chain(&self.functions)
+            .chain(self.specs.iter().map(|s| &s.body))
+    }
+
     /// How many `InternetChecksum` method calls were resolved at load
     /// ([`CExpr::Method`]'s `csum`) over every compiled body, a
     /// specialised body's sites counted again. Why: the compiled methods
@@ -266,13 +277,7 @@ impl Code {
     /// alone cannot tell whether they ran; this count says they were
     /// compiled (read at load, never on the data path).
     pub fn csum_sites(&self) -> usize {
-        let bodies = self
-            .controls
-            .iter()
-            .flatten()
-            .chain(&self.actions)
-            .chain(&self.functions)
-            .chain(self.specs.iter().map(|s| &s.body));
+        let bodies = self.bodies();
         let states = self.states.iter().flatten().flatten();
         bodies.map(|b| stmts_csum_sites(b)).sum::<usize>()
             + states
@@ -308,13 +313,7 @@ impl Code {
             n.0 += usize::from(matches!(e, CExpr::Scalar(..)));
             n.1 += 1;
         };
-        let bodies = self
-            .controls
-            .iter()
-            .flatten()
-            .chain(&self.actions)
-            .chain(&self.functions)
-            .chain(self.specs.iter().map(|s| &s.body));
+        let bodies = self.bodies();
         for b in bodies {
             stmts_sites(b, &mut site);
         }
