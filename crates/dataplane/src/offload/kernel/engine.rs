@@ -1691,35 +1691,16 @@ impl XdpEngine {
     /// same key hash:
     /// nothing is installed and the flow keeps being handled in userspace.
     pub fn install(&mut self, flow: &EncodedFlow) -> Result<FlowHandle, OffloadError> {
-        let acq = self
-            .masks
-            .acquire(&flow.mask)
-            .ok_or(OffloadError::NotOffloadable {
-                reason: "mask-table-full",
-            })?;
-        if acq.new {
-            let entry = MaskEntry {
-                active: 1,
-                pad: 0,
-                mask: flow.mask,
-            };
-            if let Err(e) = self
-                .write_mask(acq.slot, entry)
-                .and_then(|()| self.write_n_masks())
-            {
-                self.masks.release(acq.slot);
-                return Err(e);
-            }
-        }
+        let slot = self.hold_mask(&flow.mask)?;
         let key = FlowMapKey {
-            mask_idx: acq.slot,
+            mask_idx: slot,
             pad: 0,
             key: flow.key.masked(&flow.mask),
         };
         let handle = FlowHandle(key);
         if self.installed.contains(&key) {
             // The flow already holds a mask reference.
-            self.masks.release(acq.slot);
+            self.masks.release(slot);
             // It may be staged: written first, then modified in place.
             self.write_staged()?;
             self.modify(&handle, flow)?;
@@ -1737,7 +1718,7 @@ impl XdpEngine {
             // Taken off only once deleted: on an error it stays queued,
             // for the commit to delete or keep as installed.
             if let Err(e) = self.delete_entry(&hk) {
-                self.release_mask(acq.slot)?;
+                self.release_mask(slot)?;
                 return Err(bpf("BPF_MAP_DELETE_ELEM(dp_flows)", e));
             }
             let (_, old) = self.removals.swap_remove(i);
@@ -1748,7 +1729,7 @@ impl XdpEngine {
             // here for both paths: `BPF_NOEXIST` below cannot see a staged
             // flow's entry (not in the map until the commit), and a staged
             // install has no such flag at all.
-            self.release_mask(acq.slot)?;
+            self.release_mask(slot)?;
             return Err(OffloadError::NotOffloadable {
                 reason: "flow-hash-collision",
             });
@@ -1761,7 +1742,7 @@ impl XdpEngine {
         }
         if let Err(e) = self.write_buckets(&key, flow) {
             self.remove_buckets(&key, 0);
-            self.release_mask(acq.slot)?;
+            self.release_mask(slot)?;
             return Err(e);
         }
         match self.flows.insert(hk, value, BPF_NOEXIST) {
@@ -1784,7 +1765,7 @@ impl XdpEngine {
                     return Ok(handle);
                 }
                 self.remove_buckets(&key, 0);
-                self.release_mask(acq.slot)?;
+                self.release_mask(slot)?;
                 if errno_of(&e) == Some(libc::E2BIG) {
                     Err(OffloadError::NotOffloadable {
                         reason: "flow-map-full",
@@ -1855,7 +1836,8 @@ impl XdpEngine {
     }
 
     /// A reference on the mask slot of `mask` (written to the map if it
-    /// is new), for a template: the program inserts entries under it.
+    /// is new): each installed flow holds one, and so does a set-up
+    /// template, since the program inserts entries under it.
     pub fn hold_mask(&mut self, mask: &DpKey) -> Result<u32, OffloadError> {
         let acq = self
             .masks
