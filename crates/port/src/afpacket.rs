@@ -1882,9 +1882,11 @@ fn send_frames(
                 match errno {
                     // The socket buffer or the device is unusable for
                     // now: retrying the rest would only spin.
-                    libc::EAGAIN | libc::ENETDOWN | libc::ENXIO | libc::ENODEV | libc::EBADF => {
-                        drop_rest = true
-                    }
+                    libc::EAGAIN
+                    | libc::ENETDOWN
+                    | libc::ENXIO
+                    | libc::ENODEV
+                    | libc::EBADF => drop_rest = true,
                     // This frame only (EMSGSIZE, EINVAL, ENOBUFS from a
                     // single full backlog...): skip it, try the next.
                     _ => {

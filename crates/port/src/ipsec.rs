@@ -2286,26 +2286,4 @@ mod seq_tests {
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
-
-    /// `esp_tx_thread`: on unless turned off (the default is the
-    /// product's), a flag like the others.
-    #[test]
-    fn transmit_thread_is_on_by_default_and_can_be_turned_off() {
-        let cfg = |kv: &[(&str, &str)]| IpsecConfig::from_options(&super::tests::manual(kv));
-        assert!(cfg(&[]).unwrap().unwrap().tx_thread);
-        assert_eq!(TX_THREAD_DEFAULT, cfg(&[]).unwrap().unwrap().tx_thread);
-        assert!(
-            !cfg(&[("esp_tx_thread", "false")])
-                .unwrap()
-                .unwrap()
-                .tx_thread
-        );
-        assert!(
-            cfg(&[("esp_tx_thread", "true")])
-                .unwrap()
-                .unwrap()
-                .tx_thread
-        );
-        assert!(cfg(&[("esp_tx_thread", "2")]).is_err());
-    }
 }

@@ -1679,7 +1679,7 @@ impl Underlay {
                         self.counters.tx_thread_batches += t.counters.batches;
                         self.counters.tx_thread_waits += t.counters.waits;
                         self.counters.tx_thread_inline += t.counters.inline;
-                        self.counters.tx_thread_inline += t.counters.inline;
+                self.counters.tx_thread_inline += t.counters.inline;
                     }
                     self.tx_thread_failed = true;
                 }

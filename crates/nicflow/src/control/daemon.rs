@@ -2,9 +2,7 @@
 //!
 //! One thread does everything (but for the optional ESP sealing worker of
 //! a tunnel port with `esp_seal_workers=2`, which only encrypts packets
-//! this thread numbered, and the underlay transmit thread of a tunnel
-//! with IPsec, `esp_tx_thread`, on by default, which only calls
-//! `sendmmsg` on batches this thread finished; both block all signals): it sleeps in `poll(2)` on every port's
+//! this thread numbered, and blocks all signals): it sleeps in `poll(2)` on every port's
 //! receive descriptor and the control socket, forwards whatever arrived in
 //! batches through each bridge, and applies control requests between
 //! batches; control connections are non-blocking and served between
