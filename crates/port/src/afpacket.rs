@@ -112,8 +112,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 // ---------------------------------------------------------------------------
 // Kernel ABI: include/uapi/linux/if_packet.h, if_ether.h. Mirrored
@@ -522,9 +521,6 @@ pub struct AfPacketPort {
     /// [`crate::qdisc`]; re-read by `housekeeping`).
     tx_ifindex: u32,
     qdisc_bypass: bool,
-    /// What transmit halves sent from other threads
-    /// ([`Port::split_transmit`]) counted, added to the port's counters.
-    tx_shared: Option<Arc<TxShared>>,
 }
 
 /// `PACKET_QDISC_BYPASS` on `fd` as interface `ifindex`'s root qdisc
@@ -695,7 +691,6 @@ impl AfPacketPort {
             vnet: opts.vnet_hdr,
             _saved_features: saved_features,
             tx_fd: None,
-            tx_shared: None,
             tx_ifindex: ifindex as u32,
             qdisc_bypass,
         })
@@ -756,13 +751,6 @@ impl AfPacketPort {
         c.tx_gso_frames = self.rx.tx_gso_frames;
         c.tx_csum_partial = self.rx.tx_csum_partial;
         c.tx_udp_gso_frames = self.rx.tx_udp_gso_frames;
-        if let Some(t) = &self.tx_shared {
-            let t = t.load();
-            c.tx_sendmmsg_calls += t.sendmmsg_calls;
-            c.tx_gso_frames += t.gso_frames;
-            c.tx_csum_partial += t.csum_partial;
-            c.tx_udp_gso_frames += t.udp_gso_frames;
-        }
         c
     }
 
@@ -932,49 +920,111 @@ impl Port for AfPacketPort {
         pkts: &mut Vec<PacketBuf>,
         done: &mut Vec<PacketBuf>,
     ) -> io::Result<usize> {
-        let fd = self.tx_fd.as_ref().unwrap_or(&self.fd).as_raw_fd();
-        let mut c = TxCounts::default();
-        let sent = send_frames(
-            fd,
-            self.vnet,
-            &mut self.tx,
-            pkts,
-            &mut c,
-            &mut self.last_tx_errno,
-            &self.name,
-        );
-        self.rx.stats.tx_packets += c.packets;
-        self.rx.stats.tx_bytes += c.bytes;
-        self.rx.stats.tx_dropped += c.dropped;
-        self.rx.counters.tx_sendmmsg_calls += c.sendmmsg_calls;
-        self.rx.tx_gso_frames += c.gso_frames;
-        self.rx.tx_csum_partial += c.csum_partial;
-        self.rx.tx_udp_gso_frames += c.udp_gso_frames;
+        let total = pkts.len();
+        if total == 0 {
+            return Ok(0);
+        }
+        let tx = &mut self.tx;
+        tx.iovs.clear();
+        tx.msgs.clear();
+        tx.vnet.clear();
+        // With `vnet_hdr` every message is two iovecs: header, frame.
+        let per = if self.vnet { 2 } else { 1 };
+        if self.vnet {
+            for p in pkts.iter() {
+                let (h, gso, partial) = vnet_hdr_for(p);
+                self.rx.tx_gso_frames += u64::from(gso);
+                self.rx.tx_udp_gso_frames += u64::from(gso && h[1] == VIRTIO_NET_HDR_GSO_UDP_L4);
+                self.rx.tx_csum_partial += u64::from(partial);
+                tx.vnet.push(h);
+            }
+        }
+        // `tx.vnet` is complete and not touched again until the send is
+        // over, so pointers into it stay valid.
+        for (i, p) in pkts.iter().enumerate() {
+            if self.vnet {
+                tx.iovs.push(libc::iovec {
+                    iov_base: tx.vnet[i].as_ptr() as *mut libc::c_void,
+                    iov_len: VNET_HDR_LEN,
+                });
+            }
+            tx.iovs.push(libc::iovec {
+                iov_base: p.data().as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
+        }
+        let iov_base = tx.iovs.as_mut_ptr();
+        for i in 0..total {
+            // SAFETY: msghdr is plain data; all-zero (null pointers, zero
+            // lengths) is a valid "no name, no control data" header.
+            let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            // SAFETY: i * per + per <= total * per == iovs.len(), so the
+            // pointer and the `per` iovecs behind it are in bounds.
+            msg.msg_hdr.msg_iov = unsafe { iov_base.add(i * per) };
+            msg.msg_hdr.msg_iovlen = per as _;
+            tx.msgs.push(msg);
+        }
+        let mut idx = 0;
+        let mut sent = 0;
+        let mut drop_rest = false;
+        while idx < total {
+            let chunk = (total - idx).min(libc::UIO_MAXIOV as usize);
+            let fd = self.tx_fd.as_ref().unwrap_or(&self.fd).as_raw_fd();
+            self.rx.counters.tx_sendmmsg_calls += 1;
+            match sendmmsg(fd, &mut tx.msgs[idx..idx + chunk]) {
+                Ok(k) if k > 0 => {
+                    for p in &pkts[idx..idx + k] {
+                        self.rx.stats.tx_packets += 1;
+                        self.rx.stats.tx_bytes += p.len() as u64;
+                    }
+                    idx += k;
+                    sent += k;
+                }
+                Ok(_) => drop_rest = true,
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(0);
+                    if errno == libc::EINTR {
+                        continue;
+                    }
+                    if errno != self.last_tx_errno {
+                        self.last_tx_errno = errno;
+                        match errno {
+                            libc::EAGAIN | libc::ENOBUFS => {
+                                tracing::debug!(port = %self.name, "transmit queue full: {e}")
+                            }
+                            _ => tracing::warn!(port = %self.name, "transmit failed: {e}"),
+                        }
+                    }
+                    match errno {
+                        // The socket buffer or the device is unusable for
+                        // now: retrying the rest would only spin.
+                        libc::EAGAIN
+                        | libc::ENETDOWN
+                        | libc::ENXIO
+                        | libc::ENODEV
+                        | libc::EBADF => drop_rest = true,
+                        // This frame only (EMSGSIZE, EINVAL, ENOBUFS from a
+                        // single full backlog...): skip it, try the next.
+                        _ => {
+                            self.rx.stats.tx_dropped += 1;
+                            idx += 1;
+                        }
+                    }
+                }
+            }
+            if drop_rest {
+                self.rx.stats.tx_dropped += (total - idx) as u64;
+                break;
+            }
+        }
+        if sent == total {
+            self.last_tx_errno = 0;
+        }
+        tx.msgs.clear();
+        tx.iovs.clear();
+        tx.vnet.clear();
         done.append(pkts);
         Ok(sent)
-    }
-
-    /// A transmit half on a second descriptor of the sending socket (a
-    /// `dup`: the same socket, so the qdisc bypass `housekeeping` sets
-    /// holds for it too), counting into counters this port reports.
-    fn split_transmit(&mut self) -> Option<Box<dyn crate::TxHalf>> {
-        let fd = self.tx_fd.as_ref().unwrap_or(&self.fd);
-        let fd = match fd.try_clone() {
-            Ok(fd) => fd,
-            Err(e) => {
-                tracing::warn!(port = %self.name, "no transmit thread: dup: {e}");
-                return None;
-            }
-        };
-        let shared = self.tx_shared.get_or_insert_with(Default::default).clone();
-        Some(Box::new(AfPacketTx {
-            fd,
-            vnet: self.vnet,
-            tx: TxScratch::default(),
-            last_errno: 0,
-            name: self.name.clone(),
-            shared,
-        }))
     }
 
     /// `rx_dropped` includes kernel ring overflows (read from the socket
@@ -983,12 +1033,6 @@ impl Port for AfPacketPort {
         self.refresh_kernel_drops();
         let mut s = self.rx.stats.clone();
         s.rx_dropped += self.kernel_drops.get();
-        if let Some(t) = &self.tx_shared {
-            let t = t.load();
-            s.tx_packets += t.packets;
-            s.tx_bytes += t.bytes;
-            s.tx_dropped += t.dropped;
-        }
         s
     }
 
@@ -1707,207 +1751,6 @@ fn bind_packet_proto(fd: RawFd, ifindex: i32, proto: u16) -> io::Result<()> {
         )
     })
     .map(drop)
-}
-
-/// What one transmit call counted (`send_frames`), added by the caller
-/// to the port's counters or, for a transmit half on another thread
-/// ([`AfPacketTx`]), to the shared ones.
-#[derive(Clone, Copy, Debug, Default)]
-struct TxCounts {
-    packets: u64,
-    bytes: u64,
-    dropped: u64,
-    sendmmsg_calls: u64,
-    gso_frames: u64,
-    csum_partial: u64,
-    udp_gso_frames: u64,
-}
-
-/// [`TxCounts`] of transmit halves on other threads, read by the port's
-/// `stats` and `counters` (relaxed: counters, no ordering with the data).
-#[derive(Debug, Default)]
-struct TxShared {
-    packets: AtomicU64,
-    bytes: AtomicU64,
-    dropped: AtomicU64,
-    sendmmsg_calls: AtomicU64,
-    gso_frames: AtomicU64,
-    csum_partial: AtomicU64,
-    udp_gso_frames: AtomicU64,
-}
-
-impl TxShared {
-    fn add(&self, c: &TxCounts) {
-        let r = Ordering::Relaxed;
-        self.packets.fetch_add(c.packets, r);
-        self.bytes.fetch_add(c.bytes, r);
-        self.dropped.fetch_add(c.dropped, r);
-        self.sendmmsg_calls.fetch_add(c.sendmmsg_calls, r);
-        self.gso_frames.fetch_add(c.gso_frames, r);
-        self.csum_partial.fetch_add(c.csum_partial, r);
-        self.udp_gso_frames.fetch_add(c.udp_gso_frames, r);
-    }
-
-    fn load(&self) -> TxCounts {
-        let r = Ordering::Relaxed;
-        TxCounts {
-            packets: self.packets.load(r),
-            bytes: self.bytes.load(r),
-            dropped: self.dropped.load(r),
-            sendmmsg_calls: self.sendmmsg_calls.load(r),
-            gso_frames: self.gso_frames.load(r),
-            csum_partial: self.csum_partial.load(r),
-            udp_gso_frames: self.udp_gso_frames.load(r),
-        }
-    }
-}
-
-/// The transmit half of an [`AfPacketPort`] ([`Port::split_transmit`]):
-/// sends on its own descriptor of the port's sending socket, the port's
-/// way ([`send_frames`]), from the thread it is moved to.
-struct AfPacketTx {
-    fd: OwnedFd,
-    vnet: bool,
-    tx: TxScratch,
-    last_errno: i32,
-    name: String,
-    shared: Arc<TxShared>,
-}
-
-impl crate::TxHalf for AfPacketTx {
-    fn send(&mut self, pkts: &[PacketBuf]) -> usize {
-        let mut c = TxCounts::default();
-        let sent = send_frames(
-            self.fd.as_raw_fd(),
-            self.vnet,
-            &mut self.tx,
-            pkts,
-            &mut c,
-            &mut self.last_errno,
-            &self.name,
-        );
-        self.shared.add(&c);
-        sent
-    }
-}
-
-/// One `sendmmsg` per batch on `fd` (more only after a failure), with
-/// `tx`'s vectors: the port's `send_batch` and its transmit half on
-/// another thread ([`AfPacketTx`]) send the same way. Never blocks: a full
-/// socket buffer or device queue (`EAGAIN`, `ENOBUFS`) drops and counts
-/// frames in `c.dropped`, as does a frame the kernel refuses. Returns the
-/// number sent; the buffers stay in `pkts`.
-fn send_frames(
-    fd: RawFd,
-    vnet: bool,
-    tx: &mut TxScratch,
-    pkts: &[PacketBuf],
-    c: &mut TxCounts,
-    last_errno: &mut i32,
-    name: &str,
-) -> usize {
-    let total = pkts.len();
-    if total == 0 {
-        return 0;
-    }
-    tx.iovs.clear();
-    tx.msgs.clear();
-    tx.vnet.clear();
-    // With `vnet_hdr` every message is two iovecs: header, frame.
-    let per = if vnet { 2 } else { 1 };
-    if vnet {
-        for p in pkts.iter() {
-            let (h, gso, partial) = vnet_hdr_for(p);
-            c.gso_frames += u64::from(gso);
-            c.udp_gso_frames += u64::from(gso && h[1] == VIRTIO_NET_HDR_GSO_UDP_L4);
-            c.csum_partial += u64::from(partial);
-            tx.vnet.push(h);
-        }
-    }
-    // `tx.vnet` is complete and not touched again until the send is
-    // over, so pointers into it stay valid.
-    for (i, p) in pkts.iter().enumerate() {
-        if vnet {
-            tx.iovs.push(libc::iovec {
-                iov_base: tx.vnet[i].as_ptr() as *mut libc::c_void,
-                iov_len: VNET_HDR_LEN,
-            });
-        }
-        tx.iovs.push(libc::iovec {
-            iov_base: p.data().as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        });
-    }
-    let iov_base = tx.iovs.as_mut_ptr();
-    for i in 0..total {
-        // SAFETY: msghdr is plain data; all-zero (null pointers, zero
-        // lengths) is a valid "no name, no control data" header.
-        let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        // SAFETY: i * per + per <= total * per == iovs.len(), so the
-        // pointer and the `per` iovecs behind it are in bounds.
-        msg.msg_hdr.msg_iov = unsafe { iov_base.add(i * per) };
-        msg.msg_hdr.msg_iovlen = per as _;
-        tx.msgs.push(msg);
-    }
-    let mut idx = 0;
-    let mut sent = 0;
-    let mut drop_rest = false;
-    while idx < total {
-        let chunk = (total - idx).min(libc::UIO_MAXIOV as usize);
-        c.sendmmsg_calls += 1;
-        match sendmmsg(fd, &mut tx.msgs[idx..idx + chunk]) {
-            Ok(k) if k > 0 => {
-                for p in &pkts[idx..idx + k] {
-                    c.packets += 1;
-                    c.bytes += p.len() as u64;
-                }
-                idx += k;
-                sent += k;
-            }
-            Ok(_) => drop_rest = true,
-            Err(e) => {
-                let errno = e.raw_os_error().unwrap_or(0);
-                if errno == libc::EINTR {
-                    continue;
-                }
-                if errno != *last_errno {
-                    *last_errno = errno;
-                    match errno {
-                        libc::EAGAIN | libc::ENOBUFS => {
-                            tracing::debug!(port = %name, "transmit queue full: {e}")
-                        }
-                        _ => tracing::warn!(port = %name, "transmit failed: {e}"),
-                    }
-                }
-                match errno {
-                    // The socket buffer or the device is unusable for
-                    // now: retrying the rest would only spin.
-                    libc::EAGAIN
-                    | libc::ENETDOWN
-                    | libc::ENXIO
-                    | libc::ENODEV
-                    | libc::EBADF => drop_rest = true,
-                    // This frame only (EMSGSIZE, EINVAL, ENOBUFS from a
-                    // single full backlog...): skip it, try the next.
-                    _ => {
-                        c.dropped += 1;
-                        idx += 1;
-                    }
-                }
-            }
-        }
-        if drop_rest {
-            c.dropped += (total - idx) as u64;
-            break;
-        }
-    }
-    if sent == total {
-        *last_errno = 0;
-    }
-    tx.msgs.clear();
-    tx.iovs.clear();
-    tx.vnet.clear();
-    sent
 }
 
 fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {

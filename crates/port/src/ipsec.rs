@@ -66,7 +66,6 @@ pub const OPTIONS: &[&str] = &[
     "esp_mode",
     "esp_gso",
     "esp_seal_workers",
-    "esp_tx_thread",
     "psk",
     "ike_local_id",
     "ike_remote_id",
@@ -165,15 +164,7 @@ pub struct IpsecConfig {
     /// is shared between the daemon's thread and a worker thread
     /// ([`crate::sealer`]); the daemon's thread still numbers every packet.
     pub seal_workers: u8,
-    /// `esp_tx_thread` (default [`TX_THREAD_DEFAULT`]): the underlay's
-    /// `sendmmsg` runs on a thread of its own ([`crate::txthread`]), so
-    /// the daemon's thread cuts and seals the next batch meanwhile.
-    pub tx_thread: bool,
 }
-
-/// Whether the underlay sends from its own thread by default
-/// (`esp_tx_thread`).
-pub const TX_THREAD_DEFAULT: bool = true;
 
 /// Threads that encrypt a batch's ESP packets by default
 /// (`esp_seal_workers`). One: in the 2026-12-05 sitting
@@ -412,10 +403,6 @@ impl IpsecConfig {
                 Some("1") => 1,
                 Some("2") => 2,
                 Some(v) => return Err(bad_value("esp_seal_workers", v, "1 or 2")),
-            },
-            tx_thread: match options.get("esp_tx_thread") {
-                None => TX_THREAD_DEFAULT,
-                Some(_) => flag("esp_tx_thread")?,
             },
         };
         // The library's own checks, so a port is refused at add-port

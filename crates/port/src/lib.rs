@@ -55,7 +55,6 @@ pub use sys::SavedFeatures;
 pub mod tap;
 pub mod tc;
 pub mod tunnel;
-mod txthread;
 
 use nicflow_packet::buf::PacketBuf;
 use std::io;
@@ -184,21 +183,4 @@ pub trait Port {
     fn give_back_rx_buf(&mut self, buf: PacketBuf) -> Option<PacketBuf> {
         Some(buf)
     }
-    /// A second, independent way to send this port's frames that can run
-    /// on another thread ([`TxHalf`]), for a caller that moves its
-    /// `sendmmsg` (and the kernel work done under it) off its own thread
-    /// (a tunnel underlay with IPsec, `esp_tx_thread`). What it sends is
-    /// counted in this port's counters. `None` (the default): the port
-    /// cannot; the caller keeps sending through [`Port::send_batch`].
-    fn split_transmit(&mut self) -> Option<Box<dyn TxHalf>> {
-        None
-    }
-}
-
-/// The transmit half of a port ([`Port::split_transmit`]).
-pub trait TxHalf: Send {
-    /// Sends `pkts` as [`Port::send_batch`] would (never blocks; what
-    /// cannot go is dropped and counted by the port); the buffers stay
-    /// with the caller. Returns how many were sent.
-    fn send(&mut self, pkts: &[PacketBuf]) -> usize;
 }

@@ -402,10 +402,6 @@ impl Port for TcPort {
         self.io.send_batch(pkts, done)
     }
 
-    fn split_transmit(&mut self) -> Option<Box<dyn crate::TxHalf>> {
-        self.io.split_transmit()
-    }
-
     fn stats(&self) -> PortStats {
         self.io.stats()
     }

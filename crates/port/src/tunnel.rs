@@ -596,16 +596,6 @@ struct UnderlayCounters {
     /// kept or free in the batch (`underlay_tx_gso_buf_allocs`): a few
     /// while warming up, then none.
     tx_gso_buf_allocs: u64,
-    /// Batches sent by the transmit thread (`esp_tx_thread`).
-    tx_thread_batches: u64,
-    /// Times the daemon's thread waited for the transmit thread (its
-    /// queue full).
-    tx_thread_waits: u64,
-    /// Small batches sent by the daemon's thread while the transmit
-    /// thread had nothing in hand.
-    tx_thread_inline: u64,
-    /// The transmit thread died (a bug): its owner sends again.
-    tx_thread_lost: u64,
 }
 
 struct ArpEntry {
@@ -640,9 +630,6 @@ struct Endpoint {
     /// The port's `gro`: segments opened inside a UDP super-frame are
     /// glued in the endpoint's queue (`Underlay::queue_slice`).
     gro: bool,
-    /// The port's `esp_tx_thread` (IPsec only): the underlay sends from a
-    /// thread of its own while any endpoint asks.
-    tx_thread: bool,
 }
 
 /// What selects the endpoint of a received frame: its outer headers and,
@@ -750,12 +737,6 @@ pub struct Underlay {
     /// Buffers big enough for a UDP super-frame of ESP (`esp_gso`), kept
     /// from one send to the next: no allocation per batch once warm.
     gso_bufs: Vec<PacketBuf>,
-    /// The thread `sendmmsg` runs on while an endpoint with IPsec asks for
-    /// one (`esp_tx_thread`, [`crate::txthread`]); None: `flush` sends.
-    tx_thread: Option<crate::txthread::TxThread>,
-    /// The transmit thread could not be started on this port: not tried
-    /// again (`flush` sends).
-    tx_thread_failed: bool,
 }
 
 /// Packets still waiting for encryption (`esp_seal_workers=2`, a batch
@@ -766,9 +747,6 @@ pub struct Underlay {
 impl Drop for Underlay {
     fn drop(&mut self) {
         self.esp.seal_deferred();
-        // The transmit thread sends what it was given and stops before
-        // the port (and its interface) goes.
-        self.tx_thread = None;
     }
 }
 
@@ -857,8 +835,6 @@ impl Underlay {
             esp: UnderlayEsp::default(),
             ike_out: Vec::new(),
             gso_bufs: Vec::new(),
-            tx_thread: None,
-            tx_thread_failed: false,
         }
     }
 
@@ -948,12 +924,10 @@ impl Underlay {
             key: cfg.key,
             dst_port: cfg.dst_port,
             gro: cfg.gro,
-            tx_thread: cfg.ipsec.as_ref().is_some_and(|i| i.tx_thread),
         });
         self.queues.insert(id, VecDeque::new());
         self.queue_merged.insert(id, (0, 0));
         self.reindex();
-        self.follow_tx_thread();
         Ok(id)
     }
 
@@ -970,7 +944,6 @@ impl Underlay {
         self.reindex();
         self.queues.remove(&id);
         self.queue_merged.remove(&id);
-        self.follow_tx_thread();
         // ARP state (and held frames) of remotes no endpoint uses any more.
         let eps = &self.endpoints;
         self.arp.retain(|ip, _| eps.iter().any(|e| e.remote == *ip));
@@ -992,50 +965,6 @@ impl Underlay {
                 self.udp_ports.push((e.dst_port, e.kind));
             }
         }
-    }
-
-    /// Starts the transmit thread when an endpoint asks for one
-    /// (`esp_tx_thread`) and the port can send from another thread; stops
-    /// it when none does any more (after what it was given is sent).
-    fn follow_tx_thread(&mut self) {
-        let wanted = self.endpoints.iter().any(|e| e.tx_thread);
-        if !wanted {
-            if let Some(t) = self.tx_thread.take() {
-                self.counters.tx_thread_batches += t.counters.batches;
-                self.counters.tx_thread_waits += t.counters.waits;
-                self.counters.tx_thread_inline += t.counters.inline;
-                drop(t);
-            }
-            return;
-        }
-        if self.tx_thread.is_some() || self.tx_thread_failed {
-            return;
-        }
-        let Some(half) = self.port.split_transmit() else {
-            self.tx_thread_failed = true;
-            return;
-        };
-        match crate::txthread::TxThread::start(half, "underlay-tx") {
-            Ok(t) => {
-                tracing::debug!(iface = %self.iface, "underlay transmit thread started");
-                self.tx_thread = Some(t);
-            }
-            Err(e) => {
-                tracing::warn!(iface = %self.iface, "no underlay transmit thread: {e}");
-                self.tx_thread_failed = true;
-            }
-        }
-    }
-
-    /// `counters` with the running transmit thread's.
-    fn counters(&self) -> UnderlayCounters {
-        let mut c = self.counters;
-        if let Some(t) = &self.tx_thread {
-            c.tx_thread_batches += t.counters.batches;
-            c.tx_thread_waits += t.counters.waits;
-            c.tx_thread_inline += t.counters.inline;
-        }
-        c
     }
 
     fn is_local(&self, ip: Ipv4Addr) -> bool {
@@ -1657,34 +1586,6 @@ impl Underlay {
         // Packets of the batch still waiting for encryption
         // (`esp_seal_workers=2`): sealed before anything is sent.
         self.esp.seal_deferred();
-        if let Some(t) = self.tx_thread.as_mut() {
-            // Sent on the transmit thread; buffers of batches it has sent
-            // come back into `done`.
-            match t.submit(&mut self.tx, &mut self.done) {
-                Ok(true) => {
-                    if self.done.len() > 256 {
-                        self.done.truncate(256);
-                    }
-                    return Ok(());
-                }
-                // Small, nothing in flight: sent here, below.
-                Ok(false) => {}
-                Err(()) => {
-                    // The thread is gone (cannot happen short of a bug):
-                    // this thread sends from now on.
-                    tracing::warn!(iface = %self.iface, "underlay transmit thread lost");
-                    self.counters.tx_thread_lost += 1;
-                    let t = self.tx_thread.take();
-                    if let Some(t) = t {
-                        self.counters.tx_thread_batches += t.counters.batches;
-                        self.counters.tx_thread_waits += t.counters.waits;
-                        self.counters.tx_thread_inline += t.counters.inline;
-                self.counters.tx_thread_inline += t.counters.inline;
-                    }
-                    self.tx_thread_failed = true;
-                }
-            }
-        }
         if self.tx.is_empty() {
             return Ok(());
         }
@@ -2498,7 +2399,7 @@ impl Port for TunnelPort {
 
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         let u = self.underlay.borrow();
-        let c = u.counters();
+        let c = u.counters;
         vec![
             ("tx_drop_mtu", self.tx_drop_mtu),
             ("rx_gro_merged", self.gro_merged),
@@ -2517,10 +2418,6 @@ impl Port for TunnelPort {
             ("underlay_tx_drop_arp_pending", c.tx_arp_pending_drops),
             ("underlay_tx_dropped", c.tx_dropped),
             ("underlay_tx_gso_buf_allocs", c.tx_gso_buf_allocs),
-            ("underlay_tx_thread_batches", c.tx_thread_batches),
-            ("underlay_tx_thread_waits", c.tx_thread_waits),
-            ("underlay_tx_thread_inline", c.tx_thread_inline),
-            ("underlay_tx_thread_lost", c.tx_thread_lost),
             ("underlay_arp_requests_answered", c.arp_requests_answered),
             ("underlay_arp_requests_sent", c.arp_requests_sent),
             ("underlay_arp_replies_learned", c.arp_replies_learned),
