@@ -2200,30 +2200,6 @@ impl<'a> Run<'a> {
         Some(super::eval::emit_into(&mut self.out, &mut self.prov, v))
     }
 
-    /// A method call's receiver: `Ok(i)` when it is extern instance `i`
-    /// (what `ceval(obj)` gives as `Value::Instance(i)`), else the value
-    /// `ceval` gives. A variable holding an instance (`pkt`, a checksum
-    /// object passed to a function) is only looked at, with `ceval`'s
-    /// step and depth, instead of cloned into a `Value` and dropped after
-    /// the call: every `extract`, `emit` and checksum method paid that.
-    #[inline]
-    fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
-        if let CExpr::Peek(c, _) = obj {
-            if self.flat_of(c).is_none() {
-                if let Some(Value::Instance(i)) = self.peek_chain(c) {
-                    let i = *i;
-                    self.enter()?;
-                    self.depth -= 1;
-                    return Ok(Ok(i));
-                }
-            }
-        }
-        match self.ceval(obj)? {
-            Value::Instance(i) => Ok(Ok(i)),
-            v => Ok(Err(v)),
-        }
-    }
-
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
@@ -2333,8 +2309,8 @@ impl<'a> Run<'a> {
                 cargs,
                 csum,
             } => {
-                let recv = self.crecv(obj)?;
-                if let (Some(op), Ok(i)) = (csum, &recv) {
+                let recv = self.ceval(obj)?;
+                if let (Some(op), Value::Instance(i)) = (csum, &recv) {
                     let p: &'a Prog = self.p;
                     if p.externs
                         .get(*i)
@@ -2354,7 +2330,6 @@ impl<'a> Run<'a> {
                         };
                     }
                 }
-                let recv = recv.map_or_else(|v| v, Value::Instance);
                 match cargs {
                     Some(ca) => {
                         let saved = self.cargs.replace(ca);
@@ -2372,7 +2347,7 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
+                let recv = self.ceval(obj)?;
                 if matches!(recv, Value::Instance(PKT_IN)) {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
@@ -2394,7 +2369,7 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
+                let recv = self.ceval(obj)?;
                 if !matches!(recv, Value::Instance(PKT_OUT)) {
                     return self.call_method(recv, "emit", &[], args, span);
                 }
