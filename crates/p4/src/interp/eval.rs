@@ -45,6 +45,30 @@ impl BitBuf {
     /// Appends the low `w` bits of `v`, MSB first, a byte's worth at a
     /// time.
     pub fn push(&mut self, v: u128, w: u32) {
+        // The usual case (a field of at most 120 bits, the buffer holding
+        // exactly its bits' bytes): the last partial byte's bits and the
+        // field joined in one u128 and appended as one fixed 16-byte copy,
+        // cut back to the bytes used. No byte loop, no variable-length
+        // copy (a `memcpy` call each): the deparser pushes every field of
+        // every emitted header through here.
+        if w > 0 && w <= 120 && self.bytes.len() as u64 == self.bits.div_ceil(8) {
+            let used = (self.bits % 8) as u32;
+            let mut acc = v & crate::value::mask(w);
+            let mut total = w;
+            if used > 0 {
+                if let Some(last) = self.bytes.pop() {
+                    acc |= u128::from(last >> (8 - used)) << w;
+                    total += used;
+                }
+            }
+            // 1 <= total <= 127: the joined bits left-aligned in the word.
+            let start = self.bytes.len();
+            self.bytes
+                .extend_from_slice(&(acc << (128 - total)).to_be_bytes());
+            self.bytes.truncate(start + total.div_ceil(8) as usize);
+            self.bits += u64::from(w);
+            return;
+        }
         // Wider than a u128: leading zeros.
         let mut pad = w.saturating_sub(128);
         while pad > 0 {

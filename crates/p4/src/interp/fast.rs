@@ -481,6 +481,10 @@ pub(crate) struct FlatHdr {
     pub kinds: Vec<(u32, bool, bool)>,
     /// Total width in bits.
     pub width: u64,
+    /// Whole bytes wide and no field wider than 64 bits: emitted by
+    /// packing its fields into a word, eight bytes appended at a time
+    /// (`Run::flat_emit`), instead of one `BitBuf::push` per field.
+    pub packed: bool,
 }
 
 impl FlatLayout {
@@ -777,11 +781,13 @@ fn flat_layout(p: &Prog, shared: &SharedLayout) -> Result<FlatLayout, &'static s
             })
             .collect();
         let width = kinds.iter().map(|k| u64::from(k.0)).sum();
+        let packed = width % 8 == 0 && kinds.iter().all(|k| k.0 <= 64);
         headers.push(FlatHdr {
             agg: h.clone(),
             first,
             width,
             kinds,
+            packed,
         });
         first += h.fields.len();
     }
@@ -2024,10 +2030,25 @@ impl<'a> Run<'a> {
         let tag = self.reparse_tag;
         let st = &mut self.st.pool.flat;
         let mut off = pos;
-        for (k, &(fw, _, _)) in fh.kinds.iter().enumerate() {
-            let i = fh.first + k;
-            st.v[i] = read_bits(&self.pkt, off, fw);
-            st.src[i] = if first {
+        let n = fh.kinds.len();
+        let (vs, srcs) = (
+            &mut st.v[fh.first..fh.first + n],
+            &mut st.src[fh.first..fh.first + n],
+        );
+        for ((&(fw, _, _), v), src) in fh.kinds.iter().zip(vs).zip(srcs) {
+            // A field within the 8 bytes from its first byte (every field
+            // of up to 57 bits, most of up to 64): one u64 load and two
+            // shifts, no u128 arithmetic; `read_bits` otherwise.
+            let (b, lead) = ((off / 8) as usize, (off % 8) as u32);
+            *v = match self.pkt.get(b..b + 8) {
+                Some(x) if fw > 0 && lead + fw <= 64 => {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(x);
+                    u128::from((u64::from_be_bytes(a) << lead) >> (64 - fw))
+                }
+                _ => read_bits(&self.pkt, off, fw),
+            };
+            *src = if first {
                 Src::Packet(off as u32)
             } else {
                 Src::Tainted(tag)
@@ -2047,6 +2068,48 @@ impl<'a> Run<'a> {
             return;
         }
         let fh = &fl.headers[h];
+        if fh.packed && self.out.bits % 8 == 0 && self.out.bytes.len() as u64 * 8 == self.out.bits {
+            // The same bits and spans as the loop below: the fields joined
+            // in a u128 (under 64 bits pending before each field, so a
+            // field of up to 64 bits always fits), every full 64 bits
+            // appended as one 8-byte copy; the header is whole bytes, so
+            // nothing is left over at the end but whole bytes.
+            let n = fh.kinds.len();
+            let (vs, srcs) = (
+                &st.v[fh.first..fh.first + n],
+                &st.src[fh.first..fh.first + n],
+            );
+            self.out.bytes.reserve(fh.width as usize / 8);
+            self.prov.reserve(n);
+            let mut at = self.out.bits as u32;
+            let (mut acc, mut pend) = (0u128, 0u32);
+            for ((&(w, _, _), &v), &src) in fh.kinds.iter().zip(vs).zip(srcs) {
+                acc = (acc << w) | (v & crate::value::mask(w));
+                pend += w;
+                if pend >= 64 {
+                    pend -= 64;
+                    self.out
+                        .bytes
+                        .extend_from_slice(&((acc >> pend) as u64).to_be_bytes());
+                }
+                self.prov.push(crate::trace::EmitSpan {
+                    out: at,
+                    len: w,
+                    from: match src {
+                        Src::Packet(o) => Some(o),
+                        _ => None,
+                    },
+                });
+                at += w;
+            }
+            // pend is a multiple of 8 below 64: its bytes, high first.
+            let tail = ((acc << (64 - pend)) as u64).to_be_bytes();
+            self.out
+                .bytes
+                .extend_from_slice(&tail[..(pend / 8) as usize]);
+            self.out.bits += fh.width;
+            return;
+        }
         for (k, &(w, _, _)) in fh.kinds.iter().enumerate() {
             let i = fh.first + k;
             let at = self.out.bits as u32;
