@@ -403,6 +403,13 @@ impl TemplateCore {
 
 /// Removed templates' cores kept at most (memory bound only, see
 /// [`Retired`]): far more than the rewrites of one round.
+/// Longest the daemon sleeps while the TC program may report set-ups
+/// below its wake-up mark ([`CtOffloads::events_wait`]): 2 ms is ~56
+/// reports at the firewall benchmark's 28k connections/s (under half the
+/// default ring's wake-up mark of 124), and 500 wake-ups/s of an otherwise
+/// idle daemon for as long as templates exist (they go with their flows).
+pub const CT_EVENTS_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 const RETIRED_CAP: usize = 4096;
 
 /// Least time between two drains that count for [`Retired`].
@@ -1180,6 +1187,18 @@ impl CtOffloads {
     /// Templates in the engine now.
     pub fn n_templates(&self) -> usize {
         self.templates.len()
+    }
+
+    /// How long the daemon may sleep with reports possibly unread: the
+    /// program wakes it only when an eighth of the ring is unread
+    /// (`dp_ct_ev_wakeup` in `tc_dp.c`: a wake-up per report cost the
+    /// sending CPU a self-IPI each), so while templates exist (or reports
+    /// made from retired ones may come) the daemon's sleep is capped at
+    /// [`CT_EVENTS_WAIT`] and the reports below the mark are read by that
+    /// round. `None`: no report can come (or they are held, tests).
+    pub fn events_wait(&self) -> Option<std::time::Duration> {
+        (!self.events_held && (!self.templates.is_empty() || !self.retired.is_empty()))
+            .then_some(CT_EVENTS_WAIT)
     }
 
     /// Take in the set-ups the program reported (see the module doc): for
