@@ -2,6 +2,7 @@
 # One exclusive hold (flock -x /work/wt/quiet.lock bash prof.sh): main's daemon, firewall cps,
 # one 12-s repetition with NICFLOW_CT_SETUP_BPF=0 (off) then =1 (on); 3 s into wrk's run, a
 # system-wide perf record (-a -g, 999 Hz, 4 s) and perf stat (context switches, 4 s).
+# The fix: BIN=/tmp/ctpoll/new-nicflow KINDS=on OUT=/tmp/ctpoll/prof-fix bash prof.sh (after sit2.sh, same hold).
 BIN=${BIN:-/tmp/ctpoll/base-nicflow}; BENCH=/tmp/ctpoll/base-nicflow-bench
 OUT=${OUT:-/tmp/ctpoll/prof}; mkdir -p $OUT
 for t in ${KINDS:-off on}; do
