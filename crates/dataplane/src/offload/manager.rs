@@ -205,7 +205,7 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
                 // checked here, so a bad value is refused before the
                 // bridge's engine is touched (later, `load_fresh` would
                 // fail after the old engine went).
-                if !n.is_power_of_two() || n < CT_EVENTS_MIN_BYTES || n > CT_EVENTS_MAX_BYTES {
+                if !n.is_power_of_two() || !(CT_EVENTS_MIN_BYTES..=CT_EVENTS_MAX_BYTES).contains(&n) {
                     return Err(OffloadError::Config(format!(
                         "offload option ct_events_bytes={v}: the set-up ring's size must be a \
                          power of two from {CT_EVENTS_MIN_BYTES} (a page) to {CT_EVENTS_MAX_BYTES}"
