@@ -741,6 +741,31 @@ static __always_inline void ct_stat(__u32 idx)
 		*v += 1;
 }
 
+/* Bytes a report takes in the ring: the record and its 8-byte header. */
+#define DP_CT_EV_REC (sizeof(struct dp_ct_event) + 8)
+
+/* Whether this report wakes the daemon. The ring's default (wake when the
+ * reader has caught up) woke it at nearly every set-up, since the daemon
+ * drains the ring at once: each wake-up is an irq_work, a self-IPI, i.e. an
+ * APIC MSR write, which in a VM traps to the hypervisor (~5.6 us of the
+ * sending CPU per connection, 8 % of the machine on the firewall cps
+ * benchmark, docs/results/conntrack.md "the wake-up fix"). So the program
+ * wakes it only when the unread reports cross an eighth of the ring; below
+ * that the daemon reads them at its next round, which comes at the latest
+ * CT_EVENTS_WAIT (2 ms) later while it has templates (Bridge::
+ * ct_events_wait), and always before it reads a port, so no later packet
+ * of a reported connection reaches it before its report. */
+static __always_inline __u64 dp_ct_ev_wakeup(void)
+{
+	__u64 avail = bpf_ringbuf_query(&dp_ct_events, BPF_RB_AVAIL_DATA);
+	__u64 mark = bpf_ringbuf_query(&dp_ct_events, BPF_RB_RING_SIZE) / 8;
+
+	/* avail counts this report (reserved): wake at the crossing only. */
+	if (avail >= mark && avail < mark + DP_CT_EV_REC)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
 /* A bare TCP SYN (parsed into the scratch) missed: set its connection up
  * from the template of its port and EtherType. Returns the SYN's output
  * (ifindex << 1 | 1 for bpf_redirect_peer), or -1: it goes up as before.
@@ -833,7 +858,7 @@ __attribute__((noinline)) int dp_ct_setup(struct __sk_buff *ctx)
 	__builtin_memcpy(ev->hk, cs->hk, sizeof(ev->hk));
 	ev->in_port = tk.in_port;
 	ev->len = len;
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, dp_ct_ev_wakeup());
 	ct_stat(DP_CT_ST_SETUP);
 	return out;
 undo:

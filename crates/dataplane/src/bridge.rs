@@ -623,6 +623,13 @@ impl Bridge {
             .chain(self.dp.ct_events_fd())
     }
 
+    /// Longest the daemon may sleep with set-up reports of the TC program
+    /// unread (the program wakes it only when an eighth of its ring is
+    /// unread; see `CtOffloads::events_wait`). `None`: no limit.
+    pub fn ct_events_wait(&self) -> Option<Duration> {
+        self.dp.ct_events_wait()
+    }
+
     /// Does any port profit from a short spin after traffic stops?
     pub fn spin_worthwhile(&self) -> bool {
         self.ports.iter().any(|p| p.port.spin_worthwhile())

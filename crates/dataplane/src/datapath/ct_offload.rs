@@ -401,6 +401,13 @@ impl TemplateCore {
     }
 }
 
+/// Longest the daemon sleeps while the TC program may report set-ups
+/// below its wake-up mark ([`CtOffloads::events_wait`]): 2 ms is ~56
+/// reports at the firewall benchmark's 28k connections/s (under half the
+/// default ring's wake-up mark of 124), and 500 wake-ups/s of an otherwise
+/// idle daemon for as long as templates exist (they go with their flows).
+pub const CT_EVENTS_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Removed templates' cores kept at most (memory bound only, see
 /// [`Retired`]): far more than the rewrites of one round.
 const RETIRED_CAP: usize = 4096;
@@ -1180,6 +1187,18 @@ impl CtOffloads {
     /// Templates in the engine now.
     pub fn n_templates(&self) -> usize {
         self.templates.len()
+    }
+
+    /// How long the daemon may sleep with reports possibly unread: the
+    /// program wakes it only when an eighth of the ring is unread
+    /// (`dp_ct_ev_wakeup` in `tc_dp.c`: a wake-up per report cost the
+    /// sending CPU a self-IPI each), so while templates exist (or reports
+    /// made from retired ones may come) the daemon's sleep is capped at
+    /// [`CT_EVENTS_WAIT`] and the reports below the mark are read by that
+    /// round. `None`: no report can come (or they are held, tests).
+    pub fn events_wait(&self) -> Option<std::time::Duration> {
+        (!self.events_held && (!self.templates.is_empty() || !self.retired.is_empty()))
+            .then_some(CT_EVENTS_WAIT)
     }
 
     /// Take in the set-ups the program reported (see the module doc): for
@@ -2061,6 +2080,32 @@ mod tests {
         assert!(r.find(|&g| g == 100).is_some());
         r.drained(t0 + ms(40));
         assert!(r.is_empty());
+    }
+
+    /// The TC program wakes the daemon only when an eighth of its ring is
+    /// unread, so the daemon's sleep is capped while reports can come: a
+    /// template in the engine, or reports of a retired one not yet
+    /// drained; not with none (the setting off: no 2-ms wake-ups), nor
+    /// while the reports are held (tests).
+    #[test]
+    fn the_daemon_sleeps_briefly_only_while_reports_can_come() {
+        let mut c = CtOffloads::default();
+        assert_eq!(c.events_wait(), None, "no template");
+        c.retired.push(TemplateCore {
+            gen: 7,
+            syn_flows: [RuleId::external(1), RuleId::external(2)],
+            req: CtRequest::default(),
+            recirc: 1,
+        });
+        assert_eq!(c.events_wait(), Some(CT_EVENTS_WAIT), "a retired template");
+        c.events_held = true;
+        assert_eq!(c.events_wait(), None, "held");
+        c.events_held = false;
+        let t0 = Instant::now();
+        c.retired.drained(t0);
+        c.retired.drained(t0 + RETIRED_TICK * 2);
+        assert_eq!(c.events_wait(), None, "the retired core gone");
+        assert!(CT_EVENTS_WAIT <= std::time::Duration::from_millis(10));
     }
 
     /// The environment's words for on and off, as `set BRIDGE ct_setup=`

@@ -631,6 +631,14 @@ impl Datapath {
         self.offload.as_deref().and_then(|o| o.ct_events_fd())
     }
 
+    /// Longest the daemon may sleep before reading the TC program's
+    /// reports (`CtOffloads::events_wait`): the program wakes it only when
+    /// an eighth of the ring is unread.
+    pub fn ct_events_wait(&self) -> Option<Duration> {
+        self.offload.as_ref()?;
+        self.ct_offloads.events_wait()
+    }
+
     /// Remove the kernel entries of connections that left the tracker
     /// (`Conntrack::take_replaced`); without an engine there are none.
     pub fn forget_gone_conns(&mut self, now: Instant) {

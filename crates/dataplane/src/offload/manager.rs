@@ -171,6 +171,12 @@ struct XdpTunnel {
     written: Option<([u8; 6], bool, u32)>,
 }
 
+/// Smallest `ct_events_bytes`: one page (the kernel's minimum for a ring
+/// buffer; 4 KiB on the machines nicflow runs on), 15 set-up reports.
+pub const CT_EVENTS_MIN_BYTES: u32 = 4096;
+/// Largest `ct_events_bytes` accepted: 256 MiB (a million reports).
+pub const CT_EVENTS_MAX_BYTES: u32 = 256 << 20;
+
 /// Options of a bridge's XDP offload (the `offload_options` table of the
 /// bridge's config): map sizes.
 pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConfig, OffloadError> {
@@ -194,7 +200,19 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
         match k.as_str() {
             "max_flows" => c.max_flows = n,
             "max_masks" => c.max_masks = n,
-            "ct_events_bytes" => c.ct_events_bytes = n,
+            "ct_events_bytes" => {
+                // The kernel takes a ring of a power of two pages only;
+                // checked here, so a bad value is refused before the
+                // bridge's engine is touched (later, `load_fresh` would
+                // fail after the old engine went).
+                if !n.is_power_of_two() || !(CT_EVENTS_MIN_BYTES..=CT_EVENTS_MAX_BYTES).contains(&n) {
+                    return Err(OffloadError::Config(format!(
+                        "offload option ct_events_bytes={v}: the set-up ring's size must be a \
+                         power of two from {CT_EVENTS_MIN_BYTES} (a page) to {CT_EVENTS_MAX_BYTES}"
+                    )));
+                }
+                c.ct_events_bytes = n
+            }
             "max_ports" => {
                 c.max_tx_ports = n;
                 c.max_ifaces = n;
@@ -202,7 +220,7 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
             }
             _ => {
                 return Err(OffloadError::Config(format!(
-                    "unknown offload option `{k}` (max_flows, max_masks, max_ports, counters)"
+                    "unknown offload option `{k}` (max_flows, max_masks, max_ports, counters, ct_events_bytes)"
                 )))
             }
         }
@@ -2591,5 +2609,23 @@ mod tests {
         assert!(e.to_string().contains("counters=maybe"), "{e}");
         let e = engine_config(&opts(&[("colour", "1")])).unwrap_err();
         assert!(e.to_string().contains("`colour`"), "{e}");
+    }
+
+    /// `ct_events_bytes` is the ring buffer's size: a power of two pages,
+    /// refused with the option's name otherwise (before, the kernel
+    /// refused the map at load, after the bridge's old engine had gone).
+    #[test]
+    fn engine_config_checks_the_ring_size() {
+        let c = engine_config(&opts(&[("ct_events_bytes", "65536")])).unwrap();
+        assert_eq!(c.ct_events_bytes, 65536);
+        let c = engine_config(&opts(&[("ct_events_bytes", "4096")])).unwrap();
+        assert_eq!(c.ct_events_bytes, CT_EVENTS_MIN_BYTES);
+        for bad in ["5000", "2048", "0", "536870912", "-1", "lots"] {
+            let e = engine_config(&opts(&[("ct_events_bytes", bad)])).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("ct_events_bytes={bad}")),
+                "{bad}: {e}"
+            );
+        }
     }
 }

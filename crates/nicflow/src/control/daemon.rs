@@ -188,9 +188,13 @@ pub fn run_with(
             sw.openflow_poll_fds(&mut fds);
             let mut spin = false;
             let mut deferred = sw.openflow_backlog();
+            let mut ct_wait: Option<Duration> = None;
             for br in sw.bridges() {
                 spin |= br.spin_worthwhile();
                 deferred |= br.has_deferred_work();
+                if let Some(w) = br.ct_events_wait() {
+                    ct_wait = Some(ct_wait.map_or(w, |c| c.min(w)));
+                }
                 for fd in br.rx_fds() {
                     fds.push(libc::pollfd {
                         fd,
@@ -214,7 +218,11 @@ pub fn run_with(
                 let to_tick = TICK.saturating_sub(since_tick);
                 // splb groups are measured every few milliseconds.
                 let to_splb = splb.wait_ms(Instant::now()).unwrap_or(u64::MAX);
-                (to_tick.as_millis().min(u128::from(to_splb)) as libc::c_int).clamp(1, 100)
+                // The TC program's set-up reports below its wake-up mark
+                // are read by the next round: sleep no longer than that.
+                let to_ct = ct_wait.map_or(u128::MAX, |w| w.as_millis());
+                (to_tick.as_millis().min(u128::from(to_splb)).min(to_ct) as libc::c_int)
+                    .clamp(1, 100)
             };
             // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
             let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
