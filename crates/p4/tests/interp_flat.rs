@@ -610,3 +610,88 @@ fn compiled_checksums_and_field_writes_agree_with_the_walker() {
     let sent = agree("csum", &mut fast, &mut reference, &packets(23, 400));
     assert!(sent > 100, "too few packets forwarded ({sent})");
 }
+
+/// Headers whose fields sit on the flat path's word boundaries (issue 32,
+/// review SHOULD-FIX 1). `u_t` is packed (no field over 64 bits, 192
+/// bits): `b` at bit 3 spans 67 bits (extract falls back to `read_bits`),
+/// `c` at lead 3 ends exactly at the 64-bit load's end, `e` at lead 4
+/// takes the load, and `f`, in the header's last byte, has the 8 bytes
+/// the load needs only when the packet runs 7 or more bytes past the
+/// header. `x_t` is packed with sub-byte fields across the emit's 64-bit
+/// flush point and 3 bytes left at the end (the emit's tail); `v_t` has a
+/// `bit<65>` (not packed: the field loop).
+const BOUNDS: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header u_t { bit<3> a; bit<64> b; bit<61> c; bit<4> d; bit<58> e; bit<2> f; }
+header x_t { bit<5> a; bit<57> b; bit<6> c; bit<63> d; bit<1> e; bit<4> f; bit<16> g; }
+header v_t { bit<5> p; bit<65> q; bit<2> r; }
+struct headers_t { u_t u; x_t x; v_t v; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start {
+        pkt.extract(hdr.u);
+        transition select(hdr.u.f) { 0: accept; 1: px; 2: pv; default: pxv; }
+    }
+    state px { pkt.extract(hdr.x); transition accept; }
+    state pv { pkt.extract(hdr.v); transition accept; }
+    state pxv { pkt.extract(hdr.x); pkt.extract(hdr.v); transition accept; }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    apply {
+        hdr.u.c = hdr.u.c + 1;
+        hdr.u.b = hdr.u.b ^ 64w0x8000_0000_0000_0001;
+        if (hdr.x.isValid()) { hdr.x.c = hdr.x.c + 1; hdr.x.d = ~hdr.x.d; hdr.x.g = hdr.x.g + 1; }
+        if (hdr.v.isValid()) { hdr.v.q = hdr.v.q + 1; }
+        send_to_port((PortId_t)1);
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.u); pkt.emit(hdr.x); pkt.emit(hdr.v); }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+#[test]
+fn fields_on_the_word_boundaries_agree_with_the_walker() {
+    let build = || {
+        let c = corpus()?;
+        let prog = nicflow_p4::front::parse_str("bounds.p4", BOUNDS, &[c.join("include")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    };
+    let (Some(mut fast), Some(mut reference)) = (build(), build()) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    // Every length from empty to 8 bytes past u, x and v together
+    // (24 + 19 + 9): short ones, ones ending exactly at a header's end
+    // and 1..8 bytes after it, for each of the four parse paths.
+    let mut pkts = Vec::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for len in 0..=60usize {
+        for path in 0..4u8 {
+            for _ in 0..3 {
+                let mut p: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                if len >= 24 {
+                    // u.f is the low 2 bits of u's last byte.
+                    p[23] = (p[23] & !3) | path;
+                }
+                pkts.push(p);
+            }
+        }
+    }
+    let sent = agree("bounds", &mut fast, &mut reference, &pkts);
+    // Every packet of at least u's 24 bytes on a path whose headers fit.
+    assert!(sent >= 250, "too few packets forwarded ({sent})");
+}

@@ -50,8 +50,16 @@ impl BitBuf {
         // field joined in one u128 and appended as one fixed 16-byte copy,
         // cut back to the bytes used. No byte loop, no variable-length
         // copy (a `memcpy` call each): the deparser pushes every field of
-        // every emitted header through here.
-        if w > 0 && w <= 120 && self.bytes.len() as u64 == self.bits.div_ceil(8) {
+        // every emitted header through here. Only with 16 bytes spare: on a
+        // fresh or nearly full buffer the copy would make `Vec` grow to
+        // fit it, and grow again for the next field (a fresh buffer for a
+        // two-byte hash list would allocate twice); the loop below grows
+        // it by the bytes used.
+        if w > 0
+            && w <= 120
+            && self.bytes.capacity() - self.bytes.len() >= 16
+            && self.bytes.len() as u64 == self.bits.div_ceil(8)
+        {
             let used = (self.bits % 8) as u32;
             let mut acc = v & crate::value::mask(w);
             let mut total = w;
@@ -2130,8 +2138,13 @@ mod bit_tests {
             x ^= x << 17;
             x
         };
-        for _ in 0..2000 {
-            let mut fast = BitBuf::default();
+        for round in 0..2000 {
+            // Half the buffers with room to spare, so the fixed-copy path
+            // is taken; the others fresh, so it is taken only once grown.
+            let mut fast = BitBuf {
+                bytes: Vec::with_capacity(if round % 2 == 0 { 128 } else { 0 }),
+                bits: 0,
+            };
             let mut slow = BitBuf::default();
             let mut fields = Vec::new();
             for _ in 0..(next() % 8) {
