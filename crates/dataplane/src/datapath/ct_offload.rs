@@ -1215,7 +1215,13 @@ impl CtOffloads {
         flows: &mut Classifier<FLOW_WORDS, DpFlow>,
         now: Instant,
     ) {
-        if self.events_held || (self.templates.is_empty() && self.retired.is_empty()) {
+        // With no template (none written, or all cleared when an engine
+        // was adopted from the pins of a daemon that died) the ring is
+        // still drained: reports the program made before are undone as
+        // `ct:bpf-unknown-template`, not left in the ring, where they
+        // would keep its descriptor readable (a busy poll) and their
+        // entries in the kernel. An empty ring costs two loads here.
+        if self.events_held {
             return;
         }
         loop {
@@ -2106,6 +2112,37 @@ mod tests {
         c.retired.drained(t0 + RETIRED_TICK * 2);
         assert_eq!(c.events_wait(), None, "the retired core gone");
         assert!(CT_EVENTS_WAIT <= std::time::Duration::from_millis(10));
+    }
+
+    /// Review of ctpoll, MUST-FIX 1: reports left in the ring when no
+    /// template exists (a daemon died under load and its successor
+    /// adopted the pinned engine, whose templates it cleared) are drained
+    /// and undone, not left to keep the ring readable forever.
+    #[test]
+    fn reports_without_a_template_are_drained_and_undone() {
+        let (mut off, h) = crate::offload::dummy::DummyOffload::new(16);
+        let mut c = CtOffloads::default();
+        let mut tracker = Conntrack::new(Default::default());
+        let mut flows = Classifier::<FLOW_WORDS, DpFlow>::new();
+        let hk = |n: u64| FlowHashKey {
+            mask_idx: 1,
+            pad: 0,
+            hash: n,
+        };
+        for g in 0..3u64 {
+            h.report_ct(CtEvent {
+                gen: 40 + g,
+                hk: [hk(3 * g), hk(3 * g + 1), hk(3 * g + 2)],
+                in_port: 1,
+                len: 0,
+                frame: [0; crate::datapath::offload::CT_EV_FRAME],
+            });
+        }
+        assert!(c.templates.is_empty() && c.retired.is_empty());
+        c.take_events(&mut tracker, &mut off, &mut flows, Instant::now());
+        assert_eq!(h.ct_reports_left(), 0, "the ring was not drained");
+        assert_eq!(h.ct_deleted(), (0..9).map(hk).collect::<Vec<_>>());
+        assert_eq!(c.bpf_undone, 3);
     }
 
     /// The environment's words for on and off, as `set BRIDGE ct_setup=`

@@ -31,6 +31,7 @@
 
 use super::kind_reason;
 use crate::datapath::meter::MeterCounters;
+use crate::datapath::offload::{CtEvent, FlowHashKey};
 use crate::datapath::{
     DpAction, EngineStats, FlowOffload, KernelCounters, ManagerCounters, PortOffload,
     PortOffloadError, ProviderStatus,
@@ -90,6 +91,12 @@ struct State {
     removal_batches: Vec<usize>,
     /// Removals of an entry made at once, one each (not queued).
     single_removals: u64,
+    /// Set-up reports as the TC program would leave them in its ring
+    /// ([`DummyHandle::report_ct`]), taken by `drain_ct_events`.
+    ct_reports: std::collections::VecDeque<CtEvent>,
+    /// The program's entries the daemon deleted (`delete_ct_entry`), in
+    /// order.
+    ct_deleted: Vec<FlowHashKey>,
 }
 
 /// The engine (give it to [`crate::bridge::Bridge::enable_offload_provider`]
@@ -120,6 +127,21 @@ impl DummyOffload {
 }
 
 impl DummyHandle {
+    /// The program's part in a set-up: a report in its ring.
+    pub fn report_ct(&self, ev: CtEvent) {
+        self.0.borrow_mut().ct_reports.push_back(ev);
+    }
+
+    /// Reports not drained yet.
+    pub fn ct_reports_left(&self) -> usize {
+        self.0.borrow().ct_reports.len()
+    }
+
+    /// The program's entries deleted so far, in order.
+    pub fn ct_deleted(&self) -> Vec<FlowHashKey> {
+        self.0.borrow().ct_deleted.clone()
+    }
+
     /// The kernel's part: `packets` frames of `bytes` in all hit entry
     /// `id` (its meters count them too). False if there is no such entry.
     pub fn hit(&self, id: u64, packets: u64, bytes: u64) -> bool {
@@ -286,6 +308,20 @@ impl State {
 }
 
 impl FlowOffload for DummyOffload {
+    fn drain_ct_events(&mut self, out: &mut Vec<CtEvent>, max: usize) {
+        let mut s = self.0.borrow_mut();
+        while out.len() < max {
+            let Some(ev) = s.ct_reports.pop_front() else {
+                break;
+            };
+            out.push(ev);
+        }
+    }
+
+    fn delete_ct_entry(&mut self, hk: &FlowHashKey) {
+        self.0.borrow_mut().ct_deleted.push(*hk);
+    }
+
     fn refine_mask(&self, _key: &FlowKey, mask: &mut FlowMask) {
         mask.0.in_port = u32::MAX;
     }
