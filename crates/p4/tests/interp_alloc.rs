@@ -49,6 +49,28 @@ fn allocs() -> u64 {
 }
 
 /// A 60-byte IPv4/UDP frame to `dst` (ttl 64).
+/// Allocations of each packet of `pkts` sent again after a warm-up round
+/// (each forwarded once, then `check`ed).
+fn warm_allocs(
+    p: &mut nicflow_p4::Pipeline,
+    pkts: &[Vec<u8>],
+    check: impl Fn(&nicflow_p4::Outcome),
+) -> Vec<u64> {
+    for (i, f) in pkts.iter().enumerate() {
+        let o = p.process(0, f, i as u64);
+        assert_eq!(o.outputs.len(), 1, "warm-up packet {i} not forwarded");
+    }
+    let mut per_packet = Vec::new();
+    for (i, f) in pkts.iter().enumerate() {
+        let before = allocs();
+        let o = p.process(0, f, 100 + i as u64);
+        per_packet.push(allocs() - before);
+        assert_eq!(o.outputs.len(), 1);
+        check(&o);
+    }
+    per_packet
+}
+
 fn frame(dst: u32) -> Vec<u8> {
     let mut f = vec![0u8; 60];
     f[12] = 8;
@@ -67,18 +89,7 @@ fn warm_routing_packet_allocates_only_its_outcome() {
     // 10/8 -> next hop 1 -> port 2.
     add_routes(&mut p, &[(0x0a00_0000, 8)], 2);
     let pkts: Vec<Vec<u8>> = (0..8).map(|i| frame(0x0a00_0100 + i)).collect();
-    for (i, f) in pkts.iter().enumerate() {
-        let o = p.process(0, f, i as u64);
-        assert_eq!(o.outputs.len(), 1, "warm-up packet {i} not forwarded");
-    }
-    let mut per_packet = Vec::new();
-    for (i, f) in pkts.iter().enumerate() {
-        let before = allocs();
-        let o = p.process(0, f, 100 + i as u64);
-        per_packet.push(allocs() - before);
-        assert_eq!(o.outputs.len(), 1);
-        assert_eq!(o.outputs[0].0, 2);
-    }
+    let per_packet = warm_allocs(&mut p, &pkts, |o| assert_eq!(o.outputs[0].0, 2));
     // What the Outcome owns: the outputs vector, the output frame and the
     // trace's read bits, tables and emitted spans. Anything more is
     // per-packet interpreter storage that was not reused.
@@ -120,17 +131,7 @@ fn hash_allocs(list: &str) -> Option<Vec<u64>> {
         .unwrap_or_else(|e| panic!("{e}"));
     let mut p = nicflow_p4::Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}"));
     let pkts: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i, 7 * i, 0, 0]).collect();
-    for (i, f) in pkts.iter().enumerate() {
-        assert_eq!(p.process(0, f, i as u64).outputs.len(), 1);
-    }
-    let mut per_packet = Vec::new();
-    for (i, f) in pkts.iter().enumerate() {
-        let before = allocs();
-        let o = p.process(0, f, 100 + i as u64);
-        per_packet.push(allocs() - before);
-        assert_eq!(o.outputs.len(), 1);
-    }
-    Some(per_packet)
+    Some(warm_allocs(&mut p, &pkts, |_| ()))
 }
 
 /// A list of two small fields hashed costs no more allocations than one
