@@ -741,8 +741,6 @@ static __always_inline void ct_stat(__u32 idx)
 		*v += 1;
 }
 
-/* Bytes a report takes in the ring: the record and its 8-byte header. */
-#define DP_CT_EV_REC (sizeof(struct dp_ct_event) + 8)
 
 /* Whether this report wakes the daemon. The ring's default (wake when the
  * reader has caught up) woke it at nearly every set-up, since the daemon
@@ -750,7 +748,7 @@ static __always_inline void ct_stat(__u32 idx)
  * APIC MSR write, which in a VM traps to the hypervisor (~5.6 us of the
  * sending CPU per connection, 8 % of the machine on the firewall cps
  * benchmark, docs/results/conntrack.md "the wake-up fix"). So the program
- * wakes it only when the unread reports cross an eighth of the ring; below
+ * wakes it only when the unread reports reach an eighth of the ring; below
  * that the daemon reads them at its next round, which comes at the latest
  * CT_EVENTS_WAIT (2 ms) later while it has templates (Bridge::
  * ct_events_wait), and always before it reads a port, so no later packet
@@ -760,8 +758,12 @@ static __always_inline __u64 dp_ct_ev_wakeup(void)
 	__u64 avail = bpf_ringbuf_query(&dp_ct_events, BPF_RB_AVAIL_DATA);
 	__u64 mark = bpf_ringbuf_query(&dp_ct_events, BPF_RB_RING_SIZE) / 8;
 
-	/* avail counts this report (reserved): wake at the crossing only. */
-	if (avail >= mark && avail < mark + DP_CT_EV_REC)
+	/* avail counts this report (reserved). Every report at or above the
+	 * mark wakes, not only the one at the crossing: another CPU's report
+	 * reserved meanwhile, or a record discarded at the crossing, could
+	 * otherwise skip it, and avail only grows until the daemon reads. Once
+	 * the daemon drains, avail falls below the mark again. */
+	if (avail >= mark)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }

@@ -2097,6 +2097,21 @@ mod tests {
     fn the_daemon_sleeps_briefly_only_while_reports_can_come() {
         let mut c = CtOffloads::default();
         assert_eq!(c.events_wait(), None, "no template");
+        c.templates.insert(
+            (1, 0x0800),
+            Template {
+                gen: 6,
+                flows: Vec::new(),
+                syn_flows: [RuleId::external(1), RuleId::external(2)],
+                req: CtRequest::default(),
+                recirc: 1,
+                vmask: FlowKey::default(),
+                vkey: FlowKey::default(),
+            },
+        );
+        assert_eq!(c.events_wait(), Some(CT_EVENTS_WAIT), "a template");
+        c.templates.clear();
+        assert_eq!(c.events_wait(), None, "its template removed, not retired");
         c.retired.push(TemplateCore {
             gen: 7,
             syn_flows: [RuleId::external(1), RuleId::external(2)],

@@ -171,9 +171,18 @@ struct XdpTunnel {
     written: Option<([u8; 6], bool, u32)>,
 }
 
-/// Smallest `ct_events_bytes`: one page (the kernel's minimum for a ring
-/// buffer; 4 KiB on the machines nicflow runs on), 15 set-up reports.
+/// Smallest `ct_events_bytes` on a 4-KiB-page machine (15 set-up
+/// reports); the check takes [`ct_events_min_bytes`], the page size.
 pub const CT_EVENTS_MIN_BYTES: u32 = 4096;
+
+/// Smallest `ct_events_bytes` here: one page, the kernel's minimum for a
+/// ring buffer (16 or 64 KiB on some arm64 and ppc64 kernels, where 4096
+/// would pass a fixed check and be refused at load).
+pub fn ct_events_min_bytes() -> u32 {
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(page).map_or(CT_EVENTS_MIN_BYTES, |p| p.max(CT_EVENTS_MIN_BYTES))
+}
 /// Largest `ct_events_bytes` accepted: 256 MiB (a million reports).
 pub const CT_EVENTS_MAX_BYTES: u32 = 256 << 20;
 
@@ -205,10 +214,11 @@ pub fn engine_config(options: &BTreeMap<String, String>) -> Result<XdpEngineConf
                 // checked here, so a bad value is refused before the
                 // bridge's engine is touched (later, `load_fresh` would
                 // fail after the old engine went).
-                if !n.is_power_of_two() || !(CT_EVENTS_MIN_BYTES..=CT_EVENTS_MAX_BYTES).contains(&n) {
+                let min = ct_events_min_bytes();
+                if !n.is_power_of_two() || !(min..=CT_EVENTS_MAX_BYTES).contains(&n) {
                     return Err(OffloadError::Config(format!(
                         "offload option ct_events_bytes={v}: the set-up ring's size must be a \
-                         power of two from {CT_EVENTS_MIN_BYTES} (a page) to {CT_EVENTS_MAX_BYTES}"
+                         power of two from {min} (a page) to {CT_EVENTS_MAX_BYTES}"
                     )));
                 }
                 c.ct_events_bytes = n
@@ -2618,8 +2628,12 @@ mod tests {
     fn engine_config_checks_the_ring_size() {
         let c = engine_config(&opts(&[("ct_events_bytes", "65536")])).unwrap();
         assert_eq!(c.ct_events_bytes, 65536);
-        let c = engine_config(&opts(&[("ct_events_bytes", "4096")])).unwrap();
-        assert_eq!(c.ct_events_bytes, CT_EVENTS_MIN_BYTES);
+        let page = ct_events_min_bytes();
+        assert!(page.is_power_of_two() && page >= CT_EVENTS_MIN_BYTES);
+        let (ps, half) = (page.to_string(), (page / 2).to_string());
+        let c = engine_config(&opts(&[("ct_events_bytes", ps.as_str())])).unwrap();
+        assert_eq!(c.ct_events_bytes, page);
+        assert!(engine_config(&opts(&[("ct_events_bytes", half.as_str())])).is_err());
         for bad in ["5000", "2048", "0", "536870912", "-1", "lots"] {
             let e = engine_config(&opts(&[("ct_events_bytes", bad)])).unwrap_err();
             assert!(
