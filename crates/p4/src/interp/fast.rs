@@ -277,28 +277,15 @@ impl Code {
     /// alone cannot tell whether they ran; this count says they were
     /// compiled (read at load, never on the data path).
     pub fn csum_sites(&self) -> usize {
-        let bodies = self.bodies();
-        let states = self.states.iter().flatten().flatten();
-        bodies.map(|b| stmts_csum_sites(b)).sum::<usize>()
-            + states
-                .map(|s| {
-                    stmts_csum_sites(&s.body)
-                        + match &s.trans {
-                            CTrans::Go(_) => 0,
-                            CTrans::Select(es, _, _) => es.iter().map(expr_csum_sites).sum(),
-                        }
-                })
-                .sum::<usize>()
-            + self
-                .keys
-                .iter()
-                .flatten()
-                .map(expr_csum_sites)
-                .sum::<usize>()
+        let mut n = 0;
+        self.exprs(&mut |e, _| {
+            expr_nodes(e, &mut |x| {
+                n += usize::from(matches!(x, CExpr::Method { csum: Some(_), .. }));
+            });
+        });
+        n
     }
-}
 
-impl Code {
     /// The scalar tier's share of the compiled value sites: `(scalar,
     /// all)` over every compiled body (a specialised body counted again),
     /// a site being an assignment's right side, an `if` condition, a
@@ -313,130 +300,86 @@ impl Code {
             n.0 += usize::from(matches!(e, CExpr::Scalar(..)));
             n.1 += 1;
         };
-        let bodies = self.bodies();
-        for b in bodies {
-            stmts_sites(b, &mut site);
+        self.exprs(&mut |e, is_site| {
+            if is_site {
+                site(e);
+            }
+            expr_nodes(e, &mut |x| {
+                if let CExpr::Method { cargs, .. } = x {
+                    for a in cargs.iter().flatten() {
+                        match a {
+                            CArg::One(x) => site(x),
+                            CArg::List(xs) => xs.iter().for_each(&mut site),
+                        }
+                    }
+                }
+            });
+        });
+        n
+    }
+
+    /// Calls `f` on each outermost expression of the compiled code: the
+    /// bodies' statements, the parser states' bodies and select keys, the
+    /// table keys; `true` when it is a value site (all but a call
+    /// statement's expression).
+    fn exprs(&self, f: &mut impl FnMut(&CExpr, bool)) {
+        for b in self.bodies() {
+            stmts_exprs(b, f);
         }
         for st in self.states.iter().flatten().flatten() {
-            stmts_sites(&st.body, &mut site);
+            stmts_exprs(&st.body, f);
             if let CTrans::Select(es, _, _) = &st.trans {
-                for e in es {
-                    site(e);
-                    expr_sites(e, &mut site);
-                }
+                es.iter().for_each(|e| f(e, true));
             }
         }
-        for e in self.keys.iter().flatten() {
-            site(e);
-            expr_sites(e, &mut site);
-        }
-        n
+        self.keys.iter().flatten().for_each(|e| f(e, true));
     }
 }
 
-/// Calls `f` on each value site of `b` ([`Code::scalar_sites`]).
-fn stmts_sites(b: &[CStmt], f: &mut impl FnMut(&CExpr)) {
+/// [`Code::exprs`] of statements.
+fn stmts_exprs(b: &[CStmt], f: &mut impl FnMut(&CExpr, bool)) {
     for s in b {
         match s {
-            CStmt::Assign(_, _, e) | CStmt::Var(_, _, Some(e), _) => {
-                f(e);
-                expr_sites(e, f);
-            }
-            CStmt::Call(e) => expr_sites(e, f),
+            CStmt::Assign(_, _, e) | CStmt::Var(_, _, Some(e), _) => f(e, true),
+            CStmt::Call(e) => f(e, false),
             CStmt::If(c, t, e, _) => {
-                f(c);
-                expr_sites(c, f);
-                stmts_sites(std::slice::from_ref(t), f);
+                f(c, true);
+                stmts_exprs(std::slice::from_ref(t), f);
                 if let Some(e) = e {
-                    stmts_sites(std::slice::from_ref(e), f);
+                    stmts_exprs(std::slice::from_ref(e), f);
                 }
             }
-            CStmt::Block(b) => stmts_sites(b, f),
+            CStmt::Block(b) => stmts_exprs(b, f),
             CStmt::Var(_, _, None, _) | CStmt::Walk(_) => {}
         }
     }
 }
 
-/// The value sites inside `e` (its compiled extern arguments).
-fn expr_sites(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
+/// Calls `f` on `e` and on every compiled expression inside it
+/// (operands, a scalar site's `Value` form, a method's object and
+/// arguments), outermost first.
+fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
+    f(e);
     match e {
-        CExpr::Unary(_, x, _) | CExpr::Cast(_, x, _) | CExpr::Slice(x, _, _, _) => expr_sites(x, f),
+        CExpr::Unary(_, x, _)
+        | CExpr::Cast(_, x, _)
+        | CExpr::Slice(x, _, _, _)
+        | CExpr::Scalar(_, x)
+        | CExpr::Extract { obj: x, .. }
+        | CExpr::Emit { obj: x, .. } => expr_nodes(x, f),
         CExpr::Binary(_, x, y, _) | CExpr::BinLit(_, x, _, y, _) => {
-            expr_sites(x, f);
-            expr_sites(y, f);
+            expr_nodes(x, f);
+            expr_nodes(y, f);
         }
         CExpr::Method { obj, cargs, .. } => {
-            expr_sites(obj, f);
+            expr_nodes(obj, f);
             for a in cargs.iter().flatten() {
-                let items = match a {
-                    CArg::One(x) => std::slice::from_ref(x),
-                    CArg::List(xs) => xs.as_slice(),
-                };
-                for x in items {
-                    f(x);
-                    expr_sites(x, f);
+                match a {
+                    CArg::One(x) => expr_nodes(x, f),
+                    CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
                 }
             }
         }
-        CExpr::Extract { obj, .. } | CExpr::Emit { obj, .. } => expr_sites(obj, f),
-        CExpr::Scalar(..)
-        | CExpr::Lit(_)
-        | CExpr::Peek(..)
-        | CExpr::Named(..)
-        | CExpr::IsValid(..)
-        | CExpr::Apply(..)
-        | CExpr::Action(..)
-        | CExpr::ActionFlat(..)
-        | CExpr::Func(..)
-        | CExpr::FuncFlat(..)
-        | CExpr::ExternFn { .. }
-        | CExpr::Walk(_) => {}
-    }
-}
-
-/// [`Code::csum_sites`] of statements.
-fn stmts_csum_sites(b: &[CStmt]) -> usize {
-    b.iter()
-        .map(|s| match s {
-            CStmt::Assign(_, _, e) | CStmt::Call(e) | CStmt::Var(_, _, Some(e), _) => {
-                expr_csum_sites(e)
-            }
-            CStmt::If(c, t, e, _) => {
-                expr_csum_sites(c)
-                    + stmts_csum_sites(std::slice::from_ref(t))
-                    + e.as_deref()
-                        .map_or(0, |e| stmts_csum_sites(std::slice::from_ref(e)))
-            }
-            CStmt::Block(b) => stmts_csum_sites(b),
-            CStmt::Var(_, _, None, _) | CStmt::Walk(_) => 0,
-        })
-        .sum()
-}
-
-/// [`Code::csum_sites`] of an expression and its compiled operands.
-fn expr_csum_sites(e: &CExpr) -> usize {
-    match e {
-        CExpr::Unary(_, x, _) | CExpr::Cast(_, x, _) | CExpr::Slice(x, _, _, _) => {
-            expr_csum_sites(x)
-        }
-        CExpr::Scalar(_, x) => expr_csum_sites(x),
-        CExpr::Binary(_, x, y, _) | CExpr::BinLit(_, x, _, y, _) => {
-            expr_csum_sites(x) + expr_csum_sites(y)
-        }
-        CExpr::Method {
-            obj, cargs, csum, ..
-        } => {
-            let args: usize = cargs
-                .iter()
-                .flatten()
-                .map(|a| match a {
-                    CArg::One(x) => expr_csum_sites(x),
-                    CArg::List(xs) => xs.iter().map(expr_csum_sites).sum(),
-                })
-                .sum();
-            usize::from(csum.is_some()) + expr_csum_sites(obj) + args
-        }
-        CExpr::Extract { obj, .. } | CExpr::Emit { obj, .. } => expr_csum_sites(obj),
         CExpr::Lit(_)
         | CExpr::Peek(..)
         | CExpr::Named(..)
@@ -447,7 +390,7 @@ fn expr_csum_sites(e: &CExpr) -> usize {
         | CExpr::Func(..)
         | CExpr::FuncFlat(..)
         | CExpr::ExternFn { .. }
-        | CExpr::Walk(_) => 0,
+        | CExpr::Walk(_) => {}
     }
 }
 
