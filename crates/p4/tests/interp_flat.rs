@@ -4,7 +4,7 @@
 //! programs the flat layout cannot hold must say so and still agree.
 
 mod interp_support;
-use interp_support::{add_routes, corpus, load};
+use interp_support::{add_routes, corpus, load, xorshift};
 use nicflow_p4::Pipeline;
 
 /// A PNA program using what the flat path compiles: extract/emit, field
@@ -98,13 +98,7 @@ fn build(extra: &str, main: &str) -> Option<Pipeline> {
 /// Packets for the template: ethertypes that parse one, two or no `b_t`,
 /// lengths from empty to a few bytes past two `b_t`s (short ones reject).
 fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(seed);
     (0..n)
         .map(|_| {
             let len = (next() % 60) as usize;
@@ -671,18 +665,11 @@ fn fields_on_the_word_boundaries_agree_with_the_walker() {
     // (24 + 19 + 9): short ones, ones ending exactly at a header's end
     // and 1..8 bytes after it, for each of the four parse paths.
     let mut pkts = Vec::new();
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for len in 0..=60usize {
         for path in 0..4u8 {
             for _ in 0..3 {
-                let mut p: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
                 if len >= 24 {
                     // u.f is the low 2 bits of u's last byte.
                     p[23] = (p[23] & !3) | path;

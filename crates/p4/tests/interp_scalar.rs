@@ -11,7 +11,7 @@
 //! loop fails with the step limit at the walker's iteration).
 
 mod interp_support;
-use interp_support::{corpus, load};
+use interp_support::{corpus, load, xorshift};
 use nicflow_p4::Pipeline;
 use proptest::prelude::*;
 
@@ -212,13 +212,7 @@ fn packet_len() -> usize {
 /// `seed`'s packets: random bytes, some with the shift amounts small or
 /// the operands equal, some cut short (the parser rejects them).
 fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(seed);
     let len = packet_len();
     (0..n)
         .map(|k| {
@@ -415,13 +409,7 @@ const MISC_BODY: &str = r#"
 /// `seed`'s `n` packets of `len` bytes: random, small (0..=3) or
 /// all-0/all-1 bytes.
 fn misc_packets(seed: u64, n: usize, len: usize) -> Vec<Vec<u8>> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(seed);
     (0..n)
         .map(|k| {
             let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();

@@ -12,7 +12,7 @@
 //! some metadata bound, some not), with and without a block variable.
 
 mod interp_support;
-use interp_support::{corpus, run_stf_on};
+use interp_support::{corpus, run_stf_on, xorshift};
 use nicflow_p4::Pipeline;
 
 /// `VDECL` declares the main control's variable (or nothing), `VV` is
@@ -176,13 +176,7 @@ fn put(bits: &mut Vec<bool>, v: u64, w: u32) {
 /// and misses: one `a_t`, then (ethertype 0x0800/0x0801) a `b_t`, some
 /// cut short (the parser rejects them), some with another ethertype.
 fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let mut x = seed | 1;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(seed);
     let mut pick = |set: &[u64]| set[(next() % set.len() as u64) as usize];
     (0..n)
         .map(|_| {

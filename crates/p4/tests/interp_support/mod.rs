@@ -10,6 +10,18 @@ use num_traits::Num;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
+/// A xorshift64 generator from `seed` (made odd, so never stuck at 0):
+/// the random tests' packets, reproducible from their printed seeds.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 pub fn corpus() -> Option<PathBuf> {
     let found =
         nicflow_p4::corpus::find_corpus(&[std::path::Path::new(env!("CARGO_MANIFEST_DIR"))]);
