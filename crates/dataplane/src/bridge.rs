@@ -39,10 +39,6 @@ pub const BATCH_SIZE: usize = 32;
 /// does: a flood is visible in the log without a line per packet.
 pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Ticks between sweeps of frozen walks when none was frozen since the
-/// last one (see `Bridge::tick`): a minute at the daemon's 1-s tick.
-pub const FROZEN_SWEEP_TICKS: u32 = 60;
-
 /// The bridge's share of one daemon round ([`Bridge::begin_round`]).
 #[derive(Clone, Copy, Debug)]
 struct Round {
@@ -272,12 +268,6 @@ pub struct Bridge {
     tx: TxBatch,
     done: Vec<PacketBuf>,
     mac_generation: u64,
-    /// Frozen walks left by the last sweep of unreferenced ones (`tick`).
-    frozen_after_sweep: usize,
-    /// Ticks since that sweep.
-    ticks_since_sweep: u32,
-    /// Sweeps of frozen walks made (tests).
-    frozen_sweeps: u64,
     /// The engines' mode while offload is on.
     offload_mode: Option<crate::offload::OffloadMode>,
     /// The current daemon round's budget, once the daemon has begun one.
@@ -316,9 +306,6 @@ impl Bridge {
             tx: TxBatch::default(),
             done: Vec::new(),
             mac_generation: 0,
-            frozen_after_sweep: 0,
-            ticks_since_sweep: 0,
-            frozen_sweeps: 0,
             offload_mode: None,
             round: None,
             next_port: 0,
@@ -1119,24 +1106,9 @@ impl Bridge {
         self.dp.conntrack.sweep(now);
         // Kernel entries of the connections that expired go now.
         self.dp.forget_gone_conns(now);
-        // Forgetting frozen walks no flow refers to walks every cached
-        // flow's actions: tens of thousands under a load balancer (a
-        // select megaflow per client port), a stall of milliseconds in
-        // every tick, to find the same few ids. So only after a walk was
-        // frozen since the last sweep (the count only grows between
-        // sweeps), or every `FROZEN_SWEEP_TICKS` ticks for ids whose flows
-        // went since: ids are never reused, so one kept a little longer
-        // is memory, not a wrong decision.
-        self.ticks_since_sweep = self.ticks_since_sweep.saturating_add(1);
-        let frozen = self.ofproto.n_frozen();
-        if frozen > 0
-            && (frozen > self.frozen_after_sweep || self.ticks_since_sweep >= FROZEN_SWEEP_TICKS)
-        {
+        if self.ofproto.n_frozen() > 0 {
             let live = self.dp.recirc_ids_in_use();
             self.ofproto.retain_frozen(&live);
-            self.frozen_after_sweep = self.ofproto.n_frozen();
-            self.ticks_since_sweep = 0;
-            self.frozen_sweeps += 1;
         }
         if self.ofproto.p4.is_some() {
             self.p4_tick(now);
@@ -1392,11 +1364,6 @@ impl Bridge {
     /// Frozen table walks (recirculation ids) the slow path holds.
     pub fn n_frozen(&self) -> usize {
         self.ofproto.n_frozen()
-    }
-
-    /// Sweeps of unreferenced frozen walks the ticks made so far.
-    pub fn frozen_sweeps(&self) -> u64 {
-        self.frozen_sweeps
     }
 
     /// The bridge's connection tracker (`ct` actions of its flows).

@@ -326,55 +326,6 @@ fn dnat_load_balancer_spreads_connections_and_unnats_replies() {
     );
 }
 
-/// The sweep of unreferenced frozen walks walks every cached flow, so a
-/// tick makes it only when a walk was frozen since the last sweep, or
-/// every `FROZEN_SWEEP_TICKS` ticks (for ids whose flows went since):
-/// a load balancer's tens of thousands of per-port megaflows are not
-/// walked every second to find the same few ids.
-#[test]
-fn frozen_walks_are_swept_when_new_or_every_minute() {
-    let (mut br, h) = bridge(DatapathConfig::default());
-    let now = Instant::now();
-    br.add_flows_str(
-        "table=0,priority=100,ip,ct_state=-trk,actions=move:NXM_OF_IP_SRC[]->NXM_NX_REG0[],ct(table=1)\n\
-         table=1,priority=10,ip,actions=output:p2\n",
-        now,
-    )
-    .unwrap();
-    let send = |br: &mut Bridge, i: u8| {
-        let f = FrameBuilder::new(MAC_A, MAC_B)
-            .ipv4(Ipv4Addr::new(198, 18, 1, i), IP_B)
-            .udp(1000, 53)
-            .build();
-        h[0].inject(&f);
-        br.run_until_idle(now);
-        assert_eq!(h[1].take_tx().len(), 1);
-    };
-    for i in 1..=3 {
-        send(&mut br, i);
-    }
-    assert_eq!(br.n_frozen(), 3);
-    br.tick(now);
-    assert_eq!(br.frozen_sweeps(), 1, "new walks: swept");
-    assert_eq!(br.n_frozen(), 3, "their flows are cached: kept");
-    for _ in 0..10 {
-        br.tick(now);
-    }
-    assert_eq!(br.frozen_sweeps(), 1, "nothing frozen since: no sweep");
-    send(&mut br, 4);
-    br.tick(now);
-    assert_eq!(br.frozen_sweeps(), 2, "one more walk: swept");
-    // The flows age out; their ids stay until the periodic sweep.
-    let later = now + std::time::Duration::from_secs(60);
-    br.tick(later);
-    assert_eq!(br.n_frozen(), 4);
-    for _ in 1..nicflow::bridge::FROZEN_SWEEP_TICKS {
-        br.tick(later);
-    }
-    assert_eq!(br.frozen_sweeps(), 3);
-    assert_eq!(br.n_frozen(), 0, "the periodic sweep forgets them");
-}
-
 /// A register loaded from a packet field before `ct(table=N)` makes one
 /// frozen walk (recirculation id) per value; those no cached flow uses any
 /// more are forgotten at the next tick, so the slow path does not grow

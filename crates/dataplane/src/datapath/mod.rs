@@ -395,9 +395,6 @@ pub struct Datapath {
     xlate_dups: bool,
     /// Translation keys of a scoped revalidation, reused.
     scope: Vec<FlowKey>,
-    /// `expire`'s removed flows (translation key, id), kept for its
-    /// next call.
-    expired_keys: Vec<(FlowKey, RuleId)>,
 }
 
 impl Datapath {
@@ -432,7 +429,6 @@ impl Datapath {
             by_xlate: HashMap::new(),
             xlate_dups: false,
             scope: Vec::new(),
-            expired_keys: Vec::new(),
         }
     }
 
@@ -1353,40 +1349,31 @@ impl Datapath {
             self.ct_offloads
                 .sync(&mut self.conntrack, off, &mut self.flows, now);
         }
-        // One pass over the flow slab (`retain`), not a list of every id
-        // and a lookup of each: a load balancer keeps a select megaflow per
-        // client port and a reply megaflow per client port cached (tens of
-        // thousands), and this walk runs every tick, stalling the round
-        // that runs it.
-        let mut gone = std::mem::take(&mut self.expired_keys);
-        gone.clear();
-        let (engine, placements) = (&mut self.offload, &mut self.placements);
-        self.flows.retain(|id, _, _, _, f| {
+        let mut n = 0;
+        for id in self.flows.ids() {
+            let Some(f) = self.flows.get_mut(id) else {
+                continue;
+            };
             // A flow busy in the kernel is not idle: its last use is the
             // later of the two engines'.
-            if let Some(off) = engine.as_deref_mut() {
+            if let Some(off) = self.offload.as_deref_mut() {
                 offload::sync(off, f);
             }
             let last = f.total().used.unwrap_or(f.created);
-            if now.saturating_duration_since(last) < timeout {
-                return true;
+            if now.saturating_duration_since(last) >= timeout {
+                if let Some(off) = self.offload.as_deref_mut() {
+                    // Hits between the read above and the removal are
+                    // folded in before crediting.
+                    offload::unplace(off, f, &mut self.placements);
+                }
+                credit(f, handler);
+                self.placements.sub(f.placement);
+                let key = f.xlate_key;
+                self.flows.remove(id);
+                self.unindex_xlate(&key, id);
+                n += 1;
             }
-            if let Some(off) = engine.as_deref_mut() {
-                // Hits between the read above and the removal are
-                // folded in before crediting.
-                offload::unplace(off, f, placements);
-            }
-            credit(f, handler);
-            placements.sub(f.placement);
-            gone.push((f.xlate_key, id));
-            false
-        });
-        let n = gone.len();
-        for (key, id) in &gone {
-            self.unindex_xlate(key, *id);
         }
-        gone.clear();
-        self.expired_keys = gone;
         if let Some(off) = self.offload.as_deref_mut() {
             off.drop_prefetched();
         }
