@@ -1218,6 +1218,7 @@ struct ScenarioOut {
 
 /// Bring up every engine's lab for `scenario`, warm up, measure the
 /// interleaved repetitions, record the end state, tear down.
+#[allow(clippy::too_many_arguments)]
 fn run_scenario(
     scenario: Scenario,
     engines: &[CtEngine],
