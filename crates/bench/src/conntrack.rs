@@ -131,6 +131,15 @@ pub struct Args {
     /// Repetitions per point (the report shows medians).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// wrk threads (`wrk -tN`; at most the smallest `--connections`).
+    /// Both engines get the same client. The default stays one thread so
+    /// that runs compare with the earlier sections of
+    /// docs/results/conntrack.md; with one thread the client can leave
+    /// the machine idle when the switch is cheap (set-up in the kernel),
+    /// and `--wrk-threads 2` shows whether the switch or the client is the
+    /// limit.
+    #[arg(long, default_value_t = 1)]
+    pub wrk_threads: usize,
     /// Host-side checksum/TSO offload: default (the kernel's, as a plain
     /// host has them) or off (finished checksums).
     #[arg(long, default_value = "default")]
@@ -635,6 +644,9 @@ pub struct Results {
     pub connections: Vec<usize>,
     pub seconds: f64,
     pub reps: usize,
+    /// wrk threads per run (older runs: not recorded, one).
+    #[serde(default = "one_thread")]
+    pub wrk_threads: usize,
     pub host_offload: HostOffload,
     pub tools: Vec<String>,
     /// How the firewall's nftables engine attaches conntrack to bridged
@@ -651,6 +663,10 @@ pub struct Results {
     pub end_state: Vec<(CtEngine, serde_json::Value)>,
     #[serde(default)]
     pub lb: Option<LbRun>,
+}
+
+fn one_thread() -> usize {
+    1
 }
 
 impl Results {
@@ -988,7 +1004,14 @@ fn backend_counters(lab: &EngineSetup) -> Option<Vec<(u64, u64)>> {
 }
 
 /// One wrk run with CPU accounting.
-fn measure(lab: &EngineSetup, mode: Mode, conns: usize, seconds: f64, rep: usize) -> Sample {
+fn measure(
+    lab: &EngineSetup,
+    mode: Mode,
+    conns: usize,
+    threads: usize,
+    seconds: f64,
+    rep: usize,
+) -> Sample {
     let mut s = Sample {
         scenario: lab.scenario,
         engine: lab.engine,
@@ -1016,7 +1039,8 @@ fn measure(lab: &EngineSetup, mode: Mode, conns: usize, seconds: f64, rep: usize
         .and_then(|s| hwprofile::read_counts(s, testbed::BRIDGE).ok());
     let c = conns.to_string();
     let d = format!("{seconds}s");
-    let mut argv = vec!["wrk", "-t1", "-c", &c, "-d", &d, "--timeout", "2s"];
+    let t = format!("-t{}", threads.clamp(1, conns.max(1)));
+    let mut argv = vec!["wrk", &t, "-c", &c, "-d", &d, "--timeout", "2s"];
     if mode == Mode::Cps {
         argv.extend(["-H", "Connection: close"]);
     }
@@ -1194,10 +1218,12 @@ struct ScenarioOut {
 
 /// Bring up every engine's lab for `scenario`, warm up, measure the
 /// interleaved repetitions, record the end state, tear down.
+#[allow(clippy::too_many_arguments)]
 fn run_scenario(
     scenario: Scenario,
     engines: &[CtEngine],
     conns: &[usize],
+    threads: usize,
     modes: &[Mode],
     seconds: f64,
     reps: usize,
@@ -1227,7 +1253,7 @@ fn run_scenario(
     for l in &labs {
         for &mode in modes {
             if !forward::interrupted() {
-                let _ = measure(l, mode, conns[0], 1.0, 0);
+                let _ = measure(l, mode, conns[0], threads, 1.0, 0);
             }
         }
     }
@@ -1238,7 +1264,7 @@ fn run_scenario(
                     if forward::interrupted() {
                         break 'reps;
                     }
-                    let s = measure(l, mode, c, seconds, rep);
+                    let s = measure(l, mode, c, threads, seconds, rep);
                     log_sample(&s);
                     out.samples.push(s);
                 }
@@ -1293,6 +1319,10 @@ fn run(args: &Args) -> anyhow::Result<Results> {
     if !(seconds > 0.0 && seconds <= 3600.0) {
         bail!("--seconds {seconds}: give 0 < s <= 3600");
     }
+    let threads = args.wrk_threads;
+    if threads == 0 || conns.iter().any(|&c| c < threads) {
+        bail!("--wrk-threads {threads}: give 1 to the smallest --connections");
+    }
     let offload = testbed::parse_host_offload(&args.host_offload)?;
     let modes = parse_modes(&args.modes)?;
     for t in ["wrk", "nginx"] {
@@ -1333,6 +1363,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         connections: conns.clone(),
         seconds,
         reps,
+        wrk_threads: threads,
         host_offload: offload,
         tools,
         nft_mode: String::new(),
@@ -1348,7 +1379,7 @@ fn run(args: &Args) -> anyhow::Result<Results> {
         if forward::interrupted() {
             break;
         }
-        let out = run_scenario(s, &engines, &conns, &modes, seconds, reps, offload);
+        let out = run_scenario(s, &engines, &conns, threads, &modes, seconds, reps, offload);
         r.samples.extend(out.samples);
         match s {
             Scenario::Firewall => {
@@ -1577,7 +1608,7 @@ fn mode_table(
                 report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
                 report::cell(med(r, sc, e, mode, c, &Sample::switch_us), 1),
                 report::cell(med(r, sc, e, mode, c, &|s| s.nginx_cores), 2),
-                // The client is one wrk thread: near 1.00 it is the limit.
+                // With one wrk thread (the default), near 1.00 is the client's limit.
                 report::cell(
                     med(r, sc, e, mode, c, &|s| {
                         Some(s.wrk_cores).filter(|w| w.is_finite())
@@ -2024,7 +2055,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
     let _ = writeln!(
         m,
         "Scenarios: {}. nginx in every server namespace answers each request with a {}-byte \
-         body (`return 200`, one process); `wrk -t1` in c1 runs {} s per point: \
+         body (`return 200`, one process); `wrk -t{}` in c1 runs {} s per point: \
          **connections/s** with `-H 'Connection: close'` (every request a new TCP connection), \
          **transactions/s** with keep-alive. Medians of {} repetition(s), repetitions \
          interleaved across engines (all labs of a scenario up for the whole scenario), after a \
@@ -2037,6 +2068,7 @@ fn markdown(r: &Results, figs: &[Figure]) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         BODY.len() - 1,
+        r.wrk_threads,
         r.seconds,
         r.reps,
         r.host_offload
@@ -2328,6 +2360,7 @@ Transfer/sec:      1.41MB
             connections: vec![8],
             seconds: 2.0,
             reps: 1,
+            wrk_threads: 2,
             host_offload: HostOffload::Default,
             tools: Vec::new(),
             nft_mode: String::new(),
@@ -2372,5 +2405,12 @@ Transfer/sec:      1.41MB
         assert!(md.contains("bucket=actions=ct(commit,nat(dst=198.18.2.1:80),table=2)"));
         assert!(md.contains("mod_dl_dst:<s2 MAC>,output:p4"), "{md}");
         assert!(md.contains("at the end: 2.00 1.00 1.00"), "{md}");
+        // The client's threads are in the report, and a run recorded
+        // before they were (no field) re-renders as one thread.
+        assert!(md.contains("`wrk -t2` in c1"), "{md}");
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("wrk_threads");
+        let old: Results = serde_json::from_value(v).unwrap();
+        assert_eq!(old.wrk_threads, 1);
     }
 }
