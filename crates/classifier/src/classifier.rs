@@ -142,7 +142,7 @@ const WIDE: u8 = u8::MAX;
 /// [`MaskSet::dense`]). Entries are in [`inline_order`].
 type Inline = (u8, [u8; SPARSE], [u64; SPARSE]);
 
-fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W], filter: usize) -> Inline {
+fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W]) -> Inline {
     let mut idx = [0u8; SPARSE];
     let mut keys = [0u64; SPARSE];
     if words.len() > SPARSE || words.iter().any(|w| w.index > u32::from(u8::MAX)) {
@@ -152,46 +152,21 @@ fn inline_of<const W: usize>(words: &[MaskWord], key: &[u64; W], filter: usize) 
         *i = w.index as u8;
         *k = key[w.index as usize] & w.mask;
     }
-    idx.swap(0, filter);
-    keys.swap(0, filter);
     (words.len() as u8, idx, keys)
-}
-
-/// Which of [`inline_order`]'s entries of a rule of mask `words` is its
-/// filter ([`Rule::key0`]) in a table of mask `table`: the one with the
-/// most mask bits beyond the table mask (the first such), 0 when none has
-/// any.
-///
-/// Why: the rules of a bucket chain agree with the key on the table mask
-/// (hash collisions aside), so a filter word whose bits all lie in it
-/// passes every compare, and the compare goes on to the rule's second
-/// cache line. On fw4 1K and fw3 1K (docs/results/classifier-classbench.md,
-/// sitting Q) 30-40% of the compares that failed passed the widest word
-/// (the address word, which `relax_flowkey` keeps whole in many tables)
-/// and failed on another.
-fn filter_of<const W: usize>(words: &[MaskWord], table: &[u64; W]) -> usize {
-    if words.len() > SPARSE {
-        return 0;
-    }
-    let mut best = (0, 0);
-    for (pos, w) in inline_order(words).enumerate() {
-        let beyond = (w.mask & !table[w.index as usize]).count_ones();
-        if beyond > best.1 {
-            best = (pos, beyond);
-        }
-    }
-    best.0
 }
 
 /// The order of a mask's words in the inline entries: the word with the
 /// most mask bits first (the first such), then the others in index order.
-/// A rule's entries are this order with its filter entry ([`filter_of`])
-/// swapped to the front: the filter ([`Rule::key0`], in the rule's first
-/// cache line) is the word with the most bits beyond its table's mask,
-/// recomputed when a split or absorb moves the rule (`move_group`). The
+/// The first entry is the rule's filter ([`Rule::key0`], in the rule's
+/// first cache line): on a `FlowKey` 5-tuple it is the address word. The
 /// bucket already makes a rule agree with the key on the table mask (hash
 /// collisions aside), so the filter decides only on the word's bits beyond
-/// it (sittings E and Q in docs/results/classifier-classbench.md).
+/// it; with `relax_flowkey`, which shortens address prefixes, the rules of
+/// a chain keep address bits beyond the table mask, and on the ClassBench
+/// sets this order was measured faster (sitting E in
+/// docs/results/classifier-classbench.md). The word with the most bits
+/// beyond the table mask would be a finer choice, but the table changes
+/// (splits, absorbs) and the order would have to follow it.
 fn inline_order(words: &[MaskWord]) -> impl Iterator<Item = &MaskWord> {
     let first = words
         .iter()
@@ -207,16 +182,14 @@ fn inline_order(words: &[MaskWord]) -> impl Iterator<Item = &MaskWord> {
     )
 }
 
-/// The mask words of [`inline_of`]'s entries (0 beyond them) with entry
-/// `filter` first.
-fn dense_of(words: &[MaskWord], filter: usize) -> [u64; SPARSE] {
+/// The mask words of [`inline_of`]'s entries (0 beyond them).
+fn dense_of(words: &[MaskWord]) -> [u64; SPARSE] {
     let mut out = [0u64; SPARSE];
     if words.len() <= SPARSE {
         for (o, w) in out.iter_mut().zip(inline_order(words)) {
             *o = w.mask;
         }
     }
-    out.swap(0, filter);
     out
 }
 
@@ -250,9 +223,6 @@ struct Rule {
     ranges: Ranges,
     /// Slab index of the table holding the rule.
     table: u32,
-    /// Index of the rule's entry mask words in [`MaskSet::dense`]: those of
-    /// its mask with its filter entry ([`filter_of`] for its table) first.
-    dense: u32,
     /// Next rule with the same key and mask, lower priority. An intrusive
     /// chain rather than a vector: it keeps hash entries at 8 bytes and needs
     /// no allocation per key.
@@ -323,7 +293,7 @@ fn rule_matches<const W: usize, T>(
         // Unused entries point at word 0; a zero-width key has none.
         return true;
     }
-    let m = &masks.dense[r.dense as usize];
+    let m = &masks.dense[r.mask as usize];
     // The filter word first: most failing compares end here, on the rule's
     // first cache line.
     if (key[r.idx[0] as usize] & m[0]) != r.key0 {
@@ -349,7 +319,7 @@ fn rule_mask_into<const W: usize>(masks: &MaskSet<W>, r: &Rule, wc: &mut [u64; W
     if W == 0 {
         return;
     }
-    for (&i, m) in r.idx.iter().zip(&masks.dense[r.dense as usize]) {
+    for (&i, m) in r.idx.iter().zip(&masks.dense[r.mask as usize]) {
         wc[i as usize] |= m;
     }
 }
@@ -528,17 +498,10 @@ struct MaskInfo<const W: usize> {
 #[derive(Clone)]
 struct MaskSet<const W: usize> {
     slots: Vec<Option<MaskInfo<W>>>,
-    /// The mask words of rules' inline entries ([`dense_of`]), per mask and
-    /// filter entry: 64 bytes each, shared by all rules of the mask with
-    /// that filter, so the few a lookup compares stay in cache.
+    /// Per mask index, the mask words of a rule's inline entries
+    /// ([`dense_of`]): 64 bytes per mask, shared by all its rules, so the
+    /// few a lookup compares stay in cache.
     dense: Vec<[u64; SPARSE]>,
-    /// Per mask index and filter entry, the index of its words in `dense`,
-    /// or `NIL` before a rule needs them. A released mask's entries are
-    /// rewritten when its index is reused, never freed: at most `SPARSE`
-    /// per mask index. Not one `SPARSE`-entry block per mask: with 512-byte
-    /// blocks the filter-0 entries (most rules') fall on an eighth of the
-    /// L1 cache's sets (cachegrind, acl5 10K: +9% L1 misses).
-    dense_at: Vec<[u32; SPARSE]>,
     free: Vec<u32>,
     index: HashTable<u32>,
 }
@@ -548,7 +511,6 @@ impl<const W: usize> MaskSet<W> {
         MaskSet {
             slots: Vec::new(),
             dense: Vec::new(),
-            dense_at: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
         }
@@ -587,19 +549,16 @@ impl<const W: usize> MaskSet<W> {
             n_rules: 0,
             table: NIL,
         };
+        let dense = dense_of(&info.words);
         let idx = match self.free.pop() {
             Some(i) => {
-                for (f, &d) in self.dense_at[i as usize].iter().enumerate() {
-                    if d != NIL {
-                        self.dense[d as usize] = dense_of(&info.words, f);
-                    }
-                }
                 self.slots[i as usize] = Some(info);
+                self.dense[i as usize] = dense;
                 i
             }
             None => {
                 self.slots.push(Some(info));
-                self.dense_at.push([NIL; SPARSE]);
+                self.dense.push(dense);
                 u32::try_from(self.slots.len() - 1)
                     .ok()
                     .filter(|&i| i != NIL)
@@ -613,22 +572,6 @@ impl<const W: usize> MaskSet<W> {
         };
         index.insert_unique(hasher(&idx), idx, hasher);
         idx
-    }
-
-    /// Index in `dense` of mask `i`'s words with entry `filter` first,
-    /// added if needed.
-    fn dense_index(&mut self, i: u32, filter: usize) -> u32 {
-        let d = self.dense_at[i as usize][filter];
-        if d != NIL {
-            return d;
-        }
-        let d = u32::try_from(self.dense.len())
-            .ok()
-            .filter(|&d| d != NIL)
-            .expect("too many masks");
-        self.dense.push(dense_of(&self.at(i).words, filter));
-        self.dense_at[i as usize][filter] = d;
-        d
     }
 
     /// Forgets mask `i` if no rule and no table uses it any more.
@@ -651,7 +594,6 @@ impl<const W: usize> MaskSet<W> {
     fn clear(&mut self) {
         self.slots.clear();
         self.dense.clear();
-        self.dense_at.clear();
         self.free.clear();
         self.index.clear();
     }
@@ -1284,8 +1226,7 @@ impl<const W: usize, T> Classifier<W, T> {
         };
         let seq = self.next_rule_seq;
         self.next_rule_seq += 1;
-        let (filter, (n, widx, keys)) = self.inline_in(mi, t, &masked);
-        let dense = self.masks.dense_index(mi, filter);
+        let (n, widx, keys) = inline_of(&self.masks.at(mi).words, &masked);
         let (key0, rest) = Rule::split_keys(keys);
         let idx = self.rules.alloc(
             Rule {
@@ -1295,7 +1236,6 @@ impl<const W: usize, T> Classifier<W, T> {
                 rest,
                 priority,
                 table: t,
-                dense,
                 mask: mi,
                 next: NIL,
                 dup: NIL,
@@ -1646,14 +1586,6 @@ impl<const W: usize, T> Classifier<W, T> {
         best.map(|(_, c)| c)
     }
 
-    /// The filter entry ([`filter_of`]) and inline entries ([`inline_of`])
-    /// of a rule of mask `mi` and masked key `masked` in table `t`.
-    fn inline_in(&self, mi: u32, t: u32, masked: &[u64; W]) -> (usize, Inline) {
-        let words = &self.masks.at(mi).words;
-        let filter = filter_of(words, &self.masks.at(self.subtable(t).mask).mask);
-        (filter, inline_of(words, masked, filter))
-    }
-
     /// Moves match group `head` (with its duplicates) from table `from` to
     /// table `to`; returns the number of groups in its new bucket.
     fn move_group(&mut self, head: u32, from: u32, to: u32) -> usize {
@@ -1672,16 +1604,10 @@ impl<const W: usize, T> Classifier<W, T> {
             unlink_head(seed, src, rules, head);
             link_head(seed, dst, rules, head)
         };
-        // The filter word follows the table mask ([`filter_of`]).
-        let mi = self.rules.at(head).mask;
-        let (filter, (_, widx, keys)) = self.inline_in(mi, to, self.rules.key(head));
-        let dense = self.masks.dense_index(mi, filter);
-        let (key0, rest) = Rule::split_keys(keys);
         let mut cur = head;
         while cur != NIL {
             let r = self.rules.at_mut(cur);
             r.table = to;
-            (r.idx, r.key0, r.rest, r.dense) = (widx, key0, rest, dense);
             let (p, next) = (r.priority, r.dup);
             self.count_in(to, p);
             self.count_out(from, p);
@@ -1840,7 +1766,6 @@ impl<const W: usize, T> Classifier<W, T> {
             .sum::<usize>()
             + self.masks.slots.capacity() * size_of::<Option<MaskInfo<W>>>()
             + self.masks.dense.capacity() * size_of::<[u64; SPARSE]>()
-            + self.masks.dense_at.capacity() * size_of::<[u32; SPARSE]>()
             + self.masks.index.capacity() * (size_of::<u32>() + 1);
         size_of::<Self>() + slab + tables + masks
     }
@@ -2182,12 +2107,11 @@ impl<const W: usize, T> Classifier<W, T> {
                         hash_masked(&self.seed, &st.words, rkey),
                         "foreign key in bucket"
                     );
-                    let (filter, inline) = self.inline_in(r.mask, r.table, rkey);
+                    let inline = inline_of(&self.masks.at(r.mask).words, rkey);
                     assert_eq!((r.n, r.idx, r.keys()), inline, "inline key out of sync");
-                    assert_eq!(r.dense, self.masks.dense_at[r.mask as usize][filter]);
                     assert_eq!(
-                        self.masks.dense[r.dense as usize],
-                        dense_of(&self.masks.at(r.mask).words, filter)
+                        self.masks.dense[r.mask as usize],
+                        dense_of(&self.masks.at(r.mask).words)
                     );
                     if prev != NIL {
                         assert!(chain_before(self.rules.at(prev), r), "chain out of order");
@@ -2675,60 +2599,6 @@ mod tests {
 
     fn relax_none(m: &[u64; 2]) -> [u64; 2] {
         *m
-    }
-
-    fn relax_first(m: &[u64; 2]) -> [u64; 2] {
-        [m[0], 0]
-    }
-
-    /// A rule's filter word ([`Rule::key0`]) is the one with bits beyond
-    /// its table's mask, not its widest one when the table mask holds all
-    /// of that, and follows the rule when a split moves it to another table.
-    #[test]
-    fn filter_word_beyond_the_table_mask() {
-        let mask = [!0, 0xff];
-        let mut c = Classifier::<2, u32>::with_relax(relax_first).with_collision_limit(3);
-        let ids: Vec<_> = (1..=3u64)
-            .map(|i| c.insert(&[5, i], &mask, 10 - i as u32, i as u32).0)
-            .collect();
-        c.check_invariants();
-        // One table of mask [!0, 0]: word 0 (64 bits, all in the table mask)
-        // would pass every compare in the chain; word 1 decides.
-        assert_eq!(c.n_subtables(), 1);
-        for (i, id) in (1..=3u64).zip(&ids) {
-            let r = c.rules.at(id.index());
-            assert_eq!((r.idx[0], r.key0), (1, i), "filter on word 1");
-            assert_eq!(c.masks.dense[r.dense as usize][..2], [0xff, !0]);
-        }
-        assert_eq!(val(c.lookup(&[5, 2])), Some(2));
-        assert_eq!(val(c.lookup(&[5, 0x102])), Some(2));
-        assert_eq!(c.lookup(&[5, 4]), None);
-        assert_eq!(c.lookup(&[6, 2]), None);
-        let mut wc = [0; 2];
-        assert_eq!(val(c.lookup_wc(&[5, 3], &mut wc)), Some(3));
-        assert_eq!(wc, mask);
-        // A fourth match overflows the bucket: the split moves groups to a
-        // table of their own mask, where no word has bits beyond it and the
-        // widest word is the filter again.
-        c.insert(&[5, 4], &mask, 1, 4);
-        c.check_invariants();
-        let tables: Vec<[u64; 2]> = c
-            .iter()
-            .map(|r| {
-                c.masks
-                    .at(c.subtable(c.rules.at(r.id.index()).table).mask)
-                    .mask
-            })
-            .collect();
-        assert!(tables.iter().any(|t| *t != [!0, 0]), "a group moved");
-        for (r, tm) in c.iter().zip(&tables) {
-            let rule = c.rules.at(r.id.index());
-            let want = u8::from(mask[1] & !tm[1] != 0);
-            assert_eq!(rule.idx[0], want, "rule {} in table {tm:x?}", r.value);
-        }
-        for i in 1..=4u64 {
-            assert_eq!(val(c.lookup(&[5, i])), Some(i as u32));
-        }
     }
 
     /// The rules of the bucket chain `key` falls into in the table with mask
