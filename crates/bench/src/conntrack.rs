@@ -132,13 +132,14 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// wrk threads (`wrk -tN`; at most the smallest `--connections`).
-    /// Both engines get the same client. The default stays one thread so
-    /// that runs compare with the earlier sections of
-    /// docs/results/conntrack.md; with one thread the client can leave
-    /// the machine idle when the switch is cheap (set-up in the kernel),
-    /// and `--wrk-threads 2` shows whether the switch or the client is the
-    /// limit.
-    #[arg(long, default_value_t = 1)]
+    /// Both engines get the same client. The default is two threads, one
+    /// per CPU of the machines this is run on: with one thread the client
+    /// itself is the limit of the cheapest engine (nftables' wrk thread
+    /// was 95-98 % busy, and a second thread raised nftables' connections/s
+    /// by 26-39 %, docs/results/conntrack.md, ctlb2's section), so a ratio
+    /// against it measured wrk, not the switch. `--wrk-threads 1` repeats
+    /// the earlier sections' runs (recorded before 2026-12-06 with one).
+    #[arg(long, default_value_t = 2)]
     pub wrk_threads: usize,
     /// Host-side checksum/TSO offload: default (the kernel's, as a plain
     /// host has them) or off (finished checksums).
