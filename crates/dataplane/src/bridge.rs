@@ -1384,8 +1384,8 @@ impl Bridge {
         self.dp.ct_offloads.setup_enabled = on;
     }
 
-    /// Turn set-up in the BPF program (templates) on or off (off by
-    /// default, `NICFLOW_CT_SETUP_BPF=1` in the environment turns it on).
+    /// Turn set-up in the BPF program (templates) on or off (on by
+    /// default, `NICFLOW_CT_SETUP_BPF=0` in the environment turns it off).
     /// Off, the templates go at once.
     pub fn set_ct_setup_bpf(&mut self, on: bool) {
         self.dp.ct_offloads.setup_bpf = on;

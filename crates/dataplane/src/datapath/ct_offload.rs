@@ -53,7 +53,7 @@
 //! (translated, its MACs rewritten), the other way round. A reply flow
 //! that is not cached is translated ahead (`Datapath::install_for_setup`).
 //!
-//! **Set-up in the program** (`setup_bpf`, off by default, see
+//! **Set-up in the program** (`setup_bpf`, on by default, see
 //! [`setup_bpf_default`]): a daemon set-up without NAT also writes a
 //! *template* for the SYN's input port and EtherType
 //! ([`CtOffloads::write_template`]): the three entries' values and mask
@@ -534,12 +534,15 @@ fn setup_nat_default() -> bool {
     env_switch("NICFLOW_CT_SETUP_NAT", true)
 }
 
-/// Set-up in the BPF program is off unless `NICFLOW_CT_SETUP_BPF=1` is in
-/// the daemon's environment (or `set BRIDGE ct_setup_bpf=on`); it needs
-/// set-up itself on. Decided by `nicflow bench conntrack --modes cps`
-/// (docs/results/conntrack.md, "ctbpf").
+/// Set-up in the BPF program is on unless `NICFLOW_CT_SETUP_BPF=0` is in
+/// the daemon's environment (or `set BRIDGE ct_setup_bpf=off`); it needs
+/// set-up itself on. Decided by `nicflow bench conntrack --modes cps` with
+/// two wrk threads (docs/results/conntrack.md, 2026-12-06 "...with two wrk
+/// threads"): 1.15x the firewall's connections/s of the daemon's set-up,
+/// every pair; with one wrk thread the client was the limit and it was
+/// measured at 0.95x.
 fn setup_bpf_default() -> bool {
-    env_switch("NICFLOW_CT_SETUP_BPF", false)
+    env_switch("NICFLOW_CT_SETUP_BPF", true)
 }
 
 /// An on/off switch from the environment: `0|off|false|no` and
@@ -2186,6 +2189,10 @@ mod tests {
         if std::env::var_os("NICFLOW_CT_SETUP_NAT").is_none() {
             assert!(setup_nat_default());
             assert!(CtOffloads::default().setup_nat);
+        }
+        if std::env::var_os("NICFLOW_CT_SETUP_BPF").is_none() {
+            assert!(setup_bpf_default());
+            assert!(CtOffloads::default().setup_bpf);
         }
     }
 
