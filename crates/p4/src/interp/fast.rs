@@ -179,8 +179,12 @@ pub(crate) enum CStmt {
     Assign(Expr, Option<Chain>, CExpr),
     Call(CExpr),
     If(CExpr, Box<CStmt>, Option<Box<CStmt>>, ast::Span),
-    /// A nested block (its own variable frame).
-    Block(Vec<CStmt>),
+    /// A nested block; `true`: it gets its own variable frame, because
+    /// it may declare a name ([`binds`]). A block that binds nothing runs
+    /// in its parent's frame: pushing and popping an empty frame per
+    /// packet was pure cost (docs/results/p4.md 2q), and name look-ups
+    /// no longer step over it.
+    Block(Vec<CStmt>, bool),
     /// A variable declaration with its type resolved at load.
     Var(String, Ty, Option<CExpr>, ast::Span),
     /// Not compiled: the walker executes it.
@@ -232,6 +236,26 @@ pub(crate) struct SSelect {
 pub(crate) struct CState {
     pub body: Vec<CStmt>,
     pub trans: CTrans,
+    /// The state's body may declare a name ([`binds`]): only then does
+    /// it get its own frame.
+    pub frame: bool,
+}
+
+/// Whether running `b` in a frame may bind a name in that very frame: a
+/// declaration at its top level or as the direct branch of an `if`
+/// (`if (c) bit<8> x = 1;`), or a statement left to the walker (which may
+/// be a declaration or a constant). Nested blocks bind in their own
+/// frames. Why: a frame that nothing is bound in changes no look-up
+/// (`var_in` finds the same variable without it), so it is skipped.
+pub(crate) fn binds(b: &[CStmt]) -> bool {
+    fn one(s: &CStmt) -> bool {
+        match s {
+            CStmt::Var(..) | CStmt::Walk(_) => true,
+            CStmt::If(_, t, e, _) => one(t) || e.as_deref().is_some_and(one),
+            CStmt::Assign(..) | CStmt::Call(_) | CStmt::Block(..) => false,
+        }
+    }
+    b.iter().any(one)
 }
 
 /// The compiled program (see the module documentation).
@@ -239,6 +263,9 @@ pub(crate) struct CState {
 pub(crate) struct Code {
     /// Per block: a control's `apply` statements.
     pub controls: Vec<Option<Vec<CStmt>>>,
+    /// Per block: whether its `apply` statements may bind a name in their
+    /// own frame ([`binds`]; the walker always pushes one).
+    pub control_frames: Vec<bool>,
     /// Per block: a parser's states, in the AST's order.
     pub states: Vec<Option<Vec<CState>>>,
     /// Per action: its body.
@@ -349,7 +376,7 @@ fn stmts_exprs(b: &[CStmt], f: &mut impl FnMut(&CExpr, bool)) {
                     stmts_exprs(std::slice::from_ref(e), f);
                 }
             }
-            CStmt::Block(b) => stmts_exprs(b, f),
+            CStmt::Block(b, _) => stmts_exprs(b, f),
             CStmt::Var(_, _, None, _) | CStmt::Walk(_) => {}
         }
     }
@@ -852,17 +879,24 @@ fn compile_with(
         };
         match &blk.kind {
             BlockKind::Control(c) => {
-                code.controls.push(Some(cx.stmts(&c.apply.stmts)));
+                let body = cx.stmts(&c.apply.stmts);
+                code.control_frames.push(binds(&body));
+                code.controls.push(Some(body));
                 code.states.push(None);
             }
             BlockKind::Parser(pd) => {
                 code.controls.push(None);
+                code.control_frames.push(false);
                 let states = pd
                     .states
                     .iter()
-                    .map(|s| CState {
-                        body: cx.stmts(&s.body),
-                        trans: cx.trans(b, s),
+                    .map(|s| {
+                        let body = cx.stmts(&s.body);
+                        CState {
+                            frame: binds(&body),
+                            body,
+                            trans: cx.trans(b, s),
+                        }
                     })
                     .collect();
                 code.states.push(Some(states));
@@ -1032,7 +1066,11 @@ impl Cx<'_> {
                 otherwise.as_ref().map(|o| Box::new(self.stmt(o))),
                 span.clone(),
             ),
-            Stmt::Block(b) => CStmt::Block(self.stmts(&b.stmts)),
+            Stmt::Block(b) => {
+                let body = self.stmts(&b.stmts);
+                let frame = binds(&body);
+                CStmt::Block(body, frame)
+            }
             Stmt::Var(v) => {
                 let locals = self.block.map(|b| &self.p.blocks[b].locals);
                 if self.flat.is_some_and(|(r, _)| r == v.name.name) {
@@ -2486,8 +2524,12 @@ impl<'a> Run<'a> {
         r
     }
 
-    /// Runs compiled statements in a new frame.
-    pub(crate) fn cexec_block(&mut self, b: &'a [CStmt]) -> R<()> {
+    /// Runs compiled statements in a new frame when `frame` (they may
+    /// bind a name, [`binds`]); in the current one otherwise.
+    pub(crate) fn cexec_block(&mut self, b: &'a [CStmt], frame: bool) -> R<()> {
+        if !frame {
+            return b.iter().try_for_each(|s| self.cexec(s));
+        }
         let f = self.new_frame();
         self.frames.push(f);
         let r = b.iter().try_for_each(|s| self.cexec(s));
@@ -2531,7 +2573,7 @@ impl<'a> Run<'a> {
                     _ => fail(format!("{span}: condition is not a boolean")),
                 }
             }
-            CStmt::Block(b) => self.cexec_block(b),
+            CStmt::Block(b, frame) => self.cexec_block(b, *frame),
             CStmt::Var(name, ty, init, span) => {
                 let mut val = ty.default_value();
                 if let Some(init) = init {
@@ -2571,14 +2613,18 @@ impl<'a> Run<'a> {
             let Some(st) = states.get(si) else {
                 return fail(format!("{span}: no parser state #{si}"));
             };
-            let f = self.new_frame();
-            self.frames.push(f);
+            if st.frame {
+                let f = self.new_frame();
+                self.frames.push(f);
+            }
             let r = st.body.iter().try_for_each(|s| self.cexec(s));
             let next = match r {
                 Ok(()) => self.ctransition(&st.trans),
                 Err(e) => Err(e),
             };
-            self.pop_frame();
+            if st.frame {
+                self.pop_frame();
+            }
             cur = next?;
         }
     }
