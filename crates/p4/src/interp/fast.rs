@@ -27,6 +27,7 @@ use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{Agg, BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
 use crate::value::{name_eq, FastMap, Src, Value};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod scalar;
@@ -166,6 +167,135 @@ pub(crate) struct Chain {
     /// Where the chain is in the flat headers ([`FlatLayout`]) when its
     /// root is the block's flat headers parameter (decided at load).
     pub flat: Option<FlatAt>,
+    /// The root's name is bound at exactly one place in the names the
+    /// frames can hold where the chain runs ([`Domain`]): then any frame
+    /// entry of that name is the one the walker's search finds, and
+    /// [`Chain::slot`] may be used.
+    pub unique: bool,
+    /// Where the root was found last (frame counted from the innermost,
+    /// entry in it: `frame << 16 | entry`; `u32::MAX`: never). Read first
+    /// and used when the entry there has the root's name (and the name is
+    /// `unique`); else the frames are searched as the walker does and the
+    /// place is kept. Why: the search by name (`var_in`) over every frame
+    /// was ~5% of a packet on routing.p4 (the receivers `pkt`, `chk`, the
+    /// variables `nh_index`, ...; docs/results/p4.md 2q). A site runs in
+    /// the same nesting every time, so the place is nearly always the
+    /// same; relative to the innermost frame it is the innermost binding
+    /// of a name the site's own action or function binds even when that
+    /// action recurses. Atomic only for sharing the compiled code between
+    /// threads (relaxed: a stale place is checked like any other).
+    pub slot: AtomicU32,
+    /// The address of the name string found at [`Chain::slot`] (the
+    /// binding's own `&str`: comparing it is cheaper than the bytes).
+    pub name_at: AtomicUsize,
+}
+
+/// How many times each name is bound (parameters, block variables,
+/// declarations anywhere in the bodies) among the frames a compiled site
+/// can see: a block's own parameters, variables, `apply`/state bodies and
+/// the actions declared in it (they run on the block's frames); a
+/// function's or a top-level action's parameters and body (they run
+/// behind a barrier, `Run::invoke`).
+pub(crate) type Domain = std::collections::HashMap<String, u32>;
+
+/// Counts the declarations in `stmts` (at any depth) into `d`.
+fn domain_stmts(stmts: &[Stmt], d: &mut Domain) {
+    for s in stmts {
+        domain_stmt(s, d);
+    }
+}
+
+fn domain_stmt(s: &Stmt, d: &mut Domain) {
+    match s {
+        Stmt::Var(v) => *d.entry(v.name.name.clone()).or_default() += 1,
+        Stmt::Const(c) => *d.entry(c.name.name.clone()).or_default() += 1,
+        Stmt::Block(b) => domain_stmts(&b.stmts, d),
+        Stmt::If { then, otherwise, .. } => {
+            domain_stmt(then, d);
+            if let Some(o) = otherwise {
+                domain_stmt(o, d);
+            }
+        }
+        Stmt::Switch { cases, .. } => {
+            for c in cases {
+                if let Some(b) = &c.body {
+                    domain_stmts(&b.stmts, d);
+                }
+            }
+        }
+        Stmt::Assign { .. }
+        | Stmt::Call(_)
+        | Stmt::Exit(_)
+        | Stmt::Return(..)
+        | Stmt::Instantiation(_)
+        | Stmt::Empty(_) => {}
+    }
+}
+
+fn domain_params(params: &[ast::Param], d: &mut Domain) {
+    for p in params {
+        *d.entry(p.name.name.clone()).or_default() += 1;
+    }
+}
+
+/// The [`Domain`]s of a program: per block, per function (in
+/// `compile_with`'s order), per top-level action.
+struct Domains {
+    blocks: Vec<Domain>,
+    funcs: Vec<Domain>,
+    actions: Vec<Option<Domain>>,
+}
+
+fn domains(p: &Prog, funcs: &[(&String, &Arc<FuncDef>)]) -> Domains {
+    let mut blocks: Vec<Domain> = p
+        .blocks
+        .iter()
+        .map(|blk| {
+            let mut d = Domain::new();
+            domain_params(blk.params(), &mut d);
+            for (v, _) in &blk.vars {
+                *d.entry(v.name.name.clone()).or_default() += 1;
+            }
+            match &blk.kind {
+                BlockKind::Control(c) => domain_stmts(&c.apply.stmts, &mut d),
+                BlockKind::Parser(pd) => {
+                    for st in &pd.states {
+                        domain_stmts(&st.body, &mut d);
+                    }
+                }
+            }
+            d
+        })
+        .collect();
+    let mut actions = Vec::new();
+    for a in &p.actions {
+        let mut own = Domain::new();
+        domain_params(&a.decl.params, &mut own);
+        domain_stmts(&a.decl.body.stmts, &mut own);
+        match a.block.and_then(|b| blocks.get_mut(b)) {
+            Some(d) => {
+                for (n, k) in own {
+                    *d.entry(n).or_default() += k;
+                }
+                actions.push(None);
+            }
+            None => actions.push(Some(own)),
+        }
+    }
+    let funcs = funcs
+        .iter()
+        .map(|(_, f)| {
+            let mut d = Domain::new();
+            domain_params(&f.decl.proto.params, &mut d);
+            domain_stmts(&f.decl.body.stmts, &mut d);
+            d
+        })
+        .collect();
+    Domains {
+        blocks,
+        funcs,
+        actions,
+    }
 }
 
 pub(crate) struct Step {
@@ -648,6 +778,11 @@ struct Cx<'p> {
     /// Variables the body being compiled declared so far, with their
     /// types (the scalar tier's leaves; the field guesses too).
     locals: std::cell::RefCell<Vec<(String, Ty)>>,
+    /// The names the frames can hold where this body runs ([`Domain`];
+    /// `None`: not known, no chain is `unique`).
+    bound: Option<&'p Domain>,
+    /// Every body's [`Domain`] (for the specialised bodies).
+    doms: &'p Domains,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -806,7 +941,8 @@ fn compile_with(
         }
         Some((root, fl?))
     };
-    for (_, f) in &names {
+    let doms = domains(p, &names);
+    for (fi, (_, f)) in names.iter().enumerate() {
         let cx = Cx {
             p,
             block: None,
@@ -819,10 +955,12 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: Some(&doms.funcs[fi]),
+            doms: &doms,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
-    for a in &p.actions {
+    for (ai, a) in p.actions.iter().enumerate() {
         let mut scope = a.block.map(|b| block_scope(p, b)).unwrap_or_default();
         scope.extend(params_scope(&a.decl.params, &a.param_tys));
         let cx = Cx {
@@ -837,6 +975,11 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: match a.block {
+                Some(b) => doms.blocks.get(b),
+                None => doms.actions.get(ai).and_then(Option::as_ref),
+            },
+            doms: &doms,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
     }
@@ -859,6 +1002,8 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: owner.and_then(|b| doms.blocks.get(b)),
+            doms: &doms,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -876,6 +1021,8 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: doms.blocks.get(b),
+            doms: &doms,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -1021,7 +1168,15 @@ impl Cx<'_> {
                 name,
             });
         }
-        Some(Chain { root, steps, flat })
+        let unique = self.bound.is_some_and(|d| d.get(&root) == Some(&1));
+        Some(Chain {
+            root,
+            steps,
+            flat,
+            unique,
+            slot: AtomicU32::new(u32::MAX),
+            name_at: AtomicUsize::new(0),
+        })
     }
 
     fn stmts(&self, s: &[Stmt]) -> Vec<CStmt> {
@@ -1407,6 +1562,12 @@ impl Cx<'_> {
             depth: self.depth + 1,
             plain: Default::default(),
             locals: Default::default(),
+            bound: match (key, block) {
+                ((false, i), _) => self.doms.funcs.get(i),
+                (_, Some(b)) => self.doms.blocks.get(b),
+                ((true, a), None) => self.doms.actions.get(a).and_then(Option::as_ref),
+            },
+            doms: self.doms,
         };
         let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
@@ -2107,9 +2268,71 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Where the walker's `var_in` finds `c`'s root: (frame, entry).
+    /// Through [`Chain::slot`] when the root's name is `unique` and the
+    /// entry there still holds the very name string found there before
+    /// (same address and length: the same bytes; any entry of that name is
+    /// then the only one in view); by the walker's search otherwise.
+    #[inline]
+    fn root_at(&self, c: &Chain) -> Option<(usize, usize)> {
+        if c.unique {
+            let h = c.slot.load(Ordering::Relaxed);
+            let top = self.frames.len();
+            let back = (h >> 16) as usize;
+            if back < top - self.base {
+                let fi = top - 1 - back;
+                let ix = (h & 0xffff) as usize;
+                if let Some((n, _)) = self.frames[fi].get(ix) {
+                    if n.as_ptr() as usize == c.name_at.load(Ordering::Relaxed)
+                        && n.len() == c.root.len()
+                    {
+                        return Some((fi, ix));
+                    }
+                }
+            }
+        }
+        self.root_search(c)
+    }
+
+    /// [`Run::root_at`] by the walker's search (innermost frame first,
+    /// last entry first), keeping the place in the chain when its name is
+    /// `unique`.
+    #[inline(never)]
+    fn root_search(&self, c: &Chain) -> Option<(usize, usize)> {
+        let top = self.frames.len();
+        for fi in (self.base..top).rev() {
+            let f = &self.frames[fi];
+            if let Some(ix) = f.iter().rposition(|(n, _)| name_eq(n, &c.root)) {
+                let back = top - 1 - fi;
+                if c.unique && back < 0xffff && ix <= 0xffff {
+                    c.slot
+                        .store((back as u32) << 16 | ix as u32, Ordering::Relaxed);
+                    c.name_at
+                        .store(f[ix].0.as_ptr() as usize, Ordering::Relaxed);
+                }
+                return Some((fi, ix));
+            }
+        }
+        None
+    }
+
+    /// `c`'s root variable (the walker's `var_in`).
+    #[inline]
+    fn root(&self, c: &Chain) -> Option<&Value> {
+        let (fi, ix) = self.root_at(c)?;
+        Some(&self.frames[fi][ix].1)
+    }
+
+    /// `c`'s root variable, to change (the walker's `var_mut`).
+    #[inline]
+    fn root_mut(&mut self, c: &Chain) -> Option<&mut Value> {
+        let (fi, ix) = self.root_at(c)?;
+        Some(&mut self.frames[fi][ix].1)
+    }
+
     /// What `peek_in` borrows for the chain's expression.
     fn peek_chain(&self, c: &Chain) -> Option<&Value> {
-        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
+        let mut v = self.root(c)?;
         for s in &c.steps {
             v = step(v, s)?;
         }
@@ -2124,7 +2347,7 @@ impl<'a> Run<'a> {
 
     /// The value `c`'s root and its first `n` steps find.
     fn chain_prefix_mut(&mut self, c: &Chain, n: usize) -> Option<&mut Value> {
-        let mut v = self.var_mut(&c.root)?;
+        let mut v = self.root_mut(c)?;
         for s in &c.steps[..n] {
             v = step_mut(v, s)?;
         }
@@ -2174,7 +2397,8 @@ impl<'a> Run<'a> {
     /// Emits the value `c` finds; `None` (nothing emitted) when it finds
     /// none.
     fn emit_chain(&mut self, c: &Chain) -> Option<R<()>> {
-        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
+        let (fi, ix) = self.root_at(c)?;
+        let mut v = &self.frames[fi][ix].1;
         for s in &c.steps {
             v = step(v, s)?;
         }
