@@ -210,7 +210,9 @@ fn domain_stmt(s: &Stmt, d: &mut Domain) {
         Stmt::Var(v) => *d.entry(v.name.name.clone()).or_default() += 1,
         Stmt::Const(c) => *d.entry(c.name.name.clone()).or_default() += 1,
         Stmt::Block(b) => domain_stmts(&b.stmts, d),
-        Stmt::If { then, otherwise, .. } => {
+        Stmt::If {
+            then, otherwise, ..
+        } => {
             domain_stmt(then, d);
             if let Some(o) = otherwise {
                 domain_stmt(o, d);
@@ -2405,6 +2407,32 @@ impl<'a> Run<'a> {
         Some(super::eval::emit_into(&mut self.out, &mut self.prov, v))
     }
 
+    /// A method call's receiver: `Ok(i)` when it is extern instance `i`
+    /// (what `ceval(obj)` gives as `Value::Instance(i)`), else the value
+    /// `ceval` gives. A variable holding an instance (`pkt`, a checksum
+    /// object passed to a function) is only looked at where it sits (its
+    /// chain's [`Chain::slot`]), with `ceval`'s step and depth, instead of
+    /// cloned into a `Value` and dropped after the call: every `extract`,
+    /// `emit` and checksum method paid that (p4meta's c7eee13, reverted
+    /// then for no timing win alone; docs/results/p4.md 2p, 2q).
+    #[inline]
+    fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
+        if let CExpr::Peek(c, _) = obj {
+            if self.flat_of(c).is_none() {
+                if let Some(Value::Instance(i)) = self.peek_chain(c) {
+                    let i = *i;
+                    self.enter()?;
+                    self.depth -= 1;
+                    return Ok(Ok(i));
+                }
+            }
+        }
+        match self.ceval(obj)? {
+            Value::Instance(i) => Ok(Ok(i)),
+            v => Ok(Err(v)),
+        }
+    }
+
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
@@ -2514,8 +2542,8 @@ impl<'a> Run<'a> {
                 cargs,
                 csum,
             } => {
-                let recv = self.ceval(obj)?;
-                if let (Some(op), Value::Instance(i)) = (csum, &recv) {
+                let recv = self.crecv(obj)?;
+                if let (Some(op), Ok(i)) = (csum, &recv) {
                     let p: &'a Prog = self.p;
                     if p.externs
                         .get(*i)
@@ -2535,6 +2563,7 @@ impl<'a> Run<'a> {
                         };
                     }
                 }
+                let recv = recv.map_or_else(|v| v, Value::Instance);
                 match cargs {
                     Some(ca) => {
                         let saved = self.cargs.replace(ca);
@@ -2552,8 +2581,8 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.ceval(obj)?;
-                if matches!(recv, Value::Instance(PKT_IN)) {
+                let recv = self.crecv(obj)?;
+                if matches!(recv, Ok(PKT_IN)) {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
                         Some(_) => return fail(format!("{span}: extract of a field")),
@@ -2566,6 +2595,7 @@ impl<'a> Run<'a> {
                         return r;
                     }
                 }
+                let recv = recv.map_or_else(|v| v, Value::Instance);
                 self.call_method(recv, "extract", &[], args, span)
             }
             CExpr::Emit {
@@ -2574,8 +2604,9 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.ceval(obj)?;
-                if !matches!(recv, Value::Instance(PKT_OUT)) {
+                let recv = self.crecv(obj)?;
+                if !matches!(recv, Ok(PKT_OUT)) {
+                    let recv = recv.map_or_else(|v| v, Value::Instance);
                     return self.call_method(recv, "emit", &[], args, span);
                 }
                 for (c, a) in chains.iter().zip(args) {
