@@ -42,16 +42,19 @@ pub(crate) enum CExpr {
     Peek(Chain, Expr),
     /// A name that is a block constant, an extern instance or a global
     /// constant unless a variable of that name is in scope at run time
-    /// (the walker looks variables up first).
-    Named(ast::Ident, Value),
+    /// (the walker looks variables up first; `false`: no variable of that
+    /// name can be in view, [`Domain`], and the frames are not searched).
+    Named(ast::Ident, Value, bool),
     Unary(ast::UnOp, Box<CExpr>, ast::Span),
     Binary(BinOp, Box<CExpr>, Box<CExpr>, ast::Span),
     /// `x op N` with an unsized literal N (converted to x's type).
     BinLit(BinOp, Box<CExpr>, ast::IntLit, Box<CExpr>, ast::Span),
     /// `e.isValid()`; the chain when `e` is a header of the flat headers.
     IsValid(Expr, Option<Chain>, ast::Span),
-    /// `t.apply()` of table `t` (unless a variable shadows its name).
-    Apply(ast::Ident, usize, Expr),
+    /// `t.apply()` of table `t` (unless a variable shadows its name;
+    /// `false`: no variable of that name can be in view, [`Domain`], and
+    /// the frames are not searched).
+    Apply(ast::Ident, usize, Expr, bool),
     /// `obj.m(args)` on an extern instance or the packet.
     Method {
         obj: Box<CExpr>,
@@ -474,6 +477,69 @@ impl Code {
                 }
             });
         });
+        n
+    }
+
+    /// The variables' look-ups through a place kept in the chain:
+    /// `(slotted, all)` over the compiled `CExpr::Peek`s whose chain is
+    /// not in the flat headers (a specialised body counted again),
+    /// slotted being those whose root is bound once in view
+    /// ([`Chain::unique`], [`Run::root_at`]). Why: the slot gives the
+    /// search's answer by design, so outputs cannot tell whether it is in
+    /// use; this count says it is (read at load, never on the data path).
+    pub fn slot_peeks(&self) -> (usize, usize) {
+        let mut n = (0, 0);
+        self.exprs(&mut |e, _| {
+            expr_nodes(e, &mut |x| {
+                if let CExpr::Peek(c, _) = x {
+                    if c.flat.is_none() {
+                        n.0 += usize::from(c.unique);
+                        n.1 += 1;
+                    }
+                }
+            });
+        });
+        n
+    }
+
+    /// The compiled blocks (nested blocks, parser states, controls'
+    /// `apply`): `(with a frame, all)`. A block gets its own frame only
+    /// when it may bind a name in it ([`binds`]); read at load, so tests
+    /// can say the skip is in use.
+    pub fn block_frames(&self) -> (usize, usize) {
+        fn walk(b: &[CStmt], n: &mut (usize, usize)) {
+            for s in b {
+                match s {
+                    CStmt::Block(b, frame) => {
+                        n.0 += usize::from(*frame);
+                        n.1 += 1;
+                        walk(b, n);
+                    }
+                    CStmt::If(_, t, e, _) => {
+                        walk(std::slice::from_ref(t), n);
+                        if let Some(e) = e {
+                            walk(std::slice::from_ref(e), n);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut n = (0, 0);
+        for b in self.bodies() {
+            walk(b, &mut n);
+        }
+        for (c, f) in self.controls.iter().zip(&self.control_frames) {
+            if c.is_some() {
+                n.0 += usize::from(*f);
+                n.1 += 1;
+            }
+        }
+        for st in self.states.iter().flatten().flatten() {
+            n.0 += usize::from(st.frame);
+            n.1 += 1;
+            walk(&st.body, &mut n);
+        }
         n
     }
 
@@ -1127,6 +1193,13 @@ impl Cx<'_> {
         }
     }
 
+    /// Whether a variable named `name` may be in view where this body
+    /// runs: `false` only when its [`Domain`] is known and binds no such
+    /// name (then the walker's search of the frames would find none).
+    fn may_bind(&self, name: &str) -> bool {
+        self.bound.is_none_or(|d| d.contains_key(name))
+    }
+
     fn local(&self, name: &str) -> Option<&Local> {
         self.block.and_then(|b| self.p.blocks[b].locals.get(name))
     }
@@ -1295,7 +1368,7 @@ impl Cx<'_> {
             Expr::Path(id) => match self.named(id) {
                 Some(v) => {
                     self.note(e);
-                    CExpr::Named(id.clone(), v)
+                    CExpr::Named(id.clone(), v, self.may_bind(&id.name))
                 }
                 None => match self.chain(e) {
                     Some(c) => CExpr::Peek(c, e.clone()),
@@ -1631,7 +1704,7 @@ impl Cx<'_> {
                     Expr::Path(id) => match self.local(&id.name) {
                         Some(Local::Table(t)) => {
                             self.note(whole);
-                            CExpr::Apply(id.clone(), *t, whole.clone())
+                            CExpr::Apply(id.clone(), *t, whole.clone(), self.may_bind(&id.name))
                         }
                         _ => self.walk(whole),
                     },
@@ -2479,7 +2552,8 @@ impl<'a> Run<'a> {
                     None => self.eval(x),
                 },
             },
-            CExpr::Named(id, v) => match self.var(&id.name) {
+            CExpr::Named(_, v, false) => Ok(v.clone()),
+            CExpr::Named(id, v, true) => match self.var(&id.name) {
                 Some(x) => Ok(x.clone()),
                 None => Ok(v.clone()),
             },
@@ -2526,8 +2600,8 @@ impl<'a> Run<'a> {
                 Some((_, FlatAt::Field { .. })) => fail(format!("{span}: isValid on a field")),
                 None => self.is_valid(obj, span),
             },
-            CExpr::Apply(id, t, whole) => {
-                if self.var(&id.name).is_none() {
+            CExpr::Apply(id, t, whole, bound) => {
+                if !*bound || self.var(&id.name).is_none() {
                     self.apply_table(*t)
                 } else {
                     self.eval(whole)
