@@ -1515,8 +1515,16 @@ impl<'a> Run<'a> {
     fn run_block_body(&mut self, b: usize) -> R<()> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
-        let f = self.new_frame();
-        self.frames.push(f);
+        // The block variables' frame; none when there are none and the
+        // body is compiled (which pushes its own frame only when it binds
+        // a name, `fast::binds`): an empty frame changes no look-up. The
+        // reference run keeps the walker's frames as they were.
+        let code = self.code();
+        let frame = code.is_none() || !blk.vars.is_empty();
+        if frame {
+            let f = self.new_frame();
+            self.frames.push(f);
+        }
         let r = (|| {
             for (v, ty) in &blk.vars {
                 let mut val = ty.default_value();
@@ -1529,17 +1537,22 @@ impl<'a> Run<'a> {
                 self.declare(&v.name.name, val);
             }
             match &blk.kind {
-                BlockKind::Control(c) => match self.code().and_then(|k| k.controls[b].as_ref()) {
-                    Some(body) => self.cexec_block(body),
+                BlockKind::Control(c) => match code.and_then(|k| k.controls[b].as_ref()) {
+                    Some(body) => {
+                        let own = code.is_some_and(|k| k.control_frames[b]);
+                        self.cexec_block(body, own)
+                    }
                     None => self.exec_block(&c.apply),
                 },
-                BlockKind::Parser(pd) => match self.code().and_then(|k| k.states[b].as_ref()) {
+                BlockKind::Parser(pd) => match code.and_then(|k| k.states[b].as_ref()) {
                     Some(states) => self.crun_states(b, states, &pd.span),
                     None => self.run_states(b, pd),
                 },
             }
         })();
-        self.pop_frame();
+        if frame {
+            self.pop_frame();
+        }
         r
     }
 

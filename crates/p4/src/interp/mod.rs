@@ -361,6 +361,20 @@ impl Pipeline {
         self.prog.fast.as_ref().map_or((0, 0), |c| c.scalar_sites())
     }
 
+    /// The compiled variable look-ups that go through a place kept in
+    /// their chain, `(slotted, all)` (`fast::Code::slot_peeks`; `(0, 0)`
+    /// without compiled code).
+    pub fn slot_peeks(&self) -> (usize, usize) {
+        self.prog.fast.as_ref().map_or((0, 0), |c| c.slot_peeks())
+    }
+
+    /// The compiled blocks that get their own variable frame, `(with a
+    /// frame, all)` (`fast::Code::block_frames`; `(0, 0)` without
+    /// compiled code): a block binding no name runs in its parent's.
+    pub fn block_frames(&self) -> (usize, usize) {
+        self.prog.fast.as_ref().map_or((0, 0), |c| c.block_frames())
+    }
+
     /// How many function or action bodies were compiled for flat header
     /// arguments (`fast::FlatSpec`: `ip_ttl_dec(chk, hdr.ip)` reads and
     /// writes `hdr.ip` in the flat array, no header copied in or out).
