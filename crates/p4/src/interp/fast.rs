@@ -112,6 +112,16 @@ pub(crate) enum CExpr {
         type_args: Vec<ast::Type>,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The arguments compiled, for the extern functions that only
+        /// evaluate theirs (`Run::arg_val`; see [`extern_fn_cargs`]): run
+        /// through `Run::cargs` as a method's. Why: `send_to_port(port)`
+        /// went through the walker's `eval` on every packet (~400
+        /// instructions with the dispatch, docs/results/p4.md 2p).
+        cargs: Option<Vec<CArg>>,
+        /// `send_to_port(e)` with `e` in the scalar tier: the port is
+        /// taken from the tier's `u128` (no `Value` built, no dispatch by
+        /// name), with `arg_used`'s record, steps and depth.
+        port: bool,
     },
     /// `(T) e` (the walker's cast, `T` resolved at load).
     Cast(Ty, Box<CExpr>, ast::Span),
@@ -305,7 +315,7 @@ impl Code {
                 site(e);
             }
             expr_nodes(e, &mut |x| {
-                if let CExpr::Method { cargs, .. } = x {
+                if let CExpr::Method { cargs, .. } | CExpr::ExternFn { cargs, .. } = x {
                     for a in cargs.iter().flatten() {
                         match a {
                             CArg::One(x) => site(x),
@@ -373,13 +383,9 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         }
         CExpr::Method { obj, cargs, .. } => {
             expr_nodes(obj, f);
-            for a in cargs.iter().flatten() {
-                match a {
-                    CArg::One(x) => expr_nodes(x, f),
-                    CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
-                }
-            }
+            cargs_nodes(cargs, f);
         }
+        CExpr::ExternFn { cargs, .. } => cargs_nodes(cargs, f),
         CExpr::Lit(_)
         | CExpr::Peek(..)
         | CExpr::Named(..)
@@ -389,9 +395,29 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         | CExpr::ActionFlat(..)
         | CExpr::Func(..)
         | CExpr::FuncFlat(..)
-        | CExpr::ExternFn { .. }
         | CExpr::Walk(_) => {}
     }
+}
+
+/// [`expr_nodes`] of compiled extern arguments.
+fn cargs_nodes(cargs: &Option<Vec<CArg>>, f: &mut impl FnMut(&CExpr)) {
+    for a in cargs.iter().flatten() {
+        match a {
+            CArg::One(x) => expr_nodes(x, f),
+            CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
+        }
+    }
+}
+
+/// Whether extern function `name` reads its arguments only through
+/// `Run::arg_val` (`extern_function`: no `lvalue`, no `assign`, no `eval`
+/// of an argument's AST): its arguments can then be compiled
+/// ([`CExpr::ExternFn`]'s `cargs`) with the walker's results.
+fn extern_fn_cargs(name: &str) -> bool {
+    matches!(
+        name,
+        "send_to_port" | "drop_packet" | "is_host_port" | "is_net_port"
+    )
 }
 
 /// The main blocks' headers struct (`headers_t`: a struct of headers
@@ -1500,12 +1526,31 @@ impl Cx<'_> {
                 if let Some(a) = self.p.g.actions.get(n) {
                     return self.action_call(*a, args);
                 }
-                self.note_args(args);
+                // Compiled arguments keep the flat headers (the walker
+                // would need the tree for `send_to_port(hdr.m.port)`).
+                let cargs: Option<Vec<CArg>> =
+                    (extern_fn_cargs(n) && type_args.is_empty()).then(|| {
+                        args.iter()
+                            .map(|a| match &a.value {
+                                Expr::List(items, _) => {
+                                    CArg::List(items.iter().map(|e| self.expr(e)).collect())
+                                }
+                                e => CArg::One(self.expr(e)),
+                            })
+                            .collect()
+                    });
+                if cargs.is_none() {
+                    self.note_args(args);
+                }
+                let port = n == "send_to_port"
+                    && matches!(cargs.as_deref(), Some([CArg::One(CExpr::Scalar(..))]));
                 CExpr::ExternFn {
                     name: n.to_string(),
                     type_args: type_args.to_vec(),
                     args: args.to_vec(),
                     span: span.clone(),
+                    cargs,
+                    port,
                 }
             }
             _ => self.walk(whole),
@@ -2143,6 +2188,30 @@ impl<'a> Run<'a> {
         Some(super::eval::emit_into(&mut self.out, &mut self.prov, v))
     }
 
+    /// A method call's receiver: `Ok(i)` when it is extern instance `i`
+    /// (what `ceval(obj)` gives as `Value::Instance(i)`), else the value
+    /// `ceval` gives. A variable holding an instance (`pkt`, a checksum
+    /// object passed to a function) is only looked at, with `ceval`'s
+    /// step and depth, instead of cloned into a `Value` and dropped after
+    /// the call: every `extract`, `emit` and checksum method paid that.
+    #[inline]
+    fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
+        if let CExpr::Peek(c, _) = obj {
+            if self.flat_of(c).is_none() {
+                if let Some(Value::Instance(i)) = self.peek_chain(c) {
+                    let i = *i;
+                    self.enter()?;
+                    self.depth -= 1;
+                    return Ok(Ok(i));
+                }
+            }
+        }
+        match self.ceval(obj)? {
+            Value::Instance(i) => Ok(Ok(i)),
+            v => Ok(Err(v)),
+        }
+    }
+
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
@@ -2252,8 +2321,8 @@ impl<'a> Run<'a> {
                 cargs,
                 csum,
             } => {
-                let recv = self.ceval(obj)?;
-                if let (Some(op), Value::Instance(i)) = (csum, &recv) {
+                let recv = self.crecv(obj)?;
+                if let (Some(op), Ok(i)) = (csum, &recv) {
                     let p: &'a Prog = self.p;
                     if p.externs
                         .get(*i)
@@ -2273,6 +2342,7 @@ impl<'a> Run<'a> {
                         };
                     }
                 }
+                let recv = recv.map_or_else(|v| v, Value::Instance);
                 match cargs {
                     Some(ca) => {
                         let saved = self.cargs.replace(ca);
@@ -2290,7 +2360,7 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.ceval(obj)?;
+                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
                 if matches!(recv, Value::Instance(PKT_IN)) {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
@@ -2312,7 +2382,7 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.ceval(obj)?;
+                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
                 if !matches!(recv, Value::Instance(PKT_OUT)) {
                     return self.call_method(recv, "emit", &[], args, span);
                 }
@@ -2375,7 +2445,37 @@ impl<'a> Run<'a> {
                 type_args,
                 args,
                 span,
-            } => self.extern_function(name, type_args, args, span),
+                cargs,
+                port,
+            } => match cargs.as_deref() {
+                Some([CArg::One(CExpr::Scalar(sc, fb))]) if *port => {
+                    // `extern_function`'s `send_to_port`: `arg_used` of
+                    // the argument as `ceval` would give it (its `enter`,
+                    // the tier or its fallback), without the `Value`.
+                    self.enter()?;
+                    let r = match self.scalar(sc) {
+                        Some((v, src)) => {
+                            self.suse(sc.e.ty, src);
+                            Ok(v)
+                        }
+                        None => self.ceval_inner(fb).map(|v| {
+                            self.use_val(&v);
+                            v.as_u128().unwrap_or(0)
+                        }),
+                    };
+                    self.depth -= 1;
+                    self.fwd.pna_dest = Some(Some(r? as u32));
+                    Ok(Value::Void)
+                }
+                // In force as for a method's (`CExpr::Method`).
+                Some(ca) => {
+                    let saved = self.cargs.replace(ca);
+                    let r = self.extern_function(name, type_args, args, span);
+                    self.cargs = saved;
+                    r
+                }
+                None => self.extern_function(name, type_args, args, span),
+            },
             CExpr::Scalar(s, fb) => match self.scalar(s) {
                 Some((v, src)) => Ok(s.e.ty.value(v, src)),
                 None => self.ceval_inner(fb),
