@@ -131,6 +131,9 @@ pub(crate) enum CExpr {
     /// `u128` with the second form, the same expression compiled as
     /// above, as the fallback when the tier cannot run it.
     Scalar(Box<Scalar>, Box<CExpr>),
+    /// Parameter `i` of a scalar-bound action ([`SAction`]), from the
+    /// run's scalar store, as the `Value` the frame would hold.
+    AParam(usize, STy),
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
 }
@@ -266,6 +269,9 @@ pub(crate) struct Code {
     pub flat_off: Option<&'static str>,
     /// Function bodies specialised for flat header arguments.
     pub specs: Vec<FlatSpec>,
+    /// Per action: its body for scalar-bound parameters, when it allows
+    /// it ([`SAction`]).
+    pub sactions: Vec<Option<SAction>>,
 }
 
 impl Code {
@@ -395,6 +401,7 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         | CExpr::ActionFlat(..)
         | CExpr::Func(..)
         | CExpr::FuncFlat(..)
+        | CExpr::AParam(..)
         | CExpr::Walk(_) => {}
     }
 }
@@ -647,6 +654,32 @@ struct Cx<'p> {
     /// Variables the body being compiled declared so far, with their
     /// types (the scalar tier's leaves; the field guesses too).
     locals: std::cell::RefCell<Vec<(String, Ty)>>,
+    /// In an action body compiled for scalar-bound parameters
+    /// ([`SAction`]): the parameters and the flag set when the body reads
+    /// one other than by value.
+    aparams: Option<&'p AParams>,
+}
+
+/// The parameters of an action compiled for scalar binding, and whether
+/// the body needs them in the frame after all (see [`Cx::aparam`]).
+struct AParams {
+    names: Vec<(String, STy)>,
+    bad: std::cell::Cell<bool>,
+}
+
+/// An action whose parameters are all directionless `bit<W>`/`int<W>`/
+/// `bool` (action data), compiled with every read of a parameter a read
+/// of the run's scalar store ([`CExpr::AParam`], [`scalar::SNode`]'s
+/// `AParam`): a table's call binds the entry's data there as `u128`s
+/// (`Run::call_table_action`) instead of cloning `Value`s into a frame,
+/// searching it by name per read and dropping them after. Only when the
+/// body reads the parameters by value and nowhere else (no walker AST,
+/// no field chain, no call argument naming them; see [`Cx::aparam`]).
+/// Why: the action data's clones, drops and name searches were what is
+/// left of a table hit (docs/results/p4.md 2p, 2r).
+pub(crate) struct SAction {
+    pub body: Vec<CStmt>,
+    pub tys: Vec<STy>,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -818,6 +851,7 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            aparams: None,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
@@ -836,8 +870,10 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            aparams: None,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
+        code.sactions.push(saction(&cx, a));
     }
     for (ti, t) in p.tables.iter().enumerate() {
         // The block that declares the table: its names are the keys'.
@@ -858,6 +894,7 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            aparams: None,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -875,6 +912,7 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            aparams: None,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -899,6 +937,57 @@ fn compile_with(
     code
 }
 
+/// Action `a`'s body compiled for scalar-bound parameters ([`SAction`])
+/// with `cx` (the plain body's context), or `None` when its parameters
+/// are not all directionless scalars or the body needs them in the frame.
+fn saction(cx: &Cx, a: &crate::interp::check::ActionDef) -> Option<SAction> {
+    let params = &a.decl.params;
+    if params.is_empty() || params.len() != a.param_tys.len() {
+        return None;
+    }
+    let mut names = Vec::with_capacity(params.len());
+    for (prm, ty) in params.iter().zip(&a.param_tys) {
+        let n = &prm.name.name;
+        // A name the block also resolves (a table, an instance, an
+        // action, a constant) is looked up at run time by the compiled
+        // code (`CExpr::Apply`, `CExpr::Named`): the frame must hold it.
+        if prm.direction != ast::Direction::None
+            || cx.local(n).is_some()
+            || cx.p.g.consts.contains_key(n.as_str())
+            || names.iter().any(|(x, _): &(String, STy)| x == n)
+        {
+            return None;
+        }
+        names.push((n.clone(), STy::of(ty)?));
+    }
+    let ap = AParams {
+        names,
+        bad: Default::default(),
+    };
+    let scx = Cx {
+        p: cx.p,
+        block: cx.block,
+        fns: cx.fns,
+        scope: cx.scope.clone(),
+        flat: cx.flat,
+        bad: cx.bad,
+        alias: None,
+        specs: cx.specs,
+        depth: 0,
+        plain: Default::default(),
+        locals: Default::default(),
+        aparams: Some(&ap),
+    };
+    let body = scx.stmts(&a.decl.body.stmts);
+    if ap.bad.get() {
+        return None;
+    }
+    Some(SAction {
+        body,
+        tys: ap.names.iter().map(|(_, t)| *t).collect(),
+    })
+}
+
 /// Whether `text` (an AST's `Debug` form) names identifier `root`.
 fn names_ident(text: &str, root: &str) -> bool {
     text.contains(&format!("name: {root:?}"))
@@ -910,18 +999,36 @@ impl Cx<'_> {
     /// array). Conservative: any identifier of that name counts (a field
     /// of that name too).
     fn note(&self, e: &Expr) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{e:?}"));
         }
     }
 
     fn note_stmt(&self, st: &Stmt) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{st:?}"));
         }
     }
 
+    /// Action parameter `name` bound as a scalar ([`SAction`]): its index
+    /// and type, when the body compiled has them ([`Cx::aparams`]) and no
+    /// variable it declared hides it.
+    fn aparam(&self, name: &str) -> Option<(usize, STy)> {
+        let ap = self.aparams?;
+        let i = ap.names.iter().position(|(n, _)| n == name)?;
+        if self.locals.borrow().iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        Some((i, ap.names[i].1))
+    }
+
     fn note_text(&self, text: &str) {
+        // The walker reads a scalar-bound parameter from the frame only.
+        if let Some(ap) = self.aparams {
+            if ap.names.iter().any(|(n, _)| names_ident(text, n)) {
+                ap.bad.set(true);
+            }
+        }
         if let Some((root, _)) = self.flat {
             if names_ident(text, root) {
                 match &self.alias {
@@ -989,6 +1096,11 @@ impl Cx<'_> {
                 _ => return None,
             }
         };
+        if let (Some(ap), Some(_)) = (self.aparams, self.aparam(&root)) {
+            // A chain reads the frame (a field, an assignment's target, a
+            // call's argument): the parameter must be there.
+            ap.bad.set(true);
+        }
         names.reverse();
         let flat = match self.flat_at(&root, &names) {
             Some(f) => f,
@@ -1117,6 +1229,11 @@ impl Cx<'_> {
 
     /// `e` compiled on [`Value`]s.
     fn expr_value(&self, e: &Expr) -> CExpr {
+        if let Expr::Path(id) = e {
+            if let Some((i, ty)) = self.aparam(&id.name) {
+                return CExpr::AParam(i, ty);
+            }
+        }
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
                 Some(b) => CExpr::Lit(Value::Bits(b)),
@@ -1395,6 +1512,7 @@ impl Cx<'_> {
             depth: self.depth + 1,
             plain: Default::default(),
             locals: Default::default(),
+            aparams: None,
         };
         let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
@@ -2360,8 +2478,16 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
-                if matches!(recv, Value::Instance(PKT_IN)) {
+                // The receiver matched as it comes (a `Value` built only
+                // for the method call: nothing to drop on the fast paths).
+                match self.crecv(obj)? {
+                    Ok(PKT_IN) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "extract", &[], args, span);
+                    }
+                }
+                {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
                         Some(_) => return fail(format!("{span}: extract of a field")),
@@ -2374,7 +2500,7 @@ impl<'a> Run<'a> {
                         return r;
                     }
                 }
-                self.call_method(recv, "extract", &[], args, span)
+                self.call_method(Value::Instance(PKT_IN), "extract", &[], args, span)
             }
             CExpr::Emit {
                 obj,
@@ -2382,9 +2508,12 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.crecv(obj)?.map_or_else(|v| v, Value::Instance);
-                if !matches!(recv, Value::Instance(PKT_OUT)) {
-                    return self.call_method(recv, "emit", &[], args, span);
+                match self.crecv(obj)? {
+                    Ok(PKT_OUT) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "emit", &[], args, span);
+                    }
                 }
                 for (c, a) in chains.iter().zip(args) {
                     // The header where the chain finds it; the walker's
@@ -2496,6 +2625,10 @@ impl<'a> Run<'a> {
                 self.tick()?;
                 ops::slice(&v, *hi, *lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
+            CExpr::AParam(i, ty) => match self.aparam(*i) {
+                Some((v, src)) => Ok(ty.value(v, src)),
+                None => fail("action parameter not bound"),
+            },
             CExpr::Walk(x) => self.eval(x),
         }
     }
@@ -2606,7 +2739,7 @@ impl<'a> Run<'a> {
                 let v = self.ceval_value(rhs)?;
                 self.cassign(lhs, chain, v)
             }
-            CStmt::Call(e) => self.ceval(e).map(|_| ()),
+            CStmt::Call(e) => self.ceval(e).map(Value::discard),
             CStmt::If(cond, then, otherwise, span) => {
                 if let CExpr::Scalar(s, _) = cond {
                     if s.e.ty == STy::Bool {
