@@ -268,8 +268,10 @@ fn every_operator_at_every_width_agrees_with_the_walker() {
     assert_eq!(fast.flat_headers(), Ok(()));
     let (scalar, all) = fast.scalar_sites();
     // Every assignment, condition, initialiser, select key and table key
-    // of the program is of the tier's shapes.
-    assert_eq!(scalar, all, "{scalar} of {all} sites in the scalar tier");
+    // of the program is of the tier's shapes; the one site that is not is
+    // `send_to_port`'s constant argument (compiled, a literal left a
+    // literal).
+    assert_eq!(scalar + 1, all, "{scalar} of {all} sites in the scalar tier");
     assert!(scalar > 20 * WIDTHS.len() * 2, "{scalar}");
     let sent = agree(&mut fast, &mut reference, &packets(7, 300));
     assert!(sent >= 100, "only {sent} forwarded");
