@@ -271,7 +271,11 @@ fn every_operator_at_every_width_agrees_with_the_walker() {
     // of the program is of the tier's shapes; the one site that is not is
     // `send_to_port`'s constant argument (compiled, a literal left a
     // literal).
-    assert_eq!(scalar + 1, all, "{scalar} of {all} sites in the scalar tier");
+    assert_eq!(
+        scalar + 1,
+        all,
+        "{scalar} of {all} sites in the scalar tier"
+    );
     assert!(scalar > 20 * WIDTHS.len() * 2, "{scalar}");
     let sent = agree(&mut fast, &mut reference, &packets(7, 300));
     assert!(sent >= 100, "only {sent} forwarded");
@@ -631,7 +635,9 @@ fn actions_pipeline() -> Option<Pipeline> {
     let prog = nicflow_p4::front::parse_str("actions.p4", ACTIONS_P4, &[c.join("include")])
         .unwrap_or_else(|e| panic!("{e}"));
     let mut p = Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}"));
-    let entries: [(u8, &str, &[(&str, u64)]); 6] = [
+    // (key, action, (parameter, value)s).
+    type Entry<'e> = (u8, &'e str, &'e [(&'e str, u64)]);
+    let entries: [Entry; 6] = [
         (1, "fwd", &[("dmac", 0x0a0b_0c0d_0e0f), ("port", 7)]),
         (2, "mix", &[("s", 0xfff0), ("f", 1), ("n", 200)]),
         (3, "mix", &[("s", 5), ("f", 0), ("n", 9)]),
