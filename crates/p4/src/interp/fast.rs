@@ -116,6 +116,16 @@ pub(crate) enum CExpr {
         type_args: Vec<ast::Type>,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The arguments compiled, for the extern functions that only
+        /// evaluate theirs (`Run::arg_val`; see [`extern_fn_cargs`]): run
+        /// through `Run::cargs` as a method's. Why: `send_to_port(port)`
+        /// went through the walker's `eval` on every packet (~400
+        /// instructions with the dispatch, docs/results/p4.md 2p).
+        cargs: Option<Vec<CArg>>,
+        /// `send_to_port(e)` with `e` in the scalar tier: the port is
+        /// taken from the tier's `u128` (no `Value` built, no dispatch by
+        /// name), with `arg_used`'s record, steps and depth.
+        port: bool,
     },
     /// `(T) e` (the walker's cast, `T` resolved at load).
     Cast(Ty, Box<CExpr>, ast::Span),
@@ -125,6 +135,9 @@ pub(crate) enum CExpr {
     /// `u128` with the second form, the same expression compiled as
     /// above, as the fallback when the tier cannot run it.
     Scalar(Box<Scalar>, Box<CExpr>),
+    /// Parameter `i` of a scalar-bound action ([`SAction`]), from the
+    /// run's scalar store, as the `Value` the frame would hold.
+    AParam(usize, STy),
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
 }
@@ -418,6 +431,9 @@ pub(crate) struct Code {
     pub flat_off: Option<&'static str>,
     /// Function bodies specialised for flat header arguments.
     pub specs: Vec<FlatSpec>,
+    /// Per action: its body for scalar-bound parameters, when it allows
+    /// it ([`SAction`]).
+    pub sactions: Vec<Option<SAction>>,
 }
 
 impl Code {
@@ -467,7 +483,7 @@ impl Code {
                 site(e);
             }
             expr_nodes(e, &mut |x| {
-                if let CExpr::Method { cargs, .. } = x {
+                if let CExpr::Method { cargs, .. } | CExpr::ExternFn { cargs, .. } = x {
                     for a in cargs.iter().flatten() {
                         match a {
                             CArg::One(x) => site(x),
@@ -598,13 +614,9 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         }
         CExpr::Method { obj, cargs, .. } => {
             expr_nodes(obj, f);
-            for a in cargs.iter().flatten() {
-                match a {
-                    CArg::One(x) => expr_nodes(x, f),
-                    CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
-                }
-            }
+            cargs_nodes(cargs, f);
         }
+        CExpr::ExternFn { cargs, .. } => cargs_nodes(cargs, f),
         CExpr::Lit(_)
         | CExpr::Peek(..)
         | CExpr::Named(..)
@@ -614,9 +626,30 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         | CExpr::ActionFlat(..)
         | CExpr::Func(..)
         | CExpr::FuncFlat(..)
-        | CExpr::ExternFn { .. }
+        | CExpr::AParam(..)
         | CExpr::Walk(_) => {}
     }
+}
+
+/// [`expr_nodes`] of compiled extern arguments.
+fn cargs_nodes(cargs: &Option<Vec<CArg>>, f: &mut impl FnMut(&CExpr)) {
+    for a in cargs.iter().flatten() {
+        match a {
+            CArg::One(x) => expr_nodes(x, f),
+            CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
+        }
+    }
+}
+
+/// Whether extern function `name` reads its arguments only through
+/// `Run::arg_val` (`extern_function`: no `lvalue`, no `assign`, no `eval`
+/// of an argument's AST): its arguments can then be compiled
+/// ([`CExpr::ExternFn`]'s `cargs`) with the walker's results.
+fn extern_fn_cargs(name: &str) -> bool {
+    matches!(
+        name,
+        "send_to_port" | "drop_packet" | "is_host_port" | "is_net_port"
+    )
 }
 
 /// The main blocks' headers struct (`headers_t`: a struct of headers
@@ -851,6 +884,32 @@ struct Cx<'p> {
     bound: Option<&'p Domain>,
     /// Every body's [`Domain`] (for the specialised bodies).
     doms: &'p Domains,
+    /// In an action body compiled for scalar-bound parameters
+    /// ([`SAction`]): the parameters and the flag set when the body reads
+    /// one other than by value.
+    aparams: Option<&'p AParams>,
+}
+
+/// The parameters of an action compiled for scalar binding, and whether
+/// the body needs them in the frame after all (see [`Cx::aparam`]).
+struct AParams {
+    names: Vec<(String, STy)>,
+    bad: std::cell::Cell<bool>,
+}
+
+/// An action whose parameters are all directionless `bit<W>`/`int<W>`/
+/// `bool` (action data), compiled with every read of a parameter a read
+/// of the run's scalar store ([`CExpr::AParam`], [`scalar::SNode`]'s
+/// `AParam`): a table's call binds the entry's data there as `u128`s
+/// (`Run::call_table_action`) instead of cloning `Value`s into a frame,
+/// searching it by name per read and dropping them after. Only when the
+/// body reads the parameters by value and nowhere else (no walker AST,
+/// no field chain, no call argument naming them; see [`Cx::aparam`]).
+/// Why: the action data's clones, drops and name searches were what is
+/// left of a table hit (docs/results/p4.md 2p, 2r).
+pub(crate) struct SAction {
+    pub body: Vec<CStmt>,
+    pub tys: Vec<STy>,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -1025,6 +1084,7 @@ fn compile_with(
             locals: Default::default(),
             bound: Some(&doms.funcs[fi]),
             doms: &doms,
+            aparams: None,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
@@ -1048,8 +1108,10 @@ fn compile_with(
                 None => doms.actions.get(ai).and_then(Option::as_ref),
             },
             doms: &doms,
+            aparams: None,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
+        code.sactions.push(saction(&cx, a));
     }
     for (ti, t) in p.tables.iter().enumerate() {
         // The block that declares the table: its names are the keys'.
@@ -1072,6 +1134,7 @@ fn compile_with(
             locals: Default::default(),
             bound: owner.and_then(|b| doms.blocks.get(b)),
             doms: &doms,
+            aparams: None,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -1091,6 +1154,7 @@ fn compile_with(
             locals: Default::default(),
             bound: doms.blocks.get(b),
             doms: &doms,
+            aparams: None,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
@@ -1122,6 +1186,62 @@ fn compile_with(
     code
 }
 
+/// Action `a`'s body compiled for scalar-bound parameters ([`SAction`])
+/// with `cx` (the plain body's context), or `None` when its parameters
+/// are not all directionless scalars or the body needs them in the frame.
+fn saction(cx: &Cx, a: &crate::interp::check::ActionDef) -> Option<SAction> {
+    let params = &a.decl.params;
+    if params.is_empty() || params.len() != a.param_tys.len() {
+        return None;
+    }
+    let mut names = Vec::with_capacity(params.len());
+    for (prm, ty) in params.iter().zip(&a.param_tys) {
+        let n = &prm.name.name;
+        // A name the block also resolves (a table, an instance, an
+        // action, a constant) is looked up at run time by the compiled
+        // code (`CExpr::Apply`, `CExpr::Named`): the frame must hold it.
+        if prm.direction != ast::Direction::None
+            || cx.local(n).is_some()
+            || cx.p.g.consts.contains_key(n.as_str())
+            || names.iter().any(|(x, _): &(String, STy)| x == n)
+        {
+            return None;
+        }
+        names.push((n.clone(), STy::of(ty)?));
+    }
+    let ap = AParams {
+        names,
+        bad: Default::default(),
+    };
+    let scx = Cx {
+        p: cx.p,
+        block: cx.block,
+        fns: cx.fns,
+        scope: cx.scope.clone(),
+        flat: cx.flat,
+        bad: cx.bad,
+        alias: None,
+        specs: cx.specs,
+        depth: 0,
+        plain: Default::default(),
+        locals: Default::default(),
+        // Sound with the parameters out of the frame: a chain rooted at
+        // one marks the body bad, so no chain of the body can be rooted at
+        // a name the action binds, and the domain's counts still hold.
+        bound: cx.bound,
+        doms: cx.doms,
+        aparams: Some(&ap),
+    };
+    let body = scx.stmts(&a.decl.body.stmts);
+    if ap.bad.get() {
+        return None;
+    }
+    Some(SAction {
+        body,
+        tys: ap.names.iter().map(|(_, t)| *t).collect(),
+    })
+}
+
 /// Whether `text` (an AST's `Debug` form) names identifier `root`.
 fn names_ident(text: &str, root: &str) -> bool {
     text.contains(&format!("name: {root:?}"))
@@ -1133,18 +1253,36 @@ impl Cx<'_> {
     /// array). Conservative: any identifier of that name counts (a field
     /// of that name too).
     fn note(&self, e: &Expr) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{e:?}"));
         }
     }
 
     fn note_stmt(&self, st: &Stmt) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{st:?}"));
         }
     }
 
+    /// Action parameter `name` bound as a scalar ([`SAction`]): its index
+    /// and type, when the body compiled has them ([`Cx::aparams`]) and no
+    /// variable it declared hides it.
+    fn aparam(&self, name: &str) -> Option<(usize, STy)> {
+        let ap = self.aparams?;
+        let i = ap.names.iter().position(|(n, _)| n == name)?;
+        if self.locals.borrow().iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        Some((i, ap.names[i].1))
+    }
+
     fn note_text(&self, text: &str) {
+        // The walker reads a scalar-bound parameter from the frame only.
+        if let Some(ap) = self.aparams {
+            if ap.names.iter().any(|(n, _)| names_ident(text, n)) {
+                ap.bad.set(true);
+            }
+        }
         if let Some((root, _)) = self.flat {
             if names_ident(text, root) {
                 match &self.alias {
@@ -1219,6 +1357,11 @@ impl Cx<'_> {
                 _ => return None,
             }
         };
+        if let (Some(ap), Some(_)) = (self.aparams, self.aparam(&root)) {
+            // A chain reads the frame (a field, an assignment's target, a
+            // call's argument): the parameter must be there.
+            ap.bad.set(true);
+        }
         names.reverse();
         let flat = match self.flat_at(&root, &names) {
             Some(f) => f,
@@ -1359,6 +1502,11 @@ impl Cx<'_> {
 
     /// `e` compiled on [`Value`]s.
     fn expr_value(&self, e: &Expr) -> CExpr {
+        if let Expr::Path(id) = e {
+            if let Some((i, ty)) = self.aparam(&id.name) {
+                return CExpr::AParam(i, ty);
+            }
+        }
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
                 Some(b) => CExpr::Lit(Value::Bits(b)),
@@ -1643,6 +1791,7 @@ impl Cx<'_> {
                 ((true, a), None) => self.doms.actions.get(a).and_then(Option::as_ref),
             },
             doms: self.doms,
+            aparams: None,
         };
         let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
@@ -1774,12 +1923,31 @@ impl Cx<'_> {
                 if let Some(a) = self.p.g.actions.get(n) {
                     return self.action_call(*a, args);
                 }
-                self.note_args(args);
+                // Compiled arguments keep the flat headers (the walker
+                // would need the tree for `send_to_port(hdr.m.port)`).
+                let cargs: Option<Vec<CArg>> =
+                    (extern_fn_cargs(n) && type_args.is_empty()).then(|| {
+                        args.iter()
+                            .map(|a| match &a.value {
+                                Expr::List(items, _) => {
+                                    CArg::List(items.iter().map(|e| self.expr(e)).collect())
+                                }
+                                e => CArg::One(self.expr(e)),
+                            })
+                            .collect()
+                    });
+                if cargs.is_none() {
+                    self.note_args(args);
+                }
+                let port = n == "send_to_port"
+                    && matches!(cargs.as_deref(), Some([CArg::One(CExpr::Scalar(..))]));
                 CExpr::ExternFn {
                     name: n.to_string(),
                     type_args: type_args.to_vec(),
                     args: args.to_vec(),
                     span: span.clone(),
+                    cargs,
+                    port,
                 }
             }
             _ => self.walk(whole),
@@ -2655,8 +2823,16 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.crecv(obj)?;
-                if matches!(recv, Ok(PKT_IN)) {
+                // The receiver matched as it comes (a `Value` built only
+                // for the method call: nothing to drop on the fast paths).
+                match self.crecv(obj)? {
+                    Ok(PKT_IN) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "extract", &[], args, span);
+                    }
+                }
+                {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
                         Some(_) => return fail(format!("{span}: extract of a field")),
@@ -2669,8 +2845,7 @@ impl<'a> Run<'a> {
                         return r;
                     }
                 }
-                let recv = recv.map_or_else(|v| v, Value::Instance);
-                self.call_method(recv, "extract", &[], args, span)
+                self.call_method(Value::Instance(PKT_IN), "extract", &[], args, span)
             }
             CExpr::Emit {
                 obj,
@@ -2678,10 +2853,12 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.crecv(obj)?;
-                if !matches!(recv, Ok(PKT_OUT)) {
-                    let recv = recv.map_or_else(|v| v, Value::Instance);
-                    return self.call_method(recv, "emit", &[], args, span);
+                match self.crecv(obj)? {
+                    Ok(PKT_OUT) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "emit", &[], args, span);
+                    }
                 }
                 for (c, a) in chains.iter().zip(args) {
                     // The header where the chain finds it; the walker's
@@ -2742,7 +2919,37 @@ impl<'a> Run<'a> {
                 type_args,
                 args,
                 span,
-            } => self.extern_function(name, type_args, args, span),
+                cargs,
+                port,
+            } => match cargs.as_deref() {
+                Some([CArg::One(CExpr::Scalar(sc, fb))]) if *port => {
+                    // `extern_function`'s `send_to_port`: `arg_used` of
+                    // the argument as `ceval` would give it (its `enter`,
+                    // the tier or its fallback), without the `Value`.
+                    self.enter()?;
+                    let r = match self.scalar(sc) {
+                        Some((v, src)) => {
+                            self.suse(sc.e.ty, src);
+                            Ok(v)
+                        }
+                        None => self.ceval_inner(fb).map(|v| {
+                            self.use_val(&v);
+                            v.as_u128().unwrap_or(0)
+                        }),
+                    };
+                    self.depth -= 1;
+                    self.fwd.pna_dest = Some(Some(r? as u32));
+                    Ok(Value::Void)
+                }
+                // In force as for a method's (`CExpr::Method`).
+                Some(ca) => {
+                    let saved = self.cargs.replace(ca);
+                    let r = self.extern_function(name, type_args, args, span);
+                    self.cargs = saved;
+                    r
+                }
+                None => self.extern_function(name, type_args, args, span),
+            },
             CExpr::Scalar(s, fb) => match self.scalar(s) {
                 Some((v, src)) => Ok(s.e.ty.value(v, src)),
                 None => self.ceval_inner(fb),
@@ -2763,6 +2970,10 @@ impl<'a> Run<'a> {
                 self.tick()?;
                 ops::slice(&v, *hi, *lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
+            CExpr::AParam(i, ty) => match self.aparam(*i) {
+                Some((v, src)) => Ok(ty.value(v, src)),
+                None => fail("action parameter not bound"),
+            },
             CExpr::Walk(x) => self.eval(x),
         }
     }
@@ -2877,7 +3088,7 @@ impl<'a> Run<'a> {
                 let v = self.ceval_value(rhs)?;
                 self.cassign(lhs, chain, v)
             }
-            CStmt::Call(e) => self.ceval(e).map(|_| ()),
+            CStmt::Call(e) => self.ceval(e).map(Value::discard),
             CStmt::If(cond, then, otherwise, span) => {
                 if let CExpr::Scalar(s, _) = cond {
                     if s.e.ty == STy::Bool {
