@@ -304,7 +304,6 @@ impl Value {
         }
     }
 
-    /// An integer view for indices, sizes, widths.
     /// Drops `self` with the check for the variants that own nothing
     /// (bits, bools, instances, apply results, `Void`) inline: those are
     /// forgotten, not passed to the out-of-line `drop_in_place::<Value>`
@@ -325,6 +324,7 @@ impl Value {
         }
     }
 
+    /// An integer view for indices, sizes, widths.
     pub fn as_u128(&self) -> Option<u128> {
         match self {
             Value::Bits(b) => Some(b.v),

@@ -568,8 +568,9 @@ fn step_limit_is_the_walkers_in_a_tree() {
 /// assignments, conditions, arithmetic, casts, slices and `send_to_port`
 /// (compiled, the headers kept flat), one hides a parameter under a
 /// local of the same name in a nested block, one passes a parameter to a
-/// function (the frame's way), one entry gives fewer data than
-/// parameters... Outputs and traces must be the walker's, and the
+/// function (the frame's way). (No entry gives fewer data than
+/// parameters, so `call_scalar_action`'s arm for a missing datum is not
+/// run here.) Outputs and traces must be the walker's, and the
 /// scalar-bound calls must run (`Pipeline::scalar_action_calls`).
 const ACTIONS_P4: &str = r#"
 #include <core.p4>
@@ -698,4 +699,106 @@ fn action_parameters_bound_as_scalars_agree_with_the_walker() {
     assert!(bound > 200, "{bound}");
     assert_eq!(fast.error_count(), reference.error_count());
     assert_eq!(fast.error_count(), 0);
+}
+
+/// Review p4early MUST-FIX 1: a block action called from another action
+/// of its block runs without a barrier, so by the walker's dynamic scope
+/// it sees its caller's frame. `outer`'s parameter `v` shadows the block
+/// variable `v` that `inner` reads; `outer2`'s `v` is written by `wr`
+/// (the walker writes the parameter, not the block's `v`); `outer3`'s
+/// `w` is a name only the callee `inner_w` reads (undeclared there: the
+/// checker does not resolve names). None of them may be scalar-bound
+/// (`fast::SAction`): bound, their parameters are in no frame and the
+/// callee finds the block's `v` (or nothing). `plain` is, to show the
+/// count works.
+const SCOPE_P4: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header h_t { bit<8> k; bit<8> a; bit<8> o1; bit<8> o2; bit<8> o4; bit<32> port; }
+struct headers_t { h_t h; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    bit<8> v;
+    action inner() { hdr.h.o1 = v; }
+    action outer(bit<8> v) { inner(); }
+    action wr() { v = 9; }
+    action outer2(bit<8> v) { wr(); hdr.h.o4 = v; }
+    action inner_w() { hdr.h.o4 = w; }
+    action outer3(bit<8> w) { inner_w(); }
+    action plain(bit<8> n) { hdr.h.o1 = n; }
+    table t {
+        key = { hdr.h.k : exact; }
+        actions = { outer; outer2; outer3; plain; }
+        default_action = outer(3);
+    }
+    apply {
+        v = 5;
+        t.apply();
+        hdr.h.o2 = v;
+        send_to_port((PortId_t) 1);
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.h); }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+fn scope_pipeline() -> Option<Pipeline> {
+    use nicflow_p4::runtime::{EntrySpec, KeyMatch};
+    use num_bigint::BigUint;
+    let c = corpus()?;
+    let prog = nicflow_p4::front::parse_str("scope.p4", SCOPE_P4, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut p = Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}"));
+    let entries: [(u8, &str, &str, u64); 4] = [
+        (1, "outer", "v", 40),
+        (2, "outer2", "v", 41),
+        (3, "outer3", "w", 42),
+        (4, "plain", "n", 43),
+    ];
+    for (k, action, prm, v) in entries {
+        p.table_add(
+            "t",
+            EntrySpec {
+                keys: vec![KeyMatch::Exact(BigUint::from(k))],
+                action: action.into(),
+                params: vec![(prm.to_string(), BigUint::from(v))],
+                priority: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{action}: {e:?}"));
+    }
+    Some(p)
+}
+
+#[test]
+fn an_action_whose_callee_sees_its_frame_keeps_its_parameters_there() {
+    let (Some(mut fast), Some(mut reference)) = (scope_pipeline(), scope_pipeline()) else {
+        return;
+    };
+    let mut next = xorshift(43);
+    for i in 0..200u64 {
+        let mut p: Vec<u8> = (0..10).map(|_| next() as u8).collect();
+        // Keys 0-4: every entry; the default (outer) for 0.
+        p[0] %= 5;
+        let calls = fast.scalar_action_calls();
+        let a = fast.process(0, &p, i);
+        let b = reference.process_reference(0, &p, i);
+        assert_eq!(a, b, "packet {i} (key {})", p[0]);
+        // Only `plain` is scalar-bound.
+        assert_eq!(
+            fast.scalar_action_calls() - calls,
+            u64::from(p[0] == 4),
+            "packet {i}: key {}",
+            p[0]
+        );
+    }
+    assert_eq!(fast.error_count(), reference.error_count());
 }

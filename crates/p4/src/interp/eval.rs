@@ -1536,8 +1536,8 @@ impl<'a> Run<'a> {
             self.st.pool.data.push(vals);
         }
         let (mut frame, r) = self.run_block_frame(b, frame);
-        // Frame 0 of the block holds the params (vars were pushed in a
-        // second frame, popped by run_block_body).
+        // Frame 0 of the block holds the params (vars, when there are
+        // any, were pushed in a second frame, popped by run_block_body).
         let mut vals: Vec<Value> = self.st.pool.data.pop().unwrap_or_default();
         vals.clear();
         vals.extend(frame.drain(..).take(blk.params().len()).map(|(_, v)| v));
@@ -1608,7 +1608,8 @@ impl<'a> Run<'a> {
             match &blk.kind {
                 BlockKind::Control(c) => match code.and_then(|k| k.controls[b].as_ref()) {
                     Some(body) => {
-                        let own = code.is_some_and(|k| k.control_frames[b]);
+                        let own =
+                            code.is_some_and(|k| k.control_frames.get(b).copied().unwrap_or(true));
                         self.cexec_block(body, own)
                     }
                     None => self.exec_block(&c.apply),

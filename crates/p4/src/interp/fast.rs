@@ -197,8 +197,11 @@ pub(crate) struct Chain {
     /// variables `nh_index`, ...; docs/results/p4.md 2q). A site runs in
     /// the same nesting every time, so the place is nearly always the
     /// same; relative to the innermost frame it is the innermost binding
-    /// of a name the site's own action or function binds even when that
-    /// action recurses. Atomic only for sharing the compiled code between
+    /// of a name the site's own action or function binds. That assumes a
+    /// declaration is bound at most once in view: under recursion a
+    /// callee reaching the name by dynamic scope from two nestings could
+    /// take an outer binding (review p4early SHOULD-FIX 2), so the checker
+    /// refuses recursion, as P4-16 does (`check::check_calls`). Atomic only for sharing the compiled code between
     /// threads (relaxed: a stale place is checked like any other).
     pub slot: AtomicU32,
     /// The address of the name string found at [`Chain::slot`] (the
@@ -439,6 +442,8 @@ pub(crate) struct Code {
 impl Code {
     /// Every compiled body: the controls', the actions', the functions'
     /// and the specialised ones (what the load-time site counts walk).
+    /// Not the scalar-bound actions' ([`Code::sactions`]): the counts
+    /// below leave those out.
     fn bodies(&self) -> impl Iterator<Item = &Vec<CStmt>> + '_ {
         self.controls
             .iter()
@@ -644,7 +649,9 @@ fn cargs_nodes(cargs: &Option<Vec<CArg>>, f: &mut impl FnMut(&CExpr)) {
 /// Whether extern function `name` reads its arguments only through
 /// `Run::arg_val` (`extern_function`: no `lvalue`, no `assign`, no `eval`
 /// of an argument's AST): its arguments can then be compiled
-/// ([`CExpr::ExternFn`]'s `cargs`) with the walker's results.
+/// ([`CExpr::ExternFn`]'s `cargs`) with the walker's results. The list
+/// holds only while `extern_function` (externs.rs, the comment at its
+/// `match`) keeps reading these arguments that way.
 fn extern_fn_cargs(name: &str) -> bool {
     matches!(
         name,
@@ -1204,6 +1211,13 @@ fn saction(cx: &Cx, a: &crate::interp::check::ActionDef) -> Option<SAction> {
             || cx.local(n).is_some()
             || cx.p.g.consts.contains_key(n.as_str())
             || names.iter().any(|(x, _): &(String, STy)| x == n)
+            // A block's parameter or variable of that name: a block action
+            // this one calls (no barrier between them) would find the
+            // parameter in this action's frame by the walker's dynamic
+            // scope, not the block's (review p4early MUST-FIX 1).
+            || cx
+                .block
+                .is_some_and(|b| block_scope(cx.p, b).iter().any(|(x, _)| x == n))
         {
             return None;
         }
@@ -1281,6 +1295,18 @@ impl Cx<'_> {
         if let Some(ap) = self.aparams {
             if ap.names.iter().any(|(n, _)| names_ident(text, n)) {
                 ap.bad.set(true);
+            }
+            // Walked code that calls a block action (or applies a block
+            // table, whose actions run without a barrier too) would let
+            // the callee look for a parameter in a frame that does not
+            // hold it (see `action_call`).
+            if let Some(b) = self.block {
+                let hit = self.p.blocks[b].locals.iter().any(|(n, l)| {
+                    matches!(l, Local::Action(_) | Local::Table(_)) && names_ident(text, n)
+                });
+                if hit {
+                    ap.bad.set(true);
+                }
             }
         }
         if let Some((root, _)) = self.flat {
@@ -1814,6 +1840,15 @@ impl Cx<'_> {
         if let Some((_, _, spec_bad)) = &self.alias {
             if self.p.actions[a].block.is_some() {
                 spec_bad.set(true);
+            }
+        }
+        // An action of the block runs without a barrier: by the walker's
+        // dynamic scope it sees the caller's frame, where a scalar-bound
+        // caller ([`SAction`]) holds no parameter (review p4early
+        // MUST-FIX 1). Such a caller keeps its frame.
+        if let Some(ap) = self.aparams {
+            if self.p.actions[a].block.is_some() {
+                ap.bad.set(true);
             }
         }
         match self.spec_flat(Callee::Action(a), args) {
@@ -2657,15 +2692,26 @@ impl<'a> Run<'a> {
     /// `emit` and checksum method paid that (p4meta's c7eee13, reverted
     /// then for no timing win alone; docs/results/p4.md 2p, 2q).
     #[inline]
+    ///
+    /// `ceval`'s `Peek` arm done here whole: a receiver the frames do not
+    /// hold (a block's or the program's extern instance: `reg.read`,
+    /// `counter.count`, a control-local checksum) is searched once, then
+    /// evaluated by the walker, not searched again by `ceval` (review
+    /// p4early SHOULD-FIX 3).
     fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
-        if let CExpr::Peek(c, _) = obj {
+        if let CExpr::Peek(c, x) = obj {
             if self.flat_of(c).is_none() {
-                if let Some(Value::Instance(i)) = self.peek_chain(c) {
-                    let i = *i;
-                    self.enter()?;
-                    self.depth -= 1;
-                    return Ok(Ok(i));
-                }
+                self.enter()?;
+                let r = match self.peek_chain(c) {
+                    Some(Value::Instance(i)) => Ok(Ok(*i)),
+                    Some(v) => Ok(Err(v.clone())),
+                    None => self.eval(x).map(|v| match v {
+                        Value::Instance(i) => Ok(i),
+                        v => Err(v),
+                    }),
+                };
+                self.depth -= 1;
+                return r;
             }
         }
         match self.ceval(obj)? {
