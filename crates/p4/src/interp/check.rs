@@ -1646,32 +1646,46 @@ pub(crate) fn extern_methods(ty: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Refuses, at load time, calls the interpreter would not run: unknown
-/// extern functions and methods of extern instances it does not model.
+/// extern functions and methods of extern instances it does not model;
+/// and recursion (an action or function that reaches itself through its
+/// calls), which P4-16 forbids: the compiled code's variable slots
+/// (`fast::Chain::slot`, whose `Domain` counts declarations, not
+/// bindings) assume a declaration is bound at most once in view
+/// (review p4early SHOULD-FIX 2).
 fn check_calls(prog: &Prog) -> Result<(), P4Error> {
-    let mut bodies: Vec<(Option<usize>, &ast::Block)> = Vec::new();
+    // Callers: actions by index, then functions (sorted by name, so the
+    // error names the same call every run).
+    let mut fnames: Vec<&str> = prog.g.functions.keys().map(String::as_str).collect();
+    fnames.sort_unstable();
+    let na = prog.actions.len();
+    let fnode = |n: &str| fnames.binary_search(&n).ok().map(|i| na + i);
+    let mut bodies: Vec<(Option<usize>, Option<usize>, &ast::Block)> = Vec::new();
     for (i, b) in prog.blocks.iter().enumerate() {
         if let BlockKind::Control(c) = &b.kind {
-            bodies.push((Some(i), &c.apply));
+            bodies.push((Some(i), None, &c.apply));
         }
     }
-    for a in &prog.actions {
-        bodies.push((a.block, &a.decl.body));
+    for (ai, a) in prog.actions.iter().enumerate() {
+        bodies.push((a.block, Some(ai), &a.decl.body));
     }
-    for f in prog.g.functions.values() {
-        bodies.push((None, &f.decl.body));
+    for (fi, n) in fnames.iter().enumerate() {
+        bodies.push((None, Some(na + fi), &prog.g.functions[*n].decl.body));
     }
-    let mut stmts: Vec<(Option<usize>, &ast::Stmt)> = Vec::new();
-    for (b, body) in bodies {
-        stmts.extend(body.stmts.iter().map(|s| (b, s)));
+    type Owner = (Option<usize>, Option<usize>);
+    let mut stmts: Vec<(Owner, &ast::Stmt)> = Vec::new();
+    for (b, o, body) in bodies {
+        stmts.extend(body.stmts.iter().map(|s| ((b, o), s)));
     }
     for (i, b) in prog.blocks.iter().enumerate() {
         if let BlockKind::Parser(p) = &b.kind {
             for st in &p.states {
-                stmts.extend(st.body.iter().map(|s| (Some(i), s)));
+                stmts.extend(st.body.iter().map(|s| ((Some(i), None), s)));
             }
         }
     }
-    let mut exprs: Vec<(Option<usize>, &Expr)> = Vec::new();
+    // The calls among actions and functions: (caller, callee, where).
+    let mut edges: Vec<(usize, usize, &Span)> = Vec::new();
+    let mut exprs: Vec<(Owner, &Expr)> = Vec::new();
     while let Some((b, s)) = stmts.pop() {
         match s {
             ast::Stmt::Assign { lhs, rhs, .. } => {
@@ -1719,12 +1733,21 @@ fn check_calls(prog: &Prog) -> Result<(), P4Error> {
                 func, args, span, ..
             } => {
                 exprs.extend(args.iter().map(|a| (b, &a.value)));
+                let (blk, owner) = b;
                 match &**func {
                     Expr::Path(id) => {
                         let n = id.name.as_str();
-                        let local_action = b
-                            .map(|b| matches!(prog.blocks[b].locals.get(n), Some(Local::Action(_))))
-                            .unwrap_or(false);
+                        let local = blk.and_then(|bi| match prog.blocks[bi].locals.get(n) {
+                            Some(Local::Action(a)) => Some(*a),
+                            _ => None,
+                        });
+                        let callee = local
+                            .or_else(|| prog.g.actions.get(n).copied())
+                            .or_else(|| fnode(n));
+                        if let (Some(o), Some(c)) = (owner, callee) {
+                            edges.push((o, c, span));
+                        }
+                        let local_action = local.is_some();
                         if !local_action
                             && !prog.g.actions.contains_key(n)
                             && !prog.g.functions.contains_key(n)
@@ -1738,7 +1761,7 @@ fn check_calls(prog: &Prog) -> Result<(), P4Error> {
                     }
                     Expr::Member(obj, m) => {
                         exprs.push((b, obj));
-                        if let (Expr::Path(id), Some(b)) = (&**obj, b) {
+                        if let (Expr::Path(id), Some(b)) = (&**obj, blk) {
                             if let Some(Local::Extern(x)) = prog.blocks[b].locals.get(&id.name) {
                                 let ty = &prog.externs[*x].ty;
                                 let ok = extern_methods(ty)
@@ -1770,6 +1793,52 @@ fn check_calls(prog: &Prog) -> Result<(), P4Error> {
             Expr::List(xs, _) => exprs.extend(xs.iter().map(|x| (b, x))),
             Expr::StructInit(fs, _) => exprs.extend(fs.iter().map(|(_, x)| (b, x))),
             _ => {}
+        }
+    }
+    // A cycle among the calls: depth-first, refused at the call that
+    // closes it (0 not seen, 1 on the path, 2 done).
+    edges.sort_by_key(|e| e.0);
+    let n = na + fnames.len();
+    let mut state = vec![0u8; n];
+    for root in 0..n {
+        if state[root] != 0 {
+            continue;
+        }
+        // (node, next edge index to try).
+        let first = |v: usize| edges.partition_point(|e| e.0 < v);
+        let mut path: Vec<(usize, usize)> = vec![(root, first(root))];
+        state[root] = 1;
+        while let Some(&mut (v, ref mut ei)) = path.last_mut() {
+            match edges.get(*ei).filter(|e| e.0 == v) {
+                Some(&(_, c, span)) => {
+                    *ei += 1;
+                    match state[c] {
+                        1 => {
+                            let name = |x: usize| match x.checked_sub(na) {
+                                None => format!("action {}", prog.actions[x].decl.name.name),
+                                Some(f) => format!("function {}", fnames[f]),
+                            };
+                            return check_err(
+                                span,
+                                format!(
+                                    "recursive call of {} from {} (P4-16 forbids recursion)",
+                                    name(c),
+                                    name(v)
+                                ),
+                            );
+                        }
+                        0 => {
+                            state[c] = 1;
+                            path.push((c, first(c)));
+                        }
+                        _ => {}
+                    }
+                }
+                None => {
+                    state[v] = 2;
+                    path.pop();
+                }
+            }
         }
     }
     Ok(())

@@ -238,6 +238,9 @@ pub(crate) struct Run<'a> {
     /// (`fast::CExpr::Method`'s `cargs`): `arg_val` and `data_bits`
     /// evaluate these instead of the AST.
     pub(crate) cargs: Option<&'a [super::fast::CArg]>,
+    /// Where the running scalar-bound action's parameters start in
+    /// `st.pool.aparams` (`fast::SAction`; `call_table_action`).
+    pub(crate) abase: usize,
     /// Runs the reference paths only (the evaluator as it was before
     /// the per-packet fast paths): the differential test compares the
     /// two on the corpus. Never set on the data path.
@@ -297,8 +300,16 @@ impl<'a> Run<'a> {
             flat: None,
             flat_root: "",
             cargs: None,
+            abase: 0,
             reference: false,
         }
+    }
+
+    /// Parameter `i` of the running scalar-bound action (`fast::SAction`):
+    /// its value and source; `None` outside one.
+    #[inline]
+    pub(crate) fn aparam(&self, i: usize) -> Option<(u128, Src)> {
+        self.st.pool.aparams.get(self.abase + i).copied()
     }
 
     /// Gives the run's reusable buffers (frames, the packet buffer) back
@@ -1302,6 +1313,9 @@ impl<'a> Run<'a> {
         if self.reference || params.iter().any(|x| x.direction != Direction::None) {
             return None;
         }
+        if let Some(r) = self.call_scalar_action(t, a, entry) {
+            return Some(r);
+        }
         let mut frame = self.new_frame();
         let tables = &self.st.tables;
         let data: Option<&[Value]> = (|| {
@@ -1341,6 +1355,61 @@ impl<'a> Run<'a> {
         };
         self.recycle(frame);
         Some(Ok(ret))
+    }
+
+    /// `call_table_action` of an action compiled for scalar-bound
+    /// parameters (`fast::SAction`): the entry's data bound as `u128`s in
+    /// `st.pool.aparams` (a missing datum the type's default, 0), the
+    /// frame left empty for the body's own variables. `None` when the
+    /// action has no such body or a datum is not of its parameter's
+    /// exact type (then the frame's way, which this equals).
+    fn call_scalar_action(
+        &mut self,
+        t: usize,
+        a: usize,
+        entry: Option<(bool, usize)>,
+    ) -> Option<R<Value>> {
+        let p: &'a Prog = self.p;
+        let sa = self.code()?.sactions.get(a)?.as_ref()?;
+        let ts = self.st.tables.get(t)?;
+        let data: &[Value] = match entry {
+            Some((true, i)) => &ts.entries.get(i)?.args,
+            Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
+            None => &ts.default.1,
+        };
+        let store = &mut self.st.pool.aparams;
+        let base = store.len();
+        for (i, ty) in sa.tys.iter().enumerate() {
+            let v = match (data.get(i), *ty) {
+                (None, _) => (0, Src::None),
+                (Some(Value::Bits(b)), super::fast::STy::Bits(w, s))
+                    if b.width == w && b.signed == s =>
+                {
+                    (b.v, b.src)
+                }
+                (Some(Value::Bool(x, src)), super::fast::STy::Bool) => (u128::from(*x), *src),
+                _ => {
+                    store.truncate(base);
+                    return None;
+                }
+            };
+            store.push(v);
+        }
+        self.st.scalar_actions = self.st.scalar_actions.wrapping_add(1);
+        let ad = &p.actions[a];
+        let saved = std::mem::replace(&mut self.abase, base);
+        let frame = self.new_frame();
+        let barrier = ad.block.is_none() || ad.block != self.block;
+        let callee = if barrier { Some(ad.block) } else { None };
+        let (frame, r) = self.run_frame(frame, &ad.decl.body, Some(&sa.body), barrier, callee);
+        self.abase = saved;
+        self.st.pool.aparams.truncate(base);
+        self.recycle(frame);
+        Some(match r {
+            Ok(()) => Ok(Value::Void),
+            Err(Ctl::Return(v)) => Ok(v),
+            Err(e) => Err(e),
+        })
     }
 
     /// Assigns the `out`/`inout` parameters of `frame` listed in `list`
@@ -1467,8 +1536,8 @@ impl<'a> Run<'a> {
             self.st.pool.data.push(vals);
         }
         let (mut frame, r) = self.run_block_frame(b, frame);
-        // Frame 0 of the block holds the params (vars were pushed in a
-        // second frame, popped by run_block_body).
+        // Frame 0 of the block holds the params (vars, when there are
+        // any, were pushed in a second frame, popped by run_block_body).
         let mut vals: Vec<Value> = self.st.pool.data.pop().unwrap_or_default();
         vals.clear();
         vals.extend(frame.drain(..).take(blk.params().len()).map(|(_, v)| v));
@@ -1515,8 +1584,16 @@ impl<'a> Run<'a> {
     fn run_block_body(&mut self, b: usize) -> R<()> {
         let p: &'a Prog = self.p;
         let blk = &p.blocks[b];
-        let f = self.new_frame();
-        self.frames.push(f);
+        // The block variables' frame; none when there are none and the
+        // body is compiled (which pushes its own frame only when it binds
+        // a name, `fast::binds`): an empty frame changes no look-up. The
+        // reference run keeps the walker's frames as they were.
+        let code = self.code();
+        let frame = code.is_none() || !blk.vars.is_empty();
+        if frame {
+            let f = self.new_frame();
+            self.frames.push(f);
+        }
         let r = (|| {
             for (v, ty) in &blk.vars {
                 let mut val = ty.default_value();
@@ -1529,17 +1606,23 @@ impl<'a> Run<'a> {
                 self.declare(&v.name.name, val);
             }
             match &blk.kind {
-                BlockKind::Control(c) => match self.code().and_then(|k| k.controls[b].as_ref()) {
-                    Some(body) => self.cexec_block(body),
+                BlockKind::Control(c) => match code.and_then(|k| k.controls[b].as_ref()) {
+                    Some(body) => {
+                        let own =
+                            code.is_some_and(|k| k.control_frames.get(b).copied().unwrap_or(true));
+                        self.cexec_block(body, own)
+                    }
                     None => self.exec_block(&c.apply),
                 },
-                BlockKind::Parser(pd) => match self.code().and_then(|k| k.states[b].as_ref()) {
+                BlockKind::Parser(pd) => match code.and_then(|k| k.states[b].as_ref()) {
                     Some(states) => self.crun_states(b, states, &pd.span),
                     None => self.run_states(b, pd),
                 },
             }
         })();
-        self.pop_frame();
+        if frame {
+            self.pop_frame();
+        }
         r
     }
 

@@ -685,6 +685,12 @@ impl<'a> Run<'a> {
         args: &[Arg],
         span: &Span,
     ) -> R<Value> {
+        // `send_to_port`, `drop_packet`, `is_host_port` and `is_net_port`
+        // must read their arguments only through `arg_used`/`arg_val`
+        // (never `lvalue`, `assign` or `eval` of an argument's AST): the
+        // compiled code gives them compiled arguments and drops the
+        // flat-header checks of those ASTs (`fast::extern_fn_cargs`,
+        // review p4early SHOULD-FIX 4). Change both together.
         match name {
             "send_to_port" => {
                 let v = self.arg_used(args, 0, span)?;

@@ -27,6 +27,7 @@ use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{Agg, BlockKind, FuncDef, Local, Prog, Ty};
 use crate::interp::ops::{self, coerce_like};
 use crate::value::{name_eq, FastMap, Src, Value};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod scalar;
@@ -41,16 +42,19 @@ pub(crate) enum CExpr {
     Peek(Chain, Expr),
     /// A name that is a block constant, an extern instance or a global
     /// constant unless a variable of that name is in scope at run time
-    /// (the walker looks variables up first).
-    Named(ast::Ident, Value),
+    /// (the walker looks variables up first; `false`: no variable of that
+    /// name can be in view, [`Domain`], and the frames are not searched).
+    Named(ast::Ident, Value, bool),
     Unary(ast::UnOp, Box<CExpr>, ast::Span),
     Binary(BinOp, Box<CExpr>, Box<CExpr>, ast::Span),
     /// `x op N` with an unsized literal N (converted to x's type).
     BinLit(BinOp, Box<CExpr>, ast::IntLit, Box<CExpr>, ast::Span),
     /// `e.isValid()`; the chain when `e` is a header of the flat headers.
     IsValid(Expr, Option<Chain>, ast::Span),
-    /// `t.apply()` of table `t` (unless a variable shadows its name).
-    Apply(ast::Ident, usize, Expr),
+    /// `t.apply()` of table `t` (unless a variable shadows its name;
+    /// `false`: no variable of that name can be in view, [`Domain`], and
+    /// the frames are not searched).
+    Apply(ast::Ident, usize, Expr, bool),
     /// `obj.m(args)` on an extern instance or the packet.
     Method {
         obj: Box<CExpr>,
@@ -112,6 +116,16 @@ pub(crate) enum CExpr {
         type_args: Vec<ast::Type>,
         args: Vec<Arg>,
         span: ast::Span,
+        /// The arguments compiled, for the extern functions that only
+        /// evaluate theirs (`Run::arg_val`; see [`extern_fn_cargs`]): run
+        /// through `Run::cargs` as a method's. Why: `send_to_port(port)`
+        /// went through the walker's `eval` on every packet (~400
+        /// instructions with the dispatch, docs/results/p4.md 2p).
+        cargs: Option<Vec<CArg>>,
+        /// `send_to_port(e)` with `e` in the scalar tier: the port is
+        /// taken from the tier's `u128` (no `Value` built, no dispatch by
+        /// name), with `arg_used`'s record, steps and depth.
+        port: bool,
     },
     /// `(T) e` (the walker's cast, `T` resolved at load).
     Cast(Ty, Box<CExpr>, ast::Span),
@@ -121,6 +135,9 @@ pub(crate) enum CExpr {
     /// `u128` with the second form, the same expression compiled as
     /// above, as the fallback when the tier cannot run it.
     Scalar(Box<Scalar>, Box<CExpr>),
+    /// Parameter `i` of a scalar-bound action ([`SAction`]), from the
+    /// run's scalar store, as the `Value` the frame would hold.
+    AParam(usize, STy),
     /// Not compiled: the walker evaluates it.
     Walk(Expr),
 }
@@ -166,6 +183,140 @@ pub(crate) struct Chain {
     /// Where the chain is in the flat headers ([`FlatLayout`]) when its
     /// root is the block's flat headers parameter (decided at load).
     pub flat: Option<FlatAt>,
+    /// The root's name is bound at exactly one place in the names the
+    /// frames can hold where the chain runs ([`Domain`]): then any frame
+    /// entry of that name is the one the walker's search finds, and
+    /// [`Chain::slot`] may be used.
+    pub unique: bool,
+    /// Where the root was found last (frame counted from the innermost,
+    /// entry in it: `frame << 16 | entry`; `u32::MAX`: never). Read first
+    /// and used when the entry there has the root's name (and the name is
+    /// `unique`); else the frames are searched as the walker does and the
+    /// place is kept. Why: the search by name (`var_in`) over every frame
+    /// was ~5% of a packet on routing.p4 (the receivers `pkt`, `chk`, the
+    /// variables `nh_index`, ...; docs/results/p4.md 2q). A site runs in
+    /// the same nesting every time, so the place is nearly always the
+    /// same; relative to the innermost frame it is the innermost binding
+    /// of a name the site's own action or function binds. That assumes a
+    /// declaration is bound at most once in view: under recursion a
+    /// callee reaching the name by dynamic scope from two nestings could
+    /// take an outer binding (review p4early SHOULD-FIX 2), so the checker
+    /// refuses recursion, as P4-16 does (`check::check_calls`). Atomic only for sharing the compiled code between
+    /// threads (relaxed: a stale place is checked like any other).
+    pub slot: AtomicU32,
+    /// The address of the name string found at [`Chain::slot`] (the
+    /// binding's own `&str`: comparing it is cheaper than the bytes).
+    pub name_at: AtomicUsize,
+}
+
+/// How many times each name is bound (parameters, block variables,
+/// declarations anywhere in the bodies) among the frames a compiled site
+/// can see: a block's own parameters, variables, `apply`/state bodies and
+/// the actions declared in it (they run on the block's frames); a
+/// function's or a top-level action's parameters and body (they run
+/// behind a barrier, `Run::invoke`).
+pub(crate) type Domain = std::collections::HashMap<String, u32>;
+
+/// Counts the declarations in `stmts` (at any depth) into `d`.
+fn domain_stmts(stmts: &[Stmt], d: &mut Domain) {
+    for s in stmts {
+        domain_stmt(s, d);
+    }
+}
+
+fn domain_stmt(s: &Stmt, d: &mut Domain) {
+    match s {
+        Stmt::Var(v) => *d.entry(v.name.name.clone()).or_default() += 1,
+        Stmt::Const(c) => *d.entry(c.name.name.clone()).or_default() += 1,
+        Stmt::Block(b) => domain_stmts(&b.stmts, d),
+        Stmt::If {
+            then, otherwise, ..
+        } => {
+            domain_stmt(then, d);
+            if let Some(o) = otherwise {
+                domain_stmt(o, d);
+            }
+        }
+        Stmt::Switch { cases, .. } => {
+            for c in cases {
+                if let Some(b) = &c.body {
+                    domain_stmts(&b.stmts, d);
+                }
+            }
+        }
+        Stmt::Assign { .. }
+        | Stmt::Call(_)
+        | Stmt::Exit(_)
+        | Stmt::Return(..)
+        | Stmt::Instantiation(_)
+        | Stmt::Empty(_) => {}
+    }
+}
+
+fn domain_params(params: &[ast::Param], d: &mut Domain) {
+    for p in params {
+        *d.entry(p.name.name.clone()).or_default() += 1;
+    }
+}
+
+/// The [`Domain`]s of a program: per block, per function (in
+/// `compile_with`'s order), per top-level action.
+struct Domains {
+    blocks: Vec<Domain>,
+    funcs: Vec<Domain>,
+    actions: Vec<Option<Domain>>,
+}
+
+fn domains(p: &Prog, funcs: &[(&String, &Arc<FuncDef>)]) -> Domains {
+    let mut blocks: Vec<Domain> = p
+        .blocks
+        .iter()
+        .map(|blk| {
+            let mut d = Domain::new();
+            domain_params(blk.params(), &mut d);
+            for (v, _) in &blk.vars {
+                *d.entry(v.name.name.clone()).or_default() += 1;
+            }
+            match &blk.kind {
+                BlockKind::Control(c) => domain_stmts(&c.apply.stmts, &mut d),
+                BlockKind::Parser(pd) => {
+                    for st in &pd.states {
+                        domain_stmts(&st.body, &mut d);
+                    }
+                }
+            }
+            d
+        })
+        .collect();
+    let mut actions = Vec::new();
+    for a in &p.actions {
+        let mut own = Domain::new();
+        domain_params(&a.decl.params, &mut own);
+        domain_stmts(&a.decl.body.stmts, &mut own);
+        match a.block.and_then(|b| blocks.get_mut(b)) {
+            Some(d) => {
+                for (n, k) in own {
+                    *d.entry(n).or_default() += k;
+                }
+                actions.push(None);
+            }
+            None => actions.push(Some(own)),
+        }
+    }
+    let funcs = funcs
+        .iter()
+        .map(|(_, f)| {
+            let mut d = Domain::new();
+            domain_params(&f.decl.proto.params, &mut d);
+            domain_stmts(&f.decl.body.stmts, &mut d);
+            d
+        })
+        .collect();
+    Domains {
+        blocks,
+        funcs,
+        actions,
+    }
 }
 
 pub(crate) struct Step {
@@ -179,8 +330,12 @@ pub(crate) enum CStmt {
     Assign(Expr, Option<Chain>, CExpr),
     Call(CExpr),
     If(CExpr, Box<CStmt>, Option<Box<CStmt>>, ast::Span),
-    /// A nested block (its own variable frame).
-    Block(Vec<CStmt>),
+    /// A nested block; `true`: it gets its own variable frame, because
+    /// it may declare a name ([`binds`]). A block that binds nothing runs
+    /// in its parent's frame: pushing and popping an empty frame per
+    /// packet was pure cost (docs/results/p4.md 2q), and name look-ups
+    /// no longer step over it.
+    Block(Vec<CStmt>, bool),
     /// A variable declaration with its type resolved at load.
     Var(String, Ty, Option<CExpr>, ast::Span),
     /// Not compiled: the walker executes it.
@@ -232,6 +387,26 @@ pub(crate) struct SSelect {
 pub(crate) struct CState {
     pub body: Vec<CStmt>,
     pub trans: CTrans,
+    /// The state's body may declare a name ([`binds`]): only then does
+    /// it get its own frame.
+    pub frame: bool,
+}
+
+/// Whether running `b` in a frame may bind a name in that very frame: a
+/// declaration at its top level or as the direct branch of an `if`
+/// (`if (c) bit<8> x = 1;`), or a statement left to the walker (which may
+/// be a declaration or a constant). Nested blocks bind in their own
+/// frames. Why: a frame that nothing is bound in changes no look-up
+/// (`var_in` finds the same variable without it), so it is skipped.
+pub(crate) fn binds(b: &[CStmt]) -> bool {
+    fn one(s: &CStmt) -> bool {
+        match s {
+            CStmt::Var(..) | CStmt::Walk(_) => true,
+            CStmt::If(_, t, e, _) => one(t) || e.as_deref().is_some_and(one),
+            CStmt::Assign(..) | CStmt::Call(_) | CStmt::Block(..) => false,
+        }
+    }
+    b.iter().any(one)
 }
 
 /// The compiled program (see the module documentation).
@@ -239,6 +414,9 @@ pub(crate) struct CState {
 pub(crate) struct Code {
     /// Per block: a control's `apply` statements.
     pub controls: Vec<Option<Vec<CStmt>>>,
+    /// Per block: whether its `apply` statements may bind a name in their
+    /// own frame ([`binds`]; the walker always pushes one).
+    pub control_frames: Vec<bool>,
     /// Per block: a parser's states, in the AST's order.
     pub states: Vec<Option<Vec<CState>>>,
     /// Per action: its body.
@@ -256,11 +434,16 @@ pub(crate) struct Code {
     pub flat_off: Option<&'static str>,
     /// Function bodies specialised for flat header arguments.
     pub specs: Vec<FlatSpec>,
+    /// Per action: its body for scalar-bound parameters, when it allows
+    /// it ([`SAction`]).
+    pub sactions: Vec<Option<SAction>>,
 }
 
 impl Code {
     /// Every compiled body: the controls', the actions', the functions'
     /// and the specialised ones (what the load-time site counts walk).
+    /// Not the scalar-bound actions' ([`Code::sactions`]): the counts
+    /// below leave those out.
     fn bodies(&self) -> impl Iterator<Item = &Vec<CStmt>> + '_ {
         self.controls
             .iter()
@@ -305,7 +488,7 @@ impl Code {
                 site(e);
             }
             expr_nodes(e, &mut |x| {
-                if let CExpr::Method { cargs, .. } = x {
+                if let CExpr::Method { cargs, .. } | CExpr::ExternFn { cargs, .. } = x {
                     for a in cargs.iter().flatten() {
                         match a {
                             CArg::One(x) => site(x),
@@ -315,6 +498,69 @@ impl Code {
                 }
             });
         });
+        n
+    }
+
+    /// The variables' look-ups through a place kept in the chain:
+    /// `(slotted, all)` over the compiled `CExpr::Peek`s whose chain is
+    /// not in the flat headers (a specialised body counted again),
+    /// slotted being those whose root is bound once in view
+    /// ([`Chain::unique`], [`Run::root_at`]). Why: the slot gives the
+    /// search's answer by design, so outputs cannot tell whether it is in
+    /// use; this count says it is (read at load, never on the data path).
+    pub fn slot_peeks(&self) -> (usize, usize) {
+        let mut n = (0, 0);
+        self.exprs(&mut |e, _| {
+            expr_nodes(e, &mut |x| {
+                if let CExpr::Peek(c, _) = x {
+                    if c.flat.is_none() {
+                        n.0 += usize::from(c.unique);
+                        n.1 += 1;
+                    }
+                }
+            });
+        });
+        n
+    }
+
+    /// The compiled blocks (nested blocks, parser states, controls'
+    /// `apply`): `(with a frame, all)`. A block gets its own frame only
+    /// when it may bind a name in it ([`binds`]); read at load, so tests
+    /// can say the skip is in use.
+    pub fn block_frames(&self) -> (usize, usize) {
+        fn walk(b: &[CStmt], n: &mut (usize, usize)) {
+            for s in b {
+                match s {
+                    CStmt::Block(b, frame) => {
+                        n.0 += usize::from(*frame);
+                        n.1 += 1;
+                        walk(b, n);
+                    }
+                    CStmt::If(_, t, e, _) => {
+                        walk(std::slice::from_ref(t), n);
+                        if let Some(e) = e {
+                            walk(std::slice::from_ref(e), n);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut n = (0, 0);
+        for b in self.bodies() {
+            walk(b, &mut n);
+        }
+        for (c, f) in self.controls.iter().zip(&self.control_frames) {
+            if c.is_some() {
+                n.0 += usize::from(*f);
+                n.1 += 1;
+            }
+        }
+        for st in self.states.iter().flatten().flatten() {
+            n.0 += usize::from(st.frame);
+            n.1 += 1;
+            walk(&st.body, &mut n);
+        }
         n
     }
 
@@ -349,7 +595,7 @@ fn stmts_exprs(b: &[CStmt], f: &mut impl FnMut(&CExpr, bool)) {
                     stmts_exprs(std::slice::from_ref(e), f);
                 }
             }
-            CStmt::Block(b) => stmts_exprs(b, f),
+            CStmt::Block(b, _) => stmts_exprs(b, f),
             CStmt::Var(_, _, None, _) | CStmt::Walk(_) => {}
         }
     }
@@ -373,13 +619,9 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         }
         CExpr::Method { obj, cargs, .. } => {
             expr_nodes(obj, f);
-            for a in cargs.iter().flatten() {
-                match a {
-                    CArg::One(x) => expr_nodes(x, f),
-                    CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
-                }
-            }
+            cargs_nodes(cargs, f);
         }
+        CExpr::ExternFn { cargs, .. } => cargs_nodes(cargs, f),
         CExpr::Lit(_)
         | CExpr::Peek(..)
         | CExpr::Named(..)
@@ -389,9 +631,32 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         | CExpr::ActionFlat(..)
         | CExpr::Func(..)
         | CExpr::FuncFlat(..)
-        | CExpr::ExternFn { .. }
+        | CExpr::AParam(..)
         | CExpr::Walk(_) => {}
     }
+}
+
+/// [`expr_nodes`] of compiled extern arguments.
+fn cargs_nodes(cargs: &Option<Vec<CArg>>, f: &mut impl FnMut(&CExpr)) {
+    for a in cargs.iter().flatten() {
+        match a {
+            CArg::One(x) => expr_nodes(x, f),
+            CArg::List(xs) => xs.iter().for_each(|x| expr_nodes(x, f)),
+        }
+    }
+}
+
+/// Whether extern function `name` reads its arguments only through
+/// `Run::arg_val` (`extern_function`: no `lvalue`, no `assign`, no `eval`
+/// of an argument's AST): its arguments can then be compiled
+/// ([`CExpr::ExternFn`]'s `cargs`) with the walker's results. The list
+/// holds only while `extern_function` (externs.rs, the comment at its
+/// `match`) keeps reading these arguments that way.
+fn extern_fn_cargs(name: &str) -> bool {
+    matches!(
+        name,
+        "send_to_port" | "drop_packet" | "is_host_port" | "is_net_port"
+    )
 }
 
 /// The main blocks' headers struct (`headers_t`: a struct of headers
@@ -621,6 +886,37 @@ struct Cx<'p> {
     /// Variables the body being compiled declared so far, with their
     /// types (the scalar tier's leaves; the field guesses too).
     locals: std::cell::RefCell<Vec<(String, Ty)>>,
+    /// The names the frames can hold where this body runs ([`Domain`];
+    /// `None`: not known, no chain is `unique`).
+    bound: Option<&'p Domain>,
+    /// Every body's [`Domain`] (for the specialised bodies).
+    doms: &'p Domains,
+    /// In an action body compiled for scalar-bound parameters
+    /// ([`SAction`]): the parameters and the flag set when the body reads
+    /// one other than by value.
+    aparams: Option<&'p AParams>,
+}
+
+/// The parameters of an action compiled for scalar binding, and whether
+/// the body needs them in the frame after all (see [`Cx::aparam`]).
+struct AParams {
+    names: Vec<(String, STy)>,
+    bad: std::cell::Cell<bool>,
+}
+
+/// An action whose parameters are all directionless `bit<W>`/`int<W>`/
+/// `bool` (action data), compiled with every read of a parameter a read
+/// of the run's scalar store ([`CExpr::AParam`], [`scalar::SNode`]'s
+/// `AParam`): a table's call binds the entry's data there as `u128`s
+/// (`Run::call_table_action`) instead of cloning `Value`s into a frame,
+/// searching it by name per read and dropping them after. Only when the
+/// body reads the parameters by value and nowhere else (no walker AST,
+/// no field chain, no call argument naming them; see [`Cx::aparam`]).
+/// Why: the action data's clones, drops and name searches were what is
+/// left of a table hit (docs/results/p4.md 2p, 2r).
+pub(crate) struct SAction {
+    pub body: Vec<CStmt>,
+    pub tys: Vec<STy>,
 }
 
 /// Compiles every body of `p`, with the headers flat when the program
@@ -779,7 +1075,8 @@ fn compile_with(
         }
         Some((root, fl?))
     };
-    for (_, f) in &names {
+    let doms = domains(p, &names);
+    for (fi, (_, f)) in names.iter().enumerate() {
         let cx = Cx {
             p,
             block: None,
@@ -792,10 +1089,13 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: Some(&doms.funcs[fi]),
+            doms: &doms,
+            aparams: None,
         };
         code.functions.push(cx.stmts(&f.decl.body.stmts));
     }
-    for a in &p.actions {
+    for (ai, a) in p.actions.iter().enumerate() {
         let mut scope = a.block.map(|b| block_scope(p, b)).unwrap_or_default();
         scope.extend(params_scope(&a.decl.params, &a.param_tys));
         let cx = Cx {
@@ -810,8 +1110,15 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: match a.block {
+                Some(b) => doms.blocks.get(b),
+                None => doms.actions.get(ai).and_then(Option::as_ref),
+            },
+            doms: &doms,
+            aparams: None,
         };
         code.actions.push(cx.stmts(&a.decl.body.stmts));
+        code.sactions.push(saction(&cx, a));
     }
     for (ti, t) in p.tables.iter().enumerate() {
         // The block that declares the table: its names are the keys'.
@@ -832,6 +1139,9 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: owner.and_then(|b| doms.blocks.get(b)),
+            doms: &doms,
+            aparams: None,
         };
         code.keys
             .push(t.keys.iter().map(|k| cx.expr(&k.expr)).collect());
@@ -849,20 +1159,30 @@ fn compile_with(
             depth: 0,
             plain: Default::default(),
             locals: Default::default(),
+            bound: doms.blocks.get(b),
+            doms: &doms,
+            aparams: None,
         };
         match &blk.kind {
             BlockKind::Control(c) => {
-                code.controls.push(Some(cx.stmts(&c.apply.stmts)));
+                let body = cx.stmts(&c.apply.stmts);
+                code.control_frames.push(binds(&body));
+                code.controls.push(Some(body));
                 code.states.push(None);
             }
             BlockKind::Parser(pd) => {
                 code.controls.push(None);
+                code.control_frames.push(false);
                 let states = pd
                     .states
                     .iter()
-                    .map(|s| CState {
-                        body: cx.stmts(&s.body),
-                        trans: cx.trans(b, s),
+                    .map(|s| {
+                        let body = cx.stmts(&s.body);
+                        CState {
+                            frame: binds(&body),
+                            body,
+                            trans: cx.trans(b, s),
+                        }
                     })
                     .collect();
                 code.states.push(Some(states));
@@ -871,6 +1191,69 @@ fn compile_with(
     }
     code.specs = specs.into_inner().into_iter().map(|(_, s)| s).collect();
     code
+}
+
+/// Action `a`'s body compiled for scalar-bound parameters ([`SAction`])
+/// with `cx` (the plain body's context), or `None` when its parameters
+/// are not all directionless scalars or the body needs them in the frame.
+fn saction(cx: &Cx, a: &crate::interp::check::ActionDef) -> Option<SAction> {
+    let params = &a.decl.params;
+    if params.is_empty() || params.len() != a.param_tys.len() {
+        return None;
+    }
+    let mut names = Vec::with_capacity(params.len());
+    for (prm, ty) in params.iter().zip(&a.param_tys) {
+        let n = &prm.name.name;
+        // A name the block also resolves (a table, an instance, an
+        // action, a constant) is looked up at run time by the compiled
+        // code (`CExpr::Apply`, `CExpr::Named`): the frame must hold it.
+        if prm.direction != ast::Direction::None
+            || cx.local(n).is_some()
+            || cx.p.g.consts.contains_key(n.as_str())
+            || names.iter().any(|(x, _): &(String, STy)| x == n)
+            // A block's parameter or variable of that name: a block action
+            // this one calls (no barrier between them) would find the
+            // parameter in this action's frame by the walker's dynamic
+            // scope, not the block's (review p4early MUST-FIX 1).
+            || cx
+                .block
+                .is_some_and(|b| block_scope(cx.p, b).iter().any(|(x, _)| x == n))
+        {
+            return None;
+        }
+        names.push((n.clone(), STy::of(ty)?));
+    }
+    let ap = AParams {
+        names,
+        bad: Default::default(),
+    };
+    let scx = Cx {
+        p: cx.p,
+        block: cx.block,
+        fns: cx.fns,
+        scope: cx.scope.clone(),
+        flat: cx.flat,
+        bad: cx.bad,
+        alias: None,
+        specs: cx.specs,
+        depth: 0,
+        plain: Default::default(),
+        locals: Default::default(),
+        // Sound with the parameters out of the frame: a chain rooted at
+        // one marks the body bad, so no chain of the body can be rooted at
+        // a name the action binds, and the domain's counts still hold.
+        bound: cx.bound,
+        doms: cx.doms,
+        aparams: Some(&ap),
+    };
+    let body = scx.stmts(&a.decl.body.stmts);
+    if ap.bad.get() {
+        return None;
+    }
+    Some(SAction {
+        body,
+        tys: ap.names.iter().map(|(_, t)| *t).collect(),
+    })
 }
 
 /// Whether `text` (an AST's `Debug` form) names identifier `root`.
@@ -884,18 +1267,48 @@ impl Cx<'_> {
     /// array). Conservative: any identifier of that name counts (a field
     /// of that name too).
     fn note(&self, e: &Expr) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{e:?}"));
         }
     }
 
     fn note_stmt(&self, st: &Stmt) {
-        if self.flat.is_some() || self.alias.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
             self.note_text(&format!("{st:?}"));
         }
     }
 
+    /// Action parameter `name` bound as a scalar ([`SAction`]): its index
+    /// and type, when the body compiled has them ([`Cx::aparams`]) and no
+    /// variable it declared hides it.
+    fn aparam(&self, name: &str) -> Option<(usize, STy)> {
+        let ap = self.aparams?;
+        let i = ap.names.iter().position(|(n, _)| n == name)?;
+        if self.locals.borrow().iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        Some((i, ap.names[i].1))
+    }
+
     fn note_text(&self, text: &str) {
+        // The walker reads a scalar-bound parameter from the frame only.
+        if let Some(ap) = self.aparams {
+            if ap.names.iter().any(|(n, _)| names_ident(text, n)) {
+                ap.bad.set(true);
+            }
+            // Walked code that calls a block action (or applies a block
+            // table, whose actions run without a barrier too) would let
+            // the callee look for a parameter in a frame that does not
+            // hold it (see `action_call`).
+            if let Some(b) = self.block {
+                let hit = self.p.blocks[b].locals.iter().any(|(n, l)| {
+                    matches!(l, Local::Action(_) | Local::Table(_)) && names_ident(text, n)
+                });
+                if hit {
+                    ap.bad.set(true);
+                }
+            }
+        }
         if let Some((root, _)) = self.flat {
             if names_ident(text, root) {
                 match &self.alias {
@@ -944,6 +1357,13 @@ impl Cx<'_> {
         }
     }
 
+    /// Whether a variable named `name` may be in view where this body
+    /// runs: `false` only when its [`Domain`] is known and binds no such
+    /// name (then the walker's search of the frames would find none).
+    fn may_bind(&self, name: &str) -> bool {
+        self.bound.is_none_or(|d| d.contains_key(name))
+    }
+
     fn local(&self, name: &str) -> Option<&Local> {
         self.block.and_then(|b| self.p.blocks[b].locals.get(name))
     }
@@ -963,6 +1383,11 @@ impl Cx<'_> {
                 _ => return None,
             }
         };
+        if let (Some(ap), Some(_)) = (self.aparams, self.aparam(&root)) {
+            // A chain reads the frame (a field, an assignment's target, a
+            // call's argument): the parameter must be there.
+            ap.bad.set(true);
+        }
         names.reverse();
         let flat = match self.flat_at(&root, &names) {
             Some(f) => f,
@@ -987,7 +1412,15 @@ impl Cx<'_> {
                 name,
             });
         }
-        Some(Chain { root, steps, flat })
+        let unique = self.bound.is_some_and(|d| d.get(&root) == Some(&1));
+        Some(Chain {
+            root,
+            steps,
+            flat,
+            unique,
+            slot: AtomicU32::new(u32::MAX),
+            name_at: AtomicUsize::new(0),
+        })
     }
 
     fn stmts(&self, s: &[Stmt]) -> Vec<CStmt> {
@@ -1032,7 +1465,11 @@ impl Cx<'_> {
                 otherwise.as_ref().map(|o| Box::new(self.stmt(o))),
                 span.clone(),
             ),
-            Stmt::Block(b) => CStmt::Block(self.stmts(&b.stmts)),
+            Stmt::Block(b) => {
+                let body = self.stmts(&b.stmts);
+                let frame = binds(&body);
+                CStmt::Block(body, frame)
+            }
             Stmt::Var(v) => {
                 let locals = self.block.map(|b| &self.p.blocks[b].locals);
                 if self.flat.is_some_and(|(r, _)| r == v.name.name) {
@@ -1091,6 +1528,11 @@ impl Cx<'_> {
 
     /// `e` compiled on [`Value`]s.
     fn expr_value(&self, e: &Expr) -> CExpr {
+        if let Expr::Path(id) = e {
+            if let Some((i, ty)) = self.aparam(&id.name) {
+                return CExpr::AParam(i, ty);
+            }
+        }
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
                 Some(b) => CExpr::Lit(Value::Bits(b)),
@@ -1100,7 +1542,7 @@ impl Cx<'_> {
             Expr::Path(id) => match self.named(id) {
                 Some(v) => {
                     self.note(e);
-                    CExpr::Named(id.clone(), v)
+                    CExpr::Named(id.clone(), v, self.may_bind(&id.name))
                 }
                 None => match self.chain(e) {
                     Some(c) => CExpr::Peek(c, e.clone()),
@@ -1369,6 +1811,13 @@ impl Cx<'_> {
             depth: self.depth + 1,
             plain: Default::default(),
             locals: Default::default(),
+            bound: match (key, block) {
+                ((false, i), _) => self.doms.funcs.get(i),
+                (_, Some(b)) => self.doms.blocks.get(b),
+                ((true, a), None) => self.doms.actions.get(a).and_then(Option::as_ref),
+            },
+            doms: self.doms,
+            aparams: None,
         };
         let before = self.specs.borrow().len();
         let body = cx.stmts(stmts);
@@ -1391,6 +1840,15 @@ impl Cx<'_> {
         if let Some((_, _, spec_bad)) = &self.alias {
             if self.p.actions[a].block.is_some() {
                 spec_bad.set(true);
+            }
+        }
+        // An action of the block runs without a barrier: by the walker's
+        // dynamic scope it sees the caller's frame, where a scalar-bound
+        // caller ([`SAction`]) holds no parameter (review p4early
+        // MUST-FIX 1). Such a caller keeps its frame.
+        if let Some(ap) = self.aparams {
+            if self.p.actions[a].block.is_some() {
+                ap.bad.set(true);
             }
         }
         match self.spec_flat(Callee::Action(a), args) {
@@ -1430,7 +1888,7 @@ impl Cx<'_> {
                     Expr::Path(id) => match self.local(&id.name) {
                         Some(Local::Table(t)) => {
                             self.note(whole);
-                            CExpr::Apply(id.clone(), *t, whole.clone())
+                            CExpr::Apply(id.clone(), *t, whole.clone(), self.may_bind(&id.name))
                         }
                         _ => self.walk(whole),
                     },
@@ -1500,12 +1958,31 @@ impl Cx<'_> {
                 if let Some(a) = self.p.g.actions.get(n) {
                     return self.action_call(*a, args);
                 }
-                self.note_args(args);
+                // Compiled arguments keep the flat headers (the walker
+                // would need the tree for `send_to_port(hdr.m.port)`).
+                let cargs: Option<Vec<CArg>> =
+                    (extern_fn_cargs(n) && type_args.is_empty()).then(|| {
+                        args.iter()
+                            .map(|a| match &a.value {
+                                Expr::List(items, _) => {
+                                    CArg::List(items.iter().map(|e| self.expr(e)).collect())
+                                }
+                                e => CArg::One(self.expr(e)),
+                            })
+                            .collect()
+                    });
+                if cargs.is_none() {
+                    self.note_args(args);
+                }
+                let port = n == "send_to_port"
+                    && matches!(cargs.as_deref(), Some([CArg::One(CExpr::Scalar(..))]));
                 CExpr::ExternFn {
                     name: n.to_string(),
                     type_args: type_args.to_vec(),
                     args: args.to_vec(),
                     span: span.clone(),
+                    cargs,
+                    port,
                 }
             }
             _ => self.walk(whole),
@@ -2069,9 +2546,71 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Where the walker's `var_in` finds `c`'s root: (frame, entry).
+    /// Through [`Chain::slot`] when the root's name is `unique` and the
+    /// entry there still holds the very name string found there before
+    /// (same address and length: the same bytes; any entry of that name is
+    /// then the only one in view); by the walker's search otherwise.
+    #[inline]
+    fn root_at(&self, c: &Chain) -> Option<(usize, usize)> {
+        if c.unique {
+            let h = c.slot.load(Ordering::Relaxed);
+            let top = self.frames.len();
+            let back = (h >> 16) as usize;
+            if back < top - self.base {
+                let fi = top - 1 - back;
+                let ix = (h & 0xffff) as usize;
+                if let Some((n, _)) = self.frames[fi].get(ix) {
+                    if n.as_ptr() as usize == c.name_at.load(Ordering::Relaxed)
+                        && n.len() == c.root.len()
+                    {
+                        return Some((fi, ix));
+                    }
+                }
+            }
+        }
+        self.root_search(c)
+    }
+
+    /// [`Run::root_at`] by the walker's search (innermost frame first,
+    /// last entry first), keeping the place in the chain when its name is
+    /// `unique`.
+    #[inline(never)]
+    fn root_search(&self, c: &Chain) -> Option<(usize, usize)> {
+        let top = self.frames.len();
+        for fi in (self.base..top).rev() {
+            let f = &self.frames[fi];
+            if let Some(ix) = f.iter().rposition(|(n, _)| name_eq(n, &c.root)) {
+                let back = top - 1 - fi;
+                if c.unique && back < 0xffff && ix <= 0xffff {
+                    c.slot
+                        .store((back as u32) << 16 | ix as u32, Ordering::Relaxed);
+                    c.name_at
+                        .store(f[ix].0.as_ptr() as usize, Ordering::Relaxed);
+                }
+                return Some((fi, ix));
+            }
+        }
+        None
+    }
+
+    /// `c`'s root variable (the walker's `var_in`).
+    #[inline]
+    fn root(&self, c: &Chain) -> Option<&Value> {
+        let (fi, ix) = self.root_at(c)?;
+        Some(&self.frames[fi][ix].1)
+    }
+
+    /// `c`'s root variable, to change (the walker's `var_mut`).
+    #[inline]
+    fn root_mut(&mut self, c: &Chain) -> Option<&mut Value> {
+        let (fi, ix) = self.root_at(c)?;
+        Some(&mut self.frames[fi][ix].1)
+    }
+
     /// What `peek_in` borrows for the chain's expression.
     fn peek_chain(&self, c: &Chain) -> Option<&Value> {
-        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
+        let mut v = self.root(c)?;
         for s in &c.steps {
             v = step(v, s)?;
         }
@@ -2086,7 +2625,7 @@ impl<'a> Run<'a> {
 
     /// The value `c`'s root and its first `n` steps find.
     fn chain_prefix_mut(&mut self, c: &Chain, n: usize) -> Option<&mut Value> {
-        let mut v = self.var_mut(&c.root)?;
+        let mut v = self.root_mut(c)?;
         for s in &c.steps[..n] {
             v = step_mut(v, s)?;
         }
@@ -2136,11 +2675,49 @@ impl<'a> Run<'a> {
     /// Emits the value `c` finds; `None` (nothing emitted) when it finds
     /// none.
     fn emit_chain(&mut self, c: &Chain) -> Option<R<()>> {
-        let mut v = super::eval::var_in(&self.frames[self.base..], &c.root)?;
+        let (fi, ix) = self.root_at(c)?;
+        let mut v = &self.frames[fi][ix].1;
         for s in &c.steps {
             v = step(v, s)?;
         }
         Some(super::eval::emit_into(&mut self.out, &mut self.prov, v))
+    }
+
+    /// A method call's receiver: `Ok(i)` when it is extern instance `i`
+    /// (what `ceval(obj)` gives as `Value::Instance(i)`), else the value
+    /// `ceval` gives. A variable holding an instance (`pkt`, a checksum
+    /// object passed to a function) is only looked at where it sits (its
+    /// chain's [`Chain::slot`]), with `ceval`'s step and depth, instead of
+    /// cloned into a `Value` and dropped after the call: every `extract`,
+    /// `emit` and checksum method paid that (p4meta's c7eee13, reverted
+    /// then for no timing win alone; docs/results/p4.md 2p, 2q).
+    #[inline]
+    ///
+    /// `ceval`'s `Peek` arm done here whole: a receiver the frames do not
+    /// hold (a block's or the program's extern instance: `reg.read`,
+    /// `counter.count`, a control-local checksum) is searched once, then
+    /// evaluated by the walker, not searched again by `ceval` (review
+    /// p4early SHOULD-FIX 3).
+    fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
+        if let CExpr::Peek(c, x) = obj {
+            if self.flat_of(c).is_none() {
+                self.enter()?;
+                let r = match self.peek_chain(c) {
+                    Some(Value::Instance(i)) => Ok(Ok(*i)),
+                    Some(v) => Ok(Err(v.clone())),
+                    None => self.eval(x).map(|v| match v {
+                        Value::Instance(i) => Ok(i),
+                        v => Err(v),
+                    }),
+                };
+                self.depth -= 1;
+                return r;
+            }
+        }
+        match self.ceval(obj)? {
+            Value::Instance(i) => Ok(Ok(i)),
+            v => Ok(Err(v)),
+        }
     }
 
     /// [`Run::eval`] of a compiled expression.
@@ -2189,7 +2766,8 @@ impl<'a> Run<'a> {
                     None => self.eval(x),
                 },
             },
-            CExpr::Named(id, v) => match self.var(&id.name) {
+            CExpr::Named(_, v, false) => Ok(v.clone()),
+            CExpr::Named(id, v, true) => match self.var(&id.name) {
                 Some(x) => Ok(x.clone()),
                 None => Ok(v.clone()),
             },
@@ -2236,8 +2814,8 @@ impl<'a> Run<'a> {
                 Some((_, FlatAt::Field { .. })) => fail(format!("{span}: isValid on a field")),
                 None => self.is_valid(obj, span),
             },
-            CExpr::Apply(id, t, whole) => {
-                if self.var(&id.name).is_none() {
+            CExpr::Apply(id, t, whole, bound) => {
+                if !*bound || self.var(&id.name).is_none() {
                     self.apply_table(*t)
                 } else {
                     self.eval(whole)
@@ -2252,8 +2830,8 @@ impl<'a> Run<'a> {
                 cargs,
                 csum,
             } => {
-                let recv = self.ceval(obj)?;
-                if let (Some(op), Value::Instance(i)) = (csum, &recv) {
+                let recv = self.crecv(obj)?;
+                if let (Some(op), Ok(i)) = (csum, &recv) {
                     let p: &'a Prog = self.p;
                     if p.externs
                         .get(*i)
@@ -2273,6 +2851,7 @@ impl<'a> Run<'a> {
                         };
                     }
                 }
+                let recv = recv.map_or_else(|v| v, Value::Instance);
                 match cargs {
                     Some(ca) => {
                         let saved = self.cargs.replace(ca);
@@ -2290,8 +2869,16 @@ impl<'a> Run<'a> {
                 span,
                 unions,
             } => {
-                let recv = self.ceval(obj)?;
-                if matches!(recv, Value::Instance(PKT_IN)) {
+                // The receiver matched as it comes (a `Value` built only
+                // for the method call: nothing to drop on the fast paths).
+                match self.crecv(obj)? {
+                    Ok(PKT_IN) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "extract", &[], args, span);
+                    }
+                }
+                {
                     match self.flat_of(chain) {
                         Some((fl, FlatAt::Header(h))) => return self.flat_extract(fl, h),
                         Some(_) => return fail(format!("{span}: extract of a field")),
@@ -2304,7 +2891,7 @@ impl<'a> Run<'a> {
                         return r;
                     }
                 }
-                self.call_method(recv, "extract", &[], args, span)
+                self.call_method(Value::Instance(PKT_IN), "extract", &[], args, span)
             }
             CExpr::Emit {
                 obj,
@@ -2312,9 +2899,12 @@ impl<'a> Run<'a> {
                 args,
                 span,
             } => {
-                let recv = self.ceval(obj)?;
-                if !matches!(recv, Value::Instance(PKT_OUT)) {
-                    return self.call_method(recv, "emit", &[], args, span);
+                match self.crecv(obj)? {
+                    Ok(PKT_OUT) => {}
+                    r => {
+                        let recv = r.map_or_else(|v| v, Value::Instance);
+                        return self.call_method(recv, "emit", &[], args, span);
+                    }
                 }
                 for (c, a) in chains.iter().zip(args) {
                     // The header where the chain finds it; the walker's
@@ -2375,7 +2965,37 @@ impl<'a> Run<'a> {
                 type_args,
                 args,
                 span,
-            } => self.extern_function(name, type_args, args, span),
+                cargs,
+                port,
+            } => match cargs.as_deref() {
+                Some([CArg::One(CExpr::Scalar(sc, fb))]) if *port => {
+                    // `extern_function`'s `send_to_port`: `arg_used` of
+                    // the argument as `ceval` would give it (its `enter`,
+                    // the tier or its fallback), without the `Value`.
+                    self.enter()?;
+                    let r = match self.scalar(sc) {
+                        Some((v, src)) => {
+                            self.suse(sc.e.ty, src);
+                            Ok(v)
+                        }
+                        None => self.ceval_inner(fb).map(|v| {
+                            self.use_val(&v);
+                            v.as_u128().unwrap_or(0)
+                        }),
+                    };
+                    self.depth -= 1;
+                    self.fwd.pna_dest = Some(Some(r? as u32));
+                    Ok(Value::Void)
+                }
+                // In force as for a method's (`CExpr::Method`).
+                Some(ca) => {
+                    let saved = self.cargs.replace(ca);
+                    let r = self.extern_function(name, type_args, args, span);
+                    self.cargs = saved;
+                    r
+                }
+                None => self.extern_function(name, type_args, args, span),
+            },
             CExpr::Scalar(s, fb) => match self.scalar(s) {
                 Some((v, src)) => Ok(s.e.ty.value(v, src)),
                 None => self.ceval_inner(fb),
@@ -2396,6 +3016,10 @@ impl<'a> Run<'a> {
                 self.tick()?;
                 ops::slice(&v, *hi, *lo).map_err(|m| Ctl::Fail(format!("{span}: {m}")))
             }
+            CExpr::AParam(i, ty) => match self.aparam(*i) {
+                Some((v, src)) => Ok(ty.value(v, src)),
+                None => fail("action parameter not bound"),
+            },
             CExpr::Walk(x) => self.eval(x),
         }
     }
@@ -2486,8 +3110,12 @@ impl<'a> Run<'a> {
         r
     }
 
-    /// Runs compiled statements in a new frame.
-    pub(crate) fn cexec_block(&mut self, b: &'a [CStmt]) -> R<()> {
+    /// Runs compiled statements in a new frame when `frame` (they may
+    /// bind a name, [`binds`]); in the current one otherwise.
+    pub(crate) fn cexec_block(&mut self, b: &'a [CStmt], frame: bool) -> R<()> {
+        if !frame {
+            return b.iter().try_for_each(|s| self.cexec(s));
+        }
         let f = self.new_frame();
         self.frames.push(f);
         let r = b.iter().try_for_each(|s| self.cexec(s));
@@ -2506,7 +3134,7 @@ impl<'a> Run<'a> {
                 let v = self.ceval_value(rhs)?;
                 self.cassign(lhs, chain, v)
             }
-            CStmt::Call(e) => self.ceval(e).map(|_| ()),
+            CStmt::Call(e) => self.ceval(e).map(Value::discard),
             CStmt::If(cond, then, otherwise, span) => {
                 if let CExpr::Scalar(s, _) = cond {
                     if s.e.ty == STy::Bool {
@@ -2531,7 +3159,7 @@ impl<'a> Run<'a> {
                     _ => fail(format!("{span}: condition is not a boolean")),
                 }
             }
-            CStmt::Block(b) => self.cexec_block(b),
+            CStmt::Block(b, frame) => self.cexec_block(b, *frame),
             CStmt::Var(name, ty, init, span) => {
                 let mut val = ty.default_value();
                 if let Some(init) = init {
@@ -2571,14 +3199,18 @@ impl<'a> Run<'a> {
             let Some(st) = states.get(si) else {
                 return fail(format!("{span}: no parser state #{si}"));
             };
-            let f = self.new_frame();
-            self.frames.push(f);
+            if st.frame {
+                let f = self.new_frame();
+                self.frames.push(f);
+            }
             let r = st.body.iter().try_for_each(|s| self.cexec(s));
             let next = match r {
                 Ok(()) => self.ctransition(&st.trans),
                 Err(e) => Err(e),
             };
-            self.pop_frame();
+            if st.frame {
+                self.pop_frame();
+            }
             cur = next?;
         }
     }

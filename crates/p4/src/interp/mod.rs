@@ -164,6 +164,8 @@ pub(crate) struct State {
     /// so only this count tells a test that it ran (one add per tier
     /// evaluation, no cost worth a `cfg`).
     pub scalar_runs: u64,
+    /// Table calls of scalar-bound actions (`fast::SAction`) since load.
+    pub scalar_actions: u64,
     /// Table keys `Run::key_bits` read without a `Value` since load
     /// (results equal the `Value` path's, so only this count tells a test
     /// that the fast path ran; one add per key).
@@ -225,6 +227,9 @@ pub(crate) struct Pool {
     pub agg_spare: Vec<Value>,
     /// The flat headers of the packet being run (`fast::FlatLayout`).
     pub flat: fast::FlatStore,
+    /// The parameters of the scalar-bound actions running
+    /// (`fast::SAction`), each call's after its caller's.
+    pub aparams: Vec<(u128, crate::value::Src)>,
 }
 
 impl State {
@@ -266,6 +271,7 @@ impl State {
             entry_ttl: Default::default(),
             errors: 0,
             scalar_runs: 0,
+            scalar_actions: 0,
             key_bits_reads: 0,
             clock: 0,
             mirror: Default::default(),
@@ -359,6 +365,20 @@ impl Pipeline {
     /// code): decided at load, so tests can say the tier is in use.
     pub fn scalar_sites(&self) -> (usize, usize) {
         self.prog.fast.as_ref().map_or((0, 0), |c| c.scalar_sites())
+    }
+
+    /// The compiled variable look-ups that go through a place kept in
+    /// their chain, `(slotted, all)` (`fast::Code::slot_peeks`; `(0, 0)`
+    /// without compiled code).
+    pub fn slot_peeks(&self) -> (usize, usize) {
+        self.prog.fast.as_ref().map_or((0, 0), |c| c.slot_peeks())
+    }
+
+    /// The compiled blocks that get their own variable frame, `(with a
+    /// frame, all)` (`fast::Code::block_frames`; `(0, 0)` without
+    /// compiled code): a block binding no name runs in its parent's.
+    pub fn block_frames(&self) -> (usize, usize) {
+        self.prog.fast.as_ref().map_or((0, 0), |c| c.block_frames())
     }
 
     /// How many function or action bodies were compiled for flat header
@@ -465,6 +485,13 @@ impl Pipeline {
         self.st.scalar_runs
     }
 
+    /// Table hits and misses whose action ran with its parameters bound
+    /// as scalars (`fast::SAction`) since load: tests read this to know
+    /// the binding was not bypassed (its results are the frame's).
+    pub fn scalar_action_calls(&self) -> u64 {
+        self.st.scalar_actions
+    }
+
     /// Table keys read as bits where they sit (`Run::key_bits`, no
     /// `Value` built) since load: tests read this to know the fast path
     /// was not bypassed (its results are the `Value` path's).
@@ -484,6 +511,7 @@ pub(crate) fn probe_width(p: &Prog, block: usize, e: &ast::Expr) -> Result<u32, 
         entry_ttl: Default::default(),
         errors: 0,
         scalar_runs: 0,
+        scalar_actions: 0,
         key_bits_reads: 0,
         clock: 0,
         mirror: Default::default(),

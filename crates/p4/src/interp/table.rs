@@ -130,7 +130,7 @@ impl Run<'_> {
         }
         match hit_entry {
             Some((_, a)) => {
-                self.call_with_data(t, a, best)?;
+                self.call_with_data(t, a, best)?.discard();
                 Ok(Value::ApplyResult {
                     hit: true,
                     action: a,
@@ -145,7 +145,7 @@ impl Run<'_> {
                 if td.info.add_on_miss {
                     self.miss_ctx().pop();
                 }
-                r?;
+                r?.discard();
                 Ok(Value::ApplyResult {
                     hit: false,
                     action: a,

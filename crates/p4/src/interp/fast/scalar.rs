@@ -40,7 +40,7 @@ pub(crate) enum STy {
 }
 
 impl STy {
-    fn of(t: &Ty) -> Option<STy> {
+    pub(crate) fn of(t: &Ty) -> Option<STy> {
         match t {
             Ty::Bits(w, s) if (1..=128).contains(w) => Some(STy::Bits(*w, *s)),
             Ty::Bool => Some(STy::Bool),
@@ -104,6 +104,8 @@ pub(crate) enum SNode {
     Var(Box<Chain>),
     /// `c.isValid()` of a variable's header.
     VarValid(Box<Chain>),
+    /// Parameter `i` of a scalar-bound action (`fast::SAction`).
+    AParam(usize),
     /// A block or global constant, unless a variable of that name is in
     /// scope at run time (as `CExpr::Named`).
     Named(Box<str>, u128, Src),
@@ -217,6 +219,10 @@ impl Cx<'_> {
                 node(ty, SNode::Const(lit_bits(lit, w, s)?.v))
             }
             Expr::Bool(b, _) => node(STy::Bool, SNode::Const(u128::from(*b))),
+            Expr::Path(id) if self.aparam(&id.name).is_some() => {
+                let (i, ty) = self.aparam(&id.name)?;
+                node(ty, SNode::AParam(i))
+            }
             Expr::Path(id) => match self.named(id) {
                 Some(Value::Bits(b)) => node(
                     STy::of(&Ty::Bits(b.width, b.signed))?,
@@ -432,6 +438,7 @@ fn walk(e: &SExpr, d: u32, f: &mut impl FnMut(&SExpr, u32)) {
         | SNode::Valid(_)
         | SNode::Var(_)
         | SNode::VarValid(_)
+        | SNode::AParam(_)
         | SNode::Named(..) => {}
         SNode::Unary(_, a) | SNode::Slice(a, _, _) | SNode::Cast(a) => walk(a, d + 1, f),
         SNode::Bin(_, a, b)
@@ -527,6 +534,7 @@ impl Run<'_> {
                 (Value::Bool(x, src), STy::Bool) => (u128::from(*x), *src),
                 _ => return None,
             },
+            SNode::AParam(i) => self.aparam(*i)?,
             SNode::VarValid(c) => match self.peek_chain(c)? {
                 Value::Header(h) => (u128::from(h.valid), Src::None),
                 _ => return None,

@@ -1,0 +1,303 @@
+//! Variables on the data path (docs/results/p4.md 2q): blocks that bind
+//! no name run in their parent's frame (`fast::binds`), and a variable's
+//! chain finds its root through the place it was found last
+//! (`Chain::slot`) when its name is bound once in view. Both must give
+//! the walker's (`process_reference`) outputs and whole traces: a block
+//! that binds keeps its frame (its names shadow, not overwrite), a name
+//! bound twice in view is searched (the innermost wins, as in the
+//! walker), and a stale place (the same site at another nesting) is
+//! noticed.
+
+mod interp_support;
+use interp_support::{corpus, load, xorshift};
+use nicflow_p4::Pipeline;
+
+/// `K` is a constant unless `pk`'s parameter is in view (`rk` called
+/// from `pk`: the walker's dynamic scope). `v` is bound three times in `Main` (a block variable, a nested
+/// block's variable, an action parameter): never slotted. `u` is bound
+/// once: slotted, and `ru` reads it from two nestings (inside a block
+/// that binds, and at the top), so its place goes stale between calls.
+/// `rd` reads `v` by the walker's dynamic scope: the block's `v` from
+/// `apply`, `pv`'s parameter when `pv` calls it (first from a block that
+/// binds, at the same depth as `pv`'s frame later). `MAIN` goes at the
+/// end of `apply`.
+const TEMPLATE: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
+struct headers_t { a_t a; b_t b; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start {
+        pkt.extract(hdr.a);
+        transition select(hdr.a.t) { 0x0800: pb; 0x0801: pc; default: accept; }
+    }
+    state pb { pkt.extract(hdr.b); transition accept; }
+    state pc { bit<8> k = 7; pkt.extract(hdr.b); hdr.b.w = k; transition accept; }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    bit<8> u;
+    bit<8> v;
+    const bit<8> K = 3;
+    action rk() { hdr.b.x = hdr.b.x + K; }
+    action pk(bit<8> K) { rk(); }
+    action rd() { hdr.b.z = v; }
+    action ru() { hdr.b.w = hdr.b.w + u; }
+    action pv(bit<8> w, bit<8> v) { rd(); hdr.b.w = hdr.b.w + v + w; }
+    apply {
+        if (hdr.b.isValid()) {
+            u = hdr.b.x;
+            v = hdr.b.y;
+            {
+                bit<8> v = 9;
+                hdr.b.y = hdr.b.y ^ v;
+            }
+            hdr.b.x = v;
+            if (hdr.b.x > 128) {
+                bit<8> q = 3;
+                rd();
+                ru();
+                hdr.b.w = hdr.b.w + q;
+            } else {
+                bit<8> q = 4;
+                rd();
+                ru();
+                hdr.b.w = hdr.b.w - q;
+            }
+            ru();
+            pv(hdr.b.z, 5);
+            rk();
+            pk(hdr.b.y);
+            MAIN
+        }
+        send_to_port((PortId_t)1);
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply {
+        pkt.emit(hdr.a);
+        pkt.emit(hdr.b);
+    }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+fn build(main: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let text = TEMPLATE.replace("MAIN", main);
+    let prog = nicflow_p4::front::parse_str("vars.p4", &text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Packets that parse `b_t` through either state, or not at all.
+fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut next = xorshift(seed);
+    (0..n)
+        .map(|_| {
+            let len = 14 + (next() % 8) as usize;
+            let mut p: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let t: u16 = [0x0800, 0x0801, 0x0806][(next() % 3) as usize];
+            p[12..14].copy_from_slice(&t.to_be_bytes());
+            p
+        })
+        .collect()
+}
+
+/// Each packet through `fast.process` and `reference.process_reference`:
+/// outputs and whole traces equal; the outputs sent.
+fn agree(what: &str, fast: &mut Pipeline, reference: &mut Pipeline, pkts: &[Vec<u8>]) -> usize {
+    let mut sent = 0;
+    for (i, p) in pkts.iter().enumerate() {
+        let a = fast.process(0, p, i as u64);
+        let b = reference.process_reference(0, p, i as u64);
+        assert_eq!(a, b, "{what}: packet {i} {p:02x?}: compiled path != walker");
+        sent += a.outputs.len();
+    }
+    assert_eq!(fast.error_count(), reference.error_count(), "{what}");
+    sent
+}
+
+#[test]
+fn shadowed_stale_and_slotted_variables_agree_with_the_walker() {
+    let (Some(mut fast), Some(mut reference)) = (build(""), build("")) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    let sent = agree("template", &mut fast, &mut reference, &packets(3, 600));
+    assert!(sent > 300, "too few packets forwarded ({sent})");
+    // The nested block's and the `if` branches' declarations keep their
+    // frames; `apply` itself, the outer `if`'s block and state `pb` bind
+    // nothing and get none.
+    let (framed, all) = fast.block_frames();
+    assert!(
+        framed < all,
+        "no block runs without a frame: {framed} of {all}"
+    );
+    // `u` in `ru` and the receivers `pkt` are slotted; `v` (bound three
+    // times in `Main`) is not.
+    let (slotted, peeks) = fast.slot_peeks();
+    assert!(
+        slotted > 0 && slotted < peeks,
+        "slotted {slotted} of {peeks}"
+    );
+    // The same with a later `v` read at the top after `pv` (the slot of
+    // `rd`'s `v` is never used: a stale one would give `pv`'s 5).
+    let main = "hdr.b.y = v; rd();";
+    let (Some(mut fast), Some(mut reference)) = (build(main), build(main)) else {
+        return;
+    };
+    agree("after pv", &mut fast, &mut reference, &packets(5, 600));
+}
+
+#[test]
+fn routing_runs_without_empty_frames_and_slots_its_receivers() {
+    let (Some(mut fast), Some(mut reference)) = (load("pna/routing.p4"), load("pna/routing.p4"))
+    else {
+        return;
+    };
+    // routing.p4 declares no variable in any body: no block, state or
+    // `apply` needs a frame of its own (the `if`'s block, three states,
+    // three `apply`s).
+    assert_eq!(fast.block_frames(), (0, 7));
+    // Every variable look-up of the compiled code is slotted: the
+    // receivers `pkt` (4) and `chk` (5 in `ip_ttl_dec`, in its plain and
+    // its flat body), `nh_index`, `index`, `dmac`, ...
+    let (slotted, peeks) = fast.slot_peeks();
+    assert_eq!(slotted, peeks);
+    assert!(peeks >= 9, "{peeks}");
+    interp_support::add_routes(&mut fast, &[(0xc612_0000, 16), (0xc613_0000, 24)], 2);
+    interp_support::add_routes(&mut reference, &[(0xc612_0000, 16), (0xc613_0000, 24)], 2);
+    let mut next = xorshift(11);
+    for i in 0..300u64 {
+        let mut p = vec![0u8; 34];
+        p[12..14].copy_from_slice(&[0x08, 0x00]);
+        p[14] = 0x45;
+        p[22] = (next() % 4) as u8;
+        let dst: u32 = 0xc612_0000 | (next() as u32 & 0x1_ffff);
+        p[30..34].copy_from_slice(&dst.to_be_bytes());
+        let a = fast.process(0, &p, i);
+        let b = reference.process_reference(0, &p, i);
+        assert_eq!(a, b, "packet {i}");
+    }
+}
+
+/// Review p4early SHOULD-FIX 1's cases, each through `agree`:
+/// (a) `ra` reads the block variable `u` (bound once: slotted) from a
+/// table applied at two nestings, chosen per packet by the low bit of
+/// `hdr.b.x` (even inside a block that binds `y`, odd at the top), so
+/// the slot the last packet left is stale for the next;
+/// (b) `av` reads `v`, bound twice in `Main` (the block's and a nested
+/// block's): the walker finds the nested one, so the name must not be
+/// slotted;
+/// (c) parser state `lp` loops on itself declaring a local `k` (a frame
+/// per visit), next to `pb`, which binds nothing;
+/// (d) nested blocks with and without declarations and shadowing.
+const CASES_P4: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
+struct headers_t { a_t a; b_t b; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    bit<8> c;
+    state start {
+        c = 0;
+        pkt.extract(hdr.a);
+        transition select(hdr.a.t) { 0x0800: pb; 0x0801: lp; default: accept; }
+    }
+    state pb { pkt.extract(hdr.b); transition accept; }
+    state lp {
+        bit<8> k = c + 1;
+        c = k;
+        transition select(k) { 3: fin; default: lp; }
+    }
+    state fin { pkt.extract(hdr.b); hdr.b.w = hdr.b.w + c; transition accept; }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    bit<8> u;
+    bit<8> v;
+    action ra() { hdr.b.z = hdr.b.z + u; }
+    action av() { hdr.b.w = hdr.b.w ^ v; }
+    table t {
+        key = { hdr.b.y : exact; }
+        actions = { ra; }
+        default_action = ra();
+    }
+    apply {
+        if (hdr.b.isValid()) {
+            u = hdr.b.y;
+            v = hdr.b.x;
+            if (hdr.b.x[0:0] == 0) {
+                bit<8> y = hdr.b.x + 1;
+                t.apply();
+                hdr.b.y = hdr.b.y + y;
+            } else {
+                t.apply();
+            }
+            {
+                bit<8> v = hdr.b.y ^ 0x5a;
+                av();
+            }
+            av();
+            {
+                bit<8> x = 1;
+                { x = 2; }
+                { bit<8> x = 3; hdr.b.y = hdr.b.y + x; }
+                hdr.b.x = hdr.b.x + x;
+            }
+        }
+        send_to_port((PortId_t)1);
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply {
+        pkt.emit(hdr.a);
+        pkt.emit(hdr.b);
+    }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+#[test]
+fn review_cases_agree_with_the_walker() {
+    let load_cases = || -> Option<Pipeline> {
+        let c = corpus()?;
+        let prog = nicflow_p4::front::parse_str("cases.p4", CASES_P4, &[c.join("include")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    };
+    let (Some(mut fast), Some(mut reference)) = (load_cases(), load_cases()) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    // (a): `hdr.b.x` alternates even/odd from one parsed packet to the
+    // next (every third is not parsed); (c): every third goes through
+    // the loop.
+    let mut next = xorshift(17);
+    let pkts: Vec<Vec<u8>> = (0..600u64)
+        .map(|i| {
+            let mut p: Vec<u8> = (0..18).map(|_| next() as u8).collect();
+            let t: u16 = [0x0800, 0x0801, 0x0806][(i % 3) as usize];
+            p[12..14].copy_from_slice(&t.to_be_bytes());
+            p[14] = (p[14] & !1) | ((i - i / 3) % 2) as u8;
+            p
+        })
+        .collect();
+    let sent = agree("review cases", &mut fast, &mut reference, &pkts);
+    assert!(sent >= 600, "too few packets forwarded ({sent})");
+    // `u` (and the receivers) slotted, `v` not.
+    let (slotted, peeks) = fast.slot_peeks();
+    assert!(
+        slotted > 0 && slotted < peeks,
+        "slotted {slotted} of {peeks}"
+    );
+}

@@ -1,0 +1,12 @@
+#!/bin/sh
+# p4vars (issue 32, session 24): main's bench (13f6970, copied before any
+# change) against this branch's builds, alternating, 3 rounds, 2 s per table.
+# Copied from p4-interp-run17/sit.sh (scratch dir renamed).
+# Usage (exclusive lock): flock -x /work/wt/quiet.lock sit.sh OUTDIR "NEW..."
+O=$1
+NEWS=${2:-new1}
+mkdir -p $O
+for i in 1 2 3; do for b in base $NEWS; do
+  echo "# $b-$i $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+  /tmp/p4vars/$b-bench p4 --interp-only --reps 1 --seconds 2 --engines none --out $O/$b-$i 2>&1 | grep -E "^\[p4\] interpreter"
+done; done
