@@ -19,8 +19,10 @@
 //! Scenario **firewall**, engines:
 //!
 //! * `nicflow`: the defaults (nicflow-tc) with Open vSwitch's stateful
-//!   firewall table ([`FIREWALL`]); new connections go through the
-//!   tracker in userspace, established ones move to the TC engine.
+//!   firewall table ([`FIREWALL`]); the first new connection goes through
+//!   the tracker in userspace, which leaves a template so that the TC
+//!   program sets the later ones up itself (`ct_setup_bpf`, on by default)
+//!   and tells the tracker; established ones run in the TC engine.
 //! * `nicflow-noct`: the same switch with `in_port=p1,actions=output:p2`
 //!   and back: what the path costs without `ct`.
 //! * `ovs`: Open vSwitch's userspace datapath (netdev) with the same table
@@ -1609,7 +1611,8 @@ fn mode_table(
                 report::cell(med(r, sc, e, mode, c, &|s| s.switch_cores), 2),
                 report::cell(med(r, sc, e, mode, c, &Sample::switch_us), 1),
                 report::cell(med(r, sc, e, mode, c, &|s| s.nginx_cores), 2),
-                // With one wrk thread (the default), near 1.00 is the client's limit.
+                // Near 1.00 per wrk thread is the client's limit (why the
+                // default is two threads).
                 report::cell(
                     med(r, sc, e, mode, c, &|s| {
                         Some(s.wrk_cores).filter(|w| w.is_finite())
@@ -1735,7 +1738,7 @@ fn end_state_list(m: &mut String, title: &str, list: &[(CtEngine, serde_json::Va
 fn engine_what(sc: Scenario, e: CtEngine) -> &'static str {
     match (sc, e) {
         (Scenario::Firewall, CtEngine::Nicflow) => {
-            "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; a new TCP connection's SYN goes through the tracker in userspace, which sets the connection up in the TC engine (both directions; `NICFLOW_CT_SETUP=0` in the daemon's environment turns that off), the rest of it runs there"
+            "nicflow with the defaults (nicflow-tc) and Open vSwitch's stateful firewall table below; the first new TCP connection's SYN goes through the tracker in userspace, which sets the connection up in the TC engine (both directions; `NICFLOW_CT_SETUP=0` in the daemon's environment turns that off) and leaves a template from which the TC program sets later connections up itself, telling the tracker afterwards (`NICFLOW_CT_SETUP_BPF=0` turns that off: then every SYN goes up); the rest of each connection runs there"
         }
         (Scenario::Lb, CtEngine::Nicflow) => {
             "nicflow with the defaults (nicflow-tc), the load-balancer tables and group below; a new connection's SYN in userspace, which sets the connection up in the TC engine with the NAT rewrite (`NICFLOW_CT_SETUP_NAT=0` turns that off: then established connections, 24 packets and more, move there)"

@@ -793,7 +793,7 @@ impl CtOffloads {
                     return None;
                 }
                 self.set_up += 1;
-                if self.setup_bpf && sent == tuple {
+                if self.setup_bpf && sent == tuple && off.ct_templates(key.in_port) {
                     self.write_template(key, (first.0, second.0), &entries, flows, off);
                 }
                 self.record_setup(h, [tuple, sent], entries, ids, n, info, now);

@@ -124,6 +124,15 @@ pub trait FlowOffload {
         let _ = t;
         Err("ct:bpf-unsupported")
     }
+    /// Whether [`FlowOffload::set_ct_template`] can take a template for
+    /// frames from `in_port` at all. Asked before a template is built, so
+    /// that an engine without set-up in the program (XDP, an emulated NIC,
+    /// userspace only) costs no per-connection work or refusal count while
+    /// `ct_setup_bpf` is on, as it is by default.
+    fn ct_templates(&self, in_port: u32) -> bool {
+        let _ = in_port;
+        false
+    }
     /// Remove the template of (`in_port`, `dl_type`) and let go of its
     /// mask slots. The caller has taken in the reports made from it.
     fn remove_ct_template(&mut self, in_port: u32, dl_type: u16) {

@@ -1418,9 +1418,10 @@ table=1,priority=10,in_port=p2,ip,ct_state=+trk+est,actions=output:p1
     #[test]
     fn the_poll_keeps_pace_with_the_set_ups() {
         let mut lab = CtLab::sized("", FIREWALL, 20_000);
-        // The daemon's own set-up is what is timed here: no templates
-        // (on by default, which the dummy engine refuses per set-up).
-        lab.br.ct_offloads_mut().setup_bpf = false;
+        // `ct_setup_bpf` is on (the default): the dummy engine takes no
+        // templates, so no set-up may count a template refusal
+        // (`setup_refused` unchanged below).
+        lab.br.ct_offloads_mut().setup_bpf = true;
         let (x, _) = lab.first_handshake();
         lab.br.ct_offloads_mut().setup_pending_max = 1200;
         // (The first connection's SYN found nothing cached.)

@@ -2174,6 +2174,12 @@ impl FlowOffload for OffloadManager {
         }
     }
 
+    fn ct_templates(&self, in_port: u32) -> bool {
+        self.emulation.is_none()
+            && self.in_tc(in_port)
+            && self.tc.as_ref().is_some_and(|e| e.ct_templates())
+    }
+
     fn set_ct_template(&mut self, t: &CtTemplateSpec) -> Result<(), &'static str> {
         use super::kernel::layout::{CtTpl, CtTplKey, DpKey, FlowValue};
         if self.emulation.is_some() {
