@@ -4,7 +4,7 @@
 //! programs the flat layout cannot hold must say so and still agree.
 
 mod interp_support;
-use interp_support::{add_routes, corpus, load, xorshift};
+use interp_support::{add_routes, corpus, load, load_text, xorshift};
 use nicflow_p4::Pipeline;
 
 /// A PNA program using what the flat path compiles: extract/emit, field
@@ -88,11 +88,8 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 fn build(extra: &str, main: &str) -> Option<Pipeline> {
-    let c = corpus()?;
     let text = TEMPLATE.replace("EXTRA", extra).replace("MAIN", main);
-    let prog = nicflow_p4::front::parse_str("flat.p4", &text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("flat.p4", &text)
 }
 
 /// Packets for the template: ethertypes that parse one, two or no `b_t`,
@@ -243,11 +240,8 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 fn build_meta(main: &str) -> Option<Pipeline> {
-    let c = corpus()?;
     let text = META.replace("MAIN_META", main);
-    let prog = nicflow_p4::front::parse_str("meta.p4", &text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("meta.p4", &text)
 }
 
 #[test]

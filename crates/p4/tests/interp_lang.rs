@@ -4,7 +4,7 @@
 //! and the recursion bound.
 
 mod interp_support;
-use interp_support::corpus;
+use interp_support::{corpus, load_text};
 use nicflow_p4::runtime::{EntrySpec, KeyMatch, MeterConfig};
 use nicflow_p4::Pipeline;
 use num_bigint::BigUint;
@@ -37,14 +37,11 @@ fn build(parser: &str, ingress: &str) -> Option<Pipeline> {
 }
 
 fn build_top(top: &str, parser: &str, ingress: &str) -> Option<Pipeline> {
-    let c = corpus()?;
     let text = TEMPLATE
         .replace("TOP", top)
         .replace("PARSER", parser)
         .replace("INGRESS", ingress);
-    let prog = nicflow_p4::front::parse_str("test.p4", &text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("test.p4", &text)
 }
 
 fn run(p: &mut Pipeline, pkt: &[u8]) -> (u32, Vec<u8>) {
@@ -567,10 +564,7 @@ fn inout_arguments_copy_in_and_out_through_kept_buffers() {
 /// Parses one program of its own (not the template) with the corpus's
 /// include files; `None` when the corpus is not on this machine.
 fn build_program(text: &str) -> Option<Pipeline> {
-    let c = corpus()?;
-    let prog = nicflow_p4::front::parse_str("test.p4", text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("test.p4", text)
 }
 
 /// A bool header field extracted and emitted unchanged still holds the

@@ -3,7 +3,7 @@
 //! resubmission (ingress sees RESUBMIT).
 
 mod interp_support;
-use interp_support::corpus;
+use interp_support::load_text;
 use nicflow_p4::Pipeline;
 
 const PROG: &str = r#"
@@ -57,10 +57,7 @@ PSA_Switch(ip, PacketReplicationEngine(), ep, BufferingQueueingEngine()) main;
 "#;
 
 fn load() -> Option<Pipeline> {
-    let c = corpus()?;
-    let prog = nicflow_p4::front::parse_str("psa.p4", PROG, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("psa.p4", PROG)
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //! loop fails with the step limit at the walker's iteration).
 
 mod interp_support;
-use interp_support::{corpus, load, xorshift};
+use interp_support::{corpus, load, load_text, xorshift};
 use nicflow_p4::Pipeline;
 use proptest::prelude::*;
 
@@ -179,10 +179,7 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
 }
 
 fn build() -> Option<Pipeline> {
-    let c = corpus()?;
-    let prog = nicflow_p4::front::parse_str("scalar.p4", &program(), &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("scalar.p4", &program())
 }
 
 /// Bits of the input and output headers over all (width, signedness).
@@ -433,10 +430,7 @@ fn misc_packets(seed: u64, n: usize, len: usize) -> Vec<Vec<u8>> {
 }
 
 fn build_src(src: &str) -> Option<Pipeline> {
-    let c = corpus()?;
-    let prog = nicflow_p4::front::parse_str("misc.p4", src, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("misc.p4", src)
 }
 
 fn misc(flat: bool) {

@@ -12,7 +12,7 @@
 //! some metadata bound, some not), with and without a block variable.
 
 mod interp_support;
-use interp_support::{corpus, run_stf_on, xorshift};
+use interp_support::{load_text, run_stf_on, xorshift};
 use nicflow_p4::Pipeline;
 
 /// `VDECL` declares the main control's variable (or nothing), `VV` is
@@ -155,14 +155,11 @@ setdefault t_exact a1(p:0x2a)
 ";
 
 fn build(vdecl: &str, vv: &str, extra: &str) -> Option<Pipeline> {
-    let c = corpus()?;
     let text = PROG
         .replace("VDECL", vdecl)
         .replace("VV", vv)
         .replace("EXTRA", extra);
-    let prog = nicflow_p4::front::parse_str("tables.p4", &text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("tables.p4", &text)
 }
 
 /// Appends the low `w` bits of `v` to `bits` (first on the wire first).

@@ -9,7 +9,7 @@
 //! noticed.
 
 mod interp_support;
-use interp_support::{corpus, load, xorshift};
+use interp_support::{corpus, load, load_text, xorshift};
 use nicflow_p4::Pipeline;
 
 /// `K` is a constant unless `pk`'s parameter is in view (`rk` called
@@ -87,11 +87,8 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 fn build(main: &str) -> Option<Pipeline> {
-    let c = corpus()?;
     let text = TEMPLATE.replace("MAIN", main);
-    let prog = nicflow_p4::front::parse_str("vars.p4", &text, &[c.join("include")])
-        .unwrap_or_else(|e| panic!("{e}"));
-    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+    load_text("vars.p4", &text)
 }
 
 /// Packets that parse `b_t` through either state, or not at all.

@@ -1489,7 +1489,13 @@ impl Cx<'_> {
                             .push((v.name.name.clone(), ty.clone()));
                         CStmt::Var(v.name.name.clone(), ty, init, v.span.clone())
                     }
-                    Err(_) => CStmt::Walk(s.clone()),
+                    Err(_) => {
+                        // Left to the walker: noted like any walked
+                        // statement, so that a scalar-bound action body
+                        // knows of the local it declares (review session24).
+                        self.note_stmt(s);
+                        CStmt::Walk(s.clone())
+                    }
                 }
             }
             o => {

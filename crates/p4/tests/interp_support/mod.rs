@@ -31,6 +31,17 @@ pub fn corpus() -> Option<PathBuf> {
     found
 }
 
+/// A program given as text (`name` for its errors), parsed with the
+/// corpus's include files and loaded; `None` when the corpus is not on
+/// this machine, a panic naming the error when it does not load.
+#[allow(dead_code)] // not every test binary that includes this uses it
+pub fn load_text(name: &str, text: &str) -> Option<Pipeline> {
+    let c = corpus()?;
+    let prog = nicflow_p4::front::parse_str(name, text, &[c.join("include")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
+}
+
 pub fn load(rel: &str) -> Option<Pipeline> {
     let c = corpus()?;
     let inc = vec![c.join("include")];
