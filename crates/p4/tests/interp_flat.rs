@@ -4,7 +4,7 @@
 //! programs the flat layout cannot hold must say so and still agree.
 
 mod interp_support;
-use interp_support::{add_routes, corpus, load, load_text, xorshift};
+use interp_support::{add_routes, agree_on, corpus, load, load_text, xorshift};
 use nicflow_p4::Pipeline;
 
 /// A PNA program using what the flat path compiles: extract/emit, field
@@ -112,16 +112,7 @@ fn packets(seed: u64, n: usize) -> Vec<Vec<u8>> {
 /// Each packet through `fast.process` and `reference.process_reference`:
 /// outputs and whole traces equal.
 fn agree(what: &str, fast: &mut Pipeline, reference: &mut Pipeline, pkts: &[Vec<u8>]) -> usize {
-    let mut sent = 0;
-    for (i, p) in pkts.iter().enumerate() {
-        let port = (i % 3) as u32;
-        let a = fast.process(port, p, i as u64);
-        let b = reference.process_reference(port, p, i as u64);
-        assert_eq!(a, b, "{what}: packet {i} {p:02x?}: flat path != walker");
-        sent += a.outputs.len();
-    }
-    assert_eq!(fast.error_count(), reference.error_count(), "{what}");
-    sent
+    agree_on(what, fast, reference, pkts, |i| (i % 3) as u32)
 }
 
 #[test]

@@ -1317,16 +1317,7 @@ impl<'a> Run<'a> {
             return Some(r);
         }
         let mut frame = self.new_frame();
-        let tables = &self.st.tables;
-        let data: Option<&[Value]> = (|| {
-            let ts = tables.get(t)?;
-            let d: &[Value] = match entry {
-                Some((true, i)) => &ts.entries.get(i)?.args,
-                Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
-                None => &ts.default.1,
-            };
-            Some(d)
-        })();
+        let data = entry_data(p, &self.st.tables, t, entry);
         let Some(data) = data else {
             // An entry `locate` did not give (unreachable today): the
             // pooled frame goes back to the pool, not dropped.
@@ -1371,12 +1362,7 @@ impl<'a> Run<'a> {
     ) -> Option<R<Value>> {
         let p: &'a Prog = self.p;
         let sa = self.code()?.sactions.get(a)?.as_ref()?;
-        let ts = self.st.tables.get(t)?;
-        let data: &[Value] = match entry {
-            Some((true, i)) => &ts.entries.get(i)?.args,
-            Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
-            None => &ts.default.1,
-        };
+        let data = entry_data(p, &self.st.tables, t, entry)?;
         let store = &mut self.st.pool.aparams;
         let base = store.len();
         for (i, ty) in sa.tys.iter().enumerate() {
@@ -2163,6 +2149,24 @@ pub(crate) fn union_select(p: &Prog, parent: &mut Value, member: &str, valid: bo
         }
     }
     is_union
+}
+
+/// The action data a table hit runs with: installed entry `i` (`(true,
+/// i)`), the program's const entry `i` (`(false, i)`) or the default
+/// action's (`None`); `None` for an index `locate` did not give. One
+/// place for both ways a table's action is called (frame and scalar-bound).
+fn entry_data<'d>(
+    p: &'d Prog,
+    tables: &'d [super::TableState],
+    t: usize,
+    entry: Option<(bool, usize)>,
+) -> Option<&'d [Value]> {
+    let ts = tables.get(t)?;
+    Some(match entry {
+        Some((true, i)) => &ts.entries.get(i)?.args,
+        Some((false, i)) => &p.tables.get(t)?.const_entries.get(i)?.args,
+        None => &ts.default.1,
+    })
 }
 
 #[cfg(test)]

@@ -408,3 +408,27 @@ pub fn check_stf(p4: &str, stf: &str) {
     let fails = run_stf(&mut p, &text);
     assert!(fails.is_empty(), "{p4} / {stf}:\n{}", fails.join("\n"));
 }
+
+/// Each packet through `fast.process` and `reference.process_reference`,
+/// packet `i` on port `port_of(i)`: outputs and whole traces equal, and
+/// the same error count at the end. Returns the outputs sent (so that a
+/// caller can check the packets went somewhere).
+#[allow(dead_code)] // not every test binary that includes this uses it
+pub fn agree_on(
+    what: &str,
+    fast: &mut Pipeline,
+    reference: &mut Pipeline,
+    pkts: &[Vec<u8>],
+    port_of: fn(usize) -> u32,
+) -> usize {
+    let mut sent = 0;
+    for (i, p) in pkts.iter().enumerate() {
+        let port = port_of(i);
+        let a = fast.process(port, p, i as u64);
+        let b = reference.process_reference(port, p, i as u64);
+        assert_eq!(a, b, "{what}: packet {i} {p:02x?}: fast path != walker");
+        sent += a.outputs.len();
+    }
+    assert_eq!(fast.error_count(), reference.error_count(), "{what}");
+    sent
+}
