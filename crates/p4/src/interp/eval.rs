@@ -1143,14 +1143,16 @@ impl<'a> Run<'a> {
             compiled,
             barrier,
             callee,
-            spec.map(|s| s.alias.as_slice()),
+            spec,
         )
     }
 
     /// Binds parameters (copy-in), runs `body` (its compiled form
-    /// `compiled` when there is one), copies out. `alias`: per parameter,
-    /// the flat header it stands for in a specialised body
-    /// (`fast::FlatSpec`): nothing bound, copied in or out for it.
+    /// `compiled` when there is one), copies out. `spec`: the specialised
+    /// body's parameters (`fast::FlatSpec`): nothing bound, copied in or
+    /// out for one that stands for a flat header or is bound to an
+    /// extern instance at load (that one's argument counted as the
+    /// walker's `eval` of it counts: one step).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn invoke(
         &mut self,
@@ -1162,7 +1164,7 @@ impl<'a> Run<'a> {
         compiled: Option<&'a [super::fast::CStmt]>,
         barrier: bool,
         callee_block: Option<Option<usize>>,
-        alias: Option<&[Option<usize>]>,
+        spec: Option<&super::fast::FlatSpec>,
     ) -> R<Value> {
         let mut frame = self.new_frame();
         // (parameter, argument) pairs to copy out, in a vector the
@@ -1201,10 +1203,23 @@ impl<'a> Run<'a> {
                     }
                     a
                 });
-            if alias.is_some_and(|al| al.get(i).is_some_and(Option::is_some)) {
-                // The body reads and writes the flat header itself.
-                frame.push(("", Value::Void));
-                continue;
+            if let Some(s) = spec {
+                if s.alias.get(i).is_some_and(Option::is_some) {
+                    // The body reads and writes the flat header itself.
+                    frame.push(("", Value::Void));
+                    continue;
+                }
+                if s.insts.get(i).is_some_and(Option::is_some) {
+                    // The body names the instance itself: the walker's
+                    // `eval` of the argument (a name) is one `enter`.
+                    if let Err(x) = self.enter() {
+                        self.recycle(frame);
+                        return Err(x);
+                    }
+                    self.depth -= 1;
+                    frame.push(("", Value::Void));
+                    continue;
+                }
             }
             let v = match (arg.map(|ai| (ai, &args[ai])), p.direction) {
                 (Some((ai, a)), Direction::Out) => {

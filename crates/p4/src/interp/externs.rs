@@ -423,6 +423,75 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// [`Run::csum_method`] of a method resolved with its instance at load
+    /// (`fast::CExpr::Csum`, which says when; the receiver's step counted
+    /// by the caller): `set_state`'s argument and `add`'s/`subtract`'s
+    /// list items taken from the scalar tier (`cargs`, the method's
+    /// compiled arguments), with the method form's steps, no `Value`
+    /// built. `args`, `span`: the method's, for the fallback (a list the
+    /// tier declines after all runs as `csum_method` does).
+    pub(crate) fn csum_bound(
+        &mut self,
+        i: usize,
+        op: CsumOp,
+        cargs: &'a [crate::interp::fast::CArg],
+        args: &[Arg],
+        span: &Span,
+    ) -> R<Value> {
+        use crate::interp::fast::CArg;
+        match (op, cargs) {
+            (CsumOp::SetState, [CArg::One(e)]) => {
+                self.tr.checksum_recomputed = true;
+                self.quiet += 1;
+                let v = self.carg_bits(e);
+                self.quiet -= 1;
+                *self.extern_state(i) = ExternState::Csum(v? as u32 & 0xffff);
+                Ok(Value::Void)
+            }
+            (CsumOp::Clear, _) => {
+                self.tr.checksum_recomputed = true;
+                *self.extern_state(i) = ExternState::Csum(0);
+                Ok(Value::Void)
+            }
+            (CsumOp::Get | CsumOp::GetState, _) => {
+                self.tr.checksum_recomputed = true;
+                let c = match self.extern_state(i) {
+                    ExternState::Csum(c) => *c,
+                    _ => 0,
+                };
+                let v = if op == CsumOp::Get {
+                    !fold(c) & 0xffff
+                } else {
+                    fold(c)
+                };
+                let mut b = Bits::unsigned(16, v as u128);
+                b.src = Src::Checksum;
+                Ok(Value::Bits(b))
+            }
+            (CsumOp::Add | CsumOp::Subtract, [CArg::List(xs)]) => {
+                let Some(s) = self.csum_items(xs) else {
+                    let saved = self.cargs.replace(cargs);
+                    let r = self.csum_method(i, op, args, span);
+                    self.cargs = saved;
+                    return r;
+                };
+                self.tr.checksum_recomputed = true;
+                let s = if op == CsumOp::Add {
+                    s
+                } else {
+                    !fold(s) & 0xffff
+                };
+                if let ExternState::Csum(c) = self.extern_state(i) {
+                    *c = fold(*c + s);
+                } else {
+                    *self.extern_state(i) = ExternState::Csum(fold(s));
+                }
+                Ok(Value::Void)
+            }
+            _ => self.csum_method(i, op, args, span),
+        }
+    }
+
     /// Keeps a buffer [`Run::data_bits`] gave for the next call.
     fn give_back(&mut self, buf: BitBuf) {
         if !self.reference {

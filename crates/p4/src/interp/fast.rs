@@ -21,7 +21,7 @@
 //! [`CStmt::Walk`]); `Pipeline::process_reference` never uses this form
 //! (`crates/p4/tests/interp_differential.rs` compares the two).
 
-use super::eval::{fail, lit_bits, read_bits, Ctl, Run, PKT_IN, PKT_OUT, R};
+use super::eval::{fail, lit_bits, read_bits, Ctl, Run, MAX_DEPTH, MAX_STEPS, PKT_IN, PKT_OUT, R};
 pub(crate) use super::externs::CsumOp;
 use crate::ast::{self, Arg, BinOp, Expr, Stmt};
 use crate::interp::check::{Agg, BlockKind, FuncDef, Local, Prog, Ty};
@@ -72,6 +72,30 @@ pub(crate) enum CExpr {
         /// `Run::csum_method` without the extern dispatch by name and
         /// without serializing the data list into a buffer.
         csum: Option<CsumOp>,
+    },
+    /// `method` (a [`CExpr::Method`] with `csum`) on an `InternetChecksum`
+    /// instance known at load (a block's, or a specialised body's
+    /// parameter bound to one, [`FlatSpec::insts`]) whose arguments take
+    /// the compiled way: none (`clear`, `get`, `get_state`), `set_state`'s
+    /// one, or `add`'s/`subtract`'s list of scalar-tier items that cannot
+    /// decline ([`csum_sure`]), 128 bits or fewer in all. Run by
+    /// `Run::csum_bound` with the method form's steps and depth, no
+    /// receiver look-up, no extern type check by name, no dispatch and no
+    /// `Value` for an argument; `method` itself when the step or depth
+    /// limit is near or the run does not hold the flat headers the items
+    /// read (it then fails or declines where it would). Why: the five
+    /// checksum calls of `ip_ttl_dec` were ~1,900 instructions per packet
+    /// on routing.p4 (docs/results/p4.md 2v).
+    Csum {
+        inst: usize,
+        op: CsumOp,
+        /// The steps the arguments may count at most (`2 *` the items'
+        /// [`Scalar::nodes`] and `set_state`'s `enter`), their deepest
+        /// [`Scalar::depth`], and whether one reads the flat headers.
+        steps: u64,
+        depth: u32,
+        flat: bool,
+        method: Box<CExpr>,
     },
     /// `obj.extract(chain)` with one argument, a field chain: when `obj`
     /// is the packet and the chain finds a header whose fields are all
@@ -162,6 +186,14 @@ pub(crate) struct FlatSpec {
     pub body: Vec<CStmt>,
     /// Per parameter: the flat header it stands for.
     pub alias: Vec<Option<usize>>,
+    /// Per parameter: the extern instance it is bound to at load (a
+    /// directionless extern-typed parameter whose argument is an instance
+    /// no variable can hide, `ip_ttl_dec(chk, ..)`'s `chk`): the body
+    /// reads it as that instance ([`CExpr::Named`]), nothing is bound in
+    /// the frame. Why: the argument went through the walker's `eval` and
+    /// every `chk.m(..)` searched the frame for the receiver (~650
+    /// instructions per packet on routing.p4, docs/results/p4.md 2v).
+    pub insts: Vec<Option<usize>>,
 }
 
 /// What [`Cx::spec_flat`] specialises: a function (with its index in
@@ -621,6 +653,8 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
             expr_nodes(obj, f);
             cargs_nodes(cargs, f);
         }
+        // Counted as the method it runs (the site counts are unchanged).
+        CExpr::Csum { method, .. } => return expr_nodes(method, f),
         CExpr::ExternFn { cargs, .. } => cargs_nodes(cargs, f),
         CExpr::Lit(_)
         | CExpr::Peek(..)
@@ -633,6 +667,28 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
         | CExpr::FuncFlat(..)
         | CExpr::AParam(..)
         | CExpr::Walk(_) => {}
+    }
+}
+
+/// Whether the scalar tier's evaluation of `e` always gives a value (it
+/// never declines to the `Value` path part-way, having counted steps):
+/// flat fields, literals, validity and the operators that cannot fail.
+/// [`CExpr::Csum`]'s list items must be (its fallback would count them
+/// twice).
+fn csum_sure(e: &scalar::SExpr) -> bool {
+    use scalar::SNode;
+    match &e.node {
+        SNode::Const(_) | SNode::Field(_) | SNode::Valid(_) => true,
+        SNode::Unary(_, a) => csum_sure(a),
+        SNode::Bin(op, a, b) => {
+            matches!(
+                op,
+                BinOp::Add | BinOp::Sub | BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor
+            ) && csum_sure(a)
+                && csum_sure(b)
+        }
+        SNode::Concat(a, b) => csum_sure(a) && csum_sure(b),
+        _ => false,
     }
 }
 
@@ -851,11 +907,14 @@ pub(crate) struct SharedLayout {
 
 /// A specialised body's flat header parameters ([`Cx`]'s `alias`): the
 /// layout, (parameter name, header) pairs, the flag set when the body
-/// hands one to the walker.
+/// hands one to the walker, and its parameters bound to extern instances
+/// at load ([`FlatSpec::insts`]: (parameter name, instance) pairs; the
+/// flag is set as well when the body hands one of those to the walker).
 type Alias<'p> = (
     &'p FlatLayout,
     Vec<(String, usize)>,
     &'p std::cell::Cell<bool>,
+    Vec<(String, usize)>,
 );
 
 /// What the compiler needs to resolve names: the program, the block whose
@@ -1315,13 +1374,13 @@ impl Cx<'_> {
                     // In a trial specialisation only the specialisation is
                     // refused: the call then runs the plain body, compiled
                     // (and noted for the program) on its own.
-                    Some((_, _, spec_bad)) => spec_bad.set(true),
+                    Some((_, _, spec_bad, _)) => spec_bad.set(true),
                     None => self.bad.set(Some("the headers handed to the walker")),
                 }
             }
         }
-        if let Some((_, names, spec_bad)) = &self.alias {
-            if names.iter().any(|(n, _)| names_ident(text, n)) {
+        if let Some((_, names, spec_bad, insts)) = &self.alias {
+            if names.iter().chain(insts).any(|(n, _)| names_ident(text, n)) {
                 spec_bad.set(true);
             }
         }
@@ -1334,7 +1393,7 @@ impl Cx<'_> {
     /// Where chain `root.steps` is in the flat headers: `Some(None)` when
     /// the root is not the flat headers' name.
     fn flat_at(&self, root: &str, names: &[String]) -> Option<Option<FlatAt>> {
-        if let Some((fl, al, _)) = &self.alias {
+        if let Some((fl, al, _, _)) = &self.alias {
             if let Some(&(_, h)) = al.iter().find(|(n, _)| n == root) {
                 return match names {
                     [] => Some(Some(FlatAt::Header(h))),
@@ -1476,8 +1535,8 @@ impl Cx<'_> {
                     self.bad
                         .set(Some("the headers' name declared again in a block"));
                 }
-                if let Some((_, names, spec_bad)) = &self.alias {
-                    if names.iter().any(|(n, _)| *n == v.name.name) {
+                if let Some((_, names, spec_bad, insts)) = &self.alias {
+                    if names.iter().chain(insts).any(|(n, _)| *n == v.name.name) {
                         spec_bad.set(true);
                     }
                 }
@@ -1502,6 +1561,37 @@ impl Cx<'_> {
                 self.note_stmt(o);
                 CStmt::Walk(o.clone())
             }
+        }
+    }
+
+    /// The instance a specialised body's parameter `name` is bound to at
+    /// load ([`FlatSpec::insts`]), unless a variable the body declared
+    /// hides it.
+    fn inst_param(&self, name: &str) -> Option<usize> {
+        let (_, _, _, insts) = self.alias.as_ref()?;
+        let &(_, i) = insts.iter().find(|(n, _)| n == name)?;
+        if self.locals.borrow().iter().any(|(n, _)| n == name) {
+            return None;
+        }
+        Some(i)
+    }
+
+    /// The extern instance call argument `e` is wherever the call runs,
+    /// known at load: a parameter of this body bound to one
+    /// ([`Cx::inst_param`]), or a name that is an instance ([`Cx::named`])
+    /// and that no variable in view can have ([`Cx::may_bind`]), so that
+    /// the walker's `eval_path` finds that instance.
+    fn inst_arg(&self, e: &Expr) -> Option<usize> {
+        let Expr::Path(id) = e else { return None };
+        if let Some(i) = self.inst_param(&id.name) {
+            return Some(i);
+        }
+        if self.may_bind(&id.name) {
+            return None;
+        }
+        match self.named(id) {
+            Some(Value::Instance(i)) => Some(i),
+            _ => None,
         }
     }
 
@@ -1537,6 +1627,9 @@ impl Cx<'_> {
         if let Expr::Path(id) = e {
             if let Some((i, ty)) = self.aparam(&id.name) {
                 return CExpr::AParam(i, ty);
+            }
+            if let Some(i) = self.inst_param(&id.name) {
+                return CExpr::Named(id.clone(), Value::Instance(i), false);
             }
         }
         match e {
@@ -1630,7 +1723,7 @@ impl Cx<'_> {
             Some("InternetChecksum") if type_args.is_empty() => CsumOp::of(name),
             _ => None,
         };
-        CExpr::Method {
+        let m = CExpr::Method {
             obj: Box::new(self.expr(obj)),
             name: name.to_string(),
             type_args: type_args.to_vec(),
@@ -1638,6 +1731,69 @@ impl Cx<'_> {
             span: span.clone(),
             cargs,
             csum,
+        };
+        self.csum_bound(m)
+    }
+
+    /// Method call `m` as [`CExpr::Csum`] when it qualifies, else `m`.
+    fn csum_bound(&self, m: CExpr) -> CExpr {
+        let CExpr::Method {
+            obj,
+            args,
+            cargs,
+            csum: Some(op),
+            ..
+        } = &m
+        else {
+            return m;
+        };
+        let CExpr::Named(_, Value::Instance(inst), false) = **obj else {
+            return m;
+        };
+        if self.p.externs.get(inst).is_none_or(|x| x.ty != "InternetChecksum") {
+            return m;
+        }
+        let op = *op;
+        let (mut steps, mut depth, mut flat) = (0u64, 0u32, false);
+        let mut item = |sc: &Scalar| {
+            steps += 2 * u64::from(sc.nodes);
+            depth = depth.max(sc.depth);
+            flat |= sc.flat;
+        };
+        let ok = match (op, cargs.as_deref()) {
+            (CsumOp::Clear | CsumOp::Get | CsumOp::GetState, _) => args.is_empty(),
+            (CsumOp::SetState, Some([CArg::One(CExpr::Scalar(sc, _))])) => {
+                item(sc);
+                steps += 1;
+                args.len() == 1
+            }
+            (CsumOp::Add | CsumOp::Subtract, Some([CArg::List(xs)])) => {
+                let mut w = 0;
+                let all = xs.iter().all(|x| match x {
+                    CExpr::Scalar(sc, _) if csum_sure(&sc.e) => {
+                        w += match sc.e.ty {
+                            STy::Bits(w, _) => w,
+                            STy::Bool => 1,
+                        };
+                        item(sc);
+                        true
+                    }
+                    _ => false,
+                });
+                all && w <= 128 && args.len() == 1
+            }
+            _ => false,
+        };
+        if !ok {
+            return m;
+        }
+        CExpr::Csum {
+            inst,
+            op,
+            steps,
+            depth,
+            flat,
+            method: Box::new(m),
         }
     }
 
@@ -1667,7 +1823,7 @@ impl Cx<'_> {
         type_args: &[ast::Type],
         args: &[Arg],
     ) -> Option<Vec<CArg>> {
-        let (_, names, _) = self.alias.as_ref()?;
+        let (_, names, _, _) = self.alias.as_ref()?;
         let text = format!("{args:?}");
         if !names.iter().any(|(n, _)| names_ident(&text, n)) || !type_args.is_empty() {
             return None;
@@ -1712,7 +1868,7 @@ impl Cx<'_> {
     fn spec_flat(&self, callee: Callee, args: &[Arg]) -> Option<usize> {
         let fl = match (self.flat, &self.alias) {
             (Some((_, fl)), _) => fl,
-            (None, Some((fl, _, _))) => *fl,
+            (None, Some((fl, _, _, _))) => *fl,
             _ => return None,
         };
         if self.depth >= 8 || args.iter().any(|a| a.name.is_some()) {
@@ -1766,7 +1922,28 @@ impl Cx<'_> {
                 names.push((p.name.name.clone(), h));
             }
         }
-        if names.is_empty() {
+        // Extern instance parameters bound at load (functions only: an
+        // action's directionless parameters are action data), when the
+        // body binds no other name like the parameter (then every use of
+        // the name in the body is the parameter).
+        let mut insts: Vec<Option<usize>> = vec![None; params.len()];
+        let mut inames = Vec::new();
+        if let Callee::Func(_, fi) = callee {
+            for (k, (p, a)) in params.iter().zip(args).enumerate() {
+                if p.direction != ast::Direction::None || !matches!(tys.get(k), Some(Ty::Named(_)))
+                {
+                    continue;
+                }
+                if self.doms.funcs.get(fi).and_then(|d| d.get(&p.name.name)) != Some(&1) {
+                    continue;
+                }
+                if let Some(i) = self.inst_arg(&a.value) {
+                    insts[k] = Some(i);
+                    inames.push((p.name.name.clone(), i));
+                }
+            }
+        }
+        if names.is_empty() && inames.is_empty() {
             return None;
         }
         // An action that also names an aliased header through the block's
@@ -1798,7 +1975,7 @@ impl Cx<'_> {
             .specs
             .borrow()
             .iter()
-            .position(|(k, s)| *k == key && s.alias == alias)
+            .position(|(k, s)| *k == key && s.alias == alias && s.insts == insts)
         {
             return Some(s);
         }
@@ -1812,7 +1989,7 @@ impl Cx<'_> {
             scope,
             flat,
             bad: self.bad,
-            alias: Some((fl, names, &spec_bad)),
+            alias: Some((fl, names, &spec_bad, inames)),
             specs: self.specs,
             depth: self.depth + 1,
             plain: Default::default(),
@@ -1834,7 +2011,7 @@ impl Cx<'_> {
             return None;
         }
         let mut specs = self.specs.borrow_mut();
-        specs.push((key, FlatSpec { body, alias }));
+        specs.push((key, FlatSpec { body, alias, insts }));
         Some(specs.len() - 1)
     }
 
@@ -1843,7 +2020,7 @@ impl Cx<'_> {
         // A specialised body writes its aliased headers in place: a block
         // action it calls could name them through the block's headers
         // (`hdr.c`) and would see those writes, not the copy-in's header.
-        if let Some((_, _, spec_bad)) = &self.alias {
+        if let Some((_, _, spec_bad, _)) = &self.alias {
             if self.p.actions[a].block.is_some() {
                 spec_bad.set(true);
             }
@@ -2705,6 +2882,14 @@ impl<'a> Run<'a> {
     /// evaluated by the walker, not searched again by `ceval` (review
     /// p4early SHOULD-FIX 3).
     fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
+        // An instance known at load (a block's, or a specialised body's
+        // parameter bound to one, `FlatSpec::insts`): `ceval`'s step and
+        // depth, no `Value`.
+        if let CExpr::Named(_, Value::Instance(i), false) = obj {
+            self.enter()?;
+            self.depth -= 1;
+            return Ok(Ok(*i));
+        }
         if let CExpr::Peek(c, x) = obj {
             if self.flat_of(c).is_none() {
                 self.enter()?;
@@ -2726,6 +2911,101 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// `arg_val`'s `ceval` of compiled extern argument `e` (no compiled
+    /// arguments in force), as a `u128` (`Value::as_u128`, 0 when it has
+    /// none): a scalar-tier expression without building the `Value`, with
+    /// `ceval`'s step and depth; its `Value` form when the tier declines.
+    pub(crate) fn carg_bits(&mut self, e: &'a CExpr) -> R<u128> {
+        let saved = self.cargs.take();
+        let r = match e {
+            CExpr::Scalar(sc, fb) => match self.enter() {
+                Err(x) => Err(x),
+                Ok(()) => {
+                    let r = match self.scalar(sc) {
+                        Some((v, _)) => Ok(v),
+                        None => self.ceval_inner(fb).map(|v| v.as_u128().unwrap_or(0)),
+                    };
+                    self.depth -= 1;
+                    r
+                }
+            },
+            e => self.ceval(e).map(|v| v.as_u128().unwrap_or(0)),
+        };
+        self.cargs = saved;
+        r
+    }
+
+    /// `scalar_sum` of checksum list items `xs` ([`CExpr::Csum`]'s), the
+    /// flat fields read in place (a field's `seval` is its step and its
+    /// value, nothing recorded; `scalar`'s guard is `CExpr::Csum`'s, done
+    /// by the caller), any other item by `scalar_sum`.
+    pub(crate) fn csum_items(&mut self, xs: &'a [CExpr]) -> Option<u32> {
+        let (mut acc, mut n) = (0u128, 0u32);
+        for x in xs {
+            let CExpr::Scalar(sc, _) = x else {
+                return self.scalar_sum(xs);
+            };
+            let (scalar::SNode::Field(_), STy::Bits(w, _)) = (&sc.e.node, sc.e.ty) else {
+                return self.scalar_sum(xs);
+            };
+            if n + w > 128 {
+                return self.scalar_sum(xs);
+            }
+            n += w;
+        }
+        n = 0;
+        for x in xs {
+            if let CExpr::Scalar(sc, _) = x {
+                if let (scalar::SNode::Field(i), STy::Bits(w, _)) = (&sc.e.node, sc.e.ty) {
+                    self.steps += u64::from(sc.e.cost);
+                    self.st.scalar_runs = self.st.scalar_runs.wrapping_add(1);
+                    let v = self.st.pool.flat.v.get(*i).copied().unwrap_or(0) & crate::value::mask(w);
+                    acc = if w == 128 { v } else { (acc << w) | v };
+                    n += w;
+                }
+            }
+        }
+        Some(crate::interp::externs::ones_sum_bits(acc, n))
+    }
+
+    /// A statement's [`CExpr::Csum`] run without `ceval`'s dispatch: its
+    /// two `enter`s and the receiver's counted at once when the steps
+    /// and depth it may take are below the limits (else `None`: `ceval`,
+    /// which meets them where the walker does). Why: `ceval`'s and
+    /// `ceval_inner`'s entry was ~120 instructions per call, more than
+    /// the checksum step itself.
+    #[inline]
+    fn csum_stmt(&mut self, e: &'a CExpr) -> Option<R<Value>> {
+        let CExpr::Csum {
+            inst,
+            op,
+            steps,
+            depth,
+            flat,
+            method,
+        } = e
+        else {
+            return None;
+        };
+        let CExpr::Method {
+            cargs, args, span, ..
+        } = &**method
+        else {
+            return None;
+        };
+        if self.steps + 3 + steps > MAX_STEPS
+            || self.depth + 4 + depth >= MAX_DEPTH
+            || (*flat && self.flat.is_none())
+        {
+            return None;
+        }
+        self.steps += 3;
+        self.depth += 2;
+        let r = self.csum_bound(*inst, *op, cargs.as_deref().unwrap_or(&[]), args, span);
+        self.depth -= 2;
+        Some(r)
+    }
+
     /// [`Run::eval`] of a compiled expression.
     pub(crate) fn ceval(&mut self, e: &'a CExpr) -> R<Value> {
         self.enter()?;
@@ -2737,6 +3017,7 @@ impl<'a> Run<'a> {
             CExpr::IsValid(..)
                 | CExpr::Apply(..)
                 | CExpr::Method { .. }
+                | CExpr::Csum { .. }
                 | CExpr::Extract { .. }
                 | CExpr::Emit { .. }
                 | CExpr::Action(..)
@@ -2868,6 +3149,33 @@ impl<'a> Run<'a> {
                     None => self.call_method(recv, name, type_args, args, span),
                 }
             }
+            CExpr::Csum {
+                inst,
+                op,
+                steps,
+                depth,
+                flat,
+                method,
+            } => {
+                let CExpr::Method {
+                    cargs, args, span, ..
+                } = &**method
+                else {
+                    return self.ceval_inner(method);
+                };
+                // Room for the receiver's `enter` and the arguments'
+                // steps and depth below the limits (else the method form,
+                // which meets them where the walker does).
+                if self.steps + 1 + steps > MAX_STEPS
+                    || self.depth + 2 + depth >= MAX_DEPTH
+                    || (*flat && self.flat.is_none())
+                {
+                    return self.ceval_inner(method);
+                }
+                // The receiver's `enter` (`crecv`).
+                self.steps += 1;
+                self.csum_bound(*inst, *op, cargs.as_deref().unwrap_or(&[]), args, span)
+            }
             CExpr::Extract {
                 obj,
                 chain,
@@ -2950,9 +3258,9 @@ impl<'a> Run<'a> {
                         .filter(|_| self.flat.is_some()),
                     _ => None,
                 };
-                let (body, alias) = match spec {
-                    Some(spec) => (Some(spec.body.as_slice()), Some(spec.alias.as_slice())),
-                    None => (self.code().map(|c| c.functions[*i].as_slice()), None),
+                let body = match spec {
+                    Some(spec) => Some(spec.body.as_slice()),
+                    None => self.code().map(|c| c.functions[*i].as_slice()),
                 };
                 self.invoke(
                     &f.decl.proto.params,
@@ -2963,7 +3271,7 @@ impl<'a> Run<'a> {
                     body,
                     true,
                     Some(None),
-                    alias,
+                    spec,
                 )
             }
             CExpr::ExternFn {
@@ -3137,10 +3445,24 @@ impl<'a> Run<'a> {
                         return self.cassign_scalar(lhs, chain, s.e.ty, v, src);
                     }
                 }
+                if let Some(r) = self.csum_stmt(rhs) {
+                    // `get()`/`get_state()`: a `bit<16>` from the
+                    // checksum, assigned as a scalar (`cassign`'s record
+                    // and write for that value).
+                    return match r? {
+                        Value::Bits(b) => {
+                            self.cassign_scalar(lhs, chain, STy::Bits(b.width, b.signed), b.v, b.src)
+                        }
+                        v => self.cassign(lhs, chain, v),
+                    };
+                }
                 let v = self.ceval_value(rhs)?;
                 self.cassign(lhs, chain, v)
             }
-            CStmt::Call(e) => self.ceval(e).map(Value::discard),
+            CStmt::Call(e) => match self.csum_stmt(e) {
+                Some(r) => r.map(Value::discard),
+                None => self.ceval(e).map(Value::discard),
+            },
             CStmt::If(cond, then, otherwise, span) => {
                 if let CExpr::Scalar(s, _) = cond {
                     if s.e.ty == STy::Bool {

@@ -153,7 +153,7 @@ impl Cx<'_> {
     /// The flat layout the chains of this body can be in.
     fn layout(&self) -> Option<&FlatLayout> {
         match (&self.alias, self.flat) {
-            (Some((fl, _, _)), _) => Some(fl),
+            (Some((fl, _, _, _)), _) => Some(fl),
             (None, Some((_, fl))) => Some(fl),
             _ => None,
         }
