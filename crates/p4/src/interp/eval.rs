@@ -1204,14 +1204,14 @@ impl<'a> Run<'a> {
                     a
                 });
             if let Some(s) = spec {
-                if s.alias.get(i).is_some_and(Option::is_some) {
-                    // The body reads and writes the flat header itself.
-                    frame.push(("", Value::Void));
-                    continue;
-                }
-                if s.insts.get(i).is_some_and(Option::is_some) {
-                    // The body names the instance itself: the walker's
-                    // `eval` of the argument (a name) is one `enter`.
+                if s.alias.get(i).is_some_and(Option::is_some)
+                    || s.insts.get(i).is_some_and(Option::is_some)
+                {
+                    // The body reads and writes the flat header itself,
+                    // or names the instance itself. The walker's `eval`
+                    // of the argument (a name, a header of a variable) is
+                    // one `enter`: counted, so that the step limit falls
+                    // where the walker's does (its copy-out counts none).
                     if let Err(x) = self.enter() {
                         self.recycle(frame);
                         return Err(x);

@@ -333,6 +333,18 @@ impl<'a> Run<'a> {
             self.give_back(buf);
             return Ok(s);
         };
+        // The walker evaluates the list (`Expr::List`: one `enter`, its
+        // items one level deeper); here only its items are: the list's
+        // step counted, so that the step limit falls where the walker's
+        // does (docs/results/p4.md 2v).
+        self.enter()?;
+        let r = self.data_sum_items(items);
+        self.depth -= 1;
+        r
+    }
+
+    /// [`Run::data_sum`] of a list's items.
+    fn data_sum_items(&mut self, items: Items<'_, 'a>) -> R<u32> {
         if let Items::Compiled(xs) = items {
             if let Some(s) = self.scalar_sum(xs) {
                 return Ok(s);
@@ -414,10 +426,16 @@ impl<'a> Run<'a> {
             }
             CsumOp::SetState => {
                 self.quiet += 1;
-                let v = self.arg_val(args, 0, span);
+                // A compiled argument with the walker's steps
+                // (`carg_bits`); else `arg_val`.
+                let v = match self.cargs.and_then(|ca| ca.first()) {
+                    Some(crate::interp::fast::CArg::One(e)) => self.carg_bits(e),
+                    _ => self
+                        .arg_val(args, 0, span)
+                        .map(|v| v.as_u128().unwrap_or(0)),
+                };
                 self.quiet -= 1;
-                let v = v?;
-                *self.extern_state(i) = ExternState::Csum(v.as_u128().unwrap_or(0) as u32 & 0xffff);
+                *self.extern_state(i) = ExternState::Csum(v? as u32 & 0xffff);
                 Value::Void
             }
         })
@@ -469,7 +487,13 @@ impl<'a> Run<'a> {
                 Ok(Value::Bits(b))
             }
             (CsumOp::Add | CsumOp::Subtract, [CArg::List(xs)]) => {
-                let Some(s) = self.csum_items(xs) else {
+                // The walker's `enter` of the list (room checked by
+                // `CExpr::Csum`'s guard), then its items'.
+                self.steps += 1;
+                self.depth += 1;
+                let s = self.csum_items(xs);
+                self.depth -= 1;
+                let Some(s) = s else {
                     let saved = self.cargs.replace(cargs);
                     let r = self.csum_method(i, op, args, span);
                     self.cargs = saved;

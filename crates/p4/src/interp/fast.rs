@@ -501,6 +501,28 @@ impl Code {
         n
     }
 
+    /// How many checksum method calls run on an instance known at load
+    /// ([`CExpr::Csum`]) over every compiled body (a specialised body's
+    /// counted again), and how many function parameters are bound to an
+    /// instance at load over the specialised bodies
+    /// ([`FlatSpec::insts`]). Why: both give the walker's results by
+    /// design, so a test comparing outputs alone cannot tell whether they
+    /// ran (read at load, never on the data path).
+    pub fn bound_sites(&self) -> (usize, usize) {
+        let mut n = 0;
+        self.exprs(&mut |e, _| {
+            expr_nodes(e, &mut |x| {
+                n += usize::from(matches!(x, CExpr::Csum { .. }));
+            });
+        });
+        let insts = self
+            .specs
+            .iter()
+            .map(|s| s.insts.iter().flatten().count())
+            .sum();
+        (n, insts)
+    }
+
     /// The scalar tier's share of the compiled value sites: `(scalar,
     /// all)` over every compiled body (a specialised body counted again),
     /// a site being an assignment's right side, an `if` condition, a
@@ -653,8 +675,8 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
             expr_nodes(obj, f);
             cargs_nodes(cargs, f);
         }
-        // Counted as the method it runs (the site counts are unchanged).
-        CExpr::Csum { method, .. } => return expr_nodes(method, f),
+        // Its method next (the other site counts are unchanged).
+        CExpr::Csum { method, .. } => expr_nodes(method, f),
         CExpr::ExternFn { cargs, .. } => cargs_nodes(cargs, f),
         CExpr::Lit(_)
         | CExpr::Peek(..)
@@ -673,7 +695,7 @@ fn expr_nodes(e: &CExpr, f: &mut impl FnMut(&CExpr)) {
 /// Whether the scalar tier's evaluation of `e` always gives a value (it
 /// never declines to the `Value` path part-way, having counted steps):
 /// flat fields, literals, validity and the operators that cannot fail.
-/// [`CExpr::Csum`]'s list items must be (its fallback would count them
+/// [`CExpr::Csum`]'s arguments must be (its fallback would count them
 /// twice).
 fn csum_sure(e: &scalar::SExpr) -> bool {
     use scalar::SNode;
@@ -1631,6 +1653,9 @@ impl Cx<'_> {
             if let Some(i) = self.inst_param(&id.name) {
                 return CExpr::Named(id.clone(), Value::Instance(i), false);
             }
+            if let Some(i) = self.packet_instance(id) {
+                return CExpr::Named(id.clone(), Value::Instance(i), false);
+            }
         }
         match e {
             Expr::Int(lit, _) => match lit.width.and_then(|(w, s)| lit_bits(lit, w, s)) {
@@ -1750,7 +1775,12 @@ impl Cx<'_> {
         let CExpr::Named(_, Value::Instance(inst), false) = **obj else {
             return m;
         };
-        if self.p.externs.get(inst).is_none_or(|x| x.ty != "InternetChecksum") {
+        if self
+            .p
+            .externs
+            .get(inst)
+            .is_none_or(|x| x.ty != "InternetChecksum")
+        {
             return m;
         }
         let op = *op;
@@ -1762,7 +1792,7 @@ impl Cx<'_> {
         };
         let ok = match (op, cargs.as_deref()) {
             (CsumOp::Clear | CsumOp::Get | CsumOp::GetState, _) => args.is_empty(),
-            (CsumOp::SetState, Some([CArg::One(CExpr::Scalar(sc, _))])) => {
+            (CsumOp::SetState, Some([CArg::One(CExpr::Scalar(sc, _))])) if csum_sure(&sc.e) => {
                 item(sc);
                 steps += 1;
                 args.len() == 1
@@ -1780,6 +1810,8 @@ impl Cx<'_> {
                     }
                     _ => false,
                 });
+                // The list's own `enter` (the walker evaluates it).
+                steps += 1;
                 all && w <= 128 && args.len() == 1
             }
             _ => false,
@@ -2181,9 +2213,12 @@ impl Cx<'_> {
             return self.note_call_args(args);
         }
         let specs = self.specs.borrow();
-        let alias = &specs[s].1.alias;
+        let (alias, insts) = (&specs[s].1.alias, &specs[s].1.insts);
         for (k, a) in args.iter().enumerate() {
-            if alias.get(k).copied().flatten().is_none() {
+            // An instance bound at load is not evaluated by the walker.
+            if alias.get(k).copied().flatten().is_none()
+                && insts.get(k).copied().flatten().is_none()
+            {
                 self.note(&a.value);
             }
         }
@@ -2204,6 +2239,29 @@ impl Cx<'_> {
                 self.note(&a.value);
             }
         }
+    }
+
+    /// The instance the block's `packet_in`/`packet_out` parameter `id`
+    /// holds wherever this body reads it (the packet's: every binding of
+    /// a parameter of those types is `Value::Instance(PKT_IN)`/`PKT_OUT`,
+    /// `arch`'s and a sub-block's argument alike), when the name is bound
+    /// only there ([`Domain`]: no variable hides it). Why: the receivers
+    /// of `extract`/`emit` were searched in the frame per call (~85
+    /// instructions each, docs/results/p4.md 2v).
+    fn packet_instance(&self, id: &ast::Ident) -> Option<usize> {
+        let b = self.block?;
+        if self.bound?.get(&id.name) != Some(&1) {
+            return None;
+        }
+        let blk = &self.p.blocks[b];
+        blk.params()
+            .iter()
+            .zip(&blk.param_tys)
+            .find_map(|(prm, t)| match t {
+                Ty::Named(n) if prm.name.name == id.name && n == "packet_in" => Some(PKT_IN),
+                Ty::Named(n) if prm.name.name == id.name && n == "packet_out" => Some(PKT_OUT),
+                _ => None,
+            })
     }
 
     /// Whether `obj` is the block's `packet_in`/`packet_out` parameter.
@@ -2911,23 +2969,19 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// `arg_val`'s `ceval` of compiled extern argument `e` (no compiled
+    /// The walker's `eval` of compiled extern argument `e` (no compiled
     /// arguments in force), as a `u128` (`Value::as_u128`, 0 when it has
-    /// none): a scalar-tier expression without building the `Value`, with
-    /// `ceval`'s step and depth; its `Value` form when the tier declines.
+    /// none): a scalar-tier expression without building the `Value`, its
+    /// `Value` form when the tier declines. The steps are the walker's:
+    /// the tier counts each node's `enter` itself, the root's included
+    /// (`ceval` of a `CExpr::Scalar` would count the root twice: one step
+    /// more than the walker per `set_state`, docs/results/p4.md 2v).
     pub(crate) fn carg_bits(&mut self, e: &'a CExpr) -> R<u128> {
         let saved = self.cargs.take();
         let r = match e {
-            CExpr::Scalar(sc, fb) => match self.enter() {
-                Err(x) => Err(x),
-                Ok(()) => {
-                    let r = match self.scalar(sc) {
-                        Some((v, _)) => Ok(v),
-                        None => self.ceval_inner(fb).map(|v| v.as_u128().unwrap_or(0)),
-                    };
-                    self.depth -= 1;
-                    r
-                }
+            CExpr::Scalar(sc, fb) => match self.scalar(sc) {
+                Some((v, _)) => Ok(v),
+                None => self.ceval(fb).map(|v| v.as_u128().unwrap_or(0)),
             },
             e => self.ceval(e).map(|v| v.as_u128().unwrap_or(0)),
         };
@@ -2959,7 +3013,8 @@ impl<'a> Run<'a> {
                 if let (scalar::SNode::Field(i), STy::Bits(w, _)) = (&sc.e.node, sc.e.ty) {
                     self.steps += u64::from(sc.e.cost);
                     self.st.scalar_runs = self.st.scalar_runs.wrapping_add(1);
-                    let v = self.st.pool.flat.v.get(*i).copied().unwrap_or(0) & crate::value::mask(w);
+                    let v =
+                        self.st.pool.flat.v.get(*i).copied().unwrap_or(0) & crate::value::mask(w);
                     acc = if w == 128 { v } else { (acc << w) | v };
                     n += w;
                 }
@@ -3450,9 +3505,13 @@ impl<'a> Run<'a> {
                     // checksum, assigned as a scalar (`cassign`'s record
                     // and write for that value).
                     return match r? {
-                        Value::Bits(b) => {
-                            self.cassign_scalar(lhs, chain, STy::Bits(b.width, b.signed), b.v, b.src)
-                        }
+                        Value::Bits(b) => self.cassign_scalar(
+                            lhs,
+                            chain,
+                            STy::Bits(b.width, b.signed),
+                            b.v,
+                            b.src,
+                        ),
                         v => self.cassign(lhs, chain, v),
                     };
                 }

@@ -391,6 +391,17 @@ impl Pipeline {
         }
     }
 
+    /// `(checksum calls on an instance known at load, function parameters
+    /// bound to an instance at load)`: see `fast::Code::bound_sites`
+    /// (`ip_ttl_dec(chk, hdr.ip)`'s `chk` and its five calls on it). 0s
+    /// when the program has no compiled form.
+    pub fn bound_sites(&self) -> (usize, usize) {
+        match &self.prog.fast {
+            Some(c) => c.bound_sites(),
+            None => (0, 0),
+        }
+    }
+
     /// The main blocks' parameters the data path binds nothing for, as
     /// `block.param`: metadata their bodies never name (see
     /// `fast::ParamSlot::Shared`'s `unnamed`). PNA programs only (the
