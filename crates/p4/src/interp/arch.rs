@@ -315,76 +315,6 @@ fn run_block(
     Ok((exited, rejected))
 }
 
-/// One step of binding a main block's parameters ([`block_plans`]), in
-/// parameter order; a parameter that needs nothing (an unnamed one that
-/// is not `out`) has none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PlanStep {
-    /// Parameter `param` bound to the packet (`PKT_IN`/`PKT_OUT`).
-    Packet { param: usize, inst: usize },
-    /// Parameter `param` names the flat headers (reset when `out`).
-    Flat { param: usize, out: bool },
-    /// An `out` parameter the block never names: its slot's value reset.
-    Reset { slot: usize },
-    /// Parameter `param` bound from shared slot `slot` (`once`: no other
-    /// parameter of the block has its type) and written back.
-    Shared {
-        param: usize,
-        slot: usize,
-        once: bool,
-    },
-}
-
-/// Per main block, its parameters' binding steps, the flat headers in
-/// slot `flat` (`None`: none held flat), decided at load from the slot
-/// layout. Why: `run_block_slots` matched every parameter's slot kind
-/// twice per block and packet (in and back), zipping three lists each
-/// time: ~800 instructions per packet on routing.p4, most of it for the
-/// nine parameters that need nothing (docs/results/p4.md 2v).
-pub(crate) fn block_plans(
-    p: &Prog,
-    layout: &crate::interp::fast::SharedLayout,
-    flat: Option<usize>,
-) -> Vec<Vec<PlanStep>> {
-    use crate::interp::fast::ParamSlot;
-    p.main_blocks
-        .iter()
-        .zip(&layout.params)
-        .map(|((_, b), ps)| {
-            let blk = &p.blocks[*b];
-            blk.params()
-                .iter()
-                .zip(ps)
-                .enumerate()
-                .filter_map(|(param, (prm, ps))| {
-                    let out = prm.direction == crate::ast::Direction::Out;
-                    match *ps {
-                        ParamSlot::PktIn => Some(PlanStep::Packet {
-                            param,
-                            inst: PKT_IN,
-                        }),
-                        ParamSlot::PktOut => Some(PlanStep::Packet {
-                            param,
-                            inst: PKT_OUT,
-                        }),
-                        ParamSlot::Shared { slot, .. } if flat == Some(slot) => {
-                            Some(PlanStep::Flat { param, out })
-                        }
-                        ParamSlot::Shared {
-                            slot,
-                            unnamed: true,
-                            ..
-                        } => out.then_some(PlanStep::Reset { slot }),
-                        ParamSlot::Shared { slot, once, .. } => {
-                            Some(PlanStep::Shared { param, slot, once })
-                        }
-                    }
-                })
-                .collect()
-        })
-        .collect()
-}
-
 /// [`run_block`] of main block number `pos` (in `Prog::main_blocks`) with
 /// the shared values in `slots` (by the layout compiled at load) instead
 /// of a map keyed by type name: the same values taken, reset, initialised
@@ -399,9 +329,13 @@ fn run_block_slots<'a>(
     pos: usize,
     c: &Ctx,
 ) -> Result<(bool, Option<String>), Ctl> {
+    use crate::interp::fast::ParamSlot;
     let p: &'a Prog = run.p;
     let b = block_at(run, pos);
     let blk = &p.blocks[b];
+    let Some(ps) = layout.params.get(pos) else {
+        return Err(Ctl::Fail("no slot layout for a main block".into()));
+    };
     // The parameters bound straight into the block's frame and written
     // back from it (no parameter vector in between: each 64-byte value
     // moves once in and once out). Only the parameters the block names
@@ -409,43 +343,44 @@ fn run_block_slots<'a>(
     // entry: names are searched, never positions, and the write-back
     // below skips the same parameters), so a block that binds nothing
     // (routing.p4's main control) pushes and drains nothing; it was four
-    // 80-byte placeholder entries per block and packet. Which parameter
-    // takes what was decided at load ([`block_plans`]).
+    // 80-byte placeholder entries per block and packet.
     let mut frame = run.new_frame();
     let flat = run.code().and_then(|c| c.flat.as_ref());
     let saved_root = run.flat_root;
-    let Some(plan) = layout.plans[usize::from(flat.is_none())].get(pos) else {
-        return Err(Ctl::Fail("no binding plan for a main block".into()));
-    };
-    let prms = blk.params();
-    for step in plan {
-        let (param, v) = match *step {
-            PlanStep::Packet { param, inst } => (param, Value::Instance(inst)),
-            PlanStep::Flat { param, out } => {
+    for ((prm, t), ps) in blk.params().iter().zip(&blk.param_tys).zip(ps) {
+        let v = match *ps {
+            ParamSlot::PktIn => Value::Instance(PKT_IN),
+            ParamSlot::PktOut => Value::Instance(PKT_OUT),
+            ParamSlot::Shared { slot, .. } if flat.is_some_and(|f| f.slot == slot) => {
                 // The flat headers: nothing bound (the compiled chains
                 // read and write `pool.flat`); an `out` parameter starts
                 // reset, as the tree would.
                 if let Some(fl) = flat {
-                    if out {
+                    if prm.direction == crate::ast::Direction::Out {
                         run.st.pool.flat.reset(fl);
                     }
                 }
                 run.flat = flat;
-                run.flat_root = prms[param].name.name.as_str();
+                run.flat_root = prm.name.name.as_str();
                 continue;
             }
-            PlanStep::Reset { slot } => {
+            ParamSlot::Shared {
+                slot,
+                unnamed: true,
+                ..
+            } => {
                 // Named nowhere in the block: nothing bound; the slot
                 // keeps its value for the next block (reset for an `out`
                 // parameter, as binding it would; an empty slot is
                 // initialised by the first block that names it, as here).
-                if let Some(v) = slots[slot].as_mut() {
-                    v.reset();
+                if prm.direction == crate::ast::Direction::Out {
+                    if let Some(v) = slots[slot].as_mut() {
+                        v.reset();
+                    }
                 }
                 continue;
             }
-            PlanStep::Shared { param, slot, once } => {
-                let prm = &prms[param];
+            ParamSlot::Shared { slot, once, .. } => {
                 let taken = match prm.direction {
                     crate::ast::Direction::Out | crate::ast::Direction::InOut if once => {
                         slots[slot].take()
@@ -465,7 +400,7 @@ fn run_block_slots<'a>(
                         None => None,
                     },
                 };
-                let v = match taken {
+                match taken {
                     Some(mut v) => {
                         if prm.direction == crate::ast::Direction::Out {
                             v.reset();
@@ -475,19 +410,18 @@ fn run_block_slots<'a>(
                     None => {
                         let mut v = match spare[slot].take() {
                             Some(mut v) => {
-                                blk.param_tys[param].reset_value(&mut v);
+                                t.reset_value(&mut v);
                                 v
                             }
-                            None => blk.param_tys[param].default_value(),
+                            None => t.default_value(),
                         };
                         init_meta(arch, &layout.keys[slot], &mut v, c);
                         v
                     }
-                };
-                (param, v)
+                }
             }
         };
-        frame.push((prms[param].name.name.as_str(), v));
+        frame.push((prm.name.name.as_str(), v));
     }
     let (mut frame, r) = run.run_block_frame(b, frame);
     run.flat_root = saved_root;
@@ -499,24 +433,28 @@ fn run_block_slots<'a>(
             return Err(e);
         }
     };
-    // The frame's entries are the bound parameters in the plan's order:
-    // the packet's and the shared ones.
+    // The frame's entries are the bound parameters in parameter order:
+    // the same parameters are skipped here as above.
     let mut bound = frame.drain(..);
-    for step in plan {
-        let (param, slot) = match *step {
-            PlanStep::Packet { .. } => {
+    for (prm, ps) in blk.params().iter().zip(ps) {
+        let slot = match *ps {
+            ParamSlot::PktIn | ParamSlot::PktOut => {
                 bound.next();
                 continue;
             }
-            PlanStep::Shared { param, slot, .. } => (param, slot),
-            PlanStep::Flat { .. } | PlanStep::Reset { .. } => continue,
+            ParamSlot::Shared { slot, unnamed, .. } => {
+                if unnamed || flat.is_some_and(|f| f.slot == slot) {
+                    continue;
+                }
+                slot
+            }
         };
         let Some((_, v)) = bound.next() else {
             break;
         };
         // As the map: written back unless an `in` parameter's value is
         // already there.
-        if prms[param].direction != crate::ast::Direction::In || slots[slot].is_none() {
+        if prm.direction != crate::ast::Direction::In || slots[slot].is_none() {
             slots[slot] = Some(v);
         } else if let Some(x) = run.st.pool.in_spare.get_mut(slot) {
             // The copy, for the next packet's `in` copy.

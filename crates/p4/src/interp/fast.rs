@@ -925,10 +925,6 @@ pub(crate) struct SharedLayout {
     pub keys: Vec<String>,
     /// Per main block (in `Prog::main_blocks` order), per parameter.
     pub params: Vec<Vec<ParamSlot>>,
-    /// Per main block, what binding its parameters takes
-    /// (`arch::block_plans`): `[0]` with the headers flat, `[1]` without
-    /// (a reference run, or a program that keeps the tree).
-    pub plans: [Vec<Vec<crate::interp::arch::PlanStep>>; 2],
 }
 
 /// A specialised body's flat header parameters ([`Cx`]'s `alias`): the
@@ -1008,7 +1004,7 @@ pub(crate) struct SAction {
 /// allows it ([`FlatLayout`]).
 pub(crate) fn compile(p: &Prog) -> Code {
     let shared = shared_layout(p);
-    let mut code = match flat_layout(p, &shared) {
+    match flat_layout(p, &shared) {
         Ok(fl) => {
             let bad = std::cell::Cell::new(None);
             let mut code = compile_with(p, &shared, Some(&fl), &bad);
@@ -1033,13 +1029,7 @@ pub(crate) fn compile(p: &Prog) -> Code {
             code.flat_off = Some(why);
             code
         }
-    };
-    let flat = code.flat.as_ref().map(|f| f.slot);
-    code.shared.plans = [
-        crate::interp::arch::block_plans(p, &code.shared, flat),
-        crate::interp::arch::block_plans(p, &code.shared, None),
-    ];
-    code
+    }
 }
 
 /// The name block `b` binds the flat headers to, if it is a main block
