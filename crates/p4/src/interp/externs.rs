@@ -382,7 +382,7 @@ impl<'a> Run<'a> {
     /// (`Pipeline::process_reference`) and the differential tests compare
     /// this path with, so it must not call into it; a helper both shared
     /// would make a mistake in it invisible to those tests. A change to
-    /// one copy must be made to the other.
+    /// one copy must be made to the others (`csum_bound` holds a third).
     pub(crate) fn csum_method(
         &mut self,
         i: usize,
@@ -445,9 +445,12 @@ impl<'a> Run<'a> {
     /// (`fast::CExpr::Csum`, which says when; the receiver's step counted
     /// by the caller): `set_state`'s argument and `add`'s/`subtract`'s
     /// list items taken from the scalar tier (`cargs`, the method's
-    /// compiled arguments), with the method form's steps, no `Value`
-    /// built. `args`, `span`: the method's, for the fallback (a list the
-    /// tier declines after all runs as `csum_method` does).
+    /// compiled arguments), with the walker's steps, no `Value` built.
+    /// `args`, `span`: the method's, for the fallback (a list the tier
+    /// declines after all runs as `csum_method` does). The state updates
+    /// are a third copy of `extern_method`'s arm, kept apart for the
+    /// reason `csum_method` gives: a change to one copy must be made to
+    /// the others.
     pub(crate) fn csum_bound(
         &mut self,
         i: usize,
