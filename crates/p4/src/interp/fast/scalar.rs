@@ -107,8 +107,10 @@ pub(crate) enum SNode {
     /// Parameter `i` of a scalar-bound action (`fast::SAction`).
     AParam(usize),
     /// A block or global constant, unless a variable of that name is in
-    /// scope at run time (as `CExpr::Named`).
-    Named(Box<str>, u128, Src),
+    /// scope at run time (as `CExpr::Named`; `false`: no variable of that
+    /// name can be in view, [`super::Domain`], and the frames are not
+    /// searched).
+    Named(Box<str>, u128, Src, bool),
     Unary(UnOp, Box<SExpr>),
     /// Arithmetic, bitwise and comparison operators on operands of one
     /// type (an unsized literal converted to the other's at load).
@@ -192,7 +194,7 @@ impl Cx<'_> {
     }
 
     fn sleaf(&self, e: &Expr) -> Option<SExpr> {
-        let c = self.chain(e)?;
+        let c = self.chain_at(e, true)?;
         match c.flat {
             Some(FlatAt::Field { h, i, k }) => {
                 let (w, s, is_bool) = *self.layout()?.headers.get(h)?.kinds.get(k)?;
@@ -226,11 +228,16 @@ impl Cx<'_> {
             Expr::Path(id) => match self.named(id) {
                 Some(Value::Bits(b)) => node(
                     STy::of(&Ty::Bits(b.width, b.signed))?,
-                    SNode::Named(id.name.as_str().into(), b.v, b.src),
+                    SNode::Named(id.name.as_str().into(), b.v, b.src, self.may_bind(&id.name)),
                 ),
                 Some(Value::Bool(x, s)) => node(
                     STy::Bool,
-                    SNode::Named(id.name.as_str().into(), u128::from(x), s),
+                    SNode::Named(
+                        id.name.as_str().into(),
+                        u128::from(x),
+                        s,
+                        self.may_bind(&id.name),
+                    ),
                 ),
                 Some(_) => None,
                 None => self.sleaf(e),
@@ -529,6 +536,7 @@ impl Run<'_> {
                 (st.v[*i], st.src[*i])
             }
             SNode::Valid(h) => (u128::from(self.st.pool.flat.valid[*h]), Src::None),
+            SNode::Var(c) if c.var.is_some() => self.vslot(c.var.map_or(0, |v| v.0)),
             SNode::Var(c) => match (self.peek_chain(c)?, e.ty) {
                 (Value::Bits(b), STy::Bits(w, s)) if b.width == w && b.signed == s => (b.v, b.src),
                 (Value::Bool(x, src), STy::Bool) => (u128::from(*x), *src),
@@ -539,8 +547,10 @@ impl Run<'_> {
                 Value::Header(h) => (u128::from(h.valid), Src::None),
                 _ => return None,
             },
-            SNode::Named(n, v, src) => {
-                if self.var(n).is_some() {
+            SNode::Named(n, v, src, bound) => {
+                // The search only where a variable of that name may be in
+                // view (the walker looks variables up first).
+                if *bound && self.var(n).is_some() {
                     return None;
                 }
                 (*v, *src)
