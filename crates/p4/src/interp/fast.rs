@@ -143,6 +143,10 @@ pub(crate) enum CExpr {
 }
 
 /// A compiled extern method argument.
+// `One` holds a `CExpr` inline (~240 bytes since `Chain` carries the slot
+// array's place and the packet receiver): a list's items are few and
+// boxing `One` would add a pointer chase per argument on the data path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CArg {
     One(CExpr),
     /// A list `{ a, b }` (checksum data): its items.
@@ -210,15 +214,15 @@ pub(crate) struct Chain {
     /// The root is a block variable held in the run's slot array
     /// ([`VSlot`]): its index there and its type. The frames do not hold
     /// it; reads and writes go to `Pool::vslots` by index.
-    pub var: Option<(usize, STy)>,
+    pub var: Option<(u32, STy)>,
     /// The root is a main block's `packet_in` (`PKT_IN`) or `packet_out`
     /// (`PKT_OUT`) parameter, bound once in the block's names: the
     /// architecture binds it to that instance by its type
     /// (`arch::run_block_slots`, `ParamSlot::PktIn`), so a method's
     /// receiver (`pkt.extract`, `pkt.emit`) is known at load and
     /// [`Run::crecv`] does not look it up (4 look-ups per packet on
-    /// routing.p4; docs/results/p4.md 2w).
-    pub pkt: Option<usize>,
+    /// routing.p4; docs/results/p4.md 2w). `true`: `packet_out`.
+    pub pkt: Option<bool>,
 }
 
 /// How many times each name is bound (parameters, block variables,
@@ -1564,9 +1568,10 @@ impl Cx<'_> {
         }
     }
 
-    /// `PKT_IN`/`PKT_OUT` when `root` is a main block's `packet_in`/
-    /// `packet_out` parameter (what the architecture binds it to).
-    fn packet_instance(&self, root: &str) -> Option<usize> {
+    /// `false`/`true` when `root` is a main block's `packet_in`/
+    /// `packet_out` parameter (bound to `PKT_IN`/`PKT_OUT` by the
+    /// architecture).
+    fn packet_instance(&self, root: &str) -> Option<bool> {
         let b = self.block?;
         if !self.p.main_blocks.iter().any(|(_, x)| *x == b) {
             return None;
@@ -1578,8 +1583,8 @@ impl Cx<'_> {
             .zip(&blk.param_tys)
             .find(|(prm, _)| prm.name.name == root)?;
         match t {
-            Ty::Named(n) if n == "packet_in" => Some(PKT_IN),
-            Ty::Named(n) if n == "packet_out" => Some(PKT_OUT),
+            Ty::Named(n) if n == "packet_in" => Some(false),
+            Ty::Named(n) if n == "packet_out" => Some(true),
             _ => None,
         }
     }
@@ -1589,7 +1594,7 @@ impl Cx<'_> {
     /// read or an assignment's whole target, which the run serves from
     /// the array). Any other chain of such a variable, or one in a body
     /// that does not run on the block's names alone, marks it unfit.
-    fn vslot(&self, root: &str, ok: bool) -> Option<(usize, STy)> {
+    fn vslot(&self, root: &str, ok: bool) -> Option<(u32, STy)> {
         let b = self.block?;
         let v = self.doms.vslots.get(b)?.iter().find(|v| v.name == root)?;
         if ok
@@ -1597,7 +1602,7 @@ impl Cx<'_> {
             && self.aparam(root).is_none()
             && !self.locals.borrow().iter().any(|(n, _)| n == root)
         {
-            return Some((v.slot, v.ty));
+            return Some((v.slot as u32, v.ty));
         }
         v.bad.set(true);
         None
@@ -2592,7 +2597,7 @@ impl<'a> Run<'a> {
             }
             Some((_, FlatAt::Header(_))) => return None,
             None => match c.var {
-                Some((i, _)) => self.vslot(i),
+                Some((i, _)) => self.vslot(i as usize),
                 None => match self.peek_chain(c)? {
                     Value::Bits(b) => (b.v, b.src),
                     Value::Bool(b, s) => (u128::from(*b), *s),
@@ -2975,12 +2980,12 @@ impl<'a> Run<'a> {
     /// p4early SHOULD-FIX 3).
     fn crecv(&mut self, obj: &'a CExpr) -> R<Result<usize, Value>> {
         if let CExpr::Peek(c, x) = obj {
-            if let Some(i) = c.pkt {
+            if let Some(out) = c.pkt {
                 // The packet, known at load ([`Chain::pkt`]): `ceval`'s
                 // step and depth check of the read.
                 self.enter()?;
                 self.depth -= 1;
-                return Ok(Ok(i));
+                return Ok(Ok(if out { PKT_OUT } else { PKT_IN }));
             }
             if self.flat_of(c).is_none() && c.var.is_none() {
                 self.enter()?;
@@ -3045,7 +3050,7 @@ impl<'a> Run<'a> {
                 }
                 None => match c.var {
                     Some((i, ty)) => {
-                        let (v, src) = self.vslot(i);
+                        let (v, src) = self.vslot(i as usize);
                         Ok(ty.value(v, src))
                     }
                     None => match self.peek_chain(c) {
@@ -3330,7 +3335,7 @@ impl<'a> Run<'a> {
             return self.flat_write(fl, at, v, lhs.span());
         }
         if let Some((i, ty)) = chain.as_ref().and_then(|c| c.var) {
-            return self.vslot_assign(lhs, i, ty, v);
+            return self.vslot_assign(lhs, i as usize, ty, v);
         }
         if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
             // The walker's `assign` of a plain lvalue.
@@ -3418,12 +3423,12 @@ impl<'a> Run<'a> {
             if same {
                 // What `coerce_like` keeps (bits and source; the
                 // variable's signedness is its type's).
-                if let Some(x) = self.st.pool.vslots.get_mut(i) {
+                if let Some(x) = self.st.pool.vslots.get_mut(i as usize) {
                     *x = (v, src);
                 }
                 return Ok(());
             }
-            return self.vslot_assign(lhs, i, vty, ty.value(v, src));
+            return self.vslot_assign(lhs, i as usize, vty, ty.value(v, src));
         }
         if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
             match (target, ty) {

@@ -557,7 +557,7 @@ impl Run<'_> {
             }
             SNode::Var(c) if c.var.is_some() => {
                 self.steps += u64::from(e.cost);
-                Some(self.vslot(c.var.map_or(0, |v| v.0)))
+                Some(self.vslot(c.var.map_or(0, |v| v.0 as usize)))
             }
             _ => self.seval(e),
         }
@@ -572,7 +572,7 @@ impl Run<'_> {
                 (st.v[*i], st.src[*i])
             }
             SNode::Valid(h) => (u128::from(self.st.pool.flat.valid[*h]), Src::None),
-            SNode::Var(c) if c.var.is_some() => self.vslot(c.var.map_or(0, |v| v.0)),
+            SNode::Var(c) if c.var.is_some() => self.vslot(c.var.map_or(0, |v| v.0 as usize)),
             SNode::Var(c) => match (self.peek_chain(c)?, e.ty) {
                 (Value::Bits(b), STy::Bits(w, s)) if b.width == w && b.signed == s => (b.v, b.src),
                 (Value::Bool(x, src), STy::Bool) => (u128::from(*x), *src),
