@@ -159,6 +159,13 @@ fn routing_runs_without_empty_frames_and_slots_its_receivers() {
     let (slotted, peeks) = fast.slot_peeks();
     assert_eq!(slotted, peeks);
     assert!(peeks >= 9, "{peeks}");
+    // The packet receivers `pkt` (2 extracts, 2 emits) are known at load,
+    // `chk` (a function's parameter) is looked at where it sits.
+    let (known, receivers) = fast.packet_receivers();
+    assert_eq!(known, 4, "{known} of {receivers}");
+    assert!(receivers > known, "{receivers}");
+    // `nh_index` is held in the slot array.
+    assert_eq!(fast.var_slots(), 1);
     interp_support::add_routes(&mut fast, &[(0xc612_0000, 16), (0xc613_0000, 24)], 2);
     interp_support::add_routes(&mut reference, &[(0xc612_0000, 16), (0xc613_0000, 24)], 2);
     let mut next = xorshift(11);
@@ -289,4 +296,143 @@ fn review_cases_agree_with_the_walker() {
         slotted > 0 && slotted < peeks,
         "slotted {slotted} of {peeks}"
     );
+}
+
+/// Block variables held in the slot array (`fast::VSlot`, docs/results/
+/// p4.md 2w) against the walker: `s` (`bit<16>`) written by a table's
+/// action and read as the next table's key, left at its default on the
+/// packets no entry sets it (read before written: the walker's 0 each
+/// packet, not the last packet's value); `f` (`bool`) the same way; `g`
+/// (`int<8>`) signed arithmetic and a signed compare; `k` with an
+/// initialiser (the walker's, at every entry of the block) read by an
+/// action and written by the block; parser variable `pv` set in one
+/// state and read in the next state's body and select. Not slotted, and
+/// still the walker's: `sh` (an action parameter has the same name, the
+/// action reads its own), `wv` (an argument of a function: copied in and
+/// out by the walker), `tmp` (a header). `SHADOW` goes at the end of
+/// `apply`.
+const SLOTS_P4: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
+struct headers_t { a_t a; b_t b; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    bit<8> pv;
+    state start {
+        pkt.extract(hdr.a);
+        pv = hdr.a.d[7:0];
+        transition select(hdr.a.t) { 0x0800: pb; default: accept; }
+    }
+    state pb {
+        pkt.extract(hdr.b);
+        hdr.b.z = hdr.b.z ^ pv;
+        transition select(pv[0:0]) { 1: accept; default: accept; }
+    }
+}
+void bump(inout bit<8> a) { a = a + 1; }
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    bit<16> s;
+    bool f;
+    int<8> g;
+    bit<8> k = 7;
+    bit<8> sh;
+    bit<8> wv;
+    a_t tmp;
+    action set_s(bit<16> v) { s = v; f = true; }
+    action set_w(bit<8> v) { hdr.b.w = v + k; }
+    action hide(bit<8> sh) { hdr.b.y = hdr.b.y + sh; }
+    action rd_sh() { hdr.b.z = hdr.b.z + sh; }
+    table route {
+        key = { hdr.b.x : exact; }
+        actions = { set_s; NoAction; }
+        const entries = { 1 : set_s(5); 2 : set_s(7); 3 : set_s(0x109); }
+        default_action = NoAction();
+    }
+    table nh {
+        key = { s : exact; }
+        actions = { set_w; NoAction; }
+        const entries = { 5 : set_w(0x11); 7 : set_w(0x22); 0 : set_w(0x33); }
+        default_action = NoAction();
+    }
+    apply {
+        if (hdr.b.isValid()) {
+            route.apply();
+            nh.apply();
+            hdr.b.y = hdr.b.y + (bit<8>) s;
+            if (f) { hdr.b.z = hdr.b.z + 1; }
+            g = (int<8>) hdr.b.y;
+            g = g - 100;
+            if (g < 0) { hdr.b.z = hdr.b.z ^ 0x80; }
+            k = k + hdr.b.x;
+            hdr.b.w = hdr.b.w + k;
+            sh = hdr.b.y;
+            hide(hdr.b.x);
+            rd_sh();
+            wv = hdr.b.w;
+            bump(wv);
+            hdr.b.w = wv;
+            tmp.setValid();
+            tmp.t = (bit<16>) hdr.b.x;
+            hdr.b.x = tmp.t[7:0] + 1;
+            SHADOW
+        }
+        send_to_port((PortId_t)1);
+    }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply {
+        pkt.emit(hdr.a);
+        pkt.emit(hdr.b);
+    }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+#[test]
+fn block_variables_in_the_slot_array_agree_with_the_walker() {
+    let build = |shadow: &str| load_text("slots.p4", &SLOTS_P4.replace("SHADOW", shadow));
+    let (Some(mut fast), Some(mut reference)) = (build(""), build("")) else {
+        return;
+    };
+    assert_eq!(fast.flat_headers(), Ok(()));
+    // `pv`, `s`, `f`, `g`, `k`; not `sh`, `wv`, `tmp`.
+    assert_eq!(fast.var_slots(), 5);
+    // `hdr.b.x` in 0..=4 (entries for 1, 2, 3) on most packets: `s` and
+    // `f` are set on some and read before written on the others.
+    let mut next = xorshift(23);
+    let pkts: Vec<Vec<u8>> = (0..600u64)
+        .map(|i| {
+            let mut p: Vec<u8> = (0..18).map(|_| next() as u8).collect();
+            let t: u16 = [0x0800, 0x0800, 0x0806][(i % 3) as usize];
+            p[12..14].copy_from_slice(&t.to_be_bytes());
+            if i % 5 != 0 {
+                p[14] %= 5;
+            }
+            p
+        })
+        .collect();
+    let sent = agree("slots", &mut fast, &mut reference, &pkts);
+    assert!(sent >= 600, "too few packets forwarded ({sent})");
+    // A nested block's declaration of `s` makes it bound twice in
+    // `Main`: not slotted (the walker's innermost wins), `f` still is.
+    let shadow =
+        "{ bit<16> s = 3; hdr.b.y = hdr.b.y + (bit<8>) s; } hdr.b.z = hdr.b.z + (bit<8>) s;";
+    let (Some(mut fast), Some(mut reference)) = (build(shadow), build(shadow)) else {
+        return;
+    };
+    assert_eq!(fast.var_slots(), 4);
+    agree("slots, s shadowed", &mut fast, &mut reference, &pkts);
+    // Walked code naming a variable (`tmp.setValid()` is the walker's
+    // anyway; here `f` in a walked statement): `f` left to the frame.
+    let walked = "switch (route.apply().action_run) { set_s: { f = false; } default: {} }";
+    let (Some(mut fast), Some(mut reference)) = (build(walked), build(walked)) else {
+        return;
+    };
+    assert_eq!(fast.var_slots(), 4);
+    agree("slots, f walked", &mut fast, &mut reference, &pkts);
 }

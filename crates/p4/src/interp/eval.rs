@@ -1590,13 +1590,34 @@ impl<'a> Run<'a> {
         // a name, `fast::binds`): an empty frame changes no look-up. The
         // reference run keeps the walker's frames as they were.
         let code = self.code();
-        let frame = code.is_none() || !blk.vars.is_empty();
+        // The variables held in the slot array (`fast::VSlot`), and
+        // whether any is left to a frame.
+        let vars = code.and_then(|k| k.vars.get(b));
+        let slots: &'a [Option<usize>] = vars.map_or(&[], |v| v.slots.as_slice());
+        let frame = match vars {
+            Some(v) => v.frame,
+            None => code.is_none() || !blk.vars.is_empty(),
+        };
         if frame {
             let f = self.new_frame();
             self.frames.push(f);
         }
+        if !slots.is_empty() {
+            let n = code.map_or(0, |k| k.nvslots);
+            if self.st.pool.vslots.len() < n {
+                self.st.pool.vslots.resize(n, (0, Src::None));
+            }
+        }
         let r = (|| {
-            for (v, ty) in &blk.vars {
+            for (j, (v, ty)) in blk.vars.iter().enumerate() {
+                let slot = slots.get(j).copied().flatten();
+                if let (Some(i), None) = (slot, &v.init) {
+                    // `default_value` of a `bit<W>`/`int<W>`/`bool`.
+                    if let Some(x) = self.st.pool.vslots.get_mut(i) {
+                        *x = (0, Src::None);
+                    }
+                    continue;
+                }
                 let mut val = ty.default_value();
                 if let Some(init) = &v.init {
                     let iv = self.eval(init)?;
@@ -1604,7 +1625,25 @@ impl<'a> Run<'a> {
                     val =
                         coerce_like(&val, iv).map_err(|m| Ctl::Fail(format!("{}: {m}", v.span)))?;
                 }
-                self.declare(&v.name.name, val);
+                match slot {
+                    Some(i) => {
+                        let bits = match val {
+                            Value::Bits(b) => (b.v, b.src),
+                            Value::Bool(x, s) => (u128::from(x), s),
+                            o => {
+                                return fail(format!(
+                                    "{}: {} for a `{ty:?}` variable",
+                                    v.span,
+                                    o.type_name()
+                                ))
+                            }
+                        };
+                        if let Some(x) = self.st.pool.vslots.get_mut(i) {
+                            *x = bits;
+                        }
+                    }
+                    None => self.declare(&v.name.name, val),
+                }
             }
             match &blk.kind {
                 BlockKind::Control(c) => match code.and_then(|k| k.controls[b].as_ref()) {

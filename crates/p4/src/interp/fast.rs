@@ -167,6 +167,10 @@ pub(crate) enum CExpr {
 }
 
 /// A compiled extern method argument.
+// `One` holds a `CExpr` inline (~240 bytes since `Chain` carries the slot
+// array's place and the packet receiver): a list's items are few and
+// boxing `One` would add a pointer chase per argument on the data path.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum CArg {
     One(CExpr),
     /// A list `{ a, b }` (checksum data): its items.
@@ -239,6 +243,10 @@ pub(crate) struct Chain {
     /// The address of the name string found at [`Chain::slot`] (the
     /// binding's own `&str`: comparing it is cheaper than the bytes).
     pub name_at: AtomicUsize,
+    /// The root is a block variable held in the run's slot array
+    /// ([`VSlot`]): its index there and its type. The frames do not hold
+    /// it; reads and writes go to `Pool::vslots` by index.
+    pub var: Option<(u32, STy)>,
 }
 
 /// How many times each name is bound (parameters, block variables,
@@ -297,6 +305,96 @@ struct Domains {
     blocks: Vec<Domain>,
     funcs: Vec<Domain>,
     actions: Vec<Option<Domain>>,
+    /// Per block: its variables held in the slot array ([`VSlot`]).
+    vslots: Vec<Vec<VSlot>>,
+}
+
+/// A block variable (`bit<32> nh_index;` in a control or parser) held
+/// in a per-packet array of `(u128, Src)` (`Pool::vslots`, index `slot`)
+/// instead of the block's variable frame: set at the block's entry (its
+/// default, 0 and no source, or its initialiser's value, as the walker
+/// declares it), read by the scalar tier, the table-key reader and
+/// `CExpr::Peek`, written by assignments, all by index. Why: the
+/// variables' frame was pushed, filled with a 64-byte `Value`, searched
+/// by name (through [`Chain::slot`]) per read and write, and drained per
+/// block and packet (docs/results/p4.md 2w).
+///
+/// Only where the walker can never look for it (it searches frames by
+/// name): a `bit<W>`/`int<W>`/`bool` variable bound once in the block's
+/// [`Domain`] (no parameter, action parameter or body declaration of
+/// that name anywhere in the block, so every reference in the block's
+/// region is this variable), no block-local or global name of that
+/// spelling (a constant, instance, table, action or function the
+/// compiled code would look up at run time after the frames), named by
+/// no block variable's initialiser and no table's bound action argument
+/// (both evaluated by the walker), and, in the compiled code, named only
+/// as a read ([`Cx::sleaf`], `CExpr::Peek`) or an assignment's whole
+/// target: any other use (a walked statement or expression, a call's
+/// argument, an extern's walked argument, a field chain) sets `bad`, and
+/// the program is compiled again without it (`compile_with`). The
+/// reference run (`process_reference`) never uses the compiled code, so
+/// the walker's frames there are unchanged.
+struct VSlot {
+    name: String,
+    /// Index in the block's `vars`.
+    var: usize,
+    slot: usize,
+    ty: STy,
+    bad: std::cell::Cell<bool>,
+}
+
+/// The block variables that may be held in the slot array ([`VSlot`]),
+/// per block, those in `off` (found unfit by an earlier compile) left
+/// out; numbered in block order.
+fn var_slots(
+    p: &Prog,
+    doms: &Domains,
+    off: &std::collections::HashSet<(usize, usize)>,
+) -> Vec<Vec<VSlot>> {
+    // Names the walker evaluates in the tables' actions lists (`a(x)`).
+    let bound_text = format!(
+        "{:?}",
+        p.tables
+            .iter()
+            .flat_map(|t| t.actions.iter().map(|a| &a.bound))
+            .collect::<Vec<_>>()
+    );
+    let mut n = 0;
+    p.blocks
+        .iter()
+        .enumerate()
+        .map(|(b, blk)| {
+            let inits = format!(
+                "{:?}",
+                blk.vars.iter().map(|(v, _)| &v.init).collect::<Vec<_>>()
+            );
+            let mut out = Vec::new();
+            for (j, (v, ty)) in blk.vars.iter().enumerate() {
+                let name = v.name.name.as_str();
+                let Some(sty) = STy::of(ty) else { continue };
+                if off.contains(&(b, j))
+                    || doms.blocks.get(b).and_then(|d| d.get(name)) != Some(&1)
+                    || blk.locals.contains_key(name)
+                    || p.g.consts.contains_key(name)
+                    || p.g.functions.contains_key(name)
+                    || p.g.actions.contains_key(name)
+                    || names_ident(&inits, name)
+                    || names_ident(&bound_text, name)
+                {
+                    continue;
+                }
+                out.push(VSlot {
+                    name: name.to_string(),
+                    var: j,
+                    slot: n,
+                    ty: sty,
+                    bad: Default::default(),
+                });
+                n += 1;
+            }
+            out
+        })
+        .collect()
 }
 
 fn domains(p: &Prog, funcs: &[(&String, &Arc<FuncDef>)]) -> Domains {
@@ -348,6 +446,7 @@ fn domains(p: &Prog, funcs: &[(&String, &Arc<FuncDef>)]) -> Domains {
         blocks,
         funcs,
         actions,
+        vslots: Vec::new(),
     }
 }
 
@@ -469,6 +568,20 @@ pub(crate) struct Code {
     /// Per action: its body for scalar-bound parameters, when it allows
     /// it ([`SAction`]).
     pub sactions: Vec<Option<SAction>>,
+    /// Per block: its variables' places in the slot array ([`VSlot`]).
+    pub vars: Vec<BlockVars>,
+    /// The slot array's length (`Pool::vslots`).
+    pub nvslots: usize,
+}
+
+/// A block's variables as the compiled run holds them ([`VSlot`]).
+#[derive(Default)]
+pub(crate) struct BlockVars {
+    /// Per variable (`Block::vars` order): its index in the slot array,
+    /// or `None` when the block's variable frame holds it.
+    pub slots: Vec<Option<usize>>,
+    /// Some variable is held in the frame (the frame is pushed).
+    pub frame: bool,
 }
 
 impl Code {
@@ -570,6 +683,34 @@ impl Code {
                     if c.flat.is_none() {
                         n.0 += usize::from(c.unique);
                         n.1 += 1;
+                    }
+                }
+            });
+        });
+        n
+    }
+
+    /// The method receivers that are a variable (`pkt.extract`,
+    /// `chk.add`): `(known at load, all)` over the compiled code (a
+    /// specialised body counted again), known being a block's packet
+    /// parameter bound at load (`Cx::packet_instance`: a
+    /// `CExpr::Named` instance). Read at load, so tests can say the
+    /// look-up is skipped.
+    pub fn packet_receivers(&self) -> (usize, usize) {
+        let mut n = (0, 0);
+        self.exprs(&mut |e, _| {
+            expr_nodes(e, &mut |x| {
+                if let CExpr::Method { obj, .. }
+                | CExpr::Extract { obj, .. }
+                | CExpr::Emit { obj, .. } = x
+                {
+                    match &**obj {
+                        CExpr::Named(_, Value::Instance(PKT_IN | PKT_OUT), false) => {
+                            n.0 += 1;
+                            n.1 += 1;
+                        }
+                        CExpr::Peek(..) | CExpr::Named(..) => n.1 += 1,
+                        _ => {}
                     }
                 }
             });
@@ -1125,6 +1266,32 @@ fn compile_with(
     fl: Option<&FlatLayout>,
     bad: &std::cell::Cell<Option<&'static str>>,
 ) -> Code {
+    // Compiled again without the block variables a pass found unfit for
+    // the slot array ([`VSlot`]); a variable left out only adds frame
+    // reads, so the passes end (at most one per variable, one in most
+    // programs).
+    let mut off = std::collections::HashSet::new();
+    loop {
+        let mut unfit = Vec::new();
+        let code = compile_pass(p, shared, fl, bad, &off, &mut unfit);
+        if unfit.is_empty() {
+            return code;
+        }
+        off.extend(unfit);
+    }
+}
+
+/// One compile of every body ([`compile_with`]), with the block
+/// variables not in `off` in the slot array; those found unfit are
+/// pushed on `unfit` (block, variable).
+fn compile_pass(
+    p: &Prog,
+    shared: &SharedLayout,
+    fl: Option<&FlatLayout>,
+    bad: &std::cell::Cell<Option<&'static str>>,
+    off: &std::collections::HashSet<(usize, usize)>,
+    unfit: &mut Vec<(usize, usize)>,
+) -> Code {
     let mut names: Vec<(&String, &Arc<FuncDef>)> = p.g.functions.iter().collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
     let fns: FastMap<String, usize> = names
@@ -1156,7 +1323,8 @@ fn compile_with(
         }
         Some((root, fl?))
     };
-    let doms = domains(p, &names);
+    let mut doms = domains(p, &names);
+    doms.vslots = var_slots(p, &doms, off);
     for (fi, (_, f)) in names.iter().enumerate() {
         let cx = Cx {
             p,
@@ -1271,6 +1439,21 @@ fn compile_with(
         }
     }
     code.specs = specs.into_inner().into_iter().map(|(_, s)| s).collect();
+    for (b, vs) in doms.vslots.iter().enumerate() {
+        let nvars = p.blocks[b].vars.len();
+        let mut slots = vec![None; nvars];
+        for v in vs {
+            if v.bad.get() {
+                unfit.push((b, v.var));
+            }
+            slots[v.var] = Some(v.slot);
+        }
+        code.nvslots += vs.len();
+        code.vars.push(BlockVars {
+            frame: vs.len() < nvars,
+            slots,
+        });
+    }
     code
 }
 
@@ -1348,13 +1531,13 @@ impl Cx<'_> {
     /// array). Conservative: any identifier of that name counts (a field
     /// of that name too).
     fn note(&self, e: &Expr) {
-        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() || self.vslots() {
             self.note_text(&format!("{e:?}"));
         }
     }
 
     fn note_stmt(&self, st: &Stmt) {
-        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() {
+        if self.flat.is_some() || self.alias.is_some() || self.aparams.is_some() || self.vslots() {
             self.note_text(&format!("{st:?}"));
         }
     }
@@ -1372,6 +1555,14 @@ impl Cx<'_> {
     }
 
     fn note_text(&self, text: &str) {
+        // The walker finds no slotted block variable ([`VSlot`]).
+        if let Some(vs) = self.block.and_then(|b| self.doms.vslots.get(b)) {
+            for v in vs {
+                if names_ident(text, &v.name) {
+                    v.bad.set(true);
+                }
+            }
+        }
         // The walker reads a scalar-bound parameter from the frame only.
         if let Some(ap) = self.aparams {
             if ap.names.iter().any(|(n, _)| names_ident(text, n)) {
@@ -1438,6 +1629,42 @@ impl Cx<'_> {
         }
     }
 
+    /// Whether this body's block holds variables in the slot array
+    /// ([`VSlot`]): then what it hands to the walker is noted.
+    fn vslots(&self) -> bool {
+        self.block
+            .and_then(|b| self.doms.vslots.get(b))
+            .is_some_and(|v| !v.is_empty())
+    }
+
+    /// Whether this body runs on its block's names ([`Cx::bound`] is the
+    /// block's own [`Domain`]: its bodies, actions and table keys).
+    fn own_region(&self) -> bool {
+        match (self.bound, self.block.and_then(|b| self.doms.blocks.get(b))) {
+            (Some(d), Some(x)) => std::ptr::eq(d, x),
+            _ => false,
+        }
+    }
+
+    /// Chain root `root`'s place in the slot array ([`VSlot`]) when it is
+    /// one of the block's slotted variables and `ok` (the chain is a
+    /// read or an assignment's whole target, which the run serves from
+    /// the array). Any other chain of such a variable, or one in a body
+    /// that does not run on the block's names alone, marks it unfit.
+    fn vslot(&self, root: &str, ok: bool) -> Option<(u32, STy)> {
+        let b = self.block?;
+        let v = self.doms.vslots.get(b)?.iter().find(|v| v.name == root)?;
+        if ok
+            && self.own_region()
+            && self.aparam(root).is_none()
+            && !self.locals.borrow().iter().any(|(n, _)| n == root)
+        {
+            return Some((v.slot as u32, v.ty));
+        }
+        v.bad.set(true);
+        None
+    }
+
     /// Whether a variable named `name` may be in view where this body
     /// runs: `false` only when its [`Domain`] is known and binds no such
     /// name (then the walker's search of the frames would find none).
@@ -1450,8 +1677,15 @@ impl Cx<'_> {
     }
 
     /// `e` as a field chain of a variable, with the guesses its declared
-    /// type gives (none for names not in `scope`).
+    /// type gives (none for names not in `scope`); a slotted block
+    /// variable here is unfit ([`Cx::vslot`]).
     fn chain(&self, e: &Expr) -> Option<Chain> {
+        self.chain_at(e, false)
+    }
+
+    /// [`Cx::chain`]; `ok`: the caller serves a slotted block variable
+    /// from the slot array (a read, an assignment's whole target).
+    fn chain_at(&self, e: &Expr, ok: bool) -> Option<Chain> {
         let mut names = Vec::new();
         let mut x = e;
         let root = loop {
@@ -1494,6 +1728,11 @@ impl Cx<'_> {
             });
         }
         let unique = self.bound.is_some_and(|d| d.get(&root) == Some(&1));
+        let var = if flat.is_none() {
+            self.vslot(&root, ok && steps.is_empty())
+        } else {
+            None
+        };
         Some(Chain {
             root,
             steps,
@@ -1501,6 +1740,7 @@ impl Cx<'_> {
             unique,
             slot: AtomicU32::new(u32::MAX),
             name_at: AtomicUsize::new(0),
+            var,
         })
     }
 
@@ -1528,8 +1768,10 @@ impl Cx<'_> {
     fn stmt(&self, s: &Stmt) -> CStmt {
         match s {
             Stmt::Assign { lhs, rhs, .. } => {
-                let c = self.chain(lhs);
-                if c.as_ref().is_none_or(|c| c.flat.is_none()) {
+                let c = self.chain_at(lhs, true);
+                if c.as_ref()
+                    .is_none_or(|c| c.flat.is_none() && c.var.is_none())
+                {
                     self.note(lhs);
                 }
                 CStmt::Assign(lhs.clone(), c, self.expr(rhs))
@@ -1668,12 +1910,12 @@ impl Cx<'_> {
                     self.note(e);
                     CExpr::Named(id.clone(), v, self.may_bind(&id.name))
                 }
-                None => match self.chain(e) {
+                None => match self.chain_at(e, true) {
                     Some(c) => CExpr::Peek(c, e.clone()),
                     None => self.walk(e),
                 },
             },
-            Expr::Member(..) => match self.chain(e) {
+            Expr::Member(..) => match self.chain_at(e, true) {
                 Some(c) => CExpr::Peek(c, e.clone()),
                 None => self.walk(e),
             },
@@ -2560,10 +2802,13 @@ impl<'a> Run<'a> {
                 (*st.v.get(i)?, *st.src.get(i)?)
             }
             Some((_, FlatAt::Header(_))) => return None,
-            None => match self.peek_chain(c)? {
-                Value::Bits(b) => (b.v, b.src),
-                Value::Bool(b, s) => (u128::from(*b), *s),
-                _ => return None,
+            None => match c.var {
+                Some((i, _)) => self.vslot(i as usize),
+                None => match self.peek_chain(c)? {
+                    Value::Bits(b) => (b.v, b.src),
+                    Value::Bool(b, s) => (u128::from(*b), *s),
+                    _ => return None,
+                },
             },
         };
         // `ceval`'s step and depth check.
@@ -2949,7 +3194,7 @@ impl<'a> Run<'a> {
             return Ok(Ok(*i));
         }
         if let CExpr::Peek(c, x) = obj {
-            if self.flat_of(c).is_none() {
+            if self.flat_of(c).is_none() && c.var.is_none() {
                 self.enter()?;
                 let r = match self.peek_chain(c) {
                     Some(Value::Instance(i)) => Ok(Ok(*i)),
@@ -3103,9 +3348,15 @@ impl<'a> Run<'a> {
                     };
                     Ok(self.flat_read(fl, at, d))
                 }
-                None => match self.peek_chain(c) {
-                    Some(v) => Ok(v.clone()),
-                    None => self.eval(x),
+                None => match c.var {
+                    Some((i, ty)) => {
+                        let (v, src) = self.vslot(i as usize);
+                        Ok(ty.value(v, src))
+                    }
+                    None => match self.peek_chain(c) {
+                        Some(v) => Ok(v.clone()),
+                        None => self.eval(x),
+                    },
                 },
             },
             CExpr::Named(_, v, false) => Ok(v.clone()),
@@ -3410,6 +3661,9 @@ impl<'a> Run<'a> {
         if let Some((fl, at)) = chain.as_ref().and_then(|c| self.flat_of(c)) {
             return self.flat_write(fl, at, v, lhs.span());
         }
+        if let Some((i, ty)) = chain.as_ref().and_then(|c| c.var) {
+            return self.vslot_assign(lhs, i as usize, ty, v);
+        }
         if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
             // The walker's `assign` of a plain lvalue.
             let nv =
@@ -3418,6 +3672,43 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         self.assign(lhs, v)
+    }
+
+    /// Slot `i` of the slot array ([`VSlot`]): its bits and source.
+    #[inline]
+    pub(crate) fn vslot(&self, i: usize) -> (u128, Src) {
+        self.st
+            .pool
+            .vslots
+            .get(i)
+            .copied()
+            .unwrap_or((0, Src::None))
+    }
+
+    /// The walker's assignment of `v` to a slotted variable of type `ty`
+    /// (its `coerce_like` to the variable's value, the same error when
+    /// it fails).
+    fn vslot_assign(&mut self, lhs: &Expr, i: usize, ty: STy, v: Value) -> R<()> {
+        let (cv, cs) = self.vslot(i);
+        let nv = coerce_like(&ty.value(cv, cs), v)
+            .map_err(|m| Ctl::Fail(format!("{}: {m}", lhs.span())))?;
+        let bits = match (nv, ty) {
+            (Value::Bits(b), STy::Bits(w, _)) if b.width == w => (b.v, b.src),
+            (Value::Bool(x, s), STy::Bool) => (u128::from(x), s),
+            (o, _) => {
+                // A frame would now hold another type (the checker lets
+                // no such program through).
+                return fail(format!(
+                    "{}: {} assigned to a variable of another type",
+                    lhs.span(),
+                    o.type_name()
+                ));
+            }
+        };
+        if let Some(x) = self.st.pool.vslots.get_mut(i) {
+            *x = bits;
+        }
+        Ok(())
     }
 
     /// [`Run::cassign`] of a scalar value of type `ty`: its bits and
@@ -3449,6 +3740,22 @@ impl<'a> Run<'a> {
                 }
             }
             return self.flat_write(fl, at, ty.value(v, src), lhs.span());
+        }
+        if let Some((i, vty)) = chain.as_ref().and_then(|c| c.var) {
+            let same = match (vty, ty) {
+                (STy::Bits(w, _), STy::Bits(x, _)) => w == x,
+                (STy::Bool, STy::Bool) => true,
+                _ => false,
+            };
+            if same {
+                // What `coerce_like` keeps (bits and source; the
+                // variable's signedness is its type's).
+                if let Some(x) = self.st.pool.vslots.get_mut(i as usize) {
+                    *x = (v, src);
+                }
+                return Ok(());
+            }
+            return self.vslot_assign(lhs, i as usize, vty, ty.value(v, src));
         }
         if let Some(target) = chain.as_ref().and_then(|c| self.chain_mut(c)) {
             match (target, ty) {

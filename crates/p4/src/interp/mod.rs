@@ -230,6 +230,9 @@ pub(crate) struct Pool {
     /// The parameters of the scalar-bound actions running
     /// (`fast::SAction`), each call's after its caller's.
     pub aparams: Vec<(u128, crate::value::Src)>,
+    /// The block variables held by index (`fast::VSlot`): bits and
+    /// source, set at the block's entry.
+    pub vslots: Vec<(u128, crate::value::Src)>,
 }
 
 impl State {
@@ -372,6 +375,23 @@ impl Pipeline {
     /// without compiled code).
     pub fn slot_peeks(&self) -> (usize, usize) {
         self.prog.fast.as_ref().map_or((0, 0), |c| c.slot_peeks())
+    }
+
+    /// The method receivers that are a variable, `(known at load, all)`
+    /// (`fast::Code::packet_receivers`: a main block's packet parameter
+    /// is not looked up; `(0, 0)` without compiled code).
+    pub fn packet_receivers(&self) -> (usize, usize) {
+        self.prog
+            .fast
+            .as_ref()
+            .map_or((0, 0), |c| c.packet_receivers())
+    }
+
+    /// How many block variables the compiled run holds in its slot array
+    /// instead of a frame (`fast::VSlot`; 0 without compiled code):
+    /// decided at load, so tests can say the slots are in use.
+    pub fn var_slots(&self) -> usize {
+        self.prog.fast.as_ref().map_or(0, |c| c.nvslots)
     }
 
     /// The compiled blocks that get their own variable frame, `(with a

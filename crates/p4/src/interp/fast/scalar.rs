@@ -107,8 +107,10 @@ pub(crate) enum SNode {
     /// Parameter `i` of a scalar-bound action (`fast::SAction`).
     AParam(usize),
     /// A block or global constant, unless a variable of that name is in
-    /// scope at run time (as `CExpr::Named`).
-    Named(Box<str>, u128, Src),
+    /// scope at run time (as `CExpr::Named`; `false`: no variable of that
+    /// name can be in view, [`super::Domain`], and the frames are not
+    /// searched).
+    Named(Box<str>, u128, Src, bool),
     Unary(UnOp, Box<SExpr>),
     /// Arithmetic, bitwise and comparison operators on operands of one
     /// type (an unsized literal converted to the other's at load).
@@ -192,7 +194,7 @@ impl Cx<'_> {
     }
 
     fn sleaf(&self, e: &Expr) -> Option<SExpr> {
-        let c = self.chain(e)?;
+        let c = self.chain_at(e, true)?;
         match c.flat {
             Some(FlatAt::Field { h, i, k }) => {
                 let (w, s, is_bool) = *self.layout()?.headers.get(h)?.kinds.get(k)?;
@@ -226,11 +228,16 @@ impl Cx<'_> {
             Expr::Path(id) => match self.named(id) {
                 Some(Value::Bits(b)) => node(
                     STy::of(&Ty::Bits(b.width, b.signed))?,
-                    SNode::Named(id.name.as_str().into(), b.v, b.src),
+                    SNode::Named(id.name.as_str().into(), b.v, b.src, self.may_bind(&id.name)),
                 ),
                 Some(Value::Bool(x, s)) => node(
                     STy::Bool,
-                    SNode::Named(id.name.as_str().into(), u128::from(x), s),
+                    SNode::Named(
+                        id.name.as_str().into(),
+                        u128::from(x),
+                        s,
+                        self.may_bind(&id.name),
+                    ),
                 ),
                 Some(_) => None,
                 None => self.sleaf(e),
@@ -465,7 +472,7 @@ fn sext(v: u128, w: u32) -> i128 {
 impl Run<'_> {
     /// Evaluates scalar `s`: its value and source, or `None` when the
     /// caller must use its fallback (see the module documentation).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn scalar(&mut self, s: &Scalar) -> Option<(u128, Src)> {
         if (s.flat && self.flat.is_none())
             || self.steps + 2 * u64::from(s.nodes) > MAX_STEPS
@@ -473,7 +480,7 @@ impl Run<'_> {
         {
             return None;
         }
-        let r = self.seval(&s.e);
+        let r = self.sev(&s.e);
         if r.is_some() {
             self.st.scalar_runs = self.st.scalar_runs.wrapping_add(1);
         }
@@ -520,6 +527,42 @@ impl Run<'_> {
         }
     }
 
+    /// [`Run::seval`] with the leaves read here, inline: a field or a
+    /// header's validity of the flat headers, a constant, a scalar-bound
+    /// action parameter, a slotted block variable (same steps, same
+    /// values). Why: most
+    /// evaluations are a leaf alone (a table key, an assignment's right
+    /// side, an action parameter) or an operator over leaves, and a call
+    /// of `seval` (its register saves and dispatch) cost ~50 instructions
+    /// each, ~20 per packet on routing.p4 (docs/results/p4.md 2w).
+    #[inline(always)]
+    fn sev(&mut self, e: &SExpr) -> Option<(u128, Src)> {
+        match &e.node {
+            SNode::Field(i) => {
+                self.steps += u64::from(e.cost);
+                let st = &self.st.pool.flat;
+                Some((st.v[*i], st.src[*i]))
+            }
+            SNode::Const(v) => {
+                self.steps += u64::from(e.cost);
+                Some((*v, Src::None))
+            }
+            SNode::AParam(i) => {
+                self.steps += u64::from(e.cost);
+                self.aparam(*i)
+            }
+            SNode::Valid(h) => {
+                self.steps += u64::from(e.cost);
+                Some((u128::from(self.st.pool.flat.valid[*h]), Src::None))
+            }
+            SNode::Var(c) if c.var.is_some() => {
+                self.steps += u64::from(e.cost);
+                Some(self.vslot(c.var.map_or(0, |v| v.0 as usize)))
+            }
+            _ => self.seval(e),
+        }
+    }
+
     fn seval(&mut self, e: &SExpr) -> Option<(u128, Src)> {
         self.steps += u64::from(e.cost);
         Some(match &e.node {
@@ -529,6 +572,7 @@ impl Run<'_> {
                 (st.v[*i], st.src[*i])
             }
             SNode::Valid(h) => (u128::from(self.st.pool.flat.valid[*h]), Src::None),
+            SNode::Var(c) if c.var.is_some() => self.vslot(c.var.map_or(0, |v| v.0 as usize)),
             SNode::Var(c) => match (self.peek_chain(c)?, e.ty) {
                 (Value::Bits(b), STy::Bits(w, s)) if b.width == w && b.signed == s => (b.v, b.src),
                 (Value::Bool(x, src), STy::Bool) => (u128::from(*x), *src),
@@ -539,14 +583,16 @@ impl Run<'_> {
                 Value::Header(h) => (u128::from(h.valid), Src::None),
                 _ => return None,
             },
-            SNode::Named(n, v, src) => {
-                if self.var(n).is_some() {
+            SNode::Named(n, v, src, bound) => {
+                // The search only where a variable of that name may be in
+                // view (the walker looks variables up first).
+                if *bound && self.var(n).is_some() {
                     return None;
                 }
                 (*v, *src)
             }
             SNode::Unary(op, a) => {
-                let (x, xs) = self.seval(a)?;
+                let (x, xs) = self.sev(a)?;
                 self.suse(a.ty, xs);
                 let m = mask(e.ty.width());
                 let v = match op {
@@ -558,8 +604,8 @@ impl Run<'_> {
                 (v, Src::None)
             }
             SNode::Bin(op, a, b) => {
-                let (x, xs) = self.seval(a)?;
-                let (y, ys) = self.seval(b)?;
+                let (x, xs) = self.sev(a)?;
+                let (y, ys) = self.sev(b)?;
                 self.suse(a.ty, xs);
                 self.suse(b.ty, ys);
                 let (w, signed) = match a.ty {
@@ -592,18 +638,18 @@ impl Run<'_> {
                 (v, Src::None)
             }
             SNode::Logic(and, a, b) => {
-                let (x, xs) = self.seval(a)?;
+                let (x, xs) = self.sev(a)?;
                 self.suse(STy::Bool, xs);
                 if (x != 0) != *and {
                     return Some((x, Src::None));
                 }
-                let (y, ys) = self.seval(b)?;
+                let (y, ys) = self.sev(b)?;
                 self.suse(STy::Bool, ys);
                 (y, Src::None)
             }
             SNode::Shift(left, a, b) => {
-                let (x, xs) = self.seval(a)?;
-                let (n, ns) = self.seval(b)?;
+                let (x, xs) = self.sev(a)?;
+                let (n, ns) = self.sev(b)?;
                 self.suse(a.ty, xs);
                 self.suse(b.ty, ns);
                 let STy::Bits(w, signed) = a.ty else {
@@ -625,8 +671,8 @@ impl Run<'_> {
                 (v, Src::None)
             }
             SNode::Concat(a, b) => {
-                let (x, xs) = self.seval(a)?;
-                let (y, ys) = self.seval(b)?;
+                let (x, xs) = self.sev(a)?;
+                let (y, ys) = self.sev(b)?;
                 self.suse(a.ty, xs);
                 self.suse(b.ty, ys);
                 let wy = b.ty.width();
@@ -635,7 +681,7 @@ impl Run<'_> {
             }
             SNode::Slice(a, hi, lo) => {
                 // `ops::slice`: no record; a packet source narrowed.
-                let (x, xs) = self.seval(a)?;
+                let (x, xs) = self.sev(a)?;
                 let w = a.ty.width();
                 let src = match xs {
                     Src::Packet(off) => Src::Packet(off + (w - 1 - hi)),
@@ -644,7 +690,7 @@ impl Run<'_> {
                 ((x >> lo) & mask(hi - lo + 1), src)
             }
             SNode::Cast(a) => {
-                let (x, xs) = self.seval(a)?;
+                let (x, xs) = self.sev(a)?;
                 self.suse(a.ty, xs);
                 match (a.ty, e.ty) {
                     // `coerce_like` keeps a bool as it is, source too.
