@@ -205,6 +205,9 @@ pub(crate) fn scan<'a>(
     best
 }
 
+/// Entries of a bucket past the inline one: (order, key values).
+type Rest = Vec<(Order, Box<[u128]>)>;
+
 /// Key values a bucket holds inline (keys beyond go to `Bucket::rest`).
 const INLINE: usize = 2;
 
@@ -223,7 +226,7 @@ struct Bucket {
     hash: u64,
     /// The inline entry's order (when `inline`).
     o: Order,
-    rest: Option<Box<Vec<(Order, Box<[u128]>)>>>,
+    rest: Option<Box<Rest>>,
     used: bool,
     inline: bool,
     vals: [u128; INLINE],
@@ -231,7 +234,7 @@ struct Bucket {
 
 impl Bucket {
     /// Every entry of the bucket, in table order.
-    fn list(&mut self, nk: usize) -> Vec<(Order, Box<[u128]>)> {
+    fn list(&mut self, nk: usize) -> Rest {
         let mut l = Vec::new();
         if self.inline {
             l.push((self.o, self.vals[..nk].into()));
@@ -245,7 +248,7 @@ impl Bucket {
 
     /// Holds `l` (table order): its first entry inline when its key
     /// values fit.
-    fn set(&mut self, mut l: Vec<(Order, Box<[u128]>)>) {
+    fn set(&mut self, mut l: Rest) {
         self.inline = false;
         self.rest = None;
         if let Some((o, v)) = l.first() {
@@ -937,6 +940,43 @@ pub(crate) mod tests {
             for (i, e) in ts.entries.iter().enumerate() {
                 let o = runtime_order(e.id);
                 assert_eq!(locate_from(&ts.entries, o, ts.first_id), Some((true, i)));
+            }
+        }
+    }
+
+    /// The buckets' open addressing against a set: hashes chosen to share
+    /// home slots and to wrap around the end, added and removed at
+    /// random (removal shifts later buckets back), through growth.
+    #[test]
+    fn buckets_find_what_was_added_and_not_what_was_removed() {
+        let mut r = Rng(11);
+        for _round in 0..50 {
+            let mut b = Buckets::default();
+            let mut set = std::collections::BTreeSet::new();
+            for _op in 0..300 {
+                // Few homes (low bits), many hashes per home.
+                let h = (r.below(40) << 8) | [0, 1, 6, 7, 15, 31][r.below(6) as usize];
+                if r.below(3) == 0 {
+                    b.remove(h);
+                    set.remove(&h);
+                } else {
+                    let x = b.get_or_add(h);
+                    assert!(x.used && x.hash == h);
+                    if x.is_empty() {
+                        x.set(vec![(h, vec![h as u128].into())]);
+                    }
+                    set.insert(h);
+                }
+                assert_eq!(b.n, set.len());
+                assert!(b.n * 2 <= b.slots.len().max(2));
+                for k in 0..40u64 {
+                    for lo in [0, 1, 6, 7, 15, 31] {
+                        let h = (k << 8) | lo;
+                        let got = b.get(h).map(|x| (x.hash, x.o, x.vals[0]));
+                        let want = set.contains(&h).then_some((h, h, h as u128));
+                        assert_eq!(got, want, "hash {h:x}");
+                    }
+                }
             }
         }
     }
