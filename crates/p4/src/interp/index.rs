@@ -52,25 +52,15 @@ pub(crate) fn runtime_order(id: u64) -> Order {
 /// Where the entry of `o` is: `(false, index in const entries)` or
 /// `(true, index in runtime entries)`.
 pub(crate) fn locate(runtime: &[Entry], o: Order) -> Option<(bool, usize)> {
-    locate_from(runtime, o, runtime.first().map(|f| f.id))
-}
-
-/// [`locate`] with the first runtime entry's id given (`first`, which
-/// must be `runtime[0].id`: `TableState::first_id`), so the first entry
-/// is not read.
-pub(crate) fn locate_from(
-    runtime: &[Entry],
-    o: Order,
-    first: Option<u64>,
-) -> Option<(bool, usize)> {
     if o & RUNTIME == 0 {
         Some((false, o as usize))
     } else {
         let id = o & !RUNTIME;
         // Ids are consecutive unless entries were deleted: the guess from
         // the first id is then the place, checked; else a binary search.
-        let guess = first
-            .and_then(|f| usize::try_from(id.checked_sub(f)?).ok())
+        let guess = runtime
+            .first()
+            .and_then(|f| usize::try_from(id.checked_sub(f.id)?).ok())
             .filter(|&g| runtime.get(g).is_some_and(|e| e.id == id));
         if let Some(g) = guess {
             return Some((true, g));
@@ -893,55 +883,6 @@ pub(crate) mod tests {
         assert_eq!(at(u64::MAX >> 1), None);
         assert_eq!(locate(&[], runtime_order(3)), None);
         assert_eq!(locate(&rt, const_order(2)), Some((false, 2)));
-    }
-
-    /// `TableState::first_id` is the first runtime entry's id after every
-    /// way entries change (pushes in and out of id order, removals of the
-    /// first and of others, clears), and `locate_from` with it finds
-    /// every entry.
-    #[test]
-    fn the_first_id_follows_the_entries() {
-        let mut ts = crate::interp::TableState {
-            entries: Vec::new(),
-            const_hits: Vec::new(),
-            default: (0, Vec::new()),
-            next_id: 0,
-            first_id: None,
-            index: TableIndex::new(&[(MatchKind::Exact, 8)], &[]),
-            log: Default::default(),
-        };
-        let mut r = Rng(7);
-        for step in 0..400 {
-            match r.below(8) {
-                0..=3 => {
-                    // Mostly growing ids, sometimes below the last.
-                    let id = if r.below(5) == 0 {
-                        r.below(64)
-                    } else {
-                        64 + step
-                    };
-                    if ts.entries.iter().all(|e| e.id != id) {
-                        ts.push_entry(entry(id, vec![Km::Masked(id as u128 & 0xff, 0xff)], 0));
-                    }
-                }
-                4..=6 if !ts.entries.is_empty() => {
-                    let at = if r.below(2) == 0 {
-                        0
-                    } else {
-                        r.below(ts.entries.len() as u64) as usize
-                    };
-                    let id = ts.entries[at].id;
-                    ts.remove_entry(id);
-                }
-                7 if r.below(10) == 0 => ts.clear_entries(),
-                _ => {}
-            }
-            assert_eq!(ts.first_id, ts.entries.first().map(|e| e.id), "step {step}");
-            for (i, e) in ts.entries.iter().enumerate() {
-                let o = runtime_order(e.id);
-                assert_eq!(locate_from(&ts.entries, o, ts.first_id), Some((true, i)));
-            }
-        }
     }
 
     /// The buckets' open addressing against a set: hashes chosen to share

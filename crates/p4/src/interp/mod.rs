@@ -91,11 +91,6 @@ pub(crate) struct TableState {
     pub const_hits: Vec<Entry>,
     pub default: (usize, Vec<Value>),
     pub next_id: u64,
-    /// The first runtime entry's id (`entries[0].id`), kept by the three
-    /// methods that change `entries`: `apply_table`'s `locate` guesses a
-    /// hit's place from it without reading the first entry (a cache line
-    /// a packet otherwise touches for nothing but this id).
-    pub first_id: Option<u64>,
     /// How lookups find the winner without scanning (`apply_table`).
     pub index: index::TableIndex,
     /// What changed, for revalidating cached runs one by one: every
@@ -111,7 +106,6 @@ impl TableState {
             const_hits: t.const_entries.clone(),
             default: (t.default_action, t.default_args.clone()),
             next_id: t.const_entries.len() as u64,
-            first_id: None,
             index: index::TableIndex::new(&shape, &t.const_entries),
             log: changes::ChangeLog::default(),
         }
@@ -131,11 +125,9 @@ impl TableState {
             let at = self.entries.partition_point(|x| x.id < e.id);
             self.entries.insert(at, e);
             self.index.rebuild(&self.const_hits, &self.entries);
-            self.first_id = self.entries.first().map(|f| f.id);
             return;
         }
         self.index.insert(index::runtime_order(e.id), &e);
-        self.first_id = Some(self.first_id.unwrap_or(e.id));
         self.entries.push(e);
     }
 
@@ -143,7 +135,6 @@ impl TableState {
     pub fn remove_entry(&mut self, id: u64) -> Option<Entry> {
         let i = self.entries.iter().position(|e| e.id == id)?;
         let e = self.entries.remove(i);
-        self.first_id = self.entries.first().map(|f| f.id);
         self.index.remove(index::runtime_order(id), &e);
         self.log.record(changes::Change::Deleted(id));
         Some(e)
@@ -153,7 +144,6 @@ impl TableState {
     pub fn clear_entries(&mut self) {
         self.log.record(changes::Change::Cleared);
         self.entries.clear();
-        self.first_id = None;
         self.index.rebuild(&self.const_hits, &self.entries);
     }
 }

@@ -68,7 +68,7 @@ impl Run<'_> {
         let best = st
             .index
             .lookup(&td.const_entries, &st.entries, kv, need)
-            .and_then(|o| index::locate_from(&st.entries, o, st.first_id));
+            .and_then(|o| index::locate(&st.entries, o));
         let st = &self.st.tables[t];
         // The hit entry's id and action (its data is bound when the
         // action is called, below).
