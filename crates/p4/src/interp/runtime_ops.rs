@@ -305,7 +305,7 @@ pub(crate) fn add_entry_spec(
         id,
         keys,
         action: a,
-        args: args.into(),
+        args,
         prio: spec.priority.map(|x| x as i64).unwrap_or(0),
         is_const: false,
         spec,
@@ -428,7 +428,7 @@ impl Pipeline {
             .map(|(n, v)| (n, BigUint::from(v.as_u128().unwrap_or(0))))
             .collect();
         e.action = a;
-        e.args = args.into();
+        e.args = args;
         self.st.tables[t]
             .log
             .record(super::changes::Change::Modified(id));
