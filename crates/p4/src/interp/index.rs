@@ -887,9 +887,18 @@ pub(crate) mod tests {
 
     /// The buckets' open addressing against a set: hashes chosen to share
     /// home slots and to wrap around the end, added and removed at
-    /// random (removal shifts later buckets back), through growth.
+    /// random (removal shifts later buckets back), through growth; and a
+    /// bucket is one 64-byte line.
     #[test]
     fn buckets_find_what_was_added_and_not_what_was_removed() {
+        // One bucket, one cache line.
+        assert_eq!(
+            (
+                std::mem::size_of::<Bucket>(),
+                std::mem::align_of::<Bucket>()
+            ),
+            (64, 64)
+        );
         let mut r = Rng(11);
         for _round in 0..50 {
             let mut b = Buckets::default();
