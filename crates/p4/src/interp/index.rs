@@ -11,15 +11,16 @@
 //! bit for bit: the megaflow cache is only correct if the mask is.
 //!
 //! - Tables with only exact and lpm keys: tuple space. Entries are
-//!   grouped by their mask tuple; each group is a hash map from the
-//!   masked key to the entries (table order) with that key. Groups are
-//!   probed by decreasing prefix-length sum and the probe stops once a
-//!   hit is found and the remaining groups score lower. The examined bits
-//!   do not depend on which groups were probed: for an exact key they are
-//!   the whole key (when the table has entries), for an lpm key they are
+//!   grouped by their mask tuple; each group is a hash table
+//!   ([`Buckets`]) from the masked key to the entries (table order) with
+//!   that key. Groups are probed by decreasing prefix-length sum and the
+//!   probe stops once a hit is found and the remaining groups score
+//!   lower. The examined bits do not depend on which groups were
+//!   probed: for an exact key they are the whole key (when the table has
+//!   entries), for an lpm key they are
 //!   the longest prefix over all entries of min(prefix length, bits in
 //!   common with the key + 1), which [`Prefixes`] gives with one ordered
-//!   search per distinct prefix length.
+//!   search per distinct prefix length longer than the winner's.
 //! - Tables with ternary, range or optional keys: entries kept sorted by
 //!   priority (then table order); the scan stops at the first match
 //!   after the entries of its priority (entries of lower priority were
@@ -402,8 +403,9 @@ pub(crate) struct Group {
 /// one ordered-map search, because among values of one length sorted as
 /// integers the longest common prefix with the key is reached at the
 /// key's two neighbours. Lengths are visited longest first and the visit
-/// stops once no shorter length can beat the best so far, so a table of
-/// one prefix length costs one search.
+/// stops once no shorter length can beat the best so far, starting from
+/// the winner's length (`need_len`'s floor), so a table of one prefix
+/// length costs no search on a hit and one on a miss.
 pub(crate) struct Prefixes {
     w: u32,
     /// (length, prefix -> count), longest length first.
