@@ -11,15 +11,16 @@
 //! bit for bit: the megaflow cache is only correct if the mask is.
 //!
 //! - Tables with only exact and lpm keys: tuple space. Entries are
-//!   grouped by their mask tuple; each group is a hash map from the
-//!   masked key to the entries (table order) with that key. Groups are
-//!   probed by decreasing prefix-length sum and the probe stops once a
-//!   hit is found and the remaining groups score lower. The examined bits
-//!   do not depend on which groups were probed: for an exact key they are
-//!   the whole key (when the table has entries), for an lpm key they are
+//!   grouped by their mask tuple; each group is a hash table
+//!   ([`Buckets`]) from the masked key to the entries (table order) with
+//!   that key. Groups are probed by decreasing prefix-length sum and the
+//!   probe stops once a hit is found and the remaining groups score
+//!   lower. The examined bits do not depend on which groups were
+//!   probed: for an exact key they are the whole key (when the table has
+//!   entries), for an lpm key they are
 //!   the longest prefix over all entries of min(prefix length, bits in
 //!   common with the key + 1), which [`Prefixes`] gives with one ordered
-//!   search per distinct prefix length.
+//!   search per distinct prefix length longer than the winner's.
 //! - Tables with ternary, range or optional keys: entries kept sorted by
 //!   priority (then table order); the scan stops at the first match
 //!   after the entries of its priority (entries of lower priority were
@@ -33,8 +34,7 @@
 use crate::interp::check::{Entry, Km};
 use crate::runtime::MatchKind;
 use crate::value::mask;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 /// An entry's place in table order: const entries (by index) come before
 /// runtime entries (by id; ids grow with insertion and the runtime list
@@ -196,28 +196,175 @@ pub(crate) fn scan<'a>(
     best
 }
 
-/// Passes a precomputed 64-bit hash through (the map's keys are already
-/// well-mixed hashes of masked keys).
-#[derive(Default)]
-struct Ident(u64);
+/// Entries of a bucket past the inline one: (order, key values).
+type Rest = Vec<(Order, Box<[u128]>)>;
 
-impl Hasher for Ident {
-    fn finish(&self) -> u64 {
-        self.0
+/// Key values a bucket holds inline (keys beyond go to `Bucket::rest`).
+const INLINE: usize = 2;
+
+/// The entries of one masked-key hash, in table order: the first inline
+/// (its order and key values in the bucket's own cache line), the others
+/// (duplicate keys, hash collisions, or every entry when the table has
+/// more than [`INLINE`] keys) behind `rest`.
+///
+/// Why: a hit in a map of `Vec<(Order, Box<[u128]>)>` touched the map's
+/// slot, the bucket's vector and the boxed values, three cache lines the
+/// 1,000-route table misses in L1 per packet (docs/results/p4.md 2u);
+/// here the probe's first line holds all a hit needs.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Bucket {
+    hash: u64,
+    /// The inline entry's order (when `inline`).
+    o: Order,
+    rest: Option<Box<Rest>>,
+    used: bool,
+    inline: bool,
+    vals: [u128; INLINE],
+}
+
+impl Bucket {
+    /// Every entry of the bucket, in table order.
+    fn list(&mut self, nk: usize) -> Rest {
+        let mut l = Vec::new();
+        if self.inline {
+            l.push((self.o, self.vals[..nk].into()));
+        }
+        if let Some(r) = self.rest.take() {
+            l.extend(*r);
+        }
+        self.inline = false;
+        l
     }
-    fn write(&mut self, b: &[u8]) {
-        for x in b {
-            self.0 = (self.0 << 8) | u64::from(*x);
+
+    /// Holds `l` (table order): its first entry inline when its key
+    /// values fit.
+    fn set(&mut self, mut l: Rest) {
+        self.inline = false;
+        self.rest = None;
+        if let Some((o, v)) = l.first() {
+            if v.len() <= INLINE {
+                self.o = *o;
+                self.vals = [0; INLINE];
+                self.vals[..v.len()].copy_from_slice(v);
+                self.inline = true;
+                l.remove(0);
+            }
+        }
+        if !l.is_empty() {
+            self.rest = Some(Box::new(l));
         }
     }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = x;
+
+    fn is_empty(&self) -> bool {
+        !self.inline && self.rest.is_none()
     }
 }
 
-/// Masked key hash -> (order, the entry's key values) in table order:
-/// the lookup compares the values here and never touches the entries.
-type HashIdx = HashMap<u64, Vec<(Order, Box<[u128]>)>, BuildHasherDefault<Ident>>;
+/// Masked key hash -> [`Bucket`]: open addressing with linear probing,
+/// at most half full, so a probe mostly reads one cache line (the
+/// bucket); the hash is the masked key's (already well mixed), the
+/// buckets compare it and the lookup compares the key values.
+#[derive(Default)]
+struct Buckets {
+    slots: Vec<Bucket>,
+    n: usize,
+}
+
+impl Buckets {
+    fn home(&self, h: u64) -> usize {
+        (h as usize) & (self.slots.len() - 1)
+    }
+
+    fn find(&self, h: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let m = self.slots.len() - 1;
+        let mut i = self.home(h);
+        loop {
+            let b = &self.slots[i];
+            if !b.used {
+                return None;
+            }
+            if b.hash == h {
+                return Some(i);
+            }
+            i = (i + 1) & m;
+        }
+    }
+
+    fn get(&self, h: u64) -> Option<&Bucket> {
+        self.find(h).map(|i| &self.slots[i])
+    }
+
+    /// The bucket of `h`, added (empty) when absent.
+    fn get_or_add(&mut self, h: u64) -> &mut Bucket {
+        if let Some(i) = self.find(h) {
+            return &mut self.slots[i];
+        }
+        if (self.n + 1) * 2 > self.slots.len() {
+            let cap = (self.slots.len() * 2).max(8);
+            let old = std::mem::replace(
+                &mut self.slots,
+                std::iter::repeat_with(Bucket::default).take(cap).collect(),
+            );
+            self.n = 0;
+            for b in old.into_iter().filter(|b| b.used) {
+                let i = self.free_for(b.hash);
+                self.slots[i] = b;
+                self.n += 1;
+            }
+        }
+        let i = self.free_for(h);
+        self.slots[i] = Bucket {
+            hash: h,
+            used: true,
+            ..Bucket::default()
+        };
+        self.n += 1;
+        &mut self.slots[i]
+    }
+
+    /// The first unused slot from `h`'s home (there is one: at most half
+    /// full).
+    fn free_for(&self, h: u64) -> usize {
+        let m = self.slots.len() - 1;
+        let mut i = self.home(h);
+        while self.slots[i].used {
+            i = (i + 1) & m;
+        }
+        i
+    }
+
+    /// Removes the bucket of `h` (if any), shifting back the buckets
+    /// after it whose probe passed its slot (no tombstones).
+    fn remove(&mut self, h: u64) {
+        let Some(mut i) = self.find(h) else { return };
+        let m = self.slots.len() - 1;
+        let mut j = i;
+        loop {
+            j = (j + 1) & m;
+            if !self.slots[j].used {
+                break;
+            }
+            let k = self.home(self.slots[j].hash);
+            // Slot j may move to i when its home is not in (i, j]
+            // (cyclically).
+            let stays = if i <= j {
+                i < k && k <= j
+            } else {
+                i < k || k <= j
+            };
+            if !stays {
+                self.slots.swap(i, j);
+                i = j;
+            }
+        }
+        self.slots[i] = Bucket::default();
+        self.n -= 1;
+    }
+}
 
 fn mix(mut z: u64) -> u64 {
     // splitmix64's finalizer.
@@ -241,7 +388,7 @@ pub(crate) struct Group {
     masks: Vec<u128>,
     /// Sum of the lpm keys' prefix lengths (the match rule's score).
     score: u32,
-    map: HashIdx,
+    map: Buckets,
     n: usize,
 }
 
@@ -256,14 +403,18 @@ pub(crate) struct Group {
 /// one ordered-map search, because among values of one length sorted as
 /// integers the longest common prefix with the key is reached at the
 /// key's two neighbours. Lengths are visited longest first and the visit
-/// stops once no shorter length can beat the best so far, so a table of
-/// one prefix length costs one search.
+/// stops once no shorter length can beat the best so far, starting from
+/// the winner's length (`need_len`'s floor), so a table of one prefix
+/// length costs no search on a hit and one on a miss.
 pub(crate) struct Prefixes {
     w: u32,
     /// (length, prefix -> count), longest length first.
     by_len: Vec<(u32, BTreeMap<u128, u32>)>,
     /// Entries in all lengths.
     total: usize,
+    /// Lengths searched by `need_len` (tests: the floor's shortcut).
+    #[cfg(test)]
+    searches: std::sync::atomic::AtomicU64,
 }
 
 impl Prefixes {
@@ -272,6 +423,8 @@ impl Prefixes {
             w,
             by_len: Vec::new(),
             total: 0,
+            #[cfg(test)]
+            searches: Default::default(),
         }
     }
 
@@ -306,12 +459,22 @@ impl Prefixes {
 
     /// The longest over all prefixes of min(length, bits in common with
     /// `v` + 1): how many leading bits of `v` a scan compared.
-    fn need_len(&self, v: u128) -> u32 {
+    ///
+    /// `floor` is the prefix length of an entry known to match `v` (the
+    /// tuple probe's winner; 0 when there is none): that prefix has all
+    /// its `floor` bits in common with `v`, so it alone gives `floor`,
+    /// and no length up to `floor` can give more (min(length, ..) <=
+    /// length). Only longer lengths are searched: when the winner has
+    /// the longest length present (a hit in a table of one prefix length,
+    /// or on its most specific route) there is no search at all. Why:
+    /// the ordered searches were most of the lookup's cache misses on
+    /// 1,000 routes (docs/results/p4.md 2u).
+    fn need_len(&self, v: u128, floor: u32) -> u32 {
         if self.total == 0 {
             return 0;
         }
         let w = self.w;
-        let mut best = 0u32;
+        let mut best = floor.min(w);
         for (len, m) in &self.by_len {
             let len = *len;
             if best >= len {
@@ -340,6 +503,9 @@ impl Prefixes {
                     c = c.max(common(*x));
                 }
             }
+            #[cfg(test)]
+            self.searches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             best = best.max(len.min(c + 1));
         }
         best
@@ -477,7 +643,7 @@ impl TableIndex {
                         groups.push(Group {
                             masks: masks.clone(),
                             score,
-                            map: HashIdx::default(),
+                            map: Buckets::default(),
                             n: 0,
                         });
                         // Stable: equal scores keep creation order.
@@ -487,11 +653,14 @@ impl TableIndex {
                 };
                 let g = &mut groups[gi];
                 g.n += 1;
-                let bucket = g.map.entry(hash_masked(&vals, &masks)).or_default();
-                let at = bucket.partition_point(|x| x.0 < o);
+                let nk = vals.len();
+                let bucket = g.map.get_or_add(hash_masked(&vals, &masks));
+                let mut l = bucket.list(nk);
+                let at = l.partition_point(|x| x.0 < o);
                 // As given (bits outside the mask make an entry that never
                 // matches, as in the scan).
-                bucket.insert(at, (o, vals.into_boxed_slice()));
+                l.insert(at, (o, vals.into_boxed_slice()));
+                bucket.set(l);
             }
             TableIndex::Prio { sorted, .. } => {
                 let at =
@@ -521,15 +690,19 @@ impl TableIndex {
                     return;
                 };
                 let h = hash_masked(&vals, &masks);
-                let Some(bucket) = g.map.get_mut(&h) else {
+                let Some(i) = g.map.find(h) else {
                     return;
                 };
-                let Some(at) = bucket.iter().position(|x| x.0 == o) else {
+                let bucket = &mut g.map.slots[i];
+                let mut l = bucket.list(vals.len());
+                let Some(at) = l.iter().position(|x| x.0 == o) else {
+                    bucket.set(l);
                     return;
                 };
-                bucket.remove(at);
+                l.remove(at);
+                bucket.set(l);
                 if bucket.is_empty() {
-                    g.map.remove(&h);
+                    g.map.remove(h);
                 }
                 g.n -= 1;
                 *n -= 1;
@@ -564,31 +737,39 @@ impl TableIndex {
                 tries,
                 n,
             } => {
-                let mut best: Option<(u32, Order)> = None;
+                // (score, order, group) of the best match so far.
+                let mut best: Option<(u32, Order, &Group)> = None;
                 for g in groups {
                     if g.n == 0 {
                         continue;
                     }
-                    if matches!(best, Some((bs, _)) if g.score < bs) {
+                    if matches!(best, Some((bs, _, _)) if g.score < bs) {
                         break;
                     }
-                    let Some(bucket) = g.map.get(&hash_masked(kv, &g.masks)) else {
+                    let Some(bucket) = g.map.get(hash_masked(kv, &g.masks)) else {
                         continue;
                     };
-                    // The bucket is in table order: its first match is its
-                    // best (hash collisions are told apart here).
-                    for (o, vals) in bucket {
-                        let o = *o;
-                        if vals
-                            .iter()
+                    let matches = |vals: &[u128]| {
+                        vals.iter()
                             .zip(&g.masks)
                             .zip(kv)
                             .all(|((x, m), v)| v & m == *x)
-                        {
-                            if best.is_none_or(|(bs, bo)| g.score > bs || o < bo) {
-                                best = Some((g.score, o));
-                            }
-                            break;
+                    };
+                    // The bucket is in table order (the inline entry
+                    // first): its first match is its best (hash
+                    // collisions are told apart here).
+                    let nk = g.masks.len();
+                    let hit = if bucket.inline && matches(&bucket.vals[..nk.min(INLINE)]) {
+                        Some(bucket.o)
+                    } else {
+                        bucket
+                            .rest
+                            .as_deref()
+                            .and_then(|r| r.iter().find(|(_, vals)| matches(vals)).map(|x| x.0))
+                    };
+                    if let Some(o) = hit {
+                        if best.is_none_or(|(bs, bo, _)| g.score > bs || o < bo) {
+                            best = Some((g.score, o, g));
                         }
                     }
                 }
@@ -598,7 +779,12 @@ impl TableIndex {
                         0
                     } else {
                         match &tries[i] {
-                            Some(t) => prefix_mask(k.1, t.need_len(kv[i])),
+                            Some(t) => {
+                                // The winner's prefix length for this key.
+                                let floor = best
+                                    .map_or(0, |b| b.2.masks.get(i).map_or(0, |m| m.count_ones()));
+                                prefix_mask(k.1, t.need_len(kv[i], floor))
+                            }
                             None => mask(k.1),
                         }
                     };
@@ -701,6 +887,52 @@ pub(crate) mod tests {
         assert_eq!(locate(&rt, const_order(2)), Some((false, 2)));
     }
 
+    /// The buckets' open addressing against a set: hashes chosen to share
+    /// home slots and to wrap around the end, added and removed at
+    /// random (removal shifts later buckets back), through growth; and a
+    /// bucket is one 64-byte line.
+    #[test]
+    fn buckets_find_what_was_added_and_not_what_was_removed() {
+        // One bucket, one cache line.
+        assert_eq!(
+            (
+                std::mem::size_of::<Bucket>(),
+                std::mem::align_of::<Bucket>()
+            ),
+            (64, 64)
+        );
+        let mut r = Rng(11);
+        for _round in 0..50 {
+            let mut b = Buckets::default();
+            let mut set = std::collections::BTreeSet::new();
+            for _op in 0..300 {
+                // Few homes (low bits), many hashes per home.
+                let h = (r.below(40) << 8) | [0, 1, 6, 7, 15, 31][r.below(6) as usize];
+                if r.below(3) == 0 {
+                    b.remove(h);
+                    set.remove(&h);
+                } else {
+                    let x = b.get_or_add(h);
+                    assert!(x.used && x.hash == h);
+                    if x.is_empty() {
+                        x.set(vec![(h, vec![h as u128].into())]);
+                    }
+                    set.insert(h);
+                }
+                assert_eq!(b.n, set.len());
+                assert!(b.n * 2 <= b.slots.len().max(2));
+                for k in 0..40u64 {
+                    for lo in [0, 1, 6, 7, 15, 31] {
+                        let h = (k << 8) | lo;
+                        let got = b.get(h).map(|x| (x.hash, x.o, x.vals[0]));
+                        let want = set.contains(&h).then_some((h, h, h as u128));
+                        assert_eq!(got, want, "hash {h:x}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A table under test: index and the entries it indexes.
     struct T {
         keys: Vec<(MatchKind, u32)>,
@@ -784,6 +1016,78 @@ pub(crate) mod tests {
         t.del(a);
         t.del(d);
         assert_eq!(t.check(&[0x0a01_0203]), (None, vec![0]));
+    }
+
+    /// Lengths `need_len` searched so far, over the table's lpm keys.
+    fn searches(ix: &TableIndex) -> u64 {
+        match ix {
+            TableIndex::Tuples { tries, .. } => tries
+                .iter()
+                .flatten()
+                .map(|t| t.searches.load(std::sync::atomic::Ordering::Relaxed))
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    /// The winner's prefix length is `need_len`'s floor: a hit on the
+    /// longest length present is not searched, and a longer length
+    /// present is still searched (the shortcut applied there would give
+    /// the winner's length, fewer bits than the scan examined).
+    #[test]
+    fn examined_bits_from_the_winner_search_only_longer_lengths() {
+        // One prefix length (the bench's 1,000 /28 routes, in small).
+        let mut t = T::new(vec![(MatchKind::Lpm, 32)], Vec::new());
+        for i in 0..16u128 {
+            t.add(vec![lpm(0xc612_0000 + i * 16, 28, 32)], 0);
+        }
+        let s0 = searches(&t.ix);
+        assert_eq!(t.check(&[0xc612_0035]).1, vec![prefix_mask(32, 28)]);
+        assert_eq!(searches(&t.ix), s0, "a hit on the longest length searched");
+        // A miss has no floor: searched, as the scan.
+        t.check(&[0xc613_0035]);
+        assert_eq!(searches(&t.ix), s0 + 1);
+
+        // 10.0.0.0/8 and 10.1.2.0/24.
+        let mut t = T::new(vec![(MatchKind::Lpm, 32)], Vec::new());
+        let a = t.add(vec![lpm(0x0a00_0000, 8, 32)], 0);
+        let b = t.add(vec![lpm(0x0a01_0200, 24, 32)], 0);
+        let s0 = searches(&t.ix);
+        // Winner /24, the longest: no search.
+        assert_eq!(
+            t.check(&[0x0a01_0205]),
+            (Some(runtime_order(b)), vec![prefix_mask(32, 24)])
+        );
+        assert_eq!(searches(&t.ix), s0);
+        // Winner /8, but the /24 shares 23 bits with the key: 24 bits
+        // examined, which only the search of the /24s finds.
+        assert_eq!(
+            t.check(&[0x0a01_0305]),
+            (Some(runtime_order(a)), vec![prefix_mask(32, 24)])
+        );
+        assert_eq!(searches(&t.ix), s0 + 1);
+        // Winner /8 and nothing in common past it with the /24: 9 bits.
+        assert_eq!(
+            t.check(&[0x0a81_0305]),
+            (Some(runtime_order(a)), vec![prefix_mask(32, 9)])
+        );
+
+        // Two lpm keys: the winner ranks by the sum of its lengths, so
+        // it need not have the longest length of each key.
+        let mut t = T::new(vec![(MatchKind::Lpm, 32), (MatchKind::Lpm, 16)], Vec::new());
+        let a = t.add(vec![lpm(0x0a00_0000, 8, 32), lpm(0xbeef, 16, 16)], 0);
+        t.add(vec![lpm(0x0a01_0200, 24, 32), lpm(0, 0, 16)], 0);
+        let s0 = searches(&t.ix);
+        assert_eq!(
+            t.check(&[0x0a01_0205, 0xbeef]),
+            (
+                Some(runtime_order(a)),
+                vec![prefix_mask(32, 24), prefix_mask(16, 16)]
+            )
+        );
+        // Key 0 searched its /24s, key 1 (winner at /16, the longest)
+        // nothing.
+        assert_eq!(searches(&t.ix), s0 + 1);
     }
 
     #[test]
