@@ -108,12 +108,15 @@ fn parse_tokens(src: &Source) -> Result<ast::Program, FrontError> {
 /// Stack for the recursive descent: the parser bounds its nesting
 /// (`parser::MAX_DEPTH`), and this is sized so that the bound, not the
 /// caller's thread (2 MiB for test threads, less elsewhere), is what
-/// refuses a deeply nested program — in debug builds too.
+/// refuses a deeply nested program — in debug builds too. Loading a
+/// parsed program (`Pipeline::load_program`: the checker and the
+/// compiler, which recurse as deep as the parser let the program nest)
+/// runs on it too.
 const PARSE_STACK: usize = 64 << 20;
 
 /// Runs `f` on a scoped thread with [`PARSE_STACK`] bytes of stack (inline
 /// if no thread can be started).
-fn with_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn with_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     let cell = std::sync::Mutex::new(Some(f));
     let take = || cell.lock().ok().and_then(|mut g| g.take());
     let on_thread = std::thread::scope(|s| {

@@ -319,8 +319,15 @@ impl Pipeline {
 
     /// Checks and instantiates an already parsed program.
     pub fn load_program(program: ast::Program, arch: Option<Arch>) -> Result<Pipeline, P4Error> {
-        let mut prog = crate::interp::check::check(program)?;
-        prog.fast = Some(fast::compile(&prog));
+        // On the parser's big stack: the checker and the compilers
+        // (`fast::compile`, the scalar tier) recurse once per nesting
+        // level the parser accepted (up to 400), deeper than the caller's
+        // thread allows in a debug build.
+        let prog = crate::front::with_big_stack(move || {
+            let mut prog = crate::interp::check::check(program)?;
+            prog.fast = Some(fast::compile(&prog));
+            Ok::<_, P4Error>(prog)
+        })?;
         let detected = crate::interp::arch::detect(&prog)?;
         let arch = match arch {
             Some(a) if a != detected => {
