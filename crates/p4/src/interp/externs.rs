@@ -492,11 +492,21 @@ impl<'a> Run<'a> {
             (CsumOp::Add | CsumOp::Subtract, [CArg::List(xs)]) => {
                 // The walker's `enter` of the list (room checked by
                 // `CExpr::Csum`'s guard), then its items'.
+                let before = self.steps;
                 self.steps += 1;
                 self.depth += 1;
                 let s = self.csum_items(xs);
                 self.depth -= 1;
                 let Some(s) = s else {
+                    // Not reached while `CExpr::Csum` takes only
+                    // `csum_sure` items of 128 bits or fewer in all, with
+                    // room checked. Should that widen, the steps counted
+                    // here (the list's and any item's the tier took before
+                    // declining; reads are quiet, nothing else to undo)
+                    // are given back: `csum_method`'s `data_sum` counts
+                    // the list and its items again, as the walker does
+                    // once (review session25, p4calls SHOULD-FIX 1).
+                    self.steps = before;
                     let saved = self.cargs.replace(cargs);
                     let r = self.csum_method(i, op, args, span);
                     self.cargs = saved;
