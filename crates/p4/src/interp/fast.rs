@@ -331,7 +331,11 @@ struct Domains {
 /// as a read ([`Cx::sleaf`], `CExpr::Peek`) or an assignment's whole
 /// target: any other use (a walked statement or expression, a call's
 /// argument, an extern's walked argument, a field chain) sets `bad`, and
-/// the program is compiled again without it (`compile_with`). The
+/// the program is compiled again without it (`compile_with`). A
+/// `chain()` made only to analyse an argument (`note_call_args`,
+/// `spec_flat`'s scan of every argument) sets `bad` as well, even when
+/// the code it feeds is never built: conservative (a slot lost, never a
+/// variable the walker could look for). The
 /// reference run (`process_reference`) never uses the compiled code, so
 /// the walker's frames there are unchanged.
 struct VSlot {
@@ -3692,6 +3696,15 @@ impl<'a> Run<'a> {
     /// Slot `i` of the slot array ([`VSlot`]): its bits and source.
     #[inline]
     pub(crate) fn vslot(&self, i: usize) -> (u128, Src) {
+        // `Pool::vslots` is sized at the entry of a block with slots, and
+        // only such a block's code names a slot: an index past it is a
+        // bug the `(0, None)` below would hide (no panic on packets in
+        // release).
+        debug_assert!(
+            i < self.st.pool.vslots.len(),
+            "slot {i} outside the {} slots set at block entries",
+            self.st.pool.vslots.len()
+        );
         self.st
             .pool
             .vslots
