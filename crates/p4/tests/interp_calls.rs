@@ -299,3 +299,125 @@ fn the_step_limit_in_bound_calls_is_the_walkers() {
         "fast passes at {hi}, the walker fails"
     );
 }
+
+/// The largest `n` for which `mk(n)` passes the walker and the program
+/// (run `fast`) passes it too, and fails at `n + 1` as the walker does
+/// (the step limit falls at the walker's iteration). `mk(n)`: a packet
+/// looping `n` times in the parser.
+fn limit_agrees(name: &str, text: &str, mk: impl Fn(usize) -> Vec<u8>) {
+    let (Some(mut fast), Some(mut reference)) = (load_text(name, text), load_text(name, text))
+    else {
+        return;
+    };
+    let passes = |p: &mut Pipeline, n: usize, walker: bool| {
+        let e = p.error_count();
+        let o = if walker {
+            p.process_reference(0, &mk(n), 1)
+        } else {
+            p.process(0, &mk(n), 1)
+        };
+        let ok = p.error_count() == e;
+        assert_eq!(ok, !o.outputs.is_empty());
+        ok
+    };
+    let (mut lo, mut hi) = (10usize, 40_000usize);
+    assert!(passes(&mut reference, lo, true) && !passes(&mut reference, hi, true));
+    while hi - lo > 1 {
+        let m = (lo + hi) / 2;
+        if passes(&mut reference, m, true) {
+            lo = m
+        } else {
+            hi = m
+        }
+    }
+    assert!(
+        passes(&mut fast, lo, false),
+        "{name}: fast fails at {lo}, the walker at {hi}"
+    );
+    assert!(
+        !passes(&mut fast, hi, false),
+        "{name}: fast passes at {hi}, the walker fails"
+    );
+}
+
+/// A checksum list of 136 bits in a specialised body: not `CExpr::Csum`
+/// (over 128 bits), so the method form with compiled arguments, whose
+/// scalar sum declines at the third item (after counting the first two)
+/// and takes the items' `Value`s (`data_sum_items` -> `list_vals`).
+const WIDE: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header l_t { bit<8> v; bit<64> a; bit<64> b; }
+struct headers_t { l_t l; }
+void f(InternetChecksum c, inout l_t l) {
+    c.clear();
+    c.add({ l.v, l.a, l.b });
+    l.b = (bit<64>) c.get();
+}
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    InternetChecksum() ck;
+    state start { transition more; }
+    state more {
+        pkt.extract(hdr.l);
+        f(ck, hdr.l);
+        transition select(hdr.l.v) { 0: accept; default: more; }
+    }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    apply { send_to_port((PortId_t) 1); }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.l); }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+#[test]
+fn the_step_limit_in_a_wide_checksum_list_is_the_walkers() {
+    limit_agrees("wide.p4", WIDE, |n| {
+        let mut p = vec![1u8; 17 * n + 17];
+        p[17 * n] = 0;
+        p
+    });
+}
+
+/// `send_to_port` of an expression in the scalar tier (`ExternFn`'s
+/// `port`) once per parser iteration.
+const PORT: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header l_t { bit<8> v; bit<8> w; }
+struct headers_t { l_t l; }
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {
+    state start { transition more; }
+    state more {
+        pkt.extract(hdr.l);
+        send_to_port((PortId_t) (hdr.l.w + 8w1));
+        transition select(hdr.l.v) { 0: accept; default: more; }
+    }
+}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
+    apply { send_to_port((PortId_t) (hdr.l.w + 8w1)); }
+}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply { pkt.emit(hdr.l); }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
+#[test]
+fn the_step_limit_in_send_to_port_is_the_walkers() {
+    limit_agrees("port.p4", PORT, |n| {
+        let mut p = vec![1u8; 2 * n + 2];
+        p[2 * n] = 0;
+        p
+    });
+}

@@ -261,7 +261,7 @@ impl<'a> Run<'a> {
     /// fresh buffer per call).
     fn list_bits(&mut self, items: Items<'_, 'a>) -> R<BitBuf> {
         let mut vals = self.st.pool.data.pop().unwrap_or_default();
-        let r = self.list_vals(items, &mut vals);
+        let r = self.list_vals(items, &mut vals, false);
         let mut buf = std::mem::take(&mut self.st.pool.bits);
         buf.bytes.clear();
         buf.bits = 0;
@@ -274,8 +274,11 @@ impl<'a> Run<'a> {
     }
 
     /// A checksum list's items evaluated in order into `vals` (emptied
-    /// first), reads not recorded.
-    fn list_vals(&mut self, items: Items<'_, 'a>, vals: &mut Vec<Value>) -> R<()> {
+    /// first), reads not recorded; with `exact`, compiled items with the
+    /// walker's steps (`Run::citem_val`; `data_sum`, which counts the
+    /// list's `enter` as the walker; `data_bits`' compiled lists do not
+    /// yet, docs/results/p4.md 2v).
+    fn list_vals(&mut self, items: Items<'_, 'a>, vals: &mut Vec<Value>, exact: bool) -> R<()> {
         vals.clear();
         self.quiet += 1;
         let mut r = Ok(());
@@ -286,6 +289,7 @@ impl<'a> Run<'a> {
         for k in 0..n {
             let v = match items {
                 Items::Ast(x) => self.eval(&x[k]),
+                Items::Compiled(x) if exact => self.citem_val(&x[k]),
                 Items::Compiled(x) => self.ceval(&x[k]),
             };
             match v {
@@ -346,13 +350,19 @@ impl<'a> Run<'a> {
     /// [`Run::data_sum`] of a list's items.
     fn data_sum_items(&mut self, items: Items<'_, 'a>) -> R<u32> {
         if let Items::Compiled(xs) = items {
+            let before = self.steps;
             if let Some(s) = self.scalar_sum(xs) {
                 return Ok(s);
             }
+            // Declined part-way (over 128 bits, or an item the tier
+            // declines): the steps of the items it took are given back
+            // (reads are quiet, nothing else to undo); `list_vals`
+            // counts each item once, as the walker.
+            self.steps = before;
         }
         let saved = self.cargs.take();
         let mut vals = self.st.pool.data.pop().unwrap_or_default();
-        let r = self.list_vals(items, &mut vals);
+        let r = self.list_vals(items, &mut vals, true);
         self.cargs = saved;
         let r = r.and_then(|()| match ones_sum_of(&vals) {
             Some(s) => Ok(s),
@@ -492,11 +502,21 @@ impl<'a> Run<'a> {
             (CsumOp::Add | CsumOp::Subtract, [CArg::List(xs)]) => {
                 // The walker's `enter` of the list (room checked by
                 // `CExpr::Csum`'s guard), then its items'.
+                let before = self.steps;
                 self.steps += 1;
                 self.depth += 1;
                 let s = self.csum_items(xs);
                 self.depth -= 1;
                 let Some(s) = s else {
+                    // Not reached while `CExpr::Csum` takes only
+                    // `csum_sure` items of 128 bits or fewer in all, with
+                    // room checked. Should that widen, the steps counted
+                    // here (the list's and any item's the tier took before
+                    // declining; reads are quiet, nothing else to undo)
+                    // are given back: `csum_method`'s `data_sum` counts
+                    // the list and its items again, as the walker does
+                    // once (review session25, p4calls SHOULD-FIX 1).
+                    self.steps = before;
                     let saved = self.cargs.replace(cargs);
                     let r = self.csum_method(i, op, args, span);
                     self.cargs = saved;

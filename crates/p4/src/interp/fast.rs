@@ -331,7 +331,11 @@ struct Domains {
 /// as a read ([`Cx::sleaf`], `CExpr::Peek`) or an assignment's whole
 /// target: any other use (a walked statement or expression, a call's
 /// argument, an extern's walked argument, a field chain) sets `bad`, and
-/// the program is compiled again without it (`compile_with`). The
+/// the program is compiled again without it (`compile_with`). A
+/// `chain()` made only to analyse an argument (`note_call_args`,
+/// `spec_flat`'s scan of every argument) sets `bad` as well, even when
+/// the code it feeds is never built: conservative (a slot lost, never a
+/// variable the walker could look for). The
 /// reference run (`process_reference`) never uses the compiled code, so
 /// the walker's frames there are unchanged.
 struct VSlot {
@@ -3234,6 +3238,20 @@ impl<'a> Run<'a> {
         r
     }
 
+    /// [`Run::carg_bits`] as a `Value`: the walker's `eval` of compiled
+    /// checksum list item `e` (no compiled arguments in force) with the
+    /// walker's steps (`ceval` of a `CExpr::Scalar` would count its root
+    /// twice: one step more per item, docs/results/p4.md 2v).
+    pub(crate) fn citem_val(&mut self, e: &'a CExpr) -> R<Value> {
+        match e {
+            CExpr::Scalar(sc, fb) => match self.scalar(sc) {
+                Some((v, src)) => Ok(sc.e.ty.value(v, src)),
+                None => self.ceval(fb),
+            },
+            e => self.ceval(e),
+        }
+    }
+
     /// `scalar_sum` of checksum list items `xs` ([`CExpr::Csum`]'s), the
     /// flat fields read in place (a field's `seval` is its step and its
     /// value, nothing recorded; `scalar`'s guard is `CExpr::Csum`'s, done
@@ -3590,20 +3608,21 @@ impl<'a> Run<'a> {
             } => match cargs.as_deref() {
                 Some([CArg::One(CExpr::Scalar(sc, fb))]) if *port => {
                     // `extern_function`'s `send_to_port`: `arg_used` of
-                    // the argument as `ceval` would give it (its `enter`,
-                    // the tier or its fallback), without the `Value`.
-                    self.enter()?;
+                    // the argument with the walker's steps, as
+                    // `carg_bits` (the tier counts the root's `enter`
+                    // itself; an `enter` here as well was one step more
+                    // than the walker per call, docs/results/p4.md 2v),
+                    // without the `Value`.
                     let r = match self.scalar(sc) {
                         Some((v, src)) => {
                             self.suse(sc.e.ty, src);
                             Ok(v)
                         }
-                        None => self.ceval_inner(fb).map(|v| {
+                        None => self.ceval(fb).map(|v| {
                             self.use_val(&v);
                             v.as_u128().unwrap_or(0)
                         }),
                     };
-                    self.depth -= 1;
                     self.fwd.pna_dest = Some(Some(r? as u32));
                     Ok(Value::Void)
                 }
@@ -3677,6 +3696,15 @@ impl<'a> Run<'a> {
     /// Slot `i` of the slot array ([`VSlot`]): its bits and source.
     #[inline]
     pub(crate) fn vslot(&self, i: usize) -> (u128, Src) {
+        // `Pool::vslots` is sized at the entry of a block with slots, and
+        // only such a block's code names a slot: an index past it is a
+        // bug the `(0, None)` below would hide (no panic on packets in
+        // release).
+        debug_assert!(
+            i < self.st.pool.vslots.len(),
+            "slot {i} outside the {} slots set at block entries",
+            self.st.pool.vslots.len()
+        );
         self.st
             .pool
             .vslots

@@ -259,6 +259,20 @@ impl Bucket {
     fn is_empty(&self) -> bool {
         !self.inline && self.rest.is_none()
     }
+
+    /// The order of the bucket's first entry (table order) whose key
+    /// values pass `matches` (`nk` keys): the inline entry, else the
+    /// first in `rest`. Entries of other keys with the same hash
+    /// (collisions) fail `matches` and are passed over.
+    #[inline]
+    fn first_match(&self, nk: usize, matches: impl Fn(&[u128]) -> bool) -> Option<Order> {
+        if self.inline && matches(&self.vals[..nk.min(INLINE)]) {
+            return Some(self.o);
+        }
+        self.rest
+            .as_deref()
+            .and_then(|r| r.iter().find(|(_, vals)| matches(vals)).map(|x| x.0))
+    }
 }
 
 /// Masked key hash -> [`Bucket`]: open addressing with linear probing,
@@ -758,15 +772,7 @@ impl TableIndex {
                     // The bucket is in table order (the inline entry
                     // first): its first match is its best (hash
                     // collisions are told apart here).
-                    let nk = g.masks.len();
-                    let hit = if bucket.inline && matches(&bucket.vals[..nk.min(INLINE)]) {
-                        Some(bucket.o)
-                    } else {
-                        bucket
-                            .rest
-                            .as_deref()
-                            .and_then(|r| r.iter().find(|(_, vals)| matches(vals)).map(|x| x.0))
-                    };
+                    let hit = bucket.first_match(g.masks.len(), matches);
                     if let Some(o) = hit {
                         if best.is_none_or(|(bs, bo, _)| g.score > bs || o < bo) {
                             best = Some((g.score, o, g));
@@ -927,6 +933,141 @@ pub(crate) mod tests {
                         let got = b.get(h).map(|x| (x.hash, x.o, x.vals[0]));
                         let want = set.contains(&h).then_some((h, h, h as u128));
                         assert_eq!(got, want, "hash {h:x}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds (`o`, `key`) to bucket `h` as `TableIndex::insert` does.
+    fn bucket_add(b: &mut Buckets, h: u64, o: Order, key: &[u128]) {
+        let x = b.get_or_add(h);
+        let mut l = x.list(key.len());
+        let at = l.partition_point(|e| e.0 < o);
+        l.insert(at, (o, key.into()));
+        x.set(l);
+    }
+
+    /// Removes order `o` from bucket `h` as `TableIndex::remove` does.
+    fn bucket_del(b: &mut Buckets, h: u64, o: Order, nk: usize) {
+        let Some(i) = b.find(h) else { return };
+        let x = &mut b.slots[i];
+        let mut l = x.list(nk);
+        if let Some(at) = l.iter().position(|e| e.0 == o) {
+            l.remove(at);
+        }
+        x.set(l);
+        if x.is_empty() {
+            b.remove(h);
+        }
+    }
+
+    /// Two different keys with one hash (a collision): the inline entry
+    /// not matching, the `rest` entry of the other key found; removing
+    /// either leaves the other; `set`/`list` keep table order.
+    #[test]
+    fn a_bucket_tells_colliding_keys_apart() {
+        for nk in 1..=3 {
+            let (a, c): (Vec<u128>, Vec<u128>) = ((0..nk as u128).collect(), vec![7; nk]);
+            for first_a in [true, false] {
+                let mut b = Buckets::default();
+                let h = 0xffff; // Home: the last slot.
+                let (o1, o2) = if first_a { (1, 2) } else { (2, 1) };
+                bucket_add(&mut b, h, o1, &a);
+                bucket_add(&mut b, h, o2, &c);
+                let x = b.get(h).expect("bucket");
+                assert_eq!(x.first_match(nk, |v| v == &a[..]), Some(o1));
+                assert_eq!(x.first_match(nk, |v| v == &c[..]), Some(o2));
+                assert_eq!(x.first_match(nk, |v| v == &[9u128; 3][..nk]), None);
+                // The inline entry is the first in table order.
+                let i = b.find(h).expect("bucket");
+                let x = &mut b.slots[i];
+                let l = x.list(nk);
+                assert_eq!(
+                    l.iter().map(|e| e.0).collect::<Vec<_>>(),
+                    vec![1, 2],
+                    "nk {nk}"
+                );
+                x.set(l);
+                assert_eq!(x.inline, nk <= INLINE);
+                bucket_del(&mut b, h, o1, nk);
+                let x = b.get(h).expect("bucket");
+                assert_eq!(x.first_match(nk, |v| v == &a[..]), None);
+                assert_eq!(x.first_match(nk, |v| v == &c[..]), Some(o2));
+                bucket_del(&mut b, h, o2, nk);
+                assert!(b.get(h).is_none() && b.n == 0);
+            }
+        }
+    }
+
+    /// Random adds and removes of entries of a few keys on a few
+    /// hand-picked hashes (homes at the last slots, so probes wrap;
+    /// several keys per hash: collisions), against a map of hash ->
+    /// entries in table order; every hash's bucket and first match per
+    /// key checked after each step.
+    #[test]
+    fn buckets_with_colliding_hashes_agree_with_a_map() {
+        let seed = seed_from_env(
+            "P4_BUCKETS_SEED",
+            "buckets_with_colliding_hashes_agree_with_a_map",
+        );
+        let mut r = Rng(seed);
+        let hashes: Vec<u64> = (0..12u64)
+            .map(|k| (k << 20) | [0xf_ffff, 0xf_fffe, 0xf_fffd, 0][(k % 4) as usize])
+            .collect();
+        for round in 0..40 {
+            let nk = 1 + round % 3;
+            let keys: Vec<Vec<u128>> = (0..4u128).map(|k| vec![k * 3 + 1; nk]).collect();
+            let mut b = Buckets::default();
+            let mut model: std::collections::HashMap<u64, Vec<(Order, usize)>> =
+                std::collections::HashMap::new();
+            let mut next: Order = 0;
+            for _op in 0..200 {
+                let h = hashes[r.below(hashes.len() as u64) as usize];
+                let present: Vec<Order> = model
+                    .get(&h)
+                    .map_or(vec![], |l| l.iter().map(|e| e.0).collect());
+                if !present.is_empty() && r.below(5) < 2 {
+                    let o = present[r.below(present.len() as u64) as usize];
+                    bucket_del(&mut b, h, o, nk);
+                    let l = model.get_mut(&h).expect("present");
+                    l.retain(|e| e.0 != o);
+                    if l.is_empty() {
+                        model.remove(&h);
+                    }
+                } else {
+                    // Orders mostly growing, some below the present ones.
+                    next += 1 + r.below(3);
+                    let o = if r.below(4) == 0 {
+                        r.below(next) * 1000 + 500_000
+                    } else {
+                        next * 1000 + 1_000_000
+                    };
+                    if present.contains(&o) {
+                        continue;
+                    }
+                    let k = r.below(keys.len() as u64) as usize;
+                    bucket_add(&mut b, h, o, &keys[k]);
+                    let l = model.entry(h).or_default();
+                    let at = l.partition_point(|e| e.0 < o);
+                    l.insert(at, (o, k));
+                }
+                assert_eq!(b.n, model.len(), "seed {seed}");
+                for &h in &hashes {
+                    let want = model.get(&h);
+                    let Some(x) = b.get(h) else {
+                        assert!(want.is_none(), "seed {seed}: hash {h:x} lost");
+                        continue;
+                    };
+                    let want = want.unwrap_or_else(|| panic!("seed {seed}: hash {h:x} kept"));
+                    assert_eq!(x.hash, h);
+                    for (k, key) in keys.iter().enumerate() {
+                        let first = want.iter().find(|e| e.1 == k).map(|e| e.0);
+                        assert_eq!(
+                            x.first_match(nk, |v| v == &key[..]),
+                            first,
+                            "seed {seed}: hash {h:x} key {k}"
+                        );
                     }
                 }
             }
