@@ -8,8 +8,7 @@
 //! were built, and the step limit falls where the walker's does.
 
 mod interp_support;
-use interp_support::{agree_on, load_text, xorshift};
-use nicflow_p4::Pipeline;
+use interp_support::{agree_on, load_text, passes, walker_limit, xorshift};
 
 /// Two checksum instances in the deparser, each given to functions that
 /// take an instance and a header `inout` (specialised: the header flat,
@@ -256,48 +255,17 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
 
 #[test]
 fn the_step_limit_in_bound_calls_is_the_walkers() {
-    let (Some(mut fast), Some(mut reference)) =
-        (load_text("loop.p4", LOOP), load_text("loop.p4", LOOP))
-    else {
+    let Some(fast) = load_text("loop.p4", LOOP) else {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
     assert_eq!(fast.bound_sites(), (5, 1));
     // `n` pairs of 1 (the loop goes on) and a pair of 0 (accept).
-    let pkt = |n: usize| {
+    limit_agrees("loop.p4", LOOP, |n| {
         let mut p = vec![1u8; 2 * n + 2];
         p[2 * n] = 0;
         p
-    };
-    let passes = |p: &mut Pipeline, n: usize, walker: bool| {
-        let e = p.error_count();
-        let o = if walker {
-            p.process_reference(0, &pkt(n), 1)
-        } else {
-            p.process(0, &pkt(n), 1)
-        };
-        let ok = p.error_count() == e;
-        assert_eq!(ok, !o.outputs.is_empty());
-        ok
-    };
-    let (mut lo, mut hi) = (10usize, 40_000usize);
-    assert!(passes(&mut reference, lo, true) && !passes(&mut reference, hi, true));
-    while hi - lo > 1 {
-        let m = (lo + hi) / 2;
-        if passes(&mut reference, m, true) {
-            lo = m
-        } else {
-            hi = m
-        }
-    }
-    assert!(
-        passes(&mut fast, lo, false),
-        "fast fails at {lo}, the walker at {hi}"
-    );
-    assert!(
-        !passes(&mut fast, hi, false),
-        "fast passes at {hi}, the walker fails"
-    );
+    });
 }
 
 /// The largest `n` for which `mk(n)` passes the walker and the program
@@ -309,33 +277,13 @@ fn limit_agrees(name: &str, text: &str, mk: impl Fn(usize) -> Vec<u8>) {
     else {
         return;
     };
-    let passes = |p: &mut Pipeline, n: usize, walker: bool| {
-        let e = p.error_count();
-        let o = if walker {
-            p.process_reference(0, &mk(n), 1)
-        } else {
-            p.process(0, &mk(n), 1)
-        };
-        let ok = p.error_count() == e;
-        assert_eq!(ok, !o.outputs.is_empty());
-        ok
-    };
-    let (mut lo, mut hi) = (10usize, 40_000usize);
-    assert!(passes(&mut reference, lo, true) && !passes(&mut reference, hi, true));
-    while hi - lo > 1 {
-        let m = (lo + hi) / 2;
-        if passes(&mut reference, m, true) {
-            lo = m
-        } else {
-            hi = m
-        }
-    }
+    let (lo, hi) = walker_limit(&mut reference, (10, 40_000), &mk);
     assert!(
-        passes(&mut fast, lo, false),
+        passes(&mut fast, &mk(lo), false),
         "{name}: fast fails at {lo}, the walker at {hi}"
     );
     assert!(
-        !passes(&mut fast, hi, false),
+        !passes(&mut fast, &mk(hi), false),
         "{name}: fast passes at {hi}, the walker fails"
     );
 }

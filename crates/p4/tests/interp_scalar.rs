@@ -11,7 +11,7 @@
 //! loop fails with the step limit at the walker's iteration).
 
 mod interp_support;
-use interp_support::{corpus, load, load_text, xorshift};
+use interp_support::{corpus, load, load_text, passes, walker_limit, xorshift};
 use nicflow_p4::Pipeline;
 use proptest::prelude::*;
 
@@ -512,36 +512,16 @@ PNA_NIC(Parser(), Main(), Deparser()) main;
         p[n] = 0;
         p
     };
-    let passes = |p: &mut Pipeline, n: usize, walker: bool| {
-        let e = p.error_count();
-        let o = if walker {
-            p.process_reference(0, &pkt(n), 1)
-        } else {
-            p.process(0, &pkt(n), 1)
-        };
-        let ok = p.error_count() == e;
-        assert_eq!(ok, !o.outputs.is_empty());
-        ok
-    };
     // The walker's first failing count (it passes at 100, fails at 60000).
-    let (mut lo, mut hi) = (100usize, 60_000usize);
-    assert!(passes(&mut reference, lo, true) && !passes(&mut reference, hi, true));
-    while hi - lo > 1 {
-        let m = (lo + hi) / 2;
-        if passes(&mut reference, m, true) {
-            lo = m
-        } else {
-            hi = m
-        }
-    }
+    let (lo, hi) = walker_limit(&mut reference, (100, 60_000), &pkt);
     let runs = fast.scalar_runs();
     assert!(
-        passes(&mut fast, lo, false),
+        passes(&mut fast, &pkt(lo), false),
         "fast fails at {lo}, the walker at {hi}"
     );
     assert!(fast.scalar_runs() > runs, "the tier did not run");
     assert!(
-        !passes(&mut fast, hi, false),
+        !passes(&mut fast, &pkt(hi), false),
         "fast passes at {hi}, the walker fails"
     );
 }

@@ -420,20 +420,7 @@ impl<'a> Run<'a> {
                 }
                 Value::Void
             }
-            CsumOp::Get | CsumOp::GetState => {
-                let c = match self.extern_state(i) {
-                    ExternState::Csum(c) => *c,
-                    _ => 0,
-                };
-                let v = if op == CsumOp::Get {
-                    !fold(c) & 0xffff
-                } else {
-                    fold(c)
-                };
-                let mut b = Bits::unsigned(16, v as u128);
-                b.src = Src::Checksum;
-                Value::Bits(b)
-            }
+            CsumOp::Get | CsumOp::GetState => self.csum_read(i, op),
             CsumOp::SetState => {
                 self.quiet += 1;
                 // A compiled argument with the walker's steps
@@ -449,6 +436,24 @@ impl<'a> Run<'a> {
                 Value::Void
             }
         })
+    }
+
+    /// `get()` (the folded sum's complement) or `get_state()` (the
+    /// folded sum) of checksum instance `i`: one place for `csum_method`
+    /// and `csum_bound`.
+    fn csum_read(&mut self, i: usize, op: CsumOp) -> Value {
+        let c = match self.extern_state(i) {
+            ExternState::Csum(c) => *c,
+            _ => 0,
+        };
+        let v = if op == CsumOp::Get {
+            !fold(c) & 0xffff
+        } else {
+            fold(c)
+        };
+        let mut b = Bits::unsigned(16, v as u128);
+        b.src = Src::Checksum;
+        Value::Bits(b)
     }
 
     /// [`Run::csum_method`] of a method resolved with its instance at load
@@ -486,18 +491,7 @@ impl<'a> Run<'a> {
             }
             (CsumOp::Get | CsumOp::GetState, _) => {
                 self.tr.checksum_recomputed = true;
-                let c = match self.extern_state(i) {
-                    ExternState::Csum(c) => *c,
-                    _ => 0,
-                };
-                let v = if op == CsumOp::Get {
-                    !fold(c) & 0xffff
-                } else {
-                    fold(c)
-                };
-                let mut b = Bits::unsigned(16, v as u128);
-                b.src = Src::Checksum;
-                Ok(Value::Bits(b))
+                Ok(self.csum_read(i, op))
             }
             (CsumOp::Add | CsumOp::Subtract, [CArg::List(xs)]) => {
                 // The walker's `enter` of the list (room checked by

@@ -432,3 +432,39 @@ pub fn agree_on(
     assert_eq!(fast.error_count(), reference.error_count(), "{what}");
     sent
 }
+
+/// Whether `p` runs packet `pkt` without an error (and then sends it):
+/// through the compiled path, or the walker (`process_reference`) when
+/// `walker`. The step-limit parity tests' probe.
+pub fn passes(p: &mut Pipeline, pkt: &[u8], walker: bool) -> bool {
+    let e = p.error_count();
+    let o = if walker {
+        p.process_reference(0, pkt, 1)
+    } else {
+        p.process(0, pkt, 1)
+    };
+    let ok = p.error_count() == e;
+    assert_eq!(ok, !o.outputs.is_empty());
+    ok
+}
+
+/// The walker's `(last passing, first failing)` loop count for packets
+/// `mk(n)`, by bisection between `lo` (which must pass) and `hi` (which
+/// must fail): where the step limit falls for the walker, which the
+/// compiled path must match.
+pub fn walker_limit(
+    reference: &mut Pipeline,
+    (mut lo, mut hi): (usize, usize),
+    mk: &dyn Fn(usize) -> Vec<u8>,
+) -> (usize, usize) {
+    assert!(passes(reference, &mk(lo), true) && !passes(reference, &mk(hi), true));
+    while hi - lo > 1 {
+        let m = (lo + hi) / 2;
+        if passes(reference, &mk(m), true) {
+            lo = m
+        } else {
+            hi = m
+        }
+    }
+    (lo, hi)
+}
