@@ -214,58 +214,81 @@ fn a_function_given_a_header_stack_element_agrees_with_the_walker() {
     assert!(sent > 200, "too few packets forwarded ({sent})");
 }
 
+/// A PNA program whose parser extracts header `l` (fields `fields`, the
+/// first `bit<8> v`) in a loop until `v` is 0, running `stmt` each time
+/// (after `top`'s declarations, with parser local `local`); `Main` runs
+/// `main`. The step-limit programs below differ only there.
+fn looping(fields: &str, top: &str, local: &str, stmt: &str, main: &str) -> String {
+    format!(
+        r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {{}}
+header l_t {{ {fields} }}
+struct headers_t {{ l_t l; }}
+{top}
+parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+              in pna_main_parser_input_metadata_t istd) {{
+    {local}
+    state start {{ transition more; }}
+    state more {{
+        pkt.extract(hdr.l);
+        {stmt}
+        transition select(hdr.l.v) {{ 0: accept; default: more; }}
+    }}
+}}
+control Main(inout headers_t hdr, inout metadata_t meta,
+             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {{
+    apply {{ {main} }}
+}}
+control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {{
+    apply {{ pkt.emit(hdr.l); }}
+}}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#
+    )
+}
+
+/// `n` headers of `len` bytes of 1 (the loop goes on) and one whose `v`
+/// is 0 (accept).
+fn loop_pkt(len: usize) -> impl Fn(usize) -> Vec<u8> {
+    move |n| {
+        let mut p = vec![1u8; len * n + len];
+        p[len * n] = 0;
+        p
+    }
+}
+
 /// A parser loop calling a function with a bound instance and checksum
 /// calls per iteration (one byte pair per iteration): the run fails with
 /// the step limit at the walker's iteration count, not later nor
 /// earlier (the bound argument, `Csum`'s and its statement form's steps
 /// are the walker's).
-const LOOP: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header l_t { bit<8> v; bit<8> w; }
-struct headers_t { l_t l; }
-void f(InternetChecksum c, inout l_t l) {
+fn loop_program() -> String {
+    looping(
+        "bit<8> v; bit<8> w;",
+        "void f(InternetChecksum c, inout l_t l) {
     c.clear();
     c.set_state(~l.w);
     c.add({ l.v, l.w });
     l.w = c.get()[7:0];
     c.subtract({ l.w });
+}",
+        "InternetChecksum() ck;",
+        "f(ck, hdr.l);",
+        "send_to_port((PortId_t) 1);",
+    )
 }
-parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
-              in pna_main_parser_input_metadata_t istd) {
-    InternetChecksum() ck;
-    state start { transition more; }
-    state more {
-        pkt.extract(hdr.l);
-        f(ck, hdr.l);
-        transition select(hdr.l.v) { 0: accept; default: more; }
-    }
-}
-control Main(inout headers_t hdr, inout metadata_t meta,
-             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
-    apply { send_to_port((PortId_t) 1); }
-}
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply { pkt.emit(hdr.l); }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
-"#;
 
 #[test]
 fn the_step_limit_in_bound_calls_is_the_walkers() {
-    let Some(fast) = load_text("loop.p4", LOOP) else {
+    let Some(fast) = load_text("loop.p4", &loop_program()) else {
         return;
     };
     assert_eq!(fast.flat_headers(), Ok(()));
     assert_eq!(fast.bound_sites(), (5, 1));
-    // `n` pairs of 1 (the loop goes on) and a pair of 0 (accept).
-    limit_agrees("loop.p4", LOOP, |n| {
-        let mut p = vec![1u8; 2 * n + 2];
-        p[2 * n] = 0;
-        p
-    });
+    limit_agrees("loop.p4", &loop_program(), loop_pkt(2));
 }
 
 /// The largest `n` for which `mk(n)` passes the walker and the program
@@ -292,80 +315,38 @@ fn limit_agrees(name: &str, text: &str, mk: impl Fn(usize) -> Vec<u8>) {
 /// (over 128 bits), so the method form with compiled arguments, whose
 /// scalar sum declines at the third item (after counting the first two)
 /// and takes the items' `Value`s (`data_sum_items` -> `list_vals`).
-const WIDE: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header l_t { bit<8> v; bit<64> a; bit<64> b; }
-struct headers_t { l_t l; }
-void f(InternetChecksum c, inout l_t l) {
+fn wide_program() -> String {
+    looping(
+        "bit<8> v; bit<64> a; bit<64> b;",
+        "void f(InternetChecksum c, inout l_t l) {
     c.clear();
     c.add({ l.v, l.a, l.b });
     l.b = (bit<64>) c.get();
+}",
+        "InternetChecksum() ck;",
+        "f(ck, hdr.l);",
+        "send_to_port((PortId_t) 1);",
+    )
 }
-parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
-              in pna_main_parser_input_metadata_t istd) {
-    InternetChecksum() ck;
-    state start { transition more; }
-    state more {
-        pkt.extract(hdr.l);
-        f(ck, hdr.l);
-        transition select(hdr.l.v) { 0: accept; default: more; }
-    }
-}
-control Main(inout headers_t hdr, inout metadata_t meta,
-             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
-    apply { send_to_port((PortId_t) 1); }
-}
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply { pkt.emit(hdr.l); }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
-"#;
 
 #[test]
 fn the_step_limit_in_a_wide_checksum_list_is_the_walkers() {
-    limit_agrees("wide.p4", WIDE, |n| {
-        let mut p = vec![1u8; 17 * n + 17];
-        p[17 * n] = 0;
-        p
-    });
+    limit_agrees("wide.p4", &wide_program(), loop_pkt(17));
 }
 
 /// `send_to_port` of an expression in the scalar tier (`ExternFn`'s
 /// `port`) once per parser iteration.
-const PORT: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header l_t { bit<8> v; bit<8> w; }
-struct headers_t { l_t l; }
-parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
-              in pna_main_parser_input_metadata_t istd) {
-    state start { transition more; }
-    state more {
-        pkt.extract(hdr.l);
-        send_to_port((PortId_t) (hdr.l.w + 8w1));
-        transition select(hdr.l.v) { 0: accept; default: more; }
-    }
+fn port_program() -> String {
+    looping(
+        "bit<8> v; bit<8> w;",
+        "",
+        "",
+        "send_to_port((PortId_t) (hdr.l.w + 8w1));",
+        "send_to_port((PortId_t) (hdr.l.w + 8w1));",
+    )
 }
-control Main(inout headers_t hdr, inout metadata_t meta,
-             in pna_main_input_metadata_t istd, inout pna_main_output_metadata_t ostd) {
-    apply { send_to_port((PortId_t) (hdr.l.w + 8w1)); }
-}
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply { pkt.emit(hdr.l); }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
-"#;
 
 #[test]
 fn the_step_limit_in_send_to_port_is_the_walkers() {
-    limit_agrees("port.p4", PORT, |n| {
-        let mut p = vec![1u8; 2 * n + 2];
-        p[2 * n] = 0;
-        p
-    });
+    limit_agrees("port.p4", &port_program(), loop_pkt(2));
 }
