@@ -12,6 +12,31 @@ mod interp_support;
 use interp_support::{agree_on, corpus, load, load_text, xorshift};
 use nicflow_p4::Pipeline;
 
+/// The test programs' shared parts: headers `a_t` and `b_t` before
+/// `body` (a parser and `Main`), a deparser emitting both after it.
+fn program(body: &str) -> String {
+    format!("{HEAD}{body}{TAIL}")
+}
+
+const HEAD: &str = r#"
+#include <core.p4>
+#include <tc/pna.p4>
+struct metadata_t {}
+header a_t { bit<48> d; bit<48> s; bit<16> t; }
+header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
+struct headers_t { a_t a; b_t b; }
+"#;
+
+const TAIL: &str = r#"control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
+                 in pna_main_output_metadata_t ostd) {
+    apply {
+        pkt.emit(hdr.a);
+        pkt.emit(hdr.b);
+    }
+}
+PNA_NIC(Parser(), Main(), Deparser()) main;
+"#;
+
 /// `K` is a constant unless `pk`'s parameter is in view (`rk` called
 /// from `pk`: the walker's dynamic scope). `v` is bound three times in `Main` (a block variable, a nested
 /// block's variable, an action parameter): never slotted. `u` is bound
@@ -22,12 +47,6 @@ use nicflow_p4::Pipeline;
 /// binds, at the same depth as `pv`'s frame later). `MAIN` goes at the
 /// end of `apply`.
 const TEMPLATE: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header a_t { bit<48> d; bit<48> s; bit<16> t; }
-header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
-struct headers_t { a_t a; b_t b; }
 parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
               in pna_main_parser_input_metadata_t istd) {
     state start {
@@ -76,18 +95,10 @@ control Main(inout headers_t hdr, inout metadata_t meta,
         send_to_port((PortId_t)1);
     }
 }
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply {
-        pkt.emit(hdr.a);
-        pkt.emit(hdr.b);
-    }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 fn build(main: &str) -> Option<Pipeline> {
-    let text = TEMPLATE.replace("MAIN", main);
+    let text = program(TEMPLATE).replace("MAIN", main);
     load_text("vars.p4", &text)
 }
 
@@ -194,12 +205,6 @@ fn routing_runs_without_empty_frames_and_slots_its_receivers() {
 /// per visit), next to `pb`, which binds nothing;
 /// (d) nested blocks with and without declarations and shadowing.
 const CASES_P4: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header a_t { bit<48> d; bit<48> s; bit<16> t; }
-header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
-struct headers_t { a_t a; b_t b; }
 parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
               in pna_main_parser_input_metadata_t istd) {
     bit<8> c;
@@ -253,22 +258,15 @@ control Main(inout headers_t hdr, inout metadata_t meta,
         send_to_port((PortId_t)1);
     }
 }
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply {
-        pkt.emit(hdr.a);
-        pkt.emit(hdr.b);
-    }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 #[test]
 fn review_cases_agree_with_the_walker() {
     let load_cases = || -> Option<Pipeline> {
         let c = corpus()?;
-        let prog = nicflow_p4::front::parse_str("cases.p4", CASES_P4, &[c.join("include")])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let prog =
+            nicflow_p4::front::parse_str("cases.p4", &program(CASES_P4), &[c.join("include")])
+                .unwrap_or_else(|e| panic!("{e}"));
         Some(Pipeline::load_program(prog, None).unwrap_or_else(|e| panic!("{e}")))
     };
     let (Some(mut fast), Some(mut reference)) = (load_cases(), load_cases()) else {
@@ -312,12 +310,6 @@ fn review_cases_agree_with_the_walker() {
 /// out by the walker), `tmp` (a header). `SHADOW` goes at the end of
 /// `apply`.
 const SLOTS_P4: &str = r#"
-#include <core.p4>
-#include <tc/pna.p4>
-struct metadata_t {}
-header a_t { bit<48> d; bit<48> s; bit<16> t; }
-header b_t { bit<8> x; bit<8> y; bit<8> z; bit<8> w; }
-struct headers_t { a_t a; b_t b; }
 parser Parser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
               in pna_main_parser_input_metadata_t istd) {
     bit<8> pv;
@@ -383,19 +375,11 @@ control Main(inout headers_t hdr, inout metadata_t meta,
         send_to_port((PortId_t)1);
     }
 }
-control Deparser(packet_out pkt, inout headers_t hdr, in metadata_t meta,
-                 in pna_main_output_metadata_t ostd) {
-    apply {
-        pkt.emit(hdr.a);
-        pkt.emit(hdr.b);
-    }
-}
-PNA_NIC(Parser(), Main(), Deparser()) main;
 "#;
 
 #[test]
 fn block_variables_in_the_slot_array_agree_with_the_walker() {
-    let build = |shadow: &str| load_text("slots.p4", &SLOTS_P4.replace("SHADOW", shadow));
+    let build = |shadow: &str| load_text("slots.p4", &program(SLOTS_P4).replace("SHADOW", shadow));
     let (Some(mut fast), Some(mut reference)) = (build(""), build("")) else {
         return;
     };
